@@ -1,0 +1,295 @@
+//! Command line and `--config` TOML file → `RunConfig`. Flags override the file; the file
+//! overrides the defaults. Every value is checked by the same parser either way.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::config::{Budget, RunConfig};
+
+const EXAMPLES: &str = "\
+Examples:
+  mgtop-train --headless                       train the MLP 64-128-10 on the embedded digits data
+  mgtop-train --headless --devices cpu:4 --epochs 5 --batch-per-replica 64
+  mgtop-train --headless --data csv:iris.csv,label=last,header --model mlp:16
+  mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
+  mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
+  mgtop-train --headless --resume checkpoints            (continue from the newest checkpoint)
+  mgtop-train bench                                    (throughput and all-reduce benchmarks)";
+
+#[derive(Parser, Debug)]
+#[command(name = "mgtop-train", version, about = "Data-parallel training with a live view of every device", after_help = EXAMPLES)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub train: TrainArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Measure training throughput (MLP 784-128-10, Adam, synthetic data) and all-reduce bandwidth.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Per-replica batch sizes to measure.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    pub batches: Vec<usize>,
+    /// CPU worker counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// Timed samples per measurement (after a warm-up of a tenth as many).
+    #[arg(long, default_value_t = 120_000)]
+    pub samples: usize,
+    /// Repeats per point (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Only the all-reduce part, or only the training part.
+    #[arg(long, value_parser = ["all", "train", "allreduce"], default_value = "all")]
+    pub only: String,
+}
+
+/// Training flags. Every one is optional so the config file can fill it in.
+#[derive(Args, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TrainArgs {
+    /// Read settings from a TOML file (keys are the flag names, e.g. `batch-per-replica = 64`).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Print log lines instead of the terminal UI.
+    #[arg(long)]
+    #[serde(default)]
+    pub headless: bool,
+    /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
+    #[arg(long)]
+    pub devices: Option<String>,
+    /// mlp:H1,H2,... hidden widths (ReLU; softmax cross-entropy)  [default: mlp:128]
+    #[arg(long)]
+    pub model: Option<String>,
+    /// digits | csv:PATH[,label=last|first|N][,header] | idx:IMAGES,LABELS | synthetic:N,D,C  [default: digits]
+    #[arg(long)]
+    pub data: Option<String>,
+    /// Train this many epochs  [default: 30]
+    #[arg(long, conflicts_with = "steps")]
+    pub epochs: Option<u64>,
+    /// Train this many optimizer steps instead of whole epochs.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Samples per replica per step  [default: 32]
+    #[arg(long)]
+    pub batch_per_replica: Option<usize>,
+    /// Learning rate  [default: 1e-3]
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// sgd | momentum | adam | adamw  [default: adam]
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// Weight decay (L2 for sgd/momentum/adam, decoupled for adamw)  [default: 0]
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Linear LR warm-up over this many steps  [default: 0]
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// constant | cosine | step  [default: constant]
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// How the LR follows a batch-size change: linear | sqrt | none  [default: linear]
+    #[arg(long)]
+    pub lr_scaling: Option<String>,
+    /// Micro-batches accumulated per optimizer step (one all-reduce)  [default: 1]
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Batches prefetched per rank, 0 to build batches on the worker, or auto (4)  [default: auto]
+    #[arg(long)]
+    pub prefetch: Option<String>,
+    /// Loader threads per rank  [default: 1]
+    #[arg(long)]
+    pub loader_threads: Option<usize>,
+    /// Seed for the split, data order and initial weights  [default: 0]
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print (and record) a step line every N steps  [default: 50]
+    #[arg(long)]
+    pub log_every: Option<u64>,
+    /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_out: Option<PathBuf>,
+    /// Where checkpoints go  [default: checkpoints]
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint (a step-NNNNNNNN directory, or a checkpoint dir: newest inside).
+    #[arg(long, value_name = "PATH")]
+    pub resume: Option<PathBuf>,
+    /// Fault injection for tests: RANK:STEP panics that rank's worker at that step.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub inject_panic: Option<String>,
+}
+
+fn parse<T: std::str::FromStr<Err = String>>(flag: &str, v: Option<&String>, default: T) -> Result<T, String> {
+    match v {
+        Some(s) => s.parse().map_err(|e| format!("--{flag}: {e}")),
+        None => Ok(default),
+    }
+}
+
+/// Reads a config file into the same shape as the flags.
+pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        let msg = e.message().to_string();
+        let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
+        format!("config file {}{at}: {msg}; keys are the flag names without dashes, e.g. batch-per-replica = 64", path.display())
+    })
+}
+
+impl TrainArgs {
+    /// `self` (flags) over `file` over defaults.
+    fn merge(self, file: TrainArgs) -> TrainArgs {
+        macro_rules! pick {
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, inject_panic: self.inject_panic, $($f: self.$f.or(file.$f)),* } };
+        }
+        pick!(
+            devices,
+            model,
+            data,
+            epochs,
+            steps,
+            batch_per_replica,
+            lr,
+            optimizer,
+            weight_decay,
+            warmup,
+            schedule,
+            lr_scaling,
+            grad_accum,
+            prefetch,
+            loader_threads,
+            seed,
+            log_every,
+            metrics_out,
+            checkpoint_dir,
+            checkpoint_every,
+            resume
+        )
+    }
+
+    /// The validated run configuration, and whether headless output was asked for.
+    pub fn resolve(self) -> Result<(RunConfig, bool), String> {
+        let args = match &self.config {
+            Some(path) => {
+                let file = read_config_file(path)?;
+                if self.epochs.is_some() && file.steps.is_some() || self.steps.is_some() && file.epochs.is_some() {
+                    // a flag for one budget replaces the file's other one
+                    let (e, s) = (self.epochs, self.steps);
+                    let mut merged = self.merge(file);
+                    (merged.epochs, merged.steps) = (e, s);
+                    merged
+                } else {
+                    self.merge(file)
+                }
+            }
+            None => self,
+        };
+        let d = RunConfig::default();
+        let budget = match (args.epochs, args.steps) {
+            (Some(_), Some(_)) => return Err("--epochs and --steps both given: choose one budget".into()),
+            (Some(e), None) => Budget::Epochs(e),
+            (None, Some(s)) => Budget::Steps(s),
+            (None, None) => d.budget,
+        };
+        let prefetch = match args.prefetch.as_deref() {
+            None | Some("auto") => d.prefetch,
+            Some(s) => s.parse().map_err(|_| format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto"))?,
+        };
+        let inject_panic = match &args.inject_panic {
+            None => None,
+            Some(s) => {
+                let (r, st) = s.split_once(':').ok_or("--inject-panic takes RANK:STEP")?;
+                Some((r.parse().map_err(|_| "--inject-panic: bad rank")?, st.parse().map_err(|_| "--inject-panic: bad step")?))
+            }
+        };
+        let cfg = RunConfig {
+            devices: parse("devices", args.devices.as_ref(), d.devices)?,
+            model: parse("model", args.model.as_ref(), d.model)?,
+            data: parse("data", args.data.as_ref(), d.data)?,
+            budget,
+            batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
+            lr: args.lr.unwrap_or(d.lr),
+            optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
+            weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
+            warmup: args.warmup.unwrap_or(d.warmup),
+            schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
+            lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,
+            grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
+            prefetch,
+            loader_threads: args.loader_threads.unwrap_or(d.loader_threads),
+            seed: args.seed.unwrap_or(d.seed),
+            log_every: args.log_every.unwrap_or(d.log_every),
+            val_fraction: d.val_fraction,
+            metrics_out: args.metrics_out,
+            checkpoint_dir: args.checkpoint_dir.unwrap_or(d.checkpoint_dir),
+            checkpoint_every: args.checkpoint_every,
+            final_checkpoint: d.final_checkpoint,
+            resume: args.resume,
+            inject_panic,
+        };
+        Ok((cfg, args.headless))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DeviceSpec;
+
+    fn cli(args: &[&str]) -> Result<(RunConfig, bool), String> {
+        let mut v = vec!["mgtop-train"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).map_err(|e| e.to_string())?.train.resolve()
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("run.toml");
+        std::fs::write(&f, "devices = \"cpu:3\"\nlr = 0.01\nsteps = 40\nbatch-per-replica = 16\n").unwrap();
+        let (c, headless) = cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
+        assert!(headless);
+        assert_eq!(c.devices, DeviceSpec::Cpu(3));
+        assert_eq!(c.lr, 0.5);
+        assert_eq!(c.batch_per_replica, 16);
+        assert_eq!(c.budget, Budget::Steps(40));
+        assert_eq!(c.seed, 0);
+        let (c, _) = cli(&["--config", f.to_str().unwrap(), "--epochs", "2"]).unwrap();
+        assert_eq!(c.budget, Budget::Epochs(2));
+    }
+
+    #[test]
+    fn bad_files_and_values_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("bad.toml");
+        std::fs::write(&f, "lr = 0.1\nbatch_size = 3\n").unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("batch_size") && e.contains("line 2"), "{e}");
+        std::fs::write(&f, "lr = \"fast\"\n").unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+        let e = cli(&["--optimizer", "lion"]).unwrap_err();
+        assert!(e.contains("--optimizer") && e.contains("adamw"), "{e}");
+        let e = cli(&["--prefetch", "lots"]).unwrap_err();
+        assert!(e.contains("--prefetch"), "{e}");
+        assert!(cli(&["--epochs", "1", "--steps", "2"]).is_err());
+        let e = cli(&["--config", "/nonexistent.toml"]).unwrap_err();
+        assert!(e.contains("/nonexistent.toml"), "{e}");
+    }
+}

@@ -1,0 +1,146 @@
+//! A fully resolved training run: what the CLI and config file turn into, what the engine takes.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::data::DataSpec;
+use crate::model::ModelSpec;
+use crate::optim::OptimizerKind;
+use crate::schedule::{LrScaling, Schedule};
+
+/// `--devices`: which devices train.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceSpec {
+    /// Every GPU found, else one CPU worker per core (at least 2).
+    Auto,
+    Cpu(usize),
+    Gpus(Vec<usize>),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let help = "use auto, cpu:N (N CPU workers) or GPU ids like 0,1,3";
+        if s == "auto" {
+            return Ok(DeviceSpec::Auto);
+        }
+        if let Some(n) = s.strip_prefix("cpu:") {
+            return match n.parse::<usize>() {
+                Ok(n) if (1..=256).contains(&n) => Ok(DeviceSpec::Cpu(n)),
+                _ => Err(format!("devices `{s}`: the CPU worker count must be 1..256; {help}")),
+            };
+        }
+        if s == "cpu" {
+            return Err(format!("devices `cpu`: say how many workers, e.g. cpu:2; {help}"));
+        }
+        let ids: Result<Vec<usize>, _> = s.split(',').map(|p| p.trim().parse::<usize>()).collect();
+        match ids {
+            Ok(mut ids) if !ids.is_empty() => {
+                let n = ids.len();
+                ids.sort_unstable();
+                ids.dedup();
+                if ids.len() != n {
+                    return Err(format!("devices `{s}`: a GPU id is listed twice"));
+                }
+                Ok(DeviceSpec::Gpus(ids))
+            }
+            _ => Err(format!("unknown devices `{s}`: {help}")),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Auto => f.write_str("auto"),
+            DeviceSpec::Cpu(n) => write!(f, "cpu:{n}"),
+            DeviceSpec::Gpus(ids) => f.write_str(&ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")),
+        }
+    }
+}
+
+/// How long to train: whole epochs, or a number of optimizer steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    Epochs(u64),
+    Steps(u64),
+}
+
+/// Every setting of a run, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    pub devices: DeviceSpec,
+    pub model: ModelSpec,
+    pub data: DataSpec,
+    pub budget: Budget,
+    pub batch_per_replica: usize,
+    pub lr: f32,
+    pub optimizer: OptimizerKind,
+    pub weight_decay: f32,
+    pub warmup: u64,
+    pub schedule: Schedule,
+    pub lr_scaling: LrScaling,
+    pub grad_accum: usize,
+    /// Batches queued ahead per rank; 0 builds batches on the worker thread.
+    pub prefetch: usize,
+    /// Loader threads per rank.
+    pub loader_threads: usize,
+    pub seed: u64,
+    pub log_every: u64,
+    pub val_fraction: f64,
+    pub metrics_out: Option<PathBuf>,
+    pub checkpoint_dir: PathBuf,
+    /// Also checkpoint every N steps.
+    pub checkpoint_every: Option<u64>,
+    /// Write a checkpoint when the run completes.
+    pub final_checkpoint: bool,
+    pub resume: Option<PathBuf>,
+    /// Fault injection for tests and demos: (rank, step) panics at that step.
+    pub inject_panic: Option<(usize, u64)>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            devices: DeviceSpec::Auto,
+            model: ModelSpec::default(),
+            data: DataSpec::Digits,
+            budget: Budget::Epochs(30),
+            batch_per_replica: 32,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Adam,
+            weight_decay: 0.0,
+            warmup: 0,
+            schedule: Schedule::Constant,
+            lr_scaling: LrScaling::Linear,
+            grad_accum: 1,
+            prefetch: 4,
+            loader_threads: 1,
+            seed: 0,
+            log_every: 50,
+            val_fraction: 0.2,
+            metrics_out: None,
+            checkpoint_dir: PathBuf::from("checkpoints"),
+            checkpoint_every: None,
+            final_checkpoint: true,
+            resume: None,
+            inject_panic: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_devices() {
+        assert_eq!("auto".parse::<DeviceSpec>().unwrap(), DeviceSpec::Auto);
+        assert_eq!("cpu:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu(3));
+        assert_eq!("3,0,1".parse::<DeviceSpec>().unwrap(), DeviceSpec::Gpus(vec![0, 1, 3]));
+        assert!("cpu:0".parse::<DeviceSpec>().unwrap_err().contains("1..256"));
+        assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu:N"));
+        assert!("0,0".parse::<DeviceSpec>().unwrap_err().contains("twice"));
+    }
+}

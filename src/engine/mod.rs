@@ -1,0 +1,289 @@
+//! The data-parallel engine: one thread per device, each with its own replica, loader and
+//! collective handle; frontends get events and steer through a `Controller`.
+
+mod devices;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver};
+
+use crate::checkpoint::{self, CheckpointError};
+use crate::collective::{CollectiveError, LocalCollective};
+use crate::config::{Budget, RunConfig};
+use crate::control::{Controller, Decider};
+use crate::data::{self, DataError};
+use crate::events::{Event, StepStats};
+use crate::loader::{Cursor, RankLoader, Sharding};
+use crate::model::Mlp;
+use crate::optim::OptState;
+use crate::replica::{CpuReplica, TrainState};
+
+pub use devices::{available_cores as devices_available_cores, resolve_devices, Device, DeviceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Devices(#[from] DeviceError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{0}")]
+    Config(String),
+    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
+    NonFinite { step: u64, epoch: u64, checkpoint: Option<PathBuf> },
+    #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
+    WorkerPanic { rank: usize, step: u64, message: String },
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+}
+
+/// What a frontend shows about the run before the first step.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub devices: Vec<Device>,
+    pub device_note: Option<String>,
+    pub data: String,
+    pub model: String,
+    pub params: usize,
+    pub per_replica: usize,
+    pub grad_accum: usize,
+    pub train_samples: usize,
+    pub val_samples: usize,
+    pub budget: Budget,
+    pub start_step: u64,
+    pub start_epoch: u64,
+    pub resumed_from: Option<PathBuf>,
+}
+
+impl RunInfo {
+    pub fn ranks(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Steps per epoch at the starting batch size.
+    pub fn steps_per_epoch(&self) -> u64 {
+        let g = self.per_replica * self.ranks() * self.grad_accum;
+        self.train_samples.div_ceil(g.max(1)) as u64
+    }
+}
+
+/// The outcome of a run that did not fail.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub steps: u64,
+    /// Stopped on request before the budget was spent.
+    pub stopped: bool,
+    /// Global training loss of every step of this process's run.
+    pub losses: Vec<f32>,
+    /// When each step ended (rank 0), since the start.
+    pub step_ends: Vec<Duration>,
+    pub state: TrainState,
+    pub last_checkpoint: Option<PathBuf>,
+    pub best_val_accuracy: Option<f32>,
+}
+
+/// Where a run starts: fresh or from a checkpoint.
+#[derive(Clone, Debug)]
+struct Start {
+    step: u64,
+    cursor: Cursor,
+    per_replica: usize,
+    lr: f32,
+    state: TrainState,
+}
+
+pub struct Engine {
+    info: RunInfo,
+    controller: Controller,
+    events: Receiver<Event>,
+    steps: Receiver<StepStats>,
+    workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
+}
+
+/// Lossy step samples queued per rank before the frontend must catch up.
+const STEP_QUEUE_PER_RANK: usize = 4096;
+
+impl Engine {
+    /// Loads the data, builds (or resumes) the model and starts one worker per device.
+    pub fn start(cfg: RunConfig) -> Result<Engine, EngineError> {
+        validate(&cfg)?;
+        let (devices, device_note) = resolve_devices(&cfg.devices)?;
+        let ranks = devices.len();
+        let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
+        let model = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes);
+        let start = match &cfg.resume {
+            Some(path) => {
+                let dir = checkpoint::resolve(path)?;
+                let (meta, state) = checkpoint::read(&dir, &model, &cfg.optimizer.to_string())?;
+                Start { step: meta.step, cursor: Cursor { epoch: meta.epoch, offset: meta.offset }, per_replica: meta.per_replica, lr: meta.lr, state }
+            }
+            None => Start {
+                step: 0,
+                cursor: Cursor::default(),
+                per_replica: cfg.batch_per_replica,
+                lr: cfg.lr,
+                state: TrainState { params: model.init_params(cfg.seed), opt: OptState::new(cfg.optimizer, model.n_params) },
+            },
+        };
+        if start.cursor.offset >= loaded.train.len().max(1) {
+            return Err(EngineError::Config(format!(
+                "the checkpoint's data position ({}) is past the end of the training set ({} samples): it was written for other data; use the same --data and --seed",
+                start.cursor.offset,
+                loaded.train.len()
+            )));
+        }
+        if loaded.train.is_empty() {
+            return Err(EngineError::Config("the training split is empty: the dataset is too small for a validation split".into()));
+        }
+        let info = RunInfo {
+            devices,
+            device_note,
+            data: loaded.description.clone(),
+            model: format!("{} ({})", cfg.model, model.shape_string()),
+            params: model.n_params,
+            per_replica: start.per_replica,
+            grad_accum: cfg.grad_accum,
+            train_samples: loaded.train.len(),
+            val_samples: loaded.val.len(),
+            budget: cfg.budget,
+            start_step: start.step,
+            start_epoch: start.cursor.epoch,
+            resumed_from: cfg.resume.as_ref().map(|p| checkpoint::resolve(p).unwrap_or_else(|_| p.clone())),
+        };
+
+        let (ctl_tx, ctl_rx) = unbounded();
+        let (ev_tx, ev_rx) = unbounded();
+        let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
+        let train = Arc::new(loaded.train);
+        let val = Arc::new(loaded.val);
+        let cfg = Arc::new(cfg);
+        let t0 = Instant::now();
+        let sharding = Sharding { per_replica: start.per_replica, ranks, accum: cfg.grad_accum };
+        let mut decider = Some(Decider::new(ctl_rx));
+        let mut workers = Vec::new();
+        for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
+            let loader = RankLoader::new(train.clone(), cfg.seed, rank, start.cursor, sharding, cfg.prefetch, cfg.loader_threads);
+            let ctx = worker::Worker {
+                rank,
+                ranks,
+                cfg: cfg.clone(),
+                model: model.clone(),
+                train_len: train.len(),
+                val: val.clone(),
+                coll: Box::new(coll),
+                loader,
+                decider: decider.take(),
+                events: ev_tx.clone(),
+                stats: st_tx.clone(),
+                t0,
+                step: start.step,
+                cursor: start.cursor,
+                per_replica: start.per_replica,
+                lr_base: start.lr,
+                last_checkpoint: None,
+            };
+            let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("worker-{rank}"))
+                .spawn(move || {
+                    let replica = CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
+                    worker::run(ctx, Box::new(replica))
+                })
+                .map_err(|e| EngineError::Config(format!("cannot start worker thread {rank}: {e}")))?;
+            workers.push(h);
+        }
+        let _ = ev_tx.send(Event::Started { ranks, per_replica: start.per_replica, params: model.n_params, start_step: start.step, start_epoch: start.cursor.epoch });
+        Ok(Engine { info, controller: Controller::new(ctl_tx), events: ev_rx, steps: st_rx, workers })
+    }
+
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    pub fn controller(&self) -> Controller {
+        self.controller.clone()
+    }
+
+    /// Lifecycle events; never dropped. Disconnects when every worker has ended.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Per-rank step samples; dropped when the consumer lags.
+    pub fn steps(&self) -> &Receiver<StepStats> {
+        &self.steps
+    }
+
+    /// Waits for every worker; the first real failure wins over its knock-on effects.
+    pub fn join(self) -> Result<RunResult, EngineError> {
+        drop(self.controller);
+        let mut ends = Vec::new();
+        let mut errors = Vec::new();
+        for h in self.workers {
+            match h.join() {
+                Ok(Ok(end)) => ends.push(end),
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push(EngineError::Config("a worker thread ended abnormally".into())),
+            }
+        }
+        if let Some(e) = errors.iter().position(|e| !matches!(e, EngineError::Collective(CollectiveError::Aborted(_)))) {
+            return Err(errors.swap_remove(e));
+        }
+        if let Some(e) = errors.pop() {
+            return Err(e);
+        }
+        let first = ends.into_iter().find(|e| e.rank == 0).ok_or_else(|| EngineError::Config("rank 0 produced no result".into()))?;
+        Ok(first.result)
+    }
+
+    /// Runs to the end, discarding events: for tests, benchmarks and scripts.
+    pub fn run(cfg: RunConfig) -> Result<RunResult, EngineError> {
+        let engine = Engine::start(cfg)?;
+        let events = engine.events.clone();
+        let drain = std::thread::spawn(move || events.iter().count());
+        let steps = engine.steps.clone();
+        let drain2 = std::thread::spawn(move || steps.iter().count());
+        let r = engine.join();
+        let _ = (drain.join(), drain2.join());
+        r
+    }
+}
+
+fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::Config(m));
+    if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::control::MAX_BATCH {
+        return bad(format!("--batch-per-replica {} is out of range: use 1..={}", cfg.batch_per_replica, crate::control::MAX_BATCH));
+    }
+    if cfg.grad_accum == 0 {
+        return bad("--grad-accum 0 is invalid: use 1 (no accumulation) or more micro-batches per step".into());
+    }
+    if !(cfg.lr.is_finite() && cfg.lr > 0.0) {
+        return bad(format!("--lr {} is invalid: use a positive number such as 1e-3", cfg.lr));
+    }
+    if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
+        return bad(format!("--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4", cfg.weight_decay));
+    }
+    match cfg.budget {
+        Budget::Epochs(0) => return bad("--epochs 0 trains nothing: use 1 or more".into()),
+        Budget::Steps(0) => return bad("--steps 0 trains nothing: use 1 or more".into()),
+        _ => {}
+    }
+    if cfg.log_every == 0 {
+        return bad("--log-every 0 is invalid: use 1 or more steps".into());
+    }
+    if cfg.checkpoint_every == Some(0) {
+        return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
+    }
+    if cfg.loader_threads == 0 || cfg.loader_threads > 64 {
+        return bad(format!("--loader-threads {} is out of range: use 1..=64", cfg.loader_threads));
+    }
+    if !(0.0..1.0).contains(&cfg.val_fraction) {
+        return bad("the validation fraction must be in [0, 1)".into());
+    }
+    Ok(())
+}

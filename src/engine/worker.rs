@@ -1,0 +1,253 @@
+//! One device's training loop: agree on controls, take a batch, compute, all-reduce, update.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+
+use super::{EngineError, RunResult};
+use crate::checkpoint::{self, CheckpointMeta};
+use crate::collective::Collective;
+use crate::config::{Budget, RunConfig};
+use crate::control::{agree, Decider};
+use crate::data::Dataset;
+use crate::events::{Applied, Event, StepStats};
+use crate::loader::{Cursor, RankLoader, Sharding};
+use crate::model::Mlp;
+use crate::replica::Replica;
+use crate::schedule::lr_at;
+
+pub(super) struct Worker {
+    pub rank: usize,
+    pub ranks: usize,
+    pub cfg: Arc<RunConfig>,
+    pub model: Mlp,
+    pub train_len: usize,
+    pub val: Arc<Dataset>,
+    pub coll: Box<dyn Collective>,
+    pub loader: RankLoader,
+    pub decider: Option<Decider>,
+    pub events: Sender<Event>,
+    pub stats: Sender<StepStats>,
+    pub t0: Instant,
+    pub step: u64,
+    pub cursor: Cursor,
+    pub per_replica: usize,
+    pub lr_base: f32,
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+pub(super) struct WorkerEnd {
+    pub rank: usize,
+    pub result: RunResult,
+}
+
+/// Runs the loop; on any failure (error or panic) aborts the collective so that no other rank
+/// waits forever, and reports the root cause once.
+pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<WorkerEnd, EngineError> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| w.train(replica.as_mut())));
+    let result = match outcome {
+        Ok(r) => r,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(EngineError::WorkerPanic { rank: w.rank, step: w.step + 1, message })
+        }
+    };
+    match result {
+        Ok(result) => Ok(WorkerEnd { rank: w.rank, result }),
+        Err(e) => {
+            w.coll.abort(&format!("rank {} failed: {e}", w.rank));
+            let knock_on = matches!(e, EngineError::Collective(crate::collective::CollectiveError::Aborted(_)));
+            // every rank sees a non-finite loss at once; rank 0 speaks for them
+            let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
+            if !knock_on && !shared {
+                let _ = w.events.send(Event::Failed { rank: w.rank, step: w.step + 1, message: e.to_string() });
+            }
+            Err(e)
+        }
+    }
+}
+
+impl Worker {
+    fn done(&self) -> bool {
+        match self.cfg.budget {
+            Budget::Epochs(e) => self.cursor.epoch >= e,
+            Budget::Steps(s) => self.step >= s,
+        }
+    }
+
+    /// Fraction of the run done, by samples for epoch budgets (robust to batch changes).
+    fn progress(&self) -> f64 {
+        match self.cfg.budget {
+            Budget::Epochs(e) => (self.cursor.epoch as f64 + self.cursor.offset as f64 / self.train_len as f64) / e as f64,
+            Budget::Steps(s) => self.step as f64 / s as f64,
+        }
+    }
+
+    fn sharding(&self) -> Sharding {
+        Sharding { per_replica: self.per_replica, ranks: self.ranks, accum: self.cfg.grad_accum }
+    }
+
+    fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
+        let mut losses = Vec::new();
+        let mut step_ends = Vec::new();
+        let mut stopped = false;
+        let mut best_val: Option<f32> = None;
+        let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
+        while !self.done() {
+            let events = self.events.clone();
+            let step_now = self.step;
+            let d = agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
+                let applied = if paused { Applied::Paused } else { Applied::Resumed };
+                let _ = events.send(Event::Control { step: step_now, applied });
+            })?;
+            if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
+                self.lr_base = self.cfg.lr_scaling.rescale(self.lr_base, self.per_replica, b);
+                if self.rank == 0 {
+                    let applied = Applied::BatchSize { from: self.per_replica, to: b, lr: self.lr_base };
+                    let _ = self.events.send(Event::Control { step: self.step, applied });
+                }
+                self.per_replica = b;
+                self.loader.restart(self.cursor, self.sharding());
+            }
+            if d.checkpoint || d.stop == Some(true) {
+                self.save(replica)?;
+            }
+            if d.stop.is_some() {
+                stopped = true;
+                break;
+            }
+
+            let t_start = Instant::now();
+            let batch = self.loader.next_batch();
+            debug_assert_eq!(batch.start, self.cursor);
+            let data_wait = t_start.elapsed();
+            if self.cfg.inject_panic == Some((self.rank, self.step + 1)) {
+                panic!("injected fault (--inject-panic {}:{})", self.rank, self.step + 1);
+            }
+            let t = Instant::now();
+            replica.compute_grads(&batch.micro);
+            let compute = t.elapsed();
+            let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
+            let m = replica.batch_metrics();
+            let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
+            if !loss.is_finite() {
+                return Err(EngineError::NonFinite { step: self.step + 1, epoch: self.cursor.epoch + 1, checkpoint: self.last_checkpoint.clone() });
+            }
+            let lr = lr_at(self.cfg.schedule, self.lr_base, self.cfg.warmup, self.step, self.progress());
+            let t = Instant::now();
+            replica.apply_update(lr);
+            let optimizer = t.elapsed();
+
+            self.step += 1;
+            let epoch = self.cursor.epoch;
+            self.cursor = batch.next;
+            let at = self.t0.elapsed();
+            let _ = self.stats.try_send(StepStats {
+                rank: self.rank,
+                step: self.step,
+                epoch: epoch + 1,
+                samples: batch.micro.iter().map(|mb| mb.n).sum(),
+                global_samples: batch.global_samples,
+                per_replica: self.per_replica,
+                loss,
+                accuracy: (m.correct / m.samples.max(1.0)) as f32,
+                lr,
+                data_wait,
+                compute,
+                comm: reduce.transfer,
+                sync_wait: reduce.wait,
+                optimizer,
+                step_time: t_start.elapsed(),
+                at,
+            });
+            if self.rank == 0 {
+                losses.push(loss);
+                step_ends.push(at);
+            }
+            epoch_loss += m.loss_sum;
+            epoch_samples += m.samples;
+            if batch.epoch_end {
+                let (val_loss, val_acc) = self.validate(replica)?;
+                if let Some(a) = val_acc {
+                    best_val = Some(best_val.map_or(a, |b| b.max(a)));
+                }
+                if self.rank == 0 {
+                    let train_loss = (epoch_loss / epoch_samples.max(1.0)) as f32;
+                    let _ = self.events.send(Event::EpochDone { epoch: epoch + 1, step: self.step, train_loss, val_loss, val_accuracy: val_acc, elapsed: self.t0.elapsed() });
+                }
+                (epoch_loss, epoch_samples) = (0.0, 0.0);
+            }
+            if self.cfg.checkpoint_every.is_some_and(|n| self.step % n == 0) {
+                self.save(replica)?;
+            }
+        }
+        if !stopped && self.cfg.final_checkpoint {
+            self.save(replica)?;
+        }
+        if self.rank == 0 {
+            let _ = self.events.send(Event::Finished { step: self.step, stopped });
+        }
+        Ok(RunResult { steps: self.step, stopped, losses, step_ends, state: replica.export(), last_checkpoint: self.last_checkpoint.clone(), best_val_accuracy: best_val })
+    }
+
+    /// Validation, sharded across ranks and summed with the collective.
+    fn validate(&mut self, replica: &mut dyn Replica) -> Result<(Option<f32>, Option<f32>), EngineError> {
+        let n = self.val.len();
+        if n == 0 {
+            return Ok((None, None));
+        }
+        let per = n.div_ceil(self.ranks);
+        let lo = (self.rank * per).min(n);
+        let hi = ((self.rank + 1) * per).min(n);
+        let d = self.val.features;
+        let (loss, correct) = replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo);
+        let mut sums = [loss as f32, correct as f32];
+        self.coll.all_reduce_sum(&mut sums)?;
+        Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
+    }
+
+    /// Rank 0 writes a checkpoint of the current state (identical on every rank).
+    fn save(&mut self, replica: &dyn Replica) -> Result<(), EngineError> {
+        if self.rank != 0 {
+            return Ok(());
+        }
+        let state = replica.export();
+        let cfg = &self.cfg;
+        let meta = CheckpointMeta {
+            format: checkpoint::FORMAT.into(),
+            step: self.step,
+            epoch: self.cursor.epoch,
+            offset: self.cursor.offset,
+            per_replica: self.per_replica,
+            ranks: self.ranks,
+            lr: self.lr_base,
+            optimizer: cfg.optimizer.to_string(),
+            optimizer_steps: state.opt.t,
+            dims: self.model.dims.clone(),
+            seed: cfg.seed,
+            data: cfg.data.to_string(),
+            config: serde_json::json!({
+                "model": cfg.model.to_string(),
+                "devices": cfg.devices.to_string(),
+                "optimizer": cfg.optimizer.to_string(),
+                "weight_decay": cfg.weight_decay,
+                "schedule": cfg.schedule.to_string(),
+                "warmup": cfg.warmup,
+                "lr_scaling": cfg.lr_scaling.to_string(),
+                "grad_accum": cfg.grad_accum,
+                "base_lr": cfg.lr,
+            }),
+        };
+        let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
+        let _ = self.events.send(Event::Checkpoint { step: self.step, path: path.clone() });
+        self.last_checkpoint = Some(path);
+        Ok(())
+    }
+}

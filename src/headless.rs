@@ -1,0 +1,143 @@
+//! Headless frontend: plain log lines (no escape codes, no `\r`) and the metrics file.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{never, select};
+
+use crate::config::Budget;
+use crate::engine::{Engine, EngineError, RunInfo, RunResult};
+use crate::events::{Applied, Event};
+use crate::metrics::MetricsWriter;
+use crate::monitor::{Monitor, StepRow};
+
+fn stamp(t: Duration) -> String {
+    let s = t.as_secs_f64();
+    format!("[{:02}:{:05.2}]", (s / 60.0) as u64, s % 60.0)
+}
+
+/// The lines printed before the first step.
+pub fn describe(info: &RunInfo) -> Vec<String> {
+    let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
+    let mut lines = vec![format!("devices: {} ({} ranks)", devs.join(" "), info.ranks())];
+    if let Some(note) = &info.device_note {
+        lines.push(format!("note: {note}"));
+    }
+    lines.push(format!("data: {}", info.data));
+    lines.push(format!("model: {}, {} parameters", info.model, info.params));
+    let budget = match info.budget {
+        Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
+        Budget::Steps(s) => format!("{s} steps"),
+    };
+    let accum = if info.grad_accum > 1 { format!(" x {} accumulation", info.grad_accum) } else { String::new() };
+    lines.push(format!("batch: {} per replica x {} ranks{accum} = {} global; {budget}", info.per_replica, info.ranks(), info.per_replica * info.ranks() * info.grad_accum));
+    if let Some(p) = &info.resumed_from {
+        lines.push(format!("resumed from {} at step {} (epoch {})", p.display(), info.start_step, info.start_epoch + 1));
+    }
+    lines
+}
+
+pub fn step_line(row: &StepRow, rate: Option<f64>, budget: Budget) -> String {
+    let of = match budget {
+        Budget::Epochs(e) => format!("epoch {}/{e}", row.epoch),
+        Budget::Steps(s) => format!("step {}/{s}", row.step),
+    };
+    let step = if matches!(budget, Budget::Steps(_)) { String::new() } else { format!("step {} ", row.step) };
+    let rate = rate.map_or("-".to_string(), |r| format!("{r:.0}"));
+    let times: Vec<String> = row.ranks.iter().map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3)).collect();
+    format!(
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {}x{}={} | {rate} samples/s | step ms {}",
+        step,
+        row.loss,
+        row.lr,
+        row.per_replica,
+        row.ranks.len(),
+        row.global_samples,
+        times.join(" ")
+    )
+}
+
+pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
+    Some(match ev {
+        Event::Started { .. } => return None,
+        Event::EpochDone { epoch, step, train_loss, val_loss, val_accuracy, .. } => {
+            let of = match budget {
+                Budget::Epochs(e) => format!("{epoch}/{e}"),
+                Budget::Steps(_) => epoch.to_string(),
+            };
+            let val = match (val_loss, val_accuracy) {
+                (Some(l), Some(a)) => format!(" | val loss {l:.4} acc {:.2}%", a * 100.0),
+                _ => String::new(),
+            };
+            format!("epoch {of} done at step {step} | train loss {train_loss:.4}{val}")
+        }
+        Event::Control { step, applied } => match applied {
+            Applied::Paused => format!("paused before step {}", step + 1),
+            Applied::Resumed => format!("resumed at step {}", step + 1),
+            Applied::BatchSize { from, to, lr } => format!("batch per replica {from} -> {to} from step {} (lr now {lr:.2e})", step + 1),
+        },
+        Event::Checkpoint { step, path } => format!("checkpoint at step {step}: {}", path.display()),
+        Event::Failed { rank, step, message } => format!("ERROR rank {rank} at step {step}: {message}"),
+        Event::Finished { step, stopped: true } => format!("stopped at step {step}"),
+        Event::Finished { step, stopped: false } => format!("finished: {step} steps"),
+    })
+}
+
+/// Prints the run until every worker has ended, then returns its result.
+pub fn run(engine: Engine, log_every: u64, out: &mut dyn Write, mut metrics: Option<MetricsWriter>) -> Result<RunResult, EngineError> {
+    let t0 = Instant::now();
+    let info = engine.info().clone();
+    for l in describe(&info) {
+        let _ = writeln!(out, "{l}");
+    }
+    let mut metrics_err = None;
+    let mut record = |m: &mut Option<MetricsWriter>, f: &mut dyn FnMut(&mut MetricsWriter) -> Result<(), crate::metrics::MetricsError>| {
+        if let Some(w) = m {
+            if let Err(e) = f(w) {
+                metrics_err.get_or_insert(e);
+                *m = None;
+            }
+        }
+    };
+    record(&mut metrics, &mut |w| w.run_start(&info));
+    let mut monitor = Monitor::new(info.ranks());
+    let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
+    let (mut events_open, mut steps_open) = (true, true);
+    while events_open || steps_open {
+        select! {
+            recv(steps) -> s => match s {
+                Ok(s) => {
+                    if let Some(row) = monitor.on_step(s) {
+                        if row.step % log_every == 0 {
+                            let rate = monitor.samples_per_sec();
+                            let _ = writeln!(out, "{} {}", stamp(row.at), step_line(&row, rate, info.budget));
+                            record(&mut metrics, &mut |w| w.step(&row, rate));
+                        }
+                    }
+                }
+                Err(_) => {
+                    steps_open = false;
+                    steps = never();
+                }
+            },
+            recv(events) -> e => match e {
+                Ok(ev) => {
+                    if let Some(l) = event_line(&ev, info.budget) {
+                        let _ = writeln!(out, "{} {l}", stamp(t0.elapsed()));
+                    }
+                    record(&mut metrics, &mut |w| w.event(&ev, t0.elapsed()));
+                }
+                Err(_) => {
+                    events_open = false;
+                    events = never();
+                }
+            },
+        }
+    }
+    record(&mut metrics, &mut |w| w.flush());
+    if let Some(e) = metrics_err {
+        let _ = writeln!(out, "warning: {e}");
+    }
+    let _ = out.flush();
+    engine.join()
+}

@@ -1,0 +1,110 @@
+//! The machine-readable metrics file (`--metrics-out`): JSON Lines, schema `mgtop.metrics/1`,
+//! documented in the README. Every line is one object with a `type`.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::engine::RunInfo;
+use crate::events::{Applied, Event};
+use crate::monitor::StepRow;
+
+pub const SCHEMA: &str = "mgtop.metrics/1";
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write metrics file {path}: {source}; pick a writable path for --metrics-out")]
+pub struct MetricsError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+pub struct MetricsWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+impl MetricsWriter {
+    pub fn create(path: &Path) -> Result<MetricsWriter, MetricsError> {
+        let f = File::create(path).map_err(|source| MetricsError { path: path.to_path_buf(), source })?;
+        Ok(MetricsWriter { path: path.to_path_buf(), out: BufWriter::new(f) })
+    }
+
+    fn line(&mut self, v: Value) -> Result<(), MetricsError> {
+        let mut s = v.to_string();
+        s.push('\n');
+        self.out.write_all(s.as_bytes()).map_err(|source| MetricsError { path: self.path.clone(), source })
+    }
+
+    pub fn run_start(&mut self, info: &RunInfo) -> Result<(), MetricsError> {
+        self.line(json!({
+            "type": "run", "schema": SCHEMA,
+            "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
+            "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
+            "per_replica": info.per_replica, "grad_accum": info.grad_accum,
+            "train_samples": info.train_samples, "val_samples": info.val_samples,
+            "start_step": info.start_step,
+            "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
+        }))
+    }
+
+    pub fn step(&mut self, row: &StepRow, samples_per_s: Option<f64>) -> Result<(), MetricsError> {
+        let per_rank: Vec<Value> = row
+            .ranks
+            .iter()
+            .map(|r| {
+                json!({
+                    "rank": r.rank, "samples": r.samples, "step_ms": ms(r.step_time),
+                    "data_wait_ms": ms(r.data_wait), "compute_ms": ms(r.compute), "comm_ms": ms(r.comm),
+                    "sync_wait_ms": ms(r.sync_wait), "optimizer_ms": ms(r.optimizer),
+                })
+            })
+            .collect();
+        self.line(json!({
+            "type": "step", "step": row.step, "epoch": row.epoch, "t": row.at.as_secs_f64(),
+            "loss": row.loss, "accuracy": row.accuracy, "lr": row.lr,
+            "per_replica": row.per_replica, "ranks": row.ranks.len(), "global_batch": row.global_samples,
+            "samples_per_s": samples_per_s, "per_rank": per_rank,
+        }))
+    }
+
+    /// Lifecycle events (`t` is seconds since the run started, as the frontend saw it).
+    pub fn event(&mut self, ev: &Event, t: Duration) -> Result<(), MetricsError> {
+        let t = t.as_secs_f64();
+        let v = match ev {
+            Event::Started { .. } => return Ok(()),
+            Event::EpochDone { epoch, step, train_loss, val_loss, val_accuracy, .. } => json!({
+                "type": "epoch", "epoch": epoch, "step": step, "t": t,
+                "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_accuracy,
+            }),
+            Event::Checkpoint { step, path } => json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()}),
+            Event::Control { step, applied } => {
+                let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
+                match applied {
+                    Applied::Paused => v["action"] = "pause".into(),
+                    Applied::Resumed => v["action"] = "resume".into(),
+                    Applied::BatchSize { from, to, lr } => {
+                        v["action"] = "batch_size".into();
+                        v["from"] = (*from).into();
+                        v["to"] = (*to).into();
+                        v["lr"] = (*lr).into();
+                    }
+                }
+                v
+            }
+            Event::Failed { rank, step, message } => json!({"type": "event", "kind": "error", "rank": rank, "step": step, "t": t, "message": message}),
+            Event::Finished { step, stopped } => json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }}),
+        };
+        self.line(v)
+    }
+
+    pub fn flush(&mut self) -> Result<(), MetricsError> {
+        self.out.flush().map_err(|source| MetricsError { path: self.path.clone(), source })
+    }
+}
