@@ -146,9 +146,9 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| {
         let msg = e.message().to_string();
-        let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+        let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
-        format!("config file {}{at}: {msg}; keys are the flag names without dashes, e.g. batch-per-replica = 64", path.display())
+        format!("config file {}{at}: {msg}; keys are the flag names without the leading --, e.g. batch-per-replica = 64", path.display())
     })
 }
 

@@ -1,0 +1,185 @@
+//! The engine's correctness properties: exact data parallelism, determinism, checkpoint
+//! round trips, controls agreed by every rank, failures that stop every rank.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::data::DataSpec;
+use mgtop::engine::{Engine, EngineError, RunResult};
+use mgtop::events::{Applied, Event};
+use mgtop::model::ModelSpec;
+use mgtop::optim::OptimizerKind;
+
+fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
+    RunConfig {
+        devices: DeviceSpec::Cpu(ranks),
+        model: ModelSpec { hidden: vec![16, 8] },
+        // 301 training samples: epochs end with a short global batch
+        data: DataSpec::Synthetic { n: 301, d: 12, c: 4 },
+        val_fraction: 0.0,
+        budget: Budget::Steps(steps),
+        batch_per_replica: per_replica,
+        checkpoint_dir: ckpt.to_path_buf(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    }
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b.iter().map(|x| x.abs() as f64).fold(0.0, f64::max).max(1e-12);
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).fold(0.0, f64::max) / scale
+}
+
+fn run(cfg: RunConfig) -> RunResult {
+    Engine::run(cfg).expect("run succeeds")
+}
+
+#[test]
+fn n_ranks_equal_one_rank_with_the_global_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    for optimizer in [OptimizerKind::Sgd, OptimizerKind::Adam] {
+        for accum in [1, 3] {
+            for n in 1..=4 {
+                let b = 8;
+                let mut multi = small(n, b, 50, dir.path());
+                multi.grad_accum = accum;
+                multi.optimizer = optimizer;
+                multi.lr = if optimizer == OptimizerKind::Sgd { 0.1 } else { 1e-3 };
+                let mut single = multi.clone();
+                single.devices = DeviceSpec::Cpu(1);
+                single.batch_per_replica = n * b;
+                let (m, s) = (run(multi), run(single));
+                let d = max_rel_diff(&m.state.params, &s.state.params);
+                assert!(d <= 1e-5, "{optimizer} accum={accum} n={n}: weights differ by {d:e}");
+                assert!(m.losses.iter().zip(&s.losses).all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0)));
+            }
+        }
+    }
+}
+
+#[test]
+fn same_seed_gives_bit_identical_losses_and_another_seed_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 8, 60, dir.path());
+    cfg.loader_threads = 2;
+    let a = run(cfg.clone());
+    let b = run(cfg.clone());
+    assert_eq!(a.losses, b.losses);
+    assert_eq!(a.state.params, b.state.params);
+    cfg.seed = 1;
+    assert_ne!(run(cfg).losses, a.losses);
+}
+
+#[test]
+fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = 37; // mid-epoch, so the data position must be restored too
+    let straight = run(small(2, 8, 2 * k, dir.path()));
+    let mut first = small(2, 8, k, dir.path());
+    first.final_checkpoint = true;
+    let half = run(first);
+    let ckpt = half.last_checkpoint.clone().expect("final checkpoint written");
+    assert!(ckpt.ends_with(format!("step-{k:08}")));
+    let mut second = small(2, 8, 2 * k, dir.path());
+    second.resume = Some(dir.path().to_path_buf()); // the newest checkpoint inside
+    let rest = run(second);
+    assert_eq!(&straight.losses[..k as usize], &half.losses[..]);
+    assert_eq!(&straight.losses[k as usize..], &rest.losses[..]);
+    assert_eq!(straight.state, rest.state);
+}
+
+#[test]
+fn resume_rejects_a_checkpoint_of_another_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(1, 8, 3, dir.path());
+    cfg.final_checkpoint = true;
+    run(cfg.clone());
+    cfg.model = ModelSpec { hidden: vec![32] };
+    cfg.resume = Some(dir.path().to_path_buf());
+    let e = Engine::start(cfg).err().expect("shape mismatch is an error").to_string();
+    assert!(e.contains("12-16-8-4") && e.contains("12-32-4"), "{e}");
+}
+
+#[test]
+fn defaults_learn_the_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig { checkpoint_dir: dir.path().into(), final_checkpoint: false, ..RunConfig::default() };
+    let r = run(cfg);
+    let acc = r.best_val_accuracy.expect("validation ran");
+    assert!(acc >= 0.95, "validation accuracy {acc}");
+    let first: f32 = r.losses[..10].iter().sum::<f32>() / 10.0;
+    let last: f32 = r.losses[r.losses.len() - 10..].iter().sum::<f32>() / 10.0;
+    assert!(last < first * 0.2, "loss fell from {first} to {last}");
+}
+
+#[test]
+fn a_diverging_run_stops_every_rank_and_names_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 8, 500, dir.path());
+    cfg.optimizer = OptimizerKind::Sgd;
+    cfg.lr = 1e30;
+    cfg.checkpoint_every = Some(1);
+    match Engine::run(cfg) {
+        Err(EngineError::NonFinite { step, checkpoint, .. }) => {
+            assert!(step > 1 && step < 500);
+            let ckpt = checkpoint.expect("a checkpoint was kept");
+            assert!(ckpt.ends_with(format!("step-{:08}", step - 1)), "{ckpt:?} vs step {step}");
+        }
+        other => panic!("expected a non-finite loss error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_panicking_worker_stops_the_others_without_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 8, 1_000_000, dir.path());
+    cfg.inject_panic = Some((1, 7));
+    match Engine::run(cfg) {
+        Err(EngineError::WorkerPanic { rank: 1, step: 7, message }) => assert!(message.contains("injected")),
+        other => panic!("expected rank 1's panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 4, 1_000_000, dir.path());
+    cfg.data = DataSpec::Synthetic { n: 4800, d: 12, c: 4 };
+    let engine = Engine::start(cfg).unwrap();
+    let ctl = engine.controller();
+    ctl.pause().unwrap();
+    let events = engine.events().clone();
+    let wait_for = |pred: &dyn Fn(&Event) -> bool| loop {
+        let e = events.recv_timeout(Duration::from_secs(20)).expect("event arrives");
+        if pred(&e) {
+            return e;
+        }
+    };
+    let paused = wait_for(&|e| matches!(e, Event::Control { applied: Applied::Paused, .. }));
+    let Event::Control { step: paused_at, .. } = paused else { unreachable!() };
+    // nothing moves while paused
+    std::thread::sleep(Duration::from_millis(100));
+    let before = engine.steps().try_iter().map(|s| s.step).max().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(engine.steps().try_iter().all(|s| s.step <= before.max(paused_at)));
+    ctl.set_batch_per_replica(16).unwrap();
+    ctl.resume().unwrap();
+    let applied = wait_for(&|e| matches!(e, Event::Control { applied: Applied::BatchSize { .. }, .. }));
+    let Event::Control { step: at, applied: Applied::BatchSize { from: 4, to: 16, lr } } = applied else { panic!("{applied:?}") };
+    assert!((lr - 4e-3).abs() < 1e-6, "linear LR scaling: {lr}");
+    std::thread::sleep(Duration::from_millis(200));
+    ctl.stop(true).unwrap();
+    let steps = engine.steps().clone();
+    let r = engine.join().unwrap();
+    assert!(r.stopped && r.last_checkpoint.is_some());
+    let stats: Vec<_> = steps.try_iter().collect();
+    assert!(stats.iter().any(|s| s.step > at + 1), "training went on after the change");
+    for s in stats {
+        let expect = if s.step <= at { 4 } else { 16 };
+        assert_eq!(s.per_replica, expect, "rank {} at step {} (change at {at})", s.rank, s.step);
+        if s.step > at {
+            assert_eq!(s.global_samples, 48);
+        }
+    }
+}
