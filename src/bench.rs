@@ -21,14 +21,23 @@ pub const REFERENCE: &[(usize, usize, f64, f64)] = &[
 ];
 
 /// Samples/s of one training run: `timed` samples after `warm` samples of warm-up.
-pub fn train_throughput(workers: usize, batch: usize, warm: usize, timed: usize) -> Result<f64, EngineError> {
+pub fn train_throughput(
+    workers: usize,
+    batch: usize,
+    warm: usize,
+    timed: usize,
+) -> Result<f64, EngineError> {
     let global = batch * workers;
     let warm_steps = warm.div_ceil(global).max(2) as u64;
     let timed_steps = timed.div_ceil(global).max(2) as u64;
     let cfg = RunConfig {
         devices: DeviceSpec::Cpu(workers),
         model: ModelSpec { hidden: vec![128] },
-        data: DataSpec::Synthetic { n: 60_000, d: 784, c: 10 },
+        data: DataSpec::Synthetic {
+            n: 60_000,
+            d: 784,
+            c: 10,
+        },
         budget: Budget::Steps(warm_steps + timed_steps),
         batch_per_replica: batch,
         val_fraction: 0.0,
@@ -59,7 +68,11 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
             })
         })
         .collect();
-    let worst: Duration = hs.into_iter().map(|h| h.join().expect("bench thread")).max().unwrap_or_default();
+    let worst: Duration = hs
+        .into_iter()
+        .map(|h| h.join().expect("bench thread"))
+        .max()
+        .unwrap_or_default();
     let per = worst.as_secs_f64() / iters as f64;
     2.0 * (ranks - 1) as f64 / ranks as f64 * bytes as f64 / per / 1e9
 }

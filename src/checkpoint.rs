@@ -46,15 +46,28 @@ pub struct CheckpointMeta {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("cannot write checkpoint in {path}: {source}; check that the --checkpoint-dir is writable and the disk has space")]
-    Write { path: PathBuf, source: std::io::Error },
-    #[error("no checkpoint at {0}: pass a step-NNNNNNNN directory or a --checkpoint-dir that holds one")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "no checkpoint at {0}: pass a step-NNNNNNNN directory or a --checkpoint-dir that holds one"
+    )]
     NotFound(PathBuf),
     #[error("checkpoint {path} is unreadable: {msg}")]
     Corrupt { path: PathBuf, msg: String },
     #[error("checkpoint {path} was written for model {theirs} but this run builds {ours}; use the same --model and --data, or start without --resume")]
-    ShapeMismatch { path: PathBuf, theirs: String, ours: String },
+    ShapeMismatch {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+    },
     #[error("checkpoint {path} holds {theirs} optimizer state but this run uses --optimizer {ours}; pass --optimizer {theirs}")]
-    OptimizerMismatch { path: PathBuf, theirs: String, ours: String },
+    OptimizerMismatch {
+        path: PathBuf,
+        theirs: String,
+        ours: String,
+    },
 }
 
 fn to_bytes(v: &[f32]) -> Vec<u8> {
@@ -62,29 +75,55 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 /// Writes a checkpoint for `meta.step` under `dir`; returns its directory.
-pub fn write(dir: &Path, model: &Mlp, state: &TrainState, meta: &CheckpointMeta) -> Result<PathBuf, CheckpointError> {
+pub fn write(
+    dir: &Path,
+    model: &Mlp,
+    state: &TrainState,
+    meta: &CheckpointMeta,
+) -> Result<PathBuf, CheckpointError> {
     let final_dir = dir.join(format!("step-{:08}", meta.step));
     if final_dir.join(STATE).exists() {
         return Ok(final_dir); // this very step is already saved
     }
     let tmp = dir.join(format!(".tmp-step-{:08}-{}", meta.step, std::process::id()));
-    let werr = |source| CheckpointError::Write { path: dir.to_path_buf(), source };
+    let werr = |source| CheckpointError::Write {
+        path: dir.to_path_buf(),
+        source,
+    };
     fs::create_dir_all(&tmp).map_err(werr)?;
     let result = (|| {
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for t in &model.tensors {
             let r = t.offset..t.offset + t.len;
-            blobs.push((t.name.clone(), t.shape.clone(), to_bytes(&state.params[r.clone()])));
+            blobs.push((
+                t.name.clone(),
+                t.shape.clone(),
+                to_bytes(&state.params[r.clone()]),
+            ));
             if !state.opt.m.is_empty() {
-                blobs.push((format!("optim.m.{}", t.name), t.shape.clone(), to_bytes(&state.opt.m[r.clone()])));
+                blobs.push((
+                    format!("optim.m.{}", t.name),
+                    t.shape.clone(),
+                    to_bytes(&state.opt.m[r.clone()]),
+                ));
             }
             if !state.opt.v.is_empty() {
-                blobs.push((format!("optim.v.{}", t.name), t.shape.clone(), to_bytes(&state.opt.v[r])));
+                blobs.push((
+                    format!("optim.v.{}", t.name),
+                    t.shape.clone(),
+                    to_bytes(&state.opt.v[r]),
+                ));
             }
         }
-        let views = blobs.iter().map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).expect("tensor sizes match shapes")));
+        let views = blobs.iter().map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).expect("tensor sizes match shapes"),
+            )
+        });
         let info: HashMap<String, String> = [("format".to_string(), FORMAT.to_string())].into();
-        let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let bytes = safetensors::serialize(views, &Some(info))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         write_synced(&tmp.join(WEIGHTS), &bytes)?;
         let json = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
         write_synced(&tmp.join(STATE), &json)?;
@@ -114,26 +153,52 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         .map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")) && p.join(STATE).is_file())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("step-"))
+                && p.join(STATE).is_file()
+        })
         .max();
     newest.ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
 /// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
-pub fn read(path: &Path, model: &Mlp, optimizer: &str) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
+pub fn read(
+    path: &Path,
+    model: &Mlp,
+    optimizer: &str,
+) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
     let dir = resolve(path)?;
-    let corrupt = |msg: String| CheckpointError::Corrupt { path: dir.clone(), msg };
+    let corrupt = |msg: String| CheckpointError::Corrupt {
+        path: dir.clone(),
+        msg,
+    };
     let json = fs::read(dir.join(STATE)).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
-    let meta: CheckpointMeta = serde_json::from_slice(&json).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
+    let meta: CheckpointMeta =
+        serde_json::from_slice(&json).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
     if meta.format != FORMAT {
         return Err(corrupt(format!("format `{}` is not {FORMAT}", meta.format)));
     }
     if meta.dims != model.dims {
-        let s = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("-");
-        return Err(CheckpointError::ShapeMismatch { path: dir, theirs: s(&meta.dims), ours: s(&model.dims) });
+        let s = |d: &[usize]| {
+            d.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("-")
+        };
+        return Err(CheckpointError::ShapeMismatch {
+            path: dir,
+            theirs: s(&meta.dims),
+            ours: s(&model.dims),
+        });
     }
     if meta.optimizer != optimizer {
-        return Err(CheckpointError::OptimizerMismatch { path: dir, theirs: meta.optimizer, ours: optimizer.to_string() });
+        return Err(CheckpointError::OptimizerMismatch {
+            path: dir,
+            theirs: meta.optimizer,
+            ours: optimizer.to_string(),
+        });
     }
     let bytes = fs::read(dir.join(WEIGHTS)).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
@@ -152,9 +217,16 @@ pub fn read(path: &Path, model: &Mlp, optimizer: &str) -> Result<(CheckpointMeta
     for t in &model.tensors {
         let r = t.offset..t.offset + t.len;
         let fill = |name: &str, dst: &mut [f32]| -> Result<(), CheckpointError> {
-            let view = st.tensor(name).map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
+            let view = st
+                .tensor(name)
+                .map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
             if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
-                return Err(corrupt(format!("tensor `{name}` is {:?} {:?}, expected F32 {:?}", view.dtype(), view.shape(), t.shape)));
+                return Err(corrupt(format!(
+                    "tensor `{name}` is {:?} {:?}, expected F32 {:?}",
+                    view.dtype(),
+                    view.shape(),
+                    t.shape
+                )));
             }
             for (d, c) in dst.iter_mut().zip(view.data().chunks_exact(4)) {
                 *d = f32::from_le_bytes(c.try_into().expect("4 bytes"));
@@ -172,7 +244,11 @@ pub fn read(path: &Path, model: &Mlp, optimizer: &str) -> Result<(CheckpointMeta
     if params.iter().any(|p| !p.is_finite()) {
         return Err(corrupt("weights contain NaN or infinity".into()));
     }
-    let opt = OptState { t: meta.optimizer_steps, m, v };
+    let opt = OptState {
+        t: meta.optimizer_steps,
+        m,
+        v,
+    };
     Ok((meta, TrainState { params, opt }))
 }
 
@@ -187,7 +263,10 @@ mod tests {
         let params = model.init_params(1);
         let mut opt = OptState::new(OptimizerKind::Adam, model.n_params);
         opt.t = 7;
-        opt.m.iter_mut().enumerate().for_each(|(i, x)| *x = i as f32);
+        opt.m
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = i as f32);
         let meta = CheckpointMeta {
             format: FORMAT.into(),
             step: 12,
@@ -216,7 +295,11 @@ mod tests {
         assert!(p.ends_with("step-00000030"));
         let (m2, s2) = read(dir.path(), &model, "adam").unwrap();
         assert_eq!((m2, s2), (meta, state));
-        let leftovers: Vec<_> = fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with(".tmp")).collect();
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+            .collect();
         assert!(leftovers.is_empty());
     }
 
@@ -227,14 +310,19 @@ mod tests {
         let p = write(dir.path(), &model, &state, &meta).unwrap();
         let other = Mlp::new(4, &ModelSpec { hidden: vec![5] }, 2);
         let e = read(&p, &other, "adam").unwrap_err().to_string();
-        assert!(e.contains("4-3-2") && e.contains("4-5-2") && e.contains("--model"), "{e}");
+        assert!(
+            e.contains("4-3-2") && e.contains("4-5-2") && e.contains("--model"),
+            "{e}"
+        );
         let e = read(&p, &model, "sgd").unwrap_err().to_string();
         assert!(e.contains("--optimizer adam"), "{e}");
         let bytes = fs::read(p.join(WEIGHTS)).unwrap();
         fs::write(p.join(WEIGHTS), &bytes[..bytes.len() / 2]).unwrap();
         let e = read(&p, &model, "adam").unwrap_err().to_string();
         assert!(e.contains("unreadable"), "{e}");
-        let e = read(&dir.path().join("nope"), &model, "adam").unwrap_err().to_string();
+        let e = read(&dir.path().join("nope"), &model, "adam")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no checkpoint at"), "{e}");
     }
 }

@@ -134,7 +134,11 @@ pub struct TrainArgs {
     pub inject_panic: Option<String>,
 }
 
-fn parse<T: std::str::FromStr<Err = String>>(flag: &str, v: Option<&String>, default: T) -> Result<T, String> {
+fn parse<T: std::str::FromStr<Err = String>>(
+    flag: &str,
+    v: Option<&String>,
+    default: T,
+) -> Result<T, String> {
     match v {
         Some(s) => s.parse().map_err(|e| format!("--{flag}: {e}")),
         None => Ok(default),
@@ -143,7 +147,8 @@ fn parse<T: std::str::FromStr<Err = String>>(flag: &str, v: Option<&String>, def
 
 /// Reads a config file into the same shape as the flags.
 pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| {
         let msg = e.message().to_string();
         let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
@@ -188,7 +193,9 @@ impl TrainArgs {
         let args = match &self.config {
             Some(path) => {
                 let file = read_config_file(path)?;
-                if self.epochs.is_some() && file.steps.is_some() || self.steps.is_some() && file.epochs.is_some() {
+                if self.epochs.is_some() && file.steps.is_some()
+                    || self.steps.is_some() && file.epochs.is_some()
+                {
                     // a flag for one budget replaces the file's other one
                     let (e, s) = (self.epochs, self.steps);
                     let mut merged = self.merge(file);
@@ -202,20 +209,27 @@ impl TrainArgs {
         };
         let d = RunConfig::default();
         let budget = match (args.epochs, args.steps) {
-            (Some(_), Some(_)) => return Err("--epochs and --steps both given: choose one budget".into()),
+            (Some(_), Some(_)) => {
+                return Err("--epochs and --steps both given: choose one budget".into())
+            }
             (Some(e), None) => Budget::Epochs(e),
             (None, Some(s)) => Budget::Steps(s),
             (None, None) => d.budget,
         };
         let prefetch = match args.prefetch.as_deref() {
             None | Some("auto") => d.prefetch,
-            Some(s) => s.parse().map_err(|_| format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto"))?,
+            Some(s) => s.parse().map_err(|_| {
+                format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto")
+            })?,
         };
         let inject_panic = match &args.inject_panic {
             None => None,
             Some(s) => {
                 let (r, st) = s.split_once(':').ok_or("--inject-panic takes RANK:STEP")?;
-                Some((r.parse().map_err(|_| "--inject-panic: bad rank")?, st.parse().map_err(|_| "--inject-panic: bad step")?))
+                Some((
+                    r.parse().map_err(|_| "--inject-panic: bad rank")?,
+                    st.parse().map_err(|_| "--inject-panic: bad step")?,
+                ))
             }
         };
         let cfg = RunConfig {
@@ -255,15 +269,23 @@ mod tests {
     fn cli(args: &[&str]) -> Result<(RunConfig, bool), String> {
         let mut v = vec!["mgtop-train"];
         v.extend_from_slice(args);
-        Cli::try_parse_from(v).map_err(|e| e.to_string())?.train.resolve()
+        Cli::try_parse_from(v)
+            .map_err(|e| e.to_string())?
+            .train
+            .resolve()
     }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("run.toml");
-        std::fs::write(&f, "devices = \"cpu:3\"\nlr = 0.01\nsteps = 40\nbatch-per-replica = 16\n").unwrap();
-        let (c, headless) = cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
+        std::fs::write(
+            &f,
+            "devices = \"cpu:3\"\nlr = 0.01\nsteps = 40\nbatch-per-replica = 16\n",
+        )
+        .unwrap();
+        let (c, headless) =
+            cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
         assert!(headless);
         assert_eq!(c.devices, DeviceSpec::Cpu(3));
         assert_eq!(c.lr, 0.5);

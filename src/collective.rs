@@ -10,7 +10,11 @@ pub enum CollectiveError {
     #[error("collective aborted: {0}")]
     Aborted(String),
     #[error("collective misuse: rank {rank} passed {got} elements, rank 0 passed {want}")]
-    LengthMismatch { rank: usize, got: usize, want: usize },
+    LengthMismatch {
+        rank: usize,
+        got: usize,
+        want: usize,
+    },
 }
 
 /// Where the time of one all-reduce went: waiting for the other ranks to arrive, then moving
@@ -65,18 +69,31 @@ impl LocalCollective {
         assert!(n >= 1);
         let shared = Arc::new(Shared {
             n,
-            ptrs: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            ptrs: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             lens: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             aborted: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
         });
-        (0..n).map(|rank| LocalCollective { rank, shared: shared.clone() }).collect()
+        (0..n)
+            .map(|rank| LocalCollective {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
     }
 
     fn aborted(&self) -> CollectiveError {
-        CollectiveError::Aborted(self.shared.reason.lock().map(|r| r.clone()).unwrap_or_default())
+        CollectiveError::Aborted(
+            self.shared
+                .reason
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_default(),
+        )
     }
 
     /// Sense-reversing barrier: spin briefly (the common case is a few microseconds), then
@@ -142,12 +159,22 @@ impl Collective for LocalCollective {
         let t0 = Instant::now();
         let want = s.lens[0].load(Ordering::Acquire);
         if (0..s.n).any(|r| s.lens[r].load(Ordering::Acquire) != want) {
-            let bad = (0..s.n).find(|&r| s.lens[r].load(Ordering::Acquire) != want).unwrap_or(0);
-            let err = CollectiveError::LengthMismatch { rank: bad, got: s.lens[bad].load(Ordering::Acquire), want };
+            let bad = (0..s.n)
+                .find(|&r| s.lens[r].load(Ordering::Acquire) != want)
+                .unwrap_or(0);
+            let err = CollectiveError::LengthMismatch {
+                rank: bad,
+                got: s.lens[bad].load(Ordering::Acquire),
+                want,
+            };
             self.abort(&err.to_string());
             return Err(err);
         }
-        let ptrs: Vec<*mut f32> = s.ptrs.iter().map(|p| p.load(Ordering::Acquire).cast::<f32>()).collect();
+        let ptrs: Vec<*mut f32> = s
+            .ptrs
+            .iter()
+            .map(|p| p.load(Ordering::Acquire).cast::<f32>())
+            .collect();
         let (lo, hi) = chunk(len, s.n, self.rank);
         let mut acc = [0.0f32; BLOCK];
         let mut start = lo;
@@ -173,7 +200,10 @@ impl Collective for LocalCollective {
             start = end;
         }
         self.wait()?;
-        Ok(ReduceTiming { wait, transfer: t0.elapsed() })
+        Ok(ReduceTiming {
+            wait,
+            transfer: t0.elapsed(),
+        })
     }
 
     fn broadcast_u64(&mut self, buf: &mut [u64], root: usize) -> Result<Duration, CollectiveError> {
@@ -186,7 +216,11 @@ impl Collective for LocalCollective {
         if self.rank != root {
             let len = s.lens[root].load(Ordering::Acquire);
             if len != buf.len() {
-                let err = CollectiveError::LengthMismatch { rank: self.rank, got: buf.len(), want: len };
+                let err = CollectiveError::LengthMismatch {
+                    rank: self.rank,
+                    got: buf.len(),
+                    want: len,
+                };
                 self.abort(&err.to_string());
                 return Err(err);
             }
@@ -222,7 +256,10 @@ mod tests {
         F: Fn(LocalCollective) -> T + Send + Sync + Copy + 'static,
         T: Send + 'static,
     {
-        let hs: Vec<_> = LocalCollective::group(n).into_iter().map(|c| std::thread::spawn(move || f(c))).collect();
+        let hs: Vec<_> = LocalCollective::group(n)
+            .into_iter()
+            .map(|c| std::thread::spawn(move || f(c)))
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     }
 
@@ -232,7 +269,8 @@ mod tests {
             for len in [0usize, 1, 15, 16, 17, 1000, 5000] {
                 let out = run(n, move |mut c| {
                     let r = c.rank();
-                    let mut buf: Vec<f32> = (0..len).map(|i| (i * 7 + r * 13) as f32 * 0.1).collect();
+                    let mut buf: Vec<f32> =
+                        (0..len).map(|i| (i * 7 + r * 13) as f32 * 0.1).collect();
                     for _ in 0..3 {
                         // repeated calls reuse the barrier correctly
                         c.all_reduce_sum(&mut buf[..]).unwrap();
@@ -252,7 +290,10 @@ mod tests {
                 for b in &out {
                     assert_eq!(b, &out[0], "ranks disagree (n={n}, len={len})");
                     for (x, y) in b.iter().zip(&expect) {
-                        assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "n={n} len={len}: {x} vs {y}");
+                        assert!(
+                            (x - y).abs() <= 1e-3 * y.abs().max(1.0),
+                            "n={n} len={len}: {x} vs {y}"
+                        );
                     }
                 }
             }
@@ -273,11 +314,17 @@ mod tests {
     fn abort_wakes_ranks_blocked_in_a_barrier() {
         let mut group = LocalCollective::group(3);
         let last = group.pop().unwrap();
-        let hs: Vec<_> = group.into_iter().map(|mut c| std::thread::spawn(move || c.barrier())).collect();
+        let hs: Vec<_> = group
+            .into_iter()
+            .map(|mut c| std::thread::spawn(move || c.barrier()))
+            .collect();
         std::thread::sleep(Duration::from_millis(50));
         last.abort("rank 2 failed");
         for h in hs {
-            assert_eq!(h.join().unwrap(), Err(CollectiveError::Aborted("rank 2 failed".into())));
+            assert_eq!(
+                h.join().unwrap(),
+                Err(CollectiveError::Aborted("rank 2 failed".into()))
+            );
         }
     }
 
@@ -287,6 +334,10 @@ mod tests {
             let mut buf = vec![1.0f32; 10 + c.rank()];
             c.all_reduce_sum(&mut buf).err()
         });
-        assert!(out.iter().any(|e| matches!(e, Some(CollectiveError::LengthMismatch { .. }))), "{out:?}");
+        assert!(
+            out.iter()
+                .any(|e| matches!(e, Some(CollectiveError::LengthMismatch { .. }))),
+            "{out:?}"
+        );
     }
 }

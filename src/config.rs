@@ -28,11 +28,15 @@ impl FromStr for DeviceSpec {
         if let Some(n) = s.strip_prefix("cpu:") {
             return match n.parse::<usize>() {
                 Ok(n) if (1..=256).contains(&n) => Ok(DeviceSpec::Cpu(n)),
-                _ => Err(format!("devices `{s}`: the CPU worker count must be 1..256; {help}")),
+                _ => Err(format!(
+                    "devices `{s}`: the CPU worker count must be 1..256; {help}"
+                )),
             };
         }
         if s == "cpu" {
-            return Err(format!("devices `cpu`: say how many workers, e.g. cpu:2; {help}"));
+            return Err(format!(
+                "devices `cpu`: say how many workers, e.g. cpu:2; {help}"
+            ));
         }
         let ids: Result<Vec<usize>, _> = s.split(',').map(|p| p.trim().parse::<usize>()).collect();
         match ids {
@@ -55,7 +59,12 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Auto => f.write_str("auto"),
             DeviceSpec::Cpu(n) => write!(f, "cpu:{n}"),
-            DeviceSpec::Gpus(ids) => f.write_str(&ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")),
+            DeviceSpec::Gpus(ids) => f.write_str(
+                &ids.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         }
     }
 }
@@ -138,8 +147,14 @@ mod tests {
     fn parses_devices() {
         assert_eq!("auto".parse::<DeviceSpec>().unwrap(), DeviceSpec::Auto);
         assert_eq!("cpu:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu(3));
-        assert_eq!("3,0,1".parse::<DeviceSpec>().unwrap(), DeviceSpec::Gpus(vec![0, 1, 3]));
-        assert!("cpu:0".parse::<DeviceSpec>().unwrap_err().contains("1..256"));
+        assert_eq!(
+            "3,0,1".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Gpus(vec![0, 1, 3])
+        );
+        assert!("cpu:0"
+            .parse::<DeviceSpec>()
+            .unwrap_err()
+            .contains("1..256"));
         assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu:N"));
         assert!("0,0".parse::<DeviceSpec>().unwrap_err().contains("twice"));
     }

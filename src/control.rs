@@ -138,7 +138,11 @@ impl Decider {
 }
 
 /// Every rank calls this at every step boundary: rank 0 decides, everybody gets the same answer.
-pub fn agree(coll: &mut dyn Collective, decider: Option<&mut Decider>, on_pause: &mut dyn FnMut(bool)) -> Result<Decision, CollectiveError> {
+pub fn agree(
+    coll: &mut dyn Collective,
+    decider: Option<&mut Decider>,
+    on_pause: &mut dyn FnMut(bool),
+) -> Result<Decision, CollectiveError> {
     let mut words = match decider {
         Some(d) => d.decide(on_pause).encode(),
         None => [0; 4],
@@ -162,7 +166,12 @@ mod tests {
 
     #[test]
     fn decision_round_trips_and_pause_blocks_until_resume() {
-        let d = Decision { batch: Some(128), checkpoint: true, stop: Some(false), was_paused: true };
+        let d = Decision {
+            batch: Some(128),
+            checkpoint: true,
+            stop: Some(false),
+            was_paused: true,
+        };
         assert_eq!(Decision::decode(d.encode()), d);
         let (tx, rx) = unbounded();
         let mut dec = Decider::new(rx);

@@ -40,10 +40,36 @@ pub enum Applied {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    Started { ranks: usize, per_replica: usize, params: usize, start_step: u64, start_epoch: u64 },
-    Control { step: u64, applied: Applied },
-    EpochDone { epoch: u64, step: u64, train_loss: f32, val_loss: Option<f32>, val_accuracy: Option<f32>, elapsed: Duration },
-    Checkpoint { step: u64, path: PathBuf },
-    Failed { rank: usize, step: u64, message: String },
-    Finished { step: u64, stopped: bool },
+    Started {
+        ranks: usize,
+        per_replica: usize,
+        params: usize,
+        start_step: u64,
+        start_epoch: u64,
+    },
+    Control {
+        step: u64,
+        applied: Applied,
+    },
+    EpochDone {
+        epoch: u64,
+        step: u64,
+        train_loss: f32,
+        val_loss: Option<f32>,
+        val_accuracy: Option<f32>,
+        elapsed: Duration,
+    },
+    Checkpoint {
+        step: u64,
+        path: PathBuf,
+    },
+    Failed {
+        rank: usize,
+        step: u64,
+        message: String,
+    },
+    Finished {
+        step: u64,
+        stopped: bool,
+    },
 }

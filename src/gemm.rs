@@ -18,9 +18,24 @@ pub fn sgemm(
     beta: f32,
     c: &mut [f32],
 ) {
-    assert!(a.len() >= m * k, "gemm: A has {} elements, need {}", a.len(), m * k);
-    assert!(b.len() >= k * n, "gemm: B has {} elements, need {}", b.len(), k * n);
-    assert!(c.len() >= m * n, "gemm: C has {} elements, need {}", c.len(), m * n);
+    assert!(
+        a.len() >= m * k,
+        "gemm: A has {} elements, need {}",
+        a.len(),
+        m * k
+    );
+    assert!(
+        b.len() >= k * n,
+        "gemm: B has {} elements, need {}",
+        b.len(),
+        k * n
+    );
+    assert!(
+        c.len() >= m * n,
+        "gemm: C has {} elements, need {}",
+        c.len(),
+        m * n
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -87,7 +102,14 @@ mod tests {
     #[test]
     fn matches_naive_for_all_transpose_combinations() {
         let mut r = Rng::new(11);
-        for &(m, n, k) in &[(1, 1, 1), (3, 5, 7), (17, 9, 33), (64, 10, 128), (5, 0, 3), (4, 6, 0)] {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (17, 9, 33),
+            (64, 10, 128),
+            (5, 0, 3),
+            (4, 6, 0),
+        ] {
             for ta in [false, true] {
                 for tb in [false, true] {
                     let a: Vec<f32> = (0..m * k).map(|_| r.normal()).collect();
@@ -98,7 +120,10 @@ mod tests {
                     sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut c1);
                     sgemm_naive(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut c2);
                     for (x, y) in c1.iter().zip(&c2) {
-                        assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{m}x{n}x{k} ta={ta} tb={tb}: {x} vs {y}");
+                        assert!(
+                            (x - y).abs() <= 1e-4 + 1e-4 * y.abs(),
+                            "{m}x{n}x{k} ta={ta} tb={tb}: {x} vs {y}"
+                        );
                     }
                 }
             }

@@ -19,7 +19,11 @@ fn stamp(t: Duration) -> String {
 /// The lines printed before the first step.
 pub fn describe(info: &RunInfo) -> Vec<String> {
     let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
-    let mut lines = vec![format!("devices: {} ({} ranks)", devs.join(" "), info.ranks())];
+    let mut lines = vec![format!(
+        "devices: {} ({} ranks)",
+        devs.join(" "),
+        info.ranks()
+    )];
     if let Some(note) = &info.device_note {
         lines.push(format!("note: {note}"));
     }
@@ -29,10 +33,24 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
         Budget::Steps(s) => format!("{s} steps"),
     };
-    let accum = if info.grad_accum > 1 { format!(" x {} accumulation", info.grad_accum) } else { String::new() };
-    lines.push(format!("batch: {} per replica x {} ranks{accum} = {} global; {budget}", info.per_replica, info.ranks(), info.per_replica * info.ranks() * info.grad_accum));
+    let accum = if info.grad_accum > 1 {
+        format!(" x {} accumulation", info.grad_accum)
+    } else {
+        String::new()
+    };
+    lines.push(format!(
+        "batch: {} per replica x {} ranks{accum} = {} global; {budget}",
+        info.per_replica,
+        info.ranks(),
+        info.per_replica * info.ranks() * info.grad_accum
+    ));
     if let Some(p) = &info.resumed_from {
-        lines.push(format!("resumed from {} at step {} (epoch {})", p.display(), info.start_step, info.start_epoch + 1));
+        lines.push(format!(
+            "resumed from {} at step {} (epoch {})",
+            p.display(),
+            info.start_step,
+            info.start_epoch + 1
+        ));
     }
     lines
 }
@@ -42,9 +60,17 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, budget: Budget) -> String {
         Budget::Epochs(e) => format!("epoch {}/{e}", row.epoch),
         Budget::Steps(s) => format!("step {}/{s}", row.step),
     };
-    let step = if matches!(budget, Budget::Steps(_)) { String::new() } else { format!("step {} ", row.step) };
+    let step = if matches!(budget, Budget::Steps(_)) {
+        String::new()
+    } else {
+        format!("step {} ", row.step)
+    };
     let rate = rate.map_or("-".to_string(), |r| format!("{r:.0}"));
-    let times: Vec<String> = row.ranks.iter().map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3)).collect();
+    let times: Vec<String> = row
+        .ranks
+        .iter()
+        .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
+        .collect();
     format!(
         "{}{of} | loss {:.4} | lr {:.2e} | batch {}x{}={} | {rate} samples/s | step ms {}",
         step,
@@ -60,7 +86,14 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, budget: Budget) -> String {
 pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
     Some(match ev {
         Event::Started { .. } => return None,
-        Event::EpochDone { epoch, step, train_loss, val_loss, val_accuracy, .. } => {
+        Event::EpochDone {
+            epoch,
+            step,
+            train_loss,
+            val_loss,
+            val_accuracy,
+            ..
+        } => {
             let of = match budget {
                 Budget::Epochs(e) => format!("{epoch}/{e}"),
                 Budget::Steps(_) => epoch.to_string(),
@@ -74,24 +107,47 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         Event::Control { step, applied } => match applied {
             Applied::Paused => format!("paused before step {}", step + 1),
             Applied::Resumed => format!("resumed at step {}", step + 1),
-            Applied::BatchSize { from, to, lr } => format!("batch per replica {from} -> {to} from step {} (lr now {lr:.2e})", step + 1),
+            Applied::BatchSize { from, to, lr } => format!(
+                "batch per replica {from} -> {to} from step {} (lr now {lr:.2e})",
+                step + 1
+            ),
         },
-        Event::Checkpoint { step, path } => format!("checkpoint at step {step}: {}", path.display()),
-        Event::Failed { rank, step, message } => format!("ERROR rank {rank} at step {step}: {message}"),
-        Event::Finished { step, stopped: true } => format!("stopped at step {step}"),
-        Event::Finished { step, stopped: false } => format!("finished: {step} steps"),
+        Event::Checkpoint { step, path } => {
+            format!("checkpoint at step {step}: {}", path.display())
+        }
+        Event::Failed {
+            rank,
+            step,
+            message,
+        } => format!("ERROR rank {rank} at step {step}: {message}"),
+        Event::Finished {
+            step,
+            stopped: true,
+        } => format!("stopped at step {step}"),
+        Event::Finished {
+            step,
+            stopped: false,
+        } => format!("finished: {step} steps"),
     })
 }
 
 /// Prints the run until every worker has ended, then returns its result.
-pub fn run(engine: Engine, log_every: u64, out: &mut dyn Write, mut metrics: Option<MetricsWriter>) -> Result<RunResult, EngineError> {
+pub fn run(
+    engine: Engine,
+    log_every: u64,
+    out: &mut dyn Write,
+    mut metrics: Option<MetricsWriter>,
+) -> Result<RunResult, EngineError> {
     let t0 = Instant::now();
     let info = engine.info().clone();
     for l in describe(&info) {
         let _ = writeln!(out, "{l}");
     }
     let mut metrics_err = None;
-    let mut record = |m: &mut Option<MetricsWriter>, f: &mut dyn FnMut(&mut MetricsWriter) -> Result<(), crate::metrics::MetricsError>| {
+    let mut record = |m: &mut Option<MetricsWriter>,
+                      f: &mut dyn FnMut(
+        &mut MetricsWriter,
+    ) -> Result<(), crate::metrics::MetricsError>| {
         if let Some(w) = m {
             if let Err(e) = f(w) {
                 metrics_err.get_or_insert(e);
@@ -108,7 +164,7 @@ pub fn run(engine: Engine, log_every: u64, out: &mut dyn Write, mut metrics: Opt
             recv(steps) -> s => match s {
                 Ok(s) => {
                     if let Some(row) = monitor.on_step(s) {
-                        if row.step % log_every == 0 {
+                        if row.step.is_multiple_of(log_every) {
                             let rate = monitor.samples_per_sec();
                             let _ = writeln!(out, "{} {}", stamp(row.at), step_line(&row, rate, info.budget));
                             record(&mut metrics, &mut |w| w.step(&row, rate));

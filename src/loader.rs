@@ -36,9 +36,23 @@ impl Sharding {
         let m = self.global_batch().min(n - at.offset);
         let end = at.offset + m;
         if end >= n {
-            (m, Cursor { epoch: at.epoch + 1, offset: 0 }, true)
+            (
+                m,
+                Cursor {
+                    epoch: at.epoch + 1,
+                    offset: 0,
+                },
+                true,
+            )
         } else {
-            (m, Cursor { epoch: at.epoch, offset: end }, false)
+            (
+                m,
+                Cursor {
+                    epoch: at.epoch,
+                    offset: end,
+                },
+                false,
+            )
         }
     }
 
@@ -107,10 +121,21 @@ impl Builder {
                 for &i in idx {
                     x.extend_from_slice(data.row(i as usize));
                 }
-                MicroBatch { x, y: idx.iter().map(|&i| data.y[i as usize]).collect(), n: len }
+                MicroBatch {
+                    x,
+                    y: idx.iter().map(|&i| data.y[i as usize]).collect(),
+                    n: len,
+                }
             })
             .collect();
-        Batch { generation, micro, start: at, next, epoch_end, global_samples: m }
+        Batch {
+            generation,
+            micro,
+            start: at,
+            next,
+            epoch_end,
+            global_samples: m,
+        }
     }
 }
 
@@ -136,20 +161,51 @@ pub struct RankLoader {
 }
 
 enum Inner {
-    Inline { builder: Builder, plan: Plan },
-    Threads { shared: Arc<SharedPlan>, queues: Vec<Receiver<Batch>>, handles: Vec<JoinHandle<()>> },
+    Inline {
+        builder: Builder,
+        plan: Plan,
+    },
+    Threads {
+        shared: Arc<SharedPlan>,
+        queues: Vec<Receiver<Batch>>,
+        handles: Vec<JoinHandle<()>>,
+    },
 }
 
 impl RankLoader {
-    pub fn new(data: Arc<Dataset>, seed: u64, rank: usize, start: Cursor, sharding: Sharding, prefetch: usize, threads: usize) -> RankLoader {
-        let builder = || Builder { data: data.clone(), seed, rank, perm: Vec::new(), perm_epoch: None };
+    pub fn new(
+        data: Arc<Dataset>,
+        seed: u64,
+        rank: usize,
+        start: Cursor,
+        sharding: Sharding,
+        prefetch: usize,
+        threads: usize,
+    ) -> RankLoader {
+        let builder = || Builder {
+            data: data.clone(),
+            seed,
+            rank,
+            perm: Vec::new(),
+            perm_epoch: None,
+        };
         let plan = Plan { start, sharding };
         if prefetch == 0 {
-            return RankLoader { inner: Inner::Inline { builder: builder(), plan }, generation: 0, taken: 0 };
+            return RankLoader {
+                inner: Inner::Inline {
+                    builder: builder(),
+                    plan,
+                },
+                generation: 0,
+                taken: 0,
+            };
         }
         let threads = threads.max(1);
         let depth = prefetch.div_ceil(threads).max(1);
-        let shared = Arc::new(SharedPlan { generation: AtomicU64::new(0), plan: Mutex::new(plan) });
+        let shared = Arc::new(SharedPlan {
+            generation: AtomicU64::new(0),
+            plan: Mutex::new(plan),
+        });
         let mut queues = Vec::new();
         let mut handles = Vec::new();
         for t in 0..threads {
@@ -162,7 +218,15 @@ impl RankLoader {
                 .expect("spawning a loader thread");
             handles.push(h);
         }
-        RankLoader { inner: Inner::Threads { shared, queues, handles }, generation: 0, taken: 0 }
+        RankLoader {
+            inner: Inner::Threads {
+                shared,
+                queues,
+                handles,
+            },
+            generation: 0,
+            taken: 0,
+        }
     }
 
     /// The next batch in stream order (blocks while the loader threads catch up).
@@ -227,7 +291,10 @@ fn produce(mut b: Builder, shared: Arc<SharedPlan>, tx: Sender<Batch>, t: usize,
 
 impl Drop for RankLoader {
     fn drop(&mut self) {
-        if let Inner::Threads { queues, handles, .. } = &mut self.inner {
+        if let Inner::Threads {
+            queues, handles, ..
+        } = &mut self.inner
+        {
             queues.clear(); // closing the queues ends the threads at their next send
             for h in handles.drain(..) {
                 let _ = h.join();
@@ -241,7 +308,12 @@ mod tests {
     use super::*;
 
     fn data(n: usize) -> Arc<Dataset> {
-        Arc::new(Dataset { features: 1, classes: 2, x: (0..n).map(|i| i as f32).collect(), y: vec![0; n] })
+        Arc::new(Dataset {
+            features: 1,
+            classes: 2,
+            x: (0..n).map(|i| i as f32).collect(),
+            y: vec![0; n],
+        })
     }
 
     fn ids(b: &Batch) -> Vec<Vec<f32>> {
@@ -250,9 +322,15 @@ mod tests {
 
     #[test]
     fn shards_cover_each_epoch_exactly_once_with_a_short_last_batch() {
-        let sh = Sharding { per_replica: 3, ranks: 2, accum: 2 };
+        let sh = Sharding {
+            per_replica: 3,
+            ranks: 2,
+            accum: 2,
+        };
         let n = 29; // 2 full global batches of 12, then 5
-        let mut loaders: Vec<_> = (0..2).map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh, 0, 1)).collect();
+        let mut loaders: Vec<_> = (0..2)
+            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh, 0, 1))
+            .collect();
         let mut seen = Vec::new();
         let mut sizes = Vec::new();
         loop {
@@ -276,7 +354,11 @@ mod tests {
 
     #[test]
     fn threaded_prefetch_gives_the_inline_stream_and_epochs_reshuffle() {
-        let sh = Sharding { per_replica: 4, ranks: 3, accum: 1 };
+        let sh = Sharding {
+            per_replica: 4,
+            ranks: 3,
+            accum: 1,
+        };
         let mut inline = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 0, 1);
         let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3);
         let a: Vec<_> = (0..20).map(|_| ids(&inline.next_batch())).collect();
@@ -287,15 +369,39 @@ mod tests {
 
     #[test]
     fn restart_switches_shapes_at_the_given_cursor() {
-        let sh = Sharding { per_replica: 2, ranks: 1, accum: 1 };
+        let sh = Sharding {
+            per_replica: 2,
+            ranks: 1,
+            accum: 1,
+        };
         let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh, 3, 2);
         let first = l.next_batch();
-        let big = Sharding { per_replica: 5, ..sh };
+        let big = Sharding {
+            per_replica: 5,
+            ..sh
+        };
         l.restart(first.next, big);
         let second = l.next_batch();
-        assert_eq!(second.start, Cursor { epoch: 0, offset: 2 });
+        assert_eq!(
+            second.start,
+            Cursor {
+                epoch: 0,
+                offset: 2
+            }
+        );
         assert_eq!(second.micro[0].n, 5);
-        let mut reference = RankLoader::new(data(20), 1, 0, Cursor { epoch: 0, offset: 2 }, big, 0, 1);
+        let mut reference = RankLoader::new(
+            data(20),
+            1,
+            0,
+            Cursor {
+                epoch: 0,
+                offset: 2,
+            },
+            big,
+            0,
+            1,
+        );
         assert_eq!(ids(&second), ids(&reference.next_batch()));
     }
 }

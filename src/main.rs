@@ -15,7 +15,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {
@@ -36,7 +40,11 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
     if !headless && std::io::stdout().is_terminal() {
         eprintln!("note: the terminal UI is not built yet; printing log lines (use --headless to silence this note)");
     }
-    let metrics = cfg.metrics_out.as_deref().map(MetricsWriter::create).transpose()?;
+    let metrics = cfg
+        .metrics_out
+        .as_deref()
+        .map(MetricsWriter::create)
+        .transpose()?;
     let log_every = cfg.log_every;
     let engine = Engine::start(cfg)?;
     let controller = engine.controller();
@@ -55,7 +63,11 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
             println!("resume with: --resume {}", p.display());
         }
     }
-    Ok(if SIGNALS.load(Ordering::SeqCst) > 0 { ExitCode::from(130) } else { ExitCode::SUCCESS })
+    Ok(if SIGNALS.load(Ordering::SeqCst) > 0 {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
@@ -63,14 +75,23 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     println!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only != "allreduce" {
         println!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
-        println!("{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}", "workers", "batch", "mgtop", "TF best", "torch best", "x TF", "x torch");
+        println!(
+            "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
+            "workers", "batch", "mgtop", "TF best", "torch best", "x TF", "x torch"
+        );
         for &w in &args.workers {
             for &b in &args.batches {
-                let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1)).map(|_| bench::train_throughput(w, b, args.samples / 10, args.samples)).collect();
+                let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1))
+                    .map(|_| bench::train_throughput(w, b, args.samples / 10, args.samples))
+                    .collect();
                 let ours = bench::median(runs?);
                 let reference = bench::REFERENCE.iter().find(|r| r.0 == w && r.1 == b);
                 match reference {
-                    Some(&(_, _, tf, torch)) => println!("{w:>7} {b:>6} {ours:>12.0} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}", ours / tf, ours / torch),
+                    Some(&(_, _, tf, torch)) => println!(
+                        "{w:>7} {b:>6} {ours:>12.0} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}",
+                        ours / tf,
+                        ours / torch
+                    ),
                     None => println!("{w:>7} {b:>6} {ours:>12.0} {:>10} {:>10}", "-", "-"),
                 }
             }
@@ -78,10 +99,16 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.only != "train" {
         let ranks = cores.max(2);
-        println!("in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)");
+        println!(
+            "in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)"
+        );
         for mib in [1usize, 4, 16, 64] {
             let iters = (256 / mib).clamp(4, 64);
-            let bw = bench::median((0..args.repeat.max(1)).map(|_| bench::allreduce_busbw(ranks, mib << 20, iters)).collect());
+            let bw = bench::median(
+                (0..args.repeat.max(1))
+                    .map(|_| bench::allreduce_busbw(ranks, mib << 20, iters))
+                    .collect(),
+            );
             println!("{mib:>4} MiB {bw:>8.2}");
         }
     }

@@ -32,14 +32,25 @@ fn ms(d: Duration) -> f64 {
 
 impl MetricsWriter {
     pub fn create(path: &Path) -> Result<MetricsWriter, MetricsError> {
-        let f = File::create(path).map_err(|source| MetricsError { path: path.to_path_buf(), source })?;
-        Ok(MetricsWriter { path: path.to_path_buf(), out: BufWriter::new(f) })
+        let f = File::create(path).map_err(|source| MetricsError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(MetricsWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::new(f),
+        })
     }
 
     fn line(&mut self, v: Value) -> Result<(), MetricsError> {
         let mut s = v.to_string();
         s.push('\n');
-        self.out.write_all(s.as_bytes()).map_err(|source| MetricsError { path: self.path.clone(), source })
+        self.out
+            .write_all(s.as_bytes())
+            .map_err(|source| MetricsError {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     pub fn run_start(&mut self, info: &RunInfo) -> Result<(), MetricsError> {
@@ -79,11 +90,20 @@ impl MetricsWriter {
         let t = t.as_secs_f64();
         let v = match ev {
             Event::Started { .. } => return Ok(()),
-            Event::EpochDone { epoch, step, train_loss, val_loss, val_accuracy, .. } => json!({
+            Event::EpochDone {
+                epoch,
+                step,
+                train_loss,
+                val_loss,
+                val_accuracy,
+                ..
+            } => json!({
                 "type": "epoch", "epoch": epoch, "step": step, "t": t,
                 "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_accuracy,
             }),
-            Event::Checkpoint { step, path } => json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()}),
+            Event::Checkpoint { step, path } => {
+                json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
+            }
             Event::Control { step, applied } => {
                 let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
                 match applied {
@@ -98,13 +118,24 @@ impl MetricsWriter {
                 }
                 v
             }
-            Event::Failed { rank, step, message } => json!({"type": "event", "kind": "error", "rank": rank, "step": step, "t": t, "message": message}),
-            Event::Finished { step, stopped } => json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }}),
+            Event::Failed {
+                rank,
+                step,
+                message,
+            } => {
+                json!({"type": "event", "kind": "error", "rank": rank, "step": step, "t": t, "message": message})
+            }
+            Event::Finished { step, stopped } => {
+                json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }})
+            }
         };
         self.line(v)
     }
 
     pub fn flush(&mut self) -> Result<(), MetricsError> {
-        self.out.flush().map_err(|source| MetricsError { path: self.path.clone(), source })
+        self.out.flush().map_err(|source| MetricsError {
+            path: self.path.clone(),
+            source,
+        })
     }
 }

@@ -28,12 +28,15 @@ impl FromStr for ModelSpec {
             .ok_or_else(|| format!("unknown model `{s}`: use mlp:H1,H2,... (hidden widths), e.g. mlp:128 or mlp:256,128"))?;
         let mut hidden = Vec::new();
         for part in rest.split(',').filter(|p| !p.trim().is_empty()) {
-            let h: usize = part
-                .trim()
-                .parse()
-                .map_err(|_| format!("model `{s}`: hidden width `{part}` is not a whole number; use e.g. mlp:128,64"))?;
+            let h: usize = part.trim().parse().map_err(|_| {
+                format!(
+                    "model `{s}`: hidden width `{part}` is not a whole number; use e.g. mlp:128,64"
+                )
+            })?;
             if h == 0 || h > 1 << 16 {
-                return Err(format!("model `{s}`: hidden width {h} must be between 1 and 65536"));
+                return Err(format!(
+                    "model `{s}`: hidden width {h} must be between 1 and 65536"
+                ));
             }
             hidden.push(h);
         }
@@ -77,11 +80,20 @@ impl Mlp {
             let (c, oc) = (dims[l], dims[l + 1]);
             for (name, shape) in [("weight", vec![c, oc]), ("bias", vec![oc])] {
                 let len = shape.iter().product();
-                tensors.push(TensorInfo { name: format!("mlp.{l}.{name}"), shape, offset, len });
+                tensors.push(TensorInfo {
+                    name: format!("mlp.{l}.{name}"),
+                    shape,
+                    offset,
+                    len,
+                });
                 offset += len;
             }
         }
-        Mlp { dims, tensors, n_params: offset }
+        Mlp {
+            dims,
+            tensors,
+            n_params: offset,
+        }
     }
 
     pub fn layers(&self) -> usize {
@@ -90,7 +102,11 @@ impl Mlp {
 
     /// "64-128-10"
     pub fn shape_string(&self) -> String {
-        self.dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("-")
+        self.dims
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("-")
     }
 
     fn w_range(&self, l: usize) -> std::ops::Range<usize> {
@@ -121,7 +137,15 @@ impl Mlp {
 
     /// Forward + backward over one micro-batch x[B,D], y[B]. Gradients are *accumulated* into
     /// `grads` as sums over samples (not means). Returns (loss sum, correct predictions).
-    pub fn forward_backward(&self, params: &[f32], grads: &mut [f32], ws: &mut Workspace, x: &[f32], y: &[u32], b: usize) -> (f64, usize) {
+    pub fn forward_backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+    ) -> (f64, usize) {
         let result = self.forward(params, ws, x, y, b, true);
         let last = self.layers() - 1;
         for l in (0..self.layers()).rev() {
@@ -132,7 +156,11 @@ impl Mlp {
                 relu_backward(dout, &ws.acts[l + 1][..b * oc]);
             }
             let inp: &[f32] = if l == 0 { x } else { &ws.acts[l][..b * c] };
-            let dinp = if l == 0 { None } else { Some(&mut lower[l][..b * c]) };
+            let dinp = if l == 0 {
+                None
+            } else {
+                Some(&mut lower[l][..b * c])
+            };
             let (gw, gb) = split_wb(grads, self.w_range(l), self.b_range(l));
             linear_backward(dinp, gw, gb, dout, inp, &params[self.w_range(l)], b, c, oc);
         }
@@ -140,11 +168,26 @@ impl Mlp {
     }
 
     /// Loss sum and correct count over x[B,D], y[B], without gradients.
-    pub fn evaluate(&self, params: &[f32], ws: &mut Workspace, x: &[f32], y: &[u32], b: usize) -> (f64, usize) {
+    pub fn evaluate(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+    ) -> (f64, usize) {
         self.forward(params, ws, x, y, b, false)
     }
 
-    fn forward(&self, params: &[f32], ws: &mut Workspace, x: &[f32], y: &[u32], b: usize, want_grad: bool) -> (f64, usize) {
+    fn forward(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+        want_grad: bool,
+    ) -> (f64, usize) {
         ws.ensure(&self.dims, b);
         let last = self.layers() - 1;
         for l in 0..self.layers() {
@@ -152,7 +195,15 @@ impl Mlp {
             let (lower, upper) = ws.acts.split_at_mut(l + 1);
             let inp: &[f32] = if l == 0 { x } else { &lower[l][..b * c] };
             let out = &mut upper[0][..b * oc];
-            linear_forward(out, inp, &params[self.w_range(l)], &params[self.b_range(l)], b, c, oc);
+            linear_forward(
+                out,
+                inp,
+                &params[self.w_range(l)],
+                &params[self.b_range(l)],
+                b,
+                c,
+                oc,
+            );
             if l != last {
                 relu_forward(out);
             }
@@ -164,7 +215,11 @@ impl Mlp {
     }
 }
 
-fn split_wb(grads: &mut [f32], w: std::ops::Range<usize>, b: std::ops::Range<usize>) -> (&mut [f32], &mut [f32]) {
+fn split_wb(
+    grads: &mut [f32],
+    w: std::ops::Range<usize>,
+    b: std::ops::Range<usize>,
+) -> (&mut [f32], &mut [f32]) {
     debug_assert_eq!(w.end, b.start);
     let (head, tail) = grads[w.start..b.end].split_at_mut(w.len());
     (head, tail)
@@ -200,8 +255,14 @@ mod tests {
     #[test]
     fn parses_specs_and_rejects_bad_ones() {
         assert_eq!("mlp:128".parse::<ModelSpec>().unwrap().hidden, vec![128]);
-        assert_eq!("mlp:256,64".parse::<ModelSpec>().unwrap().hidden, vec![256, 64]);
-        assert_eq!("mlp:".parse::<ModelSpec>().unwrap().hidden, Vec::<usize>::new());
+        assert_eq!(
+            "mlp:256,64".parse::<ModelSpec>().unwrap().hidden,
+            vec![256, 64]
+        );
+        assert_eq!(
+            "mlp:".parse::<ModelSpec>().unwrap().hidden,
+            Vec::<usize>::new()
+        );
         assert!("cnn:3".parse::<ModelSpec>().unwrap_err().contains("mlp:H1"));
         assert!("mlp:12x".parse::<ModelSpec>().unwrap_err().contains("12x"));
         assert!("mlp:0".parse::<ModelSpec>().is_err());
@@ -237,7 +298,11 @@ mod tests {
             let lm = m.evaluate(&p, &mut ws, &x, &y, b).0;
             p[i] = p0;
             let num = (lp - lm) / (2.0 * h as f64);
-            assert!((grads[i] as f64 - num).abs() <= 3e-3 + 3e-3 * num.abs(), "param {i}: {} vs {num}", grads[i]);
+            assert!(
+                (grads[i] as f64 - num).abs() <= 3e-3 + 3e-3 * num.abs(),
+                "param {i}: {} vs {num}",
+                grads[i]
+            );
         }
     }
 }

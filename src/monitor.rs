@@ -38,7 +38,12 @@ pub struct Monitor {
 
 impl Monitor {
     pub fn new(ranks: usize) -> Monitor {
-        Monitor { ranks, pending: BTreeMap::new(), recent: VecDeque::new(), total_samples: 0 }
+        Monitor {
+            ranks,
+            pending: BTreeMap::new(),
+            recent: VecDeque::new(),
+            total_samples: 0,
+        }
     }
 
     /// Adds one rank's sample; returns the step's row once every rank has reported it.
@@ -48,7 +53,10 @@ impl Monitor {
         if rank >= self.ranks {
             return None;
         }
-        let slot = self.pending.entry(step).or_insert_with(|| vec![None; self.ranks]);
+        let slot = self
+            .pending
+            .entry(step)
+            .or_insert_with(|| vec![None; self.ranks]);
         slot[rank] = Some(s);
         if slot.iter().any(Option::is_none) {
             while self.pending.len() > PENDING_STEPS as usize {
@@ -121,7 +129,10 @@ mod tests {
         let mut m = Monitor::new(2);
         assert!(m.on_step(stats(1, 1, 10)).is_none());
         let row = m.on_step(stats(0, 1, 9)).unwrap();
-        assert_eq!((row.step, row.ranks.len(), row.at), (1, 2, Duration::from_millis(10)));
+        assert_eq!(
+            (row.step, row.ranks.len(), row.at),
+            (1, 2, Duration::from_millis(10))
+        );
         assert_eq!(row.ranks[0].rank, 0);
         for step in 2..=11 {
             m.on_step(stats(0, step, step * 10));

@@ -4,7 +4,15 @@
 use crate::gemm::sgemm;
 
 /// out[B,OC] = inp[B,C] @ w[C,OC] + bias[OC]
-pub fn linear_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: &[f32], b: usize, c: usize, oc: usize) {
+pub fn linear_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    b: usize,
+    c: usize,
+    oc: usize,
+) {
     for row in out[..b * oc].chunks_exact_mut(oc) {
         row.copy_from_slice(&bias[..oc]);
     }
@@ -56,7 +64,13 @@ pub fn relu_backward(dx: &mut [f32], out: &[f32]) {
 /// Returns (sum of per-sample losses, number of correct argmax predictions). When `dlogits`
 /// is given it receives d(sum of losses)/dlogits = softmax - onehot; the caller divides by
 /// the global sample count after the all-reduce, so shards of any size combine exactly.
-pub fn softmax_xent(dlogits: Option<&mut [f32]>, logits: &[f32], labels: &[u32], b: usize, c: usize) -> (f64, usize) {
+pub fn softmax_xent(
+    dlogits: Option<&mut [f32]>,
+    logits: &[f32],
+    labels: &[u32],
+    b: usize,
+    c: usize,
+) -> (f64, usize) {
     let mut loss = 0.0f64;
     let mut correct = 0usize;
     let mut dl = dlogits;
@@ -93,6 +107,8 @@ pub fn softmax_xent(dlogits: Option<&mut [f32]>, logits: &[f32], labels: &[u32],
 }
 
 #[cfg(test)]
+// finite differences perturb x[i] in place while reading the analytic gradient at i
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::rng::Rng;
@@ -128,7 +144,10 @@ mod tests {
         let loss = |inp: &[f32], w: &[f32], bias: &[f32]| {
             let mut out = vec![0.0; b * oc];
             linear_forward(&mut out, inp, w, bias, b, c, oc);
-            out.iter().zip(&g).map(|(o, g)| (*o as f64) * (*g as f64)).sum::<f64>()
+            out.iter()
+                .zip(&g)
+                .map(|(o, g)| (*o as f64) * (*g as f64))
+                .sum::<f64>()
         };
         let mut dinp = vec![0.0; b * c];
         let mut dw = vec![0.0; c * oc];
@@ -176,12 +195,18 @@ mod tests {
     fn relu_backward_matches_finite_differences() {
         let mut r = Rng::new(3);
         // keep inputs away from the kink at 0, where the derivative is undefined
-        let mut x: Vec<f32> = randn(&mut r, 20).into_iter().map(|v| if v.abs() < 0.1 { v + 0.5 } else { v }).collect();
+        let mut x: Vec<f32> = randn(&mut r, 20)
+            .into_iter()
+            .map(|v| if v.abs() < 0.1 { v + 0.5 } else { v })
+            .collect();
         let g = randn(&mut r, 20);
         let loss = |x: &[f32]| {
             let mut y = x.to_vec();
             relu_forward(&mut y);
-            y.iter().zip(&g).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+            y.iter()
+                .zip(&g)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
         };
         let mut out = x.clone();
         relu_forward(&mut out);
@@ -212,7 +237,9 @@ mod tests {
         }
         assert!((loss - expect).abs() < 1e-4, "{loss} vs {expect}");
         for i in 0..logits.len() {
-            let num = fd(&mut logits, i, &mut |x| softmax_xent(None, x, &labels, b, c).0);
+            let num = fd(&mut logits, i, &mut |x| {
+                softmax_xent(None, x, &labels, b, c).0
+            });
             assert!(close(d[i] as f64, num), "dlogits[{i}] {} vs {num}", d[i]);
         }
     }

@@ -23,7 +23,9 @@ impl FromStr for OptimizerKind {
             "momentum" => Ok(Self::Momentum),
             "adam" => Ok(Self::Adam),
             "adamw" => Ok(Self::AdamW),
-            _ => Err(format!("unknown optimizer `{s}`: use sgd, momentum, adam or adamw")),
+            _ => Err(format!(
+                "unknown optimizer `{s}`: use sgd, momentum, adam or adamw"
+            )),
         }
     }
 }
@@ -59,12 +61,24 @@ impl OptState {
             OptimizerKind::Momentum => (n, 0),
             OptimizerKind::Adam | OptimizerKind::AdamW => (n, n),
         };
-        OptState { t: 0, m: vec![0.0; m], v: vec![0.0; v] }
+        OptState {
+            t: 0,
+            m: vec![0.0; m],
+            v: vec![0.0; v],
+        }
     }
 }
 
 /// One update: params -= lr * direction(scale * grads).
-pub fn step(kind: OptimizerKind, params: &mut [f32], grads: &[f32], st: &mut OptState, lr: f32, wd: f32, scale: f32) {
+pub fn step(
+    kind: OptimizerKind,
+    params: &mut [f32],
+    grads: &[f32],
+    st: &mut OptState,
+    lr: f32,
+    wd: f32,
+    scale: f32,
+) {
     let grads = &grads[..params.len()];
     st.t += 1;
     match kind {
@@ -89,7 +103,12 @@ pub fn step(kind: OptimizerKind, params: &mut [f32], grads: &[f32], st: &mut Opt
             let bc2 = 1.0 - BETA2.powi(t);
             let step_size = lr / bc1;
             let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
-            for (((p, g), m), v) in params.iter_mut().zip(grads).zip(st.m.iter_mut()).zip(st.v.iter_mut()) {
+            for (((p, g), m), v) in params
+                .iter_mut()
+                .zip(grads)
+                .zip(st.m.iter_mut())
+                .zip(st.v.iter_mut())
+            {
                 let mut g = g * scale;
                 if decoupled {
                     *p -= lr * wd * *p;
@@ -110,7 +129,12 @@ mod tests {
 
     #[test]
     fn every_optimizer_minimises_a_quadratic() {
-        for kind in [OptimizerKind::Sgd, OptimizerKind::Momentum, OptimizerKind::Adam, OptimizerKind::AdamW] {
+        for kind in [
+            OptimizerKind::Sgd,
+            OptimizerKind::Momentum,
+            OptimizerKind::Adam,
+            OptimizerKind::AdamW,
+        ] {
             let mut p = vec![3.0f32, -2.0];
             let mut st = OptState::new(kind, 2);
             for _ in 0..500 {
@@ -125,13 +149,30 @@ mod tests {
     fn adam_first_step_moves_by_lr_in_the_gradient_sign() {
         let mut p = vec![1.0f32, 1.0];
         let mut st = OptState::new(OptimizerKind::Adam, 2);
-        step(OptimizerKind::Adam, &mut p, &[4.0, -0.5], &mut st, 0.1, 0.0, 0.5);
-        assert!((p[0] - 0.9).abs() < 1e-5 && (p[1] - 1.1).abs() < 1e-5, "{p:?}");
+        step(
+            OptimizerKind::Adam,
+            &mut p,
+            &[4.0, -0.5],
+            &mut st,
+            0.1,
+            0.0,
+            0.5,
+        );
+        assert!(
+            (p[0] - 0.9).abs() < 1e-5 && (p[1] - 1.1).abs() < 1e-5,
+            "{p:?}"
+        );
     }
 
     #[test]
     fn parses_names() {
-        assert_eq!("AdamW".parse::<OptimizerKind>().unwrap(), OptimizerKind::AdamW);
-        assert!("lion".parse::<OptimizerKind>().unwrap_err().contains("sgd, momentum, adam or adamw"));
+        assert_eq!(
+            "AdamW".parse::<OptimizerKind>().unwrap(),
+            OptimizerKind::AdamW
+        );
+        assert!("lion"
+            .parse::<OptimizerKind>()
+            .unwrap_err()
+            .contains("sgd, momentum, adam or adamw"));
     }
 }

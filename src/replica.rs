@@ -25,7 +25,10 @@ pub trait Replica {
     /// Zeroes the gradients, then forward + backward over every micro-batch (accumulating).
     fn compute_grads(&mut self, micro: &[MicroBatch]);
     /// Sums gradients (and batch metrics) across ranks.
-    fn all_reduce_grads(&mut self, coll: &mut dyn Collective) -> Result<ReduceTiming, CollectiveError>;
+    fn all_reduce_grads(
+        &mut self,
+        coll: &mut dyn Collective,
+    ) -> Result<ReduceTiming, CollectiveError>;
     /// Metrics of the last batch; global once `all_reduce_grads` has run.
     fn batch_metrics(&self) -> BatchMetrics;
     /// Optimizer step with the mean gradient (sum / global sample count).
@@ -54,11 +57,24 @@ pub struct CpuReplica {
 
 impl CpuReplica {
     /// Must be called on the thread that will train (it sets that thread's FPU mode).
-    pub fn new(model: Mlp, kind: OptimizerKind, weight_decay: f32, state: TrainState) -> CpuReplica {
+    pub fn new(
+        model: Mlp,
+        kind: OptimizerKind,
+        weight_decay: f32,
+        state: TrainState,
+    ) -> CpuReplica {
         flush_denormals_on_this_thread();
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
-        CpuReplica { model, kind, weight_decay, params: state.params, grads: vec![0.0; n + AUX], opt: state.opt, ws: Workspace::default() }
+        CpuReplica {
+            model,
+            kind,
+            weight_decay,
+            params: state.params,
+            grads: vec![0.0; n + AUX],
+            opt: state.opt,
+            ws: Workspace::default(),
+        }
     }
 }
 
@@ -68,7 +84,8 @@ impl CpuReplica {
 /// `set_flush_denormal(True)` and most training stacks do. It is per thread and deterministic.
 fn flush_denormals_on_this_thread() {
     #[cfg(target_arch = "x86_64")]
-    #[allow(deprecated)] // _mm_setcsr is the documented way; it is only deprecated in favour of asm
+    #[allow(deprecated)]
+    // _mm_setcsr is the documented way; it is only deprecated in favour of asm
     // SAFETY: sets the FTZ (bit 15) and DAZ (bit 6) bits of this thread's MXCSR; every x86_64 CPU
     // with SSE2 (all of them) supports both, and no other state is changed.
     unsafe {
@@ -83,7 +100,14 @@ impl Replica for CpuReplica {
         let n = self.model.n_params;
         let (mut loss, mut correct, mut samples) = (0.0f64, 0usize, 0usize);
         for mb in micro {
-            let (l, c) = self.model.forward_backward(&self.params, &mut self.grads[..n], &mut self.ws, &mb.x, &mb.y, mb.n);
+            let (l, c) = self.model.forward_backward(
+                &self.params,
+                &mut self.grads[..n],
+                &mut self.ws,
+                &mb.x,
+                &mb.y,
+                mb.n,
+            );
             loss += l;
             correct += c;
             samples += mb.n;
@@ -91,18 +115,33 @@ impl Replica for CpuReplica {
         self.grads[n..].copy_from_slice(&[loss as f32, correct as f32, samples as f32]);
     }
 
-    fn all_reduce_grads(&mut self, coll: &mut dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+    fn all_reduce_grads(
+        &mut self,
+        coll: &mut dyn Collective,
+    ) -> Result<ReduceTiming, CollectiveError> {
         coll.all_reduce_sum(&mut self.grads)
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
         let a = &self.grads[self.model.n_params..];
-        BatchMetrics { loss_sum: a[0] as f64, correct: a[1] as f64, samples: a[2] as f64 }
+        BatchMetrics {
+            loss_sum: a[0] as f64,
+            correct: a[1] as f64,
+            samples: a[2] as f64,
+        }
     }
 
     fn apply_update(&mut self, lr: f32) {
         let samples = self.batch_metrics().samples.max(1.0);
-        optim::step(self.kind, &mut self.params, &self.grads, &mut self.opt, lr, self.weight_decay, (1.0 / samples) as f32);
+        optim::step(
+            self.kind,
+            &mut self.params,
+            &self.grads,
+            &mut self.opt,
+            lr,
+            self.weight_decay,
+            (1.0 / samples) as f32,
+        );
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
@@ -110,7 +149,13 @@ impl Replica for CpuReplica {
         let (mut loss, mut correct) = (0.0, 0);
         for start in (0..n).step_by(EVAL_CHUNK) {
             let b = EVAL_CHUNK.min(n - start);
-            let (l, c) = self.model.evaluate(&self.params, &mut self.ws, &x[start * d..(start + b) * d], &y[start..start + b], b);
+            let (l, c) = self.model.evaluate(
+                &self.params,
+                &mut self.ws,
+                &x[start * d..(start + b) * d],
+                &y[start..start + b],
+                b,
+            );
             loss += l;
             correct += c;
         }
@@ -118,7 +163,10 @@ impl Replica for CpuReplica {
     }
 
     fn export(&self) -> TrainState {
-        TrainState { params: self.params.clone(), opt: self.opt.clone() }
+        TrainState {
+            params: self.params.clone(),
+            opt: self.opt.clone(),
+        }
     }
 
     fn import(&mut self, state: &TrainState) {

@@ -20,7 +20,9 @@ impl FromStr for Schedule {
             "constant" => Ok(Self::Constant),
             "cosine" => Ok(Self::Cosine),
             "step" => Ok(Self::Step),
-            _ => Err(format!("unknown schedule `{s}`: use constant, cosine or step")),
+            _ => Err(format!(
+                "unknown schedule `{s}`: use constant, cosine or step"
+            )),
         }
     }
 }
@@ -52,7 +54,11 @@ pub fn lr_at(schedule: Schedule, base: f32, warmup: u64, step: u64, progress: f6
             }
         }
     };
-    let ramp = if warmup > 0 && step < warmup { (step + 1) as f64 / warmup as f64 } else { 1.0 };
+    let ramp = if warmup > 0 && step < warmup {
+        (step + 1) as f64 / warmup as f64
+    } else {
+        1.0
+    };
     (base as f64 * decay * ramp) as f32
 }
 
@@ -84,7 +90,9 @@ impl FromStr for LrScaling {
             "linear" => Ok(Self::Linear),
             "sqrt" => Ok(Self::Sqrt),
             "none" => Ok(Self::None),
-            _ => Err(format!("unknown LR scaling `{s}`: use linear, sqrt or none")),
+            _ => Err(format!(
+                "unknown LR scaling `{s}`: use linear, sqrt or none"
+            )),
         }
     }
 }

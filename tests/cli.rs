@@ -9,27 +9,65 @@ fn bin() -> Command {
 }
 
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    bin().current_dir(dir).args(args).output().expect("binary runs")
+    bin()
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("binary runs")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
 fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run_in(dir.path(), &["--headless", "--devices", "cpu:2", "--epochs", "3", "--log-every", "10", "--metrics-out", "run.jsonl"]);
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--epochs",
+            "3",
+            "--log-every",
+            "10",
+            "--metrics-out",
+            "run.jsonl",
+        ],
+    );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(!out.contains('\r') && !out.contains('\x1b'), "escape codes in log: {out}");
+    assert!(
+        !out.contains('\r') && !out.contains('\x1b'),
+        "escape codes in log: {out}"
+    );
     assert!(out.contains("batch 32x2=64"), "{out}");
-    assert!(out.contains("epoch 3/3 done") && out.contains("val loss") && out.contains("samples/s"), "{out}");
-    assert!(out.contains("scaled x*1/16"), "normalisation is stated: {out}");
-    assert!(dir.path().join("checkpoints/step-00000069/state.json").is_file(), "{out}");
+    assert!(
+        out.contains("epoch 3/3 done") && out.contains("val loss") && out.contains("samples/s"),
+        "{out}"
+    );
+    assert!(
+        out.contains("scaled x*1/16"),
+        "normalisation is stated: {out}"
+    );
+    assert!(
+        dir.path()
+            .join("checkpoints/step-00000069/state.json")
+            .is_file(),
+        "{out}"
+    );
 
     let jsonl = std::fs::read_to_string(dir.path().join("run.jsonl")).unwrap();
-    let lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).expect("every line is JSON")).collect();
+    let lines: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
     assert_eq!(lines[0]["type"], "run");
     assert_eq!(lines[0]["schema"], "mgtop.metrics/1");
     assert_eq!(lines[0]["ranks"], 2);
@@ -42,7 +80,14 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
         assert_eq!(ranks.len(), 2);
         for (i, r) in ranks.iter().enumerate() {
             assert_eq!(r["rank"], i);
-            for k in ["step_ms", "data_wait_ms", "compute_ms", "comm_ms", "sync_wait_ms", "optimizer_ms"] {
+            for k in [
+                "step_ms",
+                "data_wait_ms",
+                "compute_ms",
+                "comm_ms",
+                "sync_wait_ms",
+                "optimizer_ms",
+            ] {
                 assert!(r[k].as_f64().unwrap() >= 0.0, "{k} in {r}");
             }
         }
@@ -50,7 +95,9 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
     let epochs: Vec<_> = lines.iter().filter(|l| l["type"] == "epoch").collect();
     assert_eq!(epochs.len(), 3);
     assert!(epochs[2]["val_accuracy"].as_f64().unwrap() > 0.5);
-    assert!(lines.iter().any(|l| l["type"] == "event" && l["kind"] == "checkpoint"));
+    assert!(lines
+        .iter()
+        .any(|l| l["type"] == "event" && l["kind"] == "checkpoint"));
     assert_eq!(lines.last().unwrap()["type"], "end");
     assert_eq!(lines.last().unwrap()["status"], "completed");
 }
@@ -63,18 +110,35 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
     std::fs::write(d.join("ragged.csv"), "1,2,0\n3,4,1\n5,1\n").unwrap();
     std::fs::write(d.join("labels.csv"), "1,2,0\n3,4,-3\n").unwrap();
     std::fs::write(d.join("words.csv"), "1,2,0\n3,abc,1\n").unwrap();
-    std::fs::write(d.join("trunc-images"), [0u8, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3]).unwrap();
-    std::fs::write(d.join("labels-idx"), [0u8, 0, 8, 1, 0, 0, 0, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]).unwrap();
+    std::fs::write(
+        d.join("trunc-images"),
+        [0u8, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3],
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("labels-idx"),
+        [0u8, 0, 8, 1, 0, 0, 0, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    )
+    .unwrap();
     let cases: &[(&[&str], &[&str])] = &[
         (&["--optimizer", "lion"], &["--optimizer", "adamw"]),
-        (&["--batch-per-replica", "0"], &["--batch-per-replica 0", "1..="]),
+        (
+            &["--batch-per-replica", "0"],
+            &["--batch-per-replica 0", "1..="],
+        ),
         (&["--devices", "0,1"], &["0,1", "no GPU", "cpu:N"]),
         (&["--devices", "cpu:0"], &["1..256"]),
         (&["--data", "csv:missing.csv"], &["missing.csv", "--data"]),
-        (&["--data", "csv:ragged.csv"], &["ragged.csv", "line 3 has 2 fields"]),
+        (
+            &["--data", "csv:ragged.csv"],
+            &["ragged.csv", "line 3 has 2 fields"],
+        ),
         (&["--data", "csv:labels.csv"], &["line 2", "label `-3`"]),
         (&["--data", "csv:words.csv"], &["line 2, column 1", "abc"]),
-        (&["--data", "idx:trunc-images,labels-idx"], &["trunc-images", "10x2x2 = 40 bytes", "3 follow"]),
+        (
+            &["--data", "idx:trunc-images,labels-idx"],
+            &["trunc-images", "10x2x2 = 40 bytes", "3 follow"],
+        ),
         (&["--resume", "nowhere"], &["no checkpoint at nowhere"]),
         (&["--model", "mlp:abc"], &["--model", "abc"]),
         (&["--frobnicate"], &["--frobnicate"]),
@@ -85,7 +149,11 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         a.extend_from_slice(args);
         let o = run_in(d, &a);
         let out = text(&o);
-        assert_eq!(o.status.code(), Some(1), "{args:?} should fail with 1: {out}");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{args:?} should fail with 1: {out}"
+        );
         for n in *needles {
             assert!(out.contains(n), "{args:?}: `{n}` missing from: {out}");
         }
@@ -98,24 +166,59 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
 fn checkpoint_of_another_model_is_refused_and_kept() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    assert!(run_in(d, &["--headless", "--steps", "5", "--devices", "cpu:1"]).status.success());
+    assert!(
+        run_in(d, &["--headless", "--steps", "5", "--devices", "cpu:1"])
+            .status
+            .success()
+    );
     let state = d.join("checkpoints/step-00000005/state.json");
     let before = std::fs::read(&state).unwrap();
-    let o = run_in(d, &["--headless", "--steps", "10", "--model", "mlp:64", "--resume", "checkpoints"]);
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--steps",
+            "10",
+            "--model",
+            "mlp:64",
+            "--resume",
+            "checkpoints",
+        ],
+    );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1));
-    assert!(out.contains("64-128-10") && out.contains("64-64-10") && out.contains("--model"), "{out}");
+    assert!(
+        out.contains("64-128-10") && out.contains("64-64-10") && out.contains("--model"),
+        "{out}"
+    );
     assert_eq!(std::fs::read(&state).unwrap(), before);
 }
 
 #[test]
 fn divergence_and_worker_panics_exit_1_naming_the_step() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run_in(dir.path(), &["--headless", "--optimizer", "sgd", "--lr", "1e30", "--devices", "cpu:2"]);
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1e30",
+            "--devices",
+            "cpu:2",
+        ],
+    );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("not finite at step") && out.contains("--lr"), "{out}");
-    let o = run_in(dir.path(), &["--headless", "--devices", "cpu:3", "--inject-panic", "2:4"]);
+    assert!(
+        out.contains("not finite at step") && out.contains("--lr"),
+        "{out}"
+    );
+    let o = run_in(
+        dir.path(),
+        &["--headless", "--devices", "cpu:3", "--inject-panic", "2:4"],
+    );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("rank 2 panicked at step 4"), "{out}");
@@ -126,7 +229,17 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = bin()
         .current_dir(dir.path())
-        .args(["--headless", "--devices", "cpu:2", "--data", "synthetic:20000,64,10", "--steps", "100000000", "--log-every", "100"])
+        .args([
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--data",
+            "synthetic:20000,64,10",
+            "--steps",
+            "100000000",
+            "--log-every",
+            "100",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -140,11 +253,20 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
         }
     }
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{rest:?}");
-    let resume = rest.iter().find(|l| l.starts_with("resume with: --resume ")).expect("says where the checkpoint is");
-    let path = dir.path().join(resume.trim_start_matches("resume with: --resume "));
+    let resume = rest
+        .iter()
+        .find(|l| l.starts_with("resume with: --resume "))
+        .expect("says where the checkpoint is");
+    let path = dir
+        .path()
+        .join(resume.trim_start_matches("resume with: --resume "));
     assert!(path.join("model.safetensors").is_file(), "{path:?}");
 }

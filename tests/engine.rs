@@ -14,9 +14,15 @@ use mgtop::optim::OptimizerKind;
 fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
     RunConfig {
         devices: DeviceSpec::Cpu(ranks),
-        model: ModelSpec { hidden: vec![16, 8] },
+        model: ModelSpec {
+            hidden: vec![16, 8],
+        },
         // 301 training samples: epochs end with a short global batch
-        data: DataSpec::Synthetic { n: 301, d: 12, c: 4 },
+        data: DataSpec::Synthetic {
+            n: 301,
+            d: 12,
+            c: 4,
+        },
         val_fraction: 0.0,
         budget: Budget::Steps(steps),
         batch_per_replica: per_replica,
@@ -27,8 +33,16 @@ fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig
 }
 
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
-    let scale = b.iter().map(|x| x.abs() as f64).fold(0.0, f64::max).max(1e-12);
-    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).fold(0.0, f64::max) / scale
+    let scale = b
+        .iter()
+        .map(|x| x.abs() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+        / scale
 }
 
 fn run(cfg: RunConfig) -> RunResult {
@@ -45,14 +59,25 @@ fn n_ranks_equal_one_rank_with_the_global_batch() {
                 let mut multi = small(n, b, 50, dir.path());
                 multi.grad_accum = accum;
                 multi.optimizer = optimizer;
-                multi.lr = if optimizer == OptimizerKind::Sgd { 0.1 } else { 1e-3 };
+                multi.lr = if optimizer == OptimizerKind::Sgd {
+                    0.1
+                } else {
+                    1e-3
+                };
                 let mut single = multi.clone();
                 single.devices = DeviceSpec::Cpu(1);
                 single.batch_per_replica = n * b;
                 let (m, s) = (run(multi), run(single));
                 let d = max_rel_diff(&m.state.params, &s.state.params);
-                assert!(d <= 1e-5, "{optimizer} accum={accum} n={n}: weights differ by {d:e}");
-                assert!(m.losses.iter().zip(&s.losses).all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0)));
+                assert!(
+                    d <= 1e-5,
+                    "{optimizer} accum={accum} n={n}: weights differ by {d:e}"
+                );
+                assert!(m
+                    .losses
+                    .iter()
+                    .zip(&s.losses)
+                    .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0)));
             }
         }
     }
@@ -79,7 +104,10 @@ fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
     let mut first = small(2, 8, k, dir.path());
     first.final_checkpoint = true;
     let half = run(first);
-    let ckpt = half.last_checkpoint.clone().expect("final checkpoint written");
+    let ckpt = half
+        .last_checkpoint
+        .clone()
+        .expect("final checkpoint written");
     assert!(ckpt.ends_with(format!("step-{k:08}")));
     let mut second = small(2, 8, 2 * k, dir.path());
     second.resume = Some(dir.path().to_path_buf()); // the newest checkpoint inside
@@ -97,14 +125,21 @@ fn resume_rejects_a_checkpoint_of_another_model() {
     run(cfg.clone());
     cfg.model = ModelSpec { hidden: vec![32] };
     cfg.resume = Some(dir.path().to_path_buf());
-    let e = Engine::start(cfg).err().expect("shape mismatch is an error").to_string();
+    let e = Engine::start(cfg)
+        .err()
+        .expect("shape mismatch is an error")
+        .to_string();
     assert!(e.contains("12-16-8-4") && e.contains("12-32-4"), "{e}");
 }
 
 #[test]
 fn defaults_learn_the_digits() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = RunConfig { checkpoint_dir: dir.path().into(), final_checkpoint: false, ..RunConfig::default() };
+    let cfg = RunConfig {
+        checkpoint_dir: dir.path().into(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    };
     let r = run(cfg);
     let acc = r.best_val_accuracy.expect("validation ran");
     assert!(acc >= 0.95, "validation accuracy {acc}");
@@ -121,10 +156,15 @@ fn a_diverging_run_stops_every_rank_and_names_the_step() {
     cfg.lr = 1e30;
     cfg.checkpoint_every = Some(1);
     match Engine::run(cfg) {
-        Err(EngineError::NonFinite { step, checkpoint, .. }) => {
+        Err(EngineError::NonFinite {
+            step, checkpoint, ..
+        }) => {
             assert!(step > 1 && step < 500);
             let ckpt = checkpoint.expect("a checkpoint was kept");
-            assert!(ckpt.ends_with(format!("step-{:08}", step - 1)), "{ckpt:?} vs step {step}");
+            assert!(
+                ckpt.ends_with(format!("step-{:08}", step - 1)),
+                "{ckpt:?} vs step {step}"
+            );
         }
         other => panic!("expected a non-finite loss error, got {other:?}"),
     }
@@ -136,7 +176,11 @@ fn a_panicking_worker_stops_the_others_without_deadlock() {
     let mut cfg = small(3, 8, 1_000_000, dir.path());
     cfg.inject_panic = Some((1, 7));
     match Engine::run(cfg) {
-        Err(EngineError::WorkerPanic { rank: 1, step: 7, message }) => assert!(message.contains("injected")),
+        Err(EngineError::WorkerPanic {
+            rank: 1,
+            step: 7,
+            message,
+        }) => assert!(message.contains("injected")),
         other => panic!("expected rank 1's panic, got {other:?}"),
     }
 }
@@ -145,28 +189,69 @@ fn a_panicking_worker_stops_the_others_without_deadlock() {
 fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 4, 1_000_000, dir.path());
-    cfg.data = DataSpec::Synthetic { n: 4800, d: 12, c: 4 };
+    cfg.data = DataSpec::Synthetic {
+        n: 4800,
+        d: 12,
+        c: 4,
+    };
     let engine = Engine::start(cfg).unwrap();
     let ctl = engine.controller();
     ctl.pause().unwrap();
     let events = engine.events().clone();
     let wait_for = |pred: &dyn Fn(&Event) -> bool| loop {
-        let e = events.recv_timeout(Duration::from_secs(20)).expect("event arrives");
+        let e = events
+            .recv_timeout(Duration::from_secs(20))
+            .expect("event arrives");
         if pred(&e) {
             return e;
         }
     };
-    let paused = wait_for(&|e| matches!(e, Event::Control { applied: Applied::Paused, .. }));
-    let Event::Control { step: paused_at, .. } = paused else { unreachable!() };
+    let paused = wait_for(&|e| {
+        matches!(
+            e,
+            Event::Control {
+                applied: Applied::Paused,
+                ..
+            }
+        )
+    });
+    let Event::Control {
+        step: paused_at, ..
+    } = paused
+    else {
+        unreachable!()
+    };
     // nothing moves while paused
     std::thread::sleep(Duration::from_millis(100));
     let before = engine.steps().try_iter().map(|s| s.step).max().unwrap_or(0);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(engine.steps().try_iter().all(|s| s.step <= before.max(paused_at)));
+    assert!(engine
+        .steps()
+        .try_iter()
+        .all(|s| s.step <= before.max(paused_at)));
     ctl.set_batch_per_replica(16).unwrap();
     ctl.resume().unwrap();
-    let applied = wait_for(&|e| matches!(e, Event::Control { applied: Applied::BatchSize { .. }, .. }));
-    let Event::Control { step: at, applied: Applied::BatchSize { from: 4, to: 16, lr } } = applied else { panic!("{applied:?}") };
+    let applied = wait_for(&|e| {
+        matches!(
+            e,
+            Event::Control {
+                applied: Applied::BatchSize { .. },
+                ..
+            }
+        )
+    });
+    let Event::Control {
+        step: at,
+        applied:
+            Applied::BatchSize {
+                from: 4,
+                to: 16,
+                lr,
+            },
+    } = applied
+    else {
+        panic!("{applied:?}")
+    };
     assert!((lr - 4e-3).abs() < 1e-6, "linear LR scaling: {lr}");
     std::thread::sleep(Duration::from_millis(200));
     ctl.stop(true).unwrap();
@@ -175,11 +260,21 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     assert!(r.stopped && r.last_checkpoint.is_some());
     let stats: Vec<_> = steps.try_iter().collect();
     let stats_full_after_change = stats.iter().any(|s| s.step > at && s.global_samples == 48);
-    assert!(stats.iter().any(|s| s.step > at + 1), "training went on after the change");
+    assert!(
+        stats.iter().any(|s| s.step > at + 1),
+        "training went on after the change"
+    );
     for s in stats {
         let expect = if s.step <= at { 4 } else { 16 };
-        assert_eq!(s.per_replica, expect, "rank {} at step {} (change at {at})", s.rank, s.step);
+        assert_eq!(
+            s.per_replica, expect,
+            "rank {} at step {} (change at {at})",
+            s.rank, s.step
+        );
         assert!(s.samples <= expect && s.global_samples <= 3 * expect);
     }
-    assert!(stats_full_after_change, "no full 3x16 batch after the change");
+    assert!(
+        stats_full_after_change,
+        "no full 3x16 batch after the change"
+    );
 }

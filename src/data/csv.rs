@@ -19,7 +19,9 @@ impl FromStr for LabelColumn {
         match s {
             "first" => Ok(Self::First),
             "last" => Ok(Self::Last),
-            _ => s.parse().map(Self::Index).map_err(|_| format!("label column `{s}` must be first, last or a 0-based column number")),
+            _ => s.parse().map(Self::Index).map_err(|_| {
+                format!("label column `{s}` must be first, last or a 0-based column number")
+            }),
         }
     }
 }
@@ -50,13 +52,20 @@ pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Data
             return Err(format!("line {lineno} has {} fields but earlier lines have {w}; every row needs the same number of columns", fields.len()));
         }
         if w < 2 {
-            return Err(format!("line {lineno} has {w} field; a row needs at least one feature and a label"));
+            return Err(format!(
+                "line {lineno} has {w} field; a row needs at least one feature and a label"
+            ));
         }
         let lc = match label {
             LabelColumn::First => 0,
             LabelColumn::Last => w - 1,
             LabelColumn::Index(c) if c < w => c,
-            LabelColumn::Index(c) => return Err(format!("label column {c} does not exist: rows have {w} columns (0..{})", w - 1)),
+            LabelColumn::Index(c) => {
+                return Err(format!(
+                    "label column {c} does not exist: rows have {w} columns (0..{})",
+                    w - 1
+                ))
+            }
         };
         for (j, f) in fields.iter().enumerate() {
             if j == lc {
@@ -70,7 +79,9 @@ pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Data
                     .parse()
                     .map_err(|_| format!("line {lineno}, column {j}: `{f}` is not a number (if line 1 is a header, add ,header to --data)"))?;
                 if !v.is_finite() {
-                    return Err(format!("line {lineno}, column {j}: `{f}` is not a finite number"));
+                    return Err(format!(
+                        "line {lineno}, column {j}: `{f}` is not a finite number"
+                    ));
                 }
                 x.push(v);
             }
@@ -90,7 +101,10 @@ mod tests {
     #[test]
     fn parses_label_columns_and_header() {
         let d = parse("a,b,c\n1,2,0\n3,4,1\n", LabelColumn::Last, true).unwrap();
-        assert_eq!((d.features, d.classes, d.x.clone(), d.y.clone()), (2, 2, vec![1.0, 2.0, 3.0, 4.0], vec![0, 1]));
+        assert_eq!(
+            (d.features, d.classes, d.x.clone(), d.y.clone()),
+            (2, 2, vec![1.0, 2.0, 3.0, 4.0], vec![0, 1])
+        );
         let d = parse("2,1.5,7\n0,2.5,8\n", LabelColumn::First, false).unwrap();
         assert_eq!((d.y.clone(), d.classes), (vec![2, 0], 3));
         let d = parse("1.5,2,7\n2.5,0,8\n", LabelColumn::Index(1), false).unwrap();
@@ -102,7 +116,10 @@ mod tests {
         let e = parse("1,2,0\n3,4\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("line 2 has 2 fields"), "{e}");
         let e = parse("x,y,label\n1,2,0\n", LabelColumn::Last, false).unwrap_err();
-        assert!(e.contains("line 1, column 0") && e.contains(",header"), "{e}");
+        assert!(
+            e.contains("line 1, column 0") && e.contains(",header"),
+            "{e}"
+        );
         let e = parse("1,2,-1\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("label `-1`"), "{e}");
         let e = parse("1,2,0.5\n", LabelColumn::Last, false).unwrap_err();

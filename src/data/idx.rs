@@ -16,13 +16,21 @@ struct Idx {
 }
 
 fn read(path: &Path) -> Result<Idx, DataError> {
-    let io = |source| DataError::Io { path: path.to_path_buf(), source };
+    let io = |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let raw = std::fs::read(path).map_err(io)?;
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&raw[..])
             .read_to_end(&mut out)
-            .map_err(|e| fmt_err(path, format!("gzip data is corrupt ({e}); download the file again")))?;
+            .map_err(|e| {
+                fmt_err(
+                    path,
+                    format!("gzip data is corrupt ({e}); download the file again"),
+                )
+            })?;
         out
     } else {
         raw
@@ -31,12 +39,18 @@ fn read(path: &Path) -> Result<Idx, DataError> {
 }
 
 fn fmt_err(path: &Path, msg: String) -> DataError {
-    DataError::Format { path: PathBuf::from(path), msg }
+    DataError::Format {
+        path: PathBuf::from(path),
+        msg,
+    }
 }
 
 fn parse(bytes: &[u8]) -> Result<Idx, String> {
     if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 {
-        return Err("not an IDX file: the first two bytes must be 0 (is it an MNIST idx1/idx3 file?)".into());
+        return Err(
+            "not an IDX file: the first two bytes must be 0 (is it an MNIST idx1/idx3 file?)"
+                .into(),
+        );
     }
     let kind = bytes[2];
     if kind != UBYTE && kind != FLOAT {
@@ -45,9 +59,14 @@ fn parse(bytes: &[u8]) -> Result<Idx, String> {
     let ndims = bytes[3] as usize;
     let header = 4 + 4 * ndims;
     if ndims == 0 || bytes.len() < header {
-        return Err(format!("header says {ndims} dimensions but the file ends at byte {}", bytes.len()));
+        return Err(format!(
+            "header says {ndims} dimensions but the file ends at byte {}",
+            bytes.len()
+        ));
     }
-    let dims: Vec<usize> = (0..ndims).map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize).collect();
+    let dims: Vec<usize> = (0..ndims)
+        .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize)
+        .collect();
     let elem = if kind == UBYTE { 1 } else { 4 };
     let want = dims.iter().product::<usize>() * elem;
     let have = bytes.len() - header;
@@ -58,7 +77,11 @@ fn parse(bytes: &[u8]) -> Result<Idx, String> {
             dims_txt.join("x")
         ));
     }
-    Ok(Idx { kind, dims, data: bytes[header..].to_vec() })
+    Ok(Idx {
+        kind,
+        dims,
+        data: bytes[header..].to_vec(),
+    })
 }
 
 /// Loads an images file and a labels file; u8 images are scaled by 1/255.
@@ -70,13 +93,29 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
     }
     let n = im.dims[0];
     if n != lb.dims[0] {
-        return Err(fmt_err(labels, format!("{} labels but {} has {n} images; pass matching files", lb.dims[0], images.display())));
+        return Err(fmt_err(
+            labels,
+            format!(
+                "{} labels but {} has {n} images; pass matching files",
+                lb.dims[0],
+                images.display()
+            ),
+        ));
     }
     let features: usize = im.dims[1..].iter().product();
     let (x, norm) = if im.kind == UBYTE {
-        (im.data.iter().map(|&b| b as f32).collect(), Normalisation::Scale(1.0 / 255.0))
+        (
+            im.data.iter().map(|&b| b as f32).collect(),
+            Normalisation::Scale(1.0 / 255.0),
+        )
     } else {
-        (im.data.chunks_exact(4).map(|c| f32::from_be_bytes(c.try_into().unwrap())).collect(), Normalisation::None)
+        (
+            im.data
+                .chunks_exact(4)
+                .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
+                .collect(),
+            Normalisation::None,
+        )
     };
     let y = lb.data.iter().map(|&b| b as u32).collect();
     let ds = finish(features.max(1), x, y).map_err(|m| fmt_err(labels, m))?;
@@ -114,7 +153,8 @@ mod tests {
         let imgs = dir.path().join("img.gz");
         let labs = dir.path().join("lab");
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut enc, &idx_bytes(UBYTE, &[3, 2], &[0, 255, 51, 0, 0, 0])).unwrap();
+        std::io::Write::write_all(&mut enc, &idx_bytes(UBYTE, &[3, 2], &[0, 255, 51, 0, 0, 0]))
+            .unwrap();
         std::fs::write(&imgs, enc.finish().unwrap()).unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[3], &[1, 0, 2])).unwrap();
         let (ds, norm) = load(&imgs, &labs).unwrap();

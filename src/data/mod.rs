@@ -40,7 +40,12 @@ impl Dataset {
         for &i in idx {
             x.extend_from_slice(self.row(i));
         }
-        Dataset { features: self.features, classes: self.classes, x, y: idx.iter().map(|&i| self.y[i]).collect() }
+        Dataset {
+            features: self.features,
+            classes: self.classes,
+            x,
+            y: idx.iter().map(|&i| self.y[i]).collect(),
+        }
     }
 
     /// Seeded split: `val_fraction` of the samples (rounded) go to validation.
@@ -67,12 +72,24 @@ pub enum Normalisation {
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataSpec {
     Digits,
-    Csv { path: PathBuf, label: LabelColumn, header: bool },
-    Idx { images: PathBuf, labels: PathBuf },
-    Synthetic { n: usize, d: usize, c: usize },
+    Csv {
+        path: PathBuf,
+        label: LabelColumn,
+        header: bool,
+    },
+    Idx {
+        images: PathBuf,
+        labels: PathBuf,
+    },
+    Synthetic {
+        n: usize,
+        d: usize,
+        c: usize,
+    },
 }
 
-const DATA_HELP: &str = "use digits, csv:PATH[,label=last|first|N][,header], idx:IMAGES,LABELS or synthetic:N,D,C";
+const DATA_HELP: &str =
+    "use digits, csv:PATH[,label=last|first|N][,header], idx:IMAGES,LABELS or synthetic:N,D,C";
 
 impl FromStr for DataSpec {
     type Err = String;
@@ -113,10 +130,21 @@ impl fmt::Display for DataSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DataSpec::Digits => f.write_str("digits"),
-            DataSpec::Csv { path, label, header } => {
-                write!(f, "csv:{},label={label}{}", path.display(), if *header { ",header" } else { "" })
+            DataSpec::Csv {
+                path,
+                label,
+                header,
+            } => {
+                write!(
+                    f,
+                    "csv:{},label={label}{}",
+                    path.display(),
+                    if *header { ",header" } else { "" }
+                )
             }
-            DataSpec::Idx { images, labels } => write!(f, "idx:{},{}", images.display(), labels.display()),
+            DataSpec::Idx { images, labels } => {
+                write!(f, "idx:{},{}", images.display(), labels.display())
+            }
             DataSpec::Synthetic { n, d, c } => write!(f, "synthetic:{n},{d},{c}"),
         }
     }
@@ -125,7 +153,10 @@ impl fmt::Display for DataSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("cannot read {path}: {source}; check the path given to --data")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {msg}")]
     Format { path: PathBuf, msg: String },
 }
@@ -144,19 +175,46 @@ const DIGITS_CSV: &str = include_str!("../../data/digits.csv");
 pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData, DataError> {
     let (full, norm, what) = match spec {
         DataSpec::Digits => {
-            let ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| DataError::Format { path: "embedded digits".into(), msg })?;
-            (ds, Normalisation::Scale(1.0 / 16.0), "digits (UCI optical digits, embedded)".to_string())
+            let ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| {
+                DataError::Format {
+                    path: "embedded digits".into(),
+                    msg,
+                }
+            })?;
+            (
+                ds,
+                Normalisation::Scale(1.0 / 16.0),
+                "digits (UCI optical digits, embedded)".to_string(),
+            )
         }
-        DataSpec::Csv { path, label, header } => {
-            let text = std::fs::read_to_string(path).map_err(|source| DataError::Io { path: path.clone(), source })?;
-            let ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format { path: path.clone(), msg })?;
-            (ds, Normalisation::Standardise, format!("csv {}", path.display()))
+        DataSpec::Csv {
+            path,
+            label,
+            header,
+        } => {
+            let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
+                path: path.clone(),
+                msg,
+            })?;
+            (
+                ds,
+                Normalisation::Standardise,
+                format!("csv {}", path.display()),
+            )
         }
         DataSpec::Idx { images, labels } => {
             let (ds, scale) = idx::load(images, labels)?;
             (ds, scale, format!("idx {}", images.display()))
         }
-        DataSpec::Synthetic { n, d, c } => (synthetic::teacher(*n, *d, *c, seed), Normalisation::None, format!("synthetic teacher (seed {seed})")),
+        DataSpec::Synthetic { n, d, c } => (
+            synthetic::teacher(*n, *d, *c, seed),
+            Normalisation::None,
+            format!("synthetic teacher (seed {seed})"),
+        ),
     };
     let (mut train, mut val) = full.split(val_fraction, seed);
     let norm_text = normalise(&mut train, &mut val, &norm);
@@ -168,7 +226,11 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
         train.len(),
         val.len()
     );
-    Ok(LoadedData { train, val, description })
+    Ok(LoadedData {
+        train,
+        val,
+        description,
+    })
 }
 
 fn normalise(train: &mut Dataset, val: &mut Dataset, norm: &Normalisation) -> String {
@@ -225,9 +287,16 @@ fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> 
     }
     let max = *y.iter().max().unwrap_or(&0);
     if max >= 65536 {
-        return Err(format!("label {max} is out of range: labels must be class indices 0..65535"));
+        return Err(format!(
+            "label {max} is out of range: labels must be class indices 0..65535"
+        ));
     }
-    Ok(Dataset { features, classes: (max as usize + 1).max(2), x, y })
+    Ok(Dataset {
+        features,
+        classes: (max as usize + 1).max(2),
+        x,
+        y,
+    })
 }
 
 #[cfg(test)]
@@ -253,19 +322,48 @@ mod tests {
         assert_eq!("digits".parse::<DataSpec>().unwrap(), DataSpec::Digits);
         assert_eq!(
             "csv:a.csv,label=first,header".parse::<DataSpec>().unwrap(),
-            DataSpec::Csv { path: "a.csv".into(), label: LabelColumn::First, header: true }
+            DataSpec::Csv {
+                path: "a.csv".into(),
+                label: LabelColumn::First,
+                header: true
+            }
         );
-        assert_eq!("synthetic:100,5,3".parse::<DataSpec>().unwrap(), DataSpec::Synthetic { n: 100, d: 5, c: 3 });
-        assert!("idx:onlyone".parse::<DataSpec>().unwrap_err().contains("IMAGES,LABELS"));
-        assert!("synthetic:1,2".parse::<DataSpec>().unwrap_err().contains("N,D,C"));
-        assert!("parquet:x".parse::<DataSpec>().unwrap_err().contains("unknown data"));
-        assert!("csv:x.csv,sep=;".parse::<DataSpec>().unwrap_err().contains("sep=;"));
+        assert_eq!(
+            "synthetic:100,5,3".parse::<DataSpec>().unwrap(),
+            DataSpec::Synthetic { n: 100, d: 5, c: 3 }
+        );
+        assert!("idx:onlyone"
+            .parse::<DataSpec>()
+            .unwrap_err()
+            .contains("IMAGES,LABELS"));
+        assert!("synthetic:1,2"
+            .parse::<DataSpec>()
+            .unwrap_err()
+            .contains("N,D,C"));
+        assert!("parquet:x"
+            .parse::<DataSpec>()
+            .unwrap_err()
+            .contains("unknown data"));
+        assert!("csv:x.csv,sep=;"
+            .parse::<DataSpec>()
+            .unwrap_err()
+            .contains("sep=;"));
     }
 
     #[test]
     fn standardise_uses_train_statistics() {
-        let mut train = Dataset { features: 1, classes: 2, x: vec![1.0, 3.0], y: vec![0, 1] };
-        let mut val = Dataset { features: 1, classes: 2, x: vec![5.0], y: vec![0] };
+        let mut train = Dataset {
+            features: 1,
+            classes: 2,
+            x: vec![1.0, 3.0],
+            y: vec![0, 1],
+        };
+        let mut val = Dataset {
+            features: 1,
+            classes: 2,
+            x: vec![5.0],
+            y: vec![0],
+        };
         normalise(&mut train, &mut val, &Normalisation::Standardise);
         assert_eq!(train.x, vec![-1.0, 1.0]);
         assert_eq!(val.x, vec![3.0]);

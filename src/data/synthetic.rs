@@ -14,9 +14,25 @@ pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Dataset {
     sgemm(false, false, n, c, d, 1.0, &centred, &w, 1.0, &mut logits);
     let y = logits
         .chunks_exact(c)
-        .map(|row| row.iter().enumerate().fold((0, f32::NEG_INFINITY), |best, (j, &v)| if v > best.1 { (j, v) } else { best }).0 as u32)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (j, &v)| {
+                    if v > best.1 {
+                        (j, v)
+                    } else {
+                        best
+                    }
+                })
+                .0 as u32
+        })
         .collect();
-    Dataset { features: d, classes: c, x, y }
+    Dataset {
+        features: d,
+        classes: c,
+        x,
+        y,
+    }
 }
 
 #[cfg(test)]

@@ -31,17 +31,28 @@ pub fn available_cores() -> usize {
 /// choice deserves one (fallback to CPU, more workers than cores).
 pub fn resolve_devices(spec: &DeviceSpec) -> Result<(Vec<Device>, Option<String>), DeviceError> {
     let cores = available_cores();
-    let cpus = |n: usize| (0..n).map(|index| Device::Cpu { index }).collect::<Vec<_>>();
+    let cpus = |n: usize| {
+        (0..n)
+            .map(|index| Device::Cpu { index })
+            .collect::<Vec<_>>()
+    };
     match spec {
         DeviceSpec::Auto => {
             let n = cores.max(2);
-            Ok((cpus(n), Some(format!("no GPU backend available: training on {n} CPU workers ({cores} cores)"))))
+            Ok((
+                cpus(n),
+                Some(format!(
+                    "no GPU backend available: training on {n} CPU workers ({cores} cores)"
+                )),
+            ))
         }
         DeviceSpec::Cpu(n) => {
             let note = (*n > cores).then(|| format!("{n} CPU workers share {cores} cores: workers are oversubscribed and will slow each other"));
             Ok((cpus(*n), note))
         }
-        DeviceSpec::Gpus(ids) => Err(DeviceError::NoGpu { requested: DeviceSpec::Gpus(ids.clone()).to_string() }),
+        DeviceSpec::Gpus(ids) => Err(DeviceError::NoGpu {
+            requested: DeviceSpec::Gpus(ids.clone()).to_string(),
+        }),
     }
 }
 
@@ -58,7 +69,9 @@ mod tests {
 
     #[test]
     fn gpu_ids_without_gpus_are_a_clear_error() {
-        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2])).unwrap_err().to_string();
+        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("0,2") && e.contains("cpu:N"), "{e}");
     }
 }

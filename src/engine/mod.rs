@@ -22,7 +22,9 @@ use crate::model::Mlp;
 use crate::optim::OptState;
 use crate::replica::{CpuReplica, TrainState};
 
-pub use devices::{available_cores as devices_available_cores, resolve_devices, Device, DeviceError};
+pub use devices::{
+    available_cores as devices_available_cores, resolve_devices, Device, DeviceError,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -35,9 +37,17 @@ pub enum EngineError {
     #[error("{0}")]
     Config(String),
     #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
-    NonFinite { step: u64, epoch: u64, checkpoint: Option<PathBuf> },
+    NonFinite {
+        step: u64,
+        epoch: u64,
+        checkpoint: Option<PathBuf>,
+    },
     #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
-    WorkerPanic { rank: usize, step: u64, message: String },
+    WorkerPanic {
+        rank: usize,
+        step: u64,
+        message: String,
+    },
     #[error(transparent)]
     Collective(#[from] CollectiveError),
 }
@@ -120,14 +130,26 @@ impl Engine {
             Some(path) => {
                 let dir = checkpoint::resolve(path)?;
                 let (meta, state) = checkpoint::read(&dir, &model, &cfg.optimizer.to_string())?;
-                Start { step: meta.step, cursor: Cursor { epoch: meta.epoch, offset: meta.offset }, per_replica: meta.per_replica, lr: meta.lr, state }
+                Start {
+                    step: meta.step,
+                    cursor: Cursor {
+                        epoch: meta.epoch,
+                        offset: meta.offset,
+                    },
+                    per_replica: meta.per_replica,
+                    lr: meta.lr,
+                    state,
+                }
             }
             None => Start {
                 step: 0,
                 cursor: Cursor::default(),
                 per_replica: cfg.batch_per_replica,
                 lr: cfg.lr,
-                state: TrainState { params: model.init_params(cfg.seed), opt: OptState::new(cfg.optimizer, model.n_params) },
+                state: TrainState {
+                    params: model.init_params(cfg.seed),
+                    opt: OptState::new(cfg.optimizer, model.n_params),
+                },
             },
         };
         if start.cursor.offset >= loaded.train.len().max(1) {
@@ -138,7 +160,10 @@ impl Engine {
             )));
         }
         if loaded.train.is_empty() {
-            return Err(EngineError::Config("the training split is empty: the dataset is too small for a validation split".into()));
+            return Err(EngineError::Config(
+                "the training split is empty: the dataset is too small for a validation split"
+                    .into(),
+            ));
         }
         let info = RunInfo {
             devices,
@@ -153,7 +178,10 @@ impl Engine {
             budget: cfg.budget,
             start_step: start.step,
             start_epoch: start.cursor.epoch,
-            resumed_from: cfg.resume.as_ref().map(|p| checkpoint::resolve(p).unwrap_or_else(|_| p.clone())),
+            resumed_from: cfg
+                .resume
+                .as_ref()
+                .map(|p| checkpoint::resolve(p).unwrap_or_else(|_| p.clone())),
         };
 
         let (ctl_tx, ctl_rx) = unbounded();
@@ -163,11 +191,23 @@ impl Engine {
         let val = Arc::new(loaded.val);
         let cfg = Arc::new(cfg);
         let t0 = Instant::now();
-        let sharding = Sharding { per_replica: start.per_replica, ranks, accum: cfg.grad_accum };
+        let sharding = Sharding {
+            per_replica: start.per_replica,
+            ranks,
+            accum: cfg.grad_accum,
+        };
         let mut decider = Some(Decider::new(ctl_rx));
         let mut workers = Vec::new();
         for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
-            let loader = RankLoader::new(train.clone(), cfg.seed, rank, start.cursor, sharding, cfg.prefetch, cfg.loader_threads);
+            let loader = RankLoader::new(
+                train.clone(),
+                cfg.seed,
+                rank,
+                start.cursor,
+                sharding,
+                cfg.prefetch,
+                cfg.loader_threads,
+            );
             let ctx = worker::Worker {
                 rank,
                 ranks,
@@ -194,11 +234,25 @@ impl Engine {
                     let replica = CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
                     worker::run(ctx, Box::new(replica))
                 })
-                .map_err(|e| EngineError::Config(format!("cannot start worker thread {rank}: {e}")))?;
+                .map_err(|e| {
+                    EngineError::Config(format!("cannot start worker thread {rank}: {e}"))
+                })?;
             workers.push(h);
         }
-        let _ = ev_tx.send(Event::Started { ranks, per_replica: start.per_replica, params: model.n_params, start_step: start.step, start_epoch: start.cursor.epoch });
-        Ok(Engine { info, controller: Controller::new(ctl_tx), events: ev_rx, steps: st_rx, workers })
+        let _ = ev_tx.send(Event::Started {
+            ranks,
+            per_replica: start.per_replica,
+            params: model.n_params,
+            start_step: start.step,
+            start_epoch: start.cursor.epoch,
+        });
+        Ok(Engine {
+            info,
+            controller: Controller::new(ctl_tx),
+            events: ev_rx,
+            steps: st_rx,
+            workers,
+        })
     }
 
     pub fn info(&self) -> &RunInfo {
@@ -228,16 +282,24 @@ impl Engine {
             match h.join() {
                 Ok(Ok(end)) => ends.push(end),
                 Ok(Err(e)) => errors.push(e),
-                Err(_) => errors.push(EngineError::Config("a worker thread ended abnormally".into())),
+                Err(_) => errors.push(EngineError::Config(
+                    "a worker thread ended abnormally".into(),
+                )),
             }
         }
-        if let Some(e) = errors.iter().position(|e| !matches!(e, EngineError::Collective(CollectiveError::Aborted(_)))) {
+        if let Some(e) = errors
+            .iter()
+            .position(|e| !matches!(e, EngineError::Collective(CollectiveError::Aborted(_))))
+        {
             return Err(errors.swap_remove(e));
         }
         if let Some(e) = errors.pop() {
             return Err(e);
         }
-        let first = ends.into_iter().find(|e| e.rank == 0).ok_or_else(|| EngineError::Config("rank 0 produced no result".into()))?;
+        let first = ends
+            .into_iter()
+            .find(|e| e.rank == 0)
+            .ok_or_else(|| EngineError::Config("rank 0 produced no result".into()))?;
         Ok(first.result)
     }
 
@@ -257,16 +319,29 @@ impl Engine {
 fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
     if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::control::MAX_BATCH {
-        return bad(format!("--batch-per-replica {} is out of range: use 1..={}", cfg.batch_per_replica, crate::control::MAX_BATCH));
+        return bad(format!(
+            "--batch-per-replica {} is out of range: use 1..={}",
+            cfg.batch_per_replica,
+            crate::control::MAX_BATCH
+        ));
     }
     if cfg.grad_accum == 0 {
-        return bad("--grad-accum 0 is invalid: use 1 (no accumulation) or more micro-batches per step".into());
+        return bad(
+            "--grad-accum 0 is invalid: use 1 (no accumulation) or more micro-batches per step"
+                .into(),
+        );
     }
     if !(cfg.lr.is_finite() && cfg.lr > 0.0) {
-        return bad(format!("--lr {} is invalid: use a positive number such as 1e-3", cfg.lr));
+        return bad(format!(
+            "--lr {} is invalid: use a positive number such as 1e-3",
+            cfg.lr
+        ));
     }
     if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
-        return bad(format!("--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4", cfg.weight_decay));
+        return bad(format!(
+            "--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4",
+            cfg.weight_decay
+        ));
     }
     match cfg.budget {
         Budget::Epochs(0) => return bad("--epochs 0 trains nothing: use 1 or more".into()),
@@ -280,7 +355,10 @@ fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
         return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
     }
     if cfg.loader_threads == 0 || cfg.loader_threads > 64 {
-        return bad(format!("--loader-threads {} is out of range: use 1..=64", cfg.loader_threads));
+        return bad(format!(
+            "--loader-threads {} is out of range: use 1..=64",
+            cfg.loader_threads
+        ));
     }
     if !(0.0..1.0).contains(&cfg.val_fraction) {
         return bad("the validation fraction must be in [0, 1)".into());

@@ -56,18 +56,32 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(EngineError::WorkerPanic { rank: w.rank, step: w.step + 1, message })
+            Err(EngineError::WorkerPanic {
+                rank: w.rank,
+                step: w.step + 1,
+                message,
+            })
         }
     };
     match result {
-        Ok(result) => Ok(WorkerEnd { rank: w.rank, result }),
+        Ok(result) => Ok(WorkerEnd {
+            rank: w.rank,
+            result,
+        }),
         Err(e) => {
             w.coll.abort(&format!("rank {} failed: {e}", w.rank));
-            let knock_on = matches!(e, EngineError::Collective(crate::collective::CollectiveError::Aborted(_)));
+            let knock_on = matches!(
+                e,
+                EngineError::Collective(crate::collective::CollectiveError::Aborted(_))
+            );
             // every rank sees a non-finite loss at once; rank 0 speaks for them
             let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
             if !knock_on && !shared {
-                let _ = w.events.send(Event::Failed { rank: w.rank, step: w.step + 1, message: e.to_string() });
+                let _ = w.events.send(Event::Failed {
+                    rank: w.rank,
+                    step: w.step + 1,
+                    message: e.to_string(),
+                });
             }
             Err(e)
         }
@@ -85,13 +99,20 @@ impl Worker {
     /// Fraction of the run done, by samples for epoch budgets (robust to batch changes).
     fn progress(&self) -> f64 {
         match self.cfg.budget {
-            Budget::Epochs(e) => (self.cursor.epoch as f64 + self.cursor.offset as f64 / self.train_len as f64) / e as f64,
+            Budget::Epochs(e) => {
+                (self.cursor.epoch as f64 + self.cursor.offset as f64 / self.train_len as f64)
+                    / e as f64
+            }
             Budget::Steps(s) => self.step as f64 / s as f64,
         }
     }
 
     fn sharding(&self) -> Sharding {
-        Sharding { per_replica: self.per_replica, ranks: self.ranks, accum: self.cfg.grad_accum }
+        Sharding {
+            per_replica: self.per_replica,
+            ranks: self.ranks,
+            accum: self.cfg.grad_accum,
+        }
     }
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
@@ -104,14 +125,31 @@ impl Worker {
             let events = self.events.clone();
             let step_now = self.step;
             let d = agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
-                let applied = if paused { Applied::Paused } else { Applied::Resumed };
-                let _ = events.send(Event::Control { step: step_now, applied });
+                let applied = if paused {
+                    Applied::Paused
+                } else {
+                    Applied::Resumed
+                };
+                let _ = events.send(Event::Control {
+                    step: step_now,
+                    applied,
+                });
             })?;
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
-                self.lr_base = self.cfg.lr_scaling.rescale(self.lr_base, self.per_replica, b);
+                self.lr_base = self
+                    .cfg
+                    .lr_scaling
+                    .rescale(self.lr_base, self.per_replica, b);
                 if self.rank == 0 {
-                    let applied = Applied::BatchSize { from: self.per_replica, to: b, lr: self.lr_base };
-                    let _ = self.events.send(Event::Control { step: self.step, applied });
+                    let applied = Applied::BatchSize {
+                        from: self.per_replica,
+                        to: b,
+                        lr: self.lr_base,
+                    };
+                    let _ = self.events.send(Event::Control {
+                        step: self.step,
+                        applied,
+                    });
                 }
                 self.per_replica = b;
                 self.loader.restart(self.cursor, self.sharding());
@@ -129,7 +167,11 @@ impl Worker {
             debug_assert_eq!(batch.start, self.cursor);
             let data_wait = t_start.elapsed();
             if self.cfg.inject_panic == Some((self.rank, self.step + 1)) {
-                panic!("injected fault (--inject-panic {}:{})", self.rank, self.step + 1);
+                panic!(
+                    "injected fault (--inject-panic {}:{})",
+                    self.rank,
+                    self.step + 1
+                );
             }
             let t = Instant::now();
             replica.compute_grads(&batch.micro);
@@ -138,9 +180,19 @@ impl Worker {
             let m = replica.batch_metrics();
             let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
             if !loss.is_finite() {
-                return Err(EngineError::NonFinite { step: self.step + 1, epoch: self.cursor.epoch + 1, checkpoint: self.last_checkpoint.clone() });
+                return Err(EngineError::NonFinite {
+                    step: self.step + 1,
+                    epoch: self.cursor.epoch + 1,
+                    checkpoint: self.last_checkpoint.clone(),
+                });
             }
-            let lr = lr_at(self.cfg.schedule, self.lr_base, self.cfg.warmup, self.step, self.progress());
+            let lr = lr_at(
+                self.cfg.schedule,
+                self.lr_base,
+                self.cfg.warmup,
+                self.step,
+                self.progress(),
+            );
             let t = Instant::now();
             replica.apply_update(lr);
             let optimizer = t.elapsed();
@@ -180,11 +232,22 @@ impl Worker {
                 }
                 if self.rank == 0 {
                     let train_loss = (epoch_loss / epoch_samples.max(1.0)) as f32;
-                    let _ = self.events.send(Event::EpochDone { epoch: epoch + 1, step: self.step, train_loss, val_loss, val_accuracy: val_acc, elapsed: self.t0.elapsed() });
+                    let _ = self.events.send(Event::EpochDone {
+                        epoch: epoch + 1,
+                        step: self.step,
+                        train_loss,
+                        val_loss,
+                        val_accuracy: val_acc,
+                        elapsed: self.t0.elapsed(),
+                    });
                 }
                 (epoch_loss, epoch_samples) = (0.0, 0.0);
             }
-            if self.cfg.checkpoint_every.is_some_and(|n| self.step % n == 0) {
+            if self
+                .cfg
+                .checkpoint_every
+                .is_some_and(|n| self.step.is_multiple_of(n))
+            {
                 self.save(replica)?;
             }
         }
@@ -192,13 +255,27 @@ impl Worker {
             self.save(replica)?;
         }
         if self.rank == 0 {
-            let _ = self.events.send(Event::Finished { step: self.step, stopped });
+            let _ = self.events.send(Event::Finished {
+                step: self.step,
+                stopped,
+            });
         }
-        Ok(RunResult { steps: self.step, stopped, losses, step_ends, state: replica.export(), last_checkpoint: self.last_checkpoint.clone(), best_val_accuracy: best_val })
+        Ok(RunResult {
+            steps: self.step,
+            stopped,
+            losses,
+            step_ends,
+            state: replica.export(),
+            last_checkpoint: self.last_checkpoint.clone(),
+            best_val_accuracy: best_val,
+        })
     }
 
     /// Validation, sharded across ranks and summed with the collective.
-    fn validate(&mut self, replica: &mut dyn Replica) -> Result<(Option<f32>, Option<f32>), EngineError> {
+    fn validate(
+        &mut self,
+        replica: &mut dyn Replica,
+    ) -> Result<(Option<f32>, Option<f32>), EngineError> {
         let n = self.val.len();
         if n == 0 {
             return Ok((None, None));
@@ -207,7 +284,8 @@ impl Worker {
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
         let d = self.val.features;
-        let (loss, correct) = replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo);
+        let (loss, correct) =
+            replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo);
         let mut sums = [loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
@@ -246,7 +324,10 @@ impl Worker {
             }),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
-        let _ = self.events.send(Event::Checkpoint { step: self.step, path: path.clone() });
+        let _ = self.events.send(Event::Checkpoint {
+            step: self.step,
+            path: path.clone(),
+        });
         self.last_checkpoint = Some(path);
         Ok(())
     }
