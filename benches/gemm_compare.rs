@@ -8,7 +8,17 @@ use std::time::Instant;
 use mgtop::gemm::sgemm;
 
 /// gemm crate, row-major, same convention as `mgtop::gemm::sgemm` with beta = 0.
-fn gemm_crate(ta: bool, tb: bool, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn gemm_crate(
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) {
     let (a_rs, a_cs) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (b_rs, b_cs) = if tb { (1, k as isize) } else { (n as isize, 1) };
     // SAFETY: the strides address only elements inside a (m*k), b (k*n) and c (m*n), whose
@@ -55,7 +65,10 @@ fn time(mut f: impl FnMut()) -> f64 {
 type Shape = (&'static str, bool, bool, usize, usize, usize);
 
 fn main() {
-    println!("{:<22} {:>5} {:>16} {:>16}", "product", "batch", "matrixmultiply", "gemm");
+    println!(
+        "{:<22} {:>5} {:>16} {:>16}",
+        "product", "batch", "matrixmultiply", "gemm"
+    );
     for batch in [32usize, 128, 512] {
         let shapes: [Shape; 3] = [
             ("forward  X@W", false, false, batch, 128, 784),
@@ -69,7 +82,11 @@ fn main() {
             let flops = 2.0 * (m * n * k) as f64;
             let t1 = time(|| sgemm(ta, tb, m, n, k, 1.0, &a, &b, 0.0, &mut c));
             let t2 = time(|| gemm_crate(ta, tb, m, n, k, &a, &b, &mut c));
-            println!("{name:<22} {batch:>5} {:>11.1} GF/s {:>11.1} GF/s", flops / t1 / 1e9, flops / t2 / 1e9);
+            println!(
+                "{name:<22} {batch:>5} {:>11.1} GF/s {:>11.1} GF/s",
+                flops / t1 / 1e9,
+                flops / t2 / 1e9
+            );
         }
     }
 }
