@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -40,13 +40,24 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
     if !headless && std::io::stdout().is_terminal() {
         eprintln!("note: the terminal UI is not built yet; printing log lines (use --headless to silence this note)");
     }
-    let metrics = cfg
-        .metrics_out
+    let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone());
+    if let Some(p) = &metrics_out {
+        MetricsWriter::preflight(p)?;
+    }
+    let engine = Engine::start(cfg)?;
+    // opened only once the run is valid, so a bad input never truncates an earlier metrics file
+    let metrics = match metrics_out
         .as_deref()
         .map(MetricsWriter::create)
-        .transpose()?;
-    let log_every = cfg.log_every;
-    let engine = Engine::start(cfg)?;
+        .transpose()
+    {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = engine.controller().stop(false);
+            let _ = engine.join();
+            return Err(e.into());
+        }
+    };
     let controller = engine.controller();
     ctrlc::set_handler(move || {
         if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {

@@ -31,6 +31,32 @@ fn ms(d: Duration) -> f64 {
 }
 
 impl MetricsWriter {
+    /// Checks that `path` can be written, without creating or truncating anything, so a run
+    /// can refuse a bad path before it starts.
+    pub fn preflight(path: &Path) -> Result<(), MetricsError> {
+        let err = |source| MetricsError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("directory {} does not exist", parent.display()),
+            )));
+        }
+        if path.exists() {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+
     pub fn create(path: &Path) -> Result<MetricsWriter, MetricsError> {
         let f = File::create(path).map_err(|source| MetricsError {
             path: path.to_path_buf(),

@@ -143,7 +143,21 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (&["--model", "mlp:abc"], &["--model", "abc"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),
+        (
+            &["--metrics-out", "no/such/dir/run.jsonl"],
+            &["no/such/dir/run.jsonl", "--metrics-out"],
+        ),
+        (
+            &[
+                "--data",
+                "csv:missing.csv",
+                "--metrics-out",
+                "earlier.jsonl",
+            ],
+            &["missing.csv"],
+        ),
     ];
+    std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
     for (args, needles) in cases {
         let mut a = vec!["--headless", "--checkpoint-dir", "ck"];
         a.extend_from_slice(args);
@@ -160,6 +174,11 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         assert!(!out.contains("panicked"), "{args:?}: {out}");
     }
     assert!(!d.join("ck").exists(), "a failed start wrote a checkpoint");
+    assert_eq!(
+        std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
+        "{}\n",
+        "a failed start truncated the metrics file"
+    );
 }
 
 #[test]
