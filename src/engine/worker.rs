@@ -297,6 +297,14 @@ impl Worker {
             return Ok(());
         }
         let state = replica.export();
+        if state.params.iter().any(|p| !p.is_finite()) {
+            // a finite loss can still come with an overflowing update; never save such weights
+            return Err(EngineError::NonFinite {
+                step: self.step,
+                epoch: self.cursor.epoch + 1,
+                checkpoint: self.last_checkpoint.clone(),
+            });
+        }
         let cfg = &self.cfg;
         let meta = CheckpointMeta {
             format: checkpoint::FORMAT.into(),
