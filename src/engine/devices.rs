@@ -18,7 +18,7 @@ impl Device {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DeviceError {
-    #[error("GPU ids {requested} were requested but no GPU was found (found: 0 GPUs; this build has no CUDA backend yet); use --devices auto or --devices cpu:N")]
+    #[error("--devices {requested} asks for GPUs but no GPU was found (found: 0 GPUs; this build has no CUDA backend yet); use --devices auto or --devices cpu:N")]
     NoGpu { requested: String },
 }
 
