@@ -40,6 +40,7 @@ pub fn train_throughput(
         },
         budget: Budget::Steps(warm_steps + timed_steps),
         batch_per_replica: batch,
+        lr: Some(1e-3), // the reference scripts' Adam lr, whatever the batch
         val_fraction: 0.0,
         final_checkpoint: false,
         ..RunConfig::default()

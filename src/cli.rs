@@ -238,7 +238,7 @@ impl TrainArgs {
             data: parse("data", args.data.as_ref(), d.data)?,
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
-            lr: args.lr.unwrap_or(d.lr),
+            lr: args.lr.or(d.lr),
             optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
             warmup: args.warmup.unwrap_or(d.warmup),
@@ -288,7 +288,7 @@ mod tests {
             cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
         assert!(headless);
         assert_eq!(c.devices, DeviceSpec::Cpu(3));
-        assert_eq!(c.lr, 0.5);
+        assert_eq!(c.lr, Some(0.5));
         assert_eq!(c.batch_per_replica, 16);
         assert_eq!(c.budget, Budget::Steps(40));
         assert_eq!(c.seed, 0);

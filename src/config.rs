@@ -76,6 +76,19 @@ pub enum Budget {
     Steps(u64),
 }
 
+pub const DEFAULT_LR: f32 = 1e-3;
+pub const DEFAULT_LR_BATCH: usize = 64;
+
+impl RunConfig {
+    /// The LR a fresh run starts with at global batch `global`.
+    pub fn start_lr(&self, global: usize) -> f32 {
+        self.lr.unwrap_or_else(|| {
+            self.lr_scaling
+                .rescale(DEFAULT_LR, DEFAULT_LR_BATCH, global)
+        })
+    }
+}
+
 /// Every setting of a run, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -84,7 +97,9 @@ pub struct RunConfig {
     pub data: DataSpec,
     pub budget: Budget,
     pub batch_per_replica: usize,
-    pub lr: f32,
+    /// Learning rate; `None`: `DEFAULT_LR` at a global batch of `DEFAULT_LR_BATCH`, scaled to
+    /// the run's global batch by `lr_scaling` (so the defaults train well on any core count).
+    pub lr: Option<f32>,
     pub optimizer: OptimizerKind,
     pub weight_decay: f32,
     pub warmup: u64,
@@ -117,7 +132,7 @@ impl Default for RunConfig {
             data: DataSpec::Digits,
             budget: Budget::Epochs(30),
             batch_per_replica: 32,
-            lr: 1e-3,
+            lr: None,
             optimizer: OptimizerKind::Adam,
             weight_decay: 0.0,
             warmup: 0,
@@ -142,6 +157,23 @@ impl Default for RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_lr_follows_the_global_batch_and_a_given_lr_does_not() {
+        let d = RunConfig::default();
+        assert!((d.start_lr(64) - 1e-3).abs() < 1e-9);
+        assert!((d.start_lr(512) - 8e-3).abs() < 1e-9);
+        let sqrt = RunConfig {
+            lr_scaling: LrScaling::Sqrt,
+            ..RunConfig::default()
+        };
+        assert!((sqrt.start_lr(256) - 2e-3).abs() < 1e-9);
+        let given = RunConfig {
+            lr: Some(0.05),
+            ..RunConfig::default()
+        };
+        assert_eq!(given.start_lr(512), 0.05);
+    }
 
     #[test]
     fn parses_devices() {

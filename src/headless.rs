@@ -44,6 +44,11 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         info.ranks(),
         info.per_replica * info.ranks() * info.grad_accum
     ));
+    let note = info
+        .lr_note
+        .as_ref()
+        .map_or(String::new(), |n| format!(" ({n})"));
+    lines.push(format!("lr: {:.2e}{note}", info.lr));
     if let Some(p) = &info.resumed_from {
         lines.push(format!(
             "resumed from {} at step {} (epoch {})",

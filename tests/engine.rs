@@ -59,11 +59,11 @@ fn n_ranks_equal_one_rank_with_the_global_batch() {
                 let mut multi = small(n, b, 50, dir.path());
                 multi.grad_accum = accum;
                 multi.optimizer = optimizer;
-                multi.lr = if optimizer == OptimizerKind::Sgd {
+                multi.lr = Some(if optimizer == OptimizerKind::Sgd {
                     0.1
                 } else {
                     1e-3
-                };
+                });
                 let mut single = multi.clone();
                 single.devices = DeviceSpec::Cpu(1);
                 single.batch_per_replica = n * b;
@@ -153,7 +153,7 @@ fn a_diverging_run_stops_every_rank_and_names_the_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 8, 500, dir.path());
     cfg.optimizer = OptimizerKind::Sgd;
-    cfg.lr = 1e30;
+    cfg.lr = Some(1e30);
     cfg.checkpoint_every = Some(1);
     match Engine::run(cfg) {
         Err(EngineError::NonFinite {
@@ -199,6 +199,7 @@ fn a_panicking_worker_stops_the_others_without_deadlock() {
 fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 4, 1_000_000, dir.path());
+    cfg.lr = Some(1e-3);
     cfg.data = DataSpec::Synthetic {
         n: 4800,
         d: 12,

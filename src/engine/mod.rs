@@ -62,6 +62,9 @@ pub struct RunInfo {
     pub params: usize,
     pub per_replica: usize,
     pub grad_accum: usize,
+    /// The base LR the run starts with, and how it was chosen when not given.
+    pub lr: f32,
+    pub lr_note: Option<String>,
     pub train_samples: usize,
     pub val_samples: usize,
     pub budget: Budget,
@@ -145,7 +148,7 @@ impl Engine {
                 step: 0,
                 cursor: Cursor::default(),
                 per_replica: cfg.batch_per_replica,
-                lr: cfg.lr,
+                lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
                 state: TrainState {
                     params: model.init_params(cfg.seed),
                     opt: OptState::new(cfg.optimizer, model.n_params),
@@ -171,6 +174,15 @@ impl Engine {
             data: loaded.description.clone(),
             model: format!("{} ({})", cfg.model, model.shape_string()),
             params: model.n_params,
+            lr: start.lr,
+            lr_note: (cfg.lr.is_none() && cfg.resume.is_none()).then(|| {
+                format!(
+                    "default: 1e-3 for a global batch of {}, {} scaling to {}",
+                    crate::config::DEFAULT_LR_BATCH,
+                    cfg.lr_scaling,
+                    start.per_replica * ranks * cfg.grad_accum
+                )
+            }),
             per_replica: start.per_replica,
             grad_accum: cfg.grad_accum,
             train_samples: loaded.train.len(),
@@ -331,10 +343,9 @@ fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
                 .into(),
         );
     }
-    if !(cfg.lr.is_finite() && cfg.lr > 0.0) {
+    if let Some(lr) = cfg.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return bad(format!(
-            "--lr {} is invalid: use a positive number such as 1e-3",
-            cfg.lr
+            "--lr {lr} is invalid: use a positive number such as 1e-3"
         ));
     }
     if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {

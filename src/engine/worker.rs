@@ -328,7 +328,7 @@ impl Worker {
                 "warmup": cfg.warmup,
                 "lr_scaling": cfg.lr_scaling.to_string(),
                 "grad_accum": cfg.grad_accum,
-                "base_lr": cfg.lr,
+                "lr_flag": cfg.lr,
             }),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
