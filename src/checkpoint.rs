@@ -82,9 +82,6 @@ pub fn write(
     meta: &CheckpointMeta,
 ) -> Result<PathBuf, CheckpointError> {
     let final_dir = dir.join(format!("step-{:08}", meta.step));
-    if final_dir.join(STATE).exists() {
-        return Ok(final_dir); // this very step is already saved
-    }
     let tmp = dir.join(format!(".tmp-step-{:08}-{}", meta.step, std::process::id()));
     let werr = |source| CheckpointError::Write {
         path: dir.to_path_buf(),
@@ -128,8 +125,19 @@ pub fn write(
         let json = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
         write_synced(&tmp.join(STATE), &json)?;
         File::open(&tmp)?.sync_all()?;
+        // an older run's checkpoint of the same step is replaced: moved aside first (a
+        // directory cannot be renamed over a non-empty one), so a crash leaves one of the two
+        let old = dir.join(format!(".old-step-{:08}-{}", meta.step, std::process::id()));
+        let replacing = final_dir.exists();
+        if replacing {
+            fs::rename(&final_dir, &old)?;
+        }
         fs::rename(&tmp, &final_dir)?;
-        File::open(dir)?.sync_all()
+        File::open(dir)?.sync_all()?;
+        if replacing {
+            fs::remove_dir_all(&old)?;
+        }
+        Ok(())
     })();
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
@@ -294,7 +302,12 @@ mod tests {
         let p = write(dir.path(), &model, &state, &meta).unwrap();
         assert!(p.ends_with("step-00000030"));
         let (m2, s2) = read(dir.path(), &model, "adam").unwrap();
-        assert_eq!((m2, s2), (meta, state));
+        assert_eq!((m2, s2), (meta.clone(), state.clone()));
+        // a later run writing the same step replaces it
+        let mut other = state.clone();
+        other.params[0] += 1.0;
+        write(dir.path(), &model, &other, &meta).unwrap();
+        assert_eq!(read(&p, &model, "adam").unwrap().1, other);
         let leftovers: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .filter_map(|e| e.ok())

@@ -159,16 +159,21 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
 
 impl TrainArgs {
     /// `self` (flags) over `file` over defaults.
+    /// The budget (epochs or steps) is one setting: a flag for either replaces the file's.
     fn merge(self, file: TrainArgs) -> TrainArgs {
+        let budget_flag = self.epochs.is_some() || self.steps.is_some();
+        let (epochs, steps) = if budget_flag {
+            (self.epochs, self.steps)
+        } else {
+            (file.epochs, file.steps)
+        };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, inject_panic: self.inject_panic, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             devices,
             model,
             data,
-            epochs,
-            steps,
             batch_per_replica,
             lr,
             optimizer,
@@ -193,17 +198,7 @@ impl TrainArgs {
         let args = match &self.config {
             Some(path) => {
                 let file = read_config_file(path)?;
-                if self.epochs.is_some() && file.steps.is_some()
-                    || self.steps.is_some() && file.epochs.is_some()
-                {
-                    // a flag for one budget replaces the file's other one
-                    let (e, s) = (self.epochs, self.steps);
-                    let mut merged = self.merge(file);
-                    (merged.epochs, merged.steps) = (e, s);
-                    merged
-                } else {
-                    self.merge(file)
-                }
+                self.merge(file)
             }
             None => self,
         };

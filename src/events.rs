@@ -28,6 +28,8 @@ pub struct StepStats {
     pub step_time: Duration,
     /// Since the run started, when this rank finished the step.
     pub at: Duration,
+    /// The run was paused just before this step (throughput windows restart here).
+    pub after_pause: bool,
 }
 
 /// A control the engine applied, and at which step (every rank applied it there).

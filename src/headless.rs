@@ -8,7 +8,7 @@ use crossbeam_channel::{never, select};
 use crate::config::Budget;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::events::{Applied, Event};
-use crate::metrics::MetricsWriter;
+use crate::metrics::{MetricsError, MetricsWriter};
 use crate::monitor::{Monitor, StepRow};
 
 fn stamp(t: Duration) -> String {
@@ -136,6 +136,18 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
     })
 }
 
+/// Writes one record; after a failure it warns once and writes no more (training goes on).
+fn record(
+    metrics: &mut Option<MetricsWriter>,
+    out: &mut dyn Write,
+    write: impl FnOnce(&mut MetricsWriter) -> Result<(), MetricsError>,
+) {
+    if let Some(e) = metrics.as_mut().and_then(|w| write(w).err()) {
+        let _ = writeln!(out, "warning: {e}; no more metrics will be written");
+        *metrics = None;
+    }
+}
+
 /// Prints the run until every worker has ended, then returns its result.
 pub fn run(
     engine: Engine,
@@ -148,19 +160,7 @@ pub fn run(
     for l in describe(&info) {
         let _ = writeln!(out, "{l}");
     }
-    let mut metrics_err = None;
-    let mut record = |m: &mut Option<MetricsWriter>,
-                      f: &mut dyn FnMut(
-        &mut MetricsWriter,
-    ) -> Result<(), crate::metrics::MetricsError>| {
-        if let Some(w) = m {
-            if let Err(e) = f(w) {
-                metrics_err.get_or_insert(e);
-                *m = None;
-            }
-        }
-    };
-    record(&mut metrics, &mut |w| w.run_start(&info));
+    record(&mut metrics, out, |w| w.run_start(&info));
     let mut monitor = Monitor::new(info.ranks());
     let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
     let (mut events_open, mut steps_open) = (true, true);
@@ -172,7 +172,7 @@ pub fn run(
                         if row.step.is_multiple_of(log_every) {
                             let rate = monitor.samples_per_sec();
                             let _ = writeln!(out, "{} {}", stamp(row.at), step_line(&row, rate, info.budget));
-                            record(&mut metrics, &mut |w| w.step(&row, rate));
+                            record(&mut metrics, out, |w| w.step(&row, rate));
                         }
                     }
                 }
@@ -186,7 +186,7 @@ pub fn run(
                     if let Some(l) = event_line(&ev, info.budget) {
                         let _ = writeln!(out, "{} {l}", stamp(t0.elapsed()));
                     }
-                    record(&mut metrics, &mut |w| w.event(&ev, t0.elapsed()));
+                    record(&mut metrics, out, |w| w.event(&ev, t0.elapsed()));
                 }
                 Err(_) => {
                     events_open = false;
@@ -195,10 +195,7 @@ pub fn run(
             },
         }
     }
-    record(&mut metrics, &mut |w| w.flush());
-    if let Some(e) = metrics_err {
-        let _ = writeln!(out, "warning: {e}");
-    }
+    record(&mut metrics, out, |w| w.flush());
     let _ = out.flush();
     engine.join()
 }

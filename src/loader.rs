@@ -97,25 +97,24 @@ struct Builder {
 }
 
 impl Builder {
-    fn permutation(&mut self, epoch: u64) -> &[u32] {
+    /// Makes `perm` the sample order of `epoch`.
+    fn shuffle_for(&mut self, epoch: u64) {
         if self.perm_epoch != Some(epoch) {
             self.perm = (0..self.data.len() as u32).collect();
             Rng::stream(self.seed, tag::EPOCH_ORDER, epoch).shuffle(&mut self.perm);
             self.perm_epoch = Some(epoch);
         }
-        &self.perm
     }
 
     fn build(&mut self, at: Cursor, sh: Sharding, generation: u64) -> Batch {
         let n = self.data.len();
         let (m, next, epoch_end) = sh.span(at, n);
-        let rank = self.rank;
-        let data = self.data.clone();
-        let perm = self.permutation(at.epoch);
+        self.shuffle_for(at.epoch);
+        let (data, perm) = (&self.data, &self.perm);
         let d = data.features;
         let micro = (0..sh.accum)
             .map(|j| {
-                let (start, len) = sh.piece(m, j, rank);
+                let (start, len) = sh.piece(m, j, self.rank);
                 let idx = &perm[at.offset + start..at.offset + start + len];
                 let mut x = Vec::with_capacity(len * d);
                 for &i in idx {

@@ -82,7 +82,7 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    let cores = mgtop::engine::devices_available_cores();
+    let cores = mgtop::engine::available_cores();
     println!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only != "allreduce" {
         println!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);

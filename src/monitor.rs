@@ -69,6 +69,13 @@ impl Monitor {
         let first = &ranks[0];
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
         self.total_samples += first.global_samples as u64;
+        if first.after_pause {
+            // the pause is not training time: measure from the step before the resume
+            let start = at.saturating_sub(first.step_time);
+            self.recent.clear();
+            self.recent
+                .push_back((start, self.total_samples - first.global_samples as u64));
+        }
         self.recent.push_back((at, self.total_samples));
         while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
             self.recent.pop_front();
@@ -92,10 +99,6 @@ impl Monitor {
         let (t1, s1) = *self.recent.back()?;
         let dt = (t1 - t0).as_secs_f64();
         (self.recent.len() >= 2 && dt > 0.0).then(|| (s1 - s0) as f64 / dt)
-    }
-
-    pub fn total_samples(&self) -> u64 {
-        self.total_samples
     }
 }
 
@@ -121,6 +124,7 @@ mod tests {
             optimizer: Duration::ZERO,
             step_time: Duration::from_millis(1),
             at: Duration::from_millis(at_ms),
+            after_pause: false,
         }
     }
 
@@ -139,6 +143,22 @@ mod tests {
             m.on_step(stats(1, step, step * 10));
         }
         // 10 steps of 20 samples in 100 ms
+        let r = m.samples_per_sec().unwrap();
+        assert!((r - 2000.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn a_pause_does_not_count_as_slow_training() {
+        let mut m = Monitor::new(1);
+        for step in 1..=5 {
+            m.on_step(stats(0, step, step * 10));
+        }
+        // paused for 10 s, then steps at the same pace (20 samples per 10 ms)
+        let mut resumed = stats(0, 6, 10_060);
+        resumed.after_pause = true;
+        resumed.step_time = Duration::from_millis(10);
+        m.on_step(resumed);
+        m.on_step(stats(0, 7, 10_070));
         let r = m.samples_per_sec().unwrap();
         assert!((r - 2000.0).abs() < 1.0, "{r}");
     }

@@ -13,7 +13,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver};
 
 use crate::checkpoint::{self, CheckpointError};
 use crate::collective::{CollectiveError, LocalCollective};
-use crate::config::{Budget, RunConfig};
+use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::control::{Controller, Decider};
 use crate::data::{self, DataError};
 use crate::events::{Event, StepStats};
@@ -22,9 +22,7 @@ use crate::model::Mlp;
 use crate::optim::OptState;
 use crate::replica::{CpuReplica, TrainState};
 
-pub use devices::{
-    available_cores as devices_available_cores, resolve_devices, Device, DeviceError,
-};
+pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -78,10 +76,18 @@ impl RunInfo {
         self.devices.len()
     }
 
+    /// How global batches are cut at the starting batch size.
+    pub fn sharding(&self) -> Sharding {
+        Sharding {
+            per_replica: self.per_replica,
+            ranks: self.ranks(),
+            accum: self.grad_accum,
+        }
+    }
+
     /// Steps per epoch at the starting batch size.
     pub fn steps_per_epoch(&self) -> u64 {
-        let g = self.per_replica * self.ranks() * self.grad_accum;
-        self.train_samples.div_ceil(g.max(1)) as u64
+        self.train_samples.div_ceil(self.sharding().global_batch()) as u64
     }
 }
 
@@ -108,6 +114,8 @@ struct Start {
     per_replica: usize,
     lr: f32,
     state: TrainState,
+    /// The checkpoint resumed from (its step is `step`).
+    checkpoint: Option<PathBuf>,
 }
 
 pub struct Engine {
@@ -142,6 +150,7 @@ impl Engine {
                     per_replica: meta.per_replica,
                     lr: meta.lr,
                     state,
+                    checkpoint: Some(dir),
                 }
             }
             None => Start {
@@ -153,6 +162,7 @@ impl Engine {
                     params: model.init_params(cfg.seed),
                     opt: OptState::new(cfg.optimizer, model.n_params),
                 },
+                checkpoint: None,
             },
         };
         if start.cursor.offset >= loaded.train.len().max(1) {
@@ -177,8 +187,7 @@ impl Engine {
             lr: start.lr,
             lr_note: (cfg.lr.is_none() && cfg.resume.is_none()).then(|| {
                 format!(
-                    "default: 1e-3 for a global batch of {}, {} scaling to {}",
-                    crate::config::DEFAULT_LR_BATCH,
+                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
                     cfg.lr_scaling,
                     start.per_replica * ranks * cfg.grad_accum
                 )
@@ -190,10 +199,7 @@ impl Engine {
             budget: cfg.budget,
             start_step: start.step,
             start_epoch: start.cursor.epoch,
-            resumed_from: cfg
-                .resume
-                .as_ref()
-                .map(|p| checkpoint::resolve(p).unwrap_or_else(|_| p.clone())),
+            resumed_from: start.checkpoint.clone(),
         };
 
         let (ctl_tx, ctl_rx) = unbounded();
@@ -203,11 +209,7 @@ impl Engine {
         let val = Arc::new(loaded.val);
         let cfg = Arc::new(cfg);
         let t0 = Instant::now();
-        let sharding = Sharding {
-            per_replica: start.per_replica,
-            ranks,
-            accum: cfg.grad_accum,
-        };
+        let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));
         let mut workers = Vec::new();
         for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
@@ -237,7 +239,7 @@ impl Engine {
                 cursor: start.cursor,
                 per_replica: start.per_replica,
                 lr_base: start.lr,
-                last_checkpoint: None,
+                last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
             };
             let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
             let h = std::thread::Builder::new()

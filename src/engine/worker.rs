@@ -36,7 +36,8 @@ pub(super) struct Worker {
     pub cursor: Cursor,
     pub per_replica: usize,
     pub lr_base: f32,
-    pub last_checkpoint: Option<PathBuf>,
+    /// The newest checkpoint of this run (or the one it resumed from), and its step.
+    pub last_checkpoint: Option<(u64, PathBuf)>,
 }
 
 pub(super) struct WorkerEnd {
@@ -122,8 +123,7 @@ impl Worker {
         let mut best_val: Option<f32> = None;
         let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
-            let events = self.events.clone();
-            let step_now = self.step;
+            let (events, step_now) = (&self.events, self.step);
             let d = agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
                 let applied = if paused {
                     Applied::Paused
@@ -183,7 +183,7 @@ impl Worker {
                 return Err(EngineError::NonFinite {
                     step: self.step + 1,
                     epoch: self.cursor.epoch + 1,
-                    checkpoint: self.last_checkpoint.clone(),
+                    checkpoint: self.last_checkpoint_path(),
                 });
             }
             let lr = lr_at(
@@ -218,6 +218,7 @@ impl Worker {
                 optimizer,
                 step_time: t_start.elapsed(),
                 at,
+                after_pause: d.was_paused,
             });
             if self.rank == 0 {
                 losses.push(loss);
@@ -266,7 +267,7 @@ impl Worker {
             losses,
             step_ends,
             state: replica.export(),
-            last_checkpoint: self.last_checkpoint.clone(),
+            last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: best_val,
         })
     }
@@ -293,7 +294,11 @@ impl Worker {
 
     /// Rank 0 writes a checkpoint of the current state (identical on every rank).
     fn save(&mut self, replica: &dyn Replica) -> Result<(), EngineError> {
-        if self.rank != 0 {
+        let saved = self
+            .last_checkpoint
+            .as_ref()
+            .is_some_and(|(s, _)| *s == self.step);
+        if self.rank != 0 || saved {
             return Ok(());
         }
         let state = replica.export();
@@ -302,7 +307,7 @@ impl Worker {
             return Err(EngineError::NonFinite {
                 step: self.step,
                 epoch: self.cursor.epoch + 1,
-                checkpoint: self.last_checkpoint.clone(),
+                checkpoint: self.last_checkpoint_path(),
             });
         }
         let cfg = &self.cfg;
@@ -336,7 +341,11 @@ impl Worker {
             step: self.step,
             path: path.clone(),
         });
-        self.last_checkpoint = Some(path);
+        self.last_checkpoint = Some((self.step, path));
         Ok(())
+    }
+
+    fn last_checkpoint_path(&self) -> Option<PathBuf> {
+        self.last_checkpoint.as_ref().map(|(_, p)| p.clone())
     }
 }
