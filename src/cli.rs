@@ -2,6 +2,7 @@
 //! overrides the defaults. Every value is checked by the same parser either way.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
@@ -10,7 +11,9 @@ use crate::config::{Budget, RunConfig};
 
 const EXAMPLES: &str = "\
 Examples:
-  mgtop-train --headless                       train the MLP 64-128-10 on the embedded digits data
+  mgtop-train                                  train the MLP 64-128-10 on the embedded digits data, live in the terminal UI
+  mgtop-train --epochs 500 --theme light       a longer run to watch (keys: p pause, ]/[ batch, s checkpoint, ? help)
+  mgtop-train --headless                       the same run as log lines
   mgtop-train --headless --devices cpu:4 --epochs 5 --batch-per-replica 64
   mgtop-train --headless --data csv:iris.csv,label=last,header --model mlp:16
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
@@ -65,6 +68,20 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default)]
     pub headless: bool,
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    #[arg(long, value_name = "NAME|PATH")]
+    pub theme: Option<String>,
+    /// Terminal UI: disable the keys that change the run (for shared tmux sessions).
+    #[arg(long)]
+    #[serde(default)]
+    pub readonly: bool,
+    /// Terminal UI: exit when training ends instead of showing the summary until q.
+    #[arg(long)]
+    #[serde(default)]
+    pub exit_when_done: bool,
+    /// Seconds between device telemetry samples  [default: 1]
+    #[arg(long, value_name = "SECONDS")]
+    pub sample_interval: Option<f64>,
     /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
     #[arg(long)]
     pub devices: Option<String>,
@@ -168,9 +185,11 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            theme,
+            sample_interval,
             devices,
             model,
             data,
@@ -193,8 +212,8 @@ impl TrainArgs {
         )
     }
 
-    /// The validated run configuration, and whether headless output was asked for.
-    pub fn resolve(self) -> Result<(RunConfig, bool), String> {
+    /// The validated run configuration, and how to show it.
+    pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
         let args = match &self.config {
             Some(path) => {
                 let file = read_config_file(path)?;
@@ -252,8 +271,34 @@ impl TrainArgs {
             resume: args.resume,
             inject_panic,
         };
-        Ok((cfg, args.headless))
+        let sample_interval = match args.sample_interval {
+            None => Duration::from_secs(1),
+            Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "--sample-interval {s} is out of range: use 0.05 to 3600 seconds"
+                ))
+            }
+        };
+        let frontend = Frontend {
+            headless: args.headless,
+            theme: args.theme,
+            readonly: args.readonly,
+            exit_when_done: args.exit_when_done,
+            sample_interval,
+        };
+        Ok((cfg, frontend))
     }
+}
+
+/// How a run is shown: log lines or the terminal UI, and the UI's options.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frontend {
+    pub headless: bool,
+    pub theme: Option<String>,
+    pub readonly: bool,
+    pub exit_when_done: bool,
+    pub sample_interval: Duration,
 }
 
 #[cfg(test)]
@@ -261,7 +306,7 @@ mod tests {
     use super::*;
     use crate::config::DeviceSpec;
 
-    fn cli(args: &[&str]) -> Result<(RunConfig, bool), String> {
+    fn cli(args: &[&str]) -> Result<(RunConfig, Frontend), String> {
         let mut v = vec!["mgtop-train"];
         v.extend_from_slice(args);
         Cli::try_parse_from(v)
@@ -279,9 +324,9 @@ mod tests {
             "devices = \"cpu:3\"\nlr = 0.01\nsteps = 40\nbatch-per-replica = 16\n",
         )
         .unwrap();
-        let (c, headless) =
+        let (c, front) =
             cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
-        assert!(headless);
+        assert!(front.headless);
         assert_eq!(c.devices, DeviceSpec::Cpu(3));
         assert_eq!(c.lr, Some(0.5));
         assert_eq!(c.batch_per_replica, 16);
@@ -289,6 +334,11 @@ mod tests {
         assert_eq!(c.seed, 0);
         let (c, _) = cli(&["--config", f.to_str().unwrap(), "--epochs", "2"]).unwrap();
         assert_eq!(c.budget, Budget::Epochs(2));
+        std::fs::write(&f, "theme = \"light\"\nsample-interval = 0.5\n").unwrap();
+        let (_, front) = cli(&["--config", f.to_str().unwrap(), "--readonly"]).unwrap();
+        assert_eq!(front.theme.as_deref(), Some("light"));
+        assert!(front.readonly && !front.headless && !front.exit_when_done);
+        assert_eq!(front.sample_interval, Duration::from_millis(500));
     }
 
     #[test]
@@ -303,6 +353,8 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
         let e = cli(&["--optimizer", "lion"]).unwrap_err();
         assert!(e.contains("--optimizer") && e.contains("adamw"), "{e}");
+        let e = cli(&["--sample-interval", "0"]).unwrap_err();
+        assert!(e.contains("--sample-interval"), "{e}");
         let e = cli(&["--prefetch", "lots"]).unwrap_err();
         assert!(e.contains("--prefetch"), "{e}");
         assert!(cli(&["--epochs", "1", "--steps", "2"]).is_err());

@@ -30,6 +30,8 @@ pub struct StepStats {
     pub at: Duration,
     /// The run was paused just before this step (throughput windows restart here).
     pub after_pause: bool,
+    /// Fraction of the run's budget (epochs or steps) done after this step.
+    pub progress: f64,
 }
 
 /// A control the engine applied, and at which step (every rank applied it there).

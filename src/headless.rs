@@ -8,7 +8,7 @@ use crossbeam_channel::{never, select};
 use crate::config::Budget;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::events::{Applied, Event};
-use crate::metrics::{MetricsError, MetricsWriter};
+use crate::metrics::{MetricsWriter, Recorder};
 use crate::monitor::{Monitor, StepRow};
 
 fn stamp(t: Duration) -> String {
@@ -136,15 +136,9 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
     })
 }
 
-/// Writes one record; after a failure it warns once and writes no more (training goes on).
-fn record(
-    metrics: &mut Option<MetricsWriter>,
-    out: &mut dyn Write,
-    write: impl FnOnce(&mut MetricsWriter) -> Result<(), MetricsError>,
-) {
-    if let Some(e) = metrics.as_mut().and_then(|w| write(w).err()) {
-        let _ = writeln!(out, "warning: {e}; no more metrics will be written");
-        *metrics = None;
+fn warn(out: &mut dyn Write, warning: Option<String>) {
+    if let Some(w) = warning {
+        let _ = writeln!(out, "{w}");
     }
 }
 
@@ -153,14 +147,15 @@ pub fn run(
     engine: Engine,
     log_every: u64,
     out: &mut dyn Write,
-    mut metrics: Option<MetricsWriter>,
+    metrics: Option<MetricsWriter>,
 ) -> Result<RunResult, EngineError> {
     let t0 = Instant::now();
     let info = engine.info().clone();
     for l in describe(&info) {
         let _ = writeln!(out, "{l}");
     }
-    record(&mut metrics, out, |w| w.run_start(&info));
+    let mut metrics = Recorder::new(metrics);
+    warn(out, metrics.record(|w| w.run_start(&info)));
     let mut monitor = Monitor::new(info.ranks());
     let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
     let (mut events_open, mut steps_open) = (true, true);
@@ -172,7 +167,7 @@ pub fn run(
                         if row.step.is_multiple_of(log_every) {
                             let rate = monitor.samples_per_sec();
                             let _ = writeln!(out, "{} {}", stamp(row.at), step_line(&row, rate, info.budget));
-                            record(&mut metrics, out, |w| w.step(&row, rate));
+                            warn(out, metrics.record(|w| w.step(&row, rate)));
                         }
                     }
                 }
@@ -186,7 +181,7 @@ pub fn run(
                     if let Some(l) = event_line(&ev, info.budget) {
                         let _ = writeln!(out, "{} {l}", stamp(t0.elapsed()));
                     }
-                    record(&mut metrics, out, |w| w.event(&ev, t0.elapsed()));
+                    warn(out, metrics.record(|w| w.event(&ev, t0.elapsed())));
                 }
                 Err(_) => {
                     events_open = false;
@@ -195,7 +190,7 @@ pub fn run(
             },
         }
     }
-    record(&mut metrics, out, |w| w.flush());
+    warn(out, metrics.record(|w| w.flush()));
     let _ = out.flush();
     engine.join()
 }

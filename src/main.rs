@@ -3,10 +3,12 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
+use crossbeam_channel::{unbounded, Sender};
 use mgtop::bench;
-use mgtop::cli::{BenchArgs, Cli, Command};
-use mgtop::engine::Engine;
+use mgtop::cli::{BenchArgs, Cli, Command, Frontend};
+use mgtop::engine::{Engine, RunResult};
 use mgtop::metrics::MetricsWriter;
+use mgtop::tui::{self, term, theme::Theme, TuiOptions};
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
@@ -35,11 +37,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second
+/// quits at once (restoring the terminal first).
+fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()> {
+    let controller = engine.controller();
+    ctrlc::set_handler(move || {
+        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
+            match &notify {
+                Some(tx) => {
+                    let _ = tx.send(());
+                }
+                None => eprintln!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+            }
+            let _ = controller.stop(true);
+        } else {
+            term::restore();
+            std::process::exit(130);
+        }
+    })?;
+    Ok(())
+}
+
 fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
-    let (cfg, headless) = args.resolve().map_err(anyhow::Error::msg)?;
-    if !headless && std::io::stdout().is_terminal() {
-        eprintln!("note: the terminal UI is not built yet; printing log lines (use --headless to silence this note)");
-    }
+    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
+    let tui = !front.headless && std::io::stdout().is_terminal();
+    // a bad theme is refused before anything starts
+    let theme = if tui {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Some(Theme::choose(front.theme.as_deref(), no_color)?)
+    } else {
+        None
+    };
     let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone());
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
@@ -58,17 +86,14 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
             return Err(e.into());
         }
     };
-    let controller = engine.controller();
-    ctrlc::set_handler(move || {
-        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
-            eprintln!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)");
-            let _ = controller.stop(true);
-        } else {
-            std::process::exit(130);
+    let result = match theme {
+        Some(theme) => run_tui(engine, theme, &front, log_every, metrics)?,
+        None => {
+            on_signals(&engine, None)?;
+            let mut out = std::io::stdout().lock();
+            mgtop::headless::run(engine, log_every, &mut out, metrics)?
         }
-    })?;
-    let mut out = std::io::stdout().lock();
-    let result = mgtop::headless::run(engine, log_every, &mut out, metrics)?;
+    };
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
             println!("resume with: --resume {}", p.display());
@@ -79,6 +104,47 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn run_tui(
+    engine: Engine,
+    theme: Theme,
+    front: &Frontend,
+    log_every: u64,
+    metrics: Option<MetricsWriter>,
+) -> anyhow::Result<RunResult> {
+    let (sig_tx, sig_rx) = unbounded();
+    on_signals(&engine, Some(sig_tx))?;
+    let opts = TuiOptions {
+        theme,
+        readonly: front.readonly,
+        exit_when_done: front.exit_when_done,
+        sample_interval: front.sample_interval,
+        log_every,
+    };
+    let (mut terminal, guard) = match term::enter() {
+        Ok(t) => t,
+        Err(e) => {
+            term::restore();
+            let _ = engine.controller().stop(false);
+            let _ = engine.join();
+            anyhow::bail!("cannot start the terminal UI ({e}); use --headless for log lines");
+        }
+    };
+    let end = tui::drive(
+        &mut terminal,
+        engine,
+        &opts,
+        term::inputs(),
+        sig_rx,
+        metrics,
+    );
+    drop(terminal);
+    drop(guard);
+    for line in tui::summary_lines(&end.app) {
+        println!("{line}");
+    }
+    Ok(end.result?)
 }
 
 fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {

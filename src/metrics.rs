@@ -165,3 +165,23 @@ impl MetricsWriter {
         })
     }
 }
+
+/// The metrics file as frontends use it: an optional writer that, after its first failure,
+/// reports the problem once and writes no more (training goes on).
+pub struct Recorder(Option<MetricsWriter>);
+
+impl Recorder {
+    pub fn new(writer: Option<MetricsWriter>) -> Recorder {
+        Recorder(writer)
+    }
+
+    /// Writes one record; returns the warning to show if this write failed.
+    pub fn record(
+        &mut self,
+        write: impl FnOnce(&mut MetricsWriter) -> Result<(), MetricsError>,
+    ) -> Option<String> {
+        let e = self.0.as_mut().and_then(|w| write(w).err())?;
+        self.0 = None;
+        Some(format!("warning: {e}; no more metrics will be written"))
+    }
+}

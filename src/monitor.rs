@@ -18,6 +18,8 @@ pub struct StepRow {
     pub global_samples: usize,
     /// When the slowest rank finished, since the start.
     pub at: Duration,
+    /// Fraction of the run's budget done.
+    pub progress: f64,
     /// Indexed by rank.
     pub ranks: Vec<StepStats>,
 }
@@ -31,8 +33,8 @@ const RATE_WINDOW: Duration = Duration::from_secs(2);
 pub struct Monitor {
     ranks: usize,
     pending: BTreeMap<u64, Vec<Option<StepStats>>>,
-    /// (finish time, cumulative samples) of recent complete rows.
-    recent: VecDeque<(Duration, u64)>,
+    /// (finish time, cumulative samples, progress) of recent complete rows.
+    recent: VecDeque<(Duration, u64, f64)>,
     total_samples: u64,
 }
 
@@ -72,11 +74,16 @@ impl Monitor {
         if first.after_pause {
             // the pause is not training time: measure from the step before the resume
             let start = at.saturating_sub(first.step_time);
+            let before = self.recent.back().map_or(0.0, |r| r.2);
             self.recent.clear();
-            self.recent
-                .push_back((start, self.total_samples - first.global_samples as u64));
+            self.recent.push_back((
+                start,
+                self.total_samples - first.global_samples as u64,
+                before,
+            ));
         }
-        self.recent.push_back((at, self.total_samples));
+        self.recent
+            .push_back((at, self.total_samples, first.progress));
         while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
             self.recent.pop_front();
         }
@@ -89,16 +96,32 @@ impl Monitor {
             per_replica: first.per_replica,
             global_samples: first.global_samples,
             at,
+            progress: first.progress,
             ranks,
         })
     }
 
     /// Training samples per second over the last couple of seconds.
     pub fn samples_per_sec(&self) -> Option<f64> {
-        let (t0, s0) = *self.recent.front()?;
-        let (t1, s1) = *self.recent.back()?;
+        let (t0, s0, _) = *self.recent.front()?;
+        let (t1, s1, _) = *self.recent.back()?;
         let dt = (t1 - t0).as_secs_f64();
         (self.recent.len() >= 2 && dt > 0.0).then(|| (s1 - s0) as f64 / dt)
+    }
+
+    /// Time left to the end of the budget at the recent pace.
+    pub fn eta(&self) -> Option<Duration> {
+        let (t0, _, p0) = *self.recent.front()?;
+        let (t1, _, p1) = *self.recent.back()?;
+        let dt = (t1 - t0).as_secs_f64();
+        let rate = (p1 - p0) / dt;
+        (self.recent.len() >= 2 && dt > 0.0 && rate > 0.0)
+            .then(|| Duration::from_secs_f64(((1.0 - p1).max(0.0) / rate).min(1e9)))
+    }
+
+    /// Samples in every complete row so far.
+    pub fn total_samples(&self) -> u64 {
+        self.total_samples
     }
 }
 
@@ -125,6 +148,7 @@ mod tests {
             step_time: Duration::from_millis(1),
             at: Duration::from_millis(at_ms),
             after_pause: false,
+            progress: 0.0,
         }
     }
 
@@ -145,6 +169,19 @@ mod tests {
         // 10 steps of 20 samples in 100 ms
         let r = m.samples_per_sec().unwrap();
         assert!((r - 2000.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn eta_follows_the_recent_pace() {
+        let mut m = Monitor::new(1);
+        for step in 1..=10 {
+            let mut s = stats(0, step, step * 100);
+            s.progress = step as f64 / 100.0;
+            m.on_step(s);
+        }
+        // 1% per 100 ms, 90% left: 9 s
+        let eta = m.eta().unwrap().as_secs_f64();
+        assert!((eta - 9.0).abs() < 1e-6, "{eta}");
     }
 
     #[test]

@@ -124,6 +124,7 @@ pub struct Engine {
     events: Receiver<Event>,
     steps: Receiver<StepStats>,
     workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
+    t0: Instant,
 }
 
 /// Lossy step samples queued per rank before the frontend must catch up.
@@ -266,11 +267,17 @@ impl Engine {
             events: ev_rx,
             steps: st_rx,
             workers,
+            t0,
         })
     }
 
     pub fn info(&self) -> &RunInfo {
         &self.info
+    }
+
+    /// Time since the workers started: the clock of `StepStats::at`.
+    pub fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
     }
 
     pub fn controller(&self) -> Controller {

@@ -200,6 +200,7 @@ impl Worker {
             self.step += 1;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
+            let progress = self.progress();
             let at = self.t0.elapsed();
             let _ = self.stats.try_send(StepStats {
                 rank: self.rank,
@@ -219,6 +220,7 @@ impl Worker {
                 step_time: t_start.elapsed(),
                 at,
                 after_pause: d.was_paused,
+                progress,
             });
             if self.rank == 0 {
                 losses.push(loss);

@@ -1,0 +1,127 @@
+//! What each device is doing, sampled at an interval. One sample type for every backend:
+//! a metric a device cannot report is `None` (shown as n/a), never 0.
+
+use std::time::Duration;
+
+use crate::events::StepStats;
+
+/// One device at one moment. Fractions are 0..=1.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceSample {
+    /// GPU: utilization.gpu. CPU worker: the share of wall time spent computing, reducing
+    /// and updating (not waiting for data or for other ranks).
+    pub util: Option<f32>,
+    /// GPU: utilization.memory, the share of time the memory was being read or written.
+    pub mem_access: Option<f32>,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
+    pub temp_c: Option<f32>,
+    pub power_w: Option<f32>,
+    pub power_limit_w: Option<f32>,
+}
+
+/// Busy time of CPU workers, from their step timings.
+pub struct BusyMeter {
+    busy: Vec<Duration>,
+    since: Duration,
+}
+
+impl BusyMeter {
+    pub fn new(ranks: usize) -> BusyMeter {
+        BusyMeter {
+            busy: vec![Duration::ZERO; ranks],
+            since: Duration::ZERO,
+        }
+    }
+
+    pub fn on_step(&mut self, s: &StepStats) {
+        if let Some(b) = self.busy.get_mut(s.rank) {
+            *b += s.compute + s.comm + s.optimizer;
+        }
+    }
+
+    /// One sample per rank covering the time since the previous call; `now` is time since
+    /// the run started, on the clock of `StepStats::at`.
+    pub fn sample(&mut self, now: Duration) -> Vec<DeviceSample> {
+        let span = now.saturating_sub(self.since).as_secs_f64();
+        self.since = now;
+        self.busy
+            .iter_mut()
+            .map(|b| {
+                let util = (span > 0.0).then(|| (b.as_secs_f64() / span).min(1.0) as f32);
+                *b = Duration::ZERO;
+                DeviceSample {
+                    util,
+                    ..DeviceSample::default()
+                }
+            })
+            .collect()
+    }
+}
+
+/// This process's resident memory and the machine's total, in bytes (Linux; `None` elsewhere).
+pub fn process_memory() -> Option<(u64, u64)> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // the kernel's page size on every Linux platform we build for
+    Some((pages * 4096, total_kib * 1024))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rank: usize, compute_ms: u64, wait_ms: u64) -> StepStats {
+        StepStats {
+            rank,
+            step: 1,
+            epoch: 1,
+            samples: 1,
+            global_samples: 2,
+            per_replica: 1,
+            loss: 1.0,
+            accuracy: 0.0,
+            lr: 1e-3,
+            data_wait: Duration::from_millis(wait_ms),
+            compute: Duration::from_millis(compute_ms),
+            comm: Duration::ZERO,
+            sync_wait: Duration::from_millis(wait_ms),
+            optimizer: Duration::ZERO,
+            step_time: Duration::from_millis(compute_ms + 2 * wait_ms),
+            at: Duration::ZERO,
+            after_pause: false,
+            progress: 0.0,
+        }
+    }
+
+    #[test]
+    fn busy_counts_work_not_waiting_and_resets_each_sample() {
+        let mut m = BusyMeter::new(2);
+        for _ in 0..10 {
+            m.on_step(&step(0, 80, 5));
+            m.on_step(&step(1, 20, 40));
+        }
+        let s = m.sample(Duration::from_secs(1));
+        assert!((s[0].util.unwrap() - 0.8).abs() < 1e-6);
+        assert!((s[1].util.unwrap() - 0.2).abs() < 1e-6);
+        assert_eq!(s[0].mem_access, None);
+        // nothing ran in the next second (paused): 0% busy, not n/a
+        let s = m.sample(Duration::from_secs(2));
+        assert_eq!(s[0].util, Some(0.0));
+    }
+
+    #[test]
+    fn process_memory_is_plausible() {
+        if let Some((rss, total)) = process_memory() {
+            assert!(rss > 1 << 20 && rss < total, "{rss} {total}");
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The terminal UI: `App` state, pure render functions, themes, and the loop that feeds the
+//! engine's events and the user's keys into the state and draws it at most 10 times a second.
+
+pub mod app;
+pub mod render;
+pub mod term;
+pub mod theme;
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{never, select, tick, Receiver};
+use ratatui::backend::Backend;
+use ratatui::crossterm::event::KeyEvent;
+use ratatui::Terminal;
+
+use crate::engine::{Engine, EngineError, RunResult};
+use crate::metrics::{MetricsWriter, Recorder};
+use crate::telemetry::{process_memory, BusyMeter};
+use app::{Action, App, AppEvent, Level};
+use theme::Theme;
+
+/// What the user did at the terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    Key(KeyEvent),
+    Resize,
+}
+
+#[derive(Clone, Debug)]
+pub struct TuiOptions {
+    pub theme: Theme,
+    pub readonly: bool,
+    /// Leave as soon as the run ends instead of showing the summary until `q`.
+    pub exit_when_done: bool,
+    pub sample_interval: Duration,
+    /// Steps between metrics-file step records.
+    pub log_every: u64,
+}
+
+/// The shortest time between two frames.
+const FRAME: Duration = Duration::from_millis(100);
+
+/// How the UI ended.
+pub struct TuiEnd {
+    pub result: Result<RunResult, EngineError>,
+    /// The state as last shown (for the lines printed after the terminal is restored).
+    pub app: App,
+}
+
+/// Runs the UI on `terminal` until the run has ended and the user (or `exit_when_done`, a
+/// stop request, or a lost terminal) lets it go. `signals` carries SIGTERM/SIGHUP notices;
+/// the signal handler has already asked the engine to stop.
+pub fn drive<B: Backend>(
+    terminal: &mut Terminal<B>,
+    engine: Engine,
+    opts: &TuiOptions,
+    inputs: Receiver<Input>,
+    signals: Receiver<()>,
+    metrics: Option<MetricsWriter>,
+) -> TuiEnd {
+    let info = engine.info().clone();
+    let controller = engine.controller();
+    let mut app = App::new(info.clone(), opts.readonly);
+    if let Some(note) = &info.device_note {
+        app.apply(AppEvent::Notice(Level::Info, format!("note: {note}")));
+    }
+    let mut theme = opts.theme.clone();
+    let mut busy = BusyMeter::new(info.ranks());
+    let mut metrics = Recorder::new(metrics);
+    let warn = |app: &mut App, w: Option<String>| {
+        if let Some(w) = w {
+            app.apply(AppEvent::Notice(Level::Warn, w));
+        }
+    };
+    warn(&mut app, metrics.record(|w| w.run_start(&info)));
+
+    let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
+    let (mut events_open, mut steps_open) = (true, true);
+    let mut engine = Some(engine);
+    let mut result = None;
+    let (mut inputs, mut signals) = (inputs, signals);
+    let frames = tick(FRAME);
+    let sampler = tick(opts.sample_interval);
+    let mut last_draw: Option<Instant> = None;
+    let mut drawable = true;
+    let mut dirty = true;
+    loop {
+        select! {
+            recv(steps) -> s => match s {
+                Ok(s) => {
+                    busy.on_step(&s);
+                    let before = app.last_row.as_ref().map(|r| r.step);
+                    app.apply(AppEvent::Step(s));
+                    if let Some(row) = app.last_row.as_ref().filter(|r| Some(r.step) != before && r.step.is_multiple_of(opts.log_every)) {
+                        let rate = app.samples_per_sec;
+                        let w = metrics.record(|w| w.step(row, rate));
+                        warn(&mut app, w);
+                    }
+                }
+                Err(_) => {
+                    steps = never();
+                    steps_open = false;
+                }
+            },
+            recv(events) -> e => match e {
+                Ok(ev) => {
+                    let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
+                    app.apply(AppEvent::Tick(at));
+                    warn(&mut app, metrics.record(|w| w.event(&ev, at)));
+                    app.apply(AppEvent::Engine(ev));
+                    dirty = true;
+                }
+                Err(_) => {
+                    events = never();
+                    events_open = false;
+                }
+            },
+            recv(inputs) -> i => match i {
+                Ok(Input::Key(k)) => {
+                    dirty = true;
+                    match app.handle_key(k) {
+                        Some(Action::Control(c)) if controller.send(c).is_err() => {
+                            app.flash = Some("the run has already ended".into());
+                        }
+                        Some(Action::Quit) => break,
+                        Some(Action::NextTheme) => {
+                            theme = theme.next();
+                            app.flash = Some(format!("theme: {}", theme.name));
+                        }
+                        Some(Action::Redraw) => {
+                            let _ = terminal.clear();
+                        }
+                        Some(Action::Control(_)) | None => {}
+                    }
+                }
+                Ok(Input::Resize) => dirty = true,
+                Err(_) => inputs = never(),
+            },
+            recv(signals) -> s => match s {
+                Ok(()) => {
+                    app.apply(AppEvent::Signal);
+                    dirty = true;
+                }
+                Err(_) => signals = never(),
+            },
+            recv(sampler) -> _ => {
+                let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
+                let devices = busy.sample(at);
+                if engine.is_some() {
+                    app.apply(AppEvent::Telemetry { at, devices, process_memory: process_memory() });
+                }
+            },
+            recv(frames) -> _ => {
+                if let Some(e) = &engine {
+                    app.apply(AppEvent::Tick(e.elapsed()));
+                    dirty = true;
+                }
+            },
+        }
+        if engine.is_some() && !events_open && !steps_open {
+            let r = engine.take().map(Engine::join);
+            app.finish(
+                r.as_ref()
+                    .and_then(|r| r.as_ref().err())
+                    .map(ToString::to_string),
+            );
+            result = r;
+            warn(&mut app, metrics.record(|w| w.flush()));
+            dirty = true;
+        }
+        let ended = engine.is_none();
+        if ended && (app.quitting || opts.exit_when_done || !drawable) {
+            break;
+        }
+        let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME) || ended;
+        if drawable && dirty && due {
+            if terminal.draw(|f| render::render(f, &app, &theme)).is_err() {
+                // the terminal is gone (SSH dropped): keep training, stop drawing
+                drawable = false;
+            }
+            last_draw = Some(Instant::now());
+            dirty = false;
+        }
+    }
+    let result = match (result, engine) {
+        (Some(r), _) => r,
+        (None, Some(e)) => {
+            let _ = e.controller().stop(true);
+            e.join()
+        }
+        (None, None) => unreachable!("the engine is joined exactly once"),
+    };
+    TuiEnd { result, app }
+}
+
+/// What stays on the normal screen once the UI has closed.
+pub fn summary_lines(app: &App) -> Vec<String> {
+    let Some(s) = &app.summary else {
+        return vec![format!("left the UI at step {}", app.next_step() - 1)];
+    };
+    let what = if s.failed.is_some() {
+        "failed"
+    } else if s.stopped {
+        "stopped"
+    } else {
+        "finished"
+    };
+    let mut line = format!("{what}: {} steps in {}", s.steps, render::clock(s.wall));
+    if let Some(a) = s.best_val_accuracy {
+        line += &format!(" | best val accuracy {:.2}%", a * 100.0);
+    }
+    if let Some(r) = s.mean_samples_per_sec {
+        line += &format!(" | {} samples/s", render::si(r));
+    }
+    let mut lines = vec![line];
+    if let Some(p) = &s.last_checkpoint {
+        lines.push(format!("checkpoint: {}", p.display()));
+    }
+    lines
+}

@@ -1,0 +1,312 @@
+//! History charts (utilization and memory-access time, one line per device) and the loss /
+//! accuracy charts.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
+use ratatui::Frame;
+
+use super::{clock, fit};
+use crate::history::History;
+use crate::tui::app::App;
+use crate::tui::theme::Theme;
+
+fn block<'a>(title: Vec<Span<'a>>, theme: &Theme) -> Block<'a> {
+    Block::bordered()
+        .border_style(theme.border())
+        .title(Line::from(title))
+}
+
+fn message(frame: &mut Frame, area: Rect, b: Block, text: &str, theme: &Theme) {
+    let w = b.inner(area).width as usize;
+    frame.render_widget(
+        Paragraph::new(Line::styled(fit(text, w), theme.muted())).block(b),
+        area,
+    );
+}
+
+/// One chart of a per-device percentage history.
+fn percent_chart(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    theme: &Theme,
+    title: &str,
+    series: &[(usize, &History)],
+    missing: &str,
+) {
+    let now = app.now.as_secs_f64();
+    let from = app
+        .window
+        .span()
+        .map_or(0.0, |s| (now - s.as_secs_f64()).max(0.0));
+    let head = vec![
+        Span::styled(format!(" {title} "), theme.title()),
+        Span::styled(format!("{} · w ", app.window.label()), theme.muted()),
+    ];
+    let data: Vec<(usize, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(i, h)| (*i, h.since(from)))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    if data.is_empty() {
+        let text = if series.iter().all(|(_, h)| h.is_empty()) && app.now.as_secs() >= 2 {
+            missing
+        } else {
+            "waiting for the first sample…"
+        };
+        message(frame, area, block(head, theme), text, theme);
+        return;
+    }
+    let datasets: Vec<Dataset> = data
+        .iter()
+        .map(|(i, v)| {
+            Dataset::default()
+                .name(app.devices[*i].label.clone())
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(theme.fg(theme.series(*i)))
+                .data(v)
+        })
+        .collect();
+    let chart = Chart::new(datasets)
+        .block(block(head, theme))
+        .style(theme.base())
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .bounds([from, now.max(from + 1.0)])
+                .labels([clock_s(from), clock_s(now)])
+                .style(theme.muted()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, 100.0])
+                .labels(["0", "50", "100"])
+                .style(theme.muted()),
+        );
+    frame.render_widget(chart, area);
+}
+
+fn clock_s(s: f64) -> String {
+    clock(std::time::Duration::from_secs_f64(s.max(0.0)))
+}
+
+/// Utilization history (and memory-access time where there is room), for every device or
+/// only device `only`.
+pub fn render_history(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    theme: &Theme,
+    only: Option<usize>,
+) {
+    let pick = |f: fn(&crate::tui::app::DeviceState) -> &History| -> Vec<(usize, &History)> {
+        app.devices
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| only.is_none_or(|o| o == *i))
+            .map(|(i, d)| (i, f(d)))
+            .collect()
+    };
+    let util = pick(|d| &d.util);
+    let macc = pick(|d| &d.mem_access);
+    let util_title = format!("{} % per device", super::devices::util_name(app));
+    let no_util = "utilization: n/a on these devices";
+    let no_macc =
+        "memory-access time: n/a (CPU workers have no such counter; GPUs report it via NVML)";
+    if area.height >= 14 {
+        let [a, b] =
+            Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+        percent_chart(frame, a, app, theme, &util_title, &util, no_util);
+        percent_chart(frame, b, app, theme, "memory-access time %", &macc, no_macc);
+    } else {
+        percent_chart(frame, area, app, theme, &util_title, &util, no_util);
+    }
+}
+
+fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
+    let mut x = [f64::INFINITY, f64::NEG_INFINITY];
+    let mut y_max = f64::NEG_INFINITY;
+    for p in points.iter().flat_map(|s| s.iter()) {
+        x = [x[0].min(p.0), x[1].max(p.0)];
+        y_max = y_max.max(p.1);
+    }
+    if !x[0].is_finite() {
+        return ([0.0, 1.0], [0.0, 1.0]);
+    }
+    if x[1] <= x[0] {
+        x[1] = x[0] + 1.0;
+    }
+    ([x[0], x[1]], [0.0, (y_max * 1.05).max(1e-3)])
+}
+
+/// Train loss (raw and smoothed) with validation loss; `full` adds the accuracy chart and the
+/// per-epoch table below.
+pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full: bool) {
+    let raw = app.loss.all();
+    let smooth = app.loss_smooth.all();
+    let val: Vec<(f64, f64)> = app
+        .epochs
+        .iter()
+        .filter_map(|e| e.val_loss.map(|l| (e.step as f64, l as f64)))
+        .collect();
+    let mut head = vec![Span::styled(" loss ", theme.title())];
+    if let Some((_, l)) = smooth.last() {
+        head.push(Span::styled(
+            format!("train {l:.4} "),
+            theme.fg(theme.accent),
+        ));
+    }
+    if let Some((_, l)) = val.last() {
+        head.push(Span::styled(format!("val {l:.4} "), theme.fg(theme.warn)));
+    }
+    let (last_acc, best_acc) = app.val_accuracy();
+    if let (Some(a), Some(b)) = (last_acc, best_acc) {
+        head.push(Span::styled(
+            format!("acc {:.1}% (best {:.1}%) ", a * 100.0, b * 100.0),
+            theme.fg(theme.good),
+        ));
+    }
+    let (chart_area, rest) = if full {
+        let [a, b] =
+            Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
+        (a, Some(b))
+    } else {
+        (area, None)
+    };
+    if raw.is_empty() {
+        message(
+            frame,
+            chart_area,
+            block(head, theme),
+            "waiting for the first step…",
+            theme,
+        );
+    } else {
+        let (xb, yb) = bounds(&[&raw, &val]);
+        let datasets = vec![
+            Dataset::default()
+                .name("train")
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Scatter)
+                .style(theme.muted())
+                .data(&raw),
+            Dataset::default()
+                .name("smoothed")
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(theme.fg(theme.accent))
+                .data(&smooth),
+            Dataset::default()
+                .name("val")
+                .marker(Marker::Dot)
+                .graph_type(GraphType::Scatter)
+                .style(theme.fg(theme.warn))
+                .data(&val),
+        ];
+        let chart = Chart::new(datasets)
+            .block(block(head, theme))
+            .style(theme.base())
+            .legend_position(None)
+            .x_axis(
+                Axis::default()
+                    .bounds(xb)
+                    .labels([format!("step {:.0}", xb[0]), format!("{:.0}", xb[1])])
+                    .style(theme.muted()),
+            )
+            .y_axis(
+                Axis::default()
+                    .bounds(yb)
+                    .labels(["0".to_string(), format!("{:.2}", yb[1])])
+                    .style(theme.muted()),
+            );
+        frame.render_widget(chart, chart_area);
+    }
+    if let Some(rest) = rest {
+        let [acc, table] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(rest);
+        render_accuracy(frame, acc, app, theme);
+        render_epochs(frame, table, app, theme);
+    }
+}
+
+fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let acc: Vec<(f64, f64)> = app
+        .epochs
+        .iter()
+        .filter_map(|e| e.val_accuracy.map(|a| (e.epoch as f64, a as f64 * 100.0)))
+        .collect();
+    let head = vec![Span::styled(
+        " validation accuracy % by epoch ",
+        theme.title(),
+    )];
+    if acc.is_empty() {
+        message(
+            frame,
+            area,
+            block(head, theme),
+            "after the first epoch",
+            theme,
+        );
+        return;
+    }
+    let lo = acc
+        .iter()
+        .map(|p| p.1)
+        .fold(100.0, f64::min)
+        .floor()
+        .min(99.0);
+    let x1 = acc.last().map_or(1.0, |p| p.0).max(acc[0].0 + 1.0);
+    let datasets = vec![Dataset::default()
+        .marker(Marker::Braille)
+        .graph_type(GraphType::Line)
+        .style(theme.fg(theme.good))
+        .data(&acc)];
+    let chart = Chart::new(datasets)
+        .block(block(head, theme))
+        .style(theme.base())
+        .x_axis(
+            Axis::default()
+                .bounds([acc[0].0, x1])
+                .labels([format!("{:.0}", acc[0].0), format!("{x1:.0}")])
+                .style(theme.muted()),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([lo, 100.0])
+                .labels([format!("{lo:.0}"), "100".into()])
+                .style(theme.muted()),
+        );
+    frame.render_widget(chart, area);
+}
+
+fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let b = block(vec![Span::styled(" epochs ", theme.title())], theme);
+    let rows = b.inner(area).height as usize;
+    let mut lines = vec![Line::styled(
+        format!(
+            "{:>6} {:>8} {:>10} {:>9} {:>8}",
+            "epoch", "step", "train", "val", "acc"
+        ),
+        theme.muted(),
+    )];
+    let opt = |v: Option<f32>, f: fn(f32) -> String| v.map_or("-".into(), f);
+    for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
+        lines.push(Line::styled(
+            format!(
+                "{:>6} {:>8} {:>10.4} {:>9} {:>8}",
+                e.epoch,
+                e.step,
+                e.train_loss,
+                opt(e.val_loss, |l| format!("{l:.4}")),
+                opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
+            ),
+            Style::default(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines).block(b), area);
+}

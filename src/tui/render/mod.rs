@@ -1,0 +1,156 @@
+//! Pure drawing: `render(frame, &app, &theme)` lays the screen out and each panel's
+//! `render_x(frame, area, &app, &theme)` draws one part of it from the state alone.
+
+mod charts;
+mod devices;
+mod header;
+mod log;
+mod overlay;
+
+use std::time::Duration;
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::widgets::Block;
+use ratatui::Frame;
+
+use super::app::{App, View};
+use super::theme::Theme;
+
+pub use charts::{render_history, render_loss};
+pub use devices::{render_device_detail, render_devices};
+pub use header::render_header;
+pub use log::{render_footer, render_log};
+pub use overlay::{render_help, render_quit, render_summary, render_too_small};
+
+/// Below this the screen says "terminal too small" instead of drawing garbage.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 16;
+
+/// The whole screen.
+pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
+    let area = frame.area();
+    frame.render_widget(Block::default().style(theme.base()), area);
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        render_too_small(frame, area, theme);
+        return;
+    }
+    let [head, body, foot] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    render_header(frame, head, app, theme);
+    render_footer(frame, foot, app, theme);
+    match (app.view, app.focus) {
+        (View::Overview, Some(i)) => render_device_detail(frame, body, app, theme, i),
+        (View::Overview, None) => overview(frame, body, app, theme),
+        (View::Training, _) => training(frame, body, app, theme),
+        (View::Log, _) => render_log(frame, body, app, theme),
+    }
+    match app.popup {
+        Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
+        Some(super::app::Popup::Quit) => render_quit(frame, area, theme),
+        None if app.summary.is_some() && app.view == View::Overview && app.focus.is_none() => {
+            render_summary(frame, body, app, theme)
+        }
+        None => {}
+    }
+}
+
+/// Devices on top, history and loss side by side, events below.
+fn overview(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let n = app.devices.len() as u16;
+    // rows for the devices table: borders + column header + one per device, capped
+    let dev_h = (n + 3).min(area.height / 3).max(4);
+    let log_h = match area.height {
+        0..=22 => 4,
+        23..=40 => 6,
+        _ => 9,
+    };
+    let [devs, charts, log] = Layout::vertical([
+        Constraint::Length(dev_h),
+        Constraint::Min(6),
+        Constraint::Length(log_h),
+    ])
+    .areas(area);
+    render_devices(frame, devs, app, theme);
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(charts);
+    render_history(frame, left, app, theme, None);
+    render_loss(frame, right, app, theme, false);
+    render_log(frame, log, app, theme);
+}
+
+/// Loss and accuracy in full, with the per-epoch table.
+fn training(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    render_loss(frame, area, app, theme, true);
+}
+
+/// `mm:ss`, or `h:mm:ss` from an hour on.
+pub fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// 1.2k, 34.5k, 1.20M.
+pub fn si(v: f64) -> String {
+    match v.abs() {
+        x if x >= 1e6 => format!("{:.2}M", v / 1e6),
+        x if x >= 1e4 => format!("{:.1}k", v / 1e3),
+        x if x >= 1e3 => format!("{:.2}k", v / 1e3),
+        _ => format!("{v:.0}"),
+    }
+}
+
+/// 512 MiB, 23.4 GiB.
+pub fn bytes(b: u64) -> String {
+    let g = b as f64 / (1u64 << 30) as f64;
+    if g >= 1.0 {
+        format!("{g:.1} GiB")
+    } else {
+        format!("{} MiB", b >> 20)
+    }
+}
+
+/// Cuts `s` to `w` characters, marking the cut with an ellipsis.
+pub fn fit(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else if w == 0 {
+        String::new()
+    } else {
+        let mut t: String = s.chars().take(w - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// `n/a` for a metric the device does not report.
+pub fn pct(v: Option<f32>) -> String {
+    v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_read_well() {
+        assert_eq!(clock(Duration::from_secs(75)), "01:15");
+        assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
+        assert_eq!(si(950.0), "950");
+        assert_eq!(si(41_234.0), "41.2k");
+        assert_eq!(si(2_500_000.0), "2.50M");
+        assert_eq!(bytes(45 << 20), "45 MiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("ab", 4), "ab");
+        assert_eq!(pct(None), "n/a");
+        assert_eq!(pct(Some(0.871)), "87%");
+    }
+}

@@ -1,0 +1,83 @@
+//! The real terminal: raw mode and the alternate screen on the way in, restored on every way
+//! out (normal end, error, panic, signal), and a thread that turns key presses into inputs.
+
+use std::io::{self, Stdout};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Once, OnceLock};
+use std::thread::ThreadId;
+
+use crossbeam_channel::{unbounded, Receiver};
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::cursor::{Hide, Show};
+use ratatui::crossterm::event::{self, Event as TermEvent};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
+use ratatui::Terminal;
+
+use super::Input;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static UI_THREAD: OnceLock<ThreadId> = OnceLock::new();
+static HOOK: Once = Once::new();
+
+/// Puts the terminal back as it was; safe to call any number of times, from any thread.
+pub fn restore() {
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = disable_raw_mode();
+        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+    }
+}
+
+/// Restores the terminal when dropped.
+pub struct Guard(());
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Switches to the full-screen UI. A panic on the UI thread restores the terminal before its
+/// message is printed; a worker's panic is reported by the engine as a failure event instead,
+/// so its message does not scribble over the screen.
+pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
+    let _ = UI_THREAD.set(std::thread::current().id());
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let on_ui = UI_THREAD.get() == Some(&std::thread::current().id());
+            if on_ui || !ACTIVE.load(Ordering::SeqCst) {
+                restore();
+                previous(info);
+            }
+        }));
+    });
+    enable_raw_mode()?;
+    ACTIVE.store(true, Ordering::SeqCst);
+    let guard = Guard(());
+    execute!(io::stdout(), EnterAlternateScreen, Hide)?;
+    let terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+    Ok((terminal, guard))
+}
+
+/// Key presses and resizes, read on their own thread (reading blocks). The channel closes
+/// when the terminal can no longer be read (e.g. the SSH connection dropped).
+pub fn inputs() -> Receiver<Input> {
+    let (tx, rx) = unbounded();
+    let _ = std::thread::Builder::new()
+        .name("tui-input".into())
+        .spawn(move || loop {
+            let input = match event::read() {
+                Ok(TermEvent::Key(k)) => Input::Key(k),
+                Ok(TermEvent::Resize(..)) => Input::Resize,
+                Ok(_) => continue,
+                Err(_) => return,
+            };
+            if tx.send(input).is_err() {
+                return;
+            }
+        });
+    rx
+}
