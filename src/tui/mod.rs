@@ -2,6 +2,8 @@
 //! engine's events and the user's keys into the state and draws it at most 10 times a second.
 
 pub mod app;
+#[doc(hidden)]
+pub mod demo;
 pub mod render;
 pub mod term;
 pub mod theme;

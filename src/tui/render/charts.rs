@@ -9,6 +9,7 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 use super::{clock, fit};
+use crate::engine::Device;
 use crate::history::History;
 use crate::tui::app::App;
 use crate::tui::theme::Theme;
@@ -115,13 +116,27 @@ pub fn render_history(
     let macc = pick(|d| &d.mem_access);
     let util_title = format!("{} % per device", super::devices::util_name(app));
     let no_util = "utilization: n/a on these devices";
-    let no_macc =
-        "memory-access time: n/a (CPU workers have no such counter; GPUs report it via NVML)";
-    if area.height >= 14 {
+    // CPU workers have no memory-access counter: say so in one line instead of a chart
+    let cpu_only = app
+        .info
+        .devices
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| only.is_none_or(|o| o == *i))
+        .all(|(_, d)| matches!(d, Device::Cpu { .. }));
+    let macc_title = "memory-access time %";
+    if cpu_only && area.height >= 10 {
+        let [a, b] = Layout::vertical([Constraint::Min(6), Constraint::Length(3)]).areas(area);
+        percent_chart(frame, a, app, theme, &util_title, &util, no_util);
+        let head = vec![Span::styled(format!(" {macc_title} "), theme.title())];
+        let text = "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)";
+        message(frame, b, block(head, theme), text, theme);
+    } else if !cpu_only && area.height >= 14 {
         let [a, b] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+        let no_macc = "memory-access time: n/a on these devices";
         percent_chart(frame, a, app, theme, &util_title, &util, no_util);
-        percent_chart(frame, b, app, theme, "memory-access time %", &macc, no_macc);
+        percent_chart(frame, b, app, theme, macc_title, &macc, no_macc);
     } else {
         percent_chart(frame, area, app, theme, &util_title, &util, no_util);
     }

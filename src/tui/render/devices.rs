@@ -201,7 +201,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
         return;
     };
     let [left, right] =
-        Layout::horizontal([Constraint::Length(38), Constraint::Min(10)]).areas(area);
+        Layout::horizontal([Constraint::Length(42), Constraint::Min(10)]).areas(area);
     let s = &d.sample;
     let ms = |v: f64| format!("{:.3} ms", v * 1e3);
     let mut rows: Vec<(String, String)> = vec![

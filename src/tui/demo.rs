@@ -1,0 +1,127 @@
+//! A fixed, deterministic run fed into an `App`: the data of the snapshot tests and of the
+//! frame-time benchmark. Nothing here reads a clock or the machine.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::Budget;
+use crate::engine::{Device, RunInfo};
+use crate::events::{Applied, Event, StepStats};
+use crate::telemetry::DeviceSample;
+
+use super::app::{App, AppEvent};
+
+pub fn info(devices: usize) -> RunInfo {
+    RunInfo {
+        devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
+        device_note: None,
+        data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
+        model: "mlp:128 (64-128-10)".into(),
+        params: 9610,
+        per_replica: 32,
+        grad_accum: 1,
+        lr: 1e-3,
+        lr_note: None,
+        train_samples: 1438,
+        val_samples: 359,
+        budget: Budget::Epochs(30),
+        start_step: 0,
+        start_epoch: 0,
+        resumed_from: None,
+    }
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v / 1e3)
+}
+
+/// One rank's step: rank 2 computes more slowly, the others wait for it.
+pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
+    let wobble = ((step * 7 + rank as u64 * 3) % 11) as f64 / 10.0;
+    let compute = if rank == 2 { 2.4 } else { 1.6 } + 0.2 * wobble;
+    let slowest = if ranks > 2 { 2.6 } else { 1.8 };
+    let data = 0.05 + 0.02 * wobble;
+    let comm = 0.15;
+    let wait = (slowest - compute).max(0.0);
+    let step_time = data + compute + comm + wait + 0.1;
+    let global = 32 * ranks;
+    let steps_per_epoch = 1438u64.div_ceil(global as u64);
+    StepStats {
+        rank,
+        step,
+        epoch: (step - 1) / steps_per_epoch + 1,
+        samples: 32,
+        global_samples: global,
+        per_replica: 32,
+        loss: (2.3 * (-(step as f32) / 40.0).exp() + 0.05 + 0.02 * wobble as f32),
+        accuracy: 0.9,
+        lr: 1e-3,
+        data_wait: ms(data),
+        compute: ms(compute - 0.1),
+        comm: ms(comm),
+        sync_wait: ms(wait),
+        optimizer: ms(0.1),
+        step_time: ms(step_time),
+        at: ms(step as f64 * 4.0),
+        after_pause: false,
+        progress: step as f64 / (30 * steps_per_epoch) as f64,
+    }
+}
+
+/// An app that has seen `steps` steps of a `devices`-rank run, epochs with validation, a
+/// checkpoint, a pause, a batch change being asked for, and telemetry.
+pub fn app(devices: usize, steps: u64) -> App {
+    let mut app = App::new(info(devices), false);
+    app.apply(AppEvent::Engine(Event::Started {
+        ranks: devices,
+        per_replica: 32,
+        params: 9610,
+        start_step: 0,
+        start_epoch: 0,
+    }));
+    let steps_per_epoch = 1438u64.div_ceil(32 * devices as u64);
+    for s in 1..=steps {
+        for r in 0..devices {
+            app.apply(AppEvent::Step(step(r, devices, s)));
+        }
+        if s % 25 == 0 {
+            let devices = (0..devices)
+                .map(|r| DeviceSample {
+                    util: Some(if r == 2 { 0.93 } else { 0.62 + 0.01 * ((s / 25) % 5) as f32 }),
+                    ..DeviceSample::default()
+                })
+                .collect();
+            app.apply(AppEvent::Telemetry {
+                at: ms(s as f64 * 4.0),
+                devices,
+                process_memory: Some((48 << 20, 24 << 30)),
+            });
+        }
+        if s % steps_per_epoch == 0 {
+            let epoch = s / steps_per_epoch;
+            app.apply(AppEvent::Engine(Event::EpochDone {
+                epoch,
+                step: s,
+                train_loss: 0.5 / epoch as f32,
+                val_loss: Some(0.45 / epoch as f32 + 0.04),
+                val_accuracy: Some(0.93 + 0.01 * epoch.min(4) as f32),
+                elapsed: ms(s as f64 * 4.0),
+            }));
+        }
+        if s == 60 {
+            app.apply(AppEvent::Engine(Event::Checkpoint {
+                step: 60,
+                path: PathBuf::from("checkpoints/step-00000060"),
+            }));
+            app.apply(AppEvent::Engine(Event::Control {
+                step: 60,
+                applied: Applied::Paused,
+            }));
+            app.apply(AppEvent::Engine(Event::Control {
+                step: 60,
+                applied: Applied::Resumed,
+            }));
+        }
+    }
+    app
+}

@@ -1,0 +1,162 @@
+//! The screen as a user sees it, with fixed data, at 80x24 and 160x48 (ratatui TestBackend +
+//! insta; the snapshots are committed under tests/snapshots/).
+
+use mgtop::events::{Applied, Event};
+use mgtop::tui::app::{App, AppEvent};
+use mgtop::tui::demo;
+use mgtop::tui::render::{self, MIN_HEIGHT, MIN_WIDTH};
+use mgtop::tui::theme::Theme;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::layout::Rect;
+use ratatui::{Frame, Terminal};
+
+fn draw(w: u16, h: u16, f: impl FnOnce(&mut Frame)) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(f).unwrap();
+    t.backend().to_string()
+}
+
+fn screen(app: &App, w: u16, h: u16) -> String {
+    let theme = Theme::embedded("dark").unwrap();
+    draw(w, h, |f| render::render(f, app, &theme))
+}
+
+fn key(app: &mut App, code: KeyCode) {
+    app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn dark() -> Theme {
+    Theme::embedded("dark").unwrap()
+}
+
+#[test]
+fn whole_screen_80x24() {
+    let mut app = demo::app(3, 150);
+    key(&mut app, KeyCode::Char(']'));
+    insta::assert_snapshot!(screen(&app, 80, 24));
+}
+
+#[test]
+fn whole_screen_160x48() {
+    let mut app = demo::app(4, 150);
+    key(&mut app, KeyCode::Char(']'));
+    insta::assert_snapshot!(screen(&app, 160, 48));
+}
+
+#[test]
+fn paused_run_with_many_devices_80x24() {
+    let mut app = demo::app(12, 40);
+    app.apply(AppEvent::Engine(Event::Control {
+        step: 40,
+        applied: Applied::Paused,
+    }));
+    insta::assert_snapshot!(screen(&app, 80, 24));
+}
+
+#[test]
+fn device_detail_view() {
+    let mut app = demo::app(3, 150);
+    key(&mut app, KeyCode::Char('3'));
+    insta::assert_snapshot!("device_detail_80x24", screen(&app, 80, 24));
+    insta::assert_snapshot!("device_detail_160x48", screen(&app, 160, 48));
+}
+
+#[test]
+fn training_and_events_views() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Tab);
+    insta::assert_snapshot!("training_80x24", screen(&app, 80, 24));
+    insta::assert_snapshot!("training_160x48", screen(&app, 160, 48));
+    key(&mut app, KeyCode::Tab);
+    insta::assert_snapshot!("events_80x24", screen(&app, 80, 24));
+}
+
+#[test]
+fn popups_and_summary() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('?'));
+    insta::assert_snapshot!("help_80x24", screen(&app, 80, 24));
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::Char('q'));
+    insta::assert_snapshot!("quit_80x24", screen(&app, 80, 24));
+    key(&mut app, KeyCode::Esc);
+    app.apply(AppEvent::Engine(Event::Finished {
+        step: 150,
+        stopped: false,
+    }));
+    insta::assert_snapshot!("summary_80x24", screen(&app, 80, 24));
+    insta::assert_snapshot!("summary_160x48", screen(&app, 160, 48));
+}
+
+#[test]
+fn readonly_footer() {
+    let mut app = App::new(demo::info(2), true);
+    app.apply(AppEvent::Tick(std::time::Duration::from_secs(3)));
+    key(&mut app, KeyCode::Char('p'));
+    insta::assert_snapshot!(screen(&app, 80, 24));
+}
+
+#[test]
+fn each_panel_alone() {
+    let app = demo::app(3, 150);
+    let t = dark();
+    let a = |w, h| Rect::new(0, 0, w, h);
+    insta::assert_snapshot!(
+        "panel_header",
+        draw(80, 3, |f| render::render_header(f, a(80, 3), &app, &t))
+    );
+    insta::assert_snapshot!(
+        "panel_devices",
+        draw(80, 6, |f| render::render_devices(f, a(80, 6), &app, &t))
+    );
+    insta::assert_snapshot!(
+        "panel_devices_wide",
+        draw(160, 6, |f| render::render_devices(f, a(160, 6), &app, &t))
+    );
+    insta::assert_snapshot!(
+        "panel_history",
+        draw(60, 16, |f| render::render_history(f, a(60, 16), &app, &t, None))
+    );
+    insta::assert_snapshot!(
+        "panel_loss",
+        draw(60, 12, |f| render::render_loss(f, a(60, 12), &app, &t, false))
+    );
+    insta::assert_snapshot!(
+        "panel_events",
+        draw(80, 6, |f| render::render_log(f, a(80, 6), &app, &t))
+    );
+    insta::assert_snapshot!(
+        "panel_footer",
+        draw(80, 1, |f| render::render_footer(f, a(80, 1), &app, &t))
+    );
+}
+
+#[test]
+fn a_terminal_below_the_minimum_says_so() {
+    let app = demo::app(2, 10);
+    let s = screen(&app, MIN_WIDTH - 1, MIN_HEIGHT + 2);
+    assert!(s.contains("terminal too small"), "{s}");
+    assert!(s.contains(&format!("need {MIN_WIDTH}x{MIN_HEIGHT}")), "{s}");
+    let s = screen(&app, MIN_WIDTH, MIN_HEIGHT);
+    assert!(!s.contains("too small") && s.contains("devices"), "{s}");
+}
+
+#[test]
+fn every_size_and_state_draws_without_panicking() {
+    let themes: Vec<Theme> = Theme::embedded_names()
+        .map(|n| Theme::embedded(n).unwrap())
+        .collect();
+    let mut apps = vec![App::new(demo::info(1), false), demo::app(1, 3), demo::app(16, 30)];
+    let mut focused = demo::app(3, 30);
+    key(&mut focused, KeyCode::Char('2'));
+    apps.push(focused);
+    for (i, app) in apps.iter().enumerate() {
+        for (w, h) in [(1, 1), (20, 5), (59, 15), (60, 16), (80, 24), (97, 31), (200, 60), (250, 70)] {
+            let s = screen(app, w, h);
+            assert!(!s.is_empty());
+            let t = &themes[i % themes.len()];
+            draw(w, h, |f| render::render(f, app, t));
+        }
+    }
+}
