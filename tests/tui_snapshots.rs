@@ -116,11 +116,23 @@ fn each_panel_alone() {
     );
     insta::assert_snapshot!(
         "panel_history",
-        draw(60, 16, |f| render::render_history(f, a(60, 16), &app, &t, None))
+        draw(60, 16, |f| render::render_history(
+            f,
+            a(60, 16),
+            &app,
+            &t,
+            None
+        ))
     );
     insta::assert_snapshot!(
         "panel_loss",
-        draw(60, 12, |f| render::render_loss(f, a(60, 12), &app, &t, false))
+        draw(60, 12, |f| render::render_loss(
+            f,
+            a(60, 12),
+            &app,
+            &t,
+            false
+        ))
     );
     insta::assert_snapshot!(
         "panel_events",
@@ -147,12 +159,25 @@ fn every_size_and_state_draws_without_panicking() {
     let themes: Vec<Theme> = Theme::embedded_names()
         .map(|n| Theme::embedded(n).unwrap())
         .collect();
-    let mut apps = vec![App::new(demo::info(1), false), demo::app(1, 3), demo::app(16, 30)];
+    let mut apps = vec![
+        App::new(demo::info(1), false),
+        demo::app(1, 3),
+        demo::app(16, 30),
+    ];
     let mut focused = demo::app(3, 30);
     key(&mut focused, KeyCode::Char('2'));
     apps.push(focused);
     for (i, app) in apps.iter().enumerate() {
-        for (w, h) in [(1, 1), (20, 5), (59, 15), (60, 16), (80, 24), (97, 31), (200, 60), (250, 70)] {
+        for (w, h) in [
+            (1, 1),
+            (20, 5),
+            (59, 15),
+            (60, 16),
+            (80, 24),
+            (97, 31),
+            (200, 60),
+            (250, 70),
+        ] {
             let s = screen(app, w, h);
             assert!(!s.is_empty());
             let t = &themes[i % themes.len()];

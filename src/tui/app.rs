@@ -747,7 +747,11 @@ mod tests {
         assert_eq!(app.last_row.as_ref().unwrap().step, 5);
         assert_eq!(app.loss.all().len(), 5);
         app.apply(AppEvent::Step(demo::step(0, 2, 6)));
-        assert_eq!(app.last_row.as_ref().unwrap().step, 5, "rank 1 has not reported");
+        assert_eq!(
+            app.last_row.as_ref().unwrap().step,
+            5,
+            "rank 1 has not reported"
+        );
         assert_eq!(app.devices[0].last.as_ref().unwrap().step, 6);
         let split = app.devices[0].split().unwrap();
         assert!(split.compute > split.data && split.total() > 0.0);
@@ -757,34 +761,75 @@ mod tests {
     #[test]
     fn pause_key_sends_pause_then_resume_and_follows_what_the_ranks_applied() {
         let mut app = running(false);
-        assert_eq!(app.handle_key(key('p')), Some(Action::Control(Control::Pause)));
+        assert_eq!(
+            app.handle_key(key('p')),
+            Some(Action::Control(Control::Pause))
+        );
         assert_eq!(app.pending_pause, Some(true));
-        assert_eq!(app.state, RunState::Running, "not paused until the ranks apply it");
+        assert_eq!(
+            app.state,
+            RunState::Running,
+            "not paused until the ranks apply it"
+        );
         control(&mut app, 5, Applied::Paused);
         assert_eq!((app.state, app.pending_pause), (RunState::Paused, None));
-        assert_eq!(app.handle_key(key(' ')), Some(Action::Control(Control::Resume)));
+        assert_eq!(
+            app.handle_key(key(' ')),
+            Some(Action::Control(Control::Resume))
+        );
         control(&mut app, 5, Applied::Resumed);
         assert_eq!(app.state, RunState::Running);
         // a second press before the first is applied takes it back
         app.handle_key(key('p'));
-        assert_eq!(app.handle_key(key('p')), Some(Action::Control(Control::Resume)));
+        assert_eq!(
+            app.handle_key(key('p')),
+            Some(Action::Control(Control::Resume))
+        );
         assert_eq!(app.pending_pause, Some(false));
     }
 
     #[test]
     fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
         let mut app = running(false);
-        assert_eq!(app.handle_key(key(']')), Some(Action::Control(Control::SetBatch(64))));
+        assert_eq!(
+            app.handle_key(key(']')),
+            Some(Action::Control(Control::SetBatch(64)))
+        );
         assert_eq!(app.pending_batch, Some((32, 64, 6)));
-        assert_eq!(app.handle_key(key('+')), Some(Action::Control(Control::SetBatch(128))));
+        assert_eq!(
+            app.handle_key(key('+')),
+            Some(Action::Control(Control::SetBatch(128)))
+        );
         assert_eq!(app.pending_batch, Some((32, 128, 6)));
-        control(&mut app, 5, Applied::BatchSize { from: 32, to: 64, lr: 2e-3 });
+        control(
+            &mut app,
+            5,
+            Applied::BatchSize {
+                from: 32,
+                to: 64,
+                lr: 2e-3,
+            },
+        );
         assert_eq!(app.per_replica, 64);
         assert!(app.pending_batch.is_some(), "128 is still on its way");
-        control(&mut app, 6, Applied::BatchSize { from: 64, to: 128, lr: 4e-3 });
+        control(
+            &mut app,
+            6,
+            Applied::BatchSize {
+                from: 64,
+                to: 128,
+                lr: 4e-3,
+            },
+        );
         assert_eq!((app.per_replica, app.pending_batch), (128, None));
-        assert_eq!(app.handle_key(key('[')), Some(Action::Control(Control::SetBatch(64))));
-        assert_eq!(app.handle_key(key('-')), Some(Action::Control(Control::SetBatch(32))));
+        assert_eq!(
+            app.handle_key(key('[')),
+            Some(Action::Control(Control::SetBatch(64)))
+        );
+        assert_eq!(
+            app.handle_key(key('-')),
+            Some(Action::Control(Control::SetBatch(32)))
+        );
         let mut small = running(false);
         small.per_replica = 1;
         assert_eq!(small.handle_key(key('[')), None);
@@ -796,7 +841,11 @@ mod tests {
         let mut app = running(false);
         assert_eq!(app.handle_key(key('q')), None);
         assert_eq!(app.popup, Some(Popup::Quit));
-        assert_eq!(app.handle_key(key('p')), None, "other keys do nothing under the popup");
+        assert_eq!(
+            app.handle_key(key('p')),
+            None,
+            "other keys do nothing under the popup"
+        );
         assert_eq!(app.handle_key(key('c')), None);
         assert_eq!(app.popup, None);
         app.handle_key(key('q'));
@@ -833,7 +882,10 @@ mod tests {
             assert!(app.flash.as_ref().unwrap().contains("read-only"), "{c}");
         }
         assert_eq!(app.handle_key(ctrl_c()), None);
-        assert_eq!((app.popup, app.pending_batch, app.pending_pause), (None, None, None));
+        assert_eq!(
+            (app.popup, app.pending_batch, app.pending_pause),
+            (None, None, None)
+        );
         // looking around still works
         app.handle_key(key('2'));
         assert_eq!(app.focus, Some(1));
@@ -862,7 +914,11 @@ mod tests {
         assert_eq!(app.handle_key(ctrl_l), Some(Action::Redraw));
         app.handle_key(key('?'));
         assert_eq!(app.popup, Some(Popup::Help));
-        assert_eq!(app.handle_key(key('q')), None, "a key closes help, nothing else");
+        assert_eq!(
+            app.handle_key(key('q')),
+            None,
+            "a key closes help, nothing else"
+        );
         assert_eq!(app.popup, None);
         // key releases (kitty protocol) are not presses
         let mut release = key('p');
@@ -883,10 +939,16 @@ mod tests {
             val_accuracy: Some(0.91),
             elapsed: Duration::from_millis(20),
         }));
-        app.apply(AppEvent::Engine(Event::Finished { step: 5, stopped: false }));
+        app.apply(AppEvent::Engine(Event::Finished {
+            step: 5,
+            stopped: false,
+        }));
         assert_eq!(app.state, RunState::Done);
         let s = app.summary.clone().unwrap();
-        assert_eq!((s.steps, s.stopped, s.best_val_accuracy), (5, false, Some(0.91)));
+        assert_eq!(
+            (s.steps, s.stopped, s.best_val_accuracy),
+            (5, false, Some(0.91))
+        );
         assert!(s.mean_samples_per_sec.unwrap() > 0.0);
         let share = s.compute_share.unwrap();
         assert!(share > 0.5 && share < 1.0, "{share}");
@@ -906,7 +968,10 @@ mod tests {
         assert_eq!(app.devices[1].alert.as_deref(), Some("boom"));
         assert!(app.devices[0].alert.is_none());
         app.finish(Some("worker for rank 1 panicked".into()));
-        assert_eq!(app.log.iter().filter(|l| l.level == Level::Error).count(), 1);
+        assert_eq!(
+            app.log.iter().filter(|l| l.level == Level::Error).count(),
+            1
+        );
         assert!(app.summary.unwrap().failed.unwrap().contains("boom"));
     }
 
@@ -922,7 +987,15 @@ mod tests {
     #[test]
     fn epoch_lines_do_not_push_other_events_off_the_panel() {
         let mut app = running(false);
-        control(&mut app, 5, Applied::BatchSize { from: 32, to: 64, lr: 2e-3 });
+        control(
+            &mut app,
+            5,
+            Applied::BatchSize {
+                from: 32,
+                to: 64,
+                lr: 2e-3,
+            },
+        );
         for epoch in 1..=50 {
             app.apply(AppEvent::Engine(Event::EpochDone {
                 epoch,

@@ -87,7 +87,11 @@ pub fn app(devices: usize, steps: u64) -> App {
         if s % 25 == 0 {
             let devices = (0..devices)
                 .map(|r| DeviceSample {
-                    util: Some(if r == 2 { 0.93 } else { 0.62 + 0.01 * ((s / 25) % 5) as f32 }),
+                    util: Some(if r == 2 {
+                        0.93
+                    } else {
+                        0.62 + 0.01 * ((s / 25) % 5) as f32
+                    }),
                     ..DeviceSample::default()
                 })
                 .collect();

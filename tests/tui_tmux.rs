@@ -1,0 +1,276 @@
+//! The real binary in a real terminal (tmux): pause, change the batch size, quit with a
+//! checkpoint, and find the terminal restored. Skipped where tmux is missing, unless
+//! MGTOP_REQUIRE_TMUX=1 (as .ci/run sets) makes that a failure.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+    fn screen(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "t"])
+    }
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "t"];
+        args.extend_from_slice(keys);
+        self.cmd(&args);
+    }
+    /// Waits until the screen satisfies `ok`; panics with the screen after 20 s.
+    fn wait(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                panic!("timed out waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+fn tmux_available() -> bool {
+    let found = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("MGTOP_REQUIRE_TMUX").as_deref() != Ok("1"),
+            "MGTOP_REQUIRE_TMUX=1 but tmux is not installed"
+        );
+        eprintln!("skipped: tmux not found");
+    }
+    found
+}
+
+fn header(s: &str) -> &str {
+    s.lines().take(3).last().unwrap_or("")
+}
+
+#[test]
+fn pause_batch_change_and_quit_in_a_real_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tmux = Tmux {
+        socket: format!("mgtop-test-{}", std::process::id()),
+    };
+    let script = format!(
+        "'{bin}' --devices cpu:2 --steps 100000000 --checkpoint-dir '{ck}' --metrics-out '{m}'; \
+         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
+        bin = env!("CARGO_BIN_EXE_mgtop-train"),
+        ck = d.join("ck").display(),
+        m = d.join("m.jsonl").display(),
+        exit = d.join("exit").display(),
+        stty = d.join("stty").display(),
+    );
+    tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &script,
+    ]);
+    tmux.wait("the UI", |s| {
+        s.contains("RUNNING") && s.contains("samples/s")
+    });
+    assert_eq!(
+        tmux.cmd(&["display", "-p", "-t", "t", "#{alternate_on}"])
+            .trim(),
+        "1"
+    );
+
+    tmux.keys(&["p"]);
+    tmux.wait("PAUSED", |s| {
+        s.contains("PAUSED") && s.contains("paused before step")
+    });
+    tmux.keys(&["]"]);
+    let s = tmux.wait("the pending batch", |s| header(s).contains("32→64 at step"));
+    assert!(header(&s).contains("batch 32×2 = 64"), "{s}");
+    tmux.keys(&["p"]);
+    tmux.wait("the new batch", |s| {
+        s.contains("RUNNING") && header(s).contains("batch 64×2 = 128") && !header(s).contains('→')
+    });
+    assert!(tmux.screen().contains("batch per replica 32 -> 64"));
+    // every rank trains on the new batch: each device's detail view says so
+    for dev in ["1", "2"] {
+        tmux.keys(&[dev]);
+        tmux.wait("the device detail", |s| s.contains("(64 samples)"));
+    }
+    tmux.keys(&["0"]);
+
+    tmux.keys(&["q"]);
+    tmux.wait("the quit popup", |s| s.contains("Stop training?"));
+    tmux.keys(&["s"]);
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(
+        s.contains("stopped:") && s.contains("resume with: --resume"),
+        "{s}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
+        "EXIT=0"
+    );
+    assert_eq!(
+        tmux.cmd(&["display", "-p", "-t", "t", "#{alternate_on}"])
+            .trim(),
+        "0"
+    );
+    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
+    assert!(
+        stty.contains(" icanon") && stty.contains(" echo ") && !stty.contains("-icanon"),
+        "the terminal is still in raw mode: {stty}"
+    );
+    let ck: Vec<_> = std::fs::read_dir(d.join("ck")).unwrap().collect();
+    assert_eq!(ck.len(), 1, "one checkpoint, written on quit");
+    // the metrics file is written under the UI as in headless mode
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(d.join("m.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let has = |f: &dyn Fn(&serde_json::Value) -> bool| records.iter().any(f);
+    assert!(has(&|r| r["action"] == "pause"));
+    assert!(has(&|r| r["action"] == "batch_size"
+        && r["from"] == 32
+        && r["to"] == 64));
+    assert!(has(&|r| r["type"] == "end" && r["status"] == "stopped"));
+}
+
+#[test]
+fn sigterm_under_the_ui_checkpoints_and_restores_the_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tmux = Tmux {
+        socket: format!("mgtop-test-term-{}", std::process::id()),
+    };
+    let script = format!(
+        "'{bin}' --devices cpu:2 --steps 100000000 --checkpoint-dir '{ck}' & echo $! > '{pid}'; wait $!; \
+         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
+        bin = env!("CARGO_BIN_EXE_mgtop-train"),
+        ck = d.join("ck").display(),
+        pid = d.join("pid").display(),
+        exit = d.join("exit").display(),
+        stty = d.join("stty").display(),
+    );
+    tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &script,
+    ]);
+    tmux.wait("the UI", |s| s.contains("RUNNING"));
+    let pid = std::fs::read_to_string(d.join("pid")).unwrap();
+    Command::new("kill")
+        .args(["-TERM", pid.trim()])
+        .status()
+        .unwrap();
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(s.contains("resume with: --resume"), "{s}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
+        "EXIT=130"
+    );
+    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
+    assert!(!stty.contains("-icanon"), "still raw: {stty}");
+    assert_eq!(std::fs::read_dir(d.join("ck")).unwrap().count(), 1);
+}
+
+#[test]
+fn a_dropped_connection_sighup_finishes_the_step_and_checkpoints() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tmux = Tmux {
+        socket: format!("mgtop-test-hup-{}", std::process::id()),
+    };
+    let bin = env!("CARGO_BIN_EXE_mgtop-train");
+    let ck = d.join("ck");
+    let m = d.join("m.jsonl");
+    tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "90",
+        "-y",
+        "26",
+        bin,
+        "--devices",
+        "cpu:2",
+        "--steps",
+        "100000000",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+        "--metrics-out",
+        m.to_str().unwrap(),
+    ]);
+    tmux.wait("the UI", |s| s.contains("RUNNING"));
+    let pid = tmux.cmd(&["display", "-p", "-t", "t", "#{pane_pid}"]);
+    let pid = pid.trim().to_string();
+    // closing the window hangs up the terminal, as a dropped SSH connection does
+    tmux.cmd(&["kill-server"]);
+    let t0 = Instant::now();
+    while Command::new("kill")
+        .args(["-0", &pid])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still running after SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_dir(&ck).unwrap().count(),
+        1,
+        "a checkpoint on hang-up"
+    );
+    let text = std::fs::read_to_string(&m).unwrap();
+    let end: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (end["type"].as_str(), end["status"].as_str()),
+        (Some("end"), Some("stopped"))
+    );
+}
