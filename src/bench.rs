@@ -8,6 +8,14 @@ use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::data::DataSpec;
 use crate::engine::{Engine, EngineError};
 use crate::model::ModelSpec;
+use crate::tui::app::AppEvent;
+use crate::tui::render::render;
+use crate::tui::theme::Theme;
+use crate::tui::{demo, TuiOptions};
+use crossbeam_channel::never;
+use ratatui::backend::CrosstermBackend;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
 
 /// Reference samples/s on the 2-core machine of ../shared/bench (median of 3):
 /// (workers, batch, best TensorFlow MirroredStrategy, best PyTorch).
@@ -20,6 +28,15 @@ pub const REFERENCE: &[(usize, usize, f64, f64)] = &[
     (2, 512, 48_718.0, 116_487.0),
 ];
 
+/// What watches a benchmark run: nothing (events drained), the headless log, or the terminal
+/// UI drawing 200x60 frames into a sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    Nothing,
+    Headless,
+    Tui,
+}
+
 /// Samples/s of one training run: `timed` samples after `warm` samples of warm-up.
 pub fn train_throughput(
     workers: usize,
@@ -27,6 +44,33 @@ pub fn train_throughput(
     warm: usize,
     timed: usize,
 ) -> Result<f64, EngineError> {
+    Ok(watched_throughput(Watch::Nothing, workers, batch, warm, timed)?.samples_per_sec)
+}
+
+/// CPU time this thread has used (Linux; `None` elsewhere).
+fn thread_cpu_time() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    Some(Duration::from_nanos(
+        s.split_whitespace().next()?.parse().ok()?,
+    ))
+}
+
+/// A watched benchmark run.
+#[derive(Clone, Copy, Debug)]
+pub struct Watched {
+    pub samples_per_sec: f64,
+    /// CPU time of the frontend's thread over the run's wall time (1.0 = one core).
+    pub frontend_cpu: Option<f64>,
+}
+
+/// `train_throughput` with a frontend watching the run.
+pub fn watched_throughput(
+    watch: Watch,
+    workers: usize,
+    batch: usize,
+    warm: usize,
+    timed: usize,
+) -> Result<Watched, EngineError> {
     let global = batch * workers;
     let warm_steps = warm.div_ceil(global).max(2) as u64;
     let timed_steps = timed.div_ceil(global).max(2) as u64;
@@ -45,10 +89,78 @@ pub fn train_throughput(
         final_checkpoint: false,
         ..RunConfig::default()
     };
-    let r = Engine::run(cfg)?;
-    let t0 = r.step_ends[warm_steps as usize - 1];
-    let t1 = *r.step_ends.last().expect("steps ran");
-    Ok((timed_steps as usize * global) as f64 / (t1 - t0).as_secs_f64())
+    if watch == Watch::Nothing {
+        let r = Engine::run(cfg)?;
+        return Ok(Watched {
+            samples_per_sec: timed_rate(&r.step_ends, warm_steps, timed_steps, global),
+            frontend_cpu: None,
+        });
+    }
+    let engine = Engine::start(cfg)?;
+    let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
+    let r = match watch {
+        Watch::Nothing => unreachable!("returned above"),
+        Watch::Headless => crate::headless::run(engine, 50, &mut std::io::sink(), None)?,
+        Watch::Tui => {
+            let opts = TuiOptions {
+                theme: Theme::embedded("dark").expect("embedded"),
+                readonly: false,
+                exit_when_done: true,
+                sample_interval: Duration::from_secs(1),
+                log_every: 50,
+            };
+            let mut terminal = sink_terminal(200, 60);
+            crate::tui::drive(&mut terminal, engine, &opts, never(), never(), None).result?
+        }
+    };
+    let wall = wall0.elapsed().as_secs_f64();
+    let frontend_cpu = thread_cpu_time()
+        .zip(cpu0)
+        .map(|(c1, c0)| (c1 - c0).as_secs_f64() / wall);
+    Ok(Watched {
+        samples_per_sec: timed_rate(&r.step_ends, warm_steps, timed_steps, global),
+        frontend_cpu,
+    })
+}
+
+/// Samples/s over the timed steps that follow the warm-up.
+fn timed_rate(step_ends: &[Duration], warm_steps: u64, timed_steps: u64, global: usize) -> f64 {
+    let t0 = step_ends[warm_steps as usize - 1];
+    let t1 = *step_ends.last().expect("steps ran");
+    (timed_steps as usize * global) as f64 / (t1 - t0).as_secs_f64()
+}
+
+/// A terminal of the given size whose output (the escape sequences a real terminal would
+/// get) is thrown away.
+fn sink_terminal(w: u16, h: u16) -> Terminal<CrosstermBackend<std::io::Sink>> {
+    let viewport = Viewport::Fixed(Rect::new(0, 0, w, h));
+    Terminal::with_options(
+        CrosstermBackend::new(std::io::sink()),
+        TerminalOptions { viewport },
+    )
+    .expect("a sink terminal")
+}
+
+/// Time to draw one frame of a busy 8-device run at `w`x`h`, the state changing between
+/// frames as in a live run: (median, 99th percentile).
+pub fn frame_time(w: u16, h: u16, frames: usize) -> (Duration, Duration) {
+    let ranks = 8;
+    let mut app = demo::app(ranks, 2000);
+    let theme = Theme::embedded("dark").expect("embedded");
+    let mut terminal = sink_terminal(w, h);
+    let mut times = Vec::with_capacity(frames);
+    for f in 0..frames as u64 {
+        for r in 0..ranks {
+            app.apply(AppEvent::Step(demo::step(r, ranks, 2001 + f)));
+        }
+        let t = Instant::now();
+        terminal
+            .draw(|frame| render(frame, &app, &theme))
+            .expect("draw into a sink");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    (times[times.len() / 2], times[times.len() * 99 / 100])
 }
 
 /// Bus bandwidth in GB/s (nccl-tests: 2(n-1)/n x bytes / time) of an all-reduce of `bytes`.

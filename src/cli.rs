@@ -33,7 +33,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Measure training throughput (MLP 784-128-10, Adam, synthetic data) and all-reduce bandwidth.
+    /// Measure training throughput (MLP 784-128-10, Adam, synthetic data), all-reduce bandwidth and the terminal UI's cost.
     Bench(BenchArgs),
 }
 
@@ -51,8 +51,8 @@ pub struct BenchArgs {
     /// Repeats per point (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Only the all-reduce part, or only the training part.
-    #[arg(long, value_parser = ["all", "train", "allreduce"], default_value = "all")]
+    /// Only one part: training throughput, all-reduce bandwidth, or the terminal UI's cost.
+    #[arg(long, value_parser = ["all", "train", "allreduce", "tui"], default_value = "all")]
     pub only: String,
 }
 

@@ -3,13 +3,16 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, select};
+use crossbeam_channel::{select, tick};
 
 use crate::config::Budget;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::events::{Applied, Event};
 use crate::metrics::{MetricsWriter, Recorder};
 use crate::monitor::{Monitor, StepRow};
+
+/// How often the log collects step samples.
+const STEP_POLL: Duration = Duration::from_millis(20);
 
 fn stamp(t: Duration) -> String {
     let s = t.as_secs_f64();
@@ -157,38 +160,62 @@ pub fn run(
     let mut metrics = Recorder::new(metrics);
     warn(out, metrics.record(|w| w.run_start(&info)));
     let mut monitor = Monitor::new(info.ranks());
-    let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
-    let (mut events_open, mut steps_open) = (true, true);
-    while events_open || steps_open {
+    // step samples are collected every few milliseconds rather than as they come, so a
+    // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
+    let steps = engine.steps().clone();
+    let events = engine.events().clone();
+    let poll = tick(STEP_POLL);
+    let mut end_record = None;
+    let say = |out: &mut dyn Write, metrics: &mut Recorder, ev: &Event, t: Duration| {
+        if let Some(l) = event_line(ev, info.budget) {
+            let _ = writeln!(out, "{} {l}", stamp(t));
+        }
+        warn(out, metrics.record(|w| w.event(ev, t)));
+    };
+    let mut on_step = |s, out: &mut dyn Write, metrics: &mut Recorder| {
+        let Some(row) = monitor.on_step(s) else {
+            return;
+        };
+        if row.step.is_multiple_of(log_every) {
+            let rate = monitor.samples_per_sec();
+            let _ = writeln!(
+                out,
+                "{} {}",
+                stamp(row.at),
+                step_line(&row, rate, info.budget)
+            );
+            warn(out, metrics.record(|w| w.step(&row, rate)));
+        }
+    };
+    let mut drain = |out: &mut dyn Write, metrics: &mut Recorder| {
+        while let Ok(s) = steps.try_recv() {
+            on_step(s, out, metrics);
+        }
+    };
+    loop {
         select! {
-            recv(steps) -> s => match s {
-                Ok(s) => {
-                    if let Some(row) = monitor.on_step(s) {
-                        if row.step.is_multiple_of(log_every) {
-                            let rate = monitor.samples_per_sec();
-                            let _ = writeln!(out, "{} {}", stamp(row.at), step_line(&row, rate, info.budget));
-                            warn(out, metrics.record(|w| w.step(&row, rate)));
-                        }
-                    }
-                }
-                Err(_) => {
-                    steps_open = false;
-                    steps = never();
-                }
-            },
+            recv(poll) -> _ => drain(out, &mut metrics),
             recv(events) -> e => match e {
                 Ok(ev) => {
-                    if let Some(l) = event_line(&ev, info.budget) {
-                        let _ = writeln!(out, "{} {l}", stamp(t0.elapsed()));
+                    // steps before this event are printed before it
+                    drain(out, &mut metrics);
+                    if matches!(ev, Event::Finished { .. }) {
+                        // said last, after the final step samples
+                        end_record = Some((ev, t0.elapsed()));
+                    } else {
+                        say(out, &mut metrics, &ev, t0.elapsed());
                     }
-                    warn(out, metrics.record(|w| w.event(&ev, t0.elapsed())));
                 }
-                Err(_) => {
-                    events_open = false;
-                    events = never();
-                }
+                Err(_) => break,
             },
         }
+    }
+    // every worker has ended: take the last samples
+    for s in steps.iter() {
+        on_step(s, out, &mut metrics);
+    }
+    if let Some((ev, t)) = end_record {
+        say(out, &mut metrics, &ev, t);
     }
     warn(out, metrics.record(|w| w.flush()));
     let _ = out.flush();

@@ -150,7 +150,7 @@ fn run_tui(
 fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let cores = mgtop::engine::available_cores();
     println!("machine: {cores} cores; {}", std::env::consts::ARCH);
-    if args.only != "allreduce" {
+    if args.only == "all" || args.only == "train" {
         println!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
         println!(
             "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
@@ -174,7 +174,7 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if args.only != "train" {
+    if args.only == "all" || args.only == "allreduce" {
         let ranks = cores.max(2);
         println!(
             "in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)"
@@ -187,6 +187,49 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                     .collect(),
             );
             println!("{mib:>4} MiB {bw:>8.2}");
+        }
+    }
+    if args.only == "all" || args.only == "tui" {
+        let (median, p99) = bench::frame_time(200, 60, 500);
+        println!(
+            "terminal UI frame at 200x60 (8 devices, state changing every frame): median {:.3} ms, p99 {:.3} ms",
+            median.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+        println!(
+            "training watched by the log vs the terminal UI (200x60 into a sink): samples/s (median of {}, run range) and the frontend thread's CPU (share of one core)",
+            args.repeat
+        );
+        let batch = args.batches.first().copied().unwrap_or(32);
+        for &w in &args.workers {
+            let mut runs = [Vec::new(), Vec::new()];
+            for _ in 0..args.repeat.max(1) {
+                // alternate so both see the same machine state
+                for (i, watch) in [bench::Watch::Headless, bench::Watch::Tui]
+                    .into_iter()
+                    .enumerate()
+                {
+                    runs[i].push(bench::watched_throughput(
+                        watch,
+                        w,
+                        batch,
+                        args.samples / 10,
+                        args.samples,
+                    )?);
+                }
+            }
+            for (name, r) in ["headless", "tui"].iter().zip(runs) {
+                let rates: Vec<f64> = r.iter().map(|x| x.samples_per_sec).collect();
+                let (lo, hi) = rates
+                    .iter()
+                    .fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+                let cpu = bench::median(r.iter().filter_map(|x| x.frontend_cpu).collect());
+                println!(
+                    "  {w} worker(s), batch {batch}: {name:<8} {:>9.0} samples/s ({lo:.0}-{hi:.0}), frontend CPU {:.2}% of a core",
+                    bench::median(rates),
+                    cpu * 100.0
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -10,12 +10,13 @@ pub mod theme;
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, select, tick, Receiver};
+use crossbeam_channel::{never, select, tick, Receiver, TryRecvError};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::KeyEvent;
 use ratatui::Terminal;
 
 use crate::engine::{Engine, EngineError, RunResult};
+use crate::events::Event;
 use crate::metrics::{MetricsWriter, Recorder};
 use crate::telemetry::{process_memory, BusyMeter};
 use app::{Action, App, AppEvent, Level};
@@ -76,9 +77,12 @@ pub fn drive<B: Backend>(
     };
     warn(&mut app, metrics.record(|w| w.run_start(&info)));
 
-    let (mut events, mut steps) = (engine.events().clone(), engine.steps().clone());
+    // step samples are collected once a frame rather than as they come: a worker's
+    // `try_send` then never has to wake this thread, which keeps the UI's cost off the steps
+    let (mut events, steps) = (engine.events().clone(), engine.steps().clone());
     let (mut events_open, mut steps_open) = (true, true);
     let mut engine = Some(engine);
+    let mut end_record = None;
     let mut result = None;
     let (mut inputs, mut signals) = (inputs, signals);
     let frames = tick(FRAME);
@@ -88,33 +92,27 @@ pub fn drive<B: Backend>(
     let mut dirty = true;
     loop {
         select! {
-            recv(steps) -> s => match s {
-                Ok(s) => {
-                    busy.on_step(&s);
-                    let before = app.last_row.as_ref().map(|r| r.step);
-                    app.apply(AppEvent::Step(s));
-                    if let Some(row) = app.last_row.as_ref().filter(|r| Some(r.step) != before && r.step.is_multiple_of(opts.log_every)) {
-                        let rate = app.samples_per_sec;
-                        let w = metrics.record(|w| w.step(row, rate));
-                        warn(&mut app, w);
-                    }
-                }
-                Err(_) => {
-                    steps = never();
-                    steps_open = false;
-                }
-            },
             recv(events) -> e => match e {
                 Ok(ev) => {
+                    // the steps before this event come first (in the metrics file too)
+                    if steps_open {
+                        steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
+                    }
                     let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
                     app.apply(AppEvent::Tick(at));
-                    warn(&mut app, metrics.record(|w| w.event(&ev, at)));
+                    if matches!(ev, Event::Finished { .. }) {
+                        // written last, after the final step samples
+                        end_record = Some((ev.clone(), at));
+                    } else {
+                        warn(&mut app, metrics.record(|w| w.event(&ev, at)));
+                    }
                     app.apply(AppEvent::Engine(ev));
                     dirty = true;
                 }
                 Err(_) => {
                     events = never();
                     events_open = false;
+                    steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
                 }
             },
             recv(inputs) -> i => match i {
@@ -153,6 +151,9 @@ pub fn drive<B: Backend>(
                 }
             },
             recv(frames) -> _ => {
+                if steps_open {
+                    steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
+                }
                 if let Some(e) = &engine {
                     app.apply(AppEvent::Tick(e.elapsed()));
                     dirty = true;
@@ -167,6 +168,9 @@ pub fn drive<B: Backend>(
                     .map(ToString::to_string),
             );
             result = r;
+            if let Some((ev, at)) = end_record.take() {
+                warn(&mut app, metrics.record(|w| w.event(&ev, at)));
+            }
             warn(&mut app, metrics.record(|w| w.flush()));
             dirty = true;
         }
@@ -193,6 +197,37 @@ pub fn drive<B: Backend>(
         (None, None) => unreachable!("the engine is joined exactly once"),
     };
     TuiEnd { result, app }
+}
+
+/// Takes every step sample waiting; returns whether the channel is still open.
+fn drain_steps(
+    steps: &Receiver<crate::events::StepStats>,
+    app: &mut App,
+    busy: &mut BusyMeter,
+    metrics: &mut Recorder,
+    log_every: u64,
+) -> bool {
+    loop {
+        let s = match steps.try_recv() {
+            Ok(s) => s,
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => return false,
+        };
+        busy.on_step(&s);
+        let before = app.last_row.as_ref().map(|r| r.step);
+        app.apply(AppEvent::Step(s));
+        let Some(row) = app
+            .last_row
+            .as_ref()
+            .filter(|r| Some(r.step) != before && r.step.is_multiple_of(log_every))
+        else {
+            continue;
+        };
+        let rate = app.samples_per_sec;
+        if let Some(w) = metrics.record(|w| w.step(row, rate)) {
+            app.apply(AppEvent::Notice(Level::Warn, w));
+        }
+    }
 }
 
 /// What stays on the normal screen once the UI has closed.

@@ -49,7 +49,7 @@ fn percent_chart(
     ];
     let data: Vec<(usize, Vec<(f64, f64)>)> = series
         .iter()
-        .map(|(i, h)| (*i, h.since(from)))
+        .map(|(i, h)| (*i, thin(h.since(from), 2 * area.width as usize)))
         .filter(|(_, v)| !v.is_empty())
         .collect();
     if data.is_empty() {
@@ -89,6 +89,18 @@ fn percent_chart(
                 .style(theme.muted()),
         );
     frame.render_widget(chart, area);
+}
+
+/// At most `n` evenly spaced points of `v` (always the last): a braille chart cannot show more
+/// than two per column, and drawing fewer keeps a frame cheap.
+fn thin(v: Vec<(f64, f64)>, n: usize) -> Vec<(f64, f64)> {
+    if v.len() <= n || n < 2 {
+        return v;
+    }
+    let step = (v.len() - 1) as f64 / (n - 1) as f64;
+    (0..n)
+        .map(|i| v[((i as f64 * step).round() as usize).min(v.len() - 1)])
+        .collect()
 }
 
 fn clock_s(s: f64) -> String {
@@ -161,8 +173,9 @@ fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
 /// Train loss (raw and smoothed) with validation loss; `full` adds the accuracy chart and the
 /// per-epoch table below.
 pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full: bool) {
-    let raw = app.loss.all();
-    let smooth = app.loss_smooth.all();
+    let n = 2 * area.width as usize;
+    let raw = thin(app.loss.all(), n);
+    let smooth = thin(app.loss_smooth.all(), n);
     let val: Vec<(f64, f64)> = app
         .epochs
         .iter()
@@ -324,4 +337,18 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     frame.render_widget(Paragraph::new(lines).block(b), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thin;
+
+    #[test]
+    fn thinning_keeps_the_ends_and_the_spacing() {
+        let v: Vec<(f64, f64)> = (0..1001).map(|i| (i as f64, 0.0)).collect();
+        let t = thin(v.clone(), 11);
+        assert_eq!(t.len(), 11);
+        assert_eq!((t[0].0, t[1].0, t[10].0), (0.0, 100.0, 1000.0));
+        assert_eq!(thin(v[..5].to_vec(), 11).len(), 5);
+    }
 }
