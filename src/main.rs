@@ -61,13 +61,10 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()>
 fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     let tui = !front.headless && std::io::stdout().is_terminal();
-    // a bad theme is refused before anything starts
-    let theme = if tui {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Some(Theme::choose(front.theme.as_deref(), no_color)?)
-    } else {
-        None
-    };
+    // a bad theme is refused before anything starts, even where the log is shown instead
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let theme = Theme::choose(front.theme.as_deref(), no_color)?;
+    let theme = tui.then_some(theme);
     let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone());
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;

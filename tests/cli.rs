@@ -144,6 +144,15 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),
         (
+            &["--theme", "solarized"],
+            &["solarized", "dark, light, mono"],
+        ),
+        (
+            &["--theme", "bad-theme.toml"],
+            &["bad-theme.toml", "`text`", "256-colour"],
+        ),
+        (&["--sample-interval", "0"], &["--sample-interval"]),
+        (
             &["--metrics-out", "no/such/dir/run.jsonl"],
             &["no/such/dir/run.jsonl", "--metrics-out"],
         ),
@@ -158,6 +167,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
     ];
     std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
+    std::fs::write(d.join("bad-theme.toml"), "text = \"#ffffff\"\n").unwrap();
     for (args, needles) in cases {
         let mut a = vec!["--headless", "--checkpoint-dir", "ck"];
         a.extend_from_slice(args);

@@ -274,3 +274,51 @@ fn a_dropped_connection_sighup_finishes_the_step_and_checkpoints() {
         (Some("end"), Some("stopped"))
     );
 }
+
+#[test]
+fn a_failed_worker_is_shown_and_q_leaves_with_the_error_and_a_clean_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tmux = Tmux {
+        socket: format!("mgtop-test-fail-{}", std::process::id()),
+    };
+    let script = format!(
+        "'{bin}' --devices cpu:2 --steps 100000 --checkpoint-dir '{ck}' --inject-panic 1:300; \
+         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
+        bin = env!("CARGO_BIN_EXE_mgtop-train"),
+        ck = d.join("ck").display(),
+        exit = d.join("exit").display(),
+        stty = d.join("stty").display(),
+    );
+    tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &script,
+    ]);
+    let s = tmux.wait("the failure", |s| {
+        s.contains("FAILED") && s.contains("run summary")
+    });
+    assert!(s.contains("rank 1 panicked at step 300"), "{s}");
+    assert!(
+        !s.contains("thread 'worker-1' panicked"),
+        "the panic message scribbled on the UI: {s}"
+    );
+    tmux.keys(&["q"]);
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(s.contains("error: worker for rank 1 panicked"), "{s}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
+        "EXIT=1"
+    );
+    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
+    assert!(!stty.contains("-icanon"), "still raw: {stty}");
+}

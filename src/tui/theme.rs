@@ -36,25 +36,27 @@ pub struct Theme {
     pub mono: bool,
 }
 
+/// A theme file: any subset of the keys; the rest come from the theme it `extends` (dark).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ThemeFile {
-    name: String,
-    background: String,
-    text: String,
-    muted: String,
-    border: String,
-    title: String,
-    accent: String,
-    good: String,
-    warn: String,
-    error: String,
-    highlight_bg: String,
-    data: String,
-    compute: String,
-    comm: String,
-    wait: String,
-    series: Vec<String>,
+    name: Option<String>,
+    extends: Option<String>,
+    background: Option<String>,
+    text: Option<String>,
+    muted: Option<String>,
+    border: Option<String>,
+    title: Option<String>,
+    accent: Option<String>,
+    good: Option<String>,
+    warn: Option<String>,
+    error: Option<String>,
+    highlight_bg: Option<String>,
+    data: Option<String>,
+    compute: Option<String>,
+    comm: Option<String>,
+    wait: Option<String>,
+    series: Option<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -88,33 +90,59 @@ impl Theme {
                 .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1));
             err(format!("{}{}", line.unwrap_or_default(), e.message()))
         })?;
-        let c = |key: &str, v: &str| color(key, v).map_err(err);
-        let series = f
-            .series
-            .iter()
-            .map(|v| c("series", v))
-            .collect::<Result<Vec<_>, _>>()?;
+        let base = match f.extends.as_deref() {
+            None if f.name.is_some() && f.series.is_some() && f.text.is_some() => None,
+            None => Some(Theme::embedded("dark").expect("dark is embedded")),
+            Some(name) => Some(Theme::embedded(name).ok_or_else(|| {
+                err(format!(
+                    "key `extends`: `{name}` is not a theme; use one of {}",
+                    Theme::embedded_names().collect::<Vec<_>>().join(", ")
+                ))
+            })?),
+        };
+        let pick = |key: &str,
+                    v: Option<String>,
+                    from: fn(&Theme) -> Color|
+         -> Result<Color, ThemeError> {
+            match (v, &base) {
+                (Some(v), _) => color(key, &v).map_err(err),
+                (None, Some(b)) => Ok(from(b)),
+                (None, None) => Err(err(format!("key `{key}` is missing"))),
+            }
+        };
+        let series = match (f.series, &base) {
+            (Some(v), _) => v
+                .iter()
+                .map(|v| color("series", v).map_err(err))
+                .collect::<Result<Vec<_>, _>>()?,
+            (None, Some(b)) => b.series.clone(),
+            (None, None) => return Err(err("key `series` is missing".into())),
+        };
         if series.is_empty() {
             return Err(err(
                 "key `series`: give at least one colour (one per device, cycled)".into(),
             ));
         }
         let t = Theme {
-            name: f.name,
-            background: c("background", &f.background)?,
-            text: c("text", &f.text)?,
-            muted: c("muted", &f.muted)?,
-            border: c("border", &f.border)?,
-            title: c("title", &f.title)?,
-            accent: c("accent", &f.accent)?,
-            good: c("good", &f.good)?,
-            warn: c("warn", &f.warn)?,
-            error: c("error", &f.error)?,
-            highlight_bg: c("highlight-bg", &f.highlight_bg)?,
-            data: c("data", &f.data)?,
-            compute: c("compute", &f.compute)?,
-            comm: c("comm", &f.comm)?,
-            wait: c("wait", &f.wait)?,
+            name: f.name.unwrap_or_else(|| {
+                Path::new(source_name)
+                    .file_stem()
+                    .map_or("custom".into(), |s| s.to_string_lossy().into_owned())
+            }),
+            background: pick("background", f.background, |t| t.background)?,
+            text: pick("text", f.text, |t| t.text)?,
+            muted: pick("muted", f.muted, |t| t.muted)?,
+            border: pick("border", f.border, |t| t.border)?,
+            title: pick("title", f.title, |t| t.title)?,
+            accent: pick("accent", f.accent, |t| t.accent)?,
+            good: pick("good", f.good, |t| t.good)?,
+            warn: pick("warn", f.warn, |t| t.warn)?,
+            error: pick("error", f.error, |t| t.error)?,
+            highlight_bg: pick("highlight-bg", f.highlight_bg, |t| t.highlight_bg)?,
+            data: pick("data", f.data, |t| t.data)?,
+            compute: pick("compute", f.compute, |t| t.compute)?,
+            comm: pick("comm", f.comm, |t| t.comm)?,
+            wait: pick("wait", f.wait, |t| t.wait)?,
             series,
             mono: false,
         };
@@ -222,6 +250,23 @@ mod tests {
     }
 
     #[test]
+    fn a_theme_file_may_change_a_few_keys_of_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine.toml");
+        std::fs::write(&f, "extends = \"light\"\naccent = \"red\"\n").unwrap();
+        let t = Theme::load(f.to_str().unwrap()).unwrap();
+        let light = Theme::embedded("light").unwrap();
+        assert_eq!((t.name.as_str(), t.accent), ("mine", Color::Red));
+        assert_eq!((t.text, t.series.clone()), (light.text, light.series));
+        std::fs::write(&f, "good = \"2\"\n").unwrap();
+        let t = Theme::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(
+            (t.good, t.text),
+            (Color::Indexed(2), Theme::embedded("dark").unwrap().text)
+        );
+    }
+
+    #[test]
     fn no_color_picks_mono_unless_a_theme_is_asked_for() {
         assert_eq!(Theme::choose(None, true).unwrap().name, "mono");
         assert_eq!(Theme::choose(None, false).unwrap().name, "dark");
@@ -246,9 +291,9 @@ mod tests {
         std::fs::write(&f, format!("{good}\nsparkle = \"1\"\n")).unwrap();
         let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(e.contains("sparkle") && e.contains("line"), "{e}");
-        std::fs::write(&f, good.replace("muted = \"244\"\n", "")).unwrap();
+        std::fs::write(&f, "extends = \"sepia\"\n").unwrap();
         let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
-        assert!(e.contains("muted"), "{e}");
+        assert!(e.contains("`extends`") && e.contains("sepia"), "{e}");
         let e = Theme::load("no-such-theme").unwrap_err().to_string();
         assert!(
             e.contains("no-such-theme") && e.contains("dark, light, mono"),
