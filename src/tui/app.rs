@@ -281,6 +281,8 @@ pub struct App {
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
+    /// The end-of-run summary was dismissed (Esc) to look at the panels under it.
+    pub summary_hidden: bool,
     /// Training time (sum of step times) and compute time (sum over ranks) of seen rows.
     train_time: f64,
     compute_time: f64,
@@ -322,6 +324,7 @@ impl App {
             last_checkpoint: None,
             summary: None,
             quitting: false,
+            summary_hidden: false,
             train_time: 0.0,
             compute_time: 0.0,
             rank_time: 0.0,
@@ -598,6 +601,9 @@ impl App {
                 None
             }
             KeyCode::Char('0') | KeyCode::Esc => {
+                if self.focus.is_none() && self.summary.is_some() {
+                    self.summary_hidden = !self.summary_hidden;
+                }
                 self.focus = None;
                 None
             }
@@ -953,6 +959,11 @@ mod tests {
         let share = s.compute_share.unwrap();
         assert!(share > 0.5 && share < 1.0, "{share}");
         assert_eq!(app.handle_key(key('p')), None);
+        app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+        assert!(
+            app.summary_hidden,
+            "Esc uncovers the panels under the summary"
+        );
         assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
     }
 

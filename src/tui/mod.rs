@@ -161,6 +161,16 @@ pub fn drive<B: Backend>(
             },
         }
         if engine.is_some() && !events_open && !steps_open {
+            // a last sample covers the part of the interval since the previous one
+            if let Some(e) = &engine {
+                let at = e.elapsed();
+                let devices = busy.sample(at);
+                app.apply(AppEvent::Telemetry {
+                    at,
+                    devices,
+                    process_memory: process_memory(),
+                });
+            }
             let r = engine.take().map(Engine::join);
             app.finish(
                 r.as_ref()

@@ -181,7 +181,7 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
         .iter()
         .filter_map(|e| e.val_loss.map(|l| (e.step as f64, l as f64)))
         .collect();
-    let mut head = vec![Span::styled(" loss ", theme.title())];
+    let mut head = vec![Span::styled(" loss (log) ", theme.title())];
     if let Some((_, l)) = smooth.last() {
         head.push(Span::styled(
             format!("train {l:.4} "),
@@ -214,7 +214,23 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             theme,
         );
     } else {
-        let (xb, yb) = bounds(&[&raw, &val]);
+        // losses span decades (2.3 at the start, 0.01 later): plot them on a log scale
+        let log = |v: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            v.iter().map(|p| (p.0, p.1.max(1e-6).log10())).collect()
+        };
+        let (raw, smooth, val) = (log(&raw), log(&smooth), log(&val));
+        let xb = bounds(&[&raw, &val]).0;
+        let (lo, hi) = raw
+            .iter()
+            .chain(&val)
+            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p.1), h.max(p.1)));
+        let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+        // few epochs: a dot each; many: a line, so they do not hide the train curve
+        let val_marker = if val.len() * 3 <= chart_area.width as usize {
+            Marker::Dot
+        } else {
+            Marker::Braille
+        };
         let datasets = vec![
             Dataset::default()
                 .name("train")
@@ -230,11 +246,19 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
                 .data(&smooth),
             Dataset::default()
                 .name("val")
-                .marker(Marker::Dot)
+                .marker(val_marker)
                 .graph_type(GraphType::Scatter)
                 .style(theme.fg(theme.warn))
                 .data(&val),
         ];
+        let decade = |e: f64| {
+            let v = 10f64.powf(e);
+            if v >= 1.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v}")
+            }
+        };
         let chart = Chart::new(datasets)
             .block(block(head, theme))
             .style(theme.base())
@@ -247,8 +271,8 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             )
             .y_axis(
                 Axis::default()
-                    .bounds(yb)
-                    .labels(["0".to_string(), format!("{:.2}", yb[1])])
+                    .bounds([lo, hi])
+                    .labels([decade(lo), decade(hi)])
                     .style(theme.muted()),
             );
         frame.render_widget(chart, chart_area);
@@ -317,7 +341,7 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let rows = b.inner(area).height as usize;
     let mut lines = vec![Line::styled(
         format!(
-            "{:>6} {:>8} {:>10} {:>9} {:>8}",
+            "{:>5} {:>6} {:>7} {:>7} {:>7}",
             "epoch", "step", "train", "val", "acc"
         ),
         theme.muted(),
@@ -326,7 +350,7 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
         lines.push(Line::styled(
             format!(
-                "{:>6} {:>8} {:>10.4} {:>9} {:>8}",
+                "{:>5} {:>6} {:>7.4} {:>7} {:>7}",
                 e.epoch,
                 e.step,
                 e.train_loss,

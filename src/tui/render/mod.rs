@@ -51,7 +51,11 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
         Some(super::app::Popup::Quit) => render_quit(frame, area, theme),
-        None if app.summary.is_some() && app.view == View::Overview && app.focus.is_none() => {
+        None if app.summary.is_some()
+            && !app.summary_hidden
+            && app.view == View::Overview
+            && app.focus.is_none() =>
+        {
             render_summary(frame, body, app, theme)
         }
         None => {}

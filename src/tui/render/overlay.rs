@@ -133,7 +133,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if let Some(p) = &s.last_checkpoint {
         lines.push(field("checkpoint", p.display().to_string()));
     }
-    lines.push(Line::styled("q quits · Tab other views", theme.muted()));
+    lines.push(Line::styled(
+        "q quits · Esc shows the panels · Tab other views",
+        theme.muted(),
+    ));
     let h = lines.len() as u16 + 2;
     popup(frame, area, 74, h, "run summary", lines, theme);
 }
