@@ -82,6 +82,9 @@ pub struct TrainArgs {
     /// Seconds between device telemetry samples  [default: 1]
     #[arg(long, value_name = "SECONDS")]
     pub sample_interval: Option<f64>,
+    /// What to call the run (UI header, metrics file)  [default: <data>-<model>]
+    #[arg(long)]
+    pub name: Option<String>,
     /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
     #[arg(long)]
     pub devices: Option<String>,
@@ -188,6 +191,7 @@ impl TrainArgs {
             ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            name,
             theme,
             sample_interval,
             devices,
@@ -247,6 +251,7 @@ impl TrainArgs {
             }
         };
         let cfg = RunConfig {
+            name: args.name,
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,
             data: parse("data", args.data.as_ref(), d.data)?,

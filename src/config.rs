@@ -92,6 +92,8 @@ impl RunConfig {
 /// Every setting of a run, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
+    /// What the run is called in the UI and the metrics file; `None`: `<data>-<model>`.
+    pub name: Option<String>,
     pub devices: DeviceSpec,
     pub model: ModelSpec,
     pub data: DataSpec,
@@ -127,6 +129,7 @@ pub struct RunConfig {
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
+            name: None,
             devices: DeviceSpec::Auto,
             model: ModelSpec::default(),
             data: DataSpec::Digits,

@@ -22,11 +22,12 @@ fn stamp(t: Duration) -> String {
 /// The lines printed before the first step.
 pub fn describe(info: &RunInfo) -> Vec<String> {
     let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
-    let mut lines = vec![format!(
+    let mut lines = vec![format!("run: {}", info.name)];
+    lines.push(format!(
         "devices: {} ({} ranks)",
         devs.join(" "),
         info.ranks()
-    )];
+    ));
     if let Some(note) = &info.device_note {
         lines.push(format!("note: {note}"));
     }

@@ -81,7 +81,7 @@ impl MetricsWriter {
 
     pub fn run_start(&mut self, info: &RunInfo) -> Result<(), MetricsError> {
         self.line(json!({
-            "type": "run", "schema": SCHEMA,
+            "type": "run", "schema": SCHEMA, "name": info.name,
             "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
             "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
             "per_replica": info.per_replica, "grad_accum": info.grad_accum,

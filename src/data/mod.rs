@@ -126,6 +126,22 @@ impl FromStr for DataSpec {
     }
 }
 
+impl DataSpec {
+    /// A short name for the data: `digits`, a file's stem, or `synthetic`.
+    pub fn short_name(&self) -> String {
+        let stem = |p: &std::path::Path| {
+            p.file_stem()
+                .map_or("data".into(), |s| s.to_string_lossy().into_owned())
+        };
+        match self {
+            DataSpec::Digits => "digits".into(),
+            DataSpec::Csv { path, .. } => stem(path),
+            DataSpec::Idx { images, .. } => stem(images),
+            DataSpec::Synthetic { .. } => "synthetic".into(),
+        }
+    }
+}
+
 impl fmt::Display for DataSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -53,6 +53,7 @@ pub enum EngineError {
 /// What a frontend shows about the run before the first step.
 #[derive(Clone, Debug)]
 pub struct RunInfo {
+    pub name: String,
     pub devices: Vec<Device>,
     pub device_note: Option<String>,
     pub data: String,
@@ -180,6 +181,10 @@ impl Engine {
             ));
         }
         let info = RunInfo {
+            name: cfg
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{}-{}", cfg.data.short_name(), cfg.model)),
             devices,
             device_note,
             data: loaded.description.clone(),

@@ -13,6 +13,7 @@ use super::app::{App, AppEvent};
 
 pub fn info(devices: usize) -> RunInfo {
     RunInfo {
+        name: "digits-mlp:128".into(),
         devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
         device_note: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),

@@ -54,7 +54,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let info = &app.info;
     let devs = device_summary(&info.devices);
     let line1 = Line::from(vec![
-        Span::styled(" mgtop-train ", theme.title()),
+        Span::styled(format!(" {} ", info.name), theme.title()),
         state_span(app, theme),
         sep(theme),
         Span::raw(info.model.clone()),
