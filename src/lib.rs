@@ -22,5 +22,6 @@ pub mod optim;
 pub mod replica;
 pub mod rng;
 pub mod schedule;
+pub mod straggler;
 pub mod telemetry;
 pub mod tui;

@@ -1,0 +1,445 @@
+//! Who is slow, by how much, and why: the straggler detector both frontends share.
+//!
+//! Each rank's *work* per step is what it spends on its own (data wait + compute + optimizer,
+//! not the all-reduce or waiting for others). Every `every` steps after `warmup` steps, the
+//! median work of each rank over the last `window` steps is compared with the fastest rank's:
+//! score = fastest / this. A rank becomes a straggler after `consecutive` evaluations below
+//! `slow_below` and clears after as many above `clear_above` (hysteresis); differences under
+//! `min_gap` are noise. A rank is *degraded* when its median is `degraded_ratio` times its own
+//! best so far (the whole job slowing down, e.g. thermal throttling).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::monitor::StepRow;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DetectorConfig {
+    pub warmup: u64,
+    pub every: u64,
+    pub window: usize,
+    pub slow_below: f64,
+    pub clear_above: f64,
+    pub consecutive: u32,
+    pub min_gap: Duration,
+    pub degraded_ratio: f64,
+    pub stall_timeout: Duration,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig {
+            warmup: 20,
+            every: 10,
+            window: 50,
+            slow_below: 0.75,
+            clear_above: 0.85,
+            consecutive: 3,
+            min_gap: Duration::from_millis(2),
+            degraded_ratio: 1.25,
+            stall_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the detector knows about the machine, to explain a slow rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Context {
+    pub cores: usize,
+    /// A fault injected on each rank (`--slow-rank`, `--slow-data`), as the flag that asked.
+    pub injected: Vec<Option<String>>,
+    /// Each rank's device model, where known (GPUs); a different one from its peers explains.
+    pub models: Vec<Option<String>>,
+}
+
+/// The likely cause of a straggler, from evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cause {
+    /// Its extra time is mostly waiting for input.
+    DataBound {
+        data_ms: f64,
+        fastest_data_ms: f64,
+    },
+    /// More CPU workers than cores.
+    Oversubscribed {
+        workers: usize,
+        cores: usize,
+    },
+    /// A different device from its peers.
+    Heterogeneous {
+        model: String,
+    },
+    /// A fault injected on purpose.
+    Injected(String),
+    Unknown,
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::DataBound { data_ms, fastest_data_ms } => write!(
+                f,
+                "data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank; try more --prefetch or --loader-threads)"
+            ),
+            Cause::Oversubscribed { workers, cores } => write!(
+                f,
+                "oversubscribed ({workers} CPU workers share {cores} cores; use --devices cpu:{cores})"
+            ),
+            Cause::Heterogeneous { model } => write!(f, "heterogeneous (a {model} among different devices)"),
+            Cause::Injected(flag) => write!(f, "injected ({flag})"),
+            Cause::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Warning {
+    Straggler {
+        rank: usize,
+        step: u64,
+        /// This rank's median work over the fastest rank's.
+        slowdown: f64,
+        work_ms: f64,
+        fastest_rank: usize,
+        fastest_ms: f64,
+        /// What the other ranks spend per step waiting for the slowest (median, mean over them).
+        others_wait_ms: f64,
+        cause: Cause,
+    },
+    StragglerCleared {
+        rank: usize,
+        step: u64,
+    },
+    Degraded {
+        rank: usize,
+        step: u64,
+        median_ms: f64,
+        best_ms: f64,
+    },
+    DegradedCleared {
+        rank: usize,
+        step: u64,
+    },
+    /// No step has completed for `waited`; `missing` ranks had not reached the all-reduce.
+    Stall {
+        step: u64,
+        waited: Duration,
+        missing: Vec<usize>,
+    },
+}
+
+impl Warning {
+    /// The rank this is about, if one.
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            Warning::Straggler { rank, .. }
+            | Warning::StragglerCleared { rank, .. }
+            | Warning::Degraded { rank, .. }
+            | Warning::DegradedCleared { rank, .. } => Some(*rank),
+            Warning::Stall { .. } => None,
+        }
+    }
+    /// Whether this ends an earlier warning.
+    pub fn is_clear(&self) -> bool {
+        matches!(
+            self,
+            Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. }
+        )
+    }
+    /// A short name for the metrics file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Straggler { .. } => "straggler",
+            Warning::StragglerCleared { .. } => "straggler_cleared",
+            Warning::Degraded { .. } => "degraded",
+            Warning::DegradedCleared { .. } => "degraded_cleared",
+            Warning::Stall { .. } => "stall",
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::Straggler { rank, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, .. } => write!(
+                f,
+                "straggler: rank {rank} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+            ),
+            Warning::StragglerCleared { rank, step } => {
+                write!(f, "straggler cleared: rank {rank} keeps pace again (step {step})")
+            }
+            Warning::Degraded { rank, median_ms, best_ms, .. } => write!(
+                f,
+                "degraded: rank {rank} now takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
+                (median_ms / best_ms - 1.0) * 100.0
+            ),
+            Warning::DegradedCleared { rank, step } => {
+                write!(f, "degraded cleared: rank {rank} is back near its best (step {step})")
+            }
+            Warning::Stall { step, waited, missing } => {
+                let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+                write!(
+                    f,
+                    "stall: no step completed for {:.0} s after step {step}; rank(s) {} did not reach the all-reduce",
+                    waited.as_secs_f64(),
+                    if who.is_empty() { "?".into() } else { who.join(", ") }
+                )
+            }
+        }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// One rank's recent steps: (work, data wait, sync wait), in ms.
+type Recent = VecDeque<(f64, f64, f64)>;
+
+pub struct Detector {
+    cfg: DetectorConfig,
+    ctx: Context,
+    recent: Vec<Recent>,
+    rows: u64,
+    slow_runs: Vec<u32>,
+    clear_runs: Vec<u32>,
+    flagged: Vec<bool>,
+    best: Vec<f64>,
+    degraded: Vec<bool>,
+    /// The step a stall was reported after (one warning per stall).
+    stalled_at: Option<u64>,
+}
+
+impl Detector {
+    pub fn new(ranks: usize, cfg: DetectorConfig, ctx: Context) -> Detector {
+        Detector {
+            recent: vec![VecDeque::new(); ranks],
+            slow_runs: vec![0; ranks],
+            clear_runs: vec![0; ranks],
+            flagged: vec![false; ranks],
+            best: vec![f64::INFINITY; ranks],
+            degraded: vec![false; ranks],
+            rows: 0,
+            stalled_at: None,
+            cfg,
+            ctx,
+        }
+    }
+
+    /// The ranks currently flagged as stragglers.
+    pub fn stragglers(&self) -> Vec<usize> {
+        (0..self.flagged.len())
+            .filter(|&r| self.flagged[r])
+            .collect()
+    }
+
+    /// Feeds one complete step; returns warnings that start or end here.
+    pub fn on_row(&mut self, row: &StepRow) -> Vec<Warning> {
+        self.stalled_at = None;
+        if row.ranks.len() != self.recent.len() {
+            return Vec::new();
+        }
+        for (q, s) in self.recent.iter_mut().zip(&row.ranks) {
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            if q.len() == self.cfg.window {
+                q.pop_front();
+            }
+            q.push_back((
+                ms(s.data_wait + s.compute + s.optimizer),
+                ms(s.data_wait),
+                ms(s.sync_wait),
+            ));
+        }
+        self.rows += 1;
+        if self.rows <= self.cfg.warmup || self.rows % self.cfg.every != 0 {
+            return Vec::new();
+        }
+        self.evaluate(row.step)
+    }
+
+    fn evaluate(&mut self, step: u64) -> Vec<Warning> {
+        let col = |q: &Recent, i: usize| -> Vec<f64> {
+            q.iter()
+                .map(|t| match i {
+                    0 => t.0,
+                    1 => t.1,
+                    _ => t.2,
+                })
+                .collect()
+        };
+        let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
+        let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
+        let wait: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 2))).collect();
+        let (fastest, &fast_ms) = work
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .expect("at least one rank");
+        let gap_ms = self.cfg.min_gap.as_secs_f64() * 1e3;
+        let mut out = Vec::new();
+        for r in 0..work.len() {
+            let score = if work[r] > 0.0 {
+                fast_ms / work[r]
+            } else {
+                1.0
+            };
+            let slow = score < self.cfg.slow_below && work[r] - fast_ms >= gap_ms;
+            let fine = score > self.cfg.clear_above || work[r] - fast_ms < gap_ms;
+            self.slow_runs[r] = if slow { self.slow_runs[r] + 1 } else { 0 };
+            self.clear_runs[r] = if fine { self.clear_runs[r] + 1 } else { 0 };
+            if !self.flagged[r] && self.slow_runs[r] >= self.cfg.consecutive {
+                self.flagged[r] = true;
+                let others: Vec<f64> = (0..work.len())
+                    .filter(|&o| o != r)
+                    .map(|o| wait[o])
+                    .collect();
+                out.push(Warning::Straggler {
+                    rank: r,
+                    step,
+                    slowdown: work[r] / fast_ms.max(1e-9),
+                    work_ms: work[r],
+                    fastest_rank: fastest,
+                    fastest_ms: fast_ms,
+                    others_wait_ms: others.iter().sum::<f64>() / others.len().max(1) as f64,
+                    cause: self.explain(r, fastest, &work, &data),
+                });
+            } else if self.flagged[r] && self.clear_runs[r] >= self.cfg.consecutive {
+                self.flagged[r] = false;
+                out.push(Warning::StragglerCleared { rank: r, step });
+            }
+            // degraded: against this rank's own best median
+            self.best[r] = self.best[r].min(work[r]);
+            let worse = work[r] >= self.best[r] * self.cfg.degraded_ratio
+                && work[r] - self.best[r] >= gap_ms;
+            if worse && !self.degraded[r] {
+                self.degraded[r] = true;
+                out.push(Warning::Degraded {
+                    rank: r,
+                    step,
+                    median_ms: work[r],
+                    best_ms: self.best[r],
+                });
+            } else if !worse
+                && self.degraded[r]
+                && work[r] < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0)
+            {
+                self.degraded[r] = false;
+                out.push(Warning::DegradedCleared { rank: r, step });
+            }
+        }
+        out
+    }
+
+    fn explain(&self, r: usize, fastest: usize, work: &[f64], data: &[f64]) -> Cause {
+        if let Some(Some(flag)) = self.ctx.injected.get(r) {
+            return Cause::Injected(flag.clone());
+        }
+        let extra = work[r] - work[fastest];
+        let extra_data = data[r] - data[fastest];
+        if extra > 0.0 && extra_data >= 0.5 * extra {
+            return Cause::DataBound {
+                data_ms: data[r],
+                fastest_data_ms: data[fastest],
+            };
+        }
+        if let Some(Some(m)) = self.ctx.models.get(r) {
+            let peers = self.ctx.models.iter().enumerate().filter(|(o, _)| *o != r);
+            if peers.clone().any(|(_, p)| p.as_ref() != Some(m)) {
+                return Cause::Heterogeneous { model: m.clone() };
+            }
+        }
+        let workers = work.len();
+        if self.ctx.cores > 0
+            && workers > self.ctx.cores
+            && self.ctx.models.iter().all(Option::is_none)
+        {
+            return Cause::Oversubscribed {
+                workers,
+                cores: self.ctx.cores,
+            };
+        }
+        Cause::Unknown
+    }
+
+    /// Called on a timer: a stall warning once no step has completed for the timeout.
+    /// `since_last_step` is the time since the newest complete step (pauses excluded by the
+    /// caller), `last_step` its number, `beats` each rank's heartbeat.
+    pub fn check_stall(
+        &mut self,
+        since_last_step: Duration,
+        last_step: u64,
+        beats: &[Beat],
+    ) -> Option<Warning> {
+        if since_last_step < self.cfg.stall_timeout || self.stalled_at == Some(last_step) {
+            return None;
+        }
+        self.stalled_at = Some(last_step);
+        let missing = beats
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !(b.step > last_step && b.phase >= Phase::Reduce))
+            .map(|(r, _)| r)
+            .collect();
+        Some(Warning::Stall {
+            step: last_step,
+            waited: since_last_step,
+            missing,
+        })
+    }
+}
+
+/// Where a rank is within its step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Data = 0,
+    Compute = 1,
+    Reduce = 2,
+    Update = 3,
+}
+
+/// A rank's last reported position: the step it is working on and the phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Beat {
+    pub step: u64,
+    pub phase: Phase,
+}
+
+/// Per-rank positions the workers publish (one relaxed atomic store per phase), so a stall can
+/// name the ranks that never reached the all-reduce.
+#[derive(Clone, Debug)]
+pub struct Heartbeats(Arc<Vec<AtomicU64>>);
+
+impl Heartbeats {
+    pub fn new(ranks: usize) -> Heartbeats {
+        Heartbeats(Arc::new((0..ranks).map(|_| AtomicU64::new(0)).collect()))
+    }
+    /// Rank `rank` is now in `phase` of step `step`.
+    pub fn beat(&self, rank: usize, step: u64, phase: Phase) {
+        self.0[rank].store(step << 2 | phase as u64, Ordering::Relaxed);
+    }
+    pub fn read(&self) -> Vec<Beat> {
+        self.0
+            .iter()
+            .map(|a| {
+                let v = a.load(Ordering::Relaxed);
+                let phase = match v & 3 {
+                    0 => Phase::Data,
+                    1 => Phase::Compute,
+                    2 => Phase::Reduce,
+                    _ => Phase::Update,
+                };
+                Beat {
+                    step: v >> 2,
+                    phase,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
