@@ -148,6 +148,15 @@ pub struct TrainArgs {
     /// Continue from a checkpoint (a step-NNNNNNNN directory, or a checkpoint dir: newest inside).
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
+    /// Warn when no step completes for this many seconds  [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    pub stall_timeout: Option<f64>,
+    /// Demo / test fault: RANK:FACTOR makes that rank's compute FACTOR times slower (e.g. 1:2.0).
+    #[arg(long, value_name = "RANK:FACTOR")]
+    pub slow_rank: Option<String>,
+    /// Demo / test fault: RANK:MS delays each of that rank's batches by MS milliseconds.
+    #[arg(long, value_name = "RANK:MS")]
+    pub slow_data: Option<String>,
     /// Fault injection for tests: RANK:STEP panics that rank's worker at that step.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -191,6 +200,9 @@ impl TrainArgs {
             ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            stall_timeout,
+            slow_rank,
+            slow_data,
             name,
             theme,
             sample_interval,
@@ -250,8 +262,40 @@ impl TrainArgs {
                 ))
             }
         };
+        let rank_value =
+            |flag: &str, v: &Option<String>, what: &str| -> Result<Option<(usize, f64)>, String> {
+                let Some(v) = v else { return Ok(None) };
+                let bad = || format!("--{flag} `{v}`: use RANK:{what}, e.g. 1:2.0");
+                let (r, x) = v.split_once(':').ok_or_else(bad)?;
+                Ok(Some((
+                    r.trim().parse().map_err(|_| bad())?,
+                    x.trim().parse().map_err(|_| bad())?,
+                )))
+            };
+        let slow_rank = rank_value("slow-rank", &args.slow_rank, "FACTOR")?;
+        let slow_data = rank_value("slow-data", &args.slow_data, "MS")?
+            .map(|(r, ms)| {
+                (ms.is_finite() && ms >= 0.0)
+                    .then(|| (r, Duration::from_secs_f64(ms.min(1e9) / 1e3)))
+                    .ok_or(format!(
+                        "--slow-data {r}:{ms}: the delay must be 0 or more milliseconds"
+                    ))
+            })
+            .transpose()?;
+        let stall_timeout = match args.stall_timeout {
+            None => d.stall_timeout,
+            Some(s) if s.is_finite() && s > 0.0 && s <= 1e6 => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "--stall-timeout {s} is invalid: use a number of seconds such as 60"
+                ))
+            }
+        };
         let cfg = RunConfig {
             name: args.name,
+            slow_rank,
+            slow_data,
+            stall_timeout,
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,
             data: parse("data", args.data.as_ref(), d.data)?,

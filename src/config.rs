@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::data::DataSpec;
 use crate::model::ModelSpec;
@@ -124,6 +125,12 @@ pub struct RunConfig {
     pub resume: Option<PathBuf>,
     /// Fault injection for tests and demos: (rank, step) panics at that step.
     pub inject_panic: Option<(usize, u64)>,
+    /// Fault injection: this rank's compute takes FACTOR times as long (`--slow-rank`).
+    pub slow_rank: Option<(usize, f64)>,
+    /// Fault injection: this rank waits this long more for each batch (`--slow-data`).
+    pub slow_data: Option<(usize, Duration)>,
+    /// Warn when no step completes for this long (`--stall-timeout`).
+    pub stall_timeout: Duration,
 }
 
 impl Default for RunConfig {
@@ -153,6 +160,9 @@ impl Default for RunConfig {
             final_checkpoint: true,
             resume: None,
             inject_panic: None,
+            slow_rank: None,
+            slow_data: None,
+            stall_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -20,6 +20,9 @@ pub struct StepStats {
     pub lr: f32,
     pub data_wait: Duration,
     pub compute: Duration,
+    /// CPU time this worker's thread used computing (CPU workers): the device's own speed,
+    /// without time lost to other threads on a shared core. `None` where not measured.
+    pub compute_cpu: Option<Duration>,
     /// Time inside the all-reduce moving and summing data.
     pub comm: Duration,
     /// Time inside the all-reduce waiting for slower ranks to arrive.

@@ -1,15 +1,16 @@
 //! Headless frontend: plain log lines (no escape codes, no `\r`) and the metrics file.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{select, tick};
+use crossbeam_channel::{select, tick, Receiver};
 
 use crate::config::Budget;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
-use crate::events::{Applied, Event};
+use crate::events::{Applied, Event, StepStats};
 use crate::metrics::{MetricsWriter, Recorder};
 use crate::monitor::{Monitor, StepRow};
+use crate::straggler::{Detector, Warning};
 
 /// How often the log collects step samples.
 const STEP_POLL: Duration = Duration::from_millis(20);
@@ -140,9 +141,70 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
     })
 }
 
-fn warn(out: &mut dyn Write, warning: Option<String>) {
-    if let Some(w) = warning {
-        let _ = writeln!(out, "{w}");
+/// What the log keeps between lines: the step rows, the straggler detector, the metrics file.
+struct Log<'a> {
+    out: &'a mut dyn Write,
+    metrics: Recorder,
+    monitor: Monitor,
+    detector: Detector,
+    budget: Budget,
+    log_every: u64,
+}
+
+impl Log<'_> {
+    fn warn(&mut self, warning: Option<String>) {
+        if let Some(w) = warning {
+            let _ = writeln!(self.out, "{w}");
+        }
+    }
+
+    fn on_step(&mut self, s: StepStats) {
+        let Some(row) = self.monitor.on_step(s) else {
+            return;
+        };
+        if row.step.is_multiple_of(self.log_every) {
+            let rate = self.monitor.samples_per_sec();
+            let line = step_line(&row, rate, self.budget);
+            let _ = writeln!(self.out, "{} {line}", stamp(row.at));
+            let w = self.metrics.record(|w| w.step(&row, rate));
+            self.warn(w);
+        }
+        for w in self.detector.on_row(&row) {
+            self.on_warning(&w, row.at);
+        }
+    }
+
+    fn on_warning(&mut self, w: &Warning, t: Duration) {
+        let level = if w.is_clear() { "note" } else { "WARN" };
+        let _ = writeln!(self.out, "{} {level} {w}", stamp(t));
+        let r = self.metrics.record(|m| m.warning(w, t));
+        self.warn(r);
+    }
+
+    fn on_event(&mut self, ev: &Event, t: Duration) {
+        match ev {
+            Event::Control {
+                applied: Applied::Paused,
+                ..
+            } => self.detector.set_paused(true, t),
+            Event::Control {
+                applied: Applied::Resumed,
+                ..
+            } => self.detector.set_paused(false, t),
+            _ => {}
+        }
+        if let Some(l) = event_line(ev, self.budget) {
+            let _ = writeln!(self.out, "{} {l}", stamp(t));
+        }
+        let r = self.metrics.record(|w| w.event(ev, t));
+        self.warn(r);
+    }
+
+    /// Takes every step sample waiting.
+    fn drain(&mut self, steps: &Receiver<StepStats>) {
+        while let Ok(s) = steps.try_recv() {
+            self.on_step(s);
+        }
     }
 }
 
@@ -153,58 +215,43 @@ pub fn run(
     out: &mut dyn Write,
     metrics: Option<MetricsWriter>,
 ) -> Result<RunResult, EngineError> {
-    let t0 = Instant::now();
     let info = engine.info().clone();
     for l in describe(&info) {
         let _ = writeln!(out, "{l}");
     }
-    let mut metrics = Recorder::new(metrics);
-    warn(out, metrics.record(|w| w.run_start(&info)));
-    let mut monitor = Monitor::new(info.ranks());
+    let mut log = Log {
+        out,
+        metrics: Recorder::new(metrics),
+        monitor: Monitor::new(info.ranks()),
+        detector: info.detector(),
+        budget: info.budget,
+        log_every,
+    };
+    let w = log.metrics.record(|w| w.run_start(&info));
+    log.warn(w);
     // step samples are collected every few milliseconds rather than as they come, so a
     // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
     let steps = engine.steps().clone();
     let events = engine.events().clone();
     let poll = tick(STEP_POLL);
     let mut end_record = None;
-    let say = |out: &mut dyn Write, metrics: &mut Recorder, ev: &Event, t: Duration| {
-        if let Some(l) = event_line(ev, info.budget) {
-            let _ = writeln!(out, "{} {l}", stamp(t));
-        }
-        warn(out, metrics.record(|w| w.event(ev, t)));
-    };
-    let mut on_step = |s, out: &mut dyn Write, metrics: &mut Recorder| {
-        let Some(row) = monitor.on_step(s) else {
-            return;
-        };
-        if row.step.is_multiple_of(log_every) {
-            let rate = monitor.samples_per_sec();
-            let _ = writeln!(
-                out,
-                "{} {}",
-                stamp(row.at),
-                step_line(&row, rate, info.budget)
-            );
-            warn(out, metrics.record(|w| w.step(&row, rate)));
-        }
-    };
-    let mut drain = |out: &mut dyn Write, metrics: &mut Recorder| {
-        while let Ok(s) = steps.try_recv() {
-            on_step(s, out, metrics);
-        }
-    };
     loop {
         select! {
-            recv(poll) -> _ => drain(out, &mut metrics),
+            recv(poll) -> _ => {
+                log.drain(&steps);
+                if let Some(w) = log.detector.tick(engine.elapsed(), &engine.heartbeats()) {
+                    log.on_warning(&w, engine.elapsed());
+                }
+            }
             recv(events) -> e => match e {
                 Ok(ev) => {
                     // steps before this event are printed before it
-                    drain(out, &mut metrics);
+                    log.drain(&steps);
                     if matches!(ev, Event::Finished { .. }) {
                         // said last, after the final step samples
-                        end_record = Some((ev, t0.elapsed()));
+                        end_record = Some((ev, engine.elapsed()));
                     } else {
-                        say(out, &mut metrics, &ev, t0.elapsed());
+                        log.on_event(&ev, engine.elapsed());
                     }
                 }
                 Err(_) => break,
@@ -213,12 +260,13 @@ pub fn run(
     }
     // every worker has ended: take the last samples
     for s in steps.iter() {
-        on_step(s, out, &mut metrics);
+        log.on_step(s);
     }
     if let Some((ev, t)) = end_record {
-        say(out, &mut metrics, &ev, t);
+        log.on_event(&ev, t);
     }
-    warn(out, metrics.record(|w| w.flush()));
-    let _ = out.flush();
+    let w = log.metrics.record(|w| w.flush());
+    log.warn(w);
+    let _ = log.out.flush();
     engine.join()
 }

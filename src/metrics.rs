@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::engine::RunInfo;
 use crate::events::{Applied, Event};
 use crate::monitor::StepRow;
+use crate::straggler::Warning;
 
 pub const SCHEMA: &str = "mgtop.metrics/1";
 
@@ -155,6 +156,58 @@ impl MetricsWriter {
                 json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }})
             }
         };
+        self.line(v)
+    }
+
+    /// A straggler / degraded / stall warning (or its clearing).
+    pub fn warning(&mut self, w: &Warning, t: Duration) -> Result<(), MetricsError> {
+        let mut v = json!({"type": "event", "kind": w.kind(), "t": t.as_secs_f64(), "message": w.to_string()});
+        match w {
+            Warning::Straggler {
+                rank,
+                step,
+                slowdown,
+                work_ms,
+                fastest_rank,
+                fastest_ms,
+                others_wait_ms,
+                cause,
+                ..
+            } => {
+                v["rank"] = (*rank).into();
+                v["step"] = (*step).into();
+                v["slowdown"] = (*slowdown).into();
+                v["work_ms"] = (*work_ms).into();
+                v["fastest_rank"] = (*fastest_rank).into();
+                v["fastest_ms"] = (*fastest_ms).into();
+                v["others_wait_ms"] = (*others_wait_ms).into();
+                v["cause"] = cause.kind().into();
+            }
+            Warning::StragglerCleared { rank, step } | Warning::DegradedCleared { rank, step } => {
+                v["rank"] = (*rank).into();
+                v["step"] = (*step).into();
+            }
+            Warning::Degraded {
+                rank,
+                step,
+                median_ms,
+                best_ms,
+            } => {
+                v["rank"] = (*rank).into();
+                v["step"] = (*step).into();
+                v["work_ms"] = (*median_ms).into();
+                v["best_ms"] = (*best_ms).into();
+            }
+            Warning::Stall {
+                step,
+                waited,
+                missing,
+            } => {
+                v["step"] = (*step).into();
+                v["waited_s"] = waited.as_secs_f64().into();
+                v["missing_ranks"] = missing.clone().into();
+            }
+        }
         self.line(v)
     }
 

@@ -142,6 +142,7 @@ mod tests {
             lr: 1e-3,
             data_wait: Duration::ZERO,
             compute: Duration::from_millis(1),
+            compute_cpu: None,
             comm: Duration::ZERO,
             sync_wait: Duration::ZERO,
             optimizer: Duration::ZERO,

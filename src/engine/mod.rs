@@ -21,6 +21,7 @@ use crate::loader::{Cursor, RankLoader, Sharding};
 use crate::model::Mlp;
 use crate::optim::OptState;
 use crate::replica::{CpuReplica, TrainState};
+use crate::straggler::{Beat, Context, Detector, DetectorConfig, Heartbeats};
 
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 
@@ -70,6 +71,11 @@ pub struct RunInfo {
     pub start_step: u64,
     pub start_epoch: u64,
     pub resumed_from: Option<PathBuf>,
+    /// Cores this process may use.
+    pub cores: usize,
+    /// The fault injected on each rank, as the flag that asked for it.
+    pub injected: Vec<Option<String>>,
+    pub stall_timeout: Duration,
 }
 
 impl RunInfo {
@@ -84,6 +90,20 @@ impl RunInfo {
             ranks: self.ranks(),
             accum: self.grad_accum,
         }
+    }
+
+    /// The straggler detector for this run, with what explains a slow rank.
+    pub fn detector(&self) -> Detector {
+        let cfg = DetectorConfig {
+            stall_timeout: self.stall_timeout,
+            ..DetectorConfig::default()
+        };
+        let ctx = Context {
+            cores: self.cores,
+            injected: self.injected.clone(),
+            models: vec![None; self.ranks()],
+        };
+        Detector::new(self.ranks(), cfg, ctx)
     }
 
     /// Steps per epoch at the starting batch size.
@@ -126,6 +146,7 @@ pub struct Engine {
     steps: Receiver<StepStats>,
     workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
     t0: Instant,
+    beats: Heartbeats,
 }
 
 /// Lossy step samples queued per rank before the frontend must catch up.
@@ -206,7 +227,36 @@ impl Engine {
             start_step: start.step,
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
+            cores: available_cores(),
+            injected: (0..ranks)
+                .map(|r| {
+                    let slow = cfg
+                        .slow_rank
+                        .filter(|f| f.0 == r)
+                        .map(|(r, f)| format!("--slow-rank {r}:{f}"));
+                    let data = cfg
+                        .slow_data
+                        .filter(|f| f.0 == r)
+                        .map(|(r, d)| format!("--slow-data {r}:{}", d.as_millis()));
+                    match (slow, data) {
+                        (Some(a), Some(b)) => Some(format!("{a} {b}")),
+                        (a, b) => a.or(b),
+                    }
+                })
+                .collect(),
+            stall_timeout: cfg.stall_timeout,
         };
+        for (flag, rank) in [
+            ("--slow-rank", cfg.slow_rank.map(|f| f.0)),
+            ("--slow-data", cfg.slow_data.map(|f| f.0)),
+        ] {
+            if let Some(r) = rank.filter(|&r| r >= ranks) {
+                return Err(EngineError::Config(format!(
+                    "{flag}: there is no rank {r}; this run has ranks 0..{}",
+                    ranks - 1
+                )));
+            }
+        }
 
         let (ctl_tx, ctl_rx) = unbounded();
         let (ev_tx, ev_rx) = unbounded();
@@ -217,6 +267,7 @@ impl Engine {
         let t0 = Instant::now();
         let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));
+        let beats = Heartbeats::new(ranks);
         let mut workers = Vec::new();
         for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
             let loader = RankLoader::new(
@@ -246,6 +297,7 @@ impl Engine {
                 per_replica: start.per_replica,
                 lr_base: start.lr,
                 last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
+                beats: beats.clone(),
             };
             let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
             let h = std::thread::Builder::new()
@@ -273,11 +325,17 @@ impl Engine {
             steps: st_rx,
             workers,
             t0,
+            beats,
         })
     }
 
     pub fn info(&self) -> &RunInfo {
         &self.info
+    }
+
+    /// Where each rank is within its step (for naming the ranks behind a stall).
+    pub fn heartbeats(&self) -> Vec<Beat> {
+        self.beats.read()
     }
 
     /// Time since the workers started: the clock of `StepStats::at`.
@@ -384,6 +442,20 @@ fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
             "--loader-threads {} is out of range: use 1..=64",
             cfg.loader_threads
         ));
+    }
+    if let Some((_, f)) = cfg
+        .slow_rank
+        .filter(|f| !(f.1.is_finite() && (1.0..=100.0).contains(&f.1)))
+    {
+        return bad(format!(
+            "--slow-rank factor {f} is out of range: use 1 to 100 (2.0 = twice as slow)"
+        ));
+    }
+    if cfg.slow_data.is_some_and(|f| f.1 > Duration::from_secs(10)) {
+        return bad("--slow-data delay is out of range: use 0 to 10000 ms".into());
+    }
+    if cfg.stall_timeout.is_zero() {
+        return bad("--stall-timeout 0 is invalid: use a number of seconds such as 60".into());
     }
     if !(0.0..1.0).contains(&cfg.val_fraction) {
         return bad("the validation fraction must be in [0, 1)".into());

@@ -3,7 +3,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
@@ -18,6 +18,8 @@ use crate::loader::{Cursor, RankLoader, Sharding};
 use crate::model::Mlp;
 use crate::replica::Replica;
 use crate::schedule::lr_at;
+use crate::straggler::{Heartbeats, Phase};
+use crate::telemetry::thread_cpu_time;
 
 pub(super) struct Worker {
     pub rank: usize,
@@ -38,6 +40,7 @@ pub(super) struct Worker {
     pub lr_base: f32,
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
+    pub beats: Heartbeats,
 }
 
 pub(super) struct WorkerEnd {
@@ -162,9 +165,14 @@ impl Worker {
                 break;
             }
 
+            let next = self.step + 1;
+            self.beats.beat(self.rank, next, Phase::Data);
             let t_start = Instant::now();
             let batch = self.loader.next_batch();
             debug_assert_eq!(batch.start, self.cursor);
+            if let Some((_, delay)) = self.cfg.slow_data.filter(|f| f.0 == self.rank) {
+                std::thread::sleep(delay);
+            }
             let data_wait = t_start.elapsed();
             if self.cfg.inject_panic == Some((self.rank, self.step + 1)) {
                 panic!(
@@ -173,10 +181,19 @@ impl Worker {
                     self.step + 1
                 );
             }
-            let t = Instant::now();
+            self.beats.beat(self.rank, next, Phase::Compute);
+            let (t, cpu0) = (Instant::now(), thread_cpu_time());
             replica.compute_grads(&batch.micro);
+            if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
+                slow_down(cpu0, t, factor);
+            }
             let compute = t.elapsed();
+            let compute_cpu = thread_cpu_time()
+                .zip(cpu0)
+                .map(|(b, a)| b.saturating_sub(a));
+            self.beats.beat(self.rank, next, Phase::Reduce);
             let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
+            self.beats.beat(self.rank, next, Phase::Update);
             let m = replica.batch_metrics();
             let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
             if !loss.is_finite() {
@@ -214,6 +231,7 @@ impl Worker {
                 lr,
                 data_wait,
                 compute,
+                compute_cpu,
                 comm: reduce.transfer,
                 sync_wait: reduce.wait,
                 optimizer,
@@ -349,5 +367,20 @@ impl Worker {
 
     fn last_checkpoint_path(&self) -> Option<PathBuf> {
         self.last_checkpoint.as_ref().map(|(_, p)| p.clone())
+    }
+}
+
+/// `--slow-rank`: real extra work, so the compute this thread did since `cpu0` (wall `t0`
+/// where CPU time is unknown) takes `factor` times as long.
+fn slow_down(cpu0: Option<Duration>, t0: Instant, factor: f64) {
+    match cpu0 {
+        Some(c0) => {
+            let target = (thread_cpu_time().unwrap_or(c0) - c0).mul_f64(factor - 1.0);
+            let start = thread_cpu_time().unwrap_or(c0);
+            while thread_cpu_time().is_some_and(|c| c - start < target) {
+                std::hint::spin_loop();
+            }
+        }
+        None => std::thread::sleep(t0.elapsed().mul_f64(factor - 1.0)),
     }
 }

@@ -1,11 +1,13 @@
 //! Who is slow, by how much, and why: the straggler detector both frontends share.
 //!
 //! Each rank's *work* per step is what it spends on its own (data wait + compute + optimizer,
-//! not the all-reduce or waiting for others). Every `every` steps after `warmup` steps, the
+//! not the all-reduce or waiting for others); compute is the device's own time (CPU time of a
+//! CPU worker's thread, so time lost to other threads on a shared core is not the device's). Every `every` steps after `warmup` steps, the
 //! median work of each rank over the last `window` steps is compared with the fastest rank's:
 //! score = fastest / this. A rank becomes a straggler after `consecutive` evaluations below
 //! `slow_below` and clears after as many above `clear_above` (hysteresis); differences under
-//! `min_gap` are noise. A rank is *degraded* when its median is `degraded_ratio` times its own
+//! `min_gap` are noise, and so is a slower rank the others do not wait `min_gap` for (it is not
+//! on the critical path). A rank is *degraded* when its median is `degraded_ratio` times its own
 //! best so far (the whole job slowing down, e.g. thermal throttling).
 
 use std::collections::VecDeque;
@@ -77,6 +79,19 @@ pub enum Cause {
     Unknown,
 }
 
+impl Cause {
+    /// A short name for the metrics file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cause::DataBound { .. } => "data-bound",
+            Cause::Oversubscribed { .. } => "oversubscribed",
+            Cause::Heterogeneous { .. } => "heterogeneous",
+            Cause::Injected(_) => "injected",
+            Cause::Unknown => "unknown",
+        }
+    }
+}
+
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -108,6 +123,8 @@ pub enum Warning {
         /// What the other ranks spend per step waiting for the slowest (median, mean over them).
         others_wait_ms: f64,
         cause: Cause,
+        /// A fault injected on this rank (`--slow-rank`, `--slow-data`), said beside the cause.
+        injected: Option<String>,
     },
     StragglerCleared {
         rank: usize,
@@ -164,10 +181,16 @@ impl Warning {
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::Straggler { rank, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, .. } => write!(
-                f,
-                "straggler: rank {rank} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
-            ),
+            Warning::Straggler { rank, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, injected, .. } => {
+                write!(
+                    f,
+                    "straggler: rank {rank} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+                )?;
+                match (injected, cause) {
+                    (Some(flag), c) if !matches!(c, Cause::Injected(_)) => write!(f, " (fault injected: {flag})"),
+                    _ => Ok(()),
+                }
+            }
             Warning::StragglerCleared { rank, step } => {
                 write!(f, "straggler cleared: rank {rank} keeps pace again (step {step})")
             }
@@ -210,8 +233,14 @@ pub struct Detector {
     flagged: Vec<bool>,
     best: Vec<f64>,
     degraded: Vec<bool>,
+    worse_runs: Vec<u32>,
+    recovered_runs: Vec<u32>,
     /// The step a stall was reported after (one warning per stall).
     stalled_at: Option<u64>,
+    /// The newest complete step and when it completed (or the run resumed), since the start.
+    last_step: u64,
+    last_progress: Duration,
+    paused: bool,
 }
 
 impl Detector {
@@ -223,8 +252,13 @@ impl Detector {
             flagged: vec![false; ranks],
             best: vec![f64::INFINITY; ranks],
             degraded: vec![false; ranks],
+            worse_runs: vec![0; ranks],
+            recovered_runs: vec![0; ranks],
             rows: 0,
             stalled_at: None,
+            last_step: 0,
+            last_progress: Duration::ZERO,
+            paused: false,
             cfg,
             ctx,
         }
@@ -240,6 +274,8 @@ impl Detector {
     /// Feeds one complete step; returns warnings that start or end here.
     pub fn on_row(&mut self, row: &StepRow) -> Vec<Warning> {
         self.stalled_at = None;
+        self.last_step = row.step;
+        self.last_progress = self.last_progress.max(row.at);
         if row.ranks.len() != self.recent.len() {
             return Vec::new();
         }
@@ -249,13 +285,13 @@ impl Detector {
                 q.pop_front();
             }
             q.push_back((
-                ms(s.data_wait + s.compute + s.optimizer),
+                ms(s.data_wait + s.compute_cpu.unwrap_or(s.compute) + s.optimizer),
                 ms(s.data_wait),
                 ms(s.sync_wait),
             ));
         }
         self.rows += 1;
-        if self.rows <= self.cfg.warmup || self.rows % self.cfg.every != 0 {
+        if self.rows <= self.cfg.warmup || !self.rows.is_multiple_of(self.cfg.every) {
             return Vec::new();
         }
         self.evaluate(row.step)
@@ -287,16 +323,21 @@ impl Detector {
             } else {
                 1.0
             };
-            let slow = score < self.cfg.slow_below && work[r] - fast_ms >= gap_ms;
-            let fine = score > self.cfg.clear_above || work[r] - fast_ms < gap_ms;
+            // what the others wait per step for this rank (it is only a straggler if it costs them)
+            let others_wait = (0..work.len())
+                .filter(|&o| o != r)
+                .map(|o| wait[o])
+                .sum::<f64>()
+                / (work.len() - 1).max(1) as f64;
+            let slow =
+                score < self.cfg.slow_below && work[r] - fast_ms >= gap_ms && others_wait >= gap_ms;
+            let fine = score > self.cfg.clear_above
+                || work[r] - fast_ms < gap_ms
+                || others_wait < gap_ms / 2.0;
             self.slow_runs[r] = if slow { self.slow_runs[r] + 1 } else { 0 };
             self.clear_runs[r] = if fine { self.clear_runs[r] + 1 } else { 0 };
             if !self.flagged[r] && self.slow_runs[r] >= self.cfg.consecutive {
                 self.flagged[r] = true;
-                let others: Vec<f64> = (0..work.len())
-                    .filter(|&o| o != r)
-                    .map(|o| wait[o])
-                    .collect();
                 out.push(Warning::Straggler {
                     rank: r,
                     step,
@@ -304,18 +345,30 @@ impl Detector {
                     work_ms: work[r],
                     fastest_rank: fastest,
                     fastest_ms: fast_ms,
-                    others_wait_ms: others.iter().sum::<f64>() / others.len().max(1) as f64,
+                    others_wait_ms: others_wait,
                     cause: self.explain(r, fastest, &work, &data),
+                    injected: self.ctx.injected.get(r).cloned().flatten(),
                 });
             } else if self.flagged[r] && self.clear_runs[r] >= self.cfg.consecutive {
                 self.flagged[r] = false;
                 out.push(Warning::StragglerCleared { rank: r, step });
             }
-            // degraded: against this rank's own best median
+            // degraded: against this rank's own best median (of full windows only), for
+            // `consecutive` evaluations
+            if self.recent[r].len() < self.cfg.window {
+                continue;
+            }
             self.best[r] = self.best[r].min(work[r]);
             let worse = work[r] >= self.best[r] * self.cfg.degraded_ratio
                 && work[r] - self.best[r] >= gap_ms;
-            if worse && !self.degraded[r] {
+            let recovered = work[r] < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0);
+            self.worse_runs[r] = if worse { self.worse_runs[r] + 1 } else { 0 };
+            self.recovered_runs[r] = if recovered {
+                self.recovered_runs[r] + 1
+            } else {
+                0
+            };
+            if !self.degraded[r] && self.worse_runs[r] >= self.cfg.consecutive {
                 self.degraded[r] = true;
                 out.push(Warning::Degraded {
                     rank: r,
@@ -323,10 +376,7 @@ impl Detector {
                     median_ms: work[r],
                     best_ms: self.best[r],
                 });
-            } else if !worse
-                && self.degraded[r]
-                && work[r] < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0)
-            {
+            } else if self.degraded[r] && self.recovered_runs[r] >= self.cfg.consecutive {
                 self.degraded[r] = false;
                 out.push(Warning::DegradedCleared { rank: r, step });
             }
@@ -334,10 +384,8 @@ impl Detector {
         out
     }
 
+    /// The evidence first (where the extra time goes), then what is known about the rank.
     fn explain(&self, r: usize, fastest: usize, work: &[f64], data: &[f64]) -> Cause {
-        if let Some(Some(flag)) = self.ctx.injected.get(r) {
-            return Cause::Injected(flag.clone());
-        }
         let extra = work[r] - work[fastest];
         let extra_data = data[r] - data[fastest];
         if extra > 0.0 && extra_data >= 0.5 * extra {
@@ -345,6 +393,9 @@ impl Detector {
                 data_ms: data[r],
                 fastest_data_ms: data[fastest],
             };
+        }
+        if let Some(Some(flag)) = self.ctx.injected.get(r) {
+            return Cause::Injected(flag.clone());
         }
         if let Some(Some(m)) = self.ctx.models.get(r) {
             let peers = self.ctx.models.iter().enumerate().filter(|(o, _)| *o != r);
@@ -365,28 +416,32 @@ impl Detector {
         Cause::Unknown
     }
 
-    /// Called on a timer: a stall warning once no step has completed for the timeout.
-    /// `since_last_step` is the time since the newest complete step (pauses excluded by the
-    /// caller), `last_step` its number, `beats` each rank's heartbeat.
-    pub fn check_stall(
-        &mut self,
-        since_last_step: Duration,
-        last_step: u64,
-        beats: &[Beat],
-    ) -> Option<Warning> {
-        if since_last_step < self.cfg.stall_timeout || self.stalled_at == Some(last_step) {
+    /// A pause is not a stall: `paused` at time `now` (since the start) stops the clock,
+    /// resuming restarts it.
+    pub fn set_paused(&mut self, paused: bool, now: Duration) {
+        self.paused = paused;
+        self.last_progress = self.last_progress.max(now);
+    }
+
+    /// Called on a timer with the time since the start and each rank's heartbeat: a stall
+    /// warning once no step has completed for the timeout (one per stall).
+    pub fn tick(&mut self, now: Duration, beats: &[Beat]) -> Option<Warning> {
+        let waited = now.saturating_sub(self.last_progress);
+        if self.paused || waited < self.cfg.stall_timeout || self.stalled_at == Some(self.last_step)
+        {
             return None;
         }
-        self.stalled_at = Some(last_step);
+        let last = self.last_step;
+        self.stalled_at = Some(last);
         let missing = beats
             .iter()
             .enumerate()
-            .filter(|(_, b)| !(b.step > last_step && b.phase >= Phase::Reduce))
+            .filter(|(_, b)| !(b.step > last && b.phase >= Phase::Reduce))
             .map(|(r, _)| r)
             .collect();
         Some(Warning::Stall {
-            step: last_step,
-            waited: since_last_step,
+            step: last,
+            waited,
             missing,
         })
     }

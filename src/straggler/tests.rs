@@ -28,6 +28,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             lr: 1e-3,
             data_wait: ms(data[rank]),
             compute: ms(w - data[rank]),
+            compute_cpu: None,
             comm: ms(0.2),
             sync_wait: ms(slowest - w),
             optimizer: Duration::ZERO,
@@ -242,22 +243,19 @@ fn causes_come_from_the_evidence() {
 #[test]
 fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
     let mut d = detector(3);
+    let secs = Duration::from_secs;
+    d.on_row(&row(7, &[1.0; 3], &[0.1; 3])); // completes at 7 ms
     let beats = Heartbeats::new(3);
     beats.beat(0, 8, Phase::Reduce);
     beats.beat(1, 8, Phase::Compute);
-    beats.beat(2, 8, Phase::Reduce);
-    assert_eq!(
-        d.check_stall(Duration::from_secs(59), 7, &beats.read()),
-        None
-    );
-    let w = d
-        .check_stall(Duration::from_secs(61), 7, &beats.read())
-        .unwrap();
+    beats.beat(2, 8, Phase::Update);
+    assert_eq!(d.tick(secs(59), &beats.read()), None);
+    let w = d.tick(secs(61), &beats.read()).unwrap();
     assert_eq!(
         w,
         Warning::Stall {
             step: 7,
-            waited: Duration::from_secs(61),
+            waited: secs(61) - ms(7.0),
             missing: vec![1]
         }
     );
@@ -267,13 +265,25 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
         "{w}"
     );
     assert_eq!(
-        d.check_stall(Duration::from_secs(90), 7, &beats.read()),
+        d.tick(secs(90), &beats.read()),
         None,
         "one warning per stall"
     );
     // progress resets it
-    d.on_row(&row(8, &[1.0; 3], &[0.1; 3]));
-    assert!(d
-        .check_stall(Duration::from_secs(61), 8, &beats.read())
-        .is_some());
+    let mut r = row(8, &[1.0; 3], &[0.1; 3]);
+    r.at = secs(100);
+    d.on_row(&r);
+    assert_eq!(d.tick(secs(159), &beats.read()), None);
+    assert!(d.tick(secs(161), &beats.read()).is_some());
+}
+
+#[test]
+fn a_pause_is_not_a_stall() {
+    let mut d = detector(2);
+    let secs = Duration::from_secs;
+    d.set_paused(true, secs(1));
+    assert_eq!(d.tick(secs(600), &Heartbeats::new(2).read()), None);
+    d.set_paused(false, secs(600));
+    assert_eq!(d.tick(secs(650), &Heartbeats::new(2).read()), None);
+    assert!(d.tick(secs(661), &Heartbeats::new(2).read()).is_some());
 }

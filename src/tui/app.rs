@@ -14,6 +14,7 @@ use crate::events::{Applied, Event, StepStats};
 use crate::headless::event_line;
 use crate::history::History;
 use crate::monitor::{Monitor, StepRow};
+use crate::straggler::{Beat, Detector, Warning};
 use crate::telemetry::DeviceSample;
 
 /// Points kept per chart series for the whole run.
@@ -65,6 +66,8 @@ pub enum AppEvent {
     Tick(Duration),
     /// SIGTERM / SIGHUP: the run is stopping with a checkpoint.
     Signal,
+    /// Where each rank is within its step (for the stall check), at a time since the start.
+    Beats(Duration, Vec<Beat>),
     /// Something to tell the user that is not an engine event (e.g. metrics file failure).
     Notice(Level, String),
 }
@@ -187,8 +190,10 @@ pub struct DeviceState {
     pub sample: DeviceSample,
     pub util: History,
     pub mem_access: History,
-    /// Why this device's row is highlighted (its worker failed, ...).
+    /// Why this device's row is highlighted: its worker failed.
     pub alert: Option<String>,
+    /// The detector's current warnings about this device (straggler, degraded), by kind.
+    pub warnings: Vec<Warning>,
 }
 
 impl DeviceState {
@@ -201,6 +206,7 @@ impl DeviceState {
             util: History::new(HISTORY_POINTS),
             mem_access: History::new(HISTORY_POINTS),
             alert: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -255,6 +261,9 @@ pub struct App {
     pub readonly: bool,
     pub state: RunState,
     monitor: Monitor,
+    detector: Detector,
+    /// Warnings raised since the frontend last took them (for the metrics file).
+    pub new_warnings: Vec<(Warning, Duration)>,
     pub devices: Vec<DeviceState>,
     pub last_row: Option<StepRow>,
     pub samples_per_sec: Option<f64>,
@@ -299,6 +308,8 @@ impl App {
             .collect();
         App {
             monitor: Monitor::new(info.ranks()),
+            detector: info.detector(),
+            new_warnings: Vec::new(),
             per_replica: info.per_replica,
             info,
             readonly,
@@ -392,6 +403,12 @@ impl App {
                 }
             }
             AppEvent::Notice(level, text) => self.note(level, text),
+            AppEvent::Beats(at, beats) => {
+                self.now = self.now.max(at);
+                if let Some(w) = self.detector.tick(at, &beats) {
+                    self.on_warning(w, at);
+                }
+            }
         }
     }
 
@@ -430,7 +447,33 @@ impl App {
         if self.state == RunState::Starting {
             self.state = RunState::Running;
         }
+        for w in self.detector.on_row(&row) {
+            self.on_warning(w, row.at);
+        }
         self.last_row = Some(row);
+    }
+
+    fn on_warning(&mut self, w: Warning, at: Duration) {
+        if let Some(d) = w.rank().and_then(|r| self.devices.get_mut(r)) {
+            let same = |o: &Warning| {
+                matches!(
+                    (&w, o),
+                    (Warning::StragglerCleared { .. }, Warning::Straggler { .. })
+                        | (Warning::DegradedCleared { .. }, Warning::Degraded { .. })
+                )
+            };
+            d.warnings.retain(|o| !same(o));
+            if !w.is_clear() {
+                d.warnings.push(w.clone());
+            }
+        }
+        let level = if w.is_clear() {
+            Level::Info
+        } else {
+            Level::Warn
+        };
+        self.note(level, w.to_string());
+        self.new_warnings.push((w, at));
     }
 
     fn on_event(&mut self, e: Event) {
@@ -443,12 +486,14 @@ impl App {
             }
             Event::Control { applied, .. } => match applied {
                 Applied::Paused => {
+                    self.detector.set_paused(true, self.now);
                     self.pending_pause = None;
                     if !matches!(self.state, RunState::Stopping) {
                         self.state = RunState::Paused;
                     }
                 }
                 Applied::Resumed => {
+                    self.detector.set_paused(false, self.now);
                     self.pending_pause = None;
                     if self.state == RunState::Paused {
                         self.state = RunState::Running;

@@ -29,6 +29,9 @@ pub fn info(devices: usize) -> RunInfo {
         start_step: 0,
         start_epoch: 0,
         resumed_from: None,
+        cores: 64,
+        injected: vec![None; devices],
+        stall_timeout: Duration::from_secs(60),
     }
 }
 
@@ -59,6 +62,7 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         lr: 1e-3,
         data_wait: ms(data),
         compute: ms(compute - 0.1),
+        compute_cpu: None,
         comm: ms(comm),
         sync_wait: ms(wait),
         optimizer: ms(0.1),

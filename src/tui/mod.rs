@@ -146,8 +146,9 @@ pub fn drive<B: Backend>(
             recv(sampler) -> _ => {
                 let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
                 let devices = busy.sample(at);
-                if engine.is_some() {
+                if let Some(e) = &engine {
                     app.apply(AppEvent::Telemetry { at, devices, process_memory: process_memory() });
+                    app.apply(AppEvent::Beats(at, e.heartbeats()));
                 }
             },
             recv(frames) -> _ => {
@@ -159,6 +160,11 @@ pub fn drive<B: Backend>(
                     dirty = true;
                 }
             },
+        }
+        let warnings: Vec<_> = app.new_warnings.drain(..).collect();
+        for (w, at) in warnings {
+            let r = metrics.record(|m| m.warning(&w, at));
+            warn(&mut app, r);
         }
         if engine.is_some() && !events_open && !steps_open {
             // a last sample covers the part of the interval since the previous one

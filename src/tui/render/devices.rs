@@ -84,7 +84,7 @@ fn mem(s: &DeviceSample) -> String {
 }
 
 fn row_style(app: &App, i: usize, d: &DeviceState, theme: &Theme) -> Style {
-    if d.alert.is_some() || app.focus == Some(i) {
+    if d.alert.is_some() || !d.warnings.is_empty() || app.focus == Some(i) {
         theme.highlight()
     } else {
         Style::default()
@@ -145,10 +145,18 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     for (i, d) in app.devices.iter().enumerate().take(cap) {
         let s = &d.sample;
         let mut spans = vec![
-            Span::styled(
-                format!("{:<6}", fit(&d.label, 5)),
-                theme.fg(theme.series(i)),
-            ),
+            if d.warnings.is_empty() {
+                Span::styled(
+                    format!("{:<6}", fit(&d.label, 5)),
+                    theme.fg(theme.series(i)),
+                )
+            } else {
+                // a device with a warning: marked here, the warning itself in the events panel
+                Span::styled(
+                    format!("{:<6}", format!("{}!", fit(&d.label, 4))),
+                    theme.badge(theme.warn),
+                )
+            },
             Span::raw(format!(
                 "{:>5} {:>6} {:>11} ",
                 pct(s.util),
@@ -244,6 +252,9 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
         .collect();
     if let Some(a) = &d.alert {
         lines.push(Line::styled(a.clone(), theme.badge(theme.error)));
+    }
+    for w in &d.warnings {
+        lines.push(Line::styled(w.to_string(), theme.badge(theme.warn)));
     }
     let block = Block::bordered()
         .border_style(theme.border())
