@@ -55,6 +55,19 @@ fn paused_run_with_many_devices_80x24() {
 }
 
 #[test]
+fn a_straggler_is_marked_in_its_row_and_said_in_the_events() {
+    let mut app = demo::app_with_straggler(3, 0, 150, 1);
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains("cpu1!") && s.contains("straggler: rank 1"),
+        "{s}"
+    );
+    insta::assert_snapshot!("straggler_80x24", s);
+    key(&mut app, KeyCode::Char('2'));
+    insta::assert_snapshot!("straggler_detail_160x48", screen(&app, 160, 48));
+}
+
+#[test]
 fn device_detail_view() {
     let mut app = demo::app(3, 150);
     key(&mut app, KeyCode::Char('3'));

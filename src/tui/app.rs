@@ -1032,6 +1032,24 @@ mod tests {
     }
 
     #[test]
+    fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
+        let app = demo::app_with_straggler(3, 10, 100, 1);
+        assert_eq!(app.devices[1].warnings.len(), 1);
+        assert!(app.devices[0].warnings.is_empty() && app.devices[2].warnings.is_empty());
+        let warn: Vec<&LogEntry> = app.log.iter().filter(|l| l.level == Level::Warn).collect();
+        assert_eq!(warn.len(), 1, "one warning at onset, not one per step");
+        assert!(
+            warn[0]
+                .text
+                .contains("straggler: rank 1 is 1.98x slower than rank 0"),
+            "{}",
+            warn[0].text
+        );
+        assert_eq!(app.new_warnings.len(), 1);
+        assert_eq!(app.new_warnings[0].0.rank(), Some(1));
+    }
+
+    #[test]
     fn a_signal_means_stopping_and_leaving() {
         let mut app = running(false);
         app.apply(AppEvent::Signal);

@@ -134,3 +134,21 @@ pub fn app(devices: usize, steps: u64) -> App {
     }
     app
 }
+
+/// `app(devices, steps)` followed by `extra` steps in which rank `slow` works twice as long
+/// as the others (20 ms vs 10 ms), so the detector flags it.
+pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -> App {
+    let mut app = app(devices, steps);
+    for s in steps + 1..=steps + extra {
+        for r in 0..devices {
+            let mut st = step(r, devices, s);
+            let work = if r == slow { 20.0 } else { 10.0 };
+            st.compute = ms(work);
+            st.sync_wait = ms(20.0 - work);
+            st.step_time = ms(20.5);
+            st.at = ms(600.0 + (s - steps) as f64 * 20.5);
+            app.apply(AppEvent::Step(st));
+        }
+    }
+    app
+}

@@ -3,7 +3,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph};
+use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::header::clip;
@@ -265,7 +265,10 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 theme.muted(),
             ),
         ]));
-    frame.render_widget(Paragraph::new(lines).block(block), left);
+    frame.render_widget(
+        Paragraph::new(lines).block(block).wrap(Wrap { trim: true }),
+        left,
+    );
     let [hist, spark] = Layout::vertical([Constraint::Min(6), Constraint::Length(4)]).areas(right);
     super::render_history(frame, hist, app, theme, Some(i));
     let block = Block::bordered()
