@@ -129,6 +129,8 @@ pub struct RunConfig {
     pub slow_rank: Option<(usize, f64)>,
     /// Fault injection: this rank waits this long more for each batch (`--slow-data`).
     pub slow_data: Option<(usize, Duration)>,
+    /// Cut the global batch among ranks in proportion to their measured speed.
+    pub rebalance: bool,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
 }
@@ -162,6 +164,7 @@ impl Default for RunConfig {
             inject_panic: None,
             slow_rank: None,
             slow_data: None,
+            rebalance: false,
             stall_timeout: Duration::from_secs(60),
         }
     }

@@ -42,7 +42,13 @@ pub struct StepStats {
 pub enum Applied {
     Paused,
     Resumed,
-    BatchSize { from: usize, to: usize, lr: f32 },
+    BatchSize {
+        from: usize,
+        to: usize,
+        lr: f32,
+    },
+    /// `--rebalance` cut the global batch unevenly: samples per rank from this step.
+    Split(Vec<usize>),
 }
 
 #[derive(Clone, Debug, PartialEq)]

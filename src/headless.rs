@@ -121,6 +121,16 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
                 "batch per replica {from} -> {to} from step {} (lr now {lr:.2e})",
                 step + 1
             ),
+            Applied::Split(sizes) => format!(
+                "rebalanced from step {}: samples per rank {} (global batch {} unchanged)",
+                step + 1,
+                sizes
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                sizes.iter().sum::<usize>()
+            ),
         },
         Event::Checkpoint { step, path } => {
             format!("checkpoint at step {step}: {}", path.display())

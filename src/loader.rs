@@ -18,11 +18,14 @@ pub struct Cursor {
 }
 
 /// How global batches are formed; identical on every rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sharding {
     pub per_replica: usize,
     pub ranks: usize,
     pub accum: usize,
+    /// Uneven per-rank micro-batch sizes (`--rebalance`), summing to `per_replica * ranks`;
+    /// `None`: every rank gets `per_replica`.
+    pub split: Option<Arc<Vec<usize>>>,
 }
 
 impl Sharding {
@@ -60,12 +63,42 @@ impl Sharding {
     /// pieces are ordered micro-major, rank-minor, and sized as evenly as possible, so a full
     /// batch gives every piece exactly `per_replica` samples.
     pub fn piece(&self, m: usize, micro: usize, rank: usize) -> (usize, usize) {
-        let pieces = self.ranks * self.accum;
-        let i = micro * self.ranks + rank;
-        let (base, extra) = (m / pieces, m % pieces);
-        let start = i * base + i.min(extra);
-        (start, base + usize::from(i < extra))
+        let Some(split) = &self.split else {
+            let pieces = self.ranks * self.accum;
+            let i = micro * self.ranks + rank;
+            let (base, extra) = (m / pieces, m % pieces);
+            let start = i * base + i.min(extra);
+            return (start, base + usize::from(i < extra));
+        };
+        // the micro-batch's chunk of the global batch, cut among ranks in proportion to the
+        // split (exactly the split for a full batch)
+        let (base, extra) = (m / self.accum, m % self.accum);
+        let chunk_start = micro * base + micro.min(extra);
+        let chunk = base + usize::from(micro < extra);
+        let sizes = proportional(chunk, split);
+        let start = chunk_start + sizes[..rank].iter().sum::<usize>();
+        (start, sizes[rank])
     }
+}
+
+/// `total` cut in proportion to `weights` (largest remainders), summing to `total` exactly.
+pub fn proportional(total: usize, weights: &[usize]) -> Vec<usize> {
+    let sum: usize = weights.iter().sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let exact: Vec<(usize, usize)> = weights
+        .iter()
+        .map(|&w| (total * w / sum, total * w % sum))
+        .collect();
+    let mut sizes: Vec<usize> = exact.iter().map(|e| e.0).collect();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    // larger remainder first; ties to the lower rank, so every rank computes the same cut
+    order.sort_by(|&a, &b| exact[b].1.cmp(&exact[a].1).then(a.cmp(&b)));
+    for &i in order.iter().take(total - sizes.iter().sum::<usize>()) {
+        sizes[i] += 1;
+    }
+    sizes
 }
 
 /// One micro-batch: x[n, features] and labels[n].
@@ -106,7 +139,7 @@ impl Builder {
         }
     }
 
-    fn build(&mut self, at: Cursor, sh: Sharding, generation: u64) -> Batch {
+    fn build(&mut self, at: Cursor, sh: &Sharding, generation: u64) -> Batch {
         let n = self.data.len();
         let (m, next, epoch_end) = sh.span(at, n);
         self.shuffle_for(at.epoch);
@@ -139,7 +172,7 @@ impl Builder {
 }
 
 /// What the loader threads are producing now.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Plan {
     start: Cursor,
     sharding: Sharding,
@@ -232,7 +265,7 @@ impl RankLoader {
     pub fn next_batch(&mut self) -> Batch {
         match &mut self.inner {
             Inner::Inline { builder, plan } => {
-                let b = builder.build(plan.start, plan.sharding, self.generation);
+                let b = builder.build(plan.start, &plan.sharding, self.generation);
                 plan.start = b.next;
                 b
             }
@@ -270,13 +303,13 @@ impl RankLoader {
 fn produce(mut b: Builder, shared: Arc<SharedPlan>, tx: Sender<Batch>, t: usize, threads: usize) {
     loop {
         let generation = shared.generation.load(Ordering::Acquire);
-        let plan = *shared.plan.lock().expect("loader plan lock");
+        let plan = shared.plan.lock().expect("loader plan lock").clone();
         let mut at = plan.start;
         for _ in 0..t {
             at = plan.sharding.span(at, b.data.len()).1;
         }
         while shared.generation.load(Ordering::Acquire) == generation {
-            let batch = b.build(at, plan.sharding, generation);
+            let batch = b.build(at, &plan.sharding, generation);
             at = batch.next;
             if tx.send(batch).is_err() {
                 return; // the rank is gone
@@ -325,10 +358,11 @@ mod tests {
             per_replica: 3,
             ranks: 2,
             accum: 2,
+            split: None,
         };
         let n = 29; // 2 full global batches of 12, then 5
         let mut loaders: Vec<_> = (0..2)
-            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh, 0, 1))
+            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh.clone(), 0, 1))
             .collect();
         let mut seen = Vec::new();
         let mut sizes = Vec::new();
@@ -357,8 +391,9 @@ mod tests {
             per_replica: 4,
             ranks: 3,
             accum: 1,
+            split: None,
         };
-        let mut inline = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 0, 1);
+        let mut inline = RankLoader::new(data(50), 9, 1, Cursor::default(), sh.clone(), 0, 1);
         let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3);
         let a: Vec<_> = (0..20).map(|_| ids(&inline.next_batch())).collect();
         let b: Vec<_> = (0..20).map(|_| ids(&threaded.next_batch())).collect();
@@ -372,14 +407,15 @@ mod tests {
             per_replica: 2,
             ranks: 1,
             accum: 1,
+            split: None,
         };
-        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh, 3, 2);
+        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh.clone(), 3, 2);
         let first = l.next_batch();
         let big = Sharding {
             per_replica: 5,
             ..sh
         };
-        l.restart(first.next, big);
+        l.restart(first.next, big.clone());
         let second = l.next_batch();
         assert_eq!(
             second.start,
@@ -402,5 +438,30 @@ mod tests {
             1,
         );
         assert_eq!(ids(&second), ids(&reference.next_batch()));
+    }
+
+    #[test]
+    fn an_uneven_split_tiles_every_global_batch_exactly() {
+        let sh = Sharding {
+            per_replica: 32,
+            ranks: 3,
+            accum: 2,
+            split: Some(Arc::new(vec![40, 17, 39])),
+        };
+        for m in [192, 191, 100, 7, 1] {
+            let mut covered = vec![0u32; m];
+            for micro in 0..2 {
+                for rank in 0..3 {
+                    let (start, len) = sh.piece(m, micro, rank);
+                    for c in &mut covered[start..start + len] {
+                        *c += 1;
+                    }
+                }
+            }
+            assert!(covered.iter().all(|&c| c == 1), "m={m}: {covered:?}");
+        }
+        // a full batch gives each rank exactly its share in every micro-batch
+        assert_eq!(sh.piece(192, 1, 1), (96 + 40, 17));
+        assert_eq!(proportional(10, &[1, 1, 1]), vec![4, 3, 3]);
     }
 }

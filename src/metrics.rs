@@ -142,6 +142,10 @@ impl MetricsWriter {
                         v["to"] = (*to).into();
                         v["lr"] = (*lr).into();
                     }
+                    Applied::Split(sizes) => {
+                        v["action"] = "rebalance".into();
+                        v["split"] = sizes.clone().into();
+                    }
                 }
                 v
             }

@@ -55,11 +55,25 @@ fn warnings(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains(" WARN ")).collect()
 }
 
+/// The straggler warnings, after checking that no warning of any kind names another rank.
+fn straggler_warnings(log: &str, rank: usize) -> Vec<&str> {
+    for w in warnings(log) {
+        assert!(
+            w.contains(&format!("rank {rank} ")),
+            "a warning about another rank: {log}"
+        );
+    }
+    warnings(log)
+        .into_iter()
+        .filter(|l| l.contains("WARN straggler:"))
+        .collect()
+}
+
 #[test]
 fn a_slow_rank_is_named_within_100_steps_and_nobody_else_is() {
     let dir = tempfile::tempdir().unwrap();
     let (log, records) = run(dir.path(), &["--slow-rank", "1:2.0"]);
-    let w = warnings(&log);
+    let w = straggler_warnings(&log, 1);
     assert_eq!(w.len(), 1, "exactly one warning, at onset: {log}");
     assert!(w[0].contains("straggler: rank 1 is"), "{log}");
     assert!(
@@ -94,7 +108,7 @@ fn the_same_run_without_a_fault_warns_about_nobody() {
 fn slow_input_on_one_rank_is_explained_as_data_bound() {
     let dir = tempfile::tempdir().unwrap();
     let (log, records) = run(dir.path(), &["--slow-data", "1:20"]);
-    let w = warnings(&log);
+    let w = straggler_warnings(&log, 1);
     assert_eq!(w.len(), 1, "{log}");
     assert!(
         w[0].contains("rank 1") && w[0].contains("likely cause: data-bound"),

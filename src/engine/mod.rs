@@ -2,6 +2,7 @@
 //! collective handle; frontends get events and steer through a `Controller`.
 
 mod devices;
+mod rebalance;
 mod worker;
 
 use std::path::PathBuf;
@@ -89,6 +90,7 @@ impl RunInfo {
             per_replica: self.per_replica,
             ranks: self.ranks(),
             accum: self.grad_accum,
+            split: None,
         }
     }
 
@@ -275,7 +277,7 @@ impl Engine {
                 cfg.seed,
                 rank,
                 start.cursor,
-                sharding,
+                sharding.clone(),
                 cfg.prefetch,
                 cfg.loader_threads,
             );
@@ -298,6 +300,9 @@ impl Engine {
                 lr_base: start.lr,
                 last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
                 beats: beats.clone(),
+                split: None,
+                rebalance_work: Duration::ZERO,
+                rebalance_samples: 0,
             };
             let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
             let h = std::thread::Builder::new()

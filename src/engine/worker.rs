@@ -21,6 +21,8 @@ use crate::schedule::lr_at;
 use crate::straggler::{Heartbeats, Phase};
 use crate::telemetry::thread_cpu_time;
 
+use super::rebalance;
+
 pub(super) struct Worker {
     pub rank: usize,
     pub ranks: usize,
@@ -41,6 +43,11 @@ pub(super) struct Worker {
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
     pub beats: Heartbeats,
+    /// Uneven per-rank batch sizes chosen by `--rebalance` (`None`: even).
+    pub split: Option<Arc<Vec<usize>>>,
+    /// This rank's work time and samples since the last rebalancing decision.
+    pub rebalance_work: Duration,
+    pub rebalance_samples: usize,
 }
 
 pub(super) struct WorkerEnd {
@@ -116,7 +123,38 @@ impl Worker {
             per_replica: self.per_replica,
             ranks: self.ranks,
             accum: self.cfg.grad_accum,
+            split: self.split.clone(),
         }
+    }
+
+    /// Every rank shares its speed (one small all-reduce) and applies the same new split.
+    fn rebalance(&mut self) -> Result<(), EngineError> {
+        let mut speeds = vec![0.0f32; self.ranks];
+        let work = self.rebalance_work.as_secs_f64();
+        if work > 0.0 {
+            speeds[self.rank] = (self.rebalance_samples as f64 / work) as f32;
+        }
+        self.coll.all_reduce_sum(&mut speeds)?;
+        self.rebalance_work = Duration::ZERO;
+        self.rebalance_samples = 0;
+        let current = self
+            .split
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(|| vec![self.per_replica; self.ranks]);
+        let Some(sizes) = rebalance::new_split(self.per_replica * self.ranks, &speeds, &current)
+        else {
+            return Ok(());
+        };
+        if self.rank == 0 {
+            let _ = self.events.send(Event::Control {
+                step: self.step,
+                applied: Applied::Split(sizes.clone()),
+            });
+        }
+        self.split = Some(Arc::new(sizes));
+        self.loader.restart(self.cursor, self.sharding());
+        Ok(())
     }
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
@@ -155,7 +193,13 @@ impl Worker {
                     });
                 }
                 self.per_replica = b;
+                self.split = None; // rebalancing starts over at the new size
                 self.loader.restart(self.cursor, self.sharding());
+            } else if self.cfg.rebalance
+                && self.step > 0
+                && self.step.is_multiple_of(rebalance::EVERY)
+            {
+                self.rebalance()?;
             }
             if d.checkpoint || d.stop == Some(true) {
                 self.save(replica)?;
@@ -191,6 +235,8 @@ impl Worker {
             let compute_cpu = thread_cpu_time()
                 .zip(cpu0)
                 .map(|(b, a)| b.saturating_sub(a));
+            self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
+            self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Reduce);
             let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
             self.beats.beat(self.rank, next, Phase::Update);

@@ -130,6 +130,7 @@ pub enum Warning {
         rank: usize,
         step: u64,
     },
+    /// Work per step now and at this rank's best speed, both at the current batch size.
     Degraded {
         rank: usize,
         step: u64,
@@ -221,7 +222,8 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// One rank's recent steps: (work, data wait, sync wait), in ms.
-type Recent = VecDeque<(f64, f64, f64)>;
+/// One rank's recent steps: (work, data wait, sync wait) in ms, and samples.
+type Recent = VecDeque<(f64, f64, f64, f64)>;
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -288,6 +290,7 @@ impl Detector {
                 ms(s.data_wait + s.compute_cpu.unwrap_or(s.compute) + s.optimizer),
                 ms(s.data_wait),
                 ms(s.sync_wait),
+                s.samples.max(1) as f64,
             ));
         }
         self.rows += 1;
@@ -303,13 +306,16 @@ impl Detector {
                 .map(|t| match i {
                     0 => t.0,
                     1 => t.1,
-                    _ => t.2,
+                    2 => t.2,
+                    _ => t.0 / t.3,
                 })
                 .collect()
         };
         let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
         let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
         let wait: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 2))).collect();
+        // work per sample: what degrades, whatever the batch size of the moment
+        let per_sample: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 3))).collect();
         let (fastest, &fast_ms) = work
             .iter()
             .enumerate()
@@ -353,15 +359,17 @@ impl Detector {
                 self.flagged[r] = false;
                 out.push(Warning::StragglerCleared { rank: r, step });
             }
-            // degraded: against this rank's own best median (of full windows only), for
-            // `consecutive` evaluations
-            if self.recent[r].len() < self.cfg.window {
-                continue;
+            // degraded: against this rank's own best median per sample (once a baseline has
+            // settled), for `consecutive` evaluations
+            if self.rows < self.cfg.warmup + 2 * self.cfg.window as u64 {
+                continue; // a best speed needs a settled baseline first
             }
-            self.best[r] = self.best[r].min(work[r]);
-            let worse = work[r] >= self.best[r] * self.cfg.degraded_ratio
-                && work[r] - self.best[r] >= gap_ms;
-            let recovered = work[r] < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0);
+            let ps = per_sample[r];
+            self.best[r] = self.best[r].min(ps);
+            let samples = work[r] / ps.max(1e-12);
+            let worse = ps >= self.best[r] * self.cfg.degraded_ratio
+                && (ps - self.best[r]) * samples >= gap_ms;
+            let recovered = ps < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0);
             self.worse_runs[r] = if worse { self.worse_runs[r] + 1 } else { 0 };
             self.recovered_runs[r] = if recovered {
                 self.recovered_runs[r] + 1
@@ -373,8 +381,8 @@ impl Detector {
                 out.push(Warning::Degraded {
                     rank: r,
                     step,
-                    median_ms: work[r],
-                    best_ms: self.best[r],
+                    median_ms: ps * samples,
+                    best_ms: self.best[r] * samples,
                 });
             } else if self.degraded[r] && self.recovered_runs[r] >= self.cfg.consecutive {
                 self.degraded[r] = false;

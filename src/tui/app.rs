@@ -269,6 +269,8 @@ pub struct App {
     pub samples_per_sec: Option<f64>,
     pub eta: Option<Duration>,
     pub per_replica: usize,
+    /// Samples per rank when `--rebalance` has cut the global batch unevenly.
+    pub split: Option<Vec<usize>>,
     /// A batch change asked for and not yet applied by the ranks: (from, to, expected step).
     pub pending_batch: Option<(usize, usize, u64)>,
     /// A pause (true) or resume (false) asked for and not yet applied.
@@ -311,6 +313,7 @@ impl App {
             detector: info.detector(),
             new_warnings: Vec::new(),
             per_replica: info.per_replica,
+            split: None,
             info,
             readonly,
             state: RunState::Starting,
@@ -501,10 +504,12 @@ impl App {
                 }
                 Applied::BatchSize { to, .. } => {
                     self.per_replica = *to;
+                    self.split = None;
                     if self.pending_batch.is_some_and(|p| p.1 == *to) {
                         self.pending_batch = None;
                     }
                 }
+                Applied::Split(sizes) => self.split = Some(sizes.clone()),
             },
             Event::EpochDone {
                 epoch,

@@ -99,9 +99,16 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else {
         String::new()
     };
+    let per_rank = match &app.split {
+        Some(sizes) => sizes
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
+        None => format!("{}×{ranks}", app.per_replica),
+    };
     let mut l3 = vec![Span::raw(format!(
-        " batch {}×{ranks}{accum} = {}",
-        app.per_replica,
+        " batch {per_rank}{accum} = {}",
         app.per_replica * ranks * info.grad_accum
     ))];
     if let Some((from, to, at)) = app.pending_batch {

@@ -1,0 +1,72 @@
+//! `--rebalance`: per-rank micro-batch sizes in proportion to measured speed, the global batch
+//! unchanged. Exactness comes for free: every rank sums its samples' gradients and the update
+//! divides the all-reduced sum by the global sample count, so how the global batch is cut
+//! among ranks does not change the result (beyond float rounding of the sums).
+//!
+//! Every rank computes the same split from the same all-reduced speeds, so no extra agreement
+//! is needed.
+
+use crate::loader::proportional;
+
+/// Steps between two rebalancing decisions (the first after this many steps too).
+pub const EVERY: u64 = 50;
+/// A new split is applied only when some rank's share moves by more than this fraction.
+const MIN_CHANGE: f64 = 0.1;
+
+/// The split to use from now on, or `None` to keep `current`. `speeds` are samples per second
+/// of each rank's own work (data wait + compute) since the last decision.
+pub fn new_split(global: usize, speeds: &[f32], current: &[usize]) -> Option<Vec<usize>> {
+    let ranks = speeds.len();
+    if ranks < 2 || global < ranks || speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return None;
+    }
+    // integer weights (fixed point) so every rank rounds identically
+    let top = speeds.iter().cloned().fold(0.0f32, f32::max) as f64;
+    let weights: Vec<usize> = speeds
+        .iter()
+        .map(|&s| ((s as f64 / top) * 1e6).round().max(1.0) as usize)
+        .collect();
+    let mut sizes = proportional(global, &weights);
+    // every rank keeps at least one sample, taken from the largest
+    while let Some(z) = sizes.iter().position(|&s| s == 0) {
+        let big = (0..ranks).max_by_key(|&r| (sizes[r], usize::MAX - r))?;
+        sizes[big] -= 1;
+        sizes[z] += 1;
+    }
+    let moved = sizes
+        .iter()
+        .zip(current)
+        .any(|(&n, &c)| (n as f64 - c as f64).abs() > MIN_CHANGE * c.max(1) as f64);
+    moved.then_some(sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_twice_as_slow_gets_half_the_samples_and_the_total_is_kept() {
+        let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32]).unwrap();
+        assert_eq!(s, vec![39, 19, 38]); // 38.4, 19.2, 38.4: the spare sample to the lower rank
+        assert_eq!(s.iter().sum::<usize>(), 96);
+    }
+
+    #[test]
+    fn small_moves_and_bad_measurements_keep_the_current_split() {
+        assert_eq!(new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32]), None);
+        assert_eq!(new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32]), None);
+        assert_eq!(new_split(96, &[1000.0, f32::NAN, 1.0], &[32, 32, 32]), None);
+        assert_eq!(new_split(96, &[1000.0], &[96]), None);
+    }
+
+    #[test]
+    fn every_rank_keeps_at_least_one_sample() {
+        let s = new_split(4, &[1000.0, 1.0, 1000.0, 1000.0], &[1, 1, 1, 1]).unwrap_or(vec![1; 4]);
+        assert!(
+            s.iter().all(|&n| n >= 1) && s.iter().sum::<usize>() == 4,
+            "{s:?}"
+        );
+        let s = new_split(10, &[1e6, 1.0], &[5, 5]).unwrap();
+        assert_eq!(s, vec![9, 1]);
+    }
+}
