@@ -130,6 +130,30 @@ fn timed_rate(step_ends: &[Duration], warm_steps: u64, timed_steps: u64, global:
     (timed_steps as usize * global) as f64 / (t1 - t0).as_secs_f64()
 }
 
+/// Samples/s of a 2-worker run whose rank 1 computes twice as slowly (`--slow-rank 1:2.0`),
+/// with or without `--rebalance`, over `timed` steps after `warm` steps (MLP 784-512-10, batch
+/// 128 per replica).
+pub fn rebalance_throughput(rebalance: bool, warm: u64, timed: u64) -> Result<f64, EngineError> {
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(2),
+        model: ModelSpec { hidden: vec![512] },
+        data: DataSpec::Synthetic {
+            n: 20_000,
+            d: 784,
+            c: 10,
+        },
+        budget: Budget::Steps(warm + timed),
+        batch_per_replica: 128,
+        val_fraction: 0.0,
+        final_checkpoint: false,
+        slow_rank: Some((1, 2.0)),
+        rebalance,
+        ..RunConfig::default()
+    };
+    let r = Engine::run(cfg)?;
+    Ok(timed_rate(&r.step_ends, warm, timed, 256))
+}
+
 /// A terminal of the given size whose output (the escape sequences a real terminal would
 /// get) is thrown away.
 fn sink_terminal(w: u16, h: u16) -> Terminal<CrosstermBackend<std::io::Sink>> {

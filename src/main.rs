@@ -229,5 +229,21 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if args.only == "all" || args.only == "rebalance" {
+        println!(
+            "--rebalance against --slow-rank 1:2.0 (2 workers, MLP 784-512-10, batch 128 per replica, 300 timed steps after 100): samples/s, median of {}",
+            args.repeat
+        );
+        let (mut plain, mut balanced) = (Vec::new(), Vec::new());
+        for _ in 0..args.repeat.max(1) {
+            plain.push(bench::rebalance_throughput(false, 100, 300)?);
+            balanced.push(bench::rebalance_throughput(true, 100, 300)?);
+        }
+        let (p, b) = (bench::median(plain), bench::median(balanced));
+        println!(
+            "  even split {p:>9.0}   rebalanced {b:>9.0}   {:.2}x",
+            b / p
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

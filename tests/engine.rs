@@ -289,3 +289,52 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
         "no full 3x16 batch after the change"
     );
 }
+
+/// Runs to the end and returns the result with every event.
+fn run_with_events(cfg: RunConfig) -> (RunResult, Vec<Event>) {
+    let engine = Engine::start(cfg).expect("starts");
+    let events = engine.events().clone();
+    let collect = std::thread::spawn(move || events.iter().collect::<Vec<_>>());
+    let r = engine.join().expect("run succeeds");
+    (r, collect.join().unwrap())
+}
+
+#[test]
+fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    for optimizer in [OptimizerKind::Sgd, OptimizerKind::Adam] {
+        let mut plain = small(3, 8, 160, dir.path());
+        plain.optimizer = optimizer;
+        plain.slow_rank = Some((1, 4.0));
+        let mut rebalanced = plain.clone();
+        rebalanced.rebalance = true;
+        let (a, _) = run_with_events(plain);
+        let (b, events) = run_with_events(rebalanced);
+        let splits: Vec<&Vec<usize>> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Control {
+                    applied: Applied::Split(s),
+                    ..
+                } => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert!(!splits.is_empty(), "{optimizer}: no rebalancing happened");
+        for s in &splits {
+            assert_eq!(
+                s.iter().sum::<usize>(),
+                24,
+                "the global batch is kept: {s:?}"
+            );
+            assert!(s[1] < 8, "the slow rank gets fewer samples: {s:?}");
+        }
+        let d = max_rel_diff(&b.state.params, &a.state.params);
+        assert!(d <= 1e-5, "{optimizer}: weights differ by {d:e}");
+        assert!(a
+            .losses
+            .iter()
+            .zip(&b.losses)
+            .all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1.0)));
+    }
+}
