@@ -151,6 +151,10 @@ pub struct TrainArgs {
     /// Warn when no step completes for this many seconds  [default: 60]
     #[arg(long, value_name = "SECONDS")]
     pub stall_timeout: Option<f64>,
+    /// First train one device for 120 steps on the same workload, then show the run's speedup and scaling efficiency against it.
+    #[arg(long)]
+    #[serde(default)]
+    pub calibrate: bool,
     /// Cut the global batch among ranks in proportion to their measured speed (re-decided every 50 steps; the result stays that of the global batch).
     #[arg(long)]
     #[serde(default)]
@@ -201,7 +205,7 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             stall_timeout,
@@ -301,6 +305,7 @@ impl TrainArgs {
             slow_data,
             stall_timeout,
             rebalance: args.rebalance,
+            calibrate: args.calibrate,
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,
             data: parse("data", args.data.as_ref(), d.data)?,

@@ -129,6 +129,8 @@ pub struct RunConfig {
     pub slow_rank: Option<(usize, f64)>,
     /// Fault injection: this rank waits this long more for each batch (`--slow-data`).
     pub slow_data: Option<(usize, Duration)>,
+    /// Measure one device on the same workload first, to show speedup and efficiency.
+    pub calibrate: bool,
     /// Cut the global batch among ranks in proportion to their measured speed.
     pub rebalance: bool,
     /// Warn when no step completes for this long (`--stall-timeout`).
@@ -165,6 +167,7 @@ impl Default for RunConfig {
             slow_rank: None,
             slow_data: None,
             rebalance: false,
+            calibrate: false,
             stall_timeout: Duration::from_secs(60),
         }
     }

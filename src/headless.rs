@@ -54,6 +54,11 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         .as_ref()
         .map_or(String::new(), |n| format!(" ({n})"));
     lines.push(format!("lr: {:.2e}{note}", info.lr));
+    if let Some(b) = info.baseline {
+        lines.push(format!(
+            "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"
+        ));
+    }
     if let Some(p) = &info.resumed_from {
         lines.push(format!(
             "resumed from {} at step {} (epoch {})",
@@ -65,7 +70,27 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     lines
 }
 
-pub fn step_line(row: &StepRow, rate: Option<f64>, budget: Budget) -> String {
+/// ` (1.70x one device, 85% efficiency)` where the run was calibrated.
+pub fn scaling_note(rate: Option<f64>, baseline: Option<f64>, ranks: usize) -> String {
+    match (rate, baseline) {
+        (Some(r), Some(b)) => {
+            let (speedup, eff) = crate::scaling::scaling(r, b, ranks);
+            format!(
+                " ({speedup:.2}x one device, {:.0}% efficiency)",
+                eff * 100.0
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+pub fn step_line(
+    row: &StepRow,
+    rate: Option<f64>,
+    budget: Budget,
+    baseline: Option<f64>,
+) -> String {
+    let scaling = scaling_note(rate, baseline, row.ranks.len());
     let of = match budget {
         Budget::Epochs(e) => format!("epoch {}/{e}", row.epoch),
         Budget::Steps(s) => format!("step {}/{s}", row.step),
@@ -82,7 +107,7 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, budget: Budget) -> String {
         .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
         .collect();
     format!(
-        "{}{of} | loss {:.4} | lr {:.2e} | batch {}x{}={} | {rate} samples/s | step ms {}",
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {}x{}={} | {rate} samples/s{scaling} | step ms {}",
         step,
         row.loss,
         row.lr,
@@ -159,6 +184,7 @@ struct Log<'a> {
     detector: Detector,
     budget: Budget,
     log_every: u64,
+    baseline: Option<f64>,
 }
 
 impl Log<'_> {
@@ -174,7 +200,7 @@ impl Log<'_> {
         };
         if row.step.is_multiple_of(self.log_every) {
             let rate = self.monitor.samples_per_sec();
-            let line = step_line(&row, rate, self.budget);
+            let line = step_line(&row, rate, self.budget, self.baseline);
             let _ = writeln!(self.out, "{} {line}", stamp(row.at));
             let w = self.metrics.record(|w| w.step(&row, rate));
             self.warn(w);
@@ -236,6 +262,7 @@ pub fn run(
         detector: info.detector(),
         budget: info.budget,
         log_every,
+        baseline: info.baseline,
     };
     let w = log.metrics.record(|w| w.run_start(&info));
     log.warn(w);

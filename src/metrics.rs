@@ -87,7 +87,7 @@ impl MetricsWriter {
             "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
             "per_replica": info.per_replica, "grad_accum": info.grad_accum,
             "train_samples": info.train_samples, "val_samples": info.val_samples,
-            "start_step": info.start_step,
+            "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
             "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
         }))
     }

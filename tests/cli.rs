@@ -299,3 +299,43 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
         .join(resume.trim_start_matches("resume with: --resume "));
     assert!(path.join("model.safetensors").is_file(), "{path:?}");
 }
+
+#[test]
+fn calibrate_measures_one_device_and_reports_speedup_and_efficiency() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "200",
+            "--log-every",
+            "100",
+            "--calibrate",
+            "--metrics-out",
+            "m.jsonl",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("calibration: one device trains"), "{out}");
+    let line = out.lines().find(|l| l.contains("step 200/200")).unwrap();
+    assert!(
+        line.contains("x one device, ") && line.contains("% efficiency)"),
+        "{line}"
+    );
+    let run: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("m.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        run["baseline_samples_per_s"].as_f64().unwrap() > 0.0,
+        "{run}"
+    );
+}

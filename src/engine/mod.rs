@@ -77,6 +77,8 @@ pub struct RunInfo {
     /// The fault injected on each rank, as the flag that asked for it.
     pub injected: Vec<Option<String>>,
     pub stall_timeout: Duration,
+    /// Samples/s of one device on this workload (`--calibrate`).
+    pub baseline: Option<f64>,
 }
 
 impl RunInfo {
@@ -247,6 +249,7 @@ impl Engine {
                 })
                 .collect(),
             stall_timeout: cfg.stall_timeout,
+            baseline: None,
         };
         for (flag, rank) in [
             ("--slow-rank", cfg.slow_rank.map(|f| f.0)),
@@ -260,6 +263,10 @@ impl Engine {
             }
         }
 
+        let mut info = info;
+        if cfg.calibrate && ranks > 1 {
+            info.baseline = Some(crate::scaling::calibrate(&cfg)?);
+        }
         let (ctl_tx, ctl_rx) = unbounded();
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);

@@ -32,6 +32,7 @@ pub fn info(devices: usize) -> RunInfo {
         cores: 64,
         injected: vec![None; devices],
         stall_timeout: Duration::from_secs(60),
+        baseline: None,
     }
 }
 

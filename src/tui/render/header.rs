@@ -122,7 +122,17 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     l3.push(Span::raw(format!("lr {lr:.2e}")));
     l3.push(sep(theme));
     l3.push(Span::raw(match app.samples_per_sec {
-        Some(r) if app.state == RunState::Running => format!("{} samples/s", si(r)),
+        Some(r) if app.state == RunState::Running => match app.info.baseline {
+            Some(b) => {
+                let (speedup, eff) = crate::scaling::scaling(r, b, ranks);
+                format!(
+                    "{} samples/s ({speedup:.2}x, {:.0}% eff)",
+                    si(r),
+                    eff * 100.0
+                )
+            }
+            None => format!("{} samples/s", si(r)),
+        },
         _ => "– samples/s".into(),
     }));
     if let Some((rss, total)) = app.process_memory {

@@ -124,6 +124,13 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         "mean samples/s",
         s.mean_samples_per_sec.map_or("n/a".into(), si),
     ));
+    if let (Some(r), Some(b)) = (s.mean_samples_per_sec, app.info.baseline) {
+        let (speedup, eff) = crate::scaling::scaling(r, b, app.info.ranks());
+        lines.push(field(
+            "scaling",
+            format!("{speedup:.2}x one device ({:.0}% efficiency)", eff * 100.0),
+        ));
+    }
     lines.push(field(
         "compute share",
         s.compute_share.map_or("n/a".into(), |c| {
