@@ -106,13 +106,22 @@ pub fn step_line(
         .iter()
         .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
         .collect();
+    // per rank: `32x2`, or each rank's samples where --rebalance cut the batch unevenly
+    let samples: Vec<usize> = row.ranks.iter().map(|r| r.samples).collect();
+    let per_rank = if samples.windows(2).all(|w| w[0] == w[1]) {
+        format!("{}x{}", row.per_replica, row.ranks.len())
+    } else {
+        samples
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
     format!(
-        "{}{of} | loss {:.4} | lr {:.2e} | batch {}x{}={} | {rate} samples/s{scaling} | step ms {}",
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {}",
         step,
         row.loss,
         row.lr,
-        row.per_replica,
-        row.ranks.len(),
         row.global_samples,
         times.join(" ")
     )

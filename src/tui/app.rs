@@ -253,6 +253,10 @@ pub struct Summary {
     pub mean_samples_per_sec: Option<f64>,
     /// Share of step time spent computing, over all ranks and steps.
     pub compute_share: Option<f64>,
+    /// Shares of step time waiting for data, in the all-reduce, and waiting for other ranks.
+    pub data_share: Option<f64>,
+    pub comm_share: Option<f64>,
+    pub wait_share: Option<f64>,
     pub last_checkpoint: Option<PathBuf>,
 }
 
@@ -297,6 +301,9 @@ pub struct App {
     /// Training time (sum of step times) and compute time (sum over ranks) of seen rows.
     train_time: f64,
     compute_time: f64,
+    data_time: f64,
+    comm_time: f64,
+    wait_time: f64,
     rank_time: f64,
     rows_samples: u64,
 }
@@ -341,6 +348,9 @@ impl App {
             summary_hidden: false,
             train_time: 0.0,
             compute_time: 0.0,
+            data_time: 0.0,
+            comm_time: 0.0,
+            wait_time: 0.0,
             rank_time: 0.0,
             rows_samples: 0,
         }
@@ -437,6 +447,9 @@ impl App {
         self.rows_samples += row.global_samples as u64;
         for r in &row.ranks {
             self.compute_time += (r.compute + r.optimizer).as_secs_f64();
+            self.data_time += r.data_wait.as_secs_f64();
+            self.comm_time += r.comm.as_secs_f64();
+            self.wait_time += r.sync_wait.as_secs_f64();
             self.rank_time += r.step_time.as_secs_f64();
         }
         let x = row.step as f64;
@@ -551,6 +564,7 @@ impl App {
     }
 
     fn summarize(&self, steps: u64, stopped: bool) -> Summary {
+        let share = |t: f64| (self.rank_time > 0.0).then(|| t / self.rank_time);
         let failed = self.log.iter().find(|l| l.level == Level::Error);
         Summary {
             steps,
@@ -565,7 +579,10 @@ impl App {
             wall: self.now,
             mean_samples_per_sec: (self.train_time > 0.0)
                 .then(|| self.rows_samples as f64 / self.train_time),
-            compute_share: (self.rank_time > 0.0).then(|| self.compute_time / self.rank_time),
+            compute_share: share(self.compute_time),
+            data_share: share(self.data_time),
+            comm_share: share(self.comm_time),
+            wait_share: share(self.wait_time),
             last_checkpoint: self.last_checkpoint.clone(),
         }
     }

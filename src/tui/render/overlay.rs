@@ -131,11 +131,16 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!("{speedup:.2}x one device ({:.0}% efficiency)", eff * 100.0),
         ));
     }
+    let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
     lines.push(field(
-        "compute share",
-        s.compute_share.map_or("n/a".into(), |c| {
-            format!("{:.0}% of step time (rest: data, comm, waiting)", c * 100.0)
-        }),
+        "step time",
+        format!(
+            "compute {} · data {} · all-reduce {} · waiting {}",
+            pct(s.compute_share),
+            pct(s.data_share),
+            pct(s.comm_share),
+            pct(s.wait_share)
+        ),
     ));
     if let Some(p) = &s.last_checkpoint {
         lines.push(field("checkpoint", p.display().to_string()));
