@@ -35,6 +35,35 @@ pub struct Cli {
 pub enum Command {
     /// Measure training throughput (MLP 784-128-10, Adam, synthetic data), all-reduce bandwidth and the terminal UI's cost.
     Bench(BenchArgs),
+    /// Scaling report: the configured workload (same flags as training) over device counts, prefetch on/off and per-replica batch sizes.
+    Scale(ScaleArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ScaleArgs {
+    /// Device counts to measure  [default: 1 up to the number of cores (at least 2)]
+    #[arg(long, value_delimiter = ',')]
+    pub counts: Vec<usize>,
+    /// Per-replica batch sizes  [default: --batch-per-replica]
+    #[arg(long, value_delimiter = ',')]
+    pub batches: Vec<usize>,
+    /// Prefetch settings to compare: on, off, or on,off
+    #[arg(long = "prefetch-modes", value_delimiter = ',', default_value = "on,off", value_parser = ["on", "off"])]
+    pub prefetch_modes: Vec<String>,
+    /// Untimed steps before each measurement.
+    #[arg(long, default_value_t = 20)]
+    pub warmup_steps: u64,
+    /// Timed steps per measurement.
+    #[arg(long, default_value_t = 100)]
+    pub timed_steps: u64,
+    /// Runs per point (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Also write the table to PATH (.csv or .json).
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub train: TrainArgs,
 }
 
 #[derive(Args, Debug)]

@@ -21,6 +21,7 @@ pub mod ops;
 pub mod optim;
 pub mod replica;
 pub mod rng;
+pub mod scale;
 pub mod scaling;
 pub mod schedule;
 pub mod straggler;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use clap::Parser;
 use crossbeam_channel::{unbounded, Sender};
 use mgtop::bench;
-use mgtop::cli::{BenchArgs, Cli, Command, Frontend};
+use mgtop::cli::{BenchArgs, Cli, Command, Frontend, ScaleArgs};
 use mgtop::engine::{Engine, RunResult};
 use mgtop::metrics::MetricsWriter;
 use mgtop::tui::{self, term, theme::Theme, TuiOptions};
@@ -26,6 +26,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Some(Command::Bench(args)) => run_bench(&args),
+        Some(Command::Scale(args)) => run_scale(args),
         None => train(cli.train),
     };
     match result {
@@ -244,6 +245,63 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             "  even split {p:>9.0}   rebalanced {b:>9.0}   {:.2}x",
             b / p
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+    let (base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
+    let cores = mgtop::engine::available_cores();
+    let counts = if args.counts.is_empty() {
+        (1..=cores.max(2)).collect()
+    } else {
+        args.counts.clone()
+    };
+    if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
+        anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
+    }
+    let batches = if args.batches.is_empty() {
+        vec![base.batch_per_replica]
+    } else {
+        args.batches.clone()
+    };
+    if args.timed_steps == 0 {
+        anyhow::bail!("--timed-steps 0 measures nothing: use 1 or more");
+    }
+    if let Some(p) = &args.out {
+        // refuse a bad --out before spending minutes measuring
+        mgtop::scale::check_out(p).map_err(anyhow::Error::msg)?;
+    }
+    let plan = mgtop::scale::Plan {
+        counts,
+        batches,
+        prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),
+        warmup_steps: args.warmup_steps,
+        timed_steps: args.timed_steps,
+        repeat: args.repeat,
+    };
+    println!(
+        "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores)",
+        plan.points().len(),
+        plan.repeat.max(1),
+        plan.timed_steps,
+        plan.warmup_steps
+    );
+    let rows = mgtop::scale::run(&base, &plan, |i, n, r| {
+        println!(
+            "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+            r.devices,
+            r.per_replica,
+            if r.prefetch { "on" } else { "off" },
+            r.samples_per_sec
+        );
+    })?;
+    for line in mgtop::scale::table(&rows) {
+        println!("{line}");
+    }
+    if let Some(p) = &args.out {
+        mgtop::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
+        println!("written: {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -339,3 +339,59 @@ fn calibrate_measures_one_device_and_reports_speedup_and_efficiency() {
         "{run}"
     );
 }
+
+#[test]
+fn scale_measures_the_grid_and_writes_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "scale",
+            "--counts",
+            "1,2",
+            "--batches",
+            "16",
+            "--warmup-steps",
+            "5",
+            "--timed-steps",
+            "30",
+            "--repeat",
+            "1",
+            "--out",
+            "scale.json",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("[4/4]") && out.contains("samples/s  speedup"),
+        "{out}"
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("scale.json")).unwrap())
+            .unwrap();
+    assert_eq!(rows.len(), 4, "2 counts x prefetch on/off");
+    for r in &rows {
+        let (devices, speedup, eff) = (
+            r["devices"].as_f64().unwrap(),
+            r["speedup"].as_f64().unwrap(),
+            r["efficiency"].as_f64().unwrap(),
+        );
+        assert!(r["samples_per_sec"].as_f64().unwrap() > 0.0);
+        assert!((eff - speedup / devices).abs() < 1e-9, "{r}");
+        if devices == 1.0 {
+            assert_eq!(speedup, 1.0);
+        }
+        assert!(
+            r["memory_access"].is_null(),
+            "CPU workers have no memory-access counter"
+        );
+        assert!(r["final_loss"].as_f64().unwrap().is_finite());
+    }
+    let o = run_in(
+        dir.path(),
+        &["scale", "--counts", "1", "--out", "table.txt"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains(".csv or .json"), "{}", text(&o));
+}
