@@ -36,7 +36,7 @@ pub enum Command {
     /// Measure training throughput (MLP 784-128-10, Adam, synthetic data), all-reduce bandwidth and the terminal UI's cost.
     Bench(BenchArgs),
     /// Scaling report: the configured workload (same flags as training) over device counts, prefetch on/off and per-replica batch sizes.
-    Scale(ScaleArgs),
+    Scale(Box<ScaleArgs>),
 }
 
 #[derive(Args, Debug)]

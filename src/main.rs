@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Some(Command::Bench(args)) => run_bench(&args),
-        Some(Command::Scale(args)) => run_scale(args),
+        Some(Command::Scale(args)) => run_scale(*args),
         None => train(cli.train),
     };
     match result {

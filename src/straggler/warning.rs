@@ -1,0 +1,164 @@
+//! What the detector says: warnings and their likely causes, in the words the log and the UI
+//! use.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The likely cause of a straggler, from evidence.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cause {
+    /// Its extra time is mostly waiting for input.
+    DataBound {
+        data_ms: f64,
+        fastest_data_ms: f64,
+    },
+    /// More CPU workers than cores.
+    Oversubscribed {
+        workers: usize,
+        cores: usize,
+    },
+    /// A different device from its peers.
+    Heterogeneous {
+        model: String,
+    },
+    /// A fault injected on purpose.
+    Injected(String),
+    Unknown,
+}
+
+impl Cause {
+    /// A short name for the metrics file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cause::DataBound { .. } => "data-bound",
+            Cause::Oversubscribed { .. } => "oversubscribed",
+            Cause::Heterogeneous { .. } => "heterogeneous",
+            Cause::Injected(_) => "injected",
+            Cause::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::DataBound { data_ms, fastest_data_ms } => write!(
+                f,
+                "data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank; try more --prefetch or --loader-threads)"
+            ),
+            Cause::Oversubscribed { workers, cores } => write!(
+                f,
+                "oversubscribed ({workers} CPU workers share {cores} cores; use --devices cpu:{cores})"
+            ),
+            Cause::Heterogeneous { model } => write!(f, "heterogeneous (a {model} among different devices)"),
+            Cause::Injected(flag) => write!(f, "injected ({flag})"),
+            Cause::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Warning {
+    Straggler {
+        rank: usize,
+        step: u64,
+        /// This rank's median work over the fastest rank's.
+        slowdown: f64,
+        work_ms: f64,
+        fastest_rank: usize,
+        fastest_ms: f64,
+        /// What the other ranks spend per step waiting for the slowest (median, mean over them).
+        others_wait_ms: f64,
+        cause: Cause,
+        /// A fault injected on this rank (`--slow-rank`, `--slow-data`), said beside the cause.
+        injected: Option<String>,
+    },
+    StragglerCleared {
+        rank: usize,
+        step: u64,
+    },
+    /// Work per step now and at this rank's best speed, both at the current batch size.
+    Degraded {
+        rank: usize,
+        step: u64,
+        median_ms: f64,
+        best_ms: f64,
+    },
+    DegradedCleared {
+        rank: usize,
+        step: u64,
+    },
+    /// No step has completed for `waited`; `missing` ranks had not reached the all-reduce.
+    Stall {
+        step: u64,
+        waited: Duration,
+        missing: Vec<usize>,
+    },
+}
+
+impl Warning {
+    /// The rank this is about, if one.
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            Warning::Straggler { rank, .. }
+            | Warning::StragglerCleared { rank, .. }
+            | Warning::Degraded { rank, .. }
+            | Warning::DegradedCleared { rank, .. } => Some(*rank),
+            Warning::Stall { .. } => None,
+        }
+    }
+    /// Whether this ends an earlier warning.
+    pub fn is_clear(&self) -> bool {
+        matches!(
+            self,
+            Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. }
+        )
+    }
+    /// A short name for the metrics file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Warning::Straggler { .. } => "straggler",
+            Warning::StragglerCleared { .. } => "straggler_cleared",
+            Warning::Degraded { .. } => "degraded",
+            Warning::DegradedCleared { .. } => "degraded_cleared",
+            Warning::Stall { .. } => "stall",
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::Straggler { rank, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, injected, .. } => {
+                write!(
+                    f,
+                    "straggler: rank {rank} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+                )?;
+                match (injected, cause) {
+                    (Some(flag), c) if !matches!(c, Cause::Injected(_)) => write!(f, " (fault injected: {flag})"),
+                    _ => Ok(()),
+                }
+            }
+            Warning::StragglerCleared { rank, step } => {
+                write!(f, "straggler cleared: rank {rank} keeps pace again (step {step})")
+            }
+            Warning::Degraded { rank, median_ms, best_ms, .. } => write!(
+                f,
+                "degraded: rank {rank} now takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
+                (median_ms / best_ms - 1.0) * 100.0
+            ),
+            Warning::DegradedCleared { rank, step } => {
+                write!(f, "degraded cleared: rank {rank} is back near its best (step {step})")
+            }
+            Warning::Stall { step, waited, missing } => {
+                let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+                write!(
+                    f,
+                    "stall: no step completed for {:.0} s after step {step}; rank(s) {} did not reach the all-reduce",
+                    waited.as_secs_f64(),
+                    if who.is_empty() { "?".into() } else { who.join(", ") }
+                )
+            }
+        }
+    }
+}
