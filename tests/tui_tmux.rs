@@ -2,6 +2,7 @@
 //! checkpoint, and find the terminal restored. Skipped where tmux is missing, unless
 //! MGTOP_REQUIRE_TMUX=1 (as .ci/run sets) makes that a failure.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -68,24 +69,18 @@ fn header(s: &str) -> &str {
     s.lines().take(3).last().unwrap_or("")
 }
 
-#[test]
-fn pause_batch_change_and_quit_in_a_real_terminal() {
-    if !tmux_available() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A shell in a fresh 100x30 tmux session running the binary with `args` in the foreground,
+/// then recording its exit status (`exit`) and the terminal's mode (`stty`) in `dir` and
+/// saying `shell-back`.
+fn start(name: &str, dir: &Path, args: &str) -> Tmux {
     let tmux = Tmux {
-        socket: format!("mgtop-test-{}", std::process::id()),
+        socket: format!("mgtop-test-{name}-{}", std::process::id()),
     };
     let script = format!(
-        "'{bin}' --devices cpu:2 --steps 100000000 --checkpoint-dir '{ck}' --metrics-out '{m}'; \
-         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
+        "'{bin}' {args}; echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
         bin = env!("CARGO_BIN_EXE_mgtop-train"),
-        ck = d.join("ck").display(),
-        m = d.join("m.jsonl").display(),
-        exit = d.join("exit").display(),
-        stty = d.join("stty").display(),
+        exit = dir.join("exit").display(),
+        stty = dir.join("stty").display(),
     );
     tmux.cmd(&[
         "new-session",
@@ -98,6 +93,32 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
         "30",
         &script,
     ]);
+    tmux
+}
+
+/// The exit line the shell recorded, and whether the terminal is back out of raw mode.
+fn ended(dir: &Path) -> (String, bool) {
+    let exit = std::fs::read_to_string(dir.join("exit")).unwrap();
+    let stty = std::fs::read_to_string(dir.join("stty")).unwrap();
+    (
+        exit.trim().to_string(),
+        stty.contains(" icanon") && !stty.contains("-icanon"),
+    )
+}
+
+#[test]
+fn pause_batch_change_and_quit_in_a_real_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = format!(
+        "--devices cpu:2 --steps 100000000 --checkpoint-dir '{}' --metrics-out '{}'",
+        d.join("ck").display(),
+        d.join("m.jsonl").display()
+    );
+    let tmux = start("keys", d, &args);
     tmux.wait("the UI", |s| {
         s.contains("RUNNING") && s.contains("samples/s")
     });
@@ -135,18 +156,14 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
         "{s}"
     );
     assert_eq!(
-        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
-        "EXIT=0"
+        ended(d),
+        ("EXIT=0".into(), true),
+        "exit status, terminal restored"
     );
     assert_eq!(
         tmux.cmd(&["display", "-p", "-t", "t", "#{alternate_on}"])
             .trim(),
         "0"
-    );
-    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
-    assert!(
-        stty.contains(" icanon") && stty.contains(" echo ") && !stty.contains("-icanon"),
-        "the terminal is still in raw mode: {stty}"
     );
     let ck: Vec<_> = std::fs::read_dir(d.join("ck")).unwrap().collect();
     assert_eq!(ck.len(), 1, "one checkpoint, written on quit");
@@ -171,43 +188,21 @@ fn sigterm_under_the_ui_checkpoints_and_restores_the_terminal() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let tmux = Tmux {
-        socket: format!("mgtop-test-term-{}", std::process::id()),
-    };
-    let script = format!(
-        "'{bin}' --devices cpu:2 --steps 100000000 --checkpoint-dir '{ck}' & echo $! > '{pid}'; wait $!; \
-         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
-        bin = env!("CARGO_BIN_EXE_mgtop-train"),
-        ck = d.join("ck").display(),
-        pid = d.join("pid").display(),
-        exit = d.join("exit").display(),
-        stty = d.join("stty").display(),
+    let args = format!(
+        "--devices cpu:2 --steps 100000000 --checkpoint-dir '{}'",
+        d.join("ck").display()
     );
-    tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        &script,
-    ]);
+    let tmux = start("term", d, &args);
     tmux.wait("the UI", |s| s.contains("RUNNING"));
-    let pid = std::fs::read_to_string(d.join("pid")).unwrap();
-    Command::new("kill")
-        .args(["-TERM", pid.trim()])
+    // the binary is the shell's child
+    let shell = tmux.cmd(&["display", "-p", "-t", "t", "#{pane_pid}"]);
+    Command::new("pkill")
+        .args(["-TERM", "-P", shell.trim()])
         .status()
         .unwrap();
     let s = tmux.wait("the shell", |s| s.contains("shell-back"));
     assert!(s.contains("resume with: --resume"), "{s}");
-    assert_eq!(
-        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
-        "EXIT=130"
-    );
-    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
-    assert!(!stty.contains("-icanon"), "still raw: {stty}");
+    assert_eq!(ended(d), ("EXIT=130".into(), true));
     assert_eq!(std::fs::read_dir(d.join("ck")).unwrap().count(), 1);
 }
 
@@ -282,28 +277,11 @@ fn a_failed_worker_is_shown_and_q_leaves_with_the_error_and_a_clean_terminal() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let tmux = Tmux {
-        socket: format!("mgtop-test-fail-{}", std::process::id()),
-    };
-    let script = format!(
-        "'{bin}' --devices cpu:2 --steps 100000 --checkpoint-dir '{ck}' --inject-panic 1:300; \
-         echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
-        bin = env!("CARGO_BIN_EXE_mgtop-train"),
-        ck = d.join("ck").display(),
-        exit = d.join("exit").display(),
-        stty = d.join("stty").display(),
+    let args = format!(
+        "--devices cpu:2 --steps 100000 --checkpoint-dir '{}' --inject-panic 1:300",
+        d.join("ck").display()
     );
-    tmux.cmd(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        &script,
-    ]);
+    let tmux = start("fail", d, &args);
     let s = tmux.wait("the failure", |s| {
         s.contains("FAILED") && s.contains("run summary")
     });
@@ -315,10 +293,5 @@ fn a_failed_worker_is_shown_and_q_leaves_with_the_error_and_a_clean_terminal() {
     tmux.keys(&["q"]);
     let s = tmux.wait("the shell", |s| s.contains("shell-back"));
     assert!(s.contains("error: worker for rank 1 panicked"), "{s}");
-    assert_eq!(
-        std::fs::read_to_string(d.join("exit")).unwrap().trim(),
-        "EXIT=1"
-    );
-    let stty = std::fs::read_to_string(d.join("stty")).unwrap();
-    assert!(!stty.contains("-icanon"), "still raw: {stty}");
+    assert_eq!(ended(d), ("EXIT=1".into(), true));
 }

@@ -1,14 +1,15 @@
 //! Who is slow, by how much, and why: the straggler detector both frontends share.
 //!
 //! Each rank's *work* per step is what it spends on its own (data wait + compute + optimizer,
-//! not the all-reduce or waiting for others); compute is the device's own time (CPU time of a
-//! CPU worker's thread, so time lost to other threads on a shared core is not the device's). Every `every` steps after `warmup` steps, the
-//! median work of each rank over the last `window` steps is compared with the fastest rank's:
-//! score = fastest / this. A rank becomes a straggler after `consecutive` evaluations below
-//! `slow_below` and clears after as many above `clear_above` (hysteresis); differences under
-//! `min_gap` are noise, and so is a slower rank the others do not wait `min_gap` for (it is not
-//! on the critical path). A rank is *degraded* when its median is `degraded_ratio` times its own
-//! best so far (the whole job slowing down, e.g. thermal throttling).
+//! not the all-reduce or waiting for others); compute is the device's own time (a CPU worker's
+//! thread CPU time, so time lost to other threads on a shared core is not the device's). Every
+//! `every` steps after `warmup` steps, the median work of each rank over the last `window` steps
+//! is compared with the fastest rank's: score = fastest / this. A rank becomes a straggler after
+//! `consecutive` evaluations below `slow_below` and clears after as many above `clear_above`
+//! (hysteresis); differences under `min_gap` are noise, and so is a slower rank the others do
+//! not wait `min_gap` for (it is not on the critical path). A rank is *degraded* when its work
+//! per sample is `degraded_ratio` times its own best (the whole job slowing down, e.g. thermal
+//! throttling), judged once a baseline has settled.
 
 use std::collections::VecDeque;
 use std::time::Duration;
