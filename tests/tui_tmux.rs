@@ -96,6 +96,25 @@ fn start(name: &str, dir: &Path, args: &str) -> Tmux {
     tmux
 }
 
+/// The pids whose parent is `pid` (from /proc).
+fn children(pid: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{name}/stat")).ok()?;
+            // the parent is the second field after the parenthesised command name
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            (ppid == pid).then_some(name)
+        })
+        .collect()
+}
+
 /// The exit line the shell recorded, and whether the terminal is back out of raw mode.
 fn ended(dir: &Path) -> (String, bool) {
     let exit = std::fs::read_to_string(dir.join("exit")).unwrap();
@@ -196,8 +215,11 @@ fn sigterm_under_the_ui_checkpoints_and_restores_the_terminal() {
     tmux.wait("the UI", |s| s.contains("RUNNING"));
     // the binary is the shell's child
     let shell = tmux.cmd(&["display", "-p", "-t", "t", "#{pane_pid}"]);
-    Command::new("pkill")
-        .args(["-TERM", "-P", shell.trim()])
+    let child = children(shell.trim())
+        .pop()
+        .expect("the binary runs under the shell");
+    Command::new("kill")
+        .args(["-TERM", &child])
         .status()
         .unwrap();
     let s = tmux.wait("the shell", |s| s.contains("shell-back"));
