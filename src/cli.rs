@@ -37,6 +37,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Scaling report: the configured workload (same flags as training) over device counts, prefetch on/off and per-replica batch sizes.
     Scale(Box<ScaleArgs>),
+    /// Check the CUDA path on this machine: GPUs found, and every kernel compiled with NVRTC.
+    Selftest,
 }
 
 #[derive(Args, Debug)]

@@ -290,11 +290,15 @@ impl RankLoader {
         match &mut self.inner {
             Inner::Inline { plan, .. } => *plan = Plan { start, sharding },
             Inner::Threads { shared, queues, .. } => {
-                *shared.plan.lock().expect("loader plan lock") = Plan { start, sharding };
-                shared.generation.store(self.generation, Ordering::Release);
+                // drop what is queued under the old shapes (freeing a producer blocked on a
+                // full queue) *before* the new generation is published: once it is, a
+                // producer may already have queued the first new batch, which must not be lost.
+                // Stale batches queued after this are skipped by `next_batch`.
                 for q in queues.iter() {
                     while q.try_recv().is_ok() {}
                 }
+                *shared.plan.lock().expect("loader plan lock") = Plan { start, sharding };
+                shared.generation.store(self.generation, Ordering::Release);
             }
         }
     }
@@ -463,5 +467,34 @@ mod tests {
         // a full batch gives each rank exactly its share in every micro-batch
         assert_eq!(sh.piece(192, 1, 1), (96 + 40, 17));
         assert_eq!(proportional(10, &[1, 1, 1]), vec![4, 3, 3]);
+    }
+
+    #[test]
+    fn restarts_under_threaded_prefetch_never_skip_or_repeat_a_batch() {
+        let shapes = [
+            Sharding {
+                per_replica: 3,
+                ranks: 2,
+                accum: 1,
+                split: None,
+            },
+            Sharding {
+                per_replica: 3,
+                ranks: 2,
+                accum: 1,
+                split: Some(Arc::new(vec![4, 2])),
+            },
+        ];
+        let mut l = RankLoader::new(data(97), 3, 1, Cursor::default(), shapes[0].clone(), 4, 1);
+        let mut at = Cursor::default();
+        for i in 0..600 {
+            if i % 3 == 0 {
+                // the producer is usually ahead, racing the restart
+                l.restart(at, shapes[(i / 3) % 2].clone());
+            }
+            let b = l.next_batch();
+            assert_eq!(b.start, at, "batch {i}");
+            at = b.next;
+        }
     }
 }

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => run_bench(&args),
         Some(Command::Scale(args)) => run_scale(*args),
+        Some(Command::Selftest) => run_selftest(),
         None => train(cli.train),
     };
     match result {
@@ -304,4 +305,49 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         println!("written: {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `selftest`: what this machine offers the CUDA path, and every kernel through NVRTC.
+fn run_selftest() -> anyhow::Result<ExitCode> {
+    use mgtop::gpu::{discover, Discovery};
+    use mgtop::kernels::{compile, entry_points, nvrtc_available, SOURCES};
+    let gpus = discover();
+    match &gpus {
+        Discovery::None(why) => println!("GPU: none ({why})"),
+        Discovery::Found(g) => {
+            for gpu in g {
+                println!("GPU {}: {} ({} GiB)", gpu.index, gpu.name, gpu.memory >> 30);
+            }
+        }
+    }
+    let mut failed = false;
+    if nvrtc_available() {
+        println!("NVRTC: found; compiling kernels/ for sm_80 and sm_90");
+        for (file, src) in SOURCES {
+            for arch in ["sm_80", "sm_90"] {
+                match compile(file, src, arch) {
+                    Ok(_) => println!("  ok   {file:<16} {arch}  {}", entry_points(src).join(" ")),
+                    Err(e) => {
+                        failed = true;
+                        println!("  FAIL {e}");
+                    }
+                }
+            }
+        }
+    } else {
+        println!("NVRTC: not found (libnvrtc.so.12); kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` and put its lib directory on LD_LIBRARY_PATH to check them");
+    }
+    if failed {
+        return Ok(ExitCode::from(1));
+    }
+    match gpus {
+        Discovery::None(_) => {
+            println!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
+            Ok(ExitCode::SUCCESS)
+        }
+        Discovery::Found(_) => {
+            println!("this build has no CUDA training backend yet, so the GPU ops cannot be checked against the CPU reference: do not train on these GPUs with it");
+            Ok(ExitCode::from(2))
+        }
+    }
 }

@@ -395,3 +395,21 @@ fn scale_measures_the_grid_and_writes_the_table() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains(".csv or .json"), "{}", text(&o));
 }
+
+#[test]
+fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
+    let o = bin().arg("selftest").output().unwrap();
+    let out = text(&o);
+    if out.contains("GPU: none") {
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("no GPU: nothing to compare"), "{out}");
+    }
+    // with NVRTC on the library path every kernel is compiled and listed
+    assert!(out.contains("NVRTC: "), "{out}");
+    if out.contains("NVRTC: found") {
+        assert!(
+            out.contains("ok   optim.cu         sm_90") && !out.contains("FAIL"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! Finding GPUs through the CUDA driver, loaded at run time: a machine without CUDA gets a
+//! reason, never a panic (cudarc panics on a missing library, so presence is checked first).
+
+/// One GPU the driver reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub index: usize,
+    pub name: String,
+    pub memory: u64,
+}
+
+/// The GPUs found, or why there are none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Discovery {
+    Found(Vec<GpuInfo>),
+    None(String),
+}
+
+/// Asks the CUDA driver for its devices.
+pub fn discover() -> Discovery {
+    // SAFETY: only tries to dlopen libcuda under its known names; nothing is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Discovery::None("no CUDA driver (libcuda.so.1) is installed".into());
+    }
+    use cudarc::driver::result::{device, init};
+    if let Err(e) = init() {
+        return Discovery::None(format!("the CUDA driver did not start ({e:?})"));
+    }
+    let count = match device::get_count() {
+        Ok(n) => n.max(0) as usize,
+        Err(e) => return Discovery::None(format!("the CUDA driver lists no devices ({e:?})")),
+    };
+    if count == 0 {
+        return Discovery::None("the CUDA driver reports 0 devices".into());
+    }
+    Discovery::Found(
+        (0..count)
+            .map(|index| {
+                let dev = device::get(index as i32).ok();
+                GpuInfo {
+                    index,
+                    name: dev
+                        .and_then(|d| device::get_name(d).ok())
+                        .unwrap_or_else(|| "unknown GPU".into()),
+                    // SAFETY: `d` is a device handle the driver just returned.
+                    memory: dev
+                        .and_then(|d| unsafe { device::total_mem(d) }.ok())
+                        .unwrap_or(0) as u64,
+                }
+            })
+            .collect(),
+    )
+}
