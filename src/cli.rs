@@ -19,7 +19,8 @@ Examples:
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
   mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
   mgtop-train --headless --resume checkpoints            (continue from the newest checkpoint)
-  mgtop-train --devices cpu:3 --slow-rank 1:2.0 --rebalance --model mlp:512   (watch a straggler, then rebalancing)
+  mgtop-train --devices cpu:2 --data synthetic:20000,784,10 --model mlp:512 --batch-per-replica 128 --steps 3000 --slow-rank 1:2.0 --rebalance
+                                               (watch a straggler being found, then rebalanced)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (GPUs found, kernels compiled with NVRTC)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
