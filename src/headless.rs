@@ -70,6 +70,15 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     lines
 }
 
+/// Samples per rank of an uneven split: `170/86`.
+pub fn per_rank(sizes: &[usize]) -> String {
+    sizes
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// ` (1.70x one device, 85% efficiency)` where the run was calibrated.
 pub fn scaling_note(rate: Option<f64>, baseline: Option<f64>, ranks: usize) -> String {
     match (rate, baseline) {
@@ -111,11 +120,7 @@ pub fn step_line(
     let per_rank = if samples.windows(2).all(|w| w[0] == w[1]) {
         format!("{}x{}", row.per_replica, row.ranks.len())
     } else {
-        samples
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join("/")
+        per_rank(&samples)
     };
     format!(
         "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {}",
@@ -158,11 +163,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
             Applied::Split(sizes) => format!(
                 "rebalanced from step {}: samples per rank {} (global batch {} unchanged)",
                 step + 1,
-                sizes
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect::<Vec<_>>()
-                    .join("/"),
+                per_rank(sizes),
                 sizes.iter().sum::<usize>()
             ),
         },

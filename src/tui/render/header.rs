@@ -100,11 +100,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         String::new()
     };
     let per_rank = match &app.split {
-        Some(sizes) => sizes
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join("/"),
+        Some(sizes) => crate::headless::per_rank(sizes),
         None => format!("{}×{ranks}", app.per_replica),
     };
     let mut l3 = vec![Span::raw(format!(
