@@ -63,6 +63,22 @@ pub struct Watched {
     pub frontend_cpu: Option<f64>,
 }
 
+/// A benchmark run: MLP 784-`hidden`-10 on `n` synthetic samples, no validation, no checkpoint.
+fn synthetic(workers: usize, hidden: usize, n: usize, batch: usize, steps: u64) -> RunConfig {
+    RunConfig {
+        devices: DeviceSpec::Cpu(workers),
+        model: ModelSpec {
+            hidden: vec![hidden],
+        },
+        data: DataSpec::Synthetic { n, d: 784, c: 10 },
+        budget: Budget::Steps(steps),
+        batch_per_replica: batch,
+        val_fraction: 0.0,
+        final_checkpoint: false,
+        ..RunConfig::default()
+    }
+}
+
 /// `train_throughput` with a frontend watching the run.
 pub fn watched_throughput(
     watch: Watch,
@@ -75,19 +91,8 @@ pub fn watched_throughput(
     let warm_steps = warm.div_ceil(global).max(2) as u64;
     let timed_steps = timed.div_ceil(global).max(2) as u64;
     let cfg = RunConfig {
-        devices: DeviceSpec::Cpu(workers),
-        model: ModelSpec { hidden: vec![128] },
-        data: DataSpec::Synthetic {
-            n: 60_000,
-            d: 784,
-            c: 10,
-        },
-        budget: Budget::Steps(warm_steps + timed_steps),
-        batch_per_replica: batch,
         lr: Some(1e-3), // the reference scripts' Adam lr, whatever the batch
-        val_fraction: 0.0,
-        final_checkpoint: false,
-        ..RunConfig::default()
+        ..synthetic(workers, 128, 60_000, batch, warm_steps + timed_steps)
     };
     if watch == Watch::Nothing {
         let r = Engine::run(cfg)?;
@@ -135,20 +140,9 @@ fn timed_rate(step_ends: &[Duration], warm_steps: u64, timed_steps: u64, global:
 /// 128 per replica).
 pub fn rebalance_throughput(rebalance: bool, warm: u64, timed: u64) -> Result<f64, EngineError> {
     let cfg = RunConfig {
-        devices: DeviceSpec::Cpu(2),
-        model: ModelSpec { hidden: vec![512] },
-        data: DataSpec::Synthetic {
-            n: 20_000,
-            d: 784,
-            c: 10,
-        },
-        budget: Budget::Steps(warm + timed),
-        batch_per_replica: 128,
-        val_fraction: 0.0,
-        final_checkpoint: false,
         slow_rank: Some((1, 2.0)),
         rebalance,
-        ..RunConfig::default()
+        ..synthetic(2, 512, 20_000, 128, warm + timed)
     };
     let r = Engine::run(cfg)?;
     Ok(timed_rate(&r.step_ends, warm, timed, 256))
