@@ -71,6 +71,9 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
     }
+    if cfg.calibrate {
+        eprintln!("calibrating: training one device for 120 steps first (--calibrate)");
+    }
     let engine = Engine::start(cfg)?;
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
     let metrics = match metrics_out
