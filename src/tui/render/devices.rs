@@ -36,16 +36,23 @@ pub fn util_name(app: &App) -> &'static str {
     }
 }
 
-/// The last `w` values as a one-line sparkline scaled to their maximum.
+/// The last `w` values as a one-line sparkline between their minimum and maximum, the range
+/// widened to at least 20% of the maximum so that steady values draw as a steady line and
+/// jitter stays small; a spike stands out.
 pub fn sparkline(values: &[f64], w: usize) -> String {
     let v = &values[values.len().saturating_sub(w)..];
-    let max = v.iter().cloned().fold(0.0, f64::max);
+    let hi = v.iter().cloned().fold(0.0, f64::max);
+    let lo = v
+        .iter()
+        .cloned()
+        .fold(f64::INFINITY, f64::min)
+        .min(hi * 0.8);
     v.iter()
         .map(|x| {
-            if max <= 0.0 {
+            if hi <= lo {
                 SPARK[0]
             } else {
-                SPARK[((x / max) * 7.0).round().clamp(0.0, 7.0) as usize]
+                SPARK[(((x - lo) / (hi - lo)) * 7.0).round().clamp(0.0, 7.0) as usize]
             }
         })
         .collect()
@@ -282,7 +289,32 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             sparkline(&v, inner.width as usize),
             theme.fg(theme.series(i)),
         ),
-        Line::styled(format!("max {max:.2} ms"), theme.muted()),
+        Line::styled(
+            format!(
+                "min {:.2} ms, max {max:.2} ms",
+                v.iter().cloned().fold(f64::INFINITY, f64::min).min(max)
+            ),
+            theme.muted(),
+        ),
     ];
     frame.render_widget(Paragraph::new(text).block(block), spark);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sparkline;
+
+    #[test]
+    fn a_spike_stands_out_and_steady_steps_draw_flat() {
+        assert_eq!(sparkline(&[10.0, 10.0, 10.0, 20.0, 10.0], 5), "▁▁▁█▁");
+        // 1% jitter on a 10 ms step stays low on a 20% range
+        let s = sparkline(&[10.0, 10.1, 9.9, 10.0], 4);
+        assert!(s.chars().all(|c| "▅▆▇█".contains(c)), "{s}");
+        assert_eq!(
+            sparkline(&[1.0, 2.0, 3.0], 2),
+            "▁█",
+            "only the last w values"
+        );
+        assert_eq!(sparkline(&[0.0, 0.0], 2), "▁▁");
+    }
 }
