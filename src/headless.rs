@@ -122,13 +122,25 @@ pub fn step_line(
     } else {
         per_rank(&samples)
     };
+    // where this step's time went, over all ranks: moving gradients, and waiting for others
+    let total: f64 = row.ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
+    let share = |f: fn(&crate::events::StepStats) -> std::time::Duration| {
+        let t: f64 = row.ranks.iter().map(|r| f(r).as_secs_f64()).sum();
+        if total > 0.0 {
+            t / total * 100.0
+        } else {
+            0.0
+        }
+    };
     format!(
-        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {}",
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | comm {:.0}% wait {:.0}%",
         step,
         row.loss,
         row.lr,
         row.global_samples,
-        times.join(" ")
+        times.join(" "),
+        share(|r| r.comm),
+        share(|r| r.sync_wait),
     )
 }
 

@@ -48,6 +48,16 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
         "escape codes in log: {out}"
     );
     assert!(out.contains("batch 32x2=64"), "{out}");
+    // each step line says where step time went: moving gradients and waiting for other ranks
+    let step_line = out.lines().find(|l| l.contains("| step ms r0 ")).unwrap();
+    let wait: f64 = step_line
+        .rsplit_once("wait ")
+        .and_then(|(_, w)| w.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no wait share: {step_line}"));
+    assert!(
+        step_line.contains("| comm ") && (0.0..=100.0).contains(&wait),
+        "{step_line}"
+    );
     assert!(
         out.contains("epoch 3/3 done") && out.contains("val loss") && out.contains("samples/s"),
         "{out}"
