@@ -8,6 +8,8 @@ use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::data::DataSpec;
 use crate::engine::{Engine, EngineError};
 use crate::model::ModelSpec;
+use crate::scaling::timed_rate;
+use crate::telemetry::thread_cpu_time;
 use crate::tui::app::AppEvent;
 use crate::tui::render::render;
 use crate::tui::theme::Theme;
@@ -45,14 +47,6 @@ pub fn train_throughput(
     timed: usize,
 ) -> Result<f64, EngineError> {
     Ok(watched_throughput(Watch::Nothing, workers, batch, warm, timed)?.samples_per_sec)
-}
-
-/// CPU time this thread has used (Linux; `None` elsewhere).
-fn thread_cpu_time() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    Some(Duration::from_nanos(
-        s.split_whitespace().next()?.parse().ok()?,
-    ))
 }
 
 /// A watched benchmark run.
@@ -97,7 +91,7 @@ pub fn watched_throughput(
     if watch == Watch::Nothing {
         let r = Engine::run(cfg)?;
         return Ok(Watched {
-            samples_per_sec: timed_rate(&r.step_ends, warm_steps, timed_steps, global),
+            samples_per_sec: timed_rate(&r.step_ends, warm_steps, global),
             frontend_cpu: None,
         });
     }
@@ -123,16 +117,9 @@ pub fn watched_throughput(
         .zip(cpu0)
         .map(|(c1, c0)| (c1 - c0).as_secs_f64() / wall);
     Ok(Watched {
-        samples_per_sec: timed_rate(&r.step_ends, warm_steps, timed_steps, global),
+        samples_per_sec: timed_rate(&r.step_ends, warm_steps, global),
         frontend_cpu,
     })
-}
-
-/// Samples/s over the timed steps that follow the warm-up.
-fn timed_rate(step_ends: &[Duration], warm_steps: u64, timed_steps: u64, global: usize) -> f64 {
-    let t0 = step_ends[warm_steps as usize - 1];
-    let t1 = *step_ends.last().expect("steps ran");
-    (timed_steps as usize * global) as f64 / (t1 - t0).as_secs_f64()
 }
 
 /// Samples/s of a 2-worker run whose rank 1 computes twice as slowly (`--slow-rank 1:2.0`),
@@ -145,7 +132,7 @@ pub fn rebalance_throughput(rebalance: bool, warm: u64, timed: u64) -> Result<f6
         ..synthetic(2, 512, 20_000, 128, warm + timed)
     };
     let r = Engine::run(cfg)?;
-    Ok(timed_rate(&r.step_ends, warm, timed, 256))
+    Ok(timed_rate(&r.step_ends, warm, 256))
 }
 
 /// A terminal of the given size whose output (the escape sequences a real terminal would

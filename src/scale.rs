@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::{Engine, EngineError};
+use crate::scaling::timed_rate;
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,9 +116,6 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     }
     let r = engine.join()?;
     let _ = drain_events.join();
-    let warm = plan.warmup_steps as usize;
-    let t0 = r.step_ends[warm.max(1) - 1];
-    let t1 = *r.step_ends.last().expect("steps ran");
     let global = p.per_replica * p.devices * base.grad_accum;
     let share = |i: usize| {
         sums.iter()
@@ -130,8 +128,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         per_replica: p.per_replica,
         global_batch: global,
         prefetch: p.prefetch,
-        samples_per_sec: (plan.timed_steps as usize * global) as f64
-            / (t1 - t0).as_secs_f64().max(1e-9),
+        samples_per_sec: timed_rate(&r.step_ends, plan.warmup_steps, global),
         speedup: None,
         efficiency: None,
         utilization: share(0),

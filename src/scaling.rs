@@ -2,6 +2,8 @@
 //! device does with the same model, data and per-replica batch, and the frontends show the
 //! run's throughput as a speedup and an efficiency against it.
 
+use std::time::Duration;
+
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::{Engine, EngineError};
 
@@ -28,9 +30,16 @@ pub fn calibrate(cfg: &RunConfig) -> Result<f64, EngineError> {
     };
     let global = one.batch_per_replica * one.grad_accum;
     let r = Engine::run(one)?;
-    let t0 = r.step_ends[WARM_STEPS as usize - 1];
-    let t1 = *r.step_ends.last().expect("the calibration ran");
-    Ok((TIMED_STEPS as usize * global) as f64 / (t1 - t0).as_secs_f64().max(1e-9))
+    Ok(timed_rate(&r.step_ends, WARM_STEPS, global))
+}
+
+/// Samples/s of the steps after the first `warm_steps`, from when each step ended (`step_ends`,
+/// as in `RunResult`) and the global batch.
+pub fn timed_rate(step_ends: &[Duration], warm_steps: u64, global: usize) -> f64 {
+    let warm = (warm_steps as usize).min(step_ends.len().saturating_sub(1));
+    let t0 = warm.checked_sub(1).map_or(Duration::ZERO, |i| step_ends[i]);
+    let t1 = step_ends.last().copied().unwrap_or_default();
+    ((step_ends.len() - warm) * global) as f64 / (t1 - t0).as_secs_f64().max(1e-9)
 }
 
 /// Throughput against one device: (speedup, efficiency = speedup / ranks).
@@ -42,6 +51,15 @@ pub fn scaling(samples_per_sec: f64, baseline: f64, ranks: usize) -> (f64, f64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timed_rate_skips_the_warm_up() {
+        let ends: Vec<Duration> = [1, 2, 12, 22, 32].map(Duration::from_millis).to_vec();
+        // 3 timed steps of 10 samples in 30 ms, after 2 warm-up steps
+        assert!((timed_rate(&ends, 2, 10) - 1000.0).abs() < 1e-6);
+        // no warm-up: timed from the start of the run
+        assert!((timed_rate(&ends, 0, 10) - 50.0 / 0.032).abs() < 1e-6);
+    }
 
     #[test]
     fn speedup_and_efficiency() {
