@@ -72,22 +72,39 @@ fn percent_chart(
                 .data(v)
         })
         .collect();
+    let x = (
+        [from, now.max(from + 1.0)],
+        vec![clock_s(from), clock_s(now)],
+    );
+    let y = ([0.0, 100.0], vec!["0".into(), "50".into(), "100".into()]);
+    draw_chart(frame, area, head, theme, datasets, x, y);
+}
+
+/// An axis: its bounds and its labels, spread evenly from the low end to the high end.
+type AxisSpec = ([f64; 2], Vec<String>);
+
+/// A chart in the house style: bordered with `head`, no legend, muted axes.
+fn draw_chart(
+    frame: &mut Frame,
+    area: Rect,
+    head: Vec<Span>,
+    theme: &Theme,
+    datasets: Vec<Dataset>,
+    x: AxisSpec,
+    y: AxisSpec,
+) {
+    let axis = |(bounds, labels): AxisSpec| {
+        Axis::default()
+            .bounds(bounds)
+            .labels(labels)
+            .style(theme.muted())
+    };
     let chart = Chart::new(datasets)
         .block(block(head, theme))
         .style(theme.base())
         .legend_position(None)
-        .x_axis(
-            Axis::default()
-                .bounds([from, now.max(from + 1.0)])
-                .labels([clock_s(from), clock_s(now)])
-                .style(theme.muted()),
-        )
-        .y_axis(
-            Axis::default()
-                .bounds([0.0, 100.0])
-                .labels(["0", "50", "100"])
-                .style(theme.muted()),
-        );
+        .x_axis(axis(x))
+        .y_axis(axis(y));
     frame.render_widget(chart, area);
 }
 
@@ -259,23 +276,12 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
                 format!("{v}")
             }
         };
-        let chart = Chart::new(datasets)
-            .block(block(head, theme))
-            .style(theme.base())
-            .legend_position(None)
-            .x_axis(
-                Axis::default()
-                    .bounds(xb)
-                    .labels([format!("step {:.0}", xb[0]), format!("{:.0}", xb[1])])
-                    .style(theme.muted()),
-            )
-            .y_axis(
-                Axis::default()
-                    .bounds([lo, hi])
-                    .labels([decade(lo), decade(hi)])
-                    .style(theme.muted()),
-            );
-        frame.render_widget(chart, chart_area);
+        let x = (
+            xb,
+            vec![format!("step {:.0}", xb[0]), format!("{:.0}", xb[1])],
+        );
+        let y = ([lo, hi], vec![decade(lo), decade(hi)]);
+        draw_chart(frame, chart_area, head, theme, datasets, x, y);
     }
     if let Some(rest) = rest {
         let [acc, table] =
@@ -318,22 +324,12 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .graph_type(GraphType::Line)
         .style(theme.fg(theme.good))
         .data(&acc)];
-    let chart = Chart::new(datasets)
-        .block(block(head, theme))
-        .style(theme.base())
-        .x_axis(
-            Axis::default()
-                .bounds([acc[0].0, x1])
-                .labels([format!("{:.0}", acc[0].0), format!("{x1:.0}")])
-                .style(theme.muted()),
-        )
-        .y_axis(
-            Axis::default()
-                .bounds([lo, 100.0])
-                .labels([format!("{lo:.0}"), "100".into()])
-                .style(theme.muted()),
-        );
-    frame.render_widget(chart, area);
+    let x = (
+        [acc[0].0, x1],
+        vec![format!("{:.0}", acc[0].0), format!("{x1:.0}")],
+    );
+    let y = ([lo, 100.0], vec![format!("{lo:.0}"), "100".into()]);
+    draw_chart(frame, area, head, theme, datasets, x, y);
 }
 
 fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {

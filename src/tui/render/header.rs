@@ -12,15 +12,17 @@ use crate::tui::app::{App, RunState};
 use crate::tui::theme::Theme;
 
 pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
-    let (label, color) = match (app.state, app.pending_pause) {
-        (RunState::Running, Some(true)) => ("PAUSING", theme.warn),
-        (RunState::Paused, Some(false)) => ("RESUMING", theme.warn),
-        (RunState::Starting, _) => ("STARTING", theme.muted),
-        (RunState::Running, _) => ("RUNNING", theme.good),
-        (RunState::Paused, _) => ("PAUSED", theme.warn),
-        (RunState::Stopping, _) => ("STOPPING", theme.warn),
-        (RunState::Done, _) => ("DONE", theme.accent),
-        (RunState::Failed, _) => ("FAILED", theme.error),
+    let label = match (app.state, app.pending_pause) {
+        (RunState::Running, Some(true)) => "PAUSING",
+        (RunState::Paused, Some(false)) => "RESUMING",
+        (state, _) => state.label(),
+    };
+    let color = match app.state {
+        RunState::Starting => theme.muted,
+        RunState::Running if app.pending_pause != Some(true) => theme.good,
+        RunState::Running | RunState::Paused | RunState::Stopping => theme.warn,
+        RunState::Done => theme.accent,
+        RunState::Failed => theme.error,
     };
     Span::styled(format!(" {label} "), theme.badge(color))
 }
