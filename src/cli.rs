@@ -165,6 +165,9 @@ pub struct TrainArgs {
     /// Loader threads per rank  [default: 1]
     #[arg(long)]
     pub loader_threads: Option<usize>,
+    /// Threads per CPU worker for its matrix products, or auto (cores / workers)  [default: auto]
+    #[arg(long, value_name = "N|auto")]
+    pub threads_per_worker: Option<String>,
     /// Seed for the split, data order and initial weights  [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -262,6 +265,7 @@ impl TrainArgs {
             grad_accum,
             prefetch,
             loader_threads,
+            threads_per_worker,
             seed,
             log_every,
             metrics_out,
@@ -294,6 +298,12 @@ impl TrainArgs {
             Some(s) => s.parse().map_err(|_| {
                 format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto")
             })?,
+        };
+        let threads_per_worker = match args.threads_per_worker.as_deref() {
+            None | Some("auto") => None,
+            Some(s) => Some(s.parse().map_err(|_| {
+                format!("--threads-per-worker `{s}`: use a number of threads (1 = one core per worker) or auto")
+            })?),
         };
         let inject_panic = match &args.inject_panic {
             None => None,
@@ -355,6 +365,7 @@ impl TrainArgs {
             grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
             prefetch,
             loader_threads: args.loader_threads.unwrap_or(d.loader_threads),
+            threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
             log_every: args.log_every.unwrap_or(d.log_every),
             val_fraction: d.val_fraction,

@@ -113,6 +113,8 @@ pub struct RunConfig {
     pub prefetch: usize,
     /// Loader threads per rank.
     pub loader_threads: usize,
+    /// Intra-op threads per CPU worker; None: the cores divided among the workers.
+    pub threads_per_worker: Option<usize>,
     pub seed: u64,
     pub log_every: u64,
     pub val_fraction: f64,
@@ -155,6 +157,7 @@ impl Default for RunConfig {
             grad_accum: 1,
             prefetch: 4,
             loader_threads: 1,
+            threads_per_worker: None,
             seed: 0,
             log_every: 50,
             val_fraction: 0.2,

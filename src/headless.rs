@@ -24,10 +24,16 @@ fn stamp(t: Duration) -> String {
 pub fn describe(info: &RunInfo) -> Vec<String> {
     let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
     let mut lines = vec![format!("run: {}", info.name)];
+    let ranks = info.ranks();
+    let threads = match info.threads_per_worker {
+        t if ranks == 1 => format!(", {t} thread{}", if t == 1 { "" } else { "s" }),
+        1 => ", 1 thread each".to_string(),
+        t => format!(", {t} threads each"),
+    };
     lines.push(format!(
-        "devices: {} ({} ranks)",
+        "devices: {} ({ranks} rank{}{threads})",
         devs.join(" "),
-        info.ranks()
+        if ranks == 1 { "" } else { "s" }
     ));
     if let Some(note) = &info.device_note {
         lines.push(format!("note: {note}"));

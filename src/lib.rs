@@ -14,6 +14,7 @@ pub mod gemm;
 pub mod gpu;
 pub mod headless;
 pub mod history;
+pub mod intraop;
 pub mod kernels;
 pub mod loader;
 pub mod metrics;

@@ -254,7 +254,7 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
-    let (base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
+    let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = mgtop::engine::available_cores();
     let counts = if args.counts.is_empty() {
         (1..=cores.max(2)).collect()
@@ -276,6 +276,10 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         // refuse a bad --out before spending minutes measuring
         mgtop::scale::check_out(p).map_err(anyhow::Error::msg)?;
     }
+    // Every count runs with the same threads per worker (what the largest count gets), so that
+    // a speedup compares workers, not thread counts.
+    let most = counts.iter().copied().max().unwrap_or(1);
+    let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
     let plan = mgtop::scale::Plan {
         counts,
         batches,
@@ -285,7 +289,7 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         repeat: args.repeat,
     };
     println!(
-        "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores)",
+        "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores; {threads} thread(s) per worker)",
         plan.points().len(),
         plan.repeat.max(1),
         plan.timed_steps,

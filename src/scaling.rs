@@ -11,10 +11,12 @@ use crate::engine::{Engine, EngineError};
 const WARM_STEPS: u64 = 20;
 const TIMED_STEPS: u64 = 100;
 
-/// Samples per second of one device on `cfg`'s workload.
-pub fn calibrate(cfg: &RunConfig) -> Result<f64, EngineError> {
+/// Samples per second of one device on `cfg`'s workload, with the run's `threads_per_worker`
+/// (one CPU worker as it is in the run, not one given every core).
+pub fn calibrate(cfg: &RunConfig, threads_per_worker: usize) -> Result<f64, EngineError> {
     let one = RunConfig {
         devices: DeviceSpec::Cpu(1),
+        threads_per_worker: Some(threads_per_worker),
         budget: Budget::Steps(WARM_STEPS + TIMED_STEPS),
         final_checkpoint: false,
         checkpoint_every: None,

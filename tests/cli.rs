@@ -48,6 +48,7 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
         "escape codes in log: {out}"
     );
     assert!(out.contains("batch 32x2=64"), "{out}");
+    assert!(out.contains("devices: cpu0 cpu1 (2 ranks, "), "{out}");
     // each step line says where step time went: moving gradients and waiting for other ranks
     let step_line = out.lines().find(|l| l.contains("| step ms r0 ")).unwrap();
     let wait: f64 = step_line
@@ -162,6 +163,11 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["bad-theme.toml", "`text`", "256-colour"],
         ),
         (&["--sample-interval", "0"], &["--sample-interval"]),
+        (
+            &["--threads-per-worker", "0"],
+            &["--threads-per-worker", "1..=256"],
+        ),
+        (&["--threads-per-worker", "many"], &["`many`", "auto"]),
         (
             &["--metrics-out", "no/such/dir/run.jsonl"],
             &["no/such/dir/run.jsonl", "--metrics-out"],

@@ -74,6 +74,8 @@ pub struct RunInfo {
     pub resumed_from: Option<PathBuf>,
     /// Cores this process may use.
     pub cores: usize,
+    /// Intra-op threads of each CPU worker (`--threads-per-worker`).
+    pub threads_per_worker: usize,
     /// The fault injected on each rank, as the flag that asked for it.
     pub injected: Vec<Option<String>>,
     pub stall_timeout: Duration,
@@ -232,6 +234,9 @@ impl Engine {
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
             cores: available_cores(),
+            threads_per_worker: cfg
+                .threads_per_worker
+                .unwrap_or_else(|| (available_cores() / ranks).max(1)),
             injected: (0..ranks)
                 .map(|r| {
                     let slow = cfg
@@ -265,7 +270,7 @@ impl Engine {
 
         let mut info = info;
         if cfg.calibrate && ranks > 1 {
-            info.baseline = Some(crate::scaling::calibrate(&cfg)?);
+            info.baseline = Some(crate::scaling::calibrate(&cfg, info.threads_per_worker)?);
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let (ev_tx, ev_rx) = unbounded();
@@ -312,9 +317,16 @@ impl Engine {
                 rebalance_samples: 0,
             };
             let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
+            let threads = info.threads_per_worker;
+            let pool = crate::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
+                EngineError::Config(format!(
+                    "cannot start {threads} intra-op threads for worker {rank}: {e}; try --threads-per-worker 1"
+                ))
+            })?;
             let h = std::thread::Builder::new()
                 .name(format!("worker-{rank}"))
                 .spawn(move || {
+                    crate::intraop::install(pool);
                     let replica = CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
                     worker::run(ctx, Box::new(replica))
                 })
@@ -454,6 +466,9 @@ fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
             "--loader-threads {} is out of range: use 1..=64",
             cfg.loader_threads
         ));
+    }
+    if cfg.threads_per_worker.is_some_and(|t| t == 0 || t > 256) {
+        return bad("--threads-per-worker is out of range: use 1..=256 or auto".into());
     }
     if let Some((_, f)) = cfg
         .slow_rank

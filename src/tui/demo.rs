@@ -30,6 +30,7 @@ pub fn info(devices: usize) -> RunInfo {
         start_epoch: 0,
         resumed_from: None,
         cores: 64,
+        threads_per_worker: 1,
         injected: vec![None; devices],
         stall_timeout: Duration::from_secs(60),
         baseline: None,

@@ -1,0 +1,236 @@
+//! Intra-op threads: a CPU worker that has more than one core to itself splits its large
+//! matrix products over helper threads (as PyTorch's intra-op pool does), so one worker on a
+//! two-core machine uses both cores.
+//!
+//! The pool belongs to the worker thread that created it (a thread-local), so workers never
+//! share helpers and `--threads-per-worker` x workers never oversubscribes the cores. Helpers
+//! spin briefly after each task (the next product of the step follows within microseconds) and
+//! then sleep, so a paused run costs nothing.
+
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle helper spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+type Task = dyn Fn(usize) + Sync;
+
+/// A borrowed task with its lifetime erased; `Pool::run` does not return before every helper
+/// has finished with it, which is what makes handing it to other threads sound.
+#[derive(Clone, Copy)]
+struct Job {
+    task: *const Task,
+    parts: usize,
+}
+// SAFETY: the pointee is `Sync` and outlives every use (see `Job`).
+unsafe impl Send for Job {}
+
+struct Shared {
+    generation: AtomicU64,
+    job: Mutex<Option<Job>>,
+    wake: Condvar,
+    /// Helpers still working on the current generation.
+    pending: AtomicUsize,
+    panicked: AtomicBool,
+    stop: AtomicBool,
+}
+
+pub struct Pool {
+    shared: Arc<Shared>,
+    helpers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// A pool of `threads` in all: the caller plus `threads - 1` helpers, named `{name}-opN`.
+    pub fn new(threads: usize, name: &str) -> std::io::Result<Pool> {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            wake: Condvar::new(),
+            pending: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let mut helpers = Vec::new();
+        for index in 1..threads.max(1) {
+            let shared = shared.clone();
+            helpers.push(
+                std::thread::Builder::new()
+                    .name(format!("{name}-op{index}"))
+                    .spawn(move || helper(&shared, index))?,
+            );
+        }
+        Ok(Pool { shared, helpers })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.helpers.len() + 1
+    }
+
+    /// Runs `task(i)` for every i in 0..parts (parts <= threads): part 0 on this thread, the
+    /// others on helpers; returns when all are done. A panic in any part is re-raised here.
+    pub fn run(&self, parts: usize, task: &(dyn Fn(usize) + Sync)) {
+        let parts = parts.min(self.threads());
+        if parts <= 1 {
+            task(0);
+            return;
+        }
+        // SAFETY: only the lifetime is erased; this function waits below until `pending` is 0,
+        // i.e. until no helper can touch `task` any more, before returning.
+        let task: *const Task = unsafe { std::mem::transmute(task) };
+        let s = &*self.shared;
+        s.pending.store(self.helpers.len(), Ordering::SeqCst);
+        {
+            let mut job = s.job.lock().unwrap_or_else(|e| e.into_inner());
+            *job = Some(Job { task, parts });
+            s.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        s.wake.notify_all();
+        // SAFETY: as above, `task` is alive for the whole call.
+        let mine = catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(0) }));
+        let mut spins = 0u32;
+        while s.pending.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 1 << 14 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if let Err(p) = mine {
+            std::panic::resume_unwind(p);
+        }
+        if s.panicked.swap(false, Ordering::SeqCst) {
+            panic!("an intra-op helper thread panicked (see the message above)");
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        {
+            let _job = s.job.lock().unwrap_or_else(|e| e.into_inner());
+            s.stop.store(true, Ordering::SeqCst);
+            s.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        s.wake.notify_all();
+        for h in self.helpers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn helper(s: &Shared, index: usize) {
+    let mut seen = 0u64;
+    loop {
+        let started = Instant::now();
+        let mut spins = 0u32;
+        while s.generation.load(Ordering::Acquire) == seen {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && started.elapsed() > SPIN {
+                let mut job = s.job.lock().unwrap_or_else(|e| e.into_inner());
+                while s.generation.load(Ordering::Acquire) == seen {
+                    job = s.wake.wait(job).unwrap_or_else(|e| e.into_inner());
+                }
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if s.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let job = {
+            let job = s.job.lock().unwrap_or_else(|e| e.into_inner());
+            seen = s.generation.load(Ordering::Acquire);
+            *job
+        };
+        if let Some(job) = job.filter(|j| index < j.parts) {
+            // SAFETY: `Pool::run` keeps the task alive until `pending` reaches 0 below.
+            if catch_unwind(AssertUnwindSafe(|| unsafe { (*job.task)(index) })).is_err() {
+                s.panicked.store(true, Ordering::SeqCst);
+            }
+        }
+        s.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+thread_local! {
+    static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
+}
+
+/// Makes `pool` this thread's intra-op pool (None: this thread computes alone, the default).
+pub fn install(pool: Option<Pool>) {
+    POOL.with(|p| *p.borrow_mut() = pool);
+}
+
+/// A pool of `threads` for a worker, or None when one thread is all it gets.
+pub fn for_worker(threads: usize, name: &str) -> std::io::Result<Option<Pool>> {
+    (threads > 1).then(|| Pool::new(threads, name)).transpose()
+}
+
+/// Intra-op threads of this thread (1 when it has no pool).
+pub fn threads() -> usize {
+    POOL.with(|p| p.borrow().as_ref().map_or(1, Pool::threads))
+}
+
+/// Runs `task` over `parts` on this thread's pool, or serially without one.
+pub fn run(parts: usize, task: &(dyn Fn(usize) + Sync)) {
+    POOL.with(|p| match p.borrow().as_ref() {
+        Some(pool) => pool.run(parts, task),
+        None => (0..parts).for_each(task),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_part_runs_exactly_once_per_call() {
+        let pool = Pool::new(3, "test").unwrap();
+        let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        for _ in 0..2000 {
+            pool.run(3, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        for h in &hits {
+            assert_eq!(h.load(Ordering::Relaxed), 2000);
+        }
+        // Fewer parts than threads: the spare helper does nothing.
+        pool.run(2, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(hits[2].load(Ordering::Relaxed), 2000);
+    }
+
+    #[test]
+    fn a_helper_panic_reaches_the_caller_and_the_pool_survives() {
+        let pool = Pool::new(2, "test").unwrap();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(2, &|i| assert!(i != 1, "boom in part 1"))
+        }));
+        assert!(r.is_err());
+        let n = AtomicUsize::new(0);
+        pool.run(2, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn sleeping_helpers_wake_for_the_next_job() {
+        let pool = Pool::new(2, "test").unwrap();
+        std::thread::sleep(SPIN * 5);
+        let n = AtomicUsize::new(0);
+        pool.run(2, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 2);
+    }
+}
