@@ -12,6 +12,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ),
     ("optim.cu", include_str!("../kernels/optim.cu")),
     ("scale.cu", include_str!("../kernels/scale.cu")),
+    ("metrics.cu", include_str!("../kernels/metrics.cu")),
 ];
 
 /// The `extern "C"` kernel names a source defines (`{op}_f32`).
@@ -85,7 +86,8 @@ mod tests {
                 "momentum_f32",
                 "adam_f32",
                 "adamw_f32",
-                "scale_f32"
+                "scale_f32",
+                "metrics_f32"
             ]
         );
         // every file in kernels/ is embedded

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod collective;
 pub mod config;
 pub mod control;
+pub mod cuda;
 pub mod data;
 pub mod engine;
 pub mod events;

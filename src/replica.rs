@@ -1,5 +1,7 @@
 //! One device's copy of the model: the interface every backend implements, and the CPU one.
 
+use std::time::Duration;
+
 use crate::collective::{Collective, CollectiveError, ReduceTiming};
 use crate::loader::MicroBatch;
 use crate::model::{Mlp, Workspace};
@@ -20,6 +22,14 @@ pub struct BatchMetrics {
     pub samples: f64,
 }
 
+/// Where the last step's time went on the device itself (GPUs: CUDA events on the stream),
+/// where the host's clock only sees kernel launches.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceTimes {
+    pub compute: Duration,
+    pub comm: Duration,
+}
+
 /// A replica of the model on one device. Each worker thread owns exactly one.
 pub trait Replica {
     /// Zeroes the gradients, then forward + backward over every micro-batch (accumulating).
@@ -31,6 +41,11 @@ pub trait Replica {
     ) -> Result<ReduceTiming, CollectiveError>;
     /// Metrics of the last batch; global once `all_reduce_grads` has run.
     fn batch_metrics(&self) -> BatchMetrics;
+    /// Device-measured times of the last step (after `all_reduce_grads`); None where the
+    /// host's clock is the device's (CPU workers).
+    fn device_times(&self) -> Option<DeviceTimes> {
+        None
+    }
     /// Optimizer step with the mean gradient (sum / global sample count).
     fn apply_update(&mut self, lr: f32);
     /// (loss sum, correct) over x[n, features], y[n], without touching gradients.
@@ -41,7 +56,7 @@ pub trait Replica {
 
 /// The number of metric slots riding at the end of the gradient buffer, so that one
 /// all-reduce also yields the global loss sum, correct count and sample count.
-const AUX: usize = 3;
+pub const AUX: usize = 3;
 const EVAL_CHUNK: usize = 512;
 
 pub struct CpuReplica {

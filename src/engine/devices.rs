@@ -1,18 +1,22 @@
 //! Which devices a run trains on.
 
 use crate::config::DeviceSpec;
+use crate::cuda::Libraries;
 use crate::gpu::{discover, Discovery, GpuInfo};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Device {
     /// A CPU worker thread standing in for a GPU.
     Cpu { index: usize },
+    /// A GPU by CUDA ordinal, trained on by its own worker thread.
+    Gpu { index: usize, name: String },
 }
 
 impl Device {
     pub fn label(&self) -> String {
         match self {
             Device::Cpu { index } => format!("cpu{index}"),
+            Device::Gpu { index, .. } => format!("gpu{index}"),
         }
     }
 }
@@ -27,8 +31,26 @@ pub enum DeviceError {
         missing: usize,
         found: String,
     },
-    #[error("--devices {requested}: found {found}, but this build cannot train on GPUs yet (the CUDA backend is in progress); use --devices cpu:N")]
-    GpuBackendMissing { requested: String, found: String },
+    #[error("--devices {requested}: found {found}, but {missing}; or use --devices cpu:N")]
+    GpuLibrariesMissing {
+        requested: String,
+        found: String,
+        missing: String,
+    },
+    #[error(
+        "--devices {requested} names GPU {twice} twice; list each GPU once, e.g. --devices 0,1"
+    )]
+    Repeated { requested: String, twice: usize },
+}
+
+/// The GPUs `ids` of those found, as devices.
+fn gpus(all: &[GpuInfo], ids: &[usize]) -> Vec<Device> {
+    ids.iter()
+        .map(|&i| Device::Gpu {
+            index: i,
+            name: all[i].name.clone(),
+        })
+        .collect()
 }
 
 /// "0: NVIDIA A100 (80 GiB), 1: ..."
@@ -51,13 +73,18 @@ pub fn resolve_devices(spec: &DeviceSpec) -> Result<(Vec<Device>, Option<String>
         DeviceSpec::Cpu(_) => Discovery::None(String::new()),
         _ => discover(),
     };
-    resolve_with(spec, &discovery, available_cores())
+    let libs = match discovery {
+        Discovery::Found(_) => Libraries::probe(),
+        Discovery::None(_) => Libraries::default(),
+    };
+    resolve_with(spec, &discovery, &libs, available_cores())
 }
 
 /// `resolve_devices` for a given GPU discovery and core count.
 pub fn resolve_with(
     spec: &DeviceSpec,
     discovery: &Discovery,
+    libs: &Libraries,
     cores: usize,
 ) -> Result<(Vec<Device>, Option<String>), DeviceError> {
     let cpus = |n: usize| {
@@ -70,10 +97,10 @@ pub fn resolve_with(
             let n = cores.max(2);
             let why = match discovery {
                 Discovery::None(why) => format!("no GPU: {why}"),
-                Discovery::Found(gpus) => format!(
-                    "found {}, but this build cannot train on GPUs yet",
-                    describe(gpus)
-                ),
+                Discovery::Found(all) => match libs.missing_for(all.len()) {
+                    None => return Ok((gpus(all, &(0..all.len()).collect::<Vec<_>>()), None)),
+                    Some(missing) => format!("found {}, but {missing}", describe(all)),
+                },
             };
             Ok((
                 cpus(n),
@@ -93,17 +120,30 @@ pub fn resolve_with(
                     requested,
                     why: why.clone(),
                 }),
-                Discovery::Found(gpus) => match ids.iter().find(|&&i| i >= gpus.len()) {
-                    Some(&missing) => Err(DeviceError::NoSuchGpu {
-                        requested,
-                        missing,
-                        found: describe(gpus),
-                    }),
-                    None => Err(DeviceError::GpuBackendMissing {
-                        requested,
-                        found: describe(gpus),
-                    }),
-                },
+                Discovery::Found(all) => {
+                    if let Some(&missing) = ids.iter().find(|&&i| i >= all.len()) {
+                        return Err(DeviceError::NoSuchGpu {
+                            requested,
+                            missing,
+                            found: describe(all),
+                        });
+                    }
+                    let repeated = ids
+                        .iter()
+                        .enumerate()
+                        .find(|(i, id)| ids[..*i].contains(id));
+                    if let Some((_, &twice)) = repeated {
+                        return Err(DeviceError::Repeated { requested, twice });
+                    }
+                    match libs.missing_for(ids.len()) {
+                        Some(missing) => Err(DeviceError::GpuLibrariesMissing {
+                            requested,
+                            found: describe(all),
+                            missing,
+                        }),
+                        None => Ok((gpus(all, ids), None)),
+                    }
+                }
             }
         }
     }
@@ -131,7 +171,7 @@ mod tests {
     #[test]
     fn discovery_shapes_the_fallback_note_and_the_errors() {
         let none = Discovery::None("no CUDA driver (libcuda.so.1) is installed".into());
-        let (d, note) = resolve_with(&DeviceSpec::Auto, &none, 4).unwrap();
+        let (d, note) = resolve_with(&DeviceSpec::Auto, &none, &Libraries::default(), 4).unwrap();
         assert_eq!(d.len(), 4);
         assert_eq!(
             note.unwrap(),
@@ -149,23 +189,58 @@ mod tests {
                 memory: 80 << 30,
             },
         ]);
-        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 3]), &two, 4)
+        let ready = Libraries {
+            driver: true,
+            nvrtc: true,
+            cublas: true,
+            nccl: None,
+        };
+        let no_nccl = Libraries {
+            nccl: Some(crate::cuda::nccl::explain(None)),
+            ..ready.clone()
+        };
+        let no_blas = Libraries {
+            cublas: false,
+            ..ready.clone()
+        };
+        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 3]), &two, &ready, 4)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("no GPU 3") && e.contains("1: NVIDIA A100 (80 GiB)"),
             "{e}"
         );
-        let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, 4)
+        let e = resolve_with(&DeviceSpec::Gpus(vec![1, 1]), &two, &ready, 4)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("cannot train on GPUs yet") && e.contains("cpu:N"),
-            "{e}"
+        assert!(e.contains("GPU 1 twice"), "{e}");
+        // with the libraries: the GPUs asked for, every GPU for auto
+        let (d, note) = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &ready, 4).unwrap();
+        assert_eq!(d.iter().map(Device::label).collect::<Vec<_>>(), ["gpu1"]);
+        assert_eq!(note, None);
+        let (d, _) = resolve_with(&DeviceSpec::Auto, &two, &ready, 4).unwrap();
+        assert_eq!(
+            d.iter().map(Device::label).collect::<Vec<_>>(),
+            ["gpu0", "gpu1"]
         );
-        let (_, note) = resolve_with(&DeviceSpec::Auto, &two, 2).unwrap();
-        assert!(note
-            .unwrap()
-            .starts_with("found 0: NVIDIA A100 (80 GiB), 1: NVIDIA A100"));
+        // one GPU needs no NCCL; two do, and the error says how to get it
+        assert!(resolve_with(&DeviceSpec::Gpus(vec![0]), &two, &no_nccl, 4).is_ok());
+        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 1]), &two, &no_nccl, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nvidia-nccl-cu12") && e.contains("cpu:N"), "{e}");
+        let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &no_blas, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("libcublas.so.12") && e.contains("cpu:N"), "{e}");
+        // auto without the libraries falls back to CPU workers and says why
+        let (d, note) = resolve_with(&DeviceSpec::Auto, &two, &no_blas, 2).unwrap();
+        assert!(d.iter().all(|d| matches!(d, Device::Cpu { .. })));
+        let note = note.unwrap();
+        assert!(
+            note.starts_with("found 0: NVIDIA A100 (80 GiB), 1: NVIDIA A100")
+                && note.contains("libcublas.so.12"),
+            "{note}"
+        );
     }
 }

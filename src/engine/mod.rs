@@ -50,6 +50,8 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    #[error(transparent)]
+    Gpu(#[from] crate::cuda::CudaError),
 }
 
 /// What a frontend shows about the run before the first step.
@@ -282,6 +284,19 @@ impl Engine {
         let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));
         let beats = Heartbeats::new(ranks);
+        let gpus = info
+            .devices
+            .iter()
+            .filter(|d| matches!(d, Device::Gpu { .. }))
+            .count();
+        // NCCL is joined with one id made here, before any worker starts.
+        let nccl_id = if gpus > 1 {
+            Some(cudarc::nccl::Id::new().map_err(|e| {
+                EngineError::Config(format!("NCCL did not create a group id: {e:?}"))
+            })?)
+        } else {
+            None
+        };
         let mut workers = Vec::new();
         for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
             let loader = RankLoader::new(
@@ -317,18 +332,37 @@ impl Engine {
                 rebalance_samples: 0,
             };
             let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
+            let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
-            let pool = crate::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
-                EngineError::Config(format!(
-                    "cannot start {threads} intra-op threads for worker {rank}: {e}; try --threads-per-worker 1"
-                ))
-            })?;
+            let pool = match device {
+                Device::Cpu { .. } => crate::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
+                    EngineError::Config(format!(
+                        "cannot start {threads} intra-op threads for worker {rank}: {e}; try --threads-per-worker 1"
+                    ))
+                })?,
+                Device::Gpu { .. } => None,
+            };
             let h = std::thread::Builder::new()
                 .name(format!("worker-{rank}"))
-                .spawn(move || {
-                    crate::intraop::install(pool);
-                    let replica = CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
-                    worker::run(ctx, Box::new(replica))
+                .spawn(move || match device {
+                    Device::Cpu { .. } => {
+                        crate::intraop::install(pool);
+                        let replica =
+                            CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
+                        worker::run(ctx, Box::new(replica))
+                    }
+                    Device::Gpu { index, .. } => {
+                        let group = nccl_id.map(|id| crate::cuda::replica::Group {
+                            id,
+                            rank,
+                            world: ranks,
+                        });
+                        let mut ctx = ctx;
+                        match worker::open_gpu(&mut ctx, index, model, state, group) {
+                            Ok(replica) => worker::run(ctx, Box::new(replica)),
+                            Err(e) => worker::start_failed(ctx, e),
+                        }
+                    }
                 })
                 .map_err(|e| {
                     EngineError::Config(format!("cannot start worker thread {rank}: {e}"))

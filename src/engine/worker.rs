@@ -79,24 +79,59 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
             rank: w.rank,
             result,
         }),
-        Err(e) => {
-            w.coll.abort(&format!("rank {} failed: {e}", w.rank));
-            let knock_on = matches!(
-                e,
-                EngineError::Collective(crate::collective::CollectiveError::Aborted(_))
-            );
-            // every rank sees a non-finite loss at once; rank 0 speaks for them
-            let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
-            if !knock_on && !shared {
-                let _ = w.events.send(Event::Failed {
-                    rank: w.rank,
-                    step: w.step + 1,
-                    message: e.to_string(),
-                });
-            }
-            Err(e)
-        }
+        Err(e) => start_failed(w, e),
     }
+}
+
+/// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
+/// then all meet at a host barrier, and only then join NCCL: NCCL's initialisation waits for
+/// every rank without a timeout, so a rank that failed to open must stop the others before it.
+pub(super) fn open_gpu(
+    w: &mut Worker,
+    index: usize,
+    model: crate::model::Mlp,
+    state: crate::replica::TrainState,
+    group: Option<crate::cuda::replica::Group>,
+) -> Result<crate::cuda::replica::CudaReplica, EngineError> {
+    let opened = crate::cuda::replica::CudaReplica::open(
+        index,
+        model,
+        w.cfg.optimizer,
+        w.cfg.weight_decay,
+        state,
+        w.cfg.stall_timeout,
+    );
+    let mut replica = match opened {
+        Ok(r) => r,
+        Err(e) => {
+            w.coll
+                .abort(&format!("rank {} could not open GPU {index}: {e}", w.rank));
+            return Err(e.into());
+        }
+    };
+    w.coll.barrier()?;
+    replica.join(group)?;
+    Ok(replica)
+}
+
+/// A rank that stops with `e`: the others are woken with the reason, and the failure is
+/// reported once (not for ranks that only stopped because another did).
+pub(super) fn start_failed(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
+    w.coll.abort(&format!("rank {} failed: {e}", w.rank));
+    let knock_on = matches!(
+        e,
+        EngineError::Collective(crate::collective::CollectiveError::Aborted(_))
+    );
+    // every rank sees a non-finite loss at once; rank 0 speaks for them
+    let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
+    if !knock_on && !shared {
+        let _ = w.events.send(Event::Failed {
+            rank: w.rank,
+            step: w.step + 1,
+            message: e.to_string(),
+        });
+    }
+    Err(e)
 }
 
 impl Worker {
@@ -231,14 +266,19 @@ impl Worker {
             if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
                 slow_down(cpu0, t, factor);
             }
-            let compute = t.elapsed();
-            let compute_cpu = thread_cpu_time()
+            let mut compute = t.elapsed();
+            let mut compute_cpu = thread_cpu_time()
                 .zip(cpu0)
                 .map(|(b, a)| b.saturating_sub(a));
-            self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
-            self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Reduce);
             let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
+            if let Some(dev) = replica.device_times() {
+                // a GPU: the host only queued the work; the device says how long it took
+                compute = dev.compute;
+                compute_cpu = None;
+            }
+            self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
+            self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Update);
             let m = replica.batch_metrics();
             let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
