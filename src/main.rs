@@ -352,9 +352,31 @@ fn run_selftest() -> anyhow::Result<ExitCode> {
             println!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
             Ok(ExitCode::SUCCESS)
         }
-        Discovery::Found(_) => {
-            println!("this build has no CUDA training backend yet, so the GPU ops cannot be checked against the CPU reference: do not train on these GPUs with it");
-            Ok(ExitCode::from(2))
+        Discovery::Found(found) => {
+            use mgtop::cuda::{selftest, Libraries};
+            if let Some(missing) = Libraries::probe().missing_for(found.len()) {
+                println!("the GPUs cannot be checked: {missing}");
+                return Ok(ExitCode::from(1));
+            }
+            println!("checking every GPU against the CPU reference (pass: |gpu-cpu| <= tol + eps*|cpu|)");
+            let mut checks = Vec::new();
+            for g in &found {
+                checks.extend(selftest::gpu_checks(g.index));
+            }
+            if found.len() > 1 {
+                checks.push(selftest::nccl_check(found.len()));
+            }
+            for line in selftest::table(&checks) {
+                println!("  {line}");
+            }
+            let failed = checks.iter().filter(|c| !c.passed()).count();
+            if failed > 0 {
+                println!("{failed} check(s) FAILED: do not train on these GPUs with this build; please report the table above");
+                Ok(ExitCode::from(1))
+            } else {
+                println!("all {} checks passed: the GPUs train as the CPU reference does", checks.len());
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 }

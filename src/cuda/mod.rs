@@ -9,6 +9,7 @@
 pub mod blas;
 pub mod nccl;
 pub mod replica;
+pub mod selftest;
 
 use std::collections::HashMap;
 use std::sync::Arc;

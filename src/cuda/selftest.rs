@@ -1,0 +1,236 @@
+//! `mgtop-train selftest` on GPUs: every CUDA path against the CPU reference. Each check gives
+//! the largest error, which passes when |gpu - cpu| <= tol + eps*|cpu| for every element.
+
+use std::time::Duration;
+
+use cudarc::driver::CudaContext;
+use cudarc::nccl::{Comm, Id, ReduceOp};
+
+use super::replica::{product_on, CudaReplica, Group};
+use super::{on, CudaError, Gpu};
+use crate::collective::{Collective, LocalCollective};
+use crate::gemm::sgemm;
+use crate::loader::MicroBatch;
+use crate::model::{Mlp, ModelSpec};
+use crate::optim::{OptState, OptimizerKind};
+use crate::replica::{CpuReplica, Replica, TrainState};
+use crate::rng::Rng;
+
+/// One line of the selftest table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    pub name: String,
+    /// Largest |gpu - cpu| / (tol + eps*|cpu|): at most 1 passes. None: the check could not run.
+    pub worst: Option<f64>,
+    pub max_abs: f64,
+    pub note: String,
+}
+
+impl Check {
+    pub fn passed(&self) -> bool {
+        self.worst.is_some_and(|w| w <= 1.0)
+    }
+}
+
+/// (largest |a-b|, largest |a-b| / (tol + eps*|b|)) over two equally long slices.
+pub fn compare(got: &[f32], want: &[f32], tol: f64, eps: f64) -> (f64, f64) {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).fold((0.0f64, 0.0f64), |(abs, rel), (&g, &w)| {
+        let d = (g as f64 - w as f64).abs();
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        (abs.max(d), rel.max(d / (tol + eps * (w as f64).abs())))
+    })
+}
+
+fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
+    match r {
+        Ok((max_abs, worst)) => Check {
+            name,
+            worst: Some(worst),
+            max_abs,
+            note: String::new(),
+        },
+        Err(e) => Check {
+            name,
+            worst: None,
+            max_abs: f64::NAN,
+            note: e.to_string(),
+        },
+    }
+}
+
+/// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
+/// transpose combinations, and two training steps of every optimizer, CPU vs GPU.
+pub fn gpu_checks(index: usize) -> Vec<Check> {
+    let mut out = Vec::new();
+    let gpu = match Gpu::open(index) {
+        Ok(g) => {
+            out.push(Check {
+                name: format!("gpu{index} kernels ({})", g.arch),
+                worst: Some(0.0),
+                max_abs: 0.0,
+                note: "compiled and loaded".into(),
+            });
+            g
+        }
+        Err(e) => {
+            out.push(check(format!("gpu{index} kernels"), Err(e)));
+            return out;
+        }
+    };
+    let mut rng = Rng::new(5);
+    let (m, n, k) = (67, 45, 129);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
+        let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
+        let mut want = c.clone();
+        sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut want);
+        let got = product_on(&gpu, ta, tb, m, n, k, &a, &b, &c);
+        out.push(check(
+            format!("gpu{index} gemm {}{}", if ta { "T" } else { "N" }, if tb { "T" } else { "N" }),
+            got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
+        ));
+    }
+    drop(gpu);
+    for kind in [
+        OptimizerKind::Sgd,
+        OptimizerKind::Momentum,
+        OptimizerKind::Adam,
+        OptimizerKind::AdamW,
+    ] {
+        out.push(check(
+            format!("gpu{index} 2 training steps ({kind})"),
+            two_steps(index, kind),
+        ));
+    }
+    out
+}
+
+/// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
+fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
+    let model = Mlp::new(64, &ModelSpec { hidden: vec![128, 32] }, 10);
+    let mut rng = Rng::new(9);
+    let micro: Vec<MicroBatch> = [64, 32]
+        .iter()
+        .map(|&n| MicroBatch {
+            x: (0..n * 64).map(|_| rng.uniform(0.0, 1.0)).collect(),
+            y: (0..n).map(|_| (rng.next_u64() % 10) as u32).collect(),
+            n,
+        })
+        .collect();
+    let state = TrainState {
+        params: model.init_params(3),
+        opt: OptState::new(kind, model.n_params),
+    };
+    let mut cpu = CpuReplica::new(model.clone(), kind, 1e-4, state.clone());
+    let mut gpu = CudaReplica::open(index, model, kind, 1e-4, state, Duration::from_secs(60))?;
+    let mut coll = LocalCollective::group(1).pop().expect("one rank");
+    for _ in 0..2 {
+        for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
+            r.compute_grads(&micro);
+            r.all_reduce_grads(&mut coll)
+                .map_err(on(index, "all-reduce alone"))?;
+            r.apply_update(1e-2);
+        }
+    }
+    Ok(compare(&gpu.export().params, &cpu.export().params, 1e-4, 1e-3))
+}
+
+/// NCCL all-reduce over every GPU against the in-process collective's sum.
+pub fn nccl_check(gpus: usize) -> Check {
+    let name = format!("nccl all-reduce over {gpus} GPUs");
+    let id = match Id::new() {
+        Ok(id) => id,
+        Err(e) => return check(name, Err(CudaError::new(0, "create an NCCL id", e))),
+    };
+    let len = 1 << 20;
+    let input = |rank: usize| -> Vec<f32> {
+        let mut r = Rng::new(100 + rank as u64);
+        (0..len).map(|_| r.normal()).collect()
+    };
+    let handles: Vec<_> = (0..gpus)
+        .map(|rank| {
+            let data = input(rank);
+            std::thread::spawn(move || -> Result<Vec<f32>, CudaError> {
+                let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
+                let stream = ctx.new_stream().map_err(on(rank, "create stream"))?;
+                let g = Group { id, rank, world: gpus };
+                let comm = Comm::from_rank(stream.clone(), g.rank, g.world, g.id)
+                    .map_err(on(rank, "join the NCCL group"))?;
+                let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
+                comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                    .map_err(on(rank, "all-reduce"))?;
+                stream.clone_dtoh(&buf).map_err(on(rank, "download"))
+            })
+        })
+        .collect();
+    let mut want: Vec<Vec<f32>> = (0..gpus).map(input).collect();
+    let colls = LocalCollective::group(gpus);
+    std::thread::scope(|s| {
+        for (mut c, buf) in colls.into_iter().zip(want.iter_mut()) {
+            s.spawn(move || c.all_reduce_sum(buf).map(|_| ()));
+        }
+    });
+    let mut worst = (0.0f64, 0.0f64);
+    for (rank, h) in handles.into_iter().enumerate() {
+        let got = match h.join() {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return check(name, Err(e)),
+            Err(_) => return check(name, Err(CudaError::new(rank, "all-reduce", "thread panicked"))),
+        };
+        let (a, r) = compare(&got, &want[rank], 1e-5, 1e-5);
+        worst = (worst.0.max(a), worst.1.max(r));
+    }
+    check(name, Ok(worst))
+}
+
+/// The table `selftest` prints.
+pub fn table(checks: &[Check]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:<6} {:<40} {:>12} {:>10}",
+        "result", "check", "max |error|", "of limit"
+    )];
+    for c in checks {
+        lines.push(format!(
+            "{:<6} {:<40} {:>12} {:>10} {}",
+            if c.passed() { "ok" } else { "FAIL" },
+            c.name,
+            if c.max_abs.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2e}", c.max_abs)
+            },
+            c.worst.map_or("-".to_string(), |w| format!("{:.0}%", w * 100.0)),
+            c.note
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparison_scales_the_limit_and_fails_on_nan() {
+        let (abs, rel) = compare(&[1.0, 100.5], &[1.0, 100.0], 1e-3, 1e-2);
+        assert!((abs - 0.5).abs() < 1e-9);
+        assert!((rel - 0.5 / 1.001).abs() < 1e-9);
+        let (_, rel) = compare(&[f32::NAN], &[1.0], 1e-3, 1e-3);
+        assert!(rel.is_infinite());
+        let failing = Check {
+            name: "x".into(),
+            worst: Some(1.5),
+            max_abs: 0.1,
+            note: String::new(),
+        };
+        let unrun = Check {
+            worst: None,
+            ..failing.clone()
+        };
+        assert!(!failing.passed() && !unrun.passed());
+        let t = table(&[failing]);
+        assert!(t[1].starts_with("FAIL") && t[1].contains("150%"), "{t:?}");
+    }
+}
