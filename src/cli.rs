@@ -22,7 +22,7 @@ Examples:
   mgtop-train --devices cpu:2 --data synthetic:20000,784,10 --model mlp:512 --batch-per-replica 128 --steps 3000 --slow-rank 1:2.0 --rebalance
                                                (watch a straggler being found, then rebalanced)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
-  mgtop-train selftest                                 (GPUs found, kernels compiled with NVRTC)
+  mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
 
 #[derive(Parser, Debug)]
@@ -41,7 +41,7 @@ pub enum Command {
     Bench(BenchArgs),
     /// Scaling report: the configured workload (same flags as training) over device counts, prefetch on/off and per-replica batch sizes.
     Scale(Box<ScaleArgs>),
-    /// Check the CUDA path on this machine: GPUs found, and every kernel compiled with NVRTC.
+    /// Check the CUDA path on this machine: kernels compiled with NVRTC; on GPUs, every op, two training steps and the NCCL all-reduce against the CPU reference.
     Selftest,
 }
 

@@ -358,7 +358,9 @@ fn run_selftest() -> anyhow::Result<ExitCode> {
                 println!("the GPUs cannot be checked: {missing}");
                 return Ok(ExitCode::from(1));
             }
-            println!("checking every GPU against the CPU reference (pass: |gpu-cpu| <= tol + eps*|cpu|)");
+            println!(
+                "checking every GPU against the CPU reference (pass: |gpu-cpu| <= tol + eps*|cpu|)"
+            );
             let mut checks = Vec::new();
             for g in &found {
                 checks.extend(selftest::gpu_checks(g.index));
@@ -374,7 +376,10 @@ fn run_selftest() -> anyhow::Result<ExitCode> {
                 println!("{failed} check(s) FAILED: do not train on these GPUs with this build; please report the table above");
                 Ok(ExitCode::from(1))
             } else {
-                println!("all {} checks passed: the GPUs train as the CPU reference does", checks.len());
+                println!(
+                    "all {} checks passed: the GPUs train as the CPU reference does",
+                    checks.len()
+                );
                 Ok(ExitCode::SUCCESS)
             }
         }

@@ -35,11 +35,13 @@ impl Check {
 /// (largest |a-b|, largest |a-b| / (tol + eps*|b|)) over two equally long slices.
 pub fn compare(got: &[f32], want: &[f32], tol: f64, eps: f64) -> (f64, f64) {
     assert_eq!(got.len(), want.len());
-    got.iter().zip(want).fold((0.0f64, 0.0f64), |(abs, rel), (&g, &w)| {
-        let d = (g as f64 - w as f64).abs();
-        let d = if d.is_nan() { f64::INFINITY } else { d };
-        (abs.max(d), rel.max(d / (tol + eps * (w as f64).abs())))
-    })
+    got.iter()
+        .zip(want)
+        .fold((0.0f64, 0.0f64), |(abs, rel), (&g, &w)| {
+            let d = (g as f64 - w as f64).abs();
+            let d = if d.is_nan() { f64::INFINITY } else { d };
+            (abs.max(d), rel.max(d / (tol + eps * (w as f64).abs())))
+        })
 }
 
 fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
@@ -88,7 +90,11 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut want);
         let got = product_on(&gpu, ta, tb, m, n, k, &a, &b, &c);
         out.push(check(
-            format!("gpu{index} gemm {}{}", if ta { "T" } else { "N" }, if tb { "T" } else { "N" }),
+            format!(
+                "gpu{index} gemm {}{}",
+                if ta { "T" } else { "N" },
+                if tb { "T" } else { "N" }
+            ),
             got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
         ));
     }
@@ -109,7 +115,13 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
 
 /// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
 fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
-    let model = Mlp::new(64, &ModelSpec { hidden: vec![128, 32] }, 10);
+    let model = Mlp::new(
+        64,
+        &ModelSpec {
+            hidden: vec![128, 32],
+        },
+        10,
+    );
     let mut rng = Rng::new(9);
     let micro: Vec<MicroBatch> = [64, 32]
         .iter()
@@ -134,7 +146,12 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
             r.apply_update(1e-2);
         }
     }
-    Ok(compare(&gpu.export().params, &cpu.export().params, 1e-4, 1e-3))
+    Ok(compare(
+        &gpu.export().params,
+        &cpu.export().params,
+        1e-4,
+        1e-3,
+    ))
 }
 
 /// NCCL all-reduce over every GPU against the in-process collective's sum.
@@ -155,7 +172,11 @@ pub fn nccl_check(gpus: usize) -> Check {
             std::thread::spawn(move || -> Result<Vec<f32>, CudaError> {
                 let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
                 let stream = ctx.new_stream().map_err(on(rank, "create stream"))?;
-                let g = Group { id, rank, world: gpus };
+                let g = Group {
+                    id,
+                    rank,
+                    world: gpus,
+                };
                 let comm = Comm::from_rank(stream.clone(), g.rank, g.world, g.id)
                     .map_err(on(rank, "join the NCCL group"))?;
                 let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
@@ -177,7 +198,12 @@ pub fn nccl_check(gpus: usize) -> Check {
         let got = match h.join() {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return check(name, Err(e)),
-            Err(_) => return check(name, Err(CudaError::new(rank, "all-reduce", "thread panicked"))),
+            Err(_) => {
+                return check(
+                    name,
+                    Err(CudaError::new(rank, "all-reduce", "thread panicked")),
+                )
+            }
         };
         let (a, r) = compare(&got, &want[rank], 1e-5, 1e-5);
         worst = (worst.0.max(a), worst.1.max(r));
@@ -201,7 +227,8 @@ pub fn table(checks: &[Check]) -> Vec<String> {
             } else {
                 format!("{:.2e}", c.max_abs)
             },
-            c.worst.map_or("-".to_string(), |w| format!("{:.0}%", w * 100.0)),
+            c.worst
+                .map_or("-".to_string(), |w| format!("{:.0}%", w * 100.0)),
             c.note
         ));
     }
