@@ -7,6 +7,8 @@ pub struct GpuInfo {
     pub index: usize,
     pub name: String,
     pub memory: u64,
+    /// "0000:3b:00.0", as NVML names the same GPU.
+    pub pci_bus_id: Option<String>,
 }
 
 /// The GPUs found, or why there are none.
@@ -14,6 +16,20 @@ pub struct GpuInfo {
 pub enum Discovery {
     Found(Vec<GpuInfo>),
     None(String),
+}
+
+/// The device's PCI address as NVML writes it: domain:bus:device.function in hex.
+fn pci_bus_id(dev: cudarc::driver::sys::CUdevice) -> Option<String> {
+    use cudarc::driver::result::device::get_attribute;
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    // SAFETY: `dev` is a device handle the driver returned; attributes are read-only queries.
+    let attr = |a| unsafe { get_attribute(dev, a) }.ok();
+    Some(format!(
+        "{:08x}:{:02x}:{:02x}.0",
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+    ))
 }
 
 /// Asks the CUDA driver for its devices.
@@ -46,6 +62,7 @@ pub fn discover() -> Discovery {
                     memory: dev
                         .and_then(|d| unsafe { device::total_mem(d) }.ok())
                         .unwrap_or(0) as u64,
+                    pci_bus_id: dev.and_then(pci_bus_id),
                 }
             })
             .collect(),

@@ -21,6 +21,7 @@ pub mod loader;
 pub mod metrics;
 pub mod model;
 pub mod monitor;
+pub mod nvml;
 pub mod ops;
 pub mod optim;
 pub mod replica;

@@ -18,6 +18,14 @@ pub struct DeviceSample {
     pub temp_c: Option<f32>,
     pub power_w: Option<f32>,
     pub power_limit_w: Option<f32>,
+    /// GPU: SM clock now and its maximum, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    pub sm_clock_max_mhz: Option<u32>,
+    /// GPU: NVML's clock throttle-reason bits (see `nvml::throttle_names`).
+    pub throttle_reasons: Option<u64>,
+    /// GPU: PCIe throughput, KB/s.
+    pub pcie_rx_kbs: Option<u32>,
+    pub pcie_tx_kbs: Option<u32>,
 }
 
 /// Busy time of CPU workers, from their step timings.
@@ -56,6 +64,52 @@ impl BusyMeter {
                 }
             })
             .collect()
+    }
+}
+
+/// NVML samples for the GPU ranks of a run (none for CPU workers, or where NVML is missing).
+pub struct GpuTelemetry {
+    nvml: Option<crate::nvml::Nvml>,
+    /// The rank of each NVML device, in NVML's order.
+    ranks: Vec<usize>,
+}
+
+impl GpuTelemetry {
+    pub fn open(devices: &[crate::engine::Device]) -> GpuTelemetry {
+        let gpus: Vec<(usize, String)> = devices
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, d)| match d {
+                crate::engine::Device::Gpu { pci_bus_id, .. } => {
+                    Some((rank, pci_bus_id.clone().unwrap_or_default()))
+                }
+                crate::engine::Device::Cpu { .. } => None,
+            })
+            .collect();
+        let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
+        GpuTelemetry {
+            nvml: (!gpus.is_empty())
+                .then(|| crate::nvml::Nvml::open(&ids).ok())
+                .flatten(),
+            ranks: gpus.iter().map(|g| g.0).collect(),
+        }
+    }
+
+    /// Replaces the samples of GPU ranks with what NVML reports; a GPU NVML cannot read keeps
+    /// its busy share from step timings (device time from CUDA events).
+    pub fn merge(&mut self, mut samples: Vec<DeviceSample>) -> Vec<DeviceSample> {
+        if let Some(nvml) = &self.nvml {
+            for (rank, s) in self.ranks.iter().zip(nvml.sample()) {
+                if let Some(slot) = samples.get_mut(*rank) {
+                    let fallback = slot.util;
+                    *slot = DeviceSample {
+                        util: s.util.or(fallback),
+                        ..s
+                    };
+                }
+            }
+        }
+        samples
     }
 }
 

@@ -9,7 +9,11 @@ pub enum Device {
     /// A CPU worker thread standing in for a GPU.
     Cpu { index: usize },
     /// A GPU by CUDA ordinal, trained on by its own worker thread.
-    Gpu { index: usize, name: String },
+    Gpu {
+        index: usize,
+        name: String,
+        pci_bus_id: Option<String>,
+    },
 }
 
 impl Device {
@@ -49,6 +53,7 @@ fn gpus(all: &[GpuInfo], ids: &[usize]) -> Vec<Device> {
         .map(|&i| Device::Gpu {
             index: i,
             name: all[i].name.clone(),
+            pci_bus_id: all[i].pci_bus_id.clone(),
         })
         .collect()
 }
@@ -182,11 +187,13 @@ mod tests {
                 index: 0,
                 name: "NVIDIA A100".into(),
                 memory: 80 << 30,
+                pci_bus_id: None,
             },
             GpuInfo {
                 index: 1,
                 name: "NVIDIA A100".into(),
                 memory: 80 << 30,
+                pci_bus_id: None,
             },
         ]);
         let ready = Libraries {

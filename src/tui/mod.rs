@@ -18,7 +18,7 @@ use ratatui::Terminal;
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::events::Event;
 use crate::metrics::{MetricsWriter, Recorder};
-use crate::telemetry::{process_memory, BusyMeter};
+use crate::telemetry::{process_memory, BusyMeter, GpuTelemetry};
 use app::{Action, App, AppEvent, Level};
 use theme::Theme;
 
@@ -69,6 +69,7 @@ pub fn drive<B: Backend>(
     }
     let mut theme = opts.theme.clone();
     let mut busy = BusyMeter::new(info.ranks());
+    let mut gpus = GpuTelemetry::open(&info.devices);
     let mut metrics = Recorder::new(metrics);
     let warn = |app: &mut App, w: Option<String>| {
         if let Some(w) = w {
@@ -145,7 +146,7 @@ pub fn drive<B: Backend>(
             },
             recv(sampler) -> _ => {
                 let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
-                let devices = busy.sample(at);
+                let devices = gpus.merge(busy.sample(at));
                 if let Some(e) = &engine {
                     app.apply(AppEvent::Telemetry { at, devices, process_memory: process_memory() });
                     app.apply(AppEvent::Beats(at, e.heartbeats()));
@@ -170,7 +171,7 @@ pub fn drive<B: Backend>(
             // a last sample covers the part of the interval since the previous one
             if let Some(e) = &engine {
                 let at = e.elapsed();
-                let devices = busy.sample(at);
+                let devices = gpus.merge(busy.sample(at));
                 app.apply(AppEvent::Telemetry {
                     at,
                     devices,
