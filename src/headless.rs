@@ -25,7 +25,12 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
     let mut lines = vec![format!("run: {}", info.name)];
     let ranks = info.ranks();
+    let gpu_run = info
+        .devices
+        .iter()
+        .any(|d| matches!(d, crate::engine::Device::Gpu { .. }));
     let threads = match info.threads_per_worker {
+        _ if gpu_run => String::new(),
         t if ranks == 1 => format!(", {t} thread{}", if t == 1 { "" } else { "s" }),
         1 => ", 1 thread each".to_string(),
         t => format!(", {t} threads each"),

@@ -256,11 +256,29 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = mgtop::engine::available_cores();
-    let counts = if args.counts.is_empty() {
+    // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
+    let (devices, _) = mgtop::engine::resolve_devices(&base.devices)?;
+    let gpus: Vec<usize> = devices
+        .iter()
+        .filter_map(|d| match d {
+            mgtop::engine::Device::Gpu { index, .. } => Some(*index),
+            mgtop::engine::Device::Cpu { .. } => None,
+        })
+        .collect();
+    let counts = if !args.counts.is_empty() {
+        args.counts.clone()
+    } else if gpus.is_empty() {
         (1..=cores.max(2)).collect()
     } else {
-        args.counts.clone()
+        (1..=gpus.len()).collect()
     };
+    if let Some(&c) = counts.iter().find(|&&c| !gpus.is_empty() && c > gpus.len()) {
+        anyhow::bail!(
+            "--counts: {c} devices, but this run has {} GPU(s); use counts up to {}",
+            gpus.len(),
+            gpus.len()
+        );
+    }
     if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
         anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
     }
@@ -281,6 +299,7 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     let most = counts.iter().copied().max().unwrap_or(1);
     let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
     let plan = mgtop::scale::Plan {
+        gpus,
         counts,
         batches,
         prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),

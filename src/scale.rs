@@ -43,6 +43,8 @@ pub struct Row {
 
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// GPUs to measure on, in order (a count of n uses the first n); empty: CPU workers.
+    pub gpus: Vec<usize>,
     pub counts: Vec<usize>,
     pub batches: Vec<usize>,
     pub prefetch: Vec<bool>,
@@ -74,7 +76,11 @@ impl Plan {
 /// One timed run of `base` at `p`.
 fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineError> {
     let cfg = RunConfig {
-        devices: DeviceSpec::Cpu(p.devices),
+        devices: if plan.gpus.is_empty() {
+            DeviceSpec::Cpu(p.devices)
+        } else {
+            DeviceSpec::Gpus(plan.gpus[..p.devices.min(plan.gpus.len())].to_vec())
+        },
         batch_per_replica: p.per_replica,
         prefetch: if p.prefetch { base.prefetch.max(1) } else { 0 },
         budget: Budget::Steps(plan.warmup_steps + plan.timed_steps),
@@ -287,6 +293,7 @@ mod tests {
     #[test]
     fn the_grid_puts_each_series_baseline_first() {
         let plan = Plan {
+            gpus: Vec::new(),
             counts: vec![1, 2],
             batches: vec![32, 128],
             prefetch: vec![true, false],

@@ -97,7 +97,7 @@ impl GpuTelemetry {
 
     /// Replaces the samples of GPU ranks with what NVML reports; a GPU NVML cannot read keeps
     /// its busy share from step timings (device time from CUDA events).
-    pub fn merge(&mut self, mut samples: Vec<DeviceSample>) -> Vec<DeviceSample> {
+    pub fn merge(&self, mut samples: Vec<DeviceSample>) -> Vec<DeviceSample> {
         if let Some(nvml) = &self.nvml {
             for (rank, s) in self.ranks.iter().zip(nvml.sample()) {
                 if let Some(slot) = samples.get_mut(*rank) {

@@ -360,7 +360,7 @@ impl Engine {
                         let mut ctx = ctx;
                         match worker::open_gpu(&mut ctx, index, model, state, group) {
                             Ok(replica) => worker::run(ctx, Box::new(replica)),
-                            Err(e) => worker::start_failed(ctx, e),
+                            Err(e) => worker::stop_all(ctx, e),
                         }
                     }
                 })

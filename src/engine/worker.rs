@@ -79,7 +79,7 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
             rank: w.rank,
             result,
         }),
-        Err(e) => start_failed(w, e),
+        Err(e) => stop_all(w, e),
     }
 }
 
@@ -116,7 +116,7 @@ pub(super) fn open_gpu(
 
 /// A rank that stops with `e`: the others are woken with the reason, and the failure is
 /// reported once (not for ranks that only stopped because another did).
-pub(super) fn start_failed(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
+pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
     w.coll.abort(&format!("rank {} failed: {e}", w.rank));
     let knock_on = matches!(
         e,

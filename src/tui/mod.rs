@@ -69,7 +69,7 @@ pub fn drive<B: Backend>(
     }
     let mut theme = opts.theme.clone();
     let mut busy = BusyMeter::new(info.ranks());
-    let mut gpus = GpuTelemetry::open(&info.devices);
+    let gpus = GpuTelemetry::open(&info.devices);
     let mut metrics = Recorder::new(metrics);
     let warn = |app: &mut App, w: Option<String>| {
         if let Some(w) = w {
