@@ -7,6 +7,8 @@
 //! and the fix, never a panic.
 
 pub mod blas;
+#[macro_use]
+mod launch;
 pub mod nccl;
 pub mod replica;
 pub mod selftest;

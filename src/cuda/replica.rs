@@ -8,13 +8,15 @@
 //! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
 //! and the engine reports the rank as failed.
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaSlice};
 use cudarc::nccl::{Comm, Id, ReduceOp};
 
 use super::blas::sgemm;
+use super::launch::{add_metrics, die};
 use super::{on, CudaError, Gpu};
 use crate::collective::{Collective, CollectiveError, ReduceTiming};
 use crate::loader::MicroBatch;
@@ -23,7 +25,6 @@ use crate::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
 use crate::replica::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 
 const EVAL_CHUNK: usize = 512;
-const THREADS: u32 = 256;
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
@@ -60,46 +61,6 @@ pub struct CudaReplica {
     /// Recorded before and after the gradient computation of the current step.
     events: Option<(CudaEvent, CudaEvent)>,
     times: Option<DeviceTimes>,
-}
-
-/// A CUDA error inside a step: the worker's panic becomes the rank's failure message.
-fn die(gpu: usize, what: &str, e: impl std::fmt::Debug) -> ! {
-    panic!("{}", CudaError::new(gpu, what, e))
-}
-
-/// Launches kernel `$name` over `$n` threads with the given arguments.
-macro_rules! launch {
-    ($gpu:expr, $name:expr, $n:expr, $($arg:expr),+ $(,)?) => {{
-        let gpu: &Gpu = $gpu;
-        let mut b = gpu.stream.launch_builder(gpu.function($name));
-        $( b.arg($arg); )+
-        // SAFETY: every kernel of kernels/ bounds-checks its index against the sizes passed,
-        // and the callers pass buffers at least that large.
-        if let Err(e) = unsafe { b.launch(launch_cfg($n)) } {
-            die(gpu.index, $name, e)
-        }
-    }};
-}
-
-/// Adds a micro-batch's loss sum, correct count and row count (from the per-row outputs of
-/// softmax_xent) into `out`'s three slots.
-fn add_metrics(
-    gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    loss: &CudaSlice<f32>,
-    correct: &CudaSlice<i32>,
-    b: usize,
-) {
-    let (loss, correct, ni) = (loss.slice(..b), correct.slice(..b), b as i32);
-    launch!(gpu, "metrics_f32", 1, out, &loss, &correct, &ni);
-}
-
-fn launch_cfg(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((n as u32).div_ceil(THREADS).max(1), 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 impl CudaReplica {
@@ -223,9 +184,7 @@ impl CudaReplica {
     /// and dlogits into `dacts[L]`.
     fn forward(&mut self, b: usize) {
         let layers = self.model.layers();
-        let ranges: Vec<_> = (0..layers)
-            .map(|l| (self.range(2 * l), self.range(2 * l + 1)))
-            .collect();
+        let ranges = self.layer_ranges();
         let CudaReplica {
             gpu,
             blas,
@@ -279,9 +238,7 @@ impl CudaReplica {
     /// Backward from dlogits, accumulating weight and bias gradients (sums over rows).
     fn backward(&mut self, b: usize) {
         let layers = self.model.layers();
-        let ranges: Vec<_> = (0..layers)
-            .map(|l| (self.range(2 * l), self.range(2 * l + 1)))
-            .collect();
+        let ranges = self.layer_ranges();
         let CudaReplica {
             gpu,
             blas,
@@ -324,9 +281,15 @@ impl CudaReplica {
         }
     }
 
-    fn range(&self, tensor: usize) -> std::ops::Range<usize> {
-        let t = &self.model.tensors[tensor];
-        t.offset..t.offset + t.len
+    /// Where each layer's weight and bias sit in the flat buffers.
+    fn layer_ranges(&self) -> Vec<(Range<usize>, Range<usize>)> {
+        let range = |i: usize| {
+            let t = &self.model.tensors[i];
+            t.offset..t.offset + t.len
+        };
+        (0..self.model.layers())
+            .map(|l| (range(2 * l), range(2 * l + 1)))
+            .collect()
     }
 
     fn record(&self) -> CudaEvent {
@@ -557,42 +520,4 @@ impl Replica for CudaReplica {
         }
         self.t = state.opt.t;
     }
-}
-
-/// Used by `selftest`: one product through the helper, for comparing with the CPU.
-#[allow(clippy::too_many_arguments)]
-pub fn product_on(
-    gpu: &Gpu,
-    ta: bool,
-    tb: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    c: &[f32],
-) -> Result<Vec<f32>, CudaError> {
-    let s = &gpu.stream;
-    let index = gpu.index;
-    let blas =
-        cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
-    let da = s.clone_htod(a).map_err(on(index, "upload"))?;
-    let db = s.clone_htod(b).map_err(on(index, "upload"))?;
-    let mut dc = s.clone_htod(c).map_err(on(index, "upload"))?;
-    let (av, bv): (CudaView<'_, f32>, CudaView<'_, f32>) = (da.slice(..), db.slice(..));
-    sgemm(
-        &blas,
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        0.7,
-        &av,
-        &bv,
-        0.3,
-        &mut dc.slice_mut(..),
-    )
-    .map_err(|e| CudaError::new(gpu.index, "sgemm", e))?;
-    s.clone_dtoh(&dc).map_err(on(index, "download"))
 }

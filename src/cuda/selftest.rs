@@ -6,7 +6,8 @@ use std::time::Duration;
 use cudarc::driver::CudaContext;
 use cudarc::nccl::{Comm, Id, ReduceOp};
 
-use super::replica::{product_on, CudaReplica, Group};
+use super::blas;
+use super::replica::{CudaReplica, Group};
 use super::{on, CudaError, Gpu};
 use crate::collective::{Collective, LocalCollective};
 use crate::gemm::sgemm;
@@ -233,6 +234,44 @@ pub fn table(checks: &[Check]) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// Used by `selftest`: one product through the helper, for comparing with the CPU.
+#[allow(clippy::too_many_arguments)]
+fn product_on(
+    gpu: &Gpu,
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+) -> Result<Vec<f32>, CudaError> {
+    let s = &gpu.stream;
+    let index = gpu.index;
+    let handle =
+        cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
+    let da = s.clone_htod(a).map_err(on(index, "upload"))?;
+    let db = s.clone_htod(b).map_err(on(index, "upload"))?;
+    let mut dc = s.clone_htod(c).map_err(on(index, "upload"))?;
+    let (av, bv) = (da.slice(..), db.slice(..));
+    blas::sgemm(
+        &handle,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        0.7,
+        &av,
+        &bv,
+        0.3,
+        &mut dc.slice_mut(..),
+    )
+    .map_err(|e| CudaError::new(gpu.index, "sgemm", e))?;
+    s.clone_dtoh(&dc).map_err(on(index, "download"))
 }
 
 #[cfg(test)]
