@@ -99,7 +99,13 @@ pub fn watched_throughput(
     let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
     let r = match watch {
         Watch::Nothing => unreachable!("returned above"),
-        Watch::Headless => crate::headless::run(engine, 50, &mut std::io::sink(), None)?,
+        Watch::Headless => crate::headless::run(
+            engine,
+            50,
+            Duration::from_secs(1),
+            &mut std::io::sink(),
+            None,
+        )?,
         Watch::Tui => {
             let opts = TuiOptions {
                 theme: Theme::embedded("dark").expect("embedded"),

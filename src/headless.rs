@@ -11,6 +11,7 @@ use crate::events::{Applied, Event, StepStats};
 use crate::metrics::{MetricsWriter, Recorder};
 use crate::monitor::{Monitor, StepRow};
 use crate::straggler::{Detector, Warning};
+use crate::telemetry::{process_memory, Telemetry};
 
 /// How often the log collects step samples.
 const STEP_POLL: Duration = Duration::from_millis(20);
@@ -213,6 +214,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
 struct Log<'a> {
     out: &'a mut dyn Write,
     metrics: Recorder,
+    telemetry: Telemetry,
     monitor: Monitor,
     detector: Detector,
     budget: Budget,
@@ -227,7 +229,18 @@ impl Log<'_> {
         }
     }
 
+    /// Every device's sample into the metrics file and the straggler detector.
+    fn on_sample(&mut self, at: Duration) {
+        let devices = self.telemetry.sample(at);
+        self.detector.on_telemetry(&devices);
+        let r = self
+            .metrics
+            .record(|m| m.telemetry(at, &devices, process_memory()));
+        self.warn(r);
+    }
+
     fn on_step(&mut self, s: StepStats) {
+        self.telemetry.on_step(&s);
         let Some(row) = self.monitor.on_step(s) else {
             return;
         };
@@ -281,6 +294,7 @@ impl Log<'_> {
 pub fn run(
     engine: Engine,
     log_every: u64,
+    sample_interval: Duration,
     out: &mut dyn Write,
     metrics: Option<MetricsWriter>,
 ) -> Result<RunResult, EngineError> {
@@ -291,6 +305,7 @@ pub fn run(
     let mut log = Log {
         out,
         metrics: Recorder::new(metrics),
+        telemetry: Telemetry::new(&info.devices, sample_interval),
         monitor: Monitor::new(info.ranks()),
         detector: info.detector(),
         budget: info.budget,
@@ -304,6 +319,7 @@ pub fn run(
     let steps = engine.steps().clone();
     let events = engine.events().clone();
     let poll = tick(STEP_POLL);
+    let sampler = tick(sample_interval);
     let mut end_record = None;
     loop {
         select! {
@@ -313,6 +329,7 @@ pub fn run(
                     log.on_warning(&w, engine.elapsed());
                 }
             }
+            recv(sampler) -> _ => log.on_sample(engine.elapsed()),
             recv(events) -> e => match e {
                 Ok(ev) => {
                     // steps before this event are printed before it
@@ -332,6 +349,8 @@ pub fn run(
     for s in steps.iter() {
         log.on_step(s);
     }
+    // a last sample covers the part of the interval since the previous one
+    log.on_sample(engine.elapsed());
     if let Some((ev, t)) = end_record {
         log.on_event(&ev, t);
     }

@@ -93,7 +93,7 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
         None => {
             on_signals(&engine, None)?;
             let mut out = std::io::stdout().lock();
-            mgtop::headless::run(engine, log_every, &mut out, metrics)?
+            mgtop::headless::run(engine, log_every, front.sample_interval, &mut out, metrics)?
         }
     };
     if result.stopped {

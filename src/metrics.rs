@@ -12,6 +12,7 @@ use crate::engine::RunInfo;
 use crate::events::{Applied, Event};
 use crate::monitor::StepRow;
 use crate::straggler::Warning;
+use crate::telemetry::DeviceSample;
 
 pub const SCHEMA: &str = "mgtop.metrics/1";
 
@@ -161,6 +162,34 @@ impl MetricsWriter {
             }
         };
         self.line(v)
+    }
+
+    /// Every device's sample at `t` (values a device cannot report are null), and the
+    /// process's resident memory.
+    pub fn telemetry(
+        &mut self,
+        t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Result<(), MetricsError> {
+        let devices: Vec<Value> = devices
+            .iter()
+            .enumerate()
+            .map(|(rank, d)| {
+                json!({
+                    "rank": rank, "util": d.util, "mem_access": d.mem_access,
+                    "mem_used": d.mem_used, "mem_total": d.mem_total, "temp_c": d.temp_c,
+                    "power_w": d.power_w, "power_limit_w": d.power_limit_w,
+                    "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
+                    "throttle": d.throttle_reasons.map(crate::nvml::throttle_names),
+                    "pcie_rx_kbs": d.pcie_rx_kbs, "pcie_tx_kbs": d.pcie_tx_kbs,
+                })
+            })
+            .collect();
+        self.line(json!({
+            "type": "telemetry", "t": t.as_secs_f64(), "devices": devices,
+            "process_rss": process.map(|p| p.0),
+        }))
     }
 
     /// A straggler / degraded / stall warning (or its clearing).

@@ -1,8 +1,12 @@
 //! What each device is doing, sampled at an interval. One sample type for every backend:
 //! a metric a device cannot report is `None` (shown as n/a), never 0.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
+
+use crate::engine::Device;
 use crate::events::StepStats;
 
 /// One device at one moment. Fractions are 0..=1.
@@ -29,7 +33,7 @@ pub struct DeviceSample {
 }
 
 /// Busy time of CPU workers, from their step timings.
-pub struct BusyMeter {
+struct BusyMeter {
     busy: Vec<Duration>,
     since: Duration,
 }
@@ -67,50 +71,88 @@ impl BusyMeter {
     }
 }
 
-/// NVML samples for the GPU ranks of a run (none for CPU workers, or where NVML is missing).
-pub struct GpuTelemetry {
-    nvml: Option<crate::nvml::Nvml>,
-    /// The rank of each NVML device, in NVML's order.
-    ranks: Vec<usize>,
+/// Every rank's device sample: CPU workers' busy share from their step timings, GPUs' values
+/// from NVML (read by a sampler thread every `interval`; a GPU NVML cannot read keeps its busy
+/// share from its CUDA-event step times). Both frontends sample through this.
+pub struct Telemetry {
+    busy: BusyMeter,
+    /// The rank of each NVML device, in the sampler's order.
+    gpu_ranks: Vec<usize>,
+    latest: Arc<Mutex<Option<Vec<DeviceSample>>>>,
+    /// Dropped to stop the sampler thread.
+    _stop: Option<Sender<()>>,
 }
 
-impl GpuTelemetry {
-    pub fn open(devices: &[crate::engine::Device]) -> GpuTelemetry {
+impl Telemetry {
+    pub fn new(devices: &[Device], interval: Duration) -> Telemetry {
         let gpus: Vec<(usize, String)> = devices
             .iter()
             .enumerate()
             .filter_map(|(rank, d)| match d {
-                crate::engine::Device::Gpu { pci_bus_id, .. } => {
+                Device::Gpu { pci_bus_id, .. } => {
                     Some((rank, pci_bus_id.clone().unwrap_or_default()))
                 }
-                crate::engine::Device::Cpu { .. } => None,
+                Device::Cpu { .. } => None,
             })
             .collect();
+        let latest = Arc::new(Mutex::new(None));
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
-        GpuTelemetry {
-            nvml: (!gpus.is_empty())
-                .then(|| crate::nvml::Nvml::open(&ids).ok())
-                .flatten(),
-            ranks: gpus.iter().map(|g| g.0).collect(),
+        let stop = (!gpus.is_empty())
+            .then(|| crate::nvml::Nvml::open(&ids).ok())
+            .flatten()
+            .and_then(|nvml| spawn_sampler(nvml, interval, latest.clone()));
+        Telemetry {
+            busy: BusyMeter::new(devices.len()),
+            gpu_ranks: gpus.iter().map(|g| g.0).collect(),
+            latest,
+            _stop: stop,
         }
     }
 
-    /// Replaces the samples of GPU ranks with what NVML reports; a GPU NVML cannot read keeps
-    /// its busy share from step timings (device time from CUDA events).
-    pub fn merge(&self, mut samples: Vec<DeviceSample>) -> Vec<DeviceSample> {
-        if let Some(nvml) = &self.nvml {
-            for (rank, s) in self.ranks.iter().zip(nvml.sample()) {
-                if let Some(slot) = samples.get_mut(*rank) {
-                    let fallback = slot.util;
-                    *slot = DeviceSample {
-                        util: s.util.or(fallback),
-                        ..s
-                    };
-                }
+    pub fn on_step(&mut self, s: &StepStats) {
+        self.busy.on_step(s);
+    }
+
+    /// One sample per rank covering the time since the previous call (`now`: since the start).
+    pub fn sample(&mut self, now: Duration) -> Vec<DeviceSample> {
+        let mut samples = self.busy.sample(now);
+        let latest = self.latest.lock().map(|l| l.clone()).unwrap_or_default();
+        for (rank, s) in self.gpu_ranks.iter().zip(latest.unwrap_or_default()) {
+            if let Some(slot) = samples.get_mut(*rank) {
+                let fallback = slot.util;
+                *slot = DeviceSample {
+                    util: s.util.or(fallback),
+                    ..s
+                };
             }
         }
         samples
     }
+}
+
+/// Reads NVML every `interval` into `latest` until the returned sender is dropped.
+fn spawn_sampler(
+    nvml: crate::nvml::Nvml,
+    interval: Duration,
+    latest: Arc<Mutex<Option<Vec<DeviceSample>>>>,
+) -> Option<Sender<()>> {
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+    std::thread::Builder::new()
+        .name("nvml-sampler".into())
+        .spawn(move || loop {
+            let s = nvml.sample();
+            if let Ok(mut l) = latest.lock() {
+                *l = Some(s);
+            }
+            // a message never comes: this waits `interval`, or ends when the sender is gone
+            if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+                stopped.recv_timeout(interval)
+            {
+                return;
+            }
+        })
+        .ok()?;
+    Some(stop)
 }
 
 /// CPU time the calling thread has used (`None` where the platform cannot say). One system

@@ -109,6 +109,18 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
     assert!(lines
         .iter()
         .any(|l| l["type"] == "event" && l["kind"] == "checkpoint"));
+    // device telemetry: CPU workers report their busy share; what they cannot measure is null
+    let telemetry: Vec<_> = lines.iter().filter(|l| l["type"] == "telemetry").collect();
+    assert!(!telemetry.is_empty(), "no telemetry record");
+    for t in &telemetry {
+        let devices = t["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2, "{t}");
+        for d in devices {
+            let util = d["util"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&util), "{d}");
+            assert!(d["mem_access"].is_null() && d["temp_c"].is_null(), "{d}");
+        }
+    }
     assert_eq!(lines.last().unwrap()["type"], "end");
     assert_eq!(lines.last().unwrap()["status"], "completed");
 }

@@ -109,7 +109,14 @@ impl RunInfo {
         let ctx = Context {
             cores: self.cores,
             injected: self.injected.clone(),
-            models: vec![None; self.ranks()],
+            models: self
+                .devices
+                .iter()
+                .map(|d| match d {
+                    Device::Gpu { name, .. } => Some(name.clone()),
+                    Device::Cpu { .. } => None,
+                })
+                .collect(),
         };
         Detector::new(self.ranks(), cfg, ctx)
     }

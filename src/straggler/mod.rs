@@ -66,6 +66,9 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// NVML throttle-reason bits, SM clock and its maximum (MHz).
+type Throttle = (u64, Option<u32>, Option<u32>);
+
 /// One rank's recent steps: (work, data wait, sync wait) in ms, and samples.
 type Recent = VecDeque<(f64, f64, f64, f64)>;
 
@@ -83,6 +86,8 @@ pub struct Detector {
     recovered_runs: Vec<u32>,
     /// The step a stall was reported after (one warning per stall).
     stalled_at: Option<u64>,
+    /// Each rank's newest throttle reasons and SM clock (GPUs, from telemetry).
+    throttle: Vec<Option<Throttle>>,
     /// The newest complete step and when it completed (or the run resumed), since the start.
     last_step: u64,
     last_progress: Duration,
@@ -102,11 +107,21 @@ impl Detector {
             recovered_runs: vec![0; ranks],
             rows: 0,
             stalled_at: None,
+            throttle: vec![None; ranks],
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
             cfg,
             ctx,
+        }
+    }
+
+    /// The newest device samples (one per rank): throttle reasons explain a slow GPU.
+    pub fn on_telemetry(&mut self, samples: &[crate::telemetry::DeviceSample]) {
+        for (t, s) in self.throttle.iter_mut().zip(samples) {
+            *t = s
+                .throttle_reasons
+                .map(|r| (r, s.sm_clock_mhz, s.sm_clock_max_mhz));
         }
     }
 
@@ -248,6 +263,20 @@ impl Detector {
         }
         if let Some(Some(flag)) = self.ctx.injected.get(r) {
             return Cause::Injected(flag.clone());
+        }
+        let throttled = |rank: usize| {
+            self.throttle
+                .get(rank)
+                .copied()
+                .flatten()
+                .filter(|t| !crate::nvml::throttle_names(t.0).is_empty())
+        };
+        if let (Some((reasons, clock, max)), None) = (throttled(r), throttled(fastest)) {
+            return Cause::Throttled {
+                reasons: crate::nvml::throttle_names(reasons),
+                sm_clock_mhz: clock,
+                sm_clock_max_mhz: max,
+            };
         }
         if let Some(Some(m)) = self.ctx.models.get(r) {
             let peers = self.ctx.models.iter().enumerate().filter(|(o, _)| *o != r);

@@ -238,6 +238,43 @@ fn causes_come_from_the_evidence() {
         matches!(&w[0].1, Warning::Straggler { cause: Cause::Heterogeneous { model }, .. } if model == "T4"),
         "{w:?}"
     );
+    // the same GPUs, one clocked down by a power cap and heat: throttled, with the clocks
+    let ctx = Context {
+        cores: 8,
+        models: vec![Some("H100".into()), Some("H100".into())],
+        ..Context::default()
+    };
+    let sample = |reasons: u64, clock: u32| crate::telemetry::DeviceSample {
+        throttle_reasons: Some(reasons),
+        sm_clock_mhz: Some(clock),
+        sm_clock_max_mhz: Some(1980),
+        ..Default::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx.clone());
+    // rank 0 idles between steps (GPU idle is not throttling); rank 1 is power- and heat-capped
+    d.on_telemetry(&[sample(0x1, 1980), sample(0x4 | 0x40, 1140)]);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    let text = w[0].1.to_string();
+    assert!(
+        text.contains(
+            "likely cause: throttled (power cap, thermal (hardware); SM clock 1140 of 1980 MHz"
+        ),
+        "{text}"
+    );
+    // both throttled alike: that does not explain the difference
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    d.on_telemetry(&[sample(0x4, 1500), sample(0x4, 1500)]);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    assert!(
+        matches!(
+            &w[0].1,
+            Warning::Straggler {
+                cause: Cause::Unknown,
+                ..
+            }
+        ),
+        "{w:?}"
+    );
 }
 
 #[test]

@@ -23,6 +23,12 @@ pub enum Cause {
     },
     /// A fault injected on purpose.
     Injected(String),
+    /// The GPU is clocked down (NVML throttle reasons), and its peers are not.
+    Throttled {
+        reasons: Vec<&'static str>,
+        sm_clock_mhz: Option<u32>,
+        sm_clock_max_mhz: Option<u32>,
+    },
     Unknown,
 }
 
@@ -34,6 +40,7 @@ impl Cause {
             Cause::Oversubscribed { .. } => "oversubscribed",
             Cause::Heterogeneous { .. } => "heterogeneous",
             Cause::Injected(_) => "injected",
+            Cause::Throttled { .. } => "throttled",
             Cause::Unknown => "unknown",
         }
     }
@@ -52,6 +59,17 @@ impl fmt::Display for Cause {
             ),
             Cause::Heterogeneous { model } => write!(f, "heterogeneous (a {model} among different devices)"),
             Cause::Injected(flag) => write!(f, "injected ({flag})"),
+            Cause::Throttled {
+                reasons,
+                sm_clock_mhz,
+                sm_clock_max_mhz,
+            } => {
+                write!(f, "throttled ({}", reasons.join(", "))?;
+                if let (Some(now), Some(max)) = (sm_clock_mhz, sm_clock_max_mhz) {
+                    write!(f, "; SM clock {now} of {max} MHz")?;
+                }
+                f.write_str("; check cooling and power limits with nvidia-smi -q -d PERFORMANCE)")
+            }
             Cause::Unknown => f.write_str("unknown"),
         }
     }

@@ -18,7 +18,7 @@ use ratatui::Terminal;
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::events::Event;
 use crate::metrics::{MetricsWriter, Recorder};
-use crate::telemetry::{process_memory, BusyMeter, GpuTelemetry};
+use crate::telemetry::{process_memory, Telemetry};
 use app::{Action, App, AppEvent, Level};
 use theme::Theme;
 
@@ -68,8 +68,7 @@ pub fn drive<B: Backend>(
         app.apply(AppEvent::Notice(Level::Info, format!("note: {note}")));
     }
     let mut theme = opts.theme.clone();
-    let mut busy = BusyMeter::new(info.ranks());
-    let gpus = GpuTelemetry::open(&info.devices);
+    let mut telemetry = Telemetry::new(&info.devices, opts.sample_interval);
     let mut metrics = Recorder::new(metrics);
     let warn = |app: &mut App, w: Option<String>| {
         if let Some(w) = w {
@@ -97,7 +96,7 @@ pub fn drive<B: Backend>(
                 Ok(ev) => {
                     // the steps before this event come first (in the metrics file too)
                     if steps_open {
-                        steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
+                        steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
                     }
                     let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
                     app.apply(AppEvent::Tick(at));
@@ -113,7 +112,7 @@ pub fn drive<B: Backend>(
                 Err(_) => {
                     events = never();
                     events_open = false;
-                    steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
+                    steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
                 }
             },
             recv(inputs) -> i => match i {
@@ -146,15 +145,17 @@ pub fn drive<B: Backend>(
             },
             recv(sampler) -> _ => {
                 let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
-                let devices = gpus.merge(busy.sample(at));
+                let devices = telemetry.sample(at);
                 if let Some(e) = &engine {
-                    app.apply(AppEvent::Telemetry { at, devices, process_memory: process_memory() });
+                    let process_memory = process_memory();
+                    warn(&mut app, metrics.record(|m| m.telemetry(at, &devices, process_memory)));
+                    app.apply(AppEvent::Telemetry { at, devices, process_memory });
                     app.apply(AppEvent::Beats(at, e.heartbeats()));
                 }
             },
             recv(frames) -> _ => {
                 if steps_open {
-                    steps_open = drain_steps(&steps, &mut app, &mut busy, &mut metrics, opts.log_every);
+                    steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
                 }
                 if let Some(e) = &engine {
                     app.apply(AppEvent::Tick(e.elapsed()));
@@ -171,11 +172,16 @@ pub fn drive<B: Backend>(
             // a last sample covers the part of the interval since the previous one
             if let Some(e) = &engine {
                 let at = e.elapsed();
-                let devices = gpus.merge(busy.sample(at));
+                let devices = telemetry.sample(at);
+                let process_memory = process_memory();
+                warn(
+                    &mut app,
+                    metrics.record(|m| m.telemetry(at, &devices, process_memory)),
+                );
                 app.apply(AppEvent::Telemetry {
                     at,
                     devices,
-                    process_memory: process_memory(),
+                    process_memory,
                 });
             }
             let r = engine.take().map(Engine::join);
@@ -220,7 +226,7 @@ pub fn drive<B: Backend>(
 fn drain_steps(
     steps: &Receiver<crate::events::StepStats>,
     app: &mut App,
-    busy: &mut BusyMeter,
+    telemetry: &mut Telemetry,
     metrics: &mut Recorder,
     log_every: u64,
 ) -> bool {
@@ -230,7 +236,7 @@ fn drain_steps(
             Err(TryRecvError::Empty) => return true,
             Err(TryRecvError::Disconnected) => return false,
         };
-        busy.on_step(&s);
+        telemetry.on_step(&s);
         let before = app.last_row.as_ref().map(|r| r.step);
         app.apply(AppEvent::Step(s));
         let Some(row) = app

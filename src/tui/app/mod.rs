@@ -237,6 +237,7 @@ impl App {
                 process_memory,
             } => {
                 self.now = self.now.max(at);
+                self.detector.on_telemetry(&devices);
                 let t = at.as_secs_f64();
                 for (d, s) in self.devices.iter_mut().zip(devices) {
                     if let Some(u) = s.util {
