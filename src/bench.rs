@@ -57,6 +57,19 @@ pub struct Watched {
     pub frontend_cpu: Option<f64>,
 }
 
+/// Samples/s of the reference workload (MLP 784-128-10, Adam lr 1e-3) on these GPUs at
+/// `batch` per replica: 200 timed steps after 20.
+pub fn gpu_train_throughput(gpus: &[usize], batch: usize) -> Result<f64, EngineError> {
+    let (warm, timed) = (20, 200);
+    let cfg = RunConfig {
+        devices: DeviceSpec::Gpus(gpus.to_vec()),
+        lr: Some(1e-3),
+        ..synthetic(gpus.len(), 128, 60_000, batch, warm + timed)
+    };
+    let r = Engine::run(cfg)?;
+    Ok(timed_rate(&r.step_ends, warm, batch * gpus.len()))
+}
+
 /// A benchmark run: MLP 784-`hidden`-10 on `n` synthetic samples, no validation, no checkpoint.
 fn synthetic(workers: usize, hidden: usize, n: usize, batch: usize, steps: u64) -> RunConfig {
     RunConfig {

@@ -250,7 +250,71 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             b / p
         );
     }
+    if args.only == "all" || args.only == "gpu" {
+        run_gpu_bench(args)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The benchmarks only GPUs can run; without them, one line saying why not.
+fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
+    use mgtop::cuda::{bench as gpu_bench, Libraries};
+    use mgtop::gpu::{discover, Discovery};
+    let found = match discover() {
+        Discovery::None(why) => {
+            println!("GPU benchmarks: skipped: no GPU ({why})");
+            return Ok(());
+        }
+        Discovery::Found(found) => found,
+    };
+    if let Some(missing) = Libraries::probe().missing_for(found.len()) {
+        println!("GPU benchmarks: skipped: {missing}");
+        return Ok(());
+    }
+    for g in &found {
+        println!(
+            "GPU {}: {}: kernel times (CUDA events, mean of repeated launches)",
+            g.index, g.name
+        );
+        for k in gpu_bench::kernel_times(g.index)? {
+            println!("  {:<28} {:>10.1} us  {:>14}", k.name, k.us, k.rate);
+        }
+    }
+    println!(
+        "training on GPUs, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})",
+        args.repeat
+    );
+    println!(
+        "{:>5} {:>6} {:>12} {:>8} {:>6}",
+        "gpus", "batch", "samples/s", "speedup", "eff"
+    );
+    for &b in &args.batches {
+        let mut one = None;
+        for n in 1..=found.len() {
+            let ids: Vec<usize> = found.iter().take(n).map(|g| g.index).collect();
+            let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1))
+                .map(|_| bench::gpu_train_throughput(&ids, b))
+                .collect();
+            let rate = bench::median(runs?);
+            let base = *one.get_or_insert(rate);
+            let (speedup, eff) = mgtop::scaling::scaling(rate, base, n);
+            println!(
+                "{n:>5} {b:>6} {rate:>12.0} {speedup:>7.2}x {:>5.0}%",
+                eff * 100.0
+            );
+        }
+    }
+    if found.len() > 1 {
+        println!(
+            "NCCL all-reduce over {} GPUs: bus bandwidth GB/s (2(n-1)/n x bytes / time)",
+            found.len()
+        );
+        let sizes: Vec<usize> = [1usize, 4, 16, 64, 256].iter().map(|m| m << 20).collect();
+        for (bytes, bw) in gpu_bench::nccl_busbw(found.len(), &sizes)? {
+            println!("{:>5} MiB {bw:>8.1}", bytes >> 20);
+        }
+    }
+    Ok(())
 }
 
 fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {

@@ -440,4 +440,11 @@ fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
             "{out}"
         );
     }
+    // the GPU benchmarks say why they did not run, and that is not a failure
+    if out.contains("GPU: none") {
+        let o = bin().args(["bench", "--only", "gpu"]).output().unwrap();
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        assert!(out.contains("GPU benchmarks: skipped: no GPU ("), "{out}");
+    }
 }

@@ -6,9 +6,10 @@
 //! one is missing, so `Libraries::probe` checks each first: a machine without them gets a reason
 //! and the fix, never a panic.
 
-pub mod blas;
 #[macro_use]
 mod launch;
+pub mod bench;
+pub mod blas;
 pub mod nccl;
 pub mod replica;
 pub mod selftest;
