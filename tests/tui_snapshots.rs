@@ -45,6 +45,22 @@ fn whole_screen_160x48() {
 }
 
 #[test]
+fn gpu_run_80x24_and_160x48() {
+    let app = demo::gpu_app(4, 150);
+    insta::assert_snapshot!("gpu_run_80x24", screen(&app, 80, 24));
+    insta::assert_snapshot!("gpu_run_160x48", screen(&app, 160, 48));
+    // the power-capped GPU's detail view says why it is slow
+    let mut app = app;
+    key(&mut app, KeyCode::Char('2'));
+    let detail = screen(&app, 160, 48);
+    assert!(
+        detail.contains("1245 of 1980 MHz") && detail.contains("power cap"),
+        "{detail}"
+    );
+    insta::assert_snapshot!("gpu_detail_160x48", detail);
+}
+
+#[test]
 fn paused_run_with_many_devices_80x24() {
     let mut app = demo::app(12, 40);
     app.apply(AppEvent::Engine(Event::Control {

@@ -12,6 +12,10 @@ use crate::telemetry::DeviceSample;
 use super::app::{App, AppEvent};
 
 pub fn info(devices: usize) -> RunInfo {
+    cpu_info(devices)
+}
+
+fn cpu_info(devices: usize) -> RunInfo {
     RunInfo {
         name: "digits-mlp:128".into(),
         devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
@@ -150,6 +154,62 @@ pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -
             st.step_time = ms(20.5);
             st.at = ms(600.0 + (s - steps) as f64 * 20.5);
             app.apply(AppEvent::Step(st));
+        }
+    }
+    app
+}
+
+/// The same run on GPUs (H100s), with NVML samples: rank 1 is power-capped and clocked down.
+pub fn gpu_app(devices: usize, steps: u64) -> App {
+    let mut info = cpu_info(devices);
+    info.devices = (0..devices)
+        .map(|index| Device::Gpu {
+            index,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + index)),
+        })
+        .collect();
+    let mut app = App::new(info, false);
+    app.apply(AppEvent::Engine(Event::Started {
+        ranks: devices,
+        per_replica: 32,
+        params: 9610,
+        start_step: 0,
+        start_epoch: 0,
+    }));
+    for s in 1..=steps {
+        for r in 0..devices {
+            app.apply(AppEvent::Step(step(r, devices, s)));
+        }
+        if s % 25 == 0 {
+            let samples = (0..devices)
+                .map(|r| {
+                    let capped = r == 1;
+                    DeviceSample {
+                        util: Some(if capped {
+                            0.99
+                        } else {
+                            0.71 + 0.01 * ((s / 25) % 5) as f32
+                        }),
+                        mem_access: Some(if capped { 0.35 } else { 0.42 }),
+                        mem_used: Some(((21 + r as u64) << 30) + (s << 24)),
+                        mem_total: Some(80 << 30),
+                        temp_c: Some(if capped { 83.0 } else { 61.0 + r as f32 }),
+                        power_w: Some(if capped { 700.0 } else { 455.0 }),
+                        power_limit_w: Some(700.0),
+                        sm_clock_mhz: Some(if capped { 1245 } else { 1980 }),
+                        sm_clock_max_mhz: Some(1980),
+                        throttle_reasons: Some(if capped { 0x4 } else { 0x0 }),
+                        pcie_rx_kbs: Some(1_200_000),
+                        pcie_tx_kbs: Some(300_000),
+                    }
+                })
+                .collect();
+            app.apply(AppEvent::Telemetry {
+                at: ms(s as f64 * 4.0),
+                devices: samples,
+                process_memory: Some((1 << 30, 2 << 40)),
+            });
         }
     }
     app

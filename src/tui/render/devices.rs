@@ -178,7 +178,18 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 (Some(p), None) => format!("{p:.0}W"),
                 _ => "n/a".into(),
             };
-            spans.push(Span::raw(format!("{temp:>5} {power:>10} ")));
+            // a GPU clocked down by power, heat or hardware: its temperature and power in the
+            // warning colour (the reasons are in the detail view)
+            let throttled = s
+                .throttle_reasons
+                .is_some_and(|r| !crate::nvml::throttle_names(r).is_empty());
+            let style = if throttled {
+                theme.fg(theme.warn)
+            } else {
+                Style::default()
+            };
+            spans.push(Span::styled(format!("{temp:>5} {power:>10}"), style));
+            spans.push(Span::raw(" "));
         }
         spans.extend(split_bar(d.split(), bar_w, theme));
         let ms = d
@@ -229,9 +240,45 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
         ),
         (
             "power".into(),
-            s.power_w.map_or("n/a".into(), |p| format!("{p:.0} W")),
+            match (s.power_w, s.power_limit_w) {
+                (Some(p), Some(l)) => format!("{p:.0} W of {l:.0} W"),
+                (Some(p), None) => format!("{p:.0} W"),
+                _ => "n/a".into(),
+            },
         ),
     ];
+    if matches!(app.info.devices.get(i), Some(Device::Gpu { .. })) {
+        rows.extend([
+            (
+                "SM clock".into(),
+                match (s.sm_clock_mhz, s.sm_clock_max_mhz) {
+                    (Some(c), Some(m)) => format!("{c} of {m} MHz"),
+                    (Some(c), None) => format!("{c} MHz"),
+                    _ => "n/a".into(),
+                },
+            ),
+            (
+                "throttled".into(),
+                s.throttle_reasons.map_or("n/a".into(), |r| {
+                    let names = crate::nvml::throttle_names(r);
+                    if names.is_empty() {
+                        "no".into()
+                    } else {
+                        names.join(", ")
+                    }
+                }),
+            ),
+            (
+                "PCIe rx / tx".into(),
+                match (s.pcie_rx_kbs, s.pcie_tx_kbs) {
+                    (Some(rx), Some(tx)) => {
+                        format!("{:.2} / {:.2} GB/s", rx as f64 / 1e6, tx as f64 / 1e6)
+                    }
+                    _ => "n/a".into(),
+                },
+            ),
+        ]);
+    }
     match d.split() {
         Some(sp) => {
             rows.push(("step (mean of recent)".into(), ms(sp.total())));
@@ -273,7 +320,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             ),
         ]));
     frame.render_widget(
-        Paragraph::new(lines).block(block).wrap(Wrap { trim: true }),
+        Paragraph::new(lines).block(block).wrap(Wrap { trim: false }),
         left,
     );
     let [hist, spark] = Layout::vertical([Constraint::Min(6), Constraint::Length(4)]).areas(right);
