@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::{Engine, EngineError};
 use crate::scaling::timed_rate;
+use crate::telemetry::Telemetry;
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,9 +32,10 @@ pub struct Row {
     /// Against one device at the same per-replica batch and prefetch setting.
     pub speedup: Option<f64>,
     pub efficiency: Option<f64>,
-    /// Mean over ranks of the share of step time spent computing, reducing and updating.
+    /// GPUs: mean NVML utilization over the timed steps. CPU workers: mean over ranks of the
+    /// share of step time spent computing, reducing and updating.
     pub utilization: f64,
-    /// Memory-access time: measured on GPUs only.
+    /// Memory-access time: mean NVML utilization.memory over the timed steps, GPUs only.
     pub memory_access: Option<f64>,
     pub data_wait_share: f64,
     pub comm_share: f64,
@@ -73,6 +75,9 @@ impl Plan {
     }
 }
 
+/// How often GPU telemetry is read during a timed measurement.
+const NVML_EVERY: Duration = Duration::from_millis(200);
+
 /// One timed run of `base` at `p`.
 fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineError> {
     let cfg = RunConfig {
@@ -100,10 +105,23 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     let mut sums = vec![[0.0f64; 5]; p.devices];
     let mut last_loss = f32::NAN;
     let mut last_step = 0;
+    // GPUs: NVML utilization and memory-access time, sampled over the timed steps
+    let mut telemetry = Telemetry::new(&engine.info().devices, NVML_EVERY);
+    let mut nvml = (0.0f64, 0.0f64, 0usize);
+    let mut next_sample = None;
     loop {
+        if let Some(at) = next_sample.filter(|&at| engine.elapsed() >= at) {
+            for d in telemetry.sample(engine.elapsed()) {
+                if let (Some(u), Some(m)) = (d.util, d.mem_access) {
+                    nvml = (nvml.0 + u as f64, nvml.1 + m as f64, nvml.2 + 1);
+                }
+            }
+            next_sample = Some(at + NVML_EVERY);
+        }
         match steps.try_recv() {
             Ok(s) => {
                 if s.step > plan.warmup_steps {
+                    next_sample.get_or_insert(engine.elapsed() + NVML_EVERY);
                     let t = &mut sums[s.rank];
                     t[0] += (s.compute + s.comm + s.optimizer).as_secs_f64();
                     t[1] += s.data_wait.as_secs_f64();
@@ -137,8 +155,12 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         samples_per_sec: timed_rate(&r.step_ends, plan.warmup_steps, global),
         speedup: None,
         efficiency: None,
-        utilization: share(0),
-        memory_access: None,
+        utilization: if nvml.2 > 0 {
+            nvml.0 / nvml.2 as f64
+        } else {
+            share(0)
+        },
+        memory_access: (nvml.2 > 0).then(|| nvml.1 / nvml.2 as f64),
         data_wait_share: share(1),
         comm_share: share(2),
         sync_wait_share: share(3),
