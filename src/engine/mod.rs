@@ -3,6 +3,7 @@
 
 mod devices;
 mod rebalance;
+mod validate;
 mod worker;
 
 use std::path::PathBuf;
@@ -170,7 +171,7 @@ const STEP_QUEUE_PER_RANK: usize = 4096;
 impl Engine {
     /// Loads the data, builds (or resumes) the model and starts one worker per device.
     pub fn start(cfg: RunConfig) -> Result<Engine, EngineError> {
-        validate(&cfg)?;
+        validate::validate(&cfg)?;
         let (devices, device_note) = resolve_devices(&cfg.devices)?;
         let ranks = devices.len();
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
@@ -463,70 +464,4 @@ impl Engine {
         let _ = drain.join();
         r
     }
-}
-
-fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::Config(m));
-    if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::control::MAX_BATCH {
-        return bad(format!(
-            "--batch-per-replica {} is out of range: use 1..={}",
-            cfg.batch_per_replica,
-            crate::control::MAX_BATCH
-        ));
-    }
-    if cfg.grad_accum == 0 {
-        return bad(
-            "--grad-accum 0 is invalid: use 1 (no accumulation) or more micro-batches per step"
-                .into(),
-        );
-    }
-    if let Some(lr) = cfg.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
-        return bad(format!(
-            "--lr {lr} is invalid: use a positive number such as 1e-3"
-        ));
-    }
-    if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
-        return bad(format!(
-            "--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4",
-            cfg.weight_decay
-        ));
-    }
-    match cfg.budget {
-        Budget::Epochs(0) => return bad("--epochs 0 trains nothing: use 1 or more".into()),
-        Budget::Steps(0) => return bad("--steps 0 trains nothing: use 1 or more".into()),
-        _ => {}
-    }
-    if cfg.log_every == 0 {
-        return bad("--log-every 0 is invalid: use 1 or more steps".into());
-    }
-    if cfg.checkpoint_every == Some(0) {
-        return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
-    }
-    if cfg.loader_threads == 0 || cfg.loader_threads > 64 {
-        return bad(format!(
-            "--loader-threads {} is out of range: use 1..=64",
-            cfg.loader_threads
-        ));
-    }
-    if cfg.threads_per_worker.is_some_and(|t| t == 0 || t > 256) {
-        return bad("--threads-per-worker is out of range: use 1..=256 or auto".into());
-    }
-    if let Some((_, f)) = cfg
-        .slow_rank
-        .filter(|f| !(f.1.is_finite() && (1.0..=100.0).contains(&f.1)))
-    {
-        return bad(format!(
-            "--slow-rank factor {f} is out of range: use 1 to 100 (2.0 = twice as slow)"
-        ));
-    }
-    if cfg.slow_data.is_some_and(|f| f.1 > Duration::from_secs(10)) {
-        return bad("--slow-data delay is out of range: use 0 to 10000 ms".into());
-    }
-    if cfg.stall_timeout.is_zero() {
-        return bad("--stall-timeout 0 is invalid: use a number of seconds such as 60".into());
-    }
-    if !(0.0..1.0).contains(&cfg.val_fraction) {
-        return bad("the validation fraction must be in [0, 1)".into());
-    }
-    Ok(())
 }

@@ -320,7 +320,9 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             ),
         ]));
     frame.render_widget(
-        Paragraph::new(lines).block(block).wrap(Wrap { trim: false }),
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
         left,
     );
     let [hist, spark] = Layout::vertical([Constraint::Min(6), Constraint::Length(4)]).areas(right);
