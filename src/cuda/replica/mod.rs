@@ -61,6 +61,9 @@ pub struct CudaReplica {
     metrics: [f32; AUX],
     /// Recorded before and after the gradient computation of the current step.
     events: Option<(CudaEvent, CudaEvent)>,
+    /// Recorded right after the previous all-reduce: the next step's compute time then also
+    /// covers the optimizer update queued between them (device time, not launch time).
+    next_start: Option<CudaEvent>,
     times: Option<DeviceTimes>,
 }
 
@@ -117,6 +120,7 @@ impl CudaReplica {
             cap: 0,
             metrics: [0.0; AUX],
             events: None,
+            next_start: None,
             times: None,
             model,
             gpu,
@@ -225,7 +229,10 @@ impl CudaReplica {
 
 impl Replica for CudaReplica {
     fn compute_grads(&mut self, micro: &[MicroBatch]) {
-        let start = self.record();
+        let start = match self.next_start.take() {
+            Some(e) => e,
+            None => self.record(),
+        };
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.grads) {
             self.fail("zero the gradients", e)
@@ -255,10 +262,15 @@ impl Replica for CudaReplica {
             }
         }
         let reduced = self.record();
+        self.next_start = Some(self.record());
         self.wait_for(&reduced)?;
         let n = self.model.n_params;
         let s = self.gpu.stream.clone();
-        if let Err(e) = s.memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut self.metrics[..]) {
+        // a copy into pageable memory, and a synchronize so nothing depends on that detail
+        if let Err(e) = s
+            .memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut self.metrics[..])
+            .and_then(|_| s.synchronize())
+        {
             self.fail("read the batch metrics", e)
         }
         if let Some((start, computed)) = self.events.take() {
