@@ -441,6 +441,19 @@ fn run_selftest() -> anyhow::Result<ExitCode> {
                 println!("the GPUs cannot be checked: {missing}");
                 return Ok(ExitCode::from(1));
             }
+            let ids: Vec<String> = found.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
+            match mgtop::nvml::Nvml::open(&ids) {
+                Ok(nvml) => {
+                    let readable = nvml.sample().iter().filter(|s| s.util.is_some()).count();
+                    println!(
+                        "NVML: found; telemetry readable on {readable} of {} GPUs",
+                        found.len()
+                    );
+                }
+                Err(why) => {
+                    println!("NVML: {why}; GPU telemetry will show n/a (training is unaffected)")
+                }
+            }
             println!(
                 "checking every GPU against the CPU reference (pass: |gpu-cpu| <= tol + eps*|cpu|)"
             );
