@@ -62,6 +62,24 @@ fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
     }
 }
 
+/// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
+/// GPU code reports errors in a step that way).
+fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let note = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panicked".into());
+        vec![Check {
+            name: name.to_string(),
+            worst: None,
+            max_abs: f64::NAN,
+            note,
+        }]
+    })
+}
+
 /// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
 /// transpose combinations, and two training steps of every optimizer, CPU vs GPU.
 pub fn gpu_checks(index: usize) -> Vec<Check> {
@@ -99,6 +117,9 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
         ));
     }
+    out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
+        op_checks(&gpu)
+    }));
     drop(gpu);
     for kind in [
         OptimizerKind::Sgd,
@@ -106,11 +127,123 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         OptimizerKind::Adam,
         OptimizerKind::AdamW,
     ] {
-        out.push(check(
-            format!("gpu{index} 2 training steps ({kind})"),
-            two_steps(index, kind),
-        ));
+        let name = format!("gpu{index} 2 training steps ({kind})");
+        out.extend(guarded(&name, || {
+            vec![check(name.clone(), two_steps(index, kind))]
+        }));
     }
+    out
+}
+
+/// Each elementwise kernel once on random data against the CPU op it mirrors.
+fn op_checks(gpu: &Gpu) -> Vec<Check> {
+    let index = gpu.index;
+    let s = gpu.stream.clone();
+    let (rows, width) = (77usize, 133usize);
+    let n = rows * width;
+    let mut rng = Rng::new(17);
+    let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let dy: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let bias: Vec<f32> = (0..width).map(|_| rng.normal()).collect();
+    let classes = 10;
+    let logits: Vec<f32> = (0..rows * classes).map(|_| 3.0 * rng.normal()).collect();
+    let labels: Vec<u32> = (0..rows)
+        .map(|_| (rng.next_u64() % classes as u64) as u32)
+        .collect();
+    let (ni, di, nn) = (rows as i32, width as i32, n as i32);
+    let name = |op: &str| format!("gpu{index} {op}");
+    let mut out = Vec::new();
+    // upload, run, download: one closure per op, all errors become a failed check
+    let mut run = |op: &str, want: Vec<f32>, got: Result<Vec<f32>, CudaError>, tol: f64| {
+        out.push(check(name(op), got.map(|g| compare(&g, &want, tol, 1e-5))));
+    };
+
+    let mut want = x.clone();
+    for r in want.chunks_exact_mut(width) {
+        r.iter_mut().zip(&bias).for_each(|(v, b)| *v += b);
+    }
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        let b = s.clone_htod(&bias).map_err(on(index, "upload"))?;
+        launch!(gpu, "bias_add_f32", n, &mut y, &b, &ni, &di);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("bias_add_f32", want, got, 1e-6);
+
+    let mut want = bias.clone();
+    for r in dy.chunks_exact(width) {
+        want.iter_mut().zip(r).for_each(|(w, d)| *w += d);
+    }
+    let got = (|| {
+        let d = s.clone_htod(&dy).map_err(on(index, "upload"))?;
+        let mut b = s.clone_htod(&bias).map_err(on(index, "upload"))?;
+        launch!(gpu, "bias_grad_f32", width, &mut b, &d, &ni, &di);
+        s.clone_dtoh(&b).map_err(on(index, "download"))
+    })();
+    run("bias_grad_f32", want, got, 1e-4);
+
+    let mut want = x.clone();
+    crate::ops::relu_forward(&mut want);
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        launch!(gpu, "relu_forward_f32", n, &mut y, &nn);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("relu_forward_f32", want, got, 0.0);
+
+    let mut want = dy.clone();
+    crate::ops::relu_backward(&mut want, &x);
+    let got = (|| {
+        let mut d = s.clone_htod(&dy).map_err(on(index, "upload"))?;
+        let o = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        launch!(gpu, "relu_backward_f32", n, &mut d, &o, &nn);
+        s.clone_dtoh(&d).map_err(on(index, "download"))
+    })();
+    run("relu_backward_f32", want, got, 0.0);
+
+    let want: Vec<f32> = x.iter().map(|v| v * 0.37).collect();
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        let a = 0.37f32;
+        launch!(gpu, "scale_f32", n, &mut y, &nn, &a);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("scale_f32", want, got, 1e-6);
+
+    // softmax cross-entropy: dlogits, then the loss sum and correct count through metrics_f32
+    let mut want_d = vec![0.0; rows * classes];
+    let (loss, correct) =
+        crate::ops::softmax_xent(Some(&mut want_d), &logits, &labels, rows, classes);
+    let got = (|| {
+        let l = s.clone_htod(&logits).map_err(on(index, "upload"))?;
+        let y = s.clone_htod(&labels).map_err(on(index, "upload"))?;
+        let mut row_loss = s.alloc_zeros::<f32>(rows).map_err(on(index, "allocate"))?;
+        let mut row_correct = s.alloc_zeros::<i32>(rows).map_err(on(index, "allocate"))?;
+        let mut d = s
+            .alloc_zeros::<f32>(rows * classes)
+            .map_err(on(index, "allocate"))?;
+        let (nr, nc) = (rows as i32, classes as i32);
+        launch!(
+            gpu,
+            "softmax_xent_f32",
+            rows,
+            &l,
+            &y,
+            &mut row_loss,
+            &mut row_correct,
+            &mut d,
+            &nr,
+            &nc
+        );
+        let mut m = s.alloc_zeros::<f32>(3).map_err(on(index, "allocate"))?;
+        super::launch::add_metrics(gpu, &mut m.slice_mut(..), &row_loss, &row_correct, rows);
+        let mut v = s.clone_dtoh(&d).map_err(on(index, "download"))?;
+        v.extend(s.clone_dtoh(&m).map_err(on(index, "download"))?);
+        Ok(v)
+    })();
+    let mut want = want_d;
+    want.extend([loss as f32, correct as f32, rows as f32]);
+    run("softmax_xent_f32 + metrics_f32", want, got, 1e-4);
     out
 }
 
@@ -298,5 +431,14 @@ mod tests {
         assert!(!failing.passed() && !unrun.passed());
         let t = table(&[failing]);
         assert!(t[1].starts_with("FAIL") && t[1].contains("150%"), "{t:?}");
+    }
+
+    #[test]
+    fn a_cuda_error_that_panics_becomes_a_failed_line() {
+        let c = guarded("gpu0 x", || panic!("GPU 0: forward: CUDA_ERROR_ILLEGAL_ADDRESS"));
+        assert_eq!(c.len(), 1);
+        assert!(!c[0].passed() && c[0].note.contains("ILLEGAL_ADDRESS"), "{c:?}");
+        let ok = guarded("gpu0 y", || vec![check("y".into(), Ok((0.0, 0.5)))]);
+        assert!(ok[0].passed());
     }
 }
