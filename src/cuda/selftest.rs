@@ -435,9 +435,14 @@ mod tests {
 
     #[test]
     fn a_cuda_error_that_panics_becomes_a_failed_line() {
-        let c = guarded("gpu0 x", || panic!("GPU 0: forward: CUDA_ERROR_ILLEGAL_ADDRESS"));
+        let c = guarded("gpu0 x", || {
+            panic!("GPU 0: forward: CUDA_ERROR_ILLEGAL_ADDRESS")
+        });
         assert_eq!(c.len(), 1);
-        assert!(!c[0].passed() && c[0].note.contains("ILLEGAL_ADDRESS"), "{c:?}");
+        assert!(
+            !c[0].passed() && c[0].note.contains("ILLEGAL_ADDRESS"),
+            "{c:?}"
+        );
         let ok = guarded("gpu0 y", || vec![check("y".into(), Ok((0.0, 0.5)))]);
         assert!(ok[0].passed());
     }
