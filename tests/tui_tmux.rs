@@ -317,3 +317,36 @@ fn a_failed_worker_is_shown_and_q_leaves_with_the_error_and_a_clean_terminal() {
     assert!(s.contains("error: worker for rank 1 panicked"), "{s}");
     assert_eq!(ended(d), ("EXIT=1".into(), true));
 }
+
+#[test]
+fn ctrl_c_while_stopping_leaves_without_waiting_for_a_stuck_worker() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // rank 0 waits 10 s for every batch: a stop has to wait for that step to end
+    let args = format!(
+        "--devices cpu:2 --steps 1000 --slow-data 0:10000 --checkpoint-dir '{}'",
+        d.join("ck").display()
+    );
+    let tmux = start("abandon", d, &args);
+    tmux.wait("the UI", |s| s.contains("RUNNING"));
+    tmux.keys(&["C-c"]);
+    tmux.wait("the quit popup", |s| s.contains("Stop training?"));
+    tmux.keys(&["C-c"]);
+    tmux.wait("stopping", |s| s.contains("STOPPING"));
+    let t0 = Instant::now();
+    tmux.keys(&["C-c"]);
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "waited for the worker"
+    );
+    assert!(s.contains("left without waiting for the workers"), "{s}");
+    assert_eq!(
+        ended(d),
+        ("EXIT=1".into(), true),
+        "exit status, terminal restored"
+    );
+}

@@ -84,6 +84,7 @@ pub fn drive<B: Backend>(
     let mut engine = Some(engine);
     let mut end_record = None;
     let mut result = None;
+    let mut abandoned = false;
     let (mut inputs, mut signals) = (inputs, signals);
     let frames = tick(FRAME);
     let sampler = tick(opts.sample_interval);
@@ -123,6 +124,10 @@ pub fn drive<B: Backend>(
                             app.flash = Some("the run has already ended".into());
                         }
                         Some(Action::Quit) => break,
+                        Some(Action::Abandon) => {
+                            abandoned = true;
+                            break;
+                        }
                         Some(Action::NextTheme) => {
                             theme = theme.next();
                             app.flash = Some(format!("theme: {}", theme.name));
@@ -213,6 +218,10 @@ pub fn drive<B: Backend>(
     }
     let result = match (result, engine) {
         (Some(r), _) => r,
+        // the workers are left to the process's exit
+        (None, Some(_)) if abandoned => Err(EngineError::Config(
+            "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
+        )),
         (None, Some(e)) => {
             let _ = e.controller().stop(true);
             e.join()

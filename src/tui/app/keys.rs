@@ -28,6 +28,9 @@ impl App {
         if self.state.ended() && (ctrl_c || matches!(key.code, KeyCode::Char('q'))) {
             return Some(Action::Quit);
         }
+        if ctrl_c && self.state == RunState::Stopping && !self.readonly {
+            return Some(Action::Abandon);
+        }
         if ctrl_c {
             return self.ask_quit();
         }
@@ -105,7 +108,8 @@ impl App {
             return None;
         }
         if self.state == RunState::Stopping {
-            self.flash = Some("already stopping: finishing the step".into());
+            self.flash =
+                Some("already stopping: finishing the step (Ctrl-C: leave without waiting)".into());
             return None;
         }
         self.popup = Some(Popup::Quit);

@@ -56,6 +56,9 @@ pub enum AppEvent {
 pub enum Action {
     Control(Control),
     Quit,
+    /// Leave now without waiting for the workers (a third Ctrl-C while stopping: a worker
+    /// stuck in a GPU kernel or NCCL must not hold the terminal).
+    Abandon,
     NextTheme,
     Redraw,
 }

@@ -169,6 +169,8 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
         Some(Action::Control(Control::Stop { checkpoint: true }))
     );
     assert_eq!(app.handle_key(key('p')), None, "nothing more once stopping");
+    // a third Ctrl-C leaves without waiting for the workers
+    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Abandon));
 }
 
 #[test]
