@@ -5,16 +5,17 @@
 use std::time::Duration;
 
 use crate::config::{Budget, DeviceSpec, RunConfig};
-use crate::engine::{Engine, EngineError};
+use crate::engine::RunResult;
 
 /// Steps of the calibration run before timing starts, and timed.
 const WARM_STEPS: u64 = 20;
 const TIMED_STEPS: u64 = 100;
 
-/// Samples per second of one device on `cfg`'s workload, with the run's `threads_per_worker`
-/// (one CPU worker as it is in the run, not one given every core).
-pub fn calibrate(cfg: &RunConfig, threads_per_worker: usize) -> Result<f64, EngineError> {
-    let one = RunConfig {
+/// The calibration run of `cfg`: one device with the run's `threads_per_worker` (one CPU worker
+/// as it is in the run, not one given every core), a short fixed number of steps, nothing
+/// written. The engine runs it on the run's own training split.
+pub fn calibration_config(cfg: &RunConfig, threads_per_worker: usize) -> RunConfig {
+    RunConfig {
         devices: DeviceSpec::Cpu(1),
         threads_per_worker: Some(threads_per_worker),
         budget: Budget::Steps(WARM_STEPS + TIMED_STEPS),
@@ -29,10 +30,16 @@ pub fn calibrate(cfg: &RunConfig, threads_per_worker: usize) -> Result<f64, Engi
         rebalance: false,
         val_fraction: 0.0,
         ..cfg.clone()
-    };
-    let global = one.batch_per_replica * one.grad_accum;
-    let r = Engine::run(one)?;
-    Ok(timed_rate(&r.step_ends, WARM_STEPS, global))
+    }
+}
+
+/// Samples per second of the calibration run `r` of `cfg`.
+pub fn calibrated_rate(r: &RunResult, cfg: &RunConfig) -> f64 {
+    timed_rate(
+        &r.step_ends,
+        WARM_STEPS,
+        cfg.batch_per_replica * cfg.grad_accum,
+    )
 }
 
 /// Samples/s of the steps after the first `warm_steps`, from when each step ended (`step_ends`,

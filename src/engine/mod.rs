@@ -17,7 +17,7 @@ use crate::checkpoint::{self, CheckpointError};
 use crate::collective::{CollectiveError, LocalCollective};
 use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::control::{Controller, Decider};
-use crate::data::{self, DataError};
+use crate::data::{self, DataError, Dataset};
 use crate::events::{Event, StepStats};
 use crate::loader::{Cursor, RankLoader, Sharding};
 use crate::model::Mlp;
@@ -165,6 +165,13 @@ pub struct Engine {
     beats: Heartbeats,
 }
 
+/// The data of a run: the splits shared by every worker, and how to describe them.
+struct RunData {
+    train: Arc<Dataset>,
+    val: Arc<Dataset>,
+    description: String,
+}
+
 /// Lossy step samples queued per rank before the frontend must catch up.
 const STEP_QUEUE_PER_RANK: usize = 4096;
 
@@ -172,9 +179,23 @@ impl Engine {
     /// Loads the data, builds (or resumes) the model and starts one worker per device.
     pub fn start(cfg: RunConfig) -> Result<Engine, EngineError> {
         validate::validate(&cfg)?;
-        let (devices, device_note) = resolve_devices(&cfg.devices)?;
-        let ranks = devices.len();
+        let devices = resolve_devices(&cfg.devices)?;
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
+        let data = RunData {
+            train: Arc::new(loaded.train),
+            val: Arc::new(loaded.val),
+            description: loaded.description,
+        };
+        Engine::start_with(cfg, devices, data)
+    }
+
+    /// `start` on data already loaded (`--calibrate` measures on the run's own training split).
+    fn start_with(
+        cfg: RunConfig,
+        (devices, device_note): (Vec<Device>, Option<String>),
+        loaded: RunData,
+    ) -> Result<Engine, EngineError> {
+        let ranks = devices.len();
         let model = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes);
         let start = match &cfg.resume {
             Some(path) => {
@@ -280,13 +301,24 @@ impl Engine {
 
         let mut info = info;
         if cfg.calibrate && ranks > 1 {
-            info.baseline = Some(crate::scaling::calibrate(&cfg, info.threads_per_worker)?);
+            let one = crate::scaling::calibration_config(&cfg, info.threads_per_worker);
+            let data = RunData {
+                train: loaded.train.clone(),
+                val: Arc::new(Dataset {
+                    x: Vec::new(),
+                    y: Vec::new(),
+                    ..*loaded.val
+                }),
+                description: loaded.description.clone(),
+            };
+            let devices = resolve_devices(&one.devices)?;
+            let r = Engine::start_with(one, devices, data)?.join_discarding_events()?;
+            info.baseline = Some(crate::scaling::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
-        let train = Arc::new(loaded.train);
-        let val = Arc::new(loaded.val);
+        let (train, val) = (loaded.train, loaded.val);
         let cfg = Arc::new(cfg);
         let t0 = Instant::now();
         let sharding = info.sharding();
@@ -455,7 +487,11 @@ impl Engine {
 
     /// Runs to the end, discarding events: for tests, benchmarks and scripts.
     pub fn run(cfg: RunConfig) -> Result<RunResult, EngineError> {
-        let engine = Engine::start(cfg)?;
+        Engine::start(cfg)?.join_discarding_events()
+    }
+
+    fn join_discarding_events(self) -> Result<RunResult, EngineError> {
+        let engine = self;
         let events = engine.events.clone();
         let drain = std::thread::spawn(move || events.iter().count());
         // step samples are left unread: once their bounded queue is full, workers drop them
