@@ -490,13 +490,13 @@ impl Engine {
         Engine::start(cfg)?.join_discarding_events()
     }
 
+    /// Waits for the end, discarding events and step samples.
     fn join_discarding_events(self) -> Result<RunResult, EngineError> {
-        let engine = self;
-        let events = engine.events.clone();
+        let events = self.events.clone();
         let drain = std::thread::spawn(move || events.iter().count());
         // step samples are left unread: once their bounded queue is full, workers drop them
         // without waiting, and nobody has to be woken per step
-        let r = engine.join();
+        let r = self.join();
         let _ = drain.join();
         r
     }
