@@ -186,7 +186,7 @@ pub struct TrainArgs {
     /// Continue from a checkpoint (a step-NNNNNNNN directory, or a checkpoint dir: newest inside).
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
-    /// Warn when no step completes for this many seconds  [default: 60]
+    /// Warn when no step completes for this many seconds; on GPUs, abort an NCCL all-reduce that takes longer  [default: 60]
     #[arg(long, value_name = "SECONDS")]
     pub stall_timeout: Option<f64>,
     /// First train one device for 120 steps on the same workload, then show the run's speedup and scaling efficiency against it.
