@@ -1,0 +1,82 @@
+//! What a frontend shows about a run before its first step, and what follows from it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Device;
+use crate::config::Budget;
+use crate::loader::Sharding;
+use crate::straggler::{Context, Detector, DetectorConfig};
+
+/// What a frontend shows about the run before the first step.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub name: String,
+    pub devices: Vec<Device>,
+    pub device_note: Option<String>,
+    pub data: String,
+    pub model: String,
+    pub params: usize,
+    pub per_replica: usize,
+    pub grad_accum: usize,
+    /// The base LR the run starts with, and how it was chosen when not given.
+    pub lr: f32,
+    pub lr_note: Option<String>,
+    pub train_samples: usize,
+    pub val_samples: usize,
+    pub budget: Budget,
+    pub start_step: u64,
+    pub start_epoch: u64,
+    pub resumed_from: Option<PathBuf>,
+    /// Cores this process may use.
+    pub cores: usize,
+    /// Intra-op threads of each CPU worker (`--threads-per-worker`).
+    pub threads_per_worker: usize,
+    /// The fault injected on each rank, as the flag that asked for it.
+    pub injected: Vec<Option<String>>,
+    pub stall_timeout: Duration,
+    /// Samples/s of one device on this workload (`--calibrate`).
+    pub baseline: Option<f64>,
+}
+
+impl RunInfo {
+    pub fn ranks(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// How global batches are cut at the starting batch size.
+    pub fn sharding(&self) -> Sharding {
+        Sharding {
+            per_replica: self.per_replica,
+            ranks: self.ranks(),
+            accum: self.grad_accum,
+            split: None,
+        }
+    }
+
+    /// The straggler detector for this run, with what explains a slow rank.
+    pub fn detector(&self) -> Detector {
+        let cfg = DetectorConfig {
+            stall_timeout: self.stall_timeout,
+            ..DetectorConfig::default()
+        };
+        let ctx = Context {
+            cores: self.cores,
+            injected: self.injected.clone(),
+            models: self
+                .devices
+                .iter()
+                .map(|d| match d {
+                    Device::Gpu { name, .. } => Some(name.clone()),
+                    Device::Cpu { .. } => None,
+                })
+                .collect(),
+        };
+        Detector::new(self.ranks(), cfg, ctx)
+    }
+
+    /// Steps per epoch at the starting batch size.
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.train_samples.div_ceil(self.sharding().global_batch()) as u64
+    }
+}
