@@ -368,6 +368,8 @@ impl Replica for CudaReplica {
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
+        // the next step's compute time starts after this evaluation, not before it
+        self.next_start = None;
         let d = self.model.dims[0];
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
