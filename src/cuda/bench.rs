@@ -73,130 +73,110 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
         .alloc_zeros::<f32>(rows * width)
         .map_err(on(index, "allocate"))?;
     let blas = cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "cuBLAS handle"))?;
-    let gbs = |bytes: f64, us: f64| format!("{:.0} GB/s", bytes / us / 1e3);
     let (ni, di, nn) = (rows as i32, width as i32, (rows * width) as i32);
     let np = params as i32;
-    let elems = (rows * width) as f64 * 4.0;
+    let act_bytes = (rows * width * 4) as f64;
+    let gbs = |bytes: f64| move |us: f64| format!("{:.0} GB/s", bytes / us / 1e3);
     let mut times = Vec::new();
-    let us = 1e3
-        * time_ms(
-            &s,
-            50,
-            || {
-                launch!(
-                    &gpu,
-                    "bias_add_f32",
-                    rows * width,
-                    &mut act,
-                    &bias,
-                    &ni,
-                    &di
-                );
-                Ok(())
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("bias_add {rows}x{width}"),
-        us,
-        rate: gbs(2.0 * elems, us),
-    });
-    let us = 1e3
-        * time_ms(
-            &s,
-            50,
-            || {
-                launch!(&gpu, "relu_forward_f32", rows * width, &mut act, &nn);
-                Ok(())
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("relu_forward {rows}x{width}"),
-        us,
-        rate: gbs(2.0 * elems, us),
-    });
+    // one timed kernel: its name, launches, how to say its rate from µs, and the launch
+    let mut time = |name: String,
+                    iters: usize,
+                    rate: &dyn Fn(f64) -> String,
+                    launch: &mut dyn FnMut() -> Result<(), CudaError>|
+     -> Result<(), CudaError> {
+        let us = 1e3 * time_ms(&s, iters, launch, index)?;
+        times.push(KernelTime {
+            name,
+            us,
+            rate: rate(us),
+        });
+        Ok(())
+    };
+    time(
+        format!("bias_add {rows}x{width}"),
+        50,
+        &gbs(2.0 * act_bytes),
+        &mut || {
+            launch!(
+                &gpu,
+                "bias_add_f32",
+                rows * width,
+                &mut act,
+                &bias,
+                &ni,
+                &di
+            );
+            Ok(())
+        },
+    )?;
+    time(
+        format!("relu_forward {rows}x{width}"),
+        50,
+        &gbs(2.0 * act_bytes),
+        &mut || {
+            launch!(&gpu, "relu_forward_f32", rows * width, &mut act, &nn);
+            Ok(())
+        },
+    )?;
     let mut d2 = dact.clone();
-    let us = 1e3
-        * time_ms(
-            &s,
-            50,
-            || {
-                launch!(&gpu, "relu_backward_f32", rows * width, &mut d2, &act, &nn);
-                Ok(())
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("relu_backward {rows}x{width}"),
-        us,
-        rate: gbs(3.0 * elems, us),
-    });
+    time(
+        format!("relu_backward {rows}x{width}"),
+        50,
+        &gbs(3.0 * act_bytes),
+        &mut || {
+            launch!(&gpu, "relu_backward_f32", rows * width, &mut d2, &act, &nn);
+            Ok(())
+        },
+    )?;
     let mut db = s.alloc_zeros::<f32>(width).map_err(on(index, "allocate"))?;
-    let us = 1e3
-        * time_ms(
-            &s,
-            50,
-            || {
-                launch!(&gpu, "bias_grad_f32", width, &mut db, &dact, &ni, &di);
-                Ok(())
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("bias_grad {rows}x{width}"),
-        us,
-        rate: gbs(elems, us),
-    });
+    time(
+        format!("bias_grad {rows}x{width}"),
+        50,
+        &gbs(act_bytes),
+        &mut || {
+            launch!(&gpu, "bias_grad_f32", width, &mut db, &dact, &ni, &di);
+            Ok(())
+        },
+    )?;
     let (lr, b1, b2, eps, wd, scale, step, bc) = (
         1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.0f32, 1.0f32, 1e-2f32, 1.0f32,
     );
-    let us = 1e3
-        * time_ms(
-            &s,
-            20,
-            || {
-                launch!(
-                    &gpu, "adam_f32", params, &mut p, &g, &mut m, &mut v, &np, &lr, &b1, &b2, &eps,
-                    &wd, &scale, &step, &bc
-                );
-                Ok(())
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("adam {}M params", params >> 20),
-        us,
-        rate: gbs(7.0 * 4.0 * params as f64, us),
-    });
-    let us = 1e3
-        * time_ms(
-            &s,
-            20,
-            || {
-                super::blas::sgemm(
-                    &blas,
-                    false,
-                    false,
-                    rows,
-                    width,
-                    width,
-                    1.0,
-                    &act.slice(..),
-                    &w.slice(..),
-                    0.0,
-                    &mut out.slice_mut(..),
-                )
-                .map_err(|e| CudaError::new(index, "sgemm", e))
-            },
-            index,
-        )?;
+    // Adam reads p, g, m, v and writes p, m, v
+    time(
+        format!("adam {}M params", params >> 20),
+        20,
+        &gbs(7.0 * 4.0 * params as f64),
+        &mut || {
+            launch!(
+                &gpu, "adam_f32", params, &mut p, &g, &mut m, &mut v, &np, &lr, &b1, &b2, &eps,
+                &wd, &scale, &step, &bc
+            );
+            Ok(())
+        },
+    )?;
     let flops = 2.0 * (rows * width * width) as f64;
-    times.push(KernelTime {
-        name: format!("gemm {rows}x{width}x{width}"),
-        us,
-        rate: format!("{:.1} TFLOP/s", flops / us / 1e6),
-    });
+    let tflops = move |us: f64| format!("{:.1} TFLOP/s", flops / us / 1e6);
+    time(
+        format!("gemm {rows}x{width}x{width}"),
+        20,
+        &tflops,
+        &mut || {
+            super::blas::sgemm(
+                &blas,
+                false,
+                false,
+                rows,
+                width,
+                width,
+                1.0,
+                &act.slice(..),
+                &w.slice(..),
+                0.0,
+                &mut out.slice_mut(..),
+            )
+            .map_err(|e| CudaError::new(index, "sgemm", e))
+        },
+    )?;
     Ok(times)
 }
 
