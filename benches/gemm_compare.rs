@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use mgtop::gemm::sgemm;
+use mgtop::nn::gemm::sgemm;
 
-/// gemm crate, row-major, same convention as `mgtop::gemm::sgemm` with beta = 0.
+/// gemm crate, row-major, same convention as `mgtop::nn::gemm::sgemm` with beta = 0.
 #[allow(clippy::too_many_arguments)]
 fn gemm_crate(
     ta: bool,

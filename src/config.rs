@@ -6,9 +6,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::data::DataSpec;
-use crate::model::ModelSpec;
-use crate::optim::OptimizerKind;
-use crate::schedule::{LrScaling, Schedule};
+use crate::nn::model::ModelSpec;
+use crate::nn::optim::OptimizerKind;
+use crate::nn::schedule::{LrScaling, Schedule};
 
 /// `--devices`: which devices train.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,11 +4,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
 use crossbeam_channel::{unbounded, Sender};
-use mgtop::bench;
 use mgtop::cli::{BenchArgs, Cli, Command, Frontend, ScaleArgs};
+use mgtop::cmd::bench;
 use mgtop::engine::{Engine, RunResult};
-use mgtop::metrics::MetricsWriter;
-use mgtop::tui::{self, term, theme::Theme, TuiOptions};
+use mgtop::front::tui::{self, term, theme::Theme, TuiOptions};
+use mgtop::observe::metrics::MetricsWriter;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
@@ -93,7 +93,13 @@ fn train(args: mgtop::cli::TrainArgs) -> anyhow::Result<ExitCode> {
         None => {
             on_signals(&engine, None)?;
             let mut out = std::io::stdout().lock();
-            mgtop::headless::run(engine, log_every, front.sample_interval, &mut out, metrics)?
+            mgtop::front::headless::run(
+                engine,
+                log_every,
+                front.sample_interval,
+                &mut out,
+                metrics,
+            )?
         }
     };
     if result.stopped {
@@ -258,8 +264,8 @@ fn run_bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// The benchmarks only GPUs can run; without them, one line saying why not.
 fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
-    use mgtop::cuda::{bench as gpu_bench, Libraries};
-    use mgtop::gpu::{discover, Discovery};
+    use mgtop::backend::cuda::discover::{discover, Discovery};
+    use mgtop::backend::cuda::{bench as gpu_bench, Libraries};
     let found = match discover() {
         Discovery::None(why) => {
             println!("GPU benchmarks: skipped: no GPU ({why})");
@@ -297,7 +303,7 @@ fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
                 .collect();
             let rate = bench::median(runs?);
             let base = *one.get_or_insert(rate);
-            let (speedup, eff) = mgtop::scaling::scaling(rate, base, n);
+            let (speedup, eff) = mgtop::engine::calibrate::scaling(rate, base, n);
             println!(
                 "{n:>5} {b:>6} {rate:>12.0} {speedup:>7.2}x {:>5.0}%",
                 eff * 100.0
@@ -356,13 +362,13 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = &args.out {
         // refuse a bad --out before spending minutes measuring
-        mgtop::scale::check_out(p).map_err(anyhow::Error::msg)?;
+        mgtop::cmd::scale::check_out(p).map_err(anyhow::Error::msg)?;
     }
     // Every count runs with the same threads per worker (what the largest count gets), so that
     // a speedup compares workers, not thread counts.
     let most = counts.iter().copied().max().unwrap_or(1);
     let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
-    let plan = mgtop::scale::Plan {
+    let plan = mgtop::cmd::scale::Plan {
         gpus,
         counts,
         batches,
@@ -378,7 +384,7 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         plan.timed_steps,
         plan.warmup_steps
     );
-    let rows = mgtop::scale::run(&base, &plan, |i, n, r| {
+    let rows = mgtop::cmd::scale::run(&base, &plan, |i, n, r| {
         println!(
             "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
             r.devices,
@@ -387,11 +393,11 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
             r.samples_per_sec
         );
     })?;
-    for line in mgtop::scale::table(&rows) {
+    for line in mgtop::cmd::scale::table(&rows) {
         println!("{line}");
     }
     if let Some(p) = &args.out {
-        mgtop::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
+        mgtop::cmd::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
         println!("written: {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -399,8 +405,8 @@ fn run_scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
 
 /// `selftest`: what this machine offers the CUDA path, and every kernel through NVRTC.
 fn run_selftest() -> anyhow::Result<ExitCode> {
-    use mgtop::gpu::{discover, Discovery};
-    use mgtop::kernels::{compile, entry_points, nvrtc_available, SOURCES};
+    use mgtop::backend::cuda::discover::{discover, Discovery};
+    use mgtop::backend::cuda::kernels::{compile, entry_points, nvrtc_available, SOURCES};
     let gpus = discover();
     match &gpus {
         Discovery::None(why) => println!("GPU: none ({why})"),
@@ -436,13 +442,13 @@ fn run_selftest() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Discovery::Found(found) => {
-            use mgtop::cuda::{selftest, Libraries};
+            use mgtop::backend::cuda::{selftest, Libraries};
             if let Some(missing) = Libraries::probe().missing_for(found.len()) {
                 println!("the GPUs cannot be checked: {missing}");
                 return Ok(ExitCode::from(1));
             }
             let ids: Vec<String> = found.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
-            match mgtop::nvml::Nvml::open(&ids) {
+            match mgtop::observe::nvml::Nvml::open(&ids) {
                 Ok(nvml) => {
                     let readable = nvml.sample().iter().filter(|s| s.util.is_some()).count();
                     println!(

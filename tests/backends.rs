@@ -4,14 +4,14 @@
 //! CUDA copy runs where a GPU and the CUDA libraries are present and prints "skipped: no GPU"
 //! elsewhere.
 
-use mgtop::collective::LocalCollective;
-use mgtop::cuda::replica::CudaReplica;
-use mgtop::gpu::{discover, Discovery};
-use mgtop::loader::MicroBatch;
-use mgtop::model::{Mlp, ModelSpec};
-use mgtop::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
-use mgtop::replica::{CpuReplica, Replica, TrainState};
-use mgtop::rng::Rng;
+use mgtop::backend::cuda::discover::{discover, Discovery};
+use mgtop::backend::cuda::replica::CudaReplica;
+use mgtop::backend::{CpuReplica, Replica, TrainState};
+use mgtop::comm::LocalCollective;
+use mgtop::engine::loader::MicroBatch;
+use mgtop::nn::model::{Mlp, ModelSpec};
+use mgtop::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
+use mgtop::nn::rng::Rng;
 
 const LR: f32 = 0.05;
 const WD: f32 = 0.01;
@@ -203,7 +203,7 @@ fn cuda_replica_trains_like_the_reference() {
         }
         Discovery::Found(_) => {}
     }
-    if let Some(missing) = mgtop::cuda::Libraries::probe().missing_for(1) {
+    if let Some(missing) = mgtop::backend::cuda::Libraries::probe().missing_for(1) {
         panic!("a GPU is present but the CUDA libraries are not: {missing}");
     }
     trains_like_the_reference("cuda", &|model, kind, state| {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::data::DataSpec;
+use mgtop::engine::events::{Applied, Event};
 use mgtop::engine::{Engine, EngineError, RunResult};
-use mgtop::events::{Applied, Event};
-use mgtop::model::{Mlp, ModelSpec};
-use mgtop::optim::OptimizerKind;
+use mgtop::nn::model::{Mlp, ModelSpec};
+use mgtop::nn::optim::OptimizerKind;
 
 fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
     RunConfig {
@@ -168,8 +168,8 @@ fn a_diverging_run_stops_every_rank_and_names_the_step() {
                 },
                 4,
             );
-            let (meta, _) =
-                mgtop::checkpoint::read(&ckpt, &model, "sgd").expect("the kept checkpoint is good");
+            let (meta, _) = mgtop::engine::checkpoint::read(&ckpt, &model, "sgd")
+                .expect("the kept checkpoint is good");
             assert!(
                 meta.step < step,
                 "checkpoint at {} vs failure at {step}",

@@ -2,7 +2,7 @@
 //! skipped where NVRTC is missing, unless MGTOP_REQUIRE_NVRTC=1 (as .ci/run sets, after
 //! installing the `nvidia-cuda-nvrtc-cu12` wheel) makes that a failure.
 
-use mgtop::kernels::{compile, entry_points, nvrtc_available, KernelError, SOURCES};
+use mgtop::backend::cuda::kernels::{compile, entry_points, nvrtc_available, KernelError, SOURCES};
 
 fn nvrtc_or_skip() -> bool {
     if nvrtc_available() {

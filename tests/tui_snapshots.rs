@@ -1,11 +1,11 @@
 //! The screen as a user sees it, with fixed data, at 80x24 and 160x48 (ratatui TestBackend +
 //! insta; the snapshots are committed under tests/snapshots/).
 
-use mgtop::events::{Applied, Event};
-use mgtop::tui::app::{App, AppEvent};
-use mgtop::tui::demo;
-use mgtop::tui::render::{self, MIN_HEIGHT, MIN_WIDTH};
-use mgtop::tui::theme::Theme;
+use mgtop::engine::events::{Applied, Event};
+use mgtop::front::tui::app::{App, AppEvent};
+use mgtop::front::tui::demo;
+use mgtop::front::tui::render::{self, MIN_HEIGHT, MIN_WIDTH};
+use mgtop::front::tui::theme::Theme;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::layout::Rect;

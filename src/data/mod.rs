@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::rng::{tag, Rng};
+use crate::nn::rng::{tag, Rng};
 
 pub use csv::LabelColumn;
 

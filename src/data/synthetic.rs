@@ -2,8 +2,8 @@
 //! x ~ U[0,1)^D, y = argmax((x - 0.5) W + 0.5 noise) with W, noise ~ N(0,1).
 
 use super::Dataset;
-use crate::gemm::sgemm;
-use crate::rng::{tag, Rng};
+use crate::nn::gemm::sgemm;
+use crate::nn::rng::{tag, Rng};
 
 pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Dataset {
     let mut rng = Rng::stream(seed, tag::SYNTHETIC, 0);

@@ -1,8 +1,8 @@
 //! Which devices a run trains on.
 
+use crate::backend::cuda::discover::{discover, Discovery, GpuInfo};
+use crate::backend::cuda::Libraries;
 use crate::config::DeviceSpec;
-use crate::cuda::Libraries;
-use crate::gpu::{discover, Discovery, GpuInfo};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Device {
@@ -203,7 +203,7 @@ mod tests {
             nccl: None,
         };
         let no_nccl = Libraries {
-            nccl: Some(crate::cuda::nccl::explain(None)),
+            nccl: Some(crate::backend::cuda::nccl::explain(None)),
             ..ready.clone()
         };
         let no_blas = Libraries {

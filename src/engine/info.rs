@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::Device;
 use crate::config::Budget;
-use crate::loader::Sharding;
-use crate::straggler::{Context, Detector, DetectorConfig};
+use crate::engine::loader::Sharding;
+use crate::observe::straggler::{Context, Detector, DetectorConfig};
 
 /// What a frontend shows about the run before the first step.
 #[derive(Clone, Debug)]

@@ -1,8 +1,13 @@
 //! The data-parallel engine: one thread per device, each with its own replica, loader and
 //! collective handle; frontends get events and steer through a `Controller`.
 
+pub mod calibrate;
+pub mod checkpoint;
+pub mod control;
 mod devices;
+pub mod events;
 mod info;
+pub mod loader;
 mod rebalance;
 mod validate;
 mod worker;
@@ -14,17 +19,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver};
 
-use crate::checkpoint::{self, CheckpointError};
-use crate::collective::{CollectiveError, LocalCollective};
+use crate::backend::{CpuReplica, TrainState};
+use crate::comm::{CollectiveError, LocalCollective};
 use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
-use crate::control::{Controller, Decider};
 use crate::data::{self, DataError, Dataset};
-use crate::events::{Event, StepStats};
-use crate::loader::{Cursor, RankLoader};
-use crate::model::Mlp;
-use crate::optim::OptState;
-use crate::replica::{CpuReplica, TrainState};
-use crate::straggler::{Beat, Heartbeats};
+use crate::engine::control::{Controller, Decider};
+use crate::engine::events::{Event, StepStats};
+use crate::engine::loader::{Cursor, RankLoader};
+use crate::nn::model::Mlp;
+use crate::nn::optim::OptState;
+use crate::observe::straggler::{Beat, Heartbeats};
+use checkpoint::CheckpointError;
 
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
@@ -54,7 +59,7 @@ pub enum EngineError {
     #[error(transparent)]
     Collective(#[from] CollectiveError),
     #[error(transparent)]
-    Gpu(#[from] crate::cuda::CudaError),
+    Gpu(#[from] crate::backend::cuda::CudaError),
 }
 
 /// The outcome of a run that did not fail.
@@ -230,7 +235,7 @@ impl Engine {
 
         let mut info = info;
         if cfg.calibrate && ranks > 1 {
-            let one = crate::scaling::calibration_config(&cfg, info.threads_per_worker);
+            let one = crate::engine::calibrate::calibration_config(&cfg, info.threads_per_worker);
             let data = RunData {
                 train: loaded.train.clone(),
                 val: Arc::new(Dataset {
@@ -242,7 +247,7 @@ impl Engine {
             };
             let devices = resolve_devices(&one.devices)?;
             let r = Engine::start_with(one, devices, data)?.join_discarding_events()?;
-            info.baseline = Some(crate::scaling::calibrated_rate(&r, &cfg));
+            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let (ev_tx, ev_rx) = unbounded();
@@ -304,7 +309,7 @@ impl Engine {
             let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
             let pool = match device {
-                Device::Cpu { .. } => crate::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
+                Device::Cpu { .. } => crate::nn::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
                     EngineError::Config(format!(
                         "cannot start {threads} intra-op threads for worker {rank}: {e}; try --threads-per-worker 1"
                     ))
@@ -315,13 +320,13 @@ impl Engine {
                 .name(format!("worker-{rank}"))
                 .spawn(move || match device {
                     Device::Cpu { .. } => {
-                        crate::intraop::install(pool);
+                        crate::nn::intraop::install(pool);
                         let replica =
                             CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
                         worker::run(ctx, Box::new(replica))
                     }
                     Device::Gpu { index, .. } => {
-                        let group = nccl_id.map(|id| crate::cuda::replica::Group {
+                        let group = nccl_id.map(|id| crate::backend::cuda::replica::Group {
                             id,
                             rank,
                             world: ranks,

@@ -6,7 +6,7 @@
 //! Every rank computes the same split from the same all-reduced speeds, so no extra agreement
 //! is needed.
 
-use crate::loader::proportional;
+use crate::engine::loader::proportional;
 
 /// Steps between two rebalancing decisions (the first after this many steps too).
 pub const EVERY: u64 = 50;

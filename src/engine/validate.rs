@@ -8,11 +8,11 @@ use crate::config::{Budget, RunConfig};
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
-    if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::control::MAX_BATCH {
+    if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::engine::control::MAX_BATCH {
         return bad(format!(
             "--batch-per-replica {} is out of range: use 1..={}",
             cfg.batch_per_replica,
-            crate::control::MAX_BATCH
+            crate::engine::control::MAX_BATCH
         ));
     }
     if cfg.grad_accum == 0 {

@@ -7,19 +7,19 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
+use super::checkpoint::{self, CheckpointMeta};
 use super::{EngineError, RunResult};
-use crate::checkpoint::{self, CheckpointMeta};
-use crate::collective::Collective;
+use crate::backend::Replica;
+use crate::comm::Collective;
 use crate::config::{Budget, RunConfig};
-use crate::control::{agree, Decider};
 use crate::data::Dataset;
-use crate::events::{Applied, Event, StepStats};
-use crate::loader::{Cursor, RankLoader, Sharding};
-use crate::model::Mlp;
-use crate::replica::Replica;
-use crate::schedule::lr_at;
-use crate::straggler::{Heartbeats, Phase};
-use crate::telemetry::thread_cpu_time;
+use crate::engine::control::{agree, Decider};
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::loader::{Cursor, RankLoader, Sharding};
+use crate::nn::model::Mlp;
+use crate::nn::schedule::lr_at;
+use crate::observe::straggler::{Heartbeats, Phase};
+use crate::observe::telemetry::thread_cpu_time;
 
 use super::rebalance;
 
@@ -89,11 +89,11 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
-    model: crate::model::Mlp,
-    state: crate::replica::TrainState,
-    group: Option<crate::cuda::replica::Group>,
-) -> Result<crate::cuda::replica::CudaReplica, EngineError> {
-    let opened = crate::cuda::replica::CudaReplica::open(
+    model: crate::nn::model::Mlp,
+    state: crate::backend::TrainState,
+    group: Option<crate::backend::cuda::replica::Group>,
+) -> Result<crate::backend::cuda::replica::CudaReplica, EngineError> {
+    let opened = crate::backend::cuda::replica::CudaReplica::open(
         index,
         model,
         w.cfg.optimizer,
@@ -120,7 +120,7 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
     w.coll.abort(&format!("rank {} failed: {e}", w.rank));
     let knock_on = matches!(
         e,
-        EngineError::Collective(crate::collective::CollectiveError::Aborted(_))
+        EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
     );
     // every rank sees a non-finite loss at once; rank 0 speaks for them
     let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;

@@ -1,0 +1,232 @@
+//! `mgtop-train bench --only gpu`: what only GPUs can measure. Per-kernel time (CUDA events
+//! around repeated launches), training samples/s per GPU count on the reference workload, and
+//! NCCL all-reduce bus bandwidth over message sizes (nccl-tests' definition).
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::nccl::{Comm, Id, ReduceOp};
+
+use super::{on, CudaError, Gpu};
+use crate::nn::rng::Rng;
+
+const WARM: usize = 5;
+
+/// Milliseconds per call of `f` on `stream`, timed by CUDA events over `iters` calls after a
+/// warm-up.
+fn time_ms(
+    stream: &CudaStream,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), CudaError>,
+    gpu: usize,
+) -> Result<f64, CudaError> {
+    for _ in 0..WARM {
+        f()?;
+    }
+    let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let start = stream.record_event(timing).map_err(on(gpu, "event"))?;
+    for _ in 0..iters {
+        f()?;
+    }
+    let end = stream.record_event(timing).map_err(on(gpu, "event"))?;
+    end.synchronize().map_err(on(gpu, "synchronize"))?;
+    let ms = start.elapsed_ms(&end).map_err(on(gpu, "elapsed"))?;
+    Ok(ms as f64 / iters as f64)
+}
+
+fn random(
+    stream: &std::sync::Arc<CudaStream>,
+    n: usize,
+    gpu: usize,
+) -> Result<CudaSlice<f32>, CudaError> {
+    let mut r = Rng::new(n as u64);
+    let host: Vec<f32> = (0..n).map(|_| r.normal()).collect();
+    stream.clone_htod(&host).map_err(on(gpu, "upload"))
+}
+
+/// One kernel's (or product's) time, and its throughput in its own unit.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub name: String,
+    pub us: f64,
+    /// e.g. "812 GB/s" or "41.2 TFLOP/s"
+    pub rate: String,
+}
+
+/// Per-op times on GPU `index`, at sizes of a large MLP step (batch 4096, width 1024).
+pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
+    let gpu = Gpu::open(index)?;
+    let s = gpu.stream.clone();
+    let (rows, width, params) = (4096usize, 1024usize, 16usize << 20);
+    let mut act = random(&s, rows * width, index)?;
+    let dact = random(&s, rows * width, index)?;
+    let bias = random(&s, width, index)?;
+    let mut p = random(&s, params, index)?;
+    let g = random(&s, params, index)?;
+    let mut m = s
+        .alloc_zeros::<f32>(params)
+        .map_err(on(index, "allocate"))?;
+    let mut v = s
+        .alloc_zeros::<f32>(params)
+        .map_err(on(index, "allocate"))?;
+    let w = random(&s, width * width, index)?;
+    let mut out = s
+        .alloc_zeros::<f32>(rows * width)
+        .map_err(on(index, "allocate"))?;
+    let blas = cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "cuBLAS handle"))?;
+    let (ni, di, nn) = (rows as i32, width as i32, (rows * width) as i32);
+    let np = params as i32;
+    let act_bytes = (rows * width * 4) as f64;
+    let gbs = |bytes: f64| move |us: f64| format!("{:.0} GB/s", bytes / us / 1e3);
+    let mut times = Vec::new();
+    // one timed kernel: its name, launches, how to say its rate from µs, and the launch
+    let mut time = |name: String,
+                    iters: usize,
+                    rate: &dyn Fn(f64) -> String,
+                    launch: &mut dyn FnMut() -> Result<(), CudaError>|
+     -> Result<(), CudaError> {
+        let us = 1e3 * time_ms(&s, iters, launch, index)?;
+        times.push(KernelTime {
+            name,
+            us,
+            rate: rate(us),
+        });
+        Ok(())
+    };
+    time(
+        format!("bias_add {rows}x{width}"),
+        50,
+        &gbs(2.0 * act_bytes),
+        &mut || {
+            launch!(
+                &gpu,
+                "bias_add_f32",
+                rows * width,
+                &mut act,
+                &bias,
+                &ni,
+                &di
+            );
+            Ok(())
+        },
+    )?;
+    time(
+        format!("relu_forward {rows}x{width}"),
+        50,
+        &gbs(2.0 * act_bytes),
+        &mut || {
+            launch!(&gpu, "relu_forward_f32", rows * width, &mut act, &nn);
+            Ok(())
+        },
+    )?;
+    let mut d2 = dact.clone();
+    time(
+        format!("relu_backward {rows}x{width}"),
+        50,
+        &gbs(3.0 * act_bytes),
+        &mut || {
+            launch!(&gpu, "relu_backward_f32", rows * width, &mut d2, &act, &nn);
+            Ok(())
+        },
+    )?;
+    let mut db = s.alloc_zeros::<f32>(width).map_err(on(index, "allocate"))?;
+    time(
+        format!("bias_grad {rows}x{width}"),
+        50,
+        &gbs(act_bytes),
+        &mut || {
+            launch!(&gpu, "bias_grad_f32", width, &mut db, &dact, &ni, &di);
+            Ok(())
+        },
+    )?;
+    let (lr, b1, b2, eps, wd, scale, step, bc) = (
+        1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.0f32, 1.0f32, 1e-2f32, 1.0f32,
+    );
+    // Adam reads p, g, m, v and writes p, m, v
+    time(
+        format!("adam {}M params", params >> 20),
+        20,
+        &gbs(7.0 * 4.0 * params as f64),
+        &mut || {
+            launch!(
+                &gpu, "adam_f32", params, &mut p, &g, &mut m, &mut v, &np, &lr, &b1, &b2, &eps,
+                &wd, &scale, &step, &bc
+            );
+            Ok(())
+        },
+    )?;
+    let flops = 2.0 * (rows * width * width) as f64;
+    let tflops = move |us: f64| format!("{:.1} TFLOP/s", flops / us / 1e6);
+    time(
+        format!("gemm {rows}x{width}x{width}"),
+        20,
+        &tflops,
+        &mut || {
+            super::blas::sgemm(
+                &blas,
+                false,
+                false,
+                rows,
+                width,
+                width,
+                1.0,
+                &act.slice(..),
+                &w.slice(..),
+                0.0,
+                &mut out.slice_mut(..),
+            )
+            .map_err(|e| CudaError::new(index, "sgemm", e))
+        },
+    )?;
+    Ok(times)
+}
+
+/// NCCL all-reduce bus bandwidth in GB/s, 2(n-1)/n x bytes / time, over every GPU, per size.
+pub fn nccl_busbw(gpus: usize, sizes: &[usize]) -> Result<Vec<(usize, f64)>, CudaError> {
+    let id = Id::new().map_err(|e| CudaError::new(0, "create an NCCL id", e))?;
+    let sizes = sizes.to_vec();
+    let handles: Vec<_> = (0..gpus)
+        .map(|rank| {
+            let sizes = sizes.clone();
+            std::thread::spawn(move || -> Result<Vec<f64>, CudaError> {
+                let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
+                let s = ctx.new_stream().map_err(on(rank, "stream"))?;
+                let comm =
+                    Comm::from_rank(s.clone(), rank, gpus, id).map_err(on(rank, "join NCCL"))?;
+                let mut out = Vec::new();
+                for &bytes in &sizes {
+                    let mut buf = s
+                        .alloc_zeros::<f32>(bytes / 4)
+                        .map_err(on(rank, "allocate"))?;
+                    let iters = (1usize << 30).div_ceil(bytes).clamp(5, 50);
+                    let ms = time_ms(
+                        &s,
+                        iters,
+                        || {
+                            comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                                .map(|_| ())
+                                .map_err(|e| CudaError::new(rank, "all-reduce", e))
+                        },
+                        rank,
+                    )?;
+                    out.push(ms);
+                }
+                Ok(out)
+            })
+        })
+        .collect();
+    let mut slowest = vec![0.0f64; sizes.len()];
+    for (rank, h) in handles.into_iter().enumerate() {
+        let ms = h
+            .join()
+            .map_err(|_| CudaError::new(rank, "all-reduce benchmark", "thread panicked"))??;
+        for (s, m) in slowest.iter_mut().zip(ms) {
+            *s = s.max(m);
+        }
+    }
+    let factor = 2.0 * (gpus as f64 - 1.0) / gpus as f64;
+    Ok(sizes
+        .iter()
+        .zip(slowest)
+        .map(|(&bytes, ms)| (bytes, factor * bytes as f64 / (ms / 1e3) / 1e9))
+        .collect())
+}

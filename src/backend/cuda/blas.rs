@@ -1,0 +1,187 @@
+//! Row-major matrix products through cuBLAS (column-major), in one helper.
+//!
+//! A row-major matrix X[r, c] is, read column-major, X^T with leading dimension c. So the
+//! row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T: call cuBLAS with the
+//! operands swapped, m and n swapped, and each operand's transpose flag taken from how it is
+//! stored. `ColMajor::for_row_major` is that mapping; it is tested below against a reference
+//! column-major GEMM written from the BLAS definition, so it is checked without a GPU.
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{CudaView, CudaViewMut};
+
+/// The arguments of one column-major `sgemm` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColMajor {
+    /// Transpose the first operand (our B) / the second (our A).
+    pub trans_first: bool,
+    pub trans_second: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ld_first: usize,
+    pub ld_second: usize,
+    pub ldc: usize,
+}
+
+impl ColMajor {
+    /// Row-major C[m,n] = op(A)[m,k] op(B)[k,n], with `ta` (A stored [k,m]) and `tb` (B stored
+    /// [n,k]) as in `gemm::sgemm`, as a column-major call computing C^T = op(B)^T op(A)^T whose
+    /// first operand is B and second is A.
+    pub fn for_row_major(ta: bool, tb: bool, m: usize, n: usize, k: usize) -> ColMajor {
+        ColMajor {
+            // B stored [k,n] reads column-major as op(B)^T already (ld n); stored [n,k] it reads
+            // as op(B) and needs a transpose (ld k). Likewise A.
+            trans_first: tb,
+            trans_second: ta,
+            m: n,
+            n: m,
+            k,
+            ld_first: if tb { k } else { n },
+            ld_second: if ta { m } else { k },
+            ldc: n,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cuBLAS sgemm {m}x{n}x{k} failed: {source:?}")]
+pub struct GemmError {
+    m: usize,
+    n: usize,
+    k: usize,
+    source: cudarc::cublas::result::CublasError,
+}
+
+fn op(t: bool) -> cublasOperation_t {
+    if t {
+        cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+/// C[m,n] = alpha * op(A) op(B) + beta * C, all row-major device buffers (see `gemm::sgemm`).
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    blas: &CudaBlas,
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &CudaView<'_, f32>,
+    b: &CudaView<'_, f32>,
+    beta: f32,
+    c: &mut CudaViewMut<'_, f32>,
+) -> Result<(), GemmError> {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let cm = ColMajor::for_row_major(ta, tb, m, n, k);
+    let int = |v: usize| i32::try_from(v).expect("matrix dimension above i32::MAX");
+    let cfg = GemmConfig {
+        transa: op(cm.trans_first),
+        transb: op(cm.trans_second),
+        m: int(cm.m),
+        n: int(cm.n),
+        k: int(cm.k),
+        alpha,
+        // cuBLAS requires ld >= 1 even for an empty inner dimension
+        lda: int(cm.ld_first.max(1)),
+        ldb: int(cm.ld_second.max(1)),
+        beta,
+        ldc: int(cm.ldc),
+    };
+    // SAFETY: the assert above and `ColMajor` (tested below) keep every access cuBLAS makes
+    // inside the three buffers; they live on this handle's stream's context.
+    unsafe { blas.gemm(cfg, b, a, c) }.map_err(|source| GemmError { m, n, k, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::gemm::sgemm_naive;
+    use crate::nn::rng::Rng;
+
+    /// Column-major sgemm from the BLAS definition: C = alpha op(X) op(Y) + beta C, where X is
+    /// m x k after op (stored with leading dimension ldx), Y is k x n after op.
+    #[allow(clippy::too_many_arguments)]
+    fn blas_sgemm(
+        tx: bool,
+        ty: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        x: &[f32],
+        ldx: usize,
+        y: &[f32],
+        ldy: usize,
+        beta: f32,
+        c: &mut [f32],
+        ldc: usize,
+    ) {
+        let at = |buf: &[f32], ld: usize, r: usize, col: usize| buf[r + col * ld];
+        for j in 0..n {
+            for i in 0..m {
+                let mut acc = 0.0f64;
+                for p in 0..k {
+                    let xv = if tx {
+                        at(x, ldx, p, i)
+                    } else {
+                        at(x, ldx, i, p)
+                    };
+                    let yv = if ty {
+                        at(y, ldy, j, p)
+                    } else {
+                        at(y, ldy, p, j)
+                    };
+                    acc += xv as f64 * yv as f64;
+                }
+                c[i + j * ldc] = alpha * acc as f32 + beta * c[i + j * ldc];
+            }
+        }
+    }
+
+    #[test]
+    fn swapped_column_major_call_is_the_row_major_product() {
+        let mut r = Rng::new(3);
+        for &(m, n, k) in &[(1, 1, 1), (3, 5, 7), (8, 2, 5), (6, 9, 1)] {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let a: Vec<f32> = (0..m * k).map(|_| r.normal()).collect();
+                    let b: Vec<f32> = (0..k * n).map(|_| r.normal()).collect();
+                    let c0: Vec<f32> = (0..m * n).map(|_| r.normal()).collect();
+                    let mut want = c0.clone();
+                    sgemm_naive(ta, tb, m, n, k, 0.5, &a, &b, 2.0, &mut want);
+                    let cm = ColMajor::for_row_major(ta, tb, m, n, k);
+                    let mut got = c0.clone();
+                    blas_sgemm(
+                        cm.trans_first,
+                        cm.trans_second,
+                        cm.m,
+                        cm.n,
+                        cm.k,
+                        0.5,
+                        &b,
+                        cm.ld_first,
+                        &a,
+                        cm.ld_second,
+                        2.0,
+                        &mut got,
+                        cm.ldc,
+                    );
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() < 1e-4,
+                            "{m}x{n}x{k} ta={ta} tb={tb}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

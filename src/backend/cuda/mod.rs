@@ -1,0 +1,189 @@
+//! The CUDA backend: one `CudaReplica` per GPU, owned by that GPU's worker thread, with its own
+//! context, stream, cuBLAS handle, kernels (compiled by NVRTC for the device) and NCCL
+//! communicator.
+//!
+//! Every CUDA library is loaded at run time (cudarc `dynamic-loading`), and cudarc panics when
+//! one is missing, so `Libraries::probe` checks each first: a machine without them gets a reason
+//! and the fix, never a panic.
+
+#[macro_use]
+mod launch;
+pub mod bench;
+pub mod blas;
+pub mod discover;
+pub mod kernels;
+pub mod nccl;
+pub mod replica;
+pub mod selftest;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+
+use kernels::SOURCES;
+
+/// Which CUDA libraries this process can load (`probe`; `Default` is only a placeholder where
+/// no GPU was found and nothing was probed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Libraries {
+    pub driver: bool,
+    pub nvrtc: bool,
+    pub cublas: bool,
+    /// None: loadable; Some(why not, with the fix).
+    pub nccl: Option<String>,
+}
+
+impl Libraries {
+    pub fn probe() -> Libraries {
+        // SAFETY: each only tries to dlopen its library under the known names.
+        let (driver, cublas) = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::cublas::sys::is_culib_present(),
+            )
+        };
+        Libraries {
+            driver,
+            nvrtc: kernels::nvrtc_available(),
+            cublas,
+            nccl: nccl::loadable().err(),
+        }
+    }
+
+    /// Why training on `gpus` GPUs cannot start, naming the missing library and how to get it.
+    pub fn missing_for(&self, gpus: usize) -> Option<String> {
+        let mut missing = Vec::new();
+        if !self.driver {
+            missing.push("the CUDA driver (libcuda.so.1): install the NVIDIA driver".to_string());
+        }
+        if !self.nvrtc {
+            missing.push(format!("NVRTC (libnvrtc.so.12): {}", PIP_HINT));
+        }
+        if !self.cublas {
+            missing.push(format!("cuBLAS (libcublas.so.12): {}", PIP_HINT));
+        }
+        if gpus > 1 {
+            if let Some(why) = &self.nccl {
+                missing.push(why.clone());
+            }
+        }
+        (!missing.is_empty()).then(|| missing.join("; "))
+    }
+}
+
+const PIP_HINT: &str = "`pip install nvidia-cuda-nvrtc-cu12 nvidia-cublas-cu12` (or conda `cuda-nvrtc libcublas`, or apt `cuda-nvrtc-12-6 libcublas-12-6`) and put its lib directory on LD_LIBRARY_PATH";
+
+/// An error of the CUDA path, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("GPU {gpu}: {what}: {detail}")]
+pub struct CudaError {
+    pub gpu: usize,
+    pub what: String,
+    pub detail: String,
+}
+
+impl CudaError {
+    pub fn new(gpu: usize, what: &str, detail: impl std::fmt::Debug) -> CudaError {
+        CudaError {
+            gpu,
+            what: what.to_string(),
+            detail: format!("{detail:?}"),
+        }
+    }
+}
+
+/// `map_err` adapter: any CUDA library error, with the GPU and what was being done.
+pub fn on<E: std::fmt::Debug>(gpu: usize, what: &str) -> impl FnOnce(E) -> CudaError + '_ {
+    move |e| CudaError::new(gpu, what, e)
+}
+
+/// One GPU opened on this thread: its context, the stream all work goes to, and every kernel
+/// of `kernels/` compiled for its architecture.
+pub struct Gpu {
+    pub index: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub arch: String,
+    functions: HashMap<String, CudaFunction>,
+}
+
+impl Gpu {
+    pub fn open(index: usize) -> Result<Gpu, CudaError> {
+        let ctx = CudaContext::new(index).map_err(|e| CudaError::new(index, "open", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| CudaError::new(index, "compute capability", e))?;
+        let arch = format!("sm_{major}{minor}");
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| CudaError::new(index, "create stream", e))?;
+        // NVRTC wants a 'static arch name; one short string per opened GPU.
+        let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
+        let mut functions = HashMap::new();
+        for (file, src) in SOURCES {
+            let ptx = kernels::compile(file, src, arch_static).map_err(|e| CudaError {
+                gpu: index,
+                what: format!("compile kernels/{file}"),
+                detail: e.to_string(),
+            })?;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+                .map_err(|e| CudaError::new(index, &format!("load kernels/{file}"), e))?;
+            for name in kernels::entry_points(src) {
+                let f = module
+                    .load_function(name)
+                    .map_err(|e| CudaError::new(index, &format!("load kernel {name}"), e))?;
+                functions.insert(name.to_string(), f);
+            }
+        }
+        Ok(Gpu {
+            index,
+            ctx,
+            stream,
+            arch,
+            functions,
+        })
+    }
+
+    /// A kernel by name (`{op}_f32`); every name in `kernels/` was loaded by `open`.
+    pub fn function(&self, name: &str) -> &CudaFunction {
+        self.functions
+            .get(name)
+            .unwrap_or_else(|| panic!("kernel {name} is not in kernels/"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_libraries_are_named_with_the_fix() {
+        let none = Libraries {
+            driver: false,
+            nvrtc: false,
+            cublas: false,
+            nccl: Some("NCCL (libnccl.so.2) was not found: ...".into()),
+        };
+        let why = none.missing_for(2).unwrap();
+        for needle in [
+            "libcuda.so.1",
+            "libnvrtc.so.12",
+            "libcublas.so.12",
+            "libnccl.so.2",
+            "pip install",
+        ] {
+            assert!(why.contains(needle), "{needle} missing from: {why}");
+        }
+        // one GPU needs no NCCL
+        assert!(!none.missing_for(1).unwrap().contains("libnccl"));
+        let all = Libraries {
+            driver: true,
+            nvrtc: true,
+            cublas: true,
+            nccl: None,
+        };
+        assert_eq!(all.missing_for(8), None);
+    }
+}

@@ -1,0 +1,437 @@
+//! The model on one GPU: parameters, gradients and optimizer state are flat device buffers laid
+//! out as on the CPU (`Mlp::tensors`), every op is a kernel of `kernels/` or a cuBLAS product,
+//! and gradients are summed across GPUs by NCCL in one call (the batch metrics ride in three
+//! slots after them, as on the CPU).
+//!
+//! Work is queued on the GPU's stream; the host waits once per step, after the all-reduce, to
+//! read the batch metrics. Compute and all-reduce times come from CUDA events on the stream.
+//! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
+//! and the engine reports the rank as failed.
+
+mod pass;
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaSlice};
+use cudarc::nccl::{Comm, Id, ReduceOp};
+
+use super::launch::{add_metrics, die};
+use super::{on, CudaError, Gpu};
+use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
+use crate::comm::{Collective, CollectiveError, ReduceTiming};
+use crate::engine::loader::MicroBatch;
+use crate::nn::model::Mlp;
+use crate::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
+
+const EVAL_CHUNK: usize = 512;
+
+/// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
+#[derive(Clone, Copy, Debug)]
+pub struct Group {
+    pub id: Id,
+    pub rank: usize,
+    pub world: usize,
+}
+
+pub struct CudaReplica {
+    gpu: Gpu,
+    blas: cudarc::cublas::CudaBlas,
+    comm: Option<Comm>,
+    /// How long an all-reduce may take before the group is aborted (a hung peer).
+    timeout: Duration,
+    model: Mlp,
+    kind: OptimizerKind,
+    weight_decay: f32,
+    t: u64,
+    params: CudaSlice<f32>,
+    /// n_params gradient sums, then [loss sum, correct, samples].
+    grads: CudaSlice<f32>,
+    m: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+    /// Activations and their gradients per layer boundary, for `cap` rows; [0] is the input.
+    acts: Vec<CudaSlice<f32>>,
+    dacts: Vec<CudaSlice<f32>>,
+    labels: CudaSlice<u32>,
+    row_loss: CudaSlice<f32>,
+    row_correct: CudaSlice<i32>,
+    eval_metrics: CudaSlice<f32>,
+    cap: usize,
+    metrics: [f32; AUX],
+    /// Recorded before and after the gradient computation of the current step.
+    events: Option<(CudaEvent, CudaEvent)>,
+    /// Recorded right after the previous all-reduce: the next step's compute time then also
+    /// covers the optimizer update queued between them (device time, not launch time).
+    next_start: Option<CudaEvent>,
+    times: Option<DeviceTimes>,
+}
+
+impl CudaReplica {
+    /// Opens GPU `index` on this thread and uploads `state`; `join` then connects it to the
+    /// other GPUs.
+    pub fn open(
+        index: usize,
+        model: Mlp,
+        kind: OptimizerKind,
+        weight_decay: f32,
+        state: TrainState,
+        timeout: Duration,
+    ) -> Result<CudaReplica, CudaError> {
+        let gpu = Gpu::open(index)?;
+        let s = gpu.stream.clone();
+        let n = model.n_params;
+        assert_eq!(state.params.len(), n);
+        let blas =
+            cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
+        let params = s
+            .clone_htod(&state.params)
+            .map_err(on(index, "upload parameters"))?;
+        let upload = |v: &Vec<f32>| {
+            if v.is_empty() {
+                s.alloc_zeros::<f32>(1)
+            } else {
+                s.clone_htod(v)
+            }
+        };
+        let m = upload(&state.opt.m).map_err(on(index, "upload optimizer state"))?;
+        let v = upload(&state.opt.v).map_err(on(index, "upload optimizer state"))?;
+        let grads = s
+            .alloc_zeros::<f32>(n + AUX)
+            .map_err(on(index, "allocate gradients"))?;
+        let eval_metrics = s.alloc_zeros::<f32>(AUX).map_err(on(index, "allocate"))?;
+        let mut r = CudaReplica {
+            blas,
+            comm: None,
+            timeout,
+            kind,
+            weight_decay,
+            t: state.opt.t,
+            params,
+            grads,
+            m,
+            v,
+            acts: Vec::new(),
+            dacts: Vec::new(),
+            labels: s.alloc_zeros::<u32>(1).map_err(on(index, "allocate"))?,
+            row_loss: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
+            row_correct: s.alloc_zeros::<i32>(1).map_err(on(index, "allocate"))?,
+            eval_metrics,
+            cap: 0,
+            metrics: [0.0; AUX],
+            events: None,
+            next_start: None,
+            times: None,
+            model,
+            gpu,
+        };
+        r.ensure(EVAL_CHUNK)?;
+        Ok(r)
+    }
+
+    /// Joins the NCCL group (a no-op alone). Every rank must call this concurrently: NCCL's
+    /// initialisation waits for all of them.
+    pub fn join(&mut self, group: Option<Group>) -> Result<(), CudaError> {
+        if let Some(g) = group.filter(|g| g.world > 1) {
+            let comm = Comm::from_rank(self.gpu.stream.clone(), g.rank, g.world, g.id)
+                .map_err(on(self.gpu.index, "join the NCCL group"))?;
+            self.comm = Some(comm);
+        }
+        Ok(())
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn fail(&self, what: &str, e: impl std::fmt::Debug) -> ! {
+        die(self.gpu.index, what, e)
+    }
+
+    /// Grows the activation buffers to `rows` rows.
+    fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
+        if rows <= self.cap {
+            return Ok(());
+        }
+        let s = &self.gpu.stream;
+        let index = self.gpu.index;
+        let err = |e| CudaError::new(index, "allocate activations", e);
+        self.acts.clear();
+        self.dacts.clear();
+        for &d in &self.model.dims {
+            self.acts.push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
+            self.dacts
+                .push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
+        }
+        self.labels = s.alloc_zeros::<u32>(rows).map_err(err)?;
+        self.row_loss = s.alloc_zeros::<f32>(rows).map_err(err)?;
+        self.row_correct = s.alloc_zeros::<i32>(rows).map_err(err)?;
+        self.cap = rows;
+        Ok(())
+    }
+
+    /// Uploads x[b, d] and y[b] into the input buffers.
+    fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
+        if let Err(e) = self.ensure(b) {
+            panic!("{e}")
+        }
+        let d = self.model.dims[0];
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memcpy_htod(&x[..b * d], &mut self.acts[0].slice_mut(..b * d)) {
+            self.fail("upload a batch", e)
+        }
+        if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
+            self.fail("upload labels", e)
+        }
+    }
+
+    /// Where each layer's weight and bias sit in the flat buffers.
+    fn layer_ranges(&self) -> Vec<(Range<usize>, Range<usize>)> {
+        let range = |i: usize| {
+            let t = &self.model.tensors[i];
+            t.offset..t.offset + t.len
+        };
+        (0..self.model.layers())
+            .map(|l| (range(2 * l), range(2 * l + 1)))
+            .collect()
+    }
+
+    fn record(&self) -> CudaEvent {
+        self.gpu
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .unwrap_or_else(|e| self.fail("record an event", e))
+    }
+
+    /// Waits for `ev` without blocking forever: a peer that never joins an all-reduce leaves
+    /// it pending, and after `timeout` the NCCL group is aborted.
+    fn wait_for(&mut self, ev: &CudaEvent) -> Result<(), CollectiveError> {
+        let start = Instant::now();
+        loop {
+            match ev.try_is_complete() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => self.fail("wait for the all-reduce", e),
+            }
+            if start.elapsed() > self.timeout {
+                // Dropping the communicator aborts it, which ends the pending kernel.
+                self.comm = None;
+                return Err(CollectiveError::Aborted(format!(
+                    "GPU {}: the NCCL all-reduce did not finish within {:.0} s (a peer GPU hung or failed); set NCCL_DEBUG=INFO to see why",
+                    self.gpu.index,
+                    self.timeout.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
+impl Replica for CudaReplica {
+    fn compute_grads(&mut self, micro: &[MicroBatch]) {
+        let start = match self.next_start.take() {
+            Some(e) => e,
+            None => self.record(),
+        };
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memset_zeros(&mut self.grads) {
+            self.fail("zero the gradients", e)
+        }
+        for mb in micro {
+            self.upload(&mb.x, &mb.y, mb.n);
+            self.forward(mb.n);
+            let n = self.model.n_params;
+            let mut aux = self.grads.slice_mut(n..n + AUX);
+            add_metrics(&self.gpu, &mut aux, &self.row_loss, &self.row_correct, mb.n);
+            self.backward(mb.n);
+        }
+        self.events = Some((start, self.record()));
+    }
+
+    fn all_reduce_grads(
+        &mut self,
+        _host: &mut dyn Collective,
+    ) -> Result<ReduceTiming, CollectiveError> {
+        let t0 = Instant::now();
+        if let Some(comm) = &self.comm {
+            if let Err(e) = comm.all_reduce_in_place(&mut self.grads, &ReduceOp::Sum) {
+                return Err(CollectiveError::Aborted(format!(
+                    "GPU {}: NCCL all-reduce failed: {e:?}",
+                    self.gpu.index
+                )));
+            }
+        }
+        let reduced = self.record();
+        self.next_start = Some(self.record());
+        self.wait_for(&reduced)?;
+        let n = self.model.n_params;
+        let s = self.gpu.stream.clone();
+        // a copy into pageable memory, and a synchronize so nothing depends on that detail
+        if let Err(e) = s
+            .memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut self.metrics[..])
+            .and_then(|_| s.synchronize())
+        {
+            self.fail("read the batch metrics", e)
+        }
+        if let Some((start, computed)) = self.events.take() {
+            let ms = |a: &CudaEvent, b: &CudaEvent| {
+                a.elapsed_ms(b)
+                    .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+                    .unwrap_or_default()
+            };
+            self.times = Some(DeviceTimes {
+                compute: ms(&start, &computed),
+                comm: ms(&computed, &reduced),
+            });
+        }
+        Ok(ReduceTiming {
+            wait: Duration::ZERO,
+            transfer: self.times.map_or(t0.elapsed(), |t| t.comm),
+        })
+    }
+
+    fn batch_metrics(&self) -> BatchMetrics {
+        BatchMetrics {
+            loss_sum: self.metrics[0] as f64,
+            correct: self.metrics[1] as f64,
+            samples: self.metrics[2] as f64,
+        }
+    }
+
+    fn device_times(&self) -> Option<DeviceTimes> {
+        self.times
+    }
+
+    fn apply_update(&mut self, lr: f32) {
+        let n = self.model.n_params;
+        let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
+        let wd = self.weight_decay;
+        self.t += 1;
+        let ni = n as i32;
+        let mut p = self.params.slice_mut(..);
+        let g = self.grads.slice(..n);
+        match self.kind {
+            OptimizerKind::Sgd => {
+                launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
+            }
+            OptimizerKind::Momentum => {
+                let mut m = self.m.slice_mut(..);
+                let first = i32::from(self.t == 1);
+                let mu = MOMENTUM;
+                launch!(
+                    &self.gpu,
+                    "momentum_f32",
+                    n,
+                    &mut p,
+                    &g,
+                    &mut m,
+                    &ni,
+                    &lr,
+                    &mu,
+                    &wd,
+                    &scale,
+                    &first
+                )
+            }
+            OptimizerKind::Adam | OptimizerKind::AdamW => {
+                let t = self.t as i32;
+                let step_size = lr / (1.0 - BETA1.powi(t));
+                let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
+                let (b1, b2, eps) = (BETA1, BETA2, EPS);
+                let mut m = self.m.slice_mut(..);
+                let mut v = self.v.slice_mut(..);
+                let name = if self.kind == OptimizerKind::Adam {
+                    "adam_f32"
+                } else {
+                    "adamw_f32"
+                };
+                launch!(
+                    &self.gpu,
+                    name,
+                    n,
+                    &mut p,
+                    &g,
+                    &mut m,
+                    &mut v,
+                    &ni,
+                    &lr,
+                    &b1,
+                    &b2,
+                    &eps,
+                    &wd,
+                    &scale,
+                    &step_size,
+                    &inv_sqrt_bc2
+                )
+            }
+        }
+    }
+
+    fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
+        // the next step's compute time starts after this evaluation, not before it
+        self.next_start = None;
+        let d = self.model.dims[0];
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
+            self.fail("zero the metrics", e)
+        }
+        for start in (0..n).step_by(EVAL_CHUNK) {
+            let b = EVAL_CHUNK.min(n - start);
+            self.upload(&x[start * d..(start + b) * d], &y[start..start + b], b);
+            self.forward(b);
+            let mut out = self.eval_metrics.slice_mut(..);
+            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
+        }
+        let mut host = [0.0f32; AUX];
+        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
+            self.fail("read the evaluation metrics", e)
+        }
+        if let Err(e) = s.synchronize() {
+            self.fail("evaluate", e)
+        }
+        (host[0] as f64, host[1].round() as usize)
+    }
+
+    fn export(&self) -> TrainState {
+        let s = &self.gpu.stream;
+        let get = |buf: &CudaSlice<f32>, len: usize| -> Vec<f32> {
+            if len == 0 {
+                return Vec::new();
+            }
+            s.clone_dtoh(&buf.slice(..len))
+                .unwrap_or_else(|e| self.fail("download the training state", e))
+        };
+        let blank = OptState::new(self.kind, self.model.n_params);
+        let state = TrainState {
+            params: get(&self.params, self.model.n_params),
+            opt: OptState {
+                t: self.t,
+                m: get(&self.m, blank.m.len()),
+                v: get(&self.v, blank.v.len()),
+            },
+        };
+        if let Err(e) = s.synchronize() {
+            self.fail("download the training state", e)
+        }
+        state
+    }
+
+    fn import(&mut self, state: &TrainState) {
+        let s = self.gpu.stream.clone();
+        let put = |src: &[f32], dst: &mut CudaSlice<f32>| {
+            if !src.is_empty() {
+                s.memcpy_htod(src, &mut dst.slice_mut(..src.len()))
+                    .map_err(|e| CudaError::new(self.gpu.index, "upload the training state", e))
+            } else {
+                Ok(())
+            }
+        };
+        let r = put(&state.params, &mut self.params)
+            .and_then(|_| put(&state.opt.m, &mut self.m))
+            .and_then(|_| put(&state.opt.v, &mut self.v));
+        if let Err(e) = r {
+            panic!("{e}")
+        }
+        self.t = state.opt.t;
+    }
+}

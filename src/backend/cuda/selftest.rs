@@ -1,0 +1,449 @@
+//! `mgtop-train selftest` on GPUs: every CUDA path against the CPU reference. Each check gives
+//! the largest error, which passes when |gpu - cpu| <= tol + eps*|cpu| for every element.
+
+use std::time::Duration;
+
+use cudarc::driver::CudaContext;
+use cudarc::nccl::{Comm, Id, ReduceOp};
+
+use super::blas;
+use super::replica::{CudaReplica, Group};
+use super::{on, CudaError, Gpu};
+use crate::backend::{CpuReplica, Replica, TrainState};
+use crate::comm::{Collective, LocalCollective};
+use crate::engine::loader::MicroBatch;
+use crate::nn::gemm::sgemm;
+use crate::nn::model::{Mlp, ModelSpec};
+use crate::nn::optim::{OptState, OptimizerKind};
+use crate::nn::rng::Rng;
+
+/// One line of the selftest table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    pub name: String,
+    /// Largest |gpu - cpu| / (tol + eps*|cpu|): at most 1 passes. None: the check could not run.
+    pub worst: Option<f64>,
+    pub max_abs: f64,
+    pub note: String,
+}
+
+impl Check {
+    pub fn passed(&self) -> bool {
+        self.worst.is_some_and(|w| w <= 1.0)
+    }
+}
+
+/// (largest |a-b|, largest |a-b| / (tol + eps*|b|)) over two equally long slices.
+pub fn compare(got: &[f32], want: &[f32], tol: f64, eps: f64) -> (f64, f64) {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .fold((0.0f64, 0.0f64), |(abs, rel), (&g, &w)| {
+            let d = (g as f64 - w as f64).abs();
+            let d = if d.is_nan() { f64::INFINITY } else { d };
+            (abs.max(d), rel.max(d / (tol + eps * (w as f64).abs())))
+        })
+}
+
+fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
+    match r {
+        Ok((max_abs, worst)) => Check {
+            name,
+            worst: Some(worst),
+            max_abs,
+            note: String::new(),
+        },
+        Err(e) => Check {
+            name,
+            worst: None,
+            max_abs: f64::NAN,
+            note: e.to_string(),
+        },
+    }
+}
+
+/// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
+/// GPU code reports errors in a step that way).
+fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let note = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panicked".into());
+        vec![Check {
+            name: name.to_string(),
+            worst: None,
+            max_abs: f64::NAN,
+            note,
+        }]
+    })
+}
+
+/// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
+/// transpose combinations, and two training steps of every optimizer, CPU vs GPU.
+pub fn gpu_checks(index: usize) -> Vec<Check> {
+    let mut out = Vec::new();
+    let gpu = match Gpu::open(index) {
+        Ok(g) => {
+            out.push(Check {
+                name: format!("gpu{index} kernels ({})", g.arch),
+                worst: Some(0.0),
+                max_abs: 0.0,
+                note: "compiled and loaded".into(),
+            });
+            g
+        }
+        Err(e) => {
+            out.push(check(format!("gpu{index} kernels"), Err(e)));
+            return out;
+        }
+    };
+    let mut rng = Rng::new(5);
+    let (m, n, k) = (67, 45, 129);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
+        let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
+        let mut want = c.clone();
+        sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut want);
+        let got = product_on(&gpu, ta, tb, m, n, k, &a, &b, &c);
+        out.push(check(
+            format!(
+                "gpu{index} gemm {}{}",
+                if ta { "T" } else { "N" },
+                if tb { "T" } else { "N" }
+            ),
+            got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
+        ));
+    }
+    out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
+        op_checks(&gpu)
+    }));
+    drop(gpu);
+    for kind in [
+        OptimizerKind::Sgd,
+        OptimizerKind::Momentum,
+        OptimizerKind::Adam,
+        OptimizerKind::AdamW,
+    ] {
+        let name = format!("gpu{index} 2 training steps ({kind})");
+        out.extend(guarded(&name, || {
+            vec![check(name.clone(), two_steps(index, kind))]
+        }));
+    }
+    out
+}
+
+/// Each elementwise kernel once on random data against the CPU op it mirrors.
+fn op_checks(gpu: &Gpu) -> Vec<Check> {
+    let index = gpu.index;
+    let s = gpu.stream.clone();
+    let (rows, width) = (77usize, 133usize);
+    let n = rows * width;
+    let mut rng = Rng::new(17);
+    let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let dy: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let bias: Vec<f32> = (0..width).map(|_| rng.normal()).collect();
+    let classes = 10;
+    let logits: Vec<f32> = (0..rows * classes).map(|_| 3.0 * rng.normal()).collect();
+    let labels: Vec<u32> = (0..rows)
+        .map(|_| (rng.next_u64() % classes as u64) as u32)
+        .collect();
+    let (ni, di, nn) = (rows as i32, width as i32, n as i32);
+    let name = |op: &str| format!("gpu{index} {op}");
+    let mut out = Vec::new();
+    // upload, run, download: one closure per op, all errors become a failed check
+    let mut run = |op: &str, want: Vec<f32>, got: Result<Vec<f32>, CudaError>, tol: f64| {
+        out.push(check(name(op), got.map(|g| compare(&g, &want, tol, 1e-5))));
+    };
+
+    let mut want = x.clone();
+    for r in want.chunks_exact_mut(width) {
+        r.iter_mut().zip(&bias).for_each(|(v, b)| *v += b);
+    }
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        let b = s.clone_htod(&bias).map_err(on(index, "upload"))?;
+        launch!(gpu, "bias_add_f32", n, &mut y, &b, &ni, &di);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("bias_add_f32", want, got, 1e-6);
+
+    let mut want = bias.clone();
+    for r in dy.chunks_exact(width) {
+        want.iter_mut().zip(r).for_each(|(w, d)| *w += d);
+    }
+    let got = (|| {
+        let d = s.clone_htod(&dy).map_err(on(index, "upload"))?;
+        let mut b = s.clone_htod(&bias).map_err(on(index, "upload"))?;
+        launch!(gpu, "bias_grad_f32", width, &mut b, &d, &ni, &di);
+        s.clone_dtoh(&b).map_err(on(index, "download"))
+    })();
+    run("bias_grad_f32", want, got, 1e-4);
+
+    let mut want = x.clone();
+    crate::nn::ops::relu_forward(&mut want);
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        launch!(gpu, "relu_forward_f32", n, &mut y, &nn);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("relu_forward_f32", want, got, 0.0);
+
+    let mut want = dy.clone();
+    crate::nn::ops::relu_backward(&mut want, &x);
+    let got = (|| {
+        let mut d = s.clone_htod(&dy).map_err(on(index, "upload"))?;
+        let o = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        launch!(gpu, "relu_backward_f32", n, &mut d, &o, &nn);
+        s.clone_dtoh(&d).map_err(on(index, "download"))
+    })();
+    run("relu_backward_f32", want, got, 0.0);
+
+    let want: Vec<f32> = x.iter().map(|v| v * 0.37).collect();
+    let got = (|| {
+        let mut y = s.clone_htod(&x).map_err(on(index, "upload"))?;
+        let a = 0.37f32;
+        launch!(gpu, "scale_f32", n, &mut y, &nn, &a);
+        s.clone_dtoh(&y).map_err(on(index, "download"))
+    })();
+    run("scale_f32", want, got, 1e-6);
+
+    // softmax cross-entropy: dlogits, then the loss sum and correct count through metrics_f32
+    let mut want_d = vec![0.0; rows * classes];
+    let (loss, correct) =
+        crate::nn::ops::softmax_xent(Some(&mut want_d), &logits, &labels, rows, classes);
+    let got = (|| {
+        let l = s.clone_htod(&logits).map_err(on(index, "upload"))?;
+        let y = s.clone_htod(&labels).map_err(on(index, "upload"))?;
+        let mut row_loss = s.alloc_zeros::<f32>(rows).map_err(on(index, "allocate"))?;
+        let mut row_correct = s.alloc_zeros::<i32>(rows).map_err(on(index, "allocate"))?;
+        let mut d = s
+            .alloc_zeros::<f32>(rows * classes)
+            .map_err(on(index, "allocate"))?;
+        let (nr, nc) = (rows as i32, classes as i32);
+        launch!(
+            gpu,
+            "softmax_xent_f32",
+            rows,
+            &l,
+            &y,
+            &mut row_loss,
+            &mut row_correct,
+            &mut d,
+            &nr,
+            &nc
+        );
+        let mut m = s.alloc_zeros::<f32>(3).map_err(on(index, "allocate"))?;
+        super::launch::add_metrics(gpu, &mut m.slice_mut(..), &row_loss, &row_correct, rows);
+        let mut v = s.clone_dtoh(&d).map_err(on(index, "download"))?;
+        v.extend(s.clone_dtoh(&m).map_err(on(index, "download"))?);
+        Ok(v)
+    })();
+    let mut want = want_d;
+    want.extend([loss as f32, correct as f32, rows as f32]);
+    run("softmax_xent_f32 + metrics_f32", want, got, 1e-4);
+    out
+}
+
+/// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
+fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
+    let model = Mlp::new(
+        64,
+        &ModelSpec {
+            hidden: vec![128, 32],
+        },
+        10,
+    );
+    let mut rng = Rng::new(9);
+    let micro: Vec<MicroBatch> = [64, 32]
+        .iter()
+        .map(|&n| MicroBatch {
+            x: (0..n * 64).map(|_| rng.uniform(0.0, 1.0)).collect(),
+            y: (0..n).map(|_| (rng.next_u64() % 10) as u32).collect(),
+            n,
+        })
+        .collect();
+    let state = TrainState {
+        params: model.init_params(3),
+        opt: OptState::new(kind, model.n_params),
+    };
+    let mut cpu = CpuReplica::new(model.clone(), kind, 1e-4, state.clone());
+    let mut gpu = CudaReplica::open(index, model, kind, 1e-4, state, Duration::from_secs(60))?;
+    let mut coll = LocalCollective::group(1).pop().expect("one rank");
+    for _ in 0..2 {
+        for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
+            r.compute_grads(&micro);
+            r.all_reduce_grads(&mut coll)
+                .map_err(on(index, "all-reduce alone"))?;
+            r.apply_update(1e-2);
+        }
+    }
+    Ok(compare(
+        &gpu.export().params,
+        &cpu.export().params,
+        1e-4,
+        1e-3,
+    ))
+}
+
+/// NCCL all-reduce over every GPU against the in-process collective's sum.
+pub fn nccl_check(gpus: usize) -> Check {
+    let name = format!("nccl all-reduce over {gpus} GPUs");
+    let id = match Id::new() {
+        Ok(id) => id,
+        Err(e) => return check(name, Err(CudaError::new(0, "create an NCCL id", e))),
+    };
+    let len = 1 << 20;
+    let input = |rank: usize| -> Vec<f32> {
+        let mut r = Rng::new(100 + rank as u64);
+        (0..len).map(|_| r.normal()).collect()
+    };
+    let handles: Vec<_> = (0..gpus)
+        .map(|rank| {
+            let data = input(rank);
+            std::thread::spawn(move || -> Result<Vec<f32>, CudaError> {
+                let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
+                let stream = ctx.new_stream().map_err(on(rank, "create stream"))?;
+                let g = Group {
+                    id,
+                    rank,
+                    world: gpus,
+                };
+                let comm = Comm::from_rank(stream.clone(), g.rank, g.world, g.id)
+                    .map_err(on(rank, "join the NCCL group"))?;
+                let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
+                comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                    .map_err(on(rank, "all-reduce"))?;
+                stream.clone_dtoh(&buf).map_err(on(rank, "download"))
+            })
+        })
+        .collect();
+    let mut want: Vec<Vec<f32>> = (0..gpus).map(input).collect();
+    let colls = LocalCollective::group(gpus);
+    std::thread::scope(|s| {
+        for (mut c, buf) in colls.into_iter().zip(want.iter_mut()) {
+            s.spawn(move || c.all_reduce_sum(buf).map(|_| ()));
+        }
+    });
+    let mut worst = (0.0f64, 0.0f64);
+    for (rank, h) in handles.into_iter().enumerate() {
+        let got = match h.join() {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return check(name, Err(e)),
+            Err(_) => {
+                return check(
+                    name,
+                    Err(CudaError::new(rank, "all-reduce", "thread panicked")),
+                )
+            }
+        };
+        let (a, r) = compare(&got, &want[rank], 1e-5, 1e-5);
+        worst = (worst.0.max(a), worst.1.max(r));
+    }
+    check(name, Ok(worst))
+}
+
+/// The table `selftest` prints.
+pub fn table(checks: &[Check]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:<6} {:<40} {:>12} {:>10}",
+        "result", "check", "max |error|", "of limit"
+    )];
+    for c in checks {
+        lines.push(format!(
+            "{:<6} {:<40} {:>12} {:>10} {}",
+            if c.passed() { "ok" } else { "FAIL" },
+            c.name,
+            if c.max_abs.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2e}", c.max_abs)
+            },
+            c.worst
+                .map_or("-".to_string(), |w| format!("{:.0}%", w * 100.0)),
+            c.note
+        ));
+    }
+    lines
+}
+
+/// Used by `selftest`: one product through the helper, for comparing with the CPU.
+#[allow(clippy::too_many_arguments)]
+fn product_on(
+    gpu: &Gpu,
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+) -> Result<Vec<f32>, CudaError> {
+    let s = &gpu.stream;
+    let index = gpu.index;
+    let handle =
+        cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
+    let da = s.clone_htod(a).map_err(on(index, "upload"))?;
+    let db = s.clone_htod(b).map_err(on(index, "upload"))?;
+    let mut dc = s.clone_htod(c).map_err(on(index, "upload"))?;
+    let (av, bv) = (da.slice(..), db.slice(..));
+    blas::sgemm(
+        &handle,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        0.7,
+        &av,
+        &bv,
+        0.3,
+        &mut dc.slice_mut(..),
+    )
+    .map_err(|e| CudaError::new(gpu.index, "sgemm", e))?;
+    s.clone_dtoh(&dc).map_err(on(index, "download"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparison_scales_the_limit_and_fails_on_nan() {
+        let (abs, rel) = compare(&[1.0, 100.5], &[1.0, 100.0], 1e-3, 1e-2);
+        assert!((abs - 0.5).abs() < 1e-9);
+        assert!((rel - 0.5 / 1.001).abs() < 1e-9);
+        let (_, rel) = compare(&[f32::NAN], &[1.0], 1e-3, 1e-3);
+        assert!(rel.is_infinite());
+        let failing = Check {
+            name: "x".into(),
+            worst: Some(1.5),
+            max_abs: 0.1,
+            note: String::new(),
+        };
+        let unrun = Check {
+            worst: None,
+            ..failing.clone()
+        };
+        assert!(!failing.passed() && !unrun.passed());
+        let t = table(&[failing]);
+        assert!(t[1].starts_with("FAIL") && t[1].contains("150%"), "{t:?}");
+    }
+
+    #[test]
+    fn a_cuda_error_that_panics_becomes_a_failed_line() {
+        let c = guarded("gpu0 x", || {
+            panic!("GPU 0: forward: CUDA_ERROR_ILLEGAL_ADDRESS")
+        });
+        assert_eq!(c.len(), 1);
+        assert!(
+            !c[0].passed() && c[0].note.contains("ILLEGAL_ADDRESS"),
+            "{c:?}"
+        );
+        let ok = guarded("gpu0 y", || vec![check("y".into(), Ok((0.0, 0.5)))]);
+        assert!(ok[0].passed());
+    }
+}

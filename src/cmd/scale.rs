@@ -1,0 +1,345 @@
+//! `mgtop-train scale`: the same workload over a grid of device counts, prefetch on/off and
+//! per-replica batch sizes, each point timed after a warm-up and repeated (median), reported
+//! as a table (and CSV or JSON) with speedup and efficiency against one device.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crossbeam_channel::TryRecvError;
+use serde::Serialize;
+
+use crate::config::{Budget, DeviceSpec, RunConfig};
+use crate::engine::calibrate::timed_rate;
+use crate::engine::{Engine, EngineError};
+use crate::observe::telemetry::Telemetry;
+
+/// One point of the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    pub devices: usize,
+    pub per_replica: usize,
+    pub prefetch: bool,
+}
+
+/// What one point measured (medians over repeats).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    pub devices: usize,
+    pub per_replica: usize,
+    pub global_batch: usize,
+    pub prefetch: bool,
+    pub samples_per_sec: f64,
+    /// Against one device at the same per-replica batch and prefetch setting.
+    pub speedup: Option<f64>,
+    pub efficiency: Option<f64>,
+    /// GPUs: mean NVML utilization over the timed steps. CPU workers: mean over ranks of the
+    /// share of step time spent computing, reducing and updating.
+    pub utilization: f64,
+    /// Memory-access time: mean NVML utilization.memory over the timed steps, GPUs only.
+    pub memory_access: Option<f64>,
+    pub data_wait_share: f64,
+    pub comm_share: f64,
+    pub sync_wait_share: f64,
+    pub final_loss: f32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// GPUs to measure on, in order (a count of n uses the first n); empty: CPU workers.
+    pub gpus: Vec<usize>,
+    pub counts: Vec<usize>,
+    pub batches: Vec<usize>,
+    pub prefetch: Vec<bool>,
+    pub warmup_steps: u64,
+    pub timed_steps: u64,
+    pub repeat: usize,
+}
+
+impl Plan {
+    /// Every point, prefetch-major then batch then device count (so the 1-device baseline of
+    /// each series comes first).
+    pub fn points(&self) -> Vec<Point> {
+        let mut v = Vec::new();
+        for &prefetch in &self.prefetch {
+            for &per_replica in &self.batches {
+                for &devices in &self.counts {
+                    v.push(Point {
+                        devices,
+                        per_replica,
+                        prefetch,
+                    });
+                }
+            }
+        }
+        v
+    }
+}
+
+/// How often GPU telemetry is read during a timed measurement.
+const NVML_EVERY: Duration = Duration::from_millis(200);
+
+/// One timed run of `base` at `p`.
+fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineError> {
+    let cfg = RunConfig {
+        devices: if plan.gpus.is_empty() {
+            DeviceSpec::Cpu(p.devices)
+        } else {
+            DeviceSpec::Gpus(plan.gpus[..p.devices.min(plan.gpus.len())].to_vec())
+        },
+        batch_per_replica: p.per_replica,
+        prefetch: if p.prefetch { base.prefetch.max(1) } else { 0 },
+        budget: Budget::Steps(plan.warmup_steps + plan.timed_steps),
+        final_checkpoint: false,
+        checkpoint_every: None,
+        resume: None,
+        metrics_out: None,
+        calibrate: false,
+        val_fraction: 0.0,
+        ..base.clone()
+    };
+    let engine = Engine::start(cfg)?;
+    let steps = engine.steps().clone();
+    let events = engine.events().clone();
+    let drain_events = std::thread::spawn(move || events.iter().count());
+    // per rank: busy, data wait, comm, sync wait, step time (timed steps only)
+    let mut sums = vec![[0.0f64; 5]; p.devices];
+    let mut last_loss = f32::NAN;
+    let mut last_step = 0;
+    // GPUs: NVML utilization and memory-access time, sampled over the timed steps
+    let mut telemetry = Telemetry::new(&engine.info().devices, NVML_EVERY);
+    let mut nvml = (0.0f64, 0.0f64, 0usize);
+    let mut next_sample = None;
+    loop {
+        if let Some(at) = next_sample.filter(|&at| engine.elapsed() >= at) {
+            for d in telemetry.sample(engine.elapsed()) {
+                if let (Some(u), Some(m)) = (d.util, d.mem_access) {
+                    nvml = (nvml.0 + u as f64, nvml.1 + m as f64, nvml.2 + 1);
+                }
+            }
+            next_sample = Some(at + NVML_EVERY);
+        }
+        match steps.try_recv() {
+            Ok(s) => {
+                if s.step > plan.warmup_steps {
+                    next_sample.get_or_insert(engine.elapsed() + NVML_EVERY);
+                    let t = &mut sums[s.rank];
+                    t[0] += (s.compute + s.comm + s.optimizer).as_secs_f64();
+                    t[1] += s.data_wait.as_secs_f64();
+                    t[2] += s.comm.as_secs_f64();
+                    t[3] += s.sync_wait.as_secs_f64();
+                    t[4] += s.step_time.as_secs_f64();
+                }
+                if s.step >= last_step {
+                    (last_step, last_loss) = (s.step, s.loss);
+                }
+            }
+            // collected on a timer so that no worker has to wake this thread per step
+            Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(20)),
+            Err(TryRecvError::Disconnected) => break,
+        }
+    }
+    let r = engine.join()?;
+    let _ = drain_events.join();
+    let global = p.per_replica * p.devices * base.grad_accum;
+    let share = |i: usize| {
+        sums.iter()
+            .map(|t| if t[4] > 0.0 { t[i] / t[4] } else { 0.0 })
+            .sum::<f64>()
+            / p.devices as f64
+    };
+    Ok(Row {
+        devices: p.devices,
+        per_replica: p.per_replica,
+        global_batch: global,
+        prefetch: p.prefetch,
+        samples_per_sec: timed_rate(&r.step_ends, plan.warmup_steps, global),
+        speedup: None,
+        efficiency: None,
+        utilization: if nvml.2 > 0 {
+            nvml.0 / nvml.2 as f64
+        } else {
+            share(0)
+        },
+        memory_access: (nvml.2 > 0).then(|| nvml.1 / nvml.2 as f64),
+        data_wait_share: share(1),
+        comm_share: share(2),
+        sync_wait_share: share(3),
+        final_loss: last_loss,
+    })
+}
+
+fn median_by(rows: &mut [Row]) -> Row {
+    rows.sort_by(|a, b| a.samples_per_sec.total_cmp(&b.samples_per_sec));
+    rows[rows.len() / 2].clone()
+}
+
+/// Measures every point (`progress` is told each one as it finishes) and fills in speedup and
+/// efficiency against the 1-device point of the same series, where the grid has one.
+pub fn run(
+    base: &RunConfig,
+    plan: &Plan,
+    mut progress: impl FnMut(usize, usize, &Row),
+) -> Result<Vec<Row>, EngineError> {
+    let points = plan.points();
+    let mut rows = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        let mut runs = (0..plan.repeat.max(1))
+            .map(|_| measure_once(base, plan, *p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let row = median_by(&mut runs);
+        progress(i + 1, points.len(), &row);
+        rows.push(row);
+    }
+    let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
+    for r in &mut rows {
+        if let Some(b) = baselines
+            .iter()
+            .find(|b| b.per_replica == r.per_replica && b.prefetch == r.prefetch)
+        {
+            let s = r.samples_per_sec / b.samples_per_sec;
+            r.speedup = Some(s);
+            r.efficiency = Some(s / r.devices as f64);
+        }
+    }
+    Ok(rows)
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// The table as printed.
+pub fn table(rows: &[Row]) -> Vec<String> {
+    let mut out = vec![format!(
+        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
+        "devices",
+        "batch",
+        "global",
+        "prefetch",
+        "samples/s",
+        "speedup",
+        "eff",
+        "util",
+        "memacc",
+        "data",
+        "comm",
+        "wait",
+        "loss"
+    )];
+    for r in rows {
+        out.push(format!(
+            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
+            r.devices,
+            r.per_replica,
+            r.global_batch,
+            if r.prefetch { "on" } else { "off" },
+            r.samples_per_sec,
+            r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+            r.efficiency.map_or("-".into(), pct),
+            pct(r.utilization),
+            r.memory_access.map_or("n/a".into(), pct),
+            pct(r.data_wait_share),
+            pct(r.comm_share),
+            pct(r.sync_wait_share),
+            r.final_loss
+        ));
+    }
+    out
+}
+
+/// Checks that `--out` names a .csv or .json file in an existing directory, writing nothing.
+pub fn check_out(path: &Path) -> Result<(), String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext != "csv" && ext != "json" {
+        return Err(format!(
+            "--out {}: use a .csv or .json file name",
+            path.display()
+        ));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!(
+            "--out {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes the rows as CSV or JSON, chosen by the file's extension.
+pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let text = match ext {
+        "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
+        "csv" => {
+            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+            for r in rows {
+                s += &format!(
+                    "{},{},{},{},{:.1},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
+                    r.devices,
+                    r.per_replica,
+                    r.global_batch,
+                    r.prefetch,
+                    r.samples_per_sec,
+                    opt(r.speedup),
+                    opt(r.efficiency),
+                    r.utilization,
+                    opt(r.memory_access),
+                    r.data_wait_share,
+                    r.comm_share,
+                    r.sync_wait_share,
+                    r.final_loss
+                );
+            }
+            s
+        }
+        _ => {
+            return Err(format!(
+                "--out {}: use a .csv or .json file name",
+                path.display()
+            ))
+        }
+    };
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_puts_each_series_baseline_first() {
+        let plan = Plan {
+            gpus: Vec::new(),
+            counts: vec![1, 2],
+            batches: vec![32, 128],
+            prefetch: vec![true, false],
+            warmup_steps: 1,
+            timed_steps: 1,
+            repeat: 1,
+        };
+        let p = plan.points();
+        assert_eq!(p.len(), 8);
+        assert_eq!(
+            p[..2],
+            [
+                Point {
+                    devices: 1,
+                    per_replica: 32,
+                    prefetch: true
+                },
+                Point {
+                    devices: 2,
+                    per_replica: 32,
+                    prefetch: true
+                }
+            ]
+        );
+        assert!(!p[7].prefetch && p[7].per_replica == 128 && p[7].devices == 2);
+    }
+}

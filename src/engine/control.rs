@@ -1,0 +1,191 @@
+//! Steering a run: the `Controller` API frontends call, and the step-boundary agreement that
+//! makes every rank apply a control at the same step.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::comm::{Collective, CollectiveError};
+
+/// The largest per-replica batch a control may ask for.
+pub const MAX_BATCH: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    SetBatch(usize),
+    Checkpoint,
+    Stop { checkpoint: bool },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ControlError {
+    #[error("batch size {0} is out of range: use 1..={MAX_BATCH} samples per replica")]
+    BadBatch(usize),
+    #[error("the run has already ended")]
+    Ended,
+}
+
+/// A cheap, cloneable handle that steers a running engine.
+#[derive(Clone)]
+pub struct Controller {
+    tx: Sender<Control>,
+}
+
+impl Controller {
+    pub(crate) fn new(tx: Sender<Control>) -> Self {
+        Controller { tx }
+    }
+
+    pub fn send(&self, c: Control) -> Result<(), ControlError> {
+        if let Control::SetBatch(b) = c {
+            if b == 0 || b > MAX_BATCH {
+                return Err(ControlError::BadBatch(b));
+            }
+        }
+        self.tx.send(c).map_err(|_| ControlError::Ended)
+    }
+
+    pub fn pause(&self) -> Result<(), ControlError> {
+        self.send(Control::Pause)
+    }
+    pub fn resume(&self) -> Result<(), ControlError> {
+        self.send(Control::Resume)
+    }
+    pub fn set_batch_per_replica(&self, b: usize) -> Result<(), ControlError> {
+        self.send(Control::SetBatch(b))
+    }
+    pub fn checkpoint(&self) -> Result<(), ControlError> {
+        self.send(Control::Checkpoint)
+    }
+    pub fn stop(&self, checkpoint: bool) -> Result<(), ControlError> {
+        self.send(Control::Stop { checkpoint })
+    }
+}
+
+/// What every rank does at the next step boundary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    pub batch: Option<usize>,
+    pub checkpoint: bool,
+    pub stop: Option<bool>,
+    /// The run was paused and resumed before this step.
+    pub was_paused: bool,
+}
+
+impl Decision {
+    fn encode(&self) -> [u64; 4] {
+        [
+            self.batch.map_or(0, |b| b as u64),
+            self.checkpoint as u64,
+            self.stop.map_or(0, |c| 1 + c as u64),
+            self.was_paused as u64,
+        ]
+    }
+
+    fn decode(w: [u64; 4]) -> Decision {
+        Decision {
+            batch: (w[0] != 0).then_some(w[0] as usize),
+            checkpoint: w[1] != 0,
+            stop: (w[2] != 0).then_some(w[2] == 2),
+            was_paused: w[3] != 0,
+        }
+    }
+}
+
+/// Rank 0's side: drains the control queue at a step boundary and decides. While paused it
+/// blocks here (the other ranks wait in the broadcast), so a paused run uses no CPU.
+pub struct Decider {
+    rx: Receiver<Control>,
+    paused: bool,
+}
+
+impl Decider {
+    pub fn new(rx: Receiver<Control>) -> Self {
+        Decider { rx, paused: false }
+    }
+
+    /// `on_pause(true)` is called when the run pauses, `on_pause(false)` when it resumes.
+    pub fn decide(&mut self, on_pause: &mut dyn FnMut(bool)) -> Decision {
+        let mut d = Decision::default();
+        loop {
+            let next = if self.paused && d.stop.is_none() {
+                match self.rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => Some(Control::Stop { checkpoint: true }), // nobody can resume us
+                }
+            } else {
+                self.rx.try_recv().ok()
+            };
+            let Some(c) = next else { break };
+            match c {
+                Control::Pause if !self.paused => {
+                    self.paused = true;
+                    on_pause(true);
+                }
+                Control::Resume if self.paused => {
+                    self.paused = false;
+                    d.was_paused = true;
+                    on_pause(false);
+                }
+                Control::SetBatch(b) => d.batch = Some(b),
+                Control::Checkpoint => d.checkpoint = true,
+                Control::Stop { checkpoint } => d.stop = Some(checkpoint || d.stop == Some(true)),
+                Control::Pause | Control::Resume => {}
+            }
+        }
+        d
+    }
+}
+
+/// Every rank calls this at every step boundary: rank 0 decides, everybody gets the same answer.
+pub fn agree(
+    coll: &mut dyn Collective,
+    decider: Option<&mut Decider>,
+    on_pause: &mut dyn FnMut(bool),
+) -> Result<Decision, CollectiveError> {
+    let mut words = match decider {
+        Some(d) => d.decide(on_pause).encode(),
+        None => [0; 4],
+    };
+    coll.broadcast_u64(&mut words, 0)?;
+    Ok(Decision::decode(words))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::unbounded;
+
+    #[test]
+    fn controller_rejects_bad_batches() {
+        let (tx, _rx) = unbounded();
+        let c = Controller::new(tx);
+        assert_eq!(c.set_batch_per_replica(0), Err(ControlError::BadBatch(0)));
+        assert!(c.set_batch_per_replica(64).is_ok());
+    }
+
+    #[test]
+    fn decision_round_trips_and_pause_blocks_until_resume() {
+        let d = Decision {
+            batch: Some(128),
+            checkpoint: true,
+            stop: Some(false),
+            was_paused: true,
+        };
+        assert_eq!(Decision::decode(d.encode()), d);
+        let (tx, rx) = unbounded();
+        let mut dec = Decider::new(rx);
+        tx.send(Control::SetBatch(64)).unwrap();
+        tx.send(Control::Pause).unwrap();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            tx.send(Control::Resume).unwrap();
+        });
+        let mut log = Vec::new();
+        let d = dec.decide(&mut |p| log.push(p));
+        t.join().unwrap();
+        assert_eq!(log, vec![true, false]);
+        assert_eq!(d.batch, Some(64));
+        assert!(d.was_paused);
+    }
+}

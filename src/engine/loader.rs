@@ -1,0 +1,500 @@
+//! The input pipeline: a seeded shuffle per epoch, global batches cut into per-rank shards
+//! (and grad-accumulation micro-batches), built by loader threads into bounded queues.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::data::Dataset;
+use crate::nn::rng::{tag, Rng};
+
+/// Position in the data stream: the next sample of `epoch`'s permutation is `offset`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub epoch: u64,
+    pub offset: usize,
+}
+
+/// How global batches are formed; identical on every rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sharding {
+    pub per_replica: usize,
+    pub ranks: usize,
+    pub accum: usize,
+    /// Uneven per-rank micro-batch sizes (`--rebalance`), summing to `per_replica * ranks`;
+    /// `None`: every rank gets `per_replica`.
+    pub split: Option<Arc<Vec<usize>>>,
+}
+
+impl Sharding {
+    pub fn global_batch(&self) -> usize {
+        self.per_replica * self.ranks * self.accum
+    }
+
+    /// The global batch starting at `at`: (samples in it, cursor after it, last of its epoch?).
+    /// The last batch of an epoch may be short; it is kept, never dropped.
+    pub fn span(&self, at: Cursor, n: usize) -> (usize, Cursor, bool) {
+        let m = self.global_batch().min(n - at.offset);
+        let end = at.offset + m;
+        if end >= n {
+            (
+                m,
+                Cursor {
+                    epoch: at.epoch + 1,
+                    offset: 0,
+                },
+                true,
+            )
+        } else {
+            (
+                m,
+                Cursor {
+                    epoch: at.epoch,
+                    offset: end,
+                },
+                false,
+            )
+        }
+    }
+
+    /// Where rank `rank`'s micro-batch `micro` lies inside a global batch of `m` samples:
+    /// pieces are ordered micro-major, rank-minor, and sized as evenly as possible, so a full
+    /// batch gives every piece exactly `per_replica` samples.
+    pub fn piece(&self, m: usize, micro: usize, rank: usize) -> (usize, usize) {
+        let Some(split) = &self.split else {
+            let pieces = self.ranks * self.accum;
+            let i = micro * self.ranks + rank;
+            let (base, extra) = (m / pieces, m % pieces);
+            let start = i * base + i.min(extra);
+            return (start, base + usize::from(i < extra));
+        };
+        // the micro-batch's chunk of the global batch, cut among ranks in proportion to the
+        // split (exactly the split for a full batch)
+        let (base, extra) = (m / self.accum, m % self.accum);
+        let chunk_start = micro * base + micro.min(extra);
+        let chunk = base + usize::from(micro < extra);
+        let sizes = proportional(chunk, split);
+        let start = chunk_start + sizes[..rank].iter().sum::<usize>();
+        (start, sizes[rank])
+    }
+}
+
+/// `total` cut in proportion to `weights` (largest remainders), summing to `total` exactly.
+pub fn proportional(total: usize, weights: &[usize]) -> Vec<usize> {
+    let sum: usize = weights.iter().sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let exact: Vec<(usize, usize)> = weights
+        .iter()
+        .map(|&w| (total * w / sum, total * w % sum))
+        .collect();
+    let mut sizes: Vec<usize> = exact.iter().map(|e| e.0).collect();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    // larger remainder first; ties to the lower rank, so every rank computes the same cut
+    order.sort_by(|&a, &b| exact[b].1.cmp(&exact[a].1).then(a.cmp(&b)));
+    for &i in order.iter().take(total - sizes.iter().sum::<usize>()) {
+        sizes[i] += 1;
+    }
+    sizes
+}
+
+/// One micro-batch: x[n, features] and labels[n].
+#[derive(Clone, Debug, Default)]
+pub struct MicroBatch {
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub n: usize,
+}
+
+/// Everything one rank needs for one optimizer step.
+#[derive(Debug)]
+pub struct Batch {
+    pub generation: u64,
+    pub micro: Vec<MicroBatch>,
+    pub start: Cursor,
+    pub next: Cursor,
+    pub epoch_end: bool,
+    pub global_samples: usize,
+}
+
+/// Builds batches for one rank; keeps the current epoch's permutation.
+struct Builder {
+    data: Arc<Dataset>,
+    seed: u64,
+    rank: usize,
+    perm: Vec<u32>,
+    perm_epoch: Option<u64>,
+}
+
+impl Builder {
+    /// Makes `perm` the sample order of `epoch`.
+    fn shuffle_for(&mut self, epoch: u64) {
+        if self.perm_epoch != Some(epoch) {
+            self.perm = (0..self.data.len() as u32).collect();
+            Rng::stream(self.seed, tag::EPOCH_ORDER, epoch).shuffle(&mut self.perm);
+            self.perm_epoch = Some(epoch);
+        }
+    }
+
+    fn build(&mut self, at: Cursor, sh: &Sharding, generation: u64) -> Batch {
+        let n = self.data.len();
+        let (m, next, epoch_end) = sh.span(at, n);
+        self.shuffle_for(at.epoch);
+        let (data, perm) = (&self.data, &self.perm);
+        let d = data.features;
+        let micro = (0..sh.accum)
+            .map(|j| {
+                let (start, len) = sh.piece(m, j, self.rank);
+                let idx = &perm[at.offset + start..at.offset + start + len];
+                let mut x = Vec::with_capacity(len * d);
+                for &i in idx {
+                    x.extend_from_slice(data.row(i as usize));
+                }
+                MicroBatch {
+                    x,
+                    y: idx.iter().map(|&i| data.y[i as usize]).collect(),
+                    n: len,
+                }
+            })
+            .collect();
+        Batch {
+            generation,
+            micro,
+            start: at,
+            next,
+            epoch_end,
+            global_samples: m,
+        }
+    }
+}
+
+/// What the loader threads are producing now.
+#[derive(Clone)]
+struct Plan {
+    start: Cursor,
+    sharding: Sharding,
+}
+
+struct SharedPlan {
+    generation: AtomicU64,
+    plan: Mutex<Plan>,
+}
+
+/// One rank's loader. With `prefetch == 0` batches are built on the worker's own thread;
+/// otherwise `threads` loader threads take turns (thread t builds batches t, t+T, ...) and
+/// the rank reads their queues in the same order, so the stream is deterministic.
+pub struct RankLoader {
+    inner: Inner,
+    generation: u64,
+    taken: usize,
+}
+
+enum Inner {
+    Inline {
+        builder: Builder,
+        plan: Plan,
+    },
+    Threads {
+        shared: Arc<SharedPlan>,
+        queues: Vec<Receiver<Batch>>,
+        handles: Vec<JoinHandle<()>>,
+    },
+}
+
+impl RankLoader {
+    pub fn new(
+        data: Arc<Dataset>,
+        seed: u64,
+        rank: usize,
+        start: Cursor,
+        sharding: Sharding,
+        prefetch: usize,
+        threads: usize,
+    ) -> RankLoader {
+        let builder = || Builder {
+            data: data.clone(),
+            seed,
+            rank,
+            perm: Vec::new(),
+            perm_epoch: None,
+        };
+        let plan = Plan { start, sharding };
+        if prefetch == 0 {
+            return RankLoader {
+                inner: Inner::Inline {
+                    builder: builder(),
+                    plan,
+                },
+                generation: 0,
+                taken: 0,
+            };
+        }
+        let threads = threads.max(1);
+        let depth = prefetch.div_ceil(threads).max(1);
+        let shared = Arc::new(SharedPlan {
+            generation: AtomicU64::new(0),
+            plan: Mutex::new(plan),
+        });
+        let mut queues = Vec::new();
+        let mut handles = Vec::new();
+        for t in 0..threads {
+            let (tx, rx) = bounded(depth);
+            queues.push(rx);
+            let (shared, b) = (shared.clone(), builder());
+            let h = std::thread::Builder::new()
+                .name(format!("loader-r{rank}-{t}"))
+                .spawn(move || produce(b, shared, tx, t, threads))
+                .expect("spawning a loader thread");
+            handles.push(h);
+        }
+        RankLoader {
+            inner: Inner::Threads {
+                shared,
+                queues,
+                handles,
+            },
+            generation: 0,
+            taken: 0,
+        }
+    }
+
+    /// The next batch in stream order (blocks while the loader threads catch up).
+    pub fn next_batch(&mut self) -> Batch {
+        match &mut self.inner {
+            Inner::Inline { builder, plan } => {
+                let b = builder.build(plan.start, &plan.sharding, self.generation);
+                plan.start = b.next;
+                b
+            }
+            Inner::Threads { queues, .. } => {
+                let q = &queues[self.taken % queues.len()];
+                loop {
+                    let b = q.recv().expect("loader thread stopped");
+                    if b.generation == self.generation {
+                        self.taken += 1;
+                        return b;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Restarts the stream at `start` with new batch shapes (after a batch-size change).
+    /// Batches already queued under the old shapes are discarded.
+    pub fn restart(&mut self, start: Cursor, sharding: Sharding) {
+        self.generation += 1;
+        self.taken = 0;
+        match &mut self.inner {
+            Inner::Inline { plan, .. } => *plan = Plan { start, sharding },
+            Inner::Threads { shared, queues, .. } => {
+                // drop what is queued under the old shapes (freeing a producer blocked on a
+                // full queue) *before* the new generation is published: once it is, a
+                // producer may already have queued the first new batch, which must not be lost.
+                // Stale batches queued after this are skipped by `next_batch`.
+                for q in queues.iter() {
+                    while q.try_recv().is_ok() {}
+                }
+                *shared.plan.lock().expect("loader plan lock") = Plan { start, sharding };
+                shared.generation.store(self.generation, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn produce(mut b: Builder, shared: Arc<SharedPlan>, tx: Sender<Batch>, t: usize, threads: usize) {
+    loop {
+        let generation = shared.generation.load(Ordering::Acquire);
+        let plan = shared.plan.lock().expect("loader plan lock").clone();
+        let mut at = plan.start;
+        for _ in 0..t {
+            at = plan.sharding.span(at, b.data.len()).1;
+        }
+        while shared.generation.load(Ordering::Acquire) == generation {
+            let batch = b.build(at, &plan.sharding, generation);
+            at = batch.next;
+            if tx.send(batch).is_err() {
+                return; // the rank is gone
+            }
+            for _ in 1..threads {
+                at = plan.sharding.span(at, b.data.len()).1;
+            }
+        }
+    }
+}
+
+impl Drop for RankLoader {
+    fn drop(&mut self) {
+        if let Inner::Threads {
+            queues, handles, ..
+        } = &mut self.inner
+        {
+            queues.clear(); // closing the queues ends the threads at their next send
+            for h in handles.drain(..) {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize) -> Arc<Dataset> {
+        Arc::new(Dataset {
+            features: 1,
+            classes: 2,
+            x: (0..n).map(|i| i as f32).collect(),
+            y: vec![0; n],
+        })
+    }
+
+    fn ids(b: &Batch) -> Vec<Vec<f32>> {
+        b.micro.iter().map(|m| m.x.clone()).collect()
+    }
+
+    #[test]
+    fn shards_cover_each_epoch_exactly_once_with_a_short_last_batch() {
+        let sh = Sharding {
+            per_replica: 3,
+            ranks: 2,
+            accum: 2,
+            split: None,
+        };
+        let n = 29; // 2 full global batches of 12, then 5
+        let mut loaders: Vec<_> = (0..2)
+            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh.clone(), 0, 1))
+            .collect();
+        let mut seen = Vec::new();
+        let mut sizes = Vec::new();
+        loop {
+            let bs: Vec<Batch> = loaders.iter_mut().map(|l| l.next_batch()).collect();
+            for b in &bs {
+                for m in &b.micro {
+                    seen.extend(m.x.iter().map(|v| *v as usize));
+                    sizes.push(m.n);
+                }
+            }
+            if bs[0].epoch_end {
+                assert!(bs.iter().all(|b| b.epoch_end && b.global_samples == 5));
+                break;
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        assert_eq!(&sizes[..8], &[3; 8]);
+        assert_eq!(sizes[8..].iter().sum::<usize>(), 5);
+    }
+
+    #[test]
+    fn threaded_prefetch_gives_the_inline_stream_and_epochs_reshuffle() {
+        let sh = Sharding {
+            per_replica: 4,
+            ranks: 3,
+            accum: 1,
+            split: None,
+        };
+        let mut inline = RankLoader::new(data(50), 9, 1, Cursor::default(), sh.clone(), 0, 1);
+        let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3);
+        let a: Vec<_> = (0..20).map(|_| ids(&inline.next_batch())).collect();
+        let b: Vec<_> = (0..20).map(|_| ids(&threaded.next_batch())).collect();
+        assert_eq!(a, b);
+        assert_ne!(a[0], a[5], "epoch 2 should be reshuffled"); // 5 steps per epoch
+    }
+
+    #[test]
+    fn restart_switches_shapes_at_the_given_cursor() {
+        let sh = Sharding {
+            per_replica: 2,
+            ranks: 1,
+            accum: 1,
+            split: None,
+        };
+        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh.clone(), 3, 2);
+        let first = l.next_batch();
+        let big = Sharding {
+            per_replica: 5,
+            ..sh
+        };
+        l.restart(first.next, big.clone());
+        let second = l.next_batch();
+        assert_eq!(
+            second.start,
+            Cursor {
+                epoch: 0,
+                offset: 2
+            }
+        );
+        assert_eq!(second.micro[0].n, 5);
+        let mut reference = RankLoader::new(
+            data(20),
+            1,
+            0,
+            Cursor {
+                epoch: 0,
+                offset: 2,
+            },
+            big,
+            0,
+            1,
+        );
+        assert_eq!(ids(&second), ids(&reference.next_batch()));
+    }
+
+    #[test]
+    fn an_uneven_split_tiles_every_global_batch_exactly() {
+        let sh = Sharding {
+            per_replica: 32,
+            ranks: 3,
+            accum: 2,
+            split: Some(Arc::new(vec![40, 17, 39])),
+        };
+        for m in [192, 191, 100, 7, 1] {
+            let mut covered = vec![0u32; m];
+            for micro in 0..2 {
+                for rank in 0..3 {
+                    let (start, len) = sh.piece(m, micro, rank);
+                    for c in &mut covered[start..start + len] {
+                        *c += 1;
+                    }
+                }
+            }
+            assert!(covered.iter().all(|&c| c == 1), "m={m}: {covered:?}");
+        }
+        // a full batch gives each rank exactly its share in every micro-batch
+        assert_eq!(sh.piece(192, 1, 1), (96 + 40, 17));
+        assert_eq!(proportional(10, &[1, 1, 1]), vec![4, 3, 3]);
+    }
+
+    #[test]
+    fn restarts_under_threaded_prefetch_never_skip_or_repeat_a_batch() {
+        let shapes = [
+            Sharding {
+                per_replica: 3,
+                ranks: 2,
+                accum: 1,
+                split: None,
+            },
+            Sharding {
+                per_replica: 3,
+                ranks: 2,
+                accum: 1,
+                split: Some(Arc::new(vec![4, 2])),
+            },
+        ];
+        let mut l = RankLoader::new(data(97), 3, 1, Cursor::default(), shapes[0].clone(), 4, 1);
+        let mut at = Cursor::default();
+        for i in 0..600 {
+            if i % 3 == 0 {
+                // the producer is usually ahead, racing the restart
+                l.restart(at, shapes[(i / 3) % 2].clone());
+            }
+            let b = l.next_batch();
+            assert_eq!(b.start, at, "batch {i}");
+            at = b.next;
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Frontends: the terminal UI and the headless log. Both show what the engine and the observers
+//! say; neither analyses a run itself.
+
+pub mod headless;
+pub mod tui;

@@ -1,0 +1,92 @@
+//! One device as the UI keeps it: recent step-time splits, samples, histories, warnings.
+
+use std::collections::VecDeque;
+
+use crate::engine::events::StepStats;
+use crate::observe::history::History;
+use crate::observe::straggler::Warning;
+use crate::observe::telemetry::DeviceSample;
+
+use super::{HISTORY_POINTS, RECENT_STEPS};
+
+/// Where one rank's step time went, averaged over recent steps, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Split {
+    pub data: f64,
+    /// Forward, backward and optimizer.
+    pub compute: f64,
+    pub comm: f64,
+    /// Waiting in the all-reduce for slower ranks.
+    pub wait: f64,
+}
+
+impl Split {
+    fn of(s: &StepStats) -> Split {
+        Split {
+            data: s.data_wait.as_secs_f64(),
+            compute: (s.compute + s.optimizer).as_secs_f64(),
+            comm: s.comm.as_secs_f64(),
+            wait: s.sync_wait.as_secs_f64(),
+        }
+    }
+    pub fn total(&self) -> f64 {
+        self.data + self.compute + self.comm + self.wait
+    }
+}
+
+pub struct DeviceState {
+    pub label: String,
+    recent: VecDeque<(Split, f64)>,
+    pub last: Option<StepStats>,
+    pub sample: DeviceSample,
+    pub util: History,
+    pub mem_access: History,
+    /// Why this device's row is highlighted: its worker failed.
+    pub alert: Option<String>,
+    /// The detector's current warnings about this device (straggler, degraded), by kind.
+    pub warnings: Vec<Warning>,
+}
+
+impl DeviceState {
+    pub(super) fn new(label: String) -> DeviceState {
+        DeviceState {
+            label,
+            recent: VecDeque::with_capacity(RECENT_STEPS),
+            last: None,
+            sample: DeviceSample::default(),
+            util: History::new(HISTORY_POINTS),
+            mem_access: History::new(HISTORY_POINTS),
+            alert: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub(super) fn on_step(&mut self, s: &StepStats) {
+        if self.recent.len() == RECENT_STEPS {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((Split::of(s), s.step_time.as_secs_f64() * 1e3));
+        self.last = Some(s.clone());
+    }
+
+    /// Mean split of the recent steps.
+    pub fn split(&self) -> Option<Split> {
+        let n = self.recent.len() as f64;
+        (n > 0.0).then(|| {
+            let mut s = Split::default();
+            for (p, _) in &self.recent {
+                s.data += p.data / n;
+                s.compute += p.compute / n;
+                s.comm += p.comm / n;
+                s.wait += p.wait / n;
+            }
+            s
+        })
+    }
+
+    /// Recent step times in milliseconds, oldest first.
+    pub fn step_ms(&self) -> impl Iterator<Item = f64> + '_ {
+        self.recent.iter().map(|(_, ms)| *ms)
+    }
+}

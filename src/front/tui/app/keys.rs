@@ -1,0 +1,175 @@
+//! What each key does: `App::handle_key` and the controls it asks for.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::{Action, App, Level, Popup, RunState};
+use crate::engine::control::{Control, MAX_BATCH};
+
+impl App {
+    /// Answers one key; returns what the frontend loop must do.
+    pub fn handle_key(&mut self, key: KeyEvent) -> Option<Action> {
+        if key.kind != KeyEventKind::Press {
+            return None;
+        }
+        self.flash = None;
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        let ctrl_c = ctrl && key.code == KeyCode::Char('c');
+        if ctrl && matches!(key.code, KeyCode::Char('l')) {
+            return Some(Action::Redraw);
+        }
+        match self.popup {
+            Some(Popup::Help) => {
+                self.popup = None;
+                return None;
+            }
+            Some(Popup::Quit) => return self.quit_popup_key(key.code, ctrl_c),
+            None => {}
+        }
+        if self.state.ended() && (ctrl_c || matches!(key.code, KeyCode::Char('q'))) {
+            return Some(Action::Quit);
+        }
+        if ctrl_c && self.state == RunState::Stopping && !self.readonly {
+            return Some(Action::Abandon);
+        }
+        if ctrl_c {
+            return self.ask_quit();
+        }
+        match key.code {
+            KeyCode::Char('q') => self.ask_quit(),
+            KeyCode::Char('p') | KeyCode::Char(' ') => self.toggle_pause(),
+            KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
+            KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
+            KeyCode::Char('s') => self.checked(|app| {
+                app.note(
+                    Level::Info,
+                    format!("checkpoint requested at step {}", app.next_step()),
+                );
+                Some(Action::Control(Control::Checkpoint))
+            }),
+            KeyCode::Char(c @ '1'..='9') => {
+                let i = c as usize - '1' as usize;
+                if i < self.devices.len() {
+                    self.focus = Some(i);
+                } else {
+                    self.flash = Some(format!(
+                        "no device {c}: this run has {}",
+                        self.devices.len()
+                    ));
+                }
+                None
+            }
+            KeyCode::Char('0') | KeyCode::Esc => {
+                if self.focus.is_none() && self.summary.is_some() {
+                    self.summary_hidden = !self.summary_hidden;
+                }
+                self.focus = None;
+                None
+            }
+            KeyCode::Tab => {
+                self.view = self.view.step(1);
+                None
+            }
+            KeyCode::BackTab => {
+                self.view = self.view.step(-1);
+                None
+            }
+            KeyCode::Char('w') => {
+                self.window = self.window.next();
+                None
+            }
+            KeyCode::Char('t') => Some(Action::NextTheme),
+            KeyCode::Char('r') => Some(Action::Redraw),
+            KeyCode::Char('?') | KeyCode::Char('h') => {
+                self.popup = Some(Popup::Help);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Runs `f` unless the UI is read-only or the run is over.
+    fn checked(&mut self, f: impl FnOnce(&mut App) -> Option<Action>) -> Option<Action> {
+        if self.readonly {
+            self.flash = Some("read-only: keys that change the run are disabled".into());
+            return None;
+        }
+        if self.state.ended() || self.state == RunState::Stopping {
+            self.flash = Some(format!("the run is {}", self.state.label().to_lowercase()));
+            return None;
+        }
+        f(self)
+    }
+
+    fn ask_quit(&mut self) -> Option<Action> {
+        if self.readonly {
+            self.flash = Some(
+                "read-only: quitting would stop the run; it ends by itself, or with SIGTERM".into(),
+            );
+            return None;
+        }
+        if self.state == RunState::Stopping {
+            self.flash =
+                Some("already stopping: finishing the step (Ctrl-C: leave without waiting)".into());
+            return None;
+        }
+        self.popup = Some(Popup::Quit);
+        None
+    }
+
+    fn quit_popup_key(&mut self, code: KeyCode, ctrl_c: bool) -> Option<Action> {
+        let stop = |app: &mut App, checkpoint: bool| {
+            app.popup = None;
+            app.quitting = true;
+            app.state = RunState::Stopping;
+            app.note(
+                Level::Warn,
+                if checkpoint {
+                    "stopping: finishing the step and writing a checkpoint".into()
+                } else {
+                    "stopping now, without a checkpoint".into()
+                },
+            );
+            Some(Action::Control(Control::Stop { checkpoint }))
+        };
+        match code {
+            _ if ctrl_c => stop(self, true),
+            KeyCode::Char('s') | KeyCode::Char('y') | KeyCode::Enter => stop(self, true),
+            KeyCode::Char('k') => stop(self, false),
+            KeyCode::Char('c') | KeyCode::Char('n') | KeyCode::Char('q') | KeyCode::Esc => {
+                self.popup = None;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn toggle_pause(&mut self) -> Option<Action> {
+        self.checked(|app| {
+            let paused = app.pending_pause.unwrap_or(app.state == RunState::Paused);
+            app.pending_pause = Some(!paused);
+            Some(Action::Control(if paused {
+                Control::Resume
+            } else {
+                Control::Pause
+            }))
+        })
+    }
+
+    fn change_batch(&mut self, up: bool) -> Option<Action> {
+        self.checked(|app| {
+            let from = app.pending_batch.map_or(app.per_replica, |p| p.1);
+            let to = if up {
+                (from * 2).min(MAX_BATCH)
+            } else {
+                (from / 2).max(1)
+            };
+            if to == from {
+                app.flash = Some(format!("batch per replica is already {from}"));
+                return None;
+            }
+            app.pending_batch =
+                (to != app.per_replica).then(|| (app.per_replica, to, app.next_step()));
+            Some(Action::Control(Control::SetBatch(to)))
+        })
+    }
+}

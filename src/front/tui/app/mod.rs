@@ -1,0 +1,468 @@
+//! The terminal UI's state. It changes only through `apply` (what the engine and the sampler
+//! report) and `handle_key` (what the user presses), so it is tested without a terminal; the
+//! render functions only read it.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+mod device;
+mod keys;
+mod view;
+
+pub use device::{DeviceState, Split};
+pub use view::{Popup, RunState, View, Window};
+
+use crate::engine::control::Control;
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::RunInfo;
+use crate::front::headless::event_line;
+use crate::observe::history::History;
+use crate::observe::monitor::{Monitor, StepRow};
+use crate::observe::straggler::{Beat, Detector, Warning};
+use crate::observe::telemetry::DeviceSample;
+
+/// Points kept per chart series for the whole run.
+const HISTORY_POINTS: usize = 2048;
+/// Steps behind the per-device step-time bar and sparkline.
+const RECENT_STEPS: usize = 64;
+const LOG_LINES: usize = 500;
+/// Smoothing of the train-loss line (exponential moving average weight of a new step).
+const EMA_ALPHA: f64 = 0.05;
+
+/// What the engine or the sampler reports to the UI.
+#[derive(Clone, Debug)]
+pub enum AppEvent {
+    Engine(Event),
+    Step(StepStats),
+    /// Device samples (one per rank) and this process's memory, at a time since the start.
+    Telemetry {
+        at: Duration,
+        devices: Vec<DeviceSample>,
+        process_memory: Option<(u64, u64)>,
+    },
+    /// The clock moved on (drives elapsed time while nothing else happens).
+    Tick(Duration),
+    /// SIGTERM / SIGHUP: the run is stopping with a checkpoint.
+    Signal,
+    /// Where each rank is within its step (for the stall check), at a time since the start.
+    Beats(Duration, Vec<Beat>),
+    /// Something to tell the user that is not an engine event (e.g. metrics file failure).
+    Notice(Level, String),
+}
+
+/// What a key asks the frontend loop to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Control(Control),
+    Quit,
+    /// Leave now without waiting for the workers (a third Ctrl-C while stopping: a worker
+    /// stuck in a GPU kernel or NCCL must not hold the terminal).
+    Abandon,
+    NextTheme,
+    Redraw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogEntry {
+    pub at: Duration,
+    pub level: Level,
+    pub text: String,
+    /// An end-of-epoch line: a newer one replaces it when nothing came between, so a fast
+    /// run's epochs do not push the pauses, batch changes and checkpoints off the panel.
+    pub epoch: bool,
+}
+
+/// The validation result of one epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochPoint {
+    pub epoch: u64,
+    pub step: u64,
+    pub train_loss: f32,
+    pub val_loss: Option<f32>,
+    pub val_accuracy: Option<f32>,
+}
+
+/// Shown when the run has ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub steps: u64,
+    pub stopped: bool,
+    pub failed: Option<String>,
+    pub best_val_accuracy: Option<f32>,
+    pub wall: Duration,
+    /// Samples per second of training time (pauses excluded).
+    pub mean_samples_per_sec: Option<f64>,
+    /// Share of step time spent computing, over all ranks and steps.
+    pub compute_share: Option<f64>,
+    /// Shares of step time waiting for data, in the all-reduce, and waiting for other ranks.
+    pub data_share: Option<f64>,
+    pub comm_share: Option<f64>,
+    pub wait_share: Option<f64>,
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+pub struct App {
+    pub info: RunInfo,
+    pub readonly: bool,
+    pub state: RunState,
+    monitor: Monitor,
+    detector: Detector,
+    /// Warnings raised since the frontend last took them (for the metrics file).
+    pub new_warnings: Vec<(Warning, Duration)>,
+    pub devices: Vec<DeviceState>,
+    pub last_row: Option<StepRow>,
+    pub samples_per_sec: Option<f64>,
+    pub eta: Option<Duration>,
+    pub per_replica: usize,
+    /// Samples per rank when `--rebalance` has cut the global batch unevenly.
+    pub split: Option<Vec<usize>>,
+    /// A batch change asked for and not yet applied by the ranks: (from, to, expected step).
+    pub pending_batch: Option<(usize, usize, u64)>,
+    /// A pause (true) or resume (false) asked for and not yet applied.
+    pub pending_pause: Option<bool>,
+    pub loss: History,
+    pub loss_smooth: History,
+    ema: Option<f64>,
+    pub epochs: Vec<EpochPoint>,
+    pub log: VecDeque<LogEntry>,
+    pub view: View,
+    pub window: Window,
+    pub focus: Option<usize>,
+    pub popup: Option<Popup>,
+    /// A one-line answer to the last key (e.g. why it did nothing).
+    pub flash: Option<String>,
+    pub now: Duration,
+    pub process_memory: Option<(u64, u64)>,
+    pub last_checkpoint: Option<PathBuf>,
+    pub summary: Option<Summary>,
+    /// The user asked to stop: leave when the run has ended.
+    pub quitting: bool,
+    /// The end-of-run summary was dismissed (Esc) to look at the panels under it.
+    pub summary_hidden: bool,
+    /// Training time (sum of step times) and compute time (sum over ranks) of seen rows.
+    train_time: f64,
+    compute_time: f64,
+    data_time: f64,
+    comm_time: f64,
+    wait_time: f64,
+    rank_time: f64,
+    rows_samples: u64,
+}
+
+impl App {
+    pub fn new(info: RunInfo, readonly: bool) -> App {
+        let devices = info
+            .devices
+            .iter()
+            .map(|d| DeviceState::new(d.label()))
+            .collect();
+        App {
+            monitor: Monitor::new(info.ranks()),
+            detector: info.detector(),
+            new_warnings: Vec::new(),
+            per_replica: info.per_replica,
+            split: None,
+            info,
+            readonly,
+            state: RunState::Starting,
+            devices,
+            last_row: None,
+            samples_per_sec: None,
+            eta: None,
+            pending_batch: None,
+            pending_pause: None,
+            loss: History::new(HISTORY_POINTS),
+            loss_smooth: History::new(HISTORY_POINTS),
+            ema: None,
+            epochs: Vec::new(),
+            log: VecDeque::new(),
+            view: View::Overview,
+            window: Window::OneMinute,
+            focus: None,
+            popup: None,
+            flash: None,
+            now: Duration::ZERO,
+            process_memory: None,
+            last_checkpoint: None,
+            summary: None,
+            quitting: false,
+            summary_hidden: false,
+            train_time: 0.0,
+            compute_time: 0.0,
+            data_time: 0.0,
+            comm_time: 0.0,
+            wait_time: 0.0,
+            rank_time: 0.0,
+            rows_samples: 0,
+        }
+    }
+
+    fn note(&mut self, level: Level, text: String) {
+        self.push_log(level, text, false);
+    }
+
+    fn push_log(&mut self, level: Level, text: String, epoch: bool) {
+        if epoch && self.log.front().is_some_and(|l| l.epoch) {
+            self.log.pop_front();
+        }
+        self.log.push_front(LogEntry {
+            at: self.now,
+            level,
+            text,
+            epoch,
+        });
+        self.log.truncate(LOG_LINES);
+    }
+
+    /// The step the ranks will reach next.
+    pub fn next_step(&self) -> u64 {
+        self.last_row
+            .as_ref()
+            .map_or(self.info.start_step, |r| r.step)
+            + 1
+    }
+
+    pub fn apply(&mut self, ev: AppEvent) {
+        match ev {
+            AppEvent::Step(s) => self.on_step(s),
+            AppEvent::Engine(e) => self.on_event(e),
+            AppEvent::Telemetry {
+                at,
+                devices,
+                process_memory,
+            } => {
+                self.now = self.now.max(at);
+                self.detector.on_telemetry(&devices);
+                let t = at.as_secs_f64();
+                for (d, s) in self.devices.iter_mut().zip(devices) {
+                    if let Some(u) = s.util {
+                        d.util.push(t, u as f64 * 100.0);
+                    }
+                    if let Some(m) = s.mem_access {
+                        d.mem_access.push(t, m as f64 * 100.0);
+                    }
+                    d.sample = s;
+                }
+                self.process_memory = process_memory.or(self.process_memory.take());
+            }
+            AppEvent::Tick(now) => self.now = self.now.max(now),
+            AppEvent::Signal => {
+                if !self.state.ended() {
+                    self.state = RunState::Stopping;
+                    self.quitting = true;
+                    self.note(
+                        Level::Warn,
+                        "signal received: finishing the step, writing a checkpoint and exiting"
+                            .into(),
+                    );
+                }
+            }
+            AppEvent::Notice(level, text) => self.note(level, text),
+            AppEvent::Beats(at, beats) => {
+                self.now = self.now.max(at);
+                if let Some(w) = self.detector.tick(at, &beats) {
+                    self.on_warning(w, at);
+                }
+            }
+        }
+    }
+
+    fn on_step(&mut self, s: StepStats) {
+        if let Some(d) = self.devices.get_mut(s.rank) {
+            d.on_step(&s);
+        }
+        let Some(row) = self.monitor.on_step(s) else {
+            return;
+        };
+        self.now = self.now.max(row.at);
+        let step_time = row
+            .ranks
+            .iter()
+            .map(|r| r.step_time.as_secs_f64())
+            .fold(0.0, f64::max);
+        self.train_time += step_time;
+        self.rows_samples += row.global_samples as u64;
+        for r in &row.ranks {
+            self.compute_time += (r.compute + r.optimizer).as_secs_f64();
+            self.data_time += r.data_wait.as_secs_f64();
+            self.comm_time += r.comm.as_secs_f64();
+            self.wait_time += r.sync_wait.as_secs_f64();
+            self.rank_time += r.step_time.as_secs_f64();
+        }
+        let x = row.step as f64;
+        let loss = row.loss as f64;
+        self.loss.push(x, loss);
+        let ema = self.ema.map_or(loss, |e| e + EMA_ALPHA * (loss - e));
+        self.ema = Some(ema);
+        self.loss_smooth.push(x, ema);
+        self.samples_per_sec = self.monitor.samples_per_sec();
+        self.eta = self.monitor.eta();
+        if self.state == RunState::Starting {
+            self.state = RunState::Running;
+        }
+        for w in self.detector.on_row(&row) {
+            self.on_warning(w, row.at);
+        }
+        self.last_row = Some(row);
+    }
+
+    fn on_warning(&mut self, w: Warning, at: Duration) {
+        if let Some(d) = w.rank().and_then(|r| self.devices.get_mut(r)) {
+            let same = |o: &Warning| {
+                matches!(
+                    (&w, o),
+                    (Warning::StragglerCleared { .. }, Warning::Straggler { .. })
+                        | (Warning::DegradedCleared { .. }, Warning::Degraded { .. })
+                )
+            };
+            d.warnings.retain(|o| !same(o));
+            if !w.is_clear() {
+                d.warnings.push(w.clone());
+            }
+        }
+        let level = if w.is_clear() {
+            Level::Info
+        } else {
+            Level::Warn
+        };
+        self.note(level, w.to_string());
+        self.new_warnings.push((w, at));
+    }
+
+    fn on_event(&mut self, e: Event) {
+        match &e {
+            Event::Started { per_replica, .. } => {
+                self.per_replica = *per_replica;
+                if self.state == RunState::Starting {
+                    self.state = RunState::Running;
+                }
+            }
+            Event::Control { applied, .. } => match applied {
+                Applied::Paused => {
+                    self.detector.set_paused(true, self.now);
+                    self.pending_pause = None;
+                    if !matches!(self.state, RunState::Stopping) {
+                        self.state = RunState::Paused;
+                    }
+                }
+                Applied::Resumed => {
+                    self.detector.set_paused(false, self.now);
+                    self.pending_pause = None;
+                    if self.state == RunState::Paused {
+                        self.state = RunState::Running;
+                    }
+                }
+                Applied::BatchSize { to, .. } => {
+                    self.per_replica = *to;
+                    self.split = None;
+                    if self.pending_batch.is_some_and(|p| p.1 == *to) {
+                        self.pending_batch = None;
+                    }
+                }
+                Applied::Split(sizes) => self.split = Some(sizes.clone()),
+            },
+            Event::EpochDone {
+                epoch,
+                step,
+                train_loss,
+                val_loss,
+                val_accuracy,
+                ..
+            } => self.epochs.push(EpochPoint {
+                epoch: *epoch,
+                step: *step,
+                train_loss: *train_loss,
+                val_loss: *val_loss,
+                val_accuracy: *val_accuracy,
+            }),
+            Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
+            Event::Failed { rank, message, .. } => {
+                self.state = RunState::Failed;
+                if let Some(d) = self.devices.get_mut(*rank) {
+                    d.alert = Some(message.clone());
+                }
+            }
+            Event::Finished { step, stopped } => {
+                if self.state != RunState::Failed {
+                    self.state = RunState::Done;
+                }
+                self.pending_batch = None;
+                self.pending_pause = None;
+                self.summary = Some(self.summarize(*step, *stopped));
+            }
+        }
+        if let Some(line) = event_line(&e, self.info.budget) {
+            let level = match e {
+                Event::Failed { .. } => Level::Error,
+                _ => Level::Info,
+            };
+            self.push_log(level, line, matches!(e, Event::EpochDone { .. }));
+        }
+    }
+
+    fn summarize(&self, steps: u64, stopped: bool) -> Summary {
+        let share = |t: f64| (self.rank_time > 0.0).then(|| t / self.rank_time);
+        let failed = self.log.iter().find(|l| l.level == Level::Error);
+        Summary {
+            steps,
+            stopped,
+            failed: (self.state == RunState::Failed)
+                .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
+            best_val_accuracy: self
+                .epochs
+                .iter()
+                .filter_map(|e| e.val_accuracy)
+                .reduce(f32::max),
+            wall: self.now,
+            mean_samples_per_sec: (self.train_time > 0.0)
+                .then(|| self.rows_samples as f64 / self.train_time),
+            compute_share: share(self.compute_time),
+            data_share: share(self.data_time),
+            comm_share: share(self.comm_time),
+            wait_share: share(self.wait_time),
+            last_checkpoint: self.last_checkpoint.clone(),
+        }
+    }
+
+    /// Every worker has ended: make sure there is a summary even when the run failed before
+    /// it could report its end.
+    pub fn finish(&mut self, error: Option<String>) {
+        if let Some(e) = error.filter(|_| self.state != RunState::Failed) {
+            self.state = RunState::Failed;
+            self.note(Level::Error, format!("error: {e}"));
+            self.summary = None;
+        }
+        if self.summary.is_none() {
+            let step = self
+                .last_row
+                .as_ref()
+                .map_or(self.info.start_step, |r| r.step);
+            if self.state != RunState::Failed {
+                self.state = RunState::Done;
+            }
+            self.summary = Some(self.summarize(step, true));
+        }
+    }
+
+    /// The newest validation accuracy and the best so far.
+    pub fn val_accuracy(&self) -> (Option<f32>, Option<f32>) {
+        let last = self.epochs.iter().rev().find_map(|e| e.val_accuracy);
+        let best = self
+            .epochs
+            .iter()
+            .filter_map(|e| e.val_accuracy)
+            .reduce(f32::max);
+        (last, best)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,342 @@
+//! App state tests without a terminal: engine events to state, keys to controls.
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
+
+use super::*;
+use crate::front::tui::demo;
+
+fn key(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+}
+
+fn ctrl_c() -> KeyEvent {
+    KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
+}
+
+fn running(readonly: bool) -> App {
+    let mut app = App::new(demo::info(2), readonly);
+    app.apply(AppEvent::Engine(Event::Started {
+        ranks: 2,
+        per_replica: 32,
+        params: 1,
+        start_step: 0,
+        start_epoch: 0,
+    }));
+    for s in 1..=5 {
+        app.apply(AppEvent::Step(demo::step(0, 2, s)));
+        app.apply(AppEvent::Step(demo::step(1, 2, s)));
+    }
+    app
+}
+
+fn control(app: &mut App, step: u64, applied: Applied) {
+    app.apply(AppEvent::Engine(Event::Control { step, applied }));
+}
+
+#[test]
+
+fn steps_make_rows_and_curves_once_every_rank_reported() {
+    let mut app = running(false);
+    assert_eq!(app.state, RunState::Running);
+    assert_eq!(app.last_row.as_ref().unwrap().step, 5);
+    assert_eq!(app.loss.all().len(), 5);
+    app.apply(AppEvent::Step(demo::step(0, 2, 6)));
+    assert_eq!(
+        app.last_row.as_ref().unwrap().step,
+        5,
+        "rank 1 has not reported"
+    );
+    assert_eq!(app.devices[0].last.as_ref().unwrap().step, 6);
+    let split = app.devices[0].split().unwrap();
+    assert!(split.compute > split.data && split.total() > 0.0);
+    assert!(app.samples_per_sec.unwrap() > 0.0);
+}
+
+#[test]
+
+fn pause_key_sends_pause_then_resume_and_follows_what_the_ranks_applied() {
+    let mut app = running(false);
+    assert_eq!(
+        app.handle_key(key('p')),
+        Some(Action::Control(Control::Pause))
+    );
+    assert_eq!(app.pending_pause, Some(true));
+    assert_eq!(
+        app.state,
+        RunState::Running,
+        "not paused until the ranks apply it"
+    );
+    control(&mut app, 5, Applied::Paused);
+    assert_eq!((app.state, app.pending_pause), (RunState::Paused, None));
+    assert_eq!(
+        app.handle_key(key(' ')),
+        Some(Action::Control(Control::Resume))
+    );
+    control(&mut app, 5, Applied::Resumed);
+    assert_eq!(app.state, RunState::Running);
+    // a second press before the first is applied takes it back
+    app.handle_key(key('p'));
+    assert_eq!(
+        app.handle_key(key('p')),
+        Some(Action::Control(Control::Resume))
+    );
+    assert_eq!(app.pending_pause, Some(false));
+}
+
+#[test]
+
+fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
+    let mut app = running(false);
+    assert_eq!(
+        app.handle_key(key(']')),
+        Some(Action::Control(Control::SetBatch(64)))
+    );
+    assert_eq!(app.pending_batch, Some((32, 64, 6)));
+    assert_eq!(
+        app.handle_key(key('+')),
+        Some(Action::Control(Control::SetBatch(128)))
+    );
+    assert_eq!(app.pending_batch, Some((32, 128, 6)));
+    control(
+        &mut app,
+        5,
+        Applied::BatchSize {
+            from: 32,
+            to: 64,
+            lr: 2e-3,
+        },
+    );
+    assert_eq!(app.per_replica, 64);
+    assert!(app.pending_batch.is_some(), "128 is still on its way");
+    control(
+        &mut app,
+        6,
+        Applied::BatchSize {
+            from: 64,
+            to: 128,
+            lr: 4e-3,
+        },
+    );
+    assert_eq!((app.per_replica, app.pending_batch), (128, None));
+    assert_eq!(
+        app.handle_key(key('[')),
+        Some(Action::Control(Control::SetBatch(64)))
+    );
+    assert_eq!(
+        app.handle_key(key('-')),
+        Some(Action::Control(Control::SetBatch(32)))
+    );
+    let mut small = running(false);
+    small.per_replica = 1;
+    assert_eq!(small.handle_key(key('[')), None);
+    assert!(small.flash.as_ref().unwrap().contains("already 1"));
+}
+
+#[test]
+
+fn quit_asks_first_and_each_answer_does_what_it_says() {
+    let mut app = running(false);
+    assert_eq!(app.handle_key(key('q')), None);
+    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(
+        app.handle_key(key('p')),
+        None,
+        "other keys do nothing under the popup"
+    );
+    assert_eq!(app.handle_key(key('c')), None);
+    assert_eq!(app.popup, None);
+    app.handle_key(key('q'));
+    assert_eq!(
+        app.handle_key(key('k')),
+        Some(Action::Control(Control::Stop { checkpoint: false }))
+    );
+    assert!(app.quitting);
+    assert_eq!(app.state, RunState::Stopping);
+
+    let mut app = running(false);
+    app.handle_key(key('q'));
+    assert_eq!(
+        app.handle_key(key('s')),
+        Some(Action::Control(Control::Stop { checkpoint: true }))
+    );
+
+    // Ctrl-C opens the same popup; a second Ctrl-C stops with a checkpoint
+    let mut app = running(false);
+    assert_eq!(app.handle_key(ctrl_c()), None);
+    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(
+        app.handle_key(ctrl_c()),
+        Some(Action::Control(Control::Stop { checkpoint: true }))
+    );
+    assert_eq!(app.handle_key(key('p')), None, "nothing more once stopping");
+    // a third Ctrl-C leaves without waiting for the workers
+    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Abandon));
+}
+
+#[test]
+
+fn readonly_disables_every_key_that_changes_the_run() {
+    let mut app = running(true);
+    for c in ['p', ' ', ']', '[', '+', '-', 's', 'q'] {
+        assert_eq!(app.handle_key(key(c)), None, "{c}");
+        assert!(app.flash.as_ref().unwrap().contains("read-only"), "{c}");
+    }
+    assert_eq!(app.handle_key(ctrl_c()), None);
+    assert_eq!(
+        (app.popup, app.pending_batch, app.pending_pause),
+        (None, None, None)
+    );
+    // looking around still works
+    app.handle_key(key('2'));
+    assert_eq!(app.focus, Some(1));
+    assert_eq!(app.handle_key(key('t')), Some(Action::NextTheme));
+}
+
+#[test]
+
+fn navigation_keys_change_only_the_view() {
+    let mut app = running(false);
+    app.handle_key(key('2'));
+    assert_eq!(app.focus, Some(1));
+    app.handle_key(key('9'));
+    assert_eq!(app.focus, Some(1), "no device 9");
+    assert!(app.flash.as_ref().unwrap().contains("no device 9"));
+    app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+    assert_eq!(app.focus, None);
+    app.handle_key(KeyEvent::new(KeyCode::Tab, KeyModifiers::NONE));
+    assert_eq!(app.view, View::Training);
+    app.handle_key(KeyEvent::new(KeyCode::BackTab, KeyModifiers::SHIFT));
+    app.handle_key(KeyEvent::new(KeyCode::BackTab, KeyModifiers::SHIFT));
+    assert_eq!(app.view, View::Log);
+    app.handle_key(key('w'));
+    assert_eq!(app.window, Window::TenMinutes);
+    assert_eq!(app.handle_key(key('r')), Some(Action::Redraw));
+    let ctrl_l = KeyEvent::new(KeyCode::Char('l'), KeyModifiers::CONTROL);
+    assert_eq!(app.handle_key(ctrl_l), Some(Action::Redraw));
+    app.handle_key(key('?'));
+    assert_eq!(app.popup, Some(Popup::Help));
+    assert_eq!(
+        app.handle_key(key('q')),
+        None,
+        "a key closes help, nothing else"
+    );
+    assert_eq!(app.popup, None);
+    // key releases (kitty protocol) are not presses
+    let mut release = key('p');
+    release.kind = KeyEventKind::Release;
+    release.state = KeyEventState::NONE;
+    assert_eq!(app.handle_key(release), None);
+    assert_eq!(app.pending_pause, None);
+}
+
+#[test]
+
+fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
+    let mut app = running(false);
+    app.apply(AppEvent::Engine(Event::EpochDone {
+        epoch: 1,
+        step: 5,
+        train_loss: 0.5,
+        val_loss: Some(0.4),
+        val_accuracy: Some(0.91),
+        elapsed: Duration::from_millis(20),
+    }));
+    app.apply(AppEvent::Engine(Event::Finished {
+        step: 5,
+        stopped: false,
+    }));
+    assert_eq!(app.state, RunState::Done);
+    let s = app.summary.clone().unwrap();
+    assert_eq!(
+        (s.steps, s.stopped, s.best_val_accuracy),
+        (5, false, Some(0.91))
+    );
+    assert!(s.mean_samples_per_sec.unwrap() > 0.0);
+    let share = s.compute_share.unwrap();
+    assert!(share > 0.5 && share < 1.0, "{share}");
+    assert_eq!(app.handle_key(key('p')), None);
+    app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+    assert!(
+        app.summary_hidden,
+        "Esc uncovers the panels under the summary"
+    );
+    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
+}
+
+#[test]
+
+fn a_failure_marks_the_device_and_the_state() {
+    let mut app = running(false);
+    app.apply(AppEvent::Engine(Event::Failed {
+        rank: 1,
+        step: 6,
+        message: "boom".into(),
+    }));
+    assert_eq!(app.state, RunState::Failed);
+    assert_eq!(app.devices[1].alert.as_deref(), Some("boom"));
+    assert!(app.devices[0].alert.is_none());
+    app.finish(Some("worker for rank 1 panicked".into()));
+    assert_eq!(
+        app.log.iter().filter(|l| l.level == Level::Error).count(),
+        1
+    );
+    assert!(app.summary.unwrap().failed.unwrap().contains("boom"));
+}
+
+#[test]
+
+fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
+    let app = demo::app_with_straggler(3, 10, 100, 1);
+    assert_eq!(app.devices[1].warnings.len(), 1);
+    assert!(app.devices[0].warnings.is_empty() && app.devices[2].warnings.is_empty());
+    let warn: Vec<&LogEntry> = app.log.iter().filter(|l| l.level == Level::Warn).collect();
+    assert_eq!(warn.len(), 1, "one warning at onset, not one per step");
+    assert!(
+        warn[0]
+            .text
+            .contains("straggler: rank 1 is 1.98x slower than rank 0"),
+        "{}",
+        warn[0].text
+    );
+    assert_eq!(app.new_warnings.len(), 1);
+    assert_eq!(app.new_warnings[0].0.rank(), Some(1));
+}
+
+#[test]
+
+fn a_signal_means_stopping_and_leaving() {
+    let mut app = running(false);
+    app.apply(AppEvent::Signal);
+    assert_eq!(app.state, RunState::Stopping);
+    assert!(app.quitting);
+    assert_eq!(app.log[0].level, Level::Warn);
+}
+
+#[test]
+
+fn epoch_lines_do_not_push_other_events_off_the_panel() {
+    let mut app = running(false);
+    control(
+        &mut app,
+        5,
+        Applied::BatchSize {
+            from: 32,
+            to: 64,
+            lr: 2e-3,
+        },
+    );
+    for epoch in 1..=50 {
+        app.apply(AppEvent::Engine(Event::EpochDone {
+            epoch,
+            step: epoch * 10,
+            train_loss: 0.5,
+            val_loss: None,
+            val_accuracy: None,
+            elapsed: Duration::ZERO,
+        }));
+    }
+    assert_eq!(app.log.len(), 2);
+    assert!(app.log[0].text.contains("epoch 50"));
+    assert!(app.log[1].text.contains("batch per replica 32 -> 64"));
+    assert_eq!(app.epochs.len(), 50, "every epoch is kept for the charts");
+}

@@ -1,0 +1,216 @@
+//! A fixed, deterministic run fed into an `App`: the data of the snapshot tests and of the
+//! frame-time benchmark. Nothing here reads a clock or the machine.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::Budget;
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::{Device, RunInfo};
+use crate::observe::telemetry::DeviceSample;
+
+use super::app::{App, AppEvent};
+
+pub fn info(devices: usize) -> RunInfo {
+    cpu_info(devices)
+}
+
+fn cpu_info(devices: usize) -> RunInfo {
+    RunInfo {
+        name: "digits-mlp:128".into(),
+        devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
+        device_note: None,
+        data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
+        model: "mlp:128 (64-128-10)".into(),
+        params: 9610,
+        per_replica: 32,
+        grad_accum: 1,
+        lr: 1e-3,
+        lr_note: None,
+        train_samples: 1438,
+        val_samples: 359,
+        budget: Budget::Epochs(30),
+        start_step: 0,
+        start_epoch: 0,
+        resumed_from: None,
+        cores: 64,
+        threads_per_worker: 1,
+        injected: vec![None; devices],
+        stall_timeout: Duration::from_secs(60),
+        baseline: None,
+    }
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v / 1e3)
+}
+
+/// One rank's step: rank 2 computes more slowly, the others wait for it.
+pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
+    let wobble = ((step * 7 + rank as u64 * 3) % 11) as f64 / 10.0;
+    let compute = if rank == 2 { 2.4 } else { 1.6 } + 0.2 * wobble;
+    let slowest = if ranks > 2 { 2.6 } else { 1.8 };
+    let data = 0.05 + 0.02 * wobble;
+    let comm = 0.15;
+    let wait = (slowest - compute).max(0.0);
+    let step_time = data + compute + comm + wait + 0.1;
+    let global = 32 * ranks;
+    let steps_per_epoch = 1438u64.div_ceil(global as u64);
+    StepStats {
+        rank,
+        step,
+        epoch: (step - 1) / steps_per_epoch + 1,
+        samples: 32,
+        global_samples: global,
+        per_replica: 32,
+        loss: (2.3 * (-(step as f32) / 40.0).exp() + 0.05 + 0.02 * wobble as f32),
+        accuracy: 0.9,
+        lr: 1e-3,
+        data_wait: ms(data),
+        compute: ms(compute - 0.1),
+        compute_cpu: None,
+        comm: ms(comm),
+        sync_wait: ms(wait),
+        optimizer: ms(0.1),
+        step_time: ms(step_time),
+        at: ms(step as f64 * 4.0),
+        after_pause: false,
+        progress: step as f64 / (30 * steps_per_epoch) as f64,
+    }
+}
+
+/// An app that has seen `steps` steps of a `devices`-rank run, epochs with validation, a
+/// checkpoint, a pause, a batch change being asked for, and telemetry.
+pub fn app(devices: usize, steps: u64) -> App {
+    let mut app = App::new(info(devices), false);
+    app.apply(AppEvent::Engine(Event::Started {
+        ranks: devices,
+        per_replica: 32,
+        params: 9610,
+        start_step: 0,
+        start_epoch: 0,
+    }));
+    let steps_per_epoch = 1438u64.div_ceil(32 * devices as u64);
+    for s in 1..=steps {
+        for r in 0..devices {
+            app.apply(AppEvent::Step(step(r, devices, s)));
+        }
+        if s % 25 == 0 {
+            let devices = (0..devices)
+                .map(|r| DeviceSample {
+                    util: Some(if r == 2 {
+                        0.93
+                    } else {
+                        0.62 + 0.01 * ((s / 25) % 5) as f32
+                    }),
+                    ..DeviceSample::default()
+                })
+                .collect();
+            app.apply(AppEvent::Telemetry {
+                at: ms(s as f64 * 4.0),
+                devices,
+                process_memory: Some((48 << 20, 24 << 30)),
+            });
+        }
+        if s % steps_per_epoch == 0 {
+            let epoch = s / steps_per_epoch;
+            app.apply(AppEvent::Engine(Event::EpochDone {
+                epoch,
+                step: s,
+                train_loss: 0.5 / epoch as f32,
+                val_loss: Some(0.45 / epoch as f32 + 0.04),
+                val_accuracy: Some(0.93 + 0.01 * epoch.min(4) as f32),
+                elapsed: ms(s as f64 * 4.0),
+            }));
+        }
+        if s == 60 {
+            app.apply(AppEvent::Engine(Event::Checkpoint {
+                step: 60,
+                path: PathBuf::from("checkpoints/step-00000060"),
+            }));
+            app.apply(AppEvent::Engine(Event::Control {
+                step: 60,
+                applied: Applied::Paused,
+            }));
+            app.apply(AppEvent::Engine(Event::Control {
+                step: 60,
+                applied: Applied::Resumed,
+            }));
+        }
+    }
+    app
+}
+
+/// `app(devices, steps)` followed by `extra` steps in which rank `slow` works twice as long
+/// as the others (20 ms vs 10 ms), so the detector flags it.
+pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -> App {
+    let mut app = app(devices, steps);
+    for s in steps + 1..=steps + extra {
+        for r in 0..devices {
+            let mut st = step(r, devices, s);
+            let work = if r == slow { 20.0 } else { 10.0 };
+            st.compute = ms(work);
+            st.sync_wait = ms(20.0 - work);
+            st.step_time = ms(20.5);
+            st.at = ms(600.0 + (s - steps) as f64 * 20.5);
+            app.apply(AppEvent::Step(st));
+        }
+    }
+    app
+}
+
+/// The same run on GPUs (H100s), with NVML samples: rank 1 is power-capped and clocked down.
+pub fn gpu_app(devices: usize, steps: u64) -> App {
+    let mut info = cpu_info(devices);
+    info.devices = (0..devices)
+        .map(|index| Device::Gpu {
+            index,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + index)),
+        })
+        .collect();
+    let mut app = App::new(info, false);
+    app.apply(AppEvent::Engine(Event::Started {
+        ranks: devices,
+        per_replica: 32,
+        params: 9610,
+        start_step: 0,
+        start_epoch: 0,
+    }));
+    for s in 1..=steps {
+        for r in 0..devices {
+            app.apply(AppEvent::Step(step(r, devices, s)));
+        }
+        if s % 25 == 0 {
+            let samples = (0..devices)
+                .map(|r| {
+                    let capped = r == 1;
+                    DeviceSample {
+                        util: Some(if capped {
+                            0.99
+                        } else {
+                            0.71 + 0.01 * ((s / 25) % 5) as f32
+                        }),
+                        mem_access: Some(if capped { 0.35 } else { 0.42 }),
+                        mem_used: Some(((21 + r as u64) << 30) + (s << 24)),
+                        mem_total: Some(80 << 30),
+                        temp_c: Some(if capped { 83.0 } else { 61.0 + r as f32 }),
+                        power_w: Some(if capped { 700.0 } else { 455.0 }),
+                        power_limit_w: Some(700.0),
+                        sm_clock_mhz: Some(if capped { 1245 } else { 1980 }),
+                        sm_clock_max_mhz: Some(1980),
+                        throttle_reasons: Some(if capped { 0x4 } else { 0x0 }),
+                        pcie_rx_kbs: Some(1_200_000),
+                        pcie_tx_kbs: Some(300_000),
+                    }
+                })
+                .collect();
+            app.apply(AppEvent::Telemetry {
+                at: ms(s as f64 * 4.0),
+                devices: samples,
+                process_memory: Some((1 << 30, 2 << 40)),
+            });
+        }
+    }
+    app
+}

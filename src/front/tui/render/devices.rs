@@ -1,0 +1,369 @@
+//! The devices table (one row per device) and the detail view of one device.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::header::clip;
+use super::{bytes, fit, pct};
+use crate::engine::Device;
+use crate::front::tui::app::{App, DeviceState, Split};
+use crate::front::tui::theme::Theme;
+use crate::observe::telemetry::DeviceSample;
+
+const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+/// The step-time bar: a block character per part, so it reads without colour too.
+const PARTS: [(char, &str); 4] = [
+    ('█', "compute"),
+    ('▒', "data"),
+    ('▓', "comm"),
+    ('░', "wait"),
+];
+
+/// The name of the utilization column: CPU workers report busy time, GPUs utilization.
+pub fn util_name(app: &App) -> &'static str {
+    if app
+        .info
+        .devices
+        .iter()
+        .all(|d| matches!(d, Device::Cpu { .. }))
+    {
+        "busy"
+    } else {
+        "util"
+    }
+}
+
+/// The last `w` values as a one-line sparkline between their minimum and maximum, the range
+/// widened to at least 20% of the maximum so that steady values draw as a steady line and
+/// jitter stays small; a spike stands out.
+pub fn sparkline(values: &[f64], w: usize) -> String {
+    let v = &values[values.len().saturating_sub(w)..];
+    let hi = v.iter().cloned().fold(0.0, f64::max);
+    let lo = v
+        .iter()
+        .cloned()
+        .fold(f64::INFINITY, f64::min)
+        .min(hi * 0.8);
+    v.iter()
+        .map(|x| {
+            if hi <= lo {
+                SPARK[0]
+            } else {
+                SPARK[(((x - lo) / (hi - lo)) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
+        .collect()
+}
+
+fn split_bar<'a>(s: Option<Split>, w: usize, theme: &Theme) -> Vec<Span<'a>> {
+    let Some(s) = s.filter(|s| s.total() > 0.0) else {
+        return vec![Span::styled("·".repeat(w), theme.muted())];
+    };
+    let parts = [s.compute, s.data, s.comm, s.wait];
+    let colors = [theme.compute, theme.data, theme.comm, theme.wait];
+    // largest-remainder rounding so the parts always fill exactly w cells
+    let exact: Vec<f64> = parts.iter().map(|p| p / s.total() * w as f64).collect();
+    let mut cells: Vec<usize> = exact.iter().map(|e| e.floor() as usize).collect();
+    let mut order: Vec<usize> = (0..4).collect();
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+    for &i in order.iter().take(w - cells.iter().sum::<usize>()) {
+        cells[i] += 1;
+    }
+    (0..4)
+        .filter(|&i| cells[i] > 0)
+        .map(|i| Span::styled(PARTS[i].0.to_string().repeat(cells[i]), theme.fg(colors[i])))
+        .collect()
+}
+
+fn mem(s: &DeviceSample) -> String {
+    match (s.mem_used, s.mem_total) {
+        (Some(u), Some(t)) => format!(
+            "{}/{}",
+            bytes(u).replace(" GiB", ""),
+            bytes(t).replace(' ', "")
+        ),
+        (Some(u), None) => bytes(u),
+        _ => "n/a".into(),
+    }
+}
+
+fn row_style(app: &App, i: usize, d: &DeviceState, theme: &Theme) -> Style {
+    if d.alert.is_some() || !d.warnings.is_empty() || app.focus == Some(i) {
+        theme.highlight()
+    } else {
+        Style::default()
+    }
+}
+
+pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let legend: Vec<Span> = PARTS
+        .iter()
+        .zip([theme.compute, theme.data, theme.comm, theme.wait])
+        .flat_map(|((c, name), color)| {
+            [
+                Span::styled(format!(" {c}"), theme.fg(color)),
+                Span::styled(name.to_string(), theme.muted()),
+            ]
+        })
+        .collect();
+    let mut title = vec![
+        Span::styled(" devices ", theme.title()),
+        Span::styled("step time:", theme.muted()),
+    ];
+    title.extend(legend);
+    title.push(Span::raw(" "));
+    let block = Block::bordered()
+        .border_style(theme.border())
+        .title(Line::from(title));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let w = inner.width as usize;
+    let wide = w >= 110;
+    // fixed columns: name 6, util 6, mem-access 6, mem 13, [temp 6, power 11], step ms 9
+    let fixed = 6 + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 };
+    let rest = w.saturating_sub(fixed);
+    let bar_w = (rest / 2).clamp(8, 32).min(rest);
+    let spark_w = rest.saturating_sub(bar_w + 1);
+    let mut head = format!(
+        "{:<6}{:>5} {:>6} {:>11} ",
+        "dev",
+        util_name(app),
+        "memacc",
+        "memory"
+    );
+    if wide {
+        head += &format!("{:>5} {:>10} ", "temp", "power");
+    }
+    head += &format!("{:<bar_w$} {:>8}", "step time split", "step");
+    if spark_w > 0 {
+        head += &format!(" {}", fit("recent steps", spark_w));
+    }
+    let mut lines = vec![Line::styled(fit(&head, w), theme.muted())];
+    let shown = (inner.height as usize).saturating_sub(1);
+    let n = app.devices.len();
+    let cap = if n > shown {
+        shown.saturating_sub(1)
+    } else {
+        n
+    };
+    for (i, d) in app.devices.iter().enumerate().take(cap) {
+        let s = &d.sample;
+        let mut spans = vec![
+            if d.warnings.is_empty() {
+                Span::styled(
+                    format!("{:<6}", fit(&d.label, 5)),
+                    theme.fg(theme.series(i)),
+                )
+            } else {
+                // a device with a warning: marked here, the warning itself in the events panel
+                Span::styled(
+                    format!("{:<6}", format!("{}!", fit(&d.label, 4))),
+                    theme.badge(theme.warn),
+                )
+            },
+            Span::raw(format!(
+                "{:>5} {:>6} {:>11} ",
+                pct(s.util),
+                pct(s.mem_access),
+                mem(s)
+            )),
+        ];
+        if wide {
+            let temp = s.temp_c.map_or("n/a".into(), |t| format!("{t:.0}C"));
+            let power = match (s.power_w, s.power_limit_w) {
+                (Some(p), Some(l)) => format!("{p:.0}/{l:.0}W"),
+                (Some(p), None) => format!("{p:.0}W"),
+                _ => "n/a".into(),
+            };
+            // a GPU clocked down by power, heat or hardware: its temperature and power in the
+            // warning colour (the reasons are in the detail view)
+            let throttled = s
+                .throttle_reasons
+                .is_some_and(|r| !crate::observe::nvml::throttle_names(r).is_empty());
+            let style = if throttled {
+                theme.fg(theme.warn)
+            } else {
+                Style::default()
+            };
+            spans.push(Span::styled(format!("{temp:>5} {power:>10}"), style));
+            spans.push(Span::raw(" "));
+        }
+        spans.extend(split_bar(d.split(), bar_w, theme));
+        let ms = d
+            .split()
+            .map_or("-".into(), |s| format!("{:.2}ms", s.total() * 1e3));
+        spans.push(Span::raw(format!(" {ms:>8}")));
+        if spark_w > 0 {
+            let v: Vec<f64> = d.step_ms().collect();
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(
+                sparkline(&v, spark_w),
+                theme.fg(theme.series(i)),
+            ));
+        }
+        if let Some(a) = &d.alert {
+            spans.push(Span::styled(format!("  {a}"), theme.badge(theme.error)));
+        }
+        lines.push(clip(Line::from(spans), w).style(row_style(app, i, d, theme)));
+    }
+    if cap < n {
+        lines.push(Line::styled(
+            format!(
+                "… {} more devices: press 1-9 for one, or enlarge the terminal",
+                n - cap
+            ),
+            theme.muted(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Everything known about one device: a metrics list beside its charts.
+pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, i: usize) {
+    let Some(d) = app.devices.get(i) else {
+        return;
+    };
+    let [left, right] =
+        Layout::horizontal([Constraint::Length(42), Constraint::Min(10)]).areas(area);
+    let s = &d.sample;
+    let ms = |v: f64| format!("{:.3} ms", v * 1e3);
+    let mut rows: Vec<(String, String)> = vec![
+        (util_name(app).into(), pct(s.util)),
+        ("memory access".into(), pct(s.mem_access)),
+        ("memory".into(), mem(s)),
+        (
+            "temperature".into(),
+            s.temp_c.map_or("n/a".into(), |t| format!("{t:.0} C")),
+        ),
+        (
+            "power".into(),
+            match (s.power_w, s.power_limit_w) {
+                (Some(p), Some(l)) => format!("{p:.0} W of {l:.0} W"),
+                (Some(p), None) => format!("{p:.0} W"),
+                _ => "n/a".into(),
+            },
+        ),
+    ];
+    if matches!(app.info.devices.get(i), Some(Device::Gpu { .. })) {
+        rows.extend([
+            (
+                "SM clock".into(),
+                match (s.sm_clock_mhz, s.sm_clock_max_mhz) {
+                    (Some(c), Some(m)) => format!("{c} of {m} MHz"),
+                    (Some(c), None) => format!("{c} MHz"),
+                    _ => "n/a".into(),
+                },
+            ),
+            (
+                "throttled".into(),
+                s.throttle_reasons.map_or("n/a".into(), |r| {
+                    let names = crate::observe::nvml::throttle_names(r);
+                    if names.is_empty() {
+                        "no".into()
+                    } else {
+                        names.join(", ")
+                    }
+                }),
+            ),
+            (
+                "PCIe rx / tx".into(),
+                match (s.pcie_rx_kbs, s.pcie_tx_kbs) {
+                    (Some(rx), Some(tx)) => {
+                        format!("{:.2} / {:.2} GB/s", rx as f64 / 1e6, tx as f64 / 1e6)
+                    }
+                    _ => "n/a".into(),
+                },
+            ),
+        ]);
+    }
+    match d.split() {
+        Some(sp) => {
+            rows.push(("step (mean of recent)".into(), ms(sp.total())));
+            rows.push(("  compute + optimizer".into(), ms(sp.compute)));
+            rows.push(("  waiting for data".into(), ms(sp.data)));
+            rows.push(("  all-reduce".into(), ms(sp.comm)));
+            rows.push(("  waiting for ranks".into(), ms(sp.wait)));
+        }
+        None => rows.push(("step".into(), "no steps yet".into())),
+    }
+    if let Some(l) = &d.last {
+        rows.push((
+            "last step".into(),
+            format!("{} ({} samples)", l.step, l.samples),
+        ));
+    }
+    let mut lines: Vec<Line> = rows
+        .into_iter()
+        .map(|(k, v)| {
+            Line::from(vec![
+                Span::styled(format!("{k:<22}"), theme.muted()),
+                Span::raw(v),
+            ])
+        })
+        .collect();
+    if let Some(a) = &d.alert {
+        lines.push(Line::styled(a.clone(), theme.badge(theme.error)));
+    }
+    for w in &d.warnings {
+        lines.push(Line::styled(w.to_string(), theme.badge(theme.warn)));
+    }
+    let block = Block::bordered()
+        .border_style(theme.border())
+        .title(Line::from(vec![
+            Span::styled(format!(" {} ", d.label), theme.title()),
+            Span::styled(
+                format!("device {} of {} ", i + 1, app.devices.len()),
+                theme.muted(),
+            ),
+        ]));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        left,
+    );
+    let [hist, spark] = Layout::vertical([Constraint::Min(6), Constraint::Length(4)]).areas(right);
+    super::render_history(frame, hist, app, theme, Some(i));
+    let block = Block::bordered()
+        .border_style(theme.border())
+        .title(Span::styled(" step time, recent steps ", theme.title()));
+    let inner = block.inner(spark);
+    let v: Vec<f64> = d.step_ms().collect();
+    let max = v.iter().cloned().fold(0.0, f64::max);
+    let text = vec![
+        Line::styled(
+            sparkline(&v, inner.width as usize),
+            theme.fg(theme.series(i)),
+        ),
+        Line::styled(
+            format!(
+                "min {:.2} ms, max {max:.2} ms",
+                v.iter().cloned().fold(f64::INFINITY, f64::min).min(max)
+            ),
+            theme.muted(),
+        ),
+    ];
+    frame.render_widget(Paragraph::new(text).block(block), spark);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sparkline;
+
+    #[test]
+    fn a_spike_stands_out_and_steady_steps_draw_flat() {
+        assert_eq!(sparkline(&[10.0, 10.0, 10.0, 20.0, 10.0], 5), "▁▁▁█▁");
+        // 1% jitter on a 10 ms step stays low on a 20% range
+        let s = sparkline(&[10.0, 10.1, 9.9, 10.0], 4);
+        assert!(s.chars().all(|c| "▅▆▇█".contains(c)), "{s}");
+        assert_eq!(
+            sparkline(&[1.0, 2.0, 3.0], 2),
+            "▁█",
+            "only the last w values"
+        );
+        assert_eq!(sparkline(&[0.0, 0.0], 2), "▁▁");
+    }
+}

@@ -1,0 +1,168 @@
+//! The three header lines: what runs where, how far it is, and how fast.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::{bytes, clock, fit, si};
+use crate::config::Budget;
+use crate::engine::Device;
+use crate::front::tui::app::{App, RunState};
+use crate::front::tui::theme::Theme;
+
+pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
+    let label = match (app.state, app.pending_pause) {
+        (RunState::Running, Some(true)) => "PAUSING",
+        (RunState::Paused, Some(false)) => "RESUMING",
+        (state, _) => state.label(),
+    };
+    let color = match app.state {
+        RunState::Starting => theme.muted,
+        RunState::Running if app.pending_pause != Some(true) => theme.good,
+        RunState::Running | RunState::Paused | RunState::Stopping => theme.warn,
+        RunState::Done => theme.accent,
+        RunState::Failed => theme.error,
+    };
+    Span::styled(format!(" {label} "), theme.badge(color))
+}
+
+/// "cpu0", "cpu0 cpu1", or "8 CPU workers".
+fn device_summary(devices: &[Device]) -> String {
+    if devices.len() <= 2 {
+        return devices
+            .iter()
+            .map(Device::label)
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    let cpus = devices
+        .iter()
+        .filter(|d| matches!(d, Device::Cpu { .. }))
+        .count();
+    match (cpus, devices.len() - cpus) {
+        (c, 0) => format!("{c} CPU workers"),
+        (0, g) => format!("{g} GPUs"),
+        (c, g) => format!("{g} GPUs + {c} CPU workers"),
+    }
+}
+
+fn sep<'a>(theme: &Theme) -> Span<'a> {
+    Span::styled(" │ ", theme.muted())
+}
+
+pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let w = area.width as usize;
+    let info = &app.info;
+    let devs = device_summary(&info.devices);
+    let line1 = Line::from(vec![
+        Span::styled(format!(" {} ", info.name), theme.title()),
+        state_span(app, theme),
+        sep(theme),
+        Span::raw(info.model.clone()),
+        sep(theme),
+        Span::raw(devs),
+        sep(theme),
+        Span::styled(info.data.clone(), theme.muted()),
+    ]);
+
+    let row = app.last_row.as_ref();
+    let step = row.map_or(info.start_step, |r| r.step);
+    let epoch = row.map_or(info.start_epoch + 1, |r| r.epoch);
+    let position = match info.budget {
+        Budget::Epochs(e) => format!(" epoch {epoch}/{e} · step {step} "),
+        Budget::Steps(s) => format!(" step {step}/{s} · epoch {epoch} "),
+    };
+    let progress =
+        if app.state == RunState::Done && app.summary.as_ref().is_some_and(|s| !s.stopped) {
+            1.0
+        } else {
+            row.map_or(0.0, |r| r.progress).clamp(0.0, 1.0)
+        };
+    let eta = match (app.state, app.eta) {
+        (RunState::Running, Some(e)) => format!(" · ETA {}", clock(e)),
+        _ => String::new(),
+    };
+    let tail = format!(" {:>3.0}% · {}{eta}", progress * 100.0, clock(app.now));
+    let bar_w = w
+        .saturating_sub(position.chars().count() + tail.chars().count() + 2)
+        .min(40);
+    let filled = (progress * bar_w as f64).round() as usize;
+    let line2 = Line::from(vec![
+        Span::raw(position),
+        Span::styled("━".repeat(filled), theme.fg(theme.accent)),
+        Span::styled("━".repeat(bar_w - filled), theme.muted()),
+        Span::raw(tail),
+    ]);
+
+    let ranks = info.ranks();
+    let accum = if info.grad_accum > 1 {
+        format!("×{}", info.grad_accum)
+    } else {
+        String::new()
+    };
+    let per_rank = match &app.split {
+        Some(sizes) => crate::front::headless::per_rank(sizes),
+        None => format!("{}×{ranks}", app.per_replica),
+    };
+    let mut l3 = vec![Span::raw(format!(
+        " batch {per_rank}{accum} = {}",
+        app.per_replica * ranks * info.grad_accum
+    ))];
+    if let Some((from, to, at)) = app.pending_batch {
+        l3.push(Span::styled(
+            format!(" ({from}→{to} at step {at})"),
+            theme.badge(theme.warn),
+        ));
+    }
+    let lr = row.map_or(info.lr, |r| r.lr);
+    l3.push(sep(theme));
+    l3.push(Span::raw(format!("lr {lr:.2e}")));
+    l3.push(sep(theme));
+    l3.push(Span::raw(match app.samples_per_sec {
+        Some(r) if app.state == RunState::Running => match app.info.baseline {
+            Some(b) => {
+                let (speedup, eff) = crate::engine::calibrate::scaling(r, b, ranks);
+                format!(
+                    "{} samples/s ({speedup:.2}x, {:.0}% eff)",
+                    si(r),
+                    eff * 100.0
+                )
+            }
+            None => format!("{} samples/s", si(r)),
+        },
+        _ => "– samples/s".into(),
+    }));
+    if let Some((rss, total)) = app.process_memory {
+        l3.push(sep(theme));
+        l3.push(Span::styled(
+            format!("RSS {} of {}", bytes(rss), bytes(total)),
+            theme.muted(),
+        ));
+    }
+    let lines: Vec<Line> = [line1, line2, Line::from(l3)]
+        .into_iter()
+        .map(|l| clip(l, w))
+        .collect();
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// Cuts a line of spans to `w` characters.
+pub fn clip(line: Line<'_>, w: usize) -> Line<'_> {
+    let mut left = w;
+    let mut spans = Vec::new();
+    for s in line.spans {
+        if left == 0 {
+            break;
+        }
+        let n = s.content.chars().count();
+        if n <= left {
+            left -= n;
+            spans.push(s);
+        } else {
+            spans.push(Span::styled(fit(&s.content, left), s.style));
+            left = 0;
+        }
+    }
+    Line::from(spans)
+}

@@ -1,0 +1,168 @@
+//! What is drawn over the panels: help, the quit popup, the end-of-run summary, and the
+//! "terminal too small" notice.
+
+use ratatui::layout::{Constraint, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::{clock, si, MIN_HEIGHT, MIN_WIDTH};
+use crate::front::tui::app::App;
+use crate::front::tui::theme::Theme;
+
+fn popup(
+    frame: &mut Frame,
+    area: Rect,
+    w: u16,
+    h: u16,
+    title: &str,
+    lines: Vec<Line>,
+    theme: &Theme,
+) {
+    let r = area.centered(
+        Constraint::Length(w.min(area.width)),
+        Constraint::Length(h.min(area.height)),
+    );
+    frame.render_widget(Clear, r);
+    let block = Block::bordered()
+        .border_style(theme.fg(theme.accent))
+        .style(theme.base())
+        .title(Span::styled(format!(" {title} "), theme.title()));
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        r,
+    );
+}
+
+pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let keys = [
+        ("p, space", "pause / resume at the next step boundary"),
+        ("] or +", "double the batch per replica"),
+        ("[ or -", "halve the batch per replica"),
+        ("s", "write a checkpoint now"),
+        ("1-9", "focus one device"),
+        ("0, Esc", "all devices"),
+        ("Tab", "next view (overview, training, events)"),
+        ("w", "history window: 1 min, 10 min, whole run"),
+        ("t", "next theme"),
+        ("r, Ctrl-L", "redraw"),
+        ("q, Ctrl-C", "quit (asks first)"),
+    ];
+    let mut lines: Vec<Line> = keys
+        .iter()
+        .map(|(k, v)| {
+            Line::from(vec![
+                Span::styled(format!("{k:<11}"), theme.badge(theme.accent)),
+                Span::raw(*v),
+            ])
+        })
+        .collect();
+    if app.readonly {
+        lines.push(Line::styled(
+            "read-only: p ] [ s q are disabled",
+            theme.badge(theme.warn),
+        ));
+    }
+    lines.push(Line::styled("any key closes this", theme.muted()));
+    let h = lines.len() as u16 + 2;
+    popup(frame, area, 62, h, "keys", lines, theme);
+}
+
+pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme) {
+    let lines = vec![
+        Line::raw("Stop training?"),
+        Line::raw(""),
+        Line::from(vec![
+            Span::styled(" s ", theme.badge(theme.good)),
+            Span::raw(" stop after this step, with a checkpoint"),
+        ]),
+        Line::from(vec![
+            Span::styled(" k ", theme.badge(theme.error)),
+            Span::raw(" stop after this step, no checkpoint"),
+        ]),
+        Line::from(vec![
+            Span::styled(" c ", theme.badge(theme.accent)),
+            Span::raw(" cancel (Esc)"),
+        ]),
+        Line::styled("Ctrl-C again: stop with a checkpoint", theme.muted()),
+    ];
+    popup(frame, area, 50, 8, "quit", lines, theme);
+}
+
+pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let Some(s) = &app.summary else {
+        return;
+    };
+    let mut lines = Vec::new();
+    if let Some(f) = &s.failed {
+        lines.push(Line::styled(
+            format!("failed: {f}"),
+            theme.badge(theme.error),
+        ));
+    } else if s.stopped {
+        lines.push(Line::raw(format!("stopped at step {}", s.steps)));
+    } else {
+        lines.push(Line::raw(format!("finished: {} steps", s.steps)));
+    }
+    let field = |k: &str, v: String| {
+        Line::from(vec![
+            Span::styled(format!("{k:<18}"), theme.muted()),
+            Span::raw(v),
+        ])
+    };
+    lines.push(field(
+        "best val accuracy",
+        s.best_val_accuracy
+            .map_or("n/a (no validation set)".into(), |a| {
+                format!("{:.2}%", a * 100.0)
+            }),
+    ));
+    lines.push(field("wall time", clock(s.wall)));
+    lines.push(field(
+        "mean samples/s",
+        s.mean_samples_per_sec.map_or("n/a".into(), si),
+    ));
+    if let (Some(r), Some(b)) = (s.mean_samples_per_sec, app.info.baseline) {
+        let (speedup, eff) = crate::engine::calibrate::scaling(r, b, app.info.ranks());
+        lines.push(field(
+            "scaling",
+            format!("{speedup:.2}x one device ({:.0}% efficiency)", eff * 100.0),
+        ));
+    }
+    let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
+    lines.push(field(
+        "step time",
+        format!(
+            "compute {} · data {} · all-reduce {} · waiting {}",
+            pct(s.compute_share),
+            pct(s.data_share),
+            pct(s.comm_share),
+            pct(s.wait_share)
+        ),
+    ));
+    if let Some(p) = &s.last_checkpoint {
+        lines.push(field("checkpoint", p.display().to_string()));
+    }
+    lines.push(Line::styled(
+        "q quits · Esc shows the panels · Tab other views",
+        theme.muted(),
+    ));
+    let h = lines.len() as u16 + 2;
+    popup(frame, area, 74, h, "run summary", lines, theme);
+}
+
+pub fn render_too_small(frame: &mut Frame, area: Rect, theme: &Theme) {
+    let text = vec![
+        Line::styled(
+            format!("terminal too small: need {MIN_WIDTH}x{MIN_HEIGHT}"),
+            theme.badge(theme.warn),
+        ),
+        Line::raw(format!(
+            "have {}x{}; enlarge it or press q",
+            area.width, area.height
+        )),
+    ];
+    frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
+}

@@ -1,0 +1,305 @@
+//! Colour themes: TOML files in `themes/`, embedded in the binary, or a user's own file.
+
+use std::path::Path;
+
+use ratatui::style::{Color, Modifier, Style};
+use serde::Deserialize;
+
+/// The embedded themes, in the order `t` cycles through them.
+const EMBEDDED: [(&str, &str); 3] = [
+    ("dark", include_str!("../../../themes/dark.toml")),
+    ("light", include_str!("../../../themes/light.toml")),
+    ("mono", include_str!("../../../themes/mono.toml")),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Theme {
+    pub name: String,
+    pub background: Color,
+    pub text: Color,
+    pub muted: Color,
+    pub border: Color,
+    pub title: Color,
+    pub accent: Color,
+    pub good: Color,
+    pub warn: Color,
+    pub error: Color,
+    pub highlight_bg: Color,
+    /// The parts of the step-time bar.
+    pub data: Color,
+    pub compute: Color,
+    pub comm: Color,
+    pub wait: Color,
+    /// One colour per device in charts (cycled).
+    pub series: Vec<Color>,
+    /// No colours at all: emphasis by bold / reverse only.
+    pub mono: bool,
+}
+
+/// A theme file: any subset of the keys; the rest come from the theme it `extends` (dark).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ThemeFile {
+    name: Option<String>,
+    extends: Option<String>,
+    background: Option<String>,
+    text: Option<String>,
+    muted: Option<String>,
+    border: Option<String>,
+    title: Option<String>,
+    accent: Option<String>,
+    good: Option<String>,
+    warn: Option<String>,
+    error: Option<String>,
+    highlight_bg: Option<String>,
+    data: Option<String>,
+    compute: Option<String>,
+    comm: Option<String>,
+    wait: Option<String>,
+    series: Option<Vec<String>>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("theme {source_name}: {message}")]
+pub struct ThemeError {
+    pub source_name: String,
+    pub message: String,
+}
+
+fn color(key: &str, v: &str) -> Result<Color, String> {
+    if v.starts_with('#') {
+        return Err(format!(
+            "key `{key}`: `{v}` is a 24-bit colour; use a name or a 256-colour index (0-255) so the theme works on 256-colour terminals"
+        ));
+    }
+    v.parse().map_err(|_| {
+        format!("key `{key}`: `{v}` is not a colour; use a name such as lightblue, a 256-colour index (0-255), or reset")
+    })
+}
+
+impl Theme {
+    /// Parses a theme file's text; `source_name` names it in errors.
+    pub fn parse(text: &str, source_name: &str) -> Result<Theme, ThemeError> {
+        let err = |message: String| ThemeError {
+            source_name: source_name.to_string(),
+            message,
+        };
+        let f: ThemeFile = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1));
+            err(format!("{}{}", line.unwrap_or_default(), e.message()))
+        })?;
+        let base = match f.extends.as_deref() {
+            None if f.name.is_some() && f.series.is_some() && f.text.is_some() => None,
+            None => Some(Theme::embedded("dark").expect("dark is embedded")),
+            Some(name) => Some(Theme::embedded(name).ok_or_else(|| {
+                err(format!(
+                    "key `extends`: `{name}` is not a theme; use one of {}",
+                    Theme::embedded_names().collect::<Vec<_>>().join(", ")
+                ))
+            })?),
+        };
+        let pick = |key: &str,
+                    v: Option<String>,
+                    from: fn(&Theme) -> Color|
+         -> Result<Color, ThemeError> {
+            match (v, &base) {
+                (Some(v), _) => color(key, &v).map_err(err),
+                (None, Some(b)) => Ok(from(b)),
+                (None, None) => Err(err(format!("key `{key}` is missing"))),
+            }
+        };
+        let series = match (f.series, &base) {
+            (Some(v), _) => v
+                .iter()
+                .map(|v| color("series", v).map_err(err))
+                .collect::<Result<Vec<_>, _>>()?,
+            (None, Some(b)) => b.series.clone(),
+            (None, None) => return Err(err("key `series` is missing".into())),
+        };
+        if series.is_empty() {
+            return Err(err(
+                "key `series`: give at least one colour (one per device, cycled)".into(),
+            ));
+        }
+        let t = Theme {
+            name: f.name.unwrap_or_else(|| {
+                Path::new(source_name)
+                    .file_stem()
+                    .map_or("custom".into(), |s| s.to_string_lossy().into_owned())
+            }),
+            background: pick("background", f.background, |t| t.background)?,
+            text: pick("text", f.text, |t| t.text)?,
+            muted: pick("muted", f.muted, |t| t.muted)?,
+            border: pick("border", f.border, |t| t.border)?,
+            title: pick("title", f.title, |t| t.title)?,
+            accent: pick("accent", f.accent, |t| t.accent)?,
+            good: pick("good", f.good, |t| t.good)?,
+            warn: pick("warn", f.warn, |t| t.warn)?,
+            error: pick("error", f.error, |t| t.error)?,
+            highlight_bg: pick("highlight-bg", f.highlight_bg, |t| t.highlight_bg)?,
+            data: pick("data", f.data, |t| t.data)?,
+            compute: pick("compute", f.compute, |t| t.compute)?,
+            comm: pick("comm", f.comm, |t| t.comm)?,
+            wait: pick("wait", f.wait, |t| t.wait)?,
+            series,
+            mono: false,
+        };
+        let mono = [t.text, t.accent, t.good, t.warn, t.error, t.compute]
+            .iter()
+            .all(|c| *c == Color::Reset);
+        Ok(Theme { mono, ..t })
+    }
+
+    pub fn embedded_names() -> impl Iterator<Item = &'static str> {
+        EMBEDDED.iter().map(|(n, _)| *n)
+    }
+
+    /// An embedded theme by name.
+    pub fn embedded(name: &str) -> Option<Theme> {
+        let (n, text) = EMBEDDED.iter().find(|(n, _)| *n == name)?;
+        Some(Theme::parse(text, &format!("{n} (embedded)")).expect("embedded themes parse"))
+    }
+
+    /// `--theme NAME|PATH`: an embedded name, else a file.
+    pub fn load(name_or_path: &str) -> Result<Theme, ThemeError> {
+        if let Some(t) = Theme::embedded(name_or_path) {
+            return Ok(t);
+        }
+        let path = Path::new(name_or_path);
+        let text = std::fs::read_to_string(path).map_err(|e| ThemeError {
+            source_name: path.display().to_string(),
+            message: format!(
+                "cannot read it ({e}); --theme takes {} or the path of a theme file",
+                Theme::embedded_names().collect::<Vec<_>>().join(", ")
+            ),
+        })?;
+        Theme::parse(&text, &path.display().to_string())
+    }
+
+    /// The theme to start with: the one asked for, else mono under NO_COLOR, else dark.
+    pub fn choose(requested: Option<&str>, no_color: bool) -> Result<Theme, ThemeError> {
+        match requested {
+            Some(r) => Theme::load(r),
+            None if no_color => Ok(Theme::embedded("mono").expect("mono is embedded")),
+            None => Ok(Theme::embedded("dark").expect("dark is embedded")),
+        }
+    }
+
+    /// The embedded theme after this one (`t`).
+    pub fn next(&self) -> Theme {
+        let names: Vec<&str> = Theme::embedded_names().collect();
+        let i = names
+            .iter()
+            .position(|n| *n == self.name)
+            .map_or(0, |i| i + 1);
+        Theme::embedded(names[i % names.len()]).expect("embedded")
+    }
+
+    pub fn base(&self) -> Style {
+        Style::default().fg(self.text).bg(self.background)
+    }
+    pub fn muted(&self) -> Style {
+        Style::default().fg(self.muted)
+    }
+    pub fn border(&self) -> Style {
+        Style::default().fg(self.border)
+    }
+    pub fn title(&self) -> Style {
+        Style::default().fg(self.title).add_modifier(Modifier::BOLD)
+    }
+    pub fn fg(&self, c: Color) -> Style {
+        Style::default().fg(c)
+    }
+    /// A state or warning badge: reversed in mono so it still stands out.
+    pub fn badge(&self, c: Color) -> Style {
+        let s = Style::default().add_modifier(Modifier::BOLD);
+        if self.mono {
+            s.add_modifier(Modifier::REVERSED)
+        } else {
+            s.fg(c)
+        }
+    }
+    /// A highlighted row (focused device or one with a warning).
+    pub fn highlight(&self) -> Style {
+        if self.mono {
+            Style::default().add_modifier(Modifier::BOLD)
+        } else {
+            Style::default().bg(self.highlight_bg)
+        }
+    }
+    pub fn series(&self, i: usize) -> Color {
+        self.series[i % self.series.len()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_themes_parse_and_cycle() {
+        let names: Vec<&str> = Theme::embedded_names().collect();
+        assert_eq!(names, ["dark", "light", "mono"]);
+        let dark = Theme::embedded("dark").unwrap();
+        assert!(!dark.mono);
+        assert!(Theme::embedded("mono").unwrap().mono);
+        assert_eq!(dark.next().name, "light");
+        assert_eq!(dark.next().next().next().name, "dark");
+    }
+
+    #[test]
+    fn a_theme_file_may_change_a_few_keys_of_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine.toml");
+        std::fs::write(&f, "extends = \"light\"\naccent = \"red\"\n").unwrap();
+        let t = Theme::load(f.to_str().unwrap()).unwrap();
+        let light = Theme::embedded("light").unwrap();
+        assert_eq!((t.name.as_str(), t.accent), ("mine", Color::Red));
+        assert_eq!((t.text, t.series.clone()), (light.text, light.series));
+        std::fs::write(&f, "good = \"2\"\n").unwrap();
+        let t = Theme::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(
+            (t.good, t.text),
+            (Color::Indexed(2), Theme::embedded("dark").unwrap().text)
+        );
+    }
+
+    #[test]
+    fn no_color_picks_mono_unless_a_theme_is_asked_for() {
+        assert_eq!(Theme::choose(None, true).unwrap().name, "mono");
+        assert_eq!(Theme::choose(None, false).unwrap().name, "dark");
+        assert_eq!(Theme::choose(Some("light"), true).unwrap().name, "light");
+    }
+
+    #[test]
+    fn bad_theme_files_name_the_file_and_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine.toml");
+        let good = include_str!("../../../themes/dark.toml");
+        std::fs::write(
+            &f,
+            good.replace("accent = \"81\"", "accent = \"chartreuse\""),
+        )
+        .unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("mine.toml") && e.contains("`accent`"), "{e}");
+        std::fs::write(&f, good.replace("good = \"114\"", "good = \"#00ff00\"")).unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`good`") && e.contains("256-colour"), "{e}");
+        std::fs::write(&f, format!("{good}\nsparkle = \"1\"\n")).unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("sparkle") && e.contains("line"), "{e}");
+        std::fs::write(&f, "extends = \"sepia\"\n").unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("`extends`") && e.contains("sepia"), "{e}");
+        let e = Theme::load("no-such-theme").unwrap_err().to_string();
+        assert!(
+            e.contains("no-such-theme") && e.contains("dark, light, mono"),
+            "{e}"
+        );
+        std::fs::write(&f, good.replace("name = \"dark\"", "name = \"mine\"")).unwrap();
+        assert_eq!(Theme::load(f.to_str().unwrap()).unwrap().name, "mine");
+    }
+}

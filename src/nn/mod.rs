@@ -1,0 +1,11 @@
+//! The numerics every backend shares: the model, its layers' forward and backward passes, the
+//! GEMM and its intra-op threads, optimizers, learning-rate schedules and the random numbers.
+//! Imports nothing else of the crate.
+
+pub mod gemm;
+pub mod intraop;
+pub mod model;
+pub mod ops;
+pub mod optim;
+pub mod rng;
+pub mod schedule;

@@ -1,0 +1,254 @@
+//! CPU layers, llm.c style: each layer is a `x_forward` / `x_backward` pair with its shapes in
+//! a comment; backward passes accumulate into parameter gradients.
+
+use crate::nn::gemm::sgemm;
+
+/// out[B,OC] = inp[B,C] @ w[C,OC] + bias[OC]
+pub fn linear_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    b: usize,
+    c: usize,
+    oc: usize,
+) {
+    for row in out[..b * oc].chunks_exact_mut(oc) {
+        row.copy_from_slice(&bias[..oc]);
+    }
+    sgemm(false, false, b, oc, c, 1.0, inp, w, 1.0, out);
+}
+
+/// dinp[B,C] = dout[B,OC] @ w^T (overwritten; skipped when `None`),
+/// dw[C,OC] += inp^T @ dout, dbias[OC] += column sums of dout.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_backward(
+    dinp: Option<&mut [f32]>,
+    dw: &mut [f32],
+    dbias: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    b: usize,
+    c: usize,
+    oc: usize,
+) {
+    if let Some(dinp) = dinp {
+        sgemm(false, true, b, c, oc, 1.0, dout, w, 0.0, dinp);
+    }
+    sgemm(true, false, c, oc, b, 1.0, inp, dout, 1.0, dw);
+    for row in dout[..b * oc].chunks_exact(oc) {
+        for (g, d) in dbias[..oc].iter_mut().zip(row) {
+            *g += d;
+        }
+    }
+}
+
+/// x[N] = max(x, 0), in place (the output is kept for the backward pass).
+pub fn relu_forward(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = v.max(0.0);
+    }
+}
+
+/// dx[N] *= (out > 0), in place; `out` is the ReLU's output.
+pub fn relu_backward(dx: &mut [f32], out: &[f32]) {
+    for (d, &o) in dx.iter_mut().zip(out) {
+        if o <= 0.0 {
+            *d = 0.0;
+        }
+    }
+}
+
+/// Softmax cross-entropy over logits[B,C] with integer labels[B].
+/// Returns (sum of per-sample losses, number of correct argmax predictions). When `dlogits`
+/// is given it receives d(sum of losses)/dlogits = softmax - onehot; the caller divides by
+/// the global sample count after the all-reduce, so shards of any size combine exactly.
+pub fn softmax_xent(
+    dlogits: Option<&mut [f32]>,
+    logits: &[f32],
+    labels: &[u32],
+    b: usize,
+    c: usize,
+) -> (f64, usize) {
+    let mut loss = 0.0f64;
+    let mut correct = 0usize;
+    let mut dl = dlogits;
+    for i in 0..b {
+        let row = &logits[i * c..(i + 1) * c];
+        let y = labels[i] as usize;
+        let mut max = f32::NEG_INFINITY;
+        let mut arg = 0;
+        for (j, &v) in row.iter().enumerate() {
+            if v > max {
+                max = v;
+                arg = j;
+            }
+        }
+        if arg == y {
+            correct += 1;
+        }
+        let mut sum = 0.0f32;
+        for &v in row {
+            sum += (v - max).exp();
+        }
+        let log_sum = sum.ln();
+        loss += (log_sum - (row[y] - max)) as f64;
+        if let Some(d) = dl.as_deref_mut() {
+            let drow = &mut d[i * c..(i + 1) * c];
+            let inv = 1.0 / sum;
+            for (g, &v) in drow.iter_mut().zip(row) {
+                *g = (v - max).exp() * inv;
+            }
+            drow[y] -= 1.0;
+        }
+    }
+    (loss, correct)
+}
+
+#[cfg(test)]
+// finite differences perturb x[i] in place while reading the analytic gradient at i
+#[allow(clippy::needless_range_loop)]
+mod tests {
+    use super::*;
+    use crate::nn::rng::Rng;
+
+    fn randn(r: &mut Rng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| r.normal()).collect()
+    }
+
+    /// Central finite difference of a scalar function f at x[i], in f64 around f32 data.
+    fn fd(x: &mut [f32], i: usize, f: &mut dyn FnMut(&[f32]) -> f64) -> f64 {
+        let h = 1e-2f32;
+        let x0 = x[i];
+        x[i] = x0 + h;
+        let fp = f(x);
+        x[i] = x0 - h;
+        let fm = f(x);
+        x[i] = x0;
+        (fp - fm) / (2.0 * h as f64)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 2e-3 + 2e-3 * b.abs()
+    }
+
+    #[test]
+    fn linear_backward_matches_finite_differences() {
+        let (b, c, oc) = (3, 4, 5);
+        let mut r = Rng::new(1);
+        let mut inp = randn(&mut r, b * c);
+        let mut w = randn(&mut r, c * oc);
+        let mut bias = randn(&mut r, oc);
+        let g = randn(&mut r, b * oc); // loss = sum(out * g)
+        let loss = |inp: &[f32], w: &[f32], bias: &[f32]| {
+            let mut out = vec![0.0; b * oc];
+            linear_forward(&mut out, inp, w, bias, b, c, oc);
+            out.iter()
+                .zip(&g)
+                .map(|(o, g)| (*o as f64) * (*g as f64))
+                .sum::<f64>()
+        };
+        let mut dinp = vec![0.0; b * c];
+        let mut dw = vec![0.0; c * oc];
+        let mut db = vec![0.0; oc];
+        linear_backward(Some(&mut dinp), &mut dw, &mut db, &g, &inp, &w, b, c, oc);
+        for i in 0..inp.len() {
+            let (w2, b2) = (w.clone(), bias.clone());
+            let num = fd(&mut inp, i, &mut |x| loss(x, &w2, &b2));
+            assert!(close(dinp[i] as f64, num), "dinp[{i}] {} vs {num}", dinp[i]);
+        }
+        for i in 0..w.len() {
+            let (i2, b2) = (inp.clone(), bias.clone());
+            let num = fd(&mut w, i, &mut |x| loss(&i2, x, &b2));
+            assert!(close(dw[i] as f64, num), "dw[{i}] {} vs {num}", dw[i]);
+        }
+        for i in 0..bias.len() {
+            let (i2, w2) = (inp.clone(), w.clone());
+            let num = fd(&mut bias, i, &mut |x| loss(&i2, &w2, x));
+            assert!(close(db[i] as f64, num), "db[{i}] {} vs {num}", db[i]);
+        }
+    }
+
+    #[test]
+    fn linear_backward_accumulates_into_weight_gradients() {
+        let (b, c, oc) = (2, 3, 2);
+        let mut r = Rng::new(2);
+        let inp = randn(&mut r, b * c);
+        let w = randn(&mut r, c * oc);
+        let g = randn(&mut r, b * oc);
+        let mut dw1 = vec![0.0; c * oc];
+        let mut db1 = vec![0.0; oc];
+        linear_backward(None, &mut dw1, &mut db1, &g, &inp, &w, b, c, oc);
+        let mut dw2 = dw1.clone();
+        let mut db2 = db1.clone();
+        linear_backward(None, &mut dw2, &mut db2, &g, &inp, &w, b, c, oc);
+        for (a, b) in dw1.iter().zip(&dw2) {
+            assert!((2.0 * a - b).abs() < 1e-5);
+        }
+        for (a, b) in db1.iter().zip(&db2) {
+            assert!((2.0 * a - b).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn relu_backward_matches_finite_differences() {
+        let mut r = Rng::new(3);
+        // keep inputs away from the kink at 0, where the derivative is undefined
+        let mut x: Vec<f32> = randn(&mut r, 20)
+            .into_iter()
+            .map(|v| if v.abs() < 0.1 { v + 0.5 } else { v })
+            .collect();
+        let g = randn(&mut r, 20);
+        let loss = |x: &[f32]| {
+            let mut y = x.to_vec();
+            relu_forward(&mut y);
+            y.iter()
+                .zip(&g)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
+        };
+        let mut out = x.clone();
+        relu_forward(&mut out);
+        let mut dx = g.clone();
+        relu_backward(&mut dx, &out);
+        for i in 0..x.len() {
+            let num = fd(&mut x, i, &mut |v| loss(v));
+            assert!(close(dx[i] as f64, num), "dx[{i}] {} vs {num}", dx[i]);
+        }
+    }
+
+    #[test]
+    fn softmax_xent_gradient_matches_finite_differences_and_loss_is_right() {
+        let (b, c) = (4, 6);
+        let mut r = Rng::new(4);
+        let mut logits = randn(&mut r, b * c);
+        let labels = [0u32, 5, 2, 2];
+        let mut d = vec![0.0; b * c];
+        let (loss, _) = softmax_xent(Some(&mut d), &logits, &labels, b, c);
+        // direct formula for the first row
+        let row = &logits[0..c];
+        let lse = row.iter().map(|v| (*v as f64).exp()).sum::<f64>().ln();
+        let mut expect = lse - row[0] as f64;
+        for i in 1..b {
+            let row = &logits[i * c..(i + 1) * c];
+            let lse = row.iter().map(|v| (*v as f64).exp()).sum::<f64>().ln();
+            expect += lse - row[labels[i] as usize] as f64;
+        }
+        assert!((loss - expect).abs() < 1e-4, "{loss} vs {expect}");
+        for i in 0..logits.len() {
+            let num = fd(&mut logits, i, &mut |x| {
+                softmax_xent(None, x, &labels, b, c).0
+            });
+            assert!(close(d[i] as f64, num), "dlogits[{i}] {} vs {num}", d[i]);
+        }
+    }
+
+    #[test]
+    fn softmax_xent_is_stable_for_huge_logits_and_counts_correct() {
+        let logits = [1000.0f32, 0.0, -1000.0, 0.0, 3.0, 1.0];
+        let (loss, correct) = softmax_xent(None, &logits, &[0, 2], 2, 3);
+        assert!(loss.is_finite());
+        assert_eq!(correct, 1);
+    }
+}

@@ -1,0 +1,215 @@
+//! Turns per-rank step samples into per-step rows and throughput: the analysis both frontends
+//! share, so the TUI and the log always say the same thing.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::engine::events::StepStats;
+
+/// One step as all ranks saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRow {
+    pub step: u64,
+    pub epoch: u64,
+    pub loss: f32,
+    pub accuracy: f32,
+    pub lr: f32,
+    pub per_replica: usize,
+    pub global_samples: usize,
+    /// When the slowest rank finished, since the start.
+    pub at: Duration,
+    /// Fraction of the run's budget done.
+    pub progress: f64,
+    /// Indexed by rank.
+    pub ranks: Vec<StepStats>,
+}
+
+/// Rows older than this many steps behind the newest complete one are given up on (a sample
+/// of theirs was dropped because the frontend lagged).
+const PENDING_STEPS: u64 = 256;
+/// Throughput is measured over roughly this much recent time.
+const RATE_WINDOW: Duration = Duration::from_secs(2);
+
+pub struct Monitor {
+    ranks: usize,
+    pending: BTreeMap<u64, Vec<Option<StepStats>>>,
+    /// (finish time, cumulative samples, progress) of recent complete rows.
+    recent: VecDeque<(Duration, u64, f64)>,
+    total_samples: u64,
+}
+
+impl Monitor {
+    pub fn new(ranks: usize) -> Monitor {
+        Monitor {
+            ranks,
+            pending: BTreeMap::new(),
+            recent: VecDeque::new(),
+            total_samples: 0,
+        }
+    }
+
+    /// Adds one rank's sample; returns the step's row once every rank has reported it.
+    pub fn on_step(&mut self, s: StepStats) -> Option<StepRow> {
+        let step = s.step;
+        let rank = s.rank;
+        if rank >= self.ranks {
+            return None;
+        }
+        let slot = self
+            .pending
+            .entry(step)
+            .or_insert_with(|| vec![None; self.ranks]);
+        slot[rank] = Some(s);
+        if slot.iter().any(Option::is_none) {
+            while self.pending.len() > PENDING_STEPS as usize {
+                self.pending.pop_first();
+            }
+            return None;
+        }
+        let ranks: Vec<StepStats> = self.pending.remove(&step)?.into_iter().flatten().collect();
+        self.pending.retain(|&k, _| k + PENDING_STEPS > step);
+        let first = &ranks[0];
+        let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
+        self.total_samples += first.global_samples as u64;
+        if first.after_pause {
+            // the pause is not training time: measure from the step before the resume
+            let start = at.saturating_sub(first.step_time);
+            let before = self.recent.back().map_or(0.0, |r| r.2);
+            self.recent.clear();
+            self.recent.push_back((
+                start,
+                self.total_samples - first.global_samples as u64,
+                before,
+            ));
+        }
+        self.recent
+            .push_back((at, self.total_samples, first.progress));
+        while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
+            self.recent.pop_front();
+        }
+        Some(StepRow {
+            step,
+            epoch: first.epoch,
+            loss: first.loss,
+            accuracy: first.accuracy,
+            lr: first.lr,
+            per_replica: first.per_replica,
+            global_samples: first.global_samples,
+            at,
+            progress: first.progress,
+            ranks,
+        })
+    }
+
+    /// Training samples per second over the last couple of seconds.
+    pub fn samples_per_sec(&self) -> Option<f64> {
+        let (t0, s0, _) = *self.recent.front()?;
+        let (t1, s1, _) = *self.recent.back()?;
+        let dt = (t1 - t0).as_secs_f64();
+        (self.recent.len() >= 2 && dt > 0.0).then(|| (s1 - s0) as f64 / dt)
+    }
+
+    /// Time left to the end of the budget at the recent pace.
+    pub fn eta(&self) -> Option<Duration> {
+        let (t0, _, p0) = *self.recent.front()?;
+        let (t1, _, p1) = *self.recent.back()?;
+        let dt = (t1 - t0).as_secs_f64();
+        let rate = (p1 - p0) / dt;
+        (self.recent.len() >= 2 && dt > 0.0 && rate > 0.0)
+            .then(|| Duration::from_secs_f64(((1.0 - p1).max(0.0) / rate).min(1e9)))
+    }
+
+    /// Samples in every complete row so far.
+    pub fn total_samples(&self) -> u64 {
+        self.total_samples
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn stats(rank: usize, step: u64, at_ms: u64) -> StepStats {
+        StepStats {
+            rank,
+            step,
+            epoch: 1,
+            samples: 10,
+            global_samples: 20,
+            per_replica: 10,
+            loss: 1.5,
+            accuracy: 0.5,
+            lr: 1e-3,
+            data_wait: Duration::ZERO,
+            compute: Duration::from_millis(1),
+            compute_cpu: None,
+            comm: Duration::ZERO,
+            sync_wait: Duration::ZERO,
+            optimizer: Duration::ZERO,
+            step_time: Duration::from_millis(1),
+            at: Duration::from_millis(at_ms),
+            after_pause: false,
+            progress: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_row_appears_once_every_rank_reported_and_rate_follows_time() {
+        let mut m = Monitor::new(2);
+        assert!(m.on_step(stats(1, 1, 10)).is_none());
+        let row = m.on_step(stats(0, 1, 9)).unwrap();
+        assert_eq!(
+            (row.step, row.ranks.len(), row.at),
+            (1, 2, Duration::from_millis(10))
+        );
+        assert_eq!(row.ranks[0].rank, 0);
+        for step in 2..=11 {
+            m.on_step(stats(0, step, step * 10));
+            m.on_step(stats(1, step, step * 10));
+        }
+        // 10 steps of 20 samples in 100 ms
+        let r = m.samples_per_sec().unwrap();
+        assert!((r - 2000.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn eta_follows_the_recent_pace() {
+        let mut m = Monitor::new(1);
+        for step in 1..=10 {
+            let mut s = stats(0, step, step * 100);
+            s.progress = step as f64 / 100.0;
+            m.on_step(s);
+        }
+        // 1% per 100 ms, 90% left: 9 s
+        let eta = m.eta().unwrap().as_secs_f64();
+        assert!((eta - 9.0).abs() < 1e-6, "{eta}");
+    }
+
+    #[test]
+    fn a_pause_does_not_count_as_slow_training() {
+        let mut m = Monitor::new(1);
+        for step in 1..=5 {
+            m.on_step(stats(0, step, step * 10));
+        }
+        // paused for 10 s, then steps at the same pace (20 samples per 10 ms)
+        let mut resumed = stats(0, 6, 10_060);
+        resumed.after_pause = true;
+        resumed.step_time = Duration::from_millis(10);
+        m.on_step(resumed);
+        m.on_step(stats(0, 7, 10_070));
+        let r = m.samples_per_sec().unwrap();
+        assert!((r - 2000.0).abs() < 1.0, "{r}");
+    }
+
+    #[test]
+    fn lost_samples_do_not_leak_pending_rows() {
+        let mut m = Monitor::new(2);
+        for step in 1..=1000 {
+            m.on_step(stats(0, step, step)); // rank 1 never reports
+        }
+        assert!(m.pending.len() <= PENDING_STEPS as usize);
+        m.on_step(stats(0, 1001, 1001));
+        m.on_step(stats(1, 1001, 1001)).unwrap();
+        assert!(m.pending.len() < PENDING_STEPS as usize);
+    }
+}

@@ -1,0 +1,332 @@
+//! Who is slow, by how much, and why: the straggler detector both frontends share.
+//!
+//! Each rank's *work* per step is what it spends on its own (data wait + compute + optimizer,
+//! not the all-reduce or waiting for others); compute is the device's own time (a CPU worker's
+//! thread CPU time, so time lost to other threads on a shared core is not the device's). Every
+//! `every` steps after `warmup` steps, the median work of each rank over the last `window` steps
+//! is compared with the fastest rank's: score = fastest / this. A rank becomes a straggler after
+//! `consecutive` evaluations below `slow_below` and clears after as many above `clear_above`
+//! (hysteresis); differences under `min_gap` are noise, and so is a slower rank the others do
+//! not wait `min_gap` for (it is not on the critical path). A rank is *degraded* when its work
+//! per sample is `degraded_ratio` times its own best (the whole job slowing down, e.g. thermal
+//! throttling), judged once a baseline has settled.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+mod heartbeat;
+mod warning;
+
+pub use heartbeat::{Beat, Heartbeats, Phase};
+pub use warning::{Cause, Warning};
+
+use crate::observe::monitor::StepRow;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DetectorConfig {
+    pub warmup: u64,
+    pub every: u64,
+    pub window: usize,
+    pub slow_below: f64,
+    pub clear_above: f64,
+    pub consecutive: u32,
+    pub min_gap: Duration,
+    pub degraded_ratio: f64,
+    pub stall_timeout: Duration,
+}
+
+impl Default for DetectorConfig {
+    fn default() -> Self {
+        DetectorConfig {
+            warmup: 20,
+            every: 10,
+            window: 50,
+            slow_below: 0.75,
+            clear_above: 0.85,
+            consecutive: 3,
+            min_gap: Duration::from_millis(2),
+            degraded_ratio: 1.25,
+            stall_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the detector knows about the machine, to explain a slow rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Context {
+    pub cores: usize,
+    /// A fault injected on each rank (`--slow-rank`, `--slow-data`), as the flag that asked.
+    pub injected: Vec<Option<String>>,
+    /// Each rank's device model, where known (GPUs); a different one from its peers explains.
+    pub models: Vec<Option<String>>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// NVML throttle-reason bits, SM clock and its maximum (MHz).
+type Throttle = (u64, Option<u32>, Option<u32>);
+
+/// One rank's recent steps: (work, data wait, sync wait) in ms, and samples.
+type Recent = VecDeque<(f64, f64, f64, f64)>;
+
+pub struct Detector {
+    cfg: DetectorConfig,
+    ctx: Context,
+    recent: Vec<Recent>,
+    rows: u64,
+    slow_runs: Vec<u32>,
+    clear_runs: Vec<u32>,
+    flagged: Vec<bool>,
+    best: Vec<f64>,
+    degraded: Vec<bool>,
+    worse_runs: Vec<u32>,
+    recovered_runs: Vec<u32>,
+    /// The step a stall was reported after (one warning per stall).
+    stalled_at: Option<u64>,
+    /// Each rank's newest throttle reasons and SM clock (GPUs, from telemetry).
+    throttle: Vec<Option<Throttle>>,
+    /// The newest complete step and when it completed (or the run resumed), since the start.
+    last_step: u64,
+    last_progress: Duration,
+    paused: bool,
+}
+
+impl Detector {
+    pub fn new(ranks: usize, cfg: DetectorConfig, ctx: Context) -> Detector {
+        Detector {
+            recent: vec![VecDeque::new(); ranks],
+            slow_runs: vec![0; ranks],
+            clear_runs: vec![0; ranks],
+            flagged: vec![false; ranks],
+            best: vec![f64::INFINITY; ranks],
+            degraded: vec![false; ranks],
+            worse_runs: vec![0; ranks],
+            recovered_runs: vec![0; ranks],
+            rows: 0,
+            stalled_at: None,
+            throttle: vec![None; ranks],
+            last_step: 0,
+            last_progress: Duration::ZERO,
+            paused: false,
+            cfg,
+            ctx,
+        }
+    }
+
+    /// The newest device samples (one per rank): throttle reasons explain a slow GPU.
+    pub fn on_telemetry(&mut self, samples: &[crate::observe::telemetry::DeviceSample]) {
+        for (t, s) in self.throttle.iter_mut().zip(samples) {
+            *t = s
+                .throttle_reasons
+                .map(|r| (r, s.sm_clock_mhz, s.sm_clock_max_mhz));
+        }
+    }
+
+    /// The ranks currently flagged as stragglers.
+    pub fn stragglers(&self) -> Vec<usize> {
+        (0..self.flagged.len())
+            .filter(|&r| self.flagged[r])
+            .collect()
+    }
+
+    /// Feeds one complete step; returns warnings that start or end here.
+    pub fn on_row(&mut self, row: &StepRow) -> Vec<Warning> {
+        self.stalled_at = None;
+        self.last_step = row.step;
+        self.last_progress = self.last_progress.max(row.at);
+        if row.ranks.len() != self.recent.len() {
+            return Vec::new();
+        }
+        for (q, s) in self.recent.iter_mut().zip(&row.ranks) {
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            if q.len() == self.cfg.window {
+                q.pop_front();
+            }
+            q.push_back((
+                ms(s.data_wait + s.compute_cpu.unwrap_or(s.compute) + s.optimizer),
+                ms(s.data_wait),
+                ms(s.sync_wait),
+                s.samples.max(1) as f64,
+            ));
+        }
+        self.rows += 1;
+        if self.rows <= self.cfg.warmup || !self.rows.is_multiple_of(self.cfg.every) {
+            return Vec::new();
+        }
+        self.evaluate(row.step)
+    }
+
+    fn evaluate(&mut self, step: u64) -> Vec<Warning> {
+        let col = |q: &Recent, i: usize| -> Vec<f64> {
+            q.iter()
+                .map(|t| match i {
+                    0 => t.0,
+                    1 => t.1,
+                    2 => t.2,
+                    _ => t.0 / t.3,
+                })
+                .collect()
+        };
+        let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
+        let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
+        let wait: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 2))).collect();
+        // work per sample: what degrades, whatever the batch size of the moment
+        let per_sample: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 3))).collect();
+        let (fastest, &fast_ms) = work
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .expect("at least one rank");
+        let gap_ms = self.cfg.min_gap.as_secs_f64() * 1e3;
+        let mut out = Vec::new();
+        for r in 0..work.len() {
+            let score = if work[r] > 0.0 {
+                fast_ms / work[r]
+            } else {
+                1.0
+            };
+            // what the others wait per step for this rank (it is only a straggler if it costs them)
+            let others_wait = (0..work.len())
+                .filter(|&o| o != r)
+                .map(|o| wait[o])
+                .sum::<f64>()
+                / (work.len() - 1).max(1) as f64;
+            let slow =
+                score < self.cfg.slow_below && work[r] - fast_ms >= gap_ms && others_wait >= gap_ms;
+            let fine = score > self.cfg.clear_above
+                || work[r] - fast_ms < gap_ms
+                || others_wait < gap_ms / 2.0;
+            self.slow_runs[r] = if slow { self.slow_runs[r] + 1 } else { 0 };
+            self.clear_runs[r] = if fine { self.clear_runs[r] + 1 } else { 0 };
+            if !self.flagged[r] && self.slow_runs[r] >= self.cfg.consecutive {
+                self.flagged[r] = true;
+                out.push(Warning::Straggler {
+                    rank: r,
+                    step,
+                    slowdown: work[r] / fast_ms.max(1e-9),
+                    work_ms: work[r],
+                    fastest_rank: fastest,
+                    fastest_ms: fast_ms,
+                    others_wait_ms: others_wait,
+                    cause: self.explain(r, fastest, &work, &data),
+                    injected: self.ctx.injected.get(r).cloned().flatten(),
+                });
+            } else if self.flagged[r] && self.clear_runs[r] >= self.cfg.consecutive {
+                self.flagged[r] = false;
+                out.push(Warning::StragglerCleared { rank: r, step });
+            }
+            // degraded: against this rank's own best median per sample (once a baseline has
+            // settled), for `consecutive` evaluations
+            if self.rows < self.cfg.warmup + 2 * self.cfg.window as u64 {
+                continue; // a best speed needs a settled baseline first
+            }
+            let ps = per_sample[r];
+            self.best[r] = self.best[r].min(ps);
+            let samples = work[r] / ps.max(1e-12);
+            let worse = ps >= self.best[r] * self.cfg.degraded_ratio
+                && (ps - self.best[r]) * samples >= gap_ms;
+            let recovered = ps < self.best[r] * (1.0 + (self.cfg.degraded_ratio - 1.0) / 2.0);
+            self.worse_runs[r] = if worse { self.worse_runs[r] + 1 } else { 0 };
+            self.recovered_runs[r] = if recovered {
+                self.recovered_runs[r] + 1
+            } else {
+                0
+            };
+            if !self.degraded[r] && self.worse_runs[r] >= self.cfg.consecutive {
+                self.degraded[r] = true;
+                out.push(Warning::Degraded {
+                    rank: r,
+                    step,
+                    median_ms: ps * samples,
+                    best_ms: self.best[r] * samples,
+                });
+            } else if self.degraded[r] && self.recovered_runs[r] >= self.cfg.consecutive {
+                self.degraded[r] = false;
+                out.push(Warning::DegradedCleared { rank: r, step });
+            }
+        }
+        out
+    }
+
+    /// The evidence first (where the extra time goes), then what is known about the rank.
+    fn explain(&self, r: usize, fastest: usize, work: &[f64], data: &[f64]) -> Cause {
+        let extra = work[r] - work[fastest];
+        let extra_data = data[r] - data[fastest];
+        if extra > 0.0 && extra_data >= 0.5 * extra {
+            return Cause::DataBound {
+                data_ms: data[r],
+                fastest_data_ms: data[fastest],
+            };
+        }
+        if let Some(Some(flag)) = self.ctx.injected.get(r) {
+            return Cause::Injected(flag.clone());
+        }
+        let throttled = |rank: usize| {
+            self.throttle
+                .get(rank)
+                .copied()
+                .flatten()
+                .filter(|t| !crate::observe::nvml::throttle_names(t.0).is_empty())
+        };
+        if let (Some((reasons, clock, max)), None) = (throttled(r), throttled(fastest)) {
+            return Cause::Throttled {
+                reasons: crate::observe::nvml::throttle_names(reasons),
+                sm_clock_mhz: clock,
+                sm_clock_max_mhz: max,
+            };
+        }
+        if let Some(Some(m)) = self.ctx.models.get(r) {
+            let peers = self.ctx.models.iter().enumerate().filter(|(o, _)| *o != r);
+            if peers.clone().any(|(_, p)| p.as_ref() != Some(m)) {
+                return Cause::Heterogeneous { model: m.clone() };
+            }
+        }
+        let workers = work.len();
+        if self.ctx.cores > 0
+            && workers > self.ctx.cores
+            && self.ctx.models.iter().all(Option::is_none)
+        {
+            return Cause::Oversubscribed {
+                workers,
+                cores: self.ctx.cores,
+            };
+        }
+        Cause::Unknown
+    }
+
+    /// A pause is not a stall: `paused` at time `now` (since the start) stops the clock,
+    /// resuming restarts it.
+    pub fn set_paused(&mut self, paused: bool, now: Duration) {
+        self.paused = paused;
+        self.last_progress = self.last_progress.max(now);
+    }
+
+    /// Called on a timer with the time since the start and each rank's heartbeat: a stall
+    /// warning once no step has completed for the timeout (one per stall).
+    pub fn tick(&mut self, now: Duration, beats: &[Beat]) -> Option<Warning> {
+        let waited = now.saturating_sub(self.last_progress);
+        if self.paused || waited < self.cfg.stall_timeout || self.stalled_at == Some(self.last_step)
+        {
+            return None;
+        }
+        let last = self.last_step;
+        self.stalled_at = Some(last);
+        let missing = beats
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !(b.step > last && b.phase >= Phase::Reduce))
+            .map(|(r, _)| r)
+            .collect();
+        Some(Warning::Stall {
+            step: last,
+            waited,
+            missing,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

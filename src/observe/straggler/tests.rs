@@ -1,0 +1,326 @@
+//! The detector on synthetic timing series.
+
+use std::time::Duration;
+
+use super::*;
+use crate::engine::events::StepStats;
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v / 1e3)
+}
+
+/// A step where rank r works `work[r]` ms (of which `data[r]` waiting for input) and then
+/// waits for the slowest.
+fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
+    let slowest = work.iter().cloned().fold(0.0, f64::max);
+    let ranks = work
+        .iter()
+        .enumerate()
+        .map(|(rank, &w)| StepStats {
+            rank,
+            step,
+            epoch: 1,
+            samples: 32,
+            global_samples: 32 * work.len(),
+            per_replica: 32,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            data_wait: ms(data[rank]),
+            compute: ms(w - data[rank]),
+            compute_cpu: None,
+            comm: ms(0.2),
+            sync_wait: ms(slowest - w),
+            optimizer: Duration::ZERO,
+            step_time: ms(slowest + 0.2),
+            at: ms(step as f64 * slowest),
+            after_pause: false,
+            progress: 0.0,
+        })
+        .collect();
+    StepRow {
+        step,
+        epoch: 1,
+        loss: 1.0,
+        accuracy: 0.5,
+        lr: 1e-3,
+        per_replica: 32,
+        global_samples: 32 * work.len(),
+        at: ms(step as f64),
+        progress: 0.0,
+        ranks,
+    }
+}
+
+fn detector(ranks: usize) -> Detector {
+    Detector::new(
+        ranks,
+        DetectorConfig::default(),
+        Context {
+            cores: 64,
+            ..Context::default()
+        },
+    )
+}
+
+/// Deterministic noise in [-1, 1).
+fn noise(step: u64, rank: usize) -> f64 {
+    let x = (step.wrapping_mul(2654435761) ^ (rank as u64).wrapping_mul(40503)) % 1000;
+    x as f64 / 500.0 - 1.0
+}
+
+/// Feeds steps from..=to with per-rank work from `f`; returns (step, warning) pairs.
+fn feed(
+    d: &mut Detector,
+    from: u64,
+    to: u64,
+    f: impl Fn(u64, usize) -> f64,
+    ranks: usize,
+) -> Vec<(u64, Warning)> {
+    let mut out = Vec::new();
+    for s in from..=to {
+        let work: Vec<f64> = (0..ranks).map(|r| f(s, r)).collect();
+        for w in d.on_row(&row(s, &work, &vec![0.1; ranks])) {
+            out.push((s, w));
+        }
+    }
+    out
+}
+
+#[test]
+fn noise_alone_flags_nobody() {
+    let mut d = detector(4);
+    // +-20% noise around 10 ms on every rank
+    let w = feed(&mut d, 1, 2000, |s, r| 10.0 + 2.0 * noise(s, r), 4);
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn a_slow_rank_is_flagged_after_exactly_three_slow_evaluations() {
+    let mut d = detector(3);
+    // rank 1 takes 2x from the start: evaluations at rows 30, 40, 50 are slow (20 is warm-up)
+    let w = feed(&mut d, 1, 200, |_, r| if r == 1 { 20.0 } else { 10.0 }, 3);
+    assert_eq!(w.len(), 1, "{w:?}");
+    let (step, warning) = &w[0];
+    assert_eq!(*step, 50);
+    match warning {
+        Warning::Straggler {
+            rank,
+            slowdown,
+            fastest_ms,
+            work_ms,
+            others_wait_ms,
+            ..
+        } => {
+            assert_eq!(*rank, 1);
+            assert!((slowdown - 2.0).abs() < 1e-9);
+            assert_eq!((*fastest_ms, *work_ms), (10.0, 20.0));
+            assert!((others_wait_ms - 10.0).abs() < 1e-6);
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = warning.to_string();
+    assert!(
+        text.contains("rank 1 is 2.00x slower than rank 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn clearing_needs_three_good_evaluations_and_a_flapping_rank_stays_flagged() {
+    let mut d = detector(2);
+    let slow = |s: u64, r: usize| if r == 1 && s <= 100 { 20.0 } else { 10.0 };
+    let w = feed(&mut d, 1, 100, slow, 2);
+    assert_eq!(w.len(), 1);
+    // back to normal from step 101: the 50-step median recovers after 25 steps (step 125),
+    // then evaluations at 130, 140, 150 are good: cleared at 150
+    let w = feed(&mut d, 101, 200, slow, 2);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(
+        w[0],
+        (150, Warning::StragglerCleared { rank: 1, step: 150 })
+    );
+    // in-between scores (0.8: neither slow nor clear) never clear a flagged rank
+    let mut d = detector(2);
+    feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    let w = feed(&mut d, 101, 600, |_, r| if r == 1 { 12.5 } else { 10.0 }, 2);
+    assert!(w.is_empty(), "{w:?}");
+    assert_eq!(d.stragglers(), vec![1]);
+}
+
+#[test]
+fn under_two_milliseconds_is_noise_however_large_the_ratio() {
+    let mut d = detector(2);
+    let w = feed(&mut d, 1, 500, |_, r| if r == 1 { 1.9 } else { 0.1 }, 2);
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn a_whole_job_slowing_down_is_degraded_not_a_straggler() {
+    let mut d = detector(2);
+    let w = feed(&mut d, 1, 400, |s, _| if s <= 200 { 10.0 } else { 14.0 }, 2);
+    let kinds: Vec<(&str, Option<usize>)> = w.iter().map(|(_, w)| (w.kind(), w.rank())).collect();
+    assert_eq!(
+        kinds,
+        vec![("degraded", Some(0)), ("degraded", Some(1))],
+        "{w:?}"
+    );
+    assert!(
+        w[0].1
+            .to_string()
+            .contains("40% more than its best 10.0 ms"),
+        "{}",
+        w[0].1
+    );
+}
+
+#[test]
+fn causes_come_from_the_evidence() {
+    // rank 1's extra time is input wait: data-bound
+    let mut d = detector(2);
+    let mut found = None;
+    for s in 1..=100 {
+        for w in d.on_row(&row(s, &[10.0, 30.0], &[0.5, 20.5])) {
+            found = Some(w);
+        }
+    }
+    match found.unwrap() {
+        Warning::Straggler {
+            cause: Cause::DataBound { data_ms, .. },
+            ..
+        } => assert_eq!(data_ms, 20.5),
+        other => panic!("{other:?}"),
+    }
+    // more workers than cores
+    let ctx = Context {
+        cores: 2,
+        ..Context::default()
+    };
+    let mut d = Detector::new(3, DetectorConfig::default(), ctx.clone());
+    let w = feed(&mut d, 1, 100, |_, r| if r == 2 { 20.0 } else { 10.0 }, 3);
+    assert!(
+        matches!(
+            &w[0].1,
+            Warning::Straggler {
+                cause: Cause::Oversubscribed {
+                    workers: 3,
+                    cores: 2
+                },
+                ..
+            }
+        ),
+        "{w:?}"
+    );
+    // an injected fault says so
+    let ctx = Context {
+        cores: 8,
+        injected: vec![None, Some("--slow-rank 1:2".into())],
+        ..Context::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    assert!(
+        w[0].1
+            .to_string()
+            .contains("likely cause: injected (--slow-rank 1:2)"),
+        "{}",
+        w[0].1
+    );
+    // a different device model
+    let ctx = Context {
+        cores: 8,
+        models: vec![Some("A100".into()), Some("T4".into())],
+        ..Context::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    assert!(
+        matches!(&w[0].1, Warning::Straggler { cause: Cause::Heterogeneous { model }, .. } if model == "T4"),
+        "{w:?}"
+    );
+    // the same GPUs, one clocked down by a power cap and heat: throttled, with the clocks
+    let ctx = Context {
+        cores: 8,
+        models: vec![Some("H100".into()), Some("H100".into())],
+        ..Context::default()
+    };
+    let sample = |reasons: u64, clock: u32| crate::observe::telemetry::DeviceSample {
+        throttle_reasons: Some(reasons),
+        sm_clock_mhz: Some(clock),
+        sm_clock_max_mhz: Some(1980),
+        ..Default::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx.clone());
+    // rank 0 idles between steps (GPU idle is not throttling); rank 1 is power- and heat-capped
+    d.on_telemetry(&[sample(0x1, 1980), sample(0x4 | 0x40, 1140)]);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    let text = w[0].1.to_string();
+    assert!(
+        text.contains(
+            "likely cause: throttled (power cap, thermal (hardware); SM clock 1140 of 1980 MHz"
+        ),
+        "{text}"
+    );
+    // both throttled alike: that does not explain the difference
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    d.on_telemetry(&[sample(0x4, 1500), sample(0x4, 1500)]);
+    let w = feed(&mut d, 1, 100, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    assert!(
+        matches!(
+            &w[0].1,
+            Warning::Straggler {
+                cause: Cause::Unknown,
+                ..
+            }
+        ),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
+    let mut d = detector(3);
+    let secs = Duration::from_secs;
+    d.on_row(&row(7, &[1.0; 3], &[0.1; 3])); // completes at 7 ms
+    let beats = Heartbeats::new(3);
+    beats.beat(0, 8, Phase::Reduce);
+    beats.beat(1, 8, Phase::Compute);
+    beats.beat(2, 8, Phase::Update);
+    assert_eq!(d.tick(secs(59), &beats.read()), None);
+    let w = d.tick(secs(61), &beats.read()).unwrap();
+    assert_eq!(
+        w,
+        Warning::Stall {
+            step: 7,
+            waited: secs(61) - ms(7.0),
+            missing: vec![1]
+        }
+    );
+    assert!(
+        w.to_string()
+            .contains("rank(s) 1 did not reach the all-reduce"),
+        "{w}"
+    );
+    assert_eq!(
+        d.tick(secs(90), &beats.read()),
+        None,
+        "one warning per stall"
+    );
+    // progress resets it
+    let mut r = row(8, &[1.0; 3], &[0.1; 3]);
+    r.at = secs(100);
+    d.on_row(&r);
+    assert_eq!(d.tick(secs(159), &beats.read()), None);
+    assert!(d.tick(secs(161), &beats.read()).is_some());
+}
+
+#[test]
+fn a_pause_is_not_a_stall() {
+    let mut d = detector(2);
+    let secs = Duration::from_secs;
+    d.set_paused(true, secs(1));
+    assert_eq!(d.tick(secs(600), &Heartbeats::new(2).read()), None);
+    d.set_paused(false, secs(600));
+    assert_eq!(d.tick(secs(650), &Heartbeats::new(2).read()), None);
+    assert!(d.tick(secs(661), &Heartbeats::new(2).read()).is_some());
+}
