@@ -7,7 +7,9 @@
 //! is compared with the fastest rank's: score = fastest / this. A rank becomes a straggler after
 //! `consecutive` evaluations below `slow_below` and clears after as many above `clear_above`
 //! (hysteresis); differences under `min_gap` are noise, and so is a slower rank the others do
-//! not wait `min_gap` for (it is not on the critical path). A rank is *degraded* when its work
+//! not wait `min_gap` for (it is not on the critical path) — except where workers share cores
+//! (more CPU workers than cores): there the others do not wait for a rank's extra CPU work, the
+//! scheduler hands it their cores, so its measured extra work is the cost to the job. A rank is *degraded* when its work
 //! per sample is `degraded_ratio` times its own best (the whole job slowing down, e.g. thermal
 //! throttling), judged once a baseline has settled.
 
@@ -80,6 +82,8 @@ pub struct Detector {
     slow_runs: Vec<u32>,
     clear_runs: Vec<u32>,
     flagged: Vec<bool>,
+    /// Whether each rank's newest compute time was its thread's CPU time (CPU workers).
+    cpu_time: Vec<bool>,
     best: Vec<f64>,
     degraded: Vec<bool>,
     worse_runs: Vec<u32>,
@@ -101,6 +105,7 @@ impl Detector {
             slow_runs: vec![0; ranks],
             clear_runs: vec![0; ranks],
             flagged: vec![false; ranks],
+            cpu_time: vec![false; ranks],
             best: vec![f64::INFINITY; ranks],
             degraded: vec![false; ranks],
             worse_runs: vec![0; ranks],
@@ -140,7 +145,13 @@ impl Detector {
         if row.ranks.len() != self.recent.len() {
             return Vec::new();
         }
-        for (q, s) in self.recent.iter_mut().zip(&row.ranks) {
+        for ((q, s), cpu) in self
+            .recent
+            .iter_mut()
+            .zip(&row.ranks)
+            .zip(&mut self.cpu_time)
+        {
+            *cpu = s.compute_cpu.is_some();
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             if q.len() == self.cfg.window {
                 q.pop_front();
@@ -194,11 +205,15 @@ impl Detector {
                 .map(|o| wait[o])
                 .sum::<f64>()
                 / (work.len() - 1).max(1) as f64;
-            let slow =
-                score < self.cfg.slow_below && work[r] - fast_ms >= gap_ms && others_wait >= gap_ms;
+            // workers sharing cores do not wait for a rank's extra CPU work: it takes their cores
+            let shares_cores =
+                self.cpu_time[r] && self.ctx.cores > 0 && work.len() > self.ctx.cores;
+            let slow = score < self.cfg.slow_below
+                && work[r] - fast_ms >= gap_ms
+                && (others_wait >= gap_ms || shares_cores);
             let fine = score > self.cfg.clear_above
                 || work[r] - fast_ms < gap_ms
-                || others_wait < gap_ms / 2.0;
+                || (others_wait < gap_ms / 2.0 && !shares_cores);
             self.slow_runs[r] = if slow { self.slow_runs[r] + 1 } else { 0 };
             self.clear_runs[r] = if fine { self.clear_runs[r] + 1 } else { 0 };
             if !self.flagged[r] && self.slow_runs[r] >= self.cfg.consecutive {

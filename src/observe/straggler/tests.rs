@@ -324,3 +324,38 @@ fn a_pause_is_not_a_stall() {
     assert_eq!(d.tick(secs(650), &Heartbeats::new(2).read()), None);
     assert!(d.tick(secs(661), &Heartbeats::new(2).read()).is_some());
 }
+
+/// Three CPU workers on two cores, rank 1 doing twice the CPU work: the scheduler gives it the
+/// others' cores, so nobody waits at the all-reduce, yet rank 1 costs the job.
+#[test]
+fn a_rank_taking_shared_cores_is_flagged_though_nobody_waits() {
+    let run = |cores: usize| {
+        let mut d = Detector::new(
+            3,
+            DetectorConfig::default(),
+            Context {
+                cores,
+                ..Context::default()
+            },
+        );
+        let mut out = Vec::new();
+        for s in 1..=100 {
+            let mut r = row(s, &[6.0, 6.0, 6.0], &[0.1; 3]);
+            for st in &mut r.ranks {
+                let cpu = if st.rank == 1 { 12.0 } else { 6.0 };
+                st.compute_cpu = Some(ms(cpu + noise(s, st.rank) * 0.3));
+                st.sync_wait = Duration::ZERO;
+            }
+            out.extend(d.on_row(&r));
+        }
+        out
+    };
+    let shared = run(2);
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    assert!(
+        matches!(shared[0], Warning::Straggler { rank: 1, .. }),
+        "{shared:?}"
+    );
+    // with a core each, a rank nobody waits for is not on the critical path
+    assert!(run(64).is_empty());
+}
