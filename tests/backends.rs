@@ -8,7 +8,7 @@ use mgtop::backend::cuda::discover::{discover, Discovery};
 use mgtop::backend::cuda::replica::CudaReplica;
 use mgtop::backend::{CpuReplica, Replica, TrainState};
 use mgtop::comm::LocalCollective;
-use mgtop::engine::loader::MicroBatch;
+use mgtop::data::MicroBatch;
 use mgtop::nn::model::{Mlp, ModelSpec};
 use mgtop::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
 use mgtop::nn::rng::Rng;

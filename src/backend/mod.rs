@@ -1,13 +1,15 @@
 //! One device's copy of the model: the interface every backend implements, and the CPU one.
 
+mod cpu;
 pub mod cuda;
+
+pub use cpu::CpuReplica;
 
 use std::time::Duration;
 
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
-use crate::engine::loader::MicroBatch;
-use crate::nn::model::{Mlp, Workspace};
-use crate::nn::optim::{self, OptState, OptimizerKind};
+use crate::data::MicroBatch;
+use crate::nn::optim::OptState;
 
 /// Parameters and optimizer state, on the host (checkpoints, tests, comparisons).
 #[derive(Clone, Debug, PartialEq)]
@@ -59,135 +61,3 @@ pub trait Replica {
 /// The number of metric slots riding at the end of the gradient buffer, so that one
 /// all-reduce also yields the global loss sum, correct count and sample count.
 pub const AUX: usize = 3;
-const EVAL_CHUNK: usize = 512;
-
-pub struct CpuReplica {
-    model: Mlp,
-    kind: OptimizerKind,
-    weight_decay: f32,
-    params: Vec<f32>,
-    /// n_params gradient sums, then [loss sum, correct, samples].
-    grads: Vec<f32>,
-    opt: OptState,
-    ws: Workspace,
-}
-
-impl CpuReplica {
-    /// Must be called on the thread that will train (it sets that thread's FPU mode).
-    pub fn new(
-        model: Mlp,
-        kind: OptimizerKind,
-        weight_decay: f32,
-        state: TrainState,
-    ) -> CpuReplica {
-        flush_denormals_on_this_thread();
-        let n = model.n_params;
-        assert_eq!(state.params.len(), n);
-        CpuReplica {
-            model,
-            kind,
-            weight_decay,
-            params: state.params,
-            grads: vec![0.0; n + AUX],
-            opt: state.opt,
-            ws: Workspace::default(),
-        }
-    }
-}
-
-/// Optimizer moments of parameters whose gradient is zero (dead ReLUs) decay geometrically into
-/// subnormal floats, which x86 cores process ~100x slower: without this, a run slows down
-/// several-fold after ~1000 steps. Flush-to-zero / denormals-are-zero is what PyTorch's
-/// `set_flush_denormal(True)` and most training stacks do. It is per thread and deterministic.
-fn flush_denormals_on_this_thread() {
-    #[cfg(target_arch = "x86_64")]
-    #[allow(deprecated)]
-    // _mm_setcsr is the documented way; it is only deprecated in favour of asm
-    // SAFETY: sets the FTZ (bit 15) and DAZ (bit 6) bits of this thread's MXCSR; every x86_64 CPU
-    // with SSE2 (all of them) supports both, and no other state is changed.
-    unsafe {
-        use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
-        _mm_setcsr(_mm_getcsr() | 0x8040);
-    }
-}
-
-impl Replica for CpuReplica {
-    fn compute_grads(&mut self, micro: &[MicroBatch]) {
-        self.grads.iter_mut().for_each(|g| *g = 0.0);
-        let n = self.model.n_params;
-        let (mut loss, mut correct, mut samples) = (0.0f64, 0usize, 0usize);
-        for mb in micro {
-            let (l, c) = self.model.forward_backward(
-                &self.params,
-                &mut self.grads[..n],
-                &mut self.ws,
-                &mb.x,
-                &mb.y,
-                mb.n,
-            );
-            loss += l;
-            correct += c;
-            samples += mb.n;
-        }
-        self.grads[n..].copy_from_slice(&[loss as f32, correct as f32, samples as f32]);
-    }
-
-    fn all_reduce_grads(
-        &mut self,
-        coll: &mut dyn Collective,
-    ) -> Result<ReduceTiming, CollectiveError> {
-        coll.all_reduce_sum(&mut self.grads)
-    }
-
-    fn batch_metrics(&self) -> BatchMetrics {
-        let a = &self.grads[self.model.n_params..];
-        BatchMetrics {
-            loss_sum: a[0] as f64,
-            correct: a[1] as f64,
-            samples: a[2] as f64,
-        }
-    }
-
-    fn apply_update(&mut self, lr: f32) {
-        let samples = self.batch_metrics().samples.max(1.0);
-        optim::step(
-            self.kind,
-            &mut self.params,
-            &self.grads,
-            &mut self.opt,
-            lr,
-            self.weight_decay,
-            (1.0 / samples) as f32,
-        );
-    }
-
-    fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
-        let d = self.model.dims[0];
-        let (mut loss, mut correct) = (0.0, 0);
-        for start in (0..n).step_by(EVAL_CHUNK) {
-            let b = EVAL_CHUNK.min(n - start);
-            let (l, c) = self.model.evaluate(
-                &self.params,
-                &mut self.ws,
-                &x[start * d..(start + b) * d],
-                &y[start..start + b],
-                b,
-            );
-            loss += l;
-            correct += c;
-        }
-        (loss, correct)
-    }
-
-    fn export(&self) -> TrainState {
-        TrainState {
-            params: self.params.clone(),
-            opt: self.opt.clone(),
-        }
-    }
-
-    fn import(&mut self, state: &TrainState) {
-        self.params.copy_from_slice(&state.params);
-        self.opt = state.opt.clone();
-    }
-}

@@ -1,19 +1,21 @@
 //! `mgtop-train bench`: training throughput of the reference workload (MLP 784-128-10, Adam
 //! lr 1e-3, 60000x784 synthetic teacher data) and in-process all-reduce bus bandwidth.
 
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::cli::BenchArgs;
 use crate::comm::{Collective, LocalCollective};
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::data::DataSpec;
 use crate::engine::calibrate::timed_rate;
+use crate::engine::thread_cpu_time;
 use crate::engine::{Engine, EngineError};
 use crate::front::tui::app::AppEvent;
 use crate::front::tui::render::render;
 use crate::front::tui::theme::Theme;
 use crate::front::tui::{demo, TuiOptions};
 use crate::nn::model::ModelSpec;
-use crate::observe::telemetry::thread_cpu_time;
 use crossbeam_channel::never;
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
@@ -217,4 +219,170 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// `mgtop-train bench`: every benchmark `--only` names.
+pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let cores = crate::engine::available_cores();
+    println!("machine: {cores} cores; {}", std::env::consts::ARCH);
+    if args.only == "all" || args.only == "train" {
+        println!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
+        println!(
+            "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
+            "workers", "batch", "mgtop", "TF best", "torch best", "x TF", "x torch"
+        );
+        for &w in &args.workers {
+            for &b in &args.batches {
+                let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1))
+                    .map(|_| train_throughput(w, b, args.samples / 10, args.samples))
+                    .collect();
+                let ours = median(runs?);
+                let reference = REFERENCE.iter().find(|r| r.0 == w && r.1 == b);
+                match reference {
+                    Some(&(_, _, tf, torch)) => println!(
+                        "{w:>7} {b:>6} {ours:>12.0} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}",
+                        ours / tf,
+                        ours / torch
+                    ),
+                    None => println!("{w:>7} {b:>6} {ours:>12.0} {:>10} {:>10}", "-", "-"),
+                }
+            }
+        }
+    }
+    if args.only == "all" || args.only == "allreduce" {
+        let ranks = cores.max(2);
+        println!(
+            "in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)"
+        );
+        for mib in [1usize, 4, 16, 64] {
+            let iters = (256 / mib).clamp(4, 64);
+            let bw = median(
+                (0..args.repeat.max(1))
+                    .map(|_| allreduce_busbw(ranks, mib << 20, iters))
+                    .collect(),
+            );
+            println!("{mib:>4} MiB {bw:>8.2}");
+        }
+    }
+    if args.only == "all" || args.only == "tui" {
+        let (frame, p99) = frame_time(200, 60, 500);
+        println!(
+            "terminal UI frame at 200x60 (8 devices, state changing every frame): median {:.3} ms, p99 {:.3} ms",
+            frame.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+        println!(
+            "training watched by the log vs the terminal UI (200x60 into a sink): samples/s (median of {}, run range) and the frontend thread's CPU (share of one core)",
+            args.repeat
+        );
+        let batch = args.batches.first().copied().unwrap_or(32);
+        for &w in &args.workers {
+            let mut runs = [Vec::new(), Vec::new()];
+            for _ in 0..args.repeat.max(1) {
+                // alternate so both see the same machine state
+                for (i, watch) in [Watch::Headless, Watch::Tui].into_iter().enumerate() {
+                    runs[i].push(watched_throughput(
+                        watch,
+                        w,
+                        batch,
+                        args.samples / 10,
+                        args.samples,
+                    )?);
+                }
+            }
+            for (name, r) in ["headless", "tui"].iter().zip(runs) {
+                let rates: Vec<f64> = r.iter().map(|x| x.samples_per_sec).collect();
+                let (lo, hi) = rates
+                    .iter()
+                    .fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+                let cpu = median(r.iter().filter_map(|x| x.frontend_cpu).collect());
+                println!(
+                    "  {w} worker(s), batch {batch}: {name:<8} {:>9.0} samples/s ({lo:.0}-{hi:.0}), frontend CPU {:.2}% of a core",
+                    median(rates),
+                    cpu * 100.0
+                );
+            }
+        }
+    }
+    if args.only == "all" || args.only == "rebalance" {
+        println!(
+            "--rebalance against --slow-rank 1:2.0 (2 workers, MLP 784-512-10, batch 128 per replica, 300 timed steps after 100): samples/s, median of {}",
+            args.repeat
+        );
+        let (mut plain, mut balanced) = (Vec::new(), Vec::new());
+        for _ in 0..args.repeat.max(1) {
+            plain.push(rebalance_throughput(false, 100, 300)?);
+            balanced.push(rebalance_throughput(true, 100, 300)?);
+        }
+        let (p, b) = (median(plain), median(balanced));
+        println!(
+            "  even split {p:>9.0}   rebalanced {b:>9.0}   {:.2}x",
+            b / p
+        );
+    }
+    if args.only == "all" || args.only == "gpu" {
+        run_gpu_bench(args)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The benchmarks only GPUs can run; without them, one line saying why not.
+fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::backend::cuda::discover::{discover, Discovery};
+    use crate::backend::cuda::{bench as gpu_bench, Libraries};
+    let found = match discover() {
+        Discovery::None(why) => {
+            println!("GPU benchmarks: skipped: no GPU ({why})");
+            return Ok(());
+        }
+        Discovery::Found(found) => found,
+    };
+    if let Some(missing) = Libraries::probe().missing_for(found.len()) {
+        println!("GPU benchmarks: skipped: {missing}");
+        return Ok(());
+    }
+    for g in &found {
+        println!(
+            "GPU {}: {}: kernel times (CUDA events, mean of repeated launches)",
+            g.index, g.name
+        );
+        for k in gpu_bench::kernel_times(g.index)? {
+            println!("  {:<28} {:>10.1} us  {:>14}", k.name, k.us, k.rate);
+        }
+    }
+    println!(
+        "training on GPUs, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})",
+        args.repeat
+    );
+    println!(
+        "{:>5} {:>6} {:>12} {:>8} {:>6}",
+        "gpus", "batch", "samples/s", "speedup", "eff"
+    );
+    for &b in &args.batches {
+        let mut one = None;
+        for n in 1..=found.len() {
+            let ids: Vec<usize> = found.iter().take(n).map(|g| g.index).collect();
+            let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1))
+                .map(|_| gpu_train_throughput(&ids, b))
+                .collect();
+            let rate = median(runs?);
+            let base = *one.get_or_insert(rate);
+            let (speedup, eff) = crate::engine::calibrate::scaling(rate, base, n);
+            println!(
+                "{n:>5} {b:>6} {rate:>12.0} {speedup:>7.2}x {:>5.0}%",
+                eff * 100.0
+            );
+        }
+    }
+    if found.len() > 1 {
+        println!(
+            "NCCL all-reduce over {} GPUs: bus bandwidth GB/s (2(n-1)/n x bytes / time)",
+            found.len()
+        );
+        let sizes: Vec<usize> = [1usize, 4, 16, 64, 256].iter().map(|m| m << 20).collect();
+        for (bytes, bw) in gpu_bench::nccl_busbw(found.len(), &sizes)? {
+            println!("{:>5} MiB {bw:>8.1}", bytes >> 20);
+        }
+    }
+    Ok(())
 }

@@ -3,11 +3,13 @@
 //! as a table (and CSV or JSON) with speedup and efficiency against one device.
 
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use crossbeam_channel::TryRecvError;
 use serde::Serialize;
 
+use crate::cli::ScaleArgs;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::{Engine, EngineError};
@@ -306,6 +308,87 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
         }
     };
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written.
+pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+    let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
+    let cores = crate::engine::available_cores();
+    // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
+    let (devices, _) = crate::engine::resolve_devices(&base.devices)?;
+    let gpus: Vec<usize> = devices
+        .iter()
+        .filter_map(|d| match d {
+            crate::engine::Device::Gpu { index, .. } => Some(*index),
+            crate::engine::Device::Cpu { .. } => None,
+        })
+        .collect();
+    let counts = if !args.counts.is_empty() {
+        args.counts.clone()
+    } else if gpus.is_empty() {
+        (1..=cores.max(2)).collect()
+    } else {
+        (1..=gpus.len()).collect()
+    };
+    if let Some(&c) = counts.iter().find(|&&c| !gpus.is_empty() && c > gpus.len()) {
+        anyhow::bail!(
+            "--counts: {c} devices, but this run has {} GPU(s); use counts up to {}",
+            gpus.len(),
+            gpus.len()
+        );
+    }
+    if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
+        anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
+    }
+    let batches = if args.batches.is_empty() {
+        vec![base.batch_per_replica]
+    } else {
+        args.batches.clone()
+    };
+    if args.timed_steps == 0 {
+        anyhow::bail!("--timed-steps 0 measures nothing: use 1 or more");
+    }
+    if let Some(p) = &args.out {
+        // refuse a bad --out before spending minutes measuring
+        crate::cmd::scale::check_out(p).map_err(anyhow::Error::msg)?;
+    }
+    // Every count runs with the same threads per worker (what the largest count gets), so that
+    // a speedup compares workers, not thread counts.
+    let most = counts.iter().copied().max().unwrap_or(1);
+    let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
+    let plan = crate::cmd::scale::Plan {
+        gpus,
+        counts,
+        batches,
+        prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),
+        warmup_steps: args.warmup_steps,
+        timed_steps: args.timed_steps,
+        repeat: args.repeat,
+    };
+    println!(
+        "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores; {threads} thread(s) per worker)",
+        plan.points().len(),
+        plan.repeat.max(1),
+        plan.timed_steps,
+        plan.warmup_steps
+    );
+    let rows = crate::cmd::scale::run(&base, &plan, |i, n, r| {
+        println!(
+            "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+            r.devices,
+            r.per_replica,
+            if r.prefetch { "on" } else { "off" },
+            r.samples_per_sec
+        );
+    })?;
+    for line in crate::cmd::scale::table(&rows) {
+        println!("{line}");
+    }
+    if let Some(p) = &args.out {
+        crate::cmd::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
+        println!("written: {}", p.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

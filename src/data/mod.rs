@@ -13,6 +13,14 @@ use crate::nn::rng::{tag, Rng};
 
 pub use csv::LabelColumn;
 
+/// One micro-batch: x[n, features] and labels[n].
+#[derive(Clone, Debug, Default)]
+pub struct MicroBatch {
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub n: usize,
+}
+
 /// A labelled dataset: `x` is row-major [len, features], labels are 0..classes.
 #[derive(Clone, Debug)]
 pub struct Dataset {

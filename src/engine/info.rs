@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::Device;
 use crate::config::Budget;
 use crate::engine::loader::Sharding;
-use crate::observe::straggler::{Context, Detector, DetectorConfig};
 
 /// What a frontend shows about the run before the first step.
 #[derive(Clone, Debug)]
@@ -52,27 +51,6 @@ impl RunInfo {
             accum: self.grad_accum,
             split: None,
         }
-    }
-
-    /// The straggler detector for this run, with what explains a slow rank.
-    pub fn detector(&self) -> Detector {
-        let cfg = DetectorConfig {
-            stall_timeout: self.stall_timeout,
-            ..DetectorConfig::default()
-        };
-        let ctx = Context {
-            cores: self.cores,
-            injected: self.injected.clone(),
-            models: self
-                .devices
-                .iter()
-                .map(|d| match d {
-                    Device::Gpu { name, .. } => Some(name.clone()),
-                    Device::Cpu { .. } => None,
-                })
-                .collect(),
-        };
-        Detector::new(self.ranks(), cfg, ctx)
     }
 
     /// Steps per epoch at the starting batch size.

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::data::Dataset;
+use crate::data::{Dataset, MicroBatch};
 use crate::nn::rng::{tag, Rng};
 
 /// Position in the data stream: the next sample of `epoch`'s permutation is `offset`.
@@ -99,14 +99,6 @@ pub fn proportional(total: usize, weights: &[usize]) -> Vec<usize> {
         sizes[i] += 1;
     }
     sizes
-}
-
-/// One micro-batch: x[n, features] and labels[n].
-#[derive(Clone, Debug, Default)]
-pub struct MicroBatch {
-    pub x: Vec<f32>,
-    pub y: Vec<u32>,
-    pub n: usize,
 }
 
 /// Everything one rank needs for one optimizer step.

@@ -4,8 +4,10 @@
 pub mod calibrate;
 pub mod checkpoint;
 pub mod control;
+mod cpu_time;
 mod devices;
 pub mod events;
+pub mod heartbeat;
 mod info;
 pub mod loader;
 mod rebalance;
@@ -28,9 +30,10 @@ use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader};
 use crate::nn::model::Mlp;
 use crate::nn::optim::OptState;
-use crate::observe::straggler::{Beat, Heartbeats};
 use checkpoint::CheckpointError;
+use heartbeat::{Beat, Heartbeats};
 
+pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
 

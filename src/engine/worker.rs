@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 
 use super::checkpoint::{self, CheckpointMeta};
+use super::heartbeat::{Heartbeats, Phase};
+use super::thread_cpu_time;
 use super::{EngineError, RunResult};
 use crate::backend::Replica;
 use crate::comm::Collective;
@@ -18,8 +20,6 @@ use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::nn::model::Mlp;
 use crate::nn::schedule::lr_at;
-use crate::observe::straggler::{Heartbeats, Phase};
-use crate::observe::telemetry::thread_cpu_time;
 
 use super::rebalance;
 

@@ -307,7 +307,7 @@ pub fn run(
         metrics: Recorder::new(metrics),
         telemetry: Telemetry::new(&info.devices, sample_interval),
         monitor: Monitor::new(info.ranks()),
-        detector: info.detector(),
+        detector: Detector::for_run(&info),
         budget: info.budget,
         log_every,
         baseline: info.baseline,

@@ -155,26 +155,6 @@ fn spawn_sampler(
     Some(stop)
 }
 
-/// CPU time the calling thread has used (`None` where the platform cannot say). One system
-/// call, cheap enough to take around every step.
-pub fn thread_cpu_time() -> Option<Duration> {
-    #[cfg(unix)]
-    {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
-        // CLOCK_THREAD_CPUTIME_ID is a clock every supported Unix provides.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
-}
-
 /// This process's resident memory and the machine's total, in bytes (Linux; `None` elsewhere).
 pub fn process_memory() -> Option<(u64, u64)> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -233,21 +213,6 @@ mod tests {
         // nothing ran in the next second (paused): 0% busy, not n/a
         let s = m.sample(Duration::from_secs(2));
         assert_eq!(s[0].util, Some(0.0));
-    }
-
-    #[test]
-    fn thread_cpu_time_counts_work_not_sleep() {
-        let t0 = thread_cpu_time().expect("unix");
-        std::thread::sleep(Duration::from_millis(50));
-        let slept = thread_cpu_time().unwrap() - t0;
-        let t1 = std::time::Instant::now();
-        let mut x = 0u64;
-        while t1.elapsed() < Duration::from_millis(50) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let worked = thread_cpu_time().unwrap() - t0 - slept;
-        assert!(slept < Duration::from_millis(10), "{slept:?}");
-        assert!(worked > Duration::from_millis(20), "{worked:?}");
     }
 
     #[test]

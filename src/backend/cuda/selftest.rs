@@ -11,7 +11,7 @@ use super::replica::{CudaReplica, Group};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::{Collective, LocalCollective};
-use crate::engine::loader::MicroBatch;
+use crate::data::MicroBatch;
 use crate::nn::gemm::sgemm;
 use crate::nn::model::{Mlp, ModelSpec};
 use crate::nn::optim::{OptState, OptimizerKind};

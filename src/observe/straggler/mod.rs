@@ -16,12 +16,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-mod heartbeat;
 mod warning;
 
-pub use heartbeat::{Beat, Heartbeats, Phase};
 pub use warning::{Cause, Warning};
 
+use crate::engine::heartbeat::{Beat, Phase};
+use crate::engine::{Device, RunInfo};
 use crate::observe::monitor::StepRow;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,6 +99,27 @@ pub struct Detector {
 }
 
 impl Detector {
+    /// The straggler detector for this run, with what explains a slow rank.
+    pub fn for_run(info: &RunInfo) -> Detector {
+        let cfg = DetectorConfig {
+            stall_timeout: info.stall_timeout,
+            ..DetectorConfig::default()
+        };
+        let ctx = Context {
+            cores: info.cores,
+            injected: info.injected.clone(),
+            models: info
+                .devices
+                .iter()
+                .map(|d| match d {
+                    Device::Gpu { name, .. } => Some(name.clone()),
+                    Device::Cpu { .. } => None,
+                })
+                .collect(),
+        };
+        Detector::new(info.ranks(), cfg, ctx)
+    }
+
     pub fn new(ranks: usize, cfg: DetectorConfig, ctx: Context) -> Detector {
         Detector {
             recent: vec![VecDeque::new(); ranks],

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::engine::events::StepStats;
+use crate::engine::heartbeat::Heartbeats;
 
 fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v / 1e3)

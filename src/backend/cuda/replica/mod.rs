@@ -21,7 +21,7 @@ use super::launch::{add_metrics, die};
 use super::{on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
-use crate::engine::loader::MicroBatch;
+use crate::data::MicroBatch;
 use crate::nn::model::Mlp;
 use crate::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
 

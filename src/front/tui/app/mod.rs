@@ -15,11 +15,12 @@ pub use view::{Popup, RunState, View, Window};
 
 use crate::engine::control::Control;
 use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::front::headless::event_line;
 use crate::observe::history::History;
 use crate::observe::monitor::{Monitor, StepRow};
-use crate::observe::straggler::{Beat, Detector, Warning};
+use crate::observe::straggler::{Detector, Warning};
 use crate::observe::telemetry::DeviceSample;
 
 /// Points kept per chart series for the whole run.
@@ -166,7 +167,7 @@ impl App {
             .collect();
         App {
             monitor: Monitor::new(info.ranks()),
-            detector: info.detector(),
+            detector: Detector::for_run(&info),
             new_warnings: Vec::new(),
             per_replica: info.per_replica,
             split: None,

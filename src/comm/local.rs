@@ -1,0 +1,310 @@
+//! The in-process collective used by CPU workers: ranks are threads sharing buffers directly.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{Collective, CollectiveError, ReduceTiming};
+
+/// Chunks are multiples of 16 floats (64 bytes) so ranks never write the same cache line.
+const ALIGN: usize = 16;
+/// Elements summed per inner block (fits in L1 next to the inputs).
+const BLOCK: usize = 1024;
+
+struct Shared {
+    n: usize,
+    ptrs: Vec<AtomicPtr<u8>>,
+    lens: Vec<AtomicUsize>,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+    aborted: AtomicBool,
+    reason: Mutex<String>,
+}
+
+/// The in-process collective: ranks are threads of this process sharing buffers directly.
+/// All-reduce = fused reduce-scatter + all-gather: rank r sums chunk r of every rank's buffer
+/// (rank 0 first, so the result does not depend on timing) and writes the sum back into every
+/// buffer; two barriers per call.
+pub struct LocalCollective {
+    rank: usize,
+    shared: Arc<Shared>,
+}
+
+impl LocalCollective {
+    /// One handle per rank, in rank order.
+    pub fn group(n: usize) -> Vec<LocalCollective> {
+        assert!(n >= 1);
+        let shared = Arc::new(Shared {
+            n,
+            ptrs: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            lens: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            aborted: AtomicBool::new(false),
+            reason: Mutex::new(String::new()),
+        });
+        (0..n)
+            .map(|rank| LocalCollective {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+
+    fn aborted(&self) -> CollectiveError {
+        CollectiveError::Aborted(
+            self.shared
+                .reason
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Sense-reversing barrier: spin briefly (the common case is a few microseconds), then
+    /// yield, then sleep, so paused or oversubscribed runs do not burn cores.
+    fn wait(&self) -> Result<Duration, CollectiveError> {
+        let s = &*self.shared;
+        let start = Instant::now();
+        if s.aborted.load(Ordering::Acquire) {
+            return Err(self.aborted());
+        }
+        let gen = s.generation.load(Ordering::Acquire);
+        if s.arrived.fetch_add(1, Ordering::AcqRel) + 1 == s.n {
+            s.arrived.store(0, Ordering::Relaxed);
+            s.generation.fetch_add(1, Ordering::Release);
+            return Ok(start.elapsed());
+        }
+        let mut spins = 0u32;
+        while s.generation.load(Ordering::Acquire) == gen {
+            if s.aborted.load(Ordering::Acquire) {
+                return Err(self.aborted());
+            }
+            spins += 1;
+            if spins < 256 {
+                std::hint::spin_loop();
+            } else if spins < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    fn publish(&self, ptr: *mut u8, len: usize) {
+        self.shared.ptrs[self.rank].store(ptr, Ordering::Release);
+        self.shared.lens[self.rank].store(len, Ordering::Release);
+    }
+}
+
+fn chunk(len: usize, n: usize, r: usize) -> (usize, usize) {
+    let per = len.div_ceil(n).div_ceil(ALIGN) * ALIGN;
+    let lo = (r * per).min(len);
+    (lo, ((r + 1) * per).min(len))
+}
+
+impl Collective for LocalCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.n
+    }
+
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+        let s = &*self.shared;
+        if s.n == 1 {
+            return Ok(ReduceTiming::default());
+        }
+        let len = buf.len();
+        self.publish(buf.as_mut_ptr().cast(), len);
+        let wait = self.wait()?;
+        let t0 = Instant::now();
+        let want = s.lens[0].load(Ordering::Acquire);
+        if (0..s.n).any(|r| s.lens[r].load(Ordering::Acquire) != want) {
+            let bad = (0..s.n)
+                .find(|&r| s.lens[r].load(Ordering::Acquire) != want)
+                .unwrap_or(0);
+            let err = CollectiveError::LengthMismatch {
+                rank: bad,
+                got: s.lens[bad].load(Ordering::Acquire),
+                want,
+            };
+            self.abort(&err.to_string());
+            return Err(err);
+        }
+        let ptrs: Vec<*mut f32> = s
+            .ptrs
+            .iter()
+            .map(|p| p.load(Ordering::Acquire).cast::<f32>())
+            .collect();
+        let (lo, hi) = chunk(len, s.n, self.rank);
+        let mut acc = [0.0f32; BLOCK];
+        let mut start = lo;
+        while start < hi {
+            let end = (start + BLOCK).min(hi);
+            let acc = &mut acc[..end - start];
+            // SAFETY: every rank published a live buffer of `len` elements and stays inside this
+            // call until the closing barrier, so the pointers are valid. Only this rank touches
+            // elements lo..hi of any buffer between the two barriers (chunks are disjoint), so the
+            // reads and writes below do not race.
+            unsafe {
+                acc.copy_from_slice(std::slice::from_raw_parts(ptrs[0].add(start), end - start));
+                for &p in &ptrs[1..] {
+                    let src = std::slice::from_raw_parts(p.add(start), end - start);
+                    for (a, b) in acc.iter_mut().zip(src) {
+                        *a += b;
+                    }
+                }
+                for &p in &ptrs {
+                    std::slice::from_raw_parts_mut(p.add(start), end - start).copy_from_slice(acc);
+                }
+            }
+            start = end;
+        }
+        self.wait()?;
+        Ok(ReduceTiming {
+            wait,
+            transfer: t0.elapsed(),
+        })
+    }
+
+    fn broadcast_u64(&mut self, buf: &mut [u64], root: usize) -> Result<Duration, CollectiveError> {
+        let s = &*self.shared;
+        if s.n == 1 {
+            return Ok(Duration::ZERO);
+        }
+        self.publish(buf.as_mut_ptr().cast(), buf.len());
+        let waited = self.wait()?;
+        if self.rank != root {
+            let len = s.lens[root].load(Ordering::Acquire);
+            if len != buf.len() {
+                let err = CollectiveError::LengthMismatch {
+                    rank: self.rank,
+                    got: buf.len(),
+                    want: len,
+                };
+                self.abort(&err.to_string());
+                return Err(err);
+            }
+            let src = s.ptrs[root].load(Ordering::Acquire).cast::<u64>();
+            // SAFETY: the root published a live buffer of `len` u64s and does not touch it until
+            // the closing barrier; it is only read here.
+            buf.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+        }
+        self.wait()?;
+        Ok(waited)
+    }
+
+    fn barrier(&mut self) -> Result<Duration, CollectiveError> {
+        self.wait()
+    }
+
+    fn abort(&self, reason: &str) {
+        if let Ok(mut r) = self.shared.reason.lock() {
+            if r.is_empty() {
+                *r = reason.to_string();
+            }
+        }
+        self.shared.aborted.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<F, T>(n: usize, f: F) -> Vec<T>
+    where
+        F: Fn(LocalCollective) -> T + Send + Sync + Copy + 'static,
+        T: Send + 'static,
+    {
+        let hs: Vec<_> = LocalCollective::group(n)
+            .into_iter()
+            .map(|c| std::thread::spawn(move || f(c)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn all_reduce_sums_in_rank_order_on_every_rank() {
+        for n in 1..=5 {
+            for len in [0usize, 1, 15, 16, 17, 1000, 5000] {
+                let out = run(n, move |mut c| {
+                    let r = c.rank();
+                    let mut buf: Vec<f32> =
+                        (0..len).map(|i| (i * 7 + r * 13) as f32 * 0.1).collect();
+                    for _ in 0..3 {
+                        // repeated calls reuse the barrier correctly
+                        c.all_reduce_sum(&mut buf[..]).unwrap();
+                        buf.iter_mut().for_each(|v| *v /= n as f32);
+                    }
+                    buf
+                });
+                let expect: Vec<f32> = (0..len)
+                    .map(|i| {
+                        let mut acc = 0.0f32;
+                        for r in 0..n {
+                            acc += (i * 7 + r * 13) as f32 * 0.1;
+                        }
+                        acc / n as f32
+                    })
+                    .collect();
+                for b in &out {
+                    assert_eq!(b, &out[0], "ranks disagree (n={n}, len={len})");
+                    for (x, y) in b.iter().zip(&expect) {
+                        assert!(
+                            (x - y).abs() <= 1e-3 * y.abs().max(1.0),
+                            "n={n} len={len}: {x} vs {y}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_copies_the_roots_words() {
+        let out = run(3, |mut c| {
+            let mut w = [c.rank() as u64 * 10, 7];
+            c.broadcast_u64(&mut w, 1).unwrap();
+            w
+        });
+        assert!(out.iter().all(|w| *w == [10, 7]));
+    }
+
+    #[test]
+    fn abort_wakes_ranks_blocked_in_a_barrier() {
+        let mut group = LocalCollective::group(3);
+        let last = group.pop().unwrap();
+        let hs: Vec<_> = group
+            .into_iter()
+            .map(|mut c| std::thread::spawn(move || c.barrier()))
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        last.abort("rank 2 failed");
+        for h in hs {
+            assert_eq!(
+                h.join().unwrap(),
+                Err(CollectiveError::Aborted("rank 2 failed".into()))
+            );
+        }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_an_error_not_memory_corruption() {
+        let out = run(2, |mut c| {
+            let mut buf = vec![1.0f32; 10 + c.rank()];
+            c.all_reduce_sum(&mut buf).err()
+        });
+        assert!(
+            out.iter()
+                .any(|e| matches!(e, Some(CollectiveError::LengthMismatch { .. }))),
+            "{out:?}"
+        );
+    }
+}
