@@ -356,6 +356,7 @@ impl TrainArgs {
             data: parse("data", args.data.as_ref(), d.data)?,
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
+            batch_from_flag: args.batch_per_replica.is_some(),
             lr: args.lr.or(d.lr),
             optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),

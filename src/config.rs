@@ -100,6 +100,8 @@ pub struct RunConfig {
     pub data: DataSpec,
     pub budget: Budget,
     pub batch_per_replica: usize,
+    /// `--batch-per-replica` was given: a resumed run then uses it instead of the checkpoint's.
+    pub batch_from_flag: bool,
     /// Learning rate; `None`: `DEFAULT_LR` at a global batch of `DEFAULT_LR_BATCH`, scaled to
     /// the run's global batch by `lr_scaling` (so the defaults train well on any core count).
     pub lr: Option<f32>,
@@ -148,6 +150,7 @@ impl Default for RunConfig {
             data: DataSpec::Digits,
             budget: Budget::Epochs(30),
             batch_per_replica: 32,
+            batch_from_flag: false,
             lr: None,
             optimizer: OptimizerKind::Adam,
             weight_decay: 0.0,

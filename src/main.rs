@@ -40,7 +40,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }
     }
@@ -56,7 +56,7 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()>
                 Some(tx) => {
                     let _ = tx.send(());
                 }
-                None => eprintln!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+                None => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
             }
             let _ = controller.stop(true);
         } else {

@@ -211,7 +211,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         }
         assert!(!out.contains("panicked"), "{args:?}: {out}");
     }
-    assert!(!d.join("ck").exists(), "a failed start wrote a checkpoint");
+    let written = std::fs::read_dir(d.join("ck"))
+        .map(|r| r.filter_map(|e| e.ok()).count())
+        .unwrap_or(0);
+    assert_eq!(written, 0, "a failed start wrote into the checkpoint dir");
     assert_eq!(
         std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
         "{}\n",
@@ -447,4 +450,143 @@ fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
         assert!(o.status.success(), "{out}");
         assert!(out.contains("GPU benchmarks: skipped: no GPU ("), "{out}");
     }
+}
+
+#[test]
+fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
+    // as after a dropped SSH session: the log has nowhere to go, then a signal stops the run
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args([
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--steps",
+            "100000000",
+            "--checkpoint-dir",
+            "ck",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    drop(out);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let saved = std::fs::read_dir(dir.path().join("ck"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.path().join("model.safetensors").is_file());
+    assert!(saved, "no checkpoint written");
+}
+
+#[test]
+fn a_checkpoint_dir_that_is_a_file_or_busy_is_refused_before_the_metrics_file_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
+    std::fs::write(d.join("afile"), "x").unwrap();
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--checkpoint-dir",
+            "afile",
+            "--metrics-out",
+            "earlier.jsonl",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("afile") && out.contains("--checkpoint-dir"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
+        "{}\n",
+        "a failed start truncated the metrics file"
+    );
+    // a second run into the directory a live run is writing
+    let mut first = bin()
+        .current_dir(d)
+        .args([
+            "--headless",
+            "--steps",
+            "100000000",
+            "--checkpoint-dir",
+            "ck",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(first.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let o = run_in(d, &["--headless", "--steps", "5", "--checkpoint-dir", "ck"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("another run (pid {})", first.id()))
+            && out.contains("--checkpoint-dir"),
+        "{out}"
+    );
+}
+
+#[test]
+fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--lr",
+        "1e-3",
+        "--steps",
+        "5",
+    ];
+    assert!(run_in(d, &args).status.success());
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--steps",
+            "10",
+            "--resume",
+            "checkpoints",
+            "--batch-per-replica",
+            "64",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("batch 64 per replica from --batch-per-replica (the checkpoint had 32)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lr: 2.00e-3 (the checkpoint's 1.00e-3, linear scaling from a global batch of 32 to 64)"),
+        "{out}"
+    );
+    assert!(out.contains("batch: 64 per replica x 1 ranks"), "{out}");
 }

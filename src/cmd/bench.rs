@@ -224,12 +224,18 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// `mgtop-train bench`: every benchmark `--only` names.
 pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let cores = crate::engine::available_cores();
-    println!("machine: {cores} cores; {}", std::env::consts::ARCH);
+    crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only == "all" || args.only == "train" {
-        println!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
-        println!(
+        crate::say!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
+        crate::say!(
             "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
-            "workers", "batch", "mgtop", "TF best", "torch best", "x TF", "x torch"
+            "workers",
+            "batch",
+            "mgtop",
+            "TF best",
+            "torch best",
+            "x TF",
+            "x torch"
         );
         for &w in &args.workers {
             for &b in &args.batches {
@@ -239,19 +245,19 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 let ours = median(runs?);
                 let reference = REFERENCE.iter().find(|r| r.0 == w && r.1 == b);
                 match reference {
-                    Some(&(_, _, tf, torch)) => println!(
+                    Some(&(_, _, tf, torch)) => crate::say!(
                         "{w:>7} {b:>6} {ours:>12.0} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}",
                         ours / tf,
                         ours / torch
                     ),
-                    None => println!("{w:>7} {b:>6} {ours:>12.0} {:>10} {:>10}", "-", "-"),
+                    None => crate::say!("{w:>7} {b:>6} {ours:>12.0} {:>10} {:>10}", "-", "-"),
                 }
             }
         }
     }
     if args.only == "all" || args.only == "allreduce" {
         let ranks = cores.max(2);
-        println!(
+        crate::say!(
             "in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)"
         );
         for mib in [1usize, 4, 16, 64] {
@@ -261,17 +267,17 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                     .map(|_| allreduce_busbw(ranks, mib << 20, iters))
                     .collect(),
             );
-            println!("{mib:>4} MiB {bw:>8.2}");
+            crate::say!("{mib:>4} MiB {bw:>8.2}");
         }
     }
     if args.only == "all" || args.only == "tui" {
         let (frame, p99) = frame_time(200, 60, 500);
-        println!(
+        crate::say!(
             "terminal UI frame at 200x60 (8 devices, state changing every frame): median {:.3} ms, p99 {:.3} ms",
             frame.as_secs_f64() * 1e3,
             p99.as_secs_f64() * 1e3
         );
-        println!(
+        crate::say!(
             "training watched by the log vs the terminal UI (200x60 into a sink): samples/s (median of {}, run range) and the frontend thread's CPU (share of one core)",
             args.repeat
         );
@@ -296,7 +302,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                     .iter()
                     .fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
                 let cpu = median(r.iter().filter_map(|x| x.frontend_cpu).collect());
-                println!(
+                crate::say!(
                     "  {w} worker(s), batch {batch}: {name:<8} {:>9.0} samples/s ({lo:.0}-{hi:.0}), frontend CPU {:.2}% of a core",
                     median(rates),
                     cpu * 100.0
@@ -305,7 +311,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.only == "all" || args.only == "rebalance" {
-        println!(
+        crate::say!(
             "--rebalance against --slow-rank 1:2.0 (2 workers, MLP 784-512-10, batch 128 per replica, 300 timed steps after 100): samples/s, median of {}",
             args.repeat
         );
@@ -315,7 +321,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             balanced.push(rebalance_throughput(true, 100, 300)?);
         }
         let (p, b) = (median(plain), median(balanced));
-        println!(
+        crate::say!(
             "  even split {p:>9.0}   rebalanced {b:>9.0}   {:.2}x",
             b / p
         );
@@ -332,31 +338,36 @@ fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
     use crate::backend::cuda::{bench as gpu_bench, Libraries};
     let found = match discover() {
         Discovery::None(why) => {
-            println!("GPU benchmarks: skipped: no GPU ({why})");
+            crate::say!("GPU benchmarks: skipped: no GPU ({why})");
             return Ok(());
         }
         Discovery::Found(found) => found,
     };
     if let Some(missing) = Libraries::probe().missing_for(found.len()) {
-        println!("GPU benchmarks: skipped: {missing}");
+        crate::say!("GPU benchmarks: skipped: {missing}");
         return Ok(());
     }
     for g in &found {
-        println!(
+        crate::say!(
             "GPU {}: {}: kernel times (CUDA events, mean of repeated launches)",
-            g.index, g.name
+            g.index,
+            g.name
         );
         for k in gpu_bench::kernel_times(g.index)? {
-            println!("  {:<28} {:>10.1} us  {:>14}", k.name, k.us, k.rate);
+            crate::say!("  {:<28} {:>10.1} us  {:>14}", k.name, k.us, k.rate);
         }
     }
-    println!(
+    crate::say!(
         "training on GPUs, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})",
         args.repeat
     );
-    println!(
+    crate::say!(
         "{:>5} {:>6} {:>12} {:>8} {:>6}",
-        "gpus", "batch", "samples/s", "speedup", "eff"
+        "gpus",
+        "batch",
+        "samples/s",
+        "speedup",
+        "eff"
     );
     for &b in &args.batches {
         let mut one = None;
@@ -368,20 +379,20 @@ fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
             let rate = median(runs?);
             let base = *one.get_or_insert(rate);
             let (speedup, eff) = crate::engine::calibrate::scaling(rate, base, n);
-            println!(
+            crate::say!(
                 "{n:>5} {b:>6} {rate:>12.0} {speedup:>7.2}x {:>5.0}%",
                 eff * 100.0
             );
         }
     }
     if found.len() > 1 {
-        println!(
+        crate::say!(
             "NCCL all-reduce over {} GPUs: bus bandwidth GB/s (2(n-1)/n x bytes / time)",
             found.len()
         );
         let sizes: Vec<usize> = [1usize, 4, 16, 64, 256].iter().map(|m| m << 20).collect();
         for (bytes, bw) in gpu_bench::nccl_busbw(found.len(), &sizes)? {
-            println!("{:>5} MiB {bw:>8.1}", bytes >> 20);
+            crate::say!("{:>5} MiB {bw:>8.1}", bytes >> 20);
         }
     }
     Ok(())

@@ -5,3 +5,22 @@ pub mod bench;
 pub mod scale;
 pub mod selftest;
 pub mod train;
+
+/// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
+/// line is lost, not the run or its checkpoint.
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that never panics (see `say!`).
+#[macro_export]
+macro_rules! tell {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}

@@ -365,7 +365,7 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         timed_steps: args.timed_steps,
         repeat: args.repeat,
     };
-    println!(
+    crate::say!(
         "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores; {threads} thread(s) per worker)",
         plan.points().len(),
         plan.repeat.max(1),
@@ -373,7 +373,7 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         plan.warmup_steps
     );
     let rows = crate::cmd::scale::run(&base, &plan, |i, n, r| {
-        println!(
+        crate::say!(
             "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
             r.devices,
             r.per_replica,
@@ -382,11 +382,11 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         );
     })?;
     for line in crate::cmd::scale::table(&rows) {
-        println!("{line}");
+        crate::say!("{line}");
     }
     if let Some(p) = &args.out {
         crate::cmd::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
-        println!("written: {}", p.display());
+        crate::say!("written: {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -9,58 +9,60 @@ pub fn command() -> anyhow::Result<ExitCode> {
     use crate::backend::cuda::kernels::{compile, entry_points, nvrtc_available, SOURCES};
     let gpus = discover();
     match &gpus {
-        Discovery::None(why) => println!("GPU: none ({why})"),
+        Discovery::None(why) => crate::say!("GPU: none ({why})"),
         Discovery::Found(g) => {
             for gpu in g {
-                println!("GPU {}: {} ({} GiB)", gpu.index, gpu.name, gpu.memory >> 30);
+                crate::say!("GPU {}: {} ({} GiB)", gpu.index, gpu.name, gpu.memory >> 30);
             }
         }
     }
     let mut failed = false;
     if nvrtc_available() {
-        println!("NVRTC: found; compiling kernels/ for sm_80 and sm_90");
+        crate::say!("NVRTC: found; compiling kernels/ for sm_80 and sm_90");
         for (file, src) in SOURCES {
             for arch in ["sm_80", "sm_90"] {
                 match compile(file, src, arch) {
-                    Ok(_) => println!("  ok   {file:<16} {arch}  {}", entry_points(src).join(" ")),
+                    Ok(_) => {
+                        crate::say!("  ok   {file:<16} {arch}  {}", entry_points(src).join(" "))
+                    }
                     Err(e) => {
                         failed = true;
-                        println!("  FAIL {e}");
+                        crate::say!("  FAIL {e}");
                     }
                 }
             }
         }
     } else {
-        println!("NVRTC: not found (libnvrtc.so.12); kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` and put its lib directory on LD_LIBRARY_PATH to check them");
+        crate::say!("NVRTC: not found (libnvrtc.so.12); kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` and put its lib directory on LD_LIBRARY_PATH to check them");
     }
     if failed {
         return Ok(ExitCode::from(1));
     }
     match gpus {
         Discovery::None(_) => {
-            println!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
+            crate::say!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
             Ok(ExitCode::SUCCESS)
         }
         Discovery::Found(found) => {
             use crate::backend::cuda::{selftest, Libraries};
             if let Some(missing) = Libraries::probe().missing_for(found.len()) {
-                println!("the GPUs cannot be checked: {missing}");
+                crate::say!("the GPUs cannot be checked: {missing}");
                 return Ok(ExitCode::from(1));
             }
             let ids: Vec<String> = found.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
             match crate::observe::nvml::Nvml::open(&ids) {
                 Ok(nvml) => {
                     let readable = nvml.sample().iter().filter(|s| s.util.is_some()).count();
-                    println!(
+                    crate::say!(
                         "NVML: found; telemetry readable on {readable} of {} GPUs",
                         found.len()
                     );
                 }
                 Err(why) => {
-                    println!("NVML: {why}; GPU telemetry will show n/a (training is unaffected)")
+                    crate::say!("NVML: {why}; GPU telemetry will show n/a (training is unaffected)")
                 }
             }
-            println!(
+            crate::say!(
                 "checking every GPU against the CPU reference (pass: |gpu-cpu| <= tol + eps*|cpu|)"
             );
             let mut checks = Vec::new();
@@ -71,14 +73,14 @@ pub fn command() -> anyhow::Result<ExitCode> {
                 checks.push(selftest::nccl_check(found.len()));
             }
             for line in selftest::table(&checks) {
-                println!("  {line}");
+                crate::say!("  {line}");
             }
             let failed = checks.iter().filter(|c| !c.passed()).count();
             if failed > 0 {
-                println!("{failed} check(s) FAILED: do not train on these GPUs with this build; please report the table above");
+                crate::say!("{failed} check(s) FAILED: do not train on these GPUs with this build; please report the table above");
                 Ok(ExitCode::from(1))
             } else {
-                println!(
+                crate::say!(
                     "all {} checks passed: the GPUs train as the CPU reference does",
                     checks.len()
                 );

@@ -27,7 +27,7 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
         MetricsWriter::preflight(p)?;
     }
     if cfg.calibrate {
-        eprintln!("calibrating: training one device for 120 steps first (--calibrate)");
+        crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
     let engine = Engine::start(cfg)?;
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
@@ -53,7 +53,7 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
     };
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
-            println!("resume with: --resume {}", p.display());
+            crate::say!("resume with: --resume {}", p.display());
         }
     }
     Ok(())
@@ -96,7 +96,7 @@ fn run_tui(
     drop(terminal);
     drop(guard);
     for line in tui::summary_lines(&end.app) {
-        println!("{line}");
+        crate::say!("{line}");
     }
     Ok(end.result?)
 }

@@ -1,10 +1,12 @@
 //! Checkpoints: `step-NNNNNNNN/` holding `model.safetensors` (weights and optimizer moments)
 //! and `state.json` (position in the data, batch size, LR, config). Written to a temporary
 //! directory, fsynced, then renamed, so a crash mid-write never damages an earlier checkpoint.
+//! A run holds a lock on its checkpoint directory (`.lock`, flock) so that two runs never write
+//! into the same one, and clears what an interrupted earlier run left behind.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, TensorView};
@@ -18,6 +20,13 @@ use crate::nn::optim::OptState;
 pub const FORMAT: &str = "mgtop-checkpoint/1";
 const WEIGHTS: &str = "model.safetensors";
 const STATE: &str = "state.json";
+const LOCK: &str = ".lock";
+/// `state.json` is a few KiB; anything far larger is not one.
+const MAX_STATE_BYTES: u64 = 1 << 20;
+/// Steps and epochs beyond this are not from a real run (and would overflow counters).
+pub const MAX_STEP: u64 = 1 << 48;
+/// The most ranks a run can have (`--devices cpu:N` accepts up to 256).
+const MAX_RANKS: usize = 256;
 
 /// `state.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,6 +63,8 @@ pub enum CheckpointError {
         "no checkpoint at {0}: pass a step-NNNNNNNN directory or a --checkpoint-dir that holds one"
     )]
     NotFound(PathBuf),
+    #[error("another run{} is writing checkpoints to {path}: give this run its own --checkpoint-dir, or wait for that one to end", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Locked { path: PathBuf, pid: Option<u32> },
     #[error("checkpoint {path} is unreadable: {msg}")]
     Corrupt { path: PathBuf, msg: String },
     #[error("checkpoint {path} was written for model {theirs} but this run builds {ours}; use the same --model and --data, or start without --resume")]
@@ -157,18 +168,24 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.join(STATE).is_file() {
         return Ok(path.to_path_buf());
     }
+    // by step number, not by name: step-100000000 is newer than step-99999999
     let newest = fs::read_dir(path)
         .map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("step-"))
-                && p.join(STATE).is_file()
+        .filter_map(|p| {
+            let step: u64 = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("step-")?
+                .parse()
+                .ok()?;
+            p.join(STATE).is_file().then_some((step, p))
         })
-        .max();
-    newest.ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
+        .max_by_key(|(step, _)| *step);
+    newest
+        .map(|(_, p)| p)
+        .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
 /// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
@@ -182,12 +199,18 @@ pub fn read(
         path: dir.clone(),
         msg,
     };
-    let json = fs::read(dir.join(STATE)).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
+    let json = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
+        .map_err(|e| corrupt(format!("{STATE}: {e}")))?;
     let meta: CheckpointMeta =
         serde_json::from_slice(&json).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
     if meta.format != FORMAT {
         return Err(corrupt(format!("format `{}` is not {FORMAT}", meta.format)));
     }
+    meta.check().map_err(|e| {
+        corrupt(format!(
+            "{STATE}: {e}; it was edited or damaged: resume from another checkpoint"
+        ))
+    })?;
     if meta.dims != model.dims {
         let s = |d: &[usize]| {
             d.iter()
@@ -208,7 +231,10 @@ pub fn read(
             ours: optimizer.to_string(),
         });
     }
-    let bytes = fs::read(dir.join(WEIGHTS)).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
+    // weights and two optimizer moments, plus the header's names and shapes
+    let most = (model.n_params as u64 * 12).saturating_add(1 << 20);
+    let bytes =
+        read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let n = model.n_params;
     let mut params = vec![0.0; n];
@@ -258,6 +284,144 @@ pub fn read(
         v,
     };
     Ok((meta, TrainState { params, opt }))
+}
+
+impl CheckpointMeta {
+    /// What a resumed run relies on, held to the same ranges as the flags that set it.
+    pub fn check(&self) -> Result<(), String> {
+        let max_batch = super::control::MAX_BATCH;
+        if self.per_replica == 0 || self.per_replica > max_batch {
+            return Err(format!(
+                "per_replica {} is out of range (1..={max_batch})",
+                self.per_replica
+            ));
+        }
+        if self.ranks == 0 || self.ranks > MAX_RANKS {
+            return Err(format!(
+                "ranks {} is out of range (1..={MAX_RANKS})",
+                self.ranks
+            ));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(format!("lr {} is not a positive number", self.lr));
+        }
+        if self.step > MAX_STEP || self.optimizer_steps > MAX_STEP {
+            return Err(format!(
+                "step {} / optimizer_steps {} is out of range (up to {MAX_STEP})",
+                self.step, self.optimizer_steps
+            ));
+        }
+        // every epoch takes at least one step
+        if self.epoch > self.step + 1 {
+            return Err(format!(
+                "epoch {} is impossible after {} steps",
+                self.epoch, self.step
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A file's bytes, refusing what is not a regular file (a FIFO or a device would block or
+/// never end) or is larger than `most`.
+fn read_regular(path: &Path, most: u64) -> std::io::Result<Vec<u8>> {
+    let f = File::open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > most {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, more than the {most} this model's checkpoint can hold",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.take(most + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > most {
+        return Err(std::io::Error::other("grew while being read"));
+    }
+    Ok(bytes)
+}
+
+/// This process's hold on a checkpoint directory, released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+/// Creates `dir` if needed, takes its lock (refusing a directory another live run holds) and
+/// clears what an interrupted earlier run left: unfinished `.tmp-step-*` directories, and
+/// `.old-step-*` ones (put back where the checkpoint they held is missing).
+pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
+    let werr = |source| CheckpointError::Write {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(werr(std::io::Error::other(
+            "it is a file, not a directory (choose another --checkpoint-dir)",
+        )));
+    }
+    fs::create_dir_all(dir).map_err(werr)?;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK))
+        .map_err(werr)?;
+    if !try_lock(&file).map_err(werr)? {
+        let mut text = String::new();
+        let _ = (&file).take(32).read_to_string(&mut text);
+        return Err(CheckpointError::Locked {
+            path: dir.to_path_buf(),
+            pid: text.trim().parse().ok(),
+        });
+    }
+    file.set_len(0).map_err(werr)?;
+    write!(file, "{}", std::process::id()).map_err(werr)?;
+    for entry in fs::read_dir(dir).map_err(werr)?.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-step-") {
+            let _ = fs::remove_dir_all(entry.path());
+        } else if let Some(rest) = name.strip_prefix(".old-step-") {
+            // `.old-step-NNNNNNNN-PID`: the step's checkpoint, moved aside while replaced
+            let step = rest.split('-').next().unwrap_or_default();
+            let done = dir.join(format!("step-{step}"));
+            if done.join(STATE).is_file() {
+                let _ = fs::remove_dir_all(entry.path());
+            } else {
+                let _ = fs::remove_dir_all(&done);
+                let _ = fs::rename(entry.path(), &done);
+            }
+        }
+    }
+    Ok(DirLock { _file: file })
+}
+
+/// An exclusive, non-blocking advisory lock; false when another open file holds it.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for the duration of the call; flock only reads it.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -337,5 +501,79 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no checkpoint at"), "{e}");
+    }
+
+    #[test]
+    fn the_newest_is_the_highest_step_not_the_last_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, state, mut meta) = sample();
+        meta.epoch = 1;
+        for step in [99_999_999, 100_000_000] {
+            meta.step = step;
+            write(dir.path(), &model, &state, &meta).unwrap();
+        }
+        assert!(resolve(dir.path()).unwrap().ends_with("step-100000000"));
+    }
+
+    #[test]
+    fn a_state_the_flags_would_refuse_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, state, meta) = sample();
+        type Edit = fn(&mut CheckpointMeta);
+        let bad: [(&str, Edit); 6] = [
+            ("per_replica 0", |m| m.per_replica = 0),
+            ("per_replica 18446744073709551615", |m| {
+                m.per_replica = usize::MAX
+            }),
+            ("lr -0.001", |m| m.lr = -1e-3),
+            ("lr 0", |m| m.lr = 0.0),
+            ("epoch 18446744073709551615", |m| m.epoch = u64::MAX),
+            ("ranks 0", |m| m.ranks = 0),
+        ];
+        for (want, edit) in bad {
+            let mut m = meta.clone();
+            edit(&mut m);
+            let p = write(dir.path(), &model, &state, &m).unwrap();
+            let e = read(&p, &model, "adam").unwrap_err().to_string();
+            assert!(
+                e.contains(want) && e.contains("another checkpoint"),
+                "{want}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, state, meta) = sample();
+        let p = write(dir.path(), &model, &state, &meta).unwrap();
+        // an interrupted write, and a replacement interrupted after moving the old one aside
+        fs::create_dir(dir.path().join(".tmp-step-00000040-1")).unwrap();
+        let aside = dir.path().join(".old-step-00000012-1");
+        fs::rename(&p, &aside).unwrap();
+        let held = lock(dir.path()).unwrap();
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with(".tmp") || n.starts_with(".old")),
+            "{names:?}"
+        );
+        assert_eq!(read(&p, &model, "adam").unwrap().1, state);
+        let e = lock(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("(pid {})", std::process::id())) && e.contains("--checkpoint-dir"),
+            "{e}"
+        );
+        drop(held);
+        lock(dir.path()).unwrap();
+        // a file where the directory should be
+        let file = dir.path().join("f");
+        fs::write(&file, "x").unwrap();
+        let e = lock(&file).unwrap_err().to_string();
+        assert!(e.contains("is a file"), "{e}");
     }
 }

@@ -21,6 +21,8 @@ pub struct RunInfo {
     /// The base LR the run starts with, and how it was chosen when not given.
     pub lr: f32,
     pub lr_note: Option<String>,
+    /// Resuming: where the batch size came from (the checkpoint or the flag).
+    pub batch_note: Option<String>,
     pub train_samples: usize,
     pub val_samples: usize,
     pub budget: Budget,

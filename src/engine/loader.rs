@@ -205,7 +205,7 @@ impl RankLoader {
         sharding: Sharding,
         prefetch: usize,
         threads: usize,
-    ) -> RankLoader {
+    ) -> std::io::Result<RankLoader> {
         let builder = || Builder {
             data: data.clone(),
             seed,
@@ -215,14 +215,14 @@ impl RankLoader {
         };
         let plan = Plan { start, sharding };
         if prefetch == 0 {
-            return RankLoader {
+            return Ok(RankLoader {
                 inner: Inner::Inline {
                     builder: builder(),
                     plan,
                 },
                 generation: 0,
                 taken: 0,
-            };
+            });
         }
         let threads = threads.max(1);
         let depth = prefetch.div_ceil(threads).max(1);
@@ -230,27 +230,31 @@ impl RankLoader {
             generation: AtomicU64::new(0),
             plan: Mutex::new(plan),
         });
-        let mut queues = Vec::new();
-        let mut handles = Vec::new();
-        for t in 0..threads {
-            let (tx, rx) = bounded(depth);
-            queues.push(rx);
-            let (shared, b) = (shared.clone(), builder());
-            let h = std::thread::Builder::new()
-                .name(format!("loader-r{rank}-{t}"))
-                .spawn(move || produce(b, shared, tx, t, threads))
-                .expect("spawning a loader thread");
-            handles.push(h);
-        }
-        RankLoader {
+        // built up in place, so that a thread that cannot be started ends those already running
+        let mut loader = RankLoader {
             inner: Inner::Threads {
-                shared,
-                queues,
-                handles,
+                shared: shared.clone(),
+                queues: Vec::new(),
+                handles: Vec::new(),
             },
             generation: 0,
             taken: 0,
+        };
+        for t in 0..threads {
+            let (tx, rx) = bounded(depth);
+            let (shared, b) = (shared.clone(), builder());
+            let h = std::thread::Builder::new()
+                .name(format!("loader-r{rank}-{t}"))
+                .spawn(move || produce(b, shared, tx, t, threads))?;
+            if let Inner::Threads {
+                queues, handles, ..
+            } = &mut loader.inner
+            {
+                queues.push(rx);
+                handles.push(h);
+            }
         }
+        Ok(loader)
     }
 
     /// The next batch in stream order (blocks while the loader threads catch up).
@@ -358,7 +362,7 @@ mod tests {
         };
         let n = 29; // 2 full global batches of 12, then 5
         let mut loaders: Vec<_> = (0..2)
-            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh.clone(), 0, 1))
+            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh.clone(), 0, 1).unwrap())
             .collect();
         let mut seen = Vec::new();
         let mut sizes = Vec::new();
@@ -389,8 +393,9 @@ mod tests {
             accum: 1,
             split: None,
         };
-        let mut inline = RankLoader::new(data(50), 9, 1, Cursor::default(), sh.clone(), 0, 1);
-        let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3);
+        let mut inline =
+            RankLoader::new(data(50), 9, 1, Cursor::default(), sh.clone(), 0, 1).unwrap();
+        let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3).unwrap();
         let a: Vec<_> = (0..20).map(|_| ids(&inline.next_batch())).collect();
         let b: Vec<_> = (0..20).map(|_| ids(&threaded.next_batch())).collect();
         assert_eq!(a, b);
@@ -405,7 +410,7 @@ mod tests {
             accum: 1,
             split: None,
         };
-        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh.clone(), 3, 2);
+        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh.clone(), 3, 2).unwrap();
         let first = l.next_batch();
         let big = Sharding {
             per_replica: 5,
@@ -432,7 +437,8 @@ mod tests {
             big,
             0,
             1,
-        );
+        )
+        .unwrap();
         assert_eq!(ids(&second), ids(&reference.next_batch()));
     }
 
@@ -477,7 +483,8 @@ mod tests {
                 split: Some(Arc::new(vec![4, 2])),
             },
         ];
-        let mut l = RankLoader::new(data(97), 3, 1, Cursor::default(), shapes[0].clone(), 4, 1);
+        let mut l =
+            RankLoader::new(data(97), 3, 1, Cursor::default(), shapes[0].clone(), 4, 1).unwrap();
         let mut at = Cursor::default();
         for i in 0..600 {
             if i % 3 == 0 {

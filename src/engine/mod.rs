@@ -11,6 +11,7 @@ pub mod heartbeat;
 mod info;
 pub mod loader;
 mod rebalance;
+mod resume;
 mod validate;
 mod worker;
 
@@ -32,6 +33,7 @@ use crate::nn::model::Mlp;
 use crate::nn::optim::OptState;
 use checkpoint::CheckpointError;
 use heartbeat::{Beat, Heartbeats};
+use resume::resumed_settings;
 
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
@@ -87,6 +89,9 @@ struct Start {
     cursor: Cursor,
     per_replica: usize,
     lr: f32,
+    /// Where the LR and (resuming) the batch size came from, for the start-up lines.
+    lr_note: Option<String>,
+    batch_note: Option<String>,
     state: TrainState,
     /// The checkpoint resumed from (its step is `step`).
     checkpoint: Option<PathBuf>,
@@ -100,6 +105,8 @@ pub struct Engine {
     workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
     t0: Instant,
     beats: Heartbeats,
+    /// This run's hold on its checkpoint directory.
+    checkpoint_lock: Option<checkpoint::DirLock>,
 }
 
 /// The data of a run: the splits shared by every worker, and how to describe them.
@@ -118,12 +125,22 @@ impl Engine {
         validate::validate(&cfg)?;
         let devices = resolve_devices(&cfg.devices)?;
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
+        // before any worker starts (and before the frontend opens its outputs), so that a bad
+        // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
+        if let Some(p) = &cfg.resume {
+            checkpoint::resolve(p)?;
+        }
+        let lock = (cfg.final_checkpoint || cfg.checkpoint_every.is_some())
+            .then(|| checkpoint::lock(&cfg.checkpoint_dir))
+            .transpose()?;
         let data = RunData {
             train: Arc::new(loaded.train),
             val: Arc::new(loaded.val),
             description: loaded.description,
         };
-        Engine::start_with(cfg, devices, data)
+        let mut engine = Engine::start_with(cfg, devices, data)?;
+        engine.checkpoint_lock = lock;
+        Ok(engine)
     }
 
     /// `start` on data already loaded (`--calibrate` measures on the run's own training split).
@@ -138,14 +155,17 @@ impl Engine {
             Some(path) => {
                 let dir = checkpoint::resolve(path)?;
                 let (meta, state) = checkpoint::read(&dir, &model, &cfg.optimizer.to_string())?;
+                let resumed = resumed_settings(&cfg, &meta, ranks);
                 Start {
                     step: meta.step,
                     cursor: Cursor {
                         epoch: meta.epoch,
                         offset: meta.offset,
                     },
-                    per_replica: meta.per_replica,
-                    lr: meta.lr,
+                    per_replica: resumed.per_replica,
+                    lr: resumed.lr,
+                    lr_note: Some(resumed.lr_note),
+                    batch_note: Some(resumed.batch_note),
                     state,
                     checkpoint: Some(dir),
                 }
@@ -155,6 +175,14 @@ impl Engine {
                 cursor: Cursor::default(),
                 per_replica: cfg.batch_per_replica,
                 lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
+                lr_note: cfg.lr.is_none().then(|| {
+                    format!(
+                        "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
+                        cfg.lr_scaling,
+                        cfg.batch_per_replica * ranks * cfg.grad_accum
+                    )
+                }),
+                batch_note: None,
                 state: TrainState {
                     params: model.init_params(cfg.seed),
                     opt: OptState::new(cfg.optimizer, model.n_params),
@@ -186,13 +214,8 @@ impl Engine {
             model: format!("{} ({})", cfg.model, model.shape_string()),
             params: model.n_params,
             lr: start.lr,
-            lr_note: (cfg.lr.is_none() && cfg.resume.is_none()).then(|| {
-                format!(
-                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
-                    cfg.lr_scaling,
-                    start.per_replica * ranks * cfg.grad_accum
-                )
-            }),
+            lr_note: start.lr_note.clone(),
+            batch_note: start.batch_note.clone(),
             per_replica: start.per_replica,
             grad_accum: cfg.grad_accum,
             train_samples: loaded.train.len(),
@@ -284,7 +307,12 @@ impl Engine {
                 sharding.clone(),
                 cfg.prefetch,
                 cfg.loader_threads,
-            );
+            )
+            .map_err(|e| {
+                EngineError::Config(format!(
+                    "cannot start the loader threads of rank {rank}: {e}; try fewer --loader-threads or --prefetch 0, or raise the process limit (ulimit -u)"
+                ))
+            })?;
             let ctx = worker::Worker {
                 rank,
                 ranks,
@@ -361,6 +389,7 @@ impl Engine {
             workers,
             t0,
             beats,
+            checkpoint_lock: None,
         })
     }
 

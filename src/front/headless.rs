@@ -71,15 +71,26 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"
         ));
     }
-    if let Some(p) = &info.resumed_from {
-        lines.push(format!(
-            "resumed from {} at step {} (epoch {})",
-            p.display(),
-            info.start_step,
-            info.start_epoch + 1
-        ));
+    if let Some(line) = resumed_line(info) {
+        lines.push(line);
     }
     lines
+}
+
+/// Where a resumed run starts, and where its batch size came from (the LR line says where
+/// the LR came from).
+pub fn resumed_line(info: &RunInfo) -> Option<String> {
+    let p = info.resumed_from.as_ref()?;
+    let mut line = format!(
+        "resumed from {} at step {} (epoch {})",
+        p.display(),
+        info.start_step,
+        info.start_epoch + 1
+    );
+    if let Some(b) = &info.batch_note {
+        line += &format!("; {b}");
+    }
+    Some(line)
 }
 
 /// Samples per rank of an uneven split: `170/86`.

@@ -165,7 +165,7 @@ impl App {
             .iter()
             .map(|d| DeviceState::new(d.label()))
             .collect();
-        App {
+        let mut app = App {
             monitor: Monitor::new(info.ranks()),
             detector: Detector::for_run(&info),
             new_warnings: Vec::new(),
@@ -203,7 +203,16 @@ impl App {
             wait_time: 0.0,
             rank_time: 0.0,
             rows_samples: 0,
+        };
+        if let Some(line) = crate::front::headless::resumed_line(&app.info) {
+            let lr = app
+                .info
+                .lr_note
+                .as_ref()
+                .map_or(String::new(), |n| format!("; lr {:.2e} ({n})", app.info.lr));
+            app.push_log(Level::Info, line + &lr, false);
         }
+        app
     }
 
     fn note(&mut self, level: Level, text: String) {

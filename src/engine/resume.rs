@@ -1,0 +1,112 @@
+//! What a resumed run trains with: the checkpoint's batch size and LR unless the command line
+//! says otherwise, and a line saying which came from where.
+
+use super::checkpoint::CheckpointMeta;
+use crate::config::RunConfig;
+
+#[derive(Debug, PartialEq)]
+pub(super) struct Resumed {
+    pub per_replica: usize,
+    pub lr: f32,
+    pub batch_note: String,
+    pub lr_note: String,
+}
+
+/// `--batch-per-replica` replaces the checkpoint's batch size when given; `--lr` replaces its
+/// LR when given, and otherwise the checkpoint's LR follows the global batch by the run's
+/// `--lr-scaling` rule (as a batch-size change during a run does).
+pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: usize) -> Resumed {
+    let per_replica = if cfg.batch_from_flag {
+        cfg.batch_per_replica
+    } else {
+        meta.per_replica
+    };
+    let batch_note = if !cfg.batch_from_flag {
+        format!("batch {per_replica} per replica from the checkpoint")
+    } else if per_replica == meta.per_replica {
+        format!("batch {per_replica} per replica (--batch-per-replica, as in the checkpoint)")
+    } else {
+        format!(
+            "batch {per_replica} per replica from --batch-per-replica (the checkpoint had {})",
+            meta.per_replica
+        )
+    };
+    let (old, new) = (meta.per_replica * meta.ranks, per_replica * ranks);
+    let (lr, lr_note) = match cfg.lr {
+        Some(lr) => (lr, format!("from --lr; the checkpoint had {:.2e}", meta.lr)),
+        None if old != new => {
+            let lr = cfg.lr_scaling.rescale(meta.lr, old, new);
+            (
+                lr,
+                format!(
+                    "the checkpoint's {:.2e}, {} scaling from a global batch of {old} to {new}",
+                    meta.lr, cfg.lr_scaling
+                ),
+            )
+        }
+        None => (meta.lr, "from the checkpoint".to_string()),
+    };
+    Resumed {
+        per_replica,
+        lr,
+        batch_note,
+        lr_note,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> CheckpointMeta {
+        CheckpointMeta {
+            format: super::super::checkpoint::FORMAT.into(),
+            step: 10,
+            epoch: 0,
+            offset: 0,
+            per_replica: 32,
+            ranks: 2,
+            lr: 1e-3,
+            optimizer: "adam".into(),
+            optimizer_steps: 10,
+            dims: vec![4, 2],
+            seed: 0,
+            data: "digits".into(),
+            config: serde_json::json!({}),
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_s_values_unless_the_flags_say_otherwise() {
+        let plain = resumed_settings(&RunConfig::default(), &meta(), 2);
+        assert_eq!((plain.per_replica, plain.lr), (32, 1e-3));
+        assert!(
+            plain.batch_note.contains("from the checkpoint"),
+            "{plain:?}"
+        );
+        assert_eq!(plain.lr_note, "from the checkpoint");
+
+        let bigger = RunConfig {
+            batch_per_replica: 64,
+            batch_from_flag: true,
+            ..RunConfig::default()
+        };
+        let r = resumed_settings(&bigger, &meta(), 2);
+        assert_eq!(r.per_replica, 64);
+        assert!((r.lr - 2e-3).abs() < 1e-9, "linear scaling: {r:?}");
+        assert!(r.batch_note.contains("the checkpoint had 32"), "{r:?}");
+        assert!(r.lr_note.contains("64 to 128"), "{r:?}");
+
+        let given = RunConfig {
+            lr: Some(5e-4),
+            ..bigger
+        };
+        let r = resumed_settings(&given, &meta(), 2);
+        assert_eq!((r.per_replica, r.lr), (64, 5e-4));
+        assert!(r.lr_note.contains("--lr"), "{r:?}");
+
+        // fewer ranks than the checkpoint's: the same per-replica batch, a smaller global one
+        let r = resumed_settings(&RunConfig::default(), &meta(), 1);
+        assert!((r.lr - 5e-4).abs() < 1e-9, "{r:?}");
+    }
+}
