@@ -45,13 +45,29 @@ pub enum Command {
     Selftest,
 }
 
+/// `scale --seconds`: a time budget between 0.05 s and an hour.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}`: use a number of seconds from 0.05 to 3600, such as 2"
+        )),
+    }
+}
+
+/// A count flag's parser: 1..=most, so 0 (which would measure nothing or divide by zero) and
+/// absurd values are refused with the range.
+fn at_least_one(most: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=most)
+}
+
 #[derive(Args, Debug)]
 pub struct ScaleArgs {
     /// Device counts to measure  [default: 1 up to the number of cores (at least 2)]
     #[arg(long, value_delimiter = ',')]
     pub counts: Vec<usize>,
     /// Per-replica batch sizes  [default: --batch-per-replica]
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one(1 << 20))]
     pub batches: Vec<usize>,
     /// Prefetch settings to compare: on, off, or on,off
     #[arg(long = "prefetch-modes", value_delimiter = ',', default_value = "on,off", value_parser = ["on", "off"])]
@@ -59,11 +75,11 @@ pub struct ScaleArgs {
     /// Untimed steps before each measurement.
     #[arg(long, default_value_t = 20)]
     pub warmup_steps: u64,
-    /// Timed steps per measurement.
-    #[arg(long, default_value_t = 100)]
-    pub timed_steps: u64,
+    /// Seconds each measurement is timed for (after the warm-up steps).
+    #[arg(long, default_value_t = 2.0, value_parser = seconds)]
+    pub seconds: f64,
     /// Runs per point (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
     pub repeat: usize,
     /// Also write the table to PATH (.csv or .json).
     #[arg(long, value_name = "PATH")]
@@ -75,16 +91,16 @@ pub struct ScaleArgs {
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Per-replica batch sizes to measure.
-    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512", value_parser = at_least_one(1 << 16))]
     pub batches: Vec<usize>,
     /// CPU worker counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least_one(256))]
     pub workers: Vec<usize>,
     /// Timed samples per measurement (after a warm-up of a tenth as many).
-    #[arg(long, default_value_t = 120_000)]
+    #[arg(long, default_value_t = 120_000, value_parser = at_least_one(1 << 30))]
     pub samples: usize,
     /// Repeats per point (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
     pub repeat: usize,
     /// Only one part: training throughput, all-reduce bandwidth, the terminal UI's cost, --rebalance against a slow rank, or the GPU benchmarks (kernels, samples/s per GPU count, NCCL bandwidth).
     #[arg(long, value_parser = ["all", "train", "allreduce", "tui", "rebalance", "gpu"], default_value = "all")]
@@ -138,7 +154,7 @@ pub struct TrainArgs {
     /// Samples per replica per step  [default: 32]
     #[arg(long)]
     pub batch_per_replica: Option<usize>,
-    /// Learning rate  [default: 1e-3]
+    /// Learning rate  [default: 1e-3 per 64 samples of global batch, scaled to the run's global batch by --lr-scaling]
     #[arg(long)]
     pub lr: Option<f32>,
     /// sgd | momentum | adam | adamw  [default: adam]

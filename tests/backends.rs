@@ -1,8 +1,10 @@
 //! One test body for every backend: a replica trains two steps on a fixed batch and must match
 //! an independent double-precision reference written here (forward, backward, optimizer), and
 //! its metrics, evaluation and export/import must agree with it. The CPU copy always runs; the
-//! CUDA copy runs where a GPU and the CUDA libraries are present and prints "skipped: no GPU"
+//! CUDA copy runs where a GPU and the CUDA libraries are present and prints "SKIPPED ...: no GPU"
 //! elsewhere.
+
+mod common;
 
 use mgtop::backend::cuda::discover::{discover, Discovery};
 use mgtop::backend::cuda::replica::CudaReplica;
@@ -198,7 +200,7 @@ fn cpu_replica_trains_like_the_reference() {
 fn cuda_replica_trains_like_the_reference() {
     match discover() {
         Discovery::None(why) => {
-            eprintln!("skipped: no GPU ({why})");
+            common::skipped(&format!("no GPU ({why})"));
             return;
         }
         Discovery::Found(_) => {}

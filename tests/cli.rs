@@ -193,7 +193,36 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             ],
             &["missing.csv"],
         ),
+        (
+            &["--model", "mlp:1,,2"],
+            &["mlp:1,,2", "empty hidden width"],
+        ),
+        (&["--name", "a\x1b[31mred"], &["--name", "escape sequences"]),
+        (
+            &["--prefetch", "100000000"],
+            &["--prefetch 100000000", "0 (no prefetch) to 1024"],
+        ),
+        (
+            &["--grad-accum", "100000000"],
+            &["--grad-accum 100000000", "to 65536"],
+        ),
+        (
+            &["--model", "mlp:65536,65536,65536", "--devices", "cpu:3"],
+            &["GiB of memory", "per CPU rank x 3", "available", "--model"],
+        ),
     ];
+    for (args, needles) in [
+        (&["bench", "--workers", "0"][..], "0 is not in 1..=256"),
+        (&["bench", "--batches", "32,0"], "0 is not in 1..="),
+        (&["bench", "--samples", "0"], "0 is not in 1..="),
+        (&["bench", "--repeat", "0"], "0 is not in 1..=100"),
+        (&["scale", "--repeat", "0"], "0 is not in 1..=100"),
+    ] {
+        let o = run_in(d, args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {out}");
+        assert!(out.contains(needles), "{args:?}: {out}");
+    }
     std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
     std::fs::write(d.join("bad-theme.toml"), "text = \"#ffffff\"\n").unwrap();
     for (args, needles) in cases {
@@ -384,8 +413,8 @@ fn scale_measures_the_grid_and_writes_the_table() {
             "16",
             "--warmup-steps",
             "5",
-            "--timed-steps",
-            "30",
+            "--seconds",
+            "0.2",
             "--repeat",
             "1",
             "--out",
@@ -395,7 +424,7 @@ fn scale_measures_the_grid_and_writes_the_table() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("[4/4]") && out.contains("samples/s  speedup"),
+        out.contains("[4/4]") && out.contains("samples/s  spread  speedup"),
         "{out}"
     );
     let rows: Vec<serde_json::Value> =
@@ -409,6 +438,7 @@ fn scale_measures_the_grid_and_writes_the_table() {
             r["efficiency"].as_f64().unwrap(),
         );
         assert!(r["samples_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(r["spread"].as_f64().unwrap() >= 0.0);
         assert!((eff - speedup / devices).abs() < 1e-9, "{r}");
         if devices == 1.0 {
             assert_eq!(speedup, 1.0);

@@ -2,6 +2,8 @@
 //! skipped where NVRTC is missing, unless MGTOP_REQUIRE_NVRTC=1 (as .ci/run sets, after
 //! installing the `nvidia-cuda-nvrtc-cu12` wheel) makes that a failure.
 
+mod common;
+
 use mgtop::backend::cuda::kernels::{compile, entry_points, nvrtc_available, KernelError, SOURCES};
 
 fn nvrtc_or_skip() -> bool {
@@ -12,7 +14,7 @@ fn nvrtc_or_skip() -> bool {
         std::env::var("MGTOP_REQUIRE_NVRTC").as_deref() != Ok("1"),
         "MGTOP_REQUIRE_NVRTC=1 but libnvrtc cannot be loaded (is its directory on LD_LIBRARY_PATH?)"
     );
-    eprintln!("skipped: NVRTC not found");
+    common::skipped("NVRTC not found (pip install nvidia-cuda-nvrtc-cu12 and put its lib directory on LD_LIBRARY_PATH)");
     false
 }
 

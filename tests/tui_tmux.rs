@@ -2,6 +2,8 @@
 //! checkpoint, and find the terminal restored. Skipped where tmux is missing, unless
 //! MGTOP_REQUIRE_TMUX=1 (as .ci/run sets) makes that a failure.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -60,7 +62,7 @@ fn tmux_available() -> bool {
             std::env::var("MGTOP_REQUIRE_TMUX").as_deref() != Ok("1"),
             "MGTOP_REQUIRE_TMUX=1 but tmux is not installed"
         );
-        eprintln!("skipped: tmux not found");
+        common::skipped("tmux not found (apt-get install tmux)");
     }
     found
 }

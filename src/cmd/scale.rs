@@ -1,6 +1,7 @@
 //! `mgtop-train scale`: the same workload over a grid of device counts, prefetch on/off and
-//! per-replica batch sizes, each point timed after a warm-up and repeated (median), reported
-//! as a table (and CSV or JSON) with speedup and efficiency against one device.
+//! per-replica batch sizes, each point timed for a time budget after a warm-up and repeated
+//! (median), reported as a table (and CSV or JSON) with speedup and efficiency against one
+//! device, and a warning where the repeats disagree too much for a figure to mean anything.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ pub struct Row {
     pub global_batch: usize,
     pub prefetch: bool,
     pub samples_per_sec: f64,
+    /// (fastest - slowest) / median of the repeats' samples/s: how far a figure can be trusted.
+    pub spread: f64,
     /// Against one device at the same per-replica batch and prefetch setting.
     pub speedup: Option<f64>,
     pub efficiency: Option<f64>,
@@ -53,9 +56,13 @@ pub struct Plan {
     pub batches: Vec<usize>,
     pub prefetch: Vec<bool>,
     pub warmup_steps: u64,
-    pub timed_steps: u64,
+    /// How long each run is timed for, after its warm-up steps.
+    pub timed: Duration,
     pub repeat: usize,
 }
+
+/// Repeats that differ by more than this (relative to their median) make a figure noise.
+pub const NOISY_SPREAD: f64 = 0.10;
 
 impl Plan {
     /// Every point, prefetch-major then batch then device count (so the 1-device baseline of
@@ -90,7 +97,8 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         },
         batch_per_replica: p.per_replica,
         prefetch: if p.prefetch { base.prefetch.max(1) } else { 0 },
-        budget: Budget::Steps(plan.warmup_steps + plan.timed_steps),
+        // stopped once the time budget is spent (see below)
+        budget: Budget::Steps(crate::engine::checkpoint::MAX_STEP),
         final_checkpoint: false,
         checkpoint_every: None,
         resume: None,
@@ -111,7 +119,14 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     let mut telemetry = Telemetry::new(&engine.info().devices, NVML_EVERY);
     let mut nvml = (0.0f64, 0.0f64, 0usize);
     let mut next_sample = None;
+    let mut timed_from = None;
+    let mut stopping = false;
     loop {
+        if let Some(t0) = timed_from {
+            if !stopping && engine.elapsed() >= t0 + plan.timed {
+                stopping = engine.controller().stop(false).is_ok();
+            }
+        }
         if let Some(at) = next_sample.filter(|&at| engine.elapsed() >= at) {
             for d in telemetry.sample(engine.elapsed()) {
                 if let (Some(u), Some(m)) = (d.util, d.mem_access) {
@@ -124,6 +139,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
             Ok(s) => {
                 if s.step > plan.warmup_steps {
                     next_sample.get_or_insert(engine.elapsed() + NVML_EVERY);
+                    timed_from.get_or_insert(engine.elapsed());
                     let t = &mut sums[s.rank];
                     t[0] += (s.compute + s.comm + s.optimizer).as_secs_f64();
                     t[1] += s.data_wait.as_secs_f64();
@@ -136,7 +152,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
                 }
             }
             // collected on a timer so that no worker has to wake this thread per step
-            Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(20)),
+            Err(TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(5)),
             Err(TryRecvError::Disconnected) => break,
         }
     }
@@ -155,6 +171,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         global_batch: global,
         prefetch: p.prefetch,
         samples_per_sec: timed_rate(&r.step_ends, plan.warmup_steps, global),
+        spread: 0.0,
         speedup: None,
         efficiency: None,
         utilization: if nvml.2 > 0 {
@@ -170,9 +187,39 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     })
 }
 
+/// The median run, with the spread of all of them.
 fn median_by(rows: &mut [Row]) -> Row {
     rows.sort_by(|a, b| a.samples_per_sec.total_cmp(&b.samples_per_sec));
-    rows[rows.len() / 2].clone()
+    let mut m = rows[rows.len() / 2].clone();
+    let (lo, hi) = (
+        rows[0].samples_per_sec,
+        rows[rows.len() - 1].samples_per_sec,
+    );
+    m.spread = if m.samples_per_sec > 0.0 {
+        (hi - lo) / m.samples_per_sec
+    } else {
+        0.0
+    };
+    m
+}
+
+/// The warning for points whose repeats disagree (a speedup is only as good as both its
+/// figures), or `None` when every figure holds.
+pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
+    let noisy: Vec<String> = rows
+        .iter()
+        .filter(|r| r.spread > NOISY_SPREAD)
+        .map(|r| format!("{}x{}", r.devices, r.per_replica))
+        .collect();
+    if noisy.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "WARN the {repeat} repeats of {} point(s) ({}) differ by more than {:.0}% of their median: this machine is noisy or busy, so those figures and their speedups mean little; close other work and measure longer (--seconds) or more often (--repeat)",
+        noisy.len(),
+        noisy.join(", "),
+        NOISY_SPREAD * 100.0
+    ))
 }
 
 /// Measures every point (`progress` is told each one as it finishes) and fills in speedup and
@@ -213,12 +260,13 @@ fn pct(v: f64) -> String {
 /// The table as printed.
 pub fn table(rows: &[Row]) -> Vec<String> {
     let mut out = vec![format!(
-        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
+        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
         "devices",
         "batch",
         "global",
         "prefetch",
         "samples/s",
+        "spread",
         "speedup",
         "eff",
         "util",
@@ -230,12 +278,13 @@ pub fn table(rows: &[Row]) -> Vec<String> {
     )];
     for r in rows {
         out.push(format!(
-            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
+            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
             r.devices,
             r.per_replica,
             r.global_batch,
             if r.prefetch { "on" } else { "off" },
             r.samples_per_sec,
+            format!("±{:.0}%", r.spread * 50.0),
             r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
             r.efficiency.map_or("-".into(), pct),
             pct(r.utilization),
@@ -278,16 +327,17 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let text = match ext {
         "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
         "csv" => {
-            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
+            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{:.1},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
+                    "{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
                     r.devices,
                     r.per_replica,
                     r.global_batch,
                     r.prefetch,
                     r.samples_per_sec,
+                    r.spread,
                     opt(r.speedup),
                     opt(r.efficiency),
                     r.utilization,
@@ -345,9 +395,6 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.batches.clone()
     };
-    if args.timed_steps == 0 {
-        anyhow::bail!("--timed-steps 0 measures nothing: use 1 or more");
-    }
     if let Some(p) = &args.out {
         // refuse a bad --out before spending minutes measuring
         crate::cmd::scale::check_out(p).map_err(anyhow::Error::msg)?;
@@ -362,15 +409,16 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         batches,
         prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),
         warmup_steps: args.warmup_steps,
-        timed_steps: args.timed_steps,
+        timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
     };
     crate::say!(
-        "scale: {} points x {} runs, {} timed steps after {} (machine: {cores} cores; {threads} thread(s) per worker)",
+        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker)",
         plan.points().len(),
         plan.repeat.max(1),
-        plan.timed_steps,
-        plan.warmup_steps
+        args.seconds,
+        plan.warmup_steps,
+        (plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3)
     );
     let rows = crate::cmd::scale::run(&base, &plan, |i, n, r| {
         crate::say!(
@@ -383,6 +431,9 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     })?;
     for line in crate::cmd::scale::table(&rows) {
         crate::say!("{line}");
+    }
+    if let Some(w) = noise_warning(&rows, plan.repeat) {
+        crate::say!("{w}");
     }
     if let Some(p) = &args.out {
         crate::cmd::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
@@ -403,7 +454,7 @@ mod tests {
             batches: vec![32, 128],
             prefetch: vec![true, false],
             warmup_steps: 1,
-            timed_steps: 1,
+            timed: Duration::from_millis(100),
             repeat: 1,
         };
         let p = plan.points();
@@ -424,5 +475,39 @@ mod tests {
             ]
         );
         assert!(!p[7].prefetch && p[7].per_replica == 128 && p[7].devices == 2);
+    }
+
+    fn row(devices: usize, rate: f64) -> Row {
+        Row {
+            devices,
+            per_replica: 32,
+            global_batch: 32 * devices,
+            prefetch: true,
+            samples_per_sec: rate,
+            spread: 0.0,
+            speedup: None,
+            efficiency: None,
+            utilization: 1.0,
+            memory_access: None,
+            data_wait_share: 0.0,
+            comm_share: 0.0,
+            sync_wait_share: 0.0,
+            final_loss: 1.0,
+        }
+    }
+
+    #[test]
+    fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
+        let steady = median_by(&mut [row(1, 100.0), row(1, 104.0), row(1, 98.0)]);
+        assert_eq!(steady.samples_per_sec, 100.0);
+        assert!((steady.spread - 0.06).abs() < 1e-9);
+        let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
+        assert_eq!(noisy.samples_per_sec, 100.0);
+        assert!(noise_warning(std::slice::from_ref(&steady), 3).is_none());
+        let w = noise_warning(&[steady, noisy], 3).unwrap();
+        assert!(
+            w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
+            "{w}"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod events;
 pub mod heartbeat;
 mod info;
 pub mod loader;
+mod memory;
 mod rebalance;
 mod resume;
 mod validate;
@@ -130,6 +131,12 @@ impl Engine {
         if let Some(p) = &cfg.resume {
             checkpoint::resolve(p)?;
         }
+        let dims = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes).dims;
+        memory::check(
+            &memory::estimate(&cfg, &devices.0, &dims),
+            memory::available(),
+        )
+        .map_err(EngineError::Config)?;
         let lock = (cfg.final_checkpoint || cfg.checkpoint_every.is_some())
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;

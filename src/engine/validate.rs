@@ -4,6 +4,11 @@
 use std::time::Duration;
 
 use super::EngineError;
+
+/// Micro-batches per step (`--grad-accum`) and batches queued per rank (`--prefetch`): far
+/// beyond any use, and what keeps a typo from allocating without bound.
+pub const MAX_GRAD_ACCUM: usize = 1 << 16;
+pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, RunConfig};
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
@@ -15,11 +20,25 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
             crate::engine::control::MAX_BATCH
         ));
     }
-    if cfg.grad_accum == 0 {
-        return bad(
-            "--grad-accum 0 is invalid: use 1 (no accumulation) or more micro-batches per step"
-                .into(),
-        );
+    if cfg.grad_accum == 0 || cfg.grad_accum > MAX_GRAD_ACCUM {
+        return bad(format!(
+            "--grad-accum {} is out of range: use 1 (no accumulation) to {MAX_GRAD_ACCUM} micro-batches per step",
+            cfg.grad_accum
+        ));
+    }
+    if cfg.prefetch > MAX_PREFETCH {
+        return bad(format!(
+            "--prefetch {} is out of range: use 0 (no prefetch) to {MAX_PREFETCH} batches, or auto",
+            cfg.prefetch
+        ));
+    }
+    if let Some(name) = &cfg.name {
+        if name.chars().any(char::is_control) || name.chars().count() > 200 {
+            return bad(
+                "--name must be printable text of at most 200 characters (no escape sequences or line breaks)"
+                    .into(),
+            );
+        }
     }
     if let Some(lr) = cfg.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return bad(format!(

@@ -19,6 +19,9 @@ impl Default for ModelSpec {
     }
 }
 
+/// Hidden layers an MLP may have.
+const MAX_HIDDEN_LAYERS: usize = 64;
+
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -27,7 +30,12 @@ impl FromStr for ModelSpec {
             .or_else(|| (s == "mlp").then_some(""))
             .ok_or_else(|| format!("unknown model `{s}`: use mlp:H1,H2,... (hidden widths), e.g. mlp:128 or mlp:256,128"))?;
         let mut hidden = Vec::new();
-        for part in rest.split(',').filter(|p| !p.trim().is_empty()) {
+        for part in rest.split(',').filter(|_| !rest.trim().is_empty()) {
+            if part.trim().is_empty() {
+                return Err(format!(
+                    "model `{s}`: an empty hidden width between commas; use e.g. mlp:128,64"
+                ));
+            }
             let h: usize = part.trim().parse().map_err(|_| {
                 format!(
                     "model `{s}`: hidden width `{part}` is not a whole number; use e.g. mlp:128,64"
@@ -39,6 +47,12 @@ impl FromStr for ModelSpec {
                 ));
             }
             hidden.push(h);
+        }
+        if hidden.len() > MAX_HIDDEN_LAYERS {
+            return Err(format!(
+                "model `{s}`: {} hidden layers; use at most {MAX_HIDDEN_LAYERS}",
+                hidden.len()
+            ));
         }
         Ok(ModelSpec { hidden })
     }
@@ -266,6 +280,16 @@ mod tests {
         assert!("cnn:3".parse::<ModelSpec>().unwrap_err().contains("mlp:H1"));
         assert!("mlp:12x".parse::<ModelSpec>().unwrap_err().contains("12x"));
         assert!("mlp:0".parse::<ModelSpec>().is_err());
+        assert!("mlp:1,,2"
+            .parse::<ModelSpec>()
+            .unwrap_err()
+            .contains("empty hidden width"));
+        assert!("mlp:8,".parse::<ModelSpec>().is_err());
+        let deep = format!("mlp:{}", vec!["4"; 65].join(","));
+        assert!(deep
+            .parse::<ModelSpec>()
+            .unwrap_err()
+            .contains("at most 64"));
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! The host memory a run will take, estimated before anything large is allocated: a run too
+//! large for the machine is refused with the figures instead of aborting part-way through its
+//! start ("memory allocation of N bytes failed").
+
+use super::Device;
+use crate::config::RunConfig;
+use crate::nn::optim::OptimizerKind;
+
+/// Rows evaluated at a time (`CpuReplica`'s evaluation chunk, at least).
+const EVAL_ROWS: u64 = 512;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Bytes still to be allocated by a run, by what they hold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Estimate {
+    /// Parameters, gradients and optimizer moments of one CPU rank.
+    pub state_per_rank: f64,
+    pub ranks: usize,
+    /// The copies a start and a checkpoint make (host side for every rank kind).
+    pub copies: f64,
+    /// Activations and their gradients, every CPU rank together.
+    pub activations: f64,
+    /// Batches queued by the loaders, every rank together.
+    pub queues: f64,
+}
+
+impl Estimate {
+    pub fn total(&self) -> f64 {
+        self.state_per_rank * self.ranks as f64 + self.copies + self.activations + self.queues
+    }
+}
+
+/// `dims`: the model's widths, input to classes.
+pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], dims: &[usize]) -> Estimate {
+    let f = |x: usize| x as f64;
+    let params: f64 = dims.windows(2).map(|w| f(w[0]) * f(w[1]) + f(w[1])).sum();
+    let moments = match cfg.optimizer {
+        OptimizerKind::Sgd => 0.0,
+        OptimizerKind::Momentum => 1.0,
+        OptimizerKind::Adam | OptimizerKind::AdamW => 2.0,
+    };
+    let cpu = devices
+        .iter()
+        .filter(|d| matches!(d, Device::Cpu { .. }))
+        .count();
+    let width: f64 = dims.iter().map(|&d| f(d)).sum();
+    let rows = f(cfg.batch_per_replica).max(EVAL_ROWS as f64);
+    let batch = f(cfg.batch_per_replica) * f(cfg.grad_accum) * (f(dims[0]) + 1.0) * 4.0;
+    let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads);
+    Estimate {
+        state_per_rank: (2.0 + moments) * params * 4.0,
+        ranks: cpu,
+        // the state every rank starts from, and a checkpoint's copy plus its serialized bytes
+        copies: (1.0 + moments) * params * 4.0 * (2.0 + (devices.len() - cpu) as f64),
+        activations: 2.0 * rows * width * 4.0 * f(cpu),
+        queues: batch * in_flight * f(devices.len()),
+    }
+}
+
+/// Refuses a run whose estimate exceeds the memory available now (Linux: MemAvailable).
+pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> {
+    let Some(avail) = available else {
+        return Ok(());
+    };
+    if e.total() <= avail as f64 * 0.9 {
+        return Ok(());
+    }
+    Err(format!(
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is available: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
+        e.total() / GIB,
+        e.state_per_rank / GIB,
+        e.ranks,
+        e.copies / GIB,
+        e.activations / GIB,
+        e.queues / GIB,
+        avail as f64 / GIB
+    ))
+}
+
+/// Memory the machine can give this process now, in bytes (Linux; `None` elsewhere).
+pub(super) fn available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: usize) -> Vec<Device> {
+        (0..n).map(|index| Device::Cpu { index }).collect()
+    }
+
+    #[test]
+    fn the_reference_mlp_fits_and_an_absurd_one_is_refused_with_the_figures() {
+        let cfg = RunConfig::default();
+        let small = estimate(&cfg, &cpus(2), &[784, 128, 10]);
+        // 101,770 parameters: params + grads + Adam's two moments, 4 bytes each
+        assert_eq!(small.state_per_rank, 4.0 * 101_770.0 * 4.0);
+        assert!(small.total() < 64e6, "{small:?}");
+        assert!(check(&small, Some(1 << 30)).is_ok());
+
+        let huge = estimate(&cfg, &cpus(3), &[784, 65536, 65536, 65536, 10]);
+        let e = check(&huge, Some(24 << 30)).unwrap_err();
+        assert!(
+            e.contains("per CPU rank x 3")
+                && e.contains("24.0 GiB is available")
+                && e.contains("--model"),
+            "{e}"
+        );
+        // without a figure for the machine, nothing is refused
+        assert!(check(&huge, None).is_ok());
+    }
+
+    #[test]
+    fn queued_batches_grow_with_prefetch_and_accumulation() {
+        let cfg = RunConfig {
+            prefetch: 8,
+            grad_accum: 4,
+            ..RunConfig::default()
+        };
+        let e = estimate(&cfg, &cpus(1), &[784, 10]);
+        // (8 prefetched + 1 being built) batches of 4 micro-batches of 32 samples
+        assert_eq!(e.queues, 9.0 * 4.0 * 32.0 * 785.0 * 4.0);
+    }
+
+    #[test]
+    fn the_machine_s_available_memory_is_read() {
+        if cfg!(target_os = "linux") {
+            assert!(available().is_some_and(|b| b > 1 << 20));
+        }
+    }
+}

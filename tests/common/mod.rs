@@ -1,0 +1,14 @@
+//! What the integration tests share.
+
+use std::io::Write;
+
+/// Says that a test did not run and why, where `cargo test` shows it: straight to the process's
+/// stderr, which the test harness does not capture (it captures only `eprintln!`), so a skip is
+/// never mistaken for a pass in the output.
+pub fn skipped(why: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
+}
