@@ -1,10 +1,13 @@
-//! Every kernel in kernels/ compiles with NVRTC for sm_80 and sm_90. Needs libnvrtc, not a GPU:
+//! Every kernel in kernels/ compiles with NVRTC to CUBIN for sm_80 and sm_90. Needs libnvrtc, not a GPU:
 //! skipped where NVRTC is missing, unless MGTOP_REQUIRE_NVRTC=1 (as .ci/run sets, after
 //! installing the `nvidia-cuda-nvrtc-cu12` wheel) makes that a failure.
 
 mod common;
 
-use mgtop::backend::cuda::kernels::{compile, entry_points, nvrtc_available, KernelError, SOURCES};
+use mgtop::backend::cuda::kernels::{
+    compile, entry_points, for_device, nvrtc_available, supported_archs, KernelError, Target,
+    SOURCES,
+};
 
 fn nvrtc_or_skip() -> bool {
     if nvrtc_available() {
@@ -18,23 +21,51 @@ fn nvrtc_or_skip() -> bool {
     false
 }
 
+/// Whether `haystack` holds `needle` (a kernel's symbol name in a CUBIN's string table).
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
 #[test]
-fn every_kernel_compiles_for_sm80_and_sm90() {
+fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
     if !nvrtc_or_skip() {
         return;
     }
-    for arch in ["sm_80", "sm_90"] {
+    for arch in [80, 90] {
         for (file, src) in SOURCES {
-            let ptx = compile(file, src, arch).unwrap_or_else(|e| panic!("{e}"));
-            assert!(ptx.contains(&format!(".target {arch}")), "{file} {arch}");
+            let image = compile(file, src, Target::Cubin(arch)).unwrap_or_else(|e| panic!("{e}"));
+            let b = &image.bytes;
+            // an ELF object for NVIDIA GPUs (e_machine 190, EM_CUDA), holding every entry point
+            assert_eq!(&b[..4], b"\x7fELF", "{file} sm_{arch}: not an ELF image");
+            assert_eq!(u16::from_le_bytes([b[18], b[19]]), 190, "{file} sm_{arch}");
             for name in entry_points(src) {
-                assert!(
-                    ptx.contains(&format!(".entry {name}(")),
-                    "{file}: no entry {name}"
-                );
+                assert!(holds(b, name), "{file} sm_{arch}: no kernel {name}");
             }
         }
     }
+}
+
+#[test]
+fn a_gpu_newer_than_nvrtc_gets_ptx_and_each_architecture_is_compiled_once() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let (file, src) = SOURCES[0];
+    let ptx = compile(file, src, Target::Ptx(80)).unwrap();
+    let text = String::from_utf8(ptx.bytes).unwrap();
+    assert!(text.contains(".target sm_80"), "{text}");
+    let supported = supported_archs().unwrap();
+    assert!(
+        supported.contains(&80) && supported.contains(&90),
+        "{supported:?}"
+    );
+    let a = for_device(90).unwrap();
+    let b = for_device(90).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &b), "compiled twice");
+    assert_eq!(a.len(), SOURCES.len());
+    assert!(a.iter().all(|i| i.target == Target::Cubin(90)));
 }
 
 #[test]
@@ -43,7 +74,7 @@ fn a_compile_error_shows_the_nvrtc_log() {
         return;
     }
     let bad = "extern \"C\" __global__ void broken_f32(float* x) { x[0] = undefined_name; }";
-    match compile("broken.cu", bad, "sm_80") {
+    match compile("broken.cu", bad, Target::Cubin(80)) {
         Err(e @ KernelError::Compile { .. }) => {
             let msg = e.to_string();
             assert!(

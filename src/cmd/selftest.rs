@@ -6,25 +6,39 @@ use std::process::ExitCode;
 /// `selftest`: what this machine offers the CUDA path, and every kernel through NVRTC.
 pub fn command() -> anyhow::Result<ExitCode> {
     use crate::backend::cuda::discover::{discover, Discovery};
-    use crate::backend::cuda::kernels::{compile, entry_points, nvrtc_available, SOURCES};
+    use crate::backend::cuda::kernels::{
+        compile, entry_points, nvrtc_available, supported_archs, Target, SOURCES,
+    };
     let gpus = discover();
     match &gpus {
         Discovery::None(why) => crate::say!("GPU: none ({why})"),
         Discovery::Found(g) => {
             for gpu in g {
-                crate::say!("GPU {}: {} ({} GiB)", gpu.index, gpu.name, gpu.memory >> 30);
+                crate::say!(
+                    "GPU {}: {} ({} GiB, sm_{}, PCI {})",
+                    gpu.index,
+                    gpu.name,
+                    gpu.memory >> 30,
+                    gpu.arch,
+                    gpu.pci_bus_id.as_deref().unwrap_or("?")
+                );
             }
         }
     }
     let mut failed = false;
     if nvrtc_available() {
-        crate::say!("NVRTC: found; compiling kernels/ for sm_80 and sm_90");
+        let archs = supported_archs().map_or_else(|e| e.to_string(), |a| format!("{a:?}"));
+        crate::say!(
+            "NVRTC: found (architectures {archs}); compiling kernels/ to CUBIN for sm_80 and sm_90"
+        );
         for (file, src) in SOURCES {
-            for arch in ["sm_80", "sm_90"] {
-                match compile(file, src, arch) {
-                    Ok(_) => {
-                        crate::say!("  ok   {file:<16} {arch}  {}", entry_points(src).join(" "))
-                    }
+            for arch in [80, 90] {
+                match compile(file, src, Target::Cubin(arch)) {
+                    Ok(image) => crate::say!(
+                        "  ok   {file:<16} sm_{arch}  {:>6} bytes  {}",
+                        image.bytes.len(),
+                        entry_points(src).join(" ")
+                    ),
                     Err(e) => {
                         failed = true;
                         crate::say!("  FAIL {e}");
@@ -33,7 +47,7 @@ pub fn command() -> anyhow::Result<ExitCode> {
             }
         }
     } else {
-        crate::say!("NVRTC: not found (libnvrtc.so.12); kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` and put its lib directory on LD_LIBRARY_PATH to check them");
+        crate::say!("NVRTC: not found; kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `nvidia-cuda-nvrtc` (CUDA 13) to check them");
     }
     if failed {
         return Ok(ExitCode::from(1));

@@ -184,12 +184,14 @@ mod tests {
         );
         let two = Discovery::Found(vec![
             GpuInfo {
+                arch: 90,
                 index: 0,
                 name: "NVIDIA A100".into(),
                 memory: 80 << 30,
                 pci_bus_id: None,
             },
             GpuInfo {
+                arch: 90,
                 index: 1,
                 name: "NVIDIA A100".into(),
                 memory: 80 << 30,

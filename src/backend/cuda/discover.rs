@@ -7,6 +7,8 @@ pub struct GpuInfo {
     pub index: usize,
     pub name: String,
     pub memory: u64,
+    /// Compute capability as major*10 + minor (90 for an H100); 0 where unknown.
+    pub arch: u32,
     /// "0000:3b:00.0", as NVML names the same GPU.
     pub pci_bus_id: Option<String>,
 }
@@ -30,6 +32,25 @@ fn pci_bus_id(dev: cudarc::driver::sys::CUdevice) -> Option<String> {
         attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
         attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
     ))
+}
+
+/// The device's compute capability as major*10 + minor, 0 where the driver does not say.
+fn compute_capability(dev: cudarc::driver::sys::CUdevice) -> u32 {
+    use cudarc::driver::result::device::get_attribute;
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    // SAFETY: `dev` is a device handle the driver returned; attributes are read-only queries.
+    let attr = |a| {
+        unsafe { get_attribute(dev, a) }
+            .ok()
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    match (
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+    ) {
+        (Some(major), Some(minor)) => major * 10 + minor,
+        _ => 0,
+    }
 }
 
 /// Asks the CUDA driver for its devices.
@@ -62,6 +83,7 @@ pub fn discover() -> Discovery {
                     memory: dev
                         .and_then(|d| unsafe { device::total_mem(d) }.ok())
                         .unwrap_or(0) as u64,
+                    arch: dev.map_or(0, compute_capability),
                     pci_bus_id: dev.and_then(pci_bus_id),
                 }
             })

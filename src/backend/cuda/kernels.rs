@@ -1,6 +1,7 @@
 //! The CUDA kernels (`kernels/*.cu`, embedded) and their compilation with NVRTC, which is
 //! loaded at run time: the crate builds and runs without CUDA, and a missing NVRTC is an
-//! answer, never a panic.
+//! answer, never a panic. Kernels are compiled to CUBIN for the GPU's own architecture (capped
+//! at what this NVRTC knows), once per architecture per process.
 
 /// Every kernel source, by file name.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -32,7 +33,7 @@ pub fn nvrtc_available() -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("NVRTC (libnvrtc.so.12) was not found: install the CUDA 12 toolkit or `pip install nvidia-cuda-nvrtc-cu12` and add its lib directory to LD_LIBRARY_PATH")]
+    #[error("NVRTC (libnvrtc) was not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) / `nvidia-cuda-nvrtc` (CUDA 13) and add its lib directory to LD_LIBRARY_PATH")]
     NoNvrtc,
     #[error("kernels/{file} does not compile for {arch}:\n{log}")]
     Compile {
@@ -40,31 +41,195 @@ pub enum KernelError {
         arch: String,
         log: String,
     },
+    #[error("NVRTC {what}: {detail}")]
+    Nvrtc { what: &'static str, detail: String },
 }
 
-/// Compiles one source to PTX for a GPU architecture such as `sm_80`; a compile error carries
-/// NVRTC's log.
-pub fn compile(file: &str, src: &str, arch: &'static str) -> Result<String, KernelError> {
+/// What a kernel source is compiled to for one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Machine code for exactly this architecture (`sm_90` = 90): what a driver loads whatever
+    /// its age, since no PTX needs translating (PTX from a newer NVRTC than the driver is
+    /// refused with CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+    Cubin(u32),
+    /// PTX for this virtual architecture, for a GPU newer than this NVRTC knows: the driver,
+    /// newer than the NVRTC, compiles it.
+    Ptx(u32),
+}
+
+impl Target {
+    /// The target for a device of compute capability `device` (major*10 + minor) given the
+    /// architectures this NVRTC supports: its own CUBIN where NVRTC knows it; else CUBIN for
+    /// the newest supported one of the same major (binary compatible with later minors); else
+    /// PTX for the newest supported one, which the driver compiles. `None`: NVRTC supports
+    /// nothing at or below the device.
+    pub fn for_device(device: u32, supported: &[u32]) -> Option<Target> {
+        if supported.contains(&device) {
+            return Some(Target::Cubin(device));
+        }
+        let below = supported.iter().copied().filter(|&a| a <= device);
+        if let Some(same_major) = below.clone().filter(|a| a / 10 == device / 10).max() {
+            return Some(Target::Cubin(same_major));
+        }
+        below.max().map(Target::Ptx)
+    }
+
+    /// NVRTC's `--gpu-architecture` value.
+    pub fn arch(&self) -> String {
+        match self {
+            Target::Cubin(a) => format!("sm_{a}"),
+            Target::Ptx(a) => format!("compute_{a}"),
+        }
+    }
+}
+
+/// A compiled kernel file: CUBIN bytes or PTX text, as its target says.
+#[derive(Clone, Debug)]
+pub struct Image {
+    pub file: &'static str,
+    pub target: Target,
+    pub bytes: Vec<u8>,
+}
+
+impl Image {
+    /// What the driver loads (`CudaContext::load_module`).
+    pub fn module(&self) -> cudarc::nvrtc::Ptx {
+        match self.target {
+            Target::Cubin(_) => cudarc::nvrtc::Ptx::from_binary(self.bytes.clone()),
+            Target::Ptx(_) => {
+                cudarc::nvrtc::Ptx::from_src(String::from_utf8_lossy(&self.bytes).into_owned())
+            }
+        }
+    }
+}
+
+/// The architectures this NVRTC can compile for (major*10 + minor, ascending).
+pub fn supported_archs() -> Result<Vec<u32>, KernelError> {
+    use cudarc::nvrtc::sys;
     if !nvrtc_available() {
         return Err(KernelError::NoNvrtc);
     }
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(arch),
-        name: Some(file.to_string()),
-        ..Default::default()
+    let err = |what| {
+        move |e: sys::nvrtcResult| KernelError::Nvrtc {
+            what,
+            detail: format!("{e:?}"),
+        }
     };
-    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-        .map(|ptx| ptx.to_src())
-        .map_err(|e| KernelError::Compile {
-            file: file.to_string(),
-            arch: arch.to_string(),
-            log: match e {
-                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                    log.to_string_lossy().into_owned()
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: NVRTC is loadable (checked above); `n` is a valid out-pointer.
+    unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }
+        .result()
+        .map_err(|e| err("number of supported architectures")(e.0))?;
+    let mut archs = vec![0 as std::ffi::c_int; n.max(0) as usize];
+    // SAFETY: `archs` has room for the `n` entries NVRTC said it will write.
+    unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+        .result()
+        .map_err(|e| err("supported architectures")(e.0))?;
+    let mut archs: Vec<u32> = archs
+        .into_iter()
+        .filter_map(|a| u32::try_from(a).ok())
+        .collect();
+    archs.sort_unstable();
+    Ok(archs)
+}
+
+/// Compiles one source for `target`; a compile error carries NVRTC's log.
+pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, KernelError> {
+    use cudarc::nvrtc::{result, sys};
+    if !nvrtc_available() {
+        return Err(KernelError::NoNvrtc);
+    }
+    let arch = target.arch();
+    let nvrtc = |what| {
+        move |e: cudarc::nvrtc::result::NvrtcError| KernelError::Nvrtc {
+            what,
+            detail: format!("{e:?}"),
+        }
+    };
+    let src_c = std::ffi::CString::new(src).map_err(|_| KernelError::Compile {
+        file: file.into(),
+        arch: arch.clone(),
+        log: "the source holds a NUL byte".into(),
+    })?;
+    let name = std::ffi::CString::new(file).expect("file names have no NUL");
+    // the program is destroyed below on every path
+    let prog = result::create_program(&src_c, Some(&name)).map_err(nvrtc("create program"))?;
+    let opts = [format!("--gpu-architecture={arch}")];
+    // SAFETY: `prog` was created above and is destroyed only after the last use below.
+    let out = unsafe {
+        match result::compile_program(prog, &opts) {
+            Err(_) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes)
+                            .trim_end_matches('\0')
+                            .to_string()
+                    })
+                    .unwrap_or_default();
+                Err(KernelError::Compile {
+                    file: file.into(),
+                    arch: arch.clone(),
+                    log,
+                })
+            }
+            Ok(()) => match target {
+                Target::Cubin(_) => {
+                    let mut size = 0usize;
+                    sys::nvrtcGetCUBINSize(prog, &mut size)
+                        .result()
+                        .map_err(nvrtc("CUBIN size"))
+                        .and_then(|()| {
+                            let mut bytes = vec![0u8; size];
+                            sys::nvrtcGetCUBIN(prog, bytes.as_mut_ptr().cast())
+                                .result()
+                                .map(|()| bytes)
+                                .map_err(nvrtc("CUBIN"))
+                        })
                 }
-                other => format!("{other:?}"),
+                Target::Ptx(_) => result::get_ptx(prog)
+                    .map(|p| p.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect())
+                    .map_err(nvrtc("PTX")),
             },
-        })
+        }
+    };
+    // SAFETY: `prog` is not used after this.
+    let _ = unsafe { result::destroy_program(prog) };
+    Ok(Image {
+        file,
+        target,
+        bytes: out?,
+    })
+}
+
+/// Every file of `kernels/` compiled for a device of compute capability `device`, once per
+/// architecture per process (every GPU of the same model, and every selftest check, shares it).
+pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<u32, Arc<Vec<Image>>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(images) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&device) {
+        return Ok(images.clone());
+    }
+    let supported = supported_archs()?;
+    let target = Target::for_device(device, &supported).ok_or_else(|| KernelError::Compile {
+        file: "*".into(),
+        arch: format!("sm_{device}"),
+        log: format!(
+            "this NVRTC supports {supported:?}, nothing at or below the GPU's architecture: use the NVRTC of an older CUDA release"
+        ),
+    })?;
+    let images = SOURCES
+        .iter()
+        .map(|(file, src)| compile(file, src, target))
+        .collect::<Result<Vec<_>, _>>()?;
+    let images = Arc::new(images);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(device, images.clone());
+    Ok(images)
 }
 
 #[cfg(test)]
@@ -102,5 +267,21 @@ mod tests {
             })
             .count();
         assert_eq!(on_disk, SOURCES.len());
+    }
+
+    #[test]
+    fn a_device_gets_its_own_cubin_or_the_nearest_the_nvrtc_knows() {
+        let nvrtc12 = [50, 60, 70, 75, 80, 86, 87, 89, 90];
+        assert_eq!(Target::for_device(90, &nvrtc12), Some(Target::Cubin(90)));
+        assert_eq!(Target::for_device(80, &nvrtc12), Some(Target::Cubin(80)));
+        // sm_88 (hypothetical): the newest of its major, binary compatible
+        assert_eq!(Target::for_device(88, &nvrtc12), Some(Target::Cubin(87)));
+        // a Blackwell GPU with an NVRTC that predates it: PTX for the newest, JIT by the driver
+        assert_eq!(Target::for_device(120, &nvrtc12), Some(Target::Ptx(90)));
+        assert_eq!(Target::for_device(100, &nvrtc12), Some(Target::Ptx(90)));
+        // an NVRTC 13 (sm_75 and up) on a Pascal GPU: nothing it can do
+        assert_eq!(Target::for_device(61, &[75, 80, 90, 100, 120]), None);
+        assert_eq!(Target::Cubin(90).arch(), "sm_90");
+        assert_eq!(Target::Ptx(90).arch(), "compute_90");
     }
 }

@@ -118,18 +118,16 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(|e| CudaError::new(index, "create stream", e))?;
-        // NVRTC wants a 'static arch name; one short string per opened GPU.
-        let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
+        let images = kernels::for_device((major * 10 + minor) as u32).map_err(|e| CudaError {
+            gpu: index,
+            what: "compile kernels/".into(),
+            detail: e.to_string(),
+        })?;
         let mut functions = HashMap::new();
-        for (file, src) in SOURCES {
-            let ptx = kernels::compile(file, src, arch_static).map_err(|e| CudaError {
-                gpu: index,
-                what: format!("compile kernels/{file}"),
-                detail: e.to_string(),
-            })?;
+        for (image, (_, src)) in images.iter().zip(SOURCES) {
             let module = ctx
-                .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-                .map_err(|e| CudaError::new(index, &format!("load kernels/{file}"), e))?;
+                .load_module(image.module())
+                .map_err(|e| CudaError::new(index, &format!("load kernels/{}", image.file), e))?;
             for name in kernels::entry_points(src) {
                 let f = module
                     .load_function(name)
