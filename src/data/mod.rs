@@ -3,6 +3,7 @@
 
 mod csv;
 mod idx;
+pub mod read;
 mod synthetic;
 
 use std::fmt;
