@@ -186,6 +186,15 @@ pub enum DataError {
     Format { path: PathBuf, msg: String },
 }
 
+impl From<read::ReadError> for DataError {
+    fn from(e: read::ReadError) -> Self {
+        match e {
+            read::ReadError::Io { path, source } => DataError::Io { path, source },
+            read::ReadError::Refused { path, problem } => DataError::Format { path, msg: problem },
+        }
+    }
+}
+
 /// A loaded dataset, split and normalised, with a one-line description for the log.
 pub struct LoadedData {
     pub train: Dataset,
