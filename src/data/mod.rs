@@ -226,10 +226,7 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
             label,
             header,
         } => {
-            let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let text = csv::read(path)?;
             let ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
                 path: path.clone(),
                 msg,
