@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::config::{Budget, RunConfig};
+use crate::data::read::{self, Expect, ReadError};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -238,10 +239,20 @@ fn parse<T: std::str::FromStr<Err = String>>(
 
 /// Reads a config file into the same shape as the flags.
 pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    let expect = Expect {
+        what: "a config file",
+        flag: "--config",
+        max: read::SETTINGS_MAX,
+        fix: "check that --config names a config file (TOML, keys named like the flags)",
+    };
+    let text = read::read_text(path, &expect).map_err(|e| match e {
+        ReadError::Io { source, .. } => {
+            format!("cannot read config file {}: {source}", path.display())
+        }
+        refused => format!("config file {refused}"),
+    })?;
     toml::from_str(&text).map_err(|e| {
-        let msg = e.message().to_string();
+        let msg = read::excerpt_quotes(e.message());
         let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         format!("config file {}{at}: {msg}; keys are the flag names without the leading --, e.g. batch-per-replica = 64", path.display())
@@ -482,5 +493,34 @@ mod tests {
         assert!(cli(&["--epochs", "1", "--steps", "2"]).is_err());
         let e = cli(&["--config", "/nonexistent.toml"]).unwrap_err();
         assert!(e.contains("/nonexistent.toml"), "{e}");
+    }
+
+    #[test]
+    fn config_files_are_read_within_limits() {
+        let e = cli(&["--config", "/dev/zero"]).unwrap_err();
+        assert!(
+            e.starts_with(
+                "config file /dev/zero: a character device, not a regular file; --config needs"
+            ),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = cli(&["--config", dir.path().to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("a directory, not a regular file"), "{e}");
+        let f = dir.path().join("big.toml");
+        std::fs::File::create(&f).unwrap().set_len(2 << 20).unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(
+            e.contains("larger than the 1 MiB that a config file may hold (2 MiB)"),
+            "{e}"
+        );
+        // a long value from the file is quoted short, not echoed whole
+        let long = "f".repeat(500_000);
+        std::fs::write(&f, format!("lr = \"{long}\"\n")).unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(
+            e.len() < 400 && e.contains("line 1") && e.contains("fff…"),
+            "{e}"
+        );
     }
 }

@@ -1,9 +1,15 @@
 //! CSV: one sample per line, numeric features and one integer label column.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
-use super::{finish, Dataset};
+use super::read::{self, excerpt, Expect};
+use super::{finish, DataError, Dataset};
+
+/// The most fields a row may have: a million features is far past any model here, and the
+/// cap keeps a hostile line from allocating without bound.
+const MAX_FIELDS: usize = 1 << 20;
 
 /// Which column holds the label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,20 +42,65 @@ impl fmt::Display for LabelColumn {
     }
 }
 
+/// Reads a CSV file of at most a quarter of the machine's memory: parsed and split, a CSV
+/// takes up to about four times its size.
+pub(super) fn read(path: &Path) -> Result<String, DataError> {
+    let (memory, _) = read::machine_memory();
+    let fix = format!(
+        "the cap is a quarter of {}, as loading a CSV takes up to about 4 times its size; train on a sample of its rows",
+        read::memory_text()
+    );
+    let expect = Expect {
+        what: "a CSV file",
+        flag: "--data",
+        max: memory / 4,
+        fix: &fix,
+    };
+    Ok(read::read_text(path, &expect)?)
+}
+
+/// Lines ended by LF, CRLF or a lone CR (old Mac files).
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (line, next) = match rest.find(['\n', '\r']) {
+            None => (rest, ""),
+            Some(i) if rest[i..].starts_with("\r\n") => (&rest[..i], &rest[i + 2..]),
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+        };
+        rest = next;
+        Some(line)
+    })
+}
+
 /// Parses CSV text; errors name the line (1-based) and column.
 pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Dataset, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut x = Vec::new();
     let mut y = Vec::new();
     let mut width = None;
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in lines(text).enumerate() {
         let lineno = i + 1;
         if (header && i == 0) || line.trim().is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        // at most one field more than the row may have, so that a long row is seen, not stored
+        let most = width.map_or(MAX_FIELDS, |w: usize| w) + 1;
+        let fields: Vec<&str> = line.split(',').take(most).map(str::trim).collect();
+        if fields.len() > MAX_FIELDS {
+            return Err(format!("line {lineno} has more than {MAX_FIELDS} fields, the most a row may have; is it a CSV file (one sample per line, values separated by commas)?"));
+        }
         let w = *width.get_or_insert(fields.len());
         if fields.len() != w {
-            return Err(format!("line {lineno} has {} fields but earlier lines have {w}; every row needs the same number of columns", fields.len()));
+            let n = if fields.len() > w {
+                format!("more than {w}")
+            } else {
+                fields.len().to_string()
+            };
+            return Err(format!("line {lineno} has {n} fields but earlier lines have {w}; every row needs the same number of columns"));
         }
         if w < 2 {
             return Err(format!(
@@ -77,20 +128,43 @@ pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Data
             } else {
                 let v: f32 = f
                     .parse()
-                    .map_err(|_| format!("line {lineno}, column {j}: `{f}` is not a number (if line 1 is a header, add ,header to --data)"))?;
+                    .map_err(|_| format!("line {lineno}, column {j}: `{}` is not a number (if line 1 is a header, add ,header to --data)", excerpt(f)))?;
                 if !v.is_finite() {
                     return Err(format!(
-                        "line {lineno}, column {j}: `{f}` is not a finite number"
+                        "line {lineno}, column {j}: `{}` is not a finite number; replace or drop rows with NaN or infinite values",
+                        excerpt(f)
                     ));
                 }
                 x.push(v);
             }
         }
     }
+    if y.is_empty() {
+        return Err(no_rows(text, header));
+    }
     finish(width.map_or(0, |w| w - 1), x, y)
 }
 
+/// Why a file gave no samples, saying what it holds.
+fn no_rows(text: &str, header: bool) -> String {
+    if text.is_empty() {
+        return "the file is empty; it needs one sample per line: features and a label, separated by commas".into();
+    }
+    let holds = if header && lines(text).filter(|l| !l.trim().is_empty()).count() == 1 {
+        "only the header line".to_string()
+    } else if text.bytes().all(|b| b == b'\r') {
+        format!(
+            "{} carriage return (CR) characters and nothing else",
+            text.len()
+        )
+    } else {
+        format!("{} bytes of whitespace and line breaks only", text.len())
+    };
+    format!("file has no data rows: it holds {holds}; it needs one sample per line: features and a label, separated by commas")
+}
+
 fn bad_label(line: usize, col: usize, f: &str) -> String {
+    let f = excerpt(f);
     format!("line {line}, column {col}: label `{f}` is not a class index (an integer 0..65535); pick the label column with label=first|last|N")
 }
 
@@ -128,5 +202,91 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
         let e = parse("1,2\n", LabelColumn::Index(5), false).unwrap_err();
         assert!(e.contains("label column 5"), "{e}");
+    }
+
+    #[test]
+    fn a_csv_larger_than_a_quarter_of_memory_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("big.csv");
+        let (memory, _) = read::machine_memory();
+        // sparse: nothing is written, and nothing may be read
+        std::fs::File::create(&f)
+            .unwrap()
+            .set_len(memory / 4 + 1)
+            .unwrap();
+        let e = super::read(&f).unwrap_err().to_string();
+        assert!(
+            e.contains("that a CSV file may hold") && e.contains("train on a sample of its rows"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_and_any_line_ending_are_read() {
+        let d = parse("\u{feff}1,2,0\n3,4,1\n", LabelColumn::Last, false).unwrap();
+        assert_eq!(d.x, vec![1.0, 2.0, 3.0, 4.0]);
+        let d = parse("\u{feff}a,b,c\r\n1,2,0\r\n", LabelColumn::Last, true).unwrap();
+        assert_eq!(d.x, vec![1.0, 2.0]);
+        let d = parse("1,2,0\r3,4,1\r", LabelColumn::Last, false).unwrap();
+        assert_eq!(
+            (d.x.clone(), d.y.clone()),
+            (vec![1.0, 2.0, 3.0, 4.0], vec![0, 1])
+        );
+        let e = parse("1,2,0\r3,x,1\r", LabelColumn::Last, false).unwrap_err();
+        assert!(e.starts_with("line 2, column 1: `x`"), "{e}");
+    }
+
+    #[test]
+    fn a_file_without_rows_says_what_it_holds() {
+        let e = parse("\r\r\r\r", LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.contains("no data rows") && e.contains("4 carriage return (CR)"),
+            "{e}"
+        );
+        let e = parse(" \n\n\t\r\n", LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.contains("no data rows") && e.contains("whitespace"),
+            "{e}"
+        );
+        assert!(!e.contains("empty"), "{e}");
+        let e = parse("a,b,label\n\n", LabelColumn::Last, true).unwrap_err();
+        assert!(e.contains("only the header line"), "{e}");
+    }
+
+    #[test]
+    fn rows_with_too_many_fields_are_refused_before_they_are_stored() {
+        let wide = ",".repeat(MAX_FIELDS + 10);
+        let e = parse(&wide, LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("line 1 has more than 1048576 fields"), "{e}");
+        let e = parse(&format!("1,2,0\n{wide}"), LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("line 2 has more than 3 fields"), "{e}");
+    }
+
+    #[test]
+    fn fields_in_messages_are_cut_short_and_escaped() {
+        let huge = "9".repeat(10_000_000) + "x";
+        let e = parse(&format!("1,{huge},0\n"), LabelColumn::Last, false).unwrap_err();
+        assert!(e.len() < 300 && e.contains("9999…`"), "{} bytes", e.len());
+        let e = parse(&format!("1,2,{huge}\n"), LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.len() < 300 && e.contains("label `9999"),
+            "{} bytes",
+            e.len()
+        );
+        let e = parse("1,\x1b[2J,0\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("`\\u{1b}[2J`"), "{e}");
+    }
+
+    #[test]
+    fn nan_and_infinite_values_are_refused_with_their_place() {
+        for v in ["NaN", "inf", "-infinity", "1e39"] {
+            let e = parse(&format!("1,2,0\n3,{v},1\n"), LabelColumn::Last, false).unwrap_err();
+            assert!(
+                e.contains("line 2, column 1") && e.contains("not a finite number"),
+                "{v}: {e}"
+            );
+        }
+        let e = parse("1,2,NaN\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("label `NaN`"), "{e}");
     }
 }

@@ -1,13 +1,17 @@
 //! IDX, the MNIST / Fashion-MNIST file format (raw or gzip): a big-endian header
-//! `0 0 TYPE NDIMS`, NDIMS u32 sizes, then the data.
+//! `0 0 TYPE NDIMS`, NDIMS u32 sizes, then the data. Sizes from the header are checked before
+//! anything is allocated, and nothing past what the header declares is read (a gzip bomb stops
+//! there).
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::read::{self, Expect};
 use super::{finish, DataError, Dataset, Normalisation};
 
 const UBYTE: u8 = 0x08;
 const FLOAT: u8 = 0x0D;
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 struct Idx {
     kind: u8,
@@ -15,27 +19,52 @@ struct Idx {
     data: Vec<u8>,
 }
 
+/// Why reading stopped: the stream's error (for gzip, corrupt data), or the format's.
+enum Fail {
+    Io(std::io::Error),
+    Format(String),
+}
+
+impl From<String> for Fail {
+    fn from(msg: String) -> Self {
+        Fail::Format(msg)
+    }
+}
+
+impl From<std::io::Error> for Fail {
+    fn from(e: std::io::Error) -> Self {
+        Fail::Io(e)
+    }
+}
+
 fn read(path: &Path) -> Result<Idx, DataError> {
+    let (memory, _) = read::machine_memory();
+    let expect = Expect {
+        what: "an IDX file",
+        flag: "--data",
+        max: memory,
+        fix: "an IDX file must fit in memory to be loaded; is it the right file?",
+    };
+    let (file, len) = read::open(path, &expect)?;
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let raw = std::fs::read(path).map_err(io)?;
-    let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| {
-                fmt_err(
-                    path,
-                    format!("gzip data is corrupt ({e}); download the file again"),
-                )
-            })?;
-        out
+    let mut r = BufReader::new(file);
+    let gz = r.fill_buf().map_err(io)?.starts_with(&GZIP_MAGIC);
+    let got = if gz {
+        from_reader(flate2::read::GzDecoder::new(r), None, memory)
     } else {
-        raw
+        from_reader(r, Some(len), memory)
     };
-    parse(&bytes).map_err(|msg| fmt_err(path, msg))
+    got.map_err(|fail| match fail {
+        Fail::Format(msg) => fmt_err(path, msg),
+        Fail::Io(e) if gz => fmt_err(
+            path,
+            format!("gzip data is corrupt ({e}); download the file again"),
+        ),
+        Fail::Io(source) => io(source),
+    })
 }
 
 fn fmt_err(path: &Path, msg: String) -> DataError {
@@ -45,43 +74,93 @@ fn fmt_err(path: &Path, msg: String) -> DataError {
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<Idx, String> {
-    if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 {
-        return Err(
+/// Up to `n` bytes of `r` (fewer at its end).
+fn take(r: &mut impl Read, n: u64) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    r.take(n).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Reads an IDX stream: the raw file (`file_len` known) or its decompressed gzip stream.
+/// A declaration past `memory` is refused before anything is allocated for it.
+fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<Idx, Fail> {
+    let magic = take(&mut r, 4)?;
+    if magic.len() < 4 || magic[0] != 0 || magic[1] != 0 {
+        return Err(Fail::Format(
             "not an IDX file: the first two bytes must be 0 (is it an MNIST idx1/idx3 file?)"
                 .into(),
-        );
+        ));
     }
-    let kind = bytes[2];
+    let kind = magic[2];
     if kind != UBYTE && kind != FLOAT {
-        return Err(format!("byte 2: element type 0x{kind:02X} is not supported; use unsigned bytes (0x08) or f32 (0x0D)"));
+        return Err(Fail::Format(format!("byte 2: element type 0x{kind:02X} is not supported; use unsigned bytes (0x08) or f32 (0x0D)")));
     }
-    let ndims = bytes[3] as usize;
+    let ndims = magic[3] as usize;
+    if ndims == 0 {
+        return Err(Fail::Format("byte 3: the header declares 0 dimensions; an IDX file has at least one (is it an MNIST idx1/idx3 file?)".into()));
+    }
     let header = 4 + 4 * ndims;
-    if ndims == 0 || bytes.len() < header {
-        return Err(format!(
+    let sizes = take(&mut r, 4 * ndims as u64)?;
+    if sizes.len() < 4 * ndims {
+        return Err(Fail::Format(format!(
             "header says {ndims} dimensions but the file ends at byte {}",
-            bytes.len()
-        ));
+            4 + sizes.len()
+        )));
     }
-    let dims: Vec<usize> = (0..ndims)
-        .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().unwrap()) as usize)
+    let dims: Vec<usize> = sizes
+        .chunks_exact(4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
         .collect();
-    let elem = if kind == UBYTE { 1 } else { 4 };
-    let want = dims.iter().product::<usize>() * elem;
-    let have = bytes.len() - header;
-    if have != want {
-        let dims_txt: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-        return Err(format!(
-            "header (byte 4..{header}) says {} = {want} bytes of data but {have} follow; the file is truncated or not IDX",
-            dims_txt.join("x")
-        ));
+    let dims_txt = dims
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("x");
+    if let Some(i) = dims.iter().position(|&d| d == 0) {
+        return Err(Fail::Format(format!(
+            "header (byte 4..{header}) declares {dims_txt}: dimension {i} is 0, so the file holds no samples; is it the right file?"
+        )));
     }
-    Ok(Idx {
-        kind,
-        dims,
-        data: bytes[header..].to_vec(),
-    })
+    let elem: u64 = if kind == UBYTE { 1 } else { 4 };
+    let want = dims
+        .iter()
+        .try_fold(elem, |acc, &d| acc.checked_mul(d as u64))
+        .ok_or_else(|| {
+            format!("header (byte 4..{header}) declares {dims_txt} elements, more than 64-bit sizes count: not an IDX file, or corrupt")
+        })?;
+    if want > memory {
+        return Err(Fail::Format(format!(
+            "header (byte 4..{header}) declares {dims_txt} = {want} bytes of data, more than {}: not an IDX file, or corrupt",
+            read::memory_text()
+        )));
+    }
+    let mismatch = |have: String| {
+        Fail::Format(format!(
+            "header (byte 4..{header}) says {dims_txt} = {want} bytes of data but {have} follow; the file is truncated or not IDX"
+        ))
+    };
+    // a raw file's length is known: a mismatch is refused before its data is read
+    let raw_have = file_len.map(|len| len.saturating_sub(header as u64));
+    if let Some(have) = raw_have.filter(|&h| h != want) {
+        return Err(mismatch(have.to_string()));
+    }
+    let mut data = Vec::with_capacity(raw_have.unwrap_or(0) as usize);
+    (&mut r).take(want + 1).read_to_end(&mut data)?;
+    let have = data.len() as u64;
+    if have > want && file_len.is_none() {
+        return Err(Fail::Format(format!(
+            "decompresses to more than its header declares ({} bytes): not an IDX file, or corrupt",
+            header as u64 + want
+        )));
+    }
+    if have != want {
+        return Err(mismatch(if have > want {
+            format!("more than {want}")
+        } else {
+            have.to_string()
+        }));
+    }
+    Ok(Idx { kind, dims, data })
 }
 
 /// Loads an images file and a labels file; u8 images are scaled by 1/255.
@@ -102,6 +181,7 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
             ),
         ));
     }
+    // cannot overflow: the product of all the dimensions was checked when the file was read
     let features: usize = im.dims[1..].iter().product();
     let (x, norm) = if im.kind == UBYTE {
         (
@@ -109,16 +189,26 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
             Normalisation::Scale(1.0 / 255.0),
         )
     } else {
-        (
-            im.data
-                .chunks_exact(4)
-                .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
-            Normalisation::None,
-        )
+        let x: Vec<f32> = im
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            return Err(fmt_err(
+                images,
+                format!(
+                    "image {}, value {}: {} is not a finite number; the images must not hold NaN or infinite values",
+                    i / features,
+                    i % features,
+                    x[i]
+                ),
+            ));
+        }
+        (x, Normalisation::None)
     };
     let y = lb.data.iter().map(|&b| b as u32).collect();
-    let ds = finish(features.max(1), x, y).map_err(|m| fmt_err(labels, m))?;
+    let ds = finish(features, x, y).map_err(|m| fmt_err(labels, m))?;
     Ok((ds, norm))
 }
 
@@ -126,7 +216,7 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
 mod tests {
     use super::*;
 
-    pub fn idx_bytes(kind: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    fn idx_bytes(kind: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
         let mut v = vec![0, 0, kind, dims.len() as u8];
         for d in dims {
             v.extend_from_slice(&d.to_be_bytes());
@@ -135,16 +225,111 @@ mod tests {
         v
     }
 
+    fn parse(bytes: &[u8]) -> Result<Idx, String> {
+        from_reader(bytes, Some(bytes.len() as u64), read::machine_memory().0).map_err(
+            |f| match f {
+                Fail::Format(m) => m,
+                Fail::Io(e) => e.to_string(),
+            },
+        )
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
     #[test]
     fn parses_and_rejects() {
         let ok = parse(&idx_bytes(UBYTE, &[2, 2, 2], &[0; 8])).unwrap();
         assert_eq!(ok.dims, vec![2, 2, 2]);
         let e = parse(&idx_bytes(UBYTE, &[2, 2, 2], &[0; 7])).err().unwrap();
         assert!(e.contains("2x2x2 = 8 bytes of data but 7 follow"), "{e}");
+        let e = parse(&idx_bytes(UBYTE, &[2, 2, 2], &[0; 9])).err().unwrap();
+        assert!(e.contains("2x2x2 = 8 bytes of data but 9 follow"), "{e}");
         let e = parse(b"PK\x03\x04").err().unwrap();
         assert!(e.contains("not an IDX file"), "{e}");
         let e = parse(&idx_bytes(0x0B, &[1], &[0, 0])).err().unwrap();
         assert!(e.contains("0x0B"), "{e}");
+        let e = parse(&[0, 0, 8, 0]).err().unwrap();
+        assert!(e.contains("declares 0 dimensions"), "{e}");
+        let e = parse(&[0, 0, 8, 3, 0, 0]).err().unwrap();
+        assert!(
+            e.contains("3 dimensions but the file ends at byte 6"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn header_sizes_are_checked_before_they_are_used() {
+        for dims in [&[0u32, 28, 28][..], &[2, 0], &[0]] {
+            let e = parse(&idx_bytes(UBYTE, dims, &[])).err().unwrap();
+            assert!(
+                e.contains("is 0, so the file holds no samples"),
+                "{dims:?}: {e}"
+            );
+        }
+        // the product wraps to 0 in 64 bits: 4 x 2^31 x 2^31 x 2^31 x 2^31 = 2^126
+        let e = parse(&idx_bytes(FLOAT, &[1 << 31; 4], &[])).err().unwrap();
+        assert!(e.contains("more than 64-bit sizes count"), "{e}");
+        let e = parse(&idx_bytes(UBYTE, &[u32::MAX; 3], &[])).err().unwrap();
+        assert!(e.contains("more than 64-bit sizes count"), "{e}");
+        // fits in 64 bits, but not in any machine's memory: refused before allocating
+        let e = parse(&idx_bytes(UBYTE, &[1 << 31, 1 << 31], &[1, 2]))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("4611686018427387904 bytes of data, more than"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_gzip_stream_stops_at_what_the_header_declares() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("bomb.gz");
+        let mut bomb = idx_bytes(UBYTE, &[2, 2], &[1, 2, 3, 4]);
+        bomb.resize(64 << 20, 0);
+        std::fs::write(&f, gzip(&bomb)).unwrap();
+        let e = read(&f).err().unwrap().to_string();
+        assert!(
+            e.contains("decompresses to more than its header declares (16 bytes)"),
+            "{e}"
+        );
+        assert!(!e.contains("download"), "{e}");
+        let whole = gzip(&idx_bytes(UBYTE, &[4], &[0; 4]));
+        std::fs::write(&f, &whole[..whole.len() - 10]).unwrap();
+        let e = read(&f).err().unwrap().to_string();
+        assert!(e.contains("gzip data is corrupt"), "{e}");
+        std::fs::write(&f, gzip(&idx_bytes(UBYTE, &[4], &[0; 3]))).unwrap();
+        let e = read(&f).err().unwrap().to_string();
+        assert!(e.contains("4 = 4 bytes of data but 3 follow"), "{e}");
+    }
+
+    #[test]
+    fn float_images_must_be_finite() {
+        let dir = tempfile::tempdir().unwrap();
+        let (imgs, labs) = (dir.path().join("img"), dir.path().join("lab"));
+        let values = [0.5f32, 1.0, f32::NAN, 2.0];
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+        std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
+        std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
+        let e = load(&imgs, &labs).err().unwrap().to_string();
+        assert!(
+            e.contains("image 1, value 0: NaN is not a finite number"),
+            "{e}"
+        );
+        let data: Vec<u8> = [0.5f32, 1.0, 3.0, 2.0]
+            .iter()
+            .flat_map(|v| v.to_be_bytes())
+            .collect();
+        std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
+        let (ds, norm) = load(&imgs, &labs).unwrap();
+        assert_eq!(
+            (ds.x, norm),
+            (vec![0.5, 1.0, 3.0, 2.0], Normalisation::None)
+        );
     }
 
     #[test]
@@ -152,10 +337,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let imgs = dir.path().join("img.gz");
         let labs = dir.path().join("lab");
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut enc, &idx_bytes(UBYTE, &[3, 2], &[0, 255, 51, 0, 0, 0]))
-            .unwrap();
-        std::fs::write(&imgs, enc.finish().unwrap()).unwrap();
+        std::fs::write(
+            &imgs,
+            gzip(&idx_bytes(UBYTE, &[3, 2], &[0, 255, 51, 0, 0, 0])),
+        )
+        .unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[3], &[1, 0, 2])).unwrap();
         let (ds, norm) = load(&imgs, &labs).unwrap();
         assert_eq!((ds.len(), ds.features, ds.classes), (3, 2, 3));

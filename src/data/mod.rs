@@ -3,6 +3,7 @@
 
 mod csv;
 mod idx;
+pub mod read;
 mod synthetic;
 
 use std::fmt;
@@ -183,6 +184,17 @@ pub enum DataError {
     },
     #[error("{path}: {msg}")]
     Format { path: PathBuf, msg: String },
+    #[error("--data {spec}: {msg}")]
+    Spec { spec: String, msg: String },
+}
+
+impl From<read::ReadError> for DataError {
+    fn from(e: read::ReadError) -> Self {
+        match e {
+            read::ReadError::Io { path, source } => DataError::Io { path, source },
+            read::ReadError::Refused { path, problem } => DataError::Format { path, msg: problem },
+        }
+    }
 }
 
 /// A loaded dataset, split and normalised, with a one-line description for the log.
@@ -216,10 +228,7 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
             label,
             header,
         } => {
-            let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let text = csv::read(path)?;
             let ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
                 path: path.clone(),
                 msg,
@@ -235,7 +244,10 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
             (ds, scale, format!("idx {}", images.display()))
         }
         DataSpec::Synthetic { n, d, c } => (
-            synthetic::teacher(*n, *d, *c, seed),
+            synthetic::teacher(*n, *d, *c, seed).map_err(|msg| DataError::Spec {
+                spec: spec.to_string(),
+                msg,
+            })?,
             Normalisation::None,
             format!("synthetic teacher (seed {seed})"),
         ),
@@ -309,6 +321,13 @@ fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> 
     if y.is_empty() {
         return Err("no samples found; the file is empty".into());
     }
+    if y.len().checked_mul(features) != Some(x.len()) {
+        return Err(format!(
+            "{} values for {} samples of {features} features; the file is not a table of samples",
+            x.len(),
+            y.len()
+        ));
+    }
     let max = *y.iter().max().unwrap_or(&0);
     if max >= 65536 {
         return Err(format!(
@@ -372,6 +391,26 @@ mod tests {
             .parse::<DataSpec>()
             .unwrap_err()
             .contains("sep=;"));
+    }
+
+    #[test]
+    fn a_parsed_set_must_hold_rows_times_features_values() {
+        assert!(finish(2, vec![0.0; 4], vec![0, 1]).is_ok());
+        let e = finish(2, vec![0.0; 3], vec![0, 1]).unwrap_err();
+        assert!(e.contains("3 values for 2 samples of 2 features"), "{e}");
+        let e = finish(usize::MAX, vec![0.0], vec![0, 1]).unwrap_err();
+        assert!(e.contains("1 values for 2 samples"), "{e}");
+    }
+
+    #[test]
+    fn too_large_a_synthetic_set_names_the_spec() {
+        let spec: DataSpec = "synthetic:18446744073709551615,2,2".parse().unwrap();
+        let e = load(&spec, 0.1, 0).err().unwrap().to_string();
+        assert!(
+            e.starts_with("--data synthetic:18446744073709551615,2,2: ")
+                && e.contains("use fewer samples or features"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::path::Path;
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
+use crate::data::read::{self, excerpt, Expect, ReadError};
+
 /// The embedded themes, in the order `t` cycles through them.
 const EMBEDDED: [(&str, &str); 3] = [
     ("dark", include_str!("../../../themes/dark.toml")),
@@ -69,11 +71,12 @@ pub struct ThemeError {
 fn color(key: &str, v: &str) -> Result<Color, String> {
     if v.starts_with('#') {
         return Err(format!(
-            "key `{key}`: `{v}` is a 24-bit colour; use a name or a 256-colour index (0-255) so the theme works on 256-colour terminals"
+            "key `{key}`: `{}` is a 24-bit colour; use a name or a 256-colour index (0-255) so the theme works on 256-colour terminals",
+            excerpt(v)
         ));
     }
     v.parse().map_err(|_| {
-        format!("key `{key}`: `{v}` is not a colour; use a name such as lightblue, a 256-colour index (0-255), or reset")
+        format!("key `{key}`: `{}` is not a colour; use a name such as lightblue, a 256-colour index (0-255), or reset", excerpt(v))
     })
 }
 
@@ -88,14 +91,19 @@ impl Theme {
             let line = e
                 .span()
                 .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1));
-            err(format!("{}{}", line.unwrap_or_default(), e.message()))
+            err(format!(
+                "{}{}",
+                line.unwrap_or_default(),
+                read::excerpt_quotes(e.message())
+            ))
         })?;
         let base = match f.extends.as_deref() {
             None if f.name.is_some() && f.series.is_some() && f.text.is_some() => None,
             None => Some(Theme::embedded("dark").expect("dark is embedded")),
             Some(name) => Some(Theme::embedded(name).ok_or_else(|| {
                 err(format!(
-                    "key `extends`: `{name}` is not a theme; use one of {}",
+                    "key `extends`: `{}` is not a theme; use one of {}",
+                    excerpt(name),
                     Theme::embedded_names().collect::<Vec<_>>().join(", ")
                 ))
             })?),
@@ -168,12 +176,21 @@ impl Theme {
             return Ok(t);
         }
         let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path).map_err(|e| ThemeError {
+        let expect = Expect {
+            what: "a theme file",
+            flag: "--theme",
+            max: read::SETTINGS_MAX,
+            fix: "check that --theme names a theme file",
+        };
+        let text = read::read_text(path, &expect).map_err(|e| ThemeError {
             source_name: path.display().to_string(),
-            message: format!(
-                "cannot read it ({e}); --theme takes {} or the path of a theme file",
-                Theme::embedded_names().collect::<Vec<_>>().join(", ")
-            ),
+            message: match e {
+                ReadError::Io { source, .. } => format!(
+                    "cannot read it ({source}); --theme takes {} or the path of a theme file",
+                    Theme::embedded_names().collect::<Vec<_>>().join(", ")
+                ),
+                ReadError::Refused { problem, .. } => problem,
+            },
         })?;
         Theme::parse(&text, &path.display().to_string())
     }
@@ -301,5 +318,30 @@ mod tests {
         );
         std::fs::write(&f, good.replace("name = \"dark\"", "name = \"mine\"")).unwrap();
         assert_eq!(Theme::load(f.to_str().unwrap()).unwrap().name, "mine");
+    }
+
+    #[test]
+    fn theme_files_are_read_within_limits() {
+        let e = Theme::load("/dev/zero").unwrap_err().to_string();
+        assert!(
+            e.starts_with("theme /dev/zero: a character device, not a regular file; --theme needs"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("big.toml");
+        std::fs::File::create(&f).unwrap().set_len(2 << 20).unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("larger than the 1 MiB that a theme file may hold"),
+            "{e}"
+        );
+        // values from the file are quoted short and escaped
+        let long = "c".repeat(500_000);
+        std::fs::write(&f, format!("accent = \"{long}\"\n")).unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.len() < 300 && e.contains("ccc…`"), "{e}");
+        std::fs::write(&f, "accent = \"\\u001b[31m\"\n").unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(!e.contains('\x1b') && e.contains("\\u{1b}[31m"), "{e}");
     }
 }

@@ -1,0 +1,310 @@
+//! Files named on the command line (data, config, theme) are not trusted: they are read only if
+//! they are regular files, never past a cap for their format, and pieces of them shown in error
+//! messages are cut short with control characters escaped.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The most characters of a file's content quoted in a message.
+pub const EXCERPT_CHARS: usize = 40;
+
+/// The most bytes a config or theme file may hold (real ones hold a few hundred).
+pub const SETTINGS_MAX: u64 = 1 << 20;
+
+/// Assumed when /proc/meminfo cannot be read.
+const ASSUMED_MEMORY: u64 = 16 << 30;
+
+/// What a file is for, for its messages, and the most bytes it may hold.
+pub struct Expect<'a> {
+    /// What the file should be, with its article: "a config file".
+    pub what: &'a str,
+    /// The flag that named it: "--config".
+    pub flag: &'a str,
+    /// The most bytes it may hold.
+    pub max: u64,
+    /// Why `max`, and what to do about a larger file (after "; ").
+    pub fix: &'a str,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The operating system's error (missing, permissions); callers add which flag to check.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Read but refused: `problem` says why and what to do.
+    #[error("{}: {problem}", path.display())]
+    Refused { path: PathBuf, problem: String },
+}
+
+fn refused(path: &Path, problem: String) -> ReadError {
+    ReadError::Refused {
+        path: path.to_path_buf(),
+        problem,
+    }
+}
+
+/// Opens `path` for reading if it is a regular file of at most `expect.max` bytes; returns the
+/// file and its length. FIFOs are opened without blocking, so a FIFO without a writer is refused
+/// rather than waited on.
+pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    };
+    if let Some(kind) = kind {
+        return Err(refused(
+            path,
+            format!(
+                "{kind}, not a regular file; {} needs the path of {} (a regular file)",
+                expect.flag, expect.what
+            ),
+        ));
+    }
+    if meta.len() > expect.max {
+        return Err(too_large(path, expect, &bytes(meta.len())));
+    }
+    Ok((file, meta.len()))
+}
+
+fn too_large(path: &Path, expect: &Expect, size: &str) -> ReadError {
+    refused(
+        path,
+        format!(
+            "larger than the {} that {} may hold ({size}); {}",
+            bytes(expect.max),
+            expect.what,
+            expect.fix
+        ),
+    )
+}
+
+/// The whole file, if it is a regular file of at most `expect.max` bytes (checked while reading
+/// too: a file can grow, and some report no length).
+pub fn read_bytes(path: &Path, expect: &Expect) -> Result<Vec<u8>, ReadError> {
+    let (file, len) = open(path, expect)?;
+    let mut out = Vec::with_capacity(len as usize);
+    file.take(expect.max.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|source| ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if out.len() as u64 > expect.max {
+        return Err(too_large(path, expect, "found while reading it"));
+    }
+    Ok(out)
+}
+
+/// [`read_bytes`] for a UTF-8 text file.
+pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
+    String::from_utf8(read_bytes(path, expect)?).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+        refused(
+            path,
+            format!(
+                "not UTF-8 text (byte {at}, line {line}); {} must be saved as UTF-8",
+                expect.what
+            ),
+        )
+    })
+}
+
+/// The machine's memory in bytes (MemTotal), and whether it was read or assumed.
+pub fn machine_memory() -> (u64, bool) {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))?
+            .split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()?
+            .checked_mul(1024)
+    });
+    match total {
+        Some(t) => (t, true),
+        None => (ASSUMED_MEMORY, false),
+    }
+}
+
+/// "this machine's memory (15.5 GiB)", or the assumed size when it could not be read.
+pub fn memory_text() -> String {
+    match machine_memory() {
+        (m, true) => format!("this machine's memory ({})", bytes(m)),
+        (m, false) => format!(
+            "the assumed memory ({}; /proc/meminfo unreadable)",
+            bytes(m)
+        ),
+    }
+}
+
+/// A byte count for people: "512 bytes", "1 MiB", "2.5 GiB".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    let text = format!("{v:.1}");
+    format!("{} {}", text.trim_end_matches(".0"), UNITS[unit])
+}
+
+/// Untrusted text for a message: at most [`EXCERPT_CHARS`] characters, then an ellipsis, with
+/// control characters escaped (`\r`, `\u{1b}`), so a field can neither flood nor drive the
+/// terminal.
+pub fn excerpt(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == EXCERPT_CHARS {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A parser's message about untrusted text (such as a TOML error) with each quoted part, `…`
+/// or "…", made an [`excerpt`].
+pub fn excerpt_quotes(msg: &str) -> String {
+    let mut out = String::new();
+    let mut rest = msg;
+    while let Some(i) = rest.find(['`', '"']) {
+        let quote = &rest[i..i + 1];
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let end = rest.find(quote).unwrap_or(rest.len());
+        out.push_str(&excerpt(&rest[..end]));
+        out.push_str(&rest[end..(end + 1).min(rest.len())]);
+        rest = &rest[(end + 1).min(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Expect<'static> {
+        Expect {
+            what: "a test file",
+            flag: "--test",
+            max: 8,
+            fix: "use a smaller one",
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_regular_file_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_bytes(dir.path(), &small()).unwrap_err().to_string();
+        assert!(
+            e.contains("a directory, not a regular file") && e.contains("--test needs"),
+            "{e}"
+        );
+        let e = read_bytes(Path::new("/dev/zero"), &small())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/dev/zero: a character device, not a regular file"),
+            "{e}"
+        );
+        // a FIFO with no writer: opening it must not wait for one
+        let fifo = dir.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_bytes(&fifo, &small()).unwrap_err().to_string();
+        assert!(e.contains("a FIFO (named pipe), not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn caps_the_bytes_and_says_which_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"12345678").unwrap();
+        assert_eq!(read_bytes(&f, &small()).unwrap(), b"12345678");
+        std::fs::write(&f, b"123456789").unwrap();
+        let e = read_bytes(&f, &small()).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "larger than the 8 bytes that a test file may hold (9 bytes); use a smaller"
+            ),
+            "{e}"
+        );
+        // a sparse file far larger than the cap is refused from its length, not read
+        let big = File::create(&f).unwrap();
+        big.set_len(1 << 32).unwrap();
+        let e = read_bytes(&f, &small()).unwrap_err().to_string();
+        assert!(e.contains("(4 GiB)"), "{e}");
+        std::fs::write(&f, b"ok\n\xff").unwrap();
+        let e = read_text(&f, &small()).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8 text (byte 3, line 2)"), "{e}");
+        let e = read_text(&dir.path().join("none"), &small()).unwrap_err();
+        assert!(matches!(e, ReadError::Io { .. }), "{e}");
+    }
+
+    #[test]
+    fn excerpts_are_short_and_escaped() {
+        assert_eq!(excerpt("abc"), "abc");
+        let long = "x".repeat(10_000_000);
+        assert_eq!(excerpt(&long), format!("{}…", "x".repeat(EXCERPT_CHARS)));
+        assert_eq!(excerpt("a\rb\x1b[2J"), "a\\rb\\u{1b}[2J");
+        let msg = format!("invalid type: string \"{long}\", expected f64 at `lr`");
+        let short = excerpt_quotes(&msg);
+        assert_eq!(
+            short,
+            format!(
+                "invalid type: string \"{}…\", expected f64 at `lr`",
+                "x".repeat(EXCERPT_CHARS)
+            )
+        );
+        assert_eq!(excerpt_quotes("unclosed `abc"), "unclosed `abc");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(bytes(512), "512 bytes");
+        assert_eq!(bytes(1 << 20), "1 MiB");
+        assert_eq!(bytes(5 << 29), "2.5 GiB");
+        let (m, _) = machine_memory();
+        assert!(m > 1 << 26, "{m}");
+    }
+}

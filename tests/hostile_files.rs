@@ -1,0 +1,224 @@
+//! The binary against hostile input files: devices, FIFOs, directories, oversized and malformed
+//! files each end in one `error: ...` line and exit 1, quickly, without a panic.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the binary in `dir` and returns (exit code, stdout + stderr); a run that takes more
+/// than 60 s is killed and fails the test (a FIFO that blocks, a file read without end).
+fn run(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir)
+        .args(["--headless", "--checkpoint-dir", "ck"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code(), text)
+}
+
+/// Exit 1 with a single `error:` line holding every needle.
+fn refused(dir: &Path, args: &[&str], needles: &[&str]) {
+    let (code, out) = run(dir, args);
+    assert_eq!(code, Some(1), "{args:?} should fail with 1: {out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("error: "),
+        "{args:?}: not one error line: {out}"
+    );
+    assert!(out.len() < 500, "{args:?}: {} bytes of message", out.len());
+    for n in needles {
+        assert!(out.contains(n), "{args:?}: `{n}` missing from: {out}");
+    }
+}
+
+fn idx(kind: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut v = vec![0, 0, kind, dims.len() as u8];
+    for d in dims {
+        v.extend_from_slice(&d.to_be_bytes());
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+#[test]
+fn devices_fifos_and_directories_are_refused_by_every_flag_that_reads_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let not_regular = ", not a regular file;";
+    refused(
+        d,
+        &["--data", "csv:/dev/zero"],
+        &["/dev/zero: a character device", not_regular, "--data needs"],
+    );
+    refused(
+        d,
+        &["--config", "/dev/zero"],
+        &["config file /dev/zero: a character device", not_regular],
+    );
+    refused(
+        d,
+        &["--theme", "/dev/zero"],
+        &["theme /dev/zero: a character device", not_regular],
+    );
+    refused(
+        d,
+        &["--data", "idx:/dev/zero,/dev/zero"],
+        &["/dev/zero: a character device", "an IDX file"],
+    );
+    for args in [
+        &["--data", "csv:pipe"][..],
+        &["--config", "pipe"],
+        &["--theme", "pipe"],
+    ] {
+        refused(d, args, &["pipe", "a FIFO (named pipe)", not_regular]);
+    }
+    refused(d, &["--data", "csv:."], &["a directory", not_regular]);
+    refused(d, &["--config", "."], &["a directory", not_regular]);
+}
+
+#[test]
+fn oversized_settings_files_are_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::File::create(d.join("big.toml"))
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    refused(
+        d,
+        &["--config", "big.toml"],
+        &["config file big.toml: larger than the 1 MiB that a config file may hold"],
+    );
+    refused(
+        d,
+        &["--theme", "big.toml"],
+        &["theme big.toml: larger than the 1 MiB that a theme file may hold"],
+    );
+}
+
+#[test]
+fn hostile_idx_headers_and_a_gzip_bomb_get_one_line_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("labels"), idx(0x08, &[2], &[0, 1])).unwrap();
+    let mut bomb = idx(0x08, &[2, 2], &[0; 4]);
+    bomb.resize(256 << 20, 0);
+    std::fs::write(d.join("bomb.gz"), gzip(&bomb)).unwrap();
+    refused(
+        d,
+        &["--data", "idx:bomb.gz,labels"],
+        &[
+            "bomb.gz: decompresses to more than its header declares (16 bytes)",
+            "not an IDX file, or corrupt",
+        ],
+    );
+    std::fs::write(d.join("zero"), idx(0x08, &[2, 0, 28], &[])).unwrap();
+    refused(
+        d,
+        &["--data", "idx:zero,labels"],
+        &["zero: header", "dimension 1 is 0"],
+    );
+    std::fs::write(d.join("wraps"), idx(0x0D, &[1 << 31; 4], &[])).unwrap();
+    refused(
+        d,
+        &["--data", "idx:wraps,labels"],
+        &["wraps: header", "more than 64-bit sizes count"],
+    );
+    std::fs::write(d.join("huge"), idx(0x08, &[u32::MAX, u32::MAX], &[])).unwrap();
+    refused(
+        d,
+        &["--data", "idx:huge,labels"],
+        &[
+            "huge: header",
+            "bytes of data, more than this machine's memory",
+        ],
+    );
+    let nan: Vec<u8> = [1.0f32, f32::NAN]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect();
+    std::fs::write(d.join("nan"), idx(0x0D, &[2, 1], &nan)).unwrap();
+    refused(
+        d,
+        &["--data", "idx:nan,labels"],
+        &["nan: image 1, value 0: NaN is not a finite number"],
+    );
+}
+
+#[test]
+fn hostile_csv_files_get_one_short_line_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("wide.csv"), ",".repeat(3 << 20)).unwrap();
+    refused(
+        d,
+        &["--data", "csv:wide.csv"],
+        &["wide.csv: line 1 has more than 1048576 fields"],
+    );
+    let field = "7".repeat(10 << 20);
+    std::fs::write(d.join("field.csv"), format!("1,2,0\n1,{field}x,1\n")).unwrap();
+    refused(
+        d,
+        &["--data", "csv:field.csv"],
+        &["field.csv: line 2, column 1: `7777", "…` is not a number"],
+    );
+    std::fs::write(d.join("cr.csv"), "\r".repeat(1000)).unwrap();
+    refused(
+        d,
+        &["--data", "csv:cr.csv"],
+        &["cr.csv: file has no data rows", "1000 carriage return (CR)"],
+    );
+    std::fs::write(d.join("nan.csv"), "1,2,0\n3,NaN,1\n").unwrap();
+    refused(
+        d,
+        &["--data", "csv:nan.csv"],
+        &["nan.csv: line 2, column 1: `NaN` is not a finite number"],
+    );
+    refused(
+        d,
+        &["--data", "synthetic:1000000000000,1000000,10"],
+        &["needs about", "more than this machine's memory"],
+    );
+}
+
+#[test]
+fn a_headerless_csv_with_a_byte_order_mark_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let rows: String = (0..40)
+        .map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 2))
+        .collect();
+    std::fs::write(d.join("bom.csv"), format!("\u{feff}{rows}")).unwrap();
+    let (code, out) = run(d, &["--data", "csv:bom.csv", "--steps", "2"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("40 samples, 2 features, 2 classes"), "{out}");
+}
