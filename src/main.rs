@@ -25,6 +25,9 @@ fn main() -> ExitCode {
             };
         }
     };
+    // the CUDA libraries, where a GPU needs them and they are installed under other names
+    // (this may start the program again)
+    mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
     let result = match cli.command {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
         Some(Command::Scale(args)) => cmd::scale::command(*args),

@@ -85,3 +85,40 @@ fn a_compile_error_shows_the_nvrtc_log() {
         other => panic!("expected a compile error, got {other:?}"),
     }
 }
+
+#[test]
+fn selftest_finds_a_pip_installed_nvrtc_without_ld_library_path() {
+    // where `pip install nvidia-cuda-nvrtc-cu12` put it, as python3 says
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import nvidia.cuda_nvrtc"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("MGTOP_REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "MGTOP_REQUIRE_NVRTC=1 but python3 cannot import nvidia.cuda_nvrtc"
+        );
+        common::skipped("the nvidia-cuda-nvrtc-cu12 wheel is not installed for python3");
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .arg("selftest")
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("MGTOP_CUDA_LIBS")
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("NVRTC: found") && out.contains("sm_90"),
+        "{out}"
+    );
+    let link = std::fs::read_link(cache.path().join("mgtop/cuda-libs/libnvrtc.so")).unwrap();
+    assert!(link.ends_with("lib/libnvrtc.so.12"), "{link:?}");
+}

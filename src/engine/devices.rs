@@ -205,7 +205,10 @@ mod tests {
             nccl: None,
         };
         let no_nccl = Libraries {
-            nccl: Some(crate::backend::cuda::nccl::explain(None)),
+            nccl: Some(crate::backend::cuda::libs::explain(
+                &crate::backend::cuda::libs::NCCL,
+                None,
+            )),
             ..ready.clone()
         };
         let no_blas = Libraries {

@@ -12,7 +12,7 @@ pub mod bench;
 pub mod blas;
 pub mod discover;
 pub mod kernels;
-pub mod nccl;
+pub mod libs;
 pub mod replica;
 pub mod selftest;
 
@@ -47,7 +47,7 @@ impl Libraries {
             driver,
             nvrtc: kernels::nvrtc_available(),
             cublas,
-            nccl: nccl::loadable().err(),
+            nccl: (!libs::NCCL.loadable()).then(|| libs::why_missing(&libs::NCCL)),
         }
     }
 
@@ -58,10 +58,10 @@ impl Libraries {
             missing.push("the CUDA driver (libcuda.so.1): install the NVIDIA driver".to_string());
         }
         if !self.nvrtc {
-            missing.push(format!("NVRTC (libnvrtc.so.12): {}", PIP_HINT));
+            missing.push(libs::why_missing(&libs::NVRTC));
         }
         if !self.cublas {
-            missing.push(format!("cuBLAS (libcublas.so.12): {}", PIP_HINT));
+            missing.push(libs::why_missing(&libs::CUBLAS));
         }
         if gpus > 1 {
             if let Some(why) = &self.nccl {
@@ -71,8 +71,6 @@ impl Libraries {
         (!missing.is_empty()).then(|| missing.join("; "))
     }
 }
-
-const PIP_HINT: &str = "`pip install nvidia-cuda-nvrtc-cu12 nvidia-cublas-cu12` (or conda `cuda-nvrtc libcublas`, or apt `cuda-nvrtc-12-6 libcublas-12-6`) and put its lib directory on LD_LIBRARY_PATH";
 
 /// An error of the CUDA path, with what was being done.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,454 @@
+//! Making the CUDA libraries loadable without the user's help. cudarc 0.19 loads NVRTC, cuBLAS
+//! and NCCL by a fixed list of names (`libnvrtc.so`, `libnvrtc.so.12`, ...): it never tries
+//! `libnccl.so.2` (the only name pip, conda and apt ship), nor CUDA 13's `libnvrtc.so.13` and
+//! `libcublas.so.13`, and it does not look in pip's `site-packages/nvidia/*/lib` directories
+//! (where PyTorch's CUDA libraries live) unless they are on LD_LIBRARY_PATH.
+//!
+//! So, at start and only where a library is missing under cudarc's names: find it (CUDA
+//! toolkit, conda, pip wheels of CUDA 12 or 13, system directories), put a symlink with the name
+//! cudarc tries first into a private directory, and run the program again with that directory
+//! (and the libraries' own, for their dependencies) on LD_LIBRARY_PATH, which the dynamic loader
+//! reads only when a process starts. `MGTOP_CUDA_LIBS` marks the second start (set it to `off`
+//! to skip all this).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// A library cudarc loads by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wanted {
+    pub what: &'static str,
+    /// The name cudarc tries first, which the symlink gets.
+    pub link: &'static str,
+    /// The file names it is shipped as, newest CUDA first.
+    pub files: &'static [&'static str],
+}
+
+pub const NVRTC: Wanted = Wanted {
+    what: "NVRTC",
+    link: "libnvrtc.so",
+    files: &["libnvrtc.so.13", "libnvrtc.so.12"],
+};
+pub const CUBLAS: Wanted = Wanted {
+    what: "cuBLAS",
+    link: "libcublas.so",
+    files: &["libcublas.so.13", "libcublas.so.12"],
+};
+pub const NCCL: Wanted = Wanted {
+    what: "NCCL",
+    link: "libnccl.so",
+    files: &["libnccl.so.2"],
+};
+
+/// The variable that marks a start with the links in place (or, set to `off`, turns this off).
+pub const MARK: &str = "MGTOP_CUDA_LIBS";
+
+impl Wanted {
+    /// Whether cudarc can load it now.
+    pub fn loadable(&self) -> bool {
+        // SAFETY: each only tries to dlopen its library under cudarc's names; nothing is called.
+        unsafe {
+            match self.link {
+                "libnvrtc.so" => cudarc::nvrtc::sys::is_culib_present(),
+                "libcublas.so" => cudarc::cublas::sys::is_culib_present(),
+                _ => cudarc::nccl::sys::is_culib_present(),
+            }
+        }
+    }
+
+    /// The file to link to: among `found` (in search order), the newest CUDA major that the
+    /// driver supports (`driver_major`; any where unknown), first found of that major.
+    pub fn choose<'a>(&self, found: &'a [PathBuf], driver_major: Option<u32>) -> Option<&'a Path> {
+        self.files
+            .iter()
+            .filter(|f| match (major_of(f), driver_major) {
+                (Some(m), Some(d)) => m <= d || self.files.len() == 1,
+                _ => true,
+            })
+            .find_map(|f| {
+                found
+                    .iter()
+                    .find(|p| p.file_name().is_some_and(|n| *n == **f))
+            })
+            .map(PathBuf::as_path)
+    }
+}
+
+/// 13 for `libnvrtc.so.13`.
+fn major_of(file: &str) -> Option<u32> {
+    file.rsplit('.').next()?.parse().ok()
+}
+
+/// Every file of `wanted` in `dirs`, in search order.
+pub fn find(wanted: &Wanted, dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in dirs {
+        for f in wanted.files {
+            let p = d.join(f);
+            if p.is_file() && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Where CUDA libraries are installed, most specific first: LD_LIBRARY_PATH, the active conda
+/// and virtual environments, every Python's `site-packages/nvidia/*/lib` (pip wheels, also the
+/// ones PyTorch installs), the CUDA toolkits (newest first) and the system directories.
+pub fn search_dirs() -> Vec<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let mut dirs: Vec<PathBuf> = env("LD_LIBRARY_PATH")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    if let Some(conda) = env("CONDA_PREFIX") {
+        dirs.push(PathBuf::from(conda).join("lib"));
+    }
+    let mut sites: Vec<PathBuf> = Vec::new();
+    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|k| env(k))
+        .map(PathBuf::from)
+        .collect();
+    if let Some(home) = env("HOME").map(PathBuf::from) {
+        prefixes.push(home.join(".local"));
+        prefixes.extend(subdirs(&home.join(".pyenv/versions")));
+        for conda in ["miniconda3", "anaconda3", "miniforge3"] {
+            prefixes.push(home.join(conda));
+        }
+    }
+    prefixes.extend(
+        subdirs(Path::new("/opt"))
+            .into_iter()
+            .flat_map(|o| [o.join(".venv"), o]),
+    );
+    prefixes.extend(["/usr/local", "/usr"].map(PathBuf::from));
+    for prefix in prefixes {
+        for py in subdirs(&prefix.join("lib")) {
+            if py
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
+            {
+                sites.push(py.join("site-packages"));
+                sites.push(py.join("dist-packages"));
+            }
+        }
+    }
+    sites.extend(python_site_packages());
+    for site in sites {
+        // cu13 wheels share nvidia/cu13/lib; cu12 ones have nvidia/<package>/lib
+        dirs.extend(
+            subdirs(&site.join("nvidia"))
+                .into_iter()
+                .map(|p| p.join("lib")),
+        );
+    }
+    let mut toolkits: Vec<PathBuf> = subdirs(Path::new("/usr/local"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("cuda"))
+        })
+        .collect();
+    toolkits.sort_by_key(|p| std::cmp::Reverse(toolkit_version(p)));
+    for t in toolkits {
+        dirs.push(t.join("lib64"));
+        dirs.push(t.join("targets/x86_64-linux/lib"));
+        dirs.push(t.join("targets/sbsa-linux/lib"));
+    }
+    dirs.extend(
+        [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/lib",
+        ]
+        .map(PathBuf::from),
+    );
+    let mut seen = Vec::new();
+    dirs.retain(|d| {
+        d.is_dir() && !seen.contains(d) && {
+            seen.push(d.clone());
+            true
+        }
+    });
+    dirs
+}
+
+/// (13, 0) for /usr/local/cuda-13.0; /usr/local/cuda (the default link) first.
+fn toolkit_version(p: &Path) -> (u32, u32) {
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name.strip_prefix("cuda-") {
+        Some(v) => {
+            let mut it = v.split('.').map(|x| x.parse().unwrap_or(0));
+            (it.next().unwrap_or(0), it.next().unwrap_or(0))
+        }
+        None => (u32::MAX, 0),
+    }
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The site-packages of the `python3` on PATH (where `pip install` put the wheels), if any.
+fn python_site_packages() -> Vec<PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The links to make: (library, file to link to) for each of `missing` found in `dirs`.
+pub fn plan(
+    missing: &[Wanted],
+    dirs: &[PathBuf],
+    driver_major: Option<u32>,
+) -> Vec<(Wanted, PathBuf)> {
+    missing
+        .iter()
+        .filter_map(|w| {
+            let found = find(w, dirs);
+            w.choose(&found, driver_major)
+                .map(|p| (*w, p.to_path_buf()))
+        })
+        .collect()
+}
+
+/// Makes the links in `dir` (replacing older ones atomically, so concurrent starts agree).
+pub fn link(dir: &Path, plan: &[(Wanted, PathBuf)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (w, target) in plan {
+        let tmp = dir.join(format!(".{}.{}", w.link, std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        std::fs::rename(&tmp, dir.join(w.link))?;
+    }
+    Ok(())
+}
+
+/// LD_LIBRARY_PATH for the second start: the links, then each linked library's own directory
+/// (its dependencies, e.g. cuBLASLt, NVRTC's builtins), then what it was.
+pub fn library_path(dir: &Path, plan: &[(Wanted, PathBuf)], old: Option<OsString>) -> OsString {
+    let mut parts = vec![dir.to_path_buf()];
+    for (_, target) in plan {
+        if let Some(p) = target.parent() {
+            if !parts.iter().any(|x| x == p) {
+                parts.push(p.to_path_buf());
+            }
+        }
+    }
+    if let Some(old) = old {
+        parts.extend(std::env::split_paths(&old));
+    }
+    std::env::join_paths(parts).unwrap_or_default()
+}
+
+/// The private directory for the links: `$XDG_CACHE_HOME/mgtop/cuda-libs`, `~/.cache/...`,
+/// else one under the temporary directory named for the user.
+fn links_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("XDG_CACHE_HOME")
+        .or_else(|| env("HOME").map(|h| h.join(".cache")))
+        .map(|c| c.join("mgtop/cuda-libs"))
+        // SAFETY: getuid cannot fail.
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("mgtop-{}/cuda-libs", unsafe { libc::getuid() }))
+        })
+}
+
+/// The CUDA major version the driver supports (13 for a 580 driver), if a driver is loadable.
+fn driver_major() -> Option<u32> {
+    // SAFETY: only tries to dlopen libcuda; the version query needs no initialisation.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return None;
+    }
+    let mut v = 0;
+    // SAFETY: the driver is loadable (checked above) and `v` is a valid out-pointer.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
+        .result()
+        .ok()?;
+    u32::try_from(v / 1000).ok()
+}
+
+/// Called first thing by the binary: where a GPU driver is present (or `nvrtc_anyway`, for
+/// `selftest`'s kernel compile) and a CUDA library is missing under cudarc's names but installed
+/// elsewhere, links it and starts the program again; returns only where nothing needs doing or
+/// the second start failed (the missing library is then explained where it is needed).
+pub fn make_loadable(nvrtc_anyway: bool) {
+    if std::env::var_os(MARK).is_some() {
+        return;
+    }
+    let driver = driver_major();
+    let wanted: &[Wanted] = if driver.is_some() {
+        &[NVRTC, CUBLAS, NCCL]
+    } else if nvrtc_anyway {
+        &[NVRTC]
+    } else {
+        return;
+    };
+    let missing: Vec<Wanted> = wanted.iter().copied().filter(|w| !w.loadable()).collect();
+    if missing.is_empty() {
+        return;
+    }
+    let plan = plan(&missing, &search_dirs(), driver);
+    if plan.is_empty() {
+        return;
+    }
+    let dir = links_dir();
+    if link(&dir, &plan).is_err() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let argv0 = args.next().unwrap_or_default();
+    let err = std::process::Command::new("/proc/self/exe")
+        .arg0(argv0)
+        .args(args)
+        .env(
+            "LD_LIBRARY_PATH",
+            library_path(&dir, &plan, std::env::var_os("LD_LIBRARY_PATH")),
+        )
+        .env(MARK, &dir)
+        .exec();
+    crate::tell!(
+        "note: could not restart with the CUDA libraries found ({err}); continuing without them"
+    );
+}
+
+/// Why a library cannot be loaded, with where it was found or how to install it.
+pub fn explain(w: &Wanted, found: Option<&Path>) -> String {
+    match found {
+        Some(p) => format!(
+            "{} is installed as {} but could not be loaded (run without {MARK}=off, or put {} on LD_LIBRARY_PATH)",
+            w.what,
+            p.display(),
+            p.parent().map_or_else(String::new, |d| d.display().to_string())
+        ),
+        None => {
+            let install = match w.link {
+                "libnvrtc.so" => "`pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `pip install nvidia-cuda-nvrtc` (CUDA 13), or conda `cuda-nvrtc`, or the CUDA toolkit",
+                "libcublas.so" => "`pip install nvidia-cublas-cu12` (CUDA 12) or `pip install nvidia-cublas` (CUDA 13), or conda `libcublas`, or the CUDA toolkit",
+                _ => "`pip install nvidia-nccl-cu12` (CUDA 12) or `nvidia-nccl-cu13` (CUDA 13), or conda `nccl`, or apt `libnccl2`",
+            };
+            format!("{} ({}) was not found: {install}", w.what, w.files.join(" or "))
+        }
+    }
+}
+
+/// `explain` for a library cudarc cannot load, searching for it.
+pub fn why_missing(w: &Wanted) -> String {
+    let found = find(w, &search_dirs());
+    explain(w, found.first().map(PathBuf::as_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"").unwrap();
+    }
+
+    #[test]
+    fn the_newest_cuda_the_driver_supports_is_chosen_wherever_it_was_installed() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        // a CUDA 12 toolkit, PyTorch's CUDA 13 wheels, and NCCL from pip
+        let toolkit = r.join("cuda-12.6/lib64");
+        let cu13 = r.join("site-packages/nvidia/cu13/lib");
+        let nccl = r.join("site-packages/nvidia/nccl/lib");
+        touch(&toolkit.join("libnvrtc.so.12"));
+        touch(&toolkit.join("libcublas.so.12"));
+        touch(&cu13.join("libnvrtc.so.13"));
+        touch(&cu13.join("libcublas.so.13"));
+        touch(&nccl.join("libnccl.so.2"));
+        let dirs = vec![toolkit.clone(), cu13.clone(), nccl.clone()];
+        let all = [NVRTC, CUBLAS, NCCL];
+        // a 580 driver (CUDA 13): the CUDA 13 libraries, though the toolkit comes first
+        let p = plan(&all, &dirs, Some(13));
+        assert_eq!(p[0], (NVRTC, cu13.join("libnvrtc.so.13")));
+        assert_eq!(p[1], (CUBLAS, cu13.join("libcublas.so.13")));
+        assert_eq!(p[2], (NCCL, nccl.join("libnccl.so.2")));
+        // a 550 driver (CUDA 12): CUDA 13's cuBLAS would not run on it
+        let p = plan(&all[..2], &dirs, Some(12));
+        assert_eq!(p[0].1, toolkit.join("libnvrtc.so.12"));
+        assert_eq!(p[1].1, toolkit.join("libcublas.so.12"));
+        // nothing installed: nothing to link
+        assert!(plan(&all, &[r.join("empty")], Some(13)).is_empty());
+    }
+
+    #[test]
+    fn links_carry_the_names_cudarc_tries_and_the_path_keeps_the_originals() {
+        let root = tempfile::tempdir().unwrap();
+        let lib = root.path().join("nvidia/nccl/lib/libnccl.so.2");
+        touch(&lib);
+        let dir = root.path().join("links");
+        let plan = vec![(NCCL, lib.clone())];
+        link(&dir, &plan).unwrap();
+        link(&dir, &plan).unwrap(); // again, over the old link
+        assert_eq!(std::fs::read_link(dir.join("libnccl.so")).unwrap(), lib);
+        let path = library_path(&dir, &plan, Some("/old/a:/old/b".into()));
+        let parts: Vec<PathBuf> = std::env::split_paths(&path).collect();
+        assert_eq!(
+            parts,
+            [
+                dir.clone(),
+                lib.parent().unwrap().to_path_buf(),
+                "/old/a".into(),
+                "/old/b".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_library_is_explained_with_where_it_is_or_how_to_install_it() {
+        let e = explain(&NCCL, None);
+        assert!(
+            e.contains("libnccl.so.2") && e.contains("pip install nvidia-nccl-cu12"),
+            "{e}"
+        );
+        let e = explain(&CUBLAS, Some(Path::new("/x/lib/libcublas.so.13")));
+        assert!(
+            e.contains("/x/lib/libcublas.so.13") && e.contains("LD_LIBRARY_PATH"),
+            "{e}"
+        );
+        assert_eq!(major_of("libcublas.so.13"), Some(13));
+        assert!(
+            toolkit_version(Path::new("/usr/local/cuda-13.0"))
+                > toolkit_version(Path::new("/usr/local/cuda-12.9"))
+        );
+        assert!(
+            toolkit_version(Path::new("/usr/local/cuda"))
+                > toolkit_version(Path::new("/usr/local/cuda-13.0"))
+        );
+    }
+}
