@@ -59,9 +59,17 @@ pub fn command() -> anyhow::Result<ExitCode> {
         }
         Discovery::Found(found) => {
             use crate::backend::cuda::{selftest, Libraries};
-            if let Some(missing) = Libraries::probe().missing_for(found.len()) {
+            let libs = Libraries::probe();
+            // the single-GPU checks need no NCCL
+            if let Some(missing) = libs.missing_for(1) {
                 crate::say!("the GPUs cannot be checked: {missing}");
                 return Ok(ExitCode::from(1));
+            }
+            match &libs.nccl {
+                None => crate::say!("NCCL: found"),
+                Some(why) => crate::say!(
+                    "NCCL: {why}; the all-reduce check is skipped, and training on more than one GPU needs it"
+                ),
             }
             let ids: Vec<String> = found.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
             match crate::observe::nvml::Nvml::open(&ids) {
@@ -83,7 +91,8 @@ pub fn command() -> anyhow::Result<ExitCode> {
             for g in &found {
                 checks.extend(selftest::gpu_checks(g.index));
             }
-            if found.len() > 1 {
+            if libs.nccl.is_none() {
+                // with one GPU too: a 1-rank communicator is initialised, used and aborted
                 checks.push(selftest::nccl_check(found.len()));
             }
             for line in selftest::table(&checks) {

@@ -204,6 +204,16 @@ impl Collective for LocalCollective {
         self.wait()
     }
 
+    fn abort_reason(&self) -> Option<String> {
+        self.shared
+            .aborted
+            .load(Ordering::Acquire)
+            .then(|| match self.aborted() {
+                CollectiveError::Aborted(r) => r,
+                other => other.to_string(),
+            })
+    }
+
     fn abort(&self, reason: &str) {
         if let Ok(mut r) = self.shared.reason.lock() {
             if r.is_empty() {

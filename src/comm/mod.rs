@@ -39,4 +39,7 @@ pub trait Collective: Send {
     fn barrier(&mut self) -> Result<Duration, CollectiveError>;
     /// Wakes every rank blocked (now or later) in this group with `Aborted(reason)`.
     fn abort(&self, reason: &str);
+    /// Why the group was aborted, once it has been (a rank that waits elsewhere, e.g. on a GPU
+    /// all-reduce, polls this so that a peer's failure ends its wait).
+    fn abort_reason(&self) -> Option<String>;
 }

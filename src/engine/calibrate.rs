@@ -5,18 +5,22 @@
 use std::time::Duration;
 
 use crate::config::{Budget, DeviceSpec, RunConfig};
-use crate::engine::RunResult;
+use crate::engine::{Device, RunResult};
 
 /// Steps of the calibration run before timing starts, and timed.
 const WARM_STEPS: u64 = 20;
 const TIMED_STEPS: u64 = 100;
 
-/// The calibration run of `cfg`: one device with the run's `threads_per_worker` (one CPU worker
-/// as it is in the run, not one given every core), a short fixed number of steps, nothing
-/// written. The engine runs it on the run's own training split.
-pub fn calibration_config(cfg: &RunConfig, threads_per_worker: usize) -> RunConfig {
+/// The calibration run of `cfg`: the run's first device alone (a GPU run is measured against
+/// one of its GPUs, a CPU run against one worker with the run's `threads_per_worker`, not one
+/// given every core), a short fixed number of steps, nothing written. The engine runs it on the
+/// run's own training split.
+pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: usize) -> RunConfig {
     RunConfig {
-        devices: DeviceSpec::Cpu(1),
+        devices: match first {
+            Device::Gpu { index, .. } => DeviceSpec::Gpus(vec![*index]),
+            Device::Cpu { .. } => DeviceSpec::Cpu(1),
+        },
         threads_per_worker: Some(threads_per_worker),
         budget: Budget::Steps(WARM_STEPS + TIMED_STEPS),
         final_checkpoint: false,
@@ -73,5 +77,24 @@ mod tests {
     #[test]
     fn speedup_and_efficiency() {
         assert_eq!(scaling(300.0, 100.0, 4), (3.0, 0.75));
+    }
+
+    #[test]
+    fn calibration_runs_on_the_run_s_first_device() {
+        let cfg = RunConfig::default();
+        let gpu = Device::Gpu {
+            index: 2,
+            name: "H100".into(),
+            pci_bus_id: None,
+        };
+        assert_eq!(
+            calibration_config(&cfg, &gpu, 1).devices,
+            DeviceSpec::Gpus(vec![2])
+        );
+        let cpu = calibration_config(&cfg, &Device::Cpu { index: 0 }, 3);
+        assert_eq!(
+            (cpu.devices, cpu.threads_per_worker),
+            (DeviceSpec::Cpu(1), Some(3))
+        );
     }
 }

@@ -268,7 +268,11 @@ impl Engine {
 
         let mut info = info;
         if cfg.calibrate && ranks > 1 {
-            let one = crate::engine::calibrate::calibration_config(&cfg, info.threads_per_worker);
+            let one = crate::engine::calibrate::calibration_config(
+                &cfg,
+                &info.devices[0],
+                info.threads_per_worker,
+            );
             let data = RunData {
                 train: loaded.train.clone(),
                 val: Arc::new(Dataset {

@@ -8,7 +8,7 @@ use cudarc::nccl::{Comm, Id, ReduceOp};
 
 use super::blas;
 use super::replica::{CudaReplica, Group};
-use super::{on, CudaError, Gpu};
+use super::{nccl, on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::{Collective, LocalCollective};
 use crate::data::MicroBatch;
@@ -269,8 +269,11 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
         params: model.init_params(3),
         opt: OptState::new(kind, model.n_params),
     };
-    let mut cpu = CpuReplica::new(model.clone(), kind, 1e-4, state.clone());
-    let mut gpu = CudaReplica::open(index, model, kind, 1e-4, state, Duration::from_secs(60))?;
+    let init = state.params.clone();
+    // a weight decay large enough that leaving it out moves the parameters measurably
+    let wd = 0.1;
+    let mut cpu = CpuReplica::new(model.clone(), kind, wd, state.clone());
+    let mut gpu = CudaReplica::open(index, model, kind, wd, state, Duration::from_secs(60))?;
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
         for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
@@ -280,12 +283,21 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
             r.apply_update(1e-2);
         }
     }
-    Ok(compare(
+    Ok(compare_changes(
+        &init,
         &gpu.export().params,
         &cpu.export().params,
-        1e-4,
-        1e-3,
     ))
+}
+
+/// Compares what two steps *changed* (against the CPU's change), not the parameters: a step
+/// moves them by ~lr, so a comparison of the parameters themselves passes even when no update
+/// is applied at all. The limit is 0.1% of the largest change plus 1% of each element's.
+pub fn compare_changes(init: &[f32], got: &[f32], want: &[f32]) -> (f64, f64) {
+    let delta = |v: &[f32]| -> Vec<f32> { v.iter().zip(init).map(|(a, b)| a - b).collect() };
+    let (dg, dw) = (delta(got), delta(want));
+    let largest = dw.iter().fold(0.0f64, |m, x| m.max((*x as f64).abs()));
+    compare(&dg, &dw, 1e-3 * largest.max(1e-12), 1e-2)
 }
 
 /// NCCL all-reduce over every GPU against the in-process collective's sum.
@@ -312,11 +324,15 @@ pub fn nccl_check(gpus: usize) -> Check {
                     world: gpus,
                 };
                 let comm = Comm::from_rank(stream.clone(), g.rank, g.world, g.id)
-                    .map_err(on(rank, "join the NCCL group"))?;
-                let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
-                comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
-                    .map_err(on(rank, "all-reduce"))?;
-                stream.clone_dtoh(&buf).map_err(on(rank, "download"))
+                    .map_err(|e| CudaError::new(rank, "join the NCCL group", nccl::describe(&e)))?;
+                let result = (|| {
+                    let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
+                    comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                        .map_err(|e| CudaError::new(rank, "all-reduce", nccl::describe(&e)))?;
+                    stream.clone_dtoh(&buf).map_err(on(rank, "download"))
+                })();
+                nccl::close(comm);
+                result
             })
         })
         .collect();
@@ -410,6 +426,24 @@ fn product_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_update_is_judged_by_what_it_changed() {
+        let init: Vec<f32> = (0..100).map(|i| 0.1 * (i as f32 / 10.0).sin()).collect();
+        let step: Vec<f32> = (0..100).map(|i| 1e-3 * (i as f32).cos()).collect();
+        let after = |scale: f32, decay: f32| -> Vec<f32> {
+            init.iter()
+                .zip(&step)
+                .map(|(p, s)| p - scale * s - decay * p)
+                .collect()
+        };
+        let cpu = after(1.0, 1e-4);
+        assert!(compare_changes(&init, &cpu, &cpu).1 <= 1.0);
+        // no update at all, a 5% LR error, a missing weight decay: each fails
+        assert!(compare_changes(&init, &init, &cpu).1 > 1.0);
+        assert!(compare_changes(&init, &after(1.05, 1e-4), &cpu).1 > 1.0);
+        assert!(compare_changes(&init, &after(1.0, 0.0), &cpu).1 > 1.0);
+    }
 
     #[test]
     fn comparison_scales_the_limit_and_fails_on_nan() {

@@ -18,7 +18,7 @@ use cudarc::driver::{CudaEvent, CudaSlice};
 use cudarc::nccl::{Comm, Id, ReduceOp};
 
 use super::launch::{add_metrics, die};
-use super::{on, CudaError, Gpu};
+use super::{nccl, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
@@ -26,6 +26,8 @@ use crate::nn::model::Mlp;
 use crate::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
 
 const EVAL_CHUNK: usize = 512;
+/// The kernels index with 32-bit integers: no buffer may hold more elements.
+const MAX_ELEMENTS: usize = i32::MAX as usize;
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
@@ -37,7 +39,8 @@ pub struct Group {
 
 pub struct CudaReplica {
     gpu: Gpu,
-    blas: cudarc::cublas::CudaBlas,
+    /// Always Some until dropped (taken then, so a failed teardown cannot panic).
+    blas: Option<cudarc::cublas::CudaBlas>,
     comm: Option<Comm>,
     /// How long an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
@@ -78,10 +81,17 @@ impl CudaReplica {
         state: TrainState,
         timeout: Duration,
     ) -> Result<CudaReplica, CudaError> {
-        let gpu = Gpu::open(index)?;
-        let s = gpu.stream.clone();
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
+        if n + AUX > MAX_ELEMENTS {
+            return Err(CudaError::new(
+                index,
+                "open",
+                format!("the model has {n} parameters, more than the {MAX_ELEMENTS} the GPU kernels index (32-bit): use a smaller --model"),
+            ));
+        }
+        let gpu = Gpu::open(index)?;
+        let s = gpu.stream.clone();
         let blas =
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         let params = s
@@ -101,7 +111,7 @@ impl CudaReplica {
             .map_err(on(index, "allocate gradients"))?;
         let eval_metrics = s.alloc_zeros::<f32>(AUX).map_err(on(index, "allocate"))?;
         let mut r = CudaReplica {
-            blas,
+            blas: Some(blas),
             comm: None,
             timeout,
             kind,
@@ -130,14 +140,37 @@ impl CudaReplica {
     }
 
     /// Joins the NCCL group (a no-op alone). Every rank must call this concurrently: NCCL's
-    /// initialisation waits for all of them.
+    /// initialisation waits for all of them. Then connects to the peers at once with a one-float
+    /// all-reduce, while every rank is alive: since NCCL 2.22 peers connect lazily inside the
+    /// first all-reduce, on the host, with no timeout, so a rank that died before it (an
+    /// out-of-memory upload, say) would freeze the others there.
     pub fn join(&mut self, group: Option<Group>) -> Result<(), CudaError> {
+        let index = self.gpu.index;
         if let Some(g) = group.filter(|g| g.world > 1) {
             let comm = Comm::from_rank(self.gpu.stream.clone(), g.rank, g.world, g.id)
-                .map_err(on(self.gpu.index, "join the NCCL group"))?;
+                .map_err(|e| CudaError::new(index, "join the NCCL group", nccl::describe(&e)))?;
+            let mut probe = self
+                .gpu
+                .stream
+                .alloc_zeros::<f32>(1)
+                .map_err(on(index, "allocate"))?;
+            let sent = comm.all_reduce_in_place(&mut probe, &ReduceOp::Sum);
             self.comm = Some(comm);
+            sent.map_err(|e| {
+                CudaError::new(index, "connect to the other GPUs", nccl::describe(&e))
+            })?;
+            let connected = self.record();
+            self.wait_for(&connected, None)
+                .map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
         }
         Ok(())
+    }
+
+    /// Ends the NCCL group: what a hung or failed peer leaves as the only way out.
+    fn abort_group(&mut self) {
+        if let Some(comm) = self.comm.take() {
+            nccl::close(comm);
+        }
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -152,6 +185,14 @@ impl CudaReplica {
     fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
         if rows <= self.cap {
             return Ok(());
+        }
+        let widest = self.model.dims.iter().copied().max().unwrap_or(1);
+        if rows.saturating_mul(widest) > MAX_ELEMENTS {
+            return Err(CudaError::new(
+                self.gpu.index,
+                "allocate activations",
+                format!("{rows} rows x {widest} features is more than the {MAX_ELEMENTS} elements the GPU kernels index (32-bit): use a smaller --batch-per-replica"),
+            ));
         }
         let s = &self.gpu.stream;
         let index = self.gpu.index;
@@ -203,26 +244,55 @@ impl CudaReplica {
             .unwrap_or_else(|e| self.fail("record an event", e))
     }
 
-    /// Waits for `ev` without blocking forever: a peer that never joins an all-reduce leaves
-    /// it pending, and after `timeout` the NCCL group is aborted.
-    fn wait_for(&mut self, ev: &CudaEvent) -> Result<(), CollectiveError> {
-        let start = Instant::now();
+    /// Waits for `ev`, which follows an all-reduce, without blocking forever: the clock starts
+    /// when the work before the all-reduce (`compute_end`) is done, so a long compute is not a
+    /// hang; a group aborted on the host (a peer's failure) or `timeout` of all-reduce with no
+    /// progress ends the wait and aborts the NCCL group. Without a group nothing can hang.
+    fn wait_for(
+        &mut self,
+        ev: &CudaEvent,
+        host: Option<&dyn Collective>,
+    ) -> Result<(), CollectiveError> {
+        let mut started: Option<Instant> = None;
+        let compute_end = self.events.as_ref().map(|(_, end)| end);
         loop {
             match ev.try_is_complete() {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => self.fail("wait for the all-reduce", e),
             }
-            if start.elapsed() > self.timeout {
-                // Dropping the communicator aborts it, which ends the pending kernel.
-                self.comm = None;
-                return Err(CollectiveError::Aborted(format!(
-                    "GPU {}: the NCCL all-reduce did not finish within {:.0} s (a peer GPU hung or failed); set NCCL_DEBUG=INFO to see why",
-                    self.gpu.index,
-                    self.timeout.as_secs_f64()
-                )));
+            if self.comm.is_none() {
+                if let Err(e) = ev.synchronize() {
+                    self.fail("wait for the GPU", e)
+                }
+                return Ok(());
+            }
+            if let Some(reason) = host.and_then(|h| h.abort_reason()) {
+                self.abort_group();
+                return Err(CollectiveError::Aborted(reason));
+            }
+            let compute_done = compute_end.is_none_or(|c| c.try_is_complete().unwrap_or(true));
+            if compute_done {
+                let t0 = *started.get_or_insert_with(Instant::now);
+                if t0.elapsed() > self.timeout {
+                    self.abort_group();
+                    return Err(CollectiveError::Aborted(format!(
+                        "GPU {}: the NCCL all-reduce did not finish within {:.0} s of the step's compute (a peer GPU hung or failed); set NCCL_DEBUG=INFO to see why",
+                        self.gpu.index,
+                        self.timeout.as_secs_f64()
+                    )));
+                }
             }
             std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
+impl Drop for CudaReplica {
+    fn drop(&mut self) {
+        self.abort_group();
+        if let Some(blas) = self.blas.take() {
+            nccl::close_blas(blas);
         }
     }
 }
@@ -250,20 +320,21 @@ impl Replica for CudaReplica {
 
     fn all_reduce_grads(
         &mut self,
-        _host: &mut dyn Collective,
+        host: &mut dyn Collective,
     ) -> Result<ReduceTiming, CollectiveError> {
         let t0 = Instant::now();
         if let Some(comm) = &self.comm {
             if let Err(e) = comm.all_reduce_in_place(&mut self.grads, &ReduceOp::Sum) {
                 return Err(CollectiveError::Aborted(format!(
-                    "GPU {}: NCCL all-reduce failed: {e:?}",
-                    self.gpu.index
+                    "GPU {}: NCCL all-reduce failed: {}",
+                    self.gpu.index,
+                    nccl::describe(&e)
                 )));
             }
         }
         let reduced = self.record();
         self.next_start = Some(self.record());
-        self.wait_for(&reduced)?;
+        self.wait_for(&reduced, Some(&*host))?;
         let n = self.model.n_params;
         let s = self.gpu.stream.clone();
         // a copy into pageable memory, and a synchronize so nothing depends on that detail

@@ -29,7 +29,19 @@ impl CudaReplica {
             let inp = lower[l].slice(..b * c);
             let mut out = upper[0].slice_mut(..b * oc);
             let wv = params.slice(w);
-            if let Err(e) = sgemm(blas, false, false, b, oc, c, 1.0, &inp, &wv, 0.0, &mut out) {
+            if let Err(e) = sgemm(
+                blas.as_ref().expect("cuBLAS is held until drop"),
+                false,
+                false,
+                b,
+                oc,
+                c,
+                1.0,
+                &inp,
+                &wv,
+                0.0,
+                &mut out,
+            ) {
                 die(gpu.index, "forward", e)
             }
             let bv = params.slice(bias);
@@ -90,7 +102,19 @@ impl CudaReplica {
             let mut wb = grads.slice_mut(w.start..bias.end);
             let (mut gw, mut gb) = wb.split_at_mut(w.len());
             // dW += inp^T dout
-            if let Err(e) = sgemm(blas, true, false, c, oc, b, 1.0, &inp, &dout, 1.0, &mut gw) {
+            if let Err(e) = sgemm(
+                blas.as_ref().expect("cuBLAS is held until drop"),
+                true,
+                false,
+                c,
+                oc,
+                b,
+                1.0,
+                &inp,
+                &dout,
+                1.0,
+                &mut gw,
+            ) {
                 die(gpu.index, "backward", e)
             }
             let (ni, di) = (b as i32, oc as i32);
@@ -99,8 +123,19 @@ impl CudaReplica {
                 // dinp = dout W^T
                 let wv = params.slice(w);
                 let mut dinp = dlower[l].slice_mut(..b * c);
-                if let Err(e) = sgemm(blas, false, true, b, c, oc, 1.0, &dout, &wv, 0.0, &mut dinp)
-                {
+                if let Err(e) = sgemm(
+                    blas.as_ref().expect("cuBLAS is held until drop"),
+                    false,
+                    true,
+                    b,
+                    c,
+                    oc,
+                    1.0,
+                    &dout,
+                    &wv,
+                    0.0,
+                    &mut dinp,
+                ) {
                     die(gpu.index, "backward", e)
                 }
             }
