@@ -27,11 +27,16 @@ pub struct BatchMetrics {
 }
 
 /// Where the last step's time went on the device itself (GPUs: CUDA events on the stream),
-/// where the host's clock only sees kernel launches.
+/// where the host's clock only sees kernel launches. Each part has its own pair of events, so
+/// host-side gaps (data loading, barriers, checkpoints) are in none of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DeviceTimes {
+    /// Forward and backward of every micro-batch, uploads included.
     pub compute: Duration,
     pub comm: Duration,
+    /// The optimizer update of the step before (its events are only read once the next
+    /// all-reduce has been waited for); `None` on the first step.
+    pub optimizer: Option<Duration>,
 }
 
 /// A replica of the model on one device. Each worker thread owns exactly one.

@@ -254,6 +254,11 @@ impl Engine {
             stall_timeout: cfg.stall_timeout,
             baseline: None,
         };
+        if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
+            return Err(EngineError::Config(
+                "--slow-rank slows a CPU worker's compute; on a GPU rank it would only delay kernel launches, which the GPU's own timing does not see: use --slow-data RANK:MS to slow a GPU rank's input".into(),
+            ));
+        }
         for (flag, rank) in [
             ("--slow-rank", cfg.slow_rank.map(|f| f.0)),
             ("--slow-data", cfg.slow_data.map(|f| f.0)),

@@ -272,7 +272,8 @@ impl Worker {
                 .map(|(b, a)| b.saturating_sub(a));
             self.beats.beat(self.rank, next, Phase::Reduce);
             let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
-            if let Some(dev) = replica.device_times() {
+            let device = replica.device_times();
+            if let Some(dev) = device {
                 // a GPU: the host only queued the work; the device says how long it took
                 compute = dev.compute;
                 compute_cpu = None;
@@ -298,7 +299,11 @@ impl Worker {
             );
             let t = Instant::now();
             replica.apply_update(lr);
-            let optimizer = t.elapsed();
+            // a GPU's update is timed on the device, one step late (the events are read after
+            // the next all-reduce); the host's time of it is only the launch
+            let optimizer = device
+                .and_then(|d| d.optimizer)
+                .unwrap_or_else(|| t.elapsed());
 
             self.step += 1;
             let epoch = self.cursor.epoch;

@@ -66,7 +66,8 @@ impl Monitor {
             }
             return None;
         }
-        let ranks: Vec<StepStats> = self.pending.remove(&step)?.into_iter().flatten().collect();
+        let mut ranks: Vec<StepStats> = self.pending.remove(&step)?.into_iter().flatten().collect();
+        split_device_waits(&mut ranks);
         self.pending.retain(|&k, _| k + PENDING_STEPS > step);
         let first = &ranks[0];
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
@@ -125,6 +126,22 @@ impl Monitor {
     }
 }
 
+/// GPU ranks time their NCCL all-reduce on the device, and it includes waiting for slower
+/// peers to arrive (they report no wait of their own, and no CPU time): the fastest rank's
+/// all-reduce is the transfer, the rest of each rank's is waiting. Without this, the others'
+/// waiting for a straggler hides inside "comm" and the straggler rule never sees it.
+fn split_device_waits(ranks: &mut [StepStats]) {
+    let device_timed = |r: &StepStats| r.compute_cpu.is_none() && r.sync_wait.is_zero();
+    if ranks.len() < 2 || !ranks.iter().all(device_timed) {
+        return;
+    }
+    let transfer = ranks.iter().map(|r| r.comm).min().unwrap_or_default();
+    for r in ranks {
+        r.sync_wait = r.comm - transfer;
+        r.comm = transfer;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +187,38 @@ mod tests {
         // 10 steps of 20 samples in 100 ms
         let r = m.samples_per_sec().unwrap();
         assert!((r - 2000.0).abs() < 1.0, "{r}");
+    }
+
+    /// A GPU step: device-timed compute, an all-reduce (waiting included), no host wait.
+    pub fn gpu_stats(rank: usize, step: u64, compute_ms: u64, comm_ms: u64) -> StepStats {
+        StepStats {
+            compute: Duration::from_millis(compute_ms),
+            comm: Duration::from_millis(comm_ms),
+            step_time: Duration::from_millis(compute_ms + comm_ms),
+            ..stats(rank, step, step * 20)
+        }
+    }
+
+    #[test]
+    fn a_gpu_all_reduce_is_split_into_transfer_and_waiting_for_peers() {
+        let mut m = Monitor::new(3);
+        m.on_step(gpu_stats(0, 1, 5, 11));
+        m.on_step(gpu_stats(1, 1, 15, 1));
+        let row = m.on_step(gpu_stats(2, 1, 5, 11)).unwrap();
+        let ms = |d: Duration| d.as_millis() as u64;
+        let split: Vec<(u64, u64)> = row
+            .ranks
+            .iter()
+            .map(|r| (ms(r.comm), ms(r.sync_wait)))
+            .collect();
+        assert_eq!(split, [(1, 10), (1, 0), (1, 10)]);
+        // CPU workers measure their own wait: left as they are
+        let mut m = Monitor::new(2);
+        let mut a = gpu_stats(0, 1, 5, 11);
+        a.sync_wait = Duration::from_millis(3);
+        m.on_step(a);
+        let row = m.on_step(gpu_stats(1, 1, 5, 11)).unwrap();
+        assert_eq!(row.ranks[1].comm, Duration::from_millis(11));
     }
 
     #[test]

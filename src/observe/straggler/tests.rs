@@ -360,3 +360,40 @@ fn a_rank_taking_shared_cores_is_flagged_though_nobody_waits() {
     // with a core each, a rank nobody waits for is not on the critical path
     assert!(run(64).is_empty());
 }
+
+/// GPUs: a rank whose compute takes 2x, seen only through the device's event timings (the
+/// others' waiting is inside their all-reduce until the monitor splits it out).
+#[test]
+fn a_slow_gpu_is_flagged_from_device_timings() {
+    use crate::observe::monitor::Monitor;
+    let mut m = Monitor::new(3);
+    let mut d = detector(3);
+    let mut warnings = Vec::new();
+    for step in 1..=100u64 {
+        for rank in 0..3 {
+            let compute = if rank == 1 { 20.0 } else { 10.0 } + noise(step, rank);
+            // every all-reduce ends when the slowest rank arrives, then moves data for 1 ms
+            let comm = 21.0 + noise(step, 1) - compute + 1.0;
+            let s = StepStats {
+                compute: ms(compute),
+                comm: ms(comm),
+                step_time: ms(compute + comm),
+                ..row(step, &[0.0; 3], &[0.0; 3]).ranks[rank].clone()
+            };
+            let s = StepStats {
+                sync_wait: Duration::ZERO,
+                compute_cpu: None,
+                data_wait: Duration::ZERO,
+                ..s
+            };
+            if let Some(r) = m.on_step(s) {
+                warnings.extend(d.on_row(&r));
+            }
+        }
+    }
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        matches!(warnings[0], Warning::Straggler { rank: 1, .. }),
+        "{warnings:?}"
+    );
+}

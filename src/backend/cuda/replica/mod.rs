@@ -64,9 +64,8 @@ pub struct CudaReplica {
     metrics: [f32; AUX],
     /// Recorded before and after the gradient computation of the current step.
     events: Option<(CudaEvent, CudaEvent)>,
-    /// Recorded right after the previous all-reduce: the next step's compute time then also
-    /// covers the optimizer update queued between them (device time, not launch time).
-    next_start: Option<CudaEvent>,
+    /// Recorded before and after the last optimizer update.
+    update_events: Option<(CudaEvent, CudaEvent)>,
     times: Option<DeviceTimes>,
 }
 
@@ -130,7 +129,7 @@ impl CudaReplica {
             cap: 0,
             metrics: [0.0; AUX],
             events: None,
-            next_start: None,
+            update_events: None,
             times: None,
             model,
             gpu,
@@ -299,10 +298,7 @@ impl Drop for CudaReplica {
 
 impl Replica for CudaReplica {
     fn compute_grads(&mut self, micro: &[MicroBatch]) {
-        let start = match self.next_start.take() {
-            Some(e) => e,
-            None => self.record(),
-        };
+        let start = self.record();
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.grads) {
             self.fail("zero the gradients", e)
@@ -333,7 +329,6 @@ impl Replica for CudaReplica {
             }
         }
         let reduced = self.record();
-        self.next_start = Some(self.record());
         self.wait_for(&reduced, Some(&*host))?;
         let n = self.model.n_params;
         let s = self.gpu.stream.clone();
@@ -344,15 +339,17 @@ impl Replica for CudaReplica {
         {
             self.fail("read the batch metrics", e)
         }
+        let ms = |a: &CudaEvent, b: &CudaEvent| {
+            a.elapsed_ms(b)
+                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+                .unwrap_or_default()
+        };
         if let Some((start, computed)) = self.events.take() {
-            let ms = |a: &CudaEvent, b: &CudaEvent| {
-                a.elapsed_ms(b)
-                    .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                    .unwrap_or_default()
-            };
             self.times = Some(DeviceTimes {
                 compute: ms(&start, &computed),
                 comm: ms(&computed, &reduced),
+                // queued before this step's compute, so complete by now
+                optimizer: self.update_events.take().map(|(a, b)| ms(&a, &b)),
             });
         }
         Ok(ReduceTiming {
@@ -374,73 +371,12 @@ impl Replica for CudaReplica {
     }
 
     fn apply_update(&mut self, lr: f32) {
-        let n = self.model.n_params;
-        let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
-        let wd = self.weight_decay;
-        self.t += 1;
-        let ni = n as i32;
-        let mut p = self.params.slice_mut(..);
-        let g = self.grads.slice(..n);
-        match self.kind {
-            OptimizerKind::Sgd => {
-                launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
-            }
-            OptimizerKind::Momentum => {
-                let mut m = self.m.slice_mut(..);
-                let first = i32::from(self.t == 1);
-                let mu = MOMENTUM;
-                launch!(
-                    &self.gpu,
-                    "momentum_f32",
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &ni,
-                    &lr,
-                    &mu,
-                    &wd,
-                    &scale,
-                    &first
-                )
-            }
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                let t = self.t as i32;
-                let step_size = lr / (1.0 - BETA1.powi(t));
-                let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
-                let (b1, b2, eps) = (BETA1, BETA2, EPS);
-                let mut m = self.m.slice_mut(..);
-                let mut v = self.v.slice_mut(..);
-                let name = if self.kind == OptimizerKind::Adam {
-                    "adam_f32"
-                } else {
-                    "adamw_f32"
-                };
-                launch!(
-                    &self.gpu,
-                    name,
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &mut v,
-                    &ni,
-                    &lr,
-                    &b1,
-                    &b2,
-                    &eps,
-                    &wd,
-                    &scale,
-                    &step_size,
-                    &inv_sqrt_bc2
-                )
-            }
-        }
+        let before = self.record();
+        self.update(lr);
+        self.update_events = Some((before, self.record()));
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
-        // the next step's compute time starts after this evaluation, not before it
-        self.next_start = None;
         let d = self.model.dims[0];
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
@@ -504,5 +440,73 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
+    }
+}
+
+impl CudaReplica {
+    /// The optimizer kernel for this step's mean gradient.
+    fn update(&mut self, lr: f32) {
+        let n = self.model.n_params;
+        let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
+        let wd = self.weight_decay;
+        self.t += 1;
+        let ni = n as i32;
+        let mut p = self.params.slice_mut(..);
+        let g = self.grads.slice(..n);
+        match self.kind {
+            OptimizerKind::Sgd => {
+                launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
+            }
+            OptimizerKind::Momentum => {
+                let mut m = self.m.slice_mut(..);
+                let first = i32::from(self.t == 1);
+                let mu = MOMENTUM;
+                launch!(
+                    &self.gpu,
+                    "momentum_f32",
+                    n,
+                    &mut p,
+                    &g,
+                    &mut m,
+                    &ni,
+                    &lr,
+                    &mu,
+                    &wd,
+                    &scale,
+                    &first
+                )
+            }
+            OptimizerKind::Adam | OptimizerKind::AdamW => {
+                let t = self.t as i32;
+                let step_size = lr / (1.0 - BETA1.powi(t));
+                let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
+                let (b1, b2, eps) = (BETA1, BETA2, EPS);
+                let mut m = self.m.slice_mut(..);
+                let mut v = self.v.slice_mut(..);
+                let name = if self.kind == OptimizerKind::Adam {
+                    "adam_f32"
+                } else {
+                    "adamw_f32"
+                };
+                launch!(
+                    &self.gpu,
+                    name,
+                    n,
+                    &mut p,
+                    &g,
+                    &mut m,
+                    &mut v,
+                    &ni,
+                    &lr,
+                    &b1,
+                    &b2,
+                    &eps,
+                    &wd,
+                    &scale,
+                    &step_size,
+                    &inv_sqrt_bc2
+                )
+            }
+        }
     }
 }
