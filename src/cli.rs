@@ -13,15 +13,16 @@ use crate::data::read::{self, Expect, ReadError};
 const EXAMPLES: &str = "\
 Examples:
   mgtop-train                                  train the MLP 64-128-10 on the embedded digits data, live in the terminal UI
-  mgtop-train --epochs 500 --theme light       a longer run to watch (keys: p pause, ]/[ batch, s checkpoint, ? help)
   mgtop-train --headless                       the same run as log lines
+  mgtop-train --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --epochs 60
+                                               a run to watch (~1.5 min on 2 cores; keys: p pause, ]/[ batch, s checkpoint, ? help)
   mgtop-train --headless --devices cpu:4 --epochs 5 --batch-per-replica 64
   mgtop-train --headless --data csv:iris.csv,label=last,header --model mlp:16
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
   mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
   mgtop-train --headless --resume checkpoints            (continue from the newest checkpoint)
-  mgtop-train --devices cpu:2 --data synthetic:20000,784,10 --model mlp:512 --batch-per-replica 128 --steps 3000 --slow-rank 1:2.0 --rebalance
-                                               (watch a straggler being found, then rebalanced)
+  mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
+                                               (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
