@@ -1,185 +1,189 @@
-//! GPU telemetry through NVML (`libnvidia-ml.so.1`, part of the NVIDIA driver), loaded at run
-//! time with dlopen: no NVML, no GPU, or a query a device does not support gives `None` for that
-//! value (shown as n/a), never 0 and never a panic.
+//! GPU telemetry through NVML (`libnvidia-ml.so.1`, part of the NVIDIA driver), by way of the
+//! nvml-wrapper crate, which loads the library at run time: no NVML or no driver makes
+//! [`Nvml::open`] an `Err(reason)`, and each query stands alone, so a function this driver lacks
+//! or a query a device does not support gives `None` for that value only (shown as n/a), never 0
+//! and never a panic.
 //!
 //! GPUs are matched to CUDA ordinals by PCI bus id, so `CUDA_VISIBLE_DEVICES` (which renumbers
 //! CUDA devices but not NVML's) does not mix them up.
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CString};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
 use crate::observe::telemetry::DeviceSample;
 
-type Ret = c_int;
-type Dev = *mut c_void;
-const SUCCESS: Ret = 0;
-const TEMPERATURE_GPU: c_int = 0;
-const CLOCK_SM: c_int = 1;
-const PCIE_TX: c_int = 0;
-const PCIE_RX: c_int = 1;
+/// An NVML device handle. It stays valid while the NVML session that made it is open.
+#[derive(Clone, Copy)]
+struct Handle(nvmlDevice_t);
 
-#[repr(C)]
-#[derive(Default)]
-struct Utilization {
-    gpu: c_uint,
-    memory: c_uint,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Memory {
-    total: c_ulonglong,
-    free: c_ulonglong,
-    used: c_ulonglong,
-}
-
-/// The NVML entry points used here.
-struct Api {
-    by_pci: unsafe extern "C" fn(*const c_char, *mut Dev) -> Ret,
-    utilization: unsafe extern "C" fn(Dev, *mut Utilization) -> Ret,
-    memory: unsafe extern "C" fn(Dev, *mut Memory) -> Ret,
-    temperature: unsafe extern "C" fn(Dev, c_int, *mut c_uint) -> Ret,
-    power: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    power_limit: unsafe extern "C" fn(Dev, *mut c_uint) -> Ret,
-    clock: unsafe extern "C" fn(Dev, c_int, *mut c_uint) -> Ret,
-    max_clock: unsafe extern "C" fn(Dev, c_int, *mut c_uint) -> Ret,
-    throttle: unsafe extern "C" fn(Dev, *mut c_ulonglong) -> Ret,
-    pcie: unsafe extern "C" fn(Dev, c_int, *mut c_uint) -> Ret,
-}
+// SAFETY: NVML is thread-safe (documented), and a handle is a plain identifier that is only
+// used together with the `nvml_wrapper::Nvml` owned by the same `Nvml`.
+unsafe impl Send for Handle {}
 
 /// NVML, opened, with a handle per watched GPU (None where NVML does not know it).
 pub struct Nvml {
-    api: Api,
-    devices: Vec<Option<Dev>>,
-}
-
-// SAFETY: NVML is thread-safe (documented), and the handles are plain identifiers.
-unsafe impl Send for Nvml {}
-
-/// Looks up `name` in `lib` as a function pointer of type `T`.
-///
-/// # Safety
-/// `T` must be the C signature of the symbol.
-unsafe fn symbol<T: Copy>(lib: *mut c_void, name: &str) -> Option<T> {
-    let cname = CString::new(name).ok()?;
-    let p = libc::dlsym(lib, cname.as_ptr());
-    // SAFETY (caller): a non-null symbol of this name has signature T; fn pointers and data
-    // pointers have the same size on every platform NVML supports.
-    (!p.is_null()).then(|| std::mem::transmute_copy::<*mut c_void, T>(&p))
+    nvml: nvml_wrapper::Nvml,
+    devices: Vec<Option<Handle>>,
 }
 
 impl Nvml {
     /// Opens NVML for the GPUs with these PCI bus ids ("0000:3b:00.0"), in order; why not, when
-    /// it cannot be opened.
+    /// it cannot be opened. A bus id NVML does not know (or that does not parse) gives a GPU
+    /// whose every value is `None`.
     pub fn open(pci_bus_ids: &[String]) -> Result<Nvml, String> {
-        let name = CString::new("libnvidia-ml.so.1").expect("no NUL");
-        // SAFETY: dlopen with a valid C string; the library stays loaded for the process.
-        let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            return Err("NVML (libnvidia-ml.so.1, part of the NVIDIA driver) was not found".into());
+        // nvml-wrapper returns every failure here as an error (libloading's dlopen, a missing
+        // nvmlInit_v2, nvmlInit_v2's own code); it loads the other symbols one by one and a
+        // missing one only fails the call that needs it.
+        let nvml = nvml_wrapper::Nvml::init().map_err(why_not)?;
+        if nvml.lib().nvmlShutdown.is_err() {
+            // nvml-wrapper's Drop would panic calling it: keep that library loaded, unused
+            std::mem::forget(nvml);
+            return Err(
+                "NVML (libnvidia-ml.so.1) lacks nvmlShutdown: not the NVIDIA driver's".into(),
+            );
         }
-        // SAFETY: each name below is looked up with its documented C signature.
-        let api = unsafe {
-            let init: Option<unsafe extern "C" fn() -> Ret> = symbol(lib, "nvmlInit_v2");
-            match init {
-                Some(f) if f() == SUCCESS => {}
-                Some(_) => return Err("NVML did not initialise (driver/library mismatch?)".into()),
-                None => return Err("NVML has no nvmlInit_v2 (driver too old)".into()),
-            }
-            let need = |n: &str| format!("NVML lacks {n} (driver too old)");
-            Api {
-                by_pci: symbol(lib, "nvmlDeviceGetHandleByPciBusId_v2")
-                    .ok_or_else(|| need("nvmlDeviceGetHandleByPciBusId_v2"))?,
-                utilization: symbol(lib, "nvmlDeviceGetUtilizationRates")
-                    .ok_or_else(|| need("nvmlDeviceGetUtilizationRates"))?,
-                memory: symbol(lib, "nvmlDeviceGetMemoryInfo")
-                    .ok_or_else(|| need("nvmlDeviceGetMemoryInfo"))?,
-                temperature: symbol(lib, "nvmlDeviceGetTemperature")
-                    .ok_or_else(|| need("nvmlDeviceGetTemperature"))?,
-                power: symbol(lib, "nvmlDeviceGetPowerUsage")
-                    .ok_or_else(|| need("nvmlDeviceGetPowerUsage"))?,
-                power_limit: symbol(lib, "nvmlDeviceGetEnforcedPowerLimit")
-                    .ok_or_else(|| need("nvmlDeviceGetEnforcedPowerLimit"))?,
-                clock: symbol(lib, "nvmlDeviceGetClockInfo")
-                    .ok_or_else(|| need("nvmlDeviceGetClockInfo"))?,
-                max_clock: symbol(lib, "nvmlDeviceGetMaxClockInfo")
-                    .ok_or_else(|| need("nvmlDeviceGetMaxClockInfo"))?,
-                throttle: symbol(lib, "nvmlDeviceGetCurrentClocksThrottleReasons")
-                    .ok_or_else(|| need("nvmlDeviceGetCurrentClocksThrottleReasons"))?,
-                pcie: symbol(lib, "nvmlDeviceGetPcieThroughput")
-                    .ok_or_else(|| need("nvmlDeviceGetPcieThroughput"))?,
-            }
-        };
         let devices = pci_bus_ids
             .iter()
             .map(|id| {
-                let c = CString::new(id.as_str()).ok()?;
-                let mut dev: Dev = std::ptr::null_mut();
-                // SAFETY: valid C string and out-pointer.
-                (unsafe { (api.by_pci)(c.as_ptr(), &mut dev) } == SUCCESS).then_some(dev)
+                let d = nvml.device_by_pci_bus_id(id.as_str()).ok()?;
+                // SAFETY: the handle is kept only beside this `nvml`.
+                Some(Handle(unsafe { d.handle() }))
             })
             .collect();
-        Ok(Nvml { api, devices })
+        Ok(Nvml { nvml, devices })
     }
 
     /// One sample per watched GPU; each value None where the query fails or is unsupported.
     pub fn sample(&self) -> Vec<DeviceSample> {
         self.devices
             .iter()
-            .map(|d| d.map(|d| self.read(d)).unwrap_or_default())
+            .map(|h| {
+                // SAFETY: each handle came from `self.nvml`, which is still open.
+                h.map(|h| read(&unsafe { Device::new(h.0, &self.nvml) }))
+                    .unwrap_or_default()
+            })
             .collect()
-    }
-
-    fn read(&self, d: Dev) -> DeviceSample {
-        let a = &self.api;
-        let ok = |r: Ret| r == SUCCESS;
-        let uint = |f: &dyn Fn(*mut c_uint) -> Ret| {
-            let mut v: c_uint = 0;
-            ok(f(&mut v)).then_some(v)
-        };
-        let mut u = Utilization::default();
-        let mut m = Memory::default();
-        let mut reasons: c_ulonglong = 0;
-        // SAFETY: `d` came from NVML; every out-pointer is valid for the call.
-        unsafe {
-            let util_ok = ok((a.utilization)(d, &mut u));
-            let mem_ok = ok((a.memory)(d, &mut m));
-            DeviceSample {
-                util: util_ok.then_some(u.gpu as f32 / 100.0),
-                mem_access: util_ok.then_some(u.memory as f32 / 100.0),
-                mem_used: mem_ok.then_some(m.used),
-                mem_total: mem_ok.then_some(m.total),
-                temp_c: uint(&|p| (a.temperature)(d, TEMPERATURE_GPU, p)).map(|v| v as f32),
-                power_w: uint(&|p| (a.power)(d, p)).map(|mw| mw as f32 / 1000.0),
-                power_limit_w: uint(&|p| (a.power_limit)(d, p)).map(|mw| mw as f32 / 1000.0),
-                sm_clock_mhz: uint(&|p| (a.clock)(d, CLOCK_SM, p)),
-                sm_clock_max_mhz: uint(&|p| (a.max_clock)(d, CLOCK_SM, p)),
-                throttle_reasons: ok((a.throttle)(d, &mut reasons)).then_some(reasons),
-                pcie_rx_kbs: uint(&|p| (a.pcie)(d, PCIE_RX, p)),
-                pcie_tx_kbs: uint(&|p| (a.pcie)(d, PCIE_TX, p)),
-            }
-        }
     }
 }
 
-/// NVML's throttle-reason bits that mean the GPU is slowed by something other than being idle
-/// or by the application's own clock settings: power cap, thermal slowdown (software or
-/// hardware), hardware slowdown, power brake, sync boost.
-pub const THROTTLED: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | 0x10;
+/// Why NVML did not open, naming the library and the driver whatever went wrong.
+fn why_not(e: NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(e) => {
+            format!("NVML (libnvidia-ml.so.1, part of the NVIDIA driver) was not found: {e}")
+        }
+        NvmlError::FailedToLoadSymbol(e) => {
+            format!("NVML (libnvidia-ml.so.1) has no nvmlInit_v2: NVIDIA driver too old ({e})")
+        }
+        NvmlError::DriverNotLoaded => {
+            "NVML (libnvidia-ml.so.1) is installed but the NVIDIA driver is not loaded".into()
+        }
+        NvmlError::NoPermission => {
+            "NVML (libnvidia-ml.so.1) has no permission to talk to the NVIDIA driver".into()
+        }
+        NvmlError::LibRmVersionMismatch => "NVML (libnvidia-ml.so.1) does not match the loaded \
+            NVIDIA driver (updated without a reboot?)"
+            .into(),
+        e => format!("NVML (libnvidia-ml.so.1, NVIDIA driver) did not initialise: {e}"),
+    }
+}
+
+/// Every value, each query on its own.
+fn read(d: &Device<'_>) -> DeviceSample {
+    let watts = |mw: u32| mw as f32 / 1000.0;
+    let util = d.utilization_rates().ok();
+    let mem = memory(d);
+    DeviceSample {
+        util: util.as_ref().map(|u| u.gpu as f32 / 100.0),
+        mem_access: util.as_ref().map(|u| u.memory as f32 / 100.0),
+        mem_used: mem.map(|m| m.0),
+        mem_total: mem.map(|m| m.1),
+        temp_c: d.temperature(TemperatureSensor::Gpu).ok().map(|t| t as f32),
+        power_w: d.power_usage().ok().map(watts),
+        power_limit_w: d.enforced_power_limit().ok().map(watts),
+        sm_clock_mhz: d.clock_info(Clock::SM).ok(),
+        sm_clock_max_mhz: d.max_clock_info(Clock::SM).ok(),
+        throttle_reasons: clock_event_reasons(d),
+        pcie_rx_kbs: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+        pcie_tx_kbs: d.pcie_throughput(PcieUtilCounter::Send).ok(),
+    }
+}
+
+/// Memory (used, total) in bytes: `nvmlDeviceGetMemoryInfo_v2` (nvml-wrapper's `memory_info`,
+/// whose `used` leaves out driver-reserved memory, as nvidia-smi shows it), else the v1 call.
+fn memory(d: &Device<'_>) -> Option<(u64, u64)> {
+    if let Ok(m) = d.memory_info() {
+        return Some((m.used, m.total));
+    }
+    let v1 = d.nvml().lib().nvmlDeviceGetMemoryInfo.as_ref().ok();
+    let zero = nvmlMemory_t {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: the handle is live; nvmlDeviceGetMemoryInfo writes one nvmlMemory_t.
+    unsafe { get(v1, d.handle(), zero) }.map(|m| (m.used, m.total))
+}
+
+/// The clock event ("throttle") reason bits: `nvmlDeviceGetCurrentClocksEventReasons` (NVML
+/// 12.2+; nvml-wrapper has it only in its sys bindings), else the deprecated
+/// `nvmlDeviceGetCurrentClocksThrottleReasons` (`current_throttle_reasons`). Same bits.
+fn clock_event_reasons(d: &Device<'_>) -> Option<u64> {
+    let current = d
+        .nvml()
+        .lib()
+        .nvmlDeviceGetCurrentClocksEventReasons
+        .as_ref()
+        .ok();
+    // SAFETY: the handle is live; the call writes one unsigned long long.
+    unsafe { get(current, d.handle(), 0) }
+        .or_else(|| d.current_throttle_reasons().ok().map(|r| r.bits()))
+}
+
+/// `f(dev, &mut out)` where `f` was loaded: `out` where NVML says it succeeded.
+///
+/// # Safety
+/// `dev` is a live handle of the NVML `f` came from, and `f` writes at most one `T`.
+unsafe fn get<T>(
+    f: Option<&unsafe extern "C" fn(nvmlDevice_t, *mut T) -> nvmlReturn_t>,
+    dev: nvmlDevice_t,
+    mut out: T,
+) -> Option<T> {
+    nvml_try((*f?)(dev, &mut out)).ok().map(|()| out)
+}
+
+/// The reason bits that count as throttling, with their names: slowed by something other than
+/// being idle or the application's own clock settings.
+const THROTTLE_NAMES: [(ThrottleReasons, &str); 6] = [
+    (ThrottleReasons::SW_POWER_CAP, "power cap"),
+    (ThrottleReasons::HW_SLOWDOWN, "hardware slowdown"),
+    (ThrottleReasons::SYNC_BOOST, "sync boost"),
+    (ThrottleReasons::SW_THERMAL_SLOWDOWN, "thermal (software)"),
+    (ThrottleReasons::HW_THERMAL_SLOWDOWN, "thermal (hardware)"),
+    (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "power brake"),
+];
+
+/// NVML's clock event (throttle) reason bits that mean the GPU is slowed by something other than
+/// being idle or by the application's own clock settings: power cap, thermal slowdown (software
+/// or hardware), hardware slowdown, power brake, sync boost.
+pub const THROTTLED: u64 = ThrottleReasons::SW_POWER_CAP
+    .union(ThrottleReasons::HW_SLOWDOWN)
+    .union(ThrottleReasons::SYNC_BOOST)
+    .union(ThrottleReasons::SW_THERMAL_SLOWDOWN)
+    .union(ThrottleReasons::HW_THERMAL_SLOWDOWN)
+    .union(ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN)
+    .bits();
 
 /// Names of the throttle-reason bits set in `reasons` that count as throttling.
 pub fn throttle_names(reasons: u64) -> Vec<&'static str> {
-    [
-        (0x4, "power cap"),
-        (0x8, "hardware slowdown"),
-        (0x10, "sync boost"),
-        (0x20, "thermal (software)"),
-        (0x40, "thermal (hardware)"),
-        (0x80, "power brake"),
-    ]
-    .iter()
-    .filter(|(bit, _)| reasons & bit != 0)
-    .map(|&(_, name)| name)
-    .collect()
+    THROTTLE_NAMES
+        .iter()
+        .filter(|(bit, _)| reasons & bit.bits() != 0)
+        .map(|&(_, name)| name)
+        .collect()
 }
 
 #[cfg(test)]
@@ -187,11 +191,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_nvml_is_a_reason_not_a_panic() {
-        // This machine has no NVIDIA driver; where one exists, opening with no GPUs is fine too.
-        match Nvml::open(&["0000:00:00.0".to_string()]) {
-            Err(why) => assert!(why.contains("NVML"), "{why}"),
-            Ok(n) => assert_eq!(n.sample().len(), 1),
+    fn no_nvml_is_a_reason_naming_the_library_and_driver_not_a_panic() {
+        // This machine has no NVIDIA driver; where one exists, an unknown GPU reads all n/a.
+        match Nvml::open(&["0000:ff:1f.7".to_string(), "not a bus id".to_string()]) {
+            Err(why) => {
+                assert!(why.contains("libnvidia-ml"), "{why}");
+                assert!(why.contains("NVIDIA driver"), "{why}");
+            }
+            Ok(n) => assert_eq!(n.sample(), vec![DeviceSample::default(); 2]),
+        }
+        for e in [
+            NvmlError::FailedToLoadSymbol("nvmlInit_v2".into()),
+            NvmlError::DriverNotLoaded,
+            NvmlError::NoPermission,
+            NvmlError::LibRmVersionMismatch,
+            NvmlError::Unknown,
+        ] {
+            let why = why_not(e);
+            assert!(
+                why.contains("libnvidia-ml") && why.contains("NVIDIA driver"),
+                "{why}"
+            );
         }
     }
 
@@ -205,6 +225,7 @@ mod tests {
             throttle_names(0x1 | 0x2).is_empty(),
             "idle and app clocks are not throttling"
         );
+        assert_eq!(THROTTLED, 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80);
         assert_eq!(throttle_names(THROTTLED).len(), 6);
     }
 }
