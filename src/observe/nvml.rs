@@ -45,13 +45,10 @@ impl Nvml {
                 "NVML (libnvidia-ml.so.1) lacks nvmlShutdown: not the NVIDIA driver's".into(),
             );
         }
+        let mut listed = None;
         let devices = pci_bus_ids
             .iter()
-            .map(|id| {
-                let d = nvml.device_by_pci_bus_id(id.as_str()).ok()?;
-                // SAFETY: the handle is kept only beside this `nvml`.
-                Some(Handle(unsafe { d.handle() }))
-            })
+            .map(|id| find(&nvml, BusId::parse(id)?, &mut listed))
             .collect();
         Ok(Nvml { nvml, devices })
     }
@@ -89,6 +86,29 @@ fn why_not(e: NvmlError) -> String {
             .into(),
         e => format!("NVML (libnvidia-ml.so.1, NVIDIA driver) did not initialise: {e}"),
     }
+}
+
+/// The handle of the GPU at `want`: NVML's lookup by bus id (given in NVML's own format), else
+/// NVML's devices listed once (into `listed`) and compared by parsed bus id.
+fn find(
+    nvml: &nvml_wrapper::Nvml,
+    want: BusId,
+    listed: &mut Option<Vec<(BusId, Handle)>>,
+) -> Option<Handle> {
+    // SAFETY (both `handle` calls): the handle is kept only beside this `nvml`.
+    if let Ok(d) = nvml.device_by_pci_bus_id(want.to_nvml()) {
+        return Some(Handle(unsafe { d.handle() }));
+    }
+    let listed = listed.get_or_insert_with(|| {
+        (0..nvml.device_count().unwrap_or(0))
+            .filter_map(|i| {
+                let d = nvml.device_by_index(i).ok()?;
+                let id = BusId::parse(&d.pci_info().ok()?.bus_id)?;
+                Some((id, Handle(unsafe { d.handle() })))
+            })
+            .collect()
+    });
+    listed.iter().find(|(id, _)| *id == want).map(|(_, h)| *h)
 }
 
 /// Every value, each query on its own.
@@ -155,6 +175,51 @@ unsafe fn get<T>(
     nvml_try((*f?)(dev, &mut out)).ok().map(|()| out)
 }
 
+/// A PCI address, compared by value whatever the text looked like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BusId {
+    domain: u32,
+    bus: u8,
+    device: u8,
+    function: u8,
+}
+
+impl BusId {
+    /// Parses `[domain:]bus:device[.function]` in hex, as CUDA discovery ("00000000:3b:00.0",
+    /// lower case), NVML ("00000000:3B:00.0") or lspci ("3b:00.0") write it: any case,
+    /// any domain width (none: 0), function 0 when left out.
+    fn parse(s: &str) -> Option<BusId> {
+        let s = s.trim();
+        let (rest, function) = match s.split_once('.') {
+            Some((rest, f)) => (rest, u8::from_str_radix(f, 16).ok()?),
+            None => (s, 0),
+        };
+        let hex =
+            |t: &str| (!t.is_empty() && t.len() <= 8).then(|| u32::from_str_radix(t, 16).ok())?;
+        let byte = |t: &str| u8::try_from(hex(t)?).ok();
+        let parts: Vec<&str> = rest.split(':').collect();
+        let (domain, bus, device) = match parts[..] {
+            [d, b, v] => (hex(d)?, byte(b)?, byte(v)?),
+            [b, v] => (0, byte(b)?, byte(v)?),
+            _ => return None,
+        };
+        Some(BusId {
+            domain,
+            bus,
+            device,
+            function,
+        })
+    }
+
+    /// NVML's own form, as `nvmlPciInfo_t.busId` has it: "00000000:3B:00.0".
+    fn to_nvml(self) -> String {
+        format!(
+            "{:08X}:{:02X}:{:02X}.{:X}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
 /// The reason bits that count as throttling, with their names: slowed by something other than
 /// being idle or the application's own clock settings.
 const THROTTLE_NAMES: [(ThrottleReasons, &str); 6] = [
@@ -212,6 +277,40 @@ mod tests {
                 why.contains("libnvidia-ml") && why.contains("NVIDIA driver"),
                 "{why}"
             );
+        }
+    }
+
+    #[test]
+    fn bus_ids_match_whatever_the_format() {
+        let cuda = format!("{:08x}:{:02x}:{:02x}.0", 0, 0x3b, 0); // as discover.rs writes it
+        let want = BusId::parse(&cuda).unwrap();
+        for same in [
+            "00000000:3B:00.0", // NVML's busId
+            "0000:3B:00.0",     // NVML's busIdLegacy, cuDeviceGetPCIBusId
+            "0000:3b:00.0",
+            "0:3b:0.0",
+            "3b:00.0", // lspci, no domain
+            "0000:3b:00",
+            " 00000000:3b:00.0 ",
+        ] {
+            assert_eq!(BusId::parse(same), Some(want), "{same}");
+        }
+        assert_eq!(want.to_nvml(), "00000000:3B:00.0");
+        let other = BusId::parse(&format!("{:08x}:{:02x}:{:02x}.0", 1, 0xaf, 0x1f)).unwrap();
+        assert_eq!(other.to_nvml(), "00000001:AF:1F.0");
+        assert_ne!(other, want);
+        assert_ne!(BusId::parse("0000:3b:00.1"), Some(want), "function counts");
+        assert_ne!(BusId::parse("0001:3b:00.0"), Some(want), "domain counts");
+        for bad in [
+            "",
+            "gpu0",
+            "3b",
+            "0000:3g:00.0",
+            "0000:3b:100.0",
+            "1:2:3:4.0",
+            "::.0",
+        ] {
+            assert_eq!(BusId::parse(bad), None, "{bad}");
         }
     }
 
