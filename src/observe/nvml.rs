@@ -7,6 +7,9 @@
 //! GPUs are matched to CUDA ordinals by PCI bus id, so `CUDA_VISIBLE_DEVICES` (which renumbers
 //! CUDA devices but not NVML's) does not mix them up.
 
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::error::{nvml_try, NvmlError};
@@ -14,6 +17,9 @@ use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
 use crate::observe::telemetry::DeviceSample;
+
+/// How often PCIe throughput is read; see [`Nvml::sample`].
+pub const PCIE_EVERY: Duration = Duration::from_secs(5);
 
 /// An NVML device handle. It stays valid while the NVML session that made it is open.
 #[derive(Clone, Copy)]
@@ -23,10 +29,14 @@ struct Handle(nvmlDevice_t);
 // used together with the `nvml_wrapper::Nvml` owned by the same `Nvml`.
 unsafe impl Send for Handle {}
 
+/// PCIe (rx, tx) KB/s of each watched GPU.
+type Pcie = Vec<(Option<u32>, Option<u32>)>;
+
 /// NVML, opened, with a handle per watched GPU (None where NVML does not know it).
 pub struct Nvml {
     nvml: nvml_wrapper::Nvml,
     devices: Vec<Option<Handle>>,
+    pcie: Mutex<Every<Pcie>>,
 }
 
 impl Nvml {
@@ -50,18 +60,39 @@ impl Nvml {
             .iter()
             .map(|id| find(&nvml, BusId::parse(id)?, &mut listed))
             .collect();
-        Ok(Nvml { nvml, devices })
+        Ok(Nvml {
+            nvml,
+            devices,
+            pcie: Mutex::new(Every::new(PCIE_EVERY)),
+        })
     }
 
     /// One sample per watched GPU; each value None where the query fails or is unsupported.
+    ///
+    /// PCIe throughput is read at most once every [`PCIE_EVERY`] (the first sample included)
+    /// and the last values are reused in between: NVML measures each counter over 20 ms inside
+    /// the call, so reading rx and tx every sample would hold the sampler thread ~40 ms per GPU.
     pub fn sample(&self) -> Vec<DeviceSample> {
-        self.devices
+        // SAFETY: each handle came from `self.nvml`, which is still open.
+        let devices: Vec<Option<Device<'_>>> = self
+            .devices
             .iter()
-            .map(|h| {
-                // SAFETY: each handle came from `self.nvml`, which is still open.
-                h.map(|h| read(&unsafe { Device::new(h.0, &self.nvml) }))
-                    .unwrap_or_default()
-            })
+            .map(|h| h.map(|h| unsafe { Device::new(h.0, &self.nvml) }))
+            .collect();
+        let pcie = self
+            .pcie
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(Instant::now(), || {
+                devices
+                    .iter()
+                    .map(|d| d.as_ref().map_or((None, None), read_pcie))
+                    .collect()
+            });
+        devices
+            .iter()
+            .zip(pcie)
+            .map(|(d, pcie)| d.as_ref().map(|d| read(d, pcie)).unwrap_or_default())
             .collect()
     }
 }
@@ -111,8 +142,8 @@ fn find(
     listed.iter().find(|(id, _)| *id == want).map(|(_, h)| *h)
 }
 
-/// Every value, each query on its own.
-fn read(d: &Device<'_>) -> DeviceSample {
+/// Everything but PCIe throughput, each query on its own.
+fn read(d: &Device<'_>, (pcie_rx_kbs, pcie_tx_kbs): (Option<u32>, Option<u32>)) -> DeviceSample {
     let watts = |mw: u32| mw as f32 / 1000.0;
     let util = d.utilization_rates().ok();
     let mem = memory(d);
@@ -127,9 +158,17 @@ fn read(d: &Device<'_>) -> DeviceSample {
         sm_clock_mhz: d.clock_info(Clock::SM).ok(),
         sm_clock_max_mhz: d.max_clock_info(Clock::SM).ok(),
         throttle_reasons: clock_event_reasons(d),
-        pcie_rx_kbs: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
-        pcie_tx_kbs: d.pcie_throughput(PcieUtilCounter::Send).ok(),
+        pcie_rx_kbs,
+        pcie_tx_kbs,
     }
+}
+
+/// PCIe (rx, tx) KB/s; ~20 ms each.
+fn read_pcie(d: &Device<'_>) -> (Option<u32>, Option<u32>) {
+    (
+        d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+        d.pcie_throughput(PcieUtilCounter::Send).ok(),
+    )
 }
 
 /// Memory (used, total) in bytes: `nvmlDeviceGetMemoryInfo_v2` (nvml-wrapper's `memory_info`,
@@ -173,6 +212,31 @@ unsafe fn get<T>(
     mut out: T,
 ) -> Option<T> {
     nvml_try((*f?)(dev, &mut out)).ok().map(|()| out)
+}
+
+/// A value read at most once per `period`, the last one reused in between.
+struct Every<T> {
+    period: Duration,
+    last: Option<(Instant, T)>,
+}
+
+impl<T: Clone> Every<T> {
+    fn new(period: Duration) -> Every<T> {
+        Every { period, last: None }
+    }
+
+    /// The value at `now`: `read()` on the first call and once `period` has passed since the
+    /// last read, else the last value.
+    fn get(&mut self, now: Instant, read: impl FnOnce() -> T) -> T {
+        match &self.last {
+            Some((at, v)) if now.saturating_duration_since(*at) < self.period => v.clone(),
+            _ => {
+                let v = read();
+                self.last = Some((now, v.clone()));
+                v
+            }
+        }
+    }
 }
 
 /// A PCI address, compared by value whatever the text looked like.
@@ -312,6 +376,28 @@ mod tests {
         ] {
             assert_eq!(BusId::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn pcie_is_read_at_most_once_a_period_and_reused_between() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut reads = 0;
+        let mut every = Every::new(Duration::from_secs(5));
+        let mut get = |ms: u64| {
+            every.get(at(ms), || {
+                reads += 1;
+                reads
+            })
+        };
+        // first sample reads; samples inside the period reuse it; at 5 s it reads again
+        let seen: Vec<u32> = [0, 1000, 4999, 5000, 9999, 10_000, 30_000]
+            .into_iter()
+            .map(&mut get)
+            .collect();
+        assert_eq!(seen, [1, 1, 1, 2, 2, 3, 4]);
+        // a clock that goes backwards (never with Instant, but cheap to hold) reuses the value
+        assert_eq!(get(0), 4);
     }
 
     #[test]
