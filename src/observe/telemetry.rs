@@ -27,7 +27,7 @@ pub struct DeviceSample {
     pub sm_clock_max_mhz: Option<u32>,
     /// GPU: NVML's clock throttle-reason bits (see `nvml::throttle_names`).
     pub throttle_reasons: Option<u64>,
-    /// GPU: PCIe throughput, KB/s.
+    /// GPU: PCIe throughput, KB/s, read at most every `nvml::PCIE_EVERY` (reused in between).
     pub pcie_rx_kbs: Option<u32>,
     pub pcie_tx_kbs: Option<u32>,
 }
