@@ -5,6 +5,7 @@ mod charts;
 mod devices;
 mod header;
 mod log;
+mod loss;
 mod overlay;
 
 use std::time::Duration;
@@ -16,10 +17,11 @@ use ratatui::Frame;
 use super::app::{App, View};
 use super::theme::Theme;
 
-pub use charts::{render_history, render_loss};
+pub use charts::render_history;
 pub use devices::{render_device_detail, render_devices};
 pub use header::render_header;
 pub use log::{render_footer, render_log};
+pub use loss::render_loss;
 pub use overlay::{render_help, render_quit, render_summary, render_too_small};
 
 /// Below this the screen says "terminal too small" instead of drawing garbage.
