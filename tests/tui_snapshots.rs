@@ -214,3 +214,19 @@ fn every_size_and_state_draws_without_panicking() {
         }
     }
 }
+
+#[test]
+fn the_loss_title_keeps_the_accuracy_at_80_columns() {
+    let s = screen(&demo::app(3, 150), 80, 24);
+    let title = s.lines().find(|l| l.contains(" loss ")).unwrap();
+    assert!(
+        title.contains("acc 97.0%") && title.contains("val 0.085"),
+        "{s}"
+    );
+    // the full title where there is room
+    let s = screen(&demo::app(3, 150), 160, 48);
+    assert!(
+        s.contains("loss (log) train 0.1635 val 0.0850 acc 97.0% (best 97.0%)"),
+        "{s}"
+    );
+}

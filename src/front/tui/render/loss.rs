@@ -28,6 +28,75 @@ fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
     ([x[0], x[1]], [0.0, (y_max * 1.05).max(1e-3)])
 }
 
+/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
+fn loss_value(l: f64, dp: usize) -> String {
+    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
+        let p = dp.saturating_sub(2);
+        format!("{l:.p$e}")
+    } else {
+        format!("{l:.dp$}")
+    }
+}
+
+/// The loss chart's title in `w` columns: the full one where it fits, else the same with the
+/// least important parts dropped first (best accuracy, "(log)", a decimal of each loss, the
+/// train loss), so the latest accuracy stays in view on an 80-column screen.
+fn loss_title<'a>(
+    app: &App,
+    train: Option<f64>,
+    val: Option<f64>,
+    w: usize,
+    theme: &Theme,
+) -> Vec<Span<'a>> {
+    let (last_acc, best_acc) = app.val_accuracy();
+    // (show "(log)", decimals, show train, show best)
+    let levels = [
+        (true, 4, true, true),
+        (true, 4, true, false),
+        (false, 4, true, false),
+        (false, 3, true, false),
+        (false, 3, false, false),
+    ];
+    let build = |(log, dp, with_train, with_best): (bool, usize, bool, bool)| {
+        let name = if log { " loss (log) " } else { " loss " };
+        let mut head = vec![Span::styled(name, theme.title())];
+        if let Some(l) = train.filter(|_| with_train) {
+            head.push(Span::styled(
+                format!("train {} ", loss_value(l, dp)),
+                theme.fg(theme.accent),
+            ));
+        }
+        if let Some(l) = val {
+            head.push(Span::styled(
+                format!("val {} ", loss_value(l, dp)),
+                theme.fg(theme.warn),
+            ));
+        }
+        if let (Some(a), Some(b)) = (last_acc, best_acc) {
+            let best = if with_best {
+                format!(" (best {:.1}%)", b * 100.0)
+            } else {
+                String::new()
+            };
+            head.push(Span::styled(
+                format!("acc {:.1}%{best} ", a * 100.0),
+                theme.fg(theme.good),
+            ));
+        }
+        head
+    };
+    let width = |h: &[Span]| h.iter().map(|s| s.content.chars().count()).sum::<usize>();
+    let mut last = Vec::new();
+    for l in levels {
+        last = build(l);
+        // the closing space may go
+        if width(&last) <= w + 1 {
+            break;
+        }
+    }
+    last
+}
+
 /// Train loss (raw and smoothed) with validation loss; `full` adds the accuracy chart and the
 /// per-epoch table below.
 pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full: bool) {
@@ -39,23 +108,13 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
         .iter()
         .filter_map(|e| e.val_loss.map(|l| (e.step as f64, l as f64)))
         .collect();
-    let mut head = vec![Span::styled(" loss (log) ", theme.title())];
-    if let Some((_, l)) = smooth.last() {
-        head.push(Span::styled(
-            format!("train {l:.4} "),
-            theme.fg(theme.accent),
-        ));
-    }
-    if let Some((_, l)) = val.last() {
-        head.push(Span::styled(format!("val {l:.4} "), theme.fg(theme.warn)));
-    }
-    let (last_acc, best_acc) = app.val_accuracy();
-    if let (Some(a), Some(b)) = (last_acc, best_acc) {
-        head.push(Span::styled(
-            format!("acc {:.1}% (best {:.1}%) ", a * 100.0, b * 100.0),
-            theme.fg(theme.good),
-        ));
-    }
+    let head = loss_title(
+        app,
+        smooth.last().map(|p| p.1),
+        val.last().map(|p| p.1),
+        area.width.saturating_sub(2) as usize,
+        theme,
+    );
     let (chart_area, rest) = if full {
         let [a, b] =
             Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
@@ -198,4 +257,18 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     frame.render_widget(Paragraph::new(lines).block(b), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loss_value;
+
+    #[test]
+    fn small_losses_keep_their_digits() {
+        assert_eq!(loss_value(0.1635, 4), "0.1635");
+        assert_eq!(loss_value(0.1635, 3), "0.164");
+        assert_eq!(loss_value(0.0003, 3), "3.0e-4");
+        assert_eq!(loss_value(0.00003, 4), "3.00e-5");
+        assert_eq!(loss_value(0.0, 3), "0.000");
+    }
 }
