@@ -230,3 +230,26 @@ fn the_loss_title_keeps_the_accuracy_at_80_columns() {
         "{s}"
     );
 }
+
+/// The lines of `s` (as TestBackend prints them: quoted) that show device `label`'s row.
+fn device_rows(s: &str, label: &str) -> usize {
+    s.lines()
+        .filter(|l| l.starts_with(&format!("\"│{label} ")))
+        .count()
+}
+
+#[test]
+fn devices_show_at_the_minimum_size() {
+    let s = screen(&demo::app(2, 150), MIN_WIDTH, MIN_HEIGHT);
+    assert!(
+        device_rows(&s, "cpu0") == 1 && device_rows(&s, "cpu1") == 1,
+        "{s}"
+    );
+    insta::assert_snapshot!("minimum_2_devices", s);
+    let s = screen(&demo::app(8, 150), MIN_WIDTH, MIN_HEIGHT);
+    for d in 0..5 {
+        assert_eq!(device_rows(&s, &format!("cpu{d}")), 1, "cpu{d}: {s}");
+    }
+    assert!(s.contains("… 3 more devices"), "{s}");
+    insta::assert_snapshot!("minimum_8_devices", s);
+}

@@ -210,13 +210,16 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         lines.push(clip(Line::from(spans), w).style(row_style(app, i, d, theme)));
     }
     if cap < n {
-        lines.push(Line::styled(
-            format!(
-                "… {} more devices: press 1-9 for one, or enlarge the terminal",
-                n - cap
-            ),
-            theme.muted(),
-        ));
+        let more = format!(
+            "… {} more devices: press 1-9 for one, or enlarge the terminal",
+            n - cap
+        );
+        let more = if more.chars().count() > w {
+            format!("… {} more devices: 1-9 shows one", n - cap)
+        } else {
+            more
+        };
+        lines.push(Line::styled(fit(&more, w), theme.muted()));
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
