@@ -253,3 +253,16 @@ fn devices_show_at_the_minimum_size() {
     assert!(s.contains("… 3 more devices"), "{s}");
     insta::assert_snapshot!("minimum_8_devices", s);
 }
+
+#[test]
+fn the_detail_view_keeps_the_last_step_on_one_line() {
+    let mut app = demo::app(3, 150);
+    for r in 0..3 {
+        let mut s = demo::step(r, 3, 123_456);
+        s.samples = 15;
+        app.apply(AppEvent::Step(s));
+    }
+    key(&mut app, KeyCode::Char('3'));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("│last step 123456 (15 samples)"), "{s}");
+}
