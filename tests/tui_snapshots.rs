@@ -266,3 +266,15 @@ fn the_detail_view_keeps_the_last_step_on_one_line() {
     let s = screen(&app, 80, 24);
     assert!(s.contains("│last step 123456 (15 samples)"), "{s}");
 }
+
+#[test]
+fn the_theme_key_says_which_theme_is_on() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('t'));
+    app.apply(AppEvent::Theme("light".into()));
+    let s = screen(&app, 80, 24);
+    assert!(s.lines().last().unwrap().contains("theme: light"), "{s}");
+    // the next key takes the answer away
+    key(&mut app, KeyCode::Char('w'));
+    assert!(!screen(&app, 80, 24).contains("theme: light"));
+}

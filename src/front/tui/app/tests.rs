@@ -340,3 +340,13 @@ fn epoch_lines_do_not_push_other_events_off_the_panel() {
     assert!(app.log[1].text.contains("batch per replica 32 -> 64"));
     assert_eq!(app.epochs.len(), 50, "every epoch is kept for the charts");
 }
+
+#[test]
+fn a_new_theme_is_named_until_the_next_key() {
+    let mut app = running(false);
+    assert_eq!(app.handle_key(key('t')), Some(Action::NextTheme));
+    app.apply(AppEvent::Theme("light".into()));
+    assert_eq!(app.flash.as_deref(), Some("theme: light"));
+    app.handle_key(key('w'));
+    assert_eq!(app.flash, None);
+}

@@ -75,6 +75,11 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if app.readonly {
         spans.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
+    // the answer to the last key comes first: the keys after it may be cut, it may not
+    if let Some(f) = &app.flash {
+        spans.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
+        spans.push(Span::styled(" │", theme.muted()));
+    }
     for (k, v) in keys {
         spans.push(Span::styled(format!(" {k}"), theme.badge(theme.accent)));
         spans.push(Span::styled(format!(" {v}"), theme.muted()));
@@ -83,9 +88,6 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         format!("  [{}]", app.view.label()),
         theme.muted(),
     ));
-    if let Some(f) = &app.flash {
-        spans.push(Span::styled(format!("  {f}"), theme.badge(theme.warn)));
-    }
     frame.render_widget(
         Paragraph::new(clip(Line::from(spans), area.width as usize)),
         area,
