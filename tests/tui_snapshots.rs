@@ -278,3 +278,30 @@ fn the_theme_key_says_which_theme_is_on() {
     key(&mut app, KeyCode::Char('w'));
     assert!(!screen(&app, 80, 24).contains("theme: light"));
 }
+
+#[test]
+fn the_light_theme_paints_its_background_everywhere() {
+    let light = Theme::embedded("light").unwrap();
+    assert_ne!(light.background, ratatui::style::Color::Reset);
+    let mut app = demo::app(3, 150);
+    for keys in [
+        &[][..],
+        &[KeyCode::Char('q')],
+        &[KeyCode::Esc, KeyCode::Tab],
+    ] {
+        for k in keys {
+            key(&mut app, *k);
+        }
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| render::render(f, &app, &light)).unwrap();
+        let buf = t.backend().buffer();
+        for (i, c) in buf.content().iter().enumerate() {
+            assert!(
+                c.bg == light.background || c.bg == light.highlight_bg,
+                "cell {i} ({:?}) has background {:?}",
+                c.symbol(),
+                c.bg
+            );
+        }
+    }
+}
