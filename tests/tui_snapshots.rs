@@ -305,3 +305,19 @@ fn the_light_theme_paints_its_background_everywhere() {
         }
     }
 }
+
+#[test]
+fn the_quit_popup_names_the_key_that_opened_it() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('q'));
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains("q again: cancel") && !s.contains("Ctrl-C"),
+        "{s}"
+    );
+    key(&mut app, KeyCode::Esc);
+    app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("Ctrl-C again: stop with a checkpoint"), "{s}");
+    insta::assert_snapshot!("quit_ctrl_c_80x24", s);
+}

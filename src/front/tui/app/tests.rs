@@ -137,7 +137,7 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
 fn quit_asks_first_and_each_answer_does_what_it_says() {
     let mut app = running(false);
     assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: false }));
     assert_eq!(
         app.handle_key(key('p')),
         None,
@@ -163,7 +163,7 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
     // Ctrl-C opens the same popup; a second Ctrl-C stops with a checkpoint
     let mut app = running(false);
     assert_eq!(app.handle_key(ctrl_c()), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: true }));
     assert_eq!(
         app.handle_key(ctrl_c()),
         Some(Action::Control(Control::Stop { checkpoint: true }))

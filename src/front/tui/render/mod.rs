@@ -52,7 +52,7 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     }
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
-        Some(super::app::Popup::Quit) => render_quit(frame, area, theme),
+        Some(super::app::Popup::Quit { ctrl_c }) => render_quit(frame, area, theme, ctrl_c),
         None if app.summary.is_some()
             && !app.summary_hidden
             && app.view == View::Overview
