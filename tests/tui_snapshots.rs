@@ -321,3 +321,23 @@ fn the_quit_popup_names_the_key_that_opened_it() {
     assert!(s.contains("Ctrl-C again: stop with a checkpoint"), "{s}");
     insta::assert_snapshot!("quit_ctrl_c_80x24", s);
 }
+
+#[test]
+fn long_events_wrap_instead_of_being_cut() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Tab);
+    key(&mut app, KeyCode::Tab);
+    let s = screen(&app, 80, 24);
+    // the panel's text without its borders, its lines joined
+    let text: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("\"│"))
+        .map(|l| l.trim_matches('"').trim_matches('│').trim())
+        .collect();
+    let text = text.join(" ");
+    for e in app.log.iter().take(5) {
+        let words = e.text.split(' ').collect::<Vec<_>>().join(" ");
+        assert!(text.contains(&words), "{:?} cut:\n{s}", e.text);
+    }
+    assert!(!text.contains('…'), "{s}");
+}

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
-use super::{clock, fit};
+use super::{clock, fit, wrap_text};
 use crate::engine::Device;
 use crate::front::tui::app::App;
 use crate::front::tui::theme::Theme;
@@ -153,12 +153,28 @@ pub fn render_history(
         .filter(|(i, _)| only.is_none_or(|o| o == *i))
         .all(|(_, d)| matches!(d, Device::Cpu { .. }));
     let macc_title = "memory-access time %";
-    if cpu_only && area.height >= 10 {
-        let [a, b] = Layout::vertical([Constraint::Min(6), Constraint::Length(3)]).areas(area);
+    let text = "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)";
+    // one device's view has the room to say it in full; the overview says what fits a line
+    let wrapped = wrap_text(text, area.width.saturating_sub(2) as usize);
+    let text_h = if only.is_some() {
+        wrapped.len() as u16
+    } else {
+        1
+    };
+    if cpu_only && area.height >= 9 + text_h {
+        let [a, b] =
+            Layout::vertical([Constraint::Min(6), Constraint::Length(2 + text_h)]).areas(area);
         percent_chart(frame, a, app, theme, &util_title, &util, no_util);
         let head = vec![Span::styled(format!(" {macc_title} "), theme.title())];
-        let text = "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)";
-        message(frame, b, block(head, theme), text, theme);
+        if text_h > 1 {
+            let lines: Vec<Line> = wrapped
+                .into_iter()
+                .map(|l| Line::styled(l, theme.muted()))
+                .collect();
+            frame.render_widget(Paragraph::new(lines).block(block(head, theme)), b);
+        } else {
+            message(frame, b, block(head, theme), text, theme);
+        }
     } else if !cpu_only && area.height >= 14 {
         let [a, b] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);

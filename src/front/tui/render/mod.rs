@@ -161,6 +161,34 @@ pub fn fit(s: &str, w: usize) -> String {
     }
 }
 
+/// `s` broken into lines of at most `w` characters at spaces (a word longer than `w`, such as
+/// a path, is broken where the line ends).
+pub fn wrap_text(s: &str, w: usize) -> Vec<String> {
+    let w = w.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut len = 0;
+    for word in s.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        if len > 0 && len + 1 + word.len() <= w {
+            line.push(' ');
+            line.extend(&word);
+            len += 1 + word.len();
+            continue;
+        }
+        if len > 0 {
+            lines.push(std::mem::take(&mut line));
+        }
+        while word.len() > w {
+            lines.push(word.drain(..w).collect());
+        }
+        len = word.len();
+        line = word.into_iter().collect();
+    }
+    lines.push(line);
+    lines
+}
+
 /// `n/a` for a metric the device does not report.
 pub fn pct(v: Option<f32>) -> String {
     v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0))
@@ -183,6 +211,23 @@ mod tests {
         assert_eq!(fit("ab", 4), "ab");
         assert_eq!(pct(None), "n/a");
         assert_eq!(pct(Some(0.871)), "87%");
+    }
+
+    #[test]
+    fn wrapping_breaks_at_spaces_and_only_long_words_inside() {
+        assert_eq!(wrap_text("short", 10), ["short"]);
+        assert_eq!(
+            wrap_text("one two three four", 9),
+            ["one two", "three", "four"]
+        );
+        assert_eq!(
+            wrap_text("at checkpoints/step-00000060", 10),
+            ["at", "checkpoint", "s/step-000", "00060"]
+        );
+        assert_eq!(wrap_text("", 5), [""]);
+        for l in wrap_text("epoch 6/30 done at step 138 | train loss 0.0833", 12) {
+            assert!(l.chars().count() <= 12, "{l}");
+        }
     }
 
     #[test]
