@@ -214,3 +214,130 @@ fn every_size_and_state_draws_without_panicking() {
         }
     }
 }
+
+#[test]
+fn the_loss_title_keeps_the_accuracy_at_80_columns() {
+    let s = screen(&demo::app(3, 150), 80, 24);
+    let title = s.lines().find(|l| l.contains(" loss ")).unwrap();
+    assert!(
+        title.contains("acc 97.0%") && title.contains("val 0.085"),
+        "{s}"
+    );
+    // the full title where there is room
+    let s = screen(&demo::app(3, 150), 160, 48);
+    assert!(
+        s.contains("loss (log) train 0.1635 val 0.0850 acc 97.0% (best 97.0%)"),
+        "{s}"
+    );
+}
+
+/// The lines of `s` (as TestBackend prints them: quoted) that show device `label`'s row.
+fn device_rows(s: &str, label: &str) -> usize {
+    s.lines()
+        .filter(|l| l.starts_with(&format!("\"│{label} ")))
+        .count()
+}
+
+#[test]
+fn devices_show_at_the_minimum_size() {
+    let s = screen(&demo::app(2, 150), MIN_WIDTH, MIN_HEIGHT);
+    assert!(
+        device_rows(&s, "cpu0") == 1 && device_rows(&s, "cpu1") == 1,
+        "{s}"
+    );
+    insta::assert_snapshot!("minimum_2_devices", s);
+    let s = screen(&demo::app(8, 150), MIN_WIDTH, MIN_HEIGHT);
+    for d in 0..5 {
+        assert_eq!(device_rows(&s, &format!("cpu{d}")), 1, "cpu{d}: {s}");
+    }
+    assert!(s.contains("… 3 more devices"), "{s}");
+    insta::assert_snapshot!("minimum_8_devices", s);
+}
+
+#[test]
+fn the_detail_view_keeps_the_last_step_on_one_line() {
+    let mut app = demo::app(3, 150);
+    for r in 0..3 {
+        let mut s = demo::step(r, 3, 123_456);
+        s.samples = 15;
+        app.apply(AppEvent::Step(s));
+    }
+    key(&mut app, KeyCode::Char('3'));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("│last step 123456 (15 samples)"), "{s}");
+}
+
+#[test]
+fn the_theme_key_says_which_theme_is_on() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('t'));
+    app.apply(AppEvent::Theme("light".into()));
+    let s = screen(&app, 80, 24);
+    assert!(s.lines().last().unwrap().contains("theme: light"), "{s}");
+    // the next key takes the answer away
+    key(&mut app, KeyCode::Char('w'));
+    assert!(!screen(&app, 80, 24).contains("theme: light"));
+}
+
+#[test]
+fn the_light_theme_paints_its_background_everywhere() {
+    let light = Theme::embedded("light").unwrap();
+    assert_ne!(light.background, ratatui::style::Color::Reset);
+    let mut app = demo::app(3, 150);
+    for keys in [
+        &[][..],
+        &[KeyCode::Char('q')],
+        &[KeyCode::Esc, KeyCode::Tab],
+    ] {
+        for k in keys {
+            key(&mut app, *k);
+        }
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        t.draw(|f| render::render(f, &app, &light)).unwrap();
+        let buf = t.backend().buffer();
+        for (i, c) in buf.content().iter().enumerate() {
+            assert!(
+                c.bg == light.background || c.bg == light.highlight_bg,
+                "cell {i} ({:?}) has background {:?}",
+                c.symbol(),
+                c.bg
+            );
+        }
+    }
+}
+
+#[test]
+fn the_quit_popup_names_the_key_that_opened_it() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('q'));
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains("q again: cancel") && !s.contains("Ctrl-C"),
+        "{s}"
+    );
+    key(&mut app, KeyCode::Esc);
+    app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("Ctrl-C again: stop with a checkpoint"), "{s}");
+    insta::assert_snapshot!("quit_ctrl_c_80x24", s);
+}
+
+#[test]
+fn long_events_wrap_instead_of_being_cut() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Tab);
+    key(&mut app, KeyCode::Tab);
+    let s = screen(&app, 80, 24);
+    // the panel's text without its borders, its lines joined
+    let text: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("\"│"))
+        .map(|l| l.trim_matches('"').trim_matches('│').trim())
+        .collect();
+    let text = text.join(" ");
+    for e in app.log.iter().take(5) {
+        let words = e.text.split(' ').collect::<Vec<_>>().join(" ");
+        assert!(text.contains(&words), "{:?} cut:\n{s}", e.text);
+    }
+    assert!(!text.contains('…'), "{s}");
+}

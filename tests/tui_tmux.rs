@@ -75,6 +75,11 @@ fn header(s: &str) -> &str {
 /// then recording its exit status (`exit`) and the terminal's mode (`stty`) in `dir` and
 /// saying `shell-back`.
 fn start(name: &str, dir: &Path, args: &str) -> Tmux {
+    start_sized(name, dir, args, (100, 30))
+}
+
+/// `start` in a terminal of `(columns, rows)`.
+fn start_sized(name: &str, dir: &Path, args: &str, (w, h): (u16, u16)) -> Tmux {
     let tmux = Tmux {
         socket: format!("mgtop-test-{name}-{}", std::process::id()),
     };
@@ -90,9 +95,9 @@ fn start(name: &str, dir: &Path, args: &str) -> Tmux {
         "-s",
         "t",
         "-x",
-        "100",
+        &w.to_string(),
         "-y",
-        "30",
+        &h.to_string(),
         &script,
     ]);
     tmux
@@ -212,6 +217,62 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
         && r["from"] == 32
         && r["to"] == 64));
     assert!(has(&|r| r["type"] == "end" && r["status"] == "stopped"));
+}
+
+/// How many lines of the screen show device `label`'s row in the devices table.
+fn device_rows(s: &str, label: &str) -> usize {
+    s.lines()
+        .filter(|l| l.starts_with(&format!("│{label} ")))
+        .count()
+}
+
+#[test]
+fn an_80x24_terminal_shows_what_a_new_user_looks_for() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = format!(
+        "--devices cpu:2 --steps 100000000 --checkpoint-dir '{}'",
+        d.join("ck").display()
+    );
+    let tmux = start_sized("small", d, &args, (80, 24));
+    // the loss panel's title keeps the validation accuracy in 40 columns
+    let s = tmux.wait("the accuracy", |s| {
+        s.contains("RUNNING") && s.contains(" acc ")
+    });
+    let title = s.lines().find(|l| l.contains(" loss ")).unwrap();
+    let title = &title[title.find(" loss ").unwrap()..];
+    assert!(title.contains(" acc ") && title.contains('%'), "{s}");
+
+    tmux.keys(&["t"]);
+    tmux.wait("the theme's name", |s| s.contains("theme: light"));
+    tmux.keys(&["t"]);
+    tmux.wait("the next theme's name", |s| s.contains("theme: mono"));
+
+    tmux.keys(&["q"]);
+    let s = tmux.wait("the quit popup", |s| s.contains("Stop training?"));
+    assert!(
+        s.contains("q again: cancel") && !s.contains("Ctrl-C"),
+        "{s}"
+    );
+    tmux.keys(&["q"]);
+    tmux.wait("the popup to close", |s| !s.contains("Stop training?"));
+
+    // the stated minimum still shows every device of a 2-device run
+    tmux.cmd(&["resize-window", "-t", "t", "-x", "60", "-y", "16"]);
+    let s = tmux.wait("the devices at 60x16", |s| {
+        s.lines().count() <= 16 && device_rows(s, "cpu0") == 1 && device_rows(s, "cpu1") == 1
+    });
+    assert!(!s.contains("too small"), "{s}");
+
+    tmux.keys(&["C-c"]);
+    let s = tmux.wait("the quit popup", |s| s.contains("Stop training?"));
+    assert!(s.contains("Ctrl-C again"), "{s}");
+    tmux.keys(&["C-c"]);
+    tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert_eq!(ended(d), ("EXIT=0".into(), true));
 }
 
 #[test]

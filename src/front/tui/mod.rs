@@ -121,7 +121,7 @@ pub fn drive<B: Backend>(
                     dirty = true;
                     match app.handle_key(k) {
                         Some(Action::Control(c)) if controller.send(c).is_err() => {
-                            app.flash = Some("the run has already ended".into());
+                            app.apply(AppEvent::Flash("the run has already ended".into()));
                         }
                         Some(Action::Quit) => break,
                         Some(Action::Abandon) => {
@@ -130,7 +130,7 @@ pub fn drive<B: Backend>(
                         }
                         Some(Action::NextTheme) => {
                             theme = theme.next();
-                            app.flash = Some(format!("theme: {}", theme.name));
+                            app.apply(AppEvent::Theme(theme.name.clone()));
                         }
                         Some(Action::Redraw) => {
                             let _ = terminal.clear();

@@ -283,6 +283,96 @@ mod tests {
         );
     }
 
+    /// The colour a 256-colour terminal shows for `c` (xterm's palette); `None` for the
+    /// terminal's own colour.
+    fn rgb(c: Color) -> Option<[f64; 3]> {
+        const BASIC: [[u8; 3]; 16] = [
+            [0, 0, 0],
+            [128, 0, 0],
+            [0, 128, 0],
+            [128, 128, 0],
+            [0, 0, 128],
+            [128, 0, 128],
+            [0, 128, 128],
+            [192, 192, 192],
+            [128, 128, 128],
+            [255, 0, 0],
+            [0, 255, 0],
+            [255, 255, 0],
+            [0, 0, 255],
+            [255, 0, 255],
+            [0, 255, 255],
+            [255, 255, 255],
+        ];
+        let v = match c {
+            Color::Reset => return None,
+            Color::Indexed(i @ 0..=15) => BASIC[i as usize],
+            Color::Indexed(i @ 16..=231) => {
+                let l = |x: u8| if x == 0 { 0 } else { 55 + 40 * x };
+                let i = i - 16;
+                [l(i / 36), l(i / 6 % 6), l(i % 6)]
+            }
+            Color::Indexed(i) => [8 + 10 * (i - 232); 3],
+            Color::Rgb(r, g, b) => [r, g, b],
+            other => panic!("a named colour in an embedded theme: {other:?}"),
+        };
+        Some(v.map(f64::from))
+    }
+
+    /// WCAG contrast ratio of two colours (1 to 21).
+    fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+        let lum = |c: [f64; 3]| {
+            let ch = |x: f64| {
+                let x = x / 255.0;
+                if x <= 0.03928 {
+                    x / 12.92
+                } else {
+                    ((x + 0.055) / 1.055).powf(2.4)
+                }
+            };
+            0.2126 * ch(c[0]) + 0.7152 * ch(c[1]) + 0.0722 * ch(c[2])
+        };
+        let (x, y) = (lum(a), lum(b));
+        (x.max(y) + 0.05) / (x.min(y) + 0.05)
+    }
+
+    #[test]
+    fn the_light_theme_reads_on_dark_and_light_terminals() {
+        let t = Theme::embedded("light").unwrap();
+        // with the terminal's own background, dark text vanishes on a dark terminal: the
+        // theme brings its background, and its text must read on that
+        let bg = rgb(t.background).expect("the light theme sets its own background");
+        let check = |name: &str, c: Color, min: f64| {
+            let fg = rgb(c).unwrap_or_else(|| panic!("{name} is the terminal's own colour"));
+            let r = contrast(fg, bg);
+            assert!(
+                r >= min,
+                "{name} {c:?} on {:?}: contrast {r:.2} < {min}",
+                t.background
+            );
+        };
+        check("text", t.text, 7.0);
+        for (name, c) in [
+            ("muted", t.muted),
+            ("title", t.title),
+            ("accent", t.accent),
+            ("good", t.good),
+            ("warn", t.warn),
+            ("error", t.error),
+        ] {
+            check(name, c, 4.0);
+        }
+        for (i, c) in t.series.iter().enumerate() {
+            check(&format!("series[{i}]"), *c, 3.0);
+        }
+        // a highlighted row keeps its text readable
+        let hl = rgb(t.highlight_bg).unwrap();
+        assert!(contrast(rgb(t.text).unwrap(), hl) >= 7.0);
+        // mono leaves both to the terminal, which is readable by construction
+        let mono = Theme::embedded("mono").unwrap();
+        assert_eq!((mono.text, mono.background), (Color::Reset, Color::Reset));
+    }
+
     #[test]
     fn no_color_picks_mono_unless_a_theme_is_asked_for() {
         assert_eq!(Theme::choose(None, true).unwrap().name, "mono");

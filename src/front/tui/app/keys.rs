@@ -22,7 +22,7 @@ impl App {
                 self.popup = None;
                 return None;
             }
-            Some(Popup::Quit) => return self.quit_popup_key(key.code, ctrl_c),
+            Some(Popup::Quit { .. }) => return self.quit_popup_key(key.code, ctrl_c),
             None => {}
         }
         if self.state.ended() && (ctrl_c || matches!(key.code, KeyCode::Char('q'))) {
@@ -32,10 +32,10 @@ impl App {
             return Some(Action::Abandon);
         }
         if ctrl_c {
-            return self.ask_quit();
+            return self.ask_quit(true);
         }
         match key.code {
-            KeyCode::Char('q') => self.ask_quit(),
+            KeyCode::Char('q') => self.ask_quit(false),
             KeyCode::Char('p') | KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
             KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
@@ -100,7 +100,7 @@ impl App {
         f(self)
     }
 
-    fn ask_quit(&mut self) -> Option<Action> {
+    fn ask_quit(&mut self, ctrl_c: bool) -> Option<Action> {
         if self.readonly {
             self.flash = Some(
                 "read-only: quitting would stop the run; it ends by itself, or with SIGTERM".into(),
@@ -112,7 +112,7 @@ impl App {
                 Some("already stopping: finishing the step (Ctrl-C: leave without waiting)".into());
             return None;
         }
-        self.popup = Some(Popup::Quit);
+        self.popup = Some(Popup::Quit { ctrl_c });
         None
     }
 

@@ -50,6 +50,10 @@ pub enum AppEvent {
     Beats(Duration, Vec<Beat>),
     /// Something to tell the user that is not an engine event (e.g. metrics file failure).
     Notice(Level, String),
+    /// The theme `t` switched to, by name.
+    Theme(String),
+    /// A one-line answer to a key that the frontend loop gives (e.g. the run has ended).
+    Flash(String),
 }
 
 /// What a key asks the frontend loop to do.
@@ -276,6 +280,8 @@ impl App {
                 }
             }
             AppEvent::Notice(level, text) => self.note(level, text),
+            AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
+            AppEvent::Flash(text) => self.flash = Some(text),
             AppEvent::Beats(at, beats) => {
                 self.now = self.now.max(at);
                 if let Some(w) = self.detector.tick(at, &beats) {

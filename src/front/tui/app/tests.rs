@@ -137,7 +137,7 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
 fn quit_asks_first_and_each_answer_does_what_it_says() {
     let mut app = running(false);
     assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: false }));
     assert_eq!(
         app.handle_key(key('p')),
         None,
@@ -163,7 +163,7 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
     // Ctrl-C opens the same popup; a second Ctrl-C stops with a checkpoint
     let mut app = running(false);
     assert_eq!(app.handle_key(ctrl_c()), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
+    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: true }));
     assert_eq!(
         app.handle_key(ctrl_c()),
         Some(Action::Control(Control::Stop { checkpoint: true }))
@@ -339,4 +339,14 @@ fn epoch_lines_do_not_push_other_events_off_the_panel() {
     assert!(app.log[0].text.contains("epoch 50"));
     assert!(app.log[1].text.contains("batch per replica 32 -> 64"));
     assert_eq!(app.epochs.len(), 50, "every epoch is kept for the charts");
+}
+
+#[test]
+fn a_new_theme_is_named_until_the_next_key() {
+    let mut app = running(false);
+    assert_eq!(app.handle_key(key('t')), Some(Action::NextTheme));
+    app.apply(AppEvent::Theme("light".into()));
+    assert_eq!(app.flash.as_deref(), Some("theme: light"));
+    app.handle_key(key('w'));
+    assert_eq!(app.flash, None);
 }

@@ -84,6 +84,9 @@ impl Window {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Popup {
-    Quit,
+    /// "Stop training?", opened by `q` or (`ctrl_c`) by Ctrl-C: its hint names that key.
+    Quit {
+        ctrl_c: bool,
+    },
     Help,
 }

@@ -210,15 +210,36 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         lines.push(clip(Line::from(spans), w).style(row_style(app, i, d, theme)));
     }
     if cap < n {
-        lines.push(Line::styled(
-            format!(
-                "… {} more devices: press 1-9 for one, or enlarge the terminal",
-                n - cap
-            ),
-            theme.muted(),
-        ));
+        let more = format!(
+            "… {} more devices: press 1-9 for one, or enlarge the terminal",
+            n - cap
+        );
+        let more = if more.chars().count() > w {
+            format!("… {} more devices: 1-9 shows one", n - cap)
+        } else {
+            more
+        };
+        lines.push(Line::styled(fit(&more, w), theme.muted()));
     }
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Width of the name column in the detail view's list.
+const KEY_W: usize = 22;
+
+/// One "name value" line of the detail view in `w` columns: the value in its column where it
+/// fits, else right after the name, so that a long value stays on one line with its name
+/// rather than breaking in the middle.
+fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
+    let pad = if KEY_W + v.chars().count() <= w {
+        KEY_W
+    } else {
+        k.chars().count() + 1
+    };
+    Line::from(vec![
+        Span::styled(format!("{k:<pad$}"), theme.muted()),
+        Span::raw(v),
+    ])
 }
 
 /// Everything known about one device: a metrics list beside its charts.
@@ -297,12 +318,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
     }
     let mut lines: Vec<Line> = rows
         .into_iter()
-        .map(|(k, v)| {
-            Line::from(vec![
-                Span::styled(format!("{k:<22}"), theme.muted()),
-                Span::raw(v),
-            ])
-        })
+        .map(|(k, v)| kv_line(k, v, left.width.saturating_sub(2) as usize, theme))
         .collect();
     if let Some(a) = &d.alert {
         lines.push(Line::styled(a.clone(), theme.badge(theme.error)));

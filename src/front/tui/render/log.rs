@@ -6,7 +6,7 @@ use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::header::clip;
-use super::{clock, fit};
+use super::{clock, fit, wrap_text};
 use crate::front::tui::app::{App, Level, RunState};
 use crate::front::tui::theme::Theme;
 
@@ -18,24 +18,67 @@ pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled("newest first ", theme.muted()),
         ]));
     let inner = block.inner(area);
-    let w = inner.width as usize;
-    let lines: Vec<Line> = app
-        .log
-        .iter()
-        .take(inner.height as usize)
-        .map(|e| {
-            let style = match e.level {
-                Level::Info => theme.base(),
-                Level::Warn => theme.badge(theme.warn),
-                Level::Error => theme.badge(theme.error),
+    let rows = inner.height as usize;
+    let mut lines: Vec<Line> = Vec::new();
+    for e in &app.log {
+        if lines.len() >= rows {
+            break;
+        }
+        let style = match e.level {
+            Level::Info => theme.base(),
+            Level::Warn => theme.badge(theme.warn),
+            Level::Error => theme.badge(theme.error),
+        };
+        // the text after the time, wrapped under itself
+        let at = format!("{} ", clock(e.at));
+        let lead_w = at.chars().count();
+        let tw = (inner.width as usize).saturating_sub(lead_w).max(1);
+        let mut parts = wrap_event(&e.text, tw);
+        let room = rows - lines.len();
+        if parts.len() > room {
+            // the oldest line shown is cut: say so
+            parts.truncate(room);
+            let last = parts.pop().unwrap_or_default();
+            parts.push(fit(&format!("{last} …"), tw));
+        }
+        for (i, p) in parts.into_iter().enumerate() {
+            let lead = if i == 0 {
+                Span::styled(at.clone(), theme.muted())
+            } else {
+                Span::raw(" ".repeat(lead_w))
             };
-            Line::from(vec![
-                Span::styled(format!("{} ", clock(e.at)), theme.muted()),
-                Span::styled(fit(&e.text, w.saturating_sub(6)), style),
-            ])
+            lines.push(Line::from(vec![lead, Span::styled(p, style)]));
+        }
+    }
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// An event's text in lines of `w`: its " | "-separated parts are kept whole where they fit
+/// a line ("val loss 0.1150 acc 97.00%" does not break after "acc").
+fn wrap_event(text: &str, w: usize) -> Vec<String> {
+    const GLUE: char = '\u{a0}';
+    let parts: Vec<&str> = text.split(" | ").collect();
+    let last = parts.len() - 1;
+    let glued: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let p = if i < last {
+                format!("{p} |")
+            } else {
+                p.to_string()
+            };
+            if p.chars().count() <= w {
+                p.replace(' ', &GLUE.to_string())
+            } else {
+                p
+            }
         })
         .collect();
-    frame.render_widget(Paragraph::new(lines).block(block), area);
+    wrap_text(&glued.join(" "), w)
+        .into_iter()
+        .map(|l| l.replace(GLUE, " "))
+        .collect()
 }
 
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -75,6 +118,11 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if app.readonly {
         spans.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
+    // the answer to the last key comes first: the keys after it may be cut, it may not
+    if let Some(f) = &app.flash {
+        spans.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
+        spans.push(Span::styled(" │", theme.muted()));
+    }
     for (k, v) in keys {
         spans.push(Span::styled(format!(" {k}"), theme.badge(theme.accent)));
         spans.push(Span::styled(format!(" {v}"), theme.muted()));
@@ -83,11 +131,29 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         format!("  [{}]", app.view.label()),
         theme.muted(),
     ));
-    if let Some(f) = &app.flash {
-        spans.push(Span::styled(format!("  {f}"), theme.badge(theme.warn)));
-    }
     frame.render_widget(
         Paragraph::new(clip(Line::from(spans), area.width as usize)),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap_event;
+
+    #[test]
+    fn an_event_breaks_between_its_parts() {
+        let t = "epoch 6/30 done at step 138 | train loss 0.0833 | val loss 0.1150 acc 97.00%";
+        assert_eq!(
+            wrap_event(t, 72),
+            [
+                "epoch 6/30 done at step 138 | train loss 0.0833 |",
+                "val loss 0.1150 acc 97.00%"
+            ]
+        );
+        assert_eq!(wrap_event(t, 200), [t]);
+        // a part longer than a line breaks at its spaces
+        let w = wrap_event("straggler: rank 1 is 1.98x slower than rank 0", 20);
+        assert_eq!(w, ["straggler: rank 1 is", "1.98x slower than", "rank 0"]);
+    }
 }

@@ -5,6 +5,7 @@ mod charts;
 mod devices;
 mod header;
 mod log;
+mod loss;
 mod overlay;
 
 use std::time::Duration;
@@ -16,10 +17,11 @@ use ratatui::Frame;
 use super::app::{App, View};
 use super::theme::Theme;
 
-pub use charts::{render_history, render_loss};
+pub use charts::render_history;
 pub use devices::{render_device_detail, render_devices};
 pub use header::render_header;
 pub use log::{render_footer, render_log};
+pub use loss::render_loss;
 pub use overlay::{render_help, render_quit, render_summary, render_too_small};
 
 /// Below this the screen says "terminal too small" instead of drawing garbage.
@@ -50,7 +52,7 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     }
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
-        Some(super::app::Popup::Quit) => render_quit(frame, area, theme),
+        Some(super::app::Popup::Quit { ctrl_c }) => render_quit(frame, area, theme, ctrl_c),
         None if app.summary.is_some()
             && !app.summary_hidden
             && app.view == View::Overview
@@ -62,27 +64,52 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     }
 }
 
-/// Devices on top, history and loss side by side, events below.
-fn overview(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let n = app.devices.len() as u16;
-    // rows for the devices table: borders + column header + one per device, capped
-    let dev_h = (n + 3).min(area.height / 3).max(4);
-    let log_h = match area.height {
+/// Rows the history and loss charts need to be worth drawing in the overview.
+const CHARTS_MIN: u16 = 8;
+
+/// How the overview's body of `height` rows is shared among `devices` device rows, the charts
+/// and the events: (devices table, charts, events). Devices come first: the charts shrink to
+/// make room for them and are left out when even a few devices would not fit beside them.
+fn overview_rows(height: u16, devices: usize) -> (u16, u16, u16) {
+    let n = devices.min(u16::MAX as usize / 2) as u16;
+    let log_h = match height {
         0..=22 => 4,
         23..=40 => 6,
         _ => 9,
     };
+    // borders + column header + one row per device
+    let all = n + 3;
+    // at least three devices, and the "… more devices" line under them
+    let some = 3 + n.min(3) + u16::from(n > 3);
+    if height >= all + log_h + CHARTS_MIN {
+        (all, height - all - log_h, log_h)
+    } else if height >= some + log_h + CHARTS_MIN {
+        let dev = height - log_h - CHARTS_MIN;
+        (dev, CHARTS_MIN, log_h)
+    } else {
+        // no room for charts worth reading: the devices, and the events under them
+        let dev = all.min(height.saturating_sub(3));
+        (dev, 0, height - dev)
+    }
+}
+
+/// Devices on top, history and loss side by side, events below.
+fn overview(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let (dev_h, charts_h, log_h) = overview_rows(area.height, app.devices.len());
     let [devs, charts, log] = Layout::vertical([
         Constraint::Length(dev_h),
-        Constraint::Min(6),
+        Constraint::Length(charts_h),
         Constraint::Length(log_h),
     ])
     .areas(area);
     render_devices(frame, devs, app, theme);
-    let [left, right] =
-        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(charts);
-    render_history(frame, left, app, theme, None);
-    render_loss(frame, right, app, theme, false);
+    if charts_h > 0 {
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(charts);
+        render_history(frame, left, app, theme, None);
+        render_loss(frame, right, app, theme, false);
+    }
     render_log(frame, log, app, theme);
 }
 
@@ -134,6 +161,34 @@ pub fn fit(s: &str, w: usize) -> String {
     }
 }
 
+/// `s` broken into lines of at most `w` characters at spaces (a word longer than `w`, such as
+/// a path, is broken where the line ends).
+pub fn wrap_text(s: &str, w: usize) -> Vec<String> {
+    let w = w.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut len = 0;
+    for word in s.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        if len > 0 && len + 1 + word.len() <= w {
+            line.push(' ');
+            line.extend(&word);
+            len += 1 + word.len();
+            continue;
+        }
+        if len > 0 {
+            lines.push(std::mem::take(&mut line));
+        }
+        while word.len() > w {
+            lines.push(word.drain(..w).collect());
+        }
+        len = word.len();
+        line = word.into_iter().collect();
+    }
+    lines.push(line);
+    lines
+}
+
 /// `n/a` for a metric the device does not report.
 pub fn pct(v: Option<f32>) -> String {
     v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0))
@@ -156,5 +211,40 @@ mod tests {
         assert_eq!(fit("ab", 4), "ab");
         assert_eq!(pct(None), "n/a");
         assert_eq!(pct(Some(0.871)), "87%");
+    }
+
+    #[test]
+    fn wrapping_breaks_at_spaces_and_only_long_words_inside() {
+        assert_eq!(wrap_text("short", 10), ["short"]);
+        assert_eq!(
+            wrap_text("one two three four", 9),
+            ["one two", "three", "four"]
+        );
+        assert_eq!(
+            wrap_text("at checkpoints/step-00000060", 10),
+            ["at", "checkpoint", "s/step-000", "00060"]
+        );
+        assert_eq!(wrap_text("", 5), [""]);
+        for l in wrap_text("epoch 6/30 done at step 138 | train loss 0.0833", 12) {
+            assert!(l.chars().count() <= 12, "{l}");
+        }
+    }
+
+    #[test]
+    fn devices_get_the_overview_first_at_small_sizes() {
+        // 80x24 (a 20-row body): every device of a small run, charts and events as before
+        assert_eq!(overview_rows(20, 3), (6, 10, 4));
+        // the minimum size (a 12-row body): no charts, every device of a 2-device run
+        assert_eq!(overview_rows(12, 2), (5, 0, 7));
+        // 8 devices at the minimum: as many rows as leave one events line
+        assert_eq!(overview_rows(12, 8), (9, 0, 3));
+        // many devices at 80x24: the charts shrink before the devices go
+        assert_eq!(overview_rows(20, 12), (8, 8, 4));
+        for h in 0..80 {
+            for n in 1..40 {
+                let (d, c, l) = overview_rows(h, n);
+                assert_eq!(d + c + l, h, "{h} rows, {n} devices");
+            }
+        }
     }
 }

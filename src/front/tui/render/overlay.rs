@@ -70,7 +70,8 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, 62, h, "keys", lines, theme);
 }
 
-pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme) {
+/// The quit popup; its last line names the key that opened it (`ctrl_c`: Ctrl-C, else `q`).
+pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, ctrl_c: bool) {
     let lines = vec![
         Line::raw("Stop training?"),
         Line::raw(""),
@@ -86,7 +87,14 @@ pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme) {
             Span::styled(" c ", theme.badge(theme.accent)),
             Span::raw(" cancel (Esc)"),
         ]),
-        Line::styled("Ctrl-C again: stop with a checkpoint", theme.muted()),
+        Line::styled(
+            if ctrl_c {
+                "Ctrl-C again: stop with a checkpoint"
+            } else {
+                "q again: cancel"
+            },
+            theme.muted(),
+        ),
     ];
     popup(frame, area, 50, 8, "quit", lines, theme);
 }

@@ -1,0 +1,274 @@
+//! The loss chart (train, smoothed and validation loss on a log scale) and, in the training
+//! view, the validation accuracy chart and the per-epoch table.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Dataset, GraphType, Paragraph};
+use ratatui::Frame;
+
+use super::charts::{block, draw_chart, message, thin};
+use crate::front::tui::app::App;
+use crate::front::tui::theme::Theme;
+
+fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
+    let mut x = [f64::INFINITY, f64::NEG_INFINITY];
+    let mut y_max = f64::NEG_INFINITY;
+    for p in points.iter().flat_map(|s| s.iter()) {
+        x = [x[0].min(p.0), x[1].max(p.0)];
+        y_max = y_max.max(p.1);
+    }
+    if !x[0].is_finite() {
+        return ([0.0, 1.0], [0.0, 1.0]);
+    }
+    if x[1] <= x[0] {
+        x[1] = x[0] + 1.0;
+    }
+    ([x[0], x[1]], [0.0, (y_max * 1.05).max(1e-3)])
+}
+
+/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
+fn loss_value(l: f64, dp: usize) -> String {
+    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
+        let p = dp.saturating_sub(2);
+        format!("{l:.p$e}")
+    } else {
+        format!("{l:.dp$}")
+    }
+}
+
+/// The loss chart's title in `w` columns: the full one where it fits, else the same with the
+/// least important parts dropped first (best accuracy, "(log)", a decimal of each loss, the
+/// train loss), so the latest accuracy stays in view on an 80-column screen.
+fn loss_title<'a>(
+    app: &App,
+    train: Option<f64>,
+    val: Option<f64>,
+    w: usize,
+    theme: &Theme,
+) -> Vec<Span<'a>> {
+    let (last_acc, best_acc) = app.val_accuracy();
+    // (show "(log)", decimals, show train, show best)
+    let levels = [
+        (true, 4, true, true),
+        (true, 4, true, false),
+        (false, 4, true, false),
+        (false, 3, true, false),
+        (false, 3, false, false),
+    ];
+    let build = |(log, dp, with_train, with_best): (bool, usize, bool, bool)| {
+        let name = if log { " loss (log) " } else { " loss " };
+        let mut head = vec![Span::styled(name, theme.title())];
+        if let Some(l) = train.filter(|_| with_train) {
+            head.push(Span::styled(
+                format!("train {} ", loss_value(l, dp)),
+                theme.fg(theme.accent),
+            ));
+        }
+        if let Some(l) = val {
+            head.push(Span::styled(
+                format!("val {} ", loss_value(l, dp)),
+                theme.fg(theme.warn),
+            ));
+        }
+        if let (Some(a), Some(b)) = (last_acc, best_acc) {
+            let best = if with_best {
+                format!(" (best {:.1}%)", b * 100.0)
+            } else {
+                String::new()
+            };
+            head.push(Span::styled(
+                format!("acc {:.1}%{best} ", a * 100.0),
+                theme.fg(theme.good),
+            ));
+        }
+        head
+    };
+    let width = |h: &[Span]| h.iter().map(|s| s.content.chars().count()).sum::<usize>();
+    let mut last = Vec::new();
+    for l in levels {
+        last = build(l);
+        // the closing space may go
+        if width(&last) <= w + 1 {
+            break;
+        }
+    }
+    last
+}
+
+/// Train loss (raw and smoothed) with validation loss; `full` adds the accuracy chart and the
+/// per-epoch table below.
+pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full: bool) {
+    let n = 2 * area.width as usize;
+    let raw = thin(app.loss.all(), n);
+    let smooth = thin(app.loss_smooth.all(), n);
+    let val: Vec<(f64, f64)> = app
+        .epochs
+        .iter()
+        .filter_map(|e| e.val_loss.map(|l| (e.step as f64, l as f64)))
+        .collect();
+    let head = loss_title(
+        app,
+        smooth.last().map(|p| p.1),
+        val.last().map(|p| p.1),
+        area.width.saturating_sub(2) as usize,
+        theme,
+    );
+    let (chart_area, rest) = if full {
+        let [a, b] =
+            Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
+        (a, Some(b))
+    } else {
+        (area, None)
+    };
+    if raw.is_empty() {
+        message(
+            frame,
+            chart_area,
+            block(head, theme),
+            "waiting for the first step…",
+            theme,
+        );
+    } else {
+        // losses span decades (2.3 at the start, 0.01 later): plot them on a log scale
+        let log = |v: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            v.iter().map(|p| (p.0, p.1.max(1e-6).log10())).collect()
+        };
+        let (raw, smooth, val) = (log(&raw), log(&smooth), log(&val));
+        let xb = bounds(&[&raw, &val]).0;
+        let (lo, hi) = raw
+            .iter()
+            .chain(&val)
+            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p.1), h.max(p.1)));
+        let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+        // few epochs: a dot each; many: a line, so they do not hide the train curve
+        let val_marker = if val.len() * 3 <= chart_area.width as usize {
+            Marker::Dot
+        } else {
+            Marker::Braille
+        };
+        let datasets = vec![
+            Dataset::default()
+                .name("train")
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Scatter)
+                .style(theme.muted())
+                .data(&raw),
+            Dataset::default()
+                .name("smoothed")
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(theme.fg(theme.accent))
+                .data(&smooth),
+            Dataset::default()
+                .name("val")
+                .marker(val_marker)
+                .graph_type(GraphType::Scatter)
+                .style(theme.fg(theme.warn))
+                .data(&val),
+        ];
+        let decade = |e: f64| {
+            let v = 10f64.powf(e);
+            if v >= 1.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v}")
+            }
+        };
+        let x = (
+            xb,
+            vec![format!("step {:.0}", xb[0]), format!("{:.0}", xb[1])],
+        );
+        let y = ([lo, hi], vec![decade(lo), decade(hi)]);
+        draw_chart(frame, chart_area, head, theme, datasets, x, y);
+    }
+    if let Some(rest) = rest {
+        let [acc, table] =
+            Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+                .areas(rest);
+        render_accuracy(frame, acc, app, theme);
+        render_epochs(frame, table, app, theme);
+    }
+}
+
+fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let acc: Vec<(f64, f64)> = app
+        .epochs
+        .iter()
+        .filter_map(|e| e.val_accuracy.map(|a| (e.epoch as f64, a as f64 * 100.0)))
+        .collect();
+    let head = vec![Span::styled(
+        " validation accuracy % by epoch ",
+        theme.title(),
+    )];
+    if acc.is_empty() {
+        message(
+            frame,
+            area,
+            block(head, theme),
+            "after the first epoch",
+            theme,
+        );
+        return;
+    }
+    let lo = acc
+        .iter()
+        .map(|p| p.1)
+        .fold(100.0, f64::min)
+        .floor()
+        .min(99.0);
+    let x1 = acc.last().map_or(1.0, |p| p.0).max(acc[0].0 + 1.0);
+    let datasets = vec![Dataset::default()
+        .marker(Marker::Braille)
+        .graph_type(GraphType::Line)
+        .style(theme.fg(theme.good))
+        .data(&acc)];
+    let x = (
+        [acc[0].0, x1],
+        vec![format!("{:.0}", acc[0].0), format!("{x1:.0}")],
+    );
+    let y = ([lo, 100.0], vec![format!("{lo:.0}"), "100".into()]);
+    draw_chart(frame, area, head, theme, datasets, x, y);
+}
+
+fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let b = block(vec![Span::styled(" epochs ", theme.title())], theme);
+    let rows = b.inner(area).height as usize;
+    let mut lines = vec![Line::styled(
+        format!(
+            "{:>5} {:>6} {:>7} {:>7} {:>7}",
+            "epoch", "step", "train", "val", "acc"
+        ),
+        theme.muted(),
+    )];
+    let opt = |v: Option<f32>, f: fn(f32) -> String| v.map_or("-".into(), f);
+    for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
+        lines.push(Line::styled(
+            format!(
+                "{:>5} {:>6} {:>7.4} {:>7} {:>7}",
+                e.epoch,
+                e.step,
+                e.train_loss,
+                opt(e.val_loss, |l| format!("{l:.4}")),
+                opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
+            ),
+            Style::default(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(lines).block(b), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loss_value;
+
+    #[test]
+    fn small_losses_keep_their_digits() {
+        assert_eq!(loss_value(0.1635, 4), "0.1635");
+        assert_eq!(loss_value(0.1635, 3), "0.164");
+        assert_eq!(loss_value(0.0003, 3), "3.0e-4");
+        assert_eq!(loss_value(0.00003, 4), "3.00e-5");
+        assert_eq!(loss_value(0.0, 3), "0.000");
+    }
+}
