@@ -32,13 +32,16 @@ mod tests {
         let t0 = thread_cpu_time().expect("unix");
         std::thread::sleep(Duration::from_millis(50));
         let slept = thread_cpu_time().unwrap() - t0;
-        let t1 = std::time::Instant::now();
-        let mut x = 0u64;
-        while t1.elapsed() < Duration::from_millis(50) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let worked = thread_cpu_time().unwrap() - t0 - slept;
         assert!(slept < Duration::from_millis(10), "{slept:?}");
-        assert!(worked > Duration::from_millis(20), "{worked:?}");
+        // work until the clock shows 20 ms (however busy the machine, it must get there)
+        let (t1, wall) = (thread_cpu_time().unwrap(), std::time::Instant::now());
+        let mut x = 0u64;
+        while thread_cpu_time().unwrap() - t1 < Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_add(1));
+            assert!(
+                wall.elapsed() < Duration::from_secs(20),
+                "the thread's CPU time does not advance while it works"
+            );
+        }
     }
 }
