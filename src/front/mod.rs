@@ -3,3 +3,4 @@
 
 pub mod headless;
 pub mod tui;
+pub mod words;

@@ -17,7 +17,7 @@ use crate::engine::control::Control;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
-use crate::front::headless::event_line;
+use crate::front::words::event_line;
 use crate::observe::history::History;
 use crate::observe::monitor::{Monitor, StepRow};
 use crate::observe::straggler::{Detector, Warning};
@@ -208,7 +208,7 @@ impl App {
             rank_time: 0.0,
             rows_samples: 0,
         };
-        if let Some(line) = crate::front::headless::resumed_line(&app.info) {
+        if let Some(line) = crate::front::words::resumed_line(&app.info) {
             let lr = app
                 .info
                 .lr_note

@@ -102,7 +102,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         String::new()
     };
     let per_rank = match &app.split {
-        Some(sizes) => crate::front::headless::per_rank(sizes),
+        Some(sizes) => crate::front::words::per_rank(sizes),
         None => format!("{}×{ranks}", app.per_replica),
     };
     let mut l3 = vec![Span::raw(format!(

@@ -1,0 +1,207 @@
+//! What a run says in words: the start-up lines, step lines and event lines, the same in the
+//! log and in the terminal UI.
+
+use crate::config::Budget;
+use crate::engine::events::{Applied, Event};
+use crate::engine::RunInfo;
+use crate::observe::monitor::StepRow;
+
+/// The lines printed before the first step.
+pub fn describe(info: &RunInfo) -> Vec<String> {
+    let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
+    let mut lines = vec![format!("run: {}", info.name)];
+    let ranks = info.ranks();
+    let gpu_run = info
+        .devices
+        .iter()
+        .any(|d| matches!(d, crate::engine::Device::Gpu { .. }));
+    let threads = match info.threads_per_worker {
+        _ if gpu_run => String::new(),
+        t if ranks == 1 => format!(", {t} thread{}", if t == 1 { "" } else { "s" }),
+        1 => ", 1 thread each".to_string(),
+        t => format!(", {t} threads each"),
+    };
+    lines.push(format!(
+        "devices: {} ({ranks} rank{}{threads})",
+        devs.join(" "),
+        if ranks == 1 { "" } else { "s" }
+    ));
+    if let Some(note) = &info.device_note {
+        lines.push(format!("note: {note}"));
+    }
+    lines.push(format!("data: {}", info.data));
+    lines.push(format!("model: {}, {} parameters", info.model, info.params));
+    let budget = match info.budget {
+        Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
+        Budget::Steps(s) => format!("{s} steps"),
+    };
+    let accum = if info.grad_accum > 1 {
+        format!(" x {} accumulation", info.grad_accum)
+    } else {
+        String::new()
+    };
+    lines.push(format!(
+        "batch: {} per replica x {} ranks{accum} = {} global; {budget}",
+        info.per_replica,
+        info.ranks(),
+        info.per_replica * info.ranks() * info.grad_accum
+    ));
+    let note = info
+        .lr_note
+        .as_ref()
+        .map_or(String::new(), |n| format!(" ({n})"));
+    lines.push(format!("lr: {:.2e}{note}", info.lr));
+    if let Some(b) = info.baseline {
+        lines.push(format!(
+            "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"
+        ));
+    }
+    if let Some(line) = resumed_line(info) {
+        lines.push(line);
+    }
+    lines
+}
+
+/// Where a resumed run starts, and where its batch size came from (the LR line says where
+/// the LR came from).
+pub fn resumed_line(info: &RunInfo) -> Option<String> {
+    let p = info.resumed_from.as_ref()?;
+    let mut line = format!(
+        "resumed from {} at step {} (epoch {})",
+        p.display(),
+        info.start_step,
+        info.start_epoch + 1
+    );
+    if let Some(b) = &info.batch_note {
+        line += &format!("; {b}");
+    }
+    Some(line)
+}
+
+/// Samples per rank of an uneven split: `170/86`.
+pub fn per_rank(sizes: &[usize]) -> String {
+    sizes
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// ` (1.70x one device, 85% efficiency)` where the run was calibrated.
+pub fn scaling_note(rate: Option<f64>, baseline: Option<f64>, ranks: usize) -> String {
+    match (rate, baseline) {
+        (Some(r), Some(b)) => {
+            let (speedup, eff) = crate::engine::calibrate::scaling(r, b, ranks);
+            format!(
+                " ({speedup:.2}x one device, {:.0}% efficiency)",
+                eff * 100.0
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+pub fn step_line(
+    row: &StepRow,
+    rate: Option<f64>,
+    budget: Budget,
+    baseline: Option<f64>,
+) -> String {
+    let scaling = scaling_note(rate, baseline, row.ranks.len());
+    let of = match budget {
+        Budget::Epochs(e) => format!("epoch {}/{e}", row.epoch),
+        Budget::Steps(s) => format!("step {}/{s}", row.step),
+    };
+    let step = if matches!(budget, Budget::Steps(_)) {
+        String::new()
+    } else {
+        format!("step {} ", row.step)
+    };
+    let rate = rate.map_or("-".to_string(), |r| format!("{r:.0}"));
+    let times: Vec<String> = row
+        .ranks
+        .iter()
+        .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
+        .collect();
+    // per rank: `32x2`, or each rank's samples where --rebalance cut the batch unevenly
+    let samples: Vec<usize> = row.ranks.iter().map(|r| r.samples).collect();
+    let per_rank = if samples.windows(2).all(|w| w[0] == w[1]) {
+        format!("{}x{}", row.per_replica, row.ranks.len())
+    } else {
+        per_rank(&samples)
+    };
+    // where this step's time went, over all ranks: moving gradients, and waiting for others
+    let total: f64 = row.ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
+    let share = |f: fn(&crate::engine::events::StepStats) -> std::time::Duration| {
+        let t: f64 = row.ranks.iter().map(|r| f(r).as_secs_f64()).sum();
+        if total > 0.0 {
+            t / total * 100.0
+        } else {
+            0.0
+        }
+    };
+    format!(
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | comm {:.0}% wait {:.0}%",
+        step,
+        row.loss,
+        row.lr,
+        row.global_samples,
+        times.join(" "),
+        share(|r| r.comm),
+        share(|r| r.sync_wait),
+    )
+}
+
+pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
+    Some(match ev {
+        Event::Started { .. } => return None,
+        Event::EpochDone {
+            epoch,
+            step,
+            train_loss,
+            val_loss,
+            val_accuracy,
+            ..
+        } => {
+            let of = match budget {
+                Budget::Epochs(e) => format!("{epoch}/{e}"),
+                Budget::Steps(_) => epoch.to_string(),
+            };
+            let val = match (val_loss, val_accuracy) {
+                (Some(l), Some(a)) => format!(" | val loss {l:.4} acc {:.2}%", a * 100.0),
+                _ => String::new(),
+            };
+            format!("epoch {of} done at step {step} | train loss {train_loss:.4}{val}")
+        }
+        Event::Control { step, applied } => match applied {
+            Applied::Paused => format!("paused before step {}", step + 1),
+            Applied::Resumed => format!("resumed at step {}", step + 1),
+            Applied::BatchSize { from, to, lr } => format!(
+                "batch per replica {from} -> {to} from step {} (lr now {lr:.2e})",
+                step + 1
+            ),
+            Applied::Split(sizes) => format!(
+                "rebalanced from step {}: samples per rank {} (global batch {} unchanged)",
+                step + 1,
+                per_rank(sizes),
+                sizes.iter().sum::<usize>()
+            ),
+        },
+        Event::Checkpoint { step, path } => {
+            format!("checkpoint at step {step}: {}", path.display())
+        }
+        Event::Failed {
+            rank,
+            step,
+            message,
+        } => format!("ERROR rank {rank} at step {step}: {message}"),
+        Event::Finished {
+            step,
+            stopped: true,
+        } => format!("stopped at step {step}"),
+        Event::Finished {
+            step,
+            stopped: false,
+        } => format!("finished: {step} steps"),
+    })
+}
