@@ -25,6 +25,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    // GPU ids in nvidia-smi's order (PCI bus order) rather than CUDA's default fastest-first
+    if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
+        std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    }
     // the CUDA libraries, where a GPU needs them and they are installed under other names
     // (this may start the program again)
     mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));

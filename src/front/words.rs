@@ -26,6 +26,19 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         devs.join(" "),
         if ranks == 1 { "" } else { "s" }
     ));
+    // GPUs with their model and PCI address, as nvidia-smi lists them
+    for d in &info.devices {
+        if let crate::engine::Device::Gpu {
+            name, pci_bus_id, ..
+        } = d
+        {
+            lines.push(format!(
+                "  {}: {name}, PCI {}",
+                d.label(),
+                pci_bus_id.as_deref().unwrap_or("unknown")
+            ));
+        }
+    }
     if let Some(note) = &info.device_note {
         lines.push(format!("note: {note}"));
     }
