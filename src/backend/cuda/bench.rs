@@ -190,27 +190,37 @@ pub fn nccl_busbw(gpus: usize, sizes: &[usize]) -> Result<Vec<(usize, f64)>, Cud
             std::thread::spawn(move || -> Result<Vec<f64>, CudaError> {
                 let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
                 let s = ctx.new_stream().map_err(on(rank, "stream"))?;
-                let comm =
-                    Comm::from_rank(s.clone(), rank, gpus, id).map_err(on(rank, "join NCCL"))?;
-                let mut out = Vec::new();
-                for &bytes in &sizes {
-                    let mut buf = s
-                        .alloc_zeros::<f32>(bytes / 4)
-                        .map_err(on(rank, "allocate"))?;
-                    let iters = (1usize << 30).div_ceil(bytes).clamp(5, 50);
-                    let ms = time_ms(
-                        &s,
-                        iters,
-                        || {
-                            comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
-                                .map(|_| ())
-                                .map_err(|e| CudaError::new(rank, "all-reduce", e))
-                        },
-                        rank,
-                    )?;
-                    out.push(ms);
-                }
-                Ok(out)
+                let comm = Comm::from_rank(s.clone(), rank, gpus, id)
+                    .map_err(|e| CudaError::new(rank, "join NCCL", super::nccl::describe(&e)))?;
+                let timed = (|| {
+                    let mut out = Vec::new();
+                    for &bytes in &sizes {
+                        let mut buf = s
+                            .alloc_zeros::<f32>(bytes / 4)
+                            .map_err(on(rank, "allocate"))?;
+                        let iters = (1usize << 30).div_ceil(bytes).clamp(5, 50);
+                        let ms = time_ms(
+                            &s,
+                            iters,
+                            || {
+                                comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
+                                    .map(|_| ())
+                                    .map_err(|e| {
+                                        CudaError::new(
+                                            rank,
+                                            "all-reduce",
+                                            super::nccl::describe(&e),
+                                        )
+                                    })
+                            },
+                            rank,
+                        )?;
+                        out.push(ms);
+                    }
+                    Ok(out)
+                })();
+                super::nccl::close(comm);
+                timed
             })
         })
         .collect();
