@@ -2,10 +2,15 @@
 //! GEMM and its intra-op threads, optimizers, learning-rate schedules and the random numbers.
 //! Imports nothing else of the crate.
 
+pub mod conv;
 pub mod gemm;
+#[cfg(test)]
+mod gradcheck;
+pub mod im2col;
 pub mod intraop;
 pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod rng;
 pub mod schedule;
+pub mod window;
