@@ -1,7 +1,11 @@
 //! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout), by im2col and
 //! one `sgemm` per image: out_n[OC, OH*OW] = w[OC, C*KH*KW] @ col_n[C*KH*KW, OH*OW] lands in
-//! NCHW order directly. One product for the whole batch was measured slower on the seed CNN
-//! (see the `conv_compare` benchmark): its output must be copied back into NCHW order.
+//! NCHW order directly. One product for the whole batch (columns of all images side by side)
+//! was measured no faster at batch 32 and 1.1-2x slower at batch 128 on one thread (its wide
+//! matrices leave the cache, and its output and dout must be copied between [OC, B*OH*OW] and
+//! NCHW); see the `conv_compare` benchmark. Per-image products are too small to split over
+//! intra-op threads: a worker's second thread idles here (spreading images over the threads is
+//! the next step if convolutions dominate a step).
 
 use crate::nn::gemm::sgemm;
 use crate::nn::im2col::{col2im, im2col};
