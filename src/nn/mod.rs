@@ -11,6 +11,7 @@ pub mod intraop;
 pub mod model;
 pub mod ops;
 pub mod optim;
+pub mod pool;
 pub mod rng;
 pub mod schedule;
 pub mod window;
