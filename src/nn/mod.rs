@@ -1,5 +1,6 @@
-//! The numerics every backend shares: the model, its layers' forward and backward passes, the
-//! GEMM and its intra-op threads, optimizers, learning-rate schedules and the random numbers.
+//! The numerics every backend shares: the model, its layers' forward and backward passes (dense,
+//! convolution, max pooling) and the convolutional layer language, the GEMM and its intra-op
+//! threads, optimizers, learning-rate schedules and the random numbers.
 //! Imports nothing else of the crate.
 
 pub mod conv;
@@ -8,6 +9,7 @@ pub mod gemm;
 mod gradcheck;
 pub mod im2col;
 pub mod intraop;
+pub mod layers;
 pub mod model;
 pub mod ops;
 pub mod optim;
