@@ -1,11 +1,19 @@
-//! The numerics every backend shares: the model, its layers' forward and backward passes, the
-//! GEMM and its intra-op threads, optimizers, learning-rate schedules and the random numbers.
+//! The numerics every backend shares: the model, its layers' forward and backward passes (dense,
+//! convolution, max pooling) and the convolutional layer language, the GEMM and its intra-op
+//! threads, optimizers, learning-rate schedules and the random numbers.
 //! Imports nothing else of the crate.
 
+pub mod conv;
 pub mod gemm;
+#[cfg(test)]
+mod gradcheck;
+pub mod im2col;
 pub mod intraop;
+pub mod layers;
 pub mod model;
 pub mod ops;
 pub mod optim;
+pub mod pool;
 pub mod rng;
 pub mod schedule;
+pub mod window;

@@ -1,0 +1,215 @@
+//! 2-D max pooling over NCHW tensors, without padding; a partial window at the bottom or right
+//! edge is dropped (PyTorch's default floor mode). The forward pass records which input won
+//! each window, so the backward pass is a scatter.
+
+use crate::nn::window::out_size;
+
+/// (OH, OW), panicking with the reason on a bad geometry (the spec is validated first), after
+/// checking the buffers' lengths.
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    b: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    stride: usize,
+    img: (&str, usize),
+    outs: [(&str, usize); 2],
+) -> (usize, usize) {
+    let (oh, ow) = out_size(h, w, k, k, stride, 0).unwrap_or_else(|e| panic!("maxpool2d: {e}"));
+    assert!(
+        u32::try_from(h * w).is_ok(),
+        "maxpool2d: a {h}x{w} plane is too large for u32 argmax"
+    );
+    let (name, have) = img;
+    assert!(
+        have >= b * c * h * w,
+        "maxpool2d: {name} has {have}, need {}",
+        b * c * h * w
+    );
+    for (name, have) in outs {
+        assert!(
+            have >= b * c * oh * ow,
+            "maxpool2d: {name} has {have}, need {}",
+            b * c * oh * ow
+        );
+    }
+    (oh, ow)
+}
+
+/// out[B,C,OH,OW] = max of inp[B,C,H,W] over each KxK window moved by `stride`;
+/// argmax[B,C,OH,OW] = the winner's index iy*W + ix inside its HxW plane (the first maximum in
+/// row-major order on ties; a NaN wins, so it propagates as in PyTorch).
+#[allow(clippy::too_many_arguments)]
+pub fn maxpool2d_forward(
+    out: &mut [f32],
+    argmax: &mut [u32],
+    inp: &[f32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    stride: usize,
+) {
+    let outs = [("out", out.len()), ("argmax", argmax.len())];
+    let (oh, ow) = geometry(b, c, h, w, k, stride, ("inp", inp.len()), outs);
+    let (hw, ohw) = (h * w, oh * ow);
+    for plane in 0..b * c {
+        let src = &inp[plane * hw..(plane + 1) * hw];
+        let o = &mut out[plane * ohw..(plane + 1) * ohw];
+        let a = &mut argmax[plane * ohw..(plane + 1) * ohw];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let first = oy * stride * w + ox * stride;
+                let (mut best, mut at) = (src[first], first);
+                for iy in oy * stride..oy * stride + k {
+                    let row = iy * w;
+                    for ix in ox * stride..ox * stride + k {
+                        let v = src[row + ix];
+                        if v > best || (v.is_nan() && !best.is_nan()) {
+                            best = v;
+                            at = row + ix;
+                        }
+                    }
+                }
+                o[oy * ow + ox] = best;
+                a[oy * ow + ox] = at as u32;
+            }
+        }
+    }
+}
+
+/// dinp[B,C,H,W] = 0, then dinp[plane, argmax] += dout[B,C,OH,OW] (overlapping windows, stride
+/// < K, may route several gradients to one input).
+#[allow(clippy::too_many_arguments)]
+pub fn maxpool2d_backward(
+    dinp: &mut [f32],
+    dout: &[f32],
+    argmax: &[u32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    stride: usize,
+) {
+    let outs = [("dout", dout.len()), ("argmax", argmax.len())];
+    let (oh, ow) = geometry(b, c, h, w, k, stride, ("dinp", dinp.len()), outs);
+    let (hw, ohw) = (h * w, oh * ow);
+    for plane in 0..b * c {
+        let d = &mut dinp[plane * hw..(plane + 1) * hw];
+        d.fill(0.0);
+        let g = &dout[plane * ohw..(plane + 1) * ohw];
+        let a = &argmax[plane * ohw..(plane + 1) * ohw];
+        for (&at, &gv) in a.iter().zip(g) {
+            d[at as usize] += gv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::gradcheck::{check, dot};
+    use crate::nn::rng::Rng;
+
+    /// (b, c, h, w, k, stride): divisible and not, overlapping (stride < k) and gapped (> k).
+    const CASES: [(usize, usize, usize, usize, usize, usize); 6] = [
+        (2, 3, 4, 6, 2, 2),
+        (2, 2, 7, 5, 2, 2),
+        (1, 3, 7, 7, 3, 2),
+        (2, 1, 8, 9, 2, 3),
+        (3, 2, 5, 5, 3, 3),
+        (1, 1, 3, 4, 1, 1),
+    ];
+
+    /// Distinct values 0.1 apart in random order: no ties, and a +-0.01 nudge never changes a
+    /// window's winner.
+    fn distinct(r: &mut Rng, n: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..n).map(|i| i as f32 * 0.1 - n as f32 * 0.05).collect();
+        r.shuffle(&mut v);
+        v
+    }
+
+    fn forward(inp: &[f32], case: (usize, usize, usize, usize, usize, usize)) -> Vec<f32> {
+        let (b, c, h, w, k, s) = case;
+        let (oh, ow) = out_size(h, w, k, k, s, 0).unwrap();
+        let mut out = vec![f32::NAN; b * c * oh * ow];
+        let mut arg = vec![u32::MAX; out.len()];
+        maxpool2d_forward(&mut out, &mut arg, inp, b, c, h, w, k, s);
+        out
+    }
+
+    #[test]
+    fn forward_matches_the_naive_max_and_records_the_winner() {
+        let mut r = Rng::new(41);
+        for case @ (b, c, h, w, k, s) in CASES {
+            let (oh, ow) = out_size(h, w, k, k, s, 0).unwrap();
+            let inp = distinct(&mut r, b * c * h * w);
+            let mut out = vec![f32::NAN; b * c * oh * ow];
+            let mut arg = vec![u32::MAX; out.len()];
+            maxpool2d_forward(&mut out, &mut arg, &inp, b, c, h, w, k, s);
+            for plane in 0..b * c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut want = f32::NEG_INFINITY;
+                        for i in 0..k {
+                            for j in 0..k {
+                                let v = inp[plane * h * w + (oy * s + i) * w + ox * s + j];
+                                want = want.max(v);
+                            }
+                        }
+                        let at = plane * oh * ow + oy * ow + ox;
+                        assert_eq!(out[at], want, "{case:?} out[{at}]");
+                        assert_eq!(inp[plane * h * w + arg[at] as usize], want, "{case:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backward_matches_finite_differences() {
+        let mut r = Rng::new(42);
+        for case @ (b, c, h, w, k, s) in CASES {
+            let (oh, ow) = out_size(h, w, k, k, s, 0).unwrap();
+            let mut inp = distinct(&mut r, b * c * h * w);
+            let g: Vec<f32> = (0..b * c * oh * ow).map(|_| r.normal()).collect();
+            let mut out = vec![0.0; g.len()];
+            let mut arg = vec![0; g.len()];
+            maxpool2d_forward(&mut out, &mut arg, &inp, b, c, h, w, k, s);
+            let mut dinp = vec![f32::NAN; inp.len()]; // overwritten
+            maxpool2d_backward(&mut dinp, &g, &arg, b, c, h, w, k, s);
+            check(&format!("{case:?} dinp"), &mut inp, &dinp, &mut |x| {
+                dot(&forward(x, case), &g)
+            });
+        }
+    }
+
+    #[test]
+    fn floor_mode_drops_the_partial_edge_and_nan_propagates() {
+        // 3x5 plane, 2x2 windows: one row and one column of windows, the last column unused
+        let inp = [
+            1.0, 2.0, 3.0, 4.0, 99.0, //
+            5.0, 0.0, 7.0, 8.0, 99.0, //
+            99.0, 99.0, 99.0, 99.0, 99.0,
+        ];
+        let (mut out, mut arg) = ([0.0; 2], [0; 2]);
+        maxpool2d_forward(&mut out, &mut arg, &inp, 1, 1, 3, 5, 2, 2);
+        assert_eq!((out, arg), ([5.0, 8.0], [5, 8]));
+        let nan = [1.0, f32::NAN, 3.0, 2.0];
+        let (mut out, mut arg) = ([0.0; 1], [0; 1]);
+        maxpool2d_forward(&mut out, &mut arg, &nan, 1, 1, 2, 2, 2, 2);
+        assert!(out[0].is_nan());
+        assert_eq!(arg, [1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "1x1 input is smaller than the 2x2 window")]
+    fn refuses_a_plane_smaller_than_the_window() {
+        let (mut out, mut arg) = ([0.0; 1], [0; 1]);
+        maxpool2d_forward(&mut out, &mut arg, &[1.0], 1, 1, 1, 1, 2, 2);
+    }
+}
