@@ -119,6 +119,12 @@ fn selftest_finds_a_pip_installed_nvrtc_without_ld_library_path() {
         out.contains("NVRTC: found") && out.contains("sm_90"),
         "{out}"
     );
-    let link = std::fs::read_link(cache.path().join("mgtop/cuda-libs/libnvrtc.so")).unwrap();
+    // one directory of links per set of libraries
+    let dirs: Vec<_> = std::fs::read_dir(cache.path().join("mgtop/cuda-libs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let link = std::fs::read_link(dirs[0].join("libnvrtc.so")).unwrap();
     assert!(link.ends_with("lib/libnvrtc.so.12"), "{link:?}");
 }

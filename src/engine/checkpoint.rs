@@ -143,10 +143,16 @@ pub fn write(
         if replacing {
             fs::rename(&final_dir, &old)?;
         }
-        fs::rename(&tmp, &final_dir)?;
-        File::open(dir)?.sync_all()?;
+        if let Err(e) = fs::rename(&tmp, &final_dir) {
+            if replacing {
+                let _ = fs::rename(&old, &final_dir);
+            }
+            return Err(e);
+        }
+        // the checkpoint is in place: what follows is tidying, not a reason to fail the run
+        let _ = File::open(dir).and_then(|d| d.sync_all());
         if replacing {
-            fs::remove_dir_all(&old)?;
+            let _ = fs::remove_dir_all(&old);
         }
         Ok(())
     })();
@@ -188,15 +194,10 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
-/// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
-pub fn read(
-    path: &Path,
-    model: &Mlp,
-    optimizer: &str,
-) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
-    let dir = resolve(path)?;
+/// A checkpoint directory's `state.json`, held to the ranges the flags accept.
+pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     let corrupt = |msg: String| CheckpointError::Corrupt {
-        path: dir.clone(),
+        path: dir.to_path_buf(),
         msg,
     };
     let json = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
@@ -211,6 +212,21 @@ pub fn read(
             "{STATE}: {e}; it was edited or damaged: resume from another checkpoint"
         ))
     })?;
+    Ok(meta)
+}
+
+/// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
+pub fn read(
+    path: &Path,
+    model: &Mlp,
+    optimizer: &str,
+) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
+    let dir = resolve(path)?;
+    let corrupt = |msg: String| CheckpointError::Corrupt {
+        path: dir.clone(),
+        msg,
+    };
+    let meta = read_meta(&dir)?;
     if meta.dims != model.dims {
         let s = |d: &[usize]| {
             d.iter()
@@ -240,8 +256,13 @@ pub fn read(
     let mut params = vec![0.0; n];
     let mut m = Vec::new();
     let mut v = Vec::new();
-    let has_m = st.names().iter().any(|k| k.starts_with("optim.m."));
-    let has_v = st.names().iter().any(|k| k.starts_with("optim.v."));
+    // the moments this optimizer needs, whatever the file holds: a file without them is damaged
+    let kind: crate::nn::optim::OptimizerKind = optimizer
+        .parse()
+        .map_err(|e: String| corrupt(format!("optimizer: {e}")))?;
+    let blank = OptState::new(kind, 0);
+    let needs = OptState::new(kind, 1);
+    let (has_m, has_v) = (needs.m.len() > blank.m.len(), needs.v.len() > blank.v.len());
     if has_m {
         m = vec![0.0; n];
     }
@@ -322,26 +343,19 @@ impl CheckpointMeta {
     }
 }
 
-/// A file's bytes, refusing what is not a regular file (a FIFO or a device would block or
-/// never end) or is larger than `most`.
-fn read_regular(path: &Path, most: u64) -> std::io::Result<Vec<u8>> {
-    let f = File::open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    if meta.len() > most {
-        return Err(std::io::Error::other(format!(
-            "{} bytes, more than the {most} this model's checkpoint can hold",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    f.take(most + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > most {
-        return Err(std::io::Error::other("grew while being read"));
-    }
-    Ok(bytes)
+/// A file's bytes through the bounded reader every input file goes through (a FIFO or a device
+/// is refused, never waited on; nothing past `most` bytes is read).
+fn read_regular(path: &Path, most: u64) -> Result<Vec<u8>, String> {
+    let expect = crate::data::read::Expect {
+        what: "a checkpoint file",
+        flag: "--resume",
+        max: most,
+        fix: "more than this model's checkpoint can hold",
+    };
+    crate::data::read::read_bytes(path, &expect).map_err(|e| match e {
+        crate::data::read::ReadError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })
 }
 
 /// This process's hold on a checkpoint directory, released when dropped.
@@ -575,5 +589,29 @@ mod tests {
         fs::write(&file, "x").unwrap();
         let e = lock(&file).unwrap_err().to_string();
         assert!(e.contains("is a file"), "{e}");
+    }
+
+    #[test]
+    fn adam_state_without_its_moments_is_refused_not_trained_without_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, mut state, meta) = sample();
+        state.opt.m.clear();
+        state.opt.v.clear();
+        let p = write(dir.path(), &model, &state, &meta).unwrap();
+        let e = read(&p, &model, "adam").unwrap_err().to_string();
+        assert!(e.contains("optim.m.") && e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_checkpoint_file_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (model, state, meta) = sample();
+        let p = write(dir.path(), &model, &state, &meta).unwrap();
+        fs::remove_file(p.join(WEIGHTS)).unwrap();
+        let fifo = std::ffi::CString::new(p.join(WEIGHTS).to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = read(&p, &model, "adam").unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "{e}");
     }
 }

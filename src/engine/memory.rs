@@ -50,8 +50,9 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], dims: &[usize]) -> E
     Estimate {
         state_per_rank: (2.0 + moments) * params * 4.0,
         ranks: cpu,
-        // the state every rank starts from, and a checkpoint's copy plus its serialized bytes
-        copies: (1.0 + moments) * params * 4.0 * (2.0 + (devices.len() - cpu) as f64),
+        // the state every rank starts from, a GPU rank's host copy, and a checkpoint at its
+        // peak: the exported state, its tensors' bytes and the serialized file
+        copies: (1.0 + moments) * params * 4.0 * (3.0 + (devices.len() - cpu) as f64),
         activations: 2.0 * rows * width * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
     }

@@ -128,12 +128,21 @@ impl Engine {
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
         // before any worker starts (and before the frontend opens its outputs), so that a bad
         // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
-        if let Some(p) = &cfg.resume {
-            checkpoint::resolve(p)?;
-        }
+        // the batch size the run will train with (a resumed one's may be the checkpoint's)
+        let per_replica = match &cfg.resume {
+            Some(p) => {
+                let meta = checkpoint::read_meta(&checkpoint::resolve(p)?)?;
+                resumed_settings(&cfg, &meta, devices.0.len()).per_replica
+            }
+            None => cfg.batch_per_replica,
+        };
         let dims = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes).dims;
+        let sized = RunConfig {
+            batch_per_replica: per_replica,
+            ..cfg.clone()
+        };
         memory::check(
-            &memory::estimate(&cfg, &devices.0, &dims),
+            &memory::estimate(&sized, &devices.0, &dims),
             memory::available(),
         )
         .map_err(EngineError::Config)?;
@@ -273,8 +282,13 @@ impl Engine {
 
         let mut info = info;
         if cfg.calibrate && ranks > 1 {
+            // at the batch size the run trains with (a resumed run's may be the checkpoint's)
+            let trained = RunConfig {
+                batch_per_replica: start.per_replica,
+                ..cfg.clone()
+            };
             let one = crate::engine::calibrate::calibration_config(
-                &cfg,
+                &trained,
                 &info.devices[0],
                 info.threads_per_worker,
             );

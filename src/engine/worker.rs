@@ -83,6 +83,9 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
     }
 }
 
+/// A GPU all-reduce that waits this many `--stall-timeout`s aborts the NCCL group.
+pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
+
 /// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
 /// then all meet at a host barrier, and only then join NCCL: NCCL's initialisation waits for
 /// every rank without a timeout, so a rank that failed to open must stop the others before it.
@@ -99,7 +102,9 @@ pub(super) fn open_gpu(
         w.cfg.optimizer,
         w.cfg.weight_decay,
         state,
-        w.cfg.stall_timeout,
+        // a stall is warned about at 1x; only a wait ten times as long is taken for a hung peer
+        // (a slow input or a long checkpoint write on rank 0 must not kill the run)
+        w.cfg.stall_timeout * ALL_REDUCE_TIMEOUT_FACTOR,
     );
     let mut replica = match opened {
         Ok(r) => r,

@@ -208,8 +208,12 @@ pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
     static CACHE: OnceLock<Mutex<HashMap<u32, Arc<Vec<Image>>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(images) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&device) {
+    // held while compiling: GPUs opening at once wait for the first to compile their arch
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(images) = cache.get(&device) {
         return Ok(images.clone());
     }
     let supported = supported_archs()?;
@@ -225,10 +229,7 @@ pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError
         .map(|(file, src)| compile(file, src, target))
         .collect::<Result<Vec<_>, _>>()?;
     let images = Arc::new(images);
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(device, images.clone());
+    cache.insert(device, images.clone());
     Ok(images)
 }
 

@@ -284,6 +284,18 @@ fn links_dir() -> PathBuf {
         })
 }
 
+/// A name for a set of links: two processes with different libraries (two conda envs, two
+/// machines sharing a home directory) never share a links directory.
+fn plan_id(plan: &[(Wanted, PathBuf)]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (w, target) in plan {
+        w.link.hash(&mut h);
+        target.hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
 /// The CUDA major version the driver supports (13 for a 580 driver), if a driver is loadable.
 fn driver_major() -> Option<u32> {
     // SAFETY: only tries to dlopen libcuda; the version query needs no initialisation.
@@ -322,7 +334,7 @@ pub fn make_loadable(nvrtc_anyway: bool) {
     if plan.is_empty() {
         return;
     }
-    let dir = links_dir();
+    let dir = links_dir().join(plan_id(&plan));
     if link(&dir, &plan).is_err() {
         return;
     }
@@ -347,7 +359,7 @@ pub fn make_loadable(nvrtc_anyway: bool) {
 pub fn explain(w: &Wanted, found: Option<&Path>) -> String {
     match found {
         Some(p) => format!(
-            "{} is installed as {} but could not be loaded (run without {MARK}=off, or put {} on LD_LIBRARY_PATH)",
+            "{} is installed as {} but could not be loaded (unless {MARK}=off turned finding it off, it is not usable here; put {} on LD_LIBRARY_PATH to try it)",
             w.what,
             p.display(),
             p.parent().map_or_else(String::new, |d| d.display().to_string())

@@ -57,6 +57,8 @@ impl Default for DetectorConfig {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Context {
     pub cores: usize,
+    /// Threads each CPU worker computes with (`--threads-per-worker`); 0 is taken as 1.
+    pub threads_per_worker: usize,
     /// A fault injected on each rank (`--slow-rank`, `--slow-data`), as the flag that asked.
     pub injected: Vec<Option<String>>,
     /// Each rank's device model, where known (GPUs); a different one from its peers explains.
@@ -107,6 +109,7 @@ impl Detector {
         };
         let ctx = Context {
             cores: info.cores,
+            threads_per_worker: info.threads_per_worker,
             injected: info.injected.clone(),
             models: info
                 .devices
@@ -140,6 +143,11 @@ impl Detector {
             cfg,
             ctx,
         }
+    }
+
+    /// Whether `workers` CPU workers and their intra-op threads want more cores than there are.
+    fn oversubscribed(&self, workers: usize) -> bool {
+        self.ctx.cores > 0 && workers * self.ctx.threads_per_worker.max(1) > self.ctx.cores
     }
 
     /// The newest device samples (one per rank): throttle reasons explain a slow GPU.
@@ -227,8 +235,7 @@ impl Detector {
                 .sum::<f64>()
                 / (work.len() - 1).max(1) as f64;
             // workers sharing cores do not wait for a rank's extra CPU work: it takes their cores
-            let shares_cores =
-                self.cpu_time[r] && self.ctx.cores > 0 && work.len() > self.ctx.cores;
+            let shares_cores = self.cpu_time[r] && self.oversubscribed(work.len());
             let slow = score < self.cfg.slow_below
                 && work[r] - fast_ms >= gap_ms
                 && (others_wait >= gap_ms || shares_cores);
@@ -321,10 +328,7 @@ impl Detector {
             }
         }
         let workers = work.len();
-        if self.ctx.cores > 0
-            && workers > self.ctx.cores
-            && self.ctx.models.iter().all(Option::is_none)
-        {
+        if self.oversubscribed(workers) && self.ctx.models.iter().all(Option::is_none) {
             return Cause::Oversubscribed {
                 workers,
                 cores: self.ctx.cores,

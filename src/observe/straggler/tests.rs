@@ -330,12 +330,13 @@ fn a_pause_is_not_a_stall() {
 /// others' cores, so nobody waits at the all-reduce, yet rank 1 costs the job.
 #[test]
 fn a_rank_taking_shared_cores_is_flagged_though_nobody_waits() {
-    let run = |cores: usize| {
+    let run = |cores: usize, threads_per_worker: usize| {
         let mut d = Detector::new(
             3,
             DetectorConfig::default(),
             Context {
                 cores,
+                threads_per_worker,
                 ..Context::default()
             },
         );
@@ -351,14 +352,16 @@ fn a_rank_taking_shared_cores_is_flagged_though_nobody_waits() {
         }
         out
     };
-    let shared = run(2);
+    let shared = run(2, 1);
     assert_eq!(shared.len(), 1, "{shared:?}");
     assert!(
         matches!(shared[0], Warning::Straggler { rank: 1, .. }),
         "{shared:?}"
     );
     // with a core each, a rank nobody waits for is not on the critical path
-    assert!(run(64).is_empty());
+    assert!(run(64, 1).is_empty());
+    // 3 workers of 2 intra-op threads want 6 of 4 cores: shared again
+    assert_eq!(run(4, 2).len(), 1);
 }
 
 /// GPUs: a rank whose compute takes 2x, seen only through the device's event timings (the
