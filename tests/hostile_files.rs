@@ -159,7 +159,7 @@ fn hostile_idx_headers_and_a_gzip_bomb_get_one_line_each() {
         &["--data", "idx:huge,labels"],
         &[
             "huge: header",
-            "bytes of data, more than this machine's memory",
+            "in memory once loaded (as floats, split), more than this machine's memory",
         ],
     );
     let nan: Vec<u8> = [1.0f32, f32::NAN]

@@ -42,18 +42,19 @@ impl fmt::Display for LabelColumn {
     }
 }
 
-/// Reads a CSV file of at most a quarter of the machine's memory: parsed and split, a CSV
-/// takes up to about four times its size.
+/// Reads a CSV file of at most an eighth of the machine's memory: held as text while parsed,
+/// then as floats (up to twice the text for one-digit values) and split, a CSV takes up to
+/// about eight times its size.
 pub(super) fn read(path: &Path) -> Result<String, DataError> {
     let (memory, _) = read::machine_memory();
     let fix = format!(
-        "the cap is a quarter of {}, as loading a CSV takes up to about 4 times its size; train on a sample of its rows",
+        "the cap is an eighth of {}, as loading a CSV takes up to about 8 times its size; train on a sample of its rows",
         read::memory_text()
     );
     let expect = Expect {
         what: "a CSV file",
         flag: "--data",
-        max: memory / 4,
+        max: memory / 8,
         fix: &fix,
     };
     Ok(read::read_text(path, &expect)?)
@@ -205,14 +206,14 @@ mod tests {
     }
 
     #[test]
-    fn a_csv_larger_than_a_quarter_of_memory_is_refused_unread() {
+    fn a_csv_larger_than_an_eighth_of_memory_is_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("big.csv");
         let (memory, _) = read::machine_memory();
         // sparse: nothing is written, and nothing may be read
         std::fs::File::create(&f)
             .unwrap()
-            .set_len(memory / 4 + 1)
+            .set_len(memory / 8 + 1)
             .unwrap();
         let e = super::read(&f).unwrap_err().to_string();
         assert!(

@@ -128,9 +128,12 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
         .ok_or_else(|| {
             format!("header (byte 4..{header}) declares {dims_txt} elements, more than 64-bit sizes count: not an IDX file, or corrupt")
         })?;
-    if want > memory {
+    // loading holds the raw bytes, the samples as f32, and the train/validation split's copy
+    let in_memory = want.saturating_add((want / elem).saturating_mul(8));
+    if in_memory > memory {
         return Err(Fail::Format(format!(
-            "header (byte 4..{header}) declares {dims_txt} = {want} bytes of data, more than {}: not an IDX file, or corrupt",
+            "header (byte 4..{header}) declares {dims_txt} = {want} bytes of data, about {} in memory once loaded (as floats, split), more than {}: not an IDX file, or corrupt, or too large for this machine",
+            read::bytes(in_memory),
             read::memory_text()
         )));
     }
@@ -280,7 +283,9 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            e.contains("4611686018427387904 bytes of data, more than"),
+            e.contains("4611686018427387904 bytes of data")
+                && e.contains("once loaded")
+                && e.contains("more than this machine's memory"),
             "{e}"
         );
     }
