@@ -253,6 +253,18 @@ impl App {
         self.log.truncate(LOG_LINES);
     }
 
+    /// The newest step known to be done: a recorded run's file holds only every
+    /// `--log-every`th step, but its epochs and its end name their steps too.
+    pub fn step(&self) -> u64 {
+        let row = self
+            .last_row
+            .as_ref()
+            .map_or(self.info.start_step, |r| r.step);
+        let epoch = self.epochs.last().map_or(0, |e| e.step);
+        let end = self.summary.as_ref().map_or(0, |s| s.steps);
+        row.max(epoch).max(end)
+    }
+
     /// The step the ranks will reach next.
     pub fn next_step(&self) -> u64 {
         self.last_row
