@@ -23,6 +23,8 @@ Examples:
   mgtop-train --headless --resume checkpoints            (continue from the newest checkpoint)
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
                                                (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
+  mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
+                                               (the UI over a finished or still running run's metrics file; --headless: its summary)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
@@ -45,6 +47,21 @@ pub enum Command {
     Scale(Box<ScaleArgs>),
     /// Check the CUDA path on this machine: kernels compiled with NVRTC; on GPUs, every op, two training steps and the NCCL all-reduce against the CPU reference.
     Selftest,
+    /// Open the terminal UI over a metrics file (or a run directory holding metrics.jsonl) written by an earlier or still running run; read-only, `q` quits.
+    View(ViewArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ViewArgs {
+    /// A metrics file (--metrics-out), or a run directory holding metrics.jsonl.
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+    /// Print the run's summary lines instead of the terminal UI (also what a non-terminal stdout gets).
+    #[arg(long)]
+    pub headless: bool,
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    #[arg(long, value_name = "NAME|PATH")]
+    pub theme: Option<String>,
 }
 
 /// `scale --seconds`: a time budget between 0.05 s and an hour.

@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
         Some(Command::Scale(args)) => cmd::scale::command(*args),
         Some(Command::Selftest) => cmd::selftest::command(),
+        Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
         None => cmd::train::command(cli.train, &on_signals).map(|()| {
             if SIGNALS.load(Ordering::SeqCst) > 0 {
                 ExitCode::from(130)
@@ -51,6 +52,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `view`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this process's); a
+/// second signal quits at once, restoring the terminal first.
+fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
+    ctrlc::set_handler(move || {
+        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _ = notify.send(());
+        } else {
+            term::restore();
+            std::process::exit(130);
+        }
+    })?;
+    Ok(())
 }
 
 /// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second

@@ -421,3 +421,59 @@ fn ctrl_c_while_stopping_leaves_without_waiting_for_a_stuck_worker() {
         "exit status, terminal restored"
     );
 }
+
+#[test]
+fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(d)
+        .args([
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--epochs",
+            "3",
+            "--log-every",
+            "10",
+        ])
+        .args(["--name", "recorded-run", "--metrics-out", "run.jsonl"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // the file as a run still going has written it so far: up to the first epoch's end
+    let text = std::fs::read_to_string(d.join("run.jsonl")).unwrap();
+    let cut = text.find("{\"epoch\":1").unwrap();
+    let growing = d.join("growing.jsonl");
+    std::fs::write(&growing, &text[..cut]).unwrap();
+    let tmux = start("view", d, &format!("view '{}'", growing.display()));
+    // (a big file is read over several frames: step 10 may show first)
+    let s = tmux.wait("the run so far", |s| {
+        s.contains("recorded-run") && s.contains("RUNNING") && s.contains("step 20")
+    });
+    assert!(s.contains("VIEW") && !s.contains("epoch 1/3 done"), "{s}");
+    // the rest of the file arrives: read within the next poll
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&growing)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &text.as_bytes()[cut..]).unwrap();
+    let s = tmux.wait("the recorded run", |s| {
+        s.contains("recorded-run") && s.contains("run summary")
+    });
+    assert!(s.contains("DONE") && s.contains("VIEW"), "{s}");
+    assert!(s.contains("loss (log) train "), "{s}");
+    assert!(s.contains("epoch 3/3 · step 69"), "{s}");
+    // a key that would change the run says why it does nothing; q leaves at once
+    tmux.keys(&["Escape", "p"]);
+    tmux.wait("the read-only answer", |s| {
+        s.contains("viewing a metrics file: the run cannot be changed")
+    });
+    tmux.keys(&["q"]);
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(!s.contains("run summary"), "{s}");
+    assert_eq!(ended(d), ("EXIT=0".into(), true));
+}

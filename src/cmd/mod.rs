@@ -1,10 +1,12 @@
-//! The subcommands, one file each: training (the default), `bench`, `scale` and `selftest`.
+//! The subcommands, one file each: training (the default), `bench`, `scale`, `selftest` and
+//! `view`.
 //! `main.rs` parses the flags, installs signal handling and turns results into exit codes.
 
 pub mod bench;
 pub mod scale;
 pub mod selftest;
 pub mod train;
+pub mod view;
 
 /// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
 /// line is lost, not the run or its checkpoint.

@@ -71,6 +71,30 @@ impl Monitor {
         self.pending.retain(|&k, _| k + PENDING_STEPS > step);
         let first = &ranks[0];
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
+        self.count(at, first);
+        Some(StepRow {
+            step,
+            epoch: first.epoch,
+            loss: first.loss,
+            accuracy: first.accuracy,
+            lr: first.lr,
+            per_replica: first.per_replica,
+            global_samples: first.global_samples,
+            at,
+            progress: first.progress,
+            ranks,
+        })
+    }
+
+    /// A row already put together (read back from a metrics file): counted for the ETA.
+    pub fn on_row(&mut self, row: &StepRow) {
+        if let Some(first) = row.ranks.first() {
+            self.count(row.at, first);
+        }
+    }
+
+    /// Counts a complete step that ended at `at` (`first` is one rank's sample of it).
+    fn count(&mut self, at: Duration, first: &StepStats) {
         self.total_samples += first.global_samples as u64;
         if first.after_pause {
             // the pause is not training time: measure from the step before the resume
@@ -88,18 +112,6 @@ impl Monitor {
         while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
             self.recent.pop_front();
         }
-        Some(StepRow {
-            step,
-            epoch: first.epoch,
-            loss: first.loss,
-            accuracy: first.accuracy,
-            lr: first.lr,
-            per_replica: first.per_replica,
-            global_samples: first.global_samples,
-            at,
-            progress: first.progress,
-            ranks,
-        })
     }
 
     /// Training samples per second over the last couple of seconds.

@@ -315,6 +315,15 @@ pub fn throttle_names(reasons: u64) -> Vec<&'static str> {
         .collect()
 }
 
+/// The throttle-reason bits of `names` (as `throttle_names` writes them; unknown names are
+/// ignored): a metrics file's `throttle` list read back.
+pub fn throttle_bits<'a>(names: impl IntoIterator<Item = &'a str>) -> u64 {
+    names
+        .into_iter()
+        .filter_map(|n| THROTTLE_NAMES.iter().find(|(_, name)| *name == n))
+        .fold(0, |bits, (bit, _)| bits | bit.bits())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

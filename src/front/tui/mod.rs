@@ -1,25 +1,27 @@
-//! The terminal UI: `App` state, pure render functions, themes, and the loop that feeds the
-//! engine's events and the user's keys into the state and draws it at most 10 times a second.
+//! The terminal UI: `App` state, pure render functions, themes, and the loop that feeds a
+//! source's news (the engine's events, a metrics file's records) and the user's keys into the
+//! state and draws it at most 10 times a second.
 
 pub mod app;
 #[doc(hidden)]
 pub mod demo;
 pub mod render;
+pub mod replay;
+pub mod source;
 pub mod term;
 pub mod theme;
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, select, tick, Receiver, TryRecvError};
+use crossbeam_channel::{never, select, tick, Receiver};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::KeyEvent;
 use ratatui::Terminal;
 
-use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunResult};
-use crate::observe::metrics::{MetricsWriter, Recorder};
-use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::metrics::MetricsWriter;
 use app::{Action, App, AppEvent, Level};
+use source::{EngineSource, Source};
 use theme::Theme;
 
 /// What the user did at the terminal.
@@ -61,66 +63,63 @@ pub fn drive<B: Backend>(
     signals: Receiver<()>,
     metrics: Option<MetricsWriter>,
 ) -> TuiEnd {
-    let info = engine.info().clone();
-    let controller = engine.controller();
-    let mut app = App::new(info.clone(), opts.readonly);
-    if let Some(note) = &info.device_note {
-        app.apply(AppEvent::Notice(Level::Info, format!("note: {note}")));
+    let mut app = App::new(engine.info().clone(), opts.readonly);
+    if let Some(note) = &app.info.device_note {
+        let note = format!("note: {note}");
+        app.apply(AppEvent::Notice(Level::Info, note));
     }
-    let mut theme = opts.theme.clone();
-    let mut telemetry = Telemetry::new(&info.devices, opts.sample_interval);
-    let mut metrics = Recorder::new(metrics);
-    let warn = |app: &mut App, w: Option<String>| {
-        if let Some(w) = w {
-            app.apply(AppEvent::Notice(Level::Warn, w));
-        }
+    let mut source = EngineSource::new(engine, opts, metrics, &mut app);
+    let screen = Screen {
+        theme: opts.theme.clone(),
+        exit_when_done: opts.exit_when_done,
     };
-    warn(&mut app, metrics.record(|w| w.run_start(&info)));
+    let (app, abandoned) = run(terminal, app, &mut source, screen, inputs, signals);
+    TuiEnd {
+        result: source.finish(abandoned),
+        app,
+    }
+}
 
-    // step samples are collected once a frame rather than as they come: a worker's
-    // `try_send` then never has to wake this thread, which keeps the UI's cost off the steps
-    let (mut events, steps) = (engine.events().clone(), engine.steps().clone());
-    let (mut events_open, mut steps_open) = (true, true);
-    let mut engine = Some(engine);
-    let mut end_record = None;
-    let mut result = None;
+/// How the loop draws and when it leaves by itself.
+pub struct Screen {
+    pub theme: Theme,
+    /// Leave as soon as the source has ended instead of waiting for `q`.
+    pub exit_when_done: bool,
+}
+
+/// The UI loop over any source: feeds `app` from `source` and the user's keys, draws it at
+/// most 10 times a second, and returns it when the user (or the source's end with
+/// `exit_when_done`, a stop request, or a lost terminal) lets it go; and whether the user left
+/// without waiting for the source (a third Ctrl-C while stopping).
+pub fn run<B: Backend, S: Source>(
+    terminal: &mut Terminal<B>,
+    mut app: App,
+    source: &mut S,
+    screen: Screen,
+    inputs: Receiver<Input>,
+    signals: Receiver<()>,
+) -> (App, bool) {
+    let mut theme = screen.theme;
     let mut abandoned = false;
+    let (mut events, timer) = (source.events(), source.timer());
     let (mut inputs, mut signals) = (inputs, signals);
     let frames = tick(FRAME);
-    let sampler = tick(opts.sample_interval);
     let mut last_draw: Option<Instant> = None;
     let mut drawable = true;
     let mut dirty = true;
     loop {
         select! {
-            recv(events) -> e => match e {
-                Ok(ev) => {
-                    // the steps before this event come first (in the metrics file too)
-                    if steps_open {
-                        steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
-                    }
-                    let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
-                    app.apply(AppEvent::Tick(at));
-                    if matches!(ev, Event::Finished { .. }) {
-                        // written last, after the final step samples
-                        end_record = Some((ev.clone(), at));
-                    } else {
-                        warn(&mut app, metrics.record(|w| w.event(&ev, at)));
-                    }
-                    app.apply(AppEvent::Engine(ev));
-                    dirty = true;
-                }
-                Err(_) => {
+            recv(events) -> e => {
+                if e.is_err() {
                     events = never();
-                    events_open = false;
-                    steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
                 }
+                dirty |= source.on_event(&mut app, e.ok());
             },
             recv(inputs) -> i => match i {
                 Ok(Input::Key(k)) => {
                     dirty = true;
                     match app.handle_key(k) {
-                        Some(Action::Control(c)) if controller.send(c).is_err() => {
+                        Some(Action::Control(c)) if !source.control(c) => {
                             app.apply(AppEvent::Flash("the run has already ended".into()));
                         }
                         Some(Action::Quit) => break,
@@ -143,67 +142,22 @@ pub fn drive<B: Backend>(
             },
             recv(signals) -> s => match s {
                 Ok(()) => {
-                    app.apply(AppEvent::Signal);
                     dirty = true;
+                    if source.on_signal(&mut app) {
+                        break;
+                    }
                 }
                 Err(_) => signals = never(),
             },
-            recv(sampler) -> _ => {
-                let at = engine.as_ref().map_or(app.now, |e| e.elapsed());
-                let devices = telemetry.sample(at);
-                if let Some(e) = &engine {
-                    let process_memory = process_memory();
-                    warn(&mut app, metrics.record(|m| m.telemetry(at, &devices, process_memory)));
-                    app.apply(AppEvent::Telemetry { at, devices, process_memory });
-                    app.apply(AppEvent::Beats(at, e.heartbeats()));
-                }
-            },
-            recv(frames) -> _ => {
-                if steps_open {
-                    steps_open = drain_steps(&steps, &mut app, &mut telemetry, &mut metrics, opts.log_every);
-                }
-                if let Some(e) = &engine {
-                    app.apply(AppEvent::Tick(e.elapsed()));
-                    dirty = true;
-                }
-            },
+            recv(timer) -> _ => dirty |= source.on_timer(&mut app),
+            recv(frames) -> _ => dirty |= source.on_frame(&mut app),
         }
-        let warnings: Vec<_> = app.new_warnings.drain(..).collect();
-        for (w, at) in warnings {
-            let r = metrics.record(|m| m.warning(&w, at));
-            warn(&mut app, r);
+        dirty |= source.settle(&mut app);
+        let ended = source.ended();
+        if ended && (app.quitting || screen.exit_when_done || !drawable) {
+            break;
         }
-        if engine.is_some() && !events_open && !steps_open {
-            // a last sample covers the part of the interval since the previous one
-            if let Some(e) = &engine {
-                let at = e.elapsed();
-                let devices = telemetry.sample(at);
-                let process_memory = process_memory();
-                warn(
-                    &mut app,
-                    metrics.record(|m| m.telemetry(at, &devices, process_memory)),
-                );
-                app.apply(AppEvent::Telemetry {
-                    at,
-                    devices,
-                    process_memory,
-                });
-            }
-            let r = engine.take().map(Engine::join);
-            app.finish(
-                r.as_ref()
-                    .and_then(|r| r.as_ref().err())
-                    .map(ToString::to_string),
-            );
-            result = r;
-            if let Some((ev, at)) = end_record.take() {
-                warn(&mut app, metrics.record(|w| w.event(&ev, at)));
-            }
-            warn(&mut app, metrics.record(|w| w.flush()));
-            dirty = true;
-        }
-        let ended = engine.is_none();
-        if ended && (app.quitting || opts.exit_when_done || !drawable) {
+        if !drawable && !source.outlives_screen() {
             break;
         }
         let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME) || ended;
@@ -216,50 +170,7 @@ pub fn drive<B: Backend>(
             dirty = false;
         }
     }
-    let result = match (result, engine) {
-        (Some(r), _) => r,
-        // the workers are left to the process's exit
-        (None, Some(_)) if abandoned => Err(EngineError::Config(
-            "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
-        )),
-        (None, Some(e)) => {
-            let _ = e.controller().stop(true);
-            e.join()
-        }
-        (None, None) => unreachable!("the engine is joined exactly once"),
-    };
-    TuiEnd { result, app }
-}
-
-/// Takes every step sample waiting; returns whether the channel is still open.
-fn drain_steps(
-    steps: &Receiver<crate::engine::events::StepStats>,
-    app: &mut App,
-    telemetry: &mut Telemetry,
-    metrics: &mut Recorder,
-    log_every: u64,
-) -> bool {
-    loop {
-        let s = match steps.try_recv() {
-            Ok(s) => s,
-            Err(TryRecvError::Empty) => return true,
-            Err(TryRecvError::Disconnected) => return false,
-        };
-        telemetry.on_step(&s);
-        let before = app.last_row.as_ref().map(|r| r.step);
-        app.apply(AppEvent::Step(s));
-        let Some(row) = app
-            .last_row
-            .as_ref()
-            .filter(|r| Some(r.step) != before && r.step.is_multiple_of(log_every))
-        else {
-            continue;
-        };
-        let rate = app.samples_per_sec;
-        if let Some(w) = metrics.record(|w| w.step(row, rate)) {
-            app.apply(AppEvent::Notice(Level::Warn, w));
-        }
-    }
+    (app, abandoned)
 }
 
 /// What stays on the normal screen once the UI has closed.

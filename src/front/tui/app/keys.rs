@@ -25,7 +25,8 @@ impl App {
             Some(Popup::Quit { .. }) => return self.quit_popup_key(key.code, ctrl_c),
             None => {}
         }
-        if self.state.ended() && (ctrl_c || matches!(key.code, KeyCode::Char('q'))) {
+        let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
+        if quit_key && (self.state.ended() || self.watching) {
             return Some(Action::Quit);
         }
         if ctrl_c && self.state == RunState::Stopping && !self.readonly {
@@ -89,6 +90,10 @@ impl App {
 
     /// Runs `f` unless the UI is read-only or the run is over.
     fn checked(&mut self, f: impl FnOnce(&mut App) -> Option<Action>) -> Option<Action> {
+        if self.watching {
+            self.flash = Some("viewing a metrics file: the run cannot be changed from here".into());
+            return None;
+        }
         if self.readonly {
             self.flash = Some("read-only: keys that change the run are disabled".into());
             return None;

@@ -36,6 +36,13 @@ const EMA_ALPHA: f64 = 0.05;
 pub enum AppEvent {
     Engine(Event),
     Step(StepStats),
+    /// A step as a metrics file recorded it: every rank's sample at once, and the samples/s
+    /// measured when it was written. The straggler detector is not run again: the file holds
+    /// its warnings (shown as notices).
+    Row {
+        row: StepRow,
+        samples_per_sec: Option<f64>,
+    },
     /// Device samples (one per rank) and this process's memory, at a time since the start.
     Telemetry {
         at: Duration,
@@ -117,6 +124,8 @@ pub struct Summary {
 pub struct App {
     pub info: RunInfo,
     pub readonly: bool,
+    /// Watching a run this process does not own (`view`): read-only, and `q` leaves at once.
+    pub watching: bool,
     pub state: RunState,
     monitor: Monitor,
     detector: Detector,
@@ -177,6 +186,7 @@ impl App {
             split: None,
             info,
             readonly,
+            watching: false,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -219,6 +229,13 @@ impl App {
         app
     }
 
+    /// The state of a run watched from elsewhere (a metrics file): read-only, `q` leaves.
+    pub fn watching(info: RunInfo) -> App {
+        let mut app = App::new(info, true);
+        app.watching = true;
+        app
+    }
+
     fn note(&mut self, level: Level, text: String) {
         self.push_log(level, text, false);
     }
@@ -236,6 +253,18 @@ impl App {
         self.log.truncate(LOG_LINES);
     }
 
+    /// The newest step known to be done: a recorded run's file holds only every
+    /// `--log-every`th step, but its epochs and its end name their steps too.
+    pub fn step(&self) -> u64 {
+        let row = self
+            .last_row
+            .as_ref()
+            .map_or(self.info.start_step, |r| r.step);
+        let epoch = self.epochs.last().map_or(0, |e| e.step);
+        let end = self.summary.as_ref().map_or(0, |s| s.steps);
+        row.max(epoch).max(end)
+    }
+
     /// The step the ranks will reach next.
     pub fn next_step(&self) -> u64 {
         self.last_row
@@ -247,6 +276,10 @@ impl App {
     pub fn apply(&mut self, ev: AppEvent) {
         match ev {
             AppEvent::Step(s) => self.on_step(s),
+            AppEvent::Row {
+                row,
+                samples_per_sec,
+            } => self.on_row(row, samples_per_sec),
             AppEvent::Engine(e) => self.on_event(e),
             AppEvent::Telemetry {
                 at,
@@ -298,6 +331,30 @@ impl App {
         let Some(row) = self.monitor.on_step(s) else {
             return;
         };
+        self.samples_per_sec = self.monitor.samples_per_sec();
+        self.eta = self.monitor.eta();
+        self.count_row(&row);
+        for w in self.detector.on_row(&row) {
+            self.on_warning(w, row.at);
+        }
+        self.last_row = Some(row);
+    }
+
+    fn on_row(&mut self, row: StepRow, samples_per_sec: Option<f64>) {
+        for s in &row.ranks {
+            if let Some(d) = self.devices.get_mut(s.rank) {
+                d.on_step(s);
+            }
+        }
+        self.monitor.on_row(&row);
+        self.samples_per_sec = samples_per_sec;
+        self.eta = self.monitor.eta();
+        self.count_row(&row);
+        self.last_row = Some(row);
+    }
+
+    /// What every complete step adds: time, shares, the loss lines.
+    fn count_row(&mut self, row: &StepRow) {
         self.now = self.now.max(row.at);
         let step_time = row
             .ranks
@@ -319,15 +376,9 @@ impl App {
         let ema = self.ema.map_or(loss, |e| e + EMA_ALPHA * (loss - e));
         self.ema = Some(ema);
         self.loss_smooth.push(x, ema);
-        self.samples_per_sec = self.monitor.samples_per_sec();
-        self.eta = self.monitor.eta();
         if self.state == RunState::Starting {
             self.state = RunState::Running;
         }
-        for w in self.detector.on_row(&row) {
-            self.on_warning(w, row.at);
-        }
-        self.last_row = Some(row);
     }
 
     fn on_warning(&mut self, w: Warning, at: Duration) {

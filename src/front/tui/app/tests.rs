@@ -193,6 +193,34 @@ fn readonly_disables_every_key_that_changes_the_run() {
 }
 
 #[test]
+fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
+    let mut app = App::watching(demo::info(2));
+    let row = |step| {
+        let mut m = crate::observe::monitor::Monitor::new(2);
+        m.on_step(demo::step(0, 2, step));
+        m.on_step(demo::step(1, 2, step)).unwrap()
+    };
+    for step in [10, 20] {
+        app.apply(AppEvent::Row {
+            row: row(step),
+            samples_per_sec: Some(1234.0),
+        });
+    }
+    assert_eq!(app.state, RunState::Running);
+    assert_eq!((app.step(), app.loss.all().len()), (20, 2));
+    assert_eq!(app.samples_per_sec, Some(1234.0));
+    assert!(app.devices[0].split().is_some());
+    for c in ['p', ' ', ']', '[', 's'] {
+        assert_eq!(app.handle_key(key(c)), None, "{c}");
+        assert!(app.flash.as_ref().unwrap().contains("viewing"), "{c}");
+    }
+    assert_eq!(app.pending_pause, None);
+    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
+    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Quit));
+    assert_eq!(app.popup, None);
+}
+
+#[test]
 
 fn navigation_keys_change_only_the_view() {
     let mut app = running(false);

@@ -67,7 +67,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     ]);
 
     let row = app.last_row.as_ref();
-    let step = row.map_or(info.start_step, |r| r.step);
+    let step = app.step();
     let epoch = row.map_or(info.start_epoch + 1, |r| r.epoch);
     let position = match info.budget {
         Budget::Epochs(e) => format!(" epoch {epoch}/{e} · step {step} "),

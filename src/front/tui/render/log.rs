@@ -89,6 +89,14 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ("1-9", "device"),
             ("?", "help"),
         ]
+    } else if app.watching {
+        &[
+            ("Tab", "view"),
+            ("1-9", "device"),
+            ("w", "window"),
+            ("?", "help"),
+            ("q", "quit"),
+        ]
     } else if app.readonly {
         &[
             ("Tab", "view"),
@@ -115,7 +123,9 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ]
     };
     let mut spans = Vec::new();
-    if app.readonly {
+    if app.watching {
+        spans.push(Span::styled(" VIEW ", theme.badge(theme.warn)));
+    } else if app.readonly {
         spans.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
     // the answer to the last key comes first: the keys after it may be cut, it may not

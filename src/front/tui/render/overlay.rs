@@ -59,7 +59,12 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ])
         })
         .collect();
-    if app.readonly {
+    if app.watching {
+        lines.push(Line::styled(
+            "viewing a metrics file: p ] [ s are disabled; q leaves",
+            theme.badge(theme.warn),
+        ));
+    } else if app.readonly {
         lines.push(Line::styled(
             "read-only: p ] [ s q are disabled",
             theme.badge(theme.warn),

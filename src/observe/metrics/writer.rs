@@ -1,5 +1,5 @@
-//! The machine-readable metrics file (`--metrics-out`): JSON Lines, schema `mgtop.metrics/1`,
-//! documented in the README. Every line is one object with a `type`.
+//! Writes the metrics file as a run goes. Lifecycle records and telemetry are flushed as they
+//! are written, so a reader of a running run's file (`view`) lags at most `--sample-interval`.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::SCHEMA;
+use crate::config::Budget;
 use crate::engine::events::{Applied, Event};
-use crate::engine::RunInfo;
+use crate::engine::{Device, RunInfo};
 use crate::observe::monitor::StepRow;
 use crate::observe::straggler::Warning;
 use crate::observe::telemetry::DeviceSample;
-
-pub const SCHEMA: &str = "mgtop.metrics/1";
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write metrics file {path}: {source}; pick a writable path for --metrics-out")]
@@ -82,6 +82,18 @@ impl MetricsWriter {
     }
 
     pub fn run_start(&mut self, info: &RunInfo) -> Result<(), MetricsError> {
+        let budget = match info.budget {
+            Budget::Epochs(e) => json!({ "epochs": e }),
+            Budget::Steps(s) => json!({ "steps": s }),
+        };
+        let device_names: Vec<Option<&str>> = info
+            .devices
+            .iter()
+            .map(|d| match d {
+                Device::Gpu { name, .. } => Some(name.as_str()),
+                Device::Cpu { .. } => None,
+            })
+            .collect();
         self.line(json!({
             "type": "run", "schema": SCHEMA, "name": info.name,
             "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
@@ -90,7 +102,10 @@ impl MetricsWriter {
             "train_samples": info.train_samples, "val_samples": info.val_samples,
             "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
             "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
-        }))
+            "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
+            "device_names": device_names, "device_note": info.device_note,
+        }))?;
+        self.flush()
     }
 
     pub fn step(&mut self, row: &StepRow, samples_per_s: Option<f64>) -> Result<(), MetricsError> {
@@ -109,7 +124,7 @@ impl MetricsWriter {
             "type": "step", "step": row.step, "epoch": row.epoch, "t": row.at.as_secs_f64(),
             "loss": row.loss, "accuracy": row.accuracy, "lr": row.lr,
             "per_replica": row.per_replica, "ranks": row.ranks.len(), "global_batch": row.global_samples,
-            "samples_per_s": samples_per_s, "per_rank": per_rank,
+            "samples_per_s": samples_per_s, "progress": row.progress, "per_rank": per_rank,
         }))
     }
 
@@ -161,7 +176,8 @@ impl MetricsWriter {
                 json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }})
             }
         };
-        self.line(v)
+        self.line(v)?;
+        self.flush()
     }
 
     /// Every device's sample at `t` (values a device cannot report are null), and the
@@ -188,8 +204,9 @@ impl MetricsWriter {
             .collect();
         self.line(json!({
             "type": "telemetry", "t": t.as_secs_f64(), "devices": devices,
-            "process_rss": process.map(|p| p.0),
-        }))
+            "process_rss": process.map(|p| p.0), "machine_memory": process.map(|p| p.1),
+        }))?;
+        self.flush()
     }
 
     /// A straggler / degraded / stall warning (or its clearing).

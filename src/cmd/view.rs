@@ -1,0 +1,77 @@
+//! `view PATH`: the terminal UI over a metrics file written by an earlier or still running run
+//! (read-only, followed as it grows), or with `--headless` the run's summary lines.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use crossbeam_channel::{unbounded, Sender};
+
+use crate::cli::ViewArgs;
+use crate::front::tui::app::{App, RunState};
+use crate::front::tui::replay::{read_all, FileSource};
+use crate::front::tui::{self, term, theme::Theme, Screen};
+use crate::observe::metrics::MetricsReader;
+
+/// Installs the process's signal handling for the UI; the first signal is sent on the channel.
+pub type OnSignals = dyn Fn(Sender<()>) -> anyhow::Result<()>;
+
+pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let theme = Theme::choose(args.theme.as_deref(), no_color)?;
+    let mut reader = MetricsReader::open(&args.path)?;
+    let mut app = App::watching(reader.info().clone());
+    if args.headless || !std::io::stdout().is_terminal() {
+        read_all(&mut reader, &mut app)?;
+        for line in summary(&app) {
+            crate::say!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (sig_tx, sig_rx) = unbounded();
+    on_signals(sig_tx)?;
+    let (mut terminal, guard) = match term::enter() {
+        Ok(t) => t,
+        Err(e) => {
+            term::restore();
+            anyhow::bail!("cannot start the terminal UI ({e}); use --headless for the summary");
+        }
+    };
+    let mut source = FileSource::new(reader);
+    let screen = Screen {
+        theme,
+        exit_when_done: false,
+    };
+    let (_app, _) = tui::run(
+        &mut terminal,
+        app,
+        &mut source,
+        screen,
+        term::inputs(),
+        sig_rx,
+    );
+    drop(terminal);
+    drop(guard);
+    match source.error {
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The run's name and its end-of-run summary; for a run without an end yet, how far it got.
+pub fn summary(app: &App) -> Vec<String> {
+    let mut lines = vec![format!("run: {}", app.info.name)];
+    if app.summary.is_some() {
+        lines.extend(tui::summary_lines(app));
+    } else {
+        let steps = app
+            .last_row
+            .as_ref()
+            .map_or(app.info.start_step, |r| r.step);
+        let state = match app.state {
+            RunState::Starting => "no step recorded yet",
+            _ => "no end recorded: still running, or killed",
+        };
+        lines.push(format!("{state}; last step recorded {steps}"));
+    }
+    lines
+}

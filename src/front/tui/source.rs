@@ -1,0 +1,261 @@
+//! Where the UI's run comes from. The loop in `mod.rs` owns the terminal, the keys and the
+//! drawing; a `Source` feeds the `App`: the engine in this process (here), or a run recorded
+//! elsewhere (`replay.rs`: a metrics file; later a live socket).
+
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, TryRecvError};
+
+use super::app::{App, AppEvent, Level};
+use super::TuiOptions;
+use crate::engine::control::{Control, Controller};
+use crate::engine::events::{Event, StepStats};
+use crate::engine::{Engine, EngineError, RunResult};
+use crate::observe::metrics::{MetricsWriter, Recorder};
+use crate::observe::telemetry::{process_memory, Telemetry};
+
+/// What the UI loop watches besides the terminal. Each `on_*` returns whether to redraw.
+pub trait Source {
+    type Event;
+    /// Messages handled as soon as they come (the engine's lifecycle events).
+    fn events(&self) -> Receiver<Self::Event>;
+    /// One message, or `None` once the channel has closed.
+    fn on_event(&mut self, app: &mut App, ev: Option<Self::Event>) -> bool;
+    /// A periodic timer: the engine's telemetry sampler, a file's poll.
+    fn timer(&self) -> Receiver<Instant>;
+    fn on_timer(&mut self, app: &mut App) -> bool;
+    /// Every frame (at most 10 a second).
+    fn on_frame(&mut self, app: &mut App) -> bool;
+    /// A control a key asked for; false when the run can no longer take it.
+    fn control(&mut self, c: Control) -> bool;
+    /// SIGTERM / SIGHUP; returns whether the UI leaves at once.
+    fn on_signal(&mut self, app: &mut App) -> bool;
+    /// After every wake-up of the loop.
+    fn settle(&mut self, app: &mut App) -> bool;
+    /// Nothing more will come: the UI may leave.
+    fn ended(&self) -> bool;
+    /// Whether to go on when there is no terminal left to draw on (a run in this process
+    /// trains to its end; a viewer has nothing left to do).
+    fn outlives_screen(&self) -> bool;
+}
+
+fn warn(app: &mut App, w: Option<String>) {
+    if let Some(w) = w {
+        app.apply(AppEvent::Notice(Level::Warn, w));
+    }
+}
+
+/// The engine in this process; also writes the metrics file.
+pub struct EngineSource {
+    engine: Option<Engine>,
+    controller: Controller,
+    events: Receiver<Event>,
+    steps: Receiver<StepStats>,
+    events_open: bool,
+    steps_open: bool,
+    telemetry: Telemetry,
+    metrics: Recorder,
+    log_every: u64,
+    sample_interval: std::time::Duration,
+    /// The `end` record, written after the final step samples.
+    end_record: Option<(Event, std::time::Duration)>,
+    result: Option<Result<RunResult, EngineError>>,
+}
+
+impl EngineSource {
+    /// Starts watching `engine`; writes the metrics file's `run` record.
+    pub fn new(
+        engine: Engine,
+        opts: &TuiOptions,
+        metrics: Option<MetricsWriter>,
+        app: &mut App,
+    ) -> EngineSource {
+        let mut metrics = Recorder::new(metrics);
+        warn(app, metrics.record(|w| w.run_start(engine.info())));
+        EngineSource {
+            controller: engine.controller(),
+            events: engine.events().clone(),
+            steps: engine.steps().clone(),
+            events_open: true,
+            steps_open: true,
+            telemetry: Telemetry::new(&engine.info().devices, opts.sample_interval),
+            metrics,
+            log_every: opts.log_every,
+            sample_interval: opts.sample_interval,
+            end_record: None,
+            result: None,
+            engine: Some(engine),
+        }
+    }
+
+    /// The run's result once the UI has closed: joined already, or stopped and joined now
+    /// (`abandoned`: the workers are left to the process's exit).
+    pub fn finish(self, abandoned: bool) -> Result<RunResult, EngineError> {
+        match (self.result, self.engine) {
+            (Some(r), _) => r,
+            (None, Some(_)) if abandoned => Err(EngineError::Config(
+                "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
+            )),
+            (None, Some(e)) => {
+                let _ = e.controller().stop(true);
+                e.join()
+            }
+            (None, None) => unreachable!("the engine is joined exactly once"),
+        }
+    }
+
+    fn at(&self, app: &App) -> std::time::Duration {
+        self.engine.as_ref().map_or(app.now, |e| e.elapsed())
+    }
+
+    /// Takes every step sample waiting (step samples are collected once a frame rather than
+    /// as they come: a worker's `try_send` then never has to wake this thread, which keeps
+    /// the UI's cost off the steps).
+    fn drain_steps(&mut self, app: &mut App) {
+        if !self.steps_open {
+            return;
+        }
+        loop {
+            let s = match self.steps.try_recv() {
+                Ok(s) => s,
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.steps_open = false;
+                    return;
+                }
+            };
+            self.telemetry.on_step(&s);
+            let before = app.last_row.as_ref().map(|r| r.step);
+            app.apply(AppEvent::Step(s));
+            let Some(row) = app
+                .last_row
+                .as_ref()
+                .filter(|r| Some(r.step) != before && r.step.is_multiple_of(self.log_every))
+            else {
+                continue;
+            };
+            let rate = app.samples_per_sec;
+            if let Some(w) = self.metrics.record(|w| w.step(row, rate)) {
+                app.apply(AppEvent::Notice(Level::Warn, w));
+            }
+        }
+    }
+}
+
+impl Source for EngineSource {
+    type Event = Event;
+
+    fn events(&self) -> Receiver<Event> {
+        self.events.clone()
+    }
+
+    fn on_event(&mut self, app: &mut App, ev: Option<Event>) -> bool {
+        let Some(ev) = ev else {
+            self.events_open = false;
+            self.drain_steps(app);
+            return false;
+        };
+        // the steps before this event come first (in the metrics file too)
+        self.drain_steps(app);
+        let at = self.at(app);
+        app.apply(AppEvent::Tick(at));
+        if matches!(ev, Event::Finished { .. }) {
+            // written last, after the final step samples
+            self.end_record = Some((ev.clone(), at));
+        } else {
+            warn(app, self.metrics.record(|w| w.event(&ev, at)));
+        }
+        app.apply(AppEvent::Engine(ev));
+        true
+    }
+
+    fn timer(&self) -> Receiver<Instant> {
+        crossbeam_channel::tick(self.sample_interval)
+    }
+
+    fn on_timer(&mut self, app: &mut App) -> bool {
+        let at = self.at(app);
+        let devices = self.telemetry.sample(at);
+        if let Some(e) = &self.engine {
+            let process_memory = process_memory();
+            let heartbeats = e.heartbeats();
+            warn(
+                app,
+                self.metrics
+                    .record(|m| m.telemetry(at, &devices, process_memory)),
+            );
+            app.apply(AppEvent::Telemetry {
+                at,
+                devices,
+                process_memory,
+            });
+            app.apply(AppEvent::Beats(at, heartbeats));
+        }
+        false
+    }
+
+    fn on_frame(&mut self, app: &mut App) -> bool {
+        self.drain_steps(app);
+        if let Some(e) = &self.engine {
+            app.apply(AppEvent::Tick(e.elapsed()));
+            return true;
+        }
+        false
+    }
+
+    fn control(&mut self, c: Control) -> bool {
+        self.controller.send(c).is_ok()
+    }
+
+    fn on_signal(&mut self, app: &mut App) -> bool {
+        app.apply(AppEvent::Signal);
+        false
+    }
+
+    fn settle(&mut self, app: &mut App) -> bool {
+        let warnings: Vec<_> = app.new_warnings.drain(..).collect();
+        for (w, at) in warnings {
+            let r = self.metrics.record(|m| m.warning(&w, at));
+            warn(app, r);
+        }
+        if self.engine.is_none() || self.events_open || self.steps_open {
+            return false;
+        }
+        // a last sample covers the part of the interval since the previous one
+        if let Some(e) = &self.engine {
+            let at = e.elapsed();
+            let devices = self.telemetry.sample(at);
+            let process_memory = process_memory();
+            warn(
+                app,
+                self.metrics
+                    .record(|m| m.telemetry(at, &devices, process_memory)),
+            );
+            app.apply(AppEvent::Telemetry {
+                at,
+                devices,
+                process_memory,
+            });
+        }
+        let r = self.engine.take().map(Engine::join);
+        app.finish(
+            r.as_ref()
+                .and_then(|r| r.as_ref().err())
+                .map(ToString::to_string),
+        );
+        self.result = r;
+        if let Some((ev, at)) = self.end_record.take() {
+            warn(app, self.metrics.record(|w| w.event(&ev, at)));
+        }
+        warn(app, self.metrics.record(|w| w.flush()));
+        true
+    }
+
+    fn ended(&self) -> bool {
+        self.engine.is_none()
+    }
+
+    fn outlives_screen(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,18 @@
+//! The machine-readable metrics file (`--metrics-out`): JSON Lines, schema `mgtop.metrics/1`,
+//! documented in the README. Every line is one object with a `type`. `writer` writes it as a
+//! run goes; `reader` turns it back into the engine's types (for `view`, later `attach`).
+//!
+//! Fields added within version 1 for reading a run back (older files lack them; the reader
+//! then uses the defaults in `parse::run_info`): `run`: `budget` (`{"epochs": N}` or
+//! `{"steps": N}`), `lr` (the starting base LR), `start_epoch`, `device_names` (per device, the
+//! GPU's model, null for CPU workers), `device_note`; `step`: `progress` (fraction of the
+//! budget done, 0..1); `telemetry`: `machine_memory` (bytes, beside `process_rss`).
+
+mod parse;
+pub mod reader;
+pub mod writer;
+
+pub use reader::{MetricsReader, ReadError, Record};
+pub use writer::{MetricsError, MetricsWriter, Recorder};
+
+pub const SCHEMA: &str = "mgtop.metrics/1";

@@ -1,0 +1,338 @@
+//! One metrics-file line (already JSON) into the engine's types; errors are the words after
+//! "line N:" (the reader adds the file and the line).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::reader::{Record, MAX_RANKS};
+use crate::config::Budget;
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::{Device, RunInfo};
+use crate::observe::monitor::StepRow;
+use crate::observe::nvml::throttle_bits;
+use crate::observe::telemetry::DeviceSample;
+
+type Parsed<T> = Result<T, String>;
+
+fn field<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
+    v.get(k).filter(|x| !x.is_null())
+}
+
+fn uint(v: &Value, k: &str) -> Parsed<u64> {
+    field(v, k)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("`{k}` is missing or not a whole number"))
+}
+
+fn count(v: &Value, k: &str) -> Parsed<usize> {
+    usize::try_from(uint(v, k)?).map_err(|_| format!("`{k}` is too large"))
+}
+
+fn num(v: &Value, k: &str) -> Parsed<f64> {
+    field(v, k)
+        .and_then(Value::as_f64)
+        .ok_or_else(|| format!("`{k}` is missing or not a number"))
+}
+
+/// A number that may be null (what cannot be measured; or a NaN loss, which JSON writes as null).
+fn opt_num(v: &Value, k: &str) -> Parsed<Option<f64>> {
+    match field(v, k) {
+        None => Ok(None),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| format!("`{k}` is not a number")),
+    }
+}
+
+fn opt_uint(v: &Value, k: &str) -> Parsed<Option<u64>> {
+    match field(v, k) {
+        None => Ok(None),
+        Some(_) => uint(v, k).map(Some),
+    }
+}
+
+fn text<'a>(v: &'a Value, k: &str) -> Parsed<&'a str> {
+    field(v, k)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("`{k}` is missing or not a string"))
+}
+
+fn seconds(v: &Value, k: &str) -> Parsed<Duration> {
+    Duration::try_from_secs_f64(num(v, k)?).map_err(|_| format!("`{k}` is not a time"))
+}
+
+fn millis(v: &Value, k: &str) -> Parsed<Duration> {
+    Duration::try_from_secs_f64(num(v, k)? / 1e3).map_err(|_| format!("`{k}` is not a time"))
+}
+
+fn array<'a>(v: &'a Value, k: &str) -> Parsed<&'a Vec<Value>> {
+    field(v, k)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("`{k}` is missing or not a list"))
+}
+
+fn device(label: &str, name: Option<&str>) -> Parsed<Device> {
+    let index = |rest: &str| rest.parse::<usize>().ok();
+    match (label.strip_prefix("cpu"), label.strip_prefix("gpu")) {
+        (Some(i), _) if index(i).is_some() => Ok(Device::Cpu {
+            index: index(i).unwrap_or(0),
+        }),
+        (_, Some(i)) if index(i).is_some() => Ok(Device::Gpu {
+            index: index(i).unwrap_or(0),
+            name: name.unwrap_or("GPU").to_string(),
+            pci_bus_id: None,
+        }),
+        _ => Err(format!("device `{label}` is neither cpuN nor gpuN")),
+    }
+}
+
+/// The `run` record. Fields older files lack: `budget` (0 steps), `lr` (0), `start_epoch`
+/// (0), `device_names` ("GPU"); never in the file: the cores and threads (one per rank), the
+/// injected faults (none), the stall timeout (60 s) and how the LR and batch were chosen.
+pub fn run_info(v: &Value) -> Parsed<RunInfo> {
+    let labels = array(v, "devices")?;
+    if labels.is_empty() || labels.len() > MAX_RANKS {
+        return Err(format!(
+            "{} devices: a run has 1 to {MAX_RANKS}",
+            labels.len()
+        ));
+    }
+    let names = field(v, "device_names").and_then(Value::as_array);
+    let devices = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let name = names.and_then(|n| n.get(i)).and_then(Value::as_str);
+            device(l.as_str().unwrap_or("?"), name)
+        })
+        .collect::<Parsed<Vec<Device>>>()?;
+    let budget = match field(v, "budget") {
+        None => Budget::Steps(0),
+        Some(b) if b.get("epochs").is_some() => Budget::Epochs(uint(b, "epochs")?),
+        Some(b) => Budget::Steps(uint(b, "steps")?),
+    };
+    let ranks = devices.len();
+    Ok(RunInfo {
+        name: text(v, "name")?.to_string(),
+        devices,
+        device_note: field(v, "device_note")
+            .and_then(Value::as_str)
+            .map(String::from),
+        data: text(v, "data")?.to_string(),
+        model: text(v, "model")?.to_string(),
+        params: count(v, "params")?,
+        per_replica: count(v, "per_replica")?,
+        grad_accum: count(v, "grad_accum").unwrap_or(1).max(1),
+        lr: opt_num(v, "lr")?.unwrap_or(0.0) as f32,
+        lr_note: None,
+        batch_note: None,
+        train_samples: count(v, "train_samples").unwrap_or(0),
+        val_samples: count(v, "val_samples").unwrap_or(0),
+        budget,
+        start_step: opt_uint(v, "start_step")?.unwrap_or(0),
+        start_epoch: opt_uint(v, "start_epoch")?.unwrap_or(0),
+        resumed_from: field(v, "resumed_from")
+            .and_then(Value::as_str)
+            .map(PathBuf::from),
+        cores: ranks,
+        threads_per_worker: 1,
+        injected: vec![None; ranks],
+        stall_timeout: Duration::from_secs(60),
+        baseline: opt_num(v, "baseline_samples_per_s")?,
+    })
+}
+
+/// Any record after the first; `None` for what is skipped (an unknown type or event kind).
+pub fn record(v: &Value, ranks: usize) -> Parsed<Option<Record>> {
+    let t = || seconds(v, "t");
+    let kind = text(v, "type")?;
+    Ok(Some(match kind {
+        "step" => step(v, ranks)?,
+        "epoch" => Record::Event {
+            t: t()?,
+            event: Event::EpochDone {
+                epoch: uint(v, "epoch")?,
+                step: uint(v, "step")?,
+                train_loss: opt_num(v, "train_loss")?.unwrap_or(f64::NAN) as f32,
+                val_loss: opt_num(v, "val_loss")?.map(|x| x as f32),
+                val_accuracy: opt_num(v, "val_accuracy")?.map(|x| x as f32),
+                elapsed: t()?,
+            },
+        },
+        "end" => Record::Event {
+            t: t()?,
+            event: Event::Finished {
+                step: uint(v, "step")?,
+                stopped: match text(v, "status")? {
+                    "completed" => false,
+                    "stopped" => true,
+                    s => return Err(format!("`status` {s:?} is neither completed nor stopped")),
+                },
+            },
+        },
+        "event" => return event(v, t()?),
+        "telemetry" => telemetry(v, ranks)?,
+        "run" => return Err("a second `run` record: two runs in one file".into()),
+        _ => return Ok(None),
+    }))
+}
+
+fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
+    let kind = text(v, "kind")?;
+    let event = match kind {
+        "checkpoint" => Event::Checkpoint {
+            step: uint(v, "step")?,
+            path: PathBuf::from(text(v, "path")?),
+        },
+        "error" => Event::Failed {
+            rank: count(v, "rank")?,
+            step: uint(v, "step")?,
+            message: text(v, "message")?.to_string(),
+        },
+        "control" => Event::Control {
+            step: uint(v, "step")?,
+            applied: match text(v, "action")? {
+                "pause" => Applied::Paused,
+                "resume" => Applied::Resumed,
+                "batch_size" => Applied::BatchSize {
+                    from: count(v, "from")?,
+                    to: count(v, "to")?,
+                    lr: num(v, "lr")? as f32,
+                },
+                "rebalance" => Applied::Split(
+                    array(v, "split")?
+                        .iter()
+                        .take(MAX_RANKS)
+                        .map(|x| x.as_u64().map(|n| n as usize))
+                        .collect::<Option<_>>()
+                        .ok_or("`split` is not a list of sample counts")?,
+                ),
+                a => return Err(format!("unknown control action {a:?}")),
+            },
+        },
+        // a detector's warning: shown in its own words
+        _ => {
+            return Ok(field(v, "message")
+                .and_then(Value::as_str)
+                .map(|m| Record::Warning {
+                    t,
+                    kind: kind.to_string(),
+                    message: m.to_string(),
+                }))
+        }
+    };
+    Ok(Some(Record::Event { t, event }))
+}
+
+fn step(v: &Value, ranks: usize) -> Parsed<Record> {
+    let per_rank = array(v, "per_rank")?;
+    if per_rank.len() != ranks {
+        return Err(format!(
+            "`per_rank` has {} entries; the run has {ranks} ranks",
+            per_rank.len()
+        ));
+    }
+    let at = seconds(v, "t")?;
+    let (step, epoch) = (uint(v, "step")?, uint(v, "epoch")?);
+    let loss = opt_num(v, "loss")?.unwrap_or(f64::NAN) as f32;
+    let accuracy = opt_num(v, "accuracy")?.unwrap_or(f64::NAN) as f32;
+    let lr = num(v, "lr")? as f32;
+    let per_replica = count(v, "per_replica")?;
+    let global_samples = count(v, "global_batch")?;
+    // older files lack it: the header's bar then stays empty
+    let progress = opt_num(v, "progress")?.unwrap_or(0.0);
+    let ranks = per_rank
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if count(r, "rank")? != i {
+                return Err(format!("`per_rank` entry {i} is not rank {i}"));
+            }
+            Ok(StepStats {
+                rank: i,
+                step,
+                epoch,
+                samples: count(r, "samples")?,
+                global_samples,
+                per_replica,
+                loss,
+                accuracy,
+                lr,
+                data_wait: millis(r, "data_wait_ms")?,
+                compute: millis(r, "compute_ms")?,
+                compute_cpu: None,
+                comm: millis(r, "comm_ms")?,
+                sync_wait: millis(r, "sync_wait_ms")?,
+                optimizer: millis(r, "optimizer_ms")?,
+                step_time: millis(r, "step_ms")?,
+                at,
+                after_pause: false,
+                progress,
+            })
+        })
+        .collect::<Parsed<Vec<StepStats>>>()?;
+    Ok(Record::Step {
+        row: StepRow {
+            step,
+            epoch,
+            loss,
+            accuracy,
+            lr,
+            per_replica,
+            global_samples,
+            at,
+            progress,
+            ranks,
+        },
+        samples_per_s: opt_num(v, "samples_per_s")?,
+    })
+}
+
+fn telemetry(v: &Value, ranks: usize) -> Parsed<Record> {
+    let list = array(v, "devices")?;
+    if list.len() > ranks {
+        return Err(format!(
+            "`devices` has {} entries; the run has {ranks} ranks",
+            list.len()
+        ));
+    }
+    let f32_of = |d: &Value, k: &str| opt_num(d, k).map(|x| x.map(|x| x as f32));
+    let u32_of = |d: &Value, k: &str| {
+        opt_uint(d, k).map(|x| x.map(|x| u32::try_from(x).unwrap_or(u32::MAX)))
+    };
+    let mut devices = vec![DeviceSample::default(); ranks];
+    for d in list {
+        let rank = count(d, "rank")?;
+        let slot = devices
+            .get_mut(rank)
+            .ok_or_else(|| format!("telemetry of rank {rank}; the run has {ranks} ranks"))?;
+        *slot = DeviceSample {
+            util: f32_of(d, "util")?,
+            mem_access: f32_of(d, "mem_access")?,
+            mem_used: opt_uint(d, "mem_used")?,
+            mem_total: opt_uint(d, "mem_total")?,
+            temp_c: f32_of(d, "temp_c")?,
+            power_w: f32_of(d, "power_w")?,
+            power_limit_w: f32_of(d, "power_limit_w")?,
+            sm_clock_mhz: u32_of(d, "sm_clock_mhz")?,
+            sm_clock_max_mhz: u32_of(d, "sm_clock_max_mhz")?,
+            throttle_reasons: field(d, "throttle")
+                .and_then(Value::as_array)
+                .map(|names| throttle_bits(names.iter().filter_map(Value::as_str))),
+            pcie_rx_kbs: u32_of(d, "pcie_rx_kbs")?,
+            pcie_tx_kbs: u32_of(d, "pcie_tx_kbs")?,
+        };
+    }
+    let process_memory = match (opt_uint(v, "process_rss")?, opt_uint(v, "machine_memory")?) {
+        (Some(rss), Some(total)) => Some((rss, total)),
+        _ => None,
+    };
+    Ok(Record::Telemetry {
+        t: seconds(v, "t")?,
+        devices,
+        process_memory,
+    })
+}

@@ -1,0 +1,237 @@
+//! Reads a metrics file back into the engine's types: the `run` record into a `RunInfo`, `step`
+//! records into rows of every rank's `StepStats`, the rest into events, warnings and device
+//! samples. A file still being written is read as it grows: `next` returns `None` at the end of
+//! what is there, and a last line without its newline is left for a later call.
+//!
+//! Bounded: a line is read only up to `MAX_LINE` bytes and a run of at most `MAX_RANKS` ranks
+//! is accepted, so a huge or hostile file costs bounded memory. A complete line that is not a
+//! record (bad JSON, a missing field) is an error naming the file and the line: the file is
+//! damaged, and showing a run with a hole in it would mislead. Blank lines, records of a type
+//! this version does not know and event kinds without a message are skipped (newer writers may
+//! add them within version 1).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::parse::{record, run_info};
+use super::SCHEMA;
+use crate::engine::events::Event;
+use crate::engine::RunInfo;
+use crate::observe::monitor::StepRow;
+use crate::observe::telemetry::DeviceSample;
+
+/// The longest line read (a `step` record of 1024 ranks is about 200 KiB).
+pub const MAX_LINE: usize = 1 << 20;
+/// The most ranks a run may have.
+pub const MAX_RANKS: usize = 1024;
+/// What the file is called inside a run directory.
+pub const FILE_NAME: &str = "metrics.jsonl";
+const CHUNK: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read metrics file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: line {line}: {what}")]
+    Line {
+        path: PathBuf,
+        line: u64,
+        what: String,
+    },
+    #[error("{path}: {what}")]
+    File { path: PathBuf, what: String },
+}
+
+/// One record after the `run` record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// A step as every rank saw it, and the samples/s measured when it was written.
+    Step {
+        row: StepRow,
+        samples_per_s: Option<f64>,
+    },
+    /// `epoch`, a checkpoint, control or error `event`, and `end` (as `Event::Finished`).
+    Event { t: Duration, event: Event },
+    /// A detector's warning or its clearing (`kind` ends in `_cleared`), in the log's words.
+    Warning {
+        t: Duration,
+        kind: String,
+        message: String,
+    },
+    Telemetry {
+        t: Duration,
+        devices: Vec<DeviceSample>,
+        /// This process's resident memory and the machine's, in bytes.
+        process_memory: Option<(u64, u64)>,
+    },
+}
+
+pub struct MetricsReader {
+    lines: Lines,
+    info: RunInfo,
+}
+
+impl MetricsReader {
+    /// Opens a metrics file, or the `metrics.jsonl` of a run directory, and reads its `run`
+    /// record (which must be complete and of this schema).
+    pub fn open(path: &Path) -> Result<MetricsReader, ReadError> {
+        let path = if path.is_dir() {
+            let inner = path.join(FILE_NAME);
+            if !inner.is_file() {
+                return Err(ReadError::File {
+                    path: path.to_path_buf(),
+                    what: format!(
+                        "a directory without a {FILE_NAME}: give a metrics file or a run directory"
+                    ),
+                });
+            }
+            inner
+        } else {
+            path.to_path_buf()
+        };
+        let file = File::open(&path).map_err(|source| ReadError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let mut lines = Lines {
+            path,
+            file,
+            buf: Vec::new(),
+            start: 0,
+            line: 0,
+            read: 0,
+        };
+        let Some((a, b)) = lines.next_line()? else {
+            return Err(lines.file_error(if lines.read == 0 {
+                "empty: no `run` record (a run writes it first; if it has just started, try again)"
+            } else {
+                "no complete first line: not a metrics file, or its run has just started"
+            }));
+        };
+        let v: Value = serde_json::from_slice(&lines.buf[a..b])
+            .map_err(|_| lines.line_error("not JSON: not a metrics file".into()))?;
+        if v["type"] != "run" {
+            return Err(
+                lines.line_error("not a `run` record: not an mgtop-train metrics file".into())
+            );
+        }
+        if v["schema"] != SCHEMA {
+            return Err(lines.line_error(format!(
+                "schema {}; this mgtop-train reads {SCHEMA} (the file is from another version)",
+                v["schema"]
+            )));
+        }
+        let info = run_info(&v).map_err(|w| lines.line_error(w))?;
+        Ok(MetricsReader { lines, info })
+    }
+
+    /// The run as its `run` record describes it (fields older files lack get defaults).
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    /// The file read (inside the run directory where one was given).
+    pub fn path(&self) -> &Path {
+        &self.lines.path
+    }
+
+    /// The next record, or `None` when no complete line follows yet.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Record>, ReadError> {
+        while let Some((a, b)) = self.lines.next_line()? {
+            let text = &self.lines.buf[a..b];
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let v: Value = serde_json::from_slice(text)
+                .map_err(|e| self.lines.line_error(format!("not JSON ({e})")))?;
+            if let Some(r) = record(&v, self.info.ranks()).map_err(|w| self.lines.line_error(w))? {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The file's complete lines, read in chunks, at most `MAX_LINE` bytes each.
+struct Lines {
+    path: PathBuf,
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already taken as lines.
+    start: usize,
+    /// The number of the last line taken.
+    line: u64,
+    /// Bytes read from the file so far.
+    read: u64,
+}
+
+impl Lines {
+    /// The byte range in `buf` of the next complete line (reading more of the file as needed).
+    fn next_line(&mut self) -> Result<Option<(usize, usize)>, ReadError> {
+        loop {
+            let pending = &self.buf[self.start..];
+            if let Some(i) = pending.iter().position(|&c| c == b'\n') {
+                self.line += 1;
+                if i > MAX_LINE {
+                    return Err(self.too_long());
+                }
+                let a = self.start;
+                self.start += i + 1;
+                return Ok(Some((a, a + i)));
+            }
+            if pending.len() > MAX_LINE {
+                self.line += 1;
+                return Err(self.too_long());
+            }
+            if self.fill()? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Reads the next chunk of the file; 0 at its (current) end.
+    fn fill(&mut self) -> Result<usize, ReadError> {
+        self.buf.drain(..self.start);
+        self.start = 0;
+        let have = self.buf.len();
+        self.buf.resize(have + CHUNK, 0);
+        let n = self.file.read(&mut self.buf[have..]);
+        self.buf.truncate(have + *n.as_ref().unwrap_or(&0));
+        let n = n.map_err(|source| ReadError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.read += n as u64;
+        if n == 0 && self.file.metadata().is_ok_and(|m| m.len() < self.read) {
+            return Err(self.file_error("shrank while being read: a new run overwrote it?"));
+        }
+        Ok(n)
+    }
+
+    fn too_long(&self) -> ReadError {
+        self.line_error(format!(
+            "longer than {} MiB: not a metrics file, or a damaged one",
+            MAX_LINE >> 20
+        ))
+    }
+
+    fn line_error(&self, what: String) -> ReadError {
+        ReadError::Line {
+            path: self.path.clone(),
+            line: self.line,
+            what,
+        }
+    }
+
+    fn file_error(&self, what: &str) -> ReadError {
+        ReadError::File {
+            path: self.path.clone(),
+            what: what.into(),
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! `view`: a metrics file read back into the UI's state. The App built from a real run's file
+//! shows what the App fed live showed; damaged, oversized and foreign files are refused with
+//! the file and the line; a file still being written is read as it grows; `view --headless`
+//! prints the summary.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crossbeam_channel::unbounded;
+use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::engine::Engine;
+use mgtop::front::tui::app::{App, RunState};
+use mgtop::front::tui::replay::read_all;
+use mgtop::front::tui::theme::Theme;
+use mgtop::front::tui::{drive, TuiOptions};
+use mgtop::observe::metrics::{MetricsReader, MetricsWriter, ReadError, Record};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+/// A 2-rank digits run of 3 epochs watched live by the UI (a test terminal), every step
+/// recorded in `dir/run.jsonl`; returns the App as the UI last showed it.
+fn live_run(dir: &Path) -> (App, PathBuf) {
+    let path = dir.join("run.jsonl");
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(2),
+        budget: Budget::Epochs(3),
+        log_every: 1,
+        checkpoint_dir: dir.join("ck"),
+        ..RunConfig::default()
+    };
+    let engine = Engine::start(cfg).unwrap();
+    let opts = TuiOptions {
+        theme: Theme::choose(None, false).unwrap(),
+        readonly: false,
+        exit_when_done: true,
+        sample_interval: Duration::from_millis(20),
+        log_every: 1,
+    };
+    let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
+    let (_keys, inputs) = unbounded();
+    let (_sig, signals) = unbounded();
+    let writer = MetricsWriter::create(&path).unwrap();
+    let end = drive(&mut terminal, engine, &opts, inputs, signals, Some(writer));
+    end.result.unwrap();
+    (end.app, path)
+}
+
+fn replay(path: &Path) -> App {
+    let mut reader = MetricsReader::open(path).unwrap();
+    let mut app = App::watching(reader.info().clone());
+    read_all(&mut reader, &mut app).unwrap();
+    app
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * a.abs().max(b.abs()).max(1e-9)
+}
+
+#[test]
+fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (live, path) = live_run(dir.path());
+    let seen = replay(&path);
+
+    assert_eq!(seen.info.name, live.info.name);
+    assert_eq!(seen.info.model, live.info.model);
+    assert_eq!(seen.info.budget, live.info.budget);
+    assert_eq!(seen.info.ranks(), 2);
+    assert_eq!(seen.info.per_replica, live.info.per_replica);
+    let (a, b) = (
+        seen.last_row.as_ref().unwrap(),
+        live.last_row.as_ref().unwrap(),
+    );
+    assert_eq!((a.step, a.epoch, a.loss), (b.step, b.epoch, b.loss));
+    assert_eq!(a.step, 69, "3 epochs of 1438 samples at 64 a step");
+    assert!(close(a.progress, 1.0, 1e-9), "{}", a.progress);
+    // the whole loss history, raw and smoothed, and every epoch's validation
+    assert_eq!(seen.loss.all(), live.loss.all());
+    assert_eq!(seen.loss_smooth.all(), live.loss_smooth.all());
+    assert_eq!(seen.epochs, live.epochs);
+    assert_eq!(seen.epochs.len(), 3);
+    assert_eq!(seen.val_accuracy(), live.val_accuracy());
+    assert_eq!(seen.last_checkpoint, live.last_checkpoint);
+    assert!(seen.last_checkpoint.is_some());
+    // the summary: steps, how it ended, throughput (times are kept to the microsecond)
+    assert_eq!(seen.state, RunState::Done);
+    let (s, l) = (seen.summary.clone().unwrap(), live.summary.clone().unwrap());
+    assert_eq!(
+        (s.steps, s.stopped, &s.failed, s.best_val_accuracy),
+        (l.steps, l.stopped, &l.failed, l.best_val_accuracy)
+    );
+    let (rs, rl) = (
+        s.mean_samples_per_sec.unwrap(),
+        l.mean_samples_per_sec.unwrap(),
+    );
+    assert!(close(rs, rl, 1e-2), "samples/s {rs} vs {rl}");
+    assert!(close(
+        s.compute_share.unwrap(),
+        l.compute_share.unwrap(),
+        1e-2
+    ));
+    assert!((s.wall.as_secs_f64() - l.wall.as_secs_f64()).abs() < 0.5);
+    // each device's recent step times and its busy share
+    for (d, e) in seen.devices.iter().zip(&live.devices) {
+        assert_eq!(d.label, e.label);
+        let (x, y): (Vec<f64>, Vec<f64>) = (d.step_ms().collect(), e.step_ms().collect());
+        assert_eq!(x.len(), y.len());
+        assert!(
+            x.iter().zip(&y).all(|(x, y)| (x - y).abs() < 2e-3),
+            "{x:?} vs {y:?}"
+        );
+        assert_eq!(d.sample.util.is_some(), e.sample.util.is_some());
+    }
+    // the epoch and checkpoint lines of the events panel
+    let text = |app: &App| -> Vec<String> { app.log.iter().map(|l| l.text.clone()).collect() };
+    assert_eq!(text(&seen), text(&live));
+}
+
+/// The file's lines, with `edit` applied, written to `name` in `dir`.
+fn edited(src: &Path, dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<String>)) -> PathBuf {
+    let mut lines: Vec<String> = std::fs::read_to_string(src)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    edit(&mut lines);
+    let out = dir.join(name);
+    std::fs::write(&out, lines.join("\n") + "\n").unwrap();
+    out
+}
+
+fn read_err(path: &Path) -> String {
+    let r = MetricsReader::open(path).and_then(|mut r| {
+        let mut app = App::watching(r.info().clone());
+        read_all(&mut r, &mut app)
+    });
+    match r {
+        Err(e) => e.to_string(),
+        Ok(()) => panic!("{} was read without an error", path.display()),
+    }
+}
+
+#[test]
+fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = live_run(dir.path());
+    let d = dir.path();
+
+    let p = edited(&run, d, "garbage.jsonl", |l| {
+        l[4] = "{\"type\":\"step\",".into()
+    });
+    let e = read_err(&p);
+    assert!(e.contains("garbage.jsonl: line 5: not JSON"), "{e}");
+
+    let p = edited(&run, d, "field.jsonl", |l| {
+        l[6] = l[6].replace("\"per_rank\"", "\"per_rnak\"")
+    });
+    let e = read_err(&p);
+    assert!(
+        e.contains("field.jsonl: line 7:") && e.contains("`per_rank`"),
+        "{e}"
+    );
+
+    let p = edited(&run, d, "long.jsonl", |l| l[3] = "x".repeat(3 << 20));
+    let e = read_err(&p);
+    assert!(e.contains("long.jsonl: line 4: longer than 1 MiB"), "{e}");
+
+    let p = edited(&run, d, "v2.jsonl", |l| {
+        l[0] = l[0].replace("mgtop.metrics/1", "mgtop.metrics/2")
+    });
+    let e = read_err(&p);
+    assert!(
+        e.contains("v2.jsonl: line 1: schema \"mgtop.metrics/2\"")
+            && e.contains("reads mgtop.metrics/1"),
+        "{e}"
+    );
+
+    let p = edited(&run, d, "headless.jsonl", |l| {
+        l.remove(0);
+    });
+    let e = read_err(&p);
+    assert!(e.contains("line 1: not a `run` record"), "{e}");
+
+    let p = d.join("empty.jsonl");
+    std::fs::write(&p, "").unwrap();
+    assert!(read_err(&p).contains("empty.jsonl: empty"));
+    let e = read_err(&d.join("missing.jsonl"));
+    assert!(
+        e.contains("cannot read metrics file") && e.contains("missing.jsonl"),
+        "{e}"
+    );
+
+    // a huge line with no newline at all is refused without reading it all into memory
+    let p = d.join("endless.jsonl");
+    let mut f = std::fs::File::create(&p).unwrap();
+    for _ in 0..64 {
+        f.write_all(&[b'{'; 1 << 16]).unwrap();
+    }
+    drop(f);
+    assert!(read_err(&p).contains("line 1: longer than 1 MiB"));
+
+    // a record type this version does not know is skipped (newer writers may add some)
+    let p = edited(&run, d, "newer.jsonl", |l| {
+        l.insert(3, "{\"type\":\"future\",\"t\":1}".into())
+    });
+    assert_eq!(replay(&p).last_row.unwrap().step, 69);
+}
+
+#[test]
+fn a_file_still_being_written_is_read_as_it_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = live_run(dir.path());
+    let text = std::fs::read_to_string(&run).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let growing = dir.path().join("growing.jsonl");
+    let mut f = std::fs::File::create(&growing).unwrap();
+    // the run record, two records and half of the third (a writer mid-line)
+    let half = lines[3].len() / 2;
+    write!(
+        f,
+        "{}\n{}\n{}\n{}",
+        lines[0],
+        lines[1],
+        lines[2],
+        &lines[3][..half]
+    )
+    .unwrap();
+    f.flush().unwrap();
+
+    let mut r = MetricsReader::open(&growing).unwrap();
+    let mut got = Vec::new();
+    while let Some(rec) = r.next().unwrap() {
+        got.push(rec);
+    }
+    assert_eq!(got.len(), 2, "the incomplete line waits");
+    assert!(r.next().unwrap().is_none());
+    writeln!(f, "{}", &lines[3][half..]).unwrap();
+    for l in &lines[4..] {
+        writeln!(f, "{l}").unwrap();
+    }
+    f.flush().unwrap();
+    let mut app = App::watching(r.info().clone());
+    let mut ended = false;
+    while let Some(rec) = r.next().unwrap() {
+        ended |= matches!(
+            rec,
+            Record::Event {
+                event: mgtop::engine::events::Event::Finished { .. },
+                ..
+            }
+        );
+        mgtop::front::tui::replay::apply_record(&mut app, rec);
+    }
+    assert!(ended);
+    assert_eq!(app.last_row.unwrap().step, 69);
+
+    // a new run overwriting the file is noticed
+    std::fs::write(&growing, "").unwrap();
+    assert!(matches!(r.next(), Err(ReadError::File { .. })));
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+}
+
+#[test]
+fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = bin()
+        .current_dir(d)
+        .args(["--headless", "--devices", "cpu:2", "--epochs", "3"])
+        .args(["--metrics-out", "run.jsonl"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    std::fs::create_dir(d.join("rundir")).unwrap();
+    std::fs::copy(d.join("run.jsonl"), d.join("rundir/metrics.jsonl")).unwrap();
+    for path in ["run.jsonl", "rundir"] {
+        let o = bin()
+            .current_dir(d)
+            .args(["view", path, "--headless"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "run: digits-mlp:128", "{out}");
+        assert!(
+            lines[1].starts_with("finished: 69 steps in 00:00 | best val accuracy ")
+                && lines[1].ends_with(" samples/s"),
+            "{out}"
+        );
+        assert_eq!(lines[2], "checkpoint: checkpoints/step-00000069", "{out}");
+    }
+    std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
+    for (path, says) in [
+        (
+            "missing.jsonl",
+            "error: cannot read metrics file missing.jsonl: ",
+        ),
+        (
+            "notes.txt",
+            "error: notes.txt: line 1: not JSON: not a metrics file",
+        ),
+        (".", "error: .: a directory without a metrics.jsonl"),
+    ] {
+        let o = bin().current_dir(d).args(["view", path]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(says), "{err}");
+    }
+}
