@@ -280,9 +280,14 @@ fn the_theme_key_says_which_theme_is_on() {
 }
 
 #[test]
-fn the_light_theme_paints_its_background_everywhere() {
-    let light = Theme::embedded("light").unwrap();
-    assert_ne!(light.background, ratatui::style::Color::Reset);
+fn the_dark_and_light_themes_paint_their_background_everywhere() {
+    for name in ["dark", "light"] {
+        paints_its_background_everywhere(&Theme::embedded(name).unwrap());
+    }
+}
+
+fn paints_its_background_everywhere(theme: &Theme) {
+    assert_ne!(theme.background, ratatui::style::Color::Reset);
     let mut app = demo::app(3, 150);
     for keys in [
         &[][..],
@@ -293,11 +298,11 @@ fn the_light_theme_paints_its_background_everywhere() {
             key(&mut app, *k);
         }
         let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
-        t.draw(|f| render::render(f, &app, &light)).unwrap();
+        t.draw(|f| render::render(f, &app, theme)).unwrap();
         let buf = t.backend().buffer();
         for (i, c) in buf.content().iter().enumerate() {
             assert!(
-                c.bg == light.background || c.bg == light.highlight_bg,
+                c.bg == theme.background || c.bg == theme.highlight_bg,
                 "cell {i} ({:?}) has background {:?}",
                 c.symbol(),
                 c.bg

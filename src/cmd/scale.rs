@@ -14,6 +14,7 @@ use crate::cli::ScaleArgs;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::{Engine, EngineError};
+use crate::observe::monitor::Monitor;
 use crate::observe::telemetry::Telemetry;
 
 /// One point of the grid.
@@ -120,6 +121,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     let mut nvml = (0.0f64, 0.0f64, 0usize);
     let mut next_sample = None;
     let mut timed_from = None;
+    let mut monitor = Monitor::new(p.devices);
     let mut stopping = false;
     loop {
         if let Some(t0) = timed_from {
@@ -137,18 +139,22 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         }
         match steps.try_recv() {
             Ok(s) => {
+                if s.step >= last_step {
+                    (last_step, last_loss) = (s.step, s.loss);
+                }
                 if s.step > plan.warmup_steps {
                     next_sample.get_or_insert(engine.elapsed() + NVML_EVERY);
                     timed_from.get_or_insert(engine.elapsed());
-                    let t = &mut sums[s.rank];
-                    t[0] += (s.compute + s.comm + s.optimizer).as_secs_f64();
-                    t[1] += s.data_wait.as_secs_f64();
-                    t[2] += s.comm.as_secs_f64();
-                    t[3] += s.sync_wait.as_secs_f64();
-                    t[4] += s.step_time.as_secs_f64();
-                }
-                if s.step >= last_step {
-                    (last_step, last_loss) = (s.step, s.loss);
+                    // whole steps, as the frontends see them (a GPU's all-reduce split into
+                    // transfer and waiting for peers)
+                    for s in monitor.on_step(s).map(|row| row.ranks).unwrap_or_default() {
+                        let t = &mut sums[s.rank];
+                        t[0] += (s.compute + s.comm + s.optimizer).as_secs_f64();
+                        t[1] += s.data_wait.as_secs_f64();
+                        t[2] += s.comm.as_secs_f64();
+                        t[3] += s.sync_wait.as_secs_f64();
+                        t[4] += s.step_time.as_secs_f64();
+                    }
                 }
             }
             // collected on a timer so that no worker has to wake this thread per step

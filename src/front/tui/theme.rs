@@ -337,11 +337,16 @@ mod tests {
     }
 
     #[test]
-    fn the_light_theme_reads_on_dark_and_light_terminals() {
-        let t = Theme::embedded("light").unwrap();
-        // with the terminal's own background, dark text vanishes on a dark terminal: the
-        // theme brings its background, and its text must read on that
-        let bg = rgb(t.background).expect("the light theme sets its own background");
+    fn the_dark_and_light_themes_read_on_dark_and_light_terminals() {
+        for name in ["dark", "light"] {
+            the_theme_reads_on_its_own_background(&Theme::embedded(name).unwrap());
+        }
+    }
+
+    fn the_theme_reads_on_its_own_background(t: &Theme) {
+        // with the terminal's own background, dark text vanishes on a dark terminal (and light
+        // text on a light one): the theme brings its background, and its text must read on that
+        let bg = rgb(t.background).expect("the theme sets its own background");
         let check = |name: &str, c: Color, min: f64| {
             let fg = rgb(c).unwrap_or_else(|| panic!("{name} is the terminal's own colour"));
             let r = contrast(fg, bg);
