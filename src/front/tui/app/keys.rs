@@ -95,7 +95,7 @@ impl App {
             return None;
         }
         if self.readonly {
-            self.flash = Some("read-only: keys that change the run are disabled".into());
+            self.flash = Some("keys that change the run are disabled".into());
             return None;
         }
         if self.state.ended() || self.state == RunState::Stopping {
@@ -107,9 +107,8 @@ impl App {
 
     fn ask_quit(&mut self, ctrl_c: bool) -> Option<Action> {
         if self.readonly {
-            self.flash = Some(
-                "read-only: quitting would stop the run; it ends by itself, or with SIGTERM".into(),
-            );
+            self.flash =
+                Some("quitting would stop the run; it ends by itself, or with SIGTERM".into());
             return None;
         }
         if self.state == RunState::Stopping {

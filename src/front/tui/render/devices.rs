@@ -78,13 +78,18 @@ fn split_bar<'a>(s: Option<Split>, w: usize, theme: &Theme) -> Vec<Span<'a>> {
         .collect()
 }
 
+/// "25.3/80GiB": the total in whole GiB from 10 GiB, so a GPU's figure fits its 11 columns.
 fn mem(s: &DeviceSample) -> String {
     match (s.mem_used, s.mem_total) {
-        (Some(u), Some(t)) => format!(
-            "{}/{}",
-            bytes(u).replace(" GiB", ""),
-            bytes(t).replace(' ', "")
-        ),
+        (Some(u), Some(t)) => {
+            let total = t as f64 / (1u64 << 30) as f64;
+            let total = if total >= 10.0 {
+                format!("{total:.0}GiB")
+            } else {
+                bytes(t).replace(' ', "")
+            };
+            format!("{}/{total}", bytes(u).replace(" GiB", ""))
+        }
         (Some(u), None) => bytes(u),
         _ => "n/a".into(),
     }
