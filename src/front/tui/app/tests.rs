@@ -3,6 +3,7 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 
 use super::*;
+use crate::engine::events::Applied;
 use crate::front::tui::demo;
 
 fn key(c: char) -> KeyEvent {

@@ -1,0 +1,162 @@
+//! How the state follows what happens: steps, whole rows, warnings and engine events.
+
+use std::time::Duration;
+
+use super::{App, EpochPoint, Level, RunState, EMA_ALPHA};
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::front::words::event_line;
+use crate::observe::monitor::StepRow;
+use crate::observe::straggler::Warning;
+
+impl App {
+    pub(super) fn on_step(&mut self, s: StepStats) {
+        if let Some(d) = self.devices.get_mut(s.rank) {
+            d.on_step(&s);
+        }
+        let Some(row) = self.monitor.on_step(s) else {
+            return;
+        };
+        self.samples_per_sec = self.monitor.samples_per_sec();
+        self.eta = self.monitor.eta();
+        self.count_row(&row);
+        for w in self.detector.on_row(&row) {
+            self.on_warning(w, row.at);
+        }
+        self.last_row = Some(row);
+    }
+
+    pub(super) fn on_row(&mut self, row: StepRow, samples_per_sec: Option<f64>) {
+        for s in &row.ranks {
+            if let Some(d) = self.devices.get_mut(s.rank) {
+                d.on_step(s);
+            }
+        }
+        self.monitor.on_row(&row);
+        self.samples_per_sec = samples_per_sec;
+        self.eta = self.monitor.eta();
+        self.count_row(&row);
+        self.last_row = Some(row);
+    }
+
+    /// What every complete step adds: time, shares, the loss lines.
+    fn count_row(&mut self, row: &StepRow) {
+        self.now = self.now.max(row.at);
+        let step_time = row
+            .ranks
+            .iter()
+            .map(|r| r.step_time.as_secs_f64())
+            .fold(0.0, f64::max);
+        self.train_time += step_time;
+        self.rows_samples += row.global_samples as u64;
+        for r in &row.ranks {
+            self.compute_time += (r.compute + r.optimizer).as_secs_f64();
+            self.data_time += r.data_wait.as_secs_f64();
+            self.comm_time += r.comm.as_secs_f64();
+            self.wait_time += r.sync_wait.as_secs_f64();
+            self.rank_time += r.step_time.as_secs_f64();
+        }
+        let x = row.step as f64;
+        let loss = row.loss as f64;
+        self.loss.push(x, loss);
+        let ema = self.ema.map_or(loss, |e| e + EMA_ALPHA * (loss - e));
+        self.ema = Some(ema);
+        self.loss_smooth.push(x, ema);
+        if self.state == RunState::Starting {
+            self.state = RunState::Running;
+        }
+    }
+
+    pub(super) fn on_warning(&mut self, w: Warning, at: Duration) {
+        if let Some(d) = w.rank().and_then(|r| self.devices.get_mut(r)) {
+            let same = |o: &Warning| {
+                matches!(
+                    (&w, o),
+                    (Warning::StragglerCleared { .. }, Warning::Straggler { .. })
+                        | (Warning::DegradedCleared { .. }, Warning::Degraded { .. })
+                )
+            };
+            d.warnings.retain(|o| !same(o));
+            if !w.is_clear() {
+                d.warnings.push(w.clone());
+            }
+        }
+        let level = if w.is_clear() {
+            Level::Info
+        } else {
+            Level::Warn
+        };
+        self.note(level, w.to_string());
+        self.new_warnings.push((w, at));
+    }
+
+    pub(super) fn on_event(&mut self, e: Event) {
+        match &e {
+            Event::Started { per_replica, .. } => {
+                self.per_replica = *per_replica;
+                if self.state == RunState::Starting {
+                    self.state = RunState::Running;
+                }
+            }
+            Event::Control { applied, .. } => match applied {
+                Applied::Paused => {
+                    self.detector.set_paused(true, self.now);
+                    self.pending_pause = None;
+                    if !matches!(self.state, RunState::Stopping) {
+                        self.state = RunState::Paused;
+                    }
+                }
+                Applied::Resumed => {
+                    self.detector.set_paused(false, self.now);
+                    self.pending_pause = None;
+                    if self.state == RunState::Paused {
+                        self.state = RunState::Running;
+                    }
+                }
+                Applied::BatchSize { to, .. } => {
+                    self.per_replica = *to;
+                    self.split = None;
+                    if self.pending_batch.is_some_and(|p| p.1 == *to) {
+                        self.pending_batch = None;
+                    }
+                }
+                Applied::Split(sizes) => self.split = Some(sizes.clone()),
+            },
+            Event::EpochDone {
+                epoch,
+                step,
+                train_loss,
+                val_loss,
+                val_accuracy,
+                ..
+            } => self.epochs.push(EpochPoint {
+                epoch: *epoch,
+                step: *step,
+                train_loss: *train_loss,
+                val_loss: *val_loss,
+                val_accuracy: *val_accuracy,
+            }),
+            Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
+            Event::Failed { rank, message, .. } => {
+                self.state = RunState::Failed;
+                if let Some(d) = self.devices.get_mut(*rank) {
+                    d.alert = Some(message.clone());
+                }
+            }
+            Event::Finished { step, stopped } => {
+                if self.state != RunState::Failed {
+                    self.state = RunState::Done;
+                }
+                self.pending_batch = None;
+                self.pending_pause = None;
+                self.summary = Some(self.summarize(*step, *stopped));
+            }
+        }
+        if let Some(line) = event_line(&e, self.info.budget) {
+            let level = match e {
+                Event::Failed { .. } => Level::Error,
+                _ => Level::Info,
+            };
+            self.push_log(level, line, matches!(e, Event::EpochDone { .. }));
+        }
+    }
+}
