@@ -9,6 +9,7 @@
 //! and the engine reports the rank as failed.
 
 mod pass;
+mod update;
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
 use crate::nn::model::Mlp;
-use crate::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
+use crate::nn::optim::{OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
@@ -440,73 +441,5 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
-    }
-}
-
-impl CudaReplica {
-    /// The optimizer kernel for this step's mean gradient.
-    fn update(&mut self, lr: f32) {
-        let n = self.model.n_params;
-        let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
-        let wd = self.weight_decay;
-        self.t += 1;
-        let ni = n as i32;
-        let mut p = self.params.slice_mut(..);
-        let g = self.grads.slice(..n);
-        match self.kind {
-            OptimizerKind::Sgd => {
-                launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
-            }
-            OptimizerKind::Momentum => {
-                let mut m = self.m.slice_mut(..);
-                let first = i32::from(self.t == 1);
-                let mu = MOMENTUM;
-                launch!(
-                    &self.gpu,
-                    "momentum_f32",
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &ni,
-                    &lr,
-                    &mu,
-                    &wd,
-                    &scale,
-                    &first
-                )
-            }
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                let t = self.t as i32;
-                let step_size = lr / (1.0 - BETA1.powi(t));
-                let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
-                let (b1, b2, eps) = (BETA1, BETA2, EPS);
-                let mut m = self.m.slice_mut(..);
-                let mut v = self.v.slice_mut(..);
-                let name = if self.kind == OptimizerKind::Adam {
-                    "adam_f32"
-                } else {
-                    "adamw_f32"
-                };
-                launch!(
-                    &self.gpu,
-                    name,
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &mut v,
-                    &ni,
-                    &lr,
-                    &b1,
-                    &b2,
-                    &eps,
-                    &wd,
-                    &scale,
-                    &step_size,
-                    &inv_sqrt_bc2
-                )
-            }
-        }
     }
 }
