@@ -1,0 +1,90 @@
+//! One run per checkpoint directory: an advisory lock (`DIR/.lock`, flock) held while a run may
+//! write there, taken before any output is opened; taking it clears what an interrupted run left.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::Path;
+
+use super::{CheckpointError, STATE};
+
+const LOCK: &str = ".lock";
+
+/// This process's hold on a checkpoint directory, released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+/// Creates `dir` if needed, takes its lock (refusing a directory another live run holds) and
+/// clears what an interrupted earlier run left: unfinished `.tmp-step-*` directories, and
+/// `.old-step-*` ones (put back where the checkpoint they held is missing).
+pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
+    let werr = |source| CheckpointError::Write {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(werr(std::io::Error::other(
+            "it is a file, not a directory (choose another --checkpoint-dir)",
+        )));
+    }
+    fs::create_dir_all(dir).map_err(werr)?;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK))
+        .map_err(werr)?;
+    if !try_lock(&file).map_err(werr)? {
+        let mut text = String::new();
+        let _ = (&file).take(32).read_to_string(&mut text);
+        return Err(CheckpointError::Locked {
+            path: dir.to_path_buf(),
+            pid: text.trim().parse().ok(),
+        });
+    }
+    file.set_len(0).map_err(werr)?;
+    write!(file, "{}", std::process::id()).map_err(werr)?;
+    for entry in fs::read_dir(dir).map_err(werr)?.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-step-") {
+            let _ = fs::remove_dir_all(entry.path());
+        } else if let Some(rest) = name.strip_prefix(".old-step-") {
+            // `.old-step-NNNNNNNN-PID`: the step's checkpoint, moved aside while replaced
+            let step = rest.split('-').next().unwrap_or_default();
+            let done = dir.join(format!("step-{step}"));
+            if done.join(STATE).is_file() {
+                let _ = fs::remove_dir_all(entry.path());
+            } else {
+                let _ = fs::remove_dir_all(&done);
+                let _ = fs::rename(entry.path(), &done);
+            }
+        }
+    }
+    Ok(DirLock { _file: file })
+}
+
+/// An exclusive, non-blocking advisory lock; false when another open file holds it.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for the duration of the call; flock only reads it.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        Ok(true)
+    }
+}

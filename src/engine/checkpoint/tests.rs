@@ -1,0 +1,176 @@
+//! Checkpoints written, read back, damaged and locked.
+
+use super::*;
+use crate::nn::model::ModelSpec;
+use crate::nn::optim::OptimizerKind;
+
+fn sample() -> (Mlp, TrainState, CheckpointMeta) {
+    let model = Mlp::new(4, &ModelSpec { hidden: vec![3] }, 2);
+    let params = model.init_params(1);
+    let mut opt = OptState::new(OptimizerKind::Adam, model.n_params);
+    opt.t = 7;
+    opt.m
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = i as f32);
+    let meta = CheckpointMeta {
+        format: FORMAT.into(),
+        step: 12,
+        epoch: 1,
+        offset: 40,
+        per_replica: 8,
+        ranks: 2,
+        lr: 1e-3,
+        optimizer: "adam".into(),
+        optimizer_steps: 7,
+        dims: model.dims.clone(),
+        seed: 0,
+        data: "digits".into(),
+        config: serde_json::json!({}),
+    };
+    (model, TrainState { params, opt }, meta)
+}
+
+#[test]
+fn round_trips_and_resolves_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, mut meta) = sample();
+    write(dir.path(), &model, &state, &meta).unwrap();
+    meta.step = 30;
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    assert!(p.ends_with("step-00000030"));
+    let (m2, s2) = read(dir.path(), &model, "adam").unwrap();
+    assert_eq!((m2, s2), (meta.clone(), state.clone()));
+    // a later run writing the same step replaces it
+    let mut other = state.clone();
+    other.params[0] += 1.0;
+    write(dir.path(), &model, &other, &meta).unwrap();
+    assert_eq!(read(&p, &model, "adam").unwrap().1, other);
+    let leftovers: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn rejects_other_shapes_optimizers_and_damaged_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    let other = Mlp::new(4, &ModelSpec { hidden: vec![5] }, 2);
+    let e = read(&p, &other, "adam").unwrap_err().to_string();
+    assert!(
+        e.contains("4-3-2") && e.contains("4-5-2") && e.contains("--model"),
+        "{e}"
+    );
+    let e = read(&p, &model, "sgd").unwrap_err().to_string();
+    assert!(e.contains("--optimizer adam"), "{e}");
+    let bytes = fs::read(p.join(WEIGHTS)).unwrap();
+    fs::write(p.join(WEIGHTS), &bytes[..bytes.len() / 2]).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("unreadable"), "{e}");
+    let e = read(&dir.path().join("nope"), &model, "adam")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no checkpoint at"), "{e}");
+}
+
+#[test]
+fn the_newest_is_the_highest_step_not_the_last_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, mut meta) = sample();
+    meta.epoch = 1;
+    for step in [99_999_999, 100_000_000] {
+        meta.step = step;
+        write(dir.path(), &model, &state, &meta).unwrap();
+    }
+    assert!(resolve(dir.path()).unwrap().ends_with("step-100000000"));
+}
+
+#[test]
+fn a_state_the_flags_would_refuse_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    type Edit = fn(&mut CheckpointMeta);
+    let bad: [(&str, Edit); 6] = [
+        ("per_replica 0", |m| m.per_replica = 0),
+        ("per_replica 18446744073709551615", |m| {
+            m.per_replica = usize::MAX
+        }),
+        ("lr -0.001", |m| m.lr = -1e-3),
+        ("lr 0", |m| m.lr = 0.0),
+        ("epoch 18446744073709551615", |m| m.epoch = u64::MAX),
+        ("ranks 0", |m| m.ranks = 0),
+    ];
+    for (want, edit) in bad {
+        let mut m = meta.clone();
+        edit(&mut m);
+        let p = write(dir.path(), &model, &state, &m).unwrap();
+        let e = read(&p, &model, "adam").unwrap_err().to_string();
+        assert!(
+            e.contains(want) && e.contains("another checkpoint"),
+            "{want}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    // an interrupted write, and a replacement interrupted after moving the old one aside
+    fs::create_dir(dir.path().join(".tmp-step-00000040-1")).unwrap();
+    let aside = dir.path().join(".old-step-00000012-1");
+    fs::rename(&p, &aside).unwrap();
+    let held = lock(dir.path()).unwrap();
+    let names: Vec<String> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with(".tmp") || n.starts_with(".old")),
+        "{names:?}"
+    );
+    assert_eq!(read(&p, &model, "adam").unwrap().1, state);
+    let e = lock(dir.path()).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("(pid {})", std::process::id())) && e.contains("--checkpoint-dir"),
+        "{e}"
+    );
+    drop(held);
+    lock(dir.path()).unwrap();
+    // a file where the directory should be
+    let file = dir.path().join("f");
+    fs::write(&file, "x").unwrap();
+    let e = lock(&file).unwrap_err().to_string();
+    assert!(e.contains("is a file"), "{e}");
+}
+
+#[test]
+fn adam_state_without_its_moments_is_refused_not_trained_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, mut state, meta) = sample();
+    state.opt.m.clear();
+    state.opt.v.clear();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("optim.m.") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn a_fifo_in_place_of_a_checkpoint_file_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    fs::remove_file(p.join(WEIGHTS)).unwrap();
+    let fifo = std::ffi::CString::new(p.join(WEIGHTS).to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("FIFO"), "{e}");
+}
