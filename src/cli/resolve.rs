@@ -1,0 +1,217 @@
+//! Flags and `--config` file into a validated `RunConfig`: flags over the file over the defaults,
+//! every value through the same parser either way.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::TrainArgs;
+use crate::config::{Budget, RunConfig};
+use crate::data::read::{self, Expect, ReadError};
+
+fn parse<T: std::str::FromStr<Err = String>>(
+    flag: &str,
+    v: Option<&String>,
+    default: T,
+) -> Result<T, String> {
+    match v {
+        Some(s) => s.parse().map_err(|e| format!("--{flag}: {e}")),
+        None => Ok(default),
+    }
+}
+
+/// Reads a config file into the same shape as the flags.
+pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
+    let expect = Expect {
+        what: "a config file",
+        flag: "--config",
+        max: read::SETTINGS_MAX,
+        fix: "check that --config names a config file (TOML, keys named like the flags)",
+    };
+    let text = read::read_text(path, &expect).map_err(|e| match e {
+        ReadError::Io { source, .. } => {
+            format!("cannot read config file {}: {source}", path.display())
+        }
+        refused => format!("config file {refused}"),
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        let msg = read::excerpt_quotes(e.message());
+        let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
+        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
+        format!("config file {}{at}: {msg}; keys are the flag names without the leading --, e.g. batch-per-replica = 64", path.display())
+    })
+}
+
+impl TrainArgs {
+    /// `self` (flags) over `file` over defaults.
+    /// The budget (epochs or steps) is one setting: a flag for either replaces the file's.
+    fn merge(self, file: TrainArgs) -> TrainArgs {
+        let budget_flag = self.epochs.is_some() || self.steps.is_some();
+        let (epochs, steps) = if budget_flag {
+            (self.epochs, self.steps)
+        } else {
+            (file.epochs, file.steps)
+        };
+        macro_rules! pick {
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+        }
+        pick!(
+            stall_timeout,
+            slow_rank,
+            slow_data,
+            name,
+            theme,
+            sample_interval,
+            devices,
+            model,
+            data,
+            batch_per_replica,
+            lr,
+            optimizer,
+            weight_decay,
+            warmup,
+            schedule,
+            lr_scaling,
+            grad_accum,
+            prefetch,
+            loader_threads,
+            threads_per_worker,
+            seed,
+            log_every,
+            metrics_out,
+            checkpoint_dir,
+            checkpoint_every,
+            resume
+        )
+    }
+
+    /// The validated run configuration, and how to show it.
+    pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
+        let args = match &self.config {
+            Some(path) => {
+                let file = read_config_file(path)?;
+                self.merge(file)
+            }
+            None => self,
+        };
+        let d = RunConfig::default();
+        let budget = match (args.epochs, args.steps) {
+            (Some(_), Some(_)) => {
+                return Err("--epochs and --steps both given: choose one budget".into())
+            }
+            (Some(e), None) => Budget::Epochs(e),
+            (None, Some(s)) => Budget::Steps(s),
+            (None, None) => d.budget,
+        };
+        let prefetch = match args.prefetch.as_deref() {
+            None | Some("auto") => d.prefetch,
+            Some(s) => s.parse().map_err(|_| {
+                format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto")
+            })?,
+        };
+        let threads_per_worker = match args.threads_per_worker.as_deref() {
+            None | Some("auto") => None,
+            Some(s) => Some(s.parse().map_err(|_| {
+                format!("--threads-per-worker `{s}`: use a number of threads (1 = one core per worker) or auto")
+            })?),
+        };
+        let inject_panic = match &args.inject_panic {
+            None => None,
+            Some(s) => {
+                let (r, st) = s.split_once(':').ok_or("--inject-panic takes RANK:STEP")?;
+                Some((
+                    r.parse().map_err(|_| "--inject-panic: bad rank")?,
+                    st.parse().map_err(|_| "--inject-panic: bad step")?,
+                ))
+            }
+        };
+        let rank_value =
+            |flag: &str, v: &Option<String>, what: &str| -> Result<Option<(usize, f64)>, String> {
+                let Some(v) = v else { return Ok(None) };
+                let bad = || format!("--{flag} `{v}`: use RANK:{what}, e.g. 1:2.0");
+                let (r, x) = v.split_once(':').ok_or_else(bad)?;
+                Ok(Some((
+                    r.trim().parse().map_err(|_| bad())?,
+                    x.trim().parse().map_err(|_| bad())?,
+                )))
+            };
+        let slow_rank = rank_value("slow-rank", &args.slow_rank, "FACTOR")?;
+        let slow_data = rank_value("slow-data", &args.slow_data, "MS")?
+            .map(|(r, ms)| {
+                (ms.is_finite() && ms >= 0.0)
+                    .then(|| (r, Duration::from_secs_f64(ms.min(1e9) / 1e3)))
+                    .ok_or(format!(
+                        "--slow-data {r}:{ms}: the delay must be 0 or more milliseconds"
+                    ))
+            })
+            .transpose()?;
+        let stall_timeout = match args.stall_timeout {
+            None => d.stall_timeout,
+            Some(s) if s.is_finite() && s > 0.0 && s <= 1e6 => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "--stall-timeout {s} is invalid: use a number of seconds such as 60"
+                ))
+            }
+        };
+        let cfg = RunConfig {
+            name: args.name,
+            slow_rank,
+            slow_data,
+            stall_timeout,
+            rebalance: args.rebalance,
+            calibrate: args.calibrate,
+            devices: parse("devices", args.devices.as_ref(), d.devices)?,
+            model: parse("model", args.model.as_ref(), d.model)?,
+            data: parse("data", args.data.as_ref(), d.data)?,
+            budget,
+            batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
+            batch_from_flag: args.batch_per_replica.is_some(),
+            lr: args.lr.or(d.lr),
+            optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
+            weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
+            warmup: args.warmup.unwrap_or(d.warmup),
+            schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
+            lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,
+            grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
+            prefetch,
+            loader_threads: args.loader_threads.unwrap_or(d.loader_threads),
+            threads_per_worker,
+            seed: args.seed.unwrap_or(d.seed),
+            log_every: args.log_every.unwrap_or(d.log_every),
+            val_fraction: d.val_fraction,
+            metrics_out: args.metrics_out,
+            checkpoint_dir: args.checkpoint_dir.unwrap_or(d.checkpoint_dir),
+            checkpoint_every: args.checkpoint_every,
+            final_checkpoint: d.final_checkpoint,
+            resume: args.resume,
+            inject_panic,
+        };
+        let sample_interval = match args.sample_interval {
+            None => Duration::from_secs(1),
+            Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "--sample-interval {s} is out of range: use 0.05 to 3600 seconds"
+                ))
+            }
+        };
+        let frontend = Frontend {
+            headless: args.headless,
+            theme: args.theme,
+            readonly: args.readonly,
+            exit_when_done: args.exit_when_done,
+            sample_interval,
+        };
+        Ok((cfg, frontend))
+    }
+}
+
+/// How a run is shown: log lines or the terminal UI, and the UI's options.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frontend {
+    pub headless: bool,
+    pub theme: Option<String>,
+    pub readonly: bool,
+    pub exit_when_done: bool,
+    pub sample_interval: Duration,
+}

@@ -1,0 +1,91 @@
+//! Flags, config files and their errors.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::DeviceSpec;
+use crate::config::{Budget, RunConfig};
+
+fn cli(args: &[&str]) -> Result<(RunConfig, Frontend), String> {
+    let mut v = vec!["mgtop-train"];
+    v.extend_from_slice(args);
+    Cli::try_parse_from(v)
+        .map_err(|e| e.to_string())?
+        .train
+        .resolve()
+}
+
+#[test]
+fn flags_override_the_file_which_overrides_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    std::fs::write(
+        &f,
+        "devices = \"cpu:3\"\nlr = 0.01\nsteps = 40\nbatch-per-replica = 16\n",
+    )
+    .unwrap();
+    let (c, front) = cli(&["--config", f.to_str().unwrap(), "--lr", "0.5", "--headless"]).unwrap();
+    assert!(front.headless);
+    assert_eq!(c.devices, DeviceSpec::Cpu(3));
+    assert_eq!(c.lr, Some(0.5));
+    assert_eq!(c.batch_per_replica, 16);
+    assert_eq!(c.budget, Budget::Steps(40));
+    assert_eq!(c.seed, 0);
+    let (c, _) = cli(&["--config", f.to_str().unwrap(), "--epochs", "2"]).unwrap();
+    assert_eq!(c.budget, Budget::Epochs(2));
+    std::fs::write(&f, "theme = \"light\"\nsample-interval = 0.5\n").unwrap();
+    let (_, front) = cli(&["--config", f.to_str().unwrap(), "--readonly"]).unwrap();
+    assert_eq!(front.theme.as_deref(), Some("light"));
+    assert!(front.readonly && !front.headless && !front.exit_when_done);
+    assert_eq!(front.sample_interval, Duration::from_millis(500));
+}
+
+#[test]
+fn bad_files_and_values_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.toml");
+    std::fs::write(&f, "lr = 0.1\nbatch_size = 3\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("batch_size") && e.contains("line 2"), "{e}");
+    std::fs::write(&f, "lr = \"fast\"\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("line 1"), "{e}");
+    let e = cli(&["--optimizer", "lion"]).unwrap_err();
+    assert!(e.contains("--optimizer") && e.contains("adamw"), "{e}");
+    let e = cli(&["--sample-interval", "0"]).unwrap_err();
+    assert!(e.contains("--sample-interval"), "{e}");
+    let e = cli(&["--prefetch", "lots"]).unwrap_err();
+    assert!(e.contains("--prefetch"), "{e}");
+    assert!(cli(&["--epochs", "1", "--steps", "2"]).is_err());
+    let e = cli(&["--config", "/nonexistent.toml"]).unwrap_err();
+    assert!(e.contains("/nonexistent.toml"), "{e}");
+}
+
+#[test]
+fn config_files_are_read_within_limits() {
+    let e = cli(&["--config", "/dev/zero"]).unwrap_err();
+    assert!(
+        e.starts_with(
+            "config file /dev/zero: a character device, not a regular file; --config needs"
+        ),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let e = cli(&["--config", dir.path().to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("a directory, not a regular file"), "{e}");
+    let f = dir.path().join("big.toml");
+    std::fs::File::create(&f).unwrap().set_len(2 << 20).unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("larger than the 1 MiB that a config file may hold (2 MiB)"),
+        "{e}"
+    );
+    // a long value from the file is quoted short, not echoed whole
+    let long = "f".repeat(500_000);
+    std::fs::write(&f, format!("lr = \"{long}\"\n")).unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.len() < 400 && e.contains("line 1") && e.contains("fff…"),
+        "{e}"
+    );
+}
