@@ -3,12 +3,15 @@
 //! (median), reported as a table (and CSV or JSON) with speedup and efficiency against one
 //! device, and a warning where the repeats disagree too much for a figure to mean anything.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use crossbeam_channel::TryRecvError;
 use serde::Serialize;
+
+mod report;
+
+pub use report::{check_out, table, write};
 
 use crate::cli::ScaleArgs;
 use crate::config::{Budget, DeviceSpec, RunConfig};
@@ -259,113 +262,6 @@ pub fn run(
     Ok(rows)
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.0}%", v * 100.0)
-}
-
-/// The table as printed.
-pub fn table(rows: &[Row]) -> Vec<String> {
-    let mut out = vec![format!(
-        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
-        "devices",
-        "batch",
-        "global",
-        "prefetch",
-        "samples/s",
-        "spread",
-        "speedup",
-        "eff",
-        "util",
-        "memacc",
-        "data",
-        "comm",
-        "wait",
-        "loss"
-    )];
-    for r in rows {
-        out.push(format!(
-            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
-            r.devices,
-            r.per_replica,
-            r.global_batch,
-            if r.prefetch { "on" } else { "off" },
-            r.samples_per_sec,
-            format!("±{:.0}%", r.spread * 50.0),
-            r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
-            r.efficiency.map_or("-".into(), pct),
-            pct(r.utilization),
-            r.memory_access.map_or("n/a".into(), pct),
-            pct(r.data_wait_share),
-            pct(r.comm_share),
-            pct(r.sync_wait_share),
-            r.final_loss
-        ));
-    }
-    out
-}
-
-/// Checks that `--out` names a .csv or .json file in an existing directory, writing nothing.
-pub fn check_out(path: &Path) -> Result<(), String> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    if ext != "csv" && ext != "json" {
-        return Err(format!(
-            "--out {}: use a .csv or .json file name",
-            path.display()
-        ));
-    }
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(format!(
-            "--out {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ));
-    }
-    Ok(())
-}
-
-/// Writes the rows as CSV or JSON, chosen by the file's extension.
-pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let text = match ext {
-        "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
-        "csv" => {
-            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
-            let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
-            for r in rows {
-                s += &format!(
-                    "{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
-                    r.devices,
-                    r.per_replica,
-                    r.global_batch,
-                    r.prefetch,
-                    r.samples_per_sec,
-                    r.spread,
-                    opt(r.speedup),
-                    opt(r.efficiency),
-                    r.utilization,
-                    opt(r.memory_access),
-                    r.data_wait_share,
-                    r.comm_share,
-                    r.sync_wait_share,
-                    r.final_loss
-                );
-            }
-            s
-        }
-        _ => {
-            return Err(format!(
-                "--out {}: use a .csv or .json file name",
-                path.display()
-            ))
-        }
-    };
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
 /// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written.
 pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
@@ -403,13 +299,13 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(p) = &args.out {
         // refuse a bad --out before spending minutes measuring
-        crate::cmd::scale::check_out(p).map_err(anyhow::Error::msg)?;
+        check_out(p).map_err(anyhow::Error::msg)?;
     }
     // Every count runs with the same threads per worker (what the largest count gets), so that
     // a speedup compares workers, not thread counts.
     let most = counts.iter().copied().max().unwrap_or(1);
     let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
-    let plan = crate::cmd::scale::Plan {
+    let plan = Plan {
         gpus,
         counts,
         batches,
@@ -426,7 +322,7 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         plan.warmup_steps,
         (plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3)
     );
-    let rows = crate::cmd::scale::run(&base, &plan, |i, n, r| {
+    let rows = run(&base, &plan, |i, n, r| {
         crate::say!(
             "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
             r.devices,
@@ -435,14 +331,14 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
             r.samples_per_sec
         );
     })?;
-    for line in crate::cmd::scale::table(&rows) {
+    for line in table(&rows) {
         crate::say!("{line}");
     }
     if let Some(w) = noise_warning(&rows, plan.repeat) {
         crate::say!("{w}");
     }
     if let Some(p) = &args.out {
-        crate::cmd::scale::write(p, &rows).map_err(anyhow::Error::msg)?;
+        write(p, &rows).map_err(anyhow::Error::msg)?;
         crate::say!("written: {}", p.display());
     }
     Ok(ExitCode::SUCCESS)

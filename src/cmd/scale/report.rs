@@ -1,0 +1,112 @@
+//! The scale report as a printed table, and as CSV or JSON for `--out`.
+
+use std::path::Path;
+
+use super::Row;
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// The table as printed.
+pub fn table(rows: &[Row]) -> Vec<String> {
+    let mut out = vec![format!(
+        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
+        "devices",
+        "batch",
+        "global",
+        "prefetch",
+        "samples/s",
+        "spread",
+        "speedup",
+        "eff",
+        "util",
+        "memacc",
+        "data",
+        "comm",
+        "wait",
+        "loss"
+    )];
+    for r in rows {
+        out.push(format!(
+            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
+            r.devices,
+            r.per_replica,
+            r.global_batch,
+            if r.prefetch { "on" } else { "off" },
+            r.samples_per_sec,
+            format!("±{:.0}%", r.spread * 50.0),
+            r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+            r.efficiency.map_or("-".into(), pct),
+            pct(r.utilization),
+            r.memory_access.map_or("n/a".into(), pct),
+            pct(r.data_wait_share),
+            pct(r.comm_share),
+            pct(r.sync_wait_share),
+            r.final_loss
+        ));
+    }
+    out
+}
+
+/// Checks that `--out` names a .csv or .json file in an existing directory, writing nothing.
+pub fn check_out(path: &Path) -> Result<(), String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext != "csv" && ext != "json" {
+        return Err(format!(
+            "--out {}: use a .csv or .json file name",
+            path.display()
+        ));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!(
+            "--out {}: directory {} does not exist",
+            path.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes the rows as CSV or JSON, chosen by the file's extension.
+pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let text = match ext {
+        "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
+        "csv" => {
+            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+            for r in rows {
+                s += &format!(
+                    "{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
+                    r.devices,
+                    r.per_replica,
+                    r.global_batch,
+                    r.prefetch,
+                    r.samples_per_sec,
+                    r.spread,
+                    opt(r.speedup),
+                    opt(r.efficiency),
+                    r.utilization,
+                    opt(r.memory_access),
+                    r.data_wait_share,
+                    r.comm_share,
+                    r.sync_wait_share,
+                    r.final_loss
+                );
+            }
+            s
+        }
+        _ => {
+            return Err(format!(
+                "--out {}: use a .csv or .json file name",
+                path.display()
+            ))
+        }
+    };
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
