@@ -139,19 +139,24 @@ pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
 
 /// The machine's memory in bytes (MemTotal), and whether it was read or assumed.
 pub fn machine_memory() -> (u64, bool) {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))?
-            .split_whitespace()
-            .next()?
-            .parse::<u64>()
-            .ok()?
-            .checked_mul(1024)
-    });
-    match total {
+    match meminfo("MemTotal") {
         Some(t) => (t, true),
         None => (ASSUMED_MEMORY, false),
     }
+}
+
+/// A field of /proc/meminfo in bytes (`MemTotal`, `MemAvailable`); `None` where it cannot be
+/// read (not Linux). The one reader of it: data limits, the run's memory estimate and the
+/// telemetry all ask here.
+pub fn meminfo(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
 }
 
 /// "this machine's memory (15.5 GiB)", or the assumed size when it could not be read.

@@ -80,16 +80,7 @@ pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> 
 
 /// Memory the machine can give this process now, in bytes (Linux; `None` elsewhere).
 pub(super) fn available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
+    crate::data::read::meminfo("MemAvailable")
 }
 
 #[cfg(test)]

@@ -159,16 +159,9 @@ fn spawn_sampler(
 pub fn process_memory() -> Option<(u64, u64)> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let total_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let total = crate::data::read::meminfo("MemTotal")?;
     // the kernel's page size on every Linux platform we build for
-    Some((pages * 4096, total_kib * 1024))
+    Some((pages * 4096, total))
 }
 
 #[cfg(test)]
