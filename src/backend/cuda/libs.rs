@@ -15,29 +15,48 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// A library cudarc loads by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Wanted {
     pub what: &'static str,
     /// The name cudarc tries first, which the symlink gets.
     pub link: &'static str,
     /// The file names it is shipped as, newest CUDA first.
     pub files: &'static [&'static str],
+    /// How to install it.
+    pub install: &'static str,
+    /// cudarc's check that it can load it under its names (only tries to dlopen it).
+    present: unsafe fn() -> bool,
 }
+
+/// One library is one link name.
+impl PartialEq for Wanted {
+    fn eq(&self, other: &Wanted) -> bool {
+        self.link == other.link
+    }
+}
+
+impl Eq for Wanted {}
 
 pub const NVRTC: Wanted = Wanted {
     what: "NVRTC",
     link: "libnvrtc.so",
     files: &["libnvrtc.so.13", "libnvrtc.so.12"],
+    install: "`pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `pip install nvidia-cuda-nvrtc` (CUDA 13), or conda `cuda-nvrtc`, or the CUDA toolkit",
+    present: cudarc::nvrtc::sys::is_culib_present,
 };
 pub const CUBLAS: Wanted = Wanted {
     what: "cuBLAS",
     link: "libcublas.so",
     files: &["libcublas.so.13", "libcublas.so.12"],
+    install: "`pip install nvidia-cublas-cu12` (CUDA 12) or `pip install nvidia-cublas` (CUDA 13), or conda `libcublas`, or the CUDA toolkit",
+    present: cudarc::cublas::sys::is_culib_present,
 };
 pub const NCCL: Wanted = Wanted {
     what: "NCCL",
     link: "libnccl.so",
     files: &["libnccl.so.2"],
+    install: "`pip install nvidia-nccl-cu12` (CUDA 12) or `nvidia-nccl-cu13` (CUDA 13), or conda `nccl`, or apt `libnccl2`",
+    present: cudarc::nccl::sys::is_culib_present,
 };
 
 /// The variable that marks a start with the links in place (or, set to `off`, turns this off).
@@ -46,14 +65,8 @@ pub const MARK: &str = "MGTOP_CUDA_LIBS";
 impl Wanted {
     /// Whether cudarc can load it now.
     pub fn loadable(&self) -> bool {
-        // SAFETY: each only tries to dlopen its library under cudarc's names; nothing is called.
-        unsafe {
-            match self.link {
-                "libnvrtc.so" => cudarc::nvrtc::sys::is_culib_present(),
-                "libcublas.so" => cudarc::cublas::sys::is_culib_present(),
-                _ => cudarc::nccl::sys::is_culib_present(),
-            }
-        }
+        // SAFETY: only tries to dlopen the library under cudarc's names; nothing is called.
+        unsafe { (self.present)() }
     }
 
     /// The file to link to: among `found` (in search order), the newest CUDA major that the
@@ -364,14 +377,12 @@ pub fn explain(w: &Wanted, found: Option<&Path>) -> String {
             p.display(),
             p.parent().map_or_else(String::new, |d| d.display().to_string())
         ),
-        None => {
-            let install = match w.link {
-                "libnvrtc.so" => "`pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `pip install nvidia-cuda-nvrtc` (CUDA 13), or conda `cuda-nvrtc`, or the CUDA toolkit",
-                "libcublas.so" => "`pip install nvidia-cublas-cu12` (CUDA 12) or `pip install nvidia-cublas` (CUDA 13), or conda `libcublas`, or the CUDA toolkit",
-                _ => "`pip install nvidia-nccl-cu12` (CUDA 12) or `nvidia-nccl-cu13` (CUDA 13), or conda `nccl`, or apt `libnccl2`",
-            };
-            format!("{} ({}) was not found: {install}", w.what, w.files.join(" or "))
-        }
+        None => format!(
+            "{} ({}) was not found: {}",
+            w.what,
+            w.files.join(" or "),
+            w.install
+        ),
     }
 }
 
