@@ -23,6 +23,9 @@ pub struct StepStats {
     /// CPU time this worker's thread used computing (CPU workers): the device's own speed,
     /// without time lost to other threads on a shared core. `None` where not measured.
     pub compute_cpu: Option<Duration>,
+    /// A GPU's step: compute and all-reduce are device (CUDA event) times, and its wait for
+    /// slower peers is inside `comm` (`sync_wait` is zero) until the monitor splits it out.
+    pub device_timed: bool,
     /// Time inside the all-reduce moving and summing data.
     pub comm: Duration,
     /// Time inside the all-reduce waiting for slower ranks to arrive.

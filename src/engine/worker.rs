@@ -328,6 +328,7 @@ impl Worker {
                 data_wait,
                 compute,
                 compute_cpu,
+                device_timed: device.is_some(),
                 comm: reduce.transfer,
                 sync_wait: reduce.wait,
                 optimizer,

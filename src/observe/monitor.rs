@@ -139,12 +139,11 @@ impl Monitor {
 }
 
 /// GPU ranks time their NCCL all-reduce on the device, and it includes waiting for slower
-/// peers to arrive (they report no wait of their own, and no CPU time): the fastest rank's
+/// peers to arrive (they report no wait of their own): the fastest rank's
 /// all-reduce is the transfer, the rest of each rank's is waiting. Without this, the others'
 /// waiting for a straggler hides inside "comm" and the straggler rule never sees it.
 fn split_device_waits(ranks: &mut [StepStats]) {
-    let device_timed = |r: &StepStats| r.compute_cpu.is_none() && r.sync_wait.is_zero();
-    if ranks.len() < 2 || !ranks.iter().all(device_timed) {
+    if ranks.len() < 2 || !ranks.iter().all(|r| r.device_timed) {
         return;
     }
     let transfer = ranks.iter().map(|r| r.comm).min().unwrap_or_default();
@@ -172,6 +171,7 @@ mod tests {
             data_wait: Duration::ZERO,
             compute: Duration::from_millis(1),
             compute_cpu: None,
+            device_timed: false,
             comm: Duration::ZERO,
             sync_wait: Duration::ZERO,
             optimizer: Duration::ZERO,
@@ -207,6 +207,7 @@ mod tests {
             compute: Duration::from_millis(compute_ms),
             comm: Duration::from_millis(comm_ms),
             step_time: Duration::from_millis(compute_ms + comm_ms),
+            device_timed: true,
             ..stats(rank, step, step * 20)
         }
     }
@@ -227,6 +228,7 @@ mod tests {
         // CPU workers measure their own wait: left as they are
         let mut m = Monitor::new(2);
         let mut a = gpu_stats(0, 1, 5, 11);
+        a.device_timed = false;
         a.sync_wait = Duration::from_millis(3);
         m.on_step(a);
         let row = m.on_step(gpu_stats(1, 1, 5, 11)).unwrap();

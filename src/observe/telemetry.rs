@@ -182,6 +182,7 @@ mod tests {
             data_wait: Duration::from_millis(wait_ms),
             compute: Duration::from_millis(compute_ms),
             compute_cpu: None,
+            device_timed: false,
             comm: Duration::ZERO,
             sync_wait: Duration::from_millis(wait_ms),
             optimizer: Duration::ZERO,

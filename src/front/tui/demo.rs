@@ -70,6 +70,7 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         data_wait: ms(data),
         compute: ms(compute - 0.1),
         compute_cpu: None,
+        device_timed: false,
         comm: ms(comm),
         sync_wait: ms(wait),
         optimizer: ms(0.1),

@@ -264,6 +264,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 data_wait: millis(r, "data_wait_ms")?,
                 compute: millis(r, "compute_ms")?,
                 compute_cpu: None,
+                device_timed: false,
                 comm: millis(r, "comm_ms")?,
                 sync_wait: millis(r, "sync_wait_ms")?,
                 optimizer: millis(r, "optimizer_ms")?,

@@ -30,6 +30,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             data_wait: ms(data[rank]),
             compute: ms(w - data[rank]),
             compute_cpu: None,
+            device_timed: false,
             comm: ms(0.2),
             sync_wait: ms(slowest - w),
             optimizer: Duration::ZERO,
@@ -386,6 +387,7 @@ fn a_slow_gpu_is_flagged_from_device_timings() {
             let s = StepStats {
                 sync_wait: Duration::ZERO,
                 compute_cpu: None,
+                device_timed: true,
                 data_wait: Duration::ZERO,
                 ..s
             };
