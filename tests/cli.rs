@@ -16,6 +16,15 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
+/// Sends SIGNAME (TERM, HUP, ...) to a running child.
+fn signal(child: &std::process::Child, name: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{name} failed");
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -341,12 +350,7 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
             break;
         }
     }
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal(&child, "TERM");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{rest:?}");
@@ -506,12 +510,7 @@ fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
     out.read_line(&mut first).unwrap();
     drop(out);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    signal(&child, "HUP");
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{err}");
