@@ -94,6 +94,7 @@ pub fn command() -> anyhow::Result<ExitCode> {
             if libs.nccl.is_none() {
                 // with one GPU too: a 1-rank communicator is initialised, used and aborted
                 checks.push(selftest::nccl_check(found.len()));
+                checks.extend(selftest::nccl_gives_up_checks());
             }
             for line in selftest::table(&checks) {
                 crate::say!("  {line}");

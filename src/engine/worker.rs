@@ -87,8 +87,9 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
 pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 
 /// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
-/// then all meet at a host barrier, and only then join NCCL: NCCL's initialisation waits for
-/// every rank without a timeout, so a rank that failed to open must stop the others before it.
+/// then all meet at a host barrier, and only then join NCCL (which gives up after the all-reduce
+/// timeout, or when the host collective is aborted): a rank that failed to open stops the others
+/// before it.
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
@@ -115,7 +116,7 @@ pub(super) fn open_gpu(
         }
     };
     w.coll.barrier()?;
-    replica.join(group)?;
+    replica.join(group, &*w.coll)?;
     Ok(replica)
 }
 

@@ -2,9 +2,13 @@
 //! around repeated launches), training samples/s per GPU count on the reference workload, and
 //! NCCL all-reduce bus bandwidth over message sizes (nccl-tests' definition).
 
+use std::time::Duration;
+
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use cudarc::nccl::{Comm, Id, ReduceOp};
+use cudarc::nccl::Id;
+
+use super::nccl::{Communicator, Patience};
 
 use super::{on, CudaError, Gpu};
 use crate::nn::rng::Rng;
@@ -190,37 +194,27 @@ pub fn nccl_busbw(gpus: usize, sizes: &[usize]) -> Result<Vec<(usize, f64)>, Cud
             std::thread::spawn(move || -> Result<Vec<f64>, CudaError> {
                 let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
                 let s = ctx.new_stream().map_err(on(rank, "stream"))?;
-                let comm = Comm::from_rank(s.clone(), rank, gpus, id)
-                    .map_err(|e| CudaError::new(rank, "join NCCL", super::nccl::describe(&e)))?;
-                let timed = (|| {
-                    let mut out = Vec::new();
-                    for &bytes in &sizes {
-                        let mut buf = s
-                            .alloc_zeros::<f32>(bytes / 4)
-                            .map_err(on(rank, "allocate"))?;
-                        let iters = (1usize << 30).div_ceil(bytes).clamp(5, 50);
-                        let ms = time_ms(
-                            &s,
-                            iters,
-                            || {
-                                comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
-                                    .map(|_| ())
-                                    .map_err(|e| {
-                                        CudaError::new(
-                                            rank,
-                                            "all-reduce",
-                                            super::nccl::describe(&e),
-                                        )
-                                    })
-                            },
-                            rank,
-                        )?;
-                        out.push(ms);
-                    }
-                    Ok(out)
-                })();
-                super::nccl::close(comm);
-                timed
+                let patience = Patience::only(Duration::from_secs(120));
+                let comm = Communicator::join(&s, rank, gpus, &id, &patience)
+                    .map_err(|e| CudaError::new(rank, "join NCCL", e))?;
+                let mut out = Vec::new();
+                for &bytes in &sizes {
+                    let mut buf = s
+                        .alloc_zeros::<f32>(bytes / 4)
+                        .map_err(on(rank, "allocate"))?;
+                    let iters = (1usize << 30).div_ceil(bytes).clamp(5, 50);
+                    let ms = time_ms(
+                        &s,
+                        iters,
+                        || {
+                            comm.all_reduce_sum(&mut buf, &patience)
+                                .map_err(|e| CudaError::new(rank, "all-reduce", e))
+                        },
+                        rank,
+                    )?;
+                    out.push(ms);
+                }
+                Ok(out)
             })
         })
         .collect();

@@ -10,6 +10,17 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaView, CudaViewMut};
 
+/// Ends a cuBLAS handle, whose drop panics after a sticky CUDA error: the failure is ignored
+/// (nothing more can be done with it), and while the thread is already panicking the handle is
+/// leaked instead (a second panic would abort the process).
+pub fn close(blas: CudaBlas) {
+    if std::thread::panicking() {
+        std::mem::forget(blas);
+    } else {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(blas)));
+    }
+}
+
 /// The arguments of one column-major `sgemm` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ColMajor {

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use cudarc::driver::CudaContext;
-use cudarc::nccl::{Comm, Id, ReduceOp};
+use cudarc::nccl::Id;
 
 use super::blas;
+use super::nccl::{Communicator, Patience};
 use super::replica::{CudaReplica, Group};
-use super::{nccl, on, CudaError, Gpu};
+use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::{Collective, LocalCollective};
 use crate::data::MicroBatch;
@@ -323,16 +324,13 @@ pub fn nccl_check(gpus: usize) -> Check {
                     rank,
                     world: gpus,
                 };
-                let comm = Comm::from_rank(stream.clone(), g.rank, g.world, g.id)
-                    .map_err(|e| CudaError::new(rank, "join the NCCL group", nccl::describe(&e)))?;
-                let result = (|| {
-                    let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
-                    comm.all_reduce_in_place(&mut buf, &ReduceOp::Sum)
-                        .map_err(|e| CudaError::new(rank, "all-reduce", nccl::describe(&e)))?;
-                    stream.clone_dtoh(&buf).map_err(on(rank, "download"))
-                })();
-                nccl::close(comm);
-                result
+                let patience = Patience::only(NCCL_PATIENCE);
+                let comm = Communicator::join(&stream, g.rank, g.world, &g.id, &patience)
+                    .map_err(|e| CudaError::new(rank, "join the NCCL group", e))?;
+                let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
+                comm.all_reduce_sum(&mut buf, &patience)
+                    .map_err(|e| CudaError::new(rank, "all-reduce", e))?;
+                stream.clone_dtoh(&buf).map_err(on(rank, "download"))
             })
         })
         .collect();
@@ -359,6 +357,56 @@ pub fn nccl_check(gpus: usize) -> Check {
         worst = (worst.0.max(a), worst.1.max(r));
     }
     check(name, Ok(worst))
+}
+
+/// How long selftest's NCCL calls may stay in progress (every rank is a thread of this call).
+const NCCL_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Joining an NCCL group whose other rank never comes must end, not hang: once by the time
+/// limit, once by the host's abort flag (how a peer's failure reaches a rank waiting in NCCL).
+/// Needs one GPU. Passes when the join fails within its limit and a little more.
+pub fn nccl_gives_up_checks() -> Vec<Check> {
+    let limit = Duration::from_secs(2);
+    let ways: [(&str, Option<Duration>); 2] = [
+        ("nccl join gives up on a missing peer", None),
+        ("nccl join ends when the run aborts", Some(limit / 4)),
+    ];
+    ways.into_iter()
+        .map(|(name, abort_after)| {
+            let t0 = std::time::Instant::now();
+            let abort = || {
+                abort_after
+                    .filter(|&a| t0.elapsed() >= a)
+                    .map(|_| "the run was aborted".to_string())
+            };
+            let patience = Patience {
+                limit,
+                abort: &abort,
+            };
+            let joined = Id::new()
+                .map_err(|e| format!("create an NCCL id: {e:?}"))
+                .and_then(|id| {
+                    let stream = CudaContext::new(0)
+                        .and_then(|c| c.new_stream())
+                        .map_err(|e| format!("open GPU 0: {e:?}"))?;
+                    Communicator::join(&stream, 0, 2, &id, &patience).map(|_| ())
+                });
+            let took = t0.elapsed();
+            let allowed = abort_after.unwrap_or(limit) + Duration::from_secs(3);
+            let note = match &joined {
+                Ok(()) => "joined a group of 2 alone: NCCL did not wait for the peer".to_string(),
+                Err(e) => format!("gave up after {:.1} s: {e}", took.as_secs_f64()),
+            };
+            let ended =
+                joined.is_err() && (abort_after.is_none() || note.contains("the run was aborted"));
+            Check {
+                name: name.to_string(),
+                worst: ended.then(|| took.as_secs_f64() / allowed.as_secs_f64()),
+                max_abs: f64::NAN,
+                note: note.chars().take(120).collect(),
+            }
+        })
+        .collect()
 }
 
 /// The table `selftest` prints.

@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice};
-use cudarc::nccl::{Comm, Id, ReduceOp};
+use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
-use super::{nccl, on, CudaError, Gpu};
+use super::nccl::{Communicator, Patience};
+use super::{blas, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
@@ -42,8 +43,8 @@ pub struct CudaReplica {
     gpu: Gpu,
     /// Always Some until dropped (taken then, so a failed teardown cannot panic).
     blas: Option<cudarc::cublas::CudaBlas>,
-    comm: Option<Comm>,
-    /// How long an all-reduce may take before the group is aborted (a hung peer).
+    comm: Option<Communicator>,
+    /// How long joining NCCL or an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
     model: Mlp,
     kind: OptimizerKind,
@@ -140,37 +141,40 @@ impl CudaReplica {
     }
 
     /// Joins the NCCL group (a no-op alone). Every rank must call this concurrently: NCCL's
-    /// initialisation waits for all of them. Then connects to the peers at once with a one-float
-    /// all-reduce, while every rank is alive: since NCCL 2.22 peers connect lazily inside the
-    /// first all-reduce, on the host, with no timeout, so a rank that died before it (an
-    /// out-of-memory upload, say) would freeze the others there.
-    pub fn join(&mut self, group: Option<Group>) -> Result<(), CudaError> {
+    /// initialisation waits for all of them, here up to the all-reduce timeout or until `host`
+    /// is aborted (a peer that failed before joining). Then connects to the peers at once with a
+    /// one-float all-reduce, while every rank is alive: since NCCL 2.22 peers connect lazily
+    /// inside the first all-reduce, so a rank that died before it (an out-of-memory upload, say)
+    /// would otherwise leave the others waiting there.
+    pub fn join(&mut self, group: Option<Group>, host: &dyn Collective) -> Result<(), CudaError> {
         let index = self.gpu.index;
-        if let Some(g) = group.filter(|g| g.world > 1) {
-            let comm = Comm::from_rank(self.gpu.stream.clone(), g.rank, g.world, g.id)
-                .map_err(|e| CudaError::new(index, "join the NCCL group", nccl::describe(&e)))?;
-            let mut probe = self
-                .gpu
-                .stream
-                .alloc_zeros::<f32>(1)
-                .map_err(on(index, "allocate"))?;
-            let sent = comm.all_reduce_in_place(&mut probe, &ReduceOp::Sum);
-            self.comm = Some(comm);
-            sent.map_err(|e| {
-                CudaError::new(index, "connect to the other GPUs", nccl::describe(&e))
-            })?;
-            let connected = self.record();
-            self.wait_for(&connected, None)
-                .map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
-        }
+        let Some(g) = group.filter(|g| g.world > 1) else {
+            return Ok(());
+        };
+        let abort = || host.abort_reason();
+        let patience = Patience {
+            limit: self.timeout,
+            abort: &abort,
+        };
+        let comm = Communicator::join(&self.gpu.stream, g.rank, g.world, &g.id, &patience)
+            .map_err(|e| CudaError::new(index, "join the NCCL group", e))?;
+        let mut probe = self
+            .gpu
+            .stream
+            .alloc_zeros::<f32>(1)
+            .map_err(on(index, "allocate"))?;
+        let sent = comm.all_reduce_sum(&mut probe, &patience);
+        self.comm = Some(comm);
+        sent.map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
+        let connected = self.record();
+        self.wait_for(&connected, Some(host))
+            .map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
         Ok(())
     }
 
     /// Ends the NCCL group: what a hung or failed peer leaves as the only way out.
     fn abort_group(&mut self) {
-        if let Some(comm) = self.comm.take() {
-            nccl::close(comm);
-        }
+        self.comm = None;
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -292,7 +296,7 @@ impl Drop for CudaReplica {
     fn drop(&mut self) {
         self.abort_group();
         if let Some(blas) = self.blas.take() {
-            nccl::close_blas(blas);
+            blas::close(blas);
         }
     }
 }
@@ -321,11 +325,16 @@ impl Replica for CudaReplica {
     ) -> Result<ReduceTiming, CollectiveError> {
         let t0 = Instant::now();
         if let Some(comm) = &self.comm {
-            if let Err(e) = comm.all_reduce_in_place(&mut self.grads, &ReduceOp::Sum) {
+            let abort = || host.abort_reason();
+            let patience = Patience {
+                limit: self.timeout,
+                abort: &abort,
+            };
+            if let Err(e) = comm.all_reduce_sum(&mut self.grads, &patience) {
+                self.abort_group();
                 return Err(CollectiveError::Aborted(format!(
-                    "GPU {}: NCCL all-reduce failed: {}",
-                    self.gpu.index,
-                    nccl::describe(&e)
+                    "GPU {}: NCCL all-reduce failed: {e}",
+                    self.gpu.index
                 )));
             }
         }
