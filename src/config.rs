@@ -81,6 +81,13 @@ pub const DEFAULT_LR: f32 = 1e-3;
 pub const DEFAULT_LR_BATCH: usize = 64;
 
 impl RunConfig {
+    /// What the run is called: `--name`, else `<data>-<model>`.
+    pub fn run_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.data.short_name(), self.model))
+    }
+
     /// The LR a fresh run starts with at global batch `global`.
     pub fn start_lr(&self, global: usize) -> f32 {
         self.lr.unwrap_or_else(|| {
@@ -121,6 +128,11 @@ pub struct RunConfig {
     pub log_every: u64,
     pub val_fraction: f64,
     pub metrics_out: Option<PathBuf>,
+    /// The run's directory (metrics, checkpoints, live socket); created when the engine starts.
+    /// None for runs that keep nothing (`scale`, `bench`, `--calibrate`).
+    pub run_dir: Option<PathBuf>,
+    /// Point `runs/<name>/latest` at `run_dir` (a default one).
+    pub link_latest: bool,
     pub checkpoint_dir: PathBuf,
     /// Also checkpoint every N steps.
     pub checkpoint_every: Option<u64>,
@@ -165,6 +177,8 @@ impl Default for RunConfig {
             log_every: 50,
             val_fraction: 0.2,
             metrics_out: None,
+            run_dir: None,
+            link_latest: false,
             checkpoint_dir: PathBuf::from("checkpoints"),
             checkpoint_every: None,
             final_checkpoint: true,

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         Some(Command::Scale(args)) => cmd::scale::command(*args),
         Some(Command::Selftest) => cmd::selftest::command(),
         Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
+        Some(Command::Runs(args)) => cmd::runs::command(&args).map(|()| ExitCode::SUCCESS),
         None => cmd::train::command(cli.train, &on_signals).map(|()| {
             if SIGNALS.load(Ordering::SeqCst) > 0 {
                 ExitCode::from(130)

@@ -76,11 +76,43 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
         out.contains("scaled x*1/16"),
         "normalisation is stated: {out}"
     );
+    // the run's directory: named (absolute) at the start, owner-only, `latest` points at it, and
+    // it holds the metrics file (a copy of --metrics-out's) and the checkpoints
+    let run_dir = std::path::PathBuf::from(
+        out.lines()
+            .find_map(|l| l.strip_prefix("run dir: "))
+            .expect("the run dir is named"),
+    );
+    assert!(run_dir.is_absolute(), "{out}");
     assert!(
-        dir.path()
+        run_dir.starts_with(
+            dir.path()
+                .canonicalize()
+                .unwrap()
+                .join("runs/digits-mlp_128")
+        ),
+        "{out}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&run_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{run_dir:?}");
+    assert_eq!(
+        std::fs::read_link(dir.path().join("runs/digits-mlp_128/latest")).unwrap(),
+        run_dir.file_name().unwrap()
+    );
+    assert!(
+        run_dir
             .join("checkpoints/step-00000069/state.json")
             .is_file(),
         "{out}"
+    );
+    assert_eq!(
+        std::fs::read(run_dir.join("metrics.jsonl")).unwrap(),
+        std::fs::read(dir.path().join("run.jsonl")).unwrap()
+    );
+    assert!(
+        out.contains(&format!("run dir: {} (mgtop-train view", run_dir.display())),
+        "the end names it too: {out}"
     );
 
     let jsonl = std::fs::read_to_string(dir.path().join("run.jsonl")).unwrap();
@@ -171,7 +203,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--data", "idx:trunc-images,labels-idx"],
             &["trunc-images", "10x2x2 = 40 bytes", "3 follow"],
         ),
-        (&["--resume", "nowhere"], &["no checkpoint at nowhere"]),
+        (
+            &["--resume", "nowhere"],
+            &["--resume nowhere: no such file or directory"],
+        ),
         (&["--model", "mlp:abc"], &["--model", "abc"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),
@@ -264,11 +299,20 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
 fn checkpoint_of_another_model_is_refused_and_kept() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    assert!(
-        run_in(d, &["--headless", "--steps", "5", "--devices", "cpu:1"])
-            .status
-            .success()
-    );
+    assert!(run_in(
+        d,
+        &[
+            "--headless",
+            "--steps",
+            "5",
+            "--devices",
+            "cpu:1",
+            "--checkpoint-dir",
+            "checkpoints"
+        ]
+    )
+    .status
+    .success());
     let state = d.join("checkpoints/step-00000005/state.json");
     let before = std::fs::read(&state).unwrap();
     let o = run_in(
@@ -358,10 +402,16 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
         .iter()
         .find(|l| l.starts_with("resume with: --resume "))
         .expect("says where the checkpoint is");
+    // the run's directory, whose checkpoint a resume continues from
     let path = dir
         .path()
         .join(resume.trim_start_matches("resume with: --resume "));
-    assert!(path.join("model.safetensors").is_file(), "{path:?}");
+    let ckpts: Vec<_> = std::fs::read_dir(path.join("checkpoints"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("model.safetensors").is_file())
+        .collect();
+    assert_eq!(ckpts.len(), 1, "{path:?}");
 }
 
 #[test]
@@ -591,6 +641,8 @@ fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
         "1e-3",
         "--steps",
         "5",
+        "--checkpoint-dir",
+        "checkpoints",
     ];
     assert!(run_in(d, &args).status.success());
     let o = run_in(

@@ -124,6 +124,7 @@ fn resume_rejects_a_checkpoint_of_another_model() {
     cfg.final_checkpoint = true;
     run(cfg.clone());
     cfg.model = ModelSpec { hidden: vec![32] };
+    cfg.budget = Budget::Steps(6);
     cfg.resume = Some(dir.path().to_path_buf());
     let e = Engine::start(cfg)
         .err()

@@ -98,6 +98,9 @@ fn start_sized(name: &str, dir: &Path, args: &str, (w, h): (u16, u16)) -> Tmux {
         &w.to_string(),
         "-y",
         &h.to_string(),
+        // the run's directory (runs/...) goes under the test's own directory
+        "-c",
+        &dir.display().to_string(),
         &script,
     ]);
     tmux
@@ -325,6 +328,8 @@ fn a_dropped_connection_sighup_finishes_the_step_and_checkpoints() {
         "90",
         "-y",
         "26",
+        "-c",
+        d.to_str().unwrap(),
         bin,
         "--devices",
         "cpu:2",

@@ -41,7 +41,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
     let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
     let (_keys, inputs) = unbounded();
     let (_sig, signals) = unbounded();
-    let writer = MetricsWriter::create(&path).unwrap();
+    let writer = MetricsWriter::create(&[&path]).unwrap();
     let end = drive(&mut terminal, engine, &opts, inputs, signals, Some(writer));
     end.result.unwrap();
     (end.app, path)
@@ -297,7 +297,11 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
                 && lines[1].ends_with(" samples/s"),
             "{out}"
         );
-        assert_eq!(lines[2], "checkpoint: checkpoints/step-00000069", "{out}");
+        assert!(
+            lines[2].starts_with("checkpoint: runs/digits-mlp_128/")
+                && lines[2].ends_with("/checkpoints/step-00000069"),
+            "{out}"
+        );
     }
     std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
     for (path, says) in [

@@ -20,7 +20,7 @@ Examples:
   mgtop-train --headless --data csv:iris.csv,label=last,header --model mlp:16
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
   mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
-  mgtop-train --headless --resume checkpoints            (continue from the newest checkpoint)
+  mgtop-train --headless --resume runs/digits-mlp_128/latest   (continue a run from its newest checkpoint)
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
                                                (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
@@ -49,6 +49,16 @@ pub enum Command {
     Selftest,
     /// Open the terminal UI over a metrics file (or a run directory holding metrics.jsonl) written by an earlier or still running run; read-only, `q` quits.
     View(ViewArgs),
+    /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, failed, killed), step, progress, best validation accuracy, last update.
+    #[command(visible_alias = "ls")]
+    Runs(RunsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunsArgs {
+    /// A directory of runs  [default: runs]
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -212,13 +222,16 @@ pub struct TrainArgs {
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,
-    /// Where checkpoints go  [default: checkpoints]
+    /// The run's directory: metrics.jsonl, checkpoints/ and the live socket  [default: runs/<name>/<YYYYmmdd-HHMMSS>]
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Where checkpoints go  [default: <run dir>/checkpoints]
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// Continue from a checkpoint (a step-NNNNNNNN directory, or a checkpoint dir: newest inside).
+    /// Continue a run: its run directory (newest checkpoint), a checkpoint dir, or a step-NNNNNNNN directory.
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
     /// Warn when no step completes for this many seconds; on GPUs, abort an NCCL all-reduce that takes longer  [default: 60]

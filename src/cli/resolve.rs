@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::TrainArgs;
 use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
+use crate::engine::rundir;
 
 fn parse<T: std::str::FromStr<Err = String>>(
     flag: &str,
@@ -78,6 +79,7 @@ impl TrainArgs {
             seed,
             log_every,
             metrics_out,
+            run_dir,
             checkpoint_dir,
             checkpoint_every,
             resume
@@ -180,11 +182,30 @@ impl TrainArgs {
             log_every: args.log_every.unwrap_or(d.log_every),
             val_fraction: d.val_fraction,
             metrics_out: args.metrics_out,
-            checkpoint_dir: args.checkpoint_dir.unwrap_or(d.checkpoint_dir),
+            run_dir: None,
+            link_latest: false,
+            checkpoint_dir: d.checkpoint_dir,
             checkpoint_every: args.checkpoint_every,
             final_checkpoint: d.final_checkpoint,
-            resume: args.resume,
+            resume: args
+                .resume
+                .as_deref()
+                .map(rundir::resume_point)
+                .transpose()?,
             inject_panic,
+        };
+        // the run's directory, and its checkpoints inside it unless --checkpoint-dir says where
+        let run_dir = args
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| rundir::default_dir(Path::new(""), &cfg.run_name()));
+        let cfg = RunConfig {
+            checkpoint_dir: args
+                .checkpoint_dir
+                .unwrap_or_else(|| run_dir.join(rundir::CHECKPOINTS)),
+            link_latest: args.run_dir.is_none(),
+            run_dir: Some(run_dir),
+            ..cfg
         };
         let sample_interval = match args.sample_interval {
             None => Duration::from_secs(1),

@@ -1,8 +1,9 @@
-//! The subcommands, one file each: training (the default), `bench`, `scale`, `selftest` and
-//! `view`.
+//! The subcommands, one file each: training (the default), `bench`, `runs`, `scale`,
+//! `selftest` and `view`.
 //! `main.rs` parses the flags, installs signal handling and turns results into exit codes.
 
 pub mod bench;
+pub mod runs;
 pub mod scale;
 pub mod selftest;
 pub mod train;

@@ -2,11 +2,12 @@
 //! lines until it ends.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 
 use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TrainArgs};
-use crate::engine::{Engine, RunResult};
+use crate::engine::{rundir, Engine, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
 use crate::observe::metrics::MetricsWriter;
@@ -30,10 +31,15 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
     let engine = Engine::start(cfg)?;
+    let run_dir = engine.info().run_dir.clone();
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
-    let metrics = match metrics_out
-        .as_deref()
-        .map(MetricsWriter::create)
+    let paths: Vec<PathBuf> = run_dir
+        .iter()
+        .map(|d| d.join(rundir::METRICS))
+        .chain(metrics_out)
+        .collect();
+    let metrics = match (!paths.is_empty())
+        .then(|| MetricsWriter::create(&paths))
         .transpose()
     {
         Ok(m) => m,
@@ -51,9 +57,20 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
             headless::run(engine, log_every, front.sample_interval, &mut out, metrics)?
         }
     };
+    if let Some(dir) = &run_dir {
+        crate::say!(
+            "run dir: {} (mgtop-train view {})",
+            dir.display(),
+            dir.display()
+        );
+    }
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
-            crate::say!("resume with: --resume {}", p.display());
+            // the run's directory where its checkpoints are there, else the checkpoint itself
+            let inside = run_dir.as_ref().filter(|d| {
+                std::fs::canonicalize(p).is_ok_and(|p| p.starts_with(d.join(rundir::CHECKPOINTS)))
+            });
+            crate::say!("resume with: --resume {}", inside.unwrap_or(p).display());
         }
     }
     Ok(())

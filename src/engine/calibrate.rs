@@ -27,6 +27,8 @@ pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: u
         checkpoint_every: None,
         resume: None,
         metrics_out: None,
+        run_dir: None,
+        link_latest: false,
         calibrate: false,
         slow_rank: None,
         slow_data: None,

@@ -29,6 +29,8 @@ pub struct RunInfo {
     pub start_step: u64,
     pub start_epoch: u64,
     pub resumed_from: Option<PathBuf>,
+    /// The run's directory, absolute (None for runs that keep nothing: `scale`, `bench`).
+    pub run_dir: Option<PathBuf>,
     /// Cores this process may use.
     pub cores: usize,
     /// Intra-op threads of each CPU worker (`--threads-per-worker`).

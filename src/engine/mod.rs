@@ -13,6 +13,7 @@ pub mod loader;
 mod memory;
 mod rebalance;
 mod resume;
+pub mod rundir;
 mod validate;
 mod worker;
 
@@ -25,7 +26,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver};
 
 use crate::backend::{CpuReplica, TrainState};
 use crate::comm::{CollectiveError, LocalCollective};
-use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
+use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::data::{self, DataError, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
@@ -131,7 +132,14 @@ impl Engine {
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &cfg.resume {
             Some(p) => {
-                let meta = checkpoint::read_meta(&checkpoint::resolve(p)?)?;
+                let dir = checkpoint::resolve(p)?;
+                let meta = checkpoint::read_meta(&dir)?;
+                if let Some(why) = budget_reached(cfg.budget, meta.step, meta.epoch) {
+                    return Err(EngineError::Config(format!(
+                        "nothing to resume: {} {why}",
+                        dir.display()
+                    )));
+                }
                 resumed_settings(&cfg, &meta, devices.0.len()).per_replica
             }
             None => cfg.batch_per_replica,
@@ -146,6 +154,18 @@ impl Engine {
             memory::available(),
         )
         .map_err(EngineError::Config)?;
+        // from here on the run keeps what it writes, in its directory (named absolute from
+        // now); a start that fails below takes back the directory it made
+        let created = cfg
+            .run_dir
+            .as_deref()
+            .map(rundir::Created::new)
+            .transpose()
+            .map_err(EngineError::Config)?;
+        let cfg = RunConfig {
+            run_dir: created.as_ref().map(|c| c.path().to_path_buf()),
+            ..cfg
+        };
         let lock = (cfg.final_checkpoint || cfg.checkpoint_every.is_some())
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
@@ -154,8 +174,12 @@ impl Engine {
             val: Arc::new(loaded.val),
             description: loaded.description,
         };
+        let link_latest = cfg.link_latest;
         let mut engine = Engine::start_with(cfg, devices, data)?;
         engine.checkpoint_lock = lock;
+        if let Some(c) = created {
+            c.keep(link_latest);
+        }
         Ok(engine)
     }
 
@@ -220,10 +244,7 @@ impl Engine {
             ));
         }
         let info = RunInfo {
-            name: cfg
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("{}-{}", cfg.data.short_name(), cfg.model)),
+            name: cfg.run_name(),
             devices,
             device_note,
             data: loaded.description.clone(),
@@ -240,6 +261,7 @@ impl Engine {
             start_step: start.step,
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
+            run_dir: cfg.run_dir.clone(),
             cores: available_cores(),
             threads_per_worker: cfg
                 .threads_per_worker
@@ -495,5 +517,19 @@ impl Engine {
         let r = self.join();
         let _ = drain.join();
         r
+    }
+}
+
+/// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train
+/// nothing under `budget`.
+fn budget_reached(budget: Budget, step: u64, epoch: u64) -> Option<String> {
+    match budget {
+        Budget::Steps(s) if step >= s => Some(format!(
+            "is at step {step}, and --steps is {s}: pass a larger --steps to train further"
+        )),
+        Budget::Epochs(e) if epoch >= e => Some(format!(
+            "has finished {epoch} epochs, and --epochs is {e}: pass a larger --epochs (or --steps) to train further"
+        )),
+        _ => None,
     }
 }

@@ -73,6 +73,7 @@ mod tests {
             seed: 0,
             data: "digits".into(),
             config: serde_json::json!({}),
+            run_dir: None,
         }
     }
 

@@ -453,6 +453,7 @@ impl Worker {
                 "grad_accum": cfg.grad_accum,
                 "lr_flag": cfg.lr,
             }),
+            run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {

@@ -10,6 +10,9 @@ use crate::observe::monitor::StepRow;
 pub fn describe(info: &RunInfo) -> Vec<String> {
     let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
     let mut lines = vec![format!("run: {}", info.name)];
+    if let Some(dir) = &info.run_dir {
+        lines.push(format!("run dir: {}", dir.display()));
+    }
     let ranks = info.ranks();
     let gpu_run = info
         .devices

@@ -107,6 +107,8 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         checkpoint_every: None,
         resume: None,
         metrics_out: None,
+        run_dir: None,
+        link_latest: false,
         calibrate: false,
         val_fraction: 0.0,
         ..base.clone()

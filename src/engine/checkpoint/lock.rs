@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::{CheckpointError, STATE};
 
-const LOCK: &str = ".lock";
+pub const LOCK_FILE: &str = ".lock";
 
 /// This process's hold on a checkpoint directory, released when dropped.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         .write(true)
         .create(true)
         .truncate(false)
-        .open(dir.join(LOCK))
+        .open(dir.join(LOCK_FILE))
         .map_err(werr)?;
     if !try_lock(&file).map_err(werr)? {
         let mut text = String::new();
@@ -63,6 +63,18 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         }
     }
     Ok(DirLock { _file: file })
+}
+
+/// The process that holds (or last held) `dir`'s lock, if it is still running. Read from the
+/// lock file without touching the lock, so it can never get in a starting run's way.
+pub fn holder(dir: &Path) -> Option<u32> {
+    let text = fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
+    let pid_t = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(pid_t, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    alive.then_some(pid)
 }
 
 /// An exclusive, non-blocking advisory lock; false when another open file holds it.

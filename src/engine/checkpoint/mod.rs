@@ -19,7 +19,7 @@ use crate::nn::optim::OptState;
 
 mod lock;
 
-pub use lock::{lock, DirLock};
+pub use lock::{holder, lock, DirLock, LOCK_FILE};
 
 pub const FORMAT: &str = "mgtop-checkpoint/1";
 const WEIGHTS: &str = "model.safetensors";
@@ -53,6 +53,10 @@ pub struct CheckpointMeta {
     pub data: String,
     /// The run's settings, for the record.
     pub config: serde_json::Value,
+    /// The directory of the run that wrote it (absolute; absent in checkpoints from before run
+    /// directories): `--resume` of a directory holding checkpoints of several runs refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

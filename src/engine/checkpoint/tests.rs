@@ -27,6 +27,7 @@ fn sample() -> (Mlp, TrainState, CheckpointMeta) {
         seed: 0,
         data: "digits".into(),
         config: serde_json::json!({}),
+        run_dir: None,
     };
     (model, TrainState { params, opt }, meta)
 }

@@ -34,6 +34,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         start_step: 0,
         start_epoch: 0,
         resumed_from: None,
+        run_dir: None,
         cores: 64,
         threads_per_worker: 1,
         injected: vec![None; devices],

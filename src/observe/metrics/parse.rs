@@ -137,6 +137,9 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         resumed_from: field(v, "resumed_from")
             .and_then(Value::as_str)
             .map(PathBuf::from),
+        run_dir: field(v, "run_dir")
+            .and_then(Value::as_str)
+            .map(PathBuf::from),
         cores: ranks,
         threads_per_worker: 1,
         injected: vec![None; ranks],

@@ -23,9 +23,10 @@ pub struct MetricsError {
     pub source: std::io::Error,
 }
 
+/// Writes every record to one or more files (the run directory's `metrics.jsonl` and
+/// `--metrics-out`).
 pub struct MetricsWriter {
-    path: PathBuf,
-    out: BufWriter<File>,
+    outs: Vec<(PathBuf, BufWriter<File>)>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -59,26 +60,31 @@ impl MetricsWriter {
         Ok(())
     }
 
-    pub fn create(path: &Path) -> Result<MetricsWriter, MetricsError> {
-        let f = File::create(path).map_err(|source| MetricsError {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Ok(MetricsWriter {
-            path: path.to_path_buf(),
-            out: BufWriter::new(f),
-        })
+    /// Creates (truncates) every file in `paths`.
+    pub fn create<P: AsRef<Path>>(paths: &[P]) -> Result<MetricsWriter, MetricsError> {
+        let outs = paths
+            .iter()
+            .map(|p| {
+                let path = p.as_ref().to_path_buf();
+                match File::create(&path) {
+                    Ok(f) => Ok((path, BufWriter::new(f))),
+                    Err(source) => Err(MetricsError { path, source }),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(MetricsWriter { outs })
     }
 
     fn line(&mut self, v: Value) -> Result<(), MetricsError> {
         let mut s = v.to_string();
         s.push('\n');
-        self.out
-            .write_all(s.as_bytes())
-            .map_err(|source| MetricsError {
-                path: self.path.clone(),
+        for (path, out) in &mut self.outs {
+            out.write_all(s.as_bytes()).map_err(|source| MetricsError {
+                path: path.clone(),
                 source,
-            })
+            })?;
+        }
+        Ok(())
     }
 
     pub fn run_start(&mut self, info: &RunInfo) -> Result<(), MetricsError> {
@@ -102,6 +108,7 @@ impl MetricsWriter {
             "train_samples": info.train_samples, "val_samples": info.val_samples,
             "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
             "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
+            "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
             "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
             "device_names": device_names, "device_note": info.device_note,
         }))?;
@@ -262,10 +269,13 @@ impl MetricsWriter {
     }
 
     pub fn flush(&mut self) -> Result<(), MetricsError> {
-        self.out.flush().map_err(|source| MetricsError {
-            path: self.path.clone(),
-            source,
-        })
+        for (path, out) in &mut self.outs {
+            out.flush().map_err(|source| MetricsError {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 }
 

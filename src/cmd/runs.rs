@@ -1,0 +1,137 @@
+//! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live, done,
+//! stopped, failed, or ended without a word: killed), step, progress, best validation accuracy
+//! and when their metrics file last changed.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::cli::RunsArgs;
+use crate::engine::{checkpoint, rundir};
+use crate::front::tui::app::App;
+use crate::front::tui::replay::read_all;
+use crate::observe::metrics::MetricsReader;
+
+/// One row of the listing.
+#[derive(Debug, PartialEq)]
+pub struct RunRow {
+    pub dir: PathBuf,
+    pub state: String,
+    pub step: u64,
+    pub progress: Option<f64>,
+    pub best_accuracy: Option<f32>,
+    pub updated: SystemTime,
+}
+
+pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
+    let root = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(rundir::RUNS));
+    if !root.is_dir() {
+        anyhow::bail!(
+            "no runs at {}: runs are kept under ./{} of the directory they were started in (or pass the directory: mgtop-train runs DIR)",
+            root.display(),
+            rundir::RUNS
+        );
+    }
+    let runs = rundir::runs_under(&root);
+    if runs.is_empty() {
+        crate::say!("no runs under {}", root.display());
+        return Ok(());
+    }
+    let rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
+    for line in table(&rows, SystemTime::now()) {
+        crate::say!("{line}");
+    }
+    Ok(())
+}
+
+/// What a run's directory says of it. A damaged metrics file is a state, not an error: the
+/// listing goes on.
+pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
+    let live = checkpoint::holder(&dir.join(rundir::CHECKPOINTS)).is_some();
+    let mut row = RunRow {
+        dir,
+        state: String::new(),
+        step: 0,
+        progress: None,
+        best_accuracy: None,
+        updated,
+    };
+    let mut reader = match MetricsReader::open(&row.dir.join(rundir::METRICS)) {
+        Ok(r) => r,
+        Err(_) if live => {
+            row.state = "live".into();
+            return row;
+        }
+        Err(_) => {
+            row.state = "unreadable".into();
+            return row;
+        }
+    };
+    let mut app = App::watching(reader.info().clone());
+    let damaged = read_all(&mut reader, &mut app).is_err();
+    let logged = app.last_row.as_ref().map(|r| r.step);
+    let epoch_end = app.epochs.last().map(|e| e.step);
+    row.step = match &app.summary {
+        Some(s) => s.steps,
+        None => logged.max(epoch_end).unwrap_or(app.info.start_step),
+    };
+    row.progress = app.last_row.as_ref().map(|r| r.progress);
+    row.best_accuracy = app.val_accuracy().1;
+    if app
+        .summary
+        .as_ref()
+        .is_some_and(|s| !s.stopped && s.failed.is_none())
+    {
+        row.progress = Some(1.0);
+    }
+    row.state = match &app.summary {
+        Some(s) if s.failed.is_some() => "failed",
+        Some(s) if s.stopped => "stopped",
+        Some(_) => "done",
+        None if live => "live",
+        None if damaged => "damaged",
+        None => "killed",
+    }
+    .into();
+    row
+}
+
+/// The listing's lines: a header, then a row per run.
+pub fn table(rows: &[RunRow], now: SystemTime) -> Vec<String> {
+    let width = rows
+        .iter()
+        .map(|r| r.dir.display().to_string().len())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    let mut lines = vec![format!(
+        "{:<width$}  {:<9} {:>9} {:>8} {:>9}  updated",
+        "run", "state", "step", "progress", "best acc"
+    )];
+    for r in rows {
+        lines.push(format!(
+            "{:<width$}  {:<9} {:>9} {:>8} {:>9}  {}",
+            r.dir.display(),
+            r.state,
+            r.step,
+            r.progress
+                .map_or("-".into(), |p| format!("{:.0}%", p * 100.0)),
+            r.best_accuracy
+                .map_or("-".into(), |a| format!("{:.2}%", a * 100.0)),
+            ago(now.duration_since(r.updated).unwrap_or_default()),
+        ));
+    }
+    lines
+}
+
+fn ago(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s} s ago"),
+        60..=3599 => format!("{} min ago", s / 60),
+        3600..=86399 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86400),
+    }
+}

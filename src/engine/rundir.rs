@@ -1,0 +1,366 @@
+//! Run directories: every run writes into one directory, `runs/<name>/<YYYYmmdd-HHMMSS>/` by
+//! default (`--run-dir` to choose), holding `metrics.jsonl`, `checkpoints/` and the live socket;
+//! `runs/<name>/latest` points at the newest. And what `--resume PATH` means: a checkpoint
+//! (`step-N/`), a run directory (its newest checkpoint), a checkpoint directory (its newest, when
+//! all its checkpoints are of one run), or a directory of runs (when it holds exactly one).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::checkpoint;
+
+/// Where runs go unless `--run-dir` says otherwise.
+pub const RUNS: &str = "runs";
+/// The metrics file every run writes into its directory.
+pub const METRICS: &str = "metrics.jsonl";
+pub const CHECKPOINTS: &str = "checkpoints";
+/// The link to the newest run of a name.
+pub const LATEST: &str = "latest";
+/// How many runs a refusal lists.
+const LISTED: usize = 10;
+
+/// `runs/<name>/<now>` under `root`, made unique with `-2`, `-3`... should a run of that name
+/// have started in the same second.
+pub fn default_dir(root: &Path, name: &str) -> PathBuf {
+    let parent = root.join(RUNS).join(file_name_of(name));
+    let stamp = local_stamp();
+    let mut dir = parent.join(&stamp);
+    let mut n = 2;
+    while dir.exists() {
+        dir = parent.join(format!("{stamp}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
+/// A run name as one safe path component: letters, digits, `.`, `-`, `_`; others become `_`.
+pub fn file_name_of(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match s.trim_start_matches('.') {
+        "" => "run".to_string(),
+        t => t.to_string(),
+    }
+}
+
+/// The local time as `YYYYmmdd-HHMMSS`.
+fn local_stamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as libc::time_t;
+    // SAFETY: localtime_r only writes the `tm` it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = !unsafe { libc::localtime_r(&now, &mut tm) }.is_null();
+    if !ok {
+        return format!("t{now}");
+    }
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+/// A run directory made for a run that is starting: `keep` once the run has started; dropped
+/// without it (the start failed), it takes back what the start made there, and nothing else.
+pub struct Created {
+    dir: PathBuf,
+    /// The directories this start made, innermost first (`runs/<name>` too, for a new name).
+    made: Vec<PathBuf>,
+    kept: bool,
+}
+
+impl Created {
+    /// Creates the run directory (owner-only: it will hold the live socket). Refuses a directory
+    /// that already holds a run. `path` is then absolute.
+    pub fn new(dir: &Path) -> Result<Created, String> {
+        if dir.join(METRICS).exists() {
+            return Err(format!(
+                "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
+                dir.display(),
+                dir.display()
+            ));
+        }
+        let fail = |e: std::io::Error| {
+            format!(
+                "cannot create run directory {}: {e}; pick a writable --run-dir",
+                dir.display()
+            )
+        };
+        let made: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        fs::create_dir_all(dir).map_err(fail)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(fail)?;
+        }
+        Ok(Created {
+            dir: fs::canonicalize(dir).map_err(fail)?,
+            made,
+            kept: false,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run started: keep its directory and, for a default one, point `latest` at it.
+    pub fn keep(mut self, link_latest: bool) {
+        self.kept = true;
+        if link_latest {
+            link_latest_to(&self.dir);
+        }
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        // only empty directories (and the checkpoint lock this start took): whatever else is
+        // there was not made by this start
+        let ckpts = self.dir.join(CHECKPOINTS);
+        let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
+            es.filter_map(|e| e.ok())
+                .all(|e| e.file_name() == checkpoint::LOCK_FILE)
+        });
+        if only_lock {
+            let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
+            let _ = fs::remove_dir(&ckpts);
+        }
+        let _ = fs::remove_dir(&self.dir);
+        for d in &self.made {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+/// Points `<parent>/latest` at `dir`: a new link beside the old, renamed over it, so `latest`
+/// is never missing.
+fn link_latest_to(dir: &Path) {
+    let (Some(parent), Some(leaf)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let tmp = parent.join(format!(".{LATEST}.{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    #[cfg(unix)]
+    let linked =
+        std::os::unix::fs::symlink(leaf, &tmp).and_then(|_| fs::rename(&tmp, parent.join(LATEST)));
+    #[cfg(not(unix))]
+    let linked: std::io::Result<()> = Ok(());
+    if linked.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+}
+
+/// Whether `dir` is a run's directory.
+pub fn is_run_dir(dir: &Path) -> bool {
+    dir.join(METRICS).is_file()
+}
+
+/// What `--resume PATH` resumes from: the `step-N` checkpoint directory.
+pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
+    if !path.exists() {
+        return Err(format!(
+            "--resume {}: no such file or directory; pass a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
+            path.display()
+        ));
+    }
+    // absolute and without links: a `latest` link moves when this run starts
+    let path = &fs::canonicalize(path).map_err(|e| format!("--resume {}: {e}", path.display()))?;
+    if path.join("state.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if is_run_dir(path) {
+        let ckpts = path.join(CHECKPOINTS);
+        return newest_of_one_run(&ckpts).map_err(|e| match e {
+            Found::Nothing => format!(
+                "run {} has no checkpoint to resume from (a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every); start it again instead",
+                path.display()
+            ),
+            Found::Error(e) => e,
+        });
+    }
+    match newest_of_one_run(path) {
+        Ok(p) => return Ok(p),
+        Err(Found::Error(e)) => return Err(e),
+        Err(Found::Nothing) => {}
+    }
+    let mut runs = runs_under(path);
+    match runs.len() {
+        0 => Err(format!(
+            "--resume {}: no checkpoint, run directory or checkpoint directory there",
+            path.display()
+        )),
+        1 => resume_point(&runs.remove(0).0),
+        n => Err(format!(
+            "--resume {} holds {n} runs; pass the one to continue:\n{}",
+            path.display(),
+            listing(&runs)
+        )),
+    }
+}
+
+enum Found {
+    Nothing,
+    Error(String),
+}
+
+/// The newest checkpoint in a checkpoint directory, refusing one that holds checkpoints of
+/// several runs (each checkpoint names the run directory that wrote it).
+fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Err(Found::Nothing);
+    };
+    let mut steps: Vec<(u64, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter_map(|p| {
+            let step = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("step-")?
+                .parse()
+                .ok()?;
+            p.join("state.json").is_file().then_some((step, p))
+        })
+        .collect();
+    if steps.is_empty() {
+        return Err(Found::Nothing);
+    }
+    steps.sort_by_key(|(step, _)| *step);
+    let mut owners: Vec<(String, u64, u64)> = Vec::new();
+    for (step, p) in &steps {
+        let owner = checkpoint::read_meta(p)
+            .ok()
+            .and_then(|m| m.run_dir)
+            .unwrap_or_default();
+        match owners.iter_mut().find(|o| o.0 == owner) {
+            Some(o) => o.2 = *step,
+            None => owners.push((owner, *step, *step)),
+        }
+    }
+    // checkpoints from before run directories name no run: they go with any one run
+    let named: Vec<_> = owners.iter().filter(|o| !o.0.is_empty()).collect();
+    if named.len() > 1 {
+        let lines: Vec<String> = named
+            .iter()
+            .map(|(run, first, last)| format!("  {run}: steps {first}..{last}"))
+            .collect();
+        return Err(Found::Error(format!(
+            "--resume {}: its checkpoints are of {} different runs; pass one step-NNNNNNNN directory, or the run's own directory:\n{}",
+            dir.display(),
+            named.len(),
+            lines.join("\n")
+        )));
+    }
+    Ok(steps.pop().map(|(_, p)| p).expect("not empty"))
+}
+
+/// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), newest
+/// first, with their metrics file's last change. `latest` links are not followed.
+pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
+    let mut found = Vec::new();
+    let children = |d: &Path| -> Vec<PathBuf> {
+        fs::read_dir(d)
+            .map(|es| {
+                es.filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for c in children(dir) {
+        if is_run_dir(&c) {
+            found.push(c);
+        } else {
+            found.extend(children(&c).into_iter().filter(|g| is_run_dir(g)));
+        }
+    }
+    let mut runs: Vec<_> = found
+        .into_iter()
+        .map(|p| {
+            let t = fs::metadata(p.join(METRICS))
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (p, t)
+        })
+        .collect();
+    runs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+    runs
+}
+
+fn listing(runs: &[(PathBuf, std::time::SystemTime)]) -> String {
+    let mut lines: Vec<String> = runs
+        .iter()
+        .take(LISTED)
+        .map(|(p, _)| format!("  --resume {}", p.display()))
+        .collect();
+    if runs.len() > LISTED {
+        lines.push(format!("  ... and {} older", runs.len() - LISTED));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_one_safe_path_component() {
+        assert_eq!(file_name_of("digits-mlp:128,64"), "digits-mlp_128_64");
+        assert_eq!(file_name_of("../../etc"), "_.._etc");
+        assert_eq!(file_name_of(""), "run");
+        assert_eq!(file_name_of("a/b c"), "a_b_c");
+    }
+
+    #[test]
+    fn default_dirs_are_unique_and_stamped() {
+        let root = tempfile::tempdir().unwrap();
+        let a = default_dir(root.path(), "x");
+        Created::new(&a).unwrap().keep(true);
+        fs::write(a.join(METRICS), "").unwrap();
+        let b = default_dir(root.path(), "x");
+        assert_ne!(a, b);
+        let stamp = a.file_name().unwrap().to_str().unwrap();
+        assert_eq!(stamp.len(), 15, "{stamp}");
+        assert_eq!(&stamp[8..9], "-");
+        let latest = root.path().join(RUNS).join("x").join(LATEST);
+        assert_eq!(fs::read_link(&latest).unwrap(), a.file_name().unwrap());
+        assert!(Created::new(&a).err().unwrap().contains("--resume"));
+    }
+
+    #[test]
+    fn a_failed_start_takes_back_only_the_empty_directories_it_made() {
+        let root = tempfile::tempdir().unwrap();
+        let fresh = root.path().join("fresh");
+        drop(Created::new(&fresh).unwrap());
+        assert!(!fresh.exists());
+        // a --run-dir that already held the user's files keeps them
+        let theirs = root.path().join("theirs");
+        fs::create_dir(&theirs).unwrap();
+        fs::write(theirs.join("notes.txt"), "mine").unwrap();
+        drop(Created::new(&theirs).unwrap());
+        assert!(theirs.join("notes.txt").is_file());
+    }
+}

@@ -1,0 +1,179 @@
+//! Run directories as a user meets them: `--resume` of a run directory, of a directory holding
+//! several runs, of a checkpoint directory two runs wrote into, of a run that reached its budget;
+//! a start that fails leaves no directory behind; `runs` lists each run's state.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const QUICK: [&str; 6] = [
+    "--headless",
+    "--devices",
+    "cpu:1",
+    "--data",
+    "synthetic:600,8,3",
+    "--model=mlp:8",
+];
+
+/// A quick run with `more` flags; returns its run directory (from the log) and its output.
+fn train(dir: &Path, more: &[&str]) -> (PathBuf, String) {
+    let args: Vec<&str> = QUICK.iter().chain(more).copied().collect();
+    let o = run_in(dir, &args);
+    let out = text(&o);
+    assert!(o.status.success(), "{args:?}: {out}");
+    let run_dir = out
+        .lines()
+        .find_map(|l| l.strip_prefix("run dir: "))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no run dir in: {out}"));
+    (run_dir, out)
+}
+
+fn fails(dir: &Path, more: &[&str]) -> String {
+    let args: Vec<&str> = QUICK.iter().chain(more).copied().collect();
+    let o = run_in(dir, &args);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {out}");
+    assert!(!out.contains("panicked"), "{out}");
+    out
+}
+
+#[test]
+fn resume_continues_a_run_directory_and_refuses_what_is_ambiguous() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (first, _) = train(d, &["--steps", "10"]);
+    // its newest checkpoint, through the `latest` link, into a new run directory
+    let (second, out) = train(
+        d,
+        &["--steps", "20", "--resume", "runs/synthetic-mlp_8/latest"],
+    );
+    assert_ne!(first, second);
+    let want = format!(
+        "resumed from {} at step 10",
+        first.join("checkpoints/step-00000010").display()
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(second.join("checkpoints/step-00000020").is_dir(), "{out}");
+
+    // two runs of that name now: which one is not guessed
+    let out = fails(d, &["--steps", "30", "--resume", "runs/synthetic-mlp_8"]);
+    assert!(out.contains("holds 2 runs"), "{out}");
+    for run in [&first, &second] {
+        let name = run.file_name().unwrap().to_str().unwrap();
+        assert!(out.contains(name), "{name} listed: {out}");
+    }
+
+    // a run already at its budget
+    let second_s = second.to_str().unwrap();
+    let out = fails(d, &["--steps", "20", "--resume", second_s]);
+    assert!(out.contains("is at step 20, and --steps is 20"), "{out}");
+    assert!(out.contains("larger --steps"), "{out}");
+}
+
+#[test]
+fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (a, _) = train(d, &["--steps", "5", "--checkpoint-dir", "shared"]);
+    let (b, _) = train(d, &["--steps", "7", "--checkpoint-dir", "shared"]);
+    let out = fails(d, &["--steps", "30", "--resume", "shared"]);
+    assert!(out.contains("checkpoints are of 2 different runs"), "{out}");
+    assert!(
+        out.contains(&format!("{}: steps 5..5", a.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{}: steps 7..7", b.display())),
+        "{out}"
+    );
+    // one checkpoint of it is not ambiguous
+    let (_, out) = train(d, &["--steps", "30", "--resume", "shared/step-00000005"]);
+    assert!(out.contains("at step 5"), "{out}");
+}
+
+#[test]
+fn a_start_that_fails_leaves_no_run_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (_, _) = train(d, &["--steps", "5"]);
+    // a checkpoint of another model (other input width): refused after the data is loaded
+    let args: Vec<&str> = QUICK
+        .iter()
+        .map(|a| {
+            if *a == "synthetic:600,8,3" {
+                "synthetic:600,6,3"
+            } else {
+                a
+            }
+        })
+        .chain(["--steps", "9", "--resume", "runs/synthetic-mlp_8/latest"])
+        .collect();
+    let o = run_in(d, &args);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("was written for model"), "{out}");
+    let runs: Vec<_> = std::fs::read_dir(d.join("runs/synthetic-mlp_8"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name() != "latest")
+        .collect();
+    assert_eq!(runs.len(), 1);
+    // a --run-dir that already holds a run
+    train(d, &["--steps", "5", "--run-dir", "mine"]);
+    let out = fails(d, &["--steps", "5", "--run-dir", "mine"]);
+    assert!(out.contains("already holds a run"), "{out}");
+}
+
+#[test]
+fn runs_lists_each_run_with_its_state() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (done, _) = train(d, &["--epochs", "2"]);
+    let o = run_in(
+        d,
+        &[
+            &QUICK[..],
+            &["--steps", "50", "--inject-panic", "0:3", "--name", "broken"],
+        ]
+        .concat(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = run_in(d, &["runs"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("{name} missing: {out}"))
+            .to_string()
+    };
+    let done_name = format!(
+        "runs/synthetic-mlp_8/{}",
+        done.file_name().unwrap().to_str().unwrap()
+    );
+    let done_line = line(&done_name);
+    assert!(done_line.contains(" done "), "{done_line}");
+    assert!(done_line.contains("100%"), "{done_line}");
+    assert!(done_line.contains('%'), "best accuracy shown: {done_line}");
+    assert!(line("runs/broken/").contains(" failed "), "{out}");
+    let o = run_in(d, &["ls", "elsewhere"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));
+}
