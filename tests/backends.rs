@@ -11,7 +11,7 @@ use mgtop::backend::cuda::replica::CudaReplica;
 use mgtop::backend::{CpuReplica, Replica, TrainState};
 use mgtop::comm::LocalCollective;
 use mgtop::data::MicroBatch;
-use mgtop::nn::model::{Mlp, ModelSpec};
+use mgtop::nn::model::Model;
 use mgtop::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
 use mgtop::nn::rng::Rng;
 
@@ -19,7 +19,7 @@ const LR: f32 = 0.05;
 const WD: f32 = 0.01;
 
 /// The model in f64, from the definitions: returns (mean loss, gradient of the mean loss).
-fn reference_grad(m: &Mlp, p: &[f64], x: &[f32], y: &[u32], b: usize) -> (f64, Vec<f64>) {
+fn reference_grad(m: &Model, p: &[f64], x: &[f32], y: &[u32], b: usize) -> (f64, Vec<f64>) {
     let layers = m.layers();
     let mut acts: Vec<Vec<f64>> = vec![x.iter().map(|&v| v as f64).collect()];
     for l in 0..layers {
@@ -116,9 +116,9 @@ fn reference_update(
 /// The shared body: two steps of `kind` on one batch through `replica` against the reference.
 fn trains_like_the_reference(
     name: &str,
-    make: &dyn Fn(Mlp, OptimizerKind, TrainState) -> Box<dyn Replica>,
+    make: &dyn Fn(Model, OptimizerKind, TrainState) -> Box<dyn Replica>,
 ) {
-    let model = Mlp::new(6, &ModelSpec { hidden: vec![9, 7] }, 4);
+    let model = Model::mlp(6, &[9, 7], 4);
     let b = 5;
     let mut rng = Rng::new(21);
     let x: Vec<f32> = (0..b * 6).map(|_| rng.normal()).collect();

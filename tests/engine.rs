@@ -8,15 +8,13 @@ use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::data::DataSpec;
 use mgtop::engine::events::{Applied, Event};
 use mgtop::engine::{Engine, EngineError, RunResult};
-use mgtop::nn::model::{Mlp, ModelSpec};
+use mgtop::nn::model::{Model, ModelSpec};
 use mgtop::nn::optim::OptimizerKind;
 
 fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
     RunConfig {
         devices: DeviceSpec::Cpu(ranks),
-        model: ModelSpec {
-            hidden: vec![16, 8],
-        },
+        model: ModelSpec::mlp(&[16, 8]),
         // 301 training samples: epochs end with a short global batch
         data: DataSpec::Synthetic {
             n: 301,
@@ -123,7 +121,7 @@ fn resume_rejects_a_checkpoint_of_another_model() {
     let mut cfg = small(1, 8, 3, dir.path());
     cfg.final_checkpoint = true;
     run(cfg.clone());
-    cfg.model = ModelSpec { hidden: vec![32] };
+    cfg.model = ModelSpec::mlp(&[32]);
     cfg.budget = Budget::Steps(6);
     cfg.resume = Some(dir.path().to_path_buf());
     let e = Engine::start(cfg)
@@ -162,13 +160,7 @@ fn a_diverging_run_stops_every_rank_and_names_the_step() {
         }) => {
             assert!(step > 1 && step < 500);
             let ckpt = checkpoint.expect("a checkpoint was kept");
-            let model = Mlp::new(
-                12,
-                &ModelSpec {
-                    hidden: vec![16, 8],
-                },
-                4,
-            );
+            let model = Model::mlp(12, &[16, 8], 4);
             let (meta, _) = mgtop::engine::checkpoint::read(&ckpt, &model, "sgd")
                 .expect("the kept checkpoint is good");
             assert!(

@@ -3,13 +3,13 @@
 use super::{BatchMetrics, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
-use crate::nn::model::{Mlp, Workspace};
+use crate::nn::model::{Model, Workspace};
 use crate::nn::optim::{self, OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
 
 pub struct CpuReplica {
-    model: Mlp,
+    model: Model,
     kind: OptimizerKind,
     weight_decay: f32,
     params: Vec<f32>,
@@ -22,7 +22,7 @@ pub struct CpuReplica {
 impl CpuReplica {
     /// Must be called on the thread that will train (it sets that thread's FPU mode).
     pub fn new(
-        model: Mlp,
+        model: Model,
         kind: OptimizerKind,
         weight_decay: f32,
         state: TrainState,

@@ -76,9 +76,7 @@ pub fn gpu_train_throughput(gpus: &[usize], batch: usize) -> Result<f64, EngineE
 fn synthetic(workers: usize, hidden: usize, n: usize, batch: usize, steps: u64) -> RunConfig {
     RunConfig {
         devices: DeviceSpec::Cpu(workers),
-        model: ModelSpec {
-            hidden: vec![hidden],
-        },
+        model: ModelSpec::mlp(&[hidden]),
         data: DataSpec::Synthetic { n, d: 784, c: 10 },
         budget: Budget::Steps(steps),
         batch_per_replica: batch,

@@ -4,6 +4,7 @@
 
 use super::Device;
 use crate::config::RunConfig;
+use crate::nn::model::Model;
 use crate::nn::optim::OptimizerKind;
 
 /// Rows evaluated at a time (`CpuReplica`'s evaluation chunk, at least).
@@ -30,10 +31,10 @@ impl Estimate {
     }
 }
 
-/// `dims`: the model's widths, input to classes.
-pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], dims: &[usize]) -> Estimate {
+pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Estimate {
     let f = |x: usize| x as f64;
-    let params: f64 = dims.windows(2).map(|w| f(w[0]) * f(w[1]) + f(w[1])).sum();
+    let dims = &model.dims;
+    let params = f(model.n_params);
     let moments = match cfg.optimizer {
         OptimizerKind::Sgd => 0.0,
         OptimizerKind::Momentum => 1.0,
@@ -94,13 +95,13 @@ mod tests {
     #[test]
     fn the_reference_mlp_fits_and_an_absurd_one_is_refused_with_the_figures() {
         let cfg = RunConfig::default();
-        let small = estimate(&cfg, &cpus(2), &[784, 128, 10]);
+        let small = estimate(&cfg, &cpus(2), &Model::mlp(784, &[128], 10));
         // 101,770 parameters: params + grads + Adam's two moments, 4 bytes each
         assert_eq!(small.state_per_rank, 4.0 * 101_770.0 * 4.0);
         assert!(small.total() < 64e6, "{small:?}");
         assert!(check(&small, Some(1 << 30)).is_ok());
 
-        let huge = estimate(&cfg, &cpus(3), &[784, 65536, 65536, 65536, 10]);
+        let huge = estimate(&cfg, &cpus(3), &Model::mlp(784, &[65536, 65536, 65536], 10));
         let e = check(&huge, Some(24 << 30)).unwrap_err();
         assert!(
             e.contains("per CPU rank x 3")
@@ -119,7 +120,7 @@ mod tests {
             grad_accum: 4,
             ..RunConfig::default()
         };
-        let e = estimate(&cfg, &cpus(1), &[784, 10]);
+        let e = estimate(&cfg, &cpus(1), &Model::mlp(784, &[], 10));
         // (8 prefetched + 1 being built) batches of 4 micro-batches of 32 samples
         assert_eq!(e.queues, 9.0 * 4.0 * 32.0 * 785.0 * 4.0);
     }

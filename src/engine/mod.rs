@@ -31,7 +31,8 @@ use crate::data::{self, DataError, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader};
-use crate::nn::model::Mlp;
+use crate::nn::layers::Shape;
+use crate::nn::model::Model;
 use crate::nn::optim::OptState;
 use checkpoint::CheckpointError;
 use heartbeat::{Beat, Heartbeats};
@@ -144,13 +145,13 @@ impl Engine {
             }
             None => cfg.batch_per_replica,
         };
-        let dims = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes).dims;
+        let model = build_model(&cfg, &loaded.train)?;
         let sized = RunConfig {
             batch_per_replica: per_replica,
             ..cfg.clone()
         };
         memory::check(
-            &memory::estimate(&sized, &devices.0, &dims),
+            &memory::estimate(&sized, &devices.0, &model),
             memory::available(),
         )
         .map_err(EngineError::Config)?;
@@ -190,7 +191,7 @@ impl Engine {
         loaded: RunData,
     ) -> Result<Engine, EngineError> {
         let ranks = devices.len();
-        let model = Mlp::new(loaded.train.features, &cfg.model, loaded.train.classes);
+        let model = build_model(&cfg, &loaded.train)?;
         let start = match &cfg.resume {
             Some(path) => {
                 let dir = checkpoint::resolve(path)?;
@@ -518,6 +519,16 @@ impl Engine {
         let _ = drain.join();
         r
     }
+}
+
+/// The run's model on its data's samples.
+fn build_model(cfg: &RunConfig, train: &data::Dataset) -> Result<Model, EngineError> {
+    let input = Shape::Flat(train.features);
+    Model::new(input, &cfg.model, train.classes).map_err(|e| {
+        EngineError::Config(format!(
+            "{e}; change --model, or --data to data of that shape"
+        ))
+    })
 }
 
 /// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train

@@ -18,7 +18,7 @@ use crate::data::Dataset;
 use crate::engine::control::{agree, Decider};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
-use crate::nn::model::Mlp;
+use crate::nn::model::Model;
 use crate::nn::schedule::lr_at;
 
 use super::rebalance;
@@ -27,7 +27,7 @@ pub(super) struct Worker {
     pub rank: usize,
     pub ranks: usize,
     pub cfg: Arc<RunConfig>,
-    pub model: Mlp,
+    pub model: Model,
     pub train_len: usize,
     pub val: Arc<Dataset>,
     pub coll: Box<dyn Collective>,
@@ -93,7 +93,7 @@ pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
-    model: crate::nn::model::Mlp,
+    model: crate::nn::model::Model,
     state: crate::backend::TrainState,
     group: Option<crate::backend::cuda::replica::Group>,
 ) -> Result<crate::backend::cuda::replica::CudaReplica, EngineError> {

@@ -14,7 +14,7 @@ use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::{Collective, LocalCollective};
 use crate::data::MicroBatch;
 use crate::nn::gemm::sgemm;
-use crate::nn::model::{Mlp, ModelSpec};
+use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
 use crate::nn::rng::Rng;
 
@@ -250,13 +250,7 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
 
 /// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
 fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
-    let model = Mlp::new(
-        64,
-        &ModelSpec {
-            hidden: vec![128, 32],
-        },
-        10,
-    );
+    let model = Model::mlp(64, &[128, 32], 10);
     let mut rng = Rng::new(9);
     let micro: Vec<MicroBatch> = [64, 32]
         .iter()

@@ -14,7 +14,7 @@ use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::TrainState;
-use crate::nn::model::Mlp;
+use crate::nn::model::Model;
 use crate::nn::optim::OptState;
 
 mod lock;
@@ -95,7 +95,7 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
 /// Writes a checkpoint for `meta.step` under `dir`; returns its directory.
 pub fn write(
     dir: &Path,
-    model: &Mlp,
+    model: &Model,
     state: &TrainState,
     meta: &CheckpointMeta,
 ) -> Result<PathBuf, CheckpointError> {
@@ -225,7 +225,7 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
 /// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
 pub fn read(
     path: &Path,
-    model: &Mlp,
+    model: &Model,
     optimizer: &str,
 ) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
     let dir = resolve(path)?;

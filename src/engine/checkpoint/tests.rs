@@ -1,11 +1,10 @@
 //! Checkpoints written, read back, damaged and locked.
 
 use super::*;
-use crate::nn::model::ModelSpec;
 use crate::nn::optim::OptimizerKind;
 
-fn sample() -> (Mlp, TrainState, CheckpointMeta) {
-    let model = Mlp::new(4, &ModelSpec { hidden: vec![3] }, 2);
+fn sample() -> (Model, TrainState, CheckpointMeta) {
+    let model = Model::mlp(4, &[3], 2);
     let params = model.init_params(1);
     let mut opt = OptState::new(OptimizerKind::Adam, model.n_params);
     opt.t = 7;
@@ -60,7 +59,7 @@ fn rejects_other_shapes_optimizers_and_damaged_files() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     let p = write(dir.path(), &model, &state, &meta).unwrap();
-    let other = Mlp::new(4, &ModelSpec { hidden: vec![5] }, 2);
+    let other = Model::mlp(4, &[5], 2);
     let e = read(&p, &other, "adam").unwrap_err().to_string();
     assert!(
         e.contains("4-3-2") && e.contains("4-5-2") && e.contains("--model"),

@@ -1,5 +1,5 @@
 //! The model on one GPU: parameters, gradients and optimizer state are flat device buffers laid
-//! out as on the CPU (`Mlp::tensors`), every op is a kernel of `kernels/` or a cuBLAS product,
+//! out as on the CPU (`Model::tensors`), every op is a kernel of `kernels/` or a cuBLAS product,
 //! and gradients are summed across GPUs by NCCL in one call (the batch metrics ride in three
 //! slots after them, as on the CPU).
 //!
@@ -24,7 +24,7 @@ use super::{blas, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
-use crate::nn::model::Mlp;
+use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
@@ -46,7 +46,7 @@ pub struct CudaReplica {
     comm: Option<Communicator>,
     /// How long joining NCCL or an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
-    model: Mlp,
+    model: Model,
     kind: OptimizerKind,
     weight_decay: f32,
     t: u64,
@@ -76,7 +76,7 @@ impl CudaReplica {
     /// other GPUs.
     pub fn open(
         index: usize,
-        model: Mlp,
+        model: Model,
         kind: OptimizerKind,
         weight_decay: f32,
         state: TrainState,
@@ -84,6 +84,13 @@ impl CudaReplica {
     ) -> Result<CudaReplica, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
+        if !model.is_mlp() {
+            return Err(CudaError::new(
+                index,
+                "open",
+                "this build trains convolutional models on CPU workers only: use --devices cpu:N",
+            ));
+        }
         if n + AUX > MAX_ELEMENTS {
             return Err(CudaError::new(
                 index,

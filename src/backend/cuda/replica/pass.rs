@@ -1,5 +1,5 @@
 //! The forward and backward pass of one micro-batch on the GPU: cuBLAS products through the
-//! row-major helper and the kernels of `kernels/`, in the order of `Mlp::forward_backward`.
+//! row-major helper and the kernels of `kernels/`, in the order of `Model::forward_backward`.
 
 use super::CudaReplica;
 use crate::backend::cuda::blas::sgemm;
@@ -98,7 +98,7 @@ impl CudaReplica {
             }
             let dout = dout.as_view();
             let inp = acts[l].slice(..b * c);
-            // the weight gradient, and the bias gradient right after it (Mlp's layout)
+            // the weight gradient, and the bias gradient right after it (Model's layout)
             let mut wb = grads.slice_mut(w.start..bias.end);
             let (mut gw, mut gb) = wb.split_at_mut(w.len());
             // dW += inp^T dout
