@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::images::{hwc_to_chw, idx_images, ImageLayout};
 use super::read::{self, Expect};
 use super::{finish, DataError, Dataset, Normalisation};
 
@@ -166,9 +167,17 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
     Ok(Idx { kind, dims, data })
 }
 
-/// Loads an images file and a labels file; u8 images are scaled by 1/255.
-pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisation), DataError> {
+/// Loads an images file and a labels file; u8 images are scaled by 1/255. The image shape comes
+/// from the images file's header (see [`idx_images`]: 3-d is 1xHxW, 4-d channels first or last
+/// as `layout` says or as guessed); channels-last images are turned into CHW. Also returns how
+/// a 4-d layout was decided, for the data description (empty for other files).
+pub(super) fn load(
+    images: &Path,
+    labels: &Path,
+    layout: Option<ImageLayout>,
+) -> Result<(Dataset, Normalisation, String), DataError> {
     let im = read(images)?;
+    let how = idx_images(&im.dims, layout).map_err(|m| fmt_err(images, m))?;
     let lb = read(labels)?;
     if lb.kind != UBYTE || lb.dims.len() != 1 {
         return Err(fmt_err(labels, "a labels file must be 1-dimensional unsigned bytes (idx1-ubyte); did you swap images and labels?".into()));
@@ -186,7 +195,7 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
     }
     // cannot overflow: the product of all the dimensions was checked when the file was read
     let features: usize = im.dims[1..].iter().product();
-    let (x, norm) = if im.kind == UBYTE {
+    let (mut x, norm): (Vec<f32>, _) = if im.kind == UBYTE {
         (
             im.data.iter().map(|&b| b as f32).collect(),
             Normalisation::Scale(1.0 / 255.0),
@@ -210,9 +219,14 @@ pub(super) fn load(images: &Path, labels: &Path) -> Result<(Dataset, Normalisati
         }
         (x, Normalisation::None)
     };
+    drop(im.data);
+    if let (true, Some(shape)) = (how.hwc, how.shape) {
+        hwc_to_chw(&mut x, shape);
+    }
     let y = lb.data.iter().map(|&b| b as u32).collect();
-    let ds = finish(features, x, y).map_err(|m| fmt_err(labels, m))?;
-    Ok((ds, norm))
+    let mut ds = finish(features, x, y).map_err(|m| fmt_err(labels, m))?;
+    ds.image = how.shape;
+    Ok((ds, norm, how.note))
 }
 
 #[cfg(test)]
@@ -320,7 +334,7 @@ mod tests {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
         std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
-        let e = load(&imgs, &labs).err().unwrap().to_string();
+        let e = load(&imgs, &labs, None).err().unwrap().to_string();
         assert!(
             e.contains("image 1, value 0: NaN is not a finite number"),
             "{e}"
@@ -330,7 +344,7 @@ mod tests {
             .flat_map(|v| v.to_be_bytes())
             .collect();
         std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
-        let (ds, norm) = load(&imgs, &labs).unwrap();
+        let (ds, norm, _) = load(&imgs, &labs, None).unwrap();
         assert_eq!(
             (ds.x, norm),
             (vec![0.5, 1.0, 3.0, 2.0], Normalisation::None)
@@ -348,11 +362,53 @@ mod tests {
         )
         .unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[3], &[1, 0, 2])).unwrap();
-        let (ds, norm) = load(&imgs, &labs).unwrap();
+        let (ds, norm, _) = load(&imgs, &labs, None).unwrap();
         assert_eq!((ds.len(), ds.features, ds.classes), (3, 2, 3));
         assert_eq!(norm, Normalisation::Scale(1.0 / 255.0));
         std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
-        let e = load(&imgs, &labs).err().unwrap().to_string();
+        let e = load(&imgs, &labs, None).err().unwrap().to_string();
         assert!(e.contains("2 labels but") && e.contains("3 images"), "{e}");
+    }
+
+    #[test]
+    fn images_carry_their_shape_from_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let (imgs, labs) = (dir.path().join("img"), dir.path().join("lab"));
+        std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
+        // 3-d [N,H,W], as MNIST / Fashion-MNIST: 1xHxW
+        std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 3, 2], &[0; 12])).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        assert_eq!(
+            (ds.image, ds.features, note.as_str()),
+            (Some([1, 3, 2]), 6, "")
+        );
+        let e = load(&imgs, &labs, Some(ImageLayout::ChannelsLast))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("layout=nhwc is for 4-d images files"), "{e}");
+        // 4-d [N,H,W,C], 2x2 RGB: read as CHW
+        let hwc: Vec<u8> = (0..24).collect();
+        std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 2, 2, 3], &hwc)).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        assert_eq!(ds.image, Some([3, 2, 2]));
+        assert!(note.contains("N,H,W,C (guessed from the sizes)"), "{note}");
+        let red: Vec<f32> = ds.row(0)[..4].to_vec();
+        assert_eq!(red, vec![0.0, 3.0, 6.0, 9.0]);
+        assert_eq!(ds.row(1)[4..8].to_vec(), vec![13.0, 16.0, 19.0, 22.0]);
+        // 4-d [N,C,H,W]: read as stored
+        std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 3, 2, 2], &hwc)).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        assert_eq!(ds.image, Some([3, 2, 2]));
+        assert!(note.contains("N,C,H,W"), "{note}");
+        assert_eq!(ds.x, (0..24).map(|v| v as f32).collect::<Vec<_>>());
+        // the same bytes, said to be channels last
+        let (ds, _, note) = load(&imgs, &labs, Some(ImageLayout::ChannelsLast)).unwrap();
+        assert_eq!(ds.image, Some([2, 3, 2]));
+        assert!(note.contains("(layout=nhwc)"), "{note}");
+        assert_eq!(ds.row(0)[..6].to_vec(), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        // 2-d [N,D]: flat vectors
+        std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 5], &[0; 10])).unwrap();
+        assert_eq!(load(&imgs, &labs, None).unwrap().0.image, None);
     }
 }

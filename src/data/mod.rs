@@ -1,18 +1,22 @@
-//! Datasets: the embedded digits set, CSV, IDX (MNIST format) and a seeded synthetic teacher
-//! set; the seeded train/validation split and the input normalisation.
+//! Datasets: the embedded digits set, CSV, IDX (MNIST format), a seeded synthetic teacher set
+//! and seeded synthetic images; image shapes; the seeded train/validation split and the input
+//! normalisation.
 
 mod csv;
 mod idx;
+mod images;
 pub mod read;
+mod spec;
 mod synthetic;
+mod synthetic_images;
 
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use crate::nn::rng::{tag, Rng};
 
 pub use csv::LabelColumn;
+pub use images::{parse_shape, shape_text, shape_values, ImageLayout};
+pub use spec::DataSpec;
 
 /// One micro-batch: x[n, features] and labels[n].
 #[derive(Clone, Debug, Default)]
@@ -27,6 +31,10 @@ pub struct MicroBatch {
 pub struct Dataset {
     pub features: usize,
     pub classes: usize,
+    /// The shape of one sample, [C, H, W], when the samples are images: each row is the image
+    /// row-major CHW (channel planes, each H rows of W), and `features == C*H*W`. `None` for
+    /// flat vectors.
+    pub image: Option<[usize; 3]>,
     pub x: Vec<f32>,
     pub y: Vec<u32>,
 }
@@ -52,6 +60,7 @@ impl Dataset {
         Dataset {
             features: self.features,
             classes: self.classes,
+            image: self.image,
             x,
             y: idx.iter().map(|&i| self.y[i]).collect(),
         }
@@ -75,104 +84,6 @@ pub enum Normalisation {
     /// Per-feature (x - mean) / std with statistics from the training split.
     Standardise,
     None,
-}
-
-/// What `--data` asks for.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DataSpec {
-    Digits,
-    Csv {
-        path: PathBuf,
-        label: LabelColumn,
-        header: bool,
-    },
-    Idx {
-        images: PathBuf,
-        labels: PathBuf,
-    },
-    Synthetic {
-        n: usize,
-        d: usize,
-        c: usize,
-    },
-}
-
-const DATA_HELP: &str =
-    "use digits, csv:PATH[,label=last|first|N][,header], idx:IMAGES,LABELS or synthetic:N,D,C";
-
-impl FromStr for DataSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
-        match kind {
-            "digits" if rest.is_empty() => Ok(DataSpec::Digits),
-            "csv" => {
-                let mut parts = rest.split(',');
-                let path = parts.next().filter(|p| !p.is_empty()).ok_or(format!("data `{s}`: missing path; {DATA_HELP}"))?;
-                let (mut label, mut header) = (LabelColumn::Last, false);
-                for opt in parts {
-                    match opt.split_once('=') {
-                        Some(("label", v)) => label = v.parse().map_err(|e| format!("data `{s}`: {e}"))?,
-                        None if opt == "header" => header = true,
-                        _ => return Err(format!("data `{s}`: unknown CSV option `{opt}`; {DATA_HELP}")),
-                    }
-                }
-                Ok(DataSpec::Csv { path: path.into(), label, header })
-            }
-            "idx" => match rest.split_once(',') {
-                Some((i, l)) if !i.is_empty() && !l.is_empty() => Ok(DataSpec::Idx { images: i.into(), labels: l.into() }),
-                _ => Err(format!("data `{s}`: idx needs two files, idx:IMAGES,LABELS (e.g. idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz)")),
-            },
-            "synthetic" => {
-                let nums: Result<Vec<usize>, _> = rest.split(',').map(|p| p.trim().parse::<usize>()).collect();
-                match nums.as_deref() {
-                    Ok(&[n, d, c]) if n >= 2 && d >= 1 && (2..=65536).contains(&c) => Ok(DataSpec::Synthetic { n, d, c }),
-                    _ => Err(format!("data `{s}`: synthetic needs N,D,C (samples >= 2, features >= 1, 2..65536 classes), e.g. synthetic:60000,784,10")),
-                }
-            }
-            _ => Err(format!("unknown data `{s}`: {DATA_HELP}")),
-        }
-    }
-}
-
-impl DataSpec {
-    /// A short name for the data: `digits`, a file's stem, or `synthetic`.
-    pub fn short_name(&self) -> String {
-        let stem = |p: &std::path::Path| {
-            p.file_stem()
-                .map_or("data".into(), |s| s.to_string_lossy().into_owned())
-        };
-        match self {
-            DataSpec::Digits => "digits".into(),
-            DataSpec::Csv { path, .. } => stem(path),
-            DataSpec::Idx { images, .. } => stem(images),
-            DataSpec::Synthetic { .. } => "synthetic".into(),
-        }
-    }
-}
-
-impl fmt::Display for DataSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DataSpec::Digits => f.write_str("digits"),
-            DataSpec::Csv {
-                path,
-                label,
-                header,
-            } => {
-                write!(
-                    f,
-                    "csv:{},label={label}{}",
-                    path.display(),
-                    if *header { ",header" } else { "" }
-                )
-            }
-            DataSpec::Idx { images, labels } => {
-                write!(f, "idx:{},{}", images.display(), labels.display())
-            }
-            DataSpec::Synthetic { n, d, c } => write!(f, "synthetic:{n},{d},{c}"),
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,16 +118,44 @@ pub struct LoadedData {
 /// The embedded digits set (see data/README.md for its origin and licence).
 const DIGITS_CSV: &str = include_str!("../../data/digits.csv");
 
+/// The embedded digits are 8x8 grey images.
+const DIGITS_SHAPE: [usize; 3] = [1, 8, 8];
+
+/// Checks a CSV's `shape=` against its rows' features.
+fn csv_shape(shape: [usize; 3], features: usize) -> Result<[usize; 3], String> {
+    match shape_values(&shape) {
+        Some(v) if v == features => Ok(shape),
+        v => {
+            let side = (features as f64).sqrt().round() as usize;
+            let e_g = if side * side == features {
+                format!(" (e.g. shape=1x{side}x{side})")
+            } else {
+                String::new()
+            };
+            Err(format!(
+                "shape={} is {} values per image but the rows have {features} features (every column but the label); give a shape of {features} values{e_g}, or check label= and header",
+                shape_text(&shape),
+                v.map_or("more".to_string(), |v| v.to_string())
+            ))
+        }
+    }
+}
+
 /// Loads `spec`, splits off `val_fraction` for validation (seeded) and normalises.
 pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData, DataError> {
+    let spec_err = |msg| DataError::Spec {
+        spec: spec.to_string(),
+        msg,
+    };
     let (full, norm, what) = match spec {
         DataSpec::Digits => {
-            let ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| {
+            let mut ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| {
                 DataError::Format {
                     path: "embedded digits".into(),
                     msg,
                 }
             })?;
+            ds.image = Some(DIGITS_SHAPE);
             (
                 ds,
                 Normalisation::Scale(1.0 / 16.0),
@@ -227,37 +166,53 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
             path,
             label,
             header,
+            shape,
         } => {
             let text = csv::read(path)?;
-            let ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
+            let mut ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
                 path: path.clone(),
                 msg,
             })?;
+            if let Some(shape) = shape {
+                ds.image = Some(csv_shape(*shape, ds.features).map_err(spec_err)?);
+            }
             (
                 ds,
                 Normalisation::Standardise,
                 format!("csv {}", path.display()),
             )
         }
-        DataSpec::Idx { images, labels } => {
-            let (ds, scale) = idx::load(images, labels)?;
-            (ds, scale, format!("idx {}", images.display()))
+        DataSpec::Idx {
+            images,
+            labels,
+            layout,
+        } => {
+            let (ds, scale, note) = idx::load(images, labels, *layout)?;
+            let note = if note.is_empty() {
+                note
+            } else {
+                format!(" ({note})")
+            };
+            (ds, scale, format!("idx {}{note}", images.display()))
         }
         DataSpec::Synthetic { n, d, c } => (
-            synthetic::teacher(*n, *d, *c, seed).map_err(|msg| DataError::Spec {
-                spec: spec.to_string(),
-                msg,
-            })?,
+            synthetic::teacher(*n, *d, *c, seed).map_err(spec_err)?,
             Normalisation::None,
             format!("synthetic teacher (seed {seed})"),
+        ),
+        DataSpec::SyntheticImages { n, c, h, w, k } => (
+            synthetic_images::generate(*n, [*c, *h, *w], *k, seed).map_err(spec_err)?,
+            Normalisation::None,
+            format!("synthetic images (seed {seed})"),
         ),
     };
     let (mut train, mut val) = full.split(val_fraction, seed);
     let norm_text = normalise(&mut train, &mut val, &norm);
     let description = format!(
-        "{what}: {} samples, {} features, {} classes; split {} train / {} val (seed {seed}); inputs {norm_text}",
+        "{what}: {} samples, {} features{}, {} classes; split {} train / {} val (seed {seed}); inputs {norm_text}",
         full.len(),
         full.features,
+        full.image.map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
         full.classes,
         train.len(),
         val.len()
@@ -337,6 +292,7 @@ fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> 
     Ok(Dataset {
         features,
         classes: (max as usize + 1).max(2),
+        image: None,
         x,
         y,
     })
@@ -354,43 +310,20 @@ mod tests {
         assert_eq!((d.train.features, d.train.classes), (64, 10));
         assert!(d.train.x.iter().all(|v| (0.0..=1.0).contains(v)));
         assert!(d.description.contains("x*1/16"), "{}", d.description);
+        assert_eq!(
+            (d.train.image, d.val.image),
+            (Some([1, 8, 8]), Some([1, 8, 8]))
+        );
+        assert!(
+            d.description
+                .contains("1797 samples, 64 features (1x8x8), 10 classes"),
+            "{}",
+            d.description
+        );
         // the same seed gives the same split; another seed a different one
         let again = load(&DataSpec::Digits, 0.2, 0).unwrap();
         assert_eq!(again.val.y, d.val.y);
         assert_ne!(load(&DataSpec::Digits, 0.2, 1).unwrap().val.y, d.val.y);
-    }
-
-    #[test]
-    fn parses_data_specs() {
-        assert_eq!("digits".parse::<DataSpec>().unwrap(), DataSpec::Digits);
-        assert_eq!(
-            "csv:a.csv,label=first,header".parse::<DataSpec>().unwrap(),
-            DataSpec::Csv {
-                path: "a.csv".into(),
-                label: LabelColumn::First,
-                header: true
-            }
-        );
-        assert_eq!(
-            "synthetic:100,5,3".parse::<DataSpec>().unwrap(),
-            DataSpec::Synthetic { n: 100, d: 5, c: 3 }
-        );
-        assert!("idx:onlyone"
-            .parse::<DataSpec>()
-            .unwrap_err()
-            .contains("IMAGES,LABELS"));
-        assert!("synthetic:1,2"
-            .parse::<DataSpec>()
-            .unwrap_err()
-            .contains("N,D,C"));
-        assert!("parquet:x"
-            .parse::<DataSpec>()
-            .unwrap_err()
-            .contains("unknown data"));
-        assert!("csv:x.csv,sep=;"
-            .parse::<DataSpec>()
-            .unwrap_err()
-            .contains("sep=;"));
     }
 
     #[test]
@@ -418,17 +351,91 @@ mod tests {
         let mut train = Dataset {
             features: 1,
             classes: 2,
+            image: None,
             x: vec![1.0, 3.0],
             y: vec![0, 1],
         };
         let mut val = Dataset {
             features: 1,
             classes: 2,
+            image: None,
             x: vec![5.0],
             y: vec![0],
         };
         normalise(&mut train, &mut val, &Normalisation::Standardise);
         assert_eq!(train.x, vec![-1.0, 1.0]);
         assert_eq!(val.x, vec![3.0]);
+    }
+
+    #[test]
+    fn a_csv_shape_must_match_the_features() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pixels.csv");
+        std::fs::write(&f, "0,1,2,3,4,5,6,7,8\n1,8,7,6,5,4,3,2,1\n").unwrap();
+        let spec = |opts: &str| -> DataSpec {
+            format!("csv:{},label=first{opts}", f.display())
+                .parse()
+                .unwrap()
+        };
+        let d = load(&spec(",shape=1x2x4"), 0.5, 0).unwrap();
+        assert_eq!(
+            (d.train.image, d.val.image),
+            (Some([1, 2, 4]), Some([1, 2, 4]))
+        );
+        assert!(
+            d.description.contains("8 features (1x2x4)"),
+            "{}",
+            d.description
+        );
+        let d = load(&spec(""), 0.5, 0).unwrap();
+        assert_eq!(d.train.image, None);
+        assert!(
+            d.description.contains("8 features, 2 classes"),
+            "{}",
+            d.description
+        );
+        let e = load(&spec(",shape=1x3x3"), 0.5, 0)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "--data {}: shape=1x3x3 is 9 values per image but the rows have 8 features",
+                spec(",shape=1x3x3")
+            )) && e.contains("give a shape of 8 values"),
+            "{e}"
+        );
+        let e = csv_shape([1, 4, 4], 16 * 3).unwrap_err();
+        assert!(e.contains("give a shape of 48 values, or"), "{e}");
+        let e = csv_shape([1, 3, 3], 16).unwrap_err();
+        assert!(e.contains("(e.g. shape=1x4x4)"), "{e}");
+    }
+
+    #[test]
+    fn synthetic_images_keep_their_shape_through_the_split() {
+        let spec: DataSpec = "synthetic-images:50,3,4,5,2".parse().unwrap();
+        let d = load(&spec, 0.2, 3).unwrap();
+        assert_eq!((d.train.len(), d.val.len()), (40, 10));
+        assert_eq!(
+            (d.train.image, d.val.image),
+            (Some([3, 4, 5]), Some([3, 4, 5]))
+        );
+        assert_eq!((d.train.features, d.train.classes), (60, 2));
+        assert!(
+            d.description.starts_with(
+                "synthetic images (seed 3): 50 samples, 60 features (3x4x5), 2 classes"
+            ),
+            "{}",
+            d.description
+        );
+        let spec: DataSpec = "synthetic-images:18446744073709551615,1,28,28,10"
+            .parse()
+            .unwrap();
+        let e = load(&spec, 0.1, 0).err().unwrap().to_string();
+        assert!(
+            e.starts_with("--data synthetic-images:18446744073709551615,1,28,28,10: ")
+                && e.contains("use fewer samples or smaller images"),
+            "{e}"
+        );
     }
 }

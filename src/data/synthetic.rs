@@ -58,6 +58,7 @@ pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset
     Ok(Dataset {
         features: d,
         classes: c,
+        image: None,
         x,
         y,
     })

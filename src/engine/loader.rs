@@ -343,6 +343,7 @@ mod tests {
         Arc::new(Dataset {
             features: 1,
             classes: 2,
+            image: None,
             x: (0..n).map(|i| i as f32).collect(),
             y: vec![0; n],
         })

@@ -1,0 +1,367 @@
+//! What `--data` asks for: [`DataSpec`], its parsing, its spelling (Display round-trips) and a
+//! short name for run names.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use super::images::{parse_shape, shape_text, ImageLayout};
+use super::synthetic_images;
+use super::LabelColumn;
+
+/// What `--data` asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DataSpec {
+    Digits,
+    /// `csv:PATH[,label=last|first|N][,header][,shape=CxHxW]`
+    Csv {
+        path: PathBuf,
+        label: LabelColumn,
+        header: bool,
+        /// Each row's features are an image of this C x H x W (row-major CHW).
+        shape: Option<[usize; 3]>,
+    },
+    /// `idx:IMAGES,LABELS[,layout=nchw|nhwc]`
+    Idx {
+        images: PathBuf,
+        labels: PathBuf,
+        /// Where a 4-d images file keeps its channels; `None`: guessed from the header.
+        layout: Option<ImageLayout>,
+    },
+    /// `synthetic:N,D,C`: N samples of D features in C classes.
+    Synthetic {
+        n: usize,
+        d: usize,
+        c: usize,
+    },
+    /// `synthetic-images:N,C,H,W,K`: N images of C x H x W in K classes.
+    SyntheticImages {
+        n: usize,
+        c: usize,
+        h: usize,
+        w: usize,
+        k: usize,
+    },
+}
+
+const DATA_HELP: &str = "use digits, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
+
+fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
+    let mut parts = rest.split(',');
+    let path = parts
+        .next()
+        .filter(|p| !p.is_empty())
+        .ok_or(format!("data `{s}`: missing path; {DATA_HELP}"))?;
+    let (mut label, mut header, mut shape) = (LabelColumn::Last, false, None);
+    for opt in parts {
+        match opt.split_once('=') {
+            Some(("label", v)) => label = v.parse().map_err(|e| format!("data `{s}`: {e}"))?,
+            Some(("shape", v)) => {
+                shape = Some(parse_shape(v).map_err(|e| format!("data `{s}`: {e}"))?)
+            }
+            None if opt == "header" => header = true,
+            _ => {
+                return Err(format!(
+                    "data `{s}`: unknown CSV option `{opt}`; {DATA_HELP}"
+                ))
+            }
+        }
+    }
+    Ok(DataSpec::Csv {
+        path: path.into(),
+        label,
+        header,
+        shape,
+    })
+}
+
+fn parse_idx(s: &str, rest: &str) -> Result<DataSpec, String> {
+    let usage = "idx needs two files, idx:IMAGES,LABELS[,layout=nchw|nhwc] (e.g. idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz)";
+    let mut parts = rest.split(',');
+    let (images, labels) = match (parts.next(), parts.next()) {
+        (Some(i), Some(l)) if !i.is_empty() && !l.is_empty() => (i, l),
+        _ => return Err(format!("data `{s}`: {usage}")),
+    };
+    let mut layout = None;
+    for opt in parts {
+        match opt.split_once('=') {
+            Some(("layout", v)) => {
+                layout = Some(v.parse().map_err(|e| format!("data `{s}`: {e}"))?)
+            }
+            _ => return Err(format!("data `{s}`: unknown idx option `{opt}`; {usage}")),
+        }
+    }
+    Ok(DataSpec::Idx {
+        images: images.into(),
+        labels: labels.into(),
+        layout,
+    })
+}
+
+/// The whole numbers of `rest`, comma-separated; the error names the first that is not one.
+fn numbers(rest: &str) -> Result<Vec<usize>, String> {
+    rest.split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{}` is not a whole number", p.trim()))
+        })
+        .collect()
+}
+
+fn parse_synthetic_images(s: &str, rest: &str) -> Result<DataSpec, String> {
+    let usage = "synthetic-images needs N,C,H,W,K (samples, channels, height, width, classes), e.g. synthetic-images:60000,1,28,28,10";
+    let nums = numbers(rest).map_err(|e| format!("data `{s}`: {e}; {usage}"))?;
+    let &[n, c, h, w, k] = nums.as_slice() else {
+        return Err(format!("data `{s}`: {} numbers given; {usage}", nums.len()));
+    };
+    synthetic_images::check_spec(n, c, h, w, k).map_err(|e| format!("data `{s}`: {e}"))?;
+    Ok(DataSpec::SyntheticImages { n, c, h, w, k })
+}
+
+impl FromStr for DataSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
+        match kind {
+            "digits" if rest.is_empty() => Ok(DataSpec::Digits),
+            "csv" => parse_csv(s, rest),
+            "idx" => parse_idx(s, rest),
+            "synthetic" => match numbers(rest).as_deref() {
+                Ok(&[n, d, c]) if n >= 2 && d >= 1 && (2..=65536).contains(&c) => {
+                    Ok(DataSpec::Synthetic { n, d, c })
+                }
+                _ => Err(format!("data `{s}`: synthetic needs N,D,C (samples >= 2, features >= 1, 2..65536 classes), e.g. synthetic:60000,784,10")),
+            },
+            "synthetic-images" => parse_synthetic_images(s, rest),
+            _ => Err(format!("unknown data `{s}`: {DATA_HELP}")),
+        }
+    }
+}
+
+impl DataSpec {
+    /// A short name for the data: `digits`, a file's stem, `synthetic` or `synthetic-images`.
+    pub fn short_name(&self) -> String {
+        let stem = |p: &std::path::Path| {
+            p.file_stem()
+                .map_or("data".into(), |s| s.to_string_lossy().into_owned())
+        };
+        match self {
+            DataSpec::Digits => "digits".into(),
+            DataSpec::Csv { path, .. } => stem(path),
+            DataSpec::Idx { images, .. } => stem(images),
+            DataSpec::Synthetic { .. } => "synthetic".into(),
+            DataSpec::SyntheticImages { .. } => "synthetic-images".into(),
+        }
+    }
+}
+
+impl fmt::Display for DataSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataSpec::Digits => f.write_str("digits"),
+            DataSpec::Csv {
+                path,
+                label,
+                header,
+                shape,
+            } => {
+                write!(f, "csv:{},label={label}", path.display())?;
+                if *header {
+                    f.write_str(",header")?;
+                }
+                match shape {
+                    Some(s) => write!(f, ",shape={}", shape_text(s)),
+                    None => Ok(()),
+                }
+            }
+            DataSpec::Idx {
+                images,
+                labels,
+                layout,
+            } => {
+                write!(f, "idx:{},{}", images.display(), labels.display())?;
+                match layout {
+                    Some(l) => write!(f, ",layout={l}"),
+                    None => Ok(()),
+                }
+            }
+            DataSpec::Synthetic { n, d, c } => write!(f, "synthetic:{n},{d},{c}"),
+            DataSpec::SyntheticImages { n, c, h, w, k } => {
+                write!(f, "synthetic-images:{n},{c},{h},{w},{k}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<DataSpec, String> {
+        s.parse()
+    }
+
+    #[test]
+    fn parses_data_specs() {
+        assert_eq!(parse("digits").unwrap(), DataSpec::Digits);
+        assert_eq!(
+            parse("csv:a.csv,label=first,header").unwrap(),
+            DataSpec::Csv {
+                path: "a.csv".into(),
+                label: LabelColumn::First,
+                header: true,
+                shape: None,
+            }
+        );
+        assert_eq!(
+            parse("synthetic:100,5,3").unwrap(),
+            DataSpec::Synthetic { n: 100, d: 5, c: 3 }
+        );
+        assert!(parse("idx:onlyone").unwrap_err().contains("IMAGES,LABELS"));
+        assert!(parse("synthetic:1,2").unwrap_err().contains("N,D,C"));
+        assert!(parse("parquet:x").unwrap_err().contains("unknown data"));
+        assert!(parse("csv:x.csv,sep=;").unwrap_err().contains("sep=;"));
+    }
+
+    #[test]
+    fn csv_takes_an_image_shape() {
+        assert_eq!(
+            parse("csv:pixels.csv,label=first,shape=1x8x8").unwrap(),
+            DataSpec::Csv {
+                path: "pixels.csv".into(),
+                label: LabelColumn::First,
+                header: false,
+                shape: Some([1, 8, 8]),
+            }
+        );
+        for (s, want) in [
+            (
+                "csv:p.csv,shape=0x8x8",
+                "channels is 0; every size must be at least 1",
+            ),
+            (
+                "csv:p.csv,shape=8x8",
+                "shape `8x8` has 2 parts, not three; write it as CxHxW",
+            ),
+            (
+                "csv:p.csv,shape=1xeightx8",
+                "height `eight` is not a whole number",
+            ),
+            ("csv:p.csv,shape=", "shape `` has 1 part"),
+            (
+                "csv:p.csv,shape=9999x9999x9999",
+                "more than 16777216 values per image",
+            ),
+        ] {
+            let e = parse(s).unwrap_err();
+            assert!(
+                e.starts_with(&format!("data `{s}`: ")) && e.contains(want),
+                "{s}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn idx_takes_a_layout() {
+        assert_eq!(
+            parse("idx:i.gz,l.gz").unwrap(),
+            DataSpec::Idx {
+                images: "i.gz".into(),
+                labels: "l.gz".into(),
+                layout: None
+            }
+        );
+        assert_eq!(
+            parse("idx:i,l,layout=nhwc").unwrap(),
+            DataSpec::Idx {
+                images: "i".into(),
+                labels: "l".into(),
+                layout: Some(ImageLayout::ChannelsLast)
+            }
+        );
+        let e = parse("idx:i,l,layout=hwc").unwrap_err();
+        assert!(e.contains("layout `hwc` is not nchw or nhwc"), "{e}");
+        let e = parse("idx:i,l,nchw").unwrap_err();
+        assert!(
+            e.contains("unknown idx option `nchw`") && e.contains("layout=nchw|nhwc"),
+            "{e}"
+        );
+        assert!(parse("idx:,l").unwrap_err().contains("IMAGES,LABELS"));
+    }
+
+    #[test]
+    fn parses_synthetic_images_and_refuses_bad_sizes() {
+        assert_eq!(
+            parse("synthetic-images:60000,1,28,28,10").unwrap(),
+            DataSpec::SyntheticImages {
+                n: 60000,
+                c: 1,
+                h: 28,
+                w: 28,
+                k: 10
+            }
+        );
+        for (s, want) in [
+            (
+                "synthetic-images:100,1,8,8",
+                "4 numbers given; synthetic-images needs N,C,H,W,K",
+            ),
+            ("synthetic-images:", "`` is not a whole number"),
+            (
+                "synthetic-images:100,1,x,8,10",
+                "`x` is not a whole number; synthetic-images needs",
+            ),
+            (
+                "synthetic-images:100,-1,8,8,10",
+                "`-1` is not a whole number",
+            ),
+            ("synthetic-images:1,1,8,8,10", "N=1 samples"),
+            ("synthetic-images:100,0,8,8,10", "C=0 channels"),
+            ("synthetic-images:100,1,0,8,10", "H=0 pixels"),
+            ("synthetic-images:100,1,8,99999,10", "W=99999 pixels"),
+            ("synthetic-images:100,1000,4000,4000,10", "values per image"),
+            ("synthetic-images:100,1,8,8,1", "K=1 classes"),
+            (
+                "synthetic-images:100,1,8,8,99999999999999999999",
+                "is not a whole number",
+            ),
+        ] {
+            let e = parse(s).unwrap_err();
+            assert!(
+                e.starts_with(&format!("data `{s}`: ")) && e.contains(want),
+                "{s}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn display_round_trips_and_short_names() {
+        for s in [
+            "digits",
+            "csv:a.csv,label=last",
+            "csv:a.csv,label=3,header,shape=3x4x5",
+            "idx:i.gz,l.gz",
+            "idx:i.gz,l.gz,layout=nchw",
+            "synthetic:100,5,3",
+            "synthetic-images:100,3,16,12,7",
+        ] {
+            let spec = parse(s).unwrap();
+            assert_eq!(spec.to_string(), s);
+            assert_eq!(parse(&spec.to_string()).unwrap(), spec);
+        }
+        let names: Vec<String> = [
+            "digits",
+            "csv:d/pixels.csv,shape=1x8x8",
+            "idx:d/train-images.gz,l",
+            "synthetic-images:10,1,8,8,2",
+        ]
+        .iter()
+        .map(|s| parse(s).unwrap().short_name())
+        .collect();
+        assert_eq!(
+            names,
+            ["digits", "pixels", "train-images", "synthetic-images"]
+        );
+    }
+}
