@@ -171,7 +171,7 @@ pub struct TrainArgs {
     /// mlp:H1,H2,... hidden widths (ReLU; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
-    /// digits | csv:PATH[,label=last|first|N][,header] | idx:IMAGES,LABELS | synthetic:N,D,C  [default: digits]
+    /// digits | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
     #[arg(long)]
     pub data: Option<String>,
     /// Train this many epochs  [default: 30]
