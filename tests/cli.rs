@@ -208,6 +208,15 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--resume nowhere: no such file or directory"],
         ),
         (&["--model", "mlp:abc"], &["--model", "abc"]),
+        (
+            &["--data", "synthetic:100,8,3", "--model", "conv8k3"],
+            &["layer 1 `conv8k3`", "flat vector", "--data"],
+        ),
+        (
+            &["--model", "conv8k3,pool2,pool2,pool2"],
+            &["on 1x8x8 inputs", "layer 4 `pool2`"],
+        ),
+        (&["--model", "conv8x3"], &["layer 1 `conv8x3`", "conv32k3"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),
         (

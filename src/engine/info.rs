@@ -15,6 +15,8 @@ pub struct RunInfo {
     pub device_note: Option<String>,
     pub data: String,
     pub model: String,
+    /// A convolutional model's layers, `conv 1x28x28 -> 32x26x26 (320 params)` (none for MLPs).
+    pub layers: Vec<String>,
     pub params: usize,
     pub per_replica: usize,
     pub grad_accum: usize,

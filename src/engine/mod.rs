@@ -250,6 +250,14 @@ impl Engine {
             device_note,
             data: loaded.description.clone(),
             model: format!("{} ({})", cfg.model, model.shape_string()),
+            layers: match model.is_mlp() {
+                true => Vec::new(),
+                false => model
+                    .plan
+                    .iter()
+                    .map(|l| format!("{l} ({} params)", l.params))
+                    .collect(),
+            },
             params: model.n_params,
             lr: start.lr,
             lr_note: start.lr_note.clone(),
@@ -523,7 +531,10 @@ impl Engine {
 
 /// The run's model on its data's samples.
 fn build_model(cfg: &RunConfig, train: &data::Dataset) -> Result<Model, EngineError> {
-    let input = Shape::Flat(train.features);
+    let input = match train.image {
+        Some([c, h, w]) => Shape::Image { c, h, w },
+        None => Shape::Flat(train.features),
+    };
     Model::new(input, &cfg.model, train.classes).map_err(|e| {
         EngineError::Config(format!(
             "{e}; change --model, or --data to data of that shape"

@@ -47,6 +47,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     }
     lines.push(format!("data: {}", info.data));
     lines.push(format!("model: {}, {} parameters", info.model, info.params));
+    lines.extend(info.layers.iter().map(|l| format!("  {l}")));
     let budget = match info.budget {
         Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
         Budget::Steps(s) => format!("{s} steps"),

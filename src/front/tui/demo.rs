@@ -35,6 +35,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         start_epoch: 0,
         resumed_from: None,
         run_dir: None,
+        layers: Vec::new(),
         cores: 64,
         threads_per_worker: 1,
         injected: vec![None; devices],

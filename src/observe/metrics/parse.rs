@@ -137,6 +137,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         resumed_from: field(v, "resumed_from")
             .and_then(Value::as_str)
             .map(PathBuf::from),
+        layers: Vec::new(),
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),

@@ -1,0 +1,146 @@
+//! Convolutional models keep the engine's guarantees: data parallelism is exact (any rank count,
+//! gradient accumulation, a short last batch), a checkpoint resumes the run exactly and holds
+//! PyTorch-shaped `conv.L.weight` tensors, rebalancing changes the split but not the result, and
+//! the defaults learn the digits.
+
+use std::path::Path;
+
+use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::data::DataSpec;
+use mgtop::engine::events::{Applied, Event};
+use mgtop::engine::{Engine, RunResult};
+use mgtop::nn::optim::OptimizerKind;
+
+/// conv (padded) -> pool -> conv (strided) -> dense on 2x7x6 images, 4 classes; 301 training
+/// samples, so epochs end with a short global batch.
+fn small_cnn(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
+    RunConfig {
+        devices: DeviceSpec::Cpu(ranks),
+        model: "conv4k3p1,pool2,conv6k2s2,dense8".parse().unwrap(),
+        data: DataSpec::SyntheticImages {
+            n: 301,
+            c: 2,
+            h: 7,
+            w: 6,
+            k: 4,
+        },
+        val_fraction: 0.0,
+        budget: Budget::Steps(steps),
+        batch_per_replica: per_replica,
+        checkpoint_dir: ckpt.to_path_buf(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    }
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b
+        .iter()
+        .map(|x| x.abs() as f64)
+        .fold(0.0, f64::max)
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
+fn run(cfg: RunConfig) -> RunResult {
+    Engine::run(cfg).expect("run succeeds")
+}
+
+fn same_run(a: &RunResult, b: &RunResult, what: &str) {
+    let d = max_rel_diff(&a.state.params, &b.state.params);
+    assert!(d <= 1e-5, "{what}: weights differ by {d:e}");
+    assert!(
+        a.losses
+            .iter()
+            .zip(&b.losses)
+            .all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1.0)),
+        "{what}: losses differ"
+    );
+}
+
+#[test]
+fn n_ranks_equal_one_rank_with_the_global_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    for optimizer in [OptimizerKind::Sgd, OptimizerKind::Adam] {
+        for accum in [1, 3] {
+            for n in [2, 3] {
+                let b = 8;
+                let mut multi = small_cnn(n, b, 40, dir.path());
+                multi.grad_accum = accum;
+                multi.optimizer = optimizer;
+                multi.lr = Some(if optimizer == OptimizerKind::Sgd {
+                    0.05
+                } else {
+                    1e-3
+                });
+                let mut single = multi.clone();
+                single.devices = DeviceSpec::Cpu(1);
+                single.batch_per_replica = n * b;
+                let what = format!("{optimizer} accum={accum} n={n}");
+                same_run(&run(multi), &run(single), &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = 23; // mid-epoch
+    let straight = run(small_cnn(2, 8, 2 * k, dir.path()));
+    let mut first = small_cnn(2, 8, k, dir.path());
+    first.final_checkpoint = true;
+    let half = run(first);
+    let ckpt = half.last_checkpoint.clone().expect("final checkpoint");
+    // PyTorch's names and layout for the convolutions
+    let bytes = std::fs::read(ckpt.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let shape = |name: &str| tensors.tensor(name).unwrap().shape().to_vec();
+    assert_eq!(shape("conv.0.weight"), [4, 2, 3, 3]);
+    assert_eq!(shape("conv.0.bias"), [4]);
+    assert_eq!(shape("conv.2.weight"), [6, 4, 2, 2]);
+    assert_eq!(shape("dense.3.weight"), [6, 8]);
+    let mut second = small_cnn(2, 8, 2 * k, dir.path());
+    second.resume = Some(ckpt);
+    let rest = run(second);
+    assert_eq!(&straight.losses[..k as usize], &half.losses[..]);
+    assert_eq!(&straight.losses[k as usize..], &rest.losses[..]);
+    assert_eq!(straight.state, rest.state);
+}
+
+#[test]
+fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut plain = small_cnn(3, 8, 160, dir.path());
+    plain.slow_rank = Some((1, 4.0));
+    let mut rebalanced = plain.clone();
+    rebalanced.rebalance = true;
+    let a = run(plain);
+    let engine = Engine::start(rebalanced).expect("starts");
+    let events = engine.events().clone();
+    let collect = std::thread::spawn(move || events.iter().collect::<Vec<_>>());
+    let b = engine.join().expect("run succeeds");
+    let split = collect.join().unwrap().into_iter().any(|e| {
+        matches!(e, Event::Control { applied: Applied::Split(s), .. } if s[1] < 8 && s.iter().sum::<usize>() == 24)
+    });
+    assert!(split, "the slow rank was given fewer samples");
+    same_run(&a, &b, "rebalanced");
+}
+
+#[test]
+fn the_defaults_learn_the_digits_with_a_small_cnn() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig {
+        model: "conv16k3,pool2,dense64".parse().unwrap(),
+        checkpoint_dir: dir.path().into(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    };
+    let r = run(cfg);
+    let acc = r.best_val_accuracy.expect("validation ran");
+    assert!(acc >= 0.97, "val accuracy {acc}");
+}
