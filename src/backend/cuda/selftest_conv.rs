@@ -174,7 +174,7 @@ fn conv_case(gpu: &Gpu, blas: &CudaBlas, case: ConvCase, rng: &mut Rng) -> Vec<C
     let chunks = |backward| {
         let n = s.images_per_chunk(scratch, backward).unwrap_or(0);
         if n < b {
-            format!("chunks of {n} images")
+            format!("chunks of {n}")
         } else {
             String::new()
         }
