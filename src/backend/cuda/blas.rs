@@ -7,7 +7,7 @@
 //! column-major GEMM written from the BLAS definition, so it is checked without a GPU.
 
 use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaView, CudaViewMut};
 
 /// Ends a cuBLAS handle, whose drop panics after a sticky CUDA error: the failure is ignored
@@ -111,6 +111,83 @@ pub fn sgemm(
     unsafe { blas.gemm(cfg, b, a, c) }.map_err(|source| GemmError { m, n, k, source })
 }
 
+/// For each i < batch: C_i[m,n] = alpha * op(A_i) op(B_i) + beta * C_i, row-major as in `sgemm`,
+/// where X_i starts at X + i*stride_x (a stride of 0 shares one matrix among all: the weights
+/// of a convolution over a batch of images). One cuBLAS call; outputs must not overlap.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_strided_batched(
+    blas: &CudaBlas,
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    (a, stride_a): (&CudaView<'_, f32>, usize),
+    (b, stride_b): (&CudaView<'_, f32>, usize),
+    beta: f32,
+    (c, stride_c): (&mut CudaViewMut<'_, f32>, usize),
+    batch: usize,
+) -> Result<(), GemmError> {
+    let reach = |stride: usize, len: usize| (batch.max(1) - 1) * stride + len;
+    assert!(
+        a.len() >= reach(stride_a, m * k)
+            && b.len() >= reach(stride_b, k * n)
+            && c.len() >= reach(stride_c, m * n)
+    );
+    assert!(batch <= 1 || stride_c >= m * n, "overlapping outputs");
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(());
+    }
+    let strides = (stride_a, stride_b, stride_c);
+    let cfg = batched_config(ta, tb, m, n, k, alpha, beta, strides, batch);
+    // SAFETY: the asserts above and `ColMajor` (tested below) keep every access of every
+    // batch member inside the three buffers; they live on this handle's stream's context.
+    unsafe { blas.gemm_strided_batched(cfg, b, a, c) }.map_err(|source| GemmError {
+        m,
+        n,
+        k,
+        source,
+    })
+}
+
+/// The cuBLAS call for `sgemm_strided_batched`: `ColMajor`'s mapping, and each operand's batch
+/// stride moved with it (cuBLAS's first operand is our B, its second our A).
+#[allow(clippy::too_many_arguments)]
+fn batched_config(
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    beta: f32,
+    (stride_a, stride_b, stride_c): (usize, usize, usize),
+    batch: usize,
+) -> StridedBatchedConfig<f32> {
+    let cm = ColMajor::for_row_major(ta, tb, m, n, k);
+    let int = |v: usize| i32::try_from(v).expect("matrix dimension above i32::MAX");
+    let long = |v: usize| i64::try_from(v).expect("stride above i64::MAX");
+    StridedBatchedConfig {
+        gemm: GemmConfig {
+            transa: op(cm.trans_first),
+            transb: op(cm.trans_second),
+            m: int(cm.m),
+            n: int(cm.n),
+            k: int(cm.k),
+            alpha,
+            lda: int(cm.ld_first.max(1)),
+            ldb: int(cm.ld_second.max(1)),
+            beta,
+            ldc: int(cm.ldc),
+        },
+        batch_size: int(batch),
+        stride_a: long(stride_b),
+        stride_b: long(stride_a),
+        stride_c: long(stride_c),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +268,55 @@ mod tests {
                             "{m}x{n}x{k} ta={ta} tb={tb}: {g} vs {w}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strided_batches_move_each_stride_with_its_operand() {
+        let mut r = Rng::new(4);
+        let (m, n, k, batch) = (4, 3, 5, 3);
+        for ta in [false, true] {
+            for tb in [false, true] {
+                // A shared by every batch member (stride 0, as a convolution's weights), B and
+                // C strided with a gap
+                let (sa, sb, sc) = (0, k * n + 2, m * n + 1);
+                let a: Vec<f32> = (0..m * k).map(|_| r.normal()).collect();
+                let b: Vec<f32> = (0..sb * batch).map(|_| r.normal()).collect();
+                let c0: Vec<f32> = (0..sc * batch).map(|_| r.normal()).collect();
+                let cfg = batched_config(ta, tb, m, n, k, 0.5, 2.0, (sa, sb, sc), batch);
+                let g = cfg.gemm;
+                let tr = |o| o == cublasOperation_t::CUBLAS_OP_T;
+                let mut got = c0.clone();
+                for i in 0..cfg.batch_size as usize {
+                    let first = &b[i * cfg.stride_a as usize..];
+                    let second = &a[i * cfg.stride_b as usize..];
+                    let c = &mut got[i * cfg.stride_c as usize..];
+                    blas_sgemm(
+                        tr(g.transa),
+                        tr(g.transb),
+                        g.m as usize,
+                        g.n as usize,
+                        g.k as usize,
+                        g.alpha,
+                        first,
+                        g.lda as usize,
+                        second,
+                        g.ldb as usize,
+                        g.beta,
+                        c,
+                        g.ldc as usize,
+                    );
+                }
+                let mut want = c0.clone();
+                for i in 0..batch {
+                    let bi = &b[i * sb..i * sb + k * n];
+                    let ci = &mut want[i * sc..i * sc + m * n];
+                    sgemm_naive(ta, tb, m, n, k, 0.5, &a, bi, 2.0, ci);
+                }
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() < 1e-4, "ta={ta} tb={tb}: {g} vs {w}");
                 }
             }
         }

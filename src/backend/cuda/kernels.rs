@@ -14,6 +14,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("optim.cu", include_str!("../../../kernels/optim.cu")),
     ("scale.cu", include_str!("../../../kernels/scale.cu")),
     ("metrics.cu", include_str!("../../../kernels/metrics.cu")),
+    ("conv.cu", include_str!("../../../kernels/conv.cu")),
+    ("pool.cu", include_str!("../../../kernels/pool.cu")),
 ];
 
 /// The `extern "C"` kernel names a source defines (`{op}_f32`).
@@ -253,7 +255,14 @@ mod tests {
                 "adam_f32",
                 "adamw_f32",
                 "scale_f32",
-                "metrics_f32"
+                "metrics_f32",
+                "im2col_f32",
+                "col2im_f32",
+                "conv_bias_add_f32",
+                "conv_bias_grad_f32",
+                "conv_dw_sum_f32",
+                "maxpool_forward_f32",
+                "maxpool_backward_f32"
             ]
         );
         // every file in kernels/ is embedded

@@ -4,7 +4,12 @@ use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig};
 
 use super::{CudaError, Gpu};
 
-const THREADS: u32 = 256;
+/// Threads per block of every launch (the block-per-channel reductions of `kernels/conv.cu`
+/// size their shared memory for it: `CONV_BLOCK`).
+pub(crate) const THREADS: u32 = 256;
+/// The most blocks a grid-stride launch asks for: enough to fill any GPU many times over; the
+/// kernels' grid-stride loops cover the rest.
+pub(crate) const MAX_BLOCKS: u32 = 1 << 16;
 
 /// A CUDA error inside a step: the worker's panic becomes the rank's failure message.
 pub(crate) fn die(gpu: usize, what: &str, e: impl std::fmt::Debug) -> ! {
@@ -22,6 +27,22 @@ macro_rules! launch {
         if let Err(e) = unsafe { b.launch($crate::backend::cuda::launch::launch_cfg($n)) } {
             $crate::backend::cuda::launch::die(gpu.index, $name, e)
         }
+    }};
+}
+
+/// Launches grid-stride kernel `$name` with `$cfg` and the given arguments; a failed launch is
+/// a `CudaError` naming the kernel (for ops that return errors rather than end the step).
+macro_rules! try_launch {
+    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+        let gpu: &$crate::backend::cuda::Gpu = $gpu;
+        let name: &str = $name;
+        let mut b = gpu.stream.launch_builder(gpu.function(name));
+        $( cudarc::driver::PushKernelArg::arg(&mut b, $arg); )+
+        // SAFETY: the argument list matches the kernel's signature in kernels/, and the callers
+        // check every buffer against the sizes passed before launching.
+        unsafe { b.launch($cfg) }
+            .map(|_| ())
+            .map_err($crate::backend::cuda::on(gpu.index, name))
     }};
 }
 
@@ -43,5 +64,43 @@ pub(crate) fn launch_cfg(n: usize) -> LaunchConfig {
         grid_dim: ((n as u32).div_ceil(THREADS).max(1), 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
+    }
+}
+
+/// A launch of `blocks` blocks of `THREADS`, capped at `MAX_BLOCKS` (at least 1): for kernels
+/// that loop grid-stride, over elements or over blocks' work items (channels).
+pub(crate) fn blocks_cfg(blocks: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.clamp(1, MAX_BLOCKS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A grid-stride launch over `n` elements: one thread each up to `MAX_BLOCKS` blocks, then
+/// each thread takes several. Any `n` (64-bit) is covered.
+pub(crate) fn grid_stride_cfg(n: usize) -> LaunchConfig {
+    blocks_cfg(n.div_ceil(THREADS as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_stride_launches_cover_any_size_with_a_capped_grid() {
+        let blocks = |n: usize| grid_stride_cfg(n).grid_dim.0;
+        assert_eq!(blocks(0), 1);
+        assert_eq!(blocks(1), 1);
+        assert_eq!(blocks(256), 1);
+        assert_eq!(blocks(257), 2);
+        assert_eq!(blocks(256 << 16), MAX_BLOCKS);
+        // beyond u32 (where `launch_cfg` would truncate): capped, the loops cover the rest
+        assert_eq!(blocks(1 << 40), MAX_BLOCKS);
+        assert_eq!(blocks(usize::MAX), MAX_BLOCKS);
+        let c = blocks_cfg(32);
+        assert_eq!((c.grid_dim, c.block_dim), ((32, 1, 1), (THREADS, 1, 1)));
+        assert_eq!(blocks_cfg(0).grid_dim.0, 1);
+        assert_eq!(blocks_cfg(1 << 20).grid_dim.0, MAX_BLOCKS);
     }
 }

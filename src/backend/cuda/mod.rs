@@ -10,12 +10,16 @@
 mod launch;
 pub mod bench;
 pub mod blas;
+pub mod conv;
 pub mod discover;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
+pub mod pool;
 pub mod replica;
 pub mod selftest;
+mod selftest_conv;
+pub mod shape;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,7 +78,7 @@ impl Libraries {
 }
 
 /// An error of the CUDA path, with what was being done.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("GPU {gpu}: {what}: {detail}")]
 pub struct CudaError {
     pub gpu: usize,

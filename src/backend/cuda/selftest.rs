@@ -82,7 +82,8 @@ fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
 }
 
 /// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
-/// transpose combinations, and two training steps of every optimizer, CPU vs GPU.
+/// transpose combinations, the elementwise, convolution and pooling ops against the CPU ops,
+/// and two training steps of every optimizer, CPU vs GPU.
 pub fn gpu_checks(index: usize) -> Vec<Check> {
     let mut out = Vec::new();
     let gpu = match Gpu::open(index) {
@@ -121,6 +122,10 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
         op_checks(&gpu)
     }));
+    out.extend(guarded(
+        &format!("gpu{index} conv and pool vs CPU ops"),
+        || super::selftest_conv::checks(&gpu),
+    ));
     drop(gpu);
     for kind in [
         OptimizerKind::Sgd,

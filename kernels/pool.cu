@@ -1,0 +1,70 @@
+// 2-D max pooling over NCHW planes, KxK windows moved by `stride`, no padding, a partial window
+// at the bottom or right edge dropped (floor mode). Mirrors nn::pool. Batched over every plane
+// of every image, 64-bit indexing, grid-stride loops; the sizes are ints each (the host checks).
+
+#define GRID_STRIDE(i, n)                                                                    \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
+         i += (long long)blockDim.x * gridDim.x)
+
+// out[nimg, C, OH, OW] = the max of inp[nimg, C, H, W] over each window; argmax = the winner's
+// index iy*W + ix inside its HxW plane (the first maximum in row-major order on ties; a NaN
+// wins, so it propagates).
+extern "C" __global__ void maxpool_forward_f32(float* out, unsigned int* argmax,
+                                               const float* inp, int nimg, int c, int h, int w,
+                                               int k, int stride, int oh, int ow) {
+    long long ohw = (long long)oh * ow;
+    long long total = (long long)nimg * c * ohw;
+    GRID_STRIDE(idx, total) {
+        const float* src = inp + (idx / ohw) * h * w;
+        long long y0 = (idx % ohw) / ow * stride;
+        long long x0 = (idx % ohw) % ow * stride;
+        long long at = y0 * w + x0;
+        float best = src[at];
+        for (long long iy = y0; iy < y0 + k; ++iy) {
+            for (long long ix = x0; ix < x0 + k; ++ix) {
+                float v = src[iy * w + ix];
+                if (v > best || (isnan(v) && !isnan(best))) {
+                    best = v;
+                    at = iy * w + ix;
+                }
+            }
+        }
+        out[idx] = best;
+        argmax[idx] = (unsigned int)at;
+    }
+}
+
+// dinp[nimg, C, H, W] = (overwritten) for each pixel, the sum of dout[nimg, C, OH, OW] over the
+// windows whose argmax (from maxpool_forward_f32) it is, added in output row-major order as
+// nn::pool::maxpool2d_backward scatters them into a zeroed plane. A gather, one thread per
+// pixel over the windows that hold it: overlapping windows (stride < K) need no atomics, and
+// the result is the same at every launch.
+extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
+                                                const unsigned int* argmax, int nimg, int c,
+                                                int h, int w, int k, int stride, int oh,
+                                                int ow) {
+    long long ohw = (long long)oh * ow;
+    long long total = (long long)nimg * c * h * w;
+    GRID_STRIDE(idx, total) {
+        long long x = idx % w;
+        long long y = (idx / w) % h;
+        long long plane = idx / ((long long)h * w);
+        long long at = y * w + x;
+        // the windows oy with oy*stride <= y < oy*stride + k, likewise ox
+        long long oy_lo = y >= k ? (y - k) / stride + 1 : 0;
+        long long ox_lo = x >= k ? (x - k) / stride + 1 : 0;
+        long long oy_hi = min(y / stride, (long long)oh - 1);
+        long long ox_hi = min(x / stride, (long long)ow - 1);
+        const float* g = dout + plane * ohw;
+        const unsigned int* a = argmax + plane * ohw;
+        float s = 0.0f;
+        for (long long oy = oy_lo; oy <= oy_hi; ++oy) {
+            for (long long ox = ox_lo; ox <= ox_hi; ++ox) {
+                if ((long long)a[oy * ow + ox] == at) {
+                    s += g[oy * ow + ox];
+                }
+            }
+        }
+        dinp[idx] = s;
+    }
+}
