@@ -20,14 +20,17 @@ use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
 use super::nccl::{Communicator, Patience};
-use super::{blas, on, CudaError, Gpu};
+use super::{blas, conv, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
+use crate::nn::layers::{Layer, Shape};
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
+/// The most memory the convolutions' scratch takes (more images per chunk: fewer launches).
+const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
 const MAX_ELEMENTS: usize = i32::MAX as usize;
 
@@ -58,6 +61,10 @@ pub struct CudaReplica {
     /// Activations and their gradients per layer boundary, for `cap` rows; [0] is the input.
     acts: Vec<CudaSlice<f32>>,
     dacts: Vec<CudaSlice<f32>>,
+    /// Per layer: a pooling layer's argmax for `cap` rows (a placeholder for other layers).
+    argmax: Vec<CudaSlice<u32>>,
+    /// The convolutions' column and weight-gradient scratch, shared by every conv layer.
+    col: CudaSlice<f32>,
     labels: CudaSlice<u32>,
     row_loss: CudaSlice<f32>,
     row_correct: CudaSlice<i32>,
@@ -84,13 +91,6 @@ impl CudaReplica {
     ) -> Result<CudaReplica, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
-        if !model.is_mlp() {
-            return Err(CudaError::new(
-                index,
-                "open",
-                "this build trains convolutional models on CPU workers only: use --devices cpu:N",
-            ));
-        }
         if n + AUX > MAX_ELEMENTS {
             return Err(CudaError::new(
                 index,
@@ -131,6 +131,8 @@ impl CudaReplica {
             v,
             acts: Vec::new(),
             dacts: Vec::new(),
+            argmax: Vec::new(),
+            col: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
             labels: s.alloc_zeros::<u32>(1).map_err(on(index, "allocate"))?,
             row_loss: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
             row_correct: s.alloc_zeros::<i32>(1).map_err(on(index, "allocate"))?,
@@ -215,6 +217,27 @@ impl CudaReplica {
             self.dacts
                 .push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
         }
+        self.argmax.clear();
+        let mut col = 1;
+        for layer in &self.model.plan {
+            let pooled = match layer.layer {
+                Layer::Pool { .. } => rows * layer.output.numel(),
+                _ => 1,
+            };
+            self.argmax.push(s.alloc_zeros::<u32>(pooled).map_err(err)?);
+            if let (
+                Layer::Conv { kernel, .. },
+                Shape::Image { c, .. },
+                Shape::Image { c: oc, h, w },
+            ) = (layer.layer, layer.input, layer.output)
+            {
+                // as many images per chunk as fit in COL_SCRATCH_BYTES (at least one)
+                let one = conv::conv2d_scratch_len(c, oc, kernel, kernel, h, w, 1);
+                let images = (COL_SCRATCH_BYTES / 4 / one.max(1)).clamp(1, rows);
+                col = col.max(one * images);
+            }
+        }
+        self.col = s.alloc_zeros::<f32>(col).map_err(err)?;
         self.labels = s.alloc_zeros::<u32>(rows).map_err(err)?;
         self.row_loss = s.alloc_zeros::<f32>(rows).map_err(err)?;
         self.row_correct = s.alloc_zeros::<i32>(rows).map_err(err)?;
@@ -237,14 +260,10 @@ impl CudaReplica {
         }
     }
 
-    /// Where each layer's weight and bias sit in the flat buffers.
-    fn layer_ranges(&self) -> Vec<(Range<usize>, Range<usize>)> {
-        let range = |i: usize| {
-            let t = &self.model.tensors[i];
-            t.offset..t.offset + t.len
-        };
+    /// Where each layer's weight and bias sit in the flat buffers (none for pooling).
+    fn layer_ranges(&self) -> Vec<Option<(Range<usize>, Range<usize>)>> {
         (0..self.model.layers())
-            .map(|l| (range(2 * l), range(2 * l + 1)))
+            .map(|l| self.model.param_ranges(l))
             .collect()
     }
 
