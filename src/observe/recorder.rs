@@ -1,0 +1,172 @@
+//! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
+//! live hub that attached clients read. Each record is built once, as one line, for all of
+//! them. Step records go to the files every `--log-every` steps and to the hub at most every
+//! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
+//! client attached the hub is given only what its history keeps.
+//!
+//! A file that fails is reported once and written no more; training goes on.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::events::Event;
+use crate::engine::RunInfo;
+use crate::observe::live::{Kind, LiveHub};
+use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::monitor::StepRow;
+use crate::observe::straggler::Warning;
+use crate::observe::telemetry::DeviceSample;
+
+/// The shortest time between two step records to the live hub (at most 20 a second).
+pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
+
+pub struct Recorder {
+    files: Vec<MetricsWriter>,
+    hub: Option<LiveHub>,
+    log_every: u64,
+    /// The newest step not yet given to the hub (it came too soon after the last one).
+    pending: Option<(StepRow, Option<f64>)>,
+    last_live: Option<Instant>,
+}
+
+impl Recorder {
+    pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
+        Recorder {
+            files,
+            hub,
+            log_every: log_every.max(1),
+            pending: None,
+            last_live: None,
+        }
+    }
+
+    /// Records nothing.
+    pub fn none() -> Recorder {
+        Recorder::new(Vec::new(), None, 1)
+    }
+
+    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
+    fn to_files(&mut self, line: &Line, flush: bool) -> Vec<String> {
+        let mut warnings = Vec::new();
+        self.files.retain_mut(|w| {
+            let r = w.write(line).and_then(|()| if flush { w.flush() } else { Ok(()) });
+            match r {
+                Ok(()) => true,
+                Err(e) => {
+                    warnings.push(format!("warning: {e}; no more metrics will be written to it"));
+                    false
+                }
+            }
+        });
+        warnings
+    }
+
+    fn publish(&self, kind: Kind, line: &Line) {
+        if let Some(h) = &self.hub {
+            h.publish(kind, line.clone());
+        }
+    }
+
+    /// Gives the hub the step held back, whatever the time (before a later record).
+    fn release(&mut self) {
+        if let (Some((row, rate)), Some(h)) = (self.pending.take(), &self.hub) {
+            h.publish(Kind::Step, Line::new(&records::step(&row, rate)));
+            self.last_live = Some(Instant::now());
+        }
+    }
+
+    fn live_due(&self) -> bool {
+        self.last_live
+            .is_none_or(|t| t.elapsed() >= LIVE_STEP_INTERVAL)
+    }
+
+    /// The `run` record, first.
+    pub fn run_start(&mut self, info: &RunInfo) -> Vec<String> {
+        let line = Line::new(&records::run(info));
+        if let Some(h) = &self.hub {
+            h.set_run(line.clone());
+        }
+        self.to_files(&line, true)
+    }
+
+    /// A complete step (every rank's sample).
+    pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
+        let logged = !self.files.is_empty() && row.step.is_multiple_of(self.log_every);
+        let line = logged.then(|| Line::new(&records::step(row, rate)));
+        let warnings = match &line {
+            Some(l) => self.to_files(l, false),
+            None => Vec::new(),
+        };
+        let Some(hub) = &self.hub else {
+            return warnings;
+        };
+        if self.live_due() {
+            self.pending = None;
+            self.last_live = Some(Instant::now());
+            match line {
+                Some(l) => hub.publish(Kind::Step, l),
+                None if hub.step_slot() => {
+                    hub.publish(Kind::Step, Line::new(&records::step(row, rate)))
+                }
+                None => {}
+            }
+        } else if hub.clients() > 0 {
+            self.pending = Some((row.clone(), rate));
+        }
+        warnings
+    }
+
+    /// Gives the hub the step held back once its time has come (call after taking steps).
+    pub fn catch_up(&mut self) {
+        if self.pending.is_some() && self.live_due() {
+            self.release();
+        }
+    }
+
+    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it).
+    pub fn event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
+        self.release();
+        let Some(v) = records::event(ev, t) else {
+            return Vec::new();
+        };
+        let line = Line::new(&v);
+        self.publish(Kind::Event, &line);
+        self.to_files(&line, true)
+    }
+
+    /// Every device's sample, and this process's memory beside the machine's.
+    pub fn telemetry(
+        &mut self,
+        t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Vec<String> {
+        if self.files.is_empty() && self.hub.is_none() {
+            return Vec::new();
+        }
+        let line = Line::new(&records::telemetry(t, devices, process));
+        self.publish(Kind::Telemetry, &line);
+        self.to_files(&line, true)
+    }
+
+    /// A straggler / degraded / stall warning or its clearing.
+    pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
+        self.release();
+        let line = Line::new(&records::warning(w, t));
+        self.publish(Kind::Event, &line);
+        self.to_files(&line, false)
+    }
+
+    /// Everything written out (at the end).
+    pub fn flush(&mut self) -> Vec<String> {
+        self.release();
+        let mut warnings = Vec::new();
+        self.files.retain_mut(|w| match w.flush() {
+            Ok(()) => true,
+            Err(e) => {
+                warnings.push(format!("warning: {e}; no more metrics will be written to it"));
+                false
+            }
+        });
+        warnings
+    }
+}
