@@ -122,14 +122,24 @@ impl Recorder {
         }
     }
 
-    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it).
+    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it). The step held
+    /// back goes first where its time has come (or at the end), else after: a run whose
+    /// epochs take milliseconds must not send a step with each.
     pub fn event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
-        self.release();
+        if matches!(ev, Event::Finished { .. }) {
+            self.release();
+        } else {
+            self.catch_up();
+        }
         let Some(v) = records::event(ev, t) else {
             return Vec::new();
         };
         let line = Line::new(&v);
-        self.publish(Kind::Event, &line);
+        let kind = match ev {
+            Event::EpochDone { .. } => Kind::Epoch,
+            _ => Kind::Event,
+        };
+        self.publish(kind, &line);
         self.to_files(&line, true)
     }
 
@@ -150,7 +160,7 @@ impl Recorder {
 
     /// A straggler / degraded / stall warning or its clearing.
     pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
-        self.release();
+        self.catch_up();
         let line = Line::new(&records::warning(w, t));
         self.publish(Kind::Event, &line);
         self.to_files(&line, false)
@@ -168,5 +178,104 @@ impl Recorder {
             }
         });
         warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::live::hub::Next;
+
+    fn row(step: u64) -> StepRow {
+        StepRow {
+            step,
+            epoch: 1,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            per_replica: 32,
+            global_samples: 64,
+            at: Duration::from_millis(step),
+            progress: 0.0,
+            ranks: Vec::new(),
+        }
+    }
+
+    /// The `step` numbers of the step lines among `lines`.
+    fn steps(lines: &[String]) -> Vec<u64> {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["type"] == "step")
+            .map(|v| v["step"].as_u64().unwrap())
+            .collect()
+    }
+
+    fn take(hub: &LiveHub, id: u64) -> Vec<String> {
+        match hub.next(id, Duration::ZERO) {
+            Next::Lines(v) => v.iter().map(|l| l.as_str().to_string()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn steps_go_to_files_every_log_every_and_to_clients_at_most_20_a_second_newest_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let hub = LiveHub::new(Instant::now());
+        let mut r = Recorder::new(
+            vec![MetricsWriter::create(&path).unwrap()],
+            Some(hub.clone()),
+            10,
+        );
+        let info = crate::observe::metrics::run_info(&serde_json::json!({
+            "devices": ["cpu0", "cpu1"], "name": "t", "data": "d", "model": "m",
+            "params": 1, "per_replica": 32,
+        }))
+        .unwrap();
+        assert!(r.run_start(&info).is_empty());
+        let id = hub.join().unwrap();
+        take(&hub, id);
+        let t0 = Instant::now();
+        for s in 1..=1000 {
+            assert!(r.step(&row(s), Some(1.0)).is_empty());
+        }
+        r.catch_up();
+        let fast = t0.elapsed();
+        let got = steps(&take(&hub, id));
+        // one step per interval at most (a slow machine may take several intervals)
+        let most = 2 + (fast.as_millis() / LIVE_STEP_INTERVAL.as_millis()) as usize;
+        assert!(!got.is_empty() && got.len() <= most, "{got:?} in {fast:?}");
+        // the newest step, held back, goes out once its time has come
+        std::thread::sleep(LIVE_STEP_INTERVAL);
+        r.catch_up();
+        assert_eq!(steps(&take(&hub, id)), [1000]);
+        // the end takes the step held back with it, before itself
+        r.step(&row(1001), None);
+        r.event(
+            &Event::Finished {
+                step: 1001,
+                stopped: false,
+            },
+            Duration::from_secs(1),
+        );
+        let last = take(&hub, id);
+        assert_eq!(steps(&last), [1001]);
+        assert!(last.last().unwrap().contains("\"end\""));
+        assert!(r.flush().is_empty());
+        let file = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<String> = file.lines().map(String::from).collect();
+        assert_eq!(steps(&lines), (1..=100).map(|i| i * 10).collect::<Vec<_>>());
+        assert!(lines[0].contains("\"run\"") && lines.last().unwrap().contains("\"end\""));
+    }
+
+    #[test]
+    fn without_a_client_no_step_is_held_back() {
+        let hub = LiveHub::new(Instant::now());
+        let mut r = Recorder::new(Vec::new(), Some(hub.clone()), 50);
+        for s in 1..=100 {
+            r.step(&row(s), None);
+        }
+        assert!(r.pending.is_none());
     }
 }

@@ -20,7 +20,10 @@ use crate::observe::metrics::Line;
 pub const HISTORY_STEPS: usize = 2000;
 /// Telemetry lines kept likewise.
 pub const HISTORY_TELEMETRY: usize = 2000;
-/// Epoch, event, warning and end lines kept (oldest dropped beyond).
+/// Epoch lines kept (thinned as the steps are, so a run of many short epochs keeps its whole
+/// accuracy curve).
+pub const HISTORY_EPOCHS: usize = 5000;
+/// Event, warning and end lines kept (oldest dropped beyond).
 pub const HISTORY_EVENTS: usize = 10_000;
 /// Bytes kept of each thinned history (a step line of a 1024-rank run is ~200 KiB).
 const HISTORY_BYTES: usize = 32 << 20;
@@ -36,7 +39,9 @@ pub const MAX_CLIENTS: usize = 16;
 pub enum Kind {
     Step,
     Telemetry,
-    /// Epochs, events, warnings and the end: kept and delivered.
+    /// The lifecycle lines, always delivered: epochs (thinned in the history) and events,
+    /// warnings and the end (kept in the history up to a cap).
+    Epoch,
     Event,
 }
 
@@ -96,6 +101,7 @@ struct State {
     run: Option<Line>,
     steps: Thinned,
     telemetry: Thinned,
+    epochs: Thinned,
     events: Capped,
     seq: u64,
     clients: HashMap<u64, Client>,
@@ -131,6 +137,7 @@ impl LiveHub {
                 run: None,
                 steps: Thinned::new(HISTORY_STEPS, HISTORY_BYTES),
                 telemetry: Thinned::new(HISTORY_TELEMETRY, HISTORY_BYTES),
+                epochs: Thinned::new(HISTORY_EPOCHS, HISTORY_BYTES),
                 events: Capped::new(HISTORY_EVENTS),
                 seq: 0,
                 clients: HashMap::new(),
@@ -182,6 +189,10 @@ impl LiveHub {
                 s.telemetry.offer(seq, &line);
                 Class::Lossy
             }
+            Kind::Epoch => {
+                s.epochs.offer(seq, &line);
+                Class::Lossless
+            }
             Kind::Event => {
                 s.events.push(seq, &line);
                 Class::Lossless
@@ -212,7 +223,13 @@ impl LiveHub {
         let Some(run) = s.run.clone() else {
             return Err("the run has not started yet; try again".into());
         };
-        let history = merged(s.steps.iter().chain(s.telemetry.iter()).chain(s.events.iter()));
+        let history = merged(
+            s.steps
+                .iter()
+                .chain(s.telemetry.iter())
+                .chain(s.epochs.iter())
+                .chain(s.events.iter()),
+        );
         let mut c = Client::default();
         c.push(run, Class::History);
         for l in history {
@@ -318,7 +335,7 @@ mod tests {
     fn a_client_gets_the_run_the_history_in_order_a_live_marker_then_live_lines() {
         let h = hub();
         h.publish(Kind::Step, line("step", 1));
-        h.publish(Kind::Event, line("epoch", 2));
+        h.publish(Kind::Epoch, line("epoch", 2));
         h.publish(Kind::Telemetry, line("telemetry", 3));
         let id = h.join().unwrap();
         h.publish(Kind::Step, line("step", 4));
