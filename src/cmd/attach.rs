@@ -16,13 +16,14 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     let target = locate(args.target.as_deref())?;
+    // connected first, so what is wrong with the run is said before what is wrong here
+    let run = target.run.display().to_string();
+    let (mut source, app) = AttachSource::connect(target, args.readonly)?;
     if !std::io::stdout().is_terminal() {
         anyhow::bail!(
-            "attach shows the terminal UI and stdout is not a terminal: run it in one (for the run's progress without one: mgtop-train view --headless {})",
-            target.run.display()
+            "attach shows the terminal UI and stdout is not a terminal: run it in one (for the run's progress without one: mgtop-train view --headless {run})"
         );
     }
-    let (mut source, app) = AttachSource::connect(target, args.readonly)?;
     let (sig_tx, sig_rx) = unbounded();
     on_signals(sig_tx)?;
     let (mut terminal, guard) = match term::enter() {
@@ -46,7 +47,6 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     );
     drop(terminal);
     drop(guard);
-    let run = source.target().run.display().to_string();
     if app.summary.is_some() {
         crate::say!("run: {}", app.info.name);
         for line in tui::summary_lines(&app) {

@@ -157,7 +157,8 @@ impl Source for AttachSource {
                 self.over = false;
             }
             Err(e) => {
-                app.apply(AppEvent::Flash(format!("cannot reconnect: {e}")));
+                app.apply(AppEvent::Notice(Level::Error, format!("cannot reconnect: {e}")));
+                app.apply(AppEvent::Flash("cannot reconnect: see the events".into()));
             }
         }
         true

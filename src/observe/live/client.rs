@@ -65,10 +65,21 @@ pub struct LiveClient {
     next_id: u64,
 }
 
-/// Who owns `path`, in words (a user name where /etc/passwd has one).
-fn owner(path: &Path) -> String {
-    let Ok(uid) = std::fs::metadata(path).map(|m| m.uid()) else {
-        return "another user".into();
+/// Who owns `path` (or the nearest directory above it this user can see), in words: a user
+/// name where /etc/passwd has one.
+pub fn owner(path: &Path) -> String {
+    let uid = path
+        .ancestors()
+        .skip(1)
+        .map(|p| std::fs::metadata(p).map(|m| m.uid()))
+        .find_map(Result::ok);
+    let uid = match std::fs::metadata(path).map(|m| m.uid()) {
+        Ok(u) => u,
+        Err(_) => match uid {
+            // the nearest visible directory is ours: the run's is someone else's
+            Some(u) if u != super::socket::own_uid() => u,
+            _ => return "another user".into(),
+        },
     };
     let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|t| {
         t.lines().find_map(|l| {

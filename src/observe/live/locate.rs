@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::client::AttachError;
+use super::client::{owner, AttachError};
 use super::socket::pointer_of;
 use crate::observe::metrics::reader::FILE_NAME;
 
@@ -85,8 +85,8 @@ fn newest_live(dir: &Path) -> Result<Target, AttachError> {
             ended: match runs.len() {
                 0 => String::new(),
                 n => format!(
-                    " ({n} run{} there not live; see one with `mgtop-train view RUN_DIR`, list them with `ls {}`)",
-                    if n == 1 { " is" } else { "s are" },
+                    " ({n} run{} there, none live: list them with `mgtop-train runs {}`, see one with `mgtop-train view RUN_DIR`)",
+                    if n == 1 { "" } else { "s" },
                     dir.display()
                 ),
             },
@@ -106,7 +106,13 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
         }
         return newest_live(runs);
     };
-    let meta = std::fs::metadata(p).map_err(|_| AttachError::NotFound(p.to_path_buf()))?;
+    let meta = std::fs::metadata(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => AttachError::Denied {
+            path: p.to_path_buf(),
+            owner: owner(p),
+        },
+        _ => AttachError::NotFound(p.to_path_buf()),
+    })?;
     let parent = || {
         p.parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -120,6 +126,18 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
         });
     }
     if meta.is_dir() {
+        if let Err(e) = std::fs::read_dir(p) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::PermissionDenied => AttachError::Denied {
+                    path: p.to_path_buf(),
+                    owner: owner(p),
+                },
+                _ => AttachError::Io {
+                    path: p.to_path_buf(),
+                    source: e,
+                },
+            });
+        }
         if let Some(socket) = socket_in(p) {
             return Ok(Target {
                 socket,

@@ -24,8 +24,9 @@ use crate::engine::control::Controller;
 
 /// How long one write to a client may take before the client is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// At the end, how long clients get to take what is queued for them (the `end` record).
-const DRAIN: Duration = Duration::from_secs(2);
+/// At the end, how long clients get to take what is queued for them (the `end` record; a
+/// client that reads is done in milliseconds, one that does not is not waited for longer).
+const DRAIN: Duration = Duration::from_secs(1);
 
 pub struct LiveServer {
     path: PathBuf,
@@ -229,6 +230,21 @@ fn write_loop(mut stream: UnixStream, hub: &LiveHub, id: u64) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
+/// After refusing a client: what it sent besides is read and thrown away (for up to a second
+/// and `MAX_REQUEST` bytes more) until the writer has sent the refusal and closed, since
+/// closing a socket with unread input resets it and the refusal would be lost.
+fn discard(r: &mut BufReader<UnixStream>) {
+    let _ = r.get_ref().set_read_timeout(Some(Duration::from_secs(1)));
+    let mut sink = [0u8; 4096];
+    let mut left = MAX_REQUEST + r.buffer().len();
+    while left > 0 {
+        match std::io::Read::read(r, &mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
 /// Answers the client's requests; input that is not a request closes this client only.
 fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64) {
     let mut r = BufReader::new(stream);
@@ -247,7 +263,7 @@ fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64
                 Err(Refusal::Malformed(why)) => {
                     hub.send_to(id, reply(None, false, &format!("{why}; closing this connection")));
                     hub.close_client(id);
-                    return;
+                    return discard(&mut r);
                 }
             },
             Ok(Read::TooLong) => {
@@ -257,7 +273,7 @@ fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64
                 );
                 hub.send_to(id, reply(None, false, &why));
                 hub.close_client(id);
-                return;
+                return discard(&mut r);
             }
             // the client has closed its side, or is gone: the writer finds out when it writes
             Ok(Read::Eof) | Err(_) => return,
