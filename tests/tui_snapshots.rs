@@ -353,7 +353,10 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
     app.mode = mgtop::front::tui::app::Mode::Attached;
     key(&mut app, KeyCode::Char('q'));
     let s = screen(&app, 80, 24);
-    assert!(s.contains(" ATTACHED ") && s.contains("detach: the run goes on"), "{s}");
+    assert!(
+        s.contains(" ATTACHED ") && s.contains("detach: the run goes on"),
+        "{s}"
+    );
     insta::assert_snapshot!("attached_quit_80x24", s);
     key(&mut app, KeyCode::Esc);
     app.disconnected = Some("the run closed the connection".into());

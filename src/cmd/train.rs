@@ -89,7 +89,9 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
         None => on_signals(&engine, None).and_then(|()| {
             let mut out = std::io::stdout().lock();
             let interval = front.sample_interval;
-            Ok(headless::run(engine, log_every, interval, &mut out, recorder, &notes)?)
+            Ok(headless::run(
+                engine, log_every, interval, &mut out, recorder, &notes,
+            )?)
         }),
     };
     // clients get the end of the run, then the socket goes

@@ -45,14 +45,18 @@ impl Recorder {
     }
 
     /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
-    fn to_files(&mut self, line: &Line, flush: bool) -> Vec<String> {
+    fn write_files(&mut self, line: &Line, flush: bool) -> Vec<String> {
         let mut warnings = Vec::new();
         self.files.retain_mut(|w| {
-            let r = w.write(line).and_then(|()| if flush { w.flush() } else { Ok(()) });
+            let r = w
+                .write(line)
+                .and_then(|()| if flush { w.flush() } else { Ok(()) });
             match r {
                 Ok(()) => true,
                 Err(e) => {
-                    warnings.push(format!("warning: {e}; no more metrics will be written to it"));
+                    warnings.push(format!(
+                        "warning: {e}; no more metrics will be written to it"
+                    ));
                     false
                 }
             }
@@ -85,7 +89,7 @@ impl Recorder {
         if let Some(h) = &self.hub {
             h.set_run(line.clone());
         }
-        self.to_files(&line, true)
+        self.write_files(&line, true)
     }
 
     /// A complete step (every rank's sample).
@@ -93,7 +97,7 @@ impl Recorder {
         let logged = !self.files.is_empty() && row.step.is_multiple_of(self.log_every);
         let line = logged.then(|| Line::new(&records::step(row, rate)));
         let warnings = match &line {
-            Some(l) => self.to_files(l, false),
+            Some(l) => self.write_files(l, false),
             None => Vec::new(),
         };
         let Some(hub) = &self.hub else {
@@ -140,7 +144,7 @@ impl Recorder {
             _ => Kind::Event,
         };
         self.publish(kind, &line);
-        self.to_files(&line, true)
+        self.write_files(&line, true)
     }
 
     /// Every device's sample, and this process's memory beside the machine's.
@@ -155,7 +159,7 @@ impl Recorder {
         }
         let line = Line::new(&records::telemetry(t, devices, process));
         self.publish(Kind::Telemetry, &line);
-        self.to_files(&line, true)
+        self.write_files(&line, true)
     }
 
     /// A straggler / degraded / stall warning or its clearing.
@@ -163,7 +167,7 @@ impl Recorder {
         self.catch_up();
         let line = Line::new(&records::warning(w, t));
         self.publish(Kind::Event, &line);
-        self.to_files(&line, false)
+        self.write_files(&line, false)
     }
 
     /// Everything written out (at the end).
@@ -173,7 +177,9 @@ impl Recorder {
         self.files.retain_mut(|w| match w.flush() {
             Ok(()) => true,
             Err(e) => {
-                warnings.push(format!("warning: {e}; no more metrics will be written to it"));
+                warnings.push(format!(
+                    "warning: {e}; no more metrics will be written to it"
+                ));
                 false
             }
         });

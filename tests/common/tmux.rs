@@ -111,4 +111,3 @@ pub fn ended(dir: &Path) -> (String, bool) {
         stty.contains(" icanon") && !stty.contains("-icanon"),
     )
 }
-

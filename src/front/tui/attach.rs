@@ -88,8 +88,13 @@ impl Source for AttachSource {
             Incoming::Record(rec) => self.on_record(app, rec),
             Incoming::Live { t } => self.clock = Some((t, Instant::now())),
             Incoming::Reply { ok: true, .. } => return false,
-            Incoming::Reply { ok: false, message, .. } => {
-                app.apply(AppEvent::Notice(Level::Warn, format!("the run says: {message}")));
+            Incoming::Reply {
+                ok: false, message, ..
+            } => {
+                app.apply(AppEvent::Notice(
+                    Level::Warn,
+                    format!("the run says: {message}"),
+                ));
                 app.apply(AppEvent::Flash(message));
             }
             Incoming::Closed(why) => {
@@ -157,7 +162,10 @@ impl Source for AttachSource {
                 self.over = false;
             }
             Err(e) => {
-                app.apply(AppEvent::Notice(Level::Error, format!("cannot reconnect: {e}")));
+                app.apply(AppEvent::Notice(
+                    Level::Error,
+                    format!("cannot reconnect: {e}"),
+                ));
                 app.apply(AppEvent::Flash("cannot reconnect: see the events".into()));
             }
         }

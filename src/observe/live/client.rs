@@ -48,7 +48,9 @@ pub enum AttachError {
 pub enum Incoming {
     Record(Record),
     /// The history has been sent; the run's clock read `t` then.
-    Live { t: Duration },
+    Live {
+        t: Duration,
+    },
     Reply {
         id: Option<u64>,
         ok: bool,
@@ -139,7 +141,12 @@ impl LiveClient {
             Ok(Read::Line) => {}
             Ok(Read::Eof) => return Err(protocol("it closed without a word".into())),
             Ok(Read::TooLong) => return Err(protocol("its first line is too long".into())),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(protocol(format!(
                     "no answer within {} s",
                     HELLO_TIMEOUT.as_secs()
@@ -226,12 +233,7 @@ fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming
                 Ok(None) => {}
                 Err(e) => break format!("the run sent a damaged record: {e}"),
             },
-            Ok(Read::TooLong) => {
-                break format!(
-                    "the run sent a line over {} MiB",
-                    MAX_LINE >> 20
-                )
-            }
+            Ok(Read::TooLong) => break format!("the run sent a line over {} MiB", MAX_LINE >> 20),
             Ok(Read::Eof) => break "the run closed the connection".into(),
             Err(e) => break format!("the connection broke: {e}"),
         }

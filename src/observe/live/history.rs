@@ -50,8 +50,7 @@ impl Thinned {
         }
         self.bytes += line.as_bytes().len();
         self.items.push_back((seq, line.clone()));
-        while self.items.len() > 1 && (self.items.len() > self.cap || self.bytes > self.max_bytes)
-        {
+        while self.items.len() > 1 && (self.items.len() > self.cap || self.bytes > self.max_bytes) {
             self.thin();
         }
     }
@@ -62,7 +61,7 @@ impl Thinned {
         let mut i = 0;
         self.items.retain(|_| {
             i += 1;
-            (n - i) % 2 == 0
+            (n - i).is_multiple_of(2)
         });
         self.bytes = self.items.iter().map(|(_, l)| l.as_bytes().len()).sum();
         self.stride = self.stride.saturating_mul(2);

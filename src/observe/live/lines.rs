@@ -23,7 +23,11 @@ pub fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Res
             Err(e) => return Err(e),
         };
         if avail.is_empty() {
-            return Ok(if buf.is_empty() { Read::Eof } else { Read::Line });
+            return Ok(if buf.is_empty() {
+                Read::Eof
+            } else {
+                Read::Line
+            });
         }
         let (take, done) = match avail.iter().position(|&c| c == b'\n') {
             Some(i) => (i, true),

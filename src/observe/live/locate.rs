@@ -206,7 +206,10 @@ mod tests {
     fn what_is_no_run_says_so() {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("nope");
-        assert!(matches!(locate(Some(&missing)), Err(AttachError::NotFound(_))));
+        assert!(matches!(
+            locate(Some(&missing)),
+            Err(AttachError::NotFound(_))
+        ));
         let f = d.path().join("notes.txt");
         std::fs::write(&f, "x").unwrap();
         assert!(matches!(locate(Some(&f)), Err(AttachError::NotSocket(_))));

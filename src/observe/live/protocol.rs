@@ -29,7 +29,9 @@ pub enum Refusal {
 }
 
 pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {
-    let bad = |what: &str| Refusal::Malformed(format!("{what}; send one JSON object a line, such as {{\"type\":\"control\",\"id\":1,\"action\":\"pause\"}}"));
+    let bad = |what: &str| {
+        Refusal::Malformed(format!("{what}; send one JSON object a line, such as {{\"type\":\"control\",\"id\":1,\"action\":\"pause\"}}"))
+    };
     let v: Value = serde_json::from_slice(text).map_err(|_| bad("not JSON"))?;
     if v.get("type").and_then(Value::as_str) != Some("control") {
         return Err(bad("not a request (`type` is not \"control\")"));
@@ -39,10 +41,9 @@ pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {
         .and_then(Value::as_u64)
         .ok_or_else(|| bad("`id` is missing or not a whole number"))?;
     let refuse = |message: String| Refusal::Refused { id, message };
-    let action = v
-        .get("action")
-        .and_then(Value::as_str)
-        .ok_or_else(|| refuse("`action` is missing: use pause, resume, checkpoint, stop or batch_size".into()))?;
+    let action = v.get("action").and_then(Value::as_str).ok_or_else(|| {
+        refuse("`action` is missing: use pause, resume, checkpoint, stop or batch_size".into())
+    })?;
     let control = match action {
         "pause" => Control::Pause,
         "resume" => Control::Resume,
@@ -105,7 +106,9 @@ pub fn apply(controller: &Controller, c: Control) -> (bool, String) {
         Ok(()) => (
             true,
             match c {
-                Control::Pause => "pause requested: every rank stops at the next step boundary".into(),
+                Control::Pause => {
+                    "pause requested: every rank stops at the next step boundary".into()
+                }
                 Control::Resume => "resume requested".into(),
                 Control::Checkpoint => "checkpoint requested at the next step boundary".into(),
                 Control::SetBatch(b) => {
@@ -167,14 +170,28 @@ mod tests {
             );
         }
         for (bad, words) in [
-            (&br#"{"type":"control","id":3,"action":"fly"}"#[..], "unknown action"),
-            (br#"{"type":"control","id":3,"action":"batch_size"}"#, "per_replica"),
-            (br#"{"type":"control","id":3,"action":"batch_size","per_replica":-4}"#, "per_replica"),
-            (br#"{"type":"control","id":3,"action":"stop","checkpoint":"yes"}"#, "true or false"),
+            (
+                &br#"{"type":"control","id":3,"action":"fly"}"#[..],
+                "unknown action",
+            ),
+            (
+                br#"{"type":"control","id":3,"action":"batch_size"}"#,
+                "per_replica",
+            ),
+            (
+                br#"{"type":"control","id":3,"action":"batch_size","per_replica":-4}"#,
+                "per_replica",
+            ),
+            (
+                br#"{"type":"control","id":3,"action":"stop","checkpoint":"yes"}"#,
+                "true or false",
+            ),
             (br#"{"type":"control","id":3}"#, "`action` is missing"),
         ] {
             match parse_request(bad) {
-                Err(Refusal::Refused { id: 3, message }) => assert!(message.contains(words), "{message}"),
+                Err(Refusal::Refused { id: 3, message }) => {
+                    assert!(message.contains(words), "{message}")
+                }
                 other => panic!("{other:?}"),
             }
         }

@@ -219,7 +219,8 @@ fn write_loop(mut stream: UnixStream, hub: &LiveHub, id: u64) {
             Next::Idle => {}
             Next::Gone(why) => {
                 if let Some(why) = why {
-                    let _ = stream.write_all(reply(None, false, &format!("disconnected: {why}")).as_bytes());
+                    let _ = stream
+                        .write_all(reply(None, false, &format!("disconnected: {why}")).as_bytes());
                 }
                 break;
             }
@@ -261,7 +262,10 @@ fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64
                     hub.send_to(id, reply(Some(rid), false, &message))
                 }
                 Err(Refusal::Malformed(why)) => {
-                    hub.send_to(id, reply(None, false, &format!("{why}; closing this connection")));
+                    hub.send_to(
+                        id,
+                        reply(None, false, &format!("{why}; closing this connection")),
+                    );
                     hub.close_client(id);
                     return discard(&mut r);
                 }

@@ -163,7 +163,10 @@ mod tests {
         assert_eq!(names, ["live.sock"]);
         let f = dir.path().join("file");
         std::fs::write(&f, "x").unwrap();
-        assert!(matches!(bind_private(&f), Err(SocketError::NotSocket { .. })));
+        assert!(matches!(
+            bind_private(&f),
+            Err(SocketError::NotSocket { .. })
+        ));
     }
 
     #[test]
@@ -173,12 +176,13 @@ mod tests {
         let long = PathBuf::from(format!("/tmp/{}/live.sock", "d".repeat(120)));
         let p = place(&long);
         assert!(p.as_os_str().len() <= MAX_PATH, "{}", p.display());
-        assert!(p.file_name().unwrap().to_string_lossy().starts_with("mgtop-"));
+        assert!(p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("mgtop-"));
         assert_eq!(place(&long), p, "the same place each time");
-        assert_eq!(
-            pointer_of(&long).file_name().unwrap(),
-            "live.sock.path"
-        );
+        assert_eq!(pointer_of(&long).file_name().unwrap(), "live.sock.path");
     }
 
     #[test]

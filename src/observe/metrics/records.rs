@@ -164,7 +164,8 @@ pub fn telemetry(t: Duration, devices: &[DeviceSample], process: Option<(u64, u6
 
 /// A straggler / degraded / stall warning (or its clearing).
 pub fn warning(w: &Warning, t: Duration) -> Value {
-    let mut v = json!({"type": "event", "kind": w.kind(), "t": t.as_secs_f64(), "message": w.to_string()});
+    let mut v =
+        json!({"type": "event", "kind": w.kind(), "t": t.as_secs_f64(), "message": w.to_string()});
     match w {
         Warning::Straggler {
             rank,

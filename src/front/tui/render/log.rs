@@ -83,7 +83,12 @@ fn wrap_event(text: &str, w: usize) -> Vec<String> {
 
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let keys: &[(&str, &str)] = if app.disconnected.is_some() {
-        &[("r", "reconnect"), ("Tab", "view"), ("?", "help"), ("q", "quit")]
+        &[
+            ("r", "reconnect"),
+            ("Tab", "view"),
+            ("?", "help"),
+            ("q", "quit"),
+        ]
     } else if app.state.ended() {
         &[
             ("q", "quit"),
@@ -138,7 +143,10 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else if app.watching_file() {
         spans.push(Span::styled(" VIEW ", theme.badge(theme.warn)));
     } else if app.mode == Mode::Attached && app.readonly {
-        spans.push(Span::styled(" ATTACHED READ-ONLY ", theme.badge(theme.warn)));
+        spans.push(Span::styled(
+            " ATTACHED READ-ONLY ",
+            theme.badge(theme.warn),
+        ));
     } else if app.mode == Mode::Attached {
         spans.push(Span::styled(" ATTACHED ", theme.badge(theme.accent)));
     } else if app.readonly {
