@@ -72,7 +72,7 @@ impl Client {
             return;
         }
         match class {
-            Class::Lossy if self.queue.len() - self.history >= LAG => {
+            Class::Lossy if self.queue.len().saturating_sub(self.history) >= LAG => {
                 self.dropped += 1;
                 return;
             }
