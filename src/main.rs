@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Some(Command::Selftest) => cmd::selftest::command(),
         Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
         Some(Command::Runs(args)) => cmd::runs::command(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Attach(args)) => cmd::attach::command(&args, &on_view_signals),
         None => cmd::train::command(cli.train, &on_signals).map(|()| {
             if SIGNALS.load(Ordering::SeqCst) > 0 {
                 ExitCode::from(130)
@@ -55,8 +56,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `view`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this process's); a
-/// second signal quits at once, restoring the terminal first.
+/// `view` and `attach`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this
+/// process's: it goes on); a second signal quits at once, restoring the terminal first.
 fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
     ctrlc::set_handler(move || {
         if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {

@@ -346,3 +346,24 @@ fn long_events_wrap_instead_of_being_cut() {
     }
     assert!(!text.contains('…'), "{s}");
 }
+
+#[test]
+fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
+    let mut app = demo::app(2, 150);
+    app.mode = mgtop::front::tui::app::Mode::Attached;
+    key(&mut app, KeyCode::Char('q'));
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains(" ATTACHED ") && s.contains("detach: the run goes on"),
+        "{s}"
+    );
+    insta::assert_snapshot!("attached_quit_80x24", s);
+    key(&mut app, KeyCode::Esc);
+    app.disconnected = Some("the run closed the connection".into());
+    let s = screen(&app, 80, 24);
+    let footer = s.lines().last().unwrap();
+    assert!(
+        footer.contains("DISCONNECTED") && footer.contains("r reconnect"),
+        "{footer}"
+    );
+}

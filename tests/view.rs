@@ -16,6 +16,7 @@ use mgtop::front::tui::replay::read_all;
 use mgtop::front::tui::theme::Theme;
 use mgtop::front::tui::{drive, TuiOptions};
 use mgtop::observe::metrics::{MetricsReader, MetricsWriter, ReadError, Record};
+use mgtop::observe::Recorder;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
@@ -36,13 +37,14 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
         readonly: false,
         exit_when_done: true,
         sample_interval: Duration::from_millis(20),
-        log_every: 1,
+        notes: Vec::new(),
     };
     let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
     let (_keys, inputs) = unbounded();
     let (_sig, signals) = unbounded();
-    let writer = MetricsWriter::create(&[&path]).unwrap();
-    let end = drive(&mut terminal, engine, &opts, inputs, signals, Some(writer));
+    let writer = MetricsWriter::create(&path).unwrap();
+    let recorder = Recorder::new(vec![writer], None, 1);
+    let end = drive(&mut terminal, engine, &opts, inputs, signals, recorder);
     end.result.unwrap();
     (end.app, path)
 }

@@ -25,6 +25,7 @@ Examples:
                                                (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
                                                (the UI over a finished or still running run's metrics file; --headless: its summary)
+  mgtop-train attach runs/digits-mlp:128/latest  (the UI of a running job over its live socket; q detaches or stops it)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
@@ -52,6 +53,8 @@ pub enum Command {
     /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, failed, killed), step, progress, best validation accuracy, last update.
     #[command(visible_alias = "ls")]
     Runs(RunsArgs),
+    /// Open the terminal UI on a running job over its live socket (default: the newest live run under ./runs): same screens and keys; q offers detach (the run goes on) or stop.
+    Attach(AttachArgs),
 }
 
 #[derive(Args, Debug)]
@@ -59,6 +62,19 @@ pub struct RunsArgs {
     /// A directory of runs  [default: runs]
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// A run directory (runs/NAME/TIMESTAMP), its live.sock, a forwarded socket, or a directory of runs (its newest live one)  [default: the newest live run under ./runs]
+    #[arg(value_name = "RUN_DIR|SOCKET")]
+    pub target: Option<PathBuf>,
+    /// Watch only: the keys that would change the run are disabled, q detaches.
+    #[arg(long)]
+    pub readonly: bool,
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    #[arg(long, value_name = "NAME|PATH")]
+    pub theme: Option<String>,
 }
 
 #[derive(Args, Debug)]

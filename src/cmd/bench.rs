@@ -117,7 +117,8 @@ pub fn watched_throughput(
             50,
             Duration::from_secs(1),
             &mut std::io::sink(),
-            None,
+            crate::observe::Recorder::none(),
+            &[],
         )?,
         Watch::Tui => {
             let opts = TuiOptions {
@@ -125,10 +126,18 @@ pub fn watched_throughput(
                 readonly: false,
                 exit_when_done: true,
                 sample_interval: Duration::from_secs(1),
-                log_every: 50,
+                notes: Vec::new(),
             };
             let mut terminal = sink_terminal(200, 60);
-            crate::front::tui::drive(&mut terminal, engine, &opts, never(), never(), None).result?
+            crate::front::tui::drive(
+                &mut terminal,
+                engine,
+                &opts,
+                never(),
+                never(),
+                crate::observe::Recorder::none(),
+            )
+            .result?
         }
     };
     let wall = wall0.elapsed().as_secs_f64();

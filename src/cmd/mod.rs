@@ -1,7 +1,8 @@
-//! The subcommands, one file each: training (the default), `bench`, `runs`, `scale`,
+//! The subcommands, one file each: training (the default), `attach`, `bench`, `runs`, `scale`,
 //! `selftest` and `view`.
 //! `main.rs` parses the flags, installs signal handling and turns results into exit codes.
 
+pub mod attach;
 pub mod bench;
 pub mod runs;
 pub mod scale;

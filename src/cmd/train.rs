@@ -1,8 +1,9 @@
-//! Training, the default command: start the engine, then watch it in the terminal UI or as log
-//! lines until it ends.
+//! Training, the default command: start the engine and its live socket, then watch it in the
+//! terminal UI or as log lines until it ends.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Sender};
 
@@ -10,11 +11,35 @@ use crate::cli::{Frontend, TrainArgs};
 use crate::engine::{rundir, Engine, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
-use crate::observe::metrics::MetricsWriter;
+use crate::observe::live::{LiveHub, LiveServer, SOCKET_NAME};
+use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::Recorder;
 
 /// Installs the process's signal handling for a started run (the binary's: a second signal
 /// quits the process); the UI passes a channel to hear of the first.
 pub type OnSignals = dyn Fn(&Engine, Option<Sender<()>>) -> anyhow::Result<()>;
+
+/// Serves the run on `<dir>/live.sock`; the server (none where it could not start) and the
+/// start-up line that says where it is, or why there is none.
+fn serve(dir: &Path, engine: &Engine) -> (Option<(LiveServer, LiveHub)>, String) {
+    let hub = LiveHub::new(Instant::now() - engine.elapsed());
+    // a client may connect before the frontend records the start: it is served this
+    hub.set_run(Line::new(&records::run(engine.info())));
+    match LiveServer::start(&dir.join(SOCKET_NAME), hub.clone(), engine.controller()) {
+        Ok(server) => {
+            let line = format!(
+                "live: {} (mgtop-train attach {})",
+                server.path().display(),
+                dir.display()
+            );
+            (Some((server, hub)), line)
+        }
+        Err(e) => (
+            None,
+            format!("warning: no live socket for this run ({e}); training goes on, but `attach` cannot reach it"),
+        ),
+    }
+}
 
 pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
@@ -38,9 +63,10 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
         .map(|d| d.join(rundir::METRICS))
         .chain(metrics_out)
         .collect();
-    let metrics = match (!paths.is_empty())
-        .then(|| MetricsWriter::create(&paths))
-        .transpose()
+    let metrics = match paths
+        .iter()
+        .map(|p| MetricsWriter::create(p))
+        .collect::<Result<Vec<_>, _>>()
     {
         Ok(m) => m,
         Err(e) => {
@@ -49,14 +75,28 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
             return Err(e.into());
         }
     };
-    let result = match theme {
-        Some(theme) => run_tui(engine, theme, &front, log_every, metrics, on_signals)?,
-        None => {
-            on_signals(&engine, None)?;
-            let mut out = std::io::stdout().lock();
-            headless::run(engine, log_every, front.sample_interval, &mut out, metrics)?
+    let (live, notes) = match &run_dir {
+        Some(dir) => {
+            let (live, note) = serve(dir, &engine);
+            (live, vec![note])
         }
+        None => (None, Vec::new()),
     };
+    let (server, hub) = live.unzip();
+    let recorder = Recorder::new(metrics, hub, log_every);
+    let result = match theme {
+        Some(theme) => run_tui(engine, theme, &front, recorder, notes, on_signals),
+        None => on_signals(&engine, None).and_then(|()| {
+            let mut out = std::io::stdout().lock();
+            let interval = front.sample_interval;
+            Ok(headless::run(
+                engine, log_every, interval, &mut out, recorder, &notes,
+            )?)
+        }),
+    };
+    // clients get the end of the run, then the socket goes
+    drop(server);
+    let result = result?;
     if let Some(dir) = &run_dir {
         crate::say!(
             "run dir: {} (mgtop-train view {})",
@@ -80,8 +120,8 @@ fn run_tui(
     engine: Engine,
     theme: Theme,
     front: &Frontend,
-    log_every: u64,
-    metrics: Option<MetricsWriter>,
+    recorder: Recorder,
+    notes: Vec<String>,
     on_signals: &OnSignals,
 ) -> anyhow::Result<RunResult> {
     let (sig_tx, sig_rx) = unbounded();
@@ -91,7 +131,7 @@ fn run_tui(
         readonly: front.readonly,
         exit_when_done: front.exit_when_done,
         sample_interval: front.sample_interval,
-        log_every,
+        notes,
     };
     let (mut terminal, guard) = match term::enter() {
         Ok(t) => t,
@@ -108,7 +148,7 @@ fn run_tui(
         &opts,
         term::inputs(),
         sig_rx,
-        metrics,
+        recorder,
     );
     drop(terminal);
     drop(guard);

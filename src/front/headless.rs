@@ -9,10 +9,10 @@ use super::words::{describe, event_line, step_line};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
-use crate::observe::metrics::{MetricsWriter, Recorder};
 use crate::observe::monitor::Monitor;
 use crate::observe::straggler::{Detector, Warning};
 use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::Recorder;
 
 /// How often the log collects step samples.
 const STEP_POLL: Duration = Duration::from_millis(20);
@@ -35,8 +35,8 @@ struct Log<'a> {
 }
 
 impl Log<'_> {
-    fn warn(&mut self, warning: Option<String>) {
-        if let Some(w) = warning {
+    fn warn(&mut self, warnings: Vec<String>) {
+        for w in warnings {
             let _ = writeln!(self.out, "{w}");
         }
     }
@@ -45,9 +45,7 @@ impl Log<'_> {
     fn on_sample(&mut self, at: Duration) {
         let devices = self.telemetry.sample(at);
         self.detector.on_telemetry(&devices);
-        let r = self
-            .metrics
-            .record(|m| m.telemetry(at, &devices, process_memory()));
+        let r = self.metrics.telemetry(at, &devices, process_memory());
         self.warn(r);
     }
 
@@ -56,13 +54,13 @@ impl Log<'_> {
         let Some(row) = self.monitor.on_step(s) else {
             return;
         };
+        let rate = self.monitor.samples_per_sec();
         if row.step.is_multiple_of(self.log_every) {
-            let rate = self.monitor.samples_per_sec();
             let line = step_line(&row, rate, self.budget, self.baseline);
             let _ = writeln!(self.out, "{} {line}", stamp(row.at));
-            let w = self.metrics.record(|w| w.step(&row, rate));
-            self.warn(w);
         }
+        let w = self.metrics.step(&row, rate);
+        self.warn(w);
         for w in self.detector.on_row(&row) {
             self.on_warning(&w, row.at);
         }
@@ -71,7 +69,7 @@ impl Log<'_> {
     fn on_warning(&mut self, w: &Warning, t: Duration) {
         let level = if w.is_clear() { "note" } else { "WARN" };
         let _ = writeln!(self.out, "{} {level} {w}", stamp(t));
-        let r = self.metrics.record(|m| m.warning(w, t));
+        let r = self.metrics.warning(w, t);
         self.warn(r);
     }
 
@@ -90,7 +88,7 @@ impl Log<'_> {
         if let Some(l) = event_line(ev, self.budget) {
             let _ = writeln!(self.out, "{} {l}", stamp(t));
         }
-        let r = self.metrics.record(|w| w.event(ev, t));
+        let r = self.metrics.event(ev, t);
         self.warn(r);
     }
 
@@ -99,24 +97,27 @@ impl Log<'_> {
         while let Ok(s) = steps.try_recv() {
             self.on_step(s);
         }
+        self.metrics.catch_up();
     }
 }
 
-/// Prints the run until every worker has ended, then returns its result.
+/// Prints the run until every worker has ended, then returns its result. `notes` follow the
+/// start-up lines (where the run can be attached from); `metrics` takes every record.
 pub fn run(
     engine: Engine,
     log_every: u64,
     sample_interval: Duration,
     out: &mut dyn Write,
-    metrics: Option<MetricsWriter>,
+    metrics: Recorder,
+    notes: &[String],
 ) -> Result<RunResult, EngineError> {
     let info = engine.info().clone();
-    for l in describe(&info) {
+    for l in describe(&info).iter().chain(notes) {
         let _ = writeln!(out, "{l}");
     }
     let mut log = Log {
         out,
-        metrics: Recorder::new(metrics),
+        metrics,
         telemetry: Telemetry::new(&info.devices, sample_interval),
         monitor: Monitor::new(info.ranks()),
         detector: Detector::for_run(&info),
@@ -124,7 +125,7 @@ pub fn run(
         log_every,
         baseline: info.baseline,
     };
-    let w = log.metrics.record(|w| w.run_start(&info));
+    let w = log.metrics.run_start(&info);
     log.warn(w);
     // step samples are collected every few milliseconds rather than as they come, so a
     // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
@@ -166,7 +167,7 @@ pub fn run(
     if let Some((ev, t)) = end_record {
         log.on_event(&ev, t);
     }
-    let w = log.metrics.record(|w| w.flush());
+    let w = log.metrics.flush();
     log.warn(w);
     let _ = log.out.flush();
     engine.join()

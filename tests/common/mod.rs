@@ -2,6 +2,9 @@
 
 use std::io::Write;
 
+pub mod run;
+pub mod tmux;
+
 /// Says that a test did not run and why, where `cargo test` shows it: straight to the process's
 /// stderr, which the test harness does not capture (it captures only `eprintln!`), so a skip is
 /// never mistaken for a pass in the output.

@@ -3,6 +3,7 @@
 //! state and draws it at most 10 times a second.
 
 pub mod app;
+pub mod attach;
 #[doc(hidden)]
 pub mod demo;
 pub mod render;
@@ -19,7 +20,7 @@ use ratatui::crossterm::event::KeyEvent;
 use ratatui::Terminal;
 
 use crate::engine::{Engine, EngineError, RunResult};
-use crate::observe::metrics::MetricsWriter;
+use crate::observe::Recorder;
 use app::{Action, App, AppEvent, Level};
 use source::{EngineSource, Source};
 use theme::Theme;
@@ -38,8 +39,8 @@ pub struct TuiOptions {
     /// Leave as soon as the run ends instead of showing the summary until `q`.
     pub exit_when_done: bool,
     pub sample_interval: Duration,
-    /// Steps between metrics-file step records.
-    pub log_every: u64,
+    /// Lines for the events panel at the start (where the run can be attached from).
+    pub notes: Vec<String>,
 }
 
 /// The shortest time between two frames.
@@ -54,19 +55,22 @@ pub struct TuiEnd {
 
 /// Runs the UI on `terminal` until the run has ended and the user (or `exit_when_done`, a
 /// stop request, or a lost terminal) lets it go. `signals` carries SIGTERM/SIGHUP notices;
-/// the signal handler has already asked the engine to stop.
+/// the signal handler has already asked the engine to stop. `metrics` records the run.
 pub fn drive<B: Backend>(
     terminal: &mut Terminal<B>,
     engine: Engine,
     opts: &TuiOptions,
     inputs: Receiver<Input>,
     signals: Receiver<()>,
-    metrics: Option<MetricsWriter>,
+    metrics: Recorder,
 ) -> TuiEnd {
     let mut app = App::new(engine.info().clone(), opts.readonly);
     if let Some(note) = &app.info.device_note {
         let note = format!("note: {note}");
         app.apply(AppEvent::Notice(Level::Info, note));
+    }
+    for note in &opts.notes {
+        app.apply(AppEvent::Notice(Level::Info, note.clone()));
     }
     let mut source = EngineSource::new(engine, opts, metrics, &mut app);
     let screen = Screen {
@@ -119,9 +123,12 @@ pub fn run<B: Backend, S: Source>(
                 Ok(Input::Key(k)) => {
                     dirty = true;
                     match app.handle_key(k) {
-                        Some(Action::Control(c)) if !source.control(c) => {
-                            app.apply(AppEvent::Flash("the run has already ended".into()));
+                        Some(Action::Control(c)) => {
+                            if let Err(why) = source.control(c) {
+                                app.apply(AppEvent::Flash(why));
+                            }
                         }
+                        Some(Action::Reconnect) => dirty |= source.reconnect(&mut app),
                         Some(Action::Quit) => break,
                         Some(Action::Abandon) => {
                             abandoned = true;
@@ -134,7 +141,7 @@ pub fn run<B: Backend, S: Source>(
                         Some(Action::Redraw) => {
                             let _ = terminal.clear();
                         }
-                        Some(Action::Control(_)) | None => {}
+                        None => {}
                     }
                 }
                 Ok(Input::Resize) => dirty = true,

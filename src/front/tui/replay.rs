@@ -136,9 +136,9 @@ impl Source for FileSource {
         self.behind && self.pull(app)
     }
 
-    fn control(&mut self, _: Control) -> bool {
-        // `App::watching` answers every control key itself
-        false
+    fn control(&mut self, _: Control) -> Result<(), String> {
+        // a file's `App` answers every control key itself
+        Err("viewing a metrics file: the run cannot be changed from here".into())
     }
 
     fn on_signal(&mut self, _: &mut App) -> bool {

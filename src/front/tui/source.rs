@@ -1,6 +1,6 @@
 //! Where the UI's run comes from. The loop in `mod.rs` owns the terminal, the keys and the
-//! drawing; a `Source` feeds the `App`: the engine in this process (here), or a run recorded
-//! elsewhere (`replay.rs`: a metrics file; later a live socket).
+//! drawing; a `Source` feeds the `App`: the engine in this process (here), a run recorded in
+//! a metrics file (`replay.rs`) or a run in another process (`attach.rs`: its live socket).
 
 use std::time::Instant;
 
@@ -11,8 +11,8 @@ use super::TuiOptions;
 use crate::engine::control::{Control, Controller};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
-use crate::observe::metrics::{MetricsWriter, Recorder};
 use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::Recorder;
 
 /// What the UI loop watches besides the terminal. Each `on_*` returns whether to redraw.
 pub trait Source {
@@ -26,8 +26,13 @@ pub trait Source {
     fn on_timer(&mut self, app: &mut App) -> bool;
     /// Every frame (at most 10 a second).
     fn on_frame(&mut self, app: &mut App) -> bool;
-    /// A control a key asked for; false when the run can no longer take it.
-    fn control(&mut self, c: Control) -> bool;
+    /// A control a key asked for; `Err` says why the run cannot take it.
+    fn control(&mut self, c: Control) -> Result<(), String>;
+    /// `r` while the source is lost (a dropped connection): try again. Returns whether to
+    /// redraw.
+    fn reconnect(&mut self, _app: &mut App) -> bool {
+        false
+    }
     /// SIGTERM / SIGHUP; returns whether the UI leaves at once.
     fn on_signal(&mut self, app: &mut App) -> bool;
     /// After every wake-up of the loop.
@@ -39,13 +44,13 @@ pub trait Source {
     fn outlives_screen(&self) -> bool;
 }
 
-fn warn(app: &mut App, w: Option<String>) {
-    if let Some(w) = w {
+fn warn(app: &mut App, warnings: Vec<String>) {
+    for w in warnings {
         app.apply(AppEvent::Notice(Level::Warn, w));
     }
 }
 
-/// The engine in this process; also writes the metrics file.
+/// The engine in this process; also records the run (metrics files, the live socket).
 pub struct EngineSource {
     engine: Option<Engine>,
     controller: Controller,
@@ -55,7 +60,6 @@ pub struct EngineSource {
     steps_open: bool,
     telemetry: Telemetry,
     metrics: Recorder,
-    log_every: u64,
     sample_interval: std::time::Duration,
     /// The `end` record, written after the final step samples.
     end_record: Option<(Event, std::time::Duration)>,
@@ -63,15 +67,14 @@ pub struct EngineSource {
 }
 
 impl EngineSource {
-    /// Starts watching `engine`; writes the metrics file's `run` record.
+    /// Starts watching `engine`; records the `run` record.
     pub fn new(
         engine: Engine,
         opts: &TuiOptions,
-        metrics: Option<MetricsWriter>,
+        mut metrics: Recorder,
         app: &mut App,
     ) -> EngineSource {
-        let mut metrics = Recorder::new(metrics);
-        warn(app, metrics.record(|w| w.run_start(engine.info())));
+        warn(app, metrics.run_start(engine.info()));
         EngineSource {
             controller: engine.controller(),
             events: engine.events().clone(),
@@ -80,7 +83,6 @@ impl EngineSource {
             steps_open: true,
             telemetry: Telemetry::new(&engine.info().devices, opts.sample_interval),
             metrics,
-            log_every: opts.log_every,
             sample_interval: opts.sample_interval,
             end_record: None,
             result: None,
@@ -118,27 +120,22 @@ impl EngineSource {
         loop {
             let s = match self.steps.try_recv() {
                 Ok(s) => s,
-                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     self.steps_open = false;
-                    return;
+                    break;
                 }
             };
             self.telemetry.on_step(&s);
             let before = app.last_row.as_ref().map(|r| r.step);
             app.apply(AppEvent::Step(s));
-            let Some(row) = app
-                .last_row
-                .as_ref()
-                .filter(|r| Some(r.step) != before && r.step.is_multiple_of(self.log_every))
-            else {
+            let Some(row) = app.last_row.as_ref().filter(|r| Some(r.step) != before) else {
                 continue;
             };
-            let rate = app.samples_per_sec;
-            if let Some(w) = self.metrics.record(|w| w.step(row, rate)) {
-                app.apply(AppEvent::Notice(Level::Warn, w));
-            }
+            let w = self.metrics.step(row, app.samples_per_sec);
+            warn(app, w);
         }
+        self.metrics.catch_up();
     }
 }
 
@@ -163,7 +160,7 @@ impl Source for EngineSource {
             // written last, after the final step samples
             self.end_record = Some((ev.clone(), at));
         } else {
-            warn(app, self.metrics.record(|w| w.event(&ev, at)));
+            warn(app, self.metrics.event(&ev, at));
         }
         app.apply(AppEvent::Engine(ev));
         true
@@ -179,11 +176,7 @@ impl Source for EngineSource {
         if let Some(e) = &self.engine {
             let process_memory = process_memory();
             let heartbeats = e.heartbeats();
-            warn(
-                app,
-                self.metrics
-                    .record(|m| m.telemetry(at, &devices, process_memory)),
-            );
+            warn(app, self.metrics.telemetry(at, &devices, process_memory));
             app.apply(AppEvent::Telemetry {
                 at,
                 devices,
@@ -203,8 +196,8 @@ impl Source for EngineSource {
         false
     }
 
-    fn control(&mut self, c: Control) -> bool {
-        self.controller.send(c).is_ok()
+    fn control(&mut self, c: Control) -> Result<(), String> {
+        self.controller.send(c).map_err(|e| e.to_string())
     }
 
     fn on_signal(&mut self, app: &mut App) -> bool {
@@ -215,7 +208,7 @@ impl Source for EngineSource {
     fn settle(&mut self, app: &mut App) -> bool {
         let warnings: Vec<_> = app.new_warnings.drain(..).collect();
         for (w, at) in warnings {
-            let r = self.metrics.record(|m| m.warning(&w, at));
+            let r = self.metrics.warning(&w, at);
             warn(app, r);
         }
         if self.engine.is_none() || self.events_open || self.steps_open {
@@ -226,11 +219,7 @@ impl Source for EngineSource {
             let at = e.elapsed();
             let devices = self.telemetry.sample(at);
             let process_memory = process_memory();
-            warn(
-                app,
-                self.metrics
-                    .record(|m| m.telemetry(at, &devices, process_memory)),
-            );
+            warn(app, self.metrics.telemetry(at, &devices, process_memory));
             app.apply(AppEvent::Telemetry {
                 at,
                 devices,
@@ -245,9 +234,9 @@ impl Source for EngineSource {
         );
         self.result = r;
         if let Some((ev, at)) = self.end_record.take() {
-            warn(app, self.metrics.record(|w| w.event(&ev, at)));
+            warn(app, self.metrics.event(&ev, at));
         }
-        warn(app, self.metrics.record(|w| w.flush()));
+        warn(app, self.metrics.flush());
         true
     }
 

@@ -1,6 +1,8 @@
 //! The machine-readable metrics file (`--metrics-out`): JSON Lines, schema `mgtop.metrics/1`,
-//! documented in the README. Every line is one object with a `type`. `writer` writes it as a
-//! run goes; `reader` turns it back into the engine's types (for `view`, later `attach`).
+//! documented in the README. Every line is one object with a `type`. `records` builds each
+//! record once as a line, `writer` writes lines to a file, `reader` turns a file back into the
+//! engine's types (for `view`) and `parse` does so for one line (for `attach`, whose socket
+//! speaks the same schema).
 //!
 //! Fields added within version 1 for reading a run back (older files lack them; the reader
 //! then uses the defaults in `parse::run_info`): `run`: `budget` (`{"epochs": N}` or
@@ -10,9 +12,12 @@
 
 mod parse;
 pub mod reader;
+pub mod records;
 pub mod writer;
 
+pub use parse::{record, record_line, run_info, run_line};
 pub use reader::{MetricsReader, ReadError, Record};
-pub use writer::{MetricsError, MetricsWriter, Recorder};
+pub use records::Line;
+pub use writer::{MetricsError, MetricsWriter};
 
 pub const SCHEMA: &str = "mgtop.metrics/1";

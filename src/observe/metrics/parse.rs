@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::reader::{Record, MAX_RANKS};
+use super::SCHEMA;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Device, RunInfo};
@@ -15,6 +16,32 @@ use crate::observe::nvml::throttle_bits;
 use crate::observe::telemetry::DeviceSample;
 
 type Parsed<T> = Result<T, String>;
+
+/// The first line of a metrics file or a live socket: a `run` record of this schema.
+pub fn run_line(text: &[u8]) -> Parsed<RunInfo> {
+    let v: Value =
+        serde_json::from_slice(text).map_err(|_| "not JSON: not a metrics file".to_string())?;
+    if v["type"] != "run" {
+        return Err("not a `run` record: not an mgtop-train metrics file".into());
+    }
+    if v["schema"] != SCHEMA {
+        return Err(format!(
+            "schema {}; this mgtop-train reads {SCHEMA} (the file is from another version)",
+            v["schema"]
+        ));
+    }
+    run_info(&v)
+}
+
+/// Any line after the first, of a run of `ranks` ranks; `None` for what is skipped (a blank
+/// line, an unknown type or event kind).
+pub fn record_line(text: &[u8], ranks: usize) -> Parsed<Option<Record>> {
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON ({e})"))?;
+    record(&v, ranks)
+}
 
 fn field<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
     v.get(k).filter(|x| !x.is_null())

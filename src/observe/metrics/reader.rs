@@ -15,10 +15,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::parse::{record, run_info};
-use super::SCHEMA;
+use super::parse::{record_line, run_line};
 use crate::engine::events::Event;
 use crate::engine::RunInfo;
 use crate::observe::monitor::StepRow;
@@ -112,20 +109,7 @@ impl MetricsReader {
                 "no complete first line: not a metrics file, or its run has just started"
             }));
         };
-        let v: Value = serde_json::from_slice(&lines.buf[a..b])
-            .map_err(|_| lines.line_error("not JSON: not a metrics file".into()))?;
-        if v["type"] != "run" {
-            return Err(
-                lines.line_error("not a `run` record: not an mgtop-train metrics file".into())
-            );
-        }
-        if v["schema"] != SCHEMA {
-            return Err(lines.line_error(format!(
-                "schema {}; this mgtop-train reads {SCHEMA} (the file is from another version)",
-                v["schema"]
-            )));
-        }
-        let info = run_info(&v).map_err(|w| lines.line_error(w))?;
+        let info = run_line(&lines.buf[a..b]).map_err(|w| lines.line_error(w))?;
         Ok(MetricsReader { lines, info })
     }
 
@@ -147,9 +131,9 @@ impl MetricsReader {
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let v: Value = serde_json::from_slice(text)
-                .map_err(|e| self.lines.line_error(format!("not JSON ({e})")))?;
-            if let Some(r) = record(&v, self.info.ranks()).map_err(|w| self.lines.line_error(w))? {
+            if let Some(r) =
+                record_line(text, self.info.ranks()).map_err(|w| self.lines.line_error(w))?
+            {
                 return Ok(Some(r));
             }
         }

@@ -2,7 +2,7 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::{Action, App, Level, Popup, RunState};
+use super::{Action, App, Level, Mode, Popup, RunState};
 use crate::engine::control::{Control, MAX_BATCH};
 
 impl App {
@@ -26,11 +26,16 @@ impl App {
             None => {}
         }
         let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
-        if quit_key && (self.state.ended() || self.watching) {
+        if quit_key && self.leaves_at_once() {
             return Some(Action::Quit);
         }
         if ctrl_c && self.state == RunState::Stopping && !self.readonly {
-            return Some(Action::Abandon);
+            // an attached screen has no workers of its own to wait for: it detaches
+            return Some(if self.mode == Mode::Attached {
+                Action::Quit
+            } else {
+                Action::Abandon
+            });
         }
         if ctrl_c {
             return self.ask_quit(true);
@@ -79,6 +84,7 @@ impl App {
                 None
             }
             KeyCode::Char('t') => Some(Action::NextTheme),
+            KeyCode::Char('r') if self.disconnected.is_some() => Some(Action::Reconnect),
             KeyCode::Char('r') => Some(Action::Redraw),
             KeyCode::Char('?') | KeyCode::Char('h') => {
                 self.popup = Some(Popup::Help);
@@ -88,10 +94,25 @@ impl App {
         }
     }
 
+    /// Whether `q` leaves without asking: nothing here can stop the run (it has ended, it is
+    /// a file, the connection to it is lost, or an attached screen is read-only).
+    fn leaves_at_once(&self) -> bool {
+        self.state.ended()
+            || match self.mode {
+                Mode::Local => false,
+                Mode::File => true,
+                Mode::Attached => self.readonly || self.disconnected.is_some(),
+            }
+    }
+
     /// Runs `f` unless the UI is read-only or the run is over.
     fn checked(&mut self, f: impl FnOnce(&mut App) -> Option<Action>) -> Option<Action> {
-        if self.watching {
+        if self.mode == Mode::File {
             self.flash = Some("viewing a metrics file: the run cannot be changed from here".into());
+            return None;
+        }
+        if self.disconnected.is_some() {
+            self.flash = Some("not connected to the run: r reconnects".into());
             return None;
         }
         if self.readonly {
@@ -111,7 +132,7 @@ impl App {
                 Some("quitting would stop the run; it ends by itself, or with SIGTERM".into());
             return None;
         }
-        if self.state == RunState::Stopping {
+        if self.state == RunState::Stopping && self.mode == Mode::Local {
             self.flash =
                 Some("already stopping: finishing the step (Ctrl-C: leave without waiting)".into());
             return None;
@@ -135,7 +156,11 @@ impl App {
             );
             Some(Action::Control(Control::Stop { checkpoint }))
         };
+        let attached = self.mode == Mode::Attached;
         match code {
+            // a client's Ctrl-C is about the client: it detaches, the run goes on
+            _ if ctrl_c && attached => Some(Action::Quit),
+            KeyCode::Char('d') if attached => Some(Action::Quit),
             _ if ctrl_c => stop(self, true),
             KeyCode::Char('s') | KeyCode::Char('y') | KeyCode::Enter => stop(self, true),
             KeyCode::Char('k') => stop(self, false),

@@ -12,7 +12,7 @@ mod keys;
 mod view;
 
 pub use device::{DeviceState, Split};
-pub use view::{Popup, RunState, View, Window};
+pub use view::{Mode, Popup, RunState, View, Window};
 
 use crate::engine::control::Control;
 use crate::engine::events::{Event, StepStats};
@@ -71,6 +71,8 @@ pub enum Action {
     /// Leave now without waiting for the workers (a third Ctrl-C while stopping: a worker
     /// stuck in a GPU kernel or NCCL must not hold the terminal).
     Abandon,
+    /// Connect again to the attached run (its connection dropped).
+    Reconnect,
     NextTheme,
     Redraw,
 }
@@ -124,8 +126,10 @@ pub struct Summary {
 pub struct App {
     pub info: RunInfo,
     pub readonly: bool,
-    /// Watching a run this process does not own (`view`): read-only, and `q` leaves at once.
-    pub watching: bool,
+    /// Where the run is: here, attached over a socket, or in a metrics file.
+    pub mode: Mode,
+    /// Attached, and the connection dropped: why (`r` connects again).
+    pub disconnected: Option<String>,
     pub state: RunState,
     monitor: Monitor,
     detector: Detector,
@@ -186,7 +190,8 @@ impl App {
             split: None,
             info,
             readonly,
-            watching: false,
+            mode: Mode::Local,
+            disconnected: None,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -229,11 +234,23 @@ impl App {
         app
     }
 
-    /// The state of a run watched from elsewhere (a metrics file): read-only, `q` leaves.
+    /// The state of a run recorded in a metrics file: read-only, `q` leaves.
     pub fn watching(info: RunInfo) -> App {
         let mut app = App::new(info, true);
-        app.watching = true;
+        app.mode = Mode::File;
         app
+    }
+
+    /// The state of a run in another process, attached over its socket.
+    pub fn attached(info: RunInfo, readonly: bool) -> App {
+        let mut app = App::new(info, readonly);
+        app.mode = Mode::Attached;
+        app
+    }
+
+    /// Whether this screen is a file's (nothing here can change the run).
+    pub fn watching_file(&self) -> bool {
+        self.mode == Mode::File
     }
 
     fn note(&mut self, level: Level, text: String) {

@@ -384,3 +384,54 @@ fn a_new_theme_is_named_until_the_next_key() {
     app.handle_key(key('w'));
     assert_eq!(app.flash, None);
 }
+
+/// `running` as an attached client sees it.
+fn attached(readonly: bool) -> App {
+    let mut app = running(readonly);
+    app.mode = Mode::Attached;
+    app
+}
+
+#[test]
+fn an_attached_client_can_detach_or_stop_the_run_and_its_ctrl_c_only_detaches() {
+    let mut app = attached(false);
+    assert_eq!(app.handle_key(key('q')), None);
+    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: false }));
+    assert_eq!(app.handle_key(key('d')), Some(Action::Quit));
+    assert!(!app.quitting, "detaching leaves the run going");
+    let mut app = attached(false);
+    app.handle_key(key('q'));
+    assert_eq!(
+        app.handle_key(key('s')),
+        Some(Action::Control(Control::Stop { checkpoint: true }))
+    );
+    assert!(app.quitting && app.state == RunState::Stopping);
+    // stopping: q still offers to detach rather than wait
+    app.handle_key(key('q'));
+    assert_eq!(app.handle_key(key('d')), Some(Action::Quit));
+    let mut app = attached(false);
+    app.handle_key(ctrl_c());
+    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Quit));
+    assert!(!app.quitting);
+    // a local run's popup has no detach
+    let mut local = running(false);
+    local.handle_key(key('q'));
+    assert_eq!(local.handle_key(key('d')), None);
+    assert_eq!(local.popup, Some(Popup::Quit { ctrl_c: false }));
+}
+
+#[test]
+fn a_read_only_or_disconnected_client_leaves_at_once_and_r_reconnects() {
+    let mut app = attached(true);
+    assert_eq!(app.handle_key(key('p')), None);
+    assert!(app.flash.as_ref().unwrap().contains("disabled"));
+    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
+    let mut app = attached(false);
+    app.disconnected = Some("the run closed the connection".into());
+    assert_eq!(app.handle_key(key('p')), None);
+    assert!(app.flash.as_ref().unwrap().contains("r reconnects"));
+    assert_eq!(app.handle_key(key('r')), Some(Action::Reconnect));
+    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
+    app.disconnected = None;
+    assert_eq!(app.handle_key(key('r')), Some(Action::Redraw));
+}

@@ -28,6 +28,18 @@ impl RunState {
     }
 }
 
+/// Where the run on screen is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Training in this process.
+    Local,
+    /// In another process, attached over its live socket: controls go over the socket, and
+    /// `q` can also detach (leave the run going).
+    Attached,
+    /// Recorded in a metrics file (`view`): nothing can change it, `q` leaves at once.
+    File,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     Overview,

@@ -7,7 +7,7 @@ use ratatui::Frame;
 
 use super::header::clip;
 use super::{clock, fit, wrap_text};
-use crate::front::tui::app::{App, Level, RunState};
+use crate::front::tui::app::{App, Level, Mode, RunState};
 use crate::front::tui::theme::Theme;
 
 pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -82,20 +82,35 @@ fn wrap_event(text: &str, w: usize) -> Vec<String> {
 }
 
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let keys: &[(&str, &str)] = if app.state.ended() {
+    let keys: &[(&str, &str)] = if app.disconnected.is_some() {
+        &[
+            ("r", "reconnect"),
+            ("Tab", "view"),
+            ("?", "help"),
+            ("q", "quit"),
+        ]
+    } else if app.state.ended() {
         &[
             ("q", "quit"),
             ("Tab", "view"),
             ("1-9", "device"),
             ("?", "help"),
         ]
-    } else if app.watching {
+    } else if app.watching_file() {
         &[
             ("Tab", "view"),
             ("1-9", "device"),
             ("w", "window"),
             ("?", "help"),
             ("q", "quit"),
+        ]
+    } else if app.readonly && app.mode == Mode::Attached {
+        &[
+            ("Tab", "view"),
+            ("1-9", "device"),
+            ("w", "window"),
+            ("?", "help"),
+            ("q", "detach"),
         ]
     } else if app.readonly {
         &[
@@ -123,8 +138,17 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ]
     };
     let mut spans = Vec::new();
-    if app.watching {
+    if app.disconnected.is_some() {
+        spans.push(Span::styled(" DISCONNECTED ", theme.badge(theme.error)));
+    } else if app.watching_file() {
         spans.push(Span::styled(" VIEW ", theme.badge(theme.warn)));
+    } else if app.mode == Mode::Attached && app.readonly {
+        spans.push(Span::styled(
+            " ATTACHED READ-ONLY ",
+            theme.badge(theme.warn),
+        ));
+    } else if app.mode == Mode::Attached {
+        spans.push(Span::styled(" ATTACHED ", theme.badge(theme.accent)));
     } else if app.readonly {
         spans.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }

@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{clock, si, MIN_HEIGHT, MIN_WIDTH};
-use crate::front::tui::app::App;
+use crate::front::tui::app::{App, Mode};
 use crate::front::tui::theme::Theme;
 
 fn popup(
@@ -59,10 +59,19 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ])
         })
         .collect();
-    if app.watching {
+    if app.watching_file() {
         lines.push(Line::styled(
             "viewing a metrics file: p ] [ s are disabled; q leaves",
             theme.badge(theme.warn),
+        ));
+    } else if app.mode == Mode::Attached && app.readonly {
+        lines.push(Line::styled(
+            "attached read-only: p ] [ s are disabled; q detaches",
+            theme.badge(theme.warn),
+        ));
+    } else if app.mode == Mode::Attached {
+        lines.push(Line::raw(
+            "attached: keys steer the run over its socket; q offers detach; r reconnects a lost connection",
         ));
     } else if app.readonly {
         lines.push(Line::styled(
@@ -76,32 +85,40 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 }
 
 /// The quit popup; its last line names the key that opened it (`ctrl_c`: Ctrl-C, else `q`).
-pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, ctrl_c: bool) {
-    let lines = vec![
-        Line::raw("Stop training?"),
+/// An attached screen also offers to detach (leave the run going).
+pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, ctrl_c: bool, attached: bool) {
+    let option = |key: &str, color, text: &str| {
+        Line::from(vec![
+            Span::styled(format!(" {key} "), theme.badge(color)),
+            Span::raw(format!(" {text}")),
+        ])
+    };
+    let mut lines = vec![
+        Line::raw(if attached {
+            "Detach, or stop training?"
+        } else {
+            "Stop training?"
+        }),
         Line::raw(""),
-        Line::from(vec![
-            Span::styled(" s ", theme.badge(theme.good)),
-            Span::raw(" stop after this step, with a checkpoint"),
-        ]),
-        Line::from(vec![
-            Span::styled(" k ", theme.badge(theme.error)),
-            Span::raw(" stop after this step, no checkpoint"),
-        ]),
-        Line::from(vec![
-            Span::styled(" c ", theme.badge(theme.accent)),
-            Span::raw(" cancel (Esc)"),
-        ]),
+    ];
+    if attached {
+        lines.push(option("d", theme.accent, "detach: the run goes on"));
+    }
+    lines.extend([
+        option("s", theme.good, "stop after this step, with a checkpoint"),
+        option("k", theme.error, "stop after this step, no checkpoint"),
+        option("c", theme.accent, "cancel (Esc)"),
         Line::styled(
-            if ctrl_c {
-                "Ctrl-C again: stop with a checkpoint"
-            } else {
-                "q again: cancel"
+            match (ctrl_c, attached) {
+                (true, true) => "Ctrl-C again: detach",
+                (true, false) => "Ctrl-C again: stop with a checkpoint",
+                (false, _) => "q again: cancel",
             },
             theme.muted(),
         ),
-    ];
-    popup(frame, area, 50, 8, "quit", lines, theme);
+    ]);
+    let h = lines.len() as u16 + 2;
+    popup(frame, area, 50, h, "quit", lines, theme);
 }
 
 pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {

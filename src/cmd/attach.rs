@@ -1,0 +1,67 @@
+//! `attach [RUN_DIR | SOCKET]`: the terminal UI of a run in another process, over its live
+//! socket: the same screens and keys as a local run; `q` can detach and leave it going.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use crossbeam_channel::unbounded;
+
+use crate::cli::AttachArgs;
+use crate::cmd::view::OnSignals;
+use crate::front::tui::attach::AttachSource;
+use crate::front::tui::{self, term, theme::Theme, Screen};
+use crate::observe::live::locate;
+
+pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let theme = Theme::choose(args.theme.as_deref(), no_color)?;
+    let target = locate(args.target.as_deref())?;
+    // connected first, so what is wrong with the run is said before what is wrong here
+    let run = target.run.display().to_string();
+    let (mut source, app) = AttachSource::connect(target, args.readonly)?;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "attach shows the terminal UI and stdout is not a terminal: run it in one (for the run's progress without one: mgtop-train view --headless {run})"
+        );
+    }
+    let (sig_tx, sig_rx) = unbounded();
+    on_signals(sig_tx)?;
+    let (mut terminal, guard) = match term::enter() {
+        Ok(t) => t,
+        Err(e) => {
+            term::restore();
+            anyhow::bail!("cannot start the terminal UI ({e}); attach needs a terminal");
+        }
+    };
+    let screen = Screen {
+        theme,
+        exit_when_done: false,
+    };
+    let (app, _) = tui::run(
+        &mut terminal,
+        app,
+        &mut source,
+        screen,
+        term::inputs(),
+        sig_rx,
+    );
+    drop(terminal);
+    drop(guard);
+    if app.summary.is_some() {
+        crate::say!("run: {}", app.info.name);
+        for line in tui::summary_lines(&app) {
+            crate::say!("{line}");
+        }
+    } else if app.disconnected.is_some() {
+        crate::say!(
+            "left at step {} with the connection lost; the run may still be going: mgtop-train attach {run}",
+            app.step()
+        );
+    } else {
+        crate::say!(
+            "detached at step {}: the run goes on; attach again with: mgtop-train attach {run}",
+            app.step()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,191 @@
+//! A run in another process as a UI source (`attach`): the records its live socket sends
+//! become the `App`'s events (as a metrics file's do for `view`), the keys' controls go back
+//! over the socket, and a dropped connection is said on screen; `r` connects again.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{never, unbounded, Receiver, Sender};
+
+use super::app::{App, AppEvent, Level};
+use super::replay::apply_record;
+use super::source::Source;
+use crate::engine::control::Control;
+use crate::engine::events::Event;
+use crate::observe::live::{AttachError, Incoming, LiveClient, Target};
+use crate::observe::metrics::Record;
+
+pub struct AttachSource {
+    target: Target,
+    readonly: bool,
+    tx: Sender<(u64, Incoming)>,
+    rx: Receiver<(u64, Incoming)>,
+    /// Which connection the messages that count come from (older ones' are dropped).
+    tag: u64,
+    client: Option<LiveClient>,
+    /// The run's clock: its time at the newest record, and when that came.
+    clock: Option<(Duration, Instant)>,
+    /// The run has ended (its `end` record, or its failure, came).
+    over: bool,
+}
+
+impl AttachSource {
+    /// Connects to the run at `target`; the source and the state it starts from.
+    pub fn connect(target: Target, readonly: bool) -> Result<(AttachSource, App), AttachError> {
+        let (tx, rx) = unbounded();
+        let client = LiveClient::connect(&target.socket, &target.run, tx.clone(), 1)?;
+        let app = App::attached(client.info().clone(), readonly);
+        let source = AttachSource {
+            target,
+            readonly,
+            tx,
+            rx,
+            tag: 1,
+            client: Some(client),
+            clock: None,
+            over: false,
+        };
+        Ok((source, app))
+    }
+
+    /// The run directory attached to.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    fn on_record(&mut self, app: &mut App, rec: Record) {
+        let t = match &rec {
+            Record::Step { row, .. } => row.at,
+            Record::Event { t, .. } | Record::Warning { t, .. } | Record::Telemetry { t, .. } => *t,
+        };
+        let end = matches!(
+            rec,
+            Record::Event {
+                event: Event::Finished { .. },
+                ..
+            }
+        );
+        apply_record(app, rec);
+        self.clock = Some((t, Instant::now()));
+        self.over |= end || app.state.ended();
+    }
+}
+
+impl Source for AttachSource {
+    type Event = (u64, Incoming);
+
+    fn events(&self) -> Receiver<(u64, Incoming)> {
+        self.rx.clone()
+    }
+
+    fn on_event(&mut self, app: &mut App, ev: Option<(u64, Incoming)>) -> bool {
+        let Some((tag, msg)) = ev else {
+            return false;
+        };
+        if tag != self.tag {
+            return false;
+        }
+        match msg {
+            Incoming::Record(rec) => self.on_record(app, rec),
+            Incoming::Live { t } => self.clock = Some((t, Instant::now())),
+            Incoming::Reply { ok: true, .. } => return false,
+            Incoming::Reply {
+                ok: false, message, ..
+            } => {
+                app.apply(AppEvent::Notice(
+                    Level::Warn,
+                    format!("the run says: {message}"),
+                ));
+                app.apply(AppEvent::Flash(message));
+            }
+            Incoming::Closed(why) => {
+                self.client = None;
+                if self.over {
+                    app.apply(AppEvent::Notice(
+                        Level::Info,
+                        "the run has ended and closed the connection".into(),
+                    ));
+                } else {
+                    app.apply(AppEvent::Notice(
+                        Level::Error,
+                        format!("connection lost: {why}; r reconnects"),
+                    ));
+                    app.disconnected = Some(why);
+                }
+            }
+        }
+        true
+    }
+
+    fn timer(&self) -> Receiver<Instant> {
+        never()
+    }
+
+    fn on_timer(&mut self, _: &mut App) -> bool {
+        false
+    }
+
+    fn on_frame(&mut self, app: &mut App) -> bool {
+        match self.clock {
+            Some((t, at)) if !self.over && self.client.is_some() => {
+                app.apply(AppEvent::Tick(t + at.elapsed()));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn control(&mut self, c: Control) -> Result<(), String> {
+        let client = self
+            .client
+            .as_mut()
+            .ok_or("not connected to the run: r reconnects")?;
+        client
+            .send(c)
+            .map(|_| ())
+            .map_err(|e| format!("could not reach the run: {e}"))
+    }
+
+    fn reconnect(&mut self, app: &mut App) -> bool {
+        let tag = self.tag + 1;
+        match LiveClient::connect(&self.target.socket, &self.target.run, self.tx.clone(), tag) {
+            Ok(client) => {
+                let mut fresh = App::attached(client.info().clone(), self.readonly);
+                (fresh.view, fresh.window, fresh.focus) = (app.view, app.window, app.focus);
+                *app = fresh;
+                app.apply(AppEvent::Notice(
+                    Level::Info,
+                    format!("reconnected to {}", self.target.socket.display()),
+                ));
+                self.tag = tag;
+                self.client = Some(client);
+                self.clock = None;
+                self.over = false;
+            }
+            Err(e) => {
+                app.apply(AppEvent::Notice(
+                    Level::Error,
+                    format!("cannot reconnect: {e}"),
+                ));
+                app.apply(AppEvent::Flash("cannot reconnect: see the events".into()));
+            }
+        }
+        true
+    }
+
+    fn on_signal(&mut self, _: &mut App) -> bool {
+        // the run is another process's: a signal here only closes this screen
+        true
+    }
+
+    fn settle(&mut self, _: &mut App) -> bool {
+        false
+    }
+
+    fn ended(&self) -> bool {
+        self.over
+    }
+
+    fn outlives_screen(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,242 @@
+//! The other end (`attach`): connects, reads the `run` record, then a thread turns every line
+//! into an `Incoming` message on a channel; requests go out on the same connection.
+
+use std::io::{self, BufReader, Write};
+use std::net::Shutdown;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use serde_json::Value;
+
+use super::lines::{read_line, Read};
+use super::protocol::request;
+use crate::engine::control::Control;
+use crate::engine::RunInfo;
+use crate::observe::metrics::reader::MAX_LINE;
+use crate::observe::metrics::{record, run_line, Record};
+
+/// How long the server may take to send the `run` record.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("{0}: no such file or directory; give a run directory (runs/NAME/TIMESTAMP) or its live.sock")]
+    NotFound(PathBuf),
+    #[error("{socket}: the run is not live (nothing listens on its socket: it has ended or was killed); see it with `mgtop-train view {run}`")]
+    NotLive { socket: PathBuf, run: PathBuf },
+    #[error("{path}: permission denied: the run belongs to {owner}; attach as that user (a live socket is owner-only)")]
+    Denied { path: PathBuf, owner: String },
+    #[error("{0} is neither a run directory nor a live socket; give a run directory (runs/NAME/TIMESTAMP) or its live.sock")]
+    NotSocket(PathBuf),
+    #[error("{0}: a metrics file, not a live socket; see it with `mgtop-train view {0}`")]
+    MetricsFile(PathBuf),
+    #[error("no live run under {dir}{ended}; start one (mgtop-train --headless ...) or give its run directory")]
+    NoLiveRun { dir: PathBuf, ended: String },
+    #[error("{path}: the run refused the connection: {why}")]
+    Refused { path: PathBuf, why: String },
+    #[error("{path}: not an mgtop-train live socket ({why})")]
+    Protocol { path: PathBuf, why: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// A message from the run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Incoming {
+    Record(Record),
+    /// The history has been sent; the run's clock read `t` then.
+    Live {
+        t: Duration,
+    },
+    Reply {
+        id: Option<u64>,
+        ok: bool,
+        message: String,
+    },
+    /// The connection ended, and why.
+    Closed(String),
+}
+
+/// An attached connection.
+pub struct LiveClient {
+    stream: UnixStream,
+    info: RunInfo,
+    next_id: u64,
+}
+
+/// Who owns `path` (or the nearest directory above it this user can see), in words: a user
+/// name where /etc/passwd has one.
+pub fn owner(path: &Path) -> String {
+    let uid = path
+        .ancestors()
+        .skip(1)
+        .map(|p| std::fs::metadata(p).map(|m| m.uid()))
+        .find_map(Result::ok);
+    let uid = match std::fs::metadata(path).map(|m| m.uid()) {
+        Ok(u) => u,
+        Err(_) => match uid {
+            // the nearest visible directory is ours: the run's is someone else's
+            Some(u) if u != super::socket::own_uid() => u,
+            _ => return "another user".into(),
+        },
+    };
+    let name = std::fs::read_to_string("/etc/passwd").ok().and_then(|t| {
+        t.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.get(2) == Some(&uid.to_string().as_str())).then(|| f[0].to_string())
+        })
+    });
+    match name {
+        Some(n) => format!("user {n} (uid {uid})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// Opens `socket`, mapping each failure to what the user can do about it.
+pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
+    UnixStream::connect(socket).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => AttachError::NotFound(socket.to_path_buf()),
+        io::ErrorKind::ConnectionRefused => AttachError::NotLive {
+            socket: socket.to_path_buf(),
+            run: run.to_path_buf(),
+        },
+        io::ErrorKind::PermissionDenied => AttachError::Denied {
+            path: socket.to_path_buf(),
+            owner: owner(socket),
+        },
+        _ => AttachError::Io {
+            path: socket.to_path_buf(),
+            source: e,
+        },
+    })
+}
+
+impl LiveClient {
+    /// Connects to the run on `socket` (in run directory `run`, for the messages), reads its
+    /// `run` record, and sends everything after it to `tx`, tagged with `tag`.
+    pub fn connect(
+        socket: &Path,
+        run: &Path,
+        tx: Sender<(u64, Incoming)>,
+        tag: u64,
+    ) -> Result<LiveClient, AttachError> {
+        let stream = open(socket, run)?;
+        let io_err = |source| AttachError::Io {
+            path: socket.to_path_buf(),
+            source,
+        };
+        let protocol = |why: String| AttachError::Protocol {
+            path: socket.to_path_buf(),
+            why,
+        };
+        stream
+            .set_read_timeout(Some(HELLO_TIMEOUT))
+            .map_err(io_err)?;
+        let mut r = BufReader::new(stream.try_clone().map_err(io_err)?);
+        let mut buf = Vec::new();
+        match read_line(&mut r, &mut buf, MAX_LINE) {
+            Ok(Read::Line) => {}
+            Ok(Read::Eof) => return Err(protocol("it closed without a word".into())),
+            Ok(Read::TooLong) => return Err(protocol("its first line is too long".into())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(protocol(format!(
+                    "no answer within {} s",
+                    HELLO_TIMEOUT.as_secs()
+                )))
+            }
+            Err(e) => return Err(io_err(e)),
+        }
+        // a refusal (too many clients, the run has ended) comes as a reply instead
+        if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
+            if v["type"] == "reply" {
+                return Err(AttachError::Refused {
+                    path: socket.to_path_buf(),
+                    why: v["message"].as_str().unwrap_or("no reason given").into(),
+                });
+            }
+        }
+        let info = run_line(&buf).map_err(protocol)?;
+        stream.set_read_timeout(None).map_err(io_err)?;
+        let ranks = info.ranks();
+        std::thread::Builder::new()
+            .name("attach-reader".into())
+            .spawn(move || listen(r, ranks, &tx, tag))
+            .map_err(io_err)?;
+        Ok(LiveClient {
+            stream,
+            info,
+            next_id: 1,
+        })
+    }
+
+    /// The run as its `run` record describes it.
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    /// Sends a control request; its id (the reply names it).
+    pub fn send(&mut self, c: Control) -> io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stream.write_all(request(id, c).as_bytes())?;
+        Ok(id)
+    }
+}
+
+impl Drop for LiveClient {
+    fn drop(&mut self) {
+        // ends the reader thread too
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// One line from the server as a message.
+pub fn incoming(text: &[u8], ranks: usize) -> Result<Option<Incoming>, String> {
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let v: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON ({e})"))?;
+    Ok(match v["type"].as_str() {
+        Some("live") => Some(Incoming::Live {
+            t: v["t"]
+                .as_f64()
+                .and_then(|t| Duration::try_from_secs_f64(t).ok())
+                .unwrap_or_default(),
+        }),
+        Some("reply") => Some(Incoming::Reply {
+            id: v["id"].as_u64(),
+            ok: v["ok"].as_bool().unwrap_or(false),
+            message: v["message"].as_str().unwrap_or("").to_string(),
+        }),
+        _ => record(&v, ranks)?.map(Incoming::Record),
+    })
+}
+
+fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming)>, tag: u64) {
+    let mut buf = Vec::new();
+    let why = loop {
+        match read_line(&mut r, &mut buf, MAX_LINE) {
+            Ok(Read::Line) => match incoming(&buf, ranks) {
+                Ok(Some(m)) => {
+                    if tx.send((tag, m)).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => break format!("the run sent a damaged record: {e}"),
+            },
+            Ok(Read::TooLong) => break format!("the run sent a line over {} MiB", MAX_LINE >> 20),
+            Ok(Read::Eof) => break "the run closed the connection".into(),
+            Err(e) => break format!("the connection broke: {e}"),
+        }
+    };
+    let _ = tx.send((tag, Incoming::Closed(why)));
+}

@@ -1,0 +1,241 @@
+//! Which socket `attach` opens: a run directory's `live.sock` (or the path its pointer file
+//! names), a socket given itself, or by default the newest live run under `./runs`.
+
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::client::{owner, AttachError};
+use super::socket::pointer_of;
+use crate::observe::metrics::reader::FILE_NAME;
+
+/// What the socket is called in a run directory.
+pub const SOCKET_NAME: &str = "live.sock";
+/// Where `attach` looks when given nothing.
+pub const RUNS: &str = "runs";
+/// How deep below a directory run directories are looked for (runs/NAME/TIMESTAMP).
+const DEPTH: usize = 3;
+
+/// A socket to open and the run directory it serves (for the messages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub socket: PathBuf,
+    pub run: PathBuf,
+}
+
+/// The socket of run directory `dir`: `live.sock`, or where `live.sock.path` points.
+pub fn socket_in(dir: &Path) -> Option<PathBuf> {
+    let s = dir.join(SOCKET_NAME);
+    if std::fs::symlink_metadata(&s).is_ok() {
+        return Some(s);
+    }
+    let text = std::fs::read_to_string(pointer_of(&s)).ok()?;
+    Some(PathBuf::from(text.trim()))
+}
+
+fn is_socket(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Every run directory at most `depth` levels below `dir` (symbolic links not followed, so
+/// `latest` is not counted twice).
+fn run_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if socket_in(dir).is_some() || dir.join(FILE_NAME).is_file() {
+        out.push(dir.to_path_buf());
+        return;
+    }
+    if depth == 0 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            run_dirs(&e.path(), depth - 1, out);
+        }
+    }
+}
+
+/// The newest run below `dir` whose socket takes a connection.
+fn newest_live(dir: &Path) -> Result<Target, AttachError> {
+    let mut runs = Vec::new();
+    run_dirs(dir, DEPTH, &mut runs);
+    let mut live: Vec<(SystemTime, Target)> = runs
+        .iter()
+        .filter_map(|run| {
+            let socket = socket_in(run)?;
+            let born = std::fs::metadata(&socket).and_then(|m| m.modified()).ok()?;
+            UnixStream::connect(&socket).ok()?;
+            Some((
+                born,
+                Target {
+                    socket,
+                    run: run.clone(),
+                },
+            ))
+        })
+        .collect();
+    live.sort_by_key(|(t, _)| *t);
+    match live.pop() {
+        Some((_, t)) => Ok(t),
+        None => Err(AttachError::NoLiveRun {
+            dir: dir.to_path_buf(),
+            ended: match runs.len() {
+                0 => String::new(),
+                n => format!(
+                    " ({n} run{} there, none live: list them with `mgtop-train runs {}`, see one with `mgtop-train view RUN_DIR`)",
+                    if n == 1 { "" } else { "s" },
+                    dir.display()
+                ),
+            },
+        }),
+    }
+}
+
+/// What `attach [TARGET]` opens.
+pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
+    let Some(p) = target else {
+        let runs = Path::new(RUNS);
+        if !runs.is_dir() {
+            return Err(AttachError::NoLiveRun {
+                dir: std::env::current_dir().unwrap_or_default().join(RUNS),
+                ended: " (no runs directory here: cd to where the run was started)".into(),
+            });
+        }
+        return newest_live(runs);
+    };
+    let meta = std::fs::metadata(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => AttachError::Denied {
+            path: p.to_path_buf(),
+            owner: owner(p),
+        },
+        _ => AttachError::NotFound(p.to_path_buf()),
+    })?;
+    let parent = || {
+        p.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    };
+    if meta.file_type().is_socket() {
+        return Ok(Target {
+            socket: p.to_path_buf(),
+            run: parent(),
+        });
+    }
+    if meta.is_dir() {
+        if let Err(e) = std::fs::read_dir(p) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::PermissionDenied => AttachError::Denied {
+                    path: p.to_path_buf(),
+                    owner: owner(p),
+                },
+                _ => AttachError::Io {
+                    path: p.to_path_buf(),
+                    source: e,
+                },
+            });
+        }
+        if let Some(socket) = socket_in(p) {
+            return Ok(Target {
+                socket,
+                run: p.to_path_buf(),
+            });
+        }
+        if p.join(FILE_NAME).is_file() {
+            return Err(AttachError::NotLive {
+                socket: p.join(SOCKET_NAME),
+                run: p.to_path_buf(),
+            });
+        }
+        // a directory of runs (runs/, runs/NAME): its newest live one
+        return newest_live(p);
+    }
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.ends_with(".path") {
+        if let Ok(text) = std::fs::read_to_string(p) {
+            let socket = PathBuf::from(text.trim());
+            if is_socket(&socket) {
+                return Ok(Target {
+                    socket,
+                    run: parent(),
+                });
+            }
+        }
+    }
+    if name.ends_with(".jsonl") {
+        return Err(AttachError::MetricsFile(p.to_path_buf()));
+    }
+    Err(AttachError::NotSocket(p.to_path_buf()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_run_directory_a_socket_and_a_directory_of_runs_each_find_the_socket() {
+        let d = tempfile::tempdir().unwrap();
+        let old = d.path().join("runs/a/20260101-000000");
+        let new = d.path().join("runs/a/20260102-000000");
+        let dead = d.path().join("runs/b/20260103-000000");
+        for r in [&old, &new, &dead] {
+            std::fs::create_dir_all(r).unwrap();
+        }
+        let _l1 = UnixListener::bind(old.join(SOCKET_NAME)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _l2 = UnixListener::bind(new.join(SOCKET_NAME)).unwrap();
+        // a run that ended: its metrics file, no socket
+        std::fs::write(dead.join(FILE_NAME), "").unwrap();
+        let t = locate(Some(&new)).unwrap();
+        assert_eq!(t.socket, new.join(SOCKET_NAME));
+        assert_eq!(locate(Some(&new.join(SOCKET_NAME))).unwrap().run, new);
+        assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);
+        match locate(Some(&dead)) {
+            Err(e @ AttachError::NotLive { .. }) => {
+                assert!(e.to_string().contains("mgtop-train view"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_is_no_run_says_so() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("nope");
+        assert!(matches!(
+            locate(Some(&missing)),
+            Err(AttachError::NotFound(_))
+        ));
+        let f = d.path().join("notes.txt");
+        std::fs::write(&f, "x").unwrap();
+        assert!(matches!(locate(Some(&f)), Err(AttachError::NotSocket(_))));
+        let m = d.path().join("m.jsonl");
+        std::fs::write(&m, "x").unwrap();
+        assert!(matches!(locate(Some(&m)), Err(AttachError::MetricsFile(_))));
+        let empty = d.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        assert!(matches!(
+            locate(Some(&empty)),
+            Err(AttachError::NoLiveRun { .. })
+        ));
+    }
+
+    #[test]
+    fn a_pointer_file_leads_to_the_socket_elsewhere() {
+        let d = tempfile::tempdir().unwrap();
+        let run = d.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let elsewhere = d.path().join("s.sock");
+        let _l = UnixListener::bind(&elsewhere).unwrap();
+        std::fs::write(
+            pointer_of(&run.join(SOCKET_NAME)),
+            format!("{}\n", elsewhere.display()),
+        )
+        .unwrap();
+        assert_eq!(locate(Some(&run)).unwrap().socket, elsewhere);
+    }
+}

@@ -1,0 +1,286 @@
+//! The live socket: an accept thread, and per client a writer thread (the `run` record, the
+//! history, then live lines, from the client's queue in the hub) and a reader thread (control
+//! requests, answered through the same queue). Nothing here can block training: the frontend
+//! only publishes to the hub, and every socket write happens on a client's own thread, with a
+//! time limit so a half-open client cannot hold it forever.
+
+use std::io::{BufReader, Write};
+use std::net::Shutdown;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+
+use super::hub::{LiveHub, Next};
+use super::lines::{read_line, Read};
+use super::protocol::{apply, parse_request, reply, Refusal, MAX_REQUEST};
+use super::socket::{bind_private, own_uid, peer_uid, place, pointer_of, SocketError};
+use crate::engine::control::Controller;
+
+/// How long one write to a client may take before the client is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At the end, how long clients get to take what is queued for them (the `end` record; a
+/// client that reads is done in milliseconds, one that does not is not waited for longer).
+const DRAIN: Duration = Duration::from_secs(1);
+
+pub struct LiveServer {
+    path: PathBuf,
+    pointer: Option<PathBuf>,
+    /// The socket's inode: removed at the end only if it is still ours.
+    ino: Option<u64>,
+    hub: LiveHub,
+    stop: Arc<AtomicBool>,
+    /// A handle on the listening socket, to wake the accept thread at the end.
+    wake: Option<UnixListener>,
+    accept: Option<JoinHandle<()>>,
+    active: Arc<AtomicUsize>,
+    done: Receiver<()>,
+}
+
+impl LiveServer {
+    /// Serves `hub` on a socket at `asked` (mode 0600; a path too long for a socket is served
+    /// from `$XDG_RUNTIME_DIR` or /tmp, with a pointer file `<asked>.path` holding it).
+    pub fn start(
+        asked: &Path,
+        hub: LiveHub,
+        controller: Controller,
+    ) -> Result<LiveServer, SocketError> {
+        let path = place(asked);
+        let pointer = (path != asked).then(|| pointer_of(asked));
+        let listener = bind_private(&path)?;
+        let ino = std::fs::metadata(&path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino()
+        });
+        if let Some(p) = &pointer {
+            let text = format!("{}\n", path.display());
+            if let Err(source) = std::fs::write(p, text) {
+                let _ = std::fs::remove_file(&path);
+                return Err(SocketError::Io {
+                    path: p.clone(),
+                    source,
+                });
+            }
+        }
+        let wake = listener.try_clone().ok();
+        let stop = Arc::new(AtomicBool::new(false));
+        let active = Arc::new(AtomicUsize::new(0));
+        let (done_tx, done) = unbounded();
+        let accept = {
+            let (hub, stop, active) = (hub.clone(), stop.clone(), active.clone());
+            std::thread::Builder::new()
+                .name("live-accept".into())
+                .spawn(move || accept_loop(listener, hub, controller, stop, active, done_tx))
+                .map_err(|source| SocketError::Io {
+                    path: path.clone(),
+                    source,
+                })?
+        };
+        Ok(LiveServer {
+            path,
+            pointer,
+            ino,
+            hub,
+            stop,
+            wake,
+            accept: Some(accept),
+            active,
+            done,
+        })
+    }
+
+    /// Where the socket is (the fallback path where the one asked for was too long).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for LiveServer {
+    /// Clients get what is queued (within `DRAIN`), then the socket is closed and removed.
+    fn drop(&mut self) {
+        self.hub.close();
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = &self.wake {
+            // SAFETY: shutting down a listening socket we own; it only wakes `accept`.
+            unsafe { libc::shutdown(w.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let deadline = Instant::now() + DRAIN;
+        while self.active.load(Ordering::SeqCst) > 0 {
+            if self.done.recv_deadline(deadline).is_err() {
+                break;
+            }
+        }
+        let ours = std::fs::metadata(&self.path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino()
+        }) == self.ino;
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        if let Some(p) = &self.pointer {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    hub: LiveHub,
+    controller: Controller,
+    stop: Arc<AtomicBool>,
+    active: Arc<AtomicUsize>,
+    done: Sender<()>,
+) {
+    loop {
+        let conn = listener.accept();
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match conn {
+            Ok((stream, _)) => serve(stream, &hub, &controller, &active, &done),
+            // out of file descriptors, say: try again later rather than spin
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Refuses a connection with one line saying why.
+fn refuse(mut stream: UnixStream, why: &str) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(reply(None, false, why).as_bytes());
+}
+
+fn serve(
+    stream: UnixStream,
+    hub: &LiveHub,
+    controller: &Controller,
+    active: &Arc<AtomicUsize>,
+    done: &Sender<()>,
+) {
+    // the socket's mode keeps other users out; root is let in as it could read the run anyway
+    match peer_uid(&stream) {
+        Ok(uid) if uid == own_uid() || uid == 0 => {}
+        _ => return refuse(stream, "this run belongs to another user"),
+    }
+    let reader = match stream.try_clone() {
+        Ok(r) => r,
+        Err(e) => return refuse(stream, &format!("cannot serve this connection: {e}")),
+    };
+    let id = match hub.join() {
+        Ok(id) => id,
+        Err(why) => return refuse(stream, &why),
+    };
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    active.fetch_add(1, Ordering::SeqCst);
+    let (w_hub, w_active, w_done) = (hub.clone(), active.clone(), done.clone());
+    let writer = std::thread::Builder::new()
+        .name(format!("live-writer-{id}"))
+        .spawn(move || {
+            write_loop(stream, &w_hub, id);
+            w_active.fetch_sub(1, Ordering::SeqCst);
+            let _ = w_done.send(());
+        });
+    if writer.is_err() {
+        hub.leave(id);
+        active.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    let (r_hub, controller) = (hub.clone(), controller.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("live-reader-{id}"))
+        .spawn(move || read_loop(reader, &r_hub, &controller, id));
+    if spawned.is_err() {
+        hub.close_client(id);
+    }
+}
+
+/// Sends the client's queue as it fills, until the client or the run is gone.
+fn write_loop(mut stream: UnixStream, hub: &LiveHub, id: u64) {
+    let mut buf = Vec::new();
+    loop {
+        match hub.next(id, Duration::from_secs(1)) {
+            Next::Lines(lines) => {
+                buf.clear();
+                for l in &lines {
+                    buf.extend_from_slice(l.as_bytes());
+                }
+                if stream.write_all(&buf).is_err() {
+                    break;
+                }
+            }
+            Next::Idle => {}
+            Next::Gone(why) => {
+                if let Some(why) = why {
+                    let _ = stream
+                        .write_all(reply(None, false, &format!("disconnected: {why}")).as_bytes());
+                }
+                break;
+            }
+        }
+    }
+    hub.leave(id);
+    // wakes the reader thread too
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// After refusing a client: what it sent besides is read and thrown away (for up to a second
+/// and `MAX_REQUEST` bytes more) until the writer has sent the refusal and closed, since
+/// closing a socket with unread input resets it and the refusal would be lost.
+fn discard(r: &mut BufReader<UnixStream>) {
+    let _ = r.get_ref().set_read_timeout(Some(Duration::from_secs(1)));
+    let mut sink = [0u8; 4096];
+    let mut left = MAX_REQUEST + r.buffer().len();
+    while left > 0 {
+        match std::io::Read::read(r, &mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+/// Answers the client's requests; input that is not a request closes this client only.
+fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64) {
+    let mut r = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        match read_line(&mut r, &mut buf, MAX_REQUEST) {
+            Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(Read::Line) => match parse_request(&buf) {
+                Ok(req) => {
+                    let (ok, message) = apply(controller, req.control);
+                    hub.send_to(id, reply(Some(req.id), ok, &message));
+                }
+                Err(Refusal::Refused { id: rid, message }) => {
+                    hub.send_to(id, reply(Some(rid), false, &message))
+                }
+                Err(Refusal::Malformed(why)) => {
+                    hub.send_to(
+                        id,
+                        reply(None, false, &format!("{why}; closing this connection")),
+                    );
+                    hub.close_client(id);
+                    return discard(&mut r);
+                }
+            },
+            Ok(Read::TooLong) => {
+                let why = format!(
+                    "a request line longer than {} KiB; closing this connection",
+                    MAX_REQUEST >> 10
+                );
+                hub.send_to(id, reply(None, false, &why));
+                hub.close_client(id);
+                return discard(&mut r);
+            }
+            // the client has closed its side, or is gone: the writer finds out when it writes
+            Ok(Read::Eof) | Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The socket file: where it goes (a path too long for `sun_path` falls back to
+//! `$XDG_RUNTIME_DIR` or /tmp, with a pointer file where it was asked for), created owner-only
+//! without a window in which another user could connect, a stale one replaced, a live one
+//! refused, and who is at the other end.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+/// The longest socket path (`sun_path` is 108 bytes with its terminating NUL).
+pub const MAX_PATH: usize = 107;
+/// What the pointer file beside an over-long socket path is called: `<socket>.path`.
+pub const POINTER_SUFFIX: &str = ".path";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{path}: another run is live on this socket; give this run another run directory")]
+    Live { path: PathBuf },
+    #[error("{path} exists and is not a socket; remove it or give this run another run directory")]
+    NotSocket { path: PathBuf },
+    #[error("cannot create the live socket {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SocketError + '_ {
+    move |source| SocketError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The pointer file of a socket asked for at `socket`.
+pub fn pointer_of(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(POINTER_SUFFIX);
+    PathBuf::from(p)
+}
+
+/// The private directory a socket for `path` is first bound in (`.s<pid>` beside it).
+fn staging(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    dir.join(format!(".s{}", std::process::id()))
+}
+
+/// Whether a socket at `path` (and its staging path) fits in `sun_path`.
+fn fits(path: &Path) -> bool {
+    let len = |p: &Path| p.as_os_str().len();
+    len(path) <= MAX_PATH && len(&staging(path).join("s")) <= MAX_PATH
+}
+
+/// Where a socket asked for at `asked` is created: there, or where the path is too long,
+/// `$XDG_RUNTIME_DIR` (else /tmp) `/mgtop-<pid>-<hash>.sock`.
+pub fn place(asked: &Path) -> PathBuf {
+    if fits(asked) {
+        return asked.to_path_buf();
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    asked.hash(&mut h);
+    let name = format!("mgtop-{}-{:016x}.sock", std::process::id(), h.finish());
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir() && fits(&d.join(&name)));
+    runtime.unwrap_or_else(|| PathBuf::from("/tmp")).join(name)
+}
+
+/// Clears the way for a socket at `path`: a stale socket (nobody listening) is removed; a live
+/// one or anything else there is refused.
+fn clear(path: &Path) -> Result<(), SocketError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(SocketError::NotSocket {
+            path: path.to_path_buf(),
+        });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(SocketError::Live {
+            path: path.to_path_buf(),
+        }),
+        Err(_) => std::fs::remove_file(path).map_err(io_err(path)),
+    }
+}
+
+/// Binds and listens at `path`, mode 0600. The socket is made in a fresh 0700 directory,
+/// given its mode there and then renamed into place, so no other user can ever reach it.
+pub fn bind_private(path: &Path) -> Result<UnixListener, SocketError> {
+    clear(path)?;
+    let stage = staging(path);
+    let _ = std::fs::remove_dir_all(&stage);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&stage)
+        .map_err(io_err(&stage))?;
+    let inner = stage.join("s");
+    let made = (|| {
+        let l = UnixListener::bind(&inner).map_err(io_err(path))?;
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
+        std::fs::rename(&inner, path).map_err(io_err(path))?;
+        Ok(l)
+    })();
+    let _ = std::fs::remove_dir_all(&stage);
+    made
+}
+
+/// The user id at the other end of a connection (`SO_PEERCRED`).
+pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given; the fd is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// This process's effective user id.
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_socket_is_owner_only_and_a_stale_one_is_replaced_a_live_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("live.sock");
+        let l = bind_private(&p).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        assert!(matches!(bind_private(&p), Err(SocketError::Live { .. })));
+        drop(l);
+        // nobody listens now: the file left behind is stale
+        let _l = bind_private(&p).unwrap();
+        assert!(UnixStream::connect(&p).is_ok());
+        // no staging directory is left
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["live.sock"]);
+        let f = dir.path().join("file");
+        std::fs::write(&f, "x").unwrap();
+        assert!(matches!(
+            bind_private(&f),
+            Err(SocketError::NotSocket { .. })
+        ));
+    }
+
+    #[test]
+    fn a_path_too_long_for_a_socket_goes_elsewhere() {
+        let short = Path::new("/tmp/x/live.sock");
+        assert_eq!(place(short), short);
+        let long = PathBuf::from(format!("/tmp/{}/live.sock", "d".repeat(120)));
+        let p = place(&long);
+        assert!(p.as_os_str().len() <= MAX_PATH, "{}", p.display());
+        assert!(p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("mgtop-"));
+        assert_eq!(place(&long), p, "the same place each time");
+        assert_eq!(pointer_of(&long).file_name().unwrap(), "live.sock.path");
+    }
+
+    #[test]
+    fn the_peer_is_this_user() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a).unwrap(), own_uid());
+    }
+}

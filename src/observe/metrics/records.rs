@@ -1,0 +1,216 @@
+//! Each record of the schema, built once as one JSON line (`Line`) that every sink takes: the
+//! metrics files and the live socket's hub.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::SCHEMA;
+use crate::config::Budget;
+use crate::engine::events::{Applied, Event};
+use crate::engine::{Device, RunInfo};
+use crate::observe::monitor::StepRow;
+use crate::observe::straggler::Warning;
+use crate::observe::telemetry::DeviceSample;
+
+/// One record as written: its JSON text and the newline after it. Cheap to clone (shared).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line(Arc<str>);
+
+impl Line {
+    pub fn new(v: &Value) -> Line {
+        let mut s = v.to_string();
+        s.push('\n');
+        Line(s.into())
+    }
+
+    /// The text, newline included.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// The first record: what the run is.
+pub fn run(info: &RunInfo) -> Value {
+    let budget = match info.budget {
+        Budget::Epochs(e) => json!({ "epochs": e }),
+        Budget::Steps(s) => json!({ "steps": s }),
+    };
+    let device_names: Vec<Option<&str>> = info
+        .devices
+        .iter()
+        .map(|d| match d {
+            Device::Gpu { name, .. } => Some(name.as_str()),
+            Device::Cpu { .. } => None,
+        })
+        .collect();
+    json!({
+        "type": "run", "schema": SCHEMA, "name": info.name,
+        "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
+        "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
+        "per_replica": info.per_replica, "grad_accum": info.grad_accum,
+        "train_samples": info.train_samples, "val_samples": info.val_samples,
+        "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
+        "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
+        "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
+        "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
+        "device_names": device_names, "device_note": info.device_note,
+    })
+}
+
+/// A step as every rank saw it, and the samples/s measured then.
+pub fn step(row: &StepRow, samples_per_s: Option<f64>) -> Value {
+    let per_rank: Vec<Value> = row
+        .ranks
+        .iter()
+        .map(|r| {
+            json!({
+                "rank": r.rank, "samples": r.samples, "step_ms": ms(r.step_time),
+                "data_wait_ms": ms(r.data_wait), "compute_ms": ms(r.compute), "comm_ms": ms(r.comm),
+                "sync_wait_ms": ms(r.sync_wait), "optimizer_ms": ms(r.optimizer),
+            })
+        })
+        .collect();
+    json!({
+        "type": "step", "step": row.step, "epoch": row.epoch, "t": row.at.as_secs_f64(),
+        "loss": row.loss, "accuracy": row.accuracy, "lr": row.lr,
+        "per_replica": row.per_replica, "ranks": row.ranks.len(), "global_batch": row.global_samples,
+        "samples_per_s": samples_per_s, "progress": row.progress, "per_rank": per_rank,
+    })
+}
+
+/// A lifecycle event (`t`: seconds since the run started, as the frontend saw it); `None` for
+/// what the file does not record (the start: the `run` record says it).
+pub fn event(ev: &Event, t: Duration) -> Option<Value> {
+    let t = t.as_secs_f64();
+    Some(match ev {
+        Event::Started { .. } => return None,
+        Event::EpochDone {
+            epoch,
+            step,
+            train_loss,
+            val_loss,
+            val_accuracy,
+            ..
+        } => json!({
+            "type": "epoch", "epoch": epoch, "step": step, "t": t,
+            "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_accuracy,
+        }),
+        Event::Checkpoint { step, path } => {
+            json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
+        }
+        Event::Control { step, applied } => {
+            let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
+            match applied {
+                Applied::Paused => v["action"] = "pause".into(),
+                Applied::Resumed => v["action"] = "resume".into(),
+                Applied::BatchSize { from, to, lr } => {
+                    v["action"] = "batch_size".into();
+                    v["from"] = (*from).into();
+                    v["to"] = (*to).into();
+                    v["lr"] = (*lr).into();
+                }
+                Applied::Split(sizes) => {
+                    v["action"] = "rebalance".into();
+                    v["split"] = sizes.clone().into();
+                }
+            }
+            v
+        }
+        Event::Failed {
+            rank,
+            step,
+            message,
+        } => {
+            json!({"type": "event", "kind": "error", "rank": rank, "step": step, "t": t, "message": message})
+        }
+        Event::Finished { step, stopped } => {
+            json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }})
+        }
+    })
+}
+
+/// Every device's sample at `t` (values a device cannot report are null), and the process's
+/// resident memory beside the machine's.
+pub fn telemetry(t: Duration, devices: &[DeviceSample], process: Option<(u64, u64)>) -> Value {
+    let devices: Vec<Value> = devices
+        .iter()
+        .enumerate()
+        .map(|(rank, d)| {
+            json!({
+                "rank": rank, "util": d.util, "mem_access": d.mem_access,
+                "mem_used": d.mem_used, "mem_total": d.mem_total, "temp_c": d.temp_c,
+                "power_w": d.power_w, "power_limit_w": d.power_limit_w,
+                "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
+                "throttle": d.throttle_reasons.map(crate::observe::nvml::throttle_names),
+                "pcie_rx_kbs": d.pcie_rx_kbs, "pcie_tx_kbs": d.pcie_tx_kbs,
+            })
+        })
+        .collect();
+    json!({
+        "type": "telemetry", "t": t.as_secs_f64(), "devices": devices,
+        "process_rss": process.map(|p| p.0), "machine_memory": process.map(|p| p.1),
+    })
+}
+
+/// A straggler / degraded / stall warning (or its clearing).
+pub fn warning(w: &Warning, t: Duration) -> Value {
+    let mut v =
+        json!({"type": "event", "kind": w.kind(), "t": t.as_secs_f64(), "message": w.to_string()});
+    match w {
+        Warning::Straggler {
+            rank,
+            step,
+            slowdown,
+            work_ms,
+            fastest_rank,
+            fastest_ms,
+            others_wait_ms,
+            cause,
+            ..
+        } => {
+            v["rank"] = (*rank).into();
+            v["step"] = (*step).into();
+            v["slowdown"] = (*slowdown).into();
+            v["work_ms"] = (*work_ms).into();
+            v["fastest_rank"] = (*fastest_rank).into();
+            v["fastest_ms"] = (*fastest_ms).into();
+            v["others_wait_ms"] = (*others_wait_ms).into();
+            v["cause"] = cause.kind().into();
+        }
+        Warning::StragglerCleared { rank, step } | Warning::DegradedCleared { rank, step } => {
+            v["rank"] = (*rank).into();
+            v["step"] = (*step).into();
+        }
+        Warning::Degraded {
+            rank,
+            step,
+            median_ms,
+            best_ms,
+        } => {
+            v["rank"] = (*rank).into();
+            v["step"] = (*step).into();
+            v["work_ms"] = (*median_ms).into();
+            v["best_ms"] = (*best_ms).into();
+        }
+        Warning::Stall {
+            step,
+            waited,
+            missing,
+        } => {
+            v["step"] = (*step).into();
+            v["waited_s"] = waited.as_secs_f64().into();
+            v["missing_ranks"] = missing.clone().into();
+        }
+    }
+    v
+}

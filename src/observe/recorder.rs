@@ -1,0 +1,287 @@
+//! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
+//! live hub that attached clients read. Each record is built once, as one line, for all of
+//! them. Step records go to the files every `--log-every` steps and to the hub at most every
+//! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
+//! client attached the hub is given only what its history keeps.
+//!
+//! A file that fails is reported once and written no more; training goes on.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::events::Event;
+use crate::engine::RunInfo;
+use crate::observe::live::{Kind, LiveHub};
+use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::monitor::StepRow;
+use crate::observe::straggler::Warning;
+use crate::observe::telemetry::DeviceSample;
+
+/// The shortest time between two step records to the live hub (at most 20 a second).
+pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
+
+pub struct Recorder {
+    files: Vec<MetricsWriter>,
+    hub: Option<LiveHub>,
+    log_every: u64,
+    /// The newest step not yet given to the hub (it came too soon after the last one).
+    pending: Option<(StepRow, Option<f64>)>,
+    last_live: Option<Instant>,
+}
+
+impl Recorder {
+    pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
+        Recorder {
+            files,
+            hub,
+            log_every: log_every.max(1),
+            pending: None,
+            last_live: None,
+        }
+    }
+
+    /// Records nothing.
+    pub fn none() -> Recorder {
+        Recorder::new(Vec::new(), None, 1)
+    }
+
+    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
+    fn write_files(&mut self, line: &Line, flush: bool) -> Vec<String> {
+        let mut warnings = Vec::new();
+        self.files.retain_mut(|w| {
+            let r = w
+                .write(line)
+                .and_then(|()| if flush { w.flush() } else { Ok(()) });
+            match r {
+                Ok(()) => true,
+                Err(e) => {
+                    warnings.push(format!(
+                        "warning: {e}; no more metrics will be written to it"
+                    ));
+                    false
+                }
+            }
+        });
+        warnings
+    }
+
+    fn publish(&self, kind: Kind, line: &Line) {
+        if let Some(h) = &self.hub {
+            h.publish(kind, line.clone());
+        }
+    }
+
+    /// Gives the hub the step held back, whatever the time (before a later record).
+    fn release(&mut self) {
+        if let (Some((row, rate)), Some(h)) = (self.pending.take(), &self.hub) {
+            h.publish(Kind::Step, Line::new(&records::step(&row, rate)));
+            self.last_live = Some(Instant::now());
+        }
+    }
+
+    fn live_due(&self) -> bool {
+        self.last_live
+            .is_none_or(|t| t.elapsed() >= LIVE_STEP_INTERVAL)
+    }
+
+    /// The `run` record, first.
+    pub fn run_start(&mut self, info: &RunInfo) -> Vec<String> {
+        let line = Line::new(&records::run(info));
+        if let Some(h) = &self.hub {
+            h.set_run(line.clone());
+        }
+        self.write_files(&line, true)
+    }
+
+    /// A complete step (every rank's sample).
+    pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
+        let logged = !self.files.is_empty() && row.step.is_multiple_of(self.log_every);
+        let line = logged.then(|| Line::new(&records::step(row, rate)));
+        let warnings = match &line {
+            Some(l) => self.write_files(l, false),
+            None => Vec::new(),
+        };
+        let Some(hub) = &self.hub else {
+            return warnings;
+        };
+        if self.live_due() {
+            self.pending = None;
+            self.last_live = Some(Instant::now());
+            match line {
+                Some(l) => hub.publish(Kind::Step, l),
+                None if hub.step_slot() => {
+                    hub.publish(Kind::Step, Line::new(&records::step(row, rate)))
+                }
+                None => {}
+            }
+        } else if hub.clients() > 0 {
+            self.pending = Some((row.clone(), rate));
+        }
+        warnings
+    }
+
+    /// Gives the hub the step held back once its time has come (call after taking steps).
+    pub fn catch_up(&mut self) {
+        if self.pending.is_some() && self.live_due() {
+            self.release();
+        }
+    }
+
+    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it). The step held
+    /// back goes first where its time has come (or at the end), else after: a run whose
+    /// epochs take milliseconds must not send a step with each.
+    pub fn event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
+        if matches!(ev, Event::Finished { .. }) {
+            self.release();
+        } else {
+            self.catch_up();
+        }
+        let Some(v) = records::event(ev, t) else {
+            return Vec::new();
+        };
+        let line = Line::new(&v);
+        let kind = match ev {
+            Event::EpochDone { .. } => Kind::Epoch,
+            _ => Kind::Event,
+        };
+        self.publish(kind, &line);
+        self.write_files(&line, true)
+    }
+
+    /// Every device's sample, and this process's memory beside the machine's.
+    pub fn telemetry(
+        &mut self,
+        t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Vec<String> {
+        if self.files.is_empty() && self.hub.is_none() {
+            return Vec::new();
+        }
+        let line = Line::new(&records::telemetry(t, devices, process));
+        self.publish(Kind::Telemetry, &line);
+        self.write_files(&line, true)
+    }
+
+    /// A straggler / degraded / stall warning or its clearing.
+    pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
+        self.catch_up();
+        let line = Line::new(&records::warning(w, t));
+        self.publish(Kind::Event, &line);
+        self.write_files(&line, false)
+    }
+
+    /// Everything written out (at the end).
+    pub fn flush(&mut self) -> Vec<String> {
+        self.release();
+        let mut warnings = Vec::new();
+        self.files.retain_mut(|w| match w.flush() {
+            Ok(()) => true,
+            Err(e) => {
+                warnings.push(format!(
+                    "warning: {e}; no more metrics will be written to it"
+                ));
+                false
+            }
+        });
+        warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::live::hub::Next;
+
+    fn row(step: u64) -> StepRow {
+        StepRow {
+            step,
+            epoch: 1,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            per_replica: 32,
+            global_samples: 64,
+            at: Duration::from_millis(step),
+            progress: 0.0,
+            ranks: Vec::new(),
+        }
+    }
+
+    /// The `step` numbers of the step lines among `lines`.
+    fn steps(lines: &[String]) -> Vec<u64> {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["type"] == "step")
+            .map(|v| v["step"].as_u64().unwrap())
+            .collect()
+    }
+
+    fn take(hub: &LiveHub, id: u64) -> Vec<String> {
+        match hub.next(id, Duration::ZERO) {
+            Next::Lines(v) => v.iter().map(|l| l.as_str().to_string()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn steps_go_to_files_every_log_every_and_to_clients_at_most_20_a_second_newest_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let hub = LiveHub::new(Instant::now());
+        let mut r = Recorder::new(
+            vec![MetricsWriter::create(&path).unwrap()],
+            Some(hub.clone()),
+            10,
+        );
+        let info = crate::observe::metrics::run_info(&serde_json::json!({
+            "devices": ["cpu0", "cpu1"], "name": "t", "data": "d", "model": "m",
+            "params": 1, "per_replica": 32,
+        }))
+        .unwrap();
+        assert!(r.run_start(&info).is_empty());
+        let id = hub.join().unwrap();
+        take(&hub, id);
+        let t0 = Instant::now();
+        for s in 1..=1000 {
+            assert!(r.step(&row(s), Some(1.0)).is_empty());
+        }
+        r.catch_up();
+        let fast = t0.elapsed();
+        let got = steps(&take(&hub, id));
+        // one step per interval at most (a slow machine may take several intervals)
+        let most = 2 + (fast.as_millis() / LIVE_STEP_INTERVAL.as_millis()) as usize;
+        assert!(!got.is_empty() && got.len() <= most, "{got:?} in {fast:?}");
+        // the newest step, held back, goes out once its time has come
+        std::thread::sleep(LIVE_STEP_INTERVAL);
+        r.catch_up();
+        assert_eq!(steps(&take(&hub, id)), [1000]);
+        // the end takes the step held back with it, before itself
+        r.step(&row(1001), None);
+        r.event(
+            &Event::Finished {
+                step: 1001,
+                stopped: false,
+            },
+            Duration::from_secs(1),
+        );
+        let last = take(&hub, id);
+        assert_eq!(steps(&last), [1001]);
+        assert!(last.last().unwrap().contains("\"end\""));
+        assert!(r.flush().is_empty());
+        let file = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<String> = file.lines().map(String::from).collect();
+        assert_eq!(steps(&lines), (1..=100).map(|i| i * 10).collect::<Vec<_>>());
+        assert!(lines[0].contains("\"run\"") && lines.last().unwrap().contains("\"end\""));
+    }
+
+    #[test]
+    fn without_a_client_no_step_is_held_back() {
+        let hub = LiveHub::new(Instant::now());
+        let mut r = Recorder::new(Vec::new(), Some(hub.clone()), 50);
+        for s in 1..=100 {
+            r.step(&row(s), None);
+        }
+        assert!(r.pending.is_none());
+    }
+}

@@ -1,0 +1,412 @@
+//! The live socket end to end, against the real binary: what a client is sent (the run record,
+//! the history, live records), controls and their answers as the run's own log shows them,
+//! several clients at once, and clients that misbehave (read nothing, send garbage or an
+//! oversized line, hang half-open, die) never harming the run. Another user cannot connect.
+
+mod common;
+
+use std::net::Shutdown;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::run::{wait_for, Client, Run};
+use serde_json::json;
+
+/// Steps enough that a run lasts until a test stops it.
+const FOREVER: &str = "100000000";
+
+#[test]
+fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER, "--name", "steered"]);
+    let log = run.log();
+    let live = log.lines().find(|l| l.starts_with("live: ")).unwrap();
+    let socket = run.socket();
+    assert!(live.contains(&socket.display().to_string()), "{live}");
+    assert!(live.contains("mgtop-train attach "), "{live}");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "owner-only socket");
+    // some history to be sent
+    run.wait_log("a few epochs", |l| l.contains("epoch 3 done"));
+
+    let mut a = Client::connect(&socket);
+    let first = a.line().unwrap();
+    assert_eq!(
+        (&first["type"], &first["schema"], &first["name"]),
+        (&json!("run"), &json!("mgtop.metrics/1"), &json!("steered"))
+    );
+    let history: Vec<_> = std::iter::from_fn(|| a.line())
+        .take_while(|v| v["type"] != "live")
+        .map(|v| v["type"].clone())
+        .collect();
+    assert!(history.contains(&json!("epoch")), "{history:?}");
+    // live steps follow, in order
+    let steps: Vec<u64> = (0..3)
+        .map(|_| {
+            a.until("a live step", |v| v["type"] == "step")["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+
+    let r = a.control("pause", json!({}));
+    assert_eq!(r["ok"], true, "{r}");
+    a.until("the pause event", |v| v["action"] == "pause");
+    run.wait_log("the pause in the run's log", |l| {
+        l.contains("paused before step")
+    });
+
+    // a second client at the same time sees the same
+    let mut b = Client::connect(&socket);
+    b.until("b's live marker", |v| v["type"] == "live");
+    let r = b.control("batch_size", json!({"per_replica": 0}));
+    assert_eq!(r["ok"], false);
+    assert!(
+        r["message"].as_str().unwrap().contains("out of range"),
+        "{r}"
+    );
+    assert_eq!(
+        b.control("batch_size", json!({"per_replica": 64}))["ok"],
+        true
+    );
+    assert_eq!(a.control("resume", json!({}))["ok"], true);
+    for c in [&mut a, &mut b] {
+        let ev = c.until("the batch change", |v| v["action"] == "batch_size");
+        assert_eq!((&ev["from"], &ev["to"]), (&json!(32), &json!(64)));
+        let s = c.until("a step at the new batch", |v| {
+            v["type"] == "step" && v["per_replica"] == 64
+        });
+        assert_eq!(s["global_batch"], 128);
+    }
+    run.wait_log("the batch change in the log", |l| {
+        l.contains("batch per replica 32 -> 64")
+    });
+
+    // a stop with a checkpoint, from b: both hear the end, the run writes its checkpoint
+    assert_eq!(b.control("stop", json!({"checkpoint": true}))["ok"], true);
+    for c in [&mut a, &mut b] {
+        let end = c.until("the end", |v| v["type"] == "end");
+        assert_eq!(end["status"], "stopped");
+    }
+    assert!(run.wait_exit().success());
+    assert_eq!(run.checkpoints(), 1);
+    assert!(run.log().contains("checkpoint at step"));
+    // the stream ends with the run, and the socket is gone
+    a.rest();
+    assert!(!socket.exists());
+}
+
+/// Seconds a run of `steps` steps takes (the process, and its training as its log says),
+/// with `client` doing its worst on the socket meanwhile.
+fn timed_run(steps: &str, client: impl FnOnce(&Run) -> Option<UnixStream>) -> (f64, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let mut run = Run::start(dir.path(), &["--steps", steps]);
+    let held = client(&run);
+    assert!(run.wait_exit().success(), "{}", run.log());
+    let secs = t0.elapsed().as_secs_f64();
+    let log = run.log();
+    let done = format!("finished: {steps} steps");
+    let line = log.lines().find(|l| l.contains(&done));
+    let stamp = line.and_then(|l| l.split(']').next()).unwrap_or("none");
+    drop(held);
+    (secs, format!("{stamp}]"))
+}
+
+#[test]
+fn a_client_that_reads_nothing_does_not_hold_the_run_back() {
+    let steps = "20000";
+    let alone = timed_run(steps, |_| None);
+    // connected and never reading: its socket buffer fills, then its queue; the run goes on
+    let stuck = timed_run(steps, |run| {
+        Some(UnixStream::connect(run.socket()).unwrap())
+    });
+    eprintln!(
+        "{steps} steps: {:.2} s (training {}) alone, {:.2} s (training {}) with a client that reads nothing",
+        alone.0, alone.1, stuck.0, stuck.1
+    );
+}
+
+/// A helper process for the test below: connects to the socket named by MGTOP_LIVE_HELPER
+/// and waits to be killed. Does nothing in a normal test run.
+#[test]
+fn helper_client_that_waits_to_be_killed() {
+    let Ok(socket) = std::env::var("MGTOP_LIVE_HELPER") else {
+        return;
+    };
+    let mut c = Client::connect(std::path::Path::new(&socket));
+    c.until("the live marker", |v| v["type"] == "live");
+    println!("connected");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+#[test]
+fn garbage_an_oversized_line_a_half_open_and_a_killed_client_leave_the_run_unharmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
+    let socket = run.socket();
+
+    // not JSON: answered, then that client is closed
+    let mut g = Client::connect(&socket);
+    g.send_raw(b"hello there\n");
+    let r = g.until("the refusal", |v| v["type"] == "reply");
+    assert_eq!(r["ok"], false);
+    assert!(r["message"].as_str().unwrap().contains("not JSON"), "{r}");
+    g.rest();
+
+    // a line over the limit, never ended: refused without reading it all
+    let mut big = Client::connect(&socket);
+    big.send_raw(&vec![b'x'; 100 * 1024]);
+    let r = big.until("the refusal", |v| v["type"] == "reply");
+    assert!(
+        r["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 64 KiB"),
+        "{r}"
+    );
+    big.rest();
+
+    // half-open: half a request and then silence, its reading side shut
+    let half = UnixStream::connect(&socket).unwrap();
+    (&half).write_all_bytes(b"{\"type\":\"control\",");
+    let _ = half.shutdown(Shutdown::Read);
+
+    // a client process killed with SIGKILL
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_client_that_waits_to_be_killed",
+            "--nocapture",
+        ])
+        .env("MGTOP_LIVE_HELPER", &socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(helper.stdout.take().unwrap());
+    wait_for("the helper to connect", || {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).ok()?;
+        l.contains("connected").then_some(())
+    });
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+
+    // the run goes on and still answers a well-behaved client
+    let mut c = Client::connect(&socket);
+    c.until("the live marker", |v| v["type"] == "live");
+    let before = c.until("a step", |v| v["type"] == "step")["step"]
+        .as_u64()
+        .unwrap();
+    let after = c.until("a later step", |v| {
+        v["type"] == "step" && v["step"].as_u64().unwrap() > before + 10
+    });
+    assert!(after["loss"].is_number());
+    assert!(run.running());
+    assert_eq!(c.control("stop", json!({"checkpoint": false}))["ok"], true);
+    c.until("the end", |v| v["type"] == "end");
+    assert!(run.wait_exit().success());
+    let log = run.log();
+    assert!(!log.contains("panicked") && !log.contains("ERROR"), "{log}");
+    drop(half);
+}
+
+/// Writes without caring whether the other end reads (for the half-open client).
+trait WriteAll {
+    fn write_all_bytes(self, b: &[u8]);
+}
+
+impl WriteAll for &UnixStream {
+    fn write_all_bytes(mut self, b: &[u8]) {
+        std::io::Write::write_all(&mut self, b).unwrap();
+    }
+}
+
+/// Runs `args` as uid/gid 65534 (nobody) with setpriv, else su; `None` where neither can.
+fn as_nobody(args: &[&str]) -> Option<std::process::Output> {
+    let setpriv = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .args(args)
+        .output();
+    if let Ok(o) = setpriv {
+        if o.status.code() != Some(127) && !String::from_utf8_lossy(&o.stderr).contains("setpriv:")
+        {
+            return Some(o);
+        }
+    }
+    let line = args
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let su = Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c", &line])
+        .output()
+        .ok()?;
+    (!String::from_utf8_lossy(&su.stderr).starts_with("su:")).then_some(su)
+}
+
+#[test]
+fn another_user_cannot_connect() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skipped(
+            "not root: cannot run a client as another user (run the tests as root, as CI does)",
+        );
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_mgtop-train");
+    match as_nobody(&[bin, "--version"]) {
+        Some(o) if o.status.success() => {}
+        _ => {
+            common::skipped("neither setpriv nor su can run the binary as uid 65534 (nobody)");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::start(dir.path(), &["--steps", FOREVER]);
+    let socket = run.socket().display().to_string();
+    // the run directory keeps others out; opened up, the socket's own mode still does
+    for dir_mode in [None, Some(0o711)] {
+        if let Some(m) = dir_mode {
+            for d in [dir.path(), &run.run_dir] {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(m)).unwrap();
+            }
+        }
+        let o = as_nobody(&[bin, "attach", &socket]).unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("permission denied") && err.contains("belongs to"),
+            "{dir_mode:?}: {err}"
+        );
+    }
+    // the owner still can
+    let mut c = Client::connect(&run.socket());
+    assert_eq!(c.line().unwrap()["type"], "run");
+}
+
+/// `attach` run by itself (no terminal: every error comes before the screen would open).
+fn attach(dir: &std::path::Path, target: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir)
+        .arg("attach")
+        .args(target)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (code, err) = attach(d, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("no live run under") && err.contains("runs"),
+        "{err}"
+    );
+    let (code, err) = attach(d, &["nowhere"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("nowhere: no such file or directory"), "{err}");
+
+    // a run that ended: its socket is gone, its metrics stay
+    let mut done = Run::start(d, &["--steps", "200"]);
+    assert!(done.wait_exit().success());
+    assert!(!done.socket().exists());
+    let run = done.run_dir.display().to_string();
+    let (code, err) = attach(d, &[&run]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("not live") && err.contains(&format!("mgtop-train view {run}")),
+        "{err}"
+    );
+
+    // a run killed outright leaves its socket file behind: nobody listens there
+    let killed_dir = tempfile::tempdir().unwrap();
+    let mut killed = Run::start(killed_dir.path(), &["--steps", FOREVER]);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert!(killed.socket().exists());
+    let (code, err) = attach(d, &[&killed.socket().display().to_string()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("not live") && err.contains("mgtop-train view"),
+        "{err}"
+    );
+    // a live one, given the wrong thing beside it
+    let (code, err) = attach(d, &[&done.log.display().to_string()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("neither a run directory nor a live socket"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_attached_screen_says_when_the_connection_drops_and_r_connects_again() {
+    use mgtop::config::{Budget, DeviceSpec, RunConfig};
+    use mgtop::engine::Engine;
+    use mgtop::front::tui::app::Action;
+    use mgtop::front::tui::attach::AttachSource;
+    use mgtop::front::tui::source::Source;
+    use mgtop::observe::live::{LiveHub, LiveServer, Target};
+    use mgtop::observe::metrics::{records, Line};
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        budget: Budget::Steps(1),
+        checkpoint_dir: dir.path().join("ck"),
+        ..RunConfig::default()
+    })
+    .unwrap();
+    let serve = || {
+        let hub = LiveHub::new(Instant::now());
+        hub.set_run(Line::new(&records::run(engine.info())));
+        let socket = dir.path().join("live.sock");
+        LiveServer::start(&socket, hub, engine.controller()).unwrap()
+    };
+    let server = serve();
+    let target = Target {
+        socket: server.path().to_path_buf(),
+        run: dir.path().to_path_buf(),
+    };
+    let (mut source, mut app) = AttachSource::connect(target, false).unwrap();
+    let events = source.events();
+    let pump = |source: &mut AttachSource,
+                app: &mut mgtop::front::tui::app::App,
+                until: &dyn Fn(&mgtop::front::tui::app::App) -> bool| {
+        wait_for("the screen's state", || {
+            if let Ok(ev) = events.recv_timeout(Duration::from_millis(100)) {
+                source.on_event(app, Some(ev));
+            }
+            until(app).then_some(())
+        })
+    };
+    // the server goes away (the run's process ended without an end record)
+    drop(server);
+    pump(&mut source, &mut app, &|a| a.disconnected.is_some());
+    let r = KeyEvent::new(KeyCode::Char('r'), KeyModifiers::NONE);
+    assert_eq!(app.handle_key(r), Some(Action::Reconnect));
+    assert!(source.reconnect(&mut app));
+    assert!(app.disconnected.is_some(), "nothing to connect to yet");
+    assert!(app.log.iter().any(|l| l.text.contains("cannot reconnect")));
+    // served again: r connects, the screen starts over from the run's history
+    let _server = serve();
+    assert!(source.reconnect(&mut app));
+    assert_eq!(app.disconnected, None);
+    assert!(app.log.iter().any(|l| l.text.starts_with("reconnected to")));
+    assert!(source
+        .control(mgtop::engine::control::Control::Checkpoint)
+        .is_ok());
+    engine.join().unwrap();
+}
