@@ -9,6 +9,7 @@
 
 use crate::nn::gemm::sgemm;
 use crate::nn::im2col::{col2im, im2col};
+use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
 
 /// Floats of `col_scratch` the convolution needs: one image's columns, C*KH*KW x OH*OW.
@@ -144,7 +145,7 @@ pub fn conv2d_backward(
         let img = &inp[n * chw..(n + 1) * chw];
         let dout_n = &dout[n * oc * ohw..(n + 1) * oc * ohw];
         for (g, row) in dbias[..oc].iter_mut().zip(dout_n.chunks_exact(ohw)) {
-            *g += row.iter().sum::<f32>();
+            *g += lane_sum(row);
         }
         // dw[OC, CKK] += dout_n[OC, OHW] @ col_n^T
         let col: &[f32] = if pointwise {

@@ -7,6 +7,7 @@ pub mod conv;
 pub mod gemm;
 #[cfg(test)]
 mod gradcheck;
+pub mod grouped;
 pub mod im2col;
 pub mod intraop;
 pub mod layers;
@@ -16,4 +17,5 @@ pub mod optim;
 pub mod pool;
 pub mod rng;
 pub mod schedule;
+pub mod simd;
 pub mod window;

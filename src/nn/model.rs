@@ -7,10 +7,9 @@ use std::str::FromStr;
 
 use std::ops::Range;
 
-use crate::nn::conv::{conv2d_backward, conv2d_forward, conv2d_scratch_len};
+use crate::nn::grouped::{self, ConvGeom};
 use crate::nn::layers::{Layer, LayerSpec, PlannedLayer, Shape};
 use crate::nn::ops::{linear_backward, linear_forward, relu_backward, relu_forward, softmax_xent};
-use crate::nn::pool::{maxpool2d_backward, maxpool2d_forward};
 use crate::nn::rng::{tag, Rng};
 
 /// What `--model` says: `mlp:H1,H2,...` (hidden widths) or the layer language of
@@ -267,7 +266,9 @@ impl Model {
             let (d_in, d_out) = (self.dims[l], self.dims[l + 1]);
             let (lower, upper) = ws.grads.split_at_mut(l + 1);
             let dout = &mut upper[0][..b * d_out];
-            if layer.relu {
+            // (a convolution masks its gradient by its ReLU itself, group by group)
+            let conv = matches!(layer.layer, Layer::Conv { .. });
+            if layer.relu && !conv {
                 relu_backward(dout, &ws.acts[l + 1][..b * d_out]);
             }
             let inp: &[f32] = if l == 0 { x } else { &ws.acts[l][..b * d_in] };
@@ -290,22 +291,22 @@ impl Model {
                 ) => {
                     let (w, bias) = ranges.expect("conv has weights");
                     let (gw, gb) = split_wb(grads, w.clone(), bias);
-                    let (params_w, col) = (&params[w], &mut ws.col);
-                    conv2d_backward(
-                        dinp, gw, gb, dout, inp, params_w, b, c, h, iw, channels, kernel, kernel,
-                        stride, pad, col,
+                    let g = conv_geom(layer, c, h, iw, channels, kernel, stride, pad);
+                    let scratch = &mut ws.conv;
+                    let relu_out = layer.relu.then(|| &ws.acts[l + 1][..b * d_out]);
+                    grouped::conv_backward(
+                        dinp, gw, gb, dout, relu_out, inp, &params[w], b, &g, scratch,
                     );
                 }
                 (Layer::Pool { kernel, stride }, Shape::Image { c, h, w: iw }) => {
                     if let Some(dinp) = dinp {
-                        maxpool2d_backward(
+                        grouped::pool_backward(
                             dinp,
                             dout,
-                            &ws.argmax[l][..b * d_out],
+                            &ws.argmax[l],
                             b,
-                            c,
-                            h,
-                            iw,
+                            (c, h, iw),
+                            image_hw(layer.output),
                             kernel,
                             stride,
                         );
@@ -361,39 +362,25 @@ impl Model {
                     Shape::Image { c, h, w: iw },
                 ) => {
                     let (w, bias) = ranges.expect("conv has weights");
-                    conv2d_forward(
-                        out,
-                        inp,
-                        &params[w],
-                        &params[bias],
-                        b,
-                        c,
-                        h,
-                        iw,
-                        channels,
-                        kernel,
-                        kernel,
-                        stride,
-                        pad,
-                        &mut ws.col,
-                    );
+                    let g = conv_geom(layer, c, h, iw, channels, kernel, stride, pad);
+                    let (w, bias) = (&params[w], &params[bias]);
+                    grouped::conv_forward(out, inp, w, bias, b, &g, layer.relu, &mut ws.conv);
                 }
                 (Layer::Pool { kernel, stride }, Shape::Image { c, h, w: iw }) => {
-                    maxpool2d_forward(
+                    grouped::pool_forward(
                         out,
-                        &mut ws.argmax[l][..b * d_out],
+                        &mut ws.argmax[l],
                         inp,
                         b,
-                        c,
-                        h,
-                        iw,
+                        (c, h, iw),
+                        image_hw(layer.output),
                         kernel,
                         stride,
                     );
                 }
                 (layer, input) => unreachable!("planned {layer} on {input}"),
             }
-            if layer.relu {
+            if layer.relu && !matches!(layer.layer, Layer::Conv { .. }) {
                 relu_forward(out);
             }
         }
@@ -401,6 +388,40 @@ impl Model {
         let logits = &ws.acts[self.layers()][..b * classes];
         let dlogits = want_grad.then(|| &mut ws.grads[self.layers()][..b * classes]);
         softmax_xent(dlogits, logits, y, b, classes)
+    }
+}
+
+/// A planned convolution's geometry.
+#[allow(clippy::too_many_arguments)]
+fn conv_geom(
+    layer: &PlannedLayer,
+    c: usize,
+    h: usize,
+    w: usize,
+    oc: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+) -> ConvGeom {
+    let (oh, ow) = image_hw(layer.output);
+    ConvGeom {
+        c,
+        h,
+        w,
+        oc,
+        k,
+        stride,
+        pad,
+        oh,
+        ow,
+    }
+}
+
+/// The height and width of an image shape (planned conv and pool layers output images).
+fn image_hw(s: Shape) -> (usize, usize) {
+    match s {
+        Shape::Image { h, w, .. } => (h, w),
+        Shape::Flat(_) => unreachable!("conv and pool layers output images"),
     }
 }
 
@@ -418,7 +439,7 @@ pub struct Workspace {
     acts: Vec<Vec<f32>>,
     grads: Vec<Vec<f32>>,
     argmax: Vec<Vec<u32>>,
-    col: Vec<f32>,
+    conv: grouped::Scratch,
 }
 
 impl Workspace {
@@ -439,16 +460,6 @@ impl Workspace {
             match (layer.layer, layer.input, layer.output) {
                 (Layer::Pool { .. }, _, out) if self.argmax[l].len() < b * out.numel() => {
                     self.argmax[l].resize(b * out.numel(), 0)
-                }
-                (
-                    Layer::Conv { kernel, .. },
-                    Shape::Image { c, .. },
-                    Shape::Image { h: oh, w: ow, .. },
-                ) => {
-                    let need = conv2d_scratch_len(c, kernel, kernel, oh, ow);
-                    if self.col.len() < need {
-                        self.col.resize(need, 0.0);
-                    }
                 }
                 _ => {}
             }
