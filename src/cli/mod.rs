@@ -147,8 +147,8 @@ pub struct BenchArgs {
     /// Repeats per point (the median is reported).
     #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
     pub repeat: usize,
-    /// Only one part: training throughput, all-reduce bandwidth, the terminal UI's cost, --rebalance against a slow rank, or the GPU benchmarks (kernels, samples/s per GPU count, NCCL bandwidth).
-    #[arg(long, value_parser = ["all", "train", "allreduce", "tui", "rebalance", "gpu"], default_value = "all")]
+    /// Only one part: training throughput, all-reduce bandwidth, the terminal UI's cost, attached clients' cost (live), --rebalance against a slow rank, or the GPU benchmarks (kernels, samples/s per GPU count, NCCL bandwidth).
+    #[arg(long, value_parser = ["all", "train", "allreduce", "tui", "live", "rebalance", "gpu"], default_value = "all")]
     pub only: String,
 }
 

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use super::bench_live;
 use crate::cli::BenchArgs;
 use crate::comm::{Collective, LocalCollective};
 use crate::config::{Budget, DeviceSpec, RunConfig};
@@ -73,7 +74,13 @@ pub fn gpu_train_throughput(gpus: &[usize], batch: usize) -> Result<f64, EngineE
 }
 
 /// A benchmark run: MLP 784-`hidden`-10 on `n` synthetic samples, no validation, no checkpoint.
-fn synthetic(workers: usize, hidden: usize, n: usize, batch: usize, steps: u64) -> RunConfig {
+pub(super) fn synthetic(
+    workers: usize,
+    hidden: usize,
+    n: usize,
+    batch: usize,
+    steps: u64,
+) -> RunConfig {
     RunConfig {
         devices: DeviceSpec::Cpu(workers),
         model: ModelSpec::mlp(&[hidden]),
@@ -317,6 +324,9 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if args.only == "all" || args.only == "live" {
+        live(args)?;
+    }
     if args.only == "all" || args.only == "rebalance" {
         crate::say!(
             "--rebalance against --slow-rank 1:2.0 (2 workers, MLP 784-512-10, batch 128 per replica, 300 timed steps after 100): samples/s, median of {}",
@@ -337,6 +347,38 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         run_gpu_bench(args)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Three clients attached to a run's live socket against none (2 workers, the first batch of
+/// `--batches`, alternated `--repeat` times), and a step's delay to a client.
+fn live(args: &BenchArgs) -> anyhow::Result<()> {
+    let batch = args.batches.first().copied().unwrap_or(32);
+    let global = 2 * batch;
+    let warm = (args.samples / 10).div_ceil(global).max(2) as u64;
+    let timed = args.samples.div_ceil(global).max(2) as u64;
+    crate::say!(
+        "live socket: 2 workers, MLP 784-128-10, batch {batch}, {timed} timed steps; samples/s with 0 and 3 attached clients (median of {}, alternated)",
+        args.repeat
+    );
+    let (mut alone, mut watched, mut delays) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.repeat.max(1) {
+        alone.push(bench_live::attached_throughput(0, 2, batch, warm, timed)?.samples_per_sec);
+        let a = bench_live::attached_throughput(3, 2, batch, warm, timed)?;
+        watched.push(a.samples_per_sec);
+        delays.extend(a.delays);
+    }
+    let (a, w) = (median(alone), median(watched));
+    let n = delays.len();
+    let mut sorted = delays.clone();
+    sorted.sort();
+    let p95 = sorted.get(n * 95 / 100).copied().unwrap_or_default();
+    crate::say!(
+        "  no client {a:>9.0}   3 clients {w:>9.0}   {:+.1}%   a step reaches a client after {:.1} ms (median of {n}; p95 {:.1} ms)",
+        (w / a - 1.0) * 100.0,
+        bench_live::median_duration(delays).as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+    Ok(())
 }
 
 /// The benchmarks only GPUs can run; without them, one line saying why not.

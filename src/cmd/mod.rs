@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod bench;
+mod bench_live;
 pub mod runs;
 pub mod scale;
 pub mod selftest;
