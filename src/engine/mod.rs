@@ -11,6 +11,7 @@ pub mod heartbeat;
 mod info;
 pub mod loader;
 mod memory;
+mod outcome;
 mod rebalance;
 mod resume;
 pub mod rundir;
@@ -26,64 +27,21 @@ use crossbeam_channel::{bounded, unbounded, Receiver};
 
 use crate::backend::{CpuReplica, TrainState};
 use crate::comm::{CollectiveError, LocalCollective};
-use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
-use crate::data::{self, DataError, Dataset};
+use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
+use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader};
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
 use crate::nn::optim::OptState;
-use checkpoint::CheckpointError;
 use heartbeat::{Beat, Heartbeats};
-use resume::resumed_settings;
+use resume::{budget_reached, resumed_settings};
 
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Devices(#[from] DeviceError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error("{0}")]
-    Config(String),
-    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
-    NonFinite {
-        step: u64,
-        epoch: u64,
-        checkpoint: Option<PathBuf>,
-    },
-    #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
-    WorkerPanic {
-        rank: usize,
-        step: u64,
-        message: String,
-    },
-    #[error(transparent)]
-    Collective(#[from] CollectiveError),
-    #[error(transparent)]
-    Gpu(#[from] crate::backend::cuda::CudaError),
-}
-
-/// The outcome of a run that did not fail.
-#[derive(Clone, Debug)]
-pub struct RunResult {
-    pub steps: u64,
-    /// Stopped on request before the budget was spent.
-    pub stopped: bool,
-    /// Global training loss of every step of this process's run.
-    pub losses: Vec<f32>,
-    /// When each step ended (rank 0), since the start.
-    pub step_ends: Vec<Duration>,
-    pub state: TrainState,
-    pub last_checkpoint: Option<PathBuf>,
-    pub best_val_accuracy: Option<f32>,
-}
+pub use outcome::{EngineError, RunResult};
 
 /// Where a run starts: fresh or from a checkpoint.
 #[derive(Clone, Debug)]
@@ -540,18 +498,4 @@ fn build_model(cfg: &RunConfig, train: &data::Dataset) -> Result<Model, EngineEr
             "{e}; change --model, or --data to data of that shape"
         ))
     })
-}
-
-/// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train
-/// nothing under `budget`.
-fn budget_reached(budget: Budget, step: u64, epoch: u64) -> Option<String> {
-    match budget {
-        Budget::Steps(s) if step >= s => Some(format!(
-            "is at step {step}, and --steps is {s}: pass a larger --steps to train further"
-        )),
-        Budget::Epochs(e) if epoch >= e => Some(format!(
-            "has finished {epoch} epochs, and --epochs is {e}: pass a larger --epochs (or --steps) to train further"
-        )),
-        _ => None,
-    }
 }

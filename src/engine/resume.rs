@@ -2,7 +2,7 @@
 //! says otherwise, and a line saying which came from where.
 
 use super::checkpoint::CheckpointMeta;
-use crate::config::RunConfig;
+use crate::config::{Budget, RunConfig};
 
 #[derive(Debug, PartialEq)]
 pub(super) struct Resumed {
@@ -51,6 +51,20 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
         lr,
         batch_note,
         lr_note,
+    }
+}
+
+/// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train
+/// nothing under `budget`.
+pub(super) fn budget_reached(budget: Budget, step: u64, epoch: u64) -> Option<String> {
+    match budget {
+        Budget::Steps(s) if step >= s => Some(format!(
+            "is at step {step}, and --steps is {s}: pass a larger --steps to train further"
+        )),
+        Budget::Epochs(e) if epoch >= e => Some(format!(
+            "has finished {epoch} epochs, and --epochs is {e}: pass a larger --epochs (or --steps) to train further"
+        )),
+        _ => None,
     }
 }
 

@@ -19,6 +19,7 @@ pub mod pool;
 pub mod replica;
 pub mod selftest;
 mod selftest_conv;
+mod selftest_nccl;
 pub mod shape;
 
 use std::collections::HashMap;

@@ -1,0 +1,53 @@
+//! How a run ends: the errors that stop every rank, and what a run that did not fail returns.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::checkpoint::CheckpointError;
+use super::DeviceError;
+use crate::backend::TrainState;
+use crate::comm::CollectiveError;
+use crate::data::DataError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Devices(#[from] DeviceError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{0}")]
+    Config(String),
+    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
+    NonFinite {
+        step: u64,
+        epoch: u64,
+        checkpoint: Option<PathBuf>,
+    },
+    #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
+    WorkerPanic {
+        rank: usize,
+        step: u64,
+        message: String,
+    },
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    #[error(transparent)]
+    Gpu(#[from] crate::backend::cuda::CudaError),
+}
+
+/// The outcome of a run that did not fail.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub steps: u64,
+    /// Stopped on request before the budget was spent.
+    pub stopped: bool,
+    /// Global training loss of every step of this process's run.
+    pub losses: Vec<f32>,
+    /// When each step ended (rank 0), since the start.
+    pub step_ends: Vec<Duration>,
+    pub state: TrainState,
+    pub last_checkpoint: Option<PathBuf>,
+    pub best_val_accuracy: Option<f32>,
+}
