@@ -118,7 +118,7 @@ impl Engine {
         let created = cfg
             .run_dir
             .as_deref()
-            .map(rundir::Created::new)
+            .map(|d| rundir::Created::new(d, cfg.link_latest))
             .transpose()
             .map_err(EngineError::Config)?;
         let cfg = RunConfig {

@@ -78,42 +78,69 @@ fn local_stamp() -> String {
 /// without it (the start failed), it takes back what the start made there, and nothing else.
 pub struct Created {
     dir: PathBuf,
-    /// The directories this start made, innermost first (`runs/<name>` too, for a new name).
+    /// The directories above it this start made, innermost first (`runs/<name>`, for a new
+    /// name).
     made: Vec<PathBuf>,
+    /// This start made the directory itself (else it is a `--run-dir` that existed).
+    fresh: bool,
     kept: bool,
 }
 
 impl Created {
-    /// Creates the run directory (owner-only: it will hold the live socket). Refuses a directory
-    /// that already holds a run. `path` is then absolute.
-    pub fn new(dir: &Path) -> Result<Created, String> {
-        if dir.join(METRICS).exists() {
-            return Err(format!(
-                "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
-                dir.display(),
-                dir.display()
-            ));
-        }
+    /// Creates the run directory, owner-only (it will hold the live socket), claiming it
+    /// atomically: a default one (`numbered`) that another run of the same name took in the
+    /// same second becomes `<time>-2`, `-3`...; a `--run-dir` that exists is used as it is
+    /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
+    pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
         let fail = |e: std::io::Error| {
             format!(
                 "cannot create run directory {}: {e}; pick a writable --run-dir",
                 dir.display()
             )
         };
-        let made: Vec<PathBuf> = dir
+        let parent = dir.parent().unwrap_or(Path::new(""));
+        let made: Vec<PathBuf> = parent
             .ancestors()
             .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
             .map(Path::to_path_buf)
             .collect();
-        fs::create_dir_all(dir).map_err(fail)?;
+        if !parent.as_os_str().is_empty() {
+            fs::create_dir_all(parent).map_err(fail)?;
+        }
+        let mut leaf = dir.to_path_buf();
+        let mut fresh = false;
+        for n in 2..1000 {
+            match fs::create_dir(&leaf) {
+                Ok(()) => {
+                    fresh = true;
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && numbered => {
+                    leaf = dir.with_file_name(format!(
+                        "{}-{n}",
+                        dir.file_name().unwrap_or_default().to_string_lossy()
+                    ));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => break,
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        if !fresh && leaf.join(METRICS).exists() {
+            return Err(format!(
+                "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
+                leaf.display(),
+                leaf.display()
+            ));
+        }
         #[cfg(unix)]
-        {
+        if fresh {
             use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(fail)?;
+            fs::set_permissions(&leaf, fs::Permissions::from_mode(0o700)).map_err(fail)?;
         }
         Ok(Created {
-            dir: fs::canonicalize(dir).map_err(fail)?,
+            dir: fs::canonicalize(&leaf).map_err(fail)?,
             made,
+            fresh,
             kept: false,
         })
     }
@@ -136,18 +163,20 @@ impl Drop for Created {
         if self.kept {
             return;
         }
-        // only empty directories (and the checkpoint lock this start took): whatever else is
-        // there was not made by this start
-        let ckpts = self.dir.join(CHECKPOINTS);
-        let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
-            es.filter_map(|e| e.ok())
-                .all(|e| e.file_name() == checkpoint::LOCK_FILE)
-        });
-        if only_lock {
-            let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
-            let _ = fs::remove_dir(&ckpts);
+        // only what this start made: the directory (if it made it) with nothing in it but the
+        // checkpoint lock it took, and empty parents
+        if self.fresh {
+            let ckpts = self.dir.join(CHECKPOINTS);
+            let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
+                es.filter_map(|e| e.ok())
+                    .all(|e| e.file_name() == checkpoint::LOCK_FILE)
+            });
+            if only_lock {
+                let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
+                let _ = fs::remove_dir(&ckpts);
+            }
+            let _ = fs::remove_dir(&self.dir);
         }
-        let _ = fs::remove_dir(&self.dir);
         for d in &self.made {
             let _ = fs::remove_dir(d);
         }
@@ -338,7 +367,7 @@ mod tests {
     fn default_dirs_are_unique_and_stamped() {
         let root = tempfile::tempdir().unwrap();
         let a = default_dir(root.path(), "x");
-        Created::new(&a).unwrap().keep(true);
+        Created::new(&a, true).unwrap().keep(true);
         fs::write(a.join(METRICS), "").unwrap();
         let b = default_dir(root.path(), "x");
         assert_ne!(a, b);
@@ -347,20 +376,31 @@ mod tests {
         assert_eq!(&stamp[8..9], "-");
         let latest = root.path().join(RUNS).join("x").join(LATEST);
         assert_eq!(fs::read_link(&latest).unwrap(), a.file_name().unwrap());
-        assert!(Created::new(&a).err().unwrap().contains("--resume"));
+        assert!(Created::new(&a, false).err().unwrap().contains("--resume"));
+        // the same default name in the same second: the next one is numbered
+        let again = Created::new(&a, true).unwrap();
+        assert!(
+            again.path().to_str().unwrap().ends_with("-2"),
+            "{:?}",
+            again.path()
+        );
     }
 
     #[test]
     fn a_failed_start_takes_back_only_the_empty_directories_it_made() {
         let root = tempfile::tempdir().unwrap();
         let fresh = root.path().join("fresh");
-        drop(Created::new(&fresh).unwrap());
+        drop(Created::new(&fresh, true).unwrap());
         assert!(!fresh.exists());
         // a --run-dir that already held the user's files keeps them
         let theirs = root.path().join("theirs");
         fs::create_dir(&theirs).unwrap();
         fs::write(theirs.join("notes.txt"), "mine").unwrap();
-        drop(Created::new(&theirs).unwrap());
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+        drop(Created::new(&theirs, false).unwrap());
         assert!(theirs.join("notes.txt").is_file());
+        let mode = fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755, "an existing --run-dir keeps its permissions");
     }
 }

@@ -90,8 +90,12 @@ impl Pool {
             s.generation.fetch_add(1, Ordering::SeqCst);
         }
         s.wake.notify_all();
-        // SAFETY: as above, `task` is alive for the whole call.
+        // SAFETY: as above, `task` is alive for the whole call. While it runs, this thread
+        // computes alone: a product inside a part must not start a second job on this pool
+        // while the helpers are still on this one.
+        IN_TASK.with(|t| t.set(true));
         let mine = catch_unwind(AssertUnwindSafe(|| unsafe { (*task)(0) }));
+        IN_TASK.with(|t| t.set(false));
         let mut spins = 0u32;
         while s.pending.load(Ordering::Acquire) != 0 {
             spins += 1;
@@ -161,6 +165,8 @@ fn helper(s: &Shared, index: usize) {
 
 thread_local! {
     static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
+    /// This thread is running a part of its own pool's job (nested work runs serially).
+    static IN_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Makes `pool` this thread's intra-op pool (None: this thread computes alone, the default).
@@ -173,13 +179,20 @@ pub fn for_worker(threads: usize, name: &str) -> std::io::Result<Option<Pool>> {
     (threads > 1).then(|| Pool::new(threads, name)).transpose()
 }
 
-/// Intra-op threads of this thread (1 when it has no pool).
+/// Intra-op threads of this thread (1 when it has no pool, or is inside one of its parts).
 pub fn threads() -> usize {
+    if IN_TASK.with(|t| t.get()) {
+        return 1;
+    }
     POOL.with(|p| p.borrow().as_ref().map_or(1, Pool::threads))
 }
 
-/// Runs `task` over `parts` on this thread's pool, or serially without one.
+/// Runs `task` over `parts` on this thread's pool, or serially without one (or inside one of
+/// its parts: a nested job would clash with the one running).
 pub fn run(parts: usize, task: &(dyn Fn(usize) + Sync)) {
+    if IN_TASK.with(|t| t.get()) {
+        return (0..parts).for_each(task);
+    }
     POOL.with(|p| match p.borrow().as_ref() {
         Some(pool) => pool.run(parts, task),
         None => (0..parts).for_each(task),
@@ -221,6 +234,28 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 2);
+    }
+
+    /// A part that calls `run` again (a GEMM inside a group of images) runs that work serially
+    /// on its thread instead of starting a second job on the pool under the first.
+    #[test]
+    fn nested_work_inside_a_part_runs_serially_and_completely() {
+        install(for_worker(2, "test").unwrap());
+        for _ in 0..200 {
+            let inner = AtomicUsize::new(0);
+            let outer = AtomicUsize::new(0);
+            run(2, &|_| {
+                outer.fetch_add(1, Ordering::Relaxed);
+                assert!(threads() >= 1);
+                run(2, &|_| {
+                    inner.fetch_add(1, Ordering::Relaxed);
+                });
+            });
+            assert_eq!(outer.load(Ordering::Relaxed), 2);
+            assert_eq!(inner.load(Ordering::Relaxed), 4);
+        }
+        assert_eq!(threads(), 2, "outside a part the pool is whole again");
+        install(None);
     }
 
     #[test]

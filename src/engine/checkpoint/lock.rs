@@ -65,8 +65,10 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
     Ok(DirLock { _file: file })
 }
 
-/// The process that holds (or last held) `dir`'s lock, if it is still running. Read from the
-/// lock file without touching the lock, so it can never get in a starting run's way.
+/// The process that wrote `dir`'s lock, if it is still running and is this program (a pid
+/// reused by another program, or by a container's every first process, is not taken for the
+/// run). Read from the lock file without touching the lock, so it can never get in a starting
+/// run's way.
 pub fn holder(dir: &Path) -> Option<u32> {
     let text = fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
     let pid: u32 = text.trim().parse().ok()?;
@@ -74,7 +76,13 @@ pub fn holder(dir: &Path) -> Option<u32> {
     // SAFETY: signal 0 only checks that the process exists.
     let alive = unsafe { libc::kill(pid_t, 0) } == 0
         || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    alive.then_some(pid)
+    let name = |p: &str| fs::read_to_string(format!("/proc/{p}/comm")).ok();
+    let same_program = match (name(&pid.to_string()), name("self")) {
+        (Some(theirs), Some(ours)) => theirs == ours,
+        // no /proc: the pid alone
+        _ => true,
+    };
+    (alive && same_program && pid != std::process::id()).then_some(pid)
 }
 
 /// An exclusive, non-blocking advisory lock; false when another open file holds it.
