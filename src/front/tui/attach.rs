@@ -47,11 +47,6 @@ impl AttachSource {
         Ok((source, app))
     }
 
-    /// The run directory attached to.
-    pub fn target(&self) -> &Target {
-        &self.target
-    }
-
     fn on_record(&mut self, app: &mut App, rec: Record) {
         let t = match &rec {
             Record::Step { row, .. } => row.at,

@@ -12,8 +12,7 @@ use crate::observe::metrics::reader::FILE_NAME;
 
 /// What the socket is called in a run directory.
 pub const SOCKET_NAME: &str = "live.sock";
-/// Where `attach` looks when given nothing.
-pub const RUNS: &str = "runs";
+pub use crate::engine::rundir::RUNS;
 /// How deep below a directory run directories are looked for (runs/NAME/TIMESTAMP).
 const DEPTH: usize = 3;
 

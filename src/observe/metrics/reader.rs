@@ -26,7 +26,7 @@ pub const MAX_LINE: usize = 1 << 20;
 /// The most ranks a run may have.
 pub const MAX_RANKS: usize = 1024;
 /// What the file is called inside a run directory.
-pub const FILE_NAME: &str = "metrics.jsonl";
+pub use crate::engine::rundir::METRICS as FILE_NAME;
 const CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
