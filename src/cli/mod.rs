@@ -20,12 +20,13 @@ Examples:
   mgtop-train --headless --data csv:iris.csv,label=last,header --model mlp:16
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
   mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
+  mgtop-train --headless --model conv16k3,pool2,dense64   (a small CNN on the digits' 1x8x8 images, ~97.5%)
   mgtop-train --headless --resume runs/digits-mlp_128/latest   (continue a run from its newest checkpoint)
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
                                                (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
                                                (the UI over a finished or still running run's metrics file; --headless: its summary)
-  mgtop-train attach runs/digits-mlp:128/latest  (the UI of a running job over its live socket; q detaches or stops it)
+  mgtop-train attach runs/digits-mlp_128/latest  (the UI of a running job over its live socket; q detaches or stops it)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
@@ -184,7 +185,7 @@ pub struct TrainArgs {
     /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
     #[arg(long)]
     pub devices: Option<String>,
-    /// mlp:H1,H2,... hidden widths (ReLU; softmax cross-entropy)  [default: mlp:128]
+    /// mlp:H1,H2,... hidden widths, or layers convNkK[sS][pP] | poolK[sS] | denseN, e.g. conv32k3,pool2,dense128 (ReLU after conv and dense layers; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
     /// digits | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]

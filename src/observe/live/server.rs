@@ -105,9 +105,15 @@ impl Drop for LiveServer {
     fn drop(&mut self) {
         self.hub.close();
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(w) = &self.wake {
+        match &self.wake {
             // SAFETY: shutting down a listening socket we own; it only wakes `accept`.
-            unsafe { libc::shutdown(w.as_raw_fd(), libc::SHUT_RDWR) };
+            Some(w) => unsafe {
+                libc::shutdown(w.as_raw_fd(), libc::SHUT_RDWR);
+            },
+            // no second handle: a connection of our own wakes `accept`, which then sees `stop`
+            None => {
+                let _ = std::os::unix::net::UnixStream::connect(&self.path);
+            }
         }
         if let Some(h) = self.accept.take() {
             let _ = h.join();
