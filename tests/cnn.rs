@@ -3,8 +3,11 @@
 //! PyTorch-shaped `conv.L.weight` tensors, rebalancing changes the split but not the result, and
 //! the defaults learn the digits.
 
+mod common;
+
 use std::path::Path;
 
+use common::compare::max_rel_diff;
 use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::data::DataSpec;
 use mgtop::engine::events::{Applied, Event};
@@ -31,19 +34,6 @@ fn small_cnn(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunCo
         final_checkpoint: false,
         ..RunConfig::default()
     }
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
-    let scale = b
-        .iter()
-        .map(|x| x.abs() as f64)
-        .fold(0.0, f64::max)
-        .max(1e-12);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).abs())
-        .fold(0.0, f64::max)
-        / scale
 }
 
 fn run(cfg: RunConfig) -> RunResult {

@@ -1,9 +1,12 @@
 //! The engine's correctness properties: exact data parallelism, determinism, checkpoint
 //! round trips, controls agreed by every rank, failures that stop every rank.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
+use common::compare::max_rel_diff;
 use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::data::DataSpec;
 use mgtop::engine::events::{Applied, Event};
@@ -28,19 +31,6 @@ fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig
         final_checkpoint: false,
         ..RunConfig::default()
     }
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f64 {
-    let scale = b
-        .iter()
-        .map(|x| x.abs() as f64)
-        .fold(0.0, f64::max)
-        .max(1e-12);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).abs())
-        .fold(0.0, f64::max)
-        / scale
 }
 
 fn run(cfg: RunConfig) -> RunResult {

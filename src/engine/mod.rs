@@ -32,8 +32,6 @@ use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader};
-use crate::nn::layers::Shape;
-use crate::nn::model::Model;
 use crate::nn::optim::OptState;
 use heartbeat::{Beat, Heartbeats};
 use resume::{budget_reached, resumed_settings};
@@ -103,7 +101,7 @@ impl Engine {
             }
             None => cfg.batch_per_replica,
         };
-        let model = build_model(&cfg, &loaded.train)?;
+        let model = validate::model(&cfg, &loaded.train)?;
         let sized = RunConfig {
             batch_per_replica: per_replica,
             ..cfg.clone()
@@ -149,7 +147,7 @@ impl Engine {
         loaded: RunData,
     ) -> Result<Engine, EngineError> {
         let ranks = devices.len();
-        let model = build_model(&cfg, &loaded.train)?;
+        let model = validate::model(&cfg, &loaded.train)?;
         let start = match &cfg.resume {
             Some(path) => {
                 let dir = checkpoint::resolve(path)?;
@@ -485,17 +483,4 @@ impl Engine {
         let _ = drain.join();
         r
     }
-}
-
-/// The run's model on its data's samples.
-fn build_model(cfg: &RunConfig, train: &data::Dataset) -> Result<Model, EngineError> {
-    let input = match train.image {
-        Some([c, h, w]) => Shape::Image { c, h, w },
-        None => Shape::Flat(train.features),
-    };
-    Model::new(input, &cfg.model, train.classes).map_err(|e| {
-        EngineError::Config(format!(
-            "{e}; change --model, or --data to data of that shape"
-        ))
-    })
 }

@@ -10,6 +10,9 @@ use super::EngineError;
 pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, RunConfig};
+use crate::data::Dataset;
+use crate::nn::layers::Shape;
+use crate::nn::model::Model;
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
@@ -89,4 +92,16 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
         return bad("the validation fraction must be in [0, 1)".into());
     }
     Ok(())
+}
+/// The run's model on its data's samples.
+pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
+    let input = match train.image {
+        Some([c, h, w]) => Shape::Image { c, h, w },
+        None => Shape::Flat(train.features),
+    };
+    Model::new(input, &cfg.model, train.classes).map_err(|e| {
+        EngineError::Config(format!(
+            "{e}; change --model, or --data to data of that shape"
+        ))
+    })
 }

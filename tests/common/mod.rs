@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+pub mod compare;
 pub mod run;
 pub mod tmux;
 

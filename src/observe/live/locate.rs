@@ -12,9 +12,8 @@ use crate::observe::metrics::reader::FILE_NAME;
 
 /// What the socket is called in a run directory.
 pub const SOCKET_NAME: &str = "live.sock";
+use crate::engine::rundir;
 pub use crate::engine::rundir::RUNS;
-/// How deep below a directory run directories are looked for (runs/NAME/TIMESTAMP).
-const DEPTH: usize = 3;
 
 /// A socket to open and the run directory it serves (for the messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,30 +36,12 @@ fn is_socket(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
-/// Every run directory at most `depth` levels below `dir` (symbolic links not followed, so
-/// `latest` is not counted twice).
-fn run_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    if socket_in(dir).is_some() || dir.join(FILE_NAME).is_file() {
-        out.push(dir.to_path_buf());
-        return;
-    }
-    if depth == 0 {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            run_dirs(&e.path(), depth - 1, out);
-        }
-    }
-}
-
 /// The newest run below `dir` whose socket takes a connection.
 fn newest_live(dir: &Path) -> Result<Target, AttachError> {
-    let mut runs = Vec::new();
-    run_dirs(dir, DEPTH, &mut runs);
+    let runs: Vec<PathBuf> = rundir::runs_under(dir)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     let mut live: Vec<(SystemTime, Target)> = runs
         .iter()
         .filter_map(|run| {
