@@ -14,6 +14,8 @@ pub const RUNS: &str = "runs";
 /// The metrics file every run writes into its directory.
 pub const METRICS: &str = "metrics.jsonl";
 pub const CHECKPOINTS: &str = "checkpoints";
+/// The live socket a running run serves itself on (`observe::live`).
+pub const SOCKET: &str = "live.sock";
 /// The link to the newest run of a name.
 pub const LATEST: &str = "latest";
 /// How many runs a refusal lists.
@@ -203,7 +205,7 @@ fn link_latest_to(dir: &Path) {
 
 /// Whether `dir` is a run's directory.
 pub fn is_run_dir(dir: &Path) -> bool {
-    dir.join(METRICS).is_file()
+    dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
 /// What `--resume PATH` resumes from: the `step-N` checkpoint directory.

@@ -10,10 +10,9 @@ use super::client::{owner, AttachError};
 use super::socket::pointer_of;
 use crate::observe::metrics::reader::FILE_NAME;
 
-/// What the socket is called in a run directory.
-pub const SOCKET_NAME: &str = "live.sock";
 use crate::engine::rundir;
 pub use crate::engine::rundir::RUNS;
+pub use crate::engine::rundir::SOCKET as SOCKET_NAME;
 
 /// A socket to open and the run directory it serves (for the messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
