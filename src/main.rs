@@ -32,6 +32,17 @@ fn main() -> ExitCode {
     // the CUDA libraries, where a GPU needs them and they are installed under other names
     // (this may start the program again)
     mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
+    // one process of several (mpirun, srun) trains; the other commands run on one machine
+    if let (Some(c), Ok(Some(launch))) = (&cli.command, mgtop::comm::launch::from_env()) {
+        if launch.is_multi() {
+            mgtop::tell!(
+                "error: `{}` runs in one process, but this one was {}: run it without the launcher",
+                c.name(),
+                launch.describe()
+            );
+            return ExitCode::from(1);
+        }
+    }
     let result = match cli.command {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
         Some(Command::Scale(args)) => cmd::scale::command(*args),

@@ -58,6 +58,20 @@ pub enum Command {
     Attach(AttachArgs),
 }
 
+impl Command {
+    /// The subcommand as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Bench(_) => "bench",
+            Command::Scale(_) => "scale",
+            Command::Selftest => "selftest",
+            Command::View(_) => "view",
+            Command::Runs(_) => "runs",
+            Command::Attach(_) => "attach",
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct RunsArgs {
     /// A directory of runs  [default: runs]

@@ -5,9 +5,12 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TrainArgs};
+use crate::comm::Processes;
 use crate::engine::{rundir, Engine, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
@@ -42,6 +45,19 @@ fn serve(dir: &Path, engine: &Engine) -> (Option<(LiveServer, LiveHub)>, String)
 }
 
 pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
+    match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
+        Some(launch) if launch.is_multi() => super::processes::command(args, on_signals, &launch),
+        _ => train(args, on_signals, None),
+    }
+}
+
+/// Trains in this process, alone or as process 0 of several (`procs`), which watches the run
+/// for all of them: its frontend, metrics file, run directory and live socket.
+pub(super) fn train(
+    args: TrainArgs,
+    on_signals: &OnSignals,
+    procs: Option<Arc<dyn Processes>>,
+) -> anyhow::Result<()> {
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     let tui = !front.headless && std::io::stdout().is_terminal();
     // a bad theme is refused before anything starts, even where the log is shown instead
@@ -55,7 +71,12 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
     if cfg.calibrate {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
-    let engine = Engine::start(cfg)?;
+    let patience = cfg.stall_timeout;
+    let engine = Engine::start_in(cfg, procs.clone())?;
+    if let Some(p) = &procs {
+        // the processes met: from now on one that stops answering is taken for lost
+        p.set_patience(patience);
+    }
     let run_dir = engine.info().run_dir.clone();
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
     let paths: Vec<PathBuf> = run_dir

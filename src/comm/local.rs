@@ -53,6 +53,11 @@ impl LocalCollective {
             .collect()
     }
 
+    /// A handle that aborts this group (or reads why it was) while a rank of it is blocked.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(self.shared.clone())
+    }
+
     fn aborted(&self) -> CollectiveError {
         CollectiveError::Aborted(
             self.shared
@@ -94,6 +99,91 @@ impl LocalCollective {
         Ok(start.elapsed())
     }
 
+    /// Copies `root`'s `buf` into every rank's; returns the time spent waiting.
+    pub fn broadcast<T: Copy>(
+        &mut self,
+        buf: &mut [T],
+        root: usize,
+    ) -> Result<Duration, CollectiveError> {
+        let s = &*self.shared;
+        if s.n == 1 {
+            return Ok(Duration::ZERO);
+        }
+        self.publish(buf.as_mut_ptr().cast(), buf.len());
+        let waited = self.wait()?;
+        if self.rank != root {
+            let len = s.lens[root].load(Ordering::Acquire);
+            if len != buf.len() {
+                let err = CollectiveError::LengthMismatch {
+                    rank: self.rank,
+                    got: buf.len(),
+                    want: len,
+                };
+                self.abort(&err.to_string());
+                return Err(err);
+            }
+            let src = s.ptrs[root].load(Ordering::Acquire).cast::<T>();
+            // SAFETY: the root published a live buffer of `len` elements of the same type (every
+            // rank makes the same call) and does not touch it until the closing barrier; it is
+            // only read here.
+            buf.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+        }
+        self.wait()?;
+        Ok(waited)
+    }
+
+    /// Every rank's `mine` (all the same length), in rank order, into `out`
+    /// (`world_size * mine.len()` elements); returns the time spent waiting.
+    pub fn all_gather<T: Copy>(
+        &mut self,
+        mine: &[T],
+        out: &mut [T],
+    ) -> Result<Duration, CollectiveError> {
+        let s = &*self.shared;
+        let len = mine.len();
+        if out.len() != len * s.n {
+            return Err(CollectiveError::LengthMismatch {
+                rank: self.rank,
+                got: out.len(),
+                want: len * s.n,
+            });
+        }
+        out[self.rank * len..(self.rank + 1) * len].copy_from_slice(mine);
+        if s.n == 1 {
+            return Ok(Duration::ZERO);
+        }
+        // published read-only: every rank copies the others' elements out of their `mine`
+        self.publish(mine.as_ptr().cast_mut().cast(), len);
+        let waited = self.wait()?;
+        self.check_lengths(len)?;
+        for r in (0..s.n).filter(|&r| r != self.rank) {
+            let src = s.ptrs[r].load(Ordering::Acquire).cast::<T>();
+            // SAFETY: rank r published a live buffer of `len` elements of the same type (checked above) and stays
+            // inside this call until the closing barrier; it is only read.
+            let theirs = unsafe { std::slice::from_raw_parts(src, len) };
+            out[r * len..(r + 1) * len].copy_from_slice(theirs);
+        }
+        self.wait()?;
+        Ok(waited)
+    }
+
+    /// After the opening barrier: every rank published `len` elements, or the group is aborted.
+    fn check_lengths(&self, len: usize) -> Result<(), CollectiveError> {
+        let s = &*self.shared;
+        match (0..s.n).find(|&r| s.lens[r].load(Ordering::Acquire) != len) {
+            None => Ok(()),
+            Some(bad) => {
+                let err = CollectiveError::LengthMismatch {
+                    rank: bad,
+                    got: s.lens[bad].load(Ordering::Acquire),
+                    want: len,
+                };
+                self.abort(&err.to_string());
+                Err(err)
+            }
+        }
+    }
+
     fn publish(&self, ptr: *mut u8, len: usize) {
         self.shared.ptrs[self.rank].store(ptr, Ordering::Release);
         self.shared.lens[self.rank].store(len, Ordering::Release);
@@ -124,19 +214,7 @@ impl Collective for LocalCollective {
         self.publish(buf.as_mut_ptr().cast(), len);
         let wait = self.wait()?;
         let t0 = Instant::now();
-        let want = s.lens[0].load(Ordering::Acquire);
-        if (0..s.n).any(|r| s.lens[r].load(Ordering::Acquire) != want) {
-            let bad = (0..s.n)
-                .find(|&r| s.lens[r].load(Ordering::Acquire) != want)
-                .unwrap_or(0);
-            let err = CollectiveError::LengthMismatch {
-                rank: bad,
-                got: s.lens[bad].load(Ordering::Acquire),
-                want,
-            };
-            self.abort(&err.to_string());
-            return Err(err);
-        }
+        self.check_lengths(s.lens[0].load(Ordering::Acquire))?;
         let ptrs: Vec<*mut f32> = s
             .ptrs
             .iter()
@@ -174,30 +252,15 @@ impl Collective for LocalCollective {
     }
 
     fn broadcast_u64(&mut self, buf: &mut [u64], root: usize) -> Result<Duration, CollectiveError> {
-        let s = &*self.shared;
-        if s.n == 1 {
-            return Ok(Duration::ZERO);
-        }
-        self.publish(buf.as_mut_ptr().cast(), buf.len());
-        let waited = self.wait()?;
-        if self.rank != root {
-            let len = s.lens[root].load(Ordering::Acquire);
-            if len != buf.len() {
-                let err = CollectiveError::LengthMismatch {
-                    rank: self.rank,
-                    got: buf.len(),
-                    want: len,
-                };
-                self.abort(&err.to_string());
-                return Err(err);
-            }
-            let src = s.ptrs[root].load(Ordering::Acquire).cast::<u64>();
-            // SAFETY: the root published a live buffer of `len` u64s and does not touch it until
-            // the closing barrier; it is only read here.
-            buf.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-        }
-        self.wait()?;
-        Ok(waited)
+        self.broadcast(buf, root)
+    }
+
+    fn all_gather_u64(
+        &mut self,
+        mine: &[u64],
+        out: &mut [u64],
+    ) -> Result<Duration, CollectiveError> {
+        self.all_gather(mine, out)
     }
 
     fn barrier(&mut self) -> Result<Duration, CollectiveError> {
@@ -205,22 +268,32 @@ impl Collective for LocalCollective {
     }
 
     fn abort_reason(&self) -> Option<String> {
-        self.shared
-            .aborted
-            .load(Ordering::Acquire)
-            .then(|| match self.aborted() {
-                CollectiveError::Aborted(r) => r,
-                other => other.to_string(),
-            })
+        self.abort_handle().reason()
     }
 
     fn abort(&self, reason: &str) {
-        if let Ok(mut r) = self.shared.reason.lock() {
+        self.abort_handle().abort(reason)
+    }
+}
+
+/// Aborts a `LocalCollective` group from outside its ranks.
+pub struct AbortHandle(Arc<Shared>);
+
+impl AbortHandle {
+    pub fn abort(&self, reason: &str) {
+        if let Ok(mut r) = self.0.reason.lock() {
             if r.is_empty() {
                 *r = reason.to_string();
             }
         }
-        self.shared.aborted.store(true, Ordering::Release);
+        self.0.aborted.store(true, Ordering::Release);
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.0
+            .aborted
+            .load(Ordering::Acquire)
+            .then(|| self.0.reason.lock().map(|r| r.clone()).unwrap_or_default())
     }
 }
 
@@ -285,6 +358,22 @@ mod tests {
             w
         });
         assert!(out.iter().all(|w| *w == [10, 7]));
+    }
+
+    #[test]
+    fn all_gather_puts_every_ranks_words_in_rank_order() {
+        for n in 1..=4 {
+            let out = run(n, move |mut c| {
+                let r = c.rank() as u64;
+                let mut out = vec![0u64; 2 * n];
+                for round in 0..3u64 {
+                    c.all_gather_u64(&[r * 10 + round, 7], &mut out).unwrap();
+                }
+                out
+            });
+            let want: Vec<u64> = (0..n as u64).flat_map(|r| [r * 10 + 2, 7]).collect();
+            assert!(out.iter().all(|o| *o == want), "n={n}: {out:?}");
+        }
     }
 
     #[test]

@@ -1,9 +1,18 @@
-//! Collectives, per rank: the interface NCCL and a later multi-process backend implement, and
-//! the deterministic in-process implementation used by CPU workers.
+//! Collectives, per rank: the interface every implementation follows, the deterministic
+//! in-process one used by CPU workers, the hierarchical one of a multi-process run (threads in
+//! memory, then one exchange per process), how a launcher started this process, and (feature
+//! `mpi`) the processes joined over MPI.
 
+mod hier;
+pub mod launch;
 mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod processes;
 
+pub use hier::HierCollective;
 pub use local::LocalCollective;
+pub use processes::{Processes, ThreadProcesses};
 
 use std::time::Duration;
 
@@ -11,6 +20,8 @@ use std::time::Duration;
 pub enum CollectiveError {
     #[error("collective aborted: {0}")]
     Aborted(String),
+    #[error("the other processes of this run stopped answering: {0}")]
+    Lost(String),
     #[error("collective misuse: rank {rank} passed {got} elements, rank 0 passed {want}")]
     LengthMismatch {
         rank: usize,
@@ -36,6 +47,13 @@ pub trait Collective: Send {
     fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError>;
     /// Copies `root`'s `buf` to every rank; returns the time spent waiting.
     fn broadcast_u64(&mut self, buf: &mut [u64], root: usize) -> Result<Duration, CollectiveError>;
+    /// Every rank's `mine` (all the same length), in rank order, into `out`
+    /// (`world_size * mine.len()` words); returns the time spent waiting.
+    fn all_gather_u64(
+        &mut self,
+        mine: &[u64],
+        out: &mut [u64],
+    ) -> Result<Duration, CollectiveError>;
     fn barrier(&mut self) -> Result<Duration, CollectiveError>;
     /// Wakes every rank blocked (now or later) in this group with `Aborted(reason)`.
     fn abort(&self, reason: &str);

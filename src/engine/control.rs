@@ -70,6 +70,9 @@ pub struct Decision {
     pub stop: Option<bool>,
     /// The run was paused and resumed before this step.
     pub was_paused: bool,
+    /// The run is paused: every rank meets again (a paused run's processes keep answering
+    /// each other, so that none takes the pause for a lost peer).
+    pub hold: bool,
 }
 
 impl Decision {
@@ -78,7 +81,7 @@ impl Decision {
             self.batch.map_or(0, |b| b as u64),
             self.checkpoint as u64,
             self.stop.map_or(0, |c| 1 + c as u64),
-            self.was_paused as u64,
+            self.was_paused as u64 | (self.hold as u64) << 1,
         ]
     }
 
@@ -87,13 +90,18 @@ impl Decision {
             batch: (w[0] != 0).then_some(w[0] as usize),
             checkpoint: w[1] != 0,
             stop: (w[2] != 0).then_some(w[2] == 2),
-            was_paused: w[3] != 0,
+            was_paused: w[3] & 1 != 0,
+            hold: w[3] & 2 != 0,
         }
     }
 }
 
+/// How long rank 0 waits for a control while paused before the ranks meet again.
+const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Rank 0's side: drains the control queue at a step boundary and decides. While paused it
-/// blocks here (the other ranks wait in the broadcast), so a paused run uses no CPU.
+/// waits here up to `HOLD` at a time (the other ranks wait in the exchange), so a paused run
+/// uses almost no CPU.
 pub struct Decider {
     rx: Receiver<Control>,
     paused: bool,
@@ -109,9 +117,14 @@ impl Decider {
         let mut d = Decision::default();
         loop {
             let next = if self.paused && d.stop.is_none() {
-                match self.rx.recv() {
+                match self.rx.recv_timeout(HOLD) {
                     Ok(c) => Some(c),
-                    Err(_) => Some(Control::Stop { checkpoint: true }), // nobody can resume us
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        d.hold = true;
+                        return d;
+                    }
+                    // nobody can resume us
+                    Err(_) => Some(Control::Stop { checkpoint: true }),
                 }
             } else {
                 self.rx.try_recv().ok()
@@ -138,17 +151,33 @@ impl Decider {
 }
 
 /// Every rank calls this at every step boundary: rank 0 decides, everybody gets the same answer.
+/// With `report` (a run over several processes), every rank's report words also go to every
+/// rank, in rank order, into `reports`.
 pub fn agree(
     coll: &mut dyn Collective,
     decider: Option<&mut Decider>,
     on_pause: &mut dyn FnMut(bool),
+    report: Option<(&[u64], &mut Vec<u64>)>,
 ) -> Result<Decision, CollectiveError> {
     let mut words = match decider {
         Some(d) => d.decide(on_pause).encode(),
         None => [0; 4],
     };
-    coll.broadcast_u64(&mut words, 0)?;
-    Ok(Decision::decode(words))
+    let Some((mine, reports)) = report else {
+        coll.broadcast_u64(&mut words, 0)?;
+        return Ok(Decision::decode(words));
+    };
+    let width = words.len() + mine.len();
+    let record: Vec<u64> = words.iter().chain(mine).copied().collect();
+    let mut all = vec![0u64; width * coll.world_size()];
+    coll.all_gather_u64(&record, &mut all)?;
+    reports.clear();
+    for r in all.chunks(width) {
+        reports.extend_from_slice(&r[words.len()..]);
+    }
+    Ok(Decision::decode(
+        all[..words.len()].try_into().expect("four words"),
+    ))
 }
 
 #[cfg(test)]
@@ -171,6 +200,7 @@ mod tests {
             checkpoint: true,
             stop: Some(false),
             was_paused: true,
+            hold: false,
         };
         assert_eq!(Decision::decode(d.encode()), d);
         let (tx, rx) = unbounded();

@@ -40,6 +40,67 @@ pub struct StepStats {
     pub progress: f64,
 }
 
+impl StepStats {
+    /// Words of `to_words`.
+    pub const WORDS: usize = 20;
+
+    /// As words, to travel between processes (durations in ns, floats as their bits).
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        let ns = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        [
+            self.rank as u64,
+            self.step,
+            self.epoch,
+            self.samples as u64,
+            self.global_samples as u64,
+            self.per_replica as u64,
+            self.loss.to_bits() as u64,
+            self.accuracy.to_bits() as u64,
+            self.lr.to_bits() as u64,
+            ns(self.data_wait),
+            ns(self.compute),
+            self.compute_cpu.map_or(0, |d| ns(d).saturating_add(1)),
+            self.device_timed as u64,
+            ns(self.comm),
+            ns(self.sync_wait),
+            ns(self.optimizer),
+            ns(self.step_time),
+            ns(self.at),
+            self.after_pause as u64,
+            self.progress.to_bits(),
+        ]
+    }
+
+    /// The stats `to_words` wrote (None for a rank that has no step to report yet).
+    pub fn from_words(w: &[u64]) -> Option<StepStats> {
+        let w: &[u64; Self::WORDS] = w.try_into().ok()?;
+        let d = Duration::from_nanos;
+        let f = |x: u64| f32::from_bits(x as u32);
+        (w[1] > 0).then(|| StepStats {
+            rank: w[0] as usize,
+            step: w[1],
+            epoch: w[2],
+            samples: w[3] as usize,
+            global_samples: w[4] as usize,
+            per_replica: w[5] as usize,
+            loss: f(w[6]),
+            accuracy: f(w[7]),
+            lr: f(w[8]),
+            data_wait: d(w[9]),
+            compute: d(w[10]),
+            compute_cpu: (w[11] > 0).then(|| d(w[11] - 1)),
+            device_timed: w[12] != 0,
+            comm: d(w[13]),
+            sync_wait: d(w[14]),
+            optimizer: d(w[15]),
+            step_time: d(w[16]),
+            at: d(w[17]),
+            after_pause: w[18] != 0,
+            progress: f64::from_bits(w[19]),
+        })
+    }
+}
+
 /// A control the engine applied, and at which step (every rank applied it there).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Applied {
@@ -88,4 +149,42 @@ pub enum Event {
         step: u64,
         stopped: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_stats_travel_as_words_unchanged() {
+        let s = StepStats {
+            rank: 3,
+            step: 41,
+            epoch: 2,
+            samples: 32,
+            global_samples: 128,
+            per_replica: 32,
+            loss: 0.731,
+            accuracy: 0.5,
+            lr: 3e-3,
+            data_wait: Duration::from_micros(12),
+            compute: Duration::from_micros(900),
+            compute_cpu: Some(Duration::ZERO),
+            device_timed: false,
+            comm: Duration::from_micros(40),
+            sync_wait: Duration::from_micros(7),
+            optimizer: Duration::from_micros(30),
+            step_time: Duration::from_micros(1000),
+            at: Duration::from_secs(3),
+            after_pause: true,
+            progress: 0.25,
+        };
+        assert_eq!(StepStats::from_words(&s.to_words()), Some(s.clone()));
+        let none = StepStats {
+            compute_cpu: None,
+            ..s
+        };
+        assert_eq!(StepStats::from_words(&none.to_words()), Some(none));
+        assert_eq!(StepStats::from_words(&[0; StepStats::WORDS]), None);
+    }
 }

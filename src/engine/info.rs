@@ -11,7 +11,13 @@ use crate::engine::loader::Sharding;
 #[derive(Clone, Debug)]
 pub struct RunInfo {
     pub name: String,
+    /// Every rank's device, in global rank order.
     pub devices: Vec<Device>,
+    /// Every rank's host, where the run spans several processes (empty: this process alone).
+    pub hosts: Vec<String>,
+    /// This process's index among the run's processes, and their number.
+    pub process: usize,
+    pub processes: usize,
     pub device_note: Option<String>,
     pub data: String,
     pub model: String,
@@ -57,6 +63,23 @@ impl RunInfo {
             accum: self.grad_accum,
             split: None,
         }
+    }
+
+    /// `cpu0`, or `nodeB/cpu0` in a run over several processes.
+    pub fn rank_label(&self, rank: usize) -> String {
+        match (self.devices.get(rank), self.hosts.get(rank)) {
+            (Some(d), Some(h)) => format!("{h}/{}", d.label()),
+            (Some(d), None) => d.label(),
+            _ => format!("rank{rank}"),
+        }
+    }
+
+    /// Hosts the run spans (1 for a run in one process).
+    pub fn host_count(&self) -> usize {
+        let mut h: Vec<&String> = self.hosts.iter().collect();
+        h.sort();
+        h.dedup();
+        h.len().max(1)
     }
 
     /// Steps per epoch at the starting batch size.

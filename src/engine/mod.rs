@@ -9,6 +9,7 @@ mod devices;
 pub mod events;
 pub mod heartbeat;
 mod info;
+mod job;
 pub mod loader;
 mod memory;
 mod outcome;
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver};
 
 use crate::backend::{CpuReplica, TrainState};
-use crate::comm::{CollectiveError, LocalCollective};
+use crate::comm::{Collective, CollectiveError, HierCollective, LocalCollective, Processes};
 use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
@@ -39,6 +40,8 @@ use resume::{budget_reached, resumed_settings};
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
+use job::World;
+pub use job::{describe as describe_ranks, hostname};
 pub use outcome::{EngineError, RunResult};
 
 /// Where a run starts: fresh or from a checkpoint.
@@ -81,13 +84,30 @@ const STEP_QUEUE_PER_RANK: usize = 4096;
 impl Engine {
     /// Loads the data, builds (or resumes) the model and starts one worker per device.
     pub fn start(cfg: RunConfig) -> Result<Engine, EngineError> {
+        Engine::start_in(cfg, None)
+    }
+
+    /// `start` as one process of several (`procs`; None: this process alone). Every process
+    /// loads its data and opens its devices; process 0 alone reads the checkpoint resumed
+    /// from, keeps the run directory and takes the checkpoint lock.
+    pub fn start_in(
+        cfg: RunConfig,
+        procs: Option<Arc<dyn Processes>>,
+    ) -> Result<Engine, EngineError> {
         validate::validate(&cfg)?;
-        let devices = resolve_devices(&cfg.devices)?;
+        let lead = procs.as_ref().is_none_or(|p| p.index() == 0);
+        let (mut devices, note) = resolve_devices(&cfg.devices)?;
+        if let Some(p) = &procs {
+            let place = job::place_on_host(&**p)?;
+            let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
+            devices = job::share_machine(devices, auto, place)?;
+        }
+        let devices = (devices, note);
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
         // before any worker starts (and before the frontend opens its outputs), so that a bad
         // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
-        let per_replica = match &cfg.resume {
+        let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {
                 let dir = checkpoint::resolve(p)?;
                 let meta = checkpoint::read_meta(&dir)?;
@@ -116,6 +136,7 @@ impl Engine {
         let created = cfg
             .run_dir
             .as_deref()
+            .filter(|_| lead)
             .map(|d| rundir::Created::new(d, cfg.link_latest))
             .transpose()
             .map_err(EngineError::Config)?;
@@ -123,7 +144,7 @@ impl Engine {
             run_dir: created.as_ref().map(|c| c.path().to_path_buf()),
             ..cfg
         };
-        let lock = (cfg.final_checkpoint || cfg.checkpoint_every.is_some())
+        let lock = (lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some()))
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
         let data = RunData {
@@ -132,7 +153,7 @@ impl Engine {
             description: loaded.description,
         };
         let link_latest = cfg.link_latest;
-        let mut engine = Engine::start_with(cfg, devices, data)?;
+        let mut engine = Engine::start_with(cfg, devices, data, procs)?;
         engine.checkpoint_lock = lock;
         if let Some(c) = created {
             c.keep(link_latest);
@@ -145,10 +166,16 @@ impl Engine {
         cfg: RunConfig,
         (devices, device_note): (Vec<Device>, Option<String>),
         loaded: RunData,
+        procs: Option<Arc<dyn Processes>>,
     ) -> Result<Engine, EngineError> {
-        let ranks = devices.len();
         let model = validate::model(&cfg, &loaded.train)?;
-        let start = match &cfg.resume {
+        let world = match procs {
+            Some(p) => job::meet(p, &cfg, devices, &loaded.train, &loaded.val)?,
+            None => World::single(devices),
+        };
+        let ranks = world.devices.len();
+        let lead = world.process() == 0;
+        let start = match cfg.resume.as_ref().filter(|_| lead) {
             Some(path) => {
                 let dir = checkpoint::resolve(path)?;
                 let (meta, state) = checkpoint::read(&dir, &model, &cfg.optimizer.to_string())?;
@@ -187,6 +214,10 @@ impl Engine {
                 checkpoint: None,
             },
         };
+        let start = match &world.procs {
+            Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
+            None => start,
+        };
         if start.cursor.offset >= loaded.train.len().max(1) {
             return Err(EngineError::Config(format!(
                 "the checkpoint's data position ({}) is past the end of the training set ({} samples): it was written for other data; use the same --data and --seed",
@@ -200,9 +231,13 @@ impl Engine {
                     .into(),
             ));
         }
+        let local = world.local();
         let info = RunInfo {
             name: cfg.run_name(),
-            devices,
+            devices: world.devices.clone(),
+            hosts: world.hosts.clone(),
+            process: world.process(),
+            processes: world.offsets.len() - 1,
             device_note,
             data: loaded.description.clone(),
             model: format!("{} ({})", cfg.model, model.shape_string()),
@@ -228,9 +263,10 @@ impl Engine {
             resumed_from: start.checkpoint.clone(),
             run_dir: cfg.run_dir.clone(),
             cores: available_cores(),
+            // the run's processes on this machine share its cores
             threads_per_worker: cfg
                 .threads_per_worker
-                .unwrap_or_else(|| (available_cores() / ranks).max(1)),
+                .unwrap_or_else(|| (available_cores() / (local.len() * world.neighbours)).max(1)),
             injected: (0..ranks)
                 .map(|r| {
                     let slow = cfg
@@ -268,7 +304,7 @@ impl Engine {
         }
 
         let mut info = info;
-        if cfg.calibrate && ranks > 1 {
+        if cfg.calibrate && ranks > 1 && lead {
             // at the batch size the run trains with (a resumed run's may be the checkpoint's)
             let trained = RunConfig {
                 batch_per_replica: start.per_replica,
@@ -289,7 +325,7 @@ impl Engine {
                 description: loaded.description.clone(),
             };
             let devices = resolve_devices(&one.devices)?;
-            let r = Engine::start_with(one, devices, data)?.join_discarding_events()?;
+            let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
@@ -306,16 +342,24 @@ impl Engine {
             .iter()
             .filter(|d| matches!(d, Device::Gpu { .. }))
             .count();
-        // NCCL is joined with one id made here, before any worker starts.
-        let nccl_id = if gpus > 1 {
-            Some(cudarc::nccl::Id::new().map_err(|e| {
-                EngineError::Config(format!("NCCL did not create a group id: {e:?}"))
-            })?)
-        } else {
-            None
+        // NCCL is joined with one id made here (by process 0, sent to the others over the
+        // processes' link), before any worker starts.
+        let nccl_id = match gpus > 1 {
+            true => Some(nccl_id(&world)?),
+            false => None,
+        };
+        let collectives: Vec<Box<dyn Collective>> = match &world.procs {
+            Some(p) => HierCollective::group(p.clone(), world.offsets.clone())
+                .into_iter()
+                .map(|c| Box::new(c) as Box<dyn Collective>)
+                .collect(),
+            None => LocalCollective::group(ranks)
+                .into_iter()
+                .map(|c| Box::new(c) as Box<dyn Collective>)
+                .collect(),
         };
         let mut workers = Vec::new();
-        for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
+        for (rank, coll) in local.clone().zip(collectives) {
             let loader = RankLoader::new(
                 train.clone(),
                 cfg.seed,
@@ -333,13 +377,17 @@ impl Engine {
             let ctx = worker::Worker {
                 rank,
                 ranks,
+                local: local.clone(),
+                last_stats: None,
+                reports: Vec::new(),
+                forwarded: Vec::new(),
                 cfg: cfg.clone(),
                 model: model.clone(),
                 train_len: train.len(),
                 val: val.clone(),
-                coll: Box::new(coll),
+                coll,
                 loader,
-                decider: decider.take(),
+                decider: if rank == 0 { decider.take() } else { None },
                 events: ev_tx.clone(),
                 stats: st_tx.clone(),
                 t0,
@@ -461,10 +509,11 @@ impl Engine {
         if let Some(e) = errors.pop() {
             return Err(e);
         }
+        // rank 0, or this process's first rank in a run over several processes
         let first = ends
             .into_iter()
-            .find(|e| e.rank == 0)
-            .ok_or_else(|| EngineError::Config("rank 0 produced no result".into()))?;
+            .min_by_key(|e| e.rank)
+            .ok_or_else(|| EngineError::Config("no rank produced a result".into()))?;
         Ok(first.result)
     }
 
@@ -483,4 +532,27 @@ impl Engine {
         let _ = drain.join();
         r
     }
+}
+
+/// The NCCL group id of a run's GPUs: made here, or by process 0 and sent to the others.
+fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
+    let make = || {
+        cudarc::nccl::Id::new()
+            .map_err(|e| EngineError::Config(format!("NCCL did not create a group id: {e:?}")))
+    };
+    let Some(p) = &world.procs else {
+        return make();
+    };
+    let ours = match world.process() {
+        0 => Some(make()?.internal().iter().map(|&c| c as u8).collect()),
+        _ => None,
+    };
+    let bytes = job::share_bytes(&**p, ours)?;
+    let id: [std::ffi::c_char; 128] = bytes
+        .iter()
+        .map(|&b| b as std::ffi::c_char)
+        .collect::<Vec<_>>()
+        .try_into()
+        .map_err(|_| EngineError::Config("process 0 sent a malformed NCCL id".into()))?;
+    Ok(cudarc::nccl::Id::uninit(id))
 }

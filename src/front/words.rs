@@ -8,7 +8,7 @@ use crate::observe::monitor::StepRow;
 
 /// The lines printed before the first step.
 pub fn describe(info: &RunInfo) -> Vec<String> {
-    let devs: Vec<String> = info.devices.iter().map(|d| d.label()).collect();
+    let devs: Vec<String> = (0..info.ranks()).map(|r| info.rank_label(r)).collect();
     let mut lines = vec![format!("run: {}", info.name)];
     if let Some(dir) = &info.run_dir {
         lines.push(format!("run dir: {}", dir.display()));
@@ -24,20 +24,31 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         1 => ", 1 thread each".to_string(),
         t => format!(", {t} threads each"),
     };
+    // a run over several processes: where they are
+    let spread = match info.processes {
+        1 => String::new(),
+        p => {
+            let hosts = info.host_count();
+            format!(
+                " on {hosts} host{}, {p} processes",
+                if hosts == 1 { "" } else { "s" }
+            )
+        }
+    };
     lines.push(format!(
-        "devices: {} ({ranks} rank{}{threads})",
+        "devices: {} ({ranks} rank{}{spread}{threads})",
         devs.join(" "),
         if ranks == 1 { "" } else { "s" }
     ));
     // GPUs with their model and PCI address, as nvidia-smi lists them
-    for d in &info.devices {
+    for (r, d) in info.devices.iter().enumerate() {
         if let crate::engine::Device::Gpu {
             name, pci_bus_id, ..
         } = d
         {
             lines.push(format!(
                 "  {}: {name}, PCI {}",
-                d.label(),
+                info.rank_label(r),
                 pci_bus_id.as_deref().unwrap_or("unknown")
             ));
         }

@@ -19,6 +19,9 @@ fn cpu_info(devices: usize) -> RunInfo {
     RunInfo {
         name: "digits-mlp:128".into(),
         devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
+        hosts: Vec::new(),
+        process: 0,
+        processes: 1,
         device_note: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
         model: "mlp:128 (64-128-10)".into(),

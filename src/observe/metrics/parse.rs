@@ -142,9 +142,23 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         Some(b) => Budget::Steps(uint(b, "steps")?),
     };
     let ranks = devices.len();
+    // runs over several processes name every rank's host
+    let hosts: Vec<String> = field(v, "hosts")
+        .and_then(Value::as_array)
+        .map(|h| {
+            h.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .filter(|h: &Vec<String>| h.len() == ranks)
+        .unwrap_or_default();
     Ok(RunInfo {
         name: text(v, "name")?.to_string(),
         devices,
+        processes: count(v, "processes").unwrap_or(1).max(1),
+        process: 0,
+        hosts,
         device_note: field(v, "device_note")
             .and_then(Value::as_str)
             .map(String::from),

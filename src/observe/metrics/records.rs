@@ -64,6 +64,7 @@ pub fn run(info: &RunInfo) -> Value {
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
         "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
+        "hosts": info.hosts, "processes": info.processes,
     })
 }
 

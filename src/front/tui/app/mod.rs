@@ -177,10 +177,8 @@ pub struct App {
 
 impl App {
     pub fn new(info: RunInfo, readonly: bool) -> App {
-        let devices = info
-            .devices
-            .iter()
-            .map(|d| DeviceState::new(d.label()))
+        let devices = (0..info.ranks())
+            .map(|r| DeviceState::new(info.rank_label(r)))
             .collect();
         let mut app = App {
             monitor: Monitor::new(info.ranks()),

@@ -15,7 +15,7 @@ use crate::backend::Replica;
 use crate::comm::Collective;
 use crate::config::{Budget, RunConfig};
 use crate::data::Dataset;
-use crate::engine::control::{agree, Decider};
+use crate::engine::control::Decider;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::nn::model::Model;
@@ -23,9 +23,19 @@ use crate::nn::schedule::lr_at;
 
 use super::rebalance;
 
+mod boundary;
+
 pub(super) struct Worker {
+    /// This worker's global rank, of `ranks` in the run.
     pub rank: usize,
     pub ranks: usize,
+    /// The global ranks of this process (all of them in a run of one process).
+    pub local: std::ops::Range<usize>,
+    /// This rank's last step, for process 0 to hear of (runs over several processes).
+    pub last_stats: Option<StepStats>,
+    /// Every rank's last step as words, and the newest step process 0 has passed on per rank.
+    pub reports: Vec<u64>,
+    pub forwarded: Vec<u64>,
     pub cfg: Arc<RunConfig>,
     pub model: Model,
     pub train_len: usize,
@@ -205,18 +215,7 @@ impl Worker {
         let mut best_val: Option<f32> = None;
         let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
-            let (events, step_now) = (&self.events, self.step);
-            let d = agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
-                let applied = if paused {
-                    Applied::Paused
-                } else {
-                    Applied::Resumed
-                };
-                let _ = events.send(Event::Control {
-                    step: step_now,
-                    applied,
-                });
-            })?;
+            let d = self.boundary()?;
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
                 self.lr_base = self
                     .cfg
@@ -316,7 +315,7 @@ impl Worker {
             self.cursor = batch.next;
             let progress = self.progress();
             let at = self.t0.elapsed();
-            let _ = self.stats.try_send(StepStats {
+            let stats = StepStats {
                 rank: self.rank,
                 step: self.step,
                 epoch: epoch + 1,
@@ -337,7 +336,11 @@ impl Worker {
                 at,
                 after_pause: d.was_paused,
                 progress,
-            });
+            };
+            if self.local.len() < self.ranks {
+                self.last_stats = Some(stats.clone());
+            }
+            let _ = self.stats.try_send(stats);
             if self.rank == 0 {
                 losses.push(loss);
                 step_ends.push(at);

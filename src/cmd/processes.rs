@@ -1,0 +1,73 @@
+//! Training as one of several processes started by a launcher (mpirun, srun): process 0 trains
+//! and watches the run as a single-process run does; the others train quietly and print only
+//! their errors. A failure anywhere ends the whole job.
+
+use crate::cli::TrainArgs;
+use crate::comm::launch::Launch;
+
+use super::train::OnSignals;
+
+#[cfg(not(feature = "mpi"))]
+pub fn command(_args: TrainArgs, _on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
+    anyhow::bail!(crate::comm::launch::needs_mpi(launch))
+}
+
+#[cfg(feature = "mpi")]
+pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use crate::comm::mpi::Cluster;
+    use crate::comm::Processes;
+
+    let cluster = Arc::new(Cluster::join(launch).map_err(anyhow::Error::msg)?);
+    let procs: Arc<dyn Processes> = cluster.clone();
+    let result = match cluster.index() {
+        0 => super::train::train(args, on_signals, Some(procs)),
+        _ => follow(args, on_signals, procs),
+    };
+    match result {
+        // every process ends the run at the same step: MPI is finalized together
+        Ok(()) => Ok(()),
+        Err(e) => {
+            crate::tell!(
+                "error (process {} on {}): {e}",
+                cluster.index(),
+                crate::engine::hostname()
+            );
+            // the others would wait for this process: the launcher ends them
+            cluster.fail(1)
+        }
+    }
+}
+
+/// A process other than process 0: no frontend, no run directory or metrics of its own.
+#[cfg(feature = "mpi")]
+fn follow(
+    args: TrainArgs,
+    on_signals: &OnSignals,
+    procs: std::sync::Arc<dyn crate::comm::Processes>,
+) -> anyhow::Result<()> {
+    use crate::config::RunConfig;
+    use crate::engine::Engine;
+
+    let (cfg, _) = args.resolve().map_err(anyhow::Error::msg)?;
+    let patience = cfg.stall_timeout;
+    let cfg = RunConfig {
+        run_dir: None,
+        metrics_out: None,
+        link_latest: false,
+        calibrate: false,
+        ..cfg
+    };
+    let engine = Engine::start_in(cfg, Some(procs.clone()))?;
+    procs.set_patience(patience);
+    // a signal here changes nothing and says nothing (process 0 decides and speaks for the
+    // run), but a second quits
+    let (heard, _unread) = crossbeam_channel::unbounded();
+    on_signals(&engine, Some(heard))?;
+    let events = engine.events().clone();
+    let drain = std::thread::spawn(move || events.iter().count());
+    let r = engine.join();
+    let _ = drain.join();
+    r.map(|_| ()).map_err(Into::into)
+}

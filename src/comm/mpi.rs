@@ -1,0 +1,495 @@
+//! The processes of a run joined over MPI (feature `mpi`): one thread of this process owns MPI
+//! (it initializes it, makes every call and finalizes it), and the rest of the program hands it
+//! requests. Every exchange is non-blocking underneath and polled, so that a lost peer ends in
+//! an error after a deadline instead of a hang.
+
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use mpi::ffi;
+
+use super::launch::Launch;
+use super::{CollectiveError, Processes, ReduceTiming};
+
+/// Longest host name exchanged at start-up.
+const HOST_BYTES: usize = 256;
+/// Elements per MPI call (counts are C ints).
+const CHUNK: usize = 1 << 28;
+
+enum Request {
+    AllReduce(
+        Vec<f32>,
+        Sender<Result<(Vec<f32>, ReduceTiming), CollectiveError>>,
+    ),
+    Broadcast(
+        Vec<u8>,
+        usize,
+        Sender<Result<(Vec<u8>, Duration), CollectiveError>>,
+    ),
+    AllGather(
+        Vec<u8>,
+        usize,
+        Sender<Result<(Vec<u8>, Duration), CollectiveError>>,
+    ),
+    Barrier(Sender<Result<Duration, CollectiveError>>),
+    Abort(i32),
+}
+
+struct Flags {
+    aborted: AtomicBool,
+    reason: Mutex<String>,
+    /// How long one exchange may wait for the other processes, in ms.
+    patience_ms: AtomicU64,
+}
+
+/// This process's place in a job of processes joined over MPI.
+pub struct Cluster {
+    tx: Option<Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+    flags: Arc<Flags>,
+    index: usize,
+    count: usize,
+    hosts: Vec<String>,
+    /// The launcher's idea of this process's place on its machine.
+    pub local_rank: Option<usize>,
+    pub local_size: Option<usize>,
+}
+
+/// What the MPI thread learned at start-up.
+struct Joined {
+    index: usize,
+    count: usize,
+    hosts: Vec<String>,
+}
+
+impl Cluster {
+    /// Initializes MPI on a thread of its own and learns every process's host.
+    pub fn join(launch: &Launch) -> Result<Cluster, String> {
+        let (tx, rx) = unbounded();
+        let (ready_tx, ready_rx) = bounded(1);
+        let flags = Arc::new(Flags {
+            aborted: AtomicBool::new(false),
+            reason: Mutex::new(String::new()),
+            patience_ms: AtomicU64::new(u64::MAX),
+        });
+        let f = flags.clone();
+        let thread = std::thread::Builder::new()
+            .name("mpi".into())
+            .spawn(move || serve(rx, ready_tx, f))
+            .map_err(|e| format!("cannot start the MPI thread: {e}"))?;
+        let joined = ready_rx
+            .recv()
+            .map_err(|_| "MPI did not start (its thread ended)".to_string())??;
+        Ok(Cluster {
+            tx: Some(tx),
+            thread: Some(thread),
+            flags,
+            index: joined.index,
+            count: joined.count,
+            hosts: joined.hosts,
+            local_rank: launch.local_rank,
+            local_size: launch.local_size,
+        })
+    }
+
+    /// Every process's host name, in process order.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// Ends the whole job after a failure of this process (MPI_Abort): the launcher stops the
+    /// other processes, which would otherwise wait for this one. Does not return.
+    pub fn fail(&self, code: i32) -> ! {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Request::Abort(code));
+        }
+        // the MPI thread ends the process; should it not, end it here
+        std::thread::sleep(Duration::from_secs(10));
+        std::process::exit(code)
+    }
+
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(Sender<Result<T, CollectiveError>>) -> Request,
+    ) -> Result<T, CollectiveError> {
+        if let Some(why) = self.abort_reason() {
+            return Err(CollectiveError::Aborted(why));
+        }
+        let (reply, answer) = bounded(1);
+        self.tx
+            .as_ref()
+            .and_then(|tx| tx.send(make(reply)).ok())
+            .ok_or_else(|| CollectiveError::Aborted("MPI has ended in this process".into()))?;
+        answer
+            .recv()
+            .map_err(|_| CollectiveError::Aborted("the MPI thread ended".into()))?
+    }
+}
+
+impl Drop for Cluster {
+    /// A run that ended normally: MPI is finalized (every process does it at the same point).
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Processes for Cluster {
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+        let (out, t) = self.ask(|r| Request::AllReduce(buf.to_vec(), r))?;
+        buf.copy_from_slice(&out);
+        Ok(t)
+    }
+
+    fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<Duration, CollectiveError> {
+        let (out, t) = self.ask(|r| Request::Broadcast(buf.to_vec(), root, r))?;
+        buf.copy_from_slice(&out);
+        Ok(t)
+    }
+
+    fn all_gather_bytes(&self, mine: &[u8], out: &mut [u8]) -> Result<Duration, CollectiveError> {
+        if out.len() != mine.len() * self.count {
+            return Err(CollectiveError::LengthMismatch {
+                rank: self.index,
+                got: out.len(),
+                want: mine.len() * self.count,
+            });
+        }
+        let (all, t) = self.ask(|r| Request::AllGather(mine.to_vec(), self.count, r))?;
+        out.copy_from_slice(&all);
+        Ok(t)
+    }
+
+    fn barrier(&self) -> Result<Duration, CollectiveError> {
+        self.ask(Request::Barrier)
+    }
+
+    fn set_patience(&self, d: Duration) {
+        let ms = d.as_millis().min(u64::MAX as u128) as u64;
+        self.flags.patience_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn abort(&self, reason: &str) {
+        if let Ok(mut r) = self.flags.reason.lock() {
+            if r.is_empty() {
+                *r = reason.to_string();
+            }
+        }
+        self.flags.aborted.store(true, Ordering::Release);
+    }
+
+    fn abort_reason(&self) -> Option<String> {
+        self.flags.aborted.load(Ordering::Acquire).then(|| {
+            self.flags
+                .reason
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// The MPI thread: initializes, answers requests in order, finalizes when the channel closes.
+fn serve(rx: Receiver<Request>, ready: Sender<Result<Joined, String>>, flags: Arc<Flags>) {
+    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
+        let _ = ready.send(Err("MPI was already initialized".into()));
+        return;
+    };
+    let mut link = Link {
+        flags,
+        broken: None,
+    };
+    match link.start() {
+        Ok(j) => {
+            let _ = ready.send(Ok(j));
+        }
+        Err(e) => {
+            let _ = ready.send(Err(format!("MPI start-up failed: {e}")));
+            link.abort(1);
+        }
+    }
+    for req in rx.iter() {
+        match req {
+            Request::AllReduce(buf, reply) => {
+                let _ = reply.send(link.all_reduce(buf));
+            }
+            Request::Broadcast(buf, root, reply) => {
+                let _ = reply.send(link.broadcast(buf, root));
+            }
+            Request::AllGather(mine, count, reply) => {
+                let _ = reply.send(link.all_gather(mine, count));
+            }
+            Request::Barrier(reply) => {
+                let _ = reply.send(link.barrier());
+            }
+            Request::Abort(code) => link.abort(code),
+        }
+    }
+    if link.broken.is_some() {
+        // a request is still in flight with the others: finalizing would wait for them
+        link.abort(1);
+    }
+    drop(universe);
+}
+
+/// MPI calls, made only from the MPI thread.
+struct Link {
+    flags: Arc<Flags>,
+    /// Why an exchange was abandoned: its buffers are leaked (MPI may still write them) and no
+    /// later exchange is started.
+    broken: Option<CollectiveError>,
+}
+
+fn world() -> ffi::MPI_Comm {
+    // SAFETY: a constant handle, read after MPI_Init
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+fn count(n: usize) -> c_int {
+    debug_assert!(n <= CHUNK);
+    n as c_int
+}
+
+impl Link {
+    fn start(&mut self) -> Result<Joined, String> {
+        let (mut rank, mut size) = (0 as c_int, 0 as c_int);
+        // SAFETY: MPI is initialized on this thread; the out-pointers are live locals
+        unsafe {
+            ffi::MPI_Comm_rank(world(), &mut rank);
+            ffi::MPI_Comm_size(world(), &mut size);
+        }
+        let (index, count) = (rank as usize, size as usize);
+        let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
+        let mut mine = name.into_bytes();
+        mine.truncate(HOST_BYTES);
+        mine.resize(HOST_BYTES, 0);
+        let (all, _) = self.all_gather(mine, count).map_err(|e| e.to_string())?;
+        let hosts = all
+            .chunks(HOST_BYTES)
+            .map(|c| {
+                let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+                String::from_utf8_lossy(&c[..end]).into_owned()
+            })
+            .collect();
+        Ok(Joined {
+            index,
+            count,
+            hosts,
+        })
+    }
+
+    fn abort(&mut self, code: i32) {
+        // SAFETY: MPI is initialized on this thread; MPI_Abort ends the job
+        unsafe {
+            ffi::MPI_Abort(world(), code);
+        }
+    }
+
+    /// Polls a started request to completion, or gives up after the patience (or once this
+    /// process is aborted), leaking `keep` (the request's buffers) when it does.
+    fn finish<K>(&mut self, mut req: ffi::MPI_Request, keep: K) -> Result<K, CollectiveError> {
+        let start = Instant::now();
+        let patience = Duration::from_millis(self.flags.patience_ms.load(Ordering::Relaxed));
+        let mut polls = 0u32;
+        loop {
+            let mut done: c_int = 0;
+            // SAFETY: `req` is a live request of this thread; the buffers it uses are in `keep`
+            unsafe {
+                ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE);
+            }
+            if done != 0 {
+                return Ok(keep);
+            }
+            let why = if self.flags.aborted.load(Ordering::Acquire) {
+                let r = self
+                    .flags
+                    .reason
+                    .lock()
+                    .map(|r| r.clone())
+                    .unwrap_or_default();
+                Some(CollectiveError::Aborted(r))
+            } else if start.elapsed() > patience {
+                Some(CollectiveError::Lost(format!(
+                    "no answer for {:.0} s (--stall-timeout): a process died, hangs, or its network is gone; the launcher's messages name it",
+                    patience.as_secs_f64()
+                )))
+            } else {
+                None
+            };
+            if let Some(e) = why {
+                std::mem::forget(keep);
+                self.broken = Some(e.clone());
+                return Err(e);
+            }
+            polls += 1;
+            if polls < 2000 {
+                std::hint::spin_loop();
+            } else if polls < 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    fn check(&self) -> Result<(), CollectiveError> {
+        match &self.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn barrier(&mut self) -> Result<Duration, CollectiveError> {
+        self.check()?;
+        let t = Instant::now();
+        // SAFETY: MPI is initialized on this thread; the request is polled to completion
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        unsafe {
+            ffi::MPI_Ibarrier(world(), &mut req);
+        }
+        self.finish(req, ())?;
+        Ok(t.elapsed())
+    }
+
+    /// Sum across processes, the same bits everywhere: each process sums one block
+    /// (reduce-scatter), then every block goes to every process (all-gather). A barrier first
+    /// splits waiting for the others from moving data.
+    fn all_reduce(
+        &mut self,
+        mut buf: Vec<f32>,
+    ) -> Result<(Vec<f32>, ReduceTiming), CollectiveError> {
+        let wait = self.barrier()?;
+        let t = Instant::now();
+        let mut size: c_int = 0;
+        // SAFETY: MPI is initialized on this thread
+        unsafe {
+            ffi::MPI_Comm_size(world(), &mut size);
+        }
+        let p = size.max(1) as usize;
+        let len = buf.len();
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK / p * p);
+            let block = n.div_ceil(p);
+            let mut send = vec![0.0f32; block * p];
+            send[..n].copy_from_slice(&buf[done..done + n]);
+            let mut mine = vec![0.0f32; block];
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: `send` holds block*p floats and `mine` block; both outlive the request
+            // (kept by `finish`, leaked if it is abandoned)
+            unsafe {
+                ffi::MPI_Ireduce_scatter_block(
+                    send.as_ptr().cast::<c_void>(),
+                    mine.as_mut_ptr().cast::<c_void>(),
+                    count(block),
+                    ffi::RSMPI_FLOAT,
+                    ffi::RSMPI_SUM,
+                    world(),
+                    &mut req,
+                );
+            }
+            let (mut send, mine) = self.finish(req, (send, mine))?;
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: as above; the result lands in `send` (block*p floats)
+            unsafe {
+                ffi::MPI_Iallgather(
+                    mine.as_ptr().cast::<c_void>(),
+                    count(block),
+                    ffi::RSMPI_FLOAT,
+                    send.as_mut_ptr().cast::<c_void>(),
+                    count(block),
+                    ffi::RSMPI_FLOAT,
+                    world(),
+                    &mut req,
+                );
+            }
+            let (send, _) = self.finish(req, (send, mine))?;
+            buf[done..done + n].copy_from_slice(&send[..n]);
+            done += n;
+        }
+        Ok((
+            buf,
+            ReduceTiming {
+                wait,
+                transfer: t.elapsed(),
+            },
+        ))
+    }
+
+    fn broadcast(
+        &mut self,
+        mut buf: Vec<u8>,
+        root: usize,
+    ) -> Result<(Vec<u8>, Duration), CollectiveError> {
+        self.check()?;
+        let t = Instant::now();
+        let mut done = 0;
+        while done < buf.len() {
+            let n = (buf.len() - done).min(CHUNK);
+            let mut part = buf[done..done + n].to_vec();
+            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: `part` holds n bytes and outlives the request
+            unsafe {
+                ffi::MPI_Ibcast(
+                    part.as_mut_ptr().cast::<c_void>(),
+                    count(n),
+                    ffi::RSMPI_UINT8_T,
+                    root as c_int,
+                    world(),
+                    &mut req,
+                );
+            }
+            let part = self.finish(req, part)?;
+            buf[done..done + n].copy_from_slice(&part);
+            done += n;
+        }
+        Ok((buf, t.elapsed()))
+    }
+
+    fn all_gather(
+        &mut self,
+        mine: Vec<u8>,
+        processes: usize,
+    ) -> Result<(Vec<u8>, Duration), CollectiveError> {
+        self.check()?;
+        let t = Instant::now();
+        if mine.len() * processes > CHUNK {
+            return Err(CollectiveError::Aborted(format!(
+                "an all-gather of {} bytes per process is too large",
+                mine.len()
+            )));
+        }
+        let mut all = vec![0u8; mine.len() * processes];
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `mine` holds len bytes, `all` len*processes; both outlive the request
+        unsafe {
+            ffi::MPI_Iallgather(
+                mine.as_ptr().cast::<c_void>(),
+                count(mine.len()),
+                ffi::RSMPI_UINT8_T,
+                all.as_mut_ptr().cast::<c_void>(),
+                count(mine.len()),
+                ffi::RSMPI_UINT8_T,
+                world(),
+                &mut req,
+            );
+        }
+        let (all, _) = self.finish(req, (all, mine))?;
+        Ok((all, t.elapsed()))
+    }
+}

@@ -1,0 +1,128 @@
+//! The processes of a multi-process run, as one link per process: MPI between machines
+//! (feature `mpi`), or threads standing in for processes in tests.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::local::AbortHandle;
+use super::{Collective, CollectiveError, LocalCollective, ReduceTiming};
+
+/// One process's handle on the group of processes of a run. Every process makes the same
+/// sequence of calls; within a process the calls come from one thread at a time (at start-up the
+/// main thread, then the worker that leads the process's ranks).
+pub trait Processes: Send + Sync {
+    /// This process's index, 0-based (global rank 0 lives in process 0).
+    fn index(&self) -> usize;
+    fn count(&self) -> usize;
+    /// Element-wise sum across processes, in place; every process gets the same bits.
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError>;
+    /// Copies process `root`'s `buf` to every process (every process passes the same length).
+    fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<Duration, CollectiveError>;
+    /// Every process's `mine` (all the same length), in process order, into `out`.
+    fn all_gather_bytes(&self, mine: &[u8], out: &mut [u8]) -> Result<Duration, CollectiveError>;
+    fn barrier(&self) -> Result<Duration, CollectiveError>;
+    /// How long an exchange waits for the other processes before it takes them for lost
+    /// (`CollectiveError::Lost`); unlimited until set.
+    fn set_patience(&self, _patience: Duration) {}
+    /// This process failed: its pending and later exchanges end with `Aborted(reason)`. The
+    /// other processes learn of it when the launcher ends the job (`mpi::Cluster::fail`).
+    fn abort(&self, reason: &str);
+    fn abort_reason(&self) -> Option<String>;
+}
+
+/// Every process's bytes, of any lengths, in process order.
+pub fn gather_vecs(p: &dyn Processes, mine: &[u8]) -> Result<Vec<Vec<u8>>, CollectiveError> {
+    let n = p.count();
+    let mut lens = vec![0u8; 8 * n];
+    p.all_gather_bytes(&(mine.len() as u64).to_le_bytes(), &mut lens)?;
+    let lens: Vec<usize> = lens
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize)
+        .collect();
+    let width = lens.iter().copied().max().unwrap_or(0);
+    let mut padded = mine.to_vec();
+    padded.resize(width, 0);
+    let mut all = vec![0u8; width * n];
+    p.all_gather_bytes(&padded, &mut all)?;
+    Ok(all
+        .chunks(width.max(1))
+        .zip(&lens)
+        .map(|(c, &l)| c[..l].to_vec())
+        .collect())
+}
+
+/// Process `root`'s bytes (`mine` there; ignored elsewhere), on every process.
+pub fn broadcast_vec(
+    p: &dyn Processes,
+    mine: Vec<u8>,
+    root: usize,
+) -> Result<Vec<u8>, CollectiveError> {
+    let mut len = (mine.len() as u64).to_le_bytes();
+    p.broadcast_bytes(&mut len, root)?;
+    let mut buf = mine;
+    buf.resize(u64::from_le_bytes(len) as usize, 0);
+    p.broadcast_bytes(&mut buf, root)?;
+    Ok(buf)
+}
+
+/// Processes simulated by threads of this process (tests of everything above MPI).
+pub struct ThreadProcesses {
+    inner: Mutex<LocalCollective>,
+    aborter: AbortHandle,
+    index: usize,
+    count: usize,
+}
+
+impl ThreadProcesses {
+    /// One handle per simulated process, in process order.
+    pub fn group(n: usize) -> Vec<ThreadProcesses> {
+        LocalCollective::group(n)
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| ThreadProcesses {
+                aborter: c.abort_handle(),
+                inner: Mutex::new(c),
+                index,
+                count: n,
+            })
+            .collect()
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut LocalCollective) -> Result<T, CollectiveError>,
+    ) -> Result<T, CollectiveError> {
+        let mut c = self
+            .inner
+            .lock()
+            .map_err(|_| CollectiveError::Aborted("a simulated process panicked".into()))?;
+        f(&mut c)
+    }
+}
+
+impl Processes for ThreadProcesses {
+    fn index(&self) -> usize {
+        self.index
+    }
+    fn count(&self) -> usize {
+        self.count
+    }
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+        self.with(|c| c.all_reduce_sum(buf))
+    }
+    fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<Duration, CollectiveError> {
+        self.with(|c| c.broadcast(buf, root))
+    }
+    fn all_gather_bytes(&self, mine: &[u8], out: &mut [u8]) -> Result<Duration, CollectiveError> {
+        self.with(|c| c.all_gather(mine, out))
+    }
+    fn barrier(&self) -> Result<Duration, CollectiveError> {
+        self.with(|c| c.barrier())
+    }
+    fn abort(&self, reason: &str) {
+        self.aborter.abort(reason)
+    }
+    fn abort_reason(&self) -> Option<String> {
+        self.aborter.reason()
+    }
+}

@@ -1,0 +1,414 @@
+//! A run over several processes (one per machine, or per GPU): at start-up they meet, check
+//! that they train the same thing, learn each other's devices and hosts, and take the same
+//! starting point from process 0. Global rank = the process's offset + its local index.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::loader::Cursor;
+use super::{Device, EngineError, Start};
+use crate::backend::TrainState;
+use crate::comm::processes::{broadcast_vec, gather_vecs};
+use crate::comm::{CollectiveError, Processes};
+use crate::config::RunConfig;
+use crate::data::Dataset;
+use crate::nn::optim::OptState;
+
+/// This process's place in the run, and every rank's device and host.
+#[derive(Clone)]
+pub(super) struct World {
+    pub procs: Option<Arc<dyn Processes>>,
+    /// Every rank's device, in global rank order.
+    pub devices: Vec<Device>,
+    /// Every rank's host (empty for a one-process run).
+    pub hosts: Vec<String>,
+    /// The global rank of every process's first rank, then the world size.
+    pub offsets: Vec<usize>,
+    /// Processes of this run on this machine (they share its cores).
+    pub neighbours: usize,
+}
+
+impl World {
+    pub fn single(devices: Vec<Device>) -> World {
+        let n = devices.len();
+        World {
+            procs: None,
+            devices,
+            hosts: Vec::new(),
+            offsets: vec![0, n],
+            neighbours: 1,
+        }
+    }
+
+    pub fn process(&self) -> usize {
+        self.procs.as_ref().map_or(0, |p| p.index())
+    }
+
+    /// This process's ranks, as global ranks.
+    pub fn local(&self) -> std::ops::Range<usize> {
+        let p = self.process();
+        self.offsets[p]..self.offsets[p + 1]
+    }
+}
+
+/// What each process tells the others at start-up.
+#[derive(Serialize, Deserialize)]
+struct Hello {
+    host: String,
+    devices: Vec<(bool, usize, String, Option<String>)>,
+    /// What every process must agree on, as (what, value).
+    same: Vec<(String, String)>,
+}
+
+/// This machine's name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a live buffer
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match ok {
+        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
+        false => "?".into(),
+    }
+}
+
+/// This process's index among the run's processes on its machine, and their number (to
+/// share the machine's GPUs and cores between them).
+pub(super) fn place_on_host(procs: &dyn Processes) -> Result<(usize, usize), EngineError> {
+    let hosts = gather_vecs(procs, hostname().as_bytes()).map_err(lost)?;
+    let mine = &hosts[procs.index()];
+    let here = hosts.iter().filter(|h| *h == mine).count();
+    let before = hosts[..procs.index()].iter().filter(|h| *h == mine).count();
+    Ok((before, here))
+}
+
+/// `--devices auto` with several processes of the run on one machine: each takes its share of
+/// the machine's GPUs (one process per GPU, as `mpirun -np <GPUs>` starts them).
+pub(super) fn share_machine(
+    devices: Vec<Device>,
+    auto: bool,
+    (local_rank, local_size): (usize, usize),
+) -> Result<Vec<Device>, EngineError> {
+    let gpus = devices.iter().all(|d| matches!(d, Device::Gpu { .. }));
+    if !auto || !gpus || local_size <= 1 {
+        return Ok(devices);
+    }
+    let per = devices.len() / local_size;
+    if per == 0 {
+        return Err(EngineError::Config(format!(
+            "{local_size} processes of this run share a machine with {} GPU(s): start at most one process per GPU there (or one per machine, which trains on all of them)",
+            devices.len()
+        )));
+    }
+    Ok(devices[local_rank * per..(local_rank + 1) * per].to_vec())
+}
+
+/// A 64-bit FNV-1a of the data's shape and of up to 4096 samples spread over it, so that
+/// processes that loaded different data (another file, another seed's split) are told apart
+/// without reading all of it.
+fn data_fingerprint(d: &Dataset) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |w: u64| {
+        for b in w.to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    eat(d.len() as u64);
+    eat(d.features as u64);
+    eat(d.classes as u64);
+    let n = d.len();
+    let stride = (n / 4096).max(1);
+    for i in (0..n).step_by(stride) {
+        eat(d.y[i] as u64);
+        for &v in d.x[i * d.features..][..d.features.min(64)].iter() {
+            eat(v.to_bits() as u64);
+        }
+    }
+    h
+}
+
+fn lost(e: CollectiveError) -> EngineError {
+    EngineError::Collective(e)
+}
+
+/// The processes meet: each says its host, its devices and what it trains; a process that
+/// trains something else is an error naming it.
+pub(super) fn meet(
+    procs: Arc<dyn Processes>,
+    cfg: &RunConfig,
+    local: Vec<Device>,
+    train: &Dataset,
+    val: &Dataset,
+) -> Result<World, EngineError> {
+    let hello = Hello {
+        host: hostname(),
+        devices: local
+            .iter()
+            .map(|d| match d {
+                Device::Cpu { index } => (false, *index, String::new(), None),
+                Device::Gpu {
+                    index,
+                    name,
+                    pci_bus_id,
+                } => (true, *index, name.clone(), pci_bus_id.clone()),
+            })
+            .collect(),
+        same: vec![
+            ("--model".into(), cfg.model.to_string()),
+            ("--optimizer".into(), cfg.optimizer.to_string()),
+            ("--seed".into(), cfg.seed.to_string()),
+            ("--grad-accum".into(), cfg.grad_accum.to_string()),
+            (
+                "--batch-per-replica".into(),
+                cfg.batch_per_replica.to_string(),
+            ),
+            (
+                "the budget (--epochs / --steps)".into(),
+                format!("{:?}", cfg.budget),
+            ),
+            (
+                "the data (samples, features, classes, contents)".into(),
+                format!(
+                    "{} {:x} / {} {:x}",
+                    train.len(),
+                    data_fingerprint(train),
+                    val.len(),
+                    data_fingerprint(val)
+                ),
+            ),
+        ],
+    };
+    let mine = serde_json::to_vec(&hello).expect("plain data serializes");
+    let all = gather_vecs(&*procs, &mine).map_err(lost)?;
+    let hellos = all
+        .iter()
+        .map(|b| serde_json::from_slice::<Hello>(b))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| EngineError::Config(format!("a process sent a start-up message this build cannot read ({e}): run the same mgtop-train on every machine")))?;
+    for (p, h) in hellos.iter().enumerate().skip(1) {
+        for ((what, ours), (_, theirs)) in hellos[0].same.iter().zip(&h.same) {
+            if ours != theirs {
+                return Err(EngineError::Config(format!(
+                    "process {p} (on {}) trains with {what} = {theirs}, process 0 (on {}) with {ours}: every process of a run must train the same model on the same data; give every process the same flags and data",
+                    h.host, hellos[0].host
+                )));
+            }
+        }
+        if h.same.len() != hellos[0].same.len() {
+            return Err(EngineError::Config(
+                "the processes run different builds of mgtop-train: install the same one everywhere".into(),
+            ));
+        }
+    }
+    let mut offsets = vec![0];
+    let (mut devices, mut hosts) = (Vec::new(), Vec::new());
+    for h in &hellos {
+        if h.devices.is_empty() {
+            return Err(EngineError::Config(format!(
+                "a process on {} has no devices",
+                h.host
+            )));
+        }
+        for (gpu, index, name, pci_bus_id) in &h.devices {
+            devices.push(match gpu {
+                true => Device::Gpu {
+                    index: *index,
+                    name: name.clone(),
+                    pci_bus_id: pci_bus_id.clone(),
+                },
+                false => Device::Cpu { index: *index },
+            });
+            hosts.push(h.host.clone());
+        }
+        offsets.push(devices.len());
+    }
+    let gpus = devices
+        .iter()
+        .filter(|d| matches!(d, Device::Gpu { .. }))
+        .count();
+    if gpus > 0 && gpus < devices.len() {
+        return Err(EngineError::Config(format!(
+            "some processes train on GPUs and some on CPU workers ({}): one run trains on one kind; give every process the same kind of --devices",
+            describe(&devices, &hosts)
+        )));
+    }
+    let me = &hellos[procs.index()].host;
+    let neighbours = hellos.iter().filter(|h| &h.host == me).count();
+    Ok(World {
+        procs: Some(procs),
+        devices,
+        hosts,
+        offsets,
+        neighbours,
+    })
+}
+
+/// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
+pub fn describe(devices: &[Device], hosts: &[String]) -> String {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(r, d)| match hosts.get(r) {
+            Some(h) => format!("{h}/{}", d.label()),
+            None => d.label(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The starting point as process 0 sends it.
+#[derive(Serialize, Deserialize)]
+struct StartHeader {
+    step: u64,
+    epoch: u64,
+    offset: usize,
+    per_replica: usize,
+    lr: f32,
+    lr_note: Option<String>,
+    batch_note: Option<String>,
+    checkpoint: Option<PathBuf>,
+    t: u64,
+    lens: [usize; 3],
+}
+
+fn floats(v: &[f32]) -> impl Iterator<Item = u8> + '_ {
+    v.iter().flat_map(|f| f.to_le_bytes())
+}
+
+fn encode(s: &Start) -> Vec<u8> {
+    let head = StartHeader {
+        step: s.step,
+        epoch: s.cursor.epoch,
+        offset: s.cursor.offset,
+        per_replica: s.per_replica,
+        lr: s.lr,
+        lr_note: s.lr_note.clone(),
+        batch_note: s.batch_note.clone(),
+        checkpoint: s.checkpoint.clone(),
+        t: s.state.opt.t,
+        lens: [
+            s.state.params.len(),
+            s.state.opt.m.len(),
+            s.state.opt.v.len(),
+        ],
+    };
+    let head = serde_json::to_vec(&head).expect("plain data serializes");
+    let mut out = (head.len() as u64).to_le_bytes().to_vec();
+    out.extend(head);
+    out.extend(floats(&s.state.params));
+    out.extend(floats(&s.state.opt.m));
+    out.extend(floats(&s.state.opt.v));
+    out
+}
+
+fn decode(b: &[u8]) -> Option<Start> {
+    let n = u64::from_le_bytes(b.get(..8)?.try_into().ok()?) as usize;
+    let head: StartHeader = serde_json::from_slice(b.get(8..8 + n)?).ok()?;
+    let mut rest = b.get(8 + n..)?;
+    let mut take = |len: usize| -> Option<Vec<f32>> {
+        let bytes = rest.get(..len * 4)?;
+        rest = &rest[len * 4..];
+        Some(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+        )
+    };
+    let params = take(head.lens[0])?;
+    let (m, v) = (take(head.lens[1])?, take(head.lens[2])?);
+    Some(Start {
+        step: head.step,
+        cursor: Cursor {
+            epoch: head.epoch,
+            offset: head.offset,
+        },
+        per_replica: head.per_replica,
+        lr: head.lr,
+        lr_note: head.lr_note,
+        batch_note: head.batch_note,
+        state: TrainState {
+            params,
+            opt: OptState { t: head.t, m, v },
+        },
+        checkpoint: head.checkpoint,
+    })
+}
+
+/// Process 0's starting point (a fresh model or its checkpoint's state) on every process, so
+/// that every replica starts from the same bits and only process 0 needs the checkpoint.
+pub(super) fn share_start(
+    procs: &dyn Processes,
+    ours: Option<Start>,
+    n_params: usize,
+) -> Result<Start, EngineError> {
+    let bytes = ours.as_ref().map(encode).unwrap_or_default();
+    let got = broadcast_vec(procs, bytes, 0).map_err(lost)?;
+    decode(&got)
+        .filter(|s| s.state.params.len() == n_params)
+        .ok_or_else(|| {
+            EngineError::Config(
+                "process 0 sent a starting point this process cannot use (another model or build): run the same mgtop-train with the same flags everywhere".into(),
+            )
+        })
+}
+
+/// The NCCL group id, made by process 0 and sent to the others.
+pub(super) fn share_bytes(
+    procs: &dyn Processes,
+    ours: Option<Vec<u8>>,
+) -> Result<Vec<u8>, EngineError> {
+    broadcast_vec(procs, ours.unwrap_or_default(), 0).map_err(lost)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::ThreadProcesses;
+    use crate::nn::optim::OptimizerKind;
+
+    #[test]
+    fn a_starting_point_survives_the_trip_to_every_process() {
+        let start = Start {
+            step: 7,
+            cursor: Cursor {
+                epoch: 1,
+                offset: 96,
+            },
+            per_replica: 32,
+            lr: 3e-3,
+            lr_note: Some("from the checkpoint".into()),
+            batch_note: None,
+            state: TrainState {
+                params: vec![1.5, -2.0, 3.25],
+                opt: OptState {
+                    t: 7,
+                    ..OptState::new(OptimizerKind::Adam, 3)
+                },
+            },
+            checkpoint: Some("runs/x/ckpt".into()),
+        };
+        let got: Vec<Start> = ThreadProcesses::group(3)
+            .into_iter()
+            .map(|p| {
+                let ours = (p.index() == 0).then(|| start.clone());
+                std::thread::spawn(move || share_start(&p, ours, 3).unwrap())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        for s in got {
+            assert_eq!(encode(&s), encode(&start));
+        }
+    }
+
+    #[test]
+    fn devices_are_named_with_their_hosts() {
+        let d = vec![Device::Cpu { index: 0 }, Device::Cpu { index: 0 }];
+        assert_eq!(describe(&d, &["a".into(), "b".into()]), "a/cpu0 b/cpu0");
+        assert_eq!(describe(&d[..1], &[]), "cpu0");
+    }
+}

@@ -1,0 +1,62 @@
+//! The step boundary: every rank learns rank 0's decision (controls), and in a run over several
+//! processes every rank's last step reaches process 0, whose frontend shows every rank.
+
+use super::Worker;
+use crate::engine::control::{agree, Decision};
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::heartbeat::Phase;
+use crate::engine::EngineError;
+
+impl Worker {
+    /// Meets the other ranks until rank 0 decides something other than "still paused".
+    pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {
+        let multi = self.local.len() < self.ranks;
+        loop {
+            let (events, step_now) = (&self.events, self.step);
+            let mut on_pause = |paused: bool| {
+                let applied = match paused {
+                    true => Applied::Paused,
+                    false => Applied::Resumed,
+                };
+                let _ = events.send(Event::Control {
+                    step: step_now,
+                    applied,
+                });
+            };
+            let mine = self
+                .last_stats
+                .as_ref()
+                .map_or([0; StepStats::WORDS], StepStats::to_words);
+            let report = multi.then_some((&mine[..], &mut self.reports));
+            let d = agree(
+                self.coll.as_mut(),
+                self.decider.as_mut(),
+                &mut on_pause,
+                report,
+            )?;
+            if multi && self.rank == 0 {
+                self.forward_remote_steps();
+            }
+            if !d.hold {
+                return Ok(d);
+            }
+        }
+    }
+
+    /// Process 0's first rank passes the other processes' steps on to the frontend, once each.
+    fn forward_remote_steps(&mut self) {
+        self.forwarded.resize(self.ranks, 0);
+        for r in (0..self.ranks).filter(|r| !self.local.contains(r)) {
+            let words = &self.reports[r * StepStats::WORDS..][..StepStats::WORDS];
+            let Some(s) = StepStats::from_words(words) else {
+                continue;
+            };
+            if s.step <= self.forwarded[r] || s.rank != r {
+                continue;
+            }
+            self.forwarded[r] = s.step;
+            self.beats.beat(r, s.step + 1, Phase::Data);
+            let _ = self.stats.try_send(s);
+        }
+    }
+}
