@@ -141,6 +141,9 @@ pub struct RunConfig {
     pub resume: Option<PathBuf>,
     /// Fault injection for tests and demos: (rank, step) panics at that step.
     pub inject_panic: Option<(usize, u64)>,
+    /// Fault injection for tests: (rank, step) nudges one of that rank's parameters after
+    /// that step's update (the replica check must catch it).
+    pub inject_desync: Option<(usize, u64)>,
     /// Fault injection: this rank's compute takes FACTOR times as long (`--slow-rank`).
     pub slow_rank: Option<(usize, f64)>,
     /// Fault injection: this rank waits this long more for each batch (`--slow-data`).
@@ -184,6 +187,7 @@ impl Default for RunConfig {
             final_checkpoint: true,
             resume: None,
             inject_panic: None,
+            inject_desync: None,
             slow_rank: None,
             slow_data: None,
             rebalance: false,

@@ -179,6 +179,34 @@ fn a_panicking_worker_stops_the_others_without_deadlock() {
 }
 
 #[test]
+fn replicas_are_checked_equal_every_log_period_and_a_difference_stops_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 8, 40, dir.path());
+    cfg.log_every = 10;
+    let (_, events) = run_with_events(cfg.clone());
+    let checks: Vec<(u64, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::InSync {
+                step,
+                ranks: 3,
+                first,
+            } => Some((*step, *first)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(checks, [(10, true), (20, false), (30, false), (40, false)]);
+    // one parameter of rank 2 nudged after step 13: caught at the check of step 20
+    cfg.inject_desync = Some((2, 13));
+    match Engine::run(cfg) {
+        Err(e @ EngineError::OutOfSync { step: 20, .. }) => {
+            assert!(e.to_string().contains("rank(s) 2 differ"), "{e}")
+        }
+        other => panic!("expected the replica check to fail, got {other:?}"),
+    }
+}
+
+#[test]
 fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 4, 1_000_000, dir.path());

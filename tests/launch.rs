@@ -8,7 +8,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_mgtop-train");
 fn start(dir: &std::path::Path, vars: &[(&str, &str)]) -> (bool, String) {
     let mut c = Command::new(BIN);
     c.current_dir(dir).args(["--headless", "--steps", "5"]);
-    for v in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_NTASKS", "WORLD_SIZE"] {
+    for v in [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "SLURM_NTASKS",
+        "WORLD_SIZE",
+    ] {
         c.env_remove(v);
     }
     c.envs(vars.iter().copied());
@@ -35,7 +41,10 @@ fn a_launcher_start_without_mpi_is_refused_naming_the_build_to_use() {
             "{vars:?}: {err}"
         );
     }
-    assert!(!dir.path().join("runs").exists(), "a refused start wrote a run");
+    assert!(
+        !dir.path().join("runs").exists(),
+        "a refused start wrote a run"
+    );
     // one process under a launcher is a plain run
     let (ok, err) = start(dir.path(), &[("OMPI_COMM_WORLD_SIZE", "1")]);
     assert!(ok, "{err}");

@@ -193,6 +193,7 @@ impl TrainArgs {
                 .map(rundir::resume_point)
                 .transpose()?,
             inject_panic,
+            inject_desync: None,
         };
         // the run's directory, and its checkpoints inside it unless --checkpoint-dir says where
         let run_dir = args

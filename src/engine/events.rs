@@ -140,6 +140,13 @@ pub enum Event {
         step: u64,
         path: PathBuf,
     },
+    /// Every rank's parameters hashed the same after `step` (checked every `--log-every`
+    /// steps; `first`: the run's first check).
+    InSync {
+        step: u64,
+        ranks: usize,
+        first: bool,
+    },
     Failed {
         rank: usize,
         step: u64,

@@ -381,6 +381,7 @@ impl Engine {
                 last_stats: None,
                 reports: Vec::new(),
                 forwarded: Vec::new(),
+                said_in_sync: false,
                 cfg: cfg.clone(),
                 model: model.clone(),
                 train_len: train.len(),

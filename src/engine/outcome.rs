@@ -31,6 +31,8 @@ pub enum EngineError {
         step: u64,
         message: String,
     },
+    #[error("the replicas are out of sync at step {step}: the parameters of rank(s) {} differ from rank 0's (a bug, or memory corruption on their device); all ranks stopped", .ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "))]
+    OutOfSync { step: u64, ranks: Vec<usize> },
     #[error(transparent)]
     Collective(#[from] CollectiveError),
     #[error(transparent)]

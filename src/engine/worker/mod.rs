@@ -24,6 +24,7 @@ use crate::nn::schedule::lr_at;
 use super::rebalance;
 
 mod boundary;
+mod in_sync;
 
 pub(super) struct Worker {
     /// This worker's global rank, of `ranks` in the run.
@@ -36,6 +37,8 @@ pub(super) struct Worker {
     /// Every rank's last step as words, and the newest step process 0 has passed on per rank.
     pub reports: Vec<u64>,
     pub forwarded: Vec<u64>,
+    /// Rank 0 has told of a first replica check.
+    pub said_in_sync: bool,
     pub cfg: Arc<RunConfig>,
     pub model: Model,
     pub train_len: usize,
@@ -311,6 +314,7 @@ impl Worker {
                 .unwrap_or_else(|| t.elapsed());
 
             self.step += 1;
+            self.check_in_sync(&mut *replica)?;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
             let progress = self.progress();

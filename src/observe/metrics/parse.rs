@@ -232,6 +232,11 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
             step: uint(v, "step")?,
             path: PathBuf::from(text(v, "path")?),
         },
+        "in_sync" => Event::InSync {
+            step: uint(v, "step")?,
+            ranks: count(v, "ranks")?,
+            first: field(v, "first").and_then(Value::as_bool).unwrap_or(false),
+        },
         "error" => Event::Failed {
             rank: count(v, "rank")?,
             step: uint(v, "step")?,

@@ -109,6 +109,9 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         Event::Checkpoint { step, path } => {
             json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
         }
+        Event::InSync { step, ranks, first } => {
+            json!({"type": "event", "kind": "in_sync", "step": step, "t": t, "ranks": ranks, "first": first})
+        }
         Event::Control { step, applied } => {
             let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
             match applied {
@@ -177,9 +180,13 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             fastest_ms,
             others_wait_ms,
             cause,
+            host,
             ..
         } => {
             v["rank"] = (*rank).into();
+            if let Some(h) = host {
+                v["host"] = h.clone().into();
+            }
             v["step"] = (*step).into();
             v["slowdown"] = (*slowdown).into();
             v["work_ms"] = (*work_ms).into();

@@ -63,6 +63,8 @@ pub struct Context {
     pub injected: Vec<Option<String>>,
     /// Each rank's device model, where known (GPUs); a different one from its peers explains.
     pub models: Vec<Option<String>>,
+    /// Each rank's host, in a run over several processes (empty otherwise).
+    pub hosts: Vec<String>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -73,8 +75,9 @@ fn median(v: &mut [f64]) -> f64 {
 /// NVML throttle-reason bits, SM clock and its maximum (MHz).
 type Throttle = (u64, Option<u32>, Option<u32>);
 
-/// One rank's recent steps: (work, data wait, sync wait) in ms, and samples.
-type Recent = VecDeque<(f64, f64, f64, f64)>;
+/// One rank's recent steps: (work, data wait, sync wait) in ms, samples, and time moving data
+/// in the all-reduce in ms.
+type Recent = VecDeque<(f64, f64, f64, f64, f64)>;
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -119,6 +122,7 @@ impl Detector {
                     Device::Cpu { .. } => None,
                 })
                 .collect(),
+            hosts: info.hosts.clone(),
         };
         Detector::new(info.ranks(), cfg, ctx)
     }
@@ -190,6 +194,7 @@ impl Detector {
                 ms(s.data_wait),
                 ms(s.sync_wait),
                 s.samples.max(1) as f64,
+                ms(s.comm),
             ));
         }
         self.rows += 1;
@@ -206,6 +211,7 @@ impl Detector {
                     0 => t.0,
                     1 => t.1,
                     2 => t.2,
+                    4 => t.4,
                     _ => t.0 / t.3,
                 })
                 .collect()
@@ -213,6 +219,7 @@ impl Detector {
         let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
         let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
         let wait: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 2))).collect();
+        let comm: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 4))).collect();
         // work per sample: what degrades, whatever the batch size of the moment
         let per_sample: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 3))).collect();
         let (fastest, &fast_ms) = work
@@ -248,13 +255,14 @@ impl Detector {
                 self.flagged[r] = true;
                 out.push(Warning::Straggler {
                     rank: r,
+                    host: self.ctx.hosts.get(r).cloned(),
                     step,
                     slowdown: work[r] / fast_ms.max(1e-9),
                     work_ms: work[r],
                     fastest_rank: fastest,
                     fastest_ms: fast_ms,
                     others_wait_ms: others_wait,
-                    cause: self.explain(r, fastest, &work, &data),
+                    cause: self.explain(r, fastest, &work, &data, &comm),
                     injected: self.ctx.injected.get(r).cloned().flatten(),
                 });
             } else if self.flagged[r] && self.clear_runs[r] >= self.cfg.consecutive {
@@ -295,7 +303,7 @@ impl Detector {
     }
 
     /// The evidence first (where the extra time goes), then what is known about the rank.
-    fn explain(&self, r: usize, fastest: usize, work: &[f64], data: &[f64]) -> Cause {
+    fn explain(&self, r: usize, fastest: usize, work: &[f64], data: &[f64], comm: &[f64]) -> Cause {
         let extra = work[r] - work[fastest];
         let extra_data = data[r] - data[fastest];
         if extra > 0.0 && extra_data >= 0.5 * extra {
@@ -306,6 +314,9 @@ impl Detector {
         }
         if let Some(Some(flag)) = self.ctx.injected.get(r) {
             return Cause::Injected(flag.clone());
+        }
+        if let Some(c) = self.network(r, comm) {
+            return c;
         }
         let throttled = |rank: usize| {
             self.throttle
@@ -335,6 +346,38 @@ impl Detector {
             };
         }
         Cause::Unknown
+    }
+
+    /// Rank `r`'s whole host moving data in the all-reduce for at least 1.5 times as long as
+    /// the other hosts' ranks (medians), by at least `min_gap`.
+    fn network(&self, r: usize, comm: &[f64]) -> Option<Cause> {
+        let hosts = &self.ctx.hosts;
+        let host = hosts.get(r)?;
+        if hosts.len() != comm.len() {
+            return None;
+        }
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for (h, &c) in hosts.iter().zip(comm) {
+            if h == host {
+                ours.push(c)
+            } else {
+                theirs.push(c)
+            }
+        }
+        if theirs.is_empty() {
+            return None;
+        }
+        // the whole host: every one of its ranks spends at least this
+        let comm_ms = ours.iter().copied().fold(f64::INFINITY, f64::min);
+        let others_comm_ms = median(&mut theirs);
+        let gap_ms = self.cfg.min_gap.as_secs_f64() * 1e3;
+        (comm_ms >= 1.5 * others_comm_ms && comm_ms - others_comm_ms >= gap_ms).then(|| {
+            Cause::Network {
+                host: host.clone(),
+                comm_ms,
+                others_comm_ms,
+            }
+        })
     }
 
     /// A pause is not a stall: `paused` at time `now` (since the start) stops the clock,

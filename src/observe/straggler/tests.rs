@@ -402,3 +402,37 @@ fn a_slow_gpu_is_flagged_from_device_timings() {
         "{warnings:?}"
     );
 }
+
+#[test]
+fn a_host_whose_all_reduce_stands_out_is_named_as_the_network() {
+    // four ranks on two hosts; host b's ranks work slower and move data 4x as long
+    let ctx = Context {
+        cores: 64,
+        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
+        ..Context::default()
+    };
+    let mut d = Detector::new(4, DetectorConfig::default(), ctx);
+    let mut warnings = Vec::new();
+    for step in 1..=100 {
+        let work = [10.0, 10.0, 20.0, 10.0];
+        let mut r = row(step, &work, &[0.0; 4]);
+        for s in &mut r.ranks[2..] {
+            s.comm = ms(8.0);
+        }
+        warnings.extend(d.on_row(&r));
+    }
+    let w = &warnings[0];
+    match w {
+        Warning::Straggler {
+            rank: 2,
+            cause: Cause::Network { host, .. },
+            ..
+        } => assert_eq!(host, "b"),
+        other => panic!("{other:?}"),
+    }
+    let text = w.to_string();
+    assert!(
+        text.starts_with("straggler: rank 2 on b is") && text.contains("likely cause: network"),
+        "{text}"
+    );
+}

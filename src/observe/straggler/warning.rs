@@ -23,6 +23,13 @@ pub enum Cause {
     },
     /// A fault injected on purpose.
     Injected(String),
+    /// Every rank on its host spends longer in the all-reduce than the other hosts' ranks
+    /// (the host's link, or its side of the network).
+    Network {
+        host: String,
+        comm_ms: f64,
+        others_comm_ms: f64,
+    },
     /// The GPU is clocked down (NVML throttle reasons), and its peers are not.
     Throttled {
         reasons: Vec<&'static str>,
@@ -40,6 +47,7 @@ impl Cause {
             Cause::Oversubscribed { .. } => "oversubscribed",
             Cause::Heterogeneous { .. } => "heterogeneous",
             Cause::Injected(_) => "injected",
+            Cause::Network { .. } => "network",
             Cause::Throttled { .. } => "throttled",
             Cause::Unknown => "unknown",
         }
@@ -59,6 +67,10 @@ impl fmt::Display for Cause {
             ),
             Cause::Heterogeneous { model } => write!(f, "heterogeneous (a {model} among different devices)"),
             Cause::Injected(flag) => write!(f, "injected ({flag})"),
+            Cause::Network { host, comm_ms, others_comm_ms } => write!(
+                f,
+                "network ({host}'s ranks spend {comm_ms:.1} ms per step in the all-reduce, the other hosts' {others_comm_ms:.1} ms)"
+            ),
             Cause::Throttled {
                 reasons,
                 sm_clock_mhz,
@@ -79,6 +91,8 @@ impl fmt::Display for Cause {
 pub enum Warning {
     Straggler {
         rank: usize,
+        /// Its host, in a run over several machines.
+        host: Option<String>,
         step: u64,
         /// This rank's median work over the fastest rank's.
         slowdown: f64,
@@ -147,10 +161,11 @@ impl Warning {
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::Straggler { rank, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, injected, .. } => {
+            Warning::Straggler { rank, host, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, injected, .. } => {
+                let on = host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
                 write!(
                     f,
-                    "straggler: rank {rank} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+                    "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
                 )?;
                 match (injected, cause) {
                     (Some(flag), c) if !matches!(c, Cause::Injected(_)) => write!(f, " (fault injected: {flag})"),

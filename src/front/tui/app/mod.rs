@@ -160,6 +160,8 @@ pub struct App {
     pub now: Duration,
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
+    /// The last step at which every replica's parameters were checked equal.
+    pub in_sync_at: Option<u64>,
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
@@ -210,6 +212,7 @@ impl App {
             now: Duration::ZERO,
             process_memory: None,
             last_checkpoint: None,
+            in_sync_at: None,
             summary: None,
             quitting: false,
             summary_hidden: false,

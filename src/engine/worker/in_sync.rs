@@ -1,0 +1,64 @@
+//! Every `--log-every` steps the ranks compare hashes of their parameters: synchronous data
+//! parallelism keeps every replica bit-identical, so any difference is a fault (a bug, a
+//! device's memory, a process that trained on something else), caught within one period.
+
+use super::Worker;
+use crate::backend::Replica;
+use crate::engine::events::Event;
+use crate::engine::EngineError;
+
+/// FNV-1a over the parameters' bits.
+fn hash(params: &[f32]) -> u64 {
+    params.iter().fold(0xcbf2_9ce4_8422_2325, |h, p| {
+        (h ^ p.to_bits() as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl Worker {
+    /// After an update: at a check step, every rank's hash goes to every rank; all equal is
+    /// told once (rank 0), a difference stops every rank naming the ranks that differ.
+    pub(super) fn check_in_sync(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
+        if self.cfg.inject_desync == Some((self.rank, self.step)) {
+            let mut state = replica.export();
+            state.params[0] += 1e-3;
+            replica.import(&state);
+        }
+        let every = self.cfg.log_every.max(1);
+        if self.ranks < 2 || !self.step.is_multiple_of(every) {
+            return Ok(());
+        }
+        let mine = hash(&replica.export().params);
+        let mut all = vec![0u64; self.ranks];
+        self.coll.all_gather_u64(&[mine], &mut all)?;
+        let odd: Vec<usize> = (0..self.ranks).filter(|&r| all[r] != all[0]).collect();
+        if !odd.is_empty() {
+            return Err(EngineError::OutOfSync {
+                step: self.step,
+                ranks: odd,
+            });
+        }
+        if self.rank == 0 {
+            let _ = self.events.send(Event::InSync {
+                step: self.step,
+                ranks: self.ranks,
+                first: !self.said_in_sync,
+            });
+            self.said_in_sync = true;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash;
+
+    #[test]
+    fn the_hash_sees_one_changed_bit() {
+        let a = vec![0.5f32, -1.25, 3.0];
+        let mut b = a.clone();
+        b[1] = f32::from_bits(b[1].to_bits() ^ 1);
+        assert_ne!(hash(&a), hash(&b));
+        assert_eq!(hash(&a), hash(&a.clone()));
+    }
+}
