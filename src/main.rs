@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
     // one process of several (mpirun, srun) trains; the other commands run on one machine
     if let (Some(c), Ok(Some(launch))) = (&cli.command, mgtop::comm::launch::from_env()) {
-        if launch.is_multi() {
+        if launch.is_multi() && !matches!(c, Command::MpiAllreduceBench { .. }) {
             mgtop::tell!(
                 "error: `{}` runs in one process, but this one was {}: run it without the launcher",
                 c.name(),
@@ -50,6 +50,9 @@ fn main() -> ExitCode {
         Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
         Some(Command::Runs(args)) => cmd::runs::command(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Attach(args)) => cmd::attach::command(&args, &on_view_signals),
+        Some(Command::MpiAllreduceBench { repeat }) => {
+            cmd::bench_processes::allreduce_processes(repeat).map(|()| ExitCode::SUCCESS)
+        }
         None => cmd::train::command(cli.train, &on_signals).map(|()| {
             if SIGNALS.load(Ordering::SeqCst) > 0 {
                 ExitCode::from(130)

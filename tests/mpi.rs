@@ -134,12 +134,19 @@ fn every_topology_gives_the_weights_of_one_process() {
         let args = |name: &str| common_args(&dir(&format!("{tag}-{name}")), optimizer, accum, 50);
         run_alone(2, &args("1x2"));
         run_processes(&[1, 1], &args("2x1"));
-        // 4 ranks: 1 x 4, 2 x 2 and an uneven 1 + 3
+        // 4 ranks: 1 x 4, 2 x 2 and an uneven 1 + 3 (the replica check runs every 25 steps)
         run_alone(4, &args("1x4"));
         let log = run_processes(&[2, 2], &args("2x2"));
         run_processes(&[1, 3], &args("1+3"));
+        // three processes: Open MPI's all-reduce for a process count that is no power of two
+        run_processes(&[2, 1, 1], &args("2+1+1"));
         let w = |name: &str| weights(&dir(&format!("{tag}-{name}")));
-        for (a, b) in [("2x1", "1x2"), ("2x2", "1x4"), ("1+3", "1x4")] {
+        for (a, b) in [
+            ("2x1", "1x2"),
+            ("2x2", "1x4"),
+            ("1+3", "1x4"),
+            ("2+1+1", "1x4"),
+        ] {
             let d = max_rel_diff(&w(a), &w(b));
             assert!(d <= 1e-5, "{tag}: {a} and {b} differ by {d:e}");
         }
@@ -219,10 +226,15 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitSta
     None
 }
 
-/// A long run on two processes, its output in files.
+/// A long run on two processes (stall timeout 5 s), its output in files.
 fn start_long(dir: &Path, extra: &[&str]) -> Child {
+    start_long_patient(dir, 5, extra)
+}
+
+fn start_long_patient(dir: &Path, stall_timeout: u64, extra: &[&str]) -> Child {
     let mut args = common_args(&dir.join("run"), "adam", 1, 100_000_000);
-    args.extend(["--checkpoint-every", "200", "--stall-timeout", "5"].map(String::from));
+    let patience = stall_timeout.to_string();
+    args.extend(["--checkpoint-every", "200", "--stall-timeout", &patience].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     let out = std::fs::File::create(dir.join("out")).unwrap();
     let err = std::fs::File::create(dir.join("err")).unwrap();
@@ -310,6 +322,70 @@ fn a_killed_process_ends_the_run_without_a_hang() {
     let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
     assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
     weights(&tmp.path().join("run"));
+}
+
+#[test]
+fn a_hung_process_is_taken_for_lost_after_the_stall_timeout() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    wait_for_checkpoint(tmp.path());
+    // a process that stops answering (a hang, or its network gone) without dying
+    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
+    // SAFETY: stopping a process this test started (through mpirun)
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    // SAFETY: as above; a stopped process the launcher failed to end would linger
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
+    assert!(
+        err.contains("error (process 0 on") && err.contains("stopped answering"),
+        "{err}"
+    );
+    weights(&tmp.path().join("run"));
+}
+
+#[test]
+fn controls_reach_every_process_and_a_long_pause_is_no_lost_peer() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    wait_for_checkpoint(tmp.path());
+    let mut c = common::run::Client::connect(&tmp.path().join("run/live.sock"));
+    assert_eq!(c.control("pause", serde_json::json!({}))["ok"], true);
+    c.until("the pause", |v| v["action"] == "pause");
+    // paused for twice the stall timeout: the processes keep answering each other
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended while paused"
+    );
+    assert_eq!(c.control("resume", serde_json::json!({}))["ok"], true);
+    let r = c.control("batch_size", serde_json::json!({"per_replica": 16}));
+    assert_eq!(r["ok"], true, "{r}");
+    let applied = c.until("the new batch size", |v| v["action"] == "batch_size");
+    // every rank of both processes trains at the new size from that step on
+    let from = applied["step"].as_u64().unwrap();
+    c.until("a step at the new size from both processes", |v| {
+        v["type"] == "step"
+            && v["step"].as_u64() > Some(from + 1)
+            && v["per_rank"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2 && r.iter().all(|s| s["samples"] == 16))
+    });
+    assert_eq!(
+        c.control("stop", serde_json::json!({"checkpoint": true}))["ok"],
+        true
+    );
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    let out = std::fs::read_to_string(tmp.path().join("out")).unwrap();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{out}");
+    assert!(out.contains("stopped at step"), "{out}");
 }
 
 /// The pid of the mgtop-train that `start_long(dir)` started as MPI process `rank`.

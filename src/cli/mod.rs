@@ -54,6 +54,12 @@ pub enum Command {
     /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, failed, killed), step, progress, best validation accuracy, last update.
     #[command(visible_alias = "ls")]
     Runs(RunsArgs),
+    /// The processes of `bench --only processes`' MPI all-reduce measurement (started by it under mpirun).
+    #[command(hide = true, name = "mpi-allreduce-bench")]
+    MpiAllreduceBench {
+        #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
+        repeat: usize,
+    },
     /// Open the terminal UI on a running job over its live socket (default: the newest live run under ./runs): same screens and keys; q offers detach (the run goes on) or stop.
     Attach(AttachArgs),
 }
@@ -68,6 +74,7 @@ impl Command {
             Command::View(_) => "view",
             Command::Runs(_) => "runs",
             Command::Attach(_) => "attach",
+            Command::MpiAllreduceBench { .. } => "mpi-allreduce-bench",
         }
     }
 }
@@ -162,8 +169,8 @@ pub struct BenchArgs {
     /// Repeats per point (the median is reported).
     #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
     pub repeat: usize,
-    /// Only one part: training throughput, all-reduce bandwidth, the terminal UI's cost, attached clients' cost (live), --rebalance against a slow rank, or the GPU benchmarks (kernels, samples/s per GPU count, NCCL bandwidth).
-    #[arg(long, value_parser = ["all", "train", "allreduce", "tui", "live", "rebalance", "gpu"], default_value = "all")]
+    /// Only one part: training throughput, all-reduce bandwidth, the terminal UI's cost, attached clients' cost (live), --rebalance against a slow rank, 1 process x 2 workers against 2 processes x 1 worker and the MPI all-reduce (processes; needs --features mpi and mpirun), or the GPU benchmarks (kernels, samples/s per GPU count, NCCL bandwidth).
+    #[arg(long, value_parser = ["all", "train", "allreduce", "tui", "live", "rebalance", "gpu", "processes"], default_value = "all")]
     pub only: String,
 }
 

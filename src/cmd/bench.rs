@@ -343,6 +343,9 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             b / p
         );
     }
+    if args.only == "all" || args.only == "processes" {
+        super::bench_processes::command(args)?;
+    }
     if args.only == "all" || args.only == "gpu" {
         run_gpu_bench(args)?;
     }

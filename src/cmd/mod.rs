@@ -5,6 +5,7 @@
 pub mod attach;
 pub mod bench;
 mod bench_live;
+pub mod bench_processes;
 mod processes;
 pub mod runs;
 pub mod scale;

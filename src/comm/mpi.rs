@@ -20,6 +20,8 @@ use super::{CollectiveError, Processes, ReduceTiming};
 const HOST_BYTES: usize = 256;
 /// Elements per MPI call (counts are C ints).
 const CHUNK: usize = 1 << 28;
+/// How long an exchange is polled without sleeping.
+const EAGER: Duration = Duration::from_millis(200);
 
 enum Request {
     AllReduce(
@@ -37,6 +39,8 @@ enum Request {
         Sender<Result<(Vec<u8>, Duration), CollectiveError>>,
     ),
     Barrier(Sender<Result<Duration, CollectiveError>>),
+    /// Open MPI's own MPI_Allreduce of this many floats, this many times (benchmarks).
+    Native(usize, usize, Sender<Result<Duration, CollectiveError>>),
     Abort(i32),
 }
 
@@ -52,6 +56,8 @@ pub struct Cluster {
     tx: Option<Sender<Request>>,
     thread: Option<JoinHandle<()>>,
     flags: Arc<Flags>,
+    /// The all-reduce's buffer on its way to the MPI thread and back.
+    staging: Mutex<Vec<f32>>,
     index: usize,
     count: usize,
     hosts: Vec<String>,
@@ -89,6 +95,7 @@ impl Cluster {
             tx: Some(tx),
             thread: Some(thread),
             flags,
+            staging: Mutex::new(Vec::new()),
             index: joined.index,
             count: joined.count,
             hosts: joined.hosts,
@@ -111,6 +118,11 @@ impl Cluster {
         // the MPI thread ends the process; should it not, end it here
         std::thread::sleep(Duration::from_secs(10));
         std::process::exit(code)
+    }
+
+    /// Open MPI's own MPI_Allreduce of `len` floats, `iters` times: the time (benchmarks).
+    pub fn native_all_reduce(&self, len: usize, iters: usize) -> Result<Duration, CollectiveError> {
+        self.ask(|r| Request::Native(len, iters, r))
     }
 
     fn ask<T>(
@@ -151,8 +163,19 @@ impl Processes for Cluster {
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
-        let (out, t) = self.ask(|r| Request::AllReduce(buf.to_vec(), r))?;
+        // the buffer handed to the MPI thread keeps its memory from call to call
+        let mut staged = self
+            .staging
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        staged.clear();
+        staged.extend_from_slice(buf);
+        let (out, t) = self.ask(|r| Request::AllReduce(staged, r))?;
         buf.copy_from_slice(&out);
+        if let Ok(mut s) = self.staging.lock() {
+            *s = out;
+        }
         Ok(t)
     }
 
@@ -213,6 +236,7 @@ fn serve(rx: Receiver<Request>, ready: Sender<Result<Joined, String>>, flags: Ar
     let mut link = Link {
         flags,
         broken: None,
+        scratch: Vec::new(),
     };
     match link.start() {
         Ok(j) => {
@@ -237,6 +261,9 @@ fn serve(rx: Receiver<Request>, ready: Sender<Result<Joined, String>>, flags: Ar
             Request::Barrier(reply) => {
                 let _ = reply.send(link.barrier());
             }
+            Request::Native(len, iters, reply) => {
+                let _ = reply.send(link.native(len, iters));
+            }
             Request::Abort(code) => link.abort(code),
         }
     }
@@ -253,6 +280,8 @@ struct Link {
     /// Why an exchange was abandoned: its buffers are leaked (MPI may still write them) and no
     /// later exchange is started.
     broken: Option<CollectiveError>,
+    /// The all-reduce's output buffer, kept from call to call.
+    scratch: Vec<f32>,
 }
 
 fn world() -> ffi::MPI_Comm {
@@ -336,13 +365,17 @@ impl Link {
                 self.broken = Some(e.clone());
                 return Err(e);
             }
+            // Open MPI moves data only inside its calls: poll eagerly while a transfer may be
+            // under way (yielding now and then, so that a shared core's other threads run),
+            // lazily once this has waited long enough to be waiting for a slower process
             polls += 1;
-            if polls < 2000 {
-                std::hint::spin_loop();
-            } else if polls < 20_000 {
-                std::thread::yield_now();
+            if start.elapsed() < EAGER {
+                match polls % 16 {
+                    0 => std::thread::yield_now(),
+                    _ => std::hint::spin_loop(),
+                }
             } else {
-                std::thread::sleep(Duration::from_micros(100));
+                std::thread::sleep(Duration::from_micros(500));
             }
         }
     }
@@ -366,69 +399,68 @@ impl Link {
         Ok(t.elapsed())
     }
 
-    /// Sum across processes, the same bits everywhere: each process sums one block
-    /// (reduce-scatter), then every block goes to every process (all-gather). A barrier first
-    /// splits waiting for the others from moving data.
-    fn all_reduce(
-        &mut self,
-        mut buf: Vec<f32>,
-    ) -> Result<(Vec<f32>, ReduceTiming), CollectiveError> {
+    /// Sum across processes with MPI_Iallreduce. Open MPI's algorithms give every process the
+    /// same bits (each pairwise sum is computed the same on both sides, or by one process and
+    /// sent on), which the replica check confirms every --log-every steps. A barrier first splits
+    /// waiting for the others from moving data.
+    fn all_reduce(&mut self, buf: Vec<f32>) -> Result<(Vec<f32>, ReduceTiming), CollectiveError> {
         let wait = self.barrier()?;
         let t = Instant::now();
-        let mut size: c_int = 0;
-        // SAFETY: MPI is initialized on this thread
-        unsafe {
-            ffi::MPI_Comm_size(world(), &mut size);
-        }
-        let p = size.max(1) as usize;
-        let len = buf.len();
+        // the result lands in the scratch buffer, which the input then becomes
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        out.resize(buf.len(), 0.0);
         let mut done = 0;
-        while done < len {
-            let n = (len - done).min(CHUNK / p * p);
-            let block = n.div_ceil(p);
-            let mut send = vec![0.0f32; block * p];
-            send[..n].copy_from_slice(&buf[done..done + n]);
-            let mut mine = vec![0.0f32; block];
+        let (mut buf, mut out) = (buf, out);
+        while done < buf.len() {
+            let n = (buf.len() - done).min(CHUNK);
             let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: `send` holds block*p floats and `mine` block; both outlive the request
-            // (kept by `finish`, leaked if it is abandoned)
+            // SAFETY: both buffers hold at least done+n floats and outlive the request (kept by
+            // `finish`, leaked if it is abandoned)
             unsafe {
-                ffi::MPI_Ireduce_scatter_block(
-                    send.as_ptr().cast::<c_void>(),
-                    mine.as_mut_ptr().cast::<c_void>(),
-                    count(block),
+                ffi::MPI_Iallreduce(
+                    buf[done..].as_ptr().cast::<c_void>(),
+                    out[done..].as_mut_ptr().cast::<c_void>(),
+                    count(n),
                     ffi::RSMPI_FLOAT,
                     ffi::RSMPI_SUM,
                     world(),
                     &mut req,
                 );
             }
-            let (mut send, mine) = self.finish(req, (send, mine))?;
-            let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: as above; the result lands in `send` (block*p floats)
-            unsafe {
-                ffi::MPI_Iallgather(
-                    mine.as_ptr().cast::<c_void>(),
-                    count(block),
-                    ffi::RSMPI_FLOAT,
-                    send.as_mut_ptr().cast::<c_void>(),
-                    count(block),
-                    ffi::RSMPI_FLOAT,
-                    world(),
-                    &mut req,
-                );
-            }
-            let (send, _) = self.finish(req, (send, mine))?;
-            buf[done..done + n].copy_from_slice(&send[..n]);
+            (buf, out) = self.finish(req, (buf, out))?;
             done += n;
         }
+        self.scratch = buf;
         Ok((
-            buf,
+            out,
             ReduceTiming {
                 wait,
                 transfer: t.elapsed(),
             },
         ))
+    }
+
+    /// `iters` blocking MPI_Allreduce calls on `len` floats, after a barrier: their time.
+    fn native(&mut self, len: usize, iters: usize) -> Result<Duration, CollectiveError> {
+        self.barrier()?;
+        let send = vec![1.0f32; len.min(CHUNK)];
+        let mut recv = vec![0.0f32; send.len()];
+        let t = Instant::now();
+        for _ in 0..iters {
+            // SAFETY: both buffers hold `len` floats and live across the blocking call
+            unsafe {
+                ffi::MPI_Allreduce(
+                    send.as_ptr().cast::<c_void>(),
+                    recv.as_mut_ptr().cast::<c_void>(),
+                    count(send.len()),
+                    ffi::RSMPI_FLOAT,
+                    ffi::RSMPI_SUM,
+                    world(),
+                );
+            }
+        }
+        Ok(t.elapsed())
     }
 
     fn broadcast(
