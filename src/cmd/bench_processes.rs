@@ -152,6 +152,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// Bus bandwidth in GB/s (nccl-tests' definition) of an all-reduce of `bytes` over `n` taking
 /// `t`.
+#[cfg(feature = "mpi")]
 fn busbw(n: usize, bytes: usize, t: std::time::Duration) -> f64 {
     2.0 * (n - 1) as f64 / n as f64 * bytes as f64 / t.as_secs_f64().max(1e-12) / 1e9
 }
