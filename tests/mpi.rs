@@ -408,3 +408,135 @@ fn process_with_rank(dir: &Path, rank: usize) -> Option<i32> {
     }
     None
 }
+
+/// Two network namespaces joined by a veth pair: two "hosts" with a real network between them.
+/// Dropping it deletes both (and with them the pair).
+struct TwoHosts {
+    names: [String; 2],
+    subnet: String,
+}
+
+impl TwoHosts {
+    fn create() -> Result<TwoHosts, String> {
+        // SAFETY: a plain query
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("needs root (network namespaces)".into());
+        }
+        let id = std::process::id() % 250;
+        let hosts = TwoHosts {
+            names: [format!("mgt{id}a"), format!("mgt{id}b")],
+            subnet: format!("10.213.{id}"),
+        };
+        let [a, b] = &hosts.names;
+        let (va, vb) = (format!("{a}v"), format!("{b}v"));
+        let steps: Vec<Vec<String>> = [
+            vec!["netns", "add", a],
+            vec!["netns", "add", b],
+            vec!["link", "add", &va, "type", "veth", "peer", "name", &vb],
+            vec!["link", "set", &va, "netns", a],
+            vec!["link", "set", &vb, "netns", b],
+        ]
+        .into_iter()
+        .map(|v| v.into_iter().map(String::from).collect())
+        .chain(
+            [(a, &va, 1), (b, &vb, 2)]
+                .into_iter()
+                .flat_map(|(ns, dev, n)| {
+                    let addr = format!("{}.{n}/24", hosts.subnet);
+                    [
+                        vec!["-n", ns, "addr", "add", &addr, "dev", dev],
+                        vec!["-n", ns, "link", "set", dev, "up"],
+                        vec!["-n", ns, "link", "set", "lo", "up"],
+                    ]
+                    .map(|v| v.into_iter().map(String::from).collect::<Vec<_>>())
+                }),
+        )
+        .collect();
+        for args in steps {
+            let out = Command::new("ip")
+                .args(&args)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "`ip {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(hosts)
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+#[test]
+fn two_hosts_over_a_real_network_train_like_one_process() {
+    if !mpirun_found() {
+        return;
+    }
+    let hosts = match TwoHosts::create() {
+        Ok(h) => h,
+        Err(why) => return common::skipped(&format!("no network namespaces here: {why}")),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    // mpirun starts each host's daemon through this agent: inside the namespace named like the
+    // host, with that name as its host name
+    let agent = tmp.path().join("agent");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\nns=\"$1\"; shift\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns && exec $*\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let alone = tmp.path().join("alone");
+    run_alone(4, &common_args(&alone, "adam", 1, 50));
+    let apart = tmp.path().join("apart");
+    let net = format!("{}.0/24", hosts.subnet);
+    let [a, b] = &hosts.names;
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", a, "mpirun", "--mca", "plm_rsh_agent"])
+        .arg(&agent)
+        .args([
+            "--mca",
+            "btl",
+            "tcp,self",
+            "--mca",
+            "btl_tcp_if_include",
+            &net,
+        ])
+        .args([
+            "--mca",
+            "oob_tcp_if_include",
+            &net,
+            "-H",
+            &format!("{a},{b}"),
+        ])
+        .args(["-np", "2", BIN])
+        .args(common_args(&apart, "adam", 1, 50))
+        .args(["--devices", "cpu:2"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let out = c.output().expect("mpirun starts");
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{log}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        log.contains(&format!(
+            "devices: {a}/cpu0 {a}/cpu1 {b}/cpu0 {b}/cpu1 (4 ranks on 2 hosts"
+        )),
+        "{log}"
+    );
+    let d = max_rel_diff(&weights(&alone), &weights(&apart));
+    assert!(d <= 1e-5, "two hosts and one process differ by {d:e}");
+}
