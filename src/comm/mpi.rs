@@ -20,6 +20,8 @@ use super::{CollectiveError, Processes, ReduceTiming};
 const HOST_BYTES: usize = 256;
 /// Elements per MPI call (counts are C ints).
 const CHUNK: usize = 1 << 28;
+/// How long a hand-over between the MPI thread and the others is waited for awake.
+const HANDOVER: Duration = Duration::from_micros(300);
 /// How long an exchange is polled without sleeping.
 const EAGER: Duration = Duration::from_millis(200);
 
@@ -137,6 +139,15 @@ impl Cluster {
             .as_ref()
             .and_then(|tx| tx.send(make(reply)).ok())
             .ok_or_else(|| CollectiveError::Aborted("MPI has ended in this process".into()))?;
+        // the answer usually comes within microseconds: wait for it awake a little first
+        let t = Instant::now();
+        while t.elapsed() < HANDOVER {
+            match answer.try_recv() {
+                Ok(r) => return r,
+                Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(_) => break,
+            }
+        }
         answer
             .recv()
             .map_err(|_| CollectiveError::Aborted("the MPI thread ended".into()))?
@@ -247,7 +258,7 @@ fn serve(rx: Receiver<Request>, ready: Sender<Result<Joined, String>>, flags: Ar
             link.abort(1);
         }
     }
-    for req in rx.iter() {
+    while let Some(req) = next(&rx) {
         match req {
             Request::AllReduce(buf, reply) => {
                 let _ = reply.send(link.all_reduce(buf));
@@ -272,6 +283,20 @@ fn serve(rx: Receiver<Request>, ready: Sender<Result<Joined, String>>, flags: Ar
         link.abort(1);
     }
     drop(universe);
+}
+
+/// The next request: awake a little first (a step's exchanges follow each other closely), then
+/// asleep. None once the channel has closed.
+fn next(rx: &Receiver<Request>) -> Option<Request> {
+    let t = Instant::now();
+    while t.elapsed() < HANDOVER {
+        match rx.try_recv() {
+            Ok(r) => return Some(r),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(_) => return None,
+        }
+    }
+    rx.recv().ok()
 }
 
 /// MPI calls, made only from the MPI thread.
