@@ -59,7 +59,9 @@ pub(super) fn train(
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
-    let tui = !front.headless && std::io::stdout().is_terminal();
+    // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
+    // no terminal): process 0 logs, and `attach` gives the screen
+    let tui = !front.headless && std::io::stdout().is_terminal() && procs.is_none();
     // a bad theme is refused before anything starts, even where the log is shown instead
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(front.theme.as_deref(), no_color)?;
@@ -96,7 +98,7 @@ pub(super) fn train(
             return Err(e.into());
         }
     };
-    let (live, notes) = match &run_dir {
+    let (live, mut notes) = match &run_dir {
         Some(dir) => {
             let (live, note) = serve(dir, &engine);
             (live, vec![note])
@@ -104,6 +106,12 @@ pub(super) fn train(
         None => (None, Vec::new()),
     };
     let (server, hub) = live.unzip();
+    if procs.is_some() && !front.headless {
+        notes.push(format!(
+            "note: a run over several processes logs here; for the terminal UI: mgtop-train attach {}",
+            run_dir.as_deref().map_or("RUN_DIR".into(), |d| d.display().to_string())
+        ));
+    }
     let recorder = Recorder::new(metrics, hub, log_every);
     let result = match theme {
         Some(theme) => run_tui(engine, theme, &front, recorder, notes, on_signals),

@@ -23,7 +23,7 @@ const CHUNK: usize = 1 << 28;
 /// How long a hand-over between the MPI thread and the others is waited for awake.
 const HANDOVER: Duration = Duration::from_micros(300);
 /// How long an exchange is polled without sleeping.
-const EAGER: Duration = Duration::from_millis(200);
+const EAGER: Duration = Duration::from_millis(50);
 
 enum Request {
     AllReduce(
@@ -400,7 +400,7 @@ impl Link {
                     _ => std::hint::spin_loop(),
                 }
             } else {
-                std::thread::sleep(Duration::from_micros(500));
+                std::thread::sleep(Duration::from_micros(100));
             }
         }
     }

@@ -127,13 +127,19 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     frame.render_widget(block, area);
     let w = inner.width as usize;
     let wide = w >= 110;
-    // fixed columns: name 6, util 6, mem-access 6, mem 13, [temp 6, power 11], step ms 9
-    let fixed = 6 + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 };
+    // fixed columns: name (6, or the longest `host/cpuN` up to 17 where there is room),
+    // util 6, mem-access 6, mem 13, [temp 6, power 11], step ms 9
+    let longest = app.devices.iter().map(|d| d.label.chars().count()).max();
+    let name_w = match longest.unwrap_or(0) {
+        l if l > 5 && wide => (l + 1).min(17),
+        _ => 6,
+    };
+    let fixed = name_w + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 };
     let rest = w.saturating_sub(fixed);
     let bar_w = (rest / 2).clamp(8, 32).min(rest);
     let spark_w = rest.saturating_sub(bar_w + 1);
     let mut head = format!(
-        "{:<6}{:>5} {:>6} {:>11} ",
+        "{:<name_w$}{:>5} {:>6} {:>11} ",
         "dev",
         util_name(app),
         "memacc",
@@ -159,13 +165,13 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let mut spans = vec![
             if d.warnings.is_empty() {
                 Span::styled(
-                    format!("{:<6}", fit(&d.label, 5)),
+                    format!("{:<name_w$}", fit(&d.label, name_w - 1)),
                     theme.fg(theme.series(i)),
                 )
             } else {
                 // a device with a warning: marked here, the warning itself in the events panel
                 Span::styled(
-                    format!("{:<6}", format!("{}!", fit(&d.label, 4))),
+                    format!("{:<name_w$}", format!("{}!", fit(&d.label, name_w - 2))),
                     theme.badge(theme.warn),
                 )
             },

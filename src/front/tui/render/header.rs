@@ -7,7 +7,7 @@ use ratatui::Frame;
 
 use super::{bytes, clock, fit, si};
 use crate::config::Budget;
-use crate::engine::Device;
+use crate::engine::{Device, RunInfo};
 use crate::front::tui::app::{App, RunState};
 use crate::front::tui::theme::Theme;
 
@@ -27,12 +27,12 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     Span::styled(format!(" {label} "), theme.badge(color))
 }
 
-/// "cpu0", "cpu0 cpu1", or "8 CPU workers".
-fn device_summary(devices: &[Device]) -> String {
+/// "cpu0", "cpu0 cpu1", "8 CPU workers", or "8 GPUs on 2 hosts".
+fn device_summary(info: &RunInfo) -> String {
+    let devices = &info.devices;
     if devices.len() <= 2 {
-        return devices
-            .iter()
-            .map(Device::label)
+        return (0..devices.len())
+            .map(|r| info.rank_label(r))
             .collect::<Vec<_>>()
             .join(" ");
     }
@@ -40,10 +40,14 @@ fn device_summary(devices: &[Device]) -> String {
         .iter()
         .filter(|d| matches!(d, Device::Cpu { .. }))
         .count();
+    let hosts = match info.host_count() {
+        1 => String::new(),
+        h => format!(" on {h} hosts"),
+    };
     match (cpus, devices.len() - cpus) {
-        (c, 0) => format!("{c} CPU workers"),
-        (0, g) => format!("{g} GPUs"),
-        (c, g) => format!("{g} GPUs + {c} CPU workers"),
+        (c, 0) => format!("{c} CPU workers{hosts}"),
+        (0, g) => format!("{g} GPUs{hosts}"),
+        (c, g) => format!("{g} GPUs + {c} CPU workers{hosts}"),
     }
 }
 
@@ -54,7 +58,7 @@ fn sep<'a>(theme: &Theme) -> Span<'a> {
 pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let w = area.width as usize;
     let info = &app.info;
-    let devs = device_summary(&info.devices);
+    let devs = device_summary(info);
     let line1 = Line::from(vec![
         Span::styled(format!(" {} ", info.name), theme.title()),
         state_span(app, theme),
