@@ -165,14 +165,14 @@ pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
     use crate::comm::Processes;
     use std::time::Instant;
 
-    let launch = crate::comm::launch::from_env()
+    crate::comm::launch::from_env()
         .map_err(anyhow::Error::msg)?
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "mpi-allreduce-bench runs under mpirun: use `mgtop-train bench --only processes`"
             )
         })?;
-    let cluster = Cluster::join(&launch).map_err(anyhow::Error::msg)?;
+    let cluster = Cluster::join().map_err(anyhow::Error::msg)?;
     let (n, lead) = (cluster.count(), cluster.index() == 0);
     if lead {
         crate::say!("MPI all-reduce between {n} processes: bus bandwidth GB/s (2(n-1)/n x bytes / time), median of {repeat}");

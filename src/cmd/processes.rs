@@ -13,13 +13,13 @@ pub fn command(_args: TrainArgs, _on_signals: &OnSignals, launch: &Launch) -> an
 }
 
 #[cfg(feature = "mpi")]
-pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
+pub fn command(args: TrainArgs, on_signals: &OnSignals, _launch: &Launch) -> anyhow::Result<()> {
     use std::sync::Arc;
 
     use crate::comm::mpi::Cluster;
     use crate::comm::Processes;
 
-    let cluster = Arc::new(Cluster::join(launch).map_err(anyhow::Error::msg)?);
+    let cluster = Arc::new(Cluster::join().map_err(anyhow::Error::msg)?);
     let procs: Arc<dyn Processes> = cluster.clone();
     let result = match cluster.index() {
         0 => super::train::train(args, on_signals, Some(procs)),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::loader::Cursor;
-use super::{Device, EngineError, Start};
+use super::start::Start;
+use super::{Device, EngineError};
 use crate::backend::TrainState;
 use crate::comm::processes::{broadcast_vec, gather_vecs};
 use crate::comm::{CollectiveError, Processes};
@@ -355,12 +356,27 @@ pub(super) fn share_start(
         })
 }
 
-/// The NCCL group id, made by process 0 and sent to the others.
-pub(super) fn share_bytes(
-    procs: &dyn Processes,
-    ours: Option<Vec<u8>>,
-) -> Result<Vec<u8>, EngineError> {
-    broadcast_vec(procs, ours.unwrap_or_default(), 0).map_err(lost)
+/// The NCCL group id of a run's GPUs: made here, or by process 0 and sent to the others.
+pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
+    let make = || {
+        cudarc::nccl::Id::new()
+            .map_err(|e| EngineError::Config(format!("NCCL did not create a group id: {e:?}")))
+    };
+    let Some(p) = &world.procs else {
+        return make();
+    };
+    let ours = match world.process() {
+        0 => Some(make()?.internal().iter().map(|&c| c as u8).collect()),
+        _ => None,
+    };
+    let bytes = broadcast_vec(&**p, ours.unwrap_or_default(), 0).map_err(lost)?;
+    let id: [std::ffi::c_char; 128] = bytes
+        .iter()
+        .map(|&b| b as std::ffi::c_char)
+        .collect::<Vec<_>>()
+        .try_into()
+        .map_err(|_| EngineError::Config("process 0 sent a malformed NCCL id".into()))?;
+    Ok(cudarc::nccl::Id::uninit(id))
 }
 
 #[cfg(test)]

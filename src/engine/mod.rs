@@ -16,24 +16,23 @@ mod outcome;
 mod rebalance;
 mod resume;
 pub mod rundir;
+mod start;
 mod validate;
 mod worker;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver};
 
-use crate::backend::{CpuReplica, TrainState};
+use crate::backend::CpuReplica;
 use crate::comm::{Collective, CollectiveError, HierCollective, LocalCollective, Processes};
-use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
+use crate::config::RunConfig;
 use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
-use crate::engine::loader::{Cursor, RankLoader};
-use crate::nn::optim::OptState;
+use crate::engine::loader::RankLoader;
 use heartbeat::{Beat, Heartbeats};
 use resume::{budget_reached, resumed_settings};
 
@@ -43,21 +42,6 @@ pub use info::RunInfo;
 use job::World;
 pub use job::{describe as describe_ranks, hostname};
 pub use outcome::{EngineError, RunResult};
-
-/// Where a run starts: fresh or from a checkpoint.
-#[derive(Clone, Debug)]
-struct Start {
-    step: u64,
-    cursor: Cursor,
-    per_replica: usize,
-    lr: f32,
-    /// Where the LR and (resuming) the batch size came from, for the start-up lines.
-    lr_note: Option<String>,
-    batch_note: Option<String>,
-    state: TrainState,
-    /// The checkpoint resumed from (its step is `step`).
-    checkpoint: Option<PathBuf>,
-}
 
 pub struct Engine {
     info: RunInfo,
@@ -175,45 +159,8 @@ impl Engine {
         };
         let ranks = world.devices.len();
         let lead = world.process() == 0;
-        let start = match cfg.resume.as_ref().filter(|_| lead) {
-            Some(path) => {
-                let dir = checkpoint::resolve(path)?;
-                let (meta, state) = checkpoint::read(&dir, &model, &cfg.optimizer.to_string())?;
-                let resumed = resumed_settings(&cfg, &meta, ranks);
-                Start {
-                    step: meta.step,
-                    cursor: Cursor {
-                        epoch: meta.epoch,
-                        offset: meta.offset,
-                    },
-                    per_replica: resumed.per_replica,
-                    lr: resumed.lr,
-                    lr_note: Some(resumed.lr_note),
-                    batch_note: Some(resumed.batch_note),
-                    state,
-                    checkpoint: Some(dir),
-                }
-            }
-            None => Start {
-                step: 0,
-                cursor: Cursor::default(),
-                per_replica: cfg.batch_per_replica,
-                lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
-                lr_note: cfg.lr.is_none().then(|| {
-                    format!(
-                        "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
-                        cfg.lr_scaling,
-                        cfg.batch_per_replica * ranks * cfg.grad_accum
-                    )
-                }),
-                batch_note: None,
-                state: TrainState {
-                    params: model.init_params(cfg.seed),
-                    opt: OptState::new(cfg.optimizer, model.n_params),
-                },
-                checkpoint: None,
-            },
-        };
+        // process 0's starting point, on every process
+        let start = start::starting_point(&cfg, &model, ranks, lead)?;
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
@@ -345,7 +292,7 @@ impl Engine {
         // NCCL is joined with one id made here (by process 0, sent to the others over the
         // processes' link), before any worker starts.
         let nccl_id = match gpus > 1 {
-            true => Some(nccl_id(&world)?),
+            true => Some(job::nccl_id(&world)?),
             false => None,
         };
         let collectives: Vec<Box<dyn Collective>> = match &world.procs {
@@ -533,27 +480,4 @@ impl Engine {
         let _ = drain.join();
         r
     }
-}
-
-/// The NCCL group id of a run's GPUs: made here, or by process 0 and sent to the others.
-fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
-    let make = || {
-        cudarc::nccl::Id::new()
-            .map_err(|e| EngineError::Config(format!("NCCL did not create a group id: {e:?}")))
-    };
-    let Some(p) = &world.procs else {
-        return make();
-    };
-    let ours = match world.process() {
-        0 => Some(make()?.internal().iter().map(|&c| c as u8).collect()),
-        _ => None,
-    };
-    let bytes = job::share_bytes(&**p, ours)?;
-    let id: [std::ffi::c_char; 128] = bytes
-        .iter()
-        .map(|&b| b as std::ffi::c_char)
-        .collect::<Vec<_>>()
-        .try_into()
-        .map_err(|_| EngineError::Config("process 0 sent a malformed NCCL id".into()))?;
-    Ok(cudarc::nccl::Id::uninit(id))
 }

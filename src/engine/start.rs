@@ -1,0 +1,77 @@
+//! Where a run starts: a fresh model, or a checkpoint's state and position.
+
+use std::path::PathBuf;
+
+use super::checkpoint;
+use super::loader::Cursor;
+use super::resume::resumed_settings;
+use super::EngineError;
+use crate::backend::TrainState;
+use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
+use crate::nn::model::Model;
+use crate::nn::optim::OptState;
+
+/// Where a run starts: fresh or from a checkpoint.
+#[derive(Clone, Debug)]
+pub(super) struct Start {
+    pub step: u64,
+    pub cursor: Cursor,
+    pub per_replica: usize,
+    pub lr: f32,
+    /// Where the LR and (resuming) the batch size came from, for the start-up lines.
+    pub lr_note: Option<String>,
+    pub batch_note: Option<String>,
+    pub state: TrainState,
+    /// The checkpoint resumed from (its step is `step`).
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// The starting point of a run of `ranks` ranks: `--resume`'s checkpoint (read by process 0
+/// alone, `lead`; the others take it from there) or a fresh model.
+pub(super) fn starting_point(
+    cfg: &RunConfig,
+    model: &Model,
+    ranks: usize,
+    lead: bool,
+) -> Result<Start, EngineError> {
+    let start = match cfg.resume.as_ref().filter(|_| lead) {
+        Some(path) => {
+            let dir = checkpoint::resolve(path)?;
+            let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())?;
+            let resumed = resumed_settings(cfg, &meta, ranks);
+            Start {
+                step: meta.step,
+                cursor: Cursor {
+                    epoch: meta.epoch,
+                    offset: meta.offset,
+                },
+                per_replica: resumed.per_replica,
+                lr: resumed.lr,
+                lr_note: Some(resumed.lr_note),
+                batch_note: Some(resumed.batch_note),
+                state,
+                checkpoint: Some(dir),
+            }
+        }
+        None => Start {
+            step: 0,
+            cursor: Cursor::default(),
+            per_replica: cfg.batch_per_replica,
+            lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
+            lr_note: cfg.lr.is_none().then(|| {
+                format!(
+                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
+                    cfg.lr_scaling,
+                    cfg.batch_per_replica * ranks * cfg.grad_accum
+                )
+            }),
+            batch_note: None,
+            state: TrainState {
+                params: model.init_params(cfg.seed),
+                opt: OptState::new(cfg.optimizer, model.n_params),
+            },
+            checkpoint: None,
+        },
+    };
+    Ok(start)
+}
