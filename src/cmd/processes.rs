@@ -50,6 +50,12 @@ fn follow(
     use crate::config::RunConfig;
     use crate::engine::Engine;
 
+    // process 0 reads the checkpoint of a --resume and sends its state: the path need not
+    // exist on this machine
+    let args = TrainArgs {
+        resume: None,
+        ..args
+    };
     let (cfg, _) = args.resolve().map_err(anyhow::Error::msg)?;
     let patience = cfg.stall_timeout;
     let cfg = RunConfig {
