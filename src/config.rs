@@ -151,6 +151,8 @@ pub struct RunConfig {
     pub rebalance: bool,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
+    /// How ranks share what they learn (`--strategy`).
+    pub strategy: crate::engine::strategy::Strategy,
 }
 
 impl Default for RunConfig {
@@ -189,6 +191,7 @@ impl Default for RunConfig {
             rebalance: false,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
+            strategy: Default::default(),
         }
     }
 }

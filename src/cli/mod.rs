@@ -262,6 +262,12 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default)]
     pub rebalance: bool,
+    /// How ranks share what they learn: mirrored (all-reduce gradients every step) | central-storage (one copy of the parameters and optimizer state on the host; devices get parameters and send gradients each step) | local-sgd:H[,moments] (each rank takes H steps alone, then the ranks average parameters [and optimizer moments])  [default: mirrored]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// local-sgd: synchronous (mirrored) steps before the ranks start stepping alone  [default: 100]
+    #[arg(long, value_name = "STEPS")]
+    pub local_sgd_warmup: Option<u64>,
     /// Demo / test fault: RANK:FACTOR makes that rank's compute FACTOR times slower (e.g. 1:2.0).
     #[arg(long, value_name = "RANK:FACTOR")]
     pub slow_rank: Option<String>,

@@ -30,6 +30,9 @@ pub struct StepStats {
     pub comm: Duration,
     /// Time inside the all-reduce waiting for slower ranks to arrive.
     pub sync_wait: Duration,
+    /// Parameters and gradients copied between the device and the host's copy of the model
+    /// (central storage every step; local SGD at its averages).
+    pub transfer: Duration,
     pub optimizer: Duration,
     pub step_time: Duration,
     /// Since the run started, when this rank finished the step.

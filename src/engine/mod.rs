@@ -15,6 +15,7 @@ mod outcome;
 mod rebalance;
 mod resume;
 pub mod rundir;
+pub mod strategy;
 mod validate;
 mod worker;
 
@@ -249,6 +250,7 @@ impl Engine {
                 .collect(),
             stall_timeout: cfg.stall_timeout,
             baseline: None,
+            strategy: cfg.strategy,
         };
         if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
             return Err(EngineError::Config(
@@ -314,6 +316,7 @@ impl Engine {
         } else {
             None
         };
+        let (store, state) = strategy::Store::for_run(&cfg, start.state.clone());
         let mut workers = Vec::new();
         for (rank, coll) in LocalCollective::group(ranks).into_iter().enumerate() {
             let loader = RankLoader::new(
@@ -352,8 +355,9 @@ impl Engine {
                 split: None,
                 rebalance_work: Duration::ZERO,
                 rebalance_samples: 0,
+                strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             };
-            let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
+            let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
             let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
             let pool = match device {

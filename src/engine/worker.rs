@@ -48,6 +48,8 @@ pub(super) struct Worker {
     /// This rank's work time and samples since the last rebalancing decision.
     pub rebalance_work: Duration,
     pub rebalance_samples: usize,
+    /// How this rank exchanges gradients and updates (`--strategy`).
+    pub strategy: super::strategy::Runner,
 }
 
 pub(super) struct WorkerEnd {
@@ -206,17 +208,22 @@ impl Worker {
         let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
             let (events, step_now) = (&self.events, self.step);
-            let d = agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
-                let applied = if paused {
-                    Applied::Paused
-                } else {
-                    Applied::Resumed
-                };
-                let _ = events.send(Event::Control {
-                    step: step_now,
-                    applied,
-                });
-            })?;
+            // controls are agreed where the ranks hold one model (local SGD: at its averages)
+            let d = if !self.strategy.in_sync(step_now) {
+                Default::default()
+            } else {
+                agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
+                    let applied = if paused {
+                        Applied::Paused
+                    } else {
+                        Applied::Resumed
+                    };
+                    let _ = events.send(Event::Control {
+                        step: step_now,
+                        applied,
+                    });
+                })?
+            };
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
                 self.lr_base = self
                     .cfg
@@ -277,7 +284,7 @@ impl Worker {
                 .zip(cpu0)
                 .map(|(b, a)| b.saturating_sub(a));
             self.beats.beat(self.rank, next, Phase::Reduce);
-            let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
+            let (m, reduce) = self.strategy.exchange(replica, self.coll.as_mut(), next)?;
             let device = replica.device_times();
             if let Some(dev) = device {
                 // a GPU: the host only queued the work; the device says how long it took
@@ -287,7 +294,6 @@ impl Worker {
             self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
             self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Update);
-            let m = replica.batch_metrics();
             let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
             if !loss.is_finite() {
                 return Err(EngineError::NonFinite {
@@ -303,13 +309,13 @@ impl Worker {
                 self.step,
                 self.progress(),
             );
-            let t = Instant::now();
-            replica.apply_update(lr);
+            let (host_opt, synced) = self
+                .strategy
+                .update(replica, self.coll.as_mut(), lr, next)?;
+            let reduce = reduce.plus(synced);
             // a GPU's update is timed on the device, one step late (the events are read after
             // the next all-reduce); the host's time of it is only the launch
-            let optimizer = device
-                .and_then(|d| d.optimizer)
-                .unwrap_or_else(|| t.elapsed());
+            let optimizer = device.and_then(|d| d.optimizer).unwrap_or(host_opt);
 
             self.step += 1;
             let epoch = self.cursor.epoch;
@@ -330,8 +336,9 @@ impl Worker {
                 compute,
                 compute_cpu,
                 device_timed: device.is_some(),
-                comm: reduce.transfer,
+                comm: reduce.comm,
                 sync_wait: reduce.wait,
+                transfer: reduce.transfer,
                 optimizer,
                 step_time: t_start.elapsed(),
                 at,
@@ -370,6 +377,8 @@ impl Worker {
                 self.save(replica)?;
             }
         }
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
         if !stopped && self.cfg.final_checkpoint {
             self.save(replica)?;
         }
@@ -384,7 +393,7 @@ impl Worker {
             stopped,
             losses,
             step_ends,
-            state: replica.export(),
+            state: self.strategy.export(replica),
             last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: best_val,
         })
@@ -399,6 +408,8 @@ impl Worker {
         if n == 0 {
             return Ok((None, None));
         }
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
@@ -410,8 +421,11 @@ impl Worker {
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
     }
 
-    /// Rank 0 writes a checkpoint of the current state (identical on every rank).
-    fn save(&mut self, replica: &dyn Replica) -> Result<(), EngineError> {
+    /// Rank 0 writes a checkpoint of the current state (identical on every rank, local SGD's
+    /// replicas averaged first). Every rank calls this at the same steps.
+    fn save(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
         let saved = self
             .last_checkpoint
             .as_ref()
@@ -419,7 +433,7 @@ impl Worker {
         if self.rank != 0 || saved {
             return Ok(());
         }
-        let state = replica.export();
+        let state = self.strategy.export(replica);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights
             return Err(EngineError::NonFinite {
@@ -452,6 +466,7 @@ impl Worker {
                 "lr_scaling": cfg.lr_scaling.to_string(),
                 "grad_accum": cfg.grad_accum,
                 "lr_flag": cfg.lr,
+                "strategy": cfg.strategy.to_string(),
             }),
             run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
         };

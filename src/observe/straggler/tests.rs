@@ -33,6 +33,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             device_timed: false,
             comm: ms(0.2),
             sync_wait: ms(slowest - w),
+            transfer: Duration::ZERO,
             optimizer: Duration::ZERO,
             step_time: ms(slowest + 0.2),
             at: ms(step as f64 * slowest),
@@ -386,6 +387,7 @@ fn a_slow_gpu_is_flagged_from_device_timings() {
             };
             let s = StepStats {
                 sync_wait: Duration::ZERO,
+                transfer: Duration::ZERO,
                 compute_cpu: None,
                 device_timed: true,
                 data_wait: Duration::ZERO,
