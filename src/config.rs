@@ -153,6 +153,8 @@ pub struct RunConfig {
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
     pub strategy: crate::engine::strategy::Strategy,
+    /// Validate at every epoch end (`scale` measures without, and validates the final model).
+    pub epoch_validation: bool,
 }
 
 impl Default for RunConfig {
@@ -192,6 +194,7 @@ impl Default for RunConfig {
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),
+            epoch_validation: true,
         }
     }
 }

@@ -118,6 +118,9 @@ pub struct ScaleArgs {
     /// Prefetch settings to compare: on, off, or on,off
     #[arg(long = "prefetch-modes", value_delimiter = ',', default_value = "on,off", value_parser = ["on", "off"])]
     pub prefetch_modes: Vec<String>,
+    /// Distribution strategies to compare side by side, e.g. mirrored,central-storage,local-sgd:8  [default: --strategy]
+    #[arg(long, value_name = "LIST")]
+    pub strategies: Option<String>,
     /// Untimed steps before each measurement.
     #[arg(long, default_value_t = 20)]
     pub warmup_steps: u64,

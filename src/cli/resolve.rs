@@ -163,6 +163,7 @@ impl TrainArgs {
         }
         let cfg = RunConfig {
             strategy,
+            epoch_validation: d.epoch_validation,
             name: args.name,
             slow_rank,
             slow_data,

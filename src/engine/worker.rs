@@ -405,7 +405,7 @@ impl Worker {
         replica: &mut dyn Replica,
     ) -> Result<(Option<f32>, Option<f32>), EngineError> {
         let n = self.val.len();
-        if n == 0 {
+        if n == 0 || !self.cfg.epoch_validation {
             return Ok((None, None));
         }
         self.strategy
