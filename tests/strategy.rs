@@ -318,3 +318,79 @@ fn controls_apply_at_a_step_every_rank_agrees_on_with_every_strategy() {
         }
     }
 }
+
+#[test]
+fn scale_compares_strategies_side_by_side_even_with_a_straggler() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args([
+            "scale",
+            "--counts",
+            "1,2",
+            "--strategies",
+            "mirrored,central-storage,local-sgd:4,moments",
+            "--local-sgd-warmup",
+            "3",
+            "--slow-rank",
+            "1:2.0",
+            "--prefetch-modes",
+            "on",
+            "--warmup-steps",
+            "5",
+            "--seconds",
+            "0.1",
+            "--repeat",
+            "1",
+            "--out",
+            "s.json",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("strategy") && out.contains("val acc"), "{out}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mirrored",
+            "mirrored",
+            "central-storage",
+            "central-storage",
+            "local-sgd:4,moments",
+            "local-sgd:4,moments"
+        ]
+    );
+    for r in &rows {
+        // each strategy's speedup is against its own 1-device point
+        if r["devices"] == 1 {
+            assert_eq!(r["speedup"], 1.0, "{r}");
+        }
+        let acc = r["val_accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{r}");
+        // central storage moves parameters and gradients through the host every step,
+        // mirrored never
+        let transfer = r["transfer_share"].as_f64().unwrap();
+        match r["strategy"].as_str().unwrap() {
+            "mirrored" => assert_eq!(transfer, 0.0, "{r}"),
+            "central-storage" => assert!(transfer > 0.0, "{r}"),
+            _ => {}
+        }
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args(["scale", "--strategies", "mirrored,ring"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--strategies: unknown strategy `ring`"),
+        "{err}"
+    );
+}

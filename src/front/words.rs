@@ -84,15 +84,15 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
 }
 
 /// Where the replicas stand after step `step`, for strategies that are not one model each step:
-/// `replicas diverge by design; next sync at step 108`.
+/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`.
 pub fn sync_note(strategy: &Strategy, step: u64) -> Option<String> {
     match *strategy {
         Strategy::LocalSgd { warmup, .. } if step < warmup => Some(format!(
             "synchronous warm-up: replicas step alone after step {warmup}"
         )),
-        _ => strategy
-            .next_sync(step)
-            .map(|n| format!("replicas diverge by design; next sync at step {n}")),
+        _ => strategy.next_sync(step).map(|n| {
+            format!("replicas diverge by design (loss: rank 0's shard); next sync at step {n}")
+        }),
     }
 }
 

@@ -244,7 +244,10 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
     let noisy: Vec<String> = rows
         .iter()
         .filter(|r| r.spread > NOISY_SPREAD)
-        .map(|r| format!("{}x{}", r.devices, r.per_replica))
+        .map(|r| match r.strategy.as_str() {
+            "mirrored" => format!("{}x{}", r.devices, r.per_replica),
+            s => format!("{s} {}x{}", r.devices, r.per_replica),
+        })
         .collect();
     if noisy.is_empty() {
         return None;
