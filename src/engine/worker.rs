@@ -131,7 +131,9 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
     );
     // every rank sees a non-finite loss at once; rank 0 speaks for them
-    let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
+    let shared = matches!(e, EngineError::NonFinite { .. })
+        && w.rank != 0
+        && w.strategy.shares_loss(w.step + 1);
     if !knock_on && !shared {
         let _ = w.events.send(Event::Failed {
             rank: w.rank,
@@ -208,9 +210,8 @@ impl Worker {
         let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
             let (events, step_now) = (&self.events, self.step);
-            // controls are agreed where the ranks hold one model (local SGD: at its averages)
             let d = if !self.strategy.in_sync(step_now) {
-                Default::default()
+                Default::default() // local SGD agrees on controls at its averages only
             } else {
                 agree(self.coll.as_mut(), self.decider.as_mut(), &mut |paused| {
                     let applied = if paused {
@@ -421,8 +422,7 @@ impl Worker {
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
     }
 
-    /// Rank 0 writes a checkpoint of the current state (identical on every rank, local SGD's
-    /// replicas averaged first). Every rank calls this at the same steps.
+    /// Rank 0 writes a checkpoint of the one model (local SGD: averaged first); all ranks call it.
     fn save(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;

@@ -65,6 +65,12 @@ impl Runner {
         self.synced_at == step
     }
 
+    /// Whether every rank sees the same (global) loss at step `step`: all but local SGD's
+    /// steps after its warm-up.
+    pub fn shares_loss(&self, step: u64) -> bool {
+        !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup)
+    }
+
     /// After `compute_grads` of step `step`: the exchange, and the batch's metrics (global, but
     /// this rank's own between local SGD's averages).
     pub fn exchange(
