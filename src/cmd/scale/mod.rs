@@ -260,7 +260,8 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
     ))
 }
 
-/// Measures every point (`progress` is told each one as it finishes) and fills in speedup and
+/// Measures every point, `repeat` rounds over the grid (`progress` is told each run as it
+/// finishes), and fills in speedup and
 /// efficiency against the 1-device point of the same series, where the grid has one.
 pub fn run(
     base: &RunConfig,
@@ -269,15 +270,18 @@ pub fn run(
 ) -> Result<Vec<Row>, EngineError> {
     let points = plan.points();
     let val = Held::load(base)?;
-    let mut rows = Vec::new();
-    for (i, p) in points.iter().enumerate() {
-        let mut runs = (0..plan.repeat.max(1))
-            .map(|_| measure_once(base, plan, *p, &val))
-            .collect::<Result<Vec<_>, _>>()?;
-        let row = median_by(&mut runs);
-        progress(i + 1, points.len(), &row);
-        rows.push(row);
+    // round after round over every point, so that a busy spell of the machine hits every point
+    // alike instead of all the repeats of one (what a side-by-side comparison needs)
+    let repeat = plan.repeat.max(1);
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); points.len()];
+    for round in 0..repeat {
+        for (i, p) in points.iter().enumerate() {
+            let row = measure_once(base, plan, *p, &val)?;
+            progress(round * points.len() + i + 1, repeat * points.len(), &row);
+            runs[i].push(row);
+        }
     }
+    let mut rows: Vec<Row> = runs.iter_mut().map(|r| median_by(r)).collect();
     let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
     for r in &mut rows {
         if let Some(b) = baselines.iter().find(|b| {
