@@ -187,14 +187,6 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
     let cases: &[(&[&str], &[&str])] = &[
         (&["--optimizer", "lion"], &["--optimizer", "adamw"]),
         (
-            &["--strategy", "local-sgd:0"],
-            &["local-sgd:0", "local-sgd:1 averages after every step"],
-        ),
-        (
-            &["--strategy", "parameter-server"],
-            &["unknown strategy `parameter-server`", "central-storage"],
-        ),
-        (
             &["--batch-per-replica", "0"],
             &["--batch-per-replica 0", "1..="],
         ),

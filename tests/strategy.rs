@@ -394,3 +394,31 @@ fn scale_compares_strategies_side_by_side_even_with_a_straggler() {
         "{err}"
     );
 }
+
+#[test]
+fn bad_strategy_values_exit_1_naming_the_value_and_the_fix() {
+    for (args, says) in [
+        (
+            &["--strategy", "local-sgd:0"][..],
+            &["local-sgd:0", "local-sgd:1 averages after every step"][..],
+        ),
+        (
+            &["--strategy", "parameter-server"][..],
+            &["unknown strategy `parameter-server`", "central-storage"][..],
+        ),
+        (
+            &["--local-sgd-warmup", "10"][..],
+            &["--local-sgd-warmup", "--strategy local-sgd:8"][..],
+        ),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .args(["--headless", "--steps", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(says.iter().all(|s| err.contains(s)), "{args:?}: {err}");
+    }
+}
