@@ -422,3 +422,32 @@ fn bad_strategy_values_exit_1_naming_the_value_and_the_fix() {
         assert!(says.iter().all(|s| err.contains(s)), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
+    use mgtop::front::tui::{demo, render, theme::Theme};
+    use ratatui::{backend::TestBackend, layout::Rect, Terminal};
+    let header = |strategy: Strategy| {
+        let mut app = demo::app(2, 150);
+        app.info.strategy = strategy;
+        let theme = Theme::embedded("dark").unwrap();
+        let mut t = Terminal::new(TestBackend::new(200, 3)).unwrap();
+        t.draw(|f| render::render_header(f, Rect::new(0, 0, 200, 3), &app, &theme))
+            .unwrap();
+        t.backend().to_string()
+    };
+    let s = header(local(8, 100, false));
+    assert!(
+        s.contains(
+            "local-sgd:8: replicas diverge by design (loss: rank 0's shard); next sync at step 156"
+        ),
+        "{s}"
+    );
+    let s = header(local(8, 200, false));
+    assert!(
+        s.contains("synchronous warm-up: replicas step alone after step 200"),
+        "{s}"
+    );
+    assert!(header(Strategy::CentralStorage).contains("central-storage"));
+    assert!(!header(Strategy::Mirrored).contains("mirrored"));
+}
