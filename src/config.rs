@@ -154,6 +154,10 @@ pub struct RunConfig {
     pub rebalance: bool,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
+    /// How ranks share what they learn (`--strategy`).
+    pub strategy: crate::engine::strategy::Strategy,
+    /// Validate at every epoch end (`scale` measures without, and validates the final model).
+    pub epoch_validation: bool,
 }
 
 impl Default for RunConfig {
@@ -193,6 +197,8 @@ impl Default for RunConfig {
             rebalance: false,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
+            strategy: Default::default(),
+            epoch_validation: true,
         }
     }
 }

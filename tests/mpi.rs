@@ -540,3 +540,32 @@ fn two_hosts_over_a_real_network_train_like_one_process() {
     let d = max_rel_diff(&weights(&alone), &weights(&apart));
     assert!(d <= 1e-5, "two hosts and one process differ by {d:e}");
 }
+
+#[test]
+fn strategies_across_processes_local_sgd_runs_and_central_storage_is_refused() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // local SGD's averages go through the processes' all-reduce; the replica check runs only
+    // where the ranks hold one model
+    let mut args = common_args(&tmp.path().join("local"), "sgd", 1, 50);
+    args.extend(["--strategy", "local-sgd:4", "--local-sgd-warmup", "10"].map(String::from));
+    let out = run_processes(&[1, 1], &args);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("finished: 50 steps"), "{log}");
+    let mut args = common_args(&tmp.path().join("central"), "sgd", 1, 50);
+    args.extend(["--strategy", "central-storage"].map(String::from));
+    let out = mpirun()
+        .args(["-np", "2", BIN])
+        .args(&args)
+        .args(["--devices", "cpu:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("central-storage") && err.contains("cannot span processes"),
+        "{err}"
+    );
+}

@@ -156,12 +156,21 @@ fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
     let e = read_err(&p);
     assert!(e.contains("garbage.jsonl: line 5: not JSON"), "{e}");
 
+    // the second step record (events such as the replica check sit between them)
+    let text = std::fs::read_to_string(&run).unwrap();
+    let second = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("\"type\":\"step\""))
+        .nth(1)
+        .map(|(i, _)| i)
+        .unwrap();
     let p = edited(&run, d, "field.jsonl", |l| {
-        l[6] = l[6].replace("\"per_rank\"", "\"per_rnak\"")
+        l[second] = l[second].replace("\"per_rank\"", "\"per_rnak\"")
     });
     let e = read_err(&p);
     assert!(
-        e.contains("field.jsonl: line 7:") && e.contains("`per_rank`"),
+        e.contains(&format!("field.jsonl: line {}:", second + 1)) && e.contains("`per_rank`"),
         "{e}"
     );
 

@@ -137,4 +137,18 @@ impl Replica for CpuReplica {
         self.params.copy_from_slice(&state.params);
         self.opt = state.opt.clone();
     }
+
+    fn grads_to_host(&mut self, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend_from_slice(&self.grads);
+    }
+
+    fn params_to_host(&mut self, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend_from_slice(&self.params);
+    }
+
+    fn params_from_host(&mut self, params: &[f32]) {
+        self.params.copy_from_slice(params);
+    }
 }

@@ -61,6 +61,16 @@ pub trait Replica {
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize);
     fn export(&self) -> TrainState;
     fn import(&mut self, state: &TrainState);
+    /// Ends a step without exchanging gradients (local SGD between averages, central storage):
+    /// `batch_metrics` and `device_times` then describe this rank's own batch.
+    fn finish_local(&mut self) {}
+    /// The last step's gradient sums and metric slots (n_params + AUX floats) into `out`, on
+    /// the host (central storage).
+    fn grads_to_host(&mut self, out: &mut Vec<f32>);
+    /// The parameters (n_params floats) into `out`, on the host.
+    fn params_to_host(&mut self, out: &mut Vec<f32>);
+    /// Replaces the parameters with `params` from the host; the optimizer state stays.
+    fn params_from_host(&mut self, params: &[f32]);
 }
 
 /// The number of metric slots riding at the end of the gradient buffer, so that one

@@ -24,6 +24,9 @@ Examples:
   mgtop-train --headless --resume runs/digits-mlp_128/latest   (continue a run from its newest checkpoint)
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
                                                (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
+  mgtop-train --headless --strategy local-sgd:8   (ranks step alone and average every 8 steps, after 100 synchronous ones)
+  mgtop-train scale --counts 1,2 --strategies mirrored,central-storage,local-sgd:8 --slow-rank 1:2.0
+                                               (the strategies side by side: samples/s, speedup, comm, transfer, loss, accuracy)
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
                                                (the UI over a finished or still running run's metrics file; --headless: its summary)
   mgtop-train attach runs/digits-mlp_128/latest  (the UI of a running job over its live socket; q detaches or stops it)
@@ -139,6 +142,9 @@ pub struct ScaleArgs {
     /// Prefetch settings to compare: on, off, or on,off
     #[arg(long = "prefetch-modes", value_delimiter = ',', default_value = "on,off", value_parser = ["on", "off"])]
     pub prefetch_modes: Vec<String>,
+    /// Distribution strategies to compare side by side, e.g. mirrored,central-storage,local-sgd:8  [default: --strategy]
+    #[arg(long, value_name = "LIST")]
+    pub strategies: Option<String>,
     /// Untimed steps before each measurement.
     #[arg(long, default_value_t = 20)]
     pub warmup_steps: u64,
@@ -283,6 +289,12 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default)]
     pub rebalance: bool,
+    /// How ranks share what they learn: mirrored (all-reduce gradients every step) | central-storage (one copy of the parameters and optimizer state on the host; devices get parameters and send gradients each step) | local-sgd:H[,moments] (each rank takes H steps alone, then the ranks average parameters [and optimizer moments])  [default: mirrored]
+    #[arg(long, value_name = "NAME")]
+    pub strategy: Option<String>,
+    /// local-sgd: synchronous (mirrored) steps before the ranks start stepping alone  [default: 100]
+    #[arg(long, value_name = "STEPS")]
+    pub local_sgd_warmup: Option<u64>,
     /// Demo / test fault: RANK:FACTOR makes that rank's compute FACTOR times slower (e.g. 1:2.0).
     #[arg(long, value_name = "RANK:FACTOR")]
     pub slow_rank: Option<String>,

@@ -56,6 +56,8 @@ impl TrainArgs {
             ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            strategy,
+            local_sgd_warmup,
             stall_timeout,
             slow_rank,
             slow_data,
@@ -155,7 +157,13 @@ impl TrainArgs {
                 ))
             }
         };
+        let mut strategy = parse("strategy", args.strategy.as_ref(), d.strategy)?;
+        if let Some(w) = args.local_sgd_warmup {
+            strategy = strategy.with_warmup(w)?;
+        }
         let cfg = RunConfig {
+            strategy,
+            epoch_validation: d.epoch_validation,
             name: args.name,
             slow_rank,
             slow_data,

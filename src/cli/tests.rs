@@ -89,3 +89,46 @@ fn config_files_are_read_within_limits() {
         "{e}"
     );
 }
+
+#[test]
+fn strategies_from_flags_and_files_and_their_errors() {
+    use crate::engine::strategy::Strategy;
+    let (c, _) = cli(&[]).unwrap();
+    assert_eq!(c.strategy, Strategy::Mirrored);
+    let (c, _) = cli(&["--strategy", "local-sgd:8", "--local-sgd-warmup", "20"]).unwrap();
+    assert_eq!(
+        c.strategy,
+        Strategy::LocalSgd {
+            every: 8,
+            warmup: 20,
+            moments: false
+        }
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    std::fs::write(&f, "strategy = \"central-storage\"\n").unwrap();
+    let (c, _) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!(c.strategy, Strategy::CentralStorage);
+    for (args, says) in [
+        (
+            &["--strategy", "local-sgd:0"][..],
+            "--strategy: strategy `local-sgd:0`",
+        ),
+        (&["--strategy", "local-sgd:x"][..], "whole number"),
+        (
+            &["--strategy", "ring-allreduce"][..],
+            "mirrored, central-storage, or local-sgd:H",
+        ),
+        (
+            &["--local-sgd-warmup", "5"][..],
+            "this run's strategy is mirrored",
+        ),
+        (
+            &["--config", f.to_str().unwrap(), "--local-sgd-warmup", "5"][..],
+            "this run's strategy is central-storage",
+        ),
+    ] {
+        let e = cli(args).unwrap_err();
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}

@@ -30,6 +30,9 @@ pub struct StepStats {
     pub comm: Duration,
     /// Time inside the all-reduce waiting for slower ranks to arrive.
     pub sync_wait: Duration,
+    /// Parameters and gradients copied between the device and the host's copy of the model
+    /// (central storage every step; local SGD at its averages).
+    pub transfer: Duration,
     pub optimizer: Duration,
     pub step_time: Duration,
     /// Since the run started, when this rank finished the step.
@@ -42,7 +45,7 @@ pub struct StepStats {
 
 impl StepStats {
     /// Words of `to_words`.
-    pub const WORDS: usize = 20;
+    pub const WORDS: usize = 21;
 
     /// As words, to travel between processes (durations in ns, floats as their bits).
     pub fn to_words(&self) -> [u64; Self::WORDS] {
@@ -68,6 +71,7 @@ impl StepStats {
             ns(self.at),
             self.after_pause as u64,
             self.progress.to_bits(),
+            ns(self.transfer),
         ]
     }
 
@@ -97,6 +101,7 @@ impl StepStats {
             at: d(w[17]),
             after_pause: w[18] != 0,
             progress: f64::from_bits(w[19]),
+            transfer: d(w[20]),
         })
     }
 }
@@ -185,6 +190,7 @@ mod tests {
             at: Duration::from_secs(3),
             after_pause: true,
             progress: 0.25,
+            transfer: Duration::from_micros(3),
         };
         assert_eq!(StepStats::from_words(&s.to_words()), Some(s.clone()));
         let none = StepStats {

@@ -48,6 +48,8 @@ pub struct RunInfo {
     pub stall_timeout: Duration,
     /// Samples/s of one device on this workload (`--calibrate`).
     pub baseline: Option<f64>,
+    /// How the ranks share what they learn (`--strategy`).
+    pub strategy: crate::engine::strategy::Strategy,
 }
 
 impl RunInfo {

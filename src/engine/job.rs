@@ -143,6 +143,11 @@ pub(super) fn meet(
     train: &Dataset,
     val: &Dataset,
 ) -> Result<World, EngineError> {
+    if cfg.strategy == crate::engine::strategy::Strategy::CentralStorage {
+        return Err(EngineError::Config(
+            "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span processes: across machines use --strategy mirrored (the default) or local-sgd:H".into(),
+        ));
+    }
     let hello = Hello {
         host: hostname(),
         devices: local
@@ -161,6 +166,7 @@ pub(super) fn meet(
             ("--optimizer".into(), cfg.optimizer.to_string()),
             ("--seed".into(), cfg.seed.to_string()),
             ("--grad-accum".into(), cfg.grad_accum.to_string()),
+            ("--strategy".into(), cfg.strategy.to_string()),
             (
                 "--batch-per-replica".into(),
                 cfg.batch_per_replica.to_string(),

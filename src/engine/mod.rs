@@ -17,6 +17,7 @@ mod rebalance;
 mod resume;
 pub mod rundir;
 mod start;
+pub mod strategy;
 mod validate;
 mod worker;
 
@@ -232,6 +233,7 @@ impl Engine {
                 .collect(),
             stall_timeout: cfg.stall_timeout,
             baseline: None,
+            strategy: cfg.strategy,
         };
         if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
             return Err(EngineError::Config(
@@ -305,6 +307,7 @@ impl Engine {
                 .map(|c| Box::new(c) as Box<dyn Collective>)
                 .collect(),
         };
+        let (store, state) = strategy::Store::for_run(&cfg, start.state.clone());
         let mut workers = Vec::new();
         for (rank, coll) in local.clone().zip(collectives) {
             let loader = RankLoader::new(
@@ -348,8 +351,9 @@ impl Engine {
                 split: None,
                 rebalance_work: Duration::ZERO,
                 rebalance_samples: 0,
+                strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             };
-            let (model, state, cfg) = (model.clone(), start.state.clone(), cfg.clone());
+            let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
             let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
             let pool = match device {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{select, tick, Receiver};
 
-use super::words::{describe, event_line, step_line};
+use super::words::{describe, event_line, step_line, sync_note};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
@@ -32,6 +32,7 @@ struct Log<'a> {
     budget: Budget,
     log_every: u64,
     baseline: Option<f64>,
+    strategy: crate::engine::strategy::Strategy,
 }
 
 impl Log<'_> {
@@ -56,7 +57,10 @@ impl Log<'_> {
         };
         let rate = self.monitor.samples_per_sec();
         if row.step.is_multiple_of(self.log_every) {
-            let line = step_line(&row, rate, self.budget, self.baseline);
+            let mut line = step_line(&row, rate, self.budget, self.baseline);
+            if let Some(note) = sync_note(&self.strategy, row.step) {
+                line += &format!(" | {note}");
+            }
             let _ = writeln!(self.out, "{} {line}", stamp(row.at));
         }
         let w = self.metrics.step(&row, rate);
@@ -124,6 +128,7 @@ pub fn run(
         budget: info.budget,
         log_every,
         baseline: info.baseline,
+        strategy: info.strategy,
     };
     let w = log.metrics.run_start(&info);
     log.warn(w);

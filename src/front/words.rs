@@ -3,6 +3,7 @@
 
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event};
+use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
 use crate::observe::monitor::StepRow;
 
@@ -84,10 +85,26 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"
         ));
     }
+    if info.strategy != Strategy::Mirrored {
+        lines.push(format!("strategy: {}", info.strategy.describe()));
+    }
     if let Some(line) = resumed_line(info) {
         lines.push(line);
     }
     lines
+}
+
+/// Where the replicas stand after step `step`, for strategies that are not one model each step:
+/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`.
+pub fn sync_note(strategy: &Strategy, step: u64) -> Option<String> {
+    match *strategy {
+        Strategy::LocalSgd { warmup, .. } if step < warmup => Some(format!(
+            "synchronous warm-up: replicas step alone after step {warmup}"
+        )),
+        _ => strategy.next_sync(step).map(|n| {
+            format!("replicas diverge by design (loss: rank 0's shard); next sync at step {n}")
+        }),
+    }
 }
 
 /// Where a resumed run starts, and where its batch size came from (the LR line says where
@@ -177,7 +194,11 @@ pub fn step_line(
         times.join(" "),
         share(|r| r.comm),
         share(|r| r.sync_wait),
-    )
+    ) + &match share(|r| r.transfer) {
+        // central storage: parameters and gradients between the devices and the host copy
+        t if t > 0.0 => format!(" transfer {t:.0}%"),
+        _ => String::new(),
+    }
 }
 
 pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {

@@ -174,6 +174,7 @@ mod tests {
             device_timed: false,
             comm: Duration::ZERO,
             sync_wait: Duration::ZERO,
+            transfer: Duration::ZERO,
             optimizer: Duration::ZERO,
             step_time: Duration::from_millis(1),
             at: Duration::from_millis(at_ms),

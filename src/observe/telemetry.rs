@@ -185,6 +185,7 @@ mod tests {
             device_timed: false,
             comm: Duration::ZERO,
             sync_wait: Duration::from_millis(wait_ms),
+            transfer: Duration::ZERO,
             optimizer: Duration::ZERO,
             step_time: Duration::from_millis(compute_ms + 2 * wait_ms),
             at: Duration::ZERO,

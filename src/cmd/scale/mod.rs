@@ -16,9 +16,13 @@ pub use report::{check_out, table, write};
 use crate::cli::ScaleArgs;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
+use crate::engine::strategy::Strategy;
 use crate::engine::{Engine, EngineError};
 use crate::observe::monitor::Monitor;
 use crate::observe::telemetry::Telemetry;
+
+mod held;
+use held::{strategies, Held};
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,11 +30,13 @@ pub struct Point {
     pub devices: usize,
     pub per_replica: usize,
     pub prefetch: bool,
+    pub strategy: Strategy,
 }
 
 /// What one point measured (medians over repeats).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
+    pub strategy: String,
     pub devices: usize,
     pub per_replica: usize,
     pub global_batch: usize,
@@ -49,7 +55,11 @@ pub struct Row {
     pub data_wait_share: f64,
     pub comm_share: f64,
     pub sync_wait_share: f64,
+    /// Parameters and gradients between devices and the host (central storage).
+    pub transfer_share: f64,
     pub final_loss: f32,
+    /// The final model's accuracy on the held-out split (none where the data has none).
+    pub val_accuracy: Option<f32>,
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +69,8 @@ pub struct Plan {
     pub counts: Vec<usize>,
     pub batches: Vec<usize>,
     pub prefetch: Vec<bool>,
+    /// Distribution strategies to compare (`--strategies`).
+    pub strategies: Vec<Strategy>,
     pub warmup_steps: u64,
     /// How long each run is timed for, after its warm-up steps.
     pub timed: Duration,
@@ -69,18 +81,21 @@ pub struct Plan {
 pub const NOISY_SPREAD: f64 = 0.10;
 
 impl Plan {
-    /// Every point, prefetch-major then batch then device count (so the 1-device baseline of
-    /// each series comes first).
+    /// Every point, prefetch-major then batch then strategy then device count (so the
+    /// 1-device baseline of each series comes first).
     pub fn points(&self) -> Vec<Point> {
         let mut v = Vec::new();
         for &prefetch in &self.prefetch {
             for &per_replica in &self.batches {
-                for &devices in &self.counts {
-                    v.push(Point {
-                        devices,
-                        per_replica,
-                        prefetch,
-                    });
+                for &strategy in &self.strategies {
+                    for &devices in &self.counts {
+                        v.push(Point {
+                            devices,
+                            per_replica,
+                            prefetch,
+                            strategy,
+                        });
+                    }
                 }
             }
         }
@@ -91,8 +106,8 @@ impl Plan {
 /// How often GPU telemetry is read during a timed measurement.
 const NVML_EVERY: Duration = Duration::from_millis(200);
 
-/// One timed run of `base` at `p`.
-fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineError> {
+/// One timed run of `base` at `p`; the final model is validated on `val`.
+fn measure_once(base: &RunConfig, plan: &Plan, p: Point, val: &Held) -> Result<Row, EngineError> {
     let cfg = RunConfig {
         devices: if plan.gpus.is_empty() {
             DeviceSpec::Cpu(p.devices)
@@ -110,7 +125,12 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
         run_dir: None,
         link_latest: false,
         calibrate: false,
-        val_fraction: 0.0,
+        // trained on the same split as a run, validated once at the end (below)
+        epoch_validation: false,
+        strategy: p.strategy,
+        // a fault on a rank the point does not have is left out
+        slow_rank: base.slow_rank.filter(|f| f.0 < p.devices),
+        slow_data: base.slow_data.filter(|f| f.0 < p.devices),
         ..base.clone()
     };
     let engine = Engine::start(cfg)?;
@@ -118,7 +138,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
     let events = engine.events().clone();
     let drain_events = std::thread::spawn(move || events.iter().count());
     // per rank: busy, data wait, comm, sync wait, step time (timed steps only)
-    let mut sums = vec![[0.0f64; 5]; p.devices];
+    let mut sums = vec![[0.0f64; 6]; p.devices];
     let mut last_loss = f32::NAN;
     let mut last_step = 0;
     // GPUs: NVML utilization and memory-access time, sampled over the timed steps
@@ -159,6 +179,7 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
                         t[2] += s.comm.as_secs_f64();
                         t[3] += s.sync_wait.as_secs_f64();
                         t[4] += s.step_time.as_secs_f64();
+                        t[5] += s.transfer.as_secs_f64();
                     }
                 }
             }
@@ -177,6 +198,9 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point) -> Result<Row, EngineEr
             / p.devices as f64
     };
     Ok(Row {
+        strategy: p.strategy.to_string(),
+        val_accuracy: val.accuracy(base, &r.state),
+        transfer_share: share(5),
         devices: p.devices,
         per_replica: p.per_replica,
         global_batch: global,
@@ -220,7 +244,10 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
     let noisy: Vec<String> = rows
         .iter()
         .filter(|r| r.spread > NOISY_SPREAD)
-        .map(|r| format!("{}x{}", r.devices, r.per_replica))
+        .map(|r| match r.strategy.as_str() {
+            "mirrored" => format!("{}x{}", r.devices, r.per_replica),
+            s => format!("{s} {}x{}", r.devices, r.per_replica),
+        })
         .collect();
     if noisy.is_empty() {
         return None;
@@ -233,7 +260,8 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
     ))
 }
 
-/// Measures every point (`progress` is told each one as it finishes) and fills in speedup and
+/// Measures every point, `repeat` rounds over the grid (`progress` is told each run as it
+/// finishes), and fills in speedup and
 /// efficiency against the 1-device point of the same series, where the grid has one.
 pub fn run(
     base: &RunConfig,
@@ -241,21 +269,24 @@ pub fn run(
     mut progress: impl FnMut(usize, usize, &Row),
 ) -> Result<Vec<Row>, EngineError> {
     let points = plan.points();
-    let mut rows = Vec::new();
-    for (i, p) in points.iter().enumerate() {
-        let mut runs = (0..plan.repeat.max(1))
-            .map(|_| measure_once(base, plan, *p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let row = median_by(&mut runs);
-        progress(i + 1, points.len(), &row);
-        rows.push(row);
+    let val = Held::load(base)?;
+    // round after round over every point, so that a busy spell of the machine hits every point
+    // alike instead of all the repeats of one (what a side-by-side comparison needs)
+    let repeat = plan.repeat.max(1);
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); points.len()];
+    for round in 0..repeat {
+        for (i, p) in points.iter().enumerate() {
+            let row = measure_once(base, plan, *p, &val)?;
+            progress(round * points.len() + i + 1, repeat * points.len(), &row);
+            runs[i].push(row);
+        }
     }
+    let mut rows: Vec<Row> = runs.iter_mut().map(|r| median_by(r)).collect();
     let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
     for r in &mut rows {
-        if let Some(b) = baselines
-            .iter()
-            .find(|b| b.per_replica == r.per_replica && b.prefetch == r.prefetch)
-        {
+        if let Some(b) = baselines.iter().find(|b| {
+            b.per_replica == r.per_replica && b.prefetch == r.prefetch && b.strategy == r.strategy
+        }) {
             let s = r.samples_per_sec / b.samples_per_sec;
             r.speedup = Some(s);
             r.efficiency = Some(s / r.devices as f64);
@@ -265,7 +296,12 @@ pub fn run(
 }
 
 /// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written.
-pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
+    // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list
+    let warmup = args
+        .strategies
+        .as_ref()
+        .and(args.train.local_sgd_warmup.take());
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
@@ -312,6 +348,10 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         counts,
         batches,
         prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),
+        strategies: match &args.strategies {
+            Some(list) => strategies(list, warmup, &base).map_err(anyhow::Error::msg)?,
+            None => vec![base.strategy],
+        },
         warmup_steps: args.warmup_steps,
         timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
@@ -326,7 +366,8 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     );
     let rows = run(&base, &plan, |i, n, r| {
         crate::say!(
-            "[{i}/{n}] {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+            "[{i}/{n}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+            r.strategy,
             r.devices,
             r.per_replica,
             if r.prefetch { "on" } else { "off" },
@@ -357,6 +398,7 @@ mod tests {
             counts: vec![1, 2],
             batches: vec![32, 128],
             prefetch: vec![true, false],
+            strategies: vec![Strategy::Mirrored],
             warmup_steps: 1,
             timed: Duration::from_millis(100),
             repeat: 1,
@@ -369,12 +411,14 @@ mod tests {
                 Point {
                     devices: 1,
                     per_replica: 32,
-                    prefetch: true
+                    prefetch: true,
+                    strategy: Strategy::Mirrored,
                 },
                 Point {
                     devices: 2,
                     per_replica: 32,
-                    prefetch: true
+                    prefetch: true,
+                    strategy: Strategy::Mirrored,
                 }
             ]
         );
@@ -383,6 +427,9 @@ mod tests {
 
     fn row(devices: usize, rate: f64) -> Row {
         Row {
+            strategy: "mirrored".into(),
+            transfer_share: 0.0,
+            val_accuracy: None,
             devices,
             per_replica: 32,
             global_batch: 32 * devices,

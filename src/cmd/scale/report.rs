@@ -10,8 +10,15 @@ fn pct(v: f64) -> String {
 
 /// The table as printed.
 pub fn table(rows: &[Row]) -> Vec<String> {
+    let w = rows
+        .iter()
+        .map(|r| r.strategy.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let mut out = vec![format!(
-        "{:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8}",
+        "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7}",
+        "strategy",
         "devices",
         "batch",
         "global",
@@ -25,11 +32,14 @@ pub fn table(rows: &[Row]) -> Vec<String> {
         "data",
         "comm",
         "wait",
-        "loss"
+        "transfer",
+        "loss",
+        "val acc"
     )];
     for r in rows {
         out.push(format!(
-            "{:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8.4}",
+            "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8.4} {:>7}",
+            r.strategy,
             r.devices,
             r.per_replica,
             r.global_batch,
@@ -43,7 +53,10 @@ pub fn table(rows: &[Row]) -> Vec<String> {
             pct(r.data_wait_share),
             pct(r.comm_share),
             pct(r.sync_wait_share),
-            r.final_loss
+            pct(r.transfer_share),
+            r.final_loss,
+            r.val_accuracy
+                .map_or("-".into(), |a| format!("{:.1}%", a * 100.0))
         ));
     }
     out
@@ -78,11 +91,12 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let text = match ext {
         "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
         "csv" => {
-            let mut s = String::from("devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,final_loss\n");
+            let mut s = String::from("strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n");
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{}\n",
+                    "{},{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
+                    r.strategy,
                     r.devices,
                     r.per_replica,
                     r.global_batch,
@@ -96,7 +110,9 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
                     r.data_wait_share,
                     r.comm_share,
                     r.sync_wait_share,
-                    r.final_loss
+                    r.transfer_share,
+                    r.final_loss,
+                    r.val_accuracy.map_or(String::new(), |a| format!("{a:.4}"))
                 );
             }
             s

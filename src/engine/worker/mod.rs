@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::checkpoint::{self, CheckpointMeta};
 use super::heartbeat::{Heartbeats, Phase};
 use super::thread_cpu_time;
 use super::{EngineError, RunResult};
@@ -25,6 +24,7 @@ use super::rebalance;
 
 mod boundary;
 mod in_sync;
+mod save;
 
 pub(super) struct Worker {
     /// This worker's global rank, of `ranks` in the run.
@@ -61,6 +61,8 @@ pub(super) struct Worker {
     /// This rank's work time and samples since the last rebalancing decision.
     pub rebalance_work: Duration,
     pub rebalance_samples: usize,
+    /// How this rank exchanges gradients and updates (`--strategy`).
+    pub strategy: super::strategy::Runner,
 }
 
 pub(super) struct WorkerEnd {
@@ -142,7 +144,9 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
     );
     // every rank sees a non-finite loss at once; rank 0 speaks for them
-    let shared = matches!(e, EngineError::NonFinite { .. }) && w.rank != 0;
+    let shared = matches!(e, EngineError::NonFinite { .. })
+        && w.rank != 0
+        && w.strategy.shares_loss(w.step + 1);
     if !knock_on && !shared {
         let _ = w.events.send(Event::Failed {
             rank: w.rank,
@@ -218,7 +222,11 @@ impl Worker {
         let mut best_val: Option<f32> = None;
         let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
-            let d = self.boundary()?;
+            let d = if !self.strategy.in_sync(self.step) {
+                Default::default() // local SGD agrees on controls at its averages only
+            } else {
+                self.boundary()?
+            };
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
                 self.lr_base = self
                     .cfg
@@ -279,7 +287,7 @@ impl Worker {
                 .zip(cpu0)
                 .map(|(b, a)| b.saturating_sub(a));
             self.beats.beat(self.rank, next, Phase::Reduce);
-            let reduce = replica.all_reduce_grads(self.coll.as_mut())?;
+            let (m, reduce) = self.strategy.exchange(replica, self.coll.as_mut(), next)?;
             let device = replica.device_times();
             if let Some(dev) = device {
                 // a GPU: the host only queued the work; the device says how long it took
@@ -289,7 +297,6 @@ impl Worker {
             self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
             self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Update);
-            let m = replica.batch_metrics();
             let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
             if !loss.is_finite() {
                 return Err(EngineError::NonFinite {
@@ -305,13 +312,13 @@ impl Worker {
                 self.step,
                 self.progress(),
             );
-            let t = Instant::now();
-            replica.apply_update(lr);
+            let (host_opt, synced) = self
+                .strategy
+                .update(replica, self.coll.as_mut(), lr, next)?;
+            let reduce = reduce.plus(synced);
             // a GPU's update is timed on the device, one step late (the events are read after
             // the next all-reduce); the host's time of it is only the launch
-            let optimizer = device
-                .and_then(|d| d.optimizer)
-                .unwrap_or_else(|| t.elapsed());
+            let optimizer = device.and_then(|d| d.optimizer).unwrap_or(host_opt);
 
             self.step += 1;
             self.check_in_sync(&mut *replica)?;
@@ -333,8 +340,9 @@ impl Worker {
                 compute,
                 compute_cpu,
                 device_timed: device.is_some(),
-                comm: reduce.transfer,
+                comm: reduce.comm,
                 sync_wait: reduce.wait,
+                transfer: reduce.transfer,
                 optimizer,
                 step_time: t_start.elapsed(),
                 at,
@@ -377,6 +385,8 @@ impl Worker {
                 self.save(replica)?;
             }
         }
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
         if !stopped && self.cfg.final_checkpoint {
             self.save(replica)?;
         }
@@ -391,7 +401,7 @@ impl Worker {
             stopped,
             losses,
             step_ends,
-            state: replica.export(),
+            state: self.strategy.export(replica),
             last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: best_val,
         })
@@ -403,9 +413,11 @@ impl Worker {
         replica: &mut dyn Replica,
     ) -> Result<(Option<f32>, Option<f32>), EngineError> {
         let n = self.val.len();
-        if n == 0 {
+        if n == 0 || !self.cfg.epoch_validation {
             return Ok((None, None));
         }
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
@@ -415,60 +427,6 @@ impl Worker {
         let mut sums = [loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
-    }
-
-    /// Rank 0 writes a checkpoint of the current state (identical on every rank).
-    fn save(&mut self, replica: &dyn Replica) -> Result<(), EngineError> {
-        let saved = self
-            .last_checkpoint
-            .as_ref()
-            .is_some_and(|(s, _)| *s == self.step);
-        if self.rank != 0 || saved {
-            return Ok(());
-        }
-        let state = replica.export();
-        if state.params.iter().any(|p| !p.is_finite()) {
-            // a finite loss can still come with an overflowing update; never save such weights
-            return Err(EngineError::NonFinite {
-                step: self.step,
-                epoch: self.cursor.epoch + 1,
-                checkpoint: self.last_checkpoint_path(),
-            });
-        }
-        let cfg = &self.cfg;
-        let meta = CheckpointMeta {
-            format: checkpoint::FORMAT.into(),
-            step: self.step,
-            epoch: self.cursor.epoch,
-            offset: self.cursor.offset,
-            per_replica: self.per_replica,
-            ranks: self.ranks,
-            lr: self.lr_base,
-            optimizer: cfg.optimizer.to_string(),
-            optimizer_steps: state.opt.t,
-            dims: self.model.dims.clone(),
-            seed: cfg.seed,
-            data: cfg.data.to_string(),
-            config: serde_json::json!({
-                "model": cfg.model.to_string(),
-                "devices": cfg.devices.to_string(),
-                "optimizer": cfg.optimizer.to_string(),
-                "weight_decay": cfg.weight_decay,
-                "schedule": cfg.schedule.to_string(),
-                "warmup": cfg.warmup,
-                "lr_scaling": cfg.lr_scaling.to_string(),
-                "grad_accum": cfg.grad_accum,
-                "lr_flag": cfg.lr,
-            }),
-            run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
-        };
-        let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
-        let _ = self.events.send(Event::Checkpoint {
-            step: self.step,
-            path: path.clone(),
-        });
-        self.last_checkpoint = Some((self.step, path));
-        Ok(())
     }
 
     fn last_checkpoint_path(&self) -> Option<PathBuf> {

@@ -44,6 +44,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         injected: vec![None; devices],
         stall_timeout: Duration::from_secs(60),
         baseline: None,
+        strategy: Default::default(),
     }
 }
 
@@ -78,6 +79,7 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         device_timed: false,
         comm: ms(comm),
         sync_wait: ms(wait),
+        transfer: Duration::ZERO,
         optimizer: ms(0.1),
         step_time: ms(step_time),
         at: ms(step as f64 * 4.0),

@@ -10,6 +10,7 @@ use super::reader::{Record, MAX_RANKS};
 use super::SCHEMA;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::throttle_bits;
@@ -187,6 +188,15 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         injected: vec![None; ranks],
         stall_timeout: Duration::from_secs(60),
         baseline: opt_num(v, "baseline_samples_per_s")?,
+        // files written before strategies were mirrored
+        strategy: field(v, "strategy")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse::<Strategy>().ok())
+            .map(|s| {
+                s.with_warmup(opt_uint(v, "sync_warmup").ok().flatten().unwrap_or(0))
+                    .unwrap_or(s)
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -317,6 +327,8 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 device_timed: false,
                 comm: millis(r, "comm_ms")?,
                 sync_wait: millis(r, "sync_wait_ms")?,
+                // files written before strategies had no transfer part
+                transfer: millis(r, "transfer_ms").unwrap_or_default(),
                 optimizer: millis(r, "optimizer_ms")?,
                 step_time: millis(r, "step_ms")?,
                 at,

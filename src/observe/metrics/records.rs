@@ -65,6 +65,7 @@ pub fn run(info: &RunInfo) -> Value {
         "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
         "hosts": info.hosts, "processes": info.processes,
+        "strategy": info.strategy.to_string(), "sync_warmup": info.strategy.sync_warmup(),
     })
 }
 
@@ -78,6 +79,7 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>) -> Value {
                 "rank": r.rank, "samples": r.samples, "step_ms": ms(r.step_time),
                 "data_wait_ms": ms(r.data_wait), "compute_ms": ms(r.compute), "comm_ms": ms(r.comm),
                 "sync_wait_ms": ms(r.sync_wait), "optimizer_ms": ms(r.optimizer),
+                "transfer_ms": ms(r.transfer),
             })
         })
         .collect();

@@ -35,6 +35,10 @@ pub struct DetectorConfig {
     pub min_gap: Duration,
     pub degraded_ratio: f64,
     pub stall_timeout: Duration,
+    /// Steps between two exchanges (local SGD's H): the others wait for a slow rank only once
+    /// per period, so waiting is judged as its mean over the window (the period's wait spread
+    /// over its steps), never its median (zero on the steps between syncs).
+    pub sync_every: u64,
 }
 
 impl Default for DetectorConfig {
@@ -49,6 +53,7 @@ impl Default for DetectorConfig {
             min_gap: Duration::from_millis(2),
             degraded_ratio: 1.25,
             stall_timeout: Duration::from_secs(60),
+            sync_every: 1,
         }
     }
 }
@@ -106,9 +111,14 @@ pub struct Detector {
 impl Detector {
     /// The straggler detector for this run, with what explains a slow rank.
     pub fn for_run(info: &RunInfo) -> Detector {
+        let d = DetectorConfig::default();
+        let h = info.strategy.sync_every();
         let cfg = DetectorConfig {
             stall_timeout: info.stall_timeout,
-            ..DetectorConfig::default()
+            sync_every: h,
+            // a window of whole sync periods, at least 4 of them
+            window: d.window.max(4 * h as usize).div_ceil(h as usize) * h as usize,
+            ..d
         };
         let ctx = Context {
             cores: info.cores,
@@ -218,7 +228,14 @@ impl Detector {
         };
         let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
         let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
-        let wait: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 2))).collect();
+        let wait: Vec<f64> = self
+            .recent
+            .iter()
+            .map(|q| match self.cfg.sync_every {
+                1 => median(&mut col(q, 2)),
+                _ => col(q, 2).iter().sum::<f64>() / q.len().max(1) as f64,
+            })
+            .collect();
         let comm: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 4))).collect();
         // work per sample: what degrades, whatever the batch size of the moment
         let per_sample: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 3))).collect();

@@ -33,6 +33,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             device_timed: false,
             comm: ms(0.2),
             sync_wait: ms(slowest - w),
+            transfer: Duration::ZERO,
             optimizer: Duration::ZERO,
             step_time: ms(slowest + 0.2),
             at: ms(step as f64 * slowest),
@@ -386,6 +387,7 @@ fn a_slow_gpu_is_flagged_from_device_timings() {
             };
             let s = StepStats {
                 sync_wait: Duration::ZERO,
+                transfer: Duration::ZERO,
                 compute_cpu: None,
                 device_timed: true,
                 data_wait: Duration::ZERO,
@@ -435,4 +437,46 @@ fn a_host_whose_all_reduce_stands_out_is_named_as_the_network() {
         text.starts_with("straggler: rank 2 on b is") && text.contains("likely cause: network"),
         "{text}"
     );
+}
+
+/// Local SGD: ranks meet only every `h` steps, where the others wait for a slow rank's whole
+/// period at once.
+fn local_sgd_rows(d: &mut Detector, h: u64, steps: u64, work: &[f64]) -> Vec<Warning> {
+    let mut out = Vec::new();
+    let slowest = work.iter().cloned().fold(0.0, f64::max);
+    for s in 1..=steps {
+        let mut r = row(s, work, &vec![0.1; work.len()]);
+        for (st, w) in r.ranks.iter_mut().zip(work) {
+            st.sync_wait = match s % h {
+                0 => ms(h as f64 * (slowest - w)),
+                _ => Duration::ZERO,
+            };
+        }
+        out.extend(d.on_row(&r));
+    }
+    out
+}
+
+#[test]
+fn under_local_sgd_a_straggler_is_judged_per_sync_period() {
+    let work = [10.0, 20.0];
+    let cfg = DetectorConfig {
+        sync_every: 8,
+        window: 64,
+        ..DetectorConfig::default()
+    };
+    let ctx = Context {
+        cores: 64,
+        ..Context::default()
+    };
+    let mut d = Detector::new(2, cfg, ctx.clone());
+    let w = local_sgd_rows(&mut d, 8, 300, &work);
+    assert!(
+        w.iter()
+            .any(|w| matches!(w, Warning::Straggler { rank: 1, .. })),
+        "the others wait 80 ms per period of 8 steps for rank 1: {w:?}"
+    );
+    // judged step by step (a median), the wait at one step in 8 would hide it
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    assert!(local_sgd_rows(&mut d, 8, 300, &work).is_empty());
 }

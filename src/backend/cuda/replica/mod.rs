@@ -8,8 +8,10 @@
 //! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
 //! and the engine reports the rank as failed.
 
+mod host;
 mod pass;
 mod update;
+mod wait;
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -76,6 +78,7 @@ pub struct CudaReplica {
     /// Recorded before and after the last optimizer update.
     update_events: Option<(CudaEvent, CudaEvent)>,
     times: Option<DeviceTimes>,
+    staging: host::Staging,
 }
 
 impl CudaReplica {
@@ -142,6 +145,7 @@ impl CudaReplica {
             events: None,
             update_events: None,
             times: None,
+            staging: host::Staging::default(),
             model,
             gpu,
         };
@@ -273,49 +277,6 @@ impl CudaReplica {
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
             .unwrap_or_else(|e| self.fail("record an event", e))
     }
-
-    /// Waits for `ev`, which follows an all-reduce, without blocking forever: the clock starts
-    /// when the work before the all-reduce (`compute_end`) is done, so a long compute is not a
-    /// hang; a group aborted on the host (a peer's failure) or `timeout` of all-reduce with no
-    /// progress ends the wait and aborts the NCCL group. Without a group nothing can hang.
-    fn wait_for(
-        &mut self,
-        ev: &CudaEvent,
-        host: Option<&dyn Collective>,
-    ) -> Result<(), CollectiveError> {
-        let mut started: Option<Instant> = None;
-        let compute_end = self.events.as_ref().map(|(_, end)| end);
-        loop {
-            match ev.try_is_complete() {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => self.fail("wait for the all-reduce", e),
-            }
-            if self.comm.is_none() {
-                if let Err(e) = ev.synchronize() {
-                    self.fail("wait for the GPU", e)
-                }
-                return Ok(());
-            }
-            if let Some(reason) = host.and_then(|h| h.abort_reason()) {
-                self.abort_group();
-                return Err(CollectiveError::Aborted(reason));
-            }
-            let compute_done = compute_end.is_none_or(|c| c.try_is_complete().unwrap_or(true));
-            if compute_done {
-                let t0 = *started.get_or_insert_with(Instant::now);
-                if t0.elapsed() > self.timeout {
-                    self.abort_group();
-                    return Err(CollectiveError::Aborted(format!(
-                        "GPU {}: the NCCL all-reduce did not finish within {:.0} s of the step's compute (a peer GPU hung or failed); set NCCL_DEBUG=INFO to see why",
-                        self.gpu.index,
-                        self.timeout.as_secs_f64()
-                    )));
-                }
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
-    }
 }
 
 impl Drop for CudaReplica {
@@ -364,34 +325,7 @@ impl Replica for CudaReplica {
                 )));
             }
         }
-        let reduced = self.record();
-        self.wait_for(&reduced, Some(&*host))?;
-        let n = self.model.n_params;
-        let s = self.gpu.stream.clone();
-        // a copy into pageable memory, and a synchronize so nothing depends on that detail
-        if let Err(e) = s
-            .memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut self.metrics[..])
-            .and_then(|_| s.synchronize())
-        {
-            self.fail("read the batch metrics", e)
-        }
-        let ms = |a: &CudaEvent, b: &CudaEvent| {
-            a.elapsed_ms(b)
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                .unwrap_or_default()
-        };
-        if let Some((start, computed)) = self.events.take() {
-            self.times = Some(DeviceTimes {
-                compute: ms(&start, &computed),
-                comm: ms(&computed, &reduced),
-                // queued before this step's compute, so complete by now
-                optimizer: self.update_events.take().map(|(a, b)| ms(&a, &b)),
-            });
-        }
-        Ok(ReduceTiming {
-            wait: Duration::ZERO,
-            transfer: self.times.map_or(t0.elapsed(), |t| t.comm),
-        })
+        self.settle(t0, Some(&*host))
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
@@ -476,5 +410,20 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
+    }
+
+    fn finish_local(&mut self) {
+        if let Err(e) = self.settle(Instant::now(), None) {
+            panic!("{e}")
+        }
+    }
+    fn grads_to_host(&mut self, out: &mut Vec<f32>) {
+        self.grads_out(out)
+    }
+    fn params_to_host(&mut self, out: &mut Vec<f32>) {
+        self.params_out(out)
+    }
+    fn params_from_host(&mut self, params: &[f32]) {
+        self.params_in(params)
     }
 }

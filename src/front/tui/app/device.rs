@@ -18,6 +18,8 @@ pub struct Split {
     pub comm: f64,
     /// Waiting in the all-reduce for slower ranks.
     pub wait: f64,
+    /// Parameters and gradients between the device and the host (central storage).
+    pub transfer: f64,
 }
 
 impl Split {
@@ -27,10 +29,11 @@ impl Split {
             compute: (s.compute + s.optimizer).as_secs_f64(),
             comm: s.comm.as_secs_f64(),
             wait: s.sync_wait.as_secs_f64(),
+            transfer: s.transfer.as_secs_f64(),
         }
     }
     pub fn total(&self) -> f64 {
-        self.data + self.compute + self.comm + self.wait
+        self.data + self.compute + self.comm + self.wait + self.transfer
     }
 }
 
@@ -80,6 +83,7 @@ impl DeviceState {
                 s.compute += p.compute / n;
                 s.comm += p.comm / n;
                 s.wait += p.wait / n;
+                s.transfer += p.transfer / n;
             }
             s
         })

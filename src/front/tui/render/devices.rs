@@ -318,6 +318,9 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             rows.push(("  waiting for data".into(), ms(sp.data)));
             rows.push(("  all-reduce".into(), ms(sp.comm)));
             rows.push(("  waiting for ranks".into(), ms(sp.wait)));
+            if sp.transfer > 0.0 {
+                rows.push(("  host transfer".into(), ms(sp.transfer)));
+            }
         }
         None => rows.push(("step".into(), "no steps yet".into())),
     }

@@ -137,6 +137,17 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         },
         _ => "– samples/s".into(),
     }));
+    if info.strategy != Default::default() {
+        l3.push(sep(theme));
+        let note = crate::front::words::sync_note(&info.strategy, step);
+        l3.push(Span::styled(
+            match note {
+                Some(n) => format!("{}: {n}", info.strategy),
+                None => info.strategy.to_string(),
+            },
+            theme.fg(theme.accent),
+        ));
+    }
     if let Some((rss, total)) = app.process_memory {
         l3.push(sep(theme));
         l3.push(Span::styled(

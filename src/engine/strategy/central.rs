@@ -1,0 +1,118 @@
+//! Central storage (TensorFlow's CentralStorageStrategy): one copy of the parameters and the
+//! optimizer state on the host. Each step every device sends its gradients to the host, where
+//! they are summed in fixed rank order (the collective's), rank 0 applies one optimizer step to
+//! the host copy, and every device receives the new parameters. Same arithmetic as mirrored.
+//!
+//! The host copy is shared by the worker threads of this process: central storage is for one
+//! process (the devices of one machine).
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use super::{Moved, Strategy};
+use crate::backend::{BatchMetrics, Replica, TrainState, AUX};
+use crate::comm::{Collective, CollectiveError};
+use crate::config::RunConfig;
+use crate::nn::optim::{self, OptState, OptimizerKind};
+
+/// The host's copy of the model.
+pub struct Store {
+    state: RwLock<TrainState>,
+    kind: OptimizerKind,
+    weight_decay: f32,
+}
+
+impl Store {
+    pub fn new(state: TrainState, kind: OptimizerKind, weight_decay: f32) -> Arc<Store> {
+        Arc::new(Store {
+            state: RwLock::new(state),
+            kind,
+            weight_decay,
+        })
+    }
+
+    /// Central storage: the store, holding `state`, and what each device starts from (the
+    /// parameters, no optimizer state). Other strategies: no store, every device gets `state`.
+    pub fn for_run(cfg: &RunConfig, state: TrainState) -> (Option<Arc<Store>>, TrainState) {
+        match cfg.strategy {
+            Strategy::CentralStorage => {
+                let device = Store::device_state(&state);
+                let store = Store::new(state, cfg.optimizer, cfg.weight_decay);
+                (Some(store), device)
+            }
+            _ => (None, state),
+        }
+    }
+
+    pub fn export(&self) -> TrainState {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// What a device starts from: the parameters, and no optimizer state.
+    pub fn device_state(state: &TrainState) -> TrainState {
+        TrainState {
+            params: state.params.clone(),
+            opt: OptState {
+                t: state.opt.t,
+                m: Vec::new(),
+                v: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Gradients to the host, summed across ranks there; the batch's global metrics.
+pub(super) fn exchange(
+    replica: &mut dyn Replica,
+    coll: &mut dyn Collective,
+    host: &mut Vec<f32>,
+) -> Result<(BatchMetrics, Moved), CollectiveError> {
+    replica.finish_local();
+    let mut moved = Moved::default();
+    let t = Instant::now();
+    replica.grads_to_host(host);
+    moved.transfer = t.elapsed();
+    moved.reduced(coll.all_reduce_sum(host)?);
+    let a = &host[host.len() - AUX..];
+    let metrics = BatchMetrics {
+        loss_sum: a[0] as f64,
+        correct: a[1] as f64,
+        samples: a[2] as f64,
+    };
+    Ok((metrics, moved))
+}
+
+/// Rank 0 steps the host copy with the summed gradients; every rank then receives it.
+pub(super) fn update(
+    store: &Store,
+    replica: &mut dyn Replica,
+    coll: &mut dyn Collective,
+    grads: &[f32],
+    lr: f32,
+) -> Result<(Duration, Moved), CollectiveError> {
+    let mut optimizer = Duration::ZERO;
+    if coll.rank() == 0 {
+        let t = Instant::now();
+        let samples = (grads[grads.len() - 1] as f64).max(1.0);
+        let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
+        let TrainState { params, opt } = &mut *st;
+        optim::step(
+            store.kind,
+            params,
+            grads,
+            opt,
+            lr,
+            store.weight_decay,
+            (1.0 / samples) as f32,
+        );
+        optimizer = t.elapsed();
+    }
+    let mut moved = Moved {
+        wait: coll.barrier()?,
+        ..Moved::default()
+    };
+    let t = Instant::now();
+    replica.params_from_host(&store.state.read().unwrap_or_else(|e| e.into_inner()).params);
+    moved.transfer = t.elapsed();
+    Ok((optimizer, moved))
+}

@@ -1,0 +1,151 @@
+//! The per-rank hook: where a step exchanges what it learned and updates the weights, by strategy.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{central, local_sgd, Store, Strategy};
+use crate::backend::{BatchMetrics, Replica, TrainState};
+use crate::comm::{Collective, CollectiveError, ReduceTiming};
+
+/// Where a step's exchange time went, on this rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moved {
+    /// Waiting for slower ranks (in the all-reduce or the store's barrier).
+    pub wait: Duration,
+    /// Moving and summing data between ranks.
+    pub comm: Duration,
+    /// Parameters and gradients copied between the device and the host.
+    pub transfer: Duration,
+}
+
+impl Moved {
+    pub(super) fn reduced(&mut self, r: ReduceTiming) {
+        self.wait += r.wait;
+        self.comm += r.transfer;
+    }
+
+    pub fn plus(self, o: Moved) -> Moved {
+        Moved {
+            wait: self.wait + o.wait,
+            comm: self.comm + o.comm,
+            transfer: self.transfer + o.transfer,
+        }
+    }
+}
+
+/// One rank's side of the strategy.
+pub struct Runner {
+    strategy: Strategy,
+    /// Central storage: the host's copy of the model.
+    store: Option<Arc<Store>>,
+    /// Central storage: this rank's gradients on the host; local SGD: its parameters.
+    host: Vec<f32>,
+    /// The step after which the ranks last held one model.
+    synced_at: u64,
+}
+
+impl Runner {
+    /// A rank starting after step `start` (every rank starts from the same state).
+    pub fn new(strategy: Strategy, store: Option<Arc<Store>>, start: u64) -> Runner {
+        assert_eq!(
+            store.is_some(),
+            strategy == Strategy::CentralStorage,
+            "central storage needs its store"
+        );
+        Runner {
+            strategy,
+            store,
+            host: Vec::new(),
+            synced_at: start,
+        }
+    }
+
+    /// Whether the ranks hold one model after step `step`: controls are agreed only then.
+    pub fn in_sync(&self, step: u64) -> bool {
+        self.synced_at == step
+    }
+
+    /// Whether every rank sees the same (global) loss at step `step`: all but local SGD's
+    /// steps after its warm-up.
+    pub fn shares_loss(&self, step: u64) -> bool {
+        !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup)
+    }
+
+    /// After `compute_grads` of step `step`: the exchange, and the batch's metrics (global, but
+    /// this rank's own between local SGD's averages).
+    pub fn exchange(
+        &mut self,
+        replica: &mut dyn Replica,
+        coll: &mut dyn Collective,
+        step: u64,
+    ) -> Result<(BatchMetrics, Moved), CollectiveError> {
+        let mut moved = Moved::default();
+        match self.strategy {
+            Strategy::CentralStorage => return central::exchange(replica, coll, &mut self.host),
+            Strategy::LocalSgd { warmup, .. } if step > warmup => replica.finish_local(),
+            _ => moved.reduced(replica.all_reduce_grads(coll)?),
+        }
+        Ok((replica.batch_metrics(), moved))
+    }
+
+    /// The optimizer step of step `step` (then local SGD's average, at its sync points); returns
+    /// the optimizer's time and what was moved.
+    pub fn update(
+        &mut self,
+        replica: &mut dyn Replica,
+        coll: &mut dyn Collective,
+        lr: f32,
+        step: u64,
+    ) -> Result<(Duration, Moved), CollectiveError> {
+        let out = match (self.strategy, &self.store) {
+            (Strategy::CentralStorage, Some(store)) => {
+                central::update(store, replica, coll, &self.host, lr)?
+            }
+            (s, _) => {
+                let t = Instant::now();
+                replica.apply_update(lr);
+                let optimizer = t.elapsed();
+                let moved = match s {
+                    Strategy::LocalSgd {
+                        warmup, moments, ..
+                    } if step > warmup && s.synced_after(step) => {
+                        local_sgd::average(replica, coll, moments, &mut self.host)?
+                    }
+                    _ => Moved::default(),
+                };
+                (optimizer, moved)
+            }
+        };
+        if self.strategy.synced_after(step) {
+            self.synced_at = step;
+        }
+        Ok(out)
+    }
+
+    /// Makes the ranks one model now, off the schedule (local SGD before a checkpoint, a
+    /// validation or the end of the run); every rank must call it at the same step.
+    pub fn sync_now(
+        &mut self,
+        replica: &mut dyn Replica,
+        coll: &mut dyn Collective,
+        step: u64,
+    ) -> Result<Moved, CollectiveError> {
+        let mut moved = Moved::default();
+        if let Strategy::LocalSgd { moments, .. } = self.strategy {
+            if self.synced_at != step {
+                moved = local_sgd::average(replica, coll, moments, &mut self.host)?;
+            }
+        }
+        self.synced_at = step;
+        Ok(moved)
+    }
+
+    /// The model as one state (the host's under central storage; else this replica's, which
+    /// every rank shares once in sync).
+    pub fn export(&self, replica: &dyn Replica) -> TrainState {
+        match &self.store {
+            Some(store) => store.export(),
+            None => replica.export(),
+        }
+    }
+}

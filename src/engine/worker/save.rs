@@ -1,0 +1,66 @@
+//! Checkpoints: rank 0 writes the one model the ranks hold, with where the run stands.
+
+use super::Worker;
+use crate::backend::Replica;
+use crate::engine::checkpoint::{self, CheckpointMeta};
+use crate::engine::events::Event;
+use crate::engine::EngineError;
+
+impl Worker {
+    /// Rank 0 writes a checkpoint of the one model (local SGD: averaged first); all ranks call it.
+    pub(super) fn save(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
+        let saved = self
+            .last_checkpoint
+            .as_ref()
+            .is_some_and(|(s, _)| *s == self.step);
+        if self.rank != 0 || saved {
+            return Ok(());
+        }
+        let state = self.strategy.export(replica);
+        if state.params.iter().any(|p| !p.is_finite()) {
+            // a finite loss can still come with an overflowing update; never save such weights
+            return Err(EngineError::NonFinite {
+                step: self.step,
+                epoch: self.cursor.epoch + 1,
+                checkpoint: self.last_checkpoint_path(),
+            });
+        }
+        let cfg = &self.cfg;
+        let meta = CheckpointMeta {
+            format: checkpoint::FORMAT.into(),
+            step: self.step,
+            epoch: self.cursor.epoch,
+            offset: self.cursor.offset,
+            per_replica: self.per_replica,
+            ranks: self.ranks,
+            lr: self.lr_base,
+            optimizer: cfg.optimizer.to_string(),
+            optimizer_steps: state.opt.t,
+            dims: self.model.dims.clone(),
+            seed: cfg.seed,
+            data: cfg.data.to_string(),
+            config: serde_json::json!({
+                "model": cfg.model.to_string(),
+                "devices": cfg.devices.to_string(),
+                "optimizer": cfg.optimizer.to_string(),
+                "weight_decay": cfg.weight_decay,
+                "schedule": cfg.schedule.to_string(),
+                "warmup": cfg.warmup,
+                "lr_scaling": cfg.lr_scaling.to_string(),
+                "grad_accum": cfg.grad_accum,
+                "lr_flag": cfg.lr,
+                "strategy": cfg.strategy.to_string(),
+            }),
+            run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
+        };
+        let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
+        let _ = self.events.send(Event::Checkpoint {
+            step: self.step,
+            path: path.clone(),
+        });
+        self.last_checkpoint = Some((self.step, path));
+        Ok(())
+    }
+}

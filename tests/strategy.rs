@@ -1,0 +1,453 @@
+//! Distribution strategies (`--strategy`): central storage trains exactly as mirrored, local SGD
+//! averages exactly the ranks' parameters at its sync points, every strategy resumes from its
+//! checkpoints and obeys the controls at a step every rank agrees on.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::compare::max_rel_diff;
+use mgtop::backend::{CpuReplica, Replica, TrainState};
+use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::data::DataSpec;
+use mgtop::engine::events::{Applied, Event};
+use mgtop::engine::loader::{Cursor, RankLoader, Sharding};
+use mgtop::engine::strategy::Strategy;
+use mgtop::engine::{Engine, RunResult};
+use mgtop::nn::layers::Shape;
+use mgtop::nn::model::{Model, ModelSpec};
+use mgtop::nn::optim::{OptState, OptimizerKind};
+
+fn small(ranks: usize, steps: u64, n: usize, ckpt: &Path) -> RunConfig {
+    RunConfig {
+        devices: DeviceSpec::Cpu(ranks),
+        model: ModelSpec::mlp(&[16, 8]),
+        data: DataSpec::Synthetic { n, d: 12, c: 4 },
+        val_fraction: 0.0,
+        budget: Budget::Steps(steps),
+        batch_per_replica: 8,
+        checkpoint_dir: ckpt.to_path_buf(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    }
+}
+
+fn run(cfg: RunConfig) -> RunResult {
+    Engine::run(cfg).expect("run succeeds")
+}
+
+fn local(every: u64, warmup: u64, moments: bool) -> Strategy {
+    Strategy::LocalSgd {
+        every,
+        warmup,
+        moments,
+    }
+}
+
+fn lr_for(kind: OptimizerKind) -> f32 {
+    if kind == OptimizerKind::Sgd {
+        0.1
+    } else {
+        3e-3
+    }
+}
+
+#[test]
+fn central_storage_trains_exactly_as_mirrored() {
+    let dir = tempfile::tempdir().unwrap();
+    // 301 samples: every 19th step is a short global batch, cut unevenly among the ranks
+    for (kind, accum, ranks, rebalance) in [
+        (OptimizerKind::Sgd, 1, 2, false),
+        (OptimizerKind::Adam, 1, 3, false),
+        (OptimizerKind::Momentum, 3, 2, false),
+        (OptimizerKind::Adam, 1, 3, true),
+    ] {
+        let mut mirrored = small(ranks, 50, 301, dir.path());
+        (mirrored.optimizer, mirrored.grad_accum) = (kind, accum);
+        mirrored.lr = Some(lr_for(kind));
+        if rebalance {
+            (mirrored.slow_rank, mirrored.rebalance) = (Some((1, 4.0)), true);
+            mirrored.budget = Budget::Steps(120);
+        }
+        let central = RunConfig {
+            strategy: Strategy::CentralStorage,
+            ..mirrored.clone()
+        };
+        let (m, c) = (run(mirrored), run(central));
+        let what = format!("{kind}, accum {accum}, {ranks} ranks, rebalance {rebalance}");
+        let d = max_rel_diff(&c.state.params, &m.state.params);
+        assert!(d <= 1e-5, "{what}: weights differ by {d:e}");
+        let d = max_rel_diff(&c.state.opt.m, &m.state.opt.m);
+        assert!(d <= 1e-5, "{what}: optimizer state differs by {d:e}");
+        assert_eq!(c.state.opt.t, m.state.opt.t);
+        assert_eq!(c.losses.len(), m.losses.len());
+        let d = max_rel_diff(&c.losses, &m.losses);
+        assert!(d <= 1e-5, "{what}: losses differ by {d:e}");
+    }
+}
+
+#[test]
+fn local_sgd_1_is_mirrored_for_sgd() {
+    let dir = tempfile::tempdir().unwrap();
+    // 336 samples: every global batch (16 or 24) is whole, so each rank's mean gradient weighs the same
+    for (ranks, warmup) in [(2, 0), (3, 7)] {
+        let mut mirrored = small(ranks, 40, 336, dir.path());
+        mirrored.optimizer = OptimizerKind::Sgd;
+        mirrored.lr = Some(0.1);
+        let local = RunConfig {
+            strategy: local(1, warmup, false),
+            ..mirrored.clone()
+        };
+        let (m, l) = (run(mirrored), run(local));
+        let d = max_rel_diff(&l.state.params, &m.state.params);
+        assert!(d <= 1e-5, "{ranks} ranks: weights differ by {d:e}");
+    }
+}
+
+/// Local SGD by hand: each rank's replica steps on its own shard, and every `every` steps (and
+/// at the end) the ranks' parameters (and moments) become their mean.
+fn by_hand(cfg: &RunConfig, ranks: usize, every: u64, steps: u64, moments: bool) -> TrainState {
+    let data = mgtop::data::load(&cfg.data, cfg.val_fraction, cfg.seed).unwrap();
+    let train = Arc::new(data.train);
+    let model = Model::new(Shape::Flat(train.features), &cfg.model, train.classes).unwrap();
+    let init = TrainState {
+        params: model.init_params(cfg.seed),
+        opt: OptState::new(cfg.optimizer, model.n_params),
+    };
+    let sharding = Sharding {
+        per_replica: cfg.batch_per_replica,
+        ranks,
+        accum: 1,
+        split: None,
+    };
+    let mut loaders: Vec<RankLoader> = (0..ranks)
+        .map(|r| {
+            RankLoader::new(
+                train.clone(),
+                cfg.seed,
+                r,
+                Cursor::default(),
+                sharding.clone(),
+                0,
+                1,
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut replicas: Vec<CpuReplica> = (0..ranks)
+        .map(|_| CpuReplica::new(model.clone(), cfg.optimizer, 0.0, init.clone()))
+        .collect();
+    let lr = cfg.lr.unwrap();
+    let average = |replicas: &mut Vec<CpuReplica>| {
+        let states: Vec<TrainState> = replicas.iter().map(|r| r.export()).collect();
+        let mean = |get: &dyn Fn(&TrainState) -> &Vec<f32>| -> Vec<f32> {
+            (0..get(&states[0]).len())
+                .map(|i| states.iter().map(|s| get(s)[i]).sum::<f32>() / ranks as f32)
+                .collect()
+        };
+        let params = mean(&|s| &s.params);
+        for (r, s) in replicas.iter_mut().zip(&states) {
+            let mut opt = s.opt.clone();
+            if moments {
+                (opt.m, opt.v) = (mean(&|s| &s.opt.m), mean(&|s| &s.opt.v));
+            }
+            r.import(&TrainState {
+                params: params.clone(),
+                opt,
+            });
+        }
+    };
+    for step in 1..=steps {
+        for (l, r) in loaders.iter_mut().zip(replicas.iter_mut()) {
+            let batch = l.next_batch();
+            r.compute_grads(&batch.micro);
+            r.apply_update(lr);
+        }
+        if step % every == 0 || step == steps {
+            average(&mut replicas);
+        }
+    }
+    replicas[0].export()
+}
+
+#[test]
+fn local_sgd_averages_exactly_the_ranks_parameters_at_each_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    // 7 steps, H = 3: averages after steps 3 and 6, and at the end of the run (7)
+    for (kind, moments) in [
+        (OptimizerKind::Sgd, false),
+        (OptimizerKind::Adam, false),
+        (OptimizerKind::Adam, true),
+    ] {
+        let mut cfg = small(2, 7, 301, dir.path());
+        cfg.optimizer = kind;
+        cfg.lr = Some(lr_for(kind));
+        cfg.strategy = local(3, 0, moments);
+        let engine = run(cfg.clone());
+        let hand = by_hand(&cfg, 2, 3, 7, moments);
+        assert_eq!(
+            engine.state, hand,
+            "{kind}, moments {moments}: the engine's local SGD is not the hand computation"
+        );
+        // and the replicas did diverge between averages: one average at the end only differs
+        let once = by_hand(&cfg, 2, 7, 7, moments);
+        assert_ne!(engine.state.params, once.params);
+    }
+}
+
+#[test]
+fn local_sgd_learns_the_digits_with_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig {
+        checkpoint_dir: dir.path().into(),
+        final_checkpoint: false,
+        strategy: "local-sgd:8".parse().unwrap(),
+        ..RunConfig::default()
+    };
+    let r = run(cfg);
+    let acc = r.best_val_accuracy.expect("validation ran");
+    assert!(acc >= 0.95, "validation accuracy {acc}");
+}
+
+#[test]
+fn every_strategy_resumes_from_its_checkpoint_as_if_never_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = 37; // mid-epoch, and a sync point of local-sgd:3 after 4 warm-up steps
+    for (strategy, kind) in [
+        (Strategy::CentralStorage, OptimizerKind::Adam),
+        (local(3, 4, false), OptimizerKind::Sgd),
+        (local(3, 4, true), OptimizerKind::Adam),
+    ] {
+        let ckpt = dir.path().join(strategy.to_string());
+        let mut base = small(2, 2 * k, 301, &ckpt);
+        (base.strategy, base.optimizer) = (strategy, kind);
+        base.lr = Some(lr_for(kind));
+        let straight = run(base.clone());
+        let half = run(RunConfig {
+            budget: Budget::Steps(k),
+            final_checkpoint: true,
+            ..base.clone()
+        });
+        assert!(half.last_checkpoint.is_some());
+        let rest = run(RunConfig {
+            resume: Some(ckpt.clone()),
+            ..base
+        });
+        assert_eq!(
+            &straight.losses[..k as usize],
+            &half.losses[..],
+            "{strategy}"
+        );
+        assert_eq!(
+            &straight.losses[k as usize..],
+            &rest.losses[..],
+            "{strategy}"
+        );
+        assert_eq!(straight.state, rest.state, "{strategy}");
+    }
+}
+
+#[test]
+fn controls_apply_at_a_step_every_rank_agrees_on_with_every_strategy() {
+    let dir = tempfile::tempdir().unwrap();
+    for strategy in [Strategy::CentralStorage, local(4, 2, false)] {
+        let mut cfg = small(2, 1_000_000, 4800, &dir.path().join(strategy.to_string()));
+        (cfg.strategy, cfg.lr) = (strategy, Some(1e-3));
+        let engine = Engine::start(cfg).unwrap();
+        let ctl = engine.controller();
+        let events = engine.events().clone();
+        let wait_for = |pred: &dyn Fn(&Event) -> bool| loop {
+            let e = events
+                .recv_timeout(Duration::from_secs(20))
+                .expect("event arrives");
+            if pred(&e) {
+                return e;
+            }
+        };
+        ctl.pause().unwrap();
+        let paused = wait_for(&|e| {
+            matches!(
+                e,
+                Event::Control {
+                    applied: Applied::Paused,
+                    ..
+                }
+            )
+        });
+        ctl.set_batch_per_replica(16).unwrap();
+        ctl.resume().unwrap();
+        let Event::Control { step: at, .. } = wait_for(&|e| {
+            matches!(
+                e,
+                Event::Control {
+                    applied: Applied::BatchSize { .. },
+                    ..
+                }
+            )
+        }) else {
+            unreachable!()
+        };
+        let Event::Control { step: p, .. } = paused else {
+            unreachable!()
+        };
+        // local SGD: only where the ranks hold one model (warm-up steps or every 4th after)
+        assert!(
+            strategy.synced_after(p) && strategy.synced_after(at),
+            "{strategy}: {p} {at}"
+        );
+        ctl.checkpoint().unwrap();
+        let Event::Checkpoint { step: saved, .. } =
+            wait_for(&|e| matches!(e, Event::Checkpoint { .. }))
+        else {
+            unreachable!()
+        };
+        assert!(strategy.synced_after(saved), "{strategy}: saved at {saved}");
+        ctl.stop(true).unwrap();
+        let steps = engine.steps().clone();
+        let r = engine.join().unwrap();
+        assert!(r.stopped && r.last_checkpoint.is_some(), "{strategy}");
+        for s in steps.try_iter() {
+            let expect = if s.step <= at { 8 } else { 16 };
+            assert_eq!(
+                s.per_replica, expect,
+                "{strategy}: rank {} step {}",
+                s.rank, s.step
+            );
+        }
+    }
+}
+
+#[test]
+fn scale_compares_strategies_side_by_side_even_with_a_straggler() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args([
+            "scale",
+            "--counts",
+            "1,2",
+            "--strategies",
+            "mirrored,central-storage,local-sgd:4,moments",
+            "--local-sgd-warmup",
+            "3",
+            "--slow-rank",
+            "1:2.0",
+            "--prefetch-modes",
+            "on",
+            "--warmup-steps",
+            "5",
+            "--seconds",
+            "0.1",
+            "--repeat",
+            "1",
+            "--out",
+            "s.json",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("strategy") && out.contains("val acc"), "{out}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mirrored",
+            "mirrored",
+            "central-storage",
+            "central-storage",
+            "local-sgd:4,moments",
+            "local-sgd:4,moments"
+        ]
+    );
+    for r in &rows {
+        // each strategy's speedup is against its own 1-device point
+        if r["devices"] == 1 {
+            assert_eq!(r["speedup"], 1.0, "{r}");
+        }
+        let acc = r["val_accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc), "{r}");
+        // central storage moves parameters and gradients through the host every step,
+        // mirrored never
+        let transfer = r["transfer_share"].as_f64().unwrap();
+        match r["strategy"].as_str().unwrap() {
+            "mirrored" => assert_eq!(transfer, 0.0, "{r}"),
+            "central-storage" => assert!(transfer > 0.0, "{r}"),
+            _ => {}
+        }
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args(["scale", "--strategies", "mirrored,ring"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--strategies: unknown strategy `ring`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_strategy_values_exit_1_naming_the_value_and_the_fix() {
+    for (args, says) in [
+        (
+            &["--strategy", "local-sgd:0"][..],
+            &["local-sgd:0", "local-sgd:1 averages after every step"][..],
+        ),
+        (
+            &["--strategy", "parameter-server"][..],
+            &["unknown strategy `parameter-server`", "central-storage"][..],
+        ),
+        (
+            &["--local-sgd-warmup", "10"][..],
+            &["--local-sgd-warmup", "--strategy local-sgd:8"][..],
+        ),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .args(["--headless", "--steps", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(says.iter().all(|s| err.contains(s)), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
+    use mgtop::front::tui::{demo, render, theme::Theme};
+    use ratatui::{backend::TestBackend, layout::Rect, Terminal};
+    let header = |strategy: Strategy| {
+        let mut app = demo::app(2, 150);
+        app.info.strategy = strategy;
+        let theme = Theme::embedded("dark").unwrap();
+        let mut t = Terminal::new(TestBackend::new(200, 3)).unwrap();
+        t.draw(|f| render::render_header(f, Rect::new(0, 0, 200, 3), &app, &theme))
+            .unwrap();
+        t.backend().to_string()
+    };
+    let s = header(local(8, 100, false));
+    assert!(
+        s.contains(
+            "local-sgd:8: replicas diverge by design (loss: rank 0's shard); next sync at step 156"
+        ),
+        "{s}"
+    );
+    let s = header(local(8, 200, false));
+    assert!(
+        s.contains("synchronous warm-up: replicas step alone after step 200"),
+        "{s}"
+    );
+    assert!(header(Strategy::CentralStorage).contains("central-storage"));
+    assert!(!header(Strategy::Mirrored).contains("mirrored"));
+}
