@@ -354,10 +354,14 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
     std::fs::write(&growing, &text[..cut]).unwrap();
     let tmux = start("view", d, &format!("view '{}'", growing.display()));
     // (a big file is read over several frames: step 10 may show first)
+    // (the footer, drawn last, says the frame is whole: tmux may show one half drawn)
     let s = tmux.wait("the run so far", |s| {
-        s.contains("recorded-run") && s.contains("RUNNING") && s.contains("step 20")
+        s.contains("recorded-run")
+            && s.contains("RUNNING")
+            && s.contains("step 20")
+            && s.contains("VIEW")
     });
-    assert!(s.contains("VIEW") && !s.contains("epoch 1/3 done"), "{s}");
+    assert!(!s.contains("epoch 1/3 done"), "{s}");
     // the rest of the file arrives: read within the next poll
     let mut f = std::fs::OpenOptions::new()
         .append(true)
