@@ -32,9 +32,11 @@ fn main() -> ExitCode {
     // the CUDA libraries, where a GPU needs them and they are installed under other names
     // (this may start the program again)
     mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
-    // one process of several (mpirun, srun) trains; the other commands run on one machine
+    // one process of several (mpirun, srun) trains or measures `scale`; the other commands run
+    // in one process
     if let (Some(c), Ok(Some(launch))) = (&cli.command, mgtop::comm::launch::from_env()) {
-        if launch.is_multi() && !matches!(c, Command::MpiAllreduceBench { .. }) {
+        let spans = matches!(c, Command::Scale(_) | Command::MpiAllreduceBench { .. });
+        if launch.is_multi() && !spans {
             mgtop::tell!(
                 "error: `{}` runs in one process, but this one was {}: run it without the launcher",
                 c.name(),

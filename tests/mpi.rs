@@ -1,125 +1,17 @@
-//! Runs over several processes, started by Open MPI's `mpirun` on this machine (loopback):
-//! exact data parallelism across topologies, checkpoints that move between topologies,
-//! controls and failures across processes. Built only with `--features mpi`; the tests are
-//! skipped (loudly) where `mpirun` is missing, unless MGTOP_REQUIRE_MPI=1 (CI) makes that a
-//! failure.
+//! Runs over several processes, started by Open MPI's `mpirun` on this machine (loopback, and
+//! two network namespaces as two hosts): exact data parallelism across topologies, the metrics
+//! file, checkpoints that move between topologies, strategies and `scale` over processes. Built
+//! only with `--features mpi`; skipped (loudly) where `mpirun` is missing, unless
+//! MGTOP_REQUIRE_MPI=1 (CI) makes that a failure. Failures and signals: tests/mpi_faults.rs.
 #![cfg(feature = "mpi")]
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
 
 use common::compare::max_rel_diff;
-use mgtop::engine::checkpoint;
-use mgtop::nn::model::Model;
-
-const BIN: &str = env!("CARGO_BIN_EXE_mgtop-train");
-
-fn mpirun_found() -> bool {
-    let found = Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("MGTOP_REQUIRE_MPI").is_none(),
-            "MGTOP_REQUIRE_MPI is set but mpirun is missing: apt install openmpi-bin libopenmpi-dev"
-        );
-        common::skipped("mpirun not found (apt install openmpi-bin libopenmpi-dev)");
-    }
-    found
-}
-
-/// `mpirun` for processes on this machine: as many processes as asked whatever the cores, root
-/// allowed (CI runs as root), shared memory without ptrace (containers forbid it).
-fn mpirun() -> Command {
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--oversubscribe",
-        "--mca",
-        "btl_vader_single_copy_mechanism",
-        "none",
-    ])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    c
-}
-
-/// The flags every run here shares: a small MLP on synthetic data, 50 steps.
-fn common_args(dir: &Path, optimizer: &str, accum: usize, steps: u64) -> Vec<String> {
-    let lr = if optimizer == "sgd" { "0.1" } else { "1e-3" };
-    [
-        "--headless",
-        "--data",
-        "synthetic:301,12,4",
-        "--model",
-        "mlp:16,8",
-        "--steps",
-        &steps.to_string(),
-        "--log-every",
-        "25",
-        "--optimizer",
-        optimizer,
-        "--lr",
-        lr,
-        "--grad-accum",
-        &accum.to_string(),
-        "--batch-per-replica",
-        "8",
-        "--run-dir",
-        &dir.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// Runs `mpirun` with one `-np 1` app per entry of `workers` (its --devices cpu:N).
-fn run_processes(workers: &[usize], args: &[String]) -> Output {
-    let mut c = mpirun();
-    for (i, n) in workers.iter().enumerate() {
-        if i > 0 {
-            c.arg(":");
-        }
-        c.args(["-np", "1", BIN]).args(args);
-        c.args(["--devices", &format!("cpu:{n}")]);
-    }
-    let out = c.output().expect("mpirun starts");
-    assert!(
-        out.status.success(),
-        "mpirun {workers:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn run_alone(workers: usize, args: &[String]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .args(["--devices", &format!("cpu:{workers}")])
-        .output()
-        .expect("starts");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn weights(run_dir: &Path) -> Vec<f32> {
-    let model = Model::mlp(12, &[16, 8], 4);
-    let newest = newest_checkpoint(run_dir);
-    let optimizer = checkpoint::read_meta(&newest).unwrap().optimizer;
-    checkpoint::read(&newest, &model, &optimizer)
-        .unwrap()
-        .1
-        .params
-}
+use common::mpi::*;
 
 #[test]
 fn every_topology_gives_the_weights_of_one_process() {
@@ -212,201 +104,6 @@ fn a_checkpoint_from_two_processes_resumes_in_one() {
     assert!(log.contains("finished: 50 steps"), "{log}");
     let d = max_rel_diff(&weights(&straight), &weights(&second));
     assert!(d <= 1e-5, "resumed weights differ by {d:e}");
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    None
-}
-
-/// A long run on two processes (stall timeout 5 s), its output in files.
-fn start_long(dir: &Path, extra: &[&str]) -> Child {
-    start_long_patient(dir, 5, extra)
-}
-
-fn start_long_patient(dir: &Path, stall_timeout: u64, extra: &[&str]) -> Child {
-    let mut args = common_args(&dir.join("run"), "adam", 1, 100_000_000);
-    let patience = stall_timeout.to_string();
-    args.extend(["--checkpoint-every", "200", "--stall-timeout", &patience].map(String::from));
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let out = std::fs::File::create(dir.join("out")).unwrap();
-    let err = std::fs::File::create(dir.join("err")).unwrap();
-    let mut c = mpirun();
-    // marks this test's processes (tests run side by side)
-    c.env("MGTOP_TEST_TAG", dir).args(["-x", "MGTOP_TEST_TAG"]);
-    c.args(["-np", "2", BIN]).args(&args);
-    c.args(["--devices", "cpu:1"]);
-    c.stdout(out).stderr(err).stdin(Stdio::null());
-    c.spawn().expect("mpirun starts")
-}
-
-fn wait_for_checkpoint(dir: &Path) {
-    common::run::wait_for("a first checkpoint", || {
-        std::fs::read_dir(dir.join("run/checkpoints"))
-            .ok()?
-            .filter_map(|e| e.ok())
-            .find(|e| e.path().join("state.json").is_file())
-    });
-}
-
-#[test]
-fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
-    if !mpirun_found() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long(tmp.path(), &[]);
-    wait_for_checkpoint(tmp.path());
-    let before = newest_checkpoint(&tmp.path().join("run"));
-    // SAFETY: signalling our own child process
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let status = wait_exit(&mut child, Duration::from_secs(30));
-    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
-    // mpirun's own exit status after a signal varies (0 or 1): the run ended, and it stopped
-    // with a checkpoint (mpirun stops passing output on once signalled: the checkpoint itself
-    // shows the stop)
-    assert!(status.is_some(), "mpirun did not end\n{err}");
-    let after = newest_checkpoint(&tmp.path().join("run"));
-    assert!(after > before, "no checkpoint at the stop: {after:?}");
-    weights(&tmp.path().join("run"));
-    // process 0 speaks for the run; process 1 stays quiet
-    assert_eq!(err.matches("stopping:").count(), 1, "{err}");
-}
-
-fn newest_checkpoint(run_dir: &Path) -> PathBuf {
-    std::fs::read_dir(run_dir.join("checkpoints"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("state.json").is_file())
-        .max()
-        .expect("a checkpoint")
-}
-
-#[test]
-fn a_failing_process_ends_the_run_with_its_error_and_no_hang() {
-    if !mpirun_found() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long(tmp.path(), &["--inject-panic", "1:500"]);
-    let status = wait_exit(&mut child, Duration::from_secs(60));
-    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
-    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
-    assert!(
-        err.contains("rank 1") && err.contains("injected fault"),
-        "{err}"
-    );
-    // process 0's checkpoints are whole: the newest one reads back
-    weights(&tmp.path().join("run"));
-}
-
-#[test]
-fn a_killed_process_ends_the_run_without_a_hang() {
-    if !mpirun_found() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long(tmp.path(), &[]);
-    wait_for_checkpoint(tmp.path());
-    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
-    // SAFETY: killing a process this test started (through mpirun)
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let status = wait_exit(&mut child, Duration::from_secs(60));
-    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
-    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
-    weights(&tmp.path().join("run"));
-}
-
-#[test]
-fn a_hung_process_is_taken_for_lost_after_the_stall_timeout() {
-    if !mpirun_found() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long_patient(tmp.path(), 2, &[]);
-    wait_for_checkpoint(tmp.path());
-    // a process that stops answering (a hang, or its network gone) without dying
-    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
-    // SAFETY: stopping a process this test started (through mpirun)
-    unsafe { libc::kill(victim, libc::SIGSTOP) };
-    let status = wait_exit(&mut child, Duration::from_secs(60));
-    // SAFETY: as above; a stopped process the launcher failed to end would linger
-    unsafe { libc::kill(victim, libc::SIGKILL) };
-    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
-    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
-    assert!(
-        err.contains("error (process 0 on") && err.contains("stopped answering"),
-        "{err}"
-    );
-    weights(&tmp.path().join("run"));
-}
-
-#[test]
-fn controls_reach_every_process_and_a_long_pause_is_no_lost_peer() {
-    if !mpirun_found() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long_patient(tmp.path(), 2, &[]);
-    wait_for_checkpoint(tmp.path());
-    let mut c = common::run::Client::connect(&tmp.path().join("run/live.sock"));
-    assert_eq!(c.control("pause", serde_json::json!({}))["ok"], true);
-    c.until("the pause", |v| v["action"] == "pause");
-    // paused for twice the stall timeout: the processes keep answering each other
-    std::thread::sleep(Duration::from_secs(4));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the run ended while paused"
-    );
-    assert_eq!(c.control("resume", serde_json::json!({}))["ok"], true);
-    let r = c.control("batch_size", serde_json::json!({"per_replica": 16}));
-    assert_eq!(r["ok"], true, "{r}");
-    let applied = c.until("the new batch size", |v| v["action"] == "batch_size");
-    // every rank of both processes trains at the new size from that step on
-    let from = applied["step"].as_u64().unwrap();
-    c.until("a step at the new size from both processes", |v| {
-        v["type"] == "step"
-            && v["step"].as_u64() > Some(from + 1)
-            && v["per_rank"]
-                .as_array()
-                .is_some_and(|r| r.len() == 2 && r.iter().all(|s| s["samples"] == 16))
-    });
-    assert_eq!(
-        c.control("stop", serde_json::json!({"checkpoint": true}))["ok"],
-        true
-    );
-    let status = wait_exit(&mut child, Duration::from_secs(30));
-    let out = std::fs::read_to_string(tmp.path().join("out")).unwrap();
-    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{out}");
-    assert!(out.contains("stopped at step"), "{out}");
-}
-
-/// The pid of the mgtop-train that `start_long(dir)` started as MPI process `rank`.
-fn process_with_rank(dir: &Path, rank: usize) -> Option<i32> {
-    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
-    let tag = format!("MGTOP_TEST_TAG={}", dir.display());
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let exe = std::fs::read_link(e.path().join("exe")).ok();
-        if exe.as_deref() != Some(Path::new(BIN)) {
-            continue;
-        }
-        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
-        let has = |v: &str| env.split(|&b| b == 0).any(|e| e == v.as_bytes());
-        if has(&want) && has(&tag) {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 /// Two network namespaces joined by a veth pair: two "hosts" with a real network between them.
@@ -566,6 +263,49 @@ fn strategies_across_processes_local_sgd_runs_and_central_storage_is_refused() {
     assert!(!out.status.success());
     assert!(
         err.contains("central-storage") && err.contains("cannot span processes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn scale_measures_device_counts_over_processes() {
+    if !mpirun_found() {
+        return;
+    }
+    let scale = |counts: &str| {
+        mpirun()
+            .args(["-np", "2", BIN, "scale", "--data", "synthetic:301,12,4"])
+            .args(["--model", "mlp:16,8", "--counts", counts, "--batches", "8"])
+            .args(["--repeat", "1", "--seconds", "0.3", "--warmup-steps", "5"])
+            .args(["--prefetch-modes", "on"])
+            .output()
+            .unwrap()
+    };
+    let out = scale("1,2,4");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // process 0 alone prints: one header, one table with a row per count
+    assert_eq!(text.matches("scale: ").count(), 1, "{text}");
+    assert!(
+        text.contains("2 processes, each point's devices shared evenly"),
+        "{text}"
+    );
+    for devices in ["1", "2", "4"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().take(2).eq(["mirrored", devices])),
+            "no row for {devices}:\n{text}"
+        );
+    }
+    let out = scale("3");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("cannot be shared evenly by 2 processes"),
         "{err}"
     );
 }

@@ -1,32 +1,27 @@
-//! Training as one of several processes started by a launcher (mpirun, srun): process 0 trains
-//! and watches the run as a single-process run does; the others train quietly and print only
-//! their errors. A failure anywhere ends the whole job.
+//! Commands run as one of several processes started by a launcher (mpirun, srun). Training:
+//! process 0 trains and watches the run as a single-process run does; the others train quietly
+//! and print only their errors. A failure anywhere ends the whole job.
 
 use crate::cli::TrainArgs;
 use crate::comm::launch::Launch;
 
 use super::train::OnSignals;
 
-#[cfg(not(feature = "mpi"))]
-pub fn command(_args: TrainArgs, _on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
-    anyhow::bail!(crate::comm::launch::needs_mpi(launch))
-}
+use std::sync::Arc;
 
+use crate::comm::Processes;
+
+/// Runs `work` as one of the processes `launch` started, joined over MPI; a failure here is
+/// printed with this process's host and ends the whole job (the others would wait for this
+/// one). Without MPI in the build: the error that says how to build it.
 #[cfg(feature = "mpi")]
-pub fn command(args: TrainArgs, on_signals: &OnSignals, _launch: &Launch) -> anyhow::Result<()> {
-    use std::sync::Arc;
-
-    use crate::comm::mpi::Cluster;
-    use crate::comm::Processes;
-
-    let cluster = Arc::new(Cluster::join().map_err(anyhow::Error::msg)?);
-    let procs: Arc<dyn Processes> = cluster.clone();
-    let result = match cluster.index() {
-        0 => super::train::train(args, on_signals, Some(procs)),
-        _ => follow(args, on_signals, procs),
-    };
-    match result {
-        // every process ends the run at the same step: MPI is finalized together
+pub fn as_processes(
+    _launch: &Launch,
+    work: impl FnOnce(Arc<dyn Processes>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let cluster = Arc::new(crate::comm::mpi::Cluster::join().map_err(anyhow::Error::msg)?);
+    match work(cluster.clone()) {
+        // every process ends at the same point: MPI is finalized together
         Ok(()) => Ok(()),
         Err(e) => {
             crate::tell!(
@@ -34,18 +29,32 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals, _launch: &Launch) -> any
                 cluster.index(),
                 crate::engine::hostname()
             );
-            // the others would wait for this process: the launcher ends them
             cluster.fail(1)
         }
     }
 }
 
+#[cfg(not(feature = "mpi"))]
+pub fn as_processes(
+    launch: &Launch,
+    _work: impl FnOnce(Arc<dyn Processes>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    anyhow::bail!(crate::comm::launch::needs_mpi(launch))
+}
+
+/// Training: process 0 trains and watches; the others follow.
+pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
+    as_processes(launch, |procs| match procs.index() {
+        0 => super::train::train(args, on_signals, Some(procs)),
+        _ => follow(args, on_signals, procs),
+    })
+}
+
 /// A process other than process 0: no frontend, no run directory or metrics of its own.
-#[cfg(feature = "mpi")]
 fn follow(
     args: TrainArgs,
     on_signals: &OnSignals,
-    procs: std::sync::Arc<dyn crate::comm::Processes>,
+    procs: Arc<dyn Processes>,
 ) -> anyhow::Result<()> {
     use crate::config::RunConfig;
     use crate::engine::Engine;

@@ -3,6 +3,8 @@
 use std::io::Write;
 
 pub mod compare;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod run;
 pub mod tmux;
 

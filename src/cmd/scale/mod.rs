@@ -4,6 +4,7 @@
 //! device, and a warning where the repeats disagree too much for a figure to mean anything.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::TryRecvError;
@@ -14,6 +15,7 @@ mod report;
 pub use report::{check_out, table, write};
 
 use crate::cli::ScaleArgs;
+use crate::comm::Processes;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::strategy::Strategy;
@@ -106,13 +108,21 @@ impl Plan {
 /// How often GPU telemetry is read during a timed measurement.
 const NVML_EVERY: Duration = Duration::from_millis(200);
 
-/// One timed run of `base` at `p`; the final model is validated on `val`.
-fn measure_once(base: &RunConfig, plan: &Plan, p: Point, val: &Held) -> Result<Row, EngineError> {
+/// One timed run of `base` at `p`; the final model is validated on `val`. Over `procs` (a
+/// grid run by several processes) the point's devices are shared evenly between them.
+fn measure_once(
+    base: &RunConfig,
+    plan: &Plan,
+    p: Point,
+    val: &Held,
+    procs: Option<&Arc<dyn Processes>>,
+) -> Result<Row, EngineError> {
+    let here = p.devices / procs.map_or(1, |j| j.count());
     let cfg = RunConfig {
         devices: if plan.gpus.is_empty() {
-            DeviceSpec::Cpu(p.devices)
+            DeviceSpec::Cpu(here)
         } else {
-            DeviceSpec::Gpus(plan.gpus[..p.devices.min(plan.gpus.len())].to_vec())
+            DeviceSpec::Gpus(plan.gpus[..here.min(plan.gpus.len())].to_vec())
         },
         batch_per_replica: p.per_replica,
         prefetch: if p.prefetch { base.prefetch.max(1) } else { 0 },
@@ -133,7 +143,14 @@ fn measure_once(base: &RunConfig, plan: &Plan, p: Point, val: &Held) -> Result<R
         slow_data: base.slow_data.filter(|f| f.0 < p.devices),
         ..base.clone()
     };
-    let engine = Engine::start(cfg)?;
+    if let Some(j) = procs {
+        // a process may wait long at a point's start (process 0 ran the 1-device point alone)
+        j.set_patience(Duration::MAX);
+    }
+    let engine = Engine::start_in(cfg, procs.cloned())?;
+    if let Some(j) = procs {
+        j.set_patience(base.stall_timeout);
+    }
     let steps = engine.steps().clone();
     let events = engine.events().clone();
     let drain_events = std::thread::spawn(move || events.iter().count());
@@ -263,11 +280,15 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
 /// Measures every point, `repeat` rounds over the grid (`progress` is told each run as it
 /// finishes), and fills in speedup and
 /// efficiency against the 1-device point of the same series, where the grid has one.
+/// With `procs` (run by every process of a launched job, in step): a point of one device runs
+/// on process 0 alone, the others over every process; only process 0 gets rows back.
 pub fn run(
     base: &RunConfig,
     plan: &Plan,
+    procs: Option<&Arc<dyn Processes>>,
     mut progress: impl FnMut(usize, usize, &Row),
 ) -> Result<Vec<Row>, EngineError> {
+    let lead = procs.is_none_or(|j| j.index() == 0);
     let points = plan.points();
     let val = Held::load(base)?;
     // round after round over every point, so that a busy spell of the machine hits every point
@@ -276,10 +297,17 @@ pub fn run(
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); points.len()];
     for round in 0..repeat {
         for (i, p) in points.iter().enumerate() {
-            let row = measure_once(base, plan, *p, &val)?;
+            let over = procs.filter(|_| p.devices > 1);
+            if over.is_none() && !lead {
+                continue;
+            }
+            let row = measure_once(base, plan, *p, &val, over)?;
             progress(round * points.len() + i + 1, repeat * points.len(), &row);
             runs[i].push(row);
         }
+    }
+    if !lead {
+        return Ok(Vec::new());
     }
     let mut rows: Vec<Row> = runs.iter_mut().map(|r| median_by(r)).collect();
     let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
@@ -295,8 +323,29 @@ pub fn run(
     Ok(rows)
 }
 
-/// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written.
-pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
+/// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written; under
+/// a launcher (`mpirun -np P mgtop-train scale ...`) over every process.
+pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+    match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
+        Some(launch) if launch.is_multi() => {
+            let local = launch.local_size.unwrap_or(1);
+            super::processes::as_processes(&launch, |procs| {
+                grid(args, Some((procs, local))).map(|_| ())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => grid(args, None),
+    }
+}
+
+/// The grid, in this process alone or as one of `procs` (of which `local` share this machine).
+fn grid(
+    mut args: ScaleArgs,
+    procs: Option<(Arc<dyn Processes>, usize)>,
+) -> anyhow::Result<ExitCode> {
+    let (procs, neighbours) = procs.unzip();
+    let n = procs.as_ref().map_or(1, |j| j.count());
+    let lead = procs.as_ref().is_none_or(|j| j.index() == 0);
     // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list
     let warmup = args
         .strategies
@@ -315,11 +364,20 @@ pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let counts = if !args.counts.is_empty() {
         args.counts.clone()
+    } else if n > 1 {
+        // one device alone, then 1, 2, ... per process on every process
+        let per = if gpus.is_empty() { cores } else { gpus.len() };
+        std::iter::once(1).chain((1..=per).map(|k| k * n)).collect()
     } else if gpus.is_empty() {
         (1..=cores.max(2)).collect()
     } else {
         (1..=gpus.len()).collect()
     };
+    if let Some(&c) = counts.iter().find(|&&c| n > 1 && c != 1 && c % n != 0) {
+        anyhow::bail!(
+            "--counts: {c} devices cannot be shared evenly by {n} processes: use 1 (process 0 alone) or multiples of {n}"
+        );
+    }
     if let Some(&c) = counts.iter().find(|&&c| !gpus.is_empty() && c > gpus.len()) {
         anyhow::bail!(
             "--counts: {c} devices, but this run has {} GPU(s); use counts up to {}",
@@ -341,8 +399,12 @@ pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
     }
     // Every count runs with the same threads per worker (what the largest count gets), so that
     // a speedup compares workers, not thread counts.
-    let most = counts.iter().copied().max().unwrap_or(1);
-    let threads = *base.threads_per_worker.get_or_insert((cores / most).max(1));
+    // (over processes: the most each process runs, and the job's processes on this machine
+    // share its cores)
+    let most = counts.iter().copied().max().unwrap_or(1) / n;
+    let threads = *base
+        .threads_per_worker
+        .get_or_insert((cores / (most.max(1) * neighbours.unwrap_or(1))).max(1));
     let plan = Plan {
         gpus,
         counts,
@@ -356,24 +418,36 @@ pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
         timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
     };
-    crate::say!(
-        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker)",
+    let say = |line: &str| {
+        if lead {
+            crate::say!("{line}");
+        }
+    };
+    say(&format!(
+        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker{})",
         plan.points().len(),
         plan.repeat.max(1),
         args.seconds,
         plan.warmup_steps,
-        (plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3)
-    );
-    let rows = run(&base, &plan, |i, n, r| {
-        crate::say!(
-            "[{i}/{n}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+        (plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3),
+        match n {
+            1 => String::new(),
+            n => format!("; {n} processes, each point's devices shared evenly, 1 device on process 0 alone"),
+        }
+    ));
+    let rows = run(&base, &plan, procs.as_ref(), |i, total, r| {
+        say(&format!(
+            "[{i}/{total}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
             r.strategy,
             r.devices,
             r.per_replica,
             if r.prefetch { "on" } else { "off" },
             r.samples_per_sec
-        );
+        ));
     })?;
+    if !lead {
+        return Ok(ExitCode::SUCCESS);
+    }
     for line in table(&rows) {
         crate::say!("{line}");
     }
@@ -388,77 +462,4 @@ pub fn command(mut args: ScaleArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_grid_puts_each_series_baseline_first() {
-        let plan = Plan {
-            gpus: Vec::new(),
-            counts: vec![1, 2],
-            batches: vec![32, 128],
-            prefetch: vec![true, false],
-            strategies: vec![Strategy::Mirrored],
-            warmup_steps: 1,
-            timed: Duration::from_millis(100),
-            repeat: 1,
-        };
-        let p = plan.points();
-        assert_eq!(p.len(), 8);
-        assert_eq!(
-            p[..2],
-            [
-                Point {
-                    devices: 1,
-                    per_replica: 32,
-                    prefetch: true,
-                    strategy: Strategy::Mirrored,
-                },
-                Point {
-                    devices: 2,
-                    per_replica: 32,
-                    prefetch: true,
-                    strategy: Strategy::Mirrored,
-                }
-            ]
-        );
-        assert!(!p[7].prefetch && p[7].per_replica == 128 && p[7].devices == 2);
-    }
-
-    fn row(devices: usize, rate: f64) -> Row {
-        Row {
-            strategy: "mirrored".into(),
-            transfer_share: 0.0,
-            val_accuracy: None,
-            devices,
-            per_replica: 32,
-            global_batch: 32 * devices,
-            prefetch: true,
-            samples_per_sec: rate,
-            spread: 0.0,
-            speedup: None,
-            efficiency: None,
-            utilization: 1.0,
-            memory_access: None,
-            data_wait_share: 0.0,
-            comm_share: 0.0,
-            sync_wait_share: 0.0,
-            final_loss: 1.0,
-        }
-    }
-
-    #[test]
-    fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
-        let steady = median_by(&mut [row(1, 100.0), row(1, 104.0), row(1, 98.0)]);
-        assert_eq!(steady.samples_per_sec, 100.0);
-        assert!((steady.spread - 0.06).abs() < 1e-9);
-        let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
-        assert_eq!(noisy.samples_per_sec, 100.0);
-        assert!(noise_warning(std::slice::from_ref(&steady), 3).is_none());
-        let w = noise_warning(&[steady, noisy], 3).unwrap();
-        assert!(
-            w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
-            "{w}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,73 @@
+//! The grid, the medians and the noise warning.
+use super::*;
+
+#[test]
+fn the_grid_puts_each_series_baseline_first() {
+    let plan = Plan {
+        gpus: Vec::new(),
+        counts: vec![1, 2],
+        batches: vec![32, 128],
+        prefetch: vec![true, false],
+        strategies: vec![Strategy::Mirrored],
+        warmup_steps: 1,
+        timed: Duration::from_millis(100),
+        repeat: 1,
+    };
+    let p = plan.points();
+    assert_eq!(p.len(), 8);
+    assert_eq!(
+        p[..2],
+        [
+            Point {
+                devices: 1,
+                per_replica: 32,
+                prefetch: true,
+                strategy: Strategy::Mirrored,
+            },
+            Point {
+                devices: 2,
+                per_replica: 32,
+                prefetch: true,
+                strategy: Strategy::Mirrored,
+            }
+        ]
+    );
+    assert!(!p[7].prefetch && p[7].per_replica == 128 && p[7].devices == 2);
+}
+
+fn row(devices: usize, rate: f64) -> Row {
+    Row {
+        strategy: "mirrored".into(),
+        transfer_share: 0.0,
+        val_accuracy: None,
+        devices,
+        per_replica: 32,
+        global_batch: 32 * devices,
+        prefetch: true,
+        samples_per_sec: rate,
+        spread: 0.0,
+        speedup: None,
+        efficiency: None,
+        utilization: 1.0,
+        memory_access: None,
+        data_wait_share: 0.0,
+        comm_share: 0.0,
+        sync_wait_share: 0.0,
+        final_loss: 1.0,
+    }
+}
+
+#[test]
+fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
+    let steady = median_by(&mut [row(1, 100.0), row(1, 104.0), row(1, 98.0)]);
+    assert_eq!(steady.samples_per_sec, 100.0);
+    assert!((steady.spread - 0.06).abs() < 1e-9);
+    let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
+    assert_eq!(noisy.samples_per_sec, 100.0);
+    assert!(noise_warning(std::slice::from_ref(&steady), 3).is_none());
+    let w = noise_warning(&[steady, noisy], 3).unwrap();
+    assert!(
+        w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
+        "{w}"
+    );
+}

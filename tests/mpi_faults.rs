@@ -1,0 +1,133 @@
+//! Controls, signals and failures across processes under `mpirun` on this machine: every
+//! process stops at the same step, and no failure leaves a hang. Built only with `--features
+//! mpi`; skipped (loudly) where `mpirun` is missing, unless MGTOP_REQUIRE_MPI=1.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::mpi::*;
+
+#[test]
+fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long(tmp.path(), &[]);
+    wait_for_checkpoint(tmp.path());
+    let before = newest_checkpoint(&tmp.path().join("run"));
+    // SAFETY: signalling our own child process
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    // mpirun's own exit status after a signal varies (0 or 1): the run ended, and it stopped
+    // with a checkpoint (mpirun stops passing output on once signalled: the checkpoint itself
+    // shows the stop)
+    assert!(status.is_some(), "mpirun did not end\n{err}");
+    let after = newest_checkpoint(&tmp.path().join("run"));
+    assert!(after > before, "no checkpoint at the stop: {after:?}");
+    weights(&tmp.path().join("run"));
+    // process 0 speaks for the run; process 1 stays quiet
+    assert_eq!(err.matches("stopping:").count(), 1, "{err}");
+}
+
+#[test]
+fn a_failing_process_ends_the_run_with_its_error_and_no_hang() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long(tmp.path(), &["--inject-panic", "1:500"]);
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
+    assert!(
+        err.contains("rank 1") && err.contains("injected fault"),
+        "{err}"
+    );
+    // process 0's checkpoints are whole: the newest one reads back
+    weights(&tmp.path().join("run"));
+}
+
+#[test]
+fn a_killed_process_ends_the_run_without_a_hang() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long(tmp.path(), &[]);
+    wait_for_checkpoint(tmp.path());
+    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
+    // SAFETY: killing a process this test started (through mpirun)
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
+    weights(&tmp.path().join("run"));
+}
+
+#[test]
+fn a_hung_process_is_taken_for_lost_after_the_stall_timeout() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    wait_for_checkpoint(tmp.path());
+    // a process that stops answering (a hang, or its network gone) without dying
+    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
+    // SAFETY: stopping a process this test started (through mpirun)
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    // SAFETY: as above; a stopped process the launcher failed to end would linger
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
+    assert!(
+        err.contains("error (process 0 on") && err.contains("stopped answering"),
+        "{err}"
+    );
+    weights(&tmp.path().join("run"));
+}
+
+#[test]
+fn controls_reach_every_process_and_a_long_pause_is_no_lost_peer() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    wait_for_checkpoint(tmp.path());
+    let mut c = common::run::Client::connect(&tmp.path().join("run/live.sock"));
+    assert_eq!(c.control("pause", serde_json::json!({}))["ok"], true);
+    c.until("the pause", |v| v["action"] == "pause");
+    // paused for twice the stall timeout: the processes keep answering each other
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended while paused"
+    );
+    assert_eq!(c.control("resume", serde_json::json!({}))["ok"], true);
+    let r = c.control("batch_size", serde_json::json!({"per_replica": 16}));
+    assert_eq!(r["ok"], true, "{r}");
+    let applied = c.until("the new batch size", |v| v["action"] == "batch_size");
+    // every rank of both processes trains at the new size from that step on
+    let from = applied["step"].as_u64().unwrap();
+    c.until("a step at the new size from both processes", |v| {
+        v["type"] == "step"
+            && v["step"].as_u64() > Some(from + 1)
+            && v["per_rank"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2 && r.iter().all(|s| s["samples"] == 16))
+    });
+    assert_eq!(
+        c.control("stop", serde_json::json!({"checkpoint": true}))["ok"],
+        true
+    );
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    let out = std::fs::read_to_string(tmp.path().join("out")).unwrap();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{out}");
+    assert!(out.contains("stopped at step"), "{out}");
+}
