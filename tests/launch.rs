@@ -10,9 +10,14 @@ fn start(dir: &std::path::Path, vars: &[(&str, &str)]) -> (bool, String) {
     c.current_dir(dir).args(["--headless", "--steps", "5"]);
     for v in [
         "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
         "PMI_SIZE",
+        "PMI_RANK",
         "PMIX_RANK",
         "SLURM_NTASKS",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_STEP_ID",
+        "SLURM_PROCID",
         "WORLD_SIZE",
     ] {
         c.env_remove(v);
@@ -31,7 +36,7 @@ fn a_launcher_start_without_mpi_is_refused_naming_the_build_to_use() {
     let dir = tempfile::tempdir().unwrap();
     for vars in [
         &[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "1")][..],
-        &[("SLURM_NTASKS", "4"), ("SLURM_PROCID", "0")],
+        &[("SLURM_STEP_NUM_TASKS", "4"), ("SLURM_PROCID", "0")],
         &[("PMI_SIZE", "2"), ("PMI_RANK", "0")],
     ] {
         let (ok, err) = start(dir.path(), vars);

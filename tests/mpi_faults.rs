@@ -15,9 +15,14 @@ fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long(tmp.path(), &[]);
-    wait_for_checkpoint(tmp.path());
-    let before = newest_checkpoint(&tmp.path().join("run"));
+    // no periodic checkpoint comes in the test's time: any checkpoint is the stop's
+    let mut child = start_long_with(tmp.path(), 5.0, 1_000_000_007, &[]);
+    let out = tmp.path().join("out");
+    common::run::wait_for("the run to be training", || {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|l| l.contains(" step 100/"))
+    });
     // SAFETY: signalling our own child process
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = wait_exit(&mut child, Duration::from_secs(30));
@@ -26,8 +31,6 @@ fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
     // with a checkpoint (mpirun stops passing output on once signalled: the checkpoint itself
     // shows the stop)
     assert!(status.is_some(), "mpirun did not end\n{err}");
-    let after = newest_checkpoint(&tmp.path().join("run"));
-    assert!(after > before, "no checkpoint at the stop: {after:?}");
     weights(&tmp.path().join("run"));
     // process 0 speaks for the run; process 1 stays quiet
     assert_eq!(err.matches("stopping:").count(), 1, "{err}");
@@ -69,12 +72,13 @@ fn a_killed_process_ends_the_run_without_a_hang() {
 }
 
 #[test]
-fn a_hung_process_is_taken_for_lost_after_the_stall_timeout() {
+fn a_hung_process_is_taken_for_lost_after_its_patience() {
     if !mpirun_found() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    // --stall-timeout 0.3: a peer is lost after 5 s (ten times that, but at least 5 s)
+    let mut child = start_long_with(tmp.path(), 0.3, 200, &[]);
     wait_for_checkpoint(tmp.path());
     // a process that stops answering (a hang, or its network gone) without dying
     let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
@@ -98,13 +102,13 @@ fn controls_reach_every_process_and_a_long_pause_is_no_lost_peer() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = start_long_patient(tmp.path(), 2, &[]);
+    let mut child = start_long_with(tmp.path(), 0.3, 200, &[]);
     wait_for_checkpoint(tmp.path());
     let mut c = common::run::Client::connect(&tmp.path().join("run/live.sock"));
     assert_eq!(c.control("pause", serde_json::json!({}))["ok"], true);
     c.until("the pause", |v| v["action"] == "pause");
-    // paused for twice the stall timeout: the processes keep answering each other
-    std::thread::sleep(Duration::from_secs(4));
+    // paused for longer than a peer's patience (5 s): the processes keep answering each other
+    std::thread::sleep(Duration::from_secs(6));
     assert!(
         child.try_wait().unwrap().is_none(),
         "the run ended while paused"

@@ -16,22 +16,46 @@ use crate::comm::Processes;
 /// one). Without MPI in the build: the error that says how to build it.
 #[cfg(feature = "mpi")]
 pub fn as_processes(
-    _launch: &Launch,
+    launch: &Launch,
     work: impl FnOnce(Arc<dyn Processes>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    use crate::engine::EngineError;
+
     let cluster = Arc::new(crate::comm::mpi::Cluster::join().map_err(anyhow::Error::msg)?);
-    match work(cluster.clone()) {
-        // every process ends at the same point: MPI is finalized together
-        Ok(()) => Ok(()),
-        Err(e) => {
-            crate::tell!(
-                "error (process {} on {}): {e}",
-                cluster.index(),
-                crate::engine::hostname()
-            );
-            cluster.fail(1)
-        }
+    // an MPI that is not the launcher's makes every process a world of its own
+    if launch.size.is_some_and(|n| n != cluster.count())
+        || launch.rank.is_some_and(|r| r != cluster.index())
+    {
+        anyhow::bail!(
+            "this process was {}, but MPI made it process {} of {}: the MPI library mgtop-train was built with is not the launcher's (Open MPI's library under MPICH's mpiexec, or srun without a matching --mpi plugin); start it with that MPI's mpirun, or `srun --mpi=pmix`",
+            launch.describe(),
+            cluster.index(),
+            cluster.count()
+        );
     }
+    let Err(e) = work(cluster.clone()) else {
+        // every process ends at the same point: MPI is finalized together
+        return Ok(());
+    };
+    let engine = e.downcast_ref::<EngineError>();
+    // every process meets these at the same step: process 0 speaks for the run
+    let shared = matches!(
+        engine,
+        Some(EngineError::NonFinite { .. } | EngineError::OutOfSync { .. })
+    );
+    if cluster.index() == 0 || !shared {
+        crate::tell!(
+            "error (process {} on {}): {e}",
+            cluster.index(),
+            crate::engine::hostname()
+        );
+    }
+    if cluster.index() != 0 && (shared || matches!(engine, Some(EngineError::Config(_)))) {
+        // process 0 met it too: give it time to say so and end the job itself
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+    // the others would wait for this process: the launcher ends them
+    cluster.fail(1)
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -75,7 +99,7 @@ fn follow(
         ..cfg
     };
     let engine = Engine::start_in(cfg, Some(procs.clone()))?;
-    procs.set_patience(patience);
+    procs.set_patience(crate::engine::peer_patience(patience));
     // a signal here changes nothing and says nothing (process 0 decides and speaks for the
     // run), but a second quits
     let (heard, _unread) = crossbeam_channel::unbounded();

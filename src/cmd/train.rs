@@ -77,7 +77,7 @@ pub(super) fn train(
     let engine = Engine::start_in(cfg, procs.clone())?;
     if let Some(p) = &procs {
         // the processes met: from now on one that stops answering is taken for lost
-        p.set_patience(patience);
+        p.set_patience(crate::engine::peer_patience(patience));
     }
     let run_dir = engine.info().run_dir.clone();
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file

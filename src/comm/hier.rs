@@ -62,10 +62,10 @@ impl HierCollective {
     }
 }
 
-/// The bytes of a slice of plain numbers.
-fn bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: only called with u64 slices (no padding, every bit pattern valid both ways); the
-    // length in bytes covers exactly the slice's memory.
+/// The bytes of a slice of words.
+fn bytes_mut(v: &mut [u64]) -> &mut [u8] {
+    // SAFETY: u64 has no padding and every bit pattern is valid both ways; the length in bytes
+    // covers exactly the slice's memory, borrowed mutably for as long as the bytes are.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
@@ -172,7 +172,7 @@ impl Collective for HierCollective {
     }
 }
 
-/// The little-endian bytes of `words` (what `bytes_mut` reads them back from on this machine).
+/// The bytes of `words` in this machine's order (what `bytes_mut` reads them back from).
 fn bytemuck_u64(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }

@@ -30,6 +30,12 @@ fn number(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<usize> {
     env(name).and_then(|v| v.trim().parse().ok())
 }
 
+/// The tasks of the Slurm job step this process is one of: srun's, not the allocation's (an
+/// sbatch script sees SLURM_NTASKS of the whole job, but is one process).
+fn slurm_step_tasks(n: &dyn Fn(&str) -> Option<usize>) -> Option<usize> {
+    n("SLURM_STEP_NUM_TASKS").or_else(|| n("SLURM_STEP_ID").and(n("SLURM_NTASKS")))
+}
+
 /// The launcher that started this process, from its environment (`env` reads a variable).
 /// A torchrun-style start (`WORLD_SIZE` > 1, no MPI launcher) is refused: its processes would
 /// each train alone.
@@ -51,14 +57,10 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
             local_rank: n("MPI_LOCALRANKID").or_else(|| n("PMI_LOCAL_RANK")),
             local_size: n("MPI_LOCALNRANKS").or_else(|| n("PMI_LOCAL_SIZE")),
         })
-    } else if n("SLURM_STEP_NUM_TASKS")
-        .or_else(|| n("SLURM_NTASKS"))
-        .is_some_and(|n| n > 1)
-        && n("SLURM_PROCID").is_some()
-    {
+    } else if slurm_step_tasks(&n).is_some_and(|n| n > 1) && n("SLURM_PROCID").is_some() {
         Some(Launch {
             launcher: "srun (Slurm)",
-            size: n("SLURM_STEP_NUM_TASKS").or_else(|| n("SLURM_NTASKS")),
+            size: slurm_step_tasks(&n),
             rank: n("SLURM_PROCID"),
             local_rank: n("SLURM_LOCALID"),
             local_size: None,
@@ -122,10 +124,17 @@ mod tests {
         assert!(l.is_multi());
         let l = with(&[
             ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_NUM_TASKS", "2"),
             ("SLURM_PROCID", "1"),
             ("SLURM_LOCALID", "0"),
         ]);
         assert_eq!(l.unwrap().unwrap().launcher, "srun (Slurm)");
+        let l = with(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_PROCID", "1"),
+        ]);
+        assert_eq!(l.unwrap().unwrap().size, Some(2));
         let l = with(&[("PMI_SIZE", "2"), ("PMI_RANK", "0")])
             .unwrap()
             .unwrap();
@@ -136,7 +145,11 @@ mod tests {
     #[test]
     fn a_single_process_is_no_multi_process_run() {
         assert_eq!(with(&[]).unwrap(), None);
-        // an sbatch script with one task, or mpirun -np 1
+        // an sbatch script (the whole job's task count, but one process), one task, mpirun -np 1
+        assert_eq!(
+            with(&[("SLURM_NTASKS", "4"), ("SLURM_PROCID", "0")]).unwrap(),
+            None
+        );
         assert_eq!(
             with(&[("SLURM_NTASKS", "1"), ("SLURM_PROCID", "0")]).unwrap(),
             None

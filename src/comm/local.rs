@@ -6,6 +6,19 @@ use std::time::{Duration, Instant};
 
 use super::{Collective, CollectiveError, ReduceTiming};
 
+/// What the generic exchanges move: plain numbers (every rank of a call passes the same type,
+/// so the published element counts are counts of the same size).
+pub trait Plain: Copy + private::Sealed {}
+impl Plain for u8 {}
+impl Plain for u64 {}
+impl Plain for f32 {}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for u64 {}
+    impl Sealed for f32 {}
+}
+
 /// Chunks are multiples of 16 floats (64 bytes) so ranks never write the same cache line.
 const ALIGN: usize = 16;
 /// Elements summed per inner block (fits in L1 next to the inputs).
@@ -100,7 +113,7 @@ impl LocalCollective {
     }
 
     /// Copies `root`'s `buf` into every rank's; returns the time spent waiting.
-    pub fn broadcast<T: Copy>(
+    pub fn broadcast<T: Plain>(
         &mut self,
         buf: &mut [T],
         root: usize,
@@ -134,7 +147,7 @@ impl LocalCollective {
 
     /// Every rank's `mine` (all the same length), in rank order, into `out`
     /// (`world_size * mine.len()` elements); returns the time spent waiting.
-    pub fn all_gather<T: Copy>(
+    pub fn all_gather<T: Plain>(
         &mut self,
         mine: &[T],
         out: &mut [T],

@@ -105,23 +105,33 @@ const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
 pub struct Decider {
     rx: Receiver<Control>,
     paused: bool,
+    /// What was asked while paused, kept until the run resumes (or stops).
+    held: Decision,
 }
 
 impl Decider {
     pub fn new(rx: Receiver<Control>) -> Self {
-        Decider { rx, paused: false }
+        Decider {
+            rx,
+            paused: false,
+            held: Decision::default(),
+        }
     }
 
     /// `on_pause(true)` is called when the run pauses, `on_pause(false)` when it resumes.
     pub fn decide(&mut self, on_pause: &mut dyn FnMut(bool)) -> Decision {
-        let mut d = Decision::default();
+        let mut d = std::mem::take(&mut self.held);
         loop {
             let next = if self.paused && d.stop.is_none() {
                 match self.rx.recv_timeout(HOLD) {
                     Ok(c) => Some(c),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                        d.hold = true;
-                        return d;
+                        // the ranks meet again; what was asked waits for the resume
+                        self.held = d;
+                        return Decision {
+                            hold: true,
+                            ..Decision::default()
+                        };
                     }
                     // nobody can resume us
                     Err(_) => Some(Control::Stop { checkpoint: true }),
@@ -217,5 +227,31 @@ mod tests {
         assert_eq!(log, vec![true, false]);
         assert_eq!(d.batch, Some(64));
         assert!(d.was_paused);
+    }
+
+    #[test]
+    fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
+        let (tx, rx) = unbounded();
+        let mut dec = Decider::new(rx);
+        tx.send(Control::Checkpoint).unwrap();
+        tx.send(Control::Pause).unwrap();
+        tx.send(Control::SetBatch(16)).unwrap();
+        let mut log = Vec::new();
+        // paused longer than one hold: the ranks meet, nothing is applied yet
+        let held = dec.decide(&mut |p| log.push(p));
+        assert_eq!(
+            held,
+            Decision {
+                hold: true,
+                ..Decision::default()
+            }
+        );
+        tx.send(Control::Resume).unwrap();
+        let d = dec.decide(&mut |p| log.push(p));
+        assert_eq!(
+            (d.batch, d.checkpoint, d.was_paused, d.hold),
+            (Some(16), true, true, false)
+        );
+        assert_eq!(log, vec![true, false]);
     }
 }

@@ -93,7 +93,10 @@ pub(super) fn share_machine(
     (local_rank, local_size): (usize, usize),
 ) -> Result<Vec<Device>, EngineError> {
     let gpus = devices.iter().all(|d| matches!(d, Device::Gpu { .. }));
-    if !auto || !gpus || local_size <= 1 {
+    // GPUs bound to each process already (srun --gpus-per-task, a wrapper setting
+    // CUDA_VISIBLE_DEVICES): each takes what it sees
+    let bound = std::env::var_os("CUDA_VISIBLE_DEVICES").is_some();
+    if !auto || !gpus || local_size <= 1 || bound {
         return Ok(devices);
     }
     let per = devices.len() / local_size;
@@ -166,7 +169,26 @@ pub(super) fn meet(
             ("--optimizer".into(), cfg.optimizer.to_string()),
             ("--seed".into(), cfg.seed.to_string()),
             ("--grad-accum".into(), cfg.grad_accum.to_string()),
-            ("--strategy".into(), cfg.strategy.to_string()),
+            // (with its warm-up: when local SGD averages decides which exchanges happen)
+            ("--strategy".into(), format!("{:?}", cfg.strategy)),
+            // flags that decide which exchanges a step makes, or the numbers it computes
+            ("--log-every".into(), cfg.log_every.to_string()),
+            ("--rebalance".into(), cfg.rebalance.to_string()),
+            (
+                "--checkpoint-every".into(),
+                format!("{:?}", cfg.checkpoint_every),
+            ),
+            (
+                "the final checkpoint".into(),
+                cfg.final_checkpoint.to_string(),
+            ),
+            ("--lr".into(), format!("{:?}", cfg.lr)),
+            ("--weight-decay".into(), cfg.weight_decay.to_string()),
+            ("--warmup".into(), cfg.warmup.to_string()),
+            ("--schedule".into(), cfg.schedule.to_string()),
+            ("--lr-scaling".into(), cfg.lr_scaling.to_string()),
+            ("the validation split".into(), cfg.val_fraction.to_string()),
+            ("epoch validation".into(), cfg.epoch_validation.to_string()),
             (
                 "--batch-per-replica".into(),
                 cfg.batch_per_replica.to_string(),

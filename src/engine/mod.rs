@@ -63,6 +63,13 @@ struct RunData {
     description: String,
 }
 
+/// How long the processes of a run wait for each other before one is taken for lost: as long
+/// as a GPU all-reduce waits for a hung peer (a slow input or a long checkpoint write on
+/// process 0 must not end the run), and never less than a paused run's meetings need.
+pub fn peer_patience(stall_timeout: Duration) -> Duration {
+    (stall_timeout * worker::ALL_REDUCE_TIMEOUT_FACTOR).max(Duration::from_secs(5))
+}
+
 /// Lossy step samples queued per rank before the frontend must catch up.
 const STEP_QUEUE_PER_RANK: usize = 4096;
 
@@ -282,6 +289,10 @@ impl Engine {
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
         let (train, val) = (loaded.train, loaded.val);
         let cfg = Arc::new(cfg);
+        if let Some(p) = &world.procs {
+            // the run's clock starts together everywhere (process 0 may have calibrated)
+            p.barrier().map_err(EngineError::Collective)?;
+        }
         let t0 = Instant::now();
         let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));

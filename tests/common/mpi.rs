@@ -128,15 +128,17 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::Exi
     None
 }
 
-/// A long run on two processes (stall timeout 5 s), its output in files.
+/// A long run on two processes (stall timeout 5 s: a lost peer after 50 s), its output in
+/// files.
 pub fn start_long(dir: &Path, extra: &[&str]) -> Child {
-    start_long_patient(dir, 5, extra)
+    start_long_with(dir, 5.0, 200, extra)
 }
 
-pub fn start_long_patient(dir: &Path, stall_timeout: u64, extra: &[&str]) -> Child {
+/// `start_long` with a stall timeout and a checkpoint every `every` steps.
+pub fn start_long_with(dir: &Path, stall_timeout: f64, every: u64, extra: &[&str]) -> Child {
     let mut args = common_args(&dir.join("run"), "adam", 1, 100_000_000);
-    let patience = stall_timeout.to_string();
-    args.extend(["--checkpoint-every", "200", "--stall-timeout", &patience].map(String::from));
+    let (patience, every) = (stall_timeout.to_string(), every.to_string());
+    args.extend(["--checkpoint-every", &every, "--stall-timeout", &patience].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     let out = std::fs::File::create(dir.join("out")).unwrap();
     let err = std::fs::File::create(dir.join("err")).unwrap();

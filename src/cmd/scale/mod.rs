@@ -149,7 +149,7 @@ fn measure_once(
     }
     let engine = Engine::start_in(cfg, procs.cloned())?;
     if let Some(j) = procs {
-        j.set_patience(base.stall_timeout);
+        j.set_patience(crate::engine::peer_patience(base.stall_timeout));
     }
     let steps = engine.steps().clone();
     let events = engine.events().clone();

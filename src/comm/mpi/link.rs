@@ -146,7 +146,7 @@ impl Link {
                 Some(CollectiveError::Aborted(r))
             } else if start.elapsed() > patience {
                 Some(CollectiveError::Lost(format!(
-                    "no answer for {:.0} s (--stall-timeout): a process died, hangs, or its network is gone; the launcher's messages name it",
+                    "no answer for {:.0} s (10 x --stall-timeout): a process died or hangs, its network is gone, or the processes disagree on what to exchange",
                     patience.as_secs_f64()
                 )))
             } else {

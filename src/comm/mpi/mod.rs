@@ -97,6 +97,8 @@ impl Cluster {
     /// Ends the whole job after a failure of this process (MPI_Abort): the launcher stops the
     /// other processes, which would otherwise wait for this one. Does not return.
     pub fn fail(&self, code: i32) -> ! {
+        // an exchange still in flight gives up at once, so that the MPI thread takes this next
+        self.abort("this process failed");
         if let Some(tx) = &self.tx {
             let _ = tx.send(Request::Abort(code));
         }
