@@ -145,12 +145,11 @@ pub enum Event {
         step: u64,
         path: PathBuf,
     },
-    /// Every rank's parameters hashed the same after `step` (checked every `--log-every`
-    /// steps; `first`: the run's first check).
+    /// Every rank's parameters hashed the same after `step`: the run's first check (they are
+    /// checked every `--log-every` steps; a later one is heard of only if it fails).
     InSync {
         step: u64,
         ranks: usize,
-        first: bool,
     },
     Failed {
         rank: usize,

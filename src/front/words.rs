@@ -239,9 +239,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         Event::Checkpoint { step, path } => {
             format!("checkpoint at step {step}: {}", path.display())
         }
-        // said once; later checks are silent unless they fail (an error)
-        Event::InSync { first: false, .. } => return None,
-        Event::InSync { step, ranks, .. } => format!(
+        Event::InSync { step, ranks } => format!(
             "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps)"
         ),
         Event::Failed {

@@ -16,7 +16,7 @@ fn hash(params: &[f32]) -> u64 {
 
 impl Worker {
     /// After an update: at a check step, every rank's hash goes to every rank; all equal is
-    /// told once (rank 0), a difference stops every rank naming the ranks that differ.
+    /// told the first time (rank 0), a difference stops every rank naming the ranks that differ.
     pub(super) fn check_in_sync(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
         if self.cfg.inject_desync == Some((self.rank, self.step)) {
             let mut state = replica.export();
@@ -38,11 +38,11 @@ impl Worker {
                 ranks: odd,
             });
         }
-        if self.rank == 0 {
+        // told once: events are never dropped, and a fast run checks many times a second
+        if self.rank == 0 && !self.said_in_sync {
             let _ = self.events.send(Event::InSync {
                 step: self.step,
                 ranks: self.ranks,
-                first: !self.said_in_sync,
             });
             self.said_in_sync = true;
         }

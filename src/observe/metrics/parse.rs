@@ -245,7 +245,6 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
         "in_sync" => Event::InSync {
             step: uint(v, "step")?,
             ranks: count(v, "ranks")?,
-            first: field(v, "first").and_then(Value::as_bool).unwrap_or(false),
         },
         "error" => Event::Failed {
             rank: count(v, "rank")?,

@@ -111,8 +111,8 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         Event::Checkpoint { step, path } => {
             json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
         }
-        Event::InSync { step, ranks, first } => {
-            json!({"type": "event", "kind": "in_sync", "step": step, "t": t, "ranks": ranks, "first": first})
+        Event::InSync { step, ranks } => {
+            json!({"type": "event", "kind": "in_sync", "step": step, "t": t, "ranks": ranks})
         }
         Event::Control { step, applied } => {
             let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});

@@ -136,7 +136,7 @@ impl App {
                 val_accuracy: *val_accuracy,
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
-            Event::InSync { step, .. } => self.in_sync_at = Some(*step),
+            Event::InSync { .. } => {}
             Event::Failed { rank, message, .. } => {
                 self.state = RunState::Failed;
                 if let Some(d) = self.devices.get_mut(*rank) {

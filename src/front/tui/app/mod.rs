@@ -160,8 +160,6 @@ pub struct App {
     pub now: Duration,
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
-    /// The last step at which every replica's parameters were checked equal.
-    pub in_sync_at: Option<u64>,
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
@@ -212,7 +210,6 @@ impl App {
             now: Duration::ZERO,
             process_memory: None,
             last_checkpoint: None,
-            in_sync_at: None,
             summary: None,
             quitting: false,
             summary_hidden: false,
