@@ -161,10 +161,6 @@ fn busbw(n: usize, bytes: usize, t: std::time::Duration) -> f64 {
 /// starts): our all-reduce between processes beside MPI_Allreduce, on the same sizes.
 #[cfg(feature = "mpi")]
 pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
-    use crate::comm::mpi::Cluster;
-    use crate::comm::Processes;
-    use std::time::Instant;
-
     crate::comm::launch::from_env()
         .map_err(anyhow::Error::msg)?
         .ok_or_else(|| {
@@ -172,7 +168,20 @@ pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
                 "mpi-allreduce-bench runs under mpirun: use `mgtop-train bench --only processes`"
             )
         })?;
-    let cluster = Cluster::join().map_err(anyhow::Error::msg)?;
+    let cluster = crate::comm::mpi::Cluster::join().map_err(anyhow::Error::msg)?;
+    measure(&cluster, repeat).or_else(|e| {
+        // the other processes would wait for this one: end them, as training does
+        crate::tell!("error: {e}");
+        cluster.fail(1)
+    })
+}
+
+/// The measurement itself, on every process.
+#[cfg(feature = "mpi")]
+fn measure(cluster: &crate::comm::mpi::Cluster, repeat: usize) -> anyhow::Result<()> {
+    use crate::comm::Processes;
+    use std::time::Instant;
+
     let (n, lead) = (cluster.count(), cluster.index() == 0);
     if lead {
         crate::say!("MPI all-reduce between {n} processes: bus bandwidth GB/s (2(n-1)/n x bytes / time), median of {repeat}");
