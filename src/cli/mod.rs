@@ -30,6 +30,8 @@ Examples:
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
                                                (the UI over a finished or still running run's metrics file; --headless: its summary)
   mgtop-train attach runs/digits-mlp_128/latest  (the UI of a running job over its live socket; q detaches or stops it)
+  mpirun -np 2 -H nodeA,nodeB mgtop-train --headless --devices auto
+                                               (one run over two machines: a build with --features mpi; see the README)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
