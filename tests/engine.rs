@@ -217,14 +217,7 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let ctl = engine.controller();
     ctl.pause().unwrap();
     let events = engine.events().clone();
-    let wait_for = |pred: &dyn Fn(&Event) -> bool| loop {
-        let e = events
-            .recv_timeout(Duration::from_secs(20))
-            .expect("event arrives");
-        if pred(&e) {
-            return e;
-        }
-    };
+    let wait_for = |pred: &dyn Fn(&Event) -> bool| common::next_event(&events, pred);
     let paused = wait_for(&|e| {
         matches!(
             e,

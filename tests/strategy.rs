@@ -6,7 +6,6 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::compare::max_rel_diff;
 use mgtop::backend::{CpuReplica, Replica, TrainState};
@@ -258,14 +257,7 @@ fn controls_apply_at_a_step_every_rank_agrees_on_with_every_strategy() {
         let engine = Engine::start(cfg).unwrap();
         let ctl = engine.controller();
         let events = engine.events().clone();
-        let wait_for = |pred: &dyn Fn(&Event) -> bool| loop {
-            let e = events
-                .recv_timeout(Duration::from_secs(20))
-                .expect("event arrives");
-            if pred(&e) {
-                return e;
-            }
-        };
+        let wait_for = |pred: &dyn Fn(&Event) -> bool| common::next_event(&events, pred);
         ctl.pause().unwrap();
         let paused = wait_for(&|e| {
             matches!(

@@ -9,8 +9,9 @@ use std::process::Command;
 use super::bench::median;
 use crate::cli::BenchArgs;
 
-/// `mpirun` for processes on this machine (as root too, as many as asked).
-fn mpirun() -> Command {
+/// `mpirun` for processes on this machine: as many as asked whatever the cores, root allowed,
+/// shared memory without ptrace (containers forbid it). The tests start theirs with it too.
+pub fn local_mpirun() -> Command {
     let mut c = Command::new("mpirun");
     c.args([
         "--oversubscribe",
@@ -89,7 +90,7 @@ fn train(
     let mut c = match processes {
         1 => Command::new(&exe),
         n => {
-            let mut c = mpirun();
+            let mut c = local_mpirun();
             c.args(["-np", &n.to_string()]).arg(&exe);
             c
         }
@@ -135,7 +136,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
     let exe = std::env::current_exe()?;
-    let out = mpirun()
+    let out = local_mpirun()
         .args(["-np", "2"])
         .arg(&exe)
         .args(["mpi-allreduce-bench", "--repeat", &args.repeat.to_string()])

@@ -136,7 +136,6 @@ impl Collective for HierCollective {
         if self.leader() {
             // processes may hold different numbers of ranks: each sends `widest` ranks' worth
             let mut all = vec![0u64; widest * len * self.procs.count()];
-            let ours = ours.clone();
             let sent = bytemuck_u64(&ours);
             let r = self.procs.all_gather_bytes(&sent, bytes_mut(&mut all));
             waited += self.across(r)?;

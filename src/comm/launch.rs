@@ -7,8 +7,7 @@ pub struct Launch {
     pub launcher: &'static str,
     pub size: Option<usize>,
     pub rank: Option<usize>,
-    /// This process's index among the processes of its machine, and their number.
-    pub local_rank: Option<usize>,
+    /// The number of the launch's processes on this machine.
     pub local_size: Option<usize>,
 }
 
@@ -46,7 +45,6 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
             launcher: "mpirun (Open MPI)",
             size: n("OMPI_COMM_WORLD_SIZE"),
             rank: n("OMPI_COMM_WORLD_RANK"),
-            local_rank: n("OMPI_COMM_WORLD_LOCAL_RANK"),
             local_size: n("OMPI_COMM_WORLD_LOCAL_SIZE"),
         })
     } else if n("PMI_SIZE").is_some() {
@@ -54,7 +52,6 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
             launcher: "an MPI launcher (PMI)",
             size: n("PMI_SIZE"),
             rank: n("PMI_RANK"),
-            local_rank: n("MPI_LOCALRANKID").or_else(|| n("PMI_LOCAL_RANK")),
             local_size: n("MPI_LOCALNRANKS").or_else(|| n("PMI_LOCAL_SIZE")),
         })
     } else if slurm_step_tasks(&n).is_some_and(|n| n > 1) && n("SLURM_PROCID").is_some() {
@@ -62,7 +59,6 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
             launcher: "srun (Slurm)",
             size: slurm_step_tasks(&n),
             rank: n("SLURM_PROCID"),
-            local_rank: n("SLURM_LOCALID"),
             local_size: None,
         })
     } else if n("PMIX_RANK").is_some() {
@@ -70,7 +66,6 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
             launcher: "a PMIx launcher",
             size: None,
             rank: n("PMIX_RANK"),
-            local_rank: None,
             local_size: None,
         })
     } else {
@@ -120,7 +115,7 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
-        assert_eq!((l.size, l.rank, l.local_rank), (Some(4), Some(3), Some(1)));
+        assert_eq!((l.size, l.rank, l.local_size), (Some(4), Some(3), Some(2)));
         assert!(l.is_multi());
         let l = with(&[
             ("SLURM_NTASKS", "2"),

@@ -12,7 +12,9 @@ pub mod processes;
 
 pub use hier::HierCollective;
 pub use local::LocalCollective;
-pub use processes::{Processes, ThreadProcesses};
+pub use processes::Processes;
+#[cfg(test)]
+pub use processes::ThreadProcesses;
 
 use std::time::Duration;
 

@@ -1,11 +1,9 @@
 //! The processes of a multi-process run, as one link per process: MPI between machines
 //! (feature `mpi`), or threads standing in for processes in tests.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use super::local::AbortHandle;
-use super::{Collective, CollectiveError, LocalCollective, ReduceTiming};
+use super::{CollectiveError, ReduceTiming};
 
 /// One process's handle on the group of processes of a run. Every process makes the same
 /// sequence of calls; within a process the calls come from one thread at a time (at start-up the
@@ -65,64 +63,85 @@ pub fn broadcast_vec(
     Ok(buf)
 }
 
-/// Processes simulated by threads of this process (tests of everything above MPI).
-pub struct ThreadProcesses {
-    inner: Mutex<LocalCollective>,
-    aborter: AbortHandle,
-    index: usize,
-    count: usize,
-}
+#[cfg(test)]
+pub use simulated::ThreadProcesses;
 
-impl ThreadProcesses {
-    /// One handle per simulated process, in process order.
-    pub fn group(n: usize) -> Vec<ThreadProcesses> {
-        LocalCollective::group(n)
-            .into_iter()
-            .enumerate()
-            .map(|(index, c)| ThreadProcesses {
-                aborter: c.abort_handle(),
-                inner: Mutex::new(c),
-                index,
-                count: n,
-            })
-            .collect()
+#[cfg(test)]
+mod simulated {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::Processes;
+    use crate::comm::local::AbortHandle;
+    use crate::comm::{Collective, CollectiveError, LocalCollective, ReduceTiming};
+
+    /// Processes simulated by threads of this process (tests of everything above MPI).
+    pub struct ThreadProcesses {
+        inner: Mutex<LocalCollective>,
+        aborter: AbortHandle,
+        index: usize,
+        count: usize,
     }
 
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut LocalCollective) -> Result<T, CollectiveError>,
-    ) -> Result<T, CollectiveError> {
-        let mut c = self
-            .inner
-            .lock()
-            .map_err(|_| CollectiveError::Aborted("a simulated process panicked".into()))?;
-        f(&mut c)
-    }
-}
+    impl ThreadProcesses {
+        /// One handle per simulated process, in process order.
+        pub fn group(n: usize) -> Vec<ThreadProcesses> {
+            LocalCollective::group(n)
+                .into_iter()
+                .enumerate()
+                .map(|(index, c)| ThreadProcesses {
+                    aborter: c.abort_handle(),
+                    inner: Mutex::new(c),
+                    index,
+                    count: n,
+                })
+                .collect()
+        }
 
-impl Processes for ThreadProcesses {
-    fn index(&self) -> usize {
-        self.index
+        fn with<T>(
+            &self,
+            f: impl FnOnce(&mut LocalCollective) -> Result<T, CollectiveError>,
+        ) -> Result<T, CollectiveError> {
+            let mut c = self
+                .inner
+                .lock()
+                .map_err(|_| CollectiveError::Aborted("a simulated process panicked".into()))?;
+            f(&mut c)
+        }
     }
-    fn count(&self) -> usize {
-        self.count
-    }
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
-        self.with(|c| c.all_reduce_sum(buf))
-    }
-    fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<Duration, CollectiveError> {
-        self.with(|c| c.broadcast(buf, root))
-    }
-    fn all_gather_bytes(&self, mine: &[u8], out: &mut [u8]) -> Result<Duration, CollectiveError> {
-        self.with(|c| c.all_gather(mine, out))
-    }
-    fn barrier(&self) -> Result<Duration, CollectiveError> {
-        self.with(|c| c.barrier())
-    }
-    fn abort(&self, reason: &str) {
-        self.aborter.abort(reason)
-    }
-    fn abort_reason(&self) -> Option<String> {
-        self.aborter.reason()
+
+    impl Processes for ThreadProcesses {
+        fn index(&self) -> usize {
+            self.index
+        }
+        fn count(&self) -> usize {
+            self.count
+        }
+        fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+            self.with(|c| c.all_reduce_sum(buf))
+        }
+        fn broadcast_bytes(
+            &self,
+            buf: &mut [u8],
+            root: usize,
+        ) -> Result<Duration, CollectiveError> {
+            self.with(|c| c.broadcast(buf, root))
+        }
+        fn all_gather_bytes(
+            &self,
+            mine: &[u8],
+            out: &mut [u8],
+        ) -> Result<Duration, CollectiveError> {
+            self.with(|c| c.all_gather(mine, out))
+        }
+        fn barrier(&self) -> Result<Duration, CollectiveError> {
+            self.with(|c| c.barrier())
+        }
+        fn abort(&self, reason: &str) {
+            self.aborter.abort(reason)
+        }
+        fn abort_reason(&self) -> Option<String> {
+            self.aborter.reason()
+        }
     }
 }

@@ -23,6 +23,14 @@ impl Device {
             Device::Gpu { index, .. } => format!("gpu{index}"),
         }
     }
+
+    /// `cpu0`, or `nodeB/cpu0` where the run names its ranks' hosts.
+    pub fn label_on(&self, host: Option<&str>) -> String {
+        match host {
+            Some(h) => format!("{h}/{}", self.label()),
+            None => self.label(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

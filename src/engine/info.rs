@@ -69,10 +69,9 @@ impl RunInfo {
 
     /// `cpu0`, or `nodeB/cpu0` in a run over several processes.
     pub fn rank_label(&self, rank: usize) -> String {
-        match (self.devices.get(rank), self.hosts.get(rank)) {
-            (Some(d), Some(h)) => format!("{h}/{}", d.label()),
-            (Some(d), None) => d.label(),
-            _ => format!("rank{rank}"),
+        match self.devices.get(rank) {
+            Some(d) => d.label_on(self.hosts.get(rank).map(String::as_str)),
+            None => format!("rank{rank}"),
         }
     }
 

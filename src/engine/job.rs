@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::fingerprint::fingerprint;
 use super::loader::Cursor;
 use super::start::Start;
 use super::{Device, EngineError};
@@ -109,28 +110,17 @@ pub(super) fn share_machine(
     Ok(devices[local_rank * per..(local_rank + 1) * per].to_vec())
 }
 
-/// A 64-bit FNV-1a of the data's shape and of up to 4096 samples spread over it, so that
+/// A fingerprint of the data's shape and of up to 4096 samples spread over it, so that
 /// processes that loaded different data (another file, another seed's split) are told apart
 /// without reading all of it.
 fn data_fingerprint(d: &Dataset) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |w: u64| {
-        for b in w.to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    };
-    eat(d.len() as u64);
-    eat(d.features as u64);
-    eat(d.classes as u64);
     let n = d.len();
-    let stride = (n / 4096).max(1);
-    for i in (0..n).step_by(stride) {
-        eat(d.y[i] as u64);
-        for &v in d.x[i * d.features..][..d.features.min(64)].iter() {
-            eat(v.to_bits() as u64);
-        }
-    }
-    h
+    let rows = (0..n).step_by((n / 4096).max(1)).flat_map(|i| {
+        let x = &d.x[i * d.features..(i + 1) * d.features];
+        std::iter::once(d.y[i] as u64).chain(x.iter().map(|v| v.to_bits() as u64))
+    });
+    let shape = [n, d.features, d.classes].map(|v| v as u64);
+    fingerprint(shape.into_iter().chain(rows))
 }
 
 fn lost(e: CollectiveError) -> EngineError {
@@ -275,14 +265,11 @@ pub(super) fn meet(
 }
 
 /// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
-pub fn describe(devices: &[Device], hosts: &[String]) -> String {
+fn describe(devices: &[Device], hosts: &[String]) -> String {
     devices
         .iter()
         .enumerate()
-        .map(|(r, d)| match hosts.get(r) {
-            Some(h) => format!("{h}/{}", d.label()),
-            None => d.label(),
-        })
+        .map(|(r, d)| d.label_on(hosts.get(r).map(String::as_str)))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -7,6 +7,7 @@ pub mod control;
 mod cpu_time;
 mod devices;
 pub mod events;
+mod fingerprint;
 pub mod heartbeat;
 mod info;
 mod job;
@@ -40,8 +41,8 @@ use resume::{budget_reached, resumed_settings};
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
+pub use job::hostname;
 use job::World;
-pub use job::{describe as describe_ranks, hostname};
 pub use outcome::{EngineError, RunResult};
 
 pub struct Engine {

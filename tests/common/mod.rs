@@ -18,3 +18,19 @@ pub fn skipped(why: &str) {
         .to_string();
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
 }
+
+/// The next engine event that satisfies `pred` (earlier ones are passed over), within 20 s.
+#[allow(dead_code)]
+pub fn next_event(
+    events: &crossbeam_channel::Receiver<mgtop::engine::events::Event>,
+    pred: &dyn Fn(&mgtop::engine::events::Event) -> bool,
+) -> mgtop::engine::events::Event {
+    loop {
+        let e = events
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("event arrives");
+        if pred(&e) {
+            return e;
+        }
+    }
+}

@@ -27,20 +27,10 @@ pub fn mpirun_found() -> bool {
     found
 }
 
-/// `mpirun` for processes on this machine: as many processes as asked whatever the cores, root
-/// allowed (CI runs as root), shared memory without ptrace (containers forbid it).
+/// `mpirun` for processes on this machine (the benchmark's: as many as asked, root allowed,
+/// shared memory without ptrace).
 pub fn mpirun() -> Command {
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--oversubscribe",
-        "--mca",
-        "btl_vader_single_copy_mechanism",
-        "none",
-    ])
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    c
+    mgtop::cmd::bench_processes::local_mpirun()
 }
 
 /// The flags every run here shares: a small MLP on synthetic data, 50 steps.

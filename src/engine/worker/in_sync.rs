@@ -5,13 +5,12 @@
 use super::Worker;
 use crate::backend::Replica;
 use crate::engine::events::Event;
+use crate::engine::fingerprint::fingerprint;
 use crate::engine::EngineError;
 
-/// FNV-1a over the parameters' bits.
+/// A fingerprint of the parameters' bits.
 fn hash(params: &[f32]) -> u64 {
-    params.iter().fold(0xcbf2_9ce4_8422_2325, |h, p| {
-        (h ^ p.to_bits() as u64).wrapping_mul(0x100_0000_01b3)
-    })
+    fingerprint(params.iter().map(|p| p.to_bits() as u64))
 }
 
 impl Worker {
