@@ -1,8 +1,8 @@
 //! One test body for every backend: a replica trains two steps on a fixed batch and must match
 //! an independent double-precision reference written here (forward, backward, optimizer), and
-//! its metrics, evaluation and export/import must agree with it. The CPU copy always runs; the
-//! CUDA copy runs where a GPU and the CUDA libraries are present and prints "SKIPPED ...: no GPU"
-//! elsewhere.
+//! its metrics, evaluation, export/import and host transfers must agree with it. The CPU copy
+//! always runs; the CUDA copy runs where a GPU and the CUDA libraries are present and prints
+//! "SKIPPED ...: no GPU" elsewhere.
 
 mod common;
 
@@ -189,9 +189,77 @@ fn trains_like_the_reference(
     }
 }
 
+/// The shared body of the host transfers (central storage every step, local SGD at its
+/// averages): parameters put from the host are the ones the next step computes with, the
+/// gradients and metric slots read back are that step's, and parameters read back after an
+/// update are the updated ones — each read right after the work it follows was queued.
+fn moves_to_and_from_the_host(
+    name: &str,
+    make: &dyn Fn(Model, OptimizerKind, TrainState) -> Box<dyn Replica>,
+) {
+    let model = Model::mlp(6, &[9, 7], 4);
+    let b = 5;
+    let mut rng = Rng::new(22);
+    let x: Vec<f32> = (0..b * 6).map(|_| rng.normal()).collect();
+    let y: Vec<u32> = vec![2, 0, 3, 1, 2];
+    let micro = [MicroBatch {
+        x: x.clone(),
+        y: y.clone(),
+        n: b,
+    }];
+    let kind = OptimizerKind::Adam;
+    let state = TrainState {
+        params: model.init_params(4),
+        opt: OptState::new(kind, model.n_params),
+    };
+    let mut replica = make(model.clone(), kind, state);
+    let (mut grads, mut params) = (Vec::new(), Vec::new());
+    for round in 0..4u64 {
+        let put = model.init_params(10 + round);
+        replica.params_from_host(&put);
+        replica.compute_grads(&micro);
+        replica.finish_local();
+        replica.grads_to_host(&mut grads);
+        assert_eq!(grads.len(), model.n_params + 3, "{name} round {round}");
+        let p: Vec<f64> = put.iter().map(|&v| v as f64).collect();
+        let (loss, g) = reference_grad(&model, &p, &x, &y, b);
+        let aux = &grads[model.n_params..];
+        assert_eq!(aux[2], b as f32, "{name} round {round}: sample slot");
+        assert!(
+            (aux[0] as f64 / b as f64 - loss).abs() < 1e-4,
+            "{name} round {round}: loss slot {} vs {loss}",
+            aux[0] as f64 / b as f64
+        );
+        let worst = grads[..model.n_params]
+            .iter()
+            .zip(&g)
+            .map(|(a, r)| (*a as f64 - r * b as f64).abs() / (1e-3 + (r * b as f64).abs()))
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1e-3,
+            "{name} round {round}: gradients on the host off by {worst:e} (relative): not this step's"
+        );
+        assert_eq!(replica.batch_metrics().samples, b as f64, "{name}");
+        replica.apply_update(LR);
+        replica.params_to_host(&mut params);
+        assert_ne!(
+            params, put,
+            "{name} round {round}: the update is not in what was read"
+        );
+        assert_eq!(
+            params,
+            replica.export().params,
+            "{name} round {round}: parameters read on the host"
+        );
+    }
+}
+
 #[test]
 fn cpu_replica_trains_like_the_reference() {
     trains_like_the_reference("cpu", &|model, kind, state| {
+        Box::new(CpuReplica::new(model, kind, WD, state))
+    });
+    moves_to_and_from_the_host("cpu", &|model, kind, state| {
         Box::new(CpuReplica::new(model, kind, WD, state))
     });
 }
@@ -208,7 +276,7 @@ fn cuda_replica_trains_like_the_reference() {
     if let Some(missing) = mgtop::backend::cuda::Libraries::probe().missing_for(1) {
         panic!("a GPU is present but the CUDA libraries are not: {missing}");
     }
-    trains_like_the_reference("cuda", &|model, kind, state| {
+    let open = |model, kind, state| -> Box<dyn Replica> {
         Box::new(
             CudaReplica::open(
                 0,
@@ -220,7 +288,9 @@ fn cuda_replica_trains_like_the_reference() {
             )
             .unwrap_or_else(|e| panic!("{e}")),
         )
-    });
+    };
+    trains_like_the_reference("cuda", &open);
+    moves_to_and_from_the_host("cuda", &open);
 }
 
 /// A convolutional model (conv padded and strided, pooling, dense) trained two steps of every
