@@ -81,7 +81,7 @@ impl Collective for HierCollective {
             .expect("offsets end with the world size")
     }
 
-    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+    fn all_reduce_sum(&mut self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError> {
         let t0 = Instant::now();
         let inside = self.local.all_reduce_sum(buf)?;
         if self.leader() {
@@ -246,7 +246,7 @@ mod tests {
                 c.abort("rank 1 failed");
                 return None;
             }
-            let mut buf = [1.0f32; 4];
+            let mut buf = vec![1.0f32; 4];
             c.all_reduce_sum(&mut buf).err()
         });
         assert!(

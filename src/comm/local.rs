@@ -218,7 +218,7 @@ impl Collective for LocalCollective {
         self.shared.n
     }
 
-    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+    fn all_reduce_sum(&mut self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError> {
         let s = &*self.shared;
         if s.n == 1 {
             return Ok(ReduceTiming::default());
@@ -336,7 +336,7 @@ mod tests {
                         (0..len).map(|i| (i * 7 + r * 13) as f32 * 0.1).collect();
                     for _ in 0..3 {
                         // repeated calls reuse the barrier correctly
-                        c.all_reduce_sum(&mut buf[..]).unwrap();
+                        c.all_reduce_sum(&mut buf).unwrap();
                         buf.iter_mut().for_each(|v| *v /= n as f32);
                     }
                     buf

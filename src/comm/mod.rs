@@ -45,8 +45,11 @@ pub struct ReduceTiming {
 pub trait Collective: Send {
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;
-    /// Element-wise sum across ranks, in place, in fixed rank order (deterministic).
-    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError>;
+    /// Element-wise sum across ranks, in place, in fixed rank order (deterministic). A `Vec` so
+    /// that an exchange between processes can swap memory instead of copying it: afterwards
+    /// `buf` may be another allocation of the same length (after an error, of unspecified
+    /// contents).
+    fn all_reduce_sum(&mut self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError>;
     /// Copies `root`'s `buf` to every rank; returns the time spent waiting.
     fn broadcast_u64(&mut self, buf: &mut [u64], root: usize) -> Result<Duration, CollectiveError>;
     /// Every rank's `mine` (all the same length), in rank order, into `out`

@@ -12,8 +12,9 @@ pub trait Processes: Send + Sync {
     /// This process's index, 0-based (global rank 0 lives in process 0).
     fn index(&self) -> usize;
     fn count(&self) -> usize;
-    /// Element-wise sum across processes, in place; every process gets the same bits.
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError>;
+    /// Element-wise sum across processes, in place; every process gets the same bits. As
+    /// `Collective::all_reduce_sum`, `buf` may come back another allocation of the same length.
+    fn all_reduce_sum(&self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError>;
     /// Copies process `root`'s `buf` to every process (every process passes the same length).
     fn broadcast_bytes(&self, buf: &mut [u8], root: usize) -> Result<Duration, CollectiveError>;
     /// Every process's `mine` (all the same length), in process order, into `out`.
@@ -117,7 +118,7 @@ mod simulated {
         fn count(&self) -> usize {
             self.count
         }
-        fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<ReduceTiming, CollectiveError> {
+        fn all_reduce_sum(&self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError> {
             self.with(|c| c.all_reduce_sum(buf))
         }
         fn broadcast_bytes(

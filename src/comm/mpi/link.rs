@@ -1,5 +1,6 @@
-//! The MPI thread: it initializes MPI, makes every MPI call of the process (non-blocking
-//! exchanges polled to completion, or given up after the patience), and finalizes MPI.
+//! MPI calls: initializing and finalizing on the MPI thread (`own`), and the exchanges, made by
+//! whichever thread holds the `Link` (non-blocking collectives polled to completion, or given up
+//! after the patience).
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
@@ -10,81 +11,63 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use mpi::ffi;
 
-use super::{Flags, Joined, Request, CHUNK, EAGER, HANDOVER};
+use super::{Flags, Joined, CHUNK, EAGER};
 use crate::comm::{CollectiveError, ReduceTiming};
 
-/// The MPI thread: initializes, answers requests in order, finalizes when the channel closes.
-pub(super) fn serve(
-    rx: Receiver<Request>,
-    ready: Sender<Result<Joined, String>>,
-    flags: Arc<Flags>,
-) {
-    let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
+/// The MPI thread: initializes MPI, says who this process is once every process has reached
+/// MPI, then waits until `end` closes and finalizes it.
+pub(super) fn own(ready: Sender<Result<Joined, String>>, end: Receiver<()>) {
+    let Some((universe, threading)) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+    else {
         let _ = ready.send(Err("MPI was already initialized".into()));
         return;
     };
-    let mut link = Link {
-        flags,
-        broken: None,
-        scratch: Vec::new(),
-    };
-    match link.start() {
-        Ok(j) => {
-            let _ = ready.send(Ok(j));
-        }
-        Err(e) => {
-            let _ = ready.send(Err(format!("MPI start-up failed: {e}")));
-            link.abort(1);
-        }
+    if threading < mpi::Threading::Serialized {
+        // every process meets this: each says so, and MPI is finalized together
+        let _ = ready.send(Err(format!(
+            "the MPI library offers only {threading:?} thread support; mgtop-train needs MPI_THREAD_SERIALIZED (Open MPI and MPICH builds give it)"
+        )));
+        return;
     }
-    while let Some(req) = next(&rx) {
-        match req {
-            Request::AllReduce(buf, reply) => {
-                let _ = reply.send(link.all_reduce(buf));
-            }
-            Request::Broadcast(buf, root, reply) => {
-                let _ = reply.send(link.broadcast(buf, root));
-            }
-            Request::AllGather(mine, count, reply) => {
-                let _ = reply.send(link.all_gather(mine, count));
-            }
-            Request::Barrier(reply) => {
-                let _ = reply.send(link.barrier());
-            }
-            Request::Native(len, iters, reply) => {
-                let _ = reply.send(link.native(len, iters));
-            }
-            Request::Abort(code) => link.abort(code),
-        }
+    let (mut rank, mut size) = (0 as c_int, 0 as c_int);
+    // SAFETY: MPI is initialized on this thread; the out-pointers are live locals
+    unsafe {
+        ffi::MPI_Comm_rank(world(), &mut rank);
+        ffi::MPI_Comm_size(world(), &mut size);
     }
-    if link.broken.is_some() {
-        // a request is still in flight with the others: finalizing would wait for them
-        link.abort(1);
+    // every process has reached MPI before any exchange of the run (no patience yet: a process
+    // may be slow to start)
+    let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: MPI is initialized; the request is waited for here
+    unsafe {
+        ffi::MPI_Ibarrier(world(), &mut req);
+        ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE);
     }
+    let _ = ready.send(Ok(Joined {
+        index: rank as usize,
+        count: size as usize,
+    }));
+    // the Cluster calls MPI from other threads meanwhile; it drops the sender at the end
+    let _ = end.recv();
     drop(universe);
 }
 
-/// The next request: awake a little first (a step's exchanges follow each other closely), then
-/// asleep. None once the channel has closed.
-fn next(rx: &Receiver<Request>) -> Option<Request> {
-    let t = Instant::now();
-    while t.elapsed() < HANDOVER {
-        match rx.try_recv() {
-            Ok(r) => return Some(r),
-            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
-            Err(_) => return None,
-        }
-    }
-    rx.recv().ok()
+/// Ends the job (MPI_Abort).
+///
+/// # Safety
+/// MPI is initialized; no other thread of this process is inside an MPI call (or the job must
+/// end regardless).
+pub(super) unsafe fn abort(code: i32) {
+    ffi::MPI_Abort(world(), code);
 }
 
-/// MPI calls, made only from the MPI thread.
-struct Link {
+/// The process's exchanges over MPI; the `Cluster` lends it to one thread at a time.
+pub(super) struct Link {
     flags: Arc<Flags>,
-    /// Why an exchange was abandoned: its buffers are leaked (MPI may still write them) and no
+    /// Why an exchange was abandoned: its buffers are leaked (MPI may still use them) and no
     /// later exchange is started.
     broken: Option<CollectiveError>,
-    /// The all-reduce's output buffer, kept from call to call.
+    /// The all-reduce's output buffer, swapped with the caller's each call.
     scratch: Vec<f32>,
 }
 
@@ -99,42 +82,33 @@ fn count(n: usize) -> c_int {
 }
 
 impl Link {
-    fn start(&mut self) -> Result<Joined, String> {
-        let (mut rank, mut size) = (0 as c_int, 0 as c_int);
-        // SAFETY: MPI is initialized on this thread; the out-pointers are live locals
-        unsafe {
-            ffi::MPI_Comm_rank(world(), &mut rank);
-            ffi::MPI_Comm_size(world(), &mut size);
+    pub(super) fn new(flags: Arc<Flags>) -> Link {
+        Link {
+            flags,
+            broken: None,
+            scratch: Vec::new(),
         }
-        // every process has reached MPI before any exchange of the run
-        self.barrier().map_err(|e| e.to_string())?;
-        Ok(Joined {
-            index: rank as usize,
-            count: size as usize,
-        })
     }
 
-    fn abort(&mut self, code: i32) {
-        // SAFETY: MPI is initialized on this thread; MPI_Abort ends the job
-        unsafe {
-            ffi::MPI_Abort(world(), code);
-        }
+    pub(super) fn broken(&self) -> bool {
+        self.broken.is_some()
     }
 
     /// Polls a started request to completion, or gives up after the patience (or once this
-    /// process is aborted), leaking `keep` (the request's buffers) when it does.
-    fn finish<K>(&mut self, mut req: ffi::MPI_Request, keep: K) -> Result<K, CollectiveError> {
+    /// process is aborted). A request given up on may still use its buffers: the caller must
+    /// leak them.
+    fn finish(&mut self, mut req: ffi::MPI_Request) -> Result<(), CollectiveError> {
         let start = Instant::now();
         let patience = Duration::from_millis(self.flags.patience_ms.load(Ordering::Relaxed));
         let mut polls = 0u32;
         loop {
             let mut done: c_int = 0;
-            // SAFETY: `req` is a live request of this thread; the buffers it uses are in `keep`
+            // SAFETY: `req` is a live request of this process; its buffers outlive it
             unsafe {
                 ffi::MPI_Test(&mut req, &mut done, ffi::RSMPI_STATUS_IGNORE);
             }
             if done != 0 {
-                return Ok(keep);
+                return Ok(());
             }
             let why = if self.flags.aborted.load(Ordering::Acquire) {
                 let r = self
@@ -153,7 +127,6 @@ impl Link {
                 None
             };
             if let Some(e) = why {
-                std::mem::forget(keep);
                 self.broken = Some(e.clone());
                 return Err(e);
             }
@@ -179,36 +152,41 @@ impl Link {
         }
     }
 
-    fn barrier(&mut self) -> Result<Duration, CollectiveError> {
+    pub(super) fn barrier(&mut self) -> Result<Duration, CollectiveError> {
         self.check()?;
         let t = Instant::now();
-        // SAFETY: MPI is initialized on this thread; the request is polled to completion
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: MPI is initialized and this thread holds the link; the request is polled
         unsafe {
             ffi::MPI_Ibarrier(world(), &mut req);
         }
-        self.finish(req, ())?;
+        self.finish(req)?;
         Ok(t.elapsed())
     }
 
     /// Sum across processes with MPI_Iallreduce. Open MPI's algorithms give every process the
     /// same bits (each pairwise sum is computed the same on both sides, or by one process and
     /// sent on), which the replica check confirms every --log-every steps. A barrier first splits
-    /// waiting for the others from moving data.
-    fn all_reduce(&mut self, buf: Vec<f32>) -> Result<(Vec<f32>, ReduceTiming), CollectiveError> {
+    /// waiting for the others from moving data. No copies: the sum lands in the scratch buffer,
+    /// which is then swapped with `buf`. An exchange given up on keeps both buffers (leaked, MPI
+    /// may still write them) and leaves `buf` a new one of the same length.
+    pub(super) fn all_reduce(
+        &mut self,
+        buf: &mut Vec<f32>,
+    ) -> Result<ReduceTiming, CollectiveError> {
         let wait = self.barrier()?;
         let t = Instant::now();
-        // the result lands in the scratch buffer, which the input then becomes
         let mut out = std::mem::take(&mut self.scratch);
-        out.clear();
-        out.resize(buf.len(), 0.0);
+        if out.len() != buf.len() {
+            out.clear();
+            out.resize(buf.len(), 0.0);
+        }
         let mut done = 0;
-        let (mut buf, mut out) = (buf, out);
         while done < buf.len() {
             let n = (buf.len() - done).min(CHUNK);
             let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: both buffers hold at least done+n floats and outlive the request (kept by
-            // `finish`, leaked if it is abandoned)
+            // SAFETY: both buffers hold at least done+n floats and outlive the request (leaked
+            // below if it is given up on)
             unsafe {
                 ffi::MPI_Iallreduce(
                     buf[done..].as_ptr().cast::<c_void>(),
@@ -220,21 +198,24 @@ impl Link {
                     &mut req,
                 );
             }
-            (buf, out) = self.finish(req, (buf, out))?;
+            if let Err(e) = self.finish(req) {
+                let len = buf.len();
+                std::mem::forget(std::mem::replace(buf, vec![0.0; len]));
+                std::mem::forget(out);
+                return Err(e);
+            }
             done += n;
         }
-        self.scratch = buf;
-        Ok((
-            out,
-            ReduceTiming {
-                wait,
-                transfer: t.elapsed(),
-            },
-        ))
+        std::mem::swap(buf, &mut out);
+        self.scratch = out;
+        Ok(ReduceTiming {
+            wait,
+            transfer: t.elapsed(),
+        })
     }
 
     /// `iters` blocking MPI_Allreduce calls on `len` floats, after a barrier: their time.
-    fn native(&mut self, len: usize, iters: usize) -> Result<Duration, CollectiveError> {
+    pub(super) fn native(&mut self, len: usize, iters: usize) -> Result<Duration, CollectiveError> {
         self.barrier()?;
         let send = vec![1.0f32; len.min(CHUNK)];
         let mut recv = vec![0.0f32; send.len()];
@@ -255,11 +236,13 @@ impl Link {
         Ok(t.elapsed())
     }
 
-    fn broadcast(
+    /// Process `root`'s `buf` into every process's, through buffers of this link's own (small
+    /// messages: start-up state, control words).
+    pub(super) fn broadcast(
         &mut self,
-        mut buf: Vec<u8>,
+        buf: &mut [u8],
         root: usize,
-    ) -> Result<(Vec<u8>, Duration), CollectiveError> {
+    ) -> Result<Duration, CollectiveError> {
         self.check()?;
         let t = Instant::now();
         let mut done = 0;
@@ -267,7 +250,7 @@ impl Link {
             let n = (buf.len() - done).min(CHUNK);
             let mut part = buf[done..done + n].to_vec();
             let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: `part` holds n bytes and outlives the request
+            // SAFETY: `part` holds n bytes and outlives the request (leaked if given up on)
             unsafe {
                 ffi::MPI_Ibcast(
                     part.as_mut_ptr().cast::<c_void>(),
@@ -278,29 +261,35 @@ impl Link {
                     &mut req,
                 );
             }
-            let part = self.finish(req, part)?;
+            if let Err(e) = self.finish(req) {
+                std::mem::forget(part);
+                return Err(e);
+            }
             buf[done..done + n].copy_from_slice(&part);
             done += n;
         }
-        Ok((buf, t.elapsed()))
+        Ok(t.elapsed())
     }
 
-    fn all_gather(
+    /// Every process's `mine` (all the same length), in process order, into `out`.
+    pub(super) fn all_gather(
         &mut self,
-        mine: Vec<u8>,
-        processes: usize,
-    ) -> Result<(Vec<u8>, Duration), CollectiveError> {
+        mine: &[u8],
+        out: &mut [u8],
+    ) -> Result<Duration, CollectiveError> {
         self.check()?;
         let t = Instant::now();
-        if mine.len() * processes > CHUNK {
+        if out.len() > CHUNK {
             return Err(CollectiveError::Aborted(format!(
                 "an all-gather of {} bytes per process is too large",
                 mine.len()
             )));
         }
-        let mut all = vec![0u8; mine.len() * processes];
+        let mine = mine.to_vec();
+        let mut all = vec![0u8; out.len()];
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: `mine` holds len bytes, `all` len*processes; both outlive the request
+        // SAFETY: `mine` holds len bytes, `all` len x processes; both outlive the request
+        // (leaked if given up on)
         unsafe {
             ffi::MPI_Iallgather(
                 mine.as_ptr().cast::<c_void>(),
@@ -313,7 +302,11 @@ impl Link {
                 &mut req,
             );
         }
-        let (all, _) = self.finish(req, (all, mine))?;
-        Ok((all, t.elapsed()))
+        if let Err(e) = self.finish(req) {
+            std::mem::forget((mine, all));
+            return Err(e);
+        }
+        out.copy_from_slice(&all);
+        Ok(t.elapsed())
     }
 }

@@ -10,7 +10,7 @@ use crate::comm::{Collective, CollectiveError};
 
 /// `v` = the sum over ranks / ranks, in place (the sum in fixed rank order).
 pub(super) fn mean_across(
-    v: &mut [f32],
+    v: &mut Vec<f32>,
     coll: &mut dyn Collective,
     moved: &mut Moved,
 ) -> Result<(), CollectiveError> {

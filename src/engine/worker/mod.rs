@@ -424,7 +424,7 @@ impl Worker {
         let d = self.val.features;
         let (loss, correct) =
             replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo);
-        let mut sums = [loss as f32, correct as f32];
+        let mut sums = vec![loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
     }
