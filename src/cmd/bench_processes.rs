@@ -86,6 +86,10 @@ fn train(
         &devices,
         "--log-every",
         &every,
+        // one core per worker on either side (mpirun binds a process to one core; `auto`
+        // would give the single process's workers the machine's cores)
+        "--threads-per-worker",
+        "1",
     ];
     let mut c = match processes {
         1 => Command::new(&exe),
@@ -119,7 +123,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
     let tmp = std::env::temp_dir().join(format!("mgtop-bench-processes-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     crate::say!(
-        "processes: MLP 784-128-10, Adam, synthetic 60000x784; samples/s, 1 process x 2 workers vs 2 processes x 1 worker (mpirun), alternated, median of {}",
+        "processes: MLP 784-128-10, Adam, synthetic 60000x784; samples/s, 1 process x 2 workers vs 2 processes x 1 worker (mpirun), one thread per worker, alternated, median of {}",
         args.repeat
     );
     for &batch in &args.batches {
