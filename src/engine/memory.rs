@@ -2,6 +2,7 @@
 //! large for the machine is refused with the figures instead of aborting part-way through its
 //! start ("memory allocation of N bytes failed").
 
+use super::strategy::Strategy;
 use super::Device;
 use crate::config::RunConfig;
 use crate::nn::model::Model;
@@ -14,9 +15,13 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// Bytes still to be allocated by a run, by what they hold.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Estimate {
-    /// Parameters, gradients and optimizer moments of one CPU rank.
+    /// What one CPU rank holds: parameters, gradients and, but under central storage, the
+    /// optimizer moments; the host buffers its strategy exchanges through.
     pub state_per_rank: f64,
     pub ranks: usize,
+    /// Held once, or per GPU rank on the host: central storage's host copy of the parameters and
+    /// moments; the host buffers of GPU ranks' strategy exchanges.
+    pub shared: f64,
     /// The copies a start and a checkpoint make (host side for every rank kind).
     pub copies: f64,
     /// Activations and their gradients, every CPU rank together.
@@ -27,7 +32,11 @@ pub(super) struct Estimate {
 
 impl Estimate {
     pub fn total(&self) -> f64 {
-        self.state_per_rank * self.ranks as f64 + self.copies + self.activations + self.queues
+        self.state_per_rank * self.ranks as f64
+            + self.shared
+            + self.copies
+            + self.activations
+            + self.queues
     }
 }
 
@@ -48,12 +57,27 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
     let rows = f(cfg.batch_per_replica).max(EVAL_ROWS as f64);
     let batch = f(cfg.batch_per_replica) * f(cfg.grad_accum) * (f(dims[0]) + 1.0) * 4.0;
     let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads);
+    let gpus = f(devices.len() - cpu);
+    // in parameter-sized buffers: what each rank holds beside its parameters and gradients, a
+    // GPU rank's host side, and what is held once
+    let (rank_extra, gpu_host, once) = match cfg.strategy {
+        Strategy::Mirrored => (moments, 0.0, 0.0),
+        // no moments on the devices; each rank's gradients are copied for the host's sum; a GPU
+        // rank also stages parameters and gradients in page-locked memory
+        Strategy::CentralStorage => (1.0, 3.0, 1.0 + moments),
+        // the buffer parameters are averaged through, and with `,moments` the whole state
+        Strategy::LocalSgd { moments: both, .. } => {
+            let avg = if both { 1.0 + moments } else { 1.0 };
+            (moments + avg, avg + 1.0, 0.0)
+        }
+    };
     Estimate {
-        state_per_rank: (2.0 + moments) * params * 4.0,
+        state_per_rank: (2.0 + rank_extra) * params * 4.0,
         ranks: cpu,
+        shared: (once + gpu_host * gpus) * params * 4.0,
         // the state every rank starts from, a GPU rank's host copy, and a checkpoint at its
         // peak: the exported state, its tensors' bytes and the serialized file
-        copies: (1.0 + moments) * params * 4.0 * (3.0 + (devices.len() - cpu) as f64),
+        copies: (1.0 + moments) * params * 4.0 * (3.0 + gpus),
         activations: 2.0 * rows * width * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
     }
@@ -68,10 +92,11 @@ pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> 
         return Ok(());
     }
     Err(format!(
-        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is available: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is available: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
         e.total() / GIB,
         e.state_per_rank / GIB,
         e.ranks,
+        e.shared / GIB,
         e.copies / GIB,
         e.activations / GIB,
         e.queues / GIB,
@@ -111,6 +136,39 @@ mod tests {
         );
         // without a figure for the machine, nothing is refused
         assert!(check(&huge, None).is_ok());
+    }
+
+    #[test]
+    fn central_storage_counts_the_optimizer_state_once_and_local_sgd_its_buffers() {
+        let model = Model::mlp(784, &[1024, 1024], 10);
+        let p = model.n_params as f64 * 4.0;
+        let with = |strategy| RunConfig {
+            strategy,
+            ..RunConfig::default()
+        };
+        let mirrored = estimate(&with(Strategy::Mirrored), &cpus(4), &model);
+        let central = estimate(&with(Strategy::CentralStorage), &cpus(4), &model);
+        // Adam: mirrored holds params, grads and two moments on each of 4 ranks; central storage
+        // params, grads and the host's gradient copy per rank, one host copy of params + moments
+        assert_eq!(mirrored.state_per_rank * 4.0 + mirrored.shared, 16.0 * p);
+        assert_eq!(central.state_per_rank * 4.0 + central.shared, 15.0 * p);
+        let gpu = Device::Gpu {
+            index: 0,
+            name: "test".into(),
+            pci_bus_id: None,
+        };
+        let central_gpus = estimate(&with(Strategy::CentralStorage), &[gpu.clone(), gpu], &model);
+        // no CPU rank; the host copy, and each GPU's staging and gradient buffers
+        assert_eq!((central_gpus.ranks, central_gpus.shared), (0, 9.0 * p));
+        let local = |moments| Strategy::LocalSgd {
+            every: 8,
+            warmup: 100,
+            moments,
+        };
+        let plain = estimate(&with(local(false)), &cpus(2), &model);
+        let both = estimate(&with(local(true)), &cpus(2), &model);
+        assert_eq!(plain.state_per_rank, 5.0 * p);
+        assert_eq!(both.state_per_rank, 7.0 * p);
     }
 
     #[test]
