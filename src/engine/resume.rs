@@ -13,8 +13,9 @@ pub(super) struct Resumed {
 }
 
 /// `--batch-per-replica` replaces the checkpoint's batch size when given; `--lr` replaces its
-/// LR when given, and otherwise the checkpoint's LR follows the global batch by the run's
-/// `--lr-scaling` rule (as a batch-size change during a run does).
+/// LR when given, and otherwise the checkpoint's LR follows the global batch (per-replica batch
+/// x ranks x `--grad-accum`) by the run's `--lr-scaling` rule (as a batch-size change during a
+/// run does).
 pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: usize) -> Resumed {
     let per_replica = if cfg.batch_from_flag {
         cfg.batch_per_replica
@@ -31,7 +32,23 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
             meta.per_replica
         )
     };
-    let (old, new) = (meta.per_replica * meta.ranks, per_replica * ranks);
+    // the global batch counts accumulated micro-batches; checkpoints before it was recorded
+    // had none
+    let old_accum = meta.config["grad_accum"]
+        .as_u64()
+        .map_or(1, |a| a.max(1) as usize);
+    let batch_note = if old_accum == cfg.grad_accum {
+        batch_note
+    } else {
+        format!(
+            "{batch_note}; --grad-accum {} (the checkpoint had {old_accum})",
+            cfg.grad_accum
+        )
+    };
+    let (old, new) = (
+        meta.per_replica * meta.ranks * old_accum,
+        per_replica * ranks * cfg.grad_accum,
+    );
     let (lr, lr_note) = match cfg.lr {
         Some(lr) => (lr, format!("from --lr; the checkpoint had {:.2e}", meta.lr)),
         None if old != new => {
@@ -123,5 +140,33 @@ mod tests {
         // fewer ranks than the checkpoint's: the same per-replica batch, a smaller global one
         let r = resumed_settings(&RunConfig::default(), &meta(), 1);
         assert!((r.lr - 5e-4).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn accumulation_counts_in_the_global_batch_the_lr_follows() {
+        let accum = |a: usize| CheckpointMeta {
+            config: serde_json::json!({ "grad_accum": a }),
+            ..meta()
+        };
+        let with = |a: usize| RunConfig {
+            grad_accum: a,
+            ..RunConfig::default()
+        };
+        // the same accumulation: the checkpoint's LR
+        let r = resumed_settings(&with(4), &accum(4), 2);
+        assert_eq!(r.lr, 1e-3, "{r:?}");
+        assert!(!r.batch_note.contains("grad-accum"), "{r:?}");
+        // 4 micro-batches then, 1 now: a quarter of the global batch, a quarter of the LR
+        let r = resumed_settings(&with(1), &accum(4), 2);
+        assert!((r.lr - 2.5e-4).abs() < 1e-9, "{r:?}");
+        assert!(
+            r.batch_note
+                .contains("--grad-accum 1 (the checkpoint had 4)"),
+            "{r:?}"
+        );
+        assert!(r.lr_note.contains("256 to 64"), "{r:?}");
+        // 2 ranks without accumulation resumed on 1 rank accumulating 2: the same global batch
+        let r = resumed_settings(&with(2), &accum(1), 1);
+        assert_eq!(r.lr, 1e-3, "{r:?}");
     }
 }
