@@ -2,25 +2,11 @@
 //! several runs, of a checkpoint directory two runs wrote into, of a run that reached its budget;
 //! a start that fails leaves no directory behind; `runs` lists each run's state.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn run_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::cli::{run_in, text};
 
 const QUICK: [&str; 6] = [
     "--headless",

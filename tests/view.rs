@@ -3,9 +3,10 @@
 //! the file and the line; a file still being written is read as it grows; `view --headless`
 //! prints the summary.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
@@ -19,6 +20,8 @@ use mgtop::observe::metrics::{MetricsReader, MetricsWriter, ReadError, Record};
 use mgtop::observe::Recorder;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
+
+use common::cli::bin;
 
 /// A 2-rank digits run of 3 epochs watched live by the UI (a test terminal), every step
 /// recorded in `dir/run.jsonl`; returns the App as the UI last showed it.
@@ -270,10 +273,6 @@ fn a_file_still_being_written_is_read_as_it_grows() {
     // a new run overwriting the file is noticed
     std::fs::write(&growing, "").unwrap();
     assert!(matches!(r.next(), Err(ReadError::File { .. })));
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+pub mod cli;
 pub mod compare;
 #[cfg(feature = "mpi")]
 pub mod mpi;

@@ -1,0 +1,150 @@
+//! Checkpoints from the command line: another model's refused and kept, a --checkpoint-dir that
+//! is a file or busy refused before anything is written, resuming's start-up lines.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::cli::{bin, run_in, text};
+
+#[test]
+fn checkpoint_of_another_model_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(run_in(
+        d,
+        &[
+            "--headless",
+            "--steps",
+            "5",
+            "--devices",
+            "cpu:1",
+            "--checkpoint-dir",
+            "checkpoints"
+        ]
+    )
+    .status
+    .success());
+    let state = d.join("checkpoints/step-00000005/state.json");
+    let before = std::fs::read(&state).unwrap();
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--steps",
+            "10",
+            "--model",
+            "mlp:64",
+            "--resume",
+            "checkpoints",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        out.contains("64-128-10") && out.contains("64-64-10") && out.contains("--model"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+}
+
+#[test]
+fn a_checkpoint_dir_that_is_a_file_or_busy_is_refused_before_the_metrics_file_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
+    std::fs::write(d.join("afile"), "x").unwrap();
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--checkpoint-dir",
+            "afile",
+            "--metrics-out",
+            "earlier.jsonl",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("afile") && out.contains("--checkpoint-dir"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
+        "{}\n",
+        "a failed start truncated the metrics file"
+    );
+    // a second run into the directory a live run is writing
+    let mut first = bin()
+        .current_dir(d)
+        .args([
+            "--headless",
+            "--steps",
+            "100000000",
+            "--checkpoint-dir",
+            "ck",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(first.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let o = run_in(d, &["--headless", "--steps", "5", "--checkpoint-dir", "ck"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("another run (pid {})", first.id()))
+            && out.contains("--checkpoint-dir"),
+        "{out}"
+    );
+}
+
+#[test]
+fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--lr",
+        "1e-3",
+        "--steps",
+        "5",
+        "--checkpoint-dir",
+        "checkpoints",
+    ];
+    assert!(run_in(d, &args).status.success());
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--steps",
+            "10",
+            "--resume",
+            "checkpoints",
+            "--batch-per-replica",
+            "64",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("batch 64 per replica from --batch-per-replica (the checkpoint had 32)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lr: 2.00e-3 (the checkpoint's 1.00e-3, linear scaling from a global batch of 32 to 64)"),
+        "{out}"
+    );
+    assert!(out.contains("batch: 64 per replica x 1 ranks"), "{out}");
+}

@@ -1,0 +1,127 @@
+//! The measuring commands end to end: --calibrate, scale, selftest without a GPU.
+
+mod common;
+
+use common::cli::{bin, run_in, text};
+
+#[test]
+fn calibrate_measures_one_device_and_reports_speedup_and_efficiency() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "200",
+            "--log-every",
+            "100",
+            "--calibrate",
+            "--metrics-out",
+            "m.jsonl",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("calibration: one device trains"), "{out}");
+    let line = out.lines().find(|l| l.contains("step 200/200")).unwrap();
+    assert!(
+        line.contains("x one device, ") && line.contains("% efficiency)"),
+        "{line}"
+    );
+    let run: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(dir.path().join("m.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        run["baseline_samples_per_s"].as_f64().unwrap() > 0.0,
+        "{run}"
+    );
+}
+
+#[test]
+fn scale_measures_the_grid_and_writes_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "scale",
+            "--counts",
+            "1,2",
+            "--batches",
+            "16",
+            "--warmup-steps",
+            "5",
+            "--seconds",
+            "0.2",
+            "--repeat",
+            "1",
+            "--out",
+            "scale.json",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("[4/4]") && out.contains("samples/s  spread  speedup"),
+        "{out}"
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("scale.json")).unwrap())
+            .unwrap();
+    assert_eq!(rows.len(), 4, "2 counts x prefetch on/off");
+    for r in &rows {
+        let (devices, speedup, eff) = (
+            r["devices"].as_f64().unwrap(),
+            r["speedup"].as_f64().unwrap(),
+            r["efficiency"].as_f64().unwrap(),
+        );
+        assert!(r["samples_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(r["spread"].as_f64().unwrap() >= 0.0);
+        assert!((eff - speedup / devices).abs() < 1e-9, "{r}");
+        if devices == 1.0 {
+            assert_eq!(speedup, 1.0);
+        }
+        assert!(
+            r["memory_access"].is_null(),
+            "CPU workers have no memory-access counter"
+        );
+        assert!(r["final_loss"].as_f64().unwrap().is_finite());
+    }
+    let o = run_in(
+        dir.path(),
+        &["scale", "--counts", "1", "--out", "table.txt"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains(".csv or .json"), "{}", text(&o));
+}
+
+#[test]
+fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
+    let o = bin().arg("selftest").output().unwrap();
+    let out = text(&o);
+    if out.contains("GPU: none") {
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("no GPU: nothing to compare"), "{out}");
+    }
+    // with NVRTC on the library path every kernel is compiled and listed
+    assert!(out.contains("NVRTC: "), "{out}");
+    if out.contains("NVRTC: found") {
+        assert!(
+            out.contains("ok   optim.cu         sm_90") && !out.contains("FAIL"),
+            "{out}"
+        );
+    }
+    // the GPU benchmarks say why they did not run, and that is not a failure
+    if out.contains("GPU: none") {
+        let o = bin().args(["bench", "--only", "gpu"]).output().unwrap();
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        assert!(out.contains("GPU benchmarks: skipped: no GPU ("), "{out}");
+    }
+}
