@@ -10,7 +10,7 @@ use mgtop::backend::cuda::discover::{discover, Discovery};
 use mgtop::backend::cuda::replica::CudaReplica;
 use mgtop::backend::{CpuReplica, Replica, TrainState};
 use mgtop::comm::LocalCollective;
-use mgtop::data::MicroBatch;
+use mgtop::data::{Dataset, MicroBatch};
 use mgtop::nn::model::Model;
 use mgtop::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
 use mgtop::nn::rng::Rng;
@@ -113,10 +113,12 @@ fn reference_update(
     }
 }
 
-/// The shared body: two steps of `kind` on one batch through `replica` against the reference.
+/// The shared body: two steps of `kind` on one batch through `replica` against the reference;
+/// `held`: the replica holds the training set and gets the batch as row numbers.
 fn trains_like_the_reference(
     name: &str,
     make: &dyn Fn(Model, OptimizerKind, TrainState) -> Box<dyn Replica>,
+    held: bool,
 ) {
     let model = Model::mlp(6, &[9, 7], 4);
     let b = 5;
@@ -139,18 +141,35 @@ fn trains_like_the_reference(
         let mut p: Vec<f64> = params.iter().map(|&v| v as f64).collect();
         let (mut m, mut v) = (vec![0.0; p.len()], vec![0.0; p.len()]);
         // a batch in two micro-batches: gradients accumulate over them
-        let micro = [
+        let mut micro = [
             MicroBatch {
                 x: x[..2 * 6].to_vec(),
                 y: y[..2].to_vec(),
                 n: 2,
+                rows: vec![0, 1],
             },
             MicroBatch {
                 x: x[2 * 6..].to_vec(),
                 y: y[2..].to_vec(),
                 n: 3,
+                rows: vec![2, 3, 4],
             },
         ];
+        if held {
+            // the device holds the samples: the micro-batches come as row numbers alone
+            let data = Dataset {
+                features: 6,
+                classes: 4,
+                image: None,
+                x: x.clone(),
+                y: y.clone(),
+            };
+            assert!(
+                replica.hold_data(&data),
+                "{name}: the device did not take 5 samples"
+            );
+            micro.iter_mut().for_each(|m| m.x.clear());
+        }
         for t in 1..=2 {
             let (want_loss, g) = reference_grad(&model, &p, &x, &y, b);
             let (eval_loss, _) = replica.evaluate(&x, &y, b);
@@ -206,6 +225,7 @@ fn moves_to_and_from_the_host(
         x: x.clone(),
         y: y.clone(),
         n: b,
+        rows: (0..b as u32).collect(),
     }];
     let kind = OptimizerKind::Adam;
     let state = TrainState {
@@ -256,9 +276,11 @@ fn moves_to_and_from_the_host(
 
 #[test]
 fn cpu_replica_trains_like_the_reference() {
-    trains_like_the_reference("cpu", &|model, kind, state| {
-        Box::new(CpuReplica::new(model, kind, WD, state))
-    });
+    trains_like_the_reference(
+        "cpu",
+        &|model, kind, state| Box::new(CpuReplica::new(model, kind, WD, state)),
+        false,
+    );
     moves_to_and_from_the_host("cpu", &|model, kind, state| {
         Box::new(CpuReplica::new(model, kind, WD, state))
     });
@@ -289,7 +311,8 @@ fn cuda_replica_trains_like_the_reference() {
             .unwrap_or_else(|e| panic!("{e}")),
         )
     };
-    trains_like_the_reference("cuda", &open);
+    trains_like_the_reference("cuda", &open, false);
+    trains_like_the_reference("cuda, data held on the GPU", &open, true);
     moves_to_and_from_the_host("cuda", &open);
 }
 
@@ -319,11 +342,13 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
             x: x[..3 * d].to_vec(),
             y: y[..3].to_vec(),
             n: 3,
+            rows: (0..3).collect(),
         },
         MicroBatch {
             x: x[3 * d..].to_vec(),
             y: y[3..].to_vec(),
             n: 4,
+            rows: (3..7).collect(),
         },
     ];
     for kind in [

@@ -8,7 +8,7 @@ pub use cpu::CpuReplica;
 use std::time::Duration;
 
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
-use crate::data::MicroBatch;
+use crate::data::{Dataset, MicroBatch};
 use crate::nn::optim::OptState;
 
 /// Parameters and optimizer state, on the host (checkpoints, tests, comparisons).
@@ -71,6 +71,12 @@ pub trait Replica {
     fn params_to_host(&mut self, out: &mut Vec<f32>);
     /// Replaces the parameters with `params` from the host; the optimizer state stays.
     fn params_from_host(&mut self, params: &[f32]);
+    /// Takes the training set onto the device when it fits there, so that micro-batches can
+    /// come as row numbers alone (`MicroBatch::rows`, `x` empty): whether it did. Host memory
+    /// is the CPU replica's device: it never needs to.
+    fn hold_data(&mut self, _data: &Dataset) -> bool {
+        false
+    }
 }
 
 /// The number of metric slots riding at the end of the gradient buffer, so that one

@@ -18,12 +18,15 @@ pub use csv::LabelColumn;
 pub use images::{parse_shape, shape_text, shape_values, ImageLayout};
 pub use spec::DataSpec;
 
-/// One micro-batch: x[n, features] and labels[n].
+/// One micro-batch: x[n, features] and labels[n], and the samples' rows in the training set.
+/// For a replica that holds the training set (`Replica::hold_data`) the loader sends the rows
+/// alone: `x` is then empty.
 #[derive(Clone, Debug, Default)]
 pub struct MicroBatch {
     pub x: Vec<f32>,
     pub y: Vec<u32>,
     pub n: usize,
+    pub rows: Vec<u32>,
 }
 
 /// A labelled dataset: `x` is row-major [len, features], labels are 0..classes.

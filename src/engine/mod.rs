@@ -366,6 +366,7 @@ impl Engine {
                 strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             };
             let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
+            let train = train.clone();
             let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
             let pool = match device {
@@ -392,7 +393,7 @@ impl Engine {
                             world: ranks,
                         });
                         let mut ctx = ctx;
-                        match worker::open_gpu(&mut ctx, index, model, state, group) {
+                        match worker::open_gpu(&mut ctx, index, model, state, group, &train) {
                             Ok(replica) => worker::run(ctx, Box::new(replica)),
                             Err(e) => worker::stop_all(ctx, e),
                         }

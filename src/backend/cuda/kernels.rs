@@ -16,6 +16,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("metrics.cu", include_str!("../../../kernels/metrics.cu")),
     ("conv.cu", include_str!("../../../kernels/conv.cu")),
     ("pool.cu", include_str!("../../../kernels/pool.cu")),
+    ("gather.cu", include_str!("../../../kernels/gather.cu")),
 ];
 
 /// The `extern "C"` kernel names a source defines (`{op}_f32`).
@@ -262,7 +263,8 @@ mod tests {
                 "conv_bias_grad_f32",
                 "conv_dw_sum_f32",
                 "maxpool_forward_f32",
-                "maxpool_backward_f32"
+                "maxpool_backward_f32",
+                "gather_rows_f32"
             ]
         );
         // every file in kernels/ is embedded

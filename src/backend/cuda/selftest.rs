@@ -9,7 +9,7 @@ pub use super::selftest_nccl::{nccl_check, nccl_gives_up_checks};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
-use crate::data::MicroBatch;
+use crate::data::{Dataset, MicroBatch};
 use crate::nn::gemm::sgemm;
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
@@ -130,7 +130,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         OptimizerKind::Adam,
         OptimizerKind::AdamW,
     ] {
-        let name = format!("gpu{index} 2 training steps ({kind})");
+        let name = format!("gpu{index} 2 training steps ({kind}, data held on the GPU)");
         out.extend(guarded(&name, || {
             vec![check(name.clone(), two_steps(index, kind))]
         }));
@@ -251,15 +251,37 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
 }
 
 /// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
+/// The GPU holds the 96 samples and gets the micro-batches as shuffled row numbers (gathered on
+/// the device), the CPU their features.
 fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
     let model = Model::mlp(64, &[128, 32], 10);
     let mut rng = Rng::new(9);
-    let micro: Vec<MicroBatch> = [64, 32]
+    let data = Dataset {
+        features: 64,
+        classes: 10,
+        image: None,
+        x: (0..96 * 64).map(|_| rng.uniform(0.0, 1.0)).collect(),
+        y: (0..96).map(|_| (rng.next_u64() % 10) as u32).collect(),
+    };
+    let mut order: Vec<u32> = (0..96).collect();
+    rng.shuffle(&mut order);
+    let micro: Vec<MicroBatch> = [&order[..64], &order[64..]]
         .iter()
-        .map(|&n| MicroBatch {
-            x: (0..n * 64).map(|_| rng.uniform(0.0, 1.0)).collect(),
-            y: (0..n).map(|_| (rng.next_u64() % 10) as u32).collect(),
-            n,
+        .map(|rows| MicroBatch {
+            x: rows
+                .iter()
+                .flat_map(|&r| data.row(r as usize).to_vec())
+                .collect(),
+            y: rows.iter().map(|&r| data.y[r as usize]).collect(),
+            n: rows.len(),
+            rows: rows.to_vec(),
+        })
+        .collect();
+    let rows_only: Vec<MicroBatch> = micro
+        .iter()
+        .map(|m| MicroBatch {
+            x: Vec::new(),
+            ..m.clone()
         })
         .collect();
     let state = TrainState {
@@ -271,10 +293,20 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
     let wd = 0.1;
     let mut cpu = CpuReplica::new(model.clone(), kind, wd, state.clone());
     let mut gpu = CudaReplica::open(index, model, kind, wd, state, Duration::from_secs(60))?;
+    if !gpu.hold_data(&data) {
+        return Err(CudaError::new(
+            index,
+            "hold 96 samples",
+            "the GPU did not take them",
+        ));
+    }
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
-        for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
-            r.compute_grads(&micro);
+        for (r, batches) in [
+            (&mut cpu as &mut dyn Replica, &micro),
+            (&mut gpu, &rows_only),
+        ] {
+            r.compute_grads(batches);
             r.all_reduce_grads(&mut coll)
                 .map_err(on(index, "all-reduce alone"))?;
             r.apply_update(1e-2);

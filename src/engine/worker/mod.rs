@@ -104,13 +104,14 @@ pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 /// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
 /// then all meet at a host barrier, and only then join NCCL (which gives up after the all-reduce
 /// timeout, or when the host collective is aborted): a rank that failed to open stops the others
-/// before it.
+/// before it. The GPU then takes the training set `train` if it can hold it.
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
     model: crate::nn::model::Model,
     state: crate::backend::TrainState,
     group: Option<crate::backend::cuda::replica::Group>,
+    train: &crate::data::Dataset,
 ) -> Result<crate::backend::cuda::replica::CudaReplica, EngineError> {
     let opened = crate::backend::cuda::replica::CudaReplica::open(
         index,
@@ -132,6 +133,10 @@ pub(super) fn open_gpu(
     };
     w.coll.barrier()?;
     replica.join(group, &*w.coll)?;
+    // a training set the GPU can hold is uploaded once: batches then come as row numbers
+    if replica.hold_data(train) {
+        w.loader.rows_only();
+    }
     Ok(replica)
 }
 

@@ -10,6 +10,7 @@
 
 mod host;
 mod pass;
+mod resident;
 mod update;
 mod wait;
 
@@ -25,7 +26,7 @@ use super::nccl::{Communicator, Patience};
 use super::{blas, conv, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
-use crate::data::MicroBatch;
+use crate::data::{Dataset, MicroBatch};
 use crate::nn::layers::{Layer, Shape};
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
@@ -79,6 +80,8 @@ pub struct CudaReplica {
     update_events: Option<(CudaEvent, CudaEvent)>,
     times: Option<DeviceTimes>,
     staging: host::Staging,
+    /// The training set, when this GPU holds it (`Replica::hold_data`).
+    resident: Option<resident::Resident>,
 }
 
 impl CudaReplica {
@@ -146,6 +149,7 @@ impl CudaReplica {
             update_events: None,
             times: None,
             staging: host::Staging::default(),
+            resident: None,
             model,
             gpu,
         };
@@ -296,7 +300,10 @@ impl Replica for CudaReplica {
             self.fail("zero the gradients", e)
         }
         for mb in micro {
-            self.upload(&mb.x, &mb.y, mb.n);
+            match self.resident {
+                Some(_) if mb.x.is_empty() => self.gather(&mb.rows, mb.n),
+                _ => self.upload(&mb.x, &mb.y, mb.n),
+            }
             self.forward(mb.n);
             let n = self.model.n_params;
             let mut aux = self.grads.slice_mut(n..n + AUX);
@@ -425,5 +432,8 @@ impl Replica for CudaReplica {
     }
     fn params_from_host(&mut self, params: &[f32]) {
         self.params_in(params)
+    }
+    fn hold_data(&mut self, data: &Dataset) -> bool {
+        self.hold(data)
     }
 }

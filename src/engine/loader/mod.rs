@@ -1,7 +1,7 @@
 //! The input pipeline: a seeded shuffle per epoch, global batches cut into per-rank shards
 //! (and grad-accumulation micro-batches), built by loader threads into bounded queues.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -119,6 +119,9 @@ struct Builder {
     rank: usize,
     perm: Vec<u32>,
     perm_epoch: Option<u64>,
+    /// Whether micro-batches carry their samples' features (not when the replica holds the
+    /// training set: `RankLoader::rows_only`).
+    features: Arc<AtomicBool>,
 }
 
 impl Builder {
@@ -141,14 +144,18 @@ impl Builder {
             .map(|j| {
                 let (start, len) = sh.piece(m, j, self.rank);
                 let idx = &perm[at.offset + start..at.offset + start + len];
-                let mut x = Vec::with_capacity(len * d);
-                for &i in idx {
-                    x.extend_from_slice(data.row(i as usize));
+                let mut x = Vec::new();
+                if self.features.load(Ordering::Relaxed) {
+                    x.reserve_exact(len * d);
+                    for &i in idx {
+                        x.extend_from_slice(data.row(i as usize));
+                    }
                 }
                 MicroBatch {
                     x,
                     y: idx.iter().map(|&i| data.y[i as usize]).collect(),
                     n: len,
+                    rows: idx.to_vec(),
                 }
             })
             .collect();
@@ -182,6 +189,7 @@ pub struct RankLoader {
     inner: Inner,
     generation: u64,
     taken: usize,
+    features: Arc<AtomicBool>,
 }
 
 enum Inner {
@@ -206,12 +214,14 @@ impl RankLoader {
         prefetch: usize,
         threads: usize,
     ) -> std::io::Result<RankLoader> {
+        let features = Arc::new(AtomicBool::new(true));
         let builder = || Builder {
             data: data.clone(),
             seed,
             rank,
             perm: Vec::new(),
             perm_epoch: None,
+            features: features.clone(),
         };
         let plan = Plan { start, sharding };
         if prefetch == 0 {
@@ -222,6 +232,7 @@ impl RankLoader {
                 },
                 generation: 0,
                 taken: 0,
+                features,
             });
         }
         let threads = threads.max(1);
@@ -239,6 +250,7 @@ impl RankLoader {
             },
             generation: 0,
             taken: 0,
+            features: features.clone(),
         };
         for t in 0..threads {
             let (tx, rx) = bounded(depth);
@@ -255,6 +267,13 @@ impl RankLoader {
             }
         }
         Ok(loader)
+    }
+
+    /// From now on micro-batches carry their samples' rows alone (the rank's replica holds the
+    /// training set); those already built keep their features, which the replica takes as
+    /// they come.
+    pub fn rows_only(&self) {
+        self.features.store(false, Ordering::Relaxed);
     }
 
     /// The next batch in stream order (blocks while the loader threads catch up).
@@ -336,165 +355,4 @@ impl Drop for RankLoader {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn data(n: usize) -> Arc<Dataset> {
-        Arc::new(Dataset {
-            features: 1,
-            classes: 2,
-            image: None,
-            x: (0..n).map(|i| i as f32).collect(),
-            y: vec![0; n],
-        })
-    }
-
-    fn ids(b: &Batch) -> Vec<Vec<f32>> {
-        b.micro.iter().map(|m| m.x.clone()).collect()
-    }
-
-    #[test]
-    fn shards_cover_each_epoch_exactly_once_with_a_short_last_batch() {
-        let sh = Sharding {
-            per_replica: 3,
-            ranks: 2,
-            accum: 2,
-            split: None,
-        };
-        let n = 29; // 2 full global batches of 12, then 5
-        let mut loaders: Vec<_> = (0..2)
-            .map(|r| RankLoader::new(data(n), 5, r, Cursor::default(), sh.clone(), 0, 1).unwrap())
-            .collect();
-        let mut seen = Vec::new();
-        let mut sizes = Vec::new();
-        loop {
-            let bs: Vec<Batch> = loaders.iter_mut().map(|l| l.next_batch()).collect();
-            for b in &bs {
-                for m in &b.micro {
-                    seen.extend(m.x.iter().map(|v| *v as usize));
-                    sizes.push(m.n);
-                }
-            }
-            if bs[0].epoch_end {
-                assert!(bs.iter().all(|b| b.epoch_end && b.global_samples == 5));
-                break;
-            }
-        }
-        seen.sort_unstable();
-        assert_eq!(seen, (0..n).collect::<Vec<_>>());
-        assert_eq!(&sizes[..8], &[3; 8]);
-        assert_eq!(sizes[8..].iter().sum::<usize>(), 5);
-    }
-
-    #[test]
-    fn threaded_prefetch_gives_the_inline_stream_and_epochs_reshuffle() {
-        let sh = Sharding {
-            per_replica: 4,
-            ranks: 3,
-            accum: 1,
-            split: None,
-        };
-        let mut inline =
-            RankLoader::new(data(50), 9, 1, Cursor::default(), sh.clone(), 0, 1).unwrap();
-        let mut threaded = RankLoader::new(data(50), 9, 1, Cursor::default(), sh, 4, 3).unwrap();
-        let a: Vec<_> = (0..20).map(|_| ids(&inline.next_batch())).collect();
-        let b: Vec<_> = (0..20).map(|_| ids(&threaded.next_batch())).collect();
-        assert_eq!(a, b);
-        assert_ne!(a[0], a[5], "epoch 2 should be reshuffled"); // 5 steps per epoch
-    }
-
-    #[test]
-    fn restart_switches_shapes_at_the_given_cursor() {
-        let sh = Sharding {
-            per_replica: 2,
-            ranks: 1,
-            accum: 1,
-            split: None,
-        };
-        let mut l = RankLoader::new(data(20), 1, 0, Cursor::default(), sh.clone(), 3, 2).unwrap();
-        let first = l.next_batch();
-        let big = Sharding {
-            per_replica: 5,
-            ..sh
-        };
-        l.restart(first.next, big.clone());
-        let second = l.next_batch();
-        assert_eq!(
-            second.start,
-            Cursor {
-                epoch: 0,
-                offset: 2
-            }
-        );
-        assert_eq!(second.micro[0].n, 5);
-        let mut reference = RankLoader::new(
-            data(20),
-            1,
-            0,
-            Cursor {
-                epoch: 0,
-                offset: 2,
-            },
-            big,
-            0,
-            1,
-        )
-        .unwrap();
-        assert_eq!(ids(&second), ids(&reference.next_batch()));
-    }
-
-    #[test]
-    fn an_uneven_split_tiles_every_global_batch_exactly() {
-        let sh = Sharding {
-            per_replica: 32,
-            ranks: 3,
-            accum: 2,
-            split: Some(Arc::new(vec![40, 17, 39])),
-        };
-        for m in [192, 191, 100, 7, 1] {
-            let mut covered = vec![0u32; m];
-            for micro in 0..2 {
-                for rank in 0..3 {
-                    let (start, len) = sh.piece(m, micro, rank);
-                    for c in &mut covered[start..start + len] {
-                        *c += 1;
-                    }
-                }
-            }
-            assert!(covered.iter().all(|&c| c == 1), "m={m}: {covered:?}");
-        }
-        // a full batch gives each rank exactly its share in every micro-batch
-        assert_eq!(sh.piece(192, 1, 1), (96 + 40, 17));
-        assert_eq!(proportional(10, &[1, 1, 1]), vec![4, 3, 3]);
-    }
-
-    #[test]
-    fn restarts_under_threaded_prefetch_never_skip_or_repeat_a_batch() {
-        let shapes = [
-            Sharding {
-                per_replica: 3,
-                ranks: 2,
-                accum: 1,
-                split: None,
-            },
-            Sharding {
-                per_replica: 3,
-                ranks: 2,
-                accum: 1,
-                split: Some(Arc::new(vec![4, 2])),
-            },
-        ];
-        let mut l =
-            RankLoader::new(data(97), 3, 1, Cursor::default(), shapes[0].clone(), 4, 1).unwrap();
-        let mut at = Cursor::default();
-        for i in 0..600 {
-            if i % 3 == 0 {
-                // the producer is usually ahead, racing the restart
-                l.restart(at, shapes[(i / 3) % 2].clone());
-            }
-            let b = l.next_batch();
-            assert_eq!(b.start, at, "batch {i}");
-            at = b.next;
-        }
-    }
-}
+mod tests;

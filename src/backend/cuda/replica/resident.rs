@@ -1,0 +1,129 @@
+//! The training set held on the GPU: uploaded once, so that a batch arrives as its samples' row
+//! numbers (a few bytes each) and is gathered on the device, instead of its features crossing
+//! PCIe from pageable memory every step (which also made the upload wait for the stream).
+
+use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+
+use super::CudaReplica;
+use crate::backend::cuda::launch::die;
+use crate::data::Dataset;
+
+/// At most this share of the GPU's free memory goes to the training set: the rest is for the
+/// model, its activations and NCCL.
+const SHARE_OF_FREE: f64 = 0.25;
+
+pub(super) struct Resident {
+    x: CudaSlice<f32>,
+    y: CudaSlice<u32>,
+    samples: usize,
+    /// The batch's row numbers: staged in page-locked memory (an asynchronous copy), then on
+    /// the device; the event follows the last copy out of the staging buffer.
+    staged: PinnedHostSlice<u32>,
+    rows: CudaSlice<u32>,
+    uploaded: Option<CudaEvent>,
+}
+
+impl CudaReplica {
+    /// Uploads `data` when it takes at most a quarter of the GPU's free memory; whether it did.
+    pub(super) fn hold(&mut self, data: &Dataset) -> bool {
+        let bytes = data.x.len() * 4 + data.y.len() * 4;
+        let free = match self.gpu.ctx.mem_get_info() {
+            Ok((free, _)) => free,
+            Err(_) => return false,
+        };
+        if data.features != self.model.dims[0]
+            || data.is_empty()
+            || bytes as f64 > free as f64 * SHARE_OF_FREE
+            || data.len() > u32::MAX as usize
+        {
+            return false;
+        }
+        let s = &self.gpu.stream;
+        let made = s.clone_htod(&data.x).and_then(|x| {
+            let y = s.clone_htod(&data.y)?;
+            let rows = s.alloc_zeros::<u32>(1)?;
+            // SAFETY: written in full (the batch's rows) before each copy out of it
+            let staged = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u32>(1, 0) }?;
+            s.synchronize()?;
+            Ok(Resident {
+                x,
+                y,
+                samples: data.len(),
+                staged,
+                rows,
+                uploaded: None,
+            })
+        });
+        match made {
+            Ok(r) => {
+                self.resident = Some(r);
+                true
+            }
+            // not enough memory after all, say: batches keep coming with their features
+            Err(_) => false,
+        }
+    }
+
+    /// Puts the samples `rows` (b of them) of the held training set into the input and label
+    /// buffers.
+    pub(super) fn gather(&mut self, rows: &[u32], b: usize) {
+        if let Err(e) = self.ensure(b) {
+            panic!("{e}")
+        }
+        let Some(r) = self.resident.as_mut() else {
+            unreachable!("gather without a held training set")
+        };
+        assert!(
+            rows.len() == b && rows.iter().all(|&i| (i as usize) < r.samples),
+            "GPU {}: a batch's rows are outside the training set",
+            self.gpu.index
+        );
+        let (s, index) = (self.gpu.stream.clone(), self.gpu.index);
+        // the staging buffer's last copy must be done before it is written again
+        if let Some(ev) = r.uploaded.take() {
+            if let Err(e) = ev.synchronize() {
+                die(index, "stage a batch's rows", e)
+            }
+        }
+        if r.staged.len() < b {
+            // SAFETY: written in full below before any copy out of it
+            r.staged = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u32>(b, 0) }
+                .unwrap_or_else(|e| die(index, "allocate page-locked host memory", e));
+            r.rows = s
+                .alloc_zeros::<u32>(b)
+                .unwrap_or_else(|e| die(index, "allocate a batch's rows", e));
+        }
+        let staged = match r.staged.as_mut_slice() {
+            Ok(h) => h,
+            Err(e) => die(index, "stage a batch's rows", e),
+        };
+        staged[..b].copy_from_slice(rows);
+        // page-locked memory: the driver copies it asynchronously
+        if let Err(e) = s.memcpy_htod(&staged[..b], &mut r.rows.slice_mut(..b)) {
+            die(index, "upload a batch's rows", e)
+        }
+        r.uploaded = Some(
+            s.record_event(None)
+                .unwrap_or_else(|e| die(index, "record an event", e)),
+        );
+        let d = self.model.dims[0];
+        let (ni, di) = (b as i32, d as i32);
+        let mut x = self.acts[0].slice_mut(..b * d);
+        let mut y = self.labels.slice_mut(..b);
+        let rows_dev = r.rows.slice(..b);
+        // x holds b*d floats and y b labels; every row is below the held set's length (checked
+        // above), whose buffers hold samples*d features and samples labels
+        launch!(
+            &self.gpu,
+            "gather_rows_f32",
+            b * d,
+            &mut x,
+            &mut y,
+            &r.x,
+            &r.y,
+            &rows_dev,
+            &ni,
+            &di
+        );
+    }
+}
