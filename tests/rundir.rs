@@ -159,6 +159,29 @@ fn runs_lists_each_run_with_its_state() {
     assert!(done_line.contains("100%"), "{done_line}");
     assert!(done_line.contains('%'), "best accuracy shown: {done_line}");
     assert!(line("runs/broken/").contains(" failed "), "{out}");
+    // FIFOs where the run's notes are (its socket's path, its checkpoints' lock): read as
+    // nothing, never waited on
+    for note in ["live.sock.path", "checkpoints/.lock"] {
+        let p = std::ffi::CString::new(done.join(note).to_str().unwrap()).unwrap();
+        let _ = std::fs::remove_file(done.join(note));
+        // SAFETY: a valid C string; mkfifo only creates the node
+        assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o600) }, 0, "{note}");
+    }
+    let mut child = common::cli::bin()
+        .current_dir(d)
+        .arg("runs")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("runs hung on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(child.wait().unwrap().success());
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

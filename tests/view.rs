@@ -332,3 +332,68 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         assert!(err.starts_with(says), "{err}");
     }
 }
+
+/// Runs `view --headless` on `path` in `dir`, giving up after 20 s (a hang fails the test).
+fn view_headless(dir: &Path, path: &Path) -> (Option<i32>, String) {
+    let mut child = bin()
+        .current_dir(dir)
+        .args(["view", "--headless"])
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("view --headless {} hung", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code(), text)
+}
+
+#[test]
+fn hostile_metrics_files_neither_panic_nor_hang_nor_drive_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, src) = live_run(d);
+    // a clock that goes backwards
+    let back = edited(&src, d, "back.jsonl", |lines| {
+        let last = lines
+            .iter()
+            .rposition(|l| l.contains(r#""type":"step""#))
+            .unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&lines[last]).unwrap();
+        v["t"] = serde_json::json!(0.0);
+        lines[last] = v.to_string();
+    });
+    let (code, out) = view_headless(d, &back);
+    assert!(code == Some(0) && !out.contains("panicked"), "{out}");
+    // a name that would retitle and clear the terminal
+    let esc = edited(&src, d, "esc.jsonl", |lines| {
+        let mut v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        v["name"] = serde_json::json!("x\u{1b}]0;PWNED\u{7}\u{1b}[2J");
+        lines[0] = v.to_string();
+    });
+    let (code, out) = view_headless(d, &esc);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        !out.contains('\u{1b}') && out.contains(r"run: x\u{1b}]0;PWNED\u{7}"),
+        "{out}"
+    );
+    // a FIFO in a metrics file's place: refused, not waited on
+    let fifo = d.join("fifo.jsonl");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (code, out) = view_headless(d, &fifo);
+    assert!(code == Some(1) && out.contains("a FIFO"), "{out}");
+}

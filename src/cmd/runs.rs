@@ -42,7 +42,8 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
     }
     let rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
     for line in table(&rows, SystemTime::now()) {
-        crate::say!("{line}");
+        // directory names and metrics files can hold anything
+        crate::say!("{}", crate::data::read::printable(&line));
     }
     Ok(())
 }

@@ -23,7 +23,8 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;
         for line in summary(&app) {
-            crate::say!("{line}");
+            // names and paths come from the file
+            crate::say!("{}", crate::data::read::printable(&line));
         }
         return Ok(ExitCode::SUCCESS);
     }

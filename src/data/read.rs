@@ -137,6 +137,19 @@ pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
     })
 }
 
+/// A short text file this program writes beside a run (a pid, a socket's path), trimmed; None
+/// when it is missing or anything but a regular file of at most `max` bytes of text, so that a
+/// FIFO or a device in its place is never waited on or read without end.
+pub fn read_note(path: &Path, max: u64) -> Option<String> {
+    let expect = Expect {
+        what: "a note of this program's",
+        flag: "",
+        max,
+        fix: "",
+    };
+    read_text(path, &expect).ok().map(|t| t.trim().to_string())
+}
+
 /// The machine's memory in bytes (MemTotal), and whether it was read or assumed.
 pub fn machine_memory() -> (u64, bool) {
     match meminfo("MemTotal") {
@@ -186,21 +199,28 @@ pub fn bytes(n: u64) -> String {
     format!("{} {}", text.trim_end_matches(".0"), UNITS[unit])
 }
 
-/// Untrusted text for a message: at most [`EXCERPT_CHARS`] characters, then an ellipsis, with
-/// control characters escaped (`\r`, `\u{1b}`), so a field can neither flood nor drive the
-/// terminal.
-pub fn excerpt(s: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i == EXCERPT_CHARS {
-            out.push('…');
-            break;
-        }
+/// `s` with its control characters escaped (`\u{1b}` for ESC): text from a file or a socket
+/// printed to a terminal cannot move its cursor, retitle it or clear it.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
         if c.is_control() {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
+    }
+    out
+}
+
+/// Untrusted text for a message: at most [`EXCERPT_CHARS`] characters, then an ellipsis, with
+/// control characters escaped (`\r`, `\u{1b}`), so a field can neither flood nor drive the
+/// terminal.
+pub fn excerpt(s: &str) -> String {
+    let head: String = s.chars().take(EXCERPT_CHARS).collect();
+    let mut out = printable(&head);
+    if s.chars().nth(EXCERPT_CHARS).is_some() {
+        out.push('…');
     }
     out
 }

@@ -118,7 +118,7 @@ impl Monitor {
     pub fn samples_per_sec(&self) -> Option<f64> {
         let (t0, s0, _) = *self.recent.front()?;
         let (t1, s1, _) = *self.recent.back()?;
-        let dt = (t1 - t0).as_secs_f64();
+        let dt = t1.saturating_sub(t0).as_secs_f64();
         (self.recent.len() >= 2 && dt > 0.0).then(|| (s1 - s0) as f64 / dt)
     }
 
@@ -126,7 +126,7 @@ impl Monitor {
     pub fn eta(&self) -> Option<Duration> {
         let (t0, _, p0) = *self.recent.front()?;
         let (t1, _, p1) = *self.recent.back()?;
-        let dt = (t1 - t0).as_secs_f64();
+        let dt = t1.saturating_sub(t0).as_secs_f64();
         let rate = (p1 - p0) / dt;
         (self.recent.len() >= 2 && dt > 0.0 && rate > 0.0)
             .then(|| Duration::from_secs_f64(((1.0 - p1).max(0.0) / rate).min(1e9)))

@@ -29,12 +29,19 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         )));
     }
     fs::create_dir_all(dir).map_err(werr)?;
+    let path = dir.join(LOCK_FILE);
+    if fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
+        return Err(werr(std::io::Error::other(format!(
+            "{} is not a regular file (a run writes its pid there): remove it",
+            path.display()
+        ))));
+    }
     let mut file = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(dir.join(LOCK_FILE))
+        .open(&path)
         .map_err(werr)?;
     if !try_lock(&file).map_err(werr)? {
         let mut text = String::new();
@@ -70,8 +77,8 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
 /// run). Read from the lock file without touching the lock, so it can never get in a starting
 /// run's way.
 pub fn holder(dir: &Path) -> Option<u32> {
-    let text = fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
+    let text = crate::data::read::read_note(&dir.join(LOCK_FILE), 64)?;
+    let pid: u32 = text.parse().ok()?;
     let pid_t = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
     // SAFETY: signal 0 only checks that the process exists.
     let alive = unsafe { libc::kill(pid_t, 0) } == 0

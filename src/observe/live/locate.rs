@@ -8,11 +8,16 @@ use std::time::SystemTime;
 
 use super::client::{owner, AttachError};
 use super::socket::pointer_of;
+use crate::data::read::read_note;
 use crate::observe::metrics::reader::FILE_NAME;
 
 use crate::engine::rundir;
+
 pub use crate::engine::rundir::RUNS;
 pub use crate::engine::rundir::SOCKET as SOCKET_NAME;
+
+/// The most a `live.sock.path` note may hold (a path).
+const NOTE_MAX: u64 = 4096;
 
 /// A socket to open and the run directory it serves (for the messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,8 +32,7 @@ pub fn socket_in(dir: &Path) -> Option<PathBuf> {
     if std::fs::symlink_metadata(&s).is_ok() {
         return Some(s);
     }
-    let text = std::fs::read_to_string(pointer_of(&s)).ok()?;
-    Some(PathBuf::from(text.trim()))
+    read_note(&pointer_of(&s), NOTE_MAX).map(PathBuf::from)
 }
 
 fn is_socket(p: &Path) -> bool {
@@ -134,8 +138,8 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
     }
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.ends_with(".path") {
-        if let Ok(text) = std::fs::read_to_string(p) {
-            let socket = PathBuf::from(text.trim());
+        if let Some(text) = read_note(p, NOTE_MAX) {
+            let socket = PathBuf::from(text);
             if is_socket(&socket) {
                 return Ok(Target {
                     socket,
