@@ -99,6 +99,29 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
     assert!(!socket.exists());
 }
 
+#[test]
+fn a_batch_the_memory_cannot_hold_is_refused_with_the_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    // about 65 KB per sample per replica: a million per replica is far past any machine
+    let mut run = Run::start(
+        dir.path(),
+        &["--steps", FOREVER, "--model", "mlp:4096,4096"],
+    );
+    let mut c = Client::connect(&run.socket());
+    c.until("the live marker", |v| v["type"] == "live");
+    let r = c.control("batch_size", json!({"per_replica": 1 << 20}));
+    assert_eq!(r["ok"], false, "{r}");
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        msg.contains("a batch of 1048576 per replica would need about")
+            && msg.contains("GiB was available when the run started: at most"),
+        "{msg}"
+    );
+    // the run goes on and stops as asked
+    assert_eq!(c.control("stop", json!({"checkpoint": false}))["ok"], true);
+    assert!(run.wait_exit().success());
+}
+
 /// Seconds a run of `steps` steps takes (the process, and its training as its log says),
 /// with `client` doing its worst on the socket meanwhile.
 fn timed_run(steps: &str, client: impl FnOnce(&Run) -> Option<UnixStream>) -> (f64, String) {

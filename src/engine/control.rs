@@ -21,25 +21,60 @@ pub enum Control {
 pub enum ControlError {
     #[error("batch size {0} is out of range: use 1..={MAX_BATCH} samples per replica")]
     BadBatch(usize),
+    #[error("a batch of {batch} per replica would need about {need} of memory, and {available} was available when the run started: at most {max} per replica")]
+    TooLarge {
+        batch: usize,
+        max: usize,
+        need: String,
+        available: String,
+    },
     #[error("the run has already ended")]
     Ended,
+}
+
+/// The largest per-replica batch the machine's memory allows (`engine::memory`), and the
+/// estimate behind it: `fixed + per_sample * batch` bytes against `available`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct BatchLimit {
+    pub max: usize,
+    pub available: f64,
+    pub fixed: f64,
+    pub per_sample: f64,
 }
 
 /// A cheap, cloneable handle that steers a running engine.
 #[derive(Clone)]
 pub struct Controller {
     tx: Sender<Control>,
+    limit: Option<BatchLimit>,
 }
 
 impl Controller {
     pub(crate) fn new(tx: Sender<Control>) -> Self {
-        Controller { tx }
+        Controller { tx, limit: None }
+    }
+
+    /// Batch-size changes past what the machine's memory allows are refused.
+    pub(crate) fn limited(self, limit: BatchLimit) -> Self {
+        Controller {
+            limit: Some(limit),
+            ..self
+        }
     }
 
     pub fn send(&self, c: Control) -> Result<(), ControlError> {
         if let Control::SetBatch(b) = c {
             if b == 0 || b > MAX_BATCH {
                 return Err(ControlError::BadBatch(b));
+            }
+            if let Some(l) = self.limit.filter(|l| b > l.max) {
+                let gib = |bytes: f64| format!("{:.1} GiB", bytes / (1u64 << 30) as f64);
+                return Err(ControlError::TooLarge {
+                    batch: b,
+                    max: l.max,
+                    need: gib(l.fixed + l.per_sample * b as f64),
+                    available: gib(l.available),
+                });
             }
         }
         self.tx.send(c).map_err(|_| ControlError::Ended)

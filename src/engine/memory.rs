@@ -2,6 +2,7 @@
 //! large for the machine is refused with the figures instead of aborting part-way through its
 //! start ("memory allocation of N bytes failed").
 
+use super::control::{BatchLimit, MAX_BATCH};
 use super::strategy::Strategy;
 use super::Device;
 use crate::config::RunConfig;
@@ -104,6 +105,53 @@ pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> 
     ))
 }
 
+/// The largest per-replica batch whose estimate fits where `check` lets a run start (90% of
+/// `available`), at least `current`: a batch-size change past it is refused with the figures
+/// instead of failing an allocation mid-run. None without a figure for the machine.
+pub(super) fn largest_batch(
+    cfg: &RunConfig,
+    devices: &[Device],
+    model: &Model,
+    current: usize,
+    available: Option<u64>,
+) -> Option<BatchLimit> {
+    let available = available? as f64;
+    let at = |b: usize| {
+        let sized = RunConfig {
+            batch_per_replica: b,
+            ..cfg.clone()
+        };
+        estimate(&sized, devices, model).total()
+    };
+    // the estimate grows with the batch (activations and queued batches): the largest batch
+    // that fits, by bisection
+    let limit = available * 0.9;
+    let max = if at(MAX_BATCH) <= limit {
+        MAX_BATCH
+    } else {
+        let (mut lo, mut hi) = (current, MAX_BATCH); // at(lo) fits or lo is the run's own
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if at(mid) <= limit {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    // for the refusal's figure: the estimate's line where it is affine (past EVAL_ROWS)
+    let (a, b) = (EVAL_ROWS as usize, 2 * EVAL_ROWS as usize);
+    let per_sample = (at(b) - at(a)) / a as f64;
+    let fixed = at(a) - per_sample * a as f64;
+    Some(BatchLimit {
+        max,
+        available,
+        fixed,
+        per_sample,
+    })
+}
+
 /// Memory the machine can give this process now, in bytes (Linux; `None` elsewhere).
 pub(super) fn available() -> Option<u64> {
     crate::data::read::meminfo("MemAvailable")
@@ -169,6 +217,28 @@ mod tests {
         let both = estimate(&with(local(true)), &cpus(2), &model);
         assert_eq!(plain.state_per_rank, 5.0 * p);
         assert_eq!(both.state_per_rank, 7.0 * p);
+    }
+
+    #[test]
+    fn the_largest_batch_is_where_the_estimate_meets_the_start_limit() {
+        let cfg = RunConfig::default();
+        let model = Model::mlp(784, &[1024], 10);
+        let avail = 4u64 << 30;
+        let lim = largest_batch(&cfg, &cpus(2), &model, 32, Some(avail)).unwrap();
+        let at = |b: usize| {
+            let sized = RunConfig {
+                batch_per_replica: b,
+                ..RunConfig::default()
+            };
+            check(&estimate(&sized, &cpus(2), &model), Some(avail))
+        };
+        assert!(lim.max > 32 && lim.max < MAX_BATCH, "{lim:?}");
+        assert!(at(lim.max).is_ok(), "{lim:?}");
+        assert!(at(lim.max + 2).is_err(), "{lim:?}");
+        // never below the batch the run already trains with; no figure, no limit
+        let tight = largest_batch(&cfg, &cpus(2), &model, 1 << 19, Some(1 << 30)).unwrap();
+        assert_eq!(tight.max, 1 << 19);
+        assert_eq!(largest_batch(&cfg, &cpus(2), &model, 32, None), None);
     }
 
     #[test]

@@ -119,11 +119,10 @@ impl Engine {
             batch_per_replica: per_replica,
             ..cfg.clone()
         };
-        memory::check(
-            &memory::estimate(&sized, &devices.0, &model),
-            memory::available(),
-        )
-        .map_err(EngineError::Config)?;
+        let available = memory::available();
+        memory::check(&memory::estimate(&sized, &devices.0, &model), available)
+            .map_err(EngineError::Config)?;
+        let batch_limit = memory::largest_batch(&cfg, &devices.0, &model, per_replica, available);
         // from here on the run keeps what it writes, in its directory (named absolute from
         // now); a start that fails below takes back the directory it made
         let created = cfg
@@ -148,6 +147,9 @@ impl Engine {
         let link_latest = cfg.link_latest;
         let mut engine = Engine::start_with(cfg, devices, data, procs)?;
         engine.checkpoint_lock = lock;
+        if let Some(limit) = batch_limit {
+            engine.controller = engine.controller.limited(limit);
+        }
         if let Some(c) = created {
             c.keep(link_latest);
         }

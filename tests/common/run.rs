@@ -34,16 +34,22 @@ pub struct Run {
 }
 
 impl Run {
-    /// `--headless` training into `dir/run`, with `args` after the workload's flags (which
-    /// may override them); stdout and stderr in `dir/log`.
+    /// `--headless` training into `dir/run` of a small workload, with `args` after it (a
+    /// `--model` there replaces the workload's); stdout and stderr in `dir/log`.
     pub fn start(dir: &Path, args: &[&str]) -> Run {
         let run_dir = dir.join("run");
         let log = dir.join("log");
         let out = std::fs::File::create(&log).unwrap();
+        let model: &[&str] = if args.contains(&"--model") {
+            &[]
+        } else {
+            &["--model", "mlp:16"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
             .current_dir(dir)
             .args(["--headless", "--devices", "cpu:2"])
-            .args(["--data", "synthetic:2000,32,4", "--model", "mlp:16"])
+            .args(["--data", "synthetic:2000,32,4"])
+            .args(model)
             .arg("--run-dir")
             .arg(&run_dir)
             .args(args)
