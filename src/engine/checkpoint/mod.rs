@@ -306,6 +306,18 @@ pub fn read(
     if params.iter().any(|p| !p.is_finite()) {
         return Err(corrupt("weights contain NaN or infinity".into()));
     }
+    // the optimizer state too: a damaged moment trains on garbage and diverges later, when the
+    // error would blame the learning rate
+    if m.iter().any(|x| !x.is_finite()) {
+        return Err(corrupt(
+            "the optimizer's first moments (optim.m.*) contain NaN or infinity".into(),
+        ));
+    }
+    if v.iter().any(|x| !x.is_finite() || *x < 0.0) {
+        return Err(corrupt(
+            "the optimizer's second moments (optim.v.*) contain NaN, infinity or negative values (a sum of squares cannot be negative)".into(),
+        ));
+    }
     let opt = OptState {
         t: meta.optimizer_steps,
         m,

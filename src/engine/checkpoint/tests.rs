@@ -174,3 +174,23 @@ fn a_fifo_in_place_of_a_checkpoint_file_is_refused_not_waited_on() {
     let e = read(&p, &model, "adam").unwrap_err().to_string();
     assert!(e.contains("FIFO"), "{e}");
 }
+
+#[test]
+fn damaged_optimizer_moments_are_refused_naming_them() {
+    let (model, state, meta) = sample();
+    for (which, value, says) in [
+        ("m", f32::NAN, "first moments (optim.m.*)"),
+        ("v", -1.0, "second moments (optim.v.*)"),
+        ("v", f32::INFINITY, "second moments (optim.v.*)"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bad = state.clone();
+        match which {
+            "m" => bad.opt.m[3] = value,
+            _ => bad.opt.v[5] = value,
+        }
+        let p = write(dir.path(), &model, &bad, &meta).unwrap();
+        let e = read(&p, &model, "adam").unwrap_err().to_string();
+        assert!(e.contains(says), "{which}={value}: {e}");
+    }
+}
