@@ -147,8 +147,8 @@ pub struct ScaleArgs {
     /// Distribution strategies to compare side by side, e.g. mirrored,central-storage,local-sgd:8  [default: --strategy]
     #[arg(long, value_name = "LIST")]
     pub strategies: Option<String>,
-    /// Untimed steps before each measurement.
-    #[arg(long, default_value_t = 20)]
+    /// Untimed steps before each measurement (0..=100000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pub warmup_steps: u64,
     /// Seconds each measurement is timed for (after the warm-up steps).
     #[arg(long, default_value_t = 2.0, value_parser = seconds)]

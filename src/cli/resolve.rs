@@ -150,10 +150,10 @@ impl TrainArgs {
             .transpose()?;
         let stall_timeout = match args.stall_timeout {
             None => d.stall_timeout,
-            Some(s) if s.is_finite() && s > 0.0 && s <= 1e6 => Duration::from_secs_f64(s),
+            Some(s) if (1e-3..=1e6).contains(&s) => Duration::from_secs_f64(s),
             Some(s) => {
                 return Err(format!(
-                    "--stall-timeout {s} is invalid: use a number of seconds such as 60"
+                    "--stall-timeout {s:?} is invalid: use a number of seconds from 0.001 to 1000000, such as 60"
                 ))
             }
         };

@@ -25,6 +25,22 @@ impl Launch {
     }
 }
 
+/// The launchers' variables read as numbers.
+const NUMBERS: [&str; 12] = [
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_SIZE",
+    "PMI_RANK",
+    "MPI_LOCALNRANKS",
+    "PMI_LOCAL_SIZE",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "PMIX_RANK",
+    "WORLD_SIZE",
+];
+
 fn number(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<usize> {
     env(name).and_then(|v| v.trim().parse().ok())
 }
@@ -39,6 +55,15 @@ fn slurm_step_tasks(n: &dyn Fn(&str) -> Option<usize>) -> Option<usize> {
 /// A torchrun-style start (`WORLD_SIZE` > 1, no MPI launcher) is refused: its processes would
 /// each train alone.
 pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, String> {
+    // a launcher's count or rank that is not a number is not read as "no launcher"
+    for name in NUMBERS {
+        if let Some(v) = env(name).filter(|v| v.trim().parse::<usize>().is_err()) {
+            return Err(format!(
+                "{name}={} is not a process count or rank (launchers set it to a whole number): unset it, or start mgtop-train with the launcher that sets it",
+                crate::data::read::excerpt(&v)
+            ));
+        }
+    }
     let n = |name: &str| number(env, name);
     let launch = if n("OMPI_COMM_WORLD_SIZE").is_some() {
         Some(Launch {
@@ -154,6 +179,23 @@ mod tests {
             .unwrap()
             .is_multi());
         assert_eq!(with(&[("WORLD_SIZE", "1")]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_launcher_variable_that_is_not_a_number_is_an_error_naming_it() {
+        for (name, value) in [
+            ("OMPI_COMM_WORLD_SIZE", "abc"),
+            ("WORLD_SIZE", "99999999999999999999999"),
+            ("SLURM_PROCID", "-1"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{name}={value} is not a process count or rank")),
+                "{e}"
+            );
+        }
+        // surrounding spaces are forgiven
+        assert!(with(&[("OMPI_COMM_WORLD_SIZE", " 2 ")]).unwrap().is_some());
     }
 
     #[test]

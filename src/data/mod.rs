@@ -247,17 +247,20 @@ fn normalise(train: &mut Dataset, val: &mut Dataset, norm: &Normalisation) -> St
                     sq[j] += (row[j] as f64) * (row[j] as f64);
                 }
             }
-            let stats: Vec<(f32, f32)> = (0..d)
+            let stats: Vec<(f64, f64)> = (0..d)
                 .map(|j| {
                     let m = mean[j] / n;
                     let var = (sq[j] / n - m * m).max(0.0);
                     let sd = if var > 1e-12 { var.sqrt() } else { 1.0 };
-                    (m as f32, (1.0 / sd) as f32)
+                    (m, 1.0 / sd)
                 })
                 .collect();
+            // in f64: values near f32's limits (x - mean) would overflow to infinity in f32; a
+            // validation value millions of deviations out is held to f32's range
+            let most = f32::MAX as f64;
             for row in train.x.chunks_exact_mut(d).chain(val.x.chunks_exact_mut(d)) {
                 for (v, (m, inv)) in row.iter_mut().zip(&stats) {
-                    *v = (*v - m) * inv;
+                    *v = ((*v as f64 - m) * inv).clamp(-most, most) as f32;
                 }
             }
             "standardised per feature, (x-mean)/std from the train split".into()
@@ -368,6 +371,23 @@ mod tests {
         normalise(&mut train, &mut val, &Normalisation::Standardise);
         assert_eq!(train.x, vec![-1.0, 1.0]);
         assert_eq!(val.x, vec![3.0]);
+        // values at f32's limits stay finite (their difference overflowed f32)
+        let mut train = Dataset {
+            x: vec![-3e38, 3e38, 3e38, -3e38],
+            y: vec![0, 1, 1, 0],
+            ..train
+        };
+        let mut val = Dataset {
+            x: vec![f32::MAX],
+            ..val
+        };
+        normalise(&mut train, &mut val, &Normalisation::Standardise);
+        assert_eq!(train.x, vec![-1.0, 1.0, 1.0, -1.0]);
+        assert!(
+            val.x[0].is_finite() && (val.x[0] - 1.134).abs() < 1e-3,
+            "{:?}",
+            val.x
+        );
     }
 
     #[test]

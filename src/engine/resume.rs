@@ -32,11 +32,8 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
             meta.per_replica
         )
     };
-    // the global batch counts accumulated micro-batches; checkpoints before it was recorded
-    // had none
-    let old_accum = meta.config["grad_accum"]
-        .as_u64()
-        .map_or(1, |a| a.max(1) as usize);
+    // the global batch counts accumulated micro-batches
+    let old_accum = meta.grad_accum();
     let batch_note = if old_accum == cfg.grad_accum {
         batch_note
     } else {

@@ -82,6 +82,12 @@ pub fn check_out(path: &Path) -> Result<(), String> {
             parent.display()
         ));
     }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
+        return Err(format!(
+            "--out {}: exists and is not a regular file (a directory?); name a file",
+            path.display()
+        ));
+    }
     Ok(())
 }
 
@@ -124,5 +130,49 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             ))
         }
     };
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    // written beside it and renamed over it: a full disk or a crash leaves an earlier
+    // results file whole, never a truncated one
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let fail = |e: std::io::Error| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    };
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_must_name_a_file_and_writing_replaces_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("d.csv")).unwrap();
+        let e = check_out(&d.join("d.csv")).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(check_out(&d.join("t.txt"))
+            .unwrap_err()
+            .contains(".csv or .json"));
+        let out = d.join("r.csv");
+        std::fs::write(&out, "an earlier, longer results file\n".repeat(100)).unwrap();
+        check_out(&out).unwrap();
+        write(&out, &[]).unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            text.starts_with("strategy,devices,") && text.lines().count() == 1,
+            "{text}"
+        );
+        let names: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+    }
 }

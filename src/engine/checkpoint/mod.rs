@@ -358,7 +358,23 @@ impl CheckpointMeta {
                 self.epoch, self.step
             ));
         }
+        let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
+        match &self.config["grad_accum"] {
+            serde_json::Value::Null => {}
+            v if v.as_u64().is_some_and(|a| (1..=most).contains(&a)) => {}
+            v => {
+                return Err(format!(
+                    "config.grad_accum {} is out of range (1..={most})",
+                    crate::data::read::excerpt(&v.to_string())
+                ))
+            }
+        }
         Ok(())
+    }
+    /// The accumulation the checkpoint's run used (`check` holds it in range; 1 for
+    /// checkpoints from before it was recorded).
+    pub fn grad_accum(&self) -> usize {
+        self.config["grad_accum"].as_u64().map_or(1, |a| a as usize)
     }
 }
 

@@ -94,7 +94,13 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     type Edit = fn(&mut CheckpointMeta);
-    let bad: [(&str, Edit); 6] = [
+    let bad: [(&str, Edit); 8] = [
+        ("config.grad_accum 18446744073709551615", |m| {
+            m.config = serde_json::json!({ "grad_accum": u64::MAX })
+        }),
+        ("config.grad_accum \"four\"", |m| {
+            m.config = serde_json::json!({ "grad_accum": "four" })
+        }),
         ("per_replica 0", |m| m.per_replica = 0),
         ("per_replica 18446744073709551615", |m| {
             m.per_replica = usize::MAX
