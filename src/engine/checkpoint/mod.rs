@@ -30,6 +30,8 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 pub const MAX_STEP: u64 = 1 << 48;
 /// The most ranks a run can have (`--devices cpu:N` accepts up to 256).
 const MAX_RANKS: usize = 256;
+/// The most entries `dims` can have: input, at most 64 hidden layers (`--model`), output.
+const MAX_DIMS: usize = 66;
 
 /// `state.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -258,7 +260,11 @@ pub fn read(
     let most = (model.n_params as u64 * 12).saturating_add(1 << 20);
     let bytes =
         read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        corrupt(format!(
+            "{WEIGHTS} is not a whole safetensors file ({e}): it was cut short or damaged; resume from another checkpoint"
+        ))
+    })?;
     let n = model.n_params;
     let mut params = vec![0.0; n];
     let mut m = Vec::new();
@@ -349,6 +355,12 @@ impl CheckpointMeta {
             return Err(format!(
                 "step {} / optimizer_steps {} is out of range (up to {MAX_STEP})",
                 self.step, self.optimizer_steps
+            ));
+        }
+        if self.dims.len() < 2 || self.dims.len() > MAX_DIMS {
+            return Err(format!(
+                "dims has {} entries (a model has 2 to {MAX_DIMS})",
+                self.dims.len()
             ));
         }
         // every epoch takes at least one step

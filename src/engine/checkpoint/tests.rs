@@ -94,7 +94,8 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     type Edit = fn(&mut CheckpointMeta);
-    let bad: [(&str, Edit); 8] = [
+    let bad: [(&str, Edit); 9] = [
+        ("dims has 100000 entries", |m| m.dims = vec![4; 100_000]),
         ("config.grad_accum 18446744073709551615", |m| {
             m.config = serde_json::json!({ "grad_accum": u64::MAX })
         }),
