@@ -1,38 +1,21 @@
 //! The binary against hostile input files: devices, FIFOs, directories, oversized and malformed
 //! files each end in one `error: ...` line and exit 1, quickly, without a panic.
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// Runs the binary in `dir` and returns (exit code, stdout + stderr); a run that takes more
-/// than 60 s is killed and fails the test (a FIFO that blocks, a file read without end).
+use common::cli::run_limited;
+
+/// Runs a headless training run with `args` in `dir` (see `run_limited`).
 fn run(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-        .current_dir(dir)
-        .args(["--headless", "--checkpoint-dir", "ck"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("binary runs");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("{args:?} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.code(), text)
+    let args: Vec<&str> = ["--headless", "--checkpoint-dir", "ck"]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    run_limited(dir, &args)
 }
 
 /// Exit 1 with a single `error:` line holding every needle.

@@ -167,21 +167,8 @@ fn runs_lists_each_run_with_its_state() {
         // SAFETY: a valid C string; mkfifo only creates the node
         assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o600) }, 0, "{note}");
     }
-    let mut child = common::cli::bin()
-        .current_dir(d)
-        .arg("runs")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("runs hung on a FIFO");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(child.wait().unwrap().success());
+    let (code, out) = common::cli::run_limited(d, &["runs"]);
+    assert_eq!(code, Some(0), "{out}");
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

@@ -21,7 +21,7 @@ use mgtop::observe::Recorder;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use common::cli::bin;
+use common::cli::{bin, run_limited};
 
 /// A 2-rank digits run of 3 epochs watched live by the UI (a test terminal), every step
 /// recorded in `dir/run.jsonl`; returns the App as the UI last showed it.
@@ -333,31 +333,9 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
     }
 }
 
-/// Runs `view --headless` on `path` in `dir`, giving up after 20 s (a hang fails the test).
+/// `view --headless path` in `dir` (see `run_limited`).
 fn view_headless(dir: &Path, path: &Path) -> (Option<i32>, String) {
-    let mut child = bin()
-        .current_dir(dir)
-        .args(["view", "--headless"])
-        .arg(path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("view --headless {} hung", path.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.code(), text)
+    run_limited(dir, &["view", "--headless", path.to_str().unwrap()])
 }
 
 #[test]

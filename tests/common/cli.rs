@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub fn bin() -> Command {
@@ -35,4 +36,29 @@ pub fn signal(child: &Child, name: &str) {
         .status()
         .unwrap();
     assert!(sent.success(), "kill -{name} failed");
+}
+
+/// Runs the binary in `dir` with `args` and returns (exit code, stdout + stderr); a run that
+/// takes more than 60 s is killed and fails the test (a FIFO that blocks, a file read without
+/// end).
+pub fn run_limited(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = bin()
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), text(&o))
 }
