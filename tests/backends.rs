@@ -165,14 +165,18 @@ fn trains_like_the_reference(
                 y: y.clone(),
             };
             assert!(
-                replica.hold_data(&data),
+                replica.hold_data(&data, &data),
                 "{name}: the device did not take 5 samples"
             );
             micro.iter_mut().for_each(|m| m.x.clear());
         }
         for t in 1..=2 {
             let (want_loss, g) = reference_grad(&model, &p, &x, &y, b);
-            let (eval_loss, _) = replica.evaluate(&x, &y, b);
+            let (eval_loss, _) = match held {
+                // the held validation set is the batch itself
+                true => replica.evaluate_held(0, b).expect("a held validation set"),
+                false => replica.evaluate(&x, &y, b),
+            };
             replica.compute_grads(&micro);
             replica.all_reduce_grads(&mut coll).unwrap();
             let got = replica.batch_metrics();

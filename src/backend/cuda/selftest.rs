@@ -252,7 +252,7 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
 
 /// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
 /// The GPU holds the 96 samples and gets the micro-batches as shuffled row numbers (gathered on
-/// the device), the CPU their features.
+/// the device), the CPU their features; then both evaluate 88 of them, the GPU from its copy.
 fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
     let model = Model::mlp(64, &[128, 32], 10);
     let mut rng = Rng::new(9);
@@ -293,7 +293,8 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
     let wd = 0.1;
     let mut cpu = CpuReplica::new(model.clone(), kind, wd, state.clone());
     let mut gpu = CudaReplica::open(index, model, kind, wd, state, Duration::from_secs(60))?;
-    if !gpu.hold_data(&data) {
+    // the same 96 samples as its validation set too
+    if !gpu.hold_data(&data, &data) {
         return Err(CudaError::new(
             index,
             "hold 96 samples",
@@ -310,6 +311,21 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
             r.all_reduce_grads(&mut coll)
                 .map_err(on(index, "all-reduce alone"))?;
             r.apply_update(1e-2);
+        }
+    }
+    // validation over held rows 8..96, as the CPU evaluates them from their features
+    let held = gpu.evaluate_held(8, 96);
+    let want = cpu.evaluate(&data.x[8 * 64..], &data.y[8..], 88);
+    match held {
+        Some((loss, correct))
+            if (loss - want.0).abs() <= 1e-4 * want.0.abs() + 1e-4
+                && correct.abs_diff(want.1) <= 1 => {}
+        other => {
+            return Err(CudaError::new(
+                index,
+                "evaluate held validation rows",
+                format!("GPU {other:?}, CPU {want:?}"),
+            ))
         }
     }
     Ok(compare_changes(

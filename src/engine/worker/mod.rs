@@ -104,7 +104,8 @@ pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 /// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
 /// then all meet at a host barrier, and only then join NCCL (which gives up after the all-reduce
 /// timeout, or when the host collective is aborted): a rank that failed to open stops the others
-/// before it. The GPU then takes the training set `train` if it can hold it.
+/// before it. The GPU then takes the training set `train` (and the validation set) if it can
+/// hold them.
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
@@ -133,8 +134,8 @@ pub(super) fn open_gpu(
     };
     w.coll.barrier()?;
     replica.join(group, &*w.coll)?;
-    // a training set the GPU can hold is uploaded once: batches then come as row numbers
-    if replica.hold_data(train) {
+    // data the GPU can hold is uploaded once: batches then come as row numbers
+    if replica.hold_data(train, &w.val) {
         w.loader.rows_only();
     }
     Ok(replica)
@@ -427,8 +428,10 @@ impl Worker {
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
         let d = self.val.features;
-        let (loss, correct) =
-            replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo);
+        let (loss, correct) = match replica.evaluate_held(lo, hi) {
+            Some(r) => r,
+            None => replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo),
+        };
         let mut sums = vec![loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))

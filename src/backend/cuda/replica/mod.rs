@@ -275,6 +275,34 @@ impl CudaReplica {
             .collect()
     }
 
+    /// (loss sum, correct) over `n` rows, put into the input buffers `EVAL_CHUNK` at a time by
+    /// `load(self, start, rows)`.
+    fn evaluate_chunks(
+        &mut self,
+        n: usize,
+        mut load: impl FnMut(&mut Self, usize, usize),
+    ) -> (f64, usize) {
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
+            self.fail("zero the metrics", e)
+        }
+        for start in (0..n).step_by(EVAL_CHUNK) {
+            let b = EVAL_CHUNK.min(n - start);
+            load(self, start, b);
+            self.forward(b);
+            let mut out = self.eval_metrics.slice_mut(..);
+            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
+        }
+        let mut host = [0.0f32; AUX];
+        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
+            self.fail("read the evaluation metrics", e)
+        }
+        if let Err(e) = s.synchronize() {
+            self.fail("evaluate", e)
+        }
+        (host[0] as f64, host[1].round() as usize)
+    }
+
     fn record(&self) -> CudaEvent {
         self.gpu
             .stream
@@ -355,25 +383,14 @@ impl Replica for CudaReplica {
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
         let d = self.model.dims[0];
-        let s = self.gpu.stream.clone();
-        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
-            self.fail("zero the metrics", e)
-        }
-        for start in (0..n).step_by(EVAL_CHUNK) {
-            let b = EVAL_CHUNK.min(n - start);
-            self.upload(&x[start * d..(start + b) * d], &y[start..start + b], b);
-            self.forward(b);
-            let mut out = self.eval_metrics.slice_mut(..);
-            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
-        }
-        let mut host = [0.0f32; AUX];
-        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
-            self.fail("read the evaluation metrics", e)
-        }
-        if let Err(e) = s.synchronize() {
-            self.fail("evaluate", e)
-        }
-        (host[0] as f64, host[1].round() as usize)
+        self.evaluate_chunks(n, |r, start, b| {
+            r.upload(&x[start * d..(start + b) * d], &y[start..start + b], b)
+        })
+    }
+
+    fn evaluate_held(&mut self, lo: usize, hi: usize) -> Option<(f64, usize)> {
+        self.resident.as_ref()?.has_validation(hi)?;
+        Some(self.evaluate_chunks(hi - lo, |r, start, b| r.load_validation(lo + start, b)))
     }
 
     fn export(&self) -> TrainState {
@@ -433,7 +450,7 @@ impl Replica for CudaReplica {
     fn params_from_host(&mut self, params: &[f32]) {
         self.params_in(params)
     }
-    fn hold_data(&mut self, data: &Dataset) -> bool {
-        self.hold(data)
+    fn hold_data(&mut self, train: &Dataset, val: &Dataset) -> bool {
+        self.hold(train, val)
     }
 }

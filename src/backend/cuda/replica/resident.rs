@@ -1,6 +1,7 @@
-//! The training set held on the GPU: uploaded once, so that a batch arrives as its samples' row
-//! numbers (a few bytes each) and is gathered on the device, instead of its features crossing
-//! PCIe from pageable memory every step (which also made the upload wait for the stream).
+//! The training and validation sets held on the GPU: uploaded once, so that a batch arrives as
+//! its samples' row numbers (a few bytes each) and is gathered on the device, and a validation
+//! pass reads its rows in place, instead of features crossing PCIe from pageable memory every
+//! step (which also made the upload wait for the stream).
 
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 
@@ -8,14 +9,17 @@ use super::CudaReplica;
 use crate::backend::cuda::launch::die;
 use crate::data::Dataset;
 
-/// At most this share of the GPU's free memory goes to the training set: the rest is for the
-/// model, its activations and NCCL.
+/// At most this share of the GPU's free memory goes to the data: the rest is for the model, its
+/// activations and NCCL.
 const SHARE_OF_FREE: f64 = 0.25;
 
 pub(super) struct Resident {
     x: CudaSlice<f32>,
     y: CudaSlice<u32>,
     samples: usize,
+    val_x: CudaSlice<f32>,
+    val_y: CudaSlice<u32>,
+    val_samples: usize,
     /// The batch's row numbers: staged in page-locked memory (an asynchronous copy), then on
     /// the device; the event follows the last copy out of the staging buffer.
     staged: PinnedHostSlice<u32>,
@@ -23,37 +27,60 @@ pub(super) struct Resident {
     uploaded: Option<CudaEvent>,
 }
 
+impl Resident {
+    /// Some when the held validation set has rows up to `hi`.
+    pub(super) fn has_validation(&self, hi: usize) -> Option<()> {
+        (self.val_samples > 0 && hi <= self.val_samples).then_some(())
+    }
+}
+
 impl CudaReplica {
-    /// Uploads `data` when it takes at most a quarter of the GPU's free memory; whether it did.
-    pub(super) fn hold(&mut self, data: &Dataset) -> bool {
-        let bytes = data.x.len() * 4 + data.y.len() * 4;
+    /// Uploads `train` and `val` when they take at most a quarter of the GPU's free memory;
+    /// whether it did.
+    pub(super) fn hold(&mut self, train: &Dataset, val: &Dataset) -> bool {
+        let bytes = (train.x.len() + train.y.len() + val.x.len() + val.y.len()) * 4;
         let free = match self.gpu.ctx.mem_get_info() {
             Ok((free, _)) => free,
             Err(_) => return false,
         };
-        if data.features != self.model.dims[0]
-            || data.is_empty()
+        let d = self.model.dims[0];
+        if train.features != d
+            || (!val.is_empty() && val.features != d)
+            || train.is_empty()
             || bytes as f64 > free as f64 * SHARE_OF_FREE
-            || data.len() > u32::MAX as usize
+            || train.len() > u32::MAX as usize
         {
             return false;
         }
         let s = &self.gpu.stream;
-        let made = s.clone_htod(&data.x).and_then(|x| {
-            let y = s.clone_htod(&data.y)?;
+        // an empty set still gets a buffer (CUDA allocates no zero-length one)
+        let up = |v: &Vec<f32>| match v.is_empty() {
+            true => s.alloc_zeros::<f32>(1),
+            false => s.clone_htod(v),
+        };
+        let up_u32 = |v: &Vec<u32>| match v.is_empty() {
+            true => s.alloc_zeros::<u32>(1),
+            false => s.clone_htod(v),
+        };
+        let made = (|| {
+            let (x, y) = (up(&train.x)?, up_u32(&train.y)?);
+            let (val_x, val_y) = (up(&val.x)?, up_u32(&val.y)?);
             let rows = s.alloc_zeros::<u32>(1)?;
             // SAFETY: written in full (the batch's rows) before each copy out of it
             let staged = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u32>(1, 0) }?;
             s.synchronize()?;
-            Ok(Resident {
+            Ok::<_, cudarc::driver::DriverError>(Resident {
                 x,
                 y,
-                samples: data.len(),
+                samples: train.len(),
+                val_x,
+                val_y,
+                val_samples: val.len(),
                 staged,
                 rows,
                 uploaded: None,
             })
-        });
+        })();
         match made {
             Ok(r) => {
                 self.resident = Some(r);
@@ -61,6 +88,26 @@ impl CudaReplica {
             }
             // not enough memory after all, say: batches keep coming with their features
             Err(_) => false,
+        }
+    }
+
+    /// Puts validation rows `start..start + b` of the held validation set into the input and
+    /// label buffers (device copies, in stream order).
+    pub(super) fn load_validation(&mut self, start: usize, b: usize) {
+        if let Err(e) = self.ensure(b) {
+            panic!("{e}")
+        }
+        let Some(r) = self.resident.as_ref() else {
+            unreachable!("validation rows without a held validation set")
+        };
+        let (s, d) = (self.gpu.stream.clone(), self.model.dims[0]);
+        let x = r.val_x.slice(start * d..(start + b) * d);
+        let y = r.val_y.slice(start..start + b);
+        if let Err(e) = s
+            .memcpy_dtod(&x, &mut self.acts[0].slice_mut(..b * d))
+            .and_then(|_| s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b)))
+        {
+            die(self.gpu.index, "copy validation rows", e)
         }
     }
 
