@@ -165,7 +165,7 @@ fn trains_like_the_reference(
                 y: y.clone(),
             };
             assert!(
-                replica.hold_data(&data, &data),
+                replica.hold_data(&data, &data, 3),
                 "{name}: the device did not take 5 samples"
             );
             micro.iter_mut().for_each(|m| m.x.clear());

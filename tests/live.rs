@@ -114,7 +114,7 @@ fn a_batch_the_memory_cannot_hold_is_refused_with_the_figures() {
     let msg = r["message"].as_str().unwrap();
     assert!(
         msg.contains("a batch of 1048576 per replica would need about")
-            && msg.contains("GiB was available when the run started: at most"),
+            && msg.contains("(90% of what was available when it started): at most"),
         "{msg}"
     );
     // the run goes on and stops as asked

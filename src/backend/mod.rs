@@ -71,11 +71,11 @@ pub trait Replica {
     fn params_to_host(&mut self, out: &mut Vec<f32>);
     /// Replaces the parameters with `params` from the host; the optimizer state stays.
     fn params_from_host(&mut self, params: &[f32]);
-    /// Takes the training and validation sets onto the device when they fit there, so that
-    /// micro-batches can come as row numbers alone (`MicroBatch::rows`, `x` empty) and
-    /// validation as a range (`evaluate_held`): whether it did. Host memory is the CPU
-    /// replica's device: it never needs to.
-    fn hold_data(&mut self, _train: &Dataset, _val: &Dataset) -> bool {
+    /// Takes the training and validation sets onto the device when they fit there beside the
+    /// buffers of micro-batches of `rows` rows, so that micro-batches can come as row numbers
+    /// alone (`MicroBatch::rows`, `x` empty) and validation as a range (`evaluate_held`):
+    /// whether it did. Host memory is the CPU replica's device: it never needs to.
+    fn hold_data(&mut self, _train: &Dataset, _val: &Dataset, _rows: usize) -> bool {
         false
     }
     /// `evaluate` over rows `lo..hi` of the validation set the device holds; None when it

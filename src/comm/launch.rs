@@ -57,7 +57,9 @@ fn slurm_step_tasks(n: &dyn Fn(&str) -> Option<usize>) -> Option<usize> {
 pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, String> {
     // a launcher's count or rank that is not a number is not read as "no launcher"
     for name in NUMBERS {
-        if let Some(v) = env(name).filter(|v| v.trim().parse::<usize>().is_err()) {
+        // an empty one is unset (`WORLD_SIZE=` in a shell profile, say)
+        let set = env(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = set.filter(|v| v.trim().parse::<usize>().is_err()) {
             return Err(format!(
                 "{name}={} is not a process count or rank (launchers set it to a whole number): unset it, or start mgtop-train with the launcher that sets it",
                 crate::data::read::excerpt(&v)
@@ -194,8 +196,12 @@ mod tests {
                 "{e}"
             );
         }
-        // surrounding spaces are forgiven
+        // surrounding spaces are forgiven, an empty one is unset
         assert!(with(&[("OMPI_COMM_WORLD_SIZE", " 2 ")]).unwrap().is_some());
+        assert_eq!(
+            with(&[("WORLD_SIZE", ""), ("PMI_SIZE", " ")]).unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -21,12 +21,12 @@ pub enum Control {
 pub enum ControlError {
     #[error("batch size {0} is out of range: use 1..={MAX_BATCH} samples per replica")]
     BadBatch(usize),
-    #[error("a batch of {batch} per replica would need about {need} of memory, and {available} was available when the run started: at most {max} per replica")]
+    #[error("a batch of {batch} per replica would need about {need} of memory, and a run may take {usable} (90% of what was available when it started): at most {max} per replica")]
     TooLarge {
         batch: usize,
         max: usize,
         need: String,
-        available: String,
+        usable: String,
     },
     #[error("the run has already ended")]
     Ended,
@@ -73,7 +73,7 @@ impl Controller {
                     batch: b,
                     max: l.max,
                     need: gib(l.fixed + l.per_sample * b as f64),
-                    available: gib(l.available),
+                    usable: gib(l.available * 0.9),
                 });
             }
         }

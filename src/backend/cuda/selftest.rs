@@ -294,7 +294,7 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
     let mut cpu = CpuReplica::new(model.clone(), kind, wd, state.clone());
     let mut gpu = CudaReplica::open(index, model, kind, wd, state, Duration::from_secs(60))?;
     // the same 96 samples as its validation set too
-    if !gpu.hold_data(&data, &data) {
+    if !gpu.hold_data(&data, &data, 64) {
         return Err(CudaError::new(
             index,
             "hold 96 samples",

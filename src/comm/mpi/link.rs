@@ -12,6 +12,9 @@ use crossbeam_channel::{Receiver, Sender};
 use mpi::ffi;
 
 use super::{Flags, Joined, CHUNK, EAGER};
+
+/// Sums shorter than this (floats) are "small": stats, speeds, evaluation sums.
+const SMALL: usize = 4096;
 use crate::comm::{CollectiveError, ReduceTiming};
 
 /// The MPI thread: initializes MPI, says who this process is once every process has reached
@@ -67,8 +70,9 @@ pub(super) struct Link {
     /// Why an exchange was abandoned: its buffers are leaked (MPI may still use them) and no
     /// later exchange is started.
     broken: Option<CollectiveError>,
-    /// The all-reduce's output buffer, swapped with the caller's each call.
-    scratch: Vec<f32>,
+    /// The all-reduce's output buffers, swapped with the caller's each call: [0] for gradients,
+    /// [1] for small sums (so that these never take the gradients' allocation away).
+    scratch: [Vec<f32>; 2],
 }
 
 fn world() -> ffi::MPI_Comm {
@@ -86,7 +90,7 @@ impl Link {
         Link {
             flags,
             broken: None,
-            scratch: Vec::new(),
+            scratch: [Vec::new(), Vec::new()],
         }
     }
 
@@ -167,16 +171,18 @@ impl Link {
     /// Sum across processes with MPI_Iallreduce. Open MPI's algorithms give every process the
     /// same bits (each pairwise sum is computed the same on both sides, or by one process and
     /// sent on), which the replica check confirms every --log-every steps. A barrier first splits
-    /// waiting for the others from moving data. No copies: the sum lands in the scratch buffer,
-    /// which is then swapped with `buf`. An exchange given up on keeps both buffers (leaked, MPI
-    /// may still write them) and leaves `buf` a new one of the same length.
+    /// waiting for the others from moving data. No copies: the sum lands in a scratch buffer,
+    /// which is then swapped with `buf` (small sums have a scratch of their own, so that they
+    /// never take the gradients' allocation away). An exchange given up on keeps both buffers
+    /// (leaked, MPI may still write them) and leaves `buf` a new one of the same length.
     pub(super) fn all_reduce(
         &mut self,
         buf: &mut Vec<f32>,
     ) -> Result<ReduceTiming, CollectiveError> {
         let wait = self.barrier()?;
         let t = Instant::now();
-        let mut out = std::mem::take(&mut self.scratch);
+        let slot = usize::from(buf.len() < SMALL);
+        let mut out = std::mem::take(&mut self.scratch[slot]);
         if out.len() != buf.len() {
             out.clear();
             out.resize(buf.len(), 0.0);
@@ -207,7 +213,7 @@ impl Link {
             done += n;
         }
         std::mem::swap(buf, &mut out);
-        self.scratch = out;
+        self.scratch[slot] = out;
         Ok(ReduceTiming {
             wait,
             transfer: t.elapsed(),

@@ -55,9 +55,16 @@ impl Cluster {
             .name("mpi".into())
             .spawn(move || link::own(ready_tx, end_rx))
             .map_err(|e| format!("cannot start the MPI thread: {e}"))?;
-        let joined = ready_rx
-            .recv()
-            .map_err(|_| "MPI did not start (its thread ended)".to_string())??;
+        let joined = match ready_rx.recv() {
+            Ok(Ok(j)) => j,
+            Ok(Err(e)) => {
+                // it finalizes MPI on its way out: let it, before the process ends
+                drop(end_tx);
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => return Err("MPI did not start (its thread ended)".into()),
+        };
         let flags = Arc::new(Flags {
             aborted: AtomicBool::new(false),
             reason: Mutex::new(String::new()),

@@ -319,9 +319,10 @@ pub fn read(
             "the optimizer's first moments (optim.m.*) contain NaN or infinity".into(),
         ));
     }
-    if v.iter().any(|x| !x.is_finite() || *x < 0.0) {
+    // +infinity can be real (a square that overflowed; the step it scales is then 0)
+    if v.iter().any(|x| x.is_nan() || *x < 0.0) {
         return Err(corrupt(
-            "the optimizer's second moments (optim.v.*) contain NaN, infinity or negative values (a sum of squares cannot be negative)".into(),
+            "the optimizer's second moments (optim.v.*) contain NaN or negative values (a sum of squares cannot be negative)".into(),
         ));
     }
     let opt = OptState {

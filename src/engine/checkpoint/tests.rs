@@ -188,7 +188,7 @@ fn damaged_optimizer_moments_are_refused_naming_them() {
     for (which, value, says) in [
         ("m", f32::NAN, "first moments (optim.m.*)"),
         ("v", -1.0, "second moments (optim.v.*)"),
-        ("v", f32::INFINITY, "second moments (optim.v.*)"),
+        ("v", f32::NEG_INFINITY, "second moments (optim.v.*)"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut bad = state.clone();

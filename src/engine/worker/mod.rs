@@ -135,7 +135,7 @@ pub(super) fn open_gpu(
     w.coll.barrier()?;
     replica.join(group, &*w.coll)?;
     // data the GPU can hold is uploaded once: batches then come as row numbers
-    if replica.hold_data(train, &w.val) {
+    if replica.hold_data(train, &w.val, w.per_replica) {
         w.loader.rows_only();
     }
     Ok(replica)

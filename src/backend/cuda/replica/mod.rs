@@ -450,7 +450,7 @@ impl Replica for CudaReplica {
     fn params_from_host(&mut self, params: &[f32]) {
         self.params_in(params)
     }
-    fn hold_data(&mut self, train: &Dataset, val: &Dataset) -> bool {
-        self.hold(train, val)
+    fn hold_data(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
+        self.hold(train, val, rows)
     }
 }

@@ -35,10 +35,14 @@ impl Resident {
 }
 
 impl CudaReplica {
-    /// Uploads `train` and `val` when they take at most a quarter of the GPU's free memory;
-    /// whether it did.
-    pub(super) fn hold(&mut self, train: &Dataset, val: &Dataset) -> bool {
+    /// Uploads `train` and `val` when they take at most a quarter of the GPU's free memory once
+    /// the activations of micro-batches of `rows` rows are allocated; whether it did.
+    pub(super) fn hold(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
         let bytes = (train.x.len() + train.y.len() + val.x.len() + val.y.len()) * 4;
+        // the run's own buffers first: the data must not take what its batches need
+        if self.ensure(rows).is_err() {
+            return false;
+        }
         let free = match self.gpu.ctx.mem_get_info() {
             Ok((free, _)) => free,
             Err(_) => return false,
