@@ -105,6 +105,24 @@ pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> 
     ))
 }
 
+/// Refuses a run at `per_replica` samples per replica that would not fit (`check`, against
+/// the memory available now); else the largest batch a batch-size change may ask for later
+/// (`largest_batch`).
+pub(super) fn admit(
+    cfg: &RunConfig,
+    devices: &[Device],
+    model: &Model,
+    per_replica: usize,
+) -> Result<Option<BatchLimit>, String> {
+    let sized = RunConfig {
+        batch_per_replica: per_replica,
+        ..cfg.clone()
+    };
+    let available = available();
+    check(&estimate(&sized, devices, model), available)?;
+    Ok(largest_batch(cfg, devices, model, per_replica, available))
+}
+
 /// The largest per-replica batch whose estimate fits where `check` lets a run start (90% of
 /// `available`), at least `current`: a batch-size change past it is refused with the figures
 /// instead of failing an allocation mid-run. None without a figure for the machine.

@@ -97,8 +97,6 @@ impl Engine {
         }
         let devices = (devices, note);
         let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
-        // before any worker starts (and before the frontend opens its outputs), so that a bad
-        // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {
@@ -115,14 +113,8 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
-        let sized = RunConfig {
-            batch_per_replica: per_replica,
-            ..cfg.clone()
-        };
-        let available = memory::available();
-        memory::check(&memory::estimate(&sized, &devices.0, &model), available)
-            .map_err(EngineError::Config)?;
-        let batch_limit = memory::largest_batch(&cfg, &devices.0, &model, per_replica, available);
+        let batch_limit =
+            memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from
         // now); a start that fails below takes back the directory it made
         let created = cfg
@@ -136,6 +128,8 @@ impl Engine {
             run_dir: created.as_ref().map(|c| c.path().to_path_buf()),
             ..cfg
         };
+        // before any worker starts (and before the frontend opens its outputs), so that a bad
+        // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
         let lock = (lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some()))
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
