@@ -1,6 +1,9 @@
 //! Steering a run: the `Controller` API frontends call, and the step-boundary agreement that
 //! makes every rank apply a control at the same step.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::comm::{Collective, CollectiveError};
@@ -28,6 +31,8 @@ pub enum ControlError {
         need: String,
         usable: String,
     },
+    #[error("a batch of {batch} per replica does not fit on the run's GPUs (their memory, or the 32-bit indexing of their kernels): at most {max} per replica there")]
+    TooLargeForDevices { batch: usize, max: usize },
     #[error("the run has already ended")]
     Ended,
 }
@@ -42,16 +47,29 @@ pub(crate) struct BatchLimit {
     pub per_sample: f64,
 }
 
+/// The largest micro-batch every device of this process can take, as each device tells when
+/// it opens (GPUs; `MAX_BATCH` until then, and for CPU workers, whose memory is the host's).
+pub(crate) type DeviceCap = Arc<AtomicUsize>;
+
+pub(crate) fn device_cap() -> DeviceCap {
+    Arc::new(AtomicUsize::new(MAX_BATCH))
+}
+
 /// A cheap, cloneable handle that steers a running engine.
 #[derive(Clone)]
 pub struct Controller {
     tx: Sender<Control>,
     limit: Option<BatchLimit>,
+    devices: DeviceCap,
 }
 
 impl Controller {
-    pub(crate) fn new(tx: Sender<Control>) -> Self {
-        Controller { tx, limit: None }
+    pub(crate) fn new(tx: Sender<Control>, devices: DeviceCap) -> Self {
+        Controller {
+            tx,
+            limit: None,
+            devices,
+        }
     }
 
     /// Batch-size changes past what the machine's memory allows are refused.
@@ -75,6 +93,10 @@ impl Controller {
                     need: gib(l.fixed + l.per_sample * b as f64),
                     usable: gib(l.available * 0.9),
                 });
+            }
+            let max = self.devices.load(Ordering::Relaxed);
+            if b > max {
+                return Err(ControlError::TooLargeForDevices { batch: b, max });
             }
         }
         self.tx.send(c).map_err(|_| ControlError::Ended)
@@ -233,9 +255,19 @@ mod tests {
     #[test]
     fn controller_rejects_bad_batches() {
         let (tx, _rx) = unbounded();
-        let c = Controller::new(tx);
+        let c = Controller::new(tx, device_cap());
         assert_eq!(c.set_batch_per_replica(0), Err(ControlError::BadBatch(0)));
         assert!(c.set_batch_per_replica(64).is_ok());
+        // a device that told of its largest micro-batch holds every later change to it
+        c.devices.fetch_min(100, Ordering::Relaxed);
+        assert!(c.set_batch_per_replica(100).is_ok());
+        assert_eq!(
+            c.set_batch_per_replica(101),
+            Err(ControlError::TooLargeForDevices {
+                batch: 101,
+                max: 100
+            })
+        );
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl Engine {
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
+        let device_cap = control::device_cap();
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
         let (train, val) = (loaded.train, loaded.val);
@@ -360,6 +361,7 @@ impl Engine {
                 rebalance_work: Duration::ZERO,
                 rebalance_samples: 0,
                 strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
+                device_cap: device_cap.clone(),
             };
             let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
             let train = train.clone();
@@ -409,7 +411,7 @@ impl Engine {
         });
         Ok(Engine {
             info,
-            controller: Controller::new(ctl_tx),
+            controller: Controller::new(ctl_tx, device_cap),
             events: ev_rx,
             steps: st_rx,
             workers,

@@ -202,6 +202,26 @@ impl CudaReplica {
         die(self.gpu.index, what, e)
     }
 
+    /// The most rows a micro-batch can have on this GPU: what the kernels' 32-bit indexing
+    /// allows, and what the free memory (90% of it) holds of the buffers `ensure` grows.
+    pub fn max_rows(&self) -> usize {
+        let widest = self.model.dims.iter().copied().max().unwrap_or(1).max(1);
+        let indexed = MAX_ELEMENTS / widest;
+        // per row: activations and their gradients at every boundary, a pooling layer's
+        // argmax, the label and the per-row loss and correctness
+        let pooled: usize = (self.model.plan.iter())
+            .filter(|l| matches!(l.layer, Layer::Pool { .. }))
+            .map(|l| l.output.numel())
+            .sum();
+        let per_row = 4 * (2 * self.model.dims.iter().sum::<usize>() + pooled + 3);
+        let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
+            return indexed;
+        };
+        // growing frees the buffers of `cap` rows first
+        let fits = self.cap + (free as f64 * 0.9) as usize / per_row.max(1);
+        indexed.min(fits)
+    }
+
     /// Grows the activation buffers to `rows` rows.
     fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
         if rows <= self.cap {
