@@ -33,6 +33,8 @@ pub enum ControlError {
     },
     #[error("a batch of {batch} per replica does not fit on the run's GPUs (their memory, or the 32-bit indexing of their kernels): at most {max} per replica there")]
     TooLargeForDevices { batch: usize, max: usize },
+    #[error("the run's GPUs are still starting (they tell how large a batch they can take once open): ask again in a moment")]
+    DevicesStarting,
     #[error("the run has already ended")]
     Ended,
 }
@@ -47,12 +49,27 @@ pub(crate) struct BatchLimit {
     pub per_sample: f64,
 }
 
-/// The largest micro-batch every device of this process can take, as each device tells when
-/// it opens (GPUs; `MAX_BATCH` until then, and for CPU workers, whose memory is the host's).
-pub(crate) type DeviceCap = Arc<AtomicUsize>;
+/// The largest micro-batch every device of this process can take, as each GPU tells when it
+/// has opened (CPU workers' memory is the host's, which `BatchLimit` covers).
+pub(crate) struct DeviceCap {
+    max: AtomicUsize,
+    /// GPUs yet to tell: until none is, batch-size changes are refused as too early.
+    pending: AtomicUsize,
+}
 
-pub(crate) fn device_cap() -> DeviceCap {
-    Arc::new(AtomicUsize::new(MAX_BATCH))
+impl DeviceCap {
+    pub(crate) fn new(gpus: usize) -> Arc<DeviceCap> {
+        Arc::new(DeviceCap {
+            max: AtomicUsize::new(MAX_BATCH),
+            pending: AtomicUsize::new(gpus),
+        })
+    }
+
+    /// A GPU has opened and can take micro-batches of up to `rows` rows.
+    pub(crate) fn tell(&self, rows: usize) {
+        self.max.fetch_min(rows, Ordering::Relaxed);
+        self.pending.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// A cheap, cloneable handle that steers a running engine.
@@ -60,11 +77,11 @@ pub(crate) fn device_cap() -> DeviceCap {
 pub struct Controller {
     tx: Sender<Control>,
     limit: Option<BatchLimit>,
-    devices: DeviceCap,
+    devices: Arc<DeviceCap>,
 }
 
 impl Controller {
-    pub(crate) fn new(tx: Sender<Control>, devices: DeviceCap) -> Self {
+    pub(crate) fn new(tx: Sender<Control>, devices: Arc<DeviceCap>) -> Self {
         Controller {
             tx,
             limit: None,
@@ -94,7 +111,10 @@ impl Controller {
                     usable: gib(l.available * 0.9),
                 });
             }
-            let max = self.devices.load(Ordering::Relaxed);
+            if self.devices.pending.load(Ordering::Acquire) > 0 {
+                return Err(ControlError::DevicesStarting);
+            }
+            let max = self.devices.max.load(Ordering::Relaxed);
             if b > max {
                 return Err(ControlError::TooLargeForDevices { batch: b, max });
             }
@@ -255,11 +275,15 @@ mod tests {
     #[test]
     fn controller_rejects_bad_batches() {
         let (tx, _rx) = unbounded();
-        let c = Controller::new(tx, device_cap());
+        let c = Controller::new(tx, DeviceCap::new(1));
         assert_eq!(c.set_batch_per_replica(0), Err(ControlError::BadBatch(0)));
+        // before the GPU has told: too early; after: held to what it told
+        assert_eq!(
+            c.set_batch_per_replica(64),
+            Err(ControlError::DevicesStarting)
+        );
+        c.devices.tell(100);
         assert!(c.set_batch_per_replica(64).is_ok());
-        // a device that told of its largest micro-batch holds every later change to it
-        c.devices.fetch_min(100, Ordering::Relaxed);
         assert!(c.set_batch_per_replica(100).is_ok());
         assert_eq!(
             c.set_batch_per_replica(101),

@@ -282,7 +282,10 @@ impl Engine {
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
-        let device_cap = control::device_cap();
+        let gpus = (local.clone())
+            .filter(|&r| matches!(info.devices[r], Device::Gpu { .. }))
+            .count();
+        let device_cap = control::DeviceCap::new(gpus);
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
         let (train, val) = (loaded.train, loaded.val);

@@ -64,7 +64,7 @@ pub(super) struct Worker {
     /// How this rank exchanges gradients and updates (`--strategy`).
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
-    pub device_cap: super::control::DeviceCap,
+    pub device_cap: Arc<super::control::DeviceCap>,
 }
 
 pub(super) struct WorkerEnd {
@@ -140,8 +140,7 @@ pub(super) fn open_gpu(
     if replica.hold_data(train, &w.val, w.per_replica) {
         w.loader.rows_only();
     }
-    w.device_cap
-        .fetch_min(replica.max_rows(), std::sync::atomic::Ordering::Relaxed);
+    w.device_cap.tell(replica.max_rows());
     Ok(replica)
 }
 
