@@ -3,9 +3,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::Device;
-use crate::config::Budget;
+use super::devices::available_cores;
+use super::job::World;
+use super::start::Start;
+use super::{Device, RunData};
+use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
+use crate::nn::model::Model;
 
 /// What a frontend shows about the run before the first step.
 #[derive(Clone, Debug)]
@@ -53,6 +57,74 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
+    /// What a run of `model` over `world`, starting at `start`, shows before its first step.
+    pub(super) fn for_run(
+        cfg: &RunConfig,
+        model: &Model,
+        world: &World,
+        start: &Start,
+        loaded: &RunData,
+        device_note: Option<String>,
+    ) -> RunInfo {
+        let ranks = world.devices.len();
+        let local = world.local();
+        RunInfo {
+            name: cfg.run_name(),
+            devices: world.devices.clone(),
+            hosts: world.hosts.clone(),
+            process: world.process(),
+            processes: world.offsets.len() - 1,
+            device_note,
+            data: loaded.description.clone(),
+            model: format!("{} ({})", cfg.model, model.shape_string()),
+            layers: match model.is_mlp() {
+                true => Vec::new(),
+                false => model
+                    .plan
+                    .iter()
+                    .map(|l| format!("{l} ({} params)", l.params))
+                    .collect(),
+            },
+            params: model.n_params,
+            lr: start.lr,
+            lr_note: start.lr_note.clone(),
+            batch_note: start.batch_note.clone(),
+            per_replica: start.per_replica,
+            grad_accum: cfg.grad_accum,
+            train_samples: loaded.train.len(),
+            val_samples: loaded.val.len(),
+            budget: cfg.budget,
+            start_step: start.step,
+            start_epoch: start.cursor.epoch,
+            resumed_from: start.checkpoint.clone(),
+            run_dir: cfg.run_dir.clone(),
+            cores: available_cores(),
+            // the run's processes on this machine share its cores
+            threads_per_worker: cfg
+                .threads_per_worker
+                .unwrap_or_else(|| (available_cores() / (local.len() * world.neighbours)).max(1)),
+            injected: (0..ranks)
+                .map(|r| {
+                    let slow = cfg
+                        .slow_rank
+                        .filter(|f| f.0 == r)
+                        .map(|(r, f)| format!("--slow-rank {r}:{f}"));
+                    let data = cfg
+                        .slow_data
+                        .filter(|f| f.0 == r)
+                        .map(|(r, d)| format!("--slow-data {r}:{}", d.as_millis()));
+                    match (slow, data) {
+                        (Some(a), Some(b)) => Some(format!("{a} {b}")),
+                        (a, b) => a.or(b),
+                    }
+                })
+                .collect(),
+            stall_timeout: cfg.stall_timeout,
+            baseline: None,
+            strategy: cfg.strategy,
+        }
+    }
+
     pub fn ranks(&self) -> usize {
         self.devices.len()
     }

@@ -184,61 +184,7 @@ impl Engine {
             ));
         }
         let local = world.local();
-        let info = RunInfo {
-            name: cfg.run_name(),
-            devices: world.devices.clone(),
-            hosts: world.hosts.clone(),
-            process: world.process(),
-            processes: world.offsets.len() - 1,
-            device_note,
-            data: loaded.description.clone(),
-            model: format!("{} ({})", cfg.model, model.shape_string()),
-            layers: match model.is_mlp() {
-                true => Vec::new(),
-                false => model
-                    .plan
-                    .iter()
-                    .map(|l| format!("{l} ({} params)", l.params))
-                    .collect(),
-            },
-            params: model.n_params,
-            lr: start.lr,
-            lr_note: start.lr_note.clone(),
-            batch_note: start.batch_note.clone(),
-            per_replica: start.per_replica,
-            grad_accum: cfg.grad_accum,
-            train_samples: loaded.train.len(),
-            val_samples: loaded.val.len(),
-            budget: cfg.budget,
-            start_step: start.step,
-            start_epoch: start.cursor.epoch,
-            resumed_from: start.checkpoint.clone(),
-            run_dir: cfg.run_dir.clone(),
-            cores: available_cores(),
-            // the run's processes on this machine share its cores
-            threads_per_worker: cfg
-                .threads_per_worker
-                .unwrap_or_else(|| (available_cores() / (local.len() * world.neighbours)).max(1)),
-            injected: (0..ranks)
-                .map(|r| {
-                    let slow = cfg
-                        .slow_rank
-                        .filter(|f| f.0 == r)
-                        .map(|(r, f)| format!("--slow-rank {r}:{f}"));
-                    let data = cfg
-                        .slow_data
-                        .filter(|f| f.0 == r)
-                        .map(|(r, d)| format!("--slow-data {r}:{}", d.as_millis()));
-                    match (slow, data) {
-                        (Some(a), Some(b)) => Some(format!("{a} {b}")),
-                        (a, b) => a.or(b),
-                    }
-                })
-                .collect(),
-            stall_timeout: cfg.stall_timeout,
-            baseline: None,
-            strategy: cfg.strategy,
-        };
+        let info = RunInfo::for_run(&cfg, &model, &world, &start, &loaded, device_note);
         if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
             return Err(EngineError::Config(
                 "--slow-rank slows a CPU worker's compute; on a GPU rank it would only delay kernel launches, which the GPU's own timing does not see: use --slow-data RANK:MS to slow a GPU rank's input".into(),
@@ -282,10 +228,10 @@ impl Engine {
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }
         let (ctl_tx, ctl_rx) = unbounded();
-        let gpus = (local.clone())
+        let local_gpus = (local.clone())
             .filter(|&r| matches!(info.devices[r], Device::Gpu { .. }))
             .count();
-        let device_cap = control::DeviceCap::new(gpus);
+        let device_cap = control::DeviceCap::new(local_gpus);
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
         let (train, val) = (loaded.train, loaded.val);
