@@ -66,10 +66,11 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         // no moments on the devices; each rank's gradients are copied for the host's sum; a GPU
         // rank also stages parameters and gradients in page-locked memory
         Strategy::CentralStorage => (1.0, 3.0, 1.0 + moments),
-        // the buffer parameters are averaged through, and with `,moments` the whole state
+        // the buffer parameters are averaged through, and with `,moments` the whole state; a
+        // GPU rank's parameters also go through page-locked memory, down and up
         Strategy::LocalSgd { moments: both, .. } => {
             let avg = if both { 1.0 + moments } else { 1.0 };
-            (moments + avg, avg + 1.0, 0.0)
+            (moments + avg, avg + 2.0, 0.0)
         }
     };
     Estimate {

@@ -7,19 +7,73 @@
 //! records only while its per-use event tracking is on, and `Gpu::open` turns that off (one
 //! stream per GPU), so `PinnedHostSlice::as_slice` would not wait for a copy in flight.
 
-use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, CudaViewMut, DeviceRepr, DriverError, PinnedHostSlice,
+    ValidAsZeroBits,
+};
 
 use super::CudaReplica;
 use crate::backend::AUX;
 
-/// Page-locked host buffers, made on first use: one of n_params floats (parameters), one of
-/// n_params + AUX (gradients and metric slots); and the event after the last upload from the
-/// parameters' buffer, which must pass before the buffer is written again.
+/// Host data on its way to the device: a page-locked buffer (grown as needed) the data is
+/// copied through asynchronously, and the event after its last copy out, which must pass
+/// before the buffer is written again.
+pub(super) struct Upload<T> {
+    buf: Option<PinnedHostSlice<T>>,
+    copied: Option<CudaEvent>,
+}
+
+impl<T> Default for Upload<T> {
+    fn default() -> Self {
+        Upload {
+            buf: None,
+            copied: None,
+        }
+    }
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits + Copy> Upload<T> {
+    /// Queues on `stream` the copy of `data` into the start of `dst`; the work that follows on
+    /// the stream sees it.
+    pub fn copy(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        data: &[T],
+        dst: &mut CudaViewMut<'_, T>,
+    ) -> Result<(), DriverError> {
+        if let Some(ev) = self.copied.take() {
+            ev.synchronize()?;
+        }
+        let buf = match self.buf.take() {
+            Some(b) if b.len() >= data.len() => b,
+            // flags 0: cached (not write-combined) memory
+            // SAFETY: written below before any copy out of it
+            _ => unsafe {
+                stream
+                    .context()
+                    .alloc_pinned_with_flags::<T>(data.len().max(1), 0)
+            }?,
+        };
+        let mut buf = buf;
+        let host = buf.as_mut_slice()?;
+        host[..data.len()].copy_from_slice(data);
+        // page-locked memory: the driver copies it asynchronously
+        stream.memcpy_htod(&host[..data.len()], dst)?;
+        self.copied = Some(stream.record_event(None)?);
+        self.buf = Some(buf);
+        Ok(())
+    }
+}
+
+/// Page-locked host buffers, made on first use: one of n_params floats (parameters, both
+/// ways), one of n_params + AUX (gradients and metric slots).
 #[derive(Default)]
 pub(super) struct Staging {
     params: Option<PinnedHostSlice<f32>>,
     grads: Option<PinnedHostSlice<f32>>,
-    uploaded: Option<CudaEvent>,
+    params_in: Upload<f32>,
 }
 
 impl CudaReplica {
@@ -80,25 +134,10 @@ impl CudaReplica {
     /// Queues the upload; the step's kernels that follow on the stream see the new values.
     pub(super) fn params_in(&mut self, params: &[f32]) {
         let n = self.model.n_params;
-        let mut buf = match self.staging.params.take() {
-            Some(b) => b,
-            None => self.pinned(n),
-        };
-        // the buffer's last upload must be done before the buffer is overwritten
-        if let Some(ev) = self.staging.uploaded.take() {
-            if let Err(e) = ev.synchronize() {
-                self.fail("stage the parameters", e)
-            }
-        }
-        match buf.as_mut_slice() {
-            Ok(host) => host.copy_from_slice(&params[..n]),
-            Err(e) => self.fail("stage the parameters", e),
-        }
         let s = self.gpu.stream.clone();
-        if let Err(e) = s.memcpy_htod(&buf, &mut self.params.slice_mut(..n)) {
+        let r = (self.staging.params_in).copy(&s, &params[..n], &mut self.params.slice_mut(..n));
+        if let Err(e) = r {
             self.fail("upload the parameters", e)
         }
-        self.staging.uploaded = Some(self.record());
-        self.staging.params = Some(buf);
     }
 }

@@ -15,10 +15,11 @@ mod update;
 mod wait;
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits};
 use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
@@ -36,6 +37,17 @@ const EVAL_CHUNK: usize = 512;
 const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
 const MAX_ELEMENTS: usize = i32::MAX as usize;
+
+/// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
+pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(
+    s: &Arc<CudaStream>,
+    v: &[T],
+) -> Result<CudaSlice<T>, DriverError> {
+    match v.is_empty() {
+        true => s.alloc_zeros::<T>(1),
+        false => s.clone_htod(v),
+    }
+}
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
@@ -111,15 +123,8 @@ impl CudaReplica {
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
-        let upload = |v: &Vec<f32>| {
-            if v.is_empty() {
-                s.alloc_zeros::<f32>(1)
-            } else {
-                s.clone_htod(v)
-            }
-        };
-        let m = upload(&state.opt.m).map_err(on(index, "upload optimizer state"))?;
-        let v = upload(&state.opt.v).map_err(on(index, "upload optimizer state"))?;
+        let m = to_device(&s, &state.opt.m).map_err(on(index, "upload optimizer state"))?;
+        let v = to_device(&s, &state.opt.v).map_err(on(index, "upload optimizer state"))?;
         let grads = s
             .alloc_zeros::<f32>(n + AUX)
             .map_err(on(index, "allocate gradients"))?;

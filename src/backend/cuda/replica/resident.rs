@@ -3,9 +3,10 @@
 //! pass reads its rows in place, instead of features crossing PCIe from pageable memory every
 //! step (which also made the upload wait for the stream).
 
-use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+use cudarc::driver::CudaSlice;
 
-use super::CudaReplica;
+use super::host::Upload;
+use super::{to_device, CudaReplica};
 use crate::backend::cuda::launch::die;
 use crate::data::Dataset;
 
@@ -20,11 +21,9 @@ pub(super) struct Resident {
     val_x: CudaSlice<f32>,
     val_y: CudaSlice<u32>,
     val_samples: usize,
-    /// The batch's row numbers: staged in page-locked memory (an asynchronous copy), then on
-    /// the device; the event follows the last copy out of the staging buffer.
-    staged: PinnedHostSlice<u32>,
+    /// The batch's row numbers, on their way (an asynchronous copy), and on the device.
+    upload: Upload<u32>,
     rows: CudaSlice<u32>,
-    uploaded: Option<CudaEvent>,
 }
 
 impl Resident {
@@ -57,21 +56,10 @@ impl CudaReplica {
             return false;
         }
         let s = &self.gpu.stream;
-        // an empty set still gets a buffer (CUDA allocates no zero-length one)
-        let up = |v: &Vec<f32>| match v.is_empty() {
-            true => s.alloc_zeros::<f32>(1),
-            false => s.clone_htod(v),
-        };
-        let up_u32 = |v: &Vec<u32>| match v.is_empty() {
-            true => s.alloc_zeros::<u32>(1),
-            false => s.clone_htod(v),
-        };
         let made = (|| {
-            let (x, y) = (up(&train.x)?, up_u32(&train.y)?);
-            let (val_x, val_y) = (up(&val.x)?, up_u32(&val.y)?);
+            let (x, y) = (to_device(s, &train.x)?, to_device(s, &train.y)?);
+            let (val_x, val_y) = (to_device(s, &val.x)?, to_device(s, &val.y)?);
             let rows = s.alloc_zeros::<u32>(1)?;
-            // SAFETY: written in full (the batch's rows) before each copy out of it
-            let staged = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u32>(1, 0) }?;
             s.synchronize()?;
             Ok::<_, cudarc::driver::DriverError>(Resident {
                 x,
@@ -80,9 +68,8 @@ impl CudaReplica {
                 val_x,
                 val_y,
                 val_samples: val.len(),
-                staged,
+                upload: Upload::default(),
                 rows,
-                uploaded: None,
             })
         })();
         match made {
@@ -130,33 +117,14 @@ impl CudaReplica {
             self.gpu.index
         );
         let (s, index) = (self.gpu.stream.clone(), self.gpu.index);
-        // the staging buffer's last copy must be done before it is written again
-        if let Some(ev) = r.uploaded.take() {
-            if let Err(e) = ev.synchronize() {
-                die(index, "stage a batch's rows", e)
-            }
-        }
-        if r.staged.len() < b {
-            // SAFETY: written in full below before any copy out of it
-            r.staged = unsafe { self.gpu.ctx.alloc_pinned_with_flags::<u32>(b, 0) }
-                .unwrap_or_else(|e| die(index, "allocate page-locked host memory", e));
+        if r.rows.len() < b {
             r.rows = s
                 .alloc_zeros::<u32>(b)
                 .unwrap_or_else(|e| die(index, "allocate a batch's rows", e));
         }
-        let staged = match r.staged.as_mut_slice() {
-            Ok(h) => h,
-            Err(e) => die(index, "stage a batch's rows", e),
-        };
-        staged[..b].copy_from_slice(rows);
-        // page-locked memory: the driver copies it asynchronously
-        if let Err(e) = s.memcpy_htod(&staged[..b], &mut r.rows.slice_mut(..b)) {
+        if let Err(e) = r.upload.copy(&s, rows, &mut r.rows.slice_mut(..b)) {
             die(index, "upload a batch's rows", e)
         }
-        r.uploaded = Some(
-            s.record_event(None)
-                .unwrap_or_else(|e| die(index, "record an event", e)),
-        );
         let d = self.model.dims[0];
         let (ni, di) = (b as i32, d as i32);
         let mut x = self.acts[0].slice_mut(..b * d);
