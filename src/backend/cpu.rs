@@ -16,6 +16,8 @@ pub struct CpuReplica {
     /// n_params gradient sums, then [loss sum, correct, samples].
     grads: Vec<f32>,
     opt: OptState,
+    /// Batch norm's running statistics (this replica's; kept in step by the engine).
+    buffers: Vec<f32>,
     ws: Workspace,
 }
 
@@ -30,6 +32,7 @@ impl CpuReplica {
         flush_denormals_on_this_thread();
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
+        assert_eq!(state.buffers.len(), model.n_buffers);
         CpuReplica {
             model,
             kind,
@@ -37,6 +40,7 @@ impl CpuReplica {
             params: state.params,
             grads: vec![0.0; n + AUX],
             opt: state.opt,
+            buffers: state.buffers,
             ws: Workspace::default(),
         }
     }
@@ -67,6 +71,7 @@ impl Replica for CpuReplica {
             let (l, c) = self.model.forward_backward(
                 &self.params,
                 &mut self.grads[..n],
+                &mut self.buffers,
                 &mut self.ws,
                 &mb.x,
                 &mb.y,
@@ -115,6 +120,7 @@ impl Replica for CpuReplica {
             let b = EVAL_CHUNK.min(n - start);
             let (l, c) = self.model.evaluate(
                 &self.params,
+                &self.buffers,
                 &mut self.ws,
                 &x[start * d..(start + b) * d],
                 &y[start..start + b],
@@ -130,12 +136,14 @@ impl Replica for CpuReplica {
         TrainState {
             params: self.params.clone(),
             opt: self.opt.clone(),
+            buffers: self.buffers.clone(),
         }
     }
 
     fn import(&mut self, state: &TrainState) {
         self.params.copy_from_slice(&state.params);
         self.opt = state.opt.clone();
+        self.buffers.copy_from_slice(&state.buffers);
     }
 
     fn grads_to_host(&mut self, out: &mut Vec<f32>) {

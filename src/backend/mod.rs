@@ -11,11 +11,14 @@ use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::optim::OptState;
 
-/// Parameters and optimizer state, on the host (checkpoints, tests, comparisons).
+/// Parameters, optimizer state and the model's buffers (batch norm's running statistics),
+/// on the host (checkpoints, tests, comparisons).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainState {
     pub params: Vec<f32>,
     pub opt: OptState,
+    /// `Model::n_buffers` floats (none without batch norm).
+    pub buffers: Vec<f32>,
 }
 
 /// Global metrics of the last step's batch, after the all-reduce.

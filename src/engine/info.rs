@@ -79,11 +79,7 @@ impl RunInfo {
             model: format!("{} ({})", cfg.model, model.shape_string()),
             layers: match model.is_mlp() {
                 true => Vec::new(),
-                false => model
-                    .plan
-                    .iter()
-                    .map(|l| format!("{l} ({} params)", l.params))
-                    .collect(),
+                false => model.layer_lines(),
             },
             params: model.n_params,
             lr: start.lr,

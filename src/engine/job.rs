@@ -286,7 +286,7 @@ struct StartHeader {
     batch_note: Option<String>,
     checkpoint: Option<PathBuf>,
     t: u64,
-    lens: [usize; 3],
+    lens: [usize; 4],
 }
 
 fn floats(v: &[f32]) -> impl Iterator<Item = u8> + '_ {
@@ -308,6 +308,7 @@ fn encode(s: &Start) -> Vec<u8> {
             s.state.params.len(),
             s.state.opt.m.len(),
             s.state.opt.v.len(),
+            s.state.buffers.len(),
         ],
     };
     let head = serde_json::to_vec(&head).expect("plain data serializes");
@@ -316,6 +317,7 @@ fn encode(s: &Start) -> Vec<u8> {
     out.extend(floats(&s.state.params));
     out.extend(floats(&s.state.opt.m));
     out.extend(floats(&s.state.opt.v));
+    out.extend(floats(&s.state.buffers));
     out
 }
 
@@ -335,6 +337,7 @@ fn decode(b: &[u8]) -> Option<Start> {
     };
     let params = take(head.lens[0])?;
     let (m, v) = (take(head.lens[1])?, take(head.lens[2])?);
+    let buffers = take(head.lens[3])?;
     Some(Start {
         step: head.step,
         cursor: Cursor {
@@ -348,6 +351,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         state: TrainState {
             params,
             opt: OptState { t: head.t, m, v },
+            buffers,
         },
         checkpoint: head.checkpoint,
     })
@@ -418,6 +422,7 @@ mod tests {
                     t: 7,
                     ..OptState::new(OptimizerKind::Adam, 3)
                 },
+                buffers: vec![0.25, 4.0],
             },
             checkpoint: Some("runs/x/ckpt".into()),
         };

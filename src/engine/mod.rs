@@ -113,6 +113,10 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
+        if devices.0.iter().any(|d| matches!(d, Device::Gpu { .. })) {
+            crate::backend::cuda::replica::supports(&model)
+                .map_err(|e| EngineError::Config(format!("model {}: {e}", cfg.model)))?;
+        }
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from

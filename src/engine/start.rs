@@ -69,6 +69,7 @@ pub(super) fn starting_point(
             state: TrainState {
                 params: model.init_params(cfg.seed),
                 opt: OptState::new(cfg.optimizer, model.n_params),
+                buffers: model.init_buffers(),
             },
             checkpoint: None,
         },

@@ -1,29 +1,35 @@
-//! The layer language of convolutional models, e.g. `conv32k3,pool2,conv64k3,pool2,dense128`:
+//! The layer language, e.g. `conv32k3,pool2,dense128` or
+//! `conv16k3p1,bn,basic16,basic32s2,basic64s2,gap`:
 //!
 //! - `convNkK[sS][pP]`: N output channels, a KxK kernel, stride S (default 1), zero padding P
-//!   on each side (default 0), then ReLU;
-//! - `poolK[sS]`: KxK max pooling, stride S (default K), no padding, partial windows dropped;
-//! - `denseN`: a fully connected layer of N units (flattening an image input), then ReLU.
+//!   (default 0); `dwconvK[sS][pP]`: a depthwise KxK convolution (channels kept);
+//! - `denseN`: a fully connected layer of N units (flattening an image input);
+//! - each of those is followed by ReLU, unless the next token says otherwise: `bn` puts batch
+//!   norm between the layer and its activation (and drops the layer's bias), `relu6` makes it
+//!   ReLU6, `linear` leaves it out, `relu` says the default;
+//! - `poolK[sS][pP]`: KxK max pooling (stride S, default K; padding P, default 0);
+//!   `avgpoolK[sS][pP]`: the same averaging; `gap`: the global average of each channel;
+//! - `dropoutP`: dropout with probability P in (0, 1), e.g. dropout0.2;
+//! - residual blocks: `basicN[sS]` (ResNet's: two 3x3 convs with batch norm, a projection
+//!   shortcut where the shape changes, then ReLU), `bottleneckN[sS]` (1x1, 3x3, 1x1 to 4N),
+//!   `invertedN[tT][sS]` (MobileNetV2's: 1x1 expansion by T (default 6), 3x3 depthwise, 1x1
+//!   projection, no activation after; the input added where the shape allows).
 //!
-//! A final dense layer to the number of classes (no ReLU) is implicit. `LayerSpec::plan` walks
-//! an input shape through the layers, giving every layer's output shape and parameter count.
+//! A final dense layer to the number of classes (no activation) is implicit.
 
 use std::fmt;
 use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::nn::window::out_size;
-
 /// Layers a spec may have (the implicit output layer not counted).
-const MAX_LAYERS: usize = 64;
+const MAX_LAYERS: usize = 256;
 /// Channel and unit counts a layer may have.
 const MAX_WIDTH: usize = 1 << 16;
 /// Largest kernel, stride and padding.
 const MAX_WINDOW: usize = 256;
 
-const FORMS: &str =
-    "use convNkK[sS][pP] (e.g. conv32k3, conv64k3s2p1), poolK[sS] (e.g. pool2) or denseN (e.g. dense128)";
+const FORMS: &str = "use convNkK[sS][pP] (e.g. conv32k3, conv64k3s2p1), dwconvK[sS][pP], denseN, bn, relu, relu6, linear, poolK[sS][pP], avgpoolK[sS][pP], gap, dropoutP (e.g. dropout0.2), basicN[sS], bottleneckN[sS] or invertedN[tT][sS]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layer {
@@ -33,37 +39,121 @@ pub enum Layer {
         stride: usize,
         pad: usize,
     },
-    Pool {
+    DwConv {
         kernel: usize,
         stride: usize,
+        pad: usize,
     },
     Dense {
         units: usize,
     },
+    /// Batch norm between the layer before and its activation.
+    Bn,
+    /// The activation of the layer before: ReLU (the default), ReLU6, or none (`linear`).
+    Relu,
+    Relu6,
+    Linear,
+    /// Max pooling.
+    Pool {
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+    },
+    AvgPool {
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+    },
+    Gap,
+    /// Dropout probability in thousandths.
+    Dropout {
+        milli: u32,
+    },
+    Basic {
+        channels: usize,
+        stride: usize,
+    },
+    Bottleneck {
+        channels: usize,
+        stride: usize,
+    },
+    Inverted {
+        channels: usize,
+        expand: usize,
+        stride: usize,
+    },
+}
+
+impl Layer {
+    /// Layers whose output takes an activation (ReLU unless the next token says otherwise).
+    pub fn activates(&self) -> bool {
+        matches!(
+            self,
+            Layer::Conv { .. }
+                | Layer::DwConv { .. }
+                | Layer::Dense { .. }
+                | Layer::Basic { .. }
+                | Layer::Bottleneck { .. }
+        )
+    }
+}
+
+fn window(f: &mut fmt::Formatter<'_>, kind: &str, kernel: usize, stride: usize, pad: usize, default_stride: usize) -> fmt::Result {
+    write!(f, "{kind}{kernel}")?;
+    if stride != default_stride {
+        write!(f, "s{stride}")?;
+    }
+    if pad != 0 {
+        write!(f, "p{pad}")?;
+    }
+    Ok(())
 }
 
 /// The token, defaults left out: `conv32k3`, `conv64k3s2p1`, `pool2`, `pool3s2`, `dense128`.
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let strided = |f: &mut fmt::Formatter<'_>, s: usize| match s {
+            1 => Ok(()),
+            s => write!(f, "s{s}"),
+        };
         match *self {
             Layer::Conv {
                 channels,
                 kernel,
                 stride,
                 pad,
-            } => {
-                write!(f, "conv{channels}k{kernel}")?;
-                if stride != 1 {
-                    write!(f, "s{stride}")?;
-                }
-                if pad != 0 {
-                    write!(f, "p{pad}")?;
-                }
-                Ok(())
+            } => window(f, &format!("conv{channels}k"), kernel, stride, pad, 1),
+            Layer::DwConv { kernel, stride, pad } => window(f, "dwconv", kernel, stride, pad, 1),
+            Layer::Pool { kernel, stride, pad } => window(f, "pool", kernel, stride, pad, kernel),
+            Layer::AvgPool { kernel, stride, pad } => {
+                window(f, "avgpool", kernel, stride, pad, kernel)
             }
-            Layer::Pool { kernel, stride } if stride == kernel => write!(f, "pool{kernel}"),
-            Layer::Pool { kernel, stride } => write!(f, "pool{kernel}s{stride}"),
             Layer::Dense { units } => write!(f, "dense{units}"),
+            Layer::Bn => write!(f, "bn"),
+            Layer::Relu => write!(f, "relu"),
+            Layer::Relu6 => write!(f, "relu6"),
+            Layer::Linear => write!(f, "linear"),
+            Layer::Gap => write!(f, "gap"),
+            Layer::Dropout { milli } => write!(f, "dropout{}", milli as f64 / 1000.0),
+            Layer::Basic { channels, stride } => {
+                write!(f, "basic{channels}")?;
+                strided(f, stride)
+            }
+            Layer::Bottleneck { channels, stride } => {
+                write!(f, "bottleneck{channels}")?;
+                strided(f, stride)
+            }
+            Layer::Inverted {
+                channels,
+                expand,
+                stride,
+            } => {
+                write!(f, "inverted{channels}")?;
+                if expand != 6 {
+                    write!(f, "t{expand}")?;
+                }
+                strided(f, stride)
+            }
         }
     }
 }
@@ -74,10 +164,6 @@ pub enum SpecError {
     Empty,
     #[error("{0} layers: use at most {MAX_LAYERS}")]
     TooManyLayers(usize),
-    #[error("a model needs at least 1 class")]
-    NoClasses,
-    #[error("the {0} input is empty")]
-    EmptyInput(Shape),
     /// `index` counts from 1; the implicit output layer is the last index plus one.
     #[error("layer {index} `{token}`: {reason}")]
     Layer {
@@ -125,6 +211,17 @@ impl fmt::Display for LayerSpec {
     }
 }
 
+/// Whether `s` starts like a layer spec (and not like a preset's or an MLP's name).
+pub fn looks_like_layers(s: &str) -> bool {
+    KINDS.iter().any(|k| s.starts_with(k))
+}
+
+/// Token kinds, longest first where one is a prefix of another.
+const KINDS: [&str; 15] = [
+    "conv", "dwconv", "dense", "bn", "relu6", "relu", "linear", "pool", "avgpool", "gap",
+    "dropout", "basic", "bottleneck", "inverted", "maxpool",
+];
+
 /// Reads a token left to right; errors quote what was read so far.
 struct Scanner<'a> {
     tok: &'a str,
@@ -156,6 +253,14 @@ impl Scanner<'_> {
         }
     }
 
+    /// `c` and a number, or `default` when `c` is not next.
+    fn option(&mut self, c: char, what: &str, lo: usize, default: usize) -> Result<usize, String> {
+        match self.eat(c) {
+            true => self.number(what, lo, MAX_WINDOW),
+            false => Ok(default),
+        }
+    }
+
     fn end(&self) -> Result<(), String> {
         match &self.tok[self.pos..] {
             "" => Ok(()),
@@ -171,9 +276,10 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
     if tok.is_empty() {
         return Err(format!("empty layer (two commas in a row?); {FORMS}"));
     }
-    let kind = ["conv", "pool", "dense"]
+    let kind = KINDS
         .into_iter()
-        .find(|k| tok.starts_with(k))
+        .filter(|k| tok.starts_with(k))
+        .max_by_key(|k| k.len())
         .ok_or_else(|| format!("unknown layer; {FORMS}"))?;
     let mut p = Scanner {
         tok,
@@ -189,32 +295,68 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
                 ));
             }
             let kernel = p.number("kernel size", 1, MAX_WINDOW)?;
-            let stride = match p.eat('s') {
-                true => p.number("stride", 1, MAX_WINDOW)?,
-                false => 1,
-            };
-            let pad = match p.eat('p') {
-                true => p.number("padding", 0, MAX_WINDOW)?,
-                false => 0,
-            };
             Layer::Conv {
                 channels,
                 kernel,
-                stride,
-                pad,
+                stride: p.option('s', "stride", 1, 1)?,
+                pad: p.option('p', "padding", 0, 0)?,
             }
         }
-        "pool" => {
-            let kernel = p.number("window size", 1, MAX_WINDOW)?;
-            let stride = match p.eat('s') {
-                true => p.number("stride", 1, MAX_WINDOW)?,
-                false => kernel,
-            };
-            Layer::Pool { kernel, stride }
+        "dwconv" => {
+            let kernel = p.number("kernel size", 1, MAX_WINDOW)?;
+            Layer::DwConv {
+                kernel,
+                stride: p.option('s', "stride", 1, 1)?,
+                pad: p.option('p', "padding", 0, 0)?,
+            }
         }
-        _ => Layer::Dense {
+        "pool" | "maxpool" | "avgpool" => {
+            let kernel = p.number("window size", 1, MAX_WINDOW)?;
+            let stride = p.option('s', "stride", 1, kernel)?;
+            let pad = p.option('p', "padding", 0, 0)?;
+            match kind {
+                "avgpool" => Layer::AvgPool { kernel, stride, pad },
+                _ => Layer::Pool { kernel, stride, pad },
+            }
+        }
+        "dense" => Layer::Dense {
             units: p.number("unit count", 1, MAX_WIDTH)?,
         },
+        "bn" => Layer::Bn,
+        "relu" => Layer::Relu,
+        "relu6" => Layer::Relu6,
+        "linear" => Layer::Linear,
+        "gap" => Layer::Gap,
+        "dropout" => {
+            let rest = &tok[p.pos..];
+            let prob: f64 = rest.parse().map_err(|_| {
+                format!("expected a probability after `dropout`, e.g. dropout0.2; {FORMS}")
+            })?;
+            if !(prob > 0.0 && prob < 1.0) {
+                return Err(format!("dropout probability {rest} must be between 0 and 1"));
+            }
+            p.pos = tok.len();
+            Layer::Dropout {
+                milli: ((prob * 1000.0).round() as u32).clamp(1, 999),
+            }
+        }
+        "basic" | "bottleneck" => {
+            let channels = p.number("channel count", 1, MAX_WIDTH)?;
+            let stride = p.option('s', "stride", 1, 1)?;
+            match kind {
+                "basic" => Layer::Basic { channels, stride },
+                _ => Layer::Bottleneck { channels, stride },
+            }
+        }
+        _ => {
+            let channels = p.number("channel count", 1, MAX_WIDTH)?;
+            let expand = p.option('t', "expansion", 1, 6)?;
+            Layer::Inverted {
+                channels,
+                expand,
+                stride: p.option('s', "stride", 1, 1)?,
+            }
+        }
     };
     p.end()?;
     Ok(layer)
@@ -233,7 +375,7 @@ impl Shape {
         self.checked_numel().expect("shape overflows usize")
     }
 
-    fn checked_numel(&self) -> Option<usize> {
+    pub fn checked_numel(&self) -> Option<usize> {
         match *self {
             Shape::Image { c, h, w } => c.checked_mul(h)?.checked_mul(w),
             Shape::Flat(n) => Some(n),
@@ -247,156 +389,6 @@ impl fmt::Display for Shape {
         match self {
             Shape::Image { c, h, w } => write!(f, "{c}x{h}x{w}"),
             Shape::Flat(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-/// One layer with its input and output shapes per sample.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedLayer {
-    pub layer: Layer,
-    pub input: Shape,
-    pub output: Shape,
-    /// Weights plus biases: conv OC*C*KH*KW + OC, dense IN*N + N, pool 0.
-    pub params: usize,
-    /// ReLU applied to the output (every conv and dense layer but the implicit last one).
-    pub relu: bool,
-}
-
-impl PlannedLayer {
-    /// conv [OC, C, K, K] (PyTorch's layout, `conv2d_forward`'s), dense [IN, N]
-    /// (`linear_forward`'s, the transpose of PyTorch's), pool none.
-    pub fn weight_shape(&self) -> Option<Vec<usize>> {
-        match (self.layer, self.input) {
-            (
-                Layer::Conv {
-                    channels, kernel, ..
-                },
-                Shape::Image { c, .. },
-            ) => Some(vec![channels, c, kernel, kernel]),
-            (Layer::Dense { units }, input) => Some(vec![input.numel(), units]),
-            _ => None,
-        }
-    }
-}
-
-/// `conv 1x28x28 -> 32x26x26`
-impl fmt::Display for PlannedLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.layer {
-            Layer::Conv { .. } => "conv",
-            Layer::Pool { .. } => "pool",
-            Layer::Dense { .. } => "dense",
-        };
-        write!(f, "{kind} {} -> {}", self.input, self.output)
-    }
-}
-
-/// Every layer of a spec, the implicit output layer last, and the total parameter count.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
-    pub layers: Vec<PlannedLayer>,
-    pub n_params: usize,
-}
-
-/// One line per layer, `conv 1x28x28 -> 32x26x26 (320 params)`, then the total.
-impl fmt::Display for Plan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for l in &self.layers {
-            writeln!(f, "{l} ({} params)", l.params)?;
-        }
-        write!(f, "{} params", self.n_params)
-    }
-}
-
-impl LayerSpec {
-    /// Walks `input` through the layers and a final dense layer to `classes`, refusing a layer
-    /// that would shrink the image below 1x1 or follow a dense layer with conv or pool.
-    pub fn plan(&self, input: Shape, classes: usize) -> Result<Plan, SpecError> {
-        if classes == 0 {
-            return Err(SpecError::NoClasses);
-        }
-        if input.checked_numel().is_none_or(|n| n == 0) {
-            return Err(SpecError::EmptyInput(input));
-        }
-        let output = Layer::Dense { units: classes };
-        let mut shape = input;
-        let mut layers = Vec::new();
-        let mut n_params = 0usize;
-        for (i, &layer) in self.layers.iter().chain([&output]).enumerate() {
-            let last = i == self.layers.len();
-            let fail = |reason: String| SpecError::Layer {
-                index: i + 1,
-                token: if last {
-                    format!("{layer} (output)")
-                } else {
-                    layer.to_string()
-                },
-                reason,
-            };
-            let (out, params) = step(layer, shape).map_err(fail)?;
-            n_params = n_params
-                .checked_add(params)
-                .ok_or_else(|| fail("the parameter count overflows".into()))?;
-            layers.push(PlannedLayer {
-                layer,
-                input: shape,
-                output: out,
-                params,
-                relu: !last && !matches!(layer, Layer::Pool { .. }),
-            });
-            shape = out;
-        }
-        Ok(Plan { layers, n_params })
-    }
-}
-
-/// One layer's output shape and parameter count.
-fn step(layer: Layer, input: Shape) -> Result<(Shape, usize), String> {
-    let overflow = || "its sizes overflow".to_string();
-    let image = |kind: &str| match input {
-        Shape::Image { c, h, w } => Ok((c, h, w)),
-        Shape::Flat(n) => Err(format!(
-            "{kind} needs an image, but its input is a flat vector of {n} \
-             (conv and pool layers must come before dense ones)"
-        )),
-    };
-    match layer {
-        Layer::Conv {
-            channels,
-            kernel,
-            stride,
-            pad,
-        } => {
-            let (c, h, w) = image("conv")?;
-            let (oh, ow) =
-                out_size(h, w, kernel, kernel, stride, pad).map_err(|e| e.to_string())?;
-            let out = Shape::Image {
-                c: channels,
-                h: oh,
-                w: ow,
-            };
-            let params = c
-                .checked_mul(kernel * kernel)
-                .and_then(|n| n.checked_add(1))
-                .and_then(|n| n.checked_mul(channels));
-            match (out.checked_numel(), params) {
-                (Some(_), Some(p)) => Ok((out, p)),
-                _ => Err(overflow()),
-            }
-        }
-        Layer::Pool { kernel, stride } => {
-            let (c, h, w) = image("pool")?;
-            let (oh, ow) = out_size(h, w, kernel, kernel, stride, 0).map_err(|e| e.to_string())?;
-            Ok((Shape::Image { c, h: oh, w: ow }, 0))
-        }
-        Layer::Dense { units } => {
-            let params = input
-                .checked_numel()
-                .and_then(|n| n.checked_add(1))
-                .and_then(|n| n.checked_mul(units))
-                .ok_or_else(overflow)?;
-            Ok((Shape::Flat(units), params))
         }
     }
 }

@@ -3,7 +3,9 @@
 //! threads, optimizers, learning-rate schedules and the random numbers.
 //! Imports nothing else of the crate.
 
+pub mod bn;
 pub mod conv;
+pub mod depthwise;
 pub mod gemm;
 #[cfg(test)]
 mod gradcheck;

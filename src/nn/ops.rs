@@ -4,7 +4,7 @@
 use crate::nn::gemm::sgemm;
 use crate::nn::simd::twice;
 
-/// out[B,OC] = inp[B,C] @ w[C,OC] + bias[OC]
+/// out[B,OC] = inp[B,C] @ w[OC,C]^T + bias[OC] (PyTorch's layout; no bias when empty).
 pub fn linear_forward(
     out: &mut [f32],
     inp: &[f32],
@@ -14,14 +14,20 @@ pub fn linear_forward(
     c: usize,
     oc: usize,
 ) {
-    for row in out[..b * oc].chunks_exact_mut(oc) {
-        row.copy_from_slice(&bias[..oc]);
-    }
-    sgemm(false, false, b, oc, c, 1.0, inp, w, 1.0, out);
+    let beta = match bias.is_empty() {
+        true => 0.0,
+        false => {
+            for row in out[..b * oc].chunks_exact_mut(oc) {
+                row.copy_from_slice(&bias[..oc]);
+            }
+            1.0
+        }
+    };
+    sgemm(false, true, b, oc, c, 1.0, inp, w, beta, out);
 }
 
-/// dinp[B,C] = dout[B,OC] @ w^T (overwritten; skipped when `None`),
-/// dw[C,OC] += inp^T @ dout, dbias[OC] += column sums of dout.
+/// dinp[B,C] = dout[B,OC] @ w[OC,C] (overwritten; skipped when `None`),
+/// dw[OC,C] += dout^T @ inp, dbias[OC] += column sums of dout (none when empty).
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward(
     dinp: Option<&mut [f32]>,
@@ -35,9 +41,12 @@ pub fn linear_backward(
     oc: usize,
 ) {
     if let Some(dinp) = dinp {
-        sgemm(false, true, b, c, oc, 1.0, dout, w, 0.0, dinp);
+        sgemm(false, false, b, c, oc, 1.0, dout, w, 0.0, dinp);
     }
-    sgemm(true, false, c, oc, b, 1.0, inp, dout, 1.0, dw);
+    sgemm(true, false, oc, c, b, 1.0, dout, inp, 1.0, dw);
+    if dbias.is_empty() {
+        return;
+    }
     for row in dout[..b * oc].chunks_exact(oc) {
         for (g, d) in dbias[..oc].iter_mut().zip(row) {
             *g += d;
@@ -61,6 +70,51 @@ twice! {
         // branches made this 10x slower than the forward pass
         for (d, &o) in dx.iter_mut().zip(out) {
             *d = if o > 0.0 { *d } else { 0.0 };
+        }
+    }
+}
+
+twice! {
+    /// x[N] = min(max(x, 0), 6), in place.
+    pub fn relu6_forward(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = v.clamp(0.0, 6.0);
+        }
+    }
+}
+
+twice! {
+    /// dx[N] *= (0 < out < 6), in place; `out` is the ReLU6's output.
+    pub fn relu6_backward(dx: &mut [f32], out: &[f32]) {
+        for (d, &o) in dx.iter_mut().zip(out) {
+            *d = if o > 0.0 && o < 6.0 { *d } else { 0.0 };
+        }
+    }
+}
+
+twice! {
+    /// out[N] = a + b.
+    pub fn add_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = x + y;
+        }
+    }
+}
+
+twice! {
+    /// acc[N] += x.
+    pub fn accumulate(acc: &mut [f32], x: &[f32]) {
+        for (a, &v) in acc.iter_mut().zip(x) {
+            *a += v;
+        }
+    }
+}
+
+twice! {
+    /// out[N] = x * mask (dropout's forward with its mask of 0 or 1/(1-p), and its backward).
+    pub fn mul(out: &mut [f32], x: &[f32], mask: &[f32]) {
+        for ((o, &v), &m) in out.iter_mut().zip(x).zip(mask) {
+            *o = v * m;
         }
     }
 }

@@ -3,7 +3,7 @@
 //! each window, so the backward pass is a scatter.
 
 use crate::nn::simd::lane_sum;
-use crate::nn::window::out_size;
+use crate::nn::window::{out_size, Window};
 
 /// (OH, OW), panicking with the reason on a bad geometry (the spec is validated first), after
 /// checking the buffers' lengths.
@@ -153,6 +153,101 @@ pub fn maxpool2d_backward(
     }
 }
 
+/// Max pooling with zero-free padding (padded positions never win): out[B,C,OH,OW] and
+/// argmax (the winner's index in its HxW plane), for windows `nn::pool`'s unpadded fast path
+/// does not take (ResNet's 3x3/2 stem pool with padding 1).
+pub fn maxpool2d_padded_forward(out: &mut [f32], argmax: &mut [u32], inp: &[f32], b: usize, g: &Window) {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    for plane in 0..b * g.c {
+        let src = &inp[plane * hw..(plane + 1) * hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let (mut best, mut at) = (f32::NEG_INFINITY, usize::MAX);
+                for (iy, ix) in taps(g, oy, ox) {
+                    let v = src[iy * g.w + ix];
+                    if at == usize::MAX || v > best || (v.is_nan() && !best.is_nan()) {
+                        (best, at) = (v, iy * g.w + ix);
+                    }
+                }
+                out[plane * ohw + oy * g.ow + ox] = best;
+                argmax[plane * ohw + oy * g.ow + ox] = at as u32;
+            }
+        }
+    }
+}
+
+/// The input positions (iy, ix) inside the image of output (oy, ox)'s window.
+fn taps(g: &Window, oy: usize, ox: usize) -> impl Iterator<Item = (usize, usize)> {
+    let span = |o: usize, n: usize| {
+        let start = (o * g.stride) as isize - g.pad as isize;
+        let lo = start.max(0) as usize;
+        let hi = ((start + g.k as isize).max(0) as usize).min(n);
+        lo..hi.max(lo)
+    };
+    let (ys, xs) = (span(oy, g.h), span(ox, g.w));
+    ys.flat_map(move |y| xs.clone().map(move |x| (y, x)))
+}
+
+/// dinp[B,C,H,W] = 0, then each dout routed to its window's winner.
+pub fn maxpool2d_padded_backward(dinp: &mut [f32], dout: &[f32], argmax: &[u32], b: usize, g: &Window) {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    for plane in 0..b * g.c {
+        let d = &mut dinp[plane * hw..(plane + 1) * hw];
+        d.fill(0.0);
+        for (&at, &gv) in argmax[plane * ohw..(plane + 1) * ohw].iter().zip(&dout[plane * ohw..]) {
+            d[at as usize] += gv;
+        }
+    }
+}
+
+/// out[B,C,OH,OW] = the sum of each KxK window / (K*K), padding counted as zeros (PyTorch's
+/// `count_include_pad`).
+pub fn avgpool2d_forward(out: &mut [f32], inp: &[f32], b: usize, g: &Window) {
+    let (hw, ohw, inv) = (g.h * g.w, g.oh * g.ow, 1.0 / (g.k * g.k) as f32);
+    for plane in 0..b * g.c {
+        let src = &inp[plane * hw..(plane + 1) * hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let s: f32 = taps(g, oy, ox).map(|(y, x)| src[y * g.w + x]).sum();
+                out[plane * ohw + oy * g.ow + ox] = s * inv;
+            }
+        }
+    }
+}
+
+/// dinp[B,C,H,W] = each dout / (K*K) spread over its window (overwritten).
+pub fn avgpool2d_backward(dinp: &mut [f32], dout: &[f32], b: usize, g: &Window) {
+    let (hw, ohw, inv) = (g.h * g.w, g.oh * g.ow, 1.0 / (g.k * g.k) as f32);
+    for plane in 0..b * g.c {
+        let d = &mut dinp[plane * hw..(plane + 1) * hw];
+        d.fill(0.0);
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let gv = dout[plane * ohw + oy * g.ow + ox] * inv;
+                for (y, x) in taps(g, oy, ox) {
+                    d[y * g.w + x] += gv;
+                }
+            }
+        }
+    }
+}
+
+/// out[B,C] = the mean of each of inp[B,C,HW]'s planes.
+pub fn gap_forward(out: &mut [f32], inp: &[f32], planes: usize, hw: usize) {
+    let inv = 1.0 / hw as f32;
+    for (o, p) in out[..planes].iter_mut().zip(inp.chunks_exact(hw)) {
+        *o = lane_sum(p) * inv;
+    }
+}
+
+/// dinp[B,C,HW] = dout[B,C] / HW over each plane (overwritten).
+pub fn gap_backward(dinp: &mut [f32], dout: &[f32], planes: usize, hw: usize) {
+    let inv = 1.0 / hw as f32;
+    for (p, &d) in dinp[..planes * hw].chunks_exact_mut(hw).zip(dout) {
+        p.fill(d * inv);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +350,51 @@ mod tests {
     fn refuses_a_plane_smaller_than_the_window() {
         let (mut out, mut arg) = ([0.0; 1], [0; 1]);
         maxpool2d_forward(&mut out, &mut arg, &[1.0], 1, 1, 1, 1, 2, 2);
+    }
+
+    #[test]
+    fn padded_max_and_average_pooling_match_finite_differences() {
+        use crate::nn::gradcheck::randn;
+        let g = Window { c: 2, h: 5, w: 4, k: 3, stride: 2, pad: 1, oh: 3, ow: 2 };
+        let b = 2;
+        let mut r = Rng::new(11);
+        // values 0.1 apart: no winner changes under the finite differences' nudge
+        let mut x: Vec<f32> = (0..b * 2 * 20).map(|i| ((i * 37) % 80) as f32 * 0.1 - 4.0).collect();
+        let dout = randn(&mut r, b * 2 * 6);
+        let n = b * 2 * 6;
+        // max: every window's winner inside the image
+        let (mut out, mut arg) = (vec![0.0; n], vec![0u32; n]);
+        maxpool2d_padded_forward(&mut out, &mut arg, &x, b, &g);
+        assert_eq!(out[0], x[0].max(x[1]).max(x[4]).max(x[5]));
+        let mut dx = vec![0.0; x.len()];
+        maxpool2d_padded_backward(&mut dx, &dout, &arg, b, &g);
+        let fwd = |x: &[f32]| {
+            let (mut o, mut a) = (vec![0.0; n], vec![0u32; n]);
+            maxpool2d_padded_forward(&mut o, &mut a, x, b, &g);
+            o
+        };
+        check("padded max dx", &mut x, &dx, &mut |x| dot(&fwd(x), &dout));
+        // average: zeros counted at the border
+        avgpool2d_forward(&mut out, &x, b, &g);
+        assert!((out[0] - (x[0] + x[1] + x[4] + x[5]) / 9.0).abs() < 1e-6);
+        avgpool2d_backward(&mut dx, &dout, b, &g);
+        let fwd = |x: &[f32]| {
+            let mut o = vec![0.0; n];
+            avgpool2d_forward(&mut o, x, b, &g);
+            o
+        };
+        check("avg dx", &mut x, &dx, &mut |x| dot(&fwd(x), &dout));
+        // global: the mean of each plane
+        let mut m = vec![0.0; 4];
+        gap_forward(&mut m, &x, 4, 20);
+        assert!((m[1] - x[20..40].iter().sum::<f32>() / 20.0).abs() < 1e-5);
+        let mut dg = vec![0.0; x.len()];
+        gap_backward(&mut dg, &dout[..4], 4, 20);
+        let fwd = |x: &[f32]| {
+            let mut o = vec![0.0; 4];
+            gap_forward(&mut o, x, 4, 20);
+            o
+        };
+        check("gap dx", &mut x, &dg, &mut |x| dot(&fwd(x), &dout[..4]));
     }
 }

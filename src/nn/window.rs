@@ -60,6 +60,20 @@ pub fn out_size(
     }
 }
 
+/// A 2-D window (pooling) over C x H x W images with padding `pad` on each side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

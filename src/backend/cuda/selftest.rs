@@ -287,6 +287,7 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
     let state = TrainState {
         params: model.init_params(3),
         opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
     };
     let init = state.params.clone();
     // a weight decay large enough that leaving it out moves the parameters measurably

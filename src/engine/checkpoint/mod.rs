@@ -14,7 +14,7 @@ use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::TrainState;
-use crate::nn::model::Model;
+use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::OptState;
 
 mod lock;
@@ -30,8 +30,8 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 pub const MAX_STEP: u64 = 1 << 48;
 /// The most ranks a run can have (`--devices cpu:N` accepts up to 256).
 const MAX_RANKS: usize = 256;
-/// The most entries `dims` can have: input, at most 64 hidden layers (`--model`), output.
-const MAX_DIMS: usize = 66;
+/// The most entries `dims` can have: one per value of a model graph (`nn::model::Builder`).
+const MAX_DIMS: usize = 4096;
 
 /// `state.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -131,6 +131,10 @@ pub fn write(
                     to_bytes(&state.opt.v[r]),
                 ));
             }
+        }
+        // batch norm's running statistics, by their PyTorch names
+        for t in &model.buffers {
+            blobs.push((t.name.clone(), t.shape.clone(), to_bytes(&state.buffers[t.range()])));
         }
         let views = blobs.iter().map(|(n, s, b)| {
             (
@@ -257,7 +261,7 @@ pub fn read(
         });
     }
     // weights and two optimizer moments, plus the header's names and shapes
-    let most = (model.n_params as u64 * 12).saturating_add(1 << 20);
+    let most = ((model.n_params * 12 + model.n_buffers * 4) as u64).saturating_add(1 << 20);
     let bytes =
         read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
@@ -282,9 +286,7 @@ pub fn read(
     if has_v {
         v = vec![0.0; n];
     }
-    for t in &model.tensors {
-        let r = t.offset..t.offset + t.len;
-        let fill = |name: &str, dst: &mut [f32]| -> Result<(), CheckpointError> {
+    let fill = |t: &TensorInfo, name: &str, dst: &mut [f32]| -> Result<(), CheckpointError> {
             let view = st
                 .tensor(name)
                 .map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
@@ -300,14 +302,29 @@ pub fn read(
                 *d = f32::from_le_bytes(c.try_into().expect("4 bytes"));
             }
             Ok(())
-        };
-        fill(&t.name, &mut params[r.clone()])?;
+    };
+    for t in &model.tensors {
+        let r = t.range();
+        fill(t, &t.name, &mut params[r.clone()])?;
         if has_m {
-            fill(&format!("optim.m.{}", t.name), &mut m[r.clone()])?;
+            fill(t, &format!("optim.m.{}", t.name), &mut m[r.clone()])?;
         }
         if has_v {
-            fill(&format!("optim.v.{}", t.name), &mut v[r])?;
+            fill(t, &format!("optim.v.{}", t.name), &mut v[r])?;
         }
+    }
+    let mut buffers = model.init_buffers();
+    for t in &model.buffers {
+        fill(t, &t.name, &mut buffers[t.range()])?;
+    }
+    // a running variance must be a variance
+    if buffers.iter().any(|x| !x.is_finite()) || (model.buffers.iter())
+        .filter(|t| t.name.ends_with("running_var"))
+        .any(|t| buffers[t.range()].iter().any(|&x| x < 0.0))
+    {
+        return Err(corrupt(
+            "batch norm's running statistics (*.running_mean, *.running_var) contain NaN, infinity or negative variances".into(),
+        ));
     }
     if params.iter().any(|p| !p.is_finite()) {
         return Err(corrupt("weights contain NaN or infinity".into()));
@@ -330,7 +347,7 @@ pub fn read(
         m,
         v,
     };
-    Ok((meta, TrainState { params, opt }))
+    Ok((meta, TrainState { params, opt, buffers }))
 }
 
 impl CheckpointMeta {

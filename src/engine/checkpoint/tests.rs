@@ -4,7 +4,9 @@ use super::*;
 use crate::nn::optim::OptimizerKind;
 
 fn sample() -> (Model, TrainState, CheckpointMeta) {
-    let model = Model::mlp(4, &[3], 2);
+    // batch norm: running statistics ride along
+    let spec = "dense3,bn".parse().unwrap();
+    let model = Model::new(crate::nn::layers::Shape::Flat(4), &spec, 2).unwrap();
     let params = model.init_params(1);
     let mut opt = OptState::new(OptimizerKind::Adam, model.n_params);
     opt.t = 7;
@@ -28,7 +30,8 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         config: serde_json::json!({}),
         run_dir: None,
     };
-    (model, TrainState { params, opt }, meta)
+    let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
+    (model, TrainState { params, opt, buffers }, meta)
 }
 
 #[test]

@@ -57,6 +57,7 @@ impl Store {
                 m: Vec::new(),
                 v: Vec::new(),
             },
+            buffers: state.buffers.clone(),
         }
     }
 }
@@ -95,7 +96,7 @@ pub(super) fn update(
         let t = Instant::now();
         let samples = (grads[grads.len() - 1] as f64).max(1.0);
         let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
-        let TrainState { params, opt } = &mut *st;
+        let TrainState { params, opt, .. } = &mut *st;
         optim::step(
             store.kind,
             params,

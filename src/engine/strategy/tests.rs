@@ -62,6 +62,7 @@ fn central_storage_keeps_the_optimizer_state_on_the_host_only() {
     let state = TrainState {
         params: vec![1.0; 10],
         opt: OptState::new(OptimizerKind::Adam, 10),
+        buffers: vec![0.5, 2.0],
     };
     let cfg = RunConfig {
         strategy: Strategy::CentralStorage,

@@ -1,34 +1,62 @@
-//! `--model`: an MLP's hidden widths or the layer language, parsed and written back.
+//! `--model`: an MLP's hidden widths, the layer language, or a preset; parsed, written back,
+//! and built into a graph.
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::nn::layers::{Layer, LayerSpec};
+use crate::nn::layers::{looks_like_layers, Layer, LayerSpec, Shape, SpecError};
 
-/// What `--model` says: `mlp:H1,H2,...` (hidden widths) or the layer language of
-/// `nn::layers` (`conv32k3,pool2,dense128`). An MLP is a spec of dense layers only, and is
-/// written `mlp:...` either way. Input and output sizes come from the data.
+use super::build::{Builder, WeightInit};
+use super::op::{Act, ValueId};
+use super::presets::{basic_block, bottleneck_block, inverted_block, Preset, NAMES};
+use super::Model;
+
+/// What `--model` says: `mlp:H1,H2,...` (hidden widths), the layer language of `nn::layers`
+/// (`conv32k3,pool2,dense128`), or a preset (`resnet20`, `mobilenetv2:0.5`). An MLP is a
+/// spec of dense layers only, and is written `mlp:...` either way. Input and output sizes
+/// come from the data.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelSpec {
-    pub layers: LayerSpec,
+pub enum ModelSpec {
+    Layers(LayerSpec),
+    Preset(Preset),
 }
 
 impl ModelSpec {
     /// An MLP with these hidden widths.
     pub fn mlp(hidden: &[usize]) -> ModelSpec {
-        ModelSpec {
-            layers: LayerSpec {
-                layers: hidden.iter().map(|&units| Layer::Dense { units }).collect(),
-            },
-        }
+        ModelSpec::Layers(LayerSpec {
+            layers: hidden.iter().map(|&units| Layer::Dense { units }).collect(),
+        })
     }
 
     /// Only dense layers: trains on any input, flat or image.
     pub fn is_mlp(&self) -> bool {
-        self.layers
-            .layers
-            .iter()
-            .all(|l| matches!(l, Layer::Dense { .. }))
+        match self {
+            ModelSpec::Layers(l) => l.layers.iter().all(|l| matches!(l, Layer::Dense { .. })),
+            ModelSpec::Preset(_) => false,
+        }
+    }
+
+    /// The graph on samples of shape `input` with `classes` outputs.
+    pub fn build(&self, input: Shape, classes: usize) -> Result<Model, String> {
+        if classes == 0 {
+            return Err("a model needs at least 1 class".into());
+        }
+        if input.numel() == 0 {
+            return Err(format!("the {input} input is empty"));
+        }
+        match self {
+            ModelSpec::Preset(p) => p.build(input, classes),
+            ModelSpec::Layers(spec) => {
+                // an MLP reads any input as a flat vector
+                let input = match self.is_mlp() {
+                    true => Shape::Flat(input.numel()),
+                    false => input,
+                };
+                build_layers(spec, input, classes, self.is_mlp())
+                    .map_err(|e| format!("model `{self}` on {input} inputs: {e}"))
+            }
+        }
     }
 }
 
@@ -38,10 +66,122 @@ impl Default for ModelSpec {
     }
 }
 
+/// The graph of a layer spec: each layer named `{kind}.{index}` (`conv.0.weight`; an MLP's
+/// `mlp.{index}`), the implicit output layer after the last.
+fn build_layers(spec: &LayerSpec, input: Shape, classes: usize, mlp: bool) -> Result<Model, SpecError> {
+    let mut b = Builder::new(input);
+    let mut x = b.input();
+    // the value awaiting the activation of the layer that made it
+    let mut pending = false;
+    let layers = &spec.layers;
+    for (i, &layer) in layers.iter().enumerate() {
+        let fail = |reason: String| SpecError::Layer {
+            index: i + 1,
+            token: layer.to_string(),
+            reason,
+        };
+        let then_bn = layers.get(i + 1) == Some(&Layer::Bn);
+        let act = match layer {
+            Layer::Relu => Some(Act::Relu),
+            Layer::Relu6 => Some(Act::Relu6),
+            Layer::Linear => Some(Act::None),
+            _ => None,
+        };
+        if let Some(a) = act {
+            if !pending && a == Act::None {
+                return Err(fail(
+                    "`linear` leaves out the activation of the layer before, but there is none \
+                     (it follows conv, dwconv, dense, basic or bottleneck, or their bn)"
+                        .into(),
+                ));
+            }
+            x = b.act(x, a).map_err(fail)?;
+            pending = false;
+            continue;
+        }
+        if pending && layer != Layer::Bn {
+            x = b.act(x, Act::Relu).map_err(fail)?;
+            pending = false;
+        }
+        let kind = match (mlp, layer) {
+            (true, _) => "mlp",
+            _ => layer_kind(layer),
+        };
+        let name = format!("{kind}.{i}");
+        x = add_layer(&mut b, &name, x, layer, !then_bn).map_err(fail)?;
+        pending = pending || layer.activates();
+    }
+    let i = layers.len();
+    let fail = |reason: String| SpecError::Layer {
+        index: i + 1,
+        token: format!("dense{classes} (output)"),
+        reason,
+    };
+    if pending {
+        x = b.act(x, Act::Relu).map_err(fail)?;
+    }
+    let kind = if mlp { "mlp" } else { "dense" };
+    let out = b
+        .linear(&format!("{kind}.{i}"), x, classes, true, WeightInit::Default)
+        .map_err(fail)?;
+    Ok(b.finish(out))
+}
+
+/// `conv`, `pool`, `basic`, ...: the token's word, which names its parameters.
+fn layer_kind(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Conv { .. } => "conv",
+        Layer::DwConv { .. } => "dwconv",
+        Layer::Dense { .. } => "dense",
+        Layer::Bn => "bn",
+        Layer::Pool { .. } => "pool",
+        Layer::AvgPool { .. } => "avgpool",
+        Layer::Gap => "gap",
+        Layer::Dropout { .. } => "dropout",
+        Layer::Basic { .. } => "basic",
+        Layer::Bottleneck { .. } => "bottleneck",
+        Layer::Inverted { .. } => "inverted",
+        Layer::Relu | Layer::Relu6 | Layer::Linear => "act",
+    }
+}
+
+fn add_layer(b: &mut Builder, name: &str, x: ValueId, layer: Layer, bias: bool) -> Result<ValueId, String> {
+    let default = WeightInit::Default;
+    match layer {
+        Layer::Conv {
+            channels,
+            kernel,
+            stride,
+            pad,
+        } => b.conv(name, x, channels, kernel, stride, pad, 1, bias, default),
+        Layer::DwConv { kernel, stride, pad } => {
+            let c = match b.shape(x) {
+                Shape::Image { c, .. } => c,
+                Shape::Flat(_) => 1,
+            };
+            b.conv(name, x, c, kernel, stride, pad, c, bias, default)
+        }
+        Layer::Dense { units } => b.linear(name, x, units, bias, default),
+        Layer::Bn => b.bn(name, x),
+        Layer::Pool { kernel, stride, pad } => b.maxpool(x, kernel, stride, pad),
+        Layer::AvgPool { kernel, stride, pad } => b.avgpool(x, kernel, stride, pad),
+        Layer::Gap => b.gap(x),
+        Layer::Dropout { milli } => b.dropout(x, milli as f32 / 1000.0),
+        Layer::Basic { channels, stride } => basic_block(b, name, x, channels, stride),
+        Layer::Bottleneck { channels, stride } => bottleneck_block(b, name, x, channels, stride),
+        Layer::Inverted {
+            channels,
+            expand,
+            stride,
+        } => inverted_block(b, name, x, channels, expand, stride),
+        Layer::Relu | Layer::Relu6 | Layer::Linear => unreachable!("activations are not layers"),
+    }
+}
+
 /// Hidden layers an MLP may have.
 const MAX_HIDDEN_LAYERS: usize = 64;
 
-const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,128) or layers like conv32k3,pool2,dense128 (convNkK[sS][pP], poolK[sS], denseN)";
+const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,128), a network";
 
 impl FromStr for ModelSpec {
     type Err = String;
@@ -50,13 +190,19 @@ impl FromStr for ModelSpec {
             .strip_prefix("mlp:")
             .or_else(|| (s == "mlp").then_some(""))
         else {
-            if ["conv", "pool", "dense"].iter().any(|k| s.starts_with(k)) {
+            if looks_like_layers(s) {
                 return s
                     .parse::<LayerSpec>()
-                    .map(|layers| ModelSpec { layers })
+                    .map(ModelSpec::Layers)
                     .map_err(|e| format!("model `{s}`: {e}"));
             }
-            return Err(format!("unknown model `{s}`: {FORMS}"));
+            if s.starts_with("resnet") || s.starts_with("mobilenet") {
+                return s.parse().map(ModelSpec::Preset);
+            }
+            return Err(format!(
+                "unknown model `{s}`: {FORMS} ({NAMES}) or layers like conv32k3,pool2,dense128 \
+                 (convNkK[sS][pP], poolK[sS], denseN, bn, basicN[sS], ...; see the README)"
+            ));
         };
         let mut hidden = Vec::new();
         for part in rest.split(',').filter(|_| !rest.trim().is_empty()) {
@@ -87,21 +233,21 @@ impl FromStr for ModelSpec {
     }
 }
 
-/// `mlp:128,64` for dense layers only, else the layer list (`conv16k3,pool2,dense64`).
+/// `mlp:128,64` for dense layers only, else the layer list or the preset's name.
 impl fmt::Display for ModelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.is_mlp() {
-            return write!(f, "{}", self.layers);
+        match self {
+            ModelSpec::Preset(p) => write!(f, "{p}"),
+            ModelSpec::Layers(l) if !self.is_mlp() => write!(f, "{l}"),
+            ModelSpec::Layers(l) => {
+                let hs: Vec<String> = (l.layers.iter())
+                    .map(|l| match l {
+                        Layer::Dense { units } => units.to_string(),
+                        _ => unreachable!("an MLP has dense layers only"),
+                    })
+                    .collect();
+                write!(f, "mlp:{}", hs.join(","))
+            }
         }
-        let hs: Vec<String> = self
-            .layers
-            .layers
-            .iter()
-            .map(|l| match l {
-                Layer::Dense { units } => units.to_string(),
-                _ => unreachable!("an MLP has dense layers only"),
-            })
-            .collect();
-        write!(f, "mlp:{}", hs.join(","))
     }
 }

@@ -1,16 +1,25 @@
 use super::*;
+use crate::nn::layers::Layer;
+
+fn img(c: usize, h: usize, w: usize) -> Shape {
+    Shape::Image { c, h, w }
+}
 
 fn hidden(spec: &str) -> Vec<usize> {
     let m: ModelSpec = spec.parse().unwrap();
     assert!(m.is_mlp(), "{spec}");
-    m.layers
-        .layers
+    let ModelSpec::Layers(l) = m else { unreachable!() };
+    l.layers
         .iter()
         .map(|l| match l {
             Layer::Dense { units } => *units,
             _ => unreachable!(),
         })
         .collect()
+}
+
+fn build(spec: &str, input: Shape, classes: usize) -> Result<Model, String> {
+    Model::new(input, &spec.parse()?, classes)
 }
 
 #[test]
@@ -20,51 +29,49 @@ fn parses_specs_and_rejects_bad_ones() {
     assert_eq!(hidden("mlp:"), Vec::<usize>::new());
     // dense layers are an MLP, however written
     assert_eq!(hidden("dense32,dense16"), vec![32, 16]);
-    assert_eq!(
-        "dense32".parse::<ModelSpec>().unwrap().to_string(),
-        "mlp:32"
-    );
+    assert_eq!("dense32".parse::<ModelSpec>().unwrap().to_string(), "mlp:32");
     let cnn: ModelSpec = "conv32k3,pool2".parse().unwrap();
     assert!(!cnn.is_mlp());
     assert_eq!(cnn.to_string(), "conv32k3,pool2");
-    assert!("cnn:3".parse::<ModelSpec>().unwrap_err().contains("mlp:H1"));
-    assert!("cnn:3"
-        .parse::<ModelSpec>()
-        .unwrap_err()
-        .contains("conv32k3"));
+    for name in ["resnet20", "resnet56", "resnet18", "resnet50", "mobilenetv2", "mobilenetv2:0.5"] {
+        assert_eq!(name.parse::<ModelSpec>().unwrap().to_string(), name);
+    }
+    let e = "cnn:3".parse::<ModelSpec>().unwrap_err();
+    assert!(e.contains("mlp:H1") && e.contains("conv32k3") && e.contains("resnet20"), "{e}");
+    let e = "resnet19".parse::<ModelSpec>().unwrap_err();
+    assert!(e.contains("unknown model `resnet19`") && e.contains("resnet50"), "{e}");
+    let e = "mobilenetv2:wide".parse::<ModelSpec>().unwrap_err();
+    assert!(e.contains("width `wide` is not a number"), "{e}");
+    assert!("mobilenetv2:9".parse::<ModelSpec>().unwrap_err().contains("between 0.1 and 4"));
     let e = "conv32k3,pool,dense8".parse::<ModelSpec>().unwrap_err();
     assert!(e.contains("layer 2 `pool`"), "{e}");
     assert!("mlp:12x".parse::<ModelSpec>().unwrap_err().contains("12x"));
     assert!("mlp:0".parse::<ModelSpec>().is_err());
-    assert!("mlp:1,,2"
-        .parse::<ModelSpec>()
-        .unwrap_err()
-        .contains("empty hidden width"));
+    assert!("mlp:1,,2".parse::<ModelSpec>().unwrap_err().contains("empty hidden width"));
     assert!("mlp:8,".parse::<ModelSpec>().is_err());
     let deep = format!("mlp:{}", vec!["4"; 65].join(","));
-    assert!(deep
-        .parse::<ModelSpec>()
-        .unwrap_err()
-        .contains("at most 64"));
+    assert!(deep.parse::<ModelSpec>().unwrap_err().contains("at most 64"));
 }
 
 #[test]
-fn layout_is_contiguous() {
+fn layout_is_contiguous_and_linear_weights_are_pytorchs() {
     let m = Model::mlp(64, &[128], 10);
     assert_eq!(m.n_params, 64 * 128 + 128 + 128 * 10 + 10);
     assert_eq!(m.shape_string(), "64-128-10");
+    assert_eq!(m.tensors[0].name, "mlp.0.weight");
+    // [out, in], as nn.Linear holds it
+    assert_eq!(m.tensors[0].shape, [128, 64]);
     assert_eq!(m.tensors[1].name, "mlp.0.bias");
     assert_eq!(m.tensors[3].offset + m.tensors[3].len, m.n_params);
+    assert_eq!(m.n_buffers, 0);
     // an MLP reads an image as a flat vector
-    let img = Shape::Image { c: 1, h: 8, w: 8 };
-    let flat = Model::new(img, &ModelSpec::mlp(&[128]), 10).unwrap();
+    let flat = Model::new(img(1, 8, 8), &ModelSpec::mlp(&[128]), 10).unwrap();
     assert_eq!(flat, m);
 }
 
 #[test]
 fn the_seed_cnn_has_pytorch_shapes_and_names() {
-    let input = Shape::Image { c: 1, h: 28, w: 28 };
-    let m = Model::new(input, &"conv32k3,pool2".parse().unwrap(), 10).unwrap();
+    let m = build("conv32k3,pool2", img(1, 28, 28), 10).unwrap();
     assert_eq!(m.n_params, 320 + 54090);
     let names: Vec<(&str, &[usize])> = m
         .tensors
@@ -76,59 +83,182 @@ fn the_seed_cnn_has_pytorch_shapes_and_names() {
         [
             ("conv.0.weight", &[32, 1, 3, 3][..]),
             ("conv.0.bias", &[32][..]),
-            ("dense.2.weight", &[5408, 10][..]),
+            ("dense.2.weight", &[10, 5408][..]),
             ("dense.2.bias", &[10][..]),
         ]
     );
     assert_eq!(m.shape_string(), "1x28x28-32x26x26-32x13x13-10");
+    // the conv's ReLU is fused onto it: three values after the input
     assert_eq!(m.dims, vec![784, 21632, 5408, 10]);
+    let kinds: Vec<String> = m.nodes.iter().map(|n| n.op.kind()).collect();
+    assert_eq!(kinds, ["conv3x3+relu", "maxpool2x2/2", "linear"]);
     // conv layers need an image, and the error names the layer
-    let e = Model::new(Shape::Flat(64), &"conv8k3".parse().unwrap(), 10).unwrap_err();
-    assert!(
-        e.contains("layer 1 `conv8k3`") && e.contains("flat vector"),
-        "{e}"
-    );
-    let tiny = Shape::Image { c: 1, h: 4, w: 4 };
-    let e = Model::new(tiny, &"conv8k3,pool2,pool2".parse().unwrap(), 10).unwrap_err();
+    let e = build("conv8k3", Shape::Flat(64), 10).unwrap_err();
+    assert!(e.contains("layer 1 `conv8k3`") && e.contains("flat vector"), "{e}");
+    let e = build("conv8k3,pool2,pool2", img(1, 4, 4), 10).unwrap_err();
     assert!(e.contains("layer 3 `pool2`"), "{e}");
 }
 
+#[test]
+fn a_deeper_spec_with_stride_padding_and_dense_layers() {
+    let m = build("conv32k3,pool2,conv64k3,pool2,dense128", img(1, 28, 28), 10).unwrap();
+    let shapes: Vec<String> = m.values[1..].iter().map(|s| s.to_string()).collect();
+    // 11x11 pooled by 2 floors to 5x5
+    assert_eq!(shapes, ["32x26x26", "32x13x13", "64x11x11", "64x5x5", "128", "10"]);
+    let params: Vec<usize> = m.nodes.iter().map(|n| m.node_params(n)).collect();
+    assert_eq!(params, [320, 0, 64 * 32 * 9 + 64, 0, 1600 * 128 + 128, 1290]);
+    let m = build("conv16k5s2p2,pool3s2", img(3, 32, 32), 7).unwrap();
+    assert_eq!(m.values[1].to_string(), "16x16x16");
+    assert_eq!(m.values[2].to_string(), "16x7x7");
+    assert_eq!(m.node_params(&m.nodes[2]), 16 * 7 * 7 * 7 + 7);
+}
+
+#[test]
+fn bn_takes_the_layers_bias_and_activations_follow_the_spelling() {
+    let m = build("conv8k3p1,bn,relu6,dwconv3s2p1,bn,linear,conv4k1,gap", img(3, 8, 8), 5).unwrap();
+    let kinds: Vec<String> = m.nodes.iter().map(|n| n.op.kind()).collect();
+    assert_eq!(
+        kinds,
+        ["conv3x3", "bn+relu6", "dwconv3x3/2", "bn", "conv1x1+relu", "gap", "linear"]
+    );
+    let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "conv.0.weight",
+            "bn.1.weight",
+            "bn.1.bias",
+            "dwconv.3.weight",
+            "bn.4.weight",
+            "bn.4.bias",
+            "conv.6.weight",
+            "conv.6.bias",
+            "dense.8.weight",
+            "dense.8.bias"
+        ]
+    );
+    assert_eq!(m.tensors[3].shape, [8, 1, 3, 3]);
+    let bufs: Vec<&str> = m.buffers.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(bufs, ["bn.1.running_mean", "bn.1.running_var", "bn.4.running_mean", "bn.4.running_var"]);
+    assert_eq!(m.init_buffers(), [[0.0; 8], [1.0; 8], [0.0; 8], [1.0; 8]].concat());
+    // a residual block's shortcut projects where the shape changes
+    let m = build("conv4k3p1,bn,basic4,basic8s2,gap", img(3, 6, 6), 3).unwrap();
+    let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"basic.3.downsample.0.weight"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("basic.2.downsample")), "{names:?}");
+    // errors name the layer and the fix
+    let e = build("gap,linear", img(3, 8, 8), 2).unwrap_err();
+    assert!(e.contains("layer 2 `linear`") && e.contains("there is none"), "{e}");
+    let e = build("dense8,basic8", img(3, 8, 8), 2).unwrap_err();
+    assert!(e.contains("layer 2 `basic8`") && e.contains("flat vector"), "{e}");
+    let e = build("conv8k3,bn,pool9", img(3, 8, 8), 2).unwrap_err();
+    assert!(e.contains("layer 3 `pool9`") && e.contains("smaller"), "{e}");
+}
+
+/// Parameter counts as torchvision's (printed by scripts/vision_fixtures.py --counts).
+#[test]
+fn every_preset_has_torchvisions_parameter_count() {
+    let imagenet = img(3, 224, 224);
+    let cifar = img(3, 32, 32);
+    for (name, input, classes, params, buffers) in [
+        ("resnet20", cifar, 10, 272_474, 1_568),
+        ("resnet32", cifar, 10, 466_906, 2_464),
+        ("resnet44", cifar, 100, 667_188, 3_360),
+        ("resnet56", cifar, 10, 855_770, 4_256),
+        ("resnet18", imagenet, 1000, 11_689_512, 9_600),
+        ("resnet34", imagenet, 1000, 21_797_672, 17_024),
+        ("resnet50", imagenet, 1000, 25_557_032, 53_120),
+        ("resnet18", cifar, 10, 11_173_962, 9_600),
+        ("resnet50", cifar, 10, 23_520_842, 53_120),
+        ("mobilenetv2", imagenet, 1000, 3_504_872, 34_112),
+        ("mobilenetv2", cifar, 10, 2_236_682, 34_112),
+        ("mobilenetv2:0.5", cifar, 10, 700_490, 18_544),
+        ("mobilenetv2:0.25", cifar, 10, 250_922, 10_656),
+        ("mobilenetv2:1.4", cifar, 10, 4_333_706, 47_936),
+    ] {
+        let m = build(name, input, classes).unwrap();
+        assert_eq!((m.n_params, m.n_buffers), (params, buffers), "{name} on {input}");
+    }
+}
+
+#[test]
+fn presets_use_torchvision_names_and_count_their_flops() {
+    let m = build("resnet20", img(3, 32, 32), 10).unwrap();
+    let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
+    for want in ["conv1.weight", "bn1.weight", "layer1.0.conv1.weight", "layer2.0.downsample.0.weight", "layer2.0.downsample.1.bias", "layer3.2.bn2.weight", "fc.weight", "fc.bias"] {
+        assert!(names.contains(&want), "{want} missing");
+    }
+    assert!(m.buffers.iter().any(|t| t.name == "layer1.0.bn1.running_var"));
+    // conv and linear multiply-adds as counted in PyTorch, 2 FLOPs each
+    let macs: u64 = m.nodes.iter().map(|n| n.op.macs()).sum();
+    assert_eq!(macs, 40_813_184);
+    assert!(m.flops_per_sample() > 2 * macs);
+    assert!(m.stem.unwrap().contains("CIFAR"));
+    let m = build("mobilenetv2", img(3, 32, 32), 10).unwrap();
+    assert_eq!(m.nodes.iter().map(|n| n.op.macs()).sum::<u64>(), 24_461_312);
+    let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
+    for want in ["features.0.0.weight", "features.1.conv.0.0.weight", "features.1.conv.2.weight", "features.2.conv.3.bias", "features.18.1.weight", "classifier.1.weight"] {
+        assert!(names.contains(&want), "{want} missing");
+    }
+    assert_eq!(m.tensors[0].shape, [32, 3, 3, 3]);
+    let m = build("resnet50", img(3, 224, 224), 1000).unwrap();
+    assert_eq!(m.nodes.iter().map(|n| n.op.macs()).sum::<u64>(), 4_089_184_256);
+    assert!(m.stem.unwrap().contains("ImageNet"));
+    // a flat input, or an image too small for the network, is refused naming the fix
+    let e = build("resnet20", Shape::Flat(3072), 10).unwrap_err();
+    assert!(e.contains("needs images"), "{e}");
+}
+
+/// The training-mode loss of `m` at `params` (batch statistics, as backward differentiates).
+fn train_loss(m: &Model, params: &[f32], ws: &mut Workspace, x: &[f32], y: &[u32], b: usize) -> f64 {
+    let mut g = vec![0.0; m.n_params];
+    let mut buffers = m.init_buffers();
+    m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b).0
+}
+
 /// Central differences of the loss against the backward pass, every `step`-th parameter.
-/// ReLU and max pooling have kinks: a parameter whose difference quotient still moves
-/// between two step sizes straddles one and is not judged (at most a few may).
+/// ReLU and max pooling have kinks: a parameter whose difference quotient straddles one is
+/// judged by a much shorter step, or not at all where two steps disagree (at most a few may).
 fn gradcheck(m: &Model, b: usize, step: usize, seed: u64) {
     let params = m.init_params(seed);
     let mut rng = Rng::new(seed + 1);
     let x: Vec<f32> = (0..b * m.dims[0]).map(|_| rng.normal()).collect();
-    let classes = m.dims[m.layers()] as u32;
+    let classes = m.classes() as u32;
     let y: Vec<u32> = (0..b as u32).map(|i| (i * 7 + 1) % classes).collect();
     let mut ws = Workspace::default();
     let mut grads = vec![0.0; m.n_params];
-    m.forward_backward(&params, &mut grads, &mut ws, &x, &y, b);
+    let mut buffers = m.init_buffers();
+    m.forward_backward(&params, &mut grads, &mut buffers, &mut ws, &x, &y, b);
     let mut p = params.clone();
     let mut quotient = |i: usize, h: f32| {
         let p0 = p[i];
         p[i] = p0 + h;
-        let lp = m.evaluate(&p, &mut ws, &x, &y, b).0;
+        let lp = train_loss(m, &p, &mut ws, &x, &y, b);
         p[i] = p0 - h;
-        let lm = m.evaluate(&p, &mut ws, &x, &y, b).0;
+        let lm = train_loss(m, &p, &mut ws, &x, &y, b);
         p[i] = p0;
         (lp - lm) / (2.0 * h as f64)
     };
+    let near = |g: f32, q: f64, tol: f64| (g as f64 - q).abs() <= tol + 1e-2 * q.abs();
     let (mut judged, mut kinked) = (0, 0);
     for i in (0..m.n_params).step_by(step) {
-        let (coarse, fine) = (quotient(i, 4e-3), quotient(i, 2e-3));
+        let fine = quotient(i, 2e-3);
+        if near(grads[i], fine, 2e-3) {
+            judged += 1;
+            continue;
+        }
+        // a kink within 2e-3: a step too short to reach it agrees (at f32's resolution of
+        // the loss), or the two steps disagree
+        if near(grads[i], quotient(i, 2.5e-4), 5e-3) {
+            judged += 1;
+            continue;
+        }
+        let coarse = quotient(i, 4e-3);
         if (coarse - fine).abs() > 1e-3 + 0.02 * fine.abs() {
             kinked += 1;
             continue;
         }
-        judged += 1;
-        assert!(
-            (grads[i] as f64 - fine).abs() <= 2e-3 + 1e-2 * fine.abs(),
-            "{}: param {i}: {} vs {fine}",
-            m.shape_string(),
-            grads[i]
-        );
+        panic!("{}: param {i}: {} vs {fine}", m.shape_string(), grads[i]);
     }
     assert!(kinked * 5 <= judged, "{kinked} kinked, {judged} judged");
 }
@@ -141,11 +271,67 @@ fn whole_model_gradient_matches_finite_differences() {
 #[test]
 fn whole_cnn_gradient_matches_finite_differences() {
     // conv (padded, then strided), pooling with a partial window dropped, dense layers
-    let input = Shape::Image { c: 2, h: 7, w: 6 };
-    let spec = "conv3k3p1,pool2,conv4k2s2,dense5".parse().unwrap();
-    gradcheck(&Model::new(input, &spec, 3).unwrap(), 2, 1, 4);
+    gradcheck(&build("conv3k3p1,pool2,conv4k2s2,dense5", img(2, 7, 6), 3).unwrap(), 2, 1, 4);
     // a pooling layer first (no input gradient needed)
-    let spec = "pool2,conv2k2,dense3".parse().unwrap();
-    let input = Shape::Image { c: 1, h: 6, w: 6 };
-    gradcheck(&Model::new(input, &spec, 2).unwrap(), 3, 1, 5);
+    gradcheck(&build("pool2,conv2k2,dense3", img(1, 6, 6), 2).unwrap(), 3, 1, 5);
 }
+
+#[test]
+fn residual_blocks_with_batch_norm_match_finite_differences() {
+    // ResNet's basic block (identity and projection shortcuts), padded pooling (average: max
+    // pooling over random values has near-ties finite differences cannot judge; nn::pool's
+    // test checks it on spread-out values)
+    let m = build("conv4k3p1,bn,avgpool3s2p1,basic4,basic6s2,gap", img(2, 6, 6), 3).unwrap();
+    gradcheck(&m, 3, 3, 6);
+    // MobileNetV2's inverted residuals: depthwise convs, ReLU6, a residual add, average pooling
+    let m = build("conv4k3p1,bn,relu6,inverted4t2,inverted6t2s2,avgpool2,dense5,relu6", img(2, 6, 6), 3).unwrap();
+    gradcheck(&m, 3, 2, 7);
+    // a bottleneck
+    let m = build("bottleneck2s2,gap", img(3, 5, 5), 2).unwrap();
+    gradcheck(&m, 2, 2, 8);
+}
+
+#[test]
+fn validation_uses_the_running_statistics() {
+    let m = build("conv4k3p1,bn,gap", img(2, 5, 5), 3).unwrap();
+    let params = m.init_params(1);
+    let mut rng = Rng::new(2);
+    let x: Vec<f32> = (0..4 * 50).map(|_| rng.normal() * 3.0 + 2.0).collect();
+    let y = [0u32, 1, 2, 0];
+    let mut ws = Workspace::default();
+    let fresh = m.init_buffers();
+    let eval = |buffers: &[f32], ws: &mut Workspace| m.evaluate(&params, buffers, ws, &x, &y, 4).0;
+    let before = eval(&fresh, &mut ws);
+    // training steps move the running statistics; evaluation reads them (and only them)
+    let mut buffers = fresh.clone();
+    let mut g = vec![0.0; m.n_params];
+    for _ in 0..3 {
+        m.forward_backward(&params, &mut g, &mut buffers, &mut ws, &x, &y, 4);
+    }
+    assert_ne!(buffers, fresh);
+    assert_ne!(eval(&buffers, &mut ws), before);
+    assert_eq!(eval(&fresh, &mut ws), before);
+    // with momentum 0.1, three batches move the mean 1 - 0.9^3 of the way
+    let first = m.buffers[0].range();
+    assert!(buffers[first].iter().any(|&v| v.abs() > 0.01));
+}
+
+#[test]
+fn dropout_zeroes_about_p_and_only_in_training() {
+    let m = build("dense64,dropout0.5", Shape::Flat(8), 2).unwrap();
+    let params = m.init_params(3);
+    let x = vec![1.0; 8 * 16];
+    let y = vec![0u32; 16];
+    let mut ws = Workspace::default();
+    let buffers = m.init_buffers();
+    let a = m.evaluate(&params, &buffers, &mut ws, &x, &y, 16);
+    assert_eq!(a, m.evaluate(&params, &buffers, &mut ws, &x, &y, 16));
+    let mut g = vec![0.0; m.n_params];
+    let mut b = buffers.clone();
+    let t1 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16);
+    let t2 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16);
+    assert_ne!(t1.0, t2.0, "a new mask each step");
+    assert_ne!(t1.0, a.0);
+}
+
+

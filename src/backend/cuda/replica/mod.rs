@@ -10,11 +10,11 @@
 
 mod host;
 mod pass;
+pub use pass::supports;
 mod resident;
 mod update;
 mod wait;
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,8 +28,7 @@ use super::{blas, conv, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::layers::{Layer, Shape};
-use crate::nn::model::Model;
+use crate::nn::model::{Model, Op};
 use crate::nn::optim::{OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
@@ -64,7 +63,10 @@ pub struct CudaReplica {
     comm: Option<Communicator>,
     /// How long joining NCCL or an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
-    model: Model,
+    /// Shared with the interpreter while it walks the model over this replica's buffers.
+    model: Arc<Model>,
+    /// Batch norm's running statistics (none on the GPU yet: `pass::supports`).
+    buffers: Vec<f32>,
     kind: OptimizerKind,
     weight_decay: f32,
     t: u64,
@@ -73,10 +75,10 @@ pub struct CudaReplica {
     grads: CudaSlice<f32>,
     m: CudaSlice<f32>,
     v: CudaSlice<f32>,
-    /// Activations and their gradients per layer boundary, for `cap` rows; [0] is the input.
+    /// Activations and their gradients per value of the model, for `cap` rows; [0] is the input.
     acts: Vec<CudaSlice<f32>>,
     dacts: Vec<CudaSlice<f32>>,
-    /// Per layer: a pooling layer's argmax for `cap` rows (a placeholder for other layers).
+    /// Per node: a pooling node's argmax for `cap` rows (a placeholder for other nodes).
     argmax: Vec<CudaSlice<u32>>,
     /// The convolutions' column and weight-gradient scratch, shared by every conv layer.
     col: CudaSlice<f32>,
@@ -109,6 +111,7 @@ impl CudaReplica {
     ) -> Result<CudaReplica, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
+        pass::supports(&model).map_err(|e| CudaError::new(index, "open", e))?;
         if n + AUX > MAX_ELEMENTS {
             return Err(CudaError::new(
                 index,
@@ -155,7 +158,8 @@ impl CudaReplica {
             times: None,
             staging: host::Staging::default(),
             resident: None,
-            model,
+            buffers: state.buffers,
+            model: Arc::new(model),
             gpu,
         };
         r.ensure(EVAL_CHUNK)?;
@@ -214,9 +218,9 @@ impl CudaReplica {
         let indexed = MAX_ELEMENTS / widest;
         // per row: activations and their gradients at every boundary, a pooling layer's
         // argmax, the label and the per-row loss and correctness
-        let pooled: usize = (self.model.plan.iter())
-            .filter(|l| matches!(l.layer, Layer::Pool { .. }))
-            .map(|l| l.output.numel())
+        let pooled: usize = (self.model.nodes.iter())
+            .filter(|n| matches!(n.op, Op::MaxPool(_)))
+            .map(|n| self.model.dims[n.output])
             .sum();
         let per_row = 4 * (2 * self.model.dims.iter().sum::<usize>() + pooled + 3);
         let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
@@ -252,20 +256,15 @@ impl CudaReplica {
         }
         self.argmax.clear();
         let mut col = 1;
-        for layer in &self.model.plan {
-            let pooled = match layer.layer {
-                Layer::Pool { .. } => rows * layer.output.numel(),
+        for node in &self.model.nodes {
+            let pooled = match node.op {
+                Op::MaxPool(_) => rows * self.model.dims[node.output],
                 _ => 1,
             };
             self.argmax.push(s.alloc_zeros::<u32>(pooled).map_err(err)?);
-            if let (
-                Layer::Conv { kernel, .. },
-                Shape::Image { c, .. },
-                Shape::Image { c: oc, h, w },
-            ) = (layer.layer, layer.input, layer.output)
-            {
+            if let Op::Conv { g, .. } = node.op {
                 // as many images per chunk as fit in COL_SCRATCH_BYTES (at least one)
-                let one = conv::conv2d_scratch_len(c, oc, kernel, kernel, h, w, 1);
+                let one = conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, 1);
                 let images = (COL_SCRATCH_BYTES / 4 / one.max(1)).clamp(1, rows);
                 col = col.max(one * images);
             }
@@ -293,13 +292,6 @@ impl CudaReplica {
         }
     }
 
-    /// Where each layer's weight and bias sit in the flat buffers (none for pooling).
-    fn layer_ranges(&self) -> Vec<Option<(Range<usize>, Range<usize>)>> {
-        (0..self.model.layers())
-            .map(|l| self.model.param_ranges(l))
-            .collect()
-    }
-
     /// (loss sum, correct) over `n` rows, put into the input buffers `EVAL_CHUNK` at a time by
     /// `load(self, start, rows)`.
     fn evaluate_chunks(
@@ -314,7 +306,7 @@ impl CudaReplica {
         for start in (0..n).step_by(EVAL_CHUNK) {
             let b = EVAL_CHUNK.min(n - start);
             load(self, start, b);
-            self.forward(b);
+            self.eval_pass(b);
             let mut out = self.eval_metrics.slice_mut(..);
             add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
         }
@@ -357,11 +349,10 @@ impl Replica for CudaReplica {
                 Some(_) if mb.x.is_empty() => self.gather(&mb.rows, mb.n),
                 _ => self.upload(&mb.x, &mb.y, mb.n),
             }
-            self.forward(mb.n);
+            self.train_pass(mb.n);
             let n = self.model.n_params;
             let mut aux = self.grads.slice_mut(n..n + AUX);
             add_metrics(&self.gpu, &mut aux, &self.row_loss, &self.row_correct, mb.n);
-            self.backward(mb.n);
         }
         self.events = Some((start, self.record()));
     }
@@ -435,6 +426,7 @@ impl Replica for CudaReplica {
                 m: get(&self.m, blank.m.len()),
                 v: get(&self.v, blank.v.len()),
             },
+            buffers: self.buffers.clone(),
         };
         if let Err(e) = s.synchronize() {
             self.fail("download the training state", e)
@@ -459,6 +451,7 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
+        self.buffers.clone_from(&state.buffers);
     }
 
     fn finish_local(&mut self) {

@@ -1,0 +1,217 @@
+//! Batch norm over NCHW tensors (a flat [B, C] input is C channels of one position), fused per
+//! channel: the statistics, the normalisation and the backward sums of one channel in one task,
+//! channels spread over the worker's intra-op threads (each channel's sums in a fixed order, so
+//! results do not depend on the thread count). PyTorch's definition: biased variance to
+//! normalise, unbiased for the running variance, momentum 0.1, eps 1e-5.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::nn::intraop;
+use crate::nn::simd::lane_sum;
+
+/// One batch norm's geometry: `b` samples of `c` channels of `hw` positions.
+#[derive(Clone, Copy, Debug)]
+pub struct BnGeom {
+    pub b: usize,
+    pub c: usize,
+    pub hw: usize,
+}
+
+/// A mutable buffer written by channel tasks: each task touches only its own channel's
+/// elements, which is what makes the shared access sound.
+struct Shared(AtomicPtr<f32>, usize);
+
+impl Shared {
+    fn new(s: &mut [f32]) -> Shared {
+        Shared(AtomicPtr::new(s.as_mut_ptr()), s.len())
+    }
+    /// SAFETY: the caller touches a range no other task touches while this one runs.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn range(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.1, "bn: range out of bounds");
+        std::slice::from_raw_parts_mut(self.0.load(Ordering::Relaxed).add(start), len)
+    }
+}
+
+/// Runs `f(channel)` for every channel, spread over this thread's intra-op threads.
+fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
+    let parts = intraop::threads().min(c).max(1);
+    intraop::run(parts, &|t| {
+        for ch in (t * c / parts)..((t + 1) * c / parts) {
+            f(ch);
+        }
+    });
+}
+
+/// The mean and biased variance of channel `ch` of x, summed plane by plane in order.
+fn stats(x: &[f32], g: BnGeom, ch: usize) -> (f64, f64) {
+    let n = (g.b * g.hw) as f64;
+    let plane = |i: usize| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw];
+    let mean = (0..g.b).map(|i| lane_sum(plane(i)) as f64).sum::<f64>() / n;
+    let m = mean as f32;
+    let var = (0..g.b)
+        .map(|i| plane(i).iter().map(|&v| ((v - m) * (v - m)) as f64).sum::<f64>())
+        .sum::<f64>()
+        / n;
+    (mean, var)
+}
+
+/// Training: out = (x - mean) / sqrt(var + eps) * weight + bias with the batch's statistics;
+/// saved[2C] = mean, 1/sqrt(var + eps) per channel (for backward); running[2C] = running
+/// mean, running variance, moved toward the batch's by `momentum`.
+#[allow(clippy::too_many_arguments)]
+pub fn bn_forward_train(
+    out: &mut [f32],
+    saved: &mut [f32],
+    running: &mut [f32],
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    g: BnGeom,
+    eps: f32,
+    momentum: f32,
+) {
+    let n = g.b * g.hw;
+    assert!(x.len() >= n * g.c && out.len() >= n * g.c && saved.len() >= 2 * g.c);
+    let (outs, sv, run) = (Shared::new(out), Shared::new(saved), Shared::new(running));
+    channels(g.c, &|ch| {
+        let (mean, var) = stats(x, g, ch);
+        let invstd = 1.0 / (var + eps as f64).sqrt();
+        let (scale, m) = (invstd as f32 * weight[ch], mean as f32);
+        let shift = bias[ch] - m * scale;
+        // SAFETY: channel `ch`'s planes, statistics and running entries are this task's alone
+        unsafe {
+            for i in 0..g.b {
+                let at = (i * g.c + ch) * g.hw;
+                let o = outs.range(at, g.hw);
+                for (o, &v) in o.iter_mut().zip(&x[at..at + g.hw]) {
+                    *o = v * scale + shift;
+                }
+            }
+            sv.range(ch, 1)[0] = m;
+            sv.range(g.c + ch, 1)[0] = invstd as f32;
+            let unbiased = if n > 1 { var * n as f64 / (n - 1) as f64 } else { var };
+            let rm = run.range(ch, 1);
+            rm[0] = (1.0 - momentum) * rm[0] + momentum * m;
+            let rv = run.range(g.c + ch, 1);
+            rv[0] = (1.0 - momentum) * rv[0] + momentum * unbiased as f32;
+        }
+    });
+}
+
+/// Inference: out = (x - running mean) / sqrt(running var + eps) * weight + bias.
+pub fn bn_forward_eval(
+    out: &mut [f32],
+    running: &[f32],
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    g: BnGeom,
+    eps: f32,
+) {
+    for i in 0..g.b {
+        for ch in 0..g.c {
+            let scale = weight[ch] / (running[g.c + ch] + eps).sqrt();
+            let shift = bias[ch] - running[ch] * scale;
+            let at = (i * g.c + ch) * g.hw;
+            for (o, &v) in out[at..at + g.hw].iter_mut().zip(&x[at..at + g.hw]) {
+                *o = v * scale + shift;
+            }
+        }
+    }
+}
+
+/// dx (overwritten; skipped when `None`), dweight += sum(dout * xhat), dbias += sum(dout),
+/// from the training forward's x and saved statistics.
+#[allow(clippy::too_many_arguments)]
+pub fn bn_backward(
+    dx: Option<&mut [f32]>,
+    dweight: &mut [f32],
+    dbias: &mut [f32],
+    dout: &[f32],
+    x: &[f32],
+    saved: &[f32],
+    weight: &[f32],
+    g: BnGeom,
+) {
+    let n = (g.b * g.hw) as f32;
+    let dxs = dx.map(Shared::new);
+    let (dws, dbs) = (Shared::new(dweight), Shared::new(dbias));
+    channels(g.c, &|ch| {
+        let (mean, invstd) = (saved[ch], saved[g.c + ch]);
+        let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
+        for i in 0..g.b {
+            let at = (i * g.c + ch) * g.hw;
+            let (d, xs) = (&dout[at..at + g.hw], &x[at..at + g.hw]);
+            sdy += lane_sum(d) as f64;
+            sdyx += d.iter().zip(xs).map(|(&d, &v)| (d * (v - mean)) as f64).sum::<f64>();
+        }
+        let (sdy, sdyxhat) = (sdy as f32, (sdyx * invstd as f64) as f32);
+        // SAFETY: channel `ch`'s entries are this task's alone
+        unsafe {
+            dws.range(ch, 1)[0] += sdyxhat;
+            dbs.range(ch, 1)[0] += sdy;
+            if let Some(dxs) = &dxs {
+                let k = weight[ch] * invstd / n;
+                for i in 0..g.b {
+                    let at = (i * g.c + ch) * g.hw;
+                    let dx = dxs.range(at, g.hw);
+                    for ((o, &d), &v) in dx.iter_mut().zip(&dout[at..at + g.hw]).zip(&x[at..at + g.hw]) {
+                        let xhat = (v - mean) * invstd;
+                        *o = k * (n * d - sdy - xhat * sdyxhat);
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::gradcheck::{check, dot, randn};
+    use crate::nn::rng::Rng;
+
+    #[test]
+    fn training_statistics_and_running_updates_are_pytorchs() {
+        // one channel, values 1..=4 over 2 samples of 2 positions
+        let g = BnGeom { b: 2, c: 1, hw: 2 };
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let (mut out, mut saved, mut run) = ([0.0; 4], [0.0; 2], [0.0, 1.0]);
+        bn_forward_train(&mut out, &mut saved, &mut run, &x, &[2.0], &[0.5], g, 1e-5, 0.1);
+        // mean 2.5, biased variance 1.25, unbiased 5/3
+        assert!((saved[0] - 2.5).abs() < 1e-6);
+        let inv = 1.0 / (1.25f32 + 1e-5).sqrt();
+        assert!((saved[1] - inv).abs() < 1e-5);
+        assert!((out[0] - ((1.0 - 2.5) * inv * 2.0 + 0.5)).abs() < 1e-5);
+        assert!((run[0] - 0.25).abs() < 1e-6, "{run:?}");
+        assert!((run[1] - (0.9 + 0.1 * 5.0 / 3.0)).abs() < 1e-6, "{run:?}");
+        // inference reads the running statistics
+        let mut e = [0.0; 4];
+        bn_forward_eval(&mut e, &run, &x, &[2.0], &[0.5], g, 1e-5);
+        assert!((e[3] - ((4.0 - run[0]) / (run[1] + 1e-5).sqrt() * 2.0 + 0.5)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn backward_matches_finite_differences() {
+        let g = BnGeom { b: 3, c: 2, hw: 5 };
+        let n = g.b * g.c * g.hw;
+        let mut r = Rng::new(3);
+        let mut x = randn(&mut r, n);
+        let mut w = randn(&mut r, 2);
+        let mut bias = randn(&mut r, 2);
+        let dout = randn(&mut r, n);
+        let fwd = |x: &[f32], w: &[f32], bias: &[f32]| {
+            let (mut out, mut saved, mut run) = (vec![0.0; n], vec![0.0; 4], vec![0.0; 4]);
+            bn_forward_train(&mut out, &mut saved, &mut run, x, w, bias, g, 1e-5, 0.1);
+            (out, saved)
+        };
+        let (_, saved) = fwd(&x, &w, &bias);
+        let (mut dx, mut dw, mut db) = (vec![0.0; n], vec![0.0; 2], vec![0.0; 2]);
+        bn_backward(Some(&mut dx), &mut dw, &mut db, &dout, &x, &saved, &w, g);
+        let (w0, b0, x0) = (w.clone(), bias.clone(), x.clone());
+        check("bn dx", &mut x, &dx, &mut |x| dot(&fwd(x, &w0, &b0).0, &dout));
+        check("bn dweight", &mut w, &dw, &mut |w| dot(&fwd(&x0, w, &b0).0, &dout));
+        check("bn dbias", &mut bias, &db, &mut |b| dot(&fwd(&x0, &w0, b).0, &dout));
+    }
+}

@@ -1,0 +1,218 @@
+//! Depthwise 2-D convolution over NCHW tensors (groups = channels), weights [C, 1, K, K]: each
+//! channel convolved with its own kernel, directly (it is not a matrix product: im2col would
+//! copy K*K times the image for K*K multiply-adds per output). Channels spread over the
+//! worker's intra-op threads; each channel's weight gradient summed over images in order, so
+//! results do not depend on the thread count.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::nn::grouped::ConvGeom;
+use crate::nn::intraop;
+
+/// A buffer whose planes are written by channel tasks, each only its own channel's.
+struct Planes(AtomicPtr<f32>, usize);
+
+impl Planes {
+    fn new(s: &mut [f32]) -> Planes {
+        Planes(AtomicPtr::new(s.as_mut_ptr()), s.len())
+    }
+    /// SAFETY: no other task touches `start..start + len` while this one runs.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn range(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.1, "depthwise: range out of bounds");
+        std::slice::from_raw_parts_mut(self.0.load(Ordering::Relaxed).add(start), len)
+    }
+}
+
+fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
+    let parts = intraop::threads().min(c).max(1);
+    intraop::run(parts, &|t| {
+        for ch in (t * c / parts)..((t + 1) * c / parts) {
+            f(ch);
+        }
+    });
+}
+
+/// The output columns `ox` whose input column `ox * stride - pad + kx` lies inside 0..w.
+fn valid(kx: usize, stride: usize, pad: usize, w: usize, ow: usize) -> Range<usize> {
+    // ox * stride + kx >= pad  and  ox * stride + kx < pad + w
+    let lo = pad.saturating_sub(kx).div_ceil(stride);
+    let hi = if pad + w > kx {
+        ((pad + w - kx - 1) / stride + 1).min(ow)
+    } else {
+        0
+    };
+    lo..hi.max(lo)
+}
+
+/// Calls `f(out_row, in_row, kx_taps)` for every output row `oy` and kernel row `ky` whose
+/// input row is inside the image: (oy, iy).
+fn rows(g: &ConvGeom, ky: usize, mut f: impl FnMut(usize, usize)) {
+    for oy in valid(ky, g.stride, g.pad, g.h, g.oh) {
+        f(oy, oy * g.stride + ky - g.pad);
+    }
+}
+
+/// out[B,C,OH,OW] = inp[B,C,H,W] (*) w[C,1,K,K] per channel (+ bias[C] when given).
+pub fn dwconv_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: Option<&[f32]>, b: usize, g: &ConvGeom) {
+    let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
+    assert!(inp.len() >= b * g.c * hw && out.len() >= b * g.c * ohw && w.len() >= g.c * kk);
+    let outs = Planes::new(out);
+    channels(g.c, &|ch| {
+        let wk = &w[ch * kk..(ch + 1) * kk];
+        for i in 0..b {
+            let plane = (i * g.c + ch) * hw;
+            let src = &inp[plane..plane + hw];
+            // SAFETY: plane (i, ch) is this task's alone
+            let o = unsafe { outs.range((i * g.c + ch) * ohw, ohw) };
+            o.fill(bias.map_or(0.0, |bs| bs[ch]));
+            for ky in 0..g.k {
+                rows(g, ky, |oy, iy| {
+                    let orow = &mut o[oy * g.ow..(oy + 1) * g.ow];
+                    let irow = &src[iy * g.w..(iy + 1) * g.w];
+                    for kx in 0..g.k {
+                        let wv = wk[ky * g.k + kx];
+                        let r = valid(kx, g.stride, g.pad, g.w, g.ow);
+                        let first = r.start * g.stride + kx - g.pad;
+                        if g.stride == 1 {
+                            let n = r.len();
+                            for (o, &v) in orow[r].iter_mut().zip(&irow[first..first + n]) {
+                                *o += wv * v;
+                            }
+                        } else {
+                            for (j, o) in orow[r].iter_mut().enumerate() {
+                                *o += wv * irow[first + j * g.stride];
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    });
+}
+
+/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[C,1,K,K] += d/dw, and
+/// dbias[C] += sums of dout per channel when given.
+#[allow(clippy::too_many_arguments)]
+pub fn dwconv_backward(
+    dinp: Option<&mut [f32]>,
+    dw: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    b: usize,
+    g: &ConvGeom,
+) {
+    let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
+    let dinps = dinp.map(Planes::new);
+    let dws = Planes::new(dw);
+    let dbs = dbias.map(Planes::new);
+    channels(g.c, &|ch| {
+        let wk = &w[ch * kk..(ch + 1) * kk];
+        // SAFETY: channel ch's kernel, bias and planes are this task's alone
+        let dwk = unsafe { dws.range(ch * kk, kk) };
+        let mut sum_bias = 0.0f64;
+        for i in 0..b {
+            let (ip, op) = ((i * g.c + ch) * hw, (i * g.c + ch) * ohw);
+            let (src, d) = (&inp[ip..ip + hw], &dout[op..op + ohw]);
+            sum_bias += d.iter().map(|&v| v as f64).sum::<f64>();
+            let mut din = dinps.as_ref().map(|p| unsafe { p.range(ip, hw) });
+            if let Some(din) = din.as_deref_mut() {
+                din.fill(0.0);
+            }
+            for ky in 0..g.k {
+                rows(g, ky, |oy, iy| {
+                    let drow = &d[oy * g.ow..(oy + 1) * g.ow];
+                    let irow = &src[iy * g.w..(iy + 1) * g.w];
+                    for kx in 0..g.k {
+                        let r = valid(kx, g.stride, g.pad, g.w, g.ow);
+                        let first = r.start * g.stride + kx - g.pad;
+                        let mut acc = 0.0f32;
+                        for (j, &dv) in drow[r.clone()].iter().enumerate() {
+                            acc += dv * irow[first + j * g.stride];
+                        }
+                        dwk[ky * g.k + kx] += acc;
+                        if let Some(din) = din.as_deref_mut() {
+                            let wv = wk[ky * g.k + kx];
+                            let drow_in = &mut din[iy * g.w..(iy + 1) * g.w];
+                            for (j, &dv) in drow[r].iter().enumerate() {
+                                drow_in[first + j * g.stride] += wv * dv;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        if let Some(dbs) = &dbs {
+            unsafe { dbs.range(ch, 1)[0] += sum_bias as f32 };
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::conv::{conv2d_forward, conv2d_scratch_len};
+    use crate::nn::gradcheck::{check, dot, randn};
+    use crate::nn::rng::Rng;
+    use crate::nn::window::out_size;
+
+    fn geom(c: usize, h: usize, w: usize, k: usize, stride: usize, pad: usize) -> ConvGeom {
+        let (oh, ow) = out_size(h, w, k, k, stride, pad).unwrap();
+        ConvGeom { c, h, w, oc: c, k, stride, pad, oh, ow }
+    }
+
+    /// The same as a dense convolution whose weights are zero off each channel's own.
+    #[test]
+    fn forward_equals_a_dense_convolution_with_a_diagonal_kernel() {
+        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (1, 1, 0), (5, 2, 2), (3, 3, 0)] {
+            let g = geom(3, 7, 6, k, s, p);
+            let mut r = Rng::new(k as u64 * 10 + s as u64);
+            let b = 2;
+            let x = randn(&mut r, b * 3 * 7 * 6);
+            let w = randn(&mut r, 3 * k * k);
+            let bias = randn(&mut r, 3);
+            let n = b * 3 * g.oh * g.ow;
+            let mut out = vec![0.0; n];
+            dwconv_forward(&mut out, &x, &w, Some(&bias), b, &g);
+            let mut dense = vec![0.0; 3 * 3 * k * k];
+            for c in 0..3 {
+                dense[(c * 3 + c) * k * k..(c * 3 + c + 1) * k * k]
+                    .copy_from_slice(&w[c * k * k..(c + 1) * k * k]);
+            }
+            let mut want = vec![0.0; n];
+            let mut col = vec![0.0; conv2d_scratch_len(3, k, k, g.oh, g.ow)];
+            conv2d_forward(&mut want, &x, &dense, &bias, b, 3, 7, 6, 3, k, k, s, p, &mut col);
+            for (a, e) in out.iter().zip(&want) {
+                assert!((a - e).abs() < 1e-5, "k{k} s{s} p{p}: {a} vs {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn backward_matches_finite_differences() {
+        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (2, 2, 0)] {
+            let g = geom(2, 5, 6, k, s, p);
+            let b = 2;
+            let mut r = Rng::new(5);
+            let mut x = randn(&mut r, b * 2 * 30);
+            let mut w = randn(&mut r, 2 * k * k);
+            let mut bias = randn(&mut r, 2);
+            let n = b * 2 * g.oh * g.ow;
+            let dout = randn(&mut r, n);
+            let fwd = |x: &[f32], w: &[f32], bias: &[f32]| {
+                let mut out = vec![0.0; n];
+                dwconv_forward(&mut out, x, w, Some(bias), b, &g);
+                out
+            };
+            let (mut dx, mut dw, mut db) = (vec![0.0; x.len()], vec![0.0; w.len()], vec![0.0; 2]);
+            dwconv_backward(Some(&mut dx), &mut dw, Some(&mut db), &dout, &x, &w, b, &g);
+            let (x0, w0, b0) = (x.clone(), w.clone(), bias.clone());
+            check("dw dx", &mut x, &dx, &mut |x| dot(&fwd(x, &w0, &b0), &dout));
+            check("dw dw", &mut w, &dw, &mut |w| dot(&fwd(&x0, w, &b0), &dout));
+            check("dw db", &mut bias, &db, &mut |bb| dot(&fwd(&x0, &w0, bb), &dout));
+        }
+    }
+}

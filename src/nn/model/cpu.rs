@@ -1,0 +1,392 @@
+//! The CPU's ops for the interpreter: each op on slices (`nn::grouped`, `nn::bn`,
+//! `nn::depthwise`, `nn::pool`, `nn::ops`), over buffers held in a `Workspace`.
+
+use std::mem::take;
+use std::ops::Range;
+
+use crate::nn::bn::{bn_backward, bn_forward_eval, bn_forward_train, BnGeom};
+use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
+use crate::nn::grouped;
+use crate::nn::ops::{
+    accumulate, add_forward, linear_backward, linear_forward, mul, relu6_backward, relu6_forward,
+    relu_backward, relu_forward, softmax_xent,
+};
+use crate::nn::pool::{
+    avgpool2d_backward, avgpool2d_forward, gap_backward, gap_forward, maxpool2d_padded_backward,
+    maxpool2d_padded_forward,
+};
+use crate::nn::rng::{tag, Rng};
+
+use super::interp::{self, Exec, Grad};
+use super::op::{Act, Op, BN_EPS, BN_MOMENTUM};
+use super::Model;
+
+/// Activations and their gradients per value, what each node keeps for backward (batch
+/// statistics, dropout masks, pooling winners), and scratch; grown to the largest batch seen.
+/// Value 0's activation is the batch itself, borrowed.
+#[derive(Default)]
+pub struct Workspace {
+    vals: Vec<Vec<f32>>,
+    grads: Vec<Vec<f32>>,
+    saved: Vec<Vec<f32>>,
+    argmax: Vec<Vec<u32>>,
+    conv: grouped::Scratch,
+    /// An input gradient to be added (a residual's input reached a second time).
+    acc: Vec<f32>,
+    /// The zero bias of bias-less convolutions, and where their bias gradient goes.
+    zeros: Vec<f32>,
+    sink: Vec<f32>,
+    /// Dropout's masks: this replica's seed, and training passes so far.
+    dropout_seed: u64,
+    passes: u64,
+}
+
+impl Workspace {
+    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed).
+    pub fn seed_dropout(&mut self, seed: u64) {
+        self.dropout_seed = seed;
+    }
+
+    fn ensure(&mut self, m: &Model, b: usize) {
+        let nv = m.values.len();
+        if self.vals.len() != nv {
+            self.vals = vec![Vec::new(); nv];
+            self.grads = vec![Vec::new(); nv];
+            self.saved = vec![Vec::new(); m.nodes.len()];
+            self.argmax = vec![Vec::new(); m.nodes.len()];
+        }
+        for v in 1..nv {
+            grow(&mut self.vals[v], b * m.dims[v]);
+        }
+        let mut widest_c = 0;
+        for (n, node) in m.nodes.iter().enumerate() {
+            match node.op {
+                Op::BatchNorm { c, .. } => grow(&mut self.saved[n], 2 * c),
+                Op::Dropout { .. } => grow(&mut self.saved[n], b * m.dims[node.output]),
+                Op::MaxPool(_) => {
+                    let need = b * m.dims[node.output];
+                    if self.argmax[n].len() < need {
+                        self.argmax[n].resize(need, 0);
+                    }
+                }
+                Op::Conv { g, .. } => {
+                    widest_c = widest_c.max(g.oc);
+                }
+                _ => {}
+            }
+        }
+        grow(&mut self.zeros, widest_c);
+        grow(&mut self.sink, widest_c);
+    }
+
+    fn grad(&mut self, m: &Model, v: usize, b: usize) -> Vec<f32> {
+        let mut g = take(&mut self.grads[v]);
+        grow(&mut g, b * m.dims[v]);
+        g
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// One pass's view of a replica: its parameters, gradient sums, running statistics and batch.
+pub struct Cpu<'a> {
+    pub ws: &'a mut Workspace,
+    pub params: &'a [f32],
+    /// Gradient sums over samples (accumulated); empty in evaluation.
+    pub grads: &'a mut [f32],
+    pub buffers: &'a mut [f32],
+    pub x: &'a [f32],
+    pub y: &'a [u32],
+}
+
+impl Model {
+    /// Forward + backward over one micro-batch x[B,...], y[B]. Gradients are *accumulated*
+    /// into `grads` as sums over samples (not means); batch norm's running statistics in
+    /// `buffers` move toward this batch's. Returns (loss sum, correct predictions).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        buffers: &mut [f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+    ) -> (f64, usize) {
+        ws.ensure(self, b);
+        ws.passes += 1;
+        let mut cpu = Cpu {
+            ws,
+            params,
+            grads,
+            buffers,
+            x,
+            y,
+        };
+        interp::train(self, &mut cpu, b)
+    }
+
+    /// Loss sum and correct count over x[B,...], y[B] in inference mode (running statistics),
+    /// without gradients.
+    pub fn evaluate(
+        &self,
+        params: &[f32],
+        buffers: &[f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+    ) -> (f64, usize) {
+        ws.ensure(self, b);
+        let mut running = buffers.to_vec();
+        let mut cpu = Cpu {
+            ws,
+            params,
+            grads: &mut [],
+            buffers: &mut running,
+            x,
+            y,
+        };
+        interp::evaluate(self, &mut cpu, b)
+    }
+}
+
+fn split(g: &mut [f32], w: Range<usize>, b: Range<usize>) -> (&mut [f32], &mut [f32]) {
+    debug_assert_eq!(w.end, b.start);
+    let (head, tail) = g[w.start..b.end].split_at_mut(w.len());
+    (head, tail)
+}
+
+fn bn_geom(b: usize, c: usize, hw: usize) -> BnGeom {
+    BnGeom { b, c, hw }
+}
+
+/// The value's activations over the batch (value 0: the batch itself).
+fn value<'v>(vals: &'v [Vec<f32>], x: &'v [f32], m: &Model, v: usize, b: usize) -> &'v [f32] {
+    let n = b * m.dims[v];
+    match v {
+        0 => &x[..n],
+        _ => &vals[v][..n],
+    }
+}
+
+/// A dense convolution with ReLU fuses it (group by group, in cache); other activations run after.
+fn native_act(op: &Op) -> bool {
+    matches!(op, Op::Conv { groups: 1, act: Act::Relu, .. })
+}
+
+impl Exec for Cpu<'_> {
+    fn forward(&mut self, m: &Model, n: usize, b: usize, train: bool) {
+        let node = &m.nodes[n];
+        let o = node.output;
+        let len = b * m.dims[o];
+        let ws = &mut *self.ws;
+        let mut out = take(&mut ws.vals[o]);
+        let out_s = &mut out[..len];
+        let inp = value(&ws.vals, self.x, m, node.inputs[0], b);
+        let p = self.params;
+        match node.op {
+            Op::Conv { g, groups, bias, act } => {
+                let (w, bi) = m.weight_bias(node);
+                let bias_s = if bias { &p[bi] } else { &ws.zeros[..g.oc] };
+                if groups == 1 {
+                    let relu = act == Act::Relu;
+                    grouped::conv_forward(out_s, inp, &p[w], bias_s, b, &g, relu, &mut ws.conv);
+                } else {
+                    dwconv_forward(out_s, inp, &p[w], bias.then_some(bias_s), b, &g);
+                }
+            }
+            Op::BatchNorm { c, hw, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let at = m.buffers[node.buffers.expect("batch norm has buffers")].offset;
+                let running = &mut self.buffers[at..at + 2 * c];
+                let g = bn_geom(b, c, hw);
+                match train {
+                    true => bn_forward_train(
+                        out_s, &mut ws.saved[n], running, inp, &p[w], &p[bi], g, BN_EPS, BN_MOMENTUM,
+                    ),
+                    false => bn_forward_eval(out_s, running, inp, &p[w], &p[bi], g, BN_EPS),
+                }
+            }
+            Op::Activation(_) => out_s.copy_from_slice(inp),
+            Op::Add { .. } => {
+                let other = value(&ws.vals, self.x, m, node.inputs[1], b);
+                add_forward(out_s, inp, other);
+            }
+            Op::MaxPool(win) if win.pad == 0 => grouped::pool_forward(
+                out_s,
+                &mut ws.argmax[n],
+                inp,
+                b,
+                (win.c, win.h, win.w),
+                (win.oh, win.ow),
+                win.k,
+                win.stride,
+            ),
+            Op::MaxPool(win) => maxpool2d_padded_forward(out_s, &mut ws.argmax[n], inp, b, &win),
+            Op::AvgPool(win) => avgpool2d_forward(out_s, inp, b, &win),
+            Op::GlobalAvgPool { c, hw } => gap_forward(out_s, inp, b * c, hw),
+            Op::Linear { inp: c, out: oc, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                linear_forward(out_s, inp, &p[w], &p[bi], b, c, oc);
+            }
+            Op::Dropout { p: prob } if train => {
+                let mask = &mut ws.saved[n][..len];
+                let mut rng = Rng::stream(ws.dropout_seed, tag::DROPOUT, ws.passes * 4096 + n as u64);
+                let keep = 1.0 / (1.0 - prob);
+                for v in mask.iter_mut() {
+                    *v = if rng.next_f32() < prob { 0.0 } else { keep };
+                }
+                mul(out_s, inp, mask);
+            }
+            Op::Dropout { .. } => out_s.copy_from_slice(inp),
+        }
+        if !native_act(&node.op) {
+            match node.op.act() {
+                Act::None => {}
+                Act::Relu => relu_forward(out_s),
+                Act::Relu6 => relu6_forward(out_s),
+            }
+        }
+        ws.vals[o] = out;
+    }
+
+    fn loss(&mut self, m: &Model, b: usize, grad: bool) -> (f64, usize) {
+        let o = m.output();
+        let classes = m.dims[o];
+        if !grad {
+            let logits = &self.ws.vals[o][..b * classes];
+            return softmax_xent(None, logits, self.y, b, classes);
+        }
+        let mut d = self.ws.grad(m, o, b);
+        let logits = &self.ws.vals[o][..b * classes];
+        let r = softmax_xent(Some(&mut d[..b * classes]), logits, self.y, b, classes);
+        self.ws.grads[o] = d;
+        r
+    }
+
+    fn backward(&mut self, m: &Model, n: usize, b: usize, din: &[Grad]) {
+        let node = &m.nodes[n];
+        let o = node.output;
+        let len = b * m.dims[o];
+        let mut dout = take(&mut self.ws.grads[o]);
+        let dout_s = &mut dout[..len];
+        {
+            let out = &self.ws.vals[o][..len];
+            if !native_act(&node.op) {
+                match node.op.act() {
+                    Act::None => {}
+                    Act::Relu => relu_backward(dout_s, out),
+                    Act::Relu6 => relu6_backward(dout_s, out),
+                }
+            }
+        }
+        // input gradients land in their own buffer, or in `acc` to be added to it
+        for (k, &i) in node.inputs.iter().enumerate() {
+            if k > 0 && !matches!(node.op, Op::Add { .. }) {
+                break;
+            }
+            let mut target = match din[k] {
+                Grad::Skip => None,
+                Grad::Write => Some(self.ws.grad(m, i, b)),
+                Grad::Add => {
+                    let mut acc = take(&mut self.ws.acc);
+                    grow(&mut acc, b * m.dims[i]);
+                    Some(acc)
+                }
+            };
+            let d_in = target.as_mut().map(|t| &mut t[..b * m.dims[i]]);
+            if k == 0 {
+                self.op_backward(m, n, b, dout_s, d_in);
+            } else if let Some(d) = d_in {
+                d.copy_from_slice(dout_s);
+            }
+            match (din[k], target) {
+                (Grad::Write, Some(t)) => self.ws.grads[i] = t,
+                (Grad::Add, Some(t)) => {
+                    let l = b * m.dims[i];
+                    accumulate(&mut self.ws.grads[i][..l], &t[..l]);
+                    self.ws.acc = t;
+                }
+                _ => {}
+            }
+        }
+        self.ws.grads[o] = dout;
+    }
+}
+
+impl Cpu<'_> {
+    /// Node `n`'s op backward for its first input: parameter gradients accumulated, the input's
+    /// gradient written to `d_in` (when wanted). `dout` is already masked by the activation.
+    fn op_backward(&mut self, m: &Model, n: usize, b: usize, dout: &mut [f32], d_in: Option<&mut [f32]>) {
+        let node = &m.nodes[n];
+        let ws = &mut *self.ws;
+        let inp = value(&ws.vals, self.x, m, node.inputs[0], b);
+        let p = self.params;
+        match node.op {
+            Op::Conv { g, groups, bias, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let (gw, gb) = split(self.grads, w.clone(), bi);
+                let gb = if bias { gb } else { &mut ws.sink[..g.oc] };
+                if groups == 1 {
+                    let relu_out = native_act(&node.op).then(|| &ws.vals[node.output][..dout.len()]);
+                    grouped::conv_backward(d_in, gw, gb, dout, relu_out, inp, &p[w], b, &g, &mut ws.conv);
+                } else {
+                    dwconv_backward(d_in, gw, bias.then_some(gb), dout, inp, &p[w], b, &g);
+                }
+            }
+            Op::BatchNorm { c, hw, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let (gw, gb) = split(self.grads, w.clone(), bi);
+                bn_backward(d_in, gw, gb, dout, inp, &ws.saved[n], &p[w], bn_geom(b, c, hw));
+            }
+            Op::Activation(_) | Op::Add { .. } => {
+                if let Some(d) = d_in {
+                    d.copy_from_slice(dout);
+                }
+            }
+            Op::MaxPool(win) => {
+                if let Some(d) = d_in {
+                    match win.pad {
+                        0 => grouped::pool_backward(
+                            d,
+                            dout,
+                            &ws.argmax[n],
+                            b,
+                            (win.c, win.h, win.w),
+                            (win.oh, win.ow),
+                            win.k,
+                            win.stride,
+                        ),
+                        _ => maxpool2d_padded_backward(d, dout, &ws.argmax[n], b, &win),
+                    }
+                }
+            }
+            Op::AvgPool(win) => {
+                if let Some(d) = d_in {
+                    avgpool2d_backward(d, dout, b, &win);
+                }
+            }
+            Op::GlobalAvgPool { c, hw } => {
+                if let Some(d) = d_in {
+                    gap_backward(d, dout, b * c, hw);
+                }
+            }
+            Op::Linear { inp: c, out: oc, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let (gw, gb) = split(self.grads, w.clone(), bi);
+                linear_backward(d_in, gw, gb, dout, inp, &p[w], b, c, oc);
+            }
+            Op::Dropout { .. } => {
+                if let Some(d) = d_in {
+                    mul(d, dout, &ws.saved[n][..dout.len()]);
+                }
+            }
+        }
+    }
+}
