@@ -20,7 +20,8 @@ const WD: f32 = 0.01;
 
 /// The model in f64, from the definitions: returns (mean loss, gradient of the mean loss).
 fn reference_grad(m: &Model, p: &[f64], x: &[f32], y: &[u32], b: usize) -> (f64, Vec<f64>) {
-    let layers = m.layers();
+    // an MLP: one linear node per layer, ReLU fused on all but the last
+    let layers = m.nodes.len();
     let mut acts: Vec<Vec<f64>> = vec![x.iter().map(|&v| v as f64).collect()];
     for l in 0..layers {
         let (c, oc) = (m.dims[l], m.dims[l + 1]);
@@ -30,7 +31,7 @@ fn reference_grad(m: &Model, p: &[f64], x: &[f32], y: &[u32], b: usize) -> (f64,
             for j in 0..oc {
                 let mut s = p[bias + j];
                 for i in 0..c {
-                    s += acts[l][r * c + i] * p[w + i * oc + j];
+                    s += acts[l][r * c + i] * p[w + j * c + i];
                 }
                 out[r * oc + j] = if l + 1 < layers { s.max(0.0) } else { s };
             }
@@ -60,8 +61,8 @@ fn reference_grad(m: &Model, p: &[f64], x: &[f32], y: &[u32], b: usize) -> (f64,
                 let dj = d[r * oc + j];
                 g[bias + j] += dj;
                 for i in 0..c {
-                    g[w + i * oc + j] += acts[l][r * c + i] * dj;
-                    dprev[r * c + i] += p[w + i * oc + j] * dj;
+                    g[w + j * c + i] += acts[l][r * c + i] * dj;
+                    dprev[r * c + i] += p[w + j * c + i] * dj;
                 }
             }
         }
@@ -135,6 +136,7 @@ fn trains_like_the_reference(
         let state = TrainState {
             params: params.clone(),
             opt: OptState::new(kind, model.n_params),
+            buffers: Vec::new(),
         };
         let mut replica = make(model.clone(), kind, state.clone());
         let mut coll = LocalCollective::group(1).pop().unwrap();
@@ -235,6 +237,7 @@ fn moves_to_and_from_the_host(
     let state = TrainState {
         params: model.init_params(4),
         opt: OptState::new(kind, model.n_params),
+        buffers: Vec::new(),
     };
     let mut replica = make(model.clone(), kind, state);
     let (mut grads, mut params) = (Vec::new(), Vec::new());
@@ -364,6 +367,7 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
         let state = TrainState {
             params: model.init_params(6),
             opt: OptState::new(kind, model.n_params),
+            buffers: Vec::new(),
         };
         let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
         let mut gpu = CudaReplica::open(

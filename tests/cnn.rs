@@ -86,14 +86,14 @@ fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
     first.final_checkpoint = true;
     let half = run(first);
     let ckpt = half.last_checkpoint.clone().expect("final checkpoint");
-    // PyTorch's names and layout for the convolutions
+    // PyTorch's names and layouts (nn.Linear's weight is [out, in])
     let bytes = std::fs::read(ckpt.join("model.safetensors")).unwrap();
     let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let shape = |name: &str| tensors.tensor(name).unwrap().shape().to_vec();
     assert_eq!(shape("conv.0.weight"), [4, 2, 3, 3]);
     assert_eq!(shape("conv.0.bias"), [4]);
     assert_eq!(shape("conv.2.weight"), [6, 4, 2, 2]);
-    assert_eq!(shape("dense.3.weight"), [6, 8]);
+    assert_eq!(shape("dense.3.weight"), [8, 6]);
     let mut second = small_cnn(2, 8, 2 * k, dir.path());
     second.resume = Some(ckpt);
     let rest = run(second);

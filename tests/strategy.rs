@@ -114,6 +114,7 @@ fn by_hand(cfg: &RunConfig, ranks: usize, every: u64, steps: u64, moments: bool)
     let init = TrainState {
         params: model.init_params(cfg.seed),
         opt: OptState::new(cfg.optimizer, model.n_params),
+        buffers: model.init_buffers(),
     };
     let sharding = Sharding {
         per_replica: cfg.batch_per_replica,
@@ -155,6 +156,7 @@ fn by_hand(cfg: &RunConfig, ranks: usize, every: u64, steps: u64, moments: bool)
             r.import(&TrainState {
                 params: params.clone(),
                 opt,
+                buffers: s.buffers.clone(),
             });
         }
     };

@@ -159,4 +159,12 @@ impl Replica for CpuReplica {
     fn params_from_host(&mut self, params: &[f32]) {
         self.params.copy_from_slice(params);
     }
+
+    fn buffers(&self) -> Vec<f32> {
+        self.buffers.clone()
+    }
+
+    fn set_buffers(&mut self, buffers: &[f32]) {
+        self.buffers.copy_from_slice(buffers);
+    }
 }

@@ -74,6 +74,10 @@ pub trait Replica {
     fn params_to_host(&mut self, out: &mut Vec<f32>);
     /// Replaces the parameters with `params` from the host; the optimizer state stays.
     fn params_from_host(&mut self, params: &[f32]);
+    /// The model's buffers (batch norm's running statistics, `Model::n_buffers` floats).
+    fn buffers(&self) -> Vec<f32>;
+    /// Replaces the model's buffers.
+    fn set_buffers(&mut self, buffers: &[f32]);
     /// Takes the training and validation sets onto the device when they fit there beside the
     /// buffers of micro-batches of `rows` rows, so that micro-batches can come as row numbers
     /// alone (`MicroBatch::rows`, `x` empty) and validation as a range (`evaluate_held`):

@@ -65,7 +65,7 @@ fn rejects_other_shapes_optimizers_and_damaged_files() {
     let other = Model::mlp(4, &[5], 2);
     let e = read(&p, &other, "adam").unwrap_err().to_string();
     assert!(
-        e.contains("4-3-2") && e.contains("4-5-2") && e.contains("--model"),
+        e.contains("4-3-3-2") && e.contains("4-5-2") && e.contains("--model"),
         "{e}"
     );
     let e = read(&p, &model, "sgd").unwrap_err().to_string();

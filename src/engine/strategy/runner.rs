@@ -42,6 +42,8 @@ pub struct Runner {
     host: Vec<f32>,
     /// The step after which the ranks last held one model.
     synced_at: u64,
+    /// The step after which batch norm's running statistics were last averaged.
+    buffers_at: Option<u64>,
 }
 
 impl Runner {
@@ -57,6 +59,7 @@ impl Runner {
             store,
             host: Vec::new(),
             synced_at: start,
+            buffers_at: None,
         }
     }
 
@@ -123,7 +126,8 @@ impl Runner {
     }
 
     /// Makes the ranks one model now, off the schedule (local SGD before a checkpoint, a
-    /// validation or the end of the run); every rank must call it at the same step.
+    /// validation or the end of the run), batch norm's running statistics included; every rank
+    /// must call it at the same step.
     pub fn sync_now(
         &mut self,
         replica: &mut dyn Replica,
@@ -137,6 +141,10 @@ impl Runner {
             }
         }
         self.synced_at = step;
+        if self.buffers_at != Some(step) {
+            average_buffers(replica, coll)?;
+            self.buffers_at = Some(step);
+        }
         Ok(moved)
     }
 
@@ -148,4 +156,19 @@ impl Runner {
             None => replica.export(),
         }
     }
+}
+
+/// Batch norm's running statistics averaged over the replicas (each has normalised its own
+/// batches since the last time; with `--sync-bn` they are the same already).
+fn average_buffers(replica: &mut dyn Replica, coll: &mut dyn Collective) -> Result<(), CollectiveError> {
+    let mut buffers = replica.buffers();
+    let n = coll.world_size();
+    if buffers.is_empty() || n == 1 {
+        return Ok(());
+    }
+    coll.all_reduce_sum(&mut buffers)?;
+    let inv = 1.0 / n as f32;
+    buffers.iter_mut().for_each(|b| *b *= inv);
+    replica.set_buffers(&buffers);
+    Ok(())
 }

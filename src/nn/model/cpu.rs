@@ -47,6 +47,11 @@ impl Workspace {
         self.dropout_seed = seed;
     }
 
+    /// The logits of the last pass over `b` samples.
+    pub fn logits(&self, m: &Model, b: usize) -> &[f32] {
+        &self.vals[m.output()][..b * m.classes()]
+    }
+
     fn ensure(&mut self, m: &Model, b: usize) {
         let nv = m.values.len();
         if self.vals.len() != nv {

@@ -183,12 +183,23 @@ impl Model {
         let mut p = vec![0.0; self.n_params];
         let mut rng = Rng::stream(seed, tag::INIT, 0);
         for (t, init) in self.tensors.iter().zip(&self.inits) {
-            for v in &mut p[t.range()] {
-                *v = match *init {
-                    Init::Uniform(b) => rng.uniform(-b, b),
-                    Init::Normal(std) => rng.normal() * std,
-                    Init::Const(c) => c,
-                };
+            let mut draw = || match *init {
+                Init::Uniform(b) => rng.uniform(-b, b),
+                Init::Normal(std) => rng.normal() * std,
+                Init::Const(c) => c,
+            };
+            let dst = &mut p[t.range()];
+            match t.shape[..] {
+                // a linear weight [out, in] drawn input-major, as this program laid it out
+                // before it took PyTorch's layout: the same seed still gives the same network
+                [out, inp] => {
+                    for i in 0..inp {
+                        for o in 0..out {
+                            dst[o * inp + i] = draw();
+                        }
+                    }
+                }
+                _ => dst.iter_mut().for_each(|v| *v = draw()),
             }
         }
         p

@@ -468,6 +468,12 @@ impl Replica for CudaReplica {
     fn params_from_host(&mut self, params: &[f32]) {
         self.params_in(params)
     }
+    fn buffers(&self) -> Vec<f32> {
+        self.buffers.clone()
+    }
+    fn set_buffers(&mut self, buffers: &[f32]) {
+        self.buffers.copy_from_slice(buffers);
+    }
     fn hold_data(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
         self.hold(train, val, rows)
     }
