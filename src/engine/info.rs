@@ -25,9 +25,13 @@ pub struct RunInfo {
     pub device_note: Option<String>,
     pub data: String,
     pub model: String,
-    /// A convolutional model's layers, `conv 1x28x28 -> 32x26x26 (320 params)` (none for MLPs).
+    /// A convolutional model's ops with their shapes, parameters and FLOPs (none for MLPs).
     pub layers: Vec<String>,
     pub params: usize,
+    /// Forward FLOPs per sample (a training step is about 3x).
+    pub flops: u64,
+    /// What the model's start-up lines say besides (its stem, its batch norm across replicas).
+    pub model_notes: Vec<String>,
     pub per_replica: usize,
     pub grad_accum: usize,
     /// The base LR the run starts with, and how it was chosen when not given.
@@ -82,6 +86,8 @@ impl RunInfo {
                 false => model.layer_lines(),
             },
             params: model.n_params,
+            flops: model.flops_per_sample(),
+            model_notes: model_notes(model, ranks),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
             batch_note: start.batch_note.clone(),
@@ -155,4 +161,21 @@ impl RunInfo {
     pub fn steps_per_epoch(&self) -> u64 {
         self.train_samples.div_ceil(self.sharding().global_batch()) as u64
     }
+}
+
+/// The stem a preset chose; how batch norm and dropout behave across replicas.
+fn model_notes(model: &Model, ranks: usize) -> Vec<String> {
+    let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
+    if model.has_batch_norm() && ranks > 1 {
+        notes.push(
+            "batch norm: each replica normalises over its own batch (as PyTorch DDP and TF \
+             MirroredStrategy do), so N ranks differ slightly from 1 rank with the global batch; \
+             running statistics are averaged across replicas at every validation and checkpoint"
+                .into(),
+        );
+    }
+    if model.has_dropout() && ranks > 1 {
+        notes.push("dropout: each replica draws its own masks".into());
+    }
+    notes
 }

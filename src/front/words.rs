@@ -58,8 +58,14 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         lines.push(format!("note: {note}"));
     }
     lines.push(format!("data: {}", info.data));
-    lines.push(format!("model: {}, {} parameters", info.model, info.params));
+    lines.push(format!(
+        "model: {}, {} parameters, {} per sample forward",
+        info.model,
+        info.params,
+        crate::nn::model::flops_text(info.flops)
+    ));
     lines.extend(info.layers.iter().map(|l| format!("  {l}")));
+    lines.extend(info.model_notes.iter().map(|n| format!("  note: {n}")));
     let budget = match info.budget {
         Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
         Budget::Steps(s) => format!("{s} steps"),

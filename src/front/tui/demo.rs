@@ -39,6 +39,8 @@ fn cpu_info(devices: usize) -> RunInfo {
         resumed_from: None,
         run_dir: None,
         layers: Vec::new(),
+        flops: 19_200,
+        model_notes: Vec::new(),
         cores: 64,
         threads_per_worker: 1,
         injected: vec![None; devices],

@@ -180,6 +180,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .and_then(Value::as_str)
             .map(PathBuf::from),
         layers: Vec::new(),
+        flops: uint(v, "flops_per_sample").unwrap_or(0),
+        model_notes: Vec::new(),
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),

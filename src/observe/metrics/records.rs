@@ -57,6 +57,7 @@ pub fn run(info: &RunInfo) -> Value {
         "type": "run", "schema": SCHEMA, "name": info.name,
         "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
         "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
+        "flops_per_sample": info.flops,
         "per_replica": info.per_replica, "grad_accum": info.grad_accum,
         "train_samples": info.train_samples, "val_samples": info.val_samples,
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
