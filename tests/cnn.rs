@@ -134,3 +134,45 @@ fn the_defaults_learn_the_digits_with_a_small_cnn() {
     let acc = r.best_val_accuracy.expect("validation ran");
     assert!(acc >= 0.97, "val accuracy {acc}");
 }
+
+#[test]
+fn a_batch_norm_model_resumes_with_its_running_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let bn = |steps: u64| RunConfig {
+        model: "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap(),
+        // validation every epoch: the replicas' running statistics averaged, then used; 240
+        // training samples, so that every rank updates its statistics at every step
+        val_fraction: 0.2,
+        data: DataSpec::SyntheticImages {
+            n: 300,
+            c: 2,
+            h: 7,
+            w: 6,
+            k: 4,
+        },
+        ..small_cnn(2, 8, steps, dir.path())
+    };
+    let k = 23; // mid-epoch
+    let straight = run(bn(2 * k));
+    let mut first = bn(k);
+    first.final_checkpoint = true;
+    let half = run(first);
+    let ckpt = half.last_checkpoint.clone().expect("final checkpoint");
+    let bytes = std::fs::read(ckpt.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let var = tensors.tensor("basic.3.bn2.running_var").unwrap();
+    assert_eq!(var.shape(), [6]);
+    let mut second = bn(2 * k);
+    second.resume = Some(ckpt);
+    let rest = run(second);
+    assert_eq!(&straight.losses[..k as usize], &half.losses[..]);
+    // training losses do not read the running statistics: the same to the bit
+    assert_eq!(&straight.losses[k as usize..], &rest.losses[..]);
+    assert_eq!(straight.state.params, rest.state.params);
+    // averaging the replicas' statistics at the checkpoint commutes with their updates: the
+    // same numbers, up to rounding
+    assert!(!rest.state.buffers.is_empty());
+    let d = max_rel_diff(&straight.state.buffers, &rest.state.buffers);
+    assert!(d <= 1e-5, "running statistics differ by {d:e}");
+    assert_ne!(rest.state.buffers, half.state.buffers, "the statistics moved after the resume");
+}

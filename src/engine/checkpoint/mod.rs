@@ -21,7 +21,7 @@ mod lock;
 
 pub use lock::{holder, lock, DirLock, LOCK_FILE};
 
-pub const FORMAT: &str = "mgtop-checkpoint/1";
+pub const FORMAT: &str = "mgtop-checkpoint/2";
 const WEIGHTS: &str = "model.safetensors";
 const STATE: &str = "state.json";
 /// `state.json` is a few KiB; anything far larger is not one.
@@ -217,6 +217,11 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
         .map_err(|e| corrupt(format!("{STATE}: {e}")))?;
     let meta: CheckpointMeta =
         serde_json::from_slice(&json).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
+    if meta.format == "mgtop-checkpoint/1" {
+        return Err(corrupt(
+            "it was written by an older mgtop-train (format mgtop-checkpoint/1, linear weights [in, out]); this one reads mgtop-checkpoint/2 (PyTorch's [out, in]): start a new run, or resume it with the version that wrote it".into(),
+        ));
+    }
     if meta.format != FORMAT {
         return Err(corrupt(format!("format `{}` is not {FORMAT}", meta.format)));
     }

@@ -204,3 +204,21 @@ fn damaged_optimizer_moments_are_refused_naming_them() {
         assert!(e.contains(says), "{which}={value}: {e}");
     }
 }
+
+#[test]
+fn damaged_running_statistics_and_the_old_format_are_refused() {
+    let (model, state, mut meta) = sample();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bad = state.clone();
+    // the running variance of `bn.1` (mean first, then variance)
+    bad.buffers[4] = -2.0;
+    let p = write(dir.path(), &model, &bad, &meta).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("running statistics") && e.contains("negative variances"), "{e}");
+    // a checkpoint of the layout before PyTorch's linear weights
+    meta.format = "mgtop-checkpoint/1".into();
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("older mgtop-train") && e.contains("start a new run"), "{e}");
+}

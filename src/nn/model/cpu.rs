@@ -123,6 +123,11 @@ impl Model {
         y: &[u32],
         b: usize,
     ) -> (f64, usize) {
+        // a rank's share of a short last batch can be empty: nothing to learn, and batch norm
+        // has no statistics to take from it
+        if b == 0 {
+            return (0.0, 0);
+        }
         ws.ensure(self, b);
         ws.passes += 1;
         let mut cpu = Cpu {
@@ -147,6 +152,9 @@ impl Model {
         y: &[u32],
         b: usize,
     ) -> (f64, usize) {
+        if b == 0 {
+            return (0.0, 0);
+        }
         ws.ensure(self, b);
         let mut running = buffers.to_vec();
         let mut cpu = Cpu {
