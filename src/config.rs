@@ -152,6 +152,8 @@ pub struct RunConfig {
     pub calibrate: bool,
     /// Cut the global batch among ranks in proportion to their measured speed.
     pub rebalance: bool,
+    /// Batch norm's statistics over the global batch (`--sync-bn`).
+    pub sync_bn: bool,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
@@ -195,6 +197,7 @@ impl Default for RunConfig {
             slow_rank: None,
             slow_data: None,
             rebalance: false,
+            sync_bn: false,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),

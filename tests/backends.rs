@@ -179,7 +179,7 @@ fn trains_like_the_reference(
                 true => replica.evaluate_held(0, b).expect("a held validation set"),
                 false => replica.evaluate(&x, &y, b),
             };
-            replica.compute_grads(&micro);
+            replica.compute_grads(&micro, None);
             replica.all_reduce_grads(&mut coll).unwrap();
             let got = replica.batch_metrics();
             assert_eq!(got.samples, b as f64, "{name} {kind}");
@@ -244,7 +244,7 @@ fn moves_to_and_from_the_host(
     for round in 0..4u64 {
         let put = model.init_params(10 + round);
         replica.params_from_host(&put);
-        replica.compute_grads(&micro);
+        replica.compute_grads(&micro, None);
         replica.finish_local();
         replica.grads_to_host(&mut grads);
         assert_eq!(grads.len(), model.n_params + 3, "{name} round {round}");
@@ -384,7 +384,7 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
             for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
                 let (eval, _) = r.evaluate(&x, &y, b);
                 let mut coll = LocalCollective::group(1).pop().unwrap();
-                r.compute_grads(&micro);
+                r.compute_grads(&micro, None);
                 r.all_reduce_grads(&mut coll).unwrap();
                 losses.push((eval, r.batch_metrics().loss_sum));
                 r.apply_update(LR);

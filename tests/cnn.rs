@@ -176,3 +176,40 @@ fn a_batch_norm_model_resumes_with_its_running_statistics() {
     assert!(d <= 1e-5, "running statistics differ by {d:e}");
     assert_ne!(rest.state.buffers, half.state.buffers, "the statistics moved after the resume");
 }
+
+#[test]
+fn sync_batch_norm_makes_n_ranks_equal_one_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    for optimizer in [OptimizerKind::Sgd, OptimizerKind::Adam] {
+        for n in [2, 3] {
+            let b = 8;
+            // 301 samples: each epoch ends with a short batch, some ranks' shares empty
+            let multi = RunConfig {
+                model: "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap(),
+                sync_bn: true,
+                optimizer,
+                lr: Some(if optimizer == OptimizerKind::Sgd { 0.05 } else { 1e-3 }),
+                ..small_cnn(n, b, 40, dir.path())
+            };
+            let mut single = multi.clone();
+            single.devices = DeviceSpec::Cpu(1);
+            single.batch_per_replica = n * b;
+            let (a, one) = (run(multi), run(single));
+            let what = format!("sync-bn {optimizer} n={n}");
+            same_run(&a, &one, &what);
+            let d = max_rel_diff(&a.state.buffers, &one.state.buffers);
+            assert!(d <= 1e-5, "{what}: running statistics differ by {d:e}");
+        }
+    }
+    // without it, each replica normalises over its own batch: not the one-rank run
+    let own = small_cnn(2, 8, 40, dir.path());
+    let own = RunConfig {
+        model: "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap(),
+        ..own
+    };
+    let mut single = own.clone();
+    single.devices = DeviceSpec::Cpu(1);
+    single.batch_per_replica = 16;
+    let d = max_rel_diff(&run(own).state.params, &run(single).state.params);
+    assert!(d > 1e-4, "per-replica statistics differ from the global batch's ({d:e})");
+}

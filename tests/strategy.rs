@@ -163,7 +163,7 @@ fn by_hand(cfg: &RunConfig, ranks: usize, every: u64, steps: u64, moments: bool)
     for step in 1..=steps {
         for (l, r) in loaders.iter_mut().zip(replicas.iter_mut()) {
             let batch = l.next_batch();
-            r.compute_grads(&batch.micro);
+            r.compute_grads(&batch.micro, None);
             r.apply_update(lr);
         }
         if step % every == 0 || step == steps {

@@ -3,7 +3,7 @@
 use super::{BatchMetrics, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
-use crate::nn::model::{Model, Workspace};
+use crate::nn::model::{Model, SumAcross, Workspace};
 use crate::nn::optim::{self, OptState, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
@@ -46,6 +46,18 @@ impl CpuReplica {
     }
 }
 
+/// Sync batch norm's sums through the run's collective. A failed exchange (a lost peer) has no
+/// way back through the interpreter: the rank fails with it, as the engine reports.
+struct Across<'a, 'c>(&'a mut (dyn Collective + 'c));
+
+impl SumAcross for Across<'_, '_> {
+    fn sum(&mut self, v: &mut Vec<f32>) {
+        if let Err(e) = self.0.all_reduce_sum(v) {
+            panic!("sync batch norm: {e}")
+        }
+    }
+}
+
 /// Optimizer moments of parameters whose gradient is zero (dead ReLUs) decay geometrically into
 /// subnormal floats, which x86 cores process ~100x slower: without this, a run slows down
 /// several-fold after ~1000 steps. Flush-to-zero / denormals-are-zero is what PyTorch's
@@ -63,12 +75,13 @@ fn flush_denormals_on_this_thread() {
 }
 
 impl Replica for CpuReplica {
-    fn compute_grads(&mut self, micro: &[MicroBatch]) {
+    fn compute_grads(&mut self, micro: &[MicroBatch], mut sync: Option<&mut dyn Collective>) {
         self.grads.iter_mut().for_each(|g| *g = 0.0);
         let n = self.model.n_params;
         let (mut loss, mut correct, mut samples) = (0.0f64, 0usize, 0usize);
         for mb in micro {
-            let (l, c) = self.model.forward_backward(
+            let mut across = sync.as_deref_mut().map(Across);
+            let (l, c) = self.model.forward_backward_synced(
                 &self.params,
                 &mut self.grads[..n],
                 &mut self.buffers,
@@ -76,6 +89,7 @@ impl Replica for CpuReplica {
                 &mb.x,
                 &mb.y,
                 mb.n,
+                across.as_mut().map(|a| a as &mut dyn SumAcross),
             );
             loss += l;
             correct += c;

@@ -45,7 +45,9 @@ pub struct DeviceTimes {
 /// A replica of the model on one device. Each worker thread owns exactly one.
 pub trait Replica {
     /// Zeroes the gradients, then forward + backward over every micro-batch (accumulating).
-    fn compute_grads(&mut self, micro: &[MicroBatch]);
+    /// With `sync` (`--sync-bn`), batch norm takes its statistics over every replica's
+    /// micro-batch through it: every replica must then call this with as many micro-batches.
+    fn compute_grads(&mut self, micro: &[MicroBatch], sync: Option<&mut dyn Collective>);
     /// Sums gradients (and batch metrics) across ranks.
     fn all_reduce_grads(
         &mut self,

@@ -291,6 +291,10 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default)]
     pub rebalance: bool,
+    /// Batch norm over the global batch: each batch norm's statistics summed across the replicas (so N ranks train as 1 rank with the global batch), instead of each replica normalising over its own batch (PyTorch DDP's and TF MirroredStrategy's default).
+    #[arg(long)]
+    #[serde(default)]
+    pub sync_bn: bool,
     /// How ranks share what they learn: mirrored (all-reduce gradients every step) | central-storage (one copy of the parameters and optimizer state on the host; devices get parameters and send gradients each step) | local-sgd:H[,moments] (each rank takes H steps alone, then the ranks average parameters [and optimizer moments])  [default: mirrored]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,

@@ -53,7 +53,7 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             strategy,
@@ -169,6 +169,7 @@ impl TrainArgs {
             slow_data,
             stall_timeout,
             rebalance: args.rebalance,
+            sync_bn: args.sync_bn,
             calibrate: args.calibrate,
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,

@@ -87,7 +87,7 @@ impl RunInfo {
             },
             params: model.n_params,
             flops: model.flops_per_sample(),
-            model_notes: model_notes(model, ranks),
+            model_notes: model_notes(model, ranks, cfg.sync_bn),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
             batch_note: start.batch_note.clone(),
@@ -164,13 +164,20 @@ impl RunInfo {
 }
 
 /// The stem a preset chose; how batch norm and dropout behave across replicas.
-fn model_notes(model: &Model, ranks: usize) -> Vec<String> {
+fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
-    if model.has_batch_norm() && ranks > 1 {
+    if model.has_batch_norm() && ranks > 1 && sync_bn {
+        notes.push(
+            "batch norm: statistics over the global batch (--sync-bn: summed across the replicas \
+             at every batch norm, so N ranks train as 1 rank with the global batch)"
+                .into(),
+        );
+    } else if model.has_batch_norm() && ranks > 1 {
         notes.push(
             "batch norm: each replica normalises over its own batch (as PyTorch DDP and TF \
              MirroredStrategy do), so N ranks differ slightly from 1 rank with the global batch; \
-             running statistics are averaged across replicas at every validation and checkpoint"
+             running statistics are averaged across replicas at every validation and checkpoint; \
+             --sync-bn for statistics over the global batch"
                 .into(),
         );
     }

@@ -164,6 +164,7 @@ pub(super) fn meet(
             // flags that decide which exchanges a step makes, or the numbers it computes
             ("--log-every".into(), cfg.log_every.to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
+            ("--sync-bn".into(), cfg.sync_bn.to_string()),
             (
                 "--checkpoint-every".into(),
                 format!("{:?}", cfg.checkpoint_every),

@@ -33,6 +33,20 @@ impl Shared {
     }
 }
 
+/// Per-channel f64 results written by channel tasks, each only its own entries.
+struct Shared64(AtomicPtr<f64>, usize);
+
+impl Shared64 {
+    fn new(s: &mut [f64]) -> Shared64 {
+        Shared64(AtomicPtr::new(s.as_mut_ptr()), s.len())
+    }
+    /// SAFETY: no other task writes entry `i` while this one runs.
+    unsafe fn set(&self, i: usize, v: f64) {
+        assert!(i < self.1, "bn: entry out of bounds");
+        *self.0.load(Ordering::Relaxed).add(i) = v;
+    }
+}
+
 /// Runs `f(channel)` for every channel, spread over this thread's intra-op threads.
 fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
     let parts = intraop::threads().min(c).max(1);
@@ -43,22 +57,49 @@ fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
     });
 }
 
-/// The mean and biased variance of channel `ch` of x, summed plane by plane in order.
-fn stats(x: &[f32], g: BnGeom, ch: usize) -> (f64, f64) {
-    let n = (g.b * g.hw) as f64;
-    let plane = |i: usize| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw];
-    let mean = (0..g.b).map(|i| lane_sum(plane(i)) as f64).sum::<f64>() / n;
-    let m = mean as f32;
-    let var = (0..g.b)
-        .map(|i| plane(i).iter().map(|&v| ((v - m) * (v - m)) as f64).sum::<f64>())
-        .sum::<f64>()
-        / n;
-    (mean, var)
+/// Per-channel sums of x (`dev` None) or of (x - dev[c])^2, plane by plane in order, in f64.
+pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
+    let mut out = vec![0.0f64; g.c];
+    let sums = Shared64::new(&mut out);
+    channels(g.c, &|ch| {
+        let plane = |i: usize| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw];
+        let s = match dev {
+            None => (0..g.b).map(|i| lane_sum(plane(i)) as f64).sum::<f64>(),
+            Some(m) => {
+                let m = m[ch] as f32;
+                (0..g.b)
+                    .map(|i| plane(i).iter().map(|&v| ((v - m) * (v - m)) as f64).sum::<f64>())
+                    .sum()
+            }
+        };
+        // SAFETY: entry `ch` is this task's alone
+        unsafe { sums.set(ch, s) };
+    });
+    out
 }
 
-/// Training: out = (x - mean) / sqrt(var + eps) * weight + bias with the batch's statistics;
-/// saved[2C] = mean, 1/sqrt(var + eps) per channel (for backward); running[2C] = running
-/// mean, running variance, moved toward the batch's by `momentum`.
+/// The per-channel statistics of a batch: means, biased variances and the count they are over.
+#[derive(Clone, Debug)]
+pub struct BnStats {
+    pub mean: Vec<f64>,
+    pub var: Vec<f64>,
+    pub n: f64,
+}
+
+impl BnStats {
+    /// This batch's own statistics (two passes: the mean, then the squared deviations).
+    pub fn of(x: &[f32], g: BnGeom) -> BnStats {
+        let n = (g.b * g.hw) as f64;
+        let mean: Vec<f64> = channel_sums(x, g, None).iter().map(|s| s / n).collect();
+        let var = channel_sums(x, g, Some(&mean)).iter().map(|s| s / n).collect();
+        BnStats { mean, var, n }
+    }
+}
+
+/// Training, with the batch's statistics `st` (this replica's, or the global batch's):
+/// out = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] = mean, 1/sqrt(var + eps)
+/// per channel (for backward); running[2C] = running mean, running variance (unbiased),
+/// moved toward the batch's by `momentum`.
 #[allow(clippy::too_many_arguments)]
 pub fn bn_forward_train(
     out: &mut [f32],
@@ -68,37 +109,36 @@ pub fn bn_forward_train(
     weight: &[f32],
     bias: &[f32],
     g: BnGeom,
+    st: &BnStats,
     eps: f32,
     momentum: f32,
 ) {
     let n = g.b * g.hw;
     assert!(x.len() >= n * g.c && out.len() >= n * g.c && saved.len() >= 2 * g.c);
-    let (outs, sv, run) = (Shared::new(out), Shared::new(saved), Shared::new(running));
+    let outs = Shared::new(out);
+    for ch in 0..g.c {
+        let invstd = 1.0 / (st.var[ch] + eps as f64).sqrt();
+        saved[ch] = st.mean[ch] as f32;
+        saved[g.c + ch] = invstd as f32;
+        let unbiased = if st.n > 1.0 { st.var[ch] * st.n / (st.n - 1.0) } else { st.var[ch] };
+        running[ch] = (1.0 - momentum) * running[ch] + momentum * st.mean[ch] as f32;
+        running[g.c + ch] = (1.0 - momentum) * running[g.c + ch] + momentum * unbiased as f32;
+    }
+    let saved = &*saved;
     channels(g.c, &|ch| {
-        let (mean, var) = stats(x, g, ch);
-        let invstd = 1.0 / (var + eps as f64).sqrt();
-        let (scale, m) = (invstd as f32 * weight[ch], mean as f32);
+        let (m, invstd) = (saved[ch], saved[g.c + ch]);
+        let scale = invstd * weight[ch];
         let shift = bias[ch] - m * scale;
-        // SAFETY: channel `ch`'s planes, statistics and running entries are this task's alone
-        unsafe {
-            for i in 0..g.b {
-                let at = (i * g.c + ch) * g.hw;
-                let o = outs.range(at, g.hw);
-                for (o, &v) in o.iter_mut().zip(&x[at..at + g.hw]) {
-                    *o = v * scale + shift;
-                }
+        for i in 0..g.b {
+            let at = (i * g.c + ch) * g.hw;
+            // SAFETY: channel `ch`'s planes are this task's alone
+            let o = unsafe { outs.range(at, g.hw) };
+            for (o, &v) in o.iter_mut().zip(&x[at..at + g.hw]) {
+                *o = v * scale + shift;
             }
-            sv.range(ch, 1)[0] = m;
-            sv.range(g.c + ch, 1)[0] = invstd as f32;
-            let unbiased = if n > 1 { var * n as f64 / (n - 1) as f64 } else { var };
-            let rm = run.range(ch, 1);
-            rm[0] = (1.0 - momentum) * rm[0] + momentum * m;
-            let rv = run.range(g.c + ch, 1);
-            rv[0] = (1.0 - momentum) * rv[0] + momentum * unbiased as f32;
         }
     });
 }
-
 /// Inference: out = (x - running mean) / sqrt(running var + eps) * weight + bias.
 pub fn bn_forward_eval(
     out: &mut [f32],
@@ -121,8 +161,33 @@ pub fn bn_forward_eval(
     }
 }
 
-/// dx (overwritten; skipped when `None`), dweight += sum(dout * xhat), dbias += sum(dout),
-/// from the training forward's x and saved statistics.
+/// Per-channel sums of dout and of dout * (x - mean), [2C], in f64: what the input gradient
+/// needs from the whole batch (summed across replicas under sync batch norm).
+pub fn bn_grad_sums(dout: &[f32], x: &[f32], saved: &[f32], g: BnGeom) -> Vec<f64> {
+    let mut out = vec![0.0f64; 2 * g.c];
+    let sums = Shared64::new(&mut out);
+    channels(g.c, &|ch| {
+        let mean = saved[ch];
+        let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
+        for i in 0..g.b {
+            let at = (i * g.c + ch) * g.hw;
+            let (d, xs) = (&dout[at..at + g.hw], &x[at..at + g.hw]);
+            sdy += lane_sum(d) as f64;
+            sdyx += d.iter().zip(xs).map(|(&d, &v)| (d * (v - mean)) as f64).sum::<f64>();
+        }
+        // SAFETY: entries `ch` and `C + ch` are this task's alone
+        unsafe {
+            sums.set(ch, sdy);
+            sums.set(g.c + ch, sdyx);
+        }
+    });
+    out
+}
+
+/// dweight += this replica's sum(dout * xhat), dbias += sum(dout) (from `local`, its own
+/// `bn_grad_sums`); dx (overwritten; skipped when `None`) from `total`, the sums over the batch
+/// the statistics were taken over (this replica's, or the global batch's), of `n` values per
+/// channel.
 #[allow(clippy::too_many_arguments)]
 pub fn bn_backward(
     dx: Option<&mut [f32]>,
@@ -133,34 +198,30 @@ pub fn bn_backward(
     saved: &[f32],
     weight: &[f32],
     g: BnGeom,
+    (local, total, n): (&[f64], &[f64], f64),
 ) {
-    let n = (g.b * g.hw) as f32;
-    let dxs = dx.map(Shared::new);
-    let (dws, dbs) = (Shared::new(dweight), Shared::new(dbias));
+    for ch in 0..g.c {
+        let invstd = saved[g.c + ch] as f64;
+        dweight[ch] += (local[g.c + ch] * invstd) as f32;
+        dbias[ch] += local[ch] as f32;
+    }
+    let Some(dx) = dx else {
+        return;
+    };
+    let dxs = Shared::new(dx);
+    let n = n as f32;
     channels(g.c, &|ch| {
         let (mean, invstd) = (saved[ch], saved[g.c + ch]);
-        let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
+        let sdy = total[ch] as f32;
+        let sdyxhat = (total[g.c + ch] * invstd as f64) as f32;
+        let k = weight[ch] * invstd / n;
         for i in 0..g.b {
             let at = (i * g.c + ch) * g.hw;
-            let (d, xs) = (&dout[at..at + g.hw], &x[at..at + g.hw]);
-            sdy += lane_sum(d) as f64;
-            sdyx += d.iter().zip(xs).map(|(&d, &v)| (d * (v - mean)) as f64).sum::<f64>();
-        }
-        let (sdy, sdyxhat) = (sdy as f32, (sdyx * invstd as f64) as f32);
-        // SAFETY: channel `ch`'s entries are this task's alone
-        unsafe {
-            dws.range(ch, 1)[0] += sdyxhat;
-            dbs.range(ch, 1)[0] += sdy;
-            if let Some(dxs) = &dxs {
-                let k = weight[ch] * invstd / n;
-                for i in 0..g.b {
-                    let at = (i * g.c + ch) * g.hw;
-                    let dx = dxs.range(at, g.hw);
-                    for ((o, &d), &v) in dx.iter_mut().zip(&dout[at..at + g.hw]).zip(&x[at..at + g.hw]) {
-                        let xhat = (v - mean) * invstd;
-                        *o = k * (n * d - sdy - xhat * sdyxhat);
-                    }
-                }
+            // SAFETY: channel `ch`'s planes are this task's alone
+            let dx = unsafe { dxs.range(at, g.hw) };
+            for ((o, &d), &v) in dx.iter_mut().zip(&dout[at..at + g.hw]).zip(&x[at..at + g.hw]) {
+                let xhat = (v - mean) * invstd;
+                *o = k * (n * d - sdy - xhat * sdyxhat);
             }
         }
     });
@@ -178,7 +239,8 @@ mod tests {
         let g = BnGeom { b: 2, c: 1, hw: 2 };
         let x = [1.0, 2.0, 3.0, 4.0];
         let (mut out, mut saved, mut run) = ([0.0; 4], [0.0; 2], [0.0, 1.0]);
-        bn_forward_train(&mut out, &mut saved, &mut run, &x, &[2.0], &[0.5], g, 1e-5, 0.1);
+        let st = BnStats::of(&x, g);
+        bn_forward_train(&mut out, &mut saved, &mut run, &x, &[2.0], &[0.5], g, &st, 1e-5, 0.1);
         // mean 2.5, biased variance 1.25, unbiased 5/3
         assert!((saved[0] - 2.5).abs() < 1e-6);
         let inv = 1.0 / (1.25f32 + 1e-5).sqrt();
@@ -203,12 +265,15 @@ mod tests {
         let dout = randn(&mut r, n);
         let fwd = |x: &[f32], w: &[f32], bias: &[f32]| {
             let (mut out, mut saved, mut run) = (vec![0.0; n], vec![0.0; 4], vec![0.0; 4]);
-            bn_forward_train(&mut out, &mut saved, &mut run, x, w, bias, g, 1e-5, 0.1);
+            let st = BnStats::of(x, g);
+            bn_forward_train(&mut out, &mut saved, &mut run, x, w, bias, g, &st, 1e-5, 0.1);
             (out, saved)
         };
         let (_, saved) = fwd(&x, &w, &bias);
         let (mut dx, mut dw, mut db) = (vec![0.0; n], vec![0.0; 2], vec![0.0; 2]);
-        bn_backward(Some(&mut dx), &mut dw, &mut db, &dout, &x, &saved, &w, g);
+        let sums = bn_grad_sums(&dout, &x, &saved, g);
+        let n = (g.b * g.hw) as f64;
+        bn_backward(Some(&mut dx), &mut dw, &mut db, &dout, &x, &saved, &w, g, (&sums, &sums, n));
         let (w0, b0, x0) = (w.clone(), bias.clone(), x.clone());
         check("bn dx", &mut x, &dx, &mut |x| dot(&fwd(x, &w0, &b0).0, &dout));
         check("bn dweight", &mut w, &dw, &mut |w| dot(&fwd(&x0, w, &b0).0, &dout));

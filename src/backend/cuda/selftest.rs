@@ -308,7 +308,7 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
             (&mut cpu as &mut dyn Replica, &micro),
             (&mut gpu, &rows_only),
         ] {
-            r.compute_grads(batches);
+            r.compute_grads(batches, None);
             r.all_reduce_grads(&mut coll)
                 .map_err(on(index, "all-reduce alone"))?;
             r.apply_update(1e-2);

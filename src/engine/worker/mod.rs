@@ -287,7 +287,11 @@ impl Worker {
             }
             self.beats.beat(self.rank, next, Phase::Compute);
             let (t, cpu0) = (Instant::now(), thread_cpu_time());
-            replica.compute_grads(&batch.micro);
+            let sync: Option<&mut dyn Collective> = match self.cfg.sync_bn {
+                true => Some(&mut *self.coll),
+                false => None,
+            };
+            replica.compute_grads(&batch.micro, sync);
             if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
                 slow_down(cpu0, t, factor);
             }

@@ -4,7 +4,7 @@
 use std::mem::take;
 use std::ops::Range;
 
-use crate::nn::bn::{bn_backward, bn_forward_eval, bn_forward_train, BnGeom};
+use crate::nn::bn::{bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums, BnGeom, BnStats};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
@@ -66,7 +66,8 @@ impl Workspace {
         let mut widest_c = 0;
         for (n, node) in m.nodes.iter().enumerate() {
             match node.op {
-                Op::BatchNorm { c, .. } => grow(&mut self.saved[n], 2 * c),
+                // mean and 1/std per channel, then the count they were taken over
+                Op::BatchNorm { c, .. } => grow(&mut self.saved[n], 2 * c + 1),
                 Op::Dropout { .. } => grow(&mut self.saved[n], b * m.dims[node.output]),
                 Op::MaxPool(_) => {
                     let need = b * m.dims[node.output];
@@ -97,8 +98,15 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
+/// Sums across the replicas of a run: what sync batch norm takes its statistics through.
+pub trait SumAcross {
+    fn sum(&mut self, v: &mut Vec<f32>);
+}
+
 /// One pass's view of a replica: its parameters, gradient sums, running statistics and batch.
-pub struct Cpu<'a> {
+pub struct Cpu<'a, 's> {
+    /// Sync batch norm: statistics over every replica's batch.
+    pub sync: Option<&'a mut (dyn SumAcross + 's)>,
     pub ws: &'a mut Workspace,
     pub params: &'a [f32],
     /// Gradient sums over samples (accumulated); empty in evaluation.
@@ -123,14 +131,32 @@ impl Model {
         y: &[u32],
         b: usize,
     ) -> (f64, usize) {
+        self.forward_backward_synced(params, grads, buffers, ws, x, y, b, None)
+    }
+
+    /// `forward_backward` where batch norm's statistics are summed across replicas by `sync`
+    /// (every replica must make this call, even with an empty share of the batch).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward_synced(
+        &self,
+        params: &[f32],
+        grads: &mut [f32],
+        buffers: &mut [f32],
+        ws: &mut Workspace,
+        x: &[f32],
+        y: &[u32],
+        b: usize,
+        sync: Option<&mut dyn SumAcross>,
+    ) -> (f64, usize) {
         // a rank's share of a short last batch can be empty: nothing to learn, and batch norm
-        // has no statistics to take from it
-        if b == 0 {
+        // has no statistics to take from it (unless the replicas pool theirs)
+        if b == 0 && (sync.is_none() || !self.has_batch_norm()) {
             return (0.0, 0);
         }
         ws.ensure(self, b);
         ws.passes += 1;
         let mut cpu = Cpu {
+            sync,
             ws,
             params,
             grads,
@@ -158,6 +184,7 @@ impl Model {
         ws.ensure(self, b);
         let mut running = buffers.to_vec();
         let mut cpu = Cpu {
+            sync: None,
             ws,
             params,
             grads: &mut [],
@@ -193,7 +220,7 @@ fn native_act(op: &Op) -> bool {
     matches!(op, Op::Conv { groups: 1, act: Act::Relu, .. })
 }
 
-impl Exec for Cpu<'_> {
+impl Exec for Cpu<'_, '_> {
     fn forward(&mut self, m: &Model, n: usize, b: usize, train: bool) {
         let node = &m.nodes[n];
         let o = node.output;
@@ -219,11 +246,18 @@ impl Exec for Cpu<'_> {
                 let at = m.buffers[node.buffers.expect("batch norm has buffers")].offset;
                 let running = &mut self.buffers[at..at + 2 * c];
                 let g = bn_geom(b, c, hw);
-                match train {
-                    true => bn_forward_train(
-                        out_s, &mut ws.saved[n], running, inp, &p[w], &p[bi], g, BN_EPS, BN_MOMENTUM,
-                    ),
-                    false => bn_forward_eval(out_s, running, inp, &p[w], &p[bi], g, BN_EPS),
+                if train {
+                    let st = match self.sync.as_deref_mut() {
+                        None => BnStats::of(inp, g),
+                        Some(s) => global_stats(s, inp, g),
+                    };
+                    let saved = &mut ws.saved[n];
+                    saved[2 * c] = st.n as f32;
+                    bn_forward_train(
+                        out_s, saved, running, inp, &p[w], &p[bi], g, &st, BN_EPS, BN_MOMENTUM,
+                    );
+                } else {
+                    bn_forward_eval(out_s, running, inp, &p[w], &p[bi], g, BN_EPS);
                 }
             }
             Op::Activation(_) => out_s.copy_from_slice(inp),
@@ -333,7 +367,7 @@ impl Exec for Cpu<'_> {
     }
 }
 
-impl Cpu<'_> {
+impl Cpu<'_, '_> {
     /// Node `n`'s op backward for its first input: parameter gradients accumulated, the input's
     /// gradient written to `d_in` (when wanted). `dout` is already masked by the activation.
     fn op_backward(&mut self, m: &Model, n: usize, b: usize, dout: &mut [f32], d_in: Option<&mut [f32]>) {
@@ -356,7 +390,19 @@ impl Cpu<'_> {
             Op::BatchNorm { c, hw, .. } => {
                 let (w, bi) = m.weight_bias(node);
                 let (gw, gb) = split(self.grads, w.clone(), bi);
-                bn_backward(d_in, gw, gb, dout, inp, &ws.saved[n], &p[w], bn_geom(b, c, hw));
+                let g = bn_geom(b, c, hw);
+                let saved = &ws.saved[n];
+                let local = bn_grad_sums(dout, inp, saved, g);
+                let total = match self.sync.as_deref_mut() {
+                    None => local.clone(),
+                    Some(s) => {
+                        let mut v: Vec<f32> = local.iter().map(|&x| x as f32).collect();
+                        s.sum(&mut v);
+                        v.into_iter().map(f64::from).collect()
+                    }
+                };
+                let count = saved[2 * c] as f64;
+                bn_backward(d_in, gw, gb, dout, inp, saved, &p[w], g, (&local, &total, count));
             }
             Op::Activation(_) | Op::Add { .. } => {
                 if let Some(d) = d_in {
@@ -401,5 +447,23 @@ impl Cpu<'_> {
                 }
             }
         }
+    }
+}
+
+/// Sync batch norm's statistics over every replica's batch: the sums and counts, then (about
+/// the global mean) the squared deviations, each summed across the replicas.
+fn global_stats(s: &mut dyn SumAcross, x: &[f32], g: BnGeom) -> BnStats {
+    let mut v: Vec<f32> = channel_sums(x, g, None).iter().map(|&v| v as f32).collect();
+    v.push((g.b * g.hw) as f32);
+    s.sum(&mut v);
+    let n = v[g.c] as f64;
+    let per = |v: f32| if n > 0.0 { v as f64 / n } else { 0.0 };
+    let mean: Vec<f64> = v[..g.c].iter().map(|&v| per(v)).collect();
+    let mut d: Vec<f32> = channel_sums(x, g, Some(&mean)).iter().map(|&v| v as f32).collect();
+    s.sum(&mut d);
+    BnStats {
+        mean,
+        var: d.into_iter().map(per).collect(),
+        n,
     }
 }

@@ -13,7 +13,7 @@ mod presets;
 mod spec;
 
 pub use build::{Builder, WeightInit};
-pub use cpu::Workspace;
+pub use cpu::{SumAcross, Workspace};
 pub use op::{Act, Node, Op, ValueId, BN_EPS, BN_MOMENTUM};
 pub use crate::nn::window::Window;
 pub use presets::Preset;

@@ -338,7 +338,8 @@ impl Drop for CudaReplica {
 }
 
 impl Replica for CudaReplica {
-    fn compute_grads(&mut self, micro: &[MicroBatch]) {
+    /// Batch norm does not run on GPUs yet (`pass::supports`): nothing to sync.
+    fn compute_grads(&mut self, micro: &[MicroBatch], _sync: Option<&mut dyn Collective>) {
         let start = self.record();
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.grads) {
