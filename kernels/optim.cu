@@ -11,15 +11,17 @@ extern "C" __global__ void sgd_f32(float* p, const float* g, int n, float lr, fl
     }
 }
 
-// heavy-ball momentum (PyTorch's formulation); `first` is 1 on the first step (m = g)
+// heavy-ball momentum (PyTorch's formulation), or Nesterov's where `nesterov` is 1; `first` is
+// 1 on the first step (m = g)
 extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, int n, float lr,
-                                        float mu, float wd, float scale, int first) {
+                                        float mu, float wd, float scale, int first,
+                                        int nesterov) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float gi = g[i] * scale + wd * p[i];
         float mi = first ? gi : mu * m[i] + gi;
         m[i] = mi;
-        p[i] -= lr * mi;
+        p[i] -= lr * (nesterov ? gi + mu * mi : mi);
     }
 }
 

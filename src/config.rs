@@ -154,6 +154,12 @@ pub struct RunConfig {
     pub rebalance: bool,
     /// Batch norm's statistics over the global batch (`--sync-bn`).
     pub sync_bn: bool,
+    /// Momentum's coefficient (`--momentum`, for momentum and nesterov).
+    pub momentum: f32,
+    /// Weight decay leaves batch norm's parameters and biases alone (`--no-decay-bn-bias`).
+    pub no_decay_bn_bias: bool,
+    /// The loss's label smoothing (`--label-smoothing`).
+    pub label_smoothing: f32,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
@@ -198,6 +204,9 @@ impl Default for RunConfig {
             slow_data: None,
             rebalance: false,
             sync_bn: false,
+            momentum: crate::nn::optim::MOMENTUM,
+            no_decay_bn_bias: false,
+            label_smoothing: 0.0,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),

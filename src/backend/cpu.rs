@@ -4,14 +4,13 @@ use super::{BatchMetrics, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
 use crate::nn::model::{Model, SumAcross, Workspace};
-use crate::nn::optim::{self, OptState, OptimizerKind};
+use crate::nn::optim::{self, OptState, Optimizer, OptimizerKind};
 
 const EVAL_CHUNK: usize = 512;
 
 pub struct CpuReplica {
     model: Model,
-    kind: OptimizerKind,
-    weight_decay: f32,
+    optimizer: Optimizer,
     params: Vec<f32>,
     /// n_params gradient sums, then [loss sum, correct, samples].
     grads: Vec<f32>,
@@ -29,14 +28,24 @@ impl CpuReplica {
         weight_decay: f32,
         state: TrainState,
     ) -> CpuReplica {
+        CpuReplica::with(model, Optimizer::new(kind, weight_decay), state)
+    }
+
+    /// Dropout masks drawn from `seed` (each replica its own).
+    pub fn seed_dropout(mut self, seed: u64) -> CpuReplica {
+        self.ws.seed_dropout(seed);
+        self
+    }
+
+    /// `new` with every coefficient of the optimizer given.
+    pub fn with(model: Model, optimizer: Optimizer, state: TrainState) -> CpuReplica {
         flush_denormals_on_this_thread();
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
         assert_eq!(state.buffers.len(), model.n_buffers);
         CpuReplica {
             model,
-            kind,
-            weight_decay,
+            optimizer,
             params: state.params,
             grads: vec![0.0; n + AUX],
             opt: state.opt,
@@ -116,15 +125,8 @@ impl Replica for CpuReplica {
 
     fn apply_update(&mut self, lr: f32) {
         let samples = self.batch_metrics().samples.max(1.0);
-        optim::step(
-            self.kind,
-            &mut self.params,
-            &self.grads,
-            &mut self.opt,
-            lr,
-            self.weight_decay,
-            (1.0 / samples) as f32,
-        );
+        let scale = (1.0 / samples) as f32;
+        optim::step(&self.optimizer, &mut self.params, &self.grads, &mut self.opt, lr, scale);
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {

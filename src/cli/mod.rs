@@ -232,16 +232,26 @@ pub struct TrainArgs {
     /// Learning rate  [default: 1e-3 per 64 samples of global batch, scaled to the run's global batch by --lr-scaling]
     #[arg(long)]
     pub lr: Option<f32>,
-    /// sgd | momentum | adam | adamw  [default: adam]
+    /// sgd | momentum | nesterov | adam | adamw  [default: adam]
     #[arg(long)]
     pub optimizer: Option<String>,
-    /// Weight decay (L2 for sgd/momentum/adam, decoupled for adamw)  [default: 0]
+    /// Momentum's coefficient for momentum and nesterov  [default: 0.9]
+    #[arg(long)]
+    pub momentum: Option<f32>,
+    /// Weight decay (L2 for sgd/momentum/nesterov/adam, decoupled for adamw)  [default: 0]
     #[arg(long)]
     pub weight_decay: Option<f32>,
+    /// Leave batch norm's weights and biases and every bias out of the weight decay
+    #[arg(long)]
+    #[serde(default)]
+    pub no_decay_bn_bias: bool,
+    /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
+    #[arg(long)]
+    pub label_smoothing: Option<f32>,
     /// Linear LR warm-up over this many steps  [default: 0]
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// constant | cosine | step  [default: constant]
+    /// constant | cosine | step (x0.1 at 50% and 75% of the run) | multistep:F1,F2,... (x0.1 at each fraction of the run)  [default: constant]
     #[arg(long)]
     pub schedule: Option<String>,
     /// How the LR follows a batch-size change: linear | sqrt | none  [default: linear]

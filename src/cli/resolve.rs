@@ -53,7 +53,7 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, no_decay_bn_bias: self.no_decay_bn_bias || file.no_decay_bn_bias, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             strategy,
@@ -71,6 +71,8 @@ impl TrainArgs {
             lr,
             optimizer,
             weight_decay,
+            momentum,
+            label_smoothing,
             warmup,
             schedule,
             lr_scaling,
@@ -180,6 +182,9 @@ impl TrainArgs {
             lr: args.lr.or(d.lr),
             optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
+            momentum: args.momentum.unwrap_or(d.momentum),
+            no_decay_bn_bias: args.no_decay_bn_bias,
+            label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
             warmup: args.warmup.unwrap_or(d.warmup),
             schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
             lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,

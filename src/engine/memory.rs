@@ -47,7 +47,7 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
     let params = f(model.n_params);
     let moments = match cfg.optimizer {
         OptimizerKind::Sgd => 0.0,
-        OptimizerKind::Momentum => 1.0,
+        OptimizerKind::Momentum | OptimizerKind::Nesterov => 1.0,
         OptimizerKind::Adam | OptimizerKind::AdamW => 2.0,
     };
     let cpu = devices

@@ -114,8 +114,7 @@ impl Engine {
         };
         let model = validate::model(&cfg, &loaded.train)?;
         if devices.0.iter().any(|d| matches!(d, Device::Gpu { .. })) {
-            crate::backend::cuda::replica::supports(&model)
-                .map_err(|e| EngineError::Config(format!("model {}: {e}", cfg.model)))?;
+            validate::on_gpus(&cfg, &model)?;
         }
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
@@ -269,7 +268,8 @@ impl Engine {
                 .map(|c| Box::new(c) as Box<dyn Collective>)
                 .collect(),
         };
-        let (store, state) = strategy::Store::for_run(&cfg, start.state.clone());
+        let optimizer = validate::optimizer(&cfg, &model);
+        let (store, state) = strategy::Store::for_run(&cfg, &optimizer, start.state.clone());
         let mut workers = Vec::new();
         for (rank, coll) in local.clone().zip(collectives) {
             let loader = RankLoader::new(
@@ -317,6 +317,7 @@ impl Engine {
                 device_cap: device_cap.clone(),
             };
             let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
+            let optimizer = optimizer.clone();
             let train = train.clone();
             let device = info.devices[rank].clone();
             let threads = info.threads_per_worker;
@@ -333,8 +334,9 @@ impl Engine {
                 .spawn(move || match device {
                     Device::Cpu { .. } => {
                         crate::nn::intraop::install(pool);
-                        let replica =
-                            CpuReplica::new(model, cfg.optimizer, cfg.weight_decay, state);
+                        // dropout masks of its own (the seed's, for this rank)
+                        let replica = CpuReplica::with(model, optimizer, state)
+                            .seed_dropout(cfg.seed.wrapping_mul(1_000_003) ^ rank as u64);
                         worker::run(ctx, Box::new(replica))
                     }
                     Device::Gpu { index, .. } => {

@@ -12,6 +12,7 @@ pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
+use crate::nn::optim::{Optimizer, MOMENTUM};
 use crate::nn::model::Model;
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
@@ -46,6 +47,18 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     if let Some(lr) = cfg.lr.filter(|lr| !(lr.is_finite() && *lr > 0.0)) {
         return bad(format!(
             "--lr {lr} is invalid: use a positive number such as 1e-3"
+        ));
+    }
+    if !(0.0..1.0).contains(&cfg.momentum) {
+        return bad(format!(
+            "--momentum {} is out of range: use 0 to 1 (exclusive), e.g. 0.9",
+            cfg.momentum
+        ));
+    }
+    if !(0.0..1.0).contains(&cfg.label_smoothing) {
+        return bad(format!(
+            "--label-smoothing {} is out of range: use 0 to 1 (exclusive), e.g. 0.1",
+            cfg.label_smoothing
         ));
     }
     if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
@@ -99,9 +112,44 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         Some([c, h, w]) => Shape::Image { c, h, w },
         None => Shape::Flat(train.features),
     };
-    Model::new(input, &cfg.model, train.classes).map_err(|e| {
+    let mut model = Model::new(input, &cfg.model, train.classes).map_err(|e| {
         EngineError::Config(format!(
             "{e}; change --model, or --data to data of that shape"
         ))
-    })
+    })?;
+    model.label_smoothing = cfg.label_smoothing;
+    Ok(model)
+}
+
+/// The run's optimizer with its coefficients; `--no-decay-bn-bias` leaves batch norm's
+/// parameters and every bias out of the weight decay.
+pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
+    Optimizer {
+        momentum: cfg.momentum,
+        no_decay: match cfg.no_decay_bn_bias {
+            true => model.no_decay_ranges(),
+            false => Vec::new(),
+        },
+        ..Optimizer::new(cfg.optimizer, cfg.weight_decay)
+    }
+}
+
+/// What the GPU backend cannot run yet, refused before any GPU opens.
+pub(super) fn on_gpus(cfg: &RunConfig, model: &Model) -> Result<(), EngineError> {
+    let bad = |e: String| Err(EngineError::Config(e));
+    if let Err(e) = crate::backend::cuda::replica::supports(model) {
+        return bad(format!("model {}: {e}", cfg.model));
+    }
+    let cpu_only = [
+        (cfg.momentum != MOMENTUM, "--momentum other than 0.9"),
+        (cfg.no_decay_bn_bias, "--no-decay-bn-bias"),
+        (cfg.label_smoothing != 0.0, "--label-smoothing"),
+        (cfg.sync_bn, "--sync-bn"),
+    ];
+    if let Some((_, flag)) = cpu_only.iter().find(|(on, _)| *on) {
+        return bad(format!(
+            "{flag} trains on CPU workers only in this version; use --devices cpu:N, or leave it out on GPUs"
+        ));
+    }
+    Ok(())
 }

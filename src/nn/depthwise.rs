@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::nn::grouped::ConvGeom;
 use crate::nn::intraop;
+use crate::nn::simd::{axpy, dot};
 
 /// A buffer whose planes are written by channel tasks, each only its own channel's.
 struct Planes(AtomicPtr<f32>, usize);
@@ -77,9 +78,7 @@ pub fn dwconv_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: Option<&[f3
                         let first = r.start * g.stride + kx - g.pad;
                         if g.stride == 1 {
                             let n = r.len();
-                            for (o, &v) in orow[r].iter_mut().zip(&irow[first..first + n]) {
-                                *o += wv * v;
-                            }
+                            axpy(&mut orow[r], wv, &irow[first..first + n]);
                         } else {
                             for (j, o) in orow[r].iter_mut().enumerate() {
                                 *o += wv * irow[first + j * g.stride];
@@ -129,14 +128,22 @@ pub fn dwconv_backward(
                     for kx in 0..g.k {
                         let r = valid(kx, g.stride, g.pad, g.w, g.ow);
                         let first = r.start * g.stride + kx - g.pad;
+                        let wv = wk[ky * g.k + kx];
+                        let drow_in = din.as_deref_mut().map(|d| &mut d[iy * g.w..(iy + 1) * g.w]);
+                        if g.stride == 1 {
+                            let n = r.len();
+                            dwk[ky * g.k + kx] += dot(&drow[r.clone()], &irow[first..first + n]);
+                            if let Some(drow_in) = drow_in {
+                                axpy(&mut drow_in[first..first + n], wv, &drow[r]);
+                            }
+                            continue;
+                        }
                         let mut acc = 0.0f32;
                         for (j, &dv) in drow[r.clone()].iter().enumerate() {
                             acc += dv * irow[first + j * g.stride];
                         }
                         dwk[ky * g.k + kx] += acc;
-                        if let Some(din) = din.as_deref_mut() {
-                            let wv = wk[ky * g.k + kx];
-                            let drow_in = &mut din[iy * g.w..(iy + 1) * g.w];
+                        if let Some(drow_in) = drow_in {
                             for (j, &dv) in drow[r].iter().enumerate() {
                                 drow_in[first + j * g.stride] += wv * dv;
                             }

@@ -130,6 +130,20 @@ pub fn softmax_xent(
     b: usize,
     c: usize,
 ) -> (f64, usize) {
+    softmax_xent_smoothed(dlogits, logits, labels, b, c, 0.0)
+}
+
+/// `softmax_xent` against labels smoothed by `eps` (PyTorch's `label_smoothing`): the target
+/// is 1 - eps on the label plus eps / C on every class, so the loss is
+/// (1 - eps) * CE + eps * (logsumexp - mean logit) and dlogits = softmax - target.
+pub fn softmax_xent_smoothed(
+    dlogits: Option<&mut [f32]>,
+    logits: &[f32],
+    labels: &[u32],
+    b: usize,
+    c: usize,
+    eps: f32,
+) -> (f64, usize) {
     let mut loss = 0.0f64;
     let mut correct = 0usize;
     let mut dl = dlogits;
@@ -152,14 +166,22 @@ pub fn softmax_xent(
             sum += (v - max).exp();
         }
         let log_sum = sum.ln();
-        loss += (log_sum - (row[y] - max)) as f64;
+        let ce = log_sum - (row[y] - max);
+        loss += match eps {
+            0.0 => ce as f64,
+            _ => {
+                let mean = row.iter().map(|&v| (v - max) as f64).sum::<f64>() / c as f64;
+                (1.0 - eps) as f64 * ce as f64 + eps as f64 * (log_sum as f64 - mean)
+            }
+        };
         if let Some(d) = dl.as_deref_mut() {
             let drow = &mut d[i * c..(i + 1) * c];
             let inv = 1.0 / sum;
+            let spread = eps / c as f32;
             for (g, &v) in drow.iter_mut().zip(row) {
-                *g = (v - max).exp() * inv;
+                *g = (v - max).exp() * inv - spread;
             }
-            drow[y] -= 1.0;
+            drow[y] -= 1.0 - eps;
         }
     }
     (loss, correct)
@@ -299,6 +321,31 @@ mod tests {
             let num = fd(&mut logits, i, &mut |x| {
                 softmax_xent(None, x, &labels, b, c).0
             });
+            assert!(close(d[i] as f64, num), "dlogits[{i}] {} vs {num}", d[i]);
+        }
+    }
+
+    #[test]
+    fn label_smoothing_matches_its_definition_and_finite_differences() {
+        let (b, c, eps) = (3, 5, 0.1f32);
+        let mut r = Rng::new(8);
+        let mut logits = randn(&mut r, b * c);
+        let labels = [4u32, 0, 2];
+        let mut d = vec![0.0; b * c];
+        let (loss, _) = softmax_xent_smoothed(Some(&mut d), &logits, &labels, b, c, eps);
+        // -sum over classes of target * log softmax, target = (1 - eps) onehot + eps / C
+        let mut expect = 0.0;
+        for i in 0..b {
+            let row = &logits[i * c..(i + 1) * c];
+            let lse = row.iter().map(|v| (*v as f64).exp()).sum::<f64>().ln();
+            for (j, &v) in row.iter().enumerate() {
+                let t = eps as f64 / c as f64 + if j == labels[i] as usize { 1.0 - eps as f64 } else { 0.0 };
+                expect -= t * (v as f64 - lse);
+            }
+        }
+        assert!((loss - expect).abs() < 1e-4, "{loss} vs {expect}");
+        for i in 0..logits.len() {
+            let num = fd(&mut logits, i, &mut |x| softmax_xent_smoothed(None, x, &labels, b, c, eps).0);
             assert!(close(d[i] as f64, num), "dlogits[{i}] {} vs {num}", d[i]);
         }
     }

@@ -2,13 +2,16 @@
 //! batch; `scale` (1 / global sample count) turns it into the mean inside the same pass.
 
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptimizerKind {
     Sgd,
-    /// SGD with heavy-ball momentum 0.9 (PyTorch's formulation).
+    /// SGD with heavy-ball momentum (PyTorch's formulation; `--momentum`, default 0.9).
     Momentum,
+    /// SGD with Nesterov momentum (PyTorch's `nesterov=True`).
+    Nesterov,
     /// Adam (beta1 0.9, beta2 0.999, eps 1e-8); weight decay is L2 added to the gradient.
     Adam,
     /// AdamW: weight decay decoupled from the gradient.
@@ -21,10 +24,11 @@ impl FromStr for OptimizerKind {
         match s.to_ascii_lowercase().as_str() {
             "sgd" => Ok(Self::Sgd),
             "momentum" => Ok(Self::Momentum),
+            "nesterov" => Ok(Self::Nesterov),
             "adam" => Ok(Self::Adam),
             "adamw" => Ok(Self::AdamW),
             _ => Err(format!(
-                "unknown optimizer `{s}`: use sgd, momentum, adam or adamw"
+                "unknown optimizer `{s}`: use sgd, momentum, nesterov, adam or adamw"
             )),
         }
     }
@@ -35,6 +39,7 @@ impl fmt::Display for OptimizerKind {
         f.write_str(match self {
             Self::Sgd => "sgd",
             Self::Momentum => "momentum",
+            Self::Nesterov => "nesterov",
             Self::Adam => "adam",
             Self::AdamW => "adamw",
         })
@@ -58,7 +63,7 @@ impl OptState {
     pub fn new(kind: OptimizerKind, n: usize) -> OptState {
         let (m, v) = match kind {
             OptimizerKind::Sgd => (0, 0),
-            OptimizerKind::Momentum => (n, 0),
+            OptimizerKind::Momentum | OptimizerKind::Nesterov => (n, 0),
             OptimizerKind::Adam | OptimizerKind::AdamW => (n, n),
         };
         OptState {
@@ -69,46 +74,95 @@ impl OptState {
     }
 }
 
-/// One update: params -= lr * direction(scale * grads).
-pub fn step(
-    kind: OptimizerKind,
+/// An optimizer with its coefficients.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Optimizer {
+    pub kind: OptimizerKind,
+    /// Momentum's coefficient (momentum and nesterov).
+    pub momentum: f32,
+    pub weight_decay: f32,
+    /// Parameter ranges weight decay leaves alone (`--no-decay-bn-bias`: batch norm's weights
+    /// and every bias), in order.
+    pub no_decay: Vec<Range<usize>>,
+}
+
+impl Optimizer {
+    /// `kind` with weight decay `wd` on every parameter, momentum 0.9.
+    pub fn new(kind: OptimizerKind, wd: f32) -> Optimizer {
+        Optimizer {
+            kind,
+            momentum: MOMENTUM,
+            weight_decay: wd,
+            no_decay: Vec::new(),
+        }
+    }
+}
+
+/// One update: params -= lr * direction(scale * grads), over the ranges that are decayed and
+/// those that are not.
+pub fn step(o: &Optimizer, params: &mut [f32], grads: &[f32], st: &mut OptState, lr: f32, scale: f32) {
+    st.t += 1;
+    let n = params.len();
+    let mut at = 0;
+    for r in o.no_decay.iter().chain(std::iter::once(&(n..n))) {
+        let r = r.start.min(n)..r.end.min(n);
+        if r.start > at {
+            step_range(o, params, grads, st, lr, o.weight_decay, scale, at..r.start);
+        }
+        if !r.is_empty() {
+            step_range(o, params, grads, st, lr, 0.0, scale, r.clone());
+        }
+        at = at.max(r.end);
+    }
+}
+
+/// The moments of range `r` (none where the optimizer keeps none).
+fn part<'v>(v: &'v mut [f32], r: &Range<usize>) -> &'v mut [f32] {
+    match v.is_empty() {
+        true => v,
+        false => &mut v[r.clone()],
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_range(
+    o: &Optimizer,
     params: &mut [f32],
     grads: &[f32],
     st: &mut OptState,
     lr: f32,
     wd: f32,
     scale: f32,
+    r: Range<usize>,
 ) {
-    let grads = &grads[..params.len()];
-    st.t += 1;
-    match kind {
+    let (params, grads) = (&mut params[r.clone()], &grads[r.clone()]);
+    let t = st.t;
+    let (m, v) = (part(&mut st.m, &r), part(&mut st.v, &r));
+    let mu = o.momentum;
+    match o.kind {
         OptimizerKind::Sgd => {
             for (p, g) in params.iter_mut().zip(grads) {
                 let g = g * scale + wd * *p;
                 *p -= lr * g;
             }
         }
-        OptimizerKind::Momentum => {
-            let first = st.t == 1;
-            for ((p, g), m) in params.iter_mut().zip(grads).zip(st.m.iter_mut()) {
+        OptimizerKind::Momentum | OptimizerKind::Nesterov => {
+            let first = t == 1;
+            let nesterov = o.kind == OptimizerKind::Nesterov;
+            for ((p, g), m) in params.iter_mut().zip(grads).zip(m.iter_mut()) {
                 let g = g * scale + wd * *p;
-                *m = if first { g } else { MOMENTUM * *m + g };
-                *p -= lr * *m;
+                *m = if first { g } else { mu * *m + g };
+                *p -= lr * if nesterov { g + mu * *m } else { *m };
             }
         }
         OptimizerKind::Adam | OptimizerKind::AdamW => {
-            let decoupled = kind == OptimizerKind::AdamW;
-            let t = st.t as i32;
+            let decoupled = o.kind == OptimizerKind::AdamW;
+            let t = t as i32;
             let bc1 = 1.0 - BETA1.powi(t);
             let bc2 = 1.0 - BETA2.powi(t);
             let step_size = lr / bc1;
             let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
-            for (((p, g), m), v) in params
-                .iter_mut()
-                .zip(grads)
-                .zip(st.m.iter_mut())
-                .zip(st.v.iter_mut())
-            {
+            for (((p, g), m), v) in params.iter_mut().zip(grads).zip(m.iter_mut()).zip(v.iter_mut()) {
                 let mut g = g * scale;
                 if decoupled {
                     *p -= lr * wd * *p;
@@ -132,14 +186,16 @@ mod tests {
         for kind in [
             OptimizerKind::Sgd,
             OptimizerKind::Momentum,
+            OptimizerKind::Nesterov,
             OptimizerKind::Adam,
             OptimizerKind::AdamW,
         ] {
             let mut p = vec![3.0f32, -2.0];
             let mut st = OptState::new(kind, 2);
+            let o = Optimizer::new(kind, 0.0);
             for _ in 0..500 {
                 let g: Vec<f32> = p.iter().map(|x| 2.0 * x).collect(); // d/dx x^2
-                step(kind, &mut p, &g, &mut st, 0.05, 0.0, 1.0);
+                step(&o, &mut p, &g, &mut st, 0.05, 1.0);
             }
             assert!(p.iter().all(|x| x.abs() < 0.05), "{kind}: {p:?}");
         }
@@ -149,19 +205,43 @@ mod tests {
     fn adam_first_step_moves_by_lr_in_the_gradient_sign() {
         let mut p = vec![1.0f32, 1.0];
         let mut st = OptState::new(OptimizerKind::Adam, 2);
-        step(
-            OptimizerKind::Adam,
-            &mut p,
-            &[4.0, -0.5],
-            &mut st,
-            0.1,
-            0.0,
-            0.5,
-        );
+        let o = Optimizer::new(OptimizerKind::Adam, 0.0);
+        step(&o, &mut p, &[4.0, -0.5], &mut st, 0.1, 0.5);
         assert!(
             (p[0] - 0.9).abs() < 1e-5 && (p[1] - 1.1).abs() < 1e-5,
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn nesterov_and_momentum_follow_pytorch_and_excluded_ranges_are_not_decayed() {
+        // two steps of PyTorch's SGD(momentum=0.5, nesterov=True, weight_decay=0.1) by hand
+        let o = Optimizer {
+            momentum: 0.5,
+            no_decay: vec![1..2],
+            ..Optimizer::new(OptimizerKind::Nesterov, 0.1)
+        };
+        let mut p = vec![1.0f32, 1.0];
+        let mut st = OptState::new(o.kind, 2);
+        step(&o, &mut p, &[2.0, 2.0], &mut st, 0.1, 1.0);
+        // decayed: g = 2 + 0.1 = 2.1, buf = 2.1, p -= 0.1 * (2.1 + 0.5 * 2.1)
+        assert!((p[0] - (1.0 - 0.1 * 3.15)).abs() < 1e-6, "{p:?}");
+        // not decayed: g = 2, p -= 0.1 * (2 + 0.5 * 2)
+        assert!((p[1] - 0.7).abs() < 1e-6, "{p:?}");
+        let p0 = p[0];
+        step(&o, &mut p, &[1.0, 1.0], &mut st, 0.1, 1.0);
+        let g = 1.0 + 0.1 * p0;
+        let buf = 0.5 * 2.1 + g;
+        assert!((p[0] - (p0 - 0.1 * (g + 0.5 * buf))).abs() < 1e-6, "{p:?}");
+        // heavy ball with the same coefficient steps by the buffer alone
+        let o = Optimizer { kind: OptimizerKind::Momentum, ..o };
+        let (mut q, mut st) = (vec![1.0f32], OptState::new(o.kind, 1));
+        step(&o, &mut q, &[2.0], &mut st, 0.1, 1.0);
+        step(&o, &mut q, &[2.0], &mut st, 0.1, 1.0);
+        let g1 = 2.1f32;
+        let q1 = 1.0 - 0.1 * g1;
+        let g2 = 2.0 + 0.1 * q1;
+        assert!((q[0] - (q1 - 0.1 * (0.5 * g1 + g2))).abs() < 1e-6, "{q:?}");
     }
 
     #[test]
@@ -173,6 +253,6 @@ mod tests {
         assert!("lion"
             .parse::<OptimizerKind>()
             .unwrap_err()
-            .contains("sgd, momentum, adam or adamw"));
+            .contains("sgd, momentum, nesterov, adam or adamw"));
     }
 }

@@ -9,31 +9,69 @@ pub enum Schedule {
     Constant,
     /// Half-cosine from the base LR to 0 over the run.
     Cosine,
-    /// x0.1 at 50% and again at 75% of the run.
-    Step,
+    /// x0.1 at each milestone, given in thousandths of the run (`step`: 50% and 75%); at
+    /// most 4 milestones, the unused ones 0.
+    MultiStep { at: [u16; 4] },
 }
+
+/// `step`: x0.1 at 50% and again at 75% of the run.
+pub const STEP: Schedule = Schedule::MultiStep {
+    at: [500, 750, 0, 0],
+};
+
+const FORMS: &str =
+    "use constant, cosine, step (x0.1 at 50% and 75% of the run) or multistep:F1,F2,... (x0.1 at each fraction of the run, e.g. multistep:0.3,0.6,0.8)";
 
 impl FromStr for Schedule {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
+        let lower = s.to_ascii_lowercase();
+        if let Some(list) = lower.strip_prefix("multistep:") {
+            let mut at = [0u16; 4];
+            let parts: Vec<&str> = list.split(',').map(str::trim).collect();
+            if parts.len() > at.len() {
+                return Err(format!("schedule `{s}`: at most 4 milestones; {FORMS}"));
+            }
+            for (i, p) in parts.iter().enumerate() {
+                let f: f64 = p.parse().map_err(|_| {
+                    format!("schedule `{s}`: milestone `{p}` is not a number; {FORMS}")
+                })?;
+                let milli = (f * 1000.0).round();
+                if !(1.0..1000.0).contains(&milli) {
+                    return Err(format!(
+                        "schedule `{s}`: milestone {p} must be a fraction of the run between 0.001 and 0.999"
+                    ));
+                }
+                if i > 0 && milli as u16 <= at[i - 1] {
+                    return Err(format!("schedule `{s}`: milestones must increase"));
+                }
+                at[i] = milli as u16;
+            }
+            return Ok(Self::MultiStep { at });
+        }
+        match lower.as_str() {
             "constant" => Ok(Self::Constant),
             "cosine" => Ok(Self::Cosine),
-            "step" => Ok(Self::Step),
-            _ => Err(format!(
-                "unknown schedule `{s}`: use constant, cosine or step"
-            )),
+            "step" => Ok(STEP),
+            _ => Err(format!("unknown schedule `{s}`: {FORMS}")),
         }
     }
 }
 
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Constant => "constant",
-            Self::Cosine => "cosine",
-            Self::Step => "step",
-        })
+        match self {
+            Self::Constant => f.write_str("constant"),
+            Self::Cosine => f.write_str("cosine"),
+            s if *s == STEP => f.write_str("step"),
+            Self::MultiStep { at } => {
+                let parts: Vec<String> = (at.iter())
+                    .filter(|&&a| a > 0)
+                    .map(|&a| (a as f64 / 1000.0).to_string())
+                    .collect();
+                write!(f, "multistep:{}", parts.join(","))
+            }
+        }
     }
 }
 
@@ -44,14 +82,11 @@ pub fn lr_at(schedule: Schedule, base: f32, warmup: u64, step: u64, progress: f6
     let decay = match schedule {
         Schedule::Constant => 1.0,
         Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress.clamp(0.0, 1.0)).cos()),
-        Schedule::Step => {
-            if progress >= 0.75 {
-                0.01
-            } else if progress >= 0.5 {
-                0.1
-            } else {
-                1.0
-            }
+        Schedule::MultiStep { at } => {
+            let passed = (at.iter())
+                .filter(|&&a| a > 0 && progress >= a as f64 / 1000.0)
+                .count();
+            0.1f64.powi(passed as i32)
         }
     };
     let ramp = if warmup > 0 && step < warmup {
@@ -117,8 +152,25 @@ mod tests {
         assert!((lr_at(Schedule::Constant, 1.0, 4, 3, 0.1) - 1.0).abs() < 1e-6);
         assert!((lr_at(Schedule::Cosine, 1.0, 0, 10, 0.5) - 0.5).abs() < 1e-6);
         assert!(lr_at(Schedule::Cosine, 1.0, 0, 10, 1.0).abs() < 1e-6);
-        assert!((lr_at(Schedule::Step, 1.0, 0, 10, 0.6) - 0.1).abs() < 1e-6);
-        assert!((lr_at(Schedule::Step, 1.0, 0, 10, 0.8) - 0.01).abs() < 1e-6);
+        assert!((lr_at(STEP, 1.0, 0, 10, 0.6) - 0.1).abs() < 1e-6);
+        assert!((lr_at(STEP, 1.0, 0, 10, 0.8) - 0.01).abs() < 1e-6);
+        let m: Schedule = "multistep:0.3,0.6,0.8".parse().unwrap();
+        assert_eq!(m.to_string(), "multistep:0.3,0.6,0.8");
+        assert!((lr_at(m, 1.0, 0, 10, 0.29) - 1.0).abs() < 1e-6);
+        assert!((lr_at(m, 1.0, 0, 10, 0.7) - 0.01).abs() < 1e-6);
+        assert!((lr_at(m, 1.0, 0, 10, 0.9) - 0.001).abs() < 1e-6);
+        assert_eq!("step".parse::<Schedule>().unwrap().to_string(), "step");
+        assert_eq!("multistep:0.5,0.75".parse::<Schedule>().unwrap(), STEP);
+        for (bad, says) in [
+            ("multistep:0.5,0.2", "must increase"),
+            ("multistep:1.5", "between 0.001 and 0.999"),
+            ("multistep:x", "`x` is not a number"),
+            ("multistep:0.1,0.2,0.3,0.4,0.5", "at most 4"),
+            ("linear", "multistep:F1,F2"),
+        ] {
+            let e = bad.parse::<Schedule>().unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

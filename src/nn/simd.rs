@@ -58,3 +58,29 @@ twice! {
         acc.iter().sum::<f32>() + rest
     }
 }
+
+twice! {
+    /// y[N] += a * x.
+    pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y += a * x;
+        }
+    }
+}
+
+twice! {
+    /// The sum of a[i] * b[i], in `LANES` partial sums added in order at the end.
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0.0f32; LANES];
+        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let rest: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+        for (x, y) in ca.zip(cb) {
+            for l in 0..LANES {
+                acc[l] += x[l] * y[l];
+            }
+        }
+        acc.iter().sum::<f32>() + rest
+    }
+}

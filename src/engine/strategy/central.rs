@@ -13,31 +13,33 @@ use super::{Moved, Strategy};
 use crate::backend::{BatchMetrics, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError};
 use crate::config::RunConfig;
-use crate::nn::optim::{self, OptState, OptimizerKind};
+use crate::nn::optim::{self, OptState, Optimizer};
 
 /// The host's copy of the model.
 pub struct Store {
     state: RwLock<TrainState>,
-    kind: OptimizerKind,
-    weight_decay: f32,
+    optimizer: Optimizer,
 }
 
 impl Store {
-    pub fn new(state: TrainState, kind: OptimizerKind, weight_decay: f32) -> Arc<Store> {
+    pub fn new(state: TrainState, optimizer: Optimizer) -> Arc<Store> {
         Arc::new(Store {
             state: RwLock::new(state),
-            kind,
-            weight_decay,
+            optimizer,
         })
     }
 
     /// Central storage: the store, holding `state`, and what each device starts from (the
     /// parameters, no optimizer state). Other strategies: no store, every device gets `state`.
-    pub fn for_run(cfg: &RunConfig, state: TrainState) -> (Option<Arc<Store>>, TrainState) {
+    pub fn for_run(
+        cfg: &RunConfig,
+        optimizer: &Optimizer,
+        state: TrainState,
+    ) -> (Option<Arc<Store>>, TrainState) {
         match cfg.strategy {
             Strategy::CentralStorage => {
                 let device = Store::device_state(&state);
-                let store = Store::new(state, cfg.optimizer, cfg.weight_decay);
+                let store = Store::new(state, optimizer.clone());
                 (Some(store), device)
             }
             _ => (None, state),
@@ -97,15 +99,7 @@ pub(super) fn update(
         let samples = (grads[grads.len() - 1] as f64).max(1.0);
         let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
         let TrainState { params, opt, .. } = &mut *st;
-        optim::step(
-            store.kind,
-            params,
-            grads,
-            opt,
-            lr,
-            store.weight_decay,
-            (1.0 / samples) as f32,
-        );
+        optim::step(&store.optimizer, params, grads, opt, lr, (1.0 / samples) as f32);
         optimizer = t.elapsed();
     }
     let mut moved = Moved {

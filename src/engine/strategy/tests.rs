@@ -58,7 +58,8 @@ fn local_sgd_syncs_every_step_of_its_warm_up_then_every_h() {
 fn central_storage_keeps_the_optimizer_state_on_the_host_only() {
     use crate::backend::TrainState;
     use crate::config::RunConfig;
-    use crate::nn::optim::{OptState, OptimizerKind};
+    use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
+    let adam = Optimizer::new(OptimizerKind::Adam, 0.0);
     let state = TrainState {
         params: vec![1.0; 10],
         opt: OptState::new(OptimizerKind::Adam, 10),
@@ -68,11 +69,11 @@ fn central_storage_keeps_the_optimizer_state_on_the_host_only() {
         strategy: Strategy::CentralStorage,
         ..RunConfig::default()
     };
-    let (store, device) = Store::for_run(&cfg, state.clone());
+    let (store, device) = Store::for_run(&cfg, &adam, state.clone());
     assert_eq!(store.expect("a store").export(), state);
     assert_eq!(device.params, state.params);
     assert!(device.opt.m.is_empty() && device.opt.v.is_empty());
-    let (store, device) = Store::for_run(&RunConfig::default(), state.clone());
+    let (store, device) = Store::for_run(&RunConfig::default(), &adam, state.clone());
     assert!(store.is_none());
     assert_eq!(device, state);
 }

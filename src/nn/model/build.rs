@@ -40,6 +40,7 @@ impl Builder {
                 n_params: 0,
                 n_buffers: 0,
                 stem: None,
+                label_smoothing: 0.0,
                 inits: Vec::new(),
                 buffer_inits: Vec::new(),
                 consumers: vec![0],

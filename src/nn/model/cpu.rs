@@ -9,7 +9,7 @@ use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
     accumulate, add_forward, linear_backward, linear_forward, mul, relu6_backward, relu6_forward,
-    relu_backward, relu_forward, softmax_xent,
+    relu_backward, relu_forward, softmax_xent_smoothed,
 };
 use crate::nn::pool::{
     avgpool2d_backward, avgpool2d_forward, gap_backward, gap_forward, maxpool2d_padded_backward,
@@ -308,11 +308,12 @@ impl Exec for Cpu<'_, '_> {
         let classes = m.dims[o];
         if !grad {
             let logits = &self.ws.vals[o][..b * classes];
-            return softmax_xent(None, logits, self.y, b, classes);
+            return softmax_xent_smoothed(None, logits, self.y, b, classes, m.label_smoothing);
         }
         let mut d = self.ws.grad(m, o, b);
         let logits = &self.ws.vals[o][..b * classes];
-        let r = softmax_xent(Some(&mut d[..b * classes]), logits, self.y, b, classes);
+        let eps = m.label_smoothing;
+        let r = softmax_xent_smoothed(Some(&mut d[..b * classes]), logits, self.y, b, classes, eps);
         self.ws.grads[o] = d;
         r
     }

@@ -65,6 +65,8 @@ pub struct Model {
     pub n_buffers: usize,
     /// Which stem a preset chose for the input size (for the start-up lines).
     pub stem: Option<&'static str>,
+    /// The loss's label smoothing (`--label-smoothing`; 0: plain cross-entropy).
+    pub label_smoothing: f32,
     inits: Vec<Init>,
     buffer_inits: Vec<f32>,
     /// How many nodes read each value.
@@ -175,6 +177,26 @@ impl Model {
             None => w.end..w.end,
         };
         (w, b)
+    }
+
+    /// The parameters weight decay leaves alone with `--no-decay-bn-bias`: batch norm's weights
+    /// and biases, and every bias; contiguous ranges merged, in order.
+    pub fn no_decay_ranges(&self) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for n in &self.nodes {
+            let bn = matches!(n.op, Op::BatchNorm { .. });
+            for (k, &t) in n.params.iter().enumerate() {
+                if !(bn || k == 1) {
+                    continue;
+                }
+                let r = self.tensors[t].range();
+                match out.last_mut() {
+                    Some(last) if last.end == r.start => last.end = r.end,
+                    _ => out.push(r),
+                }
+            }
+        }
+        out
     }
 
     /// The starting parameters: each tensor drawn from its initialisation (PyTorch's layer

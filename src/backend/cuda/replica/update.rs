@@ -19,9 +19,11 @@ impl CudaReplica {
             OptimizerKind::Sgd => {
                 launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
             }
-            OptimizerKind::Momentum => {
+            OptimizerKind::Momentum | OptimizerKind::Nesterov => {
                 let mut m = self.m.slice_mut(..);
                 let first = i32::from(self.t == 1);
+                let nesterov = i32::from(self.kind == OptimizerKind::Nesterov);
+                // other coefficients are refused on GPUs (`engine::validate::on_gpus`)
                 let mu = MOMENTUM;
                 launch!(
                     &self.gpu,
@@ -35,7 +37,8 @@ impl CudaReplica {
                     &mu,
                     &wd,
                     &scale,
-                    &first
+                    &first,
+                    &nesterov
                 )
             }
             OptimizerKind::Adam | OptimizerKind::AdamW => {
