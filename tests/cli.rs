@@ -196,6 +196,18 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["on 1x8x8 inputs", "layer 4 `pool2`"],
         ),
         (&["--model", "conv8x3"], &["layer 1 `conv8x3`", "conv32k3"]),
+        (&["--model", "resnet19"], &["resnet19", "resnet20", "mobilenetv2"]),
+        (
+            &["--model", "resnet20", "--data", "synthetic:100,8,3"],
+            &["resnet20 needs images", "flat vectors"],
+        ),
+        (
+            &["--model", "conv8k3,bn,basic8s2,dropout2"],
+            &["layer 4 `dropout2`", "between 0 and 1"],
+        ),
+        (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
+        (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),
+        (&["--schedule", "multistep:0.8,0.2"], &["must increase"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),
         (

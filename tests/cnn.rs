@@ -213,3 +213,36 @@ fn sync_batch_norm_makes_n_ranks_equal_one_rank() {
     let d = max_rel_diff(&run(own).state.params, &run(single).state.params);
     assert!(d > 1e-4, "per-replica statistics differ from the global batch's ({d:e})");
 }
+
+#[test]
+fn the_reference_recipe_trains_a_resnet_preset_with_every_option() {
+    // resnet20's recipe (SGD momentum, weight decay, cosine) with the rest of the options, on
+    // a few small images: a run that starts, learns, and keeps what a user relies on
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig {
+        model: "resnet20".parse().unwrap(),
+        data: DataSpec::SyntheticImages {
+            n: 96,
+            c: 3,
+            h: 12,
+            w: 12,
+            k: 3,
+        },
+        val_fraction: 0.25,
+        optimizer: OptimizerKind::Nesterov,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        no_decay_bn_bias: true,
+        label_smoothing: 0.1,
+        schedule: "multistep:0.5,0.75".parse().unwrap(),
+        lr: Some(0.05),
+        sync_bn: true,
+        ..small_cnn(2, 12, 24, dir.path())
+    };
+    let r = run(cfg);
+    assert_eq!(r.losses.len(), 24);
+    let (first, last) = (r.losses[0], *r.losses.last().unwrap());
+    assert!(last < first, "the loss fell: {first} -> {last}");
+    assert!(r.best_val_accuracy.is_some());
+    assert_eq!(r.state.buffers.len(), 1_568);
+}

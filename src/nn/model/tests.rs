@@ -189,6 +189,12 @@ fn presets_use_torchvision_names_and_count_their_flops() {
         assert!(names.contains(&want), "{want} missing");
     }
     assert!(m.buffers.iter().any(|t| t.name == "layer1.0.bn1.running_var"));
+    // --no-decay-bn-bias: every batch norm weight and bias (as many as the running
+    // statistics), and fc.bias
+    let spared: usize = m.no_decay_ranges().iter().map(|r| r.len()).sum();
+    assert_eq!(spared, m.n_buffers + 10);
+    let fc_bias = m.tensors.iter().find(|t| t.name == "fc.bias").unwrap().range();
+    assert!(m.no_decay_ranges().iter().any(|r| r.start <= fc_bias.start && fc_bias.end <= r.end));
     // conv and linear multiply-adds as counted in PyTorch, 2 FLOPs each
     let macs: u64 = m.nodes.iter().map(|n| n.op.macs()).sum();
     assert_eq!(macs, 40_813_184);
