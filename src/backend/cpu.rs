@@ -6,8 +6,6 @@ use crate::data::MicroBatch;
 use crate::nn::model::{Model, SumAcross, Workspace};
 use crate::nn::optim::{self, OptState, Optimizer, OptimizerKind};
 
-const EVAL_CHUNK: usize = 512;
-
 pub struct CpuReplica {
     model: Model,
     optimizer: Optimizer,
@@ -132,8 +130,9 @@ impl Replica for CpuReplica {
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
         let d = self.model.dims[0];
         let (mut loss, mut correct) = (0.0, 0);
-        for start in (0..n).step_by(EVAL_CHUNK) {
-            let b = EVAL_CHUNK.min(n - start);
+        let chunk = self.model.eval_rows();
+        for start in (0..n).step_by(chunk) {
+            let b = chunk.min(n - start);
             let (l, c) = self.model.evaluate(
                 &self.params,
                 &self.buffers,

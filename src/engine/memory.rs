@@ -9,8 +9,8 @@ use crate::config::RunConfig;
 use crate::nn::model::Model;
 use crate::nn::optim::OptimizerKind;
 
-/// Rows evaluated at a time (`CpuReplica`'s evaluation chunk, at least).
-const EVAL_ROWS: u64 = 512;
+/// Rows evaluated at a time, at most (`Model::eval_rows`).
+const EVAL_ROWS: u64 = crate::nn::model::EVAL_ROWS as u64;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Bytes still to be allocated by a run, by what they hold.
@@ -55,7 +55,9 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         .filter(|d| matches!(d, Device::Cpu { .. }))
         .count();
     let width: f64 = dims.iter().map(|&d| f(d)).sum();
-    let rows = f(cfg.batch_per_replica).max(EVAL_ROWS as f64);
+    // activations of the larger of a training batch and an evaluation chunk; their gradients
+    // of a training batch
+    let rows = f(cfg.batch_per_replica).max(f(model.eval_rows())) + f(cfg.batch_per_replica);
     let batch = f(cfg.batch_per_replica) * f(cfg.grad_accum) * (f(dims[0]) + 1.0) * 4.0;
     let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads);
     let gpus = f(devices.len() - cpu);
@@ -80,7 +82,7 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         // the state every rank starts from, a GPU rank's host copy, and a checkpoint at its
         // peak: the exported state, its tensors' bytes and the serialized file
         copies: (1.0 + moments) * params * 4.0 * (3.0 + gpus),
-        activations: 2.0 * rows * width * 4.0 * f(cpu),
+        activations: rows * width * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
     }
 }

@@ -24,6 +24,11 @@ use std::ops::Range;
 use crate::nn::layers::Shape;
 use crate::nn::rng::{tag, Rng};
 
+/// Rows evaluated at a time, at most (`Model::eval_rows`).
+pub const EVAL_ROWS: usize = 512;
+/// Activation floats an evaluation chunk may take (256 MiB).
+const EVAL_FLOATS: usize = 1 << 26;
+
 /// One named tensor inside a flat buffer (parameters, or batch norm's running statistics).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
@@ -134,6 +139,13 @@ impl Model {
             return parts.join("-");
         }
         format!("{}-...-{}", parts[..4].join("-"), parts[parts.len() - 3..].join("-"))
+    }
+
+    /// Rows to evaluate at a time: up to `EVAL_ROWS`, fewer where the activations of that many
+    /// would pass `EVAL_FLOATS` (a ResNet-50 at 224x224 holds ~13M floats per sample).
+    pub fn eval_rows(&self) -> usize {
+        let width: usize = self.dims.iter().sum();
+        (EVAL_FLOATS / width.max(1)).clamp(1, EVAL_ROWS)
     }
 
     /// Forward FLOPs per sample (a multiply-add counts 2; batch norm, pooling and adds their
