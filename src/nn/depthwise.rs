@@ -47,11 +47,25 @@ fn valid(kx: usize, stride: usize, pad: usize, w: usize, ow: usize) -> Range<usi
     lo..hi.max(lo)
 }
 
-/// Calls `f(out_row, in_row, kx_taps)` for every output row `oy` and kernel row `ky` whose
-/// input row is inside the image: (oy, iy).
-fn rows(g: &ConvGeom, ky: usize, mut f: impl FnMut(usize, usize)) {
-    for oy in valid(ky, g.stride, g.pad, g.h, g.oh) {
-        f(oy, oy * g.stride + ky - g.pad);
+/// For each kernel row ky the output rows whose input row is inside the image, and for each
+/// kernel column kx the output columns likewise with the first one's input column: worked out
+/// once per call, not per row (they hold for every plane).
+struct Taps {
+    rows: Vec<Range<usize>>,
+    cols: Vec<(Range<usize>, usize)>,
+}
+
+impl Taps {
+    fn new(g: &ConvGeom) -> Taps {
+        let rows = (0..g.k).map(|ky| valid(ky, g.stride, g.pad, g.h, g.oh)).collect();
+        let cols = (0..g.k)
+            .map(|kx| {
+                let r = valid(kx, g.stride, g.pad, g.w, g.ow);
+                let first = r.start * g.stride + kx - g.pad;
+                (r, first)
+            })
+            .collect();
+        Taps { rows, cols }
     }
 }
 
@@ -60,6 +74,7 @@ pub fn dwconv_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: Option<&[f3
     let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
     assert!(inp.len() >= b * g.c * hw && out.len() >= b * g.c * ohw && w.len() >= g.c * kk);
     let outs = Planes::new(out);
+    let taps = Taps::new(g);
     channels(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         for i in 0..b {
@@ -68,24 +83,22 @@ pub fn dwconv_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: Option<&[f3
             // SAFETY: plane (i, ch) is this task's alone
             let o = unsafe { outs.range((i * g.c + ch) * ohw, ohw) };
             o.fill(bias.map_or(0.0, |bs| bs[ch]));
-            for ky in 0..g.k {
-                rows(g, ky, |oy, iy| {
+            for (ky, rows) in taps.rows.iter().enumerate() {
+                for oy in rows.clone() {
+                    let iy = oy * g.stride + ky - g.pad;
                     let orow = &mut o[oy * g.ow..(oy + 1) * g.ow];
                     let irow = &src[iy * g.w..(iy + 1) * g.w];
-                    for kx in 0..g.k {
-                        let wv = wk[ky * g.k + kx];
-                        let r = valid(kx, g.stride, g.pad, g.w, g.ow);
-                        let first = r.start * g.stride + kx - g.pad;
+                    for (kx, (r, first)) in taps.cols.iter().enumerate() {
+                        let (wv, first) = (wk[ky * g.k + kx], *first);
                         if g.stride == 1 {
-                            let n = r.len();
-                            axpy(&mut orow[r], wv, &irow[first..first + n]);
+                            axpy(&mut orow[r.clone()], wv, &irow[first..first + r.len()]);
                         } else {
-                            for (j, o) in orow[r].iter_mut().enumerate() {
+                            for (j, o) in orow[r.clone()].iter_mut().enumerate() {
                                 *o += wv * irow[first + j * g.stride];
                             }
                         }
                     }
-                });
+                }
             }
         }
     });
@@ -108,6 +121,7 @@ pub fn dwconv_backward(
     let dinps = dinp.map(Planes::new);
     let dws = Planes::new(dw);
     let dbs = dbias.map(Planes::new);
+    let taps = Taps::new(g);
     channels(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         // SAFETY: channel ch's kernel, bias and planes are this task's alone
@@ -121,13 +135,13 @@ pub fn dwconv_backward(
             if let Some(din) = din.as_deref_mut() {
                 din.fill(0.0);
             }
-            for ky in 0..g.k {
-                rows(g, ky, |oy, iy| {
+            for (ky, rows) in taps.rows.iter().enumerate() {
+                for oy in rows.clone() {
+                    let iy = oy * g.stride + ky - g.pad;
                     let drow = &d[oy * g.ow..(oy + 1) * g.ow];
                     let irow = &src[iy * g.w..(iy + 1) * g.w];
-                    for kx in 0..g.k {
-                        let r = valid(kx, g.stride, g.pad, g.w, g.ow);
-                        let first = r.start * g.stride + kx - g.pad;
+                    for (kx, (r, first)) in taps.cols.iter().enumerate() {
+                        let (r, first) = (r.clone(), *first);
                         let wv = wk[ky * g.k + kx];
                         let drow_in = din.as_deref_mut().map(|d| &mut d[iy * g.w..(iy + 1) * g.w]);
                         if g.stride == 1 {
@@ -149,7 +163,7 @@ pub fn dwconv_backward(
                             }
                         }
                     }
-                });
+                }
             }
         }
         if let Some(dbs) = &dbs {
