@@ -7,10 +7,42 @@
 //! intra-op threads: a worker's second thread idles here (spreading images over the threads is
 //! the next step if convolutions dominate a step).
 
+use std::cell::RefCell;
+
 use crate::nn::gemm::sgemm;
 use crate::nn::im2col::{col2im, im2col};
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
+
+/// A pointwise (1x1) convolution over images of at most this many pixels multiplies all its
+/// images at once: per image, its product would be mostly the packing of the weights
+/// (MobileNetV2's late 1x1 layers: 960 x 160 weights against 4 or 16 pixels).
+const BATCH_POINTWISE_PIXELS: usize = 64;
+
+thread_local! {
+    /// The images side by side as [C, B*HW] and their output [OC, B*HW], for batched
+    /// pointwise products (this thread's; grown as needed).
+    static SIDE_BY_SIDE: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// dst[C, B*HW] = the images src[B, C, HW] side by side (`back`: the other way).
+fn side_by_side(dst: &mut [f32], src: &[f32], b: usize, c: usize, hw: usize, back: bool) {
+    for n in 0..b {
+        for ch in 0..c {
+            let (wide, img) = ((ch * b + n) * hw, (n * c + ch) * hw);
+            match back {
+                false => dst[wide..wide + hw].copy_from_slice(&src[img..img + hw]),
+                true => dst[img..img + hw].copy_from_slice(&src[wide..wide + hw]),
+            }
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
 
 /// Floats of `col_scratch` the convolution needs: one image's columns, C*KH*KW x OH*OW.
 pub fn conv2d_scratch_len(c: usize, kh: usize, kw: usize, oh: usize, ow: usize) -> usize {
@@ -80,6 +112,20 @@ pub fn conv2d_forward(
     );
     let (ckk, ohw, chw) = (c * kh * kw, oh * ow, c * h * w_in);
     let pointwise = is_pointwise(kh, kw, stride, pad);
+    if pointwise && b > 1 && ohw <= BATCH_POINTWISE_PIXELS {
+        return SIDE_BY_SIDE.with(|s| {
+            let (x, y) = &mut *s.borrow_mut();
+            grow(x, c * b * ohw);
+            grow(y, oc * b * ohw);
+            let (x, y) = (&mut x[..c * b * ohw], &mut y[..oc * b * ohw]);
+            side_by_side(x, inp, b, c, ohw, false);
+            for (row, &bv) in y.chunks_exact_mut(b * ohw).zip(bias) {
+                row.fill(bv);
+            }
+            sgemm(false, false, oc, b * ohw, c, 1.0, &w[..oc * c], x, 1.0, y);
+            side_by_side(out, y, b, oc, ohw, true);
+        });
+    }
     for n in 0..b {
         let img = &inp[n * chw..(n + 1) * chw];
         let o = &mut out[n * oc * ohw..(n + 1) * oc * ohw];
@@ -141,6 +187,26 @@ pub fn conv2d_backward(
         );
     }
     let pointwise = is_pointwise(kh, kw, stride, pad);
+    if pointwise && b > 1 && ohw <= BATCH_POINTWISE_PIXELS {
+        return SIDE_BY_SIDE.with(|s| {
+            let (x, y) = &mut *s.borrow_mut();
+            grow(x, c * b * ohw);
+            grow(y, oc * b * ohw);
+            let (x, d) = (&mut x[..c * b * ohw], &mut y[..oc * b * ohw]);
+            side_by_side(x, inp, b, c, ohw, false);
+            side_by_side(d, dout, b, oc, ohw, false);
+            for (g, row) in dbias[..oc].iter_mut().zip(d.chunks_exact(b * ohw)) {
+                *g += lane_sum(row);
+            }
+            // dw[OC, C] += dout[OC, B*HW] @ x^T
+            sgemm(false, true, oc, c, b * ohw, 1.0, d, x, 1.0, &mut dw[..oc * c]);
+            if let Some(dinp) = dinp {
+                // dx[C, B*HW] = w^T @ dout, into x's place, then back to NCHW
+                sgemm(true, false, c, b * ohw, oc, 1.0, &w[..oc * c], d, 0.0, x);
+                side_by_side(dinp, x, b, c, ohw, true);
+            }
+        });
+    }
     for n in 0..b {
         let img = &inp[n * chw..(n + 1) * chw];
         let dout_n = &dout[n * oc * ohw..(n + 1) * oc * ohw];
