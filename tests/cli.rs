@@ -196,7 +196,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["on 1x8x8 inputs", "layer 4 `pool2`"],
         ),
         (&["--model", "conv8x3"], &["layer 1 `conv8x3`", "conv32k3"]),
-        (&["--model", "resnet19"], &["resnet19", "resnet20", "mobilenetv2"]),
+        (
+            &["--model", "resnet19"],
+            &["resnet19", "resnet20", "mobilenetv2"],
+        ),
         (
             &["--model", "resnet20", "--data", "synthetic:100,8,3"],
             &["resnet20 needs images", "flat vectors"],

@@ -174,7 +174,10 @@ fn a_batch_norm_model_resumes_with_its_running_statistics() {
     assert!(!rest.state.buffers.is_empty());
     let d = max_rel_diff(&straight.state.buffers, &rest.state.buffers);
     assert!(d <= 1e-5, "running statistics differ by {d:e}");
-    assert_ne!(rest.state.buffers, half.state.buffers, "the statistics moved after the resume");
+    assert_ne!(
+        rest.state.buffers, half.state.buffers,
+        "the statistics moved after the resume"
+    );
 }
 
 #[test]
@@ -188,7 +191,11 @@ fn sync_batch_norm_makes_n_ranks_equal_one_rank() {
                 model: "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap(),
                 sync_bn: true,
                 optimizer,
-                lr: Some(if optimizer == OptimizerKind::Sgd { 0.05 } else { 1e-3 }),
+                lr: Some(if optimizer == OptimizerKind::Sgd {
+                    0.05
+                } else {
+                    1e-3
+                }),
                 ..small_cnn(n, b, 40, dir.path())
             };
             let mut single = multi.clone();
@@ -211,7 +218,10 @@ fn sync_batch_norm_makes_n_ranks_equal_one_rank() {
     single.devices = DeviceSpec::Cpu(1);
     single.batch_per_replica = 16;
     let d = max_rel_diff(&run(own).state.params, &run(single).state.params);
-    assert!(d > 1e-4, "per-replica statistics differ from the global batch's ({d:e})");
+    assert!(
+        d > 1e-4,
+        "per-replica statistics differ from the global batch's ({d:e})"
+    );
 }
 
 #[test]

@@ -124,7 +124,14 @@ impl Replica for CpuReplica {
     fn apply_update(&mut self, lr: f32) {
         let samples = self.batch_metrics().samples.max(1.0);
         let scale = (1.0 / samples) as f32;
-        optim::step(&self.optimizer, &mut self.params, &self.grads, &mut self.opt, lr, scale);
+        optim::step(
+            &self.optimizer,
+            &mut self.params,
+            &self.grads,
+            &mut self.opt,
+            lr,
+            scale,
+        );
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {

@@ -166,7 +166,10 @@ pub(super) fn meet(
             ("--rebalance".into(), cfg.rebalance.to_string()),
             ("--sync-bn".into(), cfg.sync_bn.to_string()),
             ("--momentum".into(), cfg.momentum.to_string()),
-            ("--no-decay-bn-bias".into(), cfg.no_decay_bn_bias.to_string()),
+            (
+                "--no-decay-bn-bias".into(),
+                cfg.no_decay_bn_bias.to_string(),
+            ),
             ("--label-smoothing".into(), cfg.label_smoothing.to_string()),
             (
                 "--checkpoint-every".into(),

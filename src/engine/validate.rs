@@ -12,8 +12,8 @@ pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
-use crate::nn::optim::{Optimizer, MOMENTUM};
 use crate::nn::model::Model;
+use crate::nn::optim::{Optimizer, MOMENTUM};
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));

@@ -68,7 +68,12 @@ pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
             Some(m) => {
                 let m = m[ch] as f32;
                 (0..g.b)
-                    .map(|i| plane(i).iter().map(|&v| ((v - m) * (v - m)) as f64).sum::<f64>())
+                    .map(|i| {
+                        plane(i)
+                            .iter()
+                            .map(|&v| ((v - m) * (v - m)) as f64)
+                            .sum::<f64>()
+                    })
                     .sum()
             }
         };
@@ -91,7 +96,10 @@ impl BnStats {
     pub fn of(x: &[f32], g: BnGeom) -> BnStats {
         let n = (g.b * g.hw) as f64;
         let mean: Vec<f64> = channel_sums(x, g, None).iter().map(|s| s / n).collect();
-        let var = channel_sums(x, g, Some(&mean)).iter().map(|s| s / n).collect();
+        let var = channel_sums(x, g, Some(&mean))
+            .iter()
+            .map(|s| s / n)
+            .collect();
         BnStats { mean, var, n }
     }
 }
@@ -120,7 +128,11 @@ pub fn bn_forward_train(
         let invstd = 1.0 / (st.var[ch] + eps as f64).sqrt();
         saved[ch] = st.mean[ch] as f32;
         saved[g.c + ch] = invstd as f32;
-        let unbiased = if st.n > 1.0 { st.var[ch] * st.n / (st.n - 1.0) } else { st.var[ch] };
+        let unbiased = if st.n > 1.0 {
+            st.var[ch] * st.n / (st.n - 1.0)
+        } else {
+            st.var[ch]
+        };
         running[ch] = (1.0 - momentum) * running[ch] + momentum * st.mean[ch] as f32;
         running[g.c + ch] = (1.0 - momentum) * running[g.c + ch] + momentum * unbiased as f32;
     }
@@ -173,7 +185,11 @@ pub fn bn_grad_sums(dout: &[f32], x: &[f32], saved: &[f32], g: BnGeom) -> Vec<f6
             let at = (i * g.c + ch) * g.hw;
             let (d, xs) = (&dout[at..at + g.hw], &x[at..at + g.hw]);
             sdy += lane_sum(d) as f64;
-            sdyx += d.iter().zip(xs).map(|(&d, &v)| (d * (v - mean)) as f64).sum::<f64>();
+            sdyx += d
+                .iter()
+                .zip(xs)
+                .map(|(&d, &v)| (d * (v - mean)) as f64)
+                .sum::<f64>();
         }
         // SAFETY: entries `ch` and `C + ch` are this task's alone
         unsafe {
@@ -219,7 +235,11 @@ pub fn bn_backward(
             let at = (i * g.c + ch) * g.hw;
             // SAFETY: channel `ch`'s planes are this task's alone
             let dx = unsafe { dxs.range(at, g.hw) };
-            for ((o, &d), &v) in dx.iter_mut().zip(&dout[at..at + g.hw]).zip(&x[at..at + g.hw]) {
+            for ((o, &d), &v) in dx
+                .iter_mut()
+                .zip(&dout[at..at + g.hw])
+                .zip(&x[at..at + g.hw])
+            {
                 let xhat = (v - mean) * invstd;
                 *o = k * (n * d - sdy - xhat * sdyxhat);
             }
@@ -240,7 +260,18 @@ mod tests {
         let x = [1.0, 2.0, 3.0, 4.0];
         let (mut out, mut saved, mut run) = ([0.0; 4], [0.0; 2], [0.0, 1.0]);
         let st = BnStats::of(&x, g);
-        bn_forward_train(&mut out, &mut saved, &mut run, &x, &[2.0], &[0.5], g, &st, 1e-5, 0.1);
+        bn_forward_train(
+            &mut out,
+            &mut saved,
+            &mut run,
+            &x,
+            &[2.0],
+            &[0.5],
+            g,
+            &st,
+            1e-5,
+            0.1,
+        );
         // mean 2.5, biased variance 1.25, unbiased 5/3
         assert!((saved[0] - 2.5).abs() < 1e-6);
         let inv = 1.0 / (1.25f32 + 1e-5).sqrt();
@@ -266,17 +297,35 @@ mod tests {
         let fwd = |x: &[f32], w: &[f32], bias: &[f32]| {
             let (mut out, mut saved, mut run) = (vec![0.0; n], vec![0.0; 4], vec![0.0; 4]);
             let st = BnStats::of(x, g);
-            bn_forward_train(&mut out, &mut saved, &mut run, x, w, bias, g, &st, 1e-5, 0.1);
+            bn_forward_train(
+                &mut out, &mut saved, &mut run, x, w, bias, g, &st, 1e-5, 0.1,
+            );
             (out, saved)
         };
         let (_, saved) = fwd(&x, &w, &bias);
         let (mut dx, mut dw, mut db) = (vec![0.0; n], vec![0.0; 2], vec![0.0; 2]);
         let sums = bn_grad_sums(&dout, &x, &saved, g);
         let n = (g.b * g.hw) as f64;
-        bn_backward(Some(&mut dx), &mut dw, &mut db, &dout, &x, &saved, &w, g, (&sums, &sums, n));
+        bn_backward(
+            Some(&mut dx),
+            &mut dw,
+            &mut db,
+            &dout,
+            &x,
+            &saved,
+            &w,
+            g,
+            (&sums, &sums, n),
+        );
         let (w0, b0, x0) = (w.clone(), bias.clone(), x.clone());
-        check("bn dx", &mut x, &dx, &mut |x| dot(&fwd(x, &w0, &b0).0, &dout));
-        check("bn dweight", &mut w, &dw, &mut |w| dot(&fwd(&x0, w, &b0).0, &dout));
-        check("bn dbias", &mut bias, &db, &mut |b| dot(&fwd(&x0, &w0, b).0, &dout));
+        check("bn dx", &mut x, &dx, &mut |x| {
+            dot(&fwd(x, &w0, &b0).0, &dout)
+        });
+        check("bn dweight", &mut w, &dw, &mut |w| {
+            dot(&fwd(&x0, w, &b0).0, &dout)
+        });
+        check("bn dbias", &mut bias, &db, &mut |b| {
+            dot(&fwd(&x0, &w0, b).0, &dout)
+        });
     }
 }

@@ -199,7 +199,18 @@ pub fn conv2d_backward(
                 *g += lane_sum(row);
             }
             // dw[OC, C] += dout[OC, B*HW] @ x^T
-            sgemm(false, true, oc, c, b * ohw, 1.0, d, x, 1.0, &mut dw[..oc * c]);
+            sgemm(
+                false,
+                true,
+                oc,
+                c,
+                b * ohw,
+                1.0,
+                d,
+                x,
+                1.0,
+                &mut dw[..oc * c],
+            );
             if let Some(dinp) = dinp {
                 // dx[C, B*HW] = w^T @ dout, into x's place, then back to NCHW
                 sgemm(true, false, c, b * ohw, oc, 1.0, &w[..oc * c], d, 0.0, x);

@@ -57,7 +57,9 @@ struct Taps {
 
 impl Taps {
     fn new(g: &ConvGeom) -> Taps {
-        let rows = (0..g.k).map(|ky| valid(ky, g.stride, g.pad, g.h, g.oh)).collect();
+        let rows = (0..g.k)
+            .map(|ky| valid(ky, g.stride, g.pad, g.h, g.oh))
+            .collect();
         let cols = (0..g.k)
             .map(|kx| {
                 let r = valid(kx, g.stride, g.pad, g.w, g.ow);
@@ -70,7 +72,14 @@ impl Taps {
 }
 
 /// out[B,C,OH,OW] = inp[B,C,H,W] (*) w[C,1,K,K] per channel (+ bias[C] when given).
-pub fn dwconv_forward(out: &mut [f32], inp: &[f32], w: &[f32], bias: Option<&[f32]>, b: usize, g: &ConvGeom) {
+pub fn dwconv_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    b: usize,
+    g: &ConvGeom,
+) {
     let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
     assert!(inp.len() >= b * g.c * hw && out.len() >= b * g.c * ohw && w.len() >= g.c * kk);
     let outs = Planes::new(out);
@@ -182,7 +191,17 @@ mod tests {
 
     fn geom(c: usize, h: usize, w: usize, k: usize, stride: usize, pad: usize) -> ConvGeom {
         let (oh, ow) = out_size(h, w, k, k, stride, pad).unwrap();
-        ConvGeom { c, h, w, oc: c, k, stride, pad, oh, ow }
+        ConvGeom {
+            c,
+            h,
+            w,
+            oc: c,
+            k,
+            stride,
+            pad,
+            oh,
+            ow,
+        }
     }
 
     /// The same as a dense convolution whose weights are zero off each channel's own.
@@ -205,7 +224,9 @@ mod tests {
             }
             let mut want = vec![0.0; n];
             let mut col = vec![0.0; conv2d_scratch_len(3, k, k, g.oh, g.ow)];
-            conv2d_forward(&mut want, &x, &dense, &bias, b, 3, 7, 6, 3, k, k, s, p, &mut col);
+            conv2d_forward(
+                &mut want, &x, &dense, &bias, b, 3, 7, 6, 3, k, k, s, p, &mut col,
+            );
             for (a, e) in out.iter().zip(&want) {
                 assert!((a - e).abs() < 1e-5, "k{k} s{s} p{p}: {a} vs {e}");
             }
@@ -233,7 +254,9 @@ mod tests {
             let (x0, w0, b0) = (x.clone(), w.clone(), bias.clone());
             check("dw dx", &mut x, &dx, &mut |x| dot(&fwd(x, &w0, &b0), &dout));
             check("dw dw", &mut w, &dw, &mut |w| dot(&fwd(&x0, w, &b0), &dout));
-            check("dw db", &mut bias, &db, &mut |bb| dot(&fwd(&x0, &w0, bb), &dout));
+            check("dw db", &mut bias, &db, &mut |bb| {
+                dot(&fwd(&x0, &w0, bb), &dout)
+            });
         }
     }
 }

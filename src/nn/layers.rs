@@ -98,7 +98,14 @@ impl Layer {
     }
 }
 
-fn window(f: &mut fmt::Formatter<'_>, kind: &str, kernel: usize, stride: usize, pad: usize, default_stride: usize) -> fmt::Result {
+fn window(
+    f: &mut fmt::Formatter<'_>,
+    kind: &str,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    default_stride: usize,
+) -> fmt::Result {
     write!(f, "{kind}{kernel}")?;
     if stride != default_stride {
         write!(f, "s{stride}")?;
@@ -123,11 +130,21 @@ impl fmt::Display for Layer {
                 stride,
                 pad,
             } => window(f, &format!("conv{channels}k"), kernel, stride, pad, 1),
-            Layer::DwConv { kernel, stride, pad } => window(f, "dwconv", kernel, stride, pad, 1),
-            Layer::Pool { kernel, stride, pad } => window(f, "pool", kernel, stride, pad, kernel),
-            Layer::AvgPool { kernel, stride, pad } => {
-                window(f, "avgpool", kernel, stride, pad, kernel)
-            }
+            Layer::DwConv {
+                kernel,
+                stride,
+                pad,
+            } => window(f, "dwconv", kernel, stride, pad, 1),
+            Layer::Pool {
+                kernel,
+                stride,
+                pad,
+            } => window(f, "pool", kernel, stride, pad, kernel),
+            Layer::AvgPool {
+                kernel,
+                stride,
+                pad,
+            } => window(f, "avgpool", kernel, stride, pad, kernel),
             Layer::Dense { units } => write!(f, "dense{units}"),
             Layer::Bn => write!(f, "bn"),
             Layer::Relu => write!(f, "relu"),
@@ -218,8 +235,21 @@ pub fn looks_like_layers(s: &str) -> bool {
 
 /// Token kinds, longest first where one is a prefix of another.
 const KINDS: [&str; 15] = [
-    "conv", "dwconv", "dense", "bn", "relu6", "relu", "linear", "pool", "avgpool", "gap",
-    "dropout", "basic", "bottleneck", "inverted", "maxpool",
+    "conv",
+    "dwconv",
+    "dense",
+    "bn",
+    "relu6",
+    "relu",
+    "linear",
+    "pool",
+    "avgpool",
+    "gap",
+    "dropout",
+    "basic",
+    "bottleneck",
+    "inverted",
+    "maxpool",
 ];
 
 /// Reads a token left to right; errors quote what was read so far.
@@ -315,8 +345,16 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
             let stride = p.option('s', "stride", 1, kernel)?;
             let pad = p.option('p', "padding", 0, 0)?;
             match kind {
-                "avgpool" => Layer::AvgPool { kernel, stride, pad },
-                _ => Layer::Pool { kernel, stride, pad },
+                "avgpool" => Layer::AvgPool {
+                    kernel,
+                    stride,
+                    pad,
+                },
+                _ => Layer::Pool {
+                    kernel,
+                    stride,
+                    pad,
+                },
             }
         }
         "dense" => Layer::Dense {
@@ -333,7 +371,9 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
                 format!("expected a probability after `dropout`, e.g. dropout0.2; {FORMS}")
             })?;
             if !(prob > 0.0 && prob < 1.0) {
-                return Err(format!("dropout probability {rest} must be between 0 and 1"));
+                return Err(format!(
+                    "dropout probability {rest} must be between 0 and 1"
+                ));
             }
             p.pos = tok.len();
             Layer::Dropout {

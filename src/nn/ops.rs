@@ -339,13 +339,20 @@ mod tests {
             let row = &logits[i * c..(i + 1) * c];
             let lse = row.iter().map(|v| (*v as f64).exp()).sum::<f64>().ln();
             for (j, &v) in row.iter().enumerate() {
-                let t = eps as f64 / c as f64 + if j == labels[i] as usize { 1.0 - eps as f64 } else { 0.0 };
+                let t = eps as f64 / c as f64
+                    + if j == labels[i] as usize {
+                        1.0 - eps as f64
+                    } else {
+                        0.0
+                    };
                 expect -= t * (v as f64 - lse);
             }
         }
         assert!((loss - expect).abs() < 1e-4, "{loss} vs {expect}");
         for i in 0..logits.len() {
-            let num = fd(&mut logits, i, &mut |x| softmax_xent_smoothed(None, x, &labels, b, c, eps).0);
+            let num = fd(&mut logits, i, &mut |x| {
+                softmax_xent_smoothed(None, x, &labels, b, c, eps).0
+            });
             assert!(close(d[i] as f64, num), "dlogits[{i}] {} vs {num}", d[i]);
         }
     }

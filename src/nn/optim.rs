@@ -100,7 +100,14 @@ impl Optimizer {
 
 /// One update: params -= lr * direction(scale * grads), over the ranges that are decayed and
 /// those that are not.
-pub fn step(o: &Optimizer, params: &mut [f32], grads: &[f32], st: &mut OptState, lr: f32, scale: f32) {
+pub fn step(
+    o: &Optimizer,
+    params: &mut [f32],
+    grads: &[f32],
+    st: &mut OptState,
+    lr: f32,
+    scale: f32,
+) {
     st.t += 1;
     let n = params.len();
     let mut at = 0;
@@ -162,7 +169,12 @@ fn step_range(
             let bc2 = 1.0 - BETA2.powi(t);
             let step_size = lr / bc1;
             let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
-            for (((p, g), m), v) in params.iter_mut().zip(grads).zip(m.iter_mut()).zip(v.iter_mut()) {
+            for (((p, g), m), v) in params
+                .iter_mut()
+                .zip(grads)
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+            {
                 let mut g = g * scale;
                 if decoupled {
                     *p -= lr * wd * *p;
@@ -218,7 +230,7 @@ mod tests {
         // two steps of PyTorch's SGD(momentum=0.5, nesterov=True, weight_decay=0.1) by hand
         let o = Optimizer {
             momentum: 0.5,
-            no_decay: vec![1..2],
+            no_decay: std::iter::once(1..2).collect(),
             ..Optimizer::new(OptimizerKind::Nesterov, 0.1)
         };
         let mut p = vec![1.0f32, 1.0];
@@ -234,7 +246,10 @@ mod tests {
         let buf = 0.5 * 2.1 + g;
         assert!((p[0] - (p0 - 0.1 * (g + 0.5 * buf))).abs() < 1e-6, "{p:?}");
         // heavy ball with the same coefficient steps by the buffer alone
-        let o = Optimizer { kind: OptimizerKind::Momentum, ..o };
+        let o = Optimizer {
+            kind: OptimizerKind::Momentum,
+            ..o
+        };
         let (mut q, mut st) = (vec![1.0f32], OptState::new(o.kind, 1));
         step(&o, &mut q, &[2.0], &mut st, 0.1, 1.0);
         step(&o, &mut q, &[2.0], &mut st, 0.1, 1.0);

@@ -156,7 +156,13 @@ pub fn maxpool2d_backward(
 /// Max pooling with zero-free padding (padded positions never win): out[B,C,OH,OW] and
 /// argmax (the winner's index in its HxW plane), for windows `nn::pool`'s unpadded fast path
 /// does not take (ResNet's 3x3/2 stem pool with padding 1).
-pub fn maxpool2d_padded_forward(out: &mut [f32], argmax: &mut [u32], inp: &[f32], b: usize, g: &Window) {
+pub fn maxpool2d_padded_forward(
+    out: &mut [f32],
+    argmax: &mut [u32],
+    inp: &[f32],
+    b: usize,
+    g: &Window,
+) {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     for plane in 0..b * g.c {
         let src = &inp[plane * hw..(plane + 1) * hw];
@@ -189,12 +195,21 @@ fn taps(g: &Window, oy: usize, ox: usize) -> impl Iterator<Item = (usize, usize)
 }
 
 /// dinp[B,C,H,W] = 0, then each dout routed to its window's winner.
-pub fn maxpool2d_padded_backward(dinp: &mut [f32], dout: &[f32], argmax: &[u32], b: usize, g: &Window) {
+pub fn maxpool2d_padded_backward(
+    dinp: &mut [f32],
+    dout: &[f32],
+    argmax: &[u32],
+    b: usize,
+    g: &Window,
+) {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     for plane in 0..b * g.c {
         let d = &mut dinp[plane * hw..(plane + 1) * hw];
         d.fill(0.0);
-        for (&at, &gv) in argmax[plane * ohw..(plane + 1) * ohw].iter().zip(&dout[plane * ohw..]) {
+        for (&at, &gv) in argmax[plane * ohw..(plane + 1) * ohw]
+            .iter()
+            .zip(&dout[plane * ohw..])
+        {
             d[at as usize] += gv;
         }
     }
@@ -355,11 +370,22 @@ mod tests {
     #[test]
     fn padded_max_and_average_pooling_match_finite_differences() {
         use crate::nn::gradcheck::randn;
-        let g = Window { c: 2, h: 5, w: 4, k: 3, stride: 2, pad: 1, oh: 3, ow: 2 };
+        let g = Window {
+            c: 2,
+            h: 5,
+            w: 4,
+            k: 3,
+            stride: 2,
+            pad: 1,
+            oh: 3,
+            ow: 2,
+        };
         let b = 2;
         let mut r = Rng::new(11);
         // values 0.1 apart: no winner changes under the finite differences' nudge
-        let mut x: Vec<f32> = (0..b * 2 * 20).map(|i| ((i * 37) % 80) as f32 * 0.1 - 4.0).collect();
+        let mut x: Vec<f32> = (0..b * 2 * 20)
+            .map(|i| ((i * 37) % 80) as f32 * 0.1 - 4.0)
+            .collect();
         let dout = randn(&mut r, b * 2 * 6);
         let n = b * 2 * 6;
         // max: every window's winner inside the image

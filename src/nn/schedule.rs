@@ -11,7 +11,9 @@ pub enum Schedule {
     Cosine,
     /// x0.1 at each milestone, given in thousandths of the run (`step`: 50% and 75%); at
     /// most 4 milestones, the unused ones 0.
-    MultiStep { at: [u16; 4] },
+    MultiStep {
+        at: [u16; 4],
+    },
 }
 
 /// `step`: x0.1 at 50% and again at 75% of the run.

@@ -73,7 +73,6 @@ pub struct Window {
     pub ow: usize,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

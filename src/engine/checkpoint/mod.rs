@@ -134,7 +134,11 @@ pub fn write(
         }
         // batch norm's running statistics, by their PyTorch names
         for t in &model.buffers {
-            blobs.push((t.name.clone(), t.shape.clone(), to_bytes(&state.buffers[t.range()])));
+            blobs.push((
+                t.name.clone(),
+                t.shape.clone(),
+                to_bytes(&state.buffers[t.range()]),
+            ));
         }
         let views = blobs.iter().map(|(n, s, b)| {
             (
@@ -292,21 +296,21 @@ pub fn read(
         v = vec![0.0; n];
     }
     let fill = |t: &TensorInfo, name: &str, dst: &mut [f32]| -> Result<(), CheckpointError> {
-            let view = st
-                .tensor(name)
-                .map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
-            if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
-                return Err(corrupt(format!(
-                    "tensor `{name}` is {:?} {:?}, expected F32 {:?}",
-                    view.dtype(),
-                    view.shape(),
-                    t.shape
-                )));
-            }
-            for (d, c) in dst.iter_mut().zip(view.data().chunks_exact(4)) {
-                *d = f32::from_le_bytes(c.try_into().expect("4 bytes"));
-            }
-            Ok(())
+        let view = st
+            .tensor(name)
+            .map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
+        if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
+            return Err(corrupt(format!(
+                "tensor `{name}` is {:?} {:?}, expected F32 {:?}",
+                view.dtype(),
+                view.shape(),
+                t.shape
+            )));
+        }
+        for (d, c) in dst.iter_mut().zip(view.data().chunks_exact(4)) {
+            *d = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+        }
+        Ok(())
     };
     for t in &model.tensors {
         let r = t.range();
@@ -323,9 +327,10 @@ pub fn read(
         fill(t, &t.name, &mut buffers[t.range()])?;
     }
     // a running variance must be a variance
-    if buffers.iter().any(|x| !x.is_finite()) || (model.buffers.iter())
-        .filter(|t| t.name.ends_with("running_var"))
-        .any(|t| buffers[t.range()].iter().any(|&x| x < 0.0))
+    if buffers.iter().any(|x| !x.is_finite())
+        || (model.buffers.iter())
+            .filter(|t| t.name.ends_with("running_var"))
+            .any(|t| buffers[t.range()].iter().any(|&x| x < 0.0))
     {
         return Err(corrupt(
             "batch norm's running statistics (*.running_mean, *.running_var) contain NaN, infinity or negative variances".into(),
@@ -352,7 +357,14 @@ pub fn read(
         m,
         v,
     };
-    Ok((meta, TrainState { params, opt, buffers }))
+    Ok((
+        meta,
+        TrainState {
+            params,
+            opt,
+            buffers,
+        },
+    ))
 }
 
 impl CheckpointMeta {

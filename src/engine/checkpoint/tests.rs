@@ -31,7 +31,15 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         run_dir: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
-    (model, TrainState { params, opt, buffers }, meta)
+    (
+        model,
+        TrainState {
+            params,
+            opt,
+            buffers,
+        },
+        meta,
+    )
 }
 
 #[test]
@@ -214,11 +222,17 @@ fn damaged_running_statistics_and_the_old_format_are_refused() {
     bad.buffers[4] = -2.0;
     let p = write(dir.path(), &model, &bad, &meta).unwrap();
     let e = read(&p, &model, "adam").unwrap_err().to_string();
-    assert!(e.contains("running statistics") && e.contains("negative variances"), "{e}");
+    assert!(
+        e.contains("running statistics") && e.contains("negative variances"),
+        "{e}"
+    );
     // a checkpoint of the layout before PyTorch's linear weights
     meta.format = "mgtop-checkpoint/1".into();
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), &model, &state, &meta).unwrap();
     let e = read(&p, &model, "adam").unwrap_err().to_string();
-    assert!(e.contains("older mgtop-train") && e.contains("start a new run"), "{e}");
+    assert!(
+        e.contains("older mgtop-train") && e.contains("start a new run"),
+        "{e}"
+    );
 }

@@ -99,7 +99,14 @@ pub(super) fn update(
         let samples = (grads[grads.len() - 1] as f64).max(1.0);
         let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
         let TrainState { params, opt, .. } = &mut *st;
-        optim::step(&store.optimizer, params, grads, opt, lr, (1.0 / samples) as f32);
+        optim::step(
+            &store.optimizer,
+            params,
+            grads,
+            opt,
+            lr,
+            (1.0 / samples) as f32,
+        );
         optimizer = t.elapsed();
     }
     let mut moved = Moved {

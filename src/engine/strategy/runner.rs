@@ -160,7 +160,10 @@ impl Runner {
 
 /// Batch norm's running statistics averaged over the replicas (each has normalised its own
 /// batches since the last time; with `--sync-bn` they are the same already).
-fn average_buffers(replica: &mut dyn Replica, coll: &mut dyn Collective) -> Result<(), CollectiveError> {
+fn average_buffers(
+    replica: &mut dyn Replica,
+    coll: &mut dyn Collective,
+) -> Result<(), CollectiveError> {
     let mut buffers = replica.buffers();
     let n = coll.world_size();
     if buffers.is_empty() || n == 1 {

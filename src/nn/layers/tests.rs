@@ -42,7 +42,10 @@ fn specs_print_back_in_canonical_form() {
         assert_eq!(spec.parse::<LayerSpec>().unwrap().to_string(), spec);
     }
     assert_eq!(
-        "maxpool3s2p1,dropout0.25".parse::<LayerSpec>().unwrap().to_string(),
+        "maxpool3s2p1,dropout0.25"
+            .parse::<LayerSpec>()
+            .unwrap()
+            .to_string(),
         "pool3s2p1,dropout0.25"
     );
 }
@@ -98,9 +101,18 @@ fn bad_tokens_are_refused_naming_the_layer() {
             "conv8k3,rel",
             "layer 2 `rel`: unknown layer; use convNkK[sS][pP]",
         ),
-        ("dropout1.5", "layer 1 `dropout1.5`: dropout probability 1.5 must be between 0 and 1"),
-        ("dropout", "expected a probability after `dropout`, e.g. dropout0.2"),
-        ("basic16s", "layer 1 `basic16s`: expected the stride after `basic16s`"),
+        (
+            "dropout1.5",
+            "layer 1 `dropout1.5`: dropout probability 1.5 must be between 0 and 1",
+        ),
+        (
+            "dropout",
+            "expected a probability after `dropout`, e.g. dropout0.2",
+        ),
+        (
+            "basic16s",
+            "layer 1 `basic16s`: expected the stride after `basic16s`",
+        ),
         ("inverted24t0", "expansion 0 must be between 1 and 256"),
         ("gapx", "unexpected `x` after `gap`"),
         ("Conv8k3", "layer 1 `Conv8k3`: unknown layer"),
@@ -117,6 +129,8 @@ fn bad_tokens_are_refused_naming_the_layer() {
     assert_eq!("".parse::<LayerSpec>(), Err(SpecError::Empty));
     assert_eq!(" ".parse::<LayerSpec>(), Err(SpecError::Empty));
     let deep = vec!["dense4"; 257].join(",");
-    assert_eq!(deep.parse::<LayerSpec>(), Err(SpecError::TooManyLayers(257)));
+    assert_eq!(
+        deep.parse::<LayerSpec>(),
+        Err(SpecError::TooManyLayers(257))
+    );
 }
-

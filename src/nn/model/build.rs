@@ -6,8 +6,8 @@ use crate::nn::layers::Shape;
 use crate::nn::window::out_size;
 
 use super::op::{Act, Node, Op, ValueId};
-use crate::nn::window::Window;
 use super::{Init, Model, TensorInfo};
+use crate::nn::window::Window;
 
 /// A model under construction; `finish` hands it over.
 pub struct Builder {
@@ -147,8 +147,11 @@ impl Builder {
                 "a depthwise convolution keeps its {c} channels (asked for {oc})"
             ));
         }
-        let (oh, ow) = out_size(h, w, k, k, stride, pad)
-            .map_err(|e| format!("{e} (a {h}x{w} image); use a smaller kernel, stride or model, or larger images"))?;
+        let (oh, ow) = out_size(h, w, k, k, stride, pad).map_err(|e| {
+            format!(
+                "{e} (a {h}x{w} image); use a smaller kernel, stride or model, or larger images"
+            )
+        })?;
         let g = ConvGeom {
             c,
             h,
@@ -173,7 +176,8 @@ impl Builder {
             ),
             WeightInit::Normal(std) => (Init::Normal(std), Init::Const(0.0)),
         };
-        let mut params = vec![self.param(format!("{name}.weight"), vec![oc, c / groups, k, k], wi)?];
+        let mut params =
+            vec![self.param(format!("{name}.weight"), vec![oc, c / groups, k, k], wi)?];
         if bias {
             params.push(self.param(format!("{name}.bias"), vec![oc], bi)?);
         }
@@ -183,7 +187,11 @@ impl Builder {
             bias,
             act: Act::None,
         };
-        let out = Shape::Image { c: oc, h: oh, w: ow };
+        let out = Shape::Image {
+            c: oc,
+            h: oh,
+            w: ow,
+        };
         self.node(name, op, &[x], out, params, None)
     }
 
@@ -240,13 +248,29 @@ impl Builder {
         if sa != sb {
             return Err(format!("cannot add a {sa} tensor to a {sb} one"));
         }
-        self.node("", Op::Add { act: Act::None }, &[a, b], sa, Vec::new(), None)
+        self.node(
+            "",
+            Op::Add { act: Act::None },
+            &[a, b],
+            sa,
+            Vec::new(),
+            None,
+        )
     }
 
-    fn window(&self, x: ValueId, what: &str, k: usize, stride: usize, pad: usize) -> Result<Window, String> {
+    fn window(
+        &self,
+        x: ValueId,
+        what: &str,
+        k: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Result<Window, String> {
         let (c, h, w) = self.image(x, what)?;
         if 2 * pad > k {
-            return Err(format!("padding {pad} is more than half the {k}x{k} window"));
+            return Err(format!(
+                "padding {pad} is more than half the {k}x{k} window"
+            ));
         }
         let (oh, ow) = out_size(h, w, k, k, stride, pad)
             .map_err(|e| format!("{e} (a {h}x{w} image); use a smaller window or larger images"))?;
@@ -262,15 +286,35 @@ impl Builder {
         })
     }
 
-    pub fn maxpool(&mut self, x: ValueId, k: usize, stride: usize, pad: usize) -> Result<ValueId, String> {
+    pub fn maxpool(
+        &mut self,
+        x: ValueId,
+        k: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Result<ValueId, String> {
         let win = self.window(x, "max pooling", k, stride, pad)?;
-        let out = Shape::Image { c: win.c, h: win.oh, w: win.ow };
+        let out = Shape::Image {
+            c: win.c,
+            h: win.oh,
+            w: win.ow,
+        };
         self.node("", Op::MaxPool(win), &[x], out, Vec::new(), None)
     }
 
-    pub fn avgpool(&mut self, x: ValueId, k: usize, stride: usize, pad: usize) -> Result<ValueId, String> {
+    pub fn avgpool(
+        &mut self,
+        x: ValueId,
+        k: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Result<ValueId, String> {
         let win = self.window(x, "average pooling", k, stride, pad)?;
-        let out = Shape::Image { c: win.c, h: win.oh, w: win.ow };
+        let out = Shape::Image {
+            c: win.c,
+            h: win.oh,
+            w: win.ow,
+        };
         self.node("", Op::AvgPool(win), &[x], out, Vec::new(), None)
     }
 
@@ -317,7 +361,11 @@ impl Builder {
 
     /// The model whose logits are `out` (the last value made).
     pub fn finish(self, out: ValueId) -> Model {
-        debug_assert_eq!(out, self.m.values.len() - 1, "the logits are the last value");
+        debug_assert_eq!(
+            out,
+            self.m.values.len() - 1,
+            "the logits are the last value"
+        );
         self.m
     }
 }

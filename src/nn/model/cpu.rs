@@ -4,7 +4,9 @@
 use std::mem::take;
 use std::ops::Range;
 
-use crate::nn::bn::{bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums, BnGeom, BnStats};
+use crate::nn::bn::{
+    bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums, BnGeom, BnStats,
+};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
@@ -217,7 +219,14 @@ fn value<'v>(vals: &'v [Vec<f32>], x: &'v [f32], m: &Model, v: usize, b: usize) 
 
 /// A dense convolution with ReLU fuses it (group by group, in cache); other activations run after.
 fn native_act(op: &Op) -> bool {
-    matches!(op, Op::Conv { groups: 1, act: Act::Relu, .. })
+    matches!(
+        op,
+        Op::Conv {
+            groups: 1,
+            act: Act::Relu,
+            ..
+        }
+    )
 }
 
 impl Exec for Cpu<'_, '_> {
@@ -231,7 +240,12 @@ impl Exec for Cpu<'_, '_> {
         let inp = value(&ws.vals, self.x, m, node.inputs[0], b);
         let p = self.params;
         match node.op {
-            Op::Conv { g, groups, bias, act } => {
+            Op::Conv {
+                g,
+                groups,
+                bias,
+                act,
+            } => {
                 let (w, bi) = m.weight_bias(node);
                 let bias_s = if bias { &p[bi] } else { &ws.zeros[..g.oc] };
                 if groups == 1 {
@@ -254,7 +268,16 @@ impl Exec for Cpu<'_, '_> {
                     let saved = &mut ws.saved[n];
                     saved[2 * c] = st.n as f32;
                     bn_forward_train(
-                        out_s, saved, running, inp, &p[w], &p[bi], g, &st, BN_EPS, BN_MOMENTUM,
+                        out_s,
+                        saved,
+                        running,
+                        inp,
+                        &p[w],
+                        &p[bi],
+                        g,
+                        &st,
+                        BN_EPS,
+                        BN_MOMENTUM,
                     );
                 } else {
                     bn_forward_eval(out_s, running, inp, &p[w], &p[bi], g, BN_EPS);
@@ -278,13 +301,16 @@ impl Exec for Cpu<'_, '_> {
             Op::MaxPool(win) => maxpool2d_padded_forward(out_s, &mut ws.argmax[n], inp, b, &win),
             Op::AvgPool(win) => avgpool2d_forward(out_s, inp, b, &win),
             Op::GlobalAvgPool { c, hw } => gap_forward(out_s, inp, b * c, hw),
-            Op::Linear { inp: c, out: oc, .. } => {
+            Op::Linear {
+                inp: c, out: oc, ..
+            } => {
                 let (w, bi) = m.weight_bias(node);
                 linear_forward(out_s, inp, &p[w], &p[bi], b, c, oc);
             }
             Op::Dropout { p: prob } if train => {
                 let mask = &mut ws.saved[n][..len];
-                let mut rng = Rng::stream(ws.dropout_seed, tag::DROPOUT, ws.passes * 4096 + n as u64);
+                let mut rng =
+                    Rng::stream(ws.dropout_seed, tag::DROPOUT, ws.passes * 4096 + n as u64);
                 let keep = 1.0 / (1.0 - prob);
                 for v in mask.iter_mut() {
                     *v = if rng.next_f32() < prob { 0.0 } else { keep };
@@ -371,19 +397,40 @@ impl Exec for Cpu<'_, '_> {
 impl Cpu<'_, '_> {
     /// Node `n`'s op backward for its first input: parameter gradients accumulated, the input's
     /// gradient written to `d_in` (when wanted). `dout` is already masked by the activation.
-    fn op_backward(&mut self, m: &Model, n: usize, b: usize, dout: &mut [f32], d_in: Option<&mut [f32]>) {
+    fn op_backward(
+        &mut self,
+        m: &Model,
+        n: usize,
+        b: usize,
+        dout: &mut [f32],
+        d_in: Option<&mut [f32]>,
+    ) {
         let node = &m.nodes[n];
         let ws = &mut *self.ws;
         let inp = value(&ws.vals, self.x, m, node.inputs[0], b);
         let p = self.params;
         match node.op {
-            Op::Conv { g, groups, bias, .. } => {
+            Op::Conv {
+                g, groups, bias, ..
+            } => {
                 let (w, bi) = m.weight_bias(node);
                 let (gw, gb) = split(self.grads, w.clone(), bi);
                 let gb = if bias { gb } else { &mut ws.sink[..g.oc] };
                 if groups == 1 {
-                    let relu_out = native_act(&node.op).then(|| &ws.vals[node.output][..dout.len()]);
-                    grouped::conv_backward(d_in, gw, gb, dout, relu_out, inp, &p[w], b, &g, &mut ws.conv);
+                    let relu_out =
+                        native_act(&node.op).then(|| &ws.vals[node.output][..dout.len()]);
+                    grouped::conv_backward(
+                        d_in,
+                        gw,
+                        gb,
+                        dout,
+                        relu_out,
+                        inp,
+                        &p[w],
+                        b,
+                        &g,
+                        &mut ws.conv,
+                    );
                 } else {
                     dwconv_backward(d_in, gw, bias.then_some(gb), dout, inp, &p[w], b, &g);
                 }
@@ -403,7 +450,17 @@ impl Cpu<'_, '_> {
                     }
                 };
                 let count = saved[2 * c] as f64;
-                bn_backward(d_in, gw, gb, dout, inp, saved, &p[w], g, (&local, &total, count));
+                bn_backward(
+                    d_in,
+                    gw,
+                    gb,
+                    dout,
+                    inp,
+                    saved,
+                    &p[w],
+                    g,
+                    (&local, &total, count),
+                );
             }
             Op::Activation(_) | Op::Add { .. } => {
                 if let Some(d) = d_in {
@@ -437,7 +494,9 @@ impl Cpu<'_, '_> {
                     gap_backward(d, dout, b * c, hw);
                 }
             }
-            Op::Linear { inp: c, out: oc, .. } => {
+            Op::Linear {
+                inp: c, out: oc, ..
+            } => {
                 let (w, bi) = m.weight_bias(node);
                 let (gw, gb) = split(self.grads, w.clone(), bi);
                 linear_backward(d_in, gw, gb, dout, inp, &p[w], b, c, oc);
@@ -460,7 +519,10 @@ fn global_stats(s: &mut dyn SumAcross, x: &[f32], g: BnGeom) -> BnStats {
     let n = v[g.c] as f64;
     let per = |v: f32| if n > 0.0 { v as f64 / n } else { 0.0 };
     let mean: Vec<f64> = v[..g.c].iter().map(|&v| per(v)).collect();
-    let mut d: Vec<f32> = channel_sums(x, g, Some(&mean)).iter().map(|&v| v as f32).collect();
+    let mut d: Vec<f32> = channel_sums(x, g, Some(&mean))
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
     s.sum(&mut d);
     BnStats {
         mean,

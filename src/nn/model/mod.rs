@@ -12,10 +12,10 @@ mod op;
 mod presets;
 mod spec;
 
+pub use crate::nn::window::Window;
 pub use build::{Builder, WeightInit};
 pub use cpu::{SumAcross, Workspace};
 pub use op::{Act, Node, Op, ValueId, BN_EPS, BN_MOMENTUM};
-pub use crate::nn::window::Window;
 pub use presets::Preset;
 pub use spec::ModelSpec;
 
@@ -119,7 +119,9 @@ impl Model {
 
     /// Whether the model has dropout (random per replica: N ranks then differ from 1).
     pub fn has_dropout(&self) -> bool {
-        self.nodes.iter().any(|n| matches!(n.op, Op::Dropout { .. }))
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Dropout { .. }))
     }
 
     /// "64-128-10" for an MLP; with images the shapes where they change,
@@ -128,8 +130,14 @@ impl Model {
         let mut shapes: Vec<Shape> = vec![self.input];
         for n in &self.nodes {
             let s = self.values[n.output];
-            if matches!(n.op, Op::Conv { .. } | Op::Linear { .. } | Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool { .. })
-                && shapes.last() != Some(&s)
+            if matches!(
+                n.op,
+                Op::Conv { .. }
+                    | Op::Linear { .. }
+                    | Op::MaxPool(_)
+                    | Op::AvgPool(_)
+                    | Op::GlobalAvgPool { .. }
+            ) && shapes.last() != Some(&s)
             {
                 shapes.push(s);
             }
@@ -138,7 +146,11 @@ impl Model {
         if parts.len() <= 12 {
             return parts.join("-");
         }
-        format!("{}-...-{}", parts[..4].join("-"), parts[parts.len() - 3..].join("-"))
+        format!(
+            "{}-...-{}",
+            parts[..4].join("-"),
+            parts[parts.len() - 3..].join("-")
+        )
     }
 
     /// Rows to evaluate at a time: up to `EVAL_ROWS`, fewer where the activations of that many
@@ -164,11 +176,20 @@ impl Model {
 
     /// One line per op: `conv3x3+relu layer1.0.conv1  16x32x32 -> 16x32x32  2,304 params  4.7 MFLOP`.
     pub fn layer_lines(&self) -> Vec<String> {
-        let name_w = self.nodes.iter().map(|n| n.to_string().len()).max().unwrap_or(0);
+        let name_w = self
+            .nodes
+            .iter()
+            .map(|n| n.to_string().len())
+            .max()
+            .unwrap_or(0);
         self.nodes
             .iter()
             .map(|n| {
-                let ins: Vec<String> = n.inputs.iter().map(|&i| self.values[i].to_string()).collect();
+                let ins: Vec<String> = n
+                    .inputs
+                    .iter()
+                    .map(|&i| self.values[i].to_string())
+                    .collect();
                 format!(
                     "{:<name_w$}  {} -> {}  {} params  {}",
                     n.to_string(),

@@ -43,16 +43,25 @@ pub enum Op {
     },
     /// Batch norm over C channels of `hw` positions: weight, bias [C]; running mean and
     /// variance [C] as buffers.
-    BatchNorm { c: usize, hw: usize, act: Act },
+    BatchNorm {
+        c: usize,
+        hw: usize,
+        act: Act,
+    },
     /// An activation alone (where it could not be fused onto its producer).
     Activation(Act),
     /// The sum of two values of the same shape.
-    Add { act: Act },
+    Add {
+        act: Act,
+    },
     MaxPool(Window),
     /// Average over each window, zero padding counted (PyTorch's `count_include_pad`).
     AvgPool(Window),
     /// The mean over each of C planes of `hw` positions: [C, H, W] -> [C].
-    GlobalAvgPool { c: usize, hw: usize },
+    GlobalAvgPool {
+        c: usize,
+        hw: usize,
+    },
     /// out[OUT] = w[OUT, IN] @ x[IN] + bias (PyTorch's layout).
     Linear {
         inp: usize,
@@ -61,7 +70,9 @@ pub enum Op {
         act: Act,
     },
     /// Zeroes each element with probability `p` in training, scaling the rest by 1/(1-p).
-    Dropout { p: f32 },
+    Dropout {
+        p: f32,
+    },
 }
 
 impl Op {

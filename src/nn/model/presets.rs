@@ -107,7 +107,17 @@ pub(crate) fn conv_bn(
     groups: usize,
     act: Act,
 ) -> Result<ValueId, String> {
-    let y = b.conv(conv, x, oc, k, stride, k / 2, groups, false, WeightInit::KaimingOut)?;
+    let y = b.conv(
+        conv,
+        x,
+        oc,
+        k,
+        stride,
+        k / 2,
+        groups,
+        false,
+        WeightInit::KaimingOut,
+    )?;
     let y = b.bn(bn, y)?;
     b.act(y, act)
 }
@@ -121,19 +131,43 @@ fn channels(b: &Builder, x: ValueId) -> usize {
 
 /// The shortcut of a residual block: `x` itself, or a 1x1 conv + batch norm
 /// (`{name}.downsample.0/1`) where the block changes the channels or the size.
-fn shortcut(b: &mut Builder, name: &str, x: ValueId, out: usize, stride: usize) -> Result<ValueId, String> {
+fn shortcut(
+    b: &mut Builder,
+    name: &str,
+    x: ValueId,
+    out: usize,
+    stride: usize,
+) -> Result<ValueId, String> {
     if stride == 1 && channels(b, x) == out {
         return Ok(x);
     }
-    let (c, n) = (format!("{name}.downsample.0"), format!("{name}.downsample.1"));
+    let (c, n) = (
+        format!("{name}.downsample.0"),
+        format!("{name}.downsample.1"),
+    );
     conv_bn(b, (&c, &n), x, out, 1, stride, 1, Act::None)
 }
 
 /// torchvision's BasicBlock: 3x3 conv/stride, bn, relu, 3x3 conv, bn, + shortcut; the sum
 /// is returned before its activation (ReLU in a ResNet).
-pub(crate) fn basic_block(b: &mut Builder, name: &str, x: ValueId, planes: usize, stride: usize) -> Result<ValueId, String> {
+pub(crate) fn basic_block(
+    b: &mut Builder,
+    name: &str,
+    x: ValueId,
+    planes: usize,
+    stride: usize,
+) -> Result<ValueId, String> {
     let n = |s: &str| format!("{name}.{s}");
-    let y = conv_bn(b, (&n("conv1"), &n("bn1")), x, planes, 3, stride, 1, Act::Relu)?;
+    let y = conv_bn(
+        b,
+        (&n("conv1"), &n("bn1")),
+        x,
+        planes,
+        3,
+        stride,
+        1,
+        Act::Relu,
+    )?;
     let y = conv_bn(b, (&n("conv2"), &n("bn2")), y, planes, 3, 1, 1, Act::None)?;
     let s = shortcut(b, name, x, planes, stride)?;
     b.add(y, s)
@@ -141,18 +175,49 @@ pub(crate) fn basic_block(b: &mut Builder, name: &str, x: ValueId, planes: usize
 
 /// torchvision's Bottleneck (stride on the 3x3, ResNet v1.5): 1x1, 3x3/stride, 1x1 to
 /// 4 x planes, + shortcut; the sum is returned before its activation.
-pub(crate) fn bottleneck_block(b: &mut Builder, name: &str, x: ValueId, planes: usize, stride: usize) -> Result<ValueId, String> {
+pub(crate) fn bottleneck_block(
+    b: &mut Builder,
+    name: &str,
+    x: ValueId,
+    planes: usize,
+    stride: usize,
+) -> Result<ValueId, String> {
     let n = |s: &str| format!("{name}.{s}");
     let y = conv_bn(b, (&n("conv1"), &n("bn1")), x, planes, 1, 1, 1, Act::Relu)?;
-    let y = conv_bn(b, (&n("conv2"), &n("bn2")), y, planes, 3, stride, 1, Act::Relu)?;
-    let y = conv_bn(b, (&n("conv3"), &n("bn3")), y, 4 * planes, 1, 1, 1, Act::None)?;
+    let y = conv_bn(
+        b,
+        (&n("conv2"), &n("bn2")),
+        y,
+        planes,
+        3,
+        stride,
+        1,
+        Act::Relu,
+    )?;
+    let y = conv_bn(
+        b,
+        (&n("conv3"), &n("bn3")),
+        y,
+        4 * planes,
+        1,
+        1,
+        1,
+        Act::None,
+    )?;
     let s = shortcut(b, name, x, 4 * planes, stride)?;
     b.add(y, s)
 }
 
 /// torchvision's InvertedResidual: 1x1 expansion by `t` (none when t is 1), 3x3 depthwise
 /// /stride, both with ReLU6, a linear 1x1 projection, + the input where the shape allows.
-pub(crate) fn inverted_block(b: &mut Builder, name: &str, x: ValueId, out: usize, t: usize, stride: usize) -> Result<ValueId, String> {
+pub(crate) fn inverted_block(
+    b: &mut Builder,
+    name: &str,
+    x: ValueId,
+    out: usize,
+    t: usize,
+    stride: usize,
+) -> Result<ValueId, String> {
     let cin = channels(b, x);
     let hidden = cin * t;
     let mut y = x;
@@ -165,7 +230,10 @@ pub(crate) fn inverted_block(b: &mut Builder, name: &str, x: ValueId, out: usize
     }
     let (c, n) = unit(i);
     y = conv_bn(b, (&c, &n), y, hidden, 3, stride, hidden, Act::Relu6)?;
-    let (c, n) = (format!("{name}.conv.{}", i + 1), format!("{name}.conv.{}", i + 2));
+    let (c, n) = (
+        format!("{name}.conv.{}", i + 1),
+        format!("{name}.conv.{}", i + 2),
+    );
     y = conv_bn(b, (&c, &n), y, out, 1, 1, 1, Act::None)?;
     if stride == 1 && cin == out {
         y = b.add(y, x)?;
@@ -190,7 +258,17 @@ fn resnet(b: &mut Builder, depth: usize, classes: usize, small: bool) -> Result<
         conv_bn(b, ("conv1", "bn1"), b.input(), 64, 3, 1, 1, Act::Relu)?
     } else {
         b.note_stem("ImageNet stem: 7x7 stride 2 conv, 3x3 stride 2 max pool");
-        let x = b.conv("conv1", b.input(), 64, 7, 2, 3, 1, false, WeightInit::KaimingOut)?;
+        let x = b.conv(
+            "conv1",
+            b.input(),
+            64,
+            7,
+            2,
+            3,
+            1,
+            false,
+            WeightInit::KaimingOut,
+        )?;
         let x = b.bn("bn1", x)?;
         let x = b.act(x, Act::Relu)?;
         b.maxpool(x, 3, 2, 1)?
@@ -199,7 +277,14 @@ fn resnet(b: &mut Builder, depth: usize, classes: usize, small: bool) -> Result<
 }
 
 /// `layer1`.. of ResNet: the first block of each stage but the first strides by 2.
-fn stages(b: &mut Builder, mut x: ValueId, counts: &[usize], widths: &[usize], bottleneck: bool, classes: usize) -> Result<ValueId, String> {
+fn stages(
+    b: &mut Builder,
+    mut x: ValueId,
+    counts: &[usize],
+    widths: &[usize],
+    bottleneck: bool,
+    classes: usize,
+) -> Result<ValueId, String> {
     for (s, (&n, &w)) in counts.iter().zip(widths).enumerate() {
         for i in 0..n {
             let stride = if i == 0 && s > 0 { 2 } else { 1 };
@@ -225,7 +310,12 @@ fn divisible(v: f64) -> usize {
     }
 }
 
-fn mobilenet_v2(b: &mut Builder, width: f64, classes: usize, small: bool) -> Result<ValueId, String> {
+fn mobilenet_v2(
+    b: &mut Builder,
+    width: f64,
+    classes: usize,
+    small: bool,
+) -> Result<ValueId, String> {
     // (expansion t, channels c, blocks n, stride s) of each stage
     const STAGES: [(usize, usize, usize, usize); 7] = [
         (1, 16, 1, 1),
@@ -245,7 +335,16 @@ fn mobilenet_v2(b: &mut Builder, width: f64, classes: usize, small: bool) -> Res
         }
         false => 2,
     };
-    let mut x = conv_bn(b, ("features.0.0", "features.0.1"), b.input(), first, 3, stem_stride, 1, Act::Relu6)?;
+    let mut x = conv_bn(
+        b,
+        ("features.0.0", "features.0.1"),
+        b.input(),
+        first,
+        3,
+        stem_stride,
+        1,
+        Act::Relu6,
+    )?;
     let mut f = 1;
     for (t, c, n, s) in STAGES {
         let out = divisible(c as f64 * width);

@@ -68,7 +68,12 @@ impl Default for ModelSpec {
 
 /// The graph of a layer spec: each layer named `{kind}.{index}` (`conv.0.weight`; an MLP's
 /// `mlp.{index}`), the implicit output layer after the last.
-fn build_layers(spec: &LayerSpec, input: Shape, classes: usize, mlp: bool) -> Result<Model, SpecError> {
+fn build_layers(
+    spec: &LayerSpec,
+    input: Shape,
+    classes: usize,
+    mlp: bool,
+) -> Result<Model, SpecError> {
     let mut b = Builder::new(input);
     let mut x = b.input();
     // the value awaiting the activation of the layer that made it
@@ -122,7 +127,13 @@ fn build_layers(spec: &LayerSpec, input: Shape, classes: usize, mlp: bool) -> Re
     }
     let kind = if mlp { "mlp" } else { "dense" };
     let out = b
-        .linear(&format!("{kind}.{i}"), x, classes, true, WeightInit::Default)
+        .linear(
+            &format!("{kind}.{i}"),
+            x,
+            classes,
+            true,
+            WeightInit::Default,
+        )
         .map_err(fail)?;
     Ok(b.finish(out))
 }
@@ -145,7 +156,13 @@ fn layer_kind(layer: Layer) -> &'static str {
     }
 }
 
-fn add_layer(b: &mut Builder, name: &str, x: ValueId, layer: Layer, bias: bool) -> Result<ValueId, String> {
+fn add_layer(
+    b: &mut Builder,
+    name: &str,
+    x: ValueId,
+    layer: Layer,
+    bias: bool,
+) -> Result<ValueId, String> {
     let default = WeightInit::Default;
     match layer {
         Layer::Conv {
@@ -154,7 +171,11 @@ fn add_layer(b: &mut Builder, name: &str, x: ValueId, layer: Layer, bias: bool) 
             stride,
             pad,
         } => b.conv(name, x, channels, kernel, stride, pad, 1, bias, default),
-        Layer::DwConv { kernel, stride, pad } => {
+        Layer::DwConv {
+            kernel,
+            stride,
+            pad,
+        } => {
             let c = match b.shape(x) {
                 Shape::Image { c, .. } => c,
                 Shape::Flat(_) => 1,
@@ -163,8 +184,16 @@ fn add_layer(b: &mut Builder, name: &str, x: ValueId, layer: Layer, bias: bool) 
         }
         Layer::Dense { units } => b.linear(name, x, units, bias, default),
         Layer::Bn => b.bn(name, x),
-        Layer::Pool { kernel, stride, pad } => b.maxpool(x, kernel, stride, pad),
-        Layer::AvgPool { kernel, stride, pad } => b.avgpool(x, kernel, stride, pad),
+        Layer::Pool {
+            kernel,
+            stride,
+            pad,
+        } => b.maxpool(x, kernel, stride, pad),
+        Layer::AvgPool {
+            kernel,
+            stride,
+            pad,
+        } => b.avgpool(x, kernel, stride, pad),
         Layer::Gap => b.gap(x),
         Layer::Dropout { milli } => b.dropout(x, milli as f32 / 1000.0),
         Layer::Basic { channels, stride } => basic_block(b, name, x, channels, stride),

@@ -8,7 +8,9 @@ fn img(c: usize, h: usize, w: usize) -> Shape {
 fn hidden(spec: &str) -> Vec<usize> {
     let m: ModelSpec = spec.parse().unwrap();
     assert!(m.is_mlp(), "{spec}");
-    let ModelSpec::Layers(l) = m else { unreachable!() };
+    let ModelSpec::Layers(l) = m else {
+        unreachable!()
+    };
     l.layers
         .iter()
         .map(|l| match l {
@@ -29,28 +31,53 @@ fn parses_specs_and_rejects_bad_ones() {
     assert_eq!(hidden("mlp:"), Vec::<usize>::new());
     // dense layers are an MLP, however written
     assert_eq!(hidden("dense32,dense16"), vec![32, 16]);
-    assert_eq!("dense32".parse::<ModelSpec>().unwrap().to_string(), "mlp:32");
+    assert_eq!(
+        "dense32".parse::<ModelSpec>().unwrap().to_string(),
+        "mlp:32"
+    );
     let cnn: ModelSpec = "conv32k3,pool2".parse().unwrap();
     assert!(!cnn.is_mlp());
     assert_eq!(cnn.to_string(), "conv32k3,pool2");
-    for name in ["resnet20", "resnet56", "resnet18", "resnet50", "mobilenetv2", "mobilenetv2:0.5"] {
+    for name in [
+        "resnet20",
+        "resnet56",
+        "resnet18",
+        "resnet50",
+        "mobilenetv2",
+        "mobilenetv2:0.5",
+    ] {
         assert_eq!(name.parse::<ModelSpec>().unwrap().to_string(), name);
     }
     let e = "cnn:3".parse::<ModelSpec>().unwrap_err();
-    assert!(e.contains("mlp:H1") && e.contains("conv32k3") && e.contains("resnet20"), "{e}");
+    assert!(
+        e.contains("mlp:H1") && e.contains("conv32k3") && e.contains("resnet20"),
+        "{e}"
+    );
     let e = "resnet19".parse::<ModelSpec>().unwrap_err();
-    assert!(e.contains("unknown model `resnet19`") && e.contains("resnet50"), "{e}");
+    assert!(
+        e.contains("unknown model `resnet19`") && e.contains("resnet50"),
+        "{e}"
+    );
     let e = "mobilenetv2:wide".parse::<ModelSpec>().unwrap_err();
     assert!(e.contains("width `wide` is not a number"), "{e}");
-    assert!("mobilenetv2:9".parse::<ModelSpec>().unwrap_err().contains("between 0.1 and 4"));
+    assert!("mobilenetv2:9"
+        .parse::<ModelSpec>()
+        .unwrap_err()
+        .contains("between 0.1 and 4"));
     let e = "conv32k3,pool,dense8".parse::<ModelSpec>().unwrap_err();
     assert!(e.contains("layer 2 `pool`"), "{e}");
     assert!("mlp:12x".parse::<ModelSpec>().unwrap_err().contains("12x"));
     assert!("mlp:0".parse::<ModelSpec>().is_err());
-    assert!("mlp:1,,2".parse::<ModelSpec>().unwrap_err().contains("empty hidden width"));
+    assert!("mlp:1,,2"
+        .parse::<ModelSpec>()
+        .unwrap_err()
+        .contains("empty hidden width"));
     assert!("mlp:8,".parse::<ModelSpec>().is_err());
     let deep = format!("mlp:{}", vec!["4"; 65].join(","));
-    assert!(deep.parse::<ModelSpec>().unwrap_err().contains("at most 64"));
+    assert!(deep
+        .parse::<ModelSpec>()
+        .unwrap_err()
+        .contains("at most 64"));
 }
 
 #[test]
@@ -94,7 +121,10 @@ fn the_seed_cnn_has_pytorch_shapes_and_names() {
     assert_eq!(kinds, ["conv3x3+relu", "maxpool2x2/2", "linear"]);
     // conv layers need an image, and the error names the layer
     let e = build("conv8k3", Shape::Flat(64), 10).unwrap_err();
-    assert!(e.contains("layer 1 `conv8k3`") && e.contains("flat vector"), "{e}");
+    assert!(
+        e.contains("layer 1 `conv8k3`") && e.contains("flat vector"),
+        "{e}"
+    );
     let e = build("conv8k3,pool2,pool2", img(1, 4, 4), 10).unwrap_err();
     assert!(e.contains("layer 3 `pool2`"), "{e}");
 }
@@ -104,9 +134,15 @@ fn a_deeper_spec_with_stride_padding_and_dense_layers() {
     let m = build("conv32k3,pool2,conv64k3,pool2,dense128", img(1, 28, 28), 10).unwrap();
     let shapes: Vec<String> = m.values[1..].iter().map(|s| s.to_string()).collect();
     // 11x11 pooled by 2 floors to 5x5
-    assert_eq!(shapes, ["32x26x26", "32x13x13", "64x11x11", "64x5x5", "128", "10"]);
+    assert_eq!(
+        shapes,
+        ["32x26x26", "32x13x13", "64x11x11", "64x5x5", "128", "10"]
+    );
     let params: Vec<usize> = m.nodes.iter().map(|n| m.node_params(n)).collect();
-    assert_eq!(params, [320, 0, 64 * 32 * 9 + 64, 0, 1600 * 128 + 128, 1290]);
+    assert_eq!(
+        params,
+        [320, 0, 64 * 32 * 9 + 64, 0, 1600 * 128 + 128, 1290]
+    );
     let m = build("conv16k5s2p2,pool3s2", img(3, 32, 32), 7).unwrap();
     assert_eq!(m.values[1].to_string(), "16x16x16");
     assert_eq!(m.values[2].to_string(), "16x7x7");
@@ -115,11 +151,24 @@ fn a_deeper_spec_with_stride_padding_and_dense_layers() {
 
 #[test]
 fn bn_takes_the_layers_bias_and_activations_follow_the_spelling() {
-    let m = build("conv8k3p1,bn,relu6,dwconv3s2p1,bn,linear,conv4k1,gap", img(3, 8, 8), 5).unwrap();
+    let m = build(
+        "conv8k3p1,bn,relu6,dwconv3s2p1,bn,linear,conv4k1,gap",
+        img(3, 8, 8),
+        5,
+    )
+    .unwrap();
     let kinds: Vec<String> = m.nodes.iter().map(|n| n.op.kind()).collect();
     assert_eq!(
         kinds,
-        ["conv3x3", "bn+relu6", "dwconv3x3/2", "bn", "conv1x1+relu", "gap", "linear"]
+        [
+            "conv3x3",
+            "bn+relu6",
+            "dwconv3x3/2",
+            "bn",
+            "conv1x1+relu",
+            "gap",
+            "linear"
+        ]
     );
     let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
@@ -139,20 +188,43 @@ fn bn_takes_the_layers_bias_and_activations_follow_the_spelling() {
     );
     assert_eq!(m.tensors[3].shape, [8, 1, 3, 3]);
     let bufs: Vec<&str> = m.buffers.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(bufs, ["bn.1.running_mean", "bn.1.running_var", "bn.4.running_mean", "bn.4.running_var"]);
-    assert_eq!(m.init_buffers(), [[0.0; 8], [1.0; 8], [0.0; 8], [1.0; 8]].concat());
+    assert_eq!(
+        bufs,
+        [
+            "bn.1.running_mean",
+            "bn.1.running_var",
+            "bn.4.running_mean",
+            "bn.4.running_var"
+        ]
+    );
+    assert_eq!(
+        m.init_buffers(),
+        [[0.0; 8], [1.0; 8], [0.0; 8], [1.0; 8]].concat()
+    );
     // a residual block's shortcut projects where the shape changes
     let m = build("conv4k3p1,bn,basic4,basic8s2,gap", img(3, 6, 6), 3).unwrap();
     let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
     assert!(names.contains(&"basic.3.downsample.0.weight"), "{names:?}");
-    assert!(!names.iter().any(|n| n.starts_with("basic.2.downsample")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("basic.2.downsample")),
+        "{names:?}"
+    );
     // errors name the layer and the fix
     let e = build("gap,linear", img(3, 8, 8), 2).unwrap_err();
-    assert!(e.contains("layer 2 `linear`") && e.contains("there is none"), "{e}");
+    assert!(
+        e.contains("layer 2 `linear`") && e.contains("there is none"),
+        "{e}"
+    );
     let e = build("dense8,basic8", img(3, 8, 8), 2).unwrap_err();
-    assert!(e.contains("layer 2 `basic8`") && e.contains("flat vector"), "{e}");
+    assert!(
+        e.contains("layer 2 `basic8`") && e.contains("flat vector"),
+        "{e}"
+    );
     let e = build("conv8k3,bn,pool9", img(3, 8, 8), 2).unwrap_err();
-    assert!(e.contains("layer 3 `pool9`") && e.contains("smaller"), "{e}");
+    assert!(
+        e.contains("layer 3 `pool9`") && e.contains("smaller"),
+        "{e}"
+    );
 }
 
 /// Parameter counts as torchvision's (printed by scripts/vision_fixtures.py --counts).
@@ -177,7 +249,11 @@ fn every_preset_has_torchvisions_parameter_count() {
         ("mobilenetv2:1.4", cifar, 10, 4_333_706, 47_936),
     ] {
         let m = build(name, input, classes).unwrap();
-        assert_eq!((m.n_params, m.n_buffers), (params, buffers), "{name} on {input}");
+        assert_eq!(
+            (m.n_params, m.n_buffers),
+            (params, buffers),
+            "{name} on {input}"
+        );
     }
 }
 
@@ -185,16 +261,36 @@ fn every_preset_has_torchvisions_parameter_count() {
 fn presets_use_torchvision_names_and_count_their_flops() {
     let m = build("resnet20", img(3, 32, 32), 10).unwrap();
     let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
-    for want in ["conv1.weight", "bn1.weight", "layer1.0.conv1.weight", "layer2.0.downsample.0.weight", "layer2.0.downsample.1.bias", "layer3.2.bn2.weight", "fc.weight", "fc.bias"] {
+    for want in [
+        "conv1.weight",
+        "bn1.weight",
+        "layer1.0.conv1.weight",
+        "layer2.0.downsample.0.weight",
+        "layer2.0.downsample.1.bias",
+        "layer3.2.bn2.weight",
+        "fc.weight",
+        "fc.bias",
+    ] {
         assert!(names.contains(&want), "{want} missing");
     }
-    assert!(m.buffers.iter().any(|t| t.name == "layer1.0.bn1.running_var"));
+    assert!(m
+        .buffers
+        .iter()
+        .any(|t| t.name == "layer1.0.bn1.running_var"));
     // --no-decay-bn-bias: every batch norm weight and bias (as many as the running
     // statistics), and fc.bias
     let spared: usize = m.no_decay_ranges().iter().map(|r| r.len()).sum();
     assert_eq!(spared, m.n_buffers + 10);
-    let fc_bias = m.tensors.iter().find(|t| t.name == "fc.bias").unwrap().range();
-    assert!(m.no_decay_ranges().iter().any(|r| r.start <= fc_bias.start && fc_bias.end <= r.end));
+    let fc_bias = m
+        .tensors
+        .iter()
+        .find(|t| t.name == "fc.bias")
+        .unwrap()
+        .range();
+    assert!(m
+        .no_decay_ranges()
+        .iter()
+        .any(|r| r.start <= fc_bias.start && fc_bias.end <= r.end));
     // conv and linear multiply-adds as counted in PyTorch, 2 FLOPs each
     let macs: u64 = m.nodes.iter().map(|n| n.op.macs()).sum();
     assert_eq!(macs, 40_813_184);
@@ -203,12 +299,22 @@ fn presets_use_torchvision_names_and_count_their_flops() {
     let m = build("mobilenetv2", img(3, 32, 32), 10).unwrap();
     assert_eq!(m.nodes.iter().map(|n| n.op.macs()).sum::<u64>(), 24_461_312);
     let names: Vec<&str> = m.tensors.iter().map(|t| t.name.as_str()).collect();
-    for want in ["features.0.0.weight", "features.1.conv.0.0.weight", "features.1.conv.2.weight", "features.2.conv.3.bias", "features.18.1.weight", "classifier.1.weight"] {
+    for want in [
+        "features.0.0.weight",
+        "features.1.conv.0.0.weight",
+        "features.1.conv.2.weight",
+        "features.2.conv.3.bias",
+        "features.18.1.weight",
+        "classifier.1.weight",
+    ] {
         assert!(names.contains(&want), "{want} missing");
     }
     assert_eq!(m.tensors[0].shape, [32, 3, 3, 3]);
     let m = build("resnet50", img(3, 224, 224), 1000).unwrap();
-    assert_eq!(m.nodes.iter().map(|n| n.op.macs()).sum::<u64>(), 4_089_184_256);
+    assert_eq!(
+        m.nodes.iter().map(|n| n.op.macs()).sum::<u64>(),
+        4_089_184_256
+    );
     assert!(m.stem.unwrap().contains("ImageNet"));
     // a flat input, or an image too small for the network, is refused naming the fix
     let e = build("resnet20", Shape::Flat(3072), 10).unwrap_err();
@@ -216,10 +322,18 @@ fn presets_use_torchvision_names_and_count_their_flops() {
 }
 
 /// The training-mode loss of `m` at `params` (batch statistics, as backward differentiates).
-fn train_loss(m: &Model, params: &[f32], ws: &mut Workspace, x: &[f32], y: &[u32], b: usize) -> f64 {
+fn train_loss(
+    m: &Model,
+    params: &[f32],
+    ws: &mut Workspace,
+    x: &[f32],
+    y: &[u32],
+    b: usize,
+) -> f64 {
     let mut g = vec![0.0; m.n_params];
     let mut buffers = m.init_buffers();
-    m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b).0
+    m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b)
+        .0
 }
 
 /// Central differences of the loss against the backward pass, every `step`-th parameter.
@@ -277,9 +391,19 @@ fn whole_model_gradient_matches_finite_differences() {
 #[test]
 fn whole_cnn_gradient_matches_finite_differences() {
     // conv (padded, then strided), pooling with a partial window dropped, dense layers
-    gradcheck(&build("conv3k3p1,pool2,conv4k2s2,dense5", img(2, 7, 6), 3).unwrap(), 2, 1, 4);
+    gradcheck(
+        &build("conv3k3p1,pool2,conv4k2s2,dense5", img(2, 7, 6), 3).unwrap(),
+        2,
+        1,
+        4,
+    );
     // a pooling layer first (no input gradient needed)
-    gradcheck(&build("pool2,conv2k2,dense3", img(1, 6, 6), 2).unwrap(), 3, 1, 5);
+    gradcheck(
+        &build("pool2,conv2k2,dense3", img(1, 6, 6), 2).unwrap(),
+        3,
+        1,
+        5,
+    );
 }
 
 #[test]
@@ -287,10 +411,20 @@ fn residual_blocks_with_batch_norm_match_finite_differences() {
     // ResNet's basic block (identity and projection shortcuts), padded pooling (average: max
     // pooling over random values has near-ties finite differences cannot judge; nn::pool's
     // test checks it on spread-out values)
-    let m = build("conv4k3p1,bn,avgpool3s2p1,basic4,basic6s2,gap", img(2, 6, 6), 3).unwrap();
+    let m = build(
+        "conv4k3p1,bn,avgpool3s2p1,basic4,basic6s2,gap",
+        img(2, 6, 6),
+        3,
+    )
+    .unwrap();
     gradcheck(&m, 3, 3, 6);
     // MobileNetV2's inverted residuals: depthwise convs, ReLU6, a residual add, average pooling
-    let m = build("conv4k3p1,bn,relu6,inverted4t2,inverted6t2s2,avgpool2,dense5,relu6", img(2, 6, 6), 3).unwrap();
+    let m = build(
+        "conv4k3p1,bn,relu6,inverted4t2,inverted6t2s2,avgpool2,dense5,relu6",
+        img(2, 6, 6),
+        3,
+    )
+    .unwrap();
     gradcheck(&m, 3, 2, 7);
     // a bottleneck
     let m = build("bottleneck2s2,gap", img(3, 5, 5), 2).unwrap();
@@ -339,5 +473,3 @@ fn dropout_zeroes_about_p_and_only_in_training() {
     assert_ne!(t1.0, t2.0, "a new mask each step");
     assert_ne!(t1.0, a.0);
 }
-
-
