@@ -286,6 +286,7 @@ impl Builder {
         })
     }
 
+    /// KxK max pooling, stride and padding as given.
     pub fn maxpool(
         &mut self,
         x: ValueId,
@@ -293,15 +294,10 @@ impl Builder {
         stride: usize,
         pad: usize,
     ) -> Result<ValueId, String> {
-        let win = self.window(x, "max pooling", k, stride, pad)?;
-        let out = Shape::Image {
-            c: win.c,
-            h: win.oh,
-            w: win.ow,
-        };
-        self.node("", Op::MaxPool(win), &[x], out, Vec::new(), None)
+        self.pool(x, "max pooling", Op::MaxPool, (k, stride, pad))
     }
 
+    /// KxK average pooling (padding counted as zeros).
     pub fn avgpool(
         &mut self,
         x: ValueId,
@@ -309,13 +305,23 @@ impl Builder {
         stride: usize,
         pad: usize,
     ) -> Result<ValueId, String> {
-        let win = self.window(x, "average pooling", k, stride, pad)?;
+        self.pool(x, "average pooling", Op::AvgPool, (k, stride, pad))
+    }
+
+    fn pool(
+        &mut self,
+        x: ValueId,
+        what: &str,
+        op: fn(Window) -> Op,
+        (k, stride, pad): (usize, usize, usize),
+    ) -> Result<ValueId, String> {
+        let win = self.window(x, what, k, stride, pad)?;
         let out = Shape::Image {
             c: win.c,
             h: win.oh,
             w: win.ow,
         };
-        self.node("", Op::AvgPool(win), &[x], out, Vec::new(), None)
+        self.node("", op(win), &[x], out, Vec::new(), None)
     }
 
     /// The mean of every channel: an image becomes a flat vector of its channels.
