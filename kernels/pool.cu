@@ -68,3 +68,70 @@ extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
         dinp[idx] = s;
     }
 }
+
+// Padded max pooling (nn::pool::maxpool2d_padded_forward): the window of output (oy, ox)
+// starts at (oy*stride - pad, ox*stride - pad) and is clipped to the image (padding never
+// wins); out = its max, argmax = the winner's index iy*W + ix in its plane (the first in
+// row-major order on ties; a NaN wins); a window wholly in the padding gives -inf and
+// 0xffffffff, as the CPU.
+extern "C" __global__ void maxpool_padded_forward_f32(float* out, unsigned int* argmax,
+                                                      const float* inp, int nimg, int c, int h,
+                                                      int w, int k, int stride, int pad, int oh,
+                                                      int ow) {
+    long long ohw = (long long)oh * ow;
+    long long total = (long long)nimg * c * ohw;
+    GRID_STRIDE(idx, total) {
+        const float* src = inp + (idx / ohw) * h * w;
+        long long y0 = (idx % ohw) / ow * stride - pad;
+        long long x0 = (idx % ohw) % ow * stride - pad;
+        long long ylo = max(y0, 0LL), yhi = min(y0 + k, (long long)h);
+        long long xlo = max(x0, 0LL), xhi = min(x0 + k, (long long)w);
+        float best = __int_as_float(0xff800000);  // -inf
+        long long at = -1;
+        for (long long iy = ylo; iy < yhi; ++iy) {
+            for (long long ix = xlo; ix < xhi; ++ix) {
+                float v = src[iy * w + ix];
+                if (at < 0 || v > best || (isnan(v) && !isnan(best))) {
+                    best = v;
+                    at = iy * w + ix;
+                }
+            }
+        }
+        out[idx] = best;
+        argmax[idx] = (unsigned int)at;
+    }
+}
+
+// dinp[nimg, C, H, W] = (overwritten) for each pixel, the sum of dout over the windows whose
+// argmax (from maxpool_padded_forward_f32) it is, in output row-major order as
+// nn::pool::maxpool2d_padded_backward scatters them into a zeroed plane. A gather.
+extern "C" __global__ void maxpool_padded_backward_f32(float* dinp, const float* dout,
+                                                       const unsigned int* argmax, int nimg,
+                                                       int c, int h, int w, int k, int stride,
+                                                       int pad, int oh, int ow) {
+    long long ohw = (long long)oh * ow;
+    long long total = (long long)nimg * c * h * w;
+    GRID_STRIDE(idx, total) {
+        long long x = idx % w;
+        long long y = (idx / w) % h;
+        long long plane = idx / ((long long)h * w);
+        long long at = y * w + x;
+        // the windows oy with oy*stride <= y + pad < oy*stride + k, likewise ox
+        long long py = y + pad, px = x + pad;
+        long long oy_lo = py >= k ? (py - k) / stride + 1 : 0;
+        long long ox_lo = px >= k ? (px - k) / stride + 1 : 0;
+        long long oy_hi = min(py / stride, (long long)oh - 1);
+        long long ox_hi = min(px / stride, (long long)ow - 1);
+        const float* g = dout + plane * ohw;
+        const unsigned int* a = argmax + plane * ohw;
+        float s = 0.0f;
+        for (long long oy = oy_lo; oy <= oy_hi; ++oy) {
+            for (long long ox = ox_lo; ox <= ox_hi; ++ox) {
+                if ((long long)a[oy * ow + ox] == at) {
+                    s += g[oy * ow + ox];
+                }
+            }
+        }
+        dinp[idx] = s;
+    }
+}

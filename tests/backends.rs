@@ -91,10 +91,14 @@ fn reference_update(
     for i in 0..p.len() {
         match kind {
             OptimizerKind::Sgd => p[i] -= lr * (g[i] + wd * p[i]),
-            OptimizerKind::Momentum => {
+            OptimizerKind::Momentum | OptimizerKind::Nesterov => {
                 let gi = g[i] + wd * p[i];
                 m[i] = if t == 1 { gi } else { 0.9 * m[i] + gi };
-                p[i] -= lr * m[i];
+                p[i] -= lr
+                    * match kind {
+                        OptimizerKind::Nesterov => gi + 0.9 * m[i],
+                        _ => m[i],
+                    };
             }
             OptimizerKind::Adam | OptimizerKind::AdamW => {
                 let mut gi = g[i];
@@ -323,27 +327,46 @@ fn cuda_replica_trains_like_the_reference() {
     moves_to_and_from_the_host("cuda", &open);
 }
 
-/// A convolutional model (conv padded and strided, pooling, dense) trained two steps of every
-/// optimizer on two micro-batches by the CUDA replica and by the CPU one, whose conv and pool
-/// layers are checked against finite differences and a naive convolution: the parameters after
-/// must agree, and so must the loss and evaluation.
-#[test]
-fn cuda_conv_replica_trains_like_the_cpu_replica() {
+/// Whether a GPU is here to test on (else the test prints SKIPPED and passes).
+fn gpu_present() -> bool {
     match discover() {
         Discovery::None(why) => {
             common::skipped(&format!("no GPU ({why})"));
-            return;
+            false
         }
-        Discovery::Found(_) => {}
+        Discovery::Found(_) => true,
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 2, h: 9, w: 8 };
-    let spec = "conv6k3p1,pool2,conv8k3s2,dense12".parse().unwrap();
-    let model = Model::new(input, &spec, 5).unwrap();
-    let b = 7;
-    let mut rng = Rng::new(31);
+}
+
+fn open_gpu(model: Model, kind: OptimizerKind, state: TrainState) -> CudaReplica {
+    CudaReplica::open(
+        0,
+        model,
+        kind,
+        WD,
+        state,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The largest |a - b| / (1e-3 + |b|).
+fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs() as f64 / (1e-3 + b.abs() as f64))
+        .fold(0.0, f64::max)
+}
+
+/// A batch of `b` random images for `model`, with labels, and its two micro-batches (3 rows,
+/// then the rest).
+fn image_batch(model: &Model, b: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [MicroBatch; 2]) {
+    let mut rng = Rng::new(seed);
     let d = model.dims[0];
+    let classes = model.classes() as u32;
     let x: Vec<f32> = (0..b * d).map(|_| rng.normal()).collect();
-    let y: Vec<u32> = (0..b as u32).map(|i| (i * 3 + 1) % 5).collect();
+    let y: Vec<u32> = (0..b as u32).map(|i| (i * 3 + 1) % classes).collect();
     let micro = [
         MicroBatch {
             x: x[..3 * d].to_vec(),
@@ -354,10 +377,22 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
         MicroBatch {
             x: x[3 * d..].to_vec(),
             y: y[3..].to_vec(),
-            n: 4,
-            rows: (3..7).collect(),
+            n: b - 3,
+            rows: (3..b as u32).collect(),
         },
     ];
+    (x, y, micro)
+}
+
+/// The shared CUDA-vs-CPU body: `spec` on `input` trained two steps of every optimizer on two
+/// micro-batches by the CUDA replica and by the CPU one (whose ops are checked against finite
+/// differences and naive references): the loss and evaluation at each step, and the parameters
+/// and running statistics after, must agree; and the GPU's state survives export/import.
+fn gpu_trains_like_the_cpu(input: mgtop::nn::layers::Shape, spec: &str, classes: usize) {
+    let spec = spec.parse().unwrap();
+    let model = Model::new(input, &spec, classes).unwrap();
+    let b = 7;
+    let (x, y, micro) = image_batch(&model, b, 31);
     for kind in [
         OptimizerKind::Sgd,
         OptimizerKind::Momentum,
@@ -367,18 +402,10 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
         let state = TrainState {
             params: model.init_params(6),
             opt: OptState::new(kind, model.n_params),
-            buffers: Vec::new(),
+            buffers: model.init_buffers(),
         };
         let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
-        let mut gpu = CudaReplica::open(
-            0,
-            model.clone(),
-            kind,
-            WD,
-            state,
-            std::time::Duration::from_secs(60),
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let mut gpu = open_gpu(model.clone(), kind, state.clone());
         for t in 1..=2 {
             let mut losses = Vec::new();
             for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
@@ -397,15 +424,186 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
             );
         }
         let (c, g) = (cpu.export(), gpu.export());
-        let worst = g
-            .params
-            .iter()
-            .zip(&c.params)
-            .map(|(a, b)| (a - b).abs() as f64 / (1e-3 + b.abs() as f64))
-            .fold(0.0, f64::max);
+        let worst = worst_relative(&g.params, &c.params);
         assert!(
             worst < 1e-3,
             "{kind}: GPU parameters off by {worst:e} (relative) after 2 steps"
         );
+        let worst = worst_relative(&g.buffers, &c.buffers);
+        assert!(
+            worst < 1e-3,
+            "{kind}: GPU running statistics off by {worst:e} (relative) after 2 steps"
+        );
+        assert_eq!(
+            gpu.buffers(),
+            g.buffers,
+            "{kind}: buffers() is the exported state's"
+        );
+        // a fresh replica given the state exports it unchanged (running statistics included)
+        let mut again = open_gpu(model.clone(), kind, state);
+        again.import(&g);
+        assert_eq!(again.export(), g, "{kind}: import/export");
     }
+}
+
+/// A convolutional model (conv padded and strided, pooling, dense) trained two steps of every
+/// optimizer on two micro-batches by the CUDA replica and by the CPU one, whose conv and pool
+/// layers are checked against finite differences and a naive convolution: the parameters after
+/// must agree, and so must the loss and evaluation.
+#[test]
+fn cuda_conv_replica_trains_like_the_cpu_replica() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 2, h: 9, w: 8 };
+    gpu_trains_like_the_cpu(input, "conv6k3p1,pool2,conv8k3s2,dense12", 5);
+}
+
+/// A residual network with every op but dropout: convolutions with and without bias, batch
+/// norm (batch statistics, running statistics), basic and inverted residual blocks (adds, a
+/// value's gradient added to), depthwise convolutions, ReLU and ReLU6, padded max pooling,
+/// average and global average pooling.
+#[test]
+fn cuda_residual_bn_replica_trains_like_the_cpu_replica() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let spec = "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
+    gpu_trains_like_the_cpu(input, spec, 5);
+}
+
+/// Sync batch norm on GPUs: two CUDA replicas (two threads on GPU 0) with 3 and 4 of a batch's
+/// 7 images, their statistics summed through the host collective, equal one CPU replica with
+/// all 7: the gradients summed over the two, the loss, and each one's running statistics.
+#[test]
+fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 8, w: 8 };
+    let spec = "conv4k3p1,bn,basic4,inverted6t2,gap".parse().unwrap();
+    let model = Model::new(input, &spec, 5).unwrap();
+    let (x, y, halves) = image_batch(&model, 7, 41);
+    let kind = OptimizerKind::Sgd;
+    let state = TrainState {
+        params: model.init_params(8),
+        opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let whole = [MicroBatch {
+        x,
+        y,
+        n: 7,
+        rows: (0..7).collect(),
+    }];
+    let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
+    cpu.compute_grads(&whole, None);
+    cpu.finish_local();
+    let mut want = Vec::new();
+    cpu.grads_to_host(&mut want);
+    let ranks: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = LocalCollective::group(2)
+            .into_iter()
+            .zip(halves)
+            .map(|(mut coll, half)| {
+                let (model, state) = (model.clone(), state.clone());
+                s.spawn(move || {
+                    let mut gpu = open_gpu(model, kind, state);
+                    gpu.compute_grads(&[half], Some(&mut coll));
+                    gpu.finish_local();
+                    let mut g = Vec::new();
+                    gpu.grads_to_host(&mut g);
+                    (g, gpu.buffers())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let summed: Vec<f32> = ranks[0]
+        .0
+        .iter()
+        .zip(&ranks[1].0)
+        .map(|(a, b)| a + b)
+        .collect();
+    let big = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = summed
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs() / (1e-4 * big + 1e-3 * b.abs()))
+        .fold(0.0, f32::max);
+    assert!(
+        worst <= 1.0,
+        "summed gradients (and loss, count slots) off: {worst} of the limit"
+    );
+    for (rank, (_, buffers)) in ranks.iter().enumerate() {
+        let worst = worst_relative(buffers, &cpu.buffers());
+        assert!(
+            worst < 1e-4,
+            "rank {rank}: running statistics off by {worst:e}"
+        );
+    }
+}
+
+/// Dropout on a GPU: inference is the identity (the evaluation equals the CPU's), training
+/// draws a new mask every pass (the training loss is not the evaluation's, and two passes
+/// differ) and still learns finite values; the masks are a function of the replica's seed and
+/// the pass (a fresh replica of the same seed repeats them, another seed does not).
+#[test]
+fn cuda_dropout_masks_in_training_only() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 2, h: 6, w: 6 };
+    let spec = "conv6k3,dropout0.5,dense16,dropout0.3".parse().unwrap();
+    let model = Model::new(input, &spec, 4).unwrap();
+    let (x, y, micro) = image_batch(&model, 7, 51);
+    let kind = OptimizerKind::Sgd;
+    let state = TrainState {
+        params: model.init_params(3),
+        opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
+    let mut gpu = open_gpu(model.clone(), kind, state);
+    let (c, g) = (cpu.evaluate(&x, &y, 7), gpu.evaluate(&x, &y, 7));
+    assert!(
+        (c.0 - g.0).abs() < 1e-4 * c.0.abs().max(1.0),
+        "eval: cpu {c:?} vs gpu {g:?}"
+    );
+    let mut coll = LocalCollective::group(1).pop().unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..2 {
+        gpu.compute_grads(&micro, None);
+        gpu.all_reduce_grads(&mut coll).unwrap();
+        losses.push(gpu.batch_metrics().loss_sum);
+    }
+    assert!(losses.iter().all(|l| l.is_finite()), "{losses:?}");
+    assert!(
+        (losses[0] - g.0).abs() > 1e-6,
+        "training loss {} is the evaluation's",
+        losses[0]
+    );
+    assert_ne!(losses[0], losses[1], "the same masks twice");
+    gpu.apply_update(LR);
+    assert!(gpu.export().params.iter().all(|p| p.is_finite()));
+    // another replica's seed draws other masks for the same pass over the same batch
+    let fresh = TrainState {
+        params: model.init_params(3),
+        opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let mut seeded = open_gpu(model.clone(), kind, fresh.clone()).seed_dropout(7);
+    let mut unseeded = open_gpu(model.clone(), kind, fresh);
+    let mut first = Vec::new();
+    for r in [&mut seeded, &mut unseeded] {
+        r.compute_grads(&micro, None);
+        r.all_reduce_grads(&mut coll).unwrap();
+        first.push(r.batch_metrics().loss_sum);
+    }
+    assert_eq!(
+        first[1], losses[0],
+        "seed 0 draws the same masks every time"
+    );
+    assert_ne!(first[0], first[1], "seeds 7 and 0 drew the same masks");
 }

@@ -114,7 +114,7 @@ impl Engine {
         };
         let model = validate::model(&cfg, &loaded.train)?;
         if devices.0.iter().any(|d| matches!(d, Device::Gpu { .. })) {
-            validate::on_gpus(&cfg, &model)?;
+            validate::on_gpus(&cfg)?;
         }
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
@@ -336,7 +336,7 @@ impl Engine {
                         crate::nn::intraop::install(pool);
                         // dropout masks of its own (the seed's, for this rank)
                         let replica = CpuReplica::with(model, optimizer, state)
-                            .seed_dropout(cfg.seed.wrapping_mul(1_000_003) ^ rank as u64);
+                            .seed_dropout(worker::dropout_seed(cfg.seed, rank));
                         worker::run(ctx, Box::new(replica))
                     }
                     Device::Gpu { index, .. } => {

@@ -135,16 +135,12 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
 }
 
 /// What the GPU backend cannot run yet, refused before any GPU opens.
-pub(super) fn on_gpus(cfg: &RunConfig, model: &Model) -> Result<(), EngineError> {
+pub(super) fn on_gpus(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |e: String| Err(EngineError::Config(e));
-    if let Err(e) = crate::backend::cuda::replica::supports(model) {
-        return bad(format!("model {}: {e}", cfg.model));
-    }
     let cpu_only = [
         (cfg.momentum != MOMENTUM, "--momentum other than 0.9"),
         (cfg.no_decay_bn_bias, "--no-decay-bn-bias"),
         (cfg.label_smoothing != 0.0, "--label-smoothing"),
-        (cfg.sync_bn, "--sync-bn"),
     ];
     if let Some((_, flag)) = cpu_only.iter().find(|(on, _)| *on) {
         return bad(format!(

@@ -17,6 +17,13 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../../../kernels/conv.cu")),
     ("pool.cu", include_str!("../../../kernels/pool.cu")),
     ("gather.cu", include_str!("../../../kernels/gather.cu")),
+    ("eltwise.cu", include_str!("../../../kernels/eltwise.cu")),
+    ("bn.cu", include_str!("../../../kernels/bn.cu")),
+    (
+        "depthwise.cu",
+        include_str!("../../../kernels/depthwise.cu"),
+    ),
+    ("avgpool.cu", include_str!("../../../kernels/avgpool.cu")),
 ];
 
 /// The `extern "C"` kernel names a source defines (`{op}_f32`).
@@ -264,7 +271,30 @@ mod tests {
                 "conv_dw_sum_f32",
                 "maxpool_forward_f32",
                 "maxpool_backward_f32",
-                "gather_rows_f32"
+                "maxpool_padded_forward_f32",
+                "maxpool_padded_backward_f32",
+                "gather_rows_f32",
+                "relu6_forward_f32",
+                "relu6_backward_f32",
+                "add_f32",
+                "accumulate_f32",
+                "mul_f32",
+                "dropout_mask_f32",
+                "bn_sums_f32",
+                "bn_reduce_f32",
+                "bn_finish_f32",
+                "bn_apply_f32",
+                "bn_eval_f32",
+                "bn_grad_sums_f32",
+                "bn_param_grads_f32",
+                "bn_backward_dx_f32",
+                "dwconv_forward_f32",
+                "dwconv_backward_input_f32",
+                "dwconv_backward_weight_f32",
+                "avgpool_forward_f32",
+                "avgpool_backward_f32",
+                "gap_forward_f32",
+                "gap_backward_f32"
             ]
         );
         // every file in kernels/ is embedded

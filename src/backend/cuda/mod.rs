@@ -10,16 +10,23 @@
 mod launch;
 pub mod bench;
 pub mod blas;
+pub mod bn;
 pub mod conv;
 pub mod discover;
+pub mod dwconv;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;
+pub mod ops;
 pub mod pool;
 pub mod replica;
 pub mod selftest;
+mod selftest_bn;
 mod selftest_conv;
+mod selftest_dw;
+mod selftest_model;
 mod selftest_nccl;
+mod selftest_ops;
 pub mod shape;
 
 use std::collections::HashMap;

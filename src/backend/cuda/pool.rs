@@ -1,19 +1,22 @@
 //! 2-D max pooling on a GPU, mirroring `nn::pool` (NCHW, KxK windows moved by `stride`, no
 //! padding, floor mode, u32 argmax within the image plane): one launch over every plane of every
 //! image each way. The backward pass is a gather per input pixel over the windows that hold it,
-//! so overlapping windows need no atomics and the result is the CPU's, bit for bit.
+//! so overlapping windows need no atomics and the result is the CPU's, bit for bit. Padded max
+//! pooling, average pooling (padding counted) and global average pooling likewise mirror
+//! `nn::pool`'s `maxpool2d_padded_*`, `avgpool2d_*` and `gap_*` (`kernels/avgpool.cu`).
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::launch::grid_stride_cfg;
-use super::shape::PoolShape;
+use super::shape::{fit_i32, need, PoolShape};
 use super::{CudaError, Gpu};
+use crate::nn::window::Window;
 
-fn fail(gpu: &Gpu, what: &str, detail: String) -> CudaError {
+fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
     CudaError {
         gpu: gpu.index,
         what: what.to_string(),
-        detail,
+        detail: detail.to_string(),
     }
 }
 
@@ -107,5 +110,255 @@ pub fn maxpool2d_backward(
         &si,
         &ohi,
         &owi
+    )
+}
+
+/// The kernels' ints [B, C, H, W, K, stride, pad, OH, OW] of a window over `b` images, after
+/// checking the buffers (name, has, needs) and the 32-bit sizes.
+fn window_ints(
+    gpu: &Gpu,
+    what: &str,
+    b: usize,
+    g: &Window,
+    lens: &[(&str, usize, usize)],
+) -> Result<[i32; 9], CudaError> {
+    if g.k == 0 || g.stride == 0 {
+        return Err(fail(
+            gpu,
+            what,
+            format!("a {}x{} window moved by {}", g.k, g.k, g.stride),
+        ));
+    }
+    need(what, lens).map_err(|e| fail(gpu, what, e))?;
+    let sizes = [
+        ("the batch", b),
+        ("C", g.c),
+        ("H", g.h),
+        ("W", g.w),
+        ("K", g.k),
+        ("the stride", g.stride),
+        ("the padding", g.pad),
+        ("OH", g.oh),
+        ("OW", g.ow),
+        ("H*W", g.h * g.w),
+    ];
+    fit_i32(what, &sizes).map_err(|e| fail(gpu, what, e))?;
+    Ok([b, g.c, g.h, g.w, g.k, g.stride, g.pad, g.oh, g.ow].map(|v| v as i32))
+}
+
+/// Max pooling with padding that never wins: out[B,C,OH,OW] and argmax (the winner's index in
+/// its HxW plane). As `nn::pool::maxpool2d_padded_forward`.
+pub fn maxpool2d_padded_forward(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    argmax: &mut CudaViewMut<'_, u32>,
+    inp: &CudaView<'_, f32>,
+    b: usize,
+    g: &Window,
+) -> Result<(), CudaError> {
+    let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
+    let lens = [
+        ("out", out.len(), n_out),
+        ("argmax", argmax.len(), n_out),
+        ("inp", inp.len(), n_in),
+    ];
+    let [bi, c, h, w, k, s, p, oh, ow] = window_ints(gpu, "padded maxpool2d forward", b, g, &lens)?;
+    if n_out == 0 {
+        return Ok(());
+    }
+    let cfg = grid_stride_cfg(n_out);
+    try_launch!(
+        gpu,
+        "maxpool_padded_forward_f32",
+        cfg,
+        &mut *out,
+        &mut *argmax,
+        inp,
+        &bi,
+        &c,
+        &h,
+        &w,
+        &k,
+        &s,
+        &p,
+        &oh,
+        &ow
+    )
+}
+
+/// dinp[B,C,H,W] = 0, then each dout routed to its window's winner. As
+/// `nn::pool::maxpool2d_padded_backward`.
+pub fn maxpool2d_padded_backward(
+    gpu: &Gpu,
+    dinp: &mut CudaViewMut<'_, f32>,
+    dout: &CudaView<'_, f32>,
+    argmax: &CudaView<'_, u32>,
+    b: usize,
+    g: &Window,
+) -> Result<(), CudaError> {
+    let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
+    let lens = [
+        ("dinp", dinp.len(), n_in),
+        ("dout", dout.len(), n_out),
+        ("argmax", argmax.len(), n_out),
+    ];
+    let [bi, c, h, w, k, s, p, oh, ow] =
+        window_ints(gpu, "padded maxpool2d backward", b, g, &lens)?;
+    if n_in == 0 {
+        return Ok(());
+    }
+    let cfg = grid_stride_cfg(n_in);
+    try_launch!(
+        gpu,
+        "maxpool_padded_backward_f32",
+        cfg,
+        &mut *dinp,
+        dout,
+        argmax,
+        &bi,
+        &c,
+        &h,
+        &w,
+        &k,
+        &s,
+        &p,
+        &oh,
+        &ow
+    )
+}
+
+/// out[B,C,OH,OW] = each window's sum / (K*K), padding counted as zeros. As
+/// `nn::pool::avgpool2d_forward`.
+pub fn avgpool2d_forward(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    inp: &CudaView<'_, f32>,
+    b: usize,
+    g: &Window,
+) -> Result<(), CudaError> {
+    let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
+    let lens = [("out", out.len(), n_out), ("inp", inp.len(), n_in)];
+    let [bi, c, h, w, k, s, p, oh, ow] = window_ints(gpu, "avgpool2d forward", b, g, &lens)?;
+    if n_out == 0 {
+        return Ok(());
+    }
+    let inv = 1.0 / (g.k * g.k) as f32;
+    let cfg = grid_stride_cfg(n_out);
+    try_launch!(
+        gpu,
+        "avgpool_forward_f32",
+        cfg,
+        &mut *out,
+        inp,
+        &bi,
+        &c,
+        &h,
+        &w,
+        &k,
+        &s,
+        &p,
+        &oh,
+        &ow,
+        &inv
+    )
+}
+
+/// dinp[B,C,H,W] = each dout / (K*K) spread over its window (overwritten). As
+/// `nn::pool::avgpool2d_backward`.
+pub fn avgpool2d_backward(
+    gpu: &Gpu,
+    dinp: &mut CudaViewMut<'_, f32>,
+    dout: &CudaView<'_, f32>,
+    b: usize,
+    g: &Window,
+) -> Result<(), CudaError> {
+    let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
+    let lens = [("dinp", dinp.len(), n_in), ("dout", dout.len(), n_out)];
+    let [bi, c, h, w, k, s, p, oh, ow] = window_ints(gpu, "avgpool2d backward", b, g, &lens)?;
+    if n_in == 0 {
+        return Ok(());
+    }
+    let inv = 1.0 / (g.k * g.k) as f32;
+    let cfg = grid_stride_cfg(n_in);
+    try_launch!(
+        gpu,
+        "avgpool_backward_f32",
+        cfg,
+        &mut *dinp,
+        dout,
+        &bi,
+        &c,
+        &h,
+        &w,
+        &k,
+        &s,
+        &p,
+        &oh,
+        &ow,
+        &inv
+    )
+}
+
+/// The checked ints (planes, HW) of a global average pooling, and 1/HW.
+fn gap_ints(
+    gpu: &Gpu,
+    what: &str,
+    planes: usize,
+    hw: usize,
+    lens: &[(&str, usize, usize)],
+) -> Result<(i32, i32, f32), CudaError> {
+    need(what, lens).map_err(|e| fail(gpu, what, e))?;
+    let all = planes
+        .checked_mul(hw)
+        .ok_or_else(|| fail(gpu, what, "planes*HW overflows"))?;
+    let sizes = [("the planes", planes), ("HW", hw), ("planes*HW", all)];
+    fit_i32(what, &sizes).map_err(|e| fail(gpu, what, e))?;
+    Ok((planes as i32, hw as i32, 1.0 / hw.max(1) as f32))
+}
+
+/// out[planes] = the mean of each of inp[planes, HW]'s planes. As `nn::pool::gap_forward`.
+pub fn gap_forward(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    inp: &CudaView<'_, f32>,
+    planes: usize,
+    hw: usize,
+) -> Result<(), CudaError> {
+    let lens = [("out", out.len(), planes), ("inp", inp.len(), planes * hw)];
+    let (pi, hwi, inv) = gap_ints(gpu, "global average pooling forward", planes, hw, &lens)?;
+    if planes == 0 {
+        return Ok(());
+    }
+    let cfg = grid_stride_cfg(planes);
+    try_launch!(gpu, "gap_forward_f32", cfg, &mut *out, inp, &pi, &hwi, &inv)
+}
+
+/// dinp[planes, HW] = dout[plane] / HW over each plane (overwritten). As
+/// `nn::pool::gap_backward`.
+pub fn gap_backward(
+    gpu: &Gpu,
+    dinp: &mut CudaViewMut<'_, f32>,
+    dout: &CudaView<'_, f32>,
+    planes: usize,
+    hw: usize,
+) -> Result<(), CudaError> {
+    let lens = [
+        ("dinp", dinp.len(), planes * hw),
+        ("dout", dout.len(), planes),
+    ];
+    let (pi, hwi, inv) = gap_ints(gpu, "global average pooling backward", planes, hw, &lens)?;
+    if planes * hw == 0 {
+        return Ok(());
+    }
+    let cfg = grid_stride_cfg(planes * hw);
+    try_launch!(
+        gpu,
+        "gap_backward_f32",
+        cfg,
+        &mut *dinp,
+        dout,
+        &pi,
+        &hwi,
+        &inv
     )
 }

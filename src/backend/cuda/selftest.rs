@@ -79,8 +79,9 @@ fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
 }
 
 /// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
-/// transpose combinations, the elementwise, convolution and pooling ops against the CPU ops,
-/// and two training steps of every optimizer, CPU vs GPU.
+/// transpose combinations, the elementwise, convolution, pooling, batch norm and depthwise ops
+/// against the CPU ops, two training steps of every optimizer, and two of a residual network
+/// with batch norm, CPU vs GPU.
 pub fn gpu_checks(index: usize) -> Vec<Check> {
     let mut out = Vec::new();
     let gpu = match Gpu::open(index) {
@@ -123,6 +124,9 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         &format!("gpu{index} conv and pool vs CPU ops"),
         || super::selftest_conv::checks(&gpu),
     ));
+    out.extend(guarded(&format!("gpu{index} graph ops vs CPU ops"), || {
+        super::selftest_ops::checks(&gpu)
+    }));
     drop(gpu);
     for kind in [
         OptimizerKind::Sgd,
@@ -135,6 +139,10 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             vec![check(name.clone(), two_steps(index, kind))]
         }));
     }
+    let name = format!("gpu{index} 2 steps of a residual BN network");
+    out.extend(guarded(&name, || {
+        vec![check(name.clone(), super::selftest_model::two_steps(index))]
+    }));
     out
 }
 

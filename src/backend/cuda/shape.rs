@@ -10,7 +10,7 @@ use crate::nn::window::out_size;
 pub const MAX_GEMM_BATCH: usize = 65535;
 
 /// `Err` naming the first size above i32::MAX.
-fn fit_i32(what: &str, sizes: &[(&str, usize)]) -> Result<(), String> {
+pub(crate) fn fit_i32(what: &str, sizes: &[(&str, usize)]) -> Result<(), String> {
     match sizes.iter().find(|(_, v)| i32::try_from(*v).is_err()) {
         Some((name, v)) => Err(format!(
             "{what}: {name} = {v} is above the GPU kernels' 32-bit limit ({}): use a smaller layer or batch",
@@ -29,7 +29,7 @@ fn product(what: &str, name: &str, factors: &[usize]) -> Result<usize, String> {
 }
 
 /// `Err` naming the first buffer shorter than needed: (name, has, needs).
-fn need(what: &str, lens: &[(&str, usize, usize)]) -> Result<(), String> {
+pub(crate) fn need(what: &str, lens: &[(&str, usize, usize)]) -> Result<(), String> {
     match lens.iter().find(|(_, have, need)| have < need) {
         Some((name, have, need)) => Err(format!(
             "{what}: {name} has {have} elements, needs {need}: pass a buffer sized for this layer and batch"

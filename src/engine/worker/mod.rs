@@ -103,6 +103,11 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
 /// A GPU all-reduce that waits this many `--stall-timeout`s aborts the NCCL group.
 pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 
+/// The seed of rank `rank`'s dropout masks: its own, from the run's seed.
+pub(super) fn dropout_seed(seed: u64, rank: usize) -> u64 {
+    seed.wrapping_mul(1_000_003) ^ rank as u64
+}
+
 /// Opens GPU `index` for this rank. Every rank first opens its GPU (context, kernels, buffers),
 /// then all meet at a host barrier, and only then join NCCL (which gives up after the all-reduce
 /// timeout, or when the host collective is aborted): a rank that failed to open stops the others
@@ -127,7 +132,7 @@ pub(super) fn open_gpu(
         w.cfg.stall_timeout * ALL_REDUCE_TIMEOUT_FACTOR,
     );
     let mut replica = match opened {
-        Ok(r) => r,
+        Ok(r) => r.seed_dropout(dropout_seed(w.cfg.seed, w.rank)),
         Err(e) => {
             w.coll
                 .abort(&format!("rank {} could not open GPU {index}: {e}", w.rank));

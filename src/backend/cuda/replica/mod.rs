@@ -8,9 +8,10 @@
 //! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
 //! and the engine reports the rank as failed.
 
+mod backprop;
 mod host;
+mod nodes;
 mod pass;
-pub use pass::supports;
 mod resident;
 mod update;
 mod wait;
@@ -24,14 +25,13 @@ use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
 use super::nccl::{Communicator, Patience};
-use super::{blas, conv, on, CudaError, Gpu};
+use super::{blas, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::model::{Model, Op};
+use crate::nn::model::Model;
 use crate::nn::optim::{OptState, OptimizerKind};
 
-const EVAL_CHUNK: usize = 512;
 /// The most memory the convolutions' scratch takes (more images per chunk: fewer launches).
 const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
@@ -65,8 +65,14 @@ pub struct CudaReplica {
     timeout: Duration,
     /// Shared with the interpreter while it walks the model over this replica's buffers.
     model: Arc<Model>,
-    /// Batch norm's running statistics (none on the GPU yet: `pass::supports`).
-    buffers: Vec<f32>,
+    /// Batch norm's running statistics (`Model::n_buffers` floats; one when there are none),
+    /// updated on the device by every training pass.
+    running: CudaSlice<f32>,
+    /// What the nodes keep besides the activations (saved statistics, masks, scratch).
+    nodes: nodes::NodeBufs,
+    /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's).
+    dropout_seed: u64,
+    passes: u64,
     kind: OptimizerKind,
     weight_decay: f32,
     t: u64,
@@ -111,7 +117,14 @@ impl CudaReplica {
     ) -> Result<CudaReplica, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
-        pass::supports(&model).map_err(|e| CudaError::new(index, "open", e))?;
+        if state.buffers.len() != model.n_buffers {
+            let e = format!(
+                "the state has {} running statistics, the model {}",
+                state.buffers.len(),
+                model.n_buffers
+            );
+            return Err(CudaError::new(index, "open", e));
+        }
         if n + AUX > MAX_ELEMENTS {
             return Err(CudaError::new(
                 index,
@@ -132,6 +145,9 @@ impl CudaReplica {
             .alloc_zeros::<f32>(n + AUX)
             .map_err(on(index, "allocate gradients"))?;
         let eval_metrics = s.alloc_zeros::<f32>(AUX).map_err(on(index, "allocate"))?;
+        let running =
+            to_device(&s, &state.buffers).map_err(on(index, "upload running statistics"))?;
+        let nodes = nodes::NodeBufs::new(&s, &model, 1).map_err(on(index, "allocate"))?;
         let mut r = CudaReplica {
             blas: Some(blas),
             comm: None,
@@ -158,11 +174,15 @@ impl CudaReplica {
             times: None,
             staging: host::Staging::default(),
             resident: None,
-            buffers: state.buffers,
+            running,
+            nodes,
+            dropout_seed: 0,
+            passes: 0,
             model: Arc::new(model),
             gpu,
         };
-        r.ensure(EVAL_CHUNK)?;
+        // evaluation's chunks, as the CPU's (`Model::eval_rows`)
+        r.ensure(r.model.eval_rows())?;
         Ok(r)
     }
 
@@ -211,72 +231,6 @@ impl CudaReplica {
         die(self.gpu.index, what, e)
     }
 
-    /// The most rows a micro-batch can have on this GPU: what the kernels' 32-bit indexing
-    /// allows, and what the free memory (90% of it) holds of the buffers `ensure` grows.
-    pub fn max_rows(&self) -> usize {
-        let widest = self.model.dims.iter().copied().max().unwrap_or(1).max(1);
-        let indexed = MAX_ELEMENTS / widest;
-        // per row: activations and their gradients at every boundary, a pooling layer's
-        // argmax, the label and the per-row loss and correctness
-        let pooled: usize = (self.model.nodes.iter())
-            .filter(|n| matches!(n.op, Op::MaxPool(_)))
-            .map(|n| self.model.dims[n.output])
-            .sum();
-        let per_row = 4 * (2 * self.model.dims.iter().sum::<usize>() + pooled + 3);
-        let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
-            return indexed;
-        };
-        // growing frees the buffers of `cap` rows first
-        let fits = self.cap + (free as f64 * 0.9) as usize / per_row.max(1);
-        indexed.min(fits)
-    }
-
-    /// Grows the activation buffers to `rows` rows.
-    fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
-        if rows <= self.cap {
-            return Ok(());
-        }
-        let widest = self.model.dims.iter().copied().max().unwrap_or(1);
-        if rows.saturating_mul(widest) > MAX_ELEMENTS {
-            return Err(CudaError::new(
-                self.gpu.index,
-                "allocate activations",
-                format!("{rows} rows x {widest} features is more than the {MAX_ELEMENTS} elements the GPU kernels index (32-bit): use a smaller --batch-per-replica"),
-            ));
-        }
-        let s = &self.gpu.stream;
-        let index = self.gpu.index;
-        let err = |e| CudaError::new(index, "allocate activations", e);
-        self.acts.clear();
-        self.dacts.clear();
-        for &d in &self.model.dims {
-            self.acts.push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
-            self.dacts
-                .push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
-        }
-        self.argmax.clear();
-        let mut col = 1;
-        for node in &self.model.nodes {
-            let pooled = match node.op {
-                Op::MaxPool(_) => rows * self.model.dims[node.output],
-                _ => 1,
-            };
-            self.argmax.push(s.alloc_zeros::<u32>(pooled).map_err(err)?);
-            if let Op::Conv { g, .. } = node.op {
-                // as many images per chunk as fit in COL_SCRATCH_BYTES (at least one)
-                let one = conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, 1);
-                let images = (COL_SCRATCH_BYTES / 4 / one.max(1)).clamp(1, rows);
-                col = col.max(one * images);
-            }
-        }
-        self.col = s.alloc_zeros::<f32>(col).map_err(err)?;
-        self.labels = s.alloc_zeros::<u32>(rows).map_err(err)?;
-        self.row_loss = s.alloc_zeros::<f32>(rows).map_err(err)?;
-        self.row_correct = s.alloc_zeros::<i32>(rows).map_err(err)?;
-        self.cap = rows;
-        Ok(())
-    }
-
     /// Uploads x[b, d] and y[b] into the input buffers.
     fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
         if let Err(e) = self.ensure(b) {
@@ -292,8 +246,8 @@ impl CudaReplica {
         }
     }
 
-    /// (loss sum, correct) over `n` rows, put into the input buffers `EVAL_CHUNK` at a time by
-    /// `load(self, start, rows)`.
+    /// (loss sum, correct) over `n` rows, put into the input buffers `Model::eval_rows` at a
+    /// time by `load(self, start, rows)`.
     fn evaluate_chunks(
         &mut self,
         n: usize,
@@ -303,8 +257,9 @@ impl CudaReplica {
         if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
             self.fail("zero the metrics", e)
         }
-        for start in (0..n).step_by(EVAL_CHUNK) {
-            let b = EVAL_CHUNK.min(n - start);
+        let chunk = self.model.eval_rows();
+        for start in (0..n).step_by(chunk) {
+            let b = chunk.min(n - start);
             load(self, start, b);
             self.eval_pass(b);
             let mut out = self.eval_metrics.slice_mut(..);
@@ -338,8 +293,8 @@ impl Drop for CudaReplica {
 }
 
 impl Replica for CudaReplica {
-    /// Batch norm does not run on GPUs yet (`pass::supports`): nothing to sync.
-    fn compute_grads(&mut self, micro: &[MicroBatch], _sync: Option<&mut dyn Collective>) {
+    /// With `sync`, batch norm's sums go through the host's collective between launches.
+    fn compute_grads(&mut self, micro: &[MicroBatch], mut sync: Option<&mut dyn Collective>) {
         let start = self.record();
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.grads) {
@@ -350,7 +305,7 @@ impl Replica for CudaReplica {
                 Some(_) if mb.x.is_empty() => self.gather(&mb.rows, mb.n),
                 _ => self.upload(&mb.x, &mb.y, mb.n),
             }
-            self.train_pass(mb.n);
+            self.train_pass(mb.n, sync.as_deref_mut().map(|s| s as &mut dyn Collective));
             let n = self.model.n_params;
             let mut aux = self.grads.slice_mut(n..n + AUX);
             add_metrics(&self.gpu, &mut aux, &self.row_loss, &self.row_correct, mb.n);
@@ -427,7 +382,7 @@ impl Replica for CudaReplica {
                 m: get(&self.m, blank.m.len()),
                 v: get(&self.v, blank.v.len()),
             },
-            buffers: self.buffers.clone(),
+            buffers: self.running_to_host(),
         };
         if let Err(e) = s.synchronize() {
             self.fail("download the training state", e)
@@ -452,7 +407,7 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
-        self.buffers.clone_from(&state.buffers);
+        self.running_from_host(&state.buffers);
     }
 
     fn finish_local(&mut self) {
@@ -470,10 +425,10 @@ impl Replica for CudaReplica {
         self.params_in(params)
     }
     fn buffers(&self) -> Vec<f32> {
-        self.buffers.clone()
+        self.running_to_host()
     }
     fn set_buffers(&mut self, buffers: &[f32]) {
-        self.buffers.copy_from_slice(buffers);
+        self.running_from_host(buffers)
     }
     fn hold_data(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
         self.hold(train, val, rows)

@@ -1,66 +1,101 @@
-//! The GPU's ops for the model interpreter (`nn::model::interp`): linear layers as cuBLAS
-//! products through the row-major helper, convolutions and max pooling through `conv.rs` /
-//! `pool.rs`, the rest kernels of `kernels/`. Activations and their gradients live per value of
-//! the graph, as on the CPU. `supports` says which models these ops cover.
+//! The GPU's ops for the model interpreter (`nn::model::interp`), op for op as the CPU's
+//! (`nn::model::cpu`): linear layers as cuBLAS products through the row-major helper, dense
+//! convolutions and unpadded max pooling through `conv.rs` / `pool.rs`, depthwise
+//! convolutions, batch norm, the other poolings and the elementwise ops through `dwconv.rs`,
+//! `bn.rs`, `pool.rs` and `ops.rs`. Activations and their gradients live per value of the
+//! graph; an op's activation runs after it forward and masks its output's gradient first
+//! backward; an input gradient that is added (a residual's input reached twice) is computed
+//! into scratch and accumulated. The per-op backward is in `backprop.rs`.
 
 use cudarc::cublas::CudaBlas;
+use cudarc::driver::CudaSlice;
 
+use super::backprop::Back;
+use super::nodes::NodeBufs;
 use super::CudaReplica;
 use crate::backend::cuda::blas::sgemm;
 use crate::backend::cuda::launch::die;
-use crate::backend::cuda::{conv, pool, CudaError};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
+use crate::comm::Collective;
+use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
 use crate::nn::model::{Act, Model, Op};
 
 /// A failed launch inside a step has no way back through `Replica`: the rank fails with it.
-fn check(r: Result<(), CudaError>) {
+pub(super) fn check(r: Result<(), CudaError>) {
     if let Err(e) = r {
         panic!("{e}")
     }
 }
 
-/// Whether the GPU backend has every op of `m`; else what it lacks, for the refusal.
-pub fn supports(m: &Model) -> Result<(), String> {
-    for node in &m.nodes {
-        let ok = match node.op {
-            Op::Linear { act, .. } => act != Act::Relu6,
-            Op::Conv { groups, bias, act, .. } => groups == 1 && bias && act != Act::Relu6,
-            Op::MaxPool(w) => w.pad == 0,
-            Op::Activation(a) => a == Act::Relu,
-            _ => false,
-        };
-        if !ok {
-            return Err(format!(
-                "the GPU backend does not run this model's `{}` yet (batch norm, depthwise \
-                 convolutions, residual adds, ReLU6, average pooling and dropout train on CPU \
-                 workers in this version); use --devices cpu:N",
-                node.op.kind()
-            ));
-        }
-    }
-    Ok(())
+/// One pass's view of a replica: its buffers, and the collective sync batch norm sums through.
+struct Pass<'a, 'c> {
+    r: &'a mut CudaReplica,
+    sync: Option<&'a mut (dyn Collective + 'c)>,
 }
 
 impl CudaReplica {
     /// Forward, softmax cross-entropy (per-row loss and correct into `row_loss` /
-    /// `row_correct`) and backward over `b` uploaded rows, accumulating gradient sums.
-    pub(super) fn train_pass(&mut self, b: usize) {
+    /// `row_correct`) and backward over `b` uploaded rows, accumulating gradient sums; with
+    /// `sync`, batch norm's statistics over every replica's rows.
+    pub(super) fn train_pass(&mut self, b: usize, sync: Option<&mut dyn Collective>) {
         let m = self.model.clone();
-        interp::train(&m, self, b);
+        // as on the CPU: an empty share of a short last batch has nothing to learn, and batch
+        // norm no statistics to take from it (unless the replicas pool theirs)
+        if b == 0 && (sync.is_none() || !m.has_batch_norm()) {
+            return;
+        }
+        self.passes += 1;
+        interp::train(&m, &mut Pass { r: self, sync }, b);
     }
 
     /// Forward in inference mode and the per-row loss and correct.
     pub(super) fn eval_pass(&mut self, b: usize) {
         let m = self.model.clone();
-        interp::evaluate(&m, self, b);
+        interp::evaluate(
+            &m,
+            &mut Pass {
+                r: self,
+                sync: None,
+            },
+            b,
+        );
     }
 }
 
-impl Exec for CudaReplica {
-    fn forward(&mut self, m: &Model, n: usize, b: usize, _train: bool) {
+/// out[B, OC] = inp[B, C] @ w^T + bias (w is [OC, C], PyTorch's layout).
+#[allow(clippy::too_many_arguments)]
+fn linear_forward(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    out: &mut cudarc::driver::CudaViewMut<'_, f32>,
+    inp: &cudarc::driver::CudaView<'_, f32>,
+    params: &CudaSlice<f32>,
+    (w, bias): (std::ops::Range<usize>, std::ops::Range<usize>),
+    b: usize,
+    (c, oc): (usize, usize),
+) {
+    let wv = params.slice(w);
+    if let Err(e) = sgemm(blas, false, true, b, oc, c, 1.0, inp, &wv, 0.0, out) {
+        die(gpu.index, "forward", e)
+    }
+    if !bias.is_empty() {
+        let bv = params.slice(bias);
+        let (ni, di) = (b as i32, oc as i32);
+        launch!(gpu, "bias_add_f32", b * oc, &mut *out, &bv, &ni, &di);
+    }
+}
+
+impl Exec for Pass<'_, '_> {
+    fn forward(&mut self, m: &Model, n: usize, b: usize, train: bool) {
         let node = &m.nodes[n];
+        // an empty share (sync batch norm) only takes part in the statistics' exchange
+        if b == 0 && !matches!(node.op, Op::BatchNorm { .. }) {
+            return;
+        }
         let (i, o) = (node.inputs[0], node.output);
-        let (d_in, d_out) = (m.dims[i], m.dims[o]);
+        let len = b * m.dims[o];
+        let Pass { r, sync } = self;
         let CudaReplica {
             gpu,
             blas,
@@ -68,52 +103,100 @@ impl Exec for CudaReplica {
             acts,
             argmax,
             col,
+            nodes,
+            running,
+            dropout_seed,
+            passes,
             ..
-        } = self;
+        } = &mut **r;
+        let gpu: &Gpu = gpu;
         let blas: &CudaBlas = blas.as_ref().expect("cuBLAS is held until drop");
         // a node's inputs are made before it
         let (lower, upper) = acts.split_at_mut(o);
-        let inp = lower[i].slice(..b * d_in);
-        let mut out = upper[0].slice_mut(..b * d_out);
+        let inp = lower[i].slice(..b * m.dims[i]);
+        let mut out = upper[0].slice_mut(..len);
         match node.op {
-            Op::Linear { inp: c, out: oc, .. } => {
-                let (w, bias) = m.weight_bias(node);
-                // out = inp @ w^T (w is [OC, C], PyTorch's layout)
+            Op::Linear {
+                inp: c, out: oc, ..
+            } => linear_forward(
+                gpu,
+                blas,
+                &mut out,
+                &inp,
+                params,
+                m.weight_bias(node),
+                b,
+                (c, oc),
+            ),
+            Op::Conv {
+                g, groups, bias, ..
+            } => {
+                let (w, bi) = m.weight_bias(node);
+                let bv = match bias {
+                    true => params.slice(bi),
+                    false => nodes.zeros.slice(..g.oc),
+                };
                 let wv = params.slice(w);
-                if let Err(e) = sgemm(blas, false, true, b, oc, c, 1.0, &inp, &wv, 0.0, &mut out) {
-                    die(gpu.index, "forward", e)
-                }
-                if !bias.is_empty() {
-                    let bv = params.slice(bias);
-                    let (ni, di) = (b as i32, oc as i32);
-                    launch!(gpu, "bias_add_f32", b * oc, &mut out, &bv, &ni, &di);
+                check(match groups {
+                    1 => conv::conv2d_forward(
+                        gpu,
+                        blas,
+                        &mut out,
+                        &inp,
+                        &wv,
+                        &bv,
+                        b,
+                        g.c,
+                        g.h,
+                        g.w,
+                        g.oc,
+                        g.k,
+                        g.k,
+                        g.stride,
+                        g.pad,
+                        &mut col.slice_mut(..),
+                    ),
+                    _ => {
+                        dwconv::dwconv_forward(gpu, &mut out, &inp, &wv, bias.then_some(&bv), b, &g)
+                    }
+                })
+            }
+            Op::BatchNorm { c, hw, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let at = m.buffers[node.buffers.expect("batch norm has buffers")].offset;
+                let g = BnGeom { b, c, hw };
+                let (wv, bv) = (params.slice(w), params.slice(bi));
+                if train {
+                    let NodeBufs {
+                        saved, count, sums, ..
+                    } = nodes;
+                    let sync = sync.as_deref_mut().map(|s| s as &mut dyn Collective);
+                    match bn::forward_train(
+                        gpu,
+                        sync,
+                        &mut sums.slice_mut(..),
+                        &mut saved[n].slice_mut(..2 * c),
+                        &mut running.slice_mut(at..at + 2 * c),
+                        &mut out,
+                        (&inp, &wv, &bv),
+                        g,
+                    ) {
+                        Ok(n_seen) => count[n] = n_seen,
+                        Err(e) => panic!("{e}"),
+                    }
+                } else {
+                    let rv = running.slice(at..at + 2 * c);
+                    check(bn::forward_eval(gpu, &mut out, &rv, (&inp, &wv, &bv), g))
                 }
             }
-            Op::Conv { g, .. } => {
-                let (w, bias) = m.weight_bias(node);
-                check(conv::conv2d_forward(
-                    gpu,
-                    blas,
-                    &mut out,
-                    &inp,
-                    &params.slice(w),
-                    &params.slice(bias),
-                    b,
-                    g.c,
-                    g.h,
-                    g.w,
-                    g.oc,
-                    g.k,
-                    g.k,
-                    g.stride,
-                    g.pad,
-                    &mut col.slice_mut(..),
-                ))
+            Op::Add { .. } => {
+                let other = lower[node.inputs[1]].slice(..len);
+                check(ops::add(gpu, &mut out, &inp, &other, len))
             }
-            Op::MaxPool(win) => check(pool::maxpool2d_forward(
+            Op::MaxPool(win) if win.pad == 0 => check(pool::maxpool2d_forward(
                 gpu,
                 &mut out,
-                &mut argmax[n].slice_mut(..b * d_out),
+                &mut argmax[n].slice_mut(..len),
                 &inp,
                 b,
                 win.c,
@@ -122,22 +205,41 @@ impl Exec for CudaReplica {
                 win.k,
                 win.stride,
             )),
-            Op::Activation(_) => {
+            Op::MaxPool(win) => check(pool::maxpool2d_padded_forward(
+                gpu,
+                &mut out,
+                &mut argmax[n].slice_mut(..len),
+                &inp,
+                b,
+                &win,
+            )),
+            Op::AvgPool(win) => check(pool::avgpool2d_forward(gpu, &mut out, &inp, b, &win)),
+            Op::GlobalAvgPool { c, hw } => check(pool::gap_forward(gpu, &mut out, &inp, b * c, hw)),
+            Op::Dropout { p } if train => {
+                let key = ops::dropout_key(*dropout_seed, *passes, n);
+                let mut mask = nodes.saved[n].slice_mut(..len);
+                check(ops::dropout_mask(gpu, &mut mask, len, key, p));
+                check(ops::mul(gpu, &mut out, &inp, &mask.as_view(), len));
+            }
+            Op::Activation(_) | Op::Dropout { .. } => {
                 if let Err(e) = gpu.stream.memcpy_dtod(&inp, &mut out) {
                     die(gpu.index, "forward", e)
                 }
             }
-            op => unreachable!("`supports` refused {}", op.kind()),
         }
-        if node.op.act() == Act::Relu {
-            let nn = (b * d_out) as i32;
-            launch!(gpu, "relu_forward_f32", b * d_out, &mut out, &nn);
+        match node.op.act() {
+            Act::None => {}
+            Act::Relu => check(ops::relu_forward(gpu, &mut out, len)),
+            Act::Relu6 => check(ops::relu6_forward(gpu, &mut out, len)),
         }
     }
 
     /// The loss stays on the device (`row_loss`, `row_correct`, summed by the caller with
     /// the rest of the step's metrics): (0, 0) here.
     fn loss(&mut self, m: &Model, b: usize, _grad: bool) -> (f64, usize) {
+        if b == 0 {
+            return (0.0, 0);
+        }
         let o = m.output();
         let classes = m.dims[o];
         let CudaReplica {
@@ -148,7 +250,7 @@ impl Exec for CudaReplica {
             row_loss,
             row_correct,
             ..
-        } = self;
+        } = &mut *self.r;
         let logits = acts[o].slice(..b * classes);
         let labels = labels.slice(..b);
         let mut loss = row_loss.slice_mut(..b);
@@ -172,8 +274,13 @@ impl Exec for CudaReplica {
 
     fn backward(&mut self, m: &Model, n: usize, b: usize, din: &[Grad]) {
         let node = &m.nodes[n];
-        let (i, o) = (node.inputs[0], node.output);
-        let (d_in, d_out) = (m.dims[i], m.dims[o]);
+        // an empty share (sync batch norm) only takes part in the sums' exchange
+        if b == 0 && !matches!(node.op, Op::BatchNorm { .. }) {
+            return;
+        }
+        let o = node.output;
+        let len = b * m.dims[o];
+        let Pass { r, sync } = self;
         let CudaReplica {
             gpu,
             blas,
@@ -183,94 +290,70 @@ impl Exec for CudaReplica {
             dacts,
             argmax,
             col,
+            nodes,
             ..
-        } = self;
-        let blas: &CudaBlas = blas.as_ref().expect("cuBLAS is held until drop");
+        } = &mut **r;
+        let gpu: &Gpu = gpu;
+        let NodeBufs {
+            saved,
+            count,
+            acc,
+            sink,
+            sums,
+            ..
+        } = nodes;
         let (dlower, dupper) = dacts.split_at_mut(o);
-        let mut dout = dupper[0].slice_mut(..b * d_out);
-        if node.op.act() == Act::Relu {
-            let act = acts[o].slice(..b * d_out);
-            let nn = (b * d_out) as i32;
-            launch!(gpu, "relu_backward_f32", b * d_out, &mut dout, &act, &nn);
+        let mut dout = dupper[0].slice_mut(..len);
+        // the activation's mask first, from the op's output
+        let out = acts[o].slice(..len);
+        match node.op.act() {
+            Act::None => {}
+            Act::Relu => check(ops::relu_backward(gpu, &mut dout, &out, len)),
+            Act::Relu6 => check(ops::relu6_backward(gpu, &mut dout, &out, len)),
         }
         let dout = dout.as_view();
-        let inp = acts[i].slice(..b * d_in);
-        let mut dinp = match din[0] {
-            Grad::Skip => None,
-            Grad::Write => Some(dlower[i].slice_mut(..b * d_in)),
-            Grad::Add => unreachable!("`supports` refused models with residual adds"),
+        let mut back = Back {
+            gpu,
+            blas: blas.as_ref().expect("cuBLAS is held until drop"),
+            params,
+            grads,
+            acts,
+            argmax,
+            col,
+            saved,
+            count,
+            sink,
+            sums,
+            sync: sync.as_deref_mut().map(|s| s as &mut dyn Collective),
         };
-        match node.op {
-            Op::Linear { inp: c, out: oc, .. } => {
-                let (w, bias) = m.weight_bias(node);
-                // the weight gradient, and the bias gradient right after it (Model's layout)
-                let mut wb = grads.slice_mut(w.start..bias.end);
-                let (mut gw, mut gb) = wb.split_at_mut(w.len());
-                // dW[OC, C] += dout^T inp
-                if let Err(e) = sgemm(blas, true, false, oc, c, b, 1.0, &dout, &inp, 1.0, &mut gw) {
-                    die(gpu.index, "backward", e)
-                }
-                if !bias.is_empty() {
-                    let (ni, di) = (b as i32, oc as i32);
-                    launch!(gpu, "bias_grad_f32", oc, &mut gb, &dout, &ni, &di);
-                }
-                if let Some(dinp) = dinp.as_mut() {
-                    // dinp = dout W
-                    let wv = params.slice(w);
-                    if let Err(e) = sgemm(blas, false, false, b, c, oc, 1.0, &dout, &wv, 0.0, dinp) {
+        // input gradients land in their own buffer, or in `acc` to be added to it
+        for (k, &i) in node.inputs.iter().enumerate() {
+            if k > 0 && !matches!(node.op, Op::Add { .. }) {
+                break;
+            }
+            let li = b * m.dims[i];
+            {
+                let mut target = match din[k] {
+                    Grad::Skip => None,
+                    Grad::Write => Some(dlower[i].slice_mut(..li)),
+                    Grad::Add => Some(acc.slice_mut(..li)),
+                };
+                if k == 0 {
+                    back.op(m, n, b, &dout, target.as_mut());
+                } else if let Some(t) = target.as_mut() {
+                    if let Err(e) = gpu.stream.memcpy_dtod(&dout, t) {
                         die(gpu.index, "backward", e)
                     }
                 }
             }
-            Op::Conv { g, .. } => {
-                let (w, bias) = m.weight_bias(node);
-                let mut wb = grads.slice_mut(w.start..bias.end);
-                let (mut gw, mut gb) = wb.split_at_mut(w.len());
-                check(conv::conv2d_backward(
+            if din[k] == Grad::Add {
+                check(ops::accumulate(
                     gpu,
-                    blas,
-                    dinp.as_mut(),
-                    &mut gw,
-                    &mut gb,
-                    &dout,
-                    &inp,
-                    &params.slice(w),
-                    b,
-                    g.c,
-                    g.h,
-                    g.w,
-                    g.oc,
-                    g.k,
-                    g.k,
-                    g.stride,
-                    g.pad,
-                    &mut col.slice_mut(..),
-                ))
+                    &mut dlower[i].slice_mut(..li),
+                    &acc.slice(..li),
+                    li,
+                ));
             }
-            Op::MaxPool(win) => {
-                if let Some(dinp) = dinp.as_mut() {
-                    check(pool::maxpool2d_backward(
-                        gpu,
-                        dinp,
-                        &dout,
-                        &argmax[n].slice(..b * d_out),
-                        b,
-                        win.c,
-                        win.h,
-                        win.w,
-                        win.k,
-                        win.stride,
-                    ))
-                }
-            }
-            Op::Activation(_) => {
-                if let Some(dinp) = dinp.as_mut() {
-                    if let Err(e) = gpu.stream.memcpy_dtod(&dout, dinp) {
-                        die(gpu.index, "backward", e)
-                    }
-                }
-            }
-            op => unreachable!("`supports` refused {}", op.kind()),
         }
     }
 }

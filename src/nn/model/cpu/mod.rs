@@ -6,9 +6,9 @@ mod exec;
 use std::mem::take;
 
 use super::interp;
-use crate::nn::grouped;
 use super::op::Op;
 use super::Model;
+use crate::nn::grouped;
 
 /// Activations and their gradients per value, what each node keeps for backward (batch
 /// statistics, dropout masks, pooling winners), and scratch; grown to the largest batch seen.
@@ -184,4 +184,3 @@ impl Model {
         interp::evaluate(self, &mut cpu, b)
     }
 }
-

@@ -1,0 +1,195 @@
+// Batch norm over NCHW tensors (a flat [B, C] input is C channels of one position), PyTorch's
+// definition: biased variance to normalise, unbiased for the running variance. Mirrors nn::bn
+// (channel_sums, bn_forward_train, bn_forward_eval, bn_grad_sums, bn_backward). Per-channel
+// sums are taken in double without atomics: a channel's B*HW values are cut into gridDim.y
+// parts (fixed by the sizes alone, on the host), one block per (channel, part) (blockDim.x must
+// be BN_BLOCK) sums its part, each thread a fixed strided share in order and then a tree in
+// shared memory, and bn_reduce_f32 adds the parts in order: the same bits at every launch. The
+// sums stay raw (not divided) so that sync batch norm can add them across replicas on the
+// host between the launches.
+
+#define BN_BLOCK 256
+
+#define GRID_STRIDE(i, n)                                                                    \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
+         i += (long long)blockDim.x * gridDim.x)
+
+// The (image, position) of a channel's k-th value, moved BN_BLOCK values on without divisions.
+struct Walk {
+    long long i, p, hw, si, sp;
+    __device__ Walk(long long k, long long hw_)
+        : i(k / hw_), p(k % hw_), hw(hw_), si(BN_BLOCK / hw_), sp(BN_BLOCK % hw_) {}
+    __device__ void next() {
+        i += si;
+        p += sp;
+        if (p >= hw) {
+            p -= hw;
+            ++i;
+        }
+    }
+};
+
+// This block's part [lo, hi) of a channel's values.
+__device__ void part_range(long long per_channel, long long* lo, long long* hi) {
+    long long chunk = (per_channel + gridDim.y - 1) / gridDim.y;
+    *lo = min((long long)blockIdx.y * chunk, per_channel);
+    *hi = min(*lo + chunk, per_channel);
+}
+
+// The sum of v over the block, in a fixed order (every thread gets it).
+__device__ double block_sum(double v, double* part) {
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int half = BN_BLOCK / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            part[threadIdx.x] += part[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    double s = part[0];
+    __syncthreads();  // part[] is refilled next
+    return s;
+}
+
+// partial[parts, C] = per-channel sums of each part of x[nimg, C, hw] (centred 0), or of
+// (x - m)^2 with m = (float)(centre[ch] / n) the channel's mean (centred 1; m = 0 where n is 0),
+// each square rounded to float as the CPU does (nn::bn::channel_sums).
+extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const double* centre,
+                                       int centred, double n, int nimg, int c, int hw) {
+    __shared__ double part[BN_BLOCK];
+    long long lo, hi;
+    part_range((long long)nimg * hw, &lo, &hi);
+    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float m = (centred && n > 0.0) ? (float)(centre[ch] / n) : 0.0f;
+        double s = 0.0;
+        Walk at(lo + threadIdx.x, hw);
+        for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, at.next()) {
+            float v = x[(at.i * c + ch) * hw + at.p];
+            if (centred) {
+                float d = v - m;
+                s += (double)__fmul_rn(d, d);
+            } else {
+                s += (double)v;
+            }
+        }
+        s = block_sum(s, part);
+        if (threadIdx.x == 0) {
+            partial[(long long)blockIdx.y * c + ch] = s;
+        }
+    }
+}
+
+// out[len] = the sum over parts of partial[parts, len], in part order.
+extern "C" __global__ void bn_reduce_f32(double* out, const double* partial, int parts, int len) {
+    GRID_STRIDE(j, len) {
+        double s = 0.0;
+        for (int q = 0; q < parts; ++q) {
+            s += partial[(long long)q * len + j];
+        }
+        out[j] = s;
+    }
+}
+
+// From sums[2C] (the sums of x, then of the squared deviations) over n values per channel:
+// saved[2C] = mean, 1/sqrt(var + eps); running[2C] (mean, unbiased variance) moved toward the
+// batch's by `momentum`, in float as nn::bn::bn_forward_train. One thread per channel.
+extern "C" __global__ void bn_finish_f32(float* saved, float* running, const double* sums,
+                                         double n, int c, float eps, float momentum) {
+    GRID_STRIDE(ch, c) {
+        double mean = n > 0.0 ? sums[ch] / n : 0.0;
+        double var = n > 0.0 ? sums[c + ch] / n : 0.0;
+        double invstd = 1.0 / sqrt(var + (double)eps);
+        saved[ch] = (float)mean;
+        saved[c + ch] = (float)invstd;
+        double unbiased = n > 1.0 ? var * n / (n - 1.0) : var;
+        float keep = 1.0f - momentum;
+        running[ch] = __fadd_rn(__fmul_rn(keep, running[ch]), __fmul_rn(momentum, (float)mean));
+        running[c + ch] =
+            __fadd_rn(__fmul_rn(keep, running[c + ch]), __fmul_rn(momentum, (float)unbiased));
+    }
+}
+
+// out[nimg, C, hw] = x * scale + shift per channel, scale = invstd * weight,
+// shift = bias - mean * scale, from saved[2C] = mean, invstd (training).
+extern "C" __global__ void bn_apply_f32(float* out, const float* x, const float* saved,
+                                        const float* weight, const float* bias, int nimg, int c,
+                                        int hw) {
+    long long total = (long long)nimg * c * hw;
+    GRID_STRIDE(i, total) {
+        int ch = (int)((i / hw) % c);
+        float scale = __fmul_rn(saved[c + ch], weight[ch]);
+        float shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], scale));
+        out[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+    }
+}
+
+// Inference (nn::bn::bn_forward_eval): out = x * scale + shift per channel with
+// scale = weight / sqrt(running var + eps), shift = bias - running mean * scale.
+extern "C" __global__ void bn_eval_f32(float* out, const float* x, const float* running,
+                                       const float* weight, const float* bias, int nimg, int c,
+                                       int hw, float eps) {
+    long long total = (long long)nimg * c * hw;
+    GRID_STRIDE(i, total) {
+        int ch = (int)((i / hw) % c);
+        float scale = weight[ch] / sqrtf(running[c + ch] + eps);
+        float shift = __fadd_rn(bias[ch], -__fmul_rn(running[ch], scale));
+        out[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+    }
+}
+
+// partial[parts, 2C] = per-channel sums of each part of dout, then of dout * (x - mean) (each
+// product rounded to float), in double (nn::bn::bn_grad_sums); mean from saved[2C].
+extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, const float* x,
+                                            const float* saved, int nimg, int c, int hw) {
+    __shared__ double part[BN_BLOCK];
+    long long lo, hi;
+    part_range((long long)nimg * hw, &lo, &hi);
+    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        float mean = saved[ch];
+        double sdy = 0.0;
+        double sdyx = 0.0;
+        Walk w(lo + threadIdx.x, hw);
+        for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, w.next()) {
+            long long at = (w.i * c + ch) * hw + w.p;
+            float d = dout[at];
+            sdy += (double)d;
+            sdyx += (double)__fmul_rn(d, x[at] - mean);
+        }
+        sdy = block_sum(sdy, part);
+        sdyx = block_sum(sdyx, part);
+        if (threadIdx.x == 0) {
+            partial[(long long)blockIdx.y * 2 * c + ch] = sdy;
+            partial[(long long)blockIdx.y * 2 * c + c + ch] = sdyx;
+        }
+    }
+}
+
+// dweight[C] += sum(dout * xhat) = local[C + ch] * invstd, dbias[C] += sum(dout) = local[ch],
+// from this replica's own sums (nn::bn::bn_backward). One thread per channel.
+extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, const double* local,
+                                              const float* saved, int c) {
+    GRID_STRIDE(ch, c) {
+        dweight[ch] += (float)(local[c + ch] * (double)saved[c + ch]);
+        dbias[ch] += (float)local[ch];
+    }
+}
+
+// dx[nimg, C, hw] (overwritten) = k * (n * dout - sdy - xhat * sdyxhat), k = weight * invstd / n,
+// from the sums `total`[2C] over the n values per channel the statistics were taken over
+// (this replica's, or every replica's under sync batch norm) (nn::bn::bn_backward).
+extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, const float* x,
+                                              const float* saved, const float* weight,
+                                              const double* total, float n, int nimg, int c,
+                                              int hw) {
+    long long all = (long long)nimg * c * hw;
+    GRID_STRIDE(i, all) {
+        int ch = (int)((i / hw) % c);
+        float mean = saved[ch];
+        float invstd = saved[c + ch];
+        float sdy = (float)total[ch];
+        float sdyxhat = (float)(total[c + ch] * (double)invstd);
+        float k = weight[ch] * invstd / n;
+        float xhat = (x[i] - mean) * invstd;
+        dx[i] = k * (n * dout[i] - sdy - xhat * sdyxhat);
+    }
+}

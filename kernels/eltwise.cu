@@ -1,0 +1,68 @@
+// Elementwise ops of the model graph: ReLU6 and its mask, the residual add, gradient
+// accumulation, dropout's mask (drawn on the device) and its product. Mirrors nn::ops
+// (relu6_forward, relu6_backward, add_forward, accumulate, mul). 64-bit indexing, grid-stride
+// loops; the sizes are ints (the host checks).
+
+#define GRID_STRIDE(i, n)                                                                    \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
+         i += (long long)blockDim.x * gridDim.x)
+
+// x[n] = min(max(x, 0), 6), in place; a NaN stays NaN (ops::relu6_forward, f32::clamp)
+extern "C" __global__ void relu6_forward_f32(float* x, int n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        x[i] = isnan(v) ? v : fminf(fmaxf(v, 0.0f), 6.0f);
+    }
+}
+
+// dx[n] *= (0 < out < 6), where out is the ReLU6's output (ops::relu6_backward)
+extern "C" __global__ void relu6_backward_f32(float* dx, const float* out, int n) {
+    GRID_STRIDE(i, n) {
+        float o = out[i];
+        if (!(o > 0.0f && o < 6.0f)) {
+            dx[i] = 0.0f;
+        }
+    }
+}
+
+// out[n] = a + b (ops::add_forward)
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n) {
+    GRID_STRIDE(i, n) {
+        out[i] = a[i] + b[i];
+    }
+}
+
+// acc[n] += x (ops::accumulate): a gradient reaching a value a second time
+extern "C" __global__ void accumulate_f32(float* acc, const float* x, int n) {
+    GRID_STRIDE(i, n) {
+        acc[i] += x[i];
+    }
+}
+
+// out[n] = x * mask (ops::mul: dropout's forward with its mask, and its backward)
+extern "C" __global__ void mul_f32(float* out, const float* x, const float* mask, int n) {
+    GRID_STRIDE(i, n) {
+        out[i] = x[i] * mask[i];
+    }
+}
+
+// SplitMix64's finaliser: a bijection of 64-bit words that scrambles every bit.
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+// mask[n] = 0 with probability p, else keep (= 1/(1-p)): dropout's mask for one node and
+// pass, from a counter-based hash of (key, i) (key: the replica's seed, the pass and the
+// node, mixed on the host), so element i's draw does not depend on the launch shape. The
+// uniform is the hash's top 24 bits over 2^24, in [0, 1), as nn::rng::Rng::next_f32 draws
+// (the numbers themselves differ from the CPU's).
+extern "C" __global__ void dropout_mask_f32(float* mask, int n, unsigned long long key, float p,
+                                            float keep) {
+    GRID_STRIDE(i, n) {
+        unsigned long long h = mix64(key + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL);
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+        mask[i] = u < p ? 0.0f : keep;
+    }
+}

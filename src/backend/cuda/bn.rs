@@ -1,0 +1,365 @@
+//! Batch norm on a GPU (`kernels/bn.cu`), mirroring `nn::bn` and the CPU interpreter's use of
+//! it: per-channel sums in double, each channel cut into `parts` (fixed by the sizes alone) that
+//! blocks sum and a second launch adds in order (no atomics: the same bits at every run), two
+//! passes (the mean, then the squared deviations), the running statistics updated on the
+//! device. Under sync batch norm each set of sums goes through the host: rounded to f32,
+//! summed across the replicas by the run's collective (as the CPU's `global_stats`), and put
+//! back; the sums stay raw on the device so that the exchange fits between two launches.
+
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
+
+use super::launch::{grid_stride_cfg, MAX_BLOCKS, THREADS};
+use super::ops::fail;
+use super::shape::{fit_i32, need};
+use super::{CudaError, Gpu};
+use crate::comm::Collective;
+use crate::nn::bn::BnGeom;
+use crate::nn::model::{BN_EPS, BN_MOMENTUM};
+
+/// Values of a channel one block sums (at most; fewer parts than that where `MAX_PARTS` caps).
+const PART: usize = 4096;
+const MAX_PARTS: usize = 64;
+
+/// How many parts a channel of `per_channel` values is summed in: enough blocks to fill a GPU
+/// when the channels are few and long (ResNet's first stage: 16 channels of 128K values).
+pub fn parts(per_channel: usize) -> usize {
+    per_channel.div_ceil(PART).clamp(1, MAX_PARTS)
+}
+
+/// Doubles of the scratch one batch norm of `c` channels over `per_channel` values (B*HW, the
+/// most rows it will see) needs: the sums, and each part's.
+pub fn scratch_len(c: usize, per_channel: usize) -> usize {
+    4 * c + 2 * c * parts(per_channel)
+}
+
+/// One block per (channel, part), channels grid-stride beyond `MAX_BLOCKS`.
+fn parts_cfg(c: usize, parts: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (c.clamp(1, MAX_BLOCKS as usize) as u32, parts as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// out[len] = the sum over `parts` of partial[parts, len], in order (`bn_reduce_f32`).
+fn reduce(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f64>,
+    partial: &CudaView<'_, f64>,
+    parts: usize,
+    len: usize,
+) -> Result<(), CudaError> {
+    let (pi, li) = (parts as i32, len as i32);
+    let cfg = grid_stride_cfg(len);
+    try_launch!(gpu, "bn_reduce_f32", cfg, &mut *out, partial, &pi, &li)
+}
+
+/// [B, C, HW] as the kernels' ints, after checking every buffer's length (name, has, needs).
+fn ints(
+    gpu: &Gpu,
+    what: &str,
+    g: BnGeom,
+    lens: &[(&str, usize, usize)],
+) -> Result<[i32; 3], CudaError> {
+    need(what, lens).map_err(|e| fail(gpu, what, e))?;
+    let all = g.b.checked_mul(g.c).and_then(|v| v.checked_mul(g.hw));
+    let all = all.ok_or_else(|| fail(gpu, what, "B*C*HW overflows"))?;
+    let sizes = [
+        ("the batch", g.b),
+        ("C", g.c),
+        ("HW", g.hw),
+        ("B*HW", g.b * g.hw),
+        ("B*C*HW", all),
+    ];
+    fit_i32(what, &sizes).map_err(|e| fail(gpu, what, e))?;
+    Ok([g.b as i32, g.c as i32, g.hw as i32])
+}
+
+/// The per-channel sums `v` (on the device) summed across the replicas through the host, as
+/// f32 (the CPU's `SumAcross`); with `count`, it rides along and its sum is returned.
+fn across(
+    gpu: &Gpu,
+    coll: &mut dyn Collective,
+    v: &mut CudaViewMut<'_, f64>,
+    count: Option<f64>,
+) -> Result<f64, CudaError> {
+    let what = "sync batch norm";
+    let s = &gpu.stream;
+    let mut host = vec![0.0f64; v.len()];
+    s.memcpy_dtoh(&*v, &mut host[..])
+        .map_err(|e| fail(gpu, what, format!("{e:?}")))?;
+    s.synchronize()
+        .map_err(|e| fail(gpu, what, format!("{e:?}")))?;
+    let mut sums: Vec<f32> = host.iter().map(|&x| x as f32).collect();
+    if let Some(n) = count {
+        sums.push(n as f32);
+    }
+    // a lost peer has no way back through the interpreter: the rank fails, as on the CPU
+    if let Err(e) = coll.all_reduce_sum(&mut sums) {
+        panic!("sync batch norm: {e}")
+    }
+    let total = match count {
+        Some(_) => sums.pop().map_or(0.0, f64::from),
+        None => 0.0,
+    };
+    let back: Vec<f64> = sums.into_iter().map(f64::from).collect();
+    s.memcpy_htod(&back[..], v)
+        .map_err(|e| fail(gpu, what, format!("{e:?}")))?;
+    Ok(total)
+}
+
+/// out[C] = per-channel sums of x, or (`centred`) of (x - mean)^2 with mean = centre / n
+/// (`bn_sums_f32` into `partial`, then `bn_reduce_f32`); `centre` is read only when centred.
+fn sums(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f64>,
+    partial: &mut CudaViewMut<'_, f64>,
+    x: &CudaView<'_, f32>,
+    (centre, centred, n): (&CudaView<'_, f64>, bool, f64),
+    g: BnGeom,
+) -> Result<(), CudaError> {
+    let parts = parts(g.b * g.hw);
+    let lens = [
+        ("out", out.len(), g.c),
+        ("partial", partial.len(), parts * g.c),
+        ("centre", centre.len(), g.c),
+        ("x", x.len(), g.b * g.c * g.hw),
+    ];
+    let [b, c, hw] = ints(gpu, "batch norm sums", g, &lens)?;
+    let centred = centred as i32;
+    let cfg = parts_cfg(g.c, parts);
+    try_launch!(
+        gpu,
+        "bn_sums_f32",
+        cfg,
+        &mut *partial,
+        x,
+        centre,
+        &centred,
+        &n,
+        &b,
+        &c,
+        &hw
+    )?;
+    reduce(gpu, out, &partial.as_view(), parts, g.c)
+}
+
+/// Training, with this batch's statistics (or, with `sync`, the global batch's):
+/// out[B,C,HW] = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] = mean, 1/std per
+/// channel; running[2C] moved toward the batch's statistics; `scratch` (>=
+/// `scratch_len(C, B*HW)` doubles) overwritten. Returns the count the statistics were taken over. As the CPU
+/// interpreter's `BnStats::of` / `global_stats` and `nn::bn::bn_forward_train`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_train(
+    gpu: &Gpu,
+    mut sync: Option<&mut dyn Collective>,
+    scratch: &mut CudaViewMut<'_, f64>,
+    saved: &mut CudaViewMut<'_, f32>,
+    running: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaViewMut<'_, f32>,
+    (x, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
+    g: BnGeom,
+) -> Result<f32, CudaError> {
+    let what = "batch norm forward";
+    let c = g.c;
+    let lens = [
+        ("scratch", scratch.len(), scratch_len(c, g.b * g.hw)),
+        ("saved", saved.len(), 2 * c),
+        ("running", running.len(), 2 * c),
+        ("weight", weight.len(), c),
+        ("bias", bias.len(), c),
+        ("out", out.len(), g.b * c * g.hw),
+    ];
+    let [b, ci, hw] = ints(gpu, what, g, &lens)?;
+    let mut n = (g.b * g.hw) as f64;
+    {
+        let (mut head, mut partial) = scratch.split_at_mut(4 * c);
+        let (mut sum, mut rest) = head.split_at_mut(c);
+        let mut sq = rest.slice_mut(..c);
+        sums(
+            gpu,
+            &mut sum,
+            &mut partial,
+            x,
+            (&sq.as_view(), false, 0.0),
+            g,
+        )?;
+        if let Some(coll) = sync.as_deref_mut() {
+            n = across(gpu, coll, &mut sum, Some(n))?;
+        }
+        sums(gpu, &mut sq, &mut partial, x, (&sum.as_view(), true, n), g)?;
+        if let Some(coll) = sync {
+            across(gpu, coll, &mut sq, None)?;
+        }
+    }
+    let st = scratch.slice(..2 * c);
+    let (eps, momentum) = (BN_EPS, BN_MOMENTUM);
+    let cfg = grid_stride_cfg(c);
+    try_launch!(
+        gpu,
+        "bn_finish_f32",
+        cfg,
+        &mut *saved,
+        &mut *running,
+        &st,
+        &n,
+        &ci,
+        &eps,
+        &momentum
+    )?;
+    if g.b * c * g.hw > 0 {
+        let cfg = grid_stride_cfg(g.b * c * g.hw);
+        let sv = saved.as_view();
+        try_launch!(
+            gpu,
+            "bn_apply_f32",
+            cfg,
+            &mut *out,
+            x,
+            &sv,
+            weight,
+            bias,
+            &b,
+            &ci,
+            &hw
+        )?;
+    }
+    Ok(n as f32)
+}
+
+/// Inference: out = (x - running mean) / sqrt(running var + eps) * weight + bias. As
+/// `nn::bn::bn_forward_eval`.
+pub fn forward_eval(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    running: &CudaView<'_, f32>,
+    (x, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
+    g: BnGeom,
+) -> Result<(), CudaError> {
+    let all = g.b * g.c * g.hw;
+    let lens = [
+        ("running", running.len(), 2 * g.c),
+        ("weight", weight.len(), g.c),
+        ("bias", bias.len(), g.c),
+        ("x", x.len(), all),
+        ("out", out.len(), all),
+    ];
+    let [b, c, hw] = ints(gpu, "batch norm inference", g, &lens)?;
+    if all == 0 {
+        return Ok(());
+    }
+    let eps = BN_EPS;
+    let cfg = grid_stride_cfg(all);
+    try_launch!(
+        gpu,
+        "bn_eval_f32",
+        cfg,
+        &mut *out,
+        x,
+        running,
+        weight,
+        bias,
+        &b,
+        &c,
+        &hw,
+        &eps
+    )
+}
+
+/// dweight[C] += this replica's sum(dout * xhat), dbias[C] += its sum(dout); dx (overwritten;
+/// skipped when `None`) from the sums over the batch the statistics were taken over (this
+/// replica's, or with `sync` every replica's) of `count` values per channel; `scratch` (>=
+/// `scratch_len(C, B*HW)` doubles) overwritten. As the CPU interpreter's batch norm backward
+/// (`nn::bn::bn_grad_sums`, `bn_backward`).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    gpu: &Gpu,
+    sync: Option<&mut dyn Collective>,
+    scratch: &mut CudaViewMut<'_, f64>,
+    dx: Option<&mut CudaViewMut<'_, f32>>,
+    (dweight, dbias): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, f32>),
+    (dout, x, saved, weight): (
+        &CudaView<'_, f32>,
+        &CudaView<'_, f32>,
+        &CudaView<'_, f32>,
+        &CudaView<'_, f32>,
+    ),
+    g: BnGeom,
+    count: f32,
+) -> Result<(), CudaError> {
+    let what = "batch norm backward";
+    let (c, all) = (g.c, g.b * g.c * g.hw);
+    let lens = [
+        ("scratch", scratch.len(), scratch_len(c, g.b * g.hw)),
+        ("dweight", dweight.len(), c),
+        ("dbias", dbias.len(), c),
+        ("dout", dout.len(), all),
+        ("x", x.len(), all),
+        ("saved", saved.len(), 2 * c),
+        ("weight", weight.len(), c),
+        ("dx", dx.as_ref().map_or(all, |d| d.len()), all),
+    ];
+    let [b, ci, hw] = ints(gpu, what, g, &lens)?;
+    let (mut head, mut partial) = scratch.split_at_mut(4 * c);
+    let (mut local, mut rest) = head.split_at_mut(2 * c);
+    let mut total = rest.slice_mut(..2 * c);
+    let parts = parts(g.b * g.hw);
+    try_launch!(
+        gpu,
+        "bn_grad_sums_f32",
+        parts_cfg(c, parts),
+        &mut partial,
+        dout,
+        x,
+        saved,
+        &b,
+        &ci,
+        &hw
+    )?;
+    reduce(gpu, &mut local, &partial.as_view(), parts, 2 * c)?;
+    let lv = local.as_view();
+    let cfg = grid_stride_cfg(c);
+    try_launch!(
+        gpu,
+        "bn_param_grads_f32",
+        cfg,
+        &mut *dweight,
+        &mut *dbias,
+        &lv,
+        saved,
+        &ci
+    )?;
+    let synced = match sync {
+        None => false,
+        Some(coll) => {
+            let s = &gpu.stream;
+            s.memcpy_dtod(&lv, &mut total)
+                .map_err(|e| fail(gpu, what, format!("{e:?}")))?;
+            across(gpu, coll, &mut total, None)?;
+            true
+        }
+    };
+    let Some(dx) = dx else {
+        return Ok(());
+    };
+    if all == 0 {
+        return Ok(());
+    }
+    let sums = if synced { total.as_view() } else { lv };
+    let cfg = grid_stride_cfg(all);
+    try_launch!(
+        gpu,
+        "bn_backward_dx_f32",
+        cfg,
+        &mut *dx,
+        dout,
+        x,
+        saved,
+        weight,
+        &sums,
+        &count,
+        &b,
+        &ci,
+        &hw
+    )
+}

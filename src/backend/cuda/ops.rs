@@ -1,0 +1,204 @@
+//! The GPU's elementwise ops of the model graph (`kernels/eltwise.cu`), mirroring `nn::ops`:
+//! ReLU6 and its gradient mask, the residual add, gradient accumulation, and dropout (its mask
+//! drawn on the device from a counter-based hash, then a product). Every length is checked
+//! against the buffers and the kernels' 32-bit sizes before a launch; an empty one launches
+//! nothing.
+
+use cudarc::driver::{CudaView, CudaViewMut};
+
+use super::launch::grid_stride_cfg;
+use super::shape::{fit_i32, need};
+use super::{CudaError, Gpu};
+
+/// A `CudaError` for `what` on this GPU.
+pub(crate) fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
+    CudaError {
+        gpu: gpu.index,
+        what: what.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// `n` as the kernels' int, after checking every buffer holds at least `n` elements.
+pub(crate) fn elements(
+    gpu: &Gpu,
+    what: &str,
+    n: usize,
+    lens: &[(&str, usize)],
+) -> Result<i32, CudaError> {
+    let lens: Vec<(&str, usize, usize)> =
+        lens.iter().map(|&(name, have)| (name, have, n)).collect();
+    need(what, &lens).map_err(|e| fail(gpu, what, e))?;
+    fit_i32(what, &[("the length", n)]).map_err(|e| fail(gpu, what, e))?;
+    Ok(n as i32)
+}
+
+/// x[n] = min(max(x, 0), 6), in place. As `nn::ops::relu6_forward`.
+pub fn relu6_forward(gpu: &Gpu, x: &mut CudaViewMut<'_, f32>, n: usize) -> Result<(), CudaError> {
+    let ni = elements(gpu, "relu6 forward", n, &[("x", x.len())])?;
+    if n == 0 {
+        return Ok(());
+    }
+    try_launch!(gpu, "relu6_forward_f32", grid_stride_cfg(n), &mut *x, &ni)
+}
+
+/// dx[n] *= (0 < out < 6), in place; `out` is the ReLU6's output. As `nn::ops::relu6_backward`.
+pub fn relu6_backward(
+    gpu: &Gpu,
+    dx: &mut CudaViewMut<'_, f32>,
+    out: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let ni = elements(
+        gpu,
+        "relu6 backward",
+        n,
+        &[("dx", dx.len()), ("out", out.len())],
+    )?;
+    if n == 0 {
+        return Ok(());
+    }
+    try_launch!(
+        gpu,
+        "relu6_backward_f32",
+        grid_stride_cfg(n),
+        &mut *dx,
+        out,
+        &ni
+    )
+}
+
+/// x[n] = max(x, 0), in place. As `nn::ops::relu_forward` (`kernels/relu.cu`).
+pub fn relu_forward(gpu: &Gpu, x: &mut CudaViewMut<'_, f32>, n: usize) -> Result<(), CudaError> {
+    let ni = elements(gpu, "relu forward", n, &[("x", x.len())])?;
+    if n == 0 {
+        return Ok(());
+    }
+    let cfg = super::launch::launch_cfg(n);
+    try_launch!(gpu, "relu_forward_f32", cfg, &mut *x, &ni)
+}
+
+/// dx[n] *= (out > 0), in place. As `nn::ops::relu_backward` (`kernels/relu.cu`).
+pub fn relu_backward(
+    gpu: &Gpu,
+    dx: &mut CudaViewMut<'_, f32>,
+    out: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let ni = elements(
+        gpu,
+        "relu backward",
+        n,
+        &[("dx", dx.len()), ("out", out.len())],
+    )?;
+    if n == 0 {
+        return Ok(());
+    }
+    let cfg = super::launch::launch_cfg(n);
+    try_launch!(gpu, "relu_backward_f32", cfg, &mut *dx, out, &ni)
+}
+
+/// out[n] = a + b. As `nn::ops::add_forward`.
+pub fn add(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    a: &CudaView<'_, f32>,
+    b: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let lens = [("out", out.len()), ("a", a.len()), ("b", b.len())];
+    let ni = elements(gpu, "add", n, &lens)?;
+    if n == 0 {
+        return Ok(());
+    }
+    try_launch!(gpu, "add_f32", grid_stride_cfg(n), &mut *out, a, b, &ni)
+}
+
+/// acc[n] += x. As `nn::ops::accumulate`.
+pub fn accumulate(
+    gpu: &Gpu,
+    acc: &mut CudaViewMut<'_, f32>,
+    x: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let ni = elements(gpu, "accumulate", n, &[("acc", acc.len()), ("x", x.len())])?;
+    if n == 0 {
+        return Ok(());
+    }
+    try_launch!(gpu, "accumulate_f32", grid_stride_cfg(n), &mut *acc, x, &ni)
+}
+
+/// out[n] = x * mask. As `nn::ops::mul` (dropout's forward, and its backward).
+pub fn mul(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    x: &CudaView<'_, f32>,
+    mask: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let lens = [("out", out.len()), ("x", x.len()), ("mask", mask.len())];
+    let ni = elements(gpu, "mul", n, &lens)?;
+    if n == 0 {
+        return Ok(());
+    }
+    try_launch!(gpu, "mul_f32", grid_stride_cfg(n), &mut *out, x, mask, &ni)
+}
+
+/// SplitMix64's finaliser (as `dropout_mask_f32` mixes on the device).
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The key of dropout's mask for one node in one training pass of a replica seeded `seed`
+/// (the CPU draws from `Rng::stream(seed, DROPOUT, pass * 4096 + node)`; the numbers differ).
+pub fn dropout_key(seed: u64, pass: u64, node: usize) -> u64 {
+    mix64(mix64(seed) ^ pass.wrapping_mul(4096).wrapping_add(node as u64))
+}
+
+/// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i).
+pub fn dropout_mask(
+    gpu: &Gpu,
+    mask: &mut CudaViewMut<'_, f32>,
+    n: usize,
+    key: u64,
+    p: f32,
+) -> Result<(), CudaError> {
+    let ni = elements(gpu, "dropout mask", n, &[("mask", mask.len())])?;
+    if n == 0 {
+        return Ok(());
+    }
+    let keep = 1.0 / (1.0 - p);
+    try_launch!(
+        gpu,
+        "dropout_mask_f32",
+        grid_stride_cfg(n),
+        &mut *mask,
+        &ni,
+        &key,
+        &p,
+        &keep
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropout_keys_differ_by_seed_pass_and_node() {
+        let keys = [
+            dropout_key(0, 1, 0),
+            dropout_key(1, 1, 0),
+            dropout_key(0, 2, 0),
+            dropout_key(0, 1, 1),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(dropout_key(7, 3, 2), dropout_key(7, 3, 2));
+    }
+}

@@ -1,0 +1,183 @@
+//! Each op's backward on the GPU for its first input, as the CPU interpreter's `op_backward`:
+//! parameter gradients accumulated, the input's gradient written (overwritten) where wanted.
+//! The output's gradient arrives already masked by the op's activation.
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+
+use super::pass::check;
+use crate::backend::cuda::blas::sgemm;
+use crate::backend::cuda::launch::die;
+use crate::backend::cuda::{bn, conv, dwconv, ops, pool, Gpu};
+use crate::comm::Collective;
+use crate::nn::bn::BnGeom;
+use crate::nn::model::{Model, Op};
+
+/// What an op's backward reads and writes besides the activations' gradients.
+pub(super) struct Back<'x> {
+    pub gpu: &'x Gpu,
+    pub blas: &'x CudaBlas,
+    pub params: &'x CudaSlice<f32>,
+    /// n_params gradient sums (then the metric slots).
+    pub grads: &'x mut CudaSlice<f32>,
+    pub acts: &'x [CudaSlice<f32>],
+    pub argmax: &'x [CudaSlice<u32>],
+    pub col: &'x mut CudaSlice<f32>,
+    pub saved: &'x [CudaSlice<f32>],
+    pub count: &'x [f32],
+    pub sink: &'x mut CudaSlice<f32>,
+    pub sums: &'x mut CudaSlice<f64>,
+    pub sync: Option<&'x mut dyn Collective>,
+}
+
+impl Back<'_> {
+    /// Node `n`'s op backward over `b` rows from `dout`: parameter gradients accumulated, the
+    /// first input's gradient into `d_in` (overwritten; skipped when `None`).
+    pub fn op(
+        &mut self,
+        m: &Model,
+        n: usize,
+        b: usize,
+        dout: &CudaView<'_, f32>,
+        d_in: Option<&mut CudaViewMut<'_, f32>>,
+    ) {
+        let node = &m.nodes[n];
+        let i = node.inputs[0];
+        let gpu = self.gpu;
+        let inp = self.acts[i].slice(..b * m.dims[i]);
+        let len = dout.len();
+        match node.op {
+            Op::Linear {
+                inp: c, out: oc, ..
+            } => self.linear(m, n, b, (c, oc), dout, &inp, d_in),
+            Op::Conv {
+                g, groups, bias, ..
+            } => {
+                let (w, bi) = m.weight_bias(node);
+                let wv = self.params.slice(w.clone());
+                // the weight gradient, and the bias gradient right after it (Model's layout),
+                // or the sink of a bias-less convolution
+                let mut wb = self.grads.slice_mut(w.start..bi.end);
+                let (mut gw, mut gb) = wb.split_at_mut(w.len());
+                let mut sink = self.sink.slice_mut(..g.oc);
+                let gb = if bias { &mut gb } else { &mut sink };
+                check(match groups {
+                    1 => conv::conv2d_backward(
+                        gpu,
+                        self.blas,
+                        d_in,
+                        &mut gw,
+                        gb,
+                        dout,
+                        &inp,
+                        &wv,
+                        b,
+                        g.c,
+                        g.h,
+                        g.w,
+                        g.oc,
+                        g.k,
+                        g.k,
+                        g.stride,
+                        g.pad,
+                        &mut self.col.slice_mut(..),
+                    ),
+                    _ => dwconv::dwconv_backward(
+                        gpu,
+                        d_in,
+                        &mut gw,
+                        bias.then_some(gb),
+                        dout,
+                        &inp,
+                        &wv,
+                        b,
+                        &g,
+                    ),
+                })
+            }
+            Op::BatchNorm { c, hw, .. } => {
+                let (w, bi) = m.weight_bias(node);
+                let wv = self.params.slice(w.clone());
+                let mut wb = self.grads.slice_mut(w.start..bi.end);
+                let (mut gw, mut gb) = wb.split_at_mut(w.len());
+                let sv = self.saved[n].slice(..2 * c);
+                check(bn::backward(
+                    gpu,
+                    self.sync.as_deref_mut().map(|s| s as &mut dyn Collective),
+                    &mut self.sums.slice_mut(..),
+                    d_in,
+                    (&mut gw, &mut gb),
+                    (dout, &inp, &sv, &wv),
+                    BnGeom { b, c, hw },
+                    self.count[n],
+                ))
+            }
+            Op::Activation(_) | Op::Add { .. } => {
+                if let Some(d) = d_in {
+                    if let Err(e) = gpu.stream.memcpy_dtod(dout, d) {
+                        die(gpu.index, "backward", e)
+                    }
+                }
+            }
+            Op::MaxPool(win) => {
+                let Some(d) = d_in else { return };
+                let arg = self.argmax[n].slice(..len);
+                check(match win.pad {
+                    0 => pool::maxpool2d_backward(
+                        gpu, d, dout, &arg, b, win.c, win.h, win.w, win.k, win.stride,
+                    ),
+                    _ => pool::maxpool2d_padded_backward(gpu, d, dout, &arg, b, &win),
+                })
+            }
+            Op::AvgPool(win) => {
+                if let Some(d) = d_in {
+                    check(pool::avgpool2d_backward(gpu, d, dout, b, &win))
+                }
+            }
+            Op::GlobalAvgPool { c, hw } => {
+                if let Some(d) = d_in {
+                    check(pool::gap_backward(gpu, d, dout, b * c, hw))
+                }
+            }
+            Op::Dropout { .. } => {
+                if let Some(d) = d_in {
+                    check(ops::mul(gpu, d, dout, &self.saved[n].slice(..len), len))
+                }
+            }
+        }
+    }
+
+    /// dW[OC, C] += dout^T inp, dbias += column sums of dout, dinp = dout W.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &mut self,
+        m: &Model,
+        n: usize,
+        b: usize,
+        (c, oc): (usize, usize),
+        dout: &CudaView<'_, f32>,
+        inp: &CudaView<'_, f32>,
+        d_in: Option<&mut CudaViewMut<'_, f32>>,
+    ) {
+        let gpu = self.gpu;
+        let (w, bias) = m.weight_bias(&m.nodes[n]);
+        // the weight gradient, and the bias gradient right after it (Model's layout)
+        let mut wb = self.grads.slice_mut(w.start..bias.end);
+        let (mut gw, mut gb) = wb.split_at_mut(w.len());
+        if let Err(e) = sgemm(
+            self.blas, true, false, oc, c, b, 1.0, dout, inp, 1.0, &mut gw,
+        ) {
+            die(gpu.index, "backward", e)
+        }
+        if !bias.is_empty() {
+            let (ni, di) = (b as i32, oc as i32);
+            launch!(gpu, "bias_grad_f32", oc, &mut gb, dout, &ni, &di);
+        }
+        if let Some(dinp) = d_in {
+            let wv = self.params.slice(w);
+            if let Err(e) = sgemm(self.blas, false, false, b, c, oc, 1.0, dout, &wv, 0.0, dinp) {
+                die(gpu.index, "backward", e)
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! What the graph's nodes keep on the device besides the activations (as the CPU's
+//! `Workspace`): batch norm's saved statistics and dropout's masks per node, the scratch an
+//! added gradient (a residual's input reached twice) is computed into, the zero bias and the
+//! bias-gradient sink of bias-less convolutions, batch norm's per-channel sums. And the
+//! replica's growing of every row-sized buffer (`ensure`, `max_rows`), dropout's seed, and
+//! batch norm's running statistics, which stay on the device between steps (moved to and from
+//! the host for export, import and the engine's averaging).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+
+use super::{CudaReplica, COL_SCRATCH_BYTES, MAX_ELEMENTS};
+use crate::backend::cuda::{bn, conv, CudaError};
+use crate::nn::model::{Model, Op};
+
+pub(super) struct NodeBufs {
+    /// Per node: batch norm's mean and 1/std per channel [2C]; dropout's mask [rows x
+    /// features]; one float for the others.
+    pub saved: Vec<CudaSlice<f32>>,
+    /// Per node: the count batch norm's last training statistics were taken over.
+    pub count: Vec<f32>,
+    /// An input gradient to be added to its value's (`Grad::Add`), [rows x widest such value].
+    pub acc: CudaSlice<f32>,
+    /// The bias of bias-less convolutions (zeros), and where their bias gradient goes.
+    pub zeros: CudaSlice<f32>,
+    pub sink: CudaSlice<f32>,
+    /// Batch norm's per-channel sums (the largest `bn::scratch_len`).
+    pub sums: CudaSlice<f64>,
+}
+
+/// The widest value read by more than one node (0: none), whose gradient may be added to.
+fn widest_shared(m: &Model) -> usize {
+    (0..m.values.len())
+        .filter(|&v| m.consumers(v) > 1)
+        .map(|v| m.dims[v])
+        .max()
+        .unwrap_or(0)
+}
+
+impl NodeBufs {
+    /// Buffers for micro-batches of up to `rows` rows.
+    pub fn new(s: &Arc<CudaStream>, m: &Model, rows: usize) -> Result<NodeBufs, DriverError> {
+        let (mut widest_oc, mut bn_scratch) = (1, 1);
+        let mut saved = Vec::with_capacity(m.nodes.len());
+        for node in &m.nodes {
+            let len = match node.op {
+                Op::BatchNorm { c, hw, .. } => {
+                    bn_scratch = bn_scratch.max(bn::scratch_len(c, rows * hw));
+                    2 * c
+                }
+                Op::Dropout { .. } => rows * m.dims[node.output],
+                Op::Conv { g, .. } => {
+                    widest_oc = widest_oc.max(g.oc);
+                    1
+                }
+                _ => 1,
+            };
+            saved.push(s.alloc_zeros::<f32>(len.max(1))?);
+        }
+        Ok(NodeBufs {
+            saved,
+            count: vec![0.0; m.nodes.len()],
+            acc: s.alloc_zeros::<f32>((rows * widest_shared(m)).max(1))?,
+            zeros: s.alloc_zeros::<f32>(widest_oc)?,
+            sink: s.alloc_zeros::<f32>(widest_oc)?,
+            sums: s.alloc_zeros::<f64>(bn_scratch)?,
+        })
+    }
+
+    /// Floats per row these buffers take (dropout's masks, the added-gradient scratch).
+    pub fn floats_per_row(m: &Model) -> usize {
+        let masks: usize = (m.nodes.iter())
+            .filter(|n| matches!(n.op, Op::Dropout { .. }))
+            .map(|n| m.dims[n.output])
+            .sum();
+        masks + widest_shared(m)
+    }
+}
+
+/// Growing the buffers, the rows they can hold, dropout's seed and the running statistics.
+impl CudaReplica {
+    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed), as
+    /// `CpuReplica::seed_dropout`; unseeded, every replica draws from seed 0.
+    pub fn seed_dropout(mut self, seed: u64) -> CudaReplica {
+        self.dropout_seed = seed;
+        self
+    }
+
+    /// Batch norm's running statistics, downloaded (`Model::n_buffers` floats).
+    pub(super) fn running_to_host(&self) -> Vec<f32> {
+        let n = self.model.n_buffers;
+        if n == 0 {
+            return Vec::new();
+        }
+        let s = &self.gpu.stream;
+        let v = (s.clone_dtoh(&self.running.slice(..n)))
+            .unwrap_or_else(|e| self.fail("download the running statistics", e));
+        if let Err(e) = s.synchronize() {
+            self.fail("download the running statistics", e)
+        }
+        v
+    }
+
+    /// Batch norm's running statistics, uploaded (`Model::n_buffers` floats).
+    pub(super) fn running_from_host(&mut self, v: &[f32]) {
+        assert_eq!(v.len(), self.model.n_buffers, "running statistics");
+        if v.is_empty() {
+            return;
+        }
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memcpy_htod(v, &mut self.running.slice_mut(..v.len())) {
+            self.fail("upload the running statistics", e)
+        }
+    }
+
+    /// The most rows a micro-batch can have on this GPU: what the kernels' 32-bit indexing
+    /// allows, and what the free memory (90% of it) holds of the buffers `ensure` grows.
+    pub fn max_rows(&self) -> usize {
+        let widest = self.model.dims.iter().copied().max().unwrap_or(1).max(1);
+        let indexed = MAX_ELEMENTS / widest;
+        // per row: activations and their gradients at every boundary, a pooling layer's
+        // argmax, dropout's masks, an added gradient's scratch, the label and the per-row
+        // loss and correctness
+        let pooled: usize = (self.model.nodes.iter())
+            .filter(|n| matches!(n.op, Op::MaxPool(_)))
+            .map(|n| self.model.dims[n.output])
+            .sum();
+        let nodes = NodeBufs::floats_per_row(&self.model);
+        let per_row = 4 * (2 * self.model.dims.iter().sum::<usize>() + pooled + nodes + 3);
+        let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
+            return indexed;
+        };
+        // growing frees the buffers of `cap` rows first
+        let fits = self.cap + (free as f64 * 0.9) as usize / per_row.max(1);
+        indexed.min(fits)
+    }
+
+    /// Grows the activation buffers to `rows` rows.
+    pub(super) fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
+        if rows <= self.cap {
+            return Ok(());
+        }
+        let widest = self.model.dims.iter().copied().max().unwrap_or(1);
+        if rows.saturating_mul(widest) > MAX_ELEMENTS {
+            return Err(CudaError::new(
+                self.gpu.index,
+                "allocate activations",
+                format!("{rows} rows x {widest} features is more than the {MAX_ELEMENTS} elements the GPU kernels index (32-bit): use a smaller --batch-per-replica"),
+            ));
+        }
+        let s = &self.gpu.stream;
+        let index = self.gpu.index;
+        let err = |e| CudaError::new(index, "allocate activations", e);
+        self.acts.clear();
+        self.dacts.clear();
+        // the nodes' row-sized buffers go first too
+        self.nodes.saved.clear();
+        self.nodes.acc = s.alloc_zeros::<f32>(1).map_err(err)?;
+        for &d in &self.model.dims {
+            self.acts.push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
+            self.dacts
+                .push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
+        }
+        self.argmax.clear();
+        let mut col = 1;
+        for node in &self.model.nodes {
+            let pooled = match node.op {
+                Op::MaxPool(_) => rows * self.model.dims[node.output],
+                _ => 1,
+            };
+            self.argmax.push(s.alloc_zeros::<u32>(pooled).map_err(err)?);
+            if let Op::Conv { g, .. } = node.op {
+                // as many images per chunk as fit in COL_SCRATCH_BYTES (at least one)
+                let one = conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, 1);
+                let images = (COL_SCRATCH_BYTES / 4 / one.max(1)).clamp(1, rows);
+                col = col.max(one * images);
+            }
+        }
+        self.col = s.alloc_zeros::<f32>(col).map_err(err)?;
+        self.nodes = NodeBufs::new(s, &self.model, rows).map_err(err)?;
+        self.labels = s.alloc_zeros::<u32>(rows).map_err(err)?;
+        self.row_loss = s.alloc_zeros::<f32>(rows).map_err(err)?;
+        self.row_correct = s.alloc_zeros::<i32>(rows).map_err(err)?;
+        self.cap = rows;
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! `selftest`'s checks of batch norm on the GPU (`bn.rs`, `kernels/bn.cu`) against `nn::bn`:
+//! training forward (output, saved statistics, running statistics, count), inference, backward
+//! (input, weight and bias gradients, the latter two accumulated), over flat and image-shaped
+//! inputs, channels of more values than a block has threads and of several parts, and an empty
+//! batch; and sync
+//! batch norm over two ranks (two threads on this GPU, each with half the batch), which must
+//! equal one replica with the whole batch.
+
+use std::thread;
+
+use super::selftest::{check, Check};
+use super::selftest_ops::{down, joined, nans, randn, up};
+use super::{bn, CudaError, Gpu};
+use crate::comm::{Collective, LocalCollective};
+use crate::nn::bn::{
+    bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnStats,
+};
+use crate::nn::model::{BN_EPS, BN_MOMENTUM};
+use crate::nn::rng::Rng;
+
+/// One batch norm's inputs and the CPU's results.
+struct Case {
+    g: BnGeom,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    bias: Vec<f32>,
+    running: Vec<f32>,
+    dout: Vec<f32>,
+    /// accumulated into: dweight, dbias
+    dw0: Vec<f32>,
+    db0: Vec<f32>,
+}
+
+/// The CPU's (out, saved[2C], running after, dx, dweight, dbias, count).
+type Want = (
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    f32,
+);
+
+impl Case {
+    fn new(rng: &mut Rng, g: BnGeom) -> Case {
+        let (c, all) = (g.c, g.b * g.c * g.hw);
+        // a mean away from 0 and unequal scales per channel
+        let x = (0..all)
+            .map(|i| 2.0 + (1 + (i / g.hw) % c) as f32 * rng.normal())
+            .collect();
+        let running = (0..2 * c)
+            .map(|i| {
+                if i < c {
+                    rng.normal()
+                } else {
+                    0.5 + rng.next_f32()
+                }
+            })
+            .collect();
+        Case {
+            g,
+            x,
+            w: randn(rng, c),
+            bias: randn(rng, c),
+            running,
+            dout: randn(rng, all),
+            dw0: randn(rng, c),
+            db0: randn(rng, c),
+        }
+    }
+
+    fn want(&self) -> Want {
+        let (g, c, all) = (self.g, self.g.c, self.g.b * self.g.c * self.g.hw);
+        let st = BnStats::of(&self.x, g);
+        let (mut out, mut saved, mut running) =
+            (vec![0.0; all], vec![0.0; 2 * c], self.running.clone());
+        bn_forward_train(
+            &mut out,
+            &mut saved,
+            &mut running,
+            &self.x,
+            &self.w,
+            &self.bias,
+            g,
+            &st,
+            BN_EPS,
+            BN_MOMENTUM,
+        );
+        let sums = bn_grad_sums(&self.dout, &self.x, &saved, g);
+        let (mut dx, mut dw, mut db) = (vec![0.0; all], self.dw0.clone(), self.db0.clone());
+        let s = (&sums[..], &sums[..], st.n);
+        bn_backward(
+            Some(&mut dx),
+            &mut dw,
+            &mut db,
+            &self.dout,
+            &self.x,
+            &saved,
+            &self.w,
+            g,
+            s,
+        );
+        (out, saved, running, dx, dw, db, st.n as f32)
+    }
+
+    /// Rows `rows` of the batch on `gpu`, training forward and backward (with `sync`): the
+    /// same seven results.
+    fn run(
+        &self,
+        gpu: &Gpu,
+        rows: std::ops::Range<usize>,
+        mut sync: Option<&mut dyn Collective>,
+    ) -> Result<Want, CudaError> {
+        let (c, per) = (self.g.c, self.g.c * self.g.hw);
+        let g = BnGeom {
+            b: rows.len(),
+            ..self.g
+        };
+        let all = g.b * per;
+        let x = up(gpu, &self.x[rows.start * per..rows.end * per])?;
+        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
+        let (w, bias, mut running) = (
+            up(gpu, &self.w)?,
+            up(gpu, &self.bias)?,
+            up(gpu, &self.running)?,
+        );
+        let (mut out, mut saved, mut scratch) = (
+            nans(gpu, all)?,
+            nans(gpu, 2 * c)?,
+            gpu.stream
+                .alloc_zeros::<f64>(bn::scratch_len(c, g.b * g.hw))
+                .map_err(super::on(gpu.index, "allocate"))?,
+        );
+        let xs = (&x.slice(..all), &w.slice(..), &bias.slice(..));
+        let count = bn::forward_train(
+            gpu,
+            sync.as_deref_mut().map(|s| s as &mut dyn Collective),
+            &mut scratch.slice_mut(..),
+            &mut saved.slice_mut(..),
+            &mut running.slice_mut(..),
+            &mut out.slice_mut(..all),
+            xs,
+            g,
+        )?;
+        let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &self.dw0)?, up(gpu, &self.db0)?);
+        let (sv, wv) = (saved.slice(..), w.slice(..));
+        bn::backward(
+            gpu,
+            sync,
+            &mut scratch.slice_mut(..),
+            Some(&mut dx.slice_mut(..all)),
+            (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
+            (&dout.slice(..all), &x.slice(..all), &sv, &wv),
+            g,
+            count,
+        )?;
+        Ok((
+            down(gpu, &out, all)?,
+            down(gpu, &saved, 2 * c)?,
+            down(gpu, &running, 2 * c)?,
+            down(gpu, &dx, all)?,
+            down(gpu, &dw, c)?,
+            down(gpu, &db, c)?,
+            count,
+        ))
+    }
+}
+
+fn compared(got: Result<Want, CudaError>, want: &Want) -> Result<(f64, f64), CudaError> {
+    let count_ok = |g: &Want| match g.6 == want.6 {
+        true => Ok(()),
+        false => Err(CudaError::new(
+            0,
+            "batch norm count",
+            format!("{} vs {}", g.6, want.6),
+        )),
+    };
+    joined(got.and_then(|g| {
+        count_ok(&g)?;
+        Ok(vec![
+            (g.0, want.0.clone()),
+            (g.1, want.1.clone()),
+            (g.2, want.2.clone()),
+            (g.3, want.3.clone()),
+            (g.4, want.4.clone()),
+            (g.5, want.5.clone()),
+        ])
+    }))
+}
+
+pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
+    let index = gpu.index;
+    let mut out = Vec::new();
+    // flat [B, C]; images; a channel of 600 values (more than a block's 256 threads); channels
+    // of 8800 values, summed in 3 parts (`bn::parts`)
+    for (b, c, hw) in [(16, 8, 1), (5, 3, 42), (2, 4, 300), (8, 3, 1100)] {
+        let case = Case::new(rng, BnGeom { b, c, hw });
+        let want = case.want();
+        let name = format!("gpu{index} batch norm train fwd+bwd {b}x{c}x{hw}");
+        let mut chk = check(name, compared(case.run(gpu, 0..b, None), &want));
+        chk.note = "out, saved, running, dx, dweight, dbias".into();
+        out.push(chk);
+        // inference from the running statistics
+        let all = b * c * hw;
+        let mut e = vec![0.0; all];
+        bn_forward_eval(
+            &mut e,
+            &case.running,
+            &case.x,
+            &case.w,
+            &case.bias,
+            case.g,
+            BN_EPS,
+        );
+        let got = (|| {
+            let (x, w, bias, run) = (
+                up(gpu, &case.x)?,
+                up(gpu, &case.w)?,
+                up(gpu, &case.bias)?,
+                up(gpu, &case.running)?,
+            );
+            let mut o = nans(gpu, all)?;
+            let xs = (&x.slice(..), &w.slice(..), &bias.slice(..));
+            bn::forward_eval(gpu, &mut o.slice_mut(..), &run.slice(..), xs, case.g)?;
+            Ok(vec![(down(gpu, &o, all)?, e.clone())])
+        })();
+        out.push(check(
+            format!("gpu{index} batch norm eval {b}x{c}x{hw}"),
+            joined(got),
+        ));
+    }
+    // sync batch norm: two ranks with 3 and 4 images equal one replica with 7
+    let case = Case::new(rng, BnGeom { b: 7, c: 5, hw: 9 });
+    let want = case.want();
+    let name = format!("gpu{index} sync batch norm, 2 ranks vs 1");
+    let got = thread::scope(|s| {
+        let halves: Vec<_> = LocalCollective::group(2)
+            .into_iter()
+            .zip([0..3, 3..7])
+            .map(|(mut coll, rows)| {
+                let case = &case;
+                s.spawn(move || {
+                    let gpu = Gpu::open(index)?;
+                    case.run(&gpu, rows, Some(&mut coll))
+                })
+            })
+            .collect();
+        let mut r: Vec<Want> = Vec::new();
+        for h in halves {
+            r.push(h.join().unwrap_or_else(|_| {
+                Err(CudaError::new(index, "sync batch norm", "a rank panicked"))
+            })?);
+        }
+        // the ranks' outputs and input gradients together; the statistics each rank's; the
+        // parameter gradients' increments summed (as the gradient all-reduce will)
+        let (a, b) = (&r[0], &r[1]);
+        let cat = |p: &[f32], q: &[f32]| [p, q].concat();
+        let summed = |p: &[f32], q: &[f32], base: &[f32]| -> Vec<f32> {
+            p.iter()
+                .zip(q)
+                .zip(base)
+                .map(|((x, y), z)| x + y - z)
+                .collect()
+        };
+        Ok::<Want, CudaError>((
+            cat(&a.0, &b.0),
+            [a.1.clone(), b.1.clone()].concat(),
+            [a.2.clone(), b.2.clone()].concat(),
+            cat(&a.3, &b.3),
+            summed(&a.4, &b.4, &case.dw0),
+            summed(&a.5, &b.5, &case.db0),
+            if a.6 == b.6 { a.6 } else { f32::NAN },
+        ))
+    });
+    let twice = (
+        want.0.clone(),
+        [want.1.clone(), want.1.clone()].concat(),
+        [want.2.clone(), want.2.clone()].concat(),
+        want.3.clone(),
+        want.4.clone(),
+        want.5.clone(),
+        want.6,
+    );
+    out.push(check(name, compared(got, &twice)));
+    // an empty share under sync: no rows, and still the statistics' exchange (alone: zeros)
+    let case = Case::new(rng, BnGeom { b: 0, c: 3, hw: 4 });
+    let got = (|| {
+        let mut coll = LocalCollective::group(1).pop().expect("one rank");
+        let r = case.run(gpu, 0..0, Some(&mut coll))?;
+        // with no values the running statistics still move (toward 0 and a 0 variance)
+        let moved: Vec<f32> = case
+            .running
+            .iter()
+            .map(|&v| (1.0 - BN_MOMENTUM) * v)
+            .collect();
+        Ok(vec![(r.2, moved)])
+    })();
+    out.push(check(
+        format!("gpu{index} sync batch norm, empty share"),
+        joined(got),
+    ));
+    out
+}

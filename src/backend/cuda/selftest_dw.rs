@@ -1,0 +1,257 @@
+//! `selftest`'s checks of depthwise convolution (`dwconv.rs`, `kernels/depthwise.cu`) and of
+//! padded max, average and global average pooling (`pool.rs`, `kernels/pool.cu`,
+//! `kernels/avgpool.cu`) against `nn::depthwise` and `nn::pool`, over strides 1 and 2,
+//! paddings 0 to 2, odd and non-square sizes, with and without a bias or an input gradient.
+//! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
+//! so the first-maximum rule is checked too).
+
+use super::selftest::{check, compare, Check};
+use super::selftest_ops::{down, joined, nans, randn, up};
+use super::{dwconv, pool, CudaError, Gpu};
+use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
+use crate::nn::grouped::ConvGeom;
+use crate::nn::pool as cpu;
+use crate::nn::rng::Rng;
+use crate::nn::window::{out_size, Window};
+
+/// (b, c, h, w), (k, stride, pad), bias, whether dinp is wanted.
+type DwCase = (
+    (usize, usize, usize, usize),
+    (usize, usize, usize),
+    bool,
+    bool,
+);
+
+const DW_CASES: [DwCase; 6] = [
+    ((2, 3, 7, 6), (3, 1, 1), true, true),
+    ((2, 3, 7, 6), (3, 2, 1), false, true),
+    ((3, 2, 5, 6), (2, 2, 0), true, false),
+    ((1, 4, 9, 9), (5, 2, 2), true, true),
+    ((2, 3, 4, 5), (1, 1, 0), false, true),
+    // MobileNetV2's 3x3 on a CIFAR-sized map
+    ((4, 32, 16, 16), (3, 1, 1), false, true),
+];
+
+/// (b, c, h, w), (k, stride, pad) of a pooling check.
+type PoolCase = ((usize, usize, usize, usize), (usize, usize, usize));
+
+const POOL_CASES: [PoolCase; 4] = [
+    ((2, 3, 7, 6), (3, 2, 1)),
+    ((2, 2, 5, 5), (3, 1, 1)),
+    ((1, 2, 8, 8), (2, 2, 1)),
+    ((2, 3, 8, 9), (2, 2, 0)),
+];
+
+pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
+    let mut out = Vec::new();
+    for case in DW_CASES {
+        out.push(depthwise(gpu, case, rng));
+    }
+    for ((b, c, h, w), (k, stride, pad)) in POOL_CASES {
+        let (oh, ow) = out_size(h, w, k, k, stride, pad).expect("a valid geometry");
+        let g = Window {
+            c,
+            h,
+            w,
+            k,
+            stride,
+            pad,
+            oh,
+            ow,
+        };
+        out.extend(pooling(gpu, b, g, rng));
+    }
+    for (planes, hw) in [(10, 49), (3, 1000), (64, 1)] {
+        out.push(global(gpu, planes, hw, rng));
+    }
+    out
+}
+
+/// One depthwise geometry forward and backward, CPU vs GPU: one line.
+fn depthwise(
+    gpu: &Gpu,
+    ((b, c, h, w), (k, stride, pad), bias, with_dinp): DwCase,
+    rng: &mut Rng,
+) -> Check {
+    let (oh, ow) = out_size(h, w, k, k, stride, pad).expect("a valid geometry");
+    let g = ConvGeom {
+        c,
+        h,
+        w,
+        oc: c,
+        k,
+        stride,
+        pad,
+        oh,
+        ow,
+    };
+    let name = format!(
+        "gpu{} dwconv {b}x{c}x{h}x{w} k{k}s{stride}p{pad}{}{}",
+        gpu.index,
+        if bias { "" } else { " no bias" },
+        if with_dinp { "" } else { " no dinp" }
+    );
+    let (n_in, n_out, kk) = (b * c * h * w, b * c * oh * ow, c * k * k);
+    let (x, wt, bv) = (randn(rng, n_in), randn(rng, kk), randn(rng, c));
+    let (dout, dw0, db0) = (randn(rng, n_out), randn(rng, kk), randn(rng, c));
+    let mut want_out = vec![0.0; n_out];
+    dwconv_forward(&mut want_out, &x, &wt, bias.then_some(&bv[..]), b, &g);
+    let (mut want_dx, mut want_dw, mut want_db) = (vec![0.0; n_in], dw0.clone(), db0.clone());
+    let dx = with_dinp.then_some(&mut want_dx[..]);
+    dwconv_backward(
+        dx,
+        &mut want_dw,
+        bias.then_some(&mut want_db[..]),
+        &dout,
+        &x,
+        &wt,
+        b,
+        &g,
+    );
+    let got = (|| {
+        let (xd, wd, bd, dy) = (up(gpu, &x)?, up(gpu, &wt)?, up(gpu, &bv)?, up(gpu, &dout)?);
+        let mut o = nans(gpu, n_out)?;
+        let bview = bd.slice(..);
+        dwconv::dwconv_forward(
+            gpu,
+            &mut o.slice_mut(..),
+            &xd.slice(..),
+            &wd.slice(..),
+            bias.then_some(&bview),
+            b,
+            &g,
+        )?;
+        let (mut dx, mut dw, mut db) = (nans(gpu, n_in)?, up(gpu, &dw0)?, up(gpu, &db0)?);
+        let mut dxv = dx.slice_mut(..);
+        let mut dbv = db.slice_mut(..);
+        dwconv::dwconv_backward(
+            gpu,
+            with_dinp.then_some(&mut dxv),
+            &mut dw.slice_mut(..),
+            bias.then_some(&mut dbv),
+            &dy.slice(..),
+            &xd.slice(..),
+            &wd.slice(..),
+            b,
+            &g,
+        )?;
+        let mut parts = vec![
+            (down(gpu, &o, n_out)?, want_out.clone()),
+            (down(gpu, &dw, kk)?, want_dw.clone()),
+        ];
+        if with_dinp {
+            parts.push((down(gpu, &dx, n_in)?, want_dx.clone()));
+        }
+        // without a bias its gradient must stay as it was
+        parts.push((down(gpu, &db, c)?, want_db.clone()));
+        Ok(parts)
+    })();
+    let mut chk = check(name, joined(got));
+    chk.note = "out, dw, dinp, dbias".into();
+    chk
+}
+
+/// Padded max pooling (values and argmax; backward from the CPU's argmax) and average pooling,
+/// forward and backward, exactly: two lines.
+fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
+    let geom = format!(
+        "{b}x{}x{}x{} k{}s{}p{}",
+        g.c, g.h, g.w, g.k, g.stride, g.pad
+    );
+    let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
+    let x: Vec<f32> = (0..n_in)
+        .map(|_| (rng.normal() * 2.0).round() / 2.0)
+        .collect();
+    let dout = randn(rng, n_out);
+    let (mut mo, mut ma) = (vec![0.0; n_out], vec![0u32; n_out]);
+    cpu::maxpool2d_padded_forward(&mut mo, &mut ma, &x, b, &g);
+    let mut mdx = vec![0.0; n_in];
+    cpu::maxpool2d_padded_backward(&mut mdx, &dout, &ma, b, &g);
+    let mut ao = vec![0.0; n_out];
+    cpu::avgpool2d_forward(&mut ao, &x, b, &g);
+    let mut adx = vec![0.0; n_in];
+    cpu::avgpool2d_backward(&mut adx, &dout, b, &g);
+    let as_f32 = |a: &[u32]| a.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+    let got = (|| {
+        let (xd, dy, cpu_arg) = (
+            up(gpu, &x)?,
+            up(gpu, &dout)?,
+            gpu.stream
+                .clone_htod(&ma)
+                .map_err(super::on(gpu.index, "upload"))?,
+        );
+        let mut o = nans(gpu, n_out)?;
+        let mut arg = gpu
+            .stream
+            .clone_htod(&vec![u32::MAX - 1; n_out])
+            .map_err(super::on(gpu.index, "upload"))?;
+        pool::maxpool2d_padded_forward(
+            gpu,
+            &mut o.slice_mut(..),
+            &mut arg.slice_mut(..),
+            &xd.slice(..),
+            b,
+            &g,
+        )?;
+        let mut dx = nans(gpu, n_in)?;
+        pool::maxpool2d_padded_backward(
+            gpu,
+            &mut dx.slice_mut(..),
+            &dy.slice(..),
+            &cpu_arg.slice(..),
+            b,
+            &g,
+        )?;
+        let arg = gpu
+            .stream
+            .clone_dtoh(&arg)
+            .map_err(super::on(gpu.index, "download"))?;
+        let mut got = down(gpu, &o, n_out)?;
+        got.extend(as_f32(&arg));
+        got.extend(down(gpu, &dx, n_in)?);
+        let mut ao_d = nans(gpu, n_out)?;
+        pool::avgpool2d_forward(gpu, &mut ao_d.slice_mut(..), &xd.slice(..), b, &g)?;
+        let mut adx_d = nans(gpu, n_in)?;
+        pool::avgpool2d_backward(gpu, &mut adx_d.slice_mut(..), &dy.slice(..), b, &g)?;
+        let mut avg = down(gpu, &ao_d, n_out)?;
+        avg.extend(down(gpu, &adx_d, n_in)?);
+        Ok::<_, CudaError>((got, avg))
+    })();
+    let want_max = [mo, as_f32(&ma), mdx].concat();
+    let want_avg = [ao, adx].concat();
+    let (max_name, avg_name) = (
+        format!("gpu{} padded maxpool {geom}", gpu.index),
+        format!("gpu{} avgpool {geom}", gpu.index),
+    );
+    match got {
+        Ok((m, a)) => vec![
+            check(max_name, Ok(compare(&m, &want_max, 0.0, 0.0))),
+            check(avg_name, Ok(compare(&a, &want_avg, 0.0, 0.0))),
+        ],
+        Err(e) => vec![check(max_name, Err(e.clone())), check(avg_name, Err(e))],
+    }
+}
+
+/// Global average pooling forward and backward: one line.
+fn global(gpu: &Gpu, planes: usize, hw: usize, rng: &mut Rng) -> Check {
+    let x = randn(rng, planes * hw);
+    let dout = randn(rng, planes);
+    let mut want = vec![0.0; planes];
+    cpu::gap_forward(&mut want, &x, planes, hw);
+    let mut want_dx = vec![0.0; planes * hw];
+    cpu::gap_backward(&mut want_dx, &dout, planes, hw);
+    let got = (|| {
+        let (xd, dy) = (up(gpu, &x)?, up(gpu, &dout)?);
+        let (mut o, mut dx) = (nans(gpu, planes)?, nans(gpu, planes * hw)?);
+        pool::gap_forward(gpu, &mut o.slice_mut(..), &xd.slice(..), planes, hw)?;
+        pool::gap_backward(gpu, &mut dx.slice_mut(..), &dy.slice(..), planes, hw)?;
+        Ok(vec![
+            (down(gpu, &o, planes)?, want),
+            (down(gpu, &dx, planes * hw)?, want_dx),
+        ])
+    })();
+    check(
+        format!("gpu{} global avgpool {planes}x{hw}", gpu.index),
+        joined(got),
+    )
+}

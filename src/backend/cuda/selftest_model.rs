@@ -1,0 +1,104 @@
+//! `selftest`'s check of a whole graph on the GPU: a small residual network with batch norm,
+//! depthwise convolutions, ReLU6 and average pooling (every op but dropout, whose masks are
+//! drawn differently on each backend) trained two steps by `CudaReplica` and by `CpuReplica`:
+//! the parameters' changes and the running statistics after must agree.
+
+use std::time::Duration;
+
+use super::replica::CudaReplica;
+use super::selftest::{compare, compare_changes};
+use super::{on, CudaError};
+use crate::backend::{CpuReplica, Replica, TrainState};
+use crate::comm::LocalCollective;
+use crate::data::MicroBatch;
+use crate::nn::layers::Shape;
+use crate::nn::model::Model;
+use crate::nn::optim::{OptState, OptimizerKind};
+use crate::nn::rng::Rng;
+
+/// The graph the check trains (as `tests/backends.rs` does, smaller).
+pub const SPEC: &str =
+    "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
+
+/// Two SGD steps of `SPEC` on 3x10x10 images, two micro-batches each, CPU vs GPU.
+pub fn two_steps(index: usize) -> Result<(f64, f64), CudaError> {
+    let input = Shape::Image { c: 3, h: 10, w: 10 };
+    let spec = SPEC
+        .parse()
+        .map_err(|e| CudaError::new(index, "parse the model", e))?;
+    let model =
+        Model::new(input, &spec, 5).map_err(|e| CudaError::new(index, "build the model", e))?;
+    let (b, d) = (6, model.dims[0]);
+    let mut rng = Rng::new(13);
+    let x: Vec<f32> = (0..b * d).map(|_| rng.normal()).collect();
+    let y: Vec<u32> = (0..b as u32).map(|i| i % 5).collect();
+    let micro: Vec<MicroBatch> = [0..2, 2..6]
+        .into_iter()
+        .map(|r| MicroBatch {
+            x: x[r.start * d..r.end * d].to_vec(),
+            y: y[r.clone()].to_vec(),
+            n: r.len(),
+            rows: (r.start as u32..r.end as u32).collect(),
+        })
+        .collect();
+    let kind = OptimizerKind::Sgd;
+    let state = TrainState {
+        params: model.init_params(2),
+        opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let init = state.params.clone();
+    let mut cpu = CpuReplica::new(model.clone(), kind, 0.0, state.clone());
+    let mut gpu = CudaReplica::open(index, model, kind, 0.0, state, Duration::from_secs(60))?;
+    let mut coll = LocalCollective::group(1).pop().expect("one rank");
+    for _ in 0..2 {
+        for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
+            r.compute_grads(&micro, None);
+            r.all_reduce_grads(&mut coll)
+                .map_err(on(index, "all-reduce alone"))?;
+            r.apply_update(0.05);
+        }
+    }
+    let (c, g) = (cpu.export(), gpu.export());
+    let (abs, rel) = compare_changes(&init, &g.params, &c.params);
+    let (babs, brel) = compare(&g.buffers, &c.buffers, 1e-4, 1e-3);
+    let (ce, ge) = (cpu.evaluate(&x, &y, b), gpu.evaluate(&x, &y, b));
+    if (ce.0 - ge.0).abs() > 1e-3 * ce.0.abs().max(1.0) {
+        return Err(CudaError::new(
+            index,
+            "evaluate",
+            format!("GPU {ge:?}, CPU {ce:?}"),
+        ));
+    }
+    Ok((abs.max(babs), rel.max(brel)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::model::{Act, Op};
+
+    /// The check covers every op but dropout and its linear output: padded max pooling, both
+    /// kinds of convolution with and without a bias, residual adds, ReLU6.
+    #[test]
+    fn the_checked_graph_has_every_op_but_dropout() {
+        let spec = SPEC.parse().unwrap();
+        let m = Model::new(Shape::Image { c: 3, h: 10, w: 10 }, &spec, 5).unwrap();
+        let has = |f: &dyn Fn(&Op) -> bool| m.nodes.iter().any(|n| f(&n.op));
+        assert!(has(&|o| matches!(o, Op::Conv { groups: 1, .. })));
+        assert!(has(
+            &|o| matches!(o, Op::Conv { groups, .. } if *groups > 1)
+        ));
+        assert!(has(&|o| matches!(o, Op::BatchNorm { .. })));
+        assert!(has(&|o| matches!(o, Op::Add { .. })));
+        assert!(has(&|o| matches!(o, Op::MaxPool(w) if w.pad > 0)));
+        assert!(has(&|o| matches!(o, Op::AvgPool(_))));
+        assert!(has(&|o| matches!(o, Op::GlobalAvgPool { .. })));
+        assert!(has(&|o| o.act() == Act::Relu6));
+        assert!(has(&|o| o.act() == Act::Relu));
+        assert!(
+            (0..m.values.len()).any(|v| m.consumers(v) > 1),
+            "a value read twice"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! `selftest`'s checks of the graph's other ops (`ops.rs`, `bn.rs`, `dwconv.rs`, and the
+//! padded, average and global pooling of `pool.rs`: through them every kernel of
+//! `kernels/eltwise.cu`, `bn.cu`, `depthwise.cu`, `avgpool.cu` and the padded ones of
+//! `pool.cu`) against the CPU functions they mirror, on small random inputs. Outputs start as
+//! NaN, so an element a kernel leaves unwritten fails; accumulated gradients start random, so
+//! one that is overwritten instead of added to fails.
+
+use cudarc::driver::CudaSlice;
+
+use super::selftest::{check, compare, Check};
+use super::{on, ops, CudaError, Gpu};
+use crate::nn::ops as cpu;
+use crate::nn::rng::Rng;
+
+pub(super) type Got = Result<Vec<f32>, CudaError>;
+/// An output as computed on the GPU, and as the CPU computes it.
+pub(super) type Pair = (Vec<f32>, Vec<f32>);
+
+/// `v` on the device (an empty one as one NaN: CUDA allocates no empty buffers).
+pub(super) fn up(gpu: &Gpu, v: &[f32]) -> Result<CudaSlice<f32>, CudaError> {
+    match v.is_empty() {
+        true => gpu.stream.clone_htod(&[f32::NAN]),
+        false => gpu.stream.clone_htod(v),
+    }
+    .map_err(on(gpu.index, "upload"))
+}
+
+pub(super) fn nans(gpu: &Gpu, n: usize) -> Result<CudaSlice<f32>, CudaError> {
+    up(gpu, &vec![f32::NAN; n.max(1)])
+}
+
+/// The first `n` elements of `v`, on the host.
+pub(super) fn down(gpu: &Gpu, v: &CudaSlice<f32>, n: usize) -> Got {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    gpu.stream
+        .clone_dtoh(&v.slice(..n))
+        .map_err(on(gpu.index, "download"))
+}
+
+pub(super) fn randn(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.normal()).collect()
+}
+
+/// A comparison whose absolute limit scales with the tensor (sums of many terms round
+/// differently on the GPU; an indexing error is of the size of the terms).
+pub(super) fn scaled(got: &[f32], want: &[f32]) -> (f64, f64) {
+    let big = want.iter().fold(0.0f64, |m, v| m.max((*v as f64).abs()));
+    compare(got, want, 1e-4 * big + 1e-6, 1e-4)
+}
+
+/// Several outputs of one op compared at once: (got, want) pairs, concatenated.
+pub(super) fn joined(parts: Result<Vec<Pair>, CudaError>) -> Result<(f64, f64), CudaError> {
+    parts.map(|parts| {
+        parts
+            .iter()
+            .map(|(g, w)| scaled(g, w))
+            .fold((0.0f64, 0.0f64), |(a, r), (pa, pr)| (a.max(pa), r.max(pr)))
+    })
+}
+
+/// Every check of these ops on `gpu`.
+pub fn checks(gpu: &Gpu) -> Vec<Check> {
+    let mut rng = Rng::new(29);
+    let mut out = elementwise(gpu, &mut rng);
+    out.push(dropout(gpu));
+    out.extend(super::selftest_bn::checks(gpu, &mut rng));
+    out.extend(super::selftest_dw::checks(gpu, &mut rng));
+    out
+}
+
+/// ReLU6 forward and backward, add, accumulate and the mask product on random data, exactly.
+fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
+    let index = gpu.index;
+    let n = 77 * 133;
+    // wide enough that ReLU6 clamps at both ends; its output has exact 0s and 6s
+    let x: Vec<f32> = (0..n).map(|_| 5.0 * rng.normal()).collect();
+    let y = randn(rng, n);
+    let mask: Vec<f32> = (0..n)
+        .map(|_| if rng.next_f32() < 0.4 { 0.0 } else { 1.0 / 0.6 })
+        .collect();
+    let name = |op: &str| format!("gpu{index} {op}");
+    let exact = |got: Got, want: Vec<f32>| got.map(|g| compare(&g, &want, 0.0, 0.0));
+    let mut checks = Vec::new();
+
+    let mut want6 = x.clone();
+    cpu::relu6_forward(&mut want6);
+    let got = (|| {
+        let mut v = up(gpu, &x)?;
+        ops::relu6_forward(gpu, &mut v.slice_mut(..), n)?;
+        down(gpu, &v, n)
+    })();
+    checks.push(check(name("relu6_forward_f32"), exact(got, want6.clone())));
+
+    let mut want = y.clone();
+    cpu::relu6_backward(&mut want, &want6);
+    let got = (|| {
+        let (mut d, o) = (up(gpu, &y)?, up(gpu, &want6)?);
+        ops::relu6_backward(gpu, &mut d.slice_mut(..), &o.slice(..), n)?;
+        down(gpu, &d, n)
+    })();
+    checks.push(check(name("relu6_backward_f32"), exact(got, want)));
+
+    let mut want = vec![0.0; n];
+    cpu::add_forward(&mut want, &x, &y);
+    let got = (|| {
+        let (a, b, mut o) = (up(gpu, &x)?, up(gpu, &y)?, nans(gpu, n)?);
+        ops::add(gpu, &mut o.slice_mut(..), &a.slice(..), &b.slice(..), n)?;
+        down(gpu, &o, n)
+    })();
+    checks.push(check(name("add_f32"), exact(got, want)));
+
+    let mut want = y.clone();
+    cpu::accumulate(&mut want, &x);
+    let got = (|| {
+        let (mut acc, v) = (up(gpu, &y)?, up(gpu, &x)?);
+        ops::accumulate(gpu, &mut acc.slice_mut(..), &v.slice(..), n)?;
+        down(gpu, &acc, n)
+    })();
+    checks.push(check(name("accumulate_f32"), exact(got, want)));
+
+    let mut want = vec![0.0; n];
+    cpu::mul(&mut want, &x, &mask);
+    let got = (|| {
+        let (v, m, mut o) = (up(gpu, &x)?, up(gpu, &mask)?, nans(gpu, n)?);
+        ops::mul(gpu, &mut o.slice_mut(..), &v.slice(..), &m.slice(..), n)?;
+        down(gpu, &o, n)
+    })();
+    checks.push(check(name("mul_f32"), exact(got, want)));
+    checks
+}
+
+/// Dropout's mask: every value 0 or 1/(1-p), the share of zeros p (within 4 standard errors),
+/// the same mask for the same key, another for another key.
+fn dropout(gpu: &Gpu) -> Check {
+    let (n, p) = (200_000usize, 0.3f32);
+    let name = format!("gpu{} dropout_mask_f32 p{p}", gpu.index);
+    let draw = |key: u64| -> Got {
+        let mut m = nans(gpu, n)?;
+        ops::dropout_mask(gpu, &mut m.slice_mut(..), n, key, p)?;
+        down(gpu, &m, n)
+    };
+    let got = (|| {
+        let (a, b, c) = (
+            draw(ops::dropout_key(1, 1, 3))?,
+            draw(ops::dropout_key(1, 1, 3))?,
+            draw(ops::dropout_key(1, 2, 3))?,
+        );
+        let keep = 1.0 / (1.0 - p);
+        if let Some(v) = a.iter().find(|&&v| v != 0.0 && v != keep) {
+            return Err(CudaError::new(
+                gpu.index,
+                "dropout mask",
+                format!("a value {v}, not 0 or {keep}"),
+            ));
+        }
+        if a != b || a == c {
+            return Err(CudaError::new(
+                gpu.index,
+                "dropout mask",
+                "not a function of its key alone",
+            ));
+        }
+        let zeros = a.iter().filter(|&&v| v == 0.0).count() as f64 / n as f64;
+        let se = (p as f64 * (1.0 - p as f64) / n as f64).sqrt();
+        Ok((
+            (zeros - p as f64).abs(),
+            (zeros - p as f64).abs() / (4.0 * se),
+        ))
+    })();
+    let mut c = check(name, got);
+    c.note = "share of zeros, within 4 standard errors".into();
+    c
+}
