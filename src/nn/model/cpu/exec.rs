@@ -186,9 +186,12 @@ impl Exec for Cpu<'_, '_> {
                 }
             }
         }
+        if matches!(node.op, Op::Add { .. } | Op::Activation(_)) {
+            return self.pass_through(m, n, b, din, dout);
+        }
         // input gradients land in their own buffer, or in `acc` to be added to it
         for (k, &i) in node.inputs.iter().enumerate() {
-            if k > 0 && !matches!(node.op, Op::Add { .. }) {
+            if k > 0 {
                 break;
             }
             let mut target = match din[k] {
@@ -201,11 +204,7 @@ impl Exec for Cpu<'_, '_> {
                 }
             };
             let d_in = target.as_mut().map(|t| &mut t[..b * m.dims[i]]);
-            if k == 0 {
-                self.op_backward(m, n, b, dout_s, d_in);
-            } else if let Some(d) = d_in {
-                d.copy_from_slice(dout_s);
-            }
+            self.op_backward(m, n, b, dout_s, d_in);
             match (din[k], target) {
                 (Grad::Write, Some(t)) => self.ws.grads[i] = t,
                 (Grad::Add, Some(t)) => {
@@ -221,6 +220,29 @@ impl Exec for Cpu<'_, '_> {
 }
 
 impl Cpu<'_, '_> {
+    /// The backward of ops whose input gradients are their (masked) output gradient itself
+    /// (an activation, a residual add): added where an input has one already, else a copy, and
+    /// for the last input `dout`'s buffer itself, moved (it is not needed after this op).
+    fn pass_through(&mut self, m: &Model, n: usize, b: usize, din: &[Grad], mut dout: Vec<f32>) {
+        let node = &m.nodes[n];
+        let len = b * m.dims[node.output];
+        let last = node.inputs.len() - 1;
+        for (k, &i) in node.inputs.iter().enumerate() {
+            match din[k] {
+                Grad::Skip => {}
+                Grad::Add => accumulate(&mut self.ws.grads[i][..len], &dout[..len]),
+                Grad::Write if k == last => std::mem::swap(&mut self.ws.grads[i], &mut dout),
+                Grad::Write => {
+                    let mut t = self.ws.grad(m, i, b);
+                    t[..len].copy_from_slice(&dout[..len]);
+                    self.ws.grads[i] = t;
+                }
+            }
+        }
+        // the output's gradient buffer back (after a move, the input's old one)
+        self.ws.grads[node.output] = dout;
+    }
+
     /// Node `n`'s op backward for its first input: parameter gradients accumulated, the input's
     /// gradient written to `d_in` (when wanted). `dout` is already masked by the activation.
     fn op_backward(
@@ -288,11 +310,7 @@ impl Cpu<'_, '_> {
                     (&local, &total, count),
                 );
             }
-            Op::Activation(_) | Op::Add { .. } => {
-                if let Some(d) = d_in {
-                    d.copy_from_slice(dout);
-                }
-            }
+            Op::Activation(_) | Op::Add { .. } => unreachable!("`pass_through` takes them"),
             Op::MaxPool(win) => {
                 if let Some(d) = d_in {
                     match win.pad {
