@@ -4,9 +4,7 @@
 //! results do not depend on the thread count). PyTorch's definition: biased variance to
 //! normalise, unbiased for the running variance, momentum 0.1, eps 1e-5.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
-
-use crate::nn::intraop;
+use crate::nn::intraop::{self, Disjoint};
 use crate::nn::simd::lane_sum;
 
 /// One batch norm's geometry: `b` samples of `c` channels of `hw` positions.
@@ -17,51 +15,11 @@ pub struct BnGeom {
     pub hw: usize,
 }
 
-/// A mutable buffer written by channel tasks: each task touches only its own channel's
-/// elements, which is what makes the shared access sound.
-struct Shared(AtomicPtr<f32>, usize);
-
-impl Shared {
-    fn new(s: &mut [f32]) -> Shared {
-        Shared(AtomicPtr::new(s.as_mut_ptr()), s.len())
-    }
-    /// SAFETY: the caller touches a range no other task touches while this one runs.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn range(&self, start: usize, len: usize) -> &mut [f32] {
-        assert!(start + len <= self.1, "bn: range out of bounds");
-        std::slice::from_raw_parts_mut(self.0.load(Ordering::Relaxed).add(start), len)
-    }
-}
-
-/// Per-channel f64 results written by channel tasks, each only its own entries.
-struct Shared64(AtomicPtr<f64>, usize);
-
-impl Shared64 {
-    fn new(s: &mut [f64]) -> Shared64 {
-        Shared64(AtomicPtr::new(s.as_mut_ptr()), s.len())
-    }
-    /// SAFETY: no other task writes entry `i` while this one runs.
-    unsafe fn set(&self, i: usize, v: f64) {
-        assert!(i < self.1, "bn: entry out of bounds");
-        *self.0.load(Ordering::Relaxed).add(i) = v;
-    }
-}
-
-/// Runs `f(channel)` for every channel, spread over this thread's intra-op threads.
-fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
-    let parts = intraop::threads().min(c).max(1);
-    intraop::run(parts, &|t| {
-        for ch in (t * c / parts)..((t + 1) * c / parts) {
-            f(ch);
-        }
-    });
-}
-
 /// Per-channel sums of x (`dev` None) or of (x - dev[c])^2, plane by plane in order, in f64.
 pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
     let mut out = vec![0.0f64; g.c];
-    let sums = Shared64::new(&mut out);
-    channels(g.c, &|ch| {
+    let sums = Disjoint::new(&mut out);
+    intraop::each(g.c, &|ch| {
         let plane = |i: usize| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw];
         let s = match dev {
             None => (0..g.b).map(|i| lane_sum(plane(i)) as f64).sum::<f64>(),
@@ -78,7 +36,7 @@ pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
             }
         };
         // SAFETY: entry `ch` is this task's alone
-        unsafe { sums.set(ch, s) };
+        unsafe { sums.range(ch, 1)[0] = s };
     });
     out
 }
@@ -123,7 +81,7 @@ pub fn bn_forward_train(
 ) {
     let n = g.b * g.hw;
     assert!(x.len() >= n * g.c && out.len() >= n * g.c && saved.len() >= 2 * g.c);
-    let outs = Shared::new(out);
+    let outs = Disjoint::new(out);
     for ch in 0..g.c {
         let invstd = 1.0 / (st.var[ch] + eps as f64).sqrt();
         saved[ch] = st.mean[ch] as f32;
@@ -137,7 +95,7 @@ pub fn bn_forward_train(
         running[g.c + ch] = (1.0 - momentum) * running[g.c + ch] + momentum * unbiased as f32;
     }
     let saved = &*saved;
-    channels(g.c, &|ch| {
+    intraop::each(g.c, &|ch| {
         let (m, invstd) = (saved[ch], saved[g.c + ch]);
         let scale = invstd * weight[ch];
         let shift = bias[ch] - m * scale;
@@ -177,8 +135,8 @@ pub fn bn_forward_eval(
 /// needs from the whole batch (summed across replicas under sync batch norm).
 pub fn bn_grad_sums(dout: &[f32], x: &[f32], saved: &[f32], g: BnGeom) -> Vec<f64> {
     let mut out = vec![0.0f64; 2 * g.c];
-    let sums = Shared64::new(&mut out);
-    channels(g.c, &|ch| {
+    let sums = Disjoint::new(&mut out);
+    intraop::each(g.c, &|ch| {
         let mean = saved[ch];
         let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
         for i in 0..g.b {
@@ -193,8 +151,8 @@ pub fn bn_grad_sums(dout: &[f32], x: &[f32], saved: &[f32], g: BnGeom) -> Vec<f6
         }
         // SAFETY: entries `ch` and `C + ch` are this task's alone
         unsafe {
-            sums.set(ch, sdy);
-            sums.set(g.c + ch, sdyx);
+            sums.range(ch, 1)[0] = sdy;
+            sums.range(g.c + ch, 1)[0] = sdyx;
         }
     });
     out
@@ -224,9 +182,9 @@ pub fn bn_backward(
     let Some(dx) = dx else {
         return;
     };
-    let dxs = Shared::new(dx);
+    let dxs = Disjoint::new(dx);
     let n = n as f32;
-    channels(g.c, &|ch| {
+    intraop::each(g.c, &|ch| {
         let (mean, invstd) = (saved[ch], saved[g.c + ch]);
         let sdy = total[ch] as f32;
         let sdyxhat = (total[g.c + ch] * invstd as f64) as f32;

@@ -5,35 +5,10 @@
 //! results do not depend on the thread count.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::nn::grouped::ConvGeom;
-use crate::nn::intraop;
+use crate::nn::intraop::{self, Disjoint};
 use crate::nn::simd::{axpy, dot};
-
-/// A buffer whose planes are written by channel tasks, each only its own channel's.
-struct Planes(AtomicPtr<f32>, usize);
-
-impl Planes {
-    fn new(s: &mut [f32]) -> Planes {
-        Planes(AtomicPtr::new(s.as_mut_ptr()), s.len())
-    }
-    /// SAFETY: no other task touches `start..start + len` while this one runs.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn range(&self, start: usize, len: usize) -> &mut [f32] {
-        assert!(start + len <= self.1, "depthwise: range out of bounds");
-        std::slice::from_raw_parts_mut(self.0.load(Ordering::Relaxed).add(start), len)
-    }
-}
-
-fn channels(c: usize, f: &(dyn Fn(usize) + Sync)) {
-    let parts = intraop::threads().min(c).max(1);
-    intraop::run(parts, &|t| {
-        for ch in (t * c / parts)..((t + 1) * c / parts) {
-            f(ch);
-        }
-    });
-}
 
 /// The output columns `ox` whose input column `ox * stride - pad + kx` lies inside 0..w.
 fn valid(kx: usize, stride: usize, pad: usize, w: usize, ow: usize) -> Range<usize> {
@@ -82,9 +57,9 @@ pub fn dwconv_forward(
 ) {
     let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
     assert!(inp.len() >= b * g.c * hw && out.len() >= b * g.c * ohw && w.len() >= g.c * kk);
-    let outs = Planes::new(out);
+    let outs = Disjoint::new(out);
     let taps = Taps::new(g);
-    channels(g.c, &|ch| {
+    intraop::each(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         for i in 0..b {
             let plane = (i * g.c + ch) * hw;
@@ -127,11 +102,11 @@ pub fn dwconv_backward(
     g: &ConvGeom,
 ) {
     let (hw, ohw, kk) = (g.h * g.w, g.oh * g.ow, g.k * g.k);
-    let dinps = dinp.map(Planes::new);
-    let dws = Planes::new(dw);
-    let dbs = dbias.map(Planes::new);
+    let dinps = dinp.map(Disjoint::new);
+    let dws = Disjoint::new(dw);
+    let dbs = dbias.map(Disjoint::new);
     let taps = Taps::new(g);
-    channels(g.c, &|ch| {
+    intraop::each(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         // SAFETY: channel ch's kernel, bias and planes are this task's alone
         let dwk = unsafe { dws.range(ch * kk, kk) };

@@ -92,16 +92,6 @@ fn parts<'a, T>(
     out
 }
 
-/// Runs `f(group)` for every group, spread over this thread's intra-op threads.
-fn each(groups: usize, f: &(dyn Fn(usize) + Sync)) {
-    let threads = intraop::threads().min(groups).max(1);
-    intraop::run(threads, &|t| {
-        for i in (t..groups).step_by(threads) {
-            f(i);
-        }
-    });
-}
-
 /// A group's part (its lock is never contended; a poisoned one is a panic already on its way).
 fn take<'m, 'a, T>(m: &'m Mutex<&'a mut [T]>) -> std::sync::MutexGuard<'m, &'a mut [T]> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -124,7 +114,7 @@ pub fn conv_forward(
     let gs = groups(b);
     let outs = parts(&mut out[..b * g.out_len()], &gs, g.out_len());
     let cols: Vec<_> = s.col.chunks_mut(g.col_len()).map(Mutex::new).collect();
-    each(gs.len(), &|i| {
+    intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let img = &inp[r.start * g.in_len()..r.end * g.in_len()];
         let (mut o, mut col) = (take(&outs[i]), take(&cols[i]));
@@ -173,7 +163,7 @@ pub fn conv_backward(
     let partials: Vec<_> = s.partial.chunks_mut(nw + nb).map(Mutex::new).collect();
     let cols: Vec<_> = s.col.chunks_mut(g.col_len()).map(Mutex::new).collect();
     let douts = parts(&mut dout[..b * g.out_len()], &gs, g.out_len());
-    each(gs.len(), &|i| {
+    intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let img = &inp[r.start * g.in_len()..r.end * g.in_len()];
         let mut d = take(&douts[i]);
@@ -231,7 +221,7 @@ pub fn pool_forward(
     let gs = groups(b);
     let outs = parts(&mut out[..b * ol], &gs, ol);
     let args = parts(&mut argmax[..b * ol], &gs, ol);
-    each(gs.len(), &|i| {
+    intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let (mut o, mut a) = (take(&outs[i]), take(&args[i]));
         let img = &inp[r.start * il..r.end * il];
@@ -254,7 +244,7 @@ pub fn pool_backward(
     let (il, ol) = (c * h * w, c * oh * ow);
     let gs = groups(b);
     let dinps = parts(&mut dinp[..b * il], &gs, il);
-    each(gs.len(), &|i| {
+    intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let mut d = take(&dinps[i]);
         let (o, a) = (

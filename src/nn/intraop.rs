@@ -199,6 +199,40 @@ pub fn run(parts: usize, task: &(dyn Fn(usize) + Sync)) {
     })
 }
 
+/// Runs `f(i)` for every i in 0..n, spread over this thread's intra-op threads (each thread a
+/// fixed share of the indices). The result depends on the thread count only if `f`'s do.
+pub fn each(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    let threads = threads().min(n).max(1);
+    run(threads, &|t| {
+        for i in (t..n).step_by(threads) {
+            f(i);
+        }
+    });
+}
+
+/// A buffer written by the tasks of one `each`/`run`, each task only its own elements (a
+/// channel's planes, a channel's sums): what makes handing out `&mut` parts of it sound.
+pub struct Disjoint<T>(std::sync::atomic::AtomicPtr<T>, usize);
+
+impl<T> Disjoint<T> {
+    pub fn new(s: &mut [T]) -> Disjoint<T> {
+        Disjoint(std::sync::atomic::AtomicPtr::new(s.as_mut_ptr()), s.len())
+    }
+
+    /// `start..start + len` of the buffer (bounds checked).
+    ///
+    /// # Safety
+    /// No other task touches that range while the returned slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(
+            start + len <= self.1,
+            "disjoint buffer: range out of bounds"
+        );
+        std::slice::from_raw_parts_mut(self.0.load(Ordering::Relaxed).add(start), len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
