@@ -98,7 +98,7 @@ fn check(preset: &str, fixture: &str) {
     let mut ws = Workspace::default();
 
     // inference: the running statistics
-    m_eval(&model, &params, &buffers, &mut ws, x, &y, b);
+    model.evaluate(&params, &buffers, &mut ws, x, &y, b);
     close(
         &format!("{preset} eval logits"),
         ws.logits(&model, b),
@@ -110,7 +110,8 @@ fn check(preset: &str, fixture: &str) {
     // training: batch statistics, the loss, every gradient, the running statistics moved
     let mut grads = vec![0.0; model.n_params];
     let mut running = buffers.clone();
-    let (loss, _) = model.forward_backward(&params, &mut grads, &mut running, &mut ws, x, &y, b);
+    let (loss, _) =
+        model.forward_backward(&params, &mut grads, &mut running, &mut ws, x, &y, b, None);
     close(
         &format!("{preset} train logits"),
         ws.logits(&model, b),
@@ -148,18 +149,6 @@ fn check(preset: &str, fixture: &str) {
             1e-6,
         );
     }
-}
-
-fn m_eval(
-    m: &Model,
-    params: &[f32],
-    buffers: &[f32],
-    ws: &mut Workspace,
-    x: &[f32],
-    y: &[u32],
-    b: usize,
-) {
-    m.evaluate(params, buffers, ws, x, y, b);
 }
 
 #[test]

@@ -88,7 +88,7 @@ impl Replica for CpuReplica {
         let (mut loss, mut correct, mut samples) = (0.0f64, 0usize, 0usize);
         for mb in micro {
             let mut across = sync.as_deref_mut().map(Across);
-            let (l, c) = self.model.forward_backward_synced(
+            let (l, c) = self.model.forward_backward(
                 &self.params,
                 &mut self.grads[..n],
                 &mut self.buffers,

@@ -332,7 +332,7 @@ fn train_loss(
 ) -> f64 {
     let mut g = vec![0.0; m.n_params];
     let mut buffers = m.init_buffers();
-    m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b)
+    m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b, None)
         .0
 }
 
@@ -348,7 +348,7 @@ fn gradcheck(m: &Model, b: usize, step: usize, seed: u64) {
     let mut ws = Workspace::default();
     let mut grads = vec![0.0; m.n_params];
     let mut buffers = m.init_buffers();
-    m.forward_backward(&params, &mut grads, &mut buffers, &mut ws, &x, &y, b);
+    m.forward_backward(&params, &mut grads, &mut buffers, &mut ws, &x, &y, b, None);
     let mut p = params.clone();
     let mut quotient = |i: usize, h: f32| {
         let p0 = p[i];
@@ -446,7 +446,7 @@ fn validation_uses_the_running_statistics() {
     let mut buffers = fresh.clone();
     let mut g = vec![0.0; m.n_params];
     for _ in 0..3 {
-        m.forward_backward(&params, &mut g, &mut buffers, &mut ws, &x, &y, 4);
+        m.forward_backward(&params, &mut g, &mut buffers, &mut ws, &x, &y, 4, None);
     }
     assert_ne!(buffers, fresh);
     assert_ne!(eval(&buffers, &mut ws), before);
@@ -468,8 +468,8 @@ fn dropout_zeroes_about_p_and_only_in_training() {
     assert_eq!(a, m.evaluate(&params, &buffers, &mut ws, &x, &y, 16));
     let mut g = vec![0.0; m.n_params];
     let mut b = buffers.clone();
-    let t1 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16);
-    let t2 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16);
+    let t1 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16, None);
+    let t2 = m.forward_backward(&params, &mut g, &mut b, &mut ws, &x, &y, 16, None);
     assert_ne!(t1.0, t2.0, "a new mask each step");
     assert_ne!(t1.0, a.0);
 }

@@ -108,25 +108,11 @@ pub struct Cpu<'a, 's> {
 impl Model {
     /// Forward + backward over one micro-batch x[B,...], y[B]. Gradients are *accumulated*
     /// into `grads` as sums over samples (not means); batch norm's running statistics in
-    /// `buffers` move toward this batch's. Returns (loss sum, correct predictions).
+    /// `buffers` move toward this batch's, or with `sync` (`--sync-bn`) toward the statistics
+    /// summed across the replicas (every replica must then make this call, even with an empty
+    /// share of the batch). Returns (loss sum, correct predictions).
     #[allow(clippy::too_many_arguments)]
     pub fn forward_backward(
-        &self,
-        params: &[f32],
-        grads: &mut [f32],
-        buffers: &mut [f32],
-        ws: &mut Workspace,
-        x: &[f32],
-        y: &[u32],
-        b: usize,
-    ) -> (f64, usize) {
-        self.forward_backward_synced(params, grads, buffers, ws, x, y, b, None)
-    }
-
-    /// `forward_backward` where batch norm's statistics are summed across replicas by `sync`
-    /// (every replica must make this call, even with an empty share of the batch).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward_backward_synced(
         &self,
         params: &[f32],
         grads: &mut [f32],
