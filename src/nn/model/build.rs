@@ -44,6 +44,7 @@ impl Builder {
                 inits: Vec::new(),
                 buffer_inits: Vec::new(),
                 consumers: vec![0],
+                needs_grad: vec![false],
             },
         }
     }
@@ -115,6 +116,8 @@ impl Builder {
         self.m.values.push(out);
         self.m.dims.push(numel);
         self.m.consumers.push(0);
+        let upstream = !params.is_empty() || inputs.iter().any(|&i| self.m.needs_grad[i]);
+        self.m.needs_grad.push(upstream);
         let output = self.m.values.len() - 1;
         self.m.nodes.push(Node {
             name: name.to_string(),

@@ -27,22 +27,13 @@ pub trait Exec {
     fn backward(&mut self, m: &Model, n: usize, b: usize, din: &[Grad]);
 }
 
-/// Which values' gradients backward needs: those with parameters upstream.
-fn needs_grad(m: &Model) -> Vec<bool> {
-    let mut need = vec![false; m.values.len()];
-    for node in &m.nodes {
-        need[node.output] = !node.params.is_empty() || node.inputs.iter().any(|&i| need[i]);
-    }
-    need
-}
-
 /// Forward, loss and backward over one micro-batch: (loss sum, correct).
 pub fn train<E: Exec>(m: &Model, e: &mut E, b: usize) -> (f64, usize) {
     for n in 0..m.nodes.len() {
         e.forward(m, n, b, true);
     }
     let result = e.loss(m, b, true);
-    let need = needs_grad(m);
+    let need = &m.needs_grad;
     let mut written = vec![false; m.values.len()];
     let mut din = Vec::with_capacity(2);
     for (n, node) in m.nodes.iter().enumerate().rev() {

@@ -76,6 +76,8 @@ pub struct Model {
     buffer_inits: Vec<f32>,
     /// How many nodes read each value.
     consumers: Vec<usize>,
+    /// Which values' gradients backward needs: those with parameters upstream.
+    needs_grad: Vec<bool>,
 }
 
 impl Model {
