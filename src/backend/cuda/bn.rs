@@ -9,9 +9,8 @@
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::launch::{grid_stride_cfg, MAX_BLOCKS, THREADS};
-use super::ops::fail;
 use super::shape::{fit_i32, need};
-use super::{CudaError, Gpu};
+use super::{fail, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::{BN_EPS, BN_MOMENTUM};

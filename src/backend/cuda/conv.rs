@@ -18,7 +18,7 @@ use cudarc::driver::{CudaView, CudaViewMut};
 use super::blas::sgemm_strided_batched;
 use super::launch::{blocks_cfg, grid_stride_cfg};
 use super::shape::ConvShape;
-use super::{CudaError, Gpu};
+use super::{fail, CudaError, Gpu};
 
 /// Floats of `col_scratch` for `images` images per chunk, forward and backward: each image's
 /// columns (C*KH*KW x OH*OW) and its weight gradient (OC x C*KH*KW). `images` = the batch is
@@ -34,14 +34,6 @@ pub fn conv2d_scratch_len(
 ) -> usize {
     let ckk = c * kh * kw;
     images * (ckk * oh * ow + oc * ckk)
-}
-
-fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
-    CudaError {
-        gpu: gpu.index,
-        what: what.to_string(),
-        detail: detail.to_string(),
-    }
 }
 
 /// col[B, C*KH*KW, OH*OW] = the zero-padded patches of inp[B, C, H, W] (`nn::im2col::im2col`

@@ -7,9 +7,8 @@
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::launch::{blocks_cfg, grid_stride_cfg};
-use super::ops::fail;
 use super::shape::{fit_i32, need};
-use super::{CudaError, Gpu};
+use super::{fail, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 
 /// The kernels' ints [B, C, H, W, K, stride, pad, OH, OW], after checking the geometry (a

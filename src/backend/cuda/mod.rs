@@ -104,6 +104,15 @@ impl CudaError {
     }
 }
 
+/// A `CudaError` for `what` on this GPU: a launch helper's refusal of a bad shape or length.
+pub(crate) fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
+    CudaError {
+        gpu: gpu.index,
+        what: what.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
 /// `map_err` adapter: any CUDA library error, with the GPU and what was being done.
 pub fn on<E: std::fmt::Debug>(gpu: usize, what: &str) -> impl FnOnce(E) -> CudaError + '_ {
     move |e| CudaError::new(gpu, what, e)

@@ -8,16 +8,7 @@ use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::launch::grid_stride_cfg;
 use super::shape::{fit_i32, need};
-use super::{CudaError, Gpu};
-
-/// A `CudaError` for `what` on this GPU.
-pub(crate) fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
-    CudaError {
-        gpu: gpu.index,
-        what: what.to_string(),
-        detail: detail.to_string(),
-    }
-}
+use super::{fail, CudaError, Gpu};
 
 /// `n` as the kernels' int, after checking every buffer holds at least `n` elements.
 pub(crate) fn elements(

@@ -9,16 +9,8 @@ use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::launch::grid_stride_cfg;
 use super::shape::{fit_i32, need, PoolShape};
-use super::{CudaError, Gpu};
+use super::{fail, CudaError, Gpu};
 use crate::nn::window::Window;
-
-fn fail(gpu: &Gpu, what: &str, detail: impl ToString) -> CudaError {
-    CudaError {
-        gpu: gpu.index,
-        what: what.to_string(),
-        detail: detail.to_string(),
-    }
-}
 
 /// out[B,C,OH,OW] = max of inp[B,C,H,W] over each KxK window moved by `stride`;
 /// argmax[B,C,OH,OW] = the winner's index iy*W + ix inside its HxW plane (the first maximum in
