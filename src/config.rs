@@ -126,7 +126,9 @@ pub struct RunConfig {
     pub threads_per_worker: Option<usize>,
     pub seed: u64,
     pub log_every: u64,
-    pub val_fraction: f64,
+    /// Which samples validate and how pictures become samples (`--val-split`, `--val-data`,
+    /// `--image-size`, `--augment`, `--normalize`).
+    pub inputs: crate::data::DataOptions,
     pub metrics_out: Option<PathBuf>,
     /// The run's directory (metrics, checkpoints, live socket); created when the engine starts.
     /// None for runs that keep nothing (`scale`, `bench`, `--calibrate`).
@@ -190,7 +192,7 @@ impl Default for RunConfig {
             threads_per_worker: None,
             seed: 0,
             log_every: 50,
-            val_fraction: 0.2,
+            inputs: Default::default(),
             metrics_out: None,
             run_dir: None,
             link_latest: false,

@@ -169,6 +169,7 @@ fn trains_like_the_reference(
                 image: None,
                 x: x.clone(),
                 y: y.clone(),
+                pictures: None,
             };
             assert!(
                 replica.hold_data(&data, &data, 3),

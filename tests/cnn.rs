@@ -27,7 +27,7 @@ fn small_cnn(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunCo
             w: 6,
             k: 4,
         },
-        val_fraction: 0.0,
+        inputs: mgtop::data::DataOptions::no_validation(),
         budget: Budget::Steps(steps),
         batch_per_replica: per_replica,
         checkpoint_dir: ckpt.to_path_buf(),
@@ -142,7 +142,10 @@ fn a_batch_norm_model_resumes_with_its_running_statistics() {
         model: "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap(),
         // validation every epoch: the replicas' running statistics averaged, then used; 240
         // training samples, so that every rank updates its statistics at every step
-        val_fraction: 0.2,
+        inputs: mgtop::data::DataOptions {
+            val_fraction: Some(0.2),
+            ..Default::default()
+        },
         data: DataSpec::SyntheticImages {
             n: 300,
             c: 2,
@@ -238,7 +241,10 @@ fn the_reference_recipe_trains_a_resnet_preset_with_every_option() {
             w: 12,
             k: 3,
         },
-        val_fraction: 0.25,
+        inputs: mgtop::data::DataOptions {
+            val_fraction: Some(0.25),
+            ..Default::default()
+        },
         optimizer: OptimizerKind::Nesterov,
         momentum: 0.9,
         weight_decay: 5e-4,

@@ -24,7 +24,7 @@ fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig
             d: 12,
             c: 4,
         },
-        val_fraction: 0.0,
+        inputs: mgtop::data::DataOptions::no_validation(),
         budget: Budget::Steps(steps),
         batch_per_replica: per_replica,
         checkpoint_dir: ckpt.to_path_buf(),

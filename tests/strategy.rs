@@ -24,7 +24,7 @@ fn small(ranks: usize, steps: u64, n: usize, ckpt: &Path) -> RunConfig {
         devices: DeviceSpec::Cpu(ranks),
         model: ModelSpec::mlp(&[16, 8]),
         data: DataSpec::Synthetic { n, d: 12, c: 4 },
-        val_fraction: 0.0,
+        inputs: mgtop::data::DataOptions::no_validation(),
         budget: Budget::Steps(steps),
         batch_per_replica: 8,
         checkpoint_dir: ckpt.to_path_buf(),
@@ -108,7 +108,7 @@ fn local_sgd_1_is_mirrored_for_sgd() {
 /// Local SGD by hand: each rank's replica steps on its own shard, and every `every` steps (and
 /// at the end) the ranks' parameters (and moments) become their mean.
 fn by_hand(cfg: &RunConfig, ranks: usize, every: u64, steps: u64, moments: bool) -> TrainState {
-    let data = mgtop::data::load(&cfg.data, cfg.val_fraction, cfg.seed).unwrap();
+    let data = mgtop::data::load(&cfg.data, &cfg.inputs, cfg.seed).unwrap();
     let train = Arc::new(data.train);
     let model = Model::new(Shape::Flat(train.features), &cfg.model, train.classes).unwrap();
     let init = TrainState {

@@ -217,9 +217,24 @@ pub struct TrainArgs {
     /// mlp:H1,H2,... hidden widths, or layers convNkK[sS][pP] | poolK[sS] | denseN, e.g. conv32k3,pool2,dense128 (ReLU after conv and dense layers; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
-    /// digits | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
+    /// digits | cifar10:DIR | cifar100:DIR[,labels=coarse] | images:DIR (one folder per class of JPEG/PNG files, or DIR/train + DIR/val) | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
     #[arg(long)]
     pub data: Option<String>,
+    /// The share of the data held out for validation (0: none, the whole set trains); sets with their own validation set (CIFAR's test file, a folder's val/) use it  [default: 0.2]
+    #[arg(long, value_name = "F")]
+    pub val_split: Option<f64>,
+    /// A separate validation set, given as --data is (e.g. images:photos-val)
+    #[arg(long, value_name = "SPEC")]
+    pub val_data: Option<String>,
+    /// Picture data: resize the shorter side to N and crop N x N (centre crop for validation)  [default: the pictures' own size]
+    #[arg(long, value_name = "N")]
+    pub image_size: Option<usize>,
+    /// Picture data, training only: crop:P (pad P pixels, random crop), random-resized-crop, flip, comma-separated (e.g. crop:4,flip)  [default: none]
+    #[arg(long, value_name = "LIST")]
+    pub augment: Option<String>,
+    /// Picture data: per-channel (x/255-mean)/std with imagenet | cifar10 | cifar100 | unit | MEAN,MEAN,MEAN/STD,STD,STD  [default: cifar10/cifar100 for CIFAR, imagenet for folders]
+    #[arg(long, value_name = "NAME|MEAN/STD")]
+    pub normalize: Option<String>,
     /// Train this many epochs  [default: 30]
     #[arg(long, conflicts_with = "steps")]
     pub epochs: Option<u64>,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::TrainArgs;
 use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
+use crate::data::DataOptions;
 use crate::engine::rundir;
 
 fn parse<T: std::str::FromStr<Err = String>>(
@@ -67,6 +68,11 @@ impl TrainArgs {
             devices,
             model,
             data,
+            val_split,
+            val_data,
+            image_size,
+            augment,
+            normalize,
             batch_per_replica,
             lr,
             optimizer,
@@ -194,7 +200,24 @@ impl TrainArgs {
             threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
             log_every: args.log_every.unwrap_or(d.log_every),
-            val_fraction: d.val_fraction,
+            inputs: DataOptions {
+                val_fraction: args.val_split,
+                val_data: args
+                    .val_data
+                    .as_ref()
+                    .map(|v| v.parse().map_err(|e| format!("--val-data: {e}")))
+                    .transpose()?,
+                image_size: match args.image_size {
+                    Some(s) if !(8..=4096).contains(&s) => {
+                        return Err(format!(
+                            "--image-size {s} is out of range: use 8 to 4096 pixels, e.g. 224"
+                        ))
+                    }
+                    s => s,
+                },
+                augment: parse("augment", args.augment.as_ref(), Default::default())?,
+                normalize: parse("normalize", args.normalize.as_ref(), Default::default())?,
+            },
             metrics_out: args.metrics_out,
             run_dir: None,
             link_latest: false,

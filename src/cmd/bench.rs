@@ -87,7 +87,7 @@ pub(super) fn synthetic(
         data: DataSpec::Synthetic { n, d: 784, c: 10 },
         budget: Budget::Steps(steps),
         batch_per_replica: batch,
-        val_fraction: 0.0,
+        inputs: crate::data::DataOptions::no_validation(),
         final_checkpoint: false,
         ..RunConfig::default()
     }

@@ -1,14 +1,22 @@
-//! Datasets: the embedded digits set, CSV, IDX (MNIST format), a seeded synthetic teacher set
-//! and seeded synthetic images; image shapes; the seeded train/validation split and the input
-//! normalisation.
+//! Datasets: the embedded digits set, CSV, IDX (MNIST format), a seeded synthetic teacher set,
+//! seeded synthetic images, CIFAR and image folders; image shapes; the seeded train/validation
+//! split and the input normalisation. Picture sets (CIFAR, folders) make their samples when a
+//! batch is cut (decode, augment, normalise), the others hold theirs ready.
 
+mod cifar;
 mod csv;
+mod decode;
+mod folder;
 mod idx;
+mod image_sets;
 mod images;
+mod imageset;
+mod picture;
 pub mod read;
 mod spec;
 mod synthetic;
 mod synthetic_images;
+mod transform;
 
 use std::path::PathBuf;
 
@@ -16,7 +24,9 @@ use crate::nn::rng::{tag, Rng};
 
 pub use csv::LabelColumn;
 pub use images::{parse_shape, shape_text, shape_values, ImageLayout};
+pub use imageset::{ImageSet, Pictures};
 pub use spec::DataSpec;
+pub use transform::{Augment, NormSpec};
 
 /// One micro-batch: x[n, features] and labels[n], and the samples' rows in the training set.
 /// For a replica that holds the training set (`Replica::hold_data`) the loader sends the rows
@@ -29,7 +39,8 @@ pub struct MicroBatch {
     pub rows: Vec<u32>,
 }
 
-/// A labelled dataset: `x` is row-major [len, features], labels are 0..classes.
+/// A labelled dataset: labels are 0..classes; samples are `x`, row-major [len, features], or,
+/// for picture sets, made from `pictures` when they are gathered (`x` is then empty).
 #[derive(Clone, Debug)]
 pub struct Dataset {
     pub features: usize,
@@ -40,9 +51,48 @@ pub struct Dataset {
     pub image: Option<[usize; 3]>,
     pub x: Vec<f32>,
     pub y: Vec<u32>,
+    pub pictures: Option<Pictures>,
 }
 
 impl Dataset {
+    /// The features of samples `idx` (epoch `epoch`'s augmentation for a training picture
+    /// set), appended to `out`.
+    pub fn gather(&self, idx: &[u32], epoch: u64, out: &mut Vec<f32>) {
+        let d = self.features;
+        let start = out.len();
+        match &self.pictures {
+            None => {
+                out.reserve_exact(idx.len() * d);
+                for &i in idx {
+                    out.extend_from_slice(self.row(i as usize));
+                }
+            }
+            Some(p) => {
+                out.resize(start + idx.len() * d, 0.0);
+                for (&i, o) in idx.iter().zip(out[start..].chunks_exact_mut(d)) {
+                    p.fill(i as usize, epoch, o);
+                }
+            }
+        }
+    }
+
+    /// Samples `lo..hi` as features: a slice of `x`, or made into `buf` for a picture set.
+    pub fn rows<'a>(&'a self, lo: usize, hi: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if self.pictures.is_none() {
+            return &self.x[lo * self.features..hi * self.features];
+        }
+        buf.clear();
+        let idx: Vec<u32> = (lo as u32..hi as u32).collect();
+        self.gather(&idx, 0, buf);
+        buf
+    }
+
+    /// The features ready in memory, for a device that holds the set (`None` for a picture
+    /// set, made batch by batch).
+    pub fn dense(&self) -> Option<&[f32]> {
+        self.pictures.is_none().then_some(&self.x[..])
+    }
+
     pub fn len(&self) -> usize {
         self.y.len()
     }
@@ -56,9 +106,12 @@ impl Dataset {
     }
 
     fn subset(&self, idx: &[usize]) -> Dataset {
-        let mut x = Vec::with_capacity(idx.len() * self.features);
-        for &i in idx {
-            x.extend_from_slice(self.row(i));
+        let mut x = Vec::new();
+        if self.pictures.is_none() {
+            x.reserve_exact(idx.len() * self.features);
+            for &i in idx {
+                x.extend_from_slice(self.row(i));
+            }
         }
         Dataset {
             features: self.features,
@@ -66,6 +119,7 @@ impl Dataset {
             image: self.image,
             x,
             y: idx.iter().map(|&i| self.y[i]).collect(),
+            pictures: self.pictures.as_ref().map(|p| p.subset(idx)),
         }
     }
 
@@ -111,11 +165,42 @@ impl From<read::ReadError> for DataError {
     }
 }
 
-/// A loaded dataset, split and normalised, with a one-line description for the log.
+/// A loaded dataset, split and normalised, with a one-line description for the log and notes
+/// (a folder's classes, files skipped, whether decoded images are kept).
 pub struct LoadedData {
     pub train: Dataset,
     pub val: Dataset,
     pub description: String,
+    pub notes: Vec<String>,
+}
+
+/// The share of a set without its own validation set that validates, unless `--val-split`.
+pub const DEFAULT_VAL_FRACTION: f64 = 0.2;
+
+/// Which samples validate, and how pictures become samples.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DataOptions {
+    /// `--val-split`: the share cut off for validation; `None`: the set's own validation set
+    /// (CIFAR's test file, a folder's `val/`) or else [`DEFAULT_VAL_FRACTION`]. 0: none.
+    pub val_fraction: Option<f64>,
+    /// `--val-data`: a separate validation set.
+    pub val_data: Option<DataSpec>,
+    /// `--image-size`: pictures' shorter side resized to this, then a square crop.
+    pub image_size: Option<usize>,
+    /// `--augment`, for training samples.
+    pub augment: Augment,
+    /// `--normalize`.
+    pub normalize: NormSpec,
+}
+
+impl DataOptions {
+    /// No validation set (benchmarks, calibration).
+    pub fn no_validation() -> DataOptions {
+        DataOptions {
+            val_fraction: Some(0.0),
+            ..DataOptions::default()
+        }
+    }
 }
 
 /// The embedded digits set (see data/README.md for its origin and licence).
@@ -144,13 +229,14 @@ fn csv_shape(shape: [usize; 3], features: usize) -> Result<[usize; 3], String> {
     }
 }
 
-/// Loads `spec`, splits off `val_fraction` for validation (seeded) and normalises.
-pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData, DataError> {
+/// Reads a set that holds its samples ready (all but the picture sets): the set, how its
+/// inputs are normalised, and what it is for the log.
+fn read_table(spec: &DataSpec, seed: u64) -> Result<(Dataset, Normalisation, String), DataError> {
     let spec_err = |msg| DataError::Spec {
         spec: spec.to_string(),
         msg,
     };
-    let (full, norm, what) = match spec {
+    Ok(match spec {
         DataSpec::Digits => {
             let mut ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| {
                 DataError::Format {
@@ -208,22 +294,87 @@ pub fn load(spec: &DataSpec, val_fraction: f64, seed: u64) -> Result<LoadedData,
             Normalisation::None,
             format!("synthetic images (seed {seed})"),
         ),
+        DataSpec::Cifar { .. } | DataSpec::Images { .. } => {
+            unreachable!("picture sets are read by image_sets")
+        }
+    })
+}
+
+/// Loads `spec` with its validation set (the set's own, `--val-data`, or a seeded split) and
+/// normalises.
+pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData, DataError> {
+    if let Some(f) = opts.val_fraction.filter(|f| !(0.0..1.0).contains(f)) {
+        return Err(DataError::Spec {
+            spec: spec.to_string(),
+            msg: format!("--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"),
+        });
+    }
+    if image_sets::is_picture_spec(spec) {
+        return image_sets::load(spec, opts, seed);
+    }
+    let picture_flags = [
+        ("--image-size", opts.image_size.is_some()),
+        ("--augment", opts.augment != Augment::default()),
+        ("--normalize", opts.normalize != NormSpec::Auto),
+    ];
+    if let Some((flag, _)) = picture_flags.iter().find(|f| f.1) {
+        return Err(DataError::Spec {
+            spec: spec.to_string(),
+            msg: format!("{flag} applies to picture data (cifar10:DIR, cifar100:DIR, images:DIR); these samples are used as given"),
+        });
+    }
+    let (full, norm, what) = read_table(spec, seed)?;
+    let (mut train, mut val, split_text) = match &opts.val_data {
+        Some(v) if opts.val_fraction.is_some_and(|f| f > 0.0) => {
+            return Err(DataError::Spec {
+                spec: v.to_string(),
+                msg: "--val-data and --val-split both choose the validation set; give one".into(),
+            })
+        }
+        Some(_) if opts.val_fraction == Some(0.0) => {
+            let (train, val) = full.split(0.0, seed);
+            (train, val, "no validation (--val-split 0)".to_string())
+        }
+        Some(v) => {
+            let (val, _, vwhat) = read_table(v, seed)?;
+            let max = val.y.iter().max().copied().unwrap_or(0) as usize;
+            if val.features != full.features || max >= full.classes {
+                return Err(DataError::Spec {
+                    spec: v.to_string(),
+                    msg: format!(
+                        "--val-data has {} features and labels up to {max}; the training set has {} features and {} classes",
+                        val.features, full.features, full.classes
+                    ),
+                });
+            }
+            let text = format!("validation {vwhat}: {} samples", val.len());
+            (full.clone(), val, text)
+        }
+        None => {
+            let f = opts.val_fraction.unwrap_or(DEFAULT_VAL_FRACTION);
+            let (train, val) = full.split(f, seed);
+            let text = format!(
+                "split {} train / {} val (seed {seed})",
+                train.len(),
+                val.len()
+            );
+            (train, val, text)
+        }
     };
-    let (mut train, mut val) = full.split(val_fraction, seed);
     let norm_text = normalise(&mut train, &mut val, &norm);
     let description = format!(
-        "{what}: {} samples, {} features{}, {} classes; split {} train / {} val (seed {seed}); inputs {norm_text}",
+        "{what}: {} samples, {} features{}, {} classes; {split_text}; inputs {norm_text}",
         full.len(),
         full.features,
-        full.image.map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
+        full.image
+            .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
         full.classes,
-        train.len(),
-        val.len()
     );
     Ok(LoadedData {
         train,
         val,
         description,
+        notes: Vec::new(),
     })
 }
 
@@ -301,6 +452,7 @@ fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> 
         image: None,
         x,
         y,
+        pictures: None,
     })
 }
 
@@ -308,9 +460,16 @@ fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> 
 mod tests {
     use super::*;
 
+    fn split(f: f64) -> DataOptions {
+        DataOptions {
+            val_fraction: Some(f),
+            ..DataOptions::default()
+        }
+    }
+
     #[test]
     fn digits_loads_with_expected_shape_and_split() {
-        let d = load(&DataSpec::Digits, 0.2, 0).unwrap();
+        let d = load(&DataSpec::Digits, &DataOptions::default(), 0).unwrap();
         assert_eq!(d.train.len() + d.val.len(), 1797);
         assert_eq!(d.val.len(), 359);
         assert_eq!((d.train.features, d.train.classes), (64, 10));
@@ -327,9 +486,15 @@ mod tests {
             d.description
         );
         // the same seed gives the same split; another seed a different one
-        let again = load(&DataSpec::Digits, 0.2, 0).unwrap();
+        let again = load(&DataSpec::Digits, &DataOptions::default(), 0).unwrap();
         assert_eq!(again.val.y, d.val.y);
-        assert_ne!(load(&DataSpec::Digits, 0.2, 1).unwrap().val.y, d.val.y);
+        assert_ne!(
+            load(&DataSpec::Digits, &DataOptions::default(), 1)
+                .unwrap()
+                .val
+                .y,
+            d.val.y
+        );
     }
 
     #[test]
@@ -344,7 +509,7 @@ mod tests {
     #[test]
     fn too_large_a_synthetic_set_names_the_spec() {
         let spec: DataSpec = "synthetic:18446744073709551615,2,2".parse().unwrap();
-        let e = load(&spec, 0.1, 0).err().unwrap().to_string();
+        let e = load(&spec, &split(0.1), 0).err().unwrap().to_string();
         assert!(
             e.starts_with("--data synthetic:18446744073709551615,2,2: ")
                 && e.contains("use fewer samples or features"),
@@ -360,6 +525,7 @@ mod tests {
             image: None,
             x: vec![1.0, 3.0],
             y: vec![0, 1],
+            pictures: None,
         };
         let mut val = Dataset {
             features: 1,
@@ -367,6 +533,7 @@ mod tests {
             image: None,
             x: vec![5.0],
             y: vec![0],
+            pictures: None,
         };
         normalise(&mut train, &mut val, &Normalisation::Standardise);
         assert_eq!(train.x, vec![-1.0, 1.0]);
@@ -400,7 +567,7 @@ mod tests {
                 .parse()
                 .unwrap()
         };
-        let d = load(&spec(",shape=1x2x4"), 0.5, 0).unwrap();
+        let d = load(&spec(",shape=1x2x4"), &split(0.5), 0).unwrap();
         assert_eq!(
             (d.train.image, d.val.image),
             (Some([1, 2, 4]), Some([1, 2, 4]))
@@ -410,14 +577,14 @@ mod tests {
             "{}",
             d.description
         );
-        let d = load(&spec(""), 0.5, 0).unwrap();
+        let d = load(&spec(""), &split(0.5), 0).unwrap();
         assert_eq!(d.train.image, None);
         assert!(
             d.description.contains("8 features, 2 classes"),
             "{}",
             d.description
         );
-        let e = load(&spec(",shape=1x3x3"), 0.5, 0)
+        let e = load(&spec(",shape=1x3x3"), &split(0.5), 0)
             .err()
             .unwrap()
             .to_string();
@@ -437,7 +604,7 @@ mod tests {
     #[test]
     fn synthetic_images_keep_their_shape_through_the_split() {
         let spec: DataSpec = "synthetic-images:50,3,4,5,2".parse().unwrap();
-        let d = load(&spec, 0.2, 3).unwrap();
+        let d = load(&spec, &split(0.2), 3).unwrap();
         assert_eq!((d.train.len(), d.val.len()), (40, 10));
         assert_eq!(
             (d.train.image, d.val.image),
@@ -454,7 +621,7 @@ mod tests {
         let spec: DataSpec = "synthetic-images:18446744073709551615,1,28,28,10"
             .parse()
             .unwrap();
-        let e = load(&spec, 0.1, 0).err().unwrap().to_string();
+        let e = load(&spec, &split(0.1), 0).err().unwrap().to_string();
         assert!(
             e.starts_with("--data synthetic-images:18446744073709551615,1,28,28,10: ")
                 && e.contains("use fewer samples or smaller images"),

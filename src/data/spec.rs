@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use super::cifar::Kind as CifarKind;
 use super::images::{parse_shape, shape_text, ImageLayout};
 use super::synthetic_images;
 use super::LabelColumn;
@@ -42,9 +43,51 @@ pub enum DataSpec {
         w: usize,
         k: usize,
     },
+    /// `cifar10:DIR`, `cifar100:DIR[,labels=coarse]`: the official binary files.
+    Cifar {
+        dir: PathBuf,
+        kind: CifarKind,
+    },
+    /// `images:DIR`: a folder of class folders of JPEG/PNG files (or DIR/train + DIR/val).
+    Images {
+        dir: PathBuf,
+    },
 }
 
-const DATA_HELP: &str = "use digits, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
+const DATA_HELP: &str = "use digits, cifar10:DIR, cifar100:DIR[,labels=coarse], images:DIR, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
+
+fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
+    let mut parts = rest.split(',');
+    let dir = parts.next().filter(|p| !p.is_empty()).ok_or(format!(
+        "data `{s}`: missing folder, e.g. cifar10:data/cifar-10-batches-bin"
+    ))?;
+    let mut coarse = false;
+    for opt in parts {
+        match opt {
+            "labels=coarse" if hundred => coarse = true,
+            "labels=fine" if hundred => coarse = false,
+            _ => {
+                let known = if hundred {
+                    "labels=fine|coarse"
+                } else {
+                    "none"
+                };
+                return Err(format!(
+                    "data `{s}`: unknown option `{opt}` (options: {known})"
+                ));
+            }
+        }
+    }
+    let kind = if hundred {
+        CifarKind::Hundred { coarse }
+    } else {
+        CifarKind::Ten
+    };
+    Ok(DataSpec::Cifar {
+        dir: dir.into(),
+        kind,
+    })
+}
 
 fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
     let mut parts = rest.split(',');
@@ -134,6 +177,10 @@ impl FromStr for DataSpec {
                 _ => Err(format!("data `{s}`: synthetic needs N,D,C (samples >= 2, features >= 1, 2..65536 classes), e.g. synthetic:60000,784,10")),
             },
             "synthetic-images" => parse_synthetic_images(s, rest),
+            "cifar10" => parse_cifar(s, rest, false),
+            "cifar100" => parse_cifar(s, rest, true),
+            "images" if !rest.is_empty() => Ok(DataSpec::Images { dir: rest.into() }),
+            "images" => Err(format!("data `{s}`: missing folder, e.g. images:photos (photos/cat/*.jpg, photos/dog/*.jpg)")),
             _ => Err(format!("unknown data `{s}`: {DATA_HELP}")),
         }
     }
@@ -152,6 +199,10 @@ impl DataSpec {
             DataSpec::Idx { images, .. } => stem(images),
             DataSpec::Synthetic { .. } => "synthetic".into(),
             DataSpec::SyntheticImages { .. } => "synthetic-images".into(),
+            DataSpec::Cifar { kind, .. } => kind.name().into(),
+            DataSpec::Images { dir } => dir
+                .file_name()
+                .map_or("images".into(), |s| s.to_string_lossy().into_owned()),
         }
     }
 }
@@ -190,6 +241,14 @@ impl fmt::Display for DataSpec {
             DataSpec::SyntheticImages { n, c, h, w, k } => {
                 write!(f, "synthetic-images:{n},{c},{h},{w},{k}")
             }
+            DataSpec::Cifar { dir, kind } => {
+                write!(f, "{}:{}", kind.name(), dir.display())?;
+                match kind {
+                    CifarKind::Hundred { coarse: true } => f.write_str(",labels=coarse"),
+                    _ => Ok(()),
+                }
+            }
+            DataSpec::Images { dir } => write!(f, "images:{}", dir.display()),
         }
     }
 }
@@ -222,6 +281,18 @@ mod tests {
         assert!(parse("synthetic:1,2").unwrap_err().contains("N,D,C"));
         assert!(parse("parquet:x").unwrap_err().contains("unknown data"));
         assert!(parse("csv:x.csv,sep=;").unwrap_err().contains("sep=;"));
+        assert_eq!(
+            parse("cifar100:d,labels=coarse").unwrap(),
+            DataSpec::Cifar {
+                dir: "d".into(),
+                kind: CifarKind::Hundred { coarse: true }
+            }
+        );
+        assert!(parse("cifar10:d,labels=coarse")
+            .unwrap_err()
+            .contains("options: none"));
+        assert!(parse("cifar10:").unwrap_err().contains("missing folder"));
+        assert!(parse("images:").unwrap_err().contains("missing folder"));
     }
 
     #[test]
@@ -345,6 +416,9 @@ mod tests {
             "idx:i.gz,l.gz,layout=nchw",
             "synthetic:100,5,3",
             "synthetic-images:100,3,16,12,7",
+            "cifar10:data/c10",
+            "cifar100:c100,labels=coarse",
+            "images:photos/pets",
         ] {
             let spec = parse(s).unwrap();
             assert_eq!(spec.to_string(), s);
@@ -355,13 +429,22 @@ mod tests {
             "csv:d/pixels.csv,shape=1x8x8",
             "idx:d/train-images.gz,l",
             "synthetic-images:10,1,8,8,2",
+            "images:photos/pets/",
+            "cifar100:x",
         ]
         .iter()
         .map(|s| parse(s).unwrap().short_name())
         .collect();
         assert_eq!(
             names,
-            ["digits", "pixels", "train-images", "synthetic-images"]
+            [
+                "digits",
+                "pixels",
+                "train-images",
+                "synthetic-images",
+                "pets",
+                "cifar100"
+            ]
         );
     }
 }

@@ -61,6 +61,7 @@ pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset
         image: None,
         x,
         y,
+        pictures: None,
     })
 }
 

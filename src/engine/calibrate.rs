@@ -34,7 +34,7 @@ pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: u
         slow_data: None,
         inject_panic: None,
         rebalance: false,
-        val_fraction: 0.0,
+        inputs: crate::data::DataOptions::no_validation(),
         ..cfg.clone()
     }
 }

@@ -151,6 +151,12 @@ pub enum Event {
         step: u64,
         ranks: usize,
     },
+    /// A picture file could not be decoded: another picture of its class stands in for it from
+    /// now on (told once per file).
+    DataSkipped {
+        step: u64,
+        message: String,
+    },
     Failed {
         rank: usize,
         step: u64,

@@ -24,6 +24,8 @@ pub struct RunInfo {
     pub processes: usize,
     pub device_note: Option<String>,
     pub data: String,
+    /// What the data's start-up lines say besides (a folder's classes, files skipped).
+    pub data_notes: Vec<String>,
     pub model: String,
     /// A convolutional model's ops with their shapes, parameters and FLOPs (none for MLPs).
     pub layers: Vec<String>,
@@ -80,6 +82,7 @@ impl RunInfo {
             processes: world.offsets.len() - 1,
             device_note,
             data: loaded.description.clone(),
+            data_notes: loaded.notes.clone(),
             model: format!("{} ({})", cfg.model, model.shape_string()),
             layers: match model.is_mlp() {
                 true => Vec::new(),

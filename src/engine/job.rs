@@ -115,9 +115,16 @@ pub(super) fn share_machine(
 /// without reading all of it.
 fn data_fingerprint(d: &Dataset) -> u64 {
     let n = d.len();
+    // a picture set's samples are made batch by batch: its rows of the set stand for them
+    let none: &[f32] = &[];
     let rows = (0..n).step_by((n / 4096).max(1)).flat_map(|i| {
-        let x = &d.x[i * d.features..(i + 1) * d.features];
-        std::iter::once(d.y[i] as u64).chain(x.iter().map(|v| v.to_bits() as u64))
+        let (x, row) = match &d.pictures {
+            None => (&d.x[i * d.features..(i + 1) * d.features], 0),
+            Some(p) => (none, p.rows[i] as u64),
+        };
+        [d.y[i] as u64, row]
+            .into_iter()
+            .chain(x.iter().map(|v| v.to_bits() as u64))
     });
     let shape = [n, d.features, d.classes].map(|v| v as u64);
     fingerprint(shape.into_iter().chain(rows))
@@ -184,7 +191,23 @@ pub(super) fn meet(
             ("--warmup".into(), cfg.warmup.to_string()),
             ("--schedule".into(), cfg.schedule.to_string()),
             ("--lr-scaling".into(), cfg.lr_scaling.to_string()),
-            ("the validation split".into(), cfg.val_fraction.to_string()),
+            (
+                "--val-split".into(),
+                format!("{:?}", cfg.inputs.val_fraction),
+            ),
+            (
+                "--val-data".into(),
+                cfg.inputs
+                    .val_data
+                    .as_ref()
+                    .map_or(String::new(), |v| v.to_string()),
+            ),
+            (
+                "--image-size".into(),
+                format!("{:?}", cfg.inputs.image_size),
+            ),
+            ("--augment".into(), cfg.inputs.augment.to_string()),
+            ("--normalize".into(), cfg.inputs.normalize.to_string()),
             ("epoch validation".into(), cfg.epoch_validation.to_string()),
             (
                 "--batch-per-replica".into(),

@@ -62,6 +62,19 @@ struct RunData {
     train: Arc<Dataset>,
     val: Arc<Dataset>,
     description: String,
+    notes: Vec<String>,
+}
+
+/// The picture sets the run reads, each once (a split's training and validation rows share
+/// one).
+fn picture_sets(train: &Dataset, val: &Dataset) -> Vec<Arc<data::ImageSet>> {
+    let mut sets: Vec<Arc<data::ImageSet>> = Vec::new();
+    for p in [&train.pictures, &val.pictures].into_iter().flatten() {
+        if !sets.iter().any(|s| Arc::ptr_eq(s, &p.set)) {
+            sets.push(p.set.clone());
+        }
+    }
+    sets
 }
 
 /// How long the processes of a run wait for each other before one is taken for lost: as long
@@ -96,7 +109,7 @@ impl Engine {
             devices = job::share_machine(devices, auto, place)?;
         }
         let devices = (devices, note);
-        let loaded = data::load(&cfg.data, cfg.val_fraction, cfg.seed)?;
+        let loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {
@@ -140,6 +153,7 @@ impl Engine {
             train: Arc::new(loaded.train),
             val: Arc::new(loaded.val),
             description: loaded.description,
+            notes: loaded.notes,
         };
         let link_latest = cfg.link_latest;
         let mut engine = Engine::start_with(cfg, devices, data, procs)?;
@@ -222,9 +236,11 @@ impl Engine {
                 val: Arc::new(Dataset {
                     x: Vec::new(),
                     y: Vec::new(),
+                    pictures: None,
                     ..*loaded.val
                 }),
                 description: loaded.description.clone(),
+                notes: Vec::new(),
             };
             let devices = resolve_devices(&one.devices)?;
             let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
@@ -298,6 +314,11 @@ impl Engine {
                 model: model.clone(),
                 train_len: train.len(),
                 val: val.clone(),
+                picture_sets: if rank == 0 {
+                    picture_sets(&train, &val)
+                } else {
+                    Vec::new()
+                },
                 coll,
                 loader,
                 decider: if rank == 0 { decider.take() } else { None },

@@ -101,8 +101,10 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     if cfg.stall_timeout.is_zero() {
         return bad("--stall-timeout 0 is invalid: use a number of seconds such as 60".into());
     }
-    if !(0.0..1.0).contains(&cfg.val_fraction) {
-        return bad("the validation fraction must be in [0, 1)".into());
+    if let Some(f) = cfg.inputs.val_fraction.filter(|f| !(0.0..1.0).contains(f)) {
+        return bad(format!(
+            "--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"
+        ));
     }
     Ok(())
 }

@@ -58,6 +58,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         lines.push(format!("note: {note}"));
     }
     lines.push(format!("data: {}", info.data));
+    lines.extend(info.data_notes.iter().map(|n| format!("  note: {n}")));
     lines.push(format!(
         "model: {}, {} parameters, {} per sample forward",
         info.model,
@@ -247,6 +248,9 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         }
         Event::InSync { step, ranks } => format!(
             "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps)"
+        ),
+        Event::DataSkipped { step, message } => format!(
+            "WARNING at step {step}: {message}; another image of its class stands in for it"
         ),
         Event::Failed {
             rank,

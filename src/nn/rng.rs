@@ -84,6 +84,7 @@ pub mod tag {
     pub const INIT: u64 = 3;
     pub const SYNTHETIC: u64 = 4;
     pub const DROPOUT: u64 = 5;
+    pub const AUGMENT: u64 = 6;
 }
 
 #[cfg(test)]

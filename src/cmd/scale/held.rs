@@ -47,7 +47,7 @@ pub struct Held {
 
 impl Held {
     pub fn load(base: &RunConfig) -> Result<Held, EngineError> {
-        let loaded = data::load(&base.data, base.val_fraction, base.seed)?;
+        let loaded = data::load(&base.data, &base.inputs, base.seed)?;
         Ok(Held { val: loaded.val })
     }
 

@@ -139,17 +139,13 @@ impl Builder {
         let (m, next, epoch_end) = sh.span(at, n);
         self.shuffle_for(at.epoch);
         let (data, perm) = (&self.data, &self.perm);
-        let d = data.features;
         let micro = (0..sh.accum)
             .map(|j| {
                 let (start, len) = sh.piece(m, j, self.rank);
                 let idx = &perm[at.offset + start..at.offset + start + len];
                 let mut x = Vec::new();
                 if self.features.load(Ordering::Relaxed) {
-                    x.reserve_exact(len * d);
-                    for &i in idx {
-                        x.extend_from_slice(data.row(i as usize));
-                    }
+                    data.gather(idx, at.epoch, &mut x);
                 }
                 MicroBatch {
                     x,

@@ -43,6 +43,8 @@ pub(super) struct Worker {
     pub model: Model,
     pub train_len: usize,
     pub val: Arc<Dataset>,
+    /// The picture sets whose undecodable files rank 0 tells of (empty on other ranks).
+    pub picture_sets: Vec<Arc<crate::data::ImageSet>>,
     pub coll: Box<dyn Collective>,
     pub loader: RankLoader,
     pub decider: Option<Decider>,
@@ -371,6 +373,10 @@ impl Worker {
                 self.last_stats = Some(stats.clone());
             }
             let _ = self.stats.try_send(stats);
+            for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
+                let step = self.step;
+                let _ = self.events.send(Event::DataSkipped { step, message });
+            }
             if self.rank == 0 {
                 losses.push(loss);
                 step_ends.push(at);
@@ -439,14 +445,31 @@ impl Worker {
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
-        let d = self.val.features;
         let (loss, correct) = match replica.evaluate_held(lo, hi) {
             Some(r) => r,
-            None => replica.evaluate(&self.val.x[lo * d..hi * d], &self.val.y[lo..hi], hi - lo),
+            None => self.evaluate(replica, lo, hi),
         };
         let mut sums = vec![loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
+    }
+
+    /// Validation samples `lo..hi` (summed loss, correct): a picture set's are made a chunk
+    /// at a time.
+    fn evaluate(&self, replica: &mut dyn Replica, lo: usize, hi: usize) -> (f64, usize) {
+        let chunk = match self.val.pictures {
+            Some(_) => 256,
+            None => hi - lo,
+        };
+        let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
+        for a in (lo..hi).step_by(chunk.max(1)) {
+            let b = (a + chunk).min(hi);
+            let x = self.val.rows(a, b, &mut buf);
+            let (l, c) = replica.evaluate(x, &self.val.y[a..b], b - a);
+            loss += l;
+            correct += c;
+        }
+        (loss, correct)
     }
 
     fn last_checkpoint_path(&self) -> Option<PathBuf> {

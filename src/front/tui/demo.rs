@@ -41,6 +41,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         layers: Vec::new(),
         flops: 19_200,
         model_notes: Vec::new(),
+        data_notes: Vec::new(),
         cores: 64,
         threads_per_worker: 1,
         injected: vec![None; devices],

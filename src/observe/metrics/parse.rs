@@ -182,6 +182,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         layers: Vec::new(),
         flops: uint(v, "flops_per_sample").unwrap_or(0),
         model_notes: Vec::new(),
+        data_notes: Vec::new(),
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),
@@ -247,6 +248,10 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
         "in_sync" => Event::InSync {
             step: uint(v, "step")?,
             ranks: count(v, "ranks")?,
+        },
+        "data_skipped" => Event::DataSkipped {
+            step: uint(v, "step")?,
+            message: text(v, "message")?.to_string(),
         },
         "error" => Event::Failed {
             rank: count(v, "rank")?,

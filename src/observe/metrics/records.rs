@@ -115,6 +115,9 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         Event::InSync { step, ranks } => {
             json!({"type": "event", "kind": "in_sync", "step": step, "t": t, "ranks": ranks})
         }
+        Event::DataSkipped { step, message } => {
+            json!({"type": "event", "kind": "data_skipped", "step": step, "t": t, "message": message})
+        }
         Event::Control { step, applied } => {
             let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
             match applied {

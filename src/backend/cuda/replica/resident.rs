@@ -37,6 +37,10 @@ impl CudaReplica {
     /// Uploads `train` and `val` when they take at most a quarter of the GPU's free memory once
     /// the activations of micro-batches of `rows` rows are allocated; whether it did.
     pub(super) fn hold(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
+        // picture sets make their samples batch by batch (augmented): nothing to hold
+        let (Some(train_x), Some(val_x)) = (train.dense(), val.dense()) else {
+            return false;
+        };
         let bytes = (train.x.len() + train.y.len() + val.x.len() + val.y.len()) * 4;
         // the run's own buffers first: the data must not take what its batches need
         if self.ensure(rows).is_err() {
@@ -57,8 +61,8 @@ impl CudaReplica {
         }
         let s = &self.gpu.stream;
         let made = (|| {
-            let (x, y) = (to_device(s, &train.x)?, to_device(s, &train.y)?);
-            let (val_x, val_y) = (to_device(s, &val.x)?, to_device(s, &val.y)?);
+            let (x, y) = (to_device(s, train_x)?, to_device(s, &train.y)?);
+            let (val_x, val_y) = (to_device(s, val_x)?, to_device(s, &val.y)?);
             let rows = s.alloc_zeros::<u32>(1)?;
             s.synchronize()?;
             Ok::<_, cudarc::driver::DriverError>(Resident {

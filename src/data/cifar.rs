@@ -1,0 +1,280 @@
+//! CIFAR-10 and CIFAR-100, the official binary versions: records of a label byte (CIFAR-100: a
+//! coarse and a fine label byte) and 3072 pixel bytes, the red, green and blue 32x32 planes.
+//! CIFAR-10 trains on `data_batch_1..5.bin` and validates on `test_batch.bin`; CIFAR-100 on
+//! `train.bin` and `test.bin`. Class names come from the archive's text files when present.
+
+use std::path::{Path, PathBuf};
+
+use super::picture::Picture;
+use super::read::{self, Expect};
+use super::DataError;
+
+const SIDE: usize = 32;
+const PIXELS: usize = 3 * SIDE * SIDE;
+/// The largest file of either archive is CIFAR-100's train.bin (150 MB).
+const MAX_FILE: u64 = 200 << 20;
+
+/// Which of the two sets, and for CIFAR-100 which labels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Ten,
+    Hundred { coarse: bool },
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Ten => "cifar10",
+            Kind::Hundred { .. } => "cifar100",
+        }
+    }
+
+    fn classes(self) -> usize {
+        match self {
+            Kind::Ten => 10,
+            Kind::Hundred { coarse: true } => 20,
+            Kind::Hundred { coarse: false } => 100,
+        }
+    }
+
+    /// The archive's folder once unpacked, its download address, and its files.
+    fn archive(self) -> (&'static str, &'static str, Vec<&'static str>, &'static str) {
+        match self {
+            Kind::Ten => (
+                "cifar-10-batches-bin",
+                "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+                vec![
+                    "data_batch_1.bin",
+                    "data_batch_2.bin",
+                    "data_batch_3.bin",
+                    "data_batch_4.bin",
+                    "data_batch_5.bin",
+                ],
+                "test_batch.bin",
+            ),
+            Kind::Hundred { .. } => (
+                "cifar-100-binary",
+                "https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",
+                vec!["train.bin"],
+                "test.bin",
+            ),
+        }
+    }
+
+    fn names_file(self) -> &'static str {
+        match self {
+            Kind::Ten => "batches.meta.txt",
+            Kind::Hundred { coarse: true } => "coarse_label_names.txt",
+            Kind::Hundred { coarse: false } => "fine_label_names.txt",
+        }
+    }
+}
+
+/// The CIFAR training and test sets, and the class names (if the archive's list is there).
+pub struct Cifar {
+    pub train: (Vec<Picture>, Vec<u32>),
+    pub test: (Vec<Picture>, Vec<u32>),
+    pub classes: usize,
+    pub names: Option<Vec<String>>,
+    pub dir: PathBuf,
+}
+
+/// The folder holding the files: `dir` itself or the archive's folder inside it.
+fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
+    let (folder, url, train, test) = kind.archive();
+    for d in [dir.to_path_buf(), dir.join(folder)] {
+        if d.join(test).is_file() {
+            return Ok(d);
+        }
+    }
+    let base = url.rsplit('/').next().unwrap_or(url);
+    Err(format!(
+        "no {} binary files here (looked for {} and {test} in {} and in {}); download {url} and unpack it there: mkdir -p {d} && tar xzf {base} -C {d}",
+        kind.name(),
+        train.join(", "),
+        dir.display(),
+        dir.join(folder).display(),
+        d = dir.display(),
+    ))
+}
+
+/// Reads one binary file's records.
+fn records(path: &Path, kind: Kind) -> Result<(Vec<Picture>, Vec<u32>), DataError> {
+    let expect = Expect {
+        what: "a CIFAR binary file",
+        flag: "--data",
+        max: MAX_FILE,
+        fix: "the largest CIFAR file is 150 MB; is it the right file?",
+    };
+    let bytes = read::read_bytes(path, &expect)?;
+    let (label_bytes, label_at) = match kind {
+        Kind::Ten => (1, 0),
+        Kind::Hundred { coarse } => (2, usize::from(!coarse)),
+    };
+    let record = label_bytes + PIXELS;
+    let bad = |msg: String| DataError::Format {
+        path: path.to_path_buf(),
+        msg,
+    };
+    if bytes.is_empty() || bytes.len() % record != 0 {
+        return Err(bad(format!(
+            "{} bytes is not a whole number of {record}-byte {} records; the file is cut short or not from the {} binary archive",
+            bytes.len(),
+            kind.name(),
+            kind.name()
+        )));
+    }
+    let mut pictures = Vec::with_capacity(bytes.len() / record);
+    let mut labels = Vec::with_capacity(bytes.len() / record);
+    for (n, r) in bytes.chunks_exact(record).enumerate() {
+        let label = r[label_at] as usize;
+        if label >= kind.classes() {
+            return Err(bad(format!(
+                "record {n} has label {label}, but {} has {} classes; the file is damaged or not from the {} binary archive",
+                kind.name(),
+                kind.classes(),
+                kind.name()
+            )));
+        }
+        let planes = &r[label_bytes..];
+        let rgb = (0..SIDE * SIDE)
+            .flat_map(|i| {
+                [
+                    planes[i],
+                    planes[SIDE * SIDE + i],
+                    planes[2 * SIDE * SIDE + i],
+                ]
+            })
+            .collect();
+        pictures.push(Picture {
+            w: SIDE,
+            h: SIDE,
+            rgb,
+        });
+        labels.push(label as u32);
+    }
+    Ok((pictures, labels))
+}
+
+fn names(dir: &Path, kind: Kind) -> Option<Vec<String>> {
+    let expect = Expect {
+        what: "a class names file",
+        flag: "--data",
+        max: 1 << 16,
+        fix: "",
+    };
+    let text = read::read_text(&dir.join(kind.names_file()), &expect).ok()?;
+    let names: Vec<String> = text
+        .lines()
+        .map(|l| read::printable(l.trim()))
+        .filter(|l| !l.is_empty())
+        .collect();
+    (names.len() == kind.classes()).then_some(names)
+}
+
+pub fn load(dir: &Path, kind: Kind, spec: &str) -> Result<Cifar, DataError> {
+    let found = locate(dir, kind).map_err(|msg| DataError::Spec {
+        spec: spec.to_string(),
+        msg,
+    })?;
+    let (_, _, train_files, test_file) = kind.archive();
+    let (mut pictures, mut labels) = (Vec::new(), Vec::new());
+    for f in train_files {
+        let (p, l) = records(&found.join(f), kind)?;
+        pictures.extend(p);
+        labels.extend(l);
+    }
+    Ok(Cifar {
+        train: (pictures, labels),
+        test: records(&found.join(test_file), kind)?,
+        classes: kind.classes(),
+        names: names(&found, kind),
+        dir: found,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CIFAR-10 record: label, then red, green, blue planes of `(r, g, b)` with pixel 0's red
+    /// set to `first`.
+    fn record(label: u8, rgb: [u8; 3], first: u8) -> Vec<u8> {
+        let mut r = vec![label];
+        for c in rgb {
+            r.extend(std::iter::repeat_n(c, SIDE * SIDE));
+        }
+        r[1] = first;
+        r
+    }
+
+    fn write_ten(dir: &Path, per_file: usize) {
+        for f in Kind::Ten.archive().2.into_iter().chain(["test_batch.bin"]) {
+            let bytes: Vec<u8> = (0..per_file)
+                .flat_map(|i| record((i % 10) as u8, [10, 20, 30], i as u8))
+                .collect();
+            std::fs::write(dir.join(f), bytes).unwrap();
+        }
+    }
+
+    #[test]
+    fn cifar10_records_become_pictures_and_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("cifar-10-batches-bin");
+        std::fs::create_dir(&inner).unwrap();
+        write_ten(&inner, 3);
+        let names: String = (0..10).map(|i| format!("class{i}\n")).collect();
+        std::fs::write(inner.join("batches.meta.txt"), names).unwrap();
+        // found from the parent folder too
+        let c = load(dir.path(), Kind::Ten, "cifar10:x").unwrap();
+        assert_eq!((c.train.0.len(), c.test.0.len(), c.classes), (15, 3, 10));
+        assert_eq!(&c.train.1[..4], &[0, 1, 2, 0]);
+        let p = &c.train.0[1];
+        assert_eq!((p.w, p.h), (32, 32));
+        assert_eq!(&p.rgb[..6], &[1, 20, 30, 10, 20, 30]);
+        assert_eq!(c.names.unwrap()[9], "class9");
+    }
+
+    #[test]
+    fn cifar100_reads_fine_or_coarse_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["train.bin", "test.bin"] {
+            let mut r = vec![7u8, 42];
+            r.extend(vec![5u8; PIXELS]);
+            std::fs::write(dir.path().join(f), r.repeat(2)).unwrap();
+        }
+        let fine = load(dir.path(), Kind::Hundred { coarse: false }, "s").unwrap();
+        assert_eq!((fine.train.1.clone(), fine.classes), (vec![42, 42], 100));
+        let coarse = load(dir.path(), Kind::Hundred { coarse: true }, "s").unwrap();
+        assert_eq!((coarse.test.1.clone(), coarse.classes), (vec![7, 7], 20));
+    }
+
+    #[test]
+    fn missing_or_damaged_files_say_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = load(dir.path(), Kind::Ten, "cifar10:d")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with("--data cifar10:d: no cifar10 binary files here")
+                && e.contains("cifar-10-binary.tar.gz")
+                && e.contains("tar xzf cifar-10-binary.tar.gz -C"),
+            "{e}"
+        );
+        write_ten(dir.path(), 2);
+        let cut = dir.path().join("data_batch_3.bin");
+        std::fs::write(&cut, vec![0u8; 3073 + 100]).unwrap();
+        let e = load(dir.path(), Kind::Ten, "c").err().unwrap().to_string();
+        assert!(
+            e.contains("data_batch_3.bin") && e.contains("not a whole number of 3073-byte"),
+            "{e}"
+        );
+        std::fs::write(&cut, record(10, [0; 3], 0)).unwrap();
+        let e = load(dir.path(), Kind::Ten, "c").err().unwrap().to_string();
+        assert!(
+            e.contains("record 0 has label 10, but cifar10 has 10 classes"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Image folders as torchvision's ImageFolder reads them: one sub-folder per class (sorted by
+//! name: the first is class 0), JPEG and PNG files anywhere below it. Every file's header is read
+//! up front, on all cores: one that cannot be read is skipped with a line naming it, and the
+//! sizes are known before training (mixed sizes need `--image-size`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::decode;
+
+/// The most image files a folder may hold (the names alone of more would take gigabytes).
+const MAX_FILES: usize = 20_000_000;
+/// How deep below a class folder files are looked for.
+const MAX_DEPTH: usize = 16;
+
+/// A scanned folder.
+#[derive(Debug)]
+pub struct Folder {
+    pub dir: PathBuf,
+    pub classes: Vec<String>,
+    pub files: Vec<PathBuf>,
+    pub labels: Vec<u32>,
+    /// Width and height of each file (upright).
+    pub sizes: Vec<(usize, usize)>,
+    /// Files skipped, each with why.
+    pub skipped: Vec<String>,
+    /// Files that are not JPEG or PNG by their extension (ignored).
+    pub ignored: usize,
+}
+
+impl Folder {
+    pub fn counts(&self) -> Vec<usize> {
+        let mut c = vec![0; self.classes.len()];
+        for &l in &self.labels {
+            c[l as usize] += 1;
+        }
+        c
+    }
+}
+
+fn is_image(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
+}
+
+fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Image files below `dir`, sorted; `ignored` counts other files.
+fn walk(
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<PathBuf>,
+    ignored: &mut usize,
+) -> Result<(), String> {
+    for p in entries(dir)? {
+        if p.is_dir() {
+            if depth < MAX_DEPTH {
+                walk(&p, depth + 1, out, ignored)?;
+            }
+        } else if is_image(&p) {
+            if out.len() >= MAX_FILES {
+                return Err(format!(
+                    "more than {MAX_FILES} image files; split the data set into several folders"
+                ));
+            }
+            out.push(p);
+        } else {
+            *ignored += 1;
+        }
+    }
+    Ok(())
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name()
+        .map(|n| super::read::printable(&n.to_string_lossy()))
+        .unwrap_or_default()
+}
+
+/// Reads every file's header on all cores: its size, or why it cannot be read.
+fn headers(files: &[PathBuf]) -> Vec<Result<(usize, usize), String>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(16);
+    let chunk = files.len().div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = files
+            .chunks(chunk)
+            .map(|c| s.spawn(move || c.iter().map(|f| decode::dimensions(f)).collect::<Vec<_>>()))
+            .collect();
+        jobs.into_iter()
+            .flat_map(|j| j.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Scans `dir`. With `classes` (a training folder's), the sub-folders must be among them and
+/// keep their numbers (a validation folder); otherwise they are the classes.
+pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
+    if !dir.is_dir() {
+        return Err(format!(
+            "{} is not a folder; images:DIR needs a folder of class folders (DIR/cat/*.jpg, DIR/dog/*.png)",
+            dir.display()
+        ));
+    }
+    let subs: Vec<PathBuf> = entries(dir)?
+        .into_iter()
+        .filter(|p| p.is_dir() && !name_of(p).starts_with('.'))
+        .collect();
+    if subs.is_empty() {
+        return Err(format!(
+            "{} holds no class folders; arrange the images one folder per class: {}/<class>/<image>.jpg",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    let names: Vec<String> = match classes {
+        Some(c) => c.to_vec(),
+        None => subs.iter().map(|p| name_of(p)).collect(),
+    };
+    let (mut files, mut labels, mut ignored) = (Vec::new(), Vec::new(), 0);
+    for sub in &subs {
+        let name = name_of(sub);
+        let Some(label) = names.iter().position(|n| *n == name) else {
+            return Err(format!(
+                "class folder {} is not a class of the training folder ({}); the validation folder's classes must be the training folder's",
+                sub.display(),
+                names.join(", ")
+            ));
+        };
+        let before = files.len();
+        walk(sub, 0, &mut files, &mut ignored)?;
+        if files.len() == before && classes.is_none() {
+            return Err(format!(
+                "class folder {} holds no JPEG or PNG images (.jpg, .jpeg, .png); add some or remove the folder",
+                sub.display()
+            ));
+        }
+        labels.resize(files.len(), label as u32);
+    }
+    let mut folder = Folder {
+        dir: dir.to_path_buf(),
+        classes: names,
+        files: Vec::with_capacity(files.len()),
+        labels: Vec::with_capacity(files.len()),
+        sizes: Vec::with_capacity(files.len()),
+        skipped: Vec::new(),
+        ignored,
+    };
+    for ((f, l), h) in files.iter().zip(&labels).zip(headers(&files)) {
+        match h {
+            Ok(size) => {
+                folder.files.push(f.clone());
+                folder.labels.push(*l);
+                folder.sizes.push(size);
+            }
+            Err(why) => folder
+                .skipped
+                .push(format!("skipped {}: {why}", f.display())),
+        }
+    }
+    if folder.files.is_empty() {
+        return Err(format!(
+            "{} holds no readable JPEG or PNG images ({} skipped, {} other files)",
+            dir.display(),
+            folder.skipped.len(),
+            folder.ignored
+        ));
+    }
+    if classes.is_none() {
+        if let Some(c) = folder.counts().iter().position(|&c| c == 0) {
+            return Err(format!(
+                "class folder {} holds no readable images (every file was skipped); fix or remove them",
+                dir.join(&folder.classes[c]).display()
+            ));
+        }
+    }
+    Ok(folder)
+}

@@ -1,0 +1,325 @@
+//! How `cifar10:`/`cifar100:` and `images:` specs become training and validation picture sets:
+//! where validation comes from (the set's own test file or `val/` folder, `--val-data`, or a
+//! seeded split), the input size (`--image-size` or the pictures' own), the augmentation, the
+//! normalisation, and whether decoded files are kept in memory.
+
+use std::sync::Arc;
+
+use super::cifar::{self, Kind};
+use super::folder::{self, Folder};
+use super::imageset::{ImageSet, Pictures};
+use super::read;
+use super::transform::{Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
+use super::{DataError, DataOptions, DataSpec, Dataset, LoadedData};
+use crate::nn::rng::{tag, Rng};
+
+/// The share of the machine's memory decoded files may be kept in.
+const KEEP_SHARE: u64 = 4;
+
+/// One set as read, before it is cut or shown: its pictures, their sizes, and what the log
+/// says about it.
+struct Read {
+    set: Arc<ImageSet>,
+    sizes: Vec<(usize, usize)>,
+    classes: usize,
+    names: Vec<String>,
+    /// What the set is, for the log: "cifar10 data/c10" or "images photos".
+    what: String,
+    notes: Vec<String>,
+}
+
+fn spec_err(spec: &DataSpec, msg: String) -> DataError {
+    DataError::Spec {
+        spec: spec.to_string(),
+        msg,
+    }
+}
+
+fn from_folder(f: Folder, side: Option<usize>) -> Read {
+    let counts = f.counts();
+    let listed: Vec<String> = f
+        .classes
+        .iter()
+        .zip(&counts)
+        .map(|(n, c)| format!("{n} {c}"))
+        .collect();
+    let mut notes = vec![format!(
+        "{}: {} classes: {}",
+        f.dir.display(),
+        f.classes.len(),
+        listed.join(", ")
+    )];
+    if f.ignored > 0 {
+        notes.push(format!(
+            "{}: {} files that are not .jpg/.jpeg/.png ignored",
+            f.dir.display(),
+            f.ignored
+        ));
+    }
+    notes.extend(f.skipped.iter().cloned());
+    // kept when every picture, at the size it is stored at, fits in the memory granted
+    let stored: u64 = f
+        .sizes
+        .iter()
+        .map(|&(w, h)| {
+            let s = side.map_or(1.0, |s| (s as f64 / w.min(h) as f64).min(1.0));
+            ((w as f64 * s).round() * (h as f64 * s).round() * 3.0) as u64
+        })
+        .sum();
+    let budget = read::machine_memory().0 / KEEP_SHARE;
+    let keep = stored <= budget;
+    notes.push(if keep {
+        format!(
+            "{}: decoded images are kept in memory after their first use ({})",
+            f.dir.display(),
+            read::bytes(stored)
+        )
+    } else {
+        format!(
+            "{}: images are decoded every epoch (keeping them would take {}, more than a quarter of {})",
+            f.dir.display(),
+            read::bytes(stored),
+            read::memory_text()
+        )
+    });
+    let what = format!("images {}", f.dir.display());
+    Read {
+        classes: f.classes.len(),
+        names: f.classes.clone(),
+        sizes: f.sizes,
+        set: Arc::new(ImageSet::files(f.files, f.labels, side, keep)),
+        what,
+        notes,
+    }
+}
+
+/// The training set of `spec`, and its own validation set if it has one.
+fn read_spec(
+    spec: &DataSpec,
+    side: Option<usize>,
+    opts: &DataOptions,
+) -> Result<(Read, Option<Read>), DataError> {
+    match spec {
+        DataSpec::Cifar { dir, kind } => {
+            let c = cifar::load(dir, *kind, &spec.to_string())?;
+            let names = c
+                .names
+                .clone()
+                .unwrap_or_else(|| (0..c.classes).map(|i| i.to_string()).collect());
+            let what = format!("{} {}", kind.name(), c.dir.display());
+            let read = |(p, l): (Vec<_>, Vec<u32>), what: String| Read {
+                sizes: vec![(32, 32); l.len()],
+                set: Arc::new(ImageSet::in_memory(p, l)),
+                classes: c.classes,
+                names: names.clone(),
+                what,
+                notes: Vec::new(),
+            };
+            let test_name = match kind {
+                Kind::Ten => "test_batch.bin",
+                Kind::Hundred { .. } => "test.bin",
+            };
+            Ok((
+                read(c.train, what.clone()),
+                Some(read(c.test, format!("{what}/{test_name}"))),
+            ))
+        }
+        DataSpec::Images { dir } => {
+            let (train_dir, val_dir) = (dir.join("train"), dir.join("val"));
+            let split = train_dir.is_dir() && val_dir.is_dir();
+            let train = folder::scan(if split { &train_dir } else { dir }, None)
+                .map_err(|m| spec_err(spec, m))?;
+            let val = match split && opts.val_data.is_none() {
+                true => Some(
+                    folder::scan(&val_dir, Some(&train.classes)).map_err(|m| spec_err(spec, m))?,
+                ),
+                false => None,
+            };
+            Ok((from_folder(train, side), val.map(|v| from_folder(v, side))))
+        }
+        _ => unreachable!("read_spec is called for picture specs"),
+    }
+}
+
+/// The input size every picture is brought to: `--image-size`, or the pictures' own when they
+/// are all the same.
+fn input_size(
+    spec: &DataSpec,
+    reads: &[&Read],
+    size: Option<usize>,
+) -> Result<(usize, usize), DataError> {
+    if let Some(s) = size {
+        return Ok((s, s));
+    }
+    let first = reads[0].sizes.first().copied().unwrap_or((1, 1));
+    for r in reads {
+        if let Some((i, s)) = r.sizes.iter().enumerate().find(|(_, s)| **s != first) {
+            let name = r
+                .set
+                .file(i)
+                .map_or(String::new(), |p| format!(" ({})", p.display()));
+            return Err(spec_err(
+                spec,
+                format!(
+                    "the images have different sizes ({}x{} and {}x{}{name}); give --image-size N to resize them (shorter side to N, centre crop)",
+                    first.0, first.1, s.0, s.1
+                ),
+            ));
+        }
+    }
+    Ok(first)
+}
+
+fn view(r: &Read, rows: Vec<u32>, look: Look, seed: u64) -> (Pictures, Vec<u32>) {
+    let y = rows.iter().map(|&i| r.set.labels()[i as usize]).collect();
+    (
+        Pictures {
+            set: r.set.clone(),
+            rows,
+            look,
+            seed,
+        },
+        y,
+    )
+}
+
+pub(super) fn load(
+    spec: &DataSpec,
+    opts: &DataOptions,
+    seed: u64,
+) -> Result<LoadedData, DataError> {
+    let a = opts.augment;
+    // with random resized crops the stored pictures keep a margin (ImageNet's 256 for 224), which
+    // validation's centre crop leaves out as torchvision's Resize(256) + CenterCrop(224) does
+    let side = opts.image_size.map(|s| {
+        if a.resized_crop {
+            (s as f64 * 8.0 / 7.0).round() as usize
+        } else {
+            s
+        }
+    });
+    let (train, own_val) = read_spec(spec, side, opts)?;
+    let val_read = match &opts.val_data {
+        Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => Some(read_spec(v, side, opts)?.0),
+        Some(v) => {
+            return Err(spec_err(
+                v,
+                format!("--val-data must be a set of the same kind as --data {spec} (cifar10:, cifar100: or images:)"),
+            ))
+        }
+        None => own_val,
+    };
+    if let Some(v) = &val_read {
+        if v.classes > train.classes
+            || (spec_is_folder(spec) && v.names != train.names[..v.names.len()])
+        {
+            return Err(spec_err(
+                spec,
+                format!(
+                    "the validation set's classes ({}) are not the training set's ({})",
+                    v.names.join(", "),
+                    train.names.join(", ")
+                ),
+            ));
+        }
+    }
+    let mut reads = vec![&train];
+    reads.extend(val_read.as_ref());
+    let (w, h) = input_size(spec, &reads, opts.image_size)?;
+    let norm = match opts.normalize {
+        NormSpec::Given(n) => n,
+        NormSpec::Auto => match spec {
+            DataSpec::Cifar {
+                kind: Kind::Ten, ..
+            } => CIFAR10,
+            DataSpec::Cifar { .. } => CIFAR100,
+            _ => IMAGENET,
+        },
+    };
+    let train_look = Look {
+        w,
+        h,
+        norm,
+        augment: Some(a),
+        side,
+    };
+    let val_look = Look {
+        augment: None,
+        ..train_look.clone()
+    };
+    let all = |r: &Read| (0..r.set.len() as u32).collect::<Vec<u32>>();
+    let ((tp, ty), (vp, vy), split_text) = match (&val_read, opts.val_fraction) {
+        (_, Some(f)) if f == 0.0 => (
+            view(&train, all(&train), train_look, seed),
+            view(&train, Vec::new(), val_look, seed),
+            "no validation (--val-split 0)".to_string(),
+        ),
+        (Some(v), Some(_)) => {
+            return Err(spec_err(
+                spec,
+                format!("validation is {} (the set's own, or --val-data); --val-split only cuts a set without one (0 turns validation off)", v.what),
+            ))
+        }
+        (Some(v), None) => (
+            view(&train, all(&train), train_look, seed),
+            view(v, all(v), val_look, seed),
+            format!("validation {}: {} images", v.what, v.set.len()),
+        ),
+        (None, f) => {
+            let f = f.unwrap_or(super::DEFAULT_VAL_FRACTION);
+            let mut idx = all(&train);
+            Rng::stream(seed, tag::SPLIT, 0).shuffle(&mut idx);
+            let n_val = (idx.len() as f64 * f).round() as usize;
+            let (v, t) = idx.split_at(n_val);
+            (
+                view(&train, t.to_vec(), train_look, seed),
+                view(&train, v.to_vec(), val_look, seed),
+                format!("split {} train / {} val (seed {seed})", t.len(), v.len()),
+            )
+        }
+    };
+    let features = 3 * w * h;
+    let dataset = |pictures: Pictures, y: Vec<u32>| Dataset {
+        features,
+        classes: train.classes,
+        image: Some([3, h, w]),
+        x: Vec::new(),
+        y,
+        pictures: Some(pictures),
+    };
+    let resize = match opts.image_size {
+        Some(s) if a.resized_crop => format!(
+            "shorter side to {} then {s}x{s} crops (centre for validation)",
+            side.unwrap_or(s)
+        ),
+        Some(s) => format!("shorter side to {s}, centre crop {s}x{s}"),
+        None => "as stored".into(),
+    };
+    let description = format!(
+        "{}: {} images, 3x{h}x{w}, {} classes; {split_text}; inputs {resize}, augmented {a} in training, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
+        train.what,
+        train.set.len(),
+        train.classes,
+        norm.mean,
+        norm.std,
+    );
+    let mut notes = train.notes.clone();
+    if let Some(v) = &val_read {
+        notes.extend(v.notes.iter().cloned());
+    }
+    Ok(LoadedData {
+        train: dataset(tp, ty),
+        val: dataset(vp, vy),
+        description,
+        notes,
+    })
+}
+
+fn spec_is_folder(spec: &DataSpec) -> bool {
+    matches!(spec, DataSpec::Images { .. })
+}
+
+/// Whether `spec` is read as pictures (made into samples batch by batch).
+pub(super) fn is_picture_spec(spec: &DataSpec) -> bool {
+    matches!(spec, DataSpec::Cifar { .. } | DataSpec::Images { .. })
+}

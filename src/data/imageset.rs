@@ -1,0 +1,170 @@
+//! Sets of pictures: held in memory (CIFAR) or image files decoded when a batch needs them, on
+//! the loader threads, and kept once decoded when the whole set fits the memory granted to it.
+//! [`Pictures`] is one split's view of a set: its rows and how they become samples.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::decode;
+use super::picture::Picture;
+use super::transform::Look;
+use crate::nn::rng::{tag, Rng};
+
+/// Pictures by row, and their labels.
+#[derive(Debug)]
+pub struct ImageSet {
+    /// Where each picture is read from (empty: every picture was given in memory).
+    files: Vec<PathBuf>,
+    pictures: Vec<OnceLock<Arc<Picture>>>,
+    labels: Vec<u32>,
+    /// Decoded files are scaled to this shorter side.
+    side: Option<usize>,
+    /// Whether decoded files are kept (else decoded every time they are needed).
+    keep: bool,
+    failed: Vec<AtomicBool>,
+    failures: AtomicUsize,
+    /// Failures not yet reported.
+    news: Mutex<Vec<String>>,
+}
+
+impl ImageSet {
+    pub fn in_memory(pictures: Vec<Picture>, labels: Vec<u32>) -> ImageSet {
+        let n = pictures.len();
+        ImageSet {
+            files: Vec::new(),
+            pictures: pictures
+                .into_iter()
+                .map(|p| OnceLock::from(Arc::new(p)))
+                .collect(),
+            labels,
+            side: None,
+            keep: true,
+            failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            failures: AtomicUsize::new(0),
+            news: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn files(
+        files: Vec<PathBuf>,
+        labels: Vec<u32>,
+        side: Option<usize>,
+        keep: bool,
+    ) -> ImageSet {
+        let n = files.len();
+        ImageSet {
+            files,
+            pictures: (0..n).map(|_| OnceLock::new()).collect(),
+            labels,
+            side,
+            keep,
+            failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            failures: AtomicUsize::new(0),
+            news: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    pub fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    pub fn file(&self, i: usize) -> Option<&PathBuf> {
+        self.files.get(i)
+    }
+
+    /// Picture `i`, decoded now if it is not held.
+    fn load(&self, i: usize) -> Result<Arc<Picture>, String> {
+        if let Some(p) = self.pictures[i].get() {
+            return Ok(p.clone());
+        }
+        let path = &self.files[i];
+        let mut p = decode::decode(path)?;
+        if let Some(side) = self.side {
+            p = p.shorter_side(side);
+        }
+        let p = Arc::new(p);
+        if self.keep {
+            let _ = self.pictures[i].set(p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Picture `i`; one that cannot be decoded is reported once and stood in for by the next
+    /// picture of the same class that can (`None` if none can), the same one every time.
+    pub fn picture(&self, i: usize) -> Option<Arc<Picture>> {
+        let n = self.len();
+        for k in 0..n {
+            let j = (i + k) % n;
+            if self.labels[j] != self.labels[i] || self.failed[j].load(Ordering::Relaxed) {
+                continue;
+            }
+            match self.load(j) {
+                Ok(p) => return Some(p),
+                Err(why) => {
+                    if !self.failed[j].swap(true, Ordering::Relaxed) {
+                        self.failures.fetch_add(1, Ordering::Relaxed);
+                        let name = self.files[j].display();
+                        let msg = format!("skipped {name}: {why}");
+                        self.news.lock().expect("image failures lock").push(msg);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Files that failed to decode since the last call, one line each.
+    pub fn take_failures(&self) -> Vec<String> {
+        std::mem::take(&mut *self.news.lock().expect("image failures lock"))
+    }
+
+    /// Files that failed to decode so far.
+    pub fn failures(&self) -> usize {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+/// One split of an image set: its rows of the set and how they become samples.
+#[derive(Clone, Debug)]
+pub struct Pictures {
+    pub set: Arc<ImageSet>,
+    pub rows: Vec<u32>,
+    pub look: Look,
+    /// Seeds the augmentation: sample `row` of epoch `e` is drawn from its own stream.
+    pub seed: u64,
+}
+
+impl Pictures {
+    /// Writes sample `i` of this split (as of `epoch`'s augmentation draws) to `out`.
+    pub fn fill(&self, i: usize, epoch: u64, out: &mut [f32]) {
+        let row = self.rows[i] as usize;
+        match self.set.picture(row) {
+            Some(p) => {
+                let mut rng = Rng::stream(
+                    self.seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03),
+                    tag::AUGMENT,
+                    row as u64,
+                );
+                self.look.render(&p, &mut rng, out);
+            }
+            None => out.fill(0.0),
+        }
+    }
+
+    /// The rows `idx` of this split as another view.
+    pub fn subset(&self, idx: &[usize]) -> Pictures {
+        Pictures {
+            rows: idx.iter().map(|&i| self.rows[i]).collect(),
+            ..self.clone()
+        }
+    }
+}

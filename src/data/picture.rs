@@ -1,0 +1,346 @@
+//! A decoded image as 8-bit RGB rows (height x width x 3), and how a region of it becomes a
+//! sample: resampled to the model's input size with PIL's antialiased bilinear filter (the
+//! triangle stretched by the downscale factor, separable, edges replicated), mirrored if asked,
+//! normalised per channel and written as channel planes (CHW floats).
+
+/// An 8-bit RGB image, rows top to bottom, each `w` pixels of R, G, B.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Picture {
+    pub w: usize,
+    pub h: usize,
+    pub rgb: Vec<u8>,
+}
+
+/// A rectangle of a picture in its pixel coordinates: `x, y` its top-left corner, `w, h` its
+/// size. It may reach past the picture's edges (a padded crop): what lies outside is black.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Region {
+    pub x: f32,
+    pub y: f32,
+    pub w: f32,
+    pub h: f32,
+}
+
+impl Region {
+    /// The `w x h` rectangle centred on a `pw x ph` picture (torchvision's CenterCrop
+    /// rounding).
+    pub fn centre(pw: f32, ph: f32, w: usize, h: usize) -> Region {
+        let x = ((pw - w as f32) / 2.0).round();
+        let y = ((ph - h as f32) / 2.0).round();
+        Region {
+            x,
+            y,
+            w: w as f32,
+            h: h as f32,
+        }
+    }
+}
+
+/// Per-channel normalisation of 0..255 pixels: (p/255 - mean) / std.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Norm {
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+}
+
+impl Norm {
+    /// `p * a + b` per channel.
+    fn affine(&self) -> ([f32; 3], [f32; 3]) {
+        let a = [0, 1, 2].map(|c| 1.0 / (255.0 * self.std[c]));
+        let b = [0, 1, 2].map(|c| -self.mean[c] / self.std[c]);
+        (a, b)
+    }
+}
+
+/// Where resampled pixels go.
+trait Sink {
+    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]);
+}
+
+/// Normalised channel planes of `w x h`.
+struct Planes<'a> {
+    out: &'a mut [f32],
+    plane: usize,
+    w: usize,
+    a: [f32; 3],
+    b: [f32; 3],
+}
+
+impl Sink for Planes<'_> {
+    #[inline]
+    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]) {
+        let at = y * self.w + x;
+        for c in 0..3 {
+            self.out[c * self.plane + at] = rgb[c] * self.a[c] + self.b[c];
+        }
+    }
+}
+
+/// 8-bit RGB rows of width `w`.
+struct Bytes<'a> {
+    out: &'a mut [u8],
+    w: usize,
+}
+
+impl Sink for Bytes<'_> {
+    #[inline]
+    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]) {
+        let at = (y * self.w + x) * 3;
+        for c in 0..3 {
+            self.out[at + c] = rgb[c].round().clamp(0.0, 255.0) as u8;
+        }
+    }
+}
+
+/// The source pixels and weights of each output pixel along one axis: `n` taps per output,
+/// indices already held inside the picture (edge replication).
+struct Taps {
+    n: usize,
+    idx: Vec<u32>,
+    w: Vec<f32>,
+}
+
+impl Taps {
+    /// `out` pixels from the span `start .. start + len` of an axis `src` pixels long.
+    fn new(start: f32, len: f32, out: usize, src: usize) -> Taps {
+        let scale = len / out as f32;
+        let support = scale.max(1.0);
+        let n = (2.0 * support).ceil() as usize + 1;
+        let (mut idx, mut w) = (Vec::with_capacity(out * n), Vec::with_capacity(out * n));
+        for o in 0..out {
+            let centre = start + (o as f32 + 0.5) * scale;
+            let first = (centre - support).floor() as i64;
+            let mut ws: Vec<f32> = (0..n)
+                .map(|k| {
+                    let s = first + k as i64;
+                    (1.0 - ((s as f32 + 0.5 - centre) / support).abs()).max(0.0)
+                })
+                .collect();
+            let sum: f32 = ws.iter().sum();
+            let norm = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+            ws.iter_mut().for_each(|v| *v *= norm);
+            w.extend(ws);
+            idx.extend((0..n).map(|k| (first + k as i64).clamp(0, src as i64 - 1) as u32));
+        }
+        Taps { n, idx, w }
+    }
+
+    fn of(&self, o: usize) -> (&[u32], &[f32]) {
+        let r = o * self.n..(o + 1) * self.n;
+        (&self.idx[r.clone()], &self.w[r])
+    }
+}
+
+/// Resamples `region` of `p` to `w x h` pixels into `sink`, mirrored left-right if `flip`.
+fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
+    let tx = Taps::new(region.x, region.w, w, p.w);
+    let ty = Taps::new(region.y, region.h, h, p.h);
+    // the horizontal pass over the source rows the vertical taps reach
+    let lo = *ty.idx.iter().min().unwrap_or(&0) as usize;
+    let hi = *ty.idx.iter().max().unwrap_or(&0) as usize;
+    let mut rows = vec![0f32; (hi + 1 - lo) * w * 3];
+    for (r, row) in rows.chunks_exact_mut(w * 3).enumerate() {
+        let src = &p.rgb[(lo + r) * p.w * 3..(lo + r + 1) * p.w * 3];
+        for (o, px) in row.chunks_exact_mut(3).enumerate() {
+            let (idx, wt) = tx.of(o);
+            let mut acc = [0f32; 3];
+            for (&i, &k) in idx.iter().zip(wt) {
+                let s = &src[i as usize * 3..i as usize * 3 + 3];
+                for c in 0..3 {
+                    acc[c] += k * s[c] as f32;
+                }
+            }
+            px.copy_from_slice(&acc);
+        }
+    }
+    for y in 0..h {
+        let (idx, wt) = ty.of(y);
+        for x in 0..w {
+            let mut acc = [0f32; 3];
+            for (&i, &k) in idx.iter().zip(wt) {
+                let at = ((i as usize - lo) * w + x) * 3;
+                for c in 0..3 {
+                    acc[c] += k * rows[at + c];
+                }
+            }
+            sink.put(y, if flip { w - 1 - x } else { x }, acc);
+        }
+    }
+}
+
+/// A same-size crop at whole-pixel offsets (CIFAR's padded random crop): pixels copied, black
+/// outside the picture.
+fn copy(p: &Picture, x0: i64, y0: i64, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
+    for y in 0..h {
+        let sy = y0 + y as i64;
+        for x in 0..w {
+            let sx = x0 + x as i64;
+            let rgb = if (0..p.h as i64).contains(&sy) && (0..p.w as i64).contains(&sx) {
+                let at = (sy as usize * p.w + sx as usize) * 3;
+                [0, 1, 2].map(|c| p.rgb[at + c] as f32)
+            } else {
+                [0.0; 3]
+            };
+            sink.put(y, if flip { w - 1 - x } else { x }, rgb);
+        }
+    }
+}
+
+fn draw(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
+    let whole = |v: f32| v == v.round();
+    if region.w == w as f32 && region.h == h as f32 && whole(region.x) && whole(region.y) {
+        copy(p, region.x as i64, region.y as i64, w, h, flip, sink);
+    } else {
+        resample(p, region, w, h, flip, sink);
+    }
+}
+
+impl Picture {
+    /// `region` as a `w x h` sample: channel planes normalised by `norm`, written to `out`
+    /// (`3 * w * h` values).
+    pub fn render(
+        &self,
+        region: Region,
+        w: usize,
+        h: usize,
+        flip: bool,
+        norm: &Norm,
+        out: &mut [f32],
+    ) {
+        let (a, b) = norm.affine();
+        let mut sink = Planes {
+            out,
+            plane: w * h,
+            w,
+            a,
+            b,
+        };
+        draw(self, region, w, h, flip, &mut sink);
+    }
+
+    /// The picture scaled so its shorter side is `side` pixels (aspect kept).
+    pub fn shorter_side(&self, side: usize) -> Picture {
+        let short = self.w.min(self.h).max(1);
+        if short == side {
+            return self.clone();
+        }
+        let scale = |v: usize| ((v * side) as f64 / short as f64).round().max(1.0) as usize;
+        let (w, h) = (scale(self.w), scale(self.h));
+        let mut rgb = vec![0u8; w * h * 3];
+        let whole = Region {
+            x: 0.0,
+            y: 0.0,
+            w: self.w as f32,
+            h: self.h as f32,
+        };
+        resample(self, whole, w, h, false, &mut Bytes { out: &mut rgb, w });
+        Picture { w, h, rgb }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(w: usize, h: usize) -> Picture {
+        let rgb = (0..h)
+            .flat_map(|y| (0..w).flat_map(move |x| [(x * 10) as u8, (y * 10) as u8, 7]))
+            .collect();
+        Picture { w, h, rgb }
+    }
+
+    const RAW: Norm = Norm {
+        mean: [0.0; 3],
+        std: [1.0 / 255.0; 3],
+    };
+
+    #[test]
+    fn a_same_size_crop_copies_pads_black_and_mirrors() {
+        let p = ramp(4, 3);
+        let mut out = vec![0.0; 3 * 4 * 3];
+        let r = Region {
+            x: 1.0,
+            y: -1.0,
+            w: 4.0,
+            h: 3.0,
+        };
+        p.render(r, 4, 3, false, &RAW, &mut out);
+        // red plane: row 0 is padding; rows 1-2 are source rows 0-1 shifted left by one
+        assert_eq!(
+            &out[..12],
+            &[0., 0., 0., 0., 10., 20., 30., 0., 10., 20., 30., 0.]
+        );
+        // green plane: source row y has 10*y
+        assert_eq!(
+            &out[12..24],
+            &[0., 0., 0., 0., 0., 0., 0., 0., 10., 10., 10., 0.]
+        );
+        p.render(r, 4, 3, true, &RAW, &mut out);
+        assert_eq!(&out[4..8], &[0., 30., 20., 10.]);
+    }
+
+    #[test]
+    fn normalisation_is_per_channel() {
+        let p = Picture {
+            w: 1,
+            h: 1,
+            rgb: vec![255, 0, 51],
+        };
+        let norm = Norm {
+            mean: [0.5, 0.5, 0.2],
+            std: [0.5, 0.25, 0.1],
+        };
+        let mut out = [0.0; 3];
+        p.render(Region::centre(1.0, 1.0, 1, 1), 1, 1, false, &norm, &mut out);
+        for (got, want) in out.iter().zip([1.0, -2.0, 0.0]) {
+            assert!((got - want).abs() < 1e-5, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn halving_averages_pixel_pairs_and_keeps_flat_colour() {
+        // a ramp 0,10,20,.. halved: the antialiased filter averages neighbours (PIL gives
+        // 5, 25, ... in the interior; the edge pixel sees the replicated edge)
+        let p = ramp(8, 2);
+        let small = p.shorter_side(1);
+        assert_eq!((small.w, small.h), (4, 1));
+        let reds: Vec<u8> = small.rgb.chunks(3).map(|c| c[0]).collect();
+        assert!(reds.windows(2).all(|w| w[1] > w[0]), "{reds:?}");
+        assert!(
+            (reds[1] as i32 - 25).abs() <= 1 && (reds[2] as i32 - 45).abs() <= 1,
+            "{reds:?}"
+        );
+        assert!(
+            small.rgb.chunks(3).all(|c| c[2] == 7),
+            "blue is flat: {:?}",
+            small.rgb
+        );
+        // upscaling a flat picture stays flat
+        let flat = Picture {
+            w: 3,
+            h: 2,
+            rgb: [9u8, 99, 199].repeat(6),
+        };
+        let big = flat.shorter_side(5);
+        assert_eq!((big.w, big.h), (8, 5));
+        assert!(big.rgb.chunks(3).all(|c| c == [9, 99, 199]));
+    }
+
+    #[test]
+    fn a_scaled_region_is_resampled_inside_the_picture() {
+        let p = ramp(10, 10);
+        let mut out = vec![0.0; 3 * 2 * 2];
+        let r = Region {
+            x: 2.0,
+            y: 2.0,
+            w: 4.0,
+            h: 4.0,
+        };
+        p.render(r, 2, 2, false, &RAW, &mut out);
+        // red of output column 0 averages source columns 2..4 (20, 30 in the middle)
+        assert!(out[0] > 15.0 && out[0] < 35.0 && out[1] > out[0], "{out:?}");
+        let mut flipped = vec![0.0; 12];
+        p.render(r, 2, 2, true, &RAW, &mut flipped);
+        assert_eq!((flipped[0], flipped[1]), (out[1], out[0]));
+    }
+}
