@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
-use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
+use image::{DynamicImage, ImageDecoder, ImageError, ImageReader, Limits};
 
 use super::picture::Picture;
 
@@ -34,7 +34,12 @@ fn open(path: &Path) -> Result<impl ImageDecoder, String> {
     reader.limits(limits());
     let decoder = reader
         .into_decoder()
-        .map_err(|e| format!("not a readable JPEG or PNG: {e}"))?;
+        .map_err(|e| match e {
+            ImageError::Limits(_) => format!(
+                "declares an image larger than {MAX_SIDE} pixels a side or {MAX_PIXELS} pixels in all; resize it, or remove it from the folder"
+            ),
+            e => format!("not a readable JPEG or PNG: {}", e.to_string().trim_end()),
+        })?;
     let (w, h) = decoder.dimensions();
     if w == 0 || h == 0 || w as u64 * h as u64 > MAX_PIXELS {
         return Err(format!(
@@ -70,7 +75,8 @@ pub fn decode(path: &Path) -> Result<Picture, String> {
     let orientation = d
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(d).map_err(|e| format!("cannot be decoded: {e}"))?;
+    let mut img = DynamicImage::from_decoder(d)
+        .map_err(|e| format!("cannot be decoded: {}", e.to_string().trim_end()))?;
     img.apply_orientation(orientation);
     let rgb = img.into_rgb8();
     let (w, h) = (rgb.width() as usize, rgb.height() as usize);

@@ -1,0 +1,439 @@
+//! Picture data as a user gives it: image folders of JPEG and PNG files of several kinds (grey,
+//! RGBA, 16-bit, EXIF-rotated, corrupt, truncated, a decompression bomb), CIFAR binaries, and
+//! what the loader makes of them: classes, pixels, augmentation, validation sets, errors.
+
+use std::io::Cursor;
+use std::path::Path;
+
+use image::{ImageBuffer, ImageFormat, Luma, Rgb, Rgba};
+use mgtop::data::{load, DataOptions, DataSpec, Dataset, LoadedData};
+
+/// A 8x6 RGB picture whose pixel (x, y) is (10x + 3, 20y + 5, 7 + salt).
+fn pixels(salt: u8) -> ImageBuffer<Rgb<u8>, Vec<u8>> {
+    ImageBuffer::from_fn(8, 6, |x, y| {
+        Rgb([10 * x as u8 + 3, 20 * y as u8 + 5, 7 + salt])
+    })
+}
+
+fn save(img: impl Fn(&Path), path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    img(path);
+}
+
+fn png_rgb(path: &Path, salt: u8) {
+    save(
+        |p| pixels(salt).save_with_format(p, ImageFormat::Png).unwrap(),
+        path,
+    );
+}
+
+fn jpeg(img: &ImageBuffer<Rgb<u8>, Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 100);
+    img.write_with_encoder(enc).unwrap();
+    out
+}
+
+/// A JPEG with an EXIF APP1 segment saying "rotate 90 degrees clockwise to show" (6).
+fn jpeg_rotated(img: &ImageBuffer<Rgb<u8>, Vec<u8>>) -> Vec<u8> {
+    let plain = jpeg(img);
+    let mut tiff = b"II*\0\x08\0\0\0".to_vec();
+    tiff.extend([1, 0]); // one entry
+    tiff.extend([0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0]); // Orientation, SHORT, 1, = 6
+    tiff.extend([0, 0, 0, 0]); // no next IFD
+    let mut app1 = b"Exif\0\0".to_vec();
+    app1.extend(tiff);
+    let len = (app1.len() + 2) as u16;
+    let mut out = plain[..2].to_vec(); // SOI
+    out.extend([0xFF, 0xE1]);
+    out.extend(len.to_be_bytes());
+    out.extend(app1);
+    out.extend(&plain[2..]);
+    out
+}
+
+/// A PNG that declares `w x h` pixels and holds none (a decompression bomb's header).
+fn png_declaring(w: u32, h: u32) -> Vec<u8> {
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = b"IHDR".to_vec();
+    ihdr.extend(w.to_be_bytes());
+    ihdr.extend(h.to_be_bytes());
+    ihdr.extend([8, 2, 0, 0, 0]);
+    out.extend(13u32.to_be_bytes());
+    out.extend(&ihdr);
+    let mut crc = flate2::Crc::new();
+    crc.update(&ihdr);
+    out.extend(crc.sum().to_be_bytes());
+    out
+}
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= 1e-6
+}
+
+fn opts(extra: impl FnOnce(&mut DataOptions)) -> DataOptions {
+    let mut o = DataOptions {
+        val_fraction: Some(0.0),
+        normalize: "unit".parse().unwrap(),
+        ..DataOptions::default()
+    };
+    extra(&mut o);
+    o
+}
+
+fn images(dir: &Path, o: &DataOptions) -> Result<LoadedData, String> {
+    let spec: DataSpec = format!("images:{}", dir.display()).parse().unwrap();
+    load(&spec, o, 0).map_err(|e| e.to_string())
+}
+
+fn sample(d: &Dataset, i: u32, epoch: u64) -> Vec<f32> {
+    let mut out = Vec::new();
+    d.gather(&[i], epoch, &mut out);
+    out
+}
+
+/// A folder of 8x6 pictures: cat/ holds PNG (RGB, grey, 16-bit) and a JPEG, dog/ holds an RGBA
+/// PNG, a JPEG and a corrupt file.
+fn pets(dir: &Path) {
+    png_rgb(&dir.join("cat/a.png"), 0);
+    let grey: ImageBuffer<Luma<u8>, Vec<u8>> =
+        ImageBuffer::from_fn(8, 6, |x, _| Luma([x as u8 * 30]));
+    grey.save(dir.join("cat/b_grey.png")).unwrap();
+    let deep: ImageBuffer<Rgb<u16>, Vec<u16>> =
+        ImageBuffer::from_fn(8, 6, |x, _| Rgb([x as u16 * 8000, 65535, 0]));
+    deep.save(dir.join("cat/c_16bit.png")).unwrap();
+    std::fs::write(dir.join("cat/d.JPG"), jpeg(&pixels(1))).unwrap();
+    std::fs::create_dir_all(dir.join("dog")).unwrap();
+    let rgba: ImageBuffer<Rgba<u8>, Vec<u8>> =
+        ImageBuffer::from_fn(8, 6, |_, _| Rgba([1, 2, 3, 0]));
+    rgba.save(dir.join("dog/a_rgba.png")).unwrap();
+    std::fs::write(dir.join("dog/b.jpeg"), jpeg(&pixels(2))).unwrap();
+    std::fs::write(dir.join("dog/corrupt.jpg"), b"not a picture at all").unwrap();
+    std::fs::write(dir.join("dog/notes.txt"), b"ignored").unwrap();
+}
+
+#[test]
+fn a_folder_of_classes_loads_with_its_pixels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pets");
+    pets(&dir);
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    assert_eq!(
+        (d.train.len(), d.train.classes, d.train.image),
+        (6, 2, Some([3, 6, 8]))
+    );
+    assert_eq!(d.train.y, [0, 0, 0, 0, 1, 1]);
+    assert_eq!(d.val.len(), 0);
+    let notes = d.notes.join("\n");
+    assert!(notes.contains("2 classes: cat 4, dog 2"), "{notes}");
+    assert!(
+        notes.contains("corrupt.jpg") && notes.contains("not a readable JPEG or PNG"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("1 files that are not .jpg/.jpeg/.png ignored"),
+        "{notes}"
+    );
+    assert!(notes.contains("kept in memory"), "{notes}");
+    assert!(
+        d.description
+            .contains("6 images, 3x6x8, 2 classes; no validation"),
+        "{}",
+        d.description
+    );
+    // PNG pixels exactly, channel planes of x/255
+    let a = sample(&d.train, 0, 0);
+    let want = pixels(0);
+    for (i, p) in want.pixels().enumerate() {
+        for c in 0..3 {
+            assert!(
+                close(a[c * 48 + i], p[c] as f32 / 255.0),
+                "pixel {i} channel {c}"
+            );
+        }
+    }
+    // greyscale repeats its value in the three channels; 16-bit is rounded to 8
+    let g = sample(&d.train, 1, 0);
+    assert!(
+        [g[3], g[48 + 3], g[96 + 3]]
+            .iter()
+            .all(|&v| close(v, 90.0 / 255.0)),
+        "{g:?}"
+    );
+    let deep = sample(&d.train, 2, 0);
+    let want = [(8000.0f32 / 257.0).round() / 255.0, 1.0, 0.0];
+    assert!(close(deep[1], want[0]) && close(deep[48 + 1], want[1]) && close(deep[96], want[2]));
+    // JPEG within its quantisation (quality 100)
+    let j = sample(&d.train, 3, 0);
+    let want = pixels(1);
+    for (i, p) in want.pixels().enumerate() {
+        for c in 0..3 {
+            let got = j[c * 48 + i] * 255.0;
+            assert!(
+                (got - p[c] as f32).abs() <= 6.0,
+                "jpeg pixel {i} channel {c}: {got} vs {}",
+                p[c]
+            );
+        }
+    }
+    // alpha is dropped
+    let rgba = sample(&d.train, 4, 0);
+    assert!(
+        close(rgba[0], 1.0 / 255.0) && close(rgba[48], 2.0 / 255.0) && close(rgba[96], 3.0 / 255.0)
+    );
+}
+
+#[test]
+fn augmentation_is_seeded_per_epoch_and_keeps_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pets");
+    pets(&dir);
+    let o = opts(|o| {
+        o.augment = "crop:2,flip".parse().unwrap();
+        o.val_fraction = Some(0.5);
+    });
+    let d = images(&dir, &o).unwrap();
+    let again = images(&dir, &o).unwrap();
+    let (n, all): (u32, Vec<u32>) = (d.train.len() as u32, (0..d.train.len() as u32).collect());
+    let batch = |d: &Dataset, epoch| {
+        let mut out = Vec::new();
+        d.gather(&all, epoch, &mut out);
+        out
+    };
+    assert_eq!(
+        batch(&d.train, 0),
+        batch(&again.train, 0),
+        "same seed, same epoch"
+    );
+    let epochs: Vec<Vec<f32>> = (0..4).map(|e| batch(&d.train, e)).collect();
+    assert!(
+        epochs.windows(2).any(|w| w[0] != w[1]),
+        "epochs draw new crops"
+    );
+    assert_eq!(d.train.y, again.train.y);
+    assert_eq!(n as usize + d.val.len(), 6);
+    // validation never augments: the same every epoch, the picture itself
+    let v0 = sample(&d.val, 0, 0);
+    assert_eq!(v0, sample(&d.val, 0, 7));
+}
+
+#[test]
+fn sizes_rotation_and_resizing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("turned");
+    png_rgb(&dir.join("a/plain.png"), 0);
+    std::fs::create_dir_all(dir.join("b")).unwrap();
+    std::fs::write(dir.join("b/rotated.jpg"), jpeg_rotated(&pixels(0))).unwrap();
+    // the rotated JPEG stands 6 wide and 8 high: mixed sizes need --image-size
+    let e = images(&dir, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("different sizes (8x6 and 6x8")
+            && e.contains("rotated.jpg")
+            && e.contains("--image-size"),
+        "{e}"
+    );
+    let d = images(&dir, &opts(|o| o.image_size = Some(4))).unwrap();
+    assert_eq!(d.train.image, Some([3, 4, 4]));
+    // upright: the rotated picture's top row came from the original's left column, bottom to
+    // top, so green (20y+5 of the original row) falls from left to right
+    let r = sample(&d.train, 1, 0);
+    let green_row0 = &r[16..20];
+    assert!(green_row0[0] > green_row0[3], "{green_row0:?}");
+    let red_col0: Vec<f32> = (0..4).map(|y| r[y * 4]).collect();
+    assert!(red_col0[0] < red_col0[3], "{red_col0:?}");
+}
+
+#[test]
+fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pets");
+    pets(&dir);
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    let e = images(&dir, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("empty holds no JPEG or PNG images") && e.contains("remove the folder"),
+        "{e}"
+    );
+    std::fs::remove_dir(dir.join("empty")).unwrap();
+    // a bomb's header is refused before anything is allocated for it
+    std::fs::write(dir.join("dog/bomb.png"), png_declaring(100_000, 100_000)).unwrap();
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("bomb.png") && n.contains("larger than 32768 pixels a side")),
+        "{:?}",
+        d.notes
+    );
+    // a cut-short PNG passes the header check; decoding it fails once, named, and another
+    // picture of its class stands in
+    let mut whole = Vec::new();
+    pixels(3)
+        .write_to(&mut Cursor::new(&mut whole), ImageFormat::Png)
+        .unwrap();
+    std::fs::write(dir.join("dog/c_cut.png"), &whole[..whole.len() / 2]).unwrap();
+    // a cut-short JPEG may decode (grey where data is missing) or fail; either way no panic
+    let whole = jpeg(&pixels(3));
+    std::fs::write(dir.join("cat/e_cut.jpg"), &whole[..whole.len() - 40]).unwrap();
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    assert_eq!(d.train.len(), 8, "{:?}", d.notes);
+    let set = &d.train.pictures.as_ref().unwrap().set;
+    let stood_in = sample(&d.train, 7, 0);
+    let failures = set.take_failures();
+    assert!(
+        failures.len() == 1 && failures[0].contains("c_cut.png"),
+        "{failures:?}"
+    );
+    assert_eq!(
+        stood_in,
+        sample(&d.train, 5, 0),
+        "the class's next good picture stands in"
+    );
+    assert_eq!(d.train.y[7], 1);
+    let _ = sample(&d.train, 4, 0);
+    let _ = set.take_failures();
+    let _ = sample(&d.train, 7, 1);
+    assert!(set.take_failures().is_empty(), "told once");
+    // no class folders, no folder, no readable images
+    let flat = tmp.path().join("flat");
+    png_rgb(&flat.join("x.png"), 0);
+    let e = images(&flat, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("holds no class folders") && e.contains("<class>/<image>.jpg"),
+        "{e}"
+    );
+    let e = images(&tmp.path().join("nowhere"), &opts(|_| {}))
+        .err()
+        .unwrap();
+    assert!(e.contains("is not a folder"), "{e}");
+    let junk = tmp.path().join("junk");
+    std::fs::create_dir_all(junk.join("a")).unwrap();
+    std::fs::write(junk.join("a/x.png"), b"junk").unwrap();
+    let e = images(&junk, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("no readable JPEG or PNG images (1 skipped"),
+        "{e}"
+    );
+}
+
+#[test]
+fn train_and_val_folders_and_val_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("split");
+    for (part, n) in [("train", 3), ("val", 1)] {
+        for class in ["ant", "bee"] {
+            for i in 0..n {
+                png_rgb(&dir.join(format!("{part}/{class}/{i}.png")), i as u8);
+            }
+        }
+    }
+    let d = images(&dir, &opts(|o| o.val_fraction = None)).unwrap();
+    assert_eq!((d.train.len(), d.val.len()), (6, 2));
+    assert_eq!(d.val.y, [0, 1]);
+    assert!(
+        d.description.contains("validation images"),
+        "{}",
+        d.description
+    );
+    // the set's own validation and --val-split do not mix; --val-split 0 turns it off
+    let e = images(&dir, &opts(|o| o.val_fraction = Some(0.3)))
+        .err()
+        .unwrap();
+    assert!(e.contains("--val-split only cuts a set without one"), "{e}");
+    assert_eq!(images(&dir, &opts(|_| {})).unwrap().val.len(), 0);
+    // a validation folder with a class the training folder lacks
+    png_rgb(&dir.join("val/cow/0.png"), 0);
+    let e = images(&dir, &opts(|o| o.val_fraction = None))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("cow is not a class of the training folder (ant, bee)"),
+        "{e}"
+    );
+    // --val-data names another folder
+    let other = tmp.path().join("other");
+    png_rgb(&other.join("ant/z.png"), 9);
+    let o = opts(|o| {
+        o.val_fraction = None;
+        o.val_data = Some(format!("images:{}", other.display()).parse().unwrap());
+    });
+    let d = images(&dir.join("train"), &o).unwrap();
+    assert_eq!(
+        (d.train.len(), d.val.len(), d.val.y.clone()),
+        (6, 1, vec![0])
+    );
+}
+
+#[test]
+fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let record = |label: u8, v: u8| {
+        let mut r = vec![label];
+        r.extend(vec![v; 1024]);
+        r.extend(vec![0; 2048]);
+        r
+    };
+    for (i, f) in [
+        "data_batch_1.bin",
+        "data_batch_2.bin",
+        "data_batch_3.bin",
+        "data_batch_4.bin",
+        "data_batch_5.bin",
+        "test_batch.bin",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let bytes: Vec<u8> = (0..4).flat_map(|k| record(k as u8, 50 * i as u8)).collect();
+        std::fs::write(dir.join(f), bytes).unwrap();
+    }
+    let spec: DataSpec = format!("cifar10:{}", dir.display()).parse().unwrap();
+    let d = load(&spec, &DataOptions::default(), 0).unwrap();
+    assert_eq!((d.train.len(), d.val.len(), d.train.classes), (20, 4, 10));
+    assert!(
+        d.description.contains("validation cifar10"),
+        "{}",
+        d.description
+    );
+    // CIFAR's own normalisation: red 250 of the test file's pictures
+    let v = sample(&d.val, 0, 0);
+    assert!(
+        (v[0] - (250.0 / 255.0 - 0.4914) / 0.2470).abs() < 1e-5,
+        "{}",
+        v[0]
+    );
+    // crop:4 pads with black: some of the training samples' corners are black
+    let o = DataOptions {
+        augment: "crop:4,flip".parse().unwrap(),
+        normalize: "unit".parse().unwrap(),
+        ..DataOptions::default()
+    };
+    let d = load(&spec, &o, 0).unwrap();
+    let all: Vec<u32> = (0..20).collect();
+    let mut x = Vec::new();
+    d.train.gather(&all, 0, &mut x);
+    // every red value is the picture's own or black padding, and some crops reach the padding
+    let mut padded = 0;
+    for (s, &row) in x.chunks(3072).zip(&d.train.pictures.as_ref().unwrap().rows) {
+        let v = 50.0 * (row / 4) as f32 / 255.0;
+        assert!(
+            s[..1024].iter().all(|&r| r == 0.0 || close(r, v)),
+            "row {row}"
+        );
+        padded += usize::from(v > 0.0 && s[..1024].contains(&0.0));
+    }
+    assert!(padded > 0);
+    let e = load(
+        &"cifar100:/no/such/dir".parse().unwrap(),
+        &DataOptions::default(),
+        0,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("cifar-100-binary.tar.gz") && e.contains("tar xzf"),
+        "{e}"
+    );
+}
