@@ -141,6 +141,8 @@ pub struct RunConfig {
     /// Write a checkpoint when the run completes.
     pub final_checkpoint: bool,
     pub resume: Option<PathBuf>,
+    /// Start from these weights, by name (`--init`, safetensors).
+    pub init: Option<PathBuf>,
     /// Fault injection for tests and demos: (rank, step) panics at that step.
     pub inject_panic: Option<(usize, u64)>,
     /// Fault injection for tests: (rank, step) nudges one of that rank's parameters after
@@ -200,6 +202,7 @@ impl Default for RunConfig {
             checkpoint_every: None,
             final_checkpoint: true,
             resume: None,
+            init: None,
             inject_panic: None,
             inject_desync: None,
             slow_rank: None,

@@ -33,6 +33,9 @@ Examples:
   mpirun -np 2 -H nodeA,nodeB mgtop-train --headless --devices auto
                                                (one run over two machines: a build with --features mpi; see the README)
   mgtop-train scale --counts 1,2 --batches 32,128 --out scale.csv   (scaling report)
+  mgtop-train --headless --model mobilenetv2 --data images:photos --image-size 224 --augment random-resized-crop,flip --init mobilenet_v2.safetensors
+                                               (fine-tune pretrained torchvision weights on a folder of class folders)
+  mgtop-train export runs/photos-mobilenetv2/latest trained.safetensors   (the weights for PyTorch's load_state_dict)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
 
@@ -65,6 +68,8 @@ pub enum Command {
         #[arg(long, default_value_t = 3, value_parser = at_least_one(100))]
         repeat: usize,
     },
+    /// Write a run's (or checkpoint's) trained weights to a safetensors file under PyTorch's names, for `model.load_state_dict(safetensors.torch.load_file(FILE))`.
+    Export(ExportArgs),
     /// Open the terminal UI on a running job over its live socket (default: the newest live run under ./runs): same screens and keys; q offers detach (the run goes on) or stop.
     Attach(AttachArgs),
 }
@@ -79,9 +84,20 @@ impl Command {
             Command::View(_) => "view",
             Command::Runs(_) => "runs",
             Command::Attach(_) => "attach",
+            Command::Export(_) => "export",
             Command::MpiAllreduceBench { .. } => "mpi-allreduce-bench",
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A run directory (its newest checkpoint), a checkpoint directory or a step-NNNNNNNN checkpoint.
+    #[arg(value_name = "RUN_DIR|CHECKPOINT")]
+    pub from: PathBuf,
+    /// The safetensors file to write.
+    #[arg(value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -302,6 +318,9 @@ pub struct TrainArgs {
     /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
     /// Continue a run: its run directory (newest checkpoint), a checkpoint dir, or a step-NNNNNNNN directory.
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,

@@ -92,7 +92,8 @@ impl TrainArgs {
             run_dir,
             checkpoint_dir,
             checkpoint_every,
-            resume
+            resume,
+            init
         )
     }
 
@@ -229,6 +230,7 @@ impl TrainArgs {
                 .as_deref()
                 .map(rundir::resume_point)
                 .transpose()?,
+            init: args.init,
             inject_panic,
             inject_desync: None,
         };

@@ -1,4 +1,4 @@
-//! The subcommands, one file each: training (the default), `attach`, `bench`, `runs`, `scale`,
+//! The subcommands, one file each: training (the default), `attach`, `bench`, `export`, `runs`, `scale`,
 //! `selftest` and `view`.
 //! `main.rs` parses the flags, installs signal handling and turns results into exit codes.
 
@@ -6,6 +6,7 @@ pub mod attach;
 pub mod bench;
 mod bench_live;
 pub mod bench_processes;
+pub mod export;
 mod processes;
 pub mod runs;
 pub mod scale;

@@ -90,7 +90,9 @@ impl RunInfo {
             },
             params: model.n_params,
             flops: model.flops_per_sample(),
-            model_notes: model_notes(model, ranks, cfg.sync_bn),
+            model_notes: (start.init_notes.iter().cloned())
+                .chain(model_notes(model, ranks, cfg.sync_bn))
+                .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
             batch_note: start.batch_note.clone(),

@@ -315,6 +315,7 @@ struct StartHeader {
     lr_note: Option<String>,
     batch_note: Option<String>,
     checkpoint: Option<PathBuf>,
+    init_notes: Vec<String>,
     t: u64,
     lens: [usize; 4],
 }
@@ -333,6 +334,7 @@ fn encode(s: &Start) -> Vec<u8> {
         lr_note: s.lr_note.clone(),
         batch_note: s.batch_note.clone(),
         checkpoint: s.checkpoint.clone(),
+        init_notes: s.init_notes.clone(),
         t: s.state.opt.t,
         lens: [
             s.state.params.len(),
@@ -384,6 +386,7 @@ fn decode(b: &[u8]) -> Option<Start> {
             buffers,
         },
         checkpoint: head.checkpoint,
+        init_notes: head.init_notes,
     })
 }
 
@@ -455,6 +458,7 @@ mod tests {
                 buffers: vec![0.25, 4.0],
             },
             checkpoint: Some("runs/x/ckpt".into()),
+            init_notes: vec!["--init w.safetensors: loaded 3 of 3".into()],
         };
         let got: Vec<Start> = ThreadProcesses::group(3)
             .into_iter()

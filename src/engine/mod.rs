@@ -20,6 +20,7 @@ pub mod rundir;
 mod start;
 pub mod strategy;
 mod validate;
+pub mod weights;
 mod worker;
 
 use std::sync::Arc;

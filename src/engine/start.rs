@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::checkpoint;
 use super::loader::Cursor;
 use super::resume::resumed_settings;
+use super::weights;
 use super::EngineError;
 use crate::backend::TrainState;
 use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
@@ -24,6 +25,8 @@ pub(super) struct Start {
     pub state: TrainState,
     /// The checkpoint resumed from (its step is `step`).
     pub checkpoint: Option<PathBuf>,
+    /// What `--init` loaded, for the start-up lines.
+    pub init_notes: Vec<String>,
 }
 
 /// The starting point of a run of `ranks` ranks: `--resume`'s checkpoint (read by process 0
@@ -51,9 +54,28 @@ pub(super) fn starting_point(
                 batch_note: Some(resumed.batch_note),
                 state,
                 checkpoint: Some(dir),
+                init_notes: Vec::new(),
             }
         }
-        None => Start {
+        None => fresh(cfg, model, ranks, lead)?,
+    };
+    Ok(start)
+}
+
+/// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
+/// alone, `lead`).
+fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Start, EngineError> {
+    let mut state = TrainState {
+        params: model.init_params(cfg.seed),
+        opt: OptState::new(cfg.optimizer, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let init_notes = match cfg.init.as_ref().filter(|_| lead) {
+        Some(path) => weights::import(path, model, &mut state.params, &mut state.buffers)
+            .map_err(EngineError::Config)?,
+        None => Vec::new(),
+    };
+    Ok(Start {
             step: 0,
             cursor: Cursor::default(),
             per_replica: cfg.batch_per_replica,
@@ -66,13 +88,8 @@ pub(super) fn starting_point(
                 )
             }),
             batch_note: None,
-            state: TrainState {
-                params: model.init_params(cfg.seed),
-                opt: OptState::new(cfg.optimizer, model.n_params),
-                buffers: model.init_buffers(),
-            },
+            state,
             checkpoint: None,
-        },
-    };
-    Ok(start)
+            init_notes,
+    })
 }

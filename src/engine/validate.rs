@@ -101,6 +101,9 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     if cfg.stall_timeout.is_zero() {
         return bad("--stall-timeout 0 is invalid: use a number of seconds such as 60".into());
     }
+    if cfg.init.is_some() && cfg.resume.is_some() {
+        return bad("--init starts a run from given weights and --resume continues a run from its checkpoint; give one".into());
+    }
     if let Some(f) = cfg.inputs.val_fraction.filter(|f| !(0.0..1.0).contains(f)) {
         return bad(format!(
             "--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"

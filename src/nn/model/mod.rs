@@ -234,6 +234,14 @@ impl Model {
         out
     }
 
+    /// The classifier head: the tensors of the last linear layer (what a fine-tuning run with
+    /// other classes starts afresh, and what `--freeze backbone` leaves trainable).
+    pub fn head_tensors(&self) -> Vec<usize> {
+        (self.nodes.iter().rev())
+            .find(|n| matches!(n.op, Op::Linear { .. }))
+            .map_or(Vec::new(), |n| n.params.clone())
+    }
+
     /// The starting parameters: each tensor drawn from its initialisation (PyTorch's layer
     /// defaults, or torchvision's for the presets) from one seeded stream, in order.
     pub fn init_params(&self, seed: u64) -> Vec<f32> {

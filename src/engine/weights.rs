@@ -1,0 +1,311 @@
+//! Weights by name in safetensors files, as PyTorch writes and reads them. `--init FILE` loads
+//! what matches this model's names (torchvision's: `layer1.0.conv1.weight`), with a report of
+//! what was loaded, missing, unexpected or re-initialised (a classifier head for other
+//! classes); `export` writes a checkpoint's weights and running statistics so that
+//! `model.load_state_dict(safetensors.torch.load_file(F))` takes them.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+
+use super::checkpoint;
+use crate::data::read::{self, Expect};
+use crate::nn::model::{Model, TensorInfo};
+
+/// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's
+/// `model.`), tried when the names do not match as they are.
+const PREFIXES: [&str; 4] = ["", "module.", "model.", "state_dict."];
+
+/// The most names listed in a report line.
+const LISTED: usize = 6;
+
+fn listed(names: &[String]) -> String {
+    let mut s = names
+        .iter()
+        .take(LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED {
+        s.push_str(&format!(" and {} more", names.len() - LISTED));
+    }
+    s
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let frac = (h & 0x3ff) as u32;
+    let bits = match (exp, frac) {
+        (0, 0) => sign,
+        (0, f) => {
+            // subnormal: normalise
+            let mut e = 127 - 15 + 1;
+            let mut f = f;
+            while f & 0x400 == 0 {
+                f <<= 1;
+                e -= 1;
+            }
+            sign | (e << 23) | ((f & 0x3ff) << 13)
+        }
+        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
+        (e, f) => sign | ((e + 127 - 15) << 23) | (f << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// A tensor's values as f32, from any floating-point dtype.
+fn values(view: &TensorView, name: &str) -> Result<Vec<f32>, String> {
+    let b = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")) as f32)
+            .collect(),
+        Dtype::F16 => b
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        Dtype::BF16 => b
+            .chunks_exact(2)
+            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+            .collect(),
+        d => {
+            return Err(format!(
+                "tensor `{name}` is {d:?}; weights must be F32, F16, BF16 or F64"
+            ))
+        }
+    })
+}
+
+/// Loads the tensors of `path` that this model has, by name, into `params` and `buffers`;
+/// returns the report's lines. A classifier head of another class count is left as
+/// initialised (said so); any other shape mismatch, a damaged file or a file that matches
+/// nothing is an error.
+pub fn import(
+    path: &Path,
+    model: &Model,
+    params: &mut [f32],
+    buffers: &mut [f32],
+) -> Result<Vec<String>, String> {
+    let at = |m: String| format!("--init {}: {m}", path.display());
+    // a file for this model with 8-byte floats, a larger head and some extras fits easily
+    let most = ((model.n_params + model.n_buffers) as u64 * 8).saturating_add(1 << 30);
+    let expect = Expect {
+        what: "a safetensors weights file",
+        flag: "--init",
+        max: most,
+        fix: "more than any weights file for this model holds; is it the right file?",
+    };
+    let bytes = read::read_bytes(path, &expect).map_err(|e| e.to_string())?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        at(format!(
+            "not a whole safetensors file ({e}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)"
+        ))
+    })?;
+    let mut file_names: Vec<String> = st.names().into_iter().cloned().collect();
+    file_names.sort();
+    let ours: Vec<(&TensorInfo, bool)> = (model.tensors.iter().map(|t| (t, true)))
+        .chain(model.buffers.iter().map(|t| (t, false)))
+        .collect();
+    // the prefix under which most of our names are found
+    let prefix = PREFIXES
+        .iter()
+        .max_by_key(|p| {
+            let hits = ours
+                .iter()
+                .filter(|(t, _)| st.tensor(&format!("{p}{}", t.name)).is_ok())
+                .count();
+            (hits, std::cmp::Reverse(p.len()))
+        })
+        .copied()
+        .unwrap_or("");
+    let head = model.head_tensors();
+    let (mut loaded, mut missing, mut head_reset) = (0usize, Vec::new(), Vec::new());
+    let mut used = std::collections::HashSet::new();
+    for (i, (t, is_param)) in ours.iter().enumerate() {
+        let name = format!("{prefix}{}", t.name);
+        let Ok(view) = st.tensor(&name) else {
+            missing.push(t.name.clone());
+            continue;
+        };
+        used.insert(name.clone());
+        if view.shape() != t.shape.as_slice() {
+            if *is_param && head.contains(&i) {
+                head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
+                continue;
+            }
+            return Err(at(format!(
+                "tensor `{name}` is {:?} but this model's `{}` is {:?}; is the file for --model {}?",
+                view.shape(),
+                t.name,
+                t.shape,
+                model.shape_string()
+            )));
+        }
+        let v = values(&view, &name).map_err(at)?;
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(at(format!("tensor `{name}` holds NaN or infinity")));
+        }
+        if t.name.ends_with("running_var") && v.iter().any(|&x| x < 0.0) {
+            return Err(at(format!("tensor `{name}` holds negative variances")));
+        }
+        let dst = if *is_param {
+            &mut params[t.range()]
+        } else {
+            &mut buffers[t.range()]
+        };
+        dst.copy_from_slice(&v);
+        loaded += 1;
+    }
+    if loaded == 0 {
+        let ex: Vec<String> = file_names.iter().take(3).cloned().collect();
+        return Err(at(format!(
+            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?",
+            file_names.len(),
+            model.tensors.first().map_or("", |t| &t.name),
+            ex.join(", ")
+        )));
+    }
+    let unexpected: Vec<String> = file_names
+        .into_iter()
+        .filter(|n| !used.contains(n))
+        .collect();
+    let mut notes = vec![format!(
+        "--init {}: loaded {loaded} of this model's {} tensors{}",
+        path.display(),
+        ours.len(),
+        if prefix.is_empty() {
+            String::new()
+        } else {
+            format!(" (names prefixed `{prefix}` in the file)")
+        }
+    )];
+    if !head_reset.is_empty() {
+        notes.push(format!(
+            "--init: classifier head re-initialised for {} classes (the file's is for another count): {}",
+            model.classes(),
+            head_reset.join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        notes.push(format!(
+            "--init: missing from the file, left as initialised: {}",
+            listed(&missing)
+        ));
+    }
+    if !unexpected.is_empty() {
+        notes.push(format!(
+            "--init: in the file but not in this model, ignored: {}",
+            listed(&unexpected)
+        ));
+    }
+    Ok(notes)
+}
+
+/// Writes the weights and running statistics of the checkpoint at `from` (a run directory, a
+/// checkpoint directory or a step directory) to `out`, under PyTorch's names, with
+/// `num_batches_tracked` beside each batch norm's statistics (as `load_state_dict` expects).
+/// Written beside and renamed: a failure leaves no partial file. Returns the checkpoint read
+/// and the tensors written.
+pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
+    if !from.exists() {
+        return Err(format!(
+            "{}: no such file or directory; export a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
+            from.display()
+        ));
+    }
+    // (what --resume accepts, and its messages without the flag)
+    let point = super::rundir::resume_point(from).map_err(|e| e.replacen("--resume ", "", 1))?;
+    let dir = checkpoint::resolve(&point).map_err(|e| e.to_string())?;
+    let meta = checkpoint::read_meta(&dir).map_err(|e| e.to_string())?;
+    let file = dir.join("model.safetensors");
+    let expect = Expect {
+        what: "a checkpoint's weights",
+        flag: "export",
+        max: read::machine_memory().0 / 2,
+        fix: "it must fit in memory to be exported",
+    };
+    let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        format!(
+            "{}: not a whole safetensors file ({e}); export another checkpoint",
+            file.display()
+        )
+    })?;
+    let steps = (meta.optimizer_steps as i64).to_le_bytes();
+    let mut views: Vec<(String, TensorView)> = Vec::new();
+    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+    names.sort();
+    for name in names.iter().filter(|n| !n.starts_with("optim.")) {
+        let v = st.tensor(name).map_err(|e| e.to_string())?;
+        views.push((name.clone(), v));
+        if let Some(bn) = name.strip_suffix("running_mean") {
+            let t = TensorView::new(Dtype::I64, Vec::new(), &steps).expect("one i64 scalar");
+            views.push((format!("{bn}num_batches_tracked"), t));
+        }
+    }
+    let n = views.len();
+    let info: HashMap<String, String> = [
+        ("format".to_string(), "pt".to_string()),
+        ("mgtop.step".to_string(), meta.step.to_string()),
+        ("mgtop.data".to_string(), meta.data.clone()),
+    ]
+    .into();
+    let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
+    if out.is_dir() {
+        return Err(format!(
+            "{} is a directory; give the file to write, e.g. {}/model.safetensors",
+            out.display(),
+            out.display()
+        ));
+    }
+    let tmp = out.with_file_name(format!(
+        ".{}.tmp-{}",
+        out.file_name()
+            .map_or("export".into(), |f| f.to_string_lossy()),
+        std::process::id()
+    ));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, out)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        format!(
+            "cannot write {}: {e}; check the folder exists, is writable and has space",
+            out.display()
+        )
+    })?;
+    Ok((dir, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_floats_convert_exactly() {
+        for (h, f) in [
+            (0x3c00u16, 1.0f32),
+            (0xc000, -2.0),
+            (0x0000, 0.0),
+            (0x7bff, 65504.0),
+            (0x0001, 5.960_464_5e-8),
+            (0x3555, 0.333_251_95),
+        ] {
+            assert_eq!(f16_to_f32(h), f, "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7c00).is_infinite() && f16_to_f32(0x7e00).is_nan());
+    }
+}

@@ -1,0 +1,231 @@
+//! Weights in and out by PyTorch's names: `--init` of a file PyTorch's `safetensors` package
+//! wrote (the vision fixtures) gives PyTorch's logits; a classifier head for another class count
+//! is re-initialised; `export` after training loads back to the same logits; damaged and
+//! hostile files are clear errors.
+
+use std::path::{Path, PathBuf};
+
+use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::engine::weights::{export, import};
+use mgtop::engine::Engine;
+use mgtop::nn::layers::Shape;
+use mgtop::nn::model::{Model, Op, Workspace};
+use safetensors::SafeTensors;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/vision/{name}.safetensors"))
+}
+
+fn tensor(path: &Path, name: &str) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let v = st.tensor(name).unwrap();
+    v.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn model(preset: &str, classes: usize) -> Model {
+    let mut m = Model::new(
+        Shape::Image { c: 3, h: 32, w: 32 },
+        &preset.parse().unwrap(),
+        classes,
+    )
+    .unwrap();
+    for n in &mut m.nodes {
+        if let Op::Dropout { p } = &mut n.op {
+            *p = 0.0;
+        }
+    }
+    m
+}
+
+/// The model's eval-mode logits of the fixture's input, from `params` and `buffers`.
+fn logits(m: &Model, params: &[f32], buffers: &[f32], x: &[f32]) -> Vec<f32> {
+    let b = x.len() / 3072;
+    let mut ws = Workspace::default();
+    m.evaluate(params, buffers, &mut ws, x, &vec![0; b], b);
+    ws.logits(m, b).to_vec()
+}
+
+fn worst(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(1e-6f32, |s, v| s.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+        / scale
+}
+
+#[test]
+fn a_file_pytorch_wrote_gives_pytorchs_logits() {
+    for (preset, name) in [
+        ("resnet20", "resnet20"),
+        ("mobilenetv2:0.25", "mobilenetv2_0.25"),
+    ] {
+        let path = fixture(name);
+        let m = model(preset, 10);
+        let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
+        let notes = import(&path, &m, &mut params, &mut buffers).unwrap();
+        let all = m.tensors.len() + m.buffers.len();
+        assert!(
+            notes[0].contains(&format!("loaded {all} of this model's {all} tensors")),
+            "{notes:?}"
+        );
+        // the fixture's inputs, logits and gradients are not the model's: reported, ignored
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("in the file but not in this model, ignored: after.")),
+            "{notes:?}"
+        );
+        let x = tensor(&path, "input");
+        let got = logits(&m, &params, &buffers, &x);
+        let e = worst(&got, &tensor(&path, "eval.logits"));
+        assert!(e <= 1e-4, "{preset}: logits off by {e} of their scale");
+    }
+}
+
+#[test]
+fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
+    let path = fixture("resnet20");
+    let m = model("resnet20", 2);
+    let init = m.init_params(5);
+    let (mut params, mut buffers) = (init.clone(), m.init_buffers());
+    let notes = import(&path, &m, &mut params, &mut buffers).unwrap();
+    let text = notes.join("\n");
+    assert!(
+        text.contains("classifier head re-initialised for 2 classes")
+            && text.contains("fc.weight [10, 64] -> [2, 64]"),
+        "{text}"
+    );
+    for t in &m.tensors {
+        let ours = &params[t.range()];
+        if t.name.starts_with("fc.") {
+            assert_eq!(
+                ours,
+                &init[t.range()],
+                "{} keeps its initialisation",
+                t.name
+            );
+        } else {
+            assert_eq!(ours, tensor(&path, &t.name).as_slice(), "{}", t.name);
+        }
+    }
+    // a mismatch elsewhere is an error naming the tensor
+    let wide = model("resnet32", 10);
+    let (mut p, mut b) = (wide.init_params(0), wide.init_buffers());
+    let loaded = import(&path, &wide, &mut p, &mut b).unwrap();
+    assert!(
+        loaded
+            .iter()
+            .any(|n| n.contains("missing from the file") && n.contains("layer1.3.")),
+        "{loaded:?}"
+    );
+    let mlp = Model::mlp(3072, &[64], 10);
+    let (mut p, mut b) = (mlp.init_params(0), mlp.init_buffers());
+    let e = import(&path, &mlp, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("none of its") && e.contains("is it a checkpoint of this --model"),
+        "{e}"
+    );
+}
+
+#[test]
+fn damaged_and_hostile_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model("resnet20", 10);
+    let try_file = |bytes: &[u8]| {
+        let f = dir.path().join("w.safetensors");
+        std::fs::write(&f, bytes).unwrap();
+        let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+        import(&f, &m, &mut p, &mut b).unwrap_err()
+    };
+    let good = std::fs::read(fixture("resnet20")).unwrap();
+    let e = try_file(&good[..good.len() / 2]);
+    assert!(
+        e.contains("not a whole safetensors file") && e.contains("cut short"),
+        "{e}"
+    );
+    // a header that claims more bytes than the file holds
+    let header =
+        br#"{"conv1.weight":{"dtype":"F32","shape":[100000000],"data_offsets":[0,400000000]}}"#;
+    let mut claim = (header.len() as u64).to_le_bytes().to_vec();
+    claim.extend(header);
+    claim.extend([0u8; 64]);
+    let e = try_file(&claim);
+    assert!(e.contains("not a whole safetensors file"), "{e}");
+    // a header length past the file
+    let e = try_file(&u64::MAX.to_le_bytes());
+    assert!(e.contains("not a whole safetensors file"), "{e}");
+    // integers where weights should be
+    let header = br#"{"conv1.weight":{"dtype":"I32","shape":[16,3,3,3],"data_offsets":[0,1728]}}"#;
+    let mut ints = (header.len() as u64).to_le_bytes().to_vec();
+    ints.extend(header);
+    ints.extend(vec![0u8; 1728]);
+    let e = try_file(&ints);
+    assert!(
+        e.contains("`conv1.weight` is I32") && e.contains("F32, F16, BF16"),
+        "{e}"
+    );
+    let e = try_file(b"PK\x03\x04 a zip file, as torch.save writes");
+    assert!(e.contains("pth_to_safetensors.py"), "{e}");
+}
+
+#[test]
+fn trained_weights_export_for_pytorch_and_load_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        model: "conv4k3p1,bn,basic4,gap".parse().unwrap(),
+        data: "synthetic-images:64,3,8,8,3".parse().unwrap(),
+        budget: Budget::Steps(4),
+        batch_per_replica: 16,
+        checkpoint_dir: run.join("checkpoints"),
+        run_dir: Some(run.clone()),
+        ..RunConfig::default()
+    };
+    Engine::run(cfg).unwrap();
+    let out = dir.path().join("trained.safetensors");
+    let (_, n) = export(&run.join("checkpoints"), &out).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let names: Vec<String> = st.names().into_iter().cloned().collect();
+    assert_eq!(n, names.len());
+    assert!(names.iter().all(|n| !n.starts_with("optim.")), "{names:?}");
+    // every batch norm carries num_batches_tracked, as PyTorch's state_dict does
+    for bn in names.iter().filter_map(|n| n.strip_suffix("running_mean")) {
+        let t = st.tensor(&format!("{bn}num_batches_tracked")).unwrap();
+        assert_eq!((t.dtype(), t.shape()), (safetensors::Dtype::I64, &[][..]));
+        assert_eq!(i64::from_le_bytes(t.data().try_into().unwrap()), 4);
+    }
+    // loaded back into a fresh model: the checkpoint's weights, bit for bit
+    let m = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &"conv4k3p1,bn,basic4,gap".parse().unwrap(),
+        3,
+    )
+    .unwrap();
+    let (mut params, mut buffers) = (m.init_params(9), m.init_buffers());
+    import(&out, &m, &mut params, &mut buffers).unwrap();
+    let ckpt = run.join("checkpoints/step-00000004");
+    for t in &m.tensors {
+        assert_eq!(
+            &params[t.range()],
+            tensor(&ckpt.join("model.safetensors"), &t.name).as_slice()
+        );
+    }
+    for t in &m.buffers {
+        assert_eq!(
+            &buffers[t.range()],
+            tensor(&ckpt.join("model.safetensors"), &t.name).as_slice()
+        );
+    }
+    // bad targets
+    let e = export(&dir.path().join("nowhere"), &out).unwrap_err();
+    assert!(e.contains("no such file or directory"), "{e}");
+    let e = export(&run.join("checkpoints"), dir.path()).unwrap_err();
+    assert!(e.contains("is a directory"), "{e}");
+}
