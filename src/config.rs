@@ -97,6 +97,40 @@ impl RunConfig {
     }
 }
 
+/// `--freeze`: which parameters training leaves as they are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Freeze {
+    /// Everything but the classifier head (the last linear layer).
+    Backbone,
+    /// Tensors whose names start with one of these (`layer1.`, `features.`).
+    Prefixes(Vec<String>),
+}
+
+impl std::str::FromStr for Freeze {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "backbone" {
+            return Ok(Freeze::Backbone);
+        }
+        let p: Vec<String> = s.split(',').map(|p| p.trim().to_string()).collect();
+        if p.iter().any(|p| p.is_empty()) {
+            return Err(format!(
+                "`{s}`: give backbone or name prefixes separated by commas, e.g. layer1.,layer2."
+            ));
+        }
+        Ok(Freeze::Prefixes(p))
+    }
+}
+
+impl std::fmt::Display for Freeze {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Freeze::Backbone => f.write_str("backbone"),
+            Freeze::Prefixes(p) => f.write_str(&p.join(",")),
+        }
+    }
+}
+
 /// Every setting of a run, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -143,6 +177,8 @@ pub struct RunConfig {
     pub resume: Option<PathBuf>,
     /// Start from these weights, by name (`--init`, safetensors).
     pub init: Option<PathBuf>,
+    /// Parameters training leaves as they are (`--freeze`).
+    pub freeze: Option<Freeze>,
     /// Fault injection for tests and demos: (rank, step) panics at that step.
     pub inject_panic: Option<(usize, u64)>,
     /// Fault injection for tests: (rank, step) nudges one of that rank's parameters after
@@ -203,6 +239,7 @@ impl Default for RunConfig {
             final_checkpoint: true,
             resume: None,
             init: None,
+            freeze: None,
             inject_panic: None,
             inject_desync: None,
             slow_rank: None,

@@ -1,7 +1,8 @@
-//! Weights in and out by PyTorch's names: `--init` of a file PyTorch's `safetensors` package
-//! wrote (the vision fixtures) gives PyTorch's logits; a classifier head for another class count
-//! is re-initialised; `export` after training loads back to the same logits; damaged and
-//! hostile files are clear errors.
+//! Fine-tuning: weights in and out by PyTorch's names. `--init` of a file PyTorch's
+//! `safetensors` package wrote (the vision fixtures) gives PyTorch's logits; a classifier head
+//! for another class count is re-initialised; `export` after training loads back to the same
+//! weights; damaged and hostile files are clear errors; `--freeze` leaves frozen tensors
+//! bit-identical, and N ranks train as 1.
 
 use std::path::{Path, PathBuf};
 
@@ -228,4 +229,85 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     assert!(e.contains("no such file or directory"), "{e}");
     let e = export(&run.join("checkpoints"), dir.path()).unwrap_err();
     assert!(e.contains("is a directory"), "{e}");
+}
+
+/// A BN model on 3x8x8 images: 2 ranks of 8 or 1 rank of 16, `--freeze` as given, --sync-bn
+/// (so N ranks == 1 rank holds through batch norm), weight decay on.
+fn frozen_run(ranks: usize, freeze: &str, ckpt: &Path) -> mgtop::engine::RunResult {
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(ranks),
+        model: "conv4k3p1,bn,relu,basic4,gap,dense6".parse().unwrap(),
+        data: "synthetic-images:96,3,8,8,3".parse().unwrap(),
+        inputs: mgtop::data::DataOptions::no_validation(),
+        budget: Budget::Steps(6),
+        batch_per_replica: 16 / ranks,
+        optimizer: "momentum".parse().unwrap(),
+        weight_decay: 0.01,
+        sync_bn: true,
+        freeze: Some(freeze.parse().unwrap()),
+        checkpoint_dir: ckpt.to_path_buf(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    };
+    Engine::run(cfg).unwrap()
+}
+
+#[test]
+fn frozen_parameters_stay_bit_identical_and_ranks_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &"conv4k3p1,bn,relu,basic4,gap,dense6".parse().unwrap(),
+        3,
+    )
+    .unwrap();
+    let init = m.init_params(0);
+    let head = m.head_tensors();
+    for freeze in ["backbone", "conv.0.,basic"] {
+        let one = frozen_run(1, freeze, dir.path());
+        let two = frozen_run(2, freeze, dir.path());
+        let (mut frozen, mut trained) = (0, 0);
+        for (i, t) in m.tensors.iter().enumerate() {
+            let r = t.range();
+            let is_frozen = match freeze {
+                "backbone" => !head.contains(&i),
+                _ => t.name.starts_with("conv.0.") || t.name.starts_with("basic"),
+            };
+            if is_frozen {
+                assert_eq!(
+                    &one.state.params[r.clone()],
+                    &init[r.clone()],
+                    "{freeze}: {} moved",
+                    t.name
+                );
+                assert_eq!(
+                    &two.state.params[r.clone()],
+                    &init[r],
+                    "{freeze}: {} moved on 2 ranks",
+                    t.name
+                );
+                frozen += 1;
+            } else {
+                assert_ne!(
+                    &one.state.params[r.clone()],
+                    &init[r],
+                    "{freeze}: {} did not train",
+                    t.name
+                );
+                trained += 1;
+            }
+        }
+        assert!(
+            frozen > 0 && trained > 0,
+            "{freeze}: {frozen} frozen, {trained} trained"
+        );
+        let worst = one
+            .state
+            .params
+            .iter()
+            .zip(&two.state.params)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst <= 1e-5, "{freeze}: 2 ranks differ from 1 by {worst}");
+    }
 }

@@ -321,6 +321,9 @@ pub struct TrainArgs {
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Leave these parameters as they are: backbone (all but the classifier head; backward then runs through the head alone) or name prefixes, e.g. layer1.,layer2.
+    #[arg(long, value_name = "backbone|PREFIXES")]
+    pub freeze: Option<String>,
     /// Continue a run: its run directory (newest checkpoint), a checkpoint dir, or a step-NNNNNNNN directory.
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,

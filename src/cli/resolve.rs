@@ -93,7 +93,8 @@ impl TrainArgs {
             checkpoint_dir,
             checkpoint_every,
             resume,
-            init
+            init,
+            freeze
         )
     }
 
@@ -231,6 +232,11 @@ impl TrainArgs {
                 .map(rundir::resume_point)
                 .transpose()?,
             init: args.init,
+            freeze: args
+                .freeze
+                .as_ref()
+                .map(|f| f.parse().map_err(|e| format!("--freeze: {e}")))
+                .transpose()?,
             inject_panic,
             inject_desync: None,
         };

@@ -171,6 +171,14 @@ impl RunInfo {
 /// The stem a preset chose; how batch norm and dropout behave across replicas.
 fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
+    if !model.frozen.is_empty() {
+        let n: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
+        notes.push(format!(
+            "--freeze: {n} of {} parameters ({} tensors) frozen: never updated; backward runs only where a trainable parameter is upstream (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
+            model.n_params,
+            model.frozen.len()
+        ));
+    }
     if model.has_batch_norm() && ranks > 1 && sync_bn {
         notes.push(
             "batch norm: statistics over the global batch (--sync-bn: summed across the replicas \

@@ -208,6 +208,10 @@ pub(super) fn meet(
             ),
             ("--augment".into(), cfg.inputs.augment.to_string()),
             ("--normalize".into(), cfg.inputs.normalize.to_string()),
+            (
+                "--freeze".into(),
+                cfg.freeze.as_ref().map_or(String::new(), |f| f.to_string()),
+            ),
             ("epoch validation".into(), cfg.epoch_validation.to_string()),
             (
                 "--batch-per-replica".into(),

@@ -9,7 +9,7 @@ use super::EngineError;
 /// beyond any use, and what keeps a typo from allocating without bound.
 pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
-use crate::config::{Budget, RunConfig};
+use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
@@ -123,7 +123,50 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         ))
     })?;
     model.label_smoothing = cfg.label_smoothing;
+    if let Some(f) = &cfg.freeze {
+        let frozen = frozen_tensors(&model, f).map_err(EngineError::Config)?;
+        model.freeze(&frozen);
+    }
     Ok(model)
+}
+
+/// The tensors `--freeze` names; an error if it names none, or all.
+fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
+    let head = model.head_tensors();
+    let all = 0..model.tensors.len();
+    let frozen: Vec<usize> = match f {
+        Freeze::Backbone => all.filter(|t| !head.contains(t)).collect(),
+        Freeze::Prefixes(p) => {
+            if let Some(q) = p
+                .iter()
+                .find(|q| !model.tensors.iter().any(|t| t.name.starts_with(q.as_str())))
+            {
+                let names: Vec<&str> = model
+                    .tensors
+                    .iter()
+                    .take(4)
+                    .map(|t| t.name.as_str())
+                    .collect();
+                return Err(format!(
+                    "--freeze {f}: no parameter's name starts with `{q}`; this model's names look like {}, ...",
+                    names.join(", ")
+                ));
+            }
+            all.filter(|&t| {
+                p.iter()
+                    .any(|q| model.tensors[t].name.starts_with(q.as_str()))
+            })
+            .collect()
+        }
+    };
+    if frozen.is_empty() || frozen.len() == model.tensors.len() {
+        return Err(format!(
+            "--freeze {f} would leave {} of the model's {} tensors to train; leave something to train, and something frozen",
+            model.tensors.len() - frozen.len(),
+            model.tensors.len()
+        ));
+    }
+    Ok(frozen)
 }
 
 /// The run's optimizer with its coefficients; `--no-decay-bn-bias` leaves batch norm's
@@ -135,6 +178,7 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
             true => model.no_decay_ranges(),
             false => Vec::new(),
         },
+        frozen: model.frozen_ranges(),
         ..Optimizer::new(cfg.optimizer, cfg.weight_decay)
     }
 }
@@ -146,6 +190,7 @@ pub(super) fn on_gpus(cfg: &RunConfig) -> Result<(), EngineError> {
         (cfg.momentum != MOMENTUM, "--momentum other than 0.9"),
         (cfg.no_decay_bn_bias, "--no-decay-bn-bias"),
         (cfg.label_smoothing != 0.0, "--label-smoothing"),
+        (cfg.freeze.is_some(), "--freeze"),
     ];
     if let Some((_, flag)) = cpu_only.iter().find(|(on, _)| *on) {
         return bad(format!(

@@ -143,11 +143,10 @@ pub fn import(
                 continue;
             }
             return Err(at(format!(
-                "tensor `{name}` is {:?} but this model's `{}` is {:?}; is the file for --model {}?",
+                "tensor `{name}` is {:?} but this model's `{}` is {:?}: the file is for another --model (or width, or input channels)",
                 view.shape(),
                 t.name,
                 t.shape,
-                model.shape_string()
             )));
         }
         let v = values(&view, &name).map_err(at)?;

@@ -84,6 +84,8 @@ pub struct Optimizer {
     /// Parameter ranges weight decay leaves alone (`--no-decay-bn-bias`: batch norm's weights
     /// and every bias), in order.
     pub no_decay: Vec<Range<usize>>,
+    /// Parameter ranges never updated (`--freeze`), in order.
+    pub frozen: Vec<Range<usize>>,
 }
 
 impl Optimizer {
@@ -94,12 +96,13 @@ impl Optimizer {
             momentum: MOMENTUM,
             weight_decay: wd,
             no_decay: Vec::new(),
+            frozen: Vec::new(),
         }
     }
 }
 
 /// One update: params -= lr * direction(scale * grads), over the ranges that are decayed and
-/// those that are not.
+/// those that are not; frozen ranges keep their values (and their moments stay zero).
 pub fn step(
     o: &Optimizer,
     params: &mut [f32],
@@ -110,16 +113,27 @@ pub fn step(
 ) {
     st.t += 1;
     let n = params.len();
-    let mut at = 0;
-    for r in o.no_decay.iter().chain(std::iter::once(&(n..n))) {
-        let r = r.start.min(n)..r.end.min(n);
-        if r.start > at {
-            step_range(o, params, grads, st, lr, o.weight_decay, scale, at..r.start);
+    if o.no_decay.is_empty() && o.frozen.is_empty() {
+        return step_range(o, params, grads, st, lr, o.weight_decay, scale, 0..n);
+    }
+    // the pieces between every range's ends, each decayed or not, frozen or not
+    let mut cuts: Vec<usize> = (o.no_decay.iter().chain(&o.frozen))
+        .flat_map(|r| [r.start.min(n), r.end.min(n)])
+        .chain([0, n])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let within = |rs: &[Range<usize>], i: usize| rs.iter().any(|r| r.contains(&i));
+    for w in cuts.windows(2) {
+        let r = w[0]..w[1];
+        if within(&o.frozen, r.start) {
+            continue;
         }
-        if !r.is_empty() {
-            step_range(o, params, grads, st, lr, 0.0, scale, r.clone());
-        }
-        at = at.max(r.end);
+        let wd = match within(&o.no_decay, r.start) {
+            true => 0.0,
+            false => o.weight_decay,
+        };
+        step_range(o, params, grads, st, lr, wd, scale, r);
     }
 }
 

@@ -45,6 +45,7 @@ impl Builder {
                 buffer_inits: Vec::new(),
                 consumers: vec![0],
                 needs_grad: vec![false],
+                frozen: Vec::new(),
             },
         }
     }

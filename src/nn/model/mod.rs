@@ -76,8 +76,10 @@ pub struct Model {
     buffer_inits: Vec<f32>,
     /// How many nodes read each value.
     consumers: Vec<usize>,
-    /// Which values' gradients backward needs: those with parameters upstream.
+    /// Which values' gradients backward needs: those with trainable parameters upstream.
     needs_grad: Vec<bool>,
+    /// Tensors the optimizer leaves alone (`freeze`).
+    pub frozen: Vec<usize>,
 }
 
 impl Model {
@@ -240,6 +242,41 @@ impl Model {
         (self.nodes.iter().rev())
             .find(|n| matches!(n.op, Op::Linear { .. }))
             .map_or(Vec::new(), |n| n.params.clone())
+    }
+
+    /// Freezes the tensors `frozen` (indices into `tensors`): backward then runs only where a
+    /// trainable parameter is upstream (a frozen backbone under a trainable head: the head
+    /// alone). The optimizer leaves their ranges alone (`frozen_ranges`).
+    pub fn freeze(&mut self, frozen: &[usize]) {
+        let mut is_frozen = vec![false; self.tensors.len()];
+        for &t in frozen {
+            is_frozen[t] = true;
+        }
+        let mut need = vec![false; self.values.len()];
+        for n in &self.nodes {
+            need[n.output] =
+                n.params.iter().any(|&t| !is_frozen[t]) || n.inputs.iter().any(|&i| need[i]);
+        }
+        self.needs_grad = need;
+        self.frozen = frozen.to_vec();
+    }
+
+    /// The flat buffer's ranges of the frozen tensors, in order, neighbours merged.
+    pub fn frozen_ranges(&self) -> Vec<Range<usize>> {
+        let mut rs: Vec<Range<usize>> = self
+            .frozen
+            .iter()
+            .map(|&t| self.tensors[t].range())
+            .collect();
+        rs.sort_by_key(|r| r.start);
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for r in rs {
+            match out.last_mut() {
+                Some(last) if last.end == r.start => last.end = r.end,
+                _ => out.push(r),
+            }
+        }
+        out
     }
 
     /// The starting parameters: each tensor drawn from its initialisation (PyTorch's layer
