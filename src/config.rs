@@ -154,8 +154,8 @@ pub struct RunConfig {
     pub grad_accum: usize,
     /// Batches queued ahead per rank; 0 builds batches on the worker thread.
     pub prefetch: usize,
-    /// Loader threads per rank.
-    pub loader_threads: usize,
+    /// Loader threads per rank; `None`: enough to keep the devices fed (`loader::threads_for`).
+    pub loader_threads: Option<usize>,
     /// Intra-op threads per CPU worker; None: the cores divided among the workers.
     pub threads_per_worker: Option<usize>,
     pub seed: u64,
@@ -226,7 +226,7 @@ impl Default for RunConfig {
             lr_scaling: LrScaling::Linear,
             grad_accum: 1,
             prefetch: 4,
-            loader_threads: 1,
+            loader_threads: None,
             threads_per_worker: None,
             seed: 0,
             log_every: 50,

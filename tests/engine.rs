@@ -75,7 +75,7 @@ fn n_ranks_equal_one_rank_with_the_global_batch() {
 fn same_seed_gives_bit_identical_losses_and_another_seed_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 8, 60, dir.path());
-    cfg.loader_threads = 2;
+    cfg.loader_threads = Some(2);
     let a = run(cfg.clone());
     let b = run(cfg.clone());
     assert_eq!(a.losses, b.losses);

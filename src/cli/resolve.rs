@@ -198,7 +198,7 @@ impl TrainArgs {
             lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,
             grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
             prefetch,
-            loader_threads: args.loader_threads.unwrap_or(d.loader_threads),
+            loader_threads: args.loader_threads,
             threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
             log_every: args.log_every.unwrap_or(d.log_every),

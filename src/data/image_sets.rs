@@ -57,22 +57,31 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         ));
     }
     notes.extend(f.skipped.iter().cloned());
-    // kept when every picture, at the size it is stored at, fits in the memory granted
-    let stored: u64 = f
-        .sizes
-        .iter()
-        .map(|&(w, h)| {
-            let s = side.map_or(1.0, |s| (s as f64 / w.min(h) as f64).min(1.0));
-            ((w as f64 * s).round() * (h as f64 * s).round() * 3.0) as u64
-        })
-        .sum();
+    // kept when every picture fits in the memory granted: as decoded (crops are then cut from
+    // the full picture), or else scaled down to the shorter side the crops are chosen on (a
+    // second resampling, paid once per file); otherwise decoded whenever needed
+    let bytes = |side: Option<usize>| -> u64 {
+        (f.sizes.iter())
+            .map(|&(w, h)| {
+                let s = side.map_or(1.0, |s| (s as f64 / w.min(h) as f64).min(1.0));
+                ((w as f64 * s).round() * (h as f64 * s).round() * 3.0) as u64
+            })
+            .sum()
+    };
     let budget = read::machine_memory().0 / KEEP_SHARE;
-    let keep = stored <= budget;
+    let (keep, shrink, stored) = if bytes(None) <= budget {
+        (true, None, bytes(None))
+    } else if side.is_some() && bytes(side) <= budget {
+        (true, side, bytes(side))
+    } else {
+        (false, None, bytes(side))
+    };
     notes.push(if keep {
         format!(
-            "{}: decoded images are kept in memory after their first use ({})",
+            "{}: decoded images are kept in memory after their first use ({}{})",
             f.dir.display(),
-            read::bytes(stored)
+            read::bytes(stored),
+            shrink.map_or(String::new(), |s| format!(", scaled to shorter side {s}"))
         )
     } else {
         format!(
@@ -87,7 +96,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         classes: f.classes.len(),
         names: f.classes.clone(),
         sizes: f.sizes,
-        set: Arc::new(ImageSet::files(f.files, f.labels, side, keep)),
+        set: Arc::new(ImageSet::files(f.files, f.labels, shrink, keep)),
         what,
         notes,
     }

@@ -18,7 +18,7 @@ pub struct ImageSet {
     files: Vec<PathBuf>,
     pictures: Vec<OnceLock<Arc<Picture>>>,
     labels: Vec<u32>,
-    /// Decoded files are scaled to this shorter side.
+    /// Decoded files larger than this shorter side are scaled down to it before they are kept.
     side: Option<usize>,
     /// Whether decoded files are kept (else decoded every time they are needed).
     keep: bool,
@@ -88,7 +88,7 @@ impl ImageSet {
         }
         let path = &self.files[i];
         let mut p = decode::decode(path)?;
-        if let Some(side) = self.side {
+        if let Some(side) = self.side.filter(|&s| p.w.min(p.h) > s) {
             p = p.shorter_side(side);
         }
         let p = Arc::new(p);

@@ -52,9 +52,9 @@ impl Norm {
     }
 }
 
-/// Where resampled pixels go.
+/// Where resampled rows go: row `y` as `w` interleaved RGB floats (0..255), mirrored if asked.
 trait Sink {
-    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]);
+    fn put_row(&mut self, y: usize, rgb: &[f32], flip: bool);
 }
 
 /// Normalised channel planes of `w x h`.
@@ -67,11 +67,20 @@ struct Planes<'a> {
 }
 
 impl Sink for Planes<'_> {
-    #[inline]
-    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]) {
-        let at = y * self.w + x;
+    fn put_row(&mut self, y: usize, rgb: &[f32], flip: bool) {
+        let w = self.w;
         for c in 0..3 {
-            self.out[c * self.plane + at] = rgb[c] * self.a[c] + self.b[c];
+            let row = &mut self.out[c * self.plane + y * w..c * self.plane + (y + 1) * w];
+            let (a, b) = (self.a[c], self.b[c]);
+            let src = rgb.iter().skip(c).step_by(3);
+            match flip {
+                false => row.iter_mut().zip(src).for_each(|(o, v)| *o = v * a + b),
+                true => row
+                    .iter_mut()
+                    .rev()
+                    .zip(src)
+                    .for_each(|(o, v)| *o = v * a + b),
+            }
         }
     }
 }
@@ -83,20 +92,20 @@ struct Bytes<'a> {
 }
 
 impl Sink for Bytes<'_> {
-    #[inline]
-    fn put(&mut self, y: usize, x: usize, rgb: [f32; 3]) {
-        let at = (y * self.w + x) * 3;
-        for c in 0..3 {
-            self.out[at + c] = rgb[c].round().clamp(0.0, 255.0) as u8;
+    fn put_row(&mut self, y: usize, rgb: &[f32], _flip: bool) {
+        let row = &mut self.out[y * self.w * 3..(y + 1) * self.w * 3];
+        for (o, v) in row.iter_mut().zip(rgb) {
+            *o = (v + 0.5).clamp(0.0, 255.0) as u8;
         }
     }
 }
 
-/// The source pixels and weights of each output pixel along one axis: `n` taps per output,
-/// indices already held inside the picture (edge replication).
+/// The source pixels and weights of each output pixel along one axis: output `o` reads the
+/// `n` pixels from `first[o]`, all inside the picture (weights that fell past an edge are
+/// folded onto the edge pixel, which is edge replication).
 struct Taps {
     n: usize,
-    idx: Vec<u32>,
+    first: Vec<usize>,
     w: Vec<f32>,
 }
 
@@ -105,29 +114,32 @@ impl Taps {
     fn new(start: f32, len: f32, out: usize, src: usize) -> Taps {
         let scale = len / out as f32;
         let support = scale.max(1.0);
-        let n = (2.0 * support).ceil() as usize + 1;
-        let (mut idx, mut w) = (Vec::with_capacity(out * n), Vec::with_capacity(out * n));
+        let n = ((2.0 * support).ceil() as usize + 1).min(src);
+        let (mut first, mut w) = (Vec::with_capacity(out), vec![0f32; out * n]);
         for o in 0..out {
             let centre = start + (o as f32 + 0.5) * scale;
-            let first = (centre - support).floor() as i64;
-            let mut ws: Vec<f32> = (0..n)
-                .map(|k| {
-                    let s = first + k as i64;
-                    (1.0 - ((s as f32 + 0.5 - centre) / support).abs()).max(0.0)
-                })
-                .collect();
-            let sum: f32 = ws.iter().sum();
-            let norm = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-            ws.iter_mut().for_each(|v| *v *= norm);
-            w.extend(ws);
-            idx.extend((0..n).map(|k| (first + k as i64).clamp(0, src as i64 - 1) as u32));
+            let lo = (centre - support).floor() as i64;
+            // the window of n pixels inside the picture nearest the filter's
+            let f = lo.clamp(0, (src - n) as i64);
+            let ws = &mut w[o * n..(o + 1) * n];
+            let mut sum = 0.0;
+            for k in 0..=(2.0 * support).ceil() as i64 {
+                let s = lo + k;
+                let wt = (1.0 - ((s as f32 + 0.5 - centre) / support).abs()).max(0.0);
+                let at = s.clamp(0, src as i64 - 1).clamp(f, f + n as i64 - 1) - f;
+                ws[at as usize] += wt;
+                sum += wt;
+            }
+            if sum > 0.0 {
+                ws.iter_mut().for_each(|v| *v /= sum);
+            }
+            first.push(f as usize);
         }
-        Taps { n, idx, w }
+        Taps { n, first, w }
     }
 
-    fn of(&self, o: usize) -> (&[u32], &[f32]) {
-        let r = o * self.n..(o + 1) * self.n;
-        (&self.idx[r.clone()], &self.w[r])
+    fn of(&self, o: usize) -> (usize, &[f32]) {
+        (self.first[o], &self.w[o * self.n..(o + 1) * self.n])
     }
 }
 
@@ -136,53 +148,55 @@ fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &
     let tx = Taps::new(region.x, region.w, w, p.w);
     let ty = Taps::new(region.y, region.h, h, p.h);
     // the horizontal pass over the source rows the vertical taps reach
-    let lo = *ty.idx.iter().min().unwrap_or(&0) as usize;
-    let hi = *ty.idx.iter().max().unwrap_or(&0) as usize;
-    let mut rows = vec![0f32; (hi + 1 - lo) * w * 3];
+    let lo = ty.first.iter().min().copied().unwrap_or(0);
+    let hi = ty.first.iter().max().map_or(0, |f| f + ty.n);
+    let mut rows = vec![0f32; (hi - lo) * w * 3];
     for (r, row) in rows.chunks_exact_mut(w * 3).enumerate() {
         let src = &p.rgb[(lo + r) * p.w * 3..(lo + r + 1) * p.w * 3];
         for (o, px) in row.chunks_exact_mut(3).enumerate() {
-            let (idx, wt) = tx.of(o);
+            let (f, wt) = tx.of(o);
             let mut acc = [0f32; 3];
-            for (&i, &k) in idx.iter().zip(wt) {
-                let s = &src[i as usize * 3..i as usize * 3 + 3];
-                for c in 0..3 {
-                    acc[c] += k * s[c] as f32;
-                }
+            for (s, &k) in src[f * 3..(f + wt.len()) * 3].chunks_exact(3).zip(wt) {
+                acc[0] += k * s[0] as f32;
+                acc[1] += k * s[1] as f32;
+                acc[2] += k * s[2] as f32;
             }
             px.copy_from_slice(&acc);
         }
     }
+    let mut line = vec![0f32; w * 3];
     for y in 0..h {
-        let (idx, wt) = ty.of(y);
-        for x in 0..w {
-            let mut acc = [0f32; 3];
-            for (&i, &k) in idx.iter().zip(wt) {
-                let at = ((i as usize - lo) * w + x) * 3;
-                for c in 0..3 {
-                    acc[c] += k * rows[at + c];
-                }
-            }
-            sink.put(y, if flip { w - 1 - x } else { x }, acc);
+        let (f, wt) = ty.of(y);
+        line.fill(0.0);
+        for (r, &k) in wt.iter().enumerate() {
+            let src = &rows[(f + r - lo) * w * 3..(f + r - lo + 1) * w * 3];
+            line.iter_mut().zip(src).for_each(|(l, s)| *l += k * s);
         }
+        sink.put_row(y, &line, flip);
     }
 }
 
 /// A same-size crop at whole-pixel offsets (CIFAR's padded random crop): pixels copied, black
 /// outside the picture.
 fn copy(p: &Picture, x0: i64, y0: i64, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
+    let mut line = vec![0f32; w * 3];
     for y in 0..h {
+        line.fill(0.0);
         let sy = y0 + y as i64;
-        for x in 0..w {
-            let sx = x0 + x as i64;
-            let rgb = if (0..p.h as i64).contains(&sy) && (0..p.w as i64).contains(&sx) {
-                let at = (sy as usize * p.w + sx as usize) * 3;
-                [0, 1, 2].map(|c| p.rgb[at + c] as f32)
-            } else {
-                [0.0; 3]
-            };
-            sink.put(y, if flip { w - 1 - x } else { x }, rgb);
+        if (0..p.h as i64).contains(&sy) {
+            // the columns of the picture the row covers
+            let (a, b) = (x0.max(0), (x0 + w as i64).min(p.w as i64));
+            if a < b {
+                let src = &p.rgb
+                    [(sy as usize * p.w + a as usize) * 3..(sy as usize * p.w + b as usize) * 3];
+                let at = (a - x0) as usize * 3;
+                line[at..at + src.len()]
+                    .iter_mut()
+                    .zip(src)
+                    .for_each(|(l, &s)| *l = s as f32);
+            }
         }
+        sink.put_row(y, &line, flip);
     }
 }
 

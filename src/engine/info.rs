@@ -26,6 +26,9 @@ pub struct RunInfo {
     pub data: String,
     /// What the data's start-up lines say besides (a folder's classes, files skipped).
     pub data_notes: Vec<String>,
+    /// Loader threads per rank, and batches queued ahead per rank (0: built on the worker).
+    pub loader_threads: usize,
+    pub prefetch: usize,
     pub model: String,
     /// A convolutional model's ops with their shapes, parameters and FLOPs (none for MLPs).
     pub layers: Vec<String>,
@@ -83,6 +86,13 @@ impl RunInfo {
             device_note,
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),
+            loader_threads: crate::engine::loader::threads_for(
+                cfg,
+                &loaded.train,
+                &world.devices,
+                local.len(),
+            ),
+            prefetch: cfg.prefetch,
             model: format!("{} ({})", cfg.model, model.shape_string()),
             layers: match model.is_mlp() {
                 true => Vec::new(),

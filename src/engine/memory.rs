@@ -59,7 +59,7 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
     // of a training batch
     let rows = f(cfg.batch_per_replica).max(f(model.eval_rows())) + f(cfg.batch_per_replica);
     let batch = f(cfg.batch_per_replica) * f(cfg.grad_accum) * (f(dims[0]) + 1.0) * 4.0;
-    let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads);
+    let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads.unwrap_or(1));
     let gpus = f(devices.len() - cpu);
     // in parameter-sized buffers: what each rank holds beside its parameters and gradients, a
     // GPU rank's host side, and what is held once

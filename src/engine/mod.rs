@@ -296,7 +296,7 @@ impl Engine {
                 start.cursor,
                 sharding.clone(),
                 cfg.prefetch,
-                cfg.loader_threads,
+                info.loader_threads,
             )
             .map_err(|e| {
                 EngineError::Config(format!(

@@ -78,11 +78,8 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     if cfg.checkpoint_every == Some(0) {
         return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
     }
-    if cfg.loader_threads == 0 || cfg.loader_threads > 64 {
-        return bad(format!(
-            "--loader-threads {} is out of range: use 1..=64",
-            cfg.loader_threads
-        ));
+    if let Some(t) = cfg.loader_threads.filter(|t| !(1..=64).contains(t)) {
+        return bad(format!("--loader-threads {t} is out of range: use 1..=64"));
     }
     if cfg.threads_per_worker.is_some_and(|t| t == 0 || t > 256) {
         return bad("--threads-per-worker is out of range: use 1..=256 or auto".into());

@@ -59,6 +59,14 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     }
     lines.push(format!("data: {}", info.data));
     lines.extend(info.data_notes.iter().map(|n| format!("  note: {n}")));
+    lines.push(match info.prefetch {
+        0 => "input: batches built on each worker's own thread (--prefetch 0)".to_string(),
+        p => format!(
+            "input: {} loader thread{} per rank, {p} batches prefetched",
+            info.loader_threads,
+            if info.loader_threads == 1 { "" } else { "s" }
+        ),
+    });
     lines.push(format!(
         "model: {}, {} parameters, {} per sample forward",
         info.model,

@@ -7,7 +7,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
+use crate::config::RunConfig;
 use crate::data::{Dataset, MicroBatch};
+use crate::engine::Device;
 use crate::nn::rng::{tag, Rng};
 
 /// Position in the data stream: the next sample of `epoch`'s permutation is `offset`.
@@ -99,6 +101,30 @@ pub fn proportional(total: usize, weights: &[usize]) -> Vec<usize> {
         sizes[i] += 1;
     }
     sizes
+}
+
+/// The most loader threads per rank `threads_for` picks.
+pub const MOST_AUTO_THREADS: usize = 8;
+
+/// Loader threads per rank: `--loader-threads`, or what keeps the devices fed. Samples held
+/// ready are copied by one; picture sets (decoded, augmented and normalised batch by batch) get
+/// the cores the process's GPU ranks leave, shared among them (at most 8 each); CPU workers
+/// use the cores themselves, so theirs get one each.
+pub fn threads_for(
+    cfg: &RunConfig,
+    train: &Dataset,
+    devices: &[Device],
+    local_ranks: usize,
+) -> usize {
+    if let Some(t) = cfg.loader_threads {
+        return t;
+    }
+    let gpus = devices.iter().any(|d| matches!(d, Device::Gpu { .. }));
+    if train.pictures.is_none() || !gpus {
+        return 1;
+    }
+    let cores = crate::engine::devices::available_cores();
+    (cores.saturating_sub(local_ranks) / local_ranks.max(1)).clamp(1, MOST_AUTO_THREADS)
 }
 
 /// Everything one rank needs for one optimizer step.

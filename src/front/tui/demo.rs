@@ -42,6 +42,8 @@ fn cpu_info(devices: usize) -> RunInfo {
         flops: 19_200,
         model_notes: Vec::new(),
         data_notes: Vec::new(),
+        loader_threads: 1,
+        prefetch: 0,
         cores: 64,
         threads_per_worker: 1,
         injected: vec![None; devices],

@@ -183,6 +183,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         flops: uint(v, "flops_per_sample").unwrap_or(0),
         model_notes: Vec::new(),
         data_notes: Vec::new(),
+        loader_threads: 1,
+        prefetch: 0,
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),
