@@ -205,3 +205,74 @@ fn a_headerless_csv_with_a_byte_order_mark_trains() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("40 samples, 2 features, 2 classes"), "{out}");
 }
+
+#[test]
+fn picture_and_weights_flags_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let pipe = fifo.to_str().unwrap();
+    refused(
+        d,
+        &["--init", "/dev/zero"],
+        &["--init", "not a regular file"],
+    );
+    refused(d, &["--init", pipe], &["not a regular file"]);
+    refused(d, &["--init", "."], &["a directory"]);
+    std::fs::write(
+        d.join("w.safetensors"),
+        b"\xff\xff\xff\xff\xff\xff\xff\x7fjunk",
+    )
+    .unwrap();
+    refused(
+        d,
+        &["--init", "w.safetensors"],
+        &["--init w.safetensors", "not a whole safetensors file"],
+    );
+    refused(
+        d,
+        &["--augment", "crop:4,rotate"],
+        &["--augment", "unknown augmentation `rotate`"],
+    );
+    refused(
+        d,
+        &["--normalize", "0.5/0.5"],
+        &["--normalize", "1 mean values given"],
+    );
+    refused(
+        d,
+        &["--image-size", "0"],
+        &["--image-size 0 is out of range"],
+    );
+    refused(
+        d,
+        &["--val-split", "1.5"],
+        &["--val-split 1.5 is out of range"],
+    );
+    refused(
+        d,
+        &["--augment", "flip"],
+        &["--augment applies to picture data"],
+    );
+    refused(
+        d,
+        &["--freeze", "layer9."],
+        &["--freeze layer9.", "no parameter's name starts with"],
+    );
+    refused(
+        d,
+        &["--data", "cifar10:nowhere"],
+        &["cifar-10-binary.tar.gz", "tar xzf"],
+    );
+    refused(d, &["--data", "images:nowhere"], &["is not a folder"]);
+    refused(d, &["--data", "images:/dev"], &["holds no"]);
+    let (code, out) = run_limited(d, &["export", "nowhere", "out.safetensors"]);
+    assert!(
+        code == Some(1) && out.contains("no such file or directory"),
+        "{out}"
+    );
+    assert!(!d.join("out.safetensors").exists());
+}

@@ -173,9 +173,10 @@ pub fn import(
             ex.join(", ")
         )));
     }
+    // (PyTorch's batch-norm step counters are bookkeeping this program does not keep)
     let unexpected: Vec<String> = file_names
         .into_iter()
-        .filter(|n| !used.contains(n))
+        .filter(|n| !used.contains(n) && !n.ends_with("num_batches_tracked"))
         .collect();
     let mut notes = vec![format!(
         "--init {}: loaded {loaded} of this model's {} tensors{}",

@@ -201,12 +201,13 @@ pub fn step_line(
         }
     };
     format!(
-        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | comm {:.0}% wait {:.0}%",
+        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
         step,
         row.loss,
         row.lr,
         row.global_samples,
         times.join(" "),
+        share(|r| r.data_wait),
         share(|r| r.comm),
         share(|r| r.sync_wait),
     ) + &match share(|r| r.transfer) {
