@@ -13,7 +13,41 @@ use mgtop::front::tui::term;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether `sig` was ignored when the process started (`nohup` ignores SIGHUP, a
+/// non-interactive shell starts background jobs with SIGINT ignored): by the Unix convention it
+/// then stays ignored.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: a null new action only reads the current disposition into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// SIGHUP and SIGINT as they were at start: ignored or not.
+static INHERITED: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+
+/// Puts back the ignoring of signals the process inherited as ignored, after the handlers are
+/// installed: SIGINT always; SIGHUP in headless runs (under the terminal UI a hang-up means
+/// the terminal is gone, so it still stops the run with a checkpoint). Says so for SIGHUP.
+fn keep_inherited_ignores(headless: bool) {
+    let (hup, int) = INHERITED.get().copied().unwrap_or_default();
+    // SAFETY: setting a standard signal's disposition to SIG_IGN.
+    unsafe {
+        if int {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+        }
+        if hup && headless {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        }
+    }
+    if hup && headless {
+        mgtop::tell!("note: SIGHUP is ignored (nohup): the run survives the end of the session; stop it with SIGTERM (kill PID) for a checkpoint");
+    }
+}
+
 fn main() -> ExitCode {
+    INHERITED.get_or_init(|| (ignored(libc::SIGHUP), ignored(libc::SIGINT)));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -84,6 +118,7 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
             std::process::exit(130);
         }
     })?;
+    keep_inherited_ignores(false);
     Ok(())
 }
 
@@ -91,6 +126,7 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
 /// quits at once (restoring the terminal first).
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()> {
     let controller = engine.controller();
+    let headless = notify.is_none();
     ctrlc::set_handler(move || {
         if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
             match &notify {
@@ -105,5 +141,6 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()>
             std::process::exit(130);
         }
     })?;
+    keep_inherited_ignores(headless);
     Ok(())
 }

@@ -33,14 +33,17 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
     );
     assert!(out.contains("batch 32x2=64"), "{out}");
     assert!(out.contains("devices: cpu0 cpu1 (2 ranks, "), "{out}");
-    // each step line says where step time went: moving gradients and waiting for other ranks
+    // each step line says where step time went: waiting for data, moving gradients and waiting
+    // for other ranks
     let step_line = out.lines().find(|l| l.contains("| step ms r0 ")).unwrap();
     let wait: f64 = step_line
         .rsplit_once("wait ")
         .and_then(|(_, w)| w.trim_end_matches('%').parse().ok())
         .unwrap_or_else(|| panic!("no wait share: {step_line}"));
     assert!(
-        step_line.contains("| comm ") && (0.0..=100.0).contains(&wait),
+        step_line.contains("| data ")
+            && step_line.contains(" comm ")
+            && (0.0..=100.0).contains(&wait),
         "{step_line}"
     );
     assert!(
@@ -410,4 +413,53 @@ fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
         .filter_map(|e| e.ok())
         .any(|e| e.path().join("model.safetensors").is_file());
     assert!(saved, "no checkpoint written");
+}
+
+#[test]
+fn a_run_started_under_nohup_survives_the_hang_up() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = bin();
+    cmd.current_dir(dir.path()).args([
+        "--headless",
+        "--devices",
+        "cpu:2",
+        "--data",
+        "synthetic:20000,64,10",
+        "--steps",
+        "6000",
+        "--log-every",
+        "100",
+        "--checkpoint-dir",
+        "ck",
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec: what nohup does
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let l = lines.next().expect("output").unwrap();
+        if l.contains("samples/s") {
+            break;
+        }
+    }
+    signal(&child, "HUP");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err} {rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("finished: 6000 steps")),
+        "{rest:?}"
+    );
+    assert!(err.contains("SIGHUP is ignored (nohup)"), "{err}");
 }

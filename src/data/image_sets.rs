@@ -258,7 +258,7 @@ pub(super) fn load(
     };
     let all = |r: &Read| (0..r.set.len() as u32).collect::<Vec<u32>>();
     let ((tp, ty), (vp, vy), split_text) = match (&val_read, opts.val_fraction) {
-        (_, Some(f)) if f == 0.0 => (
+        (_, Some(0.0)) => (
             view(&train, all(&train), train_look, seed),
             view(&train, Vec::new(), val_look, seed),
             "no validation (--val-split 0)".to_string(),

@@ -44,9 +44,7 @@ impl FromStr for Augment {
             }
         }
         if a.pad_crop > 0 && a.resized_crop {
-            return Err(format!(
-                "crop:P and random-resized-crop both choose the crop; keep one"
-            ));
+            return Err("crop:P and random-resized-crop both choose the crop; keep one".into());
         }
         Ok(a)
     }
