@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use clap::Parser;
 use crossbeam_channel::Sender;
@@ -13,9 +14,9 @@ use mgtop::front::tui::term;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether `sig` was ignored when the process started (`nohup` ignores SIGHUP, a
-/// non-interactive shell starts background jobs with SIGINT ignored): by the Unix convention it
-/// then stays ignored.
+/// Whether `sig` is ignored now (at start: inherited, as `nohup` ignores SIGHUP and a
+/// non-interactive shell starts background jobs with SIGINT ignored; by the Unix convention it
+/// then stays ignored).
 fn ignored(sig: libc::c_int) -> bool {
     // SAFETY: a null new action only reads the current disposition into `old`.
     unsafe {
@@ -25,25 +26,70 @@ fn ignored(sig: libc::c_int) -> bool {
 }
 
 /// SIGHUP and SIGINT as they were at start: ignored or not.
-static INHERITED: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+static INHERITED: OnceLock<(bool, bool)> = OnceLock::new();
 
-/// Puts back the ignoring of signals the process inherited as ignored, after the handlers are
-/// installed: SIGINT always; SIGHUP in headless runs (under the terminal UI a hang-up means
-/// the terminal is gone, so it still stops the run with a checkpoint). Says so for SIGHUP.
-fn keep_inherited_ignores(headless: bool) {
-    let (hup, int) = INHERITED.get().copied().unwrap_or_default();
-    // SAFETY: setting a standard signal's disposition to SIG_IGN.
-    unsafe {
-        if int {
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
+/// What a signal does now, given how many came before it.
+type Handler = Box<dyn Fn(usize) + Send>;
+
+/// The current handler; `None` while a training run starts (loads its data, plans its model):
+/// a signal then ends the process at once, nothing trained yet.
+static HANDLER: Mutex<Option<Handler>> = Mutex::new(None);
+
+/// SIGHUP's handler as installed, kept while an inherited "ignore" holds it off, for a terminal
+/// UI to take back (under the UI a hang-up means the terminal is gone).
+static HUP_ACTION: Mutex<Option<libc::sigaction>> = Mutex::new(None);
+
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Installs the process's one handler of SIGINT, SIGTERM and SIGHUP (once): it calls the
+/// current `HANDLER`. Signals the process inherited as ignored are ignored again right after.
+fn install() -> anyhow::Result<()> {
+    let done = INSTALLED.get_or_init(|| {
+        ctrlc::set_handler(|| {
+            let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
+            match HANDLER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                Some(h) => h(n),
+                None => {
+                    mgtop::tell!("stopped during start-up: nothing was trained yet");
+                    term::restore();
+                    std::process::exit(130);
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        let (hup, int) = INHERITED.get().copied().unwrap_or_default();
+        // SAFETY: reading SIGHUP's action, then setting standard signals to SIG_IGN.
+        unsafe {
+            if hup {
+                let mut ours: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut ours);
+                *HUP_ACTION.lock().unwrap_or_else(|e| e.into_inner()) = Some(ours);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            }
+            if int {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+            }
         }
-        if hup && headless {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        Ok(())
+    });
+    done.clone().map_err(anyhow::Error::msg)
+}
+
+/// Makes `h` what a signal does. `ui`: a terminal UI shows the run, so a hang-up stops it even
+/// where SIGHUP was inherited as ignored; without one (headless, nohup) it stays ignored, and
+/// the log says so.
+fn set_handler(h: Handler, ui: bool) -> anyhow::Result<()> {
+    install()?;
+    *HANDLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    if let Some(ours) = HUP_ACTION.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if ui {
+            // SAFETY: putting back the action ctrlc installed for SIGHUP.
+            unsafe { libc::sigaction(libc::SIGHUP, &ours, std::ptr::null_mut()) };
+        } else {
+            mgtop::tell!("note: SIGHUP is ignored (nohup): the run survives the end of the session; stop it with SIGTERM (kill PID) for a checkpoint");
         }
     }
-    if hup && headless {
-        mgtop::tell!("note: SIGHUP is ignored (nohup): the run survives the end of the session; stop it with SIGTERM (kill PID) for a checkpoint");
-    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -59,6 +105,14 @@ fn main() -> ExitCode {
             };
         }
     };
+    // a training run takes signals from the start: one while it loads its data ends it with a
+    // word, not by the default action
+    if cli.command.is_none() {
+        if let Err(e) = install() {
+            mgtop::tell!("error: cannot handle signals: {e}");
+            return ExitCode::from(1);
+        }
+    }
     // GPU ids in nvidia-smi's order (PCI bus order) rather than CUDA's default fastest-first
     if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
         std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
@@ -110,25 +164,24 @@ fn main() -> ExitCode {
 /// `view` and `attach`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this
 /// process's: it goes on); a second signal quits at once, restoring the terminal first.
 fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
-    ctrlc::set_handler(move || {
-        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
+    let h = move |n: usize| {
+        if n == 0 {
             let _ = notify.send(());
         } else {
             term::restore();
             std::process::exit(130);
         }
-    })?;
-    keep_inherited_ignores(false);
-    Ok(())
+    };
+    set_handler(Box::new(h), true)
 }
 
 /// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second
 /// quits at once (restoring the terminal first).
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()> {
     let controller = engine.controller();
-    let headless = notify.is_none();
-    ctrlc::set_handler(move || {
-        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
+    let ui = notify.is_some();
+    let h = move |n: usize| {
+        if n == 0 {
             match &notify {
                 Some(tx) => {
                     let _ = tx.send(());
@@ -140,7 +193,6 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()>
             term::restore();
             std::process::exit(130);
         }
-    })?;
-    keep_inherited_ignores(headless);
-    Ok(())
+    };
+    set_handler(Box::new(h), ui)
 }

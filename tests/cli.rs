@@ -463,3 +463,31 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
     );
     assert!(err.contains("SIGHUP is ignored (nohup)"), "{err}");
 }
+
+#[test]
+fn a_stop_while_the_data_loads_says_nothing_was_trained() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = bin()
+        .current_dir(dir.path())
+        .args([
+            "--headless",
+            "--data",
+            "synthetic:1000000,128,10",
+            "--steps",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the set takes seconds to make: the signal comes while it is made
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&child, "TERM");
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("stopped during start-up: nothing was trained yet"),
+        "{err}"
+    );
+}
