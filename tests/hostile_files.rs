@@ -269,6 +269,11 @@ fn picture_and_weights_flags_name_the_problem() {
     );
     refused(d, &["--data", "images:nowhere"], &["is not a folder"]);
     refused(d, &["--data", "images:/dev"], &["holds no"]);
+    refused(
+        d,
+        &["--devices", "cpu:256", "--threads-per-worker", "256"],
+        &["--devices cpu:256 with --threads-per-worker 256 asks for 65536 threads"],
+    );
     let (code, out) = run_limited(d, &["export", "nowhere", "out.safetensors"]);
     assert!(
         code == Some(1) && out.contains("no such file or directory"),

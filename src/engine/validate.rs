@@ -84,6 +84,16 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     if cfg.threads_per_worker.is_some_and(|t| t == 0 || t > 256) {
         return bad("--threads-per-worker is out of range: use 1..=256 or auto".into());
     }
+    // every CPU worker's intra-op threads are threads of this process (each with its stack)
+    if let (crate::config::DeviceSpec::Cpu(n), Some(t)) = (&cfg.devices, cfg.threads_per_worker) {
+        if n * t > MAX_THREADS {
+            return bad(format!(
+                "--devices cpu:{n} with --threads-per-worker {t} asks for {} threads; at most {MAX_THREADS} in all: fewer workers or fewer threads each (this machine has {} cores)",
+                n * t,
+                super::devices::available_cores()
+            ));
+        }
+    }
     if let Some((_, f)) = cfg
         .slow_rank
         .filter(|f| !(f.1.is_finite() && (1.0..=100.0).contains(&f.1)))
@@ -108,6 +118,9 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     }
     Ok(())
 }
+/// The most intra-op threads a run's CPU workers may have in all.
+const MAX_THREADS: usize = 1024;
+
 /// The run's model on its data's samples.
 pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
     let input = match train.image {
