@@ -190,6 +190,7 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()>
             }
             let _ = controller.stop(true);
         } else {
+            mgtop::engine::checkpoint::abandon();
             term::restore();
             std::process::exit(130);
         }

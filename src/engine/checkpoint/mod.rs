@@ -90,6 +90,17 @@ pub enum CheckpointError {
     },
 }
 
+/// The temporary directory a checkpoint is being written to, if one is (for `abandon`).
+static WRITING: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Removes the checkpoint being written, if any: for a process about to exit in the middle of
+/// one (a second signal), so no `.tmp-step-*` is left behind. Earlier checkpoints are whole.
+pub fn abandon() {
+    if let Some(tmp) = WRITING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = fs::remove_dir_all(tmp);
+    }
+}
+
 fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -108,6 +119,7 @@ pub fn write(
         source,
     };
     fs::create_dir_all(&tmp).map_err(werr)?;
+    *WRITING.lock().unwrap_or_else(|e| e.into_inner()) = Some(tmp.clone());
     let result = (|| {
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for t in &model.tensors {
@@ -173,6 +185,7 @@ pub fn write(
         }
         Ok(())
     })();
+    WRITING.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
         return Err(werr(e));

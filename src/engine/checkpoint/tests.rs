@@ -236,3 +236,19 @@ fn damaged_running_statistics_and_the_old_format_are_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn abandoning_removes_only_the_checkpoint_being_written() {
+    let (model, state, meta) = sample();
+    let dir = tempfile::tempdir().unwrap();
+    let done = write(dir.path(), &model, &state, &meta).unwrap();
+    // as if a second signal came while the next one was half written
+    let tmp = dir.path().join(".tmp-step-00000099-1");
+    fs::create_dir_all(&tmp).unwrap();
+    fs::write(tmp.join(WEIGHTS), b"half").unwrap();
+    *WRITING.lock().unwrap() = Some(tmp.clone());
+    abandon();
+    assert!(!tmp.exists() && done.join(WEIGHTS).is_file());
+    abandon(); // nothing being written: nothing happens
+    assert!(done.join(WEIGHTS).is_file());
+}
