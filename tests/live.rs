@@ -433,3 +433,35 @@ fn an_attached_screen_says_when_the_connection_drops_and_r_connects_again() {
         .is_ok());
     engine.join().unwrap();
 }
+
+#[test]
+fn a_read_only_client_cannot_change_the_run_whatever_it_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER, "--name", "watched"]);
+    let socket = run.socket();
+    let mut ro = Client::connect(&socket);
+    ro.until("the live marker", |v| v["type"] == "live");
+    ro.send_raw(b"{\"type\":\"readonly\"}\n");
+    for (action, fields) in [
+        ("pause", json!({})),
+        ("batch_size", json!({"per_replica": 64})),
+        ("stop", json!({"checkpoint": false})),
+    ] {
+        let r = ro.control(action, fields);
+        assert_eq!(r["ok"], false, "{action}: {r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("attached read-only"),
+            "{r}"
+        );
+    }
+    // another client steers it as before, and the read-only one sees it happen
+    let mut rw = Client::connect(&socket);
+    rw.until("the live marker", |v| v["type"] == "live");
+    assert_eq!(rw.control("stop", json!({"checkpoint": false}))["ok"], true);
+    let end = ro.until("the end", |v| v["type"] == "end");
+    assert_eq!(end["status"], "stopped");
+    assert!(run.wait_exit().success());
+}

@@ -32,7 +32,15 @@ impl AttachSource {
     /// Connects to the run at `target`; the source and the state it starts from.
     pub fn connect(target: Target, readonly: bool) -> Result<(AttachSource, App), AttachError> {
         let (tx, rx) = unbounded();
-        let client = LiveClient::connect(&target.socket, &target.run, tx.clone(), 1)?;
+        let mut client = LiveClient::connect(&target.socket, &target.run, tx.clone(), 1)?;
+        if readonly {
+            client
+                .declare_readonly()
+                .map_err(|source| AttachError::Io {
+                    path: target.socket.clone(),
+                    source,
+                })?;
+        }
         let app = App::attached(client.info().clone(), readonly);
         let source = AttachSource {
             target,
@@ -142,7 +150,18 @@ impl Source for AttachSource {
 
     fn reconnect(&mut self, app: &mut App) -> bool {
         let tag = self.tag + 1;
-        match LiveClient::connect(&self.target.socket, &self.target.run, self.tx.clone(), tag) {
+        let connected =
+            LiveClient::connect(&self.target.socket, &self.target.run, self.tx.clone(), tag)
+                .and_then(|mut c| {
+                    if self.readonly {
+                        c.declare_readonly().map_err(|source| AttachError::Io {
+                            path: self.target.socket.clone(),
+                            source,
+                        })?;
+                    }
+                    Ok(c)
+                });
+        match connected {
             Ok(client) => {
                 let mut fresh = App::attached(client.info().clone(), self.readonly);
                 (fresh.view, fresh.window, fresh.focus) = (app.view, app.window, app.focus);

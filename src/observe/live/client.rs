@@ -182,6 +182,12 @@ impl LiveClient {
         &self.info
     }
 
+    /// Makes this connection read-only on the run's side: whatever it sends after, the run
+    /// refuses to change.
+    pub fn declare_readonly(&mut self) -> io::Result<()> {
+        self.stream.write_all(super::protocol::READONLY.as_bytes())
+    }
+
     /// Sends a control request; its id (the reply names it).
     pub fn send(&mut self, c: Control) -> io::Result<u64> {
         let id = self.next_id;

@@ -3,7 +3,9 @@
 //! (`checkpoint`: for `stop`, default true) and
 //! `{"type":"control","id":N,"action":"batch_size","per_replica":B}`. Each is answered
 //! `{"type":"reply","id":N,"ok":BOOL,"message":TEXT}`; what the run then does arrives as its
-//! records (a `control` event once every rank has applied it).
+//! records (a `control` event once every rank has applied it). `{"type":"readonly"}` makes the
+//! connection read-only for good: every control it sends after is refused (`attach --readonly`
+//! sends it first thing).
 
 use serde_json::{json, Value};
 
@@ -26,6 +28,15 @@ pub enum Refusal {
     Malformed(String),
     /// A request this server cannot do (an unknown action, a bad batch size): answered.
     Refused { id: u64, message: String },
+}
+
+/// The line a client sends to make its connection read-only.
+pub const READONLY: &str = "{\"type\":\"readonly\"}\n";
+
+/// Whether `text` is the read-only request.
+pub fn is_readonly_request(text: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(text)
+        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("readonly"))
 }
 
 pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {

@@ -18,7 +18,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::hub::{LiveHub, Next};
 use super::lines::{read_line, Read};
-use super::protocol::{apply, parse_request, reply, Refusal, MAX_REQUEST};
+use super::protocol::{apply, is_readonly_request, parse_request, reply, Refusal, MAX_REQUEST};
 use super::socket::{bind_private, own_uid, peer_uid, place, pointer_of, SocketError};
 use crate::engine::control::Controller;
 
@@ -256,10 +256,21 @@ fn discard(r: &mut BufReader<UnixStream>) {
 fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64) {
     let mut r = BufReader::new(stream);
     let mut buf = Vec::new();
+    // set by the client's read-only request, for the rest of the connection
+    let mut readonly = false;
     loop {
         match read_line(&mut r, &mut buf, MAX_REQUEST) {
             Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
+            Ok(Read::Line) if is_readonly_request(&buf) => readonly = true,
             Ok(Read::Line) => match parse_request(&buf) {
+                Ok(req) if readonly => hub.send_to(
+                    id,
+                    reply(
+                        Some(req.id),
+                        false,
+                        "this client attached read-only: it cannot change the run (attach without --readonly to steer it)",
+                    ),
+                ),
                 Ok(req) => {
                     let (ok, message) = apply(controller, req.control);
                     hub.send_to(id, reply(Some(req.id), ok, &message));
