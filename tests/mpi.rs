@@ -86,6 +86,46 @@ fn the_metrics_file_has_every_rank_of_every_process() {
 }
 
 #[test]
+fn two_processes_record_what_one_process_records() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let records = |dir: &std::path::Path| -> Vec<(String, u64, String)> {
+        let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| !matches!(v["type"].as_str(), Some("telemetry" | "run")))
+            .map(|v| {
+                let what = format!("{} {}", v["kind"], v["status"]);
+                (
+                    v["type"].as_str().unwrap_or("").to_string(),
+                    v["step"].as_u64().unwrap_or(0),
+                    what,
+                )
+            })
+            .collect()
+    };
+    let (alone, procs) = (tmp.path().join("alone"), tmp.path().join("procs"));
+    let args = |dir| {
+        let mut a = common_args(dir, "adam", 1, 60);
+        let at = a.iter().position(|x| x == "--log-every").unwrap();
+        a[at + 1] = "10".into();
+        a
+    };
+    run_alone(2, &args(&alone));
+    run_processes(&[1, 1], &args(&procs));
+    // (other processes' steps reach process 0 a step later: the order may differ, not the records)
+    let sorted = |mut v: Vec<(String, u64, String)>| {
+        v.sort_by(|x, y| (x.1, &x.0, &x.2).cmp(&(y.1, &y.0, &y.2)));
+        v
+    };
+    let (a, p) = (sorted(records(&alone)), sorted(records(&procs)));
+    assert_eq!(a, p, "one process:\n{a:?}\ntwo processes:\n{p:?}");
+    assert!(a.iter().any(|r| r.0 == "step" && r.1 == 60), "{a:?}");
+}
+
+#[test]
 fn a_checkpoint_from_two_processes_resumes_in_one() {
     if !mpirun_found() {
         return;

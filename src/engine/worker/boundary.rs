@@ -43,6 +43,25 @@ impl Worker {
         }
     }
 
+    /// After the last step, which no boundary follows: every rank's last step reaches process 0
+    /// (so a run over several processes records its last step as one process does).
+    pub(super) fn last_reports(&mut self) -> Result<(), EngineError> {
+        if self.local.len() == self.ranks {
+            return Ok(());
+        }
+        let mine = self
+            .last_stats
+            .as_ref()
+            .map_or([0; StepStats::WORDS], StepStats::to_words);
+        let mut all = vec![0u64; StepStats::WORDS * self.ranks];
+        self.coll.all_gather_u64(&mine, &mut all)?;
+        self.reports = all;
+        if self.rank == 0 {
+            self.forward_remote_steps();
+        }
+        Ok(())
+    }
+
     /// Process 0's first rank passes the other processes' steps on to the frontend, once each.
     fn forward_remote_steps(&mut self) {
         self.forwarded.resize(self.ranks, 0);

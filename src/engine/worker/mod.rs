@@ -409,6 +409,7 @@ impl Worker {
                 self.save(replica)?;
             }
         }
+        self.last_reports()?;
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
         if !stopped && self.cfg.final_checkpoint {
