@@ -16,6 +16,9 @@ pub struct CpuReplica {
     /// Batch norm's running statistics (this replica's; kept in step by the engine).
     buffers: Vec<f32>,
     ws: Workspace,
+    /// What the all-reduce carries where frozen parameters start the buffer (`--freeze`):
+    /// the gradients after them and the batch's metrics.
+    tail: Vec<f32>,
 }
 
 impl CpuReplica {
@@ -49,6 +52,7 @@ impl CpuReplica {
             opt: state.opt,
             buffers: state.buffers,
             ws: Workspace::default(),
+            tail: Vec::new(),
         }
     }
 }
@@ -109,7 +113,16 @@ impl Replica for CpuReplica {
         &mut self,
         coll: &mut dyn Collective,
     ) -> Result<ReduceTiming, CollectiveError> {
-        coll.all_reduce_sum(&mut self.grads)
+        // frozen parameters have no gradients worth summing: every rank leaves out the same
+        let skip = self.model.frozen_prefix();
+        if skip == 0 {
+            return coll.all_reduce_sum(&mut self.grads);
+        }
+        self.tail.clear();
+        self.tail.extend_from_slice(&self.grads[skip..]);
+        let t = coll.all_reduce_sum(&mut self.tail)?;
+        self.grads[skip..].copy_from_slice(&self.tail);
+        Ok(t)
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
