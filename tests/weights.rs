@@ -311,3 +311,65 @@ fn frozen_parameters_stay_bit_identical_and_ranks_agree() {
         assert!(worst <= 1e-5, "{freeze}: 2 ranks differ from 1 by {worst}");
     }
 }
+
+#[test]
+fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mgtop-train");
+    let o = std::process::Command::new(bin)
+        .current_dir(dir.path())
+        .args([
+            "--headless",
+            "--steps",
+            "20",
+            "--run-dir",
+            "run",
+            "--export",
+            "end.safetensors",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("exported ") && out.contains("end.safetensors (--export)"),
+        "{out}"
+    );
+    let o = std::process::Command::new(bin)
+        .current_dir(dir.path())
+        .args(["export", "run", "later.safetensors"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (a, b) = (
+        std::fs::read(dir.path().join("end.safetensors")).unwrap(),
+        std::fs::read(dir.path().join("later.safetensors")).unwrap(),
+    );
+    let (a, b) = (
+        SafeTensors::deserialize(&a).unwrap(),
+        SafeTensors::deserialize(&b).unwrap(),
+    );
+    let mut names: Vec<String> = a.names().into_iter().cloned().collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for n in &names {
+        assert!(
+            a.tensor(n).unwrap().data() == b.tensor(n).unwrap().data(),
+            "{n} differs"
+        );
+    }
+    let o = std::process::Command::new(bin)
+        .current_dir(dir.path())
+        .args(["--headless", "--steps", "1", "--export", "."])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("--export . is a directory"),
+        "{err}"
+    );
+}

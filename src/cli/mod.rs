@@ -324,6 +324,9 @@ pub struct TrainArgs {
     /// Leave these parameters as they are: backbone (all but the classifier head; backward then runs through the head alone) or name prefixes, e.g. layer1.,layer2.
     #[arg(long, value_name = "backbone|PREFIXES")]
     pub freeze: Option<String>,
+    /// When the run ends, also write its weights to this safetensors file by PyTorch's names (as `mgtop-train export` does)
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
     /// Continue a run: its run directory (newest checkpoint), a checkpoint dir, or a step-NNNNNNNN directory.
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,

@@ -94,7 +94,8 @@ impl TrainArgs {
             checkpoint_every,
             resume,
             init,
-            freeze
+            freeze,
+            export
         )
     }
 

@@ -11,7 +11,7 @@ use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TrainArgs};
 use crate::comm::Processes;
-use crate::engine::{rundir, Engine, RunResult};
+use crate::engine::{rundir, weights, Engine, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
 use crate::observe::live::{LiveHub, LiveServer, SOCKET_NAME};
@@ -58,6 +58,15 @@ pub(super) fn train(
     on_signals: &OnSignals,
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
+    let export = args.export.clone();
+    if export.as_deref().is_some_and(Path::is_dir) {
+        anyhow::bail!(
+            "--export {} is a directory; give the file to write, e.g. trained.safetensors",
+            export
+                .as_deref()
+                .map_or(String::new(), |p| p.display().to_string())
+        );
+    }
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
@@ -132,6 +141,18 @@ pub(super) fn train(
             dir.display(),
             dir.display()
         );
+    }
+    if let Some(out) = &export {
+        match &result.last_checkpoint {
+            Some(p) => {
+                let (_, n) = weights::export(p, out).map_err(anyhow::Error::msg)?;
+                crate::say!("exported {n} tensors to {} (--export)", out.display());
+            }
+            None => crate::tell!(
+                "--export {}: the run wrote no checkpoint to export",
+                out.display()
+            ),
+        }
     }
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
