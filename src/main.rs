@@ -144,7 +144,7 @@ fn main() -> ExitCode {
         Some(Command::MpiAllreduceBench { repeat }) => {
             cmd::bench_processes::allreduce_processes(repeat).map(|()| ExitCode::SUCCESS)
         }
-        None => cmd::train::command(cli.train, &on_signals).map(|()| {
+        None => cmd::train(cli.train, &on_signals).map(|()| {
             if SIGNALS.load(Ordering::SeqCst) > 0 {
                 ExitCode::from(130)
             } else {

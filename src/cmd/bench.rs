@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::bench_live;
+use super::bench_workload::{median, synthetic};
 use crate::cli::BenchArgs;
 use crate::comm::{Collective, LocalCollective};
-use crate::config::{Budget, DeviceSpec, RunConfig};
-use crate::data::DataSpec;
+use crate::config::{DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::thread_cpu_time;
 use crate::engine::{Engine, EngineError};
@@ -16,7 +16,6 @@ use crate::front::tui::app::AppEvent;
 use crate::front::tui::render::render;
 use crate::front::tui::theme::Theme;
 use crate::front::tui::{demo, TuiOptions};
-use crate::nn::model::ModelSpec;
 use crossbeam_channel::never;
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
@@ -71,26 +70,6 @@ pub fn gpu_train_throughput(gpus: &[usize], batch: usize) -> Result<f64, EngineE
     };
     let r = Engine::run(cfg)?;
     Ok(timed_rate(&r.step_ends, warm, batch * gpus.len()))
-}
-
-/// A benchmark run: MLP 784-`hidden`-10 on `n` synthetic samples, no validation, no checkpoint.
-pub(super) fn synthetic(
-    workers: usize,
-    hidden: usize,
-    n: usize,
-    batch: usize,
-    steps: u64,
-) -> RunConfig {
-    RunConfig {
-        devices: DeviceSpec::Cpu(workers),
-        model: ModelSpec::mlp(&[hidden]),
-        data: DataSpec::Synthetic { n, d: 784, c: 10 },
-        budget: Budget::Steps(steps),
-        batch_per_replica: batch,
-        inputs: crate::data::DataOptions::no_validation(),
-        final_checkpoint: false,
-        ..RunConfig::default()
-    }
 }
 
 /// `train_throughput` with a frontend watching the run.
@@ -228,11 +207,6 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
         .unwrap_or_default();
     let per = worst.as_secs_f64() / iters as f64;
     2.0 * (ranks - 1) as f64 / ranks as f64 * bytes as f64 / per / 1e9
-}
-
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// `mgtop-train bench`: every benchmark `--only` names.

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use super::bench::synthetic;
+use super::bench_workload::synthetic;
 use crate::config::RunConfig;
 use crate::engine::calibrate::timed_rate;
 use crate::engine::{Engine, EngineError};

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::bench::median;
+use super::bench_workload::median;
 use crate::cli::BenchArgs;
 
 /// `mpirun` for processes on this machine: as many as asked whatever the cores, root allowed,

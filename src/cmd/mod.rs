@@ -6,6 +6,7 @@ pub mod attach;
 pub mod bench;
 mod bench_live;
 pub mod bench_processes;
+mod bench_workload;
 pub mod export;
 mod processes;
 pub mod runs;
@@ -13,6 +14,15 @@ pub mod scale;
 pub mod selftest;
 pub mod train;
 pub mod view;
+
+/// Training, the default command: in this process, or as one process of several under a
+/// launcher (mpirun, srun).
+pub fn train(args: crate::cli::TrainArgs, on_signals: &train::OnSignals) -> anyhow::Result<()> {
+    match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
+        Some(launch) if launch.is_multi() => processes::command(args, on_signals, &launch),
+        _ => train::train(args, on_signals, None),
+    }
+}
 
 /// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
 /// line is lost, not the run or its checkpoint.

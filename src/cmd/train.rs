@@ -44,13 +44,6 @@ fn serve(dir: &Path, engine: &Engine) -> (Option<(LiveServer, LiveHub)>, String)
     }
 }
 
-pub fn command(args: TrainArgs, on_signals: &OnSignals) -> anyhow::Result<()> {
-    match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
-        Some(launch) if launch.is_multi() => super::processes::command(args, on_signals, &launch),
-        _ => train(args, on_signals, None),
-    }
-}
-
 /// Trains in this process, alone or as process 0 of several (`procs`), which watches the run
 /// for all of them: its frontend, metrics file, run directory and live socket.
 pub(super) fn train(

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod nvml;
 pub mod recorder;
+pub mod sample;
 pub mod straggler;
 pub mod telemetry;
 

@@ -16,7 +16,7 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
-use crate::observe::telemetry::DeviceSample;
+use crate::observe::sample::DeviceSample;
 
 /// How often PCIe throughput is read; see [`Nvml::sample`].
 pub const PCIE_EVERY: Duration = Duration::from_secs(5);

@@ -13,8 +13,8 @@ use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
 use crate::observe::metrics::{records, Line, MetricsWriter};
 use crate::observe::monitor::StepRow;
+use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
-use crate::observe::telemetry::DeviceSample;
 
 /// The shortest time between two step records to the live hub (at most 20 a second).
 pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);

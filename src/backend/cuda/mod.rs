@@ -22,6 +22,7 @@ pub mod pool;
 pub mod replica;
 pub mod selftest;
 mod selftest_bn;
+mod selftest_compare;
 mod selftest_conv;
 mod selftest_dw;
 mod selftest_model;

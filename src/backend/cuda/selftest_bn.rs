@@ -8,7 +8,7 @@
 
 use std::thread;
 
-use super::selftest::{check, Check};
+use super::selftest_compare::{check, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{bn, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};

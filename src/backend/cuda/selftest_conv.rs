@@ -8,7 +8,7 @@
 
 use cudarc::cublas::CudaBlas;
 
-use super::selftest::{compare, Check};
+use super::selftest_compare::{compare, Check};
 use super::shape::ConvShape;
 use super::{conv, on, pool, CudaError, Gpu};
 use crate::nn::rng::Rng;

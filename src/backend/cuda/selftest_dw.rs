@@ -5,7 +5,7 @@
 //! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
 //! so the first-maximum rule is checked too).
 
-use super::selftest::{check, compare, Check};
+use super::selftest_compare::{check, compare, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{dwconv, pool, CudaError, Gpu};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::replica::CudaReplica;
-use super::selftest::{compare, compare_changes};
+use super::selftest_compare::{compare, compare_changes};
 use super::{on, CudaError};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;

@@ -9,7 +9,7 @@ use cudarc::nccl::Id;
 
 use super::nccl::{Communicator, Patience};
 use super::replica::Group;
-use super::selftest::{check, compare, Check};
+use super::selftest_compare::{check, compare, Check};
 use super::{on, CudaError};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::rng::Rng;

@@ -7,7 +7,7 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::selftest::{check, compare, Check};
+use super::selftest_compare::{check, compare, Check};
 use super::{on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
 use crate::nn::rng::Rng;

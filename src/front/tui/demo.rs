@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Device, RunInfo};
-use crate::observe::telemetry::DeviceSample;
+use crate::observe::sample::DeviceSample;
 
 use super::app::{App, AppEvent};
 

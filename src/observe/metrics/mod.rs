@@ -15,8 +15,8 @@ pub mod reader;
 pub mod records;
 pub mod writer;
 
-pub use parse::{record, record_line, run_info, run_line};
-pub use reader::{MetricsReader, ReadError, Record};
+pub use parse::{record, record_line, run_info, run_line, Record};
+pub use reader::{MetricsReader, ReadError};
 pub use records::Line;
 pub use writer::{MetricsError, MetricsWriter};
 

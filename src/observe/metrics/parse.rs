@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::reader::{Record, MAX_RANKS};
 use super::SCHEMA;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
@@ -14,7 +13,34 @@ use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::throttle_bits;
-use crate::observe::telemetry::DeviceSample;
+use crate::observe::sample::DeviceSample;
+
+/// The most ranks a run may have.
+pub const MAX_RANKS: usize = 1024;
+
+/// One record after the `run` record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// A step as every rank saw it, and the samples/s measured when it was written.
+    Step {
+        row: StepRow,
+        samples_per_s: Option<f64>,
+    },
+    /// `epoch`, a checkpoint, control or error `event`, and `end` (as `Event::Finished`).
+    Event { t: Duration, event: Event },
+    /// A detector's warning or its clearing (`kind` ends in `_cleared`), in the log's words.
+    Warning {
+        t: Duration,
+        kind: String,
+        message: String,
+    },
+    Telemetry {
+        t: Duration,
+        devices: Vec<DeviceSample>,
+        /// This process's resident memory and the machine's, in bytes.
+        process_memory: Option<(u64, u64)>,
+    },
+}
 
 type Parsed<T> = Result<T, String>;
 

@@ -13,18 +13,12 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use super::parse::{record_line, run_line};
-use crate::engine::events::Event;
+use super::parse::{record_line, run_line, Record};
 use crate::engine::RunInfo;
-use crate::observe::monitor::StepRow;
-use crate::observe::telemetry::DeviceSample;
 
 /// The longest line read (a `step` record of 1024 ranks is about 200 KiB).
 pub const MAX_LINE: usize = 1 << 20;
-/// The most ranks a run may have.
-pub const MAX_RANKS: usize = 1024;
 /// What the file is called inside a run directory.
 pub use crate::engine::rundir::METRICS as FILE_NAME;
 const CHUNK: usize = 64 * 1024;
@@ -41,30 +35,6 @@ pub enum ReadError {
     },
     #[error("{path}: {what}")]
     File { path: PathBuf, what: String },
-}
-
-/// One record after the `run` record.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Record {
-    /// A step as every rank saw it, and the samples/s measured when it was written.
-    Step {
-        row: StepRow,
-        samples_per_s: Option<f64>,
-    },
-    /// `epoch`, a checkpoint, control or error `event`, and `end` (as `Event::Finished`).
-    Event { t: Duration, event: Event },
-    /// A detector's warning or its clearing (`kind` ends in `_cleared`), in the log's words.
-    Warning {
-        t: Duration,
-        kind: String,
-        message: String,
-    },
-    Telemetry {
-        t: Duration,
-        devices: Vec<DeviceSample>,
-        /// This process's resident memory and the machine's, in bytes.
-        process_memory: Option<(u64, u64)>,
-    },
 }
 
 pub struct MetricsReader {

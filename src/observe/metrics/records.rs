@@ -11,8 +11,8 @@ use crate::config::Budget;
 use crate::engine::events::{Applied, Event};
 use crate::engine::{Device, RunInfo};
 use crate::observe::monitor::StepRow;
+use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
-use crate::observe::telemetry::DeviceSample;
 
 /// One record as written: its JSON text and the newline after it. Cheap to clone (shared).
 #[derive(Clone, Debug, PartialEq, Eq)]

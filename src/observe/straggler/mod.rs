@@ -165,7 +165,7 @@ impl Detector {
     }
 
     /// The newest device samples (one per rank): throttle reasons explain a slow GPU.
-    pub fn on_telemetry(&mut self, samples: &[crate::observe::telemetry::DeviceSample]) {
+    pub fn on_telemetry(&mut self, samples: &[crate::observe::sample::DeviceSample]) {
         for (t, s) in self.throttle.iter_mut().zip(samples) {
             *t = s
                 .throttle_reasons

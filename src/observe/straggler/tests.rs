@@ -247,7 +247,7 @@ fn causes_come_from_the_evidence() {
         models: vec![Some("H100".into()), Some("H100".into())],
         ..Context::default()
     };
-    let sample = |reasons: u64, clock: u32| crate::observe::telemetry::DeviceSample {
+    let sample = |reasons: u64, clock: u32| crate::observe::sample::DeviceSample {
         throttle_reasons: Some(reasons),
         sm_clock_mhz: Some(clock),
         sm_clock_max_mhz: Some(1980),

@@ -4,8 +4,8 @@ use std::collections::VecDeque;
 
 use crate::engine::events::StepStats;
 use crate::observe::history::History;
+use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
-use crate::observe::telemetry::DeviceSample;
 
 use super::{HISTORY_POINTS, RECENT_STEPS};
 

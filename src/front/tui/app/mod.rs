@@ -20,8 +20,8 @@ use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::observe::history::History;
 use crate::observe::monitor::{Monitor, StepRow};
+use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
-use crate::observe::telemetry::DeviceSample;
 
 /// Points kept per chart series for the whole run.
 const HISTORY_POINTS: usize = 2048;

@@ -11,7 +11,7 @@ use super::{bytes, fit, pct};
 use crate::engine::Device;
 use crate::front::tui::app::{App, DeviceState, Split};
 use crate::front::tui::theme::Theme;
-use crate::observe::telemetry::DeviceSample;
+use crate::observe::sample::DeviceSample;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 /// The step-time bar: a block character per part, so it reads without colour too.

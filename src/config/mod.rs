@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub mod strategy;
+
 use crate::data::DataSpec;
 use crate::nn::model::ModelSpec;
 use crate::nn::optim::OptimizerKind;
@@ -203,7 +205,7 @@ pub struct RunConfig {
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
-    pub strategy: crate::engine::strategy::Strategy,
+    pub strategy: strategy::Strategy,
     /// Validate at every epoch end (`scale` measures without, and validates the final model).
     pub epoch_validation: bool,
 }
