@@ -16,6 +16,13 @@ pub(crate) fn die(gpu: usize, what: &str, e: impl std::fmt::Debug) -> ! {
     panic!("{}", CudaError::new(gpu, what, e))
 }
 
+/// A failed launch inside a step has no way back through `Replica`: the rank fails with it.
+pub(crate) fn check(r: Result<(), CudaError>) {
+    if let Err(e) = r {
+        panic!("{e}")
+    }
+}
+
 /// Launches kernel `$name` over `$n` threads with the given arguments.
 macro_rules! launch {
     ($gpu:expr, $name:expr, $n:expr, $($arg:expr),+ $(,)?) => {{

@@ -82,7 +82,11 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         || super::selftest_conv::checks(&gpu),
     ));
     out.extend(guarded(&format!("gpu{index} graph ops vs CPU ops"), || {
-        super::selftest_ops::checks(&gpu)
+        let mut rng = Rng::new(31);
+        let mut checks = super::selftest_ops::checks(&gpu);
+        checks.extend(super::selftest_bn::checks(&gpu, &mut rng));
+        checks.extend(super::selftest_dw::checks(&gpu, &mut rng));
+        checks
     }));
     drop(gpu);
     for kind in [

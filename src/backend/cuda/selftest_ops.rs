@@ -65,8 +65,6 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
     let mut rng = Rng::new(29);
     let mut out = elementwise(gpu, &mut rng);
     out.push(dropout(gpu));
-    out.extend(super::selftest_bn::checks(gpu, &mut rng));
-    out.extend(super::selftest_dw::checks(gpu, &mut rng));
     out
 }
 

@@ -5,9 +5,8 @@
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
-use super::pass::check;
 use crate::backend::cuda::blas::sgemm;
-use crate::backend::cuda::launch::die;
+use crate::backend::cuda::launch::{check, die};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;

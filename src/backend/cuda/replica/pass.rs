@@ -14,19 +14,12 @@ use super::backprop::Back;
 use super::nodes::NodeBufs;
 use super::CudaReplica;
 use crate::backend::cuda::blas::sgemm;
-use crate::backend::cuda::launch::die;
-use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
+use crate::backend::cuda::launch::{check, die};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pool, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
 use crate::nn::model::{Act, Model, Op};
-
-/// A failed launch inside a step has no way back through `Replica`: the rank fails with it.
-pub(super) fn check(r: Result<(), CudaError>) {
-    if let Err(e) = r {
-        panic!("{e}")
-    }
-}
 
 /// One pass's view of a replica: its buffers, and the collective sync batch norm sums through.
 struct Pass<'a, 'c> {
