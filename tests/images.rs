@@ -437,3 +437,61 @@ fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
         "{e}"
     );
 }
+
+#[test]
+fn a_run_tells_of_a_file_it_cannot_decode_and_counts_it_at_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pics");
+    for class in ["a", "b"] {
+        for i in 0..3 {
+            png_rgb(&dir.join(format!("{class}/{i}.png")), i);
+        }
+    }
+    let mut whole = Vec::new();
+    pixels(9)
+        .write_to(&mut Cursor::new(&mut whole), ImageFormat::Png)
+        .unwrap();
+    std::fs::write(dir.join("b/cut.png"), &whole[..whole.len() / 2]).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(tmp.path())
+        .args([
+            "--headless",
+            "--data",
+            "images:pics",
+            "--model",
+            "mlp:16",
+            "--devices",
+            "cpu:1",
+        ])
+        .args([
+            "--steps",
+            "4",
+            "--batch-per-replica",
+            "4",
+            "--val-split",
+            "0",
+            "--log-every",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("WARNING at step"))
+        .collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("cut.png"),
+        "{out}"
+    );
+    assert!(
+        out.contains("note: 1 image file(s) could not be decoded"),
+        "{out}"
+    );
+    assert!(out.contains("input: 1 loader thread per rank"), "{out}");
+}

@@ -135,6 +135,12 @@ pub(super) fn train(
             dir.display()
         );
     }
+    if result.data_skipped > 0 {
+        crate::say!(
+            "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each (the WARNING lines name them)",
+            result.data_skipped
+        );
+    }
     if let Some(out) = &export {
         match &result.last_checkpoint {
             Some(p) => {

@@ -52,4 +52,7 @@ pub struct RunResult {
     pub state: TrainState,
     pub last_checkpoint: Option<PathBuf>,
     pub best_val_accuracy: Option<f32>,
+    /// Picture files that could not be decoded during the run (each was told as it happened,
+    /// and another picture of its class stood in for it).
+    pub data_skipped: usize,
 }

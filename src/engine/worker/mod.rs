@@ -429,6 +429,7 @@ impl Worker {
             state: self.strategy.export(replica),
             last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: best_val,
+            data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),
         })
     }
 
