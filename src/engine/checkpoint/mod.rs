@@ -96,7 +96,12 @@ static WRITING: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 /// Removes the checkpoint being written, if any: for a process about to exit in the middle of
 /// one (a second signal), so no `.tmp-step-*` is left behind. Earlier checkpoints are whole.
 pub fn abandon() {
-    if let Some(tmp) = WRITING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    remove_taken(&WRITING);
+}
+
+/// Removes the directory `slot` names, if it names one, and empties it.
+fn remove_taken(slot: &std::sync::Mutex<Option<PathBuf>>) {
+    if let Some(tmp) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = fs::remove_dir_all(tmp);
     }
 }
