@@ -105,6 +105,13 @@ fn main() -> ExitCode {
             };
         }
     };
+    // GPU ids in nvidia-smi's order (PCI bus order) rather than CUDA's default fastest-first
+    if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
+        std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    }
+    // the CUDA libraries, where a GPU needs them and they are installed under other names
+    // (this may start the program again)
+    mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
     // a training run takes signals from the start: one while it loads its data ends it with a
     // word, not by the default action
     if cli.command.is_none() {
@@ -113,13 +120,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    // GPU ids in nvidia-smi's order (PCI bus order) rather than CUDA's default fastest-first
-    if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
-        std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-    }
-    // the CUDA libraries, where a GPU needs them and they are installed under other names
-    // (this may start the program again)
-    mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
     // one process of several (mpirun, srun) trains or measures `scale`; the other commands run
     // in one process
     if let (Some(c), Ok(Some(launch))) = (&cli.command, mgtop::comm::launch::from_env()) {
