@@ -420,12 +420,38 @@ fn an_attached_screen_says_when_the_connection_drops_and_r_connects_again() {
     pump(&mut source, &mut app, &|a| a.disconnected.is_some());
     let r = KeyEvent::new(KeyCode::Char('r'), KeyModifiers::NONE);
     assert_eq!(app.handle_key(r), Some(Action::Reconnect));
+    // a reconnection runs on its own thread and wakes the loop with its answer
+    let wake = source.timer();
+    let answer = |source: &mut AttachSource, app: &mut mgtop::front::tui::app::App| {
+        wake.recv_timeout(Duration::from_secs(15))
+            .expect("the reconnection's answer");
+        assert!(source.on_timer(app));
+    };
     assert!(source.reconnect(&mut app));
+    answer(&mut source, &mut app);
     assert!(app.disconnected.is_some(), "nothing to connect to yet");
     assert!(app.log.iter().any(|l| l.text.contains("cannot reconnect")));
+    // a socket that accepts and never answers: the keys stay live while it is tried
+    let silent = std::os::unix::net::UnixListener::bind(dir.path().join("live.sock")).unwrap();
+    let t0 = Instant::now();
+    assert!(source.reconnect(&mut app));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "r blocked the screen"
+    );
+    assert!(source.reconnect(&mut app));
+    assert_eq!(
+        app.flash.as_deref(),
+        Some("connecting already: wait for it")
+    );
+    answer(&mut source, &mut app);
+    assert!(app.disconnected.is_some());
+    drop(silent);
+    std::fs::remove_file(dir.path().join("live.sock")).unwrap();
     // served again: r connects, the screen starts over from the run's history
     let _server = serve();
     assert!(source.reconnect(&mut app));
+    answer(&mut source, &mut app);
     assert_eq!(app.disconnected, None);
     assert!(app.log.iter().any(|l| l.text.starts_with("reconnected to")));
     assert!(source

@@ -1,10 +1,12 @@
 //! A run in another process as a UI source (`attach`): the records its live socket sends
 //! become the `App`'s events (as a metrics file's do for `view`), the keys' controls go back
-//! over the socket, and a dropped connection is said on screen; `r` connects again.
+//! over the socket, and a dropped connection is said on screen; `r` connects again, on a
+//! thread of its own (a run that does not answer takes up to 10 s to give up on; the keys stay
+//! live meanwhile).
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::app::{App, AppEvent, Level};
 use super::replay::apply_record;
@@ -26,21 +28,39 @@ pub struct AttachSource {
     clock: Option<(Duration, Instant)>,
     /// The run has ended (its `end` record, or its failure, came).
     over: bool,
+    /// A reconnection under way (its tag), its result, and the wake-up it sends when done.
+    connecting: Option<u64>,
+    results: (Sender<Connected>, Receiver<Connected>),
+    wake: (Sender<Instant>, Receiver<Instant>),
+}
+
+/// A reconnection's answer, and the tag its messages carry.
+type Connected = (u64, Result<LiveClient, AttachError>);
+
+/// Connects to `target`, read-only if asked, sending what comes to `tx` tagged `tag`.
+fn open(
+    target: &Target,
+    readonly: bool,
+    tx: Sender<(u64, Incoming)>,
+    tag: u64,
+) -> Result<LiveClient, AttachError> {
+    let mut client = LiveClient::connect(&target.socket, &target.run, tx, tag)?;
+    if readonly {
+        client
+            .declare_readonly()
+            .map_err(|source| AttachError::Io {
+                path: target.socket.clone(),
+                source,
+            })?;
+    }
+    Ok(client)
 }
 
 impl AttachSource {
     /// Connects to the run at `target`; the source and the state it starts from.
     pub fn connect(target: Target, readonly: bool) -> Result<(AttachSource, App), AttachError> {
         let (tx, rx) = unbounded();
-        let mut client = LiveClient::connect(&target.socket, &target.run, tx.clone(), 1)?;
-        if readonly {
-            client
-                .declare_readonly()
-                .map_err(|source| AttachError::Io {
-                    path: target.socket.clone(),
-                    source,
-                })?;
-        }
+        let client = open(&target, readonly, tx.clone(), 1)?;
         let app = App::attached(client.info().clone(), readonly);
         let source = AttachSource {
             target,
@@ -51,6 +71,9 @@ impl AttachSource {
             client: Some(client),
             clock: None,
             over: false,
+            connecting: None,
+            results: unbounded(),
+            wake: unbounded(),
         };
         Ok((source, app))
     }
@@ -119,12 +142,39 @@ impl Source for AttachSource {
         true
     }
 
+    /// Wakes the loop when a reconnection has its answer.
     fn timer(&self) -> Receiver<Instant> {
-        never()
+        self.wake.1.clone()
     }
 
-    fn on_timer(&mut self, _: &mut App) -> bool {
-        false
+    fn on_timer(&mut self, app: &mut App) -> bool {
+        let Ok((tag, connected)) = self.results.1.try_recv() else {
+            return false;
+        };
+        self.connecting = None;
+        match connected {
+            Ok(client) => {
+                let mut fresh = App::attached(client.info().clone(), self.readonly);
+                (fresh.view, fresh.window, fresh.focus) = (app.view, app.window, app.focus);
+                *app = fresh;
+                app.apply(AppEvent::Notice(
+                    Level::Info,
+                    format!("reconnected to {}", self.target.socket.display()),
+                ));
+                self.tag = tag;
+                self.client = Some(client);
+                self.clock = None;
+                self.over = false;
+            }
+            Err(e) => {
+                app.apply(AppEvent::Notice(
+                    Level::Error,
+                    format!("cannot reconnect: {e}"),
+                ));
+                app.apply(AppEvent::Flash("cannot reconnect: see the events".into()));
+            }
+        }
+        true
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
@@ -149,40 +199,29 @@ impl Source for AttachSource {
     }
 
     fn reconnect(&mut self, app: &mut App) -> bool {
-        let tag = self.tag + 1;
-        let connected =
-            LiveClient::connect(&self.target.socket, &self.target.run, self.tx.clone(), tag)
-                .and_then(|mut c| {
-                    if self.readonly {
-                        c.declare_readonly().map_err(|source| AttachError::Io {
-                            path: self.target.socket.clone(),
-                            source,
-                        })?;
-                    }
-                    Ok(c)
-                });
-        match connected {
-            Ok(client) => {
-                let mut fresh = App::attached(client.info().clone(), self.readonly);
-                (fresh.view, fresh.window, fresh.focus) = (app.view, app.window, app.focus);
-                *app = fresh;
-                app.apply(AppEvent::Notice(
-                    Level::Info,
-                    format!("reconnected to {}", self.target.socket.display()),
-                ));
-                self.tag = tag;
-                self.client = Some(client);
-                self.clock = None;
-                self.over = false;
-            }
-            Err(e) => {
-                app.apply(AppEvent::Notice(
-                    Level::Error,
-                    format!("cannot reconnect: {e}"),
-                ));
-                app.apply(AppEvent::Flash("cannot reconnect: see the events".into()));
-            }
+        if self.connecting.is_some() {
+            app.apply(AppEvent::Flash("connecting already: wait for it".into()));
+            return true;
         }
+        let tag = self.tag + 1;
+        self.connecting = Some(tag);
+        let (target, readonly, tx) = (self.target.clone(), self.readonly, self.tx.clone());
+        let (results, wake) = (self.results.0.clone(), self.wake.0.clone());
+        let started = std::thread::Builder::new()
+            .name("reconnect".into())
+            .spawn(move || {
+                let _ = results.send((tag, open(&target, readonly, tx, tag)));
+                let _ = wake.send(Instant::now());
+            });
+        if let Err(e) = started {
+            self.connecting = None;
+            app.apply(AppEvent::Flash(format!("cannot reconnect: {e}")));
+            return true;
+        }
+        app.apply(AppEvent::Flash(format!(
+            "connecting to {}...",
+            self.target.socket.display()
+        )));
         true
     }
 

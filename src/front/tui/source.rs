@@ -21,7 +21,8 @@ pub trait Source {
     fn events(&self) -> Receiver<Self::Event>;
     /// One message, or `None` once the channel has closed.
     fn on_event(&mut self, app: &mut App, ev: Option<Self::Event>) -> bool;
-    /// A periodic timer: the engine's telemetry sampler, a file's poll.
+    /// A periodic timer (the engine's telemetry sampler, a file's poll), or a wake-up from the
+    /// source's own threads (attach's reconnection).
     fn timer(&self) -> Receiver<Instant>;
     fn on_timer(&mut self, app: &mut App) -> bool;
     /// Every frame (at most 10 a second).
