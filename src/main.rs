@@ -176,10 +176,9 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
 }
 
 /// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second
-/// quits at once (restoring the terminal first).
-fn on_signals(engine: &Engine, notify: Option<Sender<()>>) -> anyhow::Result<()> {
+/// quits at once (restoring the terminal first). `ui`: a terminal UI shows the run.
+fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::Result<()> {
     let controller = engine.controller();
-    let ui = notify.is_some();
     let h = move |n: usize| {
         if n == 0 {
             match &notify {

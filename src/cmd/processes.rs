@@ -103,7 +103,7 @@ fn follow(
     // a signal here changes nothing and says nothing (process 0 decides and speaks for the
     // run), but a second quits
     let (heard, _unread) = crossbeam_channel::unbounded();
-    on_signals(&engine, Some(heard))?;
+    on_signals(&engine, Some(heard), false)?;
     let events = engine.events().clone();
     let drain = std::thread::spawn(move || events.iter().count());
     let r = engine.join();

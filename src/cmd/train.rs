@@ -19,8 +19,9 @@ use crate::observe::metrics::{records, Line, MetricsWriter};
 use crate::observe::Recorder;
 
 /// Installs the process's signal handling for a started run (the binary's: a second signal
-/// quits the process); the UI passes a channel to hear of the first.
-pub type OnSignals = dyn Fn(&Engine, Option<Sender<()>>) -> anyhow::Result<()>;
+/// quits the process); the UI passes a channel to hear of the first, and says it is a terminal
+/// UI (the last argument: a hang-up then stops the run even under nohup).
+pub type OnSignals = dyn Fn(&Engine, Option<Sender<()>>, bool) -> anyhow::Result<()>;
 
 /// Serves the run on `<dir>/live.sock`; the server (none where it could not start) and the
 /// start-up line that says where it is, or why there is none.
@@ -117,7 +118,7 @@ pub(super) fn train(
     let recorder = Recorder::new(metrics, hub, log_every);
     let result = match theme {
         Some(theme) => run_tui(engine, theme, &front, recorder, notes, on_signals),
-        None => on_signals(&engine, None).and_then(|()| {
+        None => on_signals(&engine, None, false).and_then(|()| {
             let mut out = std::io::stdout().lock();
             let interval = front.sample_interval;
             Ok(headless::run(
@@ -174,7 +175,7 @@ fn run_tui(
     on_signals: &OnSignals,
 ) -> anyhow::Result<RunResult> {
     let (sig_tx, sig_rx) = unbounded();
-    on_signals(&engine, Some(sig_tx))?;
+    on_signals(&engine, Some(sig_tx), true)?;
     let opts = TuiOptions {
         theme,
         readonly: front.readonly,
