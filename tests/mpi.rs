@@ -381,3 +381,27 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
         "{err}"
     );
 }
+
+#[test]
+fn a_process_that_cannot_start_says_which_process_and_host_it_is() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let args = common_args(&tmp.path().join("run"), "sgd", 1, 50);
+    // the second process asks for more intra-op threads than a process may have
+    let out = mpirun()
+        .args(["-np", "1", BIN])
+        .args(&args)
+        .args(["--devices", "cpu:1", ":", "-np", "1", BIN])
+        .args(&args)
+        .args(["--devices", "cpu:8", "--threads-per-worker", "200"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("error (process 1 on ") && err.contains("asks for 1600 threads"),
+        "{err}"
+    );
+}
