@@ -445,3 +445,29 @@ fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
     assert!(header(Strategy::CentralStorage).contains("central-storage"));
     assert!(!header(Strategy::Mirrored).contains("mirrored"));
 }
+
+#[test]
+fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ck");
+    let mut base = small(2, 80, 301, &ckpt);
+    (base.strategy, base.optimizer) = (local(3, 4, false), OptimizerKind::Momentum);
+    base.lr = Some(lr_for(OptimizerKind::Momentum));
+    run(RunConfig {
+        budget: Budget::Steps(37),
+        final_checkpoint: true,
+        ..base.clone()
+    });
+    let e = Engine::run(RunConfig {
+        resume: Some(ckpt),
+        ..base
+    })
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("cannot resume --strategy local-sgd:3 exactly at step 37")
+            && e.contains("local-sgd:3,moments"),
+        "{e}"
+    );
+}

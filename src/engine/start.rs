@@ -41,6 +41,7 @@ pub(super) fn starting_point(
         Some(path) => {
             let dir = checkpoint::resolve(path)?;
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())?;
+            local_sgd_resumable(cfg, meta.step, &state)?;
             let resumed = resumed_settings(cfg, &meta, ranks);
             Start {
                 step: meta.step,
@@ -60,6 +61,27 @@ pub(super) fn starting_point(
         None => fresh(cfg, model, ranks, lead)?,
     };
     Ok(start)
+}
+
+/// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,
+/// and a checkpoint keeps one replica's, so a resumed run could not be the uninterrupted one.
+/// Refused with the reason (SGD, which keeps no moments, and `,moments` resume exactly).
+fn local_sgd_resumable(cfg: &RunConfig, step: u64, state: &TrainState) -> Result<(), EngineError> {
+    let crate::config::strategy::Strategy::LocalSgd {
+        every,
+        warmup,
+        moments: false,
+    } = cfg.strategy
+    else {
+        return Ok(());
+    };
+    if step <= warmup || (state.opt.m.is_empty() && state.opt.v.is_empty()) {
+        return Ok(());
+    }
+    Err(EngineError::Config(format!(
+        "cannot resume --strategy local-sgd:{every} exactly at step {step}: past its {warmup} synchronous steps each rank's {} moments are its own, and the checkpoint holds one rank's; start the run again, or use local-sgd:{every},moments (moments averaged at every sync, resumable) or --optimizer sgd",
+        cfg.optimizer
+    )))
 }
 
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
