@@ -1,0 +1,152 @@
+//! A labelled dataset and the micro-batches cut from it: samples held ready as rows, or made
+//! from a picture set when gathered; the seeded train/validation split.
+
+use super::imageset::Pictures;
+use crate::nn::rng::{tag, Rng};
+
+/// One micro-batch: x[n, features] and labels[n], and the samples' rows in the training set.
+/// For a replica that holds the training set (`Replica::hold_data`) the loader sends the rows
+/// alone: `x` is then empty.
+#[derive(Clone, Debug, Default)]
+pub struct MicroBatch {
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub n: usize,
+    pub rows: Vec<u32>,
+}
+
+/// A labelled dataset: labels are 0..classes; samples are `x`, row-major [len, features], or,
+/// for picture sets, made from `pictures` when they are gathered (`x` is then empty).
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    pub features: usize,
+    pub classes: usize,
+    /// The shape of one sample, [C, H, W], when the samples are images: each row is the image
+    /// row-major CHW (channel planes, each H rows of W), and `features == C*H*W`. `None` for
+    /// flat vectors.
+    pub image: Option<[usize; 3]>,
+    pub x: Vec<f32>,
+    pub y: Vec<u32>,
+    pub pictures: Option<Pictures>,
+}
+
+impl Dataset {
+    /// The features of samples `idx` (epoch `epoch`'s augmentation for a training picture
+    /// set), appended to `out`.
+    pub fn gather(&self, idx: &[u32], epoch: u64, out: &mut Vec<f32>) {
+        let d = self.features;
+        let start = out.len();
+        match &self.pictures {
+            None => {
+                out.reserve_exact(idx.len() * d);
+                for &i in idx {
+                    out.extend_from_slice(self.row(i as usize));
+                }
+            }
+            Some(p) => {
+                out.resize(start + idx.len() * d, 0.0);
+                for (&i, o) in idx.iter().zip(out[start..].chunks_exact_mut(d)) {
+                    p.fill(i as usize, epoch, o);
+                }
+            }
+        }
+    }
+
+    /// Samples `lo..hi` as features: a slice of `x`, or made into `buf` for a picture set.
+    pub fn rows<'a>(&'a self, lo: usize, hi: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if self.pictures.is_none() {
+            return &self.x[lo * self.features..hi * self.features];
+        }
+        buf.clear();
+        let idx: Vec<u32> = (lo as u32..hi as u32).collect();
+        self.gather(&idx, 0, buf);
+        buf
+    }
+
+    /// The features ready in memory, for a device that holds the set (`None` for a picture
+    /// set, made batch by batch).
+    pub fn dense(&self) -> Option<&[f32]> {
+        self.pictures.is_none().then_some(&self.x[..])
+    }
+
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.x[i * self.features..(i + 1) * self.features]
+    }
+
+    fn subset(&self, idx: &[usize]) -> Dataset {
+        let mut x = Vec::new();
+        if self.pictures.is_none() {
+            x.reserve_exact(idx.len() * self.features);
+            for &i in idx {
+                x.extend_from_slice(self.row(i));
+            }
+        }
+        Dataset {
+            features: self.features,
+            classes: self.classes,
+            image: self.image,
+            x,
+            y: idx.iter().map(|&i| self.y[i]).collect(),
+            pictures: self.pictures.as_ref().map(|p| p.subset(idx)),
+        }
+    }
+
+    /// Seeded split: `val_fraction` of the samples (rounded) go to validation.
+    pub fn split(&self, val_fraction: f64, seed: u64) -> (Dataset, Dataset) {
+        let mut idx: Vec<usize> = (0..self.len()).collect();
+        Rng::stream(seed, tag::SPLIT, 0).shuffle(&mut idx);
+        let n_val = (self.len() as f64 * val_fraction).round() as usize;
+        let (val, train) = idx.split_at(n_val);
+        (self.subset(train), self.subset(val))
+    }
+}
+
+/// Checks the labels of a freshly parsed dataset and sets `classes`.
+pub(super) fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Dataset, String> {
+    if y.is_empty() {
+        return Err("no samples found; the file is empty".into());
+    }
+    if y.len().checked_mul(features) != Some(x.len()) {
+        return Err(format!(
+            "{} values for {} samples of {features} features; the file is not a table of samples",
+            x.len(),
+            y.len()
+        ));
+    }
+    let max = *y.iter().max().unwrap_or(&0);
+    if max >= 65536 {
+        return Err(format!(
+            "label {max} is out of range: labels must be class indices 0..65535"
+        ));
+    }
+    Ok(Dataset {
+        features,
+        classes: (max as usize + 1).max(2),
+        image: None,
+        x,
+        y,
+        pictures: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parsed_set_must_hold_rows_times_features_values() {
+        assert!(finish(2, vec![0.0; 4], vec![0, 1]).is_ok());
+        let e = finish(2, vec![0.0; 3], vec![0, 1]).unwrap_err();
+        assert!(e.contains("3 values for 2 samples of 2 features"), "{e}");
+        let e = finish(usize::MAX, vec![0.0], vec![0, 1]).unwrap_err();
+        assert!(e.contains("1 values for 2 samples"), "{e}");
+    }
+}
