@@ -331,6 +331,15 @@ fn divergence_and_worker_panics_exit_1_naming_the_step() {
     assert!(out.contains("rank 2 panicked at step 4"), "{out}");
 }
 
+/// The child's log from its first step line on (read up to it: training is under way).
+fn under_way(
+    child: &mut std::process::Child,
+) -> std::io::Lines<BufReader<std::process::ChildStdout>> {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().expect("output").unwrap().contains("samples/s") {}
+    lines
+}
+
 #[test]
 fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
@@ -351,14 +360,7 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // wait until training is under way
-    loop {
-        let l = lines.next().expect("output").unwrap();
-        if l.contains("samples/s") {
-            break;
-        }
-    }
+    let lines = under_way(&mut child);
     signal(&child, "TERM");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
@@ -445,13 +447,7 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    loop {
-        let l = lines.next().expect("output").unwrap();
-        if l.contains("samples/s") {
-            break;
-        }
-    }
+    let lines = under_way(&mut child);
     signal(&child, "HUP");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let o = child.wait_with_output().unwrap();
