@@ -19,6 +19,7 @@ mod synthetic;
 mod synthetic_images;
 mod table;
 mod transform;
+pub mod write;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,6 @@
 //! `model.load_state_dict(safetensors.torch.load_file(F))` takes them.
 
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, TensorView};
@@ -267,21 +266,7 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
             out.display()
         ));
     }
-    let tmp = out.with_file_name(format!(
-        ".{}.tmp-{}",
-        out.file_name()
-            .map_or("export".into(), |f| f.to_string_lossy()),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, out)
-    };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
+    crate::data::write::replace_file(out, &bytes).map_err(|e| {
         format!(
             "cannot write {}: {e}; check the folder exists, is writable and has space",
             out.display()

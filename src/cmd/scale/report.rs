@@ -130,20 +130,9 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             ))
         }
     };
-    // written beside it and renamed over it: a full disk or a crash leaves an earlier
-    // results file whole, never a truncated one
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        name.unwrap_or_default(),
-        std::process::id()
-    ));
-    let fail = |e: std::io::Error| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", path.display())
-    };
-    std::fs::write(&tmp, text).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
+    // a full disk or a crash leaves an earlier results file whole, never a truncated one
+    crate::data::write::replace_file(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -1,0 +1,48 @@
+//! Files this program writes whole (exported weights, `scale --out` results): written beside
+//! the target, synced, then renamed over it, so a full disk or a crash leaves the earlier file
+//! whole, never a truncated one.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed
+/// when any step fails.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_replaced_whole_or_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("out.csv");
+        std::fs::write(&f, "old").unwrap();
+        replace_file(&f, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "new");
+        // a target that cannot be replaced (a directory) keeps what it was, no temp file left
+        let d = dir.path().join("sub");
+        std::fs::create_dir(&d).unwrap();
+        assert!(replace_file(&d, b"x").is_err());
+        assert!(d.is_dir());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
+}
