@@ -131,6 +131,9 @@ pub struct ViewArgs {
     /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
+    /// Instead of showing the run, write its scalars as TensorBoard events to DIR  [default: tensorboard/ beside the metrics file]
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    pub tensorboard: Option<Option<PathBuf>>,
 }
 
 /// `scale --seconds`: a time budget between 0.05 s and an hour.
@@ -309,6 +312,13 @@ pub struct TrainArgs {
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1)
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub prometheus: Option<String>,
+    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) to DIR  [default: <run dir>/tensorboard]
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    #[serde(default, deserialize_with = "flag_or_path")]
+    pub tensorboard: Option<Option<PathBuf>>,
     /// The run's directory: metrics.jsonl, checkpoints/ and the live socket  [default: runs/<name>/<YYYYmmdd-HHMMSS>]
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
@@ -365,3 +375,22 @@ pub struct TrainArgs {
 
 #[cfg(test)]
 mod tests;
+
+/// A config-file key that is a switch or a path: `true` (the default place, as the flag
+/// without a value), `false` (off) or `"DIR"`.
+fn flag_or_path<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<PathBuf>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum FlagOrPath {
+        Flag(bool),
+        Path(PathBuf),
+    }
+    Ok(match FlagOrPath::deserialize(d)? {
+        FlagOrPath::Flag(true) => Some(None),
+        FlagOrPath::Flag(false) => None,
+        FlagOrPath::Path(p) if p.as_os_str().is_empty() => Some(None),
+        FlagOrPath::Path(p) => Some(Some(p)),
+    })
+}

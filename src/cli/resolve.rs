@@ -1,7 +1,7 @@
 //! Flags and `--config` file into a validated `RunConfig`: flags over the file over the defaults,
 //! every value through the same parser either way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::TrainArgs;
@@ -89,6 +89,8 @@ impl TrainArgs {
             seed,
             log_every,
             metrics_out,
+            prometheus,
+            tensorboard,
             run_dir,
             checkpoint_dir,
             checkpoint_every,
@@ -246,6 +248,15 @@ impl TrainArgs {
             .run_dir
             .clone()
             .unwrap_or_else(|| rundir::default_dir(Path::new(""), &cfg.run_name()));
+        let prometheus = args
+            .prometheus
+            .as_deref()
+            .map(crate::observe::prometheus::http::parse_addr)
+            .transpose()?;
+        // the flag without a value: the run directory's
+        let tensorboard = args
+            .tensorboard
+            .map(|d| d.unwrap_or_else(|| run_dir.join(crate::observe::tensorboard::DIR)));
         let cfg = RunConfig {
             checkpoint_dir: args
                 .checkpoint_dir
@@ -264,6 +275,8 @@ impl TrainArgs {
             }
         };
         let frontend = Frontend {
+            prometheus,
+            tensorboard,
             headless: args.headless,
             theme: args.theme,
             readonly: args.readonly,
@@ -277,6 +290,10 @@ impl TrainArgs {
 /// How a run is shown: log lines or the terminal UI, and the UI's options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frontend {
+    /// Where to serve Prometheus metrics (`--prometheus`).
+    pub prometheus: Option<std::net::SocketAddr>,
+    /// Where to write TensorBoard's event file (`--tensorboard`).
+    pub tensorboard: Option<PathBuf>,
     pub headless: bool,
     pub theme: Option<String>,
     pub readonly: bool,

@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use std::sync::Arc;
 
@@ -11,11 +11,16 @@ use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TrainArgs};
 use crate::comm::Processes;
+use crate::engine::Device;
 use crate::engine::{rundir, weights, Engine, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
 use crate::observe::live::{LiveHub, LiveServer, SOCKET_NAME};
 use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::nvml::Nvml;
+use crate::observe::prometheus::{http::Endpoint, Prometheus};
+use crate::observe::recorder::Sink;
+use crate::observe::tensorboard::TensorBoard;
 use crate::observe::Recorder;
 
 /// Installs the process's signal handling for a started run (the binary's: a second signal
@@ -73,6 +78,13 @@ pub(super) fn train(
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
     }
+    // listening before the run starts: a port in use is said before minutes of start-up
+    let registry = prometheus::Registry::new();
+    let endpoint = front
+        .prometheus
+        .map(|addr| Endpoint::start(addr, registry.clone()))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     if cfg.calibrate {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
@@ -109,13 +121,25 @@ pub(super) fn train(
         None => (None, Vec::new()),
     };
     let (server, hub) = live.unzip();
+    let mut recorder = Recorder::new(metrics, hub, log_every);
+    match exporters(&engine, &front, endpoint.as_ref(), &registry, &mut notes) {
+        Ok(sinks) => {
+            for s in sinks {
+                recorder = recorder.with(s);
+            }
+        }
+        Err(e) => {
+            let _ = engine.controller().stop(false);
+            let _ = engine.join();
+            return Err(anyhow::Error::msg(e));
+        }
+    }
     if procs.is_some() && !front.headless {
         notes.push(format!(
             "note: a run over several processes logs here; for the terminal UI: mgtop-train attach {}",
             run_dir.as_deref().map_or("RUN_DIR".into(), |d| d.display().to_string())
         ));
     }
-    let recorder = Recorder::new(metrics, hub, log_every);
     let result = match theme {
         Some(theme) => run_tui(engine, theme, &front, recorder, notes, on_signals),
         None => on_signals(&engine, None, false).and_then(|()| {
@@ -126,8 +150,9 @@ pub(super) fn train(
             )?)
         }),
     };
-    // clients get the end of the run, then the socket goes
+    // clients get the end of the run, then the socket and the endpoint go
     drop(server);
+    drop(endpoint);
     let result = result?;
     if let Some(dir) = &run_dir {
         crate::say!(
@@ -164,6 +189,46 @@ pub(super) fn train(
         }
     }
     Ok(())
+}
+
+/// The Prometheus metrics (served by `endpoint`) and TensorBoard's event file, as the flags
+/// ask; each adds its start-up line to `notes`.
+fn exporters(
+    engine: &Engine,
+    front: &Frontend,
+    endpoint: Option<&Endpoint>,
+    registry: &prometheus::Registry,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Box<dyn Sink>>, String> {
+    let info = engine.info();
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    if let Some(endpoint) = endpoint {
+        let ids: Vec<String> = info
+            .devices
+            .iter()
+            .filter_map(|d| match d {
+                Device::Gpu { pci_bus_id, .. } => Some(pci_bus_id.clone().unwrap_or_default()),
+                Device::Cpu { .. } => None,
+            })
+            .collect();
+        let identities = match ids.is_empty() {
+            true => Vec::new(),
+            false => Nvml::open(&ids).map(|n| n.identities()).unwrap_or_default(),
+        };
+        sinks.push(Box::new(Prometheus::new(registry, info, &identities)?));
+        notes.push(endpoint.describe());
+    }
+    if let Some(dir) = &front.tensorboard {
+        let started = SystemTime::now() - engine.elapsed();
+        let tb = TensorBoard::create(dir, info, info.started.unwrap_or(started))?;
+        notes.push(format!(
+            "tensorboard: {} (tensorboard --logdir {})",
+            tb.path().display(),
+            dir.display()
+        ));
+        sinks.push(Box::new(tb));
+    }
+    Ok(sinks)
 }
 
 fn run_tui(

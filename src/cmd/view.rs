@@ -11,6 +11,7 @@ use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::{read_all, FileSource};
 use crate::front::tui::{self, term, theme::Theme, Screen};
 use crate::observe::metrics::MetricsReader;
+use crate::observe::tensorboard;
 
 /// Installs the process's signal handling for the UI; the first signal is sent on the channel.
 pub type OnSignals = dyn Fn(Sender<()>) -> anyhow::Result<()>;
@@ -19,6 +20,18 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     let mut reader = MetricsReader::open(&args.path)?;
+    if let Some(dir) = &args.tensorboard {
+        let dir = dir
+            .clone()
+            .unwrap_or_else(|| tensorboard::default_dir_for(reader.path()));
+        let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(anyhow::Error::msg)?;
+        crate::say!(
+            "wrote the scalars of {n} records to {} (tensorboard --logdir {})",
+            file.display(),
+            dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut app = App::watching(reader.info().clone());
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;

@@ -1,7 +1,7 @@
 //! What a frontend shows about a run before its first step, and what follows from it.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::devices::available_cores;
 use super::job::World;
@@ -63,6 +63,9 @@ pub struct RunInfo {
     pub baseline: Option<f64>,
     /// How the ranks share what they learn (`--strategy`).
     pub strategy: crate::engine::strategy::Strategy,
+    /// When the workers started (the moment `t` and `StepStats::at` count from); `None` for a
+    /// metrics file from a version that did not say.
+    pub started: Option<SystemTime>,
 }
 
 impl RunInfo {
@@ -139,6 +142,7 @@ impl RunInfo {
             stall_timeout: cfg.stall_timeout,
             baseline: None,
             strategy: cfg.strategy,
+            started: None,
         }
     }
 

@@ -261,6 +261,7 @@ impl Engine {
             p.barrier().map_err(EngineError::Collective)?;
         }
         let t0 = Instant::now();
+        info.started = Some(std::time::SystemTime::now());
         let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));
         let beats = Heartbeats::new(ranks);

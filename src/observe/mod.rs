@@ -8,9 +8,11 @@ pub mod live;
 pub mod metrics;
 pub mod monitor;
 pub mod nvml;
+pub mod prometheus;
 pub mod recorder;
 pub mod sample;
 pub mod straggler;
 pub mod telemetry;
+pub mod tensorboard;
 
 pub use recorder::Recorder;

@@ -97,6 +97,36 @@ impl Nvml {
     }
 }
 
+/// What dcgm-exporter labels a GPU with, from NVML.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuIdentity {
+    /// NVML's index (dcgm-exporter's `gpu`), which ignores `CUDA_VISIBLE_DEVICES`.
+    pub index: Option<u32>,
+    pub uuid: Option<String>,
+    /// The N of `/dev/nvidiaN` (dcgm-exporter's `device`).
+    pub minor: Option<u32>,
+}
+
+impl Nvml {
+    /// Each watched GPU's identity; its values `None` where NVML cannot say.
+    pub fn identities(&self) -> Vec<GpuIdentity> {
+        self.devices
+            .iter()
+            .map(|h| {
+                // SAFETY: each handle came from `self.nvml`, which is still open.
+                let Some(d) = h.map(|h| unsafe { Device::new(h.0, &self.nvml) }) else {
+                    return GpuIdentity::default();
+                };
+                GpuIdentity {
+                    index: d.index().ok(),
+                    uuid: d.uuid().ok(),
+                    minor: d.minor_number().ok(),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Why NVML did not open, naming the library and the driver whatever went wrong.
 fn why_not(e: NvmlError) -> String {
     match e {

@@ -4,7 +4,11 @@
 //! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
 //! client attached the hub is given only what its history keeps.
 //!
-//! A file that fails is reported once and written no more; training goes on.
+//! Beside them, the sinks that take records in the engine's types ([`Sink`]: the Prometheus
+//! endpoint, TensorBoard's event file): every step (the ones logged marked), event, warning
+//! and sample.
+//!
+//! A file or sink that fails is reported once and written no more; training goes on.
 
 use std::time::{Duration, Instant};
 
@@ -19,9 +23,28 @@ use crate::observe::straggler::Warning;
 /// The shortest time between two step records to the live hub (at most 20 a second).
 pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
 
+/// What takes every record beside the metrics files and the hub. An `Err` is the warning's
+/// words; the sink is then dropped.
+pub trait Sink: Send {
+    /// A complete step; `logged` for one the metrics file records (every `--log-every`).
+    fn step(&mut self, row: &StepRow, rate: Option<f64>, logged: bool) -> Result<(), String>;
+    fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String>;
+    fn warning(&mut self, _w: &Warning, _t: Duration) -> Result<(), String> {
+        Ok(())
+    }
+    fn telemetry(
+        &mut self,
+        t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Result<(), String>;
+    fn flush(&mut self) -> Result<(), String>;
+}
+
 pub struct Recorder {
     files: Vec<MetricsWriter>,
     hub: Option<LiveHub>,
+    sinks: Vec<Box<dyn Sink>>,
     log_every: u64,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
@@ -33,10 +56,30 @@ impl Recorder {
         Recorder {
             files,
             hub,
+            sinks: Vec::new(),
             log_every: log_every.max(1),
             pending: None,
             last_live: None,
         }
+    }
+
+    /// Also gives every record to `sink`.
+    pub fn with(mut self, sink: Box<dyn Sink>) -> Recorder {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Gives `f` every sink; the warnings of those that failed (dropped).
+    fn each_sink(&mut self, mut f: impl FnMut(&mut dyn Sink) -> Result<(), String>) -> Vec<String> {
+        let mut warnings = Vec::new();
+        self.sinks.retain_mut(|s| match f(s.as_mut()) {
+            Ok(()) => true,
+            Err(e) => {
+                warnings.push(format!("warning: {e}; no more will be written there"));
+                false
+            }
+        });
+        warnings
     }
 
     /// Records nothing.
@@ -94,12 +137,13 @@ impl Recorder {
 
     /// A complete step (every rank's sample).
     pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
-        let logged = !self.files.is_empty() && row.step.is_multiple_of(self.log_every);
+        let due = row.step.is_multiple_of(self.log_every);
+        let mut warnings = self.each_sink(|s| s.step(row, rate, due));
+        let logged = !self.files.is_empty() && due;
         let line = logged.then(|| Line::new(&records::step(row, rate)));
-        let warnings = match &line {
-            Some(l) => self.write_files(l, false),
-            None => Vec::new(),
-        };
+        if let Some(l) = &line {
+            warnings.extend(self.write_files(l, false));
+        }
         let Some(hub) = &self.hub else {
             return warnings;
         };
@@ -135,8 +179,9 @@ impl Recorder {
         } else {
             self.catch_up();
         }
+        let mut warnings = self.each_sink(|s| s.event(ev, t));
         let Some(v) = records::event(ev, t) else {
-            return Vec::new();
+            return warnings;
         };
         let line = Line::new(&v);
         let kind = match ev {
@@ -144,7 +189,8 @@ impl Recorder {
             _ => Kind::Event,
         };
         self.publish(kind, &line);
-        self.write_files(&line, true)
+        warnings.extend(self.write_files(&line, true));
+        warnings
     }
 
     /// Every device's sample, and this process's memory beside the machine's.
@@ -154,26 +200,30 @@ impl Recorder {
         devices: &[DeviceSample],
         process: Option<(u64, u64)>,
     ) -> Vec<String> {
+        let mut warnings = self.each_sink(|s| s.telemetry(t, devices, process));
         if self.files.is_empty() && self.hub.is_none() {
-            return Vec::new();
+            return warnings;
         }
         let line = Line::new(&records::telemetry(t, devices, process));
         self.publish(Kind::Telemetry, &line);
-        self.write_files(&line, true)
+        warnings.extend(self.write_files(&line, true));
+        warnings
     }
 
     /// A straggler / degraded / stall warning or its clearing.
     pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
         self.catch_up();
+        let mut warnings = self.each_sink(|s| s.warning(w, t));
         let line = Line::new(&records::warning(w, t));
         self.publish(Kind::Event, &line);
-        self.write_files(&line, false)
+        warnings.extend(self.write_files(&line, false));
+        warnings
     }
 
     /// Everything written out (at the end).
     pub fn flush(&mut self) -> Vec<String> {
         self.release();
-        let mut warnings = Vec::new();
+        let mut warnings = self.each_sink(|s| s.flush());
         self.files.retain_mut(|w| match w.flush() {
             Ok(()) => true,
             Err(e) => {

@@ -50,6 +50,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         stall_timeout: Duration::from_secs(60),
         baseline: None,
         strategy: Default::default(),
+        started: None,
     }
 }
 

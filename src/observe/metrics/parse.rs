@@ -228,6 +228,9 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
                     .unwrap_or(s)
             })
             .unwrap_or_default(),
+        started: opt_num(v, "started_unix")?
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .map(|d| std::time::UNIX_EPOCH + d),
     })
 }
 

@@ -67,6 +67,7 @@ pub fn run(info: &RunInfo) -> Value {
         "device_names": device_names, "device_note": info.device_note,
         "hosts": info.hosts, "processes": info.processes,
         "strategy": info.strategy.to_string(), "sync_warmup": info.strategy.sync_warmup(),
+        "started_unix": info.started.map(crate::observe::tensorboard::unix_seconds),
     })
 }
 

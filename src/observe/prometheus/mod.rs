@@ -1,0 +1,520 @@
+//! The run as Prometheus metrics (`--prometheus [ADDR:]PORT`): every GPU under dcgm-exporter's
+//! names and labels (so its public Grafana dashboard shows them unchanged) and the training
+//! under `mgtop_` names. Process 0 serves the whole job (it alone sees every rank's steps);
+//! `rank` and `worker` labels tell the ranks apart.
+//!
+//! The recorder updates the values (atomics, on its own thread); `http` serves them. Nothing a
+//! training step does waits on either.
+
+pub mod http;
+
+use std::time::Duration;
+
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
+
+use crate::engine::events::{Applied, Event};
+use crate::engine::{Device, RunInfo};
+use crate::observe::monitor::StepRow;
+use crate::observe::nvml::GpuIdentity;
+use crate::observe::recorder::Sink;
+use crate::observe::sample::DeviceSample;
+use crate::observe::straggler::Warning;
+
+/// The states `mgtop_run_state` has a series for.
+const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
+
+/// The parts of a step `mgtop_step_time_seconds_total` counts, in the order of `parts`.
+const PARTS: [&str; 6] = [
+    "data",
+    "compute",
+    "allreduce",
+    "wait",
+    "optimizer",
+    "transfer",
+];
+
+/// The labels of every dcgm-exporter metric, in the order of `Gpu::labels`.
+const DCGM_LABELS: [&str; 7] = [
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "rank",
+];
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// An f32 as the f64 its shortest decimal spells (1e-3 stays 0.001, not 0.0010000000474974513).
+fn wide(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
+/// dcgm-exporter's fields that NVML gives: the name, its help (dcgm-exporter's words), and the
+/// value in its unit from a sample.
+type Field = (&'static str, &'static str, fn(&DeviceSample) -> Option<f64>);
+
+const DCGM_FIELDS: [Field; 9] = [
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |s| {
+        s.util.map(|u| f64::from(u) * 100.0)
+    }),
+    (
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "Memory utilization (in %).",
+        |s| s.mem_access.map(|u| f64::from(u) * 100.0),
+    ),
+    (
+        "DCGM_FI_DEV_FB_USED",
+        "Framebuffer memory used (in MiB).",
+        |s| s.mem_used.map(|b| (b as f64 / MIB).round()),
+    ),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        |s| match (s.mem_total, s.mem_used) {
+            (Some(t), Some(u)) => Some((t.saturating_sub(u) as f64 / MIB).round()),
+            _ => None,
+        },
+    ),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |s| {
+        s.temp_c.map(f64::from)
+    }),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |s| {
+        s.power_w.map(f64::from)
+    }),
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        "SM clock frequency (in MHz).",
+        |s| s.sm_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "PCIe transmit throughput (in KB/s), read by NVML.",
+        |s| s.pcie_tx_kbs.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        "PCIe receive throughput (in KB/s), read by NVML.",
+        |s| s.pcie_rx_kbs.map(f64::from),
+    ),
+];
+
+/// A GPU rank's dcgm-exporter label values.
+struct Gpu {
+    rank: usize,
+    labels: [String; 7],
+}
+
+/// The metrics of one run, registered in the endpoint's registry.
+pub struct Prometheus {
+    step: IntGauge,
+    steps: IntCounter,
+    epoch: IntGauge,
+    progress: Gauge,
+    samples: Counter,
+    /// Families without labels whose one series appears with its first value: no 0 is shown
+    /// before a rate is measured or an epoch validated.
+    samples_per_s: GaugeVec,
+    loss: Gauge,
+    accuracy: Gauge,
+    lr: Gauge,
+    global_batch: IntGauge,
+    per_replica: IntGauge,
+    val_loss: GaugeVec,
+    val_accuracy: GaugeVec,
+    /// Per rank, one counter per part of `PARTS`.
+    step_time: Vec<[Counter; 6]>,
+    stragglers: IntCounterVec,
+    degraded: IntCounterVec,
+    stalls: IntCounter,
+    checkpoints: IntCounter,
+    data_skipped: IntCounter,
+    state: GaugeVec,
+    utilization: Vec<Gauge>,
+    process_memory: IntGauge,
+    dcgm: Vec<GaugeVec>,
+    gpus: Vec<Gpu>,
+    /// The `rank` label of each rank.
+    ranks: Vec<String>,
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> Result<Gauge, String> {
+    let g = Gauge::new(name, help).map_err(|e| e.to_string())?;
+    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
+    Ok(g)
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str) -> Result<IntGauge, String> {
+    let g = IntGauge::new(name, help).map_err(|e| e.to_string())?;
+    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
+    Ok(g)
+}
+
+fn int_counter(r: &Registry, name: &str, help: &str) -> Result<IntCounter, String> {
+    let c = IntCounter::new(name, help).map_err(|e| e.to_string())?;
+    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, String> {
+    let g = GaugeVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
+    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
+    Ok(g)
+}
+
+fn int_counter_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, String> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
+    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+impl Prometheus {
+    /// Registers this run's metrics in `registry`; `gpus` are NVML's identities of the run's
+    /// GPUs in rank order (empty where NVML is not there: the labels NVML gives are then empty).
+    pub fn new(
+        registry: &Registry,
+        info: &RunInfo,
+        identities: &[GpuIdentity],
+    ) -> Result<Prometheus, String> {
+        let r = registry;
+        let here = crate::engine::hostname();
+        let host = |rank: usize| {
+            info.hosts
+                .get(rank)
+                .cloned()
+                .unwrap_or_else(|| here.clone())
+        };
+        let ranks: Vec<String> = (0..info.ranks()).map(|r| r.to_string()).collect();
+        let workers: Vec<String> = info
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(r, d)| d.label_on(info.hosts.get(r).map(String::as_str)))
+            .collect();
+        let step_time = CounterVec::new(
+            Opts::new(
+                "mgtop_step_time_seconds_total",
+                "Time each rank spent in each part of its steps: data (waiting for input), compute, allreduce (moving and summing gradients), wait (for slower ranks), optimizer, transfer (host-device copies).",
+            ),
+            &["rank", "worker", "part"],
+        )
+        .map_err(|e| e.to_string())?;
+        r.register(Box::new(step_time.clone()))
+            .map_err(|e| e.to_string())?;
+        let utilization = gauge_vec(
+            r,
+            "mgtop_device_utilization_ratio",
+            "Each rank's device busy share, 0-1 (GPU: NVML's utilization; CPU worker: time computing, reducing and updating).",
+            &["rank", "worker"],
+        )?;
+        let info_gauge = gauge_vec(
+            r,
+            "mgtop_run_info",
+            "The run (always 1): its name, model, data and strategy.",
+            &["run", "model", "data", "strategy"],
+        )?;
+        info_gauge
+            .with_label_values(&[
+                info.name.as_str(),
+                info.model.as_str(),
+                info.data.as_str(),
+                &info.strategy.to_string(),
+            ])
+            .set(1.0);
+        let mut gpus = Vec::new();
+        let mut identities = identities.iter();
+        for (rank, d) in info.devices.iter().enumerate() {
+            if let Device::Gpu {
+                index,
+                name,
+                pci_bus_id,
+            } = d
+            {
+                let id = identities.next().cloned().unwrap_or_default();
+                gpus.push(Gpu {
+                    rank,
+                    labels: [
+                        id.index
+                            .map_or_else(|| index.to_string(), |i| i.to_string()),
+                        id.uuid.unwrap_or_default(),
+                        pci_bus_id.clone().unwrap_or_default(),
+                        id.minor.map(|m| format!("nvidia{m}")).unwrap_or_default(),
+                        name.clone(),
+                        host(rank),
+                        rank.to_string(),
+                    ],
+                });
+            }
+        }
+        let dcgm = match gpus.is_empty() {
+            true => Vec::new(),
+            false => DCGM_FIELDS
+                .iter()
+                .map(|(name, help, _)| gauge_vec(r, name, help, &DCGM_LABELS))
+                .collect::<Result<_, _>>()?,
+        };
+        let state = gauge_vec(
+            r,
+            "mgtop_run_state",
+            "1 for the state the run is in: running, paused, completed, stopped or failed.",
+            &["state"],
+        )?;
+        let p = Prometheus {
+            step: int_gauge(r, "mgtop_step", "The newest step every rank has completed.")?,
+            steps: int_counter(
+                r,
+                "mgtop_steps_total",
+                "Steps completed by every rank since this process started.",
+            )?,
+            epoch: int_gauge(
+                r,
+                "mgtop_epoch",
+                "The epoch the newest step is in (1-based).",
+            )?,
+            progress: gauge(
+                r,
+                "mgtop_progress_ratio",
+                "The share of the run's budget done, 0-1.",
+            )?,
+            samples: {
+                let c = Counter::new(
+                    "mgtop_samples_total",
+                    "Training samples processed by all ranks since this process started.",
+                )
+                .map_err(|e| e.to_string())?;
+                r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
+                c
+            },
+            samples_per_s: gauge_vec(
+                r,
+                "mgtop_samples_per_second",
+                "Training samples per second over the last seconds, all ranks.",
+                &[],
+            )?,
+            loss: gauge(
+                r,
+                "mgtop_train_loss",
+                "The newest step's training loss (mean over the global batch).",
+            )?,
+            accuracy: gauge(
+                r,
+                "mgtop_train_accuracy_ratio",
+                "The newest step's training accuracy, 0-1.",
+            )?,
+            lr: gauge(
+                r,
+                "mgtop_learning_rate",
+                "The learning rate of the newest step.",
+            )?,
+            global_batch: int_gauge(
+                r,
+                "mgtop_global_batch_size",
+                "Samples per optimizer step over all ranks.",
+            )?,
+            per_replica: int_gauge(
+                r,
+                "mgtop_batch_size_per_replica",
+                "Samples per rank per step.",
+            )?,
+            val_loss: gauge_vec(
+                r,
+                "mgtop_validation_loss",
+                "The newest epoch's validation loss.",
+                &[],
+            )?,
+            val_accuracy: gauge_vec(
+                r,
+                "mgtop_validation_accuracy_ratio",
+                "The newest epoch's validation accuracy, 0-1.",
+                &[],
+            )?,
+            step_time: (0..info.ranks())
+                .map(|rank| {
+                    PARTS.map(|part| {
+                        step_time.with_label_values(&[&ranks[rank], &workers[rank], part])
+                    })
+                })
+                .collect(),
+            stragglers: int_counter_vec(
+                r,
+                "mgtop_straggler_warnings_total",
+                "Straggler warnings, by the slow rank and the likely cause.",
+                &["rank", "cause"],
+            )?,
+            degraded: int_counter_vec(
+                r,
+                "mgtop_degraded_warnings_total",
+                "Warnings that a rank runs well below its own best speed.",
+                &["rank"],
+            )?,
+            stalls: int_counter(
+                r,
+                "mgtop_stall_warnings_total",
+                "Warnings that no step completed for the stall timeout.",
+            )?,
+            checkpoints: int_counter(
+                r,
+                "mgtop_checkpoints_total",
+                "Checkpoints written since this process started.",
+            )?,
+            data_skipped: int_counter(
+                r,
+                "mgtop_data_skipped_total",
+                "Input files that could not be decoded (another sample stood in).",
+            )?,
+            utilization: (0..info.ranks())
+                .map(|rank| utilization.with_label_values(&[&ranks[rank], &workers[rank]]))
+                .collect(),
+            process_memory: int_gauge(
+                r,
+                "mgtop_process_resident_memory_bytes",
+                "Resident memory of the process serving these metrics.",
+            )?,
+            state,
+            dcgm,
+            gpus,
+            ranks,
+        };
+        p.set_state("running");
+        Ok(p)
+    }
+
+    fn set_state(&self, now: &str) {
+        for s in STATES {
+            self.state
+                .with_label_values(&[s])
+                .set(if s == now { 1.0 } else { 0.0 });
+        }
+    }
+}
+
+impl Sink for Prometheus {
+    fn step(&mut self, row: &StepRow, rate: Option<f64>, _logged: bool) -> Result<(), String> {
+        self.step.set(row.step as i64);
+        self.steps.inc();
+        self.epoch.set(row.epoch as i64);
+        self.progress.set(row.progress);
+        self.samples.inc_by(row.global_samples as f64);
+        if let Some(r) = rate {
+            self.samples_per_s.with_label_values::<&str>(&[]).set(r);
+        }
+        self.loss.set(wide(row.loss));
+        self.accuracy.set(wide(row.accuracy));
+        self.lr.set(wide(row.lr));
+        self.global_batch.set(row.global_samples as i64);
+        self.per_replica.set(row.per_replica as i64);
+        for s in &row.ranks {
+            let Some(c) = self.step_time.get(s.rank) else {
+                continue;
+            };
+            let parts = [
+                s.data_wait,
+                s.compute,
+                s.comm,
+                s.sync_wait,
+                s.optimizer,
+                s.transfer,
+            ];
+            for (c, d) in c.iter().zip(parts) {
+                c.inc_by(d.as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, ev: &Event, _t: Duration) -> Result<(), String> {
+        match ev {
+            Event::EpochDone {
+                val_loss,
+                val_accuracy,
+                ..
+            } => {
+                if let Some(l) = val_loss {
+                    self.val_loss.with_label_values::<&str>(&[]).set(wide(*l));
+                }
+                if let Some(a) = val_accuracy {
+                    self.val_accuracy
+                        .with_label_values::<&str>(&[])
+                        .set(wide(*a));
+                }
+            }
+            Event::Checkpoint { .. } => self.checkpoints.inc(),
+            Event::DataSkipped { .. } => self.data_skipped.inc(),
+            Event::Control {
+                applied: Applied::Paused,
+                ..
+            } => self.set_state("paused"),
+            Event::Control {
+                applied: Applied::Resumed,
+                ..
+            } => self.set_state("running"),
+            Event::Failed { .. } => self.set_state("failed"),
+            Event::Finished { stopped, .. } => {
+                // a failure said first stays the state
+                let failed = self.state.with_label_values(&["failed"]).get() > 0.0;
+                if !failed {
+                    self.set_state(if *stopped { "stopped" } else { "completed" });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn warning(&mut self, w: &Warning, _t: Duration) -> Result<(), String> {
+        let rank = |r: usize| self.ranks.get(r).cloned().unwrap_or_else(|| r.to_string());
+        match w {
+            Warning::Straggler { rank: r, cause, .. } => self
+                .stragglers
+                .with_label_values(&[rank(*r).as_str(), cause.kind()])
+                .inc(),
+            Warning::Degraded { rank: r, .. } => self.degraded.with_label_values(&[rank(*r)]).inc(),
+            Warning::Stall { .. } => self.stalls.inc(),
+            Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn telemetry(
+        &mut self,
+        _t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Result<(), String> {
+        for (g, s) in self.utilization.iter().zip(devices) {
+            if let Some(u) = s.util {
+                g.set(wide(u));
+            }
+        }
+        for gpu in &self.gpus {
+            let Some(s) = devices.get(gpu.rank) else {
+                continue;
+            };
+            for (vec, (_, _, value)) in self.dcgm.iter().zip(&DCGM_FIELDS) {
+                match value(s) {
+                    Some(v) => vec.with_label_values(&gpu.labels).set(v),
+                    // what NVML cannot read is left out, as dcgm-exporter does
+                    None => {
+                        let _ = vec.remove_label_values(&gpu.labels);
+                    }
+                }
+            }
+        }
+        if let Some((rss, _)) = process {
+            self.process_memory.set(rss as i64);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}

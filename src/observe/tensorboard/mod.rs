@@ -1,0 +1,259 @@
+//! TensorBoard scalars from the metrics stream (`--tensorboard`, `view --tensorboard`): one
+//! event file per run, written by the recorder as records come (or from a metrics file read
+//! back), flushed at every logged step, event and sample.
+//!
+//! Tags (the part before the first `/` is TensorBoard's group):
+//! - logged steps: `train/loss`, `train/accuracy`, `train/learning_rate`, `train/global_batch`,
+//!   `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
+//!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
+//! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
+//! - samples (at the newest step): `utilization/<device>` and `memory_access/<device>` in %,
+//!   `memory_used_mib/<device>`, `power_w/<device>`, `temp_c/<device>`, `sm_clock_mhz/<device>`,
+//!   `process/rss_mib`.
+
+pub mod events;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::engine::events::Event;
+use crate::engine::RunInfo;
+use crate::observe::metrics::{MetricsReader, Record};
+use crate::observe::monitor::StepRow;
+use crate::observe::recorder::Sink;
+use crate::observe::sample::DeviceSample;
+use events::EventFile;
+
+/// The folder in a run directory that `--tensorboard` writes by default.
+pub const DIR: &str = "tensorboard";
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Seconds since 1970 of a moment.
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One run's TensorBoard event file.
+pub struct TensorBoard {
+    file: EventFile,
+    /// When the run started, seconds since 1970 (records' `t` count from it).
+    started: f64,
+    /// Each rank's device as the tags name it (`gpu0`, `nodeB/gpu0`).
+    devices: Vec<String>,
+    /// The newest step seen: samples are written at it.
+    step: u64,
+}
+
+impl TensorBoard {
+    /// A new event file in `dir` (created with its parents) for this run, started at `started`.
+    pub fn create(dir: &Path, info: &RunInfo, started: SystemTime) -> Result<TensorBoard, String> {
+        let started = unix_seconds(started);
+        let file = EventFile::create(dir, started).map_err(|e| {
+            format!(
+                "cannot write TensorBoard events in {} ({e}); give a writable directory: --tensorboard DIR",
+                dir.display()
+            )
+        })?;
+        let devices = info
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(r, d)| d.label_on(info.hosts.get(r).map(String::as_str)))
+            .collect();
+        Ok(TensorBoard {
+            file,
+            started,
+            devices,
+            step: info.start_step,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    fn write(&mut self, t: Duration, step: u64, values: &[(String, f32)]) -> Result<(), String> {
+        let wall = self.started + t.as_secs_f64();
+        self.file
+            .scalars(wall, step, values)
+            .and_then(|()| self.file.flush())
+            .map_err(|e| format!("cannot write {} ({e})", self.file.path().display()))
+    }
+}
+
+/// A logged step's scalars.
+pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
+    let mut v = vec![
+        ("train/loss".to_string(), row.loss),
+        ("train/accuracy".to_string(), row.accuracy),
+        ("train/learning_rate".to_string(), row.lr),
+        ("train/global_batch".to_string(), row.global_samples as f32),
+    ];
+    if let Some(r) = rate {
+        v.push(("train/samples_per_s".to_string(), r as f32));
+    }
+    let ms = |d: Duration| (d.as_secs_f64() * 1e3) as f32;
+    for r in &row.ranks {
+        let parts = [
+            ("step", r.step_time),
+            ("data_wait", r.data_wait),
+            ("compute", r.compute),
+            ("comm", r.comm),
+            ("sync_wait", r.sync_wait),
+            ("optimizer", r.optimizer),
+        ];
+        for (part, d) in parts {
+            v.push((format!("step_time/{part}_ms/rank{}", r.rank), ms(d)));
+        }
+    }
+    v
+}
+
+/// An epoch's scalars; none for other events.
+pub fn event_scalars(ev: &Event) -> Option<(u64, Vec<(String, f32)>)> {
+    let Event::EpochDone {
+        step,
+        train_loss,
+        val_loss,
+        val_accuracy,
+        ..
+    } = ev
+    else {
+        return None;
+    };
+    let mut v = vec![("train/epoch_loss".to_string(), *train_loss)];
+    v.extend(val_loss.map(|l| ("validation/loss".to_string(), l)));
+    v.extend(val_accuracy.map(|a| ("validation/accuracy".to_string(), a)));
+    Some((*step, v))
+}
+
+/// A sample's scalars, each device's values that it reports.
+pub fn sample_scalars(
+    devices: &[String],
+    samples: &[DeviceSample],
+    process: Option<(u64, u64)>,
+) -> Vec<(String, f32)> {
+    let mut v = Vec::new();
+    for (name, s) in devices.iter().zip(samples) {
+        let mut put = |what: &str, x: Option<f64>| {
+            if let Some(x) = x {
+                v.push((format!("{what}/{name}"), x as f32));
+            }
+        };
+        put("utilization", s.util.map(|u| f64::from(u) * 100.0));
+        put("memory_access", s.mem_access.map(|u| f64::from(u) * 100.0));
+        put("memory_used_mib", s.mem_used.map(|b| b as f64 / MIB));
+        put("power_w", s.power_w.map(f64::from));
+        put("temp_c", s.temp_c.map(f64::from));
+        put("sm_clock_mhz", s.sm_clock_mhz.map(f64::from));
+    }
+    if let Some((rss, _)) = process {
+        v.push(("process/rss_mib".to_string(), (rss as f64 / MIB) as f32));
+    }
+    v
+}
+
+impl Sink for TensorBoard {
+    fn step(&mut self, row: &StepRow, rate: Option<f64>, logged: bool) -> Result<(), String> {
+        self.step = self.step.max(row.step);
+        if !logged {
+            return Ok(());
+        }
+        self.write(row.at, row.step, &step_scalars(row, rate))
+    }
+
+    fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String> {
+        match event_scalars(ev) {
+            Some((step, values)) => self.write(t, step, &values),
+            None => Ok(()),
+        }
+    }
+
+    fn telemetry(
+        &mut self,
+        t: Duration,
+        devices: &[DeviceSample],
+        process: Option<(u64, u64)>,
+    ) -> Result<(), String> {
+        let values = sample_scalars(&self.devices, devices, process);
+        self.write(t, self.step, &values)
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        self.file
+            .flush()
+            .map_err(|e| format!("cannot write {} ({e})", self.file.path().display()))
+    }
+}
+
+/// Where `view PATH --tensorboard` writes by default: the `tensorboard` folder beside the
+/// metrics file (a run directory's own).
+pub fn default_dir_for(metrics_file: &Path) -> PathBuf {
+    metrics_file
+        .parent()
+        .map_or_else(|| PathBuf::from(DIR), |p| p.join(DIR))
+}
+
+/// Writes the scalars of a metrics file into a new event file in `dir` (which must not hold
+/// event files already: TensorBoard would show every scalar twice); the file and how many
+/// records gave scalars. On a damaged line nothing is left behind.
+pub fn convert(reader: &mut MetricsReader, dir: &Path) -> Result<(PathBuf, usize), String> {
+    if events::has_event_files(dir) {
+        return Err(format!(
+            "{} already holds TensorBoard event files (written by --tensorboard during the run, or an earlier conversion), and TensorBoard would show both; give another directory: --tensorboard DIR",
+            dir.display()
+        ));
+    }
+    let mut records = Vec::new();
+    while let Some(r) = reader.next().map_err(|e| e.to_string())? {
+        records.push(r);
+    }
+    // a file from a version that did not record the start: its last record was written about
+    // when the file was last modified
+    let started = reader.info().started.unwrap_or_else(|| {
+        let last = records
+            .iter()
+            .rev()
+            .find_map(record_time)
+            .unwrap_or_default();
+        std::fs::metadata(reader.path())
+            .and_then(|m| m.modified())
+            .map_or(UNIX_EPOCH, |m| m - last)
+    });
+    let mut tb = TensorBoard::create(dir, reader.info(), started)?;
+    let path = tb.path().to_path_buf();
+    let mut written = 0;
+    let result = records.iter().try_for_each(|r| {
+        written += 1;
+        match r {
+            Record::Step { row, samples_per_s } => tb.step(row, *samples_per_s, true),
+            Record::Event { t, event } => tb.event(event, *t),
+            Record::Telemetry {
+                t,
+                devices,
+                process_memory,
+            } => tb.telemetry(*t, devices, *process_memory),
+            Record::Warning { .. } => {
+                written -= 1;
+                Ok(())
+            }
+        }
+    });
+    if let Err(e) = result.and_then(|()| tb.flush()) {
+        drop(tb);
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok((path, written))
+}
+
+fn record_time(r: &Record) -> Option<Duration> {
+    match r {
+        Record::Step { row, .. } => Some(row.at),
+        Record::Event { t, .. } | Record::Telemetry { t, .. } | Record::Warning { t, .. } => {
+            Some(*t)
+        }
+    }
+}
