@@ -387,7 +387,12 @@ fn flag_or_path<'de, D: serde::Deserializer<'de>>(
         Flag(bool),
         Path(PathBuf),
     }
-    Ok(match FlagOrPath::deserialize(d)? {
+    let v = FlagOrPath::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(
+            "`tensorboard` takes true, false or a directory, e.g. tensorboard = \"tb\"",
+        )
+    })?;
+    Ok(match v {
         FlagOrPath::Flag(true) => Some(None),
         FlagOrPath::Flag(false) => None,
         FlagOrPath::Path(p) if p.as_os_str().is_empty() => Some(None),

@@ -132,3 +132,38 @@ fn strategies_from_flags_and_files_and_their_errors() {
         assert!(e.contains(says), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
+    let (_, front) = cli(&["--prometheus", "9400", "--tensorboard", "--run-dir", "r"]).unwrap();
+    assert_eq!(front.prometheus, Some("127.0.0.1:9400".parse().unwrap()));
+    assert_eq!(front.tensorboard, Some(PathBuf::from("r/tensorboard")));
+    let (_, front) = cli(&["--tensorboard", "tb", "--headless"]).unwrap();
+    assert_eq!(front.tensorboard, Some(PathBuf::from("tb")));
+    assert!(front.headless && front.prometheus.is_none());
+    let (_, front) = cli(&[]).unwrap();
+    assert!(front.tensorboard.is_none() && front.prometheus.is_none());
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    let file = f.to_str().unwrap();
+    std::fs::write(
+        &f,
+        "prometheus = \"0.0.0.0:9401\"\ntensorboard = true\nrun-dir = \"r\"\n",
+    )
+    .unwrap();
+    let (_, front) = cli(&["--config", file]).unwrap();
+    assert_eq!(front.prometheus, Some("0.0.0.0:9401".parse().unwrap()));
+    assert_eq!(front.tensorboard, Some(PathBuf::from("r/tensorboard")));
+    std::fs::write(&f, "tensorboard = \"tb\"\n").unwrap();
+    assert_eq!(
+        cli(&["--config", file]).unwrap().1.tensorboard,
+        Some(PathBuf::from("tb"))
+    );
+    std::fs::write(&f, "tensorboard = false\n").unwrap();
+    assert_eq!(cli(&["--config", file]).unwrap().1.tensorboard, None);
+    std::fs::write(&f, "tensorboard = 3\n").unwrap();
+    let e = cli(&["--config", file]).unwrap_err();
+    assert!(e.contains("tensorboard"), "{e}");
+    let e = cli(&["--prometheus", "http://x"]).unwrap_err();
+    assert!(e.contains("--prometheus 9400"), "{e}");
+}

@@ -78,6 +78,9 @@ pub(super) fn train(
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
     }
+    if let Some(dir) = &front.tensorboard {
+        crate::observe::tensorboard::preflight(dir).map_err(anyhow::Error::msg)?;
+    }
     // listening before the run starts: a port in use is said before minutes of start-up
     let registry = prometheus::Registry::new();
     let endpoint = front

@@ -23,6 +23,18 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// How long writing a response may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a scrape gets: Prometheus's text format.
+const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// The registry's metrics in Prometheus's text format (version 0.0.4).
+pub fn render(registry: &Registry) -> Result<Vec<u8>, String> {
+    let mut body = Vec::with_capacity(16 * 1024);
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut body)
+        .map_err(|e| e.to_string())?;
+    Ok(body)
+}
+
 /// Where `--prometheus` listens: `PORT` (on 127.0.0.1), `HOST:PORT` or `[IPv6]:PORT`.
 pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
     let fix = "give PORT (127.0.0.1), ADDR:PORT or [IPv6]:PORT, e.g. --prometheus 9400 or --prometheus 0.0.0.0:9400";
@@ -248,19 +260,15 @@ fn serve(mut conn: TcpStream, registry: &Registry) {
         }
     };
     match parse(&head) {
-        Request::Metrics => {
-            let mut body = Vec::with_capacity(16 * 1024);
-            let encoder = TextEncoder::new();
-            match encoder.encode(&registry.gather(), &mut body) {
-                Ok(()) => respond(&mut conn, "200 OK", encoder.format_type(), &body),
-                Err(e) => respond(
-                    &mut conn,
-                    "500 Internal Server Error",
-                    "text/plain",
-                    format!("{e}\n").as_bytes(),
-                ),
-            }
-        }
+        Request::Metrics => match render(registry) {
+            Ok(body) => respond(&mut conn, "200 OK", CONTENT_TYPE, &body),
+            Err(e) => respond(
+                &mut conn,
+                "500 Internal Server Error",
+                "text/plain",
+                format!("{e}\n").as_bytes(),
+            ),
+        },
         Request::NotFound => respond(
             &mut conn,
             "404 Not Found",

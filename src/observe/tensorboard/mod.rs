@@ -7,7 +7,7 @@
 //!   `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
 //!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
-//! - samples (at the newest step): `utilization/<device>` and `memory_access/<device>` in %,
+//! - samples (at the newest logged step): `utilization/<device>` and `memory_access/<device>` in %,
 //!   `memory_used_mib/<device>`, `power_w/<device>`, `temp_c/<device>`, `sm_clock_mhz/<device>`,
 //!   `process/rss_mib`.
 
@@ -35,6 +35,41 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Refuses, before a run starts, a `dir` that could not be made or written: a file on its path,
+/// or a nearest existing folder this user cannot write in.
+pub fn preflight(dir: &Path) -> Result<(), String> {
+    let fix = "give a writable directory: --tensorboard DIR";
+    let mut at = dir;
+    loop {
+        if at.exists() {
+            if !at.is_dir() {
+                return Err(format!(
+                    "--tensorboard {}: {} is not a directory; {fix}",
+                    dir.display(),
+                    at.display()
+                ));
+            }
+            let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("--tensorboard {}: a NUL in the path", dir.display()))?;
+            // SAFETY: a NUL-terminated path that lives across the call
+            let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+            return match writable {
+                true => Ok(()),
+                false => Err(format!(
+                    "--tensorboard {}: cannot write in {}; {fix}",
+                    dir.display(),
+                    at.display()
+                )),
+            };
+        }
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            // relative to the working directory
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// One run's TensorBoard event file.
 pub struct TensorBoard {
     file: EventFile,
@@ -42,7 +77,7 @@ pub struct TensorBoard {
     started: f64,
     /// Each rank's device as the tags name it (`gpu0`, `nodeB/gpu0`).
     devices: Vec<String>,
-    /// The newest step seen: samples are written at it.
+    /// The newest step logged: samples are written at it (as a metrics file read back gives).
     step: u64,
 }
 
@@ -157,10 +192,10 @@ pub fn sample_scalars(
 
 impl Sink for TensorBoard {
     fn step(&mut self, row: &StepRow, rate: Option<f64>, logged: bool) -> Result<(), String> {
-        self.step = self.step.max(row.step);
         if !logged {
             return Ok(());
         }
+        self.step = self.step.max(row.step);
         self.write(row.at, row.step, &step_scalars(row, rate))
     }
 
