@@ -409,7 +409,7 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
     // every sample's busy share, in %, in the order sampled
     let util: Vec<f64> = scalars
         .iter()
-        .filter(|s| s.0 == "utilization/cpu1")
+        .filter(|s| s.0 == "utilization/rank1")
         .map(|s| s.3)
         .collect();
     let want: Vec<f64> = records

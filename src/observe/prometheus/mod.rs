@@ -239,6 +239,14 @@ impl Prometheus {
             } = d
             {
                 let id = identities.next().cloned().unwrap_or_default();
+                // NVML here sees this machine's GPUs only: another machine's are left out
+                let local = info
+                    .hosts
+                    .get(rank)
+                    .is_none_or(|h| Some(h) == info.hosts.first());
+                if !local {
+                    continue;
+                }
                 gpus.push(Gpu {
                     rank,
                     labels: [
@@ -800,5 +808,25 @@ mod tests {
         let t = text(&reg);
         assert_eq!(value(&t, r#"mgtop_run_state{state="failed"}"#), Some(1.0));
         assert_eq!(value(&t, r#"mgtop_run_state{state="stopped"}"#), Some(0.0));
+    }
+
+    #[test]
+    fn another_machines_gpus_are_not_shown_with_this_machines_nvml() {
+        let mut info = info();
+        info.hosts = vec!["nodeA".into(), "nodeB".into()];
+        let reg = Registry::new();
+        let mut p = Prometheus::new(&reg, &info, &[]).unwrap();
+        let busy = DeviceSample {
+            util: Some(0.5),
+            ..DeviceSample::default()
+        };
+        p.telemetry(Duration::ZERO, &[busy.clone(), busy], None)
+            .unwrap();
+        let t = text(&reg);
+        assert_eq!(t.matches("DCGM_FI_DEV_GPU_UTIL{").count(), 1, "{t}");
+        assert!(t.contains(r#"Hostname="nodeA""#) && !t.contains(r#"Hostname="nodeB""#));
+        // its rank's own figures are still there
+        let series = r#"mgtop_device_utilization_ratio{rank="1",worker="nodeB/gpu1"}"#;
+        assert_eq!(value(&t, series), Some(0.5));
     }
 }

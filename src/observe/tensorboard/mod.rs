@@ -7,8 +7,8 @@
 //!   `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
 //!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
-//! - samples (at the newest logged step): `utilization/<device>` and `memory_access/<device>` in %,
-//!   `memory_used_mib/<device>`, `power_w/<device>`, `temp_c/<device>`, `sm_clock_mhz/<device>`,
+//! - samples (at the newest logged step): `utilization/rank<R>` and `memory_access/rank<R>` in
+//!   %, `memory_used_mib/rank<R>`, `power_w/rank<R>`, `temp_c/rank<R>`, `sm_clock_mhz/rank<R>`,
 //!   `process/rss_mib`.
 
 pub mod events;
@@ -75,7 +75,8 @@ pub struct TensorBoard {
     file: EventFile,
     /// When the run started, seconds since 1970 (records' `t` count from it).
     started: f64,
-    /// Each rank's device as the tags name it (`gpu0`, `nodeB/gpu0`).
+    /// Each rank as the tags name it (`rank0`): unique where labels are not (two processes'
+    /// `cpu0` on one machine), and the same in every run, so TensorBoard overlays runs.
     devices: Vec<String>,
     /// The newest step logged: samples are written at it (as a metrics file read back gives).
     step: u64,
@@ -91,12 +92,7 @@ impl TensorBoard {
                 dir.display()
             )
         })?;
-        let devices = info
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(r, d)| d.label_on(info.hosts.get(r).map(String::as_str)))
-            .collect();
+        let devices = (0..info.ranks()).map(|r| format!("rank{r}")).collect();
         Ok(TensorBoard {
             file,
             started,
