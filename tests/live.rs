@@ -153,6 +153,42 @@ fn a_client_that_reads_nothing_does_not_hold_the_run_back() {
     );
 }
 
+#[test]
+fn a_probe_is_sent_nothing_and_a_silent_client_or_one_that_says_hello_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
+    run.wait_log("a few epochs", |l| l.contains("epoch 2 done"));
+    let socket = run.socket();
+    // a probe (as `runs` and `attach` without a path make): connect, close its side, read
+    for _ in 0..3 {
+        let mut probe = UnixStream::connect(&socket).unwrap();
+        probe.shutdown(Shutdown::Write).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut probe, &mut got).unwrap();
+        assert!(got.is_empty(), "a probe was sent {} bytes", got.len());
+    }
+    // `runs` probes the same way, and lists the run as live
+    let o = common::cli::run_in(dir.path(), &["runs", "."]);
+    assert!(
+        common::cli::text(&o).contains("live"),
+        "{}",
+        common::cli::text(&o)
+    );
+    // a client that says nothing is served all the same, and so is one that says hello
+    let mut silent = Client::connect(&socket);
+    assert_eq!(silent.line().unwrap()["type"], "run");
+    let mut hello = Client::connect(&socket);
+    hello.send_raw(b"{\"type\":\"hello\"}\n");
+    assert_eq!(hello.line().unwrap()["type"], "run");
+    let live = hello.until("the live marker", |v| v["type"] == "live");
+    assert_eq!(live["clients"], 2, "the probes were never clients: {live}");
+    assert_eq!(hello.control("stop", json!({}))["ok"], true);
+    assert!(run.wait_exit().success());
+}
+
 /// A helper process for the test below: connects to the socket named by MGTOP_LIVE_HELPER
 /// and waits to be killed. Does nothing in a normal test run.
 #[test]

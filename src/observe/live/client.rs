@@ -123,11 +123,15 @@ impl LiveClient {
         tx: Sender<(u64, Incoming)>,
         tag: u64,
     ) -> Result<LiveClient, AttachError> {
-        let stream = open(socket, run)?;
+        let mut stream = open(socket, run)?;
         let io_err = |source| AttachError::Io {
             path: socket.to_path_buf(),
             source,
         };
+        // served at once rather than after the server's wait for a silent client
+        stream
+            .write_all(super::protocol::HELLO.as_bytes())
+            .map_err(io_err)?;
         let protocol = |why: String| AttachError::Protocol {
             path: socket.to_path_buf(),
             why,

@@ -5,7 +5,7 @@
 //! `{"type":"reply","id":N,"ok":BOOL,"message":TEXT}`; what the run then does arrives as its
 //! records (a `control` event once every rank has applied it). `{"type":"readonly"}` makes the
 //! connection read-only for good: every control it sends after is refused (`attach --readonly`
-//! sends it first thing).
+//! sends it first thing). `{"type":"hello"}` asks to be served at once (see `server`).
 
 use serde_json::{json, Value};
 
@@ -28,6 +28,16 @@ pub enum Refusal {
     Malformed(String),
     /// A request this server cannot do (an unknown action, a bad batch size): answered.
     Refused { id: u64, message: String },
+}
+
+/// The line a client sends first to be served at once (a silent client waits
+/// `server::GREETING`; one that closes before is a probe and is sent nothing).
+pub const HELLO: &str = "{\"type\":\"hello\"}\n";
+
+/// Whether `text` is the hello.
+pub fn is_hello(text: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(text)
+        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("hello"))
 }
 
 /// The line a client sends to make its connection read-only.

@@ -3,8 +3,12 @@
 //! requests, answered through the same queue). Nothing here can block training: the frontend
 //! only publishes to the hub, and every socket write happens on a client's own thread, with a
 //! time limit so a half-open client cannot hold it forever.
+//!
+//! A client is served once it speaks (`attach` sends `{"type":"hello"}` first) or has been
+//! silent for `GREETING`; one that closes before either (a liveness probe: `runs`, finding the
+//! newest live run) is sent nothing and never joins the hub.
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, ErrorKind, Write};
 use std::net::Shutdown;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -18,10 +22,14 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::hub::{LiveHub, Next};
 use super::lines::{read_line, Read};
-use super::protocol::{apply, is_readonly_request, parse_request, reply, Refusal, MAX_REQUEST};
+use super::protocol::{
+    apply, is_hello, is_readonly_request, parse_request, reply, Refusal, MAX_REQUEST,
+};
 use super::socket::{bind_private, own_uid, peer_uid, place, pointer_of, SocketError};
 use crate::engine::control::Controller;
 
+/// How long a silent client waits before it is served (one that closes first is a probe).
+pub const GREETING: Duration = Duration::from_millis(200);
 /// How long one write to a client may take before the client is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// At the end, how long clients get to take what is queued for them (the `end` record; a
@@ -180,6 +188,48 @@ fn serve(
         Ok(r) => r,
         Err(e) => return refuse(stream, &format!("cannot serve this connection: {e}")),
     };
+    let (hub, controller, active, done) = (
+        hub.clone(),
+        controller.clone(),
+        active.clone(),
+        done.clone(),
+    );
+    // the greeting is waited for on the client's own thread: accept goes on meanwhile
+    let _ = std::thread::Builder::new()
+        .name("live-client".into())
+        .spawn(move || {
+            let mut r = BufReader::new(reader);
+            let mut buf = Vec::new();
+            let _ = r.get_ref().set_read_timeout(Some(GREETING));
+            let first = read_line(&mut r, &mut buf, MAX_REQUEST);
+            if matches!(first, Ok(Read::Eof)) {
+                // a probe: it learned that the run is live, and is sent nothing
+                return;
+            }
+            if r.get_ref().set_read_timeout(None).is_err() {
+                return;
+            }
+            // a silent client (the time ran out) reads from the start, as one that spoke
+            let first = match first {
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
+                other => Some(other),
+            };
+            join(stream, r, buf, first, &hub, &controller, &active, &done);
+        });
+}
+
+/// Serves a client that has spoken (its first line read into `buf` as `first`) or waited.
+#[allow(clippy::too_many_arguments)]
+fn join(
+    stream: UnixStream,
+    r: BufReader<UnixStream>,
+    buf: Vec<u8>,
+    first: Option<std::io::Result<Read>>,
+    hub: &LiveHub,
+    controller: &Controller,
+    active: &Arc<AtomicUsize>,
+    done: &Sender<()>,
+) {
     let id = match hub.join() {
         Ok(id) => id,
         Err(why) => return refuse(stream, &why),
@@ -199,13 +249,7 @@ fn serve(
         active.fetch_sub(1, Ordering::SeqCst);
         return;
     }
-    let (r_hub, controller) = (hub.clone(), controller.clone());
-    let spawned = std::thread::Builder::new()
-        .name(format!("live-reader-{id}"))
-        .spawn(move || read_loop(reader, &r_hub, &controller, id));
-    if spawned.is_err() {
-        hub.close_client(id);
-    }
+    read_loop(r, buf, first, hub, controller, id);
 }
 
 /// Sends the client's queue as it fills, until the client or the run is gone.
@@ -252,16 +296,27 @@ fn discard(r: &mut BufReader<UnixStream>) {
     }
 }
 
-/// Answers the client's requests; input that is not a request closes this client only.
-fn read_loop(stream: UnixStream, hub: &LiveHub, controller: &Controller, id: u64) {
-    let mut r = BufReader::new(stream);
-    let mut buf = Vec::new();
+/// Answers the client's requests, `first` (read into `buf`) first; input that is not a
+/// request closes this client only.
+fn read_loop(
+    mut r: BufReader<UnixStream>,
+    mut buf: Vec<u8>,
+    mut first: Option<std::io::Result<Read>>,
+    hub: &LiveHub,
+    controller: &Controller,
+    id: u64,
+) {
     // set by the client's read-only request, for the rest of the connection
     let mut readonly = false;
     loop {
-        match read_line(&mut r, &mut buf, MAX_REQUEST) {
+        let got = match first.take() {
+            Some(got) => got,
+            None => read_line(&mut r, &mut buf, MAX_REQUEST),
+        };
+        match got {
             Ok(Read::Line) if buf.iter().all(u8::is_ascii_whitespace) => {}
             Ok(Read::Line) if is_readonly_request(&buf) => readonly = true,
+            Ok(Read::Line) if is_hello(&buf) => {}
             Ok(Read::Line) => match parse_request(&buf) {
                 Ok(req) if readonly => hub.send_to(
                     id,
