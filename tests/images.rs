@@ -495,3 +495,77 @@ fn a_run_tells_of_a_file_it_cannot_decode_and_counts_it_at_the_end() {
     );
     assert!(out.contains("input: 1 loader thread per rank"), "{out}");
 }
+
+/// Serves `body` over HTTP on a port of its own to every request; the base URL.
+fn http_server(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut head = [0u8; 4096];
+            let _ = s.read(&mut head);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    url
+}
+
+#[test]
+fn download_checks_the_published_md5_and_leaves_nothing_half_done() {
+    let dir = tempfile::tempdir().unwrap();
+    // a mirror serving an archive that is not the published one
+    let mut fake = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut fake, b"not CIFAR").unwrap();
+    let url = http_server(fake.finish().unwrap());
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .current_dir(dir.path())
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("MGTOP_DATASETS_MIRROR", &url)
+            .env("NO_PROXY", "127.0.0.1")
+            .args(["--headless", "--steps", "2"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.code(), text)
+    };
+    // without --download the error says how to get the files, --download first
+    let (code, out) = run(&["--data", "cifar10:data"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("add --download to fetch them"), "{out}");
+    // with it: fetched from the mirror, refused for its checksum, nothing kept
+    let (code, out) = run(&["--data", "cifar10:data", "--download"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("--download: fetching ")
+            && out.contains("/cifar-10-binary.tar.gz")
+            && out.contains("published one is c32a1d4ab5d03f1284b67883e8d87530"),
+        "{out}"
+    );
+    let cache = dir.path().join("cache/mgtop/datasets");
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        0,
+        "nothing cached"
+    );
+    assert!(!dir.path().join("data/cifar-10-batches-bin").exists());
+    // other data is not fetched
+    let (code, out) = run(&["--data", "digits", "--download"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("--download fetches CIFAR-10 and CIFAR-100"),
+        "{out}"
+    );
+}

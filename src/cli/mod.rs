@@ -309,6 +309,10 @@ pub struct TrainArgs {
     /// Print (and record) a step line every N steps  [default: 50]
     #[arg(long)]
     pub log_every: Option<u64>,
+    /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in ~/.cache/mgtop/datasets) when DIR lacks the files
+    #[arg(long)]
+    #[serde(default)]
+    pub download: bool,
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,

@@ -54,7 +54,7 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, no_decay_bn_bias: self.no_decay_bn_bias || file.no_decay_bn_bias, calibrate: self.calibrate || file.calibrate, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, no_decay_bn_bias: self.no_decay_bn_bias || file.no_decay_bn_bias, calibrate: self.calibrate || file.calibrate, download: self.download || file.download, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             strategy,
@@ -222,6 +222,7 @@ impl TrainArgs {
                 },
                 augment: parse("augment", args.augment.as_ref(), Default::default())?,
                 normalize: parse("normalize", args.normalize.as_ref(), Default::default())?,
+                download: args.download,
             },
             metrics_out: args.metrics_out,
             run_dir: None,

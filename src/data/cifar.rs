@@ -61,6 +61,41 @@ impl Kind {
         }
     }
 
+    /// What `--download` fetches: the published archive (from `$MGTOP_DATASETS_MIRROR/<file>`
+    /// where that is set), its MD5 and (about) its size, and the files the loader reads from it.
+    pub fn download(self) -> super::download::Archive {
+        let (folder, url, train, test) = self.archive();
+        let url = match std::env::var("MGTOP_DATASETS_MIRROR") {
+            Ok(m) if !m.is_empty() => format!(
+                "{}/{}",
+                m.trim_end_matches('/'),
+                url.rsplit('/').next().unwrap_or(url)
+            ),
+            _ => url.to_string(),
+        };
+        let (md5, size, names) = match self {
+            Kind::Ten => (
+                "c32a1d4ab5d03f1284b67883e8d87530",
+                170_052_171,
+                vec!["batches.meta.txt"],
+            ),
+            Kind::Hundred { .. } => (
+                "03b5dce01913d631647c71ecec9e9cb8",
+                170_000_000,
+                vec!["coarse_label_names.txt", "fine_label_names.txt"],
+            ),
+        };
+        super::download::Archive {
+            url,
+            md5: md5.into(),
+            size,
+            folder: folder.into(),
+            files: (train.into_iter().chain([test]).chain(names))
+                .map(String::from)
+                .collect(),
+        }
+    }
+
     fn names_file(self) -> &'static str {
         match self {
             Kind::Ten => "batches.meta.txt",
@@ -89,7 +124,7 @@ fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
     }
     let base = url.rsplit('/').next().unwrap_or(url);
     Err(format!(
-        "no {} binary files here (looked for {} and {test} in {} and in {}); download {url} and unpack it there: mkdir -p {d} && tar xzf {base} -C {d}",
+        "no {} binary files here (looked for {} and {test} in {} and in {}); add --download to fetch them, or download {url} and unpack it there: mkdir -p {d} && tar xzf {base} -C {d}",
         kind.name(),
         train.join(", "),
         dir.display(),
@@ -172,11 +207,22 @@ fn names(dir: &Path, kind: Kind) -> Option<Vec<String>> {
     (names.len() == kind.classes()).then_some(names)
 }
 
-pub fn load(dir: &Path, kind: Kind, spec: &str) -> Result<Cifar, DataError> {
-    let found = locate(dir, kind).map_err(|msg| DataError::Spec {
+/// Reads the set in `dir`; where it is not there and `download`, fetches it first.
+pub fn load(dir: &Path, kind: Kind, spec: &str, download: bool) -> Result<Cifar, DataError> {
+    let err = |msg| DataError::Spec {
         spec: spec.to_string(),
         msg,
-    })?;
+    };
+    let found = match locate(dir, kind) {
+        Ok(f) => f,
+        Err(_) if download => {
+            let tell = |l: &str| crate::tell!("{l}");
+            let cache = super::download::cache_dir();
+            super::download::fetch(&kind.download(), &cache, dir, &tell).map_err(err)?;
+            locate(dir, kind).map_err(err)?
+        }
+        Err(msg) => return Err(err(msg)),
+    };
     let (_, _, train_files, test_file) = kind.archive();
     let (mut pictures, mut labels) = (Vec::new(), Vec::new());
     for f in train_files {
@@ -226,13 +272,43 @@ mod tests {
         let names: String = (0..10).map(|i| format!("class{i}\n")).collect();
         std::fs::write(inner.join("batches.meta.txt"), names).unwrap();
         // found from the parent folder too
-        let c = load(dir.path(), Kind::Ten, "cifar10:x").unwrap();
+        let c = load(dir.path(), Kind::Ten, "cifar10:x", false).unwrap();
         assert_eq!((c.train.0.len(), c.test.0.len(), c.classes), (15, 3, 10));
         assert_eq!(&c.train.1[..4], &[0, 1, 2, 0]);
         let p = &c.train.0[1];
         assert_eq!((p.w, p.h), (32, 32));
         assert_eq!(&p.rgb[..6], &[1, 20, 30, 10, 20, 30]);
         assert_eq!(c.names.unwrap()[9], "class9");
+    }
+
+    #[test]
+    fn download_takes_every_file_the_loader_reads_from_the_archive() {
+        use crate::data::download::{fetch, tests::md5_hex, tests::serve, tests::targz};
+        let files = tempfile::tempdir().unwrap();
+        write_ten(files.path(), 2);
+        let names: String = (0..10).map(|i| format!("c{i}\n")).collect();
+        std::fs::write(files.path().join("batches.meta.txt"), names).unwrap();
+        let mut a = Kind::Ten.download();
+        let bodies: Vec<(String, Vec<u8>)> = (a.files.iter())
+            .map(|f| {
+                let bytes = std::fs::read(files.path().join(f)).unwrap();
+                (format!("cifar-10-batches-bin/{f}"), bytes)
+            })
+            .collect();
+        let members: Vec<(&str, &[u8])> = (bodies.iter())
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let body = targz(&members);
+        let (url, _) = serve(body.clone(), body.len());
+        assert!(a.url.ends_with("/cifar-10-binary.tar.gz"), "{}", a.url);
+        a.url = format!("{url}/x.tar.gz");
+        a.md5 = md5_hex(&body);
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        fetch(&a, &dir.path().join("cache"), &data, &|_| {}).unwrap();
+        let c = load(&data, Kind::Ten, "cifar10:data", false).unwrap();
+        assert_eq!((c.train.0.len(), c.test.0.len()), (10, 2));
+        assert_eq!(c.names.unwrap()[3], "c3");
     }
 
     #[test]
@@ -243,16 +319,16 @@ mod tests {
             r.extend(vec![5u8; PIXELS]);
             std::fs::write(dir.path().join(f), r.repeat(2)).unwrap();
         }
-        let fine = load(dir.path(), Kind::Hundred { coarse: false }, "s").unwrap();
+        let fine = load(dir.path(), Kind::Hundred { coarse: false }, "s", false).unwrap();
         assert_eq!((fine.train.1.clone(), fine.classes), (vec![42, 42], 100));
-        let coarse = load(dir.path(), Kind::Hundred { coarse: true }, "s").unwrap();
+        let coarse = load(dir.path(), Kind::Hundred { coarse: true }, "s", false).unwrap();
         assert_eq!((coarse.test.1.clone(), coarse.classes), (vec![7, 7], 20));
     }
 
     #[test]
     fn missing_or_damaged_files_say_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
-        let e = load(dir.path(), Kind::Ten, "cifar10:d")
+        let e = load(dir.path(), Kind::Ten, "cifar10:d", false)
             .err()
             .unwrap()
             .to_string();
@@ -265,13 +341,19 @@ mod tests {
         write_ten(dir.path(), 2);
         let cut = dir.path().join("data_batch_3.bin");
         std::fs::write(&cut, vec![0u8; 3073 + 100]).unwrap();
-        let e = load(dir.path(), Kind::Ten, "c").err().unwrap().to_string();
+        let e = load(dir.path(), Kind::Ten, "c", false)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("data_batch_3.bin") && e.contains("not a whole number of 3073-byte"),
             "{e}"
         );
         std::fs::write(&cut, record(10, [0; 3], 0)).unwrap();
-        let e = load(dir.path(), Kind::Ten, "c").err().unwrap().to_string();
+        let e = load(dir.path(), Kind::Ten, "c", false)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("record 0 has label 10, but cifar10 has 10 classes"),
             "{e}"

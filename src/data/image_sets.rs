@@ -110,7 +110,7 @@ fn read_spec(
 ) -> Result<(Read, Option<Read>), DataError> {
     match spec {
         DataSpec::Cifar { dir, kind } => {
-            let c = cifar::load(dir, *kind, &spec.to_string())?;
+            let c = cifar::load(dir, *kind, &spec.to_string(), opts.download)?;
             let names = c
                 .names
                 .clone()

@@ -7,6 +7,7 @@ mod cifar;
 mod csv;
 mod dataset;
 mod decode;
+mod download;
 mod folder;
 mod idx;
 mod image_sets;
@@ -80,6 +81,8 @@ pub struct DataOptions {
     pub augment: Augment,
     /// `--normalize`.
     pub normalize: NormSpec,
+    /// `--download`: fetch a CIFAR set that is not in its folder.
+    pub download: bool,
 }
 
 impl DataOptions {
@@ -99,6 +102,13 @@ pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData
         return Err(DataError::Spec {
             spec: spec.to_string(),
             msg: format!("--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"),
+        });
+    }
+    let cifar = |s: &DataSpec| matches!(s, DataSpec::Cifar { .. });
+    if opts.download && !cifar(spec) && !opts.val_data.as_ref().is_some_and(cifar) {
+        return Err(DataError::Spec {
+            spec: spec.to_string(),
+            msg: "--download fetches CIFAR-10 and CIFAR-100 (--data cifar10:DIR or cifar100:DIR); other data is read from where it is".into(),
         });
     }
     if image_sets::is_picture_spec(spec) {
