@@ -313,6 +313,69 @@ fn frozen_parameters_stay_bit_identical_and_ranks_agree() {
 }
 
 #[test]
+fn a_frozen_run_keeps_no_moments_for_frozen_tensors_and_resumes_exactly() {
+    use mgtop::engine::strategy::Strategy;
+    let dir = tempfile::tempdir().unwrap();
+    for (strategy, freeze) in [
+        (Strategy::Mirrored, "conv.0.,basic"),
+        (Strategy::CentralStorage, "backbone"),
+    ] {
+        let ckpt = dir.path().join(strategy.to_string());
+        let base = RunConfig {
+            devices: DeviceSpec::Cpu(2),
+            model: "conv4k3p1,bn,relu,basic4,gap,dense6".parse().unwrap(),
+            data: "synthetic-images:96,3,8,8,3".parse().unwrap(),
+            inputs: mgtop::data::DataOptions::no_validation(),
+            budget: Budget::Steps(8),
+            batch_per_replica: 8,
+            optimizer: "adam".parse().unwrap(),
+            // the ranks' running statistics then agree, and a checkpoint's averaging of them is
+            // exact: the resumed state must equal the straight one bit for bit
+            sync_bn: true,
+            strategy,
+            freeze: Some(freeze.parse().unwrap()),
+            checkpoint_dir: ckpt.clone(),
+            final_checkpoint: false,
+            ..RunConfig::default()
+        };
+        let straight = Engine::run(base.clone()).unwrap();
+        // what a run hands out (checkpoints, exports) is laid out over every parameter, with
+        // the frozen tensors' moments zero
+        let m = &straight.state.opt.m;
+        assert_eq!(m.len(), straight.state.params.len(), "{strategy}");
+        let zeros = m.iter().filter(|&&x| x == 0.0).count();
+        assert!(
+            zeros > 0 && zeros < m.len(),
+            "{strategy}: {zeros} zero moments"
+        );
+        let half = Engine::run(RunConfig {
+            budget: Budget::Steps(4),
+            final_checkpoint: true,
+            ..base.clone()
+        })
+        .unwrap();
+        assert!(half.last_checkpoint.is_some());
+        let rest = Engine::run(RunConfig {
+            resume: Some(ckpt.clone()),
+            ..base.clone()
+        })
+        .unwrap();
+        assert_eq!(
+            straight.state, rest.state,
+            "{strategy}: resumed != straight"
+        );
+        // and without --freeze the checkpoint resumes too: every tensor trains from there
+        let thawed = Engine::run(RunConfig {
+            resume: Some(ckpt),
+            freeze: None,
+            ..base
+        })
+        .unwrap();
+        assert_ne!(thawed.state.params, rest.state.params, "{strategy}");
+    }
+}
+
+#[test]
 fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_mgtop-train");

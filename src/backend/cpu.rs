@@ -46,10 +46,11 @@ impl CpuReplica {
         assert_eq!(state.buffers.len(), model.n_buffers);
         CpuReplica {
             model,
+            // frozen parameters (`--freeze`) have no moments here
+            opt: optimizer.compact(&state.opt, n),
             optimizer,
             params: state.params,
             grads: vec![0.0; n + AUX],
-            opt: state.opt,
             buffers: state.buffers,
             ws: Workspace::default(),
             tail: Vec::new(),
@@ -170,14 +171,14 @@ impl Replica for CpuReplica {
     fn export(&self) -> TrainState {
         TrainState {
             params: self.params.clone(),
-            opt: self.opt.clone(),
+            opt: self.optimizer.expand(&self.opt, self.params.len()),
             buffers: self.buffers.clone(),
         }
     }
 
     fn import(&mut self, state: &TrainState) {
         self.params.copy_from_slice(&state.params);
-        self.opt = state.opt.clone();
+        self.opt = self.optimizer.compact(&state.opt, self.params.len());
         self.buffers.copy_from_slice(&state.buffers);
     }
 

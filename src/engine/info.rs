@@ -188,7 +188,7 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     if !model.frozen.is_empty() {
         let n: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
         notes.push(format!(
-            "--freeze: {n} of {} parameters ({} tensors) frozen: never updated; backward runs only where a trainable parameter is upstream (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
+            "--freeze: {n} of {} parameters ({} tensors) frozen: never updated, no optimizer moments kept; backward runs only where a trainable parameter is upstream (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
             model.n_params,
             model.frozen.len()
         ));

@@ -89,6 +89,69 @@ pub struct Optimizer {
 }
 
 impl Optimizer {
+    /// The ranges of `0..n` that train (not frozen), in order.
+    fn trained(&self, n: usize) -> Vec<Range<usize>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for r in &self.frozen {
+            let (s, e) = (r.start.min(n), r.end.min(n));
+            if s > at {
+                out.push(at..s);
+            }
+            at = at.max(e);
+        }
+        if at < n {
+            out.push(at..n);
+        }
+        out
+    }
+
+    /// The optimizer's own state from one laid out over all `n` parameters (a checkpoint's, a
+    /// run's start): the moments of trained parameters only, frozen ones' left out.
+    pub fn compact(&self, full: &OptState, n: usize) -> OptState {
+        if self.frozen.is_empty() {
+            return full.clone();
+        }
+        let take = |v: &[f32]| match v.len() == n {
+            true => self
+                .trained(n)
+                .into_iter()
+                .flat_map(|r| v[r].to_vec())
+                .collect(),
+            false => v.to_vec(),
+        };
+        OptState {
+            t: full.t,
+            m: take(&full.m),
+            v: take(&full.v),
+        }
+    }
+
+    /// The state laid out over all `n` parameters again (frozen ones' moments zero).
+    pub fn expand(&self, own: &OptState, n: usize) -> OptState {
+        if self.frozen.is_empty() {
+            return own.clone();
+        }
+        let put = |v: &[f32]| {
+            if v.is_empty() {
+                return Vec::new();
+            }
+            let mut full = vec![0.0; n];
+            let mut at = 0;
+            for r in self.trained(n) {
+                let len = r.len();
+                full[r].copy_from_slice(&v[at..at + len]);
+                at += len;
+            }
+            full
+        };
+        OptState {
+            t: own.t,
+            m: put(&own.m),
+            v: put(&own.v),
+        }
+    }
+
     /// `kind` with weight decay `wd` on every parameter, momentum 0.9.
     pub fn new(kind: OptimizerKind, wd: f32) -> Optimizer {
         Optimizer {
@@ -102,7 +165,8 @@ impl Optimizer {
 }
 
 /// One update: params -= lr * direction(scale * grads), over the ranges that are decayed and
-/// those that are not; frozen ranges keep their values (and their moments stay zero).
+/// those that are not; frozen ranges keep their values. `st` is the optimizer's own state
+/// ([`Optimizer::compact`]): moments for the trained parameters only, in order.
 pub fn step(
     o: &Optimizer,
     params: &mut [f32],
@@ -114,7 +178,7 @@ pub fn step(
     st.t += 1;
     let n = params.len();
     if o.no_decay.is_empty() && o.frozen.is_empty() {
-        return step_range(o, params, grads, st, lr, o.weight_decay, scale, 0..n);
+        return step_range(o, params, grads, st, lr, o.weight_decay, scale, 0..n, 0);
     }
     // the pieces between every range's ends, each decayed or not, frozen or not
     let mut cuts: Vec<usize> = (o.no_decay.iter().chain(&o.frozen))
@@ -124,6 +188,8 @@ pub fn step(
     cuts.sort_unstable();
     cuts.dedup();
     let within = |rs: &[Range<usize>], i: usize| rs.iter().any(|r| r.contains(&i));
+    // where the next trained range's moments start
+    let mut moment = 0;
     for w in cuts.windows(2) {
         let r = w[0]..w[1];
         if within(&o.frozen, r.start) {
@@ -133,15 +199,17 @@ pub fn step(
             true => 0.0,
             false => o.weight_decay,
         };
-        step_range(o, params, grads, st, lr, wd, scale, r);
+        let len = r.len();
+        step_range(o, params, grads, st, lr, wd, scale, r, moment);
+        moment += len;
     }
 }
 
-/// The moments of range `r` (none where the optimizer keeps none).
-fn part<'v>(v: &'v mut [f32], r: &Range<usize>) -> &'v mut [f32] {
+/// The moments of `len` parameters from `at` (none where the optimizer keeps none).
+fn part(v: &mut [f32], at: usize, len: usize) -> &mut [f32] {
     match v.is_empty() {
         true => v,
-        false => &mut v[r.clone()],
+        false => &mut v[at..at + len],
     }
 }
 
@@ -155,10 +223,12 @@ fn step_range(
     wd: f32,
     scale: f32,
     r: Range<usize>,
+    moment: usize,
 ) {
-    let (params, grads) = (&mut params[r.clone()], &grads[r.clone()]);
+    let len = r.len();
+    let (params, grads) = (&mut params[r.clone()], &grads[r]);
     let t = st.t;
-    let (m, v) = (part(&mut st.m, &r), part(&mut st.v, &r));
+    let (m, v) = (part(&mut st.m, moment, len), part(&mut st.v, moment, len));
     let mu = o.momentum;
     match o.kind {
         OptimizerKind::Sgd => {
@@ -283,5 +353,56 @@ mod tests {
             .parse::<OptimizerKind>()
             .unwrap_err()
             .contains("sgd, momentum, nesterov, adam or adamw"));
+    }
+
+    #[test]
+    fn frozen_parameters_have_no_moments_and_the_rest_step_as_if_alone() {
+        let (n, frozen) = (9, vec![0..2, 5..7]);
+        let kept: Vec<usize> = vec![2, 3, 4, 7, 8];
+        for kind in [
+            OptimizerKind::Momentum,
+            OptimizerKind::Adam,
+            OptimizerKind::AdamW,
+        ] {
+            let o = Optimizer {
+                frozen: frozen.clone(),
+                no_decay: std::iter::once(3..6).collect(),
+                ..Optimizer::new(kind, 0.01)
+            };
+            let mut st = o.compact(&OptState::new(kind, n), n);
+            assert_eq!(
+                st.m.len(),
+                kept.len(),
+                "{kind}: moments for the trained only"
+            );
+            let mut p: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 1.0).collect();
+            let before = p.clone();
+            // the same parameters alone, with the no-decay range where it falls among them
+            let alone_o = Optimizer {
+                frozen: Vec::new(),
+                no_decay: std::iter::once(1..3).collect(),
+                ..o.clone()
+            };
+            let mut alone: Vec<f32> = kept.iter().map(|&i| before[i]).collect();
+            let mut alone_st = OptState::new(kind, kept.len());
+            for s in 0..5 {
+                let g: Vec<f32> = (0..n).map(|i| (i as f32 - 4.0) * (s + 1) as f32).collect();
+                step(&o, &mut p, &g, &mut st, 0.1, 0.5);
+                let ga: Vec<f32> = kept.iter().map(|&i| g[i]).collect();
+                step(&alone_o, &mut alone, &ga, &mut alone_st, 0.1, 0.5);
+            }
+            for r in &frozen {
+                assert_eq!(p[r.clone()], before[r.clone()], "{kind}: frozen moved");
+            }
+            let got: Vec<f32> = kept.iter().map(|&i| p[i]).collect();
+            assert_eq!(got, alone, "{kind}");
+            // laid out over every parameter again (a checkpoint's), frozen moments zero
+            let full = o.expand(&st, n);
+            assert_eq!(full.m.len(), n);
+            assert!(frozen
+                .iter()
+                .all(|r| full.m[r.clone()].iter().all(|&x| x == 0.0)));
+            assert_eq!(o.compact(&full, n), st, "{kind}: the round trip");
+        }
     }
 }

@@ -22,9 +22,12 @@ pub struct Store {
 }
 
 impl Store {
+    /// The store of `state` (laid out over every parameter, as checkpoints are); it keeps the
+    /// optimizer's own state (`Optimizer::compact`: no moments for frozen parameters).
     pub fn new(state: TrainState, optimizer: Optimizer) -> Arc<Store> {
+        let opt = optimizer.compact(&state.opt, state.params.len());
         Arc::new(Store {
-            state: RwLock::new(state),
+            state: RwLock::new(TrainState { opt, ..state }),
             optimizer,
         })
     }
@@ -46,8 +49,14 @@ impl Store {
         }
     }
 
+    /// The state laid out over every parameter.
     pub fn export(&self) -> TrainState {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        TrainState {
+            opt: self.optimizer.expand(&st.opt, st.params.len()),
+            params: st.params.clone(),
+            buffers: st.buffers.clone(),
+        }
     }
 
     /// What a device starts from: the parameters, and no optimizer state.

@@ -121,6 +121,8 @@ pub struct Prometheus {
     loss: Gauge,
     accuracy: Gauge,
     lr: Gauge,
+    /// The learning rate last set (it changes seldom; widening it costs a format).
+    lr_seen: Option<f32>,
     global_batch: IntGauge,
     per_replica: IntGauge,
     val_loss: GaugeVec,
@@ -322,6 +324,7 @@ impl Prometheus {
                 "mgtop_learning_rate",
                 "The learning rate of the newest step.",
             )?,
+            lr_seen: None,
             global_batch: int_gauge(
                 r,
                 "mgtop_global_batch_size",
@@ -414,9 +417,13 @@ impl Sink for Prometheus {
         if let Some(r) = rate {
             self.samples_per_s.with_label_values::<&str>(&[]).set(r);
         }
-        self.loss.set(wide(row.loss));
-        self.accuracy.set(wide(row.accuracy));
-        self.lr.set(wide(row.lr));
+        self.loss.set(f64::from(row.loss));
+        self.accuracy.set(f64::from(row.accuracy));
+        // as set (0.001, not 0.0010000000474974513): read as the flag's value
+        if self.lr_seen != Some(row.lr) {
+            self.lr_seen = Some(row.lr);
+            self.lr.set(wide(row.lr));
+        }
         self.global_batch.set(row.global_samples as i64);
         self.per_replica.set(row.per_replica as i64);
         for s in &row.ranks {
