@@ -37,18 +37,7 @@ impl Archive {
 /// Where archives are kept: `$XDG_CACHE_HOME/mgtop/datasets`, `~/.cache/mgtop/datasets`, else
 /// one under the temporary directory named for the user.
 pub fn cache_dir() -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    env("XDG_CACHE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".cache")))
-        .map(|c| c.join("mgtop/datasets"))
-        // SAFETY: getuid cannot fail.
-        .unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("mgtop-{}/datasets", unsafe { libc::getuid() }))
-        })
+    super::write::cache_dir("datasets")
 }
 
 fn hex(d: &[u8]) -> String {

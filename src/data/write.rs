@@ -1,9 +1,28 @@
-//! Files this program writes whole (exported weights, `scale --out` results): written beside
-//! the target, synced, then renamed over it, so a full disk or a crash leaves the earlier file
-//! whole, never a truncated one.
+//! Where this program writes, and how: files written whole (exported weights, `scale --out`
+//! results) beside the target, synced, then renamed over it, so a full disk or a crash leaves the
+//! earlier file whole, never a truncated one; and its cache folders.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// This user's cache folder `name` of mgtop's: `$XDG_CACHE_HOME/mgtop/<name>`,
+/// `~/.cache/mgtop/<name>`, else one under the temporary directory named for the user.
+pub fn cache_dir(name: &str) -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("XDG_CACHE_HOME")
+        .or_else(|| env("HOME").map(|h| h.join(".cache")))
+        .map(|c| c.join("mgtop").join(name))
+        // SAFETY: getuid cannot fail.
+        .unwrap_or_else(|| {
+            std::env::temp_dir()
+                .join(format!("mgtop-{}", unsafe { libc::getuid() }))
+                .join(name)
+        })
+}
 
 /// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed
 /// when any step fails.

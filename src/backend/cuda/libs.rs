@@ -283,18 +283,7 @@ pub fn library_path(dir: &Path, plan: &[(Wanted, PathBuf)], old: Option<OsString
 /// The private directory for the links: `$XDG_CACHE_HOME/mgtop/cuda-libs`, `~/.cache/...`,
 /// else one under the temporary directory named for the user.
 fn links_dir() -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    env("XDG_CACHE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".cache")))
-        .map(|c| c.join("mgtop/cuda-libs"))
-        // SAFETY: getuid cannot fail.
-        .unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("mgtop-{}/cuda-libs", unsafe { libc::getuid() }))
-        })
+    crate::data::write::cache_dir("cuda-libs")
 }
 
 /// A name for a set of links: two processes with different libraries (two conda envs, two
