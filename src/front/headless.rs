@@ -9,6 +9,7 @@ use super::words::{describe, event_line, step_line, sync_note};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::Monitor;
 use crate::observe::straggler::{Detector, Warning};
 use crate::observe::telemetry::{process_memory, Telemetry};
@@ -33,6 +34,7 @@ struct Log<'a> {
     log_every: u64,
     baseline: Option<f64>,
     strategy: crate::engine::strategy::Strategy,
+    mfu: Mfu,
 }
 
 impl Log<'_> {
@@ -58,6 +60,9 @@ impl Log<'_> {
         let rate = self.monitor.samples_per_sec();
         if row.step.is_multiple_of(self.log_every) {
             let mut line = step_line(&row, rate, self.budget, self.baseline);
+            if let Some(m) = self.mfu.mean(&row.ranks) {
+                line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
+            }
             if let Some(note) = sync_note(&self.strategy, row.step) {
                 line += &format!(" | {note}");
             }
@@ -129,6 +134,7 @@ pub fn run(
         log_every,
         baseline: info.baseline,
         strategy: info.strategy,
+        mfu: Mfu::for_run(&info),
     };
     let w = log.metrics.run_start(&info);
     log.warn(w);

@@ -161,6 +161,16 @@ pub fn scaling_note(rate: Option<f64>, baseline: Option<f64>, ranks: usize) -> S
     }
 }
 
+/// An MFU as a percentage: one decimal below 10% (where most runs are), whole above.
+pub fn mfu_text(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v < 0.0005 => "<0.1%".into(),
+        Some(v) if v < 0.1 => format!("{:.1}%", v * 100.0),
+        Some(v) => format!("{:.0}%", v * 100.0),
+        None => "n/a".into(),
+    }
+}
+
 pub fn step_line(
     row: &StepRow,
     rate: Option<f64>,

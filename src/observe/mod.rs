@@ -6,6 +6,7 @@
 pub mod history;
 pub mod live;
 pub mod metrics;
+pub mod mfu;
 pub mod monitor;
 pub mod nvml;
 pub mod prometheus;

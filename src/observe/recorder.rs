@@ -16,6 +16,7 @@ use crate::engine::events::Event;
 use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
 use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
@@ -45,6 +46,8 @@ pub struct Recorder {
     files: Vec<MetricsWriter>,
     hub: Option<LiveHub>,
     sinks: Vec<Box<dyn Sink>>,
+    /// The run's MFU arithmetic (from its `run` record) for the step records.
+    mfu: Option<Mfu>,
     log_every: u64,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
@@ -57,6 +60,7 @@ impl Recorder {
             files,
             hub,
             sinks: Vec::new(),
+            mfu: None,
             log_every: log_every.max(1),
             pending: None,
             last_live: None,
@@ -116,7 +120,10 @@ impl Recorder {
     /// Gives the hub the step held back, whatever the time (before a later record).
     fn release(&mut self) {
         if let (Some((row, rate)), Some(h)) = (self.pending.take(), &self.hub) {
-            h.publish(Kind::Step, Line::new(&records::step(&row, rate)));
+            h.publish(
+                Kind::Step,
+                Line::new(&records::step(&row, rate, self.mfu.as_ref())),
+            );
             self.last_live = Some(Instant::now());
         }
     }
@@ -128,6 +135,7 @@ impl Recorder {
 
     /// The `run` record, first.
     pub fn run_start(&mut self, info: &RunInfo) -> Vec<String> {
+        self.mfu = Some(Mfu::for_run(info)).filter(Mfu::any);
         let line = Line::new(&records::run(info));
         if let Some(h) = &self.hub {
             h.set_run(line.clone());
@@ -140,7 +148,7 @@ impl Recorder {
         let due = row.step.is_multiple_of(self.log_every);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
         let logged = !self.files.is_empty() && due;
-        let line = logged.then(|| Line::new(&records::step(row, rate)));
+        let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
             warnings.extend(self.write_files(l, false));
         }
@@ -152,9 +160,10 @@ impl Recorder {
             self.last_live = Some(Instant::now());
             match line {
                 Some(l) => hub.publish(Kind::Step, l),
-                None if hub.step_slot() => {
-                    hub.publish(Kind::Step, Line::new(&records::step(row, rate)))
-                }
+                None if hub.step_slot() => hub.publish(
+                    Kind::Step,
+                    Line::new(&records::step(row, rate, self.mfu.as_ref())),
+                ),
                 None => {}
             }
         } else if hub.clients() > 0 {

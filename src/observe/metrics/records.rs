@@ -10,6 +10,7 @@ use super::SCHEMA;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event};
 use crate::engine::{Device, RunInfo};
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
@@ -71,17 +72,19 @@ pub fn run(info: &RunInfo) -> Value {
     })
 }
 
-/// A step as every rank saw it, and the samples/s measured then.
-pub fn step(row: &StepRow, samples_per_s: Option<f64>) -> Value {
+/// A step as every rank saw it, and the samples/s measured then; each GPU rank's MFU where
+/// `mfu` knows its peak.
+pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Value {
     let per_rank: Vec<Value> = row
         .ranks
         .iter()
         .map(|r| {
+            let mfu = mfu.and_then(|m| m.of(r.rank, r.samples, r.step_time));
             json!({
                 "rank": r.rank, "samples": r.samples, "step_ms": ms(r.step_time),
                 "data_wait_ms": ms(r.data_wait), "compute_ms": ms(r.compute), "comm_ms": ms(r.comm),
                 "sync_wait_ms": ms(r.sync_wait), "optimizer_ms": ms(r.optimizer),
-                "transfer_ms": ms(r.transfer),
+                "transfer_ms": ms(r.transfer), "mfu": mfu.map(|m| (m * 1e5).round() / 1e5),
             })
         })
         .collect();

@@ -16,6 +16,7 @@ use prometheus::{
 
 use crate::engine::events::{Applied, Event};
 use crate::engine::{Device, RunInfo};
+use crate::observe::mfu::{Mfu, GPU_PRECISION};
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::GpuIdentity;
 use crate::observe::recorder::Sink;
@@ -136,6 +137,11 @@ pub struct Prometheus {
     data_skipped: IntCounter,
     state: GaugeVec,
     utilization: Vec<Gauge>,
+    /// MFU per GPU rank whose peak is known: a series appears with its first value.
+    mfu: GaugeVec,
+    /// Per rank, the labels of its MFU series (`None`: no peak known, never shown).
+    mfu_labels: Vec<Option<[String; 3]>>,
+    mfu_of: Mfu,
     process_memory: IntGauge,
     dcgm: Vec<GaugeVec>,
     gpus: Vec<Gpu>,
@@ -216,6 +222,13 @@ impl Prometheus {
             "mgtop_device_utilization_ratio",
             "Each rank's device busy share, 0-1 (GPU: NVML's utilization; CPU worker: time computing, reducing and updating).",
             &["rank", "worker"],
+        )?;
+        let mfu_of = Mfu::for_run(info);
+        let mfu = gauge_vec(
+            r,
+            "mgtop_mfu_ratio",
+            "Model FLOPs utilisation of each GPU rank, 0-1: 3 x the model's forward FLOPs per sample x samples/s over the GPU's dense peak for the precision in use (fp32).",
+            &["rank", "worker", "precision"],
         )?;
         let info_gauge = gauge_vec(
             r,
@@ -384,6 +397,19 @@ impl Prometheus {
             utilization: (0..info.ranks())
                 .map(|rank| utilization.with_label_values(&[&ranks[rank], &workers[rank]]))
                 .collect(),
+            mfu_labels: (0..info.ranks())
+                .map(|rank| {
+                    mfu_of.peaks[rank].map(|_| {
+                        [
+                            ranks[rank].clone(),
+                            workers[rank].clone(),
+                            GPU_PRECISION.name().to_string(),
+                        ]
+                    })
+                })
+                .collect(),
+            mfu,
+            mfu_of,
             process_memory: int_gauge(
                 r,
                 "mgtop_process_resident_memory_bytes",
@@ -440,6 +466,10 @@ impl Sink for Prometheus {
             ];
             for (c, d) in c.iter().zip(parts) {
                 c.inc_by(d.as_secs_f64());
+            }
+            let labels = self.mfu_labels.get(s.rank).and_then(Option::as_ref);
+            if let (Some(l), Some(m)) = (labels, self.mfu_of.of(s.rank, s.samples, s.step_time)) {
+                self.mfu.with_label_values(l).set(m);
             }
         }
         Ok(())
@@ -545,6 +575,7 @@ mod tests {
             "devices": ["gpu0", "gpu1"], "hosts": ["nodeA", "nodeA"],
             "device_names": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"],
             "name": "r", "data": "d", "model": "m", "params": 1, "per_replica": 32,
+            "flops_per_sample": 1_000_000,
         }))
         .unwrap()
     }
@@ -658,6 +689,7 @@ mod tests {
             "DCGM_FI_DEV_GPU_UTIL{",
             "mgtop_validation_loss ",
             "mgtop_samples_per_second ",
+            "mgtop_mfu_ratio{",
         ] {
             assert!(!t.contains(absent), "{absent} before any value:\n{t}");
         }
@@ -791,6 +823,11 @@ mod tests {
             let got = value(&t, series).unwrap_or_else(|| panic!("no {series}:\n{t}"));
             assert!((got - v).abs() < 1e-9, "{series} = {got}, not {v}");
         }
+        // 32 samples x 3 MFLOP in 15 ms on an H100's 66.9 fp32 TFLOP/s
+        let mfu = r#"mgtop_mfu_ratio{precision="fp32",rank="1",worker="nodeA/gpu1"}"#;
+        let want = 3e6 * 32.0 / 0.015 / 66.9e12;
+        let got = value(&t, mfu).unwrap_or_else(|| panic!("no {mfu}:\n{t}"));
+        assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
         promtool_accepts(&t);
     }
 

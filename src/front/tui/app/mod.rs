@@ -19,6 +19,7 @@ use crate::engine::events::{Event, StepStats};
 use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::observe::history::History;
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow};
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
@@ -136,6 +137,8 @@ pub struct App {
     /// Warnings raised since the frontend last took them (for the metrics file).
     pub new_warnings: Vec<(Warning, Duration)>,
     pub devices: Vec<DeviceState>,
+    /// The run's MFU arithmetic (GPU ranks with a known peak).
+    pub mfu: Mfu,
     pub last_row: Option<StepRow>,
     pub samples_per_sec: Option<f64>,
     pub eta: Option<Duration>,
@@ -181,6 +184,7 @@ impl App {
             .map(|r| DeviceState::new(info.rank_label(r)))
             .collect();
         let mut app = App {
+            mfu: Mfu::for_run(&info),
             monitor: Monitor::new(info.ranks()),
             detector: Detector::for_run(&info),
             new_warnings: Vec::new(),
@@ -247,6 +251,16 @@ impl App {
     }
 
     /// Whether this screen is a file's (nothing here can change the run).
+    /// Device `i`'s MFU (0..1) over its recent steps; `None` for a CPU worker, a GPU whose
+    /// peak is not known, or before its first step.
+    pub fn device_mfu(&self, i: usize) -> Option<f64> {
+        let d = self.devices.get(i)?;
+        let samples = d.last.as_ref()?.samples;
+        let (sum, n) = d.step_ms().fold((0.0, 0), |(s, n), ms| (s + ms, n + 1));
+        let mean = Duration::try_from_secs_f64(sum / n.max(1) as f64 / 1e3).ok()?;
+        self.mfu.of(i, samples, mean)
+    }
+
     pub fn watching_file(&self) -> bool {
         self.mode == Mode::File
     }

@@ -128,23 +128,23 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let w = inner.width as usize;
     let wide = w >= 110;
     // fixed columns: name (6, or the longest `host/cpuN` up to 17 where there is room),
-    // util 6, mem-access 6, mem 13, [temp 6, power 11], step ms 9
+    // util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6, power 11],
+    // step ms 9
     let longest = app.devices.iter().map(|d| d.label.chars().count()).max();
     let name_w = match longest.unwrap_or(0) {
         l if l > 5 && wide => (l + 1).min(17),
         _ => 6,
     };
-    let fixed = name_w + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 };
+    let mfu = app.mfu.any();
+    let fixed = name_w + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 } + if mfu { 6 } else { 0 };
     let rest = w.saturating_sub(fixed);
     let bar_w = (rest / 2).clamp(8, 32).min(rest);
     let spark_w = rest.saturating_sub(bar_w + 1);
-    let mut head = format!(
-        "{:<name_w$}{:>5} {:>6} {:>11} ",
-        "dev",
-        util_name(app),
-        "memacc",
-        "memory"
-    );
+    let mut head = format!("{:<name_w$}{:>5} ", "dev", util_name(app));
+    if mfu {
+        head += &format!("{:>5} ", "mfu");
+    }
+    head += &format!("{:>6} {:>11} ", "memacc", "memory");
     if wide {
         head += &format!("{:>5} {:>10} ", "temp", "power");
     }
@@ -175,13 +175,19 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     theme.badge(theme.warn),
                 )
             },
-            Span::raw(format!(
-                "{:>5} {:>6} {:>11} ",
-                pct(s.util),
-                pct(s.mem_access),
-                mem(s)
-            )),
+            Span::raw(format!("{:>5} ", pct(s.util))),
         ];
+        if mfu {
+            spans.push(Span::raw(format!(
+                "{:>5} ",
+                crate::front::words::mfu_text(app.device_mfu(i))
+            )));
+        }
+        spans.push(Span::raw(format!(
+            "{:>6} {:>11} ",
+            pct(s.mem_access),
+            mem(s)
+        )));
         if wide {
             let temp = s.temp_c.map_or("n/a".into(), |t| format!("{t:.0}C"));
             let power = match (s.power_w, s.power_limit_w) {
@@ -262,8 +268,18 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
         Layout::horizontal([Constraint::Length(42), Constraint::Min(10)]).areas(area);
     let s = &d.sample;
     let ms = |v: f64| format!("{:.3} ms", v * 1e3);
-    let mut rows: Vec<(String, String)> = vec![
-        (util_name(app).into(), pct(s.util)),
+    let mut rows: Vec<(String, String)> = vec![(util_name(app).into(), pct(s.util))];
+    if let Some(peak) = app.mfu.peaks.get(i).copied().flatten() {
+        rows.push((
+            format!("MFU ({})", crate::observe::mfu::GPU_PRECISION.name()),
+            format!(
+                "{} of {:.1} TF",
+                crate::front::words::mfu_text(app.device_mfu(i)),
+                peak / 1e12
+            ),
+        ));
+    }
+    rows.extend([
         ("memory access".into(), pct(s.mem_access)),
         ("memory".into(), mem(s)),
         (
@@ -278,7 +294,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 _ => "n/a".into(),
             },
         ),
-    ];
+    ]);
     if matches!(app.info.devices.get(i), Some(Device::Gpu { .. })) {
         rows.extend([
             (
