@@ -100,6 +100,14 @@ impl Mfu {
             .then(|| self.per_sample * samples as f64 / secs / peak)
     }
 
+    /// The run's MFU at `samples_per_s` over all ranks, where every rank has a peak (the sum of
+    /// the peaks is the run's).
+    pub fn of_run(&self, samples_per_s: f64) -> Option<f64> {
+        let peaks: Option<Vec<f64>> = self.peaks.iter().copied().collect();
+        let total: f64 = peaks?.iter().sum();
+        (total > 0.0 && self.per_sample > 0.0).then(|| self.per_sample * samples_per_s / total)
+    }
+
     /// The mean MFU of the ranks that have one, over one step of each.
     pub fn mean<'a>(
         &self,
@@ -148,6 +156,14 @@ mod tests {
         assert_eq!(m.of(1, 128, Duration::from_millis(10)), None, "CPU worker");
         assert_eq!(m.of(2, 128, Duration::from_millis(10)), None, "unknown GPU");
         assert_eq!(m.of(0, 128, Duration::ZERO), None);
+        // a run's: only where every rank has a peak, over their sum
+        assert_eq!(m.of_run(1000.0), None);
+        let two = Mfu {
+            peaks: vec![m.peaks[0], m.peaks[0]],
+            ..m.clone()
+        };
+        let got = two.of_run(25_600.0).unwrap();
+        assert!((got - 3e9 * 25_600.0 / (2.0 * 66.9e12)).abs() < 1e-12, "{got}");
         let cpu_only = Mfu {
             peaks: vec![None, None],
             ..m

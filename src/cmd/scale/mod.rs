@@ -54,6 +54,8 @@ pub struct Row {
     pub utilization: f64,
     /// Memory-access time: mean NVML utilization.memory over the timed steps, GPUs only.
     pub memory_access: Option<f64>,
+    /// Model FLOPs utilisation of the run's GPUs at its samples/s (GPUs whose peak is known).
+    pub mfu: Option<f64>,
     pub data_wait_share: f64,
     pub comm_share: f64,
     pub sync_wait_share: f64,
@@ -148,6 +150,7 @@ fn measure_once(
         j.set_patience(Duration::MAX);
     }
     let engine = Engine::start_in(cfg, procs.cloned())?;
+    let mfu = crate::observe::mfu::Mfu::for_run(engine.info());
     if let Some(j) = procs {
         j.set_patience(crate::engine::peer_patience(base.stall_timeout));
     }
@@ -208,6 +211,7 @@ fn measure_once(
     let r = engine.join()?;
     let _ = drain_events.join();
     let global = p.per_replica * p.devices * base.grad_accum;
+    let samples_per_sec = timed_rate(&r.step_ends, plan.warmup_steps, global);
     let share = |i: usize| {
         sums.iter()
             .map(|t| if t[4] > 0.0 { t[i] / t[4] } else { 0.0 })
@@ -222,7 +226,8 @@ fn measure_once(
         per_replica: p.per_replica,
         global_batch: global,
         prefetch: p.prefetch,
-        samples_per_sec: timed_rate(&r.step_ends, plan.warmup_steps, global),
+        samples_per_sec,
+        mfu: mfu.of_run(samples_per_sec),
         spread: 0.0,
         speedup: None,
         efficiency: None,

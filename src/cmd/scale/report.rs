@@ -17,7 +17,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
         .unwrap_or(0)
         .max(8);
     let mut out = vec![format!(
-        "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7}",
+        "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7}",
         "strategy",
         "devices",
         "batch",
@@ -29,6 +29,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
         "eff",
         "util",
         "memacc",
+        "mfu",
         "data",
         "comm",
         "wait",
@@ -38,7 +39,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
     )];
     for r in rows {
         out.push(format!(
-            "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>8} {:>8.4} {:>7}",
+            "{:<w$} {:>7} {:>6} {:>7} {:>8} {:>11.0} {:>7} {:>8} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8.4} {:>7}",
             r.strategy,
             r.devices,
             r.per_replica,
@@ -50,6 +51,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
             r.efficiency.map_or("-".into(), pct),
             pct(r.utilization),
             r.memory_access.map_or("n/a".into(), pct),
+            crate::front::words::mfu_text(r.mfu),
             pct(r.data_wait_share),
             pct(r.comm_share),
             pct(r.sync_wait_share),
@@ -97,11 +99,11 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let text = match ext {
         "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
         "csv" => {
-            let mut s = String::from("strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n");
+            let mut s = String::from("strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n");
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
+                    "{},{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
                     r.strategy,
                     r.devices,
                     r.per_replica,
@@ -113,6 +115,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
                     opt(r.efficiency),
                     r.utilization,
                     opt(r.memory_access),
+                    opt(r.mfu),
                     r.data_wait_share,
                     r.comm_share,
                     r.sync_wait_share,

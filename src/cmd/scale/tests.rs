@@ -50,6 +50,7 @@ fn row(devices: usize, rate: f64) -> Row {
         efficiency: None,
         utilization: 1.0,
         memory_access: None,
+        mfu: None,
         data_wait_share: 0.0,
         comm_share: 0.0,
         sync_wait_share: 0.0,
