@@ -163,7 +163,10 @@ mod tests {
             ..m.clone()
         };
         let got = two.of_run(25_600.0).unwrap();
-        assert!((got - 3e9 * 25_600.0 / (2.0 * 66.9e12)).abs() < 1e-12, "{got}");
+        assert!(
+            (got - 3e9 * 25_600.0 / (2.0 * 66.9e12)).abs() < 1e-12,
+            "{got}"
+        );
         let cpu_only = Mfu {
             peaks: vec![None, None],
             ..m
