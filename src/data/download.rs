@@ -1,7 +1,8 @@
 //! `--download`: a dataset's published archive (CIFAR's binary versions) fetched over HTTPS into
 //! a cache directory, checked against its published MD5, and the files the loader reads
 //! unpacked into the folder `--data` names. Nothing half-done is left where it would be taken
-//! for whole: the download goes to `<file>.part-<pid>` and is renamed once its checksum holds,
+//! for whole: the download goes to `<file>.part-<host>-<pid>` (a cache shared over NFS by the
+//! processes of a run on several machines stays apart) and is renamed once its checksum holds,
 //! and each unpacked file is written beside its place and renamed. A cached archive whose
 //! checksum holds is not fetched again.
 
@@ -79,12 +80,23 @@ pub fn fetch(
     unpack(a, &cached, into)
 }
 
-/// Removes what earlier, interrupted downloads of this file left (their processes are gone).
+/// The download's name while it comes: `<file>.part-<host>-<pid>`; `pid` `None` for the prefix
+/// of this machine's.
+fn part_name(file: &str, pid: Option<u32>) -> String {
+    let host = super::read::hostname().replace(['/', '-'], "_");
+    format!(
+        "{file}.part-{host}-{}",
+        pid.map_or(String::new(), |p| p.to_string())
+    )
+}
+
+/// Removes what earlier, interrupted downloads of this file on this machine left (their
+/// processes are gone).
 fn clear_leftovers(cache: &Path, name: &str) {
     let Ok(entries) = std::fs::read_dir(cache) else {
         return;
     };
-    let prefix = format!("{name}.part-");
+    let prefix = part_name(name, None);
     for e in entries.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else {
@@ -107,7 +119,7 @@ fn download(a: &Archive, to: &Path, tell: &dyn Fn(&str)) -> Result<(), String> {
         )
     })?;
     clear_leftovers(dir, a.file_name());
-    let part = dir.join(format!("{}.part-{}", a.file_name(), std::process::id()));
+    let part = dir.join(part_name(a.file_name(), Some(std::process::id())));
     let result = fetch_to(a, &part, tell);
     if result.is_err() {
         let _ = std::fs::remove_file(&part);
@@ -137,6 +149,8 @@ fn fetch_to(a: &Archive, part: &Path, tell: &dyn Fn(&str)) -> Result<String, Str
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(Duration::from_secs(30)))
         .timeout_recv_response(Some(Duration::from_secs(60)))
+        // a server that stalls is given up on (30 minutes is 90 kB/s for CIFAR's 162 MB)
+        .timeout_recv_body(Some(Duration::from_secs(30 * 60)))
         .user_agent(concat!("mgtop-train/", env!("CARGO_PKG_VERSION")))
         .build()
         .into();
@@ -321,6 +335,25 @@ pub(crate) mod tests {
             folder: "set-bin".into(),
             files: vec!["a.bin".into(), "b.txt".into()],
         }
+    }
+
+    #[test]
+    fn a_killed_downloads_leftover_goes_and_a_running_ones_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        // a process that has ended
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let dead = dir.path().join(part_name("x.tar.gz", Some(gone)));
+        let alive = dir
+            .path()
+            .join(part_name("x.tar.gz", Some(std::process::id())));
+        let elsewhere = dir.path().join("x.tar.gz.part-otherhost-1");
+        for f in [&dead, &alive, &elsewhere] {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        clear_leftovers(dir.path(), "x.tar.gz");
+        assert!(!dead.exists() && alive.exists() && elsewhere.exists());
     }
 
     #[test]

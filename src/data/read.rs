@@ -150,6 +150,18 @@ pub fn read_note(path: &Path, max: u64) -> Option<String> {
     read_text(path, &expect).ok().map(|t| t.trim().to_string())
 }
 
+/// This machine's name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a live buffer
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match ok {
+        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
+        false => "?".into(),
+    }
+}
+
 /// The machine's memory in bytes (MemTotal), and whether it was read or assumed.
 pub fn machine_memory() -> (u64, bool) {
     match meminfo("MemTotal") {

@@ -15,6 +15,7 @@ use crate::backend::TrainState;
 use crate::comm::processes::{broadcast_vec, gather_vecs};
 use crate::comm::{CollectiveError, Processes};
 use crate::config::RunConfig;
+use crate::data::read::hostname;
 use crate::data::Dataset;
 use crate::nn::optim::OptState;
 
@@ -62,18 +63,6 @@ struct Hello {
     devices: Vec<(bool, usize, String, Option<String>)>,
     /// What every process must agree on, as (what, value).
     same: Vec<(String, String)>,
-}
-
-/// This machine's name.
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into a live buffer
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    match ok {
-        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
-        false => "?".into(),
-    }
 }
 
 /// This process's index among the run's processes on its machine, and their number (to

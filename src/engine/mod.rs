@@ -39,10 +39,10 @@ use crate::engine::loader::RankLoader;
 use heartbeat::{Beat, Heartbeats};
 use resume::{budget_reached, resumed_settings};
 
+pub use crate::data::read::hostname;
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
-pub use job::hostname;
 use job::World;
 pub use outcome::{EngineError, RunResult};
 
