@@ -16,9 +16,10 @@ pub struct CpuReplica {
     /// Batch norm's running statistics (this replica's; kept in step by the engine).
     buffers: Vec<f32>,
     ws: Workspace,
-    /// What the all-reduce carries where frozen parameters start the buffer (`--freeze`):
-    /// the gradients after them and the batch's metrics.
-    tail: Vec<f32>,
+    /// With frozen parameters (`--freeze`): the ranges of `grads` the all-reduce carries (the
+    /// trained parameters' and the batch's metrics), and the buffer they are packed into.
+    reduced: Vec<std::ops::Range<usize>>,
+    packed: Vec<f32>,
 }
 
 impl CpuReplica {
@@ -44,6 +45,12 @@ impl CpuReplica {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
         assert_eq!(state.buffers.len(), model.n_buffers);
+        let reduced = match optimizer.frozen.is_empty() {
+            true => Vec::new(),
+            false => (optimizer.trained(n).into_iter())
+                .chain(std::iter::once(n..n + AUX))
+                .collect(),
+        };
         CpuReplica {
             model,
             // frozen parameters (`--freeze`) have no moments here
@@ -53,7 +60,8 @@ impl CpuReplica {
             grads: vec![0.0; n + AUX],
             buffers: state.buffers,
             ws: Workspace::default(),
-            tail: Vec::new(),
+            reduced,
+            packed: Vec::new(),
         }
     }
 }
@@ -115,14 +123,20 @@ impl Replica for CpuReplica {
         coll: &mut dyn Collective,
     ) -> Result<ReduceTiming, CollectiveError> {
         // frozen parameters have no gradients worth summing: every rank leaves out the same
-        let skip = self.model.frozen_prefix();
-        if skip == 0 {
+        if self.reduced.is_empty() {
             return coll.all_reduce_sum(&mut self.grads);
         }
-        self.tail.clear();
-        self.tail.extend_from_slice(&self.grads[skip..]);
-        let t = coll.all_reduce_sum(&mut self.tail)?;
-        self.grads[skip..].copy_from_slice(&self.tail);
+        self.packed.clear();
+        for r in &self.reduced {
+            self.packed.extend_from_slice(&self.grads[r.clone()]);
+        }
+        let t = coll.all_reduce_sum(&mut self.packed)?;
+        let mut at = 0;
+        for r in &self.reduced {
+            let len = r.len();
+            self.grads[r.clone()].copy_from_slice(&self.packed[at..at + len]);
+            at += len;
+        }
         Ok(t)
     }
 
@@ -202,5 +216,89 @@ impl Replica for CpuReplica {
 
     fn set_buffers(&mut self, buffers: &[f32]) {
         self.buffers.copy_from_slice(buffers);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::layers::Shape;
+    use std::time::Duration;
+
+    /// One rank alone, keeping the length of every buffer it is asked to sum.
+    struct Recording(Vec<usize>);
+
+    impl Collective for Recording {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            1
+        }
+        fn all_reduce_sum(&mut self, buf: &mut Vec<f32>) -> Result<ReduceTiming, CollectiveError> {
+            self.0.push(buf.len());
+            Ok(ReduceTiming::default())
+        }
+        fn broadcast_u64(&mut self, _: &mut [u64], _: usize) -> Result<Duration, CollectiveError> {
+            Ok(Duration::ZERO)
+        }
+        fn all_gather_u64(
+            &mut self,
+            m: &[u64],
+            o: &mut [u64],
+        ) -> Result<Duration, CollectiveError> {
+            o.copy_from_slice(m);
+            Ok(Duration::ZERO)
+        }
+        fn barrier(&mut self) -> Result<Duration, CollectiveError> {
+            Ok(Duration::ZERO)
+        }
+        fn abort(&self, _: &str) {}
+        fn abort_reason(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn frozen_tensors_anywhere_in_the_buffer_stay_out_of_the_all_reduce() {
+        let spec = "dense8,dense8,dense3".parse().unwrap();
+        let mut model = Model::new(Shape::Flat(4), &spec, 3).unwrap();
+        // the middle layer's weight and bias: neither a prefix nor a suffix
+        let middle: Vec<usize> = (model.tensors.iter().enumerate())
+            .filter(|(_, t)| t.name.starts_with("mlp.1."))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(middle.len(), 2, "{:?}", model.tensors);
+        model.freeze(&middle);
+        let frozen: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
+        let n = model.n_params;
+        let optimizer = Optimizer {
+            frozen: model.frozen_ranges(),
+            ..Optimizer::new(OptimizerKind::Sgd, 0.0)
+        };
+        let state = TrainState {
+            params: model.init_params(1),
+            opt: OptState::new(OptimizerKind::Sgd, n),
+            buffers: model.init_buffers(),
+        };
+        let mut r = CpuReplica::with(model, optimizer, state);
+        let mb = MicroBatch {
+            x: (0..8).map(|i| i as f32 / 8.0).collect(),
+            y: vec![0, 2],
+            n: 2,
+            rows: vec![0, 1],
+        };
+        r.compute_grads(std::slice::from_ref(&mb), None);
+        let before = r.grads.clone();
+        let mut coll = Recording(Vec::new());
+        r.all_reduce_grads(&mut coll).unwrap();
+        assert_eq!(
+            coll.0,
+            [n - frozen + AUX],
+            "only trained gradients and the metrics"
+        );
+        // one rank sums to itself: everything is where it was
+        assert_eq!(r.grads, before);
+        assert_eq!(r.batch_metrics().samples, 2.0);
     }
 }

@@ -90,7 +90,7 @@ pub struct Optimizer {
 
 impl Optimizer {
     /// The ranges of `0..n` that train (not frozen), in order.
-    fn trained(&self, n: usize) -> Vec<Range<usize>> {
+    pub fn trained(&self, n: usize) -> Vec<Range<usize>> {
         let mut out = Vec::new();
         let mut at = 0;
         for r in &self.frozen {

@@ -279,16 +279,6 @@ impl Model {
         out
     }
 
-    /// Where the frozen parameters that start the flat buffer end (0: its first parameter
-    /// trains). `--freeze backbone` freezes everything before the head: only what follows
-    /// needs to cross the all-reduce.
-    pub fn frozen_prefix(&self) -> usize {
-        match self.frozen_ranges().first() {
-            Some(r) if r.start == 0 => r.end,
-            _ => 0,
-        }
-    }
-
     /// The starting parameters: each tensor drawn from its initialisation (PyTorch's layer
     /// defaults, or torchvision's for the presets) from one seeded stream, in order.
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
