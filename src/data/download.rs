@@ -99,7 +99,8 @@ fn clear_leftovers(cache: &Path, name: &str) {
     let prefix = part_name(name, None);
     for e in entries.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else {
+        let pid = n.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok());
+        let Some(pid) = pid.filter(|&p| p > 0) else {
             continue;
         };
         // SAFETY: signal 0 only asks whether the process exists
