@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::cli::{bin, run_in, signal, text};
+use common::cli::{bin, run_in, signal, spawn_in, text};
 
 #[test]
 fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl() {
@@ -343,9 +343,9 @@ fn under_way(
 #[test]
 fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = bin()
-        .current_dir(dir.path())
-        .args([
+    let mut child = spawn_in(
+        dir.path(),
+        &[
             "--headless",
             "--devices",
             "cpu:2",
@@ -355,11 +355,8 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
             "100000000",
             "--log-every",
             "100",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let lines = under_way(&mut child);
     signal(&child, "TERM");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
@@ -385,9 +382,9 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
 fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
     // as after a dropped SSH session: the log has nowhere to go, then a signal stops the run
     let dir = tempfile::tempdir().unwrap();
-    let mut child = bin()
-        .current_dir(dir.path())
-        .args([
+    let mut child = spawn_in(
+        dir.path(),
+        &[
             "--headless",
             "--devices",
             "cpu:1",
@@ -395,11 +392,8 @@ fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
             "100000000",
             "--checkpoint-dir",
             "ck",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
@@ -463,19 +457,16 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
 #[test]
 fn a_stop_while_the_data_loads_says_nothing_was_trained() {
     let dir = tempfile::tempdir().unwrap();
-    let child = bin()
-        .current_dir(dir.path())
-        .args([
+    let child = spawn_in(
+        dir.path(),
+        &[
             "--headless",
             "--data",
             "synthetic:1000000,128,10",
             "--steps",
             "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     // the set takes seconds to make: the signal comes while it is made
     std::thread::sleep(std::time::Duration::from_millis(300));
     signal(&child, "TERM");

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cli::{bin, run_in, signal, text};
+use common::cli::{run_in, signal, spawn_in, text};
 use serde_json::Value;
 
 /// A request and the whole answer (empty where the server closed or reset the connection).
@@ -79,9 +79,9 @@ fn promtool_accepts(text: &str) {
 /// A long CPU run serving Prometheus on a port the system chooses; its address, and its log
 /// lines as they come.
 fn serving(dir: &Path) -> (Child, SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let mut child = bin()
-        .current_dir(dir)
-        .args([
+    let mut child = spawn_in(
+        dir,
+        &[
             "--headless",
             "--devices",
             "cpu:2",
@@ -93,12 +93,8 @@ fn serving(dir: &Path) -> (Child, SocketAddr, Arc<Mutex<Vec<String>>>) {
             "20",
             "--prometheus",
             "127.0.0.1:0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr = loop {
         let line = lines.next().expect("a start-up line").unwrap();

@@ -29,6 +29,19 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// Starts the binary in `dir` with `args` (no colours, no stdin), its stdout and stderr piped.
+pub fn spawn_in(dir: &Path, args: &[&str]) -> Child {
+    bin()
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs")
+}
+
 /// Sends SIGNAME (TERM, HUP, ...) to a running child.
 pub fn signal(child: &Child, name: &str) {
     let sent = Command::new("kill")
@@ -42,15 +55,7 @@ pub fn signal(child: &Child, name: &str) {
 /// takes more than 60 s is killed and fails the test (a FIFO that blocks, a file read without
 /// end).
 pub fn run_limited(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let mut child = bin()
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("binary runs");
+    let mut child = spawn_in(dir, args);
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > Duration::from_secs(60) {
