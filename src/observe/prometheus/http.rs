@@ -106,11 +106,6 @@ impl Endpoint {
         })
     }
 
-    /// Where it listens (the port the system chose for port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     /// The start-up line: the URL, and a warning where it is reachable from other machines.
     pub fn describe(&self) -> String {
         let url = format!("prometheus: http://{}/metrics", self.addr);
