@@ -6,6 +6,7 @@
 pub mod bn;
 pub mod conv;
 pub mod depthwise;
+pub mod direct;
 pub mod gemm;
 #[cfg(test)]
 mod gradcheck;

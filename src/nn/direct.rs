@@ -1,0 +1,475 @@
+//! Direct convolution of "same" windows (stride 1, an odd square kernel, padding k/2: every 3x3
+//! layer of a ResNet) with AVX-512, multiplying straight from the image instead of an im2col
+//! matrix that a GEMM then packs again.
+//!
+//! Each channel is copied once into a zero-bordered plane whose rows are `ws = w + k/2` floats
+//! apart (the pad columns at the end of a row are also the left border of the next one). Output
+//! pixel (y, x) is position q = y*ws + x of an output plane with the same row length, and what it
+//! reads under tap (c, ky, kx) is plane_c[q + ky*ws + kx]: for 16 consecutive positions, 16
+//! consecutive floats. So the convolution is a product whose right-hand operand is read in place,
+//! out[oc, q] = sum_t w[oc, t] * planes[off(t) + q], computed in register tiles of 4 output
+//! channels x up to 96 positions; the positions x >= w of each row are computed and dropped.
+//!
+//! Backward: the input gradient is the same kind of convolution of dout's planes with the
+//! weights flipped and transposed. The weight gradient dw[oc, t] = sum_q dout_oc[q] *
+//! planes[off(t) + q] reads both operands in place too (dout's planes hold zeros at the dropped
+//! positions), in tiles of 4 channels x 6 taps summed over all of a call's images before one
+//! horizontal sum per weight. Every sum runs in a fixed order, so results do not depend on
+//! threads; they differ from the im2col path's by rounding only.
+
+use std::cell::RefCell;
+
+use crate::nn::simd::lane_sum;
+
+/// Floats per vector.
+const V: usize = 16;
+/// Output channels (or weight-gradient rows) per register tile.
+const OB: usize = 4;
+/// Vectors of positions per forward tile, at most (OB x J accumulators).
+const J: usize = 6;
+/// Taps per weight-gradient tile (OB x TB accumulators).
+const TB: usize = 6;
+/// Bytes of planes a weight-gradient tile may read in one pass (most of a 48 KiB L1 cache).
+const TILE_BYTES: usize = 32 << 10;
+
+/// Whether this CPU runs the direct kernels (checked once by std, then a load).
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether `forward` / `backward` compute this convolution (otherwise im2col does).
+pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
+    kh == kw && kh % 2 == 1 && kh > 1 && stride == 1 && pad == kh / 2 && available()
+}
+
+/// The padded-plane geometry of an h x w image under a k x k window.
+#[derive(Clone, Copy, Debug)]
+struct Plane {
+    h: usize,
+    w: usize,
+    k: usize,
+    /// Border width, k/2.
+    p: usize,
+    /// Row length.
+    ws: usize,
+    /// Floats per plane: rows -p..h+p, then room for the last tile's reads past the end.
+    len: usize,
+}
+
+impl Plane {
+    fn new(h: usize, w: usize, k: usize) -> Plane {
+        let p = k / 2;
+        let ws = w + p;
+        let len = ((h + 2 * p) * ws + 2 * p + V).next_multiple_of(V);
+        Plane {
+            h,
+            w,
+            k,
+            p,
+            ws,
+            len,
+        }
+    }
+
+    /// Output positions, rounded up to whole vectors (those past h*ws read zeros).
+    fn positions(&self) -> usize {
+        (self.h * self.ws).next_multiple_of(V)
+    }
+
+    /// Where pixel (0, 0) sits.
+    fn origin(&self) -> usize {
+        self.p * self.ws + self.p
+    }
+
+    /// plane = img[h, w] inside zero borders.
+    fn fill(&self, plane: &mut [f32], img: &[f32]) {
+        plane[..self.len].fill(0.0);
+        for (y, row) in img[..self.h * self.w].chunks_exact(self.w).enumerate() {
+            let at = self.origin() + y * self.ws;
+            plane[at..at + self.w].copy_from_slice(row);
+        }
+    }
+
+    /// img[h, w] = the kept positions of an output plane.
+    fn gather(&self, img: &mut [f32], outq: &[f32]) {
+        for (y, row) in img[..self.h * self.w].chunks_exact_mut(self.w).enumerate() {
+            row.copy_from_slice(&outq[y * self.ws..y * self.ws + self.w]);
+        }
+    }
+
+    /// Offsets of the taps of `channels` consecutive planes, channel-major then ky, kx (the
+    /// order of a weight row), padded with zeros to a multiple of `multiple`.
+    fn taps(&self, channels: usize, multiple: usize, offs: &mut Vec<usize>) {
+        offs.clear();
+        for c in 0..channels {
+            for ky in 0..self.k {
+                for kx in 0..self.k {
+                    offs.push(c * self.len + ky * self.ws + kx);
+                }
+            }
+        }
+        offs.resize(offs.len().next_multiple_of(multiple), 0);
+    }
+}
+
+/// Weights regrouped for the forward tiles: for each block of OB rows, for each tap, the OB
+/// rows' weights side by side (zeros past `rows`). `weight(r, t)` reads row r's tap t.
+fn pack(wp: &mut Vec<f32>, rows: usize, taps: usize, weight: impl Fn(usize, usize) -> f32) {
+    let blocks = rows.div_ceil(OB);
+    wp.clear();
+    wp.resize(blocks * taps * OB, 0.0);
+    for r in 0..rows {
+        let (b, i) = (r / OB, r % OB);
+        for t in 0..taps {
+            wp[(b * taps + t) * OB + i] = weight(r, t);
+        }
+    }
+}
+
+/// This thread's buffers, grown as needed.
+#[derive(Default)]
+struct Buffers {
+    planes: Vec<f32>,
+    douts: Vec<f32>,
+    wp: Vec<f32>,
+    outq: Vec<f32>,
+    bias: Vec<f32>,
+    offs: Vec<usize>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// out[B,OC,H,W] = inp[B,C,H,W] (*) w[OC,C,K,K] + bias[OC] with padding K/2 (`applies` holds;
+/// the caller checked the lengths).
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w_in: usize,
+    oc: usize,
+    k: usize,
+) {
+    let g = Plane::new(h, w_in, k);
+    let (ckk, hw) = (c * k * k, h * w_in);
+    BUFFERS.with(|s| {
+        let s = &mut *s.borrow_mut();
+        let rows = oc.next_multiple_of(OB);
+        pack(&mut s.wp, oc, ckk, |r, t| w[r * ckk + t]);
+        s.bias.clear();
+        s.bias.extend_from_slice(&bias[..oc]);
+        s.bias.resize(rows, 0.0);
+        g.taps(c, 1, &mut s.offs);
+        grow(&mut s.planes, c * g.len);
+        grow(&mut s.outq, rows * g.positions());
+        for n in 0..b {
+            for ch in 0..c {
+                let img = &inp[(n * c + ch) * hw..(n * c + ch + 1) * hw];
+                g.fill(&mut s.planes[ch * g.len..(ch + 1) * g.len], img);
+            }
+            convolve(&mut s.outq, &s.planes, &s.offs, &s.wp, &s.bias, rows, &g);
+            let o = &mut out[n * oc * hw..(n + 1) * oc * hw];
+            for (r, img) in o.chunks_exact_mut(hw).enumerate() {
+                g.gather(img, &s.outq[r * g.positions()..]);
+            }
+        }
+    });
+}
+
+/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[OC,C,K,K] += d/dw, dbias[OC]
+/// += sums of dout over B, H, W, for `forward`'s convolution.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    dinp: Option<&mut [f32]>,
+    dw: &mut [f32],
+    dbias: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w_in: usize,
+    oc: usize,
+    k: usize,
+) {
+    let g = Plane::new(h, w_in, k);
+    let (kk, hw) = (k * k, h * w_in);
+    let ckk = c * kk;
+    for n in 0..b {
+        for (acc, row) in dbias[..oc]
+            .iter_mut()
+            .zip(dout[n * oc * hw..(n + 1) * oc * hw].chunks_exact(hw))
+        {
+            *acc += lane_sum(row);
+        }
+    }
+    BUFFERS.with(|s| {
+        let s = &mut *s.borrow_mut();
+        let rows = oc.next_multiple_of(OB);
+        grow(&mut s.planes, b * c * g.len);
+        grow(&mut s.douts, b * rows * g.len);
+        for n in 0..b {
+            for ch in 0..c {
+                let img = &inp[(n * c + ch) * hw..(n * c + ch + 1) * hw];
+                let at = (n * c + ch) * g.len;
+                g.fill(&mut s.planes[at..at + g.len], img);
+            }
+            for r in 0..rows {
+                let at = (n * rows + r) * g.len;
+                let plane = &mut s.douts[at..at + g.len];
+                match r < oc {
+                    true => g.fill(plane, &dout[(n * oc + r) * hw..(n * oc + r + 1) * hw]),
+                    false => plane.fill(0.0),
+                }
+            }
+        }
+        // dw[oc, t] += sum over images and positions of dout_oc[q] * planes[off(t) + q]
+        // in passes over as many images as keep a tile's planes in the L1 cache (a tile reads
+        // OB dout planes and the one or two input planes of its taps per image)
+        g.taps(c, TB, &mut s.offs);
+        let per_pass = (TILE_BYTES / ((OB + 2) * g.len * 4)).clamp(1, b.max(1));
+        let mut tile = [[0.0f32; TB]; OB];
+        for n0 in (0..b).step_by(per_pass) {
+            let images = per_pass.min(b - n0);
+            let douts = &s.douts[n0 * rows * g.len..];
+            let planes = &s.planes[n0 * c * g.len..];
+            for r0 in (0..rows).step_by(OB) {
+                for t0 in (0..s.offs.len()).step_by(TB) {
+                    let offs: &[usize; TB] = s.offs[t0..t0 + TB].try_into().expect("TB taps");
+                    weight_tile(&mut tile, images, douts, rows, r0, planes, c, offs, &g);
+                    for (i, row) in tile.iter().enumerate().take(oc.saturating_sub(r0)) {
+                        for (j, v) in row.iter().enumerate().take(ckk.saturating_sub(t0)) {
+                            dw[(r0 + i) * ckk + t0 + j] += v;
+                        }
+                    }
+                }
+            }
+        }
+        // dinp = dout's planes (*) w flipped, with C rows and OC x K x K taps
+        let Some(dinp) = dinp else { return };
+        let crows = c.next_multiple_of(OB);
+        pack(&mut s.wp, c, oc * kk, |r, t| {
+            let (o, tap) = (t / kk, t % kk);
+            w[(o * c + r) * kk + kk - 1 - tap]
+        });
+        s.bias.clear();
+        s.bias.resize(crows, 0.0);
+        g.taps(oc, 1, &mut s.offs);
+        grow(&mut s.outq, crows * g.positions());
+        for n in 0..b {
+            let planes = &s.douts[n * rows * g.len..(n + 1) * rows * g.len];
+            convolve(&mut s.outq, planes, &s.offs, &s.wp, &s.bias, crows, &g);
+            let d = &mut dinp[n * c * hw..(n + 1) * c * hw];
+            for (r, img) in d.chunks_exact_mut(hw).enumerate() {
+                g.gather(img, &s.outq[r * g.positions()..]);
+            }
+        }
+    });
+}
+
+/// outq[r, q] = bias[r] + sum_t wp(r, t) * planes[offs[t] + q] for r < rows (a multiple of OB)
+/// and q < g.positions().
+fn convolve(
+    outq: &mut [f32],
+    planes: &[f32],
+    offs: &[usize],
+    wp: &[f32],
+    bias: &[f32],
+    rows: usize,
+    g: &Plane,
+) {
+    let positions = g.positions();
+    let taps = offs.len();
+    let reach = offs.iter().max().copied().unwrap_or(0) + positions;
+    assert!(planes.len() >= reach, "direct: planes too short");
+    assert!(outq.len() >= rows * positions && bias.len() >= rows && rows.is_multiple_of(OB));
+    assert!(wp.len() >= rows * taps);
+    for q0 in (0..positions).step_by(J * V) {
+        let nj = ((positions - q0) / V).min(J);
+        for r0 in (0..rows).step_by(OB) {
+            let out = outq[r0 * positions + q0..].as_mut_ptr();
+            let x = planes[q0..].as_ptr();
+            let w = wp[r0 * taps..].as_ptr();
+            // SAFETY: `applies` saw AVX-512F; the tile writes OB rows of nj vectors from
+            // (r0, q0), inside outq (asserted), reads planes up to max(offs) + q0 + nj*V <=
+            // reach (asserted), and OB weights for each of `taps` taps of block r0/OB.
+            unsafe {
+                match nj {
+                    1 => forward_tile::<1>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                    2 => forward_tile::<2>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                    3 => forward_tile::<3>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                    4 => forward_tile::<4>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                    5 => forward_tile::<5>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                    _ => forward_tile::<J>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
+                }
+            }
+        }
+    }
+}
+
+/// One forward register tile: OB rows x NJ vectors of positions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn forward_tile<const NJ: usize>(
+    out: *mut f32,
+    stride: usize,
+    x: *const f32,
+    offs: &[usize],
+    w: *const f32,
+    bias: &[f32],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); NJ]; OB];
+    for (row, &b) in acc.iter_mut().zip(bias) {
+        *row = [_mm512_set1_ps(b); NJ];
+    }
+    for (t, &off) in offs.iter().enumerate() {
+        // SAFETY (this block): the caller keeps every address read or written in bounds.
+        unsafe {
+            let src = x.add(off);
+            let mut v = [_mm512_setzero_ps(); NJ];
+            for (j, v) in v.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(src.add(j * V));
+            }
+            let wt = w.add(t * OB);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let s = _mm512_set1_ps(*wt.add(i));
+                for (a, v) in row.iter_mut().zip(&v) {
+                    *a = _mm512_fmadd_ps(s, *v, *a);
+                }
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (j, a) in row.iter().enumerate() {
+            // SAFETY: inside the tile the caller gave.
+            unsafe { _mm512_storeu_ps(out.add(i * stride + j * V), *a) };
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn forward_tile<const NJ: usize>(
+    _: *mut f32,
+    _: usize,
+    _: *const f32,
+    _: &[usize],
+    _: *const f32,
+    _: &[f32],
+) {
+    unreachable!("direct convolutions need AVX-512")
+}
+
+/// tile[i][j] = sum over `images` and positions of douts(r0 + i)[q] * planes[offs[j] + q], where
+/// image n's planes start at n * c * g.len and its dout planes at n * rows * g.len.
+#[allow(clippy::too_many_arguments)]
+fn weight_tile(
+    tile: &mut [[f32; TB]; OB],
+    images: usize,
+    douts: &[f32],
+    rows: usize,
+    r0: usize,
+    planes: &[f32],
+    c: usize,
+    offs: &[usize; TB],
+    g: &Plane,
+) {
+    let positions = g.positions();
+    let reach = offs.iter().max().copied().unwrap_or(0) + positions;
+    assert!(r0 + OB <= rows && images * rows * g.len <= douts.len());
+    assert!(images == 0 || (images - 1) * c * g.len + reach <= planes.len());
+    assert!(g.origin() + positions <= g.len);
+    // SAFETY: `applies` saw AVX-512F; image n reads its dout planes r0..r0+OB at origin + q
+    // (< len, asserted) and its planes at offs + q < reach (asserted), q < positions.
+    unsafe {
+        weight_tile_avx512(
+            tile,
+            images,
+            douts[r0 * g.len + g.origin()..].as_ptr(),
+            rows * g.len,
+            g.len,
+            planes.as_ptr(),
+            c * g.len,
+            offs,
+            positions,
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weight_tile_avx512(
+    tile: &mut [[f32; TB]; OB],
+    images: usize,
+    dout: *const f32,
+    dout_image: usize,
+    dout_row: usize,
+    planes: *const f32,
+    plane_image: usize,
+    offs: &[usize; TB],
+    positions: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); TB]; OB];
+    for n in 0..images {
+        // SAFETY (this block): the caller keeps every address read in bounds.
+        unsafe {
+            let d = dout.add(n * dout_image);
+            let x = planes.add(n * plane_image);
+            for q in (0..positions).step_by(V) {
+                let mut dv = [_mm512_setzero_ps(); OB];
+                for (i, dv) in dv.iter_mut().enumerate() {
+                    *dv = _mm512_loadu_ps(d.add(i * dout_row + q));
+                }
+                for (j, &off) in offs.iter().enumerate() {
+                    let xv = _mm512_loadu_ps(x.add(off + q));
+                    for (row, dv) in acc.iter_mut().zip(&dv) {
+                        row[j] = _mm512_fmadd_ps(*dv, xv, row[j]);
+                    }
+                }
+            }
+        }
+    }
+    for (out, row) in tile.iter_mut().zip(&acc) {
+        for (o, a) in out.iter_mut().zip(row) {
+            *o = _mm512_reduce_add_ps(*a);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weight_tile_avx512(
+    _: &mut [[f32; TB]; OB],
+    _: usize,
+    _: *const f32,
+    _: usize,
+    _: usize,
+    _: *const f32,
+    _: usize,
+    _: &[usize; TB],
+    _: usize,
+) {
+    unreachable!("direct convolutions need AVX-512")
+}
