@@ -5,7 +5,7 @@
 //! normalise, unbiased for the running variance, momentum 0.1, eps 1e-5.
 
 use crate::nn::intraop::{self, Disjoint};
-use crate::nn::simd::lane_sum;
+use crate::nn::simd::{dot_dev, lane_sum, sq_dev_sum};
 
 /// One batch norm's geometry: `b` samples of `c` channels of `hw` positions.
 #[derive(Clone, Copy, Debug)]
@@ -25,14 +25,7 @@ pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
             None => (0..g.b).map(|i| lane_sum(plane(i)) as f64).sum::<f64>(),
             Some(m) => {
                 let m = m[ch] as f32;
-                (0..g.b)
-                    .map(|i| {
-                        plane(i)
-                            .iter()
-                            .map(|&v| ((v - m) * (v - m)) as f64)
-                            .sum::<f64>()
-                    })
-                    .sum()
+                (0..g.b).map(|i| sq_dev_sum(plane(i), m)).sum()
             }
         };
         // SAFETY: entry `ch` is this task's alone
@@ -143,11 +136,7 @@ pub fn bn_grad_sums(dout: &[f32], x: &[f32], saved: &[f32], g: BnGeom) -> Vec<f6
             let at = (i * g.c + ch) * g.hw;
             let (d, xs) = (&dout[at..at + g.hw], &x[at..at + g.hw]);
             sdy += lane_sum(d) as f64;
-            sdyx += d
-                .iter()
-                .zip(xs)
-                .map(|(&d, &v)| (d * (v - mean)) as f64)
-                .sum::<f64>();
+            sdyx += dot_dev(d, xs, mean);
         }
         // SAFETY: entries `ch` and `C + ch` are this task's alone
         unsafe {
