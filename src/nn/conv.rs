@@ -1,12 +1,14 @@
-//! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout). "Same" windows
-//! with stride 1 (a ResNet's 3x3 layers) go to `nn::direct` where the CPU has AVX-512; the rest
-//! by im2col and one `sgemm` per image: out_n[OC, OH*OW] = w[OC, C*KH*KW] @ col_n[C*KH*KW, OH*OW] lands in
-//! NCHW order directly. One product for the whole batch (columns of all images side by side)
-//! was measured no faster at batch 32 and 1.1-2x slower at batch 128 on one thread (its wide
+//! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout).
+//!
+//! "Same" windows with stride 1 (a ResNet's 3x3 layers, pointwise layers over at least
+//! `DIRECT_POINTWISE_PIXELS` pixels) go to `nn::direct` where the CPU has AVX-512: 2-4x the
+//! products below on ResNet-20's layers (`benches/direct_conv`). The rest by im2col and one
+//! `sgemm` per image: out_n[OC, OH*OW] = w[OC, C*KH*KW] @ col_n[C*KH*KW, OH*OW] lands in NCHW
+//! order directly. One product for the whole batch (columns of all images side by side) was
+//! measured no faster at batch 32 and 1.1-2x slower at batch 128 on one thread (its wide
 //! matrices leave the cache, and its output and dout must be copied between [OC, B*OH*OW] and
-//! NCHW); see the `conv_compare` benchmark. Per-image products are too small to split over
-//! intra-op threads: a worker's second thread idles here (spreading images over the threads is
-//! the next step if convolutions dominate a step).
+//! NCHW); see the `conv_compare` benchmark. Both ways run per group of images
+//! (`nn::grouped` spreads the groups over a worker's threads).
 
 use std::cell::RefCell;
 
@@ -15,6 +17,11 @@ use crate::nn::gemm::sgemm;
 use crate::nn::im2col::{col2im, im2col};
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
+
+/// Pointwise layers over fewer pixels than this take the products below (MobileNetV2 measured
+/// 3% faster than with all of them direct: the direct tiles of 4 channels x 1-4 vectors of
+/// pixels load more than they multiply).
+const DIRECT_POINTWISE_PIXELS: usize = 256;
 
 /// A pointwise (1x1) convolution over images of at most this many pixels multiplies all its
 /// images at once: per image, its product would be mostly the packing of the weights
@@ -89,15 +96,17 @@ fn is_pointwise(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
 /// How a convolution is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
-    /// `nn::direct`: "same" windows with stride 1, on CPUs with AVX-512.
+    /// `nn::direct`: "same" windows with stride 1, on CPUs with AVX-512 (not the smaller
+    /// pointwise layers).
     Direct,
     /// im2col + GEMM per image (or one GEMM per group for small pointwise layers).
     Columns,
 }
 
 impl Path {
-    fn choose(kh: usize, kw: usize, stride: usize, pad: usize) -> Path {
-        match direct::dense::applies(kh, kw, stride, pad) {
+    fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
+        let small_pointwise = is_pointwise(kh, kw, stride, pad) && ohw < DIRECT_POINTWISE_PIXELS;
+        match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
             true => Path::Direct,
             false => Path::Columns,
         }
@@ -123,7 +132,8 @@ pub fn conv2d_forward(
     pad: usize,
     col_scratch: &mut [f32],
 ) {
-    let path = Path::choose(kh, kw, stride, pad);
+    let ohw = out_size(h, w_in, kh, kw, stride, pad).map_or(0, |(oh, ow)| oh * ow);
+    let path = Path::choose(kh, kw, stride, pad, ohw);
     forward_on(
         path,
         out,
@@ -225,7 +235,8 @@ pub fn conv2d_backward(
     pad: usize,
     col_scratch: &mut [f32],
 ) {
-    let path = Path::choose(kh, kw, stride, pad);
+    let ohw = out_size(h, w_in, kh, kw, stride, pad).map_or(0, |(oh, ow)| oh * ow);
+    let path = Path::choose(kh, kw, stride, pad, ohw);
     backward_on(
         path,
         dinp,
@@ -384,14 +395,16 @@ mod tests {
         usize,
     );
     /// Among them, the "same" windows of `nn::direct`: odd channel counts, widths and position
-    /// counts that are not whole vectors, a 1x1 image, more than one tile of positions, 5x5.
-    const CASES: [Case; 11] = [
+    /// counts that are not whole vectors, a 1x1 image, more than one tile of positions, 5x5,
+    /// a pointwise layer over 272 pixels.
+    const CASES: [Case; 12] = [
         (2, 3, 5, 7, 4, 3, 3, 1, 0),
         (2, 2, 7, 5, 3, 3, 3, 1, 1),
         (3, 5, 9, 17, 6, 3, 3, 1, 1),
         (2, 2, 1, 1, 3, 3, 3, 1, 1),
         (1, 2, 3, 100, 5, 3, 3, 1, 1),
         (2, 3, 6, 4, 9, 5, 5, 1, 2),
+        (2, 5, 16, 17, 6, 1, 1, 1, 0),
         (3, 2, 7, 6, 2, 3, 3, 2, 0),
         (2, 3, 7, 7, 3, 3, 3, 2, 1),
         (2, 2, 6, 5, 3, 2, 3, 2, 1),
@@ -524,7 +537,9 @@ mod tests {
         let same = CASES
             .iter()
             .copied()
-            .filter(|&(_, _, _, _, _, kh, kw, s, p)| Path::choose(kh, kw, s, p) == Path::Direct);
+            .filter(|&(_, _, h, wi, _, kh, kw, s, p)| {
+                Path::choose(kh, kw, s, p, h * wi) == Path::Direct
+            });
         let mut checked = 0;
         for k in same.chain([(4, 16, 32, 32, 16, 3, 3, 1, 1)]) {
             let (b, c, h, wi, oc, kh, kw, s, p) = k;
@@ -576,7 +591,7 @@ mod tests {
             }
             checked += 1;
         }
-        assert!(checked >= 6, "only {checked} cases took the direct path");
+        assert!(checked >= 7, "only {checked} cases took the direct path");
     }
 
     #[test]

@@ -13,7 +13,7 @@ const MAX_TAPS: usize = 25;
 
 /// Whether `forward_plane` / `backward_plane` compute this depthwise convolution.
 pub fn applies(k: usize, stride: usize, pad: usize) -> bool {
-    same(k, k, stride, pad) && k * k <= MAX_TAPS && available()
+    same(k, k, stride, pad) && k > 1 && k * k <= MAX_TAPS && available()
 }
 
 /// A plane's height and width, and the kernel's size.

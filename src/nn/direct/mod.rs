@@ -31,9 +31,9 @@ pub fn available() -> bool {
     }
 }
 
-/// Whether a window is "same" with stride 1 (the planes' geometry).
+/// Whether a window is "same" with stride 1 (the planes' geometry; 1x1 included).
 fn same(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
-    kh == kw && kh % 2 == 1 && kh > 1 && stride == 1 && pad == kh / 2
+    kh == kw && kh % 2 == 1 && stride == 1 && pad == kh / 2
 }
 
 /// The padded-plane geometry of an h x w image under a k x k window.
