@@ -202,7 +202,7 @@ fn main() {
                 let mut out = vec![0.0; b * oc * oh * ow];
                 let mut dinp = vec![0.0; inp.len()];
                 let (mut dw, mut db) = (vec![0.0; wt.len()], vec![0.0; oc]);
-                let mut col = vec![0.0; conv2d_scratch_len(c, 3, 3, oh, ow)];
+                let mut col = vec![0.0; conv2d_scratch_len(c, (3, 3), (1, 0), (oh, ow))];
                 let mut wide = Wide {
                     col: vec![0.0; ckk * b * oh * ow],
                     prod: vec![0.0; oc * b * oh * ow],

@@ -53,8 +53,22 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
-/// Floats of `col_scratch` the convolution needs: one image's columns, C*KH*KW x OH*OW.
-pub fn conv2d_scratch_len(c: usize, kh: usize, kw: usize, oh: usize, ow: usize) -> usize {
+/// Floats of `col_scratch` the convolution needs: one image's columns, C*KH*KW x OH*OW, or none
+/// where the direct path takes it.
+pub fn conv2d_scratch_len(
+    c: usize,
+    (kh, kw): (usize, usize),
+    (stride, pad): (usize, usize),
+    (oh, ow): (usize, usize),
+) -> usize {
+    match Path::choose(kh, kw, stride, pad, oh * ow) {
+        Path::Direct => 0,
+        Path::Columns => columns_len(c, kh, kw, oh, ow),
+    }
+}
+
+/// One image's column matrix, C*KH*KW x OH*OW.
+fn columns_len(c: usize, kh: usize, kw: usize, oh: usize, ow: usize) -> usize {
     c * kh * kw * oh * ow
 }
 
@@ -114,7 +128,7 @@ impl Path {
 }
 
 /// out[B,OC,OH,OW] = inp[B,C,H,W] (*) w[OC,C,KH,KW] + bias[OC], zero padding `pad` on each side;
-/// col_scratch[>= conv2d_scratch_len(C,KH,KW,OH,OW)] is overwritten.
+/// col_scratch[>= conv2d_scratch_len(..)] is overwritten.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_forward(
     out: &mut [f32],
@@ -449,7 +463,7 @@ mod tests {
         let (b, c, h, wi, oc, kh, kw, s, p) = k;
         let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
         let mut out = vec![f32::NAN; b * oc * oh * ow];
-        let mut col = vec![f32::NAN; conv2d_scratch_len(c, kh, kw, oh, ow)];
+        let mut col = vec![f32::NAN; conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow))];
         conv2d_forward(
             &mut out, inp, w, bias, b, c, h, wi, oc, kh, kw, s, p, &mut col,
         );
@@ -492,7 +506,7 @@ mod tests {
             let mut dinp = vec![f32::NAN; inp.len()]; // overwritten
             let mut dw = vec![0.0; w.len()];
             let mut db = vec![0.0; oc];
-            let mut col = vec![f32::NAN; conv2d_scratch_len(c, kh, kw, oh, ow)];
+            let mut col = vec![f32::NAN; conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow))];
             conv2d_backward(
                 Some(&mut dinp),
                 &mut dw,
@@ -546,7 +560,8 @@ mod tests {
             let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
             let (inp, w, bias) = inputs(&mut r, k);
             let g = randn(&mut r, b * oc * oh * ow);
-            let mut col = vec![f32::NAN; conv2d_scratch_len(c, kh, kw, oh, ow)];
+            assert_eq!(conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow)), 0);
+            let mut col = vec![f32::NAN; columns_len(c, kh, kw, oh, ow)];
             let run = |path: Path, col: &mut [f32]| {
                 let mut out = vec![f32::NAN; b * oc * oh * ow];
                 forward_on(
@@ -601,7 +616,7 @@ mod tests {
         let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
         let (inp, w, _) = inputs(&mut r, k);
         let g = randn(&mut r, b * oc * oh * ow);
-        let mut col = vec![0.0; conv2d_scratch_len(c, kh, kw, oh, ow)];
+        let mut col = vec![0.0; conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow))];
         let (mut dw1, mut db1) = (vec![0.0; w.len()], vec![0.0; oc]);
         let mut dinp = vec![0.0; inp.len()];
         conv2d_backward(

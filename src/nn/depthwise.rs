@@ -222,7 +222,7 @@ mod tests {
                     .copy_from_slice(&w[c * k * k..(c + 1) * k * k]);
             }
             let mut want = vec![0.0; n];
-            let mut col = vec![0.0; conv2d_scratch_len(3, k, k, g.oh, g.ow)];
+            let mut col = vec![0.0; conv2d_scratch_len(3, (k, k), (s, p), (g.oh, g.ow))];
             conv2d_forward(
                 &mut want, &x, &dense, &bias, b, 3, h, wd, 3, k, k, s, p, &mut col,
             );

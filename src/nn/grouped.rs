@@ -43,14 +43,20 @@ impl ConvGeom {
         self.oc * self.oh * self.ow
     }
     fn col_len(&self) -> usize {
-        conv2d_scratch_len(self.c, self.k, self.k, self.oh, self.ow)
+        let (k, sp, o) = (
+            (self.k, self.k),
+            (self.stride, self.pad),
+            (self.oh, self.ow),
+        );
+        conv2d_scratch_len(self.c, k, sp, o)
     }
     fn weights(&self) -> usize {
         self.oc * self.c * self.k * self.k
     }
 }
 
-/// Per-group column scratch and weight-gradient partial sums, grown as needed.
+/// Per-group column scratch (for the convolutions that need one) and weight-gradient partial
+/// sums, grown as needed.
 #[derive(Default)]
 pub struct Scratch {
     col: Vec<f32>,
@@ -92,6 +98,17 @@ fn parts<'a, T>(
     out
 }
 
+/// `GROUPS` parts of `len` floats each (empty when the convolution needs no columns).
+fn per_group(mut buf: &mut [f32], len: usize) -> Vec<Mutex<&mut [f32]>> {
+    let mut out = Vec::with_capacity(GROUPS);
+    for _ in 0..GROUPS {
+        let (head, tail) = buf.split_at_mut(len);
+        out.push(Mutex::new(head));
+        buf = tail;
+    }
+    out
+}
+
 /// A group's part (its lock is never contended; a poisoned one is a panic already on its way).
 fn take<'m, 'a, T>(m: &'m Mutex<&'a mut [T]>) -> std::sync::MutexGuard<'m, &'a mut [T]> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -113,7 +130,7 @@ pub fn conv_forward(
     s.ensure(g);
     let gs = groups(b);
     let outs = parts(&mut out[..b * g.out_len()], &gs, g.out_len());
-    let cols: Vec<_> = s.col.chunks_mut(g.col_len()).map(Mutex::new).collect();
+    let cols = per_group(&mut s.col, g.col_len());
     intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let img = &inp[r.start * g.in_len()..r.end * g.in_len()];
@@ -161,7 +178,7 @@ pub fn conv_backward(
     let (nw, nb) = (g.weights(), g.oc);
     let dinps = dinp.map(|d| parts(&mut d[..b * g.in_len()], &gs, g.in_len()));
     let partials: Vec<_> = s.partial.chunks_mut(nw + nb).map(Mutex::new).collect();
-    let cols: Vec<_> = s.col.chunks_mut(g.col_len()).map(Mutex::new).collect();
+    let cols = per_group(&mut s.col, g.col_len());
     let douts = parts(&mut dout[..b * g.out_len()], &gs, g.out_len());
     intraop::each(gs.len(), &|i| {
         let r = &gs[i];

@@ -189,7 +189,8 @@ fn conv_case(gpu: &Gpu, blas: &CudaBlas, case: ConvCase, rng: &mut Rng) -> Vec<C
         randn(rng, s.w_len()),
         randn(rng, oc),
     );
-    let mut cpu_col = vec![0.0; crate::nn::conv::conv2d_scratch_len(c, kh, kw, s.oh, s.ow)];
+    let mut cpu_col =
+        vec![0.0; crate::nn::conv::conv2d_scratch_len(c, (kh, kw), (stride, pad), (s.oh, s.ow))];
     let mut want_out = vec![0.0; s.out_len()];
     crate::nn::conv::conv2d_forward(
         &mut want_out,
