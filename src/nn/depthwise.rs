@@ -1,9 +1,9 @@
 //! Depthwise 2-D convolution over NCHW tensors (groups = channels), weights [C, 1, K, K]: each
 //! channel convolved with its own kernel, directly (it is not a matrix product: im2col would
-//! copy K*K times the image for K*K multiply-adds per output): "same" windows by whole planes in
-//! `nn::direct::depthwise` where the CPU has AVX-512, the others row by row here. Channels spread over the
-//! worker's intra-op threads; each channel's weight gradient summed over images in order, so
-//! results do not depend on the thread count.
+//! copy K*K times the image for K*K multiply-adds per output): windows padded by K/2 with stride
+//! 1 or 2 by whole planes in `nn::direct::depthwise` where the CPU has AVX-512, the others row
+//! by row here. Channels spread over the worker's intra-op threads; each channel's weight
+//! gradient summed over images in order, so results do not depend on the thread count.
 
 use std::ops::Range;
 
@@ -71,7 +71,7 @@ pub fn dwconv_forward(
             let o = unsafe { outs.range((i * g.c + ch) * ohw, ohw) };
             let bv = bias.map_or(0.0, |bs| bs[ch]);
             if direct {
-                direct::depthwise::forward_plane(o, src, wk, bv, (g.h, g.w, g.k));
+                direct::depthwise::forward_plane(o, src, wk, bv, (g.h, g.w, g.k, g.stride));
                 continue;
             }
             o.fill(bv);
@@ -127,7 +127,7 @@ pub fn dwconv_backward(
             let mut din = dinps.as_ref().map(|p| unsafe { p.range(ip, hw) });
             if direct {
                 let din = din.as_deref_mut();
-                direct::depthwise::backward_plane(din, dwk, d, src, wk, (g.h, g.w, g.k));
+                direct::depthwise::backward_plane(din, dwk, d, src, wk, (g.h, g.w, g.k, g.stride));
                 continue;
             }
             if let Some(din) = din.as_deref_mut() {
@@ -205,6 +205,9 @@ mod tests {
             (5, 1, 2, 7, 6),
             (3, 1, 1, 9, 17),
             (3, 1, 1, 1, 1),
+            (3, 2, 1, 9, 17),
+            (3, 2, 1, 8, 8),
+            (5, 2, 2, 1, 1),
         ];
         for (k, s, p, h, wd) in cases {
             let g = geom(3, h, wd, k, s, p);
@@ -234,7 +237,7 @@ mod tests {
 
     #[test]
     fn backward_matches_finite_differences() {
-        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (2, 2, 0), (5, 1, 2)] {
+        for (k, s, p) in [(3, 1, 1), (3, 2, 1), (2, 2, 0), (5, 1, 2), (5, 2, 2)] {
             let g = geom(2, 5, 6, k, s, p);
             let b = 2;
             let mut r = Rng::new(5);

@@ -1,59 +1,100 @@
-//! Depthwise "same" convolutions (stride 1, 3x3 or 5x5), one plane at a time: out[q] = bias +
-//! sum_t w[t] * plane[off(t) + q] with the taps' weights held in registers; the input gradient is
-//! the same sum over dout's plane with the taps reversed; the weight gradient sum_q dout[q] *
-//! plane[off(t) + q] keeps one vector of partial sums per tap. The caller spreads channels over
-//! threads and adds each image's weight gradient in image order.
+//! Depthwise convolutions with padding k/2 (3x3 or 5x5, stride 1 or 2), one plane at a time:
+//! out[q] = bias + sum_t w[t] * plane[off(t) + q] with the taps' weights held in registers (a
+//! stride-2 window reads the four parity planes of `Halves`); the weight gradient sum_q dout[q] *
+//! plane[off(t) + q] keeps one vector of partial sums per tap; the input gradient is the same
+//! kind of sum over dout's plane: with the taps reversed for stride 1, per parity plane with the
+//! taps that read it for stride 2. The caller spreads channels over threads and adds each
+//! image's weight gradient in image order.
 
 use std::cell::RefCell;
 
-use super::{available, grow, same, Plane, V};
+use super::{available, grow, Halves, Plane, V};
 
 /// Taps a kernel keeps in registers, at most (5x5; a 7x7 depthwise layer goes row by row).
 const MAX_TAPS: usize = 25;
 
 /// Whether `forward_plane` / `backward_plane` compute this depthwise convolution.
 pub fn applies(k: usize, stride: usize, pad: usize) -> bool {
-    same(k, k, stride, pad) && k > 1 && k * k <= MAX_TAPS && available()
+    k % 2 == 1
+        && k > 1
+        && k * k <= MAX_TAPS
+        && pad == k / 2
+        && (1..=2).contains(&stride)
+        && available()
 }
 
-/// A plane's height and width, and the kernel's size.
-pub type Hwk = (usize, usize, usize);
+/// A plane's height and width, the kernel's size and the stride.
+pub type Window = (usize, usize, usize, usize);
 
-/// This thread's planes: the input's, dout's, and an output plane.
+/// This thread's planes (the input's, dout's, output planes), tap offsets and tap indices.
 #[derive(Default)]
 struct Buffers {
     plane: Vec<f32>,
     dplane: Vec<f32>,
     outq: Vec<f32>,
     offs: Vec<usize>,
+    taps: Vec<usize>,
 }
 
 thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-impl Buffers {
-    fn ready(&mut self, g: &Plane) {
-        grow(&mut self.plane, g.len);
-        grow(&mut self.dplane, g.len);
-        grow(&mut self.outq, g.positions());
-        g.taps(1, 1, &mut self.offs);
+/// How a window reads its input: one plane (stride 1) or four parity planes (stride 2).
+enum Reads {
+    Same(Plane),
+    Halved(Halves),
+}
+
+impl Reads {
+    fn new((h, w, k, stride): Window) -> Reads {
+        match stride {
+            1 => Reads::Same(Plane::new(h, w, k)),
+            _ => Reads::Halved(Halves::new(h, w, k)),
+        }
+    }
+
+    /// The output planes' geometry (and dout's).
+    fn out(&self) -> &Plane {
+        match self {
+            Reads::Same(g) => g,
+            Reads::Halved(s) => &s.g,
+        }
+    }
+
+    /// s.plane = the input's plane(s), s.offs = the forward taps' offsets, the other buffers
+    /// big enough.
+    fn ready(&self, s: &mut Buffers, inp: &[f32]) {
+        let g = self.out();
+        grow(&mut s.plane, 4 * g.len);
+        grow(&mut s.dplane, g.len);
+        grow(&mut s.outq, 4 * g.positions());
+        match self {
+            Reads::Same(g) => {
+                g.fill(&mut s.plane, inp);
+                g.taps(1, 1, &mut s.offs);
+            }
+            Reads::Halved(h) => {
+                h.fill(&mut s.plane, inp);
+                h.taps(1, &mut s.offs);
+            }
+        }
     }
 }
 
-/// out[h, w] = inp[h, w] (*) taps[k, k] + bias, padding k/2 (`applies` holds).
-pub fn forward_plane(out: &mut [f32], inp: &[f32], taps: &[f32], bias: f32, (h, w, k): Hwk) {
-    let g = Plane::new(h, w, k);
+/// out = inp (*) taps[k, k] + bias, padding k/2 (`applies` holds); inp is h x w, out the
+/// window's output size.
+pub fn forward_plane(out: &mut [f32], inp: &[f32], taps: &[f32], bias: f32, win: Window) {
+    let r = Reads::new(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        s.ready(&g);
-        g.fill(&mut s.plane, inp);
-        sweep(&mut s.outq, &s.plane, &s.offs, taps, bias, &g, false);
-        g.gather(out, &s.outq);
+        r.ready(s, inp);
+        sweep(&mut s.outq, &s.plane, &s.offs, taps, bias, r.out());
+        r.out().gather(out, &s.outq);
     });
 }
 
-/// For `forward_plane`'s convolution: dtaps[k, k] += d/dtaps, dinp[h, w] = d/dinp (overwritten;
+/// For `forward_plane`'s convolution: dtaps[k, k] += d/dtaps, dinp = d/dinp (overwritten;
 /// skipped when `None`).
 pub fn backward_plane(
     dinp: Option<&mut [f32]>,
@@ -61,44 +102,54 @@ pub fn backward_plane(
     dout: &[f32],
     inp: &[f32],
     taps: &[f32],
-    (h, w, k): Hwk,
+    win: Window,
 ) {
-    let g = Plane::new(h, w, k);
+    let r = Reads::new(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        s.ready(&g);
-        g.fill(&mut s.plane, inp);
+        r.ready(s, inp);
+        let g = r.out();
         g.fill(&mut s.dplane, dout);
-        let sums = tap_sums(&s.dplane, &s.plane, &s.offs, &g);
+        let sums = tap_sums(&s.dplane, &s.plane, &s.offs, g);
         for (d, v) in dtaps.iter_mut().zip(&sums) {
             *d += v;
         }
-        if let Some(dinp) = dinp {
-            sweep(&mut s.outq, &s.dplane, &s.offs, taps, 0.0, &g, true);
-            g.gather(dinp, &s.outq);
+        let Some(dinp) = dinp else { return };
+        match &r {
+            Reads::Same(g) => {
+                let n = taps.len();
+                let mut flipped = [0.0f32; MAX_TAPS];
+                for (t, w) in flipped[..n].iter_mut().enumerate() {
+                    *w = taps[n - 1 - t];
+                }
+                sweep(&mut s.outq, &s.dplane, &s.offs, &flipped[..n], 0.0, g);
+                g.gather(dinp, &s.outq);
+            }
+            Reads::Halved(h) => {
+                let n = g.positions();
+                for phase in 0..4 {
+                    h.back_taps(phase, &mut s.taps, &mut s.offs);
+                    let mut w = [0.0f32; MAX_TAPS];
+                    for (w, &t) in w.iter_mut().zip(&s.taps) {
+                        *w = taps[t];
+                    }
+                    let out = &mut s.outq[phase * n..(phase + 1) * n];
+                    sweep(out, &s.dplane, &s.offs, &w[..s.taps.len()], 0.0, g);
+                }
+                h.scatter(dinp, &s.outq);
+            }
         }
     });
 }
 
-/// outq[q] = bias + sum_t taps[t] * plane[offs[t] + q] for q < g.positions() (`flip`: the taps
-/// in reverse order).
-fn sweep(
-    outq: &mut [f32],
-    plane: &[f32],
-    offs: &[usize],
-    taps: &[f32],
-    bias: f32,
-    g: &Plane,
-    flip: bool,
-) {
+/// outq[q] = bias + sum_t w[t] * plane[offs[t] + q] for q < g.positions().
+fn sweep(outq: &mut [f32], plane: &[f32], offs: &[usize], taps: &[f32], bias: f32, g: &Plane) {
     let positions = g.positions();
     let n = offs.len();
     assert!(n <= MAX_TAPS && taps.len() >= n && outq.len() >= positions);
     assert!(offs.iter().max().copied().unwrap_or(0) + positions <= plane.len());
     let mut w = [0.0f32; MAX_TAPS];
-    for (t, wt) in w[..n].iter_mut().enumerate() {
-        *wt = taps[if flip { n - 1 - t } else { t }];
-    }
+    w[..n].copy_from_slice(&taps[..n]);
     // SAFETY: `applies` saw AVX-512F; reads reach max(offs) + positions <= plane.len() and
     // writes positions <= outq.len() (asserted).
     unsafe {

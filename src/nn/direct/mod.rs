@@ -106,6 +106,137 @@ impl Plane {
     }
 }
 
+/// A stride-2 window with padding k/2 over an h x w image: its input read as four planes, one
+/// per parity of row and column (`Halves::fill`). Tap t of an axis reads input index 2o + t - p
+/// = 2(o + d) + phase with phase = (t - p) mod 2 and d = floor((t - p) / 2), so every tap of
+/// every output again reads consecutive floats of one plane: `g`, the planes' geometry, has the
+/// output's size and a border of ceil(p/2) (the most negative d; the most positive is no larger).
+#[derive(Clone, Copy, Debug)]
+struct Halves {
+    h: usize,
+    w: usize,
+    k: usize,
+    /// The window's padding, k/2.
+    p: usize,
+    g: Plane,
+}
+
+impl Halves {
+    fn new(h: usize, w: usize, k: usize) -> Halves {
+        let p = k / 2;
+        let (oh, ow) = ((h - 1) / 2 + 1, (w - 1) / 2 + 1);
+        let g = Plane::new(oh, ow, 2 * p.div_ceil(2) + 1);
+        Halves { h, w, k, p, g }
+    }
+
+    /// Tap index t's plane parity and shift d along one axis.
+    fn split(&self, t: usize) -> (usize, isize) {
+        let i = t as isize - self.p as isize;
+        (i.rem_euclid(2) as usize, i.div_euclid(2))
+    }
+
+    /// planes[4 * g.len] = img[h, w]'s four parity planes (rows then columns: even-even,
+    /// even-odd, odd-even, odd-odd), each inside zero borders.
+    fn fill(&self, planes: &mut [f32], img: &[f32]) {
+        let g = &self.g;
+        assert!(planes.len() >= 4 * g.len && img.len() >= self.h * self.w);
+        assert!(g.w >= self.w.div_ceil(2) && g.h >= self.h.div_ceil(2));
+        planes[..4 * g.len].fill(0.0);
+        for y in 0..self.h {
+            let at = (y % 2) * 2 * g.len + g.origin() + (y / 2) * g.ws;
+            // SAFETY: the direct paths run only where `available()`; the row's even and odd
+            // halves (at most g.w floats each, asserted) land in planes (y%2, 0) and (y%2, 1)
+            // at row y/2 < g.h, inside their g.len floats; the row is read below w.
+            unsafe {
+                let (even, odd) = (
+                    planes.as_mut_ptr().add(at),
+                    planes.as_mut_ptr().add(at + g.len),
+                );
+                deinterleave_avx512(even, odd, img.as_ptr().add(y * self.w), self.w);
+            }
+        }
+    }
+
+    /// img[h, w] = the kept positions of four output planes (one per parity, `positions` apart).
+    fn scatter(&self, img: &mut [f32], outq: &[f32]) {
+        let (g, n) = (&self.g, self.g.positions());
+        for phase in 0..4 {
+            let (py, px) = (phase / 2, phase % 2);
+            for (i, y) in (py..self.h).step_by(2).enumerate() {
+                let src = &outq[phase * n + i * g.ws..];
+                let row = &mut img[y * self.w..(y + 1) * self.w];
+                for (o, &v) in row[px..].iter_mut().step_by(2).zip(src) {
+                    *o = v;
+                }
+            }
+        }
+    }
+
+    /// The forward pass's offsets of the taps of `channels` channels (four planes each), in
+    /// the order of a weight row.
+    fn taps(&self, channels: usize, offs: &mut Vec<usize>) {
+        let (g, b) = (&self.g, self.g.p as isize);
+        offs.clear();
+        for c in 0..channels {
+            for ky in 0..self.k {
+                for kx in 0..self.k {
+                    let ((py, dy), (px, dx)) = (self.split(ky), self.split(kx));
+                    let at = (b + dy) as usize * g.ws + (b + dx) as usize;
+                    offs.push((c * 4 + py * 2 + px) * g.len + at);
+                }
+            }
+        }
+    }
+
+    /// For the input gradient of parity plane `phase`: the taps that read it (index into a
+    /// weight row of one channel) and where each reads dout's plane: that plane's position
+    /// q - dy*ws - dx, counted from its start.
+    fn back_taps(&self, phase: usize, taps: &mut Vec<usize>, offs: &mut Vec<usize>) {
+        let (g, b) = (&self.g, self.g.p as isize);
+        taps.clear();
+        offs.clear();
+        for ky in 0..self.k {
+            for kx in 0..self.k {
+                let ((py, dy), (px, dx)) = (self.split(ky), self.split(kx));
+                if py * 2 + px == phase {
+                    taps.push(ky * self.k + kx);
+                    offs.push((b - dy) as usize * g.ws + (b - dx) as usize);
+                }
+            }
+        }
+    }
+}
+
+/// even[..ceil(n/2)] = src[0, 2, 4, ..], odd[..floor(n/2)] = src[1, 3, ..] (src[..n]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn deinterleave_avx512(even: *mut f32, odd: *mut f32, src: *const f32, n: usize) {
+    use std::arch::x86_64::*;
+    let lanes = |m: usize| if m >= V { u16::MAX } else { (1u16 << m) - 1 };
+    let pick_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let pick_odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for x in (0..n).step_by(2 * V) {
+        let left = n - x;
+        // SAFETY: masked-off lanes are neither read nor written; the others lie below n
+        // (reads) and below ceil(n/2) / floor(n/2) (writes).
+        unsafe {
+            let a = _mm512_maskz_loadu_ps(lanes(left), src.add(x));
+            let b = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(V)), src.wrapping_add(x + V));
+            let (e, o) = (
+                _mm512_permutex2var_ps(a, pick_even, b),
+                _mm512_permutex2var_ps(a, pick_odd, b),
+            );
+            _mm512_mask_storeu_ps(even.add(x / 2), lanes(left.div_ceil(2)), e);
+            _mm512_mask_storeu_ps(odd.add(x / 2), lanes(left / 2), o);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn deinterleave_avx512(_: *mut f32, _: *mut f32, _: *const f32, _: usize) {
+    unreachable!("direct convolutions need AVX-512")
+}
+
 fn grow(v: &mut Vec<f32>, n: usize) {
     if v.len() < n {
         v.resize(n, 0.0);
