@@ -18,9 +18,10 @@ use crate::nn::im2col::{col2im, im2col};
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
 
-/// Pointwise layers over fewer pixels than this take the products below (MobileNetV2 measured
-/// 3% faster than with all of them direct: the direct tiles of 4 channels x 1-4 vectors of
-/// pixels load more than they multiply).
+/// Pointwise layers over fewer pixels than this take the products below: with every pointwise
+/// layer direct, MobileNetV2 at 32x32 ran 30% slower (on 4x4 and 8x8 images a tile of 4
+/// channels x 1-4 vectors of pixels loads more than it multiplies); from 16x16 up the direct
+/// kernels are ahead (`benches/direct_conv`).
 const DIRECT_POINTWISE_PIXELS: usize = 256;
 
 /// A pointwise (1x1) convolution over images of at most this many pixels multiplies all its
