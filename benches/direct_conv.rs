@@ -63,15 +63,37 @@ fn main() {
             }
         });
         let fwd =
-            seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, hw, hw, oc, k));
+            seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, oc, (hw, hw, k, 1)));
         let (mut dw, mut db) = (vec![0.0f32; w.len()], vec![0.0f32; oc]);
         let dw_only = seconds(|| {
-            direct::dense::backward(None, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, k)
+            direct::dense::backward(
+                None,
+                &mut dw,
+                &mut db,
+                &out,
+                &inp,
+                &w,
+                b,
+                c,
+                oc,
+                (hw, hw, k, 1),
+            )
         });
         let mut dinp = vec![0.0f32; inp.len()];
         let both = seconds(|| {
             let d = Some(&mut dinp[..]);
-            direct::dense::backward(d, &mut dw, &mut db, &out, &inp, &w, b, c, hw, hw, oc, k)
+            direct::dense::backward(
+                d,
+                &mut dw,
+                &mut db,
+                &out,
+                &inp,
+                &w,
+                b,
+                c,
+                oc,
+                (hw, hw, k, 1),
+            )
         });
         let gf = |s: f64| flops / s / 1e9;
         println!(

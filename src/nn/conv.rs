@@ -1,8 +1,8 @@
 //! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout).
 //!
-//! "Same" windows with stride 1 (a ResNet's 3x3 layers, pointwise layers over at least
-//! `DIRECT_POINTWISE_PIXELS` pixels) go to `nn::direct` where the CPU has AVX-512: 2-4x the
-//! products below on ResNet-20's layers (`benches/direct_conv`). The rest by im2col and one
+//! Odd square windows padded by k/2 with stride 1 or 2 (a ResNet's 3x3 layers and shortcuts,
+//! pointwise layers over at least `DIRECT_POINTWISE_PIXELS` pixels) go to `nn::direct` where
+//! the CPU has AVX-512: 2-4x the products below on ResNet-20's layers (`benches/direct_conv`). The rest by im2col and one
 //! `sgemm` per image: out_n[OC, OH*OW] = w[OC, C*KH*KW] @ col_n[C*KH*KW, OH*OW] lands in NCHW
 //! order directly. One product for the whole batch (columns of all images side by side) was
 //! measured no faster at batch 32 and 1.1-2x slower at batch 128 on one thread (its wide
@@ -111,8 +111,8 @@ fn is_pointwise(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
 /// How a convolution is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
-    /// `nn::direct`: "same" windows with stride 1, on CPUs with AVX-512 (not the smaller
-    /// pointwise layers).
+    /// `nn::direct`: odd square windows padded by k/2 with stride 1 or 2, on CPUs with AVX-512
+    /// (not the smaller pointwise layers).
     Direct,
     /// im2col + GEMM per image (or one GEMM per group for small pointwise layers).
     Columns,
@@ -120,7 +120,7 @@ enum Path {
 
 impl Path {
     fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
-        let small_pointwise = is_pointwise(kh, kw, stride, pad) && ohw < DIRECT_POINTWISE_PIXELS;
+        let small_pointwise = kh == 1 && kw == 1 && ohw < DIRECT_POINTWISE_PIXELS;
         match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
             true => Path::Direct,
             false => Path::Columns,
@@ -194,7 +194,7 @@ fn forward_on(
         bias.len()
     );
     if path == Path::Direct {
-        return direct::dense::forward(out, inp, w, bias, b, c, h, w_in, oc, kh);
+        return direct::dense::forward(out, inp, w, bias, b, c, oc, (h, w_in, kh, stride));
     }
     let (ckk, ohw, chw) = (c * kh * kw, oh * ow, c * h * w_in);
     let pointwise = is_pointwise(kh, kw, stride, pad);
@@ -316,7 +316,8 @@ fn backward_on(
         );
     }
     if path == Path::Direct {
-        return direct::dense::backward(dinp, dw, dbias, dout, inp, w, b, c, h, w_in, oc, kh);
+        let win = (h, w_in, kh, stride);
+        return direct::dense::backward(dinp, dw, dbias, dout, inp, w, b, c, oc, win);
     }
     let pointwise = is_pointwise(kh, kw, stride, pad);
     if pointwise && b > 1 && ohw <= BATCH_POINTWISE_PIXELS {
@@ -409,10 +410,10 @@ mod tests {
         usize,
         usize,
     );
-    /// Among them, the "same" windows of `nn::direct`: odd channel counts, widths and position
-    /// counts that are not whole vectors, a 1x1 image, more than one tile of positions, 5x5,
-    /// a pointwise layer over 272 pixels.
-    const CASES: [Case; 12] = [
+    /// Among them, the windows of `nn::direct` (odd square kernels padded by k/2, stride 1 or
+    /// 2): odd channel counts, widths and position counts that are not whole vectors, a 1x1
+    /// image, more than one tile of positions, 5x5, pointwise layers over 272 pixels.
+    const CASES: [Case; 16] = [
         (2, 3, 5, 7, 4, 3, 3, 1, 0),
         (2, 2, 7, 5, 3, 3, 3, 1, 1),
         (3, 5, 9, 17, 6, 3, 3, 1, 1),
@@ -420,6 +421,10 @@ mod tests {
         (1, 2, 3, 100, 5, 3, 3, 1, 1),
         (2, 3, 6, 4, 9, 5, 5, 1, 2),
         (2, 5, 16, 17, 6, 1, 1, 1, 0),
+        (2, 5, 8, 8, 6, 3, 3, 2, 1),
+        (1, 3, 9, 17, 5, 5, 5, 2, 2),
+        (2, 2, 1, 1, 3, 3, 3, 2, 1),
+        (1, 3, 34, 32, 5, 1, 1, 2, 0),
         (3, 2, 7, 6, 2, 3, 3, 2, 0),
         (2, 3, 7, 7, 3, 3, 3, 2, 1),
         (2, 2, 6, 5, 3, 2, 3, 2, 1),
@@ -553,7 +558,8 @@ mod tests {
             .iter()
             .copied()
             .filter(|&(_, _, h, wi, _, kh, kw, s, p)| {
-                Path::choose(kh, kw, s, p, h * wi) == Path::Direct
+                let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
+                Path::choose(kh, kw, s, p, oh * ow) == Path::Direct
             });
         let mut checked = 0;
         for k in same.chain([(4, 16, 32, 32, 16, 3, 3, 1, 1)]) {
@@ -607,7 +613,7 @@ mod tests {
             }
             checked += 1;
         }
-        assert!(checked >= 7, "only {checked} cases took the direct path");
+        assert!(checked >= 11, "only {checked} cases took the direct path");
     }
 
     #[test]

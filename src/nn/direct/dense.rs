@@ -1,13 +1,14 @@
-//! Dense "same" convolutions: out[oc, q] = sum_t w[oc, t] * planes[off(t) + q], t over (c, ky,
-//! kx), in register tiles of 4 output channels x up to 96 positions; the input gradient is the
-//! same product of dout's planes with the weights flipped and transposed; the weight gradient
+//! Dense convolutions: out[oc, q] = sum_t w[oc, t] * planes[off(t) + q], t over (c, ky, kx), in
+//! register tiles of 4 output channels x up to 96 positions; the input gradient is the same
+//! product of dout's planes with the weights flipped and transposed (stride 1) or, per parity
+//! plane, restricted to the taps that read it (stride 2); the weight gradient
 //! dw[oc, t] = sum_q dout_oc[q] * planes[off(t) + q] reads both operands in place too (dout's
 //! planes hold zeros at the dropped positions), in tiles of 4 channels x 6 taps summed over as
 //! many of a call's images as stay in the L1 cache before one horizontal sum per weight.
 
 use std::cell::RefCell;
 
-use super::{available, grow, same, Plane, V};
+use super::{available, grow, Plane, Reads, Window, V};
 use crate::nn::simd::lane_sum;
 
 /// Output channels (or weight-gradient rows) per register tile.
@@ -19,9 +20,10 @@ const TB: usize = 6;
 /// Bytes of planes a weight-gradient tile may read in one pass (most of a 48 KiB L1 cache).
 const TILE_BYTES: usize = 32 << 10;
 
-/// Whether `forward` / `backward` compute this convolution (otherwise im2col does).
+/// Whether `forward` / `backward` compute this convolution (otherwise im2col does): an odd
+/// square kernel, padding k/2, stride 1 or 2.
 pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
-    same(kh, kw, stride, pad) && available()
+    kh == kw && kh % 2 == 1 && pad == kh / 2 && (1..=2).contains(&stride) && available()
 }
 
 /// Weights regrouped for the forward tiles: for each block of OB rows, for each tap, the OB
@@ -53,8 +55,8 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-/// out[B,OC,H,W] = inp[B,C,H,W] (*) w[OC,C,K,K] + bias[OC] with padding K/2 (`applies` holds;
-/// the caller checked the lengths).
+/// out[B,OC,OH,OW] = inp[B,C,H,W] (*) w[OC,C,K,K] + bias[OC] with padding K/2 and the window's
+/// stride (`applies` holds; the caller checked the lengths).
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     out: &mut [f32],
@@ -63,13 +65,12 @@ pub fn forward(
     bias: &[f32],
     b: usize,
     c: usize,
-    h: usize,
-    w_in: usize,
     oc: usize,
-    k: usize,
+    win @ (h, w_in, k, _): Window,
 ) {
-    let g = Plane::new(h, w_in, k);
-    let (ckk, hw) = (c * k * k, h * w_in);
+    let r = Reads::new(win);
+    let (g, per) = (r.out(), r.per_channel());
+    let (ckk, hw, ohw) = (c * k * k, h * w_in, g.h * g.w);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
         let rows = oc.next_multiple_of(OB);
@@ -77,17 +78,17 @@ pub fn forward(
         s.bias.clear();
         s.bias.extend_from_slice(&bias[..oc]);
         s.bias.resize(rows, 0.0);
-        g.taps(c, 1, &mut s.offs);
-        grow(&mut s.planes, c * g.len);
+        r.taps(c, 1, &mut s.offs);
+        grow(&mut s.planes, c * per);
         grow(&mut s.outq, rows * g.positions());
         for n in 0..b {
             for ch in 0..c {
                 let img = &inp[(n * c + ch) * hw..(n * c + ch + 1) * hw];
-                g.fill(&mut s.planes[ch * g.len..(ch + 1) * g.len], img);
+                r.fill(&mut s.planes[ch * per..(ch + 1) * per], img);
             }
-            convolve(&mut s.outq, &s.planes, &s.offs, &s.wp, &s.bias, rows, &g);
-            let o = &mut out[n * oc * hw..(n + 1) * oc * hw];
-            for (r, img) in o.chunks_exact_mut(hw).enumerate() {
+            convolve(&mut s.outq, &s.planes, &s.offs, &s.wp, &s.bias, rows, g);
+            let o = &mut out[n * oc * ohw..(n + 1) * oc * ohw];
+            for (r, img) in o.chunks_exact_mut(ohw).enumerate() {
                 g.gather(img, &s.outq[r * g.positions()..]);
             }
         }
@@ -95,7 +96,7 @@ pub fn forward(
 }
 
 /// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[OC,C,K,K] += d/dw, dbias[OC]
-/// += sums of dout over B, H, W, for `forward`'s convolution.
+/// += sums of dout over B, OH, OW, for `forward`'s convolution.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     dinp: Option<&mut [f32]>,
@@ -106,18 +107,17 @@ pub fn backward(
     w: &[f32],
     b: usize,
     c: usize,
-    h: usize,
-    w_in: usize,
     oc: usize,
-    k: usize,
+    win @ (h, w_in, k, _): Window,
 ) {
-    let g = Plane::new(h, w_in, k);
-    let (kk, hw) = (k * k, h * w_in);
+    let r = Reads::new(win);
+    let (g, per) = (*r.out(), r.per_channel());
+    let (kk, hw, ohw) = (k * k, h * w_in, g.h * g.w);
     let ckk = c * kk;
     for n in 0..b {
         for (acc, row) in dbias[..oc]
             .iter_mut()
-            .zip(dout[n * oc * hw..(n + 1) * oc * hw].chunks_exact(hw))
+            .zip(dout[n * oc * ohw..(n + 1) * oc * ohw].chunks_exact(ohw))
         {
             *acc += lane_sum(row);
         }
@@ -125,37 +125,47 @@ pub fn backward(
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
         let rows = oc.next_multiple_of(OB);
-        grow(&mut s.planes, b * c * g.len);
+        grow(&mut s.planes, b * c * per);
         grow(&mut s.douts, b * rows * g.len);
         for n in 0..b {
             for ch in 0..c {
                 let img = &inp[(n * c + ch) * hw..(n * c + ch + 1) * hw];
-                let at = (n * c + ch) * g.len;
-                g.fill(&mut s.planes[at..at + g.len], img);
+                let at = (n * c + ch) * per;
+                r.fill(&mut s.planes[at..at + per], img);
             }
             for r in 0..rows {
                 let at = (n * rows + r) * g.len;
                 let plane = &mut s.douts[at..at + g.len];
                 match r < oc {
-                    true => g.fill(plane, &dout[(n * oc + r) * hw..(n * oc + r + 1) * hw]),
+                    true => g.fill(plane, &dout[(n * oc + r) * ohw..(n * oc + r + 1) * ohw]),
                     false => plane.fill(0.0),
                 }
             }
         }
-        // dw[oc, t] += sum over images and positions of dout_oc[q] * planes[off(t) + q]
-        // in passes over as many images as keep a tile's planes in the L1 cache (a tile reads
-        // OB dout planes and the one or two input planes of its taps per image)
-        g.taps(c, TB, &mut s.offs);
+        // dw[oc, t] += sum over images and positions of dout_oc[q] * planes[off(t) + q], in
+        // passes over as many images as keep a tile's planes in the L1 cache (a tile reads OB
+        // dout planes and the one or two input planes of its taps per image)
+        r.taps(c, TB, &mut s.offs);
         let per_pass = (TILE_BYTES / ((OB + 2) * g.len * 4)).clamp(1, b.max(1));
         let mut tile = [[0.0f32; TB]; OB];
         for n0 in (0..b).step_by(per_pass) {
             let images = per_pass.min(b - n0);
             let douts = &s.douts[n0 * rows * g.len..];
-            let planes = &s.planes[n0 * c * g.len..];
+            let planes = &s.planes[n0 * c * per..];
             for r0 in (0..rows).step_by(OB) {
                 for t0 in (0..s.offs.len()).step_by(TB) {
                     let offs: &[usize; TB] = s.offs[t0..t0 + TB].try_into().expect("TB taps");
-                    weight_tile(&mut tile, images, douts, rows, r0, planes, c, offs, &g);
+                    weight_tile(
+                        &mut tile,
+                        images,
+                        douts,
+                        rows,
+                        r0,
+                        planes,
+                        c * per,
+                        offs,
+                        &g,
+                    );
                     for (i, row) in tile.iter().enumerate().take(oc.saturating_sub(r0)) {
                         for (j, v) in row.iter().enumerate().take(ckk.saturating_sub(t0)) {
                             dw[(r0 + i) * ckk + t0 + j] += v;
@@ -164,23 +174,58 @@ pub fn backward(
                 }
             }
         }
-        // dinp = dout's planes (*) w flipped, with C rows and OC x K x K taps
         let Some(dinp) = dinp else { return };
         let crows = c.next_multiple_of(OB);
-        pack(&mut s.wp, c, oc * kk, |r, t| {
-            let (o, tap) = (t / kk, t % kk);
-            w[(o * c + r) * kk + kk - 1 - tap]
-        });
         s.bias.clear();
         s.bias.resize(crows, 0.0);
-        g.taps(oc, 1, &mut s.offs);
-        grow(&mut s.outq, crows * g.positions());
-        for n in 0..b {
-            let planes = &s.douts[n * rows * g.len..(n + 1) * rows * g.len];
-            convolve(&mut s.outq, planes, &s.offs, &s.wp, &s.bias, crows, &g);
-            let d = &mut dinp[n * c * hw..(n + 1) * c * hw];
-            for (r, img) in d.chunks_exact_mut(hw).enumerate() {
-                g.gather(img, &s.outq[r * g.positions()..]);
+        match &r {
+            // dinp = dout's planes (*) w flipped, with C rows and OC x K x K taps
+            Reads::Same(g) => {
+                pack(&mut s.wp, c, oc * kk, |r, t| {
+                    let (o, tap) = (t / kk, t % kk);
+                    w[(o * c + r) * kk + kk - 1 - tap]
+                });
+                g.taps(oc, 1, &mut s.offs);
+                grow(&mut s.outq, crows * g.positions());
+                for n in 0..b {
+                    let planes = &s.douts[n * rows * g.len..(n + 1) * rows * g.len];
+                    convolve(&mut s.outq, planes, &s.offs, &s.wp, &s.bias, crows, g);
+                    let d = &mut dinp[n * c * hw..(n + 1) * c * hw];
+                    for (r, img) in d.chunks_exact_mut(hw).enumerate() {
+                        g.gather(img, &s.outq[r * g.positions()..]);
+                    }
+                }
+            }
+            // each parity plane of dinp = dout's planes against the taps that read it (the
+            // four parities' weights and offsets packed once)
+            Reads::Halved(halves) => {
+                let n = g.positions();
+                let packs: Vec<(Vec<f32>, Vec<usize>)> = (0..4)
+                    .map(|phase| {
+                        let (mut taps, mut at, mut wp) = (Vec::new(), Vec::new(), Vec::new());
+                        halves.back_taps(phase, &mut taps, &mut at);
+                        let np = taps.len();
+                        pack(&mut wp, c, oc * np, |r, j| {
+                            w[((j / np) * c + r) * kk + taps[j % np]]
+                        });
+                        let offs = (0..oc)
+                            .flat_map(|o| at.iter().map(move |off| o * g.len + off))
+                            .collect();
+                        (wp, offs)
+                    })
+                    .collect();
+                grow(&mut s.outq, 4 * crows * n);
+                for img in 0..b {
+                    let planes = &s.douts[img * rows * g.len..(img + 1) * rows * g.len];
+                    for (phase, (wp, offs)) in packs.iter().enumerate() {
+                        let out = &mut s.outq[phase * crows * n..(phase + 1) * crows * n];
+                        convolve(out, planes, offs, wp, &s.bias, crows, &g);
+                    }
+                    for ch in 0..c {
+                        let d = &mut dinp[(img * c + ch) * hw..(img * c + ch + 1) * hw];
+                        halves.scatter(d, &s.outq[ch * n..], crows * n);
+                    }
+                }
             }
         }
     });
@@ -280,7 +325,7 @@ unsafe fn forward_tile<const NJ: usize>(
 }
 
 /// tile[i][j] = sum over `images` and positions of douts(r0 + i)[q] * planes[offs[j] + q], where
-/// image n's planes start at n * c * g.len and its dout planes at n * rows * g.len.
+/// image n's planes start at n * plane_image and its dout planes at n * rows * g.len.
 #[allow(clippy::too_many_arguments)]
 fn weight_tile(
     tile: &mut [[f32; TB]; OB],
@@ -289,14 +334,14 @@ fn weight_tile(
     rows: usize,
     r0: usize,
     planes: &[f32],
-    c: usize,
+    plane_image: usize,
     offs: &[usize; TB],
     g: &Plane,
 ) {
     let positions = g.positions();
     let reach = offs.iter().max().copied().unwrap_or(0) + positions;
     assert!(r0 + OB <= rows && images * rows * g.len <= douts.len());
-    assert!(images == 0 || (images - 1) * c * g.len + reach <= planes.len());
+    assert!(images == 0 || (images - 1) * plane_image + reach <= planes.len());
     assert!(g.origin() + positions <= g.len);
     // SAFETY: `applies` saw AVX-512F; image n reads its dout planes r0..r0+OB at origin + q
     // (< len, asserted) and its planes at offs + q < reach (asserted), q < positions.
@@ -308,7 +353,7 @@ fn weight_tile(
             rows * g.len,
             g.len,
             planes.as_ptr(),
-            c * g.len,
+            plane_image,
             offs,
             positions,
         )

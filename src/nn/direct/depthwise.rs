@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use super::{available, grow, Halves, Plane, V};
+use super::{available, grow, Plane, Reads, Window, V};
 
 /// Taps a kernel keeps in registers, at most (5x5; a 7x7 depthwise layer goes row by row).
 const MAX_TAPS: usize = 25;
@@ -22,9 +22,6 @@ pub fn applies(k: usize, stride: usize, pad: usize) -> bool {
         && (1..=2).contains(&stride)
         && available()
 }
-
-/// A plane's height and width, the kernel's size and the stride.
-pub type Window = (usize, usize, usize, usize);
 
 /// This thread's planes (the input's, dout's, output planes), tap offsets and tap indices.
 #[derive(Default)]
@@ -40,45 +37,15 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-/// How a window reads its input: one plane (stride 1) or four parity planes (stride 2).
-enum Reads {
-    Same(Plane),
-    Halved(Halves),
-}
-
-impl Reads {
-    fn new((h, w, k, stride): Window) -> Reads {
-        match stride {
-            1 => Reads::Same(Plane::new(h, w, k)),
-            _ => Reads::Halved(Halves::new(h, w, k)),
-        }
-    }
-
-    /// The output planes' geometry (and dout's).
-    fn out(&self) -> &Plane {
-        match self {
-            Reads::Same(g) => g,
-            Reads::Halved(s) => &s.g,
-        }
-    }
-
-    /// s.plane = the input's plane(s), s.offs = the forward taps' offsets, the other buffers
-    /// big enough.
-    fn ready(&self, s: &mut Buffers, inp: &[f32]) {
-        let g = self.out();
-        grow(&mut s.plane, 4 * g.len);
-        grow(&mut s.dplane, g.len);
-        grow(&mut s.outq, 4 * g.positions());
-        match self {
-            Reads::Same(g) => {
-                g.fill(&mut s.plane, inp);
-                g.taps(1, 1, &mut s.offs);
-            }
-            Reads::Halved(h) => {
-                h.fill(&mut s.plane, inp);
-                h.taps(1, &mut s.offs);
-            }
-        }
+impl Buffers {
+    /// plane = the input's plane(s), offs = the forward taps' offsets, the rest big enough.
+    fn ready(&mut self, r: &Reads, inp: &[f32]) {
+        let g = r.out();
+        grow(&mut self.plane, r.per_channel());
+        grow(&mut self.dplane, g.len);
+        grow(&mut self.outq, 4 * g.positions());
+        r.fill(&mut self.plane, inp);
+        r.taps(1, 1, &mut self.offs);
     }
 }
 
@@ -88,7 +55,7 @@ pub fn forward_plane(out: &mut [f32], inp: &[f32], taps: &[f32], bias: f32, win:
     let r = Reads::new(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        r.ready(s, inp);
+        s.ready(&r, inp);
         sweep(&mut s.outq, &s.plane, &s.offs, taps, bias, r.out());
         r.out().gather(out, &s.outq);
     });
@@ -107,7 +74,7 @@ pub fn backward_plane(
     let r = Reads::new(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        r.ready(s, inp);
+        s.ready(&r, inp);
         let g = r.out();
         g.fill(&mut s.dplane, dout);
         let sums = tap_sums(&s.dplane, &s.plane, &s.offs, g);
@@ -136,7 +103,7 @@ pub fn backward_plane(
                     let out = &mut s.outq[phase * n..(phase + 1) * n];
                     sweep(out, &s.dplane, &s.offs, &w[..s.taps.len()], 0.0, g);
                 }
-                h.scatter(dinp, &s.outq);
+                h.scatter(dinp, &s.outq, n);
             }
         }
     });

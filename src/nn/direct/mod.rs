@@ -1,6 +1,6 @@
-//! Direct convolutions of "same" windows (stride 1, an odd square kernel, padding k/2: every 3x3
-//! layer of a ResNet, MobileNet's stride-1 depthwise layers) with AVX-512, multiplying straight
-//! from the image instead of an im2col matrix that a GEMM then packs again.
+//! Direct convolutions of odd square windows padded by k/2, stride 1 or 2 (every 3x3 layer and
+//! shortcut of a ResNet, MobileNet's depthwise layers) with AVX-512, multiplying straight from
+//! the image instead of an im2col matrix that a GEMM then packs again.
 //!
 //! Each channel is copied once into a zero-bordered plane whose rows are `ws = w + k/2` floats
 //! apart (the pad columns at the end of a row are also the left border of the next one). Output
@@ -8,7 +8,9 @@
 //! reads under tap (c, ky, kx) is plane_c[q + ky*ws + kx]: for 16 consecutive positions, 16
 //! consecutive floats: a convolution becomes products and sums whose operands are read in place
 //! (`dense`: a matrix product against the taps; `depthwise`: each plane against its own taps).
-//! The positions x >= w of each row are computed and dropped.
+//! The positions x >= w of each row are computed and dropped. A stride-2 window reads the four
+//! planes of its input's even and odd rows and columns instead (`Halves`), where each tap again
+//! reads consecutive floats; its input gradient is one such product per parity plane.
 //!
 //! Every sum runs in a fixed order, so results do not depend on threads; they differ from the
 //! im2col and row-by-row paths by rounding only.
@@ -29,11 +31,6 @@ pub fn available() -> bool {
     {
         false
     }
-}
-
-/// Whether a window is "same" with stride 1 (the planes' geometry; 1x1 included).
-fn same(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
-    kh == kw && kh % 2 == 1 && stride == 1 && pad == kh / 2
 }
 
 /// The padded-plane geometry of an h x w image under a k x k window.
@@ -157,13 +154,14 @@ impl Halves {
         }
     }
 
-    /// img[h, w] = the kept positions of four output planes (one per parity, `positions` apart).
-    fn scatter(&self, img: &mut [f32], outq: &[f32]) {
-        let (g, n) = (&self.g, self.g.positions());
+    /// img[h, w] = the kept positions of four output planes (one per parity, `apart` floats
+    /// apart).
+    fn scatter(&self, img: &mut [f32], outq: &[f32], apart: usize) {
+        let g = &self.g;
         for phase in 0..4 {
             let (py, px) = (phase / 2, phase % 2);
             for (i, y) in (py..self.h).step_by(2).enumerate() {
-                let src = &outq[phase * n + i * g.ws..];
+                let src = &outq[phase * apart + i * g.ws..];
                 let row = &mut img[y * self.w..(y + 1) * self.w];
                 for (o, &v) in row[px..].iter_mut().step_by(2).zip(src) {
                     *o = v;
@@ -235,6 +233,61 @@ unsafe fn deinterleave_avx512(even: *mut f32, odd: *mut f32, src: *const f32, n:
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn deinterleave_avx512(_: *mut f32, _: *mut f32, _: *const f32, _: usize) {
     unreachable!("direct convolutions need AVX-512")
+}
+
+/// A plane's height and width, the kernel's size and the stride.
+pub type Window = (usize, usize, usize, usize);
+
+/// How a window with padding k/2 reads its input: one plane per channel (stride 1) or four
+/// parity planes (stride 2).
+enum Reads {
+    Same(Plane),
+    Halved(Halves),
+}
+
+impl Reads {
+    fn new((h, w, k, stride): Window) -> Reads {
+        match stride {
+            1 => Reads::Same(Plane::new(h, w, k)),
+            _ => Reads::Halved(Halves::new(h, w, k)),
+        }
+    }
+
+    /// The output planes' geometry (and dout's).
+    fn out(&self) -> &Plane {
+        match self {
+            Reads::Same(g) => g,
+            Reads::Halved(s) => &s.g,
+        }
+    }
+
+    /// Floats of input planes per channel.
+    fn per_channel(&self) -> usize {
+        match self {
+            Reads::Same(g) => g.len,
+            Reads::Halved(s) => 4 * s.g.len,
+        }
+    }
+
+    /// planes[per_channel()] = one channel's image inside zero borders.
+    fn fill(&self, planes: &mut [f32], img: &[f32]) {
+        match self {
+            Reads::Same(g) => g.fill(planes, img),
+            Reads::Halved(s) => s.fill(planes, img),
+        }
+    }
+
+    /// The forward pass's tap offsets for `channels` channels, padded with zeros to a multiple
+    /// of `multiple`.
+    fn taps(&self, channels: usize, multiple: usize, offs: &mut Vec<usize>) {
+        match self {
+            Reads::Same(g) => g.taps(channels, multiple, offs),
+            Reads::Halved(s) => {
+                s.taps(channels, offs);
+                offs.resize(offs.len().next_multiple_of(multiple), 0);
+            }
+        }
+    }
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
