@@ -62,39 +62,17 @@ fn main() {
                 sgemm(false, false, oc, ohw, c * kk, 1.0, &w, &col, 0.0, o);
             }
         });
-        let fwd =
-            seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, oc, (hw, hw, k, 1)));
-        let (mut dw, mut db) = (vec![0.0f32; w.len()], vec![0.0f32; oc]);
-        let dw_only = seconds(|| {
-            direct::dense::backward(
-                None,
-                &mut dw,
-                &mut db,
-                &out,
-                &inp,
-                &w,
-                b,
-                c,
-                oc,
-                (hw, hw, k, 1),
-            )
-        });
+        let win = (hw, hw, k, 1);
+        let fwd = seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, oc, win));
+        let mut dw = vec![0.0f32; w.len()];
         let mut dinp = vec![0.0f32; inp.len()];
-        let both = seconds(|| {
-            let d = Some(&mut dinp[..]);
-            direct::dense::backward(
-                d,
-                &mut dw,
-                &mut db,
-                &out,
-                &inp,
-                &w,
-                b,
-                c,
-                oc,
-                (hw, hw, k, 1),
-            )
-        });
+        let mut back = |with_dinp: bool| {
+            seconds(|| {
+                let d = with_dinp.then_some(&mut dinp[..]);
+                direct::dense::backward(d, &mut dw, &out, &inp, &w, b, c, oc, win)
+            })
+        };
+        let (dw_only, both) = (back(false), back(true));
         let gf = |s: f64| flops / s / 1e9;
         println!(
             "{:<20} {:>14.1} {:>10.1} {:>10.1} {:>10.1}",

@@ -9,7 +9,6 @@
 use std::cell::RefCell;
 
 use super::{available, grow, Plane, Reads, Window, V};
-use crate::nn::simd::lane_sum;
 
 /// Output channels (or weight-gradient rows) per register tile.
 const OB: usize = 4;
@@ -95,13 +94,12 @@ pub fn forward(
     });
 }
 
-/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[OC,C,K,K] += d/dw, dbias[OC]
-/// += sums of dout over B, OH, OW, for `forward`'s convolution.
+/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`) and dw[OC,C,K,K] += d/dw for
+/// `forward`'s convolution (the bias gradient is the caller's: it does not depend on the way).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     dinp: Option<&mut [f32]>,
     dw: &mut [f32],
-    dbias: &mut [f32],
     dout: &[f32],
     inp: &[f32],
     w: &[f32],
@@ -114,14 +112,6 @@ pub fn backward(
     let (g, per) = (*r.out(), r.per_channel());
     let (kk, hw, ohw) = (k * k, h * w_in, g.h * g.w);
     let ckk = c * kk;
-    for n in 0..b {
-        for (acc, row) in dbias[..oc]
-            .iter_mut()
-            .zip(dout[n * oc * ohw..(n + 1) * oc * ohw].chunks_exact(ohw))
-        {
-            *acc += lane_sum(row);
-        }
-    }
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
         let rows = oc.next_multiple_of(OB);

@@ -1,0 +1,254 @@
+//! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout), computed one
+//! of two ways (`Path`): odd square windows padded by k/2 with stride 1 or 2 (a ResNet's 3x3
+//! layers and shortcuts, pointwise layers over at least `DIRECT_POINTWISE_PIXELS` pixels) by
+//! `nn::direct` where the CPU has AVX-512, 2-4x the products on ResNet-20's layers
+//! (`benches/direct_conv`); the rest by im2col + GEMM (`columns`). Both run per group of images
+//! (`nn::grouped` spreads the groups over a worker's threads).
+
+mod columns;
+#[cfg(test)]
+mod tests;
+
+use crate::nn::direct;
+use crate::nn::simd::lane_sum;
+use crate::nn::window::out_size;
+
+/// Pointwise layers over fewer pixels than this take the products: with every pointwise
+/// layer direct, MobileNetV2 at 32x32 ran 30% slower (on 4x4 and 8x8 images a tile of 4
+/// channels x 1-4 vectors of pixels loads more than it multiplies); from 16x16 up the direct
+/// kernels are ahead (`benches/direct_conv`).
+const DIRECT_POINTWISE_PIXELS: usize = 256;
+
+/// How a convolution is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// `nn::direct`: odd square windows padded by k/2 with stride 1 or 2, on CPUs with AVX-512
+    /// (not the smaller pointwise layers).
+    Direct,
+    /// im2col + GEMM per image (or one GEMM per group for small pointwise layers).
+    Columns,
+}
+
+impl Path {
+    fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
+        let small_pointwise = kh == 1 && kw == 1 && ohw < DIRECT_POINTWISE_PIXELS;
+        match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
+            true => Path::Direct,
+            false => Path::Columns,
+        }
+    }
+}
+
+/// Floats of `col_scratch` the convolution needs: one image's columns, C*KH*KW x OH*OW, or none
+/// where the direct path takes it.
+pub fn conv2d_scratch_len(
+    c: usize,
+    (kh, kw): (usize, usize),
+    (stride, pad): (usize, usize),
+    (oh, ow): (usize, usize),
+) -> usize {
+    match Path::choose(kh, kw, stride, pad, oh * ow) {
+        Path::Direct => 0,
+        Path::Columns => columns::len(c, kh, kw, oh, ow),
+    }
+}
+
+/// One call's geometry with its output size.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    b: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl Shape {
+    fn chw(&self) -> usize {
+        self.c * self.h * self.w
+    }
+    fn ohw(&self) -> usize {
+        self.oh * self.ow
+    }
+    fn ckk(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+    fn path(&self) -> Path {
+        Path::choose(self.kh, self.kw, self.stride, self.pad, self.ohw())
+    }
+}
+
+/// The shape, panicking with the reason on a bad geometry (callers validate the model spec
+/// first, so this is a programming error), and the length checks every op does.
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    b: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+    lens: [(&str, usize); 3],
+) -> Shape {
+    let (oh, ow) = out_size(h, w, kh, kw, stride, pad).unwrap_or_else(|e| panic!("conv2d: {e}"));
+    let need = [
+        ("inp", b * c * h * w),
+        ("w", oc * c * kh * kw),
+        ("out", b * oc * oh * ow),
+    ];
+    for ((name, need), (_, have)) in need.iter().zip(lens) {
+        assert!(
+            have >= *need,
+            "conv2d: {name} has {have} elements, need {need}"
+        );
+    }
+    Shape {
+        b,
+        c,
+        h,
+        w,
+        oc,
+        kh,
+        kw,
+        stride,
+        pad,
+        oh,
+        ow,
+    }
+}
+
+/// out[B,OC,OH,OW] = inp[B,C,H,W] (*) w[OC,C,KH,KW] + bias[OC], zero padding `pad` on each side;
+/// col_scratch[>= conv2d_scratch_len(..)] is overwritten.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w_in: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+    col_scratch: &mut [f32],
+) {
+    let lens = [("inp", inp.len()), ("w", w.len()), ("out", out.len())];
+    let s = geometry(b, c, h, w_in, oc, kh, kw, stride, pad, lens);
+    assert!(
+        bias.len() >= oc,
+        "conv2d: bias has {}, need {oc}",
+        bias.len()
+    );
+    forward_by(s.path(), out, inp, w, bias, &s, col_scratch);
+}
+
+fn forward_by(
+    path: Path,
+    out: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    s: &Shape,
+    col_scratch: &mut [f32],
+) {
+    match path {
+        Path::Direct => {
+            let win = (s.h, s.w, s.kh, s.stride);
+            direct::dense::forward(out, inp, w, bias, s.b, s.c, s.oc, win)
+        }
+        Path::Columns => columns::forward(out, inp, w, bias, s, col_scratch),
+    }
+}
+
+/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[OC,C,KH,KW] += d/dw,
+/// dbias[OC] += sums of dout[B,OC,OH,OW] over B, OH, OW; col_scratch as in the forward pass.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_backward(
+    dinp: Option<&mut [f32]>,
+    dw: &mut [f32],
+    dbias: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    b: usize,
+    c: usize,
+    h: usize,
+    w_in: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+    col_scratch: &mut [f32],
+) {
+    let lens = [("inp", inp.len()), ("w", w.len()), ("dout", dout.len())];
+    let s = geometry(b, c, h, w_in, oc, kh, kw, stride, pad, lens);
+    assert!(
+        dw.len() >= oc * s.ckk(),
+        "conv2d: dw has {}, need {}",
+        dw.len(),
+        oc * s.ckk()
+    );
+    assert!(
+        dbias.len() >= oc,
+        "conv2d: dbias has {}, need {oc}",
+        dbias.len()
+    );
+    if let Some(d) = dinp.as_deref() {
+        assert!(
+            d.len() >= b * s.chw(),
+            "conv2d: dinp has {}, need {}",
+            d.len(),
+            b * s.chw()
+        );
+    }
+    bias_sums(dbias, dout, &s);
+    backward_by(s.path(), dinp, dw, dout, inp, w, &s, col_scratch);
+}
+
+/// dbias[OC] += each output channel's sum over the images, image by image.
+fn bias_sums(dbias: &mut [f32], dout: &[f32], s: &Shape) {
+    let per = s.oc * s.ohw();
+    if per == 0 {
+        return;
+    }
+    for img in dout[..s.b * per].chunks_exact(per) {
+        for (g, row) in dbias[..s.oc].iter_mut().zip(img.chunks_exact(s.ohw())) {
+            *g += lane_sum(row);
+        }
+    }
+}
+
+/// The input and weight gradients of `conv2d_backward`.
+#[allow(clippy::too_many_arguments)]
+fn backward_by(
+    path: Path,
+    dinp: Option<&mut [f32]>,
+    dw: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    s: &Shape,
+    col_scratch: &mut [f32],
+) {
+    match path {
+        Path::Direct => {
+            let win = (s.h, s.w, s.kh, s.stride);
+            direct::dense::backward(dinp, dw, dout, inp, w, s.b, s.c, s.oc, win)
+        }
+        Path::Columns => columns::backward(dinp, dw, dout, inp, w, s, col_scratch),
+    }
+}
