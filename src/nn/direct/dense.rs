@@ -213,7 +213,7 @@ pub fn backward(
                     }
                     for ch in 0..c {
                         let d = &mut dinp[(img * c + ch) * hw..(img * c + ch + 1) * hw];
-                        halves.scatter(d, &s.outq[ch * n..], crows * n);
+                        halves.scatter(d, 0, &s.outq[ch * n..], crows * n);
                     }
                 }
             }

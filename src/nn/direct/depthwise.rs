@@ -1,10 +1,11 @@
-//! Depthwise convolutions with padding k/2 (3x3 or 5x5, stride 1 or 2), one plane at a time:
+//! Depthwise convolutions with padding k/2 (3x3 or 5x5, stride 1 or 2), one channel at a time
+//! with its images stacked into one plane (`Plane::stacked`, a few at 32x32, hundreds at 4x4):
 //! out[q] = bias + sum_t w[t] * plane[off(t) + q] with the taps' weights held in registers (a
 //! stride-2 window reads the four parity planes of `Halves`); the weight gradient sum_q dout[q] *
 //! plane[off(t) + q] keeps one vector of partial sums per tap; the input gradient is the same
 //! kind of sum over dout's plane: with the taps reversed for stride 1, per parity plane with the
-//! taps that read it for stride 2. The caller spreads channels over threads and adds each
-//! image's weight gradient in image order.
+//! taps that read it for stride 2. The caller spreads channels over threads; a channel's weight
+//! gradient is summed stack by stack in image order.
 
 use std::cell::RefCell;
 
@@ -13,7 +14,10 @@ use super::{available, grow, Plane, Reads, Window, V};
 /// Taps a kernel keeps in registers, at most (5x5; a 7x7 depthwise layer goes row by row).
 const MAX_TAPS: usize = 25;
 
-/// Whether `forward_plane` / `backward_plane` compute this depthwise convolution.
+/// Floats of input planes one stack of images may take (it and dout's stay in L2).
+const STACK_FLOATS: usize = 32 * 1024;
+
+/// Whether `forward_channel` / `backward_channel` compute this depthwise convolution.
 pub fn applies(k: usize, stride: usize, pad: usize) -> bool {
     k % 2 == 1
         && k > 1
@@ -21,6 +25,11 @@ pub fn applies(k: usize, stride: usize, pad: usize) -> bool {
         && pad == k / 2
         && (1..=2).contains(&stride)
         && available()
+}
+
+/// Images per stack under `win`.
+fn stack(win: Window) -> usize {
+    (STACK_FLOATS / Reads::new(win).per_channel()).max(1)
 }
 
 /// This thread's planes (the input's, dout's, output planes), tap offsets and tap indices.
@@ -38,72 +47,96 @@ thread_local! {
 }
 
 impl Buffers {
-    /// plane = the input's plane(s), offs = the forward taps' offsets, the rest big enough.
-    fn ready(&mut self, r: &Reads, inp: &[f32]) {
+    /// plane = the images' planes, offs = the forward taps' offsets, the rest big enough.
+    fn ready(&mut self, r: &Reads, imgs: &[&[f32]]) {
         let g = r.out();
         grow(&mut self.plane, r.per_channel());
         grow(&mut self.dplane, g.len);
         grow(&mut self.outq, 4 * g.positions());
-        r.fill(&mut self.plane, inp);
+        r.fill_all(&mut self.plane, imgs);
         r.taps(1, 1, &mut self.offs);
     }
 }
 
-/// out = inp (*) taps[k, k] + bias, padding k/2 (`applies` holds); inp is h x w, out the
-/// window's output size.
-pub fn forward_plane(out: &mut [f32], inp: &[f32], taps: &[f32], bias: f32, win: Window) {
-    let r = Reads::new(win);
+/// outs[i] = inps[i] (*) taps[k, k] + bias for each image i of one channel, padding k/2
+/// (`applies` holds); inputs are h x w, outputs the window's output size.
+pub fn forward_channel(
+    outs: &mut [&mut [f32]],
+    inps: &[&[f32]],
+    taps: &[f32],
+    bias: f32,
+    win: Window,
+) {
+    let n = stack(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        s.ready(&r, inp);
-        sweep(&mut s.outq, &s.plane, &s.offs, taps, bias, r.out());
-        r.out().gather(out, &s.outq);
+        for (outs, inps) in outs.chunks_mut(n).zip(inps.chunks(n)) {
+            let r = Reads::stacked(win, inps.len());
+            s.ready(&r, inps);
+            sweep(&mut s.outq, &s.plane, &s.offs, taps, bias, r.out());
+            for (i, out) in outs.iter_mut().enumerate() {
+                r.out().take(out, i, &s.outq);
+            }
+        }
     });
 }
 
-/// For `forward_plane`'s convolution: dtaps[k, k] += d/dtaps, dinp = d/dinp (overwritten;
-/// skipped when `None`).
-pub fn backward_plane(
-    dinp: Option<&mut [f32]>,
+/// For `forward_channel`'s convolution: dtaps[k, k] += d/dtaps, dinps[i] = d/dinps[i]
+/// (overwritten; skipped when `None`).
+pub fn backward_channel(
+    mut dinps: Option<&mut [&mut [f32]]>,
     dtaps: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
+    douts: &[&[f32]],
+    inps: &[&[f32]],
     taps: &[f32],
     win: Window,
 ) {
-    let r = Reads::new(win);
+    let n = stack(win);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
-        s.ready(&r, inp);
-        let g = r.out();
-        g.fill(&mut s.dplane, dout);
-        let sums = tap_sums(&s.dplane, &s.plane, &s.offs, g);
-        for (d, v) in dtaps.iter_mut().zip(&sums) {
-            *d += v;
-        }
-        let Some(dinp) = dinp else { return };
-        match &r {
-            Reads::Same(g) => {
-                let n = taps.len();
-                let mut flipped = [0.0f32; MAX_TAPS];
-                for (t, w) in flipped[..n].iter_mut().enumerate() {
-                    *w = taps[n - 1 - t];
-                }
-                sweep(&mut s.outq, &s.dplane, &s.offs, &flipped[..n], 0.0, g);
-                g.gather(dinp, &s.outq);
+        for (at, (douts, inps)) in douts.chunks(n).zip(inps.chunks(n)).enumerate() {
+            let r = Reads::stacked(win, inps.len());
+            s.ready(&r, inps);
+            let g = r.out();
+            g.clear(&mut s.dplane);
+            for (i, d) in douts.iter().enumerate() {
+                g.put(&mut s.dplane, i, d);
             }
-            Reads::Halved(h) => {
-                let n = g.positions();
-                for phase in 0..4 {
-                    h.back_taps(phase, &mut s.taps, &mut s.offs);
-                    let mut w = [0.0f32; MAX_TAPS];
-                    for (w, &t) in w.iter_mut().zip(&s.taps) {
-                        *w = taps[t];
+            let sums = tap_sums(&s.dplane, &s.plane, &s.offs, g);
+            for (d, v) in dtaps.iter_mut().zip(&sums) {
+                *d += v;
+            }
+            let Some(dinps) = dinps.as_deref_mut() else {
+                continue;
+            };
+            let dinps = &mut dinps[at * n..at * n + inps.len()];
+            match &r {
+                Reads::Same(g) => {
+                    let k = taps.len();
+                    let mut flipped = [0.0f32; MAX_TAPS];
+                    for (t, w) in flipped[..k].iter_mut().enumerate() {
+                        *w = taps[k - 1 - t];
                     }
-                    let out = &mut s.outq[phase * n..(phase + 1) * n];
-                    sweep(out, &s.dplane, &s.offs, &w[..s.taps.len()], 0.0, g);
+                    sweep(&mut s.outq, &s.dplane, &s.offs, &flipped[..k], 0.0, g);
+                    for (i, d) in dinps.iter_mut().enumerate() {
+                        g.take(d, i, &s.outq);
+                    }
                 }
-                h.scatter(dinp, &s.outq, n);
+                Reads::Halved(h) => {
+                    let apart = g.positions();
+                    for phase in 0..4 {
+                        h.back_taps(phase, &mut s.taps, &mut s.offs);
+                        let mut w = [0.0f32; MAX_TAPS];
+                        for (w, &t) in w.iter_mut().zip(&s.taps) {
+                            *w = taps[t];
+                        }
+                        let out = &mut s.outq[phase * apart..(phase + 1) * apart];
+                        sweep(out, &s.dplane, &s.offs, &w[..s.taps.len()], 0.0, g);
+                    }
+                    for (i, d) in dinps.iter_mut().enumerate() {
+                        h.scatter(d, i, &s.outq, apart);
+                    }
+                }
             }
         }
     });

@@ -33,7 +33,9 @@ pub fn available() -> bool {
     }
 }
 
-/// The padded-plane geometry of an h x w image under a k x k window.
+/// The padded-plane geometry of `n` h x w images of one channel under a k x k window, stacked
+/// one under the other with k/2 zero rows between them (so each reads only zeros past its own
+/// edges and one sweep covers them all: small planes cost one call, not one each).
 #[derive(Clone, Copy, Debug)]
 struct Plane {
     h: usize,
@@ -43,48 +45,74 @@ struct Plane {
     p: usize,
     /// Row length.
     ws: usize,
-    /// Floats per plane: rows -p..h+p, then room for the last tile's reads past the end.
+    /// Images stacked, and rows from one image's first row to the next one's (h + p).
+    n: usize,
+    pitch: usize,
+    /// Floats per plane: rows -p..n*pitch, then room for the last tile's reads past the end.
     len: usize,
 }
 
 impl Plane {
-    fn new(h: usize, w: usize, k: usize) -> Plane {
+    fn stacked(h: usize, w: usize, k: usize, n: usize) -> Plane {
         let p = k / 2;
-        let ws = w + p;
-        let len = ((h + 2 * p) * ws + 2 * p + V).next_multiple_of(V);
+        let (ws, pitch) = (w + p, h + p);
+        let len = ((n * pitch + p) * ws + 2 * p + V).next_multiple_of(V);
         Plane {
             h,
             w,
             k,
             p,
             ws,
+            n,
+            pitch,
             len,
         }
     }
 
-    /// Output positions, rounded up to whole vectors (those past h*ws read zeros).
+    /// Output positions, rounded up to whole vectors (those past the last row read zeros).
     fn positions(&self) -> usize {
-        (self.h * self.ws).next_multiple_of(V)
+        ((self.n * self.pitch - self.p) * self.ws).next_multiple_of(V)
     }
 
-    /// Where pixel (0, 0) sits.
+    /// Where pixel (0, 0) of the first image sits.
     fn origin(&self) -> usize {
         self.p * self.ws + self.p
     }
 
-    /// plane = img[h, w] inside zero borders.
+    /// Where image i's pixel (y, 0) sits in an output plane (add `origin()` for an input's).
+    fn row(&self, i: usize, y: usize) -> usize {
+        (i * self.pitch + y) * self.ws
+    }
+
+    /// plane = img[h, w] inside zero borders (one image).
     fn fill(&self, plane: &mut [f32], img: &[f32]) {
+        self.clear(plane);
+        self.put(plane, 0, img);
+    }
+
+    /// Zeroes the plane (borders and gaps included).
+    fn clear(&self, plane: &mut [f32]) {
         plane[..self.len].fill(0.0);
+    }
+
+    /// Image i's place in a cleared plane = img[h, w].
+    fn put(&self, plane: &mut [f32], i: usize, img: &[f32]) {
         for (y, row) in img[..self.h * self.w].chunks_exact(self.w).enumerate() {
-            let at = self.origin() + y * self.ws;
+            let at = self.origin() + self.row(i, y);
             plane[at..at + self.w].copy_from_slice(row);
         }
     }
 
-    /// img[h, w] = the kept positions of an output plane.
+    /// img[h, w] = the kept positions of an output plane (one image).
     fn gather(&self, img: &mut [f32], outq: &[f32]) {
+        self.take(img, 0, outq);
+    }
+
+    /// img[h, w] = image i's kept positions of an output plane.
+    fn take(&self, img: &mut [f32], i: usize, outq: &[f32]) {
         for (y, row) in img[..self.h * self.w].chunks_exact_mut(self.w).enumerate() {
-            row.copy_from_slice(&outq[y * self.ws..y * self.ws + self.w]);
+            let at = self.row(i, y);
+            row.copy_from_slice(&outq[at..at + self.w]);
         }
     }
 
@@ -103,11 +131,12 @@ impl Plane {
     }
 }
 
-/// A stride-2 window with padding k/2 over an h x w image: its input read as four planes, one
-/// per parity of row and column (`Halves::fill`). Tap t of an axis reads input index 2o + t - p
-/// = 2(o + d) + phase with phase = (t - p) mod 2 and d = floor((t - p) / 2), so every tap of
-/// every output again reads consecutive floats of one plane: `g`, the planes' geometry, has the
-/// output's size and a border of ceil(p/2) (the most negative d; the most positive is no larger).
+/// A stride-2 window with padding k/2 over `n` stacked h x w images: its input read as four
+/// planes, one per parity of row and column (`Halves::put`). Tap t of an axis reads input index
+/// 2o + t - p = 2(o + d) + phase with phase = (t - p) mod 2 and d = floor((t - p) / 2), so every
+/// tap of every output again reads consecutive floats of one plane: `g`, the planes' geometry,
+/// has the output's size and a border of ceil(p/2) (the most negative d; the most positive is no
+/// larger), the images stacked as in `Plane`.
 #[derive(Clone, Copy, Debug)]
 struct Halves {
     h: usize,
@@ -119,10 +148,10 @@ struct Halves {
 }
 
 impl Halves {
-    fn new(h: usize, w: usize, k: usize) -> Halves {
+    fn new(h: usize, w: usize, k: usize, n: usize) -> Halves {
         let p = k / 2;
         let (oh, ow) = ((h - 1) / 2 + 1, (w - 1) / 2 + 1);
-        let g = Plane::new(oh, ow, 2 * p.div_ceil(2) + 1);
+        let g = Plane::stacked(oh, ow, 2 * p.div_ceil(2) + 1, n);
         Halves { h, w, k, p, g }
     }
 
@@ -132,18 +161,22 @@ impl Halves {
         (i.rem_euclid(2) as usize, i.div_euclid(2))
     }
 
-    /// planes[4 * g.len] = img[h, w]'s four parity planes (rows then columns: even-even,
-    /// even-odd, odd-even, odd-odd), each inside zero borders.
-    fn fill(&self, planes: &mut [f32], img: &[f32]) {
+    /// Zeroes the four planes.
+    fn clear(&self, planes: &mut [f32]) {
+        planes[..4 * self.g.len].fill(0.0);
+    }
+
+    /// Image i's place in four cleared planes (rows then columns: even-even, even-odd,
+    /// odd-even, odd-odd) = img[h, w]'s pixels of that parity.
+    fn put(&self, planes: &mut [f32], i: usize, img: &[f32]) {
         let g = &self.g;
-        assert!(planes.len() >= 4 * g.len && img.len() >= self.h * self.w);
+        assert!(planes.len() >= 4 * g.len && img.len() >= self.h * self.w && i < g.n);
         assert!(g.w >= self.w.div_ceil(2) && g.h >= self.h.div_ceil(2));
-        planes[..4 * g.len].fill(0.0);
         for y in 0..self.h {
-            let at = (y % 2) * 2 * g.len + g.origin() + (y / 2) * g.ws;
+            let at = (y % 2) * 2 * g.len + g.origin() + g.row(i, y / 2);
             // SAFETY: the direct paths run only where `available()`; the row's even and odd
             // halves (at most g.w floats each, asserted) land in planes (y%2, 0) and (y%2, 1)
-            // at row y/2 < g.h, inside their g.len floats; the row is read below w.
+            // at image i's row y/2 < g.h, inside their g.len floats; the row is read below w.
             unsafe {
                 let (even, odd) = (
                     planes.as_mut_ptr().add(at),
@@ -154,14 +187,14 @@ impl Halves {
         }
     }
 
-    /// img[h, w] = the kept positions of four output planes (one per parity, `apart` floats
-    /// apart).
-    fn scatter(&self, img: &mut [f32], outq: &[f32], apart: usize) {
+    /// img[h, w] = image i's kept positions of four output planes (one per parity, `apart`
+    /// floats apart).
+    fn scatter(&self, img: &mut [f32], i: usize, outq: &[f32], apart: usize) {
         let g = &self.g;
         for phase in 0..4 {
             let (py, px) = (phase / 2, phase % 2);
-            for (i, y) in (py..self.h).step_by(2).enumerate() {
-                let src = &outq[phase * apart + i * g.ws..];
+            for (r, y) in (py..self.h).step_by(2).enumerate() {
+                let src = &outq[phase * apart + g.row(i, r)..];
                 let row = &mut img[y * self.w..(y + 1) * self.w];
                 for (o, &v) in row[px..].iter_mut().step_by(2).zip(src) {
                     *o = v;
@@ -246,10 +279,16 @@ enum Reads {
 }
 
 impl Reads {
-    fn new((h, w, k, stride): Window) -> Reads {
+    /// The window over one image.
+    fn new(win: Window) -> Reads {
+        Reads::stacked(win, 1)
+    }
+
+    /// The window over `n` images stacked.
+    fn stacked((h, w, k, stride): Window, n: usize) -> Reads {
         match stride {
-            1 => Reads::Same(Plane::new(h, w, k)),
-            _ => Reads::Halved(Halves::new(h, w, k)),
+            1 => Reads::Same(Plane::stacked(h, w, k, n)),
+            _ => Reads::Halved(Halves::new(h, w, k, n)),
         }
     }
 
@@ -271,9 +310,24 @@ impl Reads {
 
     /// planes[per_channel()] = one channel's image inside zero borders.
     fn fill(&self, planes: &mut [f32], img: &[f32]) {
+        self.fill_all(planes, &[img]);
+    }
+
+    /// planes[per_channel()] = one channel of the stacked images inside zero borders.
+    fn fill_all(&self, planes: &mut [f32], imgs: &[&[f32]]) {
         match self {
-            Reads::Same(g) => g.fill(planes, img),
-            Reads::Halved(s) => s.fill(planes, img),
+            Reads::Same(g) => {
+                g.clear(planes);
+                for (i, img) in imgs.iter().enumerate() {
+                    g.put(planes, i, img);
+                }
+            }
+            Reads::Halved(s) => {
+                s.clear(planes);
+                for (i, img) in imgs.iter().enumerate() {
+                    s.put(planes, i, img);
+                }
+            }
         }
     }
 
