@@ -54,6 +54,44 @@ pub fn linear_backward(
     }
 }
 
+/// An activation fused onto an op's output (applied after it, masked first in backward).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    None,
+    Relu,
+    /// min(max(x, 0), 6), MobileNet's.
+    Relu6,
+}
+
+impl Act {
+    /// `+relu`, what the start-up table appends to the op's kind.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Act::None => "",
+            Act::Relu => "+relu",
+            Act::Relu6 => "+relu6",
+        }
+    }
+
+    /// x[N] = act(x), in place.
+    pub fn forward(self, x: &mut [f32]) {
+        match self {
+            Act::None => {}
+            Act::Relu => relu_forward(x),
+            Act::Relu6 => relu6_forward(x),
+        }
+    }
+
+    /// dx[N] *= act'(x) from its output `out`, in place.
+    pub fn backward(self, dx: &mut [f32], out: &[f32]) {
+        match self {
+            Act::None => {}
+            Act::Relu => relu_backward(dx, out),
+            Act::Relu6 => relu6_backward(dx, out),
+        }
+    }
+}
+
 twice! {
     /// x[N] = max(x, 0), in place (the output is kept for the backward pass).
     pub fn relu_forward(x: &mut [f32]) {

@@ -84,39 +84,3 @@ twice! {
         acc.iter().sum::<f32>() + rest
     }
 }
-
-/// Partial sums of the f64 reductions: two AVX-512 registers' worth.
-const LANES64: usize = 16;
-
-twice! {
-    /// The sum of (x[i] - m)^2, each term rounded as f32 and summed in f64 (`LANES64` partial
-    /// sums, added in order at the end): the accuracy of a plain f64 loop, vectorised.
-    pub fn sq_dev_sum(x: &[f32], m: f32) -> f64 {
-        let mut acc = [0.0f64; LANES64];
-        let chunks = x.chunks_exact(LANES64);
-        let rest: f64 = chunks.remainder().iter().map(|&v| ((v - m) * (v - m)) as f64).sum();
-        for c in chunks {
-            for l in 0..LANES64 {
-                acc[l] += ((c[l] - m) * (c[l] - m)) as f64;
-            }
-        }
-        acc.iter().sum::<f64>() + rest
-    }
-}
-
-twice! {
-    /// The sum of d[i] * (x[i] - m), as `sq_dev_sum`.
-    pub fn dot_dev(d: &[f32], x: &[f32], m: f32) -> f64 {
-        let n = d.len().min(x.len());
-        let (d, x) = (&d[..n], &x[..n]);
-        let mut acc = [0.0f64; LANES64];
-        let (cd, cx) = (d.chunks_exact(LANES64), x.chunks_exact(LANES64));
-        let rest: f64 = cd.remainder().iter().zip(cx.remainder()).map(|(a, v)| (a * (v - m)) as f64).sum();
-        for (a, v) in cd.zip(cx) {
-            for l in 0..LANES64 {
-                acc[l] += (a[l] * (v[l] - m)) as f64;
-            }
-        }
-        acc.iter().sum::<f64>() + rest
-    }
-}

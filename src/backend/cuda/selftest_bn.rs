@@ -13,9 +13,10 @@ use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{bn, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{
-    bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnStats,
+    bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnSaved, BnStats,
 };
 use crate::nn::model::{BN_EPS, BN_MOMENTUM};
+use crate::nn::ops::Act;
 use crate::nn::rng::Rng;
 
 /// One batch norm's inputs and the CPU's results.
@@ -80,27 +81,23 @@ impl Case {
             &mut saved,
             &mut running,
             &self.x,
-            &self.w,
-            &self.bias,
+            (&self.w, &self.bias),
             g,
-            &st,
-            BN_EPS,
-            BN_MOMENTUM,
+            Some(&st),
+            Act::None,
+            (BN_EPS, BN_MOMENTUM),
         );
-        let sums = bn_grad_sums(&self.dout, &self.x, &saved, g);
+        let mut dout = self.dout.clone();
+        let f = BnSaved {
+            x: &self.x,
+            out: &out,
+            act: Act::None,
+            saved: &saved,
+        };
+        let sums = bn_grad_sums(&mut dout, f, g);
         let (mut dx, mut dw, mut db) = (vec![0.0; all], self.dw0.clone(), self.db0.clone());
         let s = (&sums[..], &sums[..], st.n);
-        bn_backward(
-            Some(&mut dx),
-            &mut dw,
-            &mut db,
-            &self.dout,
-            &self.x,
-            &saved,
-            &self.w,
-            g,
-            s,
-        );
+        bn_backward(Some(&mut dx), (&mut dw, &mut db), &dout, f, &self.w, g, s);
         (out, saved, running, dx, dw, db, st.n as f32)
     }
 
@@ -208,9 +205,9 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             &mut e,
             &case.running,
             &case.x,
-            &case.w,
-            &case.bias,
+            (&case.w, &case.bias),
             case.g,
+            Act::None,
             BN_EPS,
         );
         let got = (|| {

@@ -8,24 +8,7 @@ pub use crate::nn::window::Window;
 /// Index of a value (an activation tensor) of the graph; value 0 is the input.
 pub type ValueId = usize;
 
-/// An activation fused onto an op's output (applied after it, masked first in backward).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Act {
-    None,
-    Relu,
-    /// min(max(x, 0), 6), MobileNet's.
-    Relu6,
-}
-
-impl Act {
-    fn suffix(self) -> &'static str {
-        match self {
-            Act::None => "",
-            Act::Relu => "+relu",
-            Act::Relu6 => "+relu6",
-        }
-    }
-}
+pub use crate::nn::ops::Act;
 
 /// Batch norm's constants, PyTorch's defaults.
 pub const BN_EPS: f32 = 1e-5;

@@ -5,13 +5,13 @@ use std::mem::take;
 use std::ops::Range;
 
 use crate::nn::bn::{
-    bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums, BnGeom, BnStats,
+    bn_backward, bn_backward_own, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums,
+    BnGeom, BnSaved, BnStats,
 };
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
-    accumulate, add_forward, linear_backward, linear_forward, mul, relu6_backward, relu6_forward,
-    relu_backward, relu_forward, softmax_xent_smoothed,
+    accumulate, add_forward, linear_backward, linear_forward, mul, softmax_xent_smoothed,
 };
 use crate::nn::pool::{
     avgpool2d_backward, avgpool2d_forward, gap_backward, gap_forward, maxpool2d_padded_backward,
@@ -43,7 +43,8 @@ fn value<'v>(vals: &'v [Vec<f32>], x: &'v [f32], m: &Model, v: usize, b: usize) 
     }
 }
 
-/// A dense convolution with ReLU fuses it (group by group, in cache); other activations run after.
+/// Ops that apply their activation themselves (a dense convolution its ReLU group by group,
+/// batch norm any per channel, in cache); the others' runs after them.
 fn native_act(op: &Op) -> bool {
     matches!(
         op,
@@ -51,7 +52,7 @@ fn native_act(op: &Op) -> bool {
             groups: 1,
             act: Act::Relu,
             ..
-        }
+        } | Op::BatchNorm { .. }
     )
 }
 
@@ -81,32 +82,20 @@ impl Exec for Cpu<'_, '_> {
                     dwconv_forward(out_s, inp, &p[w], bias.then_some(bias_s), b, &g);
                 }
             }
-            Op::BatchNorm { c, hw, .. } => {
+            Op::BatchNorm { c, hw, act } => {
                 let (w, bi) = m.weight_bias(node);
                 let at = m.buffers[node.buffers.expect("batch norm has buffers")].offset;
                 let running = &mut self.buffers[at..at + 2 * c];
                 let g = bn_geom(b, c, hw);
+                let wb = (&p[w], &p[bi]);
                 if train {
-                    let st = match self.sync.as_deref_mut() {
-                        None => BnStats::of(inp, g),
-                        Some(s) => global_stats(s, inp, g),
-                    };
+                    let st = self.sync.as_deref_mut().map(|s| global_stats(s, inp, g));
                     let saved = &mut ws.saved[n];
-                    saved[2 * c] = st.n as f32;
-                    bn_forward_train(
-                        out_s,
-                        saved,
-                        running,
-                        inp,
-                        &p[w],
-                        &p[bi],
-                        g,
-                        &st,
-                        BN_EPS,
-                        BN_MOMENTUM,
-                    );
+                    saved[2 * c] = st.as_ref().map_or((b * hw) as f64, |s| s.n) as f32;
+                    let consts = (BN_EPS, BN_MOMENTUM);
+                    bn_forward_train(out_s, saved, running, inp, wb, g, st.as_ref(), act, consts);
                 } else {
-                    bn_forward_eval(out_s, running, inp, &p[w], &p[bi], g, BN_EPS);
+                    bn_forward_eval(out_s, running, inp, wb, g, act, BN_EPS);
                 }
             }
             Op::Activation(_) => out_s.copy_from_slice(inp),
@@ -146,11 +135,7 @@ impl Exec for Cpu<'_, '_> {
             Op::Dropout { .. } => out_s.copy_from_slice(inp),
         }
         if !native_act(&node.op) {
-            match node.op.act() {
-                Act::None => {}
-                Act::Relu => relu_forward(out_s),
-                Act::Relu6 => relu6_forward(out_s),
-            }
+            node.op.act().forward(out_s);
         }
         ws.vals[o] = out;
     }
@@ -179,11 +164,7 @@ impl Exec for Cpu<'_, '_> {
         {
             let out = &self.ws.vals[o][..len];
             if !native_act(&node.op) {
-                match node.op.act() {
-                    Act::None => {}
-                    Act::Relu => relu_backward(dout_s, out),
-                    Act::Relu6 => relu6_backward(dout_s, out),
-                }
+                node.op.act().backward(dout_s, out);
             }
         }
         if matches!(node.op, Op::Add { .. } | Op::Activation(_)) {
@@ -283,32 +264,25 @@ impl Cpu<'_, '_> {
                     dwconv_backward(d_in, gw, bias.then_some(gb), dout, inp, &p[w], b, &g);
                 }
             }
-            Op::BatchNorm { c, hw, .. } => {
+            Op::BatchNorm { c, hw, act } => {
                 let (w, bi) = m.weight_bias(node);
                 let (gw, gb) = split(self.grads, w.clone(), bi);
                 let g = bn_geom(b, c, hw);
-                let saved = &ws.saved[n];
-                let local = bn_grad_sums(dout, inp, saved, g);
-                let total = match self.sync.as_deref_mut() {
-                    None => local.clone(),
-                    Some(s) => {
-                        let mut v: Vec<f32> = local.iter().map(|&x| x as f32).collect();
-                        s.sum(&mut v);
-                        v.into_iter().map(f64::from).collect()
-                    }
+                let f = BnSaved {
+                    x: inp,
+                    out: &ws.vals[node.output][..dout.len()],
+                    act,
+                    saved: &ws.saved[n],
                 };
-                let count = saved[2 * c] as f64;
-                bn_backward(
-                    d_in,
-                    gw,
-                    gb,
-                    dout,
-                    inp,
-                    saved,
-                    &p[w],
-                    g,
-                    (&local, &total, count),
-                );
+                let Some(s) = self.sync.as_deref_mut() else {
+                    return bn_backward_own(d_in, (gw, gb), dout, f, &p[w], g);
+                };
+                let local = bn_grad_sums(dout, f, g);
+                let mut total: Vec<f32> = local.iter().map(|&x| x as f32).collect();
+                s.sum(&mut total);
+                let total: Vec<f64> = total.into_iter().map(f64::from).collect();
+                let count = f.saved[2 * c] as f64;
+                bn_backward(d_in, (gw, gb), dout, f, &p[w], g, (&local, &total, count));
             }
             Op::Activation(_) | Op::Add { .. } => unreachable!("`pass_through` takes them"),
             Op::MaxPool(win) => {

@@ -1,0 +1,287 @@
+//! Batch norm over NCHW tensors (a flat [B, C] input is C channels of one position), fused per
+//! channel: the statistics, the normalisation and the backward sums of one channel in one task,
+//! channels spread over the worker's intra-op threads (each channel's sums in a fixed order, so
+//! results do not depend on the thread count). PyTorch's definition: biased variance to
+//! normalise, unbiased for the running variance, momentum 0.1, eps 1e-5.
+
+mod planes;
+
+use crate::nn::intraop::{self, Disjoint};
+use crate::nn::ops::Act;
+use planes::{planes_affine, planes_dx, planes_mask_sums, planes_sq_dev, planes_sum, DxTerms};
+
+/// One batch norm's geometry: `b` samples of `c` channels of `hw` positions.
+#[derive(Clone, Copy, Debug)]
+pub struct BnGeom {
+    pub b: usize,
+    pub c: usize,
+    pub hw: usize,
+}
+
+/// Channel ch's planes of `x`, one per sample.
+fn planes(x: &[f32], g: BnGeom, ch: usize) -> Vec<&[f32]> {
+    (0..g.b)
+        .map(|i| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw])
+        .collect()
+}
+
+/// Channel ch's planes of a buffer the tasks of one `each` share.
+///
+/// # Safety
+/// No other task touches channel ch's planes while they live.
+#[allow(clippy::mut_from_ref)]
+unsafe fn planes_mut(x: &Disjoint<f32>, g: BnGeom, ch: usize) -> Vec<&mut [f32]> {
+    (0..g.b)
+        .map(|i| unsafe { x.range((i * g.c + ch) * g.hw, g.hw) })
+        .collect()
+}
+
+/// Per-channel sums of x (`dev` None) or of (x - dev[c])^2, in f64.
+pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
+    let mut out = vec![0.0f64; g.c];
+    let sums = Disjoint::new(&mut out);
+    intraop::each(g.c, &|ch| {
+        let xs = planes(x, g, ch);
+        let s = match dev {
+            None => planes_sum(&xs),
+            Some(m) => planes_sq_dev(&xs, m[ch] as f32),
+        };
+        // SAFETY: entry `ch` is this task's alone
+        unsafe { sums.range(ch, 1)[0] = s };
+    });
+    out
+}
+
+/// The per-channel statistics of a batch: means, biased variances and the count they are over.
+#[derive(Clone, Debug)]
+pub struct BnStats {
+    pub mean: Vec<f64>,
+    pub var: Vec<f64>,
+    pub n: f64,
+}
+
+impl BnStats {
+    /// This batch's own statistics (two passes: the mean, then the squared deviations).
+    pub fn of(x: &[f32], g: BnGeom) -> BnStats {
+        let n = (g.b * g.hw) as f64;
+        let mean: Vec<f64> = channel_sums(x, g, None).iter().map(|s| s / n).collect();
+        let var = channel_sums(x, g, Some(&mean))
+            .iter()
+            .map(|s| s / n)
+            .collect();
+        BnStats { mean, var, n }
+    }
+}
+
+/// Channel ch's mean and biased variance over its planes `xs` (two passes, the planes staying
+/// in cache between them).
+fn own_stats(xs: &[&[f32]], g: BnGeom) -> (f64, f64) {
+    let n = (g.b * g.hw) as f64;
+    let mean = planes_sum(xs) / n;
+    (mean, planes_sq_dev(xs, mean as f32) / n)
+}
+
+/// Training: out = act((x - mean) / sqrt(var + eps) * weight + bias) with the batch's
+/// statistics: `stats` (the global batch's under sync batch norm), or, when `None`, this
+/// batch's own, taken in the same per-channel task. saved[2C] = mean, 1/sqrt(var + eps) per
+/// channel (for backward); running[2C] = running mean, running variance (unbiased), moved
+/// toward the batch's by `momentum`.
+#[allow(clippy::too_many_arguments)]
+pub fn bn_forward_train(
+    out: &mut [f32],
+    saved: &mut [f32],
+    running: &mut [f32],
+    x: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    g: BnGeom,
+    stats: Option<&BnStats>,
+    act: Act,
+    (eps, momentum): (f32, f32),
+) {
+    let n = stats.map_or((g.b * g.hw) as f64, |s| s.n);
+    assert!(x.len() >= g.b * g.hw * g.c && out.len() >= g.b * g.hw * g.c);
+    assert!(saved.len() >= 2 * g.c && running.len() >= 2 * g.c);
+    let (outs, saveds, runnings) = (
+        Disjoint::new(out),
+        Disjoint::new(saved),
+        Disjoint::new(running),
+    );
+    intraop::each(g.c, &|ch| {
+        let xs = planes(x, g, ch);
+        let (mean, var) = match stats {
+            Some(st) => (st.mean[ch], st.var[ch]),
+            None => own_stats(&xs, g),
+        };
+        let invstd = (1.0 / (var + eps as f64).sqrt()) as f32;
+        let unbiased = if n > 1.0 { var * n / (n - 1.0) } else { var };
+        // SAFETY: entries ch and C + ch of saved and running, and channel ch's planes of out,
+        // are this task's alone
+        unsafe {
+            saveds.range(ch, 1)[0] = mean as f32;
+            saveds.range(g.c + ch, 1)[0] = invstd;
+            let r = runnings.range(ch, 1);
+            r[0] = (1.0 - momentum) * r[0] + momentum * mean as f32;
+            let r = runnings.range(g.c + ch, 1);
+            r[0] = (1.0 - momentum) * r[0] + momentum * unbiased as f32;
+        }
+        let scale = invstd * weight[ch];
+        let shift = bias[ch] - mean as f32 * scale;
+        // SAFETY: as above
+        let mut os = unsafe { planes_mut(&outs, g, ch) };
+        planes_affine(&mut os, &xs, scale, shift, act);
+    });
+}
+
+/// Inference: out = act((x - running mean) / sqrt(running var + eps) * weight + bias).
+#[allow(clippy::too_many_arguments)]
+pub fn bn_forward_eval(
+    out: &mut [f32],
+    running: &[f32],
+    x: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    g: BnGeom,
+    act: Act,
+    eps: f32,
+) {
+    let outs = Disjoint::new(out);
+    intraop::each(g.c, &|ch| {
+        let scale = weight[ch] / (running[g.c + ch] + eps).sqrt();
+        let shift = bias[ch] - running[ch] * scale;
+        // SAFETY: channel ch's planes of out are this task's alone
+        let mut os = unsafe { planes_mut(&outs, g, ch) };
+        planes_affine(&mut os, &planes(x, g, ch), scale, shift, act);
+    });
+}
+
+/// What backward reads of the forward pass: its input, its output (for the activation's
+/// mask), the activation, and `saved`.
+#[derive(Clone, Copy)]
+pub struct BnSaved<'a> {
+    pub x: &'a [f32],
+    pub out: &'a [f32],
+    pub act: Act,
+    pub saved: &'a [f32],
+}
+
+/// Channel `ch`'s dout masked by the activation (in place), then its sums of dout and of
+/// dout * (x - mean).
+fn channel_grad_sums(douts: &Disjoint<f32>, f: BnSaved, g: BnGeom, ch: usize) -> (f64, f64) {
+    // SAFETY: channel ch's planes of dout are this task's alone
+    let mut ds = unsafe { planes_mut(douts, g, ch) };
+    let (outs, xs) = (planes(f.out, g, ch), planes(f.x, g, ch));
+    planes_mask_sums(&mut ds, &outs, &xs, f.saved[ch], f.act)
+}
+
+/// Masks dout by the activation (in place) and returns the per-channel sums of dout and of
+/// dout * (x - mean), [2C], in f64: what the input gradient needs from the whole batch (summed
+/// across replicas under sync batch norm before `bn_backward`).
+pub fn bn_grad_sums(dout: &mut [f32], f: BnSaved, g: BnGeom) -> Vec<f64> {
+    let mut out = vec![0.0f64; 2 * g.c];
+    let sums = Disjoint::new(&mut out);
+    let douts = Disjoint::new(dout);
+    intraop::each(g.c, &|ch| {
+        let (sdy, sdyx) = channel_grad_sums(&douts, f, g, ch);
+        // SAFETY: entries `ch` and `C + ch` are this task's alone
+        unsafe {
+            sums.range(ch, 1)[0] = sdy;
+            sums.range(g.c + ch, 1)[0] = sdyx;
+        }
+    });
+    out
+}
+
+/// The parameter and input gradients of channel `ch` from this replica's sums `local` and the
+/// sums over the batch the statistics were taken over, `total` (of `n` values); `ds`: the
+/// channel's planes of the (masked) output gradient.
+#[allow(clippy::too_many_arguments)]
+fn channel_backward(
+    dxs: Option<&Disjoint<f32>>,
+    dweight: &Disjoint<f32>,
+    dbias: &Disjoint<f32>,
+    ds: &[&[f32]],
+    f: BnSaved,
+    weight: &[f32],
+    g: BnGeom,
+    ch: usize,
+    (local, total, n): ((f64, f64), (f64, f64), f64),
+) {
+    let (mean, invstd) = (f.saved[ch], f.saved[g.c + ch]);
+    // SAFETY: entry ch of dweight and dbias and channel ch's planes of dx are this task's alone
+    unsafe {
+        dweight.range(ch, 1)[0] += (local.1 * invstd as f64) as f32;
+        dbias.range(ch, 1)[0] += local.0 as f32;
+    }
+    let Some(dxs) = dxs else { return };
+    let t = DxTerms {
+        mean,
+        invstd,
+        k: weight[ch] * invstd / n as f32,
+        n: n as f32,
+        sdy: total.0 as f32,
+        sdyxhat: (total.1 * invstd as f64) as f32,
+    };
+    // SAFETY: as above
+    let mut dx = unsafe { planes_mut(dxs, g, ch) };
+    planes_dx(&mut dx, ds, &planes(f.x, g, ch), t);
+}
+
+/// dweight += this replica's sum(dout * xhat), dbias += sum(dout) (from `local`, its own
+/// `bn_grad_sums`, dout masked by it); dx (overwritten; skipped when `None`) from `total`, the
+/// sums over the batch the statistics were taken over (the global batch's), of `n` values per
+/// channel.
+#[allow(clippy::too_many_arguments)]
+pub fn bn_backward(
+    dx: Option<&mut [f32]>,
+    (dweight, dbias): (&mut [f32], &mut [f32]),
+    dout: &[f32],
+    f: BnSaved,
+    weight: &[f32],
+    g: BnGeom,
+    (local, total, n): (&[f64], &[f64], f64),
+) {
+    let dxs = dx.map(Disjoint::new);
+    let (dws, dbs) = (Disjoint::new(dweight), Disjoint::new(dbias));
+    intraop::each(g.c, &|ch| {
+        let sums = |s: &[f64]| (s[ch], s[g.c + ch]);
+        let s = (sums(local), sums(total), n);
+        let ds = planes(dout, g, ch);
+        channel_backward(dxs.as_ref(), &dws, &dbs, &ds, f, weight, g, ch, s);
+    });
+}
+
+/// Backward over this replica's own statistics, each channel in one task (its planes stay in
+/// cache from the activation's mask to dx): dout masked in place, dweight and dbias added to,
+/// dx overwritten (skipped when `None`).
+pub fn bn_backward_own(
+    dx: Option<&mut [f32]>,
+    (dweight, dbias): (&mut [f32], &mut [f32]),
+    dout: &mut [f32],
+    f: BnSaved,
+    weight: &[f32],
+    g: BnGeom,
+) {
+    let n = (g.b * g.hw) as f64;
+    let dxs = dx.map(Disjoint::new);
+    let (dws, dbs) = (Disjoint::new(dweight), Disjoint::new(dbias));
+    let douts = Disjoint::new(dout);
+    intraop::each(g.c, &|ch| {
+        let sums = channel_grad_sums(&douts, f, g, ch);
+        // SAFETY: channel ch's planes of dout are this task's alone
+        let ds = unsafe { planes_mut(&douts, g, ch) };
+        let ds: Vec<&[f32]> = ds.into_iter().map(|d| &*d).collect();
+        channel_backward(
+            dxs.as_ref(),
+            &dws,
+            &dbs,
+            &ds,
+            f,
+            weight,
+            g,
+            ch,
+            (sums, sums, n),
+        );
+    });
+}
+
+#[cfg(test)]
+mod tests;
