@@ -8,7 +8,10 @@ mod planes;
 
 use crate::nn::intraop::{self, Disjoint};
 use crate::nn::ops::Act;
-use planes::{planes_affine, planes_dx, planes_mask_sums, planes_sq_dev, planes_sum, DxTerms};
+use planes::{
+    planes_affine, planes_dx, planes_mask_sums, planes_sq_dev, planes_sum, Channel, ChannelMut,
+    DxTerms, Planes,
+};
 
 /// One batch norm's geometry: `b` samples of `c` channels of `hw` positions.
 #[derive(Clone, Copy, Debug)]
@@ -18,33 +21,15 @@ pub struct BnGeom {
     pub hw: usize,
 }
 
-/// Channel ch's planes of `x`, one per sample.
-fn planes(x: &[f32], g: BnGeom, ch: usize) -> Vec<&[f32]> {
-    (0..g.b)
-        .map(|i| &x[(i * g.c + ch) * g.hw..(i * g.c + ch + 1) * g.hw])
-        .collect()
-}
-
-/// Channel ch's planes of a buffer the tasks of one `each` share.
-///
-/// # Safety
-/// No other task touches channel ch's planes while they live.
-#[allow(clippy::mut_from_ref)]
-unsafe fn planes_mut(x: &Disjoint<f32>, g: BnGeom, ch: usize) -> Vec<&mut [f32]> {
-    (0..g.b)
-        .map(|i| unsafe { x.range((i * g.c + ch) * g.hw, g.hw) })
-        .collect()
-}
-
 /// Per-channel sums of x (`dev` None) or of (x - dev[c])^2, in f64.
 pub fn channel_sums(x: &[f32], g: BnGeom, dev: Option<&[f64]>) -> Vec<f64> {
     let mut out = vec![0.0f64; g.c];
     let sums = Disjoint::new(&mut out);
     intraop::each(g.c, &|ch| {
-        let xs = planes(x, g, ch);
+        let xs = Channel::of(x, g, ch);
         let s = match dev {
-            None => planes_sum(&xs),
-            Some(m) => planes_sq_dev(&xs, m[ch] as f32),
+            None => planes_sum(xs),
+            Some(m) => planes_sq_dev(xs, m[ch] as f32),
         };
         // SAFETY: entry `ch` is this task's alone
         unsafe { sums.range(ch, 1)[0] = s };
@@ -75,7 +60,7 @@ impl BnStats {
 
 /// Channel ch's mean and biased variance over its planes `xs` (two passes, the planes staying
 /// in cache between them).
-fn own_stats(xs: &[&[f32]], g: BnGeom) -> (f64, f64) {
+fn own_stats(xs: Channel, g: BnGeom) -> (f64, f64) {
     let n = (g.b * g.hw) as f64;
     let mean = planes_sum(xs) / n;
     (mean, planes_sq_dev(xs, mean as f32) / n)
@@ -107,10 +92,10 @@ pub fn bn_forward_train(
         Disjoint::new(running),
     );
     intraop::each(g.c, &|ch| {
-        let xs = planes(x, g, ch);
+        let xs = Channel::of(x, g, ch);
         let (mean, var) = match stats {
             Some(st) => (st.mean[ch], st.var[ch]),
-            None => own_stats(&xs, g),
+            None => own_stats(xs, g),
         };
         let invstd = (1.0 / (var + eps as f64).sqrt()) as f32;
         let unbiased = if n > 1.0 { var * n / (n - 1.0) } else { var };
@@ -127,8 +112,8 @@ pub fn bn_forward_train(
         let scale = invstd * weight[ch];
         let shift = bias[ch] - mean as f32 * scale;
         // SAFETY: as above
-        let mut os = unsafe { planes_mut(&outs, g, ch) };
-        planes_affine(&mut os, &xs, scale, shift, act);
+        let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
+        planes_affine(&mut os, xs, scale, shift, act);
     });
 }
 
@@ -148,8 +133,8 @@ pub fn bn_forward_eval(
         let scale = weight[ch] / (running[g.c + ch] + eps).sqrt();
         let shift = bias[ch] - running[ch] * scale;
         // SAFETY: channel ch's planes of out are this task's alone
-        let mut os = unsafe { planes_mut(&outs, g, ch) };
-        planes_affine(&mut os, &planes(x, g, ch), scale, shift, act);
+        let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
+        planes_affine(&mut os, Channel::of(x, g, ch), scale, shift, act);
     });
 }
 
@@ -167,9 +152,9 @@ pub struct BnSaved<'a> {
 /// dout * (x - mean).
 fn channel_grad_sums(douts: &Disjoint<f32>, f: BnSaved, g: BnGeom, ch: usize) -> (f64, f64) {
     // SAFETY: channel ch's planes of dout are this task's alone
-    let mut ds = unsafe { planes_mut(douts, g, ch) };
-    let (outs, xs) = (planes(f.out, g, ch), planes(f.x, g, ch));
-    planes_mask_sums(&mut ds, &outs, &xs, f.saved[ch], f.act)
+    let mut ds = unsafe { ChannelMut::of(douts, g, ch) };
+    let (outs, xs) = (Channel::of(f.out, g, ch), Channel::of(f.x, g, ch));
+    planes_mask_sums(&mut ds, outs, xs, f.saved[ch], f.act)
 }
 
 /// Masks dout by the activation (in place) and returns the per-channel sums of dout and of
@@ -198,7 +183,7 @@ fn channel_backward(
     dxs: Option<&Disjoint<f32>>,
     dweight: &Disjoint<f32>,
     dbias: &Disjoint<f32>,
-    ds: &[&[f32]],
+    ds: &dyn Planes,
     f: BnSaved,
     weight: &[f32],
     g: BnGeom,
@@ -221,8 +206,8 @@ fn channel_backward(
         sdyxhat: (total.1 * invstd as f64) as f32,
     };
     // SAFETY: as above
-    let mut dx = unsafe { planes_mut(dxs, g, ch) };
-    planes_dx(&mut dx, ds, &planes(f.x, g, ch), t);
+    let mut dx = unsafe { ChannelMut::of(dxs, g, ch) };
+    planes_dx(&mut dx, ds, Channel::of(f.x, g, ch), t);
 }
 
 /// dweight += this replica's sum(dout * xhat), dbias += sum(dout) (from `local`, its own
@@ -244,7 +229,7 @@ pub fn bn_backward(
     intraop::each(g.c, &|ch| {
         let sums = |s: &[f64]| (s[ch], s[g.c + ch]);
         let s = (sums(local), sums(total), n);
-        let ds = planes(dout, g, ch);
+        let ds = Channel::of(dout, g, ch);
         channel_backward(dxs.as_ref(), &dws, &dbs, &ds, f, weight, g, ch, s);
     });
 }
@@ -267,8 +252,7 @@ pub fn bn_backward_own(
     intraop::each(g.c, &|ch| {
         let sums = channel_grad_sums(&douts, f, g, ch);
         // SAFETY: channel ch's planes of dout are this task's alone
-        let ds = unsafe { planes_mut(&douts, g, ch) };
-        let ds: Vec<&[f32]> = ds.into_iter().map(|d| &*d).collect();
+        let ds = unsafe { ChannelMut::of(&douts, g, ch) };
         channel_backward(
             dxs.as_ref(),
             &dws,

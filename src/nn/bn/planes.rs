@@ -4,17 +4,102 @@
 //! plane shorter than `L` adds into the first ones), added in order at the end: fixed order,
 //! the accuracy of a plain f64 loop, vectorised. Compiled twice (`simd::twice`).
 
+use std::marker::PhantomData;
+
+use super::BnGeom;
+use crate::nn::intraop::Disjoint;
 use crate::nn::ops::Act;
 use crate::nn::simd::twice;
+
+/// A channel's planes to read.
+pub trait Planes {
+    /// How many (the batch).
+    fn count(&self) -> usize;
+    /// Sample i's plane.
+    fn plane(&self, i: usize) -> &[f32];
+}
+
+/// Channel ch's planes of an NCHW tensor.
+#[derive(Clone, Copy)]
+pub struct Channel<'a> {
+    x: &'a [f32],
+    g: BnGeom,
+    ch: usize,
+}
+
+impl<'a> Channel<'a> {
+    pub fn of(x: &'a [f32], g: BnGeom, ch: usize) -> Channel<'a> {
+        Channel { x, g, ch }
+    }
+}
+
+impl Planes for Channel<'_> {
+    fn count(&self) -> usize {
+        self.g.b
+    }
+
+    #[inline]
+    fn plane(&self, i: usize) -> &[f32] {
+        let at = (i * self.g.c + self.ch) * self.g.hw;
+        &self.x[at..at + self.g.hw]
+    }
+}
+
+/// Channel ch's planes of a tensor the tasks of one `each` write, each its own channel.
+pub struct ChannelMut<'a> {
+    x: &'a Disjoint<f32>,
+    g: BnGeom,
+    ch: usize,
+    _planes: PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> ChannelMut<'a> {
+    /// # Safety
+    /// No other task touches channel ch's planes of `x` while this lives.
+    pub unsafe fn of(x: &'a Disjoint<f32>, g: BnGeom, ch: usize) -> ChannelMut<'a> {
+        ChannelMut {
+            x,
+            g,
+            ch,
+            _planes: PhantomData,
+        }
+    }
+
+    /// Sample i's plane.
+    #[inline]
+    pub fn plane_mut(&mut self, i: usize) -> &mut [f32] {
+        // SAFETY: the channel's planes are this value's alone (`of`), lent out one at a time
+        unsafe {
+            self.x
+                .range((i * self.g.c + self.ch) * self.g.hw, self.g.hw)
+        }
+    }
+}
+
+impl Planes for ChannelMut<'_> {
+    fn count(&self) -> usize {
+        self.g.b
+    }
+
+    #[inline]
+    fn plane(&self, i: usize) -> &[f32] {
+        // SAFETY: as `plane_mut`; no `&mut` to them lives while `&self` is borrowed
+        unsafe {
+            self.x
+                .range((i * self.g.c + self.ch) * self.g.hw, self.g.hw)
+        }
+    }
+}
 
 /// Partial sums: four AVX2 registers of f64.
 const L: usize = 16;
 
 /// sum over the planes of f(value) into `L` lanes, then in order.
 #[inline(always)]
-fn sum(planes: &[&[f32]], f: impl Fn(f32) -> f64) -> f64 {
+fn sum(planes: Channel, f: impl Fn(f32) -> f64) -> f64 {
     let mut acc = [0.0f64; L];
-    for p in planes {
+    for i in 0..planes.count() {
+        let p = planes.plane(i);
         let chunks = p.chunks_exact(L);
         for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
             *a += f(v);
@@ -30,29 +115,23 @@ fn sum(planes: &[&[f32]], f: impl Fn(f32) -> f64) -> f64 {
 
 twice! {
     /// The sum of every value.
-    pub fn planes_sum(planes: &[&[f32]]) -> f64 {
+    pub fn planes_sum(planes: Channel) -> f64 {
         sum(planes, |v| v as f64)
     }
 }
 
 twice! {
     /// The sum of (x - m)^2, each term rounded as f32.
-    pub fn planes_sq_dev(planes: &[&[f32]], m: f32) -> f64 {
+    pub fn planes_sq_dev(planes: Channel, m: f32) -> f64 {
         sum(planes, |v| ((v - m) * (v - m)) as f64)
     }
 }
 
 /// out = keep(x * scale + shift) per value.
 #[inline(always)]
-fn affine_by(
-    outs: &mut [&mut [f32]],
-    xs: &[&[f32]],
-    scale: f32,
-    shift: f32,
-    act: impl Fn(f32) -> f32,
-) {
-    for (o, x) in outs.iter_mut().zip(xs) {
-        for (o, &v) in o.iter_mut().zip(x.iter()) {
+fn affine_by(outs: &mut ChannelMut, xs: Channel, scale: f32, shift: f32, act: impl Fn(f32) -> f32) {
+    for i in 0..xs.count() {
+        for (o, &v) in outs.plane_mut(i).iter_mut().zip(xs.plane(i)) {
             *o = act(v * scale + shift);
         }
     }
@@ -60,7 +139,7 @@ fn affine_by(
 
 twice! {
     /// outs = act(xs * scale + shift).
-    pub fn planes_affine(outs: &mut [&mut [f32]], xs: &[&[f32]], scale: f32, shift: f32, act: Act) {
+    pub fn planes_affine(outs: &mut ChannelMut, xs: Channel, scale: f32, shift: f32, act: Act) {
         match act {
             Act::None => affine_by(outs, xs, scale, shift, |v| v),
             Act::Relu => affine_by(outs, xs, scale, shift, |v| v.max(0.0)),
@@ -72,14 +151,15 @@ twice! {
 /// d = keep(out) ? d : 0 per value (a select, not a branch), then (sum d, sum d * (x - m)).
 #[inline(always)]
 fn mask_sums_by(
-    ds: &mut [&mut [f32]],
-    outs: &[&[f32]],
-    xs: &[&[f32]],
+    ds: &mut ChannelMut,
+    outs: Channel,
+    xs: Channel,
     m: f32,
     keep: impl Fn(f32) -> bool,
 ) -> (f64, f64) {
     let (mut sd, mut sdx) = ([0.0f64; L], [0.0f64; L]);
-    for ((d, o), x) in ds.iter_mut().zip(outs).zip(xs) {
+    for i in 0..xs.count() {
+        let (d, o, x) = (ds.plane_mut(i), outs.plane(i), xs.plane(i));
         let n = d.len().min(o.len()).min(x.len());
         let whole = n - n % L;
         let mut step = |d: &mut [f32], o: &[f32], x: &[f32], lanes: usize| {
@@ -103,7 +183,7 @@ fn mask_sums_by(
 twice! {
     /// ds masked in place by the activation's derivative at its output `outs`, then the sums of
     /// ds and of ds * (xs - m).
-    pub fn planes_mask_sums(ds: &mut [&mut [f32]], outs: &[&[f32]], xs: &[&[f32]], m: f32, act: Act) -> (f64, f64) {
+    pub fn planes_mask_sums(ds: &mut ChannelMut, outs: Channel, xs: Channel, m: f32, act: Act) -> (f64, f64) {
         match act {
             Act::None => mask_sums_by(ds, outs, xs, m, |_| true),
             Act::Relu => mask_sums_by(ds, outs, xs, m, |o| o > 0.0),
@@ -126,9 +206,9 @@ pub struct DxTerms {
 
 twice! {
     /// dxs from the (masked) output gradient ds and the input xs.
-    pub fn planes_dx(dxs: &mut [&mut [f32]], ds: &[&[f32]], xs: &[&[f32]], t: DxTerms) {
-        for ((dx, d), x) in dxs.iter_mut().zip(ds).zip(xs) {
-            for ((o, &d), &v) in dx.iter_mut().zip(d.iter()).zip(x.iter()) {
+    pub fn planes_dx(dxs: &mut ChannelMut, ds: &dyn Planes, xs: Channel, t: DxTerms) {
+        for i in 0..xs.count() {
+            for ((o, &d), &v) in dxs.plane_mut(i).iter_mut().zip(ds.plane(i)).zip(xs.plane(i)) {
                 let xhat = (v - t.mean) * t.invstd;
                 *o = t.k * (t.n * d - t.sdy - xhat * t.sdyxhat);
             }
