@@ -26,15 +26,23 @@ pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
 }
 
 /// Weights regrouped for the forward tiles: for each block of OB rows, for each tap, the OB
-/// rows' weights side by side (zeros past `rows`). `weight(r, t)` reads row r's tap t.
-fn pack(wp: &mut Vec<f32>, rows: usize, taps: usize, weight: impl Fn(usize, usize) -> f32) {
-    let blocks = rows.div_ceil(OB);
+/// rows' weights side by side (zeros past `rows`). Row r's tap t is w[r * row_step + at[t]]
+/// (offsets worked out once per call, not per weight: this runs once per group of images).
+fn pack(wp: &mut Vec<f32>, rows: usize, w: &[f32], row_step: usize, at: &[usize]) {
+    let (blocks, taps) = (rows.div_ceil(OB), at.len());
     wp.clear();
     wp.resize(blocks * taps * OB, 0.0);
+    if taps == 0 {
+        return;
+    }
     for r in 0..rows {
         let (b, i) = (r / OB, r % OB);
-        for t in 0..taps {
-            wp[(b * taps + t) * OB + i] = weight(r, t);
+        let (src, dst) = (
+            &w[r * row_step..],
+            &mut wp[b * taps * OB..(b + 1) * taps * OB],
+        );
+        for (d, &a) in dst[i..].iter_mut().step_by(OB).zip(at) {
+            *d = src[a];
         }
     }
 }
@@ -73,7 +81,9 @@ pub fn forward(
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
         let rows = oc.next_multiple_of(OB);
-        pack(&mut s.wp, oc, ckk, |r, t| w[r * ckk + t]);
+        s.offs.clear();
+        s.offs.extend(0..ckk);
+        pack(&mut s.wp, oc, w, ckk, &s.offs);
         s.bias.clear();
         s.bias.extend_from_slice(&bias[..oc]);
         s.bias.resize(rows, 0.0);
@@ -171,10 +181,11 @@ pub fn backward(
         match &r {
             // dinp = dout's planes (*) w flipped, with C rows and OC x K x K taps
             Reads::Same(g) => {
-                pack(&mut s.wp, c, oc * kk, |r, t| {
-                    let (o, tap) = (t / kk, t % kk);
-                    w[(o * c + r) * kk + kk - 1 - tap]
-                });
+                // row r (an input channel), tap (o, t): w[o, r] flipped
+                s.offs.clear();
+                s.offs
+                    .extend((0..oc).flat_map(|o| (0..kk).map(move |t| o * c * kk + kk - 1 - t)));
+                pack(&mut s.wp, c, w, kk, &s.offs);
                 g.taps(oc, 1, &mut s.offs);
                 grow(&mut s.outq, crows * g.positions());
                 for n in 0..b {
@@ -194,10 +205,10 @@ pub fn backward(
                     .map(|phase| {
                         let (mut taps, mut at, mut wp) = (Vec::new(), Vec::new(), Vec::new());
                         halves.back_taps(phase, &mut taps, &mut at);
-                        let np = taps.len();
-                        pack(&mut wp, c, oc * np, |r, j| {
-                            w[((j / np) * c + r) * kk + taps[j % np]]
-                        });
+                        let weights: Vec<usize> = (0..oc)
+                            .flat_map(|o| taps.iter().map(move |&t| o * c * kk + t))
+                            .collect();
+                        pack(&mut wp, c, w, kk, &weights);
                         let offs = (0..oc)
                             .flat_map(|o| at.iter().map(move |off| o * g.len + off))
                             .collect();
