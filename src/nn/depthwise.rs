@@ -123,27 +123,29 @@ pub fn dwconv_backward(
         let wk = &w[ch * kk..(ch + 1) * kk];
         // SAFETY: channel ch's kernel, bias and planes are this task's alone
         let dwk = unsafe { dws.range(ch * kk, kk) };
+        // image i's plane of this channel: of the input, of dout, of the input gradient
         let src = |i: usize| &inp[(i * g.c + ch) * hw..(i * g.c + ch + 1) * hw];
-        let dst = |i: usize| &dout[(i * g.c + ch) * ohw..(i * g.c + ch + 1) * ohw];
-        let sum_bias: f64 = (0..b).map(|i| lane_sum(dst(i)) as f64).sum();
-        if let Some(dbs) = &dbs {
-            unsafe { dbs.range(ch, 1)[0] += sum_bias as f32 };
-        }
-        let din = |i: usize| {
-            dinps
-                .as_ref()
-                .map(|p| unsafe { p.range((i * g.c + ch) * hw, hw) })
+        let dout_of = |i: usize| &dout[(i * g.c + ch) * ohw..(i * g.c + ch + 1) * ohw];
+        let din_of = |i: usize| {
+            let p = dinps.as_ref()?;
+            // SAFETY: as above
+            Some(unsafe { p.range((i * g.c + ch) * hw, hw) })
         };
+        if let Some(dbs) = &dbs {
+            let sum: f64 = (0..b).map(|i| lane_sum(dout_of(i)) as f64).sum();
+            // SAFETY: as above
+            unsafe { dbs.range(ch, 1)[0] += sum as f32 };
+        }
         if direct {
             let srcs: Vec<&[f32]> = (0..b).map(src).collect();
-            let douts: Vec<&[f32]> = (0..b).map(dst).collect();
-            let mut dins: Option<Vec<&mut [f32]>> = (0..b).map(din).collect();
+            let douts: Vec<&[f32]> = (0..b).map(dout_of).collect();
+            let mut dins: Option<Vec<&mut [f32]>> = (0..b).map(din_of).collect();
             let dins = dins.as_deref_mut();
             direct::depthwise::backward_channel(dins, dwk, &douts, &srcs, wk, win);
             return;
         }
         for i in 0..b {
-            let (src, d, mut din) = (src(i), dst(i), din(i));
+            let (src, d, mut din) = (src(i), dout_of(i), din_of(i));
             if let Some(din) = din.as_deref_mut() {
                 din.fill(0.0);
             }
