@@ -1,27 +1,42 @@
 // Optimizer updates on flat parameter buffers. Mirrors optim::step: `scale` turns the summed
 // gradient into the mean (1 / global samples); `wd` is L2 (added to the gradient) except for
 // AdamW, where it is decoupled.
+//
+// Each update walks a table of chunks, one block per chunk (grid-stride over the table): an
+// int4 of (first parameter, length, first moment, decayed), built once on the host from the
+// optimizer's pieces (`nn::optim::Optimizer::pieces`). Frozen parameters have no chunk, the
+// moments are laid out over the trained parameters only, and a chunk that is not decayed
+// (`--no-decay-bn-bias`) takes wd = 0.
 
-extern "C" __global__ void sgd_f32(float* p, const float* g, int n, float lr, float wd,
-                                   float scale) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float gi = g[i] * scale + wd * p[i];
-        p[i] -= lr * gi;
+extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks, int nchunks,
+                                   float lr, float wd, float scale) {
+    for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
+        int4 c = chunks[k];
+        float w = c.w ? wd : 0.0f;
+        for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
+            int i = c.x + j;
+            float gi = g[i] * scale + w * p[i];
+            p[i] -= lr * gi;
+        }
     }
 }
 
-// heavy-ball momentum (PyTorch's formulation), or Nesterov's where `nesterov` is 1; `first` is
-// 1 on the first step (m = g)
-extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, int n, float lr,
-                                        float mu, float wd, float scale, int first,
-                                        int nesterov) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float gi = g[i] * scale + wd * p[i];
-        float mi = first ? gi : mu * m[i] + gi;
-        m[i] = mi;
-        p[i] -= lr * (nesterov ? gi + mu * mi : mi);
+// heavy-ball momentum `mu` (PyTorch's formulation), or Nesterov's where `nesterov` is 1;
+// `first` is 1 on the first step (m = g)
+extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, const int4* chunks,
+                                        int nchunks, float lr, float mu, float wd, float scale,
+                                        int first, int nesterov) {
+    for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
+        int4 c = chunks[k];
+        float w = c.w ? wd : 0.0f;
+        for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
+            int i = c.x + j;
+            int mi = c.z + j;
+            float gi = g[i] * scale + w * p[i];
+            float buf = first ? gi : mu * m[mi] + gi;
+            m[mi] = buf;
+            p[i] -= lr * (nesterov ? gi + mu * buf : buf);
+        }
     }
 }
 
@@ -36,22 +51,24 @@ __device__ __forceinline__ void adam_one(float* p, float g, float* m, float* v, 
     *p -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
 }
 
-extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v, int n,
-                                    float lr, float b1, float b2, float eps, float wd,
-                                    float scale, float step_size, float inv_sqrt_bc2) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        float gi = g[i] * scale + wd * p[i];
-        adam_one(&p[i], gi, &m[i], &v[i], b1, b2, eps, step_size, inv_sqrt_bc2);
-    }
-}
-
-extern "C" __global__ void adamw_f32(float* p, const float* g, float* m, float* v, int n,
-                                     float lr, float b1, float b2, float eps, float wd,
-                                     float scale, float step_size, float inv_sqrt_bc2) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        p[i] -= lr * wd * p[i];
-        adam_one(&p[i], g[i] * scale, &m[i], &v[i], b1, b2, eps, step_size, inv_sqrt_bc2);
+// Adam with L2 weight decay, or AdamW's decoupled decay where `decoupled` is 1
+extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v,
+                                    const int4* chunks, int nchunks, float lr, float b1,
+                                    float b2, float eps, float wd, float scale, float step_size,
+                                    float inv_sqrt_bc2, int decoupled) {
+    for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
+        int4 c = chunks[k];
+        float w = c.w ? wd : 0.0f;
+        for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
+            int i = c.x + j;
+            int mi = c.z + j;
+            float gi = g[i] * scale;
+            if (decoupled) {
+                p[i] -= lr * w * p[i];
+            } else {
+                gi += w * p[i];
+            }
+            adam_one(&p[i], gi, &m[mi], &v[mi], b1, b2, eps, step_size, inv_sqrt_bc2);
+        }
     }
 }

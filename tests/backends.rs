@@ -12,7 +12,7 @@ use mgtop::backend::{CpuReplica, Replica, TrainState};
 use mgtop::comm::LocalCollective;
 use mgtop::data::{Dataset, MicroBatch};
 use mgtop::nn::model::Model;
-use mgtop::nn::optim::{OptState, OptimizerKind, BETA1, BETA2, EPS};
+use mgtop::nn::optim::{OptState, Optimizer, OptimizerKind, BETA1, BETA2, EPS};
 use mgtop::nn::rng::Rng;
 
 const LR: f32 = 0.05;
@@ -315,8 +315,7 @@ fn cuda_replica_trains_like_the_reference() {
             CudaReplica::open(
                 0,
                 model,
-                kind,
-                WD,
+                Optimizer::new(kind, WD),
                 state,
                 std::time::Duration::from_secs(60),
             )
@@ -340,11 +339,14 @@ fn gpu_present() -> bool {
 }
 
 fn open_gpu(model: Model, kind: OptimizerKind, state: TrainState) -> CudaReplica {
+    open_with(model, Optimizer::new(kind, WD), state)
+}
+
+fn open_with(model: Model, optimizer: Optimizer, state: TrainState) -> CudaReplica {
     CudaReplica::open(
         0,
         model,
-        kind,
-        WD,
+        optimizer,
         state,
         std::time::Duration::from_secs(60),
     )
@@ -385,28 +387,45 @@ fn image_batch(model: &Model, b: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [Micr
     (x, y, micro)
 }
 
-/// The shared CUDA-vs-CPU body: `spec` on `input` trained two steps of every optimizer on two
-/// micro-batches by the CUDA replica and by the CPU one (whose ops are checked against finite
-/// differences and naive references): the loss and evaluation at each step, and the parameters
-/// and running statistics after, must agree; and the GPU's state survives export/import.
-fn gpu_trains_like_the_cpu(input: mgtop::nn::layers::Shape, spec: &str, classes: usize) {
+/// What a run sets beside the optimizer's kind: the model's loss and frozen tensors, and the
+/// optimizer's coefficients.
+type Recipe = dyn Fn(&mut Model, OptimizerKind) -> Optimizer;
+
+/// Every optimizer as `Optimizer::new` makes it (momentum 0.9, weight decay `WD` on everything).
+fn plain(_: &mut Model, kind: OptimizerKind) -> Optimizer {
+    Optimizer::new(kind, WD)
+}
+
+/// The shared CUDA-vs-CPU body: `spec` on `input` trained two steps of every optimizer (as
+/// `recipe` sets it up) on two micro-batches by the CUDA replica and by the CPU one (whose ops
+/// are checked against finite differences and naive references): the loss and evaluation at
+/// each step, and the parameters and running statistics after, must agree; frozen parameters
+/// stay as they were; and the GPU's state survives export/import.
+fn gpu_trains_like_the_cpu(
+    input: mgtop::nn::layers::Shape,
+    spec: &str,
+    classes: usize,
+    recipe: &Recipe,
+) {
     let spec = spec.parse().unwrap();
-    let model = Model::new(input, &spec, classes).unwrap();
+    let mut model = Model::new(input, &spec, classes).unwrap();
     let b = 7;
     let (x, y, micro) = image_batch(&model, b, 31);
     for kind in [
         OptimizerKind::Sgd,
         OptimizerKind::Momentum,
+        OptimizerKind::Nesterov,
         OptimizerKind::Adam,
         OptimizerKind::AdamW,
     ] {
+        let optimizer = recipe(&mut model, kind);
         let state = TrainState {
             params: model.init_params(6),
             opt: OptState::new(kind, model.n_params),
             buffers: model.init_buffers(),
         };
-        let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
-        let mut gpu = open_gpu(model.clone(), kind, state.clone());
+        let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
+        let mut gpu = open_with(model.clone(), optimizer.clone(), state.clone());
         for t in 1..=2 {
             let mut losses = Vec::new();
             for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
@@ -430,6 +449,13 @@ fn gpu_trains_like_the_cpu(input: mgtop::nn::layers::Shape, spec: &str, classes:
             worst < 1e-3,
             "{kind}: GPU parameters off by {worst:e} (relative) after 2 steps"
         );
+        for r in &optimizer.frozen {
+            assert_eq!(
+                g.params[r.clone()],
+                state.params[r.clone()],
+                "{kind}: frozen parameters {r:?} moved on the GPU"
+            );
+        }
         let worst = worst_relative(&g.buffers, &c.buffers);
         assert!(
             worst < 1e-3,
@@ -441,7 +467,7 @@ fn gpu_trains_like_the_cpu(input: mgtop::nn::layers::Shape, spec: &str, classes:
             "{kind}: buffers() is the exported state's"
         );
         // a fresh replica given the state exports it unchanged (running statistics included)
-        let mut again = open_gpu(model.clone(), kind, state);
+        let mut again = open_with(model.clone(), optimizer, state);
         again.import(&g);
         assert_eq!(again.export(), g, "{kind}: import/export");
     }
@@ -457,7 +483,7 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
         return;
     }
     let input = mgtop::nn::layers::Shape::Image { c: 2, h: 9, w: 8 };
-    gpu_trains_like_the_cpu(input, "conv6k3p1,pool2,conv8k3s2,dense12", 5);
+    gpu_trains_like_the_cpu(input, "conv6k3p1,pool2,conv8k3s2,dense12", 5, &plain);
 }
 
 /// A residual network with every op but dropout: convolutions with and without bias, batch
@@ -471,7 +497,33 @@ fn cuda_residual_bn_replica_trains_like_the_cpu_replica() {
     }
     let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
     let spec = "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
-    gpu_trains_like_the_cpu(input, spec, 5);
+    gpu_trains_like_the_cpu(input, spec, 5, &plain);
+}
+
+/// The options real recipes set, on the GPU as on the CPU: momentum 0.8 (Nesterov too), label
+/// smoothing 0.1, no weight decay on batch norm and biases, and the stem's convolution and
+/// batch norm frozen (not updated, no moments kept, left out of the all-reduce; the state
+/// exported still lays moments over every parameter).
+#[test]
+fn cuda_recipe_options_train_like_the_cpu_replica() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let spec = "conv4k3p1,bn,basic4,basic6s2,gap";
+    gpu_trains_like_the_cpu(input, spec, 5, &|model, kind| {
+        let stem: Vec<usize> = (0..model.tensors.len())
+            .filter(|&t| model.nodes[..2].iter().any(|n| n.params.contains(&t)))
+            .collect();
+        model.freeze(&stem);
+        model.label_smoothing = 0.1;
+        Optimizer {
+            momentum: 0.8,
+            no_decay: model.no_decay_ranges(),
+            frozen: model.frozen_ranges(),
+            ..Optimizer::new(kind, WD)
+        }
+    });
 }
 
 /// Sync batch norm on GPUs: two CUDA replicas (two threads on GPU 0) with 3 and 4 of a batch's

@@ -127,9 +127,6 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
-        if devices.0.iter().any(|d| matches!(d, Device::Gpu { .. })) {
-            validate::on_gpus(&cfg)?;
-        }
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from
@@ -369,7 +366,9 @@ impl Engine {
                             world: ranks,
                         });
                         let mut ctx = ctx;
-                        match worker::open_gpu(&mut ctx, index, model, state, group, &train) {
+                        match worker::open_gpu(
+                            &mut ctx, index, model, optimizer, state, group, &train,
+                        ) {
                             Ok(replica) => worker::run(ctx, Box::new(replica)),
                             Err(e) => worker::stop_all(ctx, e),
                         }

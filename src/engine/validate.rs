@@ -13,7 +13,7 @@ use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
-use crate::nn::optim::{Optimizer, MOMENTUM};
+use crate::nn::optim::Optimizer;
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
@@ -191,21 +191,4 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
         frozen: model.frozen_ranges(),
         ..Optimizer::new(cfg.optimizer, cfg.weight_decay)
     }
-}
-
-/// What the GPU backend cannot run yet, refused before any GPU opens.
-pub(super) fn on_gpus(cfg: &RunConfig) -> Result<(), EngineError> {
-    let bad = |e: String| Err(EngineError::Config(e));
-    let cpu_only = [
-        (cfg.momentum != MOMENTUM, "--momentum other than 0.9"),
-        (cfg.no_decay_bn_bias, "--no-decay-bn-bias"),
-        (cfg.label_smoothing != 0.0, "--label-smoothing"),
-        (cfg.freeze.is_some(), "--freeze"),
-    ];
-    if let Some((_, flag)) = cpu_only.iter().find(|(on, _)| *on) {
-        return bad(format!(
-            "{flag} trains on CPU workers only in this version; use --devices cpu:N, or leave it out on GPUs"
-        ));
-    }
-    Ok(())
 }

@@ -164,6 +164,46 @@ impl Optimizer {
     }
 }
 
+/// A stretch of parameters one update treats alike: trained (frozen ones have no piece),
+/// decayed or not, with its moments from `moment` in the optimizer's own (compact) state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub range: Range<usize>,
+    pub moment: usize,
+    pub decay: bool,
+}
+
+impl Optimizer {
+    /// The trained parameters of `0..n` cut where decay starts or stops, in order: what one
+    /// update walks (here, and as the GPU's table of chunks).
+    pub fn pieces(&self, n: usize) -> Vec<Piece> {
+        let mut cuts: Vec<usize> = (self.no_decay.iter().chain(&self.frozen))
+            .flat_map(|r| [r.start.min(n), r.end.min(n)])
+            .chain([0, n])
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let within = |rs: &[Range<usize>], i: usize| rs.iter().any(|r| r.contains(&i));
+        let mut out = Vec::new();
+        // where the next trained range's moments start
+        let mut moment = 0;
+        for w in cuts.windows(2) {
+            let range = w[0]..w[1];
+            if range.is_empty() || within(&self.frozen, range.start) {
+                continue;
+            }
+            let len = range.len();
+            out.push(Piece {
+                decay: !within(&self.no_decay, range.start),
+                range,
+                moment,
+            });
+            moment += len;
+        }
+        out
+    }
+}
+
 /// One update: params -= lr * direction(scale * grads), over the ranges that are decayed and
 /// those that are not; frozen ranges keep their values. `st` is the optimizer's own state
 /// ([`Optimizer::compact`]): moments for the trained parameters only, in order.
@@ -176,32 +216,9 @@ pub fn step(
     scale: f32,
 ) {
     st.t += 1;
-    let n = params.len();
-    if o.no_decay.is_empty() && o.frozen.is_empty() {
-        return step_range(o, params, grads, st, lr, o.weight_decay, scale, 0..n, 0);
-    }
-    // the pieces between every range's ends, each decayed or not, frozen or not
-    let mut cuts: Vec<usize> = (o.no_decay.iter().chain(&o.frozen))
-        .flat_map(|r| [r.start.min(n), r.end.min(n)])
-        .chain([0, n])
-        .collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    let within = |rs: &[Range<usize>], i: usize| rs.iter().any(|r| r.contains(&i));
-    // where the next trained range's moments start
-    let mut moment = 0;
-    for w in cuts.windows(2) {
-        let r = w[0]..w[1];
-        if within(&o.frozen, r.start) {
-            continue;
-        }
-        let wd = match within(&o.no_decay, r.start) {
-            true => 0.0,
-            false => o.weight_decay,
-        };
-        let len = r.len();
-        step_range(o, params, grads, st, lr, wd, scale, r, moment);
-        moment += len;
+    for p in o.pieces(params.len()) {
+        let wd = if p.decay { o.weight_decay } else { 0.0 };
+        step_range(o, params, grads, st, lr, wd, scale, p.range, p.moment);
     }
 }
 
@@ -341,6 +358,33 @@ mod tests {
         let q1 = 1.0 - 0.1 * g1;
         let g2 = 2.0 + 0.1 * q1;
         assert!((q[0] - (q1 - 0.1 * (0.5 * g1 + g2))).abs() < 1e-6, "{q:?}");
+    }
+
+    #[test]
+    fn pieces_cover_each_trained_parameter_once_with_its_decay_and_compact_moments() {
+        let o = Optimizer {
+            frozen: vec![0..2, 5..7],
+            no_decay: vec![3..6, 8..9],
+            ..Optimizer::new(OptimizerKind::Adam, 0.1)
+        };
+        let got: Vec<(Range<usize>, usize, bool)> = (o.pieces(10).into_iter())
+            .map(|p| (p.range, p.moment, p.decay))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (2..3, 0, true),
+                (3..5, 1, false),
+                (7..8, 3, true),
+                (8..9, 4, false),
+                (9..10, 5, true)
+            ]
+        );
+        // nothing frozen or excluded: one piece
+        let plain = Optimizer::new(OptimizerKind::Sgd, 0.0).pieces(7);
+        assert_eq!(plain.len(), 1);
+        assert_eq!((plain[0].range.clone(), plain[0].decay), (0..7, true));
+        assert!(Optimizer::new(OptimizerKind::Sgd, 0.0).pieces(0).is_empty());
     }
 
     #[test]

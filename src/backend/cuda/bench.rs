@@ -10,7 +10,9 @@ use cudarc::nccl::Id;
 
 use super::nccl::{Communicator, Patience};
 
+use super::replica::{launch_update, Buffers, Chunks};
 use super::{on, CudaError, Gpu};
+use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::rng::Rng;
 
 const WARM: usize = 5;
@@ -78,7 +80,6 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
         .map_err(on(index, "allocate"))?;
     let blas = cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "cuBLAS handle"))?;
     let (ni, di, nn) = (rows as i32, width as i32, (rows * width) as i32);
-    let np = params as i32;
     let act_bytes = (rows * width * 4) as f64;
     let gbs = |bytes: f64| move |us: f64| format!("{:.0} GB/s", bytes / us / 1e3);
     let mut times = Vec::new();
@@ -142,19 +143,21 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
             Ok(())
         },
     )?;
-    let (lr, b1, b2, eps, wd, scale, step, bc) = (
-        1e-3f32, 0.9f32, 0.999f32, 1e-8f32, 0.0f32, 1.0f32, 1e-2f32, 1.0f32,
-    );
+    let adam = Optimizer::new(OptimizerKind::Adam, 0.0);
+    let chunks = Chunks::new(&s, &adam, params).map_err(on(index, "upload the chunks"))?;
     // Adam reads p, g, m, v and writes p, m, v
     time(
         format!("adam {}M params", params >> 20),
         20,
         &gbs(7.0 * 4.0 * params as f64),
         &mut || {
-            launch!(
-                &gpu, "adam_f32", params, &mut p, &g, &mut m, &mut v, &np, &lr, &b1, &b2, &eps,
-                &wd, &scale, &step, &bc
-            );
+            let b = Buffers {
+                p: p.slice_mut(..),
+                g: g.slice(..),
+                m: m.slice_mut(..),
+                v: v.slice_mut(..),
+            };
+            launch_update(&gpu, &adam, &chunks, b, 1e-3, 1.0, 10);
             Ok(())
         },
     )?;

@@ -261,7 +261,6 @@ mod tests {
                 "sgd_f32",
                 "momentum_f32",
                 "adam_f32",
-                "adamw_f32",
                 "scale_f32",
                 "metrics_f32",
                 "im2col_f32",

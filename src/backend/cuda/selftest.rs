@@ -14,7 +14,7 @@ use crate::comm::LocalCollective;
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::gemm::sgemm;
 use crate::nn::model::Model;
-use crate::nn::optim::{OptState, OptimizerKind};
+use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
 use crate::nn::rng::Rng;
 
 /// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
@@ -97,7 +97,13 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     ] {
         let name = format!("gpu{index} 2 training steps ({kind}, data held on the GPU)");
         out.extend(guarded(&name, || {
-            vec![check(name.clone(), two_steps(index, kind))]
+            vec![check(name.clone(), two_steps(index, kind, false))]
+        }));
+    }
+    for kind in [OptimizerKind::Nesterov, OptimizerKind::AdamW] {
+        let name = format!("gpu{index} 2 steps ({kind} 0.8, smoothing, no decay, freeze)");
+        out.extend(guarded(&name, || {
+            vec![check(name.clone(), two_steps(index, kind, true))]
         }));
     }
     let name = format!("gpu{index} 2 steps of a residual BN network");
@@ -182,48 +188,77 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
     })();
     run("scale_f32", want, got, 1e-6);
 
-    // softmax cross-entropy: dlogits, then the loss sum and correct count through metrics_f32
-    let mut want_d = vec![0.0; rows * classes];
-    let (loss, correct) =
-        crate::nn::ops::softmax_xent(Some(&mut want_d), &logits, &labels, rows, classes);
-    let got = (|| {
-        let l = s.clone_htod(&logits).map_err(on(index, "upload"))?;
-        let y = s.clone_htod(&labels).map_err(on(index, "upload"))?;
-        let mut row_loss = s.alloc_zeros::<f32>(rows).map_err(on(index, "allocate"))?;
-        let mut row_correct = s.alloc_zeros::<i32>(rows).map_err(on(index, "allocate"))?;
-        let mut d = s
-            .alloc_zeros::<f32>(rows * classes)
-            .map_err(on(index, "allocate"))?;
-        let (nr, nc) = (rows as i32, classes as i32);
-        launch!(
-            gpu,
-            "softmax_xent_f32",
+    // softmax cross-entropy, plain and with label smoothing: dlogits, then the loss sum and
+    // correct count through metrics_f32
+    for eps in [0.0f32, 0.1] {
+        let mut want_d = vec![0.0; rows * classes];
+        let (loss, correct) = crate::nn::ops::softmax_xent_smoothed(
+            Some(&mut want_d),
+            &logits,
+            &labels,
             rows,
-            &l,
-            &y,
-            &mut row_loss,
-            &mut row_correct,
-            &mut d,
-            &nr,
-            &nc
+            classes,
+            eps,
         );
-        let mut m = s.alloc_zeros::<f32>(3).map_err(on(index, "allocate"))?;
-        super::launch::add_metrics(gpu, &mut m.slice_mut(..), &row_loss, &row_correct, rows);
-        let mut v = s.clone_dtoh(&d).map_err(on(index, "download"))?;
-        v.extend(s.clone_dtoh(&m).map_err(on(index, "download"))?);
-        Ok(v)
-    })();
-    let mut want = want_d;
-    want.extend([loss as f32, correct as f32, rows as f32]);
-    run("softmax_xent_f32 + metrics_f32", want, got, 1e-4);
+        let got = (|| {
+            let l = s.clone_htod(&logits).map_err(on(index, "upload"))?;
+            let y = s.clone_htod(&labels).map_err(on(index, "upload"))?;
+            let mut row_loss = s.alloc_zeros::<f32>(rows).map_err(on(index, "allocate"))?;
+            let mut row_correct = s.alloc_zeros::<i32>(rows).map_err(on(index, "allocate"))?;
+            let mut d = s
+                .alloc_zeros::<f32>(rows * classes)
+                .map_err(on(index, "allocate"))?;
+            let (nr, nc) = (rows as i32, classes as i32);
+            launch!(
+                gpu,
+                "softmax_xent_f32",
+                rows,
+                &l,
+                &y,
+                &mut row_loss,
+                &mut row_correct,
+                &mut d,
+                &nr,
+                &nc,
+                &eps
+            );
+            let mut m = s.alloc_zeros::<f32>(3).map_err(on(index, "allocate"))?;
+            super::launch::add_metrics(gpu, &mut m.slice_mut(..), &row_loss, &row_correct, rows);
+            let mut v = s.clone_dtoh(&d).map_err(on(index, "download"))?;
+            v.extend(s.clone_dtoh(&m).map_err(on(index, "download"))?);
+            Ok(v)
+        })();
+        let mut want = want_d;
+        want.extend([loss as f32, correct as f32, rows as f32]);
+        let op = match eps {
+            0.0 => "softmax_xent_f32 + metrics_f32".to_string(),
+            _ => format!("softmax_xent_f32 smoothed {eps}"),
+        };
+        run(&op, want, got, 1e-4);
+    }
     out
 }
 
 /// Two steps on one batch of 96 samples (two micro-batches), CPU vs GPU: the parameters after.
 /// The GPU holds the 96 samples and gets the micro-batches as shuffled row numbers (gathered on
 /// the device), the CPU their features; then both evaluate 88 of them, the GPU from its copy.
-fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError> {
-    let model = Model::mlp(64, &[128, 32], 10);
+/// `tuned` adds what real recipes set: momentum 0.8 (Adam ignores it), label smoothing 0.1, no
+/// weight decay on biases (`--no-decay-bn-bias`), and the first layer frozen (`--freeze`; its
+/// parameters must not move, its gradients stay out of the all-reduce).
+fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64), CudaError> {
+    let mut model = Model::mlp(64, &[128, 32], 10);
+    // a weight decay large enough that leaving it out moves the parameters measurably
+    let mut optimizer = Optimizer::new(kind, 0.1);
+    if tuned {
+        model.freeze(&[0, 1]);
+        model.label_smoothing = 0.1;
+        optimizer = Optimizer {
+            momentum: 0.8,
+            no_decay: model.no_decay_ranges(),
+            frozen: model.frozen_ranges(),
+            ..optimizer
+        };
+    }
     let mut rng = Rng::new(9);
     let data = Dataset {
         features: 64,
@@ -260,10 +295,9 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
         buffers: model.init_buffers(),
     };
     let init = state.params.clone();
-    // a weight decay large enough that leaving it out moves the parameters measurably
-    let wd = 0.1;
-    let mut cpu = CpuReplica::new(model.clone(), kind, wd, state.clone());
-    let mut gpu = CudaReplica::open(index, model, kind, wd, state, Duration::from_secs(60))?;
+    let frozen = optimizer.frozen.clone();
+    let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
+    let mut gpu = CudaReplica::open(index, model, optimizer, state, Duration::from_secs(60))?;
     // the same 96 samples as its validation set too
     if !gpu.hold_data(&data, &data, 64) {
         return Err(CudaError::new(
@@ -299,11 +333,15 @@ fn two_steps(index: usize, kind: OptimizerKind) -> Result<(f64, f64), CudaError>
             ))
         }
     }
-    Ok(compare_changes(
-        &init,
-        &gpu.export().params,
-        &cpu.export().params,
-    ))
+    let params = gpu.export().params;
+    if let Some(r) = (frozen.iter()).find(|r| params[(*r).clone()] != init[(*r).clone()]) {
+        return Err(CudaError::new(
+            index,
+            "keep frozen parameters",
+            format!("parameters {r:?} moved on the GPU"),
+        ));
+    }
+    Ok(compare_changes(&init, &params, &cpu.export().params))
 }
 
 /// The table `selftest` prints.

@@ -13,7 +13,7 @@ use crate::comm::LocalCollective;
 use crate::data::MicroBatch;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
-use crate::nn::optim::{OptState, OptimizerKind};
+use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
 use crate::nn::rng::Rng;
 
 /// The graph the check trains (as `tests/backends.rs` does, smaller).
@@ -48,8 +48,9 @@ pub fn two_steps(index: usize) -> Result<(f64, f64), CudaError> {
         buffers: model.init_buffers(),
     };
     let init = state.params.clone();
-    let mut cpu = CpuReplica::new(model.clone(), kind, 0.0, state.clone());
-    let mut gpu = CudaReplica::open(index, model, kind, 0.0, state, Duration::from_secs(60))?;
+    let optimizer = Optimizer::new(kind, 0.0);
+    let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
+    let mut gpu = CudaReplica::open(index, model, optimizer, state, Duration::from_secs(60))?;
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
         for r in [&mut cpu as &mut dyn Replica, &mut gpu] {

@@ -119,6 +119,7 @@ pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
     model: crate::nn::model::Model,
+    optimizer: crate::nn::optim::Optimizer,
     state: crate::backend::TrainState,
     group: Option<crate::backend::cuda::replica::Group>,
     train: &crate::data::Dataset,
@@ -126,8 +127,7 @@ pub(super) fn open_gpu(
     let opened = crate::backend::cuda::replica::CudaReplica::open(
         index,
         model,
-        w.cfg.optimizer,
-        w.cfg.weight_decay,
+        optimizer,
         state,
         // a stall is warned about at 1x; only a wait ten times as long is taken for a hung peer
         // (a slow input or a long checkpoint write on rank 0 must not kill the run)

@@ -16,6 +16,8 @@ mod resident;
 mod update;
 mod wait;
 
+pub(crate) use update::{launch_update, Buffers, Chunks};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +32,7 @@ use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::model::Model;
-use crate::nn::optim::{OptState, OptimizerKind};
+use crate::nn::optim::{OptState, Optimizer};
 
 /// The most memory the convolutions' scratch takes (more images per chunk: fewer launches).
 const COL_SCRATCH_BYTES: usize = 256 << 20;
@@ -73,14 +75,20 @@ pub struct CudaReplica {
     /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's).
     dropout_seed: u64,
     passes: u64,
-    kind: OptimizerKind,
-    weight_decay: f32,
+    optimizer: Optimizer,
+    /// The update's work list (`update::Chunks`).
+    chunks: update::Chunks,
     t: u64,
     params: CudaSlice<f32>,
     /// n_params gradient sums, then [loss sum, correct, samples].
     grads: CudaSlice<f32>,
+    /// The optimizer's moments, for the trained parameters only (`Optimizer::compact`).
     m: CudaSlice<f32>,
     v: CudaSlice<f32>,
+    /// With frozen parameters (`--freeze`): the ranges of `grads` the all-reduce carries (the
+    /// trained parameters' and the batch's metrics), and the buffer they are packed into.
+    reduced: Vec<std::ops::Range<usize>>,
+    packed: Option<CudaSlice<f32>>,
     /// Activations and their gradients per value of the model, for `cap` rows; [0] is the input.
     acts: Vec<CudaSlice<f32>>,
     dacts: Vec<CudaSlice<f32>>,
@@ -110,8 +118,7 @@ impl CudaReplica {
     pub fn open(
         index: usize,
         model: Model,
-        kind: OptimizerKind,
-        weight_decay: f32,
+        optimizer: Optimizer,
         state: TrainState,
         timeout: Duration,
     ) -> Result<CudaReplica, CudaError> {
@@ -139,8 +146,26 @@ impl CudaReplica {
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
-        let m = to_device(&s, &state.opt.m).map_err(on(index, "upload optimizer state"))?;
-        let v = to_device(&s, &state.opt.v).map_err(on(index, "upload optimizer state"))?;
+        // frozen parameters (`--freeze`) have no moments here
+        let own = optimizer.compact(&state.opt, n);
+        let m = to_device(&s, &own.m).map_err(on(index, "upload optimizer state"))?;
+        let v = to_device(&s, &own.v).map_err(on(index, "upload optimizer state"))?;
+        let chunks = update::Chunks::new(&s, &optimizer, n)
+            .map_err(on(index, "upload the update's chunks"))?;
+        // frozen parameters have no gradients worth summing: every rank leaves out the same
+        let reduced: Vec<_> = match optimizer.frozen.is_empty() {
+            true => Vec::new(),
+            false => (optimizer.trained(n).into_iter())
+                .chain(std::iter::once(n..n + AUX))
+                .collect(),
+        };
+        let packed = match reduced.is_empty() {
+            true => None,
+            false => {
+                let len = reduced.iter().map(|r| r.len()).sum();
+                Some(s.alloc_zeros::<f32>(len).map_err(on(index, "allocate"))?)
+            }
+        };
         let grads = s
             .alloc_zeros::<f32>(n + AUX)
             .map_err(on(index, "allocate gradients"))?;
@@ -152,13 +177,15 @@ impl CudaReplica {
             blas: Some(blas),
             comm: None,
             timeout,
-            kind,
-            weight_decay,
+            optimizer,
+            chunks,
             t: state.opt.t,
             params,
             grads,
             m,
             v,
+            reduced,
+            packed,
             acts: Vec::new(),
             dacts: Vec::new(),
             argmax: Vec::new(),
@@ -283,6 +310,38 @@ impl CudaReplica {
     }
 }
 
+/// The ranges `rs` of `grads` one after another into `packed`.
+fn pack(
+    s: &Arc<CudaStream>,
+    rs: &[std::ops::Range<usize>],
+    grads: &CudaSlice<f32>,
+    packed: &mut CudaSlice<f32>,
+) -> Result<(), DriverError> {
+    let mut at = 0;
+    for r in rs {
+        let len = r.len();
+        s.memcpy_dtod(&grads.slice(r.clone()), &mut packed.slice_mut(at..at + len))?;
+        at += len;
+    }
+    Ok(())
+}
+
+/// `pack` undone: `packed`'s pieces back into the ranges `rs` of `grads`.
+fn unpack(
+    s: &Arc<CudaStream>,
+    rs: &[std::ops::Range<usize>],
+    packed: &CudaSlice<f32>,
+    grads: &mut CudaSlice<f32>,
+) -> Result<(), DriverError> {
+    let mut at = 0;
+    for r in rs {
+        let len = r.len();
+        s.memcpy_dtod(&packed.slice(at..at + len), &mut grads.slice_mut(r.clone()))?;
+        at += len;
+    }
+    Ok(())
+}
+
 impl Drop for CudaReplica {
     fn drop(&mut self) {
         self.abort_group();
@@ -324,7 +383,21 @@ impl Replica for CudaReplica {
                 limit: self.timeout,
                 abort: &abort,
             };
-            if let Err(e) = comm.all_reduce_sum(&mut self.grads, &patience) {
+            let sent = match &mut self.packed {
+                None => comm.all_reduce_sum(&mut self.grads, &patience),
+                Some(packed) => {
+                    let s = &self.gpu.stream;
+                    let moved = pack(s, &self.reduced, &self.grads, packed)
+                        .map_err(|e| format!("pack the trained gradients: {e:?}"));
+                    moved
+                        .and_then(|_| comm.all_reduce_sum(packed, &patience))
+                        .and_then(|_| {
+                            unpack(s, &self.reduced, packed, &mut self.grads)
+                                .map_err(|e| format!("unpack the trained gradients: {e:?}"))
+                        })
+                }
+            };
+            if let Err(e) = sent {
                 self.abort_group();
                 return Err(CollectiveError::Aborted(format!(
                     "GPU {}: NCCL all-reduce failed: {e}",
@@ -374,14 +447,18 @@ impl Replica for CudaReplica {
             s.clone_dtoh(&buf.slice(..len))
                 .unwrap_or_else(|e| self.fail("download the training state", e))
         };
-        let blank = OptState::new(self.kind, self.model.n_params);
+        let n = self.model.n_params;
+        let blank = self
+            .optimizer
+            .compact(&OptState::new(self.optimizer.kind, n), n);
+        let own = OptState {
+            t: self.t,
+            m: get(&self.m, blank.m.len()),
+            v: get(&self.v, blank.v.len()),
+        };
         let state = TrainState {
-            params: get(&self.params, self.model.n_params),
-            opt: OptState {
-                t: self.t,
-                m: get(&self.m, blank.m.len()),
-                v: get(&self.v, blank.v.len()),
-            },
+            params: get(&self.params, n),
+            opt: self.optimizer.expand(&own, n),
             buffers: self.running_to_host(),
         };
         if let Err(e) = s.synchronize() {
@@ -400,9 +477,10 @@ impl Replica for CudaReplica {
                 Ok(())
             }
         };
+        let own = self.optimizer.compact(&state.opt, self.model.n_params);
         let r = put(&state.params, &mut self.params)
-            .and_then(|_| put(&state.opt.m, &mut self.m))
-            .and_then(|_| put(&state.opt.v, &mut self.v));
+            .and_then(|_| put(&own.m, &mut self.m))
+            .and_then(|_| put(&own.v, &mut self.v));
         if let Err(e) = r {
             panic!("{e}")
         }

@@ -249,7 +249,7 @@ impl Exec for Pass<'_, '_> {
         let mut loss = row_loss.slice_mut(..b);
         let mut correct = row_correct.slice_mut(..b);
         let mut dlogits = dacts[o].slice_mut(..b * classes);
-        let (ni, ci) = (b as i32, classes as i32);
+        let (ni, ci, eps) = (b as i32, classes as i32, m.label_smoothing);
         launch!(
             gpu,
             "softmax_xent_f32",
@@ -260,7 +260,8 @@ impl Exec for Pass<'_, '_> {
             &mut correct,
             &mut dlogits,
             &ni,
-            &ci
+            &ci,
+            &eps
         );
         (0.0, 0)
     }

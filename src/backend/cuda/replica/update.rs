@@ -1,77 +1,193 @@
 //! The optimizer update on the GPU: one kernel per step over the flat buffers, with the CPU's
-//! bias correction and the same mean-gradient scaling.
+//! bias correction and the same mean-gradient scaling. The kernel walks a table of chunks made
+//! once from the optimizer's pieces (`Optimizer::pieces`): frozen parameters have none, moments
+//! are kept for the trained parameters only, and each chunk says whether it is decayed.
 
-use super::CudaReplica;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError};
+
+use super::{to_device, CudaReplica};
+use crate::backend::cuda::launch::blocks_cfg;
+use crate::backend::cuda::Gpu;
 use crate::backend::Replica;
-use crate::nn::optim::{OptimizerKind, BETA1, BETA2, EPS, MOMENTUM};
+use crate::nn::optim::{Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
+
+/// The most parameters one block updates (a piece longer than this is cut).
+pub(crate) const CHUNK: usize = 4096;
+
+/// `pieces` cut into chunks of at most `CHUNK` parameters: four ints each, (first parameter,
+/// length, first moment, decayed), as `kernels/optim.cu` reads them. Indices fit in i32: the
+/// replica refuses models of more than i32::MAX parameters.
+pub(crate) fn chunk_table(pieces: &[Piece]) -> Vec<i32> {
+    let mut out = Vec::new();
+    for p in pieces {
+        for at in (0..p.range.len()).step_by(CHUNK) {
+            let len = CHUNK.min(p.range.len() - at);
+            let ints = [p.range.start + at, len, p.moment + at, usize::from(p.decay)];
+            out.extend(ints.map(|v| v as i32));
+        }
+    }
+    out
+}
+
+/// The update's work list on the device.
+pub(crate) struct Chunks {
+    table: CudaSlice<i32>,
+    count: usize,
+}
+
+impl Chunks {
+    /// The chunks of `o`'s update over `n` parameters, uploaded.
+    pub(crate) fn new(s: &Arc<CudaStream>, o: &Optimizer, n: usize) -> Result<Chunks, DriverError> {
+        let table = chunk_table(&o.pieces(n));
+        Ok(Chunks {
+            count: table.len() / 4,
+            table: to_device(s, &table)?,
+        })
+    }
+}
+
+/// The buffers one update reads and writes: the moments hold the trained parameters' only
+/// (`m`, `v` unused where the optimizer keeps none).
+pub(crate) struct Buffers<'a> {
+    pub p: CudaViewMut<'a, f32>,
+    pub g: CudaView<'a, f32>,
+    pub m: CudaViewMut<'a, f32>,
+    pub v: CudaViewMut<'a, f32>,
+}
+
+/// Step `t` (1 on the first) of optimizer `o` with learning rate `lr`, the gradient sums
+/// scaled by `scale` into the mean.
+pub(crate) fn launch_update(
+    gpu: &Gpu,
+    o: &Optimizer,
+    chunks: &Chunks,
+    b: Buffers<'_>,
+    lr: f32,
+    scale: f32,
+    t: u64,
+) {
+    let Buffers {
+        mut p,
+        g,
+        mut m,
+        mut v,
+    } = b;
+    if chunks.count == 0 {
+        return;
+    }
+    let (table, count) = (&chunks.table, chunks.count as i32);
+    let cfg = blocks_cfg(chunks.count);
+    let wd = o.weight_decay;
+    let r = match o.kind {
+        OptimizerKind::Sgd => {
+            try_launch!(gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &scale)
+        }
+        OptimizerKind::Momentum | OptimizerKind::Nesterov => {
+            let first = i32::from(t == 1);
+            let nesterov = i32::from(o.kind == OptimizerKind::Nesterov);
+            let mu = o.momentum;
+            try_launch!(
+                gpu,
+                "momentum_f32",
+                cfg,
+                &mut p,
+                &g,
+                &mut m,
+                table,
+                &count,
+                &lr,
+                &mu,
+                &wd,
+                &scale,
+                &first,
+                &nesterov
+            )
+        }
+        OptimizerKind::Adam | OptimizerKind::AdamW => {
+            let t = t as i32;
+            let step_size = lr / (1.0 - BETA1.powi(t));
+            let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
+            let (b1, b2, eps) = (BETA1, BETA2, EPS);
+            let decoupled = i32::from(o.kind == OptimizerKind::AdamW);
+            try_launch!(
+                gpu,
+                "adam_f32",
+                cfg,
+                &mut p,
+                &g,
+                &mut m,
+                &mut v,
+                table,
+                &count,
+                &lr,
+                &b1,
+                &b2,
+                &eps,
+                &wd,
+                &scale,
+                &step_size,
+                &inv_sqrt_bc2,
+                &decoupled
+            )
+        }
+    };
+    crate::backend::cuda::launch::check(r)
+}
 
 impl CudaReplica {
     /// The optimizer kernel for this step's mean gradient.
     pub(super) fn update(&mut self, lr: f32) {
         let n = self.model.n_params;
         let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
-        let wd = self.weight_decay;
         self.t += 1;
-        let ni = n as i32;
-        let mut p = self.params.slice_mut(..);
-        let g = self.grads.slice(..n);
-        match self.kind {
-            OptimizerKind::Sgd => {
-                launch!(&self.gpu, "sgd_f32", n, &mut p, &g, &ni, &lr, &wd, &scale)
-            }
-            OptimizerKind::Momentum | OptimizerKind::Nesterov => {
-                let mut m = self.m.slice_mut(..);
-                let first = i32::from(self.t == 1);
-                let nesterov = i32::from(self.kind == OptimizerKind::Nesterov);
-                // other coefficients are refused on GPUs (`engine::validate::on_gpus`)
-                let mu = MOMENTUM;
-                launch!(
-                    &self.gpu,
-                    "momentum_f32",
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &ni,
-                    &lr,
-                    &mu,
-                    &wd,
-                    &scale,
-                    &first,
-                    &nesterov
-                )
-            }
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                let t = self.t as i32;
-                let step_size = lr / (1.0 - BETA1.powi(t));
-                let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
-                let (b1, b2, eps) = (BETA1, BETA2, EPS);
-                let mut m = self.m.slice_mut(..);
-                let mut v = self.v.slice_mut(..);
-                let name = if self.kind == OptimizerKind::Adam {
-                    "adam_f32"
-                } else {
-                    "adamw_f32"
-                };
-                launch!(
-                    &self.gpu,
-                    name,
-                    n,
-                    &mut p,
-                    &g,
-                    &mut m,
-                    &mut v,
-                    &ni,
-                    &lr,
-                    &b1,
-                    &b2,
-                    &eps,
-                    &wd,
-                    &scale,
-                    &step_size,
-                    &inv_sqrt_bc2
-                )
+        let b = Buffers {
+            p: self.params.slice_mut(..),
+            g: self.grads.slice(..n),
+            m: self.m.slice_mut(..),
+            v: self.v.slice_mut(..),
+        };
+        launch_update(
+            &self.gpu,
+            &self.optimizer,
+            &self.chunks,
+            b,
+            lr,
+            scale,
+            self.t,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chunk_table_covers_each_trained_parameter_once_in_chunks_of_at_most_chunk() {
+        let n = 3 * CHUNK + 10;
+        let o = Optimizer {
+            frozen: std::iter::once(0..5).collect(),
+            no_decay: std::iter::once(CHUNK..CHUNK + 3).collect(),
+            ..Optimizer::new(OptimizerKind::Momentum, 0.1)
+        };
+        let t = chunk_table(&o.pieces(n));
+        let mut seen = vec![0u8; n];
+        let mut moment = 0;
+        for c in t.chunks(4) {
+            let [start, len, m, decay] = [c[0], c[1], c[2], c[3]].map(|v| v as usize);
+            assert!((1..=CHUNK).contains(&len), "{c:?}");
+            assert_eq!(m, moment, "moments follow the trained parameters in order");
+            moment += len;
+            for (i, s) in seen.iter_mut().enumerate().skip(start).take(len) {
+                *s += 1;
+                let excluded = (CHUNK..CHUNK + 3).contains(&i);
+                assert_eq!(decay == 1, !excluded, "parameter {i}");
             }
         }
+        assert!(seen[..5].iter().all(|&s| s == 0), "frozen: no chunk");
+        assert!(seen[5..].iter().all(|&s| s == 1), "trained: one chunk each");
+        assert_eq!(moment, n - 5);
     }
 }
