@@ -13,6 +13,7 @@ use mgtop::comm::LocalCollective;
 use mgtop::data::{Dataset, MicroBatch};
 use mgtop::nn::model::Model;
 use mgtop::nn::optim::{OptState, Optimizer, OptimizerKind, BETA1, BETA2, EPS};
+use mgtop::nn::precision::Precision;
 use mgtop::nn::rng::Rng;
 
 const LR: f32 = 0.05;
@@ -316,6 +317,7 @@ fn cuda_replica_trains_like_the_reference() {
                 0,
                 model,
                 Optimizer::new(kind, WD),
+                Precision::Fp32,
                 state,
                 std::time::Duration::from_secs(60),
             )
@@ -347,6 +349,7 @@ fn open_with(model: Model, optimizer: Optimizer, state: TrainState) -> CudaRepli
         0,
         model,
         optimizer,
+        Precision::Fp32,
         state,
         std::time::Duration::from_secs(60),
     )

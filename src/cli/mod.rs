@@ -282,6 +282,9 @@ pub struct TrainArgs {
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
     #[arg(long)]
     pub label_smoothing: Option<f32>,
+    /// What GPUs compute matrix products in: auto | fp32 | tf32 (auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
+    #[arg(long)]
+    pub precision: Option<String>,
     /// Linear LR warm-up over this many steps  [default: 0]
     #[arg(long)]
     pub warmup: Option<u64>,

@@ -10,6 +10,7 @@ pub mod strategy;
 use crate::data::DataSpec;
 use crate::nn::model::ModelSpec;
 use crate::nn::optim::OptimizerKind;
+use crate::nn::precision::PrecisionFlag;
 use crate::nn::schedule::{LrScaling, Schedule};
 
 /// `--devices`: which devices train.
@@ -202,6 +203,8 @@ pub struct RunConfig {
     pub no_decay_bn_bias: bool,
     /// The loss's label smoothing (`--label-smoothing`).
     pub label_smoothing: f32,
+    /// What GPUs compute their products in (`--precision`; auto: TF32 where every GPU has it).
+    pub precision: PrecisionFlag,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
@@ -251,6 +254,7 @@ impl Default for RunConfig {
             momentum: crate::nn::optim::MOMENTUM,
             no_decay_bn_bias: false,
             label_smoothing: 0.0,
+            precision: PrecisionFlag::default(),
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),

@@ -88,6 +88,7 @@ mod tests {
             index: 2,
             name: "H100".into(),
             pci_bus_id: None,
+            arch: 90,
         };
         assert_eq!(
             calibration_config(&cfg, &gpu, 1).devices,

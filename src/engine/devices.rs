@@ -13,6 +13,8 @@ pub enum Device {
         index: usize,
         name: String,
         pci_bus_id: Option<String>,
+        /// Compute capability as major*10 + minor (90 for an H100); 0 where unknown.
+        arch: u32,
     },
 }
 
@@ -62,6 +64,7 @@ fn gpus(all: &[GpuInfo], ids: &[usize]) -> Vec<Device> {
             index: i,
             name: all[i].name.clone(),
             pci_bus_id: all[i].pci_bus_id.clone(),
+            arch: all[i].arch,
         })
         .collect()
 }

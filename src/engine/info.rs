@@ -10,6 +10,7 @@ use super::{Device, RunData};
 use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
 use crate::nn::model::Model;
+use crate::nn::precision::Precision;
 
 /// What a frontend shows about the run before the first step.
 #[derive(Clone, Debug)]
@@ -23,6 +24,10 @@ pub struct RunInfo {
     pub process: usize,
     pub processes: usize,
     pub device_note: Option<String>,
+    /// What the GPU ranks compute their products in (`--precision`; CPU workers: fp32), and
+    /// why, where it is not what was asked for.
+    pub precision: Precision,
+    pub precision_note: Option<String>,
     pub data: String,
     /// What the data's start-up lines say besides (a folder's classes, files skipped).
     pub data_notes: Vec<String>,
@@ -77,6 +82,7 @@ impl RunInfo {
         start: &Start,
         loaded: &RunData,
         device_note: Option<String>,
+        (precision, precision_note): (Precision, Option<String>),
     ) -> RunInfo {
         let ranks = world.devices.len();
         let local = world.local();
@@ -87,6 +93,8 @@ impl RunInfo {
             process: world.process(),
             processes: world.offsets.len() - 1,
             device_note,
+            precision,
+            precision_note,
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),
             loader_threads: crate::engine::loader::threads_for(

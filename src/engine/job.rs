@@ -60,7 +60,8 @@ impl World {
 #[derive(Serialize, Deserialize)]
 struct Hello {
     host: String,
-    devices: Vec<(bool, usize, String, Option<String>)>,
+    /// (GPU, index, name, PCI bus id, compute capability) of each device.
+    devices: Vec<(bool, usize, String, Option<String>, u32)>,
     /// What every process must agree on, as (what, value).
     same: Vec<(String, String)>,
 }
@@ -142,16 +143,18 @@ pub(super) fn meet(
         devices: local
             .iter()
             .map(|d| match d {
-                Device::Cpu { index } => (false, *index, String::new(), None),
+                Device::Cpu { index } => (false, *index, String::new(), None, 0),
                 Device::Gpu {
                     index,
                     name,
                     pci_bus_id,
-                } => (true, *index, name.clone(), pci_bus_id.clone()),
+                    arch,
+                } => (true, *index, name.clone(), pci_bus_id.clone(), *arch),
             })
             .collect(),
         same: vec![
             ("--model".into(), cfg.model.to_string()),
+            ("--precision".into(), cfg.precision.to_string()),
             ("--optimizer".into(), cfg.optimizer.to_string()),
             ("--seed".into(), cfg.seed.to_string()),
             ("--grad-accum".into(), cfg.grad_accum.to_string()),
@@ -253,12 +256,13 @@ pub(super) fn meet(
                 h.host
             )));
         }
-        for (gpu, index, name, pci_bus_id) in &h.devices {
+        for (gpu, index, name, pci_bus_id, arch) in &h.devices {
             devices.push(match gpu {
                 true => Device::Gpu {
                     index: *index,
                     name: name.clone(),
                     pci_bus_id: pci_bus_id.clone(),
+                    arch: *arch,
                 },
                 false => Device::Cpu { index: *index },
             });

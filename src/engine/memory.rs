@@ -225,6 +225,7 @@ mod tests {
             index: 0,
             name: "test".into(),
             pci_bus_id: None,
+            arch: 90,
         };
         let central_gpus = estimate(&with(Strategy::CentralStorage), &[gpu.clone(), gpu], &model);
         // no CPU rank; the host copy, and each GPU's staging and gradient buffers

@@ -14,6 +14,7 @@ mod job;
 pub mod loader;
 mod memory;
 mod outcome;
+mod precision;
 mod rebalance;
 mod resume;
 pub mod rundir;
@@ -199,7 +200,16 @@ impl Engine {
             ));
         }
         let local = world.local();
-        let info = RunInfo::for_run(&cfg, &model, &world, &start, &loaded, device_note);
+        let precision = precision::resolve(cfg.precision, &world.devices)?;
+        let info = RunInfo::for_run(
+            &cfg,
+            &model,
+            &world,
+            &start,
+            &loaded,
+            device_note,
+            precision,
+        );
         if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
             return Err(EngineError::Config(
                 "--slow-rank slows a CPU worker's compute; on a GPU rank it would only delay kernel launches, which the GPU's own timing does not see: use --slow-data RANK:MS to slow a GPU rank's input".into(),
@@ -340,6 +350,7 @@ impl Engine {
             let optimizer = optimizer.clone();
             let train = train.clone();
             let device = info.devices[rank].clone();
+            let precision = info.precision;
             let threads = info.threads_per_worker;
             let pool = match device {
                 Device::Cpu { .. } => crate::nn::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
@@ -366,9 +377,10 @@ impl Engine {
                             world: ranks,
                         });
                         let mut ctx = ctx;
-                        match worker::open_gpu(
-                            &mut ctx, index, model, optimizer, state, group, &train,
-                        ) {
+                        let opened = worker::open_gpu(
+                            &mut ctx, index, model, optimizer, precision, state, group, &train,
+                        );
+                        match opened {
                             Ok(replica) => worker::run(ctx, Box::new(replica)),
                             Err(e) => worker::stop_all(ctx, e),
                         }

@@ -5,6 +5,7 @@ use crate::config::Budget;
 use crate::engine::events::{Applied, Event};
 use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
+use crate::nn::precision::Precision;
 use crate::observe::monitor::StepRow;
 
 /// The lines printed before the first step.
@@ -55,6 +56,18 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         }
     }
     if let Some(note) = &info.device_note {
+        lines.push(format!("note: {note}"));
+    }
+    if gpu_run {
+        lines.push(format!(
+            "precision: {}",
+            match info.precision {
+                Precision::Tf32 => "tf32 (matrix products on the tensor cores with TF32 inputs, fp32 accumulation; weights, gradients, optimizer state and the all-reduce in fp32)",
+                Precision::Fp32 | Precision::Bf16 => "fp32",
+            }
+        ));
+    }
+    if let Some(note) = &info.precision_note {
         lines.push(format!("note: {note}"));
     }
     lines.push(format!("data: {}", info.data));

@@ -18,6 +18,7 @@ pub mod model;
 pub mod ops;
 pub mod optim;
 pub mod pool;
+pub mod precision;
 pub mod rng;
 pub mod schedule;
 pub mod simd;

@@ -3,33 +3,13 @@
 //! of the GPU's peak for the precision its products run in. A GPU "99% busy" at 3% MFU is busy
 //! doing little; this says so.
 //!
-//! Peaks are NVIDIA's datasheet figures for dense math at the boost clock. The GPU path computes
-//! in fp32 today (no TF32, no bf16), so that is the peak MFU is measured against.
+//! Peaks are NVIDIA's datasheet figures for dense math at the boost clock, for the precision the
+//! run's GPUs compute in (`RunInfo::precision`: a TF32 run is measured against the TF32 peak).
 
 use std::time::Duration;
 
 use crate::engine::{Device, RunInfo};
-
-/// The number format a GPU's products run in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    Fp32,
-    Tf32,
-    Bf16,
-}
-
-impl Precision {
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Bf16 => "bf16",
-        }
-    }
-}
-
-/// What the GPU path computes in today.
-pub const GPU_PRECISION: Precision = Precision::Fp32;
+use crate::nn::precision::Precision;
 
 /// Dense peak TFLOP/s (fp32, tf32, bf16) by a part of the GPU's name, most specific first.
 const PEAKS: [(&str, [f64; 3]); 12] = [
@@ -80,7 +60,7 @@ impl Mfu {
                 .devices
                 .iter()
                 .map(|d| match d {
-                    Device::Gpu { name, .. } => peak(name, GPU_PRECISION),
+                    Device::Gpu { name, .. } => peak(name, info.precision),
                     Device::Cpu { .. } => None,
                 })
                 .collect(),
@@ -137,6 +117,30 @@ mod tests {
         assert_eq!(tflops("NVIDIA A10G", Precision::Fp32), Some(31.2));
         assert_eq!(tflops("Tesla V100-SXM2-16GB", Precision::Bf16), None);
         assert_eq!(tflops("NVIDIA GeForce GTX 1080", Precision::Fp32), None);
+    }
+
+    #[test]
+    fn a_tf32_run_is_measured_against_the_tf32_peak_and_its_record_says_so() {
+        let mut info = crate::observe::metrics::run_info(&serde_json::json!({
+            "devices": ["gpu0"], "device_names": ["NVIDIA H100 80GB HBM3"],
+            "name": "r", "data": "d", "model": "m", "params": 1, "per_replica": 32,
+            "flops_per_sample": 1_000_000_000u64,
+        }))
+        .unwrap();
+        assert_eq!(
+            info.precision,
+            Precision::Fp32,
+            "a file from before --precision"
+        );
+        info.precision = Precision::Tf32;
+        let record = crate::observe::metrics::records::run(&info);
+        let back = crate::observe::metrics::run_info(&record).unwrap();
+        assert_eq!(back.precision, Precision::Tf32);
+        // 128 samples x 3 GFLOP in 10 ms = 38.4 TFLOP/s of TF32's 494.7
+        let got = Mfu::for_run(&back)
+            .of(0, 128, Duration::from_millis(10))
+            .unwrap();
+        assert!((got - 38.4 / 494.7).abs() < 1e-9, "{got}");
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! stored. `ColMajor::for_row_major` is that mapping; it is tested below against a reference
 //! column-major GEMM written from the BLAS definition, so it is checked without a GPU.
 
-use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::sys::{cublasMath_t, cublasOperation_t};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{CudaView, CudaViewMut};
+
+use crate::nn::precision::Precision;
 
 /// Ends a cuBLAS handle, whose drop panics after a sticky CUDA error: the failure is ignored
 /// (nothing more can be done with it), and while the thread is already panicking the handle is
@@ -19,6 +21,25 @@ pub fn close(blas: CudaBlas) {
     } else {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(blas)));
     }
+}
+
+/// cuBLAS's math mode for `p`: TF32 tensor cores for every fp32 product (inputs rounded to
+/// TF32's 10-bit mantissa, fp32 accumulation), or strict fp32 (cuBLAS's default).
+pub fn math_mode(p: Precision) -> cublasMath_t {
+    match p {
+        Precision::Tf32 => cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+        Precision::Fp32 | Precision::Bf16 => cublasMath_t::CUBLAS_DEFAULT_MATH,
+    }
+}
+
+/// Makes every product on `blas` compute in `p` (`math_mode`).
+pub fn set_precision(
+    blas: &CudaBlas,
+    p: Precision,
+) -> Result<(), cudarc::cublas::result::CublasError> {
+    // SAFETY: the handle is alive (borrowed from its owner); setting its math mode touches no
+    // buffer.
+    unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), math_mode(p)) }.result()
 }
 
 /// The arguments of one column-major `sgemm` call.

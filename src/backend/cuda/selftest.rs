@@ -15,6 +15,7 @@ use crate::data::{Dataset, MicroBatch};
 use crate::nn::gemm::sgemm;
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
+use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
 
 /// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
@@ -64,7 +65,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
         let mut want = c.clone();
         sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut want);
-        let got = product_on(&gpu, ta, tb, m, n, k, &a, &b, &c);
+        let got = product_on(&gpu, Precision::Fp32, ta, tb, m, n, k, &a, &b, &c);
         out.push(check(
             format!(
                 "gpu{index} gemm {}{}",
@@ -73,6 +74,35 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             ),
             got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
         ));
+    }
+    // TF32 (Ampere and newer): inputs rounded to a 10-bit mantissa, so within ~2^-10 of each
+    // term (k = 129 terms of ~1), and measurably off fp32: an exact product means the math
+    // mode did not take
+    if gpu
+        .arch
+        .trim_start_matches("sm_")
+        .parse::<u32>()
+        .unwrap_or(0)
+        >= 80
+    {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
+        let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
+        let mut want = c.clone();
+        sgemm(false, false, m, n, k, 0.7, &a, &b, 0.3, &mut want);
+        let got = product_on(&gpu, Precision::Tf32, false, false, m, n, k, &a, &b, &c);
+        let judged = got.and_then(|g| {
+            let off = (g.iter().zip(&want)).fold(0.0f64, |w, (x, y)| w.max((x - y).abs() as f64));
+            match off > 1e-5 {
+                true => Ok(compare(&g, &want, 0.1, 1e-2)),
+                false => Err(CudaError::new(
+                    index,
+                    "gemm in TF32",
+                    format!("the product is strict fp32 (largest difference {off:.1e}): cuBLAS's TF32 math mode did not take"),
+                )),
+            }
+        });
+        out.push(check(format!("gpu{index} gemm NN tf32"), judged));
     }
     out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
         op_checks(&gpu)
@@ -297,7 +327,14 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
     let init = state.params.clone();
     let frozen = optimizer.frozen.clone();
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
-    let mut gpu = CudaReplica::open(index, model, optimizer, state, Duration::from_secs(60))?;
+    let mut gpu = CudaReplica::open(
+        index,
+        model,
+        optimizer,
+        Precision::Fp32,
+        state,
+        Duration::from_secs(60),
+    )?;
     // the same 96 samples as its validation set too
     if !gpu.hold_data(&data, &data, 64) {
         return Err(CudaError::new(
@@ -372,6 +409,7 @@ pub fn table(checks: &[Check]) -> Vec<String> {
 #[allow(clippy::too_many_arguments)]
 fn product_on(
     gpu: &Gpu,
+    precision: Precision,
     ta: bool,
     tb: bool,
     m: usize,
@@ -385,6 +423,7 @@ fn product_on(
     let index = gpu.index;
     let handle =
         cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
+    blas::set_precision(&handle, precision).map_err(on(index, "set cuBLAS's math mode"))?;
     let da = s.clone_htod(a).map_err(on(index, "upload"))?;
     let db = s.clone_htod(b).map_err(on(index, "upload"))?;
     let mut dc = s.clone_htod(c).map_err(on(index, "upload"))?;

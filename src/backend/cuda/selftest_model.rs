@@ -14,6 +14,7 @@ use crate::data::MicroBatch;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
+use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
 
 /// The graph the check trains (as `tests/backends.rs` does, smaller).
@@ -50,7 +51,14 @@ pub fn two_steps(index: usize) -> Result<(f64, f64), CudaError> {
     let init = state.params.clone();
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
-    let mut gpu = CudaReplica::open(index, model, optimizer, state, Duration::from_secs(60))?;
+    let mut gpu = CudaReplica::open(
+        index,
+        model,
+        optimizer,
+        Precision::Fp32,
+        state,
+        Duration::from_secs(60),
+    )?;
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
         for r in [&mut cpu as &mut dyn Replica, &mut gpu] {

@@ -115,11 +115,13 @@ pub(super) fn dropout_seed(seed: u64, rank: usize) -> u64 {
 /// timeout, or when the host collective is aborted): a rank that failed to open stops the others
 /// before it. The GPU then takes the training set `train` (and the validation set) if it can
 /// hold them.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn open_gpu(
     w: &mut Worker,
     index: usize,
     model: crate::nn::model::Model,
     optimizer: crate::nn::optim::Optimizer,
+    precision: crate::nn::precision::Precision,
     state: crate::backend::TrainState,
     group: Option<crate::backend::cuda::replica::Group>,
     train: &crate::data::Dataset,
@@ -128,6 +130,7 @@ pub(super) fn open_gpu(
         index,
         model,
         optimizer,
+        precision,
         state,
         // a stall is warned about at 1x; only a wait ten times as long is taken for a hung peer
         // (a slow input or a long checkpoint write on rank 0 must not kill the run)

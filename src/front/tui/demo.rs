@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Device, RunInfo};
+use crate::nn::precision::Precision;
 use crate::observe::sample::DeviceSample;
 
 use super::app::{App, AppEvent};
@@ -23,6 +24,8 @@ fn cpu_info(devices: usize) -> RunInfo {
         process: 0,
         processes: 1,
         device_note: None,
+        precision: Precision::Fp32,
+        precision_note: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
         model: "mlp:128 (64-128-10)".into(),
         params: 9610,
@@ -182,8 +185,11 @@ pub fn gpu_app(devices: usize, steps: u64) -> App {
             index,
             name: "NVIDIA H100 80GB HBM3".into(),
             pci_bus_id: Some(format!("00000000:{:02x}:00.0", 0x18 + index)),
+            arch: 90,
         })
         .collect();
+    // what H100s compute in by default
+    info.precision = Precision::Tf32;
     let mut app = App::new(info, false);
     app.apply(AppEvent::Engine(Event::Started {
         ranks: devices,

@@ -11,6 +11,7 @@ use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
+use crate::nn::precision::Precision;
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::throttle_bits;
 use crate::observe::sample::DeviceSample;
@@ -138,6 +139,7 @@ fn device(label: &str, name: Option<&str>) -> Parsed<Device> {
             index: index(i).unwrap_or(0),
             name: name.unwrap_or("GPU").to_string(),
             pci_bus_id: None,
+            arch: 0,
         }),
         _ => Err(format!("device `{label}` is neither cpuN nor gpuN")),
     }
@@ -189,6 +191,12 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         device_note: field(v, "device_note")
             .and_then(Value::as_str)
             .map(String::from),
+        // files written before the GPUs had a choice computed in fp32
+        precision: field(v, "precision")
+            .and_then(Value::as_str)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(Precision::Fp32),
+        precision_note: None,
         data: text(v, "data")?.to_string(),
         model: text(v, "model")?.to_string(),
         params: count(v, "params")?,

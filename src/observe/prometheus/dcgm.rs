@@ -99,6 +99,7 @@ impl Dcgm {
                 index,
                 name,
                 pci_bus_id,
+                ..
             } = d
             else {
                 continue;

@@ -19,7 +19,7 @@ use prometheus::{
 
 use crate::engine::events::{Applied, Event};
 use crate::engine::RunInfo;
-use crate::observe::mfu::{Mfu, GPU_PRECISION};
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::GpuIdentity;
 use crate::observe::recorder::Sink;
@@ -155,7 +155,7 @@ impl Prometheus {
         let mfu = gauge_vec(
             r,
             "mgtop_mfu_ratio",
-            "Model FLOPs utilisation of each GPU rank, 0-1: 3 x the model's forward FLOPs per sample x samples/s over the GPU's dense peak for the precision in use (fp32).",
+            "Model FLOPs utilisation of each GPU rank, 0-1: 3 x the model's forward FLOPs per sample x samples/s over the GPU's dense peak for the precision in use (fp32 or tf32).",
             &["rank", "worker", "precision"],
         )?;
         let info_gauge = gauge_vec(
@@ -292,7 +292,7 @@ impl Prometheus {
                         [
                             ranks[rank].clone(),
                             workers[rank].clone(),
-                            GPU_PRECISION.name().to_string(),
+                            info.precision.name().to_string(),
                         ]
                     })
                 })

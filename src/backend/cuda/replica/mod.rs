@@ -33,6 +33,7 @@ use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, Optimizer};
+use crate::nn::precision::Precision;
 
 /// The most memory the convolutions' scratch takes (more images per chunk: fewer launches).
 const COL_SCRATCH_BYTES: usize = 256 << 20;
@@ -119,6 +120,7 @@ impl CudaReplica {
         index: usize,
         model: Model,
         optimizer: Optimizer,
+        precision: Precision,
         state: TrainState,
         timeout: Duration,
     ) -> Result<CudaReplica, CudaError> {
@@ -143,6 +145,8 @@ impl CudaReplica {
         let s = gpu.stream.clone();
         let blas =
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
+        blas::set_precision(&blas, precision)
+            .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;

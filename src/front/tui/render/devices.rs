@@ -271,7 +271,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
     let mut rows: Vec<(String, String)> = vec![(util_name(app).into(), pct(s.util))];
     if let Some(peak) = app.mfu.peaks.get(i).copied().flatten() {
         rows.push((
-            format!("MFU ({})", crate::observe::mfu::GPU_PRECISION.name()),
+            format!("MFU ({})", app.info.precision),
             format!(
                 "{} of {:.1} TF",
                 crate::front::words::mfu_text(app.device_mfu(i)),

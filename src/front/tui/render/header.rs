@@ -27,28 +27,32 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     Span::styled(format!(" {label} "), theme.badge(color))
 }
 
-/// "cpu0", "cpu0 cpu1", "8 CPU workers", or "8 GPUs on 2 hosts".
+/// "cpu0", "cpu0 cpu1", "8 CPU workers", or with GPUs what they compute in: "gpu0 (tf32)",
+/// "8 GPUs on 2 hosts (tf32)".
 fn device_summary(info: &RunInfo) -> String {
     let devices = &info.devices;
-    if devices.len() <= 2 {
-        return (0..devices.len())
-            .map(|r| info.rank_label(r))
-            .collect::<Vec<_>>()
-            .join(" ");
-    }
     let cpus = devices
         .iter()
         .filter(|d| matches!(d, Device::Cpu { .. }))
         .count();
+    let precision = match cpus < devices.len() {
+        true => format!(" ({})", info.precision),
+        false => String::new(),
+    };
+    if devices.len() <= 2 {
+        let labels: Vec<String> = (0..devices.len()).map(|r| info.rank_label(r)).collect();
+        return labels.join(" ") + &precision;
+    }
     let hosts = match info.host_count() {
         1 => String::new(),
         h => format!(" on {h} hosts"),
     };
-    match (cpus, devices.len() - cpus) {
+    let what = match (cpus, devices.len() - cpus) {
         (c, 0) => format!("{c} CPU workers{hosts}"),
         (0, g) => format!("{g} GPUs{hosts}"),
         (c, g) => format!("{g} GPUs + {c} CPU workers{hosts}"),
-    }
+    };
+    what + &precision
 }
 
 fn sep<'a>(theme: &Theme) -> Span<'a> {

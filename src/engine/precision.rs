@@ -1,0 +1,145 @@
+//! What a run's GPUs compute their products in: `--precision`, or for `auto` TF32 where every
+//! GPU has it (compute capability 8.0, Ampere, or newer) and fp32 otherwise. CPU workers always
+//! compute in fp32.
+
+use super::{Device, EngineError};
+use crate::nn::precision::{Precision, PrecisionFlag};
+
+/// The first compute capability with TF32 tensor cores (Ampere).
+const TF32_ARCH: u32 = 80;
+
+/// "GPU 1 (Tesla V100-SXM2-16GB, compute capability 7.0)"
+fn describe(index: usize, name: &str, arch: u32) -> String {
+    match arch {
+        0 => format!("GPU {index} ({name}, compute capability unknown)"),
+        a => format!(
+            "GPU {index} ({name}, compute capability {}.{})",
+            a / 10,
+            a % 10
+        ),
+    }
+}
+
+/// The run's precision over `devices` (every rank's), with a start-up note where it is not
+/// what was asked for; an error names a GPU that cannot do what was asked and the fix.
+pub(super) fn resolve(
+    flag: PrecisionFlag,
+    devices: &[Device],
+) -> Result<(Precision, Option<String>), EngineError> {
+    let gpus: Vec<(usize, &str, u32)> = (devices.iter())
+        .filter_map(|d| match d {
+            Device::Gpu {
+                index, name, arch, ..
+            } => Some((*index, name.as_str(), *arch)),
+            Device::Cpu { .. } => None,
+        })
+        .collect();
+    if let Some(Precision::Bf16) = flag.0 {
+        return Err(EngineError::Config(
+            "--precision bf16 is not available in this version: GPUs compute in tf32 (the default on Ampere and newer) or fp32".into(),
+        ));
+    }
+    if gpus.is_empty() {
+        let note = (flag.0.filter(|&p| p != Precision::Fp32))
+            .map(|p| format!("--precision {p} applies to GPUs: CPU workers compute in fp32"));
+        return Ok((Precision::Fp32, note));
+    }
+    let without = (gpus.iter()).find(|(_, _, arch)| *arch < TF32_ARCH);
+    match (flag.0, without) {
+        (Some(Precision::Fp32), _) => Ok((Precision::Fp32, None)),
+        // an unknown architecture is the user's to vouch for when asking for TF32
+        (Some(_), Some(&(i, name, arch))) if arch > 0 => Err(EngineError::Config(format!(
+            "--precision tf32: {} has no TF32 tensor cores (they need compute capability 8.0, Ampere, or newer): use --precision fp32",
+            describe(i, name, arch)
+        ))),
+        (Some(p), _) => Ok((p, None)),
+        (None, None) => Ok((Precision::Tf32, None)),
+        (None, Some(&(i, name, arch))) => Ok((
+            Precision::Fp32,
+            Some(format!(
+                "precision auto: fp32, since {} has no TF32 tensor cores",
+                describe(i, name, arch)
+            )),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: usize, name: &str, arch: u32) -> Device {
+        Device::Gpu {
+            index,
+            name: name.into(),
+            pci_bus_id: None,
+            arch,
+        }
+    }
+
+    fn flag(s: &str) -> PrecisionFlag {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn auto_takes_tf32_where_every_gpu_has_it_and_says_why_not_otherwise() {
+        let h100s = [gpu(0, "NVIDIA H100", 90), gpu(1, "NVIDIA H100", 90)];
+        assert_eq!(
+            resolve(flag("auto"), &h100s).unwrap(),
+            (Precision::Tf32, None)
+        );
+        let mixed = [
+            gpu(0, "NVIDIA A100", 80),
+            gpu(1, "Tesla V100-SXM2-16GB", 70),
+        ];
+        let (p, note) = resolve(flag("auto"), &mixed).unwrap();
+        assert_eq!(p, Precision::Fp32);
+        let note = note.unwrap();
+        assert!(
+            note.contains("GPU 1 (Tesla V100-SXM2-16GB, compute capability 7.0)"),
+            "{note}"
+        );
+        // a GPU whose architecture is not known is not assumed to have TF32
+        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)]).unwrap();
+        assert_eq!(p, Precision::Fp32);
+        assert!(note.unwrap().contains("compute capability unknown"));
+    }
+
+    #[test]
+    fn an_explicit_choice_is_kept_or_refused_naming_the_gpu_and_the_fix() {
+        let h100 = [gpu(0, "NVIDIA H100", 90)];
+        for p in [Precision::Fp32, Precision::Tf32] {
+            let f = PrecisionFlag(Some(p));
+            assert_eq!(resolve(f, &h100).unwrap(), (p, None));
+        }
+        let v100 = [gpu(3, "Tesla V100-SXM2-16GB", 70)];
+        let e = resolve(flag("tf32"), &v100).unwrap_err().to_string();
+        assert!(
+            e.contains("GPU 3 (Tesla V100-SXM2-16GB, compute capability 7.0)")
+                && e.contains("use --precision fp32"),
+            "{e}"
+        );
+        assert_eq!(
+            resolve(flag("fp32"), &v100).unwrap(),
+            (Precision::Fp32, None)
+        );
+        let e = resolve(flag("bf16"), &h100).unwrap_err().to_string();
+        assert!(e.contains("--precision bf16") && e.contains("tf32"), "{e}");
+    }
+
+    #[test]
+    fn cpu_workers_compute_in_fp32_and_say_so_when_asked_otherwise() {
+        let cpus = [Device::Cpu { index: 0 }, Device::Cpu { index: 1 }];
+        assert_eq!(
+            resolve(flag("auto"), &cpus).unwrap(),
+            (Precision::Fp32, None)
+        );
+        assert_eq!(
+            resolve(flag("fp32"), &cpus).unwrap(),
+            (Precision::Fp32, None)
+        );
+        let (p, note) = resolve(flag("tf32"), &cpus).unwrap();
+        assert_eq!(p, Precision::Fp32);
+        assert!(note.unwrap().contains("CPU workers compute in fp32"));
+    }
+}
