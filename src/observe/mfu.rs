@@ -43,8 +43,9 @@ pub fn peak(name: &str, precision: Precision) -> Option<f64> {
         .filter(|&p| p > 0.0)
 }
 
-/// A run's MFU arithmetic: the model's training FLOPs per sample and each rank's peak.
-#[derive(Clone, Debug, PartialEq)]
+/// A run's MFU arithmetic: the model's training FLOPs per sample and each rank's peak (the
+/// default knows none: no MFU).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Mfu {
     /// 3 x forward FLOPs per sample.
     per_sample: f64,

@@ -230,6 +230,17 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["waited_s"] = waited.as_secs_f64().into();
             v["missing_ranks"] = missing.clone().into();
         }
+        Warning::Bound { step, bound } => {
+            v["step"] = (*step).into();
+            v["step_ms"] = bound.step_ms.into();
+            v["data_ms"] = bound.data_ms.into();
+            v["data_share"] = bound.data_share.into();
+            v["util"] = bound.util.into();
+            v["mfu"] = bound.mfu.into();
+        }
+        Warning::BoundCleared { step, .. } => {
+            v["step"] = (*step).into();
+        }
     }
     v
 }

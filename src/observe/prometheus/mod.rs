@@ -69,6 +69,8 @@ pub struct Prometheus {
     stragglers: IntCounterVec,
     degraded: IntCounterVec,
     stalls: IntCounter,
+    /// 1 while the run is said to be input-bound, launch-bound or underused.
+    bound: GaugeVec,
     checkpoints: IntCounter,
     data_skipped: IntCounter,
     state: GaugeVec,
@@ -273,6 +275,12 @@ impl Prometheus {
                 "mgtop_stall_warnings_total",
                 "Warnings that no step completed for the stall timeout.",
             )?,
+            bound: gauge_vec(
+                r,
+                "mgtop_bound",
+                "1 while the whole run is held back by its input (input-bound) or its host (launch-bound), or busy GPUs compute at a low MFU (underused); 0 once cleared.",
+                &["limit"],
+            )?,
             checkpoints: int_counter(
                 r,
                 "mgtop_checkpoints_total",
@@ -411,6 +419,12 @@ impl Sink for Prometheus {
                 .inc(),
             Warning::Degraded { rank: r, .. } => self.degraded.with_label_values(&[rank(*r)]).inc(),
             Warning::Stall { .. } => self.stalls.inc(),
+            Warning::Bound { bound, .. } => {
+                self.bound.with_label_values(&[bound.limit.name()]).set(1.0)
+            }
+            Warning::BoundCleared { limit, .. } => {
+                self.bound.with_label_values(&[limit.name()]).set(0.0)
+            }
             Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. } => {}
         }
         Ok(())

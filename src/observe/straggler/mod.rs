@@ -16,8 +16,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod bound;
 mod warning;
 
+pub use bound::{Bound, Limit};
 pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
@@ -106,6 +108,8 @@ pub struct Detector {
     last_step: u64,
     last_progress: Duration,
     paused: bool,
+    /// What holds the whole run back (its input, its host) or leaves its GPUs underused.
+    bound: bound::BoundDetector,
 }
 
 impl Detector {
@@ -134,7 +138,9 @@ impl Detector {
                 .collect(),
             hosts: info.hosts.clone(),
         };
-        Detector::new(info.ranks(), cfg, ctx)
+        let mut d = Detector::new(info.ranks(), cfg, ctx);
+        d.bound = bound::BoundDetector::new(crate::observe::mfu::Mfu::for_run(info));
+        d
     }
 
     pub fn new(ranks: usize, cfg: DetectorConfig, ctx: Context) -> Detector {
@@ -154,6 +160,7 @@ impl Detector {
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
+            bound: bound::BoundDetector::new(Default::default()),
             cfg,
             ctx,
         }
@@ -171,6 +178,14 @@ impl Detector {
                 .throttle_reasons
                 .map(|r| (r, s.sm_clock_mhz, s.sm_clock_max_mhz));
         }
+        // GPUs' utilization only (a CPU worker's is its own share of busy time)
+        let util: Vec<Option<f32>> = (samples.iter().enumerate())
+            .map(|(r, s)| {
+                s.util
+                    .filter(|_| self.ctx.models.get(r).is_some_and(Option::is_some))
+            })
+            .collect();
+        self.bound.on_util(&util);
     }
 
     /// The ranks currently flagged as stragglers.
@@ -208,10 +223,24 @@ impl Detector {
             ));
         }
         self.rows += 1;
+        let bound =
+            (self.bound.on_row(row, &self.cfg).into_iter()).map(|(bound, said)| match said {
+                true => Warning::Bound {
+                    step: row.step,
+                    bound,
+                },
+                false => Warning::BoundCleared {
+                    step: row.step,
+                    limit: bound.limit,
+                },
+            });
+        let bound: Vec<Warning> = bound.collect();
         if self.rows <= self.cfg.warmup || !self.rows.is_multiple_of(self.cfg.every) {
-            return Vec::new();
+            return bound;
         }
-        self.evaluate(row.step)
+        let mut out = self.evaluate(row.step);
+        out.extend(bound);
+        out
     }
 
     fn evaluate(&mut self, step: u64) -> Vec<Warning> {

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::bound::{Bound, Limit};
+
 /// The likely cause of a straggler, from evidence.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Cause {
@@ -126,6 +128,15 @@ pub enum Warning {
         waited: Duration,
         missing: Vec<usize>,
     },
+    /// The whole run is held back by its input or its host, or leaves its GPUs underused.
+    Bound {
+        step: u64,
+        bound: Bound,
+    },
+    BoundCleared {
+        step: u64,
+        limit: Limit,
+    },
 }
 
 impl Warning {
@@ -136,14 +147,16 @@ impl Warning {
             | Warning::StragglerCleared { rank, .. }
             | Warning::Degraded { rank, .. }
             | Warning::DegradedCleared { rank, .. } => Some(*rank),
-            Warning::Stall { .. } => None,
+            Warning::Stall { .. } | Warning::Bound { .. } | Warning::BoundCleared { .. } => None,
         }
     }
     /// Whether this ends an earlier warning.
     pub fn is_clear(&self) -> bool {
         matches!(
             self,
-            Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. }
+            Warning::StragglerCleared { .. }
+                | Warning::DegradedCleared { .. }
+                | Warning::BoundCleared { .. }
         )
     }
     /// A short name for the metrics file.
@@ -154,6 +167,16 @@ impl Warning {
             Warning::Degraded { .. } => "degraded",
             Warning::DegradedCleared { .. } => "degraded_cleared",
             Warning::Stall { .. } => "stall",
+            Warning::Bound { bound, .. } => match bound.limit {
+                Limit::Input => "input_bound",
+                Limit::Launch => "launch_bound",
+                Limit::Underused => "underused",
+            },
+            Warning::BoundCleared { limit, .. } => match limit {
+                Limit::Input => "input_bound_cleared",
+                Limit::Launch => "launch_bound_cleared",
+                Limit::Underused => "underused_cleared",
+            },
         }
     }
 }
@@ -183,6 +206,17 @@ impl fmt::Display for Warning {
             Warning::DegradedCleared { rank, step } => {
                 write!(f, "degraded cleared: rank {rank} is back near its best (step {step})")
             }
+            Warning::Bound { bound, .. } => bound.fmt(f),
+            Warning::BoundCleared { step, limit } => write!(
+                f,
+                "{} cleared: {} (step {step})",
+                limit.name(),
+                match limit {
+                    Limit::Input => "the input keeps up again",
+                    Limit::Launch => "the GPUs are busy again",
+                    Limit::Underused => "the GPUs' MFU is up again",
+                }
+            ),
             Warning::Stall { step, waited, missing } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 write!(

@@ -1,0 +1,390 @@
+//! What holds the whole run back when no one rank does (a straggler is slower than its peers;
+//! here every rank is held alike):
+//! - its input: every rank waits for batches a large share of each step;
+//! - on GPUs, the host: the GPUs are busy (NVML utilization) only part of the time while no
+//!   rank waits for input, so kernel launches and per-step host work set the pace;
+//! - on GPUs, small work: the GPUs are busy all the time at a few percent of their peak (MFU),
+//!   the most common waste, which utilization alone hides.
+//!
+//! Judged as stragglers are: every `every` rows after `warmup`, on the medians of the last
+//! `window` rows (and the newest telemetry), said after `consecutive` evaluations past the
+//! line and cleared after as many back on the right side of a second line (hysteresis).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use super::DetectorConfig;
+use crate::engine::events::StepStats;
+use crate::observe::mfu::Mfu;
+use crate::observe::monitor::StepRow;
+
+/// Input-bound at this share of a step spent waiting for data; cleared below the second.
+const INPUT_SHARE: (f64, f64) = (0.25, 0.15);
+/// Launch-bound below this GPU utilization (with little data wait); cleared above the second.
+const LAUNCH_UTIL: (f64, f64) = (0.5, 0.6);
+/// What "little data wait" is, for calling a run launch-bound or underused rather than input-bound.
+const LAUNCH_DATA_MAX: f64 = 0.1;
+/// Underused: busy at least this much of the time at an MFU below the second; cleared above
+/// the third.
+const UNDERUSED: (f64, f64, f64) = (0.8, 0.05, 0.07);
+
+/// Which limit a run is against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Input,
+    Launch,
+    Underused,
+}
+
+impl Limit {
+    const ALL: [Limit; 3] = [Limit::Input, Limit::Launch, Limit::Underused];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Input => "input-bound",
+            Limit::Launch => "launch-bound",
+            Limit::Underused => "underused",
+        }
+    }
+}
+
+/// What the run spends its steps on (medians over the window; mean over ranks).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    pub limit: Limit,
+    /// A rank's own step (without waiting for slower peers, mean over ranks) in ms; the wait
+    /// for input of the rank that waits least, in ms and as a share of its own step.
+    pub step_ms: f64,
+    pub data_ms: f64,
+    pub data_share: f64,
+    /// The GPUs' mean utilization (0-1) and MFU (0-1), where known.
+    pub util: Option<f64>,
+    pub mfu: Option<f64>,
+    pub per_replica: usize,
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = |v: f64| format!("{:.0}%", v * 100.0);
+        let b = self.per_replica;
+        match self.limit {
+            Limit::Input => write!(
+                f,
+                "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); try more --loader-threads or --prefetch, or smaller pictures (--image-size)",
+                pct(self.data_share),
+                self.data_ms,
+                self.step_ms
+            ),
+            Limit::Launch => write!(
+                f,
+                "launch-bound: the GPUs are busy {} of the time and no rank waits for input, so the host's kernel launches and per-step work set the pace ({:.2} ms per step); a larger --batch-per-replica (now {b}) gives each launch more work",
+                pct(self.util.unwrap_or(0.0)),
+                self.step_ms
+            ),
+            Limit::Underused => write!(
+                f,
+                "underused: the GPUs are busy {} of the time but at {} MFU: their kernels are too small to fill them; a larger --batch-per-replica (now {b}) or a larger model uses them better",
+                pct(self.util.unwrap_or(0.0)),
+                match self.mfu {
+                    Some(m) if m < 0.001 => "<0.1%".to_string(),
+                    Some(m) => format!("{:.1}%", m * 100.0),
+                    None => "an unknown".into(),
+                }
+            ),
+        }
+    }
+}
+
+/// One step over every rank: its own step in ms (mean over ranks), the least data wait in ms
+/// and the least share of its own step any rank waited for input, the MFU (mean over the
+/// ranks that have one).
+type Sample = (f64, f64, f64, Option<f64>);
+
+pub struct BoundDetector {
+    mfu: Mfu,
+    recent: VecDeque<Sample>,
+    rows: u64,
+    /// The GPU ranks' newest utilization (telemetry), mean over them.
+    util: Option<f64>,
+    /// Per limit: evaluations in a row past its line, and back from it; whether it is said.
+    past: [u32; 3],
+    back: [u32; 3],
+    flagged: [bool; 3],
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+impl BoundDetector {
+    pub fn new(mfu: Mfu) -> BoundDetector {
+        BoundDetector {
+            mfu,
+            recent: VecDeque::new(),
+            rows: 0,
+            util: None,
+            past: [0; 3],
+            back: [0; 3],
+            flagged: [false; 3],
+        }
+    }
+
+    /// The GPU ranks' newest utilization (None for CPU workers and where NVML cannot tell).
+    pub fn on_util(&mut self, util: &[Option<f32>]) {
+        let known: Vec<f64> = util.iter().flatten().map(|&u| u as f64).collect();
+        self.util = (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
+    }
+
+    /// Feeds one complete step; returns the limits said or cleared here, with the run's figures.
+    pub fn on_row(&mut self, row: &StepRow, cfg: &DetectorConfig) -> Vec<(Bound, bool)> {
+        if row.ranks.is_empty() {
+            return Vec::new();
+        }
+        // a step after a pause measured the pause too
+        if !row.ranks.iter().any(|r| r.after_pause) {
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let own = |r: &StepStats| ms(r.step_time.saturating_sub(r.sync_wait));
+            let n = row.ranks.len() as f64;
+            let mean_own = row.ranks.iter().map(own).sum::<f64>() / n;
+            let least = |f: &dyn Fn(&StepStats) -> f64| {
+                (row.ranks.iter()).map(f).fold(f64::INFINITY, f64::min)
+            };
+            let data = least(&|r| ms(r.data_wait));
+            let share = least(&|r| match own(r) > 0.0 {
+                true => ms(r.data_wait) / own(r),
+                false => 0.0,
+            });
+            let mfu: Vec<f64> = (row.ranks.iter())
+                .filter_map(|r| self.mfu.of(r.rank, r.samples, r.step_time))
+                .collect();
+            let mfu = (!mfu.is_empty()).then(|| mfu.iter().sum::<f64>() / mfu.len() as f64);
+            if self.recent.len() == cfg.window {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((mean_own, data, share, mfu));
+        }
+        self.rows += 1;
+        if self.rows <= cfg.warmup || !self.rows.is_multiple_of(cfg.every) || self.recent.is_empty()
+        {
+            return Vec::new();
+        }
+        let step_ms = median(self.recent.iter().map(|s| s.0).collect());
+        let data_ms = median(self.recent.iter().map(|s| s.1).collect());
+        let share = median(self.recent.iter().map(|s| s.2).collect());
+        let mfus: Vec<f64> = self.recent.iter().filter_map(|s| s.3).collect();
+        let mfu = (!mfus.is_empty()).then(|| median(mfus));
+        let bound = |limit| Bound {
+            limit,
+            step_ms,
+            data_ms,
+            data_share: share,
+            util: self.util,
+            mfu,
+            per_replica: row.ranks[0].per_replica,
+        };
+        let quiet_input = share < LAUNCH_DATA_MAX;
+        let mut out = Vec::new();
+        for (i, limit) in Limit::ALL.into_iter().enumerate() {
+            // (past the line, back from it); neither: keep counting where it was
+            let (past, back) = match (limit, self.util, mfu) {
+                (Limit::Input, ..) => (
+                    share >= INPUT_SHARE.0 && data_ms - 1e-9 >= ms_floor(cfg),
+                    share < INPUT_SHARE.1,
+                ),
+                (Limit::Launch, Some(u), _) => (
+                    u < LAUNCH_UTIL.0 && quiet_input,
+                    u >= LAUNCH_UTIL.1 || !quiet_input,
+                ),
+                (Limit::Underused, Some(u), Some(m)) => (
+                    u >= UNDERUSED.0 && m < UNDERUSED.1 && quiet_input,
+                    m >= UNDERUSED.2 || u < UNDERUSED.0,
+                ),
+                // no telemetry or MFU to judge by: whatever was said is no longer known
+                _ => (false, true),
+            };
+            self.past[i] = if past { self.past[i] + 1 } else { 0 };
+            self.back[i] = if back { self.back[i] + 1 } else { 0 };
+            if !self.flagged[i] && self.past[i] >= cfg.consecutive {
+                self.flagged[i] = true;
+                out.push((bound(limit), true));
+            } else if self.flagged[i] && self.back[i] >= cfg.consecutive {
+                self.flagged[i] = false;
+                out.push((bound(limit), false));
+            }
+        }
+        out
+    }
+}
+
+/// Data waits shorter than this are noise, however large their share (a 50 µs step).
+fn ms_floor(cfg: &DetectorConfig) -> f64 {
+    cfg.min_gap.as_secs_f64() * 1e3 / 4.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Context, Detector, DetectorConfig, Warning};
+    use crate::engine::events::StepStats;
+    use crate::observe::monitor::StepRow;
+    use crate::observe::sample::DeviceSample;
+    use std::time::Duration;
+
+    fn ms(v: f64) -> Duration {
+        Duration::from_secs_f64(v / 1e3)
+    }
+
+    /// A step of `ranks` ranks, each `step` ms long of which `data` waiting for input.
+    fn row(n: u64, ranks: usize, step: f64, data: f64, gpu: bool) -> StepRow {
+        let stats = |rank| StepStats {
+            rank,
+            step: n,
+            epoch: 1,
+            samples: 32,
+            global_samples: 32 * ranks,
+            per_replica: 32,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            data_wait: ms(data),
+            compute: ms(step - data),
+            compute_cpu: None,
+            device_timed: gpu,
+            comm: Duration::ZERO,
+            sync_wait: Duration::ZERO,
+            transfer: Duration::ZERO,
+            optimizer: Duration::ZERO,
+            step_time: ms(step),
+            at: ms(n as f64 * step),
+            after_pause: false,
+            progress: 0.0,
+        };
+        StepRow {
+            step: n,
+            epoch: 1,
+            loss: 1.0,
+            accuracy: 0.5,
+            lr: 1e-3,
+            per_replica: 32,
+            global_samples: 32 * ranks,
+            at: ms(n as f64 * step),
+            progress: 0.0,
+            ranks: (0..ranks).map(stats).collect(),
+        }
+    }
+
+    /// The warnings of steps `from..=to` (data wait `data` ms of 10 ms steps), by step.
+    fn feed(d: &mut Detector, from: u64, to: u64, data: f64, gpu: bool) -> Vec<(u64, Warning)> {
+        (from..=to)
+            .flat_map(|s| {
+                d.on_row(&row(s, 2, 10.0, data, gpu))
+                    .into_iter()
+                    .map(move |w| (s, w))
+            })
+            .collect()
+    }
+
+    fn gpus(util: f32) -> Vec<DeviceSample> {
+        let s = DeviceSample {
+            util: Some(util),
+            ..DeviceSample::default()
+        };
+        vec![s.clone(), s]
+    }
+
+    fn gpu_detector() -> Detector {
+        let ctx = Context {
+            models: vec![Some("NVIDIA H100 80GB HBM3".into()); 2],
+            ..Context::default()
+        };
+        Detector::new(2, DetectorConfig::default(), ctx)
+    }
+
+    #[test]
+    fn a_run_whose_every_rank_waits_for_input_is_said_input_bound_then_cleared() {
+        let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
+        // 4 of every 10 ms waiting for input on both ranks: evaluations at rows 30, 40, 50
+        let w = feed(&mut d, 1, 100, 4.0, false);
+        assert_eq!(w.len(), 1, "one warning, and no straggler: {w:?}");
+        let (step, warning) = &w[0];
+        assert_eq!(*step, 50);
+        assert_eq!(warning.kind(), "input_bound");
+        let text = warning.to_string();
+        assert!(
+            text.starts_with(
+                "input-bound: every rank waits for its input at least 40% of each step (4.0 of 10.0 ms)"
+            ) && text.contains("--loader-threads"),
+            "{text}"
+        );
+        // the input keeps up from step 101: cleared once the window's median says so, 3 in a row
+        let w = feed(&mut d, 101, 300, 0.1, false);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].1.kind(), "input_bound_cleared");
+        assert!(w[0].1.is_clear() && w[0].1.rank().is_none());
+        // a little waiting is fine
+        let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
+        assert!(feed(&mut d, 1, 300, 1.0, false).is_empty());
+    }
+
+    #[test]
+    fn gpus_idle_half_the_time_while_no_rank_waits_for_input_are_launch_bound() {
+        let mut d = gpu_detector();
+        d.on_telemetry(&gpus(0.3));
+        let w = feed(&mut d, 1, 100, 0.1, true);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].1.kind(), "launch_bound");
+        let text = w[0].1.to_string();
+        assert!(
+            text.contains("busy 30% of the time") && text.contains("--batch-per-replica (now 32)"),
+            "{text}"
+        );
+        d.on_telemetry(&gpus(0.9));
+        let w = feed(&mut d, 101, 200, 0.1, true);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].1.kind(), "launch_bound_cleared");
+        // idle GPUs that wait for input are input-bound, not launch-bound
+        let mut d = gpu_detector();
+        d.on_telemetry(&gpus(0.3));
+        let kinds: Vec<&str> = (feed(&mut d, 1, 100, 5.0, true).iter())
+            .map(|(_, w)| w.kind())
+            .collect();
+        assert_eq!(kinds, ["input_bound"]);
+        // a CPU worker's busy share is not a GPU's utilization
+        let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
+        d.on_telemetry(&gpus(0.3));
+        assert!(feed(&mut d, 1, 100, 0.1, false).is_empty());
+    }
+
+    #[test]
+    fn busy_gpus_at_a_low_mfu_are_underused_where_their_peak_is_known() {
+        let info = |flops: u64| {
+            crate::observe::metrics::run_info(&serde_json::json!({
+                "devices": ["gpu0", "gpu1"],
+                "device_names": ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"],
+                "name": "r", "data": "d", "model": "m", "params": 1, "per_replica": 32,
+                "flops_per_sample": flops,
+            }))
+            .unwrap()
+        };
+        // 3 x 1 MFLOP x 32 samples in 10 ms: 9.6 GFLOP/s of 66.9 TFLOP/s
+        let mut d = Detector::for_run(&info(1_000_000));
+        d.on_telemetry(&gpus(0.99));
+        let w = feed(&mut d, 1, 100, 0.1, true);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].1.kind(), "underused");
+        let text = w[0].1.to_string();
+        assert!(
+            text.contains("busy 99% of the time but at <0.1% MFU"),
+            "{text}"
+        );
+        // 3 x 1 TFLOP x 32 in 10 ms is far past any peak: not underused
+        let mut d = Detector::for_run(&info(1_000_000_000_000));
+        d.on_telemetry(&gpus(0.99));
+        assert!(feed(&mut d, 1, 100, 0.1, true).is_empty());
+        // no peak known (no MFU): nothing said
+        let mut d = gpu_detector();
+        d.on_telemetry(&gpus(0.99));
+        assert!(feed(&mut d, 1, 100, 0.1, true).is_empty());
+    }
+}
