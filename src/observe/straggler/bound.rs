@@ -25,9 +25,9 @@ const INPUT_SHARE: (f64, f64) = (0.25, 0.15);
 const LAUNCH_UTIL: (f64, f64) = (0.5, 0.6);
 /// What "little data wait" is, for calling a run launch-bound or underused rather than input-bound.
 const LAUNCH_DATA_MAX: f64 = 0.1;
-/// Underused: busy at least this much of the time at an MFU below the second; cleared above
-/// the third.
-const UNDERUSED: (f64, f64, f64) = (0.8, 0.05, 0.07);
+/// Underused: busy at least the first share of the time at an MFU below the second; cleared at
+/// an MFU above the third or once busy under the fourth.
+const UNDERUSED: (f64, f64, f64, f64) = (0.8, 0.05, 0.07, 0.7);
 
 /// Which limit a run is against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +199,7 @@ impl BoundDetector {
                 ),
                 (Limit::Underused, Some(u), Some(m)) => (
                     u >= UNDERUSED.0 && m < UNDERUSED.1 && quiet_input,
-                    m >= UNDERUSED.2 || u < UNDERUSED.0,
+                    m >= UNDERUSED.2 || u < UNDERUSED.3,
                 ),
                 // no telemetry or MFU to judge by: whatever was said is no longer known
                 _ => (false, true),
