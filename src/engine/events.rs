@@ -157,6 +157,11 @@ pub enum Event {
         step: u64,
         message: String,
     },
+    /// Something a rank's device should tell the run (cuDNN failing its check on a GPU).
+    DeviceNote {
+        rank: usize,
+        message: String,
+    },
     Failed {
         rank: usize,
         step: u64,

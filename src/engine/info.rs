@@ -28,6 +28,8 @@ pub struct RunInfo {
     /// why, where it is not what was asked for.
     pub precision: Precision,
     pub precision_note: Option<String>,
+    /// What a GPU run's convolutions go through (None: no GPU, or no convolution).
+    pub convolutions: Option<String>,
     pub data: String,
     /// What the data's start-up lines say besides (a folder's classes, files skipped).
     pub data_notes: Vec<String>,
@@ -73,6 +75,27 @@ pub struct RunInfo {
     pub started: Option<SystemTime>,
 }
 
+/// "cuDNN 9.3.0" or why the own kernels, for a GPU run of a convolutional model.
+fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
+    let convs = (model.nodes.iter()).any(|n| matches!(n.op, crate::nn::model::Op::Conv { .. }));
+    let gpus = (devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
+    if !(convs && gpus) {
+        return None;
+    }
+    use crate::backend::cuda::{dnn, libs};
+    Some(match (dnn::wanted(), dnn::available()) {
+        (true, _) => format!(
+            "cuDNN {} (algorithms by its heuristics; checked against the own kernels on each GPU first)",
+            dnn::version()
+        ),
+        (false, true) => "own kernels (im2col + cuBLAS, depthwise kernels; MGTOP_CUDNN=off)".into(),
+        (false, false) => format!(
+            "own kernels (im2col + cuBLAS, depthwise kernels): cuDNN not found; for faster convolutions {}",
+            libs::CUDNN.install
+        ),
+    })
+}
+
 impl RunInfo {
     /// What a run of `model` over `world`, starting at `start`, shows before its first step.
     pub(super) fn for_run(
@@ -95,6 +118,7 @@ impl RunInfo {
             device_note,
             precision,
             precision_note,
+            convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),
             loader_threads: crate::engine::loader::threads_for(

@@ -70,6 +70,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     if let Some(note) = &info.precision_note {
         lines.push(format!("note: {note}"));
     }
+    if let Some(c) = &info.convolutions {
+        lines.push(format!("convolutions: {c}"));
+    }
     lines.push(format!("data: {}", info.data));
     lines.extend(info.data_notes.iter().map(|n| format!("  note: {n}")));
     lines.push(match info.prefetch {
@@ -284,6 +287,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         Event::DataSkipped { step, message } => format!(
             "WARNING at step {step}: {message}; another image of its class stands in for it"
         ),
+        Event::DeviceNote { rank, message } => format!("note: rank {rank}: {message}"),
         Event::Failed {
             rank,
             step,

@@ -22,7 +22,7 @@ const GROUP_IMAGES: usize = 8;
 pub const GROUPS: usize = 16;
 
 /// One convolution's geometry (see `nn::conv`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct ConvGeom {
     pub c: usize,
     pub h: usize,

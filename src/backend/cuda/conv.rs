@@ -171,22 +171,58 @@ pub fn conv2d_forward(
         .map_err(|e| fail(gpu, what, e))?;
         start += n;
     }
-    if s.out_len() > 0 {
-        let [nb, _, _, _, _, _, _, _, _, _] = s.ints();
-        let (oci, ohwi) = (oc as i32, ohw as i32);
-        let cfg = grid_stride_cfg(s.out_len());
-        try_launch!(
-            gpu,
-            "conv_bias_add_f32",
-            cfg,
-            &mut *out,
-            bias,
-            &nb,
-            &oci,
-            &ohwi
-        )?;
+    bias_add(gpu, out, bias, b, oc, ohw)
+}
+
+/// out[B, OC, OHW] += bias[OC] (the caller checked the lengths).
+pub fn bias_add(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, f32>,
+    bias: &CudaView<'_, f32>,
+    b: usize,
+    oc: usize,
+    ohw: usize,
+) -> Result<(), CudaError> {
+    if b * oc * ohw == 0 {
+        return Ok(());
     }
-    Ok(())
+    let (nb, oci, ohwi) = (b as i32, oc as i32, ohw as i32);
+    let cfg = grid_stride_cfg(b * oc * ohw);
+    try_launch!(
+        gpu,
+        "conv_bias_add_f32",
+        cfg,
+        &mut *out,
+        bias,
+        &nb,
+        &oci,
+        &ohwi
+    )
+}
+
+/// dbias[OC] += the sums of dout[B, OC, OHW] per channel (the caller checked the lengths).
+pub fn bias_grad(
+    gpu: &Gpu,
+    dbias: &mut CudaViewMut<'_, f32>,
+    dout: &CudaView<'_, f32>,
+    b: usize,
+    oc: usize,
+    ohw: usize,
+) -> Result<(), CudaError> {
+    if b * oc * ohw == 0 {
+        return Ok(());
+    }
+    let (nb, oci, ohwi) = (b as i32, oc as i32, ohw as i32);
+    try_launch!(
+        gpu,
+        "conv_bias_grad_f32",
+        blocks_cfg(oc),
+        &mut *dbias,
+        dout,
+        &nb,
+        &oci,
+        &ohwi
+    )
 }
 
 /// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[OC,C,KH,KW] += d/dw,
@@ -230,21 +266,8 @@ pub fn conv2d_backward(
         .images_per_chunk(col_scratch.len(), true)
         .map_err(|e| fail(gpu, what, e))?;
     let (ckk, ohw, chw, ochw) = (s.ckk(), s.ohw(), s.chw(), oc * s.ohw());
-    let [nb, _, _, _, _, _, _, _, _, _] = s.ints();
-    let (oci, ohwi, ckki) = (oc as i32, ohw as i32, ckk as i32);
-    if s.out_len() > 0 {
-        let cfg = blocks_cfg(oc);
-        try_launch!(
-            gpu,
-            "conv_bias_grad_f32",
-            cfg,
-            &mut *dbias,
-            dout,
-            &nb,
-            &oci,
-            &ohwi
-        )?;
-    }
+    let (oci, ckki) = (oc as i32, ckk as i32);
+    bias_grad(gpu, dbias, dout, b, oc, ohw)?;
     let mut start = 0;
     while start < b {
         let n = chunk.min(b - start);

@@ -59,6 +59,15 @@ pub const NCCL: Wanted = Wanted {
     present: cudarc::nccl::sys::is_culib_present,
 };
 
+/// Optional: convolutions go through cuDNN where it loads, through the own kernels otherwise.
+pub const CUDNN: Wanted = Wanted {
+    what: "cuDNN",
+    link: "libcudnn.so",
+    files: &["libcudnn.so.9"],
+    install: "`pip install nvidia-cudnn-cu12` (CUDA 12) or `pip install nvidia-cudnn-cu13` (CUDA 13), or conda `cudnn`, or NVIDIA's cuDNN 9 packages",
+    present: cudarc::cudnn::sys::is_culib_present,
+};
+
 /// The variable that marks a start with the links in place (or, set to `off`, turns this off).
 pub const MARK: &str = "MGTOP_CUDA_LIBS";
 
@@ -322,7 +331,7 @@ pub fn make_loadable(nvrtc_anyway: bool) {
     }
     let driver = driver_major();
     let wanted: &[Wanted] = if driver.is_some() {
-        &[NVRTC, CUBLAS, NCCL]
+        &[NVRTC, CUBLAS, NCCL, CUDNN]
     } else if nvrtc_anyway {
         &[NVRTC]
     } else {

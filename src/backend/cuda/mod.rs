@@ -13,6 +13,7 @@ pub mod blas;
 pub mod bn;
 pub mod conv;
 pub mod discover;
+pub mod dnn;
 pub mod dwconv;
 pub mod kernels;
 pub mod libs;

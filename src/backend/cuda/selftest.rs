@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::blas;
 use super::replica::CudaReplica;
 pub use super::selftest_compare::Check;
 use super::selftest_compare::{check, compare, compare_changes};
 pub use super::selftest_nccl::{nccl_check, nccl_gives_up_checks};
+use super::{blas, dnn};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
@@ -111,6 +111,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         &format!("gpu{index} conv and pool vs CPU ops"),
         || super::selftest_conv::checks(&gpu),
     ));
+    out.extend(cudnn_checks(&gpu));
     out.extend(guarded(&format!("gpu{index} graph ops vs CPU ops"), || {
         let mut rng = Rng::new(31);
         let mut checks = super::selftest_ops::checks(&gpu);
@@ -140,6 +141,60 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     out.extend(guarded(&name, || {
         vec![check(name.clone(), super::selftest_model::two_steps(index))]
     }));
+    out
+}
+
+/// cuDNN's convolutions (dense and depthwise, forward and both gradients) against the own
+/// kernels, in strict fp32 and, from Ampere on, with TF32 allowed; skipped where cuDNN does not
+/// load (or MGTOP_CUDNN=off).
+fn cudnn_checks(gpu: &Gpu) -> Vec<Check> {
+    let index = gpu.index;
+    if !dnn::wanted() {
+        return vec![Check {
+            name: format!("gpu{index} cuDNN convolutions"),
+            worst: Some(0.0),
+            max_abs: f64::NAN,
+            note: format!(
+                "skipped: cuDNN not loaded (MGTOP_CUDNN=off, or not found: {})",
+                super::libs::CUDNN.install
+            ),
+        }];
+    }
+    let mut precisions = vec![Precision::Fp32];
+    if gpu
+        .arch
+        .trim_start_matches("sm_")
+        .parse::<u32>()
+        .unwrap_or(0)
+        >= 80
+    {
+        precisions.push(Precision::Tf32);
+    }
+    let mut out = Vec::new();
+    for p in precisions {
+        let name = format!("gpu{index} cuDNN {} convolutions ({p})", dnn::version());
+        out.extend(guarded(&name, || {
+            let run = (|| {
+                let blas = cudarc::cublas::CudaBlas::new(gpu.stream.clone())
+                    .map_err(|e| format!("create cuBLAS handle: {e:?}"))?;
+                blas::set_precision(&blas, p).map_err(|e| format!("{e:?}"))?;
+                let mut d = dnn::Dnn::open(&gpu.stream, p)?;
+                let checked = dnn::check(gpu, &blas, &mut d, p == Precision::Tf32);
+                dnn::close(d);
+                blas::close(blas);
+                checked
+            })();
+            vec![Check {
+                name: name.clone(),
+                worst: run.is_ok().then_some(0.0),
+                max_abs: f64::NAN,
+                note: match run {
+                    Ok(()) => "agrees with the own kernels".into(),
+                    Err(e) => e,
+                },
+            }]
+        }));
+    }
     out
 }
 

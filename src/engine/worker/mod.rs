@@ -144,6 +144,12 @@ pub(super) fn open_gpu(
             return Err(e.into());
         }
     };
+    for message in replica.take_notes() {
+        let _ = w.events.send(Event::DeviceNote {
+            rank: w.rank,
+            message,
+        });
+    }
     w.coll.barrier()?;
     replica.join(group, &*w.coll)?;
     // data the GPU can hold is uploaded once: batches then come as row numbers

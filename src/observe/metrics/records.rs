@@ -123,6 +123,9 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         Event::DataSkipped { step, message } => {
             json!({"type": "event", "kind": "data_skipped", "step": step, "t": t, "message": message})
         }
+        Event::DeviceNote { rank, message } => {
+            json!({"type": "event", "kind": "device_note", "rank": rank, "t": t, "message": message})
+        }
         Event::Control { step, applied } => {
             let mut v = json!({"type": "event", "kind": "control", "step": step, "t": t});
             match applied {

@@ -6,8 +6,9 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 use crate::backend::cuda::blas::sgemm;
+use crate::backend::cuda::dnn::{Dnn, Key};
 use crate::backend::cuda::launch::{check, die};
-use crate::backend::cuda::{bn, conv, dwconv, ops, pool, Gpu};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::{Model, Op};
@@ -16,6 +17,8 @@ use crate::nn::model::{Model, Op};
 pub(super) struct Back<'x> {
     pub gpu: &'x Gpu,
     pub blas: &'x CudaBlas,
+    /// cuDNN for the convolutions, where the replica uses it.
+    pub dnn: Option<&'x mut Dnn>,
     pub params: &'x CudaSlice<f32>,
     /// n_params gradient sums (then the metric slots).
     pub grads: &'x mut CudaSlice<f32>,
@@ -60,6 +63,15 @@ impl Back<'_> {
                 let (mut gw, mut gb) = wb.split_at_mut(w.len());
                 let mut sink = self.sink.slice_mut(..g.oc);
                 let gb = if bias { &mut gb } else { &mut sink };
+                if let Some(d) = self.dnn.as_deref_mut() {
+                    let k = Key { b, groups, g };
+                    let run = d.backward(k, d_in, &mut gw, dout, &inp, &wv);
+                    check(run.map_err(|e| CudaError::new(gpu.index, "convolution backward", e)));
+                    if bias {
+                        check(conv::bias_grad(gpu, gb, dout, b, g.oc, g.oh * g.ow));
+                    }
+                    return;
+                }
                 check(match groups {
                     1 => conv::conv2d_backward(
                         gpu,

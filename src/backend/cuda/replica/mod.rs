@@ -27,7 +27,7 @@ use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
 use super::nccl::{Communicator, Patience};
-use super::{blas, on, CudaError, Gpu};
+use super::{blas, dnn, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
@@ -63,6 +63,11 @@ pub struct CudaReplica {
     gpu: Gpu,
     /// Always Some until dropped (taken then, so a failed teardown cannot panic).
     blas: Option<cudarc::cublas::CudaBlas>,
+    /// Convolutions through cuDNN where it loads and passed its check (`dnn::check`); taken
+    /// at drop, as `blas`.
+    dnn: Option<dnn::Dnn>,
+    /// What the run should be told about this GPU (cuDNN failing its check).
+    notes: Vec<String>,
     comm: Option<Communicator>,
     /// How long joining NCCL or an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
@@ -147,6 +152,7 @@ impl CudaReplica {
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
+        let (dnn, notes) = convolutions(&gpu, &blas, precision);
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
@@ -179,6 +185,8 @@ impl CudaReplica {
         let nodes = nodes::NodeBufs::new(&s, &model, 1).map_err(on(index, "allocate"))?;
         let mut r = CudaReplica {
             blas: Some(blas),
+            dnn,
+            notes,
             comm: None,
             timeout,
             optimizer,
@@ -256,6 +264,11 @@ impl CudaReplica {
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// What the run should be told about this GPU (cuDNN failing its check), once.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     fn fail(&self, what: &str, e: impl std::fmt::Debug) -> ! {
@@ -346,9 +359,45 @@ fn unpack(
     Ok(())
 }
 
+/// cuDNN for this GPU's convolutions where it loads (and `MGTOP_CUDNN` is not `off`) and agrees
+/// with the own kernels on a small check; else none, with a note where it failed.
+fn convolutions(
+    gpu: &Gpu,
+    blas: &cudarc::cublas::CudaBlas,
+    precision: Precision,
+) -> (Option<dnn::Dnn>, Vec<String>) {
+    if !dnn::wanted() {
+        return (None, Vec::new());
+    }
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut d = dnn::Dnn::open(&gpu.stream, precision)?;
+        match dnn::check(gpu, blas, &mut d, precision == Precision::Tf32) {
+            Ok(()) => Ok(d),
+            Err(e) => {
+                dnn::close(d);
+                Err(e)
+            }
+        }
+    }));
+    let failed = match checked {
+        Ok(Ok(d)) => return (Some(d), Vec::new()),
+        Ok(Err(e)) => e,
+        Err(_) => "it panicked".to_string(),
+    };
+    let note = format!(
+        "GPU {}: cuDNN {} failed its check against the own kernels ({failed}); its convolutions run on the own kernels (MGTOP_CUDNN=off skips cuDNN)",
+        gpu.index,
+        dnn::version()
+    );
+    (None, vec![note])
+}
+
 impl Drop for CudaReplica {
     fn drop(&mut self) {
         self.abort_group();
+        if let Some(d) = self.dnn.take() {
+            dnn::close(d);
+        }
         if let Some(blas) = self.blas.take() {
             blas::close(blas);
         }

@@ -14,8 +14,9 @@ use super::backprop::Back;
 use super::nodes::NodeBufs;
 use super::CudaReplica;
 use crate::backend::cuda::blas::sgemm;
+use crate::backend::cuda::dnn::Key;
 use crate::backend::cuda::launch::{check, die};
-use crate::backend::cuda::{bn, conv, dwconv, ops, pool, Gpu};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
@@ -92,6 +93,7 @@ impl Exec for Pass<'_, '_> {
         let CudaReplica {
             gpu,
             blas,
+            dnn,
             params,
             acts,
             argmax,
@@ -130,29 +132,43 @@ impl Exec for Pass<'_, '_> {
                     false => nodes.zeros.slice(..g.oc),
                 };
                 let wv = params.slice(w);
-                check(match groups {
-                    1 => conv::conv2d_forward(
-                        gpu,
-                        blas,
-                        &mut out,
-                        &inp,
-                        &wv,
-                        &bv,
-                        b,
-                        g.c,
-                        g.h,
-                        g.w,
-                        g.oc,
-                        g.k,
-                        g.k,
-                        g.stride,
-                        g.pad,
-                        &mut col.slice_mut(..),
-                    ),
-                    _ => {
-                        dwconv::dwconv_forward(gpu, &mut out, &inp, &wv, bias.then_some(&bv), b, &g)
+                if let Some(d) = dnn.as_mut() {
+                    let run = d.forward(Key { b, groups, g }, &mut out, &inp, &wv);
+                    check(run.map_err(|e| CudaError::new(gpu.index, "convolution forward", e)));
+                    if bias {
+                        check(conv::bias_add(gpu, &mut out, &bv, b, g.oc, g.oh * g.ow));
                     }
-                })
+                } else {
+                    check(match groups {
+                        1 => conv::conv2d_forward(
+                            gpu,
+                            blas,
+                            &mut out,
+                            &inp,
+                            &wv,
+                            &bv,
+                            b,
+                            g.c,
+                            g.h,
+                            g.w,
+                            g.oc,
+                            g.k,
+                            g.k,
+                            g.stride,
+                            g.pad,
+                            &mut col.slice_mut(..),
+                        ),
+                        _ => dwconv::dwconv_forward(
+                            gpu,
+                            &mut out,
+                            &inp,
+                            &wv,
+                            bias.then_some(&bv),
+                            b,
+                            &g,
+                        ),
+                    })
+                }
             }
             Op::BatchNorm { c, hw, .. } => {
                 let (w, bi) = m.weight_bias(node);
@@ -278,6 +294,7 @@ impl Exec for Pass<'_, '_> {
         let CudaReplica {
             gpu,
             blas,
+            dnn,
             params,
             grads,
             acts,
@@ -309,6 +326,7 @@ impl Exec for Pass<'_, '_> {
         let mut back = Back {
             gpu,
             blas: blas.as_ref().expect("cuBLAS is held until drop"),
+            dnn: dnn.as_mut(),
             params,
             grads,
             acts,

@@ -136,7 +136,7 @@ impl App {
                 val_accuracy: *val_accuracy,
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
-            Event::InSync { .. } | Event::DataSkipped { .. } => {}
+            Event::InSync { .. } | Event::DataSkipped { .. } | Event::DeviceNote { .. } => {}
             Event::Failed { rank, message, .. } => {
                 self.state = RunState::Failed;
                 if let Some(d) = self.devices.get_mut(*rank) {
@@ -155,7 +155,7 @@ impl App {
         if let Some(line) = event_line(&e, self.info.budget) {
             let level = match e {
                 Event::Failed { .. } => Level::Error,
-                Event::DataSkipped { .. } => Level::Warn,
+                Event::DataSkipped { .. } | Event::DeviceNote { .. } => Level::Warn,
                 _ => Level::Info,
             };
             self.push_log(level, line, matches!(e, Event::EpochDone { .. }));

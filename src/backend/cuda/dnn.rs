@@ -1,0 +1,458 @@
+//! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel), NCHW
+//! fp32 as the rest of the GPU path, forward, input gradient (written) and weight gradient
+//! (accumulated, beta 1, as every backward here). The bias stays with the own kernels
+//! (`conv_bias_add_f32`, `conv_bias_grad_f32`). Descriptors and algorithms are planned once per
+//! shape (batch rows included), the algorithms by cuDNN's heuristics; one workspace, grown to
+//! the largest plan's need up to `MAX_WORKSPACE` (a plan needing more takes cuDNN's
+//! no-workspace algorithm).
+//!
+//! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
+//! (`CUDNN_DEFAULT_MATH`) for `tf32`. A replica checks its cuDNN once against the own kernels
+//! before using it (`check`), and trains with the own kernels where that fails.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::cudnn::sys::{
+    cudnnConvolutionBwdDataAlgo_t as DataAlgo, cudnnConvolutionBwdFilterAlgo_t as FilterAlgo,
+    cudnnConvolutionFwdAlgo_t as FwdAlgo, cudnnConvolutionMode_t, cudnnMathType_t,
+    cudnnTensorFormat_t,
+};
+use cudarc::cudnn::{
+    ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn, CudnnError,
+    FilterDescriptor, TensorDescriptor,
+};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+
+use super::{CudaError, Gpu};
+use crate::nn::grouped::ConvGeom;
+use crate::nn::precision::Precision;
+
+/// The most workspace memory the convolutions may take (as the own kernels' column scratch).
+pub const MAX_WORKSPACE: usize = 256 << 20;
+
+/// Whether cuDNN can be loaded (cudarc panics on a call into a library it cannot load).
+pub fn available() -> bool {
+    // SAFETY: only tries to dlopen the library under cudarc's names; nothing is called.
+    unsafe { cudarc::cudnn::sys::is_culib_present() }
+}
+
+/// Whether convolutions should go through cuDNN: it loads, and `MGTOP_CUDNN` is not `off`.
+pub fn wanted() -> bool {
+    std::env::var("MGTOP_CUDNN").as_deref() != Ok("off") && available()
+}
+
+/// "9.3.0", the loaded cuDNN's version.
+pub fn version() -> String {
+    version_text(cudarc::cudnn::result::get_version())
+}
+
+/// cuDNN 9's version number (major * 10000 + minor * 100 + patch) as text.
+fn version_text(v: usize) -> String {
+    format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+}
+
+/// One convolution's shape: `b` images through window `g` in `groups` groups.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Key {
+    pub b: usize,
+    pub groups: usize,
+    pub g: ConvGeom,
+}
+
+/// What cuDNN needs for one shape, made once.
+struct Plan {
+    conv: ConvDescriptor<f32>,
+    x: TensorDescriptor<f32>,
+    w: FilterDescriptor<f32>,
+    y: TensorDescriptor<f32>,
+    fwd: FwdAlgo,
+    data: DataAlgo,
+    filter: FilterAlgo,
+}
+
+/// cuDNN on one GPU's stream, with its plans and workspace.
+pub struct Dnn {
+    stream: Arc<CudaStream>,
+    handle: Arc<Cudnn>,
+    math: cudnnMathType_t,
+    plans: HashMap<Key, Plan>,
+    workspace: CudaSlice<u8>,
+}
+
+fn int(v: usize) -> Result<i32, String> {
+    i32::try_from(v).map_err(|_| format!("dimension {v} is beyond cuDNN's 32-bit sizes"))
+}
+
+fn say(what: &str) -> impl FnOnce(CudnnError) -> String + '_ {
+    move |e| format!("cuDNN {what}: {e:?}")
+}
+
+impl Dnn {
+    /// cuDNN on `stream`, computing in `precision`.
+    pub fn open(stream: &Arc<CudaStream>, precision: Precision) -> Result<Dnn, String> {
+        let handle = Cudnn::new(stream.clone()).map_err(say("create a handle"))?;
+        let workspace = stream
+            .alloc_zeros::<u8>(1)
+            .map_err(|e| format!("allocate cuDNN's workspace: {e:?}"))?;
+        Ok(Dnn {
+            stream: stream.clone(),
+            handle,
+            math: match precision {
+                Precision::Tf32 => cudnnMathType_t::CUDNN_DEFAULT_MATH,
+                Precision::Fp32 | Precision::Bf16 => cudnnMathType_t::CUDNN_FMA_MATH,
+            },
+            plans: HashMap::new(),
+            workspace,
+        })
+    }
+
+    /// The plan for `k`, made on first use; the workspace grown to what it needs.
+    fn plan(&mut self, k: Key) -> Result<&Plan, String> {
+        if !self.plans.contains_key(&k) {
+            let plan = self.make(k)?;
+            self.plans.insert(k, plan);
+        }
+        Ok(&self.plans[&k])
+    }
+
+    fn make(&mut self, k: Key) -> Result<Plan, String> {
+        let g = &k.g;
+        let nchw = cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let h = &self.handle;
+        let x = h
+            .create_4d_tensor::<f32>(nchw, [int(k.b)?, int(g.c)?, int(g.h)?, int(g.w)?])
+            .map_err(say("describe the input"))?;
+        let y = h
+            .create_4d_tensor::<f32>(nchw, [int(k.b)?, int(g.oc)?, int(g.oh)?, int(g.ow)?])
+            .map_err(say("describe the output"))?;
+        let w = h
+            .create_4d_filter::<f32>(
+                nchw,
+                [int(g.oc)?, int(g.c / k.groups)?, int(g.k)?, int(g.k)?],
+            )
+            .map_err(say("describe the weights"))?;
+        let mut conv = h
+            .create_conv2d::<f32>(
+                [int(g.pad)?, int(g.pad)?],
+                [int(g.stride)?, int(g.stride)?],
+                [1, 1],
+                cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+            )
+            .map_err(say("describe the convolution"))?;
+        conv.set_math_type(self.math)
+            .map_err(say("set the math type"))?;
+        conv.set_group_count(int(k.groups)?)
+            .map_err(say("set the group count"))?;
+        let f = ConvForward {
+            conv: &conv,
+            x: &x,
+            w: &w,
+            y: &y,
+        };
+        let d = ConvBackwardData {
+            conv: &conv,
+            dx: &x,
+            w: &w,
+            dy: &y,
+        };
+        let b = ConvBackwardFilter {
+            conv: &conv,
+            x: &x,
+            dw: &w,
+            dy: &y,
+        };
+        // cuDNN's first choice where its workspace fits, else the algorithm that needs none
+        let mut fwd = f
+            .pick_algorithm()
+            .map_err(say("pick a forward algorithm"))?;
+        let mut need = f
+            .get_workspace_size(fwd)
+            .map_err(say("size the workspace"))?;
+        if need > MAX_WORKSPACE {
+            fwd = FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+            need = 0;
+        }
+        let mut data = d
+            .pick_algorithm()
+            .map_err(say("pick an input-gradient algorithm"))?;
+        let mut need_d = d
+            .get_workspace_size(data)
+            .map_err(say("size the workspace"))?;
+        if need_d > MAX_WORKSPACE {
+            data = DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+            need_d = 0;
+        }
+        let mut filter = b
+            .pick_algorithm()
+            .map_err(say("pick a weight-gradient algorithm"))?;
+        let mut need_f = b
+            .get_workspace_size(filter)
+            .map_err(say("size the workspace"))?;
+        if need_f > MAX_WORKSPACE {
+            filter = FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+            need_f = 0;
+        }
+        let need = need.max(need_d).max(need_f);
+        if need > self.workspace.len() {
+            self.workspace = self
+                .stream
+                .alloc_zeros::<u8>(need)
+                .map_err(|e| format!("allocate {need} bytes of cuDNN workspace: {e:?}"))?;
+        }
+        Ok(Plan {
+            conv,
+            x,
+            w,
+            y,
+            fwd,
+            data,
+            filter,
+        })
+    }
+
+    /// y[b, oc, oh, ow] = x (*) w (no bias), overwritten.
+    pub fn forward(
+        &mut self,
+        k: Key,
+        y: &mut CudaViewMut<'_, f32>,
+        x: &CudaView<'_, f32>,
+        w: &CudaView<'_, f32>,
+    ) -> Result<(), String> {
+        self.plan(k)?;
+        let Dnn {
+            plans, workspace, ..
+        } = self;
+        let p = &plans[&k];
+        let f = ConvForward {
+            conv: &p.conv,
+            x: &p.x,
+            w: &p.w,
+            y: &p.y,
+        };
+        let mut ws = workspace.slice_mut(..);
+        // SAFETY: the descriptors were made for these buffers' shapes (`Key`) and f32 NCHW, and
+        // the callers check each buffer's length against them before a launch
+        unsafe { f.launch(p.fwd, Some(&mut ws), (1.0, 0.0), x, w, y) }
+            .map_err(say("convolution forward"))
+    }
+
+    /// dx = d/dx (overwritten; skipped when `None`), dw += d/dw, from dy.
+    pub fn backward(
+        &mut self,
+        k: Key,
+        dx: Option<&mut CudaViewMut<'_, f32>>,
+        dw: &mut CudaViewMut<'_, f32>,
+        dy: &CudaView<'_, f32>,
+        x: &CudaView<'_, f32>,
+        w: &CudaView<'_, f32>,
+    ) -> Result<(), String> {
+        self.plan(k)?;
+        let Dnn {
+            plans, workspace, ..
+        } = self;
+        let p = &plans[&k];
+        let mut ws = workspace.slice_mut(..);
+        let b = ConvBackwardFilter {
+            conv: &p.conv,
+            x: &p.x,
+            dw: &p.w,
+            dy: &p.y,
+        };
+        // SAFETY: as `forward`
+        unsafe { b.launch(p.filter, Some(&mut ws), (1.0, 1.0), x, dw, dy) }
+            .map_err(say("weight gradient"))?;
+        if let Some(dx) = dx {
+            let d = ConvBackwardData {
+                conv: &p.conv,
+                dx: &p.x,
+                w: &p.w,
+                dy: &p.y,
+            };
+            // SAFETY: as `forward`
+            unsafe { d.launch(p.data, Some(&mut ws), (1.0, 0.0), dx, w, dy) }
+                .map_err(say("input gradient"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Ends a cuDNN context, whose descriptors' and handle's drops panic after a sticky CUDA
+/// error: while the thread is already panicking it is leaked instead (a second panic would
+/// abort the process), otherwise a failure is ignored.
+pub fn close(dnn: Dnn) {
+    if std::thread::panicking() {
+        std::mem::forget(dnn);
+    } else {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(dnn)));
+    }
+}
+
+/// Two small convolutions (a dense 3x3 stride-2 padded one, a depthwise 3x3 one) through cuDNN
+/// and through the own kernels: the output and both gradients must agree, to TF32's rounding
+/// where the math allows it (`tf32`). What a replica runs before it trusts cuDNN.
+pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<(), String> {
+    let dense = ConvGeom {
+        c: 3,
+        h: 7,
+        w: 6,
+        oc: 5,
+        k: 3,
+        stride: 2,
+        pad: 1,
+        oh: 4,
+        ow: 3,
+    };
+    let depthwise = ConvGeom {
+        c: 4,
+        h: 6,
+        w: 5,
+        oc: 4,
+        k: 3,
+        stride: 1,
+        pad: 1,
+        oh: 6,
+        ow: 5,
+    };
+    let tol = if tf32 { 2e-2 } else { 1e-4 };
+    for (g, groups) in [(dense, 1), (depthwise, 4)] {
+        let k = Key { b: 2, groups, g };
+        let own = own_conv(gpu, blas, k).map_err(|e| e.to_string())?;
+        let theirs = (|| {
+            let s = &gpu.stream;
+            let (x, w, dy) = inputs(k);
+            let up = |v: &[f32]| s.clone_htod(v).map_err(|e| format!("upload: {e:?}"));
+            let (x, w, dy) = (up(&x)?, up(&w)?, up(&dy)?);
+            let mut y = up(&vec![0.0; dy.len()])?;
+            let mut dx = up(&vec![0.0; x.len()])?;
+            let mut dw = up(&vec![0.0; w.len()])?;
+            dnn.forward(k, &mut y.slice_mut(..), &x.slice(..), &w.slice(..))?;
+            let d = &mut dx.slice_mut(..);
+            dnn.backward(
+                k,
+                Some(d),
+                &mut dw.slice_mut(..),
+                &dy.slice(..),
+                &x.slice(..),
+                &w.slice(..),
+            )?;
+            let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(|e| format!("download: {e:?}"));
+            Ok::<_, String>([down(&y)?, down(&dx)?, down(&dw)?])
+        })()?;
+        for ((what, a), b) in ["output", "input gradient", "weight gradient"]
+            .iter()
+            .zip(&theirs)
+            .zip(&own)
+        {
+            let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let off = (a.iter().zip(b)).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            if a.len() != b.len() || off > tol * scale + 1e-6 {
+                return Err(format!(
+                    "{} convolution's {what} is off by {off:.2e} (largest value {scale:.2e})",
+                    if groups == 1 {
+                        "a dense"
+                    } else {
+                        "a depthwise"
+                    }
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The check's input, weights and output gradient for `k`, from a fixed seed.
+fn inputs(k: Key) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let g = &k.g;
+    let mut rng = crate::nn::rng::Rng::new(23);
+    let mut draw = |n: usize| (0..n).map(|_| rng.normal()).collect::<Vec<f32>>();
+    let x = draw(k.b * g.c * g.h * g.w);
+    let w = draw(g.oc * (g.c / k.groups) * g.k * g.k);
+    let dy = draw(k.b * g.oc * g.oh * g.ow);
+    (x, w, dy)
+}
+
+/// The own kernels' output, input gradient and weight gradient for the check.
+fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key) -> Result<[Vec<f32>; 3], CudaError> {
+    let s = &gpu.stream;
+    let g = &k.g;
+    let (x, w, dy) = inputs(k);
+    let on = |what| super::on(gpu.index, what);
+    let x = s.clone_htod(&x).map_err(on("upload"))?;
+    let w = s.clone_htod(&w).map_err(on("upload"))?;
+    let dy = s.clone_htod(&dy).map_err(on("upload"))?;
+    let mut y = s.alloc_zeros::<f32>(dy.len()).map_err(on("allocate"))?;
+    let mut dx = s.alloc_zeros::<f32>(x.len()).map_err(on("allocate"))?;
+    let mut dw = s.alloc_zeros::<f32>(w.len()).map_err(on("allocate"))?;
+    let mut db = s.alloc_zeros::<f32>(g.oc).map_err(on("allocate"))?;
+    let (xv, wv, dyv) = (x.slice(..), w.slice(..), dy.slice(..));
+    if k.groups == 1 {
+        let len = super::conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, k.b);
+        let mut col = s.alloc_zeros::<f32>(len).map_err(on("allocate"))?;
+        let zeros = s.alloc_zeros::<f32>(g.oc).map_err(on("allocate"))?;
+        let (b, c, h, wi, oc, kk, st, p) = (k.b, g.c, g.h, g.w, g.oc, g.k, g.stride, g.pad);
+        let col = &mut col.slice_mut(..);
+        let yv = &mut y.slice_mut(..);
+        super::conv::conv2d_forward(
+            gpu,
+            blas,
+            yv,
+            &xv,
+            &wv,
+            &zeros.slice(..),
+            b,
+            c,
+            h,
+            wi,
+            oc,
+            kk,
+            kk,
+            st,
+            p,
+            col,
+        )?;
+        let (dxv, dwv, dbv) = (
+            &mut dx.slice_mut(..),
+            &mut dw.slice_mut(..),
+            &mut db.slice_mut(..),
+        );
+        super::conv::conv2d_backward(
+            gpu,
+            blas,
+            Some(dxv),
+            dwv,
+            dbv,
+            &dyv,
+            &xv,
+            &wv,
+            b,
+            c,
+            h,
+            wi,
+            oc,
+            kk,
+            kk,
+            st,
+            p,
+            col,
+        )?;
+    } else {
+        super::dwconv::dwconv_forward(gpu, &mut y.slice_mut(..), &xv, &wv, None, k.b, g)?;
+        let (dxv, dwv) = (&mut dx.slice_mut(..), &mut dw.slice_mut(..));
+        super::dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, &dyv, &xv, &wv, k.b, g)?;
+    }
+    let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(on("download"));
+    Ok([down(&y)?, down(&dx)?, down(&dw)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_cudnn_9_writes_them() {
+        assert_eq!(version_text(90300), "9.3.0");
+        assert_eq!(version_text(91002), "9.10.2");
+    }
+}
