@@ -25,7 +25,9 @@ pub mod selftest;
 mod selftest_bn;
 mod selftest_compare;
 mod selftest_conv;
+mod selftest_dnn;
 mod selftest_dw;
+mod selftest_gemm;
 mod selftest_model;
 mod selftest_nccl;
 mod selftest_ops;
@@ -131,6 +133,15 @@ pub struct Gpu {
 }
 
 impl Gpu {
+    /// Whether its tensor cores take TF32 (compute capability 8.0, Ampere, or newer).
+    pub fn has_tf32(&self) -> bool {
+        self.arch
+            .trim_start_matches("sm_")
+            .parse::<u32>()
+            .unwrap_or(0)
+            >= 80
+    }
+
     pub fn open(index: usize) -> Result<Gpu, CudaError> {
         let ctx = CudaContext::new(index).map_err(|e| CudaError::new(index, "open", e))?;
         // SAFETY: all of this GPU's work goes to its one stream, in order, so no buffer needs

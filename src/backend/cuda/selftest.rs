@@ -7,12 +7,10 @@ use super::replica::CudaReplica;
 pub use super::selftest_compare::Check;
 use super::selftest_compare::{check, compare, compare_changes};
 pub use super::selftest_nccl::{nccl_check, nccl_gives_up_checks};
-use super::{blas, dnn};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::gemm::sgemm;
 use crate::nn::model::Model;
 use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
@@ -20,7 +18,7 @@ use crate::nn::rng::Rng;
 
 /// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
 /// GPU code reports errors in a step that way).
-fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
+pub(super) fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
         let note = p
             .downcast_ref::<String>()
@@ -57,53 +55,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             return out;
         }
     };
-    let mut rng = Rng::new(5);
-    let (m, n, k) = (67, 45, 129);
-    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-        let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
-        let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
-        let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
-        let mut want = c.clone();
-        sgemm(ta, tb, m, n, k, 0.7, &a, &b, 0.3, &mut want);
-        let got = product_on(&gpu, Precision::Fp32, ta, tb, m, n, k, &a, &b, &c);
-        out.push(check(
-            format!(
-                "gpu{index} gemm {}{}",
-                if ta { "T" } else { "N" },
-                if tb { "T" } else { "N" }
-            ),
-            got.map(|g| compare(&g, &want, 1e-3, 1e-3)),
-        ));
-    }
-    // TF32 (Ampere and newer): inputs rounded to a 10-bit mantissa, so within ~2^-10 of each
-    // term (k = 129 terms of ~1), and measurably off fp32: an exact product means the math
-    // mode did not take
-    if gpu
-        .arch
-        .trim_start_matches("sm_")
-        .parse::<u32>()
-        .unwrap_or(0)
-        >= 80
-    {
-        let a: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
-        let b: Vec<f32> = (0..k * n).map(|_| rng.normal()).collect();
-        let c: Vec<f32> = (0..m * n).map(|_| rng.normal()).collect();
-        let mut want = c.clone();
-        sgemm(false, false, m, n, k, 0.7, &a, &b, 0.3, &mut want);
-        let got = product_on(&gpu, Precision::Tf32, false, false, m, n, k, &a, &b, &c);
-        let judged = got.and_then(|g| {
-            let off = (g.iter().zip(&want)).fold(0.0f64, |w, (x, y)| w.max((x - y).abs() as f64));
-            match off > 1e-5 {
-                true => Ok(compare(&g, &want, 0.1, 1e-2)),
-                false => Err(CudaError::new(
-                    index,
-                    "gemm in TF32",
-                    format!("the product is strict fp32 (largest difference {off:.1e}): cuBLAS's TF32 math mode did not take"),
-                )),
-            }
-        });
-        out.push(check(format!("gpu{index} gemm NN tf32"), judged));
-    }
+    out.extend(super::selftest_gemm::checks(&gpu));
     out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
         op_checks(&gpu)
     }));
@@ -111,7 +63,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         &format!("gpu{index} conv and pool vs CPU ops"),
         || super::selftest_conv::checks(&gpu),
     ));
-    out.extend(cudnn_checks(&gpu));
+    out.extend(super::selftest_dnn::checks(&gpu));
     out.extend(guarded(&format!("gpu{index} graph ops vs CPU ops"), || {
         let mut rng = Rng::new(31);
         let mut checks = super::selftest_ops::checks(&gpu);
@@ -141,60 +93,6 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     out.extend(guarded(&name, || {
         vec![check(name.clone(), super::selftest_model::two_steps(index))]
     }));
-    out
-}
-
-/// cuDNN's convolutions (dense and depthwise, forward and both gradients) against the own
-/// kernels, in strict fp32 and, from Ampere on, with TF32 allowed; skipped where cuDNN does not
-/// load (or MGTOP_CUDNN=off).
-fn cudnn_checks(gpu: &Gpu) -> Vec<Check> {
-    let index = gpu.index;
-    if !dnn::wanted() {
-        return vec![Check {
-            name: format!("gpu{index} cuDNN convolutions"),
-            worst: Some(0.0),
-            max_abs: f64::NAN,
-            note: format!(
-                "skipped: cuDNN not loaded (MGTOP_CUDNN=off, or not found: {})",
-                super::libs::CUDNN.install
-            ),
-        }];
-    }
-    let mut precisions = vec![Precision::Fp32];
-    if gpu
-        .arch
-        .trim_start_matches("sm_")
-        .parse::<u32>()
-        .unwrap_or(0)
-        >= 80
-    {
-        precisions.push(Precision::Tf32);
-    }
-    let mut out = Vec::new();
-    for p in precisions {
-        let name = format!("gpu{index} cuDNN {} convolutions ({p})", dnn::version());
-        out.extend(guarded(&name, || {
-            let run = (|| {
-                let blas = cudarc::cublas::CudaBlas::new(gpu.stream.clone())
-                    .map_err(|e| format!("create cuBLAS handle: {e:?}"))?;
-                blas::set_precision(&blas, p).map_err(|e| format!("{e:?}"))?;
-                let mut d = dnn::Dnn::open(&gpu.stream, p)?;
-                let checked = dnn::check(gpu, &blas, &mut d, p == Precision::Tf32);
-                dnn::close(d);
-                blas::close(blas);
-                checked
-            })();
-            vec![Check {
-                name: name.clone(),
-                worst: run.is_ok().then_some(0.0),
-                max_abs: f64::NAN,
-                note: match run {
-                    Ok(()) => "agrees with the own kernels".into(),
-                    Err(e) => e,
-                },
-            }]
-        }));
-    }
     out
 }
 
@@ -458,46 +356,6 @@ pub fn table(checks: &[Check]) -> Vec<String> {
         ));
     }
     lines
-}
-
-/// Used by `selftest`: one product through the helper, for comparing with the CPU.
-#[allow(clippy::too_many_arguments)]
-fn product_on(
-    gpu: &Gpu,
-    precision: Precision,
-    ta: bool,
-    tb: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    c: &[f32],
-) -> Result<Vec<f32>, CudaError> {
-    let s = &gpu.stream;
-    let index = gpu.index;
-    let handle =
-        cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
-    blas::set_precision(&handle, precision).map_err(on(index, "set cuBLAS's math mode"))?;
-    let da = s.clone_htod(a).map_err(on(index, "upload"))?;
-    let db = s.clone_htod(b).map_err(on(index, "upload"))?;
-    let mut dc = s.clone_htod(c).map_err(on(index, "upload"))?;
-    let (av, bv) = (da.slice(..), db.slice(..));
-    blas::sgemm(
-        &handle,
-        ta,
-        tb,
-        m,
-        n,
-        k,
-        0.7,
-        &av,
-        &bv,
-        0.3,
-        &mut dc.slice_mut(..),
-    )
-    .map_err(|e| CudaError::new(gpu.index, "sgemm", e))?;
-    s.clone_dtoh(&dc).map_err(on(index, "download"))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 mod backprop;
 mod host;
 mod nodes;
+mod packed;
 mod pass;
 mod resident;
 mod update;
@@ -91,10 +92,8 @@ pub struct CudaReplica {
     /// The optimizer's moments, for the trained parameters only (`Optimizer::compact`).
     m: CudaSlice<f32>,
     v: CudaSlice<f32>,
-    /// With frozen parameters (`--freeze`): the ranges of `grads` the all-reduce carries (the
-    /// trained parameters' and the batch's metrics), and the buffer they are packed into.
-    reduced: Vec<std::ops::Range<usize>>,
-    packed: Option<CudaSlice<f32>>,
+    /// With frozen parameters (`--freeze`): what the all-reduce carries, packed.
+    packed: Option<packed::Packed>,
     /// Activations and their gradients per value of the model, for `cap` rows; [0] is the input.
     acts: Vec<CudaSlice<f32>>,
     dacts: Vec<CudaSlice<f32>>,
@@ -152,7 +151,7 @@ impl CudaReplica {
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
-        let (dnn, notes) = convolutions(&gpu, &blas, precision);
+        let (dnn, notes) = dnn::for_replica(&gpu, &blas, precision);
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
@@ -162,20 +161,7 @@ impl CudaReplica {
         let v = to_device(&s, &own.v).map_err(on(index, "upload optimizer state"))?;
         let chunks = update::Chunks::new(&s, &optimizer, n)
             .map_err(on(index, "upload the update's chunks"))?;
-        // frozen parameters have no gradients worth summing: every rank leaves out the same
-        let reduced: Vec<_> = match optimizer.frozen.is_empty() {
-            true => Vec::new(),
-            false => (optimizer.trained(n).into_iter())
-                .chain(std::iter::once(n..n + AUX))
-                .collect(),
-        };
-        let packed = match reduced.is_empty() {
-            true => None,
-            false => {
-                let len = reduced.iter().map(|r| r.len()).sum();
-                Some(s.alloc_zeros::<f32>(len).map_err(on(index, "allocate"))?)
-            }
-        };
+        let packed = packed::Packed::new(&s, &optimizer, n).map_err(on(index, "allocate"))?;
         let grads = s
             .alloc_zeros::<f32>(n + AUX)
             .map_err(on(index, "allocate gradients"))?;
@@ -196,7 +182,6 @@ impl CudaReplica {
             grads,
             m,
             v,
-            reduced,
             packed,
             acts: Vec::new(),
             dacts: Vec::new(),
@@ -327,71 +312,6 @@ impl CudaReplica {
     }
 }
 
-/// The ranges `rs` of `grads` one after another into `packed`.
-fn pack(
-    s: &Arc<CudaStream>,
-    rs: &[std::ops::Range<usize>],
-    grads: &CudaSlice<f32>,
-    packed: &mut CudaSlice<f32>,
-) -> Result<(), DriverError> {
-    let mut at = 0;
-    for r in rs {
-        let len = r.len();
-        s.memcpy_dtod(&grads.slice(r.clone()), &mut packed.slice_mut(at..at + len))?;
-        at += len;
-    }
-    Ok(())
-}
-
-/// `pack` undone: `packed`'s pieces back into the ranges `rs` of `grads`.
-fn unpack(
-    s: &Arc<CudaStream>,
-    rs: &[std::ops::Range<usize>],
-    packed: &CudaSlice<f32>,
-    grads: &mut CudaSlice<f32>,
-) -> Result<(), DriverError> {
-    let mut at = 0;
-    for r in rs {
-        let len = r.len();
-        s.memcpy_dtod(&packed.slice(at..at + len), &mut grads.slice_mut(r.clone()))?;
-        at += len;
-    }
-    Ok(())
-}
-
-/// cuDNN for this GPU's convolutions where it loads (and `MGTOP_CUDNN` is not `off`) and agrees
-/// with the own kernels on a small check; else none, with a note where it failed.
-fn convolutions(
-    gpu: &Gpu,
-    blas: &cudarc::cublas::CudaBlas,
-    precision: Precision,
-) -> (Option<dnn::Dnn>, Vec<String>) {
-    if !dnn::wanted() {
-        return (None, Vec::new());
-    }
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut d = dnn::Dnn::open(&gpu.stream, precision)?;
-        match dnn::check(gpu, blas, &mut d, precision == Precision::Tf32) {
-            Ok(()) => Ok(d),
-            Err(e) => {
-                dnn::close(d);
-                Err(e)
-            }
-        }
-    }));
-    let failed = match checked {
-        Ok(Ok(d)) => return (Some(d), Vec::new()),
-        Ok(Err(e)) => e,
-        Err(_) => "it panicked".to_string(),
-    };
-    let note = format!(
-        "GPU {}: cuDNN {} failed its check against the own kernels ({failed}); its convolutions run on the own kernels (MGTOP_CUDNN=off skips cuDNN)",
-        gpu.index,
-        dnn::version()
-    );
-    (None, vec![note])
-}
-
 impl Drop for CudaReplica {
     fn drop(&mut self) {
         self.abort_group();
@@ -438,14 +358,14 @@ impl Replica for CudaReplica {
             };
             let sent = match &mut self.packed {
                 None => comm.all_reduce_sum(&mut self.grads, &patience),
-                Some(packed) => {
+                Some(p) => {
                     let s = &self.gpu.stream;
-                    let moved = pack(s, &self.reduced, &self.grads, packed)
+                    let moved = (p.pack(s, &self.grads))
                         .map_err(|e| format!("pack the trained gradients: {e:?}"));
                     moved
-                        .and_then(|_| comm.all_reduce_sum(packed, &patience))
+                        .and_then(|_| comm.all_reduce_sum(&mut p.buf, &patience))
                         .and_then(|_| {
-                            unpack(s, &self.reduced, packed, &mut self.grads)
+                            (p.unpack(s, &mut self.grads))
                                 .map_err(|e| format!("unpack the trained gradients: {e:?}"))
                         })
                 }

@@ -1,0 +1,55 @@
+//! `selftest`'s check of cuDNN: its convolutions against the own kernels (`dnn::check`), in
+//! strict fp32 and, from Ampere on, with TF32 allowed.
+
+use super::selftest::guarded;
+use super::selftest_compare::Check;
+use super::{blas, dnn, libs, Gpu};
+use crate::nn::precision::Precision;
+
+/// cuDNN's convolutions (dense and depthwise, forward and both gradients) against the own
+/// kernels, in strict fp32 and, from Ampere on, with TF32 allowed; skipped where cuDNN does not
+/// load (or MGTOP_CUDNN=off).
+pub fn checks(gpu: &Gpu) -> Vec<Check> {
+    let index = gpu.index;
+    if !dnn::wanted() {
+        return vec![Check {
+            name: format!("gpu{index} cuDNN convolutions"),
+            worst: Some(0.0),
+            max_abs: f64::NAN,
+            note: format!(
+                "skipped: cuDNN not loaded (MGTOP_CUDNN=off, or not found: {})",
+                libs::CUDNN.install
+            ),
+        }];
+    }
+    let mut precisions = vec![Precision::Fp32];
+    if gpu.has_tf32() {
+        precisions.push(Precision::Tf32);
+    }
+    let mut out = Vec::new();
+    for p in precisions {
+        let name = format!("gpu{index} cuDNN {} convolutions ({p})", dnn::version());
+        out.extend(guarded(&name, || {
+            let run = (|| {
+                let blas = cudarc::cublas::CudaBlas::new(gpu.stream.clone())
+                    .map_err(|e| format!("create cuBLAS handle: {e:?}"))?;
+                blas::set_precision(&blas, p).map_err(|e| format!("{e:?}"))?;
+                let mut d = dnn::Dnn::open(&gpu.stream, p)?;
+                let checked = dnn::check(gpu, &blas, &mut d, p == Precision::Tf32);
+                dnn::close(d);
+                blas::close(blas);
+                checked
+            })();
+            vec![Check {
+                name: name.clone(),
+                worst: run.is_ok().then_some(0.0),
+                max_abs: f64::NAN,
+                note: match run {
+                    Ok(()) => "agrees with the own kernels".into(),
+                    Err(e) => e,
+                },
+            }]
+        }));
+    }
+    out
+}
