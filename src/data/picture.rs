@@ -340,6 +340,52 @@ mod tests {
         assert!(big.rgb.chunks(3).all(|c| c == [9, 99, 199]));
     }
 
+    /// Output pixel (x, y)'s channel c by the plain definition: the vertical taps over the
+    /// horizontal taps' sums, each sum tap by tap.
+    fn plain(p: &Picture, r: Region, w: usize, h: usize) -> Vec<f32> {
+        let (tx, ty) = (Taps::new(r.x, r.w, w, p.w), Taps::new(r.y, r.h, h, p.h));
+        let mut out = vec![0f32; 3 * w * h];
+        for y in 0..h {
+            let (fy, wy) = ty.of(y);
+            for x in 0..w {
+                let (fx, wx) = tx.of(x);
+                for c in 0..3 {
+                    let mut v = 0f32;
+                    for (j, &ky) in wy.iter().enumerate() {
+                        let mut across = 0f32;
+                        for (i, &kx) in wx.iter().enumerate() {
+                            across += kx * p.rgb[((fy + j) * p.w + fx + i) * 3 + c] as f32;
+                        }
+                        v += ky * across;
+                    }
+                    out[c * w * h + y * w + x] = v;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn resampling_equals_the_plain_filter_bit_for_bit() {
+        let p = Picture {
+            w: 37,
+            h: 23,
+            rgb: (0..37 * 23 * 3).map(|i| (i * 7919 % 251) as u8).collect(),
+        };
+        let regions = [
+            (3.0, 2.0, 30.0, 19.0, 11, 7),
+            (0.0, 0.0, 37.0, 23.0, 37, 23),
+            (5.5, 1.25, 9.0, 14.0, 20, 31),
+            (0.0, 0.0, 37.0, 23.0, 4, 3),
+        ];
+        for (x, y, rw, rh, w, h) in regions {
+            let r = Region { x, y, w: rw, h: rh };
+            let mut out = vec![0.0; 3 * w * h];
+            p.render(r, w, h, false, &RAW, &mut out);
+            assert_eq!(out, plain(&p, r, w, h), "{r:?} -> {w}x{h}");
+        }
+    }
+
     #[test]
     fn a_scaled_region_is_resampled_inside_the_picture() {
         let p = ramp(10, 10);
