@@ -170,7 +170,8 @@ impl CudaReplica {
                 _ => 1,
             };
             self.argmax.push(s.alloc_zeros::<u32>(pooled).map_err(err)?);
-            if let Op::Conv { g, .. } = node.op {
+            // cuDNN's convolutions take its own workspace, not the columns
+            if let (Op::Conv { g, .. }, None) = (node.op, &self.dnn) {
                 // as many images per chunk as fit in COL_SCRATCH_BYTES (at least one)
                 let one = conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, 1);
                 let images = (COL_SCRATCH_BYTES / 4 / one.max(1)).clamp(1, rows);
