@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::{nvml_try, NvmlError};
+use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
 use nvml_wrapper::Device;
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlGpmSample_t, nvmlMemory_t, nvmlReturn_t};
 
 use crate::observe::sample::DeviceSample;
 
@@ -32,11 +34,27 @@ unsafe impl Send for Handle {}
 /// PCIe (rx, tx) KB/s of each watched GPU.
 type Pcie = Vec<(Option<u32>, Option<u32>)>;
 
+/// A GPU's GPM state (NVML's GPU performance monitoring, Hopper and newer): metrics are taken
+/// over the interval between two samples, so each sample keeps the last one.
+enum Gpm {
+    /// No GPM on this GPU (or this driver): its metrics stay n/a.
+    Without,
+    /// Supported, not sampled yet.
+    First,
+    /// The last sample, owned (freed when replaced, or when NVML closes).
+    Since(nvmlGpmSample_t),
+}
+
+// SAFETY: a GPM sample is a buffer NVML allocated; it is only used (behind `Nvml::gpm`'s mutex)
+// with the `nvml_wrapper::Nvml` that allocated it.
+unsafe impl Send for Gpm {}
+
 /// NVML, opened, with a handle per watched GPU (None where NVML does not know it).
 pub struct Nvml {
     nvml: nvml_wrapper::Nvml,
     devices: Vec<Option<Handle>>,
     pcie: Mutex<Every<Pcie>>,
+    gpm: Mutex<Vec<Gpm>>,
 }
 
 impl Nvml {
@@ -56,14 +74,28 @@ impl Nvml {
             );
         }
         let mut listed = None;
-        let devices = pci_bus_ids
+        let devices: Vec<Option<Handle>> = pci_bus_ids
             .iter()
             .map(|id| find(&nvml, BusId::parse(id)?, &mut listed))
+            .collect();
+        // SAFETY (`Device::new`): each handle came from this `nvml`
+        let gpm = (devices.iter())
+            .map(|h: &Option<Handle>| match h {
+                Some(h)
+                    if unsafe { Device::new(h.0, &nvml) }
+                        .gpm_support()
+                        .is_ok_and(|s| s) =>
+                {
+                    Gpm::First
+                }
+                _ => Gpm::Without,
+            })
             .collect();
         Ok(Nvml {
             nvml,
             devices,
             pcie: Mutex::new(Every::new(PCIE_EVERY)),
+            gpm: Mutex::new(gpm),
         })
     }
 
@@ -89,11 +121,74 @@ impl Nvml {
                     .map(|d| d.as_ref().map_or((None, None), read_pcie))
                     .collect()
             });
+        let mut gpm = self.gpm.lock().unwrap_or_else(PoisonError::into_inner);
         devices
             .iter()
             .zip(pcie)
-            .map(|(d, pcie)| d.as_ref().map(|d| read(d, pcie)).unwrap_or_default())
+            .zip(gpm.iter_mut())
+            .map(|((d, pcie), g)| {
+                let Some(d) = d.as_ref() else {
+                    return DeviceSample::default();
+                };
+                let (sm_active, tensor_active) = self.gpm_metrics(d, g);
+                DeviceSample {
+                    sm_active,
+                    tensor_active,
+                    ..read(d, pcie)
+                }
+            })
             .collect()
+    }
+
+    /// (SM active, tensor pipes active), 0..1, over the interval since `g`'s last sample; a
+    /// new sample kept for the next. A GPU whose GPM fails once is not asked again.
+    fn gpm_metrics(&self, d: &Device<'_>, g: &mut Gpm) -> (Option<f32>, Option<f32>) {
+        if matches!(g, Gpm::Without) {
+            return (None, None);
+        }
+        let Ok(now) = d.gpm_sample() else {
+            self.forget(std::mem::replace(g, Gpm::Without));
+            return (None, None);
+        };
+        let now = now.into_handle();
+        let Gpm::Since(prev) = std::mem::replace(g, Gpm::Since(now)) else {
+            return (None, None);
+        };
+        // SAFETY: both were allocated by `self.nvml`; `prev` is owned by this call alone and
+        // freed when its wrapper drops, `now` is owned by `g` and only borrowed here
+        let (prev, now) = unsafe {
+            (
+                GpmSample::from_handle(&self.nvml, prev),
+                std::mem::ManuallyDrop::new(GpmSample::from_handle(&self.nvml, now)),
+            )
+        };
+        let ids = [GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil];
+        let Ok(got) = gpm_metrics_get(&self.nvml, &prev, &now, &ids) else {
+            return (None, None);
+        };
+        let pct = |i: usize| match got.get(i) {
+            Some(Ok(m)) if m.value.is_finite() => Some((m.value / 100.0).clamp(0.0, 1.0) as f32),
+            _ => None,
+        };
+        (pct(0), pct(1))
+    }
+
+    /// Frees a GPU's last GPM sample, if it holds one.
+    fn forget(&self, g: Gpm) {
+        if let Gpm::Since(s) = g {
+            // SAFETY: allocated by `self.nvml`, owned by `g` alone: freed once, here
+            drop(unsafe { GpmSample::from_handle(&self.nvml, s) });
+        }
+    }
+}
+
+impl Drop for Nvml {
+    /// The GPM samples go before NVML closes.
+    fn drop(&mut self) {
+        let held = std::mem::take(self.gpm.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for g in held {
+            self.forget(g);
+        }
     }
 }
 
@@ -190,6 +285,8 @@ fn read(d: &Device<'_>, (pcie_rx_kbs, pcie_tx_kbs): (Option<u32>, Option<u32>)) 
         throttle_reasons: clock_event_reasons(d),
         pcie_rx_kbs,
         pcie_tx_kbs,
+        sm_active: None,
+        tensor_active: None,
     }
 }
 

@@ -22,4 +22,8 @@ pub struct DeviceSample {
     /// GPU: PCIe throughput, KB/s, read at most every `nvml::PCIE_EVERY` (reused in between).
     pub pcie_rx_kbs: Option<u32>,
     pub pcie_tx_kbs: Option<u32>,
+    /// GPU (Hopper and newer, NVML's GPM): the share of SMs active, and of time any tensor
+    /// pipe was active, over the interval since the previous sample.
+    pub sm_active: Option<f32>,
+    pub tensor_active: Option<f32>,
 }

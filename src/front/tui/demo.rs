@@ -224,6 +224,8 @@ pub fn gpu_app(devices: usize, steps: u64) -> App {
                         throttle_reasons: Some(if capped { 0x4 } else { 0x0 }),
                         pcie_rx_kbs: Some(1_200_000),
                         pcie_tx_kbs: Some(300_000),
+                        sm_active: Some(if capped { 0.97 } else { 0.64 }),
+                        tensor_active: Some(if capped { 0.02 } else { 0.01 }),
                     }
                 })
                 .collect();

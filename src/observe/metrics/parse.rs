@@ -433,6 +433,8 @@ fn telemetry(v: &Value, ranks: usize) -> Parsed<Record> {
                 .map(|names| throttle_bits(names.iter().filter_map(Value::as_str))),
             pcie_rx_kbs: u32_of(d, "pcie_rx_kbs")?,
             pcie_tx_kbs: u32_of(d, "pcie_tx_kbs")?,
+            sm_active: f32_of(d, "sm_active")?,
+            tensor_active: f32_of(d, "tensor_active")?,
         };
     }
     let process_memory = match (opt_uint(v, "process_rss")?, opt_uint(v, "machine_memory")?) {

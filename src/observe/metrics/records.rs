@@ -171,6 +171,7 @@ pub fn telemetry(t: Duration, devices: &[DeviceSample], process: Option<(u64, u6
                 "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
                 "throttle": d.throttle_reasons.map(crate::observe::nvml::throttle_names),
                 "pcie_rx_kbs": d.pcie_rx_kbs, "pcie_tx_kbs": d.pcie_tx_kbs,
+                "sm_active": d.sm_active, "tensor_active": d.tensor_active,
             })
         })
         .collect();

@@ -25,7 +25,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// value in its unit from a sample.
 type Field = (&'static str, &'static str, fn(&DeviceSample) -> Option<f64>);
 
-const DCGM_FIELDS: [Field; 9] = [
+const DCGM_FIELDS: [Field; 11] = [
     ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |s| {
         s.util.map(|u| f64::from(u) * 100.0)
     }),
@@ -67,6 +67,16 @@ const DCGM_FIELDS: [Field; 9] = [
         "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
         "PCIe receive throughput (in KB/s), read by NVML.",
         |s| s.pcie_rx_kbs.map(f64::from),
+    ),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned (0-1), read by NVML's GPM.",
+        |s| s.sm_active.map(f64::from),
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles any tensor pipe is active (0-1), read by NVML's GPM.",
+        |s| s.tensor_active.map(f64::from),
     ),
 ];
 

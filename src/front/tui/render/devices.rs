@@ -325,6 +325,8 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                     _ => "n/a".into(),
                 },
             ),
+            ("SM active".into(), pct(s.sm_active)),
+            ("tensor pipes active".into(), pct(s.tensor_active)),
         ]);
     }
     match d.split() {
