@@ -187,10 +187,10 @@ impl BoundDetector {
         let quiet_input = share < LAUNCH_DATA_MAX;
         let mut out = Vec::new();
         for (i, limit) in Limit::ALL.into_iter().enumerate() {
-            // (past the line, back from it); neither: keep counting where it was
+            // (past the line, back from it): each counted in a row, reset otherwise
             let (past, back) = match (limit, self.util, mfu) {
                 (Limit::Input, ..) => (
-                    share >= INPUT_SHARE.0 && data_ms - 1e-9 >= ms_floor(cfg),
+                    share >= INPUT_SHARE.0 && data_ms >= ms_floor(cfg),
                     share < INPUT_SHARE.1,
                 ),
                 (Limit::Launch, Some(u), _) => (
