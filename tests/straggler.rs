@@ -141,3 +141,48 @@ fn bad_fault_flags_are_refused_with_the_fix() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// A run whose every rank waits for its input (one CPU worker, each batch 5 ms late): no rank
+/// is slower than another, so no straggler, but the run is said input-bound once, in the log
+/// and in the metrics file, naming the fix.
+#[test]
+fn a_run_whose_every_rank_waits_for_input_is_said_input_bound() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args([
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--slow-data",
+            "0:5",
+            "--steps",
+            "120",
+            "--log-every",
+            "1000",
+            "--checkpoint-dir",
+            "ck",
+            "--metrics-out",
+            "m.jsonl",
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{log}");
+    let said = warnings(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("WARN input-bound: every rank waits for its input")
+            && said[0].contains("--loader-threads"),
+        "{log}"
+    );
+    let kinds: Vec<String> = std::fs::read_to_string(dir.path().join("m.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "event")
+        .filter_map(|r| r["kind"].as_str().map(String::from))
+        .collect();
+    assert!(kinds.iter().any(|k| k == "input_bound"), "{kinds:?}");
+}

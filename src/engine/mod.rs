@@ -128,6 +128,9 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
+        // this process's GPUs can do what `--precision` asks (the run's precision is settled
+        // over every process's devices once they meet)
+        precision::resolve(cfg.precision, &devices.0)?;
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from

@@ -28,6 +28,7 @@ pub fn close(blas: CudaBlas) {
 pub fn math_mode(p: Precision) -> cublasMath_t {
     match p {
         Precision::Tf32 => cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+        // (bf16 runs are refused before a GPU opens: engine::precision)
         Precision::Fp32 | Precision::Bf16 => cublasMath_t::CUBLAS_DEFAULT_MATH,
     }
 }
