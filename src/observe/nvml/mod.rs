@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
-use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::{nvml_try, NvmlError};
-use nvml_wrapper::gpm::{gpm_metrics_get, GpmSample};
 use nvml_wrapper::Device;
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlGpmSample_t, nvmlMemory_t, nvmlReturn_t};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlMemory_t, nvmlReturn_t};
 
 use crate::observe::sample::DeviceSample;
+use gpm::Gpm;
+
+mod gpm;
 
 /// How often PCIe throughput is read; see [`Nvml::sample`].
 pub const PCIE_EVERY: Duration = Duration::from_secs(5);
@@ -33,21 +34,6 @@ unsafe impl Send for Handle {}
 
 /// PCIe (rx, tx) KB/s of each watched GPU.
 type Pcie = Vec<(Option<u32>, Option<u32>)>;
-
-/// A GPU's GPM state (NVML's GPU performance monitoring, Hopper and newer): metrics are taken
-/// over the interval between two samples, so each sample keeps the last one.
-enum Gpm {
-    /// No GPM on this GPU (or this driver): its metrics stay n/a.
-    Without,
-    /// Supported, not sampled yet.
-    First,
-    /// The last sample, owned (freed when replaced, or when NVML closes).
-    Since(nvmlGpmSample_t),
-}
-
-// SAFETY: a GPM sample is a buffer NVML allocated; it is only used (behind `Nvml::gpm`'s mutex)
-// with the `nvml_wrapper::Nvml` that allocated it.
-unsafe impl Send for Gpm {}
 
 /// NVML, opened, with a handle per watched GPU (None where NVML does not know it).
 pub struct Nvml {
@@ -81,14 +67,8 @@ impl Nvml {
         // SAFETY (`Device::new`): each handle came from this `nvml`
         let gpm = (devices.iter())
             .map(|h: &Option<Handle>| match h {
-                Some(h)
-                    if unsafe { Device::new(h.0, &nvml) }
-                        .gpm_support()
-                        .is_ok_and(|s| s) =>
-                {
-                    Gpm::First
-                }
-                _ => Gpm::Without,
+                Some(h) => Gpm::for_device(&unsafe { Device::new(h.0, &nvml) }),
+                None => Gpm::Without,
             })
             .collect();
         Ok(Nvml {
@@ -130,7 +110,7 @@ impl Nvml {
                 let Some(d) = d.as_ref() else {
                     return DeviceSample::default();
                 };
-                let (sm_active, tensor_active) = self.gpm_metrics(d, g);
+                let (sm_active, tensor_active) = g.metrics(&self.nvml, d);
                 DeviceSample {
                     sm_active,
                     tensor_active,
@@ -139,47 +119,6 @@ impl Nvml {
             })
             .collect()
     }
-
-    /// (SM active, tensor pipes active), 0..1, over the interval since `g`'s last sample; a
-    /// new sample kept for the next. A GPU whose GPM fails once is not asked again.
-    fn gpm_metrics(&self, d: &Device<'_>, g: &mut Gpm) -> (Option<f32>, Option<f32>) {
-        if matches!(g, Gpm::Without) {
-            return (None, None);
-        }
-        let Ok(now) = d.gpm_sample() else {
-            self.forget(std::mem::replace(g, Gpm::Without));
-            return (None, None);
-        };
-        let now = now.into_handle();
-        let Gpm::Since(prev) = std::mem::replace(g, Gpm::Since(now)) else {
-            return (None, None);
-        };
-        // SAFETY: both were allocated by `self.nvml`; `prev` is owned by this call alone and
-        // freed when its wrapper drops, `now` is owned by `g` and only borrowed here
-        let (prev, now) = unsafe {
-            (
-                GpmSample::from_handle(&self.nvml, prev),
-                std::mem::ManuallyDrop::new(GpmSample::from_handle(&self.nvml, now)),
-            )
-        };
-        let ids = [GpmMetricId::SmUtil, GpmMetricId::AnyTensorUtil];
-        let Ok(got) = gpm_metrics_get(&self.nvml, &prev, &now, &ids) else {
-            return (None, None);
-        };
-        let pct = |i: usize| match got.get(i) {
-            Some(Ok(m)) if m.value.is_finite() => Some((m.value / 100.0).clamp(0.0, 1.0) as f32),
-            _ => None,
-        };
-        (pct(0), pct(1))
-    }
-
-    /// Frees a GPU's last GPM sample, if it holds one.
-    fn forget(&self, g: Gpm) {
-        if let Gpm::Since(s) = g {
-            // SAFETY: allocated by `self.nvml`, owned by `g` alone: freed once, here
-            drop(unsafe { GpmSample::from_handle(&self.nvml, s) });
-        }
-    }
 }
 
 impl Drop for Nvml {
@@ -187,7 +126,7 @@ impl Drop for Nvml {
     fn drop(&mut self) {
         let held = std::mem::take(self.gpm.get_mut().unwrap_or_else(PoisonError::into_inner));
         for g in held {
-            self.forget(g);
+            g.free(&self.nvml);
         }
     }
 }
