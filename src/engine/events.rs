@@ -173,6 +173,22 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The step this happened after, where it names one.
+    pub fn step(&self) -> Option<u64> {
+        match self {
+            Event::Started { .. } | Event::DeviceNote { .. } => None,
+            Event::Control { step, .. }
+            | Event::EpochDone { step, .. }
+            | Event::Checkpoint { step, .. }
+            | Event::InSync { step, .. }
+            | Event::DataSkipped { step, .. }
+            | Event::Failed { step, .. }
+            | Event::Finished { step, .. } => Some(*step),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

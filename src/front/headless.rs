@@ -3,12 +3,13 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crossbeam_channel::{select, tick, Receiver};
+use crossbeam_channel::{select, tick};
 
 use super::words::{describe, event_line, step_line, sync_note};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
+use crate::front::steps::Steps;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::Monitor;
 use crate::observe::straggler::{Detector, Warning};
@@ -101,9 +102,9 @@ impl Log<'_> {
         self.warn(r);
     }
 
-    /// Takes every step sample waiting.
-    fn drain(&mut self, steps: &Receiver<StepStats>) {
-        while let Ok(s) = steps.try_recv() {
+    /// Takes every step sample waiting, up to step `until` where given (an event's).
+    fn drain(&mut self, steps: &mut Steps, until: Option<u64>) {
+        for s in steps.take(until) {
             self.on_step(s);
         }
         self.metrics.catch_up();
@@ -140,7 +141,7 @@ pub fn run(
     log.warn(w);
     // step samples are collected every few milliseconds rather than as they come, so a
     // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
-    let steps = engine.steps().clone();
+    let mut steps = Steps::new(engine.steps().clone());
     let events = engine.events().clone();
     let poll = tick(STEP_POLL);
     let sampler = tick(sample_interval);
@@ -148,7 +149,7 @@ pub fn run(
     loop {
         select! {
             recv(poll) -> _ => {
-                log.drain(&steps);
+                log.drain(&mut steps, None);
                 if let Some(w) = log.detector.tick(engine.elapsed(), &engine.heartbeats()) {
                     log.on_warning(&w, engine.elapsed());
                 }
@@ -156,8 +157,8 @@ pub fn run(
             recv(sampler) -> _ => log.on_sample(engine.elapsed()),
             recv(events) -> e => match e {
                 Ok(ev) => {
-                    // steps before this event are printed before it
-                    log.drain(&steps);
+                    // steps up to this event's are printed before it
+                    log.drain(&mut steps, ev.step());
                     if matches!(ev, Event::Finished { .. }) {
                         // said last, after the final step samples
                         end_record = Some((ev, engine.elapsed()));
@@ -170,7 +171,7 @@ pub fn run(
         }
     }
     // every worker has ended: take the last samples
-    for s in steps.iter() {
+    for s in steps.rest() {
         log.on_step(s);
     }
     // a last sample covers the part of the interval since the previous one

@@ -2,5 +2,6 @@
 //! say; neither analyses a run itself.
 
 pub mod headless;
+pub mod steps;
 pub mod tui;
 pub mod words;

@@ -4,13 +4,14 @@
 
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 
 use super::app::{App, AppEvent, Level};
 use super::TuiOptions;
 use crate::engine::control::{Control, Controller};
-use crate::engine::events::{Event, StepStats};
+use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunResult};
+use crate::front::steps::Steps;
 use crate::observe::telemetry::{process_memory, Telemetry};
 use crate::observe::Recorder;
 
@@ -56,9 +57,8 @@ pub struct EngineSource {
     engine: Option<Engine>,
     controller: Controller,
     events: Receiver<Event>,
-    steps: Receiver<StepStats>,
+    steps: Steps,
     events_open: bool,
-    steps_open: bool,
     telemetry: Telemetry,
     metrics: Recorder,
     sample_interval: std::time::Duration,
@@ -79,9 +79,8 @@ impl EngineSource {
         EngineSource {
             controller: engine.controller(),
             events: engine.events().clone(),
-            steps: engine.steps().clone(),
+            steps: Steps::new(engine.steps().clone()),
             events_open: true,
-            steps_open: true,
             telemetry: Telemetry::new(&engine.info().devices, opts.sample_interval),
             metrics,
             sample_interval: opts.sample_interval,
@@ -111,22 +110,12 @@ impl EngineSource {
         self.engine.as_ref().map_or(app.now, |e| e.elapsed())
     }
 
-    /// Takes every step sample waiting (step samples are collected once a frame rather than
-    /// as they come: a worker's `try_send` then never has to wake this thread, which keeps
-    /// the UI's cost off the steps).
-    fn drain_steps(&mut self, app: &mut App) {
-        if !self.steps_open {
-            return;
-        }
-        loop {
-            let s = match self.steps.try_recv() {
-                Ok(s) => s,
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.steps_open = false;
-                    break;
-                }
-            };
+    /// Takes every step sample waiting, up to step `until` where given (an event's: see
+    /// `front::steps`). Step samples are collected once a frame rather than as they come: a
+    /// worker's `try_send` then never has to wake this thread, which keeps the UI's cost off
+    /// the steps.
+    fn drain_steps(&mut self, app: &mut App, until: Option<u64>) {
+        for s in self.steps.take(until) {
             self.telemetry.on_step(&s);
             let before = app.last_row.as_ref().map(|r| r.step);
             app.apply(AppEvent::Step(s));
@@ -150,11 +139,11 @@ impl Source for EngineSource {
     fn on_event(&mut self, app: &mut App, ev: Option<Event>) -> bool {
         let Some(ev) = ev else {
             self.events_open = false;
-            self.drain_steps(app);
+            self.drain_steps(app, None);
             return false;
         };
-        // the steps before this event come first (in the metrics file too)
-        self.drain_steps(app);
+        // the steps up to this event's come first (in the metrics file too)
+        self.drain_steps(app, ev.step());
         let at = self.at(app);
         app.apply(AppEvent::Tick(at));
         if matches!(ev, Event::Finished { .. }) {
@@ -189,7 +178,7 @@ impl Source for EngineSource {
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
-        self.drain_steps(app);
+        self.drain_steps(app, None);
         if let Some(e) = &self.engine {
             app.apply(AppEvent::Tick(e.elapsed()));
             return true;
@@ -212,7 +201,7 @@ impl Source for EngineSource {
             let r = self.metrics.warning(&w, at);
             warn(app, r);
         }
-        if self.engine.is_none() || self.events_open || self.steps_open {
+        if self.engine.is_none() || self.events_open || self.steps.is_open() {
             return false;
         }
         // a last sample covers the part of the interval since the previous one

@@ -1,0 +1,112 @@
+//! Step samples in the run's order beside its events. Frontends take the samples waiting
+//! before they write an event, so that the steps before it come first in the log and the
+//! metrics file; a frontend that gets to an event late would otherwise also write the steps
+//! after it first. Samples later than the event are held for the next take.
+
+use std::collections::VecDeque;
+
+use crossbeam_channel::{Receiver, TryRecvError};
+
+use crate::engine::events::StepStats;
+
+pub struct Steps {
+    rx: Receiver<StepStats>,
+    held: VecDeque<StepStats>,
+    open: bool,
+}
+
+impl Steps {
+    pub fn new(rx: Receiver<StepStats>) -> Steps {
+        Steps {
+            rx,
+            held: VecDeque::new(),
+            open: true,
+        }
+    }
+
+    /// Whether the workers may still send samples.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Every sample waiting, up to step `until` where given (an event's step); later ones are
+    /// kept for the next take.
+    pub fn take(&mut self, until: Option<u64>) -> Vec<StepStats> {
+        let mut out = Vec::new();
+        let mut keep = VecDeque::new();
+        let mut sort = |s: StepStats| match until.is_some_and(|u| s.step > u) {
+            true => keep.push_back(s),
+            false => out.push(s),
+        };
+        for s in std::mem::take(&mut self.held) {
+            sort(s);
+        }
+        while self.open {
+            match self.rx.try_recv() {
+                Ok(s) => sort(s),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.open = false,
+            }
+        }
+        self.held = keep;
+        out
+    }
+
+    /// Every sample still to come, once the workers are ending (blocks until they have).
+    pub fn rest(self) -> impl Iterator<Item = StepStats> {
+        let Steps { rx, held, .. } = self;
+        held.into_iter().chain(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(step: u64) -> StepStats {
+        StepStats {
+            rank: 0,
+            step,
+            epoch: 1,
+            samples: 1,
+            global_samples: 1,
+            per_replica: 1,
+            loss: 0.0,
+            accuracy: 0.0,
+            lr: 0.0,
+            data_wait: Default::default(),
+            compute: Default::default(),
+            compute_cpu: None,
+            device_timed: false,
+            comm: Default::default(),
+            sync_wait: Default::default(),
+            transfer: Default::default(),
+            optimizer: Default::default(),
+            step_time: Default::default(),
+            at: Default::default(),
+            after_pause: false,
+            progress: 0.0,
+        }
+    }
+
+    #[test]
+    fn steps_after_an_event_wait_for_the_next_take_in_order() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut steps = Steps::new(rx);
+        for s in [21, 22, 23, 24, 25] {
+            tx.send(sample(s)).unwrap();
+        }
+        let step = |v: Vec<StepStats>| v.iter().map(|s| s.step).collect::<Vec<_>>();
+        // an epoch ended after step 23: 24 and 25 are written after it
+        assert_eq!(step(steps.take(Some(23))), [21, 22, 23]);
+        tx.send(sample(26)).unwrap();
+        assert_eq!(step(steps.take(None)), [24, 25, 26]);
+        tx.send(sample(27)).unwrap();
+        assert_eq!(step(steps.take(Some(26))), Vec::<u64>::new());
+        assert!(steps.is_open());
+        drop(tx);
+        assert_eq!(step(steps.take(None)), [27]);
+        assert!(!steps.is_open());
+        assert_eq!(steps.rest().count(), 0);
+    }
+}
