@@ -115,7 +115,8 @@ impl CudaReplica {
     }
 
     /// The most rows a micro-batch can have on this GPU: what the kernels' 32-bit indexing
-    /// allows, and what the free memory (90% of it) holds of the buffers `ensure` grows.
+    /// allows, and what the free memory (90% of it, less cuDNN's workspace bound) holds of the
+    /// buffers `ensure` grows.
     pub fn max_rows(&self) -> usize {
         let widest = self.model.dims.iter().copied().max().unwrap_or(1).max(1);
         let indexed = MAX_ELEMENTS / widest;
@@ -131,8 +132,15 @@ impl CudaReplica {
         let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
             return indexed;
         };
+        // cuDNN's workspace grows as its plans are made, up to its bound: kept free for it
+        let workspace = if self.dnn.is_some() {
+            super::dnn::MAX_WORKSPACE
+        } else {
+            0
+        };
+        let usable = ((free as f64 * 0.9) as usize).saturating_sub(workspace);
         // growing frees the buffers of `cap` rows first
-        let fits = self.cap + (free as f64 * 0.9) as usize / per_row.max(1);
+        let fits = self.cap + usable / per_row.max(1);
         indexed.min(fits)
     }
 
