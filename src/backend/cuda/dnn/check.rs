@@ -67,28 +67,21 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
     let tol = if tf32 { 2e-2 } else { 1e-4 };
     for (g, groups) in [(dense, 1), (depthwise, 4)] {
         let k = Key { b: 2, groups, g };
-        let own = own_conv(gpu, blas, k).map_err(|e| e.to_string())?;
-        let theirs = (|| {
-            let s = &gpu.stream;
-            let (x, w, dy) = inputs(k);
-            let up = |v: &[f32]| s.clone_htod(v).map_err(|e| format!("upload: {e:?}"));
-            let (x, w, dy) = (up(&x)?, up(&w)?, up(&dy)?);
-            let mut y = up(&vec![0.0; dy.len()])?;
-            let mut dx = up(&vec![0.0; x.len()])?;
-            let mut dw = up(&vec![0.0; w.len()])?;
-            dnn.forward(k, &mut y.slice_mut(..), &x.slice(..), &w.slice(..))?;
-            let d = &mut dx.slice_mut(..);
+        let own = through(gpu, k, |t| {
+            own_conv(gpu, blas, k, t).map_err(|e| e.to_string())
+        })?;
+        let theirs = through(gpu, k, |t| {
+            dnn.forward(k, &mut t.y.slice_mut(..), &t.x.slice(..), &t.w.slice(..))?;
+            let (x, w, dy) = (t.x.slice(..), t.w.slice(..), t.dy.slice(..));
             dnn.backward(
                 k,
-                Some(d),
-                &mut dw.slice_mut(..),
-                &dy.slice(..),
-                &x.slice(..),
-                &w.slice(..),
-            )?;
-            let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(|e| format!("download: {e:?}"));
-            Ok::<_, String>([down(&y)?, down(&dx)?, down(&dw)?])
-        })()?;
+                Some(&mut t.dx.slice_mut(..)),
+                &mut t.dw.slice_mut(..),
+                &dy,
+                &x,
+                &w,
+            )
+        })?;
         for ((what, a), b) in ["output", "input gradient", "weight gradient"]
             .iter()
             .zip(&theirs)
@@ -111,35 +104,58 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
     Ok(())
 }
 
-/// The check's input, weights and output gradient for `k`, from a fixed seed.
-fn inputs(k: Key) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+/// One convolution's buffers on the GPU: input, weights and output gradient (from a fixed
+/// seed), and the output and both gradients, zeroed.
+struct Tensors {
+    x: CudaSlice<f32>,
+    w: CudaSlice<f32>,
+    dy: CudaSlice<f32>,
+    y: CudaSlice<f32>,
+    dx: CudaSlice<f32>,
+    dw: CudaSlice<f32>,
+}
+
+/// `path`'s output, input gradient and weight gradient for `k`, on the check's inputs.
+fn through(
+    gpu: &Gpu,
+    k: Key,
+    path: impl FnOnce(&mut Tensors) -> Result<(), String>,
+) -> Result<[Vec<f32>; 3], String> {
+    let s = &gpu.stream;
     let g = &k.g;
     let mut rng = crate::nn::rng::Rng::new(23);
     let mut draw = |n: usize| (0..n).map(|_| rng.normal()).collect::<Vec<f32>>();
-    let x = draw(k.b * g.c * g.h * g.w);
-    let w = draw(g.oc * (g.c / k.groups) * g.k * g.k);
-    let dy = draw(k.b * g.oc * g.oh * g.ow);
-    (x, w, dy)
+    let (nx, nw, ny) = (
+        k.b * g.c * g.h * g.w,
+        g.oc * (g.c / k.groups) * g.k * g.k,
+        k.b * g.oc * g.oh * g.ow,
+    );
+    let up = |v: Vec<f32>| s.clone_htod(&v).map_err(|e| format!("upload: {e:?}"));
+    let mut t = Tensors {
+        x: up(draw(nx))?,
+        w: up(draw(nw))?,
+        dy: up(draw(ny))?,
+        y: up(vec![0.0; ny])?,
+        dx: up(vec![0.0; nx])?,
+        dw: up(vec![0.0; nw])?,
+    };
+    path(&mut t)?;
+    let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(|e| format!("download: {e:?}"));
+    Ok([down(&t.y)?, down(&t.dx)?, down(&t.dw)?])
 }
 
-/// The own kernels' output, input gradient and weight gradient for the check.
-fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key) -> Result<[Vec<f32>; 3], CudaError> {
+/// The own kernels' convolution of `k` over `t`.
+fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key, t: &mut Tensors) -> Result<(), CudaError> {
     let s = &gpu.stream;
     let g = &k.g;
-    let (x, w, dy) = inputs(k);
     let on = |what| on(gpu.index, what);
-    let x = s.clone_htod(&x).map_err(on("upload"))?;
-    let w = s.clone_htod(&w).map_err(on("upload"))?;
-    let dy = s.clone_htod(&dy).map_err(on("upload"))?;
-    let mut y = s.alloc_zeros::<f32>(dy.len()).map_err(on("allocate"))?;
-    let mut dx = s.alloc_zeros::<f32>(x.len()).map_err(on("allocate"))?;
-    let mut dw = s.alloc_zeros::<f32>(w.len()).map_err(on("allocate"))?;
-    let mut db = s.alloc_zeros::<f32>(g.oc).map_err(on("allocate"))?;
-    let (xv, wv, dyv) = (x.slice(..), w.slice(..), dy.slice(..));
+    let (xv, wv, dyv) = (t.x.slice(..), t.w.slice(..), t.dy.slice(..));
+    let (y, dx, dw) = (&mut t.y, &mut t.dx, &mut t.dw);
     if k.groups == 1 {
         let len = conv::conv2d_scratch_len(g.c, g.oc, g.k, g.k, g.oh, g.ow, k.b);
         let mut col = s.alloc_zeros::<f32>(len).map_err(on("allocate"))?;
         let zeros = s.alloc_zeros::<f32>(g.oc).map_err(on("allocate"))?;
+        let mut db = s.alloc_zeros::<f32>(g.oc).map_err(on("allocate"))?;
         let (b, c, h, wi, oc, kk, st, p) = (k.b, g.c, g.h, g.w, g.oc, g.k, g.stride, g.pad);
         let col = &mut col.slice_mut(..);
         let yv = &mut y.slice_mut(..);
@@ -191,6 +207,5 @@ fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key) -> Result<[Vec<f32>; 3], CudaErr
         let (dxv, dwv) = (&mut dx.slice_mut(..), &mut dw.slice_mut(..));
         dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, &dyv, &xv, &wv, k.b, g)?;
     }
-    let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(on("download"));
-    Ok([down(&y)?, down(&dx)?, down(&dw)?])
+    Ok(())
 }

@@ -110,13 +110,13 @@ impl Dnn {
         })
     }
 
-    /// The plan for `k`, made on first use; the workspace grown to what it needs.
-    fn plan(&mut self, k: Key) -> Result<&Plan, String> {
+    /// Makes the plan for `k` on first use (the workspace grown to what it needs).
+    fn plan(&mut self, k: Key) -> Result<(), String> {
         if !self.plans.contains_key(&k) {
             let plan = self.make(k)?;
             self.plans.insert(k, plan);
         }
-        Ok(&self.plans[&k])
+        Ok(())
     }
 
     fn make(&mut self, k: Key) -> Result<Plan, String> {
@@ -165,38 +165,25 @@ impl Dnn {
             dw: &w,
             dy: &y,
         };
-        // cuDNN's first choice where its workspace fits, else the algorithm that needs none
-        let mut fwd = f
-            .pick_algorithm()
-            .map_err(say("pick a forward algorithm"))?;
-        let mut need = f
-            .get_workspace_size(fwd)
-            .map_err(say("size the workspace"))?;
-        if need > MAX_WORKSPACE {
-            fwd = FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-            need = 0;
-        }
-        let mut data = d
-            .pick_algorithm()
-            .map_err(say("pick an input-gradient algorithm"))?;
-        let mut need_d = d
-            .get_workspace_size(data)
-            .map_err(say("size the workspace"))?;
-        if need_d > MAX_WORKSPACE {
-            data = DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-            need_d = 0;
-        }
-        let mut filter = b
-            .pick_algorithm()
-            .map_err(say("pick a weight-gradient algorithm"))?;
-        let mut need_f = b
-            .get_workspace_size(filter)
-            .map_err(say("size the workspace"))?;
-        if need_f > MAX_WORKSPACE {
-            filter = FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-            need_f = 0;
-        }
-        let need = need.max(need_d).max(need_f);
+        let (fwd, need_f) = fitting(
+            "pick a forward algorithm",
+            f.pick_algorithm(),
+            |a| f.get_workspace_size(a),
+            FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+        )?;
+        let (data, need_d) = fitting(
+            "pick an input-gradient algorithm",
+            d.pick_algorithm(),
+            |a| d.get_workspace_size(a),
+            DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+        )?;
+        let (filter, need_w) = fitting(
+            "pick a weight-gradient algorithm",
+            b.pick_algorithm(),
+            |a| b.get_workspace_size(a),
+            FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+        )?;
+        let need = need_f.max(need_d).max(need_w);
         if need > self.workspace.len() {
             self.workspace = self
                 .stream
@@ -277,6 +264,21 @@ impl Dnn {
                 .map_err(say("input gradient"))?;
         }
         Ok(())
+    }
+}
+
+/// cuDNN's first choice of algorithm (`pick`) where its workspace (`size`) fits in
+/// `MAX_WORKSPACE`, else `none`, which needs none: (algorithm, workspace bytes).
+fn fitting<A: Copy>(
+    what: &str,
+    pick: Result<A, CudnnError>,
+    size: impl Fn(A) -> Result<usize, CudnnError>,
+    none: A,
+) -> Result<(A, usize), String> {
+    let a = pick.map_err(say(what))?;
+    match size(a).map_err(say("size the workspace"))? {
+        n if n > MAX_WORKSPACE => Ok((none, 0)),
+        n => Ok((a, n)),
     }
 }
 
