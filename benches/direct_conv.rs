@@ -26,7 +26,7 @@ fn seconds(mut f: impl FnMut()) -> f64 {
 
 fn main() {
     if !direct::available() {
-        println!("this CPU has no AVX-512: every convolution takes im2col + sgemm");
+        println!("this CPU has neither AVX-512 nor AVX2: every convolution takes im2col + sgemm");
         return;
     }
     let b = 8;

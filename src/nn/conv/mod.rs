@@ -1,7 +1,7 @@
 //! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout), computed one
 //! of two ways (`Path`): odd square windows padded by k/2 with stride 1 or 2 (a ResNet's 3x3
-//! layers and shortcuts, pointwise layers over at least `DIRECT_POINTWISE_PIXELS` pixels) by
-//! `nn::direct` where the CPU has AVX-512, 2-4x the products on ResNet-20's layers
+//! layers and shortcuts; with AVX-512 also pointwise layers over at least 256 pixels) by
+//! `nn::direct` where the CPU has AVX-512 or AVX2, 1.2-4x the products on ResNet-20's layers
 //! (`benches/direct_conv`); the rest by im2col + GEMM (`columns`). Both run per group of images
 //! (`nn::grouped` spreads the groups over a worker's threads).
 
@@ -13,17 +13,23 @@ use crate::nn::direct;
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
 
-/// Pointwise layers over fewer pixels than this take the products: with every pointwise
-/// layer direct, MobileNetV2 at 32x32 ran 30% slower (on 4x4 and 8x8 images a tile of 4
-/// channels x 1-4 vectors of pixels loads more than it multiplies); from 16x16 up the direct
-/// kernels are ahead (`benches/direct_conv`).
-const DIRECT_POINTWISE_PIXELS: usize = 256;
+/// Pointwise layers over fewer pixels than this take the products. With AVX-512: 256 (with
+/// every pointwise layer direct, MobileNetV2 at 32x32 ran 30% slower: on 4x4 and 8x8 images a
+/// tile of 4 channels x 1-4 vectors of pixels loads more than it multiplies; from 16x16 up the
+/// direct kernels are ahead). With AVX2 the products are ahead at every size measured (16x16
+/// to 56x56, `benches/direct_conv`: 10-25%), so none is direct.
+fn direct_pointwise_pixels() -> usize {
+    match direct::isa() {
+        Some(direct::Isa::Avx512) => 256,
+        _ => usize::MAX,
+    }
+}
 
 /// How a convolution is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
     /// `nn::direct`: odd square windows padded by k/2 with stride 1 or 2, on CPUs with AVX-512
-    /// (not the smaller pointwise layers).
+    /// or AVX2 (not the smaller pointwise layers).
     Direct,
     /// im2col + GEMM per image (or one GEMM per group for small pointwise layers).
     Columns,
@@ -31,7 +37,7 @@ enum Path {
 
 impl Path {
     fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
-        let small_pointwise = kh == 1 && kw == 1 && ohw < DIRECT_POINTWISE_PIXELS;
+        let small_pointwise = kh == 1 && kw == 1 && ohw < direct_pointwise_pixels();
         match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
             true => Path::Direct,
             false => Path::Columns,

@@ -157,7 +157,7 @@ fn backward_matches_finite_differences() {
 #[test]
 fn direct_and_column_paths_agree() {
     if !direct::available() {
-        eprintln!("skipped: this CPU has no AVX-512, so there is no direct path");
+        eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, so there is no direct path");
         return;
     }
     let mut r = Rng::new(34);

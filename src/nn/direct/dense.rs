@@ -8,14 +8,14 @@
 
 use std::cell::RefCell;
 
-use super::{available, grow, Plane, Reads, Window, V};
+use super::{available, grow, kernel, Plane, Reads, Window, V};
 
 /// Output channels (or weight-gradient rows) per register tile.
-const OB: usize = 4;
-/// Vectors of positions per forward tile, at most (OB x J accumulators).
-const J: usize = 6;
-/// Taps per weight-gradient tile (OB x TB accumulators).
-const TB: usize = 6;
+pub(super) const OB: usize = 4;
+/// Vectors of positions per forward tile, at most (AVX-512: OB x J registers of sums).
+pub(super) const J: usize = 6;
+/// Taps per weight-gradient tile (AVX-512: OB x TB registers of sums).
+pub(super) const TB: usize = 6;
 /// Bytes of planes a weight-gradient tile may read in one pass (most of a 48 KiB L1 cache).
 const TILE_BYTES: usize = 32 << 10;
 
@@ -255,74 +255,13 @@ fn convolve(
             let out = outq[r0 * positions + q0..].as_mut_ptr();
             let x = planes[q0..].as_ptr();
             let w = wp[r0 * taps..].as_ptr();
-            // SAFETY: `applies` saw AVX-512F; the tile writes OB rows of nj vectors from
-            // (r0, q0), inside outq (asserted), reads planes up to max(offs) + q0 + nj*V <=
-            // reach (asserted), and OB weights for each of `taps` taps of block r0/OB.
-            unsafe {
-                match nj {
-                    1 => forward_tile::<1>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                    2 => forward_tile::<2>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                    3 => forward_tile::<3>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                    4 => forward_tile::<4>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                    5 => forward_tile::<5>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                    _ => forward_tile::<J>(out, positions, x, offs, w, &bias[r0..r0 + OB]),
-                }
-            }
+            let bias = &bias[r0..r0 + OB];
+            // SAFETY: `applies` saw the kernels' instructions; the tile writes OB rows of nj
+            // vectors from (r0, q0), inside outq (asserted), reads planes up to max(offs) + q0
+            // + nj*V <= reach (asserted), and OB weights for each of `taps` taps of block r0/OB.
+            unsafe { kernel!(forward_tile(out, positions, x, offs, w, bias, nj)) }
         }
     }
-}
-
-/// One forward register tile: OB rows x NJ vectors of positions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-unsafe fn forward_tile<const NJ: usize>(
-    out: *mut f32,
-    stride: usize,
-    x: *const f32,
-    offs: &[usize],
-    w: *const f32,
-    bias: &[f32],
-) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); NJ]; OB];
-    for (row, &b) in acc.iter_mut().zip(bias) {
-        *row = [_mm512_set1_ps(b); NJ];
-    }
-    for (t, &off) in offs.iter().enumerate() {
-        // SAFETY (this block): the caller keeps every address read or written in bounds.
-        unsafe {
-            let src = x.add(off);
-            let mut v = [_mm512_setzero_ps(); NJ];
-            for (j, v) in v.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(src.add(j * V));
-            }
-            let wt = w.add(t * OB);
-            for (i, row) in acc.iter_mut().enumerate() {
-                let s = _mm512_set1_ps(*wt.add(i));
-                for (a, v) in row.iter_mut().zip(&v) {
-                    *a = _mm512_fmadd_ps(s, *v, *a);
-                }
-            }
-        }
-    }
-    for (i, row) in acc.iter().enumerate() {
-        for (j, a) in row.iter().enumerate() {
-            // SAFETY: inside the tile the caller gave.
-            unsafe { _mm512_storeu_ps(out.add(i * stride + j * V), *a) };
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn forward_tile<const NJ: usize>(
-    _: *mut f32,
-    _: usize,
-    _: *const f32,
-    _: &[usize],
-    _: *const f32,
-    _: &[f32],
-) {
-    unreachable!("direct convolutions need AVX-512")
 }
 
 /// tile[i][j] = sum over `images` and positions of douts(r0 + i)[q] * planes[offs[j] + q], where
@@ -344,77 +283,22 @@ fn weight_tile(
     assert!(r0 + OB <= rows && images * rows * g.len <= douts.len());
     assert!(images == 0 || (images - 1) * plane_image + reach <= planes.len());
     assert!(g.origin() + positions <= g.len);
-    // SAFETY: `applies` saw AVX-512F; image n reads its dout planes r0..r0+OB at origin + q
-    // (< len, asserted) and its planes at offs + q < reach (asserted), q < positions.
+    let dout = douts[r0 * g.len + g.origin()..].as_ptr();
+    let (dout_image, x) = (rows * g.len, planes.as_ptr());
+    // SAFETY: `applies` saw the kernels' instructions; image n reads its dout planes r0..r0+OB
+    // at origin + q (< len, asserted) and its planes at offs + q < reach (asserted), q <
+    // positions.
     unsafe {
-        weight_tile_avx512(
+        kernel!(weight_tile(
             tile,
             images,
-            douts[r0 * g.len + g.origin()..].as_ptr(),
-            rows * g.len,
+            dout,
+            dout_image,
             g.len,
-            planes.as_ptr(),
+            x,
             plane_image,
             offs,
-            positions,
-        )
+            positions
+        ))
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn weight_tile_avx512(
-    tile: &mut [[f32; TB]; OB],
-    images: usize,
-    dout: *const f32,
-    dout_image: usize,
-    dout_row: usize,
-    planes: *const f32,
-    plane_image: usize,
-    offs: &[usize; TB],
-    positions: usize,
-) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); TB]; OB];
-    for n in 0..images {
-        // SAFETY (this block): the caller keeps every address read in bounds.
-        unsafe {
-            let d = dout.add(n * dout_image);
-            let x = planes.add(n * plane_image);
-            for q in (0..positions).step_by(V) {
-                let mut dv = [_mm512_setzero_ps(); OB];
-                for (i, dv) in dv.iter_mut().enumerate() {
-                    *dv = _mm512_loadu_ps(d.add(i * dout_row + q));
-                }
-                for (j, &off) in offs.iter().enumerate() {
-                    let xv = _mm512_loadu_ps(x.add(off + q));
-                    for (row, dv) in acc.iter_mut().zip(&dv) {
-                        row[j] = _mm512_fmadd_ps(*dv, xv, row[j]);
-                    }
-                }
-            }
-        }
-    }
-    for (out, row) in tile.iter_mut().zip(&acc) {
-        for (o, a) in out.iter_mut().zip(row) {
-            *o = _mm512_reduce_add_ps(*a);
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn weight_tile_avx512(
-    _: &mut [[f32; TB]; OB],
-    _: usize,
-    _: *const f32,
-    _: usize,
-    _: usize,
-    _: *const f32,
-    _: usize,
-    _: &[usize; TB],
-    _: usize,
-) {
-    unreachable!("direct convolutions need AVX-512")
 }

@@ -9,10 +9,10 @@
 
 use std::cell::RefCell;
 
-use super::{available, grow, Plane, Reads, Window, V};
+use super::{available, grow, kernel, Plane, Reads, Window};
 
 /// Taps a kernel keeps in registers, at most (5x5; a 7x7 depthwise layer goes row by row).
-const MAX_TAPS: usize = 25;
+pub(super) const MAX_TAPS: usize = 25;
 
 /// Floats of input planes one stack of images may take (it and dout's stay in L2).
 const STACK_FLOATS: usize = 32 * 1024;
@@ -150,21 +150,10 @@ fn sweep(outq: &mut [f32], plane: &[f32], offs: &[usize], taps: &[f32], bias: f3
     assert!(offs.iter().max().copied().unwrap_or(0) + positions <= plane.len());
     let mut w = [0.0f32; MAX_TAPS];
     w[..n].copy_from_slice(&taps[..n]);
-    // SAFETY: `applies` saw AVX-512F; reads reach max(offs) + positions <= plane.len() and
-    // writes positions <= outq.len() (asserted).
-    unsafe {
-        match n {
-            9 => sweep_avx512::<9>(outq.as_mut_ptr(), plane.as_ptr(), offs, &w, bias, positions),
-            _ => sweep_avx512::<MAX_TAPS>(
-                outq.as_mut_ptr(),
-                plane.as_ptr(),
-                offs,
-                &w,
-                bias,
-                positions,
-            ),
-        }
-    }
+    let (out, x) = (outq.as_mut_ptr(), plane.as_ptr());
+    // SAFETY: `applies` saw the kernels' instructions; reads reach max(offs) + positions <=
+    // plane.len() and writes positions <= outq.len() (asserted).
+    unsafe { kernel!(sweep(out, x, offs, &w, bias, positions)) }
 }
 
 /// sums[t] = sum_q dplane[origin + q] * plane[offs[t] + q] over q < g.positions() (dout's plane
@@ -176,112 +165,9 @@ fn tap_sums(dplane: &[f32], plane: &[f32], offs: &[usize], g: &Plane) -> [f32; M
     assert!(offs.iter().max().copied().unwrap_or(0) + positions <= plane.len());
     let mut sums = [0.0f32; MAX_TAPS];
     let d = dplane[g.origin()..].as_ptr();
-    // SAFETY: `applies` saw AVX-512F; reads stay inside both planes (asserted).
-    unsafe {
-        match n {
-            9 => tap_sums_avx512::<9>(&mut sums, d, plane.as_ptr(), offs, positions),
-            _ => tap_sums_avx512::<MAX_TAPS>(&mut sums, d, plane.as_ptr(), offs, positions),
-        }
-    }
+    let x = plane.as_ptr();
+    // SAFETY: `applies` saw the kernels' instructions; reads stay inside both planes
+    // (asserted).
+    unsafe { kernel!(tap_sums(&mut sums, d, x, offs, positions)) }
     sums
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-unsafe fn sweep_avx512<const N: usize>(
-    outq: *mut f32,
-    plane: *const f32,
-    offs: &[usize],
-    w: &[f32; MAX_TAPS],
-    bias: f32,
-    positions: usize,
-) {
-    use std::arch::x86_64::*;
-    let n = offs.len().min(N);
-    let mut wv = [_mm512_setzero_ps(); N];
-    for (v, &x) in wv.iter_mut().zip(w) {
-        *v = _mm512_set1_ps(x);
-    }
-    let mut q = 0;
-    // four vectors of positions at a time, then one
-    while q + 4 * V <= positions {
-        let mut acc = [_mm512_set1_ps(bias); 4];
-        for t in 0..n {
-            // SAFETY: inside the plane and the output (the caller's bounds).
-            unsafe {
-                let src = plane.add(offs[t] + q);
-                for (u, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(wv[t], _mm512_loadu_ps(src.add(u * V)), *a);
-                }
-            }
-        }
-        for (u, a) in acc.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(outq.add(q + u * V), *a) };
-        }
-        q += 4 * V;
-    }
-    while q < positions {
-        let mut acc = _mm512_set1_ps(bias);
-        for t in 0..n {
-            // SAFETY: as above.
-            acc = _mm512_fmadd_ps(
-                wv[t],
-                unsafe { _mm512_loadu_ps(plane.add(offs[t] + q)) },
-                acc,
-            );
-        }
-        // SAFETY: as above.
-        unsafe { _mm512_storeu_ps(outq.add(q), acc) };
-        q += V;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-unsafe fn tap_sums_avx512<const N: usize>(
-    sums: &mut [f32; MAX_TAPS],
-    dout: *const f32,
-    plane: *const f32,
-    offs: &[usize],
-    positions: usize,
-) {
-    use std::arch::x86_64::*;
-    let n = offs.len().min(N);
-    let mut acc = [_mm512_setzero_ps(); N];
-    for q in (0..positions).step_by(V) {
-        // SAFETY: inside both planes (the caller's bounds).
-        unsafe {
-            let d = _mm512_loadu_ps(dout.add(q));
-            for t in 0..n {
-                acc[t] = _mm512_fmadd_ps(d, _mm512_loadu_ps(plane.add(offs[t] + q)), acc[t]);
-            }
-        }
-    }
-    for (s, a) in sums.iter_mut().zip(&acc[..n]) {
-        *s = _mm512_reduce_add_ps(*a);
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn sweep_avx512<const N: usize>(
-    _: *mut f32,
-    _: *const f32,
-    _: &[usize],
-    _: &[f32; MAX_TAPS],
-    _: f32,
-    _: usize,
-) {
-    unreachable!("direct convolutions need AVX-512")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn tap_sums_avx512<const N: usize>(
-    _: &mut [f32; MAX_TAPS],
-    _: *const f32,
-    _: *const f32,
-    _: &[usize],
-    _: usize,
-) {
-    unreachable!("direct convolutions need AVX-512")
 }

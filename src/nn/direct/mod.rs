@@ -1,6 +1,6 @@
 //! Direct convolutions of odd square windows padded by k/2, stride 1 or 2 (every 3x3 layer and
-//! shortcut of a ResNet, MobileNet's depthwise layers) with AVX-512, multiplying straight from
-//! the image instead of an im2col matrix that a GEMM then packs again.
+//! shortcut of a ResNet, MobileNet's depthwise layers) with AVX-512 or AVX2, multiplying
+//! straight from the image instead of an im2col matrix that a GEMM then packs again.
 //!
 //! Each channel is copied once into a zero-bordered plane whose rows are `ws = w + k/2` floats
 //! apart (the pad columns at the end of a row are also the left border of the next one). Output
@@ -12,26 +12,84 @@
 //! planes of its input's even and odd rows and columns instead (`Halves`), where each tap again
 //! reads consecutive floats; its input gradient is one such product per parity plane.
 //!
-//! Every sum runs in a fixed order, so results do not depend on threads; they differ from the
-//! im2col and row-by-row paths by rounding only.
+//! The register tiles are in `avx512` and `avx2` (same functions, picked once per process by
+//! `isa`). Every sum runs in a fixed order, so results do not depend on threads; they differ
+//! from the im2col and row-by-row paths, and between the two instruction sets, by rounding only.
 
 pub mod dense;
 pub mod depthwise;
 
-/// Floats per vector.
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use std::sync::OnceLock;
+
+/// Floats per vector of positions (one AVX-512 register, two AVX2 ones).
 const V: usize = 16;
 
-/// Whether this CPU runs the direct kernels (checked once by std, then a load).
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+/// The vector instructions the direct kernels run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+}
+
+/// What this CPU runs the direct kernels with: the widest it has, or none (then every
+/// convolution takes the im2col / row-by-row paths). `MGTOP_DIRECT=avx2` keeps an AVX-512 CPU
+/// on the AVX2 kernels and `MGTOP_DIRECT=off` off the direct path (for comparisons and tests);
+/// read once per process.
+pub fn isa() -> Option<Isa> {
+    static ISA: OnceLock<Option<Isa>> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        let wanted = std::env::var("MGTOP_DIRECT").unwrap_or_default();
+        detect(&wanted)
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect(wanted: &str) -> Option<Isa> {
+    use std::arch::is_x86_feature_detected as has;
+    let avx2 = has!("avx2") && has!("fma");
+    let avx512 = has!("avx512f") && has!("avx512vl");
+    match wanted {
+        "off" => None,
+        "avx2" => avx2.then_some(Isa::Avx2),
+        _ if avx512 => Some(Isa::Avx512),
+        _ => avx2.then_some(Isa::Avx2),
     }
 }
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect(_: &str) -> Option<Isa> {
+    None
+}
+
+/// Whether this CPU runs the direct kernels.
+pub fn available() -> bool {
+    isa().is_some()
+}
+
+/// `kernel!(name(args))`: `avx512::name(args)` or `avx2::name(args)` by `isa()` (unsafe: the
+/// caller states the bounds; it runs only where `available()` holds).
+macro_rules! kernel {
+    ($f:ident($($a:expr),* $(,)?)) => {{
+        #[cfg(target_arch = "x86_64")]
+        let done = match $crate::nn::direct::isa() {
+            Some($crate::nn::direct::Isa::Avx512) => $crate::nn::direct::avx512::$f($($a),*),
+            Some($crate::nn::direct::Isa::Avx2) => $crate::nn::direct::avx2::$f($($a),*),
+            None => unreachable!("direct convolutions without AVX2 or AVX-512"),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = {
+            $(let _ = $a;)*
+            unreachable!("direct convolutions need AVX2 or AVX-512")
+        };
+        done
+    }};
+}
+use kernel;
 
 /// The padded-plane geometry of `n` h x w images of one channel under a k x k window, stacked
 /// one under the other with k/2 zero rows between them (so each reads only zeros past its own
@@ -174,15 +232,13 @@ impl Halves {
         assert!(g.w >= self.w.div_ceil(2) && g.h >= self.h.div_ceil(2));
         for y in 0..self.h {
             let at = (y % 2) * 2 * g.len + g.origin() + g.row(i, y / 2);
+            let (base, src) = (planes.as_mut_ptr(), img[y * self.w..].as_ptr());
             // SAFETY: the direct paths run only where `available()`; the row's even and odd
             // halves (at most g.w floats each, asserted) land in planes (y%2, 0) and (y%2, 1)
             // at image i's row y/2 < g.h, inside their g.len floats; the row is read below w.
             unsafe {
-                let (even, odd) = (
-                    planes.as_mut_ptr().add(at),
-                    planes.as_mut_ptr().add(at + g.len),
-                );
-                deinterleave_avx512(even, odd, img.as_ptr().add(y * self.w), self.w);
+                let (even, odd) = (base.add(at), base.add(at + g.len));
+                kernel!(deinterleave(even, odd, src, self.w))
             }
         }
     }
@@ -236,36 +292,6 @@ impl Halves {
             }
         }
     }
-}
-
-/// even[..ceil(n/2)] = src[0, 2, 4, ..], odd[..floor(n/2)] = src[1, 3, ..] (src[..n]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl")]
-unsafe fn deinterleave_avx512(even: *mut f32, odd: *mut f32, src: *const f32, n: usize) {
-    use std::arch::x86_64::*;
-    let lanes = |m: usize| if m >= V { u16::MAX } else { (1u16 << m) - 1 };
-    let pick_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let pick_odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    for x in (0..n).step_by(2 * V) {
-        let left = n - x;
-        // SAFETY: masked-off lanes are neither read nor written; the others lie below n
-        // (reads) and below ceil(n/2) / floor(n/2) (writes).
-        unsafe {
-            let a = _mm512_maskz_loadu_ps(lanes(left), src.add(x));
-            let b = _mm512_maskz_loadu_ps(lanes(left.saturating_sub(V)), src.wrapping_add(x + V));
-            let (e, o) = (
-                _mm512_permutex2var_ps(a, pick_even, b),
-                _mm512_permutex2var_ps(a, pick_odd, b),
-            );
-            _mm512_mask_storeu_ps(even.add(x / 2), lanes(left.div_ceil(2)), e);
-            _mm512_mask_storeu_ps(odd.add(x / 2), lanes(left / 2), o);
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn deinterleave_avx512(_: *mut f32, _: *mut f32, _: *const f32, _: usize) {
-    unreachable!("direct convolutions need AVX-512")
 }
 
 /// A plane's height and width, the kernel's size and the stride.
