@@ -1,4 +1,4 @@
-//! Why ResNet's 3x3 layers and larger pointwise layers take `nn::direct` on AVX-512 CPUs: GFLOP/s
+//! Why ResNet's 3x3 layers (and, with AVX-512, larger pointwise layers) take `nn::direct`: GFLOP/s
 //! of its forward pass, weight gradient and input gradient on ResNet-20's three layer shapes and
 //! three pointwise ones (MobileNetV2 at 32x32, ResNet-50 at 224x224; a group of 8 images, one
 //! thread), beside the forward pass by im2col + `sgemm` per image (what the other convolutions

@@ -1,7 +1,7 @@
 //! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout), computed one
 //! of two ways (`Path`): odd square windows padded by k/2 with stride 1 or 2 (a ResNet's 3x3
-//! layers and shortcuts; with AVX-512 also pointwise layers over at least 256 pixels) by
-//! `nn::direct` where the CPU has AVX-512 or AVX2, 1.2-4x the products on ResNet-20's layers
+//! layers; with AVX-512 also its 1x1 shortcuts and pointwise layers over at least 256 pixels)
+//! by `nn::direct` where the CPU has AVX-512 or AVX2, 1.2-4x the products on ResNet-20's layers
 //! (`benches/direct_conv`); the rest by im2col + GEMM (`columns`). Both run per group of images
 //! (`nn::grouped` spreads the groups over a worker's threads).
 
