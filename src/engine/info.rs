@@ -84,7 +84,7 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     }
     let gpus = (devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
     if !gpus {
-        return Some(cpu_convolutions(crate::nn::direct::isa()));
+        return Some(crate::nn::conv::kernels(crate::nn::direct::isa()));
     }
     use crate::backend::cuda::{dnn, libs};
     Some(match (dnn::wanted(), dnn::available()) {
@@ -100,24 +100,6 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     })
 }
 
-/// What CPU workers convolve with, given the direct kernels' instruction set.
-fn cpu_convolutions(isa: Option<crate::nn::direct::Isa>) -> String {
-    use crate::nn::direct::Isa;
-    let direct = |set: &str, which: &str| {
-        format!("direct kernels ({set}) for {which}; im2col + GEMM for the rest")
-    };
-    match isa {
-        Some(Isa::Avx512) => direct(
-            "AVX-512",
-            "odd square windows padded by k/2, stride 1 or 2, and pointwise layers of 256+ pixels",
-        ),
-        Some(Isa::Avx2) => direct(
-            "AVX2 + FMA",
-            "odd square windows padded by k/2, stride 1 or 2, except pointwise",
-        ),
-        None => "im2col + GEMM and row-by-row depthwise (no AVX2 or AVX-512 on this CPU, or MGTOP_DIRECT=off): about half the speed of the direct kernels".into(),
-    }
-}
 impl RunInfo {
     /// What a run of `model` over `world`, starting at `start`, shows before its first step.
     pub(super) fn for_run(
@@ -266,26 +248,4 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
         notes.push("dropout: each replica draws its own masks".into());
     }
     notes
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::nn::direct::Isa;
-
-    #[test]
-    fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gemm() {
-        let avx512 = cpu_convolutions(Some(Isa::Avx512));
-        assert!(avx512.contains("AVX-512") && avx512.contains("pointwise layers of 256+"));
-        let avx2 = cpu_convolutions(Some(Isa::Avx2));
-        assert!(
-            avx2.contains("AVX2 + FMA") && avx2.contains("except pointwise"),
-            "{avx2}"
-        );
-        let none = cpu_convolutions(None);
-        assert!(
-            none.contains("MGTOP_DIRECT=off") && none.contains("im2col"),
-            "{none}"
-        );
-    }
 }

@@ -18,10 +18,30 @@ use crate::nn::window::out_size;
 /// tile of 4 channels x 1-4 vectors of pixels loads more than it multiplies; from 16x16 up the
 /// direct kernels are ahead). With AVX2 the products are ahead at every size measured (16x16
 /// to 56x56, `benches/direct_conv`: 10-25%), so none is direct.
-fn direct_pointwise_pixels() -> usize {
-    match direct::isa() {
+fn direct_pointwise_pixels(isa: Option<direct::Isa>) -> usize {
+    match isa {
         Some(direct::Isa::Avx512) => 256,
         _ => usize::MAX,
+    }
+}
+
+/// Which kernels the convolutions of a CPU with the direct kernels' instruction set `isa` take,
+/// in words (the start-up line `convolutions:` of a CPU run).
+pub fn kernels(isa: Option<direct::Isa>) -> String {
+    let direct = |set: &str, which: &str| {
+        format!("direct kernels ({set}) for {which}; im2col + GEMM for the rest")
+    };
+    let windows = "odd square windows padded by k/2, stride 1 or 2";
+    match isa {
+        Some(direct::Isa::Avx512) => direct(
+            "AVX-512",
+            &format!(
+                "{windows}, and pointwise layers of {}+ pixels",
+                direct_pointwise_pixels(isa)
+            ),
+        ),
+        Some(direct::Isa::Avx2) => direct("AVX2 + FMA", &format!("{windows}, except pointwise")),
+        None => "im2col + GEMM and row-by-row depthwise (no AVX2 or AVX-512 on this CPU, or MGTOP_DIRECT=off): about half the speed of the direct kernels".into(),
     }
 }
 
@@ -37,7 +57,7 @@ enum Path {
 
 impl Path {
     fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
-        let small_pointwise = kh == 1 && kw == 1 && ohw < direct_pointwise_pixels();
+        let small_pointwise = kh == 1 && kw == 1 && ohw < direct_pointwise_pixels(direct::isa());
         match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
             true => Path::Direct,
             false => Path::Columns,

@@ -273,3 +273,20 @@ fn refuses_an_image_smaller_than_the_kernel() {
         &mut col,
     );
 }
+
+#[test]
+fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gemm() {
+    use crate::nn::direct::Isa;
+    let avx512 = kernels(Some(Isa::Avx512));
+    assert!(avx512.contains("AVX-512") && avx512.contains("pointwise layers of 256+"));
+    let avx2 = kernels(Some(Isa::Avx2));
+    assert!(
+        avx2.contains("AVX2 + FMA") && avx2.contains("except pointwise"),
+        "{avx2}"
+    );
+    let none = kernels(None);
+    assert!(
+        none.contains("MGTOP_DIRECT=off") && none.contains("im2col"),
+        "{none}"
+    );
+}

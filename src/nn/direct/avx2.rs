@@ -1,8 +1,10 @@
 //! The direct kernels with AVX2 + FMA (16 registers of 8 floats): a vector of V = 16 positions
 //! is two registers, so the tiles are smaller than `avx512`'s (the forward tile takes its
 //! vectors one after another, the weight-gradient tile its taps two at a time, the depthwise
-//! weight gradient its taps nine at a time) but each sum adds the same terms in the same order
-//! per lane. Same functions, same contracts as `avx512`; the callers check the bounds.
+//! weight gradient its taps nine at a time). The forward sums add the same terms in the same
+//! order as `avx512`'s; the weight-gradient sums keep 8 lanes of partial sums instead of 16, so
+//! they differ from `avx512`'s by rounding (each still in a fixed order). Same functions, same
+//! contracts as `avx512`; the callers check the bounds.
 
 use std::arch::x86_64::*;
 
