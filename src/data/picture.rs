@@ -52,9 +52,10 @@ impl Norm {
     }
 }
 
-/// Where resampled rows go: row `y` as `w` interleaved RGB floats (0..255), mirrored if asked.
+/// Where resampled rows go: row `y` as `w` floats of red, then `w` of green, then `w` of blue
+/// (0..255), mirrored left-right if asked.
 trait Sink {
-    fn put_row(&mut self, y: usize, rgb: &[f32], flip: bool);
+    fn put_row(&mut self, y: usize, planes: &[f32], flip: bool);
 }
 
 /// Normalised channel planes of `w x h`.
@@ -67,18 +68,16 @@ struct Planes<'a> {
 }
 
 impl Sink for Planes<'_> {
-    fn put_row(&mut self, y: usize, rgb: &[f32], flip: bool) {
+    fn put_row(&mut self, y: usize, planes: &[f32], flip: bool) {
         let w = self.w;
-        for c in 0..3 {
+        for (c, src) in planes.chunks_exact(w).enumerate() {
             let row = &mut self.out[c * self.plane + y * w..c * self.plane + (y + 1) * w];
             let (a, b) = (self.a[c], self.b[c]);
-            let src = rgb.iter().skip(c).step_by(3);
             match flip {
                 false => row.iter_mut().zip(src).for_each(|(o, v)| *o = v * a + b),
                 true => row
                     .iter_mut()
-                    .rev()
-                    .zip(src)
+                    .zip(src.iter().rev())
                     .for_each(|(o, v)| *o = v * a + b),
             }
         }
@@ -92,10 +91,13 @@ struct Bytes<'a> {
 }
 
 impl Sink for Bytes<'_> {
-    fn put_row(&mut self, y: usize, rgb: &[f32], _flip: bool) {
-        let row = &mut self.out[y * self.w * 3..(y + 1) * self.w * 3];
-        for (o, v) in row.iter_mut().zip(rgb) {
-            *o = (v + 0.5).clamp(0.0, 255.0) as u8;
+    fn put_row(&mut self, y: usize, planes: &[f32], _flip: bool) {
+        let w = self.w;
+        let row = &mut self.out[y * w * 3..(y + 1) * w * 3];
+        for (x, px) in row.chunks_exact_mut(3).enumerate() {
+            for (c, o) in px.iter_mut().enumerate() {
+                *o = (planes[c * w + x] + 0.5).clamp(0.0, 255.0) as u8;
+            }
         }
     }
 }
@@ -141,39 +143,84 @@ impl Taps {
     fn of(&self, o: usize) -> (usize, &[f32]) {
         (self.first[o], &self.w[o * self.n..(o + 1) * self.n])
     }
+
+    /// The span of source pixels some output reads.
+    fn span(&self) -> std::ops::Range<usize> {
+        let lo = self.first.iter().min().copied().unwrap_or(0);
+        let hi = self.first.iter().max().map_or(0, |f| f + self.n);
+        lo..hi
+    }
 }
 
-/// Resamples `region` of `p` to `w x h` pixels into `sink`, mirrored left-right if `flip`.
+thread_local! {
+    /// A thread's rows for `resample` (one source row, the rows resampled across, one output
+    /// row), kept between pictures.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> = Default::default();
+}
+
+/// The horizontal pass over one row: `planes` (R, G, B planes of `tx.first.len()` floats) from
+/// `row`, the row's R, G, B floats from source column `x0` on plus one spare float, so that
+/// the four floats from a pixel's red are its R, G, B and one ignored lane: a tap is one
+/// 4-lane product. `N` taps per output when known at compile time (the loop unrolled), else
+/// `tx.n`. Sums tap by tap from 0, as the plain definition does.
+fn across<const N: usize>(planes: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
+    let w = tx.first.len();
+    let (r, gb) = planes.split_at_mut(w);
+    let (g, b) = gb.split_at_mut(w);
+    for (o, ((r, g), b)) in r.iter_mut().zip(g).zip(b).enumerate() {
+        let (f, wt) = tx.of(o);
+        let wt = if N == 0 { wt } else { &wt[..N] };
+        let at = (f - x0) * 3;
+        let px = &row[at..at + wt.len() * 3 + 1];
+        let mut acc = [0f32; 4];
+        for (i, &k) in wt.iter().enumerate() {
+            let q: &[f32; 4] = px[i * 3..i * 3 + 4].try_into().expect("4 floats");
+            for l in 0..4 {
+                acc[l] += k * q[l];
+            }
+        }
+        (*r, *g, *b) = (acc[0], acc[1], acc[2]);
+    }
+}
+
+/// Resamples `region` of `p` to `w x h` pixels into `sink`, mirrored left-right if `flip`:
+/// each source row the vertical taps reach is resampled across once (into three planes),
+/// then each output row sums its taps' rows.
 fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
     let tx = Taps::new(region.x, region.w, w, p.w);
     let ty = Taps::new(region.y, region.h, h, p.h);
-    // the horizontal pass over the source rows the vertical taps reach
-    let lo = ty.first.iter().min().copied().unwrap_or(0);
-    let hi = ty.first.iter().max().map_or(0, |f| f + ty.n);
-    let mut rows = vec![0f32; (hi - lo) * w * 3];
-    for (r, row) in rows.chunks_exact_mut(w * 3).enumerate() {
-        let src = &p.rgb[(lo + r) * p.w * 3..(lo + r + 1) * p.w * 3];
-        for (o, px) in row.chunks_exact_mut(3).enumerate() {
-            let (f, wt) = tx.of(o);
-            let mut acc = [0f32; 3];
-            for (s, &k) in src[f * 3..(f + wt.len()) * 3].chunks_exact(3).zip(wt) {
-                acc[0] += k * s[0] as f32;
-                acc[1] += k * s[1] as f32;
-                acc[2] += k * s[2] as f32;
+    let (xs, ys) = (tx.span(), ty.span());
+    let pass = match tx.n {
+        3 => across::<3>,
+        4 => across::<4>,
+        5 => across::<5>,
+        6 => across::<6>,
+        7 => across::<7>,
+        _ => across::<0>,
+    };
+    SCRATCH.with(|s| {
+        let (row, rows, line) = &mut *s.borrow_mut();
+        row.resize(xs.len() * 3 + 1, 0.0);
+        rows.resize(ys.len() * w * 3, 0.0);
+        line.resize(w * 3, 0.0);
+        for (y, planes) in ys.clone().zip(rows.chunks_exact_mut(w * 3)) {
+            let src = &p.rgb[(y * p.w + xs.start) * 3..(y * p.w + xs.end) * 3];
+            row.iter_mut().zip(src).for_each(|(f, &s)| *f = s as f32);
+            pass(planes, row, xs.start, &tx);
+        }
+        for y in 0..h {
+            let (f, wt) = ty.of(y);
+            let at = |r: usize| (f + r - ys.start) * w * 3;
+            // the first tap's product is its sum from 0 (the products are never -0)
+            let src = &rows[at(0)..at(1)];
+            line.iter_mut().zip(src).for_each(|(l, s)| *l = wt[0] * s);
+            for (r, &k) in wt.iter().enumerate().skip(1) {
+                let src = &rows[at(r)..at(r + 1)];
+                line.iter_mut().zip(src).for_each(|(l, s)| *l += k * s);
             }
-            px.copy_from_slice(&acc);
+            sink.put_row(y, line, flip);
         }
-    }
-    let mut line = vec![0f32; w * 3];
-    for y in 0..h {
-        let (f, wt) = ty.of(y);
-        line.fill(0.0);
-        for (r, &k) in wt.iter().enumerate() {
-            let src = &rows[(f + r - lo) * w * 3..(f + r - lo + 1) * w * 3];
-            line.iter_mut().zip(src).for_each(|(l, s)| *l += k * s);
-        }
-        sink.put_row(y, &line, flip);
-    }
+    });
 }
 
 /// A same-size crop at whole-pixel offsets (CIFAR's padded random crop): pixels copied, black
@@ -189,11 +236,12 @@ fn copy(p: &Picture, x0: i64, y0: i64, w: usize, h: usize, flip: bool, sink: &mu
             if a < b {
                 let src = &p.rgb
                     [(sy as usize * p.w + a as usize) * 3..(sy as usize * p.w + b as usize) * 3];
-                let at = (a - x0) as usize * 3;
-                line[at..at + src.len()]
-                    .iter_mut()
-                    .zip(src)
-                    .for_each(|(l, &s)| *l = s as f32);
+                let at = (a - x0) as usize;
+                for (x, s) in src.chunks_exact(3).enumerate() {
+                    for (c, &v) in s.iter().enumerate() {
+                        line[c * w + at + x] = v as f32;
+                    }
+                }
             }
         }
         sink.put_row(y, &line, flip);
@@ -377,6 +425,9 @@ mod tests {
             (0.0, 0.0, 37.0, 23.0, 37, 23),
             (5.5, 1.25, 9.0, 14.0, 20, 31),
             (0.0, 0.0, 37.0, 23.0, 4, 3),
+            // 4, 5 and 6 taps across (the unrolled passes) and down
+            (0.0, 0.0, 37.0, 23.0, 30, 20),
+            (1.0, 0.5, 36.0, 22.0, 19, 10),
         ];
         for (x, y, rw, rh, w, h) in regions {
             let r = Region { x, y, w: rw, h: rh };
