@@ -52,10 +52,11 @@ impl Norm {
     }
 }
 
-/// Where resampled rows go: row `y` as `w` floats of red, then `w` of green, then `w` of blue
-/// (0..255), mirrored left-right if asked.
+/// Where resampled rows go: row `y` as `w` pixels of four floats, R, G, B (0..255) and one
+/// unused (so that the passes before take a pixel as one 4-lane vector), mirrored left-right
+/// if asked.
 trait Sink {
-    fn put_row(&mut self, y: usize, planes: &[f32], flip: bool);
+    fn put_row(&mut self, y: usize, rgbx: &[f32], flip: bool);
 }
 
 /// Normalised channel planes of `w x h`.
@@ -68,18 +69,19 @@ struct Planes<'a> {
 }
 
 impl Sink for Planes<'_> {
-    fn put_row(&mut self, y: usize, planes: &[f32], flip: bool) {
+    fn put_row(&mut self, y: usize, rgbx: &[f32], flip: bool) {
         let w = self.w;
-        for (c, src) in planes.chunks_exact(w).enumerate() {
-            let row = &mut self.out[c * self.plane + y * w..c * self.plane + (y + 1) * w];
-            let (a, b) = (self.a[c], self.b[c]);
-            match flip {
-                false => row.iter_mut().zip(src).for_each(|(o, v)| *o = v * a + b),
-                true => row
-                    .iter_mut()
-                    .zip(src.iter().rev())
-                    .for_each(|(o, v)| *o = v * a + b),
-            }
+        let (a, b) = (self.a, self.b);
+        let [r, g, bl] = [0, 1, 2].map(|c| c * self.plane + y * w);
+        let (rs, rest) = self.out.split_at_mut(g);
+        let (gs, bs) = rest.split_at_mut(bl - g);
+        let (rs, gs, bs) = (&mut rs[r..r + w], &mut gs[..w], &mut bs[..w]);
+        // one pass over the pixels, each channel's plane written in step (mirrored: from the end)
+        for (x, px) in rgbx.chunks_exact(4).enumerate() {
+            let at = if flip { w - 1 - x } else { x };
+            rs[at] = px[0] * a[0] + b[0];
+            gs[at] = px[1] * a[1] + b[1];
+            bs[at] = px[2] * a[2] + b[2];
         }
     }
 }
@@ -88,16 +90,23 @@ impl Sink for Planes<'_> {
 struct Bytes<'a> {
     out: &'a mut [u8],
     w: usize,
+    /// One row's RGBx bytes.
+    rounded: Vec<u8>,
 }
 
 impl Sink for Bytes<'_> {
-    fn put_row(&mut self, y: usize, planes: &[f32], _flip: bool) {
-        let w = self.w;
-        let row = &mut self.out[y * w * 3..(y + 1) * w * 3];
-        for (x, px) in row.chunks_exact_mut(3).enumerate() {
-            for (c, o) in px.iter_mut().enumerate() {
-                *o = (planes[c * w + x] + 0.5).clamp(0.0, 255.0) as u8;
-            }
+    fn put_row(&mut self, y: usize, rgbx: &[f32], _flip: bool) {
+        let row = &mut self.out[y * self.w * 3..(y + 1) * self.w * 3];
+        // rounded in one pass over every lane, then three bytes of four kept. 0..=255 plus
+        // 2^23 is a float whose low mantissa bits are the value rounded to the nearest
+        // integer (ties to even): no float-to-integer conversion, so the pass is vectors.
+        self.rounded.resize(rgbx.len(), 0);
+        let r = &mut self.rounded;
+        r.iter_mut()
+            .zip(rgbx)
+            .for_each(|(o, v)| *o = (v.clamp(0.0, 255.0) + 8_388_608.0).to_bits() as u8);
+        for (px, q) in row.chunks_exact_mut(3).zip(r.chunks_exact(4)) {
+            px.copy_from_slice(&q[..3]);
         }
     }
 }
@@ -153,43 +162,39 @@ impl Taps {
 }
 
 thread_local! {
-    /// A thread's rows for `resample` (one source row, the rows resampled across, one output
-    /// row), kept between pictures.
+    /// A thread's rows for `resample` (one source row as floats, the ring of rows resampled
+    /// across, one output row), kept between pictures.
     static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> = Default::default();
 }
 
-/// The horizontal pass over one row: `planes` (R, G, B planes of `tx.first.len()` floats) from
-/// `row`, the row's R, G, B floats from source column `x0` on plus one spare float, so that
-/// the four floats from a pixel's red are its R, G, B and one ignored lane: a tap is one
-/// 4-lane product. `N` taps per output when known at compile time (the loop unrolled), else
+/// The horizontal pass over one row: `out` (`tx.first.len()` RGBx pixels) from `row` (the
+/// source row's R, G, B floats from column `x0` on, and one spare float): a tap is one 4-lane
+/// product of the four floats from a pixel's red (its x lane is the next pixel's red: summed
+/// but never read). `N` taps per output when known at compile time (the loop unrolled), else
 /// `tx.n`. Sums tap by tap from 0, as the plain definition does.
-fn across<const N: usize>(planes: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
-    let w = tx.first.len();
-    let (r, gb) = planes.split_at_mut(w);
-    let (g, b) = gb.split_at_mut(w);
-    for (o, ((r, g), b)) in r.iter_mut().zip(g).zip(b).enumerate() {
+fn across<const N: usize>(out: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
+    for (o, acc) in out.chunks_exact_mut(4).enumerate() {
         let (f, wt) = tx.of(o);
         let wt = if N == 0 { wt } else { &wt[..N] };
-        let at = (f - x0) * 3;
-        let px = &row[at..at + wt.len() * 3 + 1];
-        let mut acc = [0f32; 4];
+        let px = &row[(f - x0) * 3..(f - x0 + wt.len()) * 3 + 1];
+        let mut sum = [0f32; 4];
         for (i, &k) in wt.iter().enumerate() {
             let q: &[f32; 4] = px[i * 3..i * 3 + 4].try_into().expect("4 floats");
             for l in 0..4 {
-                acc[l] += k * q[l];
+                sum[l] += k * q[l];
             }
         }
-        (*r, *g, *b) = (acc[0], acc[1], acc[2]);
+        acc.copy_from_slice(&sum);
     }
 }
 
 /// Resamples `region` of `p` to `w x h` pixels into `sink`, mirrored left-right if `flip`:
-/// each source row the vertical taps reach is resampled across once (into three planes),
-/// then each output row sums its taps' rows.
+/// each source row the vertical taps reach is resampled across once (into RGBx pixels), just
+/// before the first output row that sums it.
 fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
     let tx = Taps::new(region.x, region.w, w, p.w);
     let ty = Taps::new(region.y, region.h, h, p.h);
-    let (xs, ys) = (tx.span(), ty.span());
+    let xs = tx.span();
     let pass = match tx.n {
         3 => across::<3>,
         4 => across::<4>,
@@ -198,25 +203,31 @@ fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &
         7 => across::<7>,
         _ => across::<0>,
     };
+    // the rows resampled across live in a ring of as many rows as an output row sums: the
+    // outputs' first rows never go back, so a row is made once and read while still in cache
+    let ring = ty.n;
     SCRATCH.with(|s| {
         let (row, rows, line) = &mut *s.borrow_mut();
         row.resize(xs.len() * 3 + 1, 0.0);
-        rows.resize(ys.len() * w * 3, 0.0);
-        line.resize(w * 3, 0.0);
-        for (y, planes) in ys.clone().zip(rows.chunks_exact_mut(w * 3)) {
-            let src = &p.rgb[(y * p.w + xs.start) * 3..(y * p.w + xs.end) * 3];
-            row.iter_mut().zip(src).for_each(|(f, &s)| *f = s as f32);
-            pass(planes, row, xs.start, &tx);
-        }
+        rows.resize(ring * w * 4, 0.0);
+        line.resize(w * 4, 0.0);
+        let mut next = 0;
         for y in 0..h {
             let (f, wt) = ty.of(y);
-            let at = |r: usize| (f + r - ys.start) * w * 3;
+            for sy in next.max(f)..f + wt.len() {
+                let src = &p.rgb[(sy * p.w + xs.start) * 3..(sy * p.w + xs.end) * 3];
+                row.iter_mut().zip(src).for_each(|(f, &s)| *f = s as f32);
+                let at = sy % ring * w * 4;
+                pass(&mut rows[at..at + w * 4], row, xs.start, &tx);
+            }
+            next = f + wt.len();
+            let slot = |r: usize| &rows[(f + r) % ring * w * 4..][..w * 4];
             // the first tap's product is its sum from 0 (the products are never -0)
-            let src = &rows[at(0)..at(1)];
-            line.iter_mut().zip(src).for_each(|(l, s)| *l = wt[0] * s);
+            line.iter_mut()
+                .zip(slot(0))
+                .for_each(|(l, s)| *l = wt[0] * s);
             for (r, &k) in wt.iter().enumerate().skip(1) {
-                let src = &rows[at(r)..at(r + 1)];
-                line.iter_mut().zip(src).for_each(|(l, s)| *l += k * s);
+                line.iter_mut().zip(slot(r)).for_each(|(l, s)| *l += k * s);
             }
             sink.put_row(y, line, flip);
         }
@@ -226,7 +237,7 @@ fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &
 /// A same-size crop at whole-pixel offsets (CIFAR's padded random crop): pixels copied, black
 /// outside the picture.
 fn copy(p: &Picture, x0: i64, y0: i64, w: usize, h: usize, flip: bool, sink: &mut impl Sink) {
-    let mut line = vec![0f32; w * 3];
+    let mut line = vec![0f32; w * 4];
     for y in 0..h {
         line.fill(0.0);
         let sy = y0 + y as i64;
@@ -236,11 +247,9 @@ fn copy(p: &Picture, x0: i64, y0: i64, w: usize, h: usize, flip: bool, sink: &mu
             if a < b {
                 let src = &p.rgb
                     [(sy as usize * p.w + a as usize) * 3..(sy as usize * p.w + b as usize) * 3];
-                let at = (a - x0) as usize;
-                for (x, s) in src.chunks_exact(3).enumerate() {
-                    for (c, &v) in s.iter().enumerate() {
-                        line[c * w + at + x] = v as f32;
-                    }
+                let at = (a - x0) as usize * 4;
+                for (q, s) in line[at..].chunks_exact_mut(4).zip(src.chunks_exact(3)) {
+                    q[..3].iter_mut().zip(s).for_each(|(f, &s)| *f = s as f32);
                 }
             }
         }
@@ -295,7 +304,18 @@ impl Picture {
             w: self.w as f32,
             h: self.h as f32,
         };
-        resample(self, whole, w, h, false, &mut Bytes { out: &mut rgb, w });
+        resample(
+            self,
+            whole,
+            w,
+            h,
+            false,
+            &mut Bytes {
+                out: &mut rgb,
+                w,
+                rounded: Vec::new(),
+            },
+        );
         Picture { w, h, rgb }
     }
 }
