@@ -105,7 +105,6 @@ fn rate(spec: &str, opts: &DataOptions) -> (f64, f64) {
     let mut epoch = |e| {
         let t = Instant::now();
         for batch in all.chunks(64) {
-            x.clear();
             d.gather(batch, e, &mut x);
         }
         d.len() as f64 / t.elapsed().as_secs_f64()

@@ -210,6 +210,12 @@ fn augmentation_is_seeded_per_epoch_and_keeps_labels() {
         epochs.windows(2).any(|w| w[0] != w[1]),
         "epochs draw new crops"
     );
+    // the loader writes batches into buffers of earlier ones: stale values, any length
+    let mut reused = vec![f32::NAN; epochs[0].len() + 7];
+    for (e, want) in epochs.iter().enumerate().rev() {
+        d.train.gather(&all, e as u64, &mut reused);
+        assert_eq!(&reused, want, "epoch {e} gathered over an older batch");
+    }
     assert_eq!(d.train.y, again.train.y);
     assert_eq!(n as usize + d.val.len(), 6);
     // validation never augments: the same every epoch, the picture itself

@@ -32,20 +32,22 @@ pub struct Dataset {
 
 impl Dataset {
     /// The features of samples `idx` (epoch `epoch`'s augmentation for a training picture
-    /// set), appended to `out`.
+    /// set) into `out`, its old contents replaced. A picture set writes over the buffer in
+    /// place, so one reused from an earlier batch is neither cleared nor zeroed first.
     pub fn gather(&self, idx: &[u32], epoch: u64, out: &mut Vec<f32>) {
         let d = self.features;
-        let start = out.len();
         match &self.pictures {
             None => {
+                out.clear();
                 out.reserve_exact(idx.len() * d);
                 for &i in idx {
                     out.extend_from_slice(self.row(i as usize));
                 }
             }
             Some(p) => {
-                out.resize(start + idx.len() * d, 0.0);
-                for (&i, o) in idx.iter().zip(out[start..].chunks_exact_mut(d)) {
+                // every value is written below: only a longer buffer's new tail is zeroed
+                out.resize(idx.len() * d, 0.0);
+                for (&i, o) in idx.iter().zip(out.chunks_exact_mut(d)) {
                     p.fill(i as usize, epoch, o);
                 }
             }
@@ -57,7 +59,6 @@ impl Dataset {
         if self.pictures.is_none() {
             return &self.x[lo * self.features..hi * self.features];
         }
-        buf.clear();
         let idx: Vec<u32> = (lo as u32..hi as u32).collect();
         self.gather(&idx, 0, buf);
         buf

@@ -148,6 +148,8 @@ struct Builder {
     /// Whether micro-batches carry their samples' features (not when the replica holds the
     /// training set: `RankLoader::rows_only`).
     features: Arc<AtomicBool>,
+    /// Buffers to build batches in.
+    spares: Arc<Spares>,
 }
 
 impl Builder {
@@ -169,8 +171,10 @@ impl Builder {
             .map(|j| {
                 let (start, len) = sh.piece(m, j, self.rank);
                 let idx = &perm[at.offset + start..at.offset + start + len];
+                // rows alone leave `x` empty (what the replica reads them by)
                 let mut x = Vec::new();
                 if self.features.load(Ordering::Relaxed) {
+                    x = self.spares.take();
                     data.gather(idx, at.epoch, &mut x);
                 }
                 MicroBatch {
@@ -199,6 +203,40 @@ struct Plan {
     sharding: Sharding,
 }
 
+/// Sample buffers of batches the rank is done with, for the next batches to be written into:
+/// a fresh one of a picture batch's size (tens of MB) is faulted in and zeroed page by page,
+/// a few percent of a loader thread's time.
+struct Spares {
+    bufs: Mutex<Vec<Vec<f32>>>,
+    /// The most kept: the batches that can be queued or in use at once.
+    most: usize,
+}
+
+impl Spares {
+    fn new(most: usize) -> Spares {
+        Spares {
+            bufs: Mutex::new(Vec::new()),
+            most,
+        }
+    }
+
+    /// A spare buffer (its contents are stale), or a new empty one.
+    fn take(&self) -> Vec<f32> {
+        self.bufs
+            .lock()
+            .expect("loader spares lock")
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give(&self, buf: Vec<f32>) {
+        let mut bufs = self.bufs.lock().expect("loader spares lock");
+        if buf.capacity() > 0 && bufs.len() < self.most {
+            bufs.push(buf);
+        }
+    }
+}
+
 struct SharedPlan {
     generation: AtomicU64,
     plan: Mutex<Plan>,
@@ -212,6 +250,7 @@ pub struct RankLoader {
     generation: u64,
     taken: usize,
     features: Arc<AtomicBool>,
+    spares: Arc<Spares>,
 }
 
 enum Inner {
@@ -237,6 +276,13 @@ impl RankLoader {
         threads: usize,
     ) -> std::io::Result<RankLoader> {
         let features = Arc::new(AtomicBool::new(true));
+        let threads = threads.max(1);
+        let depth = prefetch.div_ceil(threads).max(1);
+        // the queued batches, the one in use and the one being built per thread
+        let spares = Arc::new(Spares::new(match prefetch {
+            0 => 1,
+            _ => threads * (depth + 1) + 1,
+        }));
         let builder = || Builder {
             data: data.clone(),
             seed,
@@ -244,6 +290,7 @@ impl RankLoader {
             perm: Vec::new(),
             perm_epoch: None,
             features: features.clone(),
+            spares: spares.clone(),
         };
         let plan = Plan { start, sharding };
         if prefetch == 0 {
@@ -255,10 +302,9 @@ impl RankLoader {
                 generation: 0,
                 taken: 0,
                 features,
+                spares,
             });
         }
-        let threads = threads.max(1);
-        let depth = prefetch.div_ceil(threads).max(1);
         let shared = Arc::new(SharedPlan {
             generation: AtomicU64::new(0),
             plan: Mutex::new(plan),
@@ -273,6 +319,7 @@ impl RankLoader {
             generation: 0,
             taken: 0,
             features: features.clone(),
+            spares: spares.clone(),
         };
         for t in 0..threads {
             let (tx, rx) = bounded(depth);
@@ -296,6 +343,13 @@ impl RankLoader {
     /// they come.
     pub fn rows_only(&self) {
         self.features.store(false, Ordering::Relaxed);
+    }
+
+    /// Hands back the sample buffers of a batch the rank is done with, for later batches.
+    pub fn recycle(&self, micro: &mut [MicroBatch]) {
+        for m in micro {
+            self.spares.give(std::mem::take(&mut m.x));
+        }
     }
 
     /// The next batch in stream order (blocks while the loader threads catch up).

@@ -65,6 +65,44 @@ fn threaded_prefetch_gives_the_inline_stream_and_epochs_reshuffle() {
 }
 
 #[test]
+fn batches_built_in_recycled_buffers_are_the_same_stream() {
+    let sh = Sharding {
+        per_replica: 5,
+        ranks: 2,
+        accum: 2,
+        split: None,
+    };
+    let (n, steps) = (37, 30); // short last batches: recycled buffers longer than needed
+    let mut plain = RankLoader::new(data(n), 3, 0, Cursor::default(), sh.clone(), 0, 1).unwrap();
+    let want: Vec<_> = (0..steps).map(|_| ids(&plain.next_batch())).collect();
+    for (prefetch, threads) in [(0, 1), (3, 2)] {
+        let mut l = RankLoader::new(
+            data(n),
+            3,
+            0,
+            Cursor::default(),
+            sh.clone(),
+            prefetch,
+            threads,
+        )
+        .unwrap();
+        let got: Vec<_> = (0..steps)
+            .map(|_| {
+                let mut b = l.next_batch();
+                let x = ids(&b);
+                l.recycle(&mut b.micro);
+                assert!(
+                    b.micro.iter().all(|m| m.x.is_empty()),
+                    "buffers handed back"
+                );
+                x
+            })
+            .collect();
+        assert_eq!(got, want, "prefetch {prefetch}, {threads} threads");
+    }
+}
+
+#[test]
 fn restart_switches_shapes_at_the_given_cursor() {
     let sh = Sharding {
         per_replica: 2,
@@ -175,7 +213,7 @@ fn rows_name_the_samples_and_rows_only_drops_the_features_not_the_order() {
         if step == 2 {
             held.rows_only();
         }
-        let (want, got) = (reference.next_batch(), held.next_batch());
+        let (want, mut got) = (reference.next_batch(), held.next_batch());
         for (w, g) in want.micro.iter().zip(&got.micro) {
             let rows: Vec<f32> = w.rows.iter().map(|&r| r as f32).collect();
             assert_eq!(w.x, rows, "step {step}");
@@ -187,5 +225,7 @@ fn rows_name_the_samples_and_rows_only_drops_the_features_not_the_order() {
                 assert!(g.x.is_empty(), "step {step}: features after rows_only");
             }
         }
+        // handed-back buffers never turn a rows-only batch into one with features
+        held.recycle(&mut got.micro);
     }
 }

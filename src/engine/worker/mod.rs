@@ -238,7 +238,7 @@ impl Worker {
             let next = self.step + 1;
             self.beats.beat(self.rank, next, Phase::Data);
             let t_start = Instant::now();
-            let batch = self.loader.next_batch();
+            let mut batch = self.loader.next_batch();
             debug_assert_eq!(batch.start, self.cursor);
             if let Some((_, delay)) = self.cfg.slow_data.filter(|f| f.0 == self.rank) {
                 std::thread::sleep(delay);
@@ -258,6 +258,7 @@ impl Worker {
                 false => None,
             };
             replica.compute_grads(&batch.micro, sync);
+            self.loader.recycle(&mut batch.micro);
             if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
                 slow_down(cpu0, t, factor);
             }
