@@ -161,10 +161,19 @@ impl Taps {
     }
 }
 
+/// A thread's rows for `resample`, kept between pictures.
+#[derive(Default)]
+struct Rows {
+    /// One source row as floats (R, G, B per pixel, and one spare).
+    source: Vec<f32>,
+    /// The ring of rows resampled across (RGBx).
+    ring: Vec<f32>,
+    /// One output row (RGBx).
+    line: Vec<f32>,
+}
+
 thread_local! {
-    /// A thread's rows for `resample` (one source row as floats, the ring of rows resampled
-    /// across, one output row), kept between pictures.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> = Default::default();
+    static ROWS: std::cell::RefCell<Rows> = Default::default();
 }
 
 /// The horizontal pass over one row: `out` (`tx.first.len()` RGBx pixels) from `row` (the
@@ -206,8 +215,12 @@ fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &
     // the rows resampled across live in a ring of as many rows as an output row sums: the
     // outputs' first rows never go back, so a row is made once and read while still in cache
     let ring = ty.n;
-    SCRATCH.with(|s| {
-        let (row, rows, line) = &mut *s.borrow_mut();
+    ROWS.with(|s| {
+        let Rows {
+            source: row,
+            ring: rows,
+            line,
+        } = &mut *s.borrow_mut();
         row.resize(xs.len() * 3 + 1, 0.0);
         rows.resize(ring * w * 4, 0.0);
         line.resize(w * 4, 0.0);

@@ -1,8 +1,8 @@
 //! Depthwise 2-D convolution over NCHW tensors (groups = channels), weights [C, 1, K, K]: each
 //! channel convolved with its own kernel, directly (it is not a matrix product: im2col would
 //! copy K*K times the image for K*K multiply-adds per output): windows padded by K/2 with stride
-//! 1 or 2 by whole planes in `nn::direct::depthwise` where the CPU has AVX-512 or AVX2, the others row
-//! by row here. Channels spread over the worker's intra-op threads; each channel's weight
+//! 1 or 2 by whole planes in `nn::direct::depthwise` where the CPU has AVX-512 or AVX2, the
+//! others row by row here. Channels spread over the worker's intra-op threads; each channel's weight
 //! gradient summed over images in order, so results do not depend on the thread count.
 
 use std::ops::Range;
