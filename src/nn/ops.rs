@@ -225,11 +225,70 @@ pub fn softmax_xent_smoothed(
     (loss, correct)
 }
 
+/// SplitMix64's finaliser: a bijection of 64-bit words that scrambles every bit.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The key of dropout's mask for node `node` in training pass `pass` of a replica whose
+/// dropout seed is `seed`.
+pub fn dropout_key(seed: u64, pass: u64, node: usize) -> u64 {
+    mix64(mix64(seed) ^ pass.wrapping_mul(4096).wrapping_add(node as u64))
+}
+
+/// mask[i] = 0 with probability `p`, else 1/(1-p): element i's draw is a counter-based hash of
+/// (key, i), its top 24 bits over 2^24, so it does not depend on how the mask is cut up, and
+/// `kernels/eltwise.cu` (`dropout_mask_f32`) draws the same: both backends drop the same
+/// elements.
+pub fn dropout_mask(mask: &mut [f32], key: u64, p: f32) {
+    let keep = 1.0 / (1.0 - p);
+    for (i, m) in mask.iter_mut().enumerate() {
+        let h = mix64(key.wrapping_add((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        let u = (h >> 40) as f32 * (1.0 / 16_777_216.0);
+        *m = if u < p { 0.0 } else { keep };
+    }
+}
+
 #[cfg(test)]
 // finite differences perturb x[i] in place while reading the analytic gradient at i
 #[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropout_keys_differ_by_seed_pass_and_node() {
+        let keys = [
+            dropout_key(0, 1, 0),
+            dropout_key(1, 1, 0),
+            dropout_key(0, 2, 0),
+            dropout_key(0, 1, 1),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(dropout_key(7, 3, 2), dropout_key(7, 3, 2));
+    }
+
+    #[test]
+    fn a_dropout_mask_drops_about_p_and_each_element_is_its_own_draw() {
+        let key = dropout_key(3, 1, 4);
+        let mut long = vec![f32::NAN; 100_000];
+        dropout_mask(&mut long, key, 0.3);
+        let dropped = long.iter().filter(|&&m| m == 0.0).count() as f64 / long.len() as f64;
+        assert!((dropped - 0.3).abs() < 0.01, "{dropped}");
+        assert!(long.iter().all(|&m| m == 0.0 || m == 1.0 / 0.7));
+        // element i's draw does not depend on the mask's length
+        let mut short = vec![0.0; 100];
+        dropout_mask(&mut short, key, 0.3);
+        assert_eq!(short[..], long[..100]);
+        // another key, other elements
+        dropout_mask(&mut short, dropout_key(3, 2, 4), 0.3);
+        assert_ne!(short[..], long[..100]);
+    }
     use crate::nn::rng::Rng;
 
     fn randn(r: &mut Rng, n: usize) -> Vec<f32> {

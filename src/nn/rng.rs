@@ -83,7 +83,6 @@ pub mod tag {
     pub const EPOCH_ORDER: u64 = 2;
     pub const INIT: u64 = 3;
     pub const SYNTHETIC: u64 = 4;
-    pub const DROPOUT: u64 = 5;
     pub const AUGMENT: u64 = 6;
 }
 

@@ -135,20 +135,8 @@ pub fn mul(
     try_launch!(gpu, "mul_f32", grid_stride_cfg(n), &mut *out, x, mask, &ni)
 }
 
-/// SplitMix64's finaliser (as `dropout_mask_f32` mixes on the device).
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The key of dropout's mask for one node in one training pass of a replica seeded `seed`
-/// (the CPU draws from `Rng::stream(seed, DROPOUT, pass * 4096 + node)`; the numbers differ).
-pub fn dropout_key(seed: u64, pass: u64, node: usize) -> u64 {
-    mix64(mix64(seed) ^ pass.wrapping_mul(4096).wrapping_add(node as u64))
-}
-
-/// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i).
+/// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i)
+/// exactly as `nn::ops::dropout_mask` draws it (key: `nn::ops::dropout_key`).
 pub fn dropout_mask(
     gpu: &Gpu,
     mask: &mut CudaViewMut<'_, f32>,
@@ -171,25 +159,4 @@ pub fn dropout_mask(
         &p,
         &keep
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dropout_keys_differ_by_seed_pass_and_node() {
-        let keys = [
-            dropout_key(0, 1, 0),
-            dropout_key(1, 1, 0),
-            dropout_key(0, 2, 0),
-            dropout_key(0, 1, 1),
-        ];
-        for (i, a) in keys.iter().enumerate() {
-            for b in &keys[i + 1..] {
-                assert_ne!(a, b);
-            }
-        }
-        assert_eq!(dropout_key(7, 3, 2), dropout_key(7, 3, 2));
-    }
 }

@@ -12,6 +12,7 @@ use cudarc::driver::CudaSlice;
 
 use super::backprop::Back;
 use super::nodes::NodeBufs;
+use super::profile::{self, Profile};
 use super::CudaReplica;
 use crate::backend::cuda::blas::sgemm;
 use crate::backend::cuda::dnn::Key;
@@ -89,6 +90,9 @@ impl Exec for Pass<'_, '_> {
         }
         let (i, o) = (node.inputs[0], node.output);
         let len = b * m.dims[o];
+        let mark = (self.r.profile.as_ref())
+            .filter(|_| train)
+            .map(Profile::mark);
         let Pass { r, sync } = self;
         let CudaReplica {
             gpu,
@@ -225,7 +229,7 @@ impl Exec for Pass<'_, '_> {
             Op::AvgPool(win) => check(pool::avgpool2d_forward(gpu, &mut out, &inp, b, &win)),
             Op::GlobalAvgPool { c, hw } => check(pool::gap_forward(gpu, &mut out, &inp, b * c, hw)),
             Op::Dropout { p } if train => {
-                let key = ops::dropout_key(*dropout_seed, *passes, n);
+                let key = crate::nn::ops::dropout_key(*dropout_seed, *passes, n);
                 let mut mask = nodes.saved[n].slice_mut(..len);
                 check(ops::dropout_mask(gpu, &mut mask, len, key, p));
                 check(ops::mul(gpu, &mut out, &inp, &mask.as_view(), len));
@@ -241,14 +245,20 @@ impl Exec for Pass<'_, '_> {
             Act::Relu => check(ops::relu_forward(gpu, &mut out, len)),
             Act::Relu6 => check(ops::relu6_forward(gpu, &mut out, len)),
         }
+        if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
+            p.count(profile::kind(&node.op), "forward", mark);
+        }
     }
 
     /// The loss stays on the device (`row_loss`, `row_correct`, summed by the caller with
     /// the rest of the step's metrics): (0, 0) here.
-    fn loss(&mut self, m: &Model, b: usize, _grad: bool) -> (f64, usize) {
+    fn loss(&mut self, m: &Model, b: usize, grad: bool) -> (f64, usize) {
         if b == 0 {
             return (0.0, 0);
         }
+        let mark = (self.r.profile.as_ref())
+            .filter(|_| grad)
+            .map(Profile::mark);
         let o = m.output();
         let classes = m.dims[o];
         let CudaReplica {
@@ -279,6 +289,9 @@ impl Exec for Pass<'_, '_> {
             &ci,
             &eps
         );
+        if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
+            p.count("softmax cross-entropy", "both ways", mark);
+        }
         (0.0, 0)
     }
 
@@ -290,6 +303,7 @@ impl Exec for Pass<'_, '_> {
         }
         let o = node.output;
         let len = b * m.dims[o];
+        let mark = self.r.profile.as_ref().map(Profile::mark);
         let Pass { r, sync } = self;
         let CudaReplica {
             gpu,
@@ -366,6 +380,9 @@ impl Exec for Pass<'_, '_> {
                     li,
                 ));
             }
+        }
+        if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
+            p.count(profile::kind(&node.op), "backward", mark);
         }
     }
 }

@@ -11,13 +11,13 @@ use crate::nn::bn::{
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
-    accumulate, add_forward, linear_backward, linear_forward, mul, softmax_xent_smoothed,
+    accumulate, add_forward, dropout_key, dropout_mask, linear_backward, linear_forward, mul,
+    softmax_xent_smoothed,
 };
 use crate::nn::pool::{
     avgpool2d_backward, avgpool2d_forward, gap_backward, gap_forward, maxpool2d_padded_backward,
     maxpool2d_padded_forward,
 };
-use crate::nn::rng::{tag, Rng};
 
 use super::{grow, Cpu, SumAcross};
 use crate::nn::model::interp::{Exec, Grad};
@@ -124,12 +124,7 @@ impl Exec for Cpu<'_, '_> {
             }
             Op::Dropout { p: prob } if train => {
                 let mask = &mut ws.saved[n][..len];
-                let mut rng =
-                    Rng::stream(ws.dropout_seed, tag::DROPOUT, ws.passes * 4096 + n as u64);
-                let keep = 1.0 / (1.0 - prob);
-                for v in mask.iter_mut() {
-                    *v = if rng.next_f32() < prob { 0.0 } else { keep };
-                }
+                dropout_mask(mask, dropout_key(ws.dropout_seed, ws.passes, n), prob);
                 mul(out_s, inp, mask);
             }
             Op::Dropout { .. } => out_s.copy_from_slice(inp),
