@@ -25,6 +25,9 @@ const INPUT_SHARE: (f64, f64) = (0.25, 0.15);
 const LAUNCH_UTIL: (f64, f64) = (0.5, 0.6);
 /// What "little data wait" is, for calling a run launch-bound or underused rather than input-bound.
 const LAUNCH_DATA_MAX: f64 = 0.1;
+/// NVML's utilization is the busy share of a past window (up to a second): the readings taken
+/// before this many came in after the first step may still be of the idle start-up.
+const UTIL_SETTLE: u32 = 3;
 /// Underused: busy at least the first share of the time at an MFU below the second; cleared at
 /// an MFU above the third or once busy under the fourth.
 const UNDERUSED: (f64, f64, f64, f64) = (0.8, 0.05, 0.07, 0.7);
@@ -105,8 +108,10 @@ pub struct BoundDetector {
     mfu: Mfu,
     recent: VecDeque<Sample>,
     rows: u64,
-    /// The GPU ranks' newest utilization (telemetry), mean over them.
+    /// The GPU ranks' newest utilization (telemetry), mean over them, once settled.
     util: Option<f64>,
+    /// Utilization readings since the first step.
+    readings: u32,
     /// Per limit: evaluations in a row past its line, and back from it; whether it is said.
     past: [u32; 3],
     back: [u32; 3],
@@ -125,16 +130,22 @@ impl BoundDetector {
             recent: VecDeque::new(),
             rows: 0,
             util: None,
+            readings: 0,
             past: [0; 3],
             back: [0; 3],
             flagged: [false; 3],
         }
     }
 
-    /// The GPU ranks' newest utilization (None for CPU workers and where NVML cannot tell).
+    /// The GPU ranks' newest utilization (None for CPU workers and where NVML cannot tell),
+    /// taken once `UTIL_SETTLE` readings came after the first step.
     pub fn on_util(&mut self, util: &[Option<f32>]) {
         let known: Vec<f64> = util.iter().flatten().map(|&u| u as f64).collect();
-        self.util = (!known.is_empty()).then(|| known.iter().sum::<f64>() / known.len() as f64);
+        if self.rows > 0 && !known.is_empty() {
+            self.readings += 1;
+        }
+        self.util = (self.readings >= UTIL_SETTLE && !known.is_empty())
+            .then(|| known.iter().sum::<f64>() / known.len() as f64);
     }
 
     /// Feeds one complete step; returns the limits said or cleared here, with the run's figures.
@@ -226,6 +237,7 @@ fn ms_floor(cfg: &DetectorConfig) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::super::{Context, Detector, DetectorConfig, Warning};
+    use super::UTIL_SETTLE;
     use crate::engine::events::StepStats;
     use crate::observe::monitor::StepRow;
     use crate::observe::sample::DeviceSample;
@@ -293,6 +305,14 @@ mod tests {
         vec![s.clone(), s]
     }
 
+    /// A first step, then `UTIL_SETTLE` readings of every GPU at `util`.
+    fn settle(d: &mut Detector, util: f32, gpu: bool) {
+        d.on_row(&row(1, 2, 10.0, 0.1, gpu));
+        for _ in 0..UTIL_SETTLE {
+            d.on_telemetry(&gpus(util));
+        }
+    }
+
     fn gpu_detector() -> Detector {
         let ctx = Context {
             models: vec![Some("NVIDIA H100 80GB HBM3".into()); 2],
@@ -330,8 +350,8 @@ mod tests {
     #[test]
     fn gpus_idle_half_the_time_while_no_rank_waits_for_input_are_launch_bound() {
         let mut d = gpu_detector();
-        d.on_telemetry(&gpus(0.3));
-        let w = feed(&mut d, 1, 100, 0.1, true);
+        settle(&mut d, 0.3, true);
+        let w = feed(&mut d, 2, 100, 0.1, true);
         assert_eq!(w.len(), 1, "{w:?}");
         assert_eq!(w[0].1.kind(), "launch_bound");
         let text = w[0].1.to_string();
@@ -345,15 +365,30 @@ mod tests {
         assert_eq!(w[0].1.kind(), "launch_bound_cleared");
         // idle GPUs that wait for input are input-bound, not launch-bound
         let mut d = gpu_detector();
-        d.on_telemetry(&gpus(0.3));
-        let kinds: Vec<&str> = (feed(&mut d, 1, 100, 5.0, true).iter())
+        settle(&mut d, 0.3, true);
+        let kinds: Vec<&str> = (feed(&mut d, 2, 100, 5.0, true).iter())
             .map(|(_, w)| w.kind())
             .collect();
         assert_eq!(kinds, ["input_bound"]);
         // a CPU worker's busy share is not a GPU's utilization
         let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
-        d.on_telemetry(&gpus(0.3));
-        assert!(feed(&mut d, 1, 100, 0.1, false).is_empty());
+        settle(&mut d, 0.3, false);
+        assert!(feed(&mut d, 2, 100, 0.1, false).is_empty());
+        // readings of the idle start-up (NVML's window still before the first step) say nothing:
+        // only the two after the first step, before any are settled
+        let mut d = gpu_detector();
+        d.on_telemetry(&gpus(0.0));
+        d.on_row(&row(1, 2, 10.0, 0.1, true));
+        for _ in 1..UTIL_SETTLE {
+            d.on_telemetry(&gpus(0.0));
+        }
+        assert!(feed(&mut d, 2, 100, 0.1, true).is_empty());
+        // a third reading after it is taken
+        d.on_telemetry(&gpus(0.0));
+        let kinds: Vec<&str> = (feed(&mut d, 101, 200, 0.1, true).iter())
+            .map(|(_, w)| w.kind())
+            .collect();
+        assert_eq!(kinds, ["launch_bound"]);
     }
 
     #[test]
@@ -369,8 +404,8 @@ mod tests {
         };
         // 3 x 1 MFLOP x 32 samples in 10 ms: 9.6 GFLOP/s of 66.9 TFLOP/s
         let mut d = Detector::for_run(&info(1_000_000));
-        d.on_telemetry(&gpus(0.99));
-        let w = feed(&mut d, 1, 100, 0.1, true);
+        settle(&mut d, 0.99, true);
+        let w = feed(&mut d, 2, 100, 0.1, true);
         assert_eq!(w.len(), 1, "{w:?}");
         assert_eq!(w[0].1.kind(), "underused");
         let text = w[0].1.to_string();
@@ -380,11 +415,11 @@ mod tests {
         );
         // 3 x 1 TFLOP x 32 in 10 ms is far past any peak: not underused
         let mut d = Detector::for_run(&info(1_000_000_000_000));
-        d.on_telemetry(&gpus(0.99));
-        assert!(feed(&mut d, 1, 100, 0.1, true).is_empty());
+        settle(&mut d, 0.99, true);
+        assert!(feed(&mut d, 2, 100, 0.1, true).is_empty());
         // no peak known (no MFU): nothing said
         let mut d = gpu_detector();
-        d.on_telemetry(&gpus(0.99));
-        assert!(feed(&mut d, 1, 100, 0.1, true).is_empty());
+        settle(&mut d, 0.99, true);
+        assert!(feed(&mut d, 2, 100, 0.1, true).is_empty());
     }
 }
