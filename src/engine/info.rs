@@ -89,8 +89,12 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     use crate::backend::cuda::{dnn, libs};
     Some(match (dnn::wanted(), dnn::available()) {
         (true, _) => format!(
-            "cuDNN {} (algorithms by its heuristics; checked against the own kernels on each GPU first)",
-            dnn::version()
+            "cuDNN {} (algorithms {}; checked against the own kernels on each GPU first)",
+            dnn::version(),
+            match dnn::measuring() {
+                true => "measured once per shape",
+                false => "by its heuristics: MGTOP_CUDNN_ALGOS=heuristic",
+            }
         ),
         (false, true) => "own kernels (im2col + cuBLAS, depthwise kernels; MGTOP_CUDNN=off)".into(),
         (false, false) => format!(

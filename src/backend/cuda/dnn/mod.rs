@@ -2,9 +2,10 @@
 //! fp32 as the rest of the GPU path, forward, input gradient (written) and weight gradient
 //! (accumulated, beta 1, as every backward here). The bias stays with the own kernels
 //! (`conv_bias_add_f32`, `conv_bias_grad_f32`). Descriptors and algorithms are planned once per
-//! shape (batch rows included), the algorithms by cuDNN's heuristics; one workspace, grown to
-//! the largest plan's need up to `MAX_WORKSPACE` (a plan needing more takes cuDNN's
-//! no-workspace algorithm).
+//! shape (batch rows included), the algorithms measured (`measure`, as PyTorch's
+//! `cudnn.benchmark`) or, with `MGTOP_CUDNN_ALGOS=heuristic` or where measuring fails, by
+//! cuDNN's heuristics; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
+//! heuristic pick needing more takes cuDNN's no-workspace algorithm).
 //!
 //! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
 //! (`CUDNN_DEFAULT_MATH`) for `tf32`. A replica checks its cuDNN once against the own kernels
@@ -28,8 +29,10 @@ use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
 mod check;
+mod measure;
 
 pub use check::{check, for_replica};
+pub use measure::wanted as measuring;
 
 /// The most workspace memory the convolutions may take (as the own kernels' column scratch).
 pub const MAX_WORKSPACE: usize = 256 << 20;
@@ -81,6 +84,8 @@ pub struct Dnn {
     math: cudnnMathType_t,
     plans: HashMap<Key, Plan>,
     workspace: CudaSlice<u8>,
+    /// Where algorithms are measured: its own handle (see `measure`).
+    measurer: Option<measure::Measurer>,
 }
 
 fn int(v: usize) -> Result<i32, String> {
@@ -107,6 +112,10 @@ impl Dnn {
             },
             plans: HashMap::new(),
             workspace,
+            measurer: match measure::wanted() {
+                true => Some(measure::Measurer::open(stream)?),
+                false => None,
+            },
         })
     }
 
@@ -165,21 +174,26 @@ impl Dnn {
             dw: &w,
             dy: &y,
         };
+        // measured where it can be (each fits MAX_WORKSPACE), else cuDNN's heuristics
+        let measured = self
+            .measurer
+            .as_ref()
+            .and_then(|m| m.measure(k, self.math, MAX_WORKSPACE).ok());
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
-            f.pick_algorithm(),
+            measured.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
             FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
         )?;
         let (data, need_d) = fitting(
             "pick an input-gradient algorithm",
-            d.pick_algorithm(),
+            measured.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
             DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
         )?;
         let (filter, need_w) = fitting(
             "pick a weight-gradient algorithm",
-            b.pick_algorithm(),
+            measured.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
             FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
         )?;

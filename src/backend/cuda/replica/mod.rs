@@ -13,6 +13,7 @@ mod host;
 mod nodes;
 mod packed;
 mod pass;
+mod profile;
 mod resident;
 mod update;
 mod wait;
@@ -115,6 +116,8 @@ pub struct CudaReplica {
     staging: host::Staging,
     /// The training set, when this GPU holds it (`Replica::hold_data`).
     resident: Option<resident::Resident>,
+    /// Device time per op kind, with `MGTOP_GPU_PROFILE=1` (`profile`).
+    profile: Option<profile::Profile>,
 }
 
 impl CudaReplica {
@@ -198,6 +201,7 @@ impl CudaReplica {
             times: None,
             staging: host::Staging::default(),
             resident: None,
+            profile: profile::wanted().then(|| profile::Profile::new(s.clone())),
             running,
             nodes,
             dropout_seed: 0,
@@ -315,6 +319,9 @@ impl CudaReplica {
 impl Drop for CudaReplica {
     fn drop(&mut self) {
         self.abort_group();
+        if let Some(p) = self.profile.take() {
+            eprint!("{}", p.table(self.gpu.index));
+        }
         if let Some(d) = self.dnn.take() {
             dnn::close(d);
         }
@@ -343,6 +350,9 @@ impl Replica for CudaReplica {
             add_metrics(&self.gpu, &mut aux, &self.row_loss, &self.row_correct, mb.n);
         }
         self.events = Some((start, self.record()));
+        if let Some(p) = self.profile.as_mut() {
+            p.end_step();
+        }
     }
 
     fn all_reduce_grads(
@@ -395,7 +405,11 @@ impl Replica for CudaReplica {
 
     fn apply_update(&mut self, lr: f32) {
         let before = self.record();
+        let mark = self.profile.as_ref().map(profile::Profile::mark);
         self.update(lr);
+        if let Some(p) = self.profile.as_mut() {
+            p.count("optimizer", "update", mark.flatten());
+        }
         self.update_events = Some((before, self.record()));
     }
 
