@@ -47,8 +47,7 @@ type Row = (&'static str, &'static str);
 pub struct Profile {
     stream: Arc<CudaStream>,
     pending: Vec<(Row, CudaEvent, CudaEvent)>,
-    totals: HashMap<Row, f64>,
-    steps: u64,
+    sums: Sums,
 }
 
 impl Profile {
@@ -56,8 +55,7 @@ impl Profile {
         Profile {
             stream,
             pending: Vec::new(),
-            totals: HashMap::new(),
-            steps: 0,
+            sums: Sums::default(),
         }
     }
 
@@ -78,26 +76,45 @@ impl Profile {
 
     /// Waits for the step's events and adds their times.
     pub fn end_step(&mut self) {
-        for (what, a, b) in self.pending.drain(..) {
+        for (row, a, b) in self.pending.drain(..) {
             if let Ok(ms) = a.elapsed_ms(&b) {
-                *self.totals.entry(what).or_default() += ms as f64;
+                self.sums.add(row, ms as f64);
             }
         }
-        self.steps += 1;
+        self.sums.steps += 1;
     }
 
-    /// The table, largest first (empty before the first step).
+    /// The table (see `Sums::table`).
     pub fn table(&self, gpu: usize) -> String {
+        self.sums.table(gpu)
+    }
+}
+
+/// Milliseconds per row over the steps so far.
+#[derive(Default)]
+struct Sums {
+    ms: HashMap<Row, f64>,
+    steps: u64,
+}
+
+impl Sums {
+    fn add(&mut self, row: Row, ms: f64) {
+        *self.ms.entry(row).or_default() += ms;
+    }
+
+    /// Per step, largest first, each row's share of the timed total (empty before the first
+    /// step).
+    fn table(&self, gpu: usize) -> String {
         if self.steps == 0 {
             return String::new();
         }
-        let per = self.steps as f64;
-        let all: f64 = self.totals.values().sum();
-        if self.totals.is_empty() {
+        if self.ms.is_empty() {
             return format!("gpu{gpu}: no op could be timed (CUDA events failed)\n");
         }
-        let mut rows: Vec<_> = self.totals.iter().collect();
-        rows.sort_by(|a, b| b.1.total_cmp(a.1));
+        let per = self.steps as f64;
+        let all: f64 = self.ms.values().sum();
+        let mut rows: Vec<_> = self.ms.iter().collect();
+        rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
         let mut out = format!(
             "gpu{gpu}: device time per training step ({} steps), by op: {:.2} ms in all\n",
             self.steps,
@@ -112,5 +129,39 @@ impl Profile {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_gives_each_op_kind_per_step_largest_first_with_its_share() {
+        let mut s = Sums::default();
+        assert_eq!(s.table(0), "", "nothing before the first step");
+        s.steps = 1;
+        assert!(s.table(1).contains("no op could be timed"));
+        // two steps: conv backward 6 + 6 ms, conv forward 3 + 3, add 1 + 1
+        for _ in 0..2 {
+            s.add(("conv", "forward"), 3.0);
+            s.add(("add", "forward"), 1.0);
+            s.add(("conv", "backward"), 6.0);
+        }
+        s.steps = 2;
+        let t = s.table(3);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "gpu3: device time per training step (2 steps), by op: 10.00 ms in all"
+        );
+        assert_eq!(lines.len(), 4, "{t}");
+        let cells = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            cells(lines[1]),
+            ["conv", "backward", "6.000", "ms", "60.0%"]
+        );
+        assert_eq!(cells(lines[2]), ["conv", "forward", "3.000", "ms", "30.0%"]);
+        assert_eq!(cells(lines[3]), ["add", "forward", "1.000", "ms", "10.0%"]);
     }
 }
