@@ -95,6 +95,55 @@ fn first_fitting<A: Copy>(
         .map(|r| r.0)
 }
 
+/// One entry of cuDNN's list of measured algorithms (its three perf structs).
+trait Perf: Copy {
+    type Algo: Copy;
+    fn parts(&self) -> (Self::Algo, cudnnStatus_t, usize, cudnnMathType_t);
+}
+
+macro_rules! perf {
+    ($($t:ty => $a:ty),*) => {$(
+        impl Perf for $t {
+            type Algo = $a;
+            fn parts(&self) -> ($a, cudnnStatus_t, usize, cudnnMathType_t) {
+                (self.algo, self.status, self.memory, self.mathType)
+            }
+        }
+    )*};
+}
+
+perf!(
+    ffi::cudnnConvolutionFwdAlgoPerf_t => FwdAlgo,
+    ffi::cudnnConvolutionBwdDataAlgoPerf_t => DataAlgo,
+    ffi::cudnnConvolutionBwdFilterAlgoPerf_t => FilterAlgo
+);
+
+/// The algorithm `find` (one of `cudnnFind*Algorithm`, given room for n results, the count
+/// it wrote and where) measures fastest among those `first_fitting` takes.
+///
+/// # Safety
+/// `find` must write at most n results and set the count to how many it wrote.
+unsafe fn fastest<P: Perf>(
+    direction: &str,
+    limit: usize,
+    math: cudnnMathType_t,
+    find: impl FnOnce(c_int, *mut c_int, *mut P) -> cudnnStatus_t,
+) -> Result<P::Algo, String> {
+    const N: usize = 16;
+    // SAFETY: the perf structs are plain C data, valid all zero
+    let mut results = [unsafe { std::mem::zeroed::<P>() }; N];
+    let mut count: c_int = 0;
+    ok(
+        &format!("measure the {direction} algorithms"),
+        find(N as c_int, &mut count, results.as_mut_ptr()),
+    )?;
+    let listed: Vec<_> = results[..count.clamp(0, N as c_int) as usize]
+        .iter()
+        .map(Perf::parts)
+        .collect();
+    first_fitting(&listed, limit, math).ok_or_else(|| format!("no {direction} algorithm fits"))
+}
+
 impl Measurer {
     /// A handle on `stream`.
     pub fn open(stream: &CudaStream) -> Result<Measurer, String> {
@@ -141,30 +190,15 @@ impl Measurer {
                 "describe the convolution",
                 ffi::cudnnCreateConvolutionDescriptor(&mut d.conv),
             )?;
-            ok(
-                "describe the input",
-                ffi::cudnnSetTensor4dDescriptor(
-                    d.x,
-                    nchw,
-                    f32,
-                    int(k.b)?,
-                    int(g.c)?,
-                    int(g.h)?,
-                    int(g.w)?,
-                ),
-            )?;
-            ok(
-                "describe the output",
-                ffi::cudnnSetTensor4dDescriptor(
-                    d.y,
-                    nchw,
-                    f32,
-                    int(k.b)?,
-                    int(g.oc)?,
-                    int(g.oh)?,
-                    int(g.ow)?,
-                ),
-            )?;
+            let tensor = |t, [n, c, h, w]: [usize; 4]| -> Result<(), String> {
+                let dims = (int(n)?, int(c)?, int(h)?, int(w)?);
+                ok(
+                    "describe a tensor",
+                    ffi::cudnnSetTensor4dDescriptor(t, nchw, f32, dims.0, dims.1, dims.2, dims.3),
+                )
+            };
+            tensor(d.x, [k.b, g.c, g.h, g.w])?;
+            tensor(d.y, [k.b, g.oc, g.oh, g.ow])?;
             ok(
                 "describe the weights",
                 ffi::cudnnSetFilter4dDescriptor(
@@ -207,74 +241,26 @@ impl Measurer {
     /// fit `limit` bytes of workspace (cuDNN allocates the buffers it times on, and waits for
     /// the device).
     pub fn measure(&self, k: Key, math: cudnnMathType_t, limit: usize) -> Result<Algos, String> {
-        const N: usize = 16;
         let d = self.describe(k, math)?;
-        let mut count: c_int = 0;
-        // SAFETY: the descriptors describe one valid shape; the result arrays hold N entries
-        // and cuDNN writes at most `count` <= N of them
+        let h = self.handle;
+        // SAFETY: the descriptors describe one valid shape; `fastest` hands each call an array
+        // of the length it passes and reads only the entries cuDNN says it wrote
         unsafe {
-            let mut r = [std::mem::zeroed::<ffi::cudnnConvolutionFwdAlgoPerf_t>(); N];
-            ok(
-                "measure the forward algorithms",
-                ffi::cudnnFindConvolutionForwardAlgorithm(
-                    self.handle,
-                    d.x,
-                    d.w,
-                    d.conv,
-                    d.y,
-                    N as c_int,
-                    &mut count,
-                    r.as_mut_ptr(),
-                ),
-            )?;
-            let listed: Vec<_> = r[..count.clamp(0, N as c_int) as usize]
-                .iter()
-                .map(|p| (p.algo, p.status, p.memory, p.mathType))
-                .collect();
-            let fwd = first_fitting(&listed, limit, math).ok_or("no forward algorithm fits")?;
-
-            let mut r = [std::mem::zeroed::<ffi::cudnnConvolutionBwdDataAlgoPerf_t>(); N];
-            ok(
-                "measure the input-gradient algorithms",
-                ffi::cudnnFindConvolutionBackwardDataAlgorithm(
-                    self.handle,
-                    d.w,
-                    d.y,
-                    d.conv,
-                    d.x,
-                    N as c_int,
-                    &mut count,
-                    r.as_mut_ptr(),
-                ),
-            )?;
-            let listed: Vec<_> = r[..count.clamp(0, N as c_int) as usize]
-                .iter()
-                .map(|p| (p.algo, p.status, p.memory, p.mathType))
-                .collect();
-            let data =
-                first_fitting(&listed, limit, math).ok_or("no input-gradient algorithm fits")?;
-
-            let mut r = [std::mem::zeroed::<ffi::cudnnConvolutionBwdFilterAlgoPerf_t>(); N];
-            ok(
-                "measure the weight-gradient algorithms",
-                ffi::cudnnFindConvolutionBackwardFilterAlgorithm(
-                    self.handle,
-                    d.x,
-                    d.y,
-                    d.conv,
-                    d.w,
-                    N as c_int,
-                    &mut count,
-                    r.as_mut_ptr(),
-                ),
-            )?;
-            let listed: Vec<_> = r[..count.clamp(0, N as c_int) as usize]
-                .iter()
-                .map(|p| (p.algo, p.status, p.memory, p.mathType))
-                .collect();
-            let filter =
-                first_fitting(&listed, limit, math).ok_or("no weight-gradient algorithm fits")?;
-            Ok(Algos { fwd, data, filter })
+            Ok(Algos {
+                fwd: fastest("forward", limit, math, |n, count, r| {
+                    ffi::cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, count, r)
+                })?,
+                data: fastest("input-gradient", limit, math, |n, count, r| {
+                    ffi::cudnnFindConvolutionBackwardDataAlgorithm(
+                        h, d.w, d.y, d.conv, d.x, n, count, r,
+                    )
+                })?,
+                filter: fastest("weight-gradient", limit, math, |n, count, r| {
+                    ffi::cudnnFindConvolutionBackwardFilterAlgorithm(
+                        h, d.x, d.y, d.conv, d.w, n, count, r,
+                    )
+                })?,
+            })
         }
     }
 }

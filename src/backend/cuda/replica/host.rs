@@ -1,7 +1,7 @@
 //! Parameters and gradients between this GPU and the host (central storage each step, local SGD
 //! at its averages): through page-locked staging buffers, so the copies are DMA transfers that
 //! the stream runs asynchronously; an upload is queued ahead of the step's compute, a download is
-//! waited for once.
+//! waited for once. And `to_device`, a buffer uploaded once.
 //!
 //! The waits are ours: cudarc's page-locked buffers order host access with an event that it
 //! records only while its per-use event tracking is on, and `Gpu::open` turns that off (one
@@ -16,6 +16,17 @@ use cudarc::driver::{
 
 use super::CudaReplica;
 use crate::backend::AUX;
+
+/// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
+pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(
+    s: &Arc<CudaStream>,
+    v: &[T],
+) -> Result<CudaSlice<T>, DriverError> {
+    match v.is_empty() {
+        true => s.alloc_zeros::<T>(1),
+        false => s.clone_htod(v),
+    }
+}
 
 /// Host data on its way to the device: a page-locked buffer (grown as needed) the data is
 /// copied through asynchronously, and the event after its last copy out, which must pass

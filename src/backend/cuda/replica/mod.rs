@@ -18,13 +18,14 @@ mod resident;
 mod update;
 mod wait;
 
+use host::to_device;
 pub(crate) use update::{launch_update, Buffers, Chunks};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits};
+use cudarc::driver::{CudaEvent, CudaSlice};
 use cudarc::nccl::Id;
 
 use super::launch::{add_metrics, die};
@@ -41,17 +42,6 @@ use crate::nn::precision::Precision;
 const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
 const MAX_ELEMENTS: usize = i32::MAX as usize;
-
-/// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
-pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(
-    s: &Arc<CudaStream>,
-    v: &[T],
-) -> Result<CudaSlice<T>, DriverError> {
-    match v.is_empty() {
-        true => s.alloc_zeros::<T>(1),
-        false => s.clone_htod(v),
-    }
-}
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
