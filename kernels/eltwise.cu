@@ -56,8 +56,8 @@ __device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
 // mask[n] = 0 with probability p, else keep (= 1/(1-p)): dropout's mask for one node and
 // pass, from a counter-based hash of (key, i) (key: the replica's seed, the pass and the
 // node, mixed on the host), so element i's draw does not depend on the launch shape. The
-// uniform is the hash's top 24 bits over 2^24, in [0, 1), as nn::rng::Rng::next_f32 draws
-// (the numbers themselves differ from the CPU's).
+// uniform is the hash's top 24 bits over 2^24, in [0, 1): nn::rng::counter_f32, so the CPU
+// (nn::ops::dropout_mask) draws the very same masks.
 extern "C" __global__ void dropout_mask_f32(float* mask, int n, unsigned long long key, float p,
                                             float keep) {
     GRID_STRIDE(i, n) {

@@ -2,6 +2,7 @@
 //! a comment; backward passes accumulate into parameter gradients.
 
 use crate::nn::gemm::sgemm;
+use crate::nn::rng::{counter_f32, mix64};
 use crate::nn::simd::twice;
 
 /// out[B,OC] = inp[B,C] @ w[OC,C]^T + bias[OC] (PyTorch's layout; no bias when empty).
@@ -225,29 +226,24 @@ pub fn softmax_xent_smoothed(
     (loss, correct)
 }
 
-/// SplitMix64's finaliser: a bijection of 64-bit words that scrambles every bit.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The key of dropout's mask for node `node` in training pass `pass` of a replica whose
 /// dropout seed is `seed`.
 pub fn dropout_key(seed: u64, pass: u64, node: usize) -> u64 {
     mix64(mix64(seed) ^ pass.wrapping_mul(4096).wrapping_add(node as u64))
 }
 
-/// mask[i] = 0 with probability `p`, else 1/(1-p): element i's draw is a counter-based hash of
-/// (key, i), its top 24 bits over 2^24, so it does not depend on how the mask is cut up, and
+/// mask[i] = 0 with probability `p`, else 1/(1-p): element i's draw is `rng::counter_f32(key,
+/// i)`, so it does not depend on how the mask is cut up, and
 /// `kernels/eltwise.cu` (`dropout_mask_f32`) draws the same: both backends drop the same
 /// elements.
 pub fn dropout_mask(mask: &mut [f32], key: u64, p: f32) {
     let keep = 1.0 / (1.0 - p);
     for (i, m) in mask.iter_mut().enumerate() {
-        let h = mix64(key.wrapping_add((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
-        let u = (h >> 40) as f32 * (1.0 / 16_777_216.0);
-        *m = if u < p { 0.0 } else { keep };
+        *m = if counter_f32(key, i as u64) < p {
+            0.0
+        } else {
+            keep
+        };
     }
 }
 

@@ -9,10 +9,22 @@ pub struct Rng {
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
+    mix64(*state)
+}
+
+/// SplitMix64's finaliser: a bijection of 64-bit words that scrambles every bit.
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// Draw `i` of the counter-based stream `key`, uniform in [0, 1): the top 24 bits of
+/// `mix64(key + (i + 1) * golden)` over 2^24, as `next_f32` draws (and as the GPU's kernels hash,
+/// so both backends draw the same numbers).
+pub fn counter_f32(key: u64, i: u64) -> f32 {
+    let h = mix64(key.wrapping_add((i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    (h >> 40) as f32 * (1.0 / 16_777_216.0)
 }
 
 impl Rng {
