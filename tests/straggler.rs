@@ -1,6 +1,9 @@
-//! Straggler warnings end to end: the real binary on 3 CPU workers (more than this machine's
-//! cores, as in CI), with and without an injected slow rank or slow input. Runs one at a time:
-//! in parallel they would be each other's stragglers.
+//! Straggler warnings end to end: the real binary on 2 CPU workers (as many as CI's cores), with
+//! and without an injected slow rank or slow input. Not more workers than cores: oversubscribed
+//! workers are real stragglers of the scheduler's making (CI once saw one rank spend 1.59x the
+//! CPU time of another for the same steps, rightly warned as "likely cause: oversubscribed"; the
+//! detector's unit tests cover that cause). Runs one at a time: in parallel they would be each
+//! other's stragglers.
 
 use std::path::Path;
 use std::process::Command;
@@ -8,9 +11,10 @@ use std::sync::Mutex;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A compute-bound run (a few ms of compute per step, so a 2x slow rank is well above the
-/// 2 ms noise floor); returns the log and the metrics records.
-fn run(dir: &Path, extra: &[&str]) -> (String, Vec<serde_json::Value>) {
+/// A compute-bound run (about 10 ms of compute per step, so a 3x slow rank is well above the
+/// 2 ms noise floor and above the machine's own unevenness, see `the_same_run_...`); returns the
+/// log and the metrics records (one per step with `log_every` 1).
+fn run(dir: &Path, log_every: u32, extra: &[&str]) -> (String, Vec<serde_json::Value>) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let metrics = dir.join(format!("m{}.jsonl", extra.join("").replace(':', "_")));
     let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
@@ -18,7 +22,7 @@ fn run(dir: &Path, extra: &[&str]) -> (String, Vec<serde_json::Value>) {
         .args([
             "--headless",
             "--devices",
-            "cpu:3",
+            "cpu:2",
             "--model",
             "mlp:1024",
             "--data",
@@ -27,13 +31,12 @@ fn run(dir: &Path, extra: &[&str]) -> (String, Vec<serde_json::Value>) {
             "128",
             "--steps",
             "100",
-            "--log-every",
-            "1000",
             "--checkpoint-dir",
             "ck",
             "--metrics-out",
         ])
         .arg(&metrics)
+        .args(["--log-every", &log_every.to_string()])
         .args(extra)
         .output()
         .unwrap();
@@ -72,12 +75,12 @@ fn straggler_warnings(log: &str, rank: usize) -> Vec<&str> {
 #[test]
 fn a_slow_rank_is_named_within_100_steps_and_nobody_else_is() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, records) = run(dir.path(), &["--slow-rank", "1:2.0"]);
+    let (log, records) = run(dir.path(), 1000, &["--slow-rank", "1:3.0"]);
     let w = straggler_warnings(&log, 1);
     assert_eq!(w.len(), 1, "exactly one warning, at onset: {log}");
     assert!(w[0].contains("straggler: rank 1 is"), "{log}");
     assert!(
-        w[0].contains("likely cause: injected (--slow-rank 1:2)"),
+        w[0].contains("likely cause: injected (--slow-rank 1:3)"),
         "{log}"
     );
     let events: Vec<_> = records
@@ -94,20 +97,81 @@ fn a_slow_rank_is_named_within_100_steps_and_nobody_else_is() {
     );
 }
 
+/// Without a fault nobody is warned about, unless the machine itself was uneven: a shared VM's
+/// cores can differ in speed (this project's 2-core CI VM: 1.4x CPU time for the same steps, and
+/// 1.8x for a plain loop pinned to each core), and then the rank on the slow core really is a
+/// straggler. So every warning must be backed by the run's own metrics (over the detector's last
+/// window, the warned rank's median wall-clock work at least 1.2x the other's, the other waiting
+/// 2 ms a step for it); a run with such a warning is tried again, and one of up to 6 runs must be
+/// warned about nobody.
 #[test]
 fn the_same_run_without_a_fault_warns_about_nobody() {
-    let dir = tempfile::tempdir().unwrap();
-    let (log, records) = run(dir.path(), &[]);
-    assert!(warnings(&log).is_empty(), "{log}");
-    assert!(!records
-        .iter()
-        .any(|r| r["kind"] == "straggler" || r["kind"] == "degraded"));
+    let median = |mut v: Vec<f64>| {
+        assert!(!v.is_empty());
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut uneven = Vec::new();
+    for _ in 0..6 {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, records) = run(dir.path(), 1, &[]);
+        assert!(!records.iter().any(|r| r["kind"] == "degraded"), "{log}");
+        let said = warnings(&log);
+        if said.is_empty() {
+            assert!(!records.iter().any(|r| r["kind"] == "straggler"), "{log}");
+            return;
+        }
+        // the detector's last window before it warned: the 50 steps up to the event's step
+        let event = records.iter().find(|r| r["kind"] == "straggler");
+        let at = event
+            .and_then(|e| e["step"].as_u64())
+            .expect("the warning's event");
+        let window: Vec<_> = (records.iter())
+            .filter(|r| {
+                r["type"] == "step" && r["step"].as_u64().is_some_and(|s| s + 50 > at && s <= at)
+            })
+            .collect();
+        let per_rank = |rank: usize, keys: &[&str]| {
+            median(
+                (window.iter())
+                    .map(|s| {
+                        keys.iter()
+                            .map(|k| s["per_rank"][rank][k].as_f64().unwrap())
+                            .sum()
+                    })
+                    .collect(),
+            )
+        };
+        for w in &said {
+            let slow = usize::from(w.contains("straggler: rank 1 "));
+            assert!(
+                w.contains(&format!("straggler: rank {slow} "))
+                    && w.contains("likely cause: unknown"),
+                "only a straggler of unknown cause may be warned about: {log}"
+            );
+            // wall-clock work here (the detector's is the worker threads' CPU time)
+            let work = ["data_wait_ms", "compute_ms", "optimizer_ms"];
+            let (slow_ms, other_ms) = (per_rank(slow, &work), per_rank(1 - slow, &work));
+            assert!(
+                slow_ms >= 1.2 * other_ms && per_rank(1 - slow, &["sync_wait_ms"]) >= 2.0,
+                "rank {slow} warned about without evidence (median work {slow_ms:.1} ms vs \
+                 {other_ms:.1} ms in steps {}..={at}): {log}",
+                at.saturating_sub(49)
+            );
+            uneven.push(format!("rank {slow}: {slow_ms:.1} vs {other_ms:.1} ms"));
+            eprintln!(
+                "the machine was uneven ({}), trying again",
+                uneven.last().unwrap()
+            );
+        }
+    }
+    panic!("this machine's cores were uneven in all 6 runs: {uneven:?}");
 }
 
 #[test]
 fn slow_input_on_one_rank_is_explained_as_data_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, records) = run(dir.path(), &["--slow-data", "1:20"]);
+    let (log, records) = run(dir.path(), 1000, &["--slow-data", "1:20"]);
     let w = straggler_warnings(&log, 1);
     assert_eq!(w.len(), 1, "{log}");
     assert!(
