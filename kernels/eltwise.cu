@@ -54,15 +54,26 @@ __device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
 }
 
 // mask[n] = 0 with probability p, else keep (= 1/(1-p)): dropout's mask for one node and
-// pass, from a counter-based hash of (key, i) (key: the replica's seed, the pass and the
-// node, mixed on the host), so element i's draw does not depend on the launch shape. The
-// uniform is the hash's top 24 bits over 2^24, in [0, 1): nn::rng::counter_f32, so the CPU
+// pass, from a counter-based hash of (key, i), so element i's draw does not depend on the
+// launch shape. The key mixes the replica's seed (seed_mix = mix64(seed), from the host), the
+// training passes so far (*passes, counted on the device by count_pass_u64, so a pass replayed
+// from a CUDA graph draws a new mask) and the node: nn::ops::dropout_key. The uniform is the
+// hash's top 24 bits over 2^24, in [0, 1): nn::rng::counter_f32, so the CPU
 // (nn::ops::dropout_mask) draws the very same masks.
-extern "C" __global__ void dropout_mask_f32(float* mask, int n, unsigned long long key, float p,
+extern "C" __global__ void dropout_mask_f32(float* mask, int n, unsigned long long seed_mix,
+                                            const unsigned long long* passes, int node, float p,
                                             float keep) {
+    unsigned long long key = mix64(seed_mix ^ (*passes * 4096ULL + (unsigned long long)node));
     GRID_STRIDE(i, n) {
         unsigned long long h = mix64(key + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL);
         float u = (float)(h >> 40) * (1.0f / 16777216.0f);
         mask[i] = u < p ? 0.0f : keep;
+    }
+}
+
+// *passes += 1: one more training pass (dropout's key), on the stream in order with the pass.
+extern "C" __global__ void count_pass_u64(unsigned long long* passes) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        *passes += 1;
     }
 }

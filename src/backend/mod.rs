@@ -60,6 +60,10 @@ pub trait Replica {
     fn device_times(&self) -> Option<DeviceTimes> {
         None
     }
+    /// What the run should be told about this device since the last call (a fallback taken).
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
     /// Optimizer step with the mean gradient (sum / global sample count).
     fn apply_update(&mut self, lr: f32);
     /// (loss sum, correct) over x[n, features], y[n], without touching gradients.

@@ -285,6 +285,9 @@ pub struct TrainArgs {
     /// What GPUs compute matrix products in: auto | fp32 | tf32 (auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,
+    /// Capture each GPU training pass once as a CUDA graph and replay it: auto | on | off (auto: wherever a pass can be one; not with --sync-bn)  [default: off]
+    #[arg(long)]
+    pub cuda_graph: Option<String>,
     /// Linear LR warm-up over this many steps  [default: 0]
     #[arg(long)]
     pub warmup: Option<u64>,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub mod cuda_graph;
 pub mod strategy;
 
 use crate::data::DataSpec;
@@ -205,6 +206,8 @@ pub struct RunConfig {
     pub label_smoothing: f32,
     /// What GPUs compute their products in (`--precision`; auto: TF32 where every GPU has it).
     pub precision: PrecisionFlag,
+    /// Whether GPUs replay each training pass from a CUDA graph (`--cuda-graph`).
+    pub cuda_graph: cuda_graph::CudaGraph,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
@@ -255,6 +258,7 @@ impl Default for RunConfig {
             no_decay_bn_bias: false,
             label_smoothing: 0.0,
             precision: PrecisionFlag::default(),
+            cuda_graph: Default::default(),
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),

@@ -28,6 +28,8 @@ pub struct RunInfo {
     /// why, where it is not what was asked for.
     pub precision: Precision,
     pub precision_note: Option<String>,
+    /// What `--cuda-graph` comes to on GPUs (None where unknown: a run read back).
+    pub cuda_graph: Option<String>,
     /// What a run's convolutions go through, on GPUs or CPU workers (None: no convolution).
     pub convolutions: Option<String>,
     pub data: String,
@@ -126,6 +128,7 @@ impl RunInfo {
             device_note,
             precision,
             precision_note,
+            cuda_graph: cfg.cuda_graph.resolve(cfg.sync_bn).ok().map(|(_, line)| line),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),

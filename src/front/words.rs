@@ -70,6 +70,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     if let Some(note) = &info.precision_note {
         lines.push(format!("note: {note}"));
     }
+    if let Some(graph) = info.cuda_graph.as_ref().filter(|_| gpu_run) {
+        lines.push(format!("cuda graph: {graph}"));
+    }
     if let Some(c) = &info.convolutions {
         lines.push(format!("convolutions: {c}"));
     }

@@ -279,6 +279,7 @@ mod tests {
                 "accumulate_f32",
                 "mul_f32",
                 "dropout_mask_f32",
+                "count_pass_u64",
                 "bn_sums_f32",
                 "bn_reduce_f32",
                 "bn_finish_f32",

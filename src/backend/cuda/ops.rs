@@ -6,7 +6,7 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
-use super::launch::grid_stride_cfg;
+use super::launch::{blocks_cfg, grid_stride_cfg};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
 
@@ -136,27 +136,44 @@ pub fn mul(
 }
 
 /// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i)
-/// exactly as `nn::ops::dropout_mask` draws it (key: `nn::ops::dropout_key`).
+/// exactly as `nn::ops::dropout_mask` draws it, with the key `nn::ops::dropout_key(seed,
+/// passes, node)` where `passes` is read on the device (`count_pass`'s counter).
 pub fn dropout_mask(
     gpu: &Gpu,
     mask: &mut CudaViewMut<'_, f32>,
     n: usize,
-    key: u64,
+    (seed, passes, node): (u64, &CudaView<'_, u64>, usize),
     p: f32,
 ) -> Result<(), CudaError> {
     let ni = elements(gpu, "dropout mask", n, &[("mask", mask.len())])?;
+    let node = elements(gpu, "dropout mask", node, &[])?;
+    if passes.is_empty() {
+        return Err(CudaError::new(gpu.index, "dropout mask", "no pass counter"));
+    }
     if n == 0 {
         return Ok(());
     }
     let keep = 1.0 / (1.0 - p);
+    let seed_mix = crate::nn::rng::mix64(seed);
     try_launch!(
         gpu,
         "dropout_mask_f32",
         grid_stride_cfg(n),
         &mut *mask,
         &ni,
-        &key,
+        &seed_mix,
+        passes,
+        &node,
         &p,
         &keep
     )
+}
+
+/// passes[0] += 1 on the device: one more training pass for dropout's key, counted on the
+/// stream so that a pass replayed from a CUDA graph counts too.
+pub fn count_pass(gpu: &Gpu, passes: &mut CudaViewMut<'_, u64>) -> Result<(), CudaError> {
+    if passes.is_empty() {
+        return Err(CudaError::new(gpu.index, "count a pass", "no pass counter"));
+    }
+    try_launch!(gpu, "count_pass_u64", blocks_cfg(1), &mut *passes)
 }

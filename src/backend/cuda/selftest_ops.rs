@@ -130,15 +130,17 @@ fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
 }
 
 /// Dropout's mask: the CPU's (`nn::ops::dropout_mask`, whose draws a unit test checks) to the
-/// bit, so both backends drop the same elements.
+/// bit, so both backends drop the same elements; the pass in its key counted on the device
+/// (`count_pass`: 1, then 2), as a training pass replayed from a CUDA graph counts.
 fn dropout(gpu: &Gpu) -> Check {
     let (n, p) = (200_000usize, 0.3f32);
-    let key = cpu::dropout_key(1, 2, 3);
     let mut want = vec![0.0; n];
-    cpu::dropout_mask(&mut want, key, p);
+    cpu::dropout_mask(&mut want, cpu::dropout_key(1, 2, 3), p);
     let got = (|| {
         let mut m = nans(gpu, n)?;
-        ops::dropout_mask(gpu, &mut m.slice_mut(..), n, key, p)?;
+        let mut passes = (gpu.stream.clone_htod(&[1u64])).map_err(on(gpu.index, "upload"))?;
+        ops::count_pass(gpu, &mut passes.slice_mut(..))?;
+        ops::dropout_mask(gpu, &mut m.slice_mut(..), n, (1, &passes.slice(..), 3), p)?;
         down(gpu, &m, n)
     })();
     let got = got.map(|g| compare(&g, &want, 0.0, 0.0));

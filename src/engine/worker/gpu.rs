@@ -36,7 +36,12 @@ pub(in crate::engine) fn open_gpu(
         w.cfg.stall_timeout * ALL_REDUCE_TIMEOUT_FACTOR,
     );
     let mut replica = match opened {
-        Ok(r) => r.seed_dropout(dropout_seed(w.cfg.seed, w.rank)),
+        Ok(r) => {
+            // (validated before any GPU opened)
+            let graphs = (w.cfg.cuda_graph.resolve(w.cfg.sync_bn)).is_ok_and(|(on, _)| on);
+            r.seed_dropout(dropout_seed(w.cfg.seed, w.rank))
+                .use_graphs(graphs)
+        }
         Err(e) => {
             w.coll
                 .abort(&format!("rank {} could not open GPU {index}: {e}", w.rank));

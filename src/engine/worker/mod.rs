@@ -258,6 +258,12 @@ impl Worker {
                 false => None,
             };
             replica.compute_grads(&batch.micro, sync);
+            for message in replica.take_notes() {
+                let _ = self.events.send(Event::DeviceNote {
+                    rank: self.rank,
+                    message,
+                });
+            }
             self.loader.recycle(&mut batch.micro);
             if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
                 slow_down(cpu0, t, factor);

@@ -26,6 +26,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         device_note: None,
         precision: Precision::Fp32,
         precision_note: None,
+        cuda_graph: None,
         convolutions: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
         model: "mlp:128 (64-128-10)".into(),

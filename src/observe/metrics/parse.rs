@@ -197,6 +197,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .and_then(|p| p.parse().ok())
             .unwrap_or(Precision::Fp32),
         precision_note: None,
+        cuda_graph: None,
         convolutions: None,
         data: text(v, "data")?.to_string(),
         model: text(v, "model")?.to_string(),

@@ -216,6 +216,11 @@ impl Dnn {
         })
     }
 
+    /// The bytes of workspace held: a graph captured over it is stale once it grows.
+    pub fn workspace_len(&self) -> usize {
+        self.workspace.len()
+    }
+
     /// y[b, oc, oh, ow] = x (*) w (no bias), overwritten.
     pub fn forward(
         &mut self,

@@ -9,6 +9,7 @@
 //! and the engine reports the rank as failed.
 
 mod backprop;
+mod graphs;
 mod host;
 mod nodes;
 mod packed;
@@ -70,9 +71,12 @@ pub struct CudaReplica {
     running: CudaSlice<f32>,
     /// What the nodes keep besides the activations (saved statistics, masks, scratch).
     nodes: nodes::NodeBufs,
-    /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's).
+    /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's), counted
+    /// on the device ([1]) so that passes replayed from a graph count.
     dropout_seed: u64,
-    passes: u64,
+    passes: CudaSlice<u64>,
+    /// Training passes captured as CUDA graphs (`--cuda-graph`).
+    graphs: graphs::Graphs,
     optimizer: Optimizer,
     /// The update's work list (`update::Chunks`).
     chunks: update::Chunks,
@@ -195,7 +199,8 @@ impl CudaReplica {
             running,
             nodes,
             dropout_seed: 0,
-            passes: 0,
+            passes: s.alloc_zeros::<u64>(1).map_err(on(index, "allocate"))?,
+            graphs: graphs::Graphs::new(false),
             model: Arc::new(model),
             gpu,
         };
@@ -243,11 +248,6 @@ impl CudaReplica {
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
-    }
-
-    /// What the run should be told about this GPU (cuDNN failing its check), once.
-    pub fn take_notes(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.notes)
     }
 
     fn fail(&self, what: &str, e: impl std::fmt::Debug) -> ! {
@@ -334,10 +334,7 @@ impl Replica for CudaReplica {
                 Some(_) if mb.x.is_empty() => self.gather(&mb.rows, mb.n),
                 _ => self.upload(&mb.x, &mb.y, mb.n),
             }
-            self.train_pass(mb.n, sync.as_deref_mut().map(|s| s as &mut dyn Collective));
-            let n = self.model.n_params;
-            let mut aux = self.grads.slice_mut(n..n + AUX);
-            add_metrics(&self.gpu, &mut aux, &self.row_loss, &self.row_correct, mb.n);
+            self.train_rows(mb.n, sync.as_deref_mut().map(|s| s as &mut dyn Collective));
         }
         self.events = Some((start, self.record()));
         if let Some(p) = self.profile.as_mut() {
@@ -391,6 +388,11 @@ impl Replica for CudaReplica {
 
     fn device_times(&self) -> Option<DeviceTimes> {
         self.times
+    }
+
+    /// cuDNN failing its check (at open), a training pass that could not be captured.
+    fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     fn apply_update(&mut self, lr: f32) {

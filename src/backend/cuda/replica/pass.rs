@@ -40,7 +40,9 @@ impl CudaReplica {
         if b == 0 && (sync.is_none() || !m.has_batch_norm()) {
             return;
         }
-        self.passes += 1;
+        if m.has_dropout() {
+            check(ops::count_pass(&self.gpu, &mut self.passes.slice_mut(..)));
+        }
         interp::train(&m, &mut Pass { r: self, sync }, b);
     }
 
@@ -229,8 +231,8 @@ impl Exec for Pass<'_, '_> {
             Op::AvgPool(win) => check(pool::avgpool2d_forward(gpu, &mut out, &inp, b, &win)),
             Op::GlobalAvgPool { c, hw } => check(pool::gap_forward(gpu, &mut out, &inp, b * c, hw)),
             Op::Dropout { p } if train => {
-                let key = crate::nn::ops::dropout_key(*dropout_seed, *passes, n);
                 let mut mask = nodes.saved[n].slice_mut(..len);
+                let key = (*dropout_seed, &passes.slice(..), n);
                 check(ops::dropout_mask(gpu, &mut mask, len, key, p));
                 check(ops::mul(gpu, &mut out, &inp, &mask.as_view(), len));
             }
