@@ -722,3 +722,53 @@ fn cuda_dropout_masks_in_training_only() {
     );
     assert_ne!(first[0], first[1], "seeds 7 and 0 drew the same masks");
 }
+
+/// CUDA graphs (`--cuda-graph`): a replica replaying its training passes from graphs trains as
+/// one launching every kernel: the same losses and parameters step by step, through two
+/// micro-batch sizes per step (a graph each), new dropout masks every pass (the device's pass
+/// counter), batch norm's running statistics, and a larger batch midway (new buffers: every
+/// graph captured again).
+#[test]
+fn cuda_graphs_train_as_launch_by_launch() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 8, w: 8 };
+    let spec = "conv8k3,bn,basic8,dropout0.3,dense16".parse().unwrap();
+    let model = Model::new(input, &spec, 5).unwrap();
+    let kind = OptimizerKind::Momentum;
+    let state = TrainState {
+        params: model.init_params(4),
+        opt: OptState::new(kind, model.n_params),
+        buffers: model.init_buffers(),
+    };
+    let mut eager = open_gpu(model.clone(), kind, state.clone()).seed_dropout(5);
+    let mut graphs = open_gpu(model.clone(), kind, state)
+        .seed_dropout(5)
+        .use_graphs(true);
+    let mut coll = LocalCollective::group(1).pop().unwrap();
+    for (step, b) in [7, 7, 7, 7, 12, 12, 12, 7, 7].into_iter().enumerate() {
+        let (_, _, micro) = image_batch(&model, b, 60 + step as u64);
+        let mut losses = Vec::new();
+        for r in [&mut eager, &mut graphs] {
+            r.compute_grads(&micro, None);
+            r.all_reduce_grads(&mut coll).unwrap();
+            losses.push(r.batch_metrics().loss_sum);
+            r.apply_update(LR);
+        }
+        assert!(
+            (losses[0] - losses[1]).abs() <= 1e-5 * losses[0].abs().max(1.0),
+            "step {step} (batch {b}): launch by launch {} vs graphs {}",
+            losses[0],
+            losses[1]
+        );
+        assert!(graphs.take_notes().is_empty(), "a capture failed");
+    }
+    let (e, g) = (eager.export(), graphs.export());
+    let (worst, at) = worst_relative_above(&g.params, &e.params, 1e-3);
+    assert!(worst < 1e-4, "parameter {at}: {worst:.2e}");
+    assert!(
+        worst_relative(&g.buffers, &e.buffers) < 1e-4,
+        "running statistics"
+    );
+}

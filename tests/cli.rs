@@ -218,6 +218,14 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--precision", "bf16"],
             &["--precision bf16 is not available", "tf32"],
         ),
+        (
+            &["--cuda-graph", "yes"],
+            &["--cuda-graph", "`yes`", "auto, on or off"],
+        ),
+        (
+            &["--cuda-graph", "on", "--sync-bn"],
+            &["--cuda-graph on", "--sync-bn", "--cuda-graph auto"],
+        ),
         (&["--schedule", "multistep:0.8,0.2"], &["must increase"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),

@@ -85,7 +85,10 @@ mod tests {
         let (on, line) = CudaGraph::Auto.resolve(true).unwrap();
         assert!(!on && line.contains("--sync-bn"), "{line}");
         let e = CudaGraph::On.resolve(true).unwrap_err();
-        assert!(e.contains("--cuda-graph auto") && e.contains("--sync-bn"), "{e}");
+        assert!(
+            e.contains("--cuda-graph auto") && e.contains("--sync-bn"),
+            "{e}"
+        );
         let (on, line) = CudaGraph::Off.resolve(true).unwrap();
         assert!(!on && line.contains("--cuda-graph auto"), "{line}");
     }

@@ -128,7 +128,11 @@ impl RunInfo {
             device_note,
             precision,
             precision_note,
-            cuda_graph: cfg.cuda_graph.resolve(cfg.sync_bn).ok().map(|(_, line)| line),
+            cuda_graph: cfg
+                .cuda_graph
+                .resolve(cfg.sync_bn)
+                .ok()
+                .map(|(_, line)| line),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),

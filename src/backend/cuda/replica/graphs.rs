@@ -135,7 +135,10 @@ impl CudaReplica {
                 }
             }
             Next::Replay => {
-                let g = self.graphs.get(b).expect("a graph for a size ready to replay");
+                let g = self
+                    .graphs
+                    .get(b)
+                    .expect("a graph for a size ready to replay");
                 if let Err(e) = g.launch() {
                     self.fail("launch the training pass's CUDA graph", e)
                 }
