@@ -3,6 +3,7 @@
 //! threads, optimizers, learning-rate schedules and the random numbers.
 //! Imports nothing else of the crate.
 
+pub mod bf16;
 pub mod bn;
 pub mod conv;
 pub mod depthwise;

@@ -24,9 +24,11 @@ pub const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../kernels/depthwise.cu"),
     ),
     ("avgpool.cu", include_str!("../../../kernels/avgpool.cu")),
+    ("convert.cu", include_str!("../../../kernels/convert.cu")),
 ];
 
-/// The `extern "C"` kernel names a source defines (`{op}_f32`).
+/// The `extern "C"` kernel names a source defines (`{op}_f32`, after the element type they
+/// work on; `f32_to_bf16` and back for the conversions).
 pub fn entry_points(src: &str) -> Vec<&str> {
     src.split("extern \"C\" __global__ void ")
         .skip(1)
@@ -248,7 +250,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_source_names_its_kernels_op_f32() {
+    fn every_source_names_its_kernels_by_op_and_element_type() {
         let names: Vec<&str> = SOURCES.iter().flat_map(|(_, s)| entry_points(s)).collect();
         assert_eq!(
             names,
@@ -294,7 +296,9 @@ mod tests {
                 "avgpool_forward_f32",
                 "avgpool_backward_f32",
                 "gap_forward_f32",
-                "gap_backward_f32"
+                "gap_backward_f32",
+                "f32_to_bf16",
+                "bf16_to_f32"
             ]
         );
         // every file in kernels/ is embedded

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod blas;
 pub mod bn;
 pub mod conv;
+pub mod convert;
 pub mod discover;
 pub mod dnn;
 pub mod dwconv;

@@ -8,7 +8,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::selftest_compare::{check, compare, Check};
-use super::{on, ops, CudaError, Gpu};
+use super::{convert, on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
 use crate::nn::rng::Rng;
 
@@ -65,7 +65,56 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
     let mut rng = Rng::new(29);
     let mut out = elementwise(gpu, &mut rng);
     out.push(dropout(gpu));
+    out.extend(bf16(gpu, &mut rng));
     out
+}
+
+/// The conversions to and from bf16 against the CPU's (`nn::bf16`), bit for bit: fp32 of every
+/// kind (random bit patterns: NaNs, infinities, subnormals, ties) to bf16, and every bf16 back.
+fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
+    use crate::nn::bf16 as cpu16;
+    let mut x: Vec<f32> = (0..100_000)
+        .map(|_| f32::from_bits((rng.next_u64() >> 32) as u32))
+        .collect();
+    x.extend([
+        0.0,
+        -0.0,
+        f32::MAX,
+        f32::from_bits(0x3F80_8000),
+        f32::from_bits(0x7F7F_8000),
+    ]);
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let mismatches = |n: usize| match n {
+        0 => (0.0, 0.0),
+        n => (n as f64, f64::INFINITY),
+    };
+    let s = &gpu.stream;
+    let to = (|| {
+        let xd = up(gpu, &x)?;
+        let mut out = s
+            .alloc_zeros::<u16>(x.len())
+            .map_err(on(gpu.index, "allocate"))?;
+        convert::to_bf16(gpu, &mut out.slice_mut(..), &xd.slice(..), x.len())?;
+        let got = s.clone_dtoh(&out).map_err(on(gpu.index, "download"))?;
+        let bad = got
+            .iter()
+            .zip(&x)
+            .filter(|(g, v)| **g != cpu16::to_bf16(**v));
+        Ok(mismatches(bad.count()))
+    })();
+    let back = (|| {
+        let hd = s.clone_htod(&all).map_err(on(gpu.index, "upload"))?;
+        let mut out = nans(gpu, all.len())?;
+        convert::from_bf16(gpu, &mut out.slice_mut(..), &hd.slice(..), all.len())?;
+        let got = down(gpu, &out, all.len())?;
+        let bad = got.iter().zip(&all);
+        let bad = bad.filter(|(g, h)| g.to_bits() != cpu16::from_bf16(**h).to_bits());
+        Ok(mismatches(bad.count()))
+    })();
+    vec![
+        check(format!("gpu{} f32_to_bf16 (bits)", gpu.index), to),
+        check(format!("gpu{} bf16_to_f32 (bits)", gpu.index), back),
+    ]
 }
 
 /// ReLU6 forward and backward, add, accumulate and the mask product on random data, exactly.
