@@ -70,8 +70,12 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     if let Some(note) = &info.precision_note {
         lines.push(format!("note: {note}"));
     }
-    if let Some(graph) = info.cuda_graph.as_ref().filter(|_| gpu_run) {
-        lines.push(format!("cuda graph: {graph}"));
+    match info.cuda_graph.as_deref() {
+        Some(graph) if gpu_run => lines.push(format!("cuda graph: {graph}")),
+        Some(graph) if graph.starts_with("on") => lines.push(
+            "note: --cuda-graph applies to GPUs: CPU workers compute their passes as before".into(),
+        ),
+        _ => {}
     }
     if let Some(c) = &info.convolutions {
         lines.push(format!("convolutions: {c}"));
@@ -305,4 +309,50 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
             stopped: false,
         } => format!("finished: {step} steps"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Device;
+
+    fn gpus(mut info: RunInfo) -> RunInfo {
+        info.devices = (0..info.devices.len())
+            .map(|index| Device::Gpu {
+                index,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                pci_bus_id: None,
+                arch: 90,
+            })
+            .collect();
+        info
+    }
+
+    #[test]
+    fn the_cuda_graph_line_is_a_gpu_runs_and_a_cpu_run_asking_for_graphs_is_told() {
+        let (on, line) = crate::config::cuda_graph::CudaGraph::On
+            .resolve(false)
+            .unwrap();
+        assert!(on);
+        let mut info = crate::front::tui::demo::info(2);
+        info.cuda_graph = Some(line.clone());
+        let said = describe(&gpus(info.clone()));
+        assert!(said.contains(&format!("cuda graph: {line}")), "{said:?}");
+        let said = describe(&info);
+        assert!(
+            !said.iter().any(|l| l.starts_with("cuda graph")),
+            "{said:?}"
+        );
+        assert!(
+            said.iter()
+                .any(|l| l.contains("--cuda-graph applies to GPUs")),
+            "{said:?}"
+        );
+        // the default says nothing on CPU workers
+        info.cuda_graph = crate::config::cuda_graph::CudaGraph::Off
+            .resolve(false)
+            .ok()
+            .map(|(_, l)| l);
+        assert!(!describe(&info).iter().any(|l| l.contains("cuda")));
+    }
 }
