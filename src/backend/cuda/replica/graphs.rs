@@ -112,7 +112,7 @@ impl Graphs {
 }
 
 impl CudaReplica {
-    /// Captures whether training passes go through CUDA graphs (`--cuda-graph`, as the engine
+    /// Sets whether training passes go through CUDA graphs (`--cuda-graph`, as the engine
     /// resolved it for this run).
     pub fn use_graphs(mut self, on: bool) -> CudaReplica {
         self.graphs = Graphs::new(on);
