@@ -453,11 +453,7 @@ fn gpu_trains_like_the_cpu(
         OptimizerKind::AdamW,
     ] {
         let optimizer = recipe(&mut model, kind);
-        let state = TrainState {
-            params: model.init_params(6),
-            opt: OptState::new(kind, model.n_params),
-            buffers: model.init_buffers(),
-        };
+        let state = TrainState::initial(&model, kind, 6);
         let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
         let mut gpu = open_with(model.clone(), optimizer.clone(), state.clone());
         let mut rounding = vec![false; model.n_params];
@@ -592,11 +588,7 @@ fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
     let model = Model::new(input, &spec, 5).unwrap();
     let (x, y, halves) = image_batch(&model, 7, 41);
     let kind = OptimizerKind::Sgd;
-    let state = TrainState {
-        params: model.init_params(8),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let state = TrainState::initial(&model, kind, 8);
     let whole = [MicroBatch {
         x,
         y,
@@ -665,11 +657,7 @@ fn cuda_dropout_masks_in_training_only() {
     let model = Model::new(input, &spec, 4).unwrap();
     let (x, y, micro) = image_batch(&model, 7, 51);
     let kind = OptimizerKind::Sgd;
-    let state = TrainState {
-        params: model.init_params(3),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let state = TrainState::initial(&model, kind, 3);
     let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
     let mut gpu = open_gpu(model.clone(), kind, state);
     let (c, g) = (cpu.evaluate(&x, &y, 7), gpu.evaluate(&x, &y, 7));
@@ -703,11 +691,7 @@ fn cuda_dropout_masks_in_training_only() {
     gpu.apply_update(LR);
     assert!(gpu.export().params.iter().all(|p| p.is_finite()));
     // another replica's seed draws other masks for the same pass over the same batch
-    let fresh = TrainState {
-        params: model.init_params(3),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let fresh = TrainState::initial(&model, kind, 3);
     let mut seeded = open_gpu(model.clone(), kind, fresh.clone()).seed_dropout(7);
     let mut unseeded = open_gpu(model.clone(), kind, fresh);
     let mut first = Vec::new();
@@ -738,11 +722,7 @@ fn cuda_graphs_train_as_launch_by_launch() {
     let spec = "conv8k3,bn,basic8,dropout0.3,dense16".parse().unwrap();
     let model = Model::new(input, &spec, 5).unwrap();
     let kind = OptimizerKind::Momentum;
-    let state = TrainState {
-        params: model.init_params(4),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let state = TrainState::initial(&model, kind, 4);
     let mut eager = open_gpu(model.clone(), kind, state.clone()).seed_dropout(5);
     let mut graphs = open_gpu(model.clone(), kind, state)
         .seed_dropout(5)

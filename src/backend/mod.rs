@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::optim::OptState;
+use crate::nn::optim::{OptState, OptimizerKind};
 
 /// Parameters, optimizer state and the model's buffers (batch norm's running statistics),
 /// on the host (checkpoints, tests, comparisons).
@@ -19,6 +19,18 @@ pub struct TrainState {
     pub opt: OptState,
     /// `Model::n_buffers` floats (none without batch norm).
     pub buffers: Vec<f32>,
+}
+
+impl TrainState {
+    /// A model's start: its seeded initial parameters, an empty optimizer state of `kind`, and
+    /// its initial buffers.
+    pub fn initial(model: &crate::nn::model::Model, kind: OptimizerKind, seed: u64) -> TrainState {
+        TrainState {
+            params: model.init_params(seed),
+            opt: OptState::new(kind, model.n_params),
+            buffers: model.init_buffers(),
+        }
+    }
 }
 
 /// Global metrics of the last step's batch, after the all-reduce.

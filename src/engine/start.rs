@@ -10,7 +10,6 @@ use super::EngineError;
 use crate::backend::TrainState;
 use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::nn::model::Model;
-use crate::nn::optim::OptState;
 
 /// Where a run starts: fresh or from a checkpoint.
 #[derive(Clone, Debug)]
@@ -87,11 +86,7 @@ fn local_sgd_resumable(cfg: &RunConfig, step: u64, state: &TrainState) -> Result
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
 /// alone, `lead`).
 fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Start, EngineError> {
-    let mut state = TrainState {
-        params: model.init_params(cfg.seed),
-        opt: OptState::new(cfg.optimizer, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let mut state = TrainState::initial(model, cfg.optimizer, cfg.seed);
     let init_notes = match cfg.init.as_ref().filter(|_| lead) {
         Some(path) => weights::import(path, model, &mut state.params, &mut state.buffers)
             .map_err(EngineError::Config)?,

@@ -12,7 +12,7 @@ use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::model::Model;
-use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
+use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
 
@@ -272,11 +272,7 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
             ..m.clone()
         })
         .collect();
-    let state = TrainState {
-        params: model.init_params(3),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let state = TrainState::initial(&model, kind, 3);
     let init = state.params.clone();
     let frozen = optimizer.frozen.clone();
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());

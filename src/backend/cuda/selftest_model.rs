@@ -13,7 +13,7 @@ use crate::comm::LocalCollective;
 use crate::data::MicroBatch;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
-use crate::nn::optim::{OptState, Optimizer, OptimizerKind};
+use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
 
@@ -43,11 +43,7 @@ pub fn two_steps(index: usize) -> Result<(f64, f64), CudaError> {
         })
         .collect();
     let kind = OptimizerKind::Sgd;
-    let state = TrainState {
-        params: model.init_params(2),
-        opt: OptState::new(kind, model.n_params),
-        buffers: model.init_buffers(),
-    };
+    let state = TrainState::initial(&model, kind, 2);
     let init = state.params.clone();
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());

@@ -71,8 +71,8 @@ pub struct CudaReplica {
     running: CudaSlice<f32>,
     /// What the nodes keep besides the activations (saved statistics, masks, scratch).
     nodes: nodes::NodeBufs,
-    /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's), counted
-    /// on the device ([1]) so that passes replayed from a graph count.
+    /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's): one
+    /// counter on the device, so that passes replayed from a graph count too.
     dropout_seed: u64,
     passes: CudaSlice<u64>,
     /// Training passes captured as CUDA graphs (`--cuda-graph`).
