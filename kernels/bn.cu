@@ -10,10 +10,6 @@
 
 #define BN_BLOCK 256
 
-#define GRID_STRIDE(i, n)                                                                    \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
-         i += (long long)blockDim.x * gridDim.x)
-
 // The (image, position) of a channel's k-th value, moved BN_BLOCK values on without divisions.
 struct Walk {
     long long i, p, hw, si, sp;
@@ -54,8 +50,9 @@ __device__ double block_sum(double v, double* part) {
 // partial[parts, C] = per-channel sums of each part of x[nimg, C, hw] (centred 0), or of
 // (x - m)^2 with m = (float)(centre[ch] / n) the channel's mean (centred 1; m = 0 where n is 0),
 // each square rounded to float as the CPU does (nn::bn::channel_sums).
-extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const double* centre,
-                                       int centred, double n, int nimg, int c, int hw) {
+template <typename T>
+__device__ void bn_sums(double* partial, const T* x, const double* centre, int centred,
+                        double n, int nimg, int c, int hw) {
     __shared__ double part[BN_BLOCK];
     long long lo, hi;
     part_range((long long)nimg * hw, &lo, &hi);
@@ -64,7 +61,7 @@ extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const do
         double s = 0.0;
         Walk at(lo + threadIdx.x, hw);
         for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, at.next()) {
-            float v = x[(at.i * c + ch) * hw + at.p];
+            float v = ld(x + ((at.i * c + ch) * hw + at.p));
             if (centred) {
                 float d = v - m;
                 s += (double)__fmul_rn(d, d);
@@ -77,6 +74,16 @@ extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const do
             partial[(long long)blockIdx.y * c + ch] = s;
         }
     }
+}
+
+extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const double* centre,
+                                       int centred, double n, int nimg, int c, int hw) {
+    bn_sums(partial, x, centre, centred, n, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_sums_bf16(double* partial, const bf16* x, const double* centre,
+                                        int centred, double n, int nimg, int c, int hw) {
+    bn_sums(partial, x, centre, centred, n, nimg, c, hw);
 }
 
 // out[len] = the sum over parts of partial[parts, len], in part order.
@@ -111,36 +118,61 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
 
 // out[nimg, C, hw] = x * scale + shift per channel, scale = invstd * weight,
 // shift = bias - mean * scale, from saved[2C] = mean, invstd (training).
-extern "C" __global__ void bn_apply_f32(float* out, const float* x, const float* saved,
-                                        const float* weight, const float* bias, int nimg, int c,
-                                        int hw) {
+template <typename T>
+__device__ void bn_apply(T* out, const T* x, const float* saved, const float* weight,
+                         const float* bias, int nimg, int c, int hw) {
     long long total = (long long)nimg * c * hw;
     GRID_STRIDE(i, total) {
         int ch = (int)((i / hw) % c);
         float scale = __fmul_rn(saved[c + ch], weight[ch]);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], scale));
-        out[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+        st(out + i, __fadd_rn(__fmul_rn(ld(x + i), scale), shift));
     }
+}
+
+extern "C" __global__ void bn_apply_f32(float* out, const float* x, const float* saved,
+                                        const float* weight, const float* bias, int nimg, int c,
+                                        int hw) {
+    bn_apply(out, x, saved, weight, bias, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_apply_bf16(bf16* out, const bf16* x, const float* saved,
+                                         const float* weight, const float* bias, int nimg, int c,
+                                         int hw) {
+    bn_apply(out, x, saved, weight, bias, nimg, c, hw);
 }
 
 // Inference (nn::bn::bn_forward_eval): out = x * scale + shift per channel with
 // scale = weight / sqrt(running var + eps), shift = bias - running mean * scale.
-extern "C" __global__ void bn_eval_f32(float* out, const float* x, const float* running,
-                                       const float* weight, const float* bias, int nimg, int c,
-                                       int hw, float eps) {
+template <typename T>
+__device__ void bn_eval(T* out, const T* x, const float* running, const float* weight,
+                        const float* bias, int nimg, int c, int hw, float eps) {
     long long total = (long long)nimg * c * hw;
     GRID_STRIDE(i, total) {
         int ch = (int)((i / hw) % c);
         float scale = weight[ch] / sqrtf(running[c + ch] + eps);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(running[ch], scale));
-        out[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+        st(out + i, __fadd_rn(__fmul_rn(ld(x + i), scale), shift));
     }
+}
+
+extern "C" __global__ void bn_eval_f32(float* out, const float* x, const float* running,
+                                       const float* weight, const float* bias, int nimg, int c,
+                                       int hw, float eps) {
+    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps);
+}
+
+extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* running,
+                                        const float* weight, const float* bias, int nimg, int c,
+                                        int hw, float eps) {
+    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps);
 }
 
 // partial[parts, 2C] = per-channel sums of each part of dout, then of dout * (x - mean) (each
 // product rounded to float), in double (nn::bn::bn_grad_sums); mean from saved[2C].
-extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, const float* x,
-                                            const float* saved, int nimg, int c, int hw) {
+template <typename T>
+__device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const float* saved,
+                             int nimg, int c, int hw) {
     __shared__ double part[BN_BLOCK];
     long long lo, hi;
     part_range((long long)nimg * hw, &lo, &hi);
@@ -151,9 +183,9 @@ extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, 
         Walk w(lo + threadIdx.x, hw);
         for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, w.next()) {
             long long at = (w.i * c + ch) * hw + w.p;
-            float d = dout[at];
+            float d = ld(dout + at);
             sdy += (double)d;
-            sdyx += (double)__fmul_rn(d, x[at] - mean);
+            sdyx += (double)__fmul_rn(d, ld(x + at) - mean);
         }
         sdy = block_sum(sdy, part);
         sdyx = block_sum(sdyx, part);
@@ -162,6 +194,16 @@ extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, 
             partial[(long long)blockIdx.y * 2 * c + c + ch] = sdyx;
         }
     }
+}
+
+extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, const float* x,
+                                            const float* saved, int nimg, int c, int hw) {
+    bn_grad_sums(partial, dout, x, saved, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_grad_sums_bf16(double* partial, const bf16* dout, const bf16* x,
+                                             const float* saved, int nimg, int c, int hw) {
+    bn_grad_sums(partial, dout, x, saved, nimg, c, hw);
 }
 
 // dweight[C] += sum(dout * xhat) = local[C + ch] * invstd, dbias[C] += sum(dout) = local[ch],
@@ -177,10 +219,10 @@ extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, cons
 // dx[nimg, C, hw] (overwritten) = k * (n * dout - sdy - xhat * sdyxhat), k = weight * invstd / n,
 // from the sums `total`[2C] over the n values per channel the statistics were taken over
 // (this replica's, or every replica's under sync batch norm) (nn::bn::bn_backward).
-extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, const float* x,
-                                              const float* saved, const float* weight,
-                                              const double* total, float n, int nimg, int c,
-                                              int hw) {
+template <typename T>
+__device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* saved,
+                               const float* weight, const double* total, float n, int nimg,
+                               int c, int hw) {
     long long all = (long long)nimg * c * hw;
     GRID_STRIDE(i, all) {
         int ch = (int)((i / hw) % c);
@@ -189,7 +231,21 @@ extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, cons
         float sdy = (float)total[ch];
         float sdyxhat = (float)(total[c + ch] * (double)invstd);
         float k = weight[ch] * invstd / n;
-        float xhat = (x[i] - mean) * invstd;
-        dx[i] = k * (n * dout[i] - sdy - xhat * sdyxhat);
+        float xhat = (ld(x + i) - mean) * invstd;
+        st(dx + i, k * (n * ld(dout + i) - sdy - xhat * sdyxhat));
     }
+}
+
+extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, const float* x,
+                                              const float* saved, const float* weight,
+                                              const double* total, float n, int nimg, int c,
+                                              int hw) {
+    bn_backward_dx(dx, dout, x, saved, weight, total, n, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_backward_dx_bf16(bf16* dx, const bf16* dout, const bf16* x,
+                                               const float* saved, const float* weight,
+                                               const double* total, float n, int nimg, int c,
+                                               int hw) {
+    bn_backward_dx(dx, dout, x, saved, weight, total, n, nimg, c, hw);
 }

@@ -3,10 +3,6 @@
 // batched over images, indexes with 64-bit integers and loops grid-stride, so one launch of any
 // shape covers any size; the sizes are ints each (the host checks they fit).
 
-#define GRID_STRIDE(i, n)                                                                    \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
-         i += (long long)blockDim.x * gridDim.x)
-
 // col[nimg, C*KH*KW, OH*OW] = the zero-padded patches of inp[nimg, C, H, W]: row
 // r = (ci*KH + i)*KW + j, column p = oy*OW + ox of image n holds
 // inp[n, ci, oy*stride + i - pad, ox*stride + j - pad], or 0 in the padding.
@@ -66,27 +62,37 @@ extern "C" __global__ void col2im_f32(float* dinp, const float* col, int nimg, i
 }
 
 // y[nimg, OC, OHW] += b[OC]
-extern "C" __global__ void conv_bias_add_f32(float* y, const float* b, int nimg, int oc,
-                                             int ohw) {
+template <typename T>
+__device__ void conv_bias_add(T* y, const float* b, int nimg, int oc, int ohw) {
     long long total = (long long)nimg * oc * ohw;
     GRID_STRIDE(idx, total) {
-        y[idx] += b[(idx / ohw) % oc];
+        st(y + idx, ld(y + idx) + b[(idx / ohw) % oc]);
     }
+}
+
+extern "C" __global__ void conv_bias_add_f32(float* y, const float* b, int nimg, int oc,
+                                             int ohw) {
+    conv_bias_add(y, b, nimg, oc, ohw);
+}
+
+extern "C" __global__ void conv_bias_add_bf16(bf16* y, const float* b, int nimg, int oc,
+                                              int ohw) {
+    conv_bias_add(y, b, nimg, oc, ohw);
 }
 
 // db[OC] += the sum of dy[nimg, OC, OHW] over images and positions. One block per channel
 // (blockDim.x must be CONV_BLOCK): each thread sums a fixed strided share in order, then a
 // tree in shared memory, so the result does not depend on the grid.
 #define CONV_BLOCK 256
-extern "C" __global__ void conv_bias_grad_f32(float* db, const float* dy, int nimg, int oc,
-                                              int ohw) {
+template <typename T>
+__device__ void conv_bias_grad(float* db, const T* dy, int nimg, int oc, int ohw) {
     __shared__ float part[CONV_BLOCK];
     long long per_channel = (long long)nimg * ohw;
     for (long long o = blockIdx.x; o < oc; o += gridDim.x) {
         float s = 0.0f;
         for (long long k = threadIdx.x; k < per_channel; k += CONV_BLOCK) {
             long long n = k / ohw;
-            s += dy[(n * oc + o) * ohw + k % ohw];
+            s += ld(dy + ((n * oc + o) * ohw + k % ohw));
         }
         part[threadIdx.x] = s;
         __syncthreads();
@@ -101,6 +107,16 @@ extern "C" __global__ void conv_bias_grad_f32(float* db, const float* dy, int ni
         }
         __syncthreads();  // part[] is refilled for the next channel
     }
+}
+
+extern "C" __global__ void conv_bias_grad_f32(float* db, const float* dy, int nimg, int oc,
+                                              int ohw) {
+    conv_bias_grad(db, dy, nimg, oc, ohw);
+}
+
+extern "C" __global__ void conv_bias_grad_bf16(float* db, const bf16* dy, int nimg, int oc,
+                                               int ohw) {
+    conv_bias_grad(db, dy, nimg, oc, ohw);
 }
 
 // dw[OC*CKK] += the sum over parts of part[parts, OC*CKK] (per-image weight gradients), in order.

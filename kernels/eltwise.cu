@@ -3,47 +3,85 @@
 // (relu6_forward, relu6_backward, add_forward, accumulate, mul). 64-bit indexing, grid-stride
 // loops; the sizes are ints (the host checks).
 
-#define GRID_STRIDE(i, n)                                                                    \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
-         i += (long long)blockDim.x * gridDim.x)
-
 // x[n] = min(max(x, 0), 6), in place; a NaN stays NaN (ops::relu6_forward, f32::clamp)
-extern "C" __global__ void relu6_forward_f32(float* x, int n) {
+template <typename T>
+__device__ void relu6_forward(T* x, int n) {
     GRID_STRIDE(i, n) {
-        float v = x[i];
-        x[i] = isnan(v) ? v : fminf(fmaxf(v, 0.0f), 6.0f);
+        float v = ld(x + i);
+        st(x + i, isnan(v) ? v : fminf(fmaxf(v, 0.0f), 6.0f));
     }
 }
 
+extern "C" __global__ void relu6_forward_f32(float* x, int n) { relu6_forward(x, n); }
+
+extern "C" __global__ void relu6_forward_bf16(bf16* x, int n) { relu6_forward(x, n); }
+
 // dx[n] *= (0 < out < 6), where out is the ReLU6's output (ops::relu6_backward)
-extern "C" __global__ void relu6_backward_f32(float* dx, const float* out, int n) {
+template <typename T>
+__device__ void relu6_backward(T* dx, const T* out, int n) {
     GRID_STRIDE(i, n) {
-        float o = out[i];
+        float o = ld(out + i);
         if (!(o > 0.0f && o < 6.0f)) {
-            dx[i] = 0.0f;
+            st(dx + i, 0.0f);
         }
     }
 }
 
+extern "C" __global__ void relu6_backward_f32(float* dx, const float* out, int n) {
+    relu6_backward(dx, out, n);
+}
+
+extern "C" __global__ void relu6_backward_bf16(bf16* dx, const bf16* out, int n) {
+    relu6_backward(dx, out, n);
+}
+
 // out[n] = a + b (ops::add_forward)
-extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n) {
+template <typename T>
+__device__ void add(T* out, const T* a, const T* b, int n) {
     GRID_STRIDE(i, n) {
-        out[i] = a[i] + b[i];
+        st(out + i, ld(a + i) + ld(b + i));
     }
+}
+
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n) {
+    add(out, a, b, n);
+}
+
+extern "C" __global__ void add_bf16(bf16* out, const bf16* a, const bf16* b, int n) {
+    add(out, a, b, n);
 }
 
 // acc[n] += x (ops::accumulate): a gradient reaching a value a second time
-extern "C" __global__ void accumulate_f32(float* acc, const float* x, int n) {
+template <typename T>
+__device__ void accumulate(T* acc, const T* x, int n) {
     GRID_STRIDE(i, n) {
-        acc[i] += x[i];
+        st(acc + i, ld(acc + i) + ld(x + i));
     }
 }
 
-// out[n] = x * mask (ops::mul: dropout's forward with its mask, and its backward)
-extern "C" __global__ void mul_f32(float* out, const float* x, const float* mask, int n) {
+extern "C" __global__ void accumulate_f32(float* acc, const float* x, int n) {
+    accumulate(acc, x, n);
+}
+
+extern "C" __global__ void accumulate_bf16(bf16* acc, const bf16* x, int n) {
+    accumulate(acc, x, n);
+}
+
+// out[n] = x * mask (ops::mul: dropout's forward with its mask, and its backward); the mask
+// stays fp32
+template <typename T>
+__device__ void mul(T* out, const T* x, const float* mask, int n) {
     GRID_STRIDE(i, n) {
-        out[i] = x[i] * mask[i];
+        st(out + i, ld(x + i) * mask[i]);
     }
+}
+
+extern "C" __global__ void mul_f32(float* out, const float* x, const float* mask, int n) {
+    mul(out, x, mask, n);
+}
+
+extern "C" __global__ void mul_bf16(bf16* out, const bf16* x, const float* mask, int n) {
+    mul(out, x, mask, n);
 }
 
 // SplitMix64's finaliser: a bijection of 64-bit words that scrambles every bit.

@@ -2,47 +2,54 @@
 // at the bottom or right edge dropped (floor mode). Mirrors nn::pool. Batched over every plane
 // of every image, 64-bit indexing, grid-stride loops; the sizes are ints each (the host checks).
 
-#define GRID_STRIDE(i, n)                                                                    \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
-         i += (long long)blockDim.x * gridDim.x)
-
 // out[nimg, C, OH, OW] = the max of inp[nimg, C, H, W] over each window; argmax = the winner's
 // index iy*W + ix inside its HxW plane (the first maximum in row-major order on ties; a NaN
 // wins, so it propagates).
-extern "C" __global__ void maxpool_forward_f32(float* out, unsigned int* argmax,
-                                               const float* inp, int nimg, int c, int h, int w,
-                                               int k, int stride, int oh, int ow) {
+template <typename T>
+__device__ void maxpool_forward(T* out, unsigned int* argmax, const T* inp, int nimg, int c,
+                                int h, int w, int k, int stride, int oh, int ow) {
     long long ohw = (long long)oh * ow;
     long long total = (long long)nimg * c * ohw;
     GRID_STRIDE(idx, total) {
-        const float* src = inp + (idx / ohw) * h * w;
+        const T* src = inp + (idx / ohw) * h * w;
         long long y0 = (idx % ohw) / ow * stride;
         long long x0 = (idx % ohw) % ow * stride;
         long long at = y0 * w + x0;
-        float best = src[at];
+        float best = ld(src + at);
         for (long long iy = y0; iy < y0 + k; ++iy) {
             for (long long ix = x0; ix < x0 + k; ++ix) {
-                float v = src[iy * w + ix];
+                float v = ld(src + (iy * w + ix));
                 if (v > best || (isnan(v) && !isnan(best))) {
                     best = v;
                     at = iy * w + ix;
                 }
             }
         }
-        out[idx] = best;
+        st(out + idx, best);
         argmax[idx] = (unsigned int)at;
     }
 }
 
+extern "C" __global__ void maxpool_forward_f32(float* out, unsigned int* argmax,
+                                               const float* inp, int nimg, int c, int h, int w,
+                                               int k, int stride, int oh, int ow) {
+    maxpool_forward(out, argmax, inp, nimg, c, h, w, k, stride, oh, ow);
+}
+
+extern "C" __global__ void maxpool_forward_bf16(bf16* out, unsigned int* argmax,
+                                                const bf16* inp, int nimg, int c, int h, int w,
+                                                int k, int stride, int oh, int ow) {
+    maxpool_forward(out, argmax, inp, nimg, c, h, w, k, stride, oh, ow);
+}
+
 // dinp[nimg, C, H, W] = (overwritten) for each pixel, the sum of dout[nimg, C, OH, OW] over the
-// windows whose argmax (from maxpool_forward_f32) it is, added in output row-major order as
+// windows whose argmax (from maxpool_forward) it is, added in output row-major order as
 // nn::pool::maxpool2d_backward scatters them into a zeroed plane. A gather, one thread per
 // pixel over the windows that hold it: overlapping windows (stride < K) need no atomics, and
 // the result is the same at every launch.
-extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
-                                                const unsigned int* argmax, int nimg, int c,
-                                                int h, int w, int k, int stride, int oh,
-                                                int ow) {
+template <typename T>
+__device__ void maxpool_backward(T* dinp, const T* dout, const unsigned int* argmax, int nimg,
+                                 int c, int h, int w, int k, int stride, int oh, int ow) {
     long long ohw = (long long)oh * ow;
     long long total = (long long)nimg * c * h * w;
     GRID_STRIDE(idx, total) {
@@ -55,18 +62,32 @@ extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
         long long ox_lo = x >= k ? (x - k) / stride + 1 : 0;
         long long oy_hi = min(y / stride, (long long)oh - 1);
         long long ox_hi = min(x / stride, (long long)ow - 1);
-        const float* g = dout + plane * ohw;
+        const T* g = dout + plane * ohw;
         const unsigned int* a = argmax + plane * ohw;
         float s = 0.0f;
         for (long long oy = oy_lo; oy <= oy_hi; ++oy) {
             for (long long ox = ox_lo; ox <= ox_hi; ++ox) {
                 if ((long long)a[oy * ow + ox] == at) {
-                    s += g[oy * ow + ox];
+                    s += ld(g + (oy * ow + ox));
                 }
             }
         }
-        dinp[idx] = s;
+        st(dinp + idx, s);
     }
+}
+
+extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
+                                                const unsigned int* argmax, int nimg, int c,
+                                                int h, int w, int k, int stride, int oh,
+                                                int ow) {
+    maxpool_backward(dinp, dout, argmax, nimg, c, h, w, k, stride, oh, ow);
+}
+
+extern "C" __global__ void maxpool_backward_bf16(bf16* dinp, const bf16* dout,
+                                                 const unsigned int* argmax, int nimg, int c,
+                                                 int h, int w, int k, int stride, int oh,
+                                                 int ow) {
+    maxpool_backward(dinp, dout, argmax, nimg, c, h, w, k, stride, oh, ow);
 }
 
 // Padded max pooling (nn::pool::maxpool2d_padded_forward): the window of output (oy, ox)
@@ -74,14 +95,14 @@ extern "C" __global__ void maxpool_backward_f32(float* dinp, const float* dout,
 // wins); out = its max, argmax = the winner's index iy*W + ix in its plane (the first in
 // row-major order on ties; a NaN wins); a window wholly in the padding gives -inf and
 // 0xffffffff, as the CPU.
-extern "C" __global__ void maxpool_padded_forward_f32(float* out, unsigned int* argmax,
-                                                      const float* inp, int nimg, int c, int h,
-                                                      int w, int k, int stride, int pad, int oh,
-                                                      int ow) {
+template <typename T>
+__device__ void maxpool_padded_forward(T* out, unsigned int* argmax, const T* inp, int nimg,
+                                       int c, int h, int w, int k, int stride, int pad, int oh,
+                                       int ow) {
     long long ohw = (long long)oh * ow;
     long long total = (long long)nimg * c * ohw;
     GRID_STRIDE(idx, total) {
-        const float* src = inp + (idx / ohw) * h * w;
+        const T* src = inp + (idx / ohw) * h * w;
         long long y0 = (idx % ohw) / ow * stride - pad;
         long long x0 = (idx % ohw) % ow * stride - pad;
         long long ylo = max(y0, 0LL), yhi = min(y0 + k, (long long)h);
@@ -90,25 +111,39 @@ extern "C" __global__ void maxpool_padded_forward_f32(float* out, unsigned int* 
         long long at = -1;
         for (long long iy = ylo; iy < yhi; ++iy) {
             for (long long ix = xlo; ix < xhi; ++ix) {
-                float v = src[iy * w + ix];
+                float v = ld(src + (iy * w + ix));
                 if (at < 0 || v > best || (isnan(v) && !isnan(best))) {
                     best = v;
                     at = iy * w + ix;
                 }
             }
         }
-        out[idx] = best;
+        st(out + idx, best);
         argmax[idx] = (unsigned int)at;
     }
 }
 
+extern "C" __global__ void maxpool_padded_forward_f32(float* out, unsigned int* argmax,
+                                                      const float* inp, int nimg, int c, int h,
+                                                      int w, int k, int stride, int pad, int oh,
+                                                      int ow) {
+    maxpool_padded_forward(out, argmax, inp, nimg, c, h, w, k, stride, pad, oh, ow);
+}
+
+extern "C" __global__ void maxpool_padded_forward_bf16(bf16* out, unsigned int* argmax,
+                                                       const bf16* inp, int nimg, int c, int h,
+                                                       int w, int k, int stride, int pad, int oh,
+                                                       int ow) {
+    maxpool_padded_forward(out, argmax, inp, nimg, c, h, w, k, stride, pad, oh, ow);
+}
+
 // dinp[nimg, C, H, W] = (overwritten) for each pixel, the sum of dout over the windows whose
-// argmax (from maxpool_padded_forward_f32) it is, in output row-major order as
+// argmax (from maxpool_padded_forward) it is, in output row-major order as
 // nn::pool::maxpool2d_padded_backward scatters them into a zeroed plane. A gather.
-extern "C" __global__ void maxpool_padded_backward_f32(float* dinp, const float* dout,
-                                                       const unsigned int* argmax, int nimg,
-                                                       int c, int h, int w, int k, int stride,
-                                                       int pad, int oh, int ow) {
+template <typename T>
+__device__ void maxpool_padded_backward(T* dinp, const T* dout, const unsigned int* argmax,
+                                        int nimg, int c, int h, int w, int k, int stride,
+                                        int pad, int oh, int ow) {
     long long ohw = (long long)oh * ow;
     long long total = (long long)nimg * c * h * w;
     GRID_STRIDE(idx, total) {
@@ -122,16 +157,30 @@ extern "C" __global__ void maxpool_padded_backward_f32(float* dinp, const float*
         long long ox_lo = px >= k ? (px - k) / stride + 1 : 0;
         long long oy_hi = min(py / stride, (long long)oh - 1);
         long long ox_hi = min(px / stride, (long long)ow - 1);
-        const float* g = dout + plane * ohw;
+        const T* g = dout + plane * ohw;
         const unsigned int* a = argmax + plane * ohw;
         float s = 0.0f;
         for (long long oy = oy_lo; oy <= oy_hi; ++oy) {
             for (long long ox = ox_lo; ox <= ox_hi; ++ox) {
                 if ((long long)a[oy * ow + ox] == at) {
-                    s += g[oy * ow + ox];
+                    s += ld(g + (oy * ow + ox));
                 }
             }
         }
-        dinp[idx] = s;
+        st(dinp + idx, s);
     }
+}
+
+extern "C" __global__ void maxpool_padded_backward_f32(float* dinp, const float* dout,
+                                                       const unsigned int* argmax, int nimg,
+                                                       int c, int h, int w, int k, int stride,
+                                                       int pad, int oh, int ow) {
+    maxpool_padded_backward(dinp, dout, argmax, nimg, c, h, w, k, stride, pad, oh, ow);
+}
+
+extern "C" __global__ void maxpool_padded_backward_bf16(bf16* dinp, const bf16* dout,
+                                                        const unsigned int* argmax, int nimg,
+                                                        int c, int h, int w, int k, int stride,
+                                                        int pad, int oh, int ow) {
+    maxpool_padded_backward(dinp, dout, argmax, nimg, c, h, w, k, stride, pad, oh, ow);
 }

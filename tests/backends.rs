@@ -313,7 +313,7 @@ fn cuda_replica_trains_like_the_reference() {
     }
     let open = |model, kind, state| -> Box<dyn Replica> {
         Box::new(
-            CudaReplica::open(
+            CudaReplica::<f32>::open(
                 0,
                 model,
                 Optimizer::new(kind, WD),
@@ -345,7 +345,7 @@ fn open_gpu(model: Model, kind: OptimizerKind, state: TrainState) -> CudaReplica
 }
 
 fn open_with(model: Model, optimizer: Optimizer, state: TrainState) -> CudaReplica {
-    CudaReplica::open(
+    CudaReplica::<f32>::open(
         0,
         model,
         optimizer,
@@ -755,5 +755,79 @@ fn cuda_graphs_train_as_launch_by_launch() {
     assert!(
         worst_relative(&g.buffers, &e.buffers) < 1e-4,
         "running statistics"
+    );
+}
+
+/// bf16 autocast on the GPU (`--precision bf16`: bf16 activations and products, fp32 master
+/// weights, gradients, statistics and update) beside the fp32 CPU replica on the residual model
+/// of `cuda_residual_bn_replica_trains_like_the_cpu_replica`, 30 momentum steps on one batch:
+/// each step's loss and evaluation within bf16's rounding of the CPU's (3%), both learning the
+/// batch, and the parameters after within 3% (relative to their mean size) of the CPU's.
+#[test]
+fn cuda_bf16_training_tracks_fp32() {
+    use mgtop::backend::cuda::elem::bf16;
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let spec = "conv8k3p1,bn,pool3s2p1,basic8,inverted16t2s2,dwconv3p1,bn,relu6,avgpool2,gap,dropout0.1,dense16";
+    let model = Model::new(input, &spec.parse().unwrap(), 5).unwrap();
+    if !gpu_present() {
+        return;
+    }
+    let kind = OptimizerKind::Momentum;
+    let state = TrainState::initial(&model, kind, 8);
+    let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone()).seed_dropout(3);
+    let mut gpu = CudaReplica::<bf16>::open(
+        0,
+        model.clone(),
+        Optimizer::new(kind, WD),
+        Precision::Bf16,
+        state,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .seed_dropout(3);
+    let b = 16;
+    let (x, y, micro) = image_batch(&model, b, 77);
+    let mut coll = LocalCollective::group(1).pop().unwrap();
+    let mut first = None;
+    let mut last = (0.0, 0.0);
+    for step in 0..30 {
+        let mut seen = Vec::new();
+        for r in [&mut cpu as &mut dyn Replica, &mut gpu] {
+            let (eval, _) = r.evaluate(&x, &y, b);
+            r.compute_grads(&micro, None);
+            r.all_reduce_grads(&mut coll).unwrap();
+            seen.push((eval, r.batch_metrics().loss_sum));
+            r.apply_update(LR);
+        }
+        let (c, g) = (seen[0], seen[1]);
+        assert!(
+            (c.0 - g.0).abs() <= 0.03 * c.0.abs() + 0.01,
+            "step {step}: evaluation cpu {} vs gpu bf16 {}",
+            c.0,
+            g.0
+        );
+        assert!(
+            g.1.is_finite() && (c.1 - g.1).abs() <= 0.03 * c.1.abs() + 0.05,
+            "step {step}: training loss cpu {} vs gpu bf16 {}",
+            c.1,
+            g.1
+        );
+        first.get_or_insert((c.0, g.0));
+        last = (c.0, g.0);
+    }
+    let first = first.unwrap();
+    assert!(
+        last.0 < 0.7 * first.0 && last.1 < 0.7 * first.1,
+        "both learn the batch: cpu {first:?} -> {last:?}"
+    );
+    let (c, g) = (cpu.export(), gpu.export());
+    let size = c.params.iter().map(|p| p.abs() as f64).sum::<f64>() / c.params.len() as f64;
+    let off = (c.params.iter().zip(&g.params))
+        .map(|(a, b)| (a - b).abs() as f64)
+        .sum::<f64>()
+        / c.params.len() as f64;
+    assert!(
+        off < 0.03 * size,
+        "parameters off by {off:e} on average (size {size:e})"
     );
 }

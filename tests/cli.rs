@@ -213,7 +213,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
         (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
         (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),
-        (&["--precision", "fp16"], &["`fp16`", "auto, fp32 or tf32"]),
+        (
+            &["--precision", "fp16"],
+            &["`fp16`", "auto, fp32, tf32 or bf16"],
+        ),
         (
             &["--precision", "bf16"],
             &["--precision bf16 is not available", "tf32"],

@@ -384,7 +384,7 @@ impl Engine {
                             &mut ctx, index, model, optimizer, precision, state, group, &train,
                         );
                         match opened {
-                            Ok(replica) => worker::run(ctx, Box::new(replica)),
+                            Ok(replica) => worker::run(ctx, replica),
                             Err(e) => worker::stop_all(ctx, e),
                         }
                     }

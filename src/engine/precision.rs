@@ -1,11 +1,12 @@
-//! What a run's GPUs compute their products in: `--precision`, or for `auto` TF32 where every
-//! GPU has it (compute capability 8.0, Ampere, or newer) and fp32 otherwise. CPU workers always
-//! compute in fp32.
+//! What a run's GPUs compute their products in: `--precision` (bf16 autocast and TF32 need
+//! compute capability 8.0, Ampere, or newer), or for `auto` TF32 where every GPU has it and fp32
+//! otherwise (bf16 becomes the default once it has been measured on a GPU: see the README).
+//! CPU workers always compute in fp32.
 
 use super::{Device, EngineError};
 use crate::nn::precision::{Precision, PrecisionFlag};
 
-/// The first compute capability with TF32 tensor cores (Ampere).
+/// The first compute capability with TF32 and bf16 tensor cores (Ampere).
 const TF32_ARCH: u32 = 80;
 
 /// "GPU 1 (Tesla V100-SXM2-16GB, compute capability 7.0)"
@@ -34,11 +35,6 @@ pub(super) fn resolve(
             Device::Cpu { .. } => None,
         })
         .collect();
-    if let Some(Precision::Bf16) = flag.0 {
-        return Err(EngineError::Config(
-            "--precision bf16 is not available in this version: GPUs compute in tf32 (the default on Ampere and newer) or fp32".into(),
-        ));
-    }
     if gpus.is_empty() {
         let note = (flag.0.filter(|&p| p != Precision::Fp32))
             .map(|p| format!("--precision {p} applies to GPUs: CPU workers compute in fp32"));
@@ -48,9 +44,10 @@ pub(super) fn resolve(
     match (flag.0, without) {
         (Some(Precision::Fp32), _) => Ok((Precision::Fp32, None)),
         // an unknown architecture is the user's to vouch for when asking for TF32
-        (Some(_), Some(&(i, name, arch))) if arch > 0 => Err(EngineError::Config(format!(
-            "--precision tf32: {} has no TF32 tensor cores (they need compute capability 8.0, Ampere, or newer): use --precision fp32",
-            describe(i, name, arch)
+        (Some(p), Some(&(i, name, arch))) if arch > 0 => Err(EngineError::Config(format!(
+            "--precision {p}: {} has no {} tensor cores (they need compute capability 8.0, Ampere, or newer): use --precision fp32",
+            describe(i, name, arch),
+            p.name().to_uppercase()
         ))),
         (Some(p), _) => Ok((p, None)),
         (None, None) => Ok((Precision::Tf32, None)),
@@ -108,7 +105,7 @@ mod tests {
     #[test]
     fn an_explicit_choice_is_kept_or_refused_naming_the_gpu_and_the_fix() {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
-        for p in [Precision::Fp32, Precision::Tf32] {
+        for p in [Precision::Fp32, Precision::Tf32, Precision::Bf16] {
             let f = PrecisionFlag(Some(p));
             assert_eq!(resolve(f, &h100).unwrap(), (p, None));
         }
@@ -123,8 +120,11 @@ mod tests {
             resolve(flag("fp32"), &v100).unwrap(),
             (Precision::Fp32, None)
         );
-        let e = resolve(flag("bf16"), &h100).unwrap_err().to_string();
-        assert!(e.contains("--precision bf16") && e.contains("tf32"), "{e}");
+        let e = resolve(flag("bf16"), &v100).unwrap_err().to_string();
+        assert!(
+            e.contains("--precision bf16") && e.contains("no BF16 tensor cores"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -138,8 +138,10 @@ mod tests {
             resolve(flag("fp32"), &cpus).unwrap(),
             (Precision::Fp32, None)
         );
-        let (p, note) = resolve(flag("tf32"), &cpus).unwrap();
-        assert_eq!(p, Precision::Fp32);
-        assert!(note.unwrap().contains("CPU workers compute in fp32"));
+        for asked in ["tf32", "bf16"] {
+            let (p, note) = resolve(flag(asked), &cpus).unwrap();
+            assert_eq!(p, Precision::Fp32);
+            assert!(note.unwrap().contains("CPU workers compute in fp32"));
+        }
     }
 }

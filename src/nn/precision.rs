@@ -12,7 +12,9 @@ pub enum Precision {
     /// fp32 storage; matrix products on the tensor cores with TF32 inputs (10-bit mantissa)
     /// and fp32 accumulation (Ampere and newer).
     Tf32,
-    /// bf16 autocast (not run by this version; its peaks are in the MFU table).
+    /// bf16 autocast as PyTorch's: convolutions and matrix products on bf16 operands with
+    /// fp32 accumulation, activations stored in bf16; batch norm's statistics, the loss, master
+    /// weights, gradients and optimizer state in fp32 (Ampere and newer).
     Bf16,
 }
 
@@ -39,7 +41,9 @@ impl FromStr for Precision {
             "fp32" => Ok(Precision::Fp32),
             "tf32" => Ok(Precision::Tf32),
             "bf16" => Ok(Precision::Bf16),
-            _ => Err(format!("unknown precision `{s}`: use auto, fp32 or tf32")),
+            _ => Err(format!(
+                "unknown precision `{s}`: use auto, fp32, tf32 or bf16"
+            )),
         }
     }
 }
@@ -78,7 +82,7 @@ mod tests {
         assert_eq!("fp32".parse(), Ok(PrecisionFlag(Some(Precision::Fp32))));
         let e = "fp16".parse::<PrecisionFlag>().unwrap_err();
         assert!(
-            e.contains("`fp16`") && e.contains("auto, fp32 or tf32"),
+            e.contains("`fp16`") && e.contains("auto, fp32, tf32 or bf16"),
             "{e}"
         );
         for f in ["auto", "fp32", "tf32", "bf16"] {

@@ -6,9 +6,11 @@
 //! stored. `ColMajor::for_row_major` is that mapping; it is tested below against a reference
 //! column-major GEMM written from the BLAS definition, so it is checked without a GPU.
 
-use cudarc::cublas::sys::{cublasMath_t, cublasOperation_t};
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasMath_t, cublasOperation_t};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaView, CudaViewMut};
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
+
+use super::elem::Elem;
 
 use crate::nn::precision::Precision;
 
@@ -28,7 +30,7 @@ pub fn close(blas: CudaBlas) {
 pub fn math_mode(p: Precision) -> cublasMath_t {
     match p {
         Precision::Tf32 => cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
-        // (bf16 runs are refused before a GPU opens: engine::precision)
+        // bf16 products go through `gemm` with bf16 operands; the rest stays strict fp32
         Precision::Fp32 | Precision::Bf16 => cublasMath_t::CUBLAS_DEFAULT_MATH,
     }
 }
@@ -131,6 +133,59 @@ pub fn sgemm(
     // SAFETY: the assert above and `ColMajor` (tested below) keep every access cuBLAS makes
     // inside the three buffers; they live on this handle's stream's context.
     unsafe { blas.gemm(cfg, b, a, c) }.map_err(|source| GemmError { m, n, k, source })
+}
+
+/// C[m,n] = alpha * op(A) op(B) + beta * C, row-major as in `sgemm`, with A and B of element
+/// type `E` and C of `O` (bf16 x bf16 into bf16 or into f32, or all f32), accumulated in fp32
+/// (`cublasGemmEx`, `CUBLAS_COMPUTE_32F`: TF32 tensor cores for f32 where the handle's math
+/// mode allows them, bf16 ones for bf16). `stream` is the handle's.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm<E: Elem, O: Elem>(
+    blas: &CudaBlas,
+    stream: &CudaStream,
+    (ta, tb): (bool, bool),
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    a: &CudaView<'_, E>,
+    b: &CudaView<'_, E>,
+    beta: f32,
+    c: &mut CudaViewMut<'_, O>,
+) -> Result<(), GemmError> {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let cm = ColMajor::for_row_major(ta, tb, m, n, k);
+    let int = |v: usize| i32::try_from(v).expect("matrix dimension above i32::MAX");
+    let (pa, _ra) = a.device_ptr(stream);
+    let (pb, _rb) = b.device_ptr(stream);
+    let (pc, _rc) = c.device_ptr_mut(stream);
+    // SAFETY: as `sgemm`: the assert and `ColMajor` keep every access inside the buffers, whose
+    // element types are the ones named to cuBLAS; alpha and beta are f32 as COMPUTE_32F wants.
+    unsafe {
+        cudarc::cublas::result::gemm_ex(
+            *blas.handle(),
+            op(cm.trans_first),
+            op(cm.trans_second),
+            int(cm.m),
+            int(cm.n),
+            int(cm.k),
+            (&alpha) as *const f32 as *const _,
+            pb as *const _,
+            E::CUDA,
+            int(cm.ld_first.max(1)),
+            pa as *const _,
+            E::CUDA,
+            int(cm.ld_second.max(1)),
+            (&beta) as *const f32 as *const _,
+            pc as *mut _,
+            O::CUDA,
+            int(cm.ldc),
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|source| GemmError { m, n, k, source })
 }
 
 /// For each i < batch: C_i[m,n] = alpha * op(A_i) op(B_i) + beta * C_i, row-major as in `sgemm`,

@@ -8,6 +8,7 @@
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
+use super::elem::Elem;
 use super::launch::{grid_stride_cfg, MAX_BLOCKS, THREADS};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
@@ -109,11 +110,11 @@ fn across(
 
 /// out[C] = per-channel sums of x, or (`centred`) of (x - mean)^2 with mean = centre / n
 /// (`bn_sums_f32` into `partial`, then `bn_reduce_f32`); `centre` is read only when centred.
-fn sums(
+fn sums<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, f64>,
     partial: &mut CudaViewMut<'_, f64>,
-    x: &CudaView<'_, f32>,
+    x: &CudaView<'_, E>,
     (centre, centred, n): (&CudaView<'_, f64>, bool, f64),
     g: BnGeom,
 ) -> Result<(), CudaError> {
@@ -129,7 +130,7 @@ fn sums(
     let cfg = parts_cfg(g.c, parts);
     try_launch!(
         gpu,
-        "bn_sums_f32",
+        named!(E, "bn_sums"),
         cfg,
         &mut *partial,
         x,
@@ -149,14 +150,14 @@ fn sums(
 /// `scratch_len(C, B*HW)` doubles) overwritten. Returns the count the statistics were taken over. As the CPU
 /// interpreter's `BnStats::of` / `global_stats` and `nn::bn::bn_forward_train`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward_train(
+pub fn forward_train<E: Elem>(
     gpu: &Gpu,
     mut sync: Option<&mut dyn Collective>,
     scratch: &mut CudaViewMut<'_, f64>,
     saved: &mut CudaViewMut<'_, f32>,
     running: &mut CudaViewMut<'_, f32>,
-    out: &mut CudaViewMut<'_, f32>,
-    (x, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
+    out: &mut CudaViewMut<'_, E>,
+    (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     g: BnGeom,
 ) -> Result<f32, CudaError> {
     let what = "batch norm forward";
@@ -211,7 +212,7 @@ pub fn forward_train(
         let sv = saved.as_view();
         try_launch!(
             gpu,
-            "bn_apply_f32",
+            named!(E, "bn_apply"),
             cfg,
             &mut *out,
             x,
@@ -228,11 +229,11 @@ pub fn forward_train(
 
 /// Inference: out = (x - running mean) / sqrt(running var + eps) * weight + bias. As
 /// `nn::bn::bn_forward_eval`.
-pub fn forward_eval(
+pub fn forward_eval<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
     running: &CudaView<'_, f32>,
-    (x, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
+    (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     g: BnGeom,
 ) -> Result<(), CudaError> {
     let all = g.b * g.c * g.hw;
@@ -251,7 +252,7 @@ pub fn forward_eval(
     let cfg = grid_stride_cfg(all);
     try_launch!(
         gpu,
-        "bn_eval_f32",
+        named!(E, "bn_eval"),
         cfg,
         &mut *out,
         x,
@@ -271,15 +272,15 @@ pub fn forward_eval(
 /// `scratch_len(C, B*HW)` doubles) overwritten. As the CPU interpreter's batch norm backward
 /// (`nn::bn::bn_grad_sums`, `bn_backward`).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
+pub fn backward<E: Elem>(
     gpu: &Gpu,
     sync: Option<&mut dyn Collective>,
     scratch: &mut CudaViewMut<'_, f64>,
-    dx: Option<&mut CudaViewMut<'_, f32>>,
+    dx: Option<&mut CudaViewMut<'_, E>>,
     (dweight, dbias): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, f32>),
     (dout, x, saved, weight): (
-        &CudaView<'_, f32>,
-        &CudaView<'_, f32>,
+        &CudaView<'_, E>,
+        &CudaView<'_, E>,
         &CudaView<'_, f32>,
         &CudaView<'_, f32>,
     ),
@@ -305,7 +306,7 @@ pub fn backward(
     let parts = parts(g.b * g.hw);
     try_launch!(
         gpu,
-        "bn_grad_sums_f32",
+        named!(E, "bn_grad_sums"),
         parts_cfg(c, parts),
         &mut partial,
         dout,
@@ -348,7 +349,7 @@ pub fn backward(
     let cfg = grid_stride_cfg(all);
     try_launch!(
         gpu,
-        "bn_backward_dx_f32",
+        named!(E, "bn_backward_dx"),
         cfg,
         &mut *dx,
         dout,

@@ -16,6 +16,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::blas::sgemm_strided_batched;
+use super::elem::Elem;
 use super::launch::{blocks_cfg, grid_stride_cfg};
 use super::shape::ConvShape;
 use super::{fail, CudaError, Gpu};
@@ -175,9 +176,9 @@ pub fn conv2d_forward(
 }
 
 /// out[B, OC, OHW] += bias[OC] (the caller checked the lengths).
-pub fn bias_add(
+pub fn bias_add<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
     bias: &CudaView<'_, f32>,
     b: usize,
     oc: usize,
@@ -190,7 +191,7 @@ pub fn bias_add(
     let cfg = grid_stride_cfg(b * oc * ohw);
     try_launch!(
         gpu,
-        "conv_bias_add_f32",
+        named!(E, "conv_bias_add"),
         cfg,
         &mut *out,
         bias,
@@ -201,10 +202,10 @@ pub fn bias_add(
 }
 
 /// dbias[OC] += the sums of dout[B, OC, OHW] per channel (the caller checked the lengths).
-pub fn bias_grad(
+pub fn bias_grad<E: Elem>(
     gpu: &Gpu,
     dbias: &mut CudaViewMut<'_, f32>,
-    dout: &CudaView<'_, f32>,
+    dout: &CudaView<'_, E>,
     b: usize,
     oc: usize,
     ohw: usize,
@@ -215,7 +216,7 @@ pub fn bias_grad(
     let (nb, oci, ohwi) = (b as i32, oc as i32, ohw as i32);
     try_launch!(
         gpu,
-        "conv_bias_grad_f32",
+        named!(E, "conv_bias_grad"),
         blocks_cfg(oc),
         &mut *dbias,
         dout,

@@ -6,6 +6,7 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
+use super::elem::Elem;
 use super::launch::{blocks_cfg, grid_stride_cfg};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
@@ -46,10 +47,10 @@ fn ints(
 
 /// out[B,C,OH,OW] = inp[B,C,H,W] (*) w[C,1,K,K] per channel (+ bias[C] when given). As
 /// `nn::depthwise::dwconv_forward`.
-pub fn dwconv_forward(
+pub fn dwconv_forward<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    inp: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    inp: &CudaView<'_, E>,
     w: &CudaView<'_, f32>,
     bias: Option<&CudaView<'_, f32>>,
     b: usize,
@@ -74,7 +75,7 @@ pub fn dwconv_forward(
     let cfg = grid_stride_cfg(n_out);
     try_launch!(
         gpu,
-        "dwconv_forward_f32",
+        named!(E, "dwconv_forward"),
         cfg,
         &mut *out,
         inp,
@@ -96,13 +97,13 @@ pub fn dwconv_forward(
 /// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`), dw[C,1,K,K] += d/dw, and
 /// dbias[C] += the sums of dout per channel when given. As `nn::depthwise::dwconv_backward`.
 #[allow(clippy::too_many_arguments)]
-pub fn dwconv_backward(
+pub fn dwconv_backward<E: Elem>(
     gpu: &Gpu,
-    dinp: Option<&mut CudaViewMut<'_, f32>>,
+    dinp: Option<&mut CudaViewMut<'_, E>>,
     dw: &mut CudaViewMut<'_, f32>,
     dbias: Option<&mut CudaViewMut<'_, f32>>,
-    dout: &CudaView<'_, f32>,
-    inp: &CudaView<'_, f32>,
+    dout: &CudaView<'_, E>,
+    inp: &CudaView<'_, E>,
     w: &CudaView<'_, f32>,
     b: usize,
     g: &ConvGeom,
@@ -124,7 +125,7 @@ pub fn dwconv_backward(
         let ohw = (g.oh * g.ow) as i32;
         try_launch!(
             gpu,
-            "conv_bias_grad_f32",
+            named!(E, "conv_bias_grad"),
             blocks_cfg(g.c),
             &mut *db,
             dout,
@@ -135,7 +136,7 @@ pub fn dwconv_backward(
     }
     try_launch!(
         gpu,
-        "dwconv_backward_weight_f32",
+        named!(E, "dwconv_backward_weight"),
         blocks_cfg(kk),
         &mut *dw,
         dout,
@@ -153,7 +154,7 @@ pub fn dwconv_backward(
     if let Some(d) = dinp {
         try_launch!(
             gpu,
-            "dwconv_backward_input_f32",
+            named!(E, "dwconv_backward_input"),
             grid_stride_cfg(n_in),
             &mut *d,
             dout,

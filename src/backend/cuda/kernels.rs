@@ -1,7 +1,12 @@
-//! The CUDA kernels (`kernels/*.cu`, embedded) and their compilation with NVRTC, which is
-//! loaded at run time: the crate builds and runs without CUDA, and a missing NVRTC is an
-//! answer, never a panic. Kernels are compiled to CUBIN for the GPU's own architecture (capped
+//! The CUDA kernels (`kernels/*.cu`, embedded, each compiled after the prelude
+//! `kernels/elem.cuh`) and their compilation with NVRTC, which is loaded at run time: the
+//! crate builds and runs without CUDA, and a missing NVRTC is an answer, never a panic. Kernels are compiled to CUBIN for the GPU's own architecture (capped
 //! at what this NVRTC knows), once per architecture per process.
+
+/// What every kernel source is compiled after (`compile` prepends it): the grid-stride loop,
+/// the bf16 element type and its conversions, and `ld`/`st`, the element access one template
+/// body uses for its fp32 kernel and its bf16 twin.
+pub const PRELUDE: &str = include_str!("../../../kernels/elem.cuh");
 
 /// Every kernel source, by file name.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -27,8 +32,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("convert.cu", include_str!("../../../kernels/convert.cu")),
 ];
 
-/// The `extern "C"` kernel names a source defines (`{op}_f32`, after the element type they
-/// work on; `f32_to_bf16` and back for the conversions).
+/// The `extern "C"` kernel names a source defines: `{op}_f32`, after the element type of the
+/// activations they work on, and `{op}_bf16`, the twin of a kernel that reads or writes
+/// activations, for bf16 activations (parameters, their gradients and statistics stay fp32);
+/// `f32_to_bf16`, `bf16_to_f32` and `bf16_add_to_f32` for the conversions.
 pub fn entry_points(src: &str) -> Vec<&str> {
     src.split("extern \"C\" __global__ void ")
         .skip(1)
@@ -145,7 +152,8 @@ pub fn supported_archs() -> Result<Vec<u32>, KernelError> {
     Ok(archs)
 }
 
-/// Compiles one source for `target`; a compile error carries NVRTC's log.
+/// Compiles one source, after the [`PRELUDE`], for `target`; a compile error carries NVRTC's
+/// log, its line numbers those of `file` (or of `elem.cuh` for the prelude).
 pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, KernelError> {
     use cudarc::nvrtc::{result, sys};
     if !nvrtc_available() {
@@ -158,7 +166,8 @@ pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, K
             detail: format!("{e:?}"),
         }
     };
-    let src_c = std::ffi::CString::new(src).map_err(|_| KernelError::Compile {
+    let full = format!("#line 1 \"elem.cuh\"\n{PRELUDE}\n#line 1 \"{file}\"\n{src}");
+    let src_c = std::ffi::CString::new(full).map_err(|_| KernelError::Compile {
         file: file.into(),
         arch: arch.clone(),
         log: "the source holds a NUL byte".into(),
@@ -256,10 +265,15 @@ mod tests {
             names,
             [
                 "bias_add_f32",
+                "bias_add_bf16",
                 "bias_grad_f32",
+                "bias_grad_bf16",
                 "relu_forward_f32",
+                "relu_forward_bf16",
                 "relu_backward_f32",
+                "relu_backward_bf16",
                 "softmax_xent_f32",
+                "softmax_xent_bf16",
                 "sgd_f32",
                 "momentum_f32",
                 "adam_f32",
@@ -268,37 +282,62 @@ mod tests {
                 "im2col_f32",
                 "col2im_f32",
                 "conv_bias_add_f32",
+                "conv_bias_add_bf16",
                 "conv_bias_grad_f32",
+                "conv_bias_grad_bf16",
                 "conv_dw_sum_f32",
                 "maxpool_forward_f32",
+                "maxpool_forward_bf16",
                 "maxpool_backward_f32",
+                "maxpool_backward_bf16",
                 "maxpool_padded_forward_f32",
+                "maxpool_padded_forward_bf16",
                 "maxpool_padded_backward_f32",
+                "maxpool_padded_backward_bf16",
                 "gather_rows_f32",
+                "gather_rows_bf16",
                 "relu6_forward_f32",
+                "relu6_forward_bf16",
                 "relu6_backward_f32",
+                "relu6_backward_bf16",
                 "add_f32",
+                "add_bf16",
                 "accumulate_f32",
+                "accumulate_bf16",
                 "mul_f32",
+                "mul_bf16",
                 "dropout_mask_f32",
                 "count_pass_u64",
                 "bn_sums_f32",
+                "bn_sums_bf16",
                 "bn_reduce_f32",
                 "bn_finish_f32",
                 "bn_apply_f32",
+                "bn_apply_bf16",
                 "bn_eval_f32",
+                "bn_eval_bf16",
                 "bn_grad_sums_f32",
+                "bn_grad_sums_bf16",
                 "bn_param_grads_f32",
                 "bn_backward_dx_f32",
+                "bn_backward_dx_bf16",
                 "dwconv_forward_f32",
+                "dwconv_forward_bf16",
                 "dwconv_backward_input_f32",
+                "dwconv_backward_input_bf16",
                 "dwconv_backward_weight_f32",
+                "dwconv_backward_weight_bf16",
                 "avgpool_forward_f32",
+                "avgpool_forward_bf16",
                 "avgpool_backward_f32",
+                "avgpool_backward_bf16",
                 "gap_forward_f32",
+                "gap_forward_bf16",
                 "gap_backward_f32",
+                "gap_backward_bf16",
                 "f32_to_bf16",
-                "bf16_to_f32"
+                "bf16_to_f32",
+                "bf16_add_to_f32",
             ]
         );
         // every file in kernels/ is embedded

@@ -23,6 +23,18 @@ pub(crate) fn check(r: Result<(), CudaError>) {
     }
 }
 
+/// The kernel of op `$op` for activations of element type `$e` (`elem::Elem`): the literal
+/// `"{op}_f32"` or `"{op}_bf16"`.
+macro_rules! named {
+    ($e:ty, $op:literal) => {
+        if <$e as $crate::backend::cuda::elem::Elem>::BF16 {
+            concat!($op, "_bf16")
+        } else {
+            concat!($op, "_f32")
+        }
+    };
+}
+
 /// Launches kernel `$name` over `$n` threads with the given arguments.
 macro_rules! launch {
     ($gpu:expr, $name:expr, $n:expr, $($arg:expr),+ $(,)?) => {{

@@ -16,6 +16,7 @@ pub mod convert;
 pub mod discover;
 pub mod dnn;
 pub mod dwconv;
+pub mod elem;
 pub mod kernels;
 pub mod libs;
 pub mod nccl;

@@ -6,6 +6,7 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
+use super::elem::Elem;
 use super::launch::{blocks_cfg, grid_stride_cfg};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
@@ -25,19 +26,29 @@ pub(crate) fn elements(
 }
 
 /// x[n] = min(max(x, 0), 6), in place. As `nn::ops::relu6_forward`.
-pub fn relu6_forward(gpu: &Gpu, x: &mut CudaViewMut<'_, f32>, n: usize) -> Result<(), CudaError> {
+pub fn relu6_forward<E: Elem>(
+    gpu: &Gpu,
+    x: &mut CudaViewMut<'_, E>,
+    n: usize,
+) -> Result<(), CudaError> {
     let ni = elements(gpu, "relu6 forward", n, &[("x", x.len())])?;
     if n == 0 {
         return Ok(());
     }
-    try_launch!(gpu, "relu6_forward_f32", grid_stride_cfg(n), &mut *x, &ni)
+    try_launch!(
+        gpu,
+        named!(E, "relu6_forward"),
+        grid_stride_cfg(n),
+        &mut *x,
+        &ni
+    )
 }
 
 /// dx[n] *= (0 < out < 6), in place; `out` is the ReLU6's output. As `nn::ops::relu6_backward`.
-pub fn relu6_backward(
+pub fn relu6_backward<E: Elem>(
     gpu: &Gpu,
-    dx: &mut CudaViewMut<'_, f32>,
-    out: &CudaView<'_, f32>,
+    dx: &mut CudaViewMut<'_, E>,
+    out: &CudaView<'_, E>,
     n: usize,
 ) -> Result<(), CudaError> {
     let ni = elements(
@@ -51,7 +62,7 @@ pub fn relu6_backward(
     }
     try_launch!(
         gpu,
-        "relu6_backward_f32",
+        named!(E, "relu6_backward"),
         grid_stride_cfg(n),
         &mut *dx,
         out,
@@ -60,20 +71,24 @@ pub fn relu6_backward(
 }
 
 /// x[n] = max(x, 0), in place. As `nn::ops::relu_forward` (`kernels/relu.cu`).
-pub fn relu_forward(gpu: &Gpu, x: &mut CudaViewMut<'_, f32>, n: usize) -> Result<(), CudaError> {
+pub fn relu_forward<E: Elem>(
+    gpu: &Gpu,
+    x: &mut CudaViewMut<'_, E>,
+    n: usize,
+) -> Result<(), CudaError> {
     let ni = elements(gpu, "relu forward", n, &[("x", x.len())])?;
     if n == 0 {
         return Ok(());
     }
     let cfg = super::launch::launch_cfg(n);
-    try_launch!(gpu, "relu_forward_f32", cfg, &mut *x, &ni)
+    try_launch!(gpu, named!(E, "relu_forward"), cfg, &mut *x, &ni)
 }
 
 /// dx[n] *= (out > 0), in place. As `nn::ops::relu_backward` (`kernels/relu.cu`).
-pub fn relu_backward(
+pub fn relu_backward<E: Elem>(
     gpu: &Gpu,
-    dx: &mut CudaViewMut<'_, f32>,
-    out: &CudaView<'_, f32>,
+    dx: &mut CudaViewMut<'_, E>,
+    out: &CudaView<'_, E>,
     n: usize,
 ) -> Result<(), CudaError> {
     let ni = elements(
@@ -86,15 +101,15 @@ pub fn relu_backward(
         return Ok(());
     }
     let cfg = super::launch::launch_cfg(n);
-    try_launch!(gpu, "relu_backward_f32", cfg, &mut *dx, out, &ni)
+    try_launch!(gpu, named!(E, "relu_backward"), cfg, &mut *dx, out, &ni)
 }
 
 /// out[n] = a + b. As `nn::ops::add_forward`.
-pub fn add(
+pub fn add<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    a: &CudaView<'_, f32>,
-    b: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    a: &CudaView<'_, E>,
+    b: &CudaView<'_, E>,
     n: usize,
 ) -> Result<(), CudaError> {
     let lens = [("out", out.len()), ("a", a.len()), ("b", b.len())];
@@ -102,28 +117,43 @@ pub fn add(
     if n == 0 {
         return Ok(());
     }
-    try_launch!(gpu, "add_f32", grid_stride_cfg(n), &mut *out, a, b, &ni)
+    try_launch!(
+        gpu,
+        named!(E, "add"),
+        grid_stride_cfg(n),
+        &mut *out,
+        a,
+        b,
+        &ni
+    )
 }
 
 /// acc[n] += x. As `nn::ops::accumulate`.
-pub fn accumulate(
+pub fn accumulate<E: Elem>(
     gpu: &Gpu,
-    acc: &mut CudaViewMut<'_, f32>,
-    x: &CudaView<'_, f32>,
+    acc: &mut CudaViewMut<'_, E>,
+    x: &CudaView<'_, E>,
     n: usize,
 ) -> Result<(), CudaError> {
     let ni = elements(gpu, "accumulate", n, &[("acc", acc.len()), ("x", x.len())])?;
     if n == 0 {
         return Ok(());
     }
-    try_launch!(gpu, "accumulate_f32", grid_stride_cfg(n), &mut *acc, x, &ni)
+    try_launch!(
+        gpu,
+        named!(E, "accumulate"),
+        grid_stride_cfg(n),
+        &mut *acc,
+        x,
+        &ni
+    )
 }
 
 /// out[n] = x * mask. As `nn::ops::mul` (dropout's forward, and its backward).
-pub fn mul(
+pub fn mul<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    x: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    x: &CudaView<'_, E>,
     mask: &CudaView<'_, f32>,
     n: usize,
 ) -> Result<(), CudaError> {
@@ -132,7 +162,15 @@ pub fn mul(
     if n == 0 {
         return Ok(());
     }
-    try_launch!(gpu, "mul_f32", grid_stride_cfg(n), &mut *out, x, mask, &ni)
+    try_launch!(
+        gpu,
+        named!(E, "mul"),
+        grid_stride_cfg(n),
+        &mut *out,
+        x,
+        mask,
+        &ni
+    )
 }
 
 /// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i)

@@ -7,6 +7,7 @@
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
+use super::elem::Elem;
 use super::launch::grid_stride_cfg;
 use super::shape::{fit_i32, need, PoolShape};
 use super::{fail, CudaError, Gpu};
@@ -16,11 +17,11 @@ use crate::nn::window::Window;
 /// argmax[B,C,OH,OW] = the winner's index iy*W + ix inside its HxW plane (the first maximum in
 /// row-major order on ties; a NaN wins). As `nn::pool::maxpool2d_forward`.
 #[allow(clippy::too_many_arguments)]
-pub fn maxpool2d_forward(
+pub fn maxpool2d_forward<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
     argmax: &mut CudaViewMut<'_, u32>,
-    inp: &CudaView<'_, f32>,
+    inp: &CudaView<'_, E>,
     b: usize,
     c: usize,
     h: usize,
@@ -43,7 +44,7 @@ pub fn maxpool2d_forward(
     let cfg = grid_stride_cfg(s.out_len());
     try_launch!(
         gpu,
-        "maxpool_forward_f32",
+        named!(E, "maxpool_forward"),
         cfg,
         &mut *out,
         &mut *argmax,
@@ -62,10 +63,10 @@ pub fn maxpool2d_forward(
 /// dinp[B,C,H,W] = 0, then dinp[plane, argmax] += dout[B,C,OH,OW], for the argmax of
 /// `maxpool2d_forward` (each inside its window). As `nn::pool::maxpool2d_backward`.
 #[allow(clippy::too_many_arguments)]
-pub fn maxpool2d_backward(
+pub fn maxpool2d_backward<E: Elem>(
     gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, f32>,
-    dout: &CudaView<'_, f32>,
+    dinp: &mut CudaViewMut<'_, E>,
+    dout: &CudaView<'_, E>,
     argmax: &CudaView<'_, u32>,
     b: usize,
     c: usize,
@@ -89,7 +90,7 @@ pub fn maxpool2d_backward(
     let cfg = grid_stride_cfg(s.inp_len());
     try_launch!(
         gpu,
-        "maxpool_backward_f32",
+        named!(E, "maxpool_backward"),
         cfg,
         &mut *dinp,
         dout,
@@ -140,11 +141,11 @@ fn window_ints(
 
 /// Max pooling with padding that never wins: out[B,C,OH,OW] and argmax (the winner's index in
 /// its HxW plane). As `nn::pool::maxpool2d_padded_forward`.
-pub fn maxpool2d_padded_forward(
+pub fn maxpool2d_padded_forward<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
     argmax: &mut CudaViewMut<'_, u32>,
-    inp: &CudaView<'_, f32>,
+    inp: &CudaView<'_, E>,
     b: usize,
     g: &Window,
 ) -> Result<(), CudaError> {
@@ -161,7 +162,7 @@ pub fn maxpool2d_padded_forward(
     let cfg = grid_stride_cfg(n_out);
     try_launch!(
         gpu,
-        "maxpool_padded_forward_f32",
+        named!(E, "maxpool_padded_forward"),
         cfg,
         &mut *out,
         &mut *argmax,
@@ -180,10 +181,10 @@ pub fn maxpool2d_padded_forward(
 
 /// dinp[B,C,H,W] = 0, then each dout routed to its window's winner. As
 /// `nn::pool::maxpool2d_padded_backward`.
-pub fn maxpool2d_padded_backward(
+pub fn maxpool2d_padded_backward<E: Elem>(
     gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, f32>,
-    dout: &CudaView<'_, f32>,
+    dinp: &mut CudaViewMut<'_, E>,
+    dout: &CudaView<'_, E>,
     argmax: &CudaView<'_, u32>,
     b: usize,
     g: &Window,
@@ -202,7 +203,7 @@ pub fn maxpool2d_padded_backward(
     let cfg = grid_stride_cfg(n_in);
     try_launch!(
         gpu,
-        "maxpool_padded_backward_f32",
+        named!(E, "maxpool_padded_backward"),
         cfg,
         &mut *dinp,
         dout,
@@ -221,10 +222,10 @@ pub fn maxpool2d_padded_backward(
 
 /// out[B,C,OH,OW] = each window's sum / (K*K), padding counted as zeros. As
 /// `nn::pool::avgpool2d_forward`.
-pub fn avgpool2d_forward(
+pub fn avgpool2d_forward<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    inp: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    inp: &CudaView<'_, E>,
     b: usize,
     g: &Window,
 ) -> Result<(), CudaError> {
@@ -238,7 +239,7 @@ pub fn avgpool2d_forward(
     let cfg = grid_stride_cfg(n_out);
     try_launch!(
         gpu,
-        "avgpool_forward_f32",
+        named!(E, "avgpool_forward"),
         cfg,
         &mut *out,
         inp,
@@ -257,10 +258,10 @@ pub fn avgpool2d_forward(
 
 /// dinp[B,C,H,W] = each dout / (K*K) spread over its window (overwritten). As
 /// `nn::pool::avgpool2d_backward`.
-pub fn avgpool2d_backward(
+pub fn avgpool2d_backward<E: Elem>(
     gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, f32>,
-    dout: &CudaView<'_, f32>,
+    dinp: &mut CudaViewMut<'_, E>,
+    dout: &CudaView<'_, E>,
     b: usize,
     g: &Window,
 ) -> Result<(), CudaError> {
@@ -274,7 +275,7 @@ pub fn avgpool2d_backward(
     let cfg = grid_stride_cfg(n_in);
     try_launch!(
         gpu,
-        "avgpool_backward_f32",
+        named!(E, "avgpool_backward"),
         cfg,
         &mut *dinp,
         dout,
@@ -309,10 +310,10 @@ fn gap_ints(
 }
 
 /// out[planes] = the mean of each of inp[planes, HW]'s planes. As `nn::pool::gap_forward`.
-pub fn gap_forward(
+pub fn gap_forward<E: Elem>(
     gpu: &Gpu,
-    out: &mut CudaViewMut<'_, f32>,
-    inp: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    inp: &CudaView<'_, E>,
     planes: usize,
     hw: usize,
 ) -> Result<(), CudaError> {
@@ -322,15 +323,24 @@ pub fn gap_forward(
         return Ok(());
     }
     let cfg = grid_stride_cfg(planes);
-    try_launch!(gpu, "gap_forward_f32", cfg, &mut *out, inp, &pi, &hwi, &inv)
+    try_launch!(
+        gpu,
+        named!(E, "gap_forward"),
+        cfg,
+        &mut *out,
+        inp,
+        &pi,
+        &hwi,
+        &inv
+    )
 }
 
 /// dinp[planes, HW] = dout[plane] / HW over each plane (overwritten). As
 /// `nn::pool::gap_backward`.
-pub fn gap_backward(
+pub fn gap_backward<E: Elem>(
     gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, f32>,
-    dout: &CudaView<'_, f32>,
+    dinp: &mut CudaViewMut<'_, E>,
+    dout: &CudaView<'_, E>,
     planes: usize,
     hw: usize,
 ) -> Result<(), CudaError> {
@@ -345,7 +355,7 @@ pub fn gap_backward(
     let cfg = grid_stride_cfg(planes * hw);
     try_launch!(
         gpu,
-        "gap_backward_f32",
+        named!(E, "gap_backward"),
         cfg,
         &mut *dinp,
         dout,

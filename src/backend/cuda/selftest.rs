@@ -276,7 +276,7 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
     let init = state.params.clone();
     let frozen = optimizer.frozen.clone();
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
-    let mut gpu = CudaReplica::open(
+    let mut gpu = CudaReplica::<f32>::open(
         index,
         model,
         optimizer,

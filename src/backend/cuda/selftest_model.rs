@@ -47,7 +47,7 @@ pub fn two_steps(index: usize) -> Result<(f64, f64), CudaError> {
     let init = state.params.clone();
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
-    let mut gpu = CudaReplica::open(
+    let mut gpu = CudaReplica::<f32>::open(
         index,
         model,
         optimizer,

@@ -7,6 +7,7 @@
 
 use cudarc::driver::CudaSlice;
 
+use super::elem::bf16;
 use super::selftest_compare::{check, compare, Check};
 use super::{convert, on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
@@ -83,7 +84,7 @@ fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         f32::from_bits(0x3F80_8000),
         f32::from_bits(0x7F7F_8000),
     ]);
-    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let all: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
     let mismatches = |n: usize| match n {
         0 => (0.0, 0.0),
         n => (n as f64, f64::INFINITY),
@@ -92,14 +93,14 @@ fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     let to = (|| {
         let xd = up(gpu, &x)?;
         let mut out = s
-            .alloc_zeros::<u16>(x.len())
+            .alloc_zeros::<bf16>(x.len())
             .map_err(on(gpu.index, "allocate"))?;
         convert::to_bf16(gpu, &mut out.slice_mut(..), &xd.slice(..), x.len())?;
         let got = s.clone_dtoh(&out).map_err(on(gpu.index, "download"))?;
         let bad = got
             .iter()
             .zip(&x)
-            .filter(|(g, v)| **g != cpu16::to_bf16(**v));
+            .filter(|(g, v)| g.to_bits() != cpu16::to_bf16(**v));
         Ok(mismatches(bad.count()))
     })();
     let back = (|| {
@@ -108,7 +109,7 @@ fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         convert::from_bf16(gpu, &mut out.slice_mut(..), &hd.slice(..), all.len())?;
         let got = down(gpu, &out, all.len())?;
         let bad = got.iter().zip(&all);
-        let bad = bad.filter(|(g, h)| g.to_bits() != cpu16::from_bf16(**h).to_bits());
+        let bad = bad.filter(|(g, h)| g.to_bits() != cpu16::from_bf16(h.to_bits()).to_bits());
         Ok(mismatches(bad.count()))
     })();
     vec![

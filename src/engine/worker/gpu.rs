@@ -2,9 +2,12 @@
 //! group, and the data it can hold.
 
 use super::{dropout_seed, Worker};
+use crate::backend::cuda::elem::{bf16, Elem};
+use crate::backend::cuda::replica::CudaReplica;
 use crate::backend::Replica;
 use crate::engine::events::Event;
 use crate::engine::EngineError;
+use crate::nn::precision::Precision;
 
 /// A GPU all-reduce that waits this many `--stall-timeout`s aborts the NCCL group.
 pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
@@ -13,19 +16,40 @@ pub const ALL_REDUCE_TIMEOUT_FACTOR: u32 = 10;
 /// then all meet at a host barrier, and only then join NCCL (which gives up after the all-reduce
 /// timeout, or when the host collective is aborted): a rank that failed to open stops the others
 /// before it. The GPU then takes the training set `train` (and the validation set) if it can
-/// hold them.
+/// hold them. Its activations are bf16 under `--precision bf16`, fp32 otherwise.
 #[allow(clippy::too_many_arguments)]
 pub(in crate::engine) fn open_gpu(
     w: &mut Worker,
     index: usize,
     model: crate::nn::model::Model,
     optimizer: crate::nn::optim::Optimizer,
-    precision: crate::nn::precision::Precision,
+    precision: Precision,
     state: crate::backend::TrainState,
     group: Option<crate::backend::cuda::replica::Group>,
     train: &crate::data::Dataset,
-) -> Result<crate::backend::cuda::replica::CudaReplica, EngineError> {
-    let opened = crate::backend::cuda::replica::CudaReplica::open(
+) -> Result<Box<dyn Replica>, EngineError> {
+    let args = (index, model, optimizer, precision, state, group, train);
+    Ok(match precision {
+        Precision::Bf16 => Box::new(open_as::<bf16>(w, args)?),
+        Precision::Fp32 | Precision::Tf32 => Box::new(open_as::<f32>(w, args)?),
+    })
+}
+
+type OpenArgs<'a> = (
+    usize,
+    crate::nn::model::Model,
+    crate::nn::optim::Optimizer,
+    Precision,
+    crate::backend::TrainState,
+    Option<crate::backend::cuda::replica::Group>,
+    &'a crate::data::Dataset,
+);
+
+fn open_as<E: Elem>(
+    w: &mut Worker,
+    (index, model, optimizer, precision, state, group, train): OpenArgs<'_>,
+) -> Result<CudaReplica<E>, EngineError> {
+    let opened = CudaReplica::<E>::open(
         index,
         model,
         optimizer,

@@ -157,7 +157,7 @@ impl Prometheus {
         let mfu = gauge_vec(
             r,
             "mgtop_mfu_ratio",
-            "Model FLOPs utilisation of each GPU rank, 0-1: 3 x the model's forward FLOPs per sample x samples/s over the GPU's dense peak for the precision in use (fp32 or tf32).",
+            "Model FLOPs utilisation of each GPU rank, 0-1: 3 x the model's forward FLOPs per sample x samples/s over the GPU's dense peak for the precision in use (fp32, tf32 or bf16).",
             &["rank", "worker", "precision"],
         )?;
         let info_gauge = gauge_vec(

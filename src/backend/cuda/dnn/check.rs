@@ -5,25 +5,27 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
 
 use super::{close, version, wanted, Dnn, Key};
+use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::{conv, dwconv, on, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
-/// cuDNN for a replica's convolutions where it loads (and `MGTOP_CUDNN` is not `off`) and
-/// agrees with the own kernels (`check`); else none, with a note where it failed.
-pub fn for_replica(gpu: &Gpu, blas: &CudaBlas, precision: Precision) -> (Option<Dnn>, Vec<String>) {
+/// cuDNN for a replica's convolutions on activations of type `E` where it loads (and
+/// `MGTOP_CUDNN` is not `off`) and its fp32 convolutions agree with the own kernels (`check`);
+/// else none, with a note where it failed.
+pub fn for_replica<E: Elem>(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    precision: Precision,
+) -> (Option<Dnn<E>>, Vec<String>) {
     if !wanted() {
         return (None, Vec::new());
     }
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut d = Dnn::open(&gpu.stream, precision)?;
-        match check(gpu, blas, &mut d, precision == Precision::Tf32) {
-            Ok(()) => Ok(d),
-            Err(e) => {
-                close(d);
-                Err(e)
-            }
-        }
+        let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
+        let checked = check(gpu, blas, &mut d, precision == Precision::Tf32);
+        close(d);
+        checked.and_then(|()| Dnn::<E>::open(&gpu.stream, precision))
     }));
     let failed = match checked {
         Ok(Ok(d)) => return (Some(d), Vec::new()),
@@ -76,7 +78,7 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
             dnn.backward(
                 k,
                 Some(&mut t.dx.slice_mut(..)),
-                &mut t.dw.slice_mut(..),
+                (&mut t.dw.slice_mut(..), 1.0),
                 &dy,
                 &x,
                 &w,

@@ -160,7 +160,13 @@ impl Measurer {
         }
     }
 
-    fn describe(&self, k: Key, math: cudnnMathType_t) -> Result<Descs, String> {
+    /// The descriptors of shape `k` with tensors of type `data`, fp32 compute.
+    fn describe(
+        &self,
+        k: Key,
+        math: cudnnMathType_t,
+        data: cudnnDataType_t,
+    ) -> Result<Descs, String> {
         let mut d = Descs {
             x: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
@@ -194,7 +200,7 @@ impl Measurer {
                 let dims = (int(n)?, int(c)?, int(h)?, int(w)?);
                 ok(
                     "describe a tensor",
-                    ffi::cudnnSetTensor4dDescriptor(t, nchw, f32, dims.0, dims.1, dims.2, dims.3),
+                    ffi::cudnnSetTensor4dDescriptor(t, nchw, data, dims.0, dims.1, dims.2, dims.3),
                 )
             };
             tensor(d.x, [k.b, g.c, g.h, g.w])?;
@@ -203,7 +209,7 @@ impl Measurer {
                 "describe the weights",
                 ffi::cudnnSetFilter4dDescriptor(
                     d.w,
-                    f32,
+                    data,
                     nchw,
                     int(g.oc)?,
                     int(g.c / k.groups)?,
@@ -237,11 +243,17 @@ impl Measurer {
         Ok(d)
     }
 
-    /// Runs every algorithm of shape `k` once in each direction and returns the fastest that
-    /// fit `limit` bytes of workspace (cuDNN allocates the buffers it times on, and waits for
-    /// the device).
-    pub fn measure(&self, k: Key, math: cudnnMathType_t, limit: usize) -> Result<Algos, String> {
-        let d = self.describe(k, math)?;
+    /// Runs every algorithm of shape `k` (tensors of type `data`) once in each direction and
+    /// returns the fastest that fit `limit` bytes of workspace (cuDNN allocates the buffers it
+    /// times on, and waits for the device).
+    pub fn measure(
+        &self,
+        k: Key,
+        math: cudnnMathType_t,
+        data: cudnnDataType_t,
+        limit: usize,
+    ) -> Result<Algos, String> {
+        let d = self.describe(k, math, data)?;
         let h = self.handle;
         // SAFETY: the descriptors describe one valid shape; `fastest` hands each call an array
         // of the length it passes and reads only the entries cuDNN says it wrote

@@ -1,14 +1,16 @@
 //! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel), NCHW
-//! fp32 as the rest of the GPU path, forward, input gradient (written) and weight gradient
-//! (accumulated, beta 1, as every backward here). The bias stays with the own kernels
+//! as the rest of the GPU path, in the activations' element type (`Elem`: fp32, or bf16 with
+//! fp32 compute), forward, input gradient (written) and weight gradient (accumulated, beta 1,
+//! as every backward here, or written into bf16 scratch for a bf16 run to add to its fp32
+//! gradients). The bias stays with the own kernels
 //! (`conv_bias_add_f32`, `conv_bias_grad_f32`). Descriptors and algorithms are planned once per
 //! shape (batch rows included), the algorithms measured (`measure`, as PyTorch's
 //! `cudnn.benchmark`) or, with `MGTOP_CUDNN_ALGOS=heuristic` or where measuring fails, by
 //! cuDNN's heuristics; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
 //! heuristic pick needing more takes cuDNN's no-workspace algorithm).
 //!
-//! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
-//! (`CUDNN_DEFAULT_MATH`) for `tf32`. A replica checks its cuDNN once against the own kernels
+//! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, tensor cores allowed
+//! (`CUDNN_DEFAULT_MATH`) for `tf32` and for bf16 tensors. A replica checks its cuDNN once against the own kernels
 //! before using it (`check`), and trains with the own kernels where that fails.
 
 use std::collections::HashMap;
@@ -25,6 +27,7 @@ use cudarc::cudnn::{
 };
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 
+use super::elem::Elem;
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
@@ -66,23 +69,23 @@ pub struct Key {
     pub g: ConvGeom,
 }
 
-/// What cuDNN needs for one shape, made once.
-struct Plan {
+/// What cuDNN needs for one shape, made once: tensors of `E`, fp32 compute.
+struct Plan<E: Elem> {
     conv: ConvDescriptor<f32>,
-    x: TensorDescriptor<f32>,
-    w: FilterDescriptor<f32>,
-    y: TensorDescriptor<f32>,
+    x: TensorDescriptor<E>,
+    w: FilterDescriptor<E>,
+    y: TensorDescriptor<E>,
     fwd: FwdAlgo,
     data: DataAlgo,
     filter: FilterAlgo,
 }
 
-/// cuDNN on one GPU's stream, with its plans and workspace.
-pub struct Dnn {
+/// cuDNN on one GPU's stream, with its plans and workspace, for activations of type `E`.
+pub struct Dnn<E: Elem = f32> {
     stream: Arc<CudaStream>,
     handle: Arc<Cudnn>,
     math: cudnnMathType_t,
-    plans: HashMap<Key, Plan>,
+    plans: HashMap<Key, Plan<E>>,
     workspace: CudaSlice<u8>,
     /// Where algorithms are measured: its own handle (see `measure`).
     measurer: Option<measure::Measurer>,
@@ -96,9 +99,9 @@ fn say(what: &str) -> impl FnOnce(CudnnError) -> String + '_ {
     move |e| format!("cuDNN {what}: {e:?}")
 }
 
-impl Dnn {
-    /// cuDNN on `stream`, computing in `precision`.
-    pub fn open(stream: &Arc<CudaStream>, precision: Precision) -> Result<Dnn, String> {
+impl<E: Elem> Dnn<E> {
+    /// cuDNN on `stream`, computing in `precision` (tensor cores for bf16 tensors).
+    pub fn open(stream: &Arc<CudaStream>, precision: Precision) -> Result<Dnn<E>, String> {
         let handle = Cudnn::new(stream.clone()).map_err(say("create a handle"))?;
         let workspace = stream
             .alloc_zeros::<u8>(1)
@@ -106,9 +109,9 @@ impl Dnn {
         Ok(Dnn {
             stream: stream.clone(),
             handle,
-            math: match precision {
-                Precision::Tf32 => cudnnMathType_t::CUDNN_DEFAULT_MATH,
-                Precision::Fp32 | Precision::Bf16 => cudnnMathType_t::CUDNN_FMA_MATH,
+            math: match (E::BF16, precision) {
+                (true, _) | (false, Precision::Tf32) => cudnnMathType_t::CUDNN_DEFAULT_MATH,
+                (false, Precision::Fp32 | Precision::Bf16) => cudnnMathType_t::CUDNN_FMA_MATH,
             },
             plans: HashMap::new(),
             workspace,
@@ -129,18 +132,18 @@ impl Dnn {
         Ok(())
     }
 
-    fn make(&mut self, k: Key) -> Result<Plan, String> {
+    fn make(&mut self, k: Key) -> Result<Plan<E>, String> {
         let g = &k.g;
         let nchw = cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
         let h = &self.handle;
         let x = h
-            .create_4d_tensor::<f32>(nchw, [int(k.b)?, int(g.c)?, int(g.h)?, int(g.w)?])
+            .create_4d_tensor::<E>(nchw, [int(k.b)?, int(g.c)?, int(g.h)?, int(g.w)?])
             .map_err(say("describe the input"))?;
         let y = h
-            .create_4d_tensor::<f32>(nchw, [int(k.b)?, int(g.oc)?, int(g.oh)?, int(g.ow)?])
+            .create_4d_tensor::<E>(nchw, [int(k.b)?, int(g.oc)?, int(g.oh)?, int(g.ow)?])
             .map_err(say("describe the output"))?;
         let w = h
-            .create_4d_filter::<f32>(
+            .create_4d_filter::<E>(
                 nchw,
                 [int(g.oc)?, int(g.c / k.groups)?, int(g.k)?, int(g.k)?],
             )
@@ -179,7 +182,7 @@ impl Dnn {
         let measured = self
             .measurer
             .as_ref()
-            .and_then(|m| m.measure(k, self.math, MAX_WORKSPACE).ok());
+            .and_then(|m| m.measure(k, self.math, E::DATA_TYPE, MAX_WORKSPACE).ok());
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
             measured.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
@@ -225,9 +228,9 @@ impl Dnn {
     pub fn forward(
         &mut self,
         k: Key,
-        y: &mut CudaViewMut<'_, f32>,
-        x: &CudaView<'_, f32>,
-        w: &CudaView<'_, f32>,
+        y: &mut CudaViewMut<'_, E>,
+        x: &CudaView<'_, E>,
+        w: &CudaView<'_, E>,
     ) -> Result<(), String> {
         self.plan(k)?;
         let Dnn {
@@ -241,21 +244,24 @@ impl Dnn {
             y: &p.y,
         };
         let mut ws = workspace.slice_mut(..);
-        // SAFETY: the descriptors were made for these buffers' shapes (`Key`) and f32 NCHW, and
-        // the callers check each buffer's length against them before a launch
-        unsafe { f.launch(p.fwd, Some(&mut ws), (1.0, 0.0), x, w, y) }
+        let (one, zero) = (E::from_f32(1.0), E::from_f32(0.0));
+        // SAFETY: the descriptors were made for these buffers' shapes (`Key`) and type, NCHW,
+        // and the callers check each buffer's length against them before a launch
+        unsafe { f.launch(p.fwd, Some(&mut ws), (one, zero), x, w, y) }
             .map_err(say("convolution forward"))
     }
 
-    /// dx = d/dx (overwritten; skipped when `None`), dw += d/dw, from dy.
+    /// dx = d/dx (overwritten; skipped when `None`), dw = d/dw + `dw_beta` * dw (1: added to
+    /// it, 0: overwritten), from dy.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &mut self,
         k: Key,
-        dx: Option<&mut CudaViewMut<'_, f32>>,
-        dw: &mut CudaViewMut<'_, f32>,
-        dy: &CudaView<'_, f32>,
-        x: &CudaView<'_, f32>,
-        w: &CudaView<'_, f32>,
+        dx: Option<&mut CudaViewMut<'_, E>>,
+        (dw, dw_beta): (&mut CudaViewMut<'_, E>, f32),
+        dy: &CudaView<'_, E>,
+        x: &CudaView<'_, E>,
+        w: &CudaView<'_, E>,
     ) -> Result<(), String> {
         self.plan(k)?;
         let Dnn {
@@ -269,8 +275,9 @@ impl Dnn {
             dw: &p.w,
             dy: &p.y,
         };
+        let (one, zero, beta) = (E::from_f32(1.0), E::from_f32(0.0), E::from_f32(dw_beta));
         // SAFETY: as `forward`
-        unsafe { b.launch(p.filter, Some(&mut ws), (1.0, 1.0), x, dw, dy) }
+        unsafe { b.launch(p.filter, Some(&mut ws), (one, beta), x, dw, dy) }
             .map_err(say("weight gradient"))?;
         if let Some(dx) = dx {
             let d = ConvBackwardData {
@@ -280,7 +287,7 @@ impl Dnn {
                 dy: &p.y,
             };
             // SAFETY: as `forward`
-            unsafe { d.launch(p.data, Some(&mut ws), (1.0, 0.0), dx, w, dy) }
+            unsafe { d.launch(p.data, Some(&mut ws), (one, zero), dx, w, dy) }
                 .map_err(say("input gradient"))?;
         }
         Ok(())
@@ -305,7 +312,7 @@ fn fitting<A: Copy>(
 /// Ends a cuDNN context, whose descriptors' and handle's drops panic after a sticky CUDA
 /// error: while the thread is already panicking it is leaked instead (a second panic would
 /// abort the process), otherwise a failure is ignored.
-pub fn close(dnn: Dnn) {
+pub fn close<E: Elem>(dnn: Dnn<E>) {
     if std::thread::panicking() {
         std::mem::forget(dnn);
     } else {

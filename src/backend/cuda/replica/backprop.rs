@@ -5,8 +5,10 @@
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
-use crate::backend::cuda::blas::sgemm;
+use crate::backend::cuda::blas::gemm;
+use crate::backend::cuda::convert;
 use crate::backend::cuda::dnn::{Dnn, Key};
+use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{check, die};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
 use crate::comm::Collective;
@@ -14,15 +16,19 @@ use crate::nn::bn::BnGeom;
 use crate::nn::model::{Model, Op};
 
 /// What an op's backward reads and writes besides the activations' gradients.
-pub(super) struct Back<'x> {
+pub(super) struct Back<'x, E: Elem> {
     pub gpu: &'x Gpu,
     pub blas: &'x CudaBlas,
     /// cuDNN for the convolutions, where the replica uses it.
-    pub dnn: Option<&'x mut Dnn>,
+    pub dnn: Option<&'x mut Dnn<E>>,
     pub params: &'x CudaSlice<f32>,
+    /// What the products read as weights (`Elem::weights`).
+    pub weights: &'x CudaSlice<E>,
+    /// A bf16 convolution's weight gradient before it is added to `grads`.
+    pub wgrad: &'x mut CudaSlice<E>,
     /// n_params gradient sums (then the metric slots).
     pub grads: &'x mut CudaSlice<f32>,
-    pub acts: &'x [CudaSlice<f32>],
+    pub acts: &'x [CudaSlice<E>],
     pub argmax: &'x [CudaSlice<u32>],
     pub col: &'x mut CudaSlice<f32>,
     pub saved: &'x [CudaSlice<f32>],
@@ -32,7 +38,7 @@ pub(super) struct Back<'x> {
     pub sync: Option<&'x mut dyn Collective>,
 }
 
-impl Back<'_> {
+impl<E: Elem> Back<'_, E> {
     /// Node `n`'s op backward over `b` rows from `dout`: parameter gradients accumulated, the
     /// first input's gradient into `d_in` (overwritten; skipped when `None`).
     pub fn op(
@@ -40,8 +46,8 @@ impl Back<'_> {
         m: &Model,
         n: usize,
         b: usize,
-        dout: &CudaView<'_, f32>,
-        d_in: Option<&mut CudaViewMut<'_, f32>>,
+        dout: &CudaView<'_, E>,
+        d_in: Option<&mut CudaViewMut<'_, E>>,
     ) {
         let node = &m.nodes[n];
         let i = node.inputs[0];
@@ -56,7 +62,6 @@ impl Back<'_> {
                 g, groups, bias, ..
             } => {
                 let (w, bi) = m.weight_bias(node);
-                let wv = self.params.slice(w.clone());
                 // the weight gradient, and the bias gradient right after it (Model's layout),
                 // or the sink of a bias-less convolution
                 let mut wb = self.grads.slice_mut(w.start..bi.end);
@@ -65,22 +70,38 @@ impl Back<'_> {
                 let gb = if bias { &mut gb } else { &mut sink };
                 if let Some(d) = self.dnn.as_deref_mut() {
                     let k = Key { b, groups, g };
-                    let run = d.backward(k, d_in, &mut gw, dout, &inp, &wv);
+                    let wv = self.weights.slice(w.clone());
+                    // fp32 adds into the gradients; bf16 writes its scratch, then adds that
+                    let run = match E::from_f32_view_mut(&mut gw) {
+                        Some(gw) => d.backward(k, d_in, (gw, 1.0), dout, &inp, &wv),
+                        None => {
+                            let mut scratch = self.wgrad.slice_mut(..w.len());
+                            let run = d.backward(k, d_in, (&mut scratch, 0.0), dout, &inp, &wv);
+                            run.and_then(|()| {
+                                convert::add_to_f32(gpu, &mut gw, &scratch.as_view(), w.len())
+                                    .map_err(|e| e.to_string())
+                            })
+                        }
+                    };
                     check(run.map_err(|e| CudaError::new(gpu.index, "convolution backward", e)));
                     if bias {
                         check(conv::bias_grad(gpu, gb, dout, b, g.oc, g.oh * g.ow));
                     }
                     return;
                 }
+                // the own kernels read the fp32 parameters; im2col exists in fp32 only (a bf16
+                // replica with dense convolutions opens only with cuDNN)
+                let wv = self.params.slice(w.clone());
+                let fp32 = "im2col convolutions are fp32";
                 check(match groups {
                     1 => conv::conv2d_backward(
                         gpu,
                         self.blas,
-                        d_in,
+                        d_in.map(|d| E::f32_view_mut(d).expect(fp32)),
                         &mut gw,
                         gb,
-                        dout,
-                        &inp,
+                        E::f32_view(dout).expect(fp32),
+                        E::f32_view(&inp).expect(fp32),
                         &wv,
                         b,
                         g.c,
@@ -166,27 +187,48 @@ impl Back<'_> {
         n: usize,
         b: usize,
         (c, oc): (usize, usize),
-        dout: &CudaView<'_, f32>,
-        inp: &CudaView<'_, f32>,
-        d_in: Option<&mut CudaViewMut<'_, f32>>,
+        dout: &CudaView<'_, E>,
+        inp: &CudaView<'_, E>,
+        d_in: Option<&mut CudaViewMut<'_, E>>,
     ) {
-        let gpu = self.gpu;
+        let (gpu, s) = (self.gpu, &self.gpu.stream);
         let (w, bias) = m.weight_bias(&m.nodes[n]);
-        // the weight gradient, and the bias gradient right after it (Model's layout)
+        // the weight gradient (accumulated in fp32 whatever the operands), and the bias
+        // gradient right after it (Model's layout)
         let mut wb = self.grads.slice_mut(w.start..bias.end);
         let (mut gw, mut gb) = wb.split_at_mut(w.len());
-        if let Err(e) = sgemm(
-            self.blas, true, false, oc, c, b, 1.0, dout, inp, 1.0, &mut gw,
+        let dims = (oc, c, b);
+        if let Err(e) = gemm(
+            self.blas,
+            s,
+            (true, false),
+            dims,
+            1.0,
+            dout,
+            inp,
+            1.0,
+            &mut gw,
         ) {
             die(gpu.index, "backward", e)
         }
         if !bias.is_empty() {
             let (ni, di) = (b as i32, oc as i32);
-            launch!(gpu, "bias_grad_f32", oc, &mut gb, dout, &ni, &di);
+            launch!(gpu, named!(E, "bias_grad"), oc, &mut gb, dout, &ni, &di);
         }
         if let Some(dinp) = d_in {
-            let wv = self.params.slice(w);
-            if let Err(e) = sgemm(self.blas, false, false, b, c, oc, 1.0, dout, &wv, 0.0, dinp) {
+            let wv = self.weights.slice(w);
+            let dims = (b, c, oc);
+            if let Err(e) = gemm(
+                self.blas,
+                s,
+                (false, false),
+                dims,
+                1.0,
+                dout,
+                &wv,
+                0.0,
+                dinp,
+            ) {
                 die(gpu.index, "backward", e)
             }
         }

@@ -19,6 +19,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
 
 use super::CudaReplica;
+use crate::backend::cuda::elem::Elem;
 use crate::comm::Collective;
 
 /// What a graph was captured over: where every buffer it touches lives (the activations' rows
@@ -111,10 +112,10 @@ impl Graphs {
     }
 }
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Sets whether training passes go through CUDA graphs (`--cuda-graph`, as the engine
     /// resolved it for this run).
-    pub fn use_graphs(mut self, on: bool) -> CudaReplica {
+    pub fn use_graphs(mut self, on: bool) -> CudaReplica<E> {
         self.graphs = Graphs::new(on);
         self
     }

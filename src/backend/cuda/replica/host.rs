@@ -15,6 +15,7 @@ use cudarc::driver::{
 };
 
 use super::CudaReplica;
+use crate::backend::cuda::elem::Elem;
 use crate::backend::AUX;
 
 /// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
@@ -87,7 +88,7 @@ pub(super) struct Staging {
     params_in: Upload<f32>,
 }
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     fn pinned(&self, len: usize) -> PinnedHostSlice<f32> {
         // flags 0: cached (not write-combined) memory, which the host reads back quickly
         // SAFETY: every use fills the buffer (a device copy into it, or a host copy of `len`
@@ -150,5 +151,6 @@ impl CudaReplica {
         if let Err(e) = r {
             self.fail("upload the parameters", e)
         }
+        self.refresh_weights();
     }
 }

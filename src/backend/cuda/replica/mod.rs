@@ -3,6 +3,11 @@
 //! and gradients are summed across GPUs by NCCL in one call (the batch metrics ride in three
 //! slots after them, as on the CPU).
 //!
+//! Activations and their gradients are of element type `E` (`elem::Elem`): f32, or bf16 for
+//! `--precision bf16` (autocast as PyTorch's: products on bf16 operands with fp32 accumulation,
+//! batch norm's statistics, the loss, master weights, gradients and optimizer state in fp32; the
+//! products read a bf16 copy of the weights made after every change to the parameters).
+//!
 //! Work is queued on the GPU's stream; the host waits once per step, after the all-reduce, to
 //! read the batch metrics. Compute and all-reduce times come from CUDA events on the stream.
 //! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
@@ -29,13 +34,14 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice};
 use cudarc::nccl::Id;
 
-use super::launch::{add_metrics, die};
+use super::elem::Elem;
+use super::launch::{add_metrics, check, die};
 use super::nccl::{Communicator, Patience};
 use super::{blas, dnn, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::model::Model;
+use crate::nn::model::{Model, Op};
 use crate::nn::optim::{OptState, Optimizer};
 use crate::nn::precision::Precision;
 
@@ -43,6 +49,20 @@ use crate::nn::precision::Precision;
 const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
 const MAX_ELEMENTS: usize = i32::MAX as usize;
+
+/// Whether `m` has a convolution that is not depthwise (the own kernels' im2col path: fp32 only).
+fn has_dense_conv(m: &Model) -> bool {
+    (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups: 1, .. }))
+}
+
+/// The most weights one convolution of `m` has.
+fn largest_conv(m: &Model) -> usize {
+    (m.nodes.iter())
+        .filter(|n| matches!(n.op, Op::Conv { .. }))
+        .map(|n| m.weight_bias(n).0.len())
+        .max()
+        .unwrap_or(0)
+}
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
@@ -52,13 +72,13 @@ pub struct Group {
     pub world: usize,
 }
 
-pub struct CudaReplica {
+pub struct CudaReplica<E: Elem = f32> {
     gpu: Gpu,
     /// Always Some until dropped (taken then, so a failed teardown cannot panic).
     blas: Option<cudarc::cublas::CudaBlas>,
     /// Convolutions through cuDNN where it loads and passed its check (`dnn::check`); taken
     /// at drop, as `blas`.
-    dnn: Option<dnn::Dnn>,
+    dnn: Option<dnn::Dnn<E>>,
     /// What the run should be told about this GPU (cuDNN failing its check).
     notes: Vec<String>,
     comm: Option<Communicator>,
@@ -70,7 +90,7 @@ pub struct CudaReplica {
     /// updated on the device by every training pass.
     running: CudaSlice<f32>,
     /// What the nodes keep besides the activations (saved statistics, masks, scratch).
-    nodes: nodes::NodeBufs,
+    nodes: nodes::NodeBufs<E>,
     /// Dropout's masks: this replica's seed, and training passes so far (as the CPU's): one
     /// counter on the device, so that passes replayed from a graph count too.
     dropout_seed: u64,
@@ -82,6 +102,14 @@ pub struct CudaReplica {
     chunks: update::Chunks,
     t: u64,
     params: CudaSlice<f32>,
+    /// bf16 runs: the parameters rounded to bf16, what the products read (`refresh_weights`);
+    /// one element otherwise (`Elem::weights` reads `params`).
+    weights: CudaSlice<E>,
+    /// bf16 runs: a convolution's weight gradient before it is added to `grads` (the largest
+    /// convolution's weights); one element otherwise.
+    wgrad: CudaSlice<E>,
+    /// bf16 runs: a batch uploaded in fp32 before its conversion into the input activations.
+    input: CudaSlice<f32>,
     /// n_params gradient sums, then [loss sum, correct, samples].
     grads: CudaSlice<f32>,
     /// The optimizer's moments, for the trained parameters only (`Optimizer::compact`).
@@ -90,8 +118,8 @@ pub struct CudaReplica {
     /// With frozen parameters (`--freeze`): what the all-reduce carries, packed.
     packed: Option<packed::Packed>,
     /// Activations and their gradients per value of the model, for `cap` rows; [0] is the input.
-    acts: Vec<CudaSlice<f32>>,
-    dacts: Vec<CudaSlice<f32>>,
+    acts: Vec<CudaSlice<E>>,
+    dacts: Vec<CudaSlice<E>>,
     /// Per node: a pooling node's argmax for `cap` rows (a placeholder for other nodes).
     argmax: Vec<CudaSlice<u32>>,
     /// The convolutions' column and weight-gradient scratch, shared by every conv layer.
@@ -114,9 +142,10 @@ pub struct CudaReplica {
     profile: Option<profile::Profile>,
 }
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Opens GPU `index` on this thread and uploads `state`; `join` then connects it to the
-    /// other GPUs.
+    /// other GPUs. A bf16 replica (`E`) needs cuDNN for its dense convolutions: without it the
+    /// open fails, naming the fix.
     pub fn open(
         index: usize,
         model: Model,
@@ -124,7 +153,7 @@ impl CudaReplica {
         precision: Precision,
         state: TrainState,
         timeout: Duration,
-    ) -> Result<CudaReplica, CudaError> {
+    ) -> Result<CudaReplica<E>, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
         if state.buffers.len() != model.n_buffers {
@@ -148,7 +177,17 @@ impl CudaReplica {
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
-        let (dnn, notes) = dnn::for_replica(&gpu, &blas, precision);
+        let (dnn, notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
+        if E::BF16 && dnn.is_none() && has_dense_conv(&model) {
+            let why = notes
+                .first()
+                .map_or("cuDNN is not loaded or MGTOP_CUDNN=off", |n| n);
+            return Err(CudaError::new(
+                index,
+                "open",
+                format!("bf16 convolutions need cuDNN ({why}): use --precision tf32"),
+            ));
+        }
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
@@ -175,6 +214,17 @@ impl CudaReplica {
             optimizer,
             chunks,
             t: state.opt.t,
+            weights: s
+                .alloc_zeros::<E>(if E::BF16 { n.max(1) } else { 1 })
+                .map_err(on(index, "allocate the bf16 weights"))?,
+            wgrad: s
+                .alloc_zeros::<E>(if E::BF16 {
+                    largest_conv(&model).max(1)
+                } else {
+                    1
+                })
+                .map_err(on(index, "allocate"))?,
+            input: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
             params,
             grads,
             m,
@@ -206,6 +256,7 @@ impl CudaReplica {
         };
         // evaluation's chunks, as the CPU's (`Model::eval_rows`)
         r.ensure(r.model.eval_rows())?;
+        r.refresh_weights();
         Ok(r)
     }
 
@@ -254,14 +305,34 @@ impl CudaReplica {
         die(self.gpu.index, what, e)
     }
 
-    /// Uploads x[b, d] and y[b] into the input buffers.
+    /// Uploads x[b, d] and y[b] into the input buffers (a bf16 run's through `input`, then
+    /// rounded on the device).
     fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
         if let Err(e) = self.ensure(b) {
             panic!("{e}")
         }
         let d = self.model.dims[0];
         let s = self.gpu.stream.clone();
-        if let Err(e) = s.memcpy_htod(&x[..b * d], &mut self.acts[0].slice_mut(..b * d)) {
+        let mut a0 = self.acts[0].slice_mut(..b * d);
+        let sent = match E::f32_view_mut(&mut a0) {
+            Some(a0) => s.memcpy_htod(&x[..b * d], a0),
+            None => {
+                let mut staged = self.input.slice_mut(..b * d);
+                s.memcpy_htod(&x[..b * d], &mut staged).map(|()| {
+                    let (cfg, ni) = (super::launch::grid_stride_cfg(b * d), (b * d) as i32);
+                    let staged = staged.as_view();
+                    check(try_launch!(
+                        &self.gpu,
+                        "f32_to_bf16",
+                        cfg,
+                        &mut a0,
+                        &staged,
+                        &ni
+                    ));
+                })
+            }
+        };
+        if let Err(e) = sent {
             self.fail("upload a batch", e)
         }
         if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
@@ -306,7 +377,7 @@ impl CudaReplica {
     }
 }
 
-impl Drop for CudaReplica {
+impl<E: Elem> Drop for CudaReplica<E> {
     fn drop(&mut self) {
         // graphs first, while the kernels' modules, cuBLAS and cuDNN they launch are loaded
         self.graphs.stop();
@@ -323,7 +394,7 @@ impl Drop for CudaReplica {
     }
 }
 
-impl Replica for CudaReplica {
+impl<E: Elem> Replica for CudaReplica<E> {
     /// With `sync`, batch norm's sums go through the host's collective between launches.
     fn compute_grads(&mut self, micro: &[MicroBatch], mut sync: Option<&mut dyn Collective>) {
         let start = self.record();
@@ -466,6 +537,7 @@ impl Replica for CudaReplica {
             panic!("{e}")
         }
         self.t = state.opt.t;
+        self.refresh_weights();
         self.running_from_host(&state.buffers);
     }
 

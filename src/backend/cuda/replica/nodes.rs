@@ -11,17 +11,18 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 
 use super::{CudaReplica, COL_SCRATCH_BYTES, MAX_ELEMENTS};
+use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::{bn, conv, CudaError};
 use crate::nn::model::{Model, Op};
 
-pub(super) struct NodeBufs {
+pub(super) struct NodeBufs<E: Elem> {
     /// Per node: batch norm's mean and 1/std per channel [2C]; dropout's mask [rows x
     /// features]; one float for the others.
     pub saved: Vec<CudaSlice<f32>>,
     /// Per node: the count batch norm's last training statistics were taken over.
     pub count: Vec<f32>,
     /// An input gradient to be added to its value's (`Grad::Add`), [rows x widest such value].
-    pub acc: CudaSlice<f32>,
+    pub acc: CudaSlice<E>,
     /// The bias of bias-less convolutions (zeros), and where their bias gradient goes.
     pub zeros: CudaSlice<f32>,
     pub sink: CudaSlice<f32>,
@@ -38,9 +39,9 @@ fn widest_shared(m: &Model) -> usize {
         .unwrap_or(0)
 }
 
-impl NodeBufs {
+impl<E: Elem> NodeBufs<E> {
     /// Buffers for micro-batches of up to `rows` rows.
-    pub fn new(s: &Arc<CudaStream>, m: &Model, rows: usize) -> Result<NodeBufs, DriverError> {
+    pub fn new(s: &Arc<CudaStream>, m: &Model, rows: usize) -> Result<NodeBufs<E>, DriverError> {
         let (mut widest_oc, mut bn_scratch) = (1, 1);
         let mut saved = Vec::with_capacity(m.nodes.len());
         for node in &m.nodes {
@@ -61,7 +62,7 @@ impl NodeBufs {
         Ok(NodeBufs {
             saved,
             count: vec![0.0; m.nodes.len()],
-            acc: s.alloc_zeros::<f32>((rows * widest_shared(m)).max(1))?,
+            acc: s.alloc_zeros::<E>((rows * widest_shared(m)).max(1))?,
             zeros: s.alloc_zeros::<f32>(widest_oc)?,
             sink: s.alloc_zeros::<f32>(widest_oc)?,
             sums: s.alloc_zeros::<f64>(bn_scratch)?,
@@ -79,10 +80,10 @@ impl NodeBufs {
 }
 
 /// Growing the buffers, the rows they can hold, dropout's seed and the running statistics.
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Dropout masks drawn from `seed` (a replica's own: rank and run seed), as
     /// `CpuReplica::seed_dropout`; unseeded, every replica draws from seed 0.
-    pub fn seed_dropout(mut self, seed: u64) -> CudaReplica {
+    pub fn seed_dropout(mut self, seed: u64) -> CudaReplica<E> {
         self.dropout_seed = seed;
         self
     }
@@ -127,8 +128,12 @@ impl CudaReplica {
             .filter(|n| matches!(n.op, Op::MaxPool(_)))
             .map(|n| self.model.dims[n.output])
             .sum();
-        let nodes = NodeBufs::floats_per_row(&self.model);
-        let per_row = 4 * (2 * self.model.dims.iter().sum::<usize>() + pooled + nodes + 3);
+        let nodes = NodeBufs::<E>::floats_per_row(&self.model);
+        // (a bf16 run also stages its input in fp32)
+        let staged = if E::BF16 { 4 * self.model.dims[0] } else { 0 };
+        let per_row = E::BYTES * 2 * self.model.dims.iter().sum::<usize>()
+            + 4 * (pooled + nodes + 3)
+            + staged;
         let Ok((free, _)) = self.gpu.ctx.mem_get_info() else {
             return indexed;
         };
@@ -164,11 +169,14 @@ impl CudaReplica {
         self.dacts.clear();
         // the nodes' row-sized buffers go first too
         self.nodes.saved.clear();
-        self.nodes.acc = s.alloc_zeros::<f32>(1).map_err(err)?;
+        self.nodes.acc = s.alloc_zeros::<E>(1).map_err(err)?;
         for &d in &self.model.dims {
-            self.acts.push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
-            self.dacts
-                .push(s.alloc_zeros::<f32>(rows * d).map_err(err)?);
+            self.acts.push(s.alloc_zeros::<E>(rows * d).map_err(err)?);
+            self.dacts.push(s.alloc_zeros::<E>(rows * d).map_err(err)?);
+        }
+        if E::BF16 {
+            let d = self.model.dims[0];
+            self.input = s.alloc_zeros::<f32>(rows * d).map_err(err)?;
         }
         self.argmax.clear();
         let mut col = 1;

@@ -14,8 +14,9 @@ use super::backprop::Back;
 use super::nodes::NodeBufs;
 use super::profile::{self, Profile};
 use super::CudaReplica;
-use crate::backend::cuda::blas::sgemm;
+use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::Key;
+use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{check, die};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
 use crate::comm::Collective;
@@ -24,12 +25,12 @@ use crate::nn::model::interp::{self, Exec, Grad};
 use crate::nn::model::{Act, Model, Op};
 
 /// One pass's view of a replica: its buffers, and the collective sync batch norm sums through.
-struct Pass<'a, 'c> {
-    r: &'a mut CudaReplica,
+struct Pass<'a, 'c, E: Elem> {
+    r: &'a mut CudaReplica<E>,
     sync: Option<&'a mut (dyn Collective + 'c)>,
 }
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Forward, softmax cross-entropy (per-row loss and correct into `row_loss` /
     /// `row_correct`) and backward over `b` uploaded rows, accumulating gradient sums; with
     /// `sync`, batch norm's statistics over every replica's rows.
@@ -60,30 +61,42 @@ impl CudaReplica {
     }
 }
 
-/// out[B, OC] = inp[B, C] @ w^T + bias (w is [OC, C], PyTorch's layout).
+/// out[B, OC] = inp[B, C] @ w^T + bias (w is [OC, C], PyTorch's layout; `weights` the
+/// products' copy, `params` the fp32 parameters the bias is read from).
 #[allow(clippy::too_many_arguments)]
-fn linear_forward(
+fn linear_forward<E: Elem>(
     gpu: &Gpu,
     blas: &CudaBlas,
-    out: &mut cudarc::driver::CudaViewMut<'_, f32>,
-    inp: &cudarc::driver::CudaView<'_, f32>,
-    params: &CudaSlice<f32>,
+    out: &mut cudarc::driver::CudaViewMut<'_, E>,
+    inp: &cudarc::driver::CudaView<'_, E>,
+    (weights, params): (&CudaSlice<E>, &CudaSlice<f32>),
     (w, bias): (std::ops::Range<usize>, std::ops::Range<usize>),
     b: usize,
     (c, oc): (usize, usize),
 ) {
-    let wv = params.slice(w);
-    if let Err(e) = sgemm(blas, false, true, b, oc, c, 1.0, inp, &wv, 0.0, out) {
+    let wv = weights.slice(w);
+    let product = gemm(
+        blas,
+        &gpu.stream,
+        (false, true),
+        (b, oc, c),
+        1.0,
+        inp,
+        &wv,
+        0.0,
+        out,
+    );
+    if let Err(e) = product {
         die(gpu.index, "forward", e)
     }
     if !bias.is_empty() {
         let bv = params.slice(bias);
         let (ni, di) = (b as i32, oc as i32);
-        launch!(gpu, "bias_add_f32", b * oc, &mut *out, &bv, &ni, &di);
+        launch!(gpu, named!(E, "bias_add"), b * oc, &mut *out, &bv, &ni, &di);
     }
 }
 
-impl Exec for Pass<'_, '_> {
+impl<E: Elem> Exec for Pass<'_, '_, E> {
     fn forward(&mut self, m: &Model, n: usize, b: usize, train: bool) {
         let node = &m.nodes[n];
         // an empty share (sync batch norm) only takes part in the statistics' exchange
@@ -101,6 +114,7 @@ impl Exec for Pass<'_, '_> {
             blas,
             dnn,
             params,
+            weights,
             acts,
             argmax,
             col,
@@ -110,6 +124,7 @@ impl Exec for Pass<'_, '_> {
             passes,
             ..
         } = &mut **r;
+        let weights = E::weights(params, weights);
         let gpu: &Gpu = gpu;
         let blas: &CudaBlas = blas.as_ref().expect("cuBLAS is held until drop");
         // a node's inputs are made before it
@@ -124,7 +139,7 @@ impl Exec for Pass<'_, '_> {
                 blas,
                 &mut out,
                 &inp,
-                params,
+                (weights, params),
                 m.weight_bias(node),
                 b,
                 (c, oc),
@@ -137,20 +152,23 @@ impl Exec for Pass<'_, '_> {
                     true => params.slice(bi),
                     false => nodes.zeros.slice(..g.oc),
                 };
-                let wv = params.slice(w);
                 if let Some(d) = dnn.as_mut() {
+                    let wv = weights.slice(w);
                     let run = d.forward(Key { b, groups, g }, &mut out, &inp, &wv);
                     check(run.map_err(|e| CudaError::new(gpu.index, "convolution forward", e)));
                     if bias {
                         check(conv::bias_add(gpu, &mut out, &bv, b, g.oc, g.oh * g.ow));
                     }
                 } else {
+                    // the own kernels read the fp32 parameters; im2col exists in fp32 only (a
+                    // bf16 replica with dense convolutions opens only with cuDNN)
+                    let wv = params.slice(w);
                     check(match groups {
                         1 => conv::conv2d_forward(
                             gpu,
                             blas,
-                            &mut out,
-                            &inp,
+                            E::f32_view_mut(&mut out).expect("im2col convolutions are fp32"),
+                            E::f32_view(&inp).expect("im2col convolutions are fp32"),
                             &wv,
                             &bv,
                             b,
@@ -280,7 +298,7 @@ impl Exec for Pass<'_, '_> {
         let (ni, ci, eps) = (b as i32, classes as i32, m.label_smoothing);
         launch!(
             gpu,
-            "softmax_xent_f32",
+            named!(E, "softmax_xent"),
             b,
             &logits,
             &labels,
@@ -312,6 +330,8 @@ impl Exec for Pass<'_, '_> {
             blas,
             dnn,
             params,
+            weights,
+            wgrad,
             grads,
             acts,
             dacts,
@@ -343,7 +363,9 @@ impl Exec for Pass<'_, '_> {
             gpu,
             blas: blas.as_ref().expect("cuBLAS is held until drop"),
             dnn: dnn.as_mut(),
+            weights: E::weights(params, weights),
             params,
+            wgrad,
             grads,
             acts,
             argmax,

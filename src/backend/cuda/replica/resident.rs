@@ -7,7 +7,8 @@ use cudarc::driver::CudaSlice;
 
 use super::host::Upload;
 use super::{to_device, CudaReplica};
-use crate::backend::cuda::launch::die;
+use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::launch::{check, die, grid_stride_cfg};
 use crate::data::Dataset;
 
 /// At most this share of the GPU's free memory goes to the data: the rest is for the model, its
@@ -33,7 +34,7 @@ impl Resident {
     }
 }
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Uploads `train` and `val` when they take at most a quarter of the GPU's free memory once
     /// the activations of micro-batches of `rows` rows are allocated; whether it did.
     pub(super) fn hold(&mut self, train: &Dataset, val: &Dataset, rows: usize) -> bool {
@@ -98,10 +99,17 @@ impl CudaReplica {
         let (s, d) = (self.gpu.stream.clone(), self.model.dims[0]);
         let x = r.val_x.slice(start * d..(start + b) * d);
         let y = r.val_y.slice(start..start + b);
-        if let Err(e) = s
-            .memcpy_dtod(&x, &mut self.acts[0].slice_mut(..b * d))
-            .and_then(|_| s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b)))
-        {
+        let mut a0 = self.acts[0].slice_mut(..b * d);
+        // a bf16 run's input is rounded from the held fp32 rows
+        let copied = match E::f32_view_mut(&mut a0) {
+            Some(a0) => s.memcpy_dtod(&x, a0),
+            None => {
+                let (cfg, ni) = (grid_stride_cfg(b * d), (b * d) as i32);
+                check(try_launch!(&self.gpu, "f32_to_bf16", cfg, &mut a0, &x, &ni));
+                Ok(())
+            }
+        };
+        if let Err(e) = copied.and_then(|_| s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b))) {
             die(self.gpu.index, "copy validation rows", e)
         }
     }
@@ -138,7 +146,7 @@ impl CudaReplica {
         // above), whose buffers hold samples*d features and samples labels
         launch!(
             &self.gpu,
-            "gather_rows_f32",
+            named!(E, "gather_rows"),
             b * d,
             &mut x,
             &mut y,

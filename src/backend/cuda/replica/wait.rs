@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaEvent;
 
 use super::CudaReplica;
+use crate::backend::cuda::elem::Elem;
 use crate::backend::{DeviceTimes, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 
-impl CudaReplica {
+impl<E: Elem> CudaReplica<E> {
     /// Waits for `ev`, which follows an all-reduce, without blocking forever: the clock starts
     /// when the work before the all-reduce (`compute_end`) is done, so a long compute is not a
     /// hang; a group aborted on the host (a peer's failure) or `timeout` of all-reduce with no

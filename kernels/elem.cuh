@@ -1,0 +1,38 @@
+// The prelude: prepended to every kernels/*.cu file before NVRTC compiles it
+// (src/backend/cuda/kernels.rs, PRELUDE; a `#line` directive after it keeps error line
+// numbers pointing into the .cu file). Not a kernel file of its own.
+//
+// bf16 mixed precision keeps activations (and their gradients) as bf16: the top 16 bits of an
+// fp32, held as an unsigned short. A kernel that touches activations is one template body over
+// the element type T (float or bf16) with an `{op}_f32` and an `{op}_bf16` entry point; the
+// body reads and writes T through ld/st, and all its math is fp32 either way: ld widens (exact),
+// st rounds to nearest even. For T = float, ld/st are plain loads and stores, so the fp32
+// kernels compute exactly what they did before the twins.
+
+typedef unsigned short bf16;
+
+#define GRID_STRIDE(i, n)                                                                    \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
+         i += (long long)blockDim.x * gridDim.x)
+
+// fp32 -> bf16 bits, round to nearest, ties to even; a NaN stays a quiet NaN of its sign.
+// bf16 bits -> fp32 (exact). Mirror nn::bf16 (to_bf16, from_bf16) bit for bit, in integer
+// arithmetic, so no header and no fast-math mode can change a result.
+__device__ __forceinline__ unsigned short bf16_bits(float x) {
+    unsigned int b = __float_as_uint(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((b >> 16) | 0x0040u);
+    }
+    b += 0x7fffu + ((b >> 16) & 1u);
+    return (unsigned short)(b >> 16);
+}
+
+__device__ __forceinline__ float bf16_value(unsigned short h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+// Element access by type: the fp32 value of *p, and *p = v (rounded to nearest even for bf16).
+__device__ __forceinline__ float ld(const float* p) { return *p; }
+__device__ __forceinline__ float ld(const bf16* p) { return bf16_value(*p); }
+__device__ __forceinline__ void st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16* p, float v) { *p = bf16_bits(v); }
