@@ -218,10 +218,6 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["`fp16`", "auto, fp32, tf32 or bf16"],
         ),
         (
-            &["--precision", "bf16"],
-            &["--precision bf16 is not available", "tf32"],
-        ),
-        (
             &["--cuda-graph", "yes"],
             &["--cuda-graph", "`yes`", "auto, on or off"],
         ),

@@ -282,7 +282,7 @@ pub struct TrainArgs {
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
     #[arg(long)]
     pub label_smoothing: Option<f32>,
-    /// What GPUs compute matrix products in: auto | fp32 | tf32 (auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
+    /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,
     /// Capture each GPU training pass once as a CUDA graph and replay it: auto | on | off (auto: wherever a pass can be one; not with --sync-bn)  [default: off]

@@ -63,6 +63,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             "precision: {}",
             match info.precision {
                 Precision::Tf32 => "tf32 (matrix products on the tensor cores with TF32 inputs, fp32 accumulation; weights, gradients, optimizer state and the all-reduce in fp32)",
+                Precision::Bf16 => "bf16 (activations and matrix products in bf16 with fp32 accumulation; batch-norm statistics, the loss, master weights, gradients, optimizer state and the all-reduce in fp32)",
                 p => p.name(),
             }
         ));

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::elem::bf16;
 use super::replica::CudaReplica;
 pub use super::selftest_compare::Check;
 use super::selftest_compare::{check, compare, compare_changes};
@@ -37,7 +38,7 @@ pub(super) fn guarded(name: &str, f: impl FnOnce() -> Vec<Check>) -> Vec<Check> 
 /// Every check for GPU `index`: kernels compile and load, the GEMM helper in all four
 /// transpose combinations, the elementwise, convolution, pooling, batch norm and depthwise ops
 /// against the CPU ops, two training steps of every optimizer, and two of a residual network
-/// with batch norm, CPU vs GPU.
+/// with batch norm (fp32, and bf16 where the GPU has bf16 tensor cores), CPU vs GPU.
 pub fn gpu_checks(index: usize) -> Vec<Check> {
     let mut out = Vec::new();
     let gpu = match Gpu::open(index) {
@@ -71,6 +72,8 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         checks.extend(super::selftest_dw::checks(&gpu, &mut rng));
         checks
     }));
+    // (bf16 tensor cores arrive with TF32's, in Ampere)
+    let bf16_cores = gpu.has_tf32();
     drop(gpu);
     for kind in [
         OptimizerKind::Sgd,
@@ -91,8 +94,16 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     }
     let name = format!("gpu{index} 2 steps of a residual BN network");
     out.extend(guarded(&name, || {
-        vec![check(name.clone(), super::selftest_model::two_steps(index))]
+        let run = super::selftest_model::two_steps::<f32>(index, Precision::Fp32);
+        vec![check(name.clone(), run)]
     }));
+    if bf16_cores {
+        let name = format!("gpu{index} 2 steps of a residual BN network, bf16");
+        out.extend(guarded(&name, || {
+            let run = super::selftest_model::two_steps::<bf16>(index, Precision::Bf16);
+            vec![check(name.clone(), run)]
+        }));
+    }
     out
 }
 

@@ -52,8 +52,18 @@ pub(super) fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
 /// moves them by ~lr, so a comparison of the parameters themselves passes even when no update
 /// is applied at all. The limit is 0.1% of the largest change plus 1% of each element's.
 pub fn compare_changes(init: &[f32], got: &[f32], want: &[f32]) -> (f64, f64) {
+    compare_changes_within(init, got, want, (1e-3, 1e-2))
+}
+
+/// `compare_changes` with the limit (share of the largest change, share of each element's).
+pub fn compare_changes_within(
+    init: &[f32],
+    got: &[f32],
+    want: &[f32],
+    (largest_share, each): (f64, f64),
+) -> (f64, f64) {
     let delta = |v: &[f32]| -> Vec<f32> { v.iter().zip(init).map(|(a, b)| a - b).collect() };
     let (dg, dw) = (delta(got), delta(want));
     let largest = dw.iter().fold(0.0f64, |m, x| m.max((*x as f64).abs()));
-    compare(&dg, &dw, 1e-3 * largest.max(1e-12), 1e-2)
+    compare(&dg, &dw, largest_share * largest.max(1e-12), each)
 }
