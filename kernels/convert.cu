@@ -19,3 +19,16 @@ extern "C" __global__ void bf16_to_f32(float* out, const bf16* x, int n) {
 extern "C" __global__ void bf16_add_to_f32(float* acc, const bf16* x, int n) {
     GRID_STRIDE(i, n) { acc[i] += bf16_value(x[i]); }
 }
+
+// A copy of some of x's ranges rounded to bf16, each chunk c = (first source element, length,
+// first destination element, unused) of at most a block's worth of work: a bf16 run's weights
+// for its products, each tensor placed on a 16-byte boundary of `out`
+extern "C" __global__ void f32_to_bf16_chunks(bf16* out, const float* x, const int4* chunks,
+                                              int nchunks) {
+    for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
+        int4 c = chunks[k];
+        for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
+            out[c.z + j] = bf16_bits(x[c.x + j]);
+        }
+    }
+}

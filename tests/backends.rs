@@ -772,6 +772,16 @@ fn cuda_bf16_training_tracks_fp32() {
     if !gpu_present() {
         return;
     }
+    let gpu = mgtop::backend::cuda::Gpu::open(0).unwrap_or_else(|e| panic!("{e}"));
+    if !gpu.has_tf32() || !mgtop::backend::cuda::dnn::wanted() {
+        common::skipped(&format!(
+            "bf16 needs compute capability 8.0 and cuDNN ({}, cuDNN wanted: {})",
+            gpu.arch,
+            mgtop::backend::cuda::dnn::wanted()
+        ));
+        return;
+    }
+    drop(gpu);
     let kind = OptimizerKind::Momentum;
     let state = TrainState::initial(&model, kind, 8);
     let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone()).seed_dropout(3);

@@ -136,9 +136,9 @@ pub fn sgemm(
 }
 
 /// C[m,n] = alpha * op(A) op(B) + beta * C, row-major as in `sgemm`, with A and B of element
-/// type `E` and C of `O` (bf16 x bf16 into bf16 or into f32, or all f32), accumulated in fp32
-/// (`cublasGemmEx`, `CUBLAS_COMPUTE_32F`: TF32 tensor cores for f32 where the handle's math
-/// mode allows them, bf16 ones for bf16). `stream` is the handle's.
+/// type `E` and C of `O`: all f32 through `sgemm`; bf16 x bf16 into bf16 or into f32 through
+/// `cublasGemmEx` with fp32 accumulation (`CUBLAS_COMPUTE_32F`, the bf16 tensor cores).
+/// `stream` is the handle's.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<E: Elem, O: Elem>(
     blas: &CudaBlas,
@@ -151,6 +151,10 @@ pub fn gemm<E: Elem, O: Elem>(
     beta: f32,
     c: &mut CudaViewMut<'_, O>,
 ) -> Result<(), GemmError> {
+    // all fp32: cuBLAS's sgemm, in the handle's math mode (TF32 or strict), as it always was
+    if let (Some(a), Some(b), Some(c)) = (E::f32_view(a), E::f32_view(b), O::f32_view_mut(c)) {
+        return sgemm(blas, ta, tb, m, n, k, alpha, a, b, beta, c);
+    }
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
     if m == 0 || n == 0 {
         return Ok(());

@@ -338,6 +338,7 @@ mod tests {
                 "f32_to_bf16",
                 "bf16_to_f32",
                 "bf16_add_to_f32",
+                "f32_to_bf16_chunks",
             ]
         );
         // every file in kernels/ is embedded

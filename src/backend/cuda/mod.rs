@@ -24,6 +24,7 @@ pub mod ops;
 pub mod pool;
 pub mod replica;
 pub mod selftest;
+mod selftest_bf16;
 mod selftest_bn;
 mod selftest_compare;
 mod selftest_conv;

@@ -72,6 +72,11 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         checks.extend(super::selftest_dw::checks(&gpu, &mut rng));
         checks
     }));
+    if gpu.has_tf32() {
+        out.extend(guarded(&format!("gpu{index} bf16 ops vs fp32"), || {
+            super::selftest_bf16::checks(&gpu)
+        }));
+    }
     // (bf16 tensor cores arrive with TF32's, in Ampere)
     let bf16_cores = gpu.has_tf32();
     drop(gpu);

@@ -25,7 +25,18 @@ pub fn for_replica<E: Elem>(
         let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
         let checked = check(gpu, blas, &mut d, precision == Precision::Tf32);
         close(d);
-        checked.and_then(|()| Dnn::<E>::open(&gpu.stream, precision))
+        checked?;
+        let mut d = Dnn::<E>::open(&gpu.stream, precision)?;
+        match E::BF16 {
+            false => Ok(d),
+            true => match runs(gpu, &mut d) {
+                Ok(()) => Ok(d),
+                Err(e) => {
+                    close(d);
+                    Err(format!("its bf16 convolutions: {e}"))
+                }
+            },
+        }
     }));
     let failed = match checked {
         Ok(Ok(d)) => return (Some(d), Vec::new()),
@@ -44,30 +55,8 @@ pub fn for_replica<E: Elem>(
 /// and through the own kernels: the output and both gradients must agree, to TF32's rounding
 /// where the math allows it (`tf32`). What a replica runs before it trusts cuDNN.
 pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<(), String> {
-    let dense = ConvGeom {
-        c: 3,
-        h: 7,
-        w: 6,
-        oc: 5,
-        k: 3,
-        stride: 2,
-        pad: 1,
-        oh: 4,
-        ow: 3,
-    };
-    let depthwise = ConvGeom {
-        c: 4,
-        h: 6,
-        w: 5,
-        oc: 4,
-        k: 3,
-        stride: 1,
-        pad: 1,
-        oh: 6,
-        ow: 5,
-    };
     let tol = if tf32 { 2e-2 } else { 1e-4 };
-    for (g, groups) in [(dense, 1), (depthwise, 4)] {
+    for (g, groups) in shapes() {
         let k = Key { b: 2, groups, g };
         let own = through(gpu, k, |t| {
             own_conv(gpu, blas, k, t).map_err(|e| e.to_string())
@@ -104,6 +93,55 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
         }
     }
     Ok(())
+}
+
+/// The check's two convolutions through a cuDNN of activations `E` on zeros (for bf16: its
+/// tensor-core configuration, which the fp32 check does not reach): each plan made and run in
+/// both directions without an error. `selftest` compares bf16's values.
+fn runs<E: Elem>(gpu: &Gpu, dnn: &mut Dnn<E>) -> Result<(), String> {
+    for (g, groups) in shapes() {
+        let k = Key { b: 2, groups, g };
+        let (nx, nw, ny) = (
+            k.b * g.c * g.h * g.w,
+            g.oc * (g.c / groups) * g.k * g.k,
+            k.b * g.oc * g.oh * g.ow,
+        );
+        let zeros = |n| (gpu.stream.alloc_zeros::<E>(n)).map_err(|e| format!("allocate: {e:?}"));
+        let (x, w, dy) = (zeros(nx)?, zeros(nw)?, zeros(ny)?);
+        let (mut y, mut dx, mut dw) = (zeros(ny)?, zeros(nx)?, zeros(nw)?);
+        dnn.forward(k, &mut y.slice_mut(..), &x.slice(..), &w.slice(..))?;
+        let (xv, wv, dyv) = (x.slice(..), w.slice(..), dy.slice(..));
+        let dx = Some(&mut dx.slice_mut(..));
+        dnn.backward(k, dx, (&mut dw.slice_mut(..), 0.0), &dyv, &xv, &wv)?;
+    }
+    (gpu.stream.synchronize()).map_err(|e| format!("run: {e:?}"))
+}
+
+/// The checked convolutions: a dense 3x3 stride-2 padded one, a depthwise 3x3 one (groups).
+fn shapes() -> [(ConvGeom, usize); 2] {
+    let dense = ConvGeom {
+        c: 3,
+        h: 7,
+        w: 6,
+        oc: 5,
+        k: 3,
+        stride: 2,
+        pad: 1,
+        oh: 4,
+        ow: 3,
+    };
+    let depthwise = ConvGeom {
+        c: 4,
+        h: 6,
+        w: 5,
+        oc: 4,
+        k: 3,
+        stride: 1,
+        pad: 1,
+        oh: 6,
+        ow: 5,
+    };
+    [(dense, 1), (depthwise, 4)]
 }
 
 /// One convolution's buffers on the GPU: input, weights and output gradient (from a fixed

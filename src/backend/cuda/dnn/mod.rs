@@ -9,8 +9,9 @@
 //! cuDNN's heuristics; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
 //! heuristic pick needing more takes cuDNN's no-workspace algorithm).
 //!
-//! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, tensor cores allowed
-//! (`CUDNN_DEFAULT_MATH`) for `tf32` and for bf16 tensors. A replica checks its cuDNN once against the own kernels
+//! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
+//! (`CUDNN_DEFAULT_MATH`) for `tf32`, the tensor cores (`CUDNN_TENSOR_OP_MATH`) for bf16
+//! tensors. A replica checks its cuDNN once against the own kernels
 //! before using it (`check`), and trains with the own kernels where that fails.
 
 use std::collections::HashMap;
@@ -110,7 +111,10 @@ impl<E: Elem> Dnn<E> {
             stream: stream.clone(),
             handle,
             math: match (E::BF16, precision) {
-                (true, _) | (false, Precision::Tf32) => cudnnMathType_t::CUDNN_DEFAULT_MATH,
+                // (the legacy API runs half-precision types on the tensor cores only when
+                // asked to: PyTorch sets this for its fp16 / bf16 convolutions)
+                (true, _) => cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+                (false, Precision::Tf32) => cudnnMathType_t::CUDNN_DEFAULT_MATH,
                 (false, Precision::Fp32 | Precision::Bf16) => cudnnMathType_t::CUDNN_FMA_MATH,
             },
             plans: HashMap::new(),

@@ -5,6 +5,7 @@
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
+use super::weights::Weights;
 use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::convert;
 use crate::backend::cuda::dnn::{Dnn, Key};
@@ -22,8 +23,8 @@ pub(super) struct Back<'x, E: Elem> {
     /// cuDNN for the convolutions, where the replica uses it.
     pub dnn: Option<&'x mut Dnn<E>>,
     pub params: &'x CudaSlice<f32>,
-    /// What the products read as weights (`Elem::weights`).
-    pub weights: &'x CudaSlice<E>,
+    /// What the products read as weights.
+    pub weights: &'x Weights<E>,
     /// A bf16 convolution's weight gradient before it is added to `grads`.
     pub wgrad: &'x mut CudaSlice<E>,
     /// n_params gradient sums (then the metric slots).
@@ -70,7 +71,7 @@ impl<E: Elem> Back<'_, E> {
                 let gb = if bias { &mut gb } else { &mut sink };
                 if let Some(d) = self.dnn.as_deref_mut() {
                     let k = Key { b, groups, g };
-                    let wv = self.weights.slice(w.clone());
+                    let wv = self.weights.of(self.params, w.clone());
                     // fp32 adds into the gradients; bf16 writes its scratch, then adds that
                     let run = match E::from_f32_view_mut(&mut gw) {
                         Some(gw) => d.backward(k, d_in, (gw, 1.0), dout, &inp, &wv),
@@ -216,7 +217,7 @@ impl<E: Elem> Back<'_, E> {
             launch!(gpu, named!(E, "bias_grad"), oc, &mut gb, dout, &ni, &di);
         }
         if let Some(dinp) = d_in {
-            let wv = self.weights.slice(w);
+            let wv = self.weights.of(self.params, w);
             let dims = (b, c, oc);
             if let Err(e) = gemm(
                 self.blas,

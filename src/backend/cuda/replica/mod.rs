@@ -23,6 +23,7 @@ mod profile;
 mod resident;
 mod update;
 mod wait;
+mod weights;
 
 use host::to_device;
 pub(crate) use update::{launch_update, Buffers, Chunks};
@@ -102,9 +103,8 @@ pub struct CudaReplica<E: Elem = f32> {
     chunks: update::Chunks,
     t: u64,
     params: CudaSlice<f32>,
-    /// bf16 runs: the parameters rounded to bf16, what the products read (`refresh_weights`);
-    /// one element otherwise (`Elem::weights` reads `params`).
-    weights: CudaSlice<E>,
+    /// What the products read as weights: `params`, or a bf16 run's copy (`weights`).
+    weights: weights::Weights<E>,
     /// bf16 runs: a convolution's weight gradient before it is added to `grads` (the largest
     /// convolution's weights); one element otherwise.
     wgrad: CudaSlice<E>,
@@ -214,8 +214,7 @@ impl<E: Elem> CudaReplica<E> {
             optimizer,
             chunks,
             t: state.opt.t,
-            weights: s
-                .alloc_zeros::<E>(if E::BF16 { n.max(1) } else { 1 })
+            weights: weights::Weights::new(&s, &model)
                 .map_err(on(index, "allocate the bf16 weights"))?,
             wgrad: s
                 .alloc_zeros::<E>(if E::BF16 {

@@ -13,6 +13,7 @@ use cudarc::driver::CudaSlice;
 use super::backprop::Back;
 use super::nodes::NodeBufs;
 use super::profile::{self, Profile};
+use super::weights::Weights;
 use super::CudaReplica;
 use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::Key;
@@ -61,20 +62,20 @@ impl<E: Elem> CudaReplica<E> {
     }
 }
 
-/// out[B, OC] = inp[B, C] @ w^T + bias (w is [OC, C], PyTorch's layout; `weights` the
-/// products' copy, `params` the fp32 parameters the bias is read from).
+/// out[B, OC] = inp[B, C] @ w^T + bias (w is [OC, C], PyTorch's layout, read as `weights`
+/// gives it; the bias from the fp32 parameters).
 #[allow(clippy::too_many_arguments)]
 fn linear_forward<E: Elem>(
     gpu: &Gpu,
     blas: &CudaBlas,
     out: &mut cudarc::driver::CudaViewMut<'_, E>,
     inp: &cudarc::driver::CudaView<'_, E>,
-    (weights, params): (&CudaSlice<E>, &CudaSlice<f32>),
+    (weights, params): (&Weights<E>, &CudaSlice<f32>),
     (w, bias): (std::ops::Range<usize>, std::ops::Range<usize>),
     b: usize,
     (c, oc): (usize, usize),
 ) {
-    let wv = weights.slice(w);
+    let wv = weights.of(params, w);
     let product = gemm(
         blas,
         &gpu.stream,
@@ -124,7 +125,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             passes,
             ..
         } = &mut **r;
-        let weights = E::weights(params, weights);
+        let weights: &Weights<E> = weights;
         let gpu: &Gpu = gpu;
         let blas: &CudaBlas = blas.as_ref().expect("cuBLAS is held until drop");
         // a node's inputs are made before it
@@ -153,7 +154,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                     false => nodes.zeros.slice(..g.oc),
                 };
                 if let Some(d) = dnn.as_mut() {
-                    let wv = weights.slice(w);
+                    let wv = weights.of(params, w);
                     let run = d.forward(Key { b, groups, g }, &mut out, &inp, &wv);
                     check(run.map_err(|e| CudaError::new(gpu.index, "convolution forward", e)));
                     if bias {
@@ -363,7 +364,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             gpu,
             blas: blas.as_ref().expect("cuBLAS is held until drop"),
             dnn: dnn.as_mut(),
-            weights: E::weights(params, weights),
+            weights,
             params,
             wgrad,
             grads,

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError};
 
 use super::{to_device, CudaReplica};
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::launch::{blocks_cfg, check, grid_stride_cfg};
+use crate::backend::cuda::launch::{blocks_cfg, check};
 use crate::backend::cuda::Gpu;
 use crate::backend::Replica;
 use crate::nn::optim::{Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
@@ -161,23 +161,10 @@ impl<E: Elem> CudaReplica<E> {
         self.refresh_weights();
     }
 
-    /// A bf16 run's copy of the weights, rounded anew from the parameters: after every change
-    /// to them (open, update, import, upload). Nothing for f32, whose products read `params`.
+    /// A bf16 run's copy of the weights (`weights`), rounded anew from the parameters: after
+    /// every change to them (open, update, import, upload). Nothing for f32.
     pub(super) fn refresh_weights(&mut self) {
-        let n = self.model.n_params;
-        if !E::BF16 || n == 0 {
-            return;
-        }
-        let (cfg, ni) = (grid_stride_cfg(n), n as i32);
-        let (mut to, from) = (self.weights.slice_mut(..n), self.params.slice(..n));
-        check(try_launch!(
-            &self.gpu,
-            "f32_to_bf16",
-            cfg,
-            &mut to,
-            &from,
-            &ni
-        ));
+        check(self.weights.refresh(&self.gpu, &self.params));
     }
 }
 
