@@ -37,6 +37,26 @@ pub fn from_bf16(
     try_launch!(gpu, "bf16_to_f32", grid_stride_cfg(n), &mut *out, x, &ni)
 }
 
+/// out[n] = x as element type `E`: copied (f32) or rounded to bf16 (`to_bf16`).
+pub fn to_elem<E: Elem>(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, E>,
+    x: &CudaView<'_, f32>,
+    n: usize,
+) -> Result<(), CudaError> {
+    let ni = elements(gpu, "convert", n, &[("out", out.len()), ("x", x.len())])?;
+    if n == 0 {
+        return Ok(());
+    }
+    match E::f32_view_mut(out) {
+        Some(out) => (gpu
+            .stream
+            .memcpy_dtod(&x.slice(..n), &mut out.slice_mut(..n)))
+        .map_err(super::on(gpu.index, "copy")),
+        None => try_launch!(gpu, "f32_to_bf16", grid_stride_cfg(n), &mut *out, x, &ni),
+    }
+}
+
 /// acc[n] += the fp32 value of x: a bf16 weight gradient added into the fp32 gradients. `E` is
 /// bf16 (generic only so that a replica's code compiles for either element type).
 pub fn add_to_f32<E: Elem>(

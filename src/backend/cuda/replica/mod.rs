@@ -38,7 +38,7 @@ use cudarc::nccl::Id;
 use super::elem::Elem;
 use super::launch::{add_metrics, check, die};
 use super::nccl::{Communicator, Patience};
-use super::{blas, dnn, on, CudaError, Gpu};
+use super::{blas, convert, dnn, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
@@ -317,17 +317,13 @@ impl<E: Elem> CudaReplica<E> {
             Some(a0) => s.memcpy_htod(&x[..b * d], a0),
             None => {
                 let mut staged = self.input.slice_mut(..b * d);
-                s.memcpy_htod(&x[..b * d], &mut staged).map(|()| {
-                    let (cfg, ni) = (super::launch::grid_stride_cfg(b * d), (b * d) as i32);
-                    let staged = staged.as_view();
-                    check(try_launch!(
+                (s.memcpy_htod(&x[..b * d], &mut staged)).map(|()| {
+                    check(convert::to_elem(
                         &self.gpu,
-                        "f32_to_bf16",
-                        cfg,
                         &mut a0,
-                        &staged,
-                        &ni
-                    ));
+                        &staged.as_view(),
+                        b * d,
+                    ))
                 })
             }
         };

@@ -7,8 +7,9 @@ use cudarc::driver::CudaSlice;
 
 use super::host::Upload;
 use super::{to_device, CudaReplica};
+use crate::backend::cuda::convert;
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::launch::{check, die, grid_stride_cfg};
+use crate::backend::cuda::launch::{check, die};
 use crate::data::Dataset;
 
 /// At most this share of the GPU's free memory goes to the data: the rest is for the model, its
@@ -99,17 +100,14 @@ impl<E: Elem> CudaReplica<E> {
         let (s, d) = (self.gpu.stream.clone(), self.model.dims[0]);
         let x = r.val_x.slice(start * d..(start + b) * d);
         let y = r.val_y.slice(start..start + b);
-        let mut a0 = self.acts[0].slice_mut(..b * d);
-        // a bf16 run's input is rounded from the held fp32 rows
-        let copied = match E::f32_view_mut(&mut a0) {
-            Some(a0) => s.memcpy_dtod(&x, a0),
-            None => {
-                let (cfg, ni) = (grid_stride_cfg(b * d), (b * d) as i32);
-                check(try_launch!(&self.gpu, "f32_to_bf16", cfg, &mut a0, &x, &ni));
-                Ok(())
-            }
-        };
-        if let Err(e) = copied.and_then(|_| s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b))) {
+        // (a bf16 run's input is rounded from the held fp32 rows)
+        check(convert::to_elem(
+            &self.gpu,
+            &mut self.acts[0].slice_mut(..b * d),
+            &x,
+            b * d,
+        ));
+        if let Err(e) = s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b)) {
             die(self.gpu.index, "copy validation rows", e)
         }
     }
