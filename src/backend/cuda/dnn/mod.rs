@@ -110,13 +110,7 @@ impl<E: Elem> Dnn<E> {
         Ok(Dnn {
             stream: stream.clone(),
             handle,
-            math: match (E::BF16, precision) {
-                // (the legacy API runs half-precision types on the tensor cores only when
-                // asked to: PyTorch sets this for its fp16 / bf16 convolutions)
-                (true, _) => cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
-                (false, Precision::Tf32) => cudnnMathType_t::CUDNN_DEFAULT_MATH,
-                (false, Precision::Fp32 | Precision::Bf16) => cudnnMathType_t::CUDNN_FMA_MATH,
-            },
+            math: math(E::BF16, precision),
             plans: HashMap::new(),
             workspace,
             // without its handle, every shape takes the heuristics' algorithms
@@ -298,6 +292,18 @@ impl<E: Elem> Dnn<E> {
     }
 }
 
+/// The math a convolution of bf16 tensors (`bf16`) or fp32 ones computes in under `precision`.
+fn math(bf16: bool, precision: Precision) -> cudnnMathType_t {
+    match (bf16, precision) {
+        // (the legacy API runs half-precision types on the tensor cores only when asked to:
+        // PyTorch sets this for its fp16 / bf16 convolutions)
+        (true, _) => cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
+        (false, Precision::Tf32) => cudnnMathType_t::CUDNN_DEFAULT_MATH,
+        // fp32 tensors of a bf16 run are none of the products' (checks only): strict
+        (false, Precision::Fp32 | Precision::Bf16) => cudnnMathType_t::CUDNN_FMA_MATH,
+    }
+}
+
 /// cuDNN's first choice of algorithm (`pick`) where its workspace (`size`) fits in
 /// `MAX_WORKSPACE`, else `none`, which needs none: (algorithm, workspace bytes).
 fn fitting<A: Copy>(
@@ -327,6 +333,16 @@ pub fn close<E: Elem>(dnn: Dnn<E>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bf16_tensors_take_the_tensor_cores_tf32_may_and_fp32_stays_strict() {
+        use cudnnMathType_t::*;
+        assert_eq!(math(true, Precision::Bf16), CUDNN_TENSOR_OP_MATH);
+        assert_eq!(math(false, Precision::Tf32), CUDNN_DEFAULT_MATH);
+        assert_eq!(math(false, Precision::Fp32), CUDNN_FMA_MATH);
+        // a bf16 run's fp32 check (`check`) compares strictly
+        assert_eq!(math(false, Precision::Bf16), CUDNN_FMA_MATH);
+    }
 
     #[test]
     fn versions_read_as_cudnn_9_writes_them() {
