@@ -13,10 +13,8 @@ pub use half::bf16;
 pub trait Elem:
     DeviceRepr + ValidAsZeroBits + CudnnDataType + Copy + Default + Unpin + Send + Sync + 'static
 {
-    /// Whether this is bf16 (kernel names, cuDNN's math, the weights' shadow copy).
+    /// Whether this is bf16 (kernel names, cuDNN's math, the weights' copy).
     const BF16: bool;
-    /// Its name in kernel names and messages.
-    const NAME: &'static str;
     /// cuBLAS's name for it.
     const CUDA: cudaDataType;
     /// Bytes per element.
@@ -40,7 +38,6 @@ pub trait Elem:
 
 impl Elem for f32 {
     const BF16: bool = false;
-    const NAME: &'static str = "f32";
     const CUDA: cudaDataType = cudaDataType::CUDA_R_32F;
     fn from_f32(x: f32) -> f32 {
         x
@@ -68,7 +65,6 @@ impl Elem for f32 {
 
 impl Elem for bf16 {
     const BF16: bool = true;
-    const NAME: &'static str = "bf16";
     const CUDA: cudaDataType = cudaDataType::CUDA_R_16BF;
     /// Rounded to nearest even, as the kernels' `bf16_bits` and `nn::bf16::to_bf16`.
     fn from_f32(x: f32) -> bf16 {
@@ -107,6 +103,7 @@ mod tests {
         assert_eq!(<bf16 as Elem>::from_f32(tie).to_f32(), 1.0);
         assert_eq!(<bf16 as Elem>::from_f32(3.0).to_f32(), 3.0);
         assert_eq!((<f32 as Elem>::BYTES, <bf16 as Elem>::BYTES), (4, 2));
-        assert_eq!(format!("{}_{}", "relu", <bf16 as Elem>::NAME), "relu_bf16");
+        assert_eq!(named!(bf16, "relu"), "relu_bf16");
+        assert_eq!(named!(f32, "relu"), "relu_f32");
     }
 }
