@@ -1,5 +1,6 @@
-//! Parameters and gradients between this GPU and the host (central storage each step, local SGD
-//! at its averages): through page-locked staging buffers, so the copies are DMA transfers that
+//! A batch's rows onto this GPU (`upload`), and parameters and gradients between it and the host
+//! (central storage each step, local SGD at its averages): the latter through page-locked
+//! staging buffers, so the copies are DMA transfers that
 //! the stream runs asynchronously; an upload is queued ahead of the step's compute, a download is
 //! waited for once. And `to_device`, a buffer uploaded once.
 //!
@@ -15,7 +16,9 @@ use cudarc::driver::{
 };
 
 use super::CudaReplica;
+use crate::backend::cuda::convert;
 use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::launch::check;
 use crate::backend::AUX;
 
 /// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
@@ -89,6 +92,37 @@ pub(super) struct Staging {
 }
 
 impl<E: Elem> CudaReplica<E> {
+    /// Uploads x[b, d] and y[b] into the input buffers (a bf16 run's through `input`, then
+    /// rounded on the device).
+    pub(super) fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
+        if let Err(e) = self.ensure(b) {
+            panic!("{e}")
+        }
+        let d = self.model.dims[0];
+        let s = self.gpu.stream.clone();
+        let mut a0 = self.acts[0].slice_mut(..b * d);
+        let sent = match E::f32_view_mut(&mut a0) {
+            Some(a0) => s.memcpy_htod(&x[..b * d], a0),
+            None => {
+                let mut staged = self.input.slice_mut(..b * d);
+                (s.memcpy_htod(&x[..b * d], &mut staged)).map(|()| {
+                    check(convert::to_elem(
+                        &self.gpu,
+                        &mut a0,
+                        &staged.as_view(),
+                        b * d,
+                    ))
+                })
+            }
+        };
+        if let Err(e) = sent {
+            self.fail("upload a batch", e)
+        }
+        if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
+            self.fail("upload labels", e)
+        }
+    }
+
     fn pinned(&self, len: usize) -> PinnedHostSlice<f32> {
         // flags 0: cached (not write-combined) memory, which the host reads back quickly
         // SAFETY: every use fills the buffer (a device copy into it, or a host copy of `len`

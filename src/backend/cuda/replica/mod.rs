@@ -36,13 +36,13 @@ use cudarc::driver::{CudaEvent, CudaSlice};
 use cudarc::nccl::Id;
 
 use super::elem::Elem;
-use super::launch::{add_metrics, check, die};
+use super::launch::{add_metrics, die};
 use super::nccl::{Communicator, Patience};
-use super::{blas, convert, dnn, on, CudaError, Gpu};
+use super::{blas, dnn, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
-use crate::nn::model::{Model, Op};
+use crate::nn::model::Model;
 use crate::nn::optim::{OptState, Optimizer};
 use crate::nn::precision::Precision;
 
@@ -50,20 +50,6 @@ use crate::nn::precision::Precision;
 const COL_SCRATCH_BYTES: usize = 256 << 20;
 /// The kernels index with 32-bit integers: no buffer may hold more elements.
 const MAX_ELEMENTS: usize = i32::MAX as usize;
-
-/// Whether `m` has a convolution that is not depthwise (the own kernels' im2col path: fp32 only).
-fn has_dense_conv(m: &Model) -> bool {
-    (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups: 1, .. }))
-}
-
-/// The most weights one convolution of `m` has.
-fn largest_conv(m: &Model) -> usize {
-    (m.nodes.iter())
-        .filter(|n| matches!(n.op, Op::Conv { .. }))
-        .map(|n| m.weight_bias(n).0.len())
-        .max()
-        .unwrap_or(0)
-}
 
 /// This rank's place in a multi-GPU group: NCCL is joined with one `Id` made on the main thread.
 #[derive(Clone, Copy, Debug)]
@@ -178,7 +164,7 @@ impl<E: Elem> CudaReplica<E> {
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
         let (dnn, notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
-        if E::BF16 && dnn.is_none() && has_dense_conv(&model) {
+        if E::BF16 && dnn.is_none() && weights::has_dense_conv(&model) {
             let why = notes
                 .first()
                 .map_or("cuDNN is not loaded or MGTOP_CUDNN=off", |n| n);
@@ -218,7 +204,7 @@ impl<E: Elem> CudaReplica<E> {
                 .map_err(on(index, "allocate the bf16 weights"))?,
             wgrad: s
                 .alloc_zeros::<E>(if E::BF16 {
-                    largest_conv(&model).max(1)
+                    weights::largest_conv(&model).max(1)
                 } else {
                     1
                 })
@@ -302,66 +288,6 @@ impl<E: Elem> CudaReplica<E> {
 
     fn fail(&self, what: &str, e: impl std::fmt::Debug) -> ! {
         die(self.gpu.index, what, e)
-    }
-
-    /// Uploads x[b, d] and y[b] into the input buffers (a bf16 run's through `input`, then
-    /// rounded on the device).
-    fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
-        if let Err(e) = self.ensure(b) {
-            panic!("{e}")
-        }
-        let d = self.model.dims[0];
-        let s = self.gpu.stream.clone();
-        let mut a0 = self.acts[0].slice_mut(..b * d);
-        let sent = match E::f32_view_mut(&mut a0) {
-            Some(a0) => s.memcpy_htod(&x[..b * d], a0),
-            None => {
-                let mut staged = self.input.slice_mut(..b * d);
-                (s.memcpy_htod(&x[..b * d], &mut staged)).map(|()| {
-                    check(convert::to_elem(
-                        &self.gpu,
-                        &mut a0,
-                        &staged.as_view(),
-                        b * d,
-                    ))
-                })
-            }
-        };
-        if let Err(e) = sent {
-            self.fail("upload a batch", e)
-        }
-        if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
-            self.fail("upload labels", e)
-        }
-    }
-
-    /// (loss sum, correct) over `n` rows, put into the input buffers `Model::eval_rows` at a
-    /// time by `load(self, start, rows)`.
-    fn evaluate_chunks(
-        &mut self,
-        n: usize,
-        mut load: impl FnMut(&mut Self, usize, usize),
-    ) -> (f64, usize) {
-        let s = self.gpu.stream.clone();
-        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
-            self.fail("zero the metrics", e)
-        }
-        let chunk = self.model.eval_rows();
-        for start in (0..n).step_by(chunk) {
-            let b = chunk.min(n - start);
-            load(self, start, b);
-            self.eval_pass(b);
-            let mut out = self.eval_metrics.slice_mut(..);
-            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
-        }
-        let mut host = [0.0f32; AUX];
-        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
-            self.fail("read the evaluation metrics", e)
-        }
-        if let Err(e) = s.synchronize() {
-            self.fail("evaluate", e)
-        }
-        (host[0] as f64, host[1].round() as usize)
     }
 
     fn record(&self) -> CudaEvent {

@@ -5,7 +5,8 @@
 //! `bn.rs`, `pool.rs` and `ops.rs`. Activations and their gradients live per value of the
 //! graph; an op's activation runs after it forward and masks its output's gradient first
 //! backward; an input gradient that is added (a residual's input reached twice) is computed
-//! into scratch and accumulated. The per-op backward is in `backprop.rs`.
+//! into scratch and accumulated. The per-op backward is in `backprop.rs`. Training passes, and
+//! evaluation in chunks of `Model::eval_rows` rows.
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
@@ -18,8 +19,9 @@ use super::CudaReplica;
 use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::Key;
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::launch::{check, die};
+use crate::backend::cuda::launch::{add_metrics, check, die};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
+use crate::backend::AUX;
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
@@ -46,6 +48,35 @@ impl<E: Elem> CudaReplica<E> {
             check(ops::count_pass(&self.gpu, &mut self.passes.slice_mut(..)));
         }
         interp::train(&m, &mut Pass { r: self, sync }, b);
+    }
+
+    /// (loss sum, correct) over `n` rows, put into the input buffers `Model::eval_rows` at a
+    /// time by `load(self, start, rows)`.
+    pub(super) fn evaluate_chunks(
+        &mut self,
+        n: usize,
+        mut load: impl FnMut(&mut Self, usize, usize),
+    ) -> (f64, usize) {
+        let s = self.gpu.stream.clone();
+        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
+            self.fail("zero the metrics", e)
+        }
+        let chunk = self.model.eval_rows();
+        for start in (0..n).step_by(chunk) {
+            let b = chunk.min(n - start);
+            load(self, start, b);
+            self.eval_pass(b);
+            let mut out = self.eval_metrics.slice_mut(..);
+            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
+        }
+        let mut host = [0.0f32; AUX];
+        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
+            self.fail("read the evaluation metrics", e)
+        }
+        if let Err(e) = s.synchronize() {
+            self.fail("evaluate", e)
+        }
+        (host[0] as f64, host[1].round() as usize)
     }
 
     /// Forward in inference mode and the per-row loss and correct.

@@ -21,6 +21,20 @@ use crate::nn::model::{Model, Op};
 /// Elements a tensor's start in the copy is a multiple of (16 bytes of bf16).
 const ALIGN: usize = 8;
 
+/// Whether `m` has a convolution that is not depthwise (the own kernels' im2col path: fp32 only).
+pub(super) fn has_dense_conv(m: &Model) -> bool {
+    (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups: 1, .. }))
+}
+
+/// The most weights one convolution of `m` has.
+pub(super) fn largest_conv(m: &Model) -> usize {
+    (m.nodes.iter())
+        .filter(|n| matches!(n.op, Op::Conv { .. }))
+        .map(|n| m.weight_bias(n).0.len())
+        .max()
+        .unwrap_or(0)
+}
+
 pub(super) struct Weights<E: Elem> {
     /// bf16 runs: the copy; one element otherwise.
     copy: CudaSlice<E>,
