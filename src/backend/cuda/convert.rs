@@ -9,20 +9,6 @@ use super::launch::grid_stride_cfg;
 use super::ops::elements;
 use super::{CudaError, Gpu};
 
-/// out[n] = x rounded to bf16 (`nn::bf16::to_bf16`).
-pub fn to_bf16(
-    gpu: &Gpu,
-    out: &mut CudaViewMut<'_, bf16>,
-    x: &CudaView<'_, f32>,
-    n: usize,
-) -> Result<(), CudaError> {
-    let ni = elements(gpu, "to bf16", n, &[("out", out.len()), ("x", x.len())])?;
-    if n == 0 {
-        return Ok(());
-    }
-    try_launch!(gpu, "f32_to_bf16", grid_stride_cfg(n), &mut *out, x, &ni)
-}
-
 /// out[n] = the fp32 value of the bf16 x (`nn::bf16::from_bf16`, exact).
 pub fn from_bf16(
     gpu: &Gpu,
@@ -37,7 +23,7 @@ pub fn from_bf16(
     try_launch!(gpu, "bf16_to_f32", grid_stride_cfg(n), &mut *out, x, &ni)
 }
 
-/// out[n] = x as element type `E`: copied (f32) or rounded to bf16 (`to_bf16`).
+/// out[n] = x as element type `E`: copied (f32) or rounded to bf16 (`nn::bf16::to_bf16`).
 pub fn to_elem<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, E>,

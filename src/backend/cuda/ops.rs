@@ -173,6 +173,48 @@ pub fn mul<E: Elem>(
     )
 }
 
+/// Softmax cross-entropy of `b` rows of `classes` logits against `labels`, smoothed by `eps`:
+/// each row's loss and whether its argmax is the label (fp32), and the logits' gradient
+/// (`kernels/softmax_xent.cu`, as `nn::ops::softmax_xent_smoothed`).
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_xent<E: Elem>(
+    gpu: &Gpu,
+    logits: &CudaView<'_, E>,
+    labels: &CudaView<'_, u32>,
+    (loss, correct): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, i32>),
+    dlogits: &mut CudaViewMut<'_, E>,
+    (b, classes): (usize, usize),
+    eps: f32,
+) -> Result<(), CudaError> {
+    let all = b * classes;
+    let lens = [("logits", logits.len()), ("dlogits", dlogits.len())];
+    elements(gpu, "softmax cross-entropy", all, &lens)?;
+    let rows = [
+        ("labels", labels.len()),
+        ("loss", loss.len()),
+        ("correct", correct.len()),
+    ];
+    let ni = elements(gpu, "softmax cross-entropy", b, &rows)?;
+    if b == 0 {
+        return Ok(());
+    }
+    let ci = classes as i32;
+    let cfg = super::launch::launch_cfg(b);
+    try_launch!(
+        gpu,
+        named!(E, "softmax_xent"),
+        cfg,
+        logits,
+        labels,
+        &mut *loss,
+        &mut *correct,
+        &mut *dlogits,
+        &ni,
+        &ci,
+        &eps
+    )
+}
+
 /// mask[n] = 0 with probability `p`, else 1/(1-p), element i drawn from a hash of (key, i)
 /// exactly as `nn::ops::dropout_mask` draws it, with the key `nn::ops::dropout_key(seed,
 /// passes, node)` where `passes` is read on the device (`count_pass`'s counter).

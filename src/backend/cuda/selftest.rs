@@ -207,20 +207,15 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
             let mut d = s
                 .alloc_zeros::<f32>(rows * classes)
                 .map_err(on(index, "allocate"))?;
-            let (nr, nc) = (rows as i32, classes as i32);
-            launch!(
+            super::ops::softmax_xent(
                 gpu,
-                "softmax_xent_f32",
-                rows,
-                &l,
-                &y,
-                &mut row_loss,
-                &mut row_correct,
-                &mut d,
-                &nr,
-                &nc,
-                &eps
-            );
+                &l.slice(..),
+                &y.slice(..),
+                (&mut row_loss.slice_mut(..), &mut row_correct.slice_mut(..)),
+                &mut d.slice_mut(..),
+                (rows, classes),
+                eps,
+            )?;
             let mut m = s.alloc_zeros::<f32>(3).map_err(on(index, "allocate"))?;
             super::launch::add_metrics(gpu, &mut m.slice_mut(..), &row_loss, &row_correct, rows);
             let mut v = s.clone_dtoh(&d).map_err(on(index, "download"))?;

@@ -303,20 +303,15 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     let mut loss = s.alloc_zeros::<f32>(B).map_err(on(gpu.index, "allocate"))?;
     let mut correct = s.alloc_zeros::<i32>(B).map_err(on(gpu.index, "allocate"))?;
     let mut dlogits = zeros::<E>(gpu, B * CLASSES)?;
-    let (ni, ci, eps) = (B as i32, CLASSES as i32, 0.1f32);
-    launch!(
+    ops::softmax_xent(
         gpu,
-        named!(E, "softmax_xent"),
-        B,
-        &logits,
-        &labels,
-        &mut loss,
-        &mut correct,
-        &mut dlogits,
-        &ni,
-        &ci,
-        &eps
-    );
+        &logits.slice(..),
+        &labels.slice(..),
+        (&mut loss.slice_mut(..), &mut correct.slice_mut(..)),
+        &mut dlogits.slice_mut(..),
+        (B, CLASSES),
+        0.1,
+    )?;
     out.push(("softmax cross-entropy loss", down32(gpu, &loss, B)?));
     out.push((
         "softmax cross-entropy gradient",

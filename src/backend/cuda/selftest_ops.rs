@@ -95,7 +95,7 @@ fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         let mut out = s
             .alloc_zeros::<bf16>(x.len())
             .map_err(on(gpu.index, "allocate"))?;
-        convert::to_bf16(gpu, &mut out.slice_mut(..), &xd.slice(..), x.len())?;
+        convert::to_elem(gpu, &mut out.slice_mut(..), &xd.slice(..), x.len())?;
         let got = s.clone_dtoh(&out).map_err(on(gpu.index, "download"))?;
         let bad = got
             .iter()

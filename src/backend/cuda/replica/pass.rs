@@ -327,20 +327,15 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
         let mut loss = row_loss.slice_mut(..b);
         let mut correct = row_correct.slice_mut(..b);
         let mut dlogits = dacts[o].slice_mut(..b * classes);
-        let (ni, ci, eps) = (b as i32, classes as i32, m.label_smoothing);
-        launch!(
+        check(ops::softmax_xent(
             gpu,
-            named!(E, "softmax_xent"),
-            b,
             &logits,
             &labels,
-            &mut loss,
-            &mut correct,
+            (&mut loss, &mut correct),
             &mut dlogits,
-            &ni,
-            &ci,
-            &eps
-        );
+            (b, classes),
+            m.label_smoothing,
+        ));
         if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
             p.count("softmax cross-entropy", "both ways", mark);
         }
