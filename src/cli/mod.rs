@@ -285,7 +285,7 @@ pub struct TrainArgs {
     /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,
-    /// Capture each GPU training pass once as a CUDA graph and replay it: auto | on | off (auto: wherever a pass can be one; not with --sync-bn)  [default: off]
+    /// Capture each GPU training pass once as a CUDA graph and replay it: auto | on | off (auto: wherever a pass can be one; not with --sync-bn)  [default: auto]
     #[arg(long)]
     pub cuda_graph: Option<String>,
     /// Linear LR warm-up over this many steps  [default: 0]

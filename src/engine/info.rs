@@ -93,9 +93,9 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
         (true, _) => format!(
             "cuDNN {} (algorithms {}; checked against the own kernels on each GPU first)",
             dnn::version(),
-            match dnn::measuring() {
-                true => "measured once per shape",
-                false => "by its heuristics: MGTOP_CUDNN_ALGOS=heuristic",
+            match dnn::AlgoChoice::parse(std::env::var("MGTOP_CUDNN_ALGOS").ok().as_deref()) {
+                Ok(how) => how.describe().to_string(),
+                Err(e) => format!("measured once per shape; {e}"),
             }
         ),
         (false, true) => "own kernels (im2col + cuBLAS, depthwise kernels; MGTOP_CUDNN=off)".into(),

@@ -73,7 +73,8 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     }
     match info.cuda_graph.as_deref() {
         Some(graph) if gpu_run => lines.push(format!("cuda graph: {graph}")),
-        Some(graph) if graph.starts_with("on") => lines.push(
+        // (asked for: the default, auto, says nothing on a CPU-only run)
+        Some(graph) if graph.starts_with("on:") => lines.push(
             "note: --cuda-graph applies to GPUs: CPU workers compute their passes as before".into(),
         ),
         _ => {}
@@ -331,9 +332,8 @@ mod tests {
 
     #[test]
     fn the_cuda_graph_line_is_a_gpu_runs_and_a_cpu_run_asking_for_graphs_is_told() {
-        let (on, line) = crate::config::cuda_graph::CudaGraph::On
-            .resolve(false)
-            .unwrap();
+        use crate::config::cuda_graph::CudaGraph;
+        let (on, line) = CudaGraph::On.resolve(false).unwrap();
         assert!(on);
         let mut info = crate::front::tui::demo::info(2);
         info.cuda_graph = Some(line.clone());
@@ -349,11 +349,13 @@ mod tests {
                 .any(|l| l.contains("--cuda-graph applies to GPUs")),
             "{said:?}"
         );
-        // the default says nothing on CPU workers
-        info.cuda_graph = crate::config::cuda_graph::CudaGraph::Off
-            .resolve(false)
-            .ok()
-            .map(|(_, l)| l);
-        assert!(!describe(&info).iter().any(|l| l.contains("cuda")));
+        // the default (auto) and off say nothing on CPU workers
+        for mode in [CudaGraph::default(), CudaGraph::Off] {
+            info.cuda_graph = mode.resolve(false).ok().map(|(_, l)| l);
+            assert!(
+                !describe(&info).iter().any(|l| l.contains("cuda")),
+                "{mode}"
+            );
+        }
     }
 }

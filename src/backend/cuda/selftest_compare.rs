@@ -48,6 +48,20 @@ pub(super) fn check(name: String, r: Result<(f64, f64), CudaError>) -> Check {
     }
 }
 
+/// `check`, with `note` (where the error is largest) shown when it fails.
+pub(super) fn noted(name: String, r: Result<((f64, f64), String), CudaError>) -> Check {
+    match r {
+        Ok((v, note)) => {
+            let mut c = check(name, Ok(v));
+            if !c.passed() {
+                c.note = note;
+            }
+            c
+        }
+        Err(e) => check(name, Err(e)),
+    }
+}
+
 /// Compares what two steps *changed* (against the CPU's change), not the parameters: a step
 /// moves them by ~lr, so a comparison of the parameters themselves passes even when no update
 /// is applied at all. The limit is 0.1% of the largest change plus 1% of each element's.

@@ -15,7 +15,7 @@ use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::MicroBatch;
 use crate::nn::layers::Shape;
-use crate::nn::model::Model;
+use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
@@ -25,8 +25,13 @@ pub const SPEC: &str =
     "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
 
 /// Two SGD steps of `SPEC` on 3x10x10 images, two micro-batches each, CPU vs a GPU replica
-/// whose activations are of type `E` (computing in `precision`).
-pub fn two_steps<E: Elem>(index: usize, precision: Precision) -> Result<(f64, f64), CudaError> {
+/// whose activations are of type `E` (computing in `precision`): the largest error and share
+/// of its limit, and where the largest share is (a tensor's element, for a failing check's
+/// report).
+pub fn two_steps<E: Elem>(
+    index: usize,
+    precision: Precision,
+) -> Result<((f64, f64), String), CudaError> {
     let input = Shape::Image { c: 3, h: 10, w: 10 };
     let spec = SPEC
         .parse()
@@ -53,7 +58,7 @@ pub fn two_steps<E: Elem>(index: usize, precision: Precision) -> Result<(f64, f6
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
     let mut gpu = CudaReplica::<E>::open(
         index,
-        model,
+        model.clone(),
         optimizer,
         precision,
         state,
@@ -75,6 +80,18 @@ pub fn two_steps<E: Elem>(index: usize, precision: Precision) -> Result<(f64, f6
     };
     let (abs, rel) = compare_changes_within(&init, &g.params, &c.params, shares);
     let (babs, brel) = compare(&g.buffers, &c.buffers, buffers.0, buffers.1);
+    let change = |v: &[f32]| -> Vec<f32> { v.iter().zip(&init).map(|(a, b)| a - b).collect() };
+    let (dg, dc) = (change(&g.params), change(&c.params));
+    let largest = dc.iter().fold(0.0f64, |m, x| m.max((*x as f64).abs()));
+    let tol = shares.0 * largest.max(1e-12);
+    let worst = [
+        worst_at(&model.tensors, &dg, &dc, (tol, shares.1), "the change of"),
+        worst_at(&model.tensors, &g.buffers, &c.buffers, buffers, "running"),
+    ]
+    .into_iter()
+    .max_by(|a, b| a.0.total_cmp(&b.0))
+    .map(|w| w.1)
+    .unwrap_or_default();
     let (ce, ge) = (cpu.evaluate(&x, &y, b), gpu.evaluate(&x, &y, b));
     if (ce.0 - ge.0).abs() > eval * ce.0.abs().max(1.0) {
         return Err(CudaError::new(
@@ -83,7 +100,42 @@ pub fn two_steps<E: Elem>(index: usize, precision: Precision) -> Result<(f64, f6
             format!("GPU {ge:?}, CPU {ce:?}"),
         ));
     }
-    Ok((abs.max(babs), rel.max(brel)))
+    Ok(((abs.max(babs), rel.max(brel)), worst))
+}
+
+/// The element of `got` furthest past its limit against `want` (as `compare` measures it),
+/// named by its tensor in `tensors`: (its share of the limit, "worst: `what` name[i]: GPU x,
+/// CPU y").
+fn worst_at(
+    tensors: &[TensorInfo],
+    got: &[f32],
+    want: &[f32],
+    (tol, eps): (f64, f64),
+    what: &str,
+) -> (f64, String) {
+    let share = |(g, w): (&f32, &f32)| {
+        let d = (*g as f64 - *w as f64).abs();
+        let d = if d.is_nan() { f64::INFINITY } else { d };
+        d / (tol + eps * (*w as f64).abs())
+    };
+    let Some((i, s)) =
+        (got.iter().zip(want).map(share).enumerate()).max_by(|a, b| a.1.total_cmp(&b.1))
+    else {
+        return (0.0, String::new());
+    };
+    let name = tensors
+        .iter()
+        .find(|t| t.range().contains(&i))
+        .map_or(format!("element {i}"), |t| {
+            format!("{}[{}]", t.name, i - t.offset)
+        });
+    (
+        s,
+        format!(
+            "worst: {what} {name}: GPU {:.4e}, CPU {:.4e}",
+            got[i], want[i]
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -1,26 +1,67 @@
 //! Convolution algorithms chosen by measurement, as PyTorch's `cudnn.benchmark`: cuDNN runs
 //! each of its algorithms for a shape once (`cudnnFind*Algorithm`, on buffers it allocates
 //! itself) and lists them fastest first; the first that succeeded, fits the workspace bound and
-//! computes in the math asked for is taken. cudarc's safe descriptors keep their raw handles
-//! private, so the measuring uses its own handle and descriptors, made here from the same
-//! shape; the algorithms it returns are the same enums the safe launches take.
+//! computes in the math asked for is taken. Or, with `MGTOP_CUDNN_ALGOS=deterministic` (as
+//! PyTorch's `cudnn.deterministic`), the first of cuDNN's heuristic list
+//! (`cudnnGetConvolution*Algorithm_v7`) that also gives the same bits every run: no timing, so
+//! every run of a shape on a GPU and cuDNN takes the same algorithms. cudarc's safe descriptors
+//! keep their raw handles private, so the choosing uses its own handle and descriptors, made
+//! here from the same shape; the algorithms it returns are the same enums the safe launches
+//! take.
 
 use std::ffi::c_int;
 
 use cudarc::cudnn::sys as ffi;
 use cudarc::cudnn::sys::{
     cudnnConvolutionBwdDataAlgo_t as DataAlgo, cudnnConvolutionBwdFilterAlgo_t as FilterAlgo,
-    cudnnConvolutionFwdAlgo_t as FwdAlgo, cudnnDataType_t, cudnnMathType_t, cudnnStatus_t,
-    cudnnTensorFormat_t,
+    cudnnConvolutionFwdAlgo_t as FwdAlgo, cudnnDataType_t, cudnnDeterminism_t, cudnnMathType_t,
+    cudnnStatus_t, cudnnTensorFormat_t,
 };
 use cudarc::driver::CudaStream;
 
 use super::{int, Key};
 
-/// Whether algorithms are measured (the default) rather than taken from cuDNN's heuristics
-/// (`MGTOP_CUDNN_ALGOS=heuristic`).
-pub fn wanted() -> bool {
-    std::env::var("MGTOP_CUDNN_ALGOS").as_deref() != Ok("heuristic")
+/// How a shape's algorithms are chosen (`MGTOP_CUDNN_ALGOS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Measured, fastest first (the default; `measure`).
+    Measured,
+    /// cuDNN's first heuristic pick, deterministic or not (`heuristic`).
+    Heuristic,
+    /// cuDNN's heuristic list, deterministic algorithms only (`deterministic`).
+    Deterministic,
+}
+
+impl Choice {
+    /// `MGTOP_CUDNN_ALGOS`'s value read: unset or empty is `Measured`; an unknown value is an
+    /// error naming the choices.
+    pub fn parse(v: Option<&str>) -> Result<Choice, String> {
+        match v.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("") | Some("measure") => Ok(Choice::Measured),
+            Some("heuristic") => Ok(Choice::Heuristic),
+            Some("deterministic") => Ok(Choice::Deterministic),
+            Some(other) => Err(format!(
+                "MGTOP_CUDNN_ALGOS={other} is not understood: use measure (the default), heuristic or deterministic"
+            )),
+        }
+    }
+
+    /// This process's choice; an unknown value is measured (the start-up line names it).
+    pub fn from_env() -> Choice {
+        Choice::parse(std::env::var("MGTOP_CUDNN_ALGOS").ok().as_deref())
+            .unwrap_or(Choice::Measured)
+    }
+
+    /// What the start-up line says of it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Choice::Measured => "measured once per shape",
+            Choice::Heuristic => "by its heuristics: MGTOP_CUDNN_ALGOS=heuristic",
+            Choice::Deterministic => {
+                "deterministic ones by its heuristics, the same bits every run: MGTOP_CUDNN_ALGOS=deterministic"
+            }
+        }
+    }
 }
 
 /// The three algorithms of one shape.
@@ -78,35 +119,42 @@ impl Drop for Descs {
     }
 }
 
-/// The first of `results` (fastest first) that succeeded, fits in `limit` bytes and computes
-/// in `math`, where strict fp32 was asked for (TF32 may pick any).
+/// One entry of cuDNN's list of algorithms: the algorithm, whether it ran (or can run), the
+/// workspace bytes it needs, its math and whether it is deterministic.
+type Listed<A> = (A, cudnnStatus_t, usize, cudnnMathType_t, cudnnDeterminism_t);
+
+/// The first of `results` (best first) that succeeded, fits in `limit` bytes, computes in
+/// `math` where strict fp32 was asked for (TF32 may pick any), and is deterministic where
+/// `deterministic` asks for it.
 fn first_fitting<A: Copy>(
-    results: &[(A, cudnnStatus_t, usize, cudnnMathType_t)],
+    results: &[Listed<A>],
     limit: usize,
     math: cudnnMathType_t,
+    deterministic: bool,
 ) -> Option<A> {
     results
         .iter()
-        .find(|(_, status, memory, m)| {
+        .find(|(_, status, memory, m, det)| {
             *status == cudnnStatus_t::CUDNN_STATUS_SUCCESS
                 && *memory <= limit
                 && (math != cudnnMathType_t::CUDNN_FMA_MATH || *m == math)
+                && (!deterministic || *det == cudnnDeterminism_t::CUDNN_DETERMINISTIC)
         })
         .map(|r| r.0)
 }
 
-/// One entry of cuDNN's list of measured algorithms (its three perf structs).
+/// One entry of cuDNN's list of algorithms (its three perf structs).
 trait Perf: Copy {
     type Algo: Copy;
-    fn parts(&self) -> (Self::Algo, cudnnStatus_t, usize, cudnnMathType_t);
+    fn parts(&self) -> Listed<Self::Algo>;
 }
 
 macro_rules! perf {
     ($($t:ty => $a:ty),*) => {$(
         impl Perf for $t {
             type Algo = $a;
-            fn parts(&self) -> ($a, cudnnStatus_t, usize, cudnnMathType_t) {
-                (self.algo, self.status, self.memory, self.mathType)
+            fn parts(&self) -> Listed<$a> {
+                (self.algo, self.status, self.memory, self.mathType, self.determinism)
             }
         }
     )*};
@@ -118,30 +166,31 @@ perf!(
     ffi::cudnnConvolutionBwdFilterAlgoPerf_t => FilterAlgo
 );
 
-/// The algorithm `find` (one of `cudnnFind*Algorithm`, given room for n results, the count
-/// it wrote and where) measures fastest among those `first_fitting` takes.
+/// The first algorithm that `list` (a `cudnnFind*Algorithm`, fastest first, or a
+/// `cudnnGetConvolution*Algorithm_v7`, in the heuristics' order; given room for n results,
+/// the count it wrote and where) names among those `first_fitting` takes.
 ///
 /// # Safety
-/// `find` must write at most n results and set the count to how many it wrote.
-unsafe fn fastest<P: Perf>(
+/// `list` must write at most n results and set the count to how many it wrote.
+unsafe fn first_listed<P: Perf>(
     direction: &str,
-    limit: usize,
-    math: cudnnMathType_t,
-    find: impl FnOnce(c_int, *mut c_int, *mut P) -> cudnnStatus_t,
+    (limit, math, deterministic): (usize, cudnnMathType_t, bool),
+    list: impl FnOnce(c_int, *mut c_int, *mut P) -> cudnnStatus_t,
 ) -> Result<P::Algo, String> {
     const N: usize = 16;
     // SAFETY: the perf structs are plain C data, valid all zero
     let mut results = [unsafe { std::mem::zeroed::<P>() }; N];
     let mut count: c_int = 0;
     ok(
-        &format!("measure the {direction} algorithms"),
-        find(N as c_int, &mut count, results.as_mut_ptr()),
+        &format!("list the {direction} algorithms"),
+        list(N as c_int, &mut count, results.as_mut_ptr()),
     )?;
     let listed: Vec<_> = results[..count.clamp(0, N as c_int) as usize]
         .iter()
         .map(Perf::parts)
         .collect();
-    first_fitting(&listed, limit, math).ok_or_else(|| format!("no {direction} algorithm fits"))
+    first_fitting(&listed, limit, math, deterministic)
+        .ok_or_else(|| format!("no {direction} algorithm fits"))
 }
 
 impl Measurer {
@@ -243,34 +292,49 @@ impl Measurer {
         Ok(d)
     }
 
-    /// Runs every algorithm of shape `k` (tensors of type `data`) once in each direction and
-    /// returns the fastest that fit `limit` bytes of workspace (cuDNN allocates the buffers it
-    /// times on, and waits for the device).
-    pub fn measure(
+    /// The algorithms of shape `k` (tensors of type `data`) in each direction that fit `limit`
+    /// bytes of workspace, as `how` chooses: measured (cuDNN runs each once, on buffers it
+    /// allocates, and waits for the device) or deterministic from its heuristics. (`Heuristic`
+    /// needs no measurer: the safe API's pick.)
+    pub fn choose(
         &self,
         k: Key,
+        how: Choice,
         math: cudnnMathType_t,
         data: cudnnDataType_t,
         limit: usize,
     ) -> Result<Algos, String> {
         let d = self.describe(k, math, data)?;
         let h = self.handle;
-        // SAFETY: the descriptors describe one valid shape; `fastest` hands each call an array
-        // of the length it passes and reads only the entries cuDNN says it wrote
+        let want = (limit, math, how == Choice::Deterministic);
+        let measure = how == Choice::Measured;
+        // SAFETY: the descriptors describe one valid shape; `first_listed` hands each call an
+        // array of the length it passes and reads only the entries cuDNN says it wrote
         unsafe {
             Ok(Algos {
-                fwd: fastest("forward", limit, math, |n, count, r| {
-                    ffi::cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, n, count, r)
+                fwd: first_listed("forward", want, |n, count, r| match measure {
+                    true => ffi::cudnnFindConvolutionForwardAlgorithm(
+                        h, d.x, d.w, d.conv, d.y, n, count, r,
+                    ),
+                    false => ffi::cudnnGetConvolutionForwardAlgorithm_v7(
+                        h, d.x, d.w, d.conv, d.y, n, count, r,
+                    ),
                 })?,
-                data: fastest("input-gradient", limit, math, |n, count, r| {
-                    ffi::cudnnFindConvolutionBackwardDataAlgorithm(
+                data: first_listed("input-gradient", want, |n, count, r| match measure {
+                    true => ffi::cudnnFindConvolutionBackwardDataAlgorithm(
                         h, d.w, d.y, d.conv, d.x, n, count, r,
-                    )
+                    ),
+                    false => ffi::cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                        h, d.w, d.y, d.conv, d.x, n, count, r,
+                    ),
                 })?,
-                filter: fastest("weight-gradient", limit, math, |n, count, r| {
-                    ffi::cudnnFindConvolutionBackwardFilterAlgorithm(
+                filter: first_listed("weight-gradient", want, |n, count, r| match measure {
+                    true => ffi::cudnnFindConvolutionBackwardFilterAlgorithm(
                         h, d.x, d.y, d.conv, d.w, n, count, r,
-                    )
+                    ),
+                    false => ffi::cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                        h, d.x, d.y, d.conv, d.w, n, count, r,
+                    ),
                 })?,
             })
         }
@@ -283,18 +347,36 @@ mod tests {
 
     #[test]
     fn the_fastest_algorithm_that_succeeded_fits_and_keeps_strict_fp32_is_taken() {
+        use cudnnDeterminism_t::{CUDNN_DETERMINISTIC as SAME, CUDNN_NON_DETERMINISTIC as ANY};
         use cudnnMathType_t::{CUDNN_DEFAULT_MATH as TF32, CUDNN_FMA_MATH as FMA};
         use cudnnStatus_t::{CUDNN_STATUS_NOT_SUPPORTED as NO, CUDNN_STATUS_SUCCESS as OK};
-        // fastest first: failed, too big, tensor-core math, then a strict one
+        // fastest first: failed, too big, tensor-core math, a strict one, then a deterministic
         let listed = [
-            (1, NO, 0, FMA),
-            (2, OK, 1 << 30, FMA),
-            (3, OK, 10, TF32),
-            (4, OK, 20, FMA),
+            (1, NO, 0, FMA, SAME),
+            (2, OK, 1 << 30, FMA, SAME),
+            (3, OK, 10, TF32, ANY),
+            (4, OK, 20, FMA, ANY),
+            (5, OK, 20, FMA, SAME),
         ];
-        assert_eq!(first_fitting(&listed, 1 << 20, FMA), Some(4));
-        assert_eq!(first_fitting(&listed, 1 << 20, TF32), Some(3));
-        assert_eq!(first_fitting(&listed, 1 << 31, TF32), Some(2));
-        assert_eq!(first_fitting(&listed[..2], 1 << 20, TF32), None);
+        assert_eq!(first_fitting(&listed, 1 << 20, FMA, false), Some(4));
+        assert_eq!(first_fitting(&listed, 1 << 20, TF32, false), Some(3));
+        assert_eq!(first_fitting(&listed, 1 << 31, TF32, false), Some(2));
+        assert_eq!(first_fitting(&listed[..2], 1 << 20, TF32, false), None);
+        assert_eq!(first_fitting(&listed, 1 << 20, TF32, true), Some(5));
+        assert_eq!(first_fitting(&listed[..4], 1 << 20, TF32, true), None);
+    }
+
+    #[test]
+    fn the_choice_reads_each_value_and_names_the_choices_otherwise() {
+        assert_eq!(Choice::parse(None), Ok(Choice::Measured));
+        assert_eq!(Choice::parse(Some("")), Ok(Choice::Measured));
+        assert_eq!(Choice::parse(Some("measure")), Ok(Choice::Measured));
+        assert_eq!(Choice::parse(Some("Heuristic")), Ok(Choice::Heuristic));
+        assert_eq!(
+            Choice::parse(Some("deterministic")),
+            Ok(Choice::Deterministic)
+        );
+        let e = Choice::parse(Some("fast")).unwrap_err();
+        assert!(e.contains("fast") && e.contains("deterministic"), "{e}");
     }
 }

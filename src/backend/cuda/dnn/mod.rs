@@ -5,8 +5,9 @@
 //! gradients). The bias stays with the own kernels
 //! (`conv_bias_add_f32`, `conv_bias_grad_f32`). Descriptors and algorithms are planned once per
 //! shape (batch rows included), the algorithms measured (`measure`, as PyTorch's
-//! `cudnn.benchmark`) or, with `MGTOP_CUDNN_ALGOS=heuristic` or where measuring fails, by
-//! cuDNN's heuristics; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
+//! `cudnn.benchmark`), or with `MGTOP_CUDNN_ALGOS=deterministic` the heuristics' first
+//! deterministic ones (as `cudnn.deterministic`), or with `MGTOP_CUDNN_ALGOS=heuristic` or where
+//! either fails, cuDNN's heuristics' first pick; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
 //! heuristic pick needing more takes cuDNN's no-workspace algorithm).
 //!
 //! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
@@ -36,7 +37,7 @@ mod check;
 mod measure;
 
 pub use check::{check, for_replica};
-pub use measure::wanted as measuring;
+pub use measure::Choice as AlgoChoice;
 
 /// The most workspace memory the convolutions may take (as the own kernels' column scratch).
 pub const MAX_WORKSPACE: usize = 256 << 20;
@@ -88,7 +89,8 @@ pub struct Dnn<E: Elem = f32> {
     math: cudnnMathType_t,
     plans: HashMap<Key, Plan<E>>,
     workspace: CudaSlice<u8>,
-    /// Where algorithms are measured: its own handle (see `measure`).
+    /// How algorithms are chosen, and the handle that measures or lists them (see `measure`).
+    how: measure::Choice,
     measurer: Option<measure::Measurer>,
 }
 
@@ -104,6 +106,7 @@ impl<E: Elem> Dnn<E> {
     /// cuDNN on `stream`, computing in `precision` (tensor cores for bf16 tensors).
     pub fn open(stream: &Arc<CudaStream>, precision: Precision) -> Result<Dnn<E>, String> {
         let handle = Cudnn::new(stream.clone()).map_err(say("create a handle"))?;
+        let how = measure::Choice::from_env();
         let workspace = stream
             .alloc_zeros::<u8>(1)
             .map_err(|e| format!("allocate cuDNN's workspace: {e:?}"))?;
@@ -113,10 +116,11 @@ impl<E: Elem> Dnn<E> {
             math: math(E::BF16, precision),
             plans: HashMap::new(),
             workspace,
-            // without its handle, every shape takes the heuristics' algorithms
-            measurer: match measure::wanted() {
-                true => measure::Measurer::open(stream).ok(),
-                false => None,
+            how,
+            // without its handle, every shape takes the heuristics' first pick
+            measurer: match how {
+                measure::Choice::Heuristic => None,
+                _ => measure::Measurer::open(stream).ok(),
             },
         })
     }
@@ -176,26 +180,27 @@ impl<E: Elem> Dnn<E> {
             dw: &w,
             dy: &y,
         };
-        // measured where it can be (each fits MAX_WORKSPACE), else cuDNN's heuristics
-        let measured = self
-            .measurer
-            .as_ref()
-            .and_then(|m| m.measure(k, self.math, E::DATA_TYPE, MAX_WORKSPACE).ok());
+        // measured (or deterministic) where it can be (each fits MAX_WORKSPACE), else cuDNN's
+        // heuristics' first pick
+        let chosen = self.measurer.as_ref().and_then(|m| {
+            m.choose(k, self.how, self.math, E::DATA_TYPE, MAX_WORKSPACE)
+                .ok()
+        });
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
-            measured.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
+            chosen.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
             FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
         )?;
         let (data, need_d) = fitting(
             "pick an input-gradient algorithm",
-            measured.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
+            chosen.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
             DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
         )?;
         let (filter, need_w) = fitting(
             "pick a weight-gradient algorithm",
-            measured.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
+            chosen.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
             FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
         )?;

@@ -2,10 +2,12 @@
 //! GPU path: with `MGTOP_GPU_PROFILE=1`, every op's launches in a training pass (and the
 //! optimizer's update) are bracketed by CUDA events, the times summed at the end of each step
 //! (the host waits for the device there anyway, to read the step's metrics), and a table
-//! printed to stderr when the replica closes:
+//! printed to stderr when the replica closes. The first `WARM_UP` steps are left out: they
+//! hold the one-time work (cuDNN measuring its algorithms, libraries loading their kernels,
+//! graphs being captured), which would swamp a short run's table.
 //!
 //! ```text
-//! gpu0: device time per training step (30 steps), by op: 88.10 ms in all
+//! gpu0: device time per training step (30 steps after 3 warm-up), by op: 88.10 ms in all
 //!   conv backward                 41.200 ms   46.8%
 //!   conv forward                  17.050 ms   19.4%
 //!   ...
@@ -18,6 +20,9 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::nn::model::Op;
+
+/// Steps left out of the table at the start.
+pub const WARM_UP: u64 = 3;
 
 /// Whether this process profiles its GPUs (`MGTOP_GPU_PROFILE` set, and not `0`).
 pub fn wanted() -> bool {
@@ -43,10 +48,12 @@ pub fn kind(op: &Op) -> &'static str {
 /// A row of the table: the op kind and the direction (`forward`, `backward`, ...).
 type Row = (&'static str, &'static str);
 
-/// The events of the step under way, and the sums of the steps before.
+/// The events of the step under way, and the sums of the steps before (after the warm-up).
 pub struct Profile {
     stream: Arc<CudaStream>,
     pending: Vec<(Row, CudaEvent, CudaEvent)>,
+    /// Steps ended so far, the warm-up's included.
+    ended: u64,
     sums: Sums,
 }
 
@@ -55,6 +62,7 @@ impl Profile {
         Profile {
             stream,
             pending: Vec::new(),
+            ended: 0,
             sums: Sums::default(),
         }
     }
@@ -74,14 +82,16 @@ impl Profile {
         }
     }
 
-    /// Waits for the step's events and adds their times.
+    /// Waits for the step's events and adds their times (past the warm-up).
     pub fn end_step(&mut self) {
+        self.ended += 1;
+        let counted = self.ended > WARM_UP;
         for (row, a, b) in self.pending.drain(..) {
-            if let Ok(ms) = a.elapsed_ms(&b) {
+            if let (true, Ok(ms)) = (counted, a.elapsed_ms(&b)) {
                 self.sums.add(row, ms as f64);
             }
         }
-        self.sums.steps += 1;
+        self.sums.steps += u64::from(counted);
     }
 
     /// The table (see `Sums::table`).
@@ -102,11 +112,13 @@ impl Sums {
         *self.ms.entry(row).or_default() += ms;
     }
 
-    /// Per step, largest first, each row's share of the timed total (empty before the first
-    /// step).
+    /// Per step, largest first, each row's share of the timed total (a line saying so before
+    /// the first step past the warm-up).
     fn table(&self, gpu: usize) -> String {
         if self.steps == 0 {
-            return String::new();
+            return format!(
+                "gpu{gpu}: no step timed past the first {WARM_UP} (warm-up): profile a longer run\n"
+            );
         }
         if self.ms.is_empty() {
             return format!("gpu{gpu}: no op could be timed (CUDA events failed)\n");
@@ -116,7 +128,7 @@ impl Sums {
         let mut rows: Vec<_> = self.ms.iter().collect();
         rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
         let mut out = format!(
-            "gpu{gpu}: device time per training step ({} steps), by op: {:.2} ms in all\n",
+            "gpu{gpu}: device time per training step ({} steps after {WARM_UP} warm-up), by op: {:.2} ms in all\n",
             self.steps,
             all / per
         );
@@ -139,7 +151,10 @@ mod tests {
     #[test]
     fn the_table_gives_each_op_kind_per_step_largest_first_with_its_share() {
         let mut s = Sums::default();
-        assert_eq!(s.table(0), "", "nothing before the first step");
+        assert!(
+            s.table(0).contains("no step timed"),
+            "nothing before the first step"
+        );
         s.steps = 1;
         assert!(s.table(1).contains("no op could be timed"));
         // two steps: conv backward 6 + 6 ms, conv forward 3 + 3, add 1 + 1
@@ -153,7 +168,7 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
-            "gpu3: device time per training step (2 steps), by op: 10.00 ms in all"
+            "gpu3: device time per training step (2 steps after 3 warm-up), by op: 10.00 ms in all"
         );
         assert_eq!(lines.len(), 4, "{t}");
         let cells = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
