@@ -1,9 +1,14 @@
 //! `selftest`'s check of a whole graph on the GPU: a small residual network with batch norm,
 //! depthwise convolutions, ReLU6 and average pooling (every op but dropout, whose masks are
 //! drawn differently on each backend) trained two steps by `CudaReplica` and by `CpuReplica`:
-//! the parameters' changes and the running statistics after must agree: to fp32's rounding, or
-//! for a bf16 replica (`--precision bf16`) to bf16's (3% of the largest change plus 10% of each,
-//! running statistics to 2%).
+//! the parameters' changes and the running statistics after must agree to fp32's rounding. A
+//! bf16 replica (`--precision bf16`) is held to the CPU's emulation of bf16
+//! (`nn::model::cpu::bf16_emulation`: the same ops, rounded where the GPU stores bf16), to 3%
+//! of the largest change plus 10% of each, running statistics to 2%: against fp32 it cannot
+//! be, since on this small random batch bf16's rounding alone moves the stem convolution's
+//! weights (their gradient, behind batch norm, is what is left when large terms cancel) by up
+//! to 5 times that limit, as the emulation shows (seen on an H100: a change of -0.0294 where
+//! fp32 gives -0.0153 and the emulation -0.0263).
 
 use std::time::Duration;
 
@@ -15,6 +20,7 @@ use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::MicroBatch;
 use crate::nn::layers::Shape;
+use crate::nn::model::cpu::bf16_emulation::sgd_steps;
 use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
@@ -23,6 +29,10 @@ use crate::nn::rng::Rng;
 /// The graph the check trains (as `tests/backends.rs` does, smaller).
 pub const SPEC: &str =
     "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
+
+/// The two micro-batches of each step (rows of the batch), and the learning rate.
+const SPLIT: [std::ops::Range<usize>; 2] = [0..2, 2..6];
+const LR: f32 = 0.05;
 
 /// Two SGD steps of `SPEC` on 3x10x10 images, two micro-batches each, CPU vs a GPU replica
 /// whose activations are of type `E` (computing in `precision`): the largest error and share
@@ -42,7 +52,7 @@ pub fn two_steps<E: Elem>(
     let mut rng = Rng::new(13);
     let x: Vec<f32> = (0..b * d).map(|_| rng.normal()).collect();
     let y: Vec<u32> = (0..b as u32).map(|i| i % 5).collect();
-    let micro: Vec<MicroBatch> = [0..2, 2..6]
+    let micro: Vec<MicroBatch> = SPLIT
         .into_iter()
         .map(|r| MicroBatch {
             x: x[r.start * d..r.end * d].to_vec(),
@@ -53,7 +63,7 @@ pub fn two_steps<E: Elem>(
         .collect();
     let kind = OptimizerKind::Sgd;
     let state = TrainState::initial(&model, kind, 2);
-    let init = state.params.clone();
+    let (init, init_buffers) = (state.params.clone(), state.buffers.clone());
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
     let mut gpu = CudaReplica::<E>::open(
@@ -70,14 +80,18 @@ pub fn two_steps<E: Elem>(
             r.compute_grads(&micro, None);
             r.all_reduce_grads(&mut coll)
                 .map_err(on(index, "all-reduce alone"))?;
-            r.apply_update(0.05);
+            r.apply_update(LR);
         }
     }
-    let (c, g) = (cpu.export(), gpu.export());
+    let (mut c, g) = (cpu.export(), gpu.export());
     let (shares, buffers, eval) = match E::BF16 {
         false => ((1e-3, 1e-2), (1e-4, 1e-3), 1e-3),
         true => ((3e-2, 0.1), (1e-3, 2e-2), 2e-2),
     };
+    if E::BF16 {
+        let start = (&init[..], &init_buffers[..]);
+        (c.params, c.buffers) = sgd_steps(&model, start, (&x, &y), &SPLIT, (LR, 2), true);
+    }
     let (abs, rel) = compare_changes_within(&init, &g.params, &c.params, shares);
     let (babs, brel) = compare(&g.buffers, &c.buffers, buffers.0, buffers.1);
     let change = |v: &[f32]| -> Vec<f32> { v.iter().zip(&init).map(|(a, b)| a - b).collect() };

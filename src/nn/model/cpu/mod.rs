@@ -1,6 +1,7 @@
 //! The CPU's side of the interpreter: the buffers a pass needs (`Workspace`), a pass's view of
 //! a replica (`Cpu`) and the entry points; its ops are in `exec.rs`.
 
+pub mod bf16_emulation;
 mod exec;
 
 use std::mem::take;
