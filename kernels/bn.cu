@@ -116,56 +116,63 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
     }
 }
 
-// out[nimg, C, hw] = x * scale + shift per channel, scale = invstd * weight,
-// shift = bias - mean * scale, from saved[2C] = mean, invstd (training).
+// out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
+// shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Launched over planes
+// (PLANES, IN_PLANE).
 template <typename T>
 __device__ void bn_apply(T* out, const T* x, const float* saved, const float* weight,
-                         const float* bias, int nimg, int c, int hw) {
-    long long total = (long long)nimg * c * hw;
-    GRID_STRIDE(i, total) {
-        int ch = (int)((i / hw) % c);
+                         const float* bias, int nimg, int c, int hw, int act) {
+    PLANES(plane, (long long)nimg * c) {
+        int ch = (int)(plane % c);
         float scale = __fmul_rn(saved[c + ch], weight[ch]);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], scale));
-        st(out + i, __fadd_rn(__fmul_rn(ld(x + i), scale), shift));
+        const T* xp = x + plane * hw;
+        T* op = out + plane * hw;
+        IN_PLANE(j, hw) {
+            st(op + j, activate(__fadd_rn(__fmul_rn(ld(xp + j), scale), shift), act));
+        }
     }
 }
 
 extern "C" __global__ void bn_apply_f32(float* out, const float* x, const float* saved,
                                         const float* weight, const float* bias, int nimg, int c,
-                                        int hw) {
-    bn_apply(out, x, saved, weight, bias, nimg, c, hw);
+                                        int hw, int act) {
+    bn_apply(out, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_apply_bf16(bf16* out, const bf16* x, const float* saved,
                                          const float* weight, const float* bias, int nimg, int c,
-                                         int hw) {
-    bn_apply(out, x, saved, weight, bias, nimg, c, hw);
+                                         int hw, int act) {
+    bn_apply(out, x, saved, weight, bias, nimg, c, hw, act);
 }
 
-// Inference (nn::bn::bn_forward_eval): out = x * scale + shift per channel with
-// scale = weight / sqrt(running var + eps), shift = bias - running mean * scale.
+// Inference (nn::bn::bn_forward_eval): out = activate(x * scale + shift) per channel with
+// scale = weight / sqrt(running var + eps), shift = bias - running mean * scale. Over planes.
 template <typename T>
 __device__ void bn_eval(T* out, const T* x, const float* running, const float* weight,
-                        const float* bias, int nimg, int c, int hw, float eps) {
-    long long total = (long long)nimg * c * hw;
-    GRID_STRIDE(i, total) {
-        int ch = (int)((i / hw) % c);
+                        const float* bias, int nimg, int c, int hw, float eps, int act) {
+    PLANES(plane, (long long)nimg * c) {
+        int ch = (int)(plane % c);
         float scale = weight[ch] / sqrtf(running[c + ch] + eps);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(running[ch], scale));
-        st(out + i, __fadd_rn(__fmul_rn(ld(x + i), scale), shift));
+        const T* xp = x + plane * hw;
+        T* op = out + plane * hw;
+        IN_PLANE(j, hw) {
+            st(op + j, activate(__fadd_rn(__fmul_rn(ld(xp + j), scale), shift), act));
+        }
     }
 }
 
 extern "C" __global__ void bn_eval_f32(float* out, const float* x, const float* running,
                                        const float* weight, const float* bias, int nimg, int c,
-                                       int hw, float eps) {
-    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps);
+                                       int hw, float eps, int act) {
+    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
 extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* running,
                                         const float* weight, const float* bias, int nimg, int c,
-                                        int hw, float eps) {
-    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps);
+                                        int hw, float eps, int act) {
+    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
 // partial[parts, 2C] = per-channel sums of each part of dout, then of dout * (x - mean) (each
@@ -218,21 +225,24 @@ extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, cons
 
 // dx[nimg, C, hw] (overwritten) = k * (n * dout - sdy - xhat * sdyxhat), k = weight * invstd / n,
 // from the sums `total`[2C] over the n values per channel the statistics were taken over
-// (this replica's, or every replica's under sync batch norm) (nn::bn::bn_backward).
+// (this replica's, or every replica's under sync batch norm) (nn::bn::bn_backward). Over
+// planes: the channel's constants once per plane.
 template <typename T>
 __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* saved,
                                const float* weight, const double* total, float n, int nimg,
                                int c, int hw) {
-    long long all = (long long)nimg * c * hw;
-    GRID_STRIDE(i, all) {
-        int ch = (int)((i / hw) % c);
+    PLANES(plane, (long long)nimg * c) {
+        int ch = (int)(plane % c);
         float mean = saved[ch];
         float invstd = saved[c + ch];
         float sdy = (float)total[ch];
         float sdyxhat = (float)(total[c + ch] * (double)invstd);
         float k = weight[ch] * invstd / n;
-        float xhat = (ld(x + i) - mean) * invstd;
-        st(dx + i, k * (n * ld(dout + i) - sdy - xhat * sdyxhat));
+        long long at = plane * hw;
+        IN_PLANE(j, hw) {
+            float xhat = (ld(x + at + j) - mean) * invstd;
+            st(dx + at + j, k * (n * ld(dout + at + j) - sdy - xhat * sdyxhat));
+        }
     }
 }
 

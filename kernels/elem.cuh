@@ -36,3 +36,26 @@ __device__ __forceinline__ float ld(const float* p) { return *p; }
 __device__ __forceinline__ float ld(const bf16* p) { return bf16_value(*p); }
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st(bf16* p, float v) { *p = bf16_bits(v); }
+
+// The activation an op applies to its own output (model::Act; the host's `act_code`): 0 none,
+// 1 ReLU (relu_forward), 2 ReLU6, a NaN staying NaN (relu6_forward). Rounding to bf16 is
+// monotonic and keeps 0 and 6, so activating before the store equals activating the stored
+// value.
+__device__ __forceinline__ float activate(float v, int act) {
+    if (act == 1) {
+        return fmaxf(v, 0.0f);
+    }
+    if (act == 2) {
+        return isnan(v) ? v : fminf(fmaxf(v, 0.0f), 6.0f);
+    }
+    return v;
+}
+
+// Loops of an op over NCHW planes (one image's channel: `hw` values in a row): the planes
+// across gridDim.y (blockIdx.y, then grid-stride), a plane's values across the x blocks and
+// threads. What depends on the channel alone is worked out once per plane, and no element
+// needs a division to find its channel.
+#define PLANES(plane, planes) \
+    for (long long plane = blockIdx.y; plane < (planes); plane += gridDim.y)
+#define IN_PLANE(j, hw) \
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (hw); j += blockDim.x * gridDim.x)

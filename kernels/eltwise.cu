@@ -35,20 +35,20 @@ extern "C" __global__ void relu6_backward_bf16(bf16* dx, const bf16* out, int n)
     relu6_backward(dx, out, n);
 }
 
-// out[n] = a + b (ops::add_forward)
+// out[n] = activate(a + b) (ops::add_forward, then the add's activation)
 template <typename T>
-__device__ void add(T* out, const T* a, const T* b, int n) {
+__device__ void add(T* out, const T* a, const T* b, int n, int act) {
     GRID_STRIDE(i, n) {
-        st(out + i, ld(a + i) + ld(b + i));
+        st(out + i, activate(ld(a + i) + ld(b + i), act));
     }
 }
 
-extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n) {
-    add(out, a, b, n);
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n, int act) {
+    add(out, a, b, n, act);
 }
 
-extern "C" __global__ void add_bf16(bf16* out, const bf16* a, const bf16* b, int n) {
-    add(out, a, b, n);
+extern "C" __global__ void add_bf16(bf16* out, const bf16* a, const bf16* b, int n, int act) {
+    add(out, a, b, n, act);
 }
 
 // acc[n] += x (ops::accumulate): a gradient reaching a value a second time

@@ -9,12 +9,13 @@
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::elem::Elem;
-use super::launch::{grid_stride_cfg, MAX_BLOCKS, THREADS};
+use super::launch::{act_code, grid_stride_cfg, planes_cfg, MAX_BLOCKS, THREADS};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::{BN_EPS, BN_MOMENTUM};
+use crate::nn::ops::Act;
 
 /// Values of a channel one block sums (at most; fewer parts than that where `MAX_PARTS` caps).
 const PART: usize = 4096;
@@ -159,6 +160,7 @@ pub fn forward_train<E: Elem>(
     out: &mut CudaViewMut<'_, E>,
     (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     g: BnGeom,
+    act: Act,
 ) -> Result<f32, CudaError> {
     let what = "batch norm forward";
     let c = g.c;
@@ -208,8 +210,8 @@ pub fn forward_train<E: Elem>(
         &momentum
     )?;
     if g.b * c * g.hw > 0 {
-        let cfg = grid_stride_cfg(g.b * c * g.hw);
-        let sv = saved.as_view();
+        let cfg = planes_cfg(g.b * c, g.hw);
+        let (sv, act) = (saved.as_view(), act_code(act));
         try_launch!(
             gpu,
             named!(E, "bn_apply"),
@@ -221,13 +223,14 @@ pub fn forward_train<E: Elem>(
             bias,
             &b,
             &ci,
-            &hw
+            &hw,
+            &act
         )?;
     }
     Ok(n as f32)
 }
 
-/// Inference: out = (x - running mean) / sqrt(running var + eps) * weight + bias. As
+/// Inference: out = act((x - running mean) / sqrt(running var + eps) * weight + bias). As
 /// `nn::bn::bn_forward_eval`.
 pub fn forward_eval<E: Elem>(
     gpu: &Gpu,
@@ -235,6 +238,7 @@ pub fn forward_eval<E: Elem>(
     running: &CudaView<'_, f32>,
     (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     g: BnGeom,
+    act: Act,
 ) -> Result<(), CudaError> {
     let all = g.b * g.c * g.hw;
     let lens = [
@@ -248,8 +252,8 @@ pub fn forward_eval<E: Elem>(
     if all == 0 {
         return Ok(());
     }
-    let eps = BN_EPS;
-    let cfg = grid_stride_cfg(all);
+    let (eps, act) = (BN_EPS, act_code(act));
+    let cfg = planes_cfg(g.b * g.c, g.hw);
     try_launch!(
         gpu,
         named!(E, "bn_eval"),
@@ -262,7 +266,8 @@ pub fn forward_eval<E: Elem>(
         &b,
         &c,
         &hw,
-        &eps
+        &eps,
+        &act
     )
 }
 
@@ -346,7 +351,7 @@ pub fn backward<E: Elem>(
         return Ok(());
     }
     let sums = if synced { total.as_view() } else { lv };
-    let cfg = grid_stride_cfg(all);
+    let cfg = planes_cfg(g.b * c, g.hw);
     try_launch!(
         gpu,
         named!(E, "bn_backward_dx"),

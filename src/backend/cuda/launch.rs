@@ -86,6 +86,33 @@ pub(crate) fn launch_cfg(n: usize) -> LaunchConfig {
     }
 }
 
+/// The code of an op's own activation in the kernels (`activate` in `kernels/elem.cuh`).
+pub(crate) fn act_code(act: crate::nn::ops::Act) -> i32 {
+    use crate::nn::ops::Act;
+    match act {
+        Act::None => 0,
+        Act::Relu => 1,
+        Act::Relu6 => 2,
+    }
+}
+
+/// A launch over `planes` planes of `hw` values each (`PLANES`, `IN_PLANE` in
+/// `kernels/elem.cuh`): a plane's values across the x blocks, blocks of a whole number of warps
+/// no wider than the plane needs (up to `THREADS`), the planes across y (up to 65535, the
+/// kernels loop over the rest).
+pub(crate) fn planes_cfg(planes: usize, hw: usize) -> LaunchConfig {
+    let threads = (hw.div_ceil(32) * 32).clamp(32, THREADS as usize);
+    LaunchConfig {
+        grid_dim: (
+            hw.div_ceil(threads).clamp(1, MAX_BLOCKS as usize - 1) as u32,
+            planes.clamp(1, 65535) as u32,
+            1,
+        ),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// A launch of `blocks` blocks of `THREADS`, capped at `MAX_BLOCKS` (at least 1): for kernels
 /// that loop grid-stride, over elements or over blocks' work items (channels).
 pub(crate) fn blocks_cfg(blocks: usize) -> LaunchConfig {
@@ -121,5 +148,20 @@ mod tests {
         assert_eq!((c.grid_dim, c.block_dim), ((32, 1, 1), (THREADS, 1, 1)));
         assert_eq!(blocks_cfg(0).grid_dim.0, 1);
         assert_eq!(blocks_cfg(1 << 20).grid_dim.0, MAX_BLOCKS);
+    }
+
+    #[test]
+    fn plane_launches_fit_the_plane_in_whole_warps_and_cap_the_planes() {
+        let cfg = |planes, hw| {
+            let c = planes_cfg(planes, hw);
+            (c.grid_dim, c.block_dim.0)
+        };
+        // ResNet-50's last stage: 7x7 planes, two warps each
+        assert_eq!(cfg(128 * 2048, 49), ((1, 65535, 1), 64));
+        // its stem: 112x112 planes, 49 blocks of 256 each
+        assert_eq!(cfg(128 * 64, 112 * 112), ((49, 8192, 1), 256));
+        // a flat [B, C] input: planes of one value
+        assert_eq!(cfg(16 * 8, 1), ((1, 128, 1), 32));
+        assert_eq!(cfg(0, 0), ((1, 1, 1), 32));
     }
 }

@@ -7,9 +7,10 @@
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
-use super::launch::{blocks_cfg, grid_stride_cfg};
+use super::launch::{act_code, blocks_cfg, grid_stride_cfg};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
+use crate::nn::ops::Act;
 
 /// `n` as the kernels' int, after checking every buffer holds at least `n` elements.
 pub(crate) fn elements(
@@ -104,19 +105,35 @@ pub fn relu_backward<E: Elem>(
     try_launch!(gpu, named!(E, "relu_backward"), cfg, &mut *dx, out, &ni)
 }
 
-/// out[n] = a + b. As `nn::ops::add_forward`.
+/// dx[n] masked in place by `act`'s derivative at its output `out` (nothing for `Act::None`).
+pub fn act_backward<E: Elem>(
+    gpu: &Gpu,
+    dx: &mut CudaViewMut<'_, E>,
+    out: &CudaView<'_, E>,
+    n: usize,
+    act: Act,
+) -> Result<(), CudaError> {
+    match act {
+        Act::None => Ok(()),
+        Act::Relu => relu_backward(gpu, dx, out, n),
+        Act::Relu6 => relu6_backward(gpu, dx, out, n),
+    }
+}
+
+/// out[n] = act(a + b). As `nn::ops::add_forward`, then the add's activation.
 pub fn add<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, E>,
-    a: &CudaView<'_, E>,
-    b: &CudaView<'_, E>,
+    (a, b): (&CudaView<'_, E>, &CudaView<'_, E>),
     n: usize,
+    act: Act,
 ) -> Result<(), CudaError> {
     let lens = [("out", out.len()), ("a", a.len()), ("b", b.len())];
     let ni = elements(gpu, "add", n, &lens)?;
     if n == 0 {
         return Ok(());
     }
+    let act = act_code(act);
     try_launch!(
         gpu,
         named!(E, "add"),
@@ -124,7 +141,8 @@ pub fn add<E: Elem>(
         &mut *out,
         a,
         b,
-        &ni
+        &ni,
+        &act
     )
 }
 

@@ -14,6 +14,7 @@ use super::selftest_compare::{check, compare, Check};
 use super::{bn, conv, convert, dwconv, on, ops, pool, CudaError, Gpu};
 use crate::nn::bn::BnGeom;
 use crate::nn::grouped::ConvGeom;
+use crate::nn::ops::Act;
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
 use crate::nn::window::Window;
@@ -161,8 +162,8 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     ops::relu6_backward(gpu, &mut d.slice_mut(..), &t.slice(..), N)?;
     out.push(("relu6 backward", down(gpu, &d, N)?));
     let mut t = up::<E>(gpu, &inp.x)?;
-    ops::add(gpu, &mut t.slice_mut(..), &xv, &yv, N)?;
-    out.push(("add", down(gpu, &t, N)?));
+    ops::add(gpu, &mut t.slice_mut(..), (&xv, &yv), N, Act::Relu)?;
+    out.push(("add+relu", down(gpu, &t, N)?));
     ops::accumulate(gpu, &mut t.slice_mut(..), &yv, N)?;
     out.push(("accumulate", down(gpu, &t, N)?));
     ops::mul(gpu, &mut t.slice_mut(..), &xv, &mask.slice(..), N)?;
@@ -191,8 +192,9 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &mut t.slice_mut(..),
         (&xv, &w.slice(..), &bias.slice(..)),
         g,
+        Act::Relu,
     )?;
-    out.push(("batch norm forward", down(gpu, &t, N)?));
+    out.push(("batch norm+relu forward", down(gpu, &t, N)?));
     out.push(("batch norm statistics", down32(gpu, &saved, 2 * C)?));
     out.push((
         "batch norm running statistics",
@@ -219,8 +221,9 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &running.slice(..),
         (&xv, &w.slice(..), &bias.slice(..)),
         g,
+        Act::Relu6,
     )?;
-    out.push(("batch norm inference", down(gpu, &t, N)?));
+    out.push(("batch norm+relu6 inference", down(gpu, &t, N)?));
 
     // pooling: padded max, average, global average
     let win = window();

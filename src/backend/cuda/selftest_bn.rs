@@ -10,7 +10,7 @@ use std::thread;
 
 use super::selftest_compare::{check, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
-use super::{bn, CudaError, Gpu};
+use super::{bn, ops, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{
     bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnSaved, BnStats,
@@ -22,6 +22,9 @@ use crate::nn::rng::Rng;
 /// One batch norm's inputs and the CPU's results.
 struct Case {
     g: BnGeom,
+    /// The activation it applies to its output (fused on the GPU's forward; its mask applied
+    /// to the output's gradient before the backward, as the training pass does).
+    act: Act,
     x: Vec<f32>,
     w: Vec<f32>,
     bias: Vec<f32>,
@@ -44,7 +47,7 @@ type Want = (
 );
 
 impl Case {
-    fn new(rng: &mut Rng, g: BnGeom) -> Case {
+    fn new(rng: &mut Rng, g: BnGeom, act: Act) -> Case {
         let (c, all) = (g.c, g.b * g.c * g.hw);
         // a mean away from 0 and unequal scales per channel
         let x = (0..all)
@@ -61,6 +64,7 @@ impl Case {
             .collect();
         Case {
             g,
+            act,
             x,
             w: randn(rng, c),
             bias: randn(rng, c),
@@ -84,14 +88,14 @@ impl Case {
             (&self.w, &self.bias),
             g,
             Some(&st),
-            Act::None,
+            self.act,
             (BN_EPS, BN_MOMENTUM),
         );
         let mut dout = self.dout.clone();
         let f = BnSaved {
             x: &self.x,
             out: &out,
-            act: Act::None,
+            act: self.act,
             saved: &saved,
         };
         let sums = bn_grad_sums(&mut dout, f, g);
@@ -116,7 +120,7 @@ impl Case {
         };
         let all = g.b * per;
         let x = up(gpu, &self.x[rows.start * per..rows.end * per])?;
-        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
+        let mut dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
         let (w, bias, mut running) = (
             up(gpu, &self.w)?,
             up(gpu, &self.bias)?,
@@ -139,7 +143,10 @@ impl Case {
             &mut out.slice_mut(..all),
             xs,
             g,
+            self.act,
         )?;
+        let out_v = out.slice(..all);
+        ops::act_backward(gpu, &mut dout.slice_mut(..all), &out_v, all, self.act)?;
         let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &self.dw0)?, up(gpu, &self.db0)?);
         let (sv, wv) = (saved.slice(..), w.slice(..));
         bn::backward(
@@ -189,12 +196,21 @@ fn compared(got: Result<Want, CudaError>, want: &Want) -> Result<(f64, f64), Cud
 pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     let index = gpu.index;
     let mut out = Vec::new();
-    // flat [B, C]; images; a channel of 600 values (more than a block's 256 threads); channels
-    // of 8800 values, summed in 3 parts (`bn::parts`)
-    for (b, c, hw) in [(16, 8, 1), (5, 3, 42), (2, 4, 300), (8, 3, 1100)] {
-        let case = Case::new(rng, BnGeom { b, c, hw });
+    // flat [B, C]; images (with ReLU, ReLU6); a channel of 600 values (more than a block's
+    // 256 threads); channels of 8800 values, summed in 3 parts (`bn::parts`)
+    let cases = [
+        (16, 8, 1, Act::None),
+        (5, 3, 42, Act::Relu),
+        (2, 4, 300, Act::Relu6),
+        (8, 3, 1100, Act::Relu),
+    ];
+    for (b, c, hw, act) in cases {
+        let case = Case::new(rng, BnGeom { b, c, hw }, act);
         let want = case.want();
-        let name = format!("gpu{index} batch norm train fwd+bwd {b}x{c}x{hw}");
+        let name = format!(
+            "gpu{index} batch norm{} train fwd+bwd {b}x{c}x{hw}",
+            act.suffix()
+        );
         let mut chk = check(name, compared(case.run(gpu, 0..b, None), &want));
         chk.note = "out, saved, running, dx, dweight, dbias".into();
         out.push(chk);
@@ -207,7 +223,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             &case.x,
             (&case.w, &case.bias),
             case.g,
-            Act::None,
+            case.act,
             BN_EPS,
         );
         let got = (|| {
@@ -219,16 +235,23 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             );
             let mut o = nans(gpu, all)?;
             let xs = (&x.slice(..), &w.slice(..), &bias.slice(..));
-            bn::forward_eval(gpu, &mut o.slice_mut(..), &run.slice(..), xs, case.g)?;
+            bn::forward_eval(
+                gpu,
+                &mut o.slice_mut(..),
+                &run.slice(..),
+                xs,
+                case.g,
+                case.act,
+            )?;
             Ok(vec![(down(gpu, &o, all)?, e.clone())])
         })();
         out.push(check(
-            format!("gpu{index} batch norm eval {b}x{c}x{hw}"),
+            format!("gpu{index} batch norm{} eval {b}x{c}x{hw}", act.suffix()),
             joined(got),
         ));
     }
     // sync batch norm: two ranks with 3 and 4 images equal one replica with 7
-    let case = Case::new(rng, BnGeom { b: 7, c: 5, hw: 9 });
+    let case = Case::new(rng, BnGeom { b: 7, c: 5, hw: 9 }, Act::Relu);
     let want = case.want();
     let name = format!("gpu{index} sync batch norm, 2 ranks vs 1");
     let got = thread::scope(|s| {
@@ -281,7 +304,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     );
     out.push(check(name, compared(got, &twice)));
     // an empty share under sync: no rows, and still the statistics' exchange (alone: zeros)
-    let case = Case::new(rng, BnGeom { b: 0, c: 3, hw: 4 });
+    let case = Case::new(rng, BnGeom { b: 0, c: 3, hw: 4 }, Act::None);
     let got = (|| {
         let mut coll = LocalCollective::group(1).pop().expect("one rank");
         let r = case.run(gpu, 0..0, Some(&mut coll))?;

@@ -11,6 +11,7 @@ use super::elem::bf16;
 use super::selftest_compare::{check, compare, Check};
 use super::{convert, on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
+use crate::nn::ops::Act;
 use crate::nn::rng::Rng;
 
 pub(super) type Got = Result<Vec<f32>, CudaError>;
@@ -150,14 +151,27 @@ fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     })();
     checks.push(check(name("relu6_backward_f32"), exact(got, want)));
 
-    let mut want = vec![0.0; n];
-    cpu::add_forward(&mut want, &x, &y);
-    let got = (|| {
-        let (a, b, mut o) = (up(gpu, &x)?, up(gpu, &y)?, nans(gpu, n)?);
-        ops::add(gpu, &mut o.slice_mut(..), &a.slice(..), &b.slice(..), n)?;
-        down(gpu, &o, n)
-    })();
-    checks.push(check(name("add_f32"), exact(got, want)));
+    // the add alone, and with the activation it applies as it writes (a residual's ReLU)
+    for act in [Act::None, Act::Relu, Act::Relu6] {
+        let mut want = vec![0.0; n];
+        cpu::add_forward(&mut want, &x, &y);
+        act.forward(&mut want);
+        let got = (|| {
+            let (a, b, mut o) = (up(gpu, &x)?, up(gpu, &y)?, nans(gpu, n)?);
+            ops::add(
+                gpu,
+                &mut o.slice_mut(..),
+                (&a.slice(..), &b.slice(..)),
+                n,
+                act,
+            )?;
+            down(gpu, &o, n)
+        })();
+        checks.push(check(
+            name(&format!("add_f32{}", act.suffix())),
+            exact(got, want),
+        ));
+    }
 
     let mut want = y.clone();
     cpu::accumulate(&mut want, &x);

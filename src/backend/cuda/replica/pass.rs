@@ -245,18 +245,20 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                         &mut out,
                         (&inp, &wv, &bv),
                         g,
+                        node.op.act(),
                     ) {
                         Ok(n_seen) => count[n] = n_seen,
                         Err(e) => panic!("{e}"),
                     }
                 } else {
                     let rv = running.slice(at..at + 2 * c);
-                    check(bn::forward_eval(gpu, &mut out, &rv, (&inp, &wv, &bv), g))
+                    let xs = (&inp, &wv, &bv);
+                    check(bn::forward_eval(gpu, &mut out, &rv, xs, g, node.op.act()))
                 }
             }
             Op::Add { .. } => {
                 let other = lower[node.inputs[1]].slice(..len);
-                check(ops::add(gpu, &mut out, &inp, &other, len))
+                check(ops::add(gpu, &mut out, (&inp, &other), len, node.op.act()))
             }
             Op::MaxPool(win) if win.pad == 0 => check(pool::maxpool2d_forward(
                 gpu,
@@ -292,7 +294,10 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 }
             }
         }
+        // (batch norm and the add apply theirs as they write: one pass fewer over the output)
+        let fused = matches!(node.op, Op::BatchNorm { .. } | Op::Add { .. });
         match node.op.act() {
+            _ if fused => {}
             Act::None => {}
             Act::Relu => check(ops::relu_forward(gpu, &mut out, len)),
             Act::Relu6 => check(ops::relu6_forward(gpu, &mut out, len)),
@@ -380,11 +385,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
         let mut dout = dupper[0].slice_mut(..len);
         // the activation's mask first, from the op's output
         let out = acts[o].slice(..len);
-        match node.op.act() {
-            Act::None => {}
-            Act::Relu => check(ops::relu_backward(gpu, &mut dout, &out, len)),
-            Act::Relu6 => check(ops::relu6_backward(gpu, &mut dout, &out, len)),
-        }
+        check(ops::act_backward(gpu, &mut dout, &out, len, node.op.act()));
         let dout = dout.as_view();
         let mut back = Back {
             gpu,
