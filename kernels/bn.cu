@@ -116,6 +116,15 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
     }
 }
 
+// Channel ch's scale = invstd * weight and shift = bias - mean * scale, from saved[2C] =
+// mean, invstd: what training's forward applies (and backward recomputes the output with).
+__device__ __forceinline__ void scale_shift(const float* saved, const float* weight,
+                                            const float* bias, int c, int ch, float* scale,
+                                            float* shift) {
+    *scale = __fmul_rn(saved[c + ch], weight[ch]);
+    *shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], *scale));
+}
+
 // out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
 // shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Launched over planes
 // (PLANES, IN_PLANE).
@@ -124,8 +133,8 @@ __device__ void bn_apply(T* out, const T* x, const float* saved, const float* we
                          const float* bias, int nimg, int c, int hw, int act) {
     PLANES(plane, (long long)nimg * c) {
         int ch = (int)(plane % c);
-        float scale = __fmul_rn(saved[c + ch], weight[ch]);
-        float shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], scale));
+        float scale, shift;
+        scale_shift(saved, weight, bias, c, ch, &scale, &shift);
         const T* xp = x + plane * hw;
         T* op = out + plane * hw;
         IN_PLANE(j, hw) {
@@ -175,22 +184,43 @@ extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* r
     bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
-// partial[parts, 2C] = per-channel sums of each part of dout, then of dout * (x - mean) (each
-// product rounded to float), in double (nn::bn::bn_grad_sums); mean from saved[2C].
+// The gradient at batch norm's own output, before its activation `act`: dout where the
+// activation passed it (`passes`), 0 where not, the output recomputed from x with the
+// channel's scale and shift exactly as bn_apply computed and stored it (so the mask is the
+// one relu_backward / relu6_backward would take from the stored output, without reading it).
+template <typename T>
+__device__ __forceinline__ float masked(const T* dout, const T* x, long long at, float scale,
+                                        float shift, int act) {
+    float d = ld(dout + at);
+    if (act != 0) {
+        float v = __fadd_rn(__fmul_rn(ld(x + at), scale), shift);
+        if (!passes(stored(activate(v, act), dout), act)) {
+            d = 0.0f;
+        }
+    }
+    return d;
+}
+
+// partial[parts, 2C] = per-channel sums of each part of the gradient at the normalised output
+// (`masked` by the activation), then of it times (x - mean) (each product rounded to float),
+// in double (nn::bn::bn_grad_sums); mean from saved[2C].
 template <typename T>
 __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const float* saved,
-                             int nimg, int c, int hw) {
+                             const float* weight, const float* bias, int nimg, int c, int hw,
+                             int act) {
     __shared__ double part[BN_BLOCK];
     long long lo, hi;
     part_range((long long)nimg * hw, &lo, &hi);
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
         float mean = saved[ch];
+        float scale, shift;
+        scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
         double sdy = 0.0;
         double sdyx = 0.0;
         Walk w(lo + threadIdx.x, hw);
         for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, w.next()) {
             long long at = (w.i * c + ch) * hw + w.p;
-            float d = ld(dout + at);
+            float d = masked(dout, x, at, scale, shift, act);
             sdy += (double)d;
             sdyx += (double)__fmul_rn(d, ld(x + at) - mean);
         }
@@ -204,13 +234,16 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
 }
 
 extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, const float* x,
-                                            const float* saved, int nimg, int c, int hw) {
-    bn_grad_sums(partial, dout, x, saved, nimg, c, hw);
+                                            const float* saved, const float* weight,
+                                            const float* bias, int nimg, int c, int hw, int act) {
+    bn_grad_sums(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_grad_sums_bf16(double* partial, const bf16* dout, const bf16* x,
-                                             const float* saved, int nimg, int c, int hw) {
-    bn_grad_sums(partial, dout, x, saved, nimg, c, hw);
+                                             const float* saved, const float* weight,
+                                             const float* bias, int nimg, int c, int hw,
+                                             int act) {
+    bn_grad_sums(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 // dweight[C] += sum(dout * xhat) = local[C + ch] * invstd, dbias[C] += sum(dout) = local[ch],
@@ -223,14 +256,15 @@ extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, cons
     }
 }
 
-// dx[nimg, C, hw] (overwritten) = k * (n * dout - sdy - xhat * sdyxhat), k = weight * invstd / n,
-// from the sums `total`[2C] over the n values per channel the statistics were taken over
-// (this replica's, or every replica's under sync batch norm) (nn::bn::bn_backward). Over
-// planes: the channel's constants once per plane.
+// dx[nimg, C, hw] (overwritten) = k * (n * dy - sdy - xhat * sdyxhat), k = weight * invstd / n,
+// dy the gradient at the normalised output (`masked` by the activation), from the sums
+// `total`[2C] over the n values per channel the statistics were taken over (this replica's,
+// or every replica's under sync batch norm) (nn::bn::bn_backward). Over planes: the channel's
+// constants once per plane.
 template <typename T>
 __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* saved,
-                               const float* weight, const double* total, float n, int nimg,
-                               int c, int hw) {
+                               const float* weight, const float* bias, const double* total,
+                               float n, int nimg, int c, int hw, int act) {
     PLANES(plane, (long long)nimg * c) {
         int ch = (int)(plane % c);
         float mean = saved[ch];
@@ -238,24 +272,27 @@ __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* sa
         float sdy = (float)total[ch];
         float sdyxhat = (float)(total[c + ch] * (double)invstd);
         float k = weight[ch] * invstd / n;
+        float scale, shift;
+        scale_shift(saved, weight, bias, c, ch, &scale, &shift);
         long long at = plane * hw;
         IN_PLANE(j, hw) {
             float xhat = (ld(x + at + j) - mean) * invstd;
-            st(dx + at + j, k * (n * ld(dout + at + j) - sdy - xhat * sdyxhat));
+            float dy = masked(dout, x, at + j, scale, shift, act);
+            st(dx + at + j, k * (n * dy - sdy - xhat * sdyxhat));
         }
     }
 }
 
 extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, const float* x,
                                               const float* saved, const float* weight,
-                                              const double* total, float n, int nimg, int c,
-                                              int hw) {
-    bn_backward_dx(dx, dout, x, saved, weight, total, n, nimg, c, hw);
+                                              const float* bias, const double* total, float n,
+                                              int nimg, int c, int hw, int act) {
+    bn_backward_dx(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_backward_dx_bf16(bf16* dx, const bf16* dout, const bf16* x,
                                                const float* saved, const float* weight,
-                                               const double* total, float n, int nimg, int c,
-                                               int hw) {
-    bn_backward_dx(dx, dout, x, saved, weight, total, n, nimg, c, hw);
+                                               const float* bias, const double* total, float n,
+                                               int nimg, int c, int hw, int act) {
+    bn_backward_dx(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
 }

@@ -51,6 +51,23 @@ __device__ __forceinline__ float activate(float v, int act) {
     return v;
 }
 
+// What a store of v into a T leaves there, read back: v for float, v rounded for bf16 (the
+// pointer only picks the type).
+__device__ __forceinline__ float stored(float v, const float*) { return v; }
+__device__ __forceinline__ float stored(float v, const bf16*) { return bf16_value(bf16_bits(v)); }
+
+// Whether a gradient passes back through activation `act` whose stored output is o, as
+// relu_backward (zeroed where o <= 0) and relu6_backward (kept where 0 < o < 6) decide.
+__device__ __forceinline__ bool passes(float o, int act) {
+    if (act == 1) {
+        return !(o <= 0.0f);
+    }
+    if (act == 2) {
+        return o > 0.0f && o < 6.0f;
+    }
+    return true;
+}
+
 // Loops of an op over NCHW planes (one image's channel: `hw` values in a row): the planes
 // across gridDim.y (blockIdx.y, then grid-stride), a plane's values across the x blocks and
 // threads. What depends on the channel alone is worked out once per plane, and no element

@@ -271,7 +271,9 @@ pub fn forward_eval<E: Elem>(
     )
 }
 
-/// dweight[C] += this replica's sum(dout * xhat), dbias[C] += its sum(dout); dx (overwritten;
+/// With dy the gradient at the normalised output (`dout` through `act`'s derivative, taken at
+/// the output recomputed from x: the output itself is not read): dweight[C] += this replica's
+/// sum(dy * xhat), dbias[C] += its sum(dy); dx (overwritten;
 /// skipped when `None`) from the sums over the batch the statistics were taken over (this
 /// replica's, or with `sync` every replica's) of `count` values per channel; `scratch` (>=
 /// `scratch_len(C, B*HW)` doubles) overwritten. As the CPU interpreter's batch norm backward
@@ -283,14 +285,11 @@ pub fn backward<E: Elem>(
     scratch: &mut CudaViewMut<'_, f64>,
     dx: Option<&mut CudaViewMut<'_, E>>,
     (dweight, dbias): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, f32>),
-    (dout, x, saved, weight): (
-        &CudaView<'_, E>,
-        &CudaView<'_, E>,
-        &CudaView<'_, f32>,
-        &CudaView<'_, f32>,
-    ),
+    (dout, x): (&CudaView<'_, E>, &CudaView<'_, E>),
+    (saved, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     g: BnGeom,
     count: f32,
+    act: Act,
 ) -> Result<(), CudaError> {
     let what = "batch norm backward";
     let (c, all) = (g.c, g.b * g.c * g.hw);
@@ -302,9 +301,11 @@ pub fn backward<E: Elem>(
         ("x", x.len(), all),
         ("saved", saved.len(), 2 * c),
         ("weight", weight.len(), c),
+        ("bias", bias.len(), c),
         ("dx", dx.as_ref().map_or(all, |d| d.len()), all),
     ];
     let [b, ci, hw] = ints(gpu, what, g, &lens)?;
+    let act = act_code(act);
     let (mut head, mut partial) = scratch.split_at_mut(4 * c);
     let (mut local, mut rest) = head.split_at_mut(2 * c);
     let mut total = rest.slice_mut(..2 * c);
@@ -317,9 +318,12 @@ pub fn backward<E: Elem>(
         dout,
         x,
         saved,
+        weight,
+        bias,
         &b,
         &ci,
-        &hw
+        &hw,
+        &act
     )?;
     reduce(gpu, &mut local, &partial.as_view(), parts, 2 * c)?;
     let lv = local.as_view();
@@ -361,10 +365,12 @@ pub fn backward<E: Elem>(
         x,
         saved,
         weight,
+        bias,
         &sums,
         &count,
         &b,
         &ci,
-        &hw
+        &hw,
+        &act
     )
 }

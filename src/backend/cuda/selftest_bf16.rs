@@ -208,11 +208,13 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &mut scratch.slice_mut(..),
         Some(&mut dx.slice_mut(..)),
         (&mut gw.slice_mut(..), &mut gb.slice_mut(..)),
-        (&yv, &xv, &saved.slice(..), &w.slice(..)),
+        (&yv, &xv),
+        (&saved.slice(..), &w.slice(..), &bias.slice(..)),
         g,
         count,
+        Act::Relu,
     )?;
-    out.push(("batch norm backward", down(gpu, &dx, N)?));
+    out.push(("batch norm+relu backward", down(gpu, &dx, N)?));
     out.push(("batch norm weight gradient", down32(gpu, &gw, C)?));
     out.push(("batch norm bias gradient", down32(gpu, &gb, C)?));
     bn::forward_eval(

@@ -10,7 +10,7 @@ use std::thread;
 
 use super::selftest_compare::{check, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
-use super::{bn, ops, CudaError, Gpu};
+use super::{bn, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{
     bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnSaved, BnStats,
@@ -22,8 +22,8 @@ use crate::nn::rng::Rng;
 /// One batch norm's inputs and the CPU's results.
 struct Case {
     g: BnGeom,
-    /// The activation it applies to its output (fused on the GPU's forward; its mask applied
-    /// to the output's gradient before the backward, as the training pass does).
+    /// The activation it applies to its output (as the training pass does on the GPU: in the
+    /// forward as it writes, and its derivative inside the backward).
     act: Act,
     x: Vec<f32>,
     w: Vec<f32>,
@@ -120,7 +120,7 @@ impl Case {
         };
         let all = g.b * per;
         let x = up(gpu, &self.x[rows.start * per..rows.end * per])?;
-        let mut dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
+        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
         let (w, bias, mut running) = (
             up(gpu, &self.w)?,
             up(gpu, &self.bias)?,
@@ -145,19 +145,19 @@ impl Case {
             g,
             self.act,
         )?;
-        let out_v = out.slice(..all);
-        ops::act_backward(gpu, &mut dout.slice_mut(..all), &out_v, all, self.act)?;
         let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &self.dw0)?, up(gpu, &self.db0)?);
-        let (sv, wv) = (saved.slice(..), w.slice(..));
+        let (sv, wv, bv) = (saved.slice(..), w.slice(..), bias.slice(..));
         bn::backward(
             gpu,
             sync,
             &mut scratch.slice_mut(..),
             Some(&mut dx.slice_mut(..all)),
             (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
-            (&dout.slice(..all), &x.slice(..all), &sv, &wv),
+            (&dout.slice(..all), &x.slice(..all)),
+            (&sv, &wv, &bv),
             g,
             count,
+            self.act,
         )?;
         Ok((
             down(gpu, &out, all)?,

@@ -100,7 +100,7 @@ pub fn two_steps<E: Elem>(
     let tol = shares.0 * largest.max(1e-12);
     let worst = [
         worst_at(&model.tensors, &dg, &dc, (tol, shares.1), "the change of"),
-        worst_at(&model.tensors, &g.buffers, &c.buffers, buffers, "running"),
+        worst_at(&model.buffers, &g.buffers, &c.buffers, buffers, "running"),
     ]
     .into_iter()
     .max_by(|a, b| a.0.total_cmp(&b.0))

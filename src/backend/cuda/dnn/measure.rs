@@ -64,6 +64,14 @@ impl Choice {
     }
 }
 
+/// What a deterministic run takes where nothing was chosen or a choice needs more workspace
+/// than allowed: algorithms cuDNN documents as deterministic that need little or none.
+pub const DETERMINISTIC: Algos = Algos {
+    fwd: FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+    data: DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+    filter: FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+};
+
 /// The three algorithms of one shape.
 #[derive(Clone, Copy, Debug)]
 pub struct Algos {

@@ -186,23 +186,39 @@ impl<E: Elem> Dnn<E> {
             m.choose(k, self.how, self.math, E::DATA_TYPE, MAX_WORKSPACE)
                 .ok()
         });
+        // where nothing was chosen (or a pick needs too much workspace): the heuristics' first
+        // pick, and past the bound the algorithms that need least; a deterministic run takes
+        // the deterministic ones of those instead (cuDNN's ALGO_0 of both backward directions
+        // adds with atomics)
+        let fallback = match self.how {
+            measure::Choice::Deterministic => measure::DETERMINISTIC,
+            _ => measure::Algos {
+                fwd: FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                data: DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                filter: FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+            },
+        };
+        let chosen = match (chosen, self.how) {
+            (None, measure::Choice::Deterministic) => Some(fallback),
+            (c, _) => c,
+        };
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
             chosen.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
-            FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            fallback.fwd,
         )?;
         let (data, need_d) = fitting(
             "pick an input-gradient algorithm",
             chosen.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
-            DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+            fallback.data,
         )?;
         let (filter, need_w) = fitting(
             "pick a weight-gradient algorithm",
             chosen.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
-            FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+            fallback.filter,
         )?;
         let need = need_f.max(need_d).max(need_w);
         if need > self.workspace.len() {
@@ -309,17 +325,19 @@ fn math(bf16: bool, precision: Precision) -> cudnnMathType_t {
     }
 }
 
-/// cuDNN's first choice of algorithm (`pick`) where its workspace (`size`) fits in
-/// `MAX_WORKSPACE`, else `none`, which needs none: (algorithm, workspace bytes).
+/// The algorithm picked (`pick`) where its workspace (`size`) fits in `MAX_WORKSPACE`, else
+/// `fallback` (one that needs little or none): (algorithm, workspace bytes).
 fn fitting<A: Copy>(
     what: &str,
     pick: Result<A, CudnnError>,
     size: impl Fn(A) -> Result<usize, CudnnError>,
-    none: A,
+    fallback: A,
 ) -> Result<(A, usize), String> {
     let a = pick.map_err(say(what))?;
     match size(a).map_err(say("size the workspace"))? {
-        n if n > MAX_WORKSPACE => Ok((none, 0)),
+        n if n > MAX_WORKSPACE => {
+            Ok((fallback, size(fallback).map_err(say("size the workspace"))?))
+        }
         n => Ok((a, n)),
     }
 }

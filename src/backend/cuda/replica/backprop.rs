@@ -130,19 +130,23 @@ impl<E: Elem> Back<'_, E> {
             }
             Op::BatchNorm { c, hw, .. } => {
                 let (w, bi) = m.weight_bias(node);
-                let wv = self.params.slice(w.clone());
+                let (wv, bv) = (self.params.slice(w.clone()), self.params.slice(bi.clone()));
                 let mut wb = self.grads.slice_mut(w.start..bi.end);
                 let (mut gw, mut gb) = wb.split_at_mut(w.len());
                 let sv = self.saved[n].slice(..2 * c);
+                // (`dout` is the gradient at the activation's output: batch norm takes its
+                // activation's derivative itself)
                 check(bn::backward(
                     gpu,
                     self.sync.as_deref_mut().map(|s| s as &mut dyn Collective),
                     &mut self.sums.slice_mut(..),
                     d_in,
                     (&mut gw, &mut gb),
-                    (dout, &inp, &sv, &wv),
+                    (dout, &inp),
+                    (&sv, &wv, &bv),
                     BnGeom { b, c, hw },
                     self.count[n],
+                    node.op.act(),
                 ))
             }
             Op::Activation(_) | Op::Add { .. } => {

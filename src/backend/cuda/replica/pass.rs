@@ -383,9 +383,12 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
         } = nodes;
         let (dlower, dupper) = dacts.split_at_mut(o);
         let mut dout = dupper[0].slice_mut(..len);
-        // the activation's mask first, from the op's output
-        let out = acts[o].slice(..len);
-        check(ops::act_backward(gpu, &mut dout, &out, len, node.op.act()));
+        // the activation's mask first, from the op's output (batch norm's is taken inside its
+        // backward, from the output recomputed from its input: one pass fewer)
+        if !matches!(node.op, Op::BatchNorm { .. }) {
+            let out = acts[o].slice(..len);
+            check(ops::act_backward(gpu, &mut dout, &out, len, node.op.act()));
+        }
         let dout = dout.as_view();
         let mut back = Back {
             gpu,

@@ -1,14 +1,15 @@
-//! The GPU's bf16 autocast (`--precision bf16`) emulated on the CPU, for tests: the same ops in
-//! fp32, with each value rounded to bf16 where the GPU stores one in bf16 (the batch, every
-//! activation and activation gradient, the weights the convolutions and linear layers read,
-//! each convolution's weight gradient before it is added to the fp32 sums). What it shows is
+//! The GPU's bf16 autocast (`--precision bf16`) emulated on the CPU: the same ops in fp32,
+//! with each value rounded to bf16 where the GPU stores one in bf16 (the batch, every
+//! activation and activation gradient, a product before its bias is added, the weights the
+//! convolutions and linear layers read, each convolution's weight gradient before it is added
+//! to the fp32 sums, an input gradient before it is added to another). What it shows is
 //! what bf16's rounding alone does to a training step, apart from any GPU kernel: `selftest`
 //! holds a GPU's bf16 pass to it.
 
 use super::{Cpu, Workspace};
 use crate::nn::bf16::round_bf16;
 use crate::nn::model::interp::{self, Exec, Grad};
-use crate::nn::model::op::Op;
+use crate::nn::model::op::{Act, Op};
 use crate::nn::model::Model;
 use crate::nn::optim::{self, OptState, Optimizer, OptimizerKind};
 
@@ -24,8 +25,35 @@ struct Bf16<'c, 'a, 's> {
 impl Exec for Bf16<'_, '_, '_> {
     fn forward(&mut self, m: &Model, n: usize, b: usize, train: bool) {
         self.cpu.forward(m, n, b, train);
-        let o = m.nodes[n].output;
-        round(&mut self.cpu.ws.vals[o][..b * m.dims[o]]);
+        let node = &m.nodes[n];
+        let o = node.output;
+        let out = &mut self.cpu.ws.vals[o][..b * m.dims[o]];
+        // a product with a bias: the GPU stores the product (rounded), then adds the bias
+        // (rounded again), then applies the activation; the product is the output less the
+        // bias where the activation left the output as it was
+        let biased = match node.op {
+            Op::Linear { out: oc, .. } => Some((oc, 1)),
+            Op::Conv { g, bias: true, .. } => Some((g.oc, g.oh * g.ow)),
+            _ => None,
+        };
+        if let Some((oc, hw)) = biased {
+            let bias = &self.cpu.params[m.weight_bias(node).1];
+            let act = node.op.act();
+            for (j, v) in out.iter_mut().enumerate() {
+                let linear = match act {
+                    Act::None => true,
+                    Act::Relu => *v > 0.0,
+                    Act::Relu6 => *v > 0.0 && *v < 6.0,
+                };
+                if linear {
+                    let bj = bias[(j / hw) % oc];
+                    let mut r = [round_bf16(round_bf16(*v - bj) + bj)];
+                    act.forward(&mut r);
+                    *v = r[0];
+                }
+            }
+        }
+        round(out);
     }
 
     fn loss(&mut self, m: &Model, b: usize, grad: bool) -> (f64, usize) {
@@ -42,10 +70,23 @@ impl Exec for Bf16<'_, '_, '_> {
         // a convolution's weight gradient goes through bf16 scratch, then into the fp32 sums
         let conv_w = matches!(node.op, Op::Conv { .. }).then(|| m.weight_bias(node).0);
         let before = conv_w.clone().map(|w| self.cpu.grads[w].to_vec());
+        // an op's input gradient added to one already there goes through a bf16 buffer first
+        // (the add and the activation pass theirs on as it is: already bf16)
+        let pass_on = matches!(node.op, Op::Add { .. } | Op::Activation(_));
+        let i = node.inputs[0];
+        let added = (!pass_on && din.first() == Some(&Grad::Add))
+            .then(|| self.cpu.ws.grads[i][..b * m.dims[i]].to_vec());
         self.cpu.backward(m, n, b, din);
         if let (Some(w), Some(before)) = (conv_w, before) {
             for (g, old) in self.cpu.grads[w].iter_mut().zip(before) {
                 *g = old + round_bf16(*g - old);
+            }
+        }
+        if let Some(before) = added {
+            // (the CPU left the op's own gradient for the input in `acc`)
+            let ws = &mut *self.cpu.ws;
+            for ((g, old), a) in ws.grads[i].iter_mut().zip(before).zip(&ws.acc) {
+                *g = old + round_bf16(*a);
             }
         }
         for (&i, d) in node.inputs.iter().zip(din) {
