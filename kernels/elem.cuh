@@ -69,10 +69,12 @@ __device__ __forceinline__ bool passes(float o, int act) {
 }
 
 // Loops of an op over NCHW planes (one image's channel: `hw` values in a row): the planes
-// across gridDim.y (blockIdx.y, then grid-stride), a plane's values across the x blocks and
-// threads. What depends on the channel alone is worked out once per plane, and no element
-// needs a division to find its channel.
-#define PLANES(plane, planes) \
-    for (long long plane = blockIdx.y; plane < (planes); plane += gridDim.y)
+// across threadIdx.y and blockIdx.y (then grid-stride), a plane's values across threadIdx.x and
+// the x blocks. What depends on the channel alone is worked out once per plane, and no element
+// needs a division to find its channel. (`planes_cfg` on the host: blocks as wide as a plane
+// needs, short planes several to a block.)
+#define PLANES(plane, planes)                                                                  \
+    for (long long plane = (long long)blockIdx.y * blockDim.y + threadIdx.y; plane < (planes); \
+         plane += (long long)gridDim.y * blockDim.y)
 #define IN_PLANE(j, hw) \
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (hw); j += blockDim.x * gridDim.x)
