@@ -149,18 +149,8 @@ fn trains_like_the_reference(
         let (mut m, mut v) = (vec![0.0; p.len()], vec![0.0; p.len()]);
         // a batch in two micro-batches: gradients accumulate over them
         let mut micro = [
-            MicroBatch {
-                x: x[..2 * 6].to_vec(),
-                y: y[..2].to_vec(),
-                n: 2,
-                rows: vec![0, 1],
-            },
-            MicroBatch {
-                x: x[2 * 6..].to_vec(),
-                y: y[2..].to_vec(),
-                n: 3,
-                rows: vec![2, 3, 4],
-            },
+            MicroBatch::of_rows(&x, &y, 6, 0..2),
+            MicroBatch::of_rows(&x, &y, 6, 2..5),
         ];
         if held {
             // the device holds the samples: the micro-batches come as row numbers alone
@@ -380,18 +370,8 @@ fn image_batch(model: &Model, b: usize, seed: u64) -> (Vec<f32>, Vec<u32>, [Micr
     let x: Vec<f32> = (0..b * d).map(|_| rng.normal()).collect();
     let y: Vec<u32> = (0..b as u32).map(|i| (i * 3 + 1) % classes).collect();
     let micro = [
-        MicroBatch {
-            x: x[..3 * d].to_vec(),
-            y: y[..3].to_vec(),
-            n: 3,
-            rows: (0..3).collect(),
-        },
-        MicroBatch {
-            x: x[3 * d..].to_vec(),
-            y: y[3..].to_vec(),
-            n: b - 3,
-            rows: (3..b as u32).collect(),
-        },
+        MicroBatch::of_rows(&x, &y, d, 0..3),
+        MicroBatch::of_rows(&x, &y, d, 3..b),
     ];
     (x, y, micro)
 }

@@ -15,6 +15,19 @@ pub struct MicroBatch {
     pub rows: Vec<u32>,
 }
 
+impl MicroBatch {
+    /// Rows `r` of a batch held in memory (`x` row-major with `d` features per row, `y` its
+    /// labels), numbered by their place in it.
+    pub fn of_rows(x: &[f32], y: &[u32], d: usize, r: std::ops::Range<usize>) -> MicroBatch {
+        MicroBatch {
+            x: x[r.start * d..r.end * d].to_vec(),
+            y: y[r.clone()].to_vec(),
+            n: r.len(),
+            rows: (r.start as u32..r.end as u32).collect(),
+        }
+    }
+}
+
 /// A labelled dataset: labels are 0..classes; samples are `x`, row-major [len, features], or,
 /// for picture sets, made from `pictures` when they are gathered (`x` is then empty).
 #[derive(Clone, Debug)]

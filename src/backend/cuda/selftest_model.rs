@@ -54,12 +54,7 @@ pub fn two_steps<E: Elem>(
     let y: Vec<u32> = (0..b as u32).map(|i| i % 5).collect();
     let micro: Vec<MicroBatch> = SPLIT
         .into_iter()
-        .map(|r| MicroBatch {
-            x: x[r.start * d..r.end * d].to_vec(),
-            y: y[r.clone()].to_vec(),
-            n: r.len(),
-            rows: (r.start as u32..r.end as u32).collect(),
-        })
+        .map(|r| MicroBatch::of_rows(&x, &y, d, r))
         .collect();
     let kind = OptimizerKind::Sgd;
     let state = TrainState::initial(&model, kind, 2);

@@ -177,12 +177,7 @@ mod tests {
         let split = [0..2, 2..5];
         let d = m.dims[0];
         let micro: Vec<MicroBatch> = (split.iter())
-            .map(|r| MicroBatch {
-                x: x[r.start * d..r.end * d].to_vec(),
-                y: y[r.clone()].to_vec(),
-                n: r.len(),
-                rows: (r.start as u32..r.end as u32).collect(),
-            })
+            .map(|r| MicroBatch::of_rows(&x, &y, d, r.clone()))
             .collect();
         let opt = Optimizer::new(OptimizerKind::Sgd, 0.0);
         let mut cpu = CpuReplica::with(m.clone(), opt, state.clone());
