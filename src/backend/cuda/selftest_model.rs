@@ -152,6 +152,37 @@ mod tests {
     use super::*;
     use crate::nn::model::{Act, Op};
 
+    /// A failing check's note names the element furthest past its limit by its tensor, with
+    /// both values; a NaN counts as furthest.
+    #[test]
+    fn the_worst_element_is_named_by_its_tensor() {
+        let t = |name: &str, offset, len| TensorInfo {
+            name: name.into(),
+            shape: vec![len],
+            offset,
+            len,
+        };
+        let tensors = [t("conv.0.weight", 0, 3), t("bn.1.bias", 3, 2)];
+        let want = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let got = [1.0, 2.1, 3.0, 4.0, 4.0];
+        let (share, note) = worst_at(&tensors, &got, &want, (0.01, 0.0), "the change of");
+        assert!((share - 100.0).abs() < 1e-6, "{share}");
+        assert_eq!(
+            note,
+            "worst: the change of bn.1.bias[1]: GPU 4.0000e0, CPU 5.0000e0"
+        );
+        let got = [1.0, f32::NAN, 3.0, 4.0, 4.0];
+        let (share, note) = worst_at(&tensors, &got, &want, (0.01, 0.0), "the change of");
+        assert!(
+            share.is_infinite() && note.contains("conv.0.weight[1]"),
+            "{note}"
+        );
+        assert_eq!(
+            worst_at(&tensors, &[], &[], (0.01, 0.0), "x"),
+            (0.0, String::new())
+        );
+    }
+
     /// The check covers every op but dropout and its linear output: padded max pooling, both
     /// kinds of convolution with and without a bias, residual adds, ReLU6.
     #[test]
