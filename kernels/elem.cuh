@@ -76,5 +76,6 @@ __device__ __forceinline__ bool passes(float o, int act) {
 #define PLANES(plane, planes)                                                                  \
     for (long long plane = (long long)blockIdx.y * blockDim.y + threadIdx.y; plane < (planes); \
          plane += (long long)gridDim.y * blockDim.y)
-#define IN_PLANE(j, hw) \
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (hw); j += blockDim.x * gridDim.x)
+#define IN_PLANE(j, hw)                                                             \
+    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < (hw); \
+         j += (long long)blockDim.x * gridDim.x)

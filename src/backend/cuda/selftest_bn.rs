@@ -8,9 +8,9 @@
 
 use std::thread;
 
-use super::selftest_compare::{check, Check};
+use super::selftest_compare::{check, compare, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
-use super::{bn, CudaError, Gpu};
+use super::{bn, ops, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{
     bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnSaved, BnStats,
@@ -250,6 +250,17 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             joined(got),
         ));
     }
+    // the activation's derivative taken inside the backward, as the training pass does, equals
+    // masking the output's gradient first, bit for bit
+    for act in [Act::Relu, Act::Relu6] {
+        out.push(check(
+            format!(
+                "gpu{index} batch norm{} backward: mask inside",
+                act.suffix()
+            ),
+            mask_inside(gpu, rng, act),
+        ));
+    }
     // sync batch norm: two ranks with 3 and 4 images equal one replica with 7
     let case = Case::new(rng, BnGeom { b: 7, c: 5, hw: 9 }, Act::Relu);
     let want = case.want();
@@ -321,4 +332,61 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         joined(got),
     ));
     out
+}
+
+/// Batch norm's backward taking `act`'s derivative itself, from the output it recomputes from
+/// x, against `ops::act_backward` on the stored output and then a backward without activation:
+/// (0, 0) when dx, dweight and dbias agree bit for bit. The weights are scaled up so that
+/// ReLU6 clamps at 6 as well as at 0.
+fn mask_inside(gpu: &Gpu, rng: &mut Rng, act: Act) -> Result<(f64, f64), CudaError> {
+    let g = BnGeom { b: 4, c: 3, hw: 50 };
+    let mut case = Case::new(rng, g, act);
+    case.w.iter_mut().for_each(|w| *w *= 4.0);
+    let (c, all) = (g.c, g.b * g.c * g.hw);
+    let x = up(gpu, &case.x)?;
+    let (w, bias, mut running) = (
+        up(gpu, &case.w)?,
+        up(gpu, &case.bias)?,
+        up(gpu, &case.running)?,
+    );
+    let (mut out, mut saved) = (nans(gpu, all)?, nans(gpu, 2 * c)?);
+    let mut scratch = (gpu.stream)
+        .alloc_zeros::<f64>(bn::scratch_len(c, g.b * g.hw))
+        .map_err(super::on(gpu.index, "allocate"))?;
+    let count = bn::forward_train(
+        gpu,
+        None,
+        &mut scratch.slice_mut(..),
+        &mut saved.slice_mut(..),
+        &mut running.slice_mut(..),
+        &mut out.slice_mut(..),
+        (&x.slice(..), &w.slice(..), &bias.slice(..)),
+        g,
+        act,
+    )?;
+    let (sv, wv, bv) = (saved.slice(..), w.slice(..), bias.slice(..));
+    let mut runs = Vec::new();
+    for inside in [true, false] {
+        let mut dout = up(gpu, &case.dout)?;
+        if !inside {
+            ops::act_backward(gpu, &mut dout.slice_mut(..), &out.slice(..), all, act)?;
+        }
+        let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &case.dw0)?, up(gpu, &case.db0)?);
+        bn::backward(
+            gpu,
+            None,
+            &mut scratch.slice_mut(..),
+            Some(&mut dx.slice_mut(..)),
+            (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
+            (&dout.slice(..), &x.slice(..)),
+            (&sv, &wv, &bv),
+            g,
+            count,
+            if inside { act } else { Act::None },
+        )?;
+        runs.push([down(gpu, &dx, all)?, down(gpu, &dw, c)?, down(gpu, &db, c)?]);
+    }
+    Ok((runs[0].iter().zip(&runs[1]))
+        .map(|(a, b)| compare(a, b, 0.0, 0.0))
+        .fold((0.0f64, 0.0f64), |(x, y), (a, r)| (x.max(a), y.max(r))))
 }

@@ -7,8 +7,10 @@
 //! shape (batch rows included), the algorithms measured (`measure`, as PyTorch's
 //! `cudnn.benchmark`), or with `MGTOP_CUDNN_ALGOS=deterministic` the heuristics' first
 //! deterministic ones (as `cudnn.deterministic`), or with `MGTOP_CUDNN_ALGOS=heuristic` or where
-//! either fails, cuDNN's heuristics' first pick; one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a
-//! heuristic pick needing more takes cuDNN's no-workspace algorithm).
+//! choosing fails, cuDNN's heuristics' first pick (a deterministic run: fixed deterministic
+//! algorithms); one workspace, grown to the largest plan's need up to `MAX_WORKSPACE` (a pick
+//! needing more takes one that fits: for a deterministic run its deterministic fallback where
+//! the shape allows, and last of all cuDNN's no-workspace algorithm, which may not be).
 //!
 //! Math: strict fp32 (`CUDNN_FMA_MATH`) for `--precision fp32`, TF32 tensor cores allowed
 //! (`CUDNN_DEFAULT_MATH`) for `tf32`, the tensor cores (`CUDNN_TENSOR_OP_MATH`) for bf16
@@ -180,8 +182,7 @@ impl<E: Elem> Dnn<E> {
             dw: &w,
             dy: &y,
         };
-        // measured (or deterministic) where it can be (each fits MAX_WORKSPACE), else cuDNN's
-        // heuristics' first pick
+        // measured (or deterministic) where it can be (each fits MAX_WORKSPACE)
         let chosen = self.measurer.as_ref().and_then(|m| {
             m.choose(k, self.how, self.math, E::DATA_TYPE, MAX_WORKSPACE)
                 .ok()
@@ -202,23 +203,30 @@ impl<E: Elem> Dnn<E> {
             (None, measure::Choice::Deterministic) => Some(fallback),
             (c, _) => c,
         };
+        // (last of all, the algorithms that need no workspace)
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
             chosen.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
-            fallback.fwd,
+            [
+                fallback.fwd,
+                FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            ],
         )?;
         let (data, need_d) = fitting(
             "pick an input-gradient algorithm",
             chosen.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
-            fallback.data,
+            [fallback.data, DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0],
         )?;
         let (filter, need_w) = fitting(
             "pick a weight-gradient algorithm",
             chosen.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
-            fallback.filter,
+            [
+                fallback.filter,
+                FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+            ],
         )?;
         let need = need_f.max(need_d).max(need_w);
         if need > self.workspace.len() {
@@ -326,19 +334,27 @@ fn math(bf16: bool, precision: Precision) -> cudnnMathType_t {
 }
 
 /// The algorithm picked (`pick`) where its workspace (`size`) fits in `MAX_WORKSPACE`, else
-/// `fallback` (one that needs little or none): (algorithm, workspace bytes).
-fn fitting<A: Copy>(
+/// the first of `fallbacks` that can run this shape within it, else the last (cuDNN's
+/// no-workspace algorithm): (algorithm, workspace bytes).
+fn fitting<A: Copy, const N: usize>(
     what: &str,
     pick: Result<A, CudnnError>,
     size: impl Fn(A) -> Result<usize, CudnnError>,
-    fallback: A,
+    fallbacks: [A; N],
 ) -> Result<(A, usize), String> {
     let a = pick.map_err(say(what))?;
     match size(a).map_err(say("size the workspace"))? {
-        n if n > MAX_WORKSPACE => {
-            Ok((fallback, size(fallback).map_err(say("size the workspace"))?))
+        n if n <= MAX_WORKSPACE => Ok((a, n)),
+        _ => {
+            let fits = |f: &A| {
+                size(*f)
+                    .ok()
+                    .filter(|&n| n <= MAX_WORKSPACE)
+                    .map(|n| (*f, n))
+            };
+            let last = *fallbacks.last().expect("a fallback");
+            Ok(fallbacks.iter().find_map(fits).unwrap_or((last, 0)))
         }
-        n => Ok((a, n)),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Each op's backward on the GPU for its first input, as the CPU interpreter's `op_backward`:
 //! parameter gradients accumulated, the input's gradient written (overwritten) where wanted.
-//! The output's gradient arrives already masked by the op's activation.
+//! The output's gradient arrives already masked by the op's activation, except batch norm's,
+//! which applies its activation's derivative itself (`bn::backward`).
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};

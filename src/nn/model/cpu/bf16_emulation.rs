@@ -32,7 +32,11 @@ impl Exec for Bf16<'_, '_, '_> {
         // (rounded again), then applies the activation; the product is the output less the
         // bias where the activation left the output as it was
         let biased = match node.op {
-            Op::Linear { out: oc, .. } => Some((oc, 1)),
+            Op::Linear {
+                out: oc,
+                bias: true,
+                ..
+            } => Some((oc, 1)),
             Op::Conv { g, bias: true, .. } => Some((g.oc, g.oh * g.ow)),
             _ => None,
         };
