@@ -8,6 +8,8 @@
 
 use std::thread;
 
+use cudarc::driver::CudaSlice;
+
 use super::selftest_compare::{check, compare, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{bn, ops, CudaError, Gpu};
@@ -113,62 +115,105 @@ impl Case {
         rows: std::ops::Range<usize>,
         mut sync: Option<&mut dyn Collective>,
     ) -> Result<Want, CudaError> {
+        let per = self.g.c * self.g.hw;
+        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
+        let first = sync.as_deref_mut().map(|s| s as &mut dyn Collective);
+        let mut f = self.forward(gpu, rows, first)?;
+        let [dx, dw, db] = self.backward(gpu, &mut f, sync, &dout, self.act)?;
+        let (c, all) = (f.g.c, f.g.b * per);
+        Ok((
+            down(gpu, &f.out, all)?,
+            down(gpu, &f.saved, 2 * c)?,
+            down(gpu, &f.running, 2 * c)?,
+            dx,
+            dw,
+            db,
+            f.count,
+        ))
+    }
+
+    /// Rows `rows` of the batch on `gpu`, training forward (with `sync`): what the backward
+    /// after it needs, on the GPU.
+    fn forward(
+        &self,
+        gpu: &Gpu,
+        rows: std::ops::Range<usize>,
+        sync: Option<&mut dyn Collective>,
+    ) -> Result<OnGpu, CudaError> {
         let (c, per) = (self.g.c, self.g.c * self.g.hw);
         let g = BnGeom {
             b: rows.len(),
             ..self.g
         };
         let all = g.b * per;
-        let x = up(gpu, &self.x[rows.start * per..rows.end * per])?;
-        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
-        let (w, bias, mut running) = (
-            up(gpu, &self.w)?,
-            up(gpu, &self.bias)?,
-            up(gpu, &self.running)?,
-        );
-        let (mut out, mut saved, mut scratch) = (
-            nans(gpu, all)?,
-            nans(gpu, 2 * c)?,
-            gpu.stream
+        let mut f = OnGpu {
+            g,
+            x: up(gpu, &self.x[rows.start * per..rows.end * per])?,
+            w: up(gpu, &self.w)?,
+            bias: up(gpu, &self.bias)?,
+            running: up(gpu, &self.running)?,
+            out: nans(gpu, all)?,
+            saved: nans(gpu, 2 * c)?,
+            scratch: (gpu.stream)
                 .alloc_zeros::<f64>(bn::scratch_len(c, g.b * g.hw))
                 .map_err(super::on(gpu.index, "allocate"))?,
-        );
-        let xs = (&x.slice(..all), &w.slice(..), &bias.slice(..));
-        let count = bn::forward_train(
+            count: 0.0,
+        };
+        f.count = bn::forward_train(
             gpu,
-            sync.as_deref_mut().map(|s| s as &mut dyn Collective),
-            &mut scratch.slice_mut(..),
-            &mut saved.slice_mut(..),
-            &mut running.slice_mut(..),
-            &mut out.slice_mut(..all),
-            xs,
+            sync,
+            &mut f.scratch.slice_mut(..),
+            &mut f.saved.slice_mut(..),
+            &mut f.running.slice_mut(..),
+            &mut f.out.slice_mut(..all),
+            (&f.x.slice(..all), &f.w.slice(..), &f.bias.slice(..)),
             g,
             self.act,
         )?;
+        Ok(f)
+    }
+
+    /// The backward after forward `f` from the output's gradient `dout` (its activation's
+    /// derivative taken inside as `act` says): dx, dweight, dbias (the latter two accumulated
+    /// into the case's dw0, db0).
+    fn backward(
+        &self,
+        gpu: &Gpu,
+        f: &mut OnGpu,
+        sync: Option<&mut dyn Collective>,
+        dout: &CudaSlice<f32>,
+        act: Act,
+    ) -> Result<[Vec<f32>; 3], CudaError> {
+        let (g, c) = (f.g, f.g.c);
+        let all = g.b * c * g.hw;
         let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &self.dw0)?, up(gpu, &self.db0)?);
-        let (sv, wv, bv) = (saved.slice(..), w.slice(..), bias.slice(..));
         bn::backward(
             gpu,
             sync,
-            &mut scratch.slice_mut(..),
+            &mut f.scratch.slice_mut(..),
             Some(&mut dx.slice_mut(..all)),
             (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
-            (&dout.slice(..all), &x.slice(..all)),
-            (&sv, &wv, &bv),
+            (&dout.slice(..all), &f.x.slice(..all)),
+            (&f.saved.slice(..), &f.w.slice(..), &f.bias.slice(..)),
             g,
-            count,
-            self.act,
+            f.count,
+            act,
         )?;
-        Ok((
-            down(gpu, &out, all)?,
-            down(gpu, &saved, 2 * c)?,
-            down(gpu, &running, 2 * c)?,
-            down(gpu, &dx, all)?,
-            down(gpu, &dw, c)?,
-            down(gpu, &db, c)?,
-            count,
-        ))
+        Ok([down(gpu, &dx, all)?, down(gpu, &dw, c)?, down(gpu, &db, c)?])
     }
+}
+
+/// A training forward's buffers on the GPU, for the backward after it.
+struct OnGpu {
+    g: BnGeom,
+    x: CudaSlice<f32>,
+    w: CudaSlice<f32>,
+    bias: CudaSlice<f32>,
+    running: CudaSlice<f32>,
+    out: CudaSlice<f32>,
+    saved: CudaSlice<f32>,
+    scratch: CudaSlice<f64>,
+    count: f32,
 }
 
 fn compared(got: Result<Want, CudaError>, want: &Want) -> Result<(f64, f64), CudaError> {
@@ -342,49 +387,16 @@ fn mask_inside(gpu: &Gpu, rng: &mut Rng, act: Act) -> Result<(f64, f64), CudaErr
     let g = BnGeom { b: 4, c: 3, hw: 50 };
     let mut case = Case::new(rng, g, act);
     case.w.iter_mut().for_each(|w| *w *= 4.0);
-    let (c, all) = (g.c, g.b * g.c * g.hw);
-    let x = up(gpu, &case.x)?;
-    let (w, bias, mut running) = (
-        up(gpu, &case.w)?,
-        up(gpu, &case.bias)?,
-        up(gpu, &case.running)?,
-    );
-    let (mut out, mut saved) = (nans(gpu, all)?, nans(gpu, 2 * c)?);
-    let mut scratch = (gpu.stream)
-        .alloc_zeros::<f64>(bn::scratch_len(c, g.b * g.hw))
-        .map_err(super::on(gpu.index, "allocate"))?;
-    let count = bn::forward_train(
-        gpu,
-        None,
-        &mut scratch.slice_mut(..),
-        &mut saved.slice_mut(..),
-        &mut running.slice_mut(..),
-        &mut out.slice_mut(..),
-        (&x.slice(..), &w.slice(..), &bias.slice(..)),
-        g,
-        act,
-    )?;
-    let (sv, wv, bv) = (saved.slice(..), w.slice(..), bias.slice(..));
+    let all = g.b * g.c * g.hw;
+    let mut f = case.forward(gpu, 0..g.b, None)?;
     let mut runs = Vec::new();
     for inside in [true, false] {
         let mut dout = up(gpu, &case.dout)?;
         if !inside {
-            ops::act_backward(gpu, &mut dout.slice_mut(..), &out.slice(..), all, act)?;
+            ops::act_backward(gpu, &mut dout.slice_mut(..), &f.out.slice(..), all, act)?;
         }
-        let (mut dx, mut dw, mut db) = (nans(gpu, all)?, up(gpu, &case.dw0)?, up(gpu, &case.db0)?);
-        bn::backward(
-            gpu,
-            None,
-            &mut scratch.slice_mut(..),
-            Some(&mut dx.slice_mut(..)),
-            (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
-            (&dout.slice(..), &x.slice(..)),
-            (&sv, &wv, &bv),
-            g,
-            count,
-            if inside { act } else { Act::None },
-        )?;
-        runs.push([down(gpu, &dx, all)?, down(gpu, &dw, c)?, down(gpu, &db, c)?]);
+        let masked = if inside { act } else { Act::None };
+        runs.push(case.backward(gpu, &mut f, None, &dout, masked)?);
     }
     Ok((runs[0].iter().zip(&runs[1]))
         .map(|(a, b)| compare(a, b, 0.0, 0.0))

@@ -52,6 +52,15 @@ impl Choice {
             .unwrap_or(Choice::Measured)
     }
 
+    /// The algorithms a shape takes where nothing was chosen or a choice needs more workspace
+    /// than allowed (before `NO_WORKSPACE`, the last resort).
+    pub fn fallback(self) -> Algos {
+        match self {
+            Choice::Deterministic => DETERMINISTIC,
+            _ => NO_WORKSPACE,
+        }
+    }
+
     /// What the start-up line says of it.
     pub fn describe(self) -> &'static str {
         match self {
@@ -64,9 +73,17 @@ impl Choice {
     }
 }
 
+/// cuDNN's algorithms that need no workspace (the backward ones add with atomics: not
+/// deterministic).
+pub const NO_WORKSPACE: Algos = Algos {
+    fwd: FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+    data: DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+    filter: FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+};
+
 /// What a deterministic run takes where nothing was chosen or a choice needs more workspace
 /// than allowed: algorithms cuDNN documents as deterministic that need little or none.
-pub const DETERMINISTIC: Algos = Algos {
+const DETERMINISTIC: Algos = Algos {
     fwd: FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
     data: DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
     filter: FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,

@@ -187,46 +187,30 @@ impl<E: Elem> Dnn<E> {
             m.choose(k, self.how, self.math, E::DATA_TYPE, MAX_WORKSPACE)
                 .ok()
         });
-        // where nothing was chosen (or a pick needs too much workspace): the heuristics' first
-        // pick, and past the bound the algorithms that need least; a deterministic run takes
-        // the deterministic ones of those instead (cuDNN's ALGO_0 of both backward directions
-        // adds with atomics)
-        let fallback = match self.how {
-            measure::Choice::Deterministic => measure::DETERMINISTIC,
-            _ => measure::Algos {
-                fwd: FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                data: DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
-                filter: FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
-            },
-        };
+        // where nothing was chosen: the heuristics' first pick, or a deterministic run's fixed
+        // algorithms; past the workspace bound the fallback, then the no-workspace algorithms
+        let (fallback, last) = (self.how.fallback(), measure::NO_WORKSPACE);
         let chosen = match (chosen, self.how) {
             (None, measure::Choice::Deterministic) => Some(fallback),
             (c, _) => c,
         };
-        // (last of all, the algorithms that need no workspace)
         let (fwd, need_f) = fitting(
             "pick a forward algorithm",
             chosen.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
-            [
-                fallback.fwd,
-                FwdAlgo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-            ],
+            [fallback.fwd, last.fwd],
         )?;
         let (data, need_d) = fitting(
             "pick an input-gradient algorithm",
             chosen.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
-            [fallback.data, DataAlgo::CUDNN_CONVOLUTION_BWD_DATA_ALGO_0],
+            [fallback.data, last.data],
         )?;
         let (filter, need_w) = fitting(
             "pick a weight-gradient algorithm",
             chosen.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
-            [
-                fallback.filter,
-                FilterAlgo::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
-            ],
+            [fallback.filter, last.filter],
         )?;
         let need = need_f.max(need_d).max(need_w);
         if need > self.workspace.len() {
