@@ -1,10 +1,13 @@
 //! The direct kernels with AVX2 + FMA (16 registers of 8 floats): a vector of V = 16 positions
-//! is two registers, so the tiles are smaller than `avx512`'s (the forward tile takes its
-//! vectors one after another, the weight-gradient tile its taps two at a time, the depthwise
-//! weight gradient its taps nine at a time). The forward sums add the same terms in the same
-//! order as `avx512`'s; the weight-gradient sums keep 8 lanes of partial sums instead of 16, so
-//! they differ from `avx512`'s by rounding (each still in a fixed order). Same functions, same
-//! contracts as `avx512`; the callers check the bounds.
+//! is two registers, so the tiles are smaller than `avx512`'s (the forward tile takes 24
+//! positions at a time, the weight-gradient tile its taps three at a time, both 4 x 3 registers
+//! of sums; the depthwise weight gradient its taps nine at a time). Those two 4 x 3 tiles are
+//! written in assembly: twelve sums, three operands and one broadcast fill all 16 registers, and
+//! LLVM, left to itself, spilled a sum on every iteration (store-to-load latency on the chain:
+//! half the speed). The forward sums add the same terms in the same order as `avx512`'s; the
+//! weight-gradient sums keep 8 lanes of partial sums instead of 16, so they differ from
+//! `avx512`'s by rounding (each still in a fixed order). Same functions, same contracts as
+//! `avx512`; the callers check the bounds.
 
 use std::arch::x86_64::*;
 
@@ -24,7 +27,8 @@ fn hsum(v: __m256) -> f32 {
 }
 
 /// out[i * stride + q] = bias[i] + sum_t w[t * OB + i] * x[offs[t] + q] for the tile's OB rows
-/// and q < nj * V: one vector of positions at a time (OB x 2 registers of sums).
+/// and q < nj * V: three registers of positions at a time (OB x 3 registers of sums: each tap's
+/// OB weights, broadcast once, serve 24 positions), then the one or two left over.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn forward_tile(
     out: *mut f32,
@@ -35,38 +39,135 @@ pub(super) unsafe fn forward_tile(
     bias: &[f32],
     nj: usize,
 ) {
-    for j in 0..nj {
-        let mut acc = [[_mm256_setzero_ps(); 2]; OB];
-        for (row, &b) in acc.iter_mut().zip(bias) {
-            *row = [_mm256_set1_ps(b); 2];
+    let regs = nj * (V / H);
+    let mut r = 0;
+    while r + 3 <= regs {
+        // SAFETY: registers r..r + 3 lie inside the caller's tile.
+        unsafe { forward_regs::<3>(out.add(r * H), stride, x.add(r * H), offs, w, bias) };
+        r += 3;
+    }
+    // SAFETY: as above.
+    unsafe {
+        match regs - r {
+            2 => forward_regs::<2>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
+            1 => forward_regs::<1>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
+            _ => {}
         }
-        for (t, &off) in offs.iter().enumerate() {
-            // SAFETY (this block): the caller keeps every address read or written in bounds.
-            unsafe {
-                let src = x.add(off + j * V);
-                let v = [_mm256_loadu_ps(src), _mm256_loadu_ps(src.add(H))];
-                let wt = w.add(t * OB);
-                for (i, row) in acc.iter_mut().enumerate() {
-                    let s = _mm256_broadcast_ss(&*wt.add(i));
-                    row[0] = _mm256_fmadd_ps(s, v[0], row[0]);
-                    row[1] = _mm256_fmadd_ps(s, v[1], row[1]);
+    }
+}
+
+/// `forward_tile` over R registers of positions from `out` / `x` (R <= 3).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn forward_regs<const R: usize>(
+    out: *mut f32,
+    stride: usize,
+    x: *const f32,
+    offs: &[usize],
+    w: *const f32,
+    bias: &[f32],
+) {
+    if R < 3 {
+        // SAFETY: the caller's bounds.
+        unsafe { forward_short::<R>(out, stride, x, offs, w, bias) };
+        return;
+    }
+    let b: [f32; OB] = bias[..OB].try_into().expect("OB biases");
+    let [mut a0, mut a1, mut a2, mut a3] = b.map(|b| [_mm256_set1_ps(b); 3]);
+    if !offs.is_empty() {
+        // SAFETY: reads x[offs[t] .. offs[t] + 24] and w[t * OB .. t * OB + OB] for t < taps,
+        // inside the caller's bounds; the twelve sums stay in ymm0..ymm11 (LLVM, left to
+        // itself, spills one of them on every tap: 16 registers are exactly enough).
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "mov {o}, qword ptr [{offs}]",
+                "vmovups ymm12, ymmword ptr [{x} + 4*{o}]",
+                "vmovups ymm13, ymmword ptr [{x} + 4*{o} + 32]",
+                "vmovups ymm14, ymmword ptr [{x} + 4*{o} + 64]",
+                "vbroadcastss ymm15, dword ptr [{w}]",
+                "vfmadd231ps ymm0, ymm15, ymm12",
+                "vfmadd231ps ymm1, ymm15, ymm13",
+                "vfmadd231ps ymm2, ymm15, ymm14",
+                "vbroadcastss ymm15, dword ptr [{w} + 4]",
+                "vfmadd231ps ymm3, ymm15, ymm12",
+                "vfmadd231ps ymm4, ymm15, ymm13",
+                "vfmadd231ps ymm5, ymm15, ymm14",
+                "vbroadcastss ymm15, dword ptr [{w} + 8]",
+                "vfmadd231ps ymm6, ymm15, ymm12",
+                "vfmadd231ps ymm7, ymm15, ymm13",
+                "vfmadd231ps ymm8, ymm15, ymm14",
+                "vbroadcastss ymm15, dword ptr [{w} + 12]",
+                "vfmadd231ps ymm9, ymm15, ymm12",
+                "vfmadd231ps ymm10, ymm15, ymm13",
+                "vfmadd231ps ymm11, ymm15, ymm14",
+                "add {w}, 16",
+                "add {offs}, 8",
+                "cmp {offs}, {end}",
+                "jne 2b",
+                offs = inout(reg) offs.as_ptr() => _,
+                end = in(reg) offs.as_ptr().add(offs.len()),
+                x = in(reg) x,
+                w = inout(reg) w => _,
+                o = out(reg) _,
+                inout("ymm0") a0[0], inout("ymm1") a0[1], inout("ymm2") a0[2],
+                inout("ymm3") a1[0], inout("ymm4") a1[1], inout("ymm5") a1[2],
+                inout("ymm6") a2[0], inout("ymm7") a2[1], inout("ymm8") a2[2],
+                inout("ymm9") a3[0], inout("ymm10") a3[1], inout("ymm11") a3[2],
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack, readonly),
+            );
+        }
+    }
+    for (i, row) in [a0, a1, a2, a3].iter().enumerate() {
+        for (u, a) in row.iter().enumerate() {
+            // SAFETY: inside the tile the caller gave.
+            unsafe { _mm256_storeu_ps(out.add(i * stride + u * H), *a) };
+        }
+    }
+}
+
+/// `forward_regs` for R < 3 registers (OB x R sums: room enough for LLVM).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn forward_short<const R: usize>(
+    out: *mut f32,
+    stride: usize,
+    x: *const f32,
+    offs: &[usize],
+    w: *const f32,
+    bias: &[f32],
+) {
+    let mut acc = [[_mm256_setzero_ps(); R]; OB];
+    for (row, &b) in acc.iter_mut().zip(bias) {
+        *row = [_mm256_set1_ps(b); R];
+    }
+    for (t, &off) in offs.iter().enumerate() {
+        // SAFETY (this block): the caller keeps every address read or written in bounds.
+        unsafe {
+            let src = x.add(off);
+            let mut v = [_mm256_setzero_ps(); R];
+            for (u, v) in v.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(src.add(u * H));
+            }
+            let wt = w.add(t * OB);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let s = _mm256_broadcast_ss(&*wt.add(i));
+                for (a, v) in row.iter_mut().zip(&v) {
+                    *a = _mm256_fmadd_ps(s, *v, *a);
                 }
             }
         }
-        for (i, row) in acc.iter().enumerate() {
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (u, a) in row.iter().enumerate() {
             // SAFETY: inside the tile the caller gave.
-            unsafe {
-                let o = out.add(i * stride + j * V);
-                _mm256_storeu_ps(o, row[0]);
-                _mm256_storeu_ps(o.add(H), row[1]);
-            }
+            unsafe { _mm256_storeu_ps(out.add(i * stride + u * H), *a) };
         }
     }
 }
 
 /// tile[i][j] = sum over images n < `images` and q < positions of
-/// dout[n * dout_image + i * dout_row + q] * planes[n * plane_image + offs[j] + q]: two taps
-/// at a time (OB x 2 registers of sums).
+/// dout[n * dout_image + i * dout_row + q] * planes[n * plane_image + offs[j] + q]: three taps
+/// at a time (OB x 3 registers of sums).
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn weight_tile(
@@ -80,27 +181,65 @@ pub(super) unsafe fn weight_tile(
     offs: &[usize; TB],
     positions: usize,
 ) {
-    for j in (0..TB).step_by(2) {
-        let mut acc = [[_mm256_setzero_ps(); 2]; OB];
-        for n in 0..images {
-            // SAFETY (this block): the caller keeps every address read in bounds.
-            unsafe {
-                let d = dout.add(n * dout_image);
-                let x = planes.add(n * plane_image);
-                for q in (0..positions).step_by(H) {
-                    let x0 = _mm256_loadu_ps(x.add(offs[j] + q));
-                    let x1 = _mm256_loadu_ps(x.add(offs[j + 1] + q));
-                    for (i, row) in acc.iter_mut().enumerate() {
-                        let dv = _mm256_loadu_ps(d.add(i * dout_row + q));
-                        row[0] = _mm256_fmadd_ps(dv, x0, row[0]);
-                        row[1] = _mm256_fmadd_ps(dv, x1, row[1]);
-                    }
+    const { assert!(TB.is_multiple_of(3) && OB == 4) };
+    for j in (0..TB).step_by(3) {
+        let mut acc = [[_mm256_setzero_ps(); 3]; OB];
+        if positions > 0 {
+            for n in 0..images {
+                // SAFETY: image n's dout rows i < OB and planes at offs[j..j + 3], each read
+                // at q < positions (a multiple of H), inside the caller's bounds; the twelve
+                // sums stay in ymm0..ymm11 (16 registers are exactly enough: LLVM spills).
+                unsafe {
+                    let d = dout.add(n * dout_image);
+                    let x = planes.add(n * plane_image);
+                    let [a0, a1, a2, a3] = &mut acc;
+                    std::arch::asm!(
+                        "2:",
+                        "vmovups ymm12, ymmword ptr [{x0} + {q}]",
+                        "vmovups ymm13, ymmword ptr [{x1} + {q}]",
+                        "vmovups ymm14, ymmword ptr [{x2} + {q}]",
+                        "vmovups ymm15, ymmword ptr [{d0} + {q}]",
+                        "vfmadd231ps ymm0, ymm15, ymm12",
+                        "vfmadd231ps ymm1, ymm15, ymm13",
+                        "vfmadd231ps ymm2, ymm15, ymm14",
+                        "vmovups ymm15, ymmword ptr [{d1} + {q}]",
+                        "vfmadd231ps ymm3, ymm15, ymm12",
+                        "vfmadd231ps ymm4, ymm15, ymm13",
+                        "vfmadd231ps ymm5, ymm15, ymm14",
+                        "vmovups ymm15, ymmword ptr [{d2} + {q}]",
+                        "vfmadd231ps ymm6, ymm15, ymm12",
+                        "vfmadd231ps ymm7, ymm15, ymm13",
+                        "vfmadd231ps ymm8, ymm15, ymm14",
+                        "vmovups ymm15, ymmword ptr [{d3} + {q}]",
+                        "vfmadd231ps ymm9, ymm15, ymm12",
+                        "vfmadd231ps ymm10, ymm15, ymm13",
+                        "vfmadd231ps ymm11, ymm15, ymm14",
+                        "add {q}, 32",
+                        "cmp {q}, {end}",
+                        "jne 2b",
+                        x0 = in(reg) x.add(offs[j]),
+                        x1 = in(reg) x.add(offs[j + 1]),
+                        x2 = in(reg) x.add(offs[j + 2]),
+                        d0 = in(reg) d,
+                        d1 = in(reg) d.add(dout_row),
+                        d2 = in(reg) d.add(2 * dout_row),
+                        d3 = in(reg) d.add(3 * dout_row),
+                        q = inout(reg) 0usize => _,
+                        end = in(reg) positions * 4,
+                        inout("ymm0") a0[0], inout("ymm1") a0[1], inout("ymm2") a0[2],
+                        inout("ymm3") a1[0], inout("ymm4") a1[1], inout("ymm5") a1[2],
+                        inout("ymm6") a2[0], inout("ymm7") a2[1], inout("ymm8") a2[2],
+                        inout("ymm9") a3[0], inout("ymm10") a3[1], inout("ymm11") a3[2],
+                        out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                        options(nostack, readonly),
+                    );
                 }
             }
         }
         for (out, row) in tile.iter_mut().zip(&acc) {
-            out[j] = hsum(row[0]);
-            out[j + 1] = hsum(row[1]);
+            for (u, a) in row.iter().enumerate() {
+                out[j + u] = hsum(*a);
+            }
         }
     }
 }
