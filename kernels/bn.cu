@@ -10,20 +10,31 @@
 
 #define BN_BLOCK 256
 
-// The (image, position) of a channel's k-th value, moved BN_BLOCK values on without divisions.
+// Where channel ch's k-th value lies in x[nimg, C, hw] (`at`), moved BN_BLOCK values on with
+// additions only (no 64-bit multiplications or divisions per value).
 struct Walk {
-    long long i, p, hw, si, sp;
-    __device__ Walk(long long k, long long hw_)
-        : i(k / hw_), p(k % hw_), hw(hw_), si(BN_BLOCK / hw_), sp(BN_BLOCK % hw_) {}
+    long long at, p, hw, jump, wrap, sp;
+    __device__ Walk(long long k, long long hw_, long long c, long long ch)
+        : hw(hw_), sp(BN_BLOCK % hw_) {
+        long long i = k / hw_;
+        p = k % hw_;
+        at = (i * c + ch) * hw_ + p;
+        jump = (BN_BLOCK / hw_) * c * hw_ + sp;
+        wrap = (c - 1) * hw_;
+    }
     __device__ void next() {
-        i += si;
+        at += jump;
         p += sp;
         if (p >= hw) {
             p -= hw;
-            ++i;
+            at += wrap;
         }
     }
 };
+
+// Values a thread loads before it adds them (in order: the sums' bits do not change), so that
+// several loads are in flight at once.
+#define BN_UNROLL 4
 
 // This block's part [lo, hi) of a channel's values.
 __device__ void part_range(long long per_channel, long long* lo, long long* hi) {
@@ -59,15 +70,22 @@ __device__ void bn_sums(double* partial, const T* x, const double* centre, int c
     for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
         float m = (centred && n > 0.0) ? (float)(centre[ch] / n) : 0.0f;
         double s = 0.0;
-        Walk at(lo + threadIdx.x, hw);
-        for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, at.next()) {
-            float v = ld(x + ((at.i * c + ch) * hw + at.p));
-            if (centred) {
-                float d = v - m;
-                s += (double)__fmul_rn(d, d);
-            } else {
-                s += (double)v;
+        Walk w(lo + threadIdx.x, hw, c, ch);
+        long long k = lo + threadIdx.x;
+        for (; k + (BN_UNROLL - 1) * BN_BLOCK < hi; k += BN_UNROLL * BN_BLOCK) {
+            float v[BN_UNROLL];
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
+                v[u] = ld(x + w.at);
             }
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; ++u) {
+                s += centred ? (double)__fmul_rn(v[u] - m, v[u] - m) : (double)v[u];
+            }
+        }
+        for (; k < hi; k += BN_BLOCK, w.next()) {
+            float v = ld(x + w.at);
+            s += centred ? (double)__fmul_rn(v - m, v - m) : (double)v;
         }
         s = block_sum(s, part);
         if (threadIdx.x == 0) {
@@ -217,12 +235,25 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
         scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
         double sdy = 0.0;
         double sdyx = 0.0;
-        Walk w(lo + threadIdx.x, hw);
-        for (long long k = lo + threadIdx.x; k < hi; k += BN_BLOCK, w.next()) {
-            long long at = (w.i * c + ch) * hw + w.p;
-            float d = masked(dout, x, at, scale, shift, act);
+        Walk w(lo + threadIdx.x, hw, c, ch);
+        long long k = lo + threadIdx.x;
+        for (; k + (BN_UNROLL - 1) * BN_BLOCK < hi; k += BN_UNROLL * BN_BLOCK) {
+            float d[BN_UNROLL], xv[BN_UNROLL];
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
+                d[u] = masked(dout, x, w.at, scale, shift, act);
+                xv[u] = ld(x + w.at);
+            }
+#pragma unroll
+            for (int u = 0; u < BN_UNROLL; ++u) {
+                sdy += (double)d[u];
+                sdyx += (double)__fmul_rn(d[u], xv[u] - mean);
+            }
+        }
+        for (; k < hi; k += BN_BLOCK, w.next()) {
+            float d = masked(dout, x, w.at, scale, shift, act);
             sdy += (double)d;
-            sdyx += (double)__fmul_rn(d, ld(x + at) - mean);
+            sdyx += (double)__fmul_rn(d, ld(x + w.at) - mean);
         }
         sdy = block_sum(sdy, part);
         sdyx = block_sum(sdyx, part);

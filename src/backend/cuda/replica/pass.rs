@@ -413,6 +413,17 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 break;
             }
             let li = b * m.dims[i];
+            // the sum passes dout on to each input as it is: one it adds to takes it straight
+            // from dout (no copy into `acc` first)
+            if matches!(node.op, Op::Add { .. }) && din[k] == Grad::Add {
+                check(ops::accumulate(
+                    gpu,
+                    &mut dlower[i].slice_mut(..li),
+                    &dout,
+                    li,
+                ));
+                continue;
+            }
             {
                 let mut target = match din[k] {
                     Grad::Skip => None,
