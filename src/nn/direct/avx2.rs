@@ -43,22 +43,22 @@ pub(super) unsafe fn forward_tile(
     let mut r = 0;
     while r + 3 <= regs {
         // SAFETY: registers r..r + 3 lie inside the caller's tile.
-        unsafe { forward_regs::<3>(out.add(r * H), stride, x.add(r * H), offs, w, bias) };
+        unsafe { forward_regs3(out.add(r * H), stride, x.add(r * H), offs, w, bias) };
         r += 3;
     }
     // SAFETY: as above.
     unsafe {
         match regs - r {
-            2 => forward_regs::<2>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
-            1 => forward_regs::<1>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
+            2 => forward_short::<2>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
+            1 => forward_short::<1>(out.add(r * H), stride, x.add(r * H), offs, w, bias),
             _ => {}
         }
     }
 }
 
-/// `forward_tile` over R registers of positions from `out` / `x` (R <= 3).
+/// `forward_tile` over 3 registers of positions from `out` / `x`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn forward_regs<const R: usize>(
+unsafe fn forward_regs3(
     out: *mut f32,
     stride: usize,
     x: *const f32,
@@ -66,11 +66,6 @@ unsafe fn forward_regs<const R: usize>(
     w: *const f32,
     bias: &[f32],
 ) {
-    if R < 3 {
-        // SAFETY: the caller's bounds.
-        unsafe { forward_short::<R>(out, stride, x, offs, w, bias) };
-        return;
-    }
     let b: [f32; OB] = bias[..OB].try_into().expect("OB biases");
     let [mut a0, mut a1, mut a2, mut a3] = b.map(|b| [_mm256_set1_ps(b); 3]);
     if !offs.is_empty() {
@@ -126,7 +121,7 @@ unsafe fn forward_regs<const R: usize>(
     }
 }
 
-/// `forward_regs` for R < 3 registers (OB x R sums: room enough for LLVM).
+/// `forward_tile` over R < 3 registers of positions (OB x R sums: room enough for LLVM).
 #[target_feature(enable = "avx2,fma")]
 unsafe fn forward_short<const R: usize>(
     out: *mut f32,
