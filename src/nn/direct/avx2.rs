@@ -183,7 +183,7 @@ pub(super) unsafe fn weight_tile(
             for n in 0..images {
                 // SAFETY: image n's dout rows i < OB and planes at offs[j..j + 3], each read
                 // at q < positions (a multiple of H), inside the caller's bounds; the twelve
-                // sums stay in ymm0..ymm11 (16 registers are exactly enough: LLVM spills).
+                // sums stay in ymm0..ymm11 (16 registers are exactly enough; LLVM, left to itself, spills one of them).
                 unsafe {
                     let d = dout.add(n * dout_image);
                     let x = planes.add(n * plane_image);

@@ -407,7 +407,8 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             sums,
             sync: sync.as_deref_mut().map(|s| s as &mut dyn Collective),
         };
-        // input gradients land in their own buffer, or in `acc` to be added to it
+        // input gradients land in their own buffer, or in `acc` to be added to it (for Add, straight
+        // from dout)
         for (k, &i) in node.inputs.iter().enumerate() {
             if k > 0 && !matches!(node.op, Op::Add { .. }) {
                 break;
