@@ -39,6 +39,7 @@ pub(super) unsafe fn forward_tile(
     bias: &[f32],
     nj: usize,
 ) {
+    let bias: &[f32; OB] = bias[..OB].try_into().expect("a tile has OB biases");
     let regs = nj * (V / H);
     let mut r = 0;
     while r + 3 <= regs {
@@ -64,10 +65,9 @@ unsafe fn forward_regs3(
     x: *const f32,
     offs: &[usize],
     w: *const f32,
-    bias: &[f32],
+    bias: &[f32; OB],
 ) {
-    let b: [f32; OB] = bias[..OB].try_into().expect("OB biases");
-    let [mut a0, mut a1, mut a2, mut a3] = b.map(|b| [_mm256_set1_ps(b); 3]);
+    let [mut a0, mut a1, mut a2, mut a3] = bias.map(|b| [_mm256_set1_ps(b); 3]);
     if !offs.is_empty() {
         // SAFETY: reads x[offs[t] .. offs[t] + 24] and w[t * OB .. t * OB + OB] for t < taps,
         // inside the caller's bounds; the twelve sums stay in ymm0..ymm11 (LLVM, left to
@@ -129,12 +129,9 @@ unsafe fn forward_short<const R: usize>(
     x: *const f32,
     offs: &[usize],
     w: *const f32,
-    bias: &[f32],
+    bias: &[f32; OB],
 ) {
-    let mut acc = [[_mm256_setzero_ps(); R]; OB];
-    for (row, &b) in acc.iter_mut().zip(bias) {
-        *row = [_mm256_set1_ps(b); R];
-    }
+    let mut acc = bias.map(|b| [_mm256_set1_ps(b); R]);
     for (t, &off) in offs.iter().enumerate() {
         // SAFETY (this block): the caller keeps every address read or written in bounds.
         unsafe {
@@ -177,6 +174,11 @@ pub(super) unsafe fn weight_tile(
     positions: usize,
 ) {
     const { assert!(TB.is_multiple_of(3) && OB == 4) };
+    // the assembly loop ends on q == positions exactly
+    assert!(
+        positions.is_multiple_of(H),
+        "weight tile: positions not whole registers"
+    );
     for j in (0..TB).step_by(3) {
         let mut acc = [[_mm256_setzero_ps(); 3]; OB];
         if positions > 0 {
