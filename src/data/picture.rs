@@ -3,6 +3,8 @@
 //! triangle stretched by the downscale factor, separable, edges replicated), mirrored if asked,
 //! normalised per channel and written as channel planes (CHW floats).
 
+use crate::nn::simd::twice;
+
 /// An 8-bit RGB image, rows top to bottom, each `w` pixels of R, G, B.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Picture {
@@ -76,12 +78,24 @@ impl Sink for Planes<'_> {
         let (rs, rest) = self.out.split_at_mut(g);
         let (gs, bs) = rest.split_at_mut(bl - g);
         let (rs, gs, bs) = (&mut rs[r..r + w], &mut gs[..w], &mut bs[..w]);
-        // one pass over the pixels, each channel's plane written in step (mirrored: from the end)
-        for (x, px) in rgbx.chunks_exact(4).enumerate() {
-            let at = if flip { w - 1 - x } else { x };
-            rs[at] = px[0] * a[0] + b[0];
-            gs[at] = px[1] * a[1] + b[1];
-            bs[at] = px[2] * a[2] + b[2];
+        normalise_row(rs, gs, bs, rgbx, a, b);
+        // mirrored afterwards: written back to front, the pass above was scalar code
+        if flip {
+            rs.reverse();
+            gs.reverse();
+            bs.reverse();
+        }
+    }
+}
+
+twice! {
+    /// One pass over the RGBx pixels, each channel's row written in step: c = px[c] * a + b.
+    fn normalise_row(rs: &mut [f32], gs: &mut [f32], bs: &mut [f32], rgbx: &[f32], a: [f32; 3], b: [f32; 3]) {
+        let rows = rs.iter_mut().zip(gs.iter_mut()).zip(bs.iter_mut());
+        for (((r, g), bl), px) in rows.zip(rgbx.chunks_exact(4)) {
+            *r = px[0] * a[0] + b[0];
+            *g = px[1] * a[1] + b[1];
+            *bl = px[2] * a[2] + b[2];
         }
     }
 }
@@ -182,6 +196,22 @@ thread_local! {
 /// but never read). `N` taps per output when known at compile time (the loop unrolled), else
 /// `tx.n`. Sums tap by tap from 0, as the plain definition does.
 fn across<const N: usize>(out: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn wide<const N: usize>(out: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
+            across_by::<N>(out, row, x0, tx)
+        }
+        if crate::nn::simd::wide() {
+            // SAFETY: the CPU has the features `wide` was compiled for.
+            return unsafe { wide::<N>(out, row, x0, tx) };
+        }
+    }
+    across_by::<N>(out, row, x0, tx)
+}
+
+#[inline(always)]
+fn across_by<const N: usize>(out: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
     for (o, acc) in out.chunks_exact_mut(4).enumerate() {
         let (f, wt) = tx.of(o);
         let wt = if N == 0 { wt } else { &wt[..N] };
@@ -229,22 +259,38 @@ fn resample(p: &Picture, region: Region, w: usize, h: usize, flip: bool, sink: &
             let (f, wt) = ty.of(y);
             for sy in next.max(f)..f + wt.len() {
                 let src = &p.rgb[(sy * p.w + xs.start) * 3..(sy * p.w + xs.end) * 3];
-                row.iter_mut().zip(src).for_each(|(f, &s)| *f = s as f32);
+                widen(row, src);
                 let at = sy % ring * w * 4;
                 pass(&mut rows[at..at + w * 4], row, xs.start, &tx);
             }
             next = f + wt.len();
-            let slot = |r: usize| &rows[(f + r) % ring * w * 4..][..w * 4];
-            // the first tap's product is its sum from 0 (the products are never -0)
-            line.iter_mut()
-                .zip(slot(0))
-                .for_each(|(l, s)| *l = wt[0] * s);
-            for (r, &k) in wt.iter().enumerate().skip(1) {
-                line.iter_mut().zip(slot(r)).for_each(|(l, s)| *l += k * s);
-            }
+            down(line, rows, f % ring, wt);
             sink.put_row(y, line, flip);
         }
     });
+}
+
+twice! {
+    /// out = src as floats.
+    fn widen(out: &mut [f32], src: &[u8]) {
+        out.iter_mut().zip(src).for_each(|(f, &s)| *f = s as f32);
+    }
+}
+
+twice! {
+    /// The vertical pass of one output row: line = sum over taps r of wt[r] * ring row
+    /// (first + r) mod (the ring's rows), tap by tap from 0, as the plain definition does (the
+    /// first tap's product is its sum from 0: the products are never -0).
+    fn down(line: &mut [f32], ring: &[f32], first: usize, wt: &[f32]) {
+        let (len, rows) = (line.len(), ring.len() / line.len().max(1));
+        let slot = |r: usize| &ring[(first + r) % rows * len..][..len];
+        line.iter_mut()
+            .zip(slot(0))
+            .for_each(|(l, s)| *l = wt[0] * s);
+        for (r, &k) in wt.iter().enumerate().skip(1) {
+            line.iter_mut().zip(slot(r)).for_each(|(l, s)| *l += k * s);
+        }
+    }
 }
 
 /// A same-size crop at whole-pixel offsets (CIFAR's padded random crop): pixels copied, black
