@@ -63,13 +63,16 @@ fn main() {
             }
         });
         let win = (hw, hw, k, 1);
-        let fwd = seconds(|| direct::dense::forward(&mut out, &inp, &w, &bias, b, c, oc, win));
+        // the weights regrouped once per layer and pass, as `nn::grouped` does
+        let wf = direct::dense::ForwardWeights::new(&w, c, oc, k);
+        let fwd = seconds(|| direct::dense::forward(&mut out, &inp, &wf, &bias, b, c, oc, win));
+        let wi = direct::dense::InputGradWeights::new(&w, c, oc, win);
         let mut dw = vec![0.0f32; w.len()];
         let mut dinp = vec![0.0f32; inp.len()];
         let mut back = |with_dinp: bool| {
             seconds(|| {
-                let d = with_dinp.then_some(&mut dinp[..]);
-                direct::dense::backward(d, &mut dw, &out, &inp, &w, b, c, oc, win)
+                let d = with_dinp.then_some((&mut dinp[..], &wi));
+                direct::dense::backward(d, &mut dw, &out, &inp, b, c, oc, win)
             })
         };
         let (dw_only, both) = (back(false), back(true));

@@ -8,7 +8,9 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use crate::nn::conv::{conv2d_backward, conv2d_forward, conv2d_scratch_len};
+use crate::nn::conv::{
+    conv2d_backward_prepared, conv2d_forward_prepared, conv2d_scratch_len, Geom, Prepared,
+};
 use crate::nn::intraop;
 use crate::nn::ops::{relu_backward, relu_forward};
 use crate::nn::pool::{maxpool2d_backward, maxpool2d_forward};
@@ -49,6 +51,11 @@ impl ConvGeom {
             (self.oh, self.ow),
         );
         conv2d_scratch_len(self.c, k, sp, o)
+    }
+    /// As `nn::conv` takes it, over `b` images.
+    fn of(&self, b: usize) -> Geom {
+        let (k, hw) = ((self.k, self.k), (self.h, self.w));
+        (b, self.c, hw, self.oc, k, self.stride, self.pad)
     }
     fn weights(&self) -> usize {
         self.oc * self.c * self.k * self.k
@@ -114,8 +121,9 @@ fn take<'m, 'a, T>(m: &'m Mutex<&'a mut [T]>) -> std::sync::MutexGuard<'m, &'a m
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `nn::conv::conv2d_forward` over `b` images, by groups, then ReLU where `relu` (on the
-/// group's output while it is in cache).
+/// `nn::conv::conv2d_forward` over `b` images, by groups (the weights regrouped for the
+/// kernels once, `Prepared`, not per group), then ReLU where `relu` (on the group's output
+/// while it is in cache).
 #[allow(clippy::too_many_arguments)]
 pub fn conv_forward(
     out: &mut [f32],
@@ -131,26 +139,12 @@ pub fn conv_forward(
     let gs = groups(b);
     let outs = parts(&mut out[..b * g.out_len()], &gs, g.out_len());
     let cols = per_group(&mut s.col, g.col_len());
+    let prep = Prepared::forward(w, g.of(b));
     intraop::each(gs.len(), &|i| {
         let r = &gs[i];
         let img = &inp[r.start * g.in_len()..r.end * g.in_len()];
         let (mut o, mut col) = (take(&outs[i]), take(&cols[i]));
-        conv2d_forward(
-            &mut o,
-            img,
-            w,
-            bias,
-            r.len(),
-            g.c,
-            g.h,
-            g.w,
-            g.oc,
-            g.k,
-            g.k,
-            g.stride,
-            g.pad,
-            &mut col,
-        );
+        conv2d_forward_prepared(&prep, &mut o, (img, w, bias), g.of(r.len()), &mut col);
         if relu {
             relu_forward(&mut o);
         }
@@ -176,6 +170,10 @@ pub fn conv_backward(
     s.ensure(g);
     let gs = groups(b);
     let (nw, nb) = (g.weights(), g.oc);
+    let prep = match dinp {
+        Some(_) => Prepared::input_grad(w, g.of(b)),
+        None => Prepared::default(),
+    };
     let dinps = dinp.map(|d| parts(&mut d[..b * g.in_len()], &gs, g.in_len()));
     let partials: Vec<_> = s.partial.chunks_mut(nw + nb).map(Mutex::new).collect();
     let cols = per_group(&mut s.col, g.col_len());
@@ -192,24 +190,8 @@ pub fn conv_backward(
         partial.fill(0.0);
         let (pw, pb) = partial.split_at_mut(nw);
         let mut din = dinps.as_ref().map(|p| take(&p[i]));
-        conv2d_backward(
-            din.as_deref_mut().map(|x| &mut **x),
-            pw,
-            pb,
-            d,
-            img,
-            w,
-            r.len(),
-            g.c,
-            g.h,
-            g.w,
-            g.oc,
-            g.k,
-            g.k,
-            g.stride,
-            g.pad,
-            &mut col,
-        );
+        let grads = (din.as_deref_mut().map(|x| &mut **x), pw, pb);
+        conv2d_backward_prepared(&prep, grads, d, img, w, g.of(r.len()), &mut col);
     });
     drop(partials);
     for p in s.partial.chunks(nw + nb).take(gs.len()) {
@@ -275,6 +257,7 @@ pub fn pool_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nn::conv::{conv2d_backward, conv2d_forward};
 
     #[test]
     fn groups_cover_the_batch_in_order_whatever_its_size() {

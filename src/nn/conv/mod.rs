@@ -10,6 +10,7 @@ mod columns;
 mod tests;
 
 use crate::nn::direct;
+use crate::nn::direct::dense;
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
 
@@ -152,6 +153,57 @@ fn geometry(
     }
 }
 
+/// A convolution's weights made ready once for every call of one pass over them (the direct
+/// kernels' regrouped weights; nothing on the other paths): `nn::grouped` prepares a layer's
+/// once and hands them to each group of images, instead of each call regrouping them again.
+#[derive(Default)]
+pub struct Prepared {
+    forward: Option<dense::ForwardWeights>,
+    input_grad: Option<dense::InputGradWeights>,
+}
+
+impl Prepared {
+    /// For the forward pass of w[OC,C,KH,KW] over images of `geom` (its batch size unused).
+    pub fn forward(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
+        let forward = (path_of(h, w_in, kh, kw, stride, pad) == Path::Direct)
+            .then(|| dense::ForwardWeights::new(w, c, oc, kh));
+        Prepared {
+            forward,
+            input_grad: None,
+        }
+    }
+
+    /// For the input gradient of the same.
+    pub fn input_grad(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
+        let input_grad = (path_of(h, w_in, kh, kw, stride, pad) == Path::Direct)
+            .then(|| dense::InputGradWeights::new(w, c, oc, (h, w_in, kh, stride)));
+        Prepared {
+            forward: None,
+            input_grad,
+        }
+    }
+}
+
+/// A convolution's geometry: b, c, (h, w), oc, (kh, kw), stride, pad.
+pub type Geom = (
+    usize,
+    usize,
+    (usize, usize),
+    usize,
+    (usize, usize),
+    usize,
+    usize,
+);
+
+/// The path of a convolution over h x w images (a bad geometry takes the im2col path, whose
+/// checks name it).
+fn path_of(h: usize, w: usize, kh: usize, kw: usize, stride: usize, pad: usize) -> Path {
+    match out_size(h, w, kh, kw, stride, pad) {
+        Ok((oh, ow)) => Path::choose(kh, kw, stride, pad, oh * ow),
+        Err(_) => Path::Columns,
+    }
+}
+
 /// out[B,OC,OH,OW] = inp[B,C,H,W] (*) w[OC,C,KH,KW] + bias[OC], zero padding `pad` on each side;
 /// col_scratch[>= conv2d_scratch_len(..)] is overwritten.
 #[allow(clippy::too_many_arguments)]
@@ -171,6 +223,19 @@ pub fn conv2d_forward(
     pad: usize,
     col_scratch: &mut [f32],
 ) {
+    let geom = (b, c, (h, w_in), oc, (kh, kw), stride, pad);
+    let none = Prepared::default();
+    conv2d_forward_prepared(&none, out, (inp, w, bias), geom, col_scratch);
+}
+
+/// `conv2d_forward` with the weights `prep` (made for this layer by `Prepared::forward`).
+pub fn conv2d_forward_prepared(
+    prep: &Prepared,
+    out: &mut [f32],
+    (inp, w, bias): (&[f32], &[f32], &[f32]),
+    (b, c, (h, w_in), oc, (kh, kw), stride, pad): Geom,
+    col_scratch: &mut [f32],
+) {
     let lens = [("inp", inp.len()), ("w", w.len()), ("out", out.len())];
     let s = geometry(b, c, h, w_in, oc, kh, kw, stride, pad, lens);
     assert!(
@@ -178,14 +243,17 @@ pub fn conv2d_forward(
         "conv2d: bias has {}, need {oc}",
         bias.len()
     );
-    forward_by(s.path(), out, inp, w, bias, &s, col_scratch);
+    let wf = prep.forward.as_ref();
+    forward_by(s.path(), out, inp, w, wf, bias, &s, col_scratch);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn forward_by(
     path: Path,
     out: &mut [f32],
     inp: &[f32],
     w: &[f32],
+    prepared: Option<&dense::ForwardWeights>,
     bias: &[f32],
     s: &Shape,
     col_scratch: &mut [f32],
@@ -193,7 +261,15 @@ fn forward_by(
     match path {
         Path::Direct => {
             let win = (s.h, s.w, s.kh, s.stride);
-            direct::dense::forward(out, inp, w, bias, s.b, s.c, s.oc, win)
+            let made;
+            let wf = match prepared {
+                Some(wf) => wf,
+                None => {
+                    made = dense::ForwardWeights::new(w, s.c, s.oc, s.kh);
+                    &made
+                }
+            };
+            dense::forward(out, inp, wf, bias, s.b, s.c, s.oc, win)
         }
         Path::Columns => columns::forward(out, inp, w, bias, s, col_scratch),
     }
@@ -220,6 +296,22 @@ pub fn conv2d_backward(
     pad: usize,
     col_scratch: &mut [f32],
 ) {
+    let geom = (b, c, (h, w_in), oc, (kh, kw), stride, pad);
+    let none = Prepared::default();
+    conv2d_backward_prepared(&none, (dinp, dw, dbias), dout, inp, w, geom, col_scratch);
+}
+
+/// `conv2d_backward` with the input gradient's weights `prep` (made for this layer by
+/// `Prepared::input_grad` where `dinp` is wanted).
+pub fn conv2d_backward_prepared(
+    prep: &Prepared,
+    (dinp, dw, dbias): (Option<&mut [f32]>, &mut [f32], &mut [f32]),
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    (b, c, (h, w_in), oc, (kh, kw), stride, pad): Geom,
+    col_scratch: &mut [f32],
+) {
     let lens = [("inp", inp.len()), ("w", w.len()), ("dout", dout.len())];
     let s = geometry(b, c, h, w_in, oc, kh, kw, stride, pad, lens);
     assert!(
@@ -242,7 +334,8 @@ pub fn conv2d_backward(
         );
     }
     bias_sums(dbias, dout, &s);
-    backward_by(s.path(), dinp, dw, dout, inp, w, &s, col_scratch);
+    let wi = prep.input_grad.as_ref();
+    backward_by(s.path(), dinp, dw, dout, inp, w, wi, &s, col_scratch);
 }
 
 /// dbias[OC] += each output channel's sum over the images, image by image.
@@ -267,13 +360,23 @@ fn backward_by(
     dout: &[f32],
     inp: &[f32],
     w: &[f32],
+    prepared: Option<&dense::InputGradWeights>,
     s: &Shape,
     col_scratch: &mut [f32],
 ) {
     match path {
         Path::Direct => {
             let win = (s.h, s.w, s.kh, s.stride);
-            direct::dense::backward(dinp, dw, dout, inp, w, s.b, s.c, s.oc, win)
+            let made;
+            let dinp = match (dinp, prepared) {
+                (None, _) => None,
+                (Some(d), Some(wi)) => Some((d, wi)),
+                (Some(d), None) => {
+                    made = dense::InputGradWeights::new(w, s.c, s.oc, win);
+                    Some((d, &made))
+                }
+            };
+            dense::backward(dinp, dw, dout, inp, s.b, s.c, s.oc, win)
         }
         Path::Columns => columns::backward(dinp, dw, dout, inp, w, s, col_scratch),
     }

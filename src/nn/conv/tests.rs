@@ -189,11 +189,21 @@ fn direct_and_column_paths_agree() {
         let shape = geometry(b, c, h, wi, oc, kh, kw, s, p, lens);
         let run = |path: Path, col: &mut [f32]| {
             let mut out = vec![f32::NAN; b * oc * oh * ow];
-            forward_by(path, &mut out, &inp, &w, &bias, &shape, col);
+            forward_by(path, &mut out, &inp, &w, None, &bias, &shape, col);
             let mut dinp = vec![f32::NAN; inp.len()];
             let (mut dw, mut db) = (vec![0.5; w.len()], vec![0.5; oc]);
             bias_sums(&mut db, &g, &shape);
-            backward_by(path, Some(&mut dinp), &mut dw, &g, &inp, &w, &shape, col);
+            backward_by(
+                path,
+                Some(&mut dinp),
+                &mut dw,
+                &g,
+                &inp,
+                &w,
+                None,
+                &shape,
+                col,
+            );
             [out, dinp, dw, db]
         };
         let direct = run(Path::Direct, &mut col);

@@ -52,7 +52,6 @@ fn pack(wp: &mut Vec<f32>, rows: usize, w: &[f32], row_step: usize, at: &[usize]
 struct Buffers {
     planes: Vec<f32>,
     douts: Vec<f32>,
-    wp: Vec<f32>,
     outq: Vec<f32>,
     bias: Vec<f32>,
     offs: Vec<usize>,
@@ -62,28 +61,40 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
+/// A layer's weights regrouped for the forward tiles (`pack`): made once per pass over the
+/// layer and shared by the calls for its groups of images (`nn::grouped`).
+pub struct ForwardWeights(Vec<f32>);
+
+impl ForwardWeights {
+    /// w[OC, C, K, K] regrouped.
+    pub fn new(w: &[f32], c: usize, oc: usize, k: usize) -> ForwardWeights {
+        let ckk = c * k * k;
+        let at: Vec<usize> = (0..ckk).collect();
+        let mut wp = Vec::new();
+        pack(&mut wp, oc, w, ckk, &at);
+        ForwardWeights(wp)
+    }
+}
+
 /// out[B,OC,OH,OW] = inp[B,C,H,W] (*) w[OC,C,K,K] + bias[OC] with padding K/2 and the window's
-/// stride (`applies` holds; the caller checked the lengths).
+/// stride (`applies` holds; the caller checked the lengths); `w` as `ForwardWeights` made.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     out: &mut [f32],
     inp: &[f32],
-    w: &[f32],
+    w: &ForwardWeights,
     bias: &[f32],
     b: usize,
     c: usize,
     oc: usize,
-    win @ (h, w_in, k, _): Window,
+    win @ (h, w_in, _, _): Window,
 ) {
     let r = Reads::new(win);
     let (g, per) = (r.out(), r.per_channel());
-    let (ckk, hw, ohw) = (c * k * k, h * w_in, g.h * g.w);
+    let (hw, ohw) = (h * w_in, g.h * g.w);
     BUFFERS.with(|s| {
         let s = &mut *s.borrow_mut();
         let rows = oc.next_multiple_of(OB);
-        s.offs.clear();
-        s.offs.extend(0..ckk);
-        pack(&mut s.wp, oc, w, ckk, &s.offs);
         s.bias.clear();
         s.bias.extend_from_slice(&bias[..oc]);
         s.bias.resize(rows, 0.0);
@@ -95,7 +106,7 @@ pub fn forward(
                 let img = &inp[(n * c + ch) * hw..(n * c + ch + 1) * hw];
                 r.fill(&mut s.planes[ch * per..(ch + 1) * per], img);
             }
-            convolve(&mut s.outq, &s.planes, &s.offs, &s.wp, &s.bias, rows, g);
+            convolve(&mut s.outq, &s.planes, &s.offs, &w.0, &s.bias, rows, g);
             let o = &mut out[n * oc * ohw..(n + 1) * oc * ohw];
             for (r, img) in o.chunks_exact_mut(ohw).enumerate() {
                 g.gather(img, &s.outq[r * g.positions()..]);
@@ -104,15 +115,60 @@ pub fn forward(
     });
 }
 
-/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`) and dw[OC,C,K,K] += d/dw for
-/// `forward`'s convolution (the bias gradient is the caller's: it does not depend on the way).
+/// A layer's weights regrouped for its input gradient, with where each tap reads dout's
+/// planes: for stride 1 one product (the weights flipped and transposed: C rows and OC x K x K
+/// taps), for stride 2 one per parity plane of the input (the taps that read it). Made once
+/// per pass over the layer, like `ForwardWeights`.
+pub struct InputGradWeights(Vec<(Vec<f32>, Vec<usize>)>);
+
+impl InputGradWeights {
+    /// w[OC, C, K, K] regrouped for the window `win`.
+    pub fn new(w: &[f32], c: usize, oc: usize, win @ (_, _, k, _): Window) -> InputGradWeights {
+        let r = Reads::new(win);
+        let kk = k * k;
+        match &r {
+            Reads::Same(g) => {
+                // row r (an input channel), tap (o, t): w[o, r] flipped
+                let at: Vec<usize> = (0..oc)
+                    .flat_map(|o| (0..kk).map(move |t| o * c * kk + kk - 1 - t))
+                    .collect();
+                let (mut wp, mut offs) = (Vec::new(), Vec::new());
+                pack(&mut wp, c, w, kk, &at);
+                g.taps(oc, 1, &mut offs);
+                InputGradWeights(vec![(wp, offs)])
+            }
+            Reads::Halved(halves) => {
+                let g = &halves.g;
+                InputGradWeights(
+                    (0..4)
+                        .map(|phase| {
+                            let (mut taps, mut at, mut wp) = (Vec::new(), Vec::new(), Vec::new());
+                            halves.back_taps(phase, &mut taps, &mut at);
+                            let weights: Vec<usize> = (0..oc)
+                                .flat_map(|o| taps.iter().map(move |&t| o * c * kk + t))
+                                .collect();
+                            pack(&mut wp, c, w, kk, &weights);
+                            let offs = (0..oc)
+                                .flat_map(|o| at.iter().map(move |off| o * g.len + off))
+                                .collect();
+                            (wp, offs)
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// dinp[B,C,H,W] = d/dinp (overwritten; skipped when `None`; its weights as
+/// `InputGradWeights` made) and dw[OC,C,K,K] += d/dw for `forward`'s convolution (the bias
+/// gradient is the caller's: it does not depend on the way).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
-    dinp: Option<&mut [f32]>,
+    dinp: Option<(&mut [f32], &InputGradWeights)>,
     dw: &mut [f32],
     dout: &[f32],
     inp: &[f32],
-    w: &[f32],
     b: usize,
     c: usize,
     oc: usize,
@@ -174,51 +230,31 @@ pub fn backward(
                 }
             }
         }
-        let Some(dinp) = dinp else { return };
+        let Some((dinp, packs)) = dinp else { return };
         let crows = c.next_multiple_of(OB);
         s.bias.clear();
         s.bias.resize(crows, 0.0);
         match &r {
             // dinp = dout's planes (*) w flipped, with C rows and OC x K x K taps
             Reads::Same(g) => {
-                // row r (an input channel), tap (o, t): w[o, r] flipped
-                s.offs.clear();
-                s.offs
-                    .extend((0..oc).flat_map(|o| (0..kk).map(move |t| o * c * kk + kk - 1 - t)));
-                pack(&mut s.wp, c, w, kk, &s.offs);
-                g.taps(oc, 1, &mut s.offs);
+                let (wp, offs) = &packs.0[0];
                 grow(&mut s.outq, crows * g.positions());
                 for n in 0..b {
                     let planes = &s.douts[n * rows * g.len..(n + 1) * rows * g.len];
-                    convolve(&mut s.outq, planes, &s.offs, &s.wp, &s.bias, crows, g);
+                    convolve(&mut s.outq, planes, offs, wp, &s.bias, crows, g);
                     let d = &mut dinp[n * c * hw..(n + 1) * c * hw];
                     for (r, img) in d.chunks_exact_mut(hw).enumerate() {
                         g.gather(img, &s.outq[r * g.positions()..]);
                     }
                 }
             }
-            // each parity plane of dinp = dout's planes against the taps that read it (the
-            // four parities' weights and offsets packed once)
+            // each parity plane of dinp = dout's planes against the taps that read it
             Reads::Halved(halves) => {
                 let n = g.positions();
-                let packs: Vec<(Vec<f32>, Vec<usize>)> = (0..4)
-                    .map(|phase| {
-                        let (mut taps, mut at, mut wp) = (Vec::new(), Vec::new(), Vec::new());
-                        halves.back_taps(phase, &mut taps, &mut at);
-                        let weights: Vec<usize> = (0..oc)
-                            .flat_map(|o| taps.iter().map(move |&t| o * c * kk + t))
-                            .collect();
-                        pack(&mut wp, c, w, kk, &weights);
-                        let offs = (0..oc)
-                            .flat_map(|o| at.iter().map(move |off| o * g.len + off))
-                            .collect();
-                        (wp, offs)
-                    })
-                    .collect();
                 grow(&mut s.outq, 4 * crows * n);
                 for img in 0..b {
                     let planes = &s.douts[img * rows * g.len..(img + 1) * rows * g.len];
-                    for (phase, (wp, offs)) in packs.iter().enumerate() {
+                    for (phase, (wp, offs)) in packs.0.iter().enumerate() {
                         let out = &mut s.outq[phase * crows * n..(phase + 1) * crows * n];
                         convolve(out, planes, offs, wp, &s.bias, crows, &g);
                     }
