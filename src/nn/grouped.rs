@@ -151,14 +151,14 @@ pub fn conv_forward(
     });
 }
 
-/// `nn::conv::conv2d_backward` over `b` images, by groups: dinp per group; dw and dbias summed
-/// per group, then added to `dw` / `dbias` in group order. With `relu_out` (the layer's output
+/// `nn::conv::conv2d_backward` over `b` images, by groups: dinp per group; dw and dbias (where
+/// the layer has a bias) summed per group, then added to `dw` / `dbias` in group order. With `relu_out` (the layer's output
 /// after its ReLU), dout is first masked by it, group by group.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_backward(
     dinp: Option<&mut [f32]>,
     dw: &mut [f32],
-    dbias: &mut [f32],
+    mut dbias: Option<&mut [f32]>,
     dout: &mut [f32],
     relu_out: Option<&[f32]>,
     inp: &[f32],
@@ -170,6 +170,7 @@ pub fn conv_backward(
     s.ensure(g);
     let gs = groups(b);
     let (nw, nb) = (g.weights(), g.oc);
+    let with_bias = dbias.is_some();
     let prep = match dinp {
         Some(_) => Prepared::input_grad(w, g.of(b)),
         None => Prepared::default(),
@@ -190,7 +191,11 @@ pub fn conv_backward(
         partial.fill(0.0);
         let (pw, pb) = partial.split_at_mut(nw);
         let mut din = dinps.as_ref().map(|p| take(&p[i]));
-        let grads = (din.as_deref_mut().map(|x| &mut **x), pw, pb);
+        let grads = (
+            din.as_deref_mut().map(|x| &mut **x),
+            pw,
+            with_bias.then_some(pb),
+        );
         conv2d_backward_prepared(&prep, grads, d, img, w, g.of(r.len()), &mut col);
     });
     drop(partials);
@@ -198,8 +203,10 @@ pub fn conv_backward(
         for (a, v) in dw[..nw].iter_mut().zip(&p[..nw]) {
             *a += v;
         }
-        for (a, v) in dbias[..nb].iter_mut().zip(&p[nw..]) {
-            *a += v;
+        if let Some(db) = dbias.as_deref_mut() {
+            for (a, v) in db[..nb].iter_mut().zip(&p[nw..]) {
+                *a += v;
+            }
         }
     }
 }
@@ -301,7 +308,7 @@ mod tests {
             conv_backward(
                 Some(&mut dinp),
                 &mut dw,
-                &mut db,
+                Some(&mut db),
                 &mut dout,
                 None,
                 &inp,

@@ -298,14 +298,16 @@ pub fn conv2d_backward(
 ) {
     let geom = (b, c, (h, w_in), oc, (kh, kw), stride, pad);
     let none = Prepared::default();
-    conv2d_backward_prepared(&none, (dinp, dw, dbias), dout, inp, w, geom, col_scratch);
+    let grads = (dinp, dw, Some(dbias));
+    conv2d_backward_prepared(&none, grads, dout, inp, w, geom, col_scratch);
 }
 
 /// `conv2d_backward` with the input gradient's weights `prep` (made for this layer by
-/// `Prepared::input_grad` where `dinp` is wanted).
+/// `Prepared::input_grad` where `dinp` is wanted), and no bias gradient where `dbias` is `None`
+/// (a layer without a bias: no pass over dout for it).
 pub fn conv2d_backward_prepared(
     prep: &Prepared,
-    (dinp, dw, dbias): (Option<&mut [f32]>, &mut [f32], &mut [f32]),
+    (dinp, dw, dbias): (Option<&mut [f32]>, &mut [f32], Option<&mut [f32]>),
     dout: &[f32],
     inp: &[f32],
     w: &[f32],
@@ -320,11 +322,9 @@ pub fn conv2d_backward_prepared(
         dw.len(),
         oc * s.ckk()
     );
-    assert!(
-        dbias.len() >= oc,
-        "conv2d: dbias has {}, need {oc}",
-        dbias.len()
-    );
+    if let Some(db) = dbias.as_deref() {
+        assert!(db.len() >= oc, "conv2d: dbias has {}, need {oc}", db.len());
+    }
     if let Some(d) = dinp.as_deref() {
         assert!(
             d.len() >= b * s.chw(),
@@ -333,7 +333,9 @@ pub fn conv2d_backward_prepared(
             b * s.chw()
         );
     }
-    bias_sums(dbias, dout, &s);
+    if let Some(db) = dbias {
+        bias_sums(db, dout, &s);
+    }
     let wi = prep.input_grad.as_ref();
     backward_by(s.path(), dinp, dw, dout, inp, w, wi, &s, col_scratch);
 }

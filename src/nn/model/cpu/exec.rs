@@ -239,7 +239,7 @@ impl Cpu<'_, '_> {
             } => {
                 let (w, bi) = m.weight_bias(node);
                 let (gw, gb) = split(self.grads, w.clone(), bi);
-                let gb = if bias { gb } else { &mut ws.sink[..g.oc] };
+                let gb = bias.then_some(gb);
                 if groups == 1 {
                     let relu_out =
                         native_act(&node.op).then(|| &ws.vals[node.output][..dout.len()]);
@@ -256,7 +256,7 @@ impl Cpu<'_, '_> {
                         &mut ws.conv,
                     );
                 } else {
-                    dwconv_backward(d_in, gw, bias.then_some(gb), dout, inp, &p[w], b, &g);
+                    dwconv_backward(d_in, gw, gb, dout, inp, &p[w], b, &g);
                 }
             }
             Op::BatchNorm { c, hw, act } => {

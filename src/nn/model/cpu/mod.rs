@@ -23,9 +23,8 @@ pub struct Workspace {
     conv: grouped::Scratch,
     /// An input gradient to be added (a residual's input reached a second time).
     acc: Vec<f32>,
-    /// The zero bias of bias-less convolutions, and where their bias gradient goes.
+    /// The zero bias of bias-less convolutions.
     zeros: Vec<f32>,
-    sink: Vec<f32>,
     /// Dropout's masks: this replica's seed, and training passes so far.
     dropout_seed: u64,
     passes: u64,
@@ -72,7 +71,6 @@ impl Workspace {
             }
         }
         grow(&mut self.zeros, widest_c);
-        grow(&mut self.sink, widest_c);
     }
 
     fn grad(&mut self, m: &Model, v: usize, b: usize) -> Vec<f32> {
