@@ -1,0 +1,152 @@
+use super::*;
+
+fn ramp(w: usize, h: usize) -> Picture {
+    let rgb = (0..h)
+        .flat_map(|y| (0..w).flat_map(move |x| [(x * 10) as u8, (y * 10) as u8, 7]))
+        .collect();
+    Picture { w, h, rgb }
+}
+
+const RAW: Norm = Norm {
+    mean: [0.0; 3],
+    std: [1.0 / 255.0; 3],
+};
+
+#[test]
+fn a_same_size_crop_copies_pads_black_and_mirrors() {
+    let p = ramp(4, 3);
+    let mut out = vec![0.0; 3 * 4 * 3];
+    let r = Region {
+        x: 1.0,
+        y: -1.0,
+        w: 4.0,
+        h: 3.0,
+    };
+    p.render(r, 4, 3, false, &RAW, &mut out);
+    // red plane: row 0 is padding; rows 1-2 are source rows 0-1 shifted left by one
+    assert_eq!(
+        &out[..12],
+        &[0., 0., 0., 0., 10., 20., 30., 0., 10., 20., 30., 0.]
+    );
+    // green plane: source row y has 10*y
+    assert_eq!(
+        &out[12..24],
+        &[0., 0., 0., 0., 0., 0., 0., 0., 10., 10., 10., 0.]
+    );
+    p.render(r, 4, 3, true, &RAW, &mut out);
+    assert_eq!(&out[4..8], &[0., 30., 20., 10.]);
+}
+
+#[test]
+fn normalisation_is_per_channel() {
+    let p = Picture {
+        w: 1,
+        h: 1,
+        rgb: vec![255, 0, 51],
+    };
+    let norm = Norm {
+        mean: [0.5, 0.5, 0.2],
+        std: [0.5, 0.25, 0.1],
+    };
+    let mut out = [0.0; 3];
+    p.render(Region::centre(1.0, 1.0, 1, 1), 1, 1, false, &norm, &mut out);
+    for (got, want) in out.iter().zip([1.0, -2.0, 0.0]) {
+        assert!((got - want).abs() < 1e-5, "{out:?}");
+    }
+}
+
+#[test]
+fn halving_averages_pixel_pairs_and_keeps_flat_colour() {
+    // a ramp 0,10,20,.. halved: the antialiased filter averages neighbours (PIL gives
+    // 5, 25, ... in the interior; the edge pixel sees the replicated edge)
+    let p = ramp(8, 2);
+    let small = p.shorter_side(1);
+    assert_eq!((small.w, small.h), (4, 1));
+    let reds: Vec<u8> = small.rgb.chunks(3).map(|c| c[0]).collect();
+    assert!(reds.windows(2).all(|w| w[1] > w[0]), "{reds:?}");
+    assert!(
+        (reds[1] as i32 - 25).abs() <= 1 && (reds[2] as i32 - 45).abs() <= 1,
+        "{reds:?}"
+    );
+    assert!(
+        small.rgb.chunks(3).all(|c| c[2] == 7),
+        "blue is flat: {:?}",
+        small.rgb
+    );
+    // upscaling a flat picture stays flat
+    let flat = Picture {
+        w: 3,
+        h: 2,
+        rgb: [9u8, 99, 199].repeat(6),
+    };
+    let big = flat.shorter_side(5);
+    assert_eq!((big.w, big.h), (8, 5));
+    assert!(big.rgb.chunks(3).all(|c| c == [9, 99, 199]));
+}
+
+/// Output pixel (x, y)'s channel c by the plain definition: the vertical taps over the
+/// horizontal taps' sums, each sum tap by tap.
+fn plain(p: &Picture, r: Region, w: usize, h: usize) -> Vec<f32> {
+    let (tx, ty) = (Taps::new(r.x, r.w, w, p.w), Taps::new(r.y, r.h, h, p.h));
+    let mut out = vec![0f32; 3 * w * h];
+    for y in 0..h {
+        let (fy, wy) = ty.of(y);
+        for x in 0..w {
+            let (fx, wx) = tx.of(x);
+            for c in 0..3 {
+                let mut v = 0f32;
+                for (j, &ky) in wy.iter().enumerate() {
+                    let mut across = 0f32;
+                    for (i, &kx) in wx.iter().enumerate() {
+                        across += kx * p.rgb[((fy + j) * p.w + fx + i) * 3 + c] as f32;
+                    }
+                    v += ky * across;
+                }
+                out[c * w * h + y * w + x] = v;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn resampling_equals_the_plain_filter_bit_for_bit() {
+    let p = Picture {
+        w: 37,
+        h: 23,
+        rgb: (0..37 * 23 * 3).map(|i| (i * 7919 % 251) as u8).collect(),
+    };
+    let regions = [
+        (3.0, 2.0, 30.0, 19.0, 11, 7),
+        (0.0, 0.0, 37.0, 23.0, 37, 23),
+        (5.5, 1.25, 9.0, 14.0, 20, 31),
+        (0.0, 0.0, 37.0, 23.0, 4, 3),
+        // 4, 5 and 6 taps across (the unrolled passes) and down
+        (0.0, 0.0, 37.0, 23.0, 30, 20),
+        (1.0, 0.5, 36.0, 22.0, 19, 10),
+    ];
+    for (x, y, rw, rh, w, h) in regions {
+        let r = Region { x, y, w: rw, h: rh };
+        let mut out = vec![0.0; 3 * w * h];
+        p.render(r, w, h, false, &RAW, &mut out);
+        assert_eq!(out, plain(&p, r, w, h), "{r:?} -> {w}x{h}");
+    }
+}
+
+#[test]
+fn a_scaled_region_is_resampled_inside_the_picture() {
+    let p = ramp(10, 10);
+    let mut out = vec![0.0; 3 * 2 * 2];
+    let r = Region {
+        x: 2.0,
+        y: 2.0,
+        w: 4.0,
+        h: 4.0,
+    };
+    p.render(r, 2, 2, false, &RAW, &mut out);
+    // red of output column 0 averages source columns 2..4 (20, 30 in the middle)
+    assert!(out[0] > 15.0 && out[0] < 35.0 && out[1] > out[0], "{out:?}");
+    let mut flipped = vec![0.0; 12];
+    p.render(r, 2, 2, true, &RAW, &mut flipped);
+    assert_eq!((flipped[0], flipped[1]), (out[1], out[0]));
+}
