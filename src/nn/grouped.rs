@@ -171,9 +171,9 @@ pub fn conv_backward(
     let gs = groups(b);
     let (nw, nb) = (g.weights(), g.oc);
     let with_bias = dbias.is_some();
-    let prep = match dinp {
-        Some(_) => Prepared::input_grad(w, g.of(b)),
-        None => Prepared::default(),
+    let prep = match dinp.is_some() {
+        true => Prepared::input_grad(w, g.of(b)),
+        false => Prepared::default(),
     };
     let dinps = dinp.map(|d| parts(&mut d[..b * g.in_len()], &gs, g.in_len()));
     let partials: Vec<_> = s.partial.chunks_mut(nw + nb).map(Mutex::new).collect();

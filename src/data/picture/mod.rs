@@ -194,7 +194,8 @@ thread_local! {
 /// source row's R, G, B floats from column `x0` on, and one spare float): a tap is one 4-lane
 /// product of the four floats from a pixel's red (its x lane is the next pixel's red: summed
 /// but never read). `N` taps per output when known at compile time (the loop unrolled), else
-/// `tx.n`. Sums tap by tap from 0, as the plain definition does.
+/// `tx.n`. Sums tap by tap from 0, as the plain definition does. Dispatched to an AVX2 copy
+/// by hand as `nn::simd::twice!` does (the macro takes no generic functions).
 fn across<const N: usize>(out: &mut [f32], row: &[f32], x0: usize, tx: &Taps) {
     #[cfg(target_arch = "x86_64")]
     {

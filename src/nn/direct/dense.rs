@@ -27,7 +27,8 @@ pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
 
 /// Weights regrouped for the forward tiles: for each block of OB rows, for each tap, the OB
 /// rows' weights side by side (zeros past `rows`). Row r's tap t is w[r * row_step + at[t]]
-/// (offsets worked out once per call, not per weight: this runs once per group of images).
+/// (offsets worked out once per call, not per weight; `ForwardWeights` / `InputGradWeights`
+/// call it once per layer and pass).
 fn pack(wp: &mut Vec<f32>, rows: usize, w: &[f32], row_step: usize, at: &[usize]) {
     let (blocks, taps) = (rows.div_ceil(OB), at.len());
     wp.clear();
