@@ -1,26 +1,27 @@
 // Batch norm over NCHW tensors (a flat [B, C] input is C channels of one position), PyTorch's
 // definition: biased variance to normalise, unbiased for the running variance. Mirrors nn::bn
-// (channel_sums, bn_forward_train, bn_forward_eval, bn_grad_sums, bn_backward). Per-channel
-// sums are taken in double without atomics: a channel's B*HW values are cut into gridDim.y
-// parts (fixed by the sizes alone, on the host), one block per (channel, part) (blockDim.x must
-// be BN_BLOCK) sums its part, each thread a fixed strided share in order and then a tree in
-// shared memory, and bn_reduce_f32 adds the parts in order: the same bits at every launch. The
-// sums stay raw (not divided) so that sync batch norm can add them across replicas on the
-// host between the launches.
+// (channel_sums, bn_forward_train, bn_forward_eval, bn_grad_sums, bn_backward). Every kernel
+// runs one block per (channel, part): a channel's B*HW values are cut into gridDim.y parts
+// (fixed by the sizes alone, on the host; blockDim.x must be BN_BLOCK), and a block's threads
+// walk its part (`walk_part`), each having worked out the channel's constants once.
+// Per-channel sums are taken in double without atomics: each thread its fixed strided share in
+// order, then a tree in shared memory, and bn_reduce_f32 adds the parts in order: the same bits
+// at every launch. The sums stay raw (not divided) so that sync batch norm can add them across
+// replicas on the host between the launches.
 
 #define BN_BLOCK 256
 
 // Where channel ch's k-th value lies in x[nimg, C, hw] (`at`), moved BN_BLOCK values on with
 // additions only (no 64-bit multiplications or divisions per value).
 struct Walk {
-    long long at, p, hw, jump, wrap, sp;
-    __device__ Walk(long long k, long long hw_, long long c, long long ch)
-        : hw(hw_), sp(BN_BLOCK % hw_) {
+    long long at, jump, wrap;
+    int p, hw, sp;
+    __device__ Walk(long long k, int hw_, int c, long long ch) : hw(hw_), sp(BN_BLOCK % hw_) {
         long long i = k / hw_;
-        p = k % hw_;
+        p = (int)(k % hw_);
         at = (i * c + ch) * hw_ + p;
-        jump = (BN_BLOCK / hw_) * c * hw_ + sp;
-        wrap = (c - 1) * hw_;
+        jump = (long long)(BN_BLOCK / hw_) * c * hw_ + sp;
+        wrap = (long long)(c - 1) * hw_;
     }
     __device__ void next() {
         at += jump;
@@ -32,9 +33,9 @@ struct Walk {
     }
 };
 
-// Values a thread loads before it adds them (in order: the sums' bits do not change), so that
+// Values a thread loads before it uses them (in order: sums' bits do not change), so that
 // several loads are in flight at once.
-#define BN_UNROLL 4
+#define BN_UNROLL 8
 
 // This block's part [lo, hi) of a channel's values.
 __device__ void part_range(long long per_channel, long long* lo, long long* hi) {
@@ -42,6 +43,40 @@ __device__ void part_range(long long per_channel, long long* lo, long long* hi) 
     *lo = min((long long)blockIdx.y * chunk, per_channel);
     *hi = min(*lo + chunk, per_channel);
 }
+
+// Every kernel here runs one block per (channel, part) (`parts_cfg` on the host): the block's
+// threads walk their part of channel ch's nimg*hw values, thread t the values t, t + BN_BLOCK,
+// ... of it, in order. load(u, at) is called for up to BN_UNROLL values at offsets `at` of
+// x[nimg, C, hw] first, then use(u, at) for each, so that the loads are in flight together.
+// (Offsets fit an int: the host checks that B*C*HW does.) What depends on the channel alone, a
+// kernel works out once per thread before it walks.
+template <typename Load, typename Use>
+__device__ __forceinline__ void walk_part(int nimg, int c, int hw, long long ch, Load load,
+                                          Use use) {
+    long long lo, hi;
+    part_range((long long)nimg * hw, &lo, &hi);
+    long long k = lo + threadIdx.x;
+    Walk w(k, hw, c, ch);
+    for (; k < hi; k += BN_UNROLL * BN_BLOCK) {
+        int at[BN_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
+            at[u] = (int)w.at;
+            if (k + u * BN_BLOCK < hi) {
+                load(u, at[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < BN_UNROLL; ++u) {
+            if (k + u * BN_BLOCK < hi) {
+                use(u, at[u]);
+            }
+        }
+    }
+}
+
+// The channels of a (channel, part) launch this block takes: blockIdx.x, then on by gridDim.x.
+#define CHANNELS(ch, c) for (long long ch = blockIdx.x; ch < (c); ch += gridDim.x)
 
 // The sum of v over the block, in a fixed order (every thread gets it).
 __device__ double block_sum(double v, double* part) {
@@ -65,28 +100,15 @@ template <typename T>
 __device__ void bn_sums(double* partial, const T* x, const double* centre, int centred,
                         double n, int nimg, int c, int hw) {
     __shared__ double part[BN_BLOCK];
-    long long lo, hi;
-    part_range((long long)nimg * hw, &lo, &hi);
-    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    CHANNELS(ch, c) {
         float m = (centred && n > 0.0) ? (float)(centre[ch] / n) : 0.0f;
         double s = 0.0;
-        Walk w(lo + threadIdx.x, hw, c, ch);
-        long long k = lo + threadIdx.x;
-        for (; k + (BN_UNROLL - 1) * BN_BLOCK < hi; k += BN_UNROLL * BN_BLOCK) {
-            float v[BN_UNROLL];
-#pragma unroll
-            for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
-                v[u] = ld(x + w.at);
-            }
-#pragma unroll
-            for (int u = 0; u < BN_UNROLL; ++u) {
+        float v[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+            [&](int u, int) {
                 s += centred ? (double)__fmul_rn(v[u] - m, v[u] - m) : (double)v[u];
-            }
-        }
-        for (; k < hi; k += BN_BLOCK, w.next()) {
-            float v = ld(x + w.at);
-            s += centred ? (double)__fmul_rn(v - m, v - m) : (double)v;
-        }
+            });
         s = block_sum(s, part);
         if (threadIdx.x == 0) {
             partial[(long long)blockIdx.y * c + ch] = s;
@@ -104,6 +126,42 @@ extern "C" __global__ void bn_sums_bf16(double* partial, const bf16* x, const do
     bn_sums(partial, x, centre, centred, n, nimg, c, hw);
 }
 
+// partial[parts, 2C] = per-channel sums of each part of x[nimg, C, hw], then of x^2, in double
+// (x^2 is exact in double): the statistics in one pass, where no replica shares them (sync
+// batch norm takes them in two, `bn_sums`, as the CPU does, since its exchange is in f32).
+template <typename T>
+__device__ void bn_moments(double* partial, const T* x, int nimg, int c, int hw) {
+    __shared__ double part[BN_BLOCK];
+    CHANNELS(ch, c) {
+        double s1 = 0.0;
+        double s2 = 0.0;
+        float v[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+            [&](int u, int) {
+                double d = (double)v[u];
+                s1 += d;
+                s2 = fma(d, d, s2);
+            });
+        s1 = block_sum(s1, part);
+        s2 = block_sum(s2, part);
+        if (threadIdx.x == 0) {
+            partial[(long long)blockIdx.y * 2 * c + ch] = s1;
+            partial[(long long)blockIdx.y * 2 * c + c + ch] = s2;
+        }
+    }
+}
+
+extern "C" __global__ void bn_moments_f32(double* partial, const float* x, int nimg, int c,
+                                          int hw) {
+    bn_moments(partial, x, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_moments_bf16(double* partial, const bf16* x, int nimg, int c,
+                                           int hw) {
+    bn_moments(partial, x, nimg, c, hw);
+}
+
 // out[len] = the sum over parts of partial[parts, len], in part order.
 extern "C" __global__ void bn_reduce_f32(double* out, const double* partial, int parts, int len) {
     GRID_STRIDE(j, len) {
@@ -115,14 +173,19 @@ extern "C" __global__ void bn_reduce_f32(double* out, const double* partial, int
     }
 }
 
-// From sums[2C] (the sums of x, then of the squared deviations) over n values per channel:
-// saved[2C] = mean, 1/sqrt(var + eps); running[2C] (mean, unbiased variance) moved toward the
-// batch's by `momentum`, in float as nn::bn::bn_forward_train. One thread per channel.
+// From sums[2C] over n values per channel, the sums of x and then of the squared deviations
+// (moments 0), or of x and then of x^2 (moments 1): saved[2C] = mean, 1/sqrt(var + eps);
+// running[2C] (mean, unbiased variance) moved toward the batch's by `momentum`, in float as
+// nn::bn::bn_forward_train. One thread per channel.
 extern "C" __global__ void bn_finish_f32(float* saved, float* running, const double* sums,
-                                         double n, int c, float eps, float momentum) {
+                                         int moments, double n, int c, float eps,
+                                         float momentum) {
     GRID_STRIDE(ch, c) {
         double mean = n > 0.0 ? sums[ch] / n : 0.0;
         double var = n > 0.0 ? sums[c + ch] / n : 0.0;
+        if (moments) {
+            var = fmax(var - mean * mean, 0.0);
+        }
         double invstd = 1.0 / sqrt(var + (double)eps);
         saved[ch] = (float)mean;
         saved[c + ch] = (float)invstd;
@@ -144,20 +207,19 @@ __device__ __forceinline__ void scale_shift(const float* saved, const float* wei
 }
 
 // out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
-// shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Launched over planes
-// (PLANES, IN_PLANE).
+// shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Per (channel, part).
 template <typename T>
 __device__ void bn_apply(T* out, const T* x, const float* saved, const float* weight,
                          const float* bias, int nimg, int c, int hw, int act) {
-    PLANES(plane, (long long)nimg * c) {
-        int ch = (int)(plane % c);
+    CHANNELS(ch, c) {
         float scale, shift;
-        scale_shift(saved, weight, bias, c, ch, &scale, &shift);
-        const T* xp = x + plane * hw;
-        T* op = out + plane * hw;
-        IN_PLANE(j, hw) {
-            st(op + j, activate(__fadd_rn(__fmul_rn(ld(xp + j), scale), shift), act));
-        }
+        scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
+        float v[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+            [&](int u, int at) {
+                st(out + at, activate(__fadd_rn(__fmul_rn(v[u], scale), shift), act));
+            });
     }
 }
 
@@ -174,19 +236,20 @@ extern "C" __global__ void bn_apply_bf16(bf16* out, const bf16* x, const float* 
 }
 
 // Inference (nn::bn::bn_forward_eval): out = activate(x * scale + shift) per channel with
-// scale = weight / sqrt(running var + eps), shift = bias - running mean * scale. Over planes.
+// scale = weight / sqrt(running var + eps), shift = bias - running mean * scale. Per
+// (channel, part).
 template <typename T>
 __device__ void bn_eval(T* out, const T* x, const float* running, const float* weight,
                         const float* bias, int nimg, int c, int hw, float eps, int act) {
-    PLANES(plane, (long long)nimg * c) {
-        int ch = (int)(plane % c);
+    CHANNELS(ch, c) {
         float scale = weight[ch] / sqrtf(running[c + ch] + eps);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(running[ch], scale));
-        const T* xp = x + plane * hw;
-        T* op = out + plane * hw;
-        IN_PLANE(j, hw) {
-            st(op + j, activate(__fadd_rn(__fmul_rn(ld(xp + j), scale), shift), act));
-        }
+        float v[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+            [&](int u, int at) {
+                st(out + at, activate(__fadd_rn(__fmul_rn(v[u], scale), shift), act));
+            });
     }
 }
 
@@ -202,17 +265,17 @@ extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* r
     bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
-// The gradient at batch norm's own output, before its activation `act`: dout where the
-// activation passed it (`passes`), 0 where not, the output recomputed from x with the
-// channel's scale and shift exactly as bn_apply computed and stored it (so the mask is the
-// one relu_backward / relu6_backward would take from the stored output, without reading it).
+// The gradient at batch norm's own output, before its activation `act`: d (the gradient at
+// the activation's output) where the activation passed it (`passes`), 0 where not, the output
+// recomputed from the value xv of x exactly as bn_apply computed and stored it (so the mask is
+// the one relu_backward / relu6_backward would take from the stored output, without reading
+// it); T only picks the stored type.
 template <typename T>
-__device__ __forceinline__ float masked(const T* dout, const T* x, long long at, float scale,
-                                        float shift, int act) {
-    float d = ld(dout + at);
+__device__ __forceinline__ float masked(float d, float xv, float scale, float shift, int act,
+                                        const T* type) {
     if (act != 0) {
-        float v = __fadd_rn(__fmul_rn(ld(x + at), scale), shift);
-        if (!passes(stored(activate(v, act), dout), act)) {
+        float v = __fadd_rn(__fmul_rn(xv, scale), shift);
+        if (!passes(stored(activate(v, act), type), act)) {
             d = 0.0f;
         }
     }
@@ -227,34 +290,24 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
                              const float* weight, const float* bias, int nimg, int c, int hw,
                              int act) {
     __shared__ double part[BN_BLOCK];
-    long long lo, hi;
-    part_range((long long)nimg * hw, &lo, &hi);
-    for (long long ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    CHANNELS(ch, c) {
         float mean = saved[ch];
         float scale, shift;
         scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
         double sdy = 0.0;
         double sdyx = 0.0;
-        Walk w(lo + threadIdx.x, hw, c, ch);
-        long long k = lo + threadIdx.x;
-        for (; k + (BN_UNROLL - 1) * BN_BLOCK < hi; k += BN_UNROLL * BN_BLOCK) {
-            float d[BN_UNROLL], xv[BN_UNROLL];
-#pragma unroll
-            for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
-                d[u] = masked(dout, x, w.at, scale, shift, act);
-                xv[u] = ld(x + w.at);
-            }
-#pragma unroll
-            for (int u = 0; u < BN_UNROLL; ++u) {
-                sdy += (double)d[u];
-                sdyx += (double)__fmul_rn(d[u], xv[u] - mean);
-            }
-        }
-        for (; k < hi; k += BN_BLOCK, w.next()) {
-            float d = masked(dout, x, w.at, scale, shift, act);
-            sdy += (double)d;
-            sdyx += (double)__fmul_rn(d, ld(x + w.at) - mean);
-        }
+        float d[BN_UNROLL], xv[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch,
+            [&](int u, int at) {
+                d[u] = ld(dout + at);
+                xv[u] = ld(x + at);
+            },
+            [&](int u, int) {
+                float dy = masked(d[u], xv[u], scale, shift, act, x);
+                sdy += (double)dy;
+                sdyx += (double)__fmul_rn(dy, xv[u] - mean);
+            });
         sdy = block_sum(sdy, part);
         sdyx = block_sum(sdyx, part);
         if (threadIdx.x == 0) {
@@ -290,27 +343,31 @@ extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, cons
 // dx[nimg, C, hw] (overwritten) = k * (n * dy - sdy - xhat * sdyxhat), k = weight * invstd / n,
 // dy the gradient at the normalised output (`masked` by the activation), from the sums
 // `total`[2C] over the n values per channel the statistics were taken over (this replica's,
-// or every replica's under sync batch norm) (nn::bn::bn_backward). Over planes: the channel's
-// constants once per plane.
+// or every replica's under sync batch norm) (nn::bn::bn_backward). Per (channel, part).
 template <typename T>
 __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* saved,
                                const float* weight, const float* bias, const double* total,
                                float n, int nimg, int c, int hw, int act) {
-    PLANES(plane, (long long)nimg * c) {
-        int ch = (int)(plane % c);
+    CHANNELS(ch, c) {
         float mean = saved[ch];
         float invstd = saved[c + ch];
         float sdy = (float)total[ch];
         float sdyxhat = (float)(total[c + ch] * (double)invstd);
         float k = weight[ch] * invstd / n;
         float scale, shift;
-        scale_shift(saved, weight, bias, c, ch, &scale, &shift);
-        long long at = plane * hw;
-        IN_PLANE(j, hw) {
-            float xhat = (ld(x + at + j) - mean) * invstd;
-            float dy = masked(dout, x, at + j, scale, shift, act);
-            st(dx + at + j, k * (n * dy - sdy - xhat * sdyxhat));
-        }
+        scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
+        float d[BN_UNROLL], xv[BN_UNROLL];
+        walk_part(
+            nimg, c, hw, ch,
+            [&](int u, int at) {
+                d[u] = ld(dout + at);
+                xv[u] = ld(x + at);
+            },
+            [&](int u, int at) {
+                float xhat = (xv[u] - mean) * invstd;
+                float dy = masked(d[u], xv[u], scale, shift, act, x);
+                st(dx + at, k * (n * dy - sdy - xhat * sdyxhat));
+            });
     }
 }
 

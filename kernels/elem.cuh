@@ -67,15 +67,3 @@ __device__ __forceinline__ bool passes(float o, int act) {
     }
     return true;
 }
-
-// Loops of an op over NCHW planes (one image's channel: `hw` values in a row): the planes
-// across threadIdx.y and blockIdx.y (then grid-stride), a plane's values across threadIdx.x and
-// the x blocks. What depends on the channel alone is worked out once per plane, and no element
-// needs a division to find its channel. (`planes_cfg` on the host: blocks as wide as a plane
-// needs, short planes several to a block.)
-#define PLANES(plane, planes)                                                                  \
-    for (long long plane = (long long)blockIdx.y * blockDim.y + threadIdx.y; plane < (planes); \
-         plane += (long long)gridDim.y * blockDim.y)
-#define IN_PLANE(j, hw)                                                             \
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < (hw); \
-         j += (long long)blockDim.x * gridDim.x)

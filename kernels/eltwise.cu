@@ -1,5 +1,5 @@
-// Elementwise ops of the model graph: ReLU6 and its mask, the residual add, gradient
-// accumulation, dropout's mask (drawn on the device) and its product. Mirrors nn::ops
+// Elementwise ops of the model graph: ReLU6 and its mask, the residual add and its backward,
+// gradient accumulation, dropout's mask (drawn on the device) and its product. Mirrors nn::ops
 // (relu6_forward, relu6_backward, add_forward, accumulate, mul). 64-bit indexing, grid-stride
 // loops; the sizes are ints (the host checks).
 
@@ -49,6 +49,35 @@ extern "C" __global__ void add_f32(float* out, const float* a, const float* b, i
 
 extern "C" __global__ void add_bf16(bf16* out, const bf16* a, const bf16* b, int n, int act) {
     add(out, a, b, n, act);
+}
+
+// The residual add's backward in one pass (ops::add_backward): d = dout where the add's
+// activation `act` passed it (`passes`, from its stored output `out`; relu_backward's and
+// relu6_backward's mask), else 0, then for each input k, dk[n] = d (add_k 0) or dk[n] += d
+// (add_k 1: the input's gradient reached a second time; as accumulate). dout is not written.
+template <typename T>
+__device__ void add_backward(T* d0, T* d1, const T* dout, const T* out, int n, int act,
+                             int add0, int add1) {
+    GRID_STRIDE(i, n) {
+        float d = ld(dout + i);
+        if (act != 0 && !passes(ld(out + i), act)) {
+            d = 0.0f;
+        }
+        st(d0 + i, add0 ? ld(d0 + i) + d : d);
+        st(d1 + i, add1 ? ld(d1 + i) + d : d);
+    }
+}
+
+extern "C" __global__ void add_backward_f32(float* d0, float* d1, const float* dout,
+                                            const float* out, int n, int act, int add0,
+                                            int add1) {
+    add_backward(d0, d1, dout, out, n, act, add0, add1);
+}
+
+extern "C" __global__ void add_backward_bf16(bf16* d0, bf16* d1, const bf16* dout,
+                                             const bf16* out, int n, int act, int add0,
+                                             int add1) {
+    add_backward(d0, d1, dout, out, n, act, add0, add1);
 }
 
 // acc[n] += x (ops::accumulate): a gradient reaching a value a second time

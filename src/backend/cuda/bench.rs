@@ -10,8 +10,11 @@ use cudarc::nccl::Id;
 
 use super::nccl::{Communicator, Patience};
 
+use super::elem::Elem;
 use super::replica::{launch_update, Buffers, Chunks};
-use super::{on, CudaError, Gpu};
+use super::{bn, on, CudaError, Gpu};
+use crate::nn::bn::BnGeom;
+use crate::nn::ops::Act;
 use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::rng::Rng;
 
@@ -184,6 +187,110 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
             .map_err(|e| CudaError::new(index, "sgemm", e))
         },
     )?;
+    for g in BN_SHAPES {
+        times.extend(bn_times::<f32>(&gpu, g)?);
+        times.extend(bn_times::<half::bf16>(&gpu, g)?);
+    }
+    Ok(times)
+}
+
+/// ResNet-50's batch norms at batch 128: the stem's, a first-stage bottleneck's output and
+/// the last stage's (the largest and smallest planes).
+const BN_SHAPES: [BnGeom; 3] = [
+    BnGeom {
+        b: 128,
+        c: 64,
+        hw: 112 * 112,
+    },
+    BnGeom {
+        b: 128,
+        c: 256,
+        hw: 56 * 56,
+    },
+    BnGeom {
+        b: 128,
+        c: 2048,
+        hw: 7 * 7,
+    },
+];
+
+/// Batch norm + ReLU in training, forward and backward, over `g` in activations of `E`; the
+/// rate as the bandwidth the passes over the activations would take (forward: two reads for
+/// the statistics, one read and one write to apply; backward: dout and x read for the sums,
+/// then again for dx, dx written).
+fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError> {
+    let (index, s) = (gpu.index, &gpu.stream);
+    let all = g.b * g.c * g.hw;
+    let mut r = Rng::new(all as u64);
+    let host: Vec<E> = (0..all).map(|_| E::from_f32(r.normal())).collect();
+    let x = s.clone_htod(&host).map_err(on(index, "upload"))?;
+    let dout = s.clone_htod(&host).map_err(on(index, "upload"))?;
+    let alloc = |n: usize| s.alloc_zeros::<E>(n).map_err(on(index, "allocate"));
+    let (mut out, mut dx) = (alloc(all)?, alloc(all)?);
+    let floats = |n: usize| s.alloc_zeros::<f32>(n).map_err(on(index, "allocate"));
+    let (mut saved, mut running) = (floats(2 * g.c)?, floats(2 * g.c)?);
+    let (weight, bias) = (random(s, g.c, index)?, random(s, g.c, index)?);
+    let (mut dw, mut db) = (floats(g.c)?, floats(g.c)?);
+    let mut scratch = s
+        .alloc_zeros::<f64>(bn::scratch_len(g.c, g.b * g.hw))
+        .map_err(on(index, "allocate"))?;
+    let (wv, bv) = (weight.slice(..), bias.slice(..));
+    let bytes = (all * E::BYTES) as f64;
+    let rate = |passes: f64| move |us: f64| format!("{:.0} GB/s", passes * bytes / us / 1e3);
+    let kind = if E::BF16 { "bf16" } else { "f32" };
+    let shape = format!("{}x{}x{}", g.b, g.c, g.hw);
+    let mut times = Vec::new();
+    let mut n = 0.0f32;
+    let us = 1e3
+        * time_ms(
+            s,
+            20,
+            || {
+                n = bn::forward_train(
+                    gpu,
+                    None,
+                    &mut scratch.slice_mut(..),
+                    &mut saved.slice_mut(..),
+                    &mut running.slice_mut(..),
+                    &mut out.slice_mut(..),
+                    (&x.slice(..), &wv, &bv),
+                    g,
+                    Act::Relu,
+                )?;
+                Ok(())
+            },
+            index,
+        )?;
+    times.push(KernelTime {
+        name: format!("bn+relu fwd {kind} {shape}"),
+        us,
+        rate: rate(4.0)(us),
+    });
+    let us = 1e3
+        * time_ms(
+            s,
+            20,
+            || {
+                bn::backward(
+                    gpu,
+                    None,
+                    &mut scratch.slice_mut(..),
+                    Some(&mut dx.slice_mut(..)),
+                    (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
+                    (&dout.slice(..), &x.slice(..)),
+                    (&saved.slice(..), &wv, &bv),
+                    g,
+                    n,
+                    Act::Relu,
+                )
+            },
+            index,
+        )?;
+    times.push(KernelTime {
+        name: format!("bn+relu bwd {kind} {shape}"),
+        us,
+        rate: rate(5.0)(us),
+    });
     Ok(times)
 }
 

@@ -1,15 +1,18 @@
 //! Batch norm on a GPU (`kernels/bn.cu`), mirroring `nn::bn` and the CPU interpreter's use of
 //! it: per-channel sums in double, each channel cut into `parts` (fixed by the sizes alone) that
-//! blocks sum and a second launch adds in order (no atomics: the same bits at every run), two
-//! passes (the mean, then the squared deviations), the running statistics updated on the
-//! device. Under sync batch norm each set of sums goes through the host: rounded to f32,
-//! summed across the replicas by the run's collective (as the CPU's `global_stats`), and put
-//! back; the sums stay raw on the device so that the exchange fits between two launches.
+//! blocks sum and a second launch adds in order (no atomics: the same bits at every run); the
+//! statistics in one pass (the sums of x and of x^2, exact in double, where the CPU takes two:
+//! the same mean and variance to float's rounding), the running statistics updated on the
+//! device. Under sync batch norm the statistics take two passes as on the CPU (the mean, then
+//! the squared deviations from it), each set of sums through the host: rounded to f32, summed
+//! across the replicas by the run's collective (as the CPU's `global_stats`), and put back; the
+//! sums stay raw on the device so that the exchange fits between two launches. Every kernel
+//! runs one block per (channel, part) of a channel's values (`parts_cfg`).
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::elem::Elem;
-use super::launch::{act_code, grid_stride_cfg, planes_cfg, MAX_BLOCKS, THREADS};
+use super::launch::{act_code, grid_stride_cfg, MAX_BLOCKS, THREADS};
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
 use crate::comm::Collective;
@@ -153,7 +156,7 @@ fn sums<E: Elem>(
 #[allow(clippy::too_many_arguments)]
 pub fn forward_train<E: Elem>(
     gpu: &Gpu,
-    mut sync: Option<&mut dyn Collective>,
+    sync: Option<&mut dyn Collective>,
     scratch: &mut CudaViewMut<'_, f64>,
     saved: &mut CudaViewMut<'_, f32>,
     running: &mut CudaViewMut<'_, f32>,
@@ -174,29 +177,48 @@ pub fn forward_train<E: Elem>(
     ];
     let [b, ci, hw] = ints(gpu, what, g, &lens)?;
     let mut n = (g.b * g.hw) as f64;
+    let moments = sync.is_none();
     {
         let (mut head, mut partial) = scratch.split_at_mut(4 * c);
         let (mut sum, mut rest) = head.split_at_mut(c);
         let mut sq = rest.slice_mut(..c);
-        sums(
-            gpu,
-            &mut sum,
-            &mut partial,
-            x,
-            (&sq.as_view(), false, 0.0),
-            g,
-        )?;
-        if let Some(coll) = sync.as_deref_mut() {
-            n = across(gpu, coll, &mut sum, Some(n))?;
-        }
-        sums(gpu, &mut sq, &mut partial, x, (&sum.as_view(), true, n), g)?;
-        if let Some(coll) = sync {
-            across(gpu, coll, &mut sq, None)?;
+        match sync {
+            // one pass: the sums of x and of x^2, into scratch[..2C]
+            None => {
+                let parts = parts(g.b * g.hw);
+                try_launch!(
+                    gpu,
+                    named!(E, "bn_moments"),
+                    parts_cfg(c, parts),
+                    &mut partial,
+                    x,
+                    &b,
+                    &ci,
+                    &hw
+                )?;
+                reduce(gpu, &mut head, &partial.as_view(), parts, 2 * c)?;
+            }
+            // two, as the CPU's `global_stats`: the mean over every replica, then the squared
+            // deviations from it
+            Some(coll) => {
+                sums(
+                    gpu,
+                    &mut sum,
+                    &mut partial,
+                    x,
+                    (&sq.as_view(), false, 0.0),
+                    g,
+                )?;
+                n = across(gpu, coll, &mut sum, Some(n))?;
+                sums(gpu, &mut sq, &mut partial, x, (&sum.as_view(), true, n), g)?;
+                across(gpu, coll, &mut sq, None)?;
+            }
         }
     }
     let st = scratch.slice(..2 * c);
     let (eps, momentum) = (BN_EPS, BN_MOMENTUM);
     let cfg = grid_stride_cfg(c);
+    let moments = moments as i32;
     try_launch!(
         gpu,
         "bn_finish_f32",
@@ -204,13 +226,14 @@ pub fn forward_train<E: Elem>(
         &mut *saved,
         &mut *running,
         &st,
+        &moments,
         &n,
         &ci,
         &eps,
         &momentum
     )?;
     if g.b * c * g.hw > 0 {
-        let cfg = planes_cfg(g.b * c, g.hw);
+        let cfg = parts_cfg(c, parts(g.b * g.hw));
         let (sv, act) = (saved.as_view(), act_code(act));
         try_launch!(
             gpu,
@@ -253,7 +276,7 @@ pub fn forward_eval<E: Elem>(
         return Ok(());
     }
     let (eps, act) = (BN_EPS, act_code(act));
-    let cfg = planes_cfg(g.b * g.c, g.hw);
+    let cfg = parts_cfg(g.c, parts(g.b * g.hw));
     try_launch!(
         gpu,
         named!(E, "bn_eval"),
@@ -355,7 +378,7 @@ pub fn backward<E: Elem>(
         return Ok(());
     }
     let sums = if synced { total.as_view() } else { lv };
-    let cfg = planes_cfg(g.b * c, g.hw);
+    let cfg = parts_cfg(c, parts);
     try_launch!(
         gpu,
         named!(E, "bn_backward_dx"),

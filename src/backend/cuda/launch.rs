@@ -96,25 +96,6 @@ pub(crate) fn act_code(act: crate::nn::ops::Act) -> i32 {
     }
 }
 
-/// A launch over `planes` planes of `hw` values each (`PLANES`, `IN_PLANE` in
-/// `kernels/elem.cuh`): `THREADS` threads a block, as many across a plane (x) as a power of
-/// two covering it needs, up to all of them, the rest (y) on further planes; a plane's values
-/// across the x blocks, the planes across y blocks (up to 65535, the kernels loop over the
-/// rest).
-pub(crate) fn planes_cfg(planes: usize, hw: usize) -> LaunchConfig {
-    let x = hw.clamp(1, THREADS as usize).next_power_of_two();
-    let y = THREADS as usize / x;
-    LaunchConfig {
-        grid_dim: (
-            hw.div_ceil(x).clamp(1, MAX_BLOCKS as usize - 1) as u32,
-            planes.div_ceil(y).clamp(1, 65535) as u32,
-            1,
-        ),
-        block_dim: (x as u32, y as u32, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// A launch of `blocks` blocks of `THREADS`, capped at `MAX_BLOCKS` (at least 1): for kernels
 /// that loop grid-stride, over elements or over blocks' work items (channels).
 pub(crate) fn blocks_cfg(blocks: usize) -> LaunchConfig {
@@ -150,30 +131,5 @@ mod tests {
         assert_eq!((c.grid_dim, c.block_dim), ((32, 1, 1), (THREADS, 1, 1)));
         assert_eq!(blocks_cfg(0).grid_dim.0, 1);
         assert_eq!(blocks_cfg(1 << 20).grid_dim.0, MAX_BLOCKS);
-    }
-
-    #[test]
-    fn plane_launches_cover_a_plane_and_put_short_planes_several_to_a_block() {
-        let cfg = |planes, hw| {
-            let c = planes_cfg(planes, hw);
-            (c.grid_dim, c.block_dim)
-        };
-        // ResNet-50's last stage: 7x7 planes, 4 to a block of 64 x 4
-        assert_eq!(cfg(128 * 2048, 49), ((1, 65535, 1), (64, 4, 1)));
-        // its stem: 112x112 planes, 49 blocks of 256 each
-        assert_eq!(cfg(128 * 64, 112 * 112), ((49, 8192, 1), (256, 1, 1)));
-        // a flat [B, C] input: planes of one value, 256 to a block
-        assert_eq!(cfg(16 * 8, 1), ((1, 1, 1), (1, 256, 1)));
-        assert_eq!(cfg(1000, 1), ((1, 4, 1), (1, 256, 1)));
-        assert_eq!(cfg(0, 0), ((1, 1, 1), (1, 256, 1)));
-        // every block holds THREADS threads
-        for hw in [1, 2, 3, 31, 33, 100, 255, 256, 257, 50_000] {
-            let c = planes_cfg(10, hw);
-            assert_eq!(c.block_dim.0 * c.block_dim.1, THREADS, "{hw}");
-            assert!(
-                c.block_dim.0 as usize * c.grid_dim.0 as usize >= hw.min(1 << 24),
-                "{hw}"
-            );
-        }
     }
 }

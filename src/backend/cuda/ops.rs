@@ -146,6 +146,44 @@ pub fn add<E: Elem>(
     )
 }
 
+/// The residual add's backward in one pass over its output's gradient `dout` (left as it
+/// is): masked by the add's activation `act` (from its output `out`), then written to each
+/// input's gradient `d[k]`, or added to it where `add[k]` (the input reached a second time).
+/// As the activation's mask (`act_backward`), then a copy or `accumulate` per input.
+pub fn add_backward<E: Elem>(
+    gpu: &Gpu,
+    [d0, d1]: [&mut CudaViewMut<'_, E>; 2],
+    add: [bool; 2],
+    (dout, out): (&CudaView<'_, E>, &CudaView<'_, E>),
+    n: usize,
+    act: Act,
+) -> Result<(), CudaError> {
+    let lens = [
+        ("d0", d0.len()),
+        ("d1", d1.len()),
+        ("dout", dout.len()),
+        ("out", out.len()),
+    ];
+    let ni = elements(gpu, "add backward", n, &lens)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let (act, add0, add1) = (act_code(act), add[0] as i32, add[1] as i32);
+    try_launch!(
+        gpu,
+        named!(E, "add_backward"),
+        grid_stride_cfg(n),
+        &mut *d0,
+        &mut *d1,
+        dout,
+        out,
+        &ni,
+        &act,
+        &add0,
+        &add1
+    )
+}
+
 /// acc[n] += x. As `nn::ops::accumulate`.
 pub fn accumulate<E: Elem>(
     gpu: &Gpu,

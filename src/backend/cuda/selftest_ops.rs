@@ -119,7 +119,8 @@ fn bf16(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     ]
 }
 
-/// ReLU6 forward and backward, add, accumulate and the mask product on random data, exactly.
+/// ReLU6 forward and backward, add and its backward, accumulate and the mask product on random
+/// data, exactly.
 fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     let index = gpu.index;
     let n = 77 * 133;
@@ -169,6 +170,38 @@ fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         })();
         checks.push(check(
             name(&format!("add_f32{}", act.suffix())),
+            exact(got, want),
+        ));
+    }
+
+    // the add's backward: its activation's mask (from an output with exact 0s and 6s), then
+    // one input's gradient written and the other's added to
+    for act in [Act::None, Act::Relu, Act::Relu6] {
+        let mut out = x.clone();
+        act.forward(&mut out);
+        let mut d = y.clone();
+        act.backward(&mut d, &out);
+        let mut added = x.clone();
+        cpu::accumulate(&mut added, &d);
+        let got = (|| {
+            let (dout, o) = (up(gpu, &y)?, up(gpu, &out)?);
+            let (mut d0, mut d1) = (nans(gpu, n)?, up(gpu, &x)?);
+            let both = [&mut d0.slice_mut(..), &mut d1.slice_mut(..)];
+            ops::add_backward(
+                gpu,
+                both,
+                [false, true],
+                (&dout.slice(..), &o.slice(..)),
+                n,
+                act,
+            )?;
+            let mut got = down(gpu, &d0, n)?;
+            got.extend(down(gpu, &d1, n)?);
+            Ok(got)
+        })();
+        let want = [d, added].concat();
+        checks.push(check(
+            name(&format!("add_backward_f32{}", act.suffix())),
             exact(got, want),
         ));
     }

@@ -5,7 +5,8 @@
 //! `bn.rs`, `pool.rs` and `ops.rs`. Activations and their gradients live per value of the
 //! graph; an op's activation runs after it forward and masks its output's gradient first
 //! backward; an input gradient that is added (a residual's input reached twice) is computed
-//! into scratch and accumulated. The per-op backward is in `backprop.rs`. Training passes, and
+//! into scratch and accumulated. A residual add's backward (its mask, then each input's
+//! gradient written or added) is one kernel (`ops::add_backward`). The per-op backward is in `backprop.rs`. Training passes, and
 //! evaluation in chunks of `Model::eval_rows` rows.
 
 use cudarc::cublas::CudaBlas;
@@ -383,6 +384,29 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
         } = nodes;
         let (dlower, dupper) = dacts.split_at_mut(o);
         let mut dout = dupper[0].slice_mut(..len);
+        // a sum of two values that both want their gradients: its activation's mask and both
+        // gradients in one pass over dout
+        if let (Op::Add { .. }, [g0, g1]) = (&node.op, din) {
+            let [i0, i1] = [node.inputs[0], node.inputs[1]];
+            let wanted = *g0 != Grad::Skip && *g1 != Grad::Skip;
+            if let (true, Ok([d0, d1])) = (wanted, dlower.get_disjoint_mut([i0, i1])) {
+                let (out, add) = (acts[o].slice(..len), [*g0 == Grad::Add, *g1 == Grad::Add]);
+                let d = [&mut d0.slice_mut(..len), &mut d1.slice_mut(..len)];
+                let act = node.op.act();
+                check(ops::add_backward(
+                    gpu,
+                    d,
+                    add,
+                    (&dout.as_view(), &out),
+                    len,
+                    act,
+                ));
+                if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
+                    p.count(profile::kind(&node.op), "backward", mark);
+                }
+                return;
+            }
+        }
         // the activation's mask first, from the op's output (batch norm's is taken inside its
         // backward, from the output recomputed from its input: one pass fewer)
         if !matches!(node.op, Op::BatchNorm { .. }) {
