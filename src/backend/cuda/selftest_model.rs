@@ -202,16 +202,20 @@ mod tests {
     use super::*;
     use crate::nn::model::{Act, Op};
 
-    /// A failing check's note names the element furthest past its limit by its tensor, with
-    /// both values; a NaN counts as furthest.
-    #[test]
-    fn the_worst_element_is_named_by_its_tensor() {
-        let t = |name: &str, offset, len| TensorInfo {
+    /// A flat tensor `name` of `len` values at `offset`.
+    fn t(name: &str, offset: usize, len: usize) -> TensorInfo {
+        TensorInfo {
             name: name.into(),
             shape: vec![len],
             offset,
             len,
-        };
+        }
+    }
+
+    /// A failing check's note names the element furthest past its limit by its tensor, with
+    /// both values; a NaN counts as furthest.
+    #[test]
+    fn the_worst_element_is_named_by_its_tensor() {
         let tensors = [t("conv.0.weight", 0, 3), t("bn.1.bias", 3, 2)];
         let want = [1.0, 2.0, 3.0, 4.0, 5.0];
         let got = [1.0, 2.1, 3.0, 4.0, 4.0];
@@ -237,12 +241,6 @@ mod tests {
     /// tensor passes, a tensor off as a whole fails and is named.
     #[test]
     fn the_bf16_check_weighs_whole_tensors() {
-        let t = |name: &str, offset, len| TensorInfo {
-            name: name.into(),
-            shape: vec![len],
-            offset,
-            len,
-        };
         let tensors = [t("conv.0.weight", 0, 100), t("bn.1.bias", 100, 4)];
         let want: Vec<f32> = (0..104).map(|i| 1.0 + i as f32 / 100.0).collect();
         let mut got = want.clone();
