@@ -6,8 +6,8 @@
 //! graph; an op's activation runs after it forward and masks its output's gradient first
 //! backward; an input gradient that is added (a residual's input reached twice) is computed
 //! into scratch and accumulated. A residual add's backward (its mask, then each input's
-//! gradient written or added) is one kernel (`ops::add_backward`). The per-op backward is in `backprop.rs`. Training passes, and
-//! evaluation in chunks of `Model::eval_rows` rows.
+//! gradient written or added) is one kernel (`ops::add_backward`). The per-op backward is in
+//! `backprop.rs`. Training passes, and evaluation in chunks of `Model::eval_rows` rows.
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
