@@ -148,11 +148,12 @@ fn sums<E: Elem>(
     reduce(gpu, out, &partial.as_view(), parts, g.c)
 }
 
-/// Training, with this batch's statistics (or, with `sync`, the global batch's):
-/// out[B,C,HW] = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] = mean, 1/std per
-/// channel; running[2C] moved toward the batch's statistics; `scratch` (>=
-/// `scratch_len(C, B*HW)` doubles) overwritten. Returns the count the statistics were taken over. As the CPU
-/// interpreter's `BnStats::of` / `global_stats` and `nn::bn::bn_forward_train`.
+/// Training, with this batch's statistics (one pass; or, with `sync`, the global batch's, in
+/// two): out[B,C,HW] = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] = mean, 1/std
+/// per channel; running[2C] moved toward the batch's statistics; `scratch` (>=
+/// `scratch_len(C, B*HW)` doubles) overwritten. Returns the count the statistics were taken
+/// over. As the CPU interpreter's `BnStats::of` / `global_stats` and
+/// `nn::bn::bn_forward_train`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_train<E: Elem>(
     gpu: &Gpu,
