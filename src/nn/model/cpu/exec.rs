@@ -11,7 +11,8 @@ use crate::nn::bn::{
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
-    accumulate, add_forward, dropout_key, dropout_mask, linear_backward, linear_forward, mul,
+    accumulate, add_forward, add_relu_forward, dropout_key, dropout_mask, linear_backward,
+    linear_forward, mul, relu_backward, relu_backward_accumulate, relu_backward_copy,
     softmax_xent_smoothed,
 };
 use crate::nn::pool::{
@@ -44,7 +45,8 @@ fn value<'v>(vals: &'v [Vec<f32>], x: &'v [f32], m: &Model, v: usize, b: usize) 
 }
 
 /// Ops that apply their activation themselves (a dense convolution its ReLU group by group,
-/// batch norm any per channel, in cache); the others' runs after them.
+/// batch norm any per channel, in cache, a residual add its ReLU as it adds and masks as it
+/// passes the gradient on); the others' runs after them.
 fn native_act(op: &Op) -> bool {
     matches!(
         op,
@@ -53,6 +55,7 @@ fn native_act(op: &Op) -> bool {
             act: Act::Relu,
             ..
         } | Op::BatchNorm { .. }
+            | Op::Add { act: Act::Relu }
     )
 }
 
@@ -99,9 +102,12 @@ impl Exec for Cpu<'_, '_> {
                 }
             }
             Op::Activation(_) => out_s.copy_from_slice(inp),
-            Op::Add { .. } => {
+            Op::Add { act } => {
                 let other = value(&ws.vals, self.x, m, node.inputs[1], b);
-                add_forward(out_s, inp, other);
+                match act {
+                    Act::Relu => add_relu_forward(out_s, inp, other),
+                    _ => add_forward(out_s, inp, other),
+                }
             }
             Op::MaxPool(win) if win.pad == 0 => grouped::pool_forward(
                 out_s,
@@ -198,25 +204,44 @@ impl Exec for Cpu<'_, '_> {
 impl Cpu<'_, '_> {
     /// The backward of ops whose input gradients are their (masked) output gradient itself
     /// (an activation, a residual add): added where an input has one already, else a copy, and
-    /// for the last input `dout`'s buffer itself, moved (it is not needed after this op).
+    /// for the last input `dout`'s buffer itself, moved (it is not needed after this op). A
+    /// residual add's ReLU (`native_act`) masks dout in the same pass as the first input's
+    /// gradient.
     fn pass_through(&mut self, m: &Model, n: usize, b: usize, din: &[Grad], mut dout: Vec<f32>) {
         let node = &m.nodes[n];
-        let len = b * m.dims[node.output];
+        let o = node.output;
+        let len = b * m.dims[o];
         let last = node.inputs.len() - 1;
+        // the add's output while dout is not yet masked by its ReLU
+        let out = take(&mut self.ws.vals[o]);
+        let mut unmasked = native_act(&node.op).then_some(&out[..len]);
         for (k, &i) in node.inputs.iter().enumerate() {
-            match din[k] {
-                Grad::Skip => {}
-                Grad::Add => accumulate(&mut self.ws.grads[i][..len], &dout[..len]),
-                Grad::Write if k == last => std::mem::swap(&mut self.ws.grads[i], &mut dout),
-                Grad::Write => {
+            let d = &mut dout[..len];
+            match (din[k], unmasked.take()) {
+                (Grad::Skip, keep) => unmasked = keep,
+                (Grad::Add, None) => accumulate(&mut self.ws.grads[i][..len], d),
+                (Grad::Add, Some(out)) => {
+                    relu_backward_accumulate(d, &mut self.ws.grads[i][..len], out)
+                }
+                (Grad::Write, mask) if k == last => {
+                    if let Some(out) = mask {
+                        relu_backward(d, out);
+                    }
+                    std::mem::swap(&mut self.ws.grads[i], &mut dout);
+                }
+                (Grad::Write, mask) => {
                     let mut t = self.ws.grad(m, i, b);
-                    t[..len].copy_from_slice(&dout[..len]);
+                    match mask {
+                        Some(out) => relu_backward_copy(d, &mut t[..len], out),
+                        None => t[..len].copy_from_slice(d),
+                    }
                     self.ws.grads[i] = t;
                 }
             }
         }
+        self.ws.vals[o] = out;
         // the output's gradient buffer back (after a move, the input's old one)
-        self.ws.grads[node.output] = dout;
+        self.ws.grads[o] = dout;
     }
 
     /// Node `n`'s op backward for its first input: parameter gradients accumulated, the input's
