@@ -162,8 +162,9 @@ fn worst_at(
 /// and where batch norm's backward cancels large terms one rounding that falls the other way
 /// moves a single small gradient element by several times its value (seen on an H100: a
 /// change of -3.1e-3 where the emulation gives -9.9e-4, the rest of its tensor agreeing), so
-/// single elements say little; a wrong op moves whole tensors. (The largest RMS difference,
-/// (the largest share of a limit, "worst: `what` name: RMS GPU - CPU d, RMS CPU r").)
+/// single elements say little; a wrong op moves whole tensors. Returns the largest RMS
+/// difference, and the largest share of a limit with its note ("worst: `what` name: RMS GPU -
+/// CPU d, RMS CPU r").
 fn worst_tensor(
     tensors: &[TensorInfo],
     got: &[f32],
