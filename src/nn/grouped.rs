@@ -12,7 +12,7 @@ use crate::nn::conv::{
     conv2d_backward_prepared, conv2d_forward_prepared, conv2d_scratch_len, Geom, Prepared,
 };
 use crate::nn::intraop;
-use crate::nn::ops::{relu_backward, relu_forward};
+use crate::nn::ops::{accumulate, relu_backward, relu_forward};
 use crate::nn::pool::{maxpool2d_backward, maxpool2d_forward};
 
 /// Images per group (at least, when the batch allows): a group's activations then stay in
@@ -152,8 +152,8 @@ pub fn conv_forward(
 }
 
 /// `nn::conv::conv2d_backward` over `b` images, by groups: dinp per group; dw and dbias (where
-/// the layer has a bias) summed per group, then added to `dw` / `dbias` in group order. With `relu_out` (the layer's output
-/// after its ReLU), dout is first masked by it, group by group.
+/// the layer has a bias) summed per group, then added to `dw` / `dbias` in group order. With
+/// `relu_out` (the layer's output after its ReLU), dout is first masked by it, group by group.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_backward(
     dinp: Option<&mut [f32]>,
@@ -200,13 +200,9 @@ pub fn conv_backward(
     });
     drop(partials);
     for p in s.partial.chunks(nw + nb).take(gs.len()) {
-        for (a, v) in dw[..nw].iter_mut().zip(&p[..nw]) {
-            *a += v;
-        }
+        accumulate(&mut dw[..nw], &p[..nw]);
         if let Some(db) = dbias.as_deref_mut() {
-            for (a, v) in db[..nb].iter_mut().zip(&p[nw..]) {
-                *a += v;
-            }
+            accumulate(&mut db[..nb], &p[nw..]);
         }
     }
 }

@@ -215,9 +215,9 @@ const BN_SHAPES: [BnGeom; 3] = [
 ];
 
 /// Batch norm + ReLU in training, forward and backward, over `g` in activations of `E`; the
-/// rate as the bandwidth the passes over the activations would take (forward: two reads for
-/// the statistics, one read and one write to apply; backward: dout and x read for the sums,
-/// then again for dx, dx written).
+/// rate as the bandwidth of the passes over the activations (forward: one read for the
+/// statistics, one read and one write to apply; backward: dout and x read for the sums, then
+/// again for dx, dx written).
 fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError> {
     let (index, s) = (gpu.index, &gpu.stream);
     let all = g.b * g.c * g.hw;
@@ -236,62 +236,47 @@ fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError>
         .map_err(on(index, "allocate"))?;
     let (wv, bv) = (weight.slice(..), bias.slice(..));
     let bytes = (all * E::BYTES) as f64;
-    let rate = |passes: f64| move |us: f64| format!("{:.0} GB/s", passes * bytes / us / 1e3);
     let kind = if E::BF16 { "bf16" } else { "f32" };
     let shape = format!("{}x{}x{}", g.b, g.c, g.hw);
-    let mut times = Vec::new();
+    // one direction's time over 20 launches, named, its rate from its passes
+    let timed = |way: &str, passes: f64, f: &mut dyn FnMut() -> Result<(), CudaError>| {
+        let us = 1e3 * time_ms(s, 20, f, index)?;
+        Ok::<_, CudaError>(KernelTime {
+            name: format!("bn+relu {way} {kind} {shape}"),
+            us,
+            rate: format!("{:.0} GB/s", passes * bytes / us / 1e3),
+        })
+    };
     let mut n = 0.0f32;
-    let us = 1e3
-        * time_ms(
-            s,
-            20,
-            || {
-                n = bn::forward_train(
-                    gpu,
-                    None,
-                    &mut scratch.slice_mut(..),
-                    &mut saved.slice_mut(..),
-                    &mut running.slice_mut(..),
-                    &mut out.slice_mut(..),
-                    (&x.slice(..), &wv, &bv),
-                    g,
-                    Act::Relu,
-                )?;
-                Ok(())
-            },
-            index,
+    let fwd = timed("fwd", 3.0, &mut || {
+        n = bn::forward_train(
+            gpu,
+            None,
+            &mut scratch.slice_mut(..),
+            &mut saved.slice_mut(..),
+            &mut running.slice_mut(..),
+            &mut out.slice_mut(..),
+            (&x.slice(..), &wv, &bv),
+            g,
+            Act::Relu,
         )?;
-    times.push(KernelTime {
-        name: format!("bn+relu fwd {kind} {shape}"),
-        us,
-        rate: rate(4.0)(us),
-    });
-    let us = 1e3
-        * time_ms(
-            s,
-            20,
-            || {
-                bn::backward(
-                    gpu,
-                    None,
-                    &mut scratch.slice_mut(..),
-                    Some(&mut dx.slice_mut(..)),
-                    (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
-                    (&dout.slice(..), &x.slice(..)),
-                    (&saved.slice(..), &wv, &bv),
-                    g,
-                    n,
-                    Act::Relu,
-                )
-            },
-            index,
-        )?;
-    times.push(KernelTime {
-        name: format!("bn+relu bwd {kind} {shape}"),
-        us,
-        rate: rate(5.0)(us),
-    });
-    Ok(times)
+        Ok(())
+    })?;
+    let bwd = timed("bwd", 5.0, &mut || {
+        bn::backward(
+            gpu,
+            None,
+            &mut scratch.slice_mut(..),
+            Some(&mut dx.slice_mut(..)),
+            (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
+            (&dout.slice(..), &x.slice(..)),
+            (&saved.slice(..), &wv, &bv),
+            g,
+            n,
+            Act::Relu,
+        )
+    })?;
+    Ok(vec![fwd, bwd])
 }
 
 /// NCCL all-reduce bus bandwidth in GB/s, 2(n-1)/n x bytes / time, over every GPU, per size.

@@ -178,6 +178,7 @@ pub fn forward_train<E: Elem>(
     ];
     let [b, ci, hw] = ints(gpu, what, g, &lens)?;
     let mut n = (g.b * g.hw) as f64;
+    let parts = parts(g.b * g.hw);
     let moments = sync.is_none();
     {
         let (mut head, mut partial) = scratch.split_at_mut(4 * c);
@@ -186,7 +187,6 @@ pub fn forward_train<E: Elem>(
         match sync {
             // one pass: the sums of x and of x^2, into scratch[..2C]
             None => {
-                let parts = parts(g.b * g.hw);
                 try_launch!(
                     gpu,
                     named!(E, "bn_moments"),
@@ -234,7 +234,7 @@ pub fn forward_train<E: Elem>(
         &momentum
     )?;
     if g.b * c * g.hw > 0 {
-        let cfg = parts_cfg(c, parts(g.b * g.hw));
+        let cfg = parts_cfg(c, parts);
         let (sv, act) = (saved.as_view(), act_code(act));
         try_launch!(
             gpu,
