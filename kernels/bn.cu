@@ -9,7 +9,7 @@
 // at every launch. The sums stay raw (not divided) so that sync batch norm can add them across
 // replicas on the host between the launches.
 
-#define BN_BLOCK 256
+#include "bn.cuh"
 
 // Where channel ch's k-th value lies in x[nimg, C, hw] (`at`), moved BN_BLOCK values on with
 // additions only (no 64-bit multiplications or divisions per value).
@@ -32,17 +32,6 @@ struct Walk {
         }
     }
 };
-
-// Values a thread loads before it uses them (in order: sums' bits do not change), so that
-// several loads are in flight at once.
-#define BN_UNROLL 8
-
-// This block's part [lo, hi) of a channel's values.
-__device__ void part_range(long long per_channel, long long* lo, long long* hi) {
-    long long chunk = (per_channel + gridDim.y - 1) / gridDim.y;
-    *lo = min((long long)blockIdx.y * chunk, per_channel);
-    *hi = min(*lo + chunk, per_channel);
-}
 
 // Every kernel here runs one block per (channel, part) (`parts_cfg` on the host): the block's
 // threads walk their part of channel ch's nimg*hw values, thread t the values t, t + BN_BLOCK,
@@ -77,21 +66,6 @@ __device__ __forceinline__ void walk_part(int nimg, int c, int hw, long long ch,
 
 // The channels of a (channel, part) launch this block takes: blockIdx.x, then on by gridDim.x.
 #define CHANNELS(ch, c) for (long long ch = blockIdx.x; ch < (c); ch += gridDim.x)
-
-// The sum of v over the block, in a fixed order (every thread gets it).
-__device__ double block_sum(double v, double* part) {
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int half = BN_BLOCK / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            part[threadIdx.x] += part[threadIdx.x + half];
-        }
-        __syncthreads();
-    }
-    double s = part[0];
-    __syncthreads();  // part[] is refilled next
-    return s;
-}
 
 // partial[parts, C] = per-channel sums of each part of x[nimg, C, hw] (centred 0), or of
 // (x - m)^2 with m = (float)(centre[ch] / n) the channel's mean (centred 1; m = 0 where n is 0),
@@ -197,15 +171,6 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
     }
 }
 
-// Channel ch's scale = invstd * weight and shift = bias - mean * scale, from saved[2C] =
-// mean, invstd: what training's forward applies (and backward recomputes the output with).
-__device__ __forceinline__ void scale_shift(const float* saved, const float* weight,
-                                            const float* bias, int c, int ch, float* scale,
-                                            float* shift) {
-    *scale = __fmul_rn(saved[c + ch], weight[ch]);
-    *shift = __fadd_rn(bias[ch], -__fmul_rn(saved[ch], *scale));
-}
-
 // out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
 // shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Per (channel, part).
 template <typename T>
@@ -263,23 +228,6 @@ extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* r
                                         const float* weight, const float* bias, int nimg, int c,
                                         int hw, float eps, int act) {
     bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
-}
-
-// The gradient at batch norm's own output, before its activation `act`: d (the gradient at
-// the activation's output) where the activation passed it (`passes`), 0 where not, the output
-// recomputed from the value xv of x exactly as bn_apply computed and stored it (so the mask is
-// the one relu_backward / relu6_backward would take from the stored output, without reading
-// it); T only picks the stored type.
-template <typename T>
-__device__ __forceinline__ float masked(float d, float xv, float scale, float shift, int act,
-                                        const T* type) {
-    if (act != 0) {
-        float v = __fadd_rn(__fmul_rn(xv, scale), shift);
-        if (!passes(stored(activate(v, act), type), act)) {
-            d = 0.0f;
-        }
-    }
-    return d;
 }
 
 // partial[parts, 2C] = per-channel sums of each part of the gradient at the normalised output

@@ -61,38 +61,38 @@ extern "C" __global__ void col2im_f32(float* dinp, const float* col, int nimg, i
     }
 }
 
-// y[nimg, OC, OHW] += b[OC]
+// y[nimg, OC, OHW] += b[OC] (channels last with `nhwc` 1: y[nimg, OHW, OC])
 template <typename T>
-__device__ void conv_bias_add(T* y, const float* b, int nimg, int oc, int ohw) {
+__device__ void conv_bias_add(T* y, const float* b, int nimg, int oc, int ohw, int nhwc) {
     long long total = (long long)nimg * oc * ohw;
     GRID_STRIDE(idx, total) {
-        st(y + idx, ld(y + idx) + b[(idx / ohw) % oc]);
+        long long o = nhwc ? idx % oc : (idx / ohw) % oc;
+        st(y + idx, ld(y + idx) + b[o]);
     }
 }
 
 extern "C" __global__ void conv_bias_add_f32(float* y, const float* b, int nimg, int oc,
-                                             int ohw) {
-    conv_bias_add(y, b, nimg, oc, ohw);
+                                             int ohw, int nhwc) {
+    conv_bias_add(y, b, nimg, oc, ohw, nhwc);
 }
 
 extern "C" __global__ void conv_bias_add_bf16(bf16* y, const float* b, int nimg, int oc,
-                                              int ohw) {
-    conv_bias_add(y, b, nimg, oc, ohw);
+                                              int ohw, int nhwc) {
+    conv_bias_add(y, b, nimg, oc, ohw, nhwc);
 }
 
-// db[OC] += the sum of dy[nimg, OC, OHW] over images and positions. One block per channel
-// (blockDim.x must be CONV_BLOCK): each thread sums a fixed strided share in order, then a
-// tree in shared memory, so the result does not depend on the grid.
+// db[OC] += the sum of dy[nimg, OC, OHW] (or channels last) over images and positions. One
+// block per channel (blockDim.x must be CONV_BLOCK): each thread sums a fixed strided share in
+// order, then a tree in shared memory, so the result does not depend on the grid.
 #define CONV_BLOCK 256
 template <typename T>
-__device__ void conv_bias_grad(float* db, const T* dy, int nimg, int oc, int ohw) {
+__device__ void conv_bias_grad(float* db, const T* dy, int nimg, int oc, int ohw, int nhwc) {
     __shared__ float part[CONV_BLOCK];
     long long per_channel = (long long)nimg * ohw;
     for (long long o = blockIdx.x; o < oc; o += gridDim.x) {
         float s = 0.0f;
         for (long long k = threadIdx.x; k < per_channel; k += CONV_BLOCK) {
-            long long n = k / ohw;
-            s += ld(dy + ((n * oc + o) * ohw + k % ohw));
+            s += ld(dy + elem_at(k / ohw, o, k % ohw, oc, ohw, nhwc));
         }
         part[threadIdx.x] = s;
         __syncthreads();
@@ -110,13 +110,13 @@ __device__ void conv_bias_grad(float* db, const T* dy, int nimg, int oc, int ohw
 }
 
 extern "C" __global__ void conv_bias_grad_f32(float* db, const float* dy, int nimg, int oc,
-                                              int ohw) {
-    conv_bias_grad(db, dy, nimg, oc, ohw);
+                                              int ohw, int nhwc) {
+    conv_bias_grad(db, dy, nimg, oc, ohw, nhwc);
 }
 
 extern "C" __global__ void conv_bias_grad_bf16(float* db, const bf16* dy, int nimg, int oc,
-                                               int ohw) {
-    conv_bias_grad(db, dy, nimg, oc, ohw);
+                                               int ohw, int nhwc) {
+    conv_bias_grad(db, dy, nimg, oc, ohw, nhwc);
 }
 
 // dw[OC*CKK] += the sum over parts of part[parts, OC*CKK] (per-image weight gradients), in order.

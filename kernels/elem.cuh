@@ -67,3 +67,23 @@ __device__ __forceinline__ bool passes(float o, int act) {
     }
     return true;
 }
+
+// Where element (image n, channel ch, position p of an hw-position plane) of a [nimg, C, hw]
+// activation lies: NCHW, or channels last (`nhwc` 1: [nimg, hw, C], the GPU path's NHWC
+// layout, src/backend/cuda/layout.rs). And the inverse: the (n, ch, p) of offset i.
+__device__ __forceinline__ long long elem_at(long long n, long long ch, long long p, int c,
+                                             long long hw, int nhwc) {
+    return nhwc ? (n * hw + p) * c + ch : (n * c + ch) * hw + p;
+}
+__device__ __forceinline__ void elem_of(long long i, int c, long long hw, int nhwc, long long* n,
+                                        long long* ch, long long* p) {
+    if (nhwc) {
+        *ch = i % c;
+        *p = (i / c) % hw;
+        *n = i / c / hw;
+    } else {
+        *p = i % hw;
+        *ch = (i / hw) % c;
+        *n = i / hw / c;
+    }
+}

@@ -11,6 +11,7 @@ use cudarc::nccl::Id;
 use super::nccl::{Communicator, Patience};
 
 use super::elem::Elem;
+use super::layout::Layout;
 use super::replica::{launch_update, Buffers, Chunks};
 use super::{bn, on, CudaError, Gpu};
 use crate::nn::bn::BnGeom;
@@ -188,8 +189,10 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
         },
     )?;
     for g in BN_SHAPES {
-        times.extend(bn_times::<f32>(&gpu, g)?);
-        times.extend(bn_times::<half::bf16>(&gpu, g)?);
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            times.extend(bn_times::<f32>(&gpu, g, layout)?);
+            times.extend(bn_times::<half::bf16>(&gpu, g, layout)?);
+        }
     }
     Ok(times)
 }
@@ -217,8 +220,8 @@ const BN_SHAPES: [BnGeom; 3] = [
 /// Batch norm + ReLU in training, forward and backward, over `g` in activations of `E`; the
 /// rate as the bandwidth of the passes over the activations (forward: one read for the
 /// statistics, one read and one write to apply; backward: dout and x read for the sums, then
-/// again for dx, dx written).
-fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError> {
+/// again for dx, dx written), in `layout`.
+fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom, layout: Layout) -> Result<Vec<KernelTime>, CudaError> {
     let (index, s) = (gpu.index, &gpu.stream);
     let all = g.b * g.c * g.hw;
     let mut r = Rng::new(all as u64);
@@ -232,11 +235,16 @@ fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError>
     let (weight, bias) = (random(s, g.c, index)?, random(s, g.c, index)?);
     let (mut dw, mut db) = (floats(g.c)?, floats(g.c)?);
     let mut scratch = s
-        .alloc_zeros::<f64>(bn::scratch_len(g.c, g.b * g.hw))
+        .alloc_zeros::<f64>(bn::scratch_len(layout, g.c, g.b * g.hw))
         .map_err(on(index, "allocate"))?;
     let (wv, bv) = (weight.slice(..), bias.slice(..));
     let bytes = (all * E::BYTES) as f64;
-    let kind = if E::BF16 { "bf16" } else { "f32" };
+    let kind = match (E::BF16, layout) {
+        (false, Layout::Nchw) => "f32",
+        (true, Layout::Nchw) => "bf16",
+        (false, Layout::Nhwc) => "f32 nhwc",
+        (true, Layout::Nhwc) => "bf16 nhwc",
+    };
     let shape = format!("{}x{}x{}", g.b, g.c, g.hw);
     // one direction's time over 20 launches, named, its rate from its passes
     let timed = |way: &str, passes: f64, f: &mut dyn FnMut() -> Result<(), CudaError>| {
@@ -257,7 +265,7 @@ fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError>
             &mut running.slice_mut(..),
             &mut out.slice_mut(..),
             (&x.slice(..), &wv, &bv),
-            g,
+            (g, layout),
             Act::Relu,
         )?;
         Ok(())
@@ -271,7 +279,7 @@ fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom) -> Result<Vec<KernelTime>, CudaError>
             (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
             (&dout.slice(..), &x.slice(..)),
             (&saved.slice(..), &wv, &bv),
-            g,
+            (g, layout),
             n,
             Act::Relu,
         )

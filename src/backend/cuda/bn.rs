@@ -7,12 +7,16 @@
 //! the squared deviations from it), each set of sums through the host: rounded to f32, summed
 //! across the replicas by the run's collective (as the CPU's `global_stats`), and put back; the
 //! sums stay raw on the device so that the exchange fits between two launches. Every kernel
-//! runs one block per (channel, part) of a channel's values (`parts_cfg`).
+//! runs one block per (channel, part) of a channel's values (`parts_cfg`). Channels-last
+//! activations (`Layout::Nhwc`) take the twins in `kernels/bn_nhwc.cu`: the same arguments and
+//! results, one block per (64 channels, part of the rows), many more parts (added by a tree,
+//! `bn_reduce_parts_f32`).
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::elem::Elem;
-use super::launch::{act_code, grid_stride_cfg, MAX_BLOCKS, THREADS};
+use super::launch::{act_code, blocks_cfg, grid_stride_cfg, MAX_BLOCKS, THREADS};
+use super::layout::Layout;
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
 use crate::comm::Collective;
@@ -24,48 +28,113 @@ use crate::nn::ops::Act;
 const PART: usize = 4096;
 const MAX_PARTS: usize = 64;
 
-/// How many parts a channel of `per_channel` values is summed in: enough blocks to fill a GPU
-/// when the channels are few and long (ResNet's first stage: 16 channels of 128K values).
-pub fn parts(per_channel: usize) -> usize {
-    per_channel.div_ceil(PART).clamp(1, MAX_PARTS)
+/// Channels-last blocks: NHWC_LANES x NHWC_ROWS threads, two channels a lane
+/// (`kernels/bn_nhwc.cu`), each part at least NHWC_ROWS * 8 rows (a walk's step), about
+/// `NHWC_BLOCKS` blocks in all where the rows allow, at most `NHWC_MAX_PARTS` parts.
+const NHWC_LANES: usize = 32;
+const NHWC_ROWS: usize = 8;
+const NHWC_BLOCKS: usize = 1024;
+const NHWC_MAX_PARTS: usize = 1024;
+
+/// The kernel of batch-norm op `$op` for activations of type `$e` in layout `$layout`.
+macro_rules! bn_kernel {
+    ($e:ty, $layout:expr, $op:literal) => {
+        match ($layout, <$e as Elem>::BF16) {
+            (Layout::Nchw, false) => concat!("bn_", $op, "_f32"),
+            (Layout::Nchw, true) => concat!("bn_", $op, "_bf16"),
+            (Layout::Nhwc, false) => concat!("bn_nhwc_", $op, "_f32"),
+            (Layout::Nhwc, true) => concat!("bn_nhwc_", $op, "_bf16"),
+        }
+    };
+}
+
+/// How many parts a channel of `per_channel` values (B*HW) is summed in: in NCHW enough blocks
+/// to fill a GPU when the channels are few and long (ResNet's first stage: 16 channels of 128K
+/// values); channels last, enough parts of the rows for about `NHWC_BLOCKS` blocks of 64
+/// channels.
+pub fn parts(layout: Layout, c: usize, per_channel: usize) -> usize {
+    match layout {
+        Layout::Nchw => per_channel.div_ceil(PART).clamp(1, MAX_PARTS),
+        Layout::Nhwc => {
+            let columns = c.div_ceil(2 * NHWC_LANES).max(1);
+            let rows = per_channel.div_ceil(NHWC_ROWS * 8);
+            rows.min(NHWC_BLOCKS.div_ceil(columns))
+                .clamp(1, NHWC_MAX_PARTS)
+        }
+    }
 }
 
 /// Doubles of the scratch one batch norm of `c` channels over `per_channel` values (B*HW, the
-/// most rows it will see) needs: the sums, and each part's.
-pub fn scratch_len(c: usize, per_channel: usize) -> usize {
-    4 * c + 2 * c * parts(per_channel)
+/// most rows it will see) needs in `layout`: the sums, and each part's.
+pub fn scratch_len(layout: Layout, c: usize, per_channel: usize) -> usize {
+    4 * c + 2 * c * parts(layout, c, per_channel)
 }
 
-/// One block per (channel, part), channels grid-stride beyond `MAX_BLOCKS`.
-fn parts_cfg(c: usize, parts: usize) -> LaunchConfig {
+/// NCHW: one block per (channel, part), channels grid-stride beyond `MAX_BLOCKS`. Channels
+/// last: one block per (64 channels, part).
+fn parts_cfg(layout: Layout, c: usize, parts: usize) -> LaunchConfig {
+    let (grid_x, block_dim) = match layout {
+        Layout::Nchw => (c.clamp(1, MAX_BLOCKS as usize), (THREADS, 1, 1)),
+        Layout::Nhwc => (
+            c.div_ceil(2 * NHWC_LANES).max(1),
+            (NHWC_LANES as u32, NHWC_ROWS as u32, 1),
+        ),
+    };
     LaunchConfig {
-        grid_dim: (c.clamp(1, MAX_BLOCKS as usize) as u32, parts as u32, 1),
-        block_dim: (THREADS, 1, 1),
+        grid_dim: (grid_x as u32, parts as u32, 1),
+        block_dim,
         shared_mem_bytes: 0,
     }
 }
 
-/// out[len] = the sum over `parts` of partial[parts, len], in order (`bn_reduce_f32`).
+/// out[len] = the sum over `parts` of partial[parts, len]: in order (`bn_reduce_f32`), or for
+/// channels last's many parts by a block per output (`bn_reduce_parts_f32`).
 fn reduce(
     gpu: &Gpu,
+    layout: Layout,
     out: &mut CudaViewMut<'_, f64>,
     partial: &CudaView<'_, f64>,
     parts: usize,
     len: usize,
 ) -> Result<(), CudaError> {
     let (pi, li) = (parts as i32, len as i32);
-    let cfg = grid_stride_cfg(len);
-    try_launch!(gpu, "bn_reduce_f32", cfg, &mut *out, partial, &pi, &li)
+    match layout {
+        Layout::Nchw => {
+            let cfg = grid_stride_cfg(len);
+            try_launch!(gpu, "bn_reduce_f32", cfg, &mut *out, partial, &pi, &li)
+        }
+        Layout::Nhwc => {
+            let cfg = blocks_cfg(len);
+            try_launch!(
+                gpu,
+                "bn_reduce_parts_f32",
+                cfg,
+                &mut *out,
+                partial,
+                &pi,
+                &li
+            )
+        }
+    }
 }
 
-/// [B, C, HW] as the kernels' ints, after checking every buffer's length (name, has, needs).
+/// [B, C, HW] as the kernels' ints, after checking every buffer's length (name, has, needs),
+/// and for channels last that the channels come in pairs and their blocks fit a grid.
 fn ints(
     gpu: &Gpu,
     what: &str,
-    g: BnGeom,
+    (g, layout): (BnGeom, Layout),
     lens: &[(&str, usize, usize)],
 ) -> Result<[i32; 3], CudaError> {
     need(what, lens).map_err(|e| fail(gpu, what, e))?;
+    if layout.nhwc() && (g.c % 2 == 1 || g.c.div_ceil(2 * NHWC_LANES) > MAX_BLOCKS as usize) {
+        let e = format!(
+            "channels-last batch norm takes an even number of channels, at most {}: {} channels",
+            2 * NHWC_LANES * MAX_BLOCKS as usize,
+            g.c
+        );
+        return Err(fail(gpu, what, e));
+    }
     let all = g.b.checked_mul(g.c).and_then(|v| v.checked_mul(g.hw));
     let all = all.ok_or_else(|| fail(gpu, what, "B*C*HW overflows"))?;
     let sizes = [
@@ -120,21 +189,21 @@ fn sums<E: Elem>(
     partial: &mut CudaViewMut<'_, f64>,
     x: &CudaView<'_, E>,
     (centre, centred, n): (&CudaView<'_, f64>, bool, f64),
-    g: BnGeom,
+    (g, layout): (BnGeom, Layout),
 ) -> Result<(), CudaError> {
-    let parts = parts(g.b * g.hw);
+    let parts = parts(layout, g.c, g.b * g.hw);
     let lens = [
         ("out", out.len(), g.c),
         ("partial", partial.len(), parts * g.c),
         ("centre", centre.len(), g.c),
         ("x", x.len(), g.b * g.c * g.hw),
     ];
-    let [b, c, hw] = ints(gpu, "batch norm sums", g, &lens)?;
+    let [b, c, hw] = ints(gpu, "batch norm sums", (g, layout), &lens)?;
     let centred = centred as i32;
-    let cfg = parts_cfg(g.c, parts);
+    let cfg = parts_cfg(layout, g.c, parts);
     try_launch!(
         gpu,
-        named!(E, "bn_sums"),
+        bn_kernel!(E, layout, "sums"),
         cfg,
         &mut *partial,
         x,
@@ -145,7 +214,7 @@ fn sums<E: Elem>(
         &c,
         &hw
     )?;
-    reduce(gpu, out, &partial.as_view(), parts, g.c)
+    reduce(gpu, layout, out, &partial.as_view(), parts, g.c)
 }
 
 /// Training, with this batch's statistics (one pass; or, with `sync`, the global batch's, in
@@ -163,22 +232,22 @@ pub fn forward_train<E: Elem>(
     running: &mut CudaViewMut<'_, f32>,
     out: &mut CudaViewMut<'_, E>,
     (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
-    g: BnGeom,
+    (g, layout): (BnGeom, Layout),
     act: Act,
 ) -> Result<f32, CudaError> {
     let what = "batch norm forward";
     let c = g.c;
     let lens = [
-        ("scratch", scratch.len(), scratch_len(c, g.b * g.hw)),
+        ("scratch", scratch.len(), scratch_len(layout, c, g.b * g.hw)),
         ("saved", saved.len(), 2 * c),
         ("running", running.len(), 2 * c),
         ("weight", weight.len(), c),
         ("bias", bias.len(), c),
         ("out", out.len(), g.b * c * g.hw),
     ];
-    let [b, ci, hw] = ints(gpu, what, g, &lens)?;
+    let [b, ci, hw] = ints(gpu, what, (g, layout), &lens)?;
     let mut n = (g.b * g.hw) as f64;
-    let parts = parts(g.b * g.hw);
+    let parts = parts(layout, g.c, g.b * g.hw);
     let moments = sync.is_none();
     {
         let (mut head, mut partial) = scratch.split_at_mut(4 * c);
@@ -189,15 +258,15 @@ pub fn forward_train<E: Elem>(
             None => {
                 try_launch!(
                     gpu,
-                    named!(E, "bn_moments"),
-                    parts_cfg(c, parts),
+                    bn_kernel!(E, layout, "moments"),
+                    parts_cfg(layout, c, parts),
                     &mut partial,
                     x,
                     &b,
                     &ci,
                     &hw
                 )?;
-                reduce(gpu, &mut head, &partial.as_view(), parts, 2 * c)?;
+                reduce(gpu, layout, &mut head, &partial.as_view(), parts, 2 * c)?;
             }
             // two, as the CPU's `global_stats`: the mean over every replica, then the squared
             // deviations from it
@@ -208,10 +277,17 @@ pub fn forward_train<E: Elem>(
                     &mut partial,
                     x,
                     (&sq.as_view(), false, 0.0),
-                    g,
+                    (g, layout),
                 )?;
                 n = across(gpu, coll, &mut sum, Some(n))?;
-                sums(gpu, &mut sq, &mut partial, x, (&sum.as_view(), true, n), g)?;
+                sums(
+                    gpu,
+                    &mut sq,
+                    &mut partial,
+                    x,
+                    (&sum.as_view(), true, n),
+                    (g, layout),
+                )?;
                 across(gpu, coll, &mut sq, None)?;
             }
         }
@@ -234,11 +310,11 @@ pub fn forward_train<E: Elem>(
         &momentum
     )?;
     if g.b * c * g.hw > 0 {
-        let cfg = parts_cfg(c, parts);
+        let cfg = parts_cfg(layout, c, parts);
         let (sv, act) = (saved.as_view(), act_code(act));
         try_launch!(
             gpu,
-            named!(E, "bn_apply"),
+            bn_kernel!(E, layout, "apply"),
             cfg,
             &mut *out,
             x,
@@ -261,7 +337,7 @@ pub fn forward_eval<E: Elem>(
     out: &mut CudaViewMut<'_, E>,
     running: &CudaView<'_, f32>,
     (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
-    g: BnGeom,
+    (g, layout): (BnGeom, Layout),
     act: Act,
 ) -> Result<(), CudaError> {
     let all = g.b * g.c * g.hw;
@@ -272,15 +348,15 @@ pub fn forward_eval<E: Elem>(
         ("x", x.len(), all),
         ("out", out.len(), all),
     ];
-    let [b, c, hw] = ints(gpu, "batch norm inference", g, &lens)?;
+    let [b, c, hw] = ints(gpu, "batch norm inference", (g, layout), &lens)?;
     if all == 0 {
         return Ok(());
     }
     let (eps, act) = (BN_EPS, act_code(act));
-    let cfg = parts_cfg(g.c, parts(g.b * g.hw));
+    let cfg = parts_cfg(layout, g.c, parts(layout, g.c, g.b * g.hw));
     try_launch!(
         gpu,
-        named!(E, "bn_eval"),
+        bn_kernel!(E, layout, "eval"),
         cfg,
         &mut *out,
         x,
@@ -311,14 +387,14 @@ pub fn backward<E: Elem>(
     (dweight, dbias): (&mut CudaViewMut<'_, f32>, &mut CudaViewMut<'_, f32>),
     (dout, x): (&CudaView<'_, E>, &CudaView<'_, E>),
     (saved, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
-    g: BnGeom,
+    (g, layout): (BnGeom, Layout),
     count: f32,
     act: Act,
 ) -> Result<(), CudaError> {
     let what = "batch norm backward";
     let (c, all) = (g.c, g.b * g.c * g.hw);
     let lens = [
-        ("scratch", scratch.len(), scratch_len(c, g.b * g.hw)),
+        ("scratch", scratch.len(), scratch_len(layout, c, g.b * g.hw)),
         ("dweight", dweight.len(), c),
         ("dbias", dbias.len(), c),
         ("dout", dout.len(), all),
@@ -328,16 +404,16 @@ pub fn backward<E: Elem>(
         ("bias", bias.len(), c),
         ("dx", dx.as_ref().map_or(all, |d| d.len()), all),
     ];
-    let [b, ci, hw] = ints(gpu, what, g, &lens)?;
+    let [b, ci, hw] = ints(gpu, what, (g, layout), &lens)?;
     let act = act_code(act);
     let (mut head, mut partial) = scratch.split_at_mut(4 * c);
     let (mut local, mut rest) = head.split_at_mut(2 * c);
     let mut total = rest.slice_mut(..2 * c);
-    let parts = parts(g.b * g.hw);
+    let parts = parts(layout, g.c, g.b * g.hw);
     try_launch!(
         gpu,
-        named!(E, "bn_grad_sums"),
-        parts_cfg(c, parts),
+        bn_kernel!(E, layout, "grad_sums"),
+        parts_cfg(layout, c, parts),
         &mut partial,
         dout,
         x,
@@ -349,7 +425,7 @@ pub fn backward<E: Elem>(
         &hw,
         &act
     )?;
-    reduce(gpu, &mut local, &partial.as_view(), parts, 2 * c)?;
+    reduce(gpu, layout, &mut local, &partial.as_view(), parts, 2 * c)?;
     let lv = local.as_view();
     let cfg = grid_stride_cfg(c);
     try_launch!(
@@ -379,10 +455,10 @@ pub fn backward<E: Elem>(
         return Ok(());
     }
     let sums = if synced { total.as_view() } else { lv };
-    let cfg = parts_cfg(c, parts);
+    let cfg = parts_cfg(layout, c, parts);
     try_launch!(
         gpu,
-        named!(E, "bn_backward_dx"),
+        bn_kernel!(E, layout, "backward_dx"),
         cfg,
         &mut *dx,
         dout,
@@ -397,4 +473,41 @@ pub fn backward<E: Elem>(
         &hw,
         &act
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::kernels::SOURCES;
+
+    #[test]
+    fn channels_last_blocks_are_the_kernels_block_and_parts_cover_the_rows() {
+        let (_, src) = SOURCES.iter().find(|(f, _)| *f == "bn_nhwc.cu").unwrap();
+        let define = |name: &str| -> usize {
+            let prefix = format!("#define {name} ");
+            (src.lines().find_map(|l| l.strip_prefix(prefix.as_str())))
+                .unwrap_or_else(|| panic!("bn_nhwc.cu defines {name}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(define("NHWC_LANES"), NHWC_LANES);
+        assert_eq!(define("NHWC_ROWS"), NHWC_ROWS);
+        // (column_sum's shared memory is one double per thread of the block)
+        let cfg = parts_cfg(Layout::Nhwc, 130, 7);
+        assert_eq!(cfg.grid_dim, (3, 7, 1), "130 channels: 3 blocks of 64");
+        assert_eq!(cfg.block_dim, (NHWC_LANES as u32, NHWC_ROWS as u32, 1));
+        // ResNet-50's first batch norm: few channels, many rows: many parts; its last: many
+        // channels, few rows: fewer parts, about NHWC_BLOCKS blocks either way
+        let first = parts(Layout::Nhwc, 64, 128 * 112 * 112);
+        assert_eq!(first, NHWC_BLOCKS.min(NHWC_MAX_PARTS));
+        let last = parts(Layout::Nhwc, 2048, 128 * 7 * 7);
+        assert_eq!(last * 2048usize.div_ceil(64), NHWC_BLOCKS);
+        // a part has at least a walk's step of rows; nothing to sum is one part
+        assert_eq!(parts(Layout::Nhwc, 8, 100), 2);
+        assert_eq!(parts(Layout::Nhwc, 8, 0), 1);
+        // NCHW keeps its parts
+        assert_eq!(parts(Layout::Nchw, 3, 8800), 3);
+        assert!(scratch_len(Layout::Nhwc, 64, 128 * 112 * 112) >= 4 * 64 + 2 * 64 * first);
+    }
 }

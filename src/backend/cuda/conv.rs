@@ -18,6 +18,7 @@ use cudarc::driver::{CudaView, CudaViewMut};
 use super::blas::sgemm_strided_batched;
 use super::elem::Elem;
 use super::launch::{blocks_cfg, grid_stride_cfg};
+use super::layout::Layout;
 use super::shape::ConvShape;
 use super::{fail, CudaError, Gpu};
 
@@ -172,10 +173,10 @@ pub fn conv2d_forward(
         .map_err(|e| fail(gpu, what, e))?;
         start += n;
     }
-    bias_add(gpu, out, bias, b, oc, ohw)
+    bias_add(gpu, out, bias, b, oc, ohw, Layout::Nchw)
 }
 
-/// out[B, OC, OHW] += bias[OC] (the caller checked the lengths).
+/// out[B, OC, OHW] (in `layout`) += bias[OC] (the caller checked the lengths).
 pub fn bias_add<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, E>,
@@ -183,11 +184,12 @@ pub fn bias_add<E: Elem>(
     b: usize,
     oc: usize,
     ohw: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     if b * oc * ohw == 0 {
         return Ok(());
     }
-    let (nb, oci, ohwi) = (b as i32, oc as i32, ohw as i32);
+    let (nb, oci, ohwi, nhwc) = (b as i32, oc as i32, ohw as i32, layout.code());
     let cfg = grid_stride_cfg(b * oc * ohw);
     try_launch!(
         gpu,
@@ -197,11 +199,13 @@ pub fn bias_add<E: Elem>(
         bias,
         &nb,
         &oci,
-        &ohwi
+        &ohwi,
+        &nhwc
     )
 }
 
-/// dbias[OC] += the sums of dout[B, OC, OHW] per channel (the caller checked the lengths).
+/// dbias[OC] += the sums of dout[B, OC, OHW] (in `layout`) per channel (the caller checked the
+/// lengths).
 pub fn bias_grad<E: Elem>(
     gpu: &Gpu,
     dbias: &mut CudaViewMut<'_, f32>,
@@ -209,11 +213,12 @@ pub fn bias_grad<E: Elem>(
     b: usize,
     oc: usize,
     ohw: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     if b * oc * ohw == 0 {
         return Ok(());
     }
-    let (nb, oci, ohwi) = (b as i32, oc as i32, ohw as i32);
+    let (nb, oci, ohwi, nhwc) = (b as i32, oc as i32, ohw as i32, layout.code());
     try_launch!(
         gpu,
         named!(E, "conv_bias_grad"),
@@ -222,7 +227,8 @@ pub fn bias_grad<E: Elem>(
         dout,
         &nb,
         &oci,
-        &ohwi
+        &ohwi,
+        &nhwc
     )
 }
 
@@ -268,7 +274,7 @@ pub fn conv2d_backward(
         .map_err(|e| fail(gpu, what, e))?;
     let (ckk, ohw, chw, ochw) = (s.ckk(), s.ohw(), s.chw(), oc * s.ohw());
     let (oci, ckki) = (oc as i32, ckk as i32);
-    bias_grad(gpu, dbias, dout, b, oc, ohw)?;
+    bias_grad(gpu, dbias, dout, b, oc, ohw, Layout::Nchw)?;
     let mut start = 0;
     while start < b {
         let n = chunk.min(b - start);

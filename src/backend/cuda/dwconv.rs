@@ -8,8 +8,9 @@ use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
 use super::launch::{blocks_cfg, grid_stride_cfg};
+use super::layout::Layout;
 use super::shape::{fit_i32, need};
-use super::{fail, CudaError, Gpu};
+use super::{conv, fail, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 
 /// The kernels' ints [B, C, H, W, K, stride, pad, OH, OW], after checking the geometry (a
@@ -122,17 +123,7 @@ pub fn dwconv_backward<E: Elem>(
         return Ok(());
     }
     if let Some(db) = dbias {
-        let ohw = (g.oh * g.ow) as i32;
-        try_launch!(
-            gpu,
-            named!(E, "conv_bias_grad"),
-            blocks_cfg(g.c),
-            &mut *db,
-            dout,
-            &bi,
-            &c,
-            &ohw
-        )?;
+        conv::bias_grad(gpu, db, dout, b, g.c, g.oh * g.ow, Layout::Nchw)?;
     }
     try_launch!(
         gpu,
@@ -175,7 +166,7 @@ pub fn dwconv_backward<E: Elem>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::kernels::SOURCES;
+    use super::super::kernels::{HEADERS, SOURCES};
     use super::super::launch::THREADS;
 
     /// The block-per-item reductions size their shared memory for a fixed block; `blocks_cfg`
@@ -184,9 +175,11 @@ mod tests {
     fn the_reduction_blocks_are_the_launch_block() {
         for (file, define) in [
             ("depthwise.cu", "#define DW_BLOCK "),
-            ("bn.cu", "#define BN_BLOCK "),
+            ("bn.cuh", "#define BN_BLOCK "),
         ] {
-            let (_, src) = SOURCES.iter().find(|(f, _)| *f == file).unwrap();
+            let (_, src) = (SOURCES.iter().chain(HEADERS))
+                .find(|(f, _)| *f == file)
+                .unwrap();
             let block: u32 = src
                 .lines()
                 .find_map(|l| l.strip_prefix(define))

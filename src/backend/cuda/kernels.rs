@@ -8,6 +8,10 @@
 /// body uses for its fp32 kernel and its bf16 twin.
 pub const PRELUDE: &str = include_str!("../../../kernels/elem.cuh");
 
+/// The headers a kernel source may include (`#include "bn.cuh"`), by file name: `expand`
+/// puts them in place before NVRTC sees the source (NVRTC has no file system to search).
+pub const HEADERS: &[(&str, &str)] = &[("bn.cuh", include_str!("../../../kernels/bn.cuh"))];
+
 /// Every kernel source, by file name.
 pub const SOURCES: &[(&str, &str)] = &[
     ("bias.cu", include_str!("../../../kernels/bias.cu")),
@@ -24,13 +28,41 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("gather.cu", include_str!("../../../kernels/gather.cu")),
     ("eltwise.cu", include_str!("../../../kernels/eltwise.cu")),
     ("bn.cu", include_str!("../../../kernels/bn.cu")),
+    ("bn_nhwc.cu", include_str!("../../../kernels/bn_nhwc.cu")),
     (
         "depthwise.cu",
         include_str!("../../../kernels/depthwise.cu"),
     ),
     ("avgpool.cu", include_str!("../../../kernels/avgpool.cu")),
     ("convert.cu", include_str!("../../../kernels/convert.cu")),
+    ("layout.cu", include_str!("../../../kernels/layout.cu")),
 ];
+
+/// `src` (kernel file `file`) with each `#include "NAME"` line replaced by header NAME of
+/// [`HEADERS`], between `#line` directives so that NVRTC's line numbers name the header's
+/// lines and then `file`'s again. An unknown header is an error naming it.
+pub fn expand(file: &str, src: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(src.len());
+    for (n, line) in src.lines().enumerate() {
+        let included = line.trim().strip_prefix("#include \"");
+        match included.and_then(|rest| rest.strip_suffix('"')) {
+            Some(name) => {
+                let (_, text) = (HEADERS.iter().find(|(h, _)| *h == name)).ok_or_else(|| {
+                    format!("kernels/{file} includes {name}, which is not in kernels.rs's HEADERS")
+                })?;
+                out.push_str(&format!(
+                    "#line 1 \"{name}\"\n{text}\n#line {} \"{file}\"\n",
+                    n + 2
+                ));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The `extern "C"` kernel names a source defines: `{op}_f32`, after the element type of the
 /// activations they work on, and `{op}_bf16`, the twin of a kernel that reads or writes
@@ -166,6 +198,11 @@ pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, K
             detail: format!("{e:?}"),
         }
     };
+    let src = expand(file, src).map_err(|log| KernelError::Compile {
+        file: file.into(),
+        arch: arch.clone(),
+        log,
+    })?;
     let full = format!("#line 1 \"elem.cuh\"\n{PRELUDE}\n#line 1 \"{file}\"\n{src}");
     let src_c = std::ffi::CString::new(full).map_err(|_| KernelError::Compile {
         file: file.into(),
@@ -325,6 +362,19 @@ mod tests {
                 "bn_param_grads_f32",
                 "bn_backward_dx_f32",
                 "bn_backward_dx_bf16",
+                "bn_nhwc_sums_f32",
+                "bn_nhwc_sums_bf16",
+                "bn_nhwc_moments_f32",
+                "bn_nhwc_moments_bf16",
+                "bn_reduce_parts_f32",
+                "bn_nhwc_apply_f32",
+                "bn_nhwc_apply_bf16",
+                "bn_nhwc_eval_f32",
+                "bn_nhwc_eval_bf16",
+                "bn_nhwc_grad_sums_f32",
+                "bn_nhwc_grad_sums_bf16",
+                "bn_nhwc_backward_dx_f32",
+                "bn_nhwc_backward_dx_bf16",
                 "dwconv_forward_f32",
                 "dwconv_forward_bf16",
                 "dwconv_backward_input_f32",
@@ -343,6 +393,12 @@ mod tests {
                 "bf16_to_f32",
                 "bf16_add_to_f32",
                 "f32_to_bf16_chunks",
+                "nchw_to_nhwc_f32",
+                "nchw_to_nhwc_bf16",
+                "krsc_from_kcrs_f32",
+                "krsc_from_kcrs_bf16",
+                "kcrs_add_krsc_f32",
+                "kcrs_add_krsc_bf16",
             ]
         );
         // every file in kernels/ is embedded
@@ -357,6 +413,23 @@ mod tests {
             })
             .count();
         assert_eq!(on_disk, SOURCES.len());
+    }
+
+    #[test]
+    fn includes_are_put_in_place_between_line_directives_and_unknown_ones_named() {
+        let src = "a\n#include \"bn.cuh\"\nb\n";
+        let out = expand("bn.cu", src).unwrap();
+        let bn = HEADERS[0].1;
+        assert_eq!(
+            out,
+            format!("a\n#line 1 \"bn.cuh\"\n{bn}\n#line 3 \"bn.cu\"\nb\n")
+        );
+        let e = expand("x.cu", "#include \"nope.cuh\"\n").unwrap_err();
+        assert!(e.contains("x.cu") && e.contains("nope.cuh"), "{e}");
+        // every source's includes resolve
+        for (file, src) in SOURCES {
+            expand(file, src).unwrap();
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod dnn;
 pub mod dwconv;
 pub mod elem;
 pub mod kernels;
+pub mod layout;
 pub mod libs;
 pub mod nccl;
 pub mod ops;

@@ -3,12 +3,14 @@
 //! image each way. The backward pass is a gather per input pixel over the windows that hold it,
 //! so overlapping windows need no atomics and the result is the CPU's, bit for bit. Padded max
 //! pooling, average pooling (padding counted) and global average pooling likewise mirror
-//! `nn::pool`'s `maxpool2d_padded_*`, `avgpool2d_*` and `gap_*` (`kernels/avgpool.cu`).
+//! `nn::pool`'s `maxpool2d_padded_*`, `avgpool2d_*` and `gap_*` (`kernels/avgpool.cu`). Each
+//! takes the replica's layout (`layout::Layout`): channels last, the same windows and values.
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
 use super::launch::grid_stride_cfg;
+use super::layout::Layout;
 use super::shape::{fit_i32, need, PoolShape};
 use super::{fail, CudaError, Gpu};
 use crate::nn::window::Window;
@@ -28,6 +30,7 @@ pub fn maxpool2d_forward<E: Elem>(
     w: usize,
     k: usize,
     stride: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let what = "maxpool2d forward";
     let s = PoolShape::new(b, c, h, w, k, stride).map_err(|e| fail(gpu, what, e))?;
@@ -42,6 +45,7 @@ pub fn maxpool2d_forward<E: Elem>(
     }
     let [bi, ci, hi, wi, ki, si, ohi, owi] = s.ints();
     let cfg = grid_stride_cfg(s.out_len());
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "maxpool_forward"),
@@ -56,7 +60,8 @@ pub fn maxpool2d_forward<E: Elem>(
         &ki,
         &si,
         &ohi,
-        &owi
+        &owi,
+        &nhwc
     )
 }
 
@@ -74,6 +79,7 @@ pub fn maxpool2d_backward<E: Elem>(
     w: usize,
     k: usize,
     stride: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let what = "maxpool2d backward";
     let s = PoolShape::new(b, c, h, w, k, stride).map_err(|e| fail(gpu, what, e))?;
@@ -88,6 +94,7 @@ pub fn maxpool2d_backward<E: Elem>(
     }
     let [bi, ci, hi, wi, ki, si, ohi, owi] = s.ints();
     let cfg = grid_stride_cfg(s.inp_len());
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "maxpool_backward"),
@@ -102,7 +109,8 @@ pub fn maxpool2d_backward<E: Elem>(
         &ki,
         &si,
         &ohi,
-        &owi
+        &owi,
+        &nhwc
     )
 }
 
@@ -148,6 +156,7 @@ pub fn maxpool2d_padded_forward<E: Elem>(
     inp: &CudaView<'_, E>,
     b: usize,
     g: &Window,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
     let lens = [
@@ -160,6 +169,7 @@ pub fn maxpool2d_padded_forward<E: Elem>(
         return Ok(());
     }
     let cfg = grid_stride_cfg(n_out);
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "maxpool_padded_forward"),
@@ -175,7 +185,8 @@ pub fn maxpool2d_padded_forward<E: Elem>(
         &s,
         &p,
         &oh,
-        &ow
+        &ow,
+        &nhwc
     )
 }
 
@@ -188,6 +199,7 @@ pub fn maxpool2d_padded_backward<E: Elem>(
     argmax: &CudaView<'_, u32>,
     b: usize,
     g: &Window,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
     let lens = [
@@ -201,6 +213,7 @@ pub fn maxpool2d_padded_backward<E: Elem>(
         return Ok(());
     }
     let cfg = grid_stride_cfg(n_in);
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "maxpool_padded_backward"),
@@ -216,7 +229,8 @@ pub fn maxpool2d_padded_backward<E: Elem>(
         &s,
         &p,
         &oh,
-        &ow
+        &ow,
+        &nhwc
     )
 }
 
@@ -228,6 +242,7 @@ pub fn avgpool2d_forward<E: Elem>(
     inp: &CudaView<'_, E>,
     b: usize,
     g: &Window,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
     let lens = [("out", out.len(), n_out), ("inp", inp.len(), n_in)];
@@ -237,6 +252,7 @@ pub fn avgpool2d_forward<E: Elem>(
     }
     let inv = 1.0 / (g.k * g.k) as f32;
     let cfg = grid_stride_cfg(n_out);
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "avgpool_forward"),
@@ -252,7 +268,8 @@ pub fn avgpool2d_forward<E: Elem>(
         &p,
         &oh,
         &ow,
-        &inv
+        &inv,
+        &nhwc
     )
 }
 
@@ -264,6 +281,7 @@ pub fn avgpool2d_backward<E: Elem>(
     dout: &CudaView<'_, E>,
     b: usize,
     g: &Window,
+    layout: Layout,
 ) -> Result<(), CudaError> {
     let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
     let lens = [("dinp", dinp.len(), n_in), ("dout", dout.len(), n_out)];
@@ -273,6 +291,7 @@ pub fn avgpool2d_backward<E: Elem>(
     }
     let inv = 1.0 / (g.k * g.k) as f32;
     let cfg = grid_stride_cfg(n_in);
+    let nhwc = layout.code();
     try_launch!(
         gpu,
         named!(E, "avgpool_backward"),
@@ -288,7 +307,8 @@ pub fn avgpool2d_backward<E: Elem>(
         &p,
         &oh,
         &ow,
-        &inv
+        &inv,
+        &nhwc
     )
 }
 
@@ -314,15 +334,18 @@ pub fn gap_forward<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, E>,
     inp: &CudaView<'_, E>,
-    planes: usize,
+    (b, c): (usize, usize),
     hw: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
+    let planes = b * c;
     let lens = [("out", out.len(), planes), ("inp", inp.len(), planes * hw)];
     let (pi, hwi, inv) = gap_ints(gpu, "global average pooling forward", planes, hw, &lens)?;
     if planes == 0 {
         return Ok(());
     }
     let cfg = grid_stride_cfg(planes);
+    let (ci, nhwc) = (c as i32, layout.code());
     try_launch!(
         gpu,
         named!(E, "gap_forward"),
@@ -331,7 +354,9 @@ pub fn gap_forward<E: Elem>(
         inp,
         &pi,
         &hwi,
-        &inv
+        &inv,
+        &ci,
+        &nhwc
     )
 }
 
@@ -341,9 +366,11 @@ pub fn gap_backward<E: Elem>(
     gpu: &Gpu,
     dinp: &mut CudaViewMut<'_, E>,
     dout: &CudaView<'_, E>,
-    planes: usize,
+    (b, c): (usize, usize),
     hw: usize,
+    layout: Layout,
 ) -> Result<(), CudaError> {
+    let planes = b * c;
     let lens = [
         ("dinp", dinp.len(), planes * hw),
         ("dout", dout.len(), planes),
@@ -353,6 +380,7 @@ pub fn gap_backward<E: Elem>(
         return Ok(());
     }
     let cfg = grid_stride_cfg(planes * hw);
+    let (ci, nhwc) = (c as i32, layout.code());
     try_launch!(
         gpu,
         named!(E, "gap_backward"),
@@ -361,6 +389,8 @@ pub fn gap_backward<E: Elem>(
         dout,
         &pi,
         &hwi,
-        &inv
+        &inv,
+        &ci,
+        &nhwc
     )
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::elem::bf16;
+use super::layout::Layout;
 use super::replica::CudaReplica;
 pub use super::selftest_compare::Check;
 use super::selftest_compare::{check, compare, compare_changes, noted};
@@ -97,17 +98,24 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             vec![check(name.clone(), two_steps(index, kind, true))]
         }));
     }
-    let name = format!("gpu{index} 2 steps of a residual BN network");
-    out.extend(guarded(&name, || {
-        let run = super::selftest_model::two_steps::<f32>(index, Precision::Fp32);
-        vec![noted(name.clone(), run)]
-    }));
-    if bf16_cores {
-        let name = format!("gpu{index} 2 steps of a residual BN network, bf16");
+    // each layout (channels last only where cuDNN loads: its convolutions need it)
+    let layouts: &[(Layout, &str)] = match super::dnn::wanted() {
+        true => &[(Layout::Nchw, ""), (Layout::Nhwc, ", channels last")],
+        false => &[(Layout::Nchw, "")],
+    };
+    for &(layout, said) in layouts {
+        let name = format!("gpu{index} 2 steps of a residual BN network{said}");
         out.extend(guarded(&name, || {
-            let run = super::selftest_model::two_steps::<bf16>(index, Precision::Bf16);
+            let run = super::selftest_model::two_steps::<f32>(index, Precision::Fp32, layout);
             vec![noted(name.clone(), run)]
         }));
+        if bf16_cores {
+            let name = format!("gpu{index} 2 steps of a residual BN network, bf16{said}");
+            out.extend(guarded(&name, || {
+                let run = super::selftest_model::two_steps::<bf16>(index, Precision::Bf16, layout);
+                vec![noted(name.clone(), run)]
+            }));
+        }
     }
     out
 }

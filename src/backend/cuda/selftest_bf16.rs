@@ -10,6 +10,7 @@ use cudarc::driver::CudaSlice;
 use super::blas::gemm;
 use super::dnn::{Dnn, Key};
 use super::elem::{bf16, Elem};
+use super::layout::Layout;
 use super::selftest_compare::{check, compare, Check};
 use super::{bn, conv, convert, dwconv, on, ops, pool, CudaError, Gpu};
 use crate::nn::bn::BnGeom;
@@ -180,8 +181,8 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     let mut saved = s
         .alloc_zeros::<f32>(2 * C)
         .map_err(on(gpu.index, "allocate"))?;
-    let mut scratch =
-        (s.alloc_zeros::<f64>(bn::scratch_len(C, B * H * W))).map_err(on(gpu.index, "allocate"))?;
+    let mut scratch = (s.alloc_zeros::<f64>(bn::scratch_len(Layout::Nchw, C, B * H * W)))
+        .map_err(on(gpu.index, "allocate"))?;
     let mut t = up::<E>(gpu, &inp.y)?;
     let count = bn::forward_train(
         gpu,
@@ -191,7 +192,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &mut running.slice_mut(..),
         &mut t.slice_mut(..),
         (&xv, &w.slice(..), &bias.slice(..)),
-        g,
+        (g, Layout::Nchw),
         Act::Relu,
     )?;
     out.push(("batch norm+relu forward", down(gpu, &t, N)?));
@@ -210,7 +211,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         (&mut gw.slice_mut(..), &mut gb.slice_mut(..)),
         (&yv, &xv),
         (&saved.slice(..), &w.slice(..), &bias.slice(..)),
-        g,
+        (g, Layout::Nchw),
         count,
         Act::Relu,
     )?;
@@ -222,7 +223,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &mut t.slice_mut(..),
         &running.slice(..),
         (&xv, &w.slice(..), &bias.slice(..)),
-        g,
+        (g, Layout::Nchw),
         Act::Relu6,
     )?;
     out.push(("batch norm+relu6 inference", down(gpu, &t, N)?));
@@ -241,6 +242,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &xv,
         B,
         &win,
+        Layout::Nchw,
     )?;
     out.push(("max pool forward", down(gpu, &p, n_out)?));
     let mut d = up::<E>(gpu, &inp.x)?;
@@ -252,16 +254,31 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         &arg.slice(..),
         B,
         &win,
+        Layout::Nchw,
     )?;
     out.push(("max pool backward", down(gpu, &d, N)?));
-    pool::avgpool2d_forward(gpu, &mut p.slice_mut(..), &xv, B, &win)?;
+    pool::avgpool2d_forward(gpu, &mut p.slice_mut(..), &xv, B, &win, Layout::Nchw)?;
     out.push(("average pool forward", down(gpu, &p, n_out)?));
-    pool::avgpool2d_backward(gpu, &mut d.slice_mut(..), &dp.slice(..), B, &win)?;
+    pool::avgpool2d_backward(
+        gpu,
+        &mut d.slice_mut(..),
+        &dp.slice(..),
+        B,
+        &win,
+        Layout::Nchw,
+    )?;
     out.push(("average pool backward", down(gpu, &d, N)?));
     let mut gp = zeros::<E>(gpu, B * C)?;
-    pool::gap_forward(gpu, &mut gp.slice_mut(..), &xv, B * C, H * W)?;
+    pool::gap_forward(gpu, &mut gp.slice_mut(..), &xv, (B, C), H * W, Layout::Nchw)?;
     out.push(("global average pool forward", down(gpu, &gp, B * C)?));
-    pool::gap_backward(gpu, &mut d.slice_mut(..), &yv.slice(..B * C), B * C, H * W)?;
+    pool::gap_backward(
+        gpu,
+        &mut d.slice_mut(..),
+        &yv.slice(..B * C),
+        (B, C),
+        H * W,
+        Layout::Nchw,
+    )?;
     out.push(("global average pool backward", down(gpu, &d, N)?));
 
     // depthwise convolution (own kernels), its bias through the conv bias kernels
@@ -299,7 +316,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     out.push(("depthwise weight gradient", down32(gpu, &ddw, C * 9)?));
     out.push(("depthwise bias gradient", down32(gpu, &ddb, C)?));
     let mut t = up::<E>(gpu, &inp.x)?;
-    conv::bias_add(gpu, &mut t.slice_mut(..), &bv, B, C, H * W)?;
+    conv::bias_add(gpu, &mut t.slice_mut(..), &bv, B, C, H * W, Layout::Nchw)?;
     out.push(("convolution bias", down(gpu, &t, N)?));
 
     // softmax cross-entropy: per-row loss (fp32) and the logits' gradient (E)
@@ -390,6 +407,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
             b: B,
             groups: 1,
             g: cg,
+            layout: Layout::Nchw,
         };
         let cw = up::<E>(gpu, &inp.cw)?;
         let mut co = zeros::<E>(gpu, n_out)?;

@@ -4,12 +4,14 @@
 //! inputs, channels of more values than a block has threads and of several parts, and an empty
 //! batch; and sync
 //! batch norm over two ranks (two threads on this GPU, each with half the batch), which must
-//! equal one replica with the whole batch.
+//! equal one replica with the whole batch. Each in NCHW and channels last (`Layout::Nhwc`: the
+//! CPU's tensors moved there, the results moved back).
 
 use std::thread;
 
 use cudarc::driver::CudaSlice;
 
+use super::layout::{laid, unlaid, Layout};
 use super::selftest_compare::{check, compare, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{bn, ops, CudaError, Gpu};
@@ -24,6 +26,8 @@ use crate::nn::rng::Rng;
 /// One batch norm's inputs and the CPU's results.
 struct Case {
     g: BnGeom,
+    /// How the GPU's tensors are laid out.
+    layout: Layout,
     /// The activation it applies to its output (as the training pass does on the GPU: in the
     /// forward as it writes, and its derivative inside the backward).
     act: Act,
@@ -49,7 +53,7 @@ type Want = (
 );
 
 impl Case {
-    fn new(rng: &mut Rng, g: BnGeom, act: Act) -> Case {
+    fn new(rng: &mut Rng, g: BnGeom, act: Act, layout: Layout) -> Case {
         let (c, all) = (g.c, g.b * g.c * g.hw);
         // a mean away from 0 and unequal scales per channel
         let x = (0..all)
@@ -66,6 +70,7 @@ impl Case {
             .collect();
         Case {
             g,
+            layout,
             act,
             x,
             w: randn(rng, c),
@@ -115,14 +120,17 @@ impl Case {
         rows: std::ops::Range<usize>,
         mut sync: Option<&mut dyn Collective>,
     ) -> Result<Want, CudaError> {
-        let per = self.g.c * self.g.hw;
-        let dout = up(gpu, &self.dout[rows.start * per..rows.end * per])?;
+        let (c, hw) = (self.g.c, self.g.hw);
+        let per = c * hw;
+        let shape = (rows.len(), c, hw);
+        let dout = &self.dout[rows.start * per..rows.end * per];
+        let dout = up(gpu, &laid(self.layout, dout, shape))?;
         let first = sync.as_deref_mut().map(|s| s as &mut dyn Collective);
         let mut f = self.forward(gpu, rows, first)?;
         let [dx, dw, db] = self.backward(gpu, &mut f, sync, &dout, self.act)?;
-        let (c, all) = (f.g.c, f.g.b * per);
+        let all = f.g.b * per;
         Ok((
-            down(gpu, &f.out, all)?,
+            unlaid(self.layout, &down(gpu, &f.out, all)?, shape),
             down(gpu, &f.saved, 2 * c)?,
             down(gpu, &f.running, 2 * c)?,
             dx,
@@ -146,16 +154,17 @@ impl Case {
             ..self.g
         };
         let all = g.b * per;
+        let x = &self.x[rows.start * per..rows.end * per];
         let mut f = OnGpu {
             g,
-            x: up(gpu, &self.x[rows.start * per..rows.end * per])?,
+            x: up(gpu, &laid(self.layout, x, (g.b, c, g.hw)))?,
             w: up(gpu, &self.w)?,
             bias: up(gpu, &self.bias)?,
             running: up(gpu, &self.running)?,
             out: nans(gpu, all)?,
             saved: nans(gpu, 2 * c)?,
             scratch: (gpu.stream)
-                .alloc_zeros::<f64>(bn::scratch_len(c, g.b * g.hw))
+                .alloc_zeros::<f64>(bn::scratch_len(self.layout, c, g.b * g.hw))
                 .map_err(super::on(gpu.index, "allocate"))?,
             count: 0.0,
         };
@@ -167,7 +176,7 @@ impl Case {
             &mut f.running.slice_mut(..),
             &mut f.out.slice_mut(..all),
             (&f.x.slice(..all), &f.w.slice(..), &f.bias.slice(..)),
-            g,
+            (g, self.layout),
             self.act,
         )?;
         Ok(f)
@@ -195,11 +204,12 @@ impl Case {
             (&mut dw.slice_mut(..), &mut db.slice_mut(..)),
             (&dout.slice(..all), &f.x.slice(..all)),
             (&f.saved.slice(..), &f.w.slice(..), &f.bias.slice(..)),
-            g,
+            (g, self.layout),
             f.count,
             act,
         )?;
-        Ok([down(gpu, &dx, all)?, down(gpu, &dw, c)?, down(gpu, &db, c)?])
+        let dx = unlaid(self.layout, &down(gpu, &dx, all)?, (g.b, c, g.hw));
+        Ok([dx, down(gpu, &dw, c)?, down(gpu, &db, c)?])
     }
 }
 
@@ -239,62 +249,30 @@ fn compared(got: Result<Want, CudaError>, want: &Want) -> Result<(f64, f64), Cud
 }
 
 pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
-    let index = gpu.index;
     let mut out = Vec::new();
     // flat [B, C]; images (with ReLU, ReLU6); a channel of 600 values (more than a block's
     // 256 threads); channels of 8800 values, summed in 3 parts (`bn::parts`)
-    let cases = [
+    let nchw = [
         (16, 8, 1, Act::None),
         (5, 3, 42, Act::Relu),
         (2, 4, 300, Act::Relu6),
         (8, 3, 1100, Act::Relu),
     ];
-    for (b, c, hw, act) in cases {
-        let case = Case::new(rng, BnGeom { b, c, hw }, act);
-        let want = case.want();
-        let name = format!(
-            "gpu{index} batch norm{} train fwd+bwd {b}x{c}x{hw}",
-            act.suffix()
-        );
-        let mut chk = check(name, compared(case.run(gpu, 0..b, None), &want));
-        chk.note = "out, saved, running, dx, dweight, dbias".into();
-        out.push(chk);
-        // inference from the running statistics
-        let all = b * c * hw;
-        let mut e = vec![0.0; all];
-        bn_forward_eval(
-            &mut e,
-            &case.running,
-            &case.x,
-            (&case.w, &case.bias),
-            case.g,
-            case.act,
-            BN_EPS,
-        );
-        let got = (|| {
-            let (x, w, bias, run) = (
-                up(gpu, &case.x)?,
-                up(gpu, &case.w)?,
-                up(gpu, &case.bias)?,
-                up(gpu, &case.running)?,
-            );
-            let mut o = nans(gpu, all)?;
-            let xs = (&x.slice(..), &w.slice(..), &bias.slice(..));
-            bn::forward_eval(
-                gpu,
-                &mut o.slice_mut(..),
-                &run.slice(..),
-                xs,
-                case.g,
-                case.act,
-            )?;
-            Ok(vec![(down(gpu, &o, all)?, e.clone())])
-        })();
-        out.push(check(
-            format!("gpu{index} batch norm{} eval {b}x{c}x{hw}", act.suffix()),
-            joined(got),
-        ));
+    // channels last takes channels in pairs: even counts; 130 channels (a third block of 64
+    // with one pair in it); 8800 rows summed in 138 parts
+    let nhwc = [
+        (16, 8, 1, Act::None),
+        (5, 4, 42, Act::Relu),
+        (2, 6, 300, Act::Relu6),
+        (8, 2, 1100, Act::Relu),
+        (3, 130, 7, Act::Relu),
+    ];
+    let cases =
+        (nchw.iter().map(|&c| (c, Layout::Nchw))).chain(nhwc.iter().map(|&c| (c, Layout::Nhwc)));
+    for ((b, c, hw, act), layout) in cases {
+        out.extend(train_and_eval(gpu, rng, (BnGeom { b, c, hw }, act), layout));
     }
+    let index = gpu.index;
     // the activation's derivative taken inside the backward, as the training pass does, equals
     // masking the output's gradient first, bit for bit
     for act in [Act::Relu, Act::Relu6] {
@@ -306,10 +284,79 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             mask_inside(gpu, rng, act),
         ));
     }
-    // sync batch norm: two ranks with 3 and 4 images equal one replica with 7
-    let case = Case::new(rng, BnGeom { b: 7, c: 5, hw: 9 }, Act::Relu);
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        out.extend(sync_checks(gpu, rng, layout));
+    }
+    out
+}
+
+/// The name's suffix of a check in `layout` (none for NCHW).
+fn suffix(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Nchw => "",
+        Layout::Nhwc => " nhwc",
+    }
+}
+
+/// One geometry's training forward and backward, and inference: two lines.
+fn train_and_eval(gpu: &Gpu, rng: &mut Rng, (g, act): (BnGeom, Act), layout: Layout) -> Vec<Check> {
+    let index = gpu.index;
+    let (b, c, hw) = (g.b, g.c, g.hw);
+    let case = Case::new(rng, g, act, layout);
     let want = case.want();
-    let name = format!("gpu{index} sync batch norm, 2 ranks vs 1");
+    let tail = format!("{b}x{c}x{hw}{}", suffix(layout));
+    let name = format!("gpu{index} batch norm{} train fwd+bwd {tail}", act.suffix());
+    let mut chk = check(name, compared(case.run(gpu, 0..b, None), &want));
+    chk.note = "out, saved, running, dx, dweight, dbias".into();
+    // inference from the running statistics
+    let all = b * c * hw;
+    let mut e = vec![0.0; all];
+    bn_forward_eval(
+        &mut e,
+        &case.running,
+        &case.x,
+        (&case.w, &case.bias),
+        case.g,
+        case.act,
+        BN_EPS,
+    );
+    let got = (|| {
+        let (x, w, bias, run) = (
+            up(gpu, &laid(layout, &case.x, (b, c, hw)))?,
+            up(gpu, &case.w)?,
+            up(gpu, &case.bias)?,
+            up(gpu, &case.running)?,
+        );
+        let mut o = nans(gpu, all)?;
+        let xs = (&x.slice(..), &w.slice(..), &bias.slice(..));
+        bn::forward_eval(
+            gpu,
+            &mut o.slice_mut(..),
+            &run.slice(..),
+            xs,
+            (case.g, layout),
+            case.act,
+        )?;
+        Ok(vec![(
+            unlaid(layout, &down(gpu, &o, all)?, (b, c, hw)),
+            e.clone(),
+        )])
+    })();
+    let eval = check(
+        format!("gpu{index} batch norm{} eval {tail}", act.suffix()),
+        joined(got),
+    );
+    vec![chk, eval]
+}
+
+/// Sync batch norm in `layout`: two ranks equal one replica, and an empty share: two lines.
+fn sync_checks(gpu: &Gpu, rng: &mut Rng, layout: Layout) -> Vec<Check> {
+    let index = gpu.index;
+    let mut out = Vec::new();
+    // two ranks with 3 and 4 images equal one replica with 7
+    let case = Case::new(rng, BnGeom { b: 7, c: 6, hw: 9 }, Act::Relu, layout);
+    let want = case.want();
+    let name = format!("gpu{index} sync batch norm, 2 ranks vs 1{}", suffix(layout));
     let got = thread::scope(|s| {
         let halves: Vec<_> = LocalCollective::group(2)
             .into_iter()
@@ -360,7 +407,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     );
     out.push(check(name, compared(got, &twice)));
     // an empty share under sync: no rows, and still the statistics' exchange (alone: zeros)
-    let case = Case::new(rng, BnGeom { b: 0, c: 3, hw: 4 }, Act::None);
+    let case = Case::new(rng, BnGeom { b: 0, c: 4, hw: 4 }, Act::None, layout);
     let got = (|| {
         let mut coll = LocalCollective::group(1).pop().expect("one rank");
         let r = case.run(gpu, 0..0, Some(&mut coll))?;
@@ -373,7 +420,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         Ok(vec![(r.2, moved)])
     })();
     out.push(check(
-        format!("gpu{index} sync batch norm, empty share"),
+        format!("gpu{index} sync batch norm, empty share{}", suffix(layout)),
         joined(got),
     ));
     out
@@ -385,7 +432,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
 /// ReLU6 clamps at 6 as well as at 0.
 fn mask_inside(gpu: &Gpu, rng: &mut Rng, act: Act) -> Result<(f64, f64), CudaError> {
     let g = BnGeom { b: 4, c: 3, hw: 50 };
-    let mut case = Case::new(rng, g, act);
+    let mut case = Case::new(rng, g, act, Layout::Nchw);
     case.w.iter_mut().for_each(|w| *w *= 4.0);
     let all = g.b * g.c * g.hw;
     let mut f = case.forward(gpu, 0..g.b, None)?;

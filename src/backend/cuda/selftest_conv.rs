@@ -8,6 +8,7 @@
 
 use cudarc::cublas::CudaBlas;
 
+use super::layout::Layout;
 use super::selftest_compare::{compare, Check};
 use super::shape::ConvShape;
 use super::{conv, on, pool, CudaError, Gpu};
@@ -353,6 +354,7 @@ fn pool_case(
             w,
             k,
             stride,
+            Layout::Nchw,
         )?;
         // backward from the CPU's argmax: each op is checked on its own
         let cpu_arg = st.clone_htod(&want_arg).map_err(on(index, "upload"))?;
@@ -371,6 +373,7 @@ fn pool_case(
             w,
             k,
             stride,
+            Layout::Nchw,
         )?;
         let out = st.clone_dtoh(&out).map_err(on(index, "download"))?;
         let arg = st.clone_dtoh(&arg).map_err(on(index, "download"))?;

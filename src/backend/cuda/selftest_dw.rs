@@ -5,6 +5,7 @@
 //! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
 //! so the first-maximum rule is checked too).
 
+use super::layout::{laid, unlaid, Layout};
 use super::selftest_compare::{check, compare, Check};
 use super::selftest_ops::{down, joined, nans, randn, up};
 use super::{dwconv, pool, CudaError, Gpu};
@@ -59,10 +60,14 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             oh,
             ow,
         };
-        out.extend(pooling(gpu, b, g, rng));
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            out.extend(pooling(gpu, b, g, rng, layout));
+        }
     }
-    for (planes, hw) in [(10, 49), (3, 1000), (64, 1)] {
-        out.push(global(gpu, planes, hw, rng));
+    for (b, c, hw) in [(2, 5, 49), (1, 3, 1000), (4, 16, 1)] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            out.push(global(gpu, (b, c, hw), rng, layout));
+        }
     }
     out
 }
@@ -151,13 +156,29 @@ fn depthwise(
     chk
 }
 
+/// The name's suffix of a check in `layout` (none for NCHW).
+fn suffix(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Nchw => "",
+        Layout::Nhwc => " nhwc",
+    }
+}
+
 /// Padded max pooling (values and argmax; backward from the CPU's argmax) and average pooling,
-/// forward and backward, exactly: two lines.
-fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
+/// forward and backward, exactly, on tensors in `layout` (the CPU's NCHW ones moved there and
+/// the results back): two lines.
+fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng, layout: Layout) -> Vec<Check> {
     let geom = format!(
-        "{b}x{}x{}x{} k{}s{}p{}",
-        g.c, g.h, g.w, g.k, g.stride, g.pad
+        "{b}x{}x{}x{} k{}s{}p{}{}",
+        g.c,
+        g.h,
+        g.w,
+        g.k,
+        g.stride,
+        g.pad,
+        suffix(layout)
     );
+    let (inp, outp) = ((b, g.c, g.h * g.w), (b, g.c, g.oh * g.ow));
     let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.c * g.oh * g.ow);
     let x: Vec<f32> = (0..n_in)
         .map(|_| (rng.normal() * 2.0).round() / 2.0)
@@ -174,10 +195,10 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
     let as_f32 = |a: &[u32]| a.iter().map(|&v| v as f32).collect::<Vec<f32>>();
     let got = (|| {
         let (xd, dy, cpu_arg) = (
-            up(gpu, &x)?,
-            up(gpu, &dout)?,
+            up(gpu, &laid(layout, &x, inp))?,
+            up(gpu, &laid(layout, &dout, outp))?,
             gpu.stream
-                .clone_htod(&ma)
+                .clone_htod(&laid(layout, &ma, outp))
                 .map_err(super::on(gpu.index, "upload"))?,
         );
         let mut o = nans(gpu, n_out)?;
@@ -192,6 +213,7 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
             &xd.slice(..),
             b,
             &g,
+            layout,
         )?;
         let mut dx = nans(gpu, n_in)?;
         pool::maxpool2d_padded_backward(
@@ -201,20 +223,21 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
             &cpu_arg.slice(..),
             b,
             &g,
+            layout,
         )?;
         let arg = gpu
             .stream
             .clone_dtoh(&arg)
             .map_err(super::on(gpu.index, "download"))?;
-        let mut got = down(gpu, &o, n_out)?;
-        got.extend(as_f32(&arg));
-        got.extend(down(gpu, &dx, n_in)?);
+        let mut got = unlaid(layout, &down(gpu, &o, n_out)?, outp);
+        got.extend(as_f32(&unlaid(layout, &arg, outp)));
+        got.extend(unlaid(layout, &down(gpu, &dx, n_in)?, inp));
         let mut ao_d = nans(gpu, n_out)?;
-        pool::avgpool2d_forward(gpu, &mut ao_d.slice_mut(..), &xd.slice(..), b, &g)?;
+        pool::avgpool2d_forward(gpu, &mut ao_d.slice_mut(..), &xd.slice(..), b, &g, layout)?;
         let mut adx_d = nans(gpu, n_in)?;
-        pool::avgpool2d_backward(gpu, &mut adx_d.slice_mut(..), &dy.slice(..), b, &g)?;
-        let mut avg = down(gpu, &ao_d, n_out)?;
-        avg.extend(down(gpu, &adx_d, n_in)?);
+        pool::avgpool2d_backward(gpu, &mut adx_d.slice_mut(..), &dy.slice(..), b, &g, layout)?;
+        let mut avg = unlaid(layout, &down(gpu, &ao_d, n_out)?, outp);
+        avg.extend(unlaid(layout, &down(gpu, &adx_d, n_in)?, inp));
         Ok::<_, CudaError>((got, avg))
     })();
     let want_max = [mo, as_f32(&ma), mdx].concat();
@@ -233,7 +256,8 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng) -> Vec<Check> {
 }
 
 /// Global average pooling forward and backward: one line.
-fn global(gpu: &Gpu, planes: usize, hw: usize, rng: &mut Rng) -> Check {
+fn global(gpu: &Gpu, (b, c, hw): (usize, usize, usize), rng: &mut Rng, layout: Layout) -> Check {
+    let planes = b * c;
     let x = randn(rng, planes * hw);
     let dout = randn(rng, planes);
     let mut want = vec![0.0; planes];
@@ -241,17 +265,31 @@ fn global(gpu: &Gpu, planes: usize, hw: usize, rng: &mut Rng) -> Check {
     let mut want_dx = vec![0.0; planes * hw];
     cpu::gap_backward(&mut want_dx, &dout, planes, hw);
     let got = (|| {
-        let (xd, dy) = (up(gpu, &x)?, up(gpu, &dout)?);
+        let (xd, dy) = (up(gpu, &laid(layout, &x, (b, c, hw)))?, up(gpu, &dout)?);
         let (mut o, mut dx) = (nans(gpu, planes)?, nans(gpu, planes * hw)?);
-        pool::gap_forward(gpu, &mut o.slice_mut(..), &xd.slice(..), planes, hw)?;
-        pool::gap_backward(gpu, &mut dx.slice_mut(..), &dy.slice(..), planes, hw)?;
+        pool::gap_forward(gpu, &mut o.slice_mut(..), &xd.slice(..), (b, c), hw, layout)?;
+        pool::gap_backward(
+            gpu,
+            &mut dx.slice_mut(..),
+            &dy.slice(..),
+            (b, c),
+            hw,
+            layout,
+        )?;
         Ok(vec![
             (down(gpu, &o, planes)?, want),
-            (down(gpu, &dx, planes * hw)?, want_dx),
+            (
+                unlaid(layout, &down(gpu, &dx, planes * hw)?, (b, c, hw)),
+                want_dx,
+            ),
         ])
     })();
     check(
-        format!("gpu{} global avgpool {planes}x{hw}", gpu.index),
+        format!(
+            "gpu{} global avgpool {b}x{c}x{hw}{}",
+            gpu.index,
+            suffix(layout)
+        ),
         joined(got),
     )
 }

@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use super::elem::Elem;
+use super::layout::Layout;
 use super::replica::CudaReplica;
 use super::selftest_compare::{compare, compare_changes_within};
 use super::{on, CudaError};
@@ -42,6 +43,7 @@ const LR: f32 = 0.05;
 pub fn two_steps<E: Elem>(
     index: usize,
     precision: Precision,
+    layout: Layout,
 ) -> Result<((f64, f64), String), CudaError> {
     let input = Shape::Image { c: 3, h: 10, w: 10 };
     let spec = SPEC
@@ -62,14 +64,19 @@ pub fn two_steps<E: Elem>(
     let (init, init_buffers) = (state.params.clone(), state.buffers.clone());
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
-    let mut gpu = CudaReplica::<E>::open(
+    let mut gpu = CudaReplica::<E>::open_laid_out(
         index,
         model.clone(),
         optimizer,
         precision,
         state,
         Duration::from_secs(60),
+        (layout, None),
     )?;
+    if gpu.activations_layout() != layout {
+        let why = gpu.take_notes().join("; ");
+        return Err(CudaError::new(index, "lay out the activations", why));
+    }
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
         for r in [&mut cpu as &mut dyn Replica, &mut gpu] {

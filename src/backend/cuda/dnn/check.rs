@@ -6,6 +6,7 @@ use cudarc::driver::CudaSlice;
 
 use super::{close, version, wanted, Dnn, Key};
 use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::{conv, dwconv, on, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
@@ -57,7 +58,12 @@ pub fn for_replica<E: Elem>(
 pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<(), String> {
     let tol = if tf32 { 2e-2 } else { 1e-4 };
     for (g, groups) in shapes() {
-        let k = Key { b: 2, groups, g };
+        let k = Key {
+            b: 2,
+            groups,
+            g,
+            layout: Layout::Nchw,
+        };
         let own = through(gpu, k, |t| {
             own_conv(gpu, blas, k, t).map_err(|e| e.to_string())
         })?;
@@ -100,7 +106,12 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
 /// both directions without an error. `selftest` compares bf16's values.
 fn runs<E: Elem>(gpu: &Gpu, dnn: &mut Dnn<E>) -> Result<(), String> {
     for (g, groups) in shapes() {
-        let k = Key { b: 2, groups, g };
+        let k = Key {
+            b: 2,
+            groups,
+            g,
+            layout: Layout::Nchw,
+        };
         let (nx, nw, ny) = (
             k.b * g.c * g.h * g.w,
             g.oc * (g.c / groups) * g.k * g.k,

@@ -15,7 +15,7 @@ use cudarc::cudnn::sys as ffi;
 use cudarc::cudnn::sys::{
     cudnnConvolutionBwdDataAlgo_t as DataAlgo, cudnnConvolutionBwdFilterAlgo_t as FilterAlgo,
     cudnnConvolutionFwdAlgo_t as FwdAlgo, cudnnDataType_t, cudnnDeterminism_t, cudnnMathType_t,
-    cudnnStatus_t, cudnnTensorFormat_t,
+    cudnnStatus_t,
 };
 use cudarc::driver::CudaStream;
 
@@ -248,10 +248,7 @@ impl Measurer {
             conv: std::ptr::null_mut(),
         };
         let g = &k.g;
-        let (nchw, f32) = (
-            cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
-            cudnnDataType_t::CUDNN_DATA_FLOAT,
-        );
+        let (format, f32) = (k.layout.format(), cudnnDataType_t::CUDNN_DATA_FLOAT);
         // SAFETY: out-pointers to descriptors owned by `d`, then set with checked sizes
         unsafe {
             ok(
@@ -274,7 +271,9 @@ impl Measurer {
                 let dims = (int(n)?, int(c)?, int(h)?, int(w)?);
                 ok(
                     "describe a tensor",
-                    ffi::cudnnSetTensor4dDescriptor(t, nchw, data, dims.0, dims.1, dims.2, dims.3),
+                    ffi::cudnnSetTensor4dDescriptor(
+                        t, format, data, dims.0, dims.1, dims.2, dims.3,
+                    ),
                 )
             };
             tensor(d.x, [k.b, g.c, g.h, g.w])?;
@@ -284,7 +283,7 @@ impl Measurer {
                 ffi::cudnnSetFilter4dDescriptor(
                     d.w,
                     data,
-                    nchw,
+                    format,
                     int(g.oc)?,
                     int(g.c / k.groups)?,
                     int(g.k)?,

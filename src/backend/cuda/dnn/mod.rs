@@ -1,6 +1,6 @@
-//! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel), NCHW
-//! as the rest of the GPU path, in the activations' element type (`Elem`: fp32, or bf16 with
-//! fp32 compute), forward, input gradient (written) and weight gradient (accumulated, beta 1,
+//! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel), in
+//! the replica's layout (`layout::Layout`: NCHW, or channels last with NHWC filters), in the
+//! activations' element type (`Elem`: fp32, or bf16 with fp32 compute), forward, input gradient (written) and weight gradient (accumulated, beta 1,
 //! as every backward here, or written into bf16 scratch for a bf16 run to add to its fp32
 //! gradients). The bias stays with the own kernels
 //! (`conv_bias_add_f32`, `conv_bias_grad_f32`). Descriptors and algorithms are planned once per
@@ -23,7 +23,6 @@ use std::sync::Arc;
 use cudarc::cudnn::sys::{
     cudnnConvolutionBwdDataAlgo_t as DataAlgo, cudnnConvolutionBwdFilterAlgo_t as FilterAlgo,
     cudnnConvolutionFwdAlgo_t as FwdAlgo, cudnnConvolutionMode_t, cudnnMathType_t,
-    cudnnTensorFormat_t,
 };
 use cudarc::cudnn::{
     ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn, CudnnError,
@@ -32,6 +31,7 @@ use cudarc::cudnn::{
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 
 use super::elem::Elem;
+use super::layout::Layout;
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
@@ -65,12 +65,14 @@ fn version_text(v: usize) -> String {
     format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
 }
 
-/// One convolution's shape: `b` images through window `g` in `groups` groups.
+/// One convolution's shape: `b` images through window `g` in `groups` groups, the activations
+/// and the weights in `layout` (channels last: cuDNN's NHWC tensors and filters).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Key {
     pub b: usize,
     pub groups: usize,
     pub g: ConvGeom,
+    pub layout: Layout,
 }
 
 /// What cuDNN needs for one shape, made once: tensors of `E`, fp32 compute.
@@ -138,17 +140,18 @@ impl<E: Elem> Dnn<E> {
 
     fn make(&mut self, k: Key) -> Result<Plan<E>, String> {
         let g = &k.g;
-        let nchw = cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        // (the dimensions in N, C, H, W order whatever the format)
+        let format = k.layout.format();
         let h = &self.handle;
         let x = h
-            .create_4d_tensor::<E>(nchw, [int(k.b)?, int(g.c)?, int(g.h)?, int(g.w)?])
+            .create_4d_tensor::<E>(format, [int(k.b)?, int(g.c)?, int(g.h)?, int(g.w)?])
             .map_err(say("describe the input"))?;
         let y = h
-            .create_4d_tensor::<E>(nchw, [int(k.b)?, int(g.oc)?, int(g.oh)?, int(g.ow)?])
+            .create_4d_tensor::<E>(format, [int(k.b)?, int(g.oc)?, int(g.oh)?, int(g.ow)?])
             .map_err(say("describe the output"))?;
         let w = h
             .create_4d_filter::<E>(
-                nchw,
+                format,
                 [int(g.oc)?, int(g.c / k.groups)?, int(g.k)?, int(g.k)?],
             )
             .map_err(say("describe the weights"))?;
@@ -256,7 +259,7 @@ impl<E: Elem> Dnn<E> {
         };
         let mut ws = workspace.slice_mut(..);
         let (one, zero) = (E::from_f32(1.0), E::from_f32(0.0));
-        // SAFETY: the descriptors were made for these buffers' shapes (`Key`) and type, NCHW,
+        // SAFETY: the descriptors were made for these buffers' shapes (`Key`), type and layout,
         // and the callers check each buffer's length against them before a launch
         unsafe { f.launch(p.fwd, Some(&mut ws), (one, zero), x, w, y) }
             .map_err(say("convolution forward"))

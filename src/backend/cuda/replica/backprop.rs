@@ -11,10 +11,12 @@ use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::convert;
 use crate::backend::cuda::dnn::{Dnn, Key};
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::launch::{check, die};
+use crate::backend::cuda::launch::{check, die, grid_stride_cfg};
+use crate::backend::cuda::layout::{self, Layout};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
+use crate::nn::grouped::ConvGeom;
 use crate::nn::model::{Model, Op};
 
 /// What an op's backward reads and writes besides the activations' gradients.
@@ -38,6 +40,8 @@ pub(super) struct Back<'x, E: Elem> {
     pub sink: &'x mut CudaSlice<f32>,
     pub sums: &'x mut CudaSlice<f64>,
     pub sync: Option<&'x mut dyn Collective>,
+    /// How the activations are laid out.
+    pub layout: Layout,
 }
 
 impl<E: Elem> Back<'_, E> {
@@ -71,23 +75,36 @@ impl<E: Elem> Back<'_, E> {
                 let mut sink = self.sink.slice_mut(..g.oc);
                 let gb = if bias { &mut gb } else { &mut sink };
                 if let Some(d) = self.dnn.as_deref_mut() {
-                    let k = Key { b, groups, g };
+                    let layout = self.layout;
+                    let k = Key {
+                        b,
+                        groups,
+                        g,
+                        layout,
+                    };
                     let wv = self.weights.of(self.params, w.clone());
-                    // fp32 adds into the gradients; bf16 writes its scratch, then adds that
-                    let run = match E::from_f32_view_mut(&mut gw) {
-                        Some(gw) => d.backward(k, d_in, (gw, 1.0), dout, &inp, &wv),
-                        None => {
+                    let moved = layout.nhwc() && layout::moves_weights(&node.op);
+                    // fp32 adds into the gradients; bf16, or weights in cuDNN's NHWC filter
+                    // layout, write the scratch, then add that (moved back)
+                    let run = match (E::from_f32_view_mut(&mut gw), moved) {
+                        (Some(gw), false) => d.backward(k, d_in, (gw, 1.0), dout, &inp, &wv),
+                        _ => {
                             let mut scratch = self.wgrad.slice_mut(..w.len());
                             let run = d.backward(k, d_in, (&mut scratch, 0.0), dout, &inp, &wv);
+                            let scratch = scratch.as_view();
                             run.and_then(|()| {
-                                convert::add_to_f32(gpu, &mut gw, &scratch.as_view(), w.len())
-                                    .map_err(|e| e.to_string())
+                                let added = match moved {
+                                    true => add_moved_back(gpu, &mut gw, &scratch, g, groups),
+                                    false => convert::add_to_f32(gpu, &mut gw, &scratch, w.len()),
+                                };
+                                added.map_err(|e| e.to_string())
                             })
                         }
                     };
                     check(run.map_err(|e| CudaError::new(gpu.index, "convolution backward", e)));
                     if bias {
-                        check(conv::bias_grad(gpu, gb, dout, b, g.oc, g.oh * g.ow));
+                        let ohw = g.oh * g.ow;
+                        check(conv::bias_grad(gpu, gb, dout, b, g.oc, ohw, layout));
                     }
                     return;
                 }
@@ -145,7 +162,7 @@ impl<E: Elem> Back<'_, E> {
                     (&mut gw, &mut gb),
                     (dout, &inp),
                     (&sv, &wv, &bv),
-                    BnGeom { b, c, hw },
+                    (BnGeom { b, c, hw }, self.layout),
                     self.count[n],
                     node.op.act(),
                 ))
@@ -160,21 +177,22 @@ impl<E: Elem> Back<'_, E> {
             Op::MaxPool(win) => {
                 let Some(d) = d_in else { return };
                 let arg = self.argmax[n].slice(..len);
+                let layout = self.layout;
                 check(match win.pad {
                     0 => pool::maxpool2d_backward(
-                        gpu, d, dout, &arg, b, win.c, win.h, win.w, win.k, win.stride,
+                        gpu, d, dout, &arg, b, win.c, win.h, win.w, win.k, win.stride, layout,
                     ),
-                    _ => pool::maxpool2d_padded_backward(gpu, d, dout, &arg, b, &win),
+                    _ => pool::maxpool2d_padded_backward(gpu, d, dout, &arg, b, &win, layout),
                 })
             }
             Op::AvgPool(win) => {
                 if let Some(d) = d_in {
-                    check(pool::avgpool2d_backward(gpu, d, dout, b, &win))
+                    check(pool::avgpool2d_backward(gpu, d, dout, b, &win, self.layout))
                 }
             }
             Op::GlobalAvgPool { c, hw } => {
                 if let Some(d) = d_in {
-                    check(pool::gap_backward(gpu, d, dout, b * c, hw))
+                    check(pool::gap_backward(gpu, d, dout, (b, c), hw, self.layout))
                 }
             }
             Op::Dropout { .. } => {
@@ -239,4 +257,33 @@ impl<E: Elem> Back<'_, E> {
             }
         }
     }
+}
+
+/// acc[OC, C, K, K] += g[OC, K, K, C]: a channels-last convolution's weight gradient, in
+/// cuDNN's NHWC filter layout (of the activations' type), added to the fp32 gradients
+/// (`kcrs_add_krsc` in `kernels/layout.cu`).
+fn add_moved_back<E: Elem>(
+    gpu: &Gpu,
+    acc: &mut CudaViewMut<'_, f32>,
+    g: &CudaView<'_, E>,
+    geom: ConvGeom,
+    groups: usize,
+) -> Result<(), CudaError> {
+    let (oc, c, kk) = (geom.oc, geom.c / groups, geom.k * geom.k);
+    let n = oc * c * kk;
+    if acc.len() < n || g.len() < n {
+        let e = format!("{n} weights, buffers of {} and {}", acc.len(), g.len());
+        return Err(CudaError::new(gpu.index, "move a weight gradient back", e));
+    }
+    let (oci, ci, kki) = (oc as i32, c as i32, kk as i32);
+    try_launch!(
+        gpu,
+        named!(E, "kcrs_add_krsc"),
+        grid_stride_cfg(n),
+        &mut *acc,
+        g,
+        &oci,
+        &ci,
+        &kki
+    )
 }

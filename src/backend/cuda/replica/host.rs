@@ -20,6 +20,7 @@ use crate::backend::cuda::convert;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::check;
 use crate::backend::AUX;
+use crate::nn::layers::Shape;
 
 /// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
 pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(
@@ -93,14 +94,18 @@ pub(super) struct Staging {
 
 impl<E: Elem> CudaReplica<E> {
     /// Uploads x[b, d] and y[b] into the input buffers (a bf16 run's through `input`, then
-    /// rounded on the device).
+    /// rounded on the device; a channels-last run's moved into place, `arrange_input`).
     pub(super) fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
         if let Err(e) = self.ensure(b) {
             panic!("{e}")
         }
         let d = self.model.dims[0];
         let s = self.gpu.stream.clone();
-        let mut a0 = self.acts[0].slice_mut(..b * d);
+        let landing = match self.layout.nhwc() {
+            true => &mut self.arrived,
+            false => &mut self.acts[0],
+        };
+        let mut a0 = landing.slice_mut(..b * d);
         let sent = match E::f32_view_mut(&mut a0) {
             Some(a0) => s.memcpy_htod(&x[..b * d], a0),
             None => {
@@ -118,9 +123,33 @@ impl<E: Elem> CudaReplica<E> {
         if let Err(e) = sent {
             self.fail("upload a batch", e)
         }
+        self.arrange_input(b);
         if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
             self.fail("upload labels", e)
         }
+    }
+
+    /// Channels last: moves the `b` rows that arrived (NCHW, in `arrived`) into the input
+    /// activations. Nothing in NCHW, where batches arrive in place.
+    pub(super) fn arrange_input(&mut self, b: usize) {
+        let (true, Shape::Image { c, h, w }) = (self.layout.nhwc(), self.model.input) else {
+            return;
+        };
+        let n = b * c * h * w;
+        let (bi, ci, hwi) = (b as i32, c as i32, (h * w) as i32);
+        let mut x = self.acts[0].slice_mut(..n);
+        let arrived = self.arrived.slice(..n);
+        // both hold the b rows (`ensure`)
+        launch!(
+            &self.gpu,
+            named!(E, "nchw_to_nhwc"),
+            n,
+            &mut x,
+            &arrived,
+            &bi,
+            &ci,
+            &hwi
+        );
     }
 
     fn pinned(&self, len: usize) -> PinnedHostSlice<f32> {

@@ -37,6 +37,7 @@ use cudarc::nccl::Id;
 
 use super::elem::Elem;
 use super::launch::{add_metrics, die};
+use super::layout::{self, Layout};
 use super::nccl::{Communicator, Patience};
 use super::{blas, dnn, on, CudaError, Gpu};
 use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
@@ -66,8 +67,10 @@ pub struct CudaReplica<E: Elem = f32> {
     /// Convolutions through cuDNN where it loads and passed its check (`dnn::check`); taken
     /// at drop, as `blas`.
     dnn: Option<dnn::Dnn<E>>,
-    /// What the run should be told about this GPU (cuDNN failing its check).
+    /// What the run should be told about this GPU (cuDNN failing its check, the layout).
     notes: Vec<String>,
+    /// How the image activations are laid out (`layout`: NCHW, or channels last).
+    layout: Layout,
     comm: Option<Communicator>,
     /// How long joining NCCL or an all-reduce may take before the group is aborted (a hung peer).
     timeout: Duration,
@@ -91,11 +94,14 @@ pub struct CudaReplica<E: Elem = f32> {
     params: CudaSlice<f32>,
     /// What the products read as weights: `params`, or a bf16 run's copy (`weights`).
     weights: weights::Weights<E>,
-    /// bf16 runs: a convolution's weight gradient before it is added to `grads` (the largest
-    /// convolution's weights); one element otherwise.
+    /// bf16 and channels-last runs: a convolution's weight gradient before it is added to
+    /// `grads` (the largest convolution's weights); one element otherwise.
     wgrad: CudaSlice<E>,
     /// bf16 runs: a batch uploaded in fp32 before its conversion into the input activations.
     input: CudaSlice<f32>,
+    /// Channels-last runs: the input batch as it arrives (NCHW), before it is moved into the
+    /// input activations; one element otherwise.
+    arrived: CudaSlice<E>,
     /// n_params gradient sums, then [loss sum, correct, samples].
     grads: CudaSlice<f32>,
     /// The optimizer's moments, for the trained parameters only (`Optimizer::compact`).
@@ -131,7 +137,8 @@ pub struct CudaReplica<E: Elem = f32> {
 impl<E: Elem> CudaReplica<E> {
     /// Opens GPU `index` on this thread and uploads `state`; `join` then connects it to the
     /// other GPUs. A bf16 replica (`E`) needs cuDNN for its dense convolutions: without it the
-    /// open fails, naming the fix.
+    /// open fails, naming the fix. The activations' layout is what `MGTOP_GPU_LAYOUT` asks for
+    /// where the model and cuDNN allow it (`layout::choose`).
     pub fn open(
         index: usize,
         model: Model,
@@ -139,6 +146,20 @@ impl<E: Elem> CudaReplica<E> {
         precision: Precision,
         state: TrainState,
         timeout: Duration,
+    ) -> Result<CudaReplica<E>, CudaError> {
+        let asked = Layout::asked();
+        Self::open_laid_out(index, model, optimizer, precision, state, timeout, asked)
+    }
+
+    /// `open`, in the layout `asked` (with an unknown value's note) where it can be.
+    pub fn open_laid_out(
+        index: usize,
+        model: Model,
+        optimizer: Optimizer,
+        precision: Precision,
+        state: TrainState,
+        timeout: Duration,
+        asked: (Layout, Option<String>),
     ) -> Result<CudaReplica<E>, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
@@ -163,7 +184,9 @@ impl<E: Elem> CudaReplica<E> {
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
-        let (dnn, notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
+        let (dnn, mut notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
+        let (layout, said) = layout::choose(asked, &model, dnn.is_some());
+        notes.extend(said.map(|n| format!("GPU {index}: {n}")));
         if E::BF16 && dnn.is_none() && weights::has_dense_conv(&model) {
             let why = notes
                 .first()
@@ -190,26 +213,28 @@ impl<E: Elem> CudaReplica<E> {
         let eval_metrics = s.alloc_zeros::<f32>(AUX).map_err(on(index, "allocate"))?;
         let running =
             to_device(&s, &state.buffers).map_err(on(index, "upload running statistics"))?;
-        let nodes = nodes::NodeBufs::new(&s, &model, 1).map_err(on(index, "allocate"))?;
+        let nodes = nodes::NodeBufs::new(&s, &model, 1, layout).map_err(on(index, "allocate"))?;
         let mut r = CudaReplica {
             blas: Some(blas),
             dnn,
             notes,
             comm: None,
+            layout,
             timeout,
             optimizer,
             chunks,
             t: state.opt.t,
-            weights: weights::Weights::new(&s, &model)
-                .map_err(on(index, "allocate the bf16 weights"))?,
+            weights: weights::Weights::new(&s, &model, layout)
+                .map_err(on(index, "allocate the weights' copy"))?,
             wgrad: s
-                .alloc_zeros::<E>(if E::BF16 {
+                .alloc_zeros::<E>(if E::BF16 || layout.nhwc() {
                     weights::largest_conv(&model).max(1)
                 } else {
                     1
                 })
                 .map_err(on(index, "allocate"))?,
             input: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
+            arrived: s.alloc_zeros::<E>(1).map_err(on(index, "allocate"))?,
             params,
             grads,
             m,
@@ -284,6 +309,11 @@ impl<E: Elem> CudaReplica<E> {
 
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// How this replica lays out its image activations.
+    pub fn activations_layout(&self) -> Layout {
+        self.layout
     }
 
     fn fail(&self, what: &str, e: impl std::fmt::Debug) -> ! {

@@ -12,6 +12,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 
 use super::{CudaReplica, COL_SCRATCH_BYTES, MAX_ELEMENTS};
 use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::{bn, conv, CudaError};
 use crate::nn::model::{Model, Op};
 
@@ -40,14 +41,19 @@ fn widest_shared(m: &Model) -> usize {
 }
 
 impl<E: Elem> NodeBufs<E> {
-    /// Buffers for micro-batches of up to `rows` rows.
-    pub fn new(s: &Arc<CudaStream>, m: &Model, rows: usize) -> Result<NodeBufs<E>, DriverError> {
+    /// Buffers for micro-batches of up to `rows` rows, batch norm's scratch for `layout`.
+    pub fn new(
+        s: &Arc<CudaStream>,
+        m: &Model,
+        rows: usize,
+        layout: Layout,
+    ) -> Result<NodeBufs<E>, DriverError> {
         let (mut widest_oc, mut bn_scratch) = (1, 1);
         let mut saved = Vec::with_capacity(m.nodes.len());
         for node in &m.nodes {
             let len = match node.op {
                 Op::BatchNorm { c, hw, .. } => {
-                    bn_scratch = bn_scratch.max(bn::scratch_len(c, rows * hw));
+                    bn_scratch = bn_scratch.max(bn::scratch_len(layout, c, rows * hw));
                     2 * c
                 }
                 Op::Dropout { .. } => rows * m.dims[node.output],
@@ -129,8 +135,9 @@ impl<E: Elem> CudaReplica<E> {
             .map(|n| self.model.dims[n.output])
             .sum();
         let nodes = NodeBufs::<E>::floats_per_row(&self.model);
-        // (a bf16 run also stages its input in fp32)
-        let staged = if E::BF16 { 4 * self.model.dims[0] } else { 0 };
+        // (a bf16 run also stages its input in fp32, a channels-last one as it arrives)
+        let d = self.model.dims[0];
+        let staged = E::BF16 as usize * 4 * d + self.layout.nhwc() as usize * E::BYTES * d;
         let per_row = E::BYTES * 2 * self.model.dims.iter().sum::<usize>()
             + 4 * (pooled + nodes + 3)
             + staged;
@@ -174,9 +181,12 @@ impl<E: Elem> CudaReplica<E> {
             self.acts.push(s.alloc_zeros::<E>(rows * d).map_err(err)?);
             self.dacts.push(s.alloc_zeros::<E>(rows * d).map_err(err)?);
         }
+        let d = self.model.dims[0];
         if E::BF16 {
-            let d = self.model.dims[0];
             self.input = s.alloc_zeros::<f32>(rows * d).map_err(err)?;
+        }
+        if self.layout.nhwc() {
+            self.arrived = s.alloc_zeros::<E>(rows * d).map_err(err)?;
         }
         self.argmax.clear();
         let mut col = 1;
@@ -195,7 +205,7 @@ impl<E: Elem> CudaReplica<E> {
             }
         }
         self.col = s.alloc_zeros::<f32>(col).map_err(err)?;
-        self.nodes = NodeBufs::new(s, &self.model, rows).map_err(err)?;
+        self.nodes = NodeBufs::new(s, &self.model, rows, self.layout).map_err(err)?;
         self.labels = s.alloc_zeros::<u32>(rows).map_err(err)?;
         self.row_loss = s.alloc_zeros::<f32>(rows).map_err(err)?;
         self.row_correct = s.alloc_zeros::<i32>(rows).map_err(err)?;

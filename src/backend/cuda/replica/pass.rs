@@ -155,8 +155,10 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             running,
             dropout_seed,
             passes,
+            layout,
             ..
         } = &mut **r;
+        let layout = *layout;
         let weights: &Weights<E> = weights;
         let gpu: &Gpu = gpu;
         let blas: &CudaBlas = blas.as_ref().expect("cuBLAS is held until drop");
@@ -187,10 +189,24 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 };
                 if let Some(d) = dnn.as_mut() {
                     let wv = weights.of(params, w);
-                    let run = d.forward(Key { b, groups, g }, &mut out, &inp, &wv);
+                    let key = Key {
+                        b,
+                        groups,
+                        g,
+                        layout,
+                    };
+                    let run = d.forward(key, &mut out, &inp, &wv);
                     check(run.map_err(|e| CudaError::new(gpu.index, "convolution forward", e)));
                     if bias {
-                        check(conv::bias_add(gpu, &mut out, &bv, b, g.oc, g.oh * g.ow));
+                        check(conv::bias_add(
+                            gpu,
+                            &mut out,
+                            &bv,
+                            b,
+                            g.oc,
+                            g.oh * g.ow,
+                            layout,
+                        ));
                     }
                 } else {
                     // the own kernels read the fp32 parameters; im2col exists in fp32 only (a
@@ -245,7 +261,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                         &mut running.slice_mut(at..at + 2 * c),
                         &mut out,
                         (&inp, &wv, &bv),
-                        g,
+                        (g, layout),
                         node.op.act(),
                     ) {
                         Ok(n_seen) => count[n] = n_seen,
@@ -254,7 +270,8 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 } else {
                     let rv = running.slice(at..at + 2 * c);
                     let xs = (&inp, &wv, &bv);
-                    check(bn::forward_eval(gpu, &mut out, &rv, xs, g, node.op.act()))
+                    let act = node.op.act();
+                    check(bn::forward_eval(gpu, &mut out, &rv, xs, (g, layout), act))
                 }
             }
             Op::Add { .. } => {
@@ -272,6 +289,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 win.w,
                 win.k,
                 win.stride,
+                layout,
             )),
             Op::MaxPool(win) => check(pool::maxpool2d_padded_forward(
                 gpu,
@@ -280,9 +298,14 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 &inp,
                 b,
                 &win,
+                layout,
             )),
-            Op::AvgPool(win) => check(pool::avgpool2d_forward(gpu, &mut out, &inp, b, &win)),
-            Op::GlobalAvgPool { c, hw } => check(pool::gap_forward(gpu, &mut out, &inp, b * c, hw)),
+            Op::AvgPool(win) => check(pool::avgpool2d_forward(
+                gpu, &mut out, &inp, b, &win, layout,
+            )),
+            Op::GlobalAvgPool { c, hw } => {
+                check(pool::gap_forward(gpu, &mut out, &inp, (b, c), hw, layout))
+            }
             Op::Dropout { p } if train => {
                 let mut mask = nodes.saved[n].slice_mut(..len);
                 let key = (*dropout_seed, &passes.slice(..), n);
@@ -371,6 +394,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             argmax,
             col,
             nodes,
+            layout,
             ..
         } = &mut **r;
         let gpu: &Gpu = gpu;
@@ -430,6 +454,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             sink,
             sums,
             sync: sync.as_deref_mut().map(|s| s as &mut dyn Collective),
+            layout: *layout,
         };
         // input gradients land in their own buffer, or in `acc` to be added to it (for Add, straight
         // from dout)

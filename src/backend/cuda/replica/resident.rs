@@ -101,15 +101,20 @@ impl<E: Elem> CudaReplica<E> {
         let x = r.val_x.slice(start * d..(start + b) * d);
         let y = r.val_y.slice(start..start + b);
         // (a bf16 run's input is rounded from the held fp32 rows)
+        let landing = match self.layout.nhwc() {
+            true => &mut self.arrived,
+            false => &mut self.acts[0],
+        };
         check(convert::to_elem(
             &self.gpu,
-            &mut self.acts[0].slice_mut(..b * d),
+            &mut landing.slice_mut(..b * d),
             &x,
             b * d,
         ));
         if let Err(e) = s.memcpy_dtod(&y, &mut self.labels.slice_mut(..b)) {
             die(self.gpu.index, "copy validation rows", e)
         }
+        self.arrange_input(b);
     }
 
     /// Puts the samples `rows` (b of them) of the held training set into the input and label
@@ -137,7 +142,11 @@ impl<E: Elem> CudaReplica<E> {
         }
         let d = self.model.dims[0];
         let (ni, di) = (b as i32, d as i32);
-        let mut x = self.acts[0].slice_mut(..b * d);
+        let landing = match self.layout.nhwc() {
+            true => &mut self.arrived,
+            false => &mut self.acts[0],
+        };
+        let mut x = landing.slice_mut(..b * d);
         let mut y = self.labels.slice_mut(..b);
         let rows_dev = r.rows.slice(..b);
         // x holds b*d floats and y b labels; every row is below the held set's length (checked
@@ -154,5 +163,6 @@ impl<E: Elem> CudaReplica<E> {
             &ni,
             &di
         );
+        self.arrange_input(b);
     }
 }
