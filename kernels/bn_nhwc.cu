@@ -3,17 +3,19 @@
 // statistics, outputs and gradients (bn.cu's comments define them), for the same host code
 // (src/backend/cuda/bn.rs picks the kernel and the launch by layout). C is even (the host
 // checks): each thread takes two neighbouring channels, one 8-byte float pair or 4-byte bf16
-// pair per load. A block is NHWC_LANES x NHWC_ROWS threads: lane x takes channels
-// ch = 2 * (blockIdx.x * NHWC_LANES + x) and ch + 1, row y the rows lo + y, lo + y + NHWC_ROWS,
-// ... of the block's part [lo, hi) of the nimg * hw rows (gridDim.y parts, fixed by the sizes
-// alone). Per-channel sums in double without atomics: each thread its rows in order, then a
-// channel's NHWC_ROWS threads in order (`column_sum`), then the parts in a fixed tree
-// (`bn_reduce_parts_f32`): the same bits at every launch.
+// pair per load. A block is blockDim.x lanes x blockDim.y rows of threads (at most
+// NHWC_THREADS; the host spreads the channel pairs evenly over blocks of at most 32 lanes, and
+// where C < 64 a block's lanes are all its pairs and a warp reads whole rows): lane x takes
+// channels ch = 2 * (blockIdx.x * blockDim.x + x) and ch + 1, row y the rows lo + y,
+// lo + y + blockDim.y, ... of the block's part [lo, hi) of the nimg * hw rows (gridDim.y parts,
+// fixed by the sizes alone). Per-channel sums in double without atomics: each thread its rows
+// in order, then a channel's blockDim.y threads in order (`column_sum`), then the parts in a
+// fixed tree (`bn_reduce_parts_f32`): the same bits at every launch.
 
 #include "bn.cuh"
 
-#define NHWC_LANES 32
-#define NHWC_ROWS 8
+// The most threads a block has (its shared sums hold one double per thread).
+#define NHWC_THREADS 256
 
 // Two neighbouring values (ch, ch + 1) of a row: loaded as their fp32 values, stored rounded
 // as `st` does. p is even: the pair is 8-byte (float) or 4-byte (bf16) aligned.
@@ -34,7 +36,7 @@ __device__ __forceinline__ void st2(bf16* p, float a, float b) {
 
 // This thread's first channel (it has none where ch >= C: the last block's spare lanes).
 __device__ __forceinline__ int pair_channel() {
-    return 2 * (blockIdx.x * NHWC_LANES + threadIdx.x);
+    return 2 * (blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 // Walks this thread's rows of the block's part of the nimg * hw rows: load(u, at) for up to
@@ -44,11 +46,11 @@ template <typename Load, typename Use>
 __device__ __forceinline__ void walk_rows(int nimg, int c, int hw, int ch, Load load, Use use) {
     long long lo, hi;
     part_range((long long)nimg * hw, &lo, &hi);
-    for (long long r = lo + threadIdx.y; r < hi; r += NHWC_ROWS * BN_UNROLL) {
+    for (long long r = lo + threadIdx.y; r < hi; r += blockDim.y * BN_UNROLL) {
         int at[BN_UNROLL];
 #pragma unroll
         for (int u = 0; u < BN_UNROLL; ++u) {
-            long long ru = r + u * NHWC_ROWS;
+            long long ru = r + u * blockDim.y;
             at[u] = (int)(ru * c + ch);
             if (ru < hi) {
                 load(u, at[u]);
@@ -56,22 +58,22 @@ __device__ __forceinline__ void walk_rows(int nimg, int c, int hw, int ch, Load 
         }
 #pragma unroll
         for (int u = 0; u < BN_UNROLL; ++u) {
-            if (r + u * NHWC_ROWS < hi) {
+            if (r + u * blockDim.y < hi) {
                 use(u, at[u]);
             }
         }
     }
 }
 
-// The sum of v over the block's NHWC_ROWS threads of this lane, in row order: in row 0's
+// The sum of v over the block's blockDim.y threads of this lane, in row order: in row 0's
 // threads (0 in the others). Every thread of the block calls it.
 __device__ double column_sum(double v, double* sh) {
-    sh[threadIdx.y * NHWC_LANES + threadIdx.x] = v;
+    sh[threadIdx.y * blockDim.x + threadIdx.x] = v;
     __syncthreads();
     double s = 0.0;
     if (threadIdx.y == 0) {
-        for (int y = 0; y < NHWC_ROWS; ++y) {
-            s += sh[y * NHWC_LANES + threadIdx.x];
+        for (int y = 0; y < blockDim.y; ++y) {
+            s += sh[y * blockDim.x + threadIdx.x];
         }
     }
     __syncthreads();  // sh[] is refilled next
@@ -94,7 +96,7 @@ __device__ void put_pair(double* partial, long long stride, int at, const double
 template <typename T>
 __device__ void bn_nhwc_sums(double* partial, const T* x, const double* centre, int centred,
                              double n, int nimg, int c, int hw) {
-    __shared__ double sh[NHWC_LANES * NHWC_ROWS];
+    __shared__ double sh[NHWC_THREADS];
     int ch = pair_channel();
     bool mine = ch < c;
     double s[2] = {0.0, 0.0};
@@ -131,7 +133,7 @@ extern "C" __global__ void bn_nhwc_sums_bf16(double* partial, const bf16* x,
 // As bn_moments: partial[parts, 2C] = per-channel sums of x, then of x^2, in double.
 template <typename T>
 __device__ void bn_nhwc_moments(double* partial, const T* x, int nimg, int c, int hw) {
-    __shared__ double sh[NHWC_LANES * NHWC_ROWS];
+    __shared__ double sh[NHWC_THREADS];
     int ch = pair_channel();
     bool mine = ch < c;
     double s1[2] = {0.0, 0.0};
@@ -255,7 +257,7 @@ template <typename T>
 __device__ void bn_nhwc_grad_sums(double* partial, const T* dout, const T* x, const float* saved,
                                   const float* weight, const float* bias, int nimg, int c,
                                   int hw, int act) {
-    __shared__ double sh[NHWC_LANES * NHWC_ROWS];
+    __shared__ double sh[NHWC_THREADS];
     int ch = pair_channel();
     bool mine = ch < c;
     double sdy[2] = {0.0, 0.0};

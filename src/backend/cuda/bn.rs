@@ -9,8 +9,8 @@
 //! sums stay raw on the device so that the exchange fits between two launches. Every kernel
 //! runs one block per (channel, part) of a channel's values (`parts_cfg`). Channels-last
 //! activations (`Layout::Nhwc`) take the twins in `kernels/bn_nhwc.cu`: the same arguments and
-//! results, one block per (64 channels, part of the rows), many more parts (added by a tree,
-//! `bn_reduce_parts_f32`).
+//! results, one block per (up to 64 channels, part of the rows), many more parts (added by a
+//! tree, `bn_reduce_parts_f32`).
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
@@ -28,13 +28,25 @@ use crate::nn::ops::Act;
 const PART: usize = 4096;
 const MAX_PARTS: usize = 64;
 
-/// Channels-last blocks: NHWC_LANES x NHWC_ROWS threads, two channels a lane
-/// (`kernels/bn_nhwc.cu`), each part at least NHWC_ROWS * 8 rows (a walk's step), about
-/// `NHWC_BLOCKS` blocks in all where the rows allow, at most `NHWC_MAX_PARTS` parts.
-const NHWC_LANES: usize = 32;
-const NHWC_ROWS: usize = 8;
+/// Channels-last blocks (`kernels/bn_nhwc.cu`, `nhwc_block`): at most NHWC_THREADS threads,
+/// at most NHWC_MAX_LANES lanes of two channels; each part at least a walk's step of rows (8
+/// per row of threads), about `NHWC_BLOCKS` blocks in all where the rows allow, at most
+/// `NHWC_MAX_PARTS` parts.
+const NHWC_THREADS: usize = 256;
+const NHWC_MAX_LANES: usize = 32;
 const NHWC_BLOCKS: usize = 1024;
 const NHWC_MAX_PARTS: usize = 1024;
+
+/// A channels-last launch's blocks across the channels, and each block's lanes and rows of
+/// threads: the channel pairs spread evenly over the fewest blocks of at most NHWC_MAX_LANES
+/// lanes (so C < 64 is one block whose lanes are its pairs, and a warp reads whole rows), as
+/// many rows as NHWC_THREADS allows.
+fn nhwc_block(c: usize) -> (usize, usize, usize) {
+    let pairs = c.div_ceil(2).max(1);
+    let blocks = pairs.div_ceil(NHWC_MAX_LANES);
+    let lanes = pairs.div_ceil(blocks);
+    (blocks, lanes, NHWC_THREADS / lanes)
+}
 
 /// The kernel of batch-norm op `$op` for activations of type `$e` in layout `$layout`.
 macro_rules! bn_kernel {
@@ -50,15 +62,15 @@ macro_rules! bn_kernel {
 
 /// How many parts a channel of `per_channel` values (B*HW) is summed in: in NCHW enough blocks
 /// to fill a GPU when the channels are few and long (ResNet's first stage: 16 channels of 128K
-/// values); channels last, enough parts of the rows for about `NHWC_BLOCKS` blocks of 64
-/// channels.
+/// values); channels last, enough parts of the rows for about `NHWC_BLOCKS` blocks.
 pub fn parts(layout: Layout, c: usize, per_channel: usize) -> usize {
     match layout {
         Layout::Nchw => per_channel.div_ceil(PART).clamp(1, MAX_PARTS),
         Layout::Nhwc => {
-            let columns = c.div_ceil(2 * NHWC_LANES).max(1);
-            let rows = per_channel.div_ceil(NHWC_ROWS * 8);
-            rows.min(NHWC_BLOCKS.div_ceil(columns))
+            let (blocks, _, rows) = nhwc_block(c);
+            let steps = per_channel.div_ceil(rows * 8);
+            steps
+                .min(NHWC_BLOCKS.div_ceil(blocks))
                 .clamp(1, NHWC_MAX_PARTS)
         }
     }
@@ -71,14 +83,14 @@ pub fn scratch_len(layout: Layout, c: usize, per_channel: usize) -> usize {
 }
 
 /// NCHW: one block per (channel, part), channels grid-stride beyond `MAX_BLOCKS`. Channels
-/// last: one block per (64 channels, part).
+/// last: one block per (its channels, part), `nhwc_block`.
 fn parts_cfg(layout: Layout, c: usize, parts: usize) -> LaunchConfig {
     let (grid_x, block_dim) = match layout {
         Layout::Nchw => (c.clamp(1, MAX_BLOCKS as usize), (THREADS, 1, 1)),
-        Layout::Nhwc => (
-            c.div_ceil(2 * NHWC_LANES).max(1),
-            (NHWC_LANES as u32, NHWC_ROWS as u32, 1),
-        ),
+        Layout::Nhwc => {
+            let (blocks, lanes, rows) = nhwc_block(c);
+            (blocks, (lanes as u32, rows as u32, 1))
+        }
     };
     LaunchConfig {
         grid_dim: (grid_x as u32, parts as u32, 1),
@@ -127,10 +139,10 @@ fn ints(
     lens: &[(&str, usize, usize)],
 ) -> Result<[i32; 3], CudaError> {
     need(what, lens).map_err(|e| fail(gpu, what, e))?;
-    if layout.nhwc() && (g.c % 2 == 1 || g.c.div_ceil(2 * NHWC_LANES) > MAX_BLOCKS as usize) {
+    if layout.nhwc() && (g.c % 2 == 1 || nhwc_block(g.c).0 > MAX_BLOCKS as usize) {
+        let most = 2 * NHWC_MAX_LANES * MAX_BLOCKS as usize;
         let e = format!(
-            "channels-last batch norm takes an even number of channels, at most {}: {} channels",
-            2 * NHWC_LANES * MAX_BLOCKS as usize,
+            "channels-last batch norm takes an even number of channels, at most {most}: {} channels",
             g.c
         );
         return Err(fail(gpu, what, e));
@@ -481,33 +493,48 @@ mod tests {
     use crate::backend::cuda::kernels::SOURCES;
 
     #[test]
-    fn channels_last_blocks_are_the_kernels_block_and_parts_cover_the_rows() {
+    fn channels_last_blocks_fit_the_kernels_and_parts_cover_the_rows() {
         let (_, src) = SOURCES.iter().find(|(f, _)| *f == "bn_nhwc.cu").unwrap();
-        let define = |name: &str| -> usize {
-            let prefix = format!("#define {name} ");
-            (src.lines().find_map(|l| l.strip_prefix(prefix.as_str())))
-                .unwrap_or_else(|| panic!("bn_nhwc.cu defines {name}"))
-                .trim()
-                .parse()
-                .unwrap()
-        };
-        assert_eq!(define("NHWC_LANES"), NHWC_LANES);
-        assert_eq!(define("NHWC_ROWS"), NHWC_ROWS);
-        // (column_sum's shared memory is one double per thread of the block)
+        let threads: usize = (src.lines())
+            .find_map(|l| l.strip_prefix("#define NHWC_THREADS "))
+            .expect("bn_nhwc.cu defines NHWC_THREADS")
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(threads, NHWC_THREADS, "column_sum's shared sums");
+        for c in [2, 16, 24, 64, 96, 130, 2048] {
+            let (blocks, lanes, rows) = nhwc_block(c);
+            assert!(
+                lanes * rows <= NHWC_THREADS && lanes <= NHWC_MAX_LANES,
+                "{c}"
+            );
+            assert!(2 * blocks * lanes >= c, "{c}: every channel has a lane");
+            assert!(
+                2 * (blocks - 1) * lanes < c,
+                "{c}: no block without channels"
+            );
+        }
+        // ResNet-20's 16 channels: one block of 8 lanes and 32 rows (a warp: 4 whole rows)
+        assert_eq!(nhwc_block(16), (1, 8, 32));
+        // 96 channels: two blocks of 24 lanes, none idle; 130: three of 22, one idle
+        assert_eq!(nhwc_block(96), (2, 24, 10));
         let cfg = parts_cfg(Layout::Nhwc, 130, 7);
-        assert_eq!(cfg.grid_dim, (3, 7, 1), "130 channels: 3 blocks of 64");
-        assert_eq!(cfg.block_dim, (NHWC_LANES as u32, NHWC_ROWS as u32, 1));
+        assert_eq!((cfg.grid_dim, cfg.block_dim), ((3, 7, 1), (22, 11, 1)));
         // ResNet-50's first batch norm: few channels, many rows: many parts; its last: many
         // channels, few rows: fewer parts, about NHWC_BLOCKS blocks either way
-        let first = parts(Layout::Nhwc, 64, 128 * 112 * 112);
-        assert_eq!(first, NHWC_BLOCKS.min(NHWC_MAX_PARTS));
+        assert_eq!(parts(Layout::Nhwc, 64, 128 * 112 * 112), NHWC_BLOCKS);
         let last = parts(Layout::Nhwc, 2048, 128 * 7 * 7);
-        assert_eq!(last * 2048usize.div_ceil(64), NHWC_BLOCKS);
+        assert_eq!(last * nhwc_block(2048).0, NHWC_BLOCKS);
         // a part has at least a walk's step of rows; nothing to sum is one part
-        assert_eq!(parts(Layout::Nhwc, 8, 100), 2);
+        assert_eq!(parts(Layout::Nhwc, 64, 100), 2);
+        assert_eq!(parts(Layout::Nhwc, 2, 8800), 5);
         assert_eq!(parts(Layout::Nhwc, 8, 0), 1);
         // NCHW keeps its parts
         assert_eq!(parts(Layout::Nchw, 3, 8800), 3);
-        assert!(scratch_len(Layout::Nhwc, 64, 128 * 112 * 112) >= 4 * 64 + 2 * 64 * first);
+        let first = parts(Layout::Nhwc, 64, 128 * 112 * 112);
+        assert_eq!(
+            scratch_len(Layout::Nhwc, 64, 128 * 112 * 112),
+            4 * 64 + 2 * 64 * first
+        );
     }
 }

@@ -258,8 +258,9 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         (2, 4, 300, Act::Relu6),
         (8, 3, 1100, Act::Relu),
     ];
-    // channels last takes channels in pairs: even counts; 130 channels (a third block of 64
-    // with one pair in it); 8800 rows summed in 138 parts
+    // channels last takes channels in pairs: even counts; 2 channels of 8800 rows (one lane,
+    // 256 rows of threads, 5 parts); 130 channels (65 pairs over 3 blocks of 22 lanes, one
+    // idle)
     let nhwc = [
         (16, 8, 1, Act::None),
         (5, 4, 42, Act::Relu),

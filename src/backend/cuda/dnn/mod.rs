@@ -321,8 +321,9 @@ fn math(bf16: bool, precision: Precision) -> cudnnMathType_t {
 }
 
 /// The algorithm picked (`pick`) where its workspace (`size`) fits in `MAX_WORKSPACE`, else
-/// the first of `fallbacks` that can run this shape within it, else the last (cuDNN's
-/// no-workspace algorithm): (algorithm, workspace bytes).
+/// (too big, or cuDNN cannot size it for this shape) the first of `fallbacks` that can run this
+/// shape within it, else the last (cuDNN's no-workspace algorithm): (algorithm, workspace
+/// bytes).
 fn fitting<A: Copy, const N: usize>(
     what: &str,
     pick: Result<A, CudnnError>,
@@ -330,8 +331,10 @@ fn fitting<A: Copy, const N: usize>(
     fallbacks: [A; N],
 ) -> Result<(A, usize), String> {
     let a = pick.map_err(say(what))?;
-    match size(a).map_err(say("size the workspace"))? {
-        n if n <= MAX_WORKSPACE => Ok((a, n)),
+    match size(a) {
+        Ok(n) if n <= MAX_WORKSPACE => Ok((a, n)),
+        // too big, or not for this shape (cuDNN cannot size it: a fixed fallback in a layout
+        // it does not take)
         _ => {
             let fits = |f: &A| {
                 size(*f)
@@ -368,6 +371,22 @@ mod tests {
         assert_eq!(math(false, Precision::Fp32), CUDNN_FMA_MATH);
         // a bf16 run's fp32 check (`check`) compares strictly
         assert_eq!(math(false, Precision::Bf16), CUDNN_FMA_MATH);
+    }
+
+    #[test]
+    fn a_pick_too_big_or_unsizable_gives_way_to_the_first_fallback_that_fits() {
+        use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
+        let no = || CudnnError(CUDNN_STATUS_NOT_SUPPORTED);
+        // algorithm a needs sizes[a] bytes; None: cuDNN cannot size it for this shape
+        let sizes = [Some(10), Some(MAX_WORKSPACE + 1), None, Some(20), Some(0)];
+        let size = |a: usize| sizes[a].ok_or_else(no);
+        assert_eq!(fitting("pick", Ok(0), size, [3, 4]), Ok((0, 10)));
+        assert_eq!(fitting("pick", Ok(1), size, [2, 3, 4]), Ok((3, 20)));
+        assert_eq!(fitting("pick", Ok(2), size, [3, 4]), Ok((3, 20)));
+        // nothing fits: the last fallback, taken as needing none
+        assert_eq!(fitting("pick", Ok(2), size, [1, 2]), Ok((2, 0)));
+        let e = fitting("pick a forward algorithm", Err(no()), size, [4]).unwrap_err();
+        assert!(e.contains("pick a forward algorithm"), "{e}");
     }
 
     #[test]

@@ -185,8 +185,6 @@ impl<E: Elem> CudaReplica<E> {
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
         let (dnn, mut notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
-        let (layout, said) = layout::choose(asked, &model, dnn.is_some());
-        notes.extend(said.map(|n| format!("GPU {index}: {n}")));
         if E::BF16 && dnn.is_none() && weights::has_dense_conv(&model) {
             let why = notes
                 .first()
@@ -197,6 +195,8 @@ impl<E: Elem> CudaReplica<E> {
                 format!("bf16 convolutions need cuDNN ({why}): use --precision tf32"),
             ));
         }
+        let (layout, said) = layout::choose(asked, &model, dnn.is_some());
+        notes.extend(said.map(|n| format!("GPU {index}: {n}")));
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;
