@@ -165,6 +165,19 @@ pub fn unlaid<T: Copy>(layout: Layout, x: &[T], (b, c, hw): (usize, usize, usize
     }
 }
 
+/// Convolution weights [OC, C, kk] (PyTorch's) as `layout`'s convolutions read them (NCHW:
+/// a copy; channels last: cuDNN's NHWC filter layout [OC, kk, C], as `kernels/layout.cu`'s
+/// krsc_from_kcrs on the device).
+pub fn laid_weights(layout: Layout, w: &[f32], (oc, c, kk): (usize, usize, usize)) -> Vec<f32> {
+    // [OC, C, kk] -> [OC, kk, C] is `laid` with OC as the images and kk as the positions
+    laid(layout, w, (oc, c, kk))
+}
+
+/// `laid_weights`' inverse.
+pub fn unlaid_weights(layout: Layout, w: &[f32], (oc, c, kk): (usize, usize, usize)) -> Vec<f32> {
+    unlaid(layout, w, (oc, c, kk))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +265,21 @@ mod tests {
         assert_eq!(t, [0, 10, 20, 1, 11, 21, 100, 110, 120, 101, 111, 121]);
         assert_eq!(unlaid(Layout::Nhwc, &t, (2, 3, 2)), x);
         assert_eq!(laid(Layout::Nchw, &x, (2, 3, 2)), x);
+    }
+
+    #[test]
+    fn nhwc_filters_put_each_taps_input_channels_together() {
+        // 2 output channels, 3 input channels, 2 taps: value = 100 k + 10 c + tap
+        let w: Vec<f32> = (0..12)
+            .map(|i| (100 * (i / 6) + 10 * (i / 2 % 3) + i % 2) as f32)
+            .collect();
+        let krsc = laid_weights(Layout::Nhwc, &w, (2, 3, 2));
+        let want = [
+            0., 10., 20., 1., 11., 21., 100., 110., 120., 101., 111., 121.,
+        ];
+        assert_eq!(krsc, want);
+        assert_eq!(unlaid_weights(Layout::Nhwc, &krsc, (2, 3, 2)), w);
+        assert_eq!(laid_weights(Layout::Nchw, &w, (2, 3, 2)), w);
     }
 
     #[test]

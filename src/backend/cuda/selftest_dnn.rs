@@ -1,6 +1,7 @@
 //! `selftest`'s check of cuDNN: its convolutions against the own kernels (`dnn::check`), in
-//! strict fp32 and, from Ampere on, with TF32 allowed.
+//! strict fp32 and, from Ampere on, with TF32 allowed, in NCHW and channels last.
 
+use super::layout::Layout;
 use super::selftest::guarded;
 use super::selftest_compare::Check;
 use super::{blas, dnn, libs, Gpu};
@@ -35,7 +36,10 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
                     .map_err(|e| format!("create cuBLAS handle: {e:?}"))?;
                 blas::set_precision(&blas, p).map_err(|e| format!("{e:?}"))?;
                 let mut d = dnn::Dnn::open(&gpu.stream, p)?;
-                let checked = dnn::check(gpu, &blas, &mut d, p == Precision::Tf32);
+                let tf32 = p == Precision::Tf32;
+                let checked = dnn::check(gpu, &blas, &mut d, tf32, Layout::Nchw)
+                    .and_then(|()| dnn::check(gpu, &blas, &mut d, tf32, Layout::Nhwc))
+                    .map_err(|e| format!("{e} (NCHW, then channels last)"));
                 dnn::close(d);
                 blas::close(blas);
                 checked
@@ -45,7 +49,7 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
                 worst: run.is_ok().then_some(0.0),
                 max_abs: f64::NAN,
                 note: match run {
-                    Ok(()) => "agrees with the own kernels".into(),
+                    Ok(()) => "agrees with the own kernels, NCHW and channels last".into(),
                     Err(e) => e,
                 },
             }]

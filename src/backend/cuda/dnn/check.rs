@@ -1,12 +1,13 @@
 //! Whether a GPU's cuDNN can be trusted: two small convolutions through cuDNN and through the
-//! own kernels must agree, before a replica uses it.
+//! own kernels must agree, before a replica uses it; and channels last (`check_channels_last`)
+//! before a replica lays its activations out so.
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
 
 use super::{close, version, wanted, Dnn, Key};
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::layout::Layout;
+use crate::backend::cuda::layout::{laid, laid_weights, unlaid, unlaid_weights, Layout};
 use crate::backend::cuda::{conv, dwconv, on, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
@@ -24,13 +25,19 @@ pub fn for_replica<E: Elem>(
     }
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
-        let checked = check(gpu, blas, &mut d, precision == Precision::Tf32);
+        let checked = check(
+            gpu,
+            blas,
+            &mut d,
+            precision == Precision::Tf32,
+            Layout::Nchw,
+        );
         close(d);
         checked?;
         let mut d = Dnn::<E>::open(&gpu.stream, precision)?;
         match E::BF16 {
             false => Ok(d),
-            true => match runs(gpu, &mut d) {
+            true => match runs(gpu, &mut d, Layout::Nchw) {
                 Ok(()) => Ok(d),
                 Err(e) => {
                     close(d);
@@ -52,20 +59,57 @@ pub fn for_replica<E: Elem>(
     (None, vec![note])
 }
 
+/// Whether cuDNN's channels-last convolutions can be trusted on this GPU (where a replica of
+/// activations `E` computing in `precision` is to lay its activations out so): the check's
+/// convolutions in NHWC, with NHWC filters, against the own kernels in fp32, and for bf16 its
+/// plans run. Err: why not.
+pub fn check_channels_last<E: Elem>(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    precision: Precision,
+    dnn: &mut Dnn<E>,
+) -> Result<(), String> {
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
+        let checked = check(
+            gpu,
+            blas,
+            &mut d,
+            precision == Precision::Tf32,
+            Layout::Nhwc,
+        );
+        close(d);
+        checked?;
+        match E::BF16 {
+            true => runs(gpu, dnn, Layout::Nhwc),
+            false => Ok(()),
+        }
+    }));
+    checked.unwrap_or_else(|_| Err("it panicked".into()))
+}
+
 /// Two small convolutions (a dense 3x3 stride-2 padded one, a depthwise 3x3 one) through cuDNN
-/// and through the own kernels: the output and both gradients must agree, to TF32's rounding
-/// where the math allows it (`tf32`). What a replica runs before it trusts cuDNN.
-pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<(), String> {
+/// with activations in `layout` and through the own kernels (NCHW): the output and both
+/// gradients must agree, to TF32's rounding where the math allows it (`tf32`). What a replica
+/// runs before it trusts cuDNN.
+pub fn check(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    dnn: &mut Dnn,
+    tf32: bool,
+    layout: Layout,
+) -> Result<(), String> {
     let tol = if tf32 { 2e-2 } else { 1e-4 };
     for (g, groups) in shapes() {
-        let k = Key {
+        let own_key = Key {
             b: 2,
             groups,
             g,
             layout: Layout::Nchw,
         };
-        let own = through(gpu, k, |t| {
-            own_conv(gpu, blas, k, t).map_err(|e| e.to_string())
+        let k = Key { layout, ..own_key };
+        let own = through(gpu, own_key, |t| {
+            own_conv(gpu, blas, own_key, t).map_err(|e| e.to_string())
         })?;
         let theirs = through(gpu, k, |t| {
             dnn.forward(k, &mut t.y.slice_mut(..), &t.x.slice(..), &t.w.slice(..))?;
@@ -101,16 +145,16 @@ pub fn check(gpu: &Gpu, blas: &CudaBlas, dnn: &mut Dnn, tf32: bool) -> Result<()
     Ok(())
 }
 
-/// The check's two convolutions through a cuDNN of activations `E` on zeros (for bf16: its
-/// tensor-core configuration, which the fp32 check does not reach): each plan made and run in
-/// both directions without an error. `selftest` compares bf16's values.
-fn runs<E: Elem>(gpu: &Gpu, dnn: &mut Dnn<E>) -> Result<(), String> {
+/// The check's two convolutions in `layout` through a cuDNN of activations `E` on zeros (for
+/// bf16: its tensor-core configuration, which the fp32 check does not reach): each plan made
+/// and run in both directions without an error. `selftest` compares bf16's values.
+fn runs<E: Elem>(gpu: &Gpu, dnn: &mut Dnn<E>, layout: Layout) -> Result<(), String> {
     for (g, groups) in shapes() {
         let k = Key {
             b: 2,
             groups,
             g,
-            layout: Layout::Nchw,
+            layout,
         };
         let (nx, nw, ny) = (
             k.b * g.c * g.h * g.w,
@@ -166,7 +210,9 @@ struct Tensors {
     dw: CudaSlice<f32>,
 }
 
-/// `path`'s output, input gradient and weight gradient for `k`, on the check's inputs.
+/// `path`'s output, input gradient and weight gradient for `k`, on the check's inputs: laid
+/// out as `k` says (channels last: NHWC activations, NHWC filters) on their way in, and the
+/// results moved back to NCHW and PyTorch's filter layout on their way out.
 fn through(
     gpu: &Gpu,
     k: Key,
@@ -181,18 +227,28 @@ fn through(
         g.oc * (g.c / k.groups) * g.k * g.k,
         k.b * g.oc * g.oh * g.ow,
     );
+    let (l, cin, kk) = (k.layout, g.c / k.groups, g.k * g.k);
+    let (xs, ys, ws) = (
+        (k.b, g.c, g.h * g.w),
+        (k.b, g.oc, g.oh * g.ow),
+        (g.oc, cin, kk),
+    );
     let up = |v: Vec<f32>| s.clone_htod(&v).map_err(|e| format!("upload: {e:?}"));
     let mut t = Tensors {
-        x: up(draw(nx))?,
-        w: up(draw(nw))?,
-        dy: up(draw(ny))?,
+        x: up(laid(l, &draw(nx), xs))?,
+        w: up(laid_weights(l, &draw(nw), ws))?,
+        dy: up(laid(l, &draw(ny), ys))?,
         y: up(vec![0.0; ny])?,
         dx: up(vec![0.0; nx])?,
         dw: up(vec![0.0; nw])?,
     };
     path(&mut t)?;
     let down = |v: &CudaSlice<f32>| s.clone_dtoh(v).map_err(|e| format!("download: {e:?}"));
-    Ok([down(&t.y)?, down(&t.dx)?, down(&t.dw)?])
+    Ok([
+        unlaid(l, &down(&t.y)?, ys),
+        unlaid(l, &down(&t.dx)?, xs),
+        unlaid_weights(l, &down(&t.dw)?, ws),
+    ])
 }
 
 /// The own kernels' convolution of `k` over `t`.

@@ -38,7 +38,7 @@ use crate::nn::precision::Precision;
 mod check;
 mod measure;
 
-pub use check::{check, for_replica};
+pub use check::{check, check_channels_last, for_replica};
 pub use measure::Choice as AlgoChoice;
 
 /// The most workspace memory the convolutions may take (as the own kernels' column scratch).

@@ -184,7 +184,7 @@ impl<E: Elem> CudaReplica<E> {
             cudarc::cublas::CudaBlas::new(s.clone()).map_err(on(index, "create cuBLAS handle"))?;
         blas::set_precision(&blas, precision)
             .map_err(on(index, &format!("set cuBLAS's math mode to {precision}")))?;
-        let (dnn, mut notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
+        let (mut dnn, mut notes) = dnn::for_replica::<E>(&gpu, &blas, precision);
         if E::BF16 && dnn.is_none() && weights::has_dense_conv(&model) {
             let why = notes
                 .first()
@@ -195,7 +195,13 @@ impl<E: Elem> CudaReplica<E> {
                 format!("bf16 convolutions need cuDNN ({why}): use --precision tf32"),
             ));
         }
-        let (layout, said) = layout::choose(asked, &model, dnn.is_some());
+        let (mut layout, mut said) = layout::choose(asked, &model, dnn.is_some());
+        if let (Layout::Nhwc, Some(d)) = (layout, dnn.as_mut()) {
+            if let Err(e) = dnn::check_channels_last(&gpu, &blas, precision, d) {
+                layout = Layout::Nchw;
+                said = Some(format!("cuDNN's channels-last convolutions failed their check against the own kernels ({e}); activations stay NCHW"));
+            }
+        }
         notes.extend(said.map(|n| format!("GPU {index}: {n}")));
         let params = s
             .clone_htod(&state.params)
