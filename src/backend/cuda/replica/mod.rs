@@ -92,7 +92,8 @@ pub struct CudaReplica<E: Elem = f32> {
     chunks: update::Chunks,
     t: u64,
     params: CudaSlice<f32>,
-    /// What the products read as weights: `params`, or a bf16 run's copy (`weights`).
+    /// What the products read as weights: `params`, or a copy (bf16 runs; channels-last runs' KxK
+    /// convolutions in cuDNN's NHWC filter layout).
     weights: weights::Weights<E>,
     /// bf16 and channels-last runs: a convolution's weight gradient before it is added to
     /// `grads` (the largest convolution's weights); one element otherwise.
