@@ -141,10 +141,10 @@ fn sums<E: Elem>(
 }
 
 /// Training, with this batch's statistics (one pass; or, with `sync`, the global batch's, in
-/// two): out[B,C,HW] = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] = mean, 1/std
-/// per channel; running[2C] moved toward the batch's statistics; `scratch` (>=
-/// `scratch_len(layout, C, B*HW)` doubles) overwritten. Returns the count the statistics were taken
-/// over. As the CPU interpreter's `BnStats::of` / `global_stats` and
+/// two): out[B,C,HW] (in `layout`) = (x - mean) / sqrt(var + eps) * weight + bias; saved[2C] =
+/// mean, 1/std per channel; running[2C] moved toward the batch's statistics; `scratch` (>=
+/// `scratch_len(layout, C, B*HW)` doubles) overwritten. Returns the count the statistics were
+/// taken over. As the CPU interpreter's `BnStats::of` / `global_stats` and
 /// `nn::bn::bn_forward_train`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_train<E: Elem>(
@@ -296,11 +296,11 @@ pub fn forward_eval<E: Elem>(
 
 /// With dy the gradient at the normalised output (`dout` through `act`'s derivative, taken at
 /// the output recomputed from x: the output itself is not read): dweight[C] += this replica's
-/// sum(dy * xhat), dbias[C] += its sum(dy); dx (overwritten;
-/// skipped when `None`) from the sums over the batch the statistics were taken over (this
-/// replica's, or with `sync` every replica's) of `count` values per channel; `scratch` (>=
-/// `scratch_len(layout, C, B*HW)` doubles) overwritten. As the CPU interpreter's batch norm backward
-/// (`nn::bn::bn_grad_sums`, `bn_backward`).
+/// sum(dy * xhat), dbias[C] += its sum(dy); dx (overwritten; skipped when `None`) from the
+/// sums over the batch the statistics were taken over (this replica's, or with `sync` every
+/// replica's) of `count` values per channel; `scratch` (>= `scratch_len(layout, C, B*HW)`
+/// doubles) overwritten. As the CPU interpreter's batch norm backward (`nn::bn::bn_grad_sums`,
+/// `bn_backward`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward<E: Elem>(
     gpu: &Gpu,
