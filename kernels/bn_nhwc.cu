@@ -182,6 +182,22 @@ extern "C" __global__ void bn_reduce_parts_f32(double* out, const double* partia
     }
 }
 
+// out = activate(x * scale[j] + shift[j]) over this thread's rows of channels ch + j: what
+// training (bn_nhwc_apply) and inference (bn_nhwc_eval) apply, each from its own statistics.
+template <typename T>
+__device__ __forceinline__ void affine_rows(T* out, const T* x, const float* scale,
+                                            const float* shift, int nimg, int c, int hw, int ch,
+                                            int act) {
+    float v[BN_UNROLL][2];
+    walk_rows(
+        nimg, c, hw, ch, [&](int u, int at) { ld2(x + at, v[u]); },
+        [&](int u, int at) {
+            float a = activate(__fadd_rn(__fmul_rn(v[u][0], scale[0]), shift[0]), act);
+            float b = activate(__fadd_rn(__fmul_rn(v[u][1], scale[1]), shift[1]), act);
+            st2(out + at, a, b);
+        });
+}
+
 // As bn_apply: out = activate(x * scale + shift) per channel, from saved[2C] = mean, invstd.
 template <typename T>
 __device__ void bn_nhwc_apply(T* out, const T* x, const float* saved, const float* weight,
@@ -194,14 +210,7 @@ __device__ void bn_nhwc_apply(T* out, const T* x, const float* saved, const floa
     for (int j = 0; j < 2; ++j) {
         scale_shift(saved, weight, bias, c, ch + j, &scale[j], &shift[j]);
     }
-    float v[BN_UNROLL][2];
-    walk_rows(
-        nimg, c, hw, ch, [&](int u, int at) { ld2(x + at, v[u]); },
-        [&](int u, int at) {
-            float a = activate(__fadd_rn(__fmul_rn(v[u][0], scale[0]), shift[0]), act);
-            float b = activate(__fadd_rn(__fmul_rn(v[u][1], scale[1]), shift[1]), act);
-            st2(out + at, a, b);
-        });
+    affine_rows(out, x, scale, shift, nimg, c, hw, ch, act);
 }
 
 extern "C" __global__ void bn_nhwc_apply_f32(float* out, const float* x, const float* saved,
@@ -229,14 +238,7 @@ __device__ void bn_nhwc_eval(T* out, const T* x, const float* running, const flo
         scale[j] = weight[ch + j] / sqrtf(running[c + ch + j] + eps);
         shift[j] = __fadd_rn(bias[ch + j], -__fmul_rn(running[ch + j], scale[j]));
     }
-    float v[BN_UNROLL][2];
-    walk_rows(
-        nimg, c, hw, ch, [&](int u, int at) { ld2(x + at, v[u]); },
-        [&](int u, int at) {
-            float a = activate(__fadd_rn(__fmul_rn(v[u][0], scale[0]), shift[0]), act);
-            float b = activate(__fadd_rn(__fmul_rn(v[u][1], scale[1]), shift[1]), act);
-            st2(out + at, a, b);
-        });
+    affine_rows(out, x, scale, shift, nimg, c, hw, ch, act);
 }
 
 extern "C" __global__ void bn_nhwc_eval_f32(float* out, const float* x, const float* running,

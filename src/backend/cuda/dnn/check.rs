@@ -24,16 +24,7 @@ pub fn for_replica<E: Elem>(
         return (None, Vec::new());
     }
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
-        let checked = check(
-            gpu,
-            blas,
-            &mut d,
-            precision == Precision::Tf32,
-            Layout::Nchw,
-        );
-        close(d);
-        checked?;
+        check_fp32(gpu, blas, precision, Layout::Nchw)?;
         let mut d = Dnn::<E>::open(&gpu.stream, precision)?;
         match E::BF16 {
             false => Ok(d),
@@ -70,22 +61,26 @@ pub fn check_channels_last<E: Elem>(
     dnn: &mut Dnn<E>,
 ) -> Result<(), String> {
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
-        let checked = check(
-            gpu,
-            blas,
-            &mut d,
-            precision == Precision::Tf32,
-            Layout::Nhwc,
-        );
-        close(d);
-        checked?;
+        check_fp32(gpu, blas, precision, Layout::Nhwc)?;
         match E::BF16 {
             true => runs(gpu, dnn, Layout::Nhwc),
             false => Ok(()),
         }
     }));
     checked.unwrap_or_else(|_| Err("it panicked".into()))
+}
+
+/// `check` in `layout` through an fp32 cuDNN of its own, computing in `precision`.
+fn check_fp32(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    precision: Precision,
+    layout: Layout,
+) -> Result<(), String> {
+    let mut d = Dnn::<f32>::open(&gpu.stream, precision)?;
+    let checked = check(gpu, blas, &mut d, precision == Precision::Tf32, layout);
+    close(d);
+    checked
 }
 
 /// Two small convolutions (a dense 3x3 stride-2 padded one, a depthwise 3x3 one) through cuDNN
