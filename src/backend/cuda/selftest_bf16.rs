@@ -10,7 +10,7 @@ use cudarc::driver::CudaSlice;
 use super::blas::gemm;
 use super::dnn::{Dnn, Key};
 use super::elem::{bf16, Elem};
-use super::layout::Layout;
+use super::layout::{laid, unlaid, Layout};
 use super::selftest_compare::{check, compare, Check};
 use super::{bn, conv, convert, dwconv, on, ops, pool, CudaError, Gpu};
 use crate::nn::bn::BnGeom;
@@ -140,6 +140,90 @@ impl Inputs {
     }
 }
 
+/// What `batch_norm` outputs, in NCHW and channels last.
+const BN_NAMES: [&str; 7] = [
+    "batch norm+relu forward",
+    "batch norm statistics",
+    "batch norm running statistics",
+    "batch norm+relu backward",
+    "batch norm weight gradient",
+    "batch norm bias gradient",
+    "batch norm+relu6 inference",
+];
+const BN_NAMES_NHWC: [&str; 7] = [
+    "channels-last batch norm+relu forward",
+    "channels-last batch norm statistics",
+    "channels-last batch norm running statistics",
+    "channels-last batch norm+relu backward",
+    "channels-last batch norm weight gradient",
+    "channels-last batch norm bias gradient",
+    "channels-last batch norm+relu6 inference",
+];
+
+/// Batch norm of `E` over [B, C, H*W] in `layout` (the inputs laid out so, the outputs moved
+/// back): training forward with ReLU, its statistics, backward, inference with ReLU6.
+fn batch_norm<E: Elem>(gpu: &Gpu, inp: &Inputs, layout: Layout, names: [&'static str; 7]) -> Got {
+    let s = &gpu.stream;
+    let shape = (B, C, H * W);
+    let x = up::<E>(gpu, &laid(layout, &inp.x, shape))?;
+    let y = up::<E>(gpu, &laid(layout, &inp.y, shape))?;
+    let (xv, yv) = (x.slice(..), y.slice(..));
+    let g = BnGeom {
+        b: B,
+        c: C,
+        hw: H * W,
+    };
+    let (w, bias) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
+    let mut running = up::<f32>(gpu, &inp.running)?;
+    let mut saved = s
+        .alloc_zeros::<f32>(2 * C)
+        .map_err(on(gpu.index, "allocate"))?;
+    let mut scratch = (s.alloc_zeros::<f64>(bn::scratch_len(layout, C, B * H * W)))
+        .map_err(on(gpu.index, "allocate"))?;
+    let mut t = up::<E>(gpu, &inp.y)?;
+    let count = bn::forward_train(
+        gpu,
+        None,
+        &mut scratch.slice_mut(..),
+        &mut saved.slice_mut(..),
+        &mut running.slice_mut(..),
+        &mut t.slice_mut(..),
+        (&xv, &w.slice(..), &bias.slice(..)),
+        (g, layout),
+        Act::Relu,
+    )?;
+    let mut out = vec![(names[0], unlaid(layout, &down(gpu, &t, N)?, shape))];
+    out.push((names[1], down32(gpu, &saved, 2 * C)?));
+    out.push((names[2], down32(gpu, &running, 2 * C)?));
+    let mut dx = up::<E>(gpu, &inp.x)?;
+    let (mut gw, mut gb) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
+    bn::backward(
+        gpu,
+        None,
+        &mut scratch.slice_mut(..),
+        Some(&mut dx.slice_mut(..)),
+        (&mut gw.slice_mut(..), &mut gb.slice_mut(..)),
+        (&yv, &xv),
+        (&saved.slice(..), &w.slice(..), &bias.slice(..)),
+        (g, layout),
+        count,
+        Act::Relu,
+    )?;
+    out.push((names[3], unlaid(layout, &down(gpu, &dx, N)?, shape)));
+    out.push((names[4], down32(gpu, &gw, C)?));
+    out.push((names[5], down32(gpu, &gb, C)?));
+    bn::forward_eval(
+        gpu,
+        &mut t.slice_mut(..),
+        &running.slice(..),
+        (&xv, &w.slice(..), &bias.slice(..)),
+        (g, layout),
+        Act::Relu6,
+    )?;
+    out.push((names[6], unlaid(layout, &down(gpu, &t, N)?, shape)));
+    Ok(out)
+}
+
 /// Every op of `E` on `inp`: named outputs, as f32.
 fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     let s = &gpu.stream;
@@ -170,63 +254,10 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     ops::mul(gpu, &mut t.slice_mut(..), &xv, &mask.slice(..), N)?;
     out.push(("mul (dropout)", down(gpu, &t, N)?));
 
-    // batch norm over [B, C, H*W]
-    let g = BnGeom {
-        b: B,
-        c: C,
-        hw: H * W,
-    };
-    let (w, bias) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
-    let mut running = up::<f32>(gpu, &inp.running)?;
-    let mut saved = s
-        .alloc_zeros::<f32>(2 * C)
-        .map_err(on(gpu.index, "allocate"))?;
-    let mut scratch = (s.alloc_zeros::<f64>(bn::scratch_len(Layout::Nchw, C, B * H * W)))
-        .map_err(on(gpu.index, "allocate"))?;
-    let mut t = up::<E>(gpu, &inp.y)?;
-    let count = bn::forward_train(
-        gpu,
-        None,
-        &mut scratch.slice_mut(..),
-        &mut saved.slice_mut(..),
-        &mut running.slice_mut(..),
-        &mut t.slice_mut(..),
-        (&xv, &w.slice(..), &bias.slice(..)),
-        (g, Layout::Nchw),
-        Act::Relu,
-    )?;
-    out.push(("batch norm+relu forward", down(gpu, &t, N)?));
-    out.push(("batch norm statistics", down32(gpu, &saved, 2 * C)?));
-    out.push((
-        "batch norm running statistics",
-        down32(gpu, &running, 2 * C)?,
-    ));
-    let mut dx = up::<E>(gpu, &inp.x)?;
-    let (mut gw, mut gb) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
-    bn::backward(
-        gpu,
-        None,
-        &mut scratch.slice_mut(..),
-        Some(&mut dx.slice_mut(..)),
-        (&mut gw.slice_mut(..), &mut gb.slice_mut(..)),
-        (&yv, &xv),
-        (&saved.slice(..), &w.slice(..), &bias.slice(..)),
-        (g, Layout::Nchw),
-        count,
-        Act::Relu,
-    )?;
-    out.push(("batch norm+relu backward", down(gpu, &dx, N)?));
-    out.push(("batch norm weight gradient", down32(gpu, &gw, C)?));
-    out.push(("batch norm bias gradient", down32(gpu, &gb, C)?));
-    bn::forward_eval(
-        gpu,
-        &mut t.slice_mut(..),
-        &running.slice(..),
-        (&xv, &w.slice(..), &bias.slice(..)),
-        (g, Layout::Nchw),
-        Act::Relu6,
-    )?;
-    out.push(("batch norm+relu6 inference", down(gpu, &t, N)?));
+    // batch norm over [B, C, H*W], in each layout
+    for (layout, names) in [(Layout::Nchw, BN_NAMES), (Layout::Nhwc, BN_NAMES_NHWC)] {
+        out.extend(batch_norm::<E>(gpu, inp, layout, names)?);
+    }
 
     // pooling: padded max, average, global average
     let win = window();
@@ -285,6 +316,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     let dg = depthwise();
     let dwv = up::<f32>(gpu, &inp.dw)?;
     let mut t = up::<E>(gpu, &inp.y)?;
+    let bias = up::<f32>(gpu, &inp.bias)?;
     let bv = bias.slice(..);
     dwconv::dwconv_forward(
         gpu,
