@@ -84,12 +84,14 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> Upload<T> {
 }
 
 /// Page-locked host buffers, made on first use: one of n_params floats (parameters, both
-/// ways), one of n_params + AUX (gradients and metric slots).
+/// ways), one of n_params + AUX (gradients and metric slots), one of the AUX metric slots
+/// (each step's batch metrics, `wait::settle`).
 #[derive(Default)]
 pub(super) struct Staging {
     params: Option<PinnedHostSlice<f32>>,
     grads: Option<PinnedHostSlice<f32>>,
     params_in: Upload<f32>,
+    pub metrics: Option<PinnedHostSlice<f32>>,
 }
 
 impl<E: Elem> CudaReplica<E> {
@@ -152,7 +154,7 @@ impl<E: Elem> CudaReplica<E> {
         );
     }
 
-    fn pinned(&self, len: usize) -> PinnedHostSlice<f32> {
+    pub(super) fn pinned(&self, len: usize) -> PinnedHostSlice<f32> {
         // flags 0: cached (not write-combined) memory, which the host reads back quickly
         // SAFETY: every use fills the buffer (a device copy into it, or a host copy of `len`
         // floats) before anything reads it.

@@ -1,5 +1,6 @@
 //! Waiting for the GPU's stream at the end of a step: for an all-reduce (without hanging on a
-//! failed peer), then for the batch metrics and the device's times of the step.
+//! failed peer) and the batch metrics copied out behind it, in one wait, then the device's
+//! times of the step.
 
 use std::time::{Duration, Instant};
 
@@ -54,24 +55,33 @@ impl<E: Elem> CudaReplica<E> {
         }
     }
 
-    /// After the step's gradients (and their all-reduce, if any) are queued: waits for them,
-    /// reads the batch metrics and the device's times of the step.
+    /// After the step's gradients (and their all-reduce, if any) are queued: queues the batch
+    /// metrics' copy into page-locked memory behind them, waits once for both, and reads the
+    /// metrics and the device's times of the step.
     pub(super) fn settle(
         &mut self,
         t0: Instant,
         host: Option<&dyn Collective>,
     ) -> Result<ReduceTiming, CollectiveError> {
-        let reduced = self.record();
-        self.wait_for(&reduced, host)?;
         let n = self.model.n_params;
         let s = self.gpu.stream.clone();
-        // a copy into pageable memory, and a synchronize so nothing depends on that detail
-        if let Err(e) = s
-            .memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut self.metrics[..])
-            .and_then(|_| s.synchronize())
-        {
+        let mut out = match self.staging.metrics.take() {
+            Some(b) => b,
+            None => self.pinned(AUX),
+        };
+        if let Err(e) = s.memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut out) {
             self.fail("read the batch metrics", e)
         }
+        let reduced = self.record();
+        let waited = self.wait_for(&reduced, host);
+        // (the copy is done once its event is: cudarc's own tracking is off, `Gpu::open`)
+        match (&waited, out.as_slice()) {
+            (Ok(()), Ok(m)) => self.metrics.copy_from_slice(m),
+            (Ok(()), Err(e)) => self.fail("read the batch metrics", e),
+            (Err(_), _) => {}
+        }
+        self.staging.metrics = Some(out);
+        waited?;
         let ms = |a: &CudaEvent, b: &CudaEvent| {
             a.elapsed_ms(b)
                 .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
