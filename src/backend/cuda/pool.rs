@@ -329,7 +329,8 @@ fn gap_ints(
     Ok((planes as i32, hw as i32, 1.0 / hw.max(1) as f32))
 }
 
-/// out[planes] = the mean of each of inp[planes, HW]'s planes. As `nn::pool::gap_forward`.
+/// out[B, C] = the mean of each of inp[B, C, HW]'s planes (inp in `layout`). As
+/// `nn::pool::gap_forward`.
 pub fn gap_forward<E: Elem>(
     gpu: &Gpu,
     out: &mut CudaViewMut<'_, E>,
@@ -360,7 +361,7 @@ pub fn gap_forward<E: Elem>(
     )
 }
 
-/// dinp[planes, HW] = dout[plane] / HW over each plane (overwritten). As
+/// dinp[B, C, HW] (in `layout`) = dout[B, C] / HW over each plane (overwritten). As
 /// `nn::pool::gap_backward`.
 pub fn gap_backward<E: Elem>(
     gpu: &Gpu,
