@@ -69,16 +69,19 @@ impl<E: Elem> CudaReplica<E> {
             Some(b) => b,
             None => self.pinned(AUX),
         };
+        // (`reduced` ends the all-reduce's time; `copied` follows the metrics' copy)
+        let reduced = self.record();
         if let Err(e) = s.memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut out) {
             self.fail("read the batch metrics", e)
         }
-        let reduced = self.record();
-        let waited = self.wait_for(&reduced, host);
-        // (the copy is done once its event is: cudarc's own tracking is off, `Gpu::open`)
-        match (&waited, out.as_slice()) {
-            (Ok(()), Ok(m)) => self.metrics.copy_from_slice(m),
-            (Ok(()), Err(e)) => self.fail("read the batch metrics", e),
-            (Err(_), _) => {}
+        let copied = self.record();
+        let waited = self.wait_for(&copied, host);
+        if waited.is_ok() {
+            // (the copy is done once its event is: cudarc's own tracking is off, `Gpu::open`)
+            match out.as_slice() {
+                Ok(m) => self.metrics.copy_from_slice(m),
+                Err(e) => self.fail("read the batch metrics", e),
+            }
         }
         self.staging.metrics = Some(out);
         waited?;
