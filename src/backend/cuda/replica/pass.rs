@@ -7,7 +7,8 @@
 //! backward; an input gradient that is added (a residual's input reached twice) is computed
 //! into scratch and accumulated. A residual add's backward (its mask, then each input's
 //! gradient written or added) is one kernel (`ops::add_backward`). The per-op backward is in
-//! `backprop.rs`. Training passes, and evaluation in chunks of `Model::eval_rows` rows.
+//! `backprop.rs`. Training passes, and inference passes (evaluation's chunks of
+//! `Model::eval_rows` rows are `evaluate.rs`).
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
@@ -20,9 +21,8 @@ use super::CudaReplica;
 use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::Key;
 use crate::backend::cuda::elem::Elem;
-use crate::backend::cuda::launch::{add_metrics, check, die};
+use crate::backend::cuda::launch::{check, die};
 use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
-use crate::backend::AUX;
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
@@ -49,35 +49,6 @@ impl<E: Elem> CudaReplica<E> {
             check(ops::count_pass(&self.gpu, &mut self.passes.slice_mut(..)));
         }
         interp::train(&m, &mut Pass { r: self, sync }, b);
-    }
-
-    /// (loss sum, correct) over `n` rows, put into the input buffers `Model::eval_rows` at a
-    /// time by `load(self, start, rows)`.
-    pub(super) fn evaluate_chunks(
-        &mut self,
-        n: usize,
-        mut load: impl FnMut(&mut Self, usize, usize),
-    ) -> (f64, usize) {
-        let s = self.gpu.stream.clone();
-        if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
-            self.fail("zero the metrics", e)
-        }
-        let chunk = self.model.eval_rows();
-        for start in (0..n).step_by(chunk) {
-            let b = chunk.min(n - start);
-            load(self, start, b);
-            self.eval_pass(b);
-            let mut out = self.eval_metrics.slice_mut(..);
-            add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
-        }
-        let mut host = [0.0f32; AUX];
-        if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
-            self.fail("read the evaluation metrics", e)
-        }
-        if let Err(e) = s.synchronize() {
-            self.fail("evaluate", e)
-        }
-        (host[0] as f64, host[1].round() as usize)
     }
 
     /// Forward in inference mode and the per-row loss and correct.
