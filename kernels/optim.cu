@@ -1,5 +1,6 @@
 // Optimizer updates on flat parameter buffers. Mirrors optim::step: `scale` turns the summed
-// gradient into the mean (1 / global samples); `wd` is L2 (added to the gradient) except for
+// gradient into the mean (1 / global samples, read from the step's metric slot on the device, so
+// the host need not wait for the step to launch its update); `wd` is L2 (added to the gradient) except for
 // AdamW, where it is decoupled.
 //
 // Each update walks a table of chunks, one block per chunk (grid-stride over the table): an
@@ -8,8 +9,14 @@
 // moments are laid out over the trained parameters only, and a chunk that is not decayed
 // (`--no-decay-bn-bias`) takes wd = 0.
 
+// 1 / the step's samples (at least 1), computed as the CPU does (in double, then rounded)
+__device__ __forceinline__ float mean_scale(const float* samples) {
+    return (float)(1.0 / fmax((double)samples[0], 1.0));
+}
+
 extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks, int nchunks,
-                                   float lr, float wd, float scale) {
+                                   float lr, float wd, const float* samples) {
+    const float scale = mean_scale(samples);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -24,8 +31,9 @@ extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks,
 // heavy-ball momentum `mu` (PyTorch's formulation), or Nesterov's where `nesterov` is 1;
 // `first` is 1 on the first step (m = g)
 extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, const int4* chunks,
-                                        int nchunks, float lr, float mu, float wd, float scale,
-                                        int first, int nesterov) {
+                                        int nchunks, float lr, float mu, float wd,
+                                        const float* samples, int first, int nesterov) {
+    const float scale = mean_scale(samples);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -54,8 +62,9 @@ __device__ __forceinline__ void adam_one(float* p, float g, float* m, float* v, 
 // Adam with L2 weight decay, or AdamW's decoupled decay where `decoupled` is 1
 extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v,
                                     const int4* chunks, int nchunks, float lr, float b1,
-                                    float b2, float eps, float wd, float scale, float step_size,
-                                    float inv_sqrt_bc2, int decoupled) {
+                                    float b2, float eps, float wd, const float* samples,
+                                    float step_size, float inv_sqrt_bc2, int decoupled) {
+    const float scale = mean_scale(samples);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;

@@ -339,3 +339,102 @@ fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
             .all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1.0)));
     }
 }
+
+/// What a run reports that must not depend on when its metrics are read: the losses, the
+/// model, the epochs' lines (without their clock) and the checkpoints' steps.
+fn reported(cfg: RunConfig) -> (RunResult, Vec<String>) {
+    let (r, events) = run_with_events(cfg);
+    let lines = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::EpochDone {
+                epoch,
+                step,
+                train_loss,
+                val_loss,
+                val_accuracy,
+                ..
+            } => Some(format!(
+                "epoch {epoch} step {step} {train_loss:?} {val_loss:?} {val_accuracy:?}"
+            )),
+            Event::Checkpoint { step, .. } => Some(format!("checkpoint {step}")),
+            Event::Finished { step, stopped } => Some(format!("finished {step} {stopped}")),
+            _ => None,
+        })
+        .collect();
+    (r, lines)
+}
+
+#[test]
+fn metrics_read_a_step_late_change_nothing_a_run_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let local_sgd = mgtop::config::strategy::Strategy::LocalSgd {
+        every: 4,
+        warmup: 6,
+        moments: false,
+    };
+    for (ranks, strategy) in [
+        (1, Default::default()),
+        (2, Default::default()),
+        (2, local_sgd),
+    ] {
+        let mut cfg = small(ranks, 8, 0, dir.path());
+        // epochs (with a short last batch), validation at each end, checkpoints mid-epoch
+        cfg.budget = Budget::Epochs(3);
+        cfg.inputs.val_fraction = Some(0.2);
+        cfg.checkpoint_every = Some(7);
+        cfg.final_checkpoint = true;
+        cfg.strategy = strategy;
+        cfg.metrics_late = Some(false);
+        let (now, now_lines) = reported(cfg.clone());
+        cfg.metrics_late = Some(true);
+        let (late, late_lines) = reported(cfg);
+        let what = format!("{ranks} ranks, {strategy:?}");
+        assert!(now.losses.len() > 20, "{what}: {} steps", now.losses.len());
+        assert_eq!(now.losses, late.losses, "{what}");
+        assert_eq!(now.state, late.state, "{what}");
+        assert_eq!(now.best_val_accuracy, late.best_val_accuracy, "{what}");
+        assert!(now_lines.iter().any(|l| l.starts_with("epoch 3")), "{what}");
+        assert_eq!(now_lines, late_lines, "{what}");
+    }
+}
+
+#[test]
+fn a_diverging_run_read_late_names_the_same_step_and_keeps_a_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // (with a checkpoint each step, the saved weights are checked too; without, the loss)
+    let failed_at = |late: bool, every: Option<u64>| {
+        let sub = dir.path().join(format!("late-{late}-{every:?}"));
+        let mut cfg = small(2, 8, 500, &sub);
+        cfg.optimizer = OptimizerKind::Sgd;
+        cfg.lr = Some(1e30);
+        cfg.checkpoint_every = every;
+        cfg.metrics_late = Some(late);
+        match Engine::run(cfg) {
+            Err(EngineError::NonFinite {
+                step, checkpoint, ..
+            }) => {
+                let kept = checkpoint.map(|ckpt| {
+                    let model = Model::mlp(12, &[16, 8], 4);
+                    let (meta, state) = mgtop::engine::checkpoint::read(&ckpt, &model, "sgd")
+                        .expect("the kept checkpoint is good");
+                    assert!(state.params.iter().all(|p| p.is_finite()));
+                    assert!(meta.step < step, "checkpoint {} of step {step}", meta.step);
+                    meta.step
+                });
+                assert_eq!(kept.is_some(), every.is_some());
+                step
+            }
+            other => panic!("expected a non-finite loss error, got {other:?}"),
+        }
+    };
+    for every in [Some(1), None] {
+        let now = failed_at(false, every);
+        assert!(now > 1, "{now}");
+        assert_eq!(
+            failed_at(true, every),
+            now,
+            "the step named, checkpoints {every:?}"
+        );
+    }
+}

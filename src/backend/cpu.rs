@@ -20,6 +20,11 @@ pub struct CpuReplica {
     /// trained parameters' and the batch's metrics), and the buffer they are packed into.
     reduced: Vec<std::ops::Range<usize>>,
     packed: Vec<f32>,
+    /// The metrics `batch_metrics` reports, and with `report_late` the newer step's, held back
+    /// until the next step ends (or `catch_up`).
+    shown: [f32; AUX],
+    held: Option<[f32; AUX]>,
+    late: bool,
 }
 
 impl CpuReplica {
@@ -62,6 +67,9 @@ impl CpuReplica {
             ws: Workspace::default(),
             reduced,
             packed: Vec::new(),
+            shown: [0.0; AUX],
+            held: None,
+            late: false,
         }
     }
 }
@@ -91,6 +99,22 @@ fn flush_denormals_on_this_thread() {
     unsafe {
         use std::arch::x86_64::{_mm_getcsr, _mm_setcsr};
         _mm_setcsr(_mm_getcsr() | 0x8040);
+    }
+}
+
+impl CpuReplica {
+    /// The step just ended: its metrics are reported now, or held back for one step (`late`).
+    fn ended(&mut self) {
+        let n = self.model.n_params;
+        let now: [f32; AUX] = self.grads[n..].try_into().expect("AUX metric slots");
+        match self.late {
+            false => self.shown = now,
+            true => {
+                if let Some(before) = self.held.replace(now) {
+                    self.shown = before;
+                }
+            }
+        }
     }
 }
 
@@ -124,7 +148,9 @@ impl Replica for CpuReplica {
     ) -> Result<ReduceTiming, CollectiveError> {
         // frozen parameters have no gradients worth summing: every rank leaves out the same
         if self.reduced.is_empty() {
-            return coll.all_reduce_sum(&mut self.grads);
+            let t = coll.all_reduce_sum(&mut self.grads)?;
+            self.ended();
+            return Ok(t);
         }
         self.packed.clear();
         for r in &self.reduced {
@@ -137,11 +163,12 @@ impl Replica for CpuReplica {
             self.grads[r.clone()].copy_from_slice(&self.packed[at..at + len]);
             at += len;
         }
+        self.ended();
         Ok(t)
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
-        let a = &self.grads[self.model.n_params..];
+        let a = &self.shown;
         BatchMetrics {
             loss_sum: a[0] as f64,
             correct: a[1] as f64,
@@ -149,8 +176,27 @@ impl Replica for CpuReplica {
         }
     }
 
+    fn finish_local(&mut self) {
+        self.ended();
+    }
+
+    /// Never late unless asked: a CPU worker's host is its device (asked, it holds its metrics
+    /// back as a GPU's arrive, which is how the engine's late path is tested without a GPU).
+    fn report_late(&mut self, asked: Option<bool>) -> bool {
+        self.late = asked.unwrap_or(false);
+        self.late
+    }
+
+    fn catch_up(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+        if let Some(last) = self.held.take() {
+            self.shown = last;
+        }
+        Ok(ReduceTiming::default())
+    }
+
     fn apply_update(&mut self, lr: f32) {
-        let samples = self.batch_metrics().samples.max(1.0);
+        // this step's samples (the metrics reported may be the step before's)
+        let samples = (self.grads[self.model.n_params + 2] as f64).max(1.0);
         let scale = (1.0 / samples) as f32;
         optim::step(
             &self.optimizer,

@@ -60,17 +60,30 @@ pub trait Replica {
     /// With `sync` (`--sync-bn`), batch norm takes its statistics over every replica's
     /// micro-batch through it: every replica must then call this with as many micro-batches.
     fn compute_grads(&mut self, micro: &[MicroBatch], sync: Option<&mut dyn Collective>);
-    /// Sums gradients (and batch metrics) across ranks.
+    /// Sums gradients (and batch metrics) across ranks; returns the reported step's timing.
     fn all_reduce_grads(
         &mut self,
         coll: &mut dyn Collective,
     ) -> Result<ReduceTiming, CollectiveError>;
-    /// Metrics of the last batch; global once `all_reduce_grads` has run.
+    /// Metrics of the reported step's batch (global once `all_reduce_grads` has run): the step
+    /// just ended, or the one before it where the replica reports late (`report_late`).
     fn batch_metrics(&self) -> BatchMetrics;
-    /// Device-measured times of the last step (after `all_reduce_grads`); None where the
-    /// host's clock is the device's (CPU workers).
+    /// Device-measured times of the reported step; None where the host's clock is the device's
+    /// (CPU workers).
     fn device_times(&self) -> Option<DeviceTimes> {
         None
+    }
+    /// Whether the end of a step (`all_reduce_grads`, `finish_local`) is only queued, so that
+    /// the host goes on to the next step while the device finishes this one: then the step
+    /// reported (`batch_metrics`, `device_times`, the timing returned) is the one before it
+    /// (none after the first, or after `catch_up`), and `catch_up` waits for the last. `asked`
+    /// None: the replica's own choice (GPUs: yes; CPU workers, whose host is their device: no).
+    /// Returns whether it now reports late. The optimizer step needs no metrics on the host.
+    fn report_late(&mut self, asked: Option<bool>) -> bool;
+    /// Where reports are late: waits for the last step queued and reports it (its timing;
+    /// `host` is polled for a peer's failure while waiting).
+    fn catch_up(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+        Ok(ReduceTiming::default())
     }
     /// What the run should be told about this device since the last call (a fallback taken).
     fn take_notes(&mut self) -> Vec<String> {

@@ -200,6 +200,9 @@ impl TrainArgs {
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
             precision: parse("precision", args.precision.as_ref(), d.precision)?,
             cuda_graph: parse("cuda-graph", args.cuda_graph.as_ref(), d.cuda_graph)?,
+            metrics_late: crate::config::metrics_late(
+                std::env::var("MGTOP_METRICS_LATE").ok().as_deref(),
+            )?,
             warmup: args.warmup.unwrap_or(d.warmup),
             schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
             lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,

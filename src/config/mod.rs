@@ -208,12 +208,28 @@ pub struct RunConfig {
     pub precision: PrecisionFlag,
     /// Whether GPUs replay each training pass from a CUDA graph (`--cuda-graph`).
     pub cuda_graph: cuda_graph::CudaGraph,
+    /// Whether a step's metrics are read one step late, so that the host never waits for the
+    /// device inside a step (`MGTOP_METRICS_LATE`; None: each device's own choice, GPUs late).
+    pub metrics_late: Option<bool>,
     /// Warn when no step completes for this long (`--stall-timeout`).
     pub stall_timeout: Duration,
     /// How ranks share what they learn (`--strategy`).
     pub strategy: strategy::Strategy,
     /// Validate at every epoch end (`scale` measures without, and validates the final model).
     pub epoch_validation: bool,
+}
+
+/// `MGTOP_METRICS_LATE` (`RunConfig::metrics_late`): unset or empty for each device's own
+/// choice, `1` to read every step's metrics one step late, `0` to read them at its end.
+pub fn metrics_late(value: Option<&str>) -> Result<Option<bool>, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some("1") => Ok(Some(true)),
+        Some("0") => Ok(Some(false)),
+        Some(v) => Err(format!(
+            "MGTOP_METRICS_LATE={v}: expected 1 (read each step's metrics one step late, the GPUs' default) or 0 (at the end of the step), or leave it unset"
+        )),
+    }
 }
 
 impl Default for RunConfig {
@@ -259,6 +275,7 @@ impl Default for RunConfig {
             label_smoothing: 0.0,
             precision: PrecisionFlag::default(),
             cuda_graph: Default::default(),
+            metrics_late: None,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),
@@ -270,6 +287,19 @@ impl Default for RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_late_takes_0_1_or_nothing_and_names_the_variable_otherwise() {
+        assert_eq!(metrics_late(None), Ok(None));
+        assert_eq!(metrics_late(Some(" ")), Ok(None));
+        assert_eq!(metrics_late(Some("1")), Ok(Some(true)));
+        assert_eq!(metrics_late(Some("0")), Ok(Some(false)));
+        let e = metrics_late(Some("yes")).unwrap_err();
+        assert!(
+            e.contains("MGTOP_METRICS_LATE=yes") && e.contains("expected 1"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_default_lr_follows_the_global_batch_and_a_given_lr_does_not() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// One rank's view of one optimizer step. `loss` and `accuracy` are global (all ranks' shards,
 /// all-reduced), the timings are this rank's.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepStats {
     pub rank: usize,
     /// 1-based number of this step in the run.

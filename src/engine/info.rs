@@ -30,6 +30,8 @@ pub struct RunInfo {
     pub precision_note: Option<String>,
     /// What `--cuda-graph` comes to on GPUs (None where unknown: a run read back).
     pub cuda_graph: Option<String>,
+    /// When GPUs' step metrics are read (`RunConfig::metrics_late`; None: a run read back).
+    pub step_metrics: Option<String>,
     /// What a run's convolutions go through, on GPUs or CPU workers (None: no convolution).
     pub convolutions: Option<String>,
     pub data: String,
@@ -79,6 +81,17 @@ pub struct RunInfo {
 
 /// For a convolutional model, what its convolutions go through: on GPUs "cuDNN 9.3.0" or why
 /// the own kernels; on CPU workers which kernels this CPU takes.
+/// What a GPU run's start-up says of when its step metrics are read (as the worker decides:
+/// `Runner::allows_late_reports`, `Replica::report_late`).
+fn step_metrics(cfg: &RunConfig) -> String {
+    let late = cfg.metrics_late.unwrap_or(true)
+        && cfg.strategy != crate::config::strategy::Strategy::CentralStorage;
+    match late {
+        true => "read one step late: the host queues the next step before it waits for a step's loss (MGTOP_METRICS_LATE=0 reads it at the step's end)".into(),
+        false => "read at the end of each step".into(),
+    }
+}
+
 fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     let convs = (model.nodes.iter()).any(|n| matches!(n.op, crate::nn::model::Op::Conv { .. }));
     if !convs {
@@ -133,6 +146,7 @@ impl RunInfo {
                 .resolve(cfg.sync_bn)
                 .ok()
                 .map(|(_, line)| line),
+            step_metrics: Some(step_metrics(cfg)),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),
@@ -259,4 +273,21 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
         notes.push("dropout: each replica draws its own masks".into());
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::strategy::Strategy;
+
+    #[test]
+    fn step_metrics_are_late_on_gpus_unless_turned_off_or_under_central_storage() {
+        let mut cfg = RunConfig::default();
+        assert!(step_metrics(&cfg).starts_with("read one step late"));
+        cfg.metrics_late = Some(false);
+        assert_eq!(step_metrics(&cfg), "read at the end of each step");
+        cfg.metrics_late = None;
+        cfg.strategy = Strategy::CentralStorage;
+        assert_eq!(step_metrics(&cfg), "read at the end of each step");
+    }
 }

@@ -348,6 +348,7 @@ impl Engine {
                 rebalance_samples: 0,
                 strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
                 device_cap: device_cap.clone(),
+                queued: None,
             };
             let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
             let optimizer = optimizer.clone();

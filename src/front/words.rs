@@ -79,6 +79,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         ),
         _ => {}
     }
+    if let Some(m) = info.step_metrics.as_deref().filter(|_| gpu_run) {
+        lines.push(format!("step metrics: {m}"));
+    }
     if let Some(c) = &info.convolutions {
         lines.push(format!("convolutions: {c}"));
     }
@@ -328,6 +331,22 @@ mod tests {
             })
             .collect();
         info
+    }
+
+    #[test]
+    fn a_gpu_run_says_when_its_step_metrics_are_read_and_a_cpu_run_does_not() {
+        let mut info = crate::front::tui::demo::info(2);
+        info.step_metrics = Some("read one step late".into());
+        let said = describe(&gpus(info.clone()));
+        assert!(
+            said.contains(&"step metrics: read one step late".to_string()),
+            "{said:?}"
+        );
+        let said = describe(&info);
+        assert!(
+            !said.iter().any(|l| l.starts_with("step metrics")),
+            "{said:?}"
+        );
     }
 
     #[test]

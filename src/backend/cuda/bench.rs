@@ -149,6 +149,7 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
     )?;
     let adam = Optimizer::new(OptimizerKind::Adam, 0.0);
     let chunks = Chunks::new(&s, &adam, params).map_err(on(index, "upload the chunks"))?;
+    let one = s.clone_htod(&[1.0f32]).map_err(on(index, "upload"))?;
     // Adam reads p, g, m, v and writes p, m, v
     time(
         format!("adam {}M params", params >> 20),
@@ -160,8 +161,9 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
                 g: g.slice(..),
                 m: m.slice_mut(..),
                 v: v.slice_mut(..),
+                samples: one.slice(..),
             };
-            launch_update(&gpu, &adam, &chunks, b, 1e-3, 1.0, 10);
+            launch_update(&gpu, &adam, &chunks, b, 1e-3, 10);
             Ok(())
         },
     )?;

@@ -74,8 +74,25 @@ impl Runner {
         !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup)
     }
 
+    /// Whether a replica may report a step late (`Replica::report_late`): not under central
+    /// storage, whose exchange reads the gradients on the host each step anyway.
+    pub fn allows_late_reports(&self) -> bool {
+        self.strategy != Strategy::CentralStorage
+    }
+
+    /// An all-reduce's `timing` as what step `step`'s exchange moved (nothing for local SGD's
+    /// steps between averages, which exchange nothing).
+    pub fn reduced(&self, timing: ReduceTiming, step: u64) -> Moved {
+        let mut moved = Moved::default();
+        if !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup) {
+            moved.reduced(timing);
+        }
+        moved
+    }
+
     /// After `compute_grads` of step `step`: the exchange, and the batch's metrics (global, but
-    /// this rank's own between local SGD's averages).
+    /// this rank's own between local SGD's averages) of the step the replica reports (this one,
+    /// or the one before where reports are late).
     pub fn exchange(
         &mut self,
         replica: &mut dyn Replica,

@@ -19,12 +19,14 @@ use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::nn::model::Model;
 use crate::nn::schedule::lr_at;
+use report::{Queued, Reported, Tally};
 
 use super::rebalance;
 
 mod boundary;
 mod gpu;
 mod in_sync;
+pub(super) mod report;
 mod save;
 
 pub(super) use gpu::{open_gpu, ALL_REDUCE_TIMEOUT_FACTOR};
@@ -70,6 +72,8 @@ pub(super) struct Worker {
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
     pub device_cap: Arc<super::control::DeviceCap>,
+    /// The last step queued, where the replica reports it late (`Replica::report_late`).
+    pub queued: Option<report::Queued>,
 }
 
 pub(super) struct WorkerEnd {
@@ -191,11 +195,10 @@ impl Worker {
     }
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
-        let mut losses = Vec::new();
-        let mut step_ends = Vec::new();
+        let late =
+            self.strategy.allows_late_reports() && replica.report_late(self.cfg.metrics_late);
+        let mut tally = Tally::default();
         let mut stopped = false;
-        let mut best_val: Option<f32> = None;
-        let (mut epoch_loss, mut epoch_samples) = (0.0f64, 0.0f64);
         while !self.done() {
             let d = if !self.strategy.in_sync(self.step) {
                 Default::default() // local SGD agrees on controls at its averages only
@@ -226,6 +229,9 @@ impl Worker {
                 && self.step.is_multiple_of(rebalance::EVERY)
             {
                 self.rebalance()?;
+            }
+            if d.checkpoint || d.stop.is_some() {
+                self.catch_up(replica, &mut tally)?;
             }
             if d.checkpoint || d.stop == Some(true) {
                 self.save(replica)?;
@@ -268,29 +274,30 @@ impl Worker {
             if let Some((_, factor)) = self.cfg.slow_rank.filter(|f| f.0 == self.rank) {
                 slow_down(cpu0, t, factor);
             }
-            let mut compute = t.elapsed();
-            let mut compute_cpu = thread_cpu_time()
+            let compute = t.elapsed();
+            let compute_cpu = thread_cpu_time()
                 .zip(cpu0)
                 .map(|(b, a)| b.saturating_sub(a));
             self.beats.beat(self.rank, next, Phase::Reduce);
-            let (m, reduce) = self.strategy.exchange(replica, self.coll.as_mut(), next)?;
-            let device = replica.device_times();
-            if let Some(dev) = device {
-                // a GPU: the host only queued the work; the device says how long it took
-                compute = dev.compute;
-                compute_cpu = None;
+            // (of this step, or of the one before where the replica reports late)
+            let (m, moved) = self.strategy.exchange(replica, self.coll.as_mut(), next)?;
+            let reported = Reported {
+                m,
+                moved,
+                device: replica.device_times(),
+            };
+            if !late {
+                // checked before this step's update: a non-finite loss never reaches the weights
+                let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
+                if !loss.is_finite() {
+                    return Err(EngineError::NonFinite {
+                        step: next,
+                        epoch: self.cursor.epoch + 1,
+                        checkpoint: self.last_checkpoint_path(),
+                    });
+                }
             }
-            self.rebalance_work += data_wait + compute_cpu.unwrap_or(compute);
-            self.rebalance_samples += batch.micro.iter().map(|mb| mb.n).sum::<usize>();
             self.beats.beat(self.rank, next, Phase::Update);
-            let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
-            if !loss.is_finite() {
-                return Err(EngineError::NonFinite {
-                    step: self.step + 1,
-                    epoch: self.cursor.epoch + 1,
-                    checkpoint: self.last_checkpoint_path(),
-                });
-            }
             let lr = lr_at(
                 self.cfg.schedule,
                 self.lr_base,
@@ -298,83 +305,60 @@ impl Worker {
                 self.step,
                 self.progress(),
             );
-            let (host_opt, synced) = self
-                .strategy
-                .update(replica, self.coll.as_mut(), lr, next)?;
-            let reduce = reduce.plus(synced);
-            // a GPU's update is timed on the device, one step late (the events are read after
-            // the next all-reduce); the host's time of it is only the launch
-            let optimizer = device.and_then(|d| d.optimizer).unwrap_or(host_opt);
+            let (optimizer, synced) =
+                self.strategy
+                    .update(replica, self.coll.as_mut(), lr, next)?;
 
             self.step += 1;
             self.check_in_sync(&mut *replica)?;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
-            let progress = self.progress();
-            let at = self.t0.elapsed();
-            let stats = StepStats {
-                rank: self.rank,
-                step: self.step,
-                epoch: epoch + 1,
-                samples: batch.micro.iter().map(|mb| mb.n).sum(),
-                global_samples: batch.global_samples,
-                per_replica: self.per_replica,
-                loss,
-                accuracy: (m.correct / m.samples.max(1.0)) as f32,
-                lr,
-                data_wait,
-                compute,
-                compute_cpu,
-                device_timed: device.is_some(),
-                comm: reduce.comm,
-                sync_wait: reduce.wait,
-                transfer: reduce.transfer,
-                optimizer,
-                step_time: t_start.elapsed(),
-                at,
-                after_pause: d.was_paused,
-                progress,
+            let samples = batch.micro.iter().map(|mb| mb.n).sum();
+            let queued = Queued {
+                stats: StepStats {
+                    rank: self.rank,
+                    step: self.step,
+                    epoch: epoch + 1,
+                    samples,
+                    global_samples: batch.global_samples,
+                    per_replica: self.per_replica,
+                    lr,
+                    data_wait,
+                    compute,
+                    compute_cpu,
+                    optimizer,
+                    step_time: t_start.elapsed(),
+                    at: self.t0.elapsed(),
+                    after_pause: d.was_paused,
+                    progress: self.progress(),
+                    // the replica's report fills in the rest
+                    ..StepStats::default()
+                },
+                synced,
+                epoch_end: batch.epoch_end,
             };
-            if self.local.len() < self.ranks {
-                self.last_stats = Some(stats.clone());
-            }
-            let _ = self.stats.try_send(stats);
             for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
                 let step = self.step;
                 let _ = self.events.send(Event::DataSkipped { step, message });
             }
-            if self.rank == 0 {
-                losses.push(loss);
-                step_ends.push(at);
-            }
-            epoch_loss += m.loss_sum;
-            epoch_samples += m.samples;
-            if batch.epoch_end {
-                let (val_loss, val_acc) = self.validate(replica)?;
-                if let Some(a) = val_acc {
-                    best_val = Some(best_val.map_or(a, |b| b.max(a)));
+            match late {
+                true => {
+                    if let Some(before) = self.queued.replace(queued) {
+                        self.report(before, reported, replica, &mut tally)?;
+                    }
                 }
-                if self.rank == 0 {
-                    let train_loss = (epoch_loss / epoch_samples.max(1.0)) as f32;
-                    let _ = self.events.send(Event::EpochDone {
-                        epoch: epoch + 1,
-                        step: self.step,
-                        train_loss,
-                        val_loss,
-                        val_accuracy: val_acc,
-                        elapsed: self.t0.elapsed(),
-                    });
-                }
-                (epoch_loss, epoch_samples) = (0.0, 0.0);
+                false => self.report(queued, reported, replica, &mut tally)?,
             }
-            if self
-                .cfg
-                .checkpoint_every
-                .is_some_and(|n| self.step.is_multiple_of(n))
-            {
+            let checkpoint =
+                (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
+            if batch.epoch_end || checkpoint {
+                self.catch_up(replica, &mut tally)?;
+            }
+            if checkpoint {
                 self.save(replica)?;
             }
         }
+        self.catch_up(replica, &mut tally)?;
         self.last_reports()?;
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
@@ -390,11 +374,11 @@ impl Worker {
         Ok(RunResult {
             steps: self.step,
             stopped,
-            losses,
-            step_ends,
+            losses: tally.losses,
+            step_ends: tally.step_ends,
             state: self.strategy.export(replica),
             last_checkpoint: self.last_checkpoint_path(),
-            best_val_accuracy: best_val,
+            best_val_accuracy: tally.best_val,
             data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),
         })
     }

@@ -27,6 +27,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         precision: Precision::Fp32,
         precision_note: None,
         cuda_graph: None,
+        step_metrics: None,
         convolutions: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
         model: "mlp:128 (64-128-10)".into(),

@@ -198,6 +198,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .unwrap_or(Precision::Fp32),
         precision_note: None,
         cuda_graph: None,
+        step_metrics: None,
         convolutions: None,
         data: text(v, "data")?.to_string(),
         model: text(v, "model")?.to_string(),

@@ -84,14 +84,13 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> Upload<T> {
 }
 
 /// Page-locked host buffers, made on first use: one of n_params floats (parameters, both
-/// ways), one of n_params + AUX (gradients and metric slots), one of the AUX metric slots
-/// (each step's batch metrics, `wait::settle`).
+/// ways), one of n_params + AUX (gradients and metric slots). (Each step's batch metrics have
+/// their own, `wait::Ends`.)
 #[derive(Default)]
 pub(super) struct Staging {
     params: Option<PinnedHostSlice<f32>>,
     grads: Option<PinnedHostSlice<f32>>,
     params_in: Upload<f32>,
-    pub metrics: Option<PinnedHostSlice<f32>>,
 }
 
 impl<E: Elem> CudaReplica<E> {

@@ -8,8 +8,10 @@
 //! batch norm's statistics, the loss, master weights, gradients and optimizer state in fp32; the
 //! products read a bf16 copy of the weights made after every change to the parameters).
 //!
-//! Work is queued on the GPU's stream; the host waits once per step, after the all-reduce, to
-//! read the batch metrics. Compute and all-reduce times come from CUDA events on the stream.
+//! Work is queued on the GPU's stream; the host waits once per step for the batch metrics copied
+//! out behind the all-reduce: of the step just queued, or, reporting late (the default), of the
+//! step before it, so the device always has a step queued. Compute and all-reduce times come
+//! from CUDA events on the stream.
 //! A CUDA error inside a step has no way back through `Replica`, so it panics with what failed
 //! and the engine reports the rank as failed.
 
@@ -42,7 +44,7 @@ use super::launch::{add_metrics, die};
 use super::layout::Layout;
 use super::nccl::{Communicator, Patience};
 use super::{blas, dnn, on, CudaError, Gpu};
-use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState, AUX};
+use crate::backend::{BatchMetrics, DeviceTimes, Replica, TrainState};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::{Dataset, MicroBatch};
 use crate::nn::model::Model;
@@ -123,12 +125,10 @@ pub struct CudaReplica<E: Elem = f32> {
     row_correct: CudaSlice<i32>,
     eval_metrics: CudaSlice<f32>,
     cap: usize,
-    metrics: [f32; AUX],
     /// Recorded before and after the gradient computation of the current step.
     events: Option<(CudaEvent, CudaEvent)>,
-    /// Recorded before and after the last optimizer update.
-    update_events: Option<(CudaEvent, CudaEvent)>,
-    times: Option<DeviceTimes>,
+    /// The ends of steps queued and not read yet, and what the last one read said (`wait`).
+    ends: wait::Ends,
     staging: host::Staging,
     /// The training set, when this GPU holds it (`Replica::hold_data`).
     resident: Option<resident::Resident>,
@@ -164,7 +164,7 @@ impl<E: Elem> CudaReplica<E> {
         self.comm = Some(comm);
         sent.map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
         let connected = self.record();
-        self.wait_for(&connected, Some(host))
+        self.wait_for(&connected, None, Some(host))
             .map_err(|e| CudaError::new(index, "connect to the other GPUs", e))?;
         Ok(())
     }
@@ -270,15 +270,27 @@ impl<E: Elem> Replica for CudaReplica<E> {
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
+        let m = &self.ends.metrics;
         BatchMetrics {
-            loss_sum: self.metrics[0] as f64,
-            correct: self.metrics[1] as f64,
-            samples: self.metrics[2] as f64,
+            loss_sum: m[0] as f64,
+            correct: m[1] as f64,
+            samples: m[2] as f64,
         }
     }
 
     fn device_times(&self) -> Option<DeviceTimes> {
-        self.times
+        self.ends.times
+    }
+
+    /// Late unless asked not to (`MGTOP_METRICS_LATE=0`): the update reads the step's sample
+    /// count on the device.
+    fn report_late(&mut self, asked: Option<bool>) -> bool {
+        self.ends.late = asked.unwrap_or(true);
+        self.ends.late
+    }
+
+    fn catch_up(&mut self, host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+        self.read_all_ends(Some(host))
     }
 
     /// cuDNN failing its check (at open), a training pass that could not be captured.
@@ -293,7 +305,8 @@ impl<E: Elem> Replica for CudaReplica<E> {
         if let Some(p) = self.profile.as_mut() {
             p.count("optimizer", "update", mark.flatten());
         }
-        self.update_events = Some((before, self.record()));
+        let after = self.record();
+        self.ends.updated(before, after);
     }
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {

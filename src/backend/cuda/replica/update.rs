@@ -11,7 +11,6 @@ use super::{to_device, CudaReplica};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{blocks_cfg, check};
 use crate::backend::cuda::Gpu;
-use crate::backend::Replica;
 use crate::nn::optim::{Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
 
 /// The most parameters one block updates (a piece longer than this is cut).
@@ -50,23 +49,24 @@ impl Chunks {
 }
 
 /// The buffers one update reads and writes: the moments hold the trained parameters' only
-/// (`m`, `v` unused where the optimizer keeps none).
+/// (`m`, `v` unused where the optimizer keeps none); `samples`, one float, the step's global
+/// sample count (its metric slot), which the gradient sums are divided by.
 pub(crate) struct Buffers<'a> {
     pub p: CudaViewMut<'a, f32>,
     pub g: CudaView<'a, f32>,
     pub m: CudaViewMut<'a, f32>,
     pub v: CudaViewMut<'a, f32>,
+    pub samples: CudaView<'a, f32>,
 }
 
 /// Step `t` (1 on the first) of optimizer `o` with learning rate `lr`, the gradient sums
-/// scaled by `scale` into the mean.
+/// divided by the samples into the mean.
 pub(crate) fn launch_update(
     gpu: &Gpu,
     o: &Optimizer,
     chunks: &Chunks,
     b: Buffers<'_>,
     lr: f32,
-    scale: f32,
     t: u64,
 ) {
     let Buffers {
@@ -74,6 +74,7 @@ pub(crate) fn launch_update(
         g,
         mut m,
         mut v,
+        samples,
     } = b;
     if chunks.count == 0 {
         return;
@@ -83,7 +84,7 @@ pub(crate) fn launch_update(
     let wd = o.weight_decay;
     let r = match o.kind {
         OptimizerKind::Sgd => {
-            try_launch!(gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &scale)
+            try_launch!(gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &samples)
         }
         OptimizerKind::Momentum | OptimizerKind::Nesterov => {
             let first = i32::from(t == 1);
@@ -101,7 +102,7 @@ pub(crate) fn launch_update(
                 &lr,
                 &mu,
                 &wd,
-                &scale,
+                &samples,
                 &first,
                 &nesterov
             )
@@ -127,7 +128,7 @@ pub(crate) fn launch_update(
                 &b2,
                 &eps,
                 &wd,
-                &scale,
+                &samples,
                 &step_size,
                 &inv_sqrt_bc2,
                 &decoupled
@@ -141,23 +142,16 @@ impl<E: Elem> CudaReplica<E> {
     /// The optimizer kernel for this step's mean gradient.
     pub(super) fn update(&mut self, lr: f32) {
         let n = self.model.n_params;
-        let scale = (1.0 / self.batch_metrics().samples.max(1.0)) as f32;
         self.t += 1;
         let b = Buffers {
             p: self.params.slice_mut(..),
             g: self.grads.slice(..n),
             m: self.m.slice_mut(..),
             v: self.v.slice_mut(..),
+            // the metric slots after the sums: [loss sum, correct, samples]
+            samples: self.grads.slice(n + 2..n + 3),
         };
-        launch_update(
-            &self.gpu,
-            &self.optimizer,
-            &self.chunks,
-            b,
-            lr,
-            scale,
-            self.t,
-        );
+        launch_update(&self.gpu, &self.optimizer, &self.chunks, b, lr, self.t);
         self.refresh_weights();
     }
 

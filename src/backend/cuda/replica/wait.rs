@@ -1,15 +1,63 @@
-//! Waiting for the GPU's stream at the end of a step: for an all-reduce (without hanging on a
-//! failed peer) and the batch metrics copied out behind it, in one wait, then the device's
-//! times of the step.
+//! The ends of steps on the GPU's stream: each step's batch metrics are copied into page-locked
+//! memory behind its all-reduce and read once that copy is done, either at once or, where the
+//! replica reports late (`Replica::report_late`), after the next step is queued, so that the
+//! host never waits for the device inside a step. Waiting never hangs on a failed peer.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaEvent;
+use cudarc::driver::{CudaEvent, PinnedHostSlice};
 
 use super::CudaReplica;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::{DeviceTimes, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
+
+/// A step's end queued on the stream: its events and the page-locked slots its metrics land in.
+struct Ending {
+    /// Steps ended before this one (its number, from 0).
+    step: u64,
+    /// Recorded before and after its gradients' computation.
+    compute: Option<(CudaEvent, CudaEvent)>,
+    /// After its all-reduce (the end of the all-reduce's time), then after the metrics' copy.
+    reduced: CudaEvent,
+    copied: CudaEvent,
+    out: PinnedHostSlice<f32>,
+    /// When the host queued the exchange (its time where the device has none).
+    t0: Instant,
+}
+
+/// The steps whose ends are queued and not read yet (one at most stays in flight, when
+/// reports are late), the optimizer updates' events, and what the last end read said.
+#[derive(Default)]
+pub(super) struct Ends {
+    pub late: bool,
+    queued: VecDeque<Ending>,
+    /// Each update's events, by the number of steps ended before it (the end of step k,
+    /// numbered from 0, reports the update numbered k: the one after step k - 1).
+    updates: VecDeque<(u64, CudaEvent, CudaEvent)>,
+    count: u64,
+    /// Page-locked metric slots no end holds.
+    free: Vec<PinnedHostSlice<f32>>,
+    pub metrics: [f32; AUX],
+    pub times: Option<DeviceTimes>,
+}
+
+impl Ends {
+    /// An optimizer update queued between `before` and `after` (following the last end queued).
+    pub fn updated(&mut self, before: CudaEvent, after: CudaEvent) {
+        if self.updates.len() > 2 {
+            self.updates.pop_front(); // updates without ends read (none in a training loop)
+        }
+        self.updates.push_back((self.count, before, after));
+    }
+}
+
+fn ms(a: &CudaEvent, b: &CudaEvent) -> Duration {
+    a.elapsed_ms(b)
+        .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+        .unwrap_or_default()
+}
 
 impl<E: Elem> CudaReplica<E> {
     /// Waits for `ev`, which follows an all-reduce, without blocking forever: the clock starts
@@ -19,10 +67,10 @@ impl<E: Elem> CudaReplica<E> {
     pub(super) fn wait_for(
         &mut self,
         ev: &CudaEvent,
+        compute_end: Option<&CudaEvent>,
         host: Option<&dyn Collective>,
     ) -> Result<(), CollectiveError> {
         let mut started: Option<Instant> = None;
-        let compute_end = self.events.as_ref().map(|(_, end)| end);
         loop {
             match ev.try_is_complete() {
                 Ok(true) => return Ok(()),
@@ -56,8 +104,9 @@ impl<E: Elem> CudaReplica<E> {
     }
 
     /// After the step's gradients (and their all-reduce, if any) are queued: queues the batch
-    /// metrics' copy into page-locked memory behind them, waits once for both, and reads the
-    /// metrics and the device's times of the step.
+    /// metrics' copy into page-locked memory behind them, then reads the ends queued before
+    /// until at most one is left in flight where reports are late, none otherwise. Returns the
+    /// timing of the last end read (default when none was).
     pub(super) fn settle(
         &mut self,
         t0: Instant,
@@ -65,42 +114,89 @@ impl<E: Elem> CudaReplica<E> {
     ) -> Result<ReduceTiming, CollectiveError> {
         let n = self.model.n_params;
         let s = self.gpu.stream.clone();
-        let mut out = match self.staging.metrics.take() {
+        let mut out = match self.ends.free.pop() {
             Some(b) => b,
             None => self.pinned(AUX),
         };
-        // (`reduced` ends the all-reduce's time; `copied` follows the metrics' copy)
         let reduced = self.record();
         if let Err(e) = s.memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut out) {
             self.fail("read the batch metrics", e)
         }
         let copied = self.record();
-        let waited = self.wait_for(&copied, host);
+        let step = self.ends.count;
+        self.ends.count += 1;
+        self.ends.queued.push_back(Ending {
+            step,
+            compute: self.events.take(),
+            reduced,
+            copied,
+            out,
+            t0,
+        });
+        let keep = usize::from(self.ends.late);
+        let mut timing = ReduceTiming::default();
+        while self.ends.queued.len() > keep {
+            timing = self.read_end(host)?;
+        }
+        Ok(timing)
+    }
+
+    /// Reads every end queued (`Replica::catch_up`).
+    pub(super) fn read_all_ends(
+        &mut self,
+        host: Option<&dyn Collective>,
+    ) -> Result<ReduceTiming, CollectiveError> {
+        let mut timing = ReduceTiming::default();
+        while !self.ends.queued.is_empty() {
+            timing = self.read_end(host)?;
+        }
+        Ok(timing)
+    }
+
+    /// Waits for the oldest end queued and reads its metrics and the device's times of its
+    /// step (the optimizer's: the update of the step before, done by then).
+    fn read_end(&mut self, host: Option<&dyn Collective>) -> Result<ReduceTiming, CollectiveError> {
+        let Some(end) = self.ends.queued.pop_front() else {
+            return Ok(ReduceTiming::default());
+        };
+        let compute_end = end.compute.as_ref().map(|(_, e)| e);
+        let waited = self.wait_for(&end.copied, compute_end, host);
         if waited.is_ok() {
             // (the copy is done once its event is: cudarc's own tracking is off, `Gpu::open`)
-            match out.as_slice() {
-                Ok(m) => self.metrics.copy_from_slice(m),
+            match end.out.as_slice() {
+                Ok(m) => self.ends.metrics.copy_from_slice(m),
                 Err(e) => self.fail("read the batch metrics", e),
             }
         }
-        self.staging.metrics = Some(out);
+        // kept even after a failed wait: the copy into it may still be in flight
+        self.ends.free.push(end.out);
         waited?;
-        let ms = |a: &CudaEvent, b: &CudaEvent| {
-            a.elapsed_ms(b)
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                .unwrap_or_default()
+        // the update that followed the step before this one
+        let updates = &mut self.ends.updates;
+        while updates.front().is_some_and(|u| u.0 < end.step) {
+            updates.pop_front();
+        }
+        let optimizer = match updates.front() {
+            Some((after, a, b)) if *after == end.step => Some(ms(a, b)),
+            _ => None,
         };
-        if let Some((start, computed)) = self.events.take() {
-            self.times = Some(DeviceTimes {
-                compute: ms(&start, &computed),
-                comm: ms(&computed, &reduced),
-                // queued before this step's compute, so complete by now
-                optimizer: self.update_events.take().map(|(a, b)| ms(&a, &b)),
+        if optimizer.is_some() {
+            updates.pop_front();
+        }
+        if let Some((start, computed)) = &end.compute {
+            self.ends.times = Some(DeviceTimes {
+                compute: ms(start, computed),
+                comm: ms(computed, &end.reduced),
+                optimizer,
             });
         }
-        Ok(ReduceTiming {
+        let timing = ReduceTiming {
             wait: Duration::ZERO,
-            transfer: self.times.map_or(t0.elapsed(), |t| t.comm),
-        })
+            transfer: match &end.compute {
+                Some((_, computed)) => ms(computed, &end.reduced),
+                None => end.t0.elapsed(),
+            },
+        };
+        Ok(timing)
     }
 }
