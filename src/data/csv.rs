@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
+use super::host_memory;
 use super::read::{self, excerpt, Expect};
 use super::{finish, DataError, Dataset};
 
@@ -46,10 +47,10 @@ impl fmt::Display for LabelColumn {
 /// then as floats (up to twice the text for one-digit values) and split, a CSV takes up to
 /// about eight times its size.
 pub(super) fn read(path: &Path) -> Result<String, DataError> {
-    let (memory, _) = read::machine_memory();
+    let (memory, _) = host_memory::machine_memory();
     let fix = format!(
         "the cap is an eighth of {}, as loading a CSV takes up to about 8 times its size; train on a sample of its rows",
-        read::memory_text()
+        host_memory::memory_text()
     );
     let expect = Expect {
         what: "a CSV file",
@@ -209,7 +210,7 @@ mod tests {
     fn a_csv_larger_than_an_eighth_of_memory_is_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("big.csv");
-        let (memory, _) = read::machine_memory();
+        let (memory, _) = host_memory::machine_memory();
         // sparse: nothing is written, and nothing may be read
         std::fs::File::create(&f)
             .unwrap()

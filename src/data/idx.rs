@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::host_memory;
 use super::images::{hwc_to_chw, idx_images, ImageLayout};
 use super::read::{self, Expect};
 use super::{finish, DataError, Dataset, Normalisation};
@@ -39,7 +40,7 @@ impl From<std::io::Error> for Fail {
 }
 
 fn read(path: &Path) -> Result<Idx, DataError> {
-    let (memory, _) = read::machine_memory();
+    let (memory, _) = host_memory::machine_memory();
     let expect = Expect {
         what: "an IDX file",
         flag: "--data",
@@ -135,7 +136,7 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
         return Err(Fail::Format(format!(
             "header (byte 4..{header}) declares {dims_txt} = {want} bytes of data, about {} in memory once loaded (as floats, split), more than {}: not an IDX file, or corrupt, or too large for this machine",
             read::bytes(in_memory),
-            read::memory_text()
+            host_memory::memory_text()
         )));
     }
     let mismatch = |have: String| {
@@ -243,12 +244,15 @@ mod tests {
     }
 
     fn parse(bytes: &[u8]) -> Result<Idx, String> {
-        from_reader(bytes, Some(bytes.len() as u64), read::machine_memory().0).map_err(
-            |f| match f {
-                Fail::Format(m) => m,
-                Fail::Io(e) => e.to_string(),
-            },
+        from_reader(
+            bytes,
+            Some(bytes.len() as u64),
+            host_memory::machine_memory().0,
         )
+        .map_err(|f| match f {
+            Fail::Format(m) => m,
+            Fail::Io(e) => e.to_string(),
+        })
     }
 
     fn gzip(bytes: &[u8]) -> Vec<u8> {

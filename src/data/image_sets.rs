@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::cifar::{self, Kind};
 use super::folder::{self, Folder};
+use super::host_memory;
 use super::imageset::{ImageSet, Pictures};
 use super::read;
 use super::transform::{Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
@@ -68,7 +69,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
             })
             .sum()
     };
-    let budget = read::machine_memory().0 / KEEP_SHARE;
+    let budget = host_memory::machine_memory().0 / KEEP_SHARE;
     let (keep, shrink, stored) = if bytes(None) <= budget {
         (true, None, bytes(None))
     } else if side.is_some() && bytes(side) <= budget {
@@ -88,7 +89,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
             "{}: images are decoded every epoch (keeping them would take {}, more than a quarter of {})",
             f.dir.display(),
             read::bytes(stored),
-            read::memory_text()
+            host_memory::memory_text()
         )
     });
     let what = format!("images {}", f.dir.display());

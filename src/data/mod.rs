@@ -9,6 +9,7 @@ mod dataset;
 mod decode;
 mod download;
 mod folder;
+pub mod host_memory;
 mod idx;
 mod image_sets;
 mod images;

@@ -12,9 +12,6 @@ pub const EXCERPT_CHARS: usize = 40;
 /// The most bytes a config or theme file may hold (real ones hold a few hundred).
 pub const SETTINGS_MAX: u64 = 1 << 20;
 
-/// Assumed when /proc/meminfo cannot be read.
-const ASSUMED_MEMORY: u64 = 16 << 30;
-
 /// What a file is for, for its messages, and the most bytes it may hold.
 pub struct Expect<'a> {
     /// What the file should be, with its article: "a config file".
@@ -159,39 +156,6 @@ pub fn hostname() -> String {
     match ok {
         true => String::from_utf8_lossy(&buf[..end]).into_owned(),
         false => "?".into(),
-    }
-}
-
-/// The machine's memory in bytes (MemTotal), and whether it was read or assumed.
-pub fn machine_memory() -> (u64, bool) {
-    match meminfo("MemTotal") {
-        Some(t) => (t, true),
-        None => (ASSUMED_MEMORY, false),
-    }
-}
-
-/// A field of /proc/meminfo in bytes (`MemTotal`, `MemAvailable`); `None` where it cannot be
-/// read (not Linux). The one reader of it: data limits, the run's memory estimate and the
-/// telemetry all ask here.
-pub fn meminfo(field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
-        .split_whitespace()
-        .next()?
-        .parse::<u64>()
-        .ok()?
-        .checked_mul(1024)
-}
-
-/// "this machine's memory (15.5 GiB)", or the assumed size when it could not be read.
-pub fn memory_text() -> String {
-    match machine_memory() {
-        (m, true) => format!("this machine's memory ({})", bytes(m)),
-        (m, false) => format!(
-            "the assumed memory ({}; /proc/meminfo unreadable)",
-            bytes(m)
-        ),
     }
 }
 
@@ -341,7 +305,5 @@ mod tests {
         assert_eq!(bytes(512), "512 bytes");
         assert_eq!(bytes(1 << 20), "1 MiB");
         assert_eq!(bytes(5 << 29), "2.5 GiB");
-        let (m, _) = machine_memory();
-        assert!(m > 1 << 26, "{m}");
     }
 }

@@ -1,6 +1,7 @@
 //! A seeded, learnable "teacher" dataset for benchmarks (the recipe of ../shared/bench):
 //! x ~ U[0,1)^D, y = argmax((x - 0.5) W + 0.5 noise) with W, noise ~ N(0,1).
 
+use super::host_memory;
 use super::read;
 use super::Dataset;
 use crate::nn::gemm::sgemm;
@@ -32,8 +33,8 @@ fn check_size(n: usize, d: usize, c: usize, memory: u64, memory_text: &str) -> R
 }
 
 pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset, String> {
-    let (memory, _) = read::machine_memory();
-    check_size(n, d, c, memory, &read::memory_text())?;
+    let (memory, _) = host_memory::machine_memory();
+    check_size(n, d, c, memory, &host_memory::memory_text())?;
     let mut rng = Rng::stream(seed, tag::SYNTHETIC, 0);
     let w: Vec<f32> = (0..d * c).map(|_| rng.normal()).collect();
     let x: Vec<f32> = (0..n * d).map(|_| rng.next_f32()).collect();

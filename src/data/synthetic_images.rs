@@ -4,6 +4,7 @@
 //! columns (edge pixels repeated) plus N(0, 0.3^2) noise per value. Labels are balanced
 //! (i mod K, shuffled). Values lie around [0, 1] and are used as given.
 
+use super::host_memory;
 use super::images::MAX_IMAGE_VALUES;
 use super::read;
 use super::Dataset;
@@ -118,8 +119,8 @@ pub(super) fn generate(
 ) -> Result<Dataset, String> {
     let [c, h, w] = shape;
     check_spec(n, c, h, w, k)?;
-    let (memory, _) = read::machine_memory();
-    check_size(n, shape, k, memory, &read::memory_text())?;
+    let (memory, _) = host_memory::machine_memory();
+    check_size(n, shape, k, memory, &host_memory::memory_text())?;
     let mut rng = Rng::stream(seed, tag::SYNTHETIC, STREAM);
     let per = c * h * w;
     let mut templates = Vec::with_capacity(k * per);

@@ -6,6 +6,7 @@ use super::control::{BatchLimit, MAX_BATCH};
 use super::strategy::Strategy;
 use super::Device;
 use crate::config::RunConfig;
+use crate::data::host_memory::{room, Room};
 use crate::nn::model::Model;
 use crate::nn::optim::OptimizerKind;
 
@@ -27,6 +28,8 @@ pub(super) struct Estimate {
     pub copies: f64,
     /// Activations and their gradients, every CPU rank together.
     pub activations: f64,
+    /// The convolutions' column scratch, every CPU rank together.
+    pub scratch: f64,
     /// Batches queued by the loaders, every rank together.
     pub queues: f64,
 }
@@ -37,6 +40,7 @@ impl Estimate {
             + self.shared
             + self.copies
             + self.activations
+            + self.scratch
             + self.queues
     }
 }
@@ -83,28 +87,32 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         // peak: the exported state, its tensors' bytes and the serialized file
         copies: (1.0 + moments) * params * 4.0 * (3.0 + gpus),
         activations: rows * width * 4.0 * f(cpu),
+        scratch: f(model.conv_scratch_floats()) * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
     }
 }
 
-/// Refuses a run whose estimate exceeds the memory available now (Linux: MemAvailable).
-pub(super) fn check(e: &Estimate, available: Option<u64>) -> Result<(), String> {
-    let Some(avail) = available else {
+/// Refuses a run whose estimate exceeds the memory this process can still allocate (Linux:
+/// MemAvailable, its cgroup's limit, its address-space limit: `host_memory::room`).
+pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
+    let Some(room) = room else {
         return Ok(());
     };
-    if e.total() <= avail as f64 * 0.9 {
+    if e.total() <= room.bytes as f64 * 0.9 {
         return Ok(());
     }
     Err(format!(
-        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is available: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is {}: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
         e.total() / GIB,
         e.state_per_rank / GIB,
         e.ranks,
         e.shared / GIB,
         e.copies / GIB,
         e.activations / GIB,
+        e.scratch / GIB,
         e.queues / GIB,
-        avail as f64 / GIB
+        room.bytes as f64 / GIB,
+        room.what
     ))
 }
 
@@ -121,9 +129,15 @@ pub(super) fn admit(
         batch_per_replica: per_replica,
         ..cfg.clone()
     };
-    let available = available();
-    check(&estimate(&sized, devices, model), available)?;
-    Ok(largest_batch(cfg, devices, model, per_replica, available))
+    let room = room();
+    check(&estimate(&sized, devices, model), room)?;
+    Ok(largest_batch(
+        cfg,
+        devices,
+        model,
+        per_replica,
+        room.map(|r| r.bytes),
+    ))
 }
 
 /// The largest per-replica batch whose estimate fits where `check` lets a run start (90% of
@@ -173,14 +187,58 @@ pub(super) fn largest_batch(
     })
 }
 
-/// Memory the machine can give this process now, in bytes (Linux; `None` elsewhere).
-pub(super) fn available() -> Option<u64> {
-    crate::data::read::meminfo("MemAvailable")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn machine(bytes: u64) -> Option<Room> {
+        Some(Room {
+            bytes,
+            what: "available on this machine",
+        })
+    }
+
+    #[test]
+    fn a_convolution_s_column_scratch_is_counted_and_a_huge_one_refused() {
+        let cfg = RunConfig::default();
+        let spec: crate::nn::model::ModelSpec = "conv4k200p200".parse().unwrap();
+        let model = spec
+            .build(crate::nn::layers::Shape::Image { c: 1, h: 8, w: 8 }, 10)
+            .unwrap();
+        let e = estimate(&cfg, &cpus(1), &model);
+        // 16 groups of 4 channels' columns over 209x209 outputs... about 104 GiB
+        assert!(e.scratch > 100.0 * GIB, "{e:?}");
+        let msg = check(&e, machine(24 << 30)).unwrap_err();
+        assert!(msg.contains("convolution scratch"), "{msg}");
+        // and the small one of a 3x3 layer is counted, but small
+        let spec: crate::nn::model::ModelSpec = "conv8k3p1".parse().unwrap();
+        let model = spec
+            .build(crate::nn::layers::Shape::Image { c: 1, h: 8, w: 8 }, 10)
+            .unwrap();
+        let e = estimate(&cfg, &cpus(2), &model);
+        assert!(
+            e.scratch < 1e6 && check(&e, machine(1 << 30)).is_ok(),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn the_refusal_names_what_bounds_the_memory() {
+        let e = estimate(
+            &RunConfig::default(),
+            &cpus(1),
+            &Model::mlp(784, &[65536, 65536], 10),
+        );
+        let limited = Room {
+            bytes: 4 << 30,
+            what: "left under this process's address-space limit (ulimit -v)",
+        };
+        let msg = check(&e, Some(limited)).unwrap_err();
+        assert!(
+            msg.contains("4.0 GiB is left under this process's address-space limit (ulimit -v)"),
+            "{msg}"
+        );
+    }
 
     fn cpus(n: usize) -> Vec<Device> {
         (0..n).map(|index| Device::Cpu { index }).collect()
@@ -193,10 +251,10 @@ mod tests {
         // 101,770 parameters: params + grads + Adam's two moments, 4 bytes each
         assert_eq!(small.state_per_rank, 4.0 * 101_770.0 * 4.0);
         assert!(small.total() < 64e6, "{small:?}");
-        assert!(check(&small, Some(1 << 30)).is_ok());
+        assert!(check(&small, machine(1 << 30)).is_ok());
 
         let huge = estimate(&cfg, &cpus(3), &Model::mlp(784, &[65536, 65536, 65536], 10));
-        let e = check(&huge, Some(24 << 30)).unwrap_err();
+        let e = check(&huge, machine(24 << 30)).unwrap_err();
         assert!(
             e.contains("per CPU rank x 3")
                 && e.contains("24.0 GiB is available")
@@ -252,7 +310,7 @@ mod tests {
                 batch_per_replica: b,
                 ..RunConfig::default()
             };
-            check(&estimate(&sized, &cpus(2), &model), Some(avail))
+            check(&estimate(&sized, &cpus(2), &model), machine(avail))
         };
         assert!(lim.max > 32 && lim.max < MAX_BATCH, "{lim:?}");
         assert!(at(lim.max).is_ok(), "{lim:?}");
@@ -273,12 +331,5 @@ mod tests {
         let e = estimate(&cfg, &cpus(1), &Model::mlp(784, &[], 10));
         // (8 prefetched + 1 being built) batches of 4 micro-batches of 32 samples
         assert_eq!(e.queues, 9.0 * 4.0 * 32.0 * 785.0 * 4.0);
-    }
-
-    #[test]
-    fn the_machine_s_available_memory_is_read() {
-        if cfg!(target_os = "linux") {
-            assert!(available().is_some_and(|b| b > 1 << 20));
-        }
     }
 }

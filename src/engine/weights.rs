@@ -11,6 +11,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
 use super::checkpoint;
+use crate::data::host_memory;
 use crate::data::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
 
@@ -229,7 +230,7 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
     let expect = Expect {
         what: "a checkpoint's weights",
         flag: "export",
-        max: read::machine_memory().0 / 2,
+        max: host_memory::machine_memory().0 / 2,
         fix: "it must fit in memory to be exported",
     };
     let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;

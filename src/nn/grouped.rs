@@ -71,6 +71,11 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The floats `ensure` grows to for `g` (what a run's memory estimate counts).
+    pub fn floats_for(g: &ConvGeom) -> usize {
+        GROUPS * (g.col_len() + g.weights() + g.oc)
+    }
+
     pub fn ensure(&mut self, g: &ConvGeom) {
         let col = GROUPS * g.col_len();
         if self.col.len() < col {

@@ -137,7 +137,7 @@ fn spawn_sampler(
 pub fn process_memory() -> Option<(u64, u64)> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    let total = crate::data::read::meminfo("MemTotal")?;
+    let total = crate::data::host_memory::meminfo("MemTotal")?;
     // the kernel's page size on every Linux platform we build for
     Some((pages * 4096, total))
 }
