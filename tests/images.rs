@@ -300,6 +300,27 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
     let _ = set.take_failures();
     let _ = sample(&d.train, 7, 1);
     assert!(set.take_failures().is_empty(), "told once");
+    // a FIFO named like a picture is skipped, not waited on; a link back into the data folder
+    // (here a loop) is not followed, so no picture is read twice or under another class
+    let fifo = dir.join("cat/fifo.png");
+    let made = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path
+    assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o644) }, 0);
+    std::os::unix::fs::symlink("..", dir.join("cat/loop")).unwrap();
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    assert_eq!(d.train.len(), 8, "{:?}", d.notes);
+    for (what, why) in [
+        ("fifo.png", "a FIFO (named pipe), not a regular file"),
+        ("loop", "a link to a folder inside the data folder"),
+    ] {
+        assert!(
+            d.notes.iter().any(|n| n.contains(what) && n.contains(why)),
+            "{what}: {:?}",
+            d.notes
+        );
+    }
+    std::fs::remove_file(&fifo).unwrap();
+    std::fs::remove_file(dir.join("cat/loop")).unwrap();
     // no class folders, no folder, no readable images
     let flat = tmp.path().join("flat");
     png_rgb(&flat.join("x.png"), 0);

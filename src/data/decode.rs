@@ -3,7 +3,6 @@
 //! 16-bit rounded), and a cap on the pixels a file may declare, so a decompression bomb is
 //! refused before anything is allocated for it.
 
-use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
@@ -27,7 +26,18 @@ fn limits() -> Limits {
 }
 
 fn open(path: &Path) -> Result<impl ImageDecoder, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // (without blocking: a FIFO put in a picture's place is refused, not waited on)
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(m) => return Err(format!("{}, not a regular file", super::read::kind_of(&m))),
+        Err(e) => return Err(format!("cannot open: {e}")),
+    }
     let mut reader = ImageReader::new(BufReader::new(file))
         .with_guessed_format()
         .map_err(|e| format!("cannot read: {e}"))?;

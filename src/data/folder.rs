@@ -53,30 +53,75 @@ fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(v)
 }
 
-/// Image files below `dir`, sorted; `ignored` counts other files.
-fn walk(
-    dir: &Path,
-    depth: usize,
-    out: &mut Vec<PathBuf>,
-    ignored: &mut usize,
-) -> Result<(), String> {
-    for p in entries(dir)? {
-        if p.is_dir() {
-            if depth < MAX_DEPTH {
-                walk(&p, depth + 1, out, ignored)?;
-            }
-        } else if is_image(&p) {
-            if out.len() >= MAX_FILES {
-                return Err(format!(
-                    "more than {MAX_FILES} image files; split the data set into several folders"
-                ));
-            }
-            out.push(p);
-        } else {
-            *ignored += 1;
+/// What a walk of the class folders finds: image files (sorted), other files counted, and
+/// what it would not read (not regular files, links back into the data folder), each with why.
+struct Walk {
+    /// The data folder, resolved: a link to a folder inside it is a loop or a second copy.
+    root: PathBuf,
+    /// The folders read so far, resolved.
+    seen: std::collections::HashSet<PathBuf>,
+    out: Vec<PathBuf>,
+    ignored: usize,
+    skipped: Vec<String>,
+}
+
+impl Walk {
+    fn new(root: &Path) -> Walk {
+        Walk {
+            root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+            seen: Default::default(),
+            out: Vec::new(),
+            ignored: 0,
+            skipped: Vec::new(),
         }
     }
-    Ok(())
+
+    /// Image files below `dir`, in name order.
+    fn dir(&mut self, dir: &Path, depth: usize) -> Result<(), String> {
+        let real = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        if !self.seen.insert(real) {
+            self.skipped.push(format!(
+                "skipped {}: a link to a folder already read (a loop)",
+                dir.display()
+            ));
+            return Ok(());
+        }
+        for p in entries(dir)? {
+            // (following links; a dangling one is a file that cannot be read)
+            let meta = fs::metadata(&p);
+            let linked = fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+            match meta {
+                Ok(m) if m.is_dir() => {
+                    let inside = linked
+                        && p.canonicalize()
+                            .is_ok_and(|real| real.starts_with(&self.root));
+                    if inside {
+                        self.skipped.push(format!(
+                            "skipped {}: a link to a folder inside the data folder (its images are read where they are)",
+                            p.display()
+                        ));
+                    } else if depth < MAX_DEPTH {
+                        self.dir(&p, depth + 1)?;
+                    }
+                }
+                _ if !is_image(&p) => self.ignored += 1,
+                Ok(m) if !m.is_file() => self.skipped.push(format!(
+                    "skipped {}: {}, not a regular file",
+                    p.display(),
+                    super::read::kind_of(&m)
+                )),
+                _ => {
+                    if self.out.len() >= MAX_FILES {
+                        return Err(format!(
+                            "more than {MAX_FILES} image files; split the data set into several folders"
+                        ));
+                    }
+                    self.out.push(p);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn name_of(p: &Path) -> String {
@@ -126,7 +171,7 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         Some(c) => c.to_vec(),
         None => subs.iter().map(|p| name_of(p)).collect(),
     };
-    let (mut files, mut labels, mut ignored) = (Vec::new(), Vec::new(), 0);
+    let (mut walk, mut labels) = (Walk::new(dir), Vec::new());
     for sub in &subs {
         let name = name_of(sub);
         let Some(label) = names.iter().position(|n| *n == name) else {
@@ -136,24 +181,25 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
                 names.join(", ")
             ));
         };
-        let before = files.len();
-        walk(sub, 0, &mut files, &mut ignored)?;
-        if files.len() == before && classes.is_none() {
+        let before = walk.out.len();
+        walk.dir(sub, 0)?;
+        if walk.out.len() == before && classes.is_none() {
             return Err(format!(
                 "class folder {} holds no JPEG or PNG images (.jpg, .jpeg, .png); add some or remove the folder",
                 sub.display()
             ));
         }
-        labels.resize(files.len(), label as u32);
+        labels.resize(walk.out.len(), label as u32);
     }
+    let files = walk.out;
     let mut folder = Folder {
         dir: dir.to_path_buf(),
         classes: names,
         files: Vec::with_capacity(files.len()),
         labels: Vec::with_capacity(files.len()),
         sizes: Vec::with_capacity(files.len()),
-        skipped: Vec::new(),
-        ignored,
+        skipped: walk.skipped,
+        ignored: walk.ignored,
     };
     for ((f, l), h) in files.iter().zip(&labels).zip(headers(&files)) {
         match h {

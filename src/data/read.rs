@@ -48,7 +48,7 @@ fn refused(path: &Path, problem: String) -> ReadError {
 /// file and its length. FIFOs are opened without blocking, so a FIFO without a writer is refused
 /// rather than waited on.
 pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| ReadError::Io {
         path: path.to_path_buf(),
         source,
@@ -59,23 +59,8 @@ pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
         .open(path)
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;
-    let t = meta.file_type();
-    let kind = if t.is_file() {
-        None
-    } else if t.is_dir() {
-        Some("a directory")
-    } else if t.is_fifo() {
-        Some("a FIFO (named pipe)")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else if t.is_block_device() {
-        Some("a block device")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a file")
-    };
-    if let Some(kind) = kind {
+    if !meta.is_file() {
+        let kind = kind_of(&meta);
         return Err(refused(
             path,
             format!(
@@ -88,6 +73,27 @@ pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
         return Err(too_large(path, expect, &bytes(meta.len())));
     }
     Ok((file, meta.len()))
+}
+
+/// What a path that is not a regular file is instead: "a directory", "a FIFO (named pipe)", ...
+pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
 }
 
 fn too_large(path: &Path, expect: &Expect, size: &str) -> ReadError {
