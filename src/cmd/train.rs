@@ -58,13 +58,9 @@ pub(super) fn train(
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
     let export = args.export.clone();
-    if export.as_deref().is_some_and(Path::is_dir) {
-        anyhow::bail!(
-            "--export {} is a directory; give the file to write, e.g. trained.safetensors",
-            export
-                .as_deref()
-                .map_or(String::new(), |p| p.display().to_string())
-        );
+    // (refused before training, not after it)
+    if let Some(out) = export.as_deref() {
+        weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
     }
     let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has

@@ -260,13 +260,7 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
     ]
     .into();
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
-    if out.is_dir() {
-        return Err(format!(
-            "{} is a directory; give the file to write, e.g. {}/model.safetensors",
-            out.display(),
-            out.display()
-        ));
-    }
+    let out = &export_target(out)?;
     crate::data::write::replace_file(out, &bytes).map_err(|e| {
         format!(
             "cannot write {}: {e}; check the folder exists, is writable and has space",
@@ -276,9 +270,67 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
     Ok((dir, n))
 }
 
+/// Where `export` may write `out`: a new file, or a regular file it replaces (through a link,
+/// the file linked to); never a directory, a device or FIFO, or a file of a checkpoint (which
+/// `--resume` reads: replacing its weights would lose the optimizer state).
+pub fn export_target(out: &Path) -> Result<PathBuf, String> {
+    let shown = out.display();
+    let target = match std::fs::metadata(out) {
+        Ok(m) if m.is_dir() => {
+            return Err(format!(
+                "{shown} is a directory; give the file to write, e.g. {shown}/model.safetensors"
+            ))
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(format!(
+                "{shown} is {}, not a regular file; give the path of a file to write",
+                read::kind_of(&m)
+            ))
+        }
+        // a link to a file: that file is replaced, the link kept
+        Ok(_) => out.canonicalize().unwrap_or_else(|_| out.to_path_buf()),
+        Err(_) => out.to_path_buf(),
+    };
+    let folder = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if folder.join("state.json").is_file() {
+        return Err(format!(
+            "{shown} is in the checkpoint {}: its files are what --resume reads; write the export elsewhere",
+            folder.display()
+        ));
+    }
+    Ok(target)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn export_refuses_devices_directories_and_checkpoint_files_and_follows_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = export_target(Path::new("/dev/null")).unwrap_err();
+        assert!(e.contains("a character device, not a regular file"), "{e}");
+        let e = export_target(tmp.path()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let ckpt = tmp.path().join("step-00000090");
+        std::fs::create_dir(&ckpt).unwrap();
+        std::fs::write(ckpt.join("state.json"), "{}").unwrap();
+        let e = export_target(&ckpt.join("model.safetensors")).unwrap_err();
+        assert!(
+            e.contains("is in the checkpoint") && e.contains("elsewhere"),
+            "{e}"
+        );
+        let real = tmp.path().join("real.safetensors");
+        std::fs::write(&real, "old").unwrap();
+        let link = tmp.path().join("link.safetensors");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(export_target(&link).unwrap(), real.canonicalize().unwrap());
+        let new = tmp.path().join("new.safetensors");
+        assert_eq!(export_target(&new).unwrap(), new);
+    }
 
     #[test]
     fn half_floats_convert_exactly() {
