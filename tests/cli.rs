@@ -256,6 +256,14 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["missing.csv"],
         ),
         (
+            &["--metrics-out", "notes.txt"],
+            &[
+                "notes.txt",
+                "something other than a metrics file",
+                "another path",
+            ],
+        ),
+        (
             &["--model", "mlp:1,,2"],
             &["mlp:1,,2", "empty hidden width"],
         ),
@@ -285,7 +293,9 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         assert_eq!(o.status.code(), Some(1), "{args:?}: {out}");
         assert!(out.contains(needles), "{args:?}: {out}");
     }
-    std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
+    let earlier = "{\"type\":\"run\",\"name\":\"earlier\"}\n";
+    std::fs::write(d.join("earlier.jsonl"), earlier).unwrap();
+    std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
     std::fs::write(d.join("bad-theme.toml"), "text = \"#ffffff\"\n").unwrap();
     for (args, needles) in cases {
         let mut a = vec!["--headless", "--checkpoint-dir", "ck"];
@@ -308,8 +318,12 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
     assert_eq!(written, 0, "a failed start wrote into the checkpoint dir");
     assert_eq!(
         std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
-        "{}\n",
+        earlier,
         "a failed start truncated the metrics file"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+        "hello\n"
     );
 }
 

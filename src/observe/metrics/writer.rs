@@ -20,6 +20,19 @@ pub struct MetricsWriter {
     out: BufWriter<File>,
 }
 
+/// Whether the file's first line is a metrics file's run record (what a run may replace).
+fn holds_a_run(path: &Path) -> bool {
+    use std::io::{BufRead, Read};
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let mut first = Vec::new();
+    let read = std::io::BufReader::new(f.take(1 << 16)).read_until(b'\n', &mut first);
+    read.is_ok()
+        && serde_json::from_slice::<serde_json::Value>(&first)
+            .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("run"))
+}
+
 impl MetricsWriter {
     /// Checks that `path` can be written, without creating or truncating anything, so a run
     /// can refuse a bad path before it starts.
@@ -38,7 +51,17 @@ impl MetricsWriter {
                 format!("directory {} does not exist", parent.display()),
             )));
         }
-        if path.exists() {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return Ok(());
+        };
+        if meta.is_file() && meta.len() > 0 && !holds_a_run(path) {
+            return Err(err(std::io::Error::other(
+                "it holds something other than a metrics file (its first line is not a run record), which the run would replace; give another path or remove it",
+            )));
+        }
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_fifo() {
+            // (a FIFO is checked as it is opened: opening it here would end its reader's input)
             std::fs::OpenOptions::new()
                 .append(true)
                 .open(path)
@@ -47,11 +70,38 @@ impl MetricsWriter {
         Ok(())
     }
 
+    /// Creates (or replaces) the file. A FIFO is opened without waiting for a reader: one
+    /// that no process reads is an error, not a start held forever.
     pub fn create(path: &Path) -> Result<MetricsWriter, MetricsError> {
-        let f = File::create(path).map_err(|source| MetricsError {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let err = |source| MetricsError {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+        let f = match fifo {
+            false => File::create(path).map_err(err)?,
+            true => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(path)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ENXIO) => err(std::io::Error::other(
+                            "a FIFO (named pipe) that no process reads; start its reader first",
+                        )),
+                        _ => err(e),
+                    })?;
+                // then written as a file: a slow reader slows the writer, loses nothing
+                // SAFETY: fcntl on a descriptor this function owns, clearing one status flag
+                unsafe {
+                    let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+                    libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+                }
+                f
+            }
+        };
         Ok(MetricsWriter {
             path: path.to_path_buf(),
             out: BufWriter::new(f),
