@@ -438,3 +438,22 @@ fn a_diverging_run_read_late_names_the_same_step_and_keeps_a_good_checkpoint() {
         );
     }
 }
+
+#[test]
+fn a_batch_past_the_training_split_takes_it_all_each_step_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(2, 10_000, 0, dir.path());
+    cfg.budget = Budget::Epochs(2);
+    let engine = Engine::start(cfg).expect("starts");
+    let info = engine.info().clone();
+    let r = engine.join().expect("runs");
+    // 301 samples over 2 ranks: 151 per replica, one step an epoch
+    assert!(
+        info.data_notes
+            .iter()
+            .any(|n| n.contains("batch 10000 per replica") && n.contains("151 per replica")),
+        "{:?}",
+        info.data_notes
+    );
+    assert_eq!(r.steps, 2);
+}

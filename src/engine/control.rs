@@ -33,6 +33,12 @@ pub enum ControlError {
     },
     #[error("a batch of {batch} per replica does not fit on the run's GPUs (their memory, or the 32-bit indexing of their kernels): at most {max} per replica there")]
     TooLargeForDevices { batch: usize, max: usize },
+    #[error("a batch of {batch} per replica is more than the training split's {samples} samples over the run's ranks: at most {max} per replica (each step then takes them all)")]
+    LargerThanData {
+        batch: usize,
+        max: usize,
+        samples: usize,
+    },
     #[error("the run's GPUs are still starting (they tell how large a batch they can take once open): ask again in a moment")]
     DevicesStarting,
     #[error("the run has already ended")]
@@ -78,6 +84,9 @@ pub struct Controller {
     tx: Sender<Control>,
     limit: Option<BatchLimit>,
     devices: Arc<DeviceCap>,
+    /// The per-replica batch that takes the whole training split each step, and the split's
+    /// samples: a larger batch would only scale the learning rate for samples that are not there.
+    data: Option<(usize, usize)>,
 }
 
 impl Controller {
@@ -86,6 +95,16 @@ impl Controller {
             tx,
             limit: None,
             devices,
+            data: None,
+        }
+    }
+
+    /// Batch-size changes past `max` per replica (the whole training split of `samples` each
+    /// step, `data_batch_cap`) are refused.
+    pub(crate) fn within_data(self, max: usize, samples: usize) -> Self {
+        Controller {
+            data: Some((max, samples)),
+            ..self
         }
     }
 
@@ -109,6 +128,13 @@ impl Controller {
                     max: l.max,
                     need: gib(l.fixed + l.per_sample * b as f64),
                     usable: gib(l.available * 0.9),
+                });
+            }
+            if let Some((max, samples)) = self.data.filter(|d| b > d.0) {
+                return Err(ControlError::LargerThanData {
+                    batch: b,
+                    max,
+                    samples,
                 });
             }
             if self.devices.pending.load(Ordering::Acquire) > 0 {
@@ -137,6 +163,12 @@ impl Controller {
     pub fn stop(&self, checkpoint: bool) -> Result<(), ControlError> {
         self.send(Control::Stop { checkpoint })
     }
+}
+
+/// The per-replica batch at which `ranks` ranks (each accumulating `accum` micro-batches) take a
+/// training split of `samples` in one step: no step can take more.
+pub(crate) fn data_batch_cap(samples: usize, ranks: usize, accum: usize) -> usize {
+    samples.div_ceil((ranks * accum).max(1)).max(1)
 }
 
 /// What every rank does at the next step boundary.
@@ -292,6 +324,22 @@ mod tests {
                 max: 100
             })
         );
+        // a training split of 150 samples over 2 ranks: 75 per replica takes it all
+        assert_eq!(data_batch_cap(150, 2, 1), 75);
+        assert_eq!(data_batch_cap(151, 2, 1), 76);
+        assert_eq!(data_batch_cap(150, 2, 4), 19);
+        let c = c.within_data(75, 150);
+        assert!(c.set_batch_per_replica(75).is_ok());
+        let e = c.set_batch_per_replica(76).unwrap_err();
+        assert_eq!(
+            e,
+            ControlError::LargerThanData {
+                batch: 76,
+                max: 75,
+                samples: 150
+            }
+        );
+        assert!(e.to_string().contains("at most 75 per replica"), "{e}");
     }
 
     #[test]
