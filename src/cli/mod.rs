@@ -302,12 +302,14 @@ pub struct TrainArgs {
     pub grad_accum: Option<usize>,
     /// Batches prefetched per rank, 0 to build batches on the worker, or auto (4)  [default: auto]
     #[arg(long)]
+    #[serde(default, deserialize_with = "number_or_word")]
     pub prefetch: Option<String>,
     /// Loader threads per rank  [default: 1]
     #[arg(long)]
     pub loader_threads: Option<usize>,
     /// Threads per CPU worker for its matrix products, or auto (cores / workers)  [default: auto]
     #[arg(long, value_name = "N|auto")]
+    #[serde(default, deserialize_with = "number_or_word")]
     pub threads_per_worker: Option<String>,
     /// Seed for the split, data order and initial weights  [default: 0]
     #[arg(long)]
@@ -388,6 +390,23 @@ mod tests;
 
 /// A config-file key that is a switch or a path: `true` (the default place, as the flag
 /// without a value), `false` (off) or `"DIR"`.
+/// A setting that is a count or a word (`prefetch = 4` or `prefetch = "auto"`), as its flag's text.
+fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrWord {
+        Number(u64),
+        Word(String),
+    }
+    let v = NumberOrWord::deserialize(d).map_err(|_| {
+        serde::de::Error::custom("takes a whole number or \"auto\", e.g. prefetch = 4")
+    })?;
+    Ok(Some(match v {
+        NumberOrWord::Number(n) => n.to_string(),
+        NumberOrWord::Word(w) => w,
+    }))
+}
+
 fn flag_or_path<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Option<PathBuf>>, D::Error> {

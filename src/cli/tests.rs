@@ -38,6 +38,16 @@ fn flags_override_the_file_which_overrides_defaults() {
     assert_eq!(front.theme.as_deref(), Some("light"));
     assert!(front.readonly && !front.headless && !front.exit_when_done);
     assert_eq!(front.sample_interval, Duration::from_millis(500));
+    // counts that may also be "auto" are written as numbers or words
+    std::fs::write(&f, "prefetch = 2\nthreads-per-worker = 3\n").unwrap();
+    let (c, _) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!((c.prefetch, c.threads_per_worker), (2, Some(3)));
+    std::fs::write(&f, "prefetch = \"auto\"\nthreads-per-worker = \"auto\"\n").unwrap();
+    let (c, _) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!((c.prefetch, c.threads_per_worker), (4, None));
+    std::fs::write(&f, "prefetch = 1.5\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("takes a whole number or \"auto\""), "{e}");
 }
 
 #[test]
