@@ -53,7 +53,8 @@ fn checkpoint_of_another_model_is_refused_and_kept() {
 fn a_checkpoint_dir_that_is_a_file_or_busy_is_refused_before_the_metrics_file_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("earlier.jsonl"), "{}\n").unwrap();
+    let earlier = "{\"type\":\"run\"}\n";
+    std::fs::write(d.join("earlier.jsonl"), earlier).unwrap();
     std::fs::write(d.join("afile"), "x").unwrap();
     let o = run_in(
         d,
@@ -73,7 +74,7 @@ fn a_checkpoint_dir_that_is_a_file_or_busy_is_refused_before_the_metrics_file_is
     );
     assert_eq!(
         std::fs::read_to_string(d.join("earlier.jsonl")).unwrap(),
-        "{}\n",
+        earlier,
         "a failed start truncated the metrics file"
     );
     // a second run into the directory a live run is writing

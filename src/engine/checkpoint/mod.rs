@@ -74,8 +74,13 @@ pub enum CheckpointError {
     NotFound(PathBuf),
     #[error("another run{} is writing checkpoints to {path}: give this run its own --checkpoint-dir, or wait for that one to end", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Locked { path: PathBuf, pid: Option<u32> },
-    #[error("checkpoint {path} is unreadable: {msg}")]
-    Corrupt { path: PathBuf, msg: String },
+    #[error("checkpoint {path} is unreadable: {msg}; {fix}")]
+    Corrupt {
+        path: PathBuf,
+        msg: String,
+        /// What to resume from instead (`instead_of`).
+        fix: String,
+    },
     #[error("checkpoint {path} was written for model {theirs} but this run builds {ours}; use the same --model and --data, or start without --resume")]
     ShapeMismatch {
         path: PathBuf,
@@ -229,11 +234,41 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
+/// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
+/// beside it, by step, or starting anew.
+fn instead_of(dir: &Path) -> String {
+    let steps = dir
+        .parent()
+        .and_then(|p| fs::read_dir(p).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p != dir && p.join(STATE).is_file())
+        .filter_map(|p| {
+            let step: u64 = p
+                .file_name()?
+                .to_str()?
+                .strip_prefix("step-")?
+                .parse()
+                .ok()?;
+            Some((step, p))
+        });
+    match steps.max_by_key(|(step, _)| *step) {
+        Some((_, p)) => format!(
+            "resume from another checkpoint of the run instead: --resume {}",
+            p.display()
+        ),
+        None => "no other checkpoint is beside it: start without --resume".into(),
+    }
+}
+
 /// A checkpoint directory's `state.json`, held to the ranges the flags accept.
 pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     let corrupt = |msg: String| CheckpointError::Corrupt {
         path: dir.to_path_buf(),
         msg,
+        fix: instead_of(dir),
     };
     let json = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
         .map_err(|e| corrupt(format!("{STATE}: {e}")))?;
@@ -247,11 +282,8 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     if meta.format != FORMAT {
         return Err(corrupt(format!("format `{}` is not {FORMAT}", meta.format)));
     }
-    meta.check().map_err(|e| {
-        corrupt(format!(
-            "{STATE}: {e}; it was edited or damaged: resume from another checkpoint"
-        ))
-    })?;
+    meta.check()
+        .map_err(|e| corrupt(format!("{STATE}: {e}; it was edited or damaged")))?;
     Ok(meta)
 }
 
@@ -265,6 +297,7 @@ pub fn read(
     let corrupt = |msg: String| CheckpointError::Corrupt {
         path: dir.clone(),
         msg,
+        fix: instead_of(&dir),
     };
     let meta = read_meta(&dir)?;
     if meta.dims != model.dims {
@@ -293,7 +326,7 @@ pub fn read(
         read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         corrupt(format!(
-            "{WEIGHTS} is not a whole safetensors file ({e}): it was cut short or damaged; resume from another checkpoint"
+            "{WEIGHTS} is not a whole safetensors file ({e}): it was cut short or damaged"
         ))
     })?;
     let n = model.n_params;
@@ -403,6 +436,16 @@ impl CheckpointMeta {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("lr {} is not a positive number", self.lr));
+        }
+        if self
+            .optimizer
+            .parse::<crate::nn::optim::OptimizerKind>()
+            .is_err()
+        {
+            return Err(format!(
+                "optimizer `{}` is not one this program trains with",
+                crate::data::read::printable(&self.optimizer)
+            ));
         }
         if self.step > MAX_STEP || self.optimizer_steps > MAX_STEP {
             return Err(format!(

@@ -105,7 +105,10 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     type Edit = fn(&mut CheckpointMeta);
-    let bad: [(&str, Edit); 9] = [
+    let bad: [(&str, Edit); 10] = [
+        ("optimizer `lamb` is not one", |m| {
+            m.optimizer = "lamb".into()
+        }),
         ("dims has 100000 entries", |m| m.dims = vec![4; 100_000]),
         ("config.grad_accum 18446744073709551615", |m| {
             m.config = serde_json::json!({ "grad_accum": u64::MAX })
@@ -122,13 +125,32 @@ fn a_state_the_flags_would_refuse_is_refused() {
         ("epoch 18446744073709551615", |m| m.epoch = u64::MAX),
         ("ranks 0", |m| m.ranks = 0),
     ];
+    // the first bad one has no other beside it; then an earlier good one is named
+    let mut m = meta.clone();
+    bad[0].1(&mut m);
+    let p = write(dir.path(), &model, &state, &m).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(
+        e.contains("no other checkpoint is beside it: start without --resume"),
+        "{e}"
+    );
+    let good = CheckpointMeta {
+        step: 5,
+        epoch: 0,
+        ..meta.clone()
+    };
+    let earlier = write(dir.path(), &model, &state, &good).unwrap();
     for (want, edit) in bad {
         let mut m = meta.clone();
         edit(&mut m);
         let p = write(dir.path(), &model, &state, &m).unwrap();
         let e = read(&p, &model, "adam").unwrap_err().to_string();
         assert!(
-            e.contains(want) && e.contains("another checkpoint"),
+            e.contains(want)
+                && e.contains(&format!(
+                    "resume from another checkpoint of the run instead: --resume {}",
+                    earlier.display()
+                )),
             "{want}: {e}"
         );
     }
