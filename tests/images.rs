@@ -329,6 +329,13 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
         e.contains("holds no class folders") && e.contains("<class>/<image>.jpg"),
         "{e}"
     );
+    let one = tmp.path().join("one");
+    png_rgb(&one.join("cat/x.png"), 0);
+    let e = images(&one, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("one class folder (cat)") && e.contains("two or more"),
+        "{e}"
+    );
     let e = images(&tmp.path().join("nowhere"), &opts(|_| {}))
         .err()
         .unwrap();

@@ -24,6 +24,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let dir = dir
             .clone()
             .unwrap_or_else(|| tensorboard::default_dir_for(reader.path()));
+        tensorboard::preflight(&dir).map_err(anyhow::Error::msg)?;
         let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(anyhow::Error::msg)?;
         crate::say!(
             "wrote the scalars of {n} records to {} (tensorboard --logdir {})",

@@ -139,15 +139,19 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
             host_memory::memory_text()
         )));
     }
-    let mismatch = |have: String| {
+    let mismatch = |have: String, long: bool| {
+        let what = match long {
+            true => "the file has bytes past its data (two files joined?) or is not IDX",
+            false => "the file is truncated or not IDX",
+        };
         Fail::Format(format!(
-            "header (byte 4..{header}) says {dims_txt} = {want} bytes of data but {have} follow; the file is truncated or not IDX"
+            "header (byte 4..{header}) says {dims_txt} = {want} bytes of data but {have} follow; {what}"
         ))
     };
     // a raw file's length is known: a mismatch is refused before its data is read
     let raw_have = file_len.map(|len| len.saturating_sub(header as u64));
     if let Some(have) = raw_have.filter(|&h| h != want) {
-        return Err(mismatch(have.to_string()));
+        return Err(mismatch(have.to_string(), have > want));
     }
     let mut data = Vec::with_capacity(raw_have.unwrap_or(0) as usize);
     (&mut r).take(want + 1).read_to_end(&mut data)?;
@@ -159,11 +163,10 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
         )));
     }
     if have != want {
-        return Err(mismatch(if have > want {
-            format!("more than {want}")
-        } else {
-            have.to_string()
-        }));
+        return Err(match have > want {
+            true => mismatch(format!("more than {want}"), true),
+            false => mismatch(have.to_string(), false),
+        });
     }
     Ok(Idx { kind, dims, data })
 }

@@ -209,6 +209,13 @@ pub(super) fn load(
         }
     });
     let (train, own_val) = read_spec(spec, side, opts)?;
+    // (a validation folder may hold some of the classes only)
+    if let (true, [only]) = (spec_is_folder(spec), train.names.as_slice()) {
+        return Err(spec_err(
+            spec,
+            format!("the training folder holds one class folder ({only}): a classifier needs two or more; add a folder per class (<class>/<image>.jpg)"),
+        ));
+    }
     let val_read = match &opts.val_data {
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => Some(read_spec(v, side, opts)?.0),
         Some(v) => {

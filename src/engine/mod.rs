@@ -220,7 +220,7 @@ impl Engine {
         }
         if loaded.train.is_empty() {
             return Err(EngineError::Config(
-                "the training split is empty: the dataset is too small for a validation split"
+                "the training split is empty: the dataset is too small for a validation split; train on all of it with --val-split 0, or give the validation set with --val-data"
                     .into(),
             ));
         }

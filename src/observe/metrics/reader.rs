@@ -48,7 +48,8 @@ impl MetricsReader {
     pub fn open(path: &Path) -> Result<MetricsReader, ReadError> {
         let path = if path.is_dir() {
             let inner = path.join(FILE_NAME);
-            if !inner.is_file() {
+            // (one that is there but no file is refused below, by what it is)
+            if std::fs::symlink_metadata(&inner).is_err() {
                 return Err(ReadError::File {
                     path: path.to_path_buf(),
                     what: format!(
