@@ -16,6 +16,11 @@ use mgtop::nn::optim::{OptState, Optimizer, OptimizerKind, BETA1, BETA2, EPS};
 use mgtop::nn::precision::Precision;
 use mgtop::nn::rng::Rng;
 
+/// A group of one, for calls that poll a host collective.
+fn alone() -> LocalCollective {
+    LocalCollective::group(1).pop().unwrap()
+}
+
 const LR: f32 = 0.05;
 const WD: f32 = 0.01;
 
@@ -241,7 +246,7 @@ fn moves_to_and_from_the_host(
         let put = model.init_params(10 + round);
         replica.params_from_host(&put);
         replica.compute_grads(&micro, None);
-        replica.finish_local();
+        replica.finish_local(&alone()).unwrap();
         replica.grads_to_host(&mut grads);
         assert_eq!(grads.len(), model.n_params + 3, "{name} round {round}");
         let p: Vec<f64> = put.iter().map(|&v| v as f64).collect();
@@ -580,7 +585,7 @@ fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
     }];
     let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone());
     cpu.compute_grads(&whole, None);
-    cpu.finish_local();
+    cpu.finish_local(&alone()).unwrap();
     let mut want = Vec::new();
     cpu.grads_to_host(&mut want);
     let ranks: Vec<(Vec<f32>, Vec<f32>)> = std::thread::scope(|s| {
@@ -592,7 +597,7 @@ fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
                 s.spawn(move || {
                     let mut gpu = open_gpu(model, kind, state);
                     gpu.compute_grads(&[half], Some(&mut coll));
-                    gpu.finish_local();
+                    gpu.finish_local(&coll).unwrap();
                     let mut g = Vec::new();
                     gpu.grads_to_host(&mut g);
                     (g, gpu.buffers())

@@ -379,8 +379,10 @@ fn metrics_read_a_step_late_change_nothing_a_run_reports() {
         (2, local_sgd),
     ] {
         let mut cfg = small(ranks, 8, 0, dir.path());
-        // epochs (with a short last batch), validation at each end, checkpoints mid-epoch
+        // epochs (with a short last batch), validation at each end, checkpoints mid-epoch,
+        // the replicas' check every 5 steps
         cfg.budget = Budget::Epochs(3);
+        cfg.log_every = 5;
         cfg.inputs.val_fraction = Some(0.2);
         cfg.checkpoint_every = Some(7);
         cfg.final_checkpoint = true;

@@ -21,9 +21,9 @@ pub struct CpuReplica {
     reduced: Vec<std::ops::Range<usize>>,
     packed: Vec<f32>,
     /// The metrics `batch_metrics` reports, and with `report_late` the newer step's, held back
-    /// until the next step ends (or `catch_up`).
+    /// with its exchange's timing until the next step ends (or `catch_up`).
     shown: [f32; AUX],
-    held: Option<[f32; AUX]>,
+    held: Option<([f32; AUX], ReduceTiming)>,
     late: bool,
 }
 
@@ -103,17 +103,21 @@ fn flush_denormals_on_this_thread() {
 }
 
 impl CpuReplica {
-    /// The step just ended: its metrics are reported now, or held back for one step (`late`).
-    fn ended(&mut self) {
+    /// The step just ended, its exchange taking `timing`: its metrics are reported now, or
+    /// held back for one step (`late`; then the step before's are, with their timing).
+    fn ended(&mut self, timing: ReduceTiming) -> ReduceTiming {
         let n = self.model.n_params;
         let now: [f32; AUX] = self.grads[n..].try_into().expect("AUX metric slots");
-        match self.late {
-            false => self.shown = now,
-            true => {
-                if let Some(before) = self.held.replace(now) {
-                    self.shown = before;
-                }
+        if !self.late {
+            self.shown = now;
+            return timing;
+        }
+        match self.held.replace((now, timing)) {
+            Some((before, t)) => {
+                self.shown = before;
+                t
             }
+            None => ReduceTiming::default(),
         }
     }
 }
@@ -149,8 +153,7 @@ impl Replica for CpuReplica {
         // frozen parameters have no gradients worth summing: every rank leaves out the same
         if self.reduced.is_empty() {
             let t = coll.all_reduce_sum(&mut self.grads)?;
-            self.ended();
-            return Ok(t);
+            return Ok(self.ended(t));
         }
         self.packed.clear();
         for r in &self.reduced {
@@ -163,8 +166,7 @@ impl Replica for CpuReplica {
             self.grads[r.clone()].copy_from_slice(&self.packed[at..at + len]);
             at += len;
         }
-        self.ended();
-        Ok(t)
+        Ok(self.ended(t))
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
@@ -176,22 +178,24 @@ impl Replica for CpuReplica {
         }
     }
 
-    fn finish_local(&mut self) {
-        self.ended();
+    fn finish_local(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+        Ok(self.ended(ReduceTiming::default()))
     }
 
-    /// Never late unless asked: a CPU worker's host is its device (asked, it holds its metrics
-    /// back as a GPU's arrive, which is how the engine's late path is tested without a GPU).
-    fn report_late(&mut self, asked: Option<bool>) -> bool {
-        self.late = asked.unwrap_or(false);
-        self.late
+    /// (A CPU worker's host is its device: it is late only when asked, holding its metrics back
+    /// as a GPU's arrive, which is how the engine's late path is tested without a GPU.)
+    fn report_late(&mut self, on: bool) {
+        self.late = on;
     }
 
     fn catch_up(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
-        if let Some(last) = self.held.take() {
-            self.shown = last;
-        }
-        Ok(ReduceTiming::default())
+        Ok(match self.held.take() {
+            Some((last, t)) => {
+                self.shown = last;
+                t
+            }
+            None => ReduceTiming::default(),
+        })
     }
 
     fn apply_update(&mut self, lr: f32) {

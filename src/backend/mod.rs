@@ -73,18 +73,15 @@ pub trait Replica {
     fn device_times(&self) -> Option<DeviceTimes> {
         None
     }
-    /// Whether the end of a step (`all_reduce_grads`, `finish_local`) is only queued, so that
-    /// the host goes on to the next step while the device finishes this one: then the step
-    /// reported (`batch_metrics`, `device_times`, the timing returned) is the one before it
-    /// (none after the first, or after `catch_up`), and `catch_up` waits for the last. `asked`
-    /// None: the replica's own choice (GPUs: yes; CPU workers, whose host is their device: no).
-    /// Returns whether it now reports late. The optimizer step needs no metrics on the host.
-    fn report_late(&mut self, asked: Option<bool>) -> bool;
+    /// From now on (`on`), the end of a step (`all_reduce_grads`, `finish_local`) is only
+    /// queued, so that the host goes on to the next step while the device finishes this one:
+    /// the step reported (`batch_metrics`, `device_times`, the timing returned) is then the one
+    /// before it (none after the first, or after `catch_up`), and `catch_up` waits for the last.
+    /// The optimizer step needs no metrics on the host. (Whether to: `engine::worker::late`.)
+    fn report_late(&mut self, on: bool);
     /// Where reports are late: waits for the last step queued and reports it (its timing;
-    /// `host` is polled for a peer's failure while waiting).
-    fn catch_up(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
-        Ok(ReduceTiming::default())
-    }
+    /// `host` is polled for a peer's failure while waiting). Nothing to do otherwise.
+    fn catch_up(&mut self, host: &dyn Collective) -> Result<ReduceTiming, CollectiveError>;
     /// What the run should be told about this device since the last call (a fallback taken).
     fn take_notes(&mut self) -> Vec<String> {
         Vec::new()
@@ -96,8 +93,10 @@ pub trait Replica {
     fn export(&self) -> TrainState;
     fn import(&mut self, state: &TrainState);
     /// Ends a step without exchanging gradients (local SGD between averages, central storage):
-    /// `batch_metrics` and `device_times` then describe this rank's own batch.
-    fn finish_local(&mut self) {}
+    /// `batch_metrics` and `device_times` then describe this rank's own batch (of the step
+    /// reported, as `all_reduce_grads`: the one before where reports are late, whose end may
+    /// have followed an all-reduce: its timing is returned, `host` polled while waiting).
+    fn finish_local(&mut self, host: &dyn Collective) -> Result<ReduceTiming, CollectiveError>;
     /// The last step's gradient sums and metric slots (n_params + AUX floats) into `out`, on
     /// the host (central storage).
     fn grads_to_host(&mut self, out: &mut Vec<f32>);

@@ -79,19 +79,17 @@ pub struct RunInfo {
     pub started: Option<SystemTime>,
 }
 
-/// For a convolutional model, what its convolutions go through: on GPUs "cuDNN 9.3.0" or why
-/// the own kernels; on CPU workers which kernels this CPU takes.
-/// What a GPU run's start-up says of when its step metrics are read (as the worker decides:
-/// `Runner::allows_late_reports`, `Replica::report_late`).
+/// What a GPU run's start-up says of when its step metrics are read (as its GPU ranks do:
+/// `worker::late`).
 fn step_metrics(cfg: &RunConfig) -> String {
-    let late = cfg.metrics_late.unwrap_or(true)
-        && cfg.strategy != crate::config::strategy::Strategy::CentralStorage;
-    match late {
+    match super::worker::late(cfg, true) {
         true => "read one step late: the host queues the next step before it waits for a step's loss (MGTOP_METRICS_LATE=0 reads it at the step's end)".into(),
         false => "read at the end of each step".into(),
     }
 }
 
+/// For a convolutional model, what its convolutions go through: on GPUs "cuDNN 9.3.0" or why
+/// the own kernels; on CPU workers which kernels this CPU takes.
 fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     let convs = (model.nodes.iter()).any(|n| matches!(n.op, crate::nn::model::Op::Conv { .. }));
     if !convs {
@@ -281,12 +279,21 @@ mod tests {
     use crate::config::strategy::Strategy;
 
     #[test]
-    fn step_metrics_are_late_on_gpus_unless_turned_off_or_under_central_storage() {
+    fn step_metrics_are_late_on_gpus_unless_turned_off_or_under_central_storage_or_sync_bn() {
         let mut cfg = RunConfig::default();
         assert!(step_metrics(&cfg).starts_with("read one step late"));
+        assert!(
+            !super::super::worker::late(&cfg, false),
+            "CPU workers: not unless asked"
+        );
         cfg.metrics_late = Some(false);
         assert_eq!(step_metrics(&cfg), "read at the end of each step");
+        cfg.metrics_late = Some(true);
+        assert!(super::super::worker::late(&cfg, false), "asked");
         cfg.metrics_late = None;
+        cfg.sync_bn = true;
+        assert_eq!(step_metrics(&cfg), "read at the end of each step");
+        cfg.sync_bn = false;
         cfg.strategy = Strategy::CentralStorage;
         assert_eq!(step_metrics(&cfg), "read at the end of each step");
     }

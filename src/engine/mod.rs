@@ -341,6 +341,7 @@ impl Engine {
                 ranks,
                 local: local.clone(),
                 last_stats: None,
+                unsent: Default::default(),
                 reports: Vec::new(),
                 forwarded: Vec::new(),
                 said_in_sync: false,
@@ -370,6 +371,7 @@ impl Engine {
                 rebalance_samples: 0,
                 strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
                 device_cap: device_cap.clone(),
+                late: worker::late(&cfg, matches!(info.devices[rank], Device::Gpu { .. })),
                 queued: None,
             };
             let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());

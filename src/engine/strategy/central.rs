@@ -79,7 +79,8 @@ pub(super) fn exchange(
     coll: &mut dyn Collective,
     host: &mut Vec<f32>,
 ) -> Result<(BatchMetrics, Moved), CollectiveError> {
-    replica.finish_local();
+    // (never late under central storage: this step's end)
+    replica.finish_local(&*coll)?;
     let mut moved = Moved::default();
     let t = Instant::now();
     replica.grads_to_host(host);

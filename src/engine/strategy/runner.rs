@@ -18,6 +18,15 @@ pub struct Moved {
     pub transfer: Duration,
 }
 
+impl From<ReduceTiming> for Moved {
+    /// An all-reduce's time as what an exchange moved.
+    fn from(r: ReduceTiming) -> Moved {
+        let mut m = Moved::default();
+        m.reduced(r);
+        m
+    }
+}
+
 impl Moved {
     pub(super) fn reduced(&mut self, r: ReduceTiming) {
         self.wait += r.wait;
@@ -74,22 +83,6 @@ impl Runner {
         !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup)
     }
 
-    /// Whether a replica may report a step late (`Replica::report_late`): not under central
-    /// storage, whose exchange reads the gradients on the host each step anyway.
-    pub fn allows_late_reports(&self) -> bool {
-        self.strategy != Strategy::CentralStorage
-    }
-
-    /// An all-reduce's `timing` as what step `step`'s exchange moved (nothing for local SGD's
-    /// steps between averages, which exchange nothing).
-    pub fn reduced(&self, timing: ReduceTiming, step: u64) -> Moved {
-        let mut moved = Moved::default();
-        if !matches!(self.strategy, Strategy::LocalSgd { warmup, .. } if step > warmup) {
-            moved.reduced(timing);
-        }
-        moved
-    }
-
     /// After `compute_grads` of step `step`: the exchange, and the batch's metrics (global, but
     /// this rank's own between local SGD's averages) of the step the replica reports (this one,
     /// or the one before where reports are late).
@@ -99,13 +92,13 @@ impl Runner {
         coll: &mut dyn Collective,
         step: u64,
     ) -> Result<(BatchMetrics, Moved), CollectiveError> {
-        let mut moved = Moved::default();
-        match self.strategy {
+        let timing = match self.strategy {
             Strategy::CentralStorage => return central::exchange(replica, coll, &mut self.host),
-            Strategy::LocalSgd { warmup, .. } if step > warmup => replica.finish_local(),
-            _ => moved.reduced(replica.all_reduce_grads(coll)?),
-        }
-        Ok((replica.batch_metrics(), moved))
+            // (the step reported may be the one before, whose end followed an all-reduce)
+            Strategy::LocalSgd { warmup, .. } if step > warmup => replica.finish_local(coll)?,
+            _ => replica.all_reduce_grads(coll)?,
+        };
+        Ok((replica.batch_metrics(), Moved::from(timing)))
     }
 
     /// The optimizer step of step `step` (then local SGD's average, at its sync points); returns

@@ -7,10 +7,14 @@ use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
+/// The most steps a rank has reported and not yet told at the end of a run (`next_report`).
+const UNSENT: usize = 2;
+
 impl Worker {
     /// Meets the other ranks until rank 0 decides something other than "still paused".
     pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {
         let multi = self.local.len() < self.ranks;
+        self.next_report();
         loop {
             let (events, step_now) = (&self.events, self.step);
             let mut on_pause = |paused: bool| {
@@ -49,17 +53,31 @@ impl Worker {
         if self.local.len() == self.ranks {
             return Ok(());
         }
-        let mine = self
-            .last_stats
-            .as_ref()
-            .map_or([0; StepStats::WORDS], StepStats::to_words);
-        let mut all = vec![0u64; StepStats::WORDS * self.ranks];
-        self.coll.all_gather_u64(&mine, &mut all)?;
-        self.reports = all;
-        if self.rank == 0 {
-            self.forward_remote_steps();
+        // (as many rounds on every rank: at most `UNSENT` steps are left, `next_report`)
+        for _ in 0..UNSENT {
+            self.next_report();
+            let mine = self
+                .last_stats
+                .as_ref()
+                .map_or([0; StepStats::WORDS], StepStats::to_words);
+            let mut all = vec![0u64; StepStats::WORDS * self.ranks];
+            self.coll.all_gather_u64(&mine, &mut all)?;
+            self.reports = all;
+            if self.rank == 0 {
+                self.forward_remote_steps();
+            }
         }
         Ok(())
+    }
+
+    /// The step this rank tells the others next: the oldest it has reported and not yet told
+    /// (one a boundary; a rank reporting late can report two steps between boundaries, the one
+    /// before and, caught up, its own, after which it reports none: at most `UNSENT` wait),
+    /// else the last told again (process 0 passes each step on once).
+    fn next_report(&mut self) {
+        if let Some(s) = self.unsent.pop_front() {
+            self.last_stats = Some(s);
+        }
     }
 
     /// Process 0's first rank passes the other processes' steps on to the frontend, once each.

@@ -14,6 +14,14 @@ fn hash(params: &[f32]) -> u64 {
 }
 
 impl Worker {
+    /// Whether the step just taken is a check step (`check_in_sync`): every `--log-every`
+    /// steps, with several ranks holding one model.
+    pub(super) fn check_due(&self) -> bool {
+        let every = self.cfg.log_every.max(1);
+        // local SGD's replicas differ between its averages by design
+        self.ranks >= 2 && self.step.is_multiple_of(every) && self.strategy.in_sync(self.step)
+    }
+
     /// After an update: at a check step, every rank's hash goes to every rank; all equal is
     /// told the first time (rank 0), a difference stops every rank naming the ranks that differ.
     pub(super) fn check_in_sync(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
@@ -22,9 +30,7 @@ impl Worker {
             state.params[0] += 1e-3;
             replica.import(&state);
         }
-        let every = self.cfg.log_every.max(1);
-        // local SGD's replicas differ between its averages by design
-        if self.ranks < 2 || !self.step.is_multiple_of(every) || !self.strategy.in_sync(self.step) {
+        if !self.check_due() {
             return Ok(());
         }
         let mine = hash(&replica.export().params);

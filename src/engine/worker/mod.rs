@@ -30,6 +30,7 @@ pub(super) mod report;
 mod save;
 
 pub(super) use gpu::{open_gpu, ALL_REDUCE_TIMEOUT_FACTOR};
+pub(super) use report::late;
 
 pub(super) struct Worker {
     /// This worker's global rank, of `ranks` in the run.
@@ -37,8 +38,10 @@ pub(super) struct Worker {
     pub ranks: usize,
     /// The global ranks of this process (all of them in a run of one process).
     pub local: std::ops::Range<usize>,
-    /// This rank's last step, for process 0 to hear of (runs over several processes).
+    /// This rank's last step told to process 0, and the steps reported since, to tell in
+    /// order, one a boundary (runs over several processes).
     pub last_stats: Option<StepStats>,
+    pub unsent: std::collections::VecDeque<StepStats>,
     /// Every rank's last step as words, and the newest step process 0 has passed on per rank.
     pub reports: Vec<u64>,
     pub forwarded: Vec<u64>,
@@ -72,7 +75,9 @@ pub(super) struct Worker {
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
     pub device_cap: Arc<super::control::DeviceCap>,
-    /// The last step queued, where the replica reports it late (`Replica::report_late`).
+    /// Whether this rank's replica reports its steps late (`late`), and the last step queued
+    /// then, not yet reported.
+    pub late: bool,
     pub queued: Option<report::Queued>,
 }
 
@@ -122,14 +127,18 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         e,
         EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
     );
+    // the step that failed: the one running, or a diverged one reported late
+    let step = match e {
+        EngineError::NonFinite { step, .. } => step,
+        _ => w.step + 1,
+    };
     // every rank sees a non-finite loss at once; rank 0 speaks for them
-    let shared = matches!(e, EngineError::NonFinite { .. })
-        && w.rank != 0
-        && w.strategy.shares_loss(w.step + 1);
+    let shared =
+        matches!(e, EngineError::NonFinite { .. }) && w.rank != 0 && w.strategy.shares_loss(step);
     if !knock_on && !shared {
         let _ = w.events.send(Event::Failed {
             rank: w.rank,
-            step: w.step + 1,
+            step,
             message: e.to_string(),
         });
     }
@@ -195,8 +204,7 @@ impl Worker {
     }
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
-        let late =
-            self.strategy.allows_late_reports() && replica.report_late(self.cfg.metrics_late);
+        replica.report_late(self.late);
         let mut tally = Tally::default();
         let mut stopped = false;
         while !self.done() {
@@ -286,8 +294,9 @@ impl Worker {
                 moved,
                 device: replica.device_times(),
             };
-            if !late {
-                // checked before this step's update: a non-finite loss never reaches the weights
+            if !self.late {
+                // checked before this step's update, so a non-finite loss never reaches the
+                // weights (`report` checks again, for late reports, which come after it)
                 let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
                 if !loss.is_finite() {
                     return Err(EngineError::NonFinite {
@@ -310,7 +319,6 @@ impl Worker {
                     .update(replica, self.coll.as_mut(), lr, next)?;
 
             self.step += 1;
-            self.check_in_sync(&mut *replica)?;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
             let samples = batch.micro.iter().map(|mb| mb.n).sum();
@@ -328,10 +336,9 @@ impl Worker {
                     compute_cpu,
                     optimizer,
                     step_time: t_start.elapsed(),
-                    at: self.t0.elapsed(),
                     after_pause: d.was_paused,
                     progress: self.progress(),
-                    // the replica's report fills in the rest
+                    // the replica's report fills in the rest, and when it is known done (`at`)
                     ..StepStats::default()
                 },
                 synced,
@@ -341,7 +348,7 @@ impl Worker {
                 let step = self.step;
                 let _ = self.events.send(Event::DataSkipped { step, message });
             }
-            match late {
+            match self.late {
                 true => {
                     if let Some(before) = self.queued.replace(queued) {
                         self.report(before, reported, replica, &mut tally)?;
@@ -349,6 +356,12 @@ impl Worker {
                 }
                 false => self.report(queued, reported, replica, &mut tally)?,
             }
+            if self.check_due() {
+                // reading the parameters waits for the device: through the last step's end
+                // first, which a failed peer's abort can end (the read itself cannot)
+                self.catch_up(replica, &mut tally)?;
+            }
+            self.check_in_sync(&mut *replica)?;
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if batch.epoch_end || checkpoint {

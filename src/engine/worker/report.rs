@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use super::Worker;
 use crate::backend::{BatchMetrics, DeviceTimes, Replica};
+use crate::config::strategy::Strategy;
+use crate::config::RunConfig;
 use crate::engine::events::{Event, StepStats};
 use crate::engine::strategy::Moved;
 use crate::engine::EngineError;
@@ -65,6 +67,8 @@ impl Worker {
             });
         }
         stats.accuracy = (m.correct / m.samples.max(1.0)) as f32;
+        // done by now (on a device, possibly a while ago, but no sooner than it was queued)
+        stats.at = self.t0.elapsed();
         if let Some(dev) = device {
             // a GPU: the host only queued the work; the device says how long it took
             stats.compute = dev.compute;
@@ -84,7 +88,7 @@ impl Worker {
         stats.transfer = moved.transfer;
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
         if self.local.len() < self.ranks {
-            self.last_stats = Some(stats.clone());
+            self.unsent.push_back(stats.clone());
         }
         let _ = self.stats.try_send(stats);
         if self.rank == 0 {
@@ -124,17 +128,23 @@ impl Worker {
         let Some(q) = self.queued.take() else {
             return Ok(());
         };
-        let timing = replica.catch_up(&*self.coll)?;
-        let r = self.reported(replica, self.strategy.reduced(timing, q.stats.step));
-        self.report(q, r, replica, tally)
-    }
-
-    /// What the replica reports now, with the exchange's time.
-    pub(super) fn reported(&self, replica: &dyn Replica, moved: Moved) -> Reported {
-        Reported {
+        let moved = Moved::from(replica.catch_up(&*self.coll)?);
+        // (the replica's own metrics are the global ones: late reports are never central
+        // storage's, whose exchange sums them on the host, `late`)
+        let r = Reported {
             m: replica.batch_metrics(),
             moved,
             device: replica.device_times(),
-        }
+        };
+        self.report(q, r, replica, tally)
     }
+}
+
+/// Whether a rank reports its steps late (`Replica::report_late`): `MGTOP_METRICS_LATE`, else
+/// on GPUs (so the host never waits inside a step) and not on CPU workers (whose host is their
+/// device); never under central storage (its exchange reads the gradients on the host each step)
+/// or `--sync-bn` (its passes exchange statistics through the host: the host waits inside the
+/// step anyway).
+pub(crate) fn late(cfg: &RunConfig, gpu: bool) -> bool {
+    cfg.metrics_late.unwrap_or(gpu) && cfg.strategy != Strategy::CentralStorage && !cfg.sync_bn
 }

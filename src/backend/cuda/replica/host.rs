@@ -33,19 +33,26 @@ pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(
     }
 }
 
-/// Host data on its way to the device: a page-locked buffer (grown as needed) the data is
-/// copied through asynchronously, and the event after its last copy out, which must pass
-/// before the buffer is written again.
+/// Host data on its way to the device, through page-locked buffers (grown as needed) the data
+/// is copied from asynchronously, each with the event after its last copy out, which must pass
+/// before it is written again. A buffer still in use is not waited for while there is room for
+/// another (up to `UPLOAD_SLOTS`): the host may run a step ahead of the device (step metrics
+/// read late), and the buffer of the step before's micro-batch may sit behind that step's
+/// all-reduce, which a failed peer could hold forever.
 pub(super) struct Upload<T> {
-    buf: Option<PinnedHostSlice<T>>,
-    copied: Option<CudaEvent>,
+    slots: Vec<(PinnedHostSlice<T>, Option<CudaEvent>)>,
+    /// The slot written last (the next one tried is after it).
+    last: usize,
 }
+
+/// The most page-locked buffers one kind of upload keeps.
+const UPLOAD_SLOTS: usize = 4;
 
 impl<T> Default for Upload<T> {
     fn default() -> Self {
         Upload {
-            buf: None,
-            copied: None,
+            slots: Vec::new(),
+            last: 0,
         }
     }
 }
@@ -59,28 +66,54 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> Upload<T> {
         data: &[T],
         dst: &mut CudaViewMut<'_, T>,
     ) -> Result<(), DriverError> {
-        if let Some(ev) = self.copied.take() {
-            ev.synchronize()?;
-        }
-        let buf = match self.buf.take() {
-            Some(b) if b.len() >= data.len() => b,
-            // flags 0: cached (not write-combined) memory
-            // SAFETY: written below before any copy out of it
-            _ => unsafe {
-                stream
-                    .context()
-                    .alloc_pinned_with_flags::<T>(data.len().max(1), 0)
-            }?,
+        let free = |s: &(PinnedHostSlice<T>, Option<CudaEvent>)| {
+            s.1.as_ref()
+                .is_none_or(|e| e.try_is_complete().unwrap_or(false))
         };
-        let mut buf = buf;
-        let host = buf.as_mut_slice()?;
+        let n = self.slots.len();
+        let pick = (1..=n)
+            .map(|k| (self.last + k) % n.max(1))
+            .find(|&i| free(&self.slots[i]));
+        let i = match pick {
+            Some(i) => i,
+            None if n < UPLOAD_SLOTS => {
+                // SAFETY: written below before any copy out of it
+                let buf = unsafe { alloc(stream, data.len()) }?;
+                self.slots.push((buf, None));
+                n
+            }
+            None => {
+                // every slot in use: the oldest, the one after the last written
+                let i = (self.last + 1) % n;
+                if let Some(ev) = &self.slots[i].1 {
+                    ev.synchronize()?;
+                }
+                i
+            }
+        };
+        if self.slots[i].0.len() < data.len() {
+            // SAFETY: written below before any copy out of it; the old one's copies are done
+            self.slots[i].0 = unsafe { alloc(stream, data.len()) }?;
+        }
+        let host = self.slots[i].0.as_mut_slice()?;
         host[..data.len()].copy_from_slice(data);
         // page-locked memory: the driver copies it asynchronously
         stream.memcpy_htod(&host[..data.len()], dst)?;
-        self.copied = Some(stream.record_event(None)?);
-        self.buf = Some(buf);
+        self.slots[i].1 = Some(stream.record_event(None)?);
+        self.last = i;
         Ok(())
     }
+}
+
+/// A page-locked buffer of `len` elements (at least one; cached, not write-combined memory).
+///
+/// # Safety
+/// Its contents are uninitialized: write before copying out of it.
+unsafe fn alloc<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<PinnedHostSlice<T>, DriverError> {
+    stream.context().alloc_pinned_with_flags::<T>(len.max(1), 0)
 }
 
 /// Page-locked host buffers, made on first use: one of n_params floats (parameters, both

@@ -282,11 +282,9 @@ impl<E: Elem> Replica for CudaReplica<E> {
         self.ends.times
     }
 
-    /// Late unless asked not to (`MGTOP_METRICS_LATE=0`): the update reads the step's sample
-    /// count on the device.
-    fn report_late(&mut self, asked: Option<bool>) -> bool {
-        self.ends.late = asked.unwrap_or(true);
-        self.ends.late
+    /// (The update reads the step's sample count on the device.)
+    fn report_late(&mut self, on: bool) {
+        self.ends.late = on;
     }
 
     fn catch_up(&mut self, host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
@@ -372,10 +370,8 @@ impl<E: Elem> Replica for CudaReplica<E> {
         self.running_from_host(&state.buffers);
     }
 
-    fn finish_local(&mut self) {
-        if let Err(e) = self.settle(Instant::now(), None) {
-            panic!("{e}")
-        }
+    fn finish_local(&mut self, host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
+        self.settle(Instant::now(), Some(host))
     }
     fn grads_to_host(&mut self, out: &mut Vec<f32>) {
         self.grads_out(out)

@@ -15,8 +15,8 @@ use crate::comm::{Collective, CollectiveError, ReduceTiming};
 
 /// A step's end queued on the stream: its events and the page-locked slots its metrics land in.
 struct Ending {
-    /// Steps ended before this one (its number, from 0).
-    step: u64,
+    /// Ends queued before this one.
+    index: u64,
     /// Recorded before and after its gradients' computation.
     compute: Option<(CudaEvent, CudaEvent)>,
     /// After its all-reduce (the end of the all-reduce's time), then after the metrics' copy.
@@ -33,9 +33,8 @@ struct Ending {
 pub(super) struct Ends {
     pub late: bool,
     queued: VecDeque<Ending>,
-    /// Each update's events, by the number of steps ended before it (the end of step k,
-    /// numbered from 0, reports the update numbered k: the one after step k - 1).
-    updates: VecDeque<(u64, CudaEvent, CudaEvent)>,
+    /// Each update's events, by the number of ends queued before it (`update_before`).
+    updates: VecDeque<(u64, (CudaEvent, CudaEvent))>,
     count: u64,
     /// Page-locked metric slots no end holds.
     free: Vec<PinnedHostSlice<f32>>,
@@ -49,7 +48,20 @@ impl Ends {
         if self.updates.len() > 2 {
             self.updates.pop_front(); // updates without ends read (none in a training loop)
         }
-        self.updates.push_back((self.count, before, after));
+        self.updates.push_back((self.count, (before, after)));
+    }
+}
+
+/// Of `updates` (each keyed by the number of ends queued before it, in order), the one that
+/// followed the end before end `index`: the update a step's end reports, done by the time the
+/// end is (it was queued before that step's compute). Older ones are dropped.
+fn update_before<T>(updates: &mut VecDeque<(u64, T)>, index: u64) -> Option<T> {
+    while updates.front().is_some_and(|u| u.0 < index) {
+        updates.pop_front();
+    }
+    match updates.front() {
+        Some((after, _)) if *after == index => updates.pop_front().map(|u| u.1),
+        _ => None,
     }
 }
 
@@ -123,10 +135,10 @@ impl<E: Elem> CudaReplica<E> {
             self.fail("read the batch metrics", e)
         }
         let copied = self.record();
-        let step = self.ends.count;
+        let index = self.ends.count;
         self.ends.count += 1;
         self.ends.queued.push_back(Ending {
-            step,
+            index,
             compute: self.events.take(),
             reduced,
             copied,
@@ -171,18 +183,7 @@ impl<E: Elem> CudaReplica<E> {
         // kept even after a failed wait: the copy into it may still be in flight
         self.ends.free.push(end.out);
         waited?;
-        // the update that followed the step before this one
-        let updates = &mut self.ends.updates;
-        while updates.front().is_some_and(|u| u.0 < end.step) {
-            updates.pop_front();
-        }
-        let optimizer = match updates.front() {
-            Some((after, a, b)) if *after == end.step => Some(ms(a, b)),
-            _ => None,
-        };
-        if optimizer.is_some() {
-            updates.pop_front();
-        }
+        let optimizer = update_before(&mut self.ends.updates, end.index).map(|(a, b)| ms(&a, &b));
         if let Some((start, computed)) = &end.compute {
             self.ends.times = Some(DeviceTimes {
                 compute: ms(start, computed),
@@ -198,5 +199,30 @@ impl<E: Elem> CudaReplica<E> {
             },
         };
         Ok(timing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_end_reports_the_update_after_the_end_before_it() {
+        // updates after ends 0, 1 and 3 (none after end 2: a step without one)
+        let mut u: VecDeque<(u64, &str)> = [(1, "u0"), (2, "u1"), (4, "u3")].into();
+        assert_eq!(
+            update_before(&mut u, 0),
+            None,
+            "the first end: none before it"
+        );
+        assert_eq!(update_before(&mut u, 1), Some("u0"));
+        // read late: end 3 is read after update 3 was queued; end 2 was never read
+        assert_eq!(
+            update_before(&mut u, 3),
+            None,
+            "u1 dropped, none after end 2"
+        );
+        assert_eq!(update_before(&mut u, 4), Some("u3"));
+        assert!(u.is_empty());
     }
 }
