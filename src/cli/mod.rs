@@ -285,6 +285,9 @@ pub struct TrainArgs {
     /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,
+    /// What the GPUs' gradient all-reduce carries: fp32 | bf16 (half the bytes between GPUs and machines; each rank's sums rounded to bf16; the optimizer still reads fp32 gradients)  [default: fp32]
+    #[arg(long)]
+    pub grad_dtype: Option<String>,
     /// Capture each GPU training pass once as a CUDA graph and replay it: auto | on | off (auto: wherever a pass can be one; not with --sync-bn)  [default: auto]
     #[arg(long)]
     pub cuda_graph: Option<String>,

@@ -81,6 +81,7 @@ impl TrainArgs {
             label_smoothing,
             precision,
             cuda_graph,
+            grad_dtype,
             warmup,
             schedule,
             lr_scaling,
@@ -200,6 +201,7 @@ impl TrainArgs {
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
             precision: parse("precision", args.precision.as_ref(), d.precision)?,
             cuda_graph: parse("cuda-graph", args.cuda_graph.as_ref(), d.cuda_graph)?,
+            grad_dtype: parse("grad-dtype", args.grad_dtype.as_ref(), d.grad_dtype)?,
             metrics_late: crate::config::metrics_late(
                 std::env::var("MGTOP_METRICS_LATE").ok().as_deref(),
             )?,

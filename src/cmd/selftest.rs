@@ -1,6 +1,7 @@
 //! `mgtop-train selftest`: what this machine offers the CUDA path, every kernel through NVRTC,
 //! and every GPU checked against the CPU reference.
 
+use crate::nn::precision::GradDtype;
 use std::process::ExitCode;
 
 /// `selftest`: what this machine offers the CUDA path, and every kernel through NVRTC.
@@ -93,7 +94,9 @@ pub fn command() -> anyhow::Result<ExitCode> {
             }
             if libs.nccl.is_none() {
                 // with one GPU too: a 1-rank communicator is initialised, used and aborted
-                checks.push(selftest::nccl_check(found.len()));
+                for wire in [GradDtype::Fp32, GradDtype::Bf16] {
+                    checks.push(selftest::nccl_check(found.len(), wire));
+                }
                 checks.extend(selftest::nccl_gives_up_checks());
             }
             for line in selftest::table(&checks) {

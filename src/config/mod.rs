@@ -206,6 +206,8 @@ pub struct RunConfig {
     pub label_smoothing: f32,
     /// What GPUs compute their products in (`--precision`; auto: TF32 where every GPU has it).
     pub precision: PrecisionFlag,
+    /// What the GPUs' gradient all-reduce carries (`--grad-dtype`).
+    pub grad_dtype: crate::nn::precision::GradDtype,
     /// Whether GPUs replay each training pass from a CUDA graph (`--cuda-graph`).
     pub cuda_graph: cuda_graph::CudaGraph,
     /// Whether a step's metrics are read one step late, so that the host never waits for the
@@ -275,6 +277,7 @@ impl Default for RunConfig {
             label_smoothing: 0.0,
             precision: PrecisionFlag::default(),
             cuda_graph: Default::default(),
+            grad_dtype: Default::default(),
             metrics_late: None,
             calibrate: false,
             stall_timeout: Duration::from_secs(60),

@@ -28,6 +28,8 @@ pub struct RunInfo {
     /// why, where it is not what was asked for.
     pub precision: Precision,
     pub precision_note: Option<String>,
+    /// What the GPUs' gradient all-reduce carries (`--grad-dtype`).
+    pub grad_dtype: crate::nn::precision::GradDtype,
     /// What `--cuda-graph` comes to on GPUs (None where unknown: a run read back).
     pub cuda_graph: Option<String>,
     /// When GPUs' step metrics are read (`RunConfig::metrics_late`; None: a run read back).
@@ -139,6 +141,7 @@ impl RunInfo {
             device_note,
             precision,
             precision_note,
+            grad_dtype: cfg.grad_dtype,
             cuda_graph: cfg
                 .cuda_graph
                 .resolve(cfg.sync_bn)
@@ -164,6 +167,7 @@ impl RunInfo {
             flops: model.flops_per_sample(),
             model_notes: (start.init_notes.iter().cloned())
                 .chain(model_notes(model, ranks, cfg.sync_bn))
+                .chain(grad_note(cfg, &world.devices))
                 .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
@@ -241,6 +245,23 @@ impl RunInfo {
     }
 }
 
+/// What `--grad-dtype bf16` does in this run, where it was asked for.
+fn grad_note(cfg: &RunConfig, devices: &[Device]) -> Option<String> {
+    use crate::config::strategy::Strategy;
+    if cfg.grad_dtype == crate::nn::precision::GradDtype::Fp32 {
+        return None;
+    }
+    let gpus = (devices.iter())
+        .filter(|d| matches!(d, Device::Gpu { .. }))
+        .count();
+    Some(match () {
+        _ if gpus == 0 => "--grad-dtype bf16 applies to GPUs (their NCCL all-reduce): CPU workers sum their gradients in fp32".into(),
+        _ if devices.len() == 1 => "--grad-dtype bf16: one GPU has no all-reduce; nothing changes".into(),
+        _ if cfg.strategy == Strategy::CentralStorage => "--grad-dtype bf16: under central storage the gradients go to the host in fp32; nothing changes".into(),
+        _ => "gradients' all-reduce in bf16 (--grad-dtype bf16): half the bytes between GPUs; each rank's sums are rounded to bf16 and summed in bf16, the metrics and the optimizer stay fp32, so N ranks no longer equal 1 rank bit for bit".into(),
+    })
+}
+
 /// The stem a preset chose; how batch norm and dropout behave across replicas.
 fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
@@ -277,6 +298,31 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::config::strategy::Strategy;
+
+    #[test]
+    fn grad_dtype_bf16_says_what_it_does_in_each_run() {
+        use crate::nn::precision::GradDtype;
+        let gpu = |index| Device::Gpu {
+            index,
+            name: "test".into(),
+            pci_bus_id: None,
+            arch: 90,
+        };
+        let cpu = |index| Device::Cpu { index };
+        let mut cfg = RunConfig::default();
+        assert_eq!(
+            grad_note(&cfg, &[gpu(0), gpu(1)]),
+            None,
+            "fp32: nothing to say"
+        );
+        cfg.grad_dtype = GradDtype::Bf16;
+        let said = |cfg: &RunConfig, d: &[Device]| grad_note(cfg, d).unwrap();
+        assert!(said(&cfg, &[gpu(0), gpu(1)]).contains("half the bytes"));
+        assert!(said(&cfg, &[cpu(0), cpu(1)]).contains("CPU workers sum their gradients in fp32"));
+        assert!(said(&cfg, &[gpu(0)]).contains("one GPU has no all-reduce"));
+        cfg.strategy = Strategy::CentralStorage;
+        assert!(said(&cfg, &[gpu(0), gpu(1)]).contains("central storage"));
+    }
 
     #[test]
     fn step_metrics_are_late_on_gpus_unless_turned_off_or_under_central_storage_or_sync_bn() {

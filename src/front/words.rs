@@ -59,12 +59,13 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         lines.push(format!("note: {note}"));
     }
     if gpu_run {
+        let wire = info.grad_dtype;
         lines.push(format!(
             "precision: {}",
             match info.precision {
-                Precision::Tf32 => "tf32 (matrix products on the tensor cores with TF32 inputs, fp32 accumulation; weights, gradients, optimizer state and the all-reduce in fp32)",
-                Precision::Bf16 => "bf16 (activations and matrix products in bf16 with fp32 accumulation; batch-norm statistics, the loss, master weights, gradients, optimizer state and the all-reduce in fp32)",
-                p => p.name(),
+                Precision::Tf32 => format!("tf32 (matrix products on the tensor cores with TF32 inputs, fp32 accumulation; weights, gradients and optimizer state in fp32, the all-reduce in {wire})"),
+                Precision::Bf16 => format!("bf16 (activations and matrix products in bf16 with fp32 accumulation; batch-norm statistics, the loss, master weights, gradients and optimizer state in fp32, the all-reduce in {wire})"),
+                p => p.name().to_string(),
             }
         ));
     }

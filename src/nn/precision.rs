@@ -71,9 +71,59 @@ impl fmt::Display for PrecisionFlag {
     }
 }
 
+/// `--grad-dtype`: what the gradients' all-reduce between GPUs carries. bf16 halves its bytes
+/// (NVLink, PCIe, the network between machines), as PyTorch DDP's `bf16_compress_hook`: each
+/// rank's gradient sums rounded to bf16, summed in bf16 by NCCL, widened back to the fp32
+/// gradients the optimizer reads. The batch's metrics (loss, counts) stay fp32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GradDtype {
+    #[default]
+    Fp32,
+    Bf16,
+}
+
+impl GradDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            GradDtype::Fp32 => "fp32",
+            GradDtype::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for GradDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for GradDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp32" => Ok(GradDtype::Fp32),
+            "bf16" => Ok(GradDtype::Bf16),
+            _ => Err(format!(
+                "unknown gradient type `{s}`: use fp32 (the default) or bf16 (the GPUs' all-reduce in bf16, half the bytes)"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gradient_type_reads_fp32_and_bf16_and_names_the_choices_otherwise() {
+        assert_eq!("bf16".parse(), Ok(GradDtype::Bf16));
+        assert_eq!("FP32".parse(), Ok(GradDtype::Fp32));
+        let e = "fp16".parse::<GradDtype>().unwrap_err();
+        assert!(
+            e.contains("`fp16`") && e.contains("fp32") && e.contains("bf16"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_flag_reads_auto_and_each_precision_and_names_the_choices_otherwise() {

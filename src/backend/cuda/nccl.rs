@@ -9,9 +9,11 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut, DevicePtrMut};
 use cudarc::nccl::sys::{self, ncclResult_t};
 use cudarc::nccl::Id;
+
+use super::elem::bf16;
 
 /// `ncclInvalidUsage (code 5): invalid usage; last error: <NCCL's own words>`.
 pub fn describe(code: ncclResult_t) -> String {
@@ -155,6 +157,49 @@ impl Communicator {
                 self.raw,
                 self.stream.cu_stream() as _,
             )
+        };
+        self.settle(started, patience)
+    }
+
+    /// `--grad-dtype bf16`: sums `wire` (the gradients in bf16) and `metrics` (fp32) over every
+    /// rank in place, as one group (one launch), queued on the stream as `all_reduce_sum`.
+    pub fn all_reduce_bf16_and_f32(
+        &self,
+        wire: &mut CudaViewMut<'_, bf16>,
+        metrics: &mut CudaViewMut<'_, f32>,
+        patience: &Patience,
+    ) -> Result<(), String> {
+        let (nw, nm) = (wire.len(), metrics.len());
+        let (pw, _rw) = wire.device_ptr_mut(&self.stream);
+        let (pm, _rm) = metrics.device_ptr_mut(&self.stream);
+        let stream = self.stream.cu_stream() as _;
+        // SAFETY: NCCL's group calls on one thread; both pointers address the stated element
+        // counts on this communicator's device, alive for the call and (owned by the caller, who
+        // waits on the stream before touching them) for the sums.
+        let started = unsafe {
+            let mut r = sys::ncclGroupStart();
+            for (ptr, len, ty) in [
+                (pw, nw, sys::ncclDataType_t::ncclBfloat16),
+                (pm, nm, sys::ncclDataType_t::ncclFloat32),
+            ] {
+                if matches!(r, ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress) {
+                    r = sys::ncclAllReduce(
+                        ptr as *const c_void,
+                        ptr as *mut c_void,
+                        len,
+                        ty,
+                        sys::ncclRedOp_t::ncclSum,
+                        self.raw,
+                        stream,
+                    );
+                }
+            }
+            // (ended whatever happened inside, so the group state is not left open)
+            let ended = sys::ncclGroupEnd();
+            match r {
+                ncclResult_t::ncclSuccess | ncclResult_t::ncclInProgress => ended,
+                e => e,
+            }
         };
         self.settle(started, patience)
     }

@@ -7,53 +7,79 @@ use std::time::Duration;
 use cudarc::driver::CudaContext;
 use cudarc::nccl::Id;
 
+use super::elem::bf16;
 use super::nccl::{Communicator, Patience};
-use super::replica::Group;
 use super::selftest_compare::{check, compare, Check};
-use super::{on, CudaError};
+use super::{on, CudaError, Gpu};
+use crate::backend::AUX;
 use crate::comm::{Collective, LocalCollective};
+use crate::nn::bf16::{from_bf16, to_bf16};
+use crate::nn::precision::GradDtype;
 use crate::nn::rng::Rng;
 
-/// NCCL all-reduce over every GPU against the in-process collective's sum.
-pub fn nccl_check(gpus: usize) -> Check {
-    let name = format!("nccl all-reduce over {gpus} GPUs");
+/// NCCL all-reduce over every GPU against the in-process collective's sum: of fp32 gradients,
+/// and as `--grad-dtype bf16` carries them (the sums in bf16, a group with the fp32 metrics:
+/// against the in-process sum of each rank's sums rounded to bf16, within bf16's rounding of
+/// each partial sum; the metric slots exactly as fp32's).
+pub fn nccl_check(gpus: usize, wire: GradDtype) -> Check {
+    let name = format!("nccl all-reduce over {gpus} GPUs, gradients in {wire}");
     let id = match Id::new() {
         Ok(id) => id,
         Err(e) => return check(name, Err(CudaError::new(0, "create an NCCL id", e))),
     };
-    let len = 1 << 20;
+    let len = (1 << 20) + AUX;
     let input = |rank: usize| -> Vec<f32> {
         let mut r = Rng::new(100 + rank as u64);
-        (0..len).map(|_| r.normal()).collect()
+        let mut v: Vec<f32> = (0..len).map(|_| r.normal()).collect();
+        // the metric slots: a loss sum, counts (exact in fp32, not in bf16)
+        v[len - AUX..].copy_from_slice(&[123.456 + rank as f32, 100.0 + rank as f32, 257.0]);
+        v
     };
     let handles: Vec<_> = (0..gpus)
         .map(|rank| {
             let data = input(rank);
             std::thread::spawn(move || -> Result<Vec<f32>, CudaError> {
-                let ctx = CudaContext::new(rank).map_err(on(rank, "open"))?;
-                let stream = ctx.new_stream().map_err(on(rank, "create stream"))?;
-                let g = Group {
-                    id,
-                    rank,
-                    world: gpus,
-                };
+                let gpu = Gpu::open(rank)?;
+                let stream = gpu.stream.clone();
                 let patience = Patience::only(NCCL_PATIENCE);
-                let comm = Communicator::join(&stream, g.rank, g.world, &g.id, &patience)
+                let comm = Communicator::join(&stream, rank, gpus, &id, &patience)
                     .map_err(|e| CudaError::new(rank, "join the NCCL group", e))?;
                 let mut buf = stream.clone_htod(&data).map_err(on(rank, "upload"))?;
-                comm.all_reduce_sum(&mut buf, &patience)
+                let mut through = match wire {
+                    GradDtype::Fp32 => None,
+                    GradDtype::Bf16 => Some(
+                        (stream.alloc_zeros::<bf16>(len - AUX)).map_err(on(rank, "allocate"))?,
+                    ),
+                };
+                super::replica::wire::sum(&gpu, &comm, &mut buf, through.as_mut(), &patience)
                     .map_err(|e| CudaError::new(rank, "all-reduce", e))?;
                 stream.clone_dtoh(&buf).map_err(on(rank, "download"))
             })
         })
         .collect();
-    let mut want: Vec<Vec<f32>> = (0..gpus).map(input).collect();
+    let mut want: Vec<Vec<f32>> = (0..gpus)
+        .map(|rank| {
+            let mut v = input(rank);
+            if wire == GradDtype::Bf16 {
+                let n = v.len() - AUX;
+                v[..n].iter_mut().for_each(|x| *x = from_bf16(to_bf16(*x)));
+            }
+            v
+        })
+        .collect();
     let colls = LocalCollective::group(gpus);
     std::thread::scope(|s| {
         for (mut c, buf) in colls.into_iter().zip(want.iter_mut()) {
             s.spawn(move || c.all_reduce_sum(buf).map(|_| ()));
         }
     });
+    // bf16 sums: each of the gpus - 1 partial sums rounded to 8 bits (of inputs about 1: an
+    // absolute part for the partial sums, larger than the result where they cancel); one GPU's
+    // is its input rounded, exactly the reference
+    let (tol, eps) = match wire {
+        GradDtype::Fp32 => (1e-5, 1e-5),
+        GradDtype::Bf16 => (gpus as f64 * 2f64.powi(-6), 2f64.powi(-7)),
+    };
     let mut worst = (0.0f64, 0.0f64);
     for (rank, h) in handles.into_iter().enumerate() {
         let got = match h.join() {
@@ -66,7 +92,20 @@ pub fn nccl_check(gpus: usize) -> Check {
                 )
             }
         };
-        let (a, r) = compare(&got, &want[rank], 1e-5, 1e-5);
+        // the metric slots summed in fp32 whatever carries the sums
+        let n = len - AUX;
+        if compare(&got[n..], &want[rank][n..], 1e-5, 1e-6).1 > 1.0 {
+            let e = format!(
+                "the metric slots {:?}, not {:?}",
+                &got[n..],
+                &want[rank][n..]
+            );
+            return check(
+                name,
+                Err(CudaError::new(rank, "all-reduce the metrics in fp32", e)),
+            );
+        }
+        let (a, r) = compare(&got, &want[rank], tol, eps);
         worst = (worst.0.max(a), worst.1.max(r));
     }
     check(name, Ok(worst))

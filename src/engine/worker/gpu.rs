@@ -65,6 +65,7 @@ fn open_as<E: Elem>(
             let graphs = (w.cfg.cuda_graph.resolve(w.cfg.sync_bn)).is_ok_and(|(on, _)| on);
             r.seed_dropout(dropout_seed(w.cfg.seed, w.rank))
                 .use_graphs(graphs)
+                .reduce_grads_as(w.cfg.grad_dtype)
         }
         Err(e) => {
             w.coll

@@ -28,6 +28,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         precision_note: None,
         cuda_graph: None,
         step_metrics: None,
+        grad_dtype: Default::default(),
         convolutions: None,
         data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
         model: "mlp:128 (64-128-10)".into(),

@@ -199,6 +199,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         precision_note: None,
         cuda_graph: None,
         step_metrics: None,
+        grad_dtype: Default::default(),
         convolutions: None,
         data: text(v, "data")?.to_string(),
         model: text(v, "model")?.to_string(),

@@ -28,6 +28,7 @@ mod resident;
 mod update;
 mod wait;
 mod weights;
+pub(crate) mod wire;
 
 use host::to_device;
 pub(crate) use update::{launch_update, Buffers, Chunks};
@@ -113,6 +114,10 @@ pub struct CudaReplica<E: Elem = f32> {
     v: CudaSlice<f32>,
     /// With frozen parameters (`--freeze`): what the all-reduce carries, packed.
     packed: Option<packed::Packed>,
+    /// `--grad-dtype bf16`: the sums carried in bf16 through `wire` (made at the first
+    /// all-reduce), `wire.rs`.
+    grads_bf16: bool,
+    wire: Option<CudaSlice<super::elem::bf16>>,
     /// Activations and their gradients per value of the model, for `cap` rows; [0] is the input.
     acts: Vec<CudaSlice<E>>,
     dacts: Vec<CudaSlice<E>>,
@@ -238,26 +243,15 @@ impl<E: Elem> Replica for CudaReplica<E> {
         host: &mut dyn Collective,
     ) -> Result<ReduceTiming, CollectiveError> {
         let t0 = Instant::now();
-        if let Some(comm) = &self.comm {
+        // (taken while the replica's buffers are summed through it)
+        if let Some(comm) = self.comm.take() {
             let abort = || host.abort_reason();
             let patience = Patience {
                 limit: self.timeout,
                 abort: &abort,
             };
-            let sent = match &mut self.packed {
-                None => comm.all_reduce_sum(&mut self.grads, &patience),
-                Some(p) => {
-                    let s = &self.gpu.stream;
-                    let moved = (p.pack(s, &self.grads))
-                        .map_err(|e| format!("pack the trained gradients: {e:?}"));
-                    moved
-                        .and_then(|_| comm.all_reduce_sum(&mut p.buf, &patience))
-                        .and_then(|_| {
-                            (p.unpack(s, &mut self.grads))
-                                .map_err(|e| format!("unpack the trained gradients: {e:?}"))
-                        })
-                }
-            };
+            let sent = self.sum_grads(&comm, &patience);
+            self.comm = Some(comm);
             if let Err(e) = sent {
                 self.abort_group();
                 return Err(CollectiveError::Aborted(format!(

@@ -126,6 +126,8 @@ impl<E: Elem> CudaReplica<E> {
             m,
             v,
             packed,
+            grads_bf16: false,
+            wire: None,
             acts: Vec::new(),
             dacts: Vec::new(),
             argmax: Vec::new(),
