@@ -113,6 +113,8 @@ fn rate(spec: &str, opts: &DataOptions) -> (f64, f64) {
 }
 
 fn main() {
+    // as the program does (`main`): freed buffers kept for reuse
+    mgtop::data::host_memory::reuse_freed_memory();
     let dir = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))

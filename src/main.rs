@@ -93,6 +93,7 @@ fn set_handler(h: Handler, ui: bool) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    mgtop::data::host_memory::reuse_freed_memory();
     INHERITED.get_or_init(|| (ignored(libc::SIGHUP), ignored(libc::SIGINT)));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
