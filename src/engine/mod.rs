@@ -112,25 +112,8 @@ impl Engine {
         }
         let devices = (devices, note);
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
-        // a batch past the training split takes it all each step: trained (and its learning
-        // rate scaled, its memory counted) as that
         let ranks = devices.0.len() * procs.as_ref().map_or(1, |p| p.count());
-        let whole = control::data_batch_cap(loaded.train.len(), ranks, cfg.grad_accum);
-        let cfg = match cfg.batch_per_replica > whole && cfg.resume.is_none() {
-            true => {
-                loaded.notes.push(format!(
-                    "batch {} per replica is more than the training split's {} samples over {ranks} rank{}: {whole} per replica, each step takes them all",
-                    cfg.batch_per_replica,
-                    loaded.train.len(),
-                    if ranks == 1 { "" } else { "s" }
-                ));
-                RunConfig {
-                    batch_per_replica: whole,
-                    ..cfg
-                }
-            }
-            false => cfg,
-        };
+        let cfg = validate::batch_within_data(cfg, loaded.train.len(), ranks, &mut loaded.notes);
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {

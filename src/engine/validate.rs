@@ -195,3 +195,27 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
         ..Optimizer::new(cfg.optimizer, cfg.weight_decay)
     }
 }
+
+/// A batch past the training split of `samples` takes it all each step: `cfg` trained (its
+/// learning rate scaled, its memory counted) with that batch, and a note saying so. A resumed
+/// run keeps its checkpoint's.
+pub(super) fn batch_within_data(
+    cfg: RunConfig,
+    samples: usize,
+    ranks: usize,
+    notes: &mut Vec<String>,
+) -> RunConfig {
+    let whole = super::control::data_batch_cap(samples, ranks, cfg.grad_accum);
+    if cfg.batch_per_replica <= whole || cfg.resume.is_some() {
+        return cfg;
+    }
+    notes.push(format!(
+        "batch {} per replica is more than the training split's {samples} samples over {ranks} rank{}: {whole} per replica, each step takes them all",
+        cfg.batch_per_replica,
+        if ranks == 1 { "" } else { "s" }
+    ));
+    RunConfig {
+        batch_per_replica: whole,
+        ..cfg
+    }
+}

@@ -214,37 +214,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.join(STATE).is_file() {
         return Ok(path.to_path_buf());
     }
-    // by step number, not by name: step-100000000 is newer than step-99999999
-    let newest = fs::read_dir(path)
-        .map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter_map(|p| {
-            let step: u64 = p
-                .file_name()?
-                .to_str()?
-                .strip_prefix("step-")?
-                .parse()
-                .ok()?;
-            p.join(STATE).is_file().then_some((step, p))
-        })
-        .max_by_key(|(step, _)| *step);
-    newest
-        .map(|(_, p)| p)
-        .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
+    let found = fs::read_dir(path).map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?;
+    newest(found, None).ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
-/// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
-/// beside it, by step, or starting anew.
-fn instead_of(dir: &Path) -> String {
-    let steps = dir
-        .parent()
-        .and_then(|p| fs::read_dir(p).ok())
-        .into_iter()
-        .flatten()
+/// Of a checkpoint dir's entries, the complete `step-*` checkpoint of the highest step (by
+/// number, not by name: step-100000000 is newer than step-99999999), `but` left out.
+fn newest(entries: fs::ReadDir, but: Option<&Path>) -> Option<PathBuf> {
+    entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p != dir && p.join(STATE).is_file())
+        .filter(|p| Some(p.as_path()) != but && p.join(STATE).is_file())
         .filter_map(|p| {
             let step: u64 = p
                 .file_name()?
@@ -253,9 +233,18 @@ fn instead_of(dir: &Path) -> String {
                 .parse()
                 .ok()?;
             Some((step, p))
-        });
-    match steps.max_by_key(|(step, _)| *step) {
-        Some((_, p)) => format!(
+        })
+        .max_by_key(|(step, _)| *step)
+        .map(|(_, p)| p)
+}
+
+/// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
+/// beside it, or starting anew.
+fn instead_of(dir: &Path) -> String {
+    let other =
+        (dir.parent().and_then(|p| fs::read_dir(p).ok())).and_then(|e| newest(e, Some(dir)));
+    match other {
+        Some(p) => format!(
             "resume from another checkpoint of the run instead: --resume {}",
             p.display()
         ),
