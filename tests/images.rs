@@ -321,6 +321,17 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
     }
     std::fs::remove_file(&fifo).unwrap();
     std::fs::remove_file(dir.join("cat/loop")).unwrap();
+    // two class folders that are one folder: an error naming both, not a class read twice
+    std::os::unix::fs::symlink(dir.join("dog"), dir.join("pup")).unwrap();
+    let e = images(&dir, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("class folders")
+            && e.contains("dog")
+            && e.contains("pup")
+            && e.contains("one folder"),
+        "{e}"
+    );
+    std::fs::remove_file(dir.join("pup")).unwrap();
     // no class folders, no folder, no readable images
     let flat = tmp.path().join("flat");
     png_rgb(&flat.join("x.png"), 0);

@@ -391,8 +391,6 @@ pub struct TrainArgs {
 #[cfg(test)]
 mod tests;
 
-/// A config-file key that is a switch or a path: `true` (the default place, as the flag
-/// without a value), `false` (off) or `"DIR"`.
 /// A setting that is a count or a word (`prefetch = 4` or `prefetch = "auto"`), as its flag's text.
 fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
@@ -402,7 +400,7 @@ fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
         Word(String),
     }
     let v = NumberOrWord::deserialize(d).map_err(|_| {
-        serde::de::Error::custom("takes a whole number or \"auto\", e.g. prefetch = 4")
+        serde::de::Error::custom("takes a whole number or \"auto\", e.g. 4 or \"auto\"")
     })?;
     Ok(Some(match v {
         NumberOrWord::Number(n) => n.to_string(),
@@ -410,6 +408,8 @@ fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
     }))
 }
 
+/// A config-file key that is a switch or a path: `true` (the default place, as the flag
+/// without a value), `false` (off) or `"DIR"`.
 fn flag_or_path<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Option<PathBuf>>, D::Error> {

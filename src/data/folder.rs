@@ -58,8 +58,8 @@ fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
 struct Walk {
     /// The data folder, resolved: a link to a folder inside it is a loop or a second copy.
     root: PathBuf,
-    /// The folders read so far, resolved.
-    seen: std::collections::HashSet<PathBuf>,
+    /// The folders read so far, resolved, and the path each was first read by.
+    seen: std::collections::HashMap<PathBuf, PathBuf>,
     out: Vec<PathBuf>,
     ignored: usize,
     skipped: Vec<String>,
@@ -76,16 +76,25 @@ impl Walk {
         }
     }
 
-    /// Image files below `dir`, in name order.
+    /// Image files below `dir` (a class folder at `depth` 0), in name order.
     fn dir(&mut self, dir: &Path, depth: usize) -> Result<(), String> {
         let real = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-        if !self.seen.insert(real) {
+        if let Some(first) = self.seen.get(&real) {
+            if depth == 0 {
+                return Err(format!(
+                    "class folders {} and {} are one folder (a link to the other, or both to one): give each class its own folder",
+                    first.display(),
+                    dir.display()
+                ));
+            }
             self.skipped.push(format!(
-                "skipped {}: a link to a folder already read (a loop)",
-                dir.display()
+                "skipped {}: the folder {} again (a link), already read",
+                dir.display(),
+                first.display()
             ));
             return Ok(());
         }
+        self.seen.insert(real, dir.to_path_buf());
         for p in entries(dir)? {
             // (following links; a dangling one is a file that cannot be read)
             let meta = fs::metadata(&p);

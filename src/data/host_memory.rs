@@ -128,7 +128,8 @@ struct Cgroup {
     used: u64,
 }
 
-/// This process's cgroups with a memory limit, the tightest (`cgroup_from`).
+/// This process's cgroups with a memory limit: the smallest limit, and the least room
+/// (`cgroup_from`).
 fn cgroup() -> Option<Cgroup> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     cgroup_from(&text, Path::new("/sys/fs/cgroup"))
@@ -155,7 +156,8 @@ const V1: Files = Files {
 /// From `/proc/self/cgroup`'s `text` and the cgroup file systems under `root`: the memory
 /// cgroup (v1) or the unified one (v2) of this process, each directory from the mount's root
 /// down to its own (a container sees its own cgroup as the root; a parent's limit binds too),
-/// the one with the least room.
+/// the smallest limit and, as `used`, what leaves the least room under any of them (a parent
+/// shared with other jobs may have less room than the process's own, and a larger limit).
 fn cgroup_from(text: &str, root: &Path) -> Option<Cgroup> {
     let mut found: Option<Cgroup> = None;
     for line in text.lines() {
@@ -179,9 +181,17 @@ fn cgroup_from(text: &str, root: &Path) -> Option<Cgroup> {
                 continue;
             };
             let room = |c: &Cgroup| c.limit.saturating_sub(c.used);
-            if found.as_ref().is_none_or(|f| room(&c) < room(f)) {
-                found = Some(c);
-            }
+            found = Some(match found {
+                None => c,
+                Some(f) => {
+                    let limit = f.limit.min(c.limit);
+                    Cgroup {
+                        limit,
+                        // (so that limit - used is the least room)
+                        used: limit.saturating_sub(room(&f).min(room(&c))),
+                    }
+                }
+            });
         }
     }
     found
@@ -247,6 +257,25 @@ mod tests {
         write(&job, &[("memory.max", "4294967296\n")]);
         let c = cgroup_from("0::/slurm/job_7\n", root.path()).unwrap();
         assert_eq!((c.limit, c.used), (4 << 30, 2 << 30));
+        // a parent shared with other jobs: its larger limit has less room; the job's own
+        // limit and the parent's room bind
+        write(
+            &root.path().join("slurm"),
+            &[
+                (
+                    "memory.max",
+                    "8589934592
+",
+                ),
+                (
+                    "memory.current",
+                    "7516192768
+",
+                ),
+            ],
+        );
+        let c = cgroup_from("0::/slurm/job_7\n", root.path()).unwrap();
+        assert_eq!((c.limit, c.limit - c.used), (4 << 30, 1 << 30));
     }
 
     #[test]

@@ -255,14 +255,15 @@ mod tests {
         let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &no_blas, 4)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("libcublas.so.12") && e.contains("cpu:N"), "{e}");
+        // (or where cuBLAS is installed, on a machine where a wheel put it)
+        let named = |e: &str| e.contains("libcublas.so.12") || e.contains("cuBLAS is installed as");
+        assert!(named(&e) && e.contains("cpu:N"), "{e}");
         // auto without the libraries falls back to CPU workers and says why
         let (d, note) = resolve_with(&DeviceSpec::Auto, &two, &no_blas, 2).unwrap();
         assert!(d.iter().all(|d| matches!(d, Device::Cpu { .. })));
         let note = note.unwrap();
         assert!(
-            note.starts_with("found 0: NVIDIA A100 (80 GiB), 1: NVIDIA A100")
-                && note.contains("libcublas.so.12"),
+            note.starts_with("found 0: NVIDIA A100 (80 GiB), 1: NVIDIA A100") && named(&note),
             "{note}"
         );
     }

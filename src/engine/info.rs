@@ -258,7 +258,10 @@ fn grad_note(cfg: &RunConfig, devices: &[Device]) -> Option<String> {
         _ if gpus == 0 => "--grad-dtype bf16 applies to GPUs (their NCCL all-reduce): CPU workers sum their gradients in fp32".into(),
         _ if devices.len() == 1 => "--grad-dtype bf16: one GPU has no all-reduce; nothing changes".into(),
         _ if cfg.strategy == Strategy::CentralStorage => "--grad-dtype bf16: under central storage the gradients go to the host in fp32; nothing changes".into(),
-        _ => "gradients' all-reduce in bf16 (--grad-dtype bf16): half the bytes between GPUs; each rank's sums are rounded to bf16 and summed in bf16, the metrics and the optimizer stay fp32, so N ranks no longer equal 1 rank bit for bit".into(),
+        _ => format!("gradients' all-reduce in bf16 (--grad-dtype bf16{}): half the bytes between GPUs; each rank's sums are rounded to bf16 and summed in bf16, the metrics and the optimizer stay fp32, so N ranks no longer equal 1 rank bit for bit", match cfg.strategy {
+            Strategy::LocalSgd { .. } => "; under local SGD only its warm-up's steps all-reduce gradients",
+            _ => "",
+        }),
     })
 }
 

@@ -155,6 +155,8 @@ pub(super) fn meet(
         same: vec![
             ("--model".into(), cfg.model.to_string()),
             ("--precision".into(), cfg.precision.to_string()),
+            // (the all-reduce's calls and types: NCCL compares neither across ranks)
+            ("--grad-dtype".into(), cfg.grad_dtype.to_string()),
             ("--optimizer".into(), cfg.optimizer.to_string()),
             ("--seed".into(), cfg.seed.to_string()),
             ("--grad-accum".into(), cfg.grad_accum.to_string()),

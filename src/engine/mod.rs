@@ -112,8 +112,17 @@ impl Engine {
         }
         let devices = (devices, note);
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
-        let ranks = devices.0.len() * procs.as_ref().map_or(1, |p| p.count());
-        let cfg = validate::batch_within_data(cfg, loaded.train.len(), ranks, &mut loaded.notes);
+        // (one process knows its ranks now; processes of one run may hold unequal device counts,
+        // and then their caps would differ: there the keyboard's cap alone applies)
+        let cfg = match procs {
+            None => validate::batch_within_data(
+                cfg,
+                loaded.train.len(),
+                devices.0.len(),
+                &mut loaded.notes,
+            ),
+            Some(_) => cfg,
+        };
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {

@@ -65,7 +65,10 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             match info.precision {
                 Precision::Tf32 => format!("tf32 (matrix products on the tensor cores with TF32 inputs, fp32 accumulation; weights, gradients and optimizer state in fp32, the all-reduce in {wire})"),
                 Precision::Bf16 => format!("bf16 (activations and matrix products in bf16 with fp32 accumulation; batch-norm statistics, the loss, master weights, gradients and optimizer state in fp32, the all-reduce in {wire})"),
-                p => p.name().to_string(),
+                p => match wire {
+                    crate::nn::precision::GradDtype::Fp32 => p.name().to_string(),
+                    _ => format!("{} (the all-reduce in {wire})", p.name()),
+                },
             }
         ));
     }

@@ -71,9 +71,13 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The floats `ensure` grows to for `g` (what a run's memory estimate counts).
-    pub fn floats_for(g: &ConvGeom) -> usize {
-        GROUPS * (g.col_len() + g.weights() + g.oc)
+    /// The floats `ensure` grows to over convolutions `gs` (what a run's memory estimate
+    /// counts): each part to its largest.
+    pub fn floats_for<'a>(gs: impl Iterator<Item = &'a ConvGeom>) -> usize {
+        let (col, partial) = gs.fold((0, 0), |(c, p), g| {
+            (c.max(g.col_len()), p.max(g.weights() + g.oc))
+        });
+        GROUPS * (col + partial)
     }
 
     pub fn ensure(&mut self, g: &ConvGeom) {

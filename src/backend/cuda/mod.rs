@@ -206,14 +206,15 @@ mod tests {
             nccl: Some("NCCL (libnccl.so.2) was not found: ...".into()),
         };
         let why = none.missing_for(2).unwrap();
-        for needle in [
-            "libcuda.so.1",
-            "libnvrtc.so.12",
-            "libcublas.so.12",
-            "libnccl.so.2",
-            "pip install",
-        ] {
+        for needle in ["libcuda.so.1", "libnccl.so.2"] {
             assert!(why.contains(needle), "{needle} missing from: {why}");
+        }
+        // each library named with how to get it, or (where a wheel put one on this machine, as
+        // PyTorch's do) where it is installed
+        for (file, name) in [("libnvrtc.so.12", "NVRTC"), ("libcublas.so.12", "cuBLAS")] {
+            let said = (why.contains(file) && why.contains("pip install"))
+                || why.contains(&format!("{name} is installed as"));
+            assert!(said, "{name} missing from: {why}");
         }
         // one GPU needs no NCCL
         assert!(!none.missing_for(1).unwrap().contains("libnccl"));

@@ -167,13 +167,10 @@ impl Model {
     /// The CPU's column scratch for the dense convolutions, in floats: grown to the largest's
     /// (`grouped::Scratch`), per rank, whatever the batch.
     pub fn conv_scratch_floats(&self) -> usize {
-        (self.nodes.iter())
-            .filter_map(|n| match n.op {
-                Op::Conv { g, groups: 1, .. } => Some(crate::nn::grouped::Scratch::floats_for(&g)),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0)
+        crate::nn::grouped::Scratch::floats_for(self.nodes.iter().filter_map(|n| match &n.op {
+            Op::Conv { g, groups: 1, .. } => Some(g),
+            _ => None,
+        }))
     }
 
     /// Forward FLOPs per sample (a multiply-add counts 2; batch norm, pooling and adds their

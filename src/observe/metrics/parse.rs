@@ -199,7 +199,11 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         precision_note: None,
         cuda_graph: None,
         step_metrics: None,
-        grad_dtype: Default::default(),
+        // (files written before --grad-dtype carried fp32)
+        grad_dtype: field(v, "grad_dtype")
+            .and_then(Value::as_str)
+            .and_then(|g| g.parse().ok())
+            .unwrap_or_default(),
         convolutions: None,
         data: text(v, "data")?.to_string(),
         model: text(v, "model")?.to_string(),
