@@ -99,11 +99,11 @@ impl Controller {
         }
     }
 
-    /// Batch-size changes past `max` per replica (the whole training split of `samples` each
-    /// step, `data_batch_cap`) are refused.
-    pub(crate) fn within_data(self, max: usize, samples: usize) -> Self {
+    /// Batch-size changes past the whole training split of `samples` each step over `ranks`
+    /// ranks accumulating `accum` micro-batches (`data_batch_cap`) are refused.
+    pub(crate) fn within_data(self, samples: usize, ranks: usize, accum: usize) -> Self {
         Controller {
-            data: Some((max, samples)),
+            data: Some((data_batch_cap(samples, ranks, accum), samples)),
             ..self
         }
     }
@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(data_batch_cap(150, 2, 1), 75);
         assert_eq!(data_batch_cap(151, 2, 1), 76);
         assert_eq!(data_batch_cap(150, 2, 4), 19);
-        let c = c.within_data(75, 150);
+        let c = c.within_data(150, 2, 1);
         assert!(c.set_batch_per_replica(75).is_ok());
         let e = c.set_batch_per_replica(76).unwrap_err();
         assert_eq!(

@@ -112,17 +112,8 @@ impl Engine {
         }
         let devices = (devices, note);
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
-        // (one process knows its ranks now; processes of one run may hold unequal device counts,
-        // and then their caps would differ: there the keyboard's cap alone applies)
-        let cfg = match procs {
-            None => validate::batch_within_data(
-                cfg,
-                loaded.train.len(),
-                devices.0.len(),
-                &mut loaded.notes,
-            ),
-            Some(_) => cfg,
-        };
+        let alone = procs.is_none().then_some(devices.0.len());
+        let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {
@@ -175,8 +166,8 @@ impl Engine {
         if let Some(limit) = batch_limit {
             engine.controller = engine.controller.limited(limit);
         }
-        let whole = control::data_batch_cap(samples, engine.info().devices.len(), accum);
-        engine.controller = engine.controller.clone().within_data(whole, samples);
+        let ranks = engine.info().devices.len();
+        engine.controller = engine.controller.clone().within_data(samples, ranks, accum);
         if let Some(c) = created {
             c.keep(link_latest);
         }

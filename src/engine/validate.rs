@@ -198,13 +198,17 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
 
 /// A batch past the training split of `samples` takes it all each step: `cfg` trained (its
 /// learning rate scaled, its memory counted) with that batch, and a note saying so. A resumed
-/// run keeps its checkpoint's.
+/// run keeps its checkpoint's. `ranks`: None in a run over several processes, which may hold
+/// unequal device counts (their caps would differ): there the keyboard's cap alone applies.
 pub(super) fn batch_within_data(
     cfg: RunConfig,
     samples: usize,
-    ranks: usize,
+    ranks: Option<usize>,
     notes: &mut Vec<String>,
 ) -> RunConfig {
+    let Some(ranks) = ranks else {
+        return cfg;
+    };
     let whole = super::control::data_batch_cap(samples, ranks, cfg.grad_accum);
     if cfg.batch_per_replica <= whole || cfg.resume.is_some() {
         return cfg;
