@@ -9,6 +9,7 @@ use std::time::Instant;
 use mgtop::nn::direct;
 use mgtop::nn::gemm::sgemm;
 use mgtop::nn::im2col::im2col;
+use mgtop::nn::winograd;
 
 fn seconds(mut f: impl FnMut()) -> f64 {
     f();
@@ -31,8 +32,8 @@ fn main() {
     }
     let b = 8;
     println!(
-        "{:<20} {:>14} {:>10} {:>10} {:>10}",
-        "layer (GFLOP/s)", "im2col fwd", "direct fwd", "dw", "dinp"
+        "{:<20} {:>14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "layer (GFLOP/s)", "im2col fwd", "direct fwd", "dw", "dinp", "wino fwd", "dw", "dinp"
     );
     for (c, hw, oc, k) in [
         (16usize, 32usize, 16usize, 3usize),
@@ -77,13 +78,34 @@ fn main() {
         };
         let (dw_only, both) = (back(false), back(true));
         let gf = |s: f64| flops / s / 1e9;
+        // Winograd F(2x2, 3x3) where it applies (its GFLOP/s counted as the direct products':
+        // the same convolution per second)
+        let wino = (k == 3 && winograd::enabled()).then(|| {
+            let wf = winograd::Weights::forward(&w, c, oc);
+            let fwd = seconds(|| winograd::forward(&mut out, &inp, &wf, &bias, b, c, oc, (hw, hw)));
+            let wi = winograd::Weights::input_grad(&w, c, oc);
+            let mut back = |with_dinp: bool| {
+                seconds(|| {
+                    let d = with_dinp.then_some((&mut dinp[..], &wi));
+                    winograd::backward(d, &mut dw, &out, &inp, b, c, oc, (hw, hw))
+                })
+            };
+            let (dw_only, both) = (back(false), back(true));
+            [gf(fwd), gf(dw_only), gf(both - dw_only)]
+        });
+        let [wf, wdw, wdi] = wino
+            .map(|x| x.map(|g| format!("{g:.1}")))
+            .unwrap_or_else(|| ["-".into(), "-".into(), "-".into()]);
         println!(
-            "{:<20} {:>14.1} {:>10.1} {:>10.1} {:>10.1}",
+            "{:<20} {:>14.1} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>10} {:>10}",
             format!("{c}x{hw}x{hw} -> {oc} k{k}"),
             gf(columns),
             gf(fwd),
             gf(dw_only),
-            gf(both - dw_only)
+            gf(both - dw_only),
+            wf,
+            wdw,
+            wdi
         );
     }
 }

@@ -24,3 +24,4 @@ pub mod rng;
 pub mod schedule;
 pub mod simd;
 pub mod window;
+pub mod winograd;

@@ -1,9 +1,10 @@
 //! 2-D convolution over NCHW tensors, weights [OC, C, KH, KW] (PyTorch's layout), computed one
-//! of two ways (`Path`): odd square windows padded by k/2 with stride 1 or 2 (a ResNet's 3x3
-//! layers; with AVX-512 also its 1x1 shortcuts and pointwise layers over at least 256 pixels)
-//! by `nn::direct` where the CPU has AVX-512 or AVX2, 1.2-4x the products on ResNet-20's layers
-//! (`benches/direct_conv`); the rest by im2col + GEMM (`columns`). Both run per group of images
-//! (`nn::grouped` spreads the groups over a worker's threads).
+//! of three ways (`Path`): 3x3 windows with stride 1 and padding 1 by `nn::winograd` where the
+//! CPU's widest vectors are AVX2; odd square windows padded by k/2 with stride 1 or 2 (a
+//! ResNet's 3x3 layers; with AVX-512 also its 1x1 shortcuts and pointwise layers over at least
+//! 256 pixels) by `nn::direct` where the CPU has AVX-512 or AVX2, 1.2-4x the products on
+//! ResNet-20's layers (`benches/direct_conv`); the rest by im2col + GEMM (`columns`). All run
+//! per group of images (`nn::grouped` spreads the groups over a worker's threads).
 
 mod columns;
 #[cfg(test)]
@@ -13,6 +14,7 @@ use crate::nn::direct;
 use crate::nn::direct::dense;
 use crate::nn::simd::lane_sum;
 use crate::nn::window::out_size;
+use crate::nn::winograd;
 
 /// Pointwise layers over fewer pixels than this take the products. With AVX-512: 256 (with
 /// every pointwise layer direct, MobileNetV2 at 32x32 ran 30% slower: on 4x4 and 8x8 images a
@@ -41,6 +43,10 @@ pub fn kernels(isa: Option<direct::Isa>) -> String {
                 direct_pointwise_pixels(isa)
             ),
         ),
+        Some(direct::Isa::Avx2) if winograd::enabled() => format!(
+            "Winograd F(2x2, 3x3) (AVX2 + FMA) for 3x3 windows with stride 1; {}",
+            direct("AVX2 + FMA", &format!("other {windows}, except pointwise"))
+        ),
         Some(direct::Isa::Avx2) => direct("AVX2 + FMA", &format!("{windows}, except pointwise")),
         None => "im2col + GEMM and row-by-row depthwise (no AVX2 or AVX-512 on this CPU, or MGTOP_DIRECT=off): about half the speed of the direct kernels".into(),
     }
@@ -49,6 +55,8 @@ pub fn kernels(isa: Option<direct::Isa>) -> String {
 /// How a convolution is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
+    /// `nn::winograd`: 3x3 windows, stride 1, padding 1, on CPUs where it is enabled.
+    Winograd,
     /// `nn::direct`: odd square windows padded by k/2 with stride 1 or 2, on CPUs with AVX-512
     /// or AVX2 (not the smaller pointwise layers).
     Direct,
@@ -59,9 +67,12 @@ enum Path {
 impl Path {
     fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
         let small_pointwise = kh == 1 && kw == 1 && ohw < direct_pointwise_pixels(direct::isa());
-        match direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
-            true => Path::Direct,
-            false => Path::Columns,
+        if winograd::applies(kh, kw, stride, pad) {
+            Path::Winograd
+        } else if direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
+            Path::Direct
+        } else {
+            Path::Columns
         }
     }
 }
@@ -75,7 +86,7 @@ pub fn conv2d_scratch_len(
     (oh, ow): (usize, usize),
 ) -> usize {
     match Path::choose(kh, kw, stride, pad, oh * ow) {
-        Path::Direct => 0,
+        Path::Winograd | Path::Direct => 0,
         Path::Columns => columns::len(c, kh, kw, oh, ow),
     }
 }
@@ -154,32 +165,40 @@ fn geometry(
 }
 
 /// A convolution's weights made ready once for every call of one pass over them (the direct
-/// kernels' regrouped weights; nothing on the other paths): `nn::grouped` prepares a layer's
-/// once and hands them to each group of images, instead of each call regrouping them again.
+/// kernels' regrouped weights, the Winograd transforms; nothing on the im2col path):
+/// `nn::grouped` prepares a layer's once and hands them to each group of images, instead of
+/// each call making them again.
 #[derive(Default)]
-pub struct Prepared {
-    forward: Option<dense::ForwardWeights>,
-    input_grad: Option<dense::InputGradWeights>,
+pub enum Prepared {
+    #[default]
+    Nothing,
+    DirectForward(dense::ForwardWeights),
+    DirectInputGrad(dense::InputGradWeights),
+    /// `winograd::Weights::forward` or `input_grad`, as the pass asked.
+    Winograd(winograd::Weights),
 }
 
 impl Prepared {
     /// For the forward pass of w[OC,C,KH,KW] over images of `geom` (its batch size unused).
     pub fn forward(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
-        let forward = (path_of(h, w_in, kh, kw, stride, pad) == Path::Direct)
-            .then(|| dense::ForwardWeights::new(w, c, oc, kh));
-        Prepared {
-            forward,
-            input_grad: None,
+        match path_of(h, w_in, kh, kw, stride, pad) {
+            Path::Winograd => Prepared::Winograd(winograd::Weights::forward(w, c, oc)),
+            Path::Direct => Prepared::DirectForward(dense::ForwardWeights::new(w, c, oc, kh)),
+            Path::Columns => Prepared::Nothing,
         }
     }
 
     /// For the input gradient of the same.
     pub fn input_grad(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
-        let input_grad = (path_of(h, w_in, kh, kw, stride, pad) == Path::Direct)
-            .then(|| dense::InputGradWeights::new(w, c, oc, (h, w_in, kh, stride)));
-        Prepared {
-            forward: None,
-            input_grad,
+        match path_of(h, w_in, kh, kw, stride, pad) {
+            Path::Winograd => Prepared::Winograd(winograd::Weights::input_grad(w, c, oc)),
+            Path::Direct => Prepared::DirectInputGrad(dense::InputGradWeights::new(
+                w,
+                c,
+                oc,
+                (h, w_in, kh, stride),
+            )),
+            Path::Columns => Prepared::Nothing,
         }
     }
 }
@@ -243,8 +262,7 @@ pub fn conv2d_forward_prepared(
         "conv2d: bias has {}, need {oc}",
         bias.len()
     );
-    let wf = prep.forward.as_ref();
-    forward_by(s.path(), out, inp, w, wf, bias, &s, col_scratch);
+    forward_by(s.path(), out, inp, w, prep, bias, &s, col_scratch);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -253,18 +271,29 @@ fn forward_by(
     out: &mut [f32],
     inp: &[f32],
     w: &[f32],
-    prepared: Option<&dense::ForwardWeights>,
+    prepared: &Prepared,
     bias: &[f32],
     s: &Shape,
     col_scratch: &mut [f32],
 ) {
     match path {
+        Path::Winograd => {
+            let made;
+            let wf = match prepared {
+                Prepared::Winograd(wf) => wf,
+                _ => {
+                    made = winograd::Weights::forward(w, s.c, s.oc);
+                    &made
+                }
+            };
+            winograd::forward(out, inp, wf, bias, s.b, s.c, s.oc, (s.h, s.w))
+        }
         Path::Direct => {
             let win = (s.h, s.w, s.kh, s.stride);
             let made;
             let wf = match prepared {
-                Some(wf) => wf,
-                None => {
+                Prepared::DirectForward(wf) => wf,
+                _ => {
                     made = dense::ForwardWeights::new(w, s.c, s.oc, s.kh);
                     &made
                 }
@@ -336,8 +365,7 @@ pub fn conv2d_backward_prepared(
     if let Some(db) = dbias {
         bias_sums(db, dout, &s);
     }
-    let wi = prep.input_grad.as_ref();
-    backward_by(s.path(), dinp, dw, dout, inp, w, wi, &s, col_scratch);
+    backward_by(s.path(), dinp, dw, dout, inp, w, prep, &s, col_scratch);
 }
 
 /// dbias[OC] += each output channel's sum over the images, image by image.
@@ -362,18 +390,30 @@ fn backward_by(
     dout: &[f32],
     inp: &[f32],
     w: &[f32],
-    prepared: Option<&dense::InputGradWeights>,
+    prepared: &Prepared,
     s: &Shape,
     col_scratch: &mut [f32],
 ) {
     match path {
+        Path::Winograd => {
+            let made;
+            let dinp = match (dinp, prepared) {
+                (None, _) => None,
+                (Some(d), Prepared::Winograd(wi)) => Some((d, wi)),
+                (Some(d), _) => {
+                    made = winograd::Weights::input_grad(w, s.c, s.oc);
+                    Some((d, &made))
+                }
+            };
+            winograd::backward(dinp, dw, dout, inp, s.b, s.c, s.oc, (s.h, s.w))
+        }
         Path::Direct => {
             let win = (s.h, s.w, s.kh, s.stride);
             let made;
             let dinp = match (dinp, prepared) {
                 (None, _) => None,
-                (Some(d), Some(wi)) => Some((d, wi)),
-                (Some(d), None) => {
+                (Some(d), Prepared::DirectInputGrad(wi)) => Some((d, wi)),
+                (Some(d), _) => {
                     made = dense::InputGradWeights::new(w, s.c, s.oc, win);
                     Some((d, &made))
                 }

@@ -152,10 +152,22 @@ fn backward_matches_finite_differences() {
     }
 }
 
-/// Every output and gradient of both ways of computing a convolution, for the cases the
-/// direct path takes.
+/// The ways besides im2col this CPU can compute a convolution with.
+fn fast_paths(kh: usize, kw: usize, s: usize, p: usize) -> Vec<Path> {
+    let mut paths = Vec::new();
+    if dense::applies(kh, kw, s, p) {
+        paths.push(Path::Direct);
+    }
+    if winograd::applies(kh, kw, s, p) {
+        paths.push(Path::Winograd);
+    }
+    paths
+}
+
+/// Every output and gradient of each way of computing a convolution against im2col's, for the
+/// cases the direct (and where this CPU has it, the Winograd) path can take.
 #[test]
-fn direct_and_column_paths_agree() {
+fn direct_winograd_and_column_paths_agree() {
     if !direct::available() {
         eprintln!("skipped: this CPU has neither AVX-512 nor AVX2, so there is no direct path");
         return;
@@ -164,11 +176,8 @@ fn direct_and_column_paths_agree() {
     let same = CASES
         .iter()
         .copied()
-        .filter(|&(_, _, h, wi, _, kh, kw, s, p)| {
-            let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
-            Path::choose(kh, kw, s, p, oh * ow) == Path::Direct
-        });
-    let mut checked = 0;
+        .filter(|&(_, _, _, _, _, kh, kw, s, p)| !fast_paths(kh, kw, s, p).is_empty());
+    let (mut checked, mut winograd) = (0, 0);
     // then larger batches, of small images too, strided and pointwise
     let more = [
         (4, 16, 32, 32, 16, 3, 3, 1, 1),
@@ -181,7 +190,7 @@ fn direct_and_column_paths_agree() {
         let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
         let (inp, w, bias) = inputs(&mut r, k);
         let g = randn(&mut r, b * oc * oh * ow);
-        if Path::choose(kh, kw, s, p, oh * ow) == Path::Direct {
+        if Path::choose(kh, kw, s, p, oh * ow) != Path::Columns {
             assert_eq!(conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow)), 0);
         }
         let mut col = vec![f32::NAN; columns::len(c, kh, kw, oh, ow)];
@@ -189,7 +198,8 @@ fn direct_and_column_paths_agree() {
         let shape = geometry(b, c, h, wi, oc, kh, kw, s, p, lens);
         let run = |path: Path, col: &mut [f32]| {
             let mut out = vec![f32::NAN; b * oc * oh * ow];
-            forward_by(path, &mut out, &inp, &w, None, &bias, &shape, col);
+            let none = Prepared::Nothing;
+            forward_by(path, &mut out, &inp, &w, &none, &bias, &shape, col);
             let mut dinp = vec![f32::NAN; inp.len()];
             let (mut dw, mut db) = (vec![0.5; w.len()], vec![0.5; oc]);
             bias_sums(&mut db, &g, &shape);
@@ -200,29 +210,38 @@ fn direct_and_column_paths_agree() {
                 &g,
                 &inp,
                 &w,
-                None,
+                &Prepared::Nothing,
                 &shape,
                 col,
             );
             [out, dinp, dw, db]
         };
-        let direct = run(Path::Direct, &mut col);
         let columns = run(Path::Columns, &mut col);
-        for (name, (d, e)) in ["out", "dinp", "dw", "dbias"]
-            .iter()
-            .zip(direct.iter().zip(&columns))
-        {
-            let scale = e.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-            for (i, (d, e)) in d.iter().zip(e).enumerate() {
-                assert!(
-                    (d - e).abs() <= 1e-5 * scale,
-                    "{k:?} {name}[{i}]: {d} vs {e}"
-                );
+        for path in fast_paths(kh, kw, s, p) {
+            let fast = run(path, &mut col);
+            for (name, (d, e)) in ["out", "dinp", "dw", "dbias"]
+                .iter()
+                .zip(fast.iter().zip(&columns))
+            {
+                let scale = e.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                for (i, (d, e)) in d.iter().zip(e).enumerate() {
+                    assert!(
+                        (d - e).abs() <= 1e-5 * scale,
+                        "{k:?} {path:?} {name}[{i}]: {d} vs {e}"
+                    );
+                }
             }
+            winograd += usize::from(path == Path::Winograd);
         }
         checked += 1;
     }
     assert!(checked >= 11, "only {checked} cases took the direct path");
+    if winograd::enabled() {
+        assert!(
+            winograd >= 5,
+            "only {winograd} cases took the Winograd path"
+        );
+    }
 }
 
 #[test]
