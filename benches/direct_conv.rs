@@ -36,7 +36,8 @@ fn main() {
         "layer (GFLOP/s)", "im2col fwd", "direct fwd", "dw", "dinp", "wino fwd", "dw", "dinp"
     );
     for (c, hw, oc, k) in [
-        (16usize, 32usize, 16usize, 3usize),
+        (3usize, 32usize, 16usize, 3usize),
+        (16, 32, 16, 3),
         (32, 16, 32, 3),
         (64, 8, 64, 3),
         (16, 32, 96, 1),

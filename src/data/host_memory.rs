@@ -316,11 +316,12 @@ mod tests {
     }
 
     #[test]
-    fn room_is_read_here_and_is_at_most_what_the_machine_has_available() {
+    fn room_is_read_here_and_is_at_most_what_the_machine_has() {
         let (m, read) = machine_memory();
         assert!(read && m > 1 << 26, "{m}");
         let r = room().expect("Linux");
-        assert!(r.bytes <= meminfo("MemAvailable").unwrap());
+        // (not MemAvailable read again: the tests beside this one move it between the reads)
+        assert!(r.bytes <= meminfo("MemTotal").unwrap());
         assert!(r.bytes > 1 << 20, "{r:?}");
     }
 }

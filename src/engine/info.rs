@@ -99,7 +99,10 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     }
     let gpus = (devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
     if !gpus {
-        return Some(crate::nn::conv::kernels(crate::nn::direct::isa()));
+        return Some(crate::nn::conv::kernels(
+            crate::nn::direct::isa(),
+            crate::nn::winograd::enabled(),
+        ));
     }
     use crate::backend::cuda::{dnn, libs};
     Some(match (dnn::wanted(), dnn::available()) {

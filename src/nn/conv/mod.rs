@@ -29,8 +29,9 @@ fn direct_pointwise_pixels(isa: Option<direct::Isa>) -> usize {
 }
 
 /// Which kernels the convolutions of a CPU with the direct kernels' instruction set `isa` take,
-/// in words (the start-up line `convolutions:` of a CPU run).
-pub fn kernels(isa: Option<direct::Isa>) -> String {
+/// with or without `winograd` (what `winograd::enabled` says), in words (the start-up line
+/// `convolutions:` of a CPU run).
+pub fn kernels(isa: Option<direct::Isa>, winograd: bool) -> String {
     let direct = |set: &str, which: &str| {
         format!("direct kernels ({set}) for {which}; im2col + GEMM for the rest")
     };
@@ -43,8 +44,8 @@ pub fn kernels(isa: Option<direct::Isa>) -> String {
                 direct_pointwise_pixels(isa)
             ),
         ),
-        Some(direct::Isa::Avx2) if winograd::enabled() => format!(
-            "Winograd F(2x2, 3x3) (AVX2 + FMA) for 3x3 windows with stride 1; {}",
+        Some(direct::Isa::Avx2) if winograd => format!(
+            "Winograd F(2x2, 3x3) (AVX2 + FMA) for 3x3 windows with stride 1 over 8+ channels (MGTOP_WINOGRAD=off: none); {}",
             direct("AVX2 + FMA", &format!("other {windows}, except pointwise"))
         ),
         Some(direct::Isa::Avx2) => direct("AVX2 + FMA", &format!("{windows}, except pointwise")),
@@ -65,9 +66,9 @@ enum Path {
 }
 
 impl Path {
-    fn choose(kh: usize, kw: usize, stride: usize, pad: usize, ohw: usize) -> Path {
+    fn choose(c: usize, (kh, kw): (usize, usize), stride: usize, pad: usize, ohw: usize) -> Path {
         let small_pointwise = kh == 1 && kw == 1 && ohw < direct_pointwise_pixels(direct::isa());
-        if winograd::applies(kh, kw, stride, pad) {
+        if winograd::applies(c, kh, kw, stride, pad) {
             Path::Winograd
         } else if direct::dense::applies(kh, kw, stride, pad) && !small_pointwise {
             Path::Direct
@@ -85,7 +86,7 @@ pub fn conv2d_scratch_len(
     (stride, pad): (usize, usize),
     (oh, ow): (usize, usize),
 ) -> usize {
-    match Path::choose(kh, kw, stride, pad, oh * ow) {
+    match Path::choose(c, (kh, kw), stride, pad, oh * ow) {
         Path::Winograd | Path::Direct => 0,
         Path::Columns => columns::len(c, kh, kw, oh, ow),
     }
@@ -118,7 +119,13 @@ impl Shape {
         self.c * self.kh * self.kw
     }
     fn path(&self) -> Path {
-        Path::choose(self.kh, self.kw, self.stride, self.pad, self.ohw())
+        Path::choose(
+            self.c,
+            (self.kh, self.kw),
+            self.stride,
+            self.pad,
+            self.ohw(),
+        )
     }
 }
 
@@ -181,7 +188,7 @@ pub enum Prepared {
 impl Prepared {
     /// For the forward pass of w[OC,C,KH,KW] over images of `geom` (its batch size unused).
     pub fn forward(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
-        match path_of(h, w_in, kh, kw, stride, pad) {
+        match path_of(c, (h, w_in), (kh, kw), stride, pad) {
             Path::Winograd => Prepared::Winograd(winograd::Weights::forward(w, c, oc)),
             Path::Direct => Prepared::DirectForward(dense::ForwardWeights::new(w, c, oc, kh)),
             Path::Columns => Prepared::Nothing,
@@ -190,7 +197,7 @@ impl Prepared {
 
     /// For the input gradient of the same.
     pub fn input_grad(w: &[f32], (_, c, (h, w_in), oc, (kh, kw), stride, pad): Geom) -> Prepared {
-        match path_of(h, w_in, kh, kw, stride, pad) {
+        match path_of(c, (h, w_in), (kh, kw), stride, pad) {
             Path::Winograd => Prepared::Winograd(winograd::Weights::input_grad(w, c, oc)),
             Path::Direct => Prepared::DirectInputGrad(dense::InputGradWeights::new(
                 w,
@@ -216,9 +223,15 @@ pub type Geom = (
 
 /// The path of a convolution over h x w images (a bad geometry takes the im2col path, whose
 /// checks name it).
-fn path_of(h: usize, w: usize, kh: usize, kw: usize, stride: usize, pad: usize) -> Path {
+fn path_of(
+    c: usize,
+    (h, w): (usize, usize),
+    (kh, kw): (usize, usize),
+    stride: usize,
+    pad: usize,
+) -> Path {
     match out_size(h, w, kh, kw, stride, pad) {
-        Ok((oh, ow)) => Path::choose(kh, kw, stride, pad, oh * ow),
+        Ok((oh, ow)) => Path::choose(c, (kh, kw), stride, pad, oh * ow),
         Err(_) => Path::Columns,
     }
 }

@@ -158,7 +158,7 @@ fn fast_paths(kh: usize, kw: usize, s: usize, p: usize) -> Vec<Path> {
     if dense::applies(kh, kw, s, p) {
         paths.push(Path::Direct);
     }
-    if winograd::applies(kh, kw, s, p) {
+    if winograd::available() && winograd::computes(kh, kw, s, p) {
         paths.push(Path::Winograd);
     }
     paths
@@ -190,7 +190,7 @@ fn direct_winograd_and_column_paths_agree() {
         let (oh, ow) = out_size(h, wi, kh, kw, s, p).unwrap();
         let (inp, w, bias) = inputs(&mut r, k);
         let g = randn(&mut r, b * oc * oh * ow);
-        if Path::choose(kh, kw, s, p, oh * ow) != Path::Columns {
+        if Path::choose(c, (kh, kw), s, p, oh * ow) != Path::Columns {
             assert_eq!(conv2d_scratch_len(c, (kh, kw), (s, p), (oh, ow)), 0);
         }
         let mut col = vec![f32::NAN; columns::len(c, kh, kw, oh, ow)];
@@ -236,7 +236,7 @@ fn direct_winograd_and_column_paths_agree() {
         checked += 1;
     }
     assert!(checked >= 11, "only {checked} cases took the direct path");
-    if winograd::enabled() {
+    if winograd::available() {
         assert!(
             winograd >= 5,
             "only {winograd} cases took the Winograd path"
@@ -306,14 +306,23 @@ fn refuses_an_image_smaller_than_the_kernel() {
 #[test]
 fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gemm() {
     use crate::nn::direct::Isa;
-    let avx512 = kernels(Some(Isa::Avx512));
+    let avx512 = kernels(Some(Isa::Avx512), false);
     assert!(avx512.contains("AVX-512") && avx512.contains("pointwise layers of 256+"));
-    let avx2 = kernels(Some(Isa::Avx2));
+    let avx2 = kernels(Some(Isa::Avx2), false);
     assert!(
-        avx2.contains("AVX2 + FMA") && avx2.contains("except pointwise"),
+        avx2.contains("AVX2 + FMA")
+            && avx2.contains("except pointwise")
+            && !avx2.contains("Winograd"),
         "{avx2}"
     );
-    let none = kernels(None);
+    let winograd = kernels(Some(Isa::Avx2), true);
+    assert!(
+        winograd.contains("Winograd F(2x2, 3x3)")
+            && winograd.contains("MGTOP_WINOGRAD=off")
+            && winograd.contains("other odd square windows"),
+        "{winograd}"
+    );
+    let none = kernels(None, false);
     assert!(
         none.contains("MGTOP_DIRECT=off") && none.contains("im2col"),
         "{none}"

@@ -6,14 +6,6 @@ use std::arch::x86_64::*;
 
 use super::{L, RB, XI};
 
-/// The sum of the eight lanes.
-#[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
 /// A row x[..w] split into its even and odd columns after shifting it right by `shift` (0 or
 /// 1) columns: even[m] = x[2m - shift], odd[m] = x[2m + 1 - shift] for m < limit, zero where
 /// that is outside the row.
@@ -51,6 +43,16 @@ pub(super) unsafe fn split(
             _mm256_storeu_ps(to_odd.add(m), o);
         }
         m += L;
+    }
+    if 2 * m + L <= w {
+        // SAFETY: as above, for 8 columns to 4 and 4.
+        unsafe {
+            let a = _mm_loadu_ps(x.add(2 * m));
+            let b = _mm_loadu_ps(x.add(2 * m + 4));
+            _mm_storeu_ps(to_even.add(m), _mm_shuffle_ps::<0b10_00_10_00>(a, b));
+            _mm_storeu_ps(to_odd.add(m), _mm_shuffle_ps::<0b11_01_11_01>(a, b));
+        }
+        m += 4;
     }
     let at = |i: usize| match i.checked_sub(shift) {
         // SAFETY: i - shift < w.
@@ -315,9 +317,10 @@ unsafe fn product_n<const N: usize>(
     }
 }
 
-/// s[r * ss + c] += sum_q y[r * ys + q] * v[c * vs + q] for the RB rows r, c < cols and q <
-/// nv * 8 (the weight gradient's products of one transform entry): two columns at a time (RB x
-/// 2 registers of sums, one horizontal sum each at the end), then the one left over.
+/// s[c * ss + r] += sum_q y[r * ys + q] * v[c * vs + q] for the RB rows r, c < cols and q <
+/// nv * 8 (the weight gradient's products of one transform entry): three columns at a time
+/// (RB x 3 registers of sums), then the one or two left over; each column's RB sums are
+/// reduced together (`sums4`) and added to s as one short vector.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn grad_product(
@@ -331,16 +334,104 @@ pub(super) unsafe fn grad_product(
     nv: usize,
 ) {
     let mut c = 0;
-    // SAFETY (both): the caller's bounds: y[r * ys..+nv*8], v[c * vs..+nv*8], s[r * ss + c].
-    while c + 2 <= cols {
-        unsafe { grad_n::<2>(s.add(c), ss, y, ys, v.add(c * vs), vs, nv) };
-        c += 2;
+    // SAFETY (all): the caller's bounds: y[r * ys..+nv*8], v[c * vs..+nv*8], s[c * ss..+RB].
+    while c + 3 <= cols {
+        unsafe { grad3(s.add(c * ss), ss, y, ys, v.add(c * vs), vs, nv) };
+        c += 3;
     }
-    if c < cols {
-        unsafe { grad_n::<1>(s.add(c), ss, y, ys, v.add(c * vs), vs, nv) };
+    match cols - c {
+        2 => unsafe { grad_n::<2>(s.add(c * ss), ss, y, ys, v.add(c * vs), vs, nv) },
+        1 => unsafe { grad_n::<1>(s.add(c * ss), ss, y, ys, v.add(c * vs), vs, nv) },
+        _ => {}
     }
 }
 
+/// The four lane sums of a, b, c, d: [sum a, sum b, sum c, sum d].
+#[target_feature(enable = "avx2,fma")]
+fn sums4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
+    let ab = _mm256_hadd_ps(a, b);
+    let cd = _mm256_hadd_ps(c, d);
+    let abcd = _mm256_hadd_ps(ab, cd);
+    _mm_add_ps(
+        _mm256_castps256_ps128(abcd),
+        _mm256_extractf128_ps::<1>(abcd),
+    )
+}
+
+/// s[r] += the sums of acc[r] (RB = 4 rows of one column).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn add_sums(s: *mut f32, acc: [__m256; RB]) {
+    let [a, b, c, d] = acc;
+    // SAFETY: the caller's bounds: s[..RB].
+    unsafe { _mm_storeu_ps(s, _mm_add_ps(_mm_loadu_ps(s), sums4(a, b, c, d))) }
+}
+
+/// `grad_product` over 3 columns: RB x 3 sums, three operands and one row of y fill the 16
+/// registers exactly (written out, as `product3`).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn grad3(
+    s: *mut f32,
+    ss: usize,
+    y: *const f32,
+    ys: usize,
+    v: *const f32,
+    vs: usize,
+    nv: usize,
+) {
+    let zero = _mm256_setzero_ps();
+    let [mut a0, mut a1, mut a2, mut a3] = [[zero; 3]; RB];
+    if nv > 0 {
+        // SAFETY: reads v[c * vs + q..+8] for c < 3 and y[r * ys + q..+8] for r < RB, q <
+        // nv * 8, inside the caller's bounds; the twelve sums stay in ymm0..ymm11.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "vmovups ymm12, ymmword ptr [{v}]",
+                "vmovups ymm13, ymmword ptr [{v} + {vs}]",
+                "vmovups ymm14, ymmword ptr [{v} + 2*{vs}]",
+                "vmovups ymm15, ymmword ptr [{y}]",
+                "vfmadd231ps ymm0, ymm15, ymm12",
+                "vfmadd231ps ymm1, ymm15, ymm13",
+                "vfmadd231ps ymm2, ymm15, ymm14",
+                "vmovups ymm15, ymmword ptr [{y} + {ys}]",
+                "vfmadd231ps ymm3, ymm15, ymm12",
+                "vfmadd231ps ymm4, ymm15, ymm13",
+                "vfmadd231ps ymm5, ymm15, ymm14",
+                "vmovups ymm15, ymmword ptr [{y} + 2*{ys}]",
+                "vfmadd231ps ymm6, ymm15, ymm12",
+                "vfmadd231ps ymm7, ymm15, ymm13",
+                "vfmadd231ps ymm8, ymm15, ymm14",
+                "vmovups ymm15, ymmword ptr [{y3}]",
+                "vfmadd231ps ymm9, ymm15, ymm12",
+                "vfmadd231ps ymm10, ymm15, ymm13",
+                "vfmadd231ps ymm11, ymm15, ymm14",
+                "add {v}, 32",
+                "add {y}, 32",
+                "add {y3}, 32",
+                "cmp {v}, {end}",
+                "jne 2b",
+                v = inout(reg) v => _,
+                end = in(reg) v.add(nv * L),
+                vs = in(reg) vs * 4,
+                y = inout(reg) y => _,
+                y3 = inout(reg) y.add(3 * ys) => _,
+                ys = in(reg) ys * 4,
+                inout("ymm0") a0[0], inout("ymm1") a0[1], inout("ymm2") a0[2],
+                inout("ymm3") a1[0], inout("ymm4") a1[1], inout("ymm5") a1[2],
+                inout("ymm6") a2[0], inout("ymm7") a2[1], inout("ymm8") a2[2],
+                inout("ymm9") a3[0], inout("ymm10") a3[1], inout("ymm11") a3[2],
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack, readonly),
+            );
+        }
+    }
+    for n in 0..3 {
+        // SAFETY: the caller's bounds: s[n * ss..+RB].
+        unsafe { add_sums(s.add(n * ss), [a0[n], a1[n], a2[n], a3[n]]) };
+    }
+}
+
+/// `grad_product` over N < 3 columns (RB x N sums: room enough for LLVM).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn grad_n<const N: usize>(
@@ -352,23 +443,21 @@ unsafe fn grad_n<const N: usize>(
     vs: usize,
     nv: usize,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); N]; RB];
+    let mut acc = [[_mm256_setzero_ps(); RB]; N];
     for q in 0..nv {
         // SAFETY: `grad_product`'s bounds.
-        let x: [__m256; N] =
-            std::array::from_fn(|n| unsafe { _mm256_loadu_ps(v.add(n * vs + q * L)) });
-        for (r, row) in acc.iter_mut().enumerate() {
+        let d: [__m256; RB] =
+            std::array::from_fn(|r| unsafe { _mm256_loadu_ps(y.add(r * ys + q * L)) });
+        for (n, col) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
-            let d = unsafe { _mm256_loadu_ps(y.add(r * ys + q * L)) };
-            for (a, x) in row.iter_mut().zip(x) {
+            let x = unsafe { _mm256_loadu_ps(v.add(n * vs + q * L)) };
+            for (a, d) in col.iter_mut().zip(d) {
                 *a = _mm256_fmadd_ps(d, x, *a);
             }
         }
     }
-    for (r, row) in acc.iter().enumerate() {
-        for (n, a) in row.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { *s.add(r * ss + n) += hsum(*a) };
-        }
+    for (n, col) in acc.into_iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { add_sums(s.add(n * ss), col) };
     }
 }

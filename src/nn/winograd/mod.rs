@@ -38,6 +38,11 @@ const L: usize = 8;
 /// L2 cache of one core).
 const CHUNK_FLOATS: usize = 128 << 10;
 
+/// Blocks per chunk, at least (fewer calls, and fewer horizontal sums in the weight gradient's
+/// products, for the price of chunks past the L2 cache on wide layers: 20% less CPU time than
+/// the direct kernels on ResNet-20 at batch 128 against 12% with 64).
+const LEAST_BLOCKS: usize = 256;
+
 /// Whether this process computes 3x3 stride-1 convolutions this way: by default on CPUs whose
 /// widest direct kernels are AVX2 (where it is faster than them; the AVX-512 tiles run near
 /// peak on their own); `MGTOP_WINOGRAD=off` never, `on` also with AVX-512 (for comparisons).
@@ -58,6 +63,11 @@ fn decide(wanted: &str, isa: Option<direct::Isa>, avx2: bool) -> bool {
     }
 }
 
+/// Whether this CPU can run the kernels (AVX2 + FMA), whether or not `enabled` takes them.
+pub fn available() -> bool {
+    has_avx2()
+}
+
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -68,14 +78,24 @@ fn has_avx2() -> bool {
     false
 }
 
-/// Whether `forward` / `backward` compute this convolution: a 3x3 window, stride 1, padding 1,
-/// on a CPU where `enabled` holds.
-pub fn applies(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
-    kh == 3 && kw == 3 && stride == 1 && pad == 1 && enabled()
+/// Input channels a convolution needs to take this way (over 3, a network's first layer, the
+/// products are too short: 0.7x the direct kernels' speed).
+const LEAST_INPUTS: usize = 8;
+
+/// Whether `forward` / `backward` can compute a convolution with this window: 3x3, stride 1,
+/// padding 1.
+pub fn computes(kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
+    kh == 3 && kw == 3 && stride == 1 && pad == 1
+}
+
+/// Whether a convolution over `c` input channels with this window takes this way: one
+/// `computes`, over at least 8 channels, on a CPU where `enabled` holds.
+pub fn applies(c: usize, kh: usize, kw: usize, stride: usize, pad: usize) -> bool {
+    c >= LEAST_INPUTS && computes(kh, kw, stride, pad) && enabled()
 }
 
 /// `kernel!(name(args))`: `avx2::name(args)` (unsafe: the caller states the bounds; it runs
-/// only where `enabled()` holds).
+/// only where `available()` holds, which `forward_in` / `backward_in` assert).
 macro_rules! kernel {
     ($f:ident($($a:expr),* $(,)?)) => {{
         #[cfg(target_arch = "x86_64")]
@@ -203,7 +223,7 @@ impl Blocks {
     /// Block rows per chunk for a convolution whose transforms hold `channels` rows (inputs
     /// and outputs together) per block: at least one.
     fn rows_per_chunk(&self, channels: usize) -> usize {
-        let blocks = (CHUNK_FLOATS / (XI * channels.max(1))).max(64);
+        let blocks = (CHUNK_FLOATS / (XI * channels.max(1))).max(LEAST_BLOCKS);
         (blocks / self.tw).max(1)
     }
 
@@ -270,7 +290,8 @@ struct Buffers {
     v: Vec<f32>,
     y: Vec<f32>,
     m: Vec<f32>,
-    /// The weight gradient's transformed sums.
+    /// The weight gradient's transformed sums, entry xi of input i and output k at
+    /// (xi * c + i) * kp + k.
     s: Vec<f32>,
 }
 
@@ -297,7 +318,7 @@ fn split_row(halves: &mut [f32], plane: &[f32], y: isize, g: &Blocks, shift: usi
     }
     let row = &plane[y as usize * g.w..(y as usize + 1) * g.w];
     assert!(limit <= half && g.w <= 2 * (limit - 1));
-    // SAFETY: `enabled` saw AVX2; reads row[..w], writes even / odd [..limit] (limit <= half;
+    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); reads row[..w], writes even / odd [..limit] (limit <= half;
     // the whole vectors reach m + 9 <= w / 2 + 1 <= limit).
     unsafe {
         kernel!(split(
@@ -343,7 +364,7 @@ fn transform_inputs(
                 let v = s.v[c * ch.stride + t0..].as_mut_ptr();
                 assert!(s.halves.len() >= (2 * r + 4) * 2 * half);
                 assert!(c * ch.stride + 15 * xs + t0 + g.tw.next_multiple_of(L) <= s.v.len());
-                // SAFETY: `enabled` saw AVX2; rows are four whole halved rows (asserted) read
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); rows are four whole halved rows (asserted) read
                 // at j + 9 <= half; v[xi * xs + t0..] for xi < 16 and whole vectors of tw
                 // blocks stays inside s.v (asserted).
                 unsafe { kernel!(input_row(v, xs, rows, half, g.tw)) }
@@ -380,7 +401,7 @@ fn transform_grads(
                 let t0 = (at + r) * g.tw;
                 assert!(c * ch.stride + 15 * xs + t0 + g.tw.next_multiple_of(L) <= s.y.len());
                 let y = s.y[c * ch.stride + t0..].as_mut_ptr();
-                // SAFETY: `enabled` saw AVX2; two halved rows read at j + 8 <= half; y as in
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); two halved rows read at j + 8 <= half; y as in
                 // `transform_inputs` (asserted).
                 unsafe {
                     kernel!(grad_row(
@@ -410,7 +431,7 @@ fn products(m: &mut Vec<f32>, v: &[f32], w: &Weights, ch: &Chunk) {
             let out = m[(xi * rows + b * RB) * st..].as_mut_ptr();
             let u = w.u[(xi * rows / RB + b) * inner * RB..].as_ptr();
             let vx = v[xi * inner * st..].as_ptr();
-            // SAFETY: `enabled` saw AVX2; writes RB rows of `vectors` vectors at out (inside m:
+            // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes RB rows of `vectors` vectors at out (inside m:
             // stride >= vectors * 8), reads inner x RB weights and inner rows of v (asserted).
             unsafe { kernel!(product(out, st, u, vx, st, inner, ch.vectors)) }
         }
@@ -445,7 +466,7 @@ fn transform_outputs(
                 let n_rows = (g.h - y0).min(2);
                 let dst = plane[y0 * g.w..].as_mut_ptr();
                 let rows_out = [dst, dst.wrapping_add(g.w)];
-                // SAFETY: `enabled` saw AVX2; writes columns < w of rows y0 .. y0 + n_rows of
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes columns < w of rows y0 .. y0 + n_rows of
                 // the plane (n_rows <= h - y0); reads m[xi * xs + t0..] for whole vectors of
                 // tw blocks (asserted).
                 unsafe { kernel!(output_row(rows_out, n_rows, g.w, src, xs, b, g.tw)) }
@@ -482,6 +503,7 @@ fn forward_in(
     g: Blocks,
     per: usize,
 ) {
+    assert!(available(), "Winograd convolutions need AVX2 + FMA");
     assert!(w.inner == c && w.rows >= oc && bias.len() >= oc);
     assert!(inp.len() >= b * c * g.h * g.w && out.len() >= b * oc * g.h * g.w);
     BUFFERS.with(|s| {
@@ -532,6 +554,7 @@ fn backward_in(
     g: Blocks,
     per: usize,
 ) {
+    assert!(available(), "Winograd convolutions need AVX2 + FMA");
     let hw = g.h * g.w;
     assert!(inp.len() >= b * c * hw && dout.len() >= b * oc * hw && dw.len() >= oc * c * 9);
     if let Some((d, wi)) = dinp.as_ref() {
@@ -552,13 +575,13 @@ fn backward_in(
             assert!(s.v.len() >= XI * c * st && s.y.len() >= XI * kp * st);
             for xi in 0..XI {
                 for k0 in (0..kp).step_by(RB) {
-                    let sums = s.s[(xi * kp + k0) * c..].as_mut_ptr();
+                    let sums = s.s[xi * c * kp + k0..].as_mut_ptr();
                     let y = s.y[(xi * kp + k0) * st..].as_ptr();
                     let v = s.v[xi * c * st..].as_ptr();
-                    // SAFETY: `enabled` saw AVX2; RB rows of y and c rows of v, `vectors`
-                    // vectors each, inside the buffers (asserted); sums[r * c + i] for r < RB,
+                    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); RB rows of y and c rows of v, `vectors`
+                    // vectors each, inside the buffers (asserted); sums[i * kp + r] for r < RB,
                     // i < c inside s.s (sized XI * kp * c).
-                    unsafe { kernel!(grad_product(sums, c, y, st, v, st, c, ch.vectors)) }
+                    unsafe { kernel!(grad_product(sums, kp, y, st, v, st, c, ch.vectors)) }
                 }
             }
             if let Some((d, wi)) = dinp.as_mut() {
@@ -569,7 +592,7 @@ fn backward_in(
         }
         for k in 0..oc {
             for i in 0..c {
-                let t: [f32; XI] = std::array::from_fn(|xi| s.s[(xi * kp + k) * c + i]);
+                let t: [f32; XI] = std::array::from_fn(|xi| s.s[(xi * c + i) * kp + k]);
                 for (d, v) in dw[(k * c + i) * 9..][..9]
                     .iter_mut()
                     .zip(untransform_grad(&t))

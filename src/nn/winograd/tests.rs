@@ -136,8 +136,8 @@ fn the_weights_transform_and_its_gradient_are_adjoint() {
 
 #[test]
 fn forward_equals_the_naive_sums() {
-    if !enabled() {
-        eprintln!("skipped: this CPU has no AVX2 (or MGTOP_WINOGRAD=off)");
+    if !available() {
+        eprintln!("skipped: this CPU has no AVX2");
         return;
     }
     for (k, case @ (b, c, h, wd, oc)) in CASES.into_iter().enumerate() {
@@ -161,8 +161,8 @@ fn forward_equals_the_naive_sums() {
 
 #[test]
 fn backward_equals_the_naive_sums_and_adds_to_dw() {
-    if !enabled() {
-        eprintln!("skipped: this CPU has no AVX2 (or MGTOP_WINOGRAD=off)");
+    if !available() {
+        eprintln!("skipped: this CPU has no AVX2");
         return;
     }
     for (k, case @ (b, c, h, wd, oc)) in CASES.into_iter().enumerate() {
@@ -201,8 +201,8 @@ fn backward_equals_the_naive_sums_and_adds_to_dw() {
 
 #[test]
 fn a_non_finite_value_outside_the_blocks_does_not_reach_the_weight_gradient() {
-    if !enabled() {
-        eprintln!("skipped: this CPU has no AVX2 (or MGTOP_WINOGRAD=off)");
+    if !available() {
+        eprintln!("skipped: this CPU has no AVX2");
         return;
     }
     // a run that diverged once leaves NaN in this thread's buffers; lanes past a chunk's last
