@@ -6,9 +6,9 @@ use std::arch::x86_64::*;
 
 use super::{L, RB, XI};
 
-/// A row x[..w] split into its even and odd columns after shifting it right by `shift` (0 or
-/// 1) columns: even[m] = x[2m - shift], odd[m] = x[2m + 1 - shift] for m < limit, zero where
-/// that is outside the row.
+/// A row x[..w] split into its even and odd columns after shifting it right by `shift` columns
+/// (0 or 1): even[m] = x[2m - shift], odd[m] = x[2m + 1 - shift] for m < limit, zero where that
+/// is outside the row.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn split(
     even: *mut f32,
@@ -98,8 +98,8 @@ pub(super) unsafe fn input_row(
             ]
         });
         // then along y, column by column
-        for b in 0..4 {
-            let (q0, q1, q2, q3) = (q[0][b], q[1][b], q[2][b], q[3][b]);
+        let [q0s, q1s, q2s, q3s] = q;
+        for (b, (((q0, q1), q2), q3)) in q0s.into_iter().zip(q1s).zip(q2s).zip(q3s).enumerate() {
             let out = [
                 _mm256_sub_ps(q0, q2),
                 _mm256_add_ps(q1, q2),

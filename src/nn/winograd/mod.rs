@@ -318,8 +318,9 @@ fn split_row(halves: &mut [f32], plane: &[f32], y: isize, g: &Blocks, shift: usi
     }
     let row = &plane[y as usize * g.w..(y as usize + 1) * g.w];
     assert!(limit <= half && g.w <= 2 * (limit - 1));
-    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); reads row[..w], writes even / odd [..limit] (limit <= half;
-    // the whole vectors reach m + 9 <= w / 2 + 1 <= limit).
+    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); reads row[..w],
+    // writes even / odd [..limit] (limit <= half; the whole vectors reach m + 9 <= w / 2 + 1 <=
+    // limit).
     unsafe {
         kernel!(split(
             even.as_mut_ptr(),
@@ -364,9 +365,9 @@ fn transform_inputs(
                 let v = s.v[c * ch.stride + t0..].as_mut_ptr();
                 assert!(s.halves.len() >= (2 * r + 4) * 2 * half);
                 assert!(c * ch.stride + 15 * xs + t0 + g.tw.next_multiple_of(L) <= s.v.len());
-                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); rows are four whole halved rows (asserted) read
-                // at j + 9 <= half; v[xi * xs + t0..] for xi < 16 and whole vectors of tw
-                // blocks stays inside s.v (asserted).
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); rows are
+                // four whole halved rows (asserted) read at j + 9 <= half; v[xi * xs + t0..] for xi
+                // < 16 and whole vectors of tw blocks stays inside s.v (asserted).
                 unsafe { kernel!(input_row(v, xs, rows, half, g.tw)) }
             }
         }
@@ -401,8 +402,8 @@ fn transform_grads(
                 let t0 = (at + r) * g.tw;
                 assert!(c * ch.stride + 15 * xs + t0 + g.tw.next_multiple_of(L) <= s.y.len());
                 let y = s.y[c * ch.stride + t0..].as_mut_ptr();
-                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); two halved rows read at j + 8 <= half; y as in
-                // `transform_inputs` (asserted).
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); two
+                // halved rows read at j + 8 <= half; y as in `transform_inputs` (asserted).
                 unsafe {
                     kernel!(grad_row(
                         y,
@@ -421,7 +422,8 @@ fn transform_grads(
     }
 }
 
-/// m[(xi * w.rows + r) * stride + block] = sum_i U[xi][r][i] v[(xi * w.inner + i) * stride + block].
+// / m[(xi * w.rows + r) * stride + block] = sum_i U[xi][r][i] v[(xi * w.inner + i) * stride +
+// block].
 fn products(m: &mut Vec<f32>, v: &[f32], w: &Weights, ch: &Chunk) {
     let (rows, inner, st) = (w.rows, w.inner, ch.stride);
     grow(m, XI * rows * st);
@@ -431,8 +433,9 @@ fn products(m: &mut Vec<f32>, v: &[f32], w: &Weights, ch: &Chunk) {
             let out = m[(xi * rows + b * RB) * st..].as_mut_ptr();
             let u = w.u[(xi * rows / RB + b) * inner * RB..].as_ptr();
             let vx = v[xi * inner * st..].as_ptr();
-            // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes RB rows of `vectors` vectors at out (inside m:
-            // stride >= vectors * 8), reads inner x RB weights and inner rows of v (asserted).
+            // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes RB
+            // rows of `vectors` vectors at out (inside m: stride >= vectors * 8), reads inner x RB
+            // weights and inner rows of v (asserted).
             unsafe { kernel!(product(out, st, u, vx, st, inner, ch.vectors)) }
         }
     }
@@ -466,9 +469,9 @@ fn transform_outputs(
                 let n_rows = (g.h - y0).min(2);
                 let dst = plane[y0 * g.w..].as_mut_ptr();
                 let rows_out = [dst, dst.wrapping_add(g.w)];
-                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes columns < w of rows y0 .. y0 + n_rows of
-                // the plane (n_rows <= h - y0); reads m[xi * xs + t0..] for whole vectors of
-                // tw blocks (asserted).
+                // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); writes
+                // columns < w of rows y0 .. y0 + n_rows of the plane (n_rows <= h - y0); reads m[xi
+                // * xs + t0..] for whole vectors of tw blocks (asserted).
                 unsafe { kernel!(output_row(rows_out, n_rows, g.w, src, xs, b, g.tw)) }
             }
         }
@@ -578,9 +581,10 @@ fn backward_in(
                     let sums = s.s[xi * c * kp + k0..].as_mut_ptr();
                     let y = s.y[(xi * kp + k0) * st..].as_ptr();
                     let v = s.v[xi * c * st..].as_ptr();
-                    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); RB rows of y and c rows of v, `vectors`
-                    // vectors each, inside the buffers (asserted); sums[i * kp + r] for r < RB,
-                    // i < c inside s.s (sized XI * kp * c).
+                    // SAFETY: AVX2 + FMA are here (asserted by `forward_in` / `backward_in`); RB
+                    // rows of y and c rows of v, `vectors` vectors each, inside the buffers
+                    // (asserted); sums[i * kp + r] for r < RB, i < c inside s.s (sized XI * kp *
+                    // c).
                     unsafe { kernel!(grad_product(sums, kp, y, st, v, st, c, ch.vectors)) }
                 }
             }
