@@ -2,6 +2,7 @@
 //! planning can make: one block row, chunks that cut images, images smaller than a vector of
 //! blocks, odd sizes whose last blocks hang over the edge.
 
+use super::weights::{transform_weights, untransform_grad};
 use super::*;
 use crate::nn::rng::Rng;
 
