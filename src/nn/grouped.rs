@@ -14,6 +14,7 @@ use crate::nn::conv::{
 use crate::nn::intraop;
 use crate::nn::ops::{accumulate, relu_backward, relu_forward};
 use crate::nn::pool::{maxpool2d_backward, maxpool2d_forward};
+use crate::nn::winograd;
 
 /// Images per group (at least, when the batch allows): a group's activations then stay in
 /// the core's cache from one op to the next (batch 128 in 4 groups ran 25% slower per sample
@@ -71,13 +72,18 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The floats `ensure` grows to over convolutions `gs` (what a run's memory estimate
-    /// counts): each part to its largest.
+    /// The floats `ensure` grows to over convolutions `gs`, and those the Winograd layers among
+    /// them take (`winograd::floats`; what a run's memory estimate counts): each part to its
+    /// largest.
     pub fn floats_for<'a>(gs: impl Iterator<Item = &'a ConvGeom>) -> usize {
-        let (col, partial) = gs.fold((0, 0), |(c, p), g| {
-            (c.max(g.col_len()), p.max(g.weights() + g.oc))
+        let (col, partial, wino) = gs.fold((0, 0, 0), |(c, p, w), g| {
+            let wg = match winograd::applies(g.c, g.k, g.k, g.stride, g.pad) {
+                true => winograd::floats(g.c, g.oc, (g.h, g.w)),
+                false => 0,
+            };
+            (c.max(g.col_len()), p.max(g.weights() + g.oc), w.max(wg))
         });
-        GROUPS * (col + partial)
+        GROUPS * (col + partial) + wino
     }
 
     pub fn ensure(&mut self, g: &ConvGeom) {

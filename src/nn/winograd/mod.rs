@@ -119,6 +119,21 @@ use chunk::{
 use weights::add_weight_grads;
 pub use weights::Weights;
 
+/// Floats a convolution of c -> oc channels over h x w images takes this way beside its
+/// weights, at most (what a run's memory estimate counts): the transformed weights of one pass
+/// and one thread's buffers, each as large as either pass grows it.
+pub fn floats(c: usize, oc: usize, (h, w): (usize, usize)) -> usize {
+    let g = Blocks::new(h, w);
+    let (cp, kp) = (c.next_multiple_of(RB), oc.next_multiple_of(RB));
+    let weights = XI * (kp * c).max(cp * oc);
+    // the forward pass's chunks are the larger
+    let per = g.rows_per_chunk(c + oc);
+    let stride = Chunk::new(per, g.tw).stride;
+    let halves = (2 * per + 2) * 2 * g.half;
+    let buffers = XI * stride * (c.max(oc) + kp + cp.max(kp)) + XI * kp * c + halves;
+    weights + buffers
+}
+
 /// out[B,OC,H,W] = inp[B,C,H,W] (*) w[OC,C,3,3] + bias[OC], padding 1, stride 1 (`applies`
 /// holds; the caller checked the lengths); `w` as `Weights::forward` made.
 #[allow(clippy::too_many_arguments)]

@@ -245,3 +245,60 @@ fn it_runs_where_avx2_is_the_widest_unless_asked() {
     assert!(!decide("", None, false));
     assert!(!decide("on", None, true));
 }
+
+#[test]
+fn the_memory_counted_covers_what_both_passes_grow() {
+    if !available() {
+        eprintln!("skipped: this CPU has no AVX2");
+        return;
+    }
+    for case @ (b, c, h, wd, oc) in [(9, 16, 32, 32, 16), (3, 64, 8, 8, 40), (2, 5, 9, 17, 6)] {
+        // a fresh thread: its buffers start empty
+        let grown = std::thread::spawn(move || {
+            let (inp, w) = (randn(b * c * h * wd, 1), randn(oc * c * 9, 2));
+            let mut out = vec![0.0; b * oc * h * wd];
+            forward(
+                &mut out,
+                &inp,
+                &Weights::forward(&w, c, oc),
+                &vec![0.0; oc],
+                b,
+                c,
+                oc,
+                (h, wd),
+            );
+            let (wi, mut dw, mut dinp) = (
+                Weights::input_grad(&w, c, oc),
+                vec![0.0; w.len()],
+                vec![0.0; inp.len()],
+            );
+            backward(
+                Some((&mut dinp, &wi)),
+                &mut dw,
+                &out,
+                &inp,
+                b,
+                c,
+                oc,
+                (h, wd),
+            );
+            let weights = wi.u.len().max(Weights::forward(&w, c, oc).u.len());
+            BUFFERS.with(|s| {
+                let s = s.borrow();
+                weights + s.halves.len() + s.v.len() + s.y.len() + s.m.len() + s.s.len()
+            })
+        })
+        .join()
+        .unwrap();
+        let counted = floats(c, oc, (h, wd));
+        assert!(
+            grown <= counted,
+            "{case:?}: grew {grown} floats, counted {counted}"
+        );
+        // (a chunk is at most the batch's block rows: tiny batches of small images fill less)
+        assert!(
+            counted < 4 * grown + (1 << 20),
+            "{case:?}: counted {counted} floats for {grown}"
+        );
+    }
+}
