@@ -25,3 +25,11 @@ pub mod schedule;
 pub mod simd;
 pub mod window;
 pub mod winograd;
+
+/// Grows a scratch buffer to at least `n` floats (new ones zero; it never shrinks): the
+/// thread-local and per-worker buffers of the CPU kernels.
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}

@@ -5,6 +5,7 @@
 //! slower at batch 128 on one thread (its wide matrices leave the cache, and its output and dout
 //! must be copied between [OC, B*OH*OW] and NCHW); see the `conv_compare` benchmark.
 
+use crate::nn::grow;
 use std::cell::RefCell;
 
 use super::Shape;
@@ -32,12 +33,6 @@ fn side_by_side(dst: &mut [f32], src: &[f32], b: usize, c: usize, hw: usize, bac
                 true => dst[img..img + hw].copy_from_slice(&src[wide..wide + hw]),
             }
         }
-    }
-}
-
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
     }
 }
 

@@ -24,6 +24,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
+use crate::nn::grow;
 use std::sync::OnceLock;
 
 /// Floats per vector of positions (one AVX-512 register, two AVX2 ones).
@@ -367,11 +368,5 @@ impl Reads {
                 offs.resize(offs.len().next_multiple_of(multiple), 0);
             }
         }
-    }
-}
-
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
     }
 }

@@ -2,6 +2,7 @@
 //! buffers, and the passes over it: the rows split into even and odd columns, the input and
 //! gradient transforms, the products, the output transform.
 
+use crate::nn::grow;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -113,12 +114,6 @@ pub(super) struct Buffers {
 
 thread_local! {
     pub(super) static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
-}
-
-pub(super) fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
 }
 
 /// Row `y` of the plane (h x w) as its even and odd columns into `halves[..2 * half]` (even

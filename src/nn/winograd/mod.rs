@@ -26,7 +26,7 @@ mod tests;
 
 use std::sync::OnceLock;
 
-use super::direct;
+use super::{direct, grow};
 
 /// Entries of a transformed 4 x 4 patch.
 const XI: usize = 16;
@@ -114,7 +114,7 @@ mod chunk;
 mod weights;
 
 use chunk::{
-    grow, products, transform_grads, transform_inputs, transform_outputs, Blocks, Chunk, BUFFERS,
+    products, transform_grads, transform_inputs, transform_outputs, Blocks, Chunk, BUFFERS,
 };
 use weights::add_weight_grads;
 pub use weights::Weights;

@@ -4,6 +4,7 @@
 pub mod bf16_emulation;
 mod exec;
 
+use crate::nn::grow;
 use std::mem::take;
 
 use super::interp;
@@ -77,12 +78,6 @@ impl Workspace {
         let mut g = take(&mut self.grads[v]);
         grow(&mut g, b * m.dims[v]);
         g
-    }
-}
-
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
     }
 }
 
