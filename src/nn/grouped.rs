@@ -12,7 +12,7 @@ use crate::nn::conv::{
     conv2d_backward_prepared, conv2d_forward_prepared, conv2d_scratch_len, Geom, Prepared,
 };
 use crate::nn::intraop;
-use crate::nn::ops::{accumulate, relu_backward, relu_forward};
+use crate::nn::ops::{accumulate, par, relu_backward, relu_forward};
 use crate::nn::pool::{maxpool2d_backward, maxpool2d_forward};
 use crate::nn::winograd;
 
@@ -214,9 +214,11 @@ pub fn conv_backward(
         conv2d_backward_prepared(&prep, grads, d, img, w, g.of(r.len()), &mut col);
     });
     drop(partials);
-    for p in s.partial.chunks(nw + nb).take(gs.len()) {
-        accumulate(&mut dw[..nw], &p[..nw]);
-        if let Some(db) = dbias.as_deref_mut() {
+    let partials: Vec<&[f32]> = s.partial.chunks(nw + nb).take(gs.len()).collect();
+    let weights: Vec<&[f32]> = partials.iter().map(|p| &p[..nw]).collect();
+    par::accumulate_all(&mut dw[..nw], &weights);
+    if let Some(db) = dbias.as_deref_mut() {
+        for p in &partials {
             accumulate(&mut db[..nb], &p[nw..]);
         }
     }

@@ -199,15 +199,38 @@ pub fn run(parts: usize, task: &(dyn Fn(usize) + Sync)) {
     })
 }
 
-/// Runs `f(i)` for every i in 0..n, spread over this thread's intra-op threads (each thread a
-/// fixed share of the indices). The result depends on the thread count only if `f`'s do.
+/// Runs `f(i)` for every i in 0..n, spread over this thread's intra-op threads: each takes the
+/// next index as it frees up, so a thread the OS delays (or a helper still waking) holds the
+/// others up by one index at most, not by a fixed share. The result depends on the thread
+/// count, or on which thread ran an index, only if `f`'s do.
 pub fn each(n: usize, f: &(dyn Fn(usize) + Sync)) {
     let threads = threads().min(n).max(1);
-    run(threads, &|t| {
-        for i in (t..n).step_by(threads) {
-            f(i);
+    if threads == 1 {
+        return (0..n).for_each(f);
+    }
+    let next = AtomicUsize::new(0);
+    run(threads, &|_| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
         }
+        f(i);
     });
+}
+
+/// Elements per piece of `pieces` (64K floats: long enough that taking a piece costs nothing
+/// beside it, short enough that a pass over a layer's activations has pieces for every thread).
+const PIECE: usize = 1 << 16;
+
+/// Runs `f(range)` over 0..len cut into contiguous pieces of `PIECE` elements (the last one
+/// shorter), handed out by `each`; in one piece when there is just one. For element-wise
+/// passes, whose results do not depend on the cut.
+pub fn pieces(len: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let n = len.div_ceil(PIECE);
+    if n <= 1 || threads() == 1 {
+        return f(0..len);
+    }
+    each(n, &|i| f(i * PIECE..((i + 1) * PIECE).min(len)));
 }
 
 /// A buffer written by the tasks of one `each`/`run`, each task only its own elements (a
@@ -268,6 +291,34 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 2);
+    }
+
+    /// `each` runs every index once, and an index that takes long does not hold back a fixed
+    /// share of the others: the other thread takes them as it frees up.
+    #[test]
+    fn each_runs_every_index_once_and_a_slow_one_holds_up_no_share() {
+        install(for_worker(2, "test").unwrap());
+        let n = 16;
+        let by: Vec<Mutex<Option<std::thread::ThreadId>>> =
+            (0..n).map(|_| Mutex::new(None)).collect();
+        each(n, &|i| {
+            if i == 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let mut who = by[i].lock().unwrap();
+            assert!(who.is_none(), "index {i} ran twice");
+            *who = Some(std::thread::current().id());
+        });
+        let who: Vec<_> = by
+            .iter()
+            .map(|m| m.lock().unwrap().expect("an index did not run"))
+            .collect();
+        let slow = who.iter().filter(|&&t| t == who[0]).count();
+        assert!(
+            slow < n / 2,
+            "the thread on the slow index also ran {slow} of {n}"
+        );
+        install(None);
     }
 
     /// A part that calls `run` again (a GEMM inside a group of images) runs that work serially

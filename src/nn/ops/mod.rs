@@ -277,5 +277,6 @@ pub fn dropout_mask(mask: &mut [f32], key: u64, p: f32) {
     }
 }
 
+pub mod par;
 #[cfg(test)]
 mod tests;

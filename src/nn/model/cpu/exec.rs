@@ -11,9 +11,7 @@ use crate::nn::bn::{
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
 use crate::nn::ops::{
-    accumulate, add_forward, add_relu_forward, dropout_key, dropout_mask, linear_backward,
-    linear_forward, mul, relu_backward, relu_backward_accumulate, relu_backward_copy,
-    softmax_xent_smoothed,
+    dropout_key, dropout_mask, linear_backward, linear_forward, mul, par, softmax_xent_smoothed,
 };
 use crate::nn::pool::{
     avgpool2d_backward, avgpool2d_forward, gap_backward, gap_forward, maxpool2d_padded_backward,
@@ -105,8 +103,8 @@ impl Exec for Cpu<'_, '_> {
             Op::Add { act } => {
                 let other = value(&ws.vals, self.x, m, node.inputs[1], b);
                 match act {
-                    Act::Relu => add_relu_forward(out_s, inp, other),
-                    _ => add_forward(out_s, inp, other),
+                    Act::Relu => par::add_relu_forward(out_s, inp, other),
+                    _ => par::add_forward(out_s, inp, other),
                 }
             }
             Op::MaxPool(win) if win.pad == 0 => grouped::pool_forward(
@@ -191,7 +189,7 @@ impl Exec for Cpu<'_, '_> {
                 (Grad::Write, Some(t)) => self.ws.grads[i] = t,
                 (Grad::Add, Some(t)) => {
                     let l = b * m.dims[i];
-                    accumulate(&mut self.ws.grads[i][..l], &t[..l]);
+                    par::accumulate(&mut self.ws.grads[i][..l], &t[..l]);
                     self.ws.acc = t;
                 }
                 _ => {}
@@ -219,21 +217,21 @@ impl Cpu<'_, '_> {
             let d = &mut dout[..len];
             match (din[k], unmasked.take()) {
                 (Grad::Skip, keep) => unmasked = keep,
-                (Grad::Add, None) => accumulate(&mut self.ws.grads[i][..len], d),
+                (Grad::Add, None) => par::accumulate(&mut self.ws.grads[i][..len], d),
                 (Grad::Add, Some(out)) => {
-                    relu_backward_accumulate(d, &mut self.ws.grads[i][..len], out)
+                    par::relu_backward_accumulate(d, &mut self.ws.grads[i][..len], out)
                 }
                 (Grad::Write, mask) if k == last => {
                     if let Some(out) = mask {
-                        relu_backward(d, out);
+                        par::relu_backward(d, out);
                     }
                     std::mem::swap(&mut self.ws.grads[i], &mut dout);
                 }
                 (Grad::Write, mask) => {
                     let mut t = self.ws.grad(m, i, b);
                     match mask {
-                        Some(out) => relu_backward_copy(d, &mut t[..len], out),
-                        None => t[..len].copy_from_slice(d),
+                        Some(out) => par::relu_backward_copy(d, &mut t[..len], out),
+                        None => par::copy(&mut t[..len], d),
                     }
                     self.ws.grads[i] = t;
                 }
