@@ -173,7 +173,7 @@ pub fn conv_forward(
 pub fn conv_backward(
     dinp: Option<&mut [f32]>,
     dw: &mut [f32],
-    mut dbias: Option<&mut [f32]>,
+    dbias: Option<&mut [f32]>,
     dout: &mut [f32],
     relu_out: Option<&[f32]>,
     inp: &[f32],
@@ -217,7 +217,7 @@ pub fn conv_backward(
     let partials: Vec<&[f32]> = s.partial.chunks(nw + nb).take(gs.len()).collect();
     let weights: Vec<&[f32]> = partials.iter().map(|p| &p[..nw]).collect();
     par::accumulate_all(&mut dw[..nw], &weights);
-    if let Some(db) = dbias.as_deref_mut() {
+    if let Some(db) = dbias {
         for p in &partials {
             accumulate(&mut db[..nb], &p[nw..]);
         }
