@@ -148,7 +148,29 @@ twice! {
     }
 }
 
+/// One step of `mask_sums_by`: the first `lanes` values of d, o, x.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn mask_step(
+    (sd, sdx): (&mut [f64; L], &mut [f64; L]),
+    d: &mut [f32],
+    o: &[f32],
+    x: &[f32],
+    m: f32,
+    lanes: usize,
+    keep: &impl Fn(f32) -> bool,
+) {
+    for l in 0..lanes {
+        let v = if keep(o[l]) { d[l] } else { 0.0 };
+        d[l] = v;
+        sd[l] += v as f64;
+        sdx[l] += (v * (x[l] - m)) as f64;
+    }
+}
+
 /// d = keep(out) ? d : 0 per value (a select, not a branch), then (sum d, sum d * (x - m)).
+/// (A function, not a closure, for the step: a closure is not compiled with the AVX2 of
+/// `twice!`'s wide copy unless inlined, and this one was not.)
 #[inline(always)]
 fn mask_sums_by(
     ds: &mut ChannelMut,
@@ -162,19 +184,11 @@ fn mask_sums_by(
         let (d, o, x) = (ds.plane_mut(i), outs.plane(i), xs.plane(i));
         let n = d.len().min(o.len()).min(x.len());
         let whole = n - n % L;
-        let mut step = |d: &mut [f32], o: &[f32], x: &[f32], lanes: usize| {
-            for l in 0..lanes {
-                let v = if keep(o[l]) { d[l] } else { 0.0 };
-                d[l] = v;
-                sd[l] += v as f64;
-                sdx[l] += (v * (x[l] - m)) as f64;
-            }
-        };
         let (dr, or, xr) = (&mut d[whole..n], &o[whole..n], &x[whole..n]);
-        step(dr, or, xr, n - whole);
+        mask_step((&mut sd, &mut sdx), dr, or, xr, m, n - whole, &keep);
         let chunks = d[..whole].chunks_exact_mut(L);
         for ((d, o), x) in chunks.zip(o.chunks_exact(L)).zip(x.chunks_exact(L)) {
-            step(d, o, x, L);
+            mask_step((&mut sd, &mut sdx), d, o, x, m, L, &keep);
         }
     }
     (sd.iter().sum(), sdx.iter().sum())
