@@ -1,6 +1,7 @@
-//! Intra-op threads: a CPU worker that has more than one core to itself splits its large
-//! matrix products over helper threads (as PyTorch's intra-op pool does), so one worker on a
-//! two-core machine uses both cores.
+//! Intra-op threads: a CPU worker that has more than one core to itself splits its layers
+//! (groups of images, channels, pieces of element-wise passes, large matrix products) over
+//! helper threads (as PyTorch's intra-op pool does), so one worker on a two-core machine uses
+//! both cores.
 //!
 //! The pool belongs to the worker thread that created it (a thread-local), so workers never
 //! share helpers and `--threads-per-worker` x workers never oversubscribes the cores. Helpers
