@@ -1,9 +1,12 @@
 //! Batch norm over NCHW tensors (a flat [B, C] input is C channels of one position), fused per
 //! channel: the statistics, the normalisation and the backward sums of one channel in one task,
 //! channels spread over the worker's intra-op threads (each channel's sums in a fixed order, so
-//! results do not depend on the thread count). PyTorch's definition: biased variance to
-//! normalise, unbiased for the running variance, momentum 0.1, eps 1e-5.
+//! results do not depend on the thread count); over planes of at most 16 values, a block of
+//! adjacent channels per task instead (`blocks`: the same sums in the same order). PyTorch's
+//! definition: biased variance to normalise, unbiased for the running variance, momentum 0.1,
+//! eps 1e-5.
 
+mod blocks;
 mod planes;
 
 use crate::nn::intraop::{self, Disjoint};
@@ -68,7 +71,7 @@ fn own_stats(xs: Channel, g: BnGeom) -> (f64, f64) {
 
 /// Training: out = act((x - mean) / sqrt(var + eps) * weight + bias) with the batch's
 /// statistics: `stats` (the global batch's under sync batch norm), or, when `None`, this
-/// batch's own, taken in the same per-channel task. saved[2C] = mean, 1/sqrt(var + eps) per
+/// batch's own, taken in the same task as the normalisation. saved[2C] = mean, 1/sqrt(var + eps) per
 /// channel (for backward); running[2C] = running mean, running variance (unbiased), moved
 /// toward the batch's by `momentum`.
 #[allow(clippy::too_many_arguments)]
@@ -81,9 +84,8 @@ pub fn bn_forward_train(
     g: BnGeom,
     stats: Option<&BnStats>,
     act: Act,
-    (eps, momentum): (f32, f32),
+    consts: (f32, f32),
 ) {
-    let n = stats.map_or((g.b * g.hw) as f64, |s| s.n);
     assert!(x.len() >= g.b * g.hw * g.c && out.len() >= g.b * g.hw * g.c);
     assert!(saved.len() >= 2 * g.c && running.len() >= 2 * g.c);
     let (outs, saveds, runnings) = (
@@ -91,30 +93,75 @@ pub fn bn_forward_train(
         Disjoint::new(saved),
         Disjoint::new(running),
     );
+    let kept = (&saveds, &runnings);
+    match blocks::applies(g) {
+        true => blocks::forward_train(&outs, kept, x, (weight, bias), g, stats, act, consts),
+        false => by_channel_forward(&outs, kept, x, (weight, bias), g, stats, act, consts),
+    }
+}
+
+/// `bn_forward_train`, each channel in one task.
+#[allow(clippy::too_many_arguments)]
+fn by_channel_forward(
+    outs: &Disjoint<f32>,
+    (saveds, runnings): (&Disjoint<f32>, &Disjoint<f32>),
+    x: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    g: BnGeom,
+    stats: Option<&BnStats>,
+    act: Act,
+    consts: (f32, f32),
+) {
+    let n = stats.map_or((g.b * g.hw) as f64, |s| s.n);
     intraop::each(g.c, &|ch| {
         let xs = Channel::of(x, g, ch);
         let (mean, var) = match stats {
             Some(st) => (st.mean[ch], st.var[ch]),
             None => own_stats(xs, g),
         };
-        let invstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-        let unbiased = if n > 1.0 { var * n / (n - 1.0) } else { var };
-        // SAFETY: entries ch and C + ch of saved and running, and channel ch's planes of out,
-        // are this task's alone
-        unsafe {
-            saveds.range(ch, 1)[0] = mean as f32;
-            saveds.range(g.c + ch, 1)[0] = invstd;
-            let r = runnings.range(ch, 1);
-            r[0] = (1.0 - momentum) * r[0] + momentum * mean as f32;
-            let r = runnings.range(g.c + ch, 1);
-            r[0] = (1.0 - momentum) * r[0] + momentum * unbiased as f32;
-        }
-        let scale = invstd * weight[ch];
-        let shift = bias[ch] - mean as f32 * scale;
-        // SAFETY: as above
-        let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
+        // SAFETY: entries ch and C + ch of saved and running are this task's alone
+        let (scale, shift) = unsafe {
+            normalising(
+                saveds,
+                runnings,
+                (weight, bias),
+                g,
+                ch,
+                (mean, var, n),
+                consts,
+            )
+        };
+        // SAFETY: channel ch's planes of out are this task's alone
+        let mut os = unsafe { ChannelMut::of(outs, g, ch) };
         planes_affine(&mut os, xs, scale, shift, act);
     });
+}
+
+/// Channel ch's normalisation from its batch statistics (mean, biased var, over n values):
+/// saved[ch] = mean, saved[C + ch] = 1/sqrt(var + eps), the running statistics moved toward
+/// them; returns the (scale, shift) that normalise and apply weight and bias.
+///
+/// # Safety
+/// Entries ch and C + ch of saved and running are the caller's alone.
+unsafe fn normalising(
+    saveds: &Disjoint<f32>,
+    runnings: &Disjoint<f32>,
+    (weight, bias): (&[f32], &[f32]),
+    g: BnGeom,
+    ch: usize,
+    (mean, var, n): (f64, f64, f64),
+    (eps, momentum): (f32, f32),
+) -> (f32, f32) {
+    let invstd = (1.0 / (var + eps as f64).sqrt()) as f32;
+    let unbiased = if n > 1.0 { var * n / (n - 1.0) } else { var };
+    saveds.range(ch, 1)[0] = mean as f32;
+    saveds.range(g.c + ch, 1)[0] = invstd;
+    let r = runnings.range(ch, 1);
+    r[0] = (1.0 - momentum) * r[0] + momentum * mean as f32;
+    let r = runnings.range(g.c + ch, 1);
+    r[0] = (1.0 - momentum) * r[0] + momentum * unbiased as f32;
+    let scale = invstd * weight[ch];
+    (scale, bias[ch] - mean as f32 * scale)
 }
 
 /// Inference: out = act((x - running mean) / sqrt(running var + eps) * weight + bias).
@@ -190,24 +237,38 @@ fn channel_backward(
     ch: usize,
     (local, total, n): ((f64, f64), (f64, f64), f64),
 ) {
-    let (mean, invstd) = (f.saved[ch], f.saved[g.c + ch]);
-    // SAFETY: entry ch of dweight and dbias and channel ch's planes of dx are this task's alone
-    unsafe {
-        dweight.range(ch, 1)[0] += (local.1 * invstd as f64) as f32;
-        dbias.range(ch, 1)[0] += local.0 as f32;
-    }
+    // SAFETY: entry ch of dweight and dbias is this task's alone
+    let t = unsafe { dx_terms((dweight, dbias), f, weight, g, ch, (local, total, n)) };
     let Some(dxs) = dxs else { return };
-    let t = DxTerms {
+    // SAFETY: channel ch's planes of dx are this task's alone
+    let mut dx = unsafe { ChannelMut::of(dxs, g, ch) };
+    planes_dx(&mut dx, ds, Channel::of(f.x, g, ch), t);
+}
+
+/// dweight[ch] += sum(dout * xhat), dbias[ch] += sum(dout) from `local`, and the terms of
+/// channel ch's input gradient from `total` (see `channel_backward`).
+///
+/// # Safety
+/// Entry ch of dweight and dbias is the caller's alone.
+unsafe fn dx_terms(
+    (dweight, dbias): (&Disjoint<f32>, &Disjoint<f32>),
+    f: BnSaved,
+    weight: &[f32],
+    g: BnGeom,
+    ch: usize,
+    (local, total, n): ((f64, f64), (f64, f64), f64),
+) -> DxTerms {
+    let (mean, invstd) = (f.saved[ch], f.saved[g.c + ch]);
+    dweight.range(ch, 1)[0] += (local.1 * invstd as f64) as f32;
+    dbias.range(ch, 1)[0] += local.0 as f32;
+    DxTerms {
         mean,
         invstd,
         k: weight[ch] * invstd / n as f32,
         n: n as f32,
         sdy: total.0 as f32,
         sdyxhat: (total.1 * invstd as f64) as f32,
-    };
-    // SAFETY: as above
-    let mut dx = unsafe { ChannelMut::of(dxs, g, ch) };
-    planes_dx(&mut dx, ds, Channel::of(f.x, g, ch), t);
+    }
 }
 
 /// dweight += this replica's sum(dout * xhat), dbias += sum(dout) (from `local`, its own
@@ -245,25 +306,30 @@ pub fn bn_backward_own(
     weight: &[f32],
     g: BnGeom,
 ) {
-    let n = (g.b * g.hw) as f64;
     let dxs = dx.map(Disjoint::new);
     let (dws, dbs) = (Disjoint::new(dweight), Disjoint::new(dbias));
     let douts = Disjoint::new(dout);
+    match blocks::applies(g) {
+        true => blocks::backward_own(dxs.as_ref(), (&dws, &dbs), &douts, f, weight, g),
+        false => by_channel_backward_own(dxs.as_ref(), (&dws, &dbs), &douts, f, weight, g),
+    }
+}
+
+/// `bn_backward_own`, each channel in one task.
+fn by_channel_backward_own(
+    dxs: Option<&Disjoint<f32>>,
+    (dws, dbs): (&Disjoint<f32>, &Disjoint<f32>),
+    douts: &Disjoint<f32>,
+    f: BnSaved,
+    weight: &[f32],
+    g: BnGeom,
+) {
+    let n = (g.b * g.hw) as f64;
     intraop::each(g.c, &|ch| {
-        let sums = channel_grad_sums(&douts, f, g, ch);
+        let sums = channel_grad_sums(douts, f, g, ch);
         // SAFETY: channel ch's planes of dout are this task's alone
-        let ds = unsafe { ChannelMut::of(&douts, g, ch) };
-        channel_backward(
-            dxs.as_ref(),
-            &dws,
-            &dbs,
-            &ds,
-            f,
-            weight,
-            g,
-            ch,
-            (sums, sums, n),
-        );
+        let ds = unsafe { ChannelMut::of(douts, g, ch) };
+        channel_backward(dxs, dws, dbs, &ds, f, weight, g, ch, (sums, sums, n));
     });
 }
 

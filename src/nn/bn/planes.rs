@@ -92,7 +92,7 @@ impl Planes for ChannelMut<'_> {
 }
 
 /// Partial sums: four AVX2 registers of f64.
-const L: usize = 16;
+pub(super) const L: usize = 16;
 
 /// sum over the planes of f(value) into `L` lanes, then in order.
 #[inline(always)]

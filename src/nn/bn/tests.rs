@@ -132,3 +132,56 @@ fn backward_matches_finite_differences() {
         });
     }
 }
+
+/// Over planes of at most 16 values the blocks of channels give the per-channel loops' results
+/// bit for bit: forward (own and given statistics, each activation) and backward (dout masked,
+/// dx, dweight, dbias), with channel counts that leave a short last block.
+#[test]
+fn blocks_of_short_planes_equal_the_per_channel_loops() {
+    for (b, c, hw) in [(3, 5, 1), (1, 300, 1), (4, 70, 4), (2, 33, 9), (5, 17, 16)] {
+        let g = BnGeom { b, c, hw };
+        assert!(blocks::applies(g));
+        let n = b * c * hw;
+        let mut r = Rng::new(5);
+        let (x, dout) = (randn(&mut r, n), randn(&mut r, n));
+        let (w, bias) = (randn(&mut r, c), randn(&mut r, c));
+        let given = BnStats::of(&x, g);
+        for (act, stats) in [
+            (Act::None, None),
+            (Act::Relu, None),
+            (Act::Relu6, None),
+            (Act::Relu, Some(&given)),
+        ] {
+            let run = |by_blocks: bool| {
+                let (mut out, mut saved) = (vec![0.0; n], vec![0.0; 2 * c]);
+                let mut running = vec![0.5; 2 * c];
+                let (o, s, rn) = (
+                    Disjoint::new(&mut out),
+                    Disjoint::new(&mut saved),
+                    Disjoint::new(&mut running),
+                );
+                let wb = (&w[..], &bias[..]);
+                match by_blocks {
+                    true => blocks::forward_train(&o, (&s, &rn), &x, wb, g, stats, act, CONSTS),
+                    false => by_channel_forward(&o, (&s, &rn), &x, wb, g, stats, act, CONSTS),
+                }
+                let (mut d, mut dx) = (dout.clone(), vec![0.0; n]);
+                let (mut dw, mut db) = (vec![0.1; c], vec![0.2; c]);
+                let f = BnSaved {
+                    x: &x,
+                    out: &out,
+                    act,
+                    saved: &saved,
+                };
+                let (ds, dxs) = (Disjoint::new(&mut d), Disjoint::new(&mut dx));
+                let grads = (&Disjoint::new(&mut dw), &Disjoint::new(&mut db));
+                match by_blocks {
+                    true => blocks::backward_own(Some(&dxs), grads, &ds, f, &w, g),
+                    false => by_channel_backward_own(Some(&dxs), grads, &ds, f, &w, g),
+                }
+                (out.clone(), saved.clone(), running, d, dx, dw, db)
+            };
+            assert_eq!(run(true), run(false), "{b}x{c}x{hw} {act:?}");
+        }
+    }
+}
