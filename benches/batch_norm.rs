@@ -5,23 +5,13 @@
 //! figure includes restoring dout (the backward masks it in place): one copy per value.
 //! Run: `cargo bench --bench batch_norm`
 
-use std::time::Instant;
+mod common;
 
 use mgtop::nn::bn::{bn_backward_own, bn_forward_train, BnGeom, BnSaved};
 use mgtop::nn::ops::Act;
 
-fn seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let reps = 10;
-        let t = Instant::now();
-        for _ in 0..reps {
-            f();
-        }
-        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-    }
-    best
+fn seconds(f: impl FnMut()) -> f64 {
+    common::best_seconds(10, f)
 }
 
 fn main() {

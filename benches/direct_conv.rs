@@ -4,25 +4,15 @@
 //! thread), beside the forward pass by im2col + `sgemm` per image (what the other convolutions
 //! do; a pointwise layer multiplies the image itself). Run: `cargo bench --bench direct_conv`
 
-use std::time::Instant;
+mod common;
 
 use mgtop::nn::direct;
 use mgtop::nn::gemm::sgemm;
 use mgtop::nn::im2col::im2col;
 use mgtop::nn::winograd;
 
-fn seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let reps = 20;
-        let t = Instant::now();
-        for _ in 0..reps {
-            f();
-        }
-        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-    }
-    best
+fn seconds(f: impl FnMut()) -> f64 {
+    common::best_seconds(20, f)
 }
 
 fn main() {

@@ -3,7 +3,7 @@
 //! (784-128-10 MLP: forward X@W, weight gradient X^T@dY, input gradient dY@W^T).
 //! Run: `cargo bench --bench gemm_compare`
 
-use std::time::Instant;
+mod common;
 
 use mgtop::nn::gemm::sgemm;
 
@@ -48,18 +48,8 @@ fn gemm_crate(
     }
 }
 
-fn time(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let reps = 50;
-        let t = Instant::now();
-        for _ in 0..reps {
-            f();
-        }
-        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-    }
-    best
+fn time(f: impl FnMut()) -> f64 {
+    common::best_seconds(50, f)
 }
 
 type Shape = (&'static str, bool, bool, usize, usize, usize);
