@@ -1,8 +1,11 @@
 //! How a GPU replica lays out its image activations: NCHW (as the CPU, the checkpoints and
 //! PyTorch's default), or channels last (NHWC: [B, H, W, C]), the layout cuDNN's tensor-core
 //! convolutions work in (PyTorch's `channels_last`): in NCHW each bf16 convolution transposes
-//! its operands inside cuDNN. Asked for with `MGTOP_GPU_LAYOUT=nhwc` (`nchw` or `auto`: NCHW,
-//! until NHWC is measured faster on a GPU and made the default).
+//! its operands inside cuDNN. `MGTOP_GPU_LAYOUT=nhwc` or `nchw` asks for one; unset (or `auto`)
+//! takes channels last where it was measured faster (`prefers_channels_last`: dense
+//! convolutions on ImageNet-sized inputs, ResNet-50 1.24x in TF32 and 1.29x in bf16 on an H100)
+//! and NCHW elsewhere (MobileNetV2's depthwise convolutions and the CIFAR ResNets ran slower
+//! channels last).
 //!
 //! Channels last is only a layout: the parameters stay in PyTorch's layout (dense KxK
 //! convolutions read a copy in cuDNN's NHWC filter layout, `replica::weights`, and their
@@ -18,6 +21,10 @@ use cudarc::cudnn::sys::cudnnTensorFormat_t;
 use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Op};
 
+/// What a run asks for: a layout (None: auto, the model decides), and the note of an unknown
+/// `MGTOP_GPU_LAYOUT`.
+pub type Asked = (Option<Layout>, Option<String>);
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Layout {
     #[default]
@@ -29,24 +36,25 @@ pub enum Layout {
 pub const VAR: &str = "MGTOP_GPU_LAYOUT";
 
 impl Layout {
-    /// `MGTOP_GPU_LAYOUT`'s value (unset, empty or `auto`: NCHW); an unknown one is an error
-    /// naming the choices.
-    pub fn parse(v: Option<&str>) -> Result<Layout, String> {
+    /// `MGTOP_GPU_LAYOUT`'s value: a layout, or None for unset, empty or `auto` (the model
+    /// decides, `choose`); an unknown one is an error naming the choices.
+    pub fn parse(v: Option<&str>) -> Result<Option<Layout>, String> {
         match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-            None | Some("") | Some("auto") | Some("nchw") => Ok(Layout::Nchw),
-            Some("nhwc") | Some("channels-last") | Some("channels_last") => Ok(Layout::Nhwc),
+            None | Some("") | Some("auto") => Ok(None),
+            Some("nchw") => Ok(Some(Layout::Nchw)),
+            Some("nhwc") | Some("channels-last") | Some("channels_last") => Ok(Some(Layout::Nhwc)),
             Some(_) => Err(format!(
-                "{VAR}={} is not understood: use nchw (the default) or nhwc",
+                "{VAR}={} is not understood: use auto (the default), nchw or nhwc",
                 v.unwrap_or_default()
             )),
         }
     }
 
-    /// The layout the environment asks for, or (an unknown value) NCHW and why.
-    pub fn asked() -> (Layout, Option<String>) {
+    /// The layout the environment asks for (None: auto), or (an unknown value) NCHW and why.
+    pub fn asked() -> Asked {
         match Layout::parse(std::env::var(VAR).ok().as_deref()) {
             Ok(l) => (l, None),
-            Err(e) => (Layout::Nchw, Some(e)),
+            Err(e) => (Some(Layout::Nchw), Some(e)),
         }
     }
 
@@ -106,17 +114,47 @@ pub fn refusal(m: &Model, cudnn: bool) -> Option<String> {
     None
 }
 
-/// The layout a replica of `m` trains in, given what was asked and whether its convolutions
-/// go through cuDNN, and what the run should be told (channels last taken, refused, or an
-/// unknown `MGTOP_GPU_LAYOUT`).
-pub fn choose(asked: (Layout, Option<String>), m: &Model, cudnn: bool) -> (Layout, Option<String>) {
+/// The smallest input side `auto` lays out channels last (ImageNet's 224 and its halves:
+/// ResNet-50 at 224x224 gained; the CIFAR ResNets at 32x32 lost).
+pub const AUTO_MIN_SIDE: usize = 112;
+
+/// Whether `auto` lays `m` out channels last: only dense convolutions (a grouped one, as
+/// MobileNetV2's depthwise, ran slower channels last) reading an image of at least
+/// `AUTO_MIN_SIDE` on each side first.
+pub fn prefers_channels_last(m: &Model) -> bool {
+    let convs = || {
+        m.nodes.iter().filter_map(|n| match n.op {
+            Op::Conv { g, groups, .. } => Some((g, groups)),
+            _ => None,
+        })
+    };
+    let dense = convs().all(|(_, groups)| groups == 1);
+    let large = convs()
+        .next()
+        .is_some_and(|(g, _)| g.h.min(g.w) >= AUTO_MIN_SIDE);
+    dense && large
+}
+
+/// The layout a replica of `m` trains in, given what was asked (None: auto) and whether its
+/// convolutions go through cuDNN, and what the run should be told (channels last taken,
+/// refused, or an unknown `MGTOP_GPU_LAYOUT`).
+pub fn choose(asked: Asked, m: &Model, cudnn: bool) -> (Layout, Option<String>) {
     match asked {
         (_, Some(unknown)) => (
             Layout::Nchw,
             Some(format!("{unknown}; activations stay NCHW")),
         ),
-        (Layout::Nchw, None) => (Layout::Nchw, None),
-        (Layout::Nhwc, None) => match refusal(m, cudnn) {
+        (None, None) => match prefers_channels_last(m) && refusal(m, cudnn).is_none() {
+            true => (
+                Layout::Nhwc,
+                Some(format!(
+                    "activations channels last (NHWC: auto's pick for dense convolutions on inputs of {AUTO_MIN_SIDE}x{AUTO_MIN_SIDE} or more; {VAR}=nchw keeps NCHW)"
+                )),
+            ),
+            false => (Layout::Nchw, None),
+        },
+        (Some(Layout::Nchw), None) => (Layout::Nchw, None),
+        (Some(Layout::Nhwc), None) => match refusal(m, cudnn) {
             None => (
                 Layout::Nhwc,
                 Some(format!("activations channels last (NHWC, {VAR}=nhwc)")),
@@ -192,18 +230,19 @@ mod tests {
 
     #[test]
     fn the_variable_reads_each_layout_and_names_the_choices_otherwise() {
-        assert_eq!(Layout::parse(None), Ok(Layout::Nchw));
-        assert_eq!(Layout::parse(Some("")), Ok(Layout::Nchw));
-        assert_eq!(Layout::parse(Some("auto")), Ok(Layout::Nchw));
-        assert_eq!(Layout::parse(Some("NHWC")), Ok(Layout::Nhwc));
-        assert_eq!(Layout::parse(Some("channels-last")), Ok(Layout::Nhwc));
+        assert_eq!(Layout::parse(None), Ok(None));
+        assert_eq!(Layout::parse(Some("")), Ok(None));
+        assert_eq!(Layout::parse(Some("auto")), Ok(None));
+        assert_eq!(Layout::parse(Some("nchw")), Ok(Some(Layout::Nchw)));
+        assert_eq!(Layout::parse(Some("NHWC")), Ok(Some(Layout::Nhwc)));
+        assert_eq!(Layout::parse(Some("channels-last")), Ok(Some(Layout::Nhwc)));
         let e = Layout::parse(Some("nwhc")).unwrap_err();
         assert!(
-            e.contains("nwhc") && e.contains("nhwc") && e.contains(VAR),
+            e.contains("nwhc") && e.contains("nhwc") && e.contains("auto") && e.contains(VAR),
             "{e}"
         );
         let (l, note) = choose(
-            (Layout::Nchw, Some(e)),
+            (Some(Layout::Nchw), Some(e)),
             &model("resnet20", image(3, 32)),
             true,
         );
@@ -220,12 +259,48 @@ mod tests {
         ] {
             let m = model(spec, input);
             assert_eq!(refusal(&m, true), None, "{spec}");
-            let (l, note) = choose((Layout::Nhwc, None), &m, true);
+            let (l, note) = choose((Some(Layout::Nhwc), None), &m, true);
             assert_eq!(l, Layout::Nhwc, "{spec}");
             assert!(note.unwrap().contains("channels last"));
-            // not asked: NCHW, nothing to say
-            assert_eq!(choose((Layout::Nchw, None), &m, true), (Layout::Nchw, None));
+            // NCHW asked: NCHW, nothing to say
+            let nchw = (Some(Layout::Nchw), None);
+            assert_eq!(choose(nchw, &m, true), (Layout::Nchw, None));
         }
+    }
+
+    #[test]
+    fn auto_takes_channels_last_for_dense_convolutions_on_imagenet_sized_inputs_only() {
+        let auto = (None, None);
+        // ResNet-50 at 224x224 (measured faster channels last): NHWC, and the run is told
+        let m = model("resnet50", image(3, 224));
+        let (l, note) = choose(auto.clone(), &m, true);
+        assert_eq!(l, Layout::Nhwc);
+        let note = note.unwrap();
+        assert!(note.contains("auto") && note.contains("nchw"), "{note}");
+        // ... not without cuDNN, and quietly
+        assert_eq!(choose(auto.clone(), &m, false), (Layout::Nchw, None));
+        // measured slower channels last: MobileNetV2 (depthwise) at 224, ResNet-20 at 32
+        for (spec, input) in [("mobilenetv2", image(3, 224)), ("resnet20", image(3, 32))] {
+            let m = model(spec, input);
+            assert!(!prefers_channels_last(&m), "{spec}");
+            assert_eq!(
+                choose(auto.clone(), &m, true),
+                (Layout::Nchw, None),
+                "{spec}"
+            );
+        }
+        // the side's bound, and a model that could not go channels last at all
+        let (at, below) = (AUTO_MIN_SIDE, AUTO_MIN_SIDE - 1);
+        assert!(prefers_channels_last(&model(
+            "conv8k3p1,bn,gap",
+            image(3, at)
+        )));
+        assert!(!prefers_channels_last(&model(
+            "conv8k3p1,bn,gap",
+            image(3, below)
+        )));
+        let m = model("conv8k3p1,pool2,dense10", image(3, at));
+        assert_eq!(choose(auto, &m, true), (Layout::Nchw, None));
     }
 
     #[test]
@@ -239,7 +314,7 @@ mod tests {
         ];
         for (spec, input, why) in cases {
             let m = model(spec, input);
-            let (l, note) = choose((Layout::Nhwc, None), &m, true);
+            let (l, note) = choose((Some(Layout::Nhwc), None), &m, true);
             assert_eq!(l, Layout::Nchw, "{spec}");
             let note = note.unwrap();
             assert!(

@@ -71,7 +71,7 @@ pub fn two_steps<E: Elem>(
         precision,
         state,
         Duration::from_secs(60),
-        (layout, None),
+        (Some(layout), None),
     )?;
     if gpu.activations_layout() != layout {
         let why = gpu.take_notes().join("; ");

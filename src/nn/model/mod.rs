@@ -198,21 +198,25 @@ impl Model {
         self.nodes
             .iter()
             .map(|n| {
-                let ins: Vec<String> = n
-                    .inputs
-                    .iter()
-                    .map(|&i| self.values[i].to_string())
-                    .collect();
                 format!(
-                    "{:<name_w$}  {} -> {}  {} params  {}",
+                    "{:<name_w$}  {}  {} params  {}",
                     n.to_string(),
-                    ins.join(" + "),
-                    self.values[n.output],
+                    self.shapes(n),
                     self.node_params(n),
                     flops_text(n.op.flops(self.dims[n.output]))
                 )
             })
             .collect()
+    }
+
+    /// Node `n`'s inputs and output: `16x32x32 + 16x32x32 -> 16x32x32`.
+    pub fn shapes(&self, n: &Node) -> String {
+        let ins: Vec<String> = n
+            .inputs
+            .iter()
+            .map(|&i| self.values[i].to_string())
+            .collect();
+        format!("{} -> {}", ins.join(" + "), self.values[n.output])
     }
 
     /// The flat-buffer ranges of node `n`'s weight and bias (an empty range without bias).

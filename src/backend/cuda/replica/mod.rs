@@ -200,13 +200,20 @@ impl<E: Elem> CudaReplica<E> {
     }
 }
 
+/// Node `n` as the layers' profile names it: `conv3x3 conv1 3x32x32 -> 16x32x32`.
+fn layer_label(m: &Model, n: usize) -> String {
+    let node = &m.nodes[n];
+    format!("{node} {}", m.shapes(node))
+}
+
 impl<E: Elem> Drop for CudaReplica<E> {
     fn drop(&mut self) {
         // graphs first, while the kernels' modules, cuBLAS and cuDNN they launch are loaded
         self.graphs.stop();
         self.abort_group();
         if let Some(p) = self.profile.take() {
-            eprint!("{}", p.table(self.gpu.index));
+            let m = &self.model;
+            eprint!("{}", p.table(self.gpu.index, |n| layer_label(m, n)));
         }
         if let Some(d) = self.dnn.take() {
             dnn::close(d);
@@ -295,7 +302,7 @@ impl<E: Elem> Replica for CudaReplica<E> {
         let mark = self.profile.as_ref().map(profile::Profile::mark);
         self.update(lr);
         if let Some(p) = self.profile.as_mut() {
-            p.count("optimizer", "update", mark.flatten());
+            p.count(("optimizer", "update"), None, mark.flatten());
         }
         let after = self.record();
         self.ends.updated(before, after);

@@ -18,7 +18,7 @@ impl<E: Elem> CudaReplica<E> {
     /// Opens GPU `index` on this thread and uploads `state`; `join` then connects it to the
     /// other GPUs. A bf16 replica (`E`) needs cuDNN for its dense convolutions: without it the
     /// open fails, naming the fix. The activations' layout is what `MGTOP_GPU_LAYOUT` asks for
-    /// where the model and cuDNN allow it (`layout::choose`).
+    /// (or auto's pick) where the model and cuDNN allow it (`layout::choose`).
     pub fn open(
         index: usize,
         model: Model,
@@ -39,7 +39,7 @@ impl<E: Elem> CudaReplica<E> {
         precision: Precision,
         state: TrainState,
         timeout: Duration,
-        asked: (Layout, Option<String>),
+        asked: layout::Asked,
     ) -> Result<CudaReplica<E>, CudaError> {
         let n = model.n_params;
         assert_eq!(state.params.len(), n);
@@ -141,7 +141,7 @@ impl<E: Elem> CudaReplica<E> {
             ends: Default::default(),
             staging: host::Staging::default(),
             resident: None,
-            profile: profile::wanted().then(|| profile::Profile::new(s.clone())),
+            profile: profile::wanted().map(|d| profile::Profile::new(s.clone(), d)),
             running,
             nodes,
             dropout_seed: 0,

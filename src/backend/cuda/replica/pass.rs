@@ -298,7 +298,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             Act::Relu6 => check(ops::relu6_forward(gpu, &mut out, len)),
         }
         if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
-            p.count(profile::kind(&node.op), "forward", mark);
+            p.count((profile::kind(&node.op), "forward"), Some(n), mark);
         }
     }
 
@@ -337,7 +337,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             m.label_smoothing,
         ));
         if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
-            p.count("softmax cross-entropy", "both ways", mark);
+            p.count(("softmax cross-entropy", "both ways"), None, mark);
         }
         (0.0, 0)
     }
@@ -397,7 +397,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                     act,
                 ));
                 if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
-                    p.count(profile::kind(&node.op), "backward", mark);
+                    p.count((profile::kind(&node.op), "backward"), Some(n), mark);
                 }
                 return;
             }
@@ -469,7 +469,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             }
         }
         if let (Some(p), Some(mark)) = (self.r.profile.as_mut(), mark) {
-            p.count(profile::kind(&node.op), "backward", mark);
+            p.count((profile::kind(&node.op), "backward"), Some(n), mark);
         }
     }
 }

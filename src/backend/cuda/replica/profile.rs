@@ -12,6 +12,10 @@
 //!   conv forward                  17.050 ms   19.4%
 //!   ...
 //! ```
+//!
+//! `MGTOP_GPU_PROFILE=layers` adds a second table: the costliest layers, one row per layer
+//! and direction (`#0 conv3x3 conv1 3x32x32 -> 16x32x32 backward`), to find the one shape
+//! a library runs slowly.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,9 +28,30 @@ use crate::nn::model::Op;
 /// Steps left out of the table at the start.
 pub const WARM_UP: u64 = 3;
 
-/// Whether this process profiles its GPUs (`MGTOP_GPU_PROFILE` set, and not `0`).
-pub fn wanted() -> bool {
-    std::env::var("MGTOP_GPU_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0")
+/// Layers in the second table (`MGTOP_GPU_PROFILE=layers`), costliest first.
+const LAYER_ROWS: usize = 30;
+
+/// How this process profiles its GPUs (`MGTOP_GPU_PROFILE`): `None` when unset, empty or `0`;
+/// by op kind for any other value, by layer too for `layers`.
+pub fn wanted() -> Option<Detail> {
+    detail(std::env::var("MGTOP_GPU_PROFILE").ok().as_deref())
+}
+
+fn detail(v: Option<&str>) -> Option<Detail> {
+    match v? {
+        "" | "0" => None,
+        "layers" => Some(Detail::Layers),
+        _ => Some(Detail::Kinds),
+    }
+}
+
+/// What a profile's tables show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Device time per op kind and direction.
+    Kinds,
+    /// That, and the costliest layers (`LAYER_ROWS` of them).
+    Layers,
 }
 
 /// An op kind's name in the table.
@@ -48,19 +73,25 @@ pub fn kind(op: &Op) -> &'static str {
 /// A row of the table: the op kind and the direction (`forward`, `backward`, ...).
 type Row = (&'static str, &'static str);
 
+/// A row of the layers' table: the node's index in the model and the direction.
+type LayerRow = (usize, &'static str);
+
 /// The events of the step under way, and the sums of the steps before (after the warm-up).
 pub struct Profile {
     stream: Arc<CudaStream>,
-    pending: Vec<(Row, CudaEvent, CudaEvent)>,
+    detail: Detail,
+    /// Each timed span: its row, its node where it is one layer's, its two events.
+    pending: Vec<(Row, Option<usize>, CudaEvent, CudaEvent)>,
     /// Steps ended so far, the warm-up's included.
     ended: u64,
     sums: Sums,
 }
 
 impl Profile {
-    pub fn new(stream: Arc<CudaStream>) -> Profile {
+    pub fn new(stream: Arc<CudaStream>, detail: Detail) -> Profile {
         Profile {
             stream,
+            detail,
             pending: Vec::new(),
             ended: 0,
             sums: Sums::default(),
@@ -75,10 +106,11 @@ impl Profile {
             .ok()
     }
 
-    /// What ran on the stream since `start` belongs to `what` going `way`.
-    pub fn count(&mut self, what: &'static str, way: &'static str, start: Option<CudaEvent>) {
+    /// What ran on the stream since `start` belongs to `what` going `way` (and to the model's
+    /// node `node`, where it is one layer's work).
+    pub fn count(&mut self, (what, way): Row, node: Option<usize>, start: Option<CudaEvent>) {
         if let (Some(a), Some(b)) = (start, self.mark()) {
-            self.pending.push(((what, way), a, b));
+            self.pending.push(((what, way), node, a, b));
         }
     }
 
@@ -86,17 +118,26 @@ impl Profile {
     pub fn end_step(&mut self) {
         self.ended += 1;
         let counted = self.ended > WARM_UP;
-        for (row, a, b) in self.pending.drain(..) {
+        let layers = self.detail == Detail::Layers;
+        for (row, node, a, b) in self.pending.drain(..) {
             if let (true, Ok(ms)) = (counted, a.elapsed_ms(&b)) {
                 self.sums.add(row, ms as f64);
+                if let (true, Some(n)) = (layers, node) {
+                    *self.sums.layers.entry((n, row.1)).or_default() += ms as f64;
+                }
             }
         }
         self.sums.steps += u64::from(counted);
     }
 
-    /// The table (see `Sums::table`).
-    pub fn table(&self, gpu: usize) -> String {
-        self.sums.table(gpu)
+    /// The table (see `Sums::table`), and the layers' (`Sums::layer_table`, each node named
+    /// by `label`) where asked for.
+    pub fn table(&self, gpu: usize, label: impl Fn(usize) -> String) -> String {
+        let mut t = self.sums.table(gpu);
+        if self.detail == Detail::Layers {
+            t += &self.sums.layer_table(gpu, label);
+        }
+        t
     }
 }
 
@@ -104,6 +145,8 @@ impl Profile {
 #[derive(Default)]
 struct Sums {
     ms: HashMap<Row, f64>,
+    /// Per layer and direction (`Detail::Layers` only).
+    layers: HashMap<LayerRow, f64>,
     steps: u64,
 }
 
@@ -138,6 +181,32 @@ impl Sums {
                 format!("{what} {way}"),
                 ms / per,
                 100.0 * ms / all.max(f64::MIN_POSITIVE)
+            );
+        }
+        out
+    }
+
+    /// The `LAYER_ROWS` costliest layers per step, largest first, each with its share of the
+    /// timed total (after `table`, which says where nothing was timed).
+    fn layer_table(&self, gpu: usize, label: impl Fn(usize) -> String) -> String {
+        if self.steps == 0 || self.layers.is_empty() {
+            return String::new();
+        }
+        let per = self.steps as f64;
+        let all: f64 = self.ms.values().sum();
+        let mut rows: Vec<_> = self.layers.iter().collect();
+        rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        let mut out = format!(
+            "gpu{gpu}: the {} costliest of {} layer rows, per training step\n",
+            rows.len().min(LAYER_ROWS),
+            rows.len()
+        );
+        for ((node, way), ms) in rows.into_iter().take(LAYER_ROWS) {
+            out += &format!(
+                "  {:>9.3} ms {:>6.1}%  #{node} {} {way}\n",
+                ms / per,
+                100.0 * ms / all.max(f64::MIN_POSITIVE),
+                label(*node)
             );
         }
         out
@@ -178,5 +247,55 @@ mod tests {
         );
         assert_eq!(cells(lines[2]), ["conv", "forward", "3.000", "ms", "30.0%"]);
         assert_eq!(cells(lines[3]), ["add", "forward", "1.000", "ms", "10.0%"]);
+        assert_eq!(
+            s.layer_table(3, |n| format!("node{n}")),
+            "",
+            "no layers timed"
+        );
+    }
+
+    #[test]
+    fn the_layer_table_names_the_costliest_layers_first_and_keeps_to_its_rows() {
+        let mut s = Sums {
+            steps: 2,
+            ..Sums::default()
+        };
+        s.add(("conv", "backward"), 30.0);
+        s.add(("conv", "forward"), 10.0);
+        s.layers.insert((0, "backward"), 24.0);
+        s.layers.insert((4, "backward"), 6.0);
+        s.layers.insert((4, "forward"), 10.0);
+        for n in 10..10 + LAYER_ROWS {
+            s.layers.insert((n, "forward"), 0.001);
+        }
+        let t = s.layer_table(1, |n| format!("conv node{n}"));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!(
+                "gpu1: the {LAYER_ROWS} costliest of {} layer rows, per training step",
+                LAYER_ROWS + 3
+            )
+        );
+        assert_eq!(lines.len(), 1 + LAYER_ROWS, "{t}");
+        let cells = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            cells(lines[1]),
+            ["12.000", "ms", "60.0%", "#0", "conv", "node0", "backward"]
+        );
+        assert_eq!(
+            cells(lines[2]),
+            ["5.000", "ms", "25.0%", "#4", "conv", "node4", "forward"]
+        );
+        assert_eq!(cells(lines[3])[3..], ["#4", "conv", "node4", "backward"]);
+    }
+
+    #[test]
+    fn the_variable_turns_the_profile_off_on_or_on_by_layer() {
+        assert_eq!(detail(None), None);
+        assert_eq!(detail(Some("")), None);
+        assert_eq!(detail(Some("0")), None);
+        assert_eq!(detail(Some("1")), Some(Detail::Kinds));
+        assert_eq!(detail(Some("layers")), Some(Detail::Layers));
     }
 }
