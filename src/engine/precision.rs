@@ -1,9 +1,11 @@
 //! What a run's GPUs compute their products in: `--precision` (bf16 autocast and TF32 need
-//! compute capability 8.0, Ampere, or newer), or for `auto` TF32 where every GPU has it and fp32
-//! otherwise (bf16 becomes the default once it has been measured on a GPU: see the README).
-//! CPU workers always compute in fp32.
+//! compute capability 8.0, Ampere, or newer), or for `auto`, where every GPU has them, bf16 for
+//! the models it was measured faster on (`bf16_pays`) and TF32 for the rest, and fp32 where a
+//! GPU lacks them. CPU workers always compute in fp32.
 
 use super::{Device, EngineError};
+use crate::backend::cuda::dnn;
+use crate::nn::model::{Model, LARGE_SIDE};
 use crate::nn::precision::{Precision, PrecisionFlag};
 
 /// The first compute capability with TF32 and bf16 tensor cores (Ampere).
@@ -21,11 +23,22 @@ fn describe(index: usize, name: &str, arch: u32) -> String {
     }
 }
 
-/// The run's precision over `devices` (every rank's), with a start-up note where it is not
-/// what was asked for; an error names a GPU that cannot do what was asked and the fix.
+/// Whether `auto` trains `model` in bf16 on GPUs that have it: its convolutions are the kind
+/// an H100 ran faster in bf16 than in TF32 (`Model::dense_convs_on_large_images`: ResNet-50 at
+/// 224x224 1.21x in NCHW, 1.27x channels last; MobileNetV2 and ResNet-20 ran slower), and
+/// cuDNN loads (bf16 convolutions need it). (cuDNN is this process's to find: processes that
+/// differ there would differ in precision, as they would in convolution algorithms.)
+pub(super) fn bf16_pays(model: &Model) -> bool {
+    model.dense_convs_on_large_images() && dnn::wanted()
+}
+
+/// The run's precision over `devices` (every rank's), `auto` taking bf16 where `bf16_pays`,
+/// with a start-up note where it is not what was asked for (or auto's bf16); an error names a
+/// GPU that cannot do what was asked and the fix.
 pub(super) fn resolve(
     flag: PrecisionFlag,
     devices: &[Device],
+    bf16_pays: bool,
 ) -> Result<(Precision, Option<String>), EngineError> {
     let gpus: Vec<(usize, &str, u32)> = (devices.iter())
         .filter_map(|d| match d {
@@ -50,6 +63,12 @@ pub(super) fn resolve(
             p.name().to_uppercase()
         ))),
         (Some(p), _) => Ok((p, None)),
+        (None, None) if bf16_pays => Ok((
+            Precision::Bf16,
+            Some(format!(
+                "precision auto: bf16, measured faster than TF32 for dense convolutions on images of {LARGE_SIDE}x{LARGE_SIDE} or more (--precision tf32 keeps TF32)"
+            )),
+        )),
         (None, None) => Ok((Precision::Tf32, None)),
         (None, Some(&(i, name, arch))) => Ok((
             Precision::Fp32,
@@ -82,14 +101,14 @@ mod tests {
     fn auto_takes_tf32_where_every_gpu_has_it_and_says_why_not_otherwise() {
         let h100s = [gpu(0, "NVIDIA H100", 90), gpu(1, "NVIDIA H100", 90)];
         assert_eq!(
-            resolve(flag("auto"), &h100s).unwrap(),
+            resolve(flag("auto"), &h100s, false).unwrap(),
             (Precision::Tf32, None)
         );
         let mixed = [
             gpu(0, "NVIDIA A100", 80),
             gpu(1, "Tesla V100-SXM2-16GB", 70),
         ];
-        let (p, note) = resolve(flag("auto"), &mixed).unwrap();
+        let (p, note) = resolve(flag("auto"), &mixed, false).unwrap();
         assert_eq!(p, Precision::Fp32);
         let note = note.unwrap();
         assert!(
@@ -97,9 +116,37 @@ mod tests {
             "{note}"
         );
         // a GPU whose architecture is not known is not assumed to have TF32
-        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)]).unwrap();
+        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)], false).unwrap();
         assert_eq!(p, Precision::Fp32);
         assert!(note.unwrap().contains("compute capability unknown"));
+    }
+
+    #[test]
+    fn auto_takes_bf16_where_it_pays_and_says_so_and_never_on_gpus_without_it() {
+        let h100 = [gpu(0, "NVIDIA H100", 90)];
+        let (p, note) = resolve(flag("auto"), &h100, true).unwrap();
+        assert_eq!(p, Precision::Bf16);
+        let note = note.unwrap();
+        assert!(
+            note.contains("precision auto: bf16") && note.contains("--precision tf32"),
+            "{note}"
+        );
+        // asked for: kept, whether or not it pays
+        assert_eq!(
+            resolve(flag("tf32"), &h100, true).unwrap(),
+            (Precision::Tf32, None)
+        );
+        // a GPU without bf16 tensor cores, or CPU workers: as before
+        let v100 = [gpu(0, "NVIDIA H100", 90), gpu(1, "Tesla V100", 70)];
+        assert_eq!(
+            resolve(flag("auto"), &v100, true).unwrap().0,
+            Precision::Fp32
+        );
+        let cpus = [Device::Cpu { index: 0 }];
+        assert_eq!(
+            resolve(flag("auto"), &cpus, true).unwrap(),
+            (Precision::Fp32, None)
+        );
     }
 
     #[test]
@@ -107,20 +154,20 @@ mod tests {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
         for p in [Precision::Fp32, Precision::Tf32, Precision::Bf16] {
             let f = PrecisionFlag(Some(p));
-            assert_eq!(resolve(f, &h100).unwrap(), (p, None));
+            assert_eq!(resolve(f, &h100, false).unwrap(), (p, None));
         }
         let v100 = [gpu(3, "Tesla V100-SXM2-16GB", 70)];
-        let e = resolve(flag("tf32"), &v100).unwrap_err().to_string();
+        let e = resolve(flag("tf32"), &v100, false).unwrap_err().to_string();
         assert!(
             e.contains("GPU 3 (Tesla V100-SXM2-16GB, compute capability 7.0)")
                 && e.contains("use --precision fp32"),
             "{e}"
         );
         assert_eq!(
-            resolve(flag("fp32"), &v100).unwrap(),
+            resolve(flag("fp32"), &v100, false).unwrap(),
             (Precision::Fp32, None)
         );
-        let e = resolve(flag("bf16"), &v100).unwrap_err().to_string();
+        let e = resolve(flag("bf16"), &v100, false).unwrap_err().to_string();
         assert!(
             e.contains("--precision bf16") && e.contains("no BF16 tensor cores"),
             "{e}"
@@ -131,15 +178,15 @@ mod tests {
     fn cpu_workers_compute_in_fp32_and_say_so_when_asked_otherwise() {
         let cpus = [Device::Cpu { index: 0 }, Device::Cpu { index: 1 }];
         assert_eq!(
-            resolve(flag("auto"), &cpus).unwrap(),
+            resolve(flag("auto"), &cpus, false).unwrap(),
             (Precision::Fp32, None)
         );
         assert_eq!(
-            resolve(flag("fp32"), &cpus).unwrap(),
+            resolve(flag("fp32"), &cpus, false).unwrap(),
             (Precision::Fp32, None)
         );
         for asked in ["tf32", "bf16"] {
-            let (p, note) = resolve(flag(asked), &cpus).unwrap();
+            let (p, note) = resolve(flag(asked), &cpus, false).unwrap();
             assert_eq!(p, Precision::Fp32);
             assert!(note.unwrap().contains("CPU workers compute in fp32"));
         }

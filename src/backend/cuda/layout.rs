@@ -2,10 +2,9 @@
 //! PyTorch's default), or channels last (NHWC: [B, H, W, C]), the layout cuDNN's tensor-core
 //! convolutions work in (PyTorch's `channels_last`): in NCHW each bf16 convolution transposes
 //! its operands inside cuDNN. `MGTOP_GPU_LAYOUT=nhwc` or `nchw` asks for one; unset (or `auto`)
-//! takes channels last where it was measured faster (`prefers_channels_last`: dense
-//! convolutions on ImageNet-sized inputs, ResNet-50 1.24x in TF32 and 1.29x in bf16 on an H100)
-//! and NCHW elsewhere (MobileNetV2's depthwise convolutions and the CIFAR ResNets ran slower
-//! channels last).
+//! takes channels last where it was measured faster (`Model::dense_convs_on_large_images`:
+//! ResNet-50 at 224x224 1.24x in TF32 and 1.29x in bf16 on an H100) and NCHW elsewhere
+//! (MobileNetV2's depthwise convolutions and the CIFAR ResNets ran slower channels last).
 //!
 //! Channels last is only a layout: the parameters stay in PyTorch's layout (dense KxK
 //! convolutions read a copy in cuDNN's NHWC filter layout, `replica::weights`, and their
@@ -19,7 +18,7 @@
 use cudarc::cudnn::sys::cudnnTensorFormat_t;
 
 use crate::nn::layers::Shape;
-use crate::nn::model::{Model, Op};
+use crate::nn::model::{Model, Op, LARGE_SIDE};
 
 /// What a run asks for: a layout (None: auto, the model decides), and the note of an unknown
 /// `MGTOP_GPU_LAYOUT`.
@@ -114,27 +113,6 @@ pub fn refusal(m: &Model, cudnn: bool) -> Option<String> {
     None
 }
 
-/// The smallest input side `auto` lays out channels last (ImageNet's 224 and its halves:
-/// ResNet-50 at 224x224 gained; the CIFAR ResNets at 32x32 lost).
-pub const AUTO_MIN_SIDE: usize = 112;
-
-/// Whether `auto` lays `m` out channels last: only dense convolutions (a grouped one, as
-/// MobileNetV2's depthwise, ran slower channels last) reading an image of at least
-/// `AUTO_MIN_SIDE` on each side first.
-pub fn prefers_channels_last(m: &Model) -> bool {
-    let convs = || {
-        m.nodes.iter().filter_map(|n| match n.op {
-            Op::Conv { g, groups, .. } => Some((g, groups)),
-            _ => None,
-        })
-    };
-    let dense = convs().all(|(_, groups)| groups == 1);
-    let large = convs()
-        .next()
-        .is_some_and(|(g, _)| g.h.min(g.w) >= AUTO_MIN_SIDE);
-    dense && large
-}
-
 /// The layout a replica of `m` trains in, given what was asked (None: auto) and whether its
 /// convolutions go through cuDNN, and what the run should be told (channels last taken,
 /// refused, or an unknown `MGTOP_GPU_LAYOUT`).
@@ -144,11 +122,11 @@ pub fn choose(asked: Asked, m: &Model, cudnn: bool) -> (Layout, Option<String>) 
             Layout::Nchw,
             Some(format!("{unknown}; activations stay NCHW")),
         ),
-        (None, None) => match prefers_channels_last(m) && refusal(m, cudnn).is_none() {
+        (None, None) => match m.dense_convs_on_large_images() && refusal(m, cudnn).is_none() {
             true => (
                 Layout::Nhwc,
                 Some(format!(
-                    "activations channels last (NHWC: auto's pick for dense convolutions on inputs of {AUTO_MIN_SIDE}x{AUTO_MIN_SIDE} or more; {VAR}=nchw keeps NCHW)"
+                    "activations channels last (NHWC: auto's pick for dense convolutions on inputs of {LARGE_SIDE}x{LARGE_SIDE} or more; {VAR}=nchw keeps NCHW)"
                 )),
             ),
             false => (Layout::Nchw, None),
@@ -282,24 +260,14 @@ mod tests {
         // measured slower channels last: MobileNetV2 (depthwise) at 224, ResNet-20 at 32
         for (spec, input) in [("mobilenetv2", image(3, 224)), ("resnet20", image(3, 32))] {
             let m = model(spec, input);
-            assert!(!prefers_channels_last(&m), "{spec}");
             assert_eq!(
                 choose(auto.clone(), &m, true),
                 (Layout::Nchw, None),
                 "{spec}"
             );
         }
-        // the side's bound, and a model that could not go channels last at all
-        let (at, below) = (AUTO_MIN_SIDE, AUTO_MIN_SIDE - 1);
-        assert!(prefers_channels_last(&model(
-            "conv8k3p1,bn,gap",
-            image(3, at)
-        )));
-        assert!(!prefers_channels_last(&model(
-            "conv8k3p1,bn,gap",
-            image(3, below)
-        )));
-        let m = model("conv8k3p1,pool2,dense10", image(3, at));
+        // a model that could not go channels last at all
+        let m = model("conv8k3p1,pool2,dense10", image(3, LARGE_SIDE));
         assert_eq!(choose(auto, &m, true), (Layout::Nchw, None));
     }
 

@@ -473,3 +473,24 @@ fn dropout_zeroes_about_p_and_only_in_training() {
     assert_ne!(t1.0, t2.0, "a new mask each step");
     assert_ne!(t1.0, a.0);
 }
+
+#[test]
+fn dense_convolutions_on_large_images_are_the_resnets_on_imagenet_sized_pictures() {
+    let on = |spec: &str, side: usize| {
+        build(spec, img(3, side, side), 10)
+            .unwrap()
+            .dense_convs_on_large_images()
+    };
+    assert!(on("resnet50", 224) && on("resnet18", 224));
+    // measured slower channels last and in bf16: depthwise, and CIFAR-sized images
+    assert!(!on("mobilenetv2", 224) && !on("resnet20", 32) && !on("resnet50", 64));
+    // the bound on the first convolution's input, and a model without convolutions
+    assert!(on("conv8k3p1,bn,gap", LARGE_SIDE));
+    assert!(!on("conv8k3p1,bn,gap", LARGE_SIDE - 1));
+    assert!(!build("mlp:16", Shape::Flat(20), 10)
+        .unwrap()
+        .dense_convs_on_large_images());
+    // a side narrower than the bound counts: a 224 x 64 image is not large
+    let wide = build("conv8k3p1,gap", img(3, 64, 224), 10).unwrap();
+    assert!(!wide.dense_convs_on_large_images());
+}
