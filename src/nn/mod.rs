@@ -27,9 +27,13 @@ pub mod window;
 pub mod winograd;
 
 /// Grows a scratch buffer to at least `n` floats (new ones zero; it never shrinks): the
-/// thread-local and per-worker buffers of the CPU kernels.
+/// thread-local and per-worker buffers of the CPU kernels. An empty one is allocated zeroed
+/// (the system's zero pages, touched first by whoever writes them), not written with zeros:
+/// a large model's first step would otherwise write every activation gradient twice.
 pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
+    if v.is_empty() && n > 0 {
+        *v = vec![0.0; n];
+    } else if v.len() < n {
         v.resize(n, 0.0);
     }
 }
