@@ -369,3 +369,32 @@ pub(super) unsafe fn deinterleave(even: *mut f32, odd: *mut f32, src: *const f32
         }
     }
 }
+
+/// dst[..n] = even[0], odd[0], even[1], odd[1], .. (`deinterleave`'s inverse: reads
+/// even[..ceil(n/2)] and odd[..floor(n/2)]).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn interleave(dst: *mut f32, even: *const f32, odd: *const f32, n: usize) {
+    let mut x = 0;
+    while x + 2 * H <= n {
+        // SAFETY: reads 8 floats at x/2 of each half (x/2 + 8 <= floor(n/2)), writes
+        // dst[x..x + 16] (x + 16 <= n).
+        unsafe {
+            let (e, o) = (
+                _mm256_loadu_ps(even.add(x / 2)),
+                _mm256_loadu_ps(odd.add(x / 2)),
+            );
+            // per 128-bit lane: [e0 o0 e1 o1 | e4 o4 e5 o5] and [e2 o2 e3 o3 | e6 o6 e7 o7]
+            let (lo, hi) = (_mm256_unpacklo_ps(e, o), _mm256_unpackhi_ps(e, o));
+            _mm256_storeu_ps(dst.add(x), _mm256_permute2f128_ps::<0x20>(lo, hi));
+            _mm256_storeu_ps(dst.add(x + H), _mm256_permute2f128_ps::<0x31>(lo, hi));
+        }
+        x += 2 * H;
+    }
+    for i in x..n {
+        // SAFETY: i < n; i/2 < ceil(n/2) for even i, < floor(n/2) for odd i.
+        unsafe {
+            let from = if i % 2 == 0 { even } else { odd };
+            *dst.add(i) = *from.add(i / 2);
+        }
+    }
+}

@@ -245,3 +245,10 @@ pub(super) unsafe fn deinterleave(even: *mut f32, odd: *mut f32, src: *const f32
         }
     }
 }
+
+/// `avx2::interleave` (a store-bound copy: AVX-512 would not make it faster).
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn interleave(dst: *mut f32, even: *const f32, odd: *const f32, n: usize) {
+    // SAFETY: as the caller's (an AVX-512 CPU has AVX2 and FMA)
+    unsafe { super::avx2::interleave(dst, even, odd, n) }
+}

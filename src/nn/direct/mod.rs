@@ -248,15 +248,16 @@ impl Halves {
     /// floats apart).
     fn scatter(&self, img: &mut [f32], i: usize, outq: &[f32], apart: usize) {
         let g = &self.g;
-        for phase in 0..4 {
-            let (py, px) = (phase / 2, phase % 2);
-            for (r, y) in (py..self.h).step_by(2).enumerate() {
-                let src = &outq[phase * apart + g.row(i, r)..];
-                let row = &mut img[y * self.w..(y + 1) * self.w];
-                for (o, &v) in row[px..].iter_mut().step_by(2).zip(src) {
-                    *o = v;
-                }
-            }
+        let (half, w) = (self.w.div_ceil(2), self.w);
+        assert!(img.len() >= self.h * w && i < g.n && g.w >= half);
+        for (y, row) in img[..self.h * w].chunks_exact_mut(w).enumerate() {
+            // row y's even columns come from parity plane (y % 2, 0), its odd ones from
+            // (y % 2, 1), both at output row y / 2
+            let at = (y % 2) * 2 * apart + g.row(i, y / 2);
+            let (even, odd) = (&outq[at..at + half], &outq[at + apart..at + apart + w / 2]);
+            // SAFETY: the direct paths run only where `available()`; the row's w floats are
+            // written from ceil(w/2) even and floor(w/2) odd ones, each slice that long.
+            unsafe { kernel!(interleave(row.as_mut_ptr(), even.as_ptr(), odd.as_ptr(), w)) }
         }
     }
 
@@ -366,6 +367,65 @@ impl Reads {
             Reads::Halved(s) => {
                 s.taps(channels, offs);
                 offs.resize(offs.len().next_multiple_of(multiple), 0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleave_undoes_deinterleave_at_every_length() {
+        if !available() {
+            return eprintln!("skipped: no AVX2 or AVX-512");
+        }
+        for n in 0..50usize {
+            let src: Vec<f32> = (0..n).map(|i| i as f32 + 0.5).collect();
+            let (mut even, mut odd) = (vec![-1.0; n.div_ceil(2)], vec![-1.0; n / 2]);
+            // SAFETY: each buffer is as long as the kernels read or write
+            unsafe {
+                kernel!(deinterleave(
+                    even.as_mut_ptr(),
+                    odd.as_mut_ptr(),
+                    src.as_ptr(),
+                    n
+                ))
+            }
+            let mut back = vec![-1.0; n];
+            unsafe {
+                kernel!(interleave(
+                    back.as_mut_ptr(),
+                    even.as_ptr(),
+                    odd.as_ptr(),
+                    n
+                ))
+            }
+            assert_eq!(back, src, "n {n}");
+        }
+    }
+
+    #[test]
+    fn scatter_puts_each_parity_planes_values_back_in_their_rows_and_columns() {
+        if !available() {
+            return eprintln!("skipped: no AVX2 or AVX-512");
+        }
+        for (h, w, k) in [(5, 6, 3), (7, 7, 3), (4, 9, 5), (32, 32, 3), (3, 35, 3)] {
+            let n = 2;
+            let s = Halves::new(h, w, k, n);
+            let apart = s.g.positions();
+            let outq: Vec<f32> = (0..4 * apart).map(|v| v as f32).collect();
+            for i in 0..n {
+                let mut img = vec![-1.0; h * w];
+                s.scatter(&mut img, i, &outq, apart);
+                for y in 0..h {
+                    for x in 0..w {
+                        let phase = (y % 2) * 2 + x % 2;
+                        let want = outq[phase * apart + s.g.row(i, y / 2) + x / 2];
+                        assert_eq!(img[y * w + x], want, "{h}x{w} k{k} image {i} ({y}, {x})");
+                    }
+                }
             }
         }
     }
