@@ -132,7 +132,7 @@ impl Engine {
         let model = validate::model(&cfg, &loaded.train)?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
         // over every process's devices once they meet)
-        precision::resolve(cfg.precision, &devices.0, precision::bf16_pays(&model))?;
+        precision::resolve(cfg.precision, &devices.0, || precision::bf16_pays(&model))?;
         let batch_limit =
             memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from
@@ -208,8 +208,9 @@ impl Engine {
             ));
         }
         let local = world.local();
-        let precision =
-            precision::resolve(cfg.precision, &world.devices, precision::bf16_pays(&model))?;
+        let precision = precision::resolve(cfg.precision, &world.devices, || {
+            precision::bf16_pays(&model)
+        })?;
         let info = RunInfo::for_run(
             &cfg,
             &model,

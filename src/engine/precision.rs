@@ -32,13 +32,13 @@ pub(super) fn bf16_pays(model: &Model) -> bool {
     model.dense_convs_on_large_images() && dnn::wanted()
 }
 
-/// The run's precision over `devices` (every rank's), `auto` taking bf16 where `bf16_pays`,
-/// with a start-up note where it is not what was asked for (or auto's bf16); an error names a
-/// GPU that cannot do what was asked and the fix.
+/// The run's precision over `devices` (every rank's), `auto` taking bf16 where `bf16_pays`
+/// (asked only then: it may look for cuDNN), with a start-up note where it is not what was
+/// asked for (or auto's bf16); an error names a GPU that cannot do what was asked and the fix.
 pub(super) fn resolve(
     flag: PrecisionFlag,
     devices: &[Device],
-    bf16_pays: bool,
+    bf16_pays: impl FnOnce() -> bool,
 ) -> Result<(Precision, Option<String>), EngineError> {
     let gpus: Vec<(usize, &str, u32)> = (devices.iter())
         .filter_map(|d| match d {
@@ -63,13 +63,15 @@ pub(super) fn resolve(
             p.name().to_uppercase()
         ))),
         (Some(p), _) => Ok((p, None)),
-        (None, None) if bf16_pays => Ok((
-            Precision::Bf16,
-            Some(format!(
-                "precision auto: bf16, measured faster than TF32 for dense convolutions on images of {LARGE_SIDE}x{LARGE_SIDE} or more (--precision tf32 keeps TF32)"
-            )),
-        )),
-        (None, None) => Ok((Precision::Tf32, None)),
+        (None, None) => Ok(match bf16_pays() {
+            true => (
+                Precision::Bf16,
+                Some(format!(
+                    "precision auto: bf16, measured faster than TF32 for dense convolutions on images of {LARGE_SIDE}x{LARGE_SIDE} or more (--precision tf32 keeps TF32)"
+                )),
+            ),
+            false => (Precision::Tf32, None),
+        }),
         (None, Some(&(i, name, arch))) => Ok((
             Precision::Fp32,
             Some(format!(
@@ -101,14 +103,14 @@ mod tests {
     fn auto_takes_tf32_where_every_gpu_has_it_and_says_why_not_otherwise() {
         let h100s = [gpu(0, "NVIDIA H100", 90), gpu(1, "NVIDIA H100", 90)];
         assert_eq!(
-            resolve(flag("auto"), &h100s, false).unwrap(),
+            resolve(flag("auto"), &h100s, || false).unwrap(),
             (Precision::Tf32, None)
         );
         let mixed = [
             gpu(0, "NVIDIA A100", 80),
             gpu(1, "Tesla V100-SXM2-16GB", 70),
         ];
-        let (p, note) = resolve(flag("auto"), &mixed, false).unwrap();
+        let (p, note) = resolve(flag("auto"), &mixed, || false).unwrap();
         assert_eq!(p, Precision::Fp32);
         let note = note.unwrap();
         assert!(
@@ -116,7 +118,7 @@ mod tests {
             "{note}"
         );
         // a GPU whose architecture is not known is not assumed to have TF32
-        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)], false).unwrap();
+        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)], || false).unwrap();
         assert_eq!(p, Precision::Fp32);
         assert!(note.unwrap().contains("compute capability unknown"));
     }
@@ -124,7 +126,7 @@ mod tests {
     #[test]
     fn auto_takes_bf16_where_it_pays_and_says_so_and_never_on_gpus_without_it() {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
-        let (p, note) = resolve(flag("auto"), &h100, true).unwrap();
+        let (p, note) = resolve(flag("auto"), &h100, || true).unwrap();
         assert_eq!(p, Precision::Bf16);
         let note = note.unwrap();
         assert!(
@@ -133,19 +135,25 @@ mod tests {
         );
         // asked for: kept, whether or not it pays
         assert_eq!(
-            resolve(flag("tf32"), &h100, true).unwrap(),
+            resolve(flag("tf32"), &h100, || true).unwrap(),
             (Precision::Tf32, None)
         );
-        // a GPU without bf16 tensor cores, or CPU workers: as before
+        // a GPU without bf16 tensor cores, or CPU workers: as before, never asking (asking may
+        // look for cuDNN)
+        let ask = || -> bool { unreachable!("asked whether bf16 pays") };
         let v100 = [gpu(0, "NVIDIA H100", 90), gpu(1, "Tesla V100", 70)];
         assert_eq!(
-            resolve(flag("auto"), &v100, true).unwrap().0,
+            resolve(flag("auto"), &v100, ask).unwrap().0,
             Precision::Fp32
         );
         let cpus = [Device::Cpu { index: 0 }];
         assert_eq!(
-            resolve(flag("auto"), &cpus, true).unwrap(),
+            resolve(flag("auto"), &cpus, ask).unwrap(),
             (Precision::Fp32, None)
+        );
+        assert_eq!(
+            resolve(flag("tf32"), &h100, ask).unwrap(),
+            (Precision::Tf32, None)
         );
     }
 
@@ -154,20 +162,24 @@ mod tests {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
         for p in [Precision::Fp32, Precision::Tf32, Precision::Bf16] {
             let f = PrecisionFlag(Some(p));
-            assert_eq!(resolve(f, &h100, false).unwrap(), (p, None));
+            assert_eq!(resolve(f, &h100, || false).unwrap(), (p, None));
         }
         let v100 = [gpu(3, "Tesla V100-SXM2-16GB", 70)];
-        let e = resolve(flag("tf32"), &v100, false).unwrap_err().to_string();
+        let e = resolve(flag("tf32"), &v100, || false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("GPU 3 (Tesla V100-SXM2-16GB, compute capability 7.0)")
                 && e.contains("use --precision fp32"),
             "{e}"
         );
         assert_eq!(
-            resolve(flag("fp32"), &v100, false).unwrap(),
+            resolve(flag("fp32"), &v100, || false).unwrap(),
             (Precision::Fp32, None)
         );
-        let e = resolve(flag("bf16"), &v100, false).unwrap_err().to_string();
+        let e = resolve(flag("bf16"), &v100, || false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--precision bf16") && e.contains("no BF16 tensor cores"),
             "{e}"
@@ -178,15 +190,15 @@ mod tests {
     fn cpu_workers_compute_in_fp32_and_say_so_when_asked_otherwise() {
         let cpus = [Device::Cpu { index: 0 }, Device::Cpu { index: 1 }];
         assert_eq!(
-            resolve(flag("auto"), &cpus, false).unwrap(),
+            resolve(flag("auto"), &cpus, || false).unwrap(),
             (Precision::Fp32, None)
         );
         assert_eq!(
-            resolve(flag("fp32"), &cpus, false).unwrap(),
+            resolve(flag("fp32"), &cpus, || false).unwrap(),
             (Precision::Fp32, None)
         );
         for asked in ["tf32", "bf16"] {
-            let (p, note) = resolve(flag(asked), &cpus, false).unwrap();
+            let (p, note) = resolve(flag(asked), &cpus, || false).unwrap();
             assert_eq!(p, Precision::Fp32);
             assert!(note.unwrap().contains("CPU workers compute in fp32"));
         }

@@ -106,11 +106,11 @@ impl Profile {
             .ok()
     }
 
-    /// What ran on the stream since `start` belongs to `what` going `way` (and to the model's
-    /// node `node`, where it is one layer's work).
-    pub fn count(&mut self, (what, way): Row, node: Option<usize>, start: Option<CudaEvent>) {
+    /// What ran on the stream since `start` belongs to `row` (an op kind going one way), and
+    /// to the model's node `node` where it is one layer's work.
+    pub fn count(&mut self, row: Row, node: Option<usize>, start: Option<CudaEvent>) {
         if let (Some(a), Some(b)) = (start, self.mark()) {
-            self.pending.push(((what, way), node, a, b));
+            self.pending.push((row, node, a, b));
         }
     }
 
