@@ -30,6 +30,7 @@ pub const EVAL_ROWS: usize = 512;
 /// The smallest image side `Model::dense_convs_on_large_images` counts as large (ImageNet's
 /// 224 and its halves; CIFAR's 32 is small).
 pub const LARGE_SIDE: usize = 112;
+
 /// Activation floats an evaluation chunk may take (256 MiB).
 const EVAL_FLOATS: usize = 1 << 26;
 
