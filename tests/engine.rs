@@ -459,3 +459,31 @@ fn a_batch_past_the_training_split_takes_it_all_each_step_and_says_so() {
     );
     assert_eq!(r.steps, 2);
 }
+
+#[test]
+fn the_first_step_after_an_epoch_end_restarts_the_throughput_window() {
+    // 2 ranks x 25 = 50 a step over 301 samples: epochs of 7 steps (the 7th short); with a
+    // validation split the epoch's end validates before the next step
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(2, 25, 20, dir.path());
+    cfg.inputs = mgtop::data::DataOptions::default();
+    let engine = Engine::start(cfg).expect("starts");
+    let steps = engine.steps().clone();
+    let collect = std::thread::spawn(move || steps.iter().collect::<Vec<_>>());
+    engine.join().expect("run succeeds");
+    let stats = collect.join().unwrap();
+    let mut epoch_of = std::collections::BTreeMap::new();
+    for s in &stats {
+        epoch_of.insert(s.step, s.epoch);
+    }
+    assert_eq!(epoch_of.len(), 20, "every step reported");
+    assert!(epoch_of.values().any(|&e| e >= 3), "{epoch_of:?}");
+    for s in &stats {
+        let first_of_later_epoch = s.step > 1 && epoch_of[&(s.step - 1)] != s.epoch;
+        assert_eq!(
+            s.after_pause, first_of_later_epoch,
+            "rank {} step {} epoch {}",
+            s.rank, s.step, s.epoch
+        );
+    }
+}

@@ -37,7 +37,8 @@ pub struct StepStats {
     pub step_time: Duration,
     /// Since the run started, when this rank finished the step.
     pub at: Duration,
-    /// The run was paused just before this step (throughput windows restart here).
+    /// Training stopped just before this step: a pause, an epoch's end (its validation) or a
+    /// checkpoint (throughput windows restart here, so samples/s shows training's pace).
     pub after_pause: bool,
     /// Fraction of the run's budget (epochs or steps) done after this step.
     pub progress: f64,

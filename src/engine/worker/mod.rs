@@ -207,6 +207,9 @@ impl Worker {
         replica.report_late(self.late);
         let mut tally = Tally::default();
         let mut stopped = false;
+        // training stopped after the last step (an epoch's end and validation, a checkpoint):
+        // the next one restarts the throughput windows, as after a pause
+        let mut held = false;
         while !self.done() {
             let d = if !self.strategy.in_sync(self.step) {
                 Default::default() // local SGD agrees on controls at its averages only
@@ -336,7 +339,7 @@ impl Worker {
                     compute_cpu,
                     optimizer,
                     step_time: t_start.elapsed(),
-                    after_pause: d.was_paused,
+                    after_pause: d.was_paused || held,
                     progress: self.progress(),
                     // the replica's report fills in the rest, and when it is known done (`at`)
                     ..StepStats::default()
@@ -370,6 +373,7 @@ impl Worker {
             if checkpoint {
                 self.save(replica)?;
             }
+            held = batch.epoch_end || checkpoint;
         }
         self.catch_up(replica, &mut tally)?;
         self.last_reports()?;
