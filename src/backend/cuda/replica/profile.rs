@@ -141,6 +141,14 @@ impl Profile {
     }
 }
 
+/// The rows of `ms`, most milliseconds first (ties in the rows' order, so a table reads the
+/// same every run).
+fn largest_first<K: Ord>(ms: &HashMap<K, f64>) -> Vec<(&K, &f64)> {
+    let mut rows: Vec<_> = ms.iter().collect();
+    rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+    rows
+}
+
 /// Milliseconds per row over the steps so far.
 #[derive(Default)]
 struct Sums {
@@ -168,8 +176,7 @@ impl Sums {
         }
         let per = self.steps as f64;
         let all: f64 = self.ms.values().sum();
-        let mut rows: Vec<_> = self.ms.iter().collect();
-        rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        let rows = largest_first(&self.ms);
         let mut out = format!(
             "gpu{gpu}: device time per training step ({} steps after {WARM_UP} warm-up), by op: {:.2} ms in all\n",
             self.steps,
@@ -194,8 +201,7 @@ impl Sums {
         }
         let per = self.steps as f64;
         let all: f64 = self.ms.values().sum();
-        let mut rows: Vec<_> = self.layers.iter().collect();
-        rows.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        let rows = largest_first(&self.layers);
         let mut out = format!(
             "gpu{gpu}: the {} costliest of {} layer rows, per training step\n",
             rows.len().min(LAYER_ROWS),
