@@ -68,6 +68,88 @@ __device__ __forceinline__ bool passes(float o, int act) {
     return true;
 }
 
+// V consecutive elements of T as one vector access (a row's neighbouring channels, a run of an
+// elementwise op): `Raw` the vector, `load` it from p (V-element aligned: the caller sees to
+// it), `get` its fp32 values (so a thread keeps its loads in flight packed, and widens each as
+// it uses it), `st` V values rounded as `st` does. V = 2, and 16 bytes (`Wide`).
+template <int V, typename T>
+struct Row;
+
+template <>
+struct Row<2, float> {
+    typedef float2 Raw;
+    static __device__ __forceinline__ Raw load(const float* p) { return *(const float2*)p; }
+    static __device__ __forceinline__ void get(Raw t, float* v) {
+        v[0] = t.x;
+        v[1] = t.y;
+    }
+    static __device__ __forceinline__ void st(float* p, const float* v) {
+        *(float2*)p = make_float2(v[0], v[1]);
+    }
+};
+
+template <>
+struct Row<4, float> {
+    typedef float4 Raw;
+    static __device__ __forceinline__ Raw load(const float* p) { return *(const float4*)p; }
+    static __device__ __forceinline__ void get(Raw t, float* v) {
+        v[0] = t.x;
+        v[1] = t.y;
+        v[2] = t.z;
+        v[3] = t.w;
+    }
+    static __device__ __forceinline__ void st(float* p, const float* v) {
+        *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+
+// bf16 pairs in 32-bit words, the lower channel in the low half.
+__device__ __forceinline__ void unpack(unsigned int t, float* v) {
+    v[0] = bf16_value((bf16)(t & 0xffffu));
+    v[1] = bf16_value((bf16)(t >> 16));
+}
+__device__ __forceinline__ unsigned int pack(const float* v) {
+    return (unsigned int)bf16_bits(v[0]) | ((unsigned int)bf16_bits(v[1]) << 16);
+}
+
+template <>
+struct Row<2, bf16> {
+    typedef unsigned int Raw;
+    static __device__ __forceinline__ Raw load(const bf16* p) {
+        return *(const unsigned int*)p;
+    }
+    static __device__ __forceinline__ void get(Raw t, float* v) { unpack(t, v); }
+    static __device__ __forceinline__ void st(bf16* p, const float* v) {
+        *(unsigned int*)p = pack(v);
+    }
+};
+
+template <>
+struct Row<8, bf16> {
+    typedef uint4 Raw;
+    static __device__ __forceinline__ Raw load(const bf16* p) { return *(const uint4*)p; }
+    static __device__ __forceinline__ void get(Raw t, float* v) {
+        unpack(t.x, v);
+        unpack(t.y, v + 2);
+        unpack(t.z, v + 4);
+        unpack(t.w, v + 6);
+    }
+    static __device__ __forceinline__ void st(bf16* p, const float* v) {
+        *(uint4*)p = make_uint4(pack(v), pack(v + 2), pack(v + 4), pack(v + 6));
+    }
+};
+
+// The elements of T in 16 bytes: a wide vector.
+template <typename T>
+struct Wide {
+    static const int V = 16 / sizeof(T);
+};
+
+// Whether p starts on a 16-byte boundary (a wide vector's).
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return ((unsigned long long)p & 15ull) == 0;
+}
+
 // Where element (image n, channel ch, position p of an hw-position plane) of a [nimg, C, hw]
 // activation lies: NCHW, or channels last (`nhwc` 1: [nimg, hw, C], the GPU path's NHWC
 // layout, src/backend/cuda/layout.rs). And the inverse: the (n, ch, p) of offset i.

@@ -1,6 +1,7 @@
 //! The GPU's elementwise ops of the model graph (`kernels/eltwise.cu`), mirroring `nn::ops`:
 //! ReLU6 and its gradient mask, the residual add, gradient accumulation, and dropout (its mask
-//! drawn on the device from a counter-based hash, then a product). Every length is checked
+//! drawn on the device from a counter-based hash, then a product); the residual add, its
+//! backward and accumulation in 16-byte vectors. Every length is checked
 //! against the buffers and the kernels' 32-bit sizes before a launch; an empty one launches
 //! nothing.
 
@@ -24,6 +25,12 @@ pub(crate) fn elements(
     need(what, &lens).map_err(|e| fail(gpu, what, e))?;
     fit_i32(what, &[("the length", n)]).map_err(|e| fail(gpu, what, e))?;
     Ok(n as i32)
+}
+
+/// A launch of a thread per 16-byte vector of `n` elements of `E` (`kernels/eltwise.cu`'s
+/// vectorised ops, which take the elements one by one where a pointer is not aligned).
+fn vector_cfg<E: Elem>(n: usize) -> cudarc::driver::LaunchConfig {
+    grid_stride_cfg(n.div_ceil(16 / E::BYTES))
 }
 
 /// x[n] = min(max(x, 0), 6), in place. As `nn::ops::relu6_forward`.
@@ -137,7 +144,7 @@ pub fn add<E: Elem>(
     try_launch!(
         gpu,
         named!(E, "add"),
-        grid_stride_cfg(n),
+        vector_cfg::<E>(n),
         &mut *out,
         a,
         b,
@@ -172,7 +179,7 @@ pub fn add_backward<E: Elem>(
     try_launch!(
         gpu,
         named!(E, "add_backward"),
-        grid_stride_cfg(n),
+        vector_cfg::<E>(n),
         &mut *d0,
         &mut *d1,
         dout,
@@ -198,7 +205,7 @@ pub fn accumulate<E: Elem>(
     try_launch!(
         gpu,
         named!(E, "accumulate"),
-        grid_stride_cfg(n),
+        vector_cfg::<E>(n),
         &mut *acc,
         x,
         &ni

@@ -159,26 +159,46 @@ const BN_NAMES_NHWC: [&str; 7] = [
     "channels-last batch norm bias gradient",
     "channels-last batch norm+relu6 inference",
 ];
+const BN_NAMES_WIDE: [&str; 7] = [
+    "channels-last batch norm+relu forward, 16 channels (16-byte vectors)",
+    "channels-last batch norm statistics, 16 channels",
+    "channels-last batch norm running statistics, 16 channels",
+    "channels-last batch norm+relu backward, 16 channels",
+    "channels-last batch norm weight gradient, 16 channels",
+    "channels-last batch norm bias gradient, 16 channels",
+    "channels-last batch norm+relu6 inference, 16 channels",
+];
 
-/// Batch norm of `E` over [B, C, H*W] in `layout` (the inputs laid out so, the outputs moved
-/// back): training forward with ReLU, its statistics, backward, inference with ReLU6.
-fn batch_norm<E: Elem>(gpu: &Gpu, inp: &Inputs, layout: Layout, names: [&'static str; 7]) -> Got {
+/// The geometries `batch_norm` runs over the N inputs: C channels (channels last: pairs of
+/// channels), and 16 (channels last: whole 16-byte vectors of fp32 and of bf16).
+const BN_SHAPE: (usize, usize, usize) = (B, C, H * W);
+const BN_SHAPE_WIDE: (usize, usize, usize) = (4, 16, N / 64);
+
+/// Batch norm of `E` over `shape` = [B, C, HW] (B*C*HW = N) in `layout` (the inputs laid out
+/// so, the outputs moved back): training forward with ReLU, its statistics, backward,
+/// inference with ReLU6. The per-channel parameters repeat the inputs' C ones.
+fn batch_norm<E: Elem>(
+    gpu: &Gpu,
+    inp: &Inputs,
+    (shape, layout): ((usize, usize, usize), Layout),
+    names: [&'static str; 7],
+) -> Got {
     let s = &gpu.stream;
-    let shape = (B, C, H * W);
+    let (b, c, hw) = shape;
     let x = up::<E>(gpu, &laid(layout, &inp.x, shape))?;
     let y = up::<E>(gpu, &laid(layout, &inp.y, shape))?;
     let (xv, yv) = (x.slice(..), y.slice(..));
-    let g = BnGeom {
-        b: B,
-        c: C,
-        hw: H * W,
-    };
-    let (w, bias) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
-    let mut running = up::<f32>(gpu, &inp.running)?;
+    let g = BnGeom { b, c, hw };
+    let per_channel = |v: &[f32]| (0..c).map(|i| v[i % C]).collect::<Vec<f32>>();
+    let (wh, bh) = (per_channel(&inp.w), per_channel(&inp.bias));
+    let mut rh = per_channel(&inp.running[..C]);
+    rh.extend(per_channel(&inp.running[C..]));
+    let (w, bias) = (up::<f32>(gpu, &wh)?, up::<f32>(gpu, &bh)?);
+    let mut running = up::<f32>(gpu, &rh)?;
     let mut saved = s
-        .alloc_zeros::<f32>(2 * C)
+        .alloc_zeros::<f32>(2 * c)
         .map_err(on(gpu.index, "allocate"))?;
-    let mut scratch = (s.alloc_zeros::<f64>(bn::scratch_len(layout, C, B * H * W)))
+    let mut scratch = (s.alloc_zeros::<f64>(bn::scratch_len(layout, c, b * hw)))
         .map_err(on(gpu.index, "allocate"))?;
     let mut t = up::<E>(gpu, &inp.y)?;
     let count = bn::forward_train(
@@ -193,10 +213,10 @@ fn batch_norm<E: Elem>(gpu: &Gpu, inp: &Inputs, layout: Layout, names: [&'static
         Act::Relu,
     )?;
     let mut out = vec![(names[0], unlaid(layout, &down(gpu, &t, N)?, shape))];
-    out.push((names[1], down32(gpu, &saved, 2 * C)?));
-    out.push((names[2], down32(gpu, &running, 2 * C)?));
+    out.push((names[1], down32(gpu, &saved, 2 * c)?));
+    out.push((names[2], down32(gpu, &running, 2 * c)?));
     let mut dx = up::<E>(gpu, &inp.x)?;
-    let (mut gw, mut gb) = (up::<f32>(gpu, &inp.w)?, up::<f32>(gpu, &inp.bias)?);
+    let (mut gw, mut gb) = (up::<f32>(gpu, &wh)?, up::<f32>(gpu, &bh)?);
     bn::backward(
         gpu,
         None,
@@ -210,8 +230,8 @@ fn batch_norm<E: Elem>(gpu: &Gpu, inp: &Inputs, layout: Layout, names: [&'static
         Act::Relu,
     )?;
     out.push((names[3], unlaid(layout, &down(gpu, &dx, N)?, shape)));
-    out.push((names[4], down32(gpu, &gw, C)?));
-    out.push((names[5], down32(gpu, &gb, C)?));
+    out.push((names[4], down32(gpu, &gw, c)?));
+    out.push((names[5], down32(gpu, &gb, c)?));
     bn::forward_eval(
         gpu,
         &mut t.slice_mut(..),
@@ -254,9 +274,13 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     ops::mul(gpu, &mut t.slice_mut(..), &xv, &mask.slice(..), N)?;
     out.push(("mul (dropout)", down(gpu, &t, N)?));
 
-    // batch norm over [B, C, H*W], in each layout
-    for (layout, names) in [(Layout::Nchw, BN_NAMES), (Layout::Nhwc, BN_NAMES_NHWC)] {
-        out.extend(batch_norm::<E>(gpu, inp, layout, names)?);
+    // batch norm over [B, C, H*W], in each layout, and channels last over 16 channels
+    for (how, names) in [
+        ((BN_SHAPE, Layout::Nchw), BN_NAMES),
+        ((BN_SHAPE, Layout::Nhwc), BN_NAMES_NHWC),
+        ((BN_SHAPE_WIDE, Layout::Nhwc), BN_NAMES_WIDE),
+    ] {
+        out.extend(batch_norm::<E>(gpu, inp, how, names)?);
     }
 
     // pooling: padded max, average, global average

@@ -258,15 +258,22 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         (2, 4, 300, Act::Relu6),
         (8, 3, 1100, Act::Relu),
     ];
-    // channels last takes channels in pairs: even counts; 2 channels of 8800 rows (one lane,
+    // channels last takes channels in pairs (even counts), or 4 at a time (16-byte vectors of
+    // fp32) where C is a multiple of 4. Pairs: 6 channels; 2 channels of 8800 rows (one lane,
     // 256 rows of threads, 5 parts); 130 channels (65 pairs over 3 blocks of 22 lanes, one
-    // idle)
+    // idle). Vectors: 8 channels flat, and of 17600 rows (2 lanes, 128 rows, 35 parts); 4; 24
+    // (6 lanes, 42 rows: 4 threads idle); 64 channels of 200 rows; 1032 channels (258
+    // vectors over 9 blocks of 29 lanes, 3 idle)
     let nhwc = [
         (16, 8, 1, Act::None),
         (5, 4, 42, Act::Relu),
         (2, 6, 300, Act::Relu6),
         (8, 2, 1100, Act::Relu),
         (3, 130, 7, Act::Relu),
+        (16, 8, 1100, Act::Relu6),
+        (2, 24, 300, Act::Relu),
+        (4, 64, 50, Act::Relu),
+        (2, 1032, 5, Act::None),
     ];
     let cases =
         (nchw.iter().map(|&c| (c, Layout::Nchw))).chain(nhwc.iter().map(|&c| (c, Layout::Nhwc)));

@@ -174,6 +174,19 @@ fn elementwise(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         ));
     }
 
+    // views one element in (off the 16-byte boundaries the vectorised add takes): element by
+    // element, the same values
+    let mut want = vec![0.0; n - 1];
+    cpu::add_forward(&mut want, &x[1..], &y[1..]);
+    Act::Relu.forward(&mut want);
+    let got = (|| {
+        let (a, b, mut o) = (up(gpu, &x)?, up(gpu, &y)?, nans(gpu, n)?);
+        let ins = (&a.slice(1..), &b.slice(1..));
+        ops::add(gpu, &mut o.slice_mut(1..), ins, n - 1, Act::Relu)?;
+        Ok(down(gpu, &o, n)?[1..].to_vec())
+    })();
+    checks.push(check(name("add_f32+relu, unaligned"), exact(got, want)));
+
     // the add's backward: its activation's mask (from an output with exact 0s and 6s), then
     // one input's gradient written and the other's added to
     for act in [Act::None, Act::Relu, Act::Relu6] {

@@ -9,10 +9,12 @@
 //! sums stay raw on the device so that the exchange fits between two launches. Every kernel
 //! runs one block per (channel, part) of a channel's values (`parts_cfg`). Channels-last
 //! activations (`Layout::Nhwc`) take the twins in `kernels/bn_nhwc.cu`: the same arguments and
-//! results, one block per (up to 64 channels, part of the rows), many more parts (added by a
-//! tree, `bn_reduce_parts_f32`).
+//! results, one block per (up to 32 lanes of channels, part of the rows), many more parts
+//! (added by a tree, `bn_reduce_parts_f32`), each lane two channels, or where C and the
+//! tensors' alignment allow a 16-byte vector of them (`Walk`); the kernels that only read the
+//! sums (output, input gradient) spread over more blocks still (`grid::spread`).
 
-use cudarc::driver::{CudaView, CudaViewMut};
+use cudarc::driver::{CudaView, CudaViewMut, DevicePtr};
 
 use super::elem::Elem;
 use super::launch::{act_code, grid_stride_cfg, MAX_BLOCKS};
@@ -26,19 +28,32 @@ use crate::nn::ops::Act;
 
 mod grid;
 
-use grid::{nhwc_block, parts_cfg, reduce, NHWC_MAX_LANES};
-pub use grid::{parts, scratch_len};
+use grid::{nhwc_block, parts_cfg, reduce, spread, NHWC_MAX_LANES};
+pub use grid::{parts, scratch_len, Walk};
 
-/// The kernel of batch-norm op `$op` for activations of type `$e` in layout `$layout`.
+/// The kernel of batch-norm op `$op` for activations of type `$e` walked by `$walk`.
 macro_rules! bn_kernel {
-    ($e:ty, $layout:expr, $op:literal) => {
-        match ($layout, <$e as Elem>::BF16) {
-            (Layout::Nchw, false) => concat!("bn_", $op, "_f32"),
-            (Layout::Nchw, true) => concat!("bn_", $op, "_bf16"),
-            (Layout::Nhwc, false) => concat!("bn_nhwc_", $op, "_f32"),
-            (Layout::Nhwc, true) => concat!("bn_nhwc_", $op, "_bf16"),
+    ($e:ty, $walk:expr, $op:literal) => {
+        match ($walk, <$e as Elem>::BF16) {
+            (Walk::Nchw, false) => concat!("bn_", $op, "_f32"),
+            (Walk::Nchw, true) => concat!("bn_", $op, "_bf16"),
+            (Walk::Pairs, false) => concat!("bn_nhwc_", $op, "_f32"),
+            (Walk::Pairs, true) => concat!("bn_nhwc_", $op, "_bf16"),
+            (Walk::Wide(_), false) => concat!("bn_nhwc_wide_", $op, "_f32"),
+            (Walk::Wide(_), true) => concat!("bn_nhwc_wide_", $op, "_bf16"),
         }
     };
+}
+
+/// The walk over C channels in `layout` of tensors starting at `starts` (device addresses):
+/// 16-byte vectors where C and every start allow (`Walk::of`).
+fn walk<E: Elem>(layout: Layout, c: usize, starts: &[u64]) -> Walk {
+    Walk::of(layout, c, E::BYTES, starts.iter().all(|a| a.is_multiple_of(16)))
+}
+
+/// A view's device address (a wide walk's alignment).
+fn start<T>(gpu: &Gpu, v: &impl DevicePtr<T>) -> u64 {
+    v.device_ptr(&gpu.stream).0
 }
 
 /// [B, C, HW] as the kernels' ints, after checking every buffer's length (name, has, needs),
@@ -46,11 +61,12 @@ macro_rules! bn_kernel {
 fn ints(
     gpu: &Gpu,
     what: &str,
-    (g, layout): (BnGeom, Layout),
+    (g, walk): (BnGeom, Walk),
     lens: &[(&str, usize, usize)],
 ) -> Result<[i32; 3], CudaError> {
     need(what, lens).map_err(|e| fail(gpu, what, e))?;
-    if layout.nhwc() && (g.c % 2 == 1 || nhwc_block(g.c).0 > MAX_BLOCKS as usize) {
+    let nhwc = walk != Walk::Nchw;
+    if nhwc && (g.c % 2 == 1 || nhwc_block(walk, g.c).0 > MAX_BLOCKS as usize) {
         let most = 2 * NHWC_MAX_LANES * MAX_BLOCKS as usize;
         let e = format!(
             "channels-last batch norm takes an even number of channels, at most {most}: {} channels",
@@ -112,21 +128,21 @@ fn sums<E: Elem>(
     partial: &mut CudaViewMut<'_, f64>,
     x: &CudaView<'_, E>,
     (centre, centred, n): (&CudaView<'_, f64>, bool, f64),
-    (g, layout): (BnGeom, Layout),
+    (g, walk): (BnGeom, Walk),
 ) -> Result<(), CudaError> {
-    let parts = parts(layout, g.c, g.b * g.hw);
+    let parts = parts(walk, g.c, g.b * g.hw);
     let lens = [
         ("out", out.len(), g.c),
         ("partial", partial.len(), parts * g.c),
         ("centre", centre.len(), g.c),
         ("x", x.len(), g.b * g.c * g.hw),
     ];
-    let [b, c, hw] = ints(gpu, "batch norm sums", (g, layout), &lens)?;
+    let [b, c, hw] = ints(gpu, "batch norm sums", (g, walk), &lens)?;
     let centred = centred as i32;
-    let cfg = parts_cfg(layout, g.c, parts);
+    let cfg = parts_cfg(walk, g.c, parts);
     try_launch!(
         gpu,
-        bn_kernel!(E, layout, "sums"),
+        bn_kernel!(E, walk, "sums"),
         cfg,
         &mut *partial,
         x,
@@ -137,7 +153,7 @@ fn sums<E: Elem>(
         &c,
         &hw
     )?;
-    reduce(gpu, layout, out, &partial.as_view(), parts, g.c)
+    reduce(gpu, walk, out, &partial.as_view(), parts, g.c)
 }
 
 /// Training, with this batch's statistics (one pass; or, with `sync`, the global batch's, in
@@ -168,9 +184,10 @@ pub fn forward_train<E: Elem>(
         ("bias", bias.len(), c),
         ("out", out.len(), g.b * c * g.hw),
     ];
-    let [b, ci, hw] = ints(gpu, what, (g, layout), &lens)?;
+    let walk = walk::<E>(layout, c, &[start(gpu, x), start(gpu, &*out)]);
+    let [b, ci, hw] = ints(gpu, what, (g, walk), &lens)?;
     let mut n = (g.b * g.hw) as f64;
-    let parts = parts(layout, g.c, g.b * g.hw);
+    let parts = parts(walk, g.c, g.b * g.hw);
     let moments = sync.is_none();
     {
         let (mut head, mut partial) = scratch.split_at_mut(4 * c);
@@ -181,15 +198,15 @@ pub fn forward_train<E: Elem>(
             None => {
                 try_launch!(
                     gpu,
-                    bn_kernel!(E, layout, "moments"),
-                    parts_cfg(layout, c, parts),
+                    bn_kernel!(E, walk, "moments"),
+                    parts_cfg(walk, c, parts),
                     &mut partial,
                     x,
                     &b,
                     &ci,
                     &hw
                 )?;
-                reduce(gpu, layout, &mut head, &partial.as_view(), parts, 2 * c)?;
+                reduce(gpu, walk, &mut head, &partial.as_view(), parts, 2 * c)?;
             }
             // two, as the CPU's `global_stats`: the mean over every replica, then the squared
             // deviations from it
@@ -200,7 +217,7 @@ pub fn forward_train<E: Elem>(
                     &mut partial,
                     x,
                     (&sq.as_view(), false, 0.0),
-                    (g, layout),
+                    (g, walk),
                 )?;
                 n = across(gpu, coll, &mut sum, Some(n))?;
                 sums(
@@ -209,7 +226,7 @@ pub fn forward_train<E: Elem>(
                     &mut partial,
                     x,
                     (&sum.as_view(), true, n),
-                    (g, layout),
+                    (g, walk),
                 )?;
                 across(gpu, coll, &mut sq, None)?;
             }
@@ -233,11 +250,11 @@ pub fn forward_train<E: Elem>(
         &momentum
     )?;
     if g.b * c * g.hw > 0 {
-        let cfg = parts_cfg(layout, c, parts);
+        let cfg = parts_cfg(walk, c, spread(walk, c, g.b * g.hw));
         let (sv, act) = (saved.as_view(), act_code(act));
         try_launch!(
             gpu,
-            bn_kernel!(E, layout, "apply"),
+            bn_kernel!(E, walk, "apply"),
             cfg,
             &mut *out,
             x,
@@ -271,15 +288,16 @@ pub fn forward_eval<E: Elem>(
         ("x", x.len(), all),
         ("out", out.len(), all),
     ];
-    let [b, c, hw] = ints(gpu, "batch norm inference", (g, layout), &lens)?;
+    let walk = walk::<E>(layout, g.c, &[start(gpu, x), start(gpu, &*out)]);
+    let [b, c, hw] = ints(gpu, "batch norm inference", (g, walk), &lens)?;
     if all == 0 {
         return Ok(());
     }
     let (eps, act) = (BN_EPS, act_code(act));
-    let cfg = parts_cfg(layout, g.c, parts(layout, g.c, g.b * g.hw));
+    let cfg = parts_cfg(walk, g.c, spread(walk, g.c, g.b * g.hw));
     try_launch!(
         gpu,
-        bn_kernel!(E, layout, "eval"),
+        bn_kernel!(E, walk, "eval"),
         cfg,
         &mut *out,
         x,
@@ -327,16 +345,19 @@ pub fn backward<E: Elem>(
         ("bias", bias.len(), c),
         ("dx", dx.as_ref().map_or(all, |d| d.len()), all),
     ];
-    let [b, ci, hw] = ints(gpu, what, (g, layout), &lens)?;
+    let mut starts = vec![start(gpu, dout), start(gpu, x)];
+    starts.extend(dx.as_ref().map(|d| start(gpu, &**d)));
+    let walk = walk::<E>(layout, c, &starts);
+    let [b, ci, hw] = ints(gpu, what, (g, walk), &lens)?;
     let act = act_code(act);
     let (mut head, mut partial) = scratch.split_at_mut(4 * c);
     let (mut local, mut rest) = head.split_at_mut(2 * c);
     let mut total = rest.slice_mut(..2 * c);
-    let parts = parts(layout, g.c, g.b * g.hw);
+    let parts = parts(walk, g.c, g.b * g.hw);
     try_launch!(
         gpu,
-        bn_kernel!(E, layout, "grad_sums"),
-        parts_cfg(layout, c, parts),
+        bn_kernel!(E, walk, "grad_sums"),
+        parts_cfg(walk, c, parts),
         &mut partial,
         dout,
         x,
@@ -348,7 +369,7 @@ pub fn backward<E: Elem>(
         &hw,
         &act
     )?;
-    reduce(gpu, layout, &mut local, &partial.as_view(), parts, 2 * c)?;
+    reduce(gpu, walk, &mut local, &partial.as_view(), parts, 2 * c)?;
     let lv = local.as_view();
     let cfg = grid_stride_cfg(c);
     try_launch!(
@@ -378,10 +399,10 @@ pub fn backward<E: Elem>(
         return Ok(());
     }
     let sums = if synced { total.as_view() } else { lv };
-    let cfg = parts_cfg(layout, c, parts);
+    let cfg = parts_cfg(walk, c, spread(walk, c, g.b * g.hw));
     try_launch!(
         gpu,
-        bn_kernel!(E, layout, "backward_dx"),
+        bn_kernel!(E, walk, "backward_dx"),
         cfg,
         &mut *dx,
         dout,
