@@ -15,6 +15,13 @@ typedef unsigned short bf16;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
          i += (long long)blockDim.x * gridDim.x)
 
+// Where a launch's element indices may be ints: below SMALL elements (the largest grid's
+// stride, 2^16 blocks x 1024 threads, added to the last index still fits); GRID_STRIDE_I is
+// GRID_STRIDE in index type I (32-bit division costs a fraction of 64-bit's).
+#define SMALL 2000000000LL
+#define GRID_STRIDE_I(I, i, n)                                                               \
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (I)blockDim.x * gridDim.x)
+
 // fp32 -> bf16 bits, round to nearest, ties to even; a NaN stays a quiet NaN of its sign.
 // bf16 bits -> fp32 (exact). Mirror nn::bf16 (to_bf16, from_bf16) bit for bit, in integer
 // arithmetic, so no header and no fast-math mode can change a result.

@@ -2,12 +2,8 @@
 // at the bottom or right edge dropped (floor mode). Mirrors nn::pool. Batched over every plane
 // of every image, grid-stride loops; the sizes are ints each (the host checks). With `nhwc` 1
 // the tensors are channels last: the same windows, values and argmax. Index arithmetic is
-// 32-bit where every offset of the launch fits (`SMALL`: integer division is several times
-// cheaper than 64-bit, and it is most of these kernels' instructions), 64-bit beyond.
-
-// Where the grid-stride loops' indices stay in an int: below this many elements (less the
-// largest grid's stride, 2^16 blocks x 1024 threads).
-#define SMALL 2000000000LL
+// 32-bit where every offset of the launch fits (`SMALL`, elem.cuh: integer division is several
+// times cheaper than 64-bit, and it is most of these kernels' instructions), 64-bit beyond.
 
 // Where element (image n, channel ch, position p of an hw-position plane) of a [nimg, C, hw]
 // activation lies, NCHW or channels last; and the inverse, the (n, ch, p) of offset i: elem_at /
@@ -30,10 +26,6 @@ __device__ __forceinline__ void split(I i, I c, I hw, int nhwc, I* n, I* ch, I* 
         *ch = r - *n * c;
     }
 }
-
-// A grid-stride loop over [0, n) in index type I.
-#define GRID_STRIDE_I(I, i, n)                                                               \
-    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (I)blockDim.x * gridDim.x)
 
 // out[nimg, C, OH, OW] = the max of inp[nimg, C, H, W] over each window, clipped to the image
 // (the window of output (oy, ox) starts at (oy*stride - pad, ox*stride - pad); pad 0: the

@@ -357,14 +357,14 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         .map_err(on(gpu.index, "allocate"))?;
     let mut ddb = s.alloc_zeros::<f32>(C).map_err(on(gpu.index, "allocate"))?;
     let mut d = up::<E>(gpu, &inp.x)?;
+    let mut scratch = zeros::<f32>(gpu, dwconv::weight_scratch_len(B, &dg))?;
     dwconv::dwconv_backward(
         gpu,
         Some(&mut d.slice_mut(..)),
         &mut ddw.slice_mut(..),
         Some(&mut ddb.slice_mut(..)),
-        &yv,
-        &xv,
-        &dwv.slice(..),
+        &mut scratch.slice_mut(..),
+        (&yv, &xv, &dwv.slice(..)),
         B,
         &dg,
     )?;

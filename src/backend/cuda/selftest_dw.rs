@@ -23,7 +23,7 @@ type DwCase = (
     bool,
 );
 
-const DW_CASES: [DwCase; 6] = [
+const DW_CASES: [DwCase; 8] = [
     ((2, 3, 7, 6), (3, 1, 1), true, true),
     ((2, 3, 7, 6), (3, 2, 1), false, true),
     ((3, 2, 5, 6), (2, 2, 0), true, false),
@@ -31,6 +31,10 @@ const DW_CASES: [DwCase; 6] = [
     ((2, 3, 4, 5), (1, 1, 0), false, true),
     // MobileNetV2's 3x3 on a CIFAR-sized map
     ((4, 32, 16, 16), (3, 1, 1), false, true),
+    // a 3x3 weight gradient summed in several parts of a channel's outputs (13; stride 2: 2,
+    // the last part shorter)
+    ((8, 4, 40, 40), (3, 1, 1), false, true),
+    ((6, 5, 33, 35), (3, 2, 1), true, true),
 ];
 
 /// (b, c, h, w), (k, stride, pad) of a pooling check.
@@ -129,14 +133,14 @@ fn depthwise(
         let (mut dx, mut dw, mut db) = (nans(gpu, n_in)?, up(gpu, &dw0)?, up(gpu, &db0)?);
         let mut dxv = dx.slice_mut(..);
         let mut dbv = db.slice_mut(..);
+        let mut scratch = nans(gpu, dwconv::weight_scratch_len(b, &g).max(1))?;
         dwconv::dwconv_backward(
             gpu,
             with_dinp.then_some(&mut dxv),
             &mut dw.slice_mut(..),
             bias.then_some(&mut dbv),
-            &dy.slice(..),
-            &xd.slice(..),
-            &wd.slice(..),
+            &mut scratch.slice_mut(..),
+            (&dy.slice(..), &xd.slice(..), &wd.slice(..)),
             b,
             &g,
         )?;

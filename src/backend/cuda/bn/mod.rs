@@ -48,7 +48,12 @@ macro_rules! bn_kernel {
 /// The walk over C channels in `layout` of tensors starting at `starts` (device addresses):
 /// 16-byte vectors where C and every start allow (`Walk::of`).
 fn walk<E: Elem>(layout: Layout, c: usize, starts: &[u64]) -> Walk {
-    Walk::of(layout, c, E::BYTES, starts.iter().all(|a| a.is_multiple_of(16)))
+    Walk::of(
+        layout,
+        c,
+        E::BYTES,
+        starts.iter().all(|a| a.is_multiple_of(16)),
+    )
 }
 
 /// A view's device address (a wide walk's alignment).

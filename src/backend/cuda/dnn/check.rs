@@ -307,7 +307,12 @@ fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key, t: &mut Tensors) -> Result<(), C
     } else {
         dwconv::dwconv_forward(gpu, &mut y.slice_mut(..), &xv, &wv, None, k.b, g)?;
         let (dxv, dwv) = (&mut dx.slice_mut(..), &mut dw.slice_mut(..));
-        dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, &dyv, &xv, &wv, k.b, g)?;
+        let mut scratch = s
+            .alloc_zeros::<f32>(dwconv::weight_scratch_len(k.b, g).max(1))
+            .map_err(on("allocate"))?;
+        let ins = (&dyv, &xv, &wv);
+        let scratch = &mut scratch.slice_mut(..);
+        dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, scratch, ins, k.b, g)?;
     }
     Ok(())
 }

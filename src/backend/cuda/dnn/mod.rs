@@ -96,6 +96,9 @@ pub struct Dnn<E: Elem = f32> {
     /// How algorithms are chosen, and the handle that measures or lists them (see `measure`).
     how: measure::Choice,
     measurer: Option<measure::Measurer>,
+    /// Whether it runs the grouped (depthwise) convolutions too, or leaves them to the own
+    /// kernels (`leave_grouped`).
+    grouped: bool,
 }
 
 fn int(v: usize) -> Result<i32, String> {
@@ -126,7 +129,18 @@ impl<E: Elem> Dnn<E> {
                 measure::Choice::Heuristic => None,
                 _ => measure::Measurer::open(stream).ok(),
             },
+            grouped: true,
         })
+    }
+
+    /// From now on the grouped convolutions are the own kernels' (`MGTOP_GPU_DEPTHWISE=own`).
+    pub fn leave_grouped(&mut self) {
+        self.grouped = false;
+    }
+
+    /// Whether it runs a convolution of `groups` groups.
+    pub fn takes(&self, groups: usize) -> bool {
+        groups == 1 || self.grouped
     }
 
     /// Makes the plan for `k` on first use (the workspace grown to what it needs).

@@ -39,6 +39,8 @@ pub(super) struct Back<'x, E: Elem> {
     pub count: &'x [f32],
     pub sink: &'x mut CudaSlice<f32>,
     pub sums: &'x mut CudaSlice<f64>,
+    /// The own depthwise kernels' weight-gradient parts.
+    pub dw_parts: &'x mut CudaSlice<f32>,
     pub sync: Option<&'x mut dyn Collective>,
     /// How the activations are laid out.
     pub layout: Layout,
@@ -74,7 +76,7 @@ impl<E: Elem> Back<'_, E> {
                 let (mut gw, mut gb) = wb.split_at_mut(w.len());
                 let mut sink = self.sink.slice_mut(..g.oc);
                 let gb = if bias { &mut gb } else { &mut sink };
-                if let Some(d) = self.dnn.as_deref_mut() {
+                if let Some(d) = self.dnn.as_deref_mut().filter(|d| d.takes(groups)) {
                     let layout = self.layout;
                     let k = Key {
                         b,
@@ -138,9 +140,8 @@ impl<E: Elem> Back<'_, E> {
                         d_in,
                         &mut gw,
                         bias.then_some(gb),
-                        dout,
-                        &inp,
-                        &wv,
+                        &mut self.dw_parts.slice_mut(..),
+                        (dout, &inp, &wv),
                         b,
                         &g,
                     ),

@@ -1,7 +1,8 @@
 //! What the graph's nodes keep on the device besides the activations (as the CPU's
 //! `Workspace`): batch norm's saved statistics and dropout's masks per node, the scratch an
 //! added gradient (a residual's input reached twice) is computed into, the zero bias and the
-//! bias-gradient sink of bias-less convolutions, batch norm's per-channel sums. And the
+//! bias-gradient sink of bias-less convolutions, batch norm's per-channel sums, the depthwise
+//! weight gradient's parts. And the
 //! replica's growing of every row-sized buffer (`ensure`, `max_rows`), dropout's seed, and
 //! batch norm's running statistics, which stay on the device between steps (moved to and from
 //! the host for export, import and the engine's averaging).
@@ -13,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use super::{CudaReplica, COL_SCRATCH_BYTES, MAX_ELEMENTS};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::layout::Layout;
-use crate::backend::cuda::{bn, conv, CudaError};
+use crate::backend::cuda::{bn, conv, dwconv, CudaError};
 use crate::nn::model::{Model, Op};
 
 pub(super) struct NodeBufs<E: Elem> {
@@ -29,6 +30,9 @@ pub(super) struct NodeBufs<E: Elem> {
     pub sink: CudaSlice<f32>,
     /// Batch norm's per-channel sums (the largest `bn::scratch_len`).
     pub sums: CudaSlice<f64>,
+    /// The own depthwise kernels' weight-gradient parts (the largest
+    /// `dwconv::weight_scratch_len`).
+    pub dw_parts: CudaSlice<f32>,
 }
 
 /// The widest value read by more than one node (0: none), whose gradient may be added to.
@@ -48,7 +52,7 @@ impl<E: Elem> NodeBufs<E> {
         rows: usize,
         layout: Layout,
     ) -> Result<NodeBufs<E>, DriverError> {
-        let (mut widest_oc, mut bn_scratch) = (1, 1);
+        let (mut widest_oc, mut bn_scratch, mut dw_parts) = (1, 1, 1);
         let mut saved = Vec::with_capacity(m.nodes.len());
         for node in &m.nodes {
             let len = match node.op {
@@ -57,8 +61,11 @@ impl<E: Elem> NodeBufs<E> {
                     2 * c
                 }
                 Op::Dropout { .. } => rows * m.dims[node.output],
-                Op::Conv { g, .. } => {
+                Op::Conv { g, groups, .. } => {
                     widest_oc = widest_oc.max(g.oc);
+                    if groups > 1 {
+                        dw_parts = dw_parts.max(dwconv::weight_scratch_len(rows, &g));
+                    }
                     1
                 }
                 _ => 1,
@@ -72,6 +79,7 @@ impl<E: Elem> NodeBufs<E> {
             zeros: s.alloc_zeros::<f32>(widest_oc)?,
             sink: s.alloc_zeros::<f32>(widest_oc)?,
             sums: s.alloc_zeros::<f64>(bn_scratch)?,
+            dw_parts: s.alloc_zeros::<f32>(dw_parts)?,
         })
     }
 

@@ -8,7 +8,7 @@ use super::host::to_device;
 use super::{graphs, host, nodes, packed, profile, update, weights, CudaReplica, MAX_ELEMENTS};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::layout::{self, Layout};
-use crate::backend::cuda::{blas, dnn, on, CudaError, Gpu};
+use crate::backend::cuda::{blas, dnn, dwconv, on, CudaError, Gpu};
 use crate::backend::{TrainState, AUX};
 use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
@@ -83,6 +83,19 @@ impl<E: Elem> CudaReplica<E> {
             }
         }
         notes.extend(said.map(|n| format!("GPU {index}: {n}")));
+        if let (Some(d), true) = (dnn.as_mut(), weights::has_grouped_conv(&model)) {
+            let own = dwconv::asked(std::env::var("MGTOP_GPU_DEPTHWISE").ok().as_deref());
+            let said = match (own, layout) {
+                (Ok(false), _) => None,
+                (Ok(true), Layout::Nchw) => {
+                    d.leave_grouped();
+                    Some("depthwise convolutions on the own kernels (MGTOP_GPU_DEPTHWISE=own)".into())
+                }
+                (Ok(true), Layout::Nhwc) => Some("MGTOP_GPU_DEPTHWISE=own takes NCHW activations only: channels last keeps cuDNN's depthwise convolutions".into()),
+                (Err(e), _) => Some(format!("{e}; cuDNN's depthwise convolutions are kept")),
+            };
+            notes.extend(said.map(|n: String| format!("GPU {index}: {n}")));
+        }
         let params = s
             .clone_htod(&state.params)
             .map_err(on(index, "upload parameters"))?;

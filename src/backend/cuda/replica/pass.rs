@@ -158,7 +158,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                     true => params.slice(bi),
                     false => nodes.zeros.slice(..g.oc),
                 };
-                if let Some(d) = dnn.as_mut() {
+                if let Some(d) = dnn.as_mut().filter(|d| d.takes(groups)) {
                     let wv = weights.of(params, w);
                     let key = Key {
                         b,
@@ -375,6 +375,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             acc,
             sink,
             sums,
+            dw_parts,
             ..
         } = nodes;
         let (dlower, dupper) = dacts.split_at_mut(o);
@@ -424,6 +425,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
             count,
             sink,
             sums,
+            dw_parts,
             sync: sync.as_deref_mut().map(|s| s as &mut dyn Collective),
             layout: *layout,
         };

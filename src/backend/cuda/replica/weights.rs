@@ -29,6 +29,11 @@ pub(super) fn has_dense_conv(m: &Model) -> bool {
     (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups: 1, .. }))
 }
 
+/// Whether `m` has a grouped (depthwise) convolution.
+pub(super) fn has_grouped_conv(m: &Model) -> bool {
+    (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups, .. } if groups > 1))
+}
+
 /// The most weights one convolution of `m` has.
 pub(super) fn largest_conv(m: &Model) -> usize {
     (m.nodes.iter())
