@@ -1,6 +1,8 @@
-// 2-D max pooling over NCHW planes, KxK windows moved by `stride`, no padding, a partial window
-// at the bottom or right edge dropped (floor mode). Mirrors nn::pool. Batched over every plane
-// of every image, grid-stride loops; the sizes are ints each (the host checks). With `nhwc` 1
+// 2-D max pooling over NCHW planes, KxK windows moved by `stride`, unpadded or padded (the
+// padding never wins), a partial window at the bottom or right edge dropped (floor mode).
+// Mirrors nn::pool (maxpool2d_* and maxpool2d_padded_*: one body each way, the unpadded
+// entry points with pad 0). Batched over every plane of every image, grid-stride loops; the
+// sizes are ints each (the host checks). With `nhwc` 1
 // the tensors are channels last: the same windows, values and argmax. Index arithmetic is
 // 32-bit where every offset of the launch fits (`SMALL`, elem.cuh: integer division is several
 // times cheaper than 64-bit, and it is most of these kernels' instructions), 64-bit beyond.

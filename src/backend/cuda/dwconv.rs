@@ -8,15 +8,14 @@
 //! when `MGTOP_GPU_DEPTHWISE=own` asks (`asked`, NCHW runs): cuDNN's grouped convolutions are
 //! the default until a GPU has measured the two side by side.
 
-use cudarc::driver::{CudaView, CudaViewMut};
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::elem::Elem;
-use super::launch::{blocks_cfg, grid_stride_cfg, MAX_BLOCKS, THREADS};
+use super::launch::{blocks_cfg, grid_stride_cfg, MAX_BLOCKS, SMALL, THREADS};
 use super::layout::Layout;
 use super::shape::{fit_i32, need};
 use super::{conv, fail, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
-use cudarc::driver::LaunchConfig;
 
 /// The depthwise convolutions' kernels, where cuDNN is in use: its grouped convolutions
 /// (unset, `cudnn`) or the own kernels (`own`); another value is an error naming the choices.
@@ -47,8 +46,7 @@ fn weight_parts(b: usize, g: &ConvGeom) -> usize {
 /// Whether the weight gradient over `b` images of `g` takes the one-pass kernel: a 3x3 window,
 /// and every offset of the input and of dout in an int.
 fn one_pass(b: usize, g: &ConvGeom) -> bool {
-    // (with room for a grid-stride step past the last offset, as the kernels' SMALL)
-    let fits = |v: Option<usize>| v.is_some_and(|v| v < 2_000_000_000);
+    let fits = |v: Option<usize>| v.is_some_and(|v| v < SMALL);
     let plane = |h: usize, w: usize| b.checked_mul(g.c)?.checked_mul(h)?.checked_mul(w);
     g.k == 3 && fits(plane(g.h, g.w)) && fits(plane(g.oh, g.ow))
 }

@@ -10,6 +10,9 @@ pub(crate) const THREADS: u32 = 256;
 /// The most blocks a grid-stride launch asks for: enough to fill any GPU many times over; the
 /// kernels' grid-stride loops cover the rest.
 pub(crate) const MAX_BLOCKS: u32 = 1 << 16;
+/// Below this many elements a kernel may index in 32 bits (`SMALL` in `kernels/elem.cuh`:
+/// the largest grid's stride past the last index still fits an int).
+pub(crate) const SMALL: usize = 2_000_000_000;
 
 /// A CUDA error inside a step: the worker's panic becomes the rank's failure message.
 pub(crate) fn die(gpu: usize, what: &str, e: impl std::fmt::Debug) -> ! {
@@ -131,5 +134,20 @@ mod tests {
         assert_eq!((c.grid_dim, c.block_dim), ((32, 1, 1), (THREADS, 1, 1)));
         assert_eq!(blocks_cfg(0).grid_dim.0, 1);
         assert_eq!(blocks_cfg(1 << 20).grid_dim.0, MAX_BLOCKS);
+    }
+
+    #[test]
+    fn the_host_and_the_kernels_agree_where_32_bit_indices_end() {
+        let small: usize = (super::super::kernels::PRELUDE.lines())
+            .find_map(|l| l.strip_prefix("#define SMALL "))
+            .expect("elem.cuh defines SMALL")
+            .trim()
+            .trim_end_matches("LL")
+            .parse()
+            .unwrap();
+        assert_eq!(small, SMALL);
+        // the last index plus the largest grid's stride stays an int
+        let stride = MAX_BLOCKS as usize * 1024;
+        assert!(SMALL + stride <= i32::MAX as usize);
     }
 }

@@ -28,8 +28,8 @@ use crate::nn::ops::Act;
 
 mod grid;
 
-use grid::{nhwc_block, parts_cfg, reduce, spread, NHWC_MAX_LANES};
-pub use grid::{parts, scratch_len, Walk};
+use grid::{nhwc_block, parts, parts_cfg, reduce, spread, Walk, NHWC_MAX_LANES};
+pub use grid::scratch_len;
 
 /// The kernel of batch-norm op `$op` for activations of type `$e` walked by `$walk`.
 macro_rules! bn_kernel {
