@@ -7,7 +7,10 @@
 // Per-channel sums are taken in double without atomics: each thread its fixed strided share in
 // order, then a tree in shared memory, and bn_reduce_f32 adds the parts in order: the same bits
 // at every launch. The sums stay raw (not divided) so that sync batch norm can add them across
-// replicas on the host between the launches.
+// replicas on the host between the launches. Each kernel is one template body over V, the values
+// a thread loads at once: `bn_{op}_{f32,bf16}` one, `bn_wide_{op}_{f32,bf16}` a 16-byte vector
+// of a plane's neighbours (`Wide`: HW a multiple of it and the tensors aligned, the host checks),
+// the same results with a quarter (fp32) or an eighth (bf16) of the loads.
 
 #include "bn.cuh"
 
@@ -34,23 +37,24 @@ struct Walk {
 };
 
 // Every kernel here runs one block per (channel, part) (`parts_cfg` on the host): the block's
-// threads walk their part of channel ch's nimg*hw values, thread t the values t, t + BN_BLOCK,
-// ... of it, in order. load(u, at) is called for up to BN_UNROLL values at offsets `at` of
-// x[nimg, C, hw] first, then use(u, at) for each, so that the loads are in flight together.
-// (Offsets fit an int: the host checks that B*C*HW does.) What depends on the channel alone, a
-// kernel works out once per thread before it walks.
-template <typename Load, typename Use>
+// threads walk their part of channel ch's nimg*hw values in runs of V (V divides hw), thread t
+// the runs t, t + BN_BLOCK, ... of it, in order. load(u, at) is called for up to BN_UNROLL runs
+// at element offsets `at` of x[nimg, C, hw] first, then use(u, at) for each, so that the loads
+// are in flight together. (Offsets fit an int: the host checks that B*C*HW does.) What depends
+// on the channel alone, a kernel works out once per thread before it walks.
+template <int V, typename Load, typename Use>
 __device__ __forceinline__ void walk_part(int nimg, int c, int hw, long long ch, Load load,
                                           Use use) {
+    int runs = hw / V;
     long long lo, hi;
-    part_range((long long)nimg * hw, &lo, &hi);
+    part_range((long long)nimg * runs, &lo, &hi);
     long long k = lo + threadIdx.x;
-    Walk w(k, hw, c, ch);
+    Walk w(k, runs, c, ch);
     for (; k < hi; k += BN_UNROLL * BN_BLOCK) {
         int at[BN_UNROLL];
 #pragma unroll
         for (int u = 0; u < BN_UNROLL; ++u, w.next()) {
-            at[u] = (int)w.at;
+            at[u] = (int)(w.at * V);
             if (k + u * BN_BLOCK < hi) {
                 load(u, at[u]);
             }
@@ -70,18 +74,23 @@ __device__ __forceinline__ void walk_part(int nimg, int c, int hw, long long ch,
 // partial[parts, C] = per-channel sums of each part of x[nimg, C, hw] (centred 0), or of
 // (x - m)^2 with m = (float)(centre[ch] / n) the channel's mean (centred 1; m = 0 where n is 0),
 // each square rounded to float as the CPU does (nn::bn::channel_sums).
-template <typename T>
+template <int V, typename T>
 __device__ void bn_sums(double* partial, const T* x, const double* centre, int centred,
                         double n, int nimg, int c, int hw) {
     __shared__ double part[BN_BLOCK];
     CHANNELS(ch, c) {
         float m = (centred && n > 0.0) ? (float)(centre[ch] / n) : 0.0f;
         double s = 0.0;
-        float v[BN_UNROLL];
-        walk_part(
-            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+        typename Row<V, T>::Raw r[BN_UNROLL];
+        walk_part<V>(
+            nimg, c, hw, ch, [&](int u, int at) { r[u] = Row<V, T>::load(x + at); },
             [&](int u, int) {
-                s += centred ? (double)__fmul_rn(v[u] - m, v[u] - m) : (double)v[u];
+                float v[V];
+                Row<V, T>::get(r[u], v);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    s += centred ? (double)__fmul_rn(v[j] - m, v[j] - m) : (double)v[j];
+                }
             });
         s = block_sum(s, part);
         if (threadIdx.x == 0) {
@@ -92,30 +101,45 @@ __device__ void bn_sums(double* partial, const T* x, const double* centre, int c
 
 extern "C" __global__ void bn_sums_f32(double* partial, const float* x, const double* centre,
                                        int centred, double n, int nimg, int c, int hw) {
-    bn_sums(partial, x, centre, centred, n, nimg, c, hw);
+    bn_sums<1>(partial, x, centre, centred, n, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_wide_sums_f32(double* partial, const float* x, const double* centre,
+                                            int centred, double n, int nimg, int c, int hw) {
+    bn_sums<Wide<float>::V>(partial, x, centre, centred, n, nimg, c, hw);
 }
 
 extern "C" __global__ void bn_sums_bf16(double* partial, const bf16* x, const double* centre,
                                         int centred, double n, int nimg, int c, int hw) {
-    bn_sums(partial, x, centre, centred, n, nimg, c, hw);
+    bn_sums<1>(partial, x, centre, centred, n, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_wide_sums_bf16(double* partial, const bf16* x, const double* centre,
+                                             int centred, double n, int nimg, int c, int hw) {
+    bn_sums<Wide<bf16>::V>(partial, x, centre, centred, n, nimg, c, hw);
 }
 
 // partial[parts, 2C] = per-channel sums of each part of x[nimg, C, hw], then of x^2, in double
 // (x^2 is exact in double): the statistics in one pass, where no replica shares them (sync
 // batch norm takes them in two, `bn_sums`, as the CPU does, since its exchange is in f32).
-template <typename T>
+template <int V, typename T>
 __device__ void bn_moments(double* partial, const T* x, int nimg, int c, int hw) {
     __shared__ double part[BN_BLOCK];
     CHANNELS(ch, c) {
         double s1 = 0.0;
         double s2 = 0.0;
-        float v[BN_UNROLL];
-        walk_part(
-            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
+        typename Row<V, T>::Raw r[BN_UNROLL];
+        walk_part<V>(
+            nimg, c, hw, ch, [&](int u, int at) { r[u] = Row<V, T>::load(x + at); },
             [&](int u, int) {
-                double d = (double)v[u];
-                s1 += d;
-                s2 = fma(d, d, s2);
+                float v[V];
+                Row<V, T>::get(r[u], v);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    double d = (double)v[j];
+                    s1 += d;
+                    s2 = fma(d, d, s2);
+                }
             });
         s1 = block_sum(s1, part);
         s2 = block_sum(s2, part);
@@ -128,12 +152,22 @@ __device__ void bn_moments(double* partial, const T* x, int nimg, int c, int hw)
 
 extern "C" __global__ void bn_moments_f32(double* partial, const float* x, int nimg, int c,
                                           int hw) {
-    bn_moments(partial, x, nimg, c, hw);
+    bn_moments<1>(partial, x, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_wide_moments_f32(double* partial, const float* x, int nimg, int c,
+                                               int hw) {
+    bn_moments<Wide<float>::V>(partial, x, nimg, c, hw);
 }
 
 extern "C" __global__ void bn_moments_bf16(double* partial, const bf16* x, int nimg, int c,
                                            int hw) {
-    bn_moments(partial, x, nimg, c, hw);
+    bn_moments<1>(partial, x, nimg, c, hw);
+}
+
+extern "C" __global__ void bn_wide_moments_bf16(double* partial, const bf16* x, int nimg, int c,
+                                                int hw) {
+    bn_moments<Wide<bf16>::V>(partial, x, nimg, c, hw);
 }
 
 // out[len] = the sum over parts of partial[parts, len], in part order.
@@ -173,67 +207,100 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
 
 // out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
 // shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Per (channel, part).
-template <typename T>
+// out = activate(x * scale + shift) over this thread's runs of channel ch: what training
+// (bn_apply) and inference (bn_eval) apply, each from its own statistics.
+template <int V, typename T>
+__device__ __forceinline__ void affine_part(T* out, const T* x, float scale, float shift,
+                                            int nimg, int c, int hw, long long ch, int act) {
+    typename Row<V, T>::Raw r[BN_UNROLL];
+    walk_part<V>(
+        nimg, c, hw, ch, [&](int u, int at) { r[u] = Row<V, T>::load(x + at); },
+        [&](int u, int at) {
+            float v[V];
+            Row<V, T>::get(r[u], v);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                v[j] = activate(__fadd_rn(__fmul_rn(v[j], scale), shift), act);
+            }
+            Row<V, T>::st(out + at, v);
+        });
+}
+
+template <int V, typename T>
 __device__ void bn_apply(T* out, const T* x, const float* saved, const float* weight,
                          const float* bias, int nimg, int c, int hw, int act) {
     CHANNELS(ch, c) {
         float scale, shift;
         scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
-        float v[BN_UNROLL];
-        walk_part(
-            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
-            [&](int u, int at) {
-                st(out + at, activate(__fadd_rn(__fmul_rn(v[u], scale), shift), act));
-            });
+        affine_part<V>(out, x, scale, shift, nimg, c, hw, ch, act);
     }
 }
 
 extern "C" __global__ void bn_apply_f32(float* out, const float* x, const float* saved,
                                         const float* weight, const float* bias, int nimg, int c,
                                         int hw, int act) {
-    bn_apply(out, x, saved, weight, bias, nimg, c, hw, act);
+    bn_apply<1>(out, x, saved, weight, bias, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_apply_f32(float* out, const float* x, const float* saved,
+                                             const float* weight, const float* bias, int nimg,
+                                             int c, int hw, int act) {
+    bn_apply<Wide<float>::V>(out, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_apply_bf16(bf16* out, const bf16* x, const float* saved,
                                          const float* weight, const float* bias, int nimg, int c,
                                          int hw, int act) {
-    bn_apply(out, x, saved, weight, bias, nimg, c, hw, act);
+    bn_apply<1>(out, x, saved, weight, bias, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_apply_bf16(bf16* out, const bf16* x, const float* saved,
+                                              const float* weight, const float* bias, int nimg,
+                                              int c, int hw, int act) {
+    bn_apply<Wide<bf16>::V>(out, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 // Inference (nn::bn::bn_forward_eval): out = activate(x * scale + shift) per channel with
 // scale = weight / sqrt(running var + eps), shift = bias - running mean * scale. Per
 // (channel, part).
-template <typename T>
+template <int V, typename T>
 __device__ void bn_eval(T* out, const T* x, const float* running, const float* weight,
                         const float* bias, int nimg, int c, int hw, float eps, int act) {
     CHANNELS(ch, c) {
         float scale = weight[ch] / sqrtf(running[c + ch] + eps);
         float shift = __fadd_rn(bias[ch], -__fmul_rn(running[ch], scale));
-        float v[BN_UNROLL];
-        walk_part(
-            nimg, c, hw, ch, [&](int u, int at) { v[u] = ld(x + at); },
-            [&](int u, int at) {
-                st(out + at, activate(__fadd_rn(__fmul_rn(v[u], scale), shift), act));
-            });
+        affine_part<V>(out, x, scale, shift, nimg, c, hw, ch, act);
     }
 }
 
 extern "C" __global__ void bn_eval_f32(float* out, const float* x, const float* running,
                                        const float* weight, const float* bias, int nimg, int c,
                                        int hw, float eps, int act) {
-    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
+    bn_eval<1>(out, x, running, weight, bias, nimg, c, hw, eps, act);
+}
+
+extern "C" __global__ void bn_wide_eval_f32(float* out, const float* x, const float* running,
+                                            const float* weight, const float* bias, int nimg,
+                                            int c, int hw, float eps, int act) {
+    bn_eval<Wide<float>::V>(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
 extern "C" __global__ void bn_eval_bf16(bf16* out, const bf16* x, const float* running,
                                         const float* weight, const float* bias, int nimg, int c,
                                         int hw, float eps, int act) {
-    bn_eval(out, x, running, weight, bias, nimg, c, hw, eps, act);
+    bn_eval<1>(out, x, running, weight, bias, nimg, c, hw, eps, act);
+}
+
+extern "C" __global__ void bn_wide_eval_bf16(bf16* out, const bf16* x, const float* running,
+                                             const float* weight, const float* bias, int nimg,
+                                             int c, int hw, float eps, int act) {
+    bn_eval<Wide<bf16>::V>(out, x, running, weight, bias, nimg, c, hw, eps, act);
 }
 
 // partial[parts, 2C] = per-channel sums of each part of the gradient at the normalised output
 // (`masked` by the activation), then of it times (x - mean) (each product rounded to float),
 // in double (nn::bn::bn_grad_sums); mean from saved[2C].
-template <typename T>
+template <int V, typename T>
 __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const float* saved,
                              const float* weight, const float* bias, int nimg, int c, int hw,
                              int act) {
@@ -244,17 +311,23 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
         scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
         double sdy = 0.0;
         double sdyx = 0.0;
-        float d[BN_UNROLL], xv[BN_UNROLL];
-        walk_part(
+        typename Row<V, T>::Raw rd[BN_UNROLL], rx[BN_UNROLL];
+        walk_part<V>(
             nimg, c, hw, ch,
             [&](int u, int at) {
-                d[u] = ld(dout + at);
-                xv[u] = ld(x + at);
+                rd[u] = Row<V, T>::load(dout + at);
+                rx[u] = Row<V, T>::load(x + at);
             },
             [&](int u, int) {
-                float dy = masked(d[u], xv[u], scale, shift, act, x);
-                sdy += (double)dy;
-                sdyx += (double)__fmul_rn(dy, xv[u] - mean);
+                float d[V], xv[V];
+                Row<V, T>::get(rd[u], d);
+                Row<V, T>::get(rx[u], xv);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    float dy = masked(d[j], xv[j], scale, shift, act, x);
+                    sdy += (double)dy;
+                    sdyx += (double)__fmul_rn(dy, xv[j] - mean);
+                }
             });
         sdy = block_sum(sdy, part);
         sdyx = block_sum(sdyx, part);
@@ -268,14 +341,28 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
 extern "C" __global__ void bn_grad_sums_f32(double* partial, const float* dout, const float* x,
                                             const float* saved, const float* weight,
                                             const float* bias, int nimg, int c, int hw, int act) {
-    bn_grad_sums(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
+    bn_grad_sums<1>(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_grad_sums_f32(double* partial, const float* dout,
+                                                 const float* x, const float* saved,
+                                                 const float* weight, const float* bias, int nimg,
+                                                 int c, int hw, int act) {
+    bn_grad_sums<Wide<float>::V>(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_grad_sums_bf16(double* partial, const bf16* dout, const bf16* x,
                                              const float* saved, const float* weight,
                                              const float* bias, int nimg, int c, int hw,
                                              int act) {
-    bn_grad_sums(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
+    bn_grad_sums<1>(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_grad_sums_bf16(double* partial, const bf16* dout, const bf16* x,
+                                                  const float* saved, const float* weight,
+                                                  const float* bias, int nimg, int c, int hw,
+                                                  int act) {
+    bn_grad_sums<Wide<bf16>::V>(partial, dout, x, saved, weight, bias, nimg, c, hw, act);
 }
 
 // dweight[C] += sum(dout * xhat) = local[C + ch] * invstd, dbias[C] += sum(dout) = local[ch],
@@ -292,7 +379,7 @@ extern "C" __global__ void bn_param_grads_f32(float* dweight, float* dbias, cons
 // dy the gradient at the normalised output (`masked` by the activation), from the sums
 // `total`[2C] over the n values per channel the statistics were taken over (this replica's,
 // or every replica's under sync batch norm) (nn::bn::bn_backward). Per (channel, part).
-template <typename T>
+template <int V, typename T>
 __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* saved,
                                const float* weight, const float* bias, const double* total,
                                float n, int nimg, int c, int hw, int act) {
@@ -304,17 +391,24 @@ __device__ void bn_backward_dx(T* dx, const T* dout, const T* x, const float* sa
         float k = weight[ch] * invstd / n;
         float scale, shift;
         scale_shift(saved, weight, bias, c, (int)ch, &scale, &shift);
-        float d[BN_UNROLL], xv[BN_UNROLL];
-        walk_part(
+        typename Row<V, T>::Raw rd[BN_UNROLL], rx[BN_UNROLL];
+        walk_part<V>(
             nimg, c, hw, ch,
             [&](int u, int at) {
-                d[u] = ld(dout + at);
-                xv[u] = ld(x + at);
+                rd[u] = Row<V, T>::load(dout + at);
+                rx[u] = Row<V, T>::load(x + at);
             },
             [&](int u, int at) {
-                float xhat = (xv[u] - mean) * invstd;
-                float dy = masked(d[u], xv[u], scale, shift, act, x);
-                st(dx + at, k * (n * dy - sdy - xhat * sdyxhat));
+                float d[V], xv[V], g[V];
+                Row<V, T>::get(rd[u], d);
+                Row<V, T>::get(rx[u], xv);
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    float xhat = (xv[j] - mean) * invstd;
+                    float dy = masked(d[j], xv[j], scale, shift, act, x);
+                    g[j] = k * (n * dy - sdy - xhat * sdyxhat);
+                }
+                Row<V, T>::st(dx + at, g);
             });
     }
 }
@@ -323,12 +417,26 @@ extern "C" __global__ void bn_backward_dx_f32(float* dx, const float* dout, cons
                                               const float* saved, const float* weight,
                                               const float* bias, const double* total, float n,
                                               int nimg, int c, int hw, int act) {
-    bn_backward_dx(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
+    bn_backward_dx<1>(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_backward_dx_f32(float* dx, const float* dout, const float* x,
+                                                   const float* saved, const float* weight,
+                                                   const float* bias, const double* total, float n,
+                                                   int nimg, int c, int hw, int act) {
+    bn_backward_dx<Wide<float>::V>(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
 }
 
 extern "C" __global__ void bn_backward_dx_bf16(bf16* dx, const bf16* dout, const bf16* x,
                                                const float* saved, const float* weight,
                                                const float* bias, const double* total, float n,
                                                int nimg, int c, int hw, int act) {
-    bn_backward_dx(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
+    bn_backward_dx<1>(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
+}
+
+extern "C" __global__ void bn_wide_backward_dx_bf16(bf16* dx, const bf16* dout, const bf16* x,
+                                                    const float* saved, const float* weight,
+                                                    const float* bias, const double* total,
+                                                    float n, int nimg, int c, int hw, int act) {
+    bn_backward_dx<Wide<bf16>::V>(dx, dout, x, saved, weight, bias, total, n, nimg, c, hw, act);
 }

@@ -78,9 +78,25 @@ __device__ __forceinline__ bool passes(float o, int act) {
 // V consecutive elements of T as one vector access (a row's neighbouring channels, a run of an
 // elementwise op): `Raw` the vector, `load` it from p (V-element aligned: the caller sees to
 // it), `get` its fp32 values (so a thread keeps its loads in flight packed, and widens each as
-// it uses it), `st` V values rounded as `st` does. V = 2, and 16 bytes (`Wide`).
+// it uses it), `st` V values rounded as `st` does. V = 1 (ld / st), 2, and 16 bytes (`Wide`).
 template <int V, typename T>
 struct Row;
+
+template <>
+struct Row<1, float> {
+    typedef float Raw;
+    static __device__ __forceinline__ Raw load(const float* p) { return *p; }
+    static __device__ __forceinline__ void get(Raw t, float* v) { v[0] = t; }
+    static __device__ __forceinline__ void st(float* p, const float* v) { *p = v[0]; }
+};
+
+template <>
+struct Row<1, bf16> {
+    typedef bf16 Raw;
+    static __device__ __forceinline__ Raw load(const bf16* p) { return *p; }
+    static __device__ __forceinline__ void get(Raw t, float* v) { v[0] = bf16_value(t); }
+    static __device__ __forceinline__ void st(bf16* p, const float* v) { *p = bf16_bits(v[0]); }
+};
 
 template <>
 struct Row<2, float> {

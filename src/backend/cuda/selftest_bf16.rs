@@ -159,6 +159,15 @@ const BN_NAMES_NHWC: [&str; 7] = [
     "channels-last batch norm bias gradient",
     "channels-last batch norm+relu6 inference",
 ];
+const BN_NAMES_ODD: [&str; 7] = [
+    "batch norm+relu forward, planes of 27 (a value a thread)",
+    "batch norm statistics, planes of 27",
+    "batch norm running statistics, planes of 27",
+    "batch norm+relu backward, planes of 27",
+    "batch norm weight gradient, planes of 27",
+    "batch norm bias gradient, planes of 27",
+    "batch norm+relu6 inference, planes of 27",
+];
 const BN_NAMES_WIDE: [&str; 7] = [
     "channels-last batch norm+relu forward, 16 channels (16-byte vectors)",
     "channels-last batch norm statistics, 16 channels",
@@ -169,8 +178,9 @@ const BN_NAMES_WIDE: [&str; 7] = [
     "channels-last batch norm+relu6 inference, 16 channels",
 ];
 
-/// The geometries `batch_norm` runs over the N inputs: C channels (channels last: pairs of
-/// channels), and 16 (channels last: whole 16-byte vectors of fp32 and of bf16).
+/// The geometries `batch_norm` runs over the N inputs: C channels of 72 positions (NCHW: 16-byte
+/// vectors of a plane; channels last: pairs of channels), and 16 channels of 27 (NCHW: a value
+/// a thread; channels last: 16-byte vectors of channels).
 const BN_SHAPE: (usize, usize, usize) = (B, C, H * W);
 const BN_SHAPE_WIDE: (usize, usize, usize) = (4, 16, N / 64);
 
@@ -274,10 +284,11 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     ops::mul(gpu, &mut t.slice_mut(..), &xv, &mask.slice(..), N)?;
     out.push(("mul (dropout)", down(gpu, &t, N)?));
 
-    // batch norm over [B, C, H*W], in each layout, and channels last over 16 channels
+    // batch norm over [B, C, H*W] and [4, 16, 27], in each layout
     for (how, names) in [
         ((BN_SHAPE, Layout::Nchw), BN_NAMES),
         ((BN_SHAPE, Layout::Nhwc), BN_NAMES_NHWC),
+        ((BN_SHAPE_WIDE, Layout::Nchw), BN_NAMES_ODD),
         ((BN_SHAPE_WIDE, Layout::Nhwc), BN_NAMES_WIDE),
     ] {
         out.extend(batch_norm::<E>(gpu, inp, how, names)?);

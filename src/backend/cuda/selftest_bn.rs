@@ -251,7 +251,8 @@ fn compared(got: Result<Want, CudaError>, want: &Want) -> Result<(f64, f64), Cud
 pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     let mut out = Vec::new();
     // flat [B, C]; images (with ReLU, ReLU6); a channel of 600 values (more than a block's
-    // 256 threads); channels of 8800 values, summed in 3 parts (`bn::parts`)
+    // 256 threads); channels of 8800 values, summed in 3 parts (`grid::parts`); planes of 1 and
+    // 42 a value a thread, of 300 and 1100 in 16-byte vectors
     let nchw = [
         (16, 8, 1, Act::None),
         (5, 3, 42, Act::Relu),

@@ -29,41 +29,50 @@ const MAX_GRID_Y: usize = 65535;
 const PAIR_UNROLL: usize = 8;
 const WIDE_UNROLL: usize = 4;
 
-/// Which kernels walk a batch norm's tensors: NCHW's (`kernels/bn.cu`), or channels last's
-/// (`kernels/bn_nhwc.cu`) taking each row's channels in pairs (C even) or in 16-byte vectors of
-/// `Wide`'s channels (4 floats or 8 bf16: C a multiple of that, every tensor 16-byte aligned):
-/// the same results, a quarter of the loads.
+/// Which kernels walk a batch norm's tensors: NCHW's (`kernels/bn.cu`) a value a thread at a
+/// time, or a 16-byte vector of a plane's neighbours (`NchwWide`: HW a multiple of it); or
+/// channels last's (`kernels/bn_nhwc.cu`) taking each row's channels in pairs (C even) or in
+/// 16-byte vectors (`Wide`: C a multiple of it). A vector is 4 floats or 8 bf16, and every
+/// tensor must start 16-byte aligned. The same results either way, with a quarter or an eighth
+/// of the loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Walk {
     Nchw,
+    NchwWide(usize),
     Pairs,
     Wide(usize),
 }
 
 impl Walk {
-    /// The walk for C channels of `bytes`-byte elements in `layout`, the tensors 16-byte
-    /// `aligned` or not.
-    pub fn of(layout: Layout, c: usize, bytes: usize, aligned: bool) -> Walk {
+    /// The walk for C channels of HW positions of `bytes`-byte elements in `layout`, the
+    /// tensors 16-byte `aligned` or not.
+    pub fn of(layout: Layout, (c, hw): (usize, usize), bytes: usize, aligned: bool) -> Walk {
         let v = 16 / bytes;
         match layout {
+            Layout::Nchw if aligned && hw.is_multiple_of(v) => Walk::NchwWide(v),
             Layout::Nchw => Walk::Nchw,
             Layout::Nhwc if aligned && c.is_multiple_of(v) => Walk::Wide(v),
             Layout::Nhwc => Walk::Pairs,
         }
     }
 
+    /// Whether it is NCHW's.
+    pub fn nchw(self) -> bool {
+        matches!(self, Walk::Nchw | Walk::NchwWide(_))
+    }
+
     /// Channels a thread takes of a row (channels last).
     fn channels(self) -> usize {
         match self {
             Walk::Wide(v) => v,
-            Walk::Nchw | Walk::Pairs => 2,
+            Walk::Nchw | Walk::NchwWide(_) | Walk::Pairs => 2,
         }
     }
 
     fn unroll(self) -> usize {
         match self {
             Walk::Wide(_) => WIDE_UNROLL,
-            Walk::Nchw | Walk::Pairs => PAIR_UNROLL,
+            Walk::Nchw | Walk::NchwWide(_) | Walk::Pairs => PAIR_UNROLL,
         }
     }
 }
@@ -84,7 +93,7 @@ pub(super) fn nhwc_block(walk: Walk, c: usize) -> (usize, usize, usize) {
 /// values); channels last, enough parts of the rows for about `NHWC_BLOCKS` blocks.
 pub fn parts(walk: Walk, c: usize, per_channel: usize) -> usize {
     match walk {
-        Walk::Nchw => per_channel.div_ceil(PART).clamp(1, MAX_PARTS),
+        Walk::Nchw | Walk::NchwWide(_) => per_channel.div_ceil(PART).clamp(1, MAX_PARTS),
         Walk::Pairs | Walk::Wide(_) => {
             let (blocks, _, rows) = nhwc_block(walk, c);
             let steps = per_channel.div_ceil(rows * walk.unroll());
@@ -100,7 +109,7 @@ pub fn parts(walk: Walk, c: usize, per_channel: usize) -> usize {
 /// are many and each thread's per-channel constants serve several rows.
 pub(super) fn spread(walk: Walk, c: usize, per_channel: usize) -> usize {
     match walk {
-        Walk::Nchw => parts(walk, c, per_channel),
+        Walk::Nchw | Walk::NchwWide(_) => parts(walk, c, per_channel),
         Walk::Pairs | Walk::Wide(_) => {
             let (_, _, rows) = nhwc_block(walk, c);
             let step = rows * walk.unroll() * ROW_STEPS;
@@ -124,7 +133,7 @@ pub fn scratch_len(layout: Layout, c: usize, per_channel: usize) -> usize {
 /// last: one block per (its channels, part), `nhwc_block`.
 pub(super) fn parts_cfg(walk: Walk, c: usize, parts: usize) -> LaunchConfig {
     let (grid_x, block_dim) = match walk {
-        Walk::Nchw => (c.clamp(1, MAX_BLOCKS as usize), (THREADS, 1, 1)),
+        Walk::Nchw | Walk::NchwWide(_) => (c.clamp(1, MAX_BLOCKS as usize), (THREADS, 1, 1)),
         Walk::Pairs | Walk::Wide(_) => {
             let (blocks, lanes, rows) = nhwc_block(walk, c);
             (blocks, (lanes as u32, rows as u32, 1))
@@ -149,7 +158,7 @@ pub(super) fn reduce(
 ) -> Result<(), CudaError> {
     let (pi, li) = (parts as i32, len as i32);
     match walk {
-        Walk::Nchw => {
+        Walk::Nchw | Walk::NchwWide(_) => {
             let cfg = grid_stride_cfg(len);
             try_launch!(gpu, "bn_reduce_f32", cfg, &mut *out, partial, &pi, &li)
         }
@@ -253,14 +262,36 @@ mod tests {
     }
 
     #[test]
-    fn wide_walks_need_whole_vectors_of_channels_and_aligned_tensors() {
-        // 16 bytes: 4 floats, 8 bf16
-        assert_eq!(Walk::of(Layout::Nhwc, 64, 4, true), Walk::Wide(4));
-        assert_eq!(Walk::of(Layout::Nhwc, 64, 2, true), Walk::Wide(8));
-        assert_eq!(Walk::of(Layout::Nhwc, 12, 4, true), Walk::Wide(4));
-        assert_eq!(Walk::of(Layout::Nhwc, 12, 2, true), Walk::Pairs);
-        assert_eq!(Walk::of(Layout::Nhwc, 64, 2, false), Walk::Pairs);
-        assert_eq!(Walk::of(Layout::Nchw, 64, 2, true), Walk::Nchw);
+    fn wide_walks_need_whole_vectors_and_aligned_tensors() {
+        // channels last: 16 bytes of channels, 4 floats or 8 bf16
+        assert_eq!(Walk::of(Layout::Nhwc, (64, 49), 4, true), Walk::Wide(4));
+        assert_eq!(Walk::of(Layout::Nhwc, (64, 49), 2, true), Walk::Wide(8));
+        assert_eq!(Walk::of(Layout::Nhwc, (12, 64), 4, true), Walk::Wide(4));
+        assert_eq!(Walk::of(Layout::Nhwc, (12, 64), 2, true), Walk::Pairs);
+        assert_eq!(Walk::of(Layout::Nhwc, (64, 64), 2, false), Walk::Pairs);
+        // NCHW: 16 bytes of a plane; MobileNetV2's 7x7 and (bf16) 14x14 planes one at a time
+        assert_eq!(
+            Walk::of(Layout::Nchw, (64, 3136), 2, true),
+            Walk::NchwWide(8)
+        );
+        assert_eq!(
+            Walk::of(Layout::Nchw, (64, 196), 4, true),
+            Walk::NchwWide(4)
+        );
+        assert_eq!(Walk::of(Layout::Nchw, (64, 196), 2, true), Walk::Nchw);
+        assert_eq!(Walk::of(Layout::Nchw, (64, 49), 4, true), Walk::Nchw);
+        assert_eq!(Walk::of(Layout::Nchw, (64, 3136), 2, false), Walk::Nchw);
+        assert!(Walk::NchwWide(8).nchw() && Walk::Nchw.nchw() && !Walk::Wide(8).nchw());
+        // the wide NCHW walk keeps NCHW's parts and launch
+        assert_eq!(
+            parts(Walk::NchwWide(8), 3, 8800),
+            parts(Walk::Nchw, 3, 8800)
+        );
+        let (a, b) = (
+            parts_cfg(Walk::NchwWide(8), 5, 3),
+            parts_cfg(Walk::Nchw, 5, 3),
+        );
+        assert_eq!((a.grid_dim, a.block_dim), (b.grid_dim, b.block_dim));
     }
 
     #[test]

@@ -7,12 +7,13 @@
 //! the squared deviations from it), each set of sums through the host: rounded to f32, summed
 //! across the replicas by the run's collective (as the CPU's `global_stats`), and put back; the
 //! sums stay raw on the device so that the exchange fits between two launches. Every kernel
-//! runs one block per (channel, part) of a channel's values (`parts_cfg`). Channels-last
-//! activations (`Layout::Nhwc`) take the twins in `kernels/bn_nhwc.cu`: the same arguments and
-//! results, one block per (up to 32 lanes of channels, part of the rows), many more parts
-//! (added by a tree, `bn_reduce_parts_f32`), each lane two channels, or where C and the
-//! tensors' alignment allow a 16-byte vector of them (`Walk`); the kernels that only read the
-//! sums (output, input gradient) spread over more blocks still (`grid::spread`).
+//! runs one block per (channel, part) of a channel's values (`parts_cfg`), each thread loading
+//! a value or, where HW and the tensors' alignment allow, a 16-byte vector of them (`Walk`).
+//! Channels-last activations (`Layout::Nhwc`) take the twins in `kernels/bn_nhwc.cu`: the same
+//! arguments and results, one block per (up to 32 lanes of channels, part of the rows), many
+//! more parts (added by a tree, `bn_reduce_parts_f32`), each lane two channels, or where C and
+//! the tensors' alignment allow a 16-byte vector of them; the kernels that only read the sums
+//! (output, input gradient) spread over more blocks still (`grid::spread`).
 
 use cudarc::driver::{CudaView, CudaViewMut, DevicePtr};
 
@@ -28,8 +29,8 @@ use crate::nn::ops::Act;
 
 mod grid;
 
-use grid::{nhwc_block, parts, parts_cfg, reduce, spread, Walk, NHWC_MAX_LANES};
 pub use grid::scratch_len;
+use grid::{nhwc_block, parts, parts_cfg, reduce, spread, Walk, NHWC_MAX_LANES};
 
 /// The kernel of batch-norm op `$op` for activations of type `$e` walked by `$walk`.
 macro_rules! bn_kernel {
@@ -37,6 +38,8 @@ macro_rules! bn_kernel {
         match ($walk, <$e as Elem>::BF16) {
             (Walk::Nchw, false) => concat!("bn_", $op, "_f32"),
             (Walk::Nchw, true) => concat!("bn_", $op, "_bf16"),
+            (Walk::NchwWide(_), false) => concat!("bn_wide_", $op, "_f32"),
+            (Walk::NchwWide(_), true) => concat!("bn_wide_", $op, "_bf16"),
             (Walk::Pairs, false) => concat!("bn_nhwc_", $op, "_f32"),
             (Walk::Pairs, true) => concat!("bn_nhwc_", $op, "_bf16"),
             (Walk::Wide(_), false) => concat!("bn_nhwc_wide_", $op, "_f32"),
@@ -45,15 +48,11 @@ macro_rules! bn_kernel {
     };
 }
 
-/// The walk over C channels in `layout` of tensors starting at `starts` (device addresses):
-/// 16-byte vectors where C and every start allow (`Walk::of`).
-fn walk<E: Elem>(layout: Layout, c: usize, starts: &[u64]) -> Walk {
-    Walk::of(
-        layout,
-        c,
-        E::BYTES,
-        starts.iter().all(|a| a.is_multiple_of(16)),
-    )
+/// The walk over `g`'s tensors in `layout`, starting at `starts` (device addresses): 16-byte
+/// vectors where the sizes and every start allow (`Walk::of`).
+fn walk<E: Elem>(layout: Layout, g: BnGeom, starts: &[u64]) -> Walk {
+    let aligned = starts.iter().all(|a| a.is_multiple_of(16));
+    Walk::of(layout, (g.c, g.hw), E::BYTES, aligned)
 }
 
 /// A view's device address (a wide walk's alignment).
@@ -70,7 +69,7 @@ fn ints(
     lens: &[(&str, usize, usize)],
 ) -> Result<[i32; 3], CudaError> {
     need(what, lens).map_err(|e| fail(gpu, what, e))?;
-    let nhwc = walk != Walk::Nchw;
+    let nhwc = !walk.nchw();
     if nhwc && (g.c % 2 == 1 || nhwc_block(walk, g.c).0 > MAX_BLOCKS as usize) {
         let most = 2 * NHWC_MAX_LANES * MAX_BLOCKS as usize;
         let e = format!(
@@ -189,7 +188,7 @@ pub fn forward_train<E: Elem>(
         ("bias", bias.len(), c),
         ("out", out.len(), g.b * c * g.hw),
     ];
-    let walk = walk::<E>(layout, c, &[start(gpu, x), start(gpu, &*out)]);
+    let walk = walk::<E>(layout, g, &[start(gpu, x), start(gpu, &*out)]);
     let [b, ci, hw] = ints(gpu, what, (g, walk), &lens)?;
     let mut n = (g.b * g.hw) as f64;
     let parts = parts(walk, g.c, g.b * g.hw);
@@ -293,7 +292,7 @@ pub fn forward_eval<E: Elem>(
         ("x", x.len(), all),
         ("out", out.len(), all),
     ];
-    let walk = walk::<E>(layout, g.c, &[start(gpu, x), start(gpu, &*out)]);
+    let walk = walk::<E>(layout, g, &[start(gpu, x), start(gpu, &*out)]);
     let [b, c, hw] = ints(gpu, "batch norm inference", (g, walk), &lens)?;
     if all == 0 {
         return Ok(());
@@ -352,7 +351,7 @@ pub fn backward<E: Elem>(
     ];
     let mut starts = vec![start(gpu, dout), start(gpu, x)];
     starts.extend(dx.as_ref().map(|d| start(gpu, &**d)));
-    let walk = walk::<E>(layout, c, &starts);
+    let walk = walk::<E>(layout, g, &starts);
     let [b, ci, hw] = ints(gpu, what, (g, walk), &lens)?;
     let act = act_code(act);
     let (mut head, mut partial) = scratch.split_at_mut(4 * c);
