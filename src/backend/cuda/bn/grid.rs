@@ -180,7 +180,7 @@ pub(super) fn reduce(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cuda::kernels::SOURCES;
+    use crate::backend::cuda::kernels::{HEADERS, SOURCES};
 
     /// A `#define NAME value` of bn_nhwc.cu.
     fn defined(name: &str) -> usize {
@@ -202,6 +202,9 @@ mod tests {
             "column_sum's shared sums"
         );
         assert_eq!(defined("WIDE_UNROLL"), WIDE_UNROLL);
+        let (_, header) = HEADERS.iter().find(|(f, _)| *f == "bn.cuh").unwrap();
+        let pairs = (header.lines()).find_map(|l| l.strip_prefix("#define BN_UNROLL "));
+        assert_eq!(pairs.map(|v| v.trim().parse()), Some(Ok(PAIR_UNROLL)));
         for walk in [Walk::Pairs, Walk::Wide(4), Walk::Wide(8)] {
             for c in [8, 16, 24, 64, 96, 136, 2048] {
                 let (blocks, lanes, rows) = nhwc_block(walk, c);
