@@ -92,7 +92,7 @@ __device__ void bn_sums(double* partial, const T* x, const double* centre, int c
                     s += centred ? (double)__fmul_rn(v[j] - m, v[j] - m) : (double)v[j];
                 }
             });
-        s = block_sum(s, part);
+        s = block_sum<BN_BLOCK>(s, part);
         if (threadIdx.x == 0) {
             partial[(long long)blockIdx.y * c + ch] = s;
         }
@@ -141,8 +141,8 @@ __device__ void bn_moments(double* partial, const T* x, int nimg, int c, int hw)
                     s2 = fma(d, d, s2);
                 }
             });
-        s1 = block_sum(s1, part);
-        s2 = block_sum(s2, part);
+        s1 = block_sum<BN_BLOCK>(s1, part);
+        s2 = block_sum<BN_BLOCK>(s2, part);
         if (threadIdx.x == 0) {
             partial[(long long)blockIdx.y * 2 * c + ch] = s1;
             partial[(long long)blockIdx.y * 2 * c + c + ch] = s2;
@@ -329,8 +329,8 @@ __device__ void bn_grad_sums(double* partial, const T* dout, const T* x, const f
                     sdyx += (double)__fmul_rn(dy, xv[j] - mean);
                 }
             });
-        sdy = block_sum(sdy, part);
-        sdyx = block_sum(sdyx, part);
+        sdy = block_sum<BN_BLOCK>(sdy, part);
+        sdyx = block_sum<BN_BLOCK>(sdyx, part);
         if (threadIdx.x == 0) {
             partial[(long long)blockIdx.y * 2 * c + ch] = sdy;
             partial[(long long)blockIdx.y * 2 * c + c + ch] = sdyx;

@@ -14,21 +14,6 @@ __device__ void part_range(long long per_channel, long long* lo, long long* hi) 
     *hi = min(*lo + chunk, per_channel);
 }
 
-// The sum of v over the block, in a fixed order (every thread gets it).
-__device__ double block_sum(double v, double* part) {
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int half = BN_BLOCK / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            part[threadIdx.x] += part[threadIdx.x + half];
-        }
-        __syncthreads();
-    }
-    double s = part[0];
-    __syncthreads();  // part[] is refilled next
-    return s;
-}
-
 // Channel ch's scale = invstd * weight and shift = bias - mean * scale, from saved[2C] =
 // mean, invstd: what training's forward applies (and backward recomputes the output with).
 __device__ __forceinline__ void scale_shift(const float* saved, const float* weight,

@@ -204,7 +204,7 @@ extern "C" __global__ void bn_reduce_parts_f32(double* out, const double* partia
         for (int q = threadIdx.x; q < parts; q += BN_BLOCK) {
             s += partial[(long long)q * len + j];
         }
-        s = block_sum(s, sh);
+        s = block_sum<BN_BLOCK>(s, sh);
         if (threadIdx.x == 0) {
             out[j] = s;
         }

@@ -157,21 +157,6 @@ extern "C" __global__ void dwconv_backward_input_bf16(bf16* dinp, const bf16* do
     dwconv_backward_input(dinp, dout, w, nimg, c, h, wd, k, stride, pad, oh, ow);
 }
 
-// The sum of v over the block, in a fixed order (thread 0 gets it). part[] is refilled next.
-__device__ float dw_block_sum(float v, float* part) {
-    part[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int half = DW_BLOCK / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            part[threadIdx.x] += part[threadIdx.x + half];
-        }
-        __syncthreads();
-    }
-    float s = part[0];
-    __syncthreads();
-    return s;
-}
-
 // dw[C, 1, K, K] += for each (channel, tap), the sum over images and outputs of
 // dout * the input under that tap. One block per (channel, tap): any K.
 template <typename T>
@@ -197,7 +182,7 @@ __device__ void dwconv_backward_weight(float* dw, const T* dout, const T* inp, i
                 s += ld(dout + (plane * ohw + p)) * ld(inp + (plane * hw + iy * wd + ix));
             }
         }
-        s = dw_block_sum(s, part);
+        s = block_sum<DW_BLOCK>(s, part);
         if (threadIdx.x == 0) {
             dw[item] += s;
         }
@@ -263,7 +248,7 @@ __device__ void dw_weight_parts(float* partial, const T* dout, const T* inp, int
             }
         }
         for (int t = 0; t < K * K; ++t) {
-            float v = dw_block_sum(s[t], part);
+            float v = block_sum<DW_BLOCK>(s[t], part);
             if (threadIdx.x == 0) {
                 partial[((long long)blockIdx.y * c + ch) * (K * K) + t] = v;
             }

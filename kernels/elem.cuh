@@ -168,6 +168,24 @@ struct Wide {
     static const int V = 16 / sizeof(T);
 };
 
+// The sum of v over a block of N threads (blockDim.x = N, a power of two), by a tree in shared
+// memory part[N] in a fixed order: every thread gets the same bits at every launch. Every thread
+// of the block calls it; part[] may be refilled right after.
+template <int N, typename T>
+__device__ T block_sum(T v, T* part) {
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int half = N / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            part[threadIdx.x] += part[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    T s = part[0];
+    __syncthreads();
+    return s;
+}
+
 // Whether p starts on a 16-byte boundary (a wide vector's).
 __device__ __forceinline__ bool aligned16(const void* p) {
     return ((unsigned long long)p & 15ull) == 0;
