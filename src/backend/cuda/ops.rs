@@ -1,9 +1,8 @@
 //! The GPU's elementwise ops of the model graph (`kernels/eltwise.cu`), mirroring `nn::ops`:
 //! ReLU6 and its gradient mask, the residual add, gradient accumulation, and dropout (its mask
 //! drawn on the device from a counter-based hash, then a product); the residual add, its
-//! backward and accumulation in 16-byte vectors. Every length is checked
-//! against the buffers and the kernels' 32-bit sizes before a launch; an empty one launches
-//! nothing.
+//! backward and accumulation in 16-byte vectors. Every length is checked against the buffers
+//! and the kernels' 32-bit sizes before a launch; an empty one launches nothing.
 
 use cudarc::driver::{CudaView, CudaViewMut};
 
