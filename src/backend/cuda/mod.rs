@@ -26,6 +26,7 @@ pub mod pool;
 pub mod replica;
 pub mod selftest;
 mod selftest_bf16;
+mod selftest_bf16_bn;
 mod selftest_bn;
 mod selftest_compare;
 mod selftest_conv;
