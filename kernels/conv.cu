@@ -94,18 +94,10 @@ __device__ void conv_bias_grad(float* db, const T* dy, int nimg, int oc, int ohw
         for (long long k = threadIdx.x; k < per_channel; k += CONV_BLOCK) {
             s += ld(dy + elem_at(k / ohw, o, k % ohw, oc, ohw, nhwc));
         }
-        part[threadIdx.x] = s;
-        __syncthreads();
-        for (unsigned int half = CONV_BLOCK / 2; half > 0; half /= 2) {
-            if (threadIdx.x < half) {
-                part[threadIdx.x] += part[threadIdx.x + half];
-            }
-            __syncthreads();
-        }
+        s = block_sum<CONV_BLOCK>(s, part);
         if (threadIdx.x == 0) {
-            db[o] += part[0];
+            db[o] += s;
         }
-        __syncthreads();  // part[] is refilled for the next channel
     }
 }
 
