@@ -8,7 +8,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::blas::gemm;
-use super::dnn::{Dnn, Key};
+use super::dnn::{Api, Dnn, Key};
 use super::elem::{bf16, Elem};
 use super::layout::Layout;
 use super::selftest_compare::{check, compare, Check};
@@ -337,56 +337,77 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     out.push(("linear input gradient (gemm)", down(gpu, &ldx, B * k)?));
     super::blas::close(blas);
 
-    // a dense convolution through cuDNN (strict fp32 math for f32; bf16 tensors, fp32 compute)
+    // a dense convolution through cuDNN, each API (strict fp32 math for f32; bf16 tensors,
+    // fp32 compute)
     if super::dnn::available() {
-        let precision = if E::BF16 {
-            Precision::Bf16
-        } else {
-            Precision::Fp32
-        };
-        let mut dnn =
-            Dnn::<E>::open(s, precision).map_err(|e| CudaError::new(gpu.index, "cuDNN", e))?;
-        let cg = dense();
-        let n_out = B * OC * cg.oh * cg.ow;
-        let key = Key {
-            b: B,
-            groups: 1,
-            g: cg,
-            layout: Layout::Nchw,
-        };
-        let cw = up::<E>(gpu, &inp.cw)?;
-        let mut co = zeros::<E>(gpu, n_out)?;
-        let cudnn = |e| CudaError::new(gpu.index, "cuDNN", e);
-        dnn.forward(key, &mut co.slice_mut(..), &xv, &cw.slice(..))
-            .map_err(cudnn)?;
-        out.push(("cuDNN convolution forward", down(gpu, &co, n_out)?));
-        // the weight gradient written (beta 0) into E, as a bf16 replica's scratch, then
-        // added into fp32 gradients (bf16) or compared as it is (f32)
-        let mut cgw = zeros::<E>(gpu, OC * C * 9)?;
-        let mut cdx = zeros::<E>(gpu, N)?;
-        let dy = up::<E>(gpu, &inp.y[..n_out])?;
-        dnn.backward(
-            key,
-            Some(&mut cdx.slice_mut(..)),
-            (&mut cgw.slice_mut(..), 0.0),
-            &dy.slice(..),
-            &xv,
-            &cw.slice(..),
-        )
-        .map_err(cudnn)?;
-        out.push(("cuDNN convolution input gradient", down(gpu, &cdx, N)?));
-        let wgrad = match E::BF16 {
-            true => {
-                let mut acc = up::<f32>(gpu, &inp.cw)?;
-                convert::add_to_f32(gpu, &mut acc.slice_mut(..), &cgw.slice(..), OC * C * 9)?;
-                let sum = down32(gpu, &acc, OC * C * 9)?;
-                sum.iter().zip(&inp.cw).map(|(s, w)| s - w).collect()
-            }
-            false => down(gpu, &cgw, OC * C * 9)?,
-        };
-        out.push(("cuDNN convolution weight gradient", wgrad));
-        super::dnn::close(dnn);
+        out.extend(cudnn_conv::<E>(gpu, inp, Api::Legacy, CUDNN_LEGACY)?);
+        out.extend(cudnn_conv::<E>(gpu, inp, Api::Graph, CUDNN_GRAPH)?);
     }
+    Ok(out)
+}
+
+/// The names of the cuDNN convolution's three products through each API.
+const CUDNN_LEGACY: [&str; 3] = [
+    "cuDNN convolution forward",
+    "cuDNN convolution input gradient",
+    "cuDNN convolution weight gradient",
+];
+const CUDNN_GRAPH: [&str; 3] = [
+    "cuDNN graph API convolution forward",
+    "cuDNN graph API convolution input gradient",
+    "cuDNN graph API convolution weight gradient",
+];
+
+/// `dense()` through cuDNN's `api` in `E`: the output, the input gradient and the weight
+/// gradient, named `names`.
+fn cudnn_conv<E: Elem>(gpu: &Gpu, inp: &Inputs, api: Api, names: [&'static str; 3]) -> Got {
+    let precision = if E::BF16 {
+        Precision::Bf16
+    } else {
+        Precision::Fp32
+    };
+    let cudnn = |e| CudaError::new(gpu.index, "cuDNN", e);
+    let mut dnn = Dnn::<E>::open_with(&gpu.stream, precision, api).map_err(cudnn)?;
+    let x = up::<E>(gpu, &inp.x)?;
+    let cg = dense();
+    let n_out = B * OC * cg.oh * cg.ow;
+    let key = Key {
+        b: B,
+        groups: 1,
+        g: cg,
+        layout: Layout::Nchw,
+    };
+    let cw = up::<E>(gpu, &inp.cw)?;
+    let mut co = zeros::<E>(gpu, n_out)?;
+    dnn.forward(key, &mut co.slice_mut(..), &x.slice(..), &cw.slice(..))
+        .map_err(cudnn)?;
+    let mut out = vec![(names[0], down(gpu, &co, n_out)?)];
+    // the weight gradient written (beta 0) into E, as a bf16 replica's scratch, then added
+    // into fp32 gradients (bf16) or compared as it is (f32)
+    let mut cgw = zeros::<E>(gpu, OC * C * 9)?;
+    let mut cdx = zeros::<E>(gpu, N)?;
+    let dy = up::<E>(gpu, &inp.y[..n_out])?;
+    dnn.backward(
+        key,
+        Some(&mut cdx.slice_mut(..)),
+        (&mut cgw.slice_mut(..), 0.0),
+        &dy.slice(..),
+        &x.slice(..),
+        &cw.slice(..),
+    )
+    .map_err(cudnn)?;
+    out.push((names[1], down(gpu, &cdx, N)?));
+    let wgrad = match E::BF16 {
+        true => {
+            let mut acc = up::<f32>(gpu, &inp.cw)?;
+            convert::add_to_f32(gpu, &mut acc.slice_mut(..), &cgw.slice(..), OC * C * 9)?;
+            let sum = down32(gpu, &acc, OC * C * 9)?;
+            sum.iter().zip(&inp.cw).map(|(s, w)| s - w).collect()
+        }
+        false => down(gpu, &cgw, OC * C * 9)?,
+    };
+    out.push((names[2], wgrad));
+    super::dnn::close(dnn);
     Ok(out)
 }
 

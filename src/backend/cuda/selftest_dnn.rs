@@ -1,5 +1,6 @@
 //! `selftest`'s check of cuDNN: its convolutions against the own kernels (`dnn::check`), in
-//! strict fp32 and, from Ampere on, with TF32 allowed, in NCHW and channels last.
+//! strict fp32 and, from Ampere on, with TF32 allowed, in NCHW and channels last, through the
+//! legacy API and the graph API.
 
 use super::layout::Layout;
 use super::selftest::guarded;
@@ -28,28 +29,51 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
         precisions.push(Precision::Tf32);
     }
     let mut out = Vec::new();
-    for p in precisions {
-        let name = format!("gpu{index} cuDNN {} convolutions ({p})", dnn::version());
+    for (p, api) in precisions
+        .into_iter()
+        .flat_map(|p| [(p, dnn::Api::Legacy), (p, dnn::Api::Graph)])
+    {
+        let through = match api {
+            dnn::Api::Legacy => "",
+            dnn::Api::Graph => " graph API",
+        };
+        let name = format!(
+            "gpu{index} cuDNN {}{through} convolutions ({p})",
+            dnn::version()
+        );
         out.extend(guarded(&name, || {
             let run = (|| {
                 let blas = cudarc::cublas::CudaBlas::new(gpu.stream.clone())
                     .map_err(|e| format!("create cuBLAS handle: {e:?}"))?;
                 blas::set_precision(&blas, p).map_err(|e| format!("{e:?}"))?;
-                let mut d = dnn::Dnn::open(&gpu.stream, p)?;
+                let mut d = dnn::Dnn::open_with(&gpu.stream, p, api)?;
                 let tf32 = p == Precision::Tf32;
                 let checked = dnn::check(gpu, &blas, &mut d, tf32, Layout::Nchw)
                     .and_then(|()| dnn::check(gpu, &blas, &mut d, tf32, Layout::Nhwc))
                     .map_err(|e| format!("{e} (NCHW, then channels last)"));
+                let coverage = d.graph_coverage();
                 dnn::close(d);
                 blas::close(blas);
-                checked
+                checked?;
+                // a graph API that planned nothing checked nothing (the legacy API ran)
+                match coverage {
+                    Some((0, asked)) => Err(format!(
+                        "the graph API planned none of the {asked} shapes and directions asked"
+                    )),
+                    Some((planned, asked)) => Ok(format!(
+                        "; the graph API planned {planned} of {asked} shapes and directions"
+                    )),
+                    None => Ok(String::new()),
+                }
             })();
             vec![Check {
                 name: name.clone(),
                 worst: run.is_ok().then_some(0.0),
                 max_abs: f64::NAN,
                 note: match run {
-                    Ok(()) => "agrees with the own kernels, NCHW and channels last".into(),
+                    Ok(planned) => {
+                        format!("agrees with the own kernels, NCHW and channels last{planned}")
+                    }
                     Err(e) => e,
                 },
             }]

@@ -234,6 +234,11 @@ impl Measurer {
         }
     }
 
+    /// The raw handle (the graph API's plans run on it too: `graph`).
+    pub(super) fn raw(&self) -> ffi::cudnnHandle_t {
+        self.handle
+    }
+
     /// The descriptors of shape `k` with tensors of type `data`, fp32 compute.
     fn describe(
         &self,

@@ -16,6 +16,10 @@
 //! (`CUDNN_DEFAULT_MATH`) for `tf32`, the tensor cores (`CUDNN_TENSOR_OP_MATH`) for bf16
 //! tensors. A replica checks its cuDNN once against the own kernels
 //! before using it (`check`), and trains with the own kernels where that fails.
+//!
+//! That is the legacy API's (`cudnnConvolution*`, an algorithm enum each); with
+//! `MGTOP_CUDNN_API=graph` each shape goes to the graph API's engines first (`graph`: the same
+//! choosing, the same numerics), and to the legacy API where no engine takes it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,17 +32,20 @@ use cudarc::cudnn::{
     ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn, CudnnError,
     FilterDescriptor, TensorDescriptor,
 };
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
 
 use super::elem::Elem;
 use super::layout::Layout;
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
+mod backend;
 mod check;
+mod graph;
 mod measure;
 
 pub use check::{check, check_channels_last, for_replica};
+pub use graph::Api;
 pub use measure::Choice as AlgoChoice;
 
 /// The most workspace memory the convolutions may take (as the own kernels' column scratch).
@@ -99,6 +106,8 @@ pub struct Dnn<E: Elem = f32> {
     /// Whether it runs the grouped (depthwise) convolutions too, or leaves them to the own
     /// kernels (`leave_grouped`).
     grouped: bool,
+    /// The graph API's plans, tried first (`MGTOP_CUDNN_API=graph`).
+    graph: Option<graph::Plans>,
 }
 
 fn int(v: usize) -> Result<i32, String> {
@@ -110,8 +119,18 @@ fn say(what: &str) -> impl FnOnce(CudnnError) -> String + '_ {
 }
 
 impl<E: Elem> Dnn<E> {
-    /// cuDNN on `stream`, computing in `precision` (tensor cores for bf16 tensors).
+    /// cuDNN on `stream`, computing in `precision` (tensor cores for bf16 tensors), through
+    /// the API `MGTOP_CUDNN_API` asks for.
     pub fn open(stream: &Arc<CudaStream>, precision: Precision) -> Result<Dnn<E>, String> {
+        Dnn::open_with(stream, precision, Api::from_env())
+    }
+
+    /// `open` through `api`.
+    pub fn open_with(
+        stream: &Arc<CudaStream>,
+        precision: Precision,
+        api: Api,
+    ) -> Result<Dnn<E>, String> {
         let handle = Cudnn::new(stream.clone()).map_err(say("create a handle"))?;
         let how = measure::Choice::from_env();
         let workspace = stream
@@ -121,6 +140,18 @@ impl<E: Elem> Dnn<E> {
             stream: stream.clone(),
             handle,
             math: math(E::BF16, precision),
+            graph: match api {
+                Api::Legacy => None,
+                Api::Graph => Some(graph::Plans::open(
+                    stream,
+                    (E::DATA_TYPE, std::mem::size_of::<E>()),
+                    graph::Numerics {
+                        tensor_cores: E::BF16 || precision == Precision::Tf32,
+                        deterministic: how == measure::Choice::Deterministic,
+                    },
+                    how,
+                )?),
+            },
             plans: HashMap::new(),
             workspace,
             how,
@@ -247,6 +278,12 @@ impl<E: Elem> Dnn<E> {
         })
     }
 
+    /// Through the graph API: (shapes and directions it planned, those asked of it); the
+    /// legacy API: `None`.
+    pub fn graph_coverage(&self) -> Option<(usize, usize)> {
+        self.graph.as_ref().map(graph::Plans::coverage)
+    }
+
     /// The bytes of workspace held: a graph captured over it is stale once it grows.
     pub fn workspace_len(&self) -> usize {
         self.workspace.len()
@@ -260,6 +297,15 @@ impl<E: Elem> Dnn<E> {
         x: &CudaView<'_, E>,
         w: &CudaView<'_, E>,
     ) -> Result<(), String> {
+        let by_graph = {
+            let s = self.stream.clone();
+            let ((px, _rx), (pw, _rw), (py, _ry)) =
+                (x.device_ptr(&s), w.device_ptr(&s), y.device_ptr_mut(&s));
+            self.by_graph(k, (graph::Dir::Forward, 0.0), [px, pw, py])
+        };
+        if by_graph.map_err(|e| format!("convolution forward: {e}"))? {
+            return Ok(());
+        }
         self.plan(k)?;
         let Dnn {
             plans, workspace, ..
@@ -291,34 +337,84 @@ impl<E: Elem> Dnn<E> {
         x: &CudaView<'_, E>,
         w: &CudaView<'_, E>,
     ) -> Result<(), String> {
+        self.weight_gradient(k, (dw, dw_beta), dy, x)?;
+        match dx {
+            Some(dx) => self.input_gradient(k, dx, dy, w),
+            None => Ok(()),
+        }
+    }
+
+    /// Direction `dir` of shape `k` on the buffers at `ptrs` through the graph API: false
+    /// where it is not asked for or has no plan for the shape.
+    fn by_graph(&mut self, k: Key, dir: (graph::Dir, f32), ptrs: [u64; 3]) -> Result<bool, String> {
+        match self.graph.as_mut() {
+            // SAFETY: the callers pass buffers of shape `k` (checked against it before a
+            // launch), of type `E` in the replica's layout, as the plans are made for
+            Some(g) => unsafe { g.run(k, dir, ptrs, &mut self.workspace) },
+            None => Ok(false),
+        }
+    }
+
+    fn weight_gradient(
+        &mut self,
+        k: Key,
+        (dw, dw_beta): (&mut CudaViewMut<'_, E>, f32),
+        dy: &CudaView<'_, E>,
+        x: &CudaView<'_, E>,
+    ) -> Result<(), String> {
+        let by_graph = {
+            let s = self.stream.clone();
+            let ((px, _rx), (pdw, _rdw), (pdy, _rdy)) =
+                (x.device_ptr(&s), dw.device_ptr_mut(&s), dy.device_ptr(&s));
+            self.by_graph(k, (graph::Dir::Filter, dw_beta), [px, pdw, pdy])
+        };
+        if by_graph.map_err(|e| format!("weight gradient: {e}"))? {
+            return Ok(());
+        }
         self.plan(k)?;
-        let Dnn {
-            plans, workspace, ..
-        } = self;
-        let p = &plans[&k];
-        let mut ws = workspace.slice_mut(..);
+        let p = &self.plans[&k];
         let b = ConvBackwardFilter {
             conv: &p.conv,
             x: &p.x,
             dw: &p.w,
             dy: &p.y,
         };
-        let (one, zero, beta) = (E::from_f32(1.0), E::from_f32(0.0), E::from_f32(dw_beta));
+        let mut ws = self.workspace.slice_mut(..);
+        let (one, beta) = (E::from_f32(1.0), E::from_f32(dw_beta));
         // SAFETY: as `forward`
         unsafe { b.launch(p.filter, Some(&mut ws), (one, beta), x, dw, dy) }
-            .map_err(say("weight gradient"))?;
-        if let Some(dx) = dx {
-            let d = ConvBackwardData {
-                conv: &p.conv,
-                dx: &p.x,
-                w: &p.w,
-                dy: &p.y,
-            };
-            // SAFETY: as `forward`
-            unsafe { d.launch(p.data, Some(&mut ws), (one, zero), dx, w, dy) }
-                .map_err(say("input gradient"))?;
+            .map_err(say("weight gradient"))
+    }
+
+    fn input_gradient(
+        &mut self,
+        k: Key,
+        dx: &mut CudaViewMut<'_, E>,
+        dy: &CudaView<'_, E>,
+        w: &CudaView<'_, E>,
+    ) -> Result<(), String> {
+        let by_graph = {
+            let s = self.stream.clone();
+            let ((pdx, _rdx), (pw, _rw), (pdy, _rdy)) =
+                (dx.device_ptr_mut(&s), w.device_ptr(&s), dy.device_ptr(&s));
+            self.by_graph(k, (graph::Dir::Data, 0.0), [pdx, pw, pdy])
+        };
+        if by_graph.map_err(|e| format!("input gradient: {e}"))? {
+            return Ok(());
         }
-        Ok(())
+        self.plan(k)?;
+        let p = &self.plans[&k];
+        let d = ConvBackwardData {
+            conv: &p.conv,
+            dx: &p.x,
+            w: &p.w,
+            dy: &p.y,
+        };
+        let mut ws = self.workspace.slice_mut(..);
+        let (one, zero) = (E::from_f32(1.0), E::from_f32(0.0));
+        // SAFETY: as `forward`
+        unsafe { d.launch(p.data, Some(&mut ws), (one, zero), dx, w, dy) }
+            .map_err(say("input gradient"))
     }
 }
 

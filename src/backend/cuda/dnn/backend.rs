@@ -1,0 +1,240 @@
+//! cuDNN's backend (graph) API, one descriptor at a time: `Desc` owns a
+//! `cudnnBackendDescriptor_t`, sets its attributes with the element type each takes, finalizes
+//! it and reads attributes back. Every unsafe call into that API is here; `graph` builds
+//! convolutions out of these. (cudarc wraps only the legacy API.)
+
+use std::ffi::c_void;
+
+use cudarc::cudnn::sys as ffi;
+use ffi::cudnnBackendAttributeName_t as Attr;
+use ffi::cudnnBackendAttributeType_t as Ty;
+use ffi::cudnnBackendDescriptorType_t as Kind;
+
+/// One backend descriptor, destroyed on drop.
+#[derive(Debug)]
+pub struct Desc {
+    raw: ffi::cudnnBackendDescriptor_t,
+    kind: Kind,
+}
+
+// SAFETY: a descriptor is host memory used by the thread that owns its replica alone
+unsafe impl Send for Desc {}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: made by `cudnnBackendCreateDescriptor` in `new`, not used after this
+        let _ = unsafe { ffi::cudnnBackendDestroyDescriptor(self.raw) };
+    }
+}
+
+fn ok(what: impl FnOnce() -> String, s: ffi::cudnnStatus_t) -> Result<(), String> {
+    s.result().map_err(|e| format!("cuDNN {}: {e:?}", what()))
+}
+
+impl Desc {
+    /// A new descriptor of `kind`, its attributes unset.
+    pub fn new(kind: Kind) -> Result<Desc, String> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: an out-pointer to one descriptor
+        let s = unsafe { ffi::cudnnBackendCreateDescriptor(kind, &mut raw) };
+        ok(|| format!("create a {kind:?}"), s)?;
+        Ok(Desc { raw, kind })
+    }
+
+    /// Sets `attr` to the `n` elements of type `ty` at `values`.
+    ///
+    /// # Safety
+    /// `values` must point at `n` elements of the C type `ty` names.
+    unsafe fn set_raw(
+        &mut self,
+        attr: Attr,
+        ty: Ty,
+        n: usize,
+        values: *const c_void,
+    ) -> Result<(), String> {
+        let s = ffi::cudnnBackendSetAttribute(self.raw, attr, ty, n as i64, values);
+        ok(|| format!("set {attr:?} of a {:?}", self.kind), s)
+    }
+
+    pub fn set_i64s(&mut self, attr: Attr, v: &[i64]) -> Result<(), String> {
+        // SAFETY: v.len() i64s
+        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_INT64, v.len(), v.as_ptr().cast()) }
+    }
+
+    pub fn set_i64(&mut self, attr: Attr, v: i64) -> Result<(), String> {
+        self.set_i64s(attr, &[v])
+    }
+
+    /// A float scale (a convolution's alpha or beta, for fp32 compute).
+    pub fn set_f32(&mut self, attr: Attr, v: f32) -> Result<(), String> {
+        // SAFETY: one f32
+        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_FLOAT, 1, (&v as *const f32).cast()) }
+    }
+
+    pub fn set_data_type(&mut self, attr: Attr, v: ffi::cudnnDataType_t) -> Result<(), String> {
+        // SAFETY: one cudnnDataType_t
+        unsafe {
+            self.set_raw(
+                attr,
+                Ty::CUDNN_TYPE_DATA_TYPE,
+                1,
+                (&v as *const ffi::cudnnDataType_t).cast(),
+            )
+        }
+    }
+
+    pub fn set_conv_mode(
+        &mut self,
+        attr: Attr,
+        v: ffi::cudnnConvolutionMode_t,
+    ) -> Result<(), String> {
+        let p: *const ffi::cudnnConvolutionMode_t = &v;
+        // SAFETY: one cudnnConvolutionMode_t
+        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_CONVOLUTION_MODE, 1, p.cast()) }
+    }
+
+    pub fn set_heur_mode(
+        &mut self,
+        attr: Attr,
+        v: ffi::cudnnBackendHeurMode_t,
+    ) -> Result<(), String> {
+        let p: *const ffi::cudnnBackendHeurMode_t = &v;
+        // SAFETY: one cudnnBackendHeurMode_t
+        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_HEUR_MODE, 1, p.cast()) }
+    }
+
+    /// The cuDNN handle a graph or plan runs on (it must outlive them: `graph::Plans` holds it).
+    pub fn set_handle(&mut self, attr: Attr, h: ffi::cudnnHandle_t) -> Result<(), String> {
+        // SAFETY: one handle
+        unsafe {
+            self.set_raw(
+                attr,
+                Ty::CUDNN_TYPE_HANDLE,
+                1,
+                (&h as *const ffi::cudnnHandle_t).cast(),
+            )
+        }
+    }
+
+    /// Other finalized descriptors (cuDNN keeps what it needs of them).
+    pub fn set_descs(&mut self, attr: Attr, ds: &[&Desc]) -> Result<(), String> {
+        let raw: Vec<ffi::cudnnBackendDescriptor_t> = ds.iter().map(|d| d.raw).collect();
+        // SAFETY: raw.len() descriptors
+        unsafe {
+            self.set_raw(
+                attr,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                raw.len(),
+                raw.as_ptr().cast(),
+            )
+        }
+    }
+
+    /// Device addresses (a variant pack's data pointers or workspace).
+    pub fn set_ptrs(&mut self, attr: Attr, ps: &[*mut c_void]) -> Result<(), String> {
+        // SAFETY: ps.len() pointers
+        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_VOID_PTR, ps.len(), ps.as_ptr().cast()) }
+    }
+
+    /// Checks the attributes set and makes the descriptor usable; an error names what failed.
+    pub fn finalize(self) -> Result<Desc, String> {
+        // SAFETY: a descriptor of ours
+        let s = unsafe { ffi::cudnnBackendFinalize(self.raw) };
+        ok(|| format!("finalize a {:?}", self.kind), s)?;
+        Ok(self)
+    }
+
+    /// An i64 attribute of a finalized descriptor (a plan's workspace bytes, an engine's index).
+    pub fn get_i64(&self, attr: Attr) -> Result<i64, String> {
+        let (mut v, mut n) = (0i64, 0i64);
+        // SAFETY: room for one i64
+        let s = unsafe {
+            ffi::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                Ty::CUDNN_TYPE_INT64,
+                1,
+                &mut n,
+                (&mut v as *mut i64).cast(),
+            )
+        };
+        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
+        Ok(v)
+    }
+
+    /// Up to `max` descriptors of `kind` that attribute `attr` holds (heuristics' engine
+    /// configurations, a configuration's engine), in order.
+    pub fn get_descs(&self, attr: Attr, kind: Kind, max: usize) -> Result<Vec<Desc>, String> {
+        let mut out = (0..max)
+            .map(|_| Desc::new(kind))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut raw: Vec<ffi::cudnnBackendDescriptor_t> = out.iter().map(|d| d.raw).collect();
+        let mut n = 0i64;
+        // SAFETY: `raw` holds `max` descriptors of the kind cuDNN fills in
+        let s = unsafe {
+            ffi::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                max as i64,
+                &mut n,
+                raw.as_mut_ptr().cast(),
+            )
+        };
+        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
+        out.truncate(n.clamp(0, max as i64) as usize);
+        Ok(out)
+    }
+
+    /// How many descriptors attribute `attr` holds (a heuristics' results).
+    pub fn count_descs(&self, attr: Attr) -> Result<usize, String> {
+        let mut n = 0i64;
+        // SAFETY: a count only: no elements are written
+        let s = unsafe {
+            ffi::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                0,
+                &mut n,
+                std::ptr::null_mut(),
+            )
+        };
+        ok(|| format!("count {attr:?} of a {:?}", self.kind), s)?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// An engine's notes of attribute `attr` of type `ty` (numerical or behaviour notes), as
+    /// their C values: a newer cuDNN may name values this build's enums do not know.
+    pub fn notes(&self, attr: Attr, ty: Ty) -> Result<Vec<u32>, String> {
+        // (more room than any cuDNN 9 has notes of a kind)
+        const ROOM: usize = 32;
+        let mut v = [0u32; ROOM];
+        let mut n = 0i64;
+        // SAFETY: room for ROOM enum values (C enums: 32 bits)
+        let s = unsafe {
+            ffi::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                ty,
+                ROOM as i64,
+                &mut n,
+                v.as_mut_ptr().cast(),
+            )
+        };
+        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
+        Ok(v[..n.clamp(0, ROOM as i64) as usize].to_vec())
+    }
+
+    /// Runs finalized plan `self` on the tensors and workspace of finalized variant pack
+    /// `pack`, on `handle`'s stream.
+    ///
+    /// # Safety
+    /// The pack's pointers must address live device buffers of the shapes, types and
+    /// alignments the plan's tensors were described with, and its workspace at least the
+    /// plan's workspace size.
+    pub unsafe fn execute(&self, handle: ffi::cudnnHandle_t, pack: &Desc) -> Result<(), String> {
+        let s = ffi::cudnnBackendExecute(handle, self.raw, pack.raw);
+        ok(|| "run a convolution plan".to_string(), s)
+    }
+}
