@@ -57,12 +57,8 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
                 checked?;
                 // a graph API that planned nothing checked nothing (the legacy API ran)
                 match coverage {
-                    Some((0, asked)) => Err(format!(
-                        "the graph API planned none of the {asked} shapes and directions asked"
-                    )),
-                    Some((planned, asked)) => Ok(format!(
-                        "; the graph API planned {planned} of {asked} shapes and directions"
-                    )),
+                    Some(c) if c.planned == 0 => Err(c.to_string()),
+                    Some(c) => Ok(format!("; {c}")),
                     None => Ok(String::new()),
                 }
             })();

@@ -229,6 +229,31 @@ struct PlanKey {
     align: [u8; 3],
 }
 
+/// How much of what was asked the graph API runs (`Plans::coverage`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coverage {
+    /// Shapes and directions (with their betas and alignments) it has plans for.
+    pub planned: usize,
+    /// Those asked of it.
+    pub asked: usize,
+    /// Why the first it has no plan for was refused.
+    pub refused: Option<String>,
+}
+
+impl std::fmt::Display for Coverage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the graph API planned {} of {} shapes and directions",
+            self.planned, self.asked
+        )?;
+        match &self.refused {
+            Some(why) => write!(f, "; the legacy API ran the rest (first refused: {why})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// An execution plan ready to run, what it was made of, the workspace it needs, and the
 /// variant pack of the pointers it last ran on (the same buffers every step).
 struct Ready {
@@ -250,6 +275,8 @@ pub struct Plans {
     elem: usize,
     numerics: Numerics,
     how: Choice,
+    /// Why the first shape the graph API does not run was refused.
+    refused: Option<String>,
 }
 
 fn pack(ptrs: [u64; 3], workspace: u64) -> Result<Desc, String> {
@@ -283,6 +310,7 @@ impl Plans {
             elem,
             numerics,
             how,
+            refused: None,
         })
     }
 
@@ -306,7 +334,14 @@ impl Plans {
             align: ptrs.map(alignment),
         };
         if !self.ready.contains_key(&key) {
-            let ready = self.make(key, ptrs, workspace)?;
+            let ready = match self.make(key, ptrs, workspace)? {
+                Ok(r) => Some(r),
+                Err(why) => {
+                    let what = format!("{:?} of {:?}: {why}", key.dir, key.k);
+                    self.refused.get_or_insert(what);
+                    None
+                }
+            };
             self.ready.insert(key, ready);
         }
         let Some(need) = self.ready[&key].as_ref().map(|r| r.workspace) else {
@@ -327,11 +362,14 @@ impl Plans {
         Ok(true)
     }
 
-    /// (keys planned, keys seen): how many of the shapes and directions asked for the graph
-    /// API runs (the rest, the legacy API).
-    pub fn coverage(&self) -> (usize, usize) {
-        let planned = self.ready.values().filter(|r| r.is_some()).count();
-        (planned, self.ready.len())
+    /// How many of the shapes and directions asked for the graph API runs (the rest, the
+    /// legacy API), and why the first it does not was refused.
+    pub fn coverage(&self) -> Coverage {
+        Coverage {
+            planned: self.ready.values().filter(|r| r.is_some()).count(),
+            asked: self.ready.len(),
+            refused: self.refused.clone(),
+        }
     }
 
     /// `workspace` grown to at least `need` bytes: its device address.
@@ -403,24 +441,26 @@ impl Plans {
     }
 
     /// The plan of `key`: the first usable one, or measured, the fastest of up to `TIMED` run on
-    /// `ptrs` (a weight gradient into scratch: it may be added to); `None` where none builds.
+    /// `ptrs` (a weight gradient into scratch: it may be added to); Ok(Err(why)) where cuDNN
+    /// refuses the shape or no plan builds (the legacy API runs it), Err where timing failed.
     fn make(
         &self,
         key: PlanKey,
         ptrs: [u64; 3],
         workspace: &mut CudaSlice<u8>,
-    ) -> Result<Option<Ready>, String> {
-        let (op, mut made_of) = operation(
-            key.k,
-            key.dir,
-            f32::from_bits(key.beta),
-            self.data,
-            key.align,
-        )?;
-        let mut graph = Desc::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-        graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, self.handle.raw())?;
-        graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
-        let graph = graph.finalize()?;
+    ) -> Result<Result<Ready, String>, String> {
+        let described = (|| {
+            let beta = f32::from_bits(key.beta);
+            let (op, made_of) = operation(key.k, key.dir, beta, self.data, key.align)?;
+            let mut graph = Desc::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+            graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, self.handle.raw())?;
+            graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
+            Ok::<_, String>((op, made_of, graph.finalize()?))
+        })();
+        let (op, mut made_of, graph) = match described {
+            Ok(d) => d,
+            Err(why) => return Ok(Err(why)),
+        };
         let want = match self.how {
             Choice::Measured => TIMED,
             Choice::Heuristic | Choice::Deterministic => 1,
@@ -438,14 +478,15 @@ impl Plans {
             0 | 1 => plans.pop(),
             _ => self.fastest(plans, key, ptrs, workspace)?,
         };
-        Ok(chosen.map(|(plan, need, cfg)| {
-            made_of.extend([op, graph, cfg]);
-            Ready {
-                plan,
-                _made_of: made_of,
-                workspace: need,
-                pack: None,
-            }
+        let Some((plan, need, cfg)) = chosen else {
+            return Ok(Err("no engine configuration of its heuristics made a plan the run's numerics and workspace bound allow (or ran)".into()));
+        };
+        made_of.extend([op, graph, cfg]);
+        Ok(Ok(Ready {
+            plan,
+            _made_of: made_of,
+            workspace: need,
+            pack: None,
         }))
     }
 
@@ -565,6 +606,30 @@ mod tests {
         assert!(
             e.contains("v8") && e.contains("legacy") && e.contains("graph"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn coverage_names_the_first_refusal_only_where_there_was_one() {
+        let all = Coverage {
+            planned: 6,
+            asked: 6,
+            refused: None,
+        };
+        assert_eq!(
+            all.to_string(),
+            "the graph API planned 6 of 6 shapes and directions"
+        );
+        let some = Coverage {
+            planned: 5,
+            asked: 6,
+            refused: Some("Data of a shape: no engine".into()),
+        };
+        let said = some.to_string();
+        assert!(said.starts_with("the graph API planned 5 of 6"), "{said}");
+        assert!(
+            said.contains("legacy API ran the rest (first refused: Data of a shape: no engine)"),
+            "{said}"
         );
     }
 

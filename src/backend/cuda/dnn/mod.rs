@@ -278,9 +278,8 @@ impl<E: Elem> Dnn<E> {
         })
     }
 
-    /// Through the graph API: (shapes and directions it planned, those asked of it); the
-    /// legacy API: `None`.
-    pub fn graph_coverage(&self) -> Option<(usize, usize)> {
+    /// Through the graph API: how much of what was asked it runs; the legacy API: `None`.
+    pub fn graph_coverage(&self) -> Option<graph::Coverage> {
         self.graph.as_ref().map(graph::Plans::coverage)
     }
 

@@ -216,6 +216,9 @@ impl<E: Elem> Drop for CudaReplica<E> {
             eprint!("{}", p.table(self.gpu.index, |n| layer_label(m, n)));
         }
         if let Some(d) = self.dnn.take() {
+            if let Some(c) = d.graph_coverage() {
+                eprintln!("gpu{}: cuDNN: {c}", self.gpu.index);
+            }
             dnn::close(d);
         }
         if let Some(blas) = self.blas.take() {
