@@ -19,7 +19,9 @@ use cudarc::cudnn::sys::{
 };
 use cudarc::driver::CudaStream;
 
-use super::{int, Key};
+use cudarc::cudnn::CudnnError;
+
+use super::{int, say, Key, MAX_WORKSPACE};
 
 /// How a shape's algorithms are chosen (`MGTOP_CUDNN_ALGOS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -370,6 +372,34 @@ impl Measurer {
     }
 }
 
+/// The algorithm picked (`pick`) where its workspace (`size`) fits in `MAX_WORKSPACE`, else
+/// (too big, or cuDNN cannot size it for this shape) the first of `fallbacks` that can run this
+/// shape within it, else the last (cuDNN's no-workspace algorithm): (algorithm, workspace
+/// bytes).
+pub fn fitting<A: Copy, const N: usize>(
+    what: &str,
+    pick: Result<A, CudnnError>,
+    size: impl Fn(A) -> Result<usize, CudnnError>,
+    fallbacks: [A; N],
+) -> Result<(A, usize), String> {
+    let a = pick.map_err(say(what))?;
+    match size(a) {
+        Ok(n) if n <= MAX_WORKSPACE => Ok((a, n)),
+        // too big, or not for this shape (cuDNN cannot size it: a fixed fallback in a layout
+        // it does not take)
+        _ => {
+            let fits = |f: &A| {
+                size(*f)
+                    .ok()
+                    .filter(|&n| n <= MAX_WORKSPACE)
+                    .map(|n| (*f, n))
+            };
+            let last = *fallbacks.last().expect("a fallback");
+            Ok(fallbacks.iter().find_map(fits).unwrap_or((last, 0)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,5 +437,21 @@ mod tests {
         );
         let e = Choice::parse(Some("fast")).unwrap_err();
         assert!(e.contains("fast") && e.contains("deterministic"), "{e}");
+    }
+
+    #[test]
+    fn a_pick_too_big_or_unsizable_gives_way_to_the_first_fallback_that_fits() {
+        use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
+        let no = || CudnnError(CUDNN_STATUS_NOT_SUPPORTED);
+        // algorithm a needs sizes[a] bytes; None: cuDNN cannot size it for this shape
+        let sizes = [Some(10), Some(MAX_WORKSPACE + 1), None, Some(20), Some(0)];
+        let size = |a: usize| sizes[a].ok_or_else(no);
+        assert_eq!(fitting("pick", Ok(0), size, [3, 4]), Ok((0, 10)));
+        assert_eq!(fitting("pick", Ok(1), size, [2, 3, 4]), Ok((3, 20)));
+        assert_eq!(fitting("pick", Ok(2), size, [3, 4]), Ok((3, 20)));
+        // nothing fits: the last fallback, taken as needing none
+        assert_eq!(fitting("pick", Ok(2), size, [1, 2]), Ok((2, 0)));
+        let e = fitting("pick a forward algorithm", Err(no()), size, [4]).unwrap_err();
+        assert!(e.contains("pick a forward algorithm"), "{e}");
     }
 }

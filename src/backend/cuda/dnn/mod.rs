@@ -242,19 +242,19 @@ impl<E: Elem> Dnn<E> {
             (None, measure::Choice::Deterministic) => Some(fallback),
             (c, _) => c,
         };
-        let (fwd, need_f) = fitting(
+        let (fwd, need_f) = measure::fitting(
             "pick a forward algorithm",
             chosen.map_or_else(|| f.pick_algorithm(), |a| Ok(a.fwd)),
             |a| f.get_workspace_size(a),
             [fallback.fwd, last.fwd],
         )?;
-        let (data, need_d) = fitting(
+        let (data, need_d) = measure::fitting(
             "pick an input-gradient algorithm",
             chosen.map_or_else(|| d.pick_algorithm(), |a| Ok(a.data)),
             |a| d.get_workspace_size(a),
             [fallback.data, last.data],
         )?;
-        let (filter, need_w) = fitting(
+        let (filter, need_w) = measure::fitting(
             "pick a weight-gradient algorithm",
             chosen.map_or_else(|| b.pick_algorithm(), |a| Ok(a.filter)),
             |a| b.get_workspace_size(a),
@@ -429,34 +429,6 @@ fn math(bf16: bool, precision: Precision) -> cudnnMathType_t {
     }
 }
 
-/// The algorithm picked (`pick`) where its workspace (`size`) fits in `MAX_WORKSPACE`, else
-/// (too big, or cuDNN cannot size it for this shape) the first of `fallbacks` that can run this
-/// shape within it, else the last (cuDNN's no-workspace algorithm): (algorithm, workspace
-/// bytes).
-fn fitting<A: Copy, const N: usize>(
-    what: &str,
-    pick: Result<A, CudnnError>,
-    size: impl Fn(A) -> Result<usize, CudnnError>,
-    fallbacks: [A; N],
-) -> Result<(A, usize), String> {
-    let a = pick.map_err(say(what))?;
-    match size(a) {
-        Ok(n) if n <= MAX_WORKSPACE => Ok((a, n)),
-        // too big, or not for this shape (cuDNN cannot size it: a fixed fallback in a layout
-        // it does not take)
-        _ => {
-            let fits = |f: &A| {
-                size(*f)
-                    .ok()
-                    .filter(|&n| n <= MAX_WORKSPACE)
-                    .map(|n| (*f, n))
-            };
-            let last = *fallbacks.last().expect("a fallback");
-            Ok(fallbacks.iter().find_map(fits).unwrap_or((last, 0)))
-        }
-    }
-}
-
 /// Ends a cuDNN context, whose descriptors' and handle's drops panic after a sticky CUDA
 /// error: while the thread is already panicking it is leaked instead (a second panic would
 /// abort the process), otherwise a failure is ignored.
@@ -480,22 +452,6 @@ mod tests {
         assert_eq!(math(false, Precision::Fp32), CUDNN_FMA_MATH);
         // a bf16 run's fp32 check (`check`) compares strictly
         assert_eq!(math(false, Precision::Bf16), CUDNN_FMA_MATH);
-    }
-
-    #[test]
-    fn a_pick_too_big_or_unsizable_gives_way_to_the_first_fallback_that_fits() {
-        use cudarc::cudnn::sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED;
-        let no = || CudnnError(CUDNN_STATUS_NOT_SUPPORTED);
-        // algorithm a needs sizes[a] bytes; None: cuDNN cannot size it for this shape
-        let sizes = [Some(10), Some(MAX_WORKSPACE + 1), None, Some(20), Some(0)];
-        let size = |a: usize| sizes[a].ok_or_else(no);
-        assert_eq!(fitting("pick", Ok(0), size, [3, 4]), Ok((0, 10)));
-        assert_eq!(fitting("pick", Ok(1), size, [2, 3, 4]), Ok((3, 20)));
-        assert_eq!(fitting("pick", Ok(2), size, [3, 4]), Ok((3, 20)));
-        // nothing fits: the last fallback, taken as needing none
-        assert_eq!(fitting("pick", Ok(2), size, [1, 2]), Ok((2, 0)));
-        let e = fitting("pick a forward algorithm", Err(no()), size, [4]).unwrap_err();
-        assert!(e.contains("pick a forward algorithm"), "{e}");
     }
 
     #[test]
