@@ -204,14 +204,30 @@ impl Desc {
         Ok(n.max(0) as usize)
     }
 
-    /// An engine's notes of attribute `attr` of type `ty` (numerical or behaviour notes), as
-    /// their C values: a newer cuDNN may name values this build's enums do not know.
-    pub fn notes(&self, attr: Attr, ty: Ty) -> Result<Vec<u32>, String> {
+    /// An engine's numerical notes (tensor cores, nondeterminism, ...), as their C values: a
+    /// newer cuDNN may name values this build's enums do not know.
+    pub fn numerical_notes(&self) -> Result<Vec<u32>, String> {
+        self.notes(
+            Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+            Ty::CUDNN_TYPE_NUMERICAL_NOTE,
+        )
+    }
+
+    /// An engine's behaviour notes (runtime compilation, ...), as their C values.
+    pub fn behavior_notes(&self) -> Result<Vec<u32>, String> {
+        self.notes(
+            Attr::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+            Ty::CUDNN_TYPE_BEHAVIOR_NOTE,
+        )
+    }
+
+    /// Notes of `attr`, of `ty`: a C enum of 32 bits (the two callers).
+    fn notes(&self, attr: Attr, ty: Ty) -> Result<Vec<u32>, String> {
         // (more room than any cuDNN 9 has notes of a kind)
         const ROOM: usize = 32;
         let mut v = [0u32; ROOM];
         let mut n = 0i64;
-        // SAFETY: room for ROOM enum values (C enums: 32 bits)
+        // SAFETY: room for ROOM values of `ty`, a 32-bit C enum
         let s = unsafe {
             ffi::cudnnBackendGetAttribute(
                 self.raw,

@@ -1,5 +1,6 @@
 //! Which of cuDNN's engines a convolution may take: the configurations its heuristics list,
-//! those whose numerical notes the run allows (`allowed`), made into execution plans.
+//! those whose numerical notes the run allows (`allowed`), made into execution plans
+//! (precompiled engines first: `runtime_compiled`).
 
 use cudarc::cudnn::sys as ffi;
 use ffi::cudnnBackendAttributeName_t as A;
@@ -28,8 +29,23 @@ pub fn allowed(notes: &[u32], n: Numerics) -> bool {
         || (n.deterministic && has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)))
 }
 
-/// The engine configurations cuDNN's heuristics list for `graph`, mode A's then its
-/// fallback list's (a mode that fails lists none).
+/// Whether an engine with behaviour notes `notes` compiles its kernels when its plan is made
+/// (NVRTC at finalize: up to seconds a plan; PyTorch leaves these engines out by default).
+pub fn runtime_compiled(notes: &[u32]) -> bool {
+    use ffi::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as RTC;
+    notes.contains(&(RTC as u32))
+}
+
+/// The engine a configuration uses.
+fn engine(cfg: &Desc) -> Option<Desc> {
+    let kind = K::CUDNN_BACKEND_ENGINE_DESCRIPTOR;
+    cfg.get_descs(A::CUDNN_ATTR_ENGINECFG_ENGINE, kind, 1)
+        .ok()?
+        .pop()
+}
+
+/// The engine configurations cuDNN's heuristics list for `graph`: mode A's, then those of its
+/// fallback list on other engines (a mode that fails lists none).
 pub fn configs(graph: &Desc) -> Vec<Desc> {
     use ffi::cudnnBackendHeurMode_t::{CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     let list = |mode| -> Result<Vec<Desc>, String> {
@@ -38,51 +54,52 @@ pub fn configs(graph: &Desc) -> Vec<Desc> {
         h.set_heur_mode(A::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
         let h = h.finalize()?;
         let n = h.count_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS)?;
-        h.get_descs(
-            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-            n,
-        )
+        let kind = K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR;
+        h.get_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS, kind, n)
     };
-    [CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK]
-        .into_iter()
-        .flat_map(|mode| list(mode).unwrap_or_default())
-        .collect()
+    let index =
+        |cfg: &Desc| engine(cfg).and_then(|e| e.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX).ok());
+    let mut out = list(CUDNN_HEUR_MODE_A).unwrap_or_default();
+    let seen: Vec<Option<i64>> = out.iter().map(index).collect();
+    let more = list(CUDNN_HEUR_MODE_FALLBACK).unwrap_or_default();
+    out.extend(more.into_iter().filter(|c| {
+        let i = index(c);
+        i.is_none() || !seen.contains(&i)
+    }));
+    out
 }
 
-/// Engine configuration `cfg` made into a plan, where the run's numerics allow its engine
-/// and it builds within the workspace bound (`MAX_WORKSPACE`): (plan, workspace
-/// bytes), made on `handle`.
-pub fn plan(cfg: &Desc, handle: ffi::cudnnHandle_t, numerics: Numerics) -> Option<(Desc, usize)> {
-    use ffi::cudnnBackendAttributeType_t::CUDNN_TYPE_NUMERICAL_NOTE;
-    let engine = cfg
-        .get_descs(
-            A::CUDNN_ATTR_ENGINECFG_ENGINE,
-            K::CUDNN_BACKEND_ENGINE_DESCRIPTOR,
-            1,
-        )
-        .ok()?
-        .pop()?;
-    let notes = engine
-        .notes(
-            A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-            CUDNN_TYPE_NUMERICAL_NOTE,
-        )
-        .ok()?;
-    if !allowed(&notes, numerics) {
-        return None;
-    }
-    let mut p = Desc::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR).ok()?;
-    p.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)
-        .ok()?;
-    p.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])
-        .ok()?;
-    let p = p.finalize().ok()?;
-    let need = p
-        .get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)
-        .ok()?;
-    let need = usize::try_from(need).ok().filter(|&n| n <= MAX_WORKSPACE)?;
-    Some((p, need))
+/// Up to `want` of `configs` made into plans, in order: those whose engines the run's numerics
+/// allow, precompiled ones or (`compiled`) runtime-compiled ones only, that build within the
+/// workspace bound (`MAX_WORKSPACE`) on `handle`: (plan, workspace bytes).
+pub fn plans(
+    configs: &[Desc],
+    handle: ffi::cudnnHandle_t,
+    numerics: Numerics,
+    (want, compiled): (usize, bool),
+) -> Vec<(Desc, usize)> {
+    configs
+        .iter()
+        .filter_map(|cfg| {
+            let e = engine(cfg)?;
+            let (num, how) = (e.numerical_notes().ok()?, e.behavior_notes().ok()?);
+            if !allowed(&num, numerics) || runtime_compiled(&how) != compiled {
+                return None;
+            }
+            let mut p = Desc::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR).ok()?;
+            p.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)
+                .ok()?;
+            p.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])
+                .ok()?;
+            let p = p.finalize().ok()?;
+            let need = p
+                .get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)
+                .ok()?;
+            let need = usize::try_from(need).ok().filter(|&n| n <= MAX_WORKSPACE)?;
+            Some((p, need))
+        })
+        .take(want)
+        .collect()
 }
 
 #[cfg(test)]
@@ -123,5 +140,16 @@ mod tests {
         assert!(!allowed(&atomics, same));
         // a note this build does not know is no reason to refuse an engine
         assert!(allowed(&[77], strict));
+    }
+
+    #[test]
+    fn runtime_compiled_engines_are_told_by_their_behaviour_note() {
+        use ffi::cudnnBackendBehaviorNote_t::*;
+        assert!(runtime_compiled(&[
+            CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as u32
+        ]));
+        assert!(!runtime_compiled(&[]));
+        let graph_native = CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API as u32;
+        assert!(!runtime_compiled(&[graph_native, 99]));
     }
 }

@@ -1,12 +1,13 @@
 //! Convolutions through cuDNN's graph (backend) API, as PyTorch runs its own
 //! (`MGTOP_CUDNN_API=graph`): per shape, direction, beta and tensor alignment, a graph of one
 //! convolution; the engine configurations cuDNN's heuristics list for it (mode A, then its
-//! fallback list) whose numerics the run allows (`allowed`); those made into execution plans
-//! within `MAX_WORKSPACE`; and of those, measured, the fastest of up to `TIMED` on the call's
-//! own buffers (PyTorch's `cudnn.benchmark`), or the first (`MGTOP_CUDNN_ALGOS=heuristic` or
+//! fallback list); those whose numerics the run allows made into execution plans within
+//! `MAX_WORKSPACE`, precompiled engines first (runtime-compiled ones only where none builds:
+//! `engines`); and of those, measured, the fastest of up to `TIMED` on the call's own buffers
+//! (PyTorch's `cudnn.benchmark`), or the first that runs (`MGTOP_CUDNN_ALGOS=heuristic` or
 //! `deterministic`). The legacy API (`cudnnConvolution*`) reaches one engine per algorithm
-//! enum; the graph API all of them. A shape no engine takes goes to the legacy API
-//! (`Plans::run` says so by returning false).
+//! enum; the graph API all of them. A shape no plan runs goes to the legacy API (`Plans::run`
+//! says so by returning false).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -61,8 +62,14 @@ impl Api {
 /// first).
 const TIMED: usize = 12;
 
+/// How many plans an unmeasured shape tries, in order, for one that runs.
+const TRIED: usize = 3;
+
 /// Runs of each plan timed, after one untimed.
 const RUNS: usize = 3;
+
+/// Variant packs a plan keeps (layers of one shape share a plan, each with its buffers).
+const PACKS: usize = 8;
 
 /// A plan's key: the shape, the direction, beta's bits and the tensors' alignments.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -99,23 +106,23 @@ impl std::fmt::Display for Coverage {
 }
 
 /// An execution plan ready to run, what it was made of, the workspace it needs, and the
-/// variant pack of the pointers it last ran on (the same buffers every step).
+/// variant packs of the pointers it last ran on (the same buffers every step), newest last.
 struct Ready {
     plan: Desc,
     _made_of: Vec<Desc>,
     workspace: usize,
-    pack: Option<([u64; 4], Desc)>,
+    packs: Vec<([u64; 4], Desc)>,
 }
 
 /// The graph API's plans on one GPU's stream, for tensors of one type.
 pub struct Plans {
-    /// Each key's plan; `None` where no engine takes it (the legacy API runs it). (Dropped
-    /// before the handle they were made on.)
+    /// Each key's plan; `None` where no plan runs it (the legacy API does). (Dropped before
+    /// the handle they were made on.)
     ready: HashMap<PlanKey, Option<Ready>>,
-    stream: Arc<CudaStream>,
     handle: Measurer,
+    stream: Arc<CudaStream>,
     data: ffi::cudnnDataType_t,
-    /// Bytes of one element (the weight-gradient scratch a measurement writes).
+    /// Bytes of one element (the weight-gradient scratch a trial writes).
     elem: usize,
     numerics: Numerics,
     how: Choice,
@@ -148,8 +155,8 @@ impl Plans {
     ) -> Result<Plans, String> {
         Ok(Plans {
             ready: HashMap::new(),
-            stream: stream.clone(),
             handle: Measurer::open(stream)?,
+            stream: stream.clone(),
             data,
             elem,
             numerics,
@@ -178,32 +185,43 @@ impl Plans {
             align: ptrs.map(alignment),
         };
         if !self.ready.contains_key(&key) {
-            let ready = match self.make(key, ptrs, workspace)? {
-                Ok(r) => Some(r),
-                Err(why) => {
-                    let what = format!("{:?} of {:?}: {why}", key.dir, key.k);
-                    self.refused.get_or_insert(what);
-                    None
-                }
-            };
+            let ready = self.make(key, ptrs, workspace)?;
+            let ready = ready.map_err(|why| self.refuse(key, why)).ok();
             self.ready.insert(key, ready);
         }
         let Some(need) = self.ready[&key].as_ref().map(|r| r.workspace) else {
             return Ok(false);
         };
         let ws = self.grow(workspace, need)?;
-        let r = self
-            .ready
-            .get_mut(&key)
+        let r = (self.ready.get_mut(&key))
             .and_then(Option::as_mut)
             .expect("a plan");
         let at = [ptrs[0], ptrs[1], ptrs[2], ws];
-        if r.pack.as_ref().is_none_or(|(p, _)| *p != at) {
-            r.pack = Some((at, pack(ptrs, ws)?));
+        let v = match r.packs.iter().position(|(p, _)| *p == at) {
+            Some(i) => i,
+            None => {
+                if r.packs.len() == PACKS {
+                    r.packs.remove(0);
+                }
+                r.packs.push((at, pack(ptrs, ws)?));
+                r.packs.len() - 1
+            }
+        };
+        match r.plan.execute(self.handle.raw(), &r.packs[v].1) {
+            Ok(()) => Ok(true),
+            // (cuDNN refuses before it launches: nothing was written) the legacy API from now
+            Err(e) => {
+                self.ready.insert(key, None);
+                self.refuse(key, e);
+                Ok(false)
+            }
         }
-        let (_, v) = r.pack.as_ref().expect("a variant pack");
-        r.plan.execute(self.handle.raw(), v)?;
-        Ok(true)
+    }
+
+    /// Keeps why `key` was refused where it is the first refusal.
+    fn refuse(&mut self, key: PlanKey, why: String) {
+        let what = format!("{:?} of {:?}: {why}", key.dir, key.k);
+        self.refused.get_or_insert(what);
     }
 
     /// How many of the shapes and directions asked for the graph API runs (the rest, the
@@ -228,9 +246,10 @@ impl Plans {
         Ok(p)
     }
 
-    /// The plan of `key`: the first usable one, or measured, the fastest of up to `TIMED` run on
-    /// `ptrs` (a weight gradient into scratch: it may be added to); Ok(Err(why)) where cuDNN
-    /// refuses the shape or no plan builds (the legacy API runs it), Err where timing failed.
+    /// The plan of `key`: measured, the fastest of up to `TIMED` on `ptrs`, else the first of
+    /// `TRIED` that runs there (a weight gradient into scratch: it may be added to);
+    /// Ok(Err(why)) where cuDNN refuses the shape or no plan runs (the legacy API runs it), Err
+    /// where timing failed.
     fn make(
         &self,
         key: PlanKey,
@@ -249,54 +268,73 @@ impl Plans {
             Ok(d) => d,
             Err(why) => return Ok(Err(why)),
         };
-        let want = match self.how {
-            Choice::Measured => TIMED,
-            Choice::Heuristic | Choice::Deterministic => 1,
-        };
-        let mut plans = Vec::new();
-        for cfg in engines::configs(&graph) {
-            if plans.len() == want {
-                break;
-            }
-            if let Some((p, need)) = engines::plan(&cfg, self.handle.raw(), self.numerics) {
-                plans.push((p, need, cfg));
-            }
+        let timed = self.how == Choice::Measured;
+        let want = if timed { TIMED } else { TRIED };
+        let configs = engines::configs(&graph);
+        let (h, n) = (self.handle.raw(), self.numerics);
+        let mut chosen = self.pick(
+            engines::plans(&configs, h, n, (want, false)),
+            key,
+            ptrs,
+            workspace,
+            timed,
+        )?;
+        if chosen.is_none() {
+            // only where no precompiled engine ran: one compiled now
+            chosen = self.pick(
+                engines::plans(&configs, h, n, (1, true)),
+                key,
+                ptrs,
+                workspace,
+                timed,
+            )?;
         }
-        let chosen = match plans.len() {
-            0 | 1 => plans.pop(),
-            _ => self.fastest(plans, key, ptrs, workspace)?,
+        let Some((plan, need)) = chosen else {
+            return Ok(Err(format!(
+                "none of the {} engine configurations its heuristics list made a plan that ran (within the run's numerics and the workspace bound)",
+                configs.len()
+            )));
         };
-        let Some((plan, need, cfg)) = chosen else {
-            return Ok(Err("no engine configuration of its heuristics made a plan the run's numerics and workspace bound allow (or ran)".into()));
-        };
-        made_of.extend([op, graph, cfg]);
+        made_of.extend([op, graph]);
         Ok(Ok(Ready {
             plan,
             _made_of: made_of,
             workspace: need,
-            pack: None,
+            packs: Vec::new(),
         }))
     }
 
-    /// The fastest of `plans` on `ptrs` (each run once, then `RUNS` times between events), a
-    /// weight gradient written into scratch; one that fails to run is passed over.
-    fn fastest(
+    /// Of `plans`, the fastest (`timed`: each run once, then `RUNS` times between events) or
+    /// the first that runs on `ptrs`, a weight gradient written into scratch, in a workspace of
+    /// its own where the kept one is too small (where that cannot be had, only the plans the
+    /// kept one fits are tried); one that fails to run is passed over.
+    fn pick(
         &self,
-        plans: Vec<(Desc, usize, Desc)>,
+        plans: Vec<(Desc, usize)>,
         key: PlanKey,
         mut ptrs: [u64; 3],
         workspace: &mut CudaSlice<u8>,
-    ) -> Result<Option<(Desc, usize, Desc)>, String> {
+        timed: bool,
+    ) -> Result<Option<(Desc, usize)>, String> {
         let need = plans.iter().map(|p| p.1).max().unwrap_or(0);
-        let ws = self.grow(workspace, need)?;
-        let g = &key.k.g;
+        let mut own = None;
+        let mut plans = plans;
+        if need > workspace.len() {
+            match self.stream.alloc_zeros::<u8>(need) {
+                Ok(w) => own = Some(w),
+                Err(_) => plans.retain(|p| p.1 <= workspace.len()),
+            }
+        }
+        let ws = match own.as_mut() {
+            Some(w) => w.device_ptr_mut(&self.stream).0,
+            None => workspace.device_ptr_mut(&self.stream).0,
+        };
         let mut scratch = None;
         if key.dir == Dir::Filter {
+            let g = &key.k.g;
             let bytes = g.oc * (g.c / key.k.groups) * g.k * g.k * self.elem;
-            let s = self
-                .stream
-                .alloc_zeros::<u8>(bytes)
-                .map_err(|e| format!("allocate {bytes} bytes to time cuDNN's plans: {e:?}"))?;
+            let s = (self.stream.alloc_zeros::<u8>(bytes))
+                .map_err(|e| format!("allocate {bytes} bytes to try cuDNN's plans: {e:?}"))?;
             scratch = Some(s);
         }
         if let Some(s) = scratch.as_mut() {
@@ -305,13 +343,16 @@ impl Plans {
         let v = pack(ptrs, ws)?;
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let on = |e| format!("time cuDNN's plans: {e:?}");
-        let mut best: Option<(f32, (Desc, usize, Desc))> = None;
+        let h = self.handle.raw();
+        let mut best: Option<(f32, (Desc, usize))> = None;
         for p in plans {
-            let h = self.handle.raw();
             // SAFETY: the pointers are the call's buffers (a weight gradient's scratch of its
-            // shape), the workspace grown to every plan's need
+            // shape), the workspace as big as every plan tried needs
             if unsafe { p.0.execute(h, &v) }.is_err() {
                 continue;
+            }
+            if !timed {
+                return Ok(Some(p));
             }
             let start = self.stream.record_event(timing).map_err(on)?;
             // SAFETY: as above
