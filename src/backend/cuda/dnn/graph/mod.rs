@@ -270,30 +270,18 @@ impl Plans {
         };
         let timed = self.how == Choice::Measured;
         let want = if timed { TIMED } else { TRIED };
-        let configs = engines::configs(&graph);
+        let mut tally = engines::Tally::default();
+        let configs = engines::configs(&graph, &mut tally);
         let (h, n) = (self.handle.raw(), self.numerics);
-        let mut chosen = self.pick(
-            engines::plans(&configs, h, n, (want, false)),
-            key,
-            ptrs,
-            workspace,
-            timed,
-        )?;
+        let plans = engines::plans(&configs, h, n, (want, false), &mut tally);
+        let mut chosen = self.pick(plans, key, ptrs, workspace, (timed, &mut tally))?;
         if chosen.is_none() {
             // only where no precompiled engine ran: one compiled now
-            chosen = self.pick(
-                engines::plans(&configs, h, n, (1, true)),
-                key,
-                ptrs,
-                workspace,
-                timed,
-            )?;
+            let plans = engines::plans(&configs, h, n, (1, true), &mut tally);
+            chosen = self.pick(plans, key, ptrs, workspace, (timed, &mut tally))?;
         }
         let Some((plan, need)) = chosen else {
-            return Ok(Err(format!(
-                "none of the {} engine configurations its heuristics list made a plan that ran (within the run's numerics and the workspace bound)",
-                configs.len()
-            )));
+            return Ok(Err(tally.to_string()));
         };
         made_of.extend([op, graph]);
         Ok(Ok(Ready {
@@ -314,7 +302,7 @@ impl Plans {
         key: PlanKey,
         mut ptrs: [u64; 3],
         workspace: &mut CudaSlice<u8>,
-        timed: bool,
+        (timed, tally): (bool, &mut engines::Tally),
     ) -> Result<Option<(Desc, usize)>, String> {
         let need = plans.iter().map(|p| p.1).max().unwrap_or(0);
         let mut own = None;
@@ -348,7 +336,8 @@ impl Plans {
         for p in plans {
             // SAFETY: the pointers are the call's buffers (a weight gradient's scratch of its
             // shape), the workspace as big as every plan tried needs
-            if unsafe { p.0.execute(h, &v) }.is_err() {
+            if let Err(e) = unsafe { p.0.execute(h, &v) } {
+                tally.unrun(e);
                 continue;
             }
             if !timed {
