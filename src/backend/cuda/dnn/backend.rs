@@ -65,22 +65,23 @@ impl Desc {
         self.set_i64s(attr, &[v])
     }
 
+    /// Sets `attr` to the one value `v`.
+    ///
+    /// # Safety
+    /// `T` must be the C type `ty` names.
+    unsafe fn set_one<T>(&mut self, attr: Attr, ty: Ty, v: T) -> Result<(), String> {
+        self.set_raw(attr, ty, 1, (&v as *const T).cast())
+    }
+
     /// A float scale (a convolution's alpha or beta, for fp32 compute).
     pub fn set_f32(&mut self, attr: Attr, v: f32) -> Result<(), String> {
-        // SAFETY: one f32
-        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_FLOAT, 1, (&v as *const f32).cast()) }
+        // SAFETY: a float
+        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_FLOAT, v) }
     }
 
     pub fn set_data_type(&mut self, attr: Attr, v: ffi::cudnnDataType_t) -> Result<(), String> {
-        // SAFETY: one cudnnDataType_t
-        unsafe {
-            self.set_raw(
-                attr,
-                Ty::CUDNN_TYPE_DATA_TYPE,
-                1,
-                (&v as *const ffi::cudnnDataType_t).cast(),
-            )
-        }
+        // SAFETY: a cudnnDataType_t
+        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_DATA_TYPE, v) }
     }
 
     pub fn set_conv_mode(
@@ -88,9 +89,8 @@ impl Desc {
         attr: Attr,
         v: ffi::cudnnConvolutionMode_t,
     ) -> Result<(), String> {
-        let p: *const ffi::cudnnConvolutionMode_t = &v;
-        // SAFETY: one cudnnConvolutionMode_t
-        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_CONVOLUTION_MODE, 1, p.cast()) }
+        // SAFETY: a cudnnConvolutionMode_t
+        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_CONVOLUTION_MODE, v) }
     }
 
     pub fn set_heur_mode(
@@ -98,22 +98,14 @@ impl Desc {
         attr: Attr,
         v: ffi::cudnnBackendHeurMode_t,
     ) -> Result<(), String> {
-        let p: *const ffi::cudnnBackendHeurMode_t = &v;
-        // SAFETY: one cudnnBackendHeurMode_t
-        unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_HEUR_MODE, 1, p.cast()) }
+        // SAFETY: a cudnnBackendHeurMode_t
+        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_HEUR_MODE, v) }
     }
 
     /// The cuDNN handle a graph or plan runs on (it must outlive them: `graph::Plans` holds it).
     pub fn set_handle(&mut self, attr: Attr, h: ffi::cudnnHandle_t) -> Result<(), String> {
-        // SAFETY: one handle
-        unsafe {
-            self.set_raw(
-                attr,
-                Ty::CUDNN_TYPE_HANDLE,
-                1,
-                (&h as *const ffi::cudnnHandle_t).cast(),
-            )
-        }
+        // SAFETY: a cudnnHandle_t
+        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_HANDLE, h) }
     }
 
     /// Other finalized descriptors (cuDNN keeps what it needs of them).
