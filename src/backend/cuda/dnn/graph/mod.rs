@@ -396,4 +396,19 @@ mod tests {
             "{said}"
         );
     }
+
+    /// A variant pack is host data cuDNN checks as it is finalized, with no GPU: where the
+    /// library loads (`scripts/cudnn-on-cpu`), one of three tensors and a workspace builds.
+    #[test]
+    fn variant_packs_finalize_where_cudnn_loads() {
+        if !crate::backend::cuda::dnn::available() {
+            eprintln!("SKIPPED graph::variant_packs_finalize_where_cudnn_loads: cuDNN is not loadable here");
+            return;
+        }
+        let made = pack(
+            [0x7f00_0000_0000, 0x7f00_0010_0000, 0x7f00_0020_0000],
+            0x7f00_0030_0000,
+        );
+        assert!(made.is_ok(), "{:?}", made.err());
+    }
 }
