@@ -10,6 +10,37 @@ use ffi::cudnnBackendAttributeName_t as Attr;
 use ffi::cudnnBackendAttributeType_t as Ty;
 use ffi::cudnnBackendDescriptorType_t as Kind;
 
+/// A C type a single-valued attribute takes, and the name cuDNN gives it.
+pub trait Value: Copy {
+    const TY: Ty;
+}
+
+impl Value for i64 {
+    const TY: Ty = Ty::CUDNN_TYPE_INT64;
+}
+
+/// A float scale (a convolution's alpha or beta, for fp32 compute).
+impl Value for f32 {
+    const TY: Ty = Ty::CUDNN_TYPE_FLOAT;
+}
+
+impl Value for ffi::cudnnDataType_t {
+    const TY: Ty = Ty::CUDNN_TYPE_DATA_TYPE;
+}
+
+impl Value for ffi::cudnnConvolutionMode_t {
+    const TY: Ty = Ty::CUDNN_TYPE_CONVOLUTION_MODE;
+}
+
+impl Value for ffi::cudnnBackendHeurMode_t {
+    const TY: Ty = Ty::CUDNN_TYPE_HEUR_MODE;
+}
+
+/// The cuDNN handle a graph or plan runs on (it must outlive them: `graph::Plans` holds it).
+impl Value for ffi::cudnnHandle_t {
+    const TY: Ty = Ty::CUDNN_TYPE_HANDLE;
+}
+
 /// One backend descriptor, destroyed on drop.
 #[derive(Debug)]
 pub struct Desc {
@@ -61,51 +92,10 @@ impl Desc {
         unsafe { self.set_raw(attr, Ty::CUDNN_TYPE_INT64, v.len(), v.as_ptr().cast()) }
     }
 
-    pub fn set_i64(&mut self, attr: Attr, v: i64) -> Result<(), String> {
-        self.set_i64s(attr, &[v])
-    }
-
-    /// Sets `attr` to the one value `v`.
-    ///
-    /// # Safety
-    /// `T` must be the C type `ty` names.
-    unsafe fn set_one<T>(&mut self, attr: Attr, ty: Ty, v: T) -> Result<(), String> {
-        self.set_raw(attr, ty, 1, (&v as *const T).cast())
-    }
-
-    /// A float scale (a convolution's alpha or beta, for fp32 compute).
-    pub fn set_f32(&mut self, attr: Attr, v: f32) -> Result<(), String> {
-        // SAFETY: a float
-        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_FLOAT, v) }
-    }
-
-    pub fn set_data_type(&mut self, attr: Attr, v: ffi::cudnnDataType_t) -> Result<(), String> {
-        // SAFETY: a cudnnDataType_t
-        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_DATA_TYPE, v) }
-    }
-
-    pub fn set_conv_mode(
-        &mut self,
-        attr: Attr,
-        v: ffi::cudnnConvolutionMode_t,
-    ) -> Result<(), String> {
-        // SAFETY: a cudnnConvolutionMode_t
-        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_CONVOLUTION_MODE, v) }
-    }
-
-    pub fn set_heur_mode(
-        &mut self,
-        attr: Attr,
-        v: ffi::cudnnBackendHeurMode_t,
-    ) -> Result<(), String> {
-        // SAFETY: a cudnnBackendHeurMode_t
-        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_HEUR_MODE, v) }
-    }
-
-    /// The cuDNN handle a graph or plan runs on (it must outlive them: `graph::Plans` holds it).
-    pub fn set_handle(&mut self, attr: Attr, h: ffi::cudnnHandle_t) -> Result<(), String> {
-        // SAFETY: a cudnnHandle_t
-        unsafe { self.set_one(attr, Ty::CUDNN_TYPE_HANDLE, h) }
+    /// Sets `attr` to the one value `v`, of the C type `T` is (`Value`).
+    pub fn set<T: Value>(&mut self, attr: Attr, v: T) -> Result<(), String> {
+        // SAFETY: one value of the C type T::TY names
+        unsafe { self.set_raw(attr, T::TY, 1, (&v as *const T).cast()) }
     }
 
     /// Other finalized descriptors (cuDNN keeps what it needs of them).

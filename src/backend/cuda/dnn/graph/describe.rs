@@ -59,11 +59,11 @@ fn tensor(
     align: u8,
 ) -> Result<Desc, String> {
     let mut t = Desc::new(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
-    t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, data)?;
+    t.set(A::CUDNN_ATTR_TENSOR_DATA_TYPE, data)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &i64s(dims)?)?;
     t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &i64s(strides(layout, dims))?)?;
-    t.set_i64(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)?;
-    t.set_i64(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, align.into())?;
+    t.set(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)?;
+    t.set(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, i64::from(align))?;
     t.finalize()
 }
 
@@ -88,15 +88,15 @@ pub fn operation(
     )?;
     let y = tensor(UIDS[2], [k.b, g.oc, g.oh, g.ow], k.layout, data, align[2])?;
     let mut conv = Desc::new(K::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
-    conv.set_data_type(
+    conv.set(
         A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
         ffi::cudnnDataType_t::CUDNN_DATA_FLOAT,
     )?;
-    conv.set_conv_mode(
+    conv.set(
         A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
         ffi::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
     )?;
-    conv.set_i64(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, 2)?;
+    conv.set(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, 2i64)?;
     conv.set_i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &[1, 1])?;
     conv.set_i64s(
         A::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
@@ -142,8 +142,8 @@ pub fn operation(
         ),
     };
     let mut op = Desc::new(kind)?;
-    op.set_f32(alpha, 1.0)?;
-    op.set_f32(b, beta)?;
+    op.set(alpha, 1.0f32)?;
+    op.set(b, beta)?;
     op.set_descs(c, &[&conv])?;
     op.set_descs(xa, &[&x])?;
     op.set_descs(wa, &[&w])?;

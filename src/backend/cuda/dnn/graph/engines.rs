@@ -109,7 +109,7 @@ pub fn configs(graph: &Desc, tally: &mut Tally) -> Vec<Desc> {
     let list = |mode| -> Result<Vec<Desc>, String> {
         let mut h = Desc::new(K::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
         h.set_descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[graph])?;
-        h.set_heur_mode(A::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
+        h.set(A::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
         let h = h.finalize()?;
         let n = h.count_descs(A::CUDNN_ATTR_ENGINEHEUR_RESULTS)?;
         let kind = K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR;
@@ -169,7 +169,7 @@ pub fn plans(
         }
         let built = (|| {
             let mut p = Desc::new(K::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-            p.set_handle(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+            p.set(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
             p.set_descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])?;
             let p = p.finalize()?;
             let need = p.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?;

@@ -260,7 +260,7 @@ impl Plans {
             let beta = f32::from_bits(key.beta);
             let (op, made_of) = operation(key.k, key.dir, beta, self.data, key.align)?;
             let mut graph = Desc::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-            graph.set_handle(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, self.handle.raw())?;
+            graph.set(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, self.handle.raw())?;
             graph.set_descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
             Ok::<_, String>((op, made_of, graph.finalize()?))
         })();
