@@ -167,7 +167,8 @@ impl Plans {
 
     /// Runs direction `dir` of shape `k` (the output scaled by `beta` first) on the buffers at
     /// `ptrs` (x or dx, w or dw, y or dy), `workspace` grown to what its plan needs; false
-    /// where no engine takes the shape (the caller runs the legacy API).
+    /// where no plan runs the shape, or its plan failed to (nothing was run: the caller runs
+    /// the legacy API).
     ///
     /// # Safety
     /// `ptrs` must address live device buffers of shape `k` of this `Plans`' type and layout.
