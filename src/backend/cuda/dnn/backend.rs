@@ -126,21 +126,29 @@ impl Desc {
         Ok(self)
     }
 
+    /// Reads up to `room` elements of type `ty` of attribute `attr` into `out`: how many the
+    /// attribute holds (`room` 0 and a null `out`: only counts them).
+    ///
+    /// # Safety
+    /// `out` must have room for `room` elements of the C type `ty` names.
+    unsafe fn get_raw(
+        &self,
+        attr: Attr,
+        ty: Ty,
+        room: usize,
+        out: *mut c_void,
+    ) -> Result<usize, String> {
+        let mut n = 0i64;
+        let s = ffi::cudnnBackendGetAttribute(self.raw, attr, ty, room as i64, &mut n, out);
+        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
+        Ok(n.max(0) as usize)
+    }
+
     /// An i64 attribute of a finalized descriptor (a plan's workspace bytes, an engine's index).
     pub fn get_i64(&self, attr: Attr) -> Result<i64, String> {
-        let (mut v, mut n) = (0i64, 0i64);
+        let mut v = 0i64;
         // SAFETY: room for one i64
-        let s = unsafe {
-            ffi::cudnnBackendGetAttribute(
-                self.raw,
-                attr,
-                Ty::CUDNN_TYPE_INT64,
-                1,
-                &mut n,
-                (&mut v as *mut i64).cast(),
-            )
-        };
-        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
+        unsafe { self.get_raw(attr, Ty::CUDNN_TYPE_INT64, 1, (&mut v as *mut i64).cast())? };
         Ok(v)
     }
 
@@ -151,39 +159,18 @@ impl Desc {
             .map(|_| Desc::new(kind))
             .collect::<Result<Vec<_>, _>>()?;
         let mut raw: Vec<ffi::cudnnBackendDescriptor_t> = out.iter().map(|d| d.raw).collect();
-        let mut n = 0i64;
+        let ty = Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR;
         // SAFETY: `raw` holds `max` descriptors of the kind cuDNN fills in
-        let s = unsafe {
-            ffi::cudnnBackendGetAttribute(
-                self.raw,
-                attr,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                max as i64,
-                &mut n,
-                raw.as_mut_ptr().cast(),
-            )
-        };
-        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
-        out.truncate(n.clamp(0, max as i64) as usize);
+        let n = unsafe { self.get_raw(attr, ty, max, raw.as_mut_ptr().cast())? };
+        out.truncate(n.min(max));
         Ok(out)
     }
 
     /// How many descriptors attribute `attr` holds (a heuristics' results).
     pub fn count_descs(&self, attr: Attr) -> Result<usize, String> {
-        let mut n = 0i64;
+        let ty = Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR;
         // SAFETY: a count only: no elements are written
-        let s = unsafe {
-            ffi::cudnnBackendGetAttribute(
-                self.raw,
-                attr,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                0,
-                &mut n,
-                std::ptr::null_mut(),
-            )
-        };
-        ok(|| format!("count {attr:?} of a {:?}", self.kind), s)?;
-        Ok(n.max(0) as usize)
+        unsafe { self.get_raw(attr, ty, 0, std::ptr::null_mut()) }
     }
 
     /// An engine's numerical notes (tensor cores, nondeterminism, ...), as their C values: a
@@ -208,20 +195,9 @@ impl Desc {
         // (more room than any cuDNN 9 has notes of a kind)
         const ROOM: usize = 32;
         let mut v = [0u32; ROOM];
-        let mut n = 0i64;
         // SAFETY: room for ROOM values of `ty`, a 32-bit C enum
-        let s = unsafe {
-            ffi::cudnnBackendGetAttribute(
-                self.raw,
-                attr,
-                ty,
-                ROOM as i64,
-                &mut n,
-                v.as_mut_ptr().cast(),
-            )
-        };
-        ok(|| format!("read {attr:?} of a {:?}", self.kind), s)?;
-        Ok(v[..n.clamp(0, ROOM as i64) as usize].to_vec())
+        let n = unsafe { self.get_raw(attr, ty, ROOM, v.as_mut_ptr().cast())? };
+        Ok(v[..n.min(ROOM)].to_vec())
     }
 
     /// Runs finalized plan `self` on the tensors and workspace of finalized variant pack

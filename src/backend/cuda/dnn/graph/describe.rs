@@ -226,6 +226,9 @@ mod tests {
                 }
             }
         }
+        // what was set reads back (a finalized tensor's id; cuDNN 9.28 reads no alignment)
+        let t = tensor(5, [1, 2, 3, 4], Layout::Nchw, CUDNN_DATA_FLOAT, 4).unwrap();
+        assert_eq!(t.get_i64(A::CUDNN_ATTR_TENSOR_UNIQUE_ID), Ok(5));
         // an output of the wrong size
         let mut g = geom(16, 32, 3, 1, 32);
         g.oh += 1;
