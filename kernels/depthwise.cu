@@ -11,6 +11,8 @@
 
 #define DW_BLOCK 256
 
+#include "window.cuh"
+
 // out[nimg, C, OH, OW] = inp[nimg, C, H, W] (*) w[C, 1, K, K] per channel, plus bias[C] when
 // has_bias (bias must still be a valid buffer); taps added in (ky, kx) order as on the CPU.
 template <typename I, typename T>
@@ -79,23 +81,6 @@ extern "C" __global__ void dwconv_forward_bf16(bf16* out, const bf16* inp, const
                                                int h, int wd, int k, int stride, int pad, int oh,
                                                int ow) {
     dwconv_forward(out, inp, w, bias, has_bias, nimg, c, h, wd, k, stride, pad, oh, ow);
-}
-
-// The output row (or column) o = t / stride that tap offset t = y + pad - ky reaches, or -1
-// where none does (t negative, not a multiple of the stride, or past the last output).
-template <typename I>
-__device__ __forceinline__ I reached(I t, int stride, int last) {
-    if (t < 0) {
-        return -1;
-    }
-    I o = t;
-    if (stride != 1) {
-        o = t / stride;
-        if (o * stride != t) {
-            return -1;
-        }
-    }
-    return o < last ? o : -1;
 }
 
 // dinp[nimg, C, H, W] (overwritten) = for each pixel, the sum over the outputs whose window

@@ -29,5 +29,5 @@ src = prelude + "\n" + expand(open(os.path.join(kdir, cu)).read())
 src = src.replace('extern "C" __global__ void ', "__global__ void ")
 undef = "".join(f"#undef {m}\n" for m in
                 ["GRID_STRIDE", "GRID_STRIDE_I", "SMALL", "BN_BLOCK", "BN_UNROLL",
-                 "NHWC_THREADS", "WIDE_UNROLL", "DW_BLOCK"])
+                 "NHWC_THREADS", "WIDE_UNROLL", "DW_BLOCK", "DWN_THREADS"])
 open(out, "w").write(undef + f"namespace {ns} {{\n{src}\n}}\n")

@@ -10,7 +10,10 @@ pub const PRELUDE: &str = include_str!("../../../kernels/elem.cuh");
 
 /// The headers a kernel source may include (`#include "bn.cuh"`), by file name: `expand`
 /// puts them in place before NVRTC sees the source (NVRTC has no file system to search).
-pub const HEADERS: &[(&str, &str)] = &[("bn.cuh", include_str!("../../../kernels/bn.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("bn.cuh", include_str!("../../../kernels/bn.cuh")),
+    ("window.cuh", include_str!("../../../kernels/window.cuh")),
+];
 
 /// Every kernel source, by file name.
 pub const SOURCES: &[(&str, &str)] = &[
@@ -32,6 +35,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     (
         "depthwise.cu",
         include_str!("../../../kernels/depthwise.cu"),
+    ),
+    (
+        "depthwise_nhwc.cu",
+        include_str!("../../../kernels/depthwise_nhwc.cu"),
     ),
     ("avgpool.cu", include_str!("../../../kernels/avgpool.cu")),
     ("convert.cu", include_str!("../../../kernels/convert.cu")),
@@ -408,6 +415,18 @@ mod tests {
                 "dwconv_weight_parts3_f32",
                 "dwconv_weight_parts3_bf16",
                 "dwconv_weight_sum_f32",
+                "dwconv_nhwc_forward_f32",
+                "dwconv_nhwc_forward_bf16",
+                "dwconv_nhwc_wide3_forward_f32",
+                "dwconv_nhwc_wide3_forward_bf16",
+                "dwconv_nhwc_backward_input_f32",
+                "dwconv_nhwc_backward_input_bf16",
+                "dwconv_nhwc_wide3_backward_input_f32",
+                "dwconv_nhwc_wide3_backward_input_bf16",
+                "dwconv_nhwc_weight_parts_f32",
+                "dwconv_nhwc_weight_parts_bf16",
+                "dwconv_nhwc_wide3_weight_parts_f32",
+                "dwconv_nhwc_wide3_weight_parts_bf16",
                 "avgpool_forward_f32",
                 "avgpool_forward_bf16",
                 "avgpool_backward_f32",

@@ -115,6 +115,20 @@ pub(crate) fn grid_stride_cfg(n: usize) -> LaunchConfig {
     blocks_cfg(n.div_ceil(THREADS as usize))
 }
 
+/// The most lanes (groups of neighbouring channels) a channels-last block has.
+pub(crate) const MAX_LANES: usize = 32;
+
+/// A channels-last launch's blocks across `groups` groups of neighbouring channels, and each
+/// block's lanes and rows of threads (at most `threads`): the groups spread evenly over the
+/// fewest blocks of at most MAX_LANES lanes (so few channels are one block whose lanes are its
+/// groups, and a warp reads whole rows), as many rows as `threads` allows.
+pub(crate) fn channel_blocks(groups: usize, threads: usize) -> (usize, usize, usize) {
+    let groups = groups.max(1);
+    let blocks = groups.div_ceil(MAX_LANES);
+    let lanes = groups.div_ceil(blocks);
+    (blocks, lanes, threads / lanes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

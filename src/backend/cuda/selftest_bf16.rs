@@ -239,6 +239,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         Some(&bv),
         B,
         &dg,
+        Layout::Nchw,
     )?;
     out.push(("depthwise forward", down(gpu, &t, N)?));
     let mut ddw = s
@@ -246,7 +247,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         .map_err(on(gpu.index, "allocate"))?;
     let mut ddb = s.alloc_zeros::<f32>(C).map_err(on(gpu.index, "allocate"))?;
     let mut d = up::<E>(gpu, &inp.x)?;
-    let mut scratch = zeros::<f32>(gpu, dwconv::weight_scratch_len(B, &dg))?;
+    let mut scratch = zeros::<f32>(gpu, dwconv::weight_scratch_len(B, &dg, Layout::Nchw))?;
     dwconv::dwconv_backward(
         gpu,
         Some(&mut d.slice_mut(..)),
@@ -254,8 +255,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
         Some(&mut ddb.slice_mut(..)),
         &mut scratch.slice_mut(..),
         (&yv, &xv, &dwv.slice(..)),
-        B,
-        &dg,
+        (B, &dg, Layout::Nchw),
     )?;
     out.push(("depthwise input gradient", down(gpu, &d, N)?));
     out.push(("depthwise weight gradient", down32(gpu, &ddw, C * 9)?));

@@ -1,13 +1,16 @@
 //! `selftest`'s checks of depthwise convolution (`dwconv.rs`, `kernels/depthwise.cu`) and of
 //! padded max, average and global average pooling (`pool.rs`, `kernels/pool.cu`,
 //! `kernels/avgpool.cu`) against `nn::depthwise` and `nn::pool`, over strides 1 and 2,
-//! paddings 0 to 2, odd and non-square sizes, with and without a bias or an input gradient.
+//! paddings 0 to 2, odd and non-square sizes, with and without a bias or an input gradient,
+//! each in both activation layouts (`kernels/depthwise_nhwc.cu` channels last).
 //! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
 //! so the first-maximum rule is checked too).
 
+use super::elem::bf16 as Bf16;
 use super::layout::{laid, unlaid, Layout};
+use super::selftest_bf16 as bf16;
 use super::selftest_compare::{check, compare, Check};
-use super::selftest_ops::{down, joined, nans, randn, up};
+use super::selftest_ops::{down, joined, nans, randn, scaled, up};
 use super::{dwconv, pool, CudaError, Gpu};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped::ConvGeom;
@@ -23,7 +26,7 @@ type DwCase = (
     bool,
 );
 
-const DW_CASES: [DwCase; 8] = [
+const DW_CASES: [DwCase; 9] = [
     ((2, 3, 7, 6), (3, 1, 1), true, true),
     ((2, 3, 7, 6), (3, 2, 1), false, true),
     ((3, 2, 5, 6), (2, 2, 0), true, false),
@@ -35,6 +38,8 @@ const DW_CASES: [DwCase; 8] = [
     // the last part shorter)
     ((8, 4, 40, 40), (3, 1, 1), false, true),
     ((6, 5, 33, 35), (3, 2, 1), true, true),
+    // channels last in whole 4-float vectors (as the 32- and 4-channel cases), stride 2
+    ((4, 8, 15, 17), (3, 2, 1), true, true),
 ];
 
 /// (b, c, h, w), (k, stride, pad) of a pooling check.
@@ -50,7 +55,13 @@ const POOL_CASES: [PoolCase; 4] = [
 pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     let mut out = Vec::new();
     for case in DW_CASES {
-        out.push(depthwise(gpu, case, rng));
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            out.push(depthwise(gpu, case, rng, layout));
+        }
+    }
+    // bf16 channels last against bf16 NCHW: 16-byte vectors of 8 channels, and one a thread
+    for (b, c, hw, stride) in [(4, 16, 14, 1), (3, 24, 15, 2), (4, 12, 9, 1)] {
+        out.push(bf16_layouts(gpu, (b, c, hw, stride), rng));
     }
     for ((b, c, h, w), (k, stride, pad)) in POOL_CASES {
         let (oh, ow) = out_size(h, w, k, k, stride, pad).expect("a valid geometry");
@@ -76,11 +87,13 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
     out
 }
 
-/// One depthwise geometry forward and backward, CPU vs GPU: one line.
+/// One depthwise geometry forward and backward in `layout` (the CPU's NCHW tensors moved there
+/// and the results back), CPU vs GPU: one line.
 fn depthwise(
     gpu: &Gpu,
     ((b, c, h, w), (k, stride, pad), bias, with_dinp): DwCase,
     rng: &mut Rng,
+    layout: Layout,
 ) -> Check {
     let (oh, ow) = out_size(h, w, k, k, stride, pad).expect("a valid geometry");
     let g = ConvGeom {
@@ -95,11 +108,13 @@ fn depthwise(
         ow,
     };
     let name = format!(
-        "gpu{} dwconv {b}x{c}x{h}x{w} k{k}s{stride}p{pad}{}{}",
+        "gpu{} dwconv {b}x{c}x{h}x{w} k{k}s{stride}p{pad}{}{}{}",
         gpu.index,
         if bias { "" } else { " no bias" },
-        if with_dinp { "" } else { " no dinp" }
+        if with_dinp { "" } else { " no dinp" },
+        suffix(layout)
     );
+    let (inp, outp) = ((b, c, h * w), (b, c, oh * ow));
     let (n_in, n_out, kk) = (b * c * h * w, b * c * oh * ow, c * k * k);
     let (x, wt, bv) = (randn(rng, n_in), randn(rng, kk), randn(rng, c));
     let (dout, dw0, db0) = (randn(rng, n_out), randn(rng, kk), randn(rng, c));
@@ -118,7 +133,12 @@ fn depthwise(
         &g,
     );
     let got = (|| {
-        let (xd, wd, bd, dy) = (up(gpu, &x)?, up(gpu, &wt)?, up(gpu, &bv)?, up(gpu, &dout)?);
+        let (xd, wd, bd) = (
+            up(gpu, &laid(layout, &x, inp))?,
+            up(gpu, &wt)?,
+            up(gpu, &bv)?,
+        );
+        let dy = up(gpu, &laid(layout, &dout, outp))?;
         let mut o = nans(gpu, n_out)?;
         let bview = bd.slice(..);
         dwconv::dwconv_forward(
@@ -129,11 +149,12 @@ fn depthwise(
             bias.then_some(&bview),
             b,
             &g,
+            layout,
         )?;
         let (mut dx, mut dw, mut db) = (nans(gpu, n_in)?, up(gpu, &dw0)?, up(gpu, &db0)?);
         let mut dxv = dx.slice_mut(..);
         let mut dbv = db.slice_mut(..);
-        let mut scratch = nans(gpu, dwconv::weight_scratch_len(b, &g).max(1))?;
+        let mut scratch = nans(gpu, dwconv::weight_scratch_len(b, &g, layout).max(1))?;
         dwconv::dwconv_backward(
             gpu,
             with_dinp.then_some(&mut dxv),
@@ -141,15 +162,17 @@ fn depthwise(
             bias.then_some(&mut dbv),
             &mut scratch.slice_mut(..),
             (&dy.slice(..), &xd.slice(..), &wd.slice(..)),
-            b,
-            &g,
+            (b, &g, layout),
         )?;
         let mut parts = vec![
-            (down(gpu, &o, n_out)?, want_out.clone()),
+            (
+                unlaid(layout, &down(gpu, &o, n_out)?, outp),
+                want_out.clone(),
+            ),
             (down(gpu, &dw, kk)?, want_dw.clone()),
         ];
         if with_dinp {
-            parts.push((down(gpu, &dx, n_in)?, want_dx.clone()));
+            parts.push((unlaid(layout, &down(gpu, &dx, n_in)?, inp), want_dx.clone()));
         }
         // without a bias its gradient must stay as it was
         parts.push((down(gpu, &db, c)?, want_db.clone()));
@@ -157,6 +180,82 @@ fn depthwise(
     })();
     let mut chk = check(name, joined(got));
     chk.note = "out, dw, dinp, dbias".into();
+    chk
+}
+
+/// The own depthwise kernels in bf16 (a 3x3 window, padded by 1, over `b` images of C
+/// channels of `hw` x `hw`) channels last against NCHW, on the same bf16 values: the output and
+/// the input gradient the same bits once moved back (the same sums in the same order), the
+/// weight and bias gradients (other parts) to float's rounding. One line.
+fn bf16_layouts(
+    gpu: &Gpu,
+    (b, c, hw, stride): (usize, usize, usize, usize),
+    rng: &mut Rng,
+) -> Check {
+    let g = ConvGeom {
+        c,
+        h: hw,
+        w: hw,
+        oc: c,
+        k: 3,
+        stride,
+        pad: 1,
+        oh: (hw - 1) / stride + 1,
+        ow: (hw - 1) / stride + 1,
+    };
+    let (inp, outp) = ((b, c, hw * hw), (b, c, g.oh * g.ow));
+    let (n_in, n_out) = (b * c * hw * hw, b * c * g.oh * g.ow);
+    let (x, dout) = (randn(rng, n_in), randn(rng, n_out));
+    let (wt, bv) = (randn(rng, c * 9), randn(rng, c));
+    let run = |layout: Layout| -> Result<Vec<Vec<f32>>, CudaError> {
+        let xd = bf16::up::<Bf16>(gpu, &laid(layout, &x, inp))?;
+        let dy = bf16::up::<Bf16>(gpu, &laid(layout, &dout, outp))?;
+        let (wd, bd) = (up(gpu, &wt)?, up(gpu, &bv)?);
+        let mut o = bf16::up::<Bf16>(gpu, &vec![f32::NAN; n_out])?;
+        let bview = bd.slice(..);
+        let (wv, xv, dyv) = (wd.slice(..), xd.slice(..), dy.slice(..));
+        dwconv::dwconv_forward(
+            gpu,
+            &mut o.slice_mut(..),
+            &xv,
+            &wv,
+            Some(&bview),
+            b,
+            &g,
+            layout,
+        )?;
+        let mut dx = bf16::up::<Bf16>(gpu, &vec![f32::NAN; n_in])?;
+        let (mut dw, mut db) = (up(gpu, &vec![0.0; c * 9])?, up(gpu, &vec![0.0; c])?);
+        let mut scratch = nans(gpu, dwconv::weight_scratch_len(b, &g, layout).max(1))?;
+        dwconv::dwconv_backward(
+            gpu,
+            Some(&mut dx.slice_mut(..)),
+            &mut dw.slice_mut(..),
+            Some(&mut db.slice_mut(..)),
+            &mut scratch.slice_mut(..),
+            (&dyv, &xv, &wv),
+            (b, &g, layout),
+        )?;
+        Ok(vec![
+            unlaid(layout, &bf16::down(gpu, &o, n_out)?, outp),
+            unlaid(layout, &bf16::down(gpu, &dx, n_in)?, inp),
+            down(gpu, &dw, c * 9)?,
+            down(gpu, &db, c)?,
+        ])
+    };
+    let got = (|| {
+        let (nchw, nhwc) = (run(Layout::Nchw)?, run(Layout::Nhwc)?);
+        let exact = [0, 1].map(|i| compare(&nhwc[i], &nchw[i], 0.0, 0.0));
+        let sums = [2, 3].map(|i| scaled(&nhwc[i], &nchw[i]));
+        let worst = exact.into_iter().chain(sums);
+        Ok(worst.fold((0.0f64, 0.0f64), |(a, r), (pa, pr)| (a.max(pa), r.max(pr))))
+    })();
+    let name = format!(
+        "gpu{} dwconv bf16 {b}x{c}x{hw}x{hw} k3s{stride}p1 nhwc vs nchw",
+        gpu.index
+    );
+    let mut chk = check(name, got);
+    chk.note = "out, dinp exact; dw, dbias".into();
     chk
 }
 

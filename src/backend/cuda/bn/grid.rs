@@ -4,7 +4,9 @@
 
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
-use crate::backend::cuda::launch::{blocks_cfg, grid_stride_cfg, MAX_BLOCKS, THREADS};
+use crate::backend::cuda::launch::{
+    blocks_cfg, channel_blocks, grid_stride_cfg, MAX_BLOCKS, MAX_LANES, THREADS,
+};
 use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::{CudaError, Gpu};
 
@@ -18,7 +20,7 @@ const MAX_PARTS: usize = 64;
 /// `NHWC_MAX_PARTS` parts; the kernels that only read sums (`spread`) `ROW_STEPS` walk steps
 /// per thread, at most `MAX_GRID_Y` parts (CUDA's limit).
 const NHWC_THREADS: usize = 256;
-pub(super) const NHWC_MAX_LANES: usize = 32;
+pub(super) const NHWC_MAX_LANES: usize = MAX_LANES;
 const NHWC_BLOCKS: usize = 1024;
 const NHWC_MAX_PARTS: usize = 1024;
 const ROW_STEPS: usize = 4;
@@ -82,10 +84,7 @@ impl Walk {
 /// at most NHWC_MAX_LANES lanes (so few channels are one block whose lanes are its groups, and
 /// a warp reads whole rows), as many rows as NHWC_THREADS allows.
 pub(super) fn nhwc_block(walk: Walk, c: usize) -> (usize, usize, usize) {
-    let groups = c.div_ceil(walk.channels()).max(1);
-    let blocks = groups.div_ceil(NHWC_MAX_LANES);
-    let lanes = groups.div_ceil(blocks);
-    (blocks, lanes, NHWC_THREADS / lanes)
+    channel_blocks(c.div_ceil(walk.channels()), NHWC_THREADS)
 }
 
 /// How many parts a channel of `per_channel` values (B*HW) is summed in: in NCHW enough blocks

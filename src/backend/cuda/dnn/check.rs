@@ -305,14 +305,15 @@ fn own_conv(gpu: &Gpu, blas: &CudaBlas, k: Key, t: &mut Tensors) -> Result<(), C
             col,
         )?;
     } else {
-        dwconv::dwconv_forward(gpu, &mut y.slice_mut(..), &xv, &wv, None, k.b, g)?;
+        let nchw = Layout::Nchw;
+        dwconv::dwconv_forward(gpu, &mut y.slice_mut(..), &xv, &wv, None, k.b, g, nchw)?;
         let (dxv, dwv) = (&mut dx.slice_mut(..), &mut dw.slice_mut(..));
         let mut scratch = s
-            .alloc_zeros::<f32>(dwconv::weight_scratch_len(k.b, g).max(1))
+            .alloc_zeros::<f32>(dwconv::weight_scratch_len(k.b, g, nchw).max(1))
             .map_err(on("allocate"))?;
         let ins = (&dyv, &xv, &wv);
         let scratch = &mut scratch.slice_mut(..);
-        dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, scratch, ins, k.b, g)?;
+        dwconv::dwconv_backward(gpu, Some(dxv), dwv, None, scratch, ins, (k.b, g, nchw))?;
     }
     Ok(())
 }

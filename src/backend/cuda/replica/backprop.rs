@@ -142,8 +142,7 @@ impl<E: Elem> Back<'_, E> {
                         bias.then_some(gb),
                         &mut self.dw_parts.slice_mut(..),
                         (dout, &inp, &wv),
-                        b,
-                        &g,
+                        (b, &g, self.layout),
                     ),
                 })
             }

@@ -64,7 +64,7 @@ impl<E: Elem> NodeBufs<E> {
                 Op::Conv { g, groups, .. } => {
                     widest_oc = widest_oc.max(g.oc);
                     if groups > 1 {
-                        dw_parts = dw_parts.max(dwconv::weight_scratch_len(rows, &g));
+                        dw_parts = dw_parts.max(dwconv::weight_scratch_len(rows, &g, layout));
                     }
                     1
                 }

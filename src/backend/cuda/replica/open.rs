@@ -85,14 +85,16 @@ impl<E: Elem> CudaReplica<E> {
         notes.extend(said.map(|n| format!("GPU {index}: {n}")));
         if let (Some(d), true) = (dnn.as_mut(), weights::has_grouped_conv(&model)) {
             let own = dwconv::asked(std::env::var("MGTOP_GPU_DEPTHWISE").ok().as_deref());
-            let said = match (own, layout) {
-                (Ok(false), _) => None,
-                (Ok(true), Layout::Nchw) => {
+            let said = match own {
+                Ok(false) => None,
+                Ok(true) => {
                     d.leave_grouped();
-                    Some("depthwise convolutions on the own kernels (MGTOP_GPU_DEPTHWISE=own)".into())
+                    Some(
+                        "depthwise convolutions on the own kernels (MGTOP_GPU_DEPTHWISE=own)"
+                            .into(),
+                    )
                 }
-                (Ok(true), Layout::Nhwc) => Some("MGTOP_GPU_DEPTHWISE=own takes NCHW activations only: channels last keeps cuDNN's depthwise convolutions".into()),
-                (Err(e), _) => Some(format!("{e}; cuDNN's depthwise convolutions are kept")),
+                Err(e) => Some(format!("{e}; cuDNN's depthwise convolutions are kept")),
             };
             notes.extend(said.map(|n: String| format!("GPU {index}: {n}")));
         }

@@ -210,6 +210,7 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                             bias.then_some(&bv),
                             b,
                             &g,
+                            layout,
                         ),
                     })
                 }
