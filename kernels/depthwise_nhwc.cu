@@ -15,7 +15,7 @@
 // The weight gradient: `weight_parts` writes partial[parts, C, K*K], one part (blockIdx.y of
 // gridDim.y) of a channel's nimg * OH * OW outputs per block, each thread its pixels in order
 // with all taps' sums at once (3x3: each output's dout and window read once; other windows one
-// tap a pass), then a lane's blockDim.y threads in row order; depthwise.cu's
+// tap a pass), then a lane's blockDim.y threads in row order (a thread per column); depthwise.cu's
 // `dwconv_weight_sum_f32` adds the parts in order into dw. The same bits at every launch.
 
 #include "window.cuh"
@@ -216,19 +216,32 @@ extern "C" __global__ void dwconv_nhwc_wide3_backward_input_bf16(bf16* dinp, con
     dwn_backward_input<3, 8>(dinp, dout, w, nimg, c, h, wd, k, stride, pad, oh, ow);
 }
 
-// The sum of v over this lane's blockDim.y threads, in row order: in row 0's threads (0 in
-// the others). Every thread of the block calls it.
-__device__ float dwn_column_sum(float v, float* sh) {
-    sh[threadIdx.y * blockDim.x + threadIdx.x] = v;
+// partial[part, ch, tap] for the block's channels = the sums of each thread's v[V] (its
+// channels' sums for tap `tap`) over its lane's blockDim.y threads, in row order: the block's
+// values go through shared memory sh[DWN_THREADS * V] at once, then one thread per (lane,
+// channel of its vector) adds that column. Every thread of the block calls it.
+template <int V>
+__device__ void dwn_put_column_sums(float* partial, const float* v, float* sh, int c, int taps,
+                                    int tap) {
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        sh[tid * V + j] = v[j];
+    }
     __syncthreads();
-    float s = 0.0f;
-    if (threadIdx.y == 0) {
+    if (tid < blockDim.x * V) {
+        int lane = tid / V;
+        int j = tid - lane * V;
+        float s = 0.0f;
         for (int y = 0; y < blockDim.y; ++y) {
-            s += sh[y * blockDim.x + threadIdx.x];
+            s += sh[(y * blockDim.x + lane) * V + j];
+        }
+        int ch = V * (blockIdx.x * blockDim.x + lane) + j;
+        if (ch < c) {
+            partial[((long long)blockIdx.y * c + ch) * taps + tap] = s;
         }
     }
     __syncthreads();  // sh[] is refilled next
-    return s;
 }
 
 // partial[parts, C, K*K] (see the top): TAPS taps a pass over the block's pixels (all K*K
@@ -237,7 +250,7 @@ template <int K, int V, typename T>
 __device__ void dwn_weight_parts(float* partial, const T* dout, const T* inp, int nimg, int c,
                                  int h, int wd, int kr, int stride, int pad, int oh, int ow) {
     const int TAPS = K > 0 ? K * K : 1;
-    __shared__ float sh[DWN_THREADS];
+    __shared__ float sh[DWN_THREADS * V];
     const int k = K > 0 ? K : kr;
     int ch = dwn_channel<V>();
     bool mine = ch < c;
@@ -284,13 +297,7 @@ __device__ void dwn_weight_parts(float* partial, const T* dout, const T* inp, in
         // (unrolled: s[][] stays in registers)
 #pragma unroll
         for (int tt = 0; tt < TAPS; ++tt) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-                float v = dwn_column_sum(s[tt][j], sh);
-                if (mine && threadIdx.y == 0) {
-                    partial[((long long)blockIdx.y * c + ch + j) * (k * k) + t0 + tt] = v;
-                }
-            }
+            dwn_put_column_sums<V>(partial, s[tt], sh, c, k * k, t0 + tt);
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod layout;
 pub mod libs;
 pub mod nccl;
 pub mod ops;
+pub mod pointwise;
 pub mod pool;
 pub mod replica;
 pub mod selftest;
@@ -36,6 +37,7 @@ mod selftest_gemm;
 mod selftest_model;
 mod selftest_nccl;
 mod selftest_ops;
+mod selftest_pointwise;
 pub mod shape;
 
 use std::collections::HashMap;

@@ -71,6 +71,7 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         let mut checks = super::selftest_ops::checks(&gpu);
         checks.extend(super::selftest_bn::checks(&gpu, &mut rng));
         checks.extend(super::selftest_dw::checks(&gpu, &mut rng));
+        checks.extend(super::selftest_pointwise::checks(&gpu, &mut rng));
         checks
     }));
     if gpu.has_tf32() {

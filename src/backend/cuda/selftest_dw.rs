@@ -26,7 +26,7 @@ type DwCase = (
     bool,
 );
 
-const DW_CASES: [DwCase; 9] = [
+const DW_CASES: [DwCase; 10] = [
     ((2, 3, 7, 6), (3, 1, 1), true, true),
     ((2, 3, 7, 6), (3, 2, 1), false, true),
     ((3, 2, 5, 6), (2, 2, 0), true, false),
@@ -38,8 +38,10 @@ const DW_CASES: [DwCase; 9] = [
     // the last part shorter)
     ((8, 4, 40, 40), (3, 1, 1), false, true),
     ((6, 5, 33, 35), (3, 2, 1), true, true),
-    // channels last in whole 4-float vectors (as the 32- and 4-channel cases), stride 2
+    // channels last in whole 4-float vectors (as the 32- and 4-channel cases), stride 2; over
+    // two blocks of channels (34 vectors)
     ((4, 8, 15, 17), (3, 2, 1), true, true),
+    ((2, 136, 6, 5), (3, 1, 1), true, true),
 ];
 
 /// (b, c, h, w), (k, stride, pad) of a pooling check.
@@ -60,7 +62,13 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         }
     }
     // bf16 channels last against bf16 NCHW: 16-byte vectors of 8 channels, and one a thread
-    for (b, c, hw, stride) in [(4, 16, 14, 1), (3, 24, 15, 2), (4, 12, 9, 1)] {
+    // (264 channels: 33 vectors, two blocks, a spare lane)
+    for (b, c, hw, stride) in [
+        (4, 16, 14, 1),
+        (3, 24, 15, 2),
+        (4, 12, 9, 1),
+        (2, 264, 6, 1),
+    ] {
         out.push(bf16_layouts(gpu, (b, c, hw, stride), rng));
     }
     for ((b, c, h, w), (k, stride, pad)) in POOL_CASES {

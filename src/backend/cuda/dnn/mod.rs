@@ -36,6 +36,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, De
 
 use super::elem::Elem;
 use super::layout::Layout;
+use super::pointwise;
 use crate::nn::grouped::ConvGeom;
 use crate::nn::precision::Precision;
 
@@ -106,6 +107,9 @@ pub struct Dnn<E: Elem = f32> {
     /// Whether it runs the grouped (depthwise) convolutions too, or leaves them to the own
     /// kernels (`leave_grouped`).
     grouped: bool,
+    /// Whether it runs the channels-last 1x1 convolutions too, or leaves them to cuBLAS
+    /// (`leave_pointwise`).
+    pointwise: bool,
     /// The graph API's plans, tried first (`MGTOP_CUDNN_API=graph`).
     graph: Option<graph::Plans>,
 }
@@ -161,6 +165,7 @@ impl<E: Elem> Dnn<E> {
                 _ => measure::Measurer::open(stream).ok(),
             },
             grouped: true,
+            pointwise: true,
         })
     }
 
@@ -169,9 +174,18 @@ impl<E: Elem> Dnn<E> {
         self.grouped = false;
     }
 
-    /// Whether it runs a convolution of `groups` groups.
-    pub fn takes(&self, groups: usize) -> bool {
-        groups == 1 || self.grouped
+    /// From now on the channels-last 1x1 convolutions are cuBLAS's products
+    /// (`MGTOP_GPU_POINTWISE=gemm`).
+    pub fn leave_pointwise(&mut self) {
+        self.pointwise = false;
+    }
+
+    /// Whether it runs a convolution of `g` in `groups` groups over `layout` activations.
+    pub fn takes(&self, groups: usize, g: &ConvGeom, layout: Layout) -> bool {
+        match groups {
+            1 => self.pointwise || !pointwise::takes(layout, g, groups),
+            _ => self.grouped,
+        }
     }
 
     /// Makes the plan for `k` on first use (the workspace grown to what it needs).

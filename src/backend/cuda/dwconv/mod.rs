@@ -15,7 +15,7 @@ mod nhwc;
 use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
-use super::launch::grid_stride_cfg;
+use super::launch::{grid_stride_cfg, SMALL};
 use super::layout::Layout;
 use super::shape::{fit_i32, need};
 use super::{conv, fail, CudaError, Gpu};
@@ -44,7 +44,7 @@ pub fn weight_scratch_len(b: usize, g: &ConvGeom, layout: Layout) -> usize {
 
 /// The kernels' ints [B, C, H, W, K, stride, pad, OH, OW], after checking the geometry (a
 /// depthwise one: OC = C), every buffer's length (name, has, needs) and the 32-bit sizes (in
-/// channels last also the pixel counts B*H*W and B*OH*OW).
+/// channels last also the pixel counts B*H*W and B*OH*OW, below `SMALL`).
 fn ints(
     gpu: &Gpu,
     what: &str,
@@ -59,7 +59,7 @@ fn ints(
         return Err(fail(gpu, what, e));
     }
     need(what, lens).map_err(|e| fail(gpu, what, e))?;
-    let mut sizes = vec![
+    let sizes = [
         ("the batch", b),
         ("C", g.c),
         ("H", g.h),
@@ -71,10 +71,13 @@ fn ints(
         ("OW", g.ow),
         ("C*K*K", g.c * g.k * g.k),
     ];
-    if layout == Layout::Nhwc {
-        sizes.extend([("B*H*W", b * g.h * g.w), ("B*OH*OW", b * g.oh * g.ow)]);
-    }
     fit_i32(what, &sizes).map_err(|e| fail(gpu, what, e))?;
+    // channels last walks the pixels in an int, a grid's stride past the last
+    let pixels = [("B*H*W", b * g.h * g.w), ("B*OH*OW", b * g.oh * g.ow)];
+    if let (Layout::Nhwc, Some((name, v))) = (layout, pixels.iter().find(|(_, v)| *v >= SMALL)) {
+        let e = format!("{name} = {v} pixels is above the channels-last kernels' limit ({SMALL}): use a smaller batch");
+        return Err(fail(gpu, what, e));
+    }
     Ok([b, g.c, g.h, g.w, g.k, g.stride, g.pad, g.oh, g.ow].map(|v| v as i32))
 }
 

@@ -268,6 +268,8 @@ mod tests {
                 let c = cfg(walk, ch, 1);
                 let (blocks, lanes, rows) = (c.grid_dim.0, c.block_dim.0, c.block_dim.1);
                 assert!(lanes * rows <= THREADS, "{walk:?} {ch}");
+                // the weight gradient's column sums: a thread per (lane, channel of its vector)
+                assert!(rows >= walk.channels() as u32, "{walk:?} {ch}");
                 let v = walk.channels() as u32;
                 assert!(
                     v * blocks * lanes >= ch as u32,

@@ -13,7 +13,7 @@ use crate::backend::cuda::dnn::{Dnn, Key};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{check, die, grid_stride_cfg};
 use crate::backend::cuda::layout::{self, Layout};
-use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pointwise, pool, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::grouped::ConvGeom;
@@ -76,8 +76,8 @@ impl<E: Elem> Back<'_, E> {
                 let (mut gw, mut gb) = wb.split_at_mut(w.len());
                 let mut sink = self.sink.slice_mut(..g.oc);
                 let gb = if bias { &mut gb } else { &mut sink };
-                if let Some(d) = self.dnn.as_deref_mut().filter(|d| d.takes(groups)) {
-                    let layout = self.layout;
+                let layout = self.layout;
+                if let Some(d) = (self.dnn.as_deref_mut()).filter(|d| d.takes(groups, &g, layout)) {
                     let k = Key {
                         b,
                         groups,
@@ -107,6 +107,19 @@ impl<E: Elem> Back<'_, E> {
                     if bias {
                         let ohw = g.oh * g.ow;
                         check(conv::bias_grad(gpu, gb, dout, b, g.oc, ohw, layout));
+                    }
+                    return;
+                }
+                // a channels-last 1x1 convolution cuDNN leaves: cuBLAS's products, the weight
+                // gradient added into `grads` in fp32
+                if pointwise::takes(layout, &g, groups) {
+                    let wv = self.weights.of(self.params, w.clone());
+                    let ins = (dout, &inp, &wv);
+                    check(pointwise::backward(
+                        gpu, self.blas, d_in, &mut gw, ins, b, &g,
+                    ));
+                    if bias {
+                        check(conv::bias_grad(gpu, gb, dout, b, g.oc, g.oh * g.ow, layout));
                     }
                     return;
                 }

@@ -8,7 +8,7 @@ use super::host::to_device;
 use super::{graphs, host, nodes, packed, profile, update, weights, CudaReplica, MAX_ELEMENTS};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::layout::{self, Layout};
-use crate::backend::cuda::{blas, dnn, dwconv, on, CudaError, Gpu};
+use crate::backend::cuda::{blas, dnn, dwconv, on, pointwise, CudaError, Gpu};
 use crate::backend::{TrainState, AUX};
 use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
@@ -95,6 +95,19 @@ impl<E: Elem> CudaReplica<E> {
                     )
                 }
                 Err(e) => Some(format!("{e}; cuDNN's depthwise convolutions are kept")),
+            };
+            notes.extend(said.map(|n: String| format!("GPU {index}: {n}")));
+        }
+        if let (Some(d), true) = (dnn.as_mut(), weights::has_pointwise_conv(&model)) {
+            let gemm = pointwise::asked(std::env::var("MGTOP_GPU_POINTWISE").ok().as_deref());
+            let said = match (gemm, layout) {
+                (Ok(false), _) => None,
+                (Ok(true), Layout::Nhwc) => {
+                    d.leave_pointwise();
+                    Some("1x1 convolutions as cuBLAS's matrix products (MGTOP_GPU_POINTWISE=gemm)".into())
+                }
+                (Ok(true), Layout::Nchw) => Some("MGTOP_GPU_POINTWISE=gemm takes channels-last activations only (MGTOP_GPU_LAYOUT=nhwc): cuDNN keeps the 1x1 convolutions".into()),
+                (Err(e), _) => Some(format!("{e}; cuDNN keeps the 1x1 convolutions")),
             };
             notes.extend(said.map(|n: String| format!("GPU {index}: {n}")));
         }

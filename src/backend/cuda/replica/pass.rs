@@ -22,7 +22,7 @@ use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::Key;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{check, die};
-use crate::backend::cuda::{bn, conv, dwconv, ops, pool, CudaError, Gpu};
+use crate::backend::cuda::{bn, conv, dwconv, ops, pointwise, pool, CudaError, Gpu};
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
@@ -158,16 +158,29 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                     true => params.slice(bi),
                     false => nodes.zeros.slice(..g.oc),
                 };
-                if let Some(d) = dnn.as_mut().filter(|d| d.takes(groups)) {
-                    let wv = weights.of(params, w);
-                    let key = Key {
-                        b,
-                        groups,
-                        g,
-                        layout,
-                    };
-                    let run = d.forward(key, &mut out, &inp, &wv);
-                    check(run.map_err(|e| CudaError::new(gpu.index, "convolution forward", e)));
+                // cuDNN, or cuBLAS for channels-last 1x1 convolutions it leaves: the bias after
+                let library = match dnn.as_mut().filter(|d| d.takes(groups, &g, layout)) {
+                    Some(d) => {
+                        let wv = weights.of(params, w.clone());
+                        let key = Key {
+                            b,
+                            groups,
+                            g,
+                            layout,
+                        };
+                        let run = d.forward(key, &mut out, &inp, &wv);
+                        let e = |e| CudaError::new(gpu.index, "convolution forward", e);
+                        check(run.map_err(e));
+                        true
+                    }
+                    None if pointwise::takes(layout, &g, groups) => {
+                        let wv = weights.of(params, w.clone());
+                        check(pointwise::forward(gpu, blas, &mut out, &inp, &wv, b, &g));
+                        true
+                    }
+                    None => false,
+                };
+                if library {
                     if bias {
                         check(conv::bias_add(
                             gpu,

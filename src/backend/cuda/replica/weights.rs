@@ -18,7 +18,7 @@ use super::update::CHUNK;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{blocks_cfg, grid_stride_cfg};
 use crate::backend::cuda::layout::{self, Layout};
-use crate::backend::cuda::{CudaError, Gpu};
+use crate::backend::cuda::{pointwise, CudaError, Gpu};
 use crate::nn::model::{Model, Op};
 
 /// Elements a tensor's start in the copy is a multiple of (16 bytes of bf16).
@@ -32,6 +32,13 @@ pub(super) fn has_dense_conv(m: &Model) -> bool {
 /// Whether `m` has a grouped (depthwise) convolution.
 pub(super) fn has_grouped_conv(m: &Model) -> bool {
     (m.nodes.iter()).any(|n| matches!(n.op, Op::Conv { groups, .. } if groups > 1))
+}
+
+/// Whether `m` has a 1x1 stride-1 unpadded convolution (channels last: `pointwise`'s products).
+pub(super) fn has_pointwise_conv(m: &Model) -> bool {
+    (m.nodes.iter()).any(|n| {
+        matches!(n.op, Op::Conv { g, groups, .. } if pointwise::takes(Layout::Nhwc, &g, groups))
+    })
 }
 
 /// The most weights one convolution of `m` has.
