@@ -1,4 +1,6 @@
-//! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel), in
+//! Convolutions through cuDNN, where it loads: dense and depthwise (a group per channel; the own
+//! kernels' under `MGTOP_GPU_DEPTHWISE=own`, `leave_grouped`; channels-last 1x1 ones cuBLAS's
+//! products under `MGTOP_GPU_POINTWISE=gemm`, `leave_pointwise`: `takes` says which), in
 //! the replica's layout (`layout::Layout`: NCHW, or channels last with NHWC filters), in the
 //! activations' element type (`Elem`: fp32, or bf16 with fp32 compute), forward, input gradient (written) and weight gradient (accumulated, beta 1,
 //! as every backward here, or written into bf16 scratch for a bf16 run to add to its fp32
