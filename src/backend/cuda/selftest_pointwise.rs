@@ -1,7 +1,8 @@
 //! `selftest`'s checks of channels-last 1x1 convolutions as cuBLAS's products (`pointwise.rs`,
 //! `MGTOP_GPU_POINTWISE=gemm`): in strict fp32 against the CPU's sums in f64, and in bf16
 //! against fp32 (where the GPU has bf16 tensor cores): the output, the input gradient and the
-//! weight gradient (added onto random values, as into a step's gradients), over a few shapes
+//! weight gradient (added onto random values, as into a step's gradients; and again without
+//! the input gradient, as a first layer's backward), over a few shapes
 //! (MobileNetV2's expansions and projections among them). Inputs are on bf16's grid, so both
 //! runs read the same values; outputs start as NaN.
 
@@ -98,8 +99,9 @@ impl Data {
         [out, dx, dw]
     }
 
-    /// [out, dinp, dw] on the GPU in `E`, channels last, moved back to NCHW.
-    fn run<E: Elem>(&self, gpu: &Gpu, blas: &CudaBlas) -> Result<[Vec<f32>; 3], CudaError> {
+    /// [out, dinp, dw, dw again without dinp (a first layer's backward)] on the GPU in `E`,
+    /// channels last, moved back to NCHW.
+    fn run<E: Elem>(&self, gpu: &Gpu, blas: &CudaBlas) -> Result<[Vec<f32>; 4], CudaError> {
         let (b, g) = (self.b, &self.g);
         let (inp, outp) = ((b, g.c, g.h * g.w), (b, g.oc, g.h * g.w));
         let (n_in, n_out) = (b * g.c * g.h * g.w, b * g.oc * g.h * g.w);
@@ -113,10 +115,21 @@ impl Data {
         let mut dw = up::<f32>(gpu, &self.dw0)?;
         let d = Some(&mut dx.slice_mut(..));
         pointwise::backward(gpu, blas, d, &mut dw.slice_mut(..), (&dyv, &xv, &wv), b, g)?;
+        let mut alone = up::<f32>(gpu, &self.dw0)?;
+        pointwise::backward(
+            gpu,
+            blas,
+            None,
+            &mut alone.slice_mut(..),
+            (&dyv, &xv, &wv),
+            b,
+            g,
+        )?;
         Ok([
             unlaid(Layout::Nhwc, &down(gpu, &out, n_out)?, outp),
             unlaid(Layout::Nhwc, &down(gpu, &dx, n_in)?, inp),
             down(gpu, &dw, g.oc * g.c)?,
+            down(gpu, &alone, g.oc * g.c)?,
         ])
     }
 }
@@ -143,7 +156,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         let f = d.run::<f32>(gpu, &blas);
         let fp32 = f.as_ref().map_err(Clone::clone).map(|f| {
             let want = d.want();
-            worst((0..3).map(|i| scaled(&f[i], &want[i])))
+            worst((0..4).map(|i| scaled(&f[i], &want[i.min(2)])))
         });
         out.push(check(
             format!("gpu{index} 1x1 conv as gemm {shape} nhwc"),
@@ -152,7 +165,7 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
         if gpu.has_tf32() {
             let got = d.run::<bf16>(gpu, &blas).and_then(|h| {
                 let f = f.clone()?;
-                Ok(worst((0..3).map(|i| {
+                Ok(worst((0..4).map(|i| {
                     let largest = (f[i].iter()).fold(0.0f64, |m, v| m.max(v.abs() as f64));
                     compare(&h[i], &f[i], 2e-3 * largest.max(1e-6), 1e-2)
                 })))
