@@ -93,6 +93,7 @@ pub fn backward<E: Elem>(
 mod tests {
     use super::*;
     use crate::backend::cuda::layout::{laid, unlaid};
+    use crate::backend::cuda::selftest_pointwise::by_definition;
     use crate::nn::gemm::sgemm_naive;
     use crate::nn::rng::Rng;
 
@@ -139,7 +140,7 @@ mod tests {
     }
 
     /// The three products, run by the CPU's row-major GEMM on channels-last tensors, against a
-    /// 1x1 convolution written out over NCHW ones: the same operands, transposes and sizes the
+    /// 1x1 convolution written out over NCHW ones (selftest's definition): the same operands, transposes and sizes the
     /// GPU's cuBLAS calls get (`blas::gemm` maps row-major calls to cuBLAS, tested in blas.rs).
     #[test]
     fn the_products_are_the_convolution_forward_and_backward() {
@@ -154,35 +155,7 @@ mod tests {
             randn(b * oc * p),
             randn(oc * c),
         );
-        // the convolution over NCHW, in f64
-        let (mut out, mut dx, mut dw) = (vec![0.0; b * oc * p], vec![0.0; b * c * p], dw0.clone());
-        for n in 0..b {
-            for q in 0..p {
-                for o in 0..oc {
-                    let s: f64 = (0..c)
-                        .map(|i| w[o * c + i] as f64 * x[(n * c + i) * p + q] as f64)
-                        .sum();
-                    out[(n * oc + o) * p + q] = s as f32;
-                }
-                for i in 0..c {
-                    let s: f64 = (0..oc)
-                        .map(|o| w[o * c + i] as f64 * dy[(n * oc + o) * p + q] as f64)
-                        .sum();
-                    dx[(n * c + i) * p + q] = s as f32;
-                }
-            }
-        }
-        for o in 0..oc {
-            for i in 0..c {
-                let s: f64 = (0..b * p)
-                    .map(|r| {
-                        dy[(r / p * oc + o) * p + r % p] as f64
-                            * x[(r / p * c + i) * p + r % p] as f64
-                    })
-                    .sum();
-                dw[o * c + i] += s as f32;
-            }
-        }
+        let [out, dx, dw] = by_definition(b, &g, (&x, &w, &dy), &dw0);
         let (xl, dyl) = (
             laid(Layout::Nhwc, &x, (b, c, p)),
             laid(Layout::Nhwc, &dy, (b, oc, p)),

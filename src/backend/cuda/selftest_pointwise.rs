@@ -61,42 +61,9 @@ impl Data {
         }
     }
 
-    /// [out, dinp, dw] by the definition, in f64.
+    /// [out, dinp, dw] by the definition.
     fn want(&self) -> [Vec<f32>; 3] {
-        let (b, c, oc, p) = (self.b, self.g.c, self.g.oc, self.g.h * self.g.w);
-        let (x, w, dy) = (&self.x, &self.w, &self.dy);
-        let (mut out, mut dx, mut dw) = (
-            vec![0.0; b * oc * p],
-            vec![0.0; b * c * p],
-            self.dw0.clone(),
-        );
-        for n in 0..b {
-            for q in 0..p {
-                for o in 0..oc {
-                    let s: f64 = (0..c)
-                        .map(|i| w[o * c + i] as f64 * x[(n * c + i) * p + q] as f64)
-                        .sum();
-                    out[(n * oc + o) * p + q] = s as f32;
-                }
-                for i in 0..c {
-                    let s: f64 = (0..oc)
-                        .map(|o| w[o * c + i] as f64 * dy[(n * oc + o) * p + q] as f64)
-                        .sum();
-                    dx[(n * c + i) * p + q] = s as f32;
-                }
-            }
-        }
-        for (j, d) in dw.iter_mut().enumerate() {
-            let (o, i) = (j / c, j % c);
-            let s: f64 = (0..b * p)
-                .map(|r| {
-                    let (n, q) = (r / p, r % p);
-                    dy[(n * oc + o) * p + q] as f64 * x[(n * c + i) * p + q] as f64
-                })
-                .sum();
-            *d += s as f32;
-        }
-        [out, dx, dw]
+        by_definition(self.b, &self.g, (&self.x, &self.w, &self.dy), &self.dw0)
     }
 
     /// [out, dinp, dw, dw again without dinp (a first layer's backward)] on the GPU in `E`,
@@ -132,6 +99,45 @@ impl Data {
             down(gpu, &alone, g.oc * g.c)?,
         ])
     }
+}
+
+/// A 1x1 convolution of `g` over `b` NCHW images x by w [OC, C], and its backward from dy:
+/// [out, dinp, dw0 + dw], each sum in f64 (the definition the products are checked against).
+pub(super) fn by_definition(
+    b: usize,
+    g: &ConvGeom,
+    (x, w, dy): (&[f32], &[f32], &[f32]),
+    dw0: &[f32],
+) -> [Vec<f32>; 3] {
+    let (c, oc, p) = (g.c, g.oc, g.h * g.w);
+    let (mut out, mut dx, mut dw) = (vec![0.0; b * oc * p], vec![0.0; b * c * p], dw0.to_vec());
+    for n in 0..b {
+        for q in 0..p {
+            for o in 0..oc {
+                let s: f64 = (0..c)
+                    .map(|i| w[o * c + i] as f64 * x[(n * c + i) * p + q] as f64)
+                    .sum();
+                out[(n * oc + o) * p + q] = s as f32;
+            }
+            for i in 0..c {
+                let s: f64 = (0..oc)
+                    .map(|o| w[o * c + i] as f64 * dy[(n * oc + o) * p + q] as f64)
+                    .sum();
+                dx[(n * c + i) * p + q] = s as f32;
+            }
+        }
+    }
+    for (j, d) in dw.iter_mut().enumerate() {
+        let (o, i) = (j / c, j % c);
+        let s: f64 = (0..b * p)
+            .map(|r| {
+                let (n, q) = (r / p, r % p);
+                dy[(n * oc + o) * p + q] as f64 * x[(n * c + i) * p + q] as f64
+            })
+            .sum();
+        *d += s as f32;
+    }
+    [out, dx, dw]
 }
 
 /// The largest of several comparisons.

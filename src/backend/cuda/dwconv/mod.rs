@@ -12,7 +12,7 @@
 mod nchw;
 mod nhwc;
 
-use cudarc::driver::{CudaView, CudaViewMut};
+use cudarc::driver::{CudaView, CudaViewMut, DevicePtr};
 
 use super::elem::Elem;
 use super::launch::{grid_stride_cfg, SMALL};
@@ -107,11 +107,15 @@ pub fn dwconv_forward<E: Elem>(
         return Ok(());
     }
     // without a bias the kernel reads none: any valid buffer stands in
-    let bias = bias.map_or((w, 0i32), |v| (v, 1));
-    match layout {
-        Layout::Nchw => nchw::forward(gpu, out, inp, w, bias, ints),
-        Layout::Nhwc => nhwc::forward(gpu, out, inp, w, bias, ints),
-    }
+    let (bias, has_bias) = bias.map_or((w, 0i32), |v| (v, 1));
+    let (name, cfg) = match layout {
+        Layout::Nchw => nchw::forward::<E>(b, g),
+        Layout::Nhwc => nhwc::forward::<E>(b, g, [start(gpu, out), start(gpu, inp)]),
+    };
+    let [bi, c, h, wd, k, s, p, oh, ow] = ints;
+    try_launch!(
+        gpu, name, cfg, &mut *out, inp, w, bias, &has_bias, &bi, &c, &h, &wd, &k, &s, &p, &oh, &ow
+    )
 }
 
 /// dinp = d/dinp (overwritten; skipped when `None`), dw[C,1,K,K] += d/dw, and dbias[C] += the
@@ -149,11 +153,20 @@ pub fn dwconv_backward<E: Elem>(
         Layout::Nchw => nchw::backward_weight(gpu, dw, scratch, (dout, inp), b, g, ints)?,
         Layout::Nhwc => nhwc::backward_weight(gpu, dw, scratch, (dout, inp), b, g, ints)?,
     }
-    match (dinp, layout) {
-        (None, _) => Ok(()),
-        (Some(d), Layout::Nchw) => nchw::backward_input(gpu, d, dout, w, ints),
-        (Some(d), Layout::Nhwc) => nhwc::backward_input(gpu, d, dout, w, ints),
-    }
+    let Some(d) = dinp else {
+        return Ok(());
+    };
+    let (name, cfg) = match layout {
+        Layout::Nchw => nchw::backward_input::<E>(b, g),
+        Layout::Nhwc => nhwc::backward_input::<E>(b, g, [start(gpu, d), start(gpu, dout)]),
+    };
+    let [bi, c, h, wd, k, s, p, oh, ow] = ints;
+    try_launch!(gpu, name, cfg, &mut *d, dout, w, &bi, &c, &h, &wd, &k, &s, &p, &oh, &ow)
+}
+
+/// A view's device address (a channels-last walk's alignment).
+fn start<T>(gpu: &Gpu, v: &impl DevicePtr<T>) -> u64 {
+    v.device_ptr(&gpu.stream).0
 }
 
 /// dw[len] += the sum over `parts` of partial[parts, len], in part order

@@ -42,35 +42,10 @@ pub(super) fn weight_scratch_len(b: usize, g: &ConvGeom) -> usize {
     }
 }
 
-/// out[B,C,OH,OW] = inp[B,C,H,W] (*) w (+ bias where has_bias).
-pub(super) fn forward<E: Elem>(
-    gpu: &Gpu,
-    out: &mut CudaViewMut<'_, E>,
-    inp: &CudaView<'_, E>,
-    w: &CudaView<'_, f32>,
-    (bias, has_bias): (&CudaView<'_, f32>, i32),
-    [bi, c, h, wd, k, s, p, oh, ow]: [i32; 9],
-) -> Result<(), CudaError> {
-    let cfg = grid_stride_cfg(bi as usize * c as usize * oh as usize * ow as usize);
-    try_launch!(
-        gpu,
-        named!(E, "dwconv_forward"),
-        cfg,
-        &mut *out,
-        inp,
-        w,
-        bias,
-        &has_bias,
-        &bi,
-        &c,
-        &h,
-        &wd,
-        &k,
-        &s,
-        &p,
-        &oh,
-        &ow
-    )
+/// The kernel and grid of out[B,C,OH,OW] = inp[B,C,H,W] (*) w (+ bias): a thread per output.
+pub(super) fn forward<E: Elem>(b: usize, g: &ConvGeom) -> (&'static str, LaunchConfig) {
+    let cfg = grid_stride_cfg(b * g.c * g.oh * g.ow);
+    (named!(E, "dwconv_forward"), cfg)
 }
 
 /// dw[C,1,K,K] += d/dw; `scratch` overwritten.
@@ -128,32 +103,10 @@ pub(super) fn backward_weight<E: Elem>(
     add_parts(gpu, dw, &scratch.as_view(), parts, kk)
 }
 
-/// dinp[B,C,H,W] = d/dinp (overwritten).
-pub(super) fn backward_input<E: Elem>(
-    gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, E>,
-    dout: &CudaView<'_, E>,
-    w: &CudaView<'_, f32>,
-    [bi, c, h, wd, k, s, p, oh, ow]: [i32; 9],
-) -> Result<(), CudaError> {
-    let cfg = grid_stride_cfg(bi as usize * c as usize * h as usize * wd as usize);
-    try_launch!(
-        gpu,
-        named!(E, "dwconv_backward_input"),
-        cfg,
-        &mut *dinp,
-        dout,
-        w,
-        &bi,
-        &c,
-        &h,
-        &wd,
-        &k,
-        &s,
-        &p,
-        &oh,
-        &ow
-    )
+/// The kernel and grid of dinp[B,C,H,W] = d/dinp (overwritten): a thread per input pixel.
+pub(super) fn backward_input<E: Elem>(b: usize, g: &ConvGeom) -> (&'static str, LaunchConfig) {
+    let cfg = grid_stride_cfg(b * g.c * g.h * g.w);
+    (named!(E, "dwconv_backward_input"), cfg)
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 //! (`launch::channel_blocks`, as batch norm's); the weight gradient in parts of the pixels into
 //! scratch, then the parts added in order.
 
-use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, LaunchConfig};
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::super::elem::Elem;
 use super::super::launch::{channel_blocks, THREADS};
 use super::super::{CudaError, Gpu};
-use super::add_parts;
+use super::{add_parts, start};
 use crate::nn::grouped::ConvGeom;
 
 /// Pixels each thread of the forward and input-gradient launches takes (about: its window's
@@ -54,11 +54,6 @@ impl Walk {
     fn over<E: Elem>(g: &ConvGeom, starts: [u64; 2]) -> Walk {
         Walk::of(g, E::BYTES, starts.iter().all(|a| a.is_multiple_of(16)))
     }
-}
-
-/// A view's device address (a wide walk's alignment).
-fn start<T>(gpu: &Gpu, v: &impl DevicePtr<T>) -> u64 {
-    v.device_ptr(&gpu.stream).0
 }
 
 /// The kernel of op `$op` for activations of type `$e` walked by `$walk`.
@@ -113,38 +108,16 @@ pub(super) fn weight_scratch_len(b: usize, g: &ConvGeom) -> usize {
     most * g.c * g.k * g.k
 }
 
-/// out[B,OH,OW,C] = inp[B,H,W,C] (*) w (+ bias where has_bias).
+/// The kernel and grid of out[B,OH,OW,C] = inp[B,H,W,C] (*) w (+ bias), the tensors starting
+/// at `starts`.
 pub(super) fn forward<E: Elem>(
-    gpu: &Gpu,
-    out: &mut CudaViewMut<'_, E>,
-    inp: &CudaView<'_, E>,
-    w: &CudaView<'_, f32>,
-    (bias, has_bias): (&CudaView<'_, f32>, i32),
-    ints: [i32; 9],
-) -> Result<(), CudaError> {
-    let [bi, c, h, wd, k, s, p, oh, ow] = ints;
-    let g = geom(ints);
-    let walk = Walk::over::<E>(&g, [start(gpu, out), start(gpu, inp)]);
-    let grid = spread(walk, g.c, bi as usize * g.oh * g.ow);
-    try_launch!(
-        gpu,
-        dwn_kernel!(E, walk, "forward"),
-        cfg(walk, g.c, grid),
-        &mut *out,
-        inp,
-        w,
-        bias,
-        &has_bias,
-        &bi,
-        &c,
-        &h,
-        &wd,
-        &k,
-        &s,
-        &p,
-        &oh,
-        &ow
-    )
+    b: usize,
+    g: &ConvGeom,
+    starts: [u64; 2],
+) -> (&'static str, LaunchConfig) {
+    let walk = Walk::over::<E>(g, starts);
+    let grid = spread(walk, g.c, b * g.oh * g.ow);
+    (dwn_kernel!(E, walk, "forward"), cfg(walk, g.c, grid))
 }
 
 /// dw[C,1,K,K] += d/dw; `scratch` overwritten.
@@ -179,51 +152,16 @@ pub(super) fn backward_weight<E: Elem>(
     add_parts(gpu, dw, &scratch.as_view(), parts, g.c * g.k * g.k)
 }
 
-/// dinp[B,H,W,C] = d/dinp (overwritten).
+/// The kernel and grid of dinp[B,H,W,C] = d/dinp (overwritten), the tensors starting at
+/// `starts`.
 pub(super) fn backward_input<E: Elem>(
-    gpu: &Gpu,
-    dinp: &mut CudaViewMut<'_, E>,
-    dout: &CudaView<'_, E>,
-    w: &CudaView<'_, f32>,
-    ints: [i32; 9],
-) -> Result<(), CudaError> {
-    let [bi, c, h, wd, k, s, p, oh, ow] = ints;
-    let g = geom(ints);
-    let walk = Walk::over::<E>(&g, [start(gpu, dinp), start(gpu, dout)]);
-    let grid = spread(walk, g.c, bi as usize * g.h * g.w);
-    try_launch!(
-        gpu,
-        dwn_kernel!(E, walk, "backward_input"),
-        cfg(walk, g.c, grid),
-        &mut *dinp,
-        dout,
-        w,
-        &bi,
-        &c,
-        &h,
-        &wd,
-        &k,
-        &s,
-        &p,
-        &oh,
-        &ow
-    )
-}
-
-/// The geometry back from the kernels' ints.
-fn geom([_, c, h, w, k, stride, pad, oh, ow]: [i32; 9]) -> ConvGeom {
-    let u = |v: i32| v as usize;
-    ConvGeom {
-        c: u(c),
-        h: u(h),
-        w: u(w),
-        oc: u(c),
-        k: u(k),
-        stride: u(stride),
-        pad: u(pad),
-        oh: u(oh),
-        ow: u(ow),
-    }
+    b: usize,
+    g: &ConvGeom,
+    starts: [u64; 2],
+) -> (&'static str, LaunchConfig) {
+    let walk = Walk::over::<E>(g, starts);
+    let grid = spread(walk, g.c, b * g.h * g.w);
+    (dwn_kernel!(E, walk, "backward_input"), cfg(walk, g.c, grid))
 }
 
 #[cfg(test)]
@@ -289,12 +227,5 @@ mod tests {
         assert_eq!(weight_scratch_len(64, &first), most * 32 * 9);
         assert!(weight_scratch_len(64, &first) >= parts(Walk::One, 32, 64 * 112 * 112) * 32 * 9);
         assert_eq!(weight_scratch_len(0, &first), 32 * 9);
-    }
-
-    #[test]
-    fn the_ints_give_the_geometry_back() {
-        let g = dw(24, (9, 7), (3, 2, 1));
-        let ints = [5, 24, 9, 7, 3, 2, 1, g.oh as i32, g.ow as i32];
-        assert_eq!(geom(ints), g);
     }
 }
