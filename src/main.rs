@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use crossbeam_channel::Sender;
@@ -13,6 +14,20 @@ use mgtop::engine::Engine;
 use mgtop::front::tui::term;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+
+/// A signal this soon after the one before is the same request, not a second one: GNU
+/// `timeout` sends SIGTERM to the process and then to its process group microseconds apart, and
+/// a closed terminal's SIGHUP can come from the kernel and from a wrapper passing it on. Only
+/// a signal after this long quits at once.
+const SAME_REQUEST: Duration = Duration::from_millis(500);
+
+/// When the last signal that counted came.
+static LAST_SIGNAL: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Whether a signal at `now` repeats the one counted at `last` (see `SAME_REQUEST`).
+fn repeats(last: Option<Instant>, now: Instant) -> bool {
+    last.is_some_and(|t| now.saturating_duration_since(t) < SAME_REQUEST)
+}
 
 /// Whether `sig` is ignored now (at start: inherited, as `nohup` ignores SIGHUP and a
 /// non-interactive shell starts background jobs with SIGINT ignored; by the Unix convention it
@@ -46,6 +61,14 @@ static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 fn install() -> anyhow::Result<()> {
     let done = INSTALLED.get_or_init(|| {
         ctrlc::set_handler(|| {
+            let now = Instant::now();
+            {
+                let mut last = LAST_SIGNAL.lock().unwrap_or_else(|e| e.into_inner());
+                if repeats(*last, now) {
+                    return;
+                }
+                *last = Some(now);
+            }
             let n = SIGNALS.fetch_add(1, Ordering::SeqCst);
             match HANDLER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                 Some(h) => h(n),
@@ -176,8 +199,9 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
     set_handler(Box::new(h), true)
 }
 
-/// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second
-/// quits at once (restoring the terminal first). `ui`: a terminal UI shows the run.
+/// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second (not a
+/// repeat within `SAME_REQUEST`) quits at once (restoring the terminal first). `ui`: a terminal
+/// UI shows the run.
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::Result<()> {
     let controller = engine.controller();
     let h = move |n: usize| {
@@ -196,4 +220,26 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
         }
     };
     set_handler(Box::new(h), ui)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_right_after_another_is_the_same_request_and_a_later_one_a_second() {
+        let t = Instant::now();
+        assert!(!repeats(None, t), "the first signal counts");
+        // GNU timeout's two SIGTERMs, microseconds apart
+        assert!(repeats(Some(t), t + Duration::from_micros(40)));
+        assert!(repeats(
+            Some(t),
+            t + SAME_REQUEST - Duration::from_millis(1)
+        ));
+        // a person pressing Ctrl-C again
+        assert!(!repeats(Some(t), t + SAME_REQUEST));
+        assert!(!repeats(Some(t), t + Duration::from_secs(3)));
+        // a clock read before the last one (threads) is a repeat, not a panic
+        assert!(repeats(Some(t + Duration::from_millis(5)), t));
+    }
 }

@@ -384,6 +384,8 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
         ],
     );
     let lines = under_way(&mut child);
+    // twice at once, as GNU `timeout` sends it (to the process, then to its group): one request
+    signal(&child, "TERM");
     signal(&child, "TERM");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
