@@ -274,6 +274,17 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--devices", "cpu:256", "--threads-per-worker", "256"],
         &["--devices cpu:256 with --threads-per-worker 256 asks for 65536 threads"],
     );
+    // (before this was refused, start-up ran past a minute making 16384 threads)
+    refused(
+        d,
+        &["--devices", "cpu:256", "--loader-threads", "64"],
+        &["--devices cpu:256 with --loader-threads 64 asks for 16384 loader threads"],
+    );
+    refused(
+        d,
+        &["--export", "nowhere/out.safetensors"],
+        &["the folder nowhere does not exist", "mkdir -p nowhere"],
+    );
     let (code, out) = run_limited(d, &["export", "nowhere", "out.safetensors"]);
     assert!(
         code == Some(1) && out.contains("no such file or directory"),

@@ -97,6 +97,15 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
             ));
         }
     }
+    // and each one's loader threads (`--loader-threads` is per rank)
+    if let (crate::config::DeviceSpec::Cpu(n), Some(l)) = (&cfg.devices, cfg.loader_threads) {
+        if n * l > MAX_THREADS {
+            return bad(format!(
+                "--devices cpu:{n} with --loader-threads {l} asks for {} loader threads; at most {MAX_THREADS} in all: fewer workers or fewer loader threads each",
+                n * l
+            ));
+        }
+    }
     if let Some((_, f)) = cfg
         .slow_rank
         .filter(|f| !(f.1.is_finite() && (1.0..=100.0).contains(&f.1)))

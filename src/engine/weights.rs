@@ -274,6 +274,13 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
 /// the file linked to); never a directory, a device or FIFO, or a file of a checkpoint (which
 /// `--resume` reads: replacing its weights would lose the optimizer state).
 pub fn export_target(out: &Path) -> Result<PathBuf, String> {
+    use std::io::Read;
+    // a safetensors file starts with its header's length (8 bytes), then the header's `{`
+    let looks_like_safetensors = |p: &Path| {
+        let mut head = [0u8; 9];
+        let read = std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut head));
+        read.is_ok() && head[8] == b'{'
+    };
     let shown = out.display();
     let target = match std::fs::metadata(out) {
         Ok(m) if m.is_dir() => {
@@ -287,6 +294,12 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
                 read::kind_of(&m)
             ))
         }
+        // a file that holds something else is not replaced
+        Ok(m) if m.len() > 0 && !looks_like_safetensors(out) => {
+            return Err(format!(
+                "{shown} exists and is not a safetensors file: remove it or give another name"
+            ))
+        }
         // a link to a file: that file is replaced, the link kept
         Ok(_) => out.canonicalize().unwrap_or_else(|_| out.to_path_buf()),
         Err(_) => out.to_path_buf(),
@@ -295,6 +308,12 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if !folder.is_dir() {
+        let f = folder.display();
+        return Err(format!(
+            "{shown}: the folder {f} does not exist; create it first (mkdir -p {f})"
+        ));
+    }
     if folder.join("state.json").is_file() {
         return Err(format!(
             "{shown} is in the checkpoint {}: its files are what --resume reads; write the export elsewhere",
@@ -309,7 +328,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn export_refuses_devices_directories_and_checkpoint_files_and_follows_links() {
+    fn export_refuses_devices_directories_checkpoints_other_files_and_missing_folders() {
         let tmp = tempfile::tempdir().unwrap();
         let e = export_target(Path::new("/dev/null")).unwrap_err();
         assert!(e.contains("a character device, not a regular file"), "{e}");
@@ -324,12 +343,32 @@ mod tests {
             "{e}"
         );
         let real = tmp.path().join("real.safetensors");
-        std::fs::write(&real, "old").unwrap();
+        std::fs::write(&real, b"\x02\0\0\0\0\0\0\0{}").unwrap();
         let link = tmp.path().join("link.safetensors");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert_eq!(export_target(&link).unwrap(), real.canonicalize().unwrap());
         let new = tmp.path().join("new.safetensors");
         assert_eq!(export_target(&new).unwrap(), new);
+        // an empty file is written; a file holding something else is kept, as is training's
+        // time: a missing folder is an error before the run, not after
+        let empty = tmp.path().join("empty.st");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            export_target(&empty).unwrap(),
+            empty.canonicalize().unwrap()
+        );
+        let notes = tmp.path().join("notes.txt");
+        std::fs::write(&notes, "precious").unwrap();
+        let e = export_target(&notes).unwrap_err();
+        assert!(
+            e.contains("not a safetensors file") && e.contains("another name"),
+            "{e}"
+        );
+        let e = export_target(&tmp.path().join("nope/x.safetensors")).unwrap_err();
+        assert!(
+            e.contains("does not exist") && e.contains("mkdir -p"),
+            "{e}"
+        );
     }
 
     #[test]
