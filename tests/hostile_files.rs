@@ -274,6 +274,17 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--devices", "cpu:256", "--threads-per-worker", "256"],
         &["--devices cpu:256 with --threads-per-worker 256 asks for 65536 threads"],
     );
+    // a negative number is a value of its flag, refused with the flag's range
+    refused(
+        d,
+        &["--weight-decay", "-1"],
+        &["--weight-decay -1 is invalid"],
+    );
+    refused(
+        d,
+        &["--val-split", "-0.1"],
+        &["--val-split -0.1 is out of range"],
+    );
     // (before this was refused, start-up ran past a minute making 16384 threads)
     refused(
         d,

@@ -225,7 +225,7 @@ pub struct TrainArgs {
     #[serde(default)]
     pub exit_when_done: bool,
     /// Seconds between device telemetry samples  [default: 1]
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(allow_negative_numbers = true, long, value_name = "SECONDS")]
     pub sample_interval: Option<f64>,
     /// What to call the run (UI header, metrics file)  [default: <data>-<model>]
     #[arg(long)]
@@ -240,13 +240,13 @@ pub struct TrainArgs {
     #[arg(long)]
     pub data: Option<String>,
     /// The share of the data held out for validation (0: none, the whole set trains); sets with their own validation set (CIFAR's test file, a folder's val/) use it  [default: 0.2]
-    #[arg(long, value_name = "F")]
+    #[arg(allow_negative_numbers = true, long, value_name = "F")]
     pub val_split: Option<f64>,
     /// A separate validation set, given as --data is (e.g. images:photos-val)
     #[arg(long, value_name = "SPEC")]
     pub val_data: Option<String>,
     /// Picture data: resize the shorter side to N and crop N x N (centre crop for validation)  [default: the pictures' own size]
-    #[arg(long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub image_size: Option<usize>,
     /// Picture data, training only: crop:P (pad P pixels, random crop), random-resized-crop, flip, comma-separated (e.g. crop:4,flip)  [default: none]
     #[arg(long, value_name = "LIST")]
@@ -255,32 +255,32 @@ pub struct TrainArgs {
     #[arg(long, value_name = "NAME|MEAN/STD")]
     pub normalize: Option<String>,
     /// Train this many epochs  [default: 30]
-    #[arg(long, conflicts_with = "steps")]
+    #[arg(allow_negative_numbers = true, long, conflicts_with = "steps")]
     pub epochs: Option<u64>,
     /// Train this many optimizer steps instead of whole epochs.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub steps: Option<u64>,
     /// Samples per replica per step  [default: 32]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub batch_per_replica: Option<usize>,
     /// Learning rate  [default: 1e-3 per 64 samples of global batch, scaled to the run's global batch by --lr-scaling]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub lr: Option<f32>,
     /// sgd | momentum | nesterov | adam | adamw  [default: adam]
     #[arg(long)]
     pub optimizer: Option<String>,
     /// Momentum's coefficient for momentum and nesterov  [default: 0.9]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub momentum: Option<f32>,
     /// Weight decay (L2 for sgd/momentum/nesterov/adam, decoupled for adamw)  [default: 0]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub weight_decay: Option<f32>,
     /// Leave batch norm's weights and biases and every bias out of the weight decay
     #[arg(long)]
     #[serde(default)]
     pub no_decay_bn_bias: bool,
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub label_smoothing: Option<f32>,
     /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
@@ -292,7 +292,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub cuda_graph: Option<String>,
     /// Linear LR warm-up over this many steps  [default: 0]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub warmup: Option<u64>,
     /// constant | cosine | step (x0.1 at 50% and 75% of the run) | multistep:F1,F2,... (x0.1 at each fraction of the run)  [default: constant]
     #[arg(long)]
@@ -301,24 +301,24 @@ pub struct TrainArgs {
     #[arg(long)]
     pub lr_scaling: Option<String>,
     /// Micro-batches accumulated per optimizer step (one all-reduce)  [default: 1]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub grad_accum: Option<usize>,
     /// Batches prefetched per rank, 0 to build batches on the worker, or auto (4)  [default: auto]
     #[arg(long)]
     #[serde(default, deserialize_with = "number_or_word")]
     pub prefetch: Option<String>,
     /// Loader threads per rank  [default: 1]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub loader_threads: Option<usize>,
     /// Threads per CPU worker for its matrix products, or auto (cores / workers)  [default: auto]
     #[arg(long, value_name = "N|auto")]
     #[serde(default, deserialize_with = "number_or_word")]
     pub threads_per_worker: Option<String>,
     /// Seed for the split, data order and initial weights  [default: 0]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub seed: Option<u64>,
     /// Print (and record) a step line every N steps  [default: 50]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub log_every: Option<u64>,
     /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in ~/.cache/mgtop/datasets) when DIR lacks the files
     #[arg(long)]
@@ -341,7 +341,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub checkpoint_every: Option<u64>,
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
@@ -356,7 +356,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
     /// Warn when no step completes for this many seconds; on GPUs, abort an NCCL all-reduce that takes longer  [default: 60]
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(allow_negative_numbers = true, long, value_name = "SECONDS")]
     pub stall_timeout: Option<f64>,
     /// First train one device for 120 steps on the same workload, then show the run's speedup and scaling efficiency against it.
     #[arg(long)]
@@ -374,7 +374,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,
     /// local-sgd: synchronous (mirrored) steps before the ranks start stepping alone  [default: 100]
-    #[arg(long, value_name = "STEPS")]
+    #[arg(allow_negative_numbers = true, long, value_name = "STEPS")]
     pub local_sgd_warmup: Option<u64>,
     /// Demo / test fault: RANK:FACTOR makes that rank's compute FACTOR times slower (e.g. 1:2.0).
     #[arg(long, value_name = "RANK:FACTOR")]
