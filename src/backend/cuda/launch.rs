@@ -115,6 +115,11 @@ pub(crate) fn grid_stride_cfg(n: usize) -> LaunchConfig {
     blocks_cfg(n.div_ceil(THREADS as usize))
 }
 
+/// A view's device address on `gpu`'s stream (whether a 16-byte vector walk may read it).
+pub(crate) fn start<T>(gpu: &Gpu, v: &impl cudarc::driver::DevicePtr<T>) -> u64 {
+    v.device_ptr(&gpu.stream).0
+}
+
 /// The most lanes (groups of neighbouring channels) a channels-last block has.
 pub(crate) const MAX_LANES: usize = 32;
 

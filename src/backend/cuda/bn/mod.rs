@@ -15,10 +15,10 @@
 //! the tensors' alignment allow a 16-byte vector of them; the kernels that only read the sums
 //! (output, input gradient) spread over more blocks still (`grid::spread`).
 
-use cudarc::driver::{CudaView, CudaViewMut, DevicePtr};
+use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
-use super::launch::{act_code, grid_stride_cfg, MAX_BLOCKS};
+use super::launch::{act_code, grid_stride_cfg, start, MAX_BLOCKS};
 use super::layout::Layout;
 use super::shape::{fit_i32, need};
 use super::{fail, CudaError, Gpu};
@@ -53,11 +53,6 @@ macro_rules! bn_kernel {
 fn walk<E: Elem>(layout: Layout, g: BnGeom, starts: &[u64]) -> Walk {
     let aligned = starts.iter().all(|a| a.is_multiple_of(16));
     Walk::of(layout, (g.c, g.hw), E::BYTES, aligned)
-}
-
-/// A view's device address (a wide walk's alignment).
-fn start<T>(gpu: &Gpu, v: &impl DevicePtr<T>) -> u64 {
-    v.device_ptr(&gpu.stream).0
 }
 
 /// [B, C, HW] as the kernels' ints, after checking every buffer's length (name, has, needs),

@@ -12,10 +12,10 @@
 mod nchw;
 mod nhwc;
 
-use cudarc::driver::{CudaView, CudaViewMut, DevicePtr};
+use cudarc::driver::{CudaView, CudaViewMut};
 
 use super::elem::Elem;
-use super::launch::{grid_stride_cfg, SMALL};
+use super::launch::{grid_stride_cfg, start, SMALL};
 use super::layout::Layout;
 use super::shape::{fit_i32, need};
 use super::{conv, fail, CudaError, Gpu};
@@ -162,11 +162,6 @@ pub fn dwconv_backward<E: Elem>(
     };
     let [bi, c, h, wd, k, s, p, oh, ow] = ints;
     try_launch!(gpu, name, cfg, &mut *d, dout, w, &bi, &c, &h, &wd, &k, &s, &p, &oh, &ow)
-}
-
-/// A view's device address (a channels-last walk's alignment).
-fn start<T>(gpu: &Gpu, v: &impl DevicePtr<T>) -> u64 {
-    v.device_ptr(&gpu.stream).0
 }
 
 /// dw[len] += the sum over `parts` of partial[parts, len], in part order

@@ -7,9 +7,9 @@
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::super::elem::Elem;
-use super::super::launch::{channel_blocks, THREADS};
+use super::super::launch::{channel_blocks, start, THREADS};
 use super::super::{CudaError, Gpu};
-use super::{add_parts, start};
+use super::add_parts;
 use crate::nn::grouped::ConvGeom;
 
 /// Pixels each thread of the forward and input-gradient launches takes (about: its window's
