@@ -285,6 +285,32 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--val-split", "-0.1"],
         &["--val-split -0.1 is out of range"],
     );
+    std::fs::write(d.join("a-file"), "mine").unwrap();
+    refused(
+        d,
+        &["--run-dir", "a-file"],
+        &["--run-dir a-file: it is a file, not a directory"],
+    );
+    assert_eq!(std::fs::read_to_string(d.join("a-file")).unwrap(), "mine");
+    // a spec is quoted by its start, however long (this one was echoed whole: 40 KB)
+    let long = format!("mlp:{}", vec!["8"; 20_000].join(","));
+    refused(
+        d,
+        &["--model", &long],
+        &["20000 hidden layers; use at most"],
+    );
+    let layers = format!("{},conv{}", vec!["dense8"; 30].join(","), "9".repeat(3000));
+    refused(
+        d,
+        &["--model", &layers],
+        &["layer 31", "must be between 1 and"],
+    );
+    // a learning rate a float32 rounds to 0 would train nothing
+    refused(
+        d,
+        &["--lr", "1e-300"],
+        &["--lr 1e-300 is invalid", "from 1e-38"],
+    );
     // (before this was refused, start-up ran past a minute making 16384 threads)
     refused(
         d,

@@ -407,6 +407,18 @@ fn train_and_val_folders_and_val_data() {
         (d.train.len(), d.val.len(), d.val.y.clone()),
         (6, 1, vec![0])
     );
+    // a problem of that folder is named as --val-data's, not --data's
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = opts(|o| {
+        o.val_fraction = None;
+        o.val_data = Some(format!("images:{}", empty.display()).parse().unwrap());
+    });
+    let e = images(&dir.join("train"), &o).err().unwrap();
+    assert!(
+        e.starts_with(&format!("--val-data images:{}: ", empty.display())),
+        "{e}"
+    );
 }
 
 #[test]

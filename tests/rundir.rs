@@ -1,5 +1,6 @@
 //! Run directories as a user meets them: `--resume` of a run directory, of a directory holding
-//! several runs, of a checkpoint directory two runs wrote into, of a run that reached its budget;
+//! several runs, of a checkpoint directory holding one line of runs or checkpoints of two runs,
+//! of a run that reached its budget; a run refused another run's --checkpoint-dir;
 //! a start that fails leaves no directory behind; `runs` lists each run's state.
 
 mod common;
@@ -74,12 +75,81 @@ fn resume_continues_a_run_directory_and_refuses_what_is_ambiguous() {
 }
 
 #[test]
-fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
+fn a_checkpoint_dir_holds_one_line_of_runs() {
     let d = tempfile::tempdir().unwrap();
     let d = d.path();
     let (a, _) = train(d, &["--steps", "5", "--checkpoint-dir", "shared"]);
-    let (b, _) = train(d, &["--steps", "7", "--checkpoint-dir", "shared"]);
-    let out = fails(d, &["--steps", "30", "--resume", "shared"]);
+    // another run there would replace a's checkpoints: refused before it trains
+    let out = fails(d, &["--steps", "5", "--checkpoint-dir", "shared"]);
+    assert!(
+        out.contains("--checkpoint-dir shared holds checkpoints of another run"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{}: steps 5..5", a.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("continue that run with --resume shared"),
+        "{out}"
+    );
+    let written = |dir: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(d.join(dir))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(written("shared"), ["step-00000005"]);
+    // a run resumed into the same directory continues its line
+    let (b, out) = train(
+        d,
+        &[
+            "--steps",
+            "9",
+            "--checkpoint-dir",
+            "shared",
+            "--resume",
+            "shared",
+        ],
+    );
+    assert!(out.contains("at step 5"), "{out}");
+    let (_, out) = train(d, &["--steps", "11", "--resume", "shared"]);
+    assert!(out.contains("at step 9"), "{out}");
+    // a run directory leads to the checkpoints its run wrote elsewhere
+    let (_, out) = train(d, &["--steps", "11", "--resume", b.to_str().unwrap()]);
+    assert!(
+        out.contains(&format!(
+            "{} at step 9",
+            d.join("shared/step-00000009").display()
+        )),
+        "{out}"
+    );
+    let (_, out) = train(d, &["--steps", "11", "--resume", a.to_str().unwrap()]);
+    assert!(out.contains("at step 5"), "{out}");
+}
+
+#[test]
+fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (a, _) = train(d, &["--steps", "5"]);
+    let (b, _) = train(d, &["--steps", "7"]);
+    // checkpoints of two runs gathered by hand into one directory
+    let mixed = d.join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    for (run, step) in [(&a, "step-00000005"), (&b, "step-00000007")] {
+        let from = run.join("checkpoints").join(step);
+        std::fs::create_dir(mixed.join(step)).unwrap();
+        for f in std::fs::read_dir(&from).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), mixed.join(step).join(f.file_name())).unwrap();
+        }
+    }
+    let out = fails(d, &["--steps", "30", "--resume", "mixed"]);
     assert!(out.contains("checkpoints are of 2 different runs"), "{out}");
     assert!(
         out.contains(&format!("{}: steps 5..5", a.display())),
@@ -90,7 +160,7 @@ fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
         "{out}"
     );
     // one checkpoint of it is not ambiguous
-    let (_, out) = train(d, &["--steps", "30", "--resume", "shared/step-00000005"]);
+    let (_, out) = train(d, &["--steps", "30", "--resume", "mixed/step-00000005"]);
     assert!(out.contains("at step 5"), "{out}");
 }
 

@@ -265,7 +265,7 @@ pub struct TrainArgs {
     pub batch_per_replica: Option<usize>,
     /// Learning rate  [default: 1e-3 per 64 samples of global batch, scaled to the run's global batch by --lr-scaling]
     #[arg(allow_negative_numbers = true, long)]
-    pub lr: Option<f32>,
+    pub lr: Option<f64>,
     /// sgd | momentum | nesterov | adam | adamw  [default: adam]
     #[arg(long)]
     pub optimizer: Option<String>,

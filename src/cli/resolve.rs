@@ -21,6 +21,23 @@ fn parse<T: std::str::FromStr<Err = String>>(
     }
 }
 
+/// `--lr` as the run holds it: a positive float32 (1e-300 would round to 0 and train nothing).
+fn learning_rate(lr: f64) -> Result<f32, String> {
+    match lr as f32 {
+        v if v.is_finite() && v >= f32::MIN_POSITIVE => Ok(v),
+        _ => {
+            // as typed, near enough: Display would write 1e-300 with 300 digits
+            let shown = match lr.abs() {
+                a if a != 0.0 && !(1e-4..1e6).contains(&a) => format!("{lr:e}"),
+                _ => lr.to_string(),
+            };
+            Err(format!(
+                "--lr {shown} is invalid: use a positive number from 1e-38 to 3e38, such as 1e-3"
+            ))
+        }
+    }
+}
+
 /// Reads a config file into the same shape as the flags.
 pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
     let expect = Expect {
@@ -193,7 +210,7 @@ impl TrainArgs {
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
             batch_from_flag: args.batch_per_replica.is_some(),
-            lr: args.lr.or(d.lr),
+            lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
             momentum: args.momentum.unwrap_or(d.momentum),
@@ -235,6 +252,7 @@ impl TrainArgs {
             },
             metrics_out: args.metrics_out,
             run_dir: None,
+            origin: None,
             link_latest: false,
             checkpoint_dir: d.checkpoint_dir,
             checkpoint_every: args.checkpoint_every,

@@ -171,6 +171,10 @@ pub struct RunConfig {
     /// The run's directory (metrics, checkpoints, live socket); created when the engine starts.
     /// None for runs that keep nothing (`scale`, `bench`, `--calibrate`).
     pub run_dir: Option<PathBuf>,
+    /// The run directory the line of runs this one continues began in, written into each of
+    /// its checkpoints: the resumed checkpoint's line (`CheckpointMeta::line`), or for a fresh
+    /// run its own `run_dir`. Set when the engine starts (None for runs that keep nothing).
+    pub origin: Option<String>,
     /// Point `runs/<name>/latest` at `run_dir` (a default one).
     pub link_latest: bool,
     pub checkpoint_dir: PathBuf,
@@ -259,6 +263,7 @@ impl Default for RunConfig {
             inputs: Default::default(),
             metrics_out: None,
             run_dir: None,
+            origin: None,
             link_latest: false,
             checkpoint_dir: PathBuf::from("checkpoints"),
             checkpoint_every: None,

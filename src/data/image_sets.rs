@@ -217,12 +217,17 @@ pub(super) fn load(
         ));
     }
     let val_read = match &opts.val_data {
-        Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => Some(read_spec(v, side, opts)?.0),
+        Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
+            Some(read_spec(v, side, opts).map_err(DataError::of_val_data)?.0)
+        }
         Some(v) => {
             return Err(spec_err(
                 v,
-                format!("--val-data must be a set of the same kind as --data {spec} (cifar10:, cifar100: or images:)"),
-            ))
+                format!(
+                "must be a set of the same kind as --data {spec} (cifar10:, cifar100: or images:)"
+            ),
+            )
+            .of_val_data())
         }
         None => own_val,
     };

@@ -45,6 +45,18 @@ pub enum DataError {
     Format { path: PathBuf, msg: String },
     #[error("--data {spec}: {msg}")]
     Spec { spec: String, msg: String },
+    #[error("--val-data {spec}: {msg}")]
+    ValSpec { spec: String, msg: String },
+}
+
+impl DataError {
+    /// The same problem, found in `--val-data`'s set.
+    pub fn of_val_data(self) -> DataError {
+        match self {
+            DataError::Spec { spec, msg } => DataError::ValSpec { spec, msg },
+            e => e,
+        }
+    }
 }
 
 impl From<read::ReadError> for DataError {

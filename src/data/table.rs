@@ -133,7 +133,7 @@ pub(super) fn load(
     let (full, norm, what) = read_table(spec, seed)?;
     let (mut train, mut val, split_text) = match &opts.val_data {
         Some(v) if opts.val_fraction.is_some_and(|f| f > 0.0) => {
-            return Err(DataError::Spec {
+            return Err(DataError::ValSpec {
                 spec: v.to_string(),
                 msg: "--val-data and --val-split both choose the validation set; give one".into(),
             })
@@ -143,13 +143,13 @@ pub(super) fn load(
             (train, val, "no validation (--val-split 0)".to_string())
         }
         Some(v) => {
-            let (val, _, vwhat) = read_table(v, seed)?;
+            let (val, _, vwhat) = read_table(v, seed).map_err(DataError::of_val_data)?;
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
             if val.features != full.features || max >= full.classes {
-                return Err(DataError::Spec {
+                return Err(DataError::ValSpec {
                     spec: v.to_string(),
                     msg: format!(
-                        "--val-data has {} features and labels up to {max}; the training set has {} features and {} classes",
+                        "it has {} features and labels up to {max}; the training set has {} features and {} classes",
                         val.features, full.features, full.classes
                     ),
                 });

@@ -114,8 +114,9 @@ impl Engine {
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
         let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
-        // the batch size the run will train with (a resumed one's may be the checkpoint's)
-        let per_replica = match cfg.resume.as_ref().filter(|_| lead) {
+        // the batch size the run will train with (a resumed one's may be the checkpoint's),
+        // and the line of runs a resumed one continues
+        let (per_replica, origin) = match cfg.resume.as_ref().filter(|_| lead) {
             Some(p) => {
                 let dir = checkpoint::resolve(p)?;
                 let meta = checkpoint::read_meta(&dir)?;
@@ -125,9 +126,10 @@ impl Engine {
                         dir.display()
                     )));
                 }
-                resumed_settings(&cfg, &meta, devices.0.len()).per_replica
+                let settings = resumed_settings(&cfg, &meta, devices.0.len());
+                (settings.per_replica, meta.line().map(str::to_string))
             }
-            None => cfg.batch_per_replica,
+            None => (cfg.batch_per_replica, None),
         };
         let model = validate::model(&cfg, &loaded.train)?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
@@ -144,15 +146,21 @@ impl Engine {
             .map(|d| rundir::Created::new(d, cfg.link_latest))
             .transpose()
             .map_err(EngineError::Config)?;
+        let run_dir = created.as_ref().map(|c| c.path().to_path_buf());
         let cfg = RunConfig {
-            run_dir: created.as_ref().map(|c| c.path().to_path_buf()),
+            origin: origin.or_else(|| run_dir.as_ref().map(|d| d.display().to_string())),
+            run_dir,
             ..cfg
         };
-        // before any worker starts (and before the frontend opens its outputs), so that a bad
-        // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
+        // before any worker starts (and before the frontend opens its outputs), so that a bad,
+        // busy or another run's --checkpoint-dir fails at once; runs that never checkpoint
+        // take none
         let lock = (lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some()))
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
+        if let (Some(_), Some(line)) = (&lock, &cfg.origin) {
+            checkpoint::refuse_others(&cfg.checkpoint_dir, line)?;
+        }
         let data = RunData {
             train: Arc::new(loaded.train),
             val: Arc::new(loaded.val),

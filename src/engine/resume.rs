@@ -102,6 +102,7 @@ mod tests {
             data: "digits".into(),
             config: serde_json::json!({}),
             run_dir: None,
+            origin: None,
         }
     }
 

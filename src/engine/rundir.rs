@@ -127,6 +127,12 @@ impl Created {
                 Err(e) => return Err(fail(e)),
             }
         }
+        if !leaf.is_dir() {
+            return Err(format!(
+                "--run-dir {}: it is a file, not a directory; pick another --run-dir",
+                leaf.display()
+            ));
+        }
         if !fresh && leaf.join(METRICS).exists() {
             return Err(format!(
                 "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
@@ -222,14 +228,11 @@ pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
         return Ok(path.to_path_buf());
     }
     if is_run_dir(path) {
-        let ckpts = path.join(CHECKPOINTS);
-        return newest_of_one_run(&ckpts).map_err(|e| match e {
-            Found::Nothing => format!(
-                "run {} has no checkpoint to resume from (a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every); start it again instead",
-                path.display()
-            ),
-            Found::Error(e) => e,
-        });
+        return match newest_of_one_run(&path.join(CHECKPOINTS)) {
+            Ok(p) => Ok(p),
+            Err(Found::Error(e)) => Err(e),
+            Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path)),
+        };
     }
     match newest_of_one_run(path) {
         Ok(p) => return Ok(p),
@@ -251,54 +254,69 @@ pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// Why run `dir` has nothing to resume from: still running without a checkpoint yet, or ended
+/// without one.
+fn no_checkpoint(dir: &Path) -> String {
+    let live = std::os::unix::net::UnixStream::connect(dir.join(SOCKET)).is_ok();
+    if live {
+        return format!(
+            "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
+            dir.display(),
+            dir.display()
+        );
+    }
+    format!(
+        "run {} has no checkpoint to resume from (a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every); start it again instead",
+        dir.display()
+    )
+}
+
+/// The newest checkpoint run `dir` wrote outside its directory (`--checkpoint-dir`) that is
+/// still there, from the checkpoint events of its metrics file.
+fn last_written(dir: &Path) -> Option<PathBuf> {
+    use std::io::BufRead;
+    let file = fs::File::open(dir.join(METRICS)).ok()?;
+    let mut newest = None;
+    // line by line: a long run's metrics file can be large; only checkpoint events are parsed
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let Ok(line) = line else { break };
+        if !line.windows(12).any(|w| w == b"\"checkpoint\"") {
+            continue;
+        }
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["type"] == "event" && v["kind"] == "checkpoint" {
+            let path = v["path"].as_str().map(PathBuf::from);
+            // relative paths (older metrics files) name nothing certain
+            if let Some(p) = path.filter(|p| p.is_absolute() && p.join("state.json").is_file()) {
+                newest = Some(p);
+            }
+        }
+    }
+    newest
+}
+
 enum Found {
     Nothing,
     Error(String),
 }
 
 /// The newest checkpoint in a checkpoint directory, refusing one that holds checkpoints of
-/// several runs (each checkpoint names the run directory that wrote it).
+/// several lines of runs (`checkpoint::lines`).
 fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Err(Found::Nothing);
-    };
-    let mut steps: Vec<(u64, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter_map(|p| {
-            let step = p
-                .file_name()?
-                .to_str()?
-                .strip_prefix("step-")?
-                .parse()
-                .ok()?;
-            p.join("state.json").is_file().then_some((step, p))
-        })
-        .collect();
+    let mut steps = checkpoint::steps(dir);
     if steps.is_empty() {
         return Err(Found::Nothing);
     }
-    steps.sort_by_key(|(step, _)| *step);
-    let mut owners: Vec<(String, u64, u64)> = Vec::new();
-    for (step, p) in &steps {
-        let owner = checkpoint::read_meta(p)
-            .ok()
-            .and_then(|m| m.run_dir)
-            .unwrap_or_default();
-        match owners.iter_mut().find(|o| o.0 == owner) {
-            Some(o) => o.2 = *step,
-            None => owners.push((owner, *step, *step)),
-        }
-    }
     // checkpoints from before run directories name no run: they go with any one run
-    let named: Vec<_> = owners.iter().filter(|o| !o.0.is_empty()).collect();
+    let named: Vec<_> = (checkpoint::lines(&steps).into_iter())
+        .filter(|l| !l.origin.is_empty())
+        .collect();
     if named.len() > 1 {
-        let lines: Vec<String> = named
-            .iter()
-            .map(|(run, first, last)| format!("  {run}: steps {first}..{last}"))
-            .collect();
+        let lines: Vec<String> = named.iter().map(checkpoint::Line::listed).collect();
         return Err(Found::Error(format!(
-            "--resume {}: its checkpoints are of {} different runs; pass one step-NNNNNNNN directory, or the run's own directory:\n{}",
+            "--resume {}: its checkpoints are of {} different runs; pass one step-NNNNNNNN directory, or the run directory of the one to continue:\n{}",
             dir.display(),
             named.len(),
             lines.join("\n")

@@ -107,7 +107,8 @@ pub fn import(
     let bytes = read::read_bytes(path, &expect).map_err(|e| e.to_string())?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         at(format!(
-            "not a whole safetensors file ({e}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)"
+            "not a whole safetensors file ({}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)",
+            checkpoint::safetensors_problem(&e)
         ))
     })?;
     let mut file_names: Vec<String> = st.names().into_iter().cloned().collect();
@@ -236,8 +237,9 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
     let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         format!(
-            "{}: not a whole safetensors file ({e}); export another checkpoint",
-            file.display()
+            "{}: not a whole safetensors file ({}); export another checkpoint",
+            file.display(),
+            checkpoint::safetensors_problem(&e)
         )
     })?;
     let steps = (meta.optimizer_steps as i64).to_le_bytes();

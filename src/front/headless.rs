@@ -19,9 +19,11 @@ use crate::observe::Recorder;
 /// How often the log collects step samples.
 const STEP_POLL: Duration = Duration::from_millis(20);
 
+/// `[MM:SS.ss]` since the run started (minutes past 99 keep counting), truncated to the
+/// hundredth so that no second reads 60.
 fn stamp(t: Duration) -> String {
-    let s = t.as_secs_f64();
-    format!("[{:02}:{:05.2}]", (s / 60.0) as u64, s % 60.0)
+    let cs = t.as_millis() / 10;
+    format!("[{:02}:{:02}.{:02}]", cs / 6000, cs / 100 % 60, cs % 100)
 }
 
 /// What the log keeps between lines: the step rows, the straggler detector, the metrics file.
@@ -183,4 +185,19 @@ pub fn run(
     log.warn(w);
     let _ = log.out.flush();
     engine.join()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_count_minutes_and_never_show_sixty_seconds() {
+        let at = |ms| stamp(Duration::from_millis(ms));
+        assert_eq!(at(0), "[00:00.00]");
+        assert_eq!(at(59_999), "[00:59.99]");
+        assert_eq!(at(60_000), "[01:00.00]");
+        assert_eq!(at(754_321), "[12:34.32]");
+        assert_eq!(at(6_000_000 + 1_500), "[100:01.50]");
+    }
 }

@@ -212,7 +212,7 @@ impl FromStr for LayerSpec {
             .map(|(i, tok)| {
                 parse_layer(tok).map_err(|reason| SpecError::Layer {
                     index: i + 1,
-                    token: tok.to_string(),
+                    token: crate::data::read::excerpt(tok),
                     reason,
                 })
             })
@@ -271,14 +271,17 @@ impl Scanner<'_> {
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
         let read = &self.tok[..self.pos];
         if digits == 0 {
-            return Err(format!("expected the {what} after `{read}`; {FORMS}"));
+            return Err(format!(
+                "expected the {what} after `{}`; {FORMS}",
+                crate::data::read::excerpt(read)
+            ));
         }
         self.pos += digits;
         match rest[..digits].parse::<usize>() {
             Ok(n) if (lo..=max).contains(&n) => Ok(n),
             _ => Err(format!(
                 "{what} {} must be between {lo} and {max}",
-                &rest[..digits]
+                crate::data::read::excerpt(&rest[..digits])
             )),
         }
     }
@@ -295,8 +298,9 @@ impl Scanner<'_> {
         match &self.tok[self.pos..] {
             "" => Ok(()),
             rest => Err(format!(
-                "unexpected `{rest}` after `{}`; {FORMS}",
-                &self.tok[..self.pos]
+                "unexpected `{}` after `{}`; {FORMS}",
+                crate::data::read::excerpt(rest),
+                crate::data::read::excerpt(&self.tok[..self.pos])
             )),
         }
     }

@@ -17,8 +17,10 @@ use crate::backend::TrainState;
 use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::OptState;
 
+mod lines;
 mod lock;
 
+pub use lines::{lines, refuse_others, steps, Line};
 pub use lock::{holder, lock, DirLock, LOCK_FILE};
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
@@ -59,6 +61,11 @@ pub struct CheckpointMeta {
     /// directories): `--resume` of a directory holding checkpoints of several runs refuses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_dir: Option<String>,
+    /// The run directory the line of runs this one continues began in (absolute): a run resumed
+    /// from a checkpoint keeps that checkpoint's line, a fresh run begins its own. Absent in
+    /// checkpoints from before lines (their line is their `run_dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +81,8 @@ pub enum CheckpointError {
     NotFound(PathBuf),
     #[error("another run{} is writing checkpoints to {path}: give this run its own --checkpoint-dir, or wait for that one to end", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Locked { path: PathBuf, pid: Option<u32> },
+    #[error("--checkpoint-dir {path} holds checkpoints of another run; this run's would mix with them and replace those of the same steps:\n{runs}\ngive this run its own --checkpoint-dir (or leave the flag out: each run keeps its checkpoints in its run directory), or continue that run with --resume {path}")]
+    Taken { path: PathBuf, runs: String },
     #[error("checkpoint {path} is unreadable: {msg}; {fix}")]
     Corrupt {
         path: PathBuf,
@@ -315,7 +324,8 @@ pub fn read(
         read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         corrupt(format!(
-            "{WEIGHTS} is not a whole safetensors file ({e}): it was cut short or damaged"
+            "{WEIGHTS} is not a whole safetensors file ({}): it was cut short or damaged",
+            safetensors_problem(&e)
         ))
     })?;
     let n = model.n_params;
@@ -408,6 +418,12 @@ pub fn read(
 }
 
 impl CheckpointMeta {
+    /// The run directory the checkpoint's line of runs began in (`origin`, or for checkpoints
+    /// from before lines the run that wrote it); None for checkpoints from before run directories.
+    pub fn line(&self) -> Option<&str> {
+        self.origin.as_deref().or(self.run_dir.as_deref())
+    }
+
     /// What a resumed run relies on, held to the same ranges as the flags that set it.
     pub fn check(&self) -> Result<(), String> {
         let max_batch = super::control::MAX_BATCH;
@@ -472,6 +488,32 @@ impl CheckpointMeta {
     /// checkpoints from before it was recorded).
     pub fn grad_accum(&self) -> usize {
         self.config["grad_accum"].as_u64().map_or(1, |a| a as usize)
+    }
+}
+
+/// What is wrong with a safetensors file, in words (the crate's own Display is its Debug).
+pub fn safetensors_problem(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    let name = |n: &str| crate::data::read::excerpt(n);
+    match e {
+        E::HeaderTooSmall => "shorter than its 8-byte header length".into(),
+        E::InvalidHeaderLength => "its header length runs past the end of the file".into(),
+        E::HeaderTooLarge => "its first 8 bytes claim a header of over 100 MB".into(),
+        E::InvalidHeader => "its header is not UTF-8 text".into(),
+        E::InvalidHeaderStart => "its header does not start with `{`".into(),
+        E::InvalidHeaderDeserialization | E::JsonError(_) => {
+            "its header is not a safetensors JSON header".into()
+        }
+        E::TensorNotFound(n) => format!("tensor `{}` is missing", name(n)),
+        E::InvalidOffset(n) => format!("tensor `{}`'s byte offsets are out of place", name(n)),
+        E::TensorInvalidInfo | E::InvalidTensorView(..) => {
+            "a tensor's shape, type and byte offsets disagree".into()
+        }
+        E::MetadataIncompleteBuffer => {
+            "its length is not what its header's tensors add up to".into()
+        }
+        E::ValidationOverflow => "a tensor's shape is too large to be real".into(),
+        E::IoError(e) => e.to_string(),
     }
 }
 

@@ -29,6 +29,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         data: "digits".into(),
         config: serde_json::json!({}),
         run_dir: None,
+        origin: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (
@@ -274,4 +275,37 @@ fn abandoning_removes_only_the_checkpoint_being_written() {
     assert!(!tmp.exists() && done.join(WEIGHTS).is_file());
     remove_taken(&slot); // nothing being written: nothing happens
     assert!(done.join(WEIGHTS).is_file());
+}
+
+#[test]
+fn a_resumed_run_continues_its_line_and_unnamed_checkpoints_go_with_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let at = |step, run_dir: Option<&str>, origin: Option<&str>| {
+        let m = CheckpointMeta {
+            step,
+            run_dir: run_dir.map(str::to_string),
+            origin: origin.map(str::to_string),
+            ..meta.clone()
+        };
+        write(dir.path(), &model, &state, &m).unwrap();
+    };
+    at(3, None, None);
+    // before lines were recorded: the run directory is the line
+    at(5, Some("/runs/a"), None);
+    at(9, Some("/runs/b"), Some("/runs/a"));
+    let found = lines(&steps(dir.path()));
+    let line = |origin: &str, first, last| Line {
+        origin: origin.into(),
+        first,
+        last,
+    };
+    assert_eq!(found, [line("", 3, 3), line("/runs/a", 5, 9)]);
+    assert!(refuse_others(dir.path(), "/runs/a").is_ok());
+    let e = refuse_others(dir.path(), "/runs/c")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("  /runs/a: steps 5..9"), "{e}");
+    at(12, Some("/runs/c"), Some("/runs/c"));
+    assert_eq!(lines(&steps(dir.path())).len(), 3);
 }

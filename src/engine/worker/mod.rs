@@ -127,9 +127,11 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         e,
         EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
     );
-    // the step that failed: the one running, or a diverged one reported late
+    // the step that failed: the one running, a diverged one reported late, or the last one
+    // done for a checkpoint that could not be written after it
     let step = match e {
         EngineError::NonFinite { step, .. } => step,
+        EngineError::Checkpoint(_) => w.step,
         _ => w.step + 1,
     };
     // every rank sees a non-finite loss at once; rank 0 speaks for them

@@ -58,6 +58,7 @@ impl Worker {
                 "strategy": cfg.strategy.to_string(),
             }),
             run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
+            origin: cfg.origin.clone(),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {

@@ -26,17 +26,21 @@ pub const NAMES: &str = "resnet20, resnet32, resnet44, resnet56, resnet18, resne
 impl FromStr for Preset {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        let shown = crate::data::read::excerpt(s);
         if let Some(rest) = s.strip_prefix("mobilenetv2") {
             let width = match rest.strip_prefix(':') {
                 None if rest.is_empty() => 1.0,
                 Some(w) => w.parse::<f64>().map_err(|_| {
-                    format!("model `{s}`: width `{w}` is not a number; use e.g. mobilenetv2:0.5")
+                    format!(
+                        "model `{shown}`: width `{}` is not a number; use e.g. mobilenetv2:0.5",
+                        crate::data::read::excerpt(w)
+                    )
                 })?,
-                None => return Err(format!("unknown model `{s}`: use {NAMES}")),
+                None => return Err(format!("unknown model `{shown}`: use {NAMES}")),
             };
             if !(0.1..=4.0).contains(&width) {
                 return Err(format!(
-                    "model `{s}`: width {width} must be between 0.1 and 4"
+                    "model `{shown}`: width {width} must be between 0.1 and 4"
                 ));
             }
             return Ok(Preset::MobileNetV2 {
@@ -50,7 +54,7 @@ impl FromStr for Preset {
             "resnet18" | "resnet34" | "resnet50" => Ok(Preset::ResNet {
                 depth: s[6..].parse().expect("two digits"),
             }),
-            _ => Err(format!("unknown model `{s}`: use {NAMES}")),
+            _ => Err(format!("unknown model `{shown}`: use {NAMES}")),
         }
     }
 }

@@ -215,6 +215,8 @@ const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,1
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        // a spec in a message: its start, however long it is
+        let shown = crate::data::read::excerpt(s);
         let Some(rest) = s
             .strip_prefix("mlp:")
             .or_else(|| (s == "mlp").then_some(""))
@@ -223,13 +225,13 @@ impl FromStr for ModelSpec {
                 return s
                     .parse::<LayerSpec>()
                     .map(ModelSpec::Layers)
-                    .map_err(|e| format!("model `{s}`: {e}"));
+                    .map_err(|e| format!("model `{shown}`: {e}"));
             }
             if s.starts_with("resnet") || s.starts_with("mobilenet") {
                 return s.parse().map(ModelSpec::Preset);
             }
             return Err(format!(
-                "unknown model `{s}`: {FORMS} ({NAMES}) or layers like conv32k3,pool2,dense128 \
+                "unknown model `{shown}`: {FORMS} ({NAMES}) or layers like conv32k3,pool2,dense128 \
                  (convNkK[sS][pP], poolK[sS], denseN, bn, basicN[sS], ...; see the README)"
             ));
         };
@@ -237,24 +239,25 @@ impl FromStr for ModelSpec {
         for part in rest.split(',').filter(|_| !rest.trim().is_empty()) {
             if part.trim().is_empty() {
                 return Err(format!(
-                    "model `{s}`: an empty hidden width between commas; use e.g. mlp:128,64"
+                    "model `{shown}`: an empty hidden width between commas; use e.g. mlp:128,64"
                 ));
             }
             let h: usize = part.trim().parse().map_err(|_| {
                 format!(
-                    "model `{s}`: hidden width `{part}` is not a whole number; use e.g. mlp:128,64"
+                    "model `{shown}`: hidden width `{}` is not a whole number; use e.g. mlp:128,64",
+                    crate::data::read::excerpt(part)
                 )
             })?;
             if h == 0 || h > 1 << 16 {
                 return Err(format!(
-                    "model `{s}`: hidden width {h} must be between 1 and 65536"
+                    "model `{shown}`: hidden width {h} must be between 1 and 65536"
                 ));
             }
             hidden.push(h);
         }
         if hidden.len() > MAX_HIDDEN_LAYERS {
             return Err(format!(
-                "model `{s}`: {} hidden layers; use at most {MAX_HIDDEN_LAYERS}",
+                "model `{shown}`: {} hidden layers; use at most {MAX_HIDDEN_LAYERS}",
                 hidden.len()
             ));
         }
