@@ -162,6 +162,19 @@ fn damaged_and_hostile_files_are_clear_errors() {
         ),
         "{e}"
     );
+    // a file of another model is refused by its header, its bulk unread (this one's is cut
+    // short: read whole, it would be refused as damaged)
+    let header =
+        br#"{"encoder.embed.weight":{"dtype":"F32","shape":[100000000],"data_offsets":[0,400000000]}}"#;
+    let mut other = (header.len() as u64).to_le_bytes().to_vec();
+    other.extend(header);
+    other.extend([0u8; 64]);
+    let e = try_file(&other);
+    assert!(
+        e.contains("none of its 1 tensors is named as this model's")
+            && e.contains("the file has encoder.embed.weight"),
+        "{e}"
+    );
     // a header length past the file
     let e = try_file(&u64::MAX.to_le_bytes());
     assert!(

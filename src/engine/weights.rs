@@ -85,6 +85,30 @@ fn values(view: &TensorView, name: &str) -> Result<Vec<f32>, String> {
     })
 }
 
+/// The tensor names in the header of safetensors file `path`, read without the rest of the
+/// file; None where the header is not one (reading the whole file then says what is wrong).
+fn header_names(path: &Path, expect: &Expect) -> Option<std::collections::HashSet<String>> {
+    use std::io::Read;
+    let (mut file, len) = read::open(path, expect).ok()?;
+    let mut n = [0u8; 8];
+    file.read_exact(&mut n).ok()?;
+    let n = u64::from_le_bytes(n);
+    // safetensors' own bound on a header
+    if n > 100 << 20 || n.saturating_add(8) > len {
+        return None;
+    }
+    let mut head = vec![0u8; n as usize];
+    file.read_exact(&mut head).ok()?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&head).ok()?;
+    Some(
+        header
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "__metadata__")
+            .collect(),
+    )
+}
+
 /// Loads the tensors of `path` that this model has, by name, into `params` and `buffers`;
 /// returns the report's lines. A classifier head of another class count is left as
 /// initialised (said so); any other shape mismatch, a damaged file or a file that matches
@@ -104,6 +128,35 @@ pub fn import(
         max: most,
         fix: "more than any weights file for this model holds; is it the right file?",
     };
+    let ours: Vec<(&TensorInfo, bool)> = (model.tensors.iter().map(|t| (t, true)))
+        .chain(model.buffers.iter().map(|t| (t, false)))
+        .collect();
+    let matches_nothing = |file_names: &[String]| {
+        let ex: Vec<String> = file_names
+            .iter()
+            .take(3)
+            .map(|n| read::excerpt(n))
+            .collect();
+        at(format!(
+            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?",
+            file_names.len(),
+            model.tensors.first().map_or("", |t| &t.name),
+            ex.join(", ")
+        ))
+    };
+    // a file of another model is refused from its header, before its bulk is read
+    if let Some(names) = header_names(path, &expect) {
+        let named = |t: &TensorInfo| {
+            PREFIXES
+                .iter()
+                .any(|p| names.contains(&format!("{p}{}", t.name)))
+        };
+        if !ours.iter().any(|(t, _)| named(t)) {
+            let mut names: Vec<String> = names.into_iter().collect();
+            names.sort();
+            return Err(matches_nothing(&names));
+        }
+    }
     let bytes = read::read_bytes(path, &expect).map_err(|e| e.to_string())?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         at(format!(
@@ -113,9 +166,6 @@ pub fn import(
     })?;
     let mut file_names: Vec<String> = st.names().into_iter().cloned().collect();
     file_names.sort();
-    let ours: Vec<(&TensorInfo, bool)> = (model.tensors.iter().map(|t| (t, true)))
-        .chain(model.buffers.iter().map(|t| (t, false)))
-        .collect();
     // the prefix under which most of our names are found
     let prefix = PREFIXES
         .iter()
@@ -166,13 +216,7 @@ pub fn import(
         loaded += 1;
     }
     if loaded == 0 {
-        let ex: Vec<String> = file_names.iter().take(3).cloned().collect();
-        return Err(at(format!(
-            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?",
-            file_names.len(),
-            model.tensors.first().map_or("", |t| &t.name),
-            ex.join(", ")
-        )));
+        return Err(matches_nothing(&file_names));
     }
     // (PyTorch's batch-norm step counters are bookkeeping this program does not keep)
     let unexpected: Vec<String> = file_names
