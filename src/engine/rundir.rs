@@ -274,12 +274,24 @@ fn no_checkpoint(dir: &Path) -> String {
 /// The newest checkpoint run `dir` wrote outside its directory (`--checkpoint-dir`) that is
 /// still there, from the checkpoint events of its metrics file.
 fn last_written(dir: &Path) -> Option<PathBuf> {
-    use std::io::BufRead;
-    let file = fs::File::open(dir.join(METRICS)).ok()?;
-    let mut newest = None;
+    use std::io::{BufRead, Read};
+    // a metrics record is a few KiB; a longer line is not one of ours
+    const MAX_LINE: u64 = 1 << 20;
+    let mut file = std::io::BufReader::new(fs::File::open(dir.join(METRICS)).ok()?);
+    let (mut newest, mut line) = (None, Vec::new());
     // line by line: a long run's metrics file can be large; only checkpoint events are parsed
-    for line in std::io::BufReader::new(file).split(b'\n') {
-        let Ok(line) = line else { break };
+    loop {
+        line.clear();
+        match (&mut file).take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.last() != Some(&b'\n') && line.len() as u64 == MAX_LINE => {
+                if file.skip_until(b'\n').is_err() {
+                    break;
+                }
+                continue;
+            }
+            Ok(_) => {}
+        }
         if !line.windows(12).any(|w| w == b"\"checkpoint\"") {
             continue;
         }
@@ -404,6 +416,36 @@ mod tests {
             "{:?}",
             again.path()
         );
+    }
+
+    #[test]
+    fn a_runs_checkpoints_elsewhere_are_found_from_its_metrics_file() {
+        let root = tempfile::tempdir().unwrap();
+        let (run, ck) = (root.path().join("run"), root.path().join("ck"));
+        fs::create_dir(&run).unwrap();
+        for step in ["step-00000005", "step-00000009"] {
+            fs::create_dir_all(ck.join(step)).unwrap();
+            fs::write(ck.join(step).join("state.json"), "{}").unwrap();
+        }
+        let event = |path: &Path| {
+            format!(
+                "{{\"type\":\"event\",\"kind\":\"checkpoint\",\"step\":1,\"path\":\"{}\"}}\n",
+                path.display()
+            )
+        };
+        let lines = [
+            event(&ck.join("step-00000005")),
+            event(&ck.join("step-00000009")),
+            // an overlong line, a relative path, a checkpoint since removed: passed over
+            format!("{}\n", "\"checkpoint\"".repeat(200_000)),
+            event(Path::new("ck/step-00000009")),
+            event(&ck.join("step-00000012")),
+        ];
+        fs::write(run.join(METRICS), lines.concat()).unwrap();
+        assert_eq!(last_written(&run), Some(ck.join("step-00000009")));
+        fs::write(run.join(METRICS), &lines[2]).unwrap();
+        assert_eq!(last_written(&run), None);
+        assert!(no_checkpoint(&run).contains("has no checkpoint to resume from"));
     }
 
     #[test]
