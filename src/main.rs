@@ -120,13 +120,14 @@ fn main() -> ExitCode {
     INHERITED.get_or_init(|| (ignored(libc::SIGHUP), ignored(libc::SIGINT)));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
+        // --help and --version print as clap writes them; errors as one line
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", mgtop::cli::one_line(&e));
+            return ExitCode::from(1);
         }
     };
     // GPU ids in nvidia-smi's order (PCI bus order) rather than CUDA's default fastest-first

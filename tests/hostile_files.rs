@@ -305,6 +305,20 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--model", &layers],
         &["layer 31", "must be between 1 and"],
     );
+    // command-line mistakes are one line too, clap's tips kept
+    refused(
+        d,
+        &["--step", "3"],
+        &[
+            "unexpected argument '--step'",
+            "(tip: a similar argument exists: '--steps')",
+        ],
+    );
+    refused(
+        d,
+        &["--loader-threads", "x"],
+        &["--loader-threads `x`: use a number of threads per rank or auto"],
+    );
     // a learning rate a float32 rounds to 0 would train nothing
     refused(
         d,

@@ -119,6 +119,20 @@ fn popups_and_summary() {
 }
 
 #[test]
+fn a_run_stopped_before_its_budget_says_stopped_not_done() {
+    let header = |stopped| {
+        let mut app = demo::app(2, 150);
+        app.apply(AppEvent::Engine(Event::Finished { step: 150, stopped }));
+        let t = dark();
+        draw(80, 3, |f| {
+            render::render_header(f, Rect::new(0, 0, 80, 3), &app, &t)
+        })
+    };
+    assert!(header(true).contains(" STOPPED "), "{}", header(true));
+    assert!(header(false).contains(" DONE "), "{}", header(false));
+}
+
+#[test]
 fn readonly_footer() {
     let mut app = App::new(demo::info(2), true);
     app.apply(AppEvent::Tick(std::time::Duration::from_secs(3)));

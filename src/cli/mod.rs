@@ -233,7 +233,7 @@ pub struct TrainArgs {
     /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
     #[arg(long)]
     pub devices: Option<String>,
-    /// mlp:H1,H2,... hidden widths, or layers convNkK[sS][pP] | poolK[sS] | denseN, e.g. conv32k3,pool2,dense128 (ReLU after conv and dense layers; softmax cross-entropy)  [default: mlp:128]
+    /// A network (resnet20, resnet32, resnet44, resnet56, resnet18, resnet34, resnet50, mobilenetv2[:WIDTH]), mlp:H1,H2,... hidden widths, or layers such as conv32k3,pool2,dense128 or conv16k3p1,bn,basic16,basic32s2,gap (convNkK[sS][pP], poolK[sS], denseN, bn, basicN[sS], gap, ...; see the README's Models; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
     /// digits | cifar10:DIR | cifar100:DIR[,labels=coarse] | images:DIR (one folder per class of JPEG/PNG files, or DIR/train + DIR/val) | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
@@ -282,7 +282,7 @@ pub struct TrainArgs {
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub label_smoothing: Option<f32>,
-    /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto: TF32 on Ampere and newer; CPU workers are always fp32)  [default: auto]
+    /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto, on Ampere and newer: bf16 for models of dense convolutions on images of 112x112 or more where cuDNN loads, TF32 for the rest; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,
     /// What the GPUs' gradient all-reduce carries: fp32 | bf16 (half the bytes between GPUs and machines; each rank's sums rounded to bf16; the optimizer still reads fp32 gradients)  [default: fp32]
@@ -307,9 +307,10 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default, deserialize_with = "number_or_word")]
     pub prefetch: Option<String>,
-    /// Loader threads per rank  [default: 1]
-    #[arg(allow_negative_numbers = true, long)]
-    pub loader_threads: Option<usize>,
+    /// Loader threads per rank, or auto (1 for data held ready and on CPU workers; for picture sets on GPUs the cores the GPU ranks leave, at most 8 a rank)  [default: auto]
+    #[arg(allow_negative_numbers = true, long, value_name = "N|auto")]
+    #[serde(default, deserialize_with = "number_or_word")]
+    pub loader_threads: Option<String>,
     /// Threads per CPU worker for its matrix products, or auto (cores / workers)  [default: auto]
     #[arg(long, value_name = "N|auto")]
     #[serde(default, deserialize_with = "number_or_word")]
@@ -386,6 +387,38 @@ pub struct TrainArgs {
     #[arg(long, hide = true)]
     #[serde(skip)]
     pub inject_panic: Option<String>,
+}
+
+/// A command-line error as one line, as every other error is: clap's message, its items and
+/// tips joined in (its usage where arguments are missing), then where the flags are listed.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut out = lines.next().unwrap_or("error: bad arguments").to_string();
+    let (mut tips, mut usage) = (Vec::new(), None);
+    for l in lines {
+        if let Some(tip) = l.strip_prefix("tip: ") {
+            tips.push(tip.to_string());
+        } else if let Some(u) = l.strip_prefix("Usage: ") {
+            usage = Some(u.to_string());
+        } else if usage.is_some() || l.starts_with("For more information") {
+            // the usage's other forms, the pointer to --help: said otherwise below
+        } else {
+            // an item of the message's list ("the following required arguments ...:")
+            let sep = if out.ends_with(':') { " " } else { ", " };
+            out = format!("{out}{sep}{l}");
+        }
+    }
+    for tip in tips {
+        out.push_str(&format!(" (tip: {tip})"));
+    }
+    match (e.kind(), usage) {
+        (clap::error::ErrorKind::MissingRequiredArgument, Some(u)) => {
+            out.push_str(&format!("; usage: {u}"))
+        }
+        _ => out.push_str("; `mgtop-train --help` lists the flags"),
+    }
+    out
 }
 
 #[cfg(test)]

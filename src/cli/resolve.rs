@@ -151,6 +151,12 @@ impl TrainArgs {
                 format!("--threads-per-worker `{s}`: use a number of threads (1 = one core per worker) or auto")
             })?),
         };
+        let loader_threads = match args.loader_threads.as_deref() {
+            None | Some("auto") => None,
+            Some(s) => Some(s.parse().map_err(|_| {
+                format!("--loader-threads `{s}`: use a number of threads per rank or auto")
+            })?),
+        };
         let inject_panic = match &args.inject_panic {
             None => None,
             Some(s) => {
@@ -227,7 +233,7 @@ impl TrainArgs {
             lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,
             grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
             prefetch,
-            loader_threads: args.loader_threads,
+            loader_threads,
             threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
             log_every: args.log_every.unwrap_or(d.log_every),

@@ -177,3 +177,24 @@ fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
     let e = cli(&["--prometheus", "http://x"]).unwrap_err();
     assert!(e.contains("--prometheus 9400"), "{e}");
 }
+
+#[test]
+fn command_line_errors_are_one_line_with_their_tips_and_items() {
+    let err = |args: &[&str]| {
+        let e = Cli::try_parse_from(std::iter::once("mgtop-train").chain(args.iter().copied()))
+            .err()
+            .unwrap();
+        one_line(&e)
+    };
+    let e = err(&["--step", "3"]);
+    assert_eq!(
+        e,
+        "error: unexpected argument '--step' found (tip: a similar argument exists: '--steps'); `mgtop-train --help` lists the flags"
+    );
+    let e = err(&["export"]);
+    assert_eq!(
+        e,
+        "error: the following required arguments were not provided: <RUN_DIR|CHECKPOINT>, <FILE>; usage: mgtop-train export <RUN_DIR|CHECKPOINT> <FILE>"
+    );
+    assert!(!err(&["--bogus"]).contains('\n'));
+}

@@ -80,6 +80,17 @@ fn color(key: &str, v: &str) -> Result<Color, String> {
     })
 }
 
+/// The line (from 1) of `text` that sets `key` (`key = ...`), if one does.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
+}
+
 impl Theme {
     /// Parses a theme file's text; `source_name` names it in errors.
     pub fn parse(text: &str, source_name: &str) -> Result<Theme, ThemeError> {
@@ -108,12 +119,17 @@ impl Theme {
                 ))
             })?),
         };
+        // a key's problem, with the line that sets it
+        let at = |key: &str, message: String| match key_line(text, key) {
+            Some(n) => err(format!("line {n}: {message}")),
+            None => err(message),
+        };
         let pick = |key: &str,
                     v: Option<String>,
                     from: fn(&Theme) -> Color|
          -> Result<Color, ThemeError> {
             match (v, &base) {
-                (Some(v), _) => color(key, &v).map_err(err),
+                (Some(v), _) => color(key, &v).map_err(|m| at(key, m)),
                 (None, Some(b)) => Ok(from(b)),
                 (None, None) => Err(err(format!("key `{key}` is missing"))),
             }
@@ -121,13 +137,14 @@ impl Theme {
         let series = match (f.series, &base) {
             (Some(v), _) => v
                 .iter()
-                .map(|v| color("series", v).map_err(err))
+                .map(|v| color("series", v).map_err(|m| at("series", m)))
                 .collect::<Result<Vec<_>, _>>()?,
             (None, Some(b)) => b.series.clone(),
             (None, None) => return Err(err("key `series` is missing".into())),
         };
         if series.is_empty() {
-            return Err(err(
+            return Err(at(
+                "series",
                 "key `series`: give at least one colour (one per device, cycled)".into(),
             ));
         }
@@ -396,7 +413,11 @@ mod tests {
         )
         .unwrap();
         let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
-        assert!(e.contains("mine.toml") && e.contains("`accent`"), "{e}");
+        let line = 1 + good.lines().position(|l| l.starts_with("accent")).unwrap();
+        assert!(
+            e.contains("mine.toml") && e.contains(&format!("line {line}: key `accent`")),
+            "{e}"
+        );
         std::fs::write(&f, good.replace("good = \"114\"", "good = \"#00ff00\"")).unwrap();
         let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(e.contains("`good`") && e.contains("256-colour"), "{e}");

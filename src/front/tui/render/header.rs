@@ -15,6 +15,8 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     let label = match (app.state, app.pending_pause) {
         (RunState::Running, Some(true)) => "PAUSING",
         (RunState::Paused, Some(false)) => "RESUMING",
+        // ended before its budget: by a stop (a key, a signal, a socket's control)
+        (RunState::Done, _) if app.summary.as_ref().is_some_and(|s| s.stopped) => "STOPPED",
         (state, _) => state.label(),
     };
     let color = match app.state {
