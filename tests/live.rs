@@ -419,18 +419,20 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
 fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
-    let o = common::cli::run_in(
-        dir.path(),
-        &[
+    let resume = || {
+        let args = [
             "--headless",
             "--data",
             "synthetic:2000,32,4",
             "--resume",
             "run",
-        ],
-    );
-    let err = common::cli::text(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+        ];
+        let o = common::cli::run_in(dir.path(), &args);
+        let err = common::cli::text(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        err
+    };
+    let err = resume();
     assert!(
         err.contains("is still running and has written no checkpoint yet")
             && err.contains("mgtop-train attach"),
@@ -439,17 +441,7 @@ fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
     run.child.kill().unwrap();
     run.child.wait().unwrap();
     // killed: its socket file stays, nobody listens there
-    let o = common::cli::run_in(
-        dir.path(),
-        &[
-            "--headless",
-            "--data",
-            "synthetic:2000,32,4",
-            "--resume",
-            "run",
-        ],
-    );
-    let err = common::cli::text(&o);
+    let err = resume();
     assert!(err.contains("has no checkpoint to resume from"), "{err}");
 }
 

@@ -38,7 +38,6 @@ use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::RankLoader;
 use heartbeat::{Beat, Heartbeats};
-use resume::{budget_reached, resumed_settings};
 
 pub use crate::data::read::hostname;
 pub use cpu_time::thread_cpu_time;
@@ -117,18 +116,7 @@ impl Engine {
         // the batch size the run will train with (a resumed one's may be the checkpoint's),
         // and the line of runs a resumed one continues
         let (per_replica, origin) = match cfg.resume.as_ref().filter(|_| lead) {
-            Some(p) => {
-                let dir = checkpoint::resolve(p)?;
-                let meta = checkpoint::read_meta(&dir)?;
-                if let Some(why) = budget_reached(cfg.budget, meta.step, meta.epoch) {
-                    return Err(EngineError::Config(format!(
-                        "nothing to resume: {} {why}",
-                        dir.display()
-                    )));
-                }
-                let settings = resumed_settings(&cfg, &meta, devices.0.len());
-                (settings.per_replica, meta.line().map(str::to_string))
-            }
+            Some(p) => resume::batch_and_line(&cfg, p, devices.0.len())?,
             None => (cfg.batch_per_replica, None),
         };
         let model = validate::model(&cfg, &loaded.train)?;

@@ -1,7 +1,10 @@
 //! What a resumed run trains with: the checkpoint's batch size and LR unless the command line
 //! says otherwise, and a line saying which came from where.
 
-use super::checkpoint::CheckpointMeta;
+use std::path::Path;
+
+use super::checkpoint::{self, CheckpointMeta};
+use super::EngineError;
 use crate::config::{Budget, RunConfig};
 
 #[derive(Debug, PartialEq)]
@@ -66,6 +69,26 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
         batch_note,
         lr_note,
     }
+}
+
+/// What a run resuming from `path` with `ranks` ranks starts with, read before its workers
+/// start: its batch size per replica and the line of runs it continues
+/// (`CheckpointMeta::line`). Refused where the checkpoint already reached the run's budget.
+pub(super) fn batch_and_line(
+    cfg: &RunConfig,
+    path: &Path,
+    ranks: usize,
+) -> Result<(usize, Option<String>), EngineError> {
+    let dir = checkpoint::resolve(path)?;
+    let meta = checkpoint::read_meta(&dir)?;
+    if let Some(why) = budget_reached(cfg.budget, meta.step, meta.epoch) {
+        return Err(EngineError::Config(format!(
+            "nothing to resume: {} {why}",
+            dir.display()
+        )));
+    }
+    let settings = resumed_settings(cfg, &meta, ranks);
+    Ok((settings.per_replica, meta.line().map(str::to_string)))
 }
 
 /// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train

@@ -1,0 +1,114 @@
+//! A checkpoint's `state.json`: where the run stands (step, position in the data, batch, LR),
+//! its settings for the record, and which run and line of runs wrote it; held to the ranges of
+//! the flags that set it before a resumed run relies on it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_DIMS, MAX_RANKS, MAX_STEP};
+
+/// `state.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    pub format: String,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// Where the data stream continues (epoch and offset into its seeded permutation): with
+    /// the seed, this is the whole data-order RNG state.
+    pub epoch: u64,
+    pub offset: usize,
+    pub per_replica: usize,
+    pub ranks: usize,
+    /// Base LR in effect (after any batch-size rescaling).
+    pub lr: f32,
+    pub optimizer: String,
+    pub optimizer_steps: u64,
+    /// Layer widths, input to classes.
+    pub dims: Vec<usize>,
+    pub seed: u64,
+    pub data: String,
+    /// The run's settings, for the record.
+    pub config: serde_json::Value,
+    /// The directory of the run that wrote it (absolute; absent in checkpoints from before run
+    /// directories): `--resume` of a directory holding checkpoints of several runs refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<String>,
+    /// The run directory the line of runs this one continues began in (absolute): a run resumed
+    /// from a checkpoint keeps that checkpoint's line, a fresh run begins its own. Absent in
+    /// checkpoints from before lines (their line is their `run_dir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+impl CheckpointMeta {
+    /// The run directory the checkpoint's line of runs began in (`origin`, or for checkpoints
+    /// from before lines the run that wrote it); None for checkpoints from before run directories.
+    pub fn line(&self) -> Option<&str> {
+        self.origin.as_deref().or(self.run_dir.as_deref())
+    }
+
+    /// What a resumed run relies on, held to the same ranges as the flags that set it.
+    pub fn check(&self) -> Result<(), String> {
+        let max_batch = crate::engine::control::MAX_BATCH;
+        if self.per_replica == 0 || self.per_replica > max_batch {
+            return Err(format!(
+                "per_replica {} is out of range (1..={max_batch})",
+                self.per_replica
+            ));
+        }
+        if self.ranks == 0 || self.ranks > MAX_RANKS {
+            return Err(format!(
+                "ranks {} is out of range (1..={MAX_RANKS})",
+                self.ranks
+            ));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(format!("lr {} is not a positive number", self.lr));
+        }
+        if self
+            .optimizer
+            .parse::<crate::nn::optim::OptimizerKind>()
+            .is_err()
+        {
+            return Err(format!(
+                "optimizer `{}` is not one this program trains with",
+                crate::data::read::printable(&self.optimizer)
+            ));
+        }
+        if self.step > MAX_STEP || self.optimizer_steps > MAX_STEP {
+            return Err(format!(
+                "step {} / optimizer_steps {} is out of range (up to {MAX_STEP})",
+                self.step, self.optimizer_steps
+            ));
+        }
+        if self.dims.len() < 2 || self.dims.len() > MAX_DIMS {
+            return Err(format!(
+                "dims has {} entries (a model has 2 to {MAX_DIMS})",
+                self.dims.len()
+            ));
+        }
+        // every epoch takes at least one step
+        if self.epoch > self.step + 1 {
+            return Err(format!(
+                "epoch {} is impossible after {} steps",
+                self.epoch, self.step
+            ));
+        }
+        let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
+        match &self.config["grad_accum"] {
+            serde_json::Value::Null => {}
+            v if v.as_u64().is_some_and(|a| (1..=most).contains(&a)) => {}
+            v => {
+                return Err(format!(
+                    "config.grad_accum {} is out of range (1..={most})",
+                    crate::data::read::excerpt(&v.to_string())
+                ))
+            }
+        }
+        Ok(())
+    }
+    /// The accumulation the checkpoint's run used (`check` holds it in range; 1 for
+    /// checkpoints from before it was recorded).
+    pub fn grad_accum(&self) -> usize {
+        self.config["grad_accum"].as_u64().map_or(1, |a| a as usize)
+    }
+}
