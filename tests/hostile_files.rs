@@ -319,6 +319,11 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--loader-threads", "x"],
         &["--loader-threads `x`: use a number of threads per rank or auto"],
     );
+    refused(
+        d,
+        &["--val-data", "csv:nope.csv"],
+        &["cannot read nope.csv", "check the path given to --val-data"],
+    );
     // a learning rate a float32 rounds to 0 would train nothing
     refused(
         d,

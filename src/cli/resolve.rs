@@ -21,10 +21,11 @@ fn parse<T: std::str::FromStr<Err = String>>(
     }
 }
 
-/// `--lr` as the run holds it: a positive float32 (1e-300 would round to 0 and train nothing).
+/// `--lr` as the run holds it, a float32: the range below is what one holds as a positive
+/// finite number (1e-300 would round to 0 and train nothing).
 fn learning_rate(lr: f64) -> Result<f32, String> {
-    match lr as f32 {
-        v if v.is_finite() && v >= f32::MIN_POSITIVE => Ok(v),
+    match lr {
+        v if (1e-38..=3e38).contains(&v) => Ok(v as f32),
         _ => {
             // as typed, near enough: Display would write 1e-300 with 300 digits
             let shown = match lr.abs() {

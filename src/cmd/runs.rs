@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::cli::RunsArgs;
-use crate::engine::{checkpoint, rundir};
+use crate::engine::rundir;
 use crate::front::tui::app::App;
 use crate::front::tui::replay::read_all;
-use crate::observe::live::locate;
 use crate::observe::metrics::MetricsReader;
 
 /// One row of the listing.
@@ -51,10 +50,7 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
 /// What a run's directory says of it. A damaged metrics file is a state, not an error: the
 /// listing goes on.
 pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
-    // its process holds the checkpoint lock, or its live socket answers
-    let live = checkpoint::holder(&dir.join(rundir::CHECKPOINTS)).is_some()
-        || locate::socket_in(&dir)
-            .is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok());
+    let live = rundir::is_live(&dir);
     let mut row = RunRow {
         dir,
         state: String::new(),

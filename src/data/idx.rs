@@ -51,6 +51,7 @@ fn read(path: &Path) -> Result<Idx, DataError> {
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
         source,
+        flag: "--data",
     };
     let mut r = BufReader::new(file);
     let gz = r.fill_buf().map_err(io)?.starts_with(&GZIP_MAGIC);

@@ -36,10 +36,12 @@ pub use transform::{Augment, NormSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("cannot read {path}: {source}; check the path given to --data")]
+    #[error("cannot read {path}: {source}; check the path given to {flag}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
+        /// The flag that named the file: `--data`, or `--val-data` (`of_val_data`).
+        flag: &'static str,
     },
     #[error("{path}: {msg}")]
     Format { path: PathBuf, msg: String },
@@ -54,6 +56,11 @@ impl DataError {
     pub fn of_val_data(self) -> DataError {
         match self {
             DataError::Spec { spec, msg } => DataError::ValSpec { spec, msg },
+            DataError::Io { path, source, .. } => DataError::Io {
+                path,
+                source,
+                flag: "--val-data",
+            },
             e => e,
         }
     }
@@ -62,7 +69,11 @@ impl DataError {
 impl From<read::ReadError> for DataError {
     fn from(e: read::ReadError) -> Self {
         match e {
-            read::ReadError::Io { path, source } => DataError::Io { path, source },
+            read::ReadError::Io { path, source } => DataError::Io {
+                path,
+                source,
+                flag: "--data",
+            },
             read::ReadError::Refused { path, problem } => DataError::Format { path, msg: problem },
         }
     }

@@ -37,7 +37,9 @@ use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::RankLoader;
+use checkpoint::CheckpointMeta;
 use heartbeat::{Beat, Heartbeats};
+use resume::resumed_settings;
 
 pub use crate::data::read::hostname;
 pub use cpu_time::thread_cpu_time;
@@ -110,14 +112,27 @@ impl Engine {
             devices = job::share_machine(devices, auto, place)?;
         }
         let devices = (devices, note);
+        // before the data loads (minutes for a large picture set): the checkpoint resumed from,
+        // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line
+        // of its own: every named line in its checkpoint directory is another's)
+        let resumed = (cfg.resume.as_ref().filter(|_| lead))
+            .map(|p| resume::point(&cfg, p))
+            .transpose()?;
+        if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead) {
+            rundir::unused(d).map_err(EngineError::Config)?;
+        }
+        let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
+        if checkpoints {
+            let ours = resumed.as_ref().and_then(CheckpointMeta::line);
+            checkpoint::refuse_others(&cfg.checkpoint_dir, ours.unwrap_or_default())?;
+        }
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
         let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
-        // the batch size the run will train with (a resumed one's may be the checkpoint's),
-        // and the line of runs a resumed one continues
-        let (per_replica, origin) = match cfg.resume.as_ref().filter(|_| lead) {
-            Some(p) => resume::batch_and_line(&cfg, p, devices.0.len())?,
-            None => (cfg.batch_per_replica, None),
+        // the batch size the run will train with (a resumed one's may be the checkpoint's)
+        let per_replica = match &resumed {
+            Some(meta) => resumed_settings(&cfg, meta, devices.0.len()).per_replica,
+            None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
@@ -136,19 +151,20 @@ impl Engine {
             .map_err(EngineError::Config)?;
         let run_dir = created.as_ref().map(|c| c.path().to_path_buf());
         let cfg = RunConfig {
-            origin: origin.or_else(|| run_dir.as_ref().map(|d| d.display().to_string())),
+            // the line a resumed run continues, or the one this run begins
+            origin: (resumed
+                .as_ref()
+                .and_then(CheckpointMeta::line)
+                .map(str::to_string))
+            .or_else(|| run_dir.as_ref().map(|d| d.display().to_string())),
             run_dir,
             ..cfg
         };
-        // before any worker starts (and before the frontend opens its outputs), so that a bad,
-        // busy or another run's --checkpoint-dir fails at once; runs that never checkpoint
-        // take none
-        let lock = (lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some()))
+        // before any worker starts (and before the frontend opens its outputs), so that a bad
+        // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
+        let lock = checkpoints
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
-        if let (Some(_), Some(line)) = (&lock, &cfg.origin) {
-            checkpoint::refuse_others(&cfg.checkpoint_dir, line)?;
-        }
         let data = RunData {
             train: Arc::new(loaded.train),
             val: Arc::new(loaded.val),

@@ -71,24 +71,18 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
     }
 }
 
-/// What a run resuming from `path` with `ranks` ranks starts with, read before its workers
-/// start: its batch size per replica and the line of runs it continues
-/// (`CheckpointMeta::line`). Refused where the checkpoint already reached the run's budget.
-pub(super) fn batch_and_line(
-    cfg: &RunConfig,
-    path: &Path,
-    ranks: usize,
-) -> Result<(usize, Option<String>), EngineError> {
+/// The checkpoint a run resumes from (`path`: a checkpoint or a directory of them), read by
+/// process 0 before the data loads; refused where it already reached the run's budget.
+pub(super) fn point(cfg: &RunConfig, path: &Path) -> Result<CheckpointMeta, EngineError> {
     let dir = checkpoint::resolve(path)?;
     let meta = checkpoint::read_meta(&dir)?;
-    if let Some(why) = budget_reached(cfg.budget, meta.step, meta.epoch) {
-        return Err(EngineError::Config(format!(
+    match budget_reached(cfg.budget, meta.step, meta.epoch) {
+        Some(why) => Err(EngineError::Config(format!(
             "nothing to resume: {} {why}",
             dir.display()
-        )));
+        ))),
+        None => Ok(meta),
     }
-    let settings = resumed_settings(cfg, &meta, ranks);
-    Ok((settings.per_replica, meta.line().map(str::to_string)))
 }
 
 /// Why a run resumed at `step` in epoch `epoch` (0-based, the one in progress) would train

@@ -18,6 +18,8 @@ pub const CHECKPOINTS: &str = "checkpoints";
 pub const SOCKET: &str = "live.sock";
 /// The link to the newest run of a name.
 pub const LATEST: &str = "latest";
+/// The most a `live.sock.path` note may hold (a path).
+pub const POINTER_MAX: u64 = 4096;
 /// How many runs a refusal lists.
 const LISTED: usize = 10;
 
@@ -88,6 +90,18 @@ pub struct Created {
     kept: bool,
 }
 
+/// Refuses a run directory that already holds a run (its metrics file).
+pub fn unused(dir: &Path) -> Result<(), String> {
+    match dir.join(METRICS).exists() {
+        true => Err(format!(
+            "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
+            dir.display(),
+            dir.display()
+        )),
+        false => Ok(()),
+    }
+}
+
 impl Created {
     /// Creates the run directory, owner-only (it will hold the live socket), claiming it
     /// atomically: a default one (`numbered`) that another run of the same name took in the
@@ -133,12 +147,8 @@ impl Created {
                 leaf.display()
             ));
         }
-        if !fresh && leaf.join(METRICS).exists() {
-            return Err(format!(
-                "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
-                leaf.display(),
-                leaf.display()
-            ));
+        if !fresh {
+            unused(&leaf)?;
         }
         #[cfg(unix)]
         if fresh {
@@ -209,6 +219,30 @@ fn link_latest_to(dir: &Path) {
     }
 }
 
+/// The pointer file of a socket asked for at `socket` (`live.sock.path`: where the socket went
+/// when its path was too long for a Unix socket).
+pub fn pointer_of(socket: &Path) -> PathBuf {
+    let mut p = socket.as_os_str().to_owned();
+    p.push(".path");
+    PathBuf::from(p)
+}
+
+/// The socket of run directory `dir`: `live.sock`, or where `live.sock.path` points.
+pub fn socket_in(dir: &Path) -> Option<PathBuf> {
+    let s = dir.join(SOCKET);
+    if fs::symlink_metadata(&s).is_ok() {
+        return Some(s);
+    }
+    crate::data::read::read_note(&pointer_of(&s), POINTER_MAX).map(PathBuf::from)
+}
+
+/// Whether run `dir`'s process is still running: it holds its checkpoint lock, or its live
+/// socket answers.
+pub fn is_live(dir: &Path) -> bool {
+    checkpoint::holder(&dir.join(CHECKPOINTS)).is_some()
+        || socket_in(dir).is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok())
+}
+
 /// Whether `dir` is a run's directory.
 pub fn is_run_dir(dir: &Path) -> bool {
     dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
@@ -257,8 +291,7 @@ pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
 /// Why run `dir` has nothing to resume from: still running without a checkpoint yet, or ended
 /// without one.
 fn no_checkpoint(dir: &Path) -> String {
-    let live = std::os::unix::net::UnixStream::connect(dir.join(SOCKET)).is_ok();
-    if live {
+    if is_live(dir) {
         return format!(
             "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
             dir.display(),
@@ -272,13 +305,14 @@ fn no_checkpoint(dir: &Path) -> String {
 }
 
 /// The newest checkpoint run `dir` wrote outside its directory (`--checkpoint-dir`) that is
-/// still there, from the checkpoint events of its metrics file.
+/// still its own (another run may have written the same step since), from the checkpoint
+/// events of its metrics file. `dir` is canonical, as the run directories checkpoints record.
 fn last_written(dir: &Path) -> Option<PathBuf> {
     use std::io::{BufRead, Read};
     // a metrics record is a few KiB; a longer line is not one of ours
     const MAX_LINE: u64 = 1 << 20;
     let mut file = std::io::BufReader::new(fs::File::open(dir.join(METRICS)).ok()?);
-    let (mut newest, mut line) = (None, Vec::new());
+    let (mut written, mut line) = (Vec::new(), Vec::new());
     // line by line: a long run's metrics file can be large; only checkpoint events are parsed
     loop {
         line.clear();
@@ -299,14 +333,19 @@ fn last_written(dir: &Path) -> Option<PathBuf> {
             continue;
         };
         if v["type"] == "event" && v["kind"] == "checkpoint" {
-            let path = v["path"].as_str().map(PathBuf::from);
             // relative paths (older metrics files) name nothing certain
-            if let Some(p) = path.filter(|p| p.is_absolute() && p.join("state.json").is_file()) {
-                newest = Some(p);
-            }
+            written.extend(
+                v["path"]
+                    .as_str()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute()),
+            );
         }
     }
-    newest
+    let ours = dir.display().to_string();
+    written.into_iter().rev().find(|p| {
+        checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(ours.as_str()))
+    })
 }
 
 enum Found {
@@ -421,27 +460,51 @@ mod tests {
     #[test]
     fn a_runs_checkpoints_elsewhere_are_found_from_its_metrics_file() {
         let root = tempfile::tempdir().unwrap();
-        let (run, ck) = (root.path().join("run"), root.path().join("ck"));
+        let root = fs::canonicalize(root.path()).unwrap();
+        let (run, ck) = (root.join("run"), root.join("ck"));
         fs::create_dir(&run).unwrap();
-        for step in ["step-00000005", "step-00000009"] {
+        // a checkpoint's state.json, written by run `by`
+        let state = |step: &str, by: &Path| {
             fs::create_dir_all(ck.join(step)).unwrap();
-            fs::write(ck.join(step).join("state.json"), "{}").unwrap();
-        }
+            let meta = serde_json::json!({
+                "format": checkpoint::FORMAT, "step": 1, "epoch": 0, "offset": 0,
+                "per_replica": 8, "ranks": 1, "lr": 1e-3, "optimizer": "adam",
+                "optimizer_steps": 1, "dims": [4, 2], "seed": 0, "data": "digits",
+                "config": {}, "run_dir": by.display().to_string(),
+            });
+            fs::write(ck.join(step).join("state.json"), meta.to_string()).unwrap();
+        };
+        state("step-00000005", &run);
+        state("step-00000009", &run);
+        // the same step written since by another run (resumed into the same directory)
+        state("step-00000011", &root.join("another"));
         let event = |path: &Path| {
             format!(
                 "{{\"type\":\"event\",\"kind\":\"checkpoint\",\"step\":1,\"path\":\"{}\"}}\n",
                 path.display()
             )
         };
+        // an overlong line, ending in a whole event for a checkpoint of the run: passed over
+        let long = format!(
+            "{}{}",
+            " ".repeat(2 << 20),
+            event(&ck.join("step-00000009"))
+        );
         let lines = [
             event(&ck.join("step-00000005")),
-            event(&ck.join("step-00000009")),
-            // an overlong line, a relative path, a checkpoint since removed: passed over
-            format!("{}\n", "\"checkpoint\"".repeat(200_000)),
+            long.clone(),
+            // a relative path, a checkpoint since removed, another run's: passed over
             event(Path::new("ck/step-00000009")),
             event(&ck.join("step-00000012")),
+            event(&ck.join("step-00000011")),
         ];
         fs::write(run.join(METRICS), lines.concat()).unwrap();
+        assert_eq!(last_written(&run), Some(ck.join("step-00000005")));
+        fs::write(
+            run.join(METRICS),
+            [long, event(&ck.join("step-00000009"))].concat(),
+        )
+        .unwrap();
         assert_eq!(last_written(&run), Some(ck.join("step-00000009")));
         fs::write(run.join(METRICS), &lines[2]).unwrap();
         assert_eq!(last_written(&run), None);

@@ -7,32 +7,19 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::client::{owner, AttachError};
-use super::socket::pointer_of;
 use crate::data::read::read_note;
 use crate::observe::metrics::reader::FILE_NAME;
 
 use crate::engine::rundir;
 
-pub use crate::engine::rundir::RUNS;
 pub use crate::engine::rundir::SOCKET as SOCKET_NAME;
-
-/// The most a `live.sock.path` note may hold (a path).
-const NOTE_MAX: u64 = 4096;
+pub use crate::engine::rundir::{socket_in, RUNS};
 
 /// A socket to open and the run directory it serves (for the messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub socket: PathBuf,
     pub run: PathBuf,
-}
-
-/// The socket of run directory `dir`: `live.sock`, or where `live.sock.path` points.
-pub fn socket_in(dir: &Path) -> Option<PathBuf> {
-    let s = dir.join(SOCKET_NAME);
-    if std::fs::symlink_metadata(&s).is_ok() {
-        return Some(s);
-    }
-    read_note(&pointer_of(&s), NOTE_MAX).map(PathBuf::from)
 }
 
 fn is_socket(p: &Path) -> bool {
@@ -138,7 +125,7 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
     }
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.ends_with(".path") {
-        if let Some(text) = read_note(p, NOTE_MAX) {
+        if let Some(text) = read_note(p, rundir::POINTER_MAX) {
             let socket = PathBuf::from(text);
             if is_socket(&socket) {
                 return Ok(Target {
@@ -215,7 +202,7 @@ mod tests {
         let elsewhere = d.path().join("s.sock");
         let _l = UnixListener::bind(&elsewhere).unwrap();
         std::fs::write(
-            pointer_of(&run.join(SOCKET_NAME)),
+            rundir::pointer_of(&run.join(SOCKET_NAME)),
             format!("{}\n", elsewhere.display()),
         )
         .unwrap();

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 /// The longest socket path (`sun_path` is 108 bytes with its terminating NUL).
 pub const MAX_PATH: usize = 107;
-/// What the pointer file beside an over-long socket path is called: `<socket>.path`.
-pub const POINTER_SUFFIX: &str = ".path";
+/// The pointer file beside an over-long socket path: `<socket>.path`.
+pub use crate::engine::rundir::pointer_of;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
@@ -29,13 +29,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SocketError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// The pointer file of a socket asked for at `socket`.
-pub fn pointer_of(socket: &Path) -> PathBuf {
-    let mut p = socket.as_os_str().to_owned();
-    p.push(POINTER_SUFFIX);
-    PathBuf::from(p)
 }
 
 /// The private directory a socket for `path` is first bound in (`.s<pid>` beside it).
