@@ -126,7 +126,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("{}", mgtop::cli::one_line(&e));
+            let args: Vec<String> = (std::env::args_os().skip(1))
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            eprintln!("{}", mgtop::cli::one_line(&e, &args));
             return ExitCode::from(1);
         }
     };

@@ -324,6 +324,13 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--val-data", "csv:nope.csv"],
         &["cannot read nope.csv", "check the path given to --val-data"],
     );
+    // a validation file's fixes name --val-data
+    std::fs::write(d.join("headed.csv"), "x,y,label\n1,2,0\n").unwrap();
+    refused(
+        d,
+        &["--val-data", "csv:headed.csv"],
+        &["`x` is not a number (if line 1 is a header, add ,header to --val-data)"],
+    );
     // a learning rate a float32 rounds to 0 would train nothing
     refused(
         d,

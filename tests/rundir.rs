@@ -85,12 +85,12 @@ fn a_checkpoint_dir_holds_one_line_of_runs() {
         out.contains("--checkpoint-dir shared holds checkpoints of another run"),
         "{out}"
     );
+    // the other run's newest checkpoint, as a ready --resume
     assert!(
-        out.contains(&format!("{}: steps 5..5", a.display())),
-        "{out}"
-    );
-    assert!(
-        out.contains("continue that run with --resume shared"),
+        out.contains(&format!(
+            "{}: steps 5..5, continue it with --resume shared/step-00000005",
+            a.display(),
+        )),
         "{out}"
     );
     let written = |dir: &str| -> Vec<String> {
@@ -119,6 +119,23 @@ fn a_checkpoint_dir_holds_one_line_of_runs() {
     assert!(out.contains("at step 5"), "{out}");
     let (_, out) = train(d, &["--steps", "11", "--resume", "shared"]);
     assert!(out.contains("at step 9"), "{out}");
+    // going back to step 5 in the same directory would fork the line beside step 9
+    let out = fails(
+        d,
+        &[
+            "--steps",
+            "9",
+            "--checkpoint-dir",
+            "shared",
+            "--resume",
+            "shared/step-00000005",
+        ],
+    );
+    assert!(out.contains("past step 5, the one resumed from"), "{out}");
+    assert!(
+        out.contains("give this run its own --checkpoint-dir"),
+        "{out}"
+    );
     // a run directory leads to the checkpoints its run wrote elsewhere
     let (_, out) = train(d, &["--steps", "11", "--resume", b.to_str().unwrap()]);
     assert!(
@@ -151,14 +168,16 @@ fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
     }
     let out = fails(d, &["--steps", "30", "--resume", "mixed"]);
     assert!(out.contains("checkpoints are of 2 different runs"), "{out}");
-    assert!(
-        out.contains(&format!("{}: steps 5..5", a.display())),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!("{}: steps 7..7", b.display())),
-        "{out}"
-    );
+    // (--resume reads a directory by its absolute path)
+    let mixed = mixed.canonicalize().unwrap();
+    for (run, step) in [(&a, 5), (&b, 7)] {
+        let want = format!(
+            "{}: steps {step}..{step}, continue it with --resume {}",
+            run.display(),
+            mixed.join(format!("step-{step:08}")).display()
+        );
+        assert!(out.contains(&want), "{out}");
+    }
     // one checkpoint of it is not ambiguous
     let (_, out) = train(d, &["--steps", "30", "--resume", "mixed/step-00000005"]);
     assert!(out.contains("at step 5"), "{out}");
@@ -195,6 +214,41 @@ fn a_start_that_fails_leaves_no_run_directory() {
     train(d, &["--steps", "5", "--run-dir", "mine"]);
     let out = fails(d, &["--steps", "5", "--run-dir", "mine"]);
     assert!(out.contains("already holds a run"), "{out}");
+}
+
+/// Two runs of one name started in the same second (a sweep launched at once): the second's
+/// default directory becomes `<time>-2`, and its checkpoints go there, not to the first's.
+#[test]
+fn a_run_whose_default_directory_was_taken_keeps_its_checkpoints_in_its_own() {
+    use mgtop::config::{Budget, DeviceSpec, RunConfig};
+    use mgtop::engine::{checkpoint, Engine};
+    let d = tempfile::tempdir().unwrap();
+    let taken = d.path().join("runs/x/20261128-094400");
+    // the first run, live: its metrics file and its checkpoint lock
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("metrics.jsonl"), "").unwrap();
+    let _first = checkpoint::lock(&taken.join("checkpoints")).unwrap();
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        model: "mlp:8".parse().unwrap(),
+        data: "synthetic:64,4,2".parse().unwrap(),
+        inputs: mgtop::data::DataOptions::no_validation(),
+        budget: Budget::Steps(2),
+        batch_per_replica: 8,
+        run_dir: Some(taken.clone()),
+        link_latest: true,
+        checkpoint_dir: taken.join("checkpoints"),
+        final_checkpoint: true,
+        ..RunConfig::default()
+    };
+    let result = Engine::run(cfg).expect("the second run starts beside the first");
+    let second = d.path().join("runs/x/20261128-094400-2");
+    let written = second
+        .canonicalize()
+        .unwrap()
+        .join("checkpoints/step-00000002");
+    assert_eq!(result.last_checkpoint, Some(written));
+    assert!(checkpoint::steps(&taken.join("checkpoints")).is_empty());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 mod resolve;
 
-pub use resolve::{read_config_file, Frontend};
+pub use resolve::{read_config_file, Frontend, TensorboardDir};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -390,8 +390,10 @@ pub struct TrainArgs {
 }
 
 /// A command-line error as one line, as every other error is: clap's message, its items and
-/// tips joined in (its usage where arguments are missing), then where the flags are listed.
-pub fn one_line(e: &clap::Error) -> String {
+/// tips joined in (its usage where arguments are missing), then where the flags of the command
+/// `args` (the arguments after the program's name) gave it to are listed.
+pub fn one_line(e: &clap::Error, args: &[String]) -> String {
+    use clap::CommandFactory;
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or("error: bad arguments").to_string();
@@ -412,11 +414,17 @@ pub fn one_line(e: &clap::Error) -> String {
     for tip in tips {
         out.push_str(&format!(" (tip: {tip})"));
     }
+    // `mgtop-train`, or the subcommand given (`mgtop-train view`)
+    let cli = Cli::command();
+    let command = match args.iter().find_map(|a| cli.find_subcommand(a)) {
+        Some(sub) => format!("mgtop-train {}", sub.get_name()),
+        None => "mgtop-train".to_string(),
+    };
     match (e.kind(), usage) {
         (clap::error::ErrorKind::MissingRequiredArgument, Some(u)) => {
             out.push_str(&format!("; usage: {u}"))
         }
-        _ => out.push_str("; `mgtop-train --help` lists the flags"),
+        _ => out.push_str(&format!("; `{command} --help` lists the flags")),
     }
     out
 }

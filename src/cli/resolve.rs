@@ -291,7 +291,7 @@ impl TrainArgs {
         // the flag without a value: the run directory's
         let tensorboard = args
             .tensorboard
-            .map(|d| d.unwrap_or_else(|| run_dir.join(crate::observe::tensorboard::DIR)));
+            .map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At));
         let cfg = RunConfig {
             checkpoint_dir: args
                 .checkpoint_dir
@@ -322,13 +322,22 @@ impl TrainArgs {
     }
 }
 
+/// Where TensorBoard's event file goes (`--tensorboard [DIR]`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorboardDir {
+    /// The flag without a value: `tensorboard/` in the run directory (the one the run makes,
+    /// which is `<time>-2` where another run took `<time>`).
+    InRunDir,
+    At(PathBuf),
+}
+
 /// How a run is shown: log lines or the terminal UI, and the UI's options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frontend {
     /// Where to serve Prometheus metrics (`--prometheus`).
     pub prometheus: Option<std::net::SocketAddr>,
     /// Where to write TensorBoard's event file (`--tensorboard`).
-    pub tensorboard: Option<PathBuf>,
+    pub tensorboard: Option<TensorboardDir>,
     pub headless: bool,
     pub theme: Option<String>,
     pub readonly: bool,

@@ -147,9 +147,9 @@ fn strategies_from_flags_and_files_and_their_errors() {
 fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
     let (_, front) = cli(&["--prometheus", "9400", "--tensorboard", "--run-dir", "r"]).unwrap();
     assert_eq!(front.prometheus, Some("127.0.0.1:9400".parse().unwrap()));
-    assert_eq!(front.tensorboard, Some(PathBuf::from("r/tensorboard")));
+    assert_eq!(front.tensorboard, Some(TensorboardDir::InRunDir));
     let (_, front) = cli(&["--tensorboard", "tb", "--headless"]).unwrap();
-    assert_eq!(front.tensorboard, Some(PathBuf::from("tb")));
+    assert_eq!(front.tensorboard, Some(TensorboardDir::At("tb".into())));
     assert!(front.headless && front.prometheus.is_none());
     let (_, front) = cli(&[]).unwrap();
     assert!(front.tensorboard.is_none() && front.prometheus.is_none());
@@ -163,11 +163,11 @@ fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
     .unwrap();
     let (_, front) = cli(&["--config", file]).unwrap();
     assert_eq!(front.prometheus, Some("0.0.0.0:9401".parse().unwrap()));
-    assert_eq!(front.tensorboard, Some(PathBuf::from("r/tensorboard")));
+    assert_eq!(front.tensorboard, Some(TensorboardDir::InRunDir));
     std::fs::write(&f, "tensorboard = \"tb\"\n").unwrap();
     assert_eq!(
         cli(&["--config", file]).unwrap().1.tensorboard,
-        Some(PathBuf::from("tb"))
+        Some(TensorboardDir::At("tb".into()))
     );
     std::fs::write(&f, "tensorboard = false\n").unwrap();
     assert_eq!(cli(&["--config", file]).unwrap().1.tensorboard, None);
@@ -184,7 +184,8 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
         let e = Cli::try_parse_from(std::iter::once("mgtop-train").chain(args.iter().copied()))
             .err()
             .unwrap();
-        one_line(&e)
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        one_line(&e, &args)
     };
     let e = err(&["--step", "3"]);
     assert_eq!(
@@ -197,4 +198,13 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
         "error: the following required arguments were not provided: <RUN_DIR|CHECKPOINT>, <FILE>; usage: mgtop-train export <RUN_DIR|CHECKPOINT> <FILE>"
     );
     assert!(!err(&["--bogus"]).contains('\n'));
+    // a subcommand's flag or value: its own --help is the one to read
+    for args in [
+        &["view", "run", "--bogus"][..],
+        &["scale", "--seconds", "x"],
+    ] {
+        let e = err(args);
+        let want = format!("; `mgtop-train {} --help` lists the flags", args[0]);
+        assert!(e.ends_with(&want), "{e}");
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Sender};
 
-use crate::cli::{Frontend, TrainArgs};
+use crate::cli::{Frontend, TensorboardDir, TrainArgs};
 use crate::comm::Processes;
 use crate::engine::Device;
 use crate::engine::{rundir, weights, Engine, RunResult};
@@ -74,7 +74,7 @@ pub(super) fn train(
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
     }
-    if let Some(dir) = &front.tensorboard {
+    if let Some(TensorboardDir::At(dir)) = &front.tensorboard {
         crate::observe::tensorboard::preflight(dir).map_err(anyhow::Error::msg)?;
     }
     // listening before the run starts: a port in use is said before minutes of start-up
@@ -217,7 +217,14 @@ fn exporters(
         sinks.push(Box::new(Prometheus::new(registry, info, &identities)?));
         notes.push(endpoint.describe());
     }
-    if let Some(dir) = &front.tensorboard {
+    let tensorboard = match &front.tensorboard {
+        Some(TensorboardDir::InRunDir) => {
+            (info.run_dir.as_ref()).map(|d| d.join(crate::observe::tensorboard::DIR))
+        }
+        Some(TensorboardDir::At(dir)) => Some(dir.clone()),
+        None => None,
+    };
+    if let Some(dir) = &tensorboard {
         let started = SystemTime::now() - engine.elapsed();
         let tb = TensorBoard::create(dir, info, info.started.unwrap_or(started))?;
         notes.push(format!(

@@ -46,7 +46,7 @@ impl fmt::Display for LabelColumn {
 /// Reads a CSV file of at most an eighth of the machine's memory: held as text while parsed,
 /// then as floats (up to twice the text for one-digit values) and split, a CSV takes up to
 /// about eight times its size.
-pub(super) fn read(path: &Path) -> Result<String, DataError> {
+pub(super) fn read(path: &Path, flag: &'static str) -> Result<String, DataError> {
     let (memory, _) = host_memory::machine_memory();
     let fix = format!(
         "the cap is an eighth of {}, as loading a CSV takes up to about 8 times its size; train on a sample of its rows",
@@ -54,11 +54,11 @@ pub(super) fn read(path: &Path) -> Result<String, DataError> {
     );
     let expect = Expect {
         what: "a CSV file",
-        flag: "--data",
+        flag,
         max: memory / 8,
         fix: &fix,
     };
-    Ok(read::read_text(path, &expect)?)
+    read::read_text(path, &expect).map_err(|e| DataError::read(e, flag))
 }
 
 /// Lines ended by LF, CRLF or a lone CR (old Mac files).
@@ -78,8 +78,14 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Parses CSV text; errors name the line (1-based) and column.
-pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Dataset, String> {
+/// Parses CSV text; errors name the line (1-based) and column, and their fixes the flag that
+/// named the file (`--data`, `--val-data`).
+pub(super) fn parse(
+    text: &str,
+    label: LabelColumn,
+    header: bool,
+    flag: &str,
+) -> Result<Dataset, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut x = Vec::new();
     let mut y = Vec::new();
@@ -130,7 +136,7 @@ pub(super) fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Data
             } else {
                 let v: f32 = f
                     .parse()
-                    .map_err(|_| format!("line {lineno}, column {j}: `{}` is not a number (if line 1 is a header, add ,header to --data)", excerpt(f)))?;
+                    .map_err(|_| format!("line {lineno}, column {j}: `{}` is not a number (if line 1 is a header, add ,header to {flag})", excerpt(f)))?;
                 if !v.is_finite() {
                     return Err(format!(
                         "line {lineno}, column {j}: `{}` is not a finite number; replace or drop rows with NaN or infinite values",
@@ -174,6 +180,10 @@ fn bad_label(line: usize, col: usize, f: &str) -> String {
 mod tests {
     use super::*;
 
+    fn parse(text: &str, label: LabelColumn, header: bool) -> Result<Dataset, String> {
+        super::parse(text, label, header, "--data")
+    }
+
     #[test]
     fn parses_label_columns_and_header() {
         let d = parse("a,b,c\n1,2,0\n3,4,1\n", LabelColumn::Last, true).unwrap();
@@ -216,7 +226,7 @@ mod tests {
             .unwrap()
             .set_len(memory / 8 + 1)
             .unwrap();
-        let e = super::read(&f).unwrap_err().to_string();
+        let e = super::read(&f, "--data").unwrap_err().to_string();
         assert!(
             e.contains("that a CSV file may hold") && e.contains("train on a sample of its rows"),
             "{e}"

@@ -39,19 +39,19 @@ impl From<std::io::Error> for Fail {
     }
 }
 
-fn read(path: &Path) -> Result<Idx, DataError> {
+fn read(path: &Path, flag: &'static str) -> Result<Idx, DataError> {
     let (memory, _) = host_memory::machine_memory();
     let expect = Expect {
         what: "an IDX file",
-        flag: "--data",
+        flag,
         max: memory,
         fix: "an IDX file must fit in memory to be loaded; is it the right file?",
     };
-    let (file, len) = read::open(path, &expect)?;
+    let (file, len) = read::open(path, &expect).map_err(|e| DataError::read(e, flag))?;
     let io = |source| DataError::Io {
         path: path.to_path_buf(),
         source,
-        flag: "--data",
+        flag,
     };
     let mut r = BufReader::new(file);
     let gz = r.fill_buf().map_err(io)?.starts_with(&GZIP_MAGIC);
@@ -180,10 +180,11 @@ pub(super) fn load(
     images: &Path,
     labels: &Path,
     layout: Option<ImageLayout>,
+    flag: &'static str,
 ) -> Result<(Dataset, Normalisation, String), DataError> {
-    let im = read(images)?;
-    let how = idx_images(&im.dims, layout).map_err(|m| fmt_err(images, m))?;
-    let lb = read(labels)?;
+    let im = read(images, flag)?;
+    let how = idx_images(&im.dims, layout, flag).map_err(|m| fmt_err(images, m))?;
+    let lb = read(labels, flag)?;
     if lb.kind != UBYTE || lb.dims.len() != 1 {
         return Err(fmt_err(labels, "a labels file must be 1-dimensional unsigned bytes (idx1-ubyte); did you swap images and labels?".into()));
     }
@@ -319,7 +320,7 @@ mod tests {
         let mut bomb = idx_bytes(UBYTE, &[2, 2], &[1, 2, 3, 4]);
         bomb.resize(64 << 20, 0);
         std::fs::write(&f, gzip(&bomb)).unwrap();
-        let e = read(&f).err().unwrap().to_string();
+        let e = read(&f, "--data").err().unwrap().to_string();
         assert!(
             e.contains("decompresses to more than its header declares (16 bytes)"),
             "{e}"
@@ -327,10 +328,10 @@ mod tests {
         assert!(!e.contains("download"), "{e}");
         let whole = gzip(&idx_bytes(UBYTE, &[4], &[0; 4]));
         std::fs::write(&f, &whole[..whole.len() - 10]).unwrap();
-        let e = read(&f).err().unwrap().to_string();
+        let e = read(&f, "--data").err().unwrap().to_string();
         assert!(e.contains("gzip data is corrupt"), "{e}");
         std::fs::write(&f, gzip(&idx_bytes(UBYTE, &[4], &[0; 3]))).unwrap();
-        let e = read(&f).err().unwrap().to_string();
+        let e = read(&f, "--data").err().unwrap().to_string();
         assert!(e.contains("4 = 4 bytes of data but 3 follow"), "{e}");
     }
 
@@ -342,7 +343,10 @@ mod tests {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
         std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
-        let e = load(&imgs, &labs, None).err().unwrap().to_string();
+        let e = load(&imgs, &labs, None, "--data")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("image 1, value 0: NaN is not a finite number"),
             "{e}"
@@ -352,7 +356,7 @@ mod tests {
             .flat_map(|v| v.to_be_bytes())
             .collect();
         std::fs::write(&imgs, idx_bytes(FLOAT, &[2, 2], &data)).unwrap();
-        let (ds, norm, _) = load(&imgs, &labs, None).unwrap();
+        let (ds, norm, _) = load(&imgs, &labs, None, "--data").unwrap();
         assert_eq!(
             (ds.x, norm),
             (vec![0.5, 1.0, 3.0, 2.0], Normalisation::None)
@@ -370,11 +374,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(&labs, idx_bytes(UBYTE, &[3], &[1, 0, 2])).unwrap();
-        let (ds, norm, _) = load(&imgs, &labs, None).unwrap();
+        let (ds, norm, _) = load(&imgs, &labs, None, "--data").unwrap();
         assert_eq!((ds.len(), ds.features, ds.classes), (3, 2, 3));
         assert_eq!(norm, Normalisation::Scale(1.0 / 255.0));
         std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
-        let e = load(&imgs, &labs, None).err().unwrap().to_string();
+        let e = load(&imgs, &labs, None, "--data")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("2 labels but") && e.contains("3 images"), "{e}");
     }
 
@@ -385,12 +392,12 @@ mod tests {
         std::fs::write(&labs, idx_bytes(UBYTE, &[2], &[1, 0])).unwrap();
         // 3-d [N,H,W], as MNIST / Fashion-MNIST: 1xHxW
         std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 3, 2], &[0; 12])).unwrap();
-        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None, "--data").unwrap();
         assert_eq!(
             (ds.image, ds.features, note.as_str()),
             (Some([1, 3, 2]), 6, "")
         );
-        let e = load(&imgs, &labs, Some(ImageLayout::ChannelsLast))
+        let e = load(&imgs, &labs, Some(ImageLayout::ChannelsLast), "--data")
             .err()
             .unwrap()
             .to_string();
@@ -398,7 +405,7 @@ mod tests {
         // 4-d [N,H,W,C], 2x2 RGB: read as CHW
         let hwc: Vec<u8> = (0..24).collect();
         std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 2, 2, 3], &hwc)).unwrap();
-        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None, "--data").unwrap();
         assert_eq!(ds.image, Some([3, 2, 2]));
         assert!(note.contains("N,H,W,C (guessed from the sizes)"), "{note}");
         let red: Vec<f32> = ds.row(0)[..4].to_vec();
@@ -406,17 +413,17 @@ mod tests {
         assert_eq!(ds.row(1)[4..8].to_vec(), vec![13.0, 16.0, 19.0, 22.0]);
         // 4-d [N,C,H,W]: read as stored
         std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 3, 2, 2], &hwc)).unwrap();
-        let (ds, _, note) = load(&imgs, &labs, None).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, None, "--data").unwrap();
         assert_eq!(ds.image, Some([3, 2, 2]));
         assert!(note.contains("N,C,H,W"), "{note}");
         assert_eq!(ds.x, (0..24).map(|v| v as f32).collect::<Vec<_>>());
         // the same bytes, said to be channels last
-        let (ds, _, note) = load(&imgs, &labs, Some(ImageLayout::ChannelsLast)).unwrap();
+        let (ds, _, note) = load(&imgs, &labs, Some(ImageLayout::ChannelsLast), "--data").unwrap();
         assert_eq!(ds.image, Some([2, 3, 2]));
         assert!(note.contains("(layout=nhwc)"), "{note}");
         assert_eq!(ds.row(0)[..6].to_vec(), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         // 2-d [N,D]: flat vectors
         std::fs::write(&imgs, idx_bytes(UBYTE, &[2, 5], &[0; 10])).unwrap();
-        assert_eq!(load(&imgs, &labs, None).unwrap().0.image, None);
+        assert_eq!(load(&imgs, &labs, None, "--data").unwrap().0.image, None);
     }
 }

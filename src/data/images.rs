@@ -113,8 +113,12 @@ fn guess_layout(a: usize, b: usize, c: usize) -> Option<ImageLayout> {
 /// Decides the image shape of an IDX images file of dimensions `dims` ([N, ...]): 3-d [N,H,W]
 /// is 1xHxW; 4-d is N,C,H,W or N,H,W,C, as `layout=` says or as guessed from the sizes (see
 /// [`guess_layout`]); other ranks are flat vectors. `layout=` on a file other than 4-d is
-/// refused.
-pub(super) fn idx_images(dims: &[usize], layout: Option<ImageLayout>) -> Result<IdxImages, String> {
+/// refused, naming the flag that gave it (`--data`, `--val-data`).
+pub(super) fn idx_images(
+    dims: &[usize],
+    layout: Option<ImageLayout>,
+    flag: &str,
+) -> Result<IdxImages, String> {
     let flat = |what: &str| IdxImages {
         shape: None,
         hwc: false,
@@ -153,7 +157,7 @@ pub(super) fn idx_images(dims: &[usize], layout: Option<ImageLayout>) -> Result<
         }
         (_, None) => Ok(flat("")),
         (_, Some(l)) => Err(format!(
-            "layout={l} is for 4-d images files, but this one has {} dimensions ({}); drop ,layout={l} from --data",
+            "layout={l} is for 4-d images files, but this one has {} dimensions ({}); drop ,layout={l} from {flag}",
             dims.len(),
             if dims.len() == 3 {
                 "N,H,W: one channel"
@@ -231,7 +235,7 @@ mod tests {
 
     #[test]
     fn idx_dimensions_give_shapes() {
-        let got = |dims: &[usize], l| idx_images(dims, l).unwrap();
+        let got = |dims: &[usize], l| idx_images(dims, l, "--data").unwrap();
         // MNIST / Fashion-MNIST: 3-d
         assert_eq!(got(&[60000, 28, 28], None).shape, Some([1, 28, 28]));
         // flat vectors
@@ -260,11 +264,16 @@ mod tests {
             got(&[10, 3, 32, 32], Some(ImageLayout::ChannelsLast)).shape,
             Some([32, 3, 32])
         );
-        let e = idx_images(&[10, 28, 28], Some(ImageLayout::ChannelsFirst)).unwrap_err();
+        let e = idx_images(
+            &[10, 28, 28],
+            Some(ImageLayout::ChannelsFirst),
+            "--val-data",
+        )
+        .unwrap_err();
         assert!(
             e.contains("layout=nchw is for 4-d images files")
                 && e.contains("3 dimensions (N,H,W: one channel)")
-                && e.contains("drop ,layout=nchw"),
+                && e.contains("drop ,layout=nchw from --val-data"),
             "{e}"
         );
     }

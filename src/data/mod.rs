@@ -66,16 +66,19 @@ impl DataError {
     }
 }
 
-impl From<read::ReadError> for DataError {
-    fn from(e: read::ReadError) -> Self {
+impl DataError {
+    /// A file `flag` named could not be read.
+    pub fn read(e: read::ReadError, flag: &'static str) -> DataError {
         match e {
-            read::ReadError::Io { path, source } => DataError::Io {
-                path,
-                source,
-                flag: "--data",
-            },
+            read::ReadError::Io { path, source } => DataError::Io { path, source, flag },
             read::ReadError::Refused { path, problem } => DataError::Format { path, msg: problem },
         }
+    }
+}
+
+impl From<read::ReadError> for DataError {
+    fn from(e: read::ReadError) -> Self {
+        DataError::read(e, "--data")
     }
 }
 

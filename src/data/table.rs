@@ -42,15 +42,20 @@ fn csv_shape(shape: [usize; 3], features: usize) -> Result<[usize; 3], String> {
 }
 
 /// Reads a set that holds its samples ready (all but the picture sets): the set, how its
-/// inputs are normalised, and what it is for the log.
-fn read_table(spec: &DataSpec, seed: u64) -> Result<(Dataset, Normalisation, String), DataError> {
+/// inputs are normalised, and what it is for the log; its messages name `flag` (`--data`,
+/// `--val-data`).
+fn read_table(
+    spec: &DataSpec,
+    seed: u64,
+    flag: &'static str,
+) -> Result<(Dataset, Normalisation, String), DataError> {
     let spec_err = |msg| DataError::Spec {
         spec: spec.to_string(),
         msg,
     };
     Ok(match spec {
         DataSpec::Digits => {
-            let mut ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false).map_err(|msg| {
+            let mut ds = csv::parse(DIGITS_CSV, LabelColumn::Last, false, flag).map_err(|msg| {
                 DataError::Format {
                     path: "embedded digits".into(),
                     msg,
@@ -69,11 +74,12 @@ fn read_table(spec: &DataSpec, seed: u64) -> Result<(Dataset, Normalisation, Str
             header,
             shape,
         } => {
-            let text = csv::read(path)?;
-            let mut ds = csv::parse(&text, *label, *header).map_err(|msg| DataError::Format {
-                path: path.clone(),
-                msg,
-            })?;
+            let text = csv::read(path, flag)?;
+            let mut ds =
+                csv::parse(&text, *label, *header, flag).map_err(|msg| DataError::Format {
+                    path: path.clone(),
+                    msg,
+                })?;
             if let Some(shape) = shape {
                 ds.image = Some(csv_shape(*shape, ds.features).map_err(spec_err)?);
             }
@@ -88,7 +94,7 @@ fn read_table(spec: &DataSpec, seed: u64) -> Result<(Dataset, Normalisation, Str
             labels,
             layout,
         } => {
-            let (ds, scale, note) = idx::load(images, labels, *layout)?;
+            let (ds, scale, note) = idx::load(images, labels, *layout, flag)?;
             let note = if note.is_empty() {
                 note
             } else {
@@ -130,7 +136,7 @@ pub(super) fn load(
             msg: format!("{flag} applies to picture data (cifar10:DIR, cifar100:DIR, images:DIR); these samples are used as given"),
         });
     }
-    let (full, norm, what) = read_table(spec, seed)?;
+    let (full, norm, what) = read_table(spec, seed, "--data")?;
     let (mut train, mut val, split_text) = match &opts.val_data {
         Some(v) if opts.val_fraction.is_some_and(|f| f > 0.0) => {
             return Err(DataError::ValSpec {
@@ -143,7 +149,8 @@ pub(super) fn load(
             (train, val, "no validation (--val-split 0)".to_string())
         }
         Some(v) => {
-            let (val, _, vwhat) = read_table(v, seed).map_err(DataError::of_val_data)?;
+            let (val, _, vwhat) =
+                read_table(v, seed, "--val-data").map_err(DataError::of_val_data)?;
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
             if val.features != full.features || max >= full.classes {
                 return Err(DataError::ValSpec {

@@ -102,7 +102,7 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is {}: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --grad-accum",
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is {}: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --loader-threads / --grad-accum",
         e.total() / GIB,
         e.state_per_rank / GIB,
         e.ranks,
@@ -116,15 +116,21 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
     ))
 }
 
-/// Refuses a run at `per_replica` samples per replica that would not fit (`check`, against
-/// the memory available now); else the largest batch a batch-size change may ask for later
+/// Refuses a run at `per_replica` samples per replica, with `loader_threads` loader threads
+/// a rank (each holding a batch in flight), that would not fit (`check`, against the memory
+/// available now); else the largest batch a batch-size change may ask for later
 /// (`largest_batch`).
 pub(super) fn admit(
     cfg: &RunConfig,
     devices: &[Device],
     model: &Model,
     per_replica: usize,
+    loader_threads: usize,
 ) -> Result<Option<BatchLimit>, String> {
+    let cfg = &RunConfig {
+        loader_threads: Some(loader_threads),
+        ..cfg.clone()
+    };
     let sized = RunConfig {
         batch_per_replica: per_replica,
         ..cfg.clone()

@@ -114,17 +114,22 @@ impl Engine {
         let devices = (devices, note);
         // before the data loads (minutes for a large picture set): the checkpoint resumed from,
         // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line
-        // of its own: every named line in its checkpoint directory is another's)
+        // of its own: every named line in its checkpoint directory is another's), as is one
+        // holding its own line past the step resumed from
         let resumed = (cfg.resume.as_ref().filter(|_| lead))
             .map(|p| resume::point(&cfg, p))
             .transpose()?;
-        if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead) {
+        // a default run directory is made fresh (`<time>-2` where another run of the same name
+        // took `<time>`), and the checkpoints kept in it follow it there
+        let numbered = cfg.link_latest;
+        let in_run_dir = (cfg.run_dir.as_ref())
+            .is_some_and(|d| cfg.checkpoint_dir == d.join(rundir::CHECKPOINTS));
+        if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead && !numbered) {
             rundir::unused(d).map_err(EngineError::Config)?;
         }
         let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
-        if checkpoints {
-            let ours = resumed.as_ref().and_then(CheckpointMeta::line);
-            checkpoint::refuse_others(&cfg.checkpoint_dir, ours.unwrap_or_default())?;
+        if checkpoints && !(numbered && in_run_dir) {
+            checkpoint::refuse_others(&cfg.checkpoint_dir, resumed.as_ref())?;
         }
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
@@ -138,8 +143,10 @@ impl Engine {
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
         // over every process's devices once they meet)
         precision::resolve(cfg.precision, &devices.0, || precision::bf16_pays(&model))?;
-        let batch_limit =
-            memory::admit(&cfg, &devices.0, &model, per_replica).map_err(EngineError::Config)?;
+        // as many loader threads as auto picks for this process's ranks, each with a batch
+        let threads = loader::threads_for(&cfg, &loaded.train, &devices.0, devices.0.len());
+        let batch_limit = memory::admit(&cfg, &devices.0, &model, per_replica, threads)
+            .map_err(EngineError::Config)?;
         // from here on the run keeps what it writes, in its directory (named absolute from
         // now); a start that fails below takes back the directory it made
         let created = cfg
@@ -150,7 +157,13 @@ impl Engine {
             .transpose()
             .map_err(EngineError::Config)?;
         let run_dir = created.as_ref().map(|c| c.path().to_path_buf());
+        let checkpoint_dir = match &run_dir {
+            Some(d) if in_run_dir => d.join(rundir::CHECKPOINTS),
+            // absolute: the metrics file's checkpoint events lead `--resume RUN_DIR` to them
+            _ => std::path::absolute(&cfg.checkpoint_dir).unwrap_or(cfg.checkpoint_dir),
+        };
         let cfg = RunConfig {
+            checkpoint_dir,
             // the line a resumed run continues, or the one this run begins
             origin: (resumed
                 .as_ref()

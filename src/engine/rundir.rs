@@ -362,12 +362,12 @@ fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
     }
     // checkpoints from before run directories name no run: they go with any one run
     let named: Vec<_> = (checkpoint::lines(&steps).into_iter())
-        .filter(|l| !l.origin.is_empty())
+        .filter(|l| l.origin.is_some())
         .collect();
     if named.len() > 1 {
         let lines: Vec<String> = named.iter().map(checkpoint::Line::listed).collect();
         return Err(Found::Error(format!(
-            "--resume {}: its checkpoints are of {} different runs; pass one step-NNNNNNNN directory, or the run directory of the one to continue:\n{}",
+            "--resume {}: its checkpoints are of {} different runs; continue one with the --resume shown:\n{}",
             dir.display(),
             named.len(),
             lines.join("\n")

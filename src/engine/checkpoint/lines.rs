@@ -7,22 +7,33 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{read_meta, CheckpointError, STATE};
+use super::{read_meta, CheckpointError, CheckpointMeta, STATE};
 
 /// The checkpoints of one line of runs in a directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Line {
-    /// The run directory the line began in; empty for checkpoints from before run directories,
+    /// The run directory the line began in; None for checkpoints from before run directories,
     /// which go with any line.
-    pub origin: String,
+    pub origin: Option<String>,
     pub first: u64,
     pub last: u64,
+    /// The checkpoint of step `last`: where the line continues.
+    pub newest: PathBuf,
 }
 
 impl Line {
-    /// `  RUN: steps A..B`, a listing's line.
+    /// `  RUN: steps A..B, continue it with --resume DIR/step-B`, a listing's line: the line's
+    /// newest checkpoint as a ready `--resume`.
     pub fn listed(&self) -> String {
-        format!("  {}: steps {}..{}", self.origin, self.first, self.last)
+        format!(
+            "  {}: steps {}..{}, continue it with --resume {}",
+            self.origin
+                .as_deref()
+                .unwrap_or("(a run from before run directories)"),
+            self.first,
+            self.last,
+            self.newest.display()
+        )
     }
 }
 
@@ -54,43 +65,56 @@ pub fn steps(dir: &Path) -> Vec<(u64, PathBuf)> {
 pub fn lines(steps: &[(u64, PathBuf)]) -> Vec<Line> {
     let mut lines: Vec<Line> = Vec::new();
     for (step, p) in steps {
-        let origin = read_meta(p)
-            .ok()
-            .and_then(|m| m.line().map(str::to_string))
-            .unwrap_or_default();
+        let origin = read_meta(p).ok().and_then(|m| m.line().map(str::to_string));
         match lines.iter_mut().find(|l| l.origin == origin) {
-            Some(l) => l.last = *step,
+            Some(l) => {
+                l.last = *step;
+                l.newest = p.clone();
+            }
             None => lines.push(Line {
                 origin,
                 first: *step,
                 last: *step,
+                newest: p.clone(),
             }),
         }
     }
     lines
 }
 
-/// The lines of `dir`'s checkpoints other than `ours` (and other than unnamed ones).
-pub fn others(dir: &Path, ours: &str) -> Vec<Line> {
-    lines(&steps(dir))
-        .into_iter()
-        .filter(|l| !l.origin.is_empty() && l.origin != ours)
-        .collect()
-}
-
-/// Refuses to let a run of the line begun in `ours` write into `dir` when `dir` holds
-/// checkpoints of another line.
-pub fn refuse_others(dir: &Path, ours: &str) -> Result<(), CheckpointError> {
-    let others = others(dir, ours);
-    if others.is_empty() {
-        return Ok(());
+/// Refuses to let a run write its checkpoints into `dir` where they would mix with others:
+/// checkpoints of another line of runs there (a fresh run's line is new, a resumed run's is
+/// that of `resumed`, the checkpoint it resumed from), or its own line's checkpoints past the
+/// step it resumed from (a second future beside them, which `--resume DIR` would then take
+/// for the newest).
+pub fn refuse_others(dir: &Path, resumed: Option<&CheckpointMeta>) -> Result<(), CheckpointError> {
+    let ours = resumed.and_then(CheckpointMeta::line);
+    let lines = lines(&steps(dir));
+    // checkpoints that name no line go with any
+    let (mine, others): (Vec<&Line>, Vec<&Line>) =
+        (lines.iter()).partition(|l| l.origin.is_none() || l.origin.as_deref() == ours);
+    if !others.is_empty() {
+        return Err(CheckpointError::Taken {
+            path: dir.to_path_buf(),
+            runs: others
+                .iter()
+                .map(|l| l.listed())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
     }
-    Err(CheckpointError::Taken {
-        path: dir.to_path_buf(),
-        runs: others
-            .iter()
-            .map(Line::listed)
-            .collect::<Vec<_>>()
-            .join("\n"),
-    })
+    let past = |meta: &CheckpointMeta| {
+        (mine.iter())
+            .filter(|l| l.last > meta.step)
+            .max_by_key(|l| l.last)
+            .map(|l| (meta.step, l.newest.clone()))
+    };
+    match resumed.and_then(past) {
+        Some((step, newest)) => Err(CheckpointError::Ahead {
+            path: dir.to_path_buf(),
+            step,
+            newest,
+        }),
+        None => Ok(()),
+    }
 }

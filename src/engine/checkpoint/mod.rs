@@ -51,8 +51,14 @@ pub enum CheckpointError {
     NotFound(PathBuf),
     #[error("another run{} is writing checkpoints to {path}: give this run its own --checkpoint-dir, or wait for that one to end", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     Locked { path: PathBuf, pid: Option<u32> },
-    #[error("--checkpoint-dir {path} holds checkpoints of another run; this run's would mix with them and replace those of the same steps:\n{runs}\ngive this run its own --checkpoint-dir (or leave the flag out: each run keeps its checkpoints in its run directory), or continue that run with --resume {path}")]
+    #[error("--checkpoint-dir {path} holds checkpoints of another run; this run's would mix with them and replace those of the same steps:\n{runs}\ngive this run its own --checkpoint-dir (or leave the flag out: each run keeps its checkpoints in its run directory), or continue one listed with the --resume shown")]
     Taken { path: PathBuf, runs: String },
+    #[error("--checkpoint-dir {path} already holds this line of runs' checkpoints past step {step}, the one resumed from (up to {newest}); this run's would be a second branch beside them, and --resume {path} would then pick whichever branch has the higher step: give this run its own --checkpoint-dir, resume the newest with --resume {newest}, or move the step directories after step {step} out of {path}")]
+    Ahead {
+        path: PathBuf,
+        step: u64,
+        newest: PathBuf,
+    },
     #[error("checkpoint {path} is unreadable: {msg}; {fix}")]
     Corrupt {
         path: PathBuf,

@@ -295,17 +295,51 @@ fn a_resumed_run_continues_its_line_and_unnamed_checkpoints_go_with_any() {
     at(5, Some("/runs/a"), None);
     at(9, Some("/runs/b"), Some("/runs/a"));
     let found = lines(&steps(dir.path()));
-    let line = |origin: &str, first, last| Line {
-        origin: origin.into(),
+    let line = |origin: Option<&str>, first, last| Line {
+        origin: origin.map(str::to_string),
         first,
         last,
+        newest: dir.path().join(format!("step-{last:08}")),
     };
-    assert_eq!(found, [line("", 3, 3), line("/runs/a", 5, 9)]);
-    assert!(refuse_others(dir.path(), "/runs/a").is_ok());
-    let e = refuse_others(dir.path(), "/runs/c")
+    assert_eq!(found, [line(None, 3, 3), line(Some("/runs/a"), 5, 9)]);
+    let resumed = |step, origin: &str| CheckpointMeta {
+        step,
+        origin: Some(origin.into()),
+        ..meta.clone()
+    };
+    // a fresh run, and a run of another line: refused, each line's newest offered
+    for other in [None, Some(resumed(20, "/runs/c"))] {
+        let e = refuse_others(dir.path(), other.as_ref())
+            .unwrap_err()
+            .to_string();
+        let newest = dir.path().join("step-00000009");
+        let want = format!(
+            "  /runs/a: steps 5..9, continue it with --resume {}",
+            newest.display()
+        );
+        assert!(e.contains(&want), "{e}");
+        assert!(
+            !e.contains("before run directories"),
+            "unnamed ones go with any: {e}"
+        );
+    }
+    // the line's newest continued: fine; an older step of it would fork the line
+    assert!(refuse_others(dir.path(), Some(&resumed(9, "/runs/a"))).is_ok());
+    let e = refuse_others(dir.path(), Some(&resumed(5, "/runs/a")))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("  /runs/a: steps 5..9"), "{e}");
+    assert!(e.contains("past step 5, the one resumed from"), "{e}");
+    assert!(e.contains("step-00000009"), "{e}");
+    // an unnamed checkpoint goes with any line: past it, the line forks too
+    let unnamed = CheckpointMeta {
+        step: 1,
+        ..meta.clone()
+    };
+    let e = refuse_others(dir.path(), Some(&unnamed)).unwrap_err();
+    assert!(matches!(e, CheckpointError::Taken { .. }), "{e}");
+    at(11, None, None);
+    let e = refuse_others(dir.path(), Some(&resumed(9, "/runs/a"))).unwrap_err();
+    assert!(e.to_string().contains("step-00000011"), "{e}");
     at(12, Some("/runs/c"), Some("/runs/c"));
     assert_eq!(lines(&steps(dir.path())).len(), 3);
 }

@@ -115,8 +115,8 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
             "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_accuracy,
         }),
         Event::Checkpoint { step, path } => {
-            // absolute: `--resume RUN_DIR` finds a run's checkpoints wherever they went
-            let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+            // absolute (the engine's checkpoint directory is): `--resume RUN_DIR` finds a
+            // run's checkpoints wherever they went
             json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
         }
         Event::InSync { step, ranks } => {
