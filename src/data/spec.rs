@@ -187,6 +187,40 @@ impl FromStr for DataSpec {
 }
 
 impl DataSpec {
+    /// The same data with its paths absolute (against the working directory), as a run's
+    /// checkpoints record it: a run resumed from elsewhere finds the same files.
+    pub fn absolute(&self) -> DataSpec {
+        let abs = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        match self {
+            DataSpec::Csv {
+                path,
+                label,
+                header,
+                shape,
+            } => DataSpec::Csv {
+                path: abs(path),
+                label: *label,
+                header: *header,
+                shape: *shape,
+            },
+            DataSpec::Idx {
+                images,
+                labels,
+                layout,
+            } => DataSpec::Idx {
+                images: abs(images),
+                labels: abs(labels),
+                layout: *layout,
+            },
+            DataSpec::Cifar { dir, kind } => DataSpec::Cifar {
+                dir: abs(dir),
+                kind: *kind,
+            },
+            DataSpec::Images { dir } => DataSpec::Images { dir: abs(dir) },
+            other => other.clone(),
+        }
+    }
+
     /// A short name for the data: `digits`, a file's stem, `synthetic` or `synthetic-images`.
     pub fn short_name(&self) -> String {
         let stem = |p: &std::path::Path| {
@@ -259,6 +293,25 @@ mod tests {
 
     fn parse(s: &str) -> Result<DataSpec, String> {
         s.parse()
+    }
+
+    #[test]
+    fn absolute_specs_name_the_same_files_from_anywhere() {
+        let here = std::env::current_dir().unwrap();
+        for spec in [
+            "csv:d/a.csv,label=first,header",
+            "idx:i,l,layout=nhwc",
+            "cifar100:c,labels=coarse",
+            "images:p",
+        ] {
+            let abs = parse(spec).unwrap().absolute();
+            let text = abs.to_string();
+            assert!(text.contains(&here.display().to_string()), "{text}");
+            assert_eq!(parse(&text).unwrap(), abs, "round trip of {text}");
+        }
+        assert_eq!(parse("digits").unwrap().absolute(), DataSpec::Digits);
+        let csv = parse("csv:/x/a.csv").unwrap();
+        assert_eq!(csv.absolute(), csv);
     }
 
     #[test]

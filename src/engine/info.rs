@@ -55,8 +55,9 @@ pub struct RunInfo {
     /// The base LR the run starts with, and how it was chosen when not given.
     pub lr: f32,
     pub lr_note: Option<String>,
-    /// Resuming: where the batch size came from (the checkpoint or the flag).
-    pub batch_note: Option<String>,
+    /// Resuming: where the batch size came from (the checkpoint or the flag), and the settings
+    /// the flags changed from the checkpoint's run.
+    pub resume_note: Option<String>,
     pub train_samples: usize,
     pub val_samples: usize,
     pub budget: Budget,
@@ -179,7 +180,7 @@ impl RunInfo {
                 .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
-            batch_note: start.batch_note.clone(),
+            resume_note: start.resume_note.clone(),
             per_replica: start.per_replica,
             grad_accum: cfg.grad_accum,
             train_samples: loaded.train.len(),

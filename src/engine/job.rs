@@ -237,8 +237,13 @@ pub(super) fn meet(
     for (p, h) in hellos.iter().enumerate().skip(1) {
         for ((what, ours), (_, theirs)) in hellos[0].same.iter().zip(&h.same) {
             if ours != theirs {
+                // (each process reads the checkpoint for the settings its flags leave out)
+                let resumed = match cfg.resume {
+                    Some(_) => ", and the same --resume checkpoint where each process can read it (or the run's flags)",
+                    None => "",
+                };
                 return Err(EngineError::Config(format!(
-                    "process {p} (on {}) trains with {what} = {theirs}, process 0 (on {}) with {ours}: every process of a run must train the same model on the same data; give every process the same flags and data",
+                    "process {p} (on {}) trains with {what} = {theirs}, process 0 (on {}) with {ours}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
                     h.host, hellos[0].host
                 )));
             }
@@ -312,7 +317,7 @@ struct StartHeader {
     per_replica: usize,
     lr: f32,
     lr_note: Option<String>,
-    batch_note: Option<String>,
+    resume_note: Option<String>,
     checkpoint: Option<PathBuf>,
     init_notes: Vec<String>,
     t: u64,
@@ -331,7 +336,7 @@ fn encode(s: &Start) -> Vec<u8> {
         per_replica: s.per_replica,
         lr: s.lr,
         lr_note: s.lr_note.clone(),
-        batch_note: s.batch_note.clone(),
+        resume_note: s.resume_note.clone(),
         checkpoint: s.checkpoint.clone(),
         init_notes: s.init_notes.clone(),
         t: s.state.opt.t,
@@ -378,7 +383,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         per_replica: head.per_replica,
         lr: head.lr,
         lr_note: head.lr_note,
-        batch_note: head.batch_note,
+        resume_note: head.resume_note,
         state: TrainState {
             params,
             opt: OptState { t: head.t, m, v },
@@ -447,7 +452,7 @@ mod tests {
             per_replica: 32,
             lr: 3e-3,
             lr_note: Some("from the checkpoint".into()),
-            batch_note: None,
+            resume_note: None,
             state: TrainState {
                 params: vec![1.5, -2.0, 3.25],
                 opt: OptState {

@@ -1,5 +1,6 @@
 //! What a resumed run trains with: the checkpoint's batch size and LR unless the command line
-//! says otherwise, and a line saying which came from where.
+//! says otherwise, and a line saying which came from where and which settings differ from the
+//! checkpoint's run (the command line takes the rest from it: `cli::resumed`).
 
 use std::path::Path;
 
@@ -11,7 +12,7 @@ use crate::config::{Budget, RunConfig};
 pub(super) struct Resumed {
     pub per_replica: usize,
     pub lr: f32,
-    pub batch_note: String,
+    pub resume_note: String,
     pub lr_note: String,
 }
 
@@ -25,7 +26,7 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
     } else {
         meta.per_replica
     };
-    let batch_note = if !cfg.batch_from_flag {
+    let resume_note = if !cfg.batch_from_flag {
         format!("batch {per_replica} per replica from the checkpoint")
     } else if per_replica == meta.per_replica {
         format!("batch {per_replica} per replica (--batch-per-replica, as in the checkpoint)")
@@ -35,16 +36,13 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
             meta.per_replica
         )
     };
+    let changed = changed(cfg, meta);
+    let resume_note = match changed.is_empty() {
+        true => resume_note,
+        false => format!("{resume_note}; {}", changed.join(", ")),
+    };
     // the global batch counts accumulated micro-batches
     let old_accum = meta.grad_accum();
-    let batch_note = if old_accum == cfg.grad_accum {
-        batch_note
-    } else {
-        format!(
-            "{batch_note}; --grad-accum {} (the checkpoint had {old_accum})",
-            cfg.grad_accum
-        )
-    };
     let (old, new) = (
         meta.per_replica * meta.ranks * old_accum,
         per_replica * ranks * cfg.grad_accum,
@@ -66,9 +64,47 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
     Resumed {
         per_replica,
         lr,
-        batch_note,
+        resume_note,
         lr_note,
     }
+}
+
+/// The recorded settings (`RunConfig::record`) the run changes from the checkpoint's run, as
+/// `--flag ours (the checkpoint had theirs)`; settings a checkpoint from before they were
+/// recorded lacks are not compared, nor the LR (`lr_note` says where it came from).
+fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
+    let ours = cfg.record();
+    let mut theirs = meta.config.clone();
+    if let Some(t) = theirs.as_object_mut() {
+        t.entry("seed").or_insert(meta.seed.into());
+    }
+    let (Some(ours), Some(theirs)) = (ours.as_object(), theirs.as_object()) else {
+        return Vec::new();
+    };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "none".into(),
+        v => v.to_string(),
+    };
+    // numbers as the run holds them (float32: older checkpoints wrote 0.1 as 0.10000000149...)
+    let same = |a: &serde_json::Value, b: &serde_json::Value| match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x as f32 == y as f32,
+        _ => a == b,
+    };
+    (ours.iter())
+        .filter(|(k, _)| *k != "lr_flag")
+        .filter_map(|(k, v)| {
+            let t = theirs.get(k)?;
+            (!same(v, t)).then(|| {
+                format!(
+                    "--{} {} (the checkpoint had {})",
+                    k.replace('_', "-"),
+                    text(v),
+                    text(t)
+                )
+            })
+        })
+        .collect()
 }
 
 /// The checkpoint a run resumes from (`path`: a checkpoint or a directory of them), read by
@@ -128,7 +164,7 @@ mod tests {
         let plain = resumed_settings(&RunConfig::default(), &meta(), 2);
         assert_eq!((plain.per_replica, plain.lr), (32, 1e-3));
         assert!(
-            plain.batch_note.contains("from the checkpoint"),
+            plain.resume_note.contains("from the checkpoint"),
             "{plain:?}"
         );
         assert_eq!(plain.lr_note, "from the checkpoint");
@@ -141,7 +177,7 @@ mod tests {
         let r = resumed_settings(&bigger, &meta(), 2);
         assert_eq!(r.per_replica, 64);
         assert!((r.lr - 2e-3).abs() < 1e-9, "linear scaling: {r:?}");
-        assert!(r.batch_note.contains("the checkpoint had 32"), "{r:?}");
+        assert!(r.resume_note.contains("the checkpoint had 32"), "{r:?}");
         assert!(r.lr_note.contains("64 to 128"), "{r:?}");
 
         let given = RunConfig {
@@ -170,12 +206,12 @@ mod tests {
         // the same accumulation: the checkpoint's LR
         let r = resumed_settings(&with(4), &accum(4), 2);
         assert_eq!(r.lr, 1e-3, "{r:?}");
-        assert!(!r.batch_note.contains("grad-accum"), "{r:?}");
+        assert!(!r.resume_note.contains("grad-accum"), "{r:?}");
         // 4 micro-batches then, 1 now: a quarter of the global batch, a quarter of the LR
         let r = resumed_settings(&with(1), &accum(4), 2);
         assert!((r.lr - 2.5e-4).abs() < 1e-9, "{r:?}");
         assert!(
-            r.batch_note
+            r.resume_note
                 .contains("--grad-accum 1 (the checkpoint had 4)"),
             "{r:?}"
         );

@@ -18,9 +18,10 @@ pub(super) struct Start {
     pub cursor: Cursor,
     pub per_replica: usize,
     pub lr: f32,
-    /// Where the LR and (resuming) the batch size came from, for the start-up lines.
+    /// Where the LR and (resuming) the batch size came from, and the settings changed from
+    /// the checkpoint's run, for the start-up lines.
     pub lr_note: Option<String>,
-    pub batch_note: Option<String>,
+    pub resume_note: Option<String>,
     pub state: TrainState,
     /// The checkpoint resumed from (its step is `step`).
     pub checkpoint: Option<PathBuf>,
@@ -51,7 +52,7 @@ pub(super) fn starting_point(
                 per_replica: resumed.per_replica,
                 lr: resumed.lr,
                 lr_note: Some(resumed.lr_note),
-                batch_note: Some(resumed.batch_note),
+                resume_note: Some(resumed.resume_note),
                 state,
                 checkpoint: Some(dir),
                 init_notes: Vec::new(),
@@ -104,7 +105,7 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
                     cfg.batch_per_replica * ranks * cfg.grad_accum
                 )
             }),
-            batch_note: None,
+            resume_note: None,
             state,
             checkpoint: None,
             init_notes,

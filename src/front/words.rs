@@ -164,7 +164,7 @@ pub fn resumed_line(info: &RunInfo) -> Option<String> {
         info.start_step,
         info.start_epoch + 1
     );
-    if let Some(b) = &info.batch_note {
+    if let Some(b) = &info.resume_note {
         line += &format!("; {b}");
     }
     Some(line)

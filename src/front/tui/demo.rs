@@ -37,7 +37,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         grad_accum: 1,
         lr: 1e-3,
         lr_note: None,
-        batch_note: None,
+        resume_note: None,
         train_samples: 1438,
         val_samples: 359,
         budget: Budget::Epochs(30),

@@ -212,7 +212,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         grad_accum: count(v, "grad_accum").unwrap_or(1).max(1),
         lr: opt_num(v, "lr")?.unwrap_or(0.0) as f32,
         lr_note: None,
-        batch_note: None,
+        resume_note: None,
         train_samples: count(v, "train_samples").unwrap_or(0),
         val_samples: count(v, "val_samples").unwrap_or(0),
         budget,

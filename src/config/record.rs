@@ -1,0 +1,63 @@
+//! A run's training settings as its checkpoints record them (`state.json`'s `config`): keys
+//! named as the flags are (with `_` for `-`), values as the flags take them, paths absolute. A
+//! run resumed from a checkpoint takes them where its own flags and config file are silent
+//! (`cli::resumed`), and says which of its settings differ (`engine::resume`).
+
+use serde_json::{json, Map, Value};
+
+use super::strategy::Strategy;
+use super::{Budget, RunConfig};
+
+impl RunConfig {
+    /// The settings that decide what a run trains and how: everything a resumed run must
+    /// share with the run it continues, and the LR as given (`lr_flag`, for the record).
+    pub fn record(&self) -> Value {
+        let inputs = &self.inputs;
+        let mut v = json!({
+            "name": self.run_name(),
+            "model": self.model.to_string(),
+            "data": self.data.absolute().to_string(),
+            "devices": self.devices.to_string(),
+            "seed": self.seed,
+            "val_split": inputs.val_fraction,
+            "val_data": inputs.val_data.as_ref().map(|d| d.absolute().to_string()),
+            "image_size": inputs.image_size,
+            "augment": inputs.augment.to_string(),
+            "normalize": inputs.normalize.to_string(),
+            "optimizer": self.optimizer.to_string(),
+            "weight_decay": short(self.weight_decay),
+            "momentum": short(self.momentum),
+            "no_decay_bn_bias": self.no_decay_bn_bias,
+            "label_smoothing": short(self.label_smoothing),
+            "sync_bn": self.sync_bn,
+            "precision": self.precision.to_string(),
+            "grad_dtype": self.grad_dtype.to_string(),
+            "schedule": self.schedule.to_string(),
+            "warmup": self.warmup,
+            "lr_scaling": self.lr_scaling.to_string(),
+            "grad_accum": self.grad_accum,
+            "lr_flag": self.lr.map(short),
+            "strategy": self.strategy.to_string(),
+            "rebalance": self.rebalance,
+            "freeze": self.freeze.as_ref().map(|f| f.to_string()),
+            "checkpoint_every": self.checkpoint_every,
+            "log_every": self.log_every,
+        });
+        let map: &mut Map<String, Value> = v.as_object_mut().expect("an object");
+        match self.budget {
+            Budget::Steps(s) => map.insert("steps".into(), s.into()),
+            Budget::Epochs(e) => map.insert("epochs".into(), e.into()),
+        };
+        if let Strategy::LocalSgd { warmup, .. } = self.strategy {
+            map.insert("local_sgd_warmup".into(), warmup.into());
+        }
+        v
+    }
+}
+
+/// A float32 as the shortest decimal that reads back as it (0.1, not 0.10000000149011612).
+fn short(x: f32) -> Value {
+    x.to_string()
+        .parse::<f64>()
+        .map_or(Value::Null, Value::from)
+}
