@@ -327,6 +327,48 @@ fn a_run_whose_default_directory_was_taken_keeps_its_checkpoints_in_its_own() {
     assert!(checkpoint::steps(&taken.join("checkpoints")).is_empty());
 }
 
+/// `--metrics-out` never replaces another run's record: a run directory's own metrics.jsonl,
+/// or a file a live run is writing (two runs of a sweep given the same one interleaved their
+/// lines into a file `view` could not read).
+#[test]
+fn metrics_out_never_replaces_another_run_s_record() {
+    use std::os::fd::AsRawFd;
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let (a, _) = train(d, &["--steps", "5", "--run-dir", "a"]);
+    let record = std::fs::read(a.join("metrics.jsonl")).unwrap();
+    let out = fails(d, &["--steps", "5", "--metrics-out", "a/metrics.jsonl"]);
+    assert!(out.contains("it is the record of the run in"), "{out}");
+    assert_eq!(std::fs::read(a.join("metrics.jsonl")).unwrap(), record);
+    // a live run's file: it holds the file's lock while it writes
+    let shared = d.join("shared.jsonl");
+    std::fs::write(&shared, "").unwrap();
+    let live = std::fs::File::open(&shared).unwrap();
+    // SAFETY: flock on a descriptor held open below
+    assert_eq!(unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let out = fails(d, &["--steps", "5", "--metrics-out", "shared.jsonl"]);
+    assert!(
+        out.contains("another run that is still going writes it"),
+        "{out}"
+    );
+    drop(live);
+    train(d, &["--steps", "5", "--metrics-out", "shared.jsonl"]);
+    // the run directory's own file named again: written once
+    let (b, _) = train(
+        d,
+        &[
+            "--steps",
+            "5",
+            "--run-dir",
+            "b",
+            "--metrics-out",
+            "b/metrics.jsonl",
+        ],
+    );
+    let text = std::fs::read_to_string(b.join("metrics.jsonl")).unwrap();
+    assert_eq!(text.matches("\"type\":\"run\"").count(), 1, "{text}");
+}
+
 #[test]
 fn runs_lists_each_run_with_its_state() {
     let d = tempfile::tempdir().unwrap();

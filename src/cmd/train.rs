@@ -70,7 +70,13 @@ pub(super) fn train(
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(front.theme.as_deref(), no_color)?;
     let theme = tui.then_some(theme);
-    let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone());
+    // (--metrics-out naming the run directory's own metrics.jsonl: the file the run writes)
+    let own = |p: &PathBuf| {
+        let abs = |p: &Path| std::path::absolute(p).ok();
+        let run = cfg.run_dir.as_ref().map(|d| d.join(rundir::METRICS));
+        run.is_some_and(|r| abs(&r) == abs(p))
+    };
+    let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone().filter(|p| !own(p)));
     if let Some(p) = &metrics_out {
         MetricsWriter::preflight(p)?;
     }

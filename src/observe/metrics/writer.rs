@@ -9,65 +9,106 @@ use std::path::{Path, PathBuf};
 use super::records::Line;
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write metrics file {path}: {source}; pick a writable path for --metrics-out")]
+#[error("cannot write metrics file {path}: {source}; {fix}")]
 pub struct MetricsError {
     pub path: PathBuf,
     pub source: std::io::Error,
+    /// What to do about it.
+    pub fix: &'static str,
 }
+
+/// The usual fixes: where it cannot be opened, and where it cannot be written any more.
+const WRITABLE: &str = "pick a writable path for --metrics-out";
+const SPACE: &str = "check that its disk has space";
 
 pub struct MetricsWriter {
     path: PathBuf,
     out: BufWriter<File>,
 }
 
-/// Whether the file's first line is a metrics file's run record (what a run may replace).
-fn holds_a_run(path: &Path) -> bool {
+/// The first line of the file, where it is a metrics file's run record (what a run may
+/// replace).
+fn run_record(path: &Path) -> Option<serde_json::Value> {
     use std::io::{BufRead, Read};
-    let Ok(f) = File::open(path) else {
-        return false;
-    };
+    let f = File::open(path).ok()?;
     let mut first = Vec::new();
-    let read = std::io::BufReader::new(f.take(1 << 16)).read_until(b'\n', &mut first);
-    read.is_ok()
-        && serde_json::from_slice::<serde_json::Value>(&first)
-            .is_ok_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("run"))
+    std::io::BufReader::new(f.take(1 << 16))
+        .read_until(b'\n', &mut first)
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&first)
+        .ok()
+        .filter(|v| v.get("type").and_then(|t| t.as_str()) == Some("run"))
+}
+
+/// Takes the file's write lock (flock, held while `f` is open) for a run's writer: another
+/// live run writing the same file is refused rather than the two interleaving their lines.
+fn lock(f: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor the caller keeps open
+    match unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(std::io::Error::other(
+                "another run that is still going writes it",
+            )),
+            e => Err(e),
+        },
+    }
 }
 
 impl MetricsWriter {
     /// Checks that `path` can be written, without creating or truncating anything, so a run
-    /// can refuse a bad path before it starts.
+    /// can refuse a bad path before it starts: not a file of something else, not a run
+    /// directory's own record, not a file a live run writes.
     pub fn preflight(path: &Path) -> Result<(), MetricsError> {
-        let err = |source| MetricsError {
+        let err = |source, fix| MetricsError {
             path: path.to_path_buf(),
             source,
+            fix,
         };
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         if !parent.is_dir() {
-            return Err(err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("directory {} does not exist", parent.display()),
-            )));
+            return Err(err(
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", parent.display()),
+                ),
+                WRITABLE,
+            ));
         }
         let Ok(meta) = std::fs::metadata(path) else {
             return Ok(());
         };
-        if meta.is_file() && meta.len() > 0 && !holds_a_run(path) {
-            return Err(err(std::io::Error::other(
-                "it holds something other than a metrics file (its first line is not a run record), which the run would replace; give another path or remove it",
-            )));
-        }
         use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_fifo() {
-            // (a FIFO is checked as it is opened: opening it here would end its reader's input)
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(path)
-                .map_err(err)?;
+        if meta.file_type().is_fifo() {
+            // (checked as it is opened: opening it here would end its reader's input)
+            return Ok(());
         }
-        Ok(())
+        let record = run_record(path);
+        if meta.is_file() && meta.len() > 0 && record.is_none() {
+            return Err(err(
+                std::io::Error::other("it holds something other than a metrics file (its first line is not a run record), which the run would replace"),
+                "give --metrics-out another path, or remove the file",
+            ));
+        }
+        // a run directory's own record: the history `view`, `runs` and `--resume` read
+        let of_run = (record.as_ref())
+            .and_then(|r| r.get("run_dir")?.as_str().map(PathBuf::from))
+            .filter(|d| std::fs::canonicalize(parent).is_ok_and(|p| p == *d));
+        if let Some(d) = of_run {
+            return Err(err(
+                std::io::Error::other(format!("it is the record of the run in {}, which this run would replace", d.display())),
+                "give --metrics-out another path (every run writes its own metrics.jsonl in its run directory)",
+            ));
+        }
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| err(e, WRITABLE))?;
+        lock(&f).map_err(|e| err(e, "give each run its own --metrics-out"))
     }
 
     /// Creates (or replaces) the file. A FIFO is opened without waiting for a reader: one
@@ -78,10 +119,26 @@ impl MetricsWriter {
         let err = |source| MetricsError {
             path: path.to_path_buf(),
             source,
+            fix: WRITABLE,
         };
         let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
         let f = match fifo {
-            false => File::create(path).map_err(err)?,
+            false => {
+                // locked before it is emptied: a live run's file is refused, not truncated
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                    .map_err(err)?;
+                lock(&f).map_err(|source| MetricsError {
+                    path: path.to_path_buf(),
+                    source,
+                    fix: "give each run its own --metrics-out",
+                })?;
+                f.set_len(0).map_err(err)?;
+                f
+            }
             true => {
                 let f = std::fs::OpenOptions::new()
                     .write(true)
@@ -120,6 +177,7 @@ impl MetricsWriter {
             .map_err(|source| MetricsError {
                 path: self.path.clone(),
                 source,
+                fix: SPACE,
             })
     }
 
@@ -127,6 +185,7 @@ impl MetricsWriter {
         self.out.flush().map_err(|source| MetricsError {
             path: self.path.clone(),
             source,
+            fix: SPACE,
         })
     }
 }
