@@ -67,6 +67,11 @@ fn resume_continues_a_run_directory_and_refuses_what_is_ambiguous() {
         assert!(out.contains(name), "{name} listed: {out}");
     }
 
+    // a run directory whose metrics file is gone still leads to its checkpoints
+    std::fs::remove_file(first.join("metrics.jsonl")).unwrap();
+    let (_, out) = train(d, &["--steps", "12", "--resume", first.to_str().unwrap()]);
+    assert!(out.contains("at step 10"), "{out}");
+
     // a run already at its budget
     let second_s = second.to_str().unwrap();
     let out = fails(d, &["--steps", "20", "--resume", second_s]);

@@ -376,3 +376,26 @@ fn hostile_metrics_files_neither_panic_nor_hang_nor_drive_the_terminal() {
     let (code, out) = view_headless(d, &fifo);
     assert!(code == Some(1) && out.contains("a FIFO"), "{out}");
 }
+
+/// `view --headless` of a run directory without an end record says whether its run still runs
+/// or was killed (it used to say "still running, or killed" either way).
+#[test]
+fn a_killed_run_is_said_killed_and_a_live_one_running() {
+    let d = tempfile::tempdir().unwrap();
+    let mut run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
+    run.wait_log("a step", |l| l.contains("step "));
+    let view = |what: &str| {
+        let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
+        assert_eq!(code, Some(0), "{what}: {out}");
+        out
+    };
+    let out = view("live");
+    assert!(out.contains("still running"), "{out}");
+    run.child.kill().unwrap();
+    run.wait_exit();
+    let out = view("killed");
+    assert!(
+        out.contains("the run is not running: it was killed"),
+        "{out}"
+    );
+}

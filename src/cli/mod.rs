@@ -43,6 +43,8 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "mgtop-train", version, about = "Data-parallel training with a live view of every device", after_help = EXAMPLES)]
 #[command(args_conflicts_with_subcommands = true)]
+// a flag given again replaces the earlier value (a sweep script appends its overrides)
+#[command(args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -17,6 +17,13 @@ fn cli(args: &[&str]) -> Result<(RunConfig, Frontend), String> {
 }
 
 #[test]
+fn a_flag_given_again_replaces_the_earlier_value() {
+    let (c, _) = cli(&["--steps", "5", "--lr", "0.1", "--steps", "9"]).unwrap();
+    assert_eq!((c.budget, c.lr), (Budget::Steps(9), Some(0.1)));
+    assert!(cli(&["--steps", "5", "--epochs", "2"]).is_err());
+}
+
+#[test]
 fn flags_override_the_file_which_overrides_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("run.toml");

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::ViewArgs;
+use crate::engine::rundir;
 use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::{read_all, FileSource};
 use crate::front::tui::{self, term, theme::Theme, Screen};
@@ -36,7 +37,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     let mut app = App::watching(reader.info().clone());
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;
-        for line in summary(&app) {
+        let run_dir = (reader.path().parent()).filter(|d| rundir::is_run_dir(d));
+        let live = run_dir.map(rundir::is_live);
+        for line in summary(&app, live) {
             // names and paths come from the file
             crate::say!("{}", crate::data::read::printable(&line));
         }
@@ -72,8 +75,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     }
 }
 
-/// The run's name and its end-of-run summary; for a run without an end yet, how far it got.
-pub fn summary(app: &App) -> Vec<String> {
+/// The run's name and its end-of-run summary; for a run without an end yet, how far it got
+/// and, where the file is a run directory's record (`live`), whether the run still runs.
+pub fn summary(app: &App, live: Option<bool>) -> Vec<String> {
     let mut lines = vec![format!("run: {}", app.info.name)];
     if app.summary.is_some() {
         lines.extend(tui::summary_lines(app));
@@ -82,9 +86,11 @@ pub fn summary(app: &App) -> Vec<String> {
             .last_row
             .as_ref()
             .map_or(app.info.start_step, |r| r.step);
-        let state = match app.state {
-            RunState::Starting => "no step recorded yet",
-            _ => "no end recorded: still running, or killed",
+        let state = match (app.state, live) {
+            (_, Some(false)) => "no end recorded, and the run is not running: it was killed (or its machine went down)",
+            (RunState::Starting, _) => "no step recorded yet",
+            (_, Some(true)) => "still running",
+            (_, None) => "no end recorded: still running, or killed",
         };
         lines.push(format!("{state}; last step recorded {steps}"));
     }

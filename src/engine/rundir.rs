@@ -268,10 +268,13 @@ pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
             Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path)),
         };
     }
-    match newest_of_one_run(path) {
-        Ok(p) => return Ok(p),
-        Err(Found::Error(e)) => return Err(e),
-        Err(Found::Nothing) => {}
+    // a checkpoint directory, or a run directory that lost its metrics file
+    for dir in [path.to_path_buf(), path.join(CHECKPOINTS)] {
+        match newest_of_one_run(&dir) {
+            Ok(p) => return Ok(p),
+            Err(Found::Error(e)) => return Err(e),
+            Err(Found::Nothing) => {}
+        }
     }
     let mut runs = runs_under(path);
     match runs.len() {

@@ -8,10 +8,13 @@ use crossbeam_channel::{never, tick, Receiver};
 use super::app::{App, AppEvent, Level, RunState};
 use super::source::Source;
 use crate::engine::control::Control;
+use crate::engine::rundir;
 use crate::observe::metrics::{MetricsReader, ReadError, Record};
 
 /// How often a file is looked at for new records.
 pub const POLL: Duration = Duration::from_millis(250);
+/// How often a file without an end record asks whether its run still runs.
+const ASK_LIVE: Duration = Duration::from_secs(2);
 /// The longest the loop spends reading at a time (a big file is read over several frames, so
 /// keys are answered while it loads).
 const READ_BUDGET: Duration = Duration::from_millis(50);
@@ -66,6 +69,10 @@ pub fn read_all(reader: &mut MetricsReader, app: &mut App) -> Result<(), ReadErr
 /// A metrics file, followed as it grows.
 pub struct FileSource {
     reader: MetricsReader,
+    /// The run directory the file is the record of (None for a copy elsewhere), and when it
+    /// was last asked whether its run still runs.
+    run_dir: Option<std::path::PathBuf>,
+    asked: Option<Instant>,
     /// The last read stopped at its time budget: go on at the next frame.
     behind: bool,
     /// The file is damaged past this point: nothing more is read.
@@ -74,8 +81,13 @@ pub struct FileSource {
 
 impl FileSource {
     pub fn new(reader: MetricsReader) -> FileSource {
+        let run_dir = (reader.path().parent())
+            .filter(|d| rundir::is_run_dir(d))
+            .map(|d| d.to_path_buf());
         FileSource {
             reader,
+            run_dir,
+            asked: None,
             behind: true,
             error: None,
         }
@@ -129,7 +141,19 @@ impl Source for FileSource {
     }
 
     fn on_timer(&mut self, app: &mut App) -> bool {
-        self.pull(app)
+        let pulled = self.pull(app);
+        // a run without an end record: still running, or killed (asked every few seconds)
+        let due = self.asked.is_none_or(|t| t.elapsed() >= ASK_LIVE);
+        let killed = match &self.run_dir {
+            Some(d) if due && !app.state.ended() => {
+                self.asked = Some(Instant::now());
+                !rundir::is_live(d)
+            }
+            _ => app.killed && !app.state.ended(),
+        };
+        let changed = killed != app.killed;
+        app.killed = killed;
+        pulled || changed
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {

@@ -139,15 +139,14 @@ impl Model {
         let mut shapes: Vec<Shape> = vec![self.input];
         for n in &self.nodes {
             let s = self.values[n.output];
-            if matches!(
+            // every dense layer (an MLP's widths: 64-512-512-10); a convolution or pooling
+            // where it changes the shape (a residual stage's convolutions keep it)
+            let dense = matches!(n.op, Op::Linear { .. });
+            let spatial = matches!(
                 n.op,
-                Op::Conv { .. }
-                    | Op::Linear { .. }
-                    | Op::MaxPool(_)
-                    | Op::AvgPool(_)
-                    | Op::GlobalAvgPool { .. }
-            ) && shapes.last() != Some(&s)
-            {
+                Op::Conv { .. } | Op::MaxPool(_) | Op::AvgPool(_) | Op::GlobalAvgPool { .. }
+            );
+            if dense || (spatial && shapes.last() != Some(&s)) {
                 shapes.push(s);
             }
         }

@@ -131,6 +131,9 @@ pub struct App {
     pub mode: Mode,
     /// Attached, and the connection dropped: why (`r` connects again).
     pub disconnected: Option<String>,
+    /// A metrics file whose run has no end record and is not running any more (killed, or
+    /// its machine went down).
+    pub killed: bool,
     pub state: RunState,
     monitor: Monitor,
     detector: Detector,
@@ -194,6 +197,7 @@ impl App {
             readonly,
             mode: Mode::Local,
             disconnected: None,
+            killed: false,
             state: RunState::Starting,
             devices,
             last_row: None,

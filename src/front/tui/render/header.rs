@@ -12,6 +12,16 @@ use crate::front::tui::app::{App, RunState};
 use crate::front::tui::theme::Theme;
 
 pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
+    // a run not ended that this screen no longer reaches
+    let lost = match () {
+        _ if app.state.ended() => None,
+        _ if app.disconnected.is_some() => Some("DISCONNECTED"),
+        _ if app.killed => Some("KILLED"),
+        _ => None,
+    };
+    if let Some(label) = lost {
+        return Span::styled(format!(" {label} "), theme.badge(theme.error));
+    }
     let label = match (app.state, app.pending_pause) {
         (RunState::Running, Some(true)) => "PAUSING",
         (RunState::Paused, Some(false)) => "RESUMING",

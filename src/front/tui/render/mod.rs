@@ -202,6 +202,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_run_this_screen_no_longer_reaches_is_not_shown_running() {
+        use crate::front::tui::app::{App, RunState};
+        let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
+        let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
+        let mut app = App::new(crate::front::tui::demo::info(2), false);
+        app.state = RunState::Running;
+        assert_eq!(label(&app), "RUNNING");
+        app.killed = true;
+        assert_eq!(label(&app), "KILLED");
+        app.disconnected = Some("the run closed the connection".into());
+        assert_eq!(label(&app), "DISCONNECTED");
+        // an end on record is what it is
+        app.state = RunState::Failed;
+        assert_eq!(label(&app), "FAILED");
+    }
+
+    #[test]
     fn formats_read_well() {
         assert_eq!(clock(Duration::from_secs(75)), "01:15");
         assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
