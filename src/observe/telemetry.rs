@@ -10,36 +10,64 @@ use crate::engine::events::StepStats;
 use crate::engine::Device;
 use crate::observe::sample::DeviceSample;
 
-/// Busy time of CPU workers, from their step timings.
+/// Busy time of CPU workers, from their step timings: each step's busy time (computing,
+/// reducing, updating) spread over the wall time the step took, so a step longer than the
+/// sample interval reads as busy through it rather than as idle samples and then one full one.
 struct BusyMeter {
-    busy: Vec<Duration>,
+    ranks: Vec<RankBusy>,
     since: Duration,
+}
+
+#[derive(Clone, Copy, Default)]
+struct RankBusy {
+    /// Busy seconds of the steps that ended since the last sample, within the sample's span.
+    busy: f64,
+    /// The last step: when it ended, how long it took, and its busy share.
+    last: Option<(Duration, Duration, f64)>,
 }
 
 impl BusyMeter {
     pub fn new(ranks: usize) -> BusyMeter {
         BusyMeter {
-            busy: vec![Duration::ZERO; ranks],
+            ranks: vec![RankBusy::default(); ranks],
             since: Duration::ZERO,
         }
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
-        if let Some(b) = self.busy.get_mut(s.rank) {
-            *b += s.compute + s.comm + s.optimizer;
-        }
+        let Some(r) = self.ranks.get_mut(s.rank) else {
+            return;
+        };
+        let busy = s.compute + s.comm + s.optimizer;
+        let wall = s.step_time.max(busy);
+        let share = match wall.is_zero() {
+            true => 0.0,
+            false => busy.as_secs_f64() / wall.as_secs_f64(),
+        };
+        // the part of the step inside this sample's span (the rest was the last sample's,
+        // which counted it as the step before going on)
+        let inside =
+            s.at.saturating_sub(s.at.saturating_sub(wall).max(self.since));
+        r.busy += share * inside.as_secs_f64();
+        r.last = Some((s.at, wall, share));
     }
 
     /// One sample per rank covering the time since the previous call; `now` is time since
-    /// the run started, on the clock of `StepStats::at`.
+    /// the run started, on the clock of `StepStats::at`. After its last step a rank counts as
+    /// going on as in it for as long as that step took, then as idle (paused, validating,
+    /// waiting or done); before its first step its share is unknown.
     pub fn sample(&mut self, now: Duration) -> Vec<DeviceSample> {
-        let span = now.saturating_sub(self.since).as_secs_f64();
+        let since = self.since;
+        let span = now.saturating_sub(since).as_secs_f64();
         self.since = now;
-        self.busy
+        self.ranks
             .iter_mut()
-            .map(|b| {
-                let util = (span > 0.0).then(|| (b.as_secs_f64() / span).min(1.0) as f32);
-                *b = Duration::ZERO;
+            .map(|r| {
+                let util = r.last.filter(|_| span > 0.0).map(|(end, wall, share)| {
+                    let going = now.min(end + wall).saturating_sub(end.max(since));
+                    ((r.busy + share * going.as_secs_f64()) / span).min(1.0) as f32
+                });
+                r.busy = 0.0;
                 DeviceSample {
                     util,
                     ..DeviceSample::default()
@@ -172,20 +200,55 @@ mod tests {
         }
     }
 
+    /// A step of `rank` that ended at `at_ms`, `busy_ms` of it computing and `idle_ms` waiting.
+    fn ended(rank: usize, at_ms: u64, busy_ms: u64, idle_ms: u64) -> StepStats {
+        StepStats {
+            at: Duration::from_millis(at_ms),
+            sync_wait: Duration::from_millis(idle_ms),
+            data_wait: Duration::ZERO,
+            step_time: Duration::from_millis(busy_ms + idle_ms),
+            ..step(rank, busy_ms, 0)
+        }
+    }
+
     #[test]
     fn busy_counts_work_not_waiting_and_resets_each_sample() {
         let mut m = BusyMeter::new(2);
-        for _ in 0..10 {
-            m.on_step(&step(0, 80, 5));
-            m.on_step(&step(1, 20, 40));
+        // before a rank's first step: unknown
+        assert_eq!(m.sample(Duration::from_millis(10))[0].util, None);
+        for i in 1..=10 {
+            m.on_step(&ended(0, 10 + 100 * i, 80, 20));
+            m.on_step(&ended(1, 10 + 100 * i, 20, 80));
         }
-        let s = m.sample(Duration::from_secs(1));
-        assert!((s[0].util.unwrap() - 0.8).abs() < 1e-6);
-        assert!((s[1].util.unwrap() - 0.2).abs() < 1e-6);
+        let s = m.sample(Duration::from_millis(1010));
+        assert!((s[0].util.unwrap() - 0.8).abs() < 1e-3, "{:?}", s[0].util);
+        assert!((s[1].util.unwrap() - 0.2).abs() < 1e-3, "{:?}", s[1].util);
         assert_eq!(s[0].mem_access, None);
-        // nothing ran in the next second (paused): 0% busy, not n/a
-        let s = m.sample(Duration::from_secs(2));
+        // then paused: the step it was taken to be in (0.1 s of it busy 80%), then 0%, not n/a
+        let s = m.sample(Duration::from_millis(2010));
+        assert!((s[0].util.unwrap() - 0.08).abs() < 1e-3, "{:?}", s[0].util);
+        let s = m.sample(Duration::from_millis(3010));
         assert_eq!(s[0].util, Some(0.0));
+    }
+
+    #[test]
+    fn a_step_longer_than_the_interval_is_busy_through_it() {
+        let mut m = BusyMeter::new(1);
+        // 8 s steps, all computing, sampled every second: 100% throughout, no idle seconds
+        m.on_step(&ended(0, 8000, 8000, 0));
+        let mut utils = Vec::new();
+        for t in 1..=20 {
+            let now = 8000 + 1000 * t;
+            if now % 8000 == 0 {
+                m.on_step(&ended(0, now, 8000, 0));
+            }
+            utils.push(m.sample(Duration::from_millis(now))[0].util.unwrap());
+        }
+        assert!(utils.iter().all(|u| (u - 1.0).abs() < 1e-6), "{utils:?}");
+        // the run ended at 24 s: idle once a step's time has passed without a step
+        let idle = m.sample(Duration::from_millis(40_000))[0].util.unwrap();
+        assert!(idle < 0.6, "{idle}");
+        assert_eq!(m.sample(Duration::from_millis(41_000))[0].util, Some(0.0));
     }
 
     #[test]

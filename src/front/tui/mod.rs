@@ -125,7 +125,7 @@ pub fn run<B: Backend, S: Source>(
                     match app.handle_key(k) {
                         Some(Action::Control(c)) => {
                             if let Err(why) = source.control(c) {
-                                app.apply(AppEvent::Flash(why));
+                                app.apply(AppEvent::Refused(c, why));
                             }
                         }
                         Some(Action::Reconnect) => dirty |= source.reconnect(&mut app),

@@ -62,6 +62,8 @@ pub enum AppEvent {
     Theme(String),
     /// A one-line answer to a key that the frontend loop gives (e.g. the run has ended).
     Flash(String),
+    /// The run refused a control a key asked for, and why.
+    Refused(Control, String),
 }
 
 /// What a key asks the frontend loop to do.
@@ -348,6 +350,16 @@ impl App {
             AppEvent::Notice(level, text) => self.note(level, text),
             AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
             AppEvent::Flash(text) => self.flash = Some(text),
+            AppEvent::Refused(control, why) => {
+                // what the key set in motion is not on its way after all
+                match control {
+                    Control::SetBatch(_) => self.pending_batch = None,
+                    Control::Pause | Control::Resume => self.pending_pause = None,
+                    Control::Checkpoint | Control::Stop { .. } => {}
+                }
+                self.note(Level::Warn, format!("refused: {why}"));
+                self.flash = Some(why);
+            }
             AppEvent::Beats(at, beats) => {
                 self.now = self.now.max(at);
                 if let Some(w) = self.detector.tick(at, &beats) {

@@ -85,7 +85,27 @@ fn pause_key_sends_pause_then_resume_and_follows_what_the_ranks_applied() {
 }
 
 #[test]
+fn a_refused_batch_change_is_not_pending_and_is_in_the_events() {
+    let mut app = running(false);
+    assert_eq!(
+        app.handle_key(key(']')),
+        Some(Action::Control(Control::SetBatch(64)))
+    );
+    let why = "a batch of 64 per replica is more than the training split's 100 samples over the run's ranks: at most 50 per replica";
+    app.apply(AppEvent::Refused(Control::SetBatch(64), why.into()));
+    assert_eq!(app.pending_batch, None);
+    assert!(app
+        .log
+        .iter()
+        .any(|l| l.text.contains("at most 50 per replica")));
+    // the next key starts from the batch in use, not the refused one
+    assert_eq!(
+        app.handle_key(key('[')),
+        Some(Action::Control(Control::SetBatch(16)))
+    );
+}
 
+#[test]
 fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
     let mut app = running(false);
     assert_eq!(
