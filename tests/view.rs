@@ -399,3 +399,31 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
         "{out}"
     );
 }
+
+/// A run that failed before its first logged step: `view` says how far it got (from the
+/// failure) and why, as the live screen did (it said `failed: 0 steps` without the error).
+#[test]
+fn a_failed_run_s_summary_says_how_far_it_got_and_why() {
+    let d = tempfile::tempdir().unwrap();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:2",
+        "--data",
+        "synthetic:600,8,3",
+        "--model",
+        "mlp:8",
+        "--steps",
+        "100",
+        "--inject-panic",
+        "0:3",
+        "--run-dir",
+        "r",
+    ];
+    let (code, out) = run_limited(d.path(), &args);
+    assert_eq!(code, Some(1), "{out}");
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "r"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("failed: 2 steps"), "{out}");
+    assert!(out.contains("injected fault (--inject-panic 0:3)"), "{out}");
+}

@@ -93,6 +93,13 @@ pub(super) fn train(
     if cfg.calibrate {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
+    if tui {
+        // (the screen opens once the run has started: a large data set takes a while)
+        crate::tell!(
+            "starting: loading --data {} and opening the devices (Ctrl-C stops)",
+            cfg.data
+        );
+    }
     let patience = cfg.stall_timeout;
     let taken = (front.taken_from_checkpoint.as_ref())
         .map(|t| format!("settings from the checkpoint: {t} (flags and --config override them)"));

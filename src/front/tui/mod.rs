@@ -200,6 +200,9 @@ pub fn summary_lines(app: &App) -> Vec<String> {
         line += &format!(" | {} samples/s", render::si(r));
     }
     let mut lines = vec![line];
+    if let Some(f) = s.failed.as_ref().filter(|f| !f.is_empty()) {
+        lines.push(f.clone());
+    }
     if let Some(p) = &s.last_checkpoint {
         lines.push(format!("checkpoint: {}", p.display()));
     }

@@ -137,8 +137,13 @@ impl App {
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
             Event::InSync { .. } | Event::DataSkipped { .. } | Event::DeviceNote { .. } => {}
-            Event::Failed { rank, message, .. } => {
+            Event::Failed {
+                rank,
+                message,
+                step,
+            } => {
                 self.state = RunState::Failed;
+                self.failed_step = Some(self.failed_step.map_or(*step, |s| s.min(*step)));
                 if let Some(d) = self.devices.get_mut(*rank) {
                     d.alert = Some(message.clone());
                 }

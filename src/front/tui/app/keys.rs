@@ -128,8 +128,10 @@ impl App {
 
     fn ask_quit(&mut self, ctrl_c: bool) -> Option<Action> {
         if self.readonly {
-            self.flash =
-                Some("quitting would stop the run; it ends by itself, or with SIGTERM".into());
+            self.flash = Some(format!(
+                "read-only: quitting would stop the run; it ends by itself, or with `kill {}` from another shell (a checkpoint, then exit)",
+                std::process::id()
+            ));
             return None;
         }
         if self.state == RunState::Stopping && self.mode == Mode::Local {

@@ -133,6 +133,8 @@ pub struct App {
     pub mode: Mode,
     /// Attached, and the connection dropped: why (`r` connects again).
     pub disconnected: Option<String>,
+    /// The step a rank failed in, where one did.
+    pub failed_step: Option<u64>,
     /// A metrics file whose run has no end record and is not running any more (killed, or
     /// its machine went down).
     pub killed: bool,
@@ -200,6 +202,7 @@ impl App {
             mode: Mode::Local,
             disconnected: None,
             killed: false,
+            failed_step: None,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -402,10 +405,12 @@ impl App {
             self.summary = None;
         }
         if self.summary.is_none() {
+            // (a metrics file records steps every --log-every: the failure says where it was)
             let step = self
                 .last_row
                 .as_ref()
-                .map_or(self.info.start_step, |r| r.step);
+                .map_or(self.info.start_step, |r| r.step)
+                .max(self.failed_step.map_or(0, |s| s.saturating_sub(1)));
             if self.state != RunState::Failed {
                 self.state = RunState::Done;
             }

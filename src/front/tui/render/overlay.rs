@@ -142,12 +142,14 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::raw(v),
         ])
     };
+    let no_accuracy = match app.info.val_samples {
+        0 => "n/a (no validation set)",
+        _ => "n/a (no epoch finished)",
+    };
     lines.push(field(
         "best val accuracy",
         s.best_val_accuracy
-            .map_or("n/a (no validation set)".into(), |a| {
-                format!("{:.2}%", a * 100.0)
-            }),
+            .map_or(no_accuracy.into(), |a| format!("{:.2}%", a * 100.0)),
     ));
     lines.push(field("wall time", clock(s.wall)));
     lines.push(field(
@@ -179,8 +181,18 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         "q quits · Esc shows the panels · Tab other views",
         theme.muted(),
     ));
-    let h = lines.len() as u16 + 2;
-    popup(frame, area, 74, h, "run summary", lines, theme);
+    // as wide as its longest line (the checkpoint path is the one people copy), wrapped
+    // where the screen is narrower
+    let widest = lines.iter().map(Line::width).max().unwrap_or(0) as u16 + 2;
+    let w = widest.clamp(74, area.width.max(74));
+    let inner = (w.min(area.width).saturating_sub(2)).max(1) as usize;
+    let rows = |l: &Line| match l.width() {
+        n if n <= inner => 1,
+        // (a break at the space before a long value may take a row more)
+        n => n.div_ceil(inner) + 1,
+    };
+    let h = lines.iter().map(rows).sum::<usize>() as u16 + 2;
+    popup(frame, area, w, h, "run summary", lines, theme);
 }
 
 pub fn render_too_small(frame: &mut Frame, area: Rect, theme: &Theme) {
