@@ -111,7 +111,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let line2 = Line::from(vec![
         Span::raw(position),
         Span::styled("━".repeat(filled), theme.fg(theme.accent)),
-        Span::styled("━".repeat(bar_w - filled), theme.muted()),
+        Span::styled("─".repeat(bar_w - filled), theme.muted()),
         Span::raw(tail),
     ]);
 
