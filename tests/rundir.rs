@@ -405,7 +405,10 @@ fn runs_lists_each_run_with_its_state() {
     assert!(done_line.contains(" done "), "{done_line}");
     assert!(done_line.contains("100%"), "{done_line}");
     assert!(done_line.contains('%'), "best accuracy shown: {done_line}");
-    assert!(line("runs/broken/").contains(" failed "), "{out}");
+    // failed in step 3 of 50, before any step was logged: 2 steps done, 4%
+    let broken = line("runs/broken/");
+    let cols: Vec<&str> = broken.split_whitespace().collect();
+    assert_eq!(cols[1..4], ["failed", "2", "4%"], "{broken}");
     // FIFOs where the run's notes are (its socket's path, its checkpoints' lock): read as
     // nothing, never waited on
     for note in ["live.sock.path", "checkpoints/.lock"] {

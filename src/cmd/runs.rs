@@ -72,13 +72,15 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     };
     let mut app = App::watching(reader.info().clone());
     let damaged = read_all(&mut reader, &mut app).is_err();
-    let logged = app.last_row.as_ref().map(|r| r.step);
-    let epoch_end = app.epochs.last().map(|e| e.step);
     row.step = match &app.summary {
         Some(s) => s.steps,
-        None => logged.max(epoch_end).unwrap_or(app.info.start_step),
+        None => app.reached.max(app.info.start_step),
     };
-    row.progress = app.last_row.as_ref().map(|r| r.progress);
+    // a step budget says it exactly; an epoch budget as far as the last step record
+    row.progress = match app.info.budget {
+        crate::config::Budget::Steps(n) if n > 0 => Some((row.step as f64 / n as f64).min(1.0)),
+        _ => app.last_row.as_ref().map(|r| r.progress),
+    };
     row.best_accuracy = app.val_accuracy().1;
     if app
         .summary

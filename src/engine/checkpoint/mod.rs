@@ -229,9 +229,13 @@ fn instead_of(dir: &Path) -> String {
     let other =
         (dir.parent().and_then(|p| fs::read_dir(p).ok())).and_then(|e| newest(e, Some(dir)));
     match other {
+        // (moved aside, the damaged one neither stands newest in the directory nor stops a
+        // run resumed from an older step from writing there)
         Some(p) => format!(
-            "resume from another checkpoint of the run instead: --resume {}",
-            p.display()
+            "resume from another checkpoint of the run instead: --resume {} (and move the damaged {} out of {}, or give the resumed run its own --checkpoint-dir)",
+            p.display(),
+            dir.file_name().unwrap_or_default().to_string_lossy(),
+            dir.parent().unwrap_or(Path::new(".")).display()
         ),
         None => "no other checkpoint is beside it: start without --resume".into(),
     }

@@ -90,6 +90,17 @@ impl App {
     }
 
     pub(super) fn on_event(&mut self, e: Event) {
+        // how far the run got: steps done by these events' accounts (a failure's step is the
+        // one that failed; a control's is the one it comes before)
+        let done = match &e {
+            Event::Checkpoint { step, .. }
+            | Event::EpochDone { step, .. }
+            | Event::InSync { step, .. }
+            | Event::Finished { step, .. } => Some(*step),
+            Event::Failed { step, .. } => Some(step.saturating_sub(1)),
+            _ => None,
+        };
+        self.reached = self.reached.max(done.unwrap_or(0));
         match &e {
             Event::Started { per_replica, .. } => {
                 self.per_replica = *per_replica;
@@ -137,13 +148,8 @@ impl App {
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
             Event::InSync { .. } | Event::DataSkipped { .. } | Event::DeviceNote { .. } => {}
-            Event::Failed {
-                rank,
-                message,
-                step,
-            } => {
+            Event::Failed { rank, message, .. } => {
                 self.state = RunState::Failed;
-                self.failed_step = Some(self.failed_step.map_or(*step, |s| s.min(*step)));
                 if let Some(d) = self.devices.get_mut(*rank) {
                     d.alert = Some(message.clone());
                 }

@@ -133,8 +133,9 @@ pub struct App {
     pub mode: Mode,
     /// Attached, and the connection dropped: why (`r` connects again).
     pub disconnected: Option<String>,
-    /// The step a rank failed in, where one did.
-    pub failed_step: Option<u64>,
+    /// The most steps any record says were done (a metrics file records steps every
+    /// --log-every; its checkpoints, epochs and a failure say where the run got to between).
+    pub reached: u64,
     /// A metrics file whose run has no end record and is not running any more (killed, or
     /// its machine went down).
     pub killed: bool,
@@ -202,7 +203,7 @@ impl App {
             mode: Mode::Local,
             disconnected: None,
             killed: false,
-            failed_step: None,
+            reached: 0,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -317,7 +318,10 @@ impl App {
             AppEvent::Row {
                 row,
                 samples_per_sec,
-            } => self.on_row(row, samples_per_sec),
+            } => {
+                self.reached = self.reached.max(row.step);
+                self.on_row(row, samples_per_sec)
+            }
             AppEvent::Engine(e) => self.on_event(e),
             AppEvent::Telemetry {
                 at,
@@ -405,12 +409,7 @@ impl App {
             self.summary = None;
         }
         if self.summary.is_none() {
-            // (a metrics file records steps every --log-every: the failure says where it was)
-            let step = self
-                .last_row
-                .as_ref()
-                .map_or(self.info.start_step, |r| r.step)
-                .max(self.failed_step.map_or(0, |s| s.saturating_sub(1)));
+            let step = self.reached.max(self.info.start_step);
             if self.state != RunState::Failed {
                 self.state = RunState::Done;
             }

@@ -98,7 +98,11 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ]
     } else if app.state == RunState::Stopping && app.mode == Mode::Local && !app.readonly {
         // nothing changes a run that is finishing its step
-        &[("Tab", "view"), ("?", "help"), ("Ctrl-C", "leave without waiting")]
+        &[
+            ("Tab", "view"),
+            ("?", "help"),
+            ("Ctrl-C", "leave without waiting"),
+        ]
     } else if app.watching_file() {
         &[
             ("Tab", "view"),
