@@ -179,7 +179,7 @@ fn each_panel_alone() {
     );
     insta::assert_snapshot!(
         "panel_events",
-        draw(80, 6, |f| render::render_log(f, a(80, 6), &app, &t))
+        draw(80, 6, |f| render::render_log(f, a(80, 6), &app, &t, 0))
     );
     insta::assert_snapshot!(
         "panel_footer",

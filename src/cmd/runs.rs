@@ -74,7 +74,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     let damaged = read_all(&mut reader, &mut app).is_err();
     row.step = match &app.summary {
         Some(s) => s.steps,
-        None => app.reached.max(app.info.start_step),
+        None => app.step(),
     };
     // a step budget says it exactly; an epoch budget as far as the last step record
     row.progress = match app.info.budget {

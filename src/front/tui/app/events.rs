@@ -41,6 +41,7 @@ impl App {
     /// What every complete step adds: time, shares, the loss lines.
     fn count_row(&mut self, row: &StepRow) {
         self.now = self.now.max(row.at);
+        self.reached = self.reached.max(row.step);
         let step_time = row
             .ranks
             .iter()

@@ -2,7 +2,10 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::{Action, App, Level, Mode, Popup, RunState};
+use super::{Action, App, Level, Mode, Popup, RunState, View};
+
+/// Entries a page key scrolls the events view by.
+const PAGE: isize = 10;
 use crate::engine::control::{Control, MAX_BATCH};
 
 impl App {
@@ -55,7 +58,9 @@ impl App {
             KeyCode::Char(c @ '1'..='9') => {
                 let i = c as usize - '1' as usize;
                 if i < self.devices.len() {
+                    // a device's detail is part of the overview
                     self.focus = Some(i);
+                    self.view = View::Overview;
                 } else {
                     self.flash = Some(format!(
                         "no device {c}: this run has {}",
@@ -83,6 +88,13 @@ impl App {
                 self.window = self.window.next();
                 None
             }
+            // the events view scrolls back through the run's events
+            KeyCode::Up | KeyCode::Char('k') if self.view == View::Log => self.scroll_log(-1),
+            KeyCode::Down | KeyCode::Char('j') if self.view == View::Log => self.scroll_log(1),
+            KeyCode::PageUp if self.view == View::Log => self.scroll_log(-PAGE),
+            KeyCode::PageDown if self.view == View::Log => self.scroll_log(PAGE),
+            KeyCode::Home if self.view == View::Log => self.scroll_log(isize::MIN),
+            KeyCode::End if self.view == View::Log => self.scroll_log(isize::MAX),
             KeyCode::Char('t') => Some(Action::NextTheme),
             KeyCode::Char('r') if self.disconnected.is_some() => Some(Action::Reconnect),
             KeyCode::Char('r') => Some(Action::Redraw),
@@ -92,6 +104,14 @@ impl App {
             }
             _ => None,
         }
+    }
+
+    /// Moves the events view `by` entries toward the oldest (negative: the newest), within
+    /// the entries there are.
+    fn scroll_log(&mut self, by: isize) -> Option<Action> {
+        let last = self.log.len().saturating_sub(1);
+        self.log_scroll = self.log_scroll.saturating_add_signed(by).min(last);
+        None
     }
 
     /// Whether `q` leaves without asking: nothing here can stop the run (it has ended, it is

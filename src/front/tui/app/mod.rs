@@ -133,9 +133,10 @@ pub struct App {
     pub mode: Mode,
     /// Attached, and the connection dropped: why (`r` connects again).
     pub disconnected: Option<String>,
-    /// The most steps any record says were done (a metrics file records steps every
-    /// --log-every; its checkpoints, epochs and a failure say where the run got to between).
-    pub reached: u64,
+    /// The most steps any record says were done (`step`).
+    reached: u64,
+    /// The events view's first entry shown, counted from the newest (↑ ↓ PgUp PgDn Home End).
+    pub log_scroll: usize,
     /// A metrics file whose run has no end record and is not running any more (killed, or
     /// its machine went down).
     pub killed: bool,
@@ -204,6 +205,7 @@ impl App {
             disconnected: None,
             killed: false,
             reached: 0,
+            log_scroll: 0,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -282,6 +284,9 @@ impl App {
     fn push_log(&mut self, level: Level, text: String, epoch: bool) {
         if epoch && self.log.front().is_some_and(|l| l.epoch) {
             self.log.pop_front();
+        } else if self.log_scroll > 0 {
+            // the events view scrolled back stays on the same entries
+            self.log_scroll += 1;
         }
         self.log.push_front(LogEntry {
             at: self.now,
@@ -290,18 +295,13 @@ impl App {
             epoch,
         });
         self.log.truncate(LOG_LINES);
+        self.log_scroll = self.log_scroll.min(self.log.len().saturating_sub(1));
     }
 
     /// The newest step known to be done: a recorded run's file holds only every
-    /// `--log-every`th step, but its epochs and its end name their steps too.
+    /// `--log-every`th step, but its checkpoints, epochs, failure and end name theirs too.
     pub fn step(&self) -> u64 {
-        let row = self
-            .last_row
-            .as_ref()
-            .map_or(self.info.start_step, |r| r.step);
-        let epoch = self.epochs.last().map_or(0, |e| e.step);
-        let end = self.summary.as_ref().map_or(0, |s| s.steps);
-        row.max(epoch).max(end)
+        self.reached.max(self.info.start_step)
     }
 
     /// The step the ranks will reach next.
@@ -318,10 +318,7 @@ impl App {
             AppEvent::Row {
                 row,
                 samples_per_sec,
-            } => {
-                self.reached = self.reached.max(row.step);
-                self.on_row(row, samples_per_sec)
-            }
+            } => self.on_row(row, samples_per_sec),
             AppEvent::Engine(e) => self.on_event(e),
             AppEvent::Telemetry {
                 at,
@@ -409,7 +406,7 @@ impl App {
             self.summary = None;
         }
         if self.summary.is_none() {
-            let step = self.reached.max(self.info.start_step);
+            let step = self.step();
             if self.state != RunState::Failed {
                 self.state = RunState::Done;
             }

@@ -455,3 +455,33 @@ fn a_read_only_or_disconnected_client_leaves_at_once_and_r_reconnects() {
     app.disconnected = None;
     assert_eq!(app.handle_key(key('r')), Some(Action::Redraw));
 }
+
+#[test]
+fn the_events_view_scrolls_back_and_stays_on_its_entries() {
+    let mut app = running(false);
+    for i in 0..30 {
+        app.apply(AppEvent::Notice(Level::Info, format!("note {i}")));
+    }
+    let newest = app.log.len();
+    // outside the events view the arrows do nothing
+    app.handle_key(KeyEvent::from(KeyCode::Down));
+    assert_eq!(app.log_scroll, 0);
+    app.view = View::Log;
+    app.handle_key(KeyEvent::from(KeyCode::Down));
+    app.handle_key(key('j'));
+    assert_eq!(app.log_scroll, 2);
+    app.handle_key(KeyEvent::from(KeyCode::PageDown));
+    assert_eq!(app.log_scroll, 12);
+    // a new event keeps the same entries on screen
+    app.apply(AppEvent::Notice(Level::Info, "newer".into()));
+    assert_eq!(app.log_scroll, 13);
+    app.handle_key(KeyEvent::from(KeyCode::End));
+    assert_eq!(app.log_scroll, newest);
+    app.handle_key(KeyEvent::from(KeyCode::Home));
+    assert_eq!(app.log_scroll, 0);
+    app.handle_key(KeyEvent::from(KeyCode::Up));
+    assert_eq!(app.log_scroll, 0);
+    // a device's number leaves for its detail in the overview
+    app.handle_key(key('2'));
+    assert_eq!((app.view, app.focus), (View::Overview, Some(1)));
+}

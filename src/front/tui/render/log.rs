@@ -10,17 +10,22 @@ use super::{clock, fit, wrap_text};
 use crate::front::tui::app::{App, Level, Mode, RunState};
 use crate::front::tui::theme::Theme;
 
-pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+/// The events, newest first, from the `skip`th newest (the events view scrolled back).
+pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, skip: usize) {
+    let title = match skip {
+        0 => "newest first ".to_string(),
+        n => format!("newest first · {n} newer above (↑ PgUp Home) "),
+    };
     let block = Block::bordered()
         .border_style(theme.border())
         .title(Line::from(vec![
             Span::styled(" events ", theme.title()),
-            Span::styled("newest first ", theme.muted()),
+            Span::styled(title, theme.muted()),
         ]));
     let inner = block.inner(area);
     let rows = inner.height as usize;
     let mut lines: Vec<Line> = Vec::new();
-    for e in &app.log {
+    for e in app.log.iter().skip(skip) {
         if lines.len() >= rows {
             break;
         }

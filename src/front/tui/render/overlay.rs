@@ -45,6 +45,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("1-9", "focus one device"),
         ("0, Esc", "all devices"),
         ("Tab", "next view (overview, training, events)"),
+        ("↑↓ PgUp/Dn", "events view: scroll back (Home: newest)"),
         ("w", "history window: 1 min, 10 min, whole run"),
         ("t", "next theme"),
         ("r, Ctrl-L", "redraw"),
