@@ -444,3 +444,38 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
         1
     );
 }
+
+/// The runs of a sweep given one `--tensorboard DIR` each get a folder of their own under it,
+/// named as their run directories are: `tensorboard --logdir DIR` shows them apart (in one
+/// folder TensorBoard merged their scalars into one run).
+#[test]
+fn runs_given_one_tensorboard_dir_stay_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    for run in ["r1", "r2"] {
+        let o = run_in(
+            dir.path(),
+            &[
+                "--headless",
+                "--steps",
+                "5",
+                "--data",
+                "synthetic:600,8,3",
+                "--model",
+                "mlp:8",
+                "--name",
+                "sweep",
+                "--run-dir",
+                run,
+                "--tensorboard",
+                "tb",
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("(tensorboard --logdir tb)"),
+            "{}",
+            text(&o)
+        );
+        event_file(&dir.path().join("tb/sweep").join(run));
+    }
+}

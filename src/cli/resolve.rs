@@ -342,6 +342,7 @@ pub enum TensorboardDir {
     /// The flag without a value: `tensorboard/` in the run directory (the one the run makes,
     /// which is `<time>-2` where another run took `<time>`).
     InRunDir,
+    /// `--tensorboard DIR`: a folder for the run under DIR, `<name>/<run dir's name>`.
     At(PathBuf),
 }
 

@@ -242,20 +242,30 @@ fn exporters(
         sinks.push(Box::new(Prometheus::new(registry, info, &identities)?));
         notes.push(endpoint.describe());
     }
+    // (where the events go, and the folder to give `tensorboard --logdir`)
     let tensorboard = match &front.tensorboard {
-        Some(TensorboardDir::InRunDir) => {
-            (info.run_dir.as_ref()).map(|d| d.join(crate::observe::tensorboard::DIR))
-        }
-        Some(TensorboardDir::At(dir)) => Some(dir.clone()),
+        Some(TensorboardDir::InRunDir) => (info.run_dir.as_ref())
+            .map(|d| d.join(crate::observe::tensorboard::DIR))
+            .map(|d| (d.clone(), d)),
+        // a folder of its own under DIR, named as its run directory is (`<name>/<time>`), so
+        // the runs of a sweep given one --tensorboard DIR stay apart in `tensorboard --logdir DIR`
+        Some(TensorboardDir::At(dir)) => Some(match &info.run_dir {
+            Some(d) => (
+                dir.join(rundir::file_name_of(&info.name))
+                    .join(d.file_name().unwrap_or_default()),
+                dir.clone(),
+            ),
+            None => (dir.clone(), dir.clone()),
+        }),
         None => None,
     };
-    if let Some(dir) = &tensorboard {
+    if let Some((dir, logdir)) = &tensorboard {
         let started = SystemTime::now() - engine.elapsed();
         let tb = TensorBoard::create(dir, info, info.started.unwrap_or(started))?;
         notes.push(format!(
             "tensorboard: {} (tensorboard --logdir {})",
             tb.path().display(),
-            dir.display()
+            logdir.display()
         ));
         sinks.push(Box::new(tb));
     }
