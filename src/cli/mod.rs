@@ -334,7 +334,7 @@ pub struct TrainArgs {
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1)
     #[arg(long, value_name = "[ADDR:]PORT")]
     pub prometheus: Option<String>,
-    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) to DIR  [default: <run dir>/tensorboard]
+    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart)  [default: <run dir>/tensorboard]
     #[arg(long, value_name = "DIR", num_args = 0..=1)]
     #[serde(default, deserialize_with = "flag_or_path")]
     pub tensorboard: Option<Option<PathBuf>>,
