@@ -393,6 +393,17 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     assert!(out.contains("still running"), "{out}");
     run.child.kill().unwrap();
     run.wait_exit();
+    // just now: it could be running on another machine that shares this folder
+    let out = view("just killed");
+    assert!(out.contains("still running, or killed"), "{out}");
+    // a minute without a word
+    let metrics = d.path().join("run/metrics.jsonl");
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(&metrics)
+        .status()
+        .unwrap();
+    assert!(touched.success());
     let out = view("killed");
     assert!(
         out.contains("the run is not running: it was killed"),

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
 mod resolve;
-mod resumed;
+pub mod resumed;
 
 pub use resolve::{read_config_file, Frontend, TensorboardDir};
 
@@ -205,7 +205,7 @@ pub struct BenchArgs {
 }
 
 /// Training flags. Every one is optional so the config file can fill it in.
-#[derive(Args, Debug, Default, Deserialize, Serialize)]
+#[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TrainArgs {
     /// Read settings from a TOML file (keys are the flag names, e.g. `batch-per-replica = 64`).

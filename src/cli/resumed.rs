@@ -44,16 +44,29 @@ const TAKEN: [&str; 30] = [
 ];
 
 /// The settings of the checkpoint's run, as flags (checkpoints from before they were all
-/// recorded give what they have: the model, data, seed, optimizer and its settings).
-fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
+/// recorded give what they have: the model, data, seed, devices, optimizer and its settings,
+/// schedule, warm-up, strategy, accumulation, LR scaling and batch-norm switches).
+pub fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
     let mut taken: Map<String, Value> = TAKEN
         .iter()
         .filter_map(|k| Some((k.replace('_', "-"), meta.config.get(*k)?.clone())))
         .filter(|(_, v)| !v.is_null())
+        // float32s as the run held them (older checkpoints widened 0.1 to 0.10000000149...)
+        .map(|(k, v)| match v.as_f64().filter(|_| v.is_f64()) {
+            Some(x) => (k, short(x as f32)),
+            None => (k, v),
+        })
         .collect();
     taken.entry("seed").or_insert(meta.seed.into());
     taken.entry("data").or_insert(meta.data.clone().into());
     taken
+}
+
+/// A float32 as the shortest decimal that reads back as it.
+fn short(x: f32) -> Value {
+    x.to_string()
+        .parse::<f64>()
+        .map_or(Value::Null, Value::from)
 }
 
 /// `args` (the flags over the config file) over the settings of the run `meta`'s checkpoint
@@ -63,8 +76,29 @@ pub fn under_checkpoint(
     args: TrainArgs,
     meta: &CheckpointMeta,
 ) -> Result<(TrainArgs, String), String> {
-    let mut taken = recorded(meta);
-    let given = serde_json::to_value(&args).map_err(|e| e.to_string())?;
+    under_record(args, recorded(meta))
+}
+
+/// `under_checkpoint` with the checkpoint's settings already read (`recorded`): processes
+/// other than process 0 get them from it, as the checkpoint need only be on its machine.
+pub fn under_record(
+    args: TrainArgs,
+    mut taken: Map<String, Value>,
+) -> Result<(TrainArgs, String), String> {
+    // which settings the flags and file gave (paths, which no recorded setting is, left out:
+    // they need not be text)
+    let probe = TrainArgs {
+        config: None,
+        metrics_out: None,
+        tensorboard: None,
+        run_dir: None,
+        checkpoint_dir: None,
+        init: None,
+        export: None,
+        resume: None,
+        ..args.clone()
+    };
+    let given = serde_json::to_value(&probe).map_err(|e| e.to_string())?;
     let given = |k: &str| !matches!(given.get(k), None | Some(Value::Null | Value::Bool(false)));
     // a budget, or a strategy, given replaces the recorded one whole
     if given("steps") || given("epochs") {

@@ -347,6 +347,12 @@ fn a_checkpoint_from_before_every_setting_was_recorded_gives_what_it_has() {
         said.contains("--seed 5") && said.contains("--optimizer adamw"),
         "{said}"
     );
+    // widened float32s read as the run held them: the default momentum is not listed
+    assert!(
+        said.contains("--weight-decay 0.1") && !said.contains("0.1000"),
+        "{said}"
+    );
+    assert!(!said.contains("--momentum"), "{said}");
     // a value of the wrong kind is the checkpoint's problem, said as such
     let meta = checkpoint_of(serde_json::json!({ "warmup": "soon" }), 0, "digits");
     let e = resumed::under_checkpoint(TrainArgs::default(), &meta).unwrap_err();

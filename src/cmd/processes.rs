@@ -68,26 +68,56 @@ pub fn as_processes(
 
 /// Training: process 0 trains and watches; the others follow.
 pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyhow::Result<()> {
-    as_processes(launch, |procs| match procs.index() {
-        0 => super::train::train(args, on_signals, Some(procs)),
-        _ => follow(args, on_signals, procs),
+    as_processes(launch, |procs| {
+        // a resumed run's recorded settings, read by process 0 (the checkpoint need only be
+        // on its machine) for every process to take where its flags are silent, as it does
+        let record = match procs.index() {
+            0 => (args.resume.as_deref())
+                .and_then(checkpoint_record)
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let record = crate::comm::processes::broadcast_vec(&*procs, record, 0)
+            .map_err(|e| anyhow::anyhow!("the processes could not meet: {e}"))?;
+        match procs.index() {
+            0 => super::train::train(args, on_signals, Some(procs)),
+            _ => follow(args, &record, on_signals, procs),
+        }
     })
+}
+
+/// The settings recorded in the checkpoint `--resume PATH` continues (`cli::resumed`), as
+/// JSON; None where it cannot be read (process 0 then says why, as it starts).
+fn checkpoint_record(path: &std::path::Path) -> Option<Vec<u8>> {
+    let point = crate::engine::rundir::resume_point(path).ok()?;
+    let meta = crate::engine::checkpoint::read_meta(&point).ok()?;
+    let record = crate::cli::resumed::recorded(&meta);
+    serde_json::to_vec(&serde_json::Value::Object(record)).ok()
 }
 
 /// A process other than process 0: no frontend, no run directory or metrics of its own.
 fn follow(
     args: TrainArgs,
+    record: &[u8],
     on_signals: &OnSignals,
     procs: Arc<dyn Processes>,
 ) -> anyhow::Result<()> {
     use crate::config::RunConfig;
     use crate::engine::Engine;
 
-    // process 0 reads the checkpoint of a --resume and sends its state: the path need not
-    // exist on this machine
+    // process 0 reads the checkpoint of a --resume and sends its settings (`record`) and its
+    // state: the path need not exist on this machine
     let args = TrainArgs {
         resume: None,
         ..args
+    };
+    let args = match serde_json::from_slice::<serde_json::Value>(record) {
+        Ok(serde_json::Value::Object(taken)) => {
+            crate::cli::resumed::under_record(args, taken)
+                .map_err(anyhow::Error::msg)?
+                .0
+        }
+        _ => args,
     };
     let (cfg, _) = args.resolve().map_err(anyhow::Error::msg)?;
     let patience = cfg.stall_timeout;

@@ -38,7 +38,12 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;
         let run_dir = (reader.path().parent()).filter(|d| rundir::is_run_dir(d));
-        let live = run_dir.map(rundir::is_live);
+        // running here, gone, or not known (quiet only a short while, or on another machine)
+        let live = run_dir.and_then(|d| match (rundir::is_live(d), rundir::is_gone(d)) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        });
         for line in summary(&app, live) {
             // names and paths come from the file
             crate::say!("{}", crate::data::read::printable(&line));
@@ -82,15 +87,12 @@ pub fn summary(app: &App, live: Option<bool>) -> Vec<String> {
     if app.summary.is_some() {
         lines.extend(tui::summary_lines(app));
     } else {
-        let steps = app
-            .last_row
-            .as_ref()
-            .map_or(app.info.start_step, |r| r.step);
-        let state = match (app.state, live) {
-            (_, Some(false)) => "no end recorded, and the run is not running: it was killed (or its machine went down)",
-            (RunState::Starting, _) => "no step recorded yet",
-            (_, Some(true)) => "still running",
-            (_, None) => "no end recorded: still running, or killed",
+        let steps = app.step();
+        let state = match (live, app.state) {
+            (Some(false), _) => "no end recorded, and the run is not running: it was killed (or its machine went down)",
+            (Some(true), _) => "still running",
+            (None, RunState::Starting) if steps == 0 => "no step recorded yet",
+            (None, _) => "no end recorded: still running, or killed",
         };
         lines.push(format!("{state}; last step recorded {steps}"));
     }

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::strategy::Strategy;
 use super::{Budget, RunConfig};
+use crate::data::DataSpec;
 
 impl RunConfig {
     /// The settings that decide what a run trains and how: everything a resumed run must
@@ -14,13 +15,14 @@ impl RunConfig {
     pub fn record(&self) -> Value {
         let inputs = &self.inputs;
         let mut v = json!({
-            "name": self.run_name(),
+            // (an explicit --name: a derived one follows the data and model)
+            "name": self.name,
             "model": self.model.to_string(),
-            "data": self.data.absolute().to_string(),
+            "data": absolute(&self.data),
             "devices": self.devices.to_string(),
             "seed": self.seed,
             "val_split": inputs.val_fraction,
-            "val_data": inputs.val_data.as_ref().map(|d| d.absolute().to_string()),
+            "val_data": inputs.val_data.as_ref().map(absolute),
             "image_size": inputs.image_size,
             "augment": inputs.augment.to_string(),
             "normalize": inputs.normalize.to_string(),
@@ -52,6 +54,16 @@ impl RunConfig {
             map.insert("local_sgd_warmup".into(), warmup.into());
         }
         v
+    }
+}
+
+/// A data spec with its paths absolute, where that reads back as the same data (a path with a
+/// comma in it does not: then as given).
+fn absolute(spec: &DataSpec) -> String {
+    let abs = spec.absolute();
+    match abs.to_string().parse::<DataSpec>() {
+        Ok(back) if back == abs => abs.to_string(),
+        _ => spec.to_string(),
     }
 }
 

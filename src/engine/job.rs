@@ -237,9 +237,9 @@ pub(super) fn meet(
     for (p, h) in hellos.iter().enumerate().skip(1) {
         for ((what, ours), (_, theirs)) in hellos[0].same.iter().zip(&h.same) {
             if ours != theirs {
-                // (each process reads the checkpoint for the settings its flags leave out)
+                // (process 0 sends the others the settings a checkpoint recorded)
                 let resumed = match cfg.resume {
-                    Some(_) => ", and the same --resume checkpoint where each process can read it (or the run's flags)",
+                    Some(_) => " (a resumed run's other settings come from process 0's checkpoint)",
                     None => "",
                 };
                 return Err(EngineError::Config(format!(

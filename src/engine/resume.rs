@@ -88,7 +88,7 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
     };
     // numbers as the run holds them (float32: older checkpoints wrote 0.1 as 0.10000000149...)
     let same = |a: &serde_json::Value, b: &serde_json::Value| match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x as f32 == y as f32,
+        (Some(x), Some(y)) if a.is_f64() || b.is_f64() => x as f32 == y as f32,
         _ => a == b,
     };
     (ours.iter())

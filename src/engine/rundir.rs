@@ -243,6 +243,18 @@ pub fn is_live(dir: &Path) -> bool {
         || socket_in(dir).is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok())
 }
 
+/// Whether a run directory's run ended without a word: not live on this machine (`is_live`),
+/// and its metrics file unchanged for a minute (a live run writes its telemetry there every
+/// `--sample-interval`, so one on another machine sharing this filesystem is not taken for
+/// killed).
+pub fn is_gone(dir: &Path) -> bool {
+    const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
+    let quiet = fs::metadata(dir.join(METRICS))
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > QUIET));
+    quiet && !is_live(dir)
+}
+
 /// Whether `dir` is a run's directory.
 pub fn is_run_dir(dir: &Path) -> bool {
     dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()

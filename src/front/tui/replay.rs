@@ -147,7 +147,7 @@ impl Source for FileSource {
         let killed = match &self.run_dir {
             Some(d) if due && !app.state.ended() => {
                 self.asked = Some(Instant::now());
-                !rundir::is_live(d)
+                rundir::is_gone(d)
             }
             _ => app.killed && !app.state.ended(),
         };

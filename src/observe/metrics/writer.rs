@@ -7,6 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::records::Line;
+use crate::engine::rundir::METRICS;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write metrics file {path}: {source}; {fix}")]
@@ -95,9 +96,10 @@ impl MetricsWriter {
             ));
         }
         // a run directory's own record: the history `view`, `runs` and `--resume` read
+        let own_name = path.file_name() == Some(std::ffi::OsStr::new(METRICS));
         let of_run = (record.as_ref())
             .and_then(|r| r.get("run_dir")?.as_str().map(PathBuf::from))
-            .filter(|d| std::fs::canonicalize(parent).is_ok_and(|p| p == *d));
+            .filter(|d| own_name && std::fs::canonicalize(parent).is_ok_and(|p| p == *d));
         if let Some(d) = of_run {
             return Err(err(
                 std::io::Error::other(format!("it is the record of the run in {}, which this run would replace", d.display())),
@@ -108,7 +110,11 @@ impl MetricsWriter {
             .append(true)
             .open(path)
             .map_err(|e| err(e, WRITABLE))?;
-        lock(&f).map_err(|e| err(e, "give each run its own --metrics-out"))
+        match meta.is_file() {
+            true => lock(&f).map_err(|e| err(e, "give each run its own --metrics-out")),
+            // (a device such as /dev/null is neither emptied nor locked)
+            false => Ok(()),
+        }
     }
 
     /// Creates (or replaces) the file. A FIFO is opened without waiting for a reader: one
@@ -121,8 +127,15 @@ impl MetricsWriter {
             source,
             fix: WRITABLE,
         };
-        let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+        let kind = std::fs::metadata(path).map(|m| m.file_type());
+        let fifo = kind.as_ref().is_ok_and(|t| t.is_fifo());
+        // a regular file, or none yet; a device such as /dev/null is written as it is
+        let file = kind.as_ref().map_or(true, |t| t.is_file());
         let f = match fifo {
+            false if !file => std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(err)?,
             false => {
                 // locked before it is emptied: a live run's file is refused, not truncated
                 let f = std::fs::OpenOptions::new()
