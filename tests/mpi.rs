@@ -146,6 +146,38 @@ fn a_checkpoint_from_two_processes_resumes_in_one() {
     assert!(d <= 1e-5, "resumed weights differ by {d:e}");
 }
 
+/// `--resume` alone over several processes: process 0 reads the checkpoint's settings and
+/// sends them to the others (they took the defaults, and the processes refused to meet).
+#[test]
+fn a_run_resumed_over_processes_takes_its_settings_from_process_0s_checkpoint() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let straight = tmp.path().join("straight");
+    run_alone(4, &common_args(&straight, "adam", 1, 50));
+    let first = tmp.path().join("first");
+    run_processes(&[2, 2], &common_args(&first, "adam", 1, 30));
+    let second = tmp.path().join("second");
+    let args: Vec<String> = [
+        "--headless",
+        "--steps",
+        "50",
+        "--resume",
+        &first.display().to_string(),
+        "--run-dir",
+        &second.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = run_processes(&[2, 2], &args);
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("finished: 50 steps"), "{log}");
+    let d = max_rel_diff(&weights(&straight), &weights(&second));
+    assert!(d <= 1e-5, "resumed weights differ by {d:e}");
+}
+
 /// Two network namespaces joined by a veth pair: two "hosts" with a real network between them.
 /// Dropping it deletes both (and with them the pair).
 struct TwoHosts {
