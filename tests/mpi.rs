@@ -125,17 +125,24 @@ fn two_processes_record_what_one_process_records() {
     assert!(a.iter().any(|r| r.0 == "step" && r.1 == 60), "{a:?}");
 }
 
+/// 50 steps on 1 process x 4 workers (`straight`), and the first 30 of them on 2 processes x
+/// 2 workers (`first`), their run directories.
+fn straight_and_first_30(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let straight = dir.join("straight");
+    run_alone(4, &common_args(&straight, "adam", 1, 50));
+    let first = dir.join("first");
+    run_processes(&[2, 2], &common_args(&first, "adam", 1, 30));
+    (straight, first)
+}
+
 #[test]
 fn a_checkpoint_from_two_processes_resumes_in_one() {
     if !mpirun_found() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let straight = tmp.path().join("straight");
-    run_alone(4, &common_args(&straight, "adam", 1, 50));
     // the same 50 steps, the first 30 on 2 processes x 2 workers, the rest on 1 x 4
-    let first = tmp.path().join("first");
-    run_processes(&[2, 2], &common_args(&first, "adam", 1, 30));
+    let (straight, first) = straight_and_first_30(tmp.path());
     let second = tmp.path().join("second");
     let mut args = common_args(&second, "adam", 1, 50);
     args.extend(["--resume".into(), first.display().to_string()]);
@@ -154,10 +161,7 @@ fn a_run_resumed_over_processes_takes_its_settings_from_process_0s_checkpoint() 
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let straight = tmp.path().join("straight");
-    run_alone(4, &common_args(&straight, "adam", 1, 50));
-    let first = tmp.path().join("first");
-    run_processes(&[2, 2], &common_args(&first, "adam", 1, 30));
+    let (straight, first) = straight_and_first_30(tmp.path());
     let second = tmp.path().join("second");
     let args: Vec<String> = [
         "--headless",

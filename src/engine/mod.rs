@@ -14,6 +14,7 @@ mod job;
 pub mod loader;
 mod memory;
 mod outcome;
+mod places;
 mod precision;
 mod rebalance;
 mod resume;
@@ -37,7 +38,6 @@ use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::RankLoader;
-use checkpoint::CheckpointMeta;
 use heartbeat::{Beat, Heartbeats};
 use resume::resumed_settings;
 
@@ -119,18 +119,7 @@ impl Engine {
         let resumed = (cfg.resume.as_ref().filter(|_| lead))
             .map(|p| resume::point(&cfg, p))
             .transpose()?;
-        // a default run directory is made fresh (`<time>-2` where another run of the same name
-        // took `<time>`), and the checkpoints kept in it follow it there
-        let numbered = cfg.link_latest;
-        let in_run_dir = (cfg.run_dir.as_ref())
-            .is_some_and(|d| cfg.checkpoint_dir == d.join(rundir::CHECKPOINTS));
-        if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead && !numbered) {
-            rundir::unused(d).map_err(EngineError::Config)?;
-        }
-        let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
-        if checkpoints && !(numbered && in_run_dir) {
-            checkpoint::refuse_others(&cfg.checkpoint_dir, resumed.as_ref())?;
-        }
+        let places = places::check(&cfg, lead, resumed.as_ref())?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
         let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
@@ -157,25 +146,11 @@ impl Engine {
             .transpose()
             .map_err(EngineError::Config)?;
         let run_dir = created.as_ref().map(|c| c.path().to_path_buf());
-        let checkpoint_dir = match &run_dir {
-            Some(d) if in_run_dir => d.join(rundir::CHECKPOINTS),
-            // absolute: the metrics file's checkpoint events lead `--resume RUN_DIR` to them
-            _ => std::path::absolute(&cfg.checkpoint_dir).unwrap_or(cfg.checkpoint_dir),
-        };
-        let cfg = RunConfig {
-            checkpoint_dir,
-            // the line a resumed run continues, or the one this run begins
-            origin: (resumed
-                .as_ref()
-                .and_then(CheckpointMeta::line)
-                .map(str::to_string))
-            .or_else(|| run_dir.as_ref().map(|d| d.display().to_string())),
-            run_dir,
-            ..cfg
-        };
+        let cfg = places.settle(cfg, run_dir, resumed.as_ref());
         // before any worker starts (and before the frontend opens its outputs), so that a bad
         // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
-        let lock = checkpoints
+        let lock = places
+            .checkpoints
             .then(|| checkpoint::lock(&cfg.checkpoint_dir))
             .transpose()?;
         let data = RunData {

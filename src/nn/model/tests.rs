@@ -85,7 +85,6 @@ fn layout_is_contiguous_and_linear_weights_are_pytorchs() {
     let m = Model::mlp(64, &[128], 10);
     assert_eq!(m.n_params, 64 * 128 + 128 + 128 * 10 + 10);
     assert_eq!(m.shape_string(), "64-128-10");
-    // equal widths are layers too
     assert_eq!(
         Model::mlp(64, &[512, 512], 10).shape_string(),
         "64-512-512-10"

@@ -1,0 +1,213 @@
+//! `--data` specs: parsing, spelling, absolute paths.
+
+use super::*;
+
+fn parse(s: &str) -> Result<DataSpec, String> {
+    s.parse()
+}
+
+#[test]
+fn absolute_specs_name_the_same_files_from_anywhere() {
+    let here = std::env::current_dir().unwrap();
+    for spec in [
+        "csv:d/a.csv,label=first,header",
+        "idx:i,l,layout=nhwc",
+        "cifar100:c,labels=coarse",
+        "images:p",
+    ] {
+        let abs = parse(spec).unwrap().absolute();
+        let text = abs.to_string();
+        assert!(text.contains(&here.display().to_string()), "{text}");
+        assert_eq!(parse(&text).unwrap(), abs, "round trip of {text}");
+    }
+    assert_eq!(parse("digits").unwrap().absolute(), DataSpec::Digits);
+    let csv = parse("csv:/x/a.csv").unwrap();
+    assert_eq!(csv.absolute(), csv);
+}
+
+#[test]
+fn parses_data_specs() {
+    assert_eq!(parse("digits").unwrap(), DataSpec::Digits);
+    assert_eq!(
+        parse("csv:a.csv,label=first,header").unwrap(),
+        DataSpec::Csv {
+            path: "a.csv".into(),
+            label: LabelColumn::First,
+            header: true,
+            shape: None,
+        }
+    );
+    assert_eq!(
+        parse("synthetic:100,5,3").unwrap(),
+        DataSpec::Synthetic { n: 100, d: 5, c: 3 }
+    );
+    assert!(parse("idx:onlyone").unwrap_err().contains("IMAGES,LABELS"));
+    assert!(parse("synthetic:1,2").unwrap_err().contains("N,D,C"));
+    assert!(parse("parquet:x").unwrap_err().contains("unknown data"));
+    assert!(parse("csv:x.csv,sep=;").unwrap_err().contains("sep=;"));
+    assert_eq!(
+        parse("cifar100:d,labels=coarse").unwrap(),
+        DataSpec::Cifar {
+            dir: "d".into(),
+            kind: CifarKind::Hundred { coarse: true }
+        }
+    );
+    assert!(parse("cifar10:d,labels=coarse")
+        .unwrap_err()
+        .contains("options: none"));
+    assert!(parse("cifar10:").unwrap_err().contains("missing folder"));
+    assert!(parse("images:").unwrap_err().contains("missing folder"));
+}
+
+#[test]
+fn csv_takes_an_image_shape() {
+    assert_eq!(
+        parse("csv:pixels.csv,label=first,shape=1x8x8").unwrap(),
+        DataSpec::Csv {
+            path: "pixels.csv".into(),
+            label: LabelColumn::First,
+            header: false,
+            shape: Some([1, 8, 8]),
+        }
+    );
+    for (s, want) in [
+        (
+            "csv:p.csv,shape=0x8x8",
+            "channels is 0; every size must be at least 1",
+        ),
+        (
+            "csv:p.csv,shape=8x8",
+            "shape `8x8` has 2 parts, not three; write it as CxHxW",
+        ),
+        (
+            "csv:p.csv,shape=1xeightx8",
+            "height `eight` is not a whole number",
+        ),
+        ("csv:p.csv,shape=", "shape `` has 1 part"),
+        (
+            "csv:p.csv,shape=9999x9999x9999",
+            "more than 16777216 values per image",
+        ),
+    ] {
+        let e = parse(s).unwrap_err();
+        assert!(
+            e.starts_with(&format!("data `{s}`: ")) && e.contains(want),
+            "{s}: {e}"
+        );
+    }
+}
+
+#[test]
+fn idx_takes_a_layout() {
+    assert_eq!(
+        parse("idx:i.gz,l.gz").unwrap(),
+        DataSpec::Idx {
+            images: "i.gz".into(),
+            labels: "l.gz".into(),
+            layout: None
+        }
+    );
+    assert_eq!(
+        parse("idx:i,l,layout=nhwc").unwrap(),
+        DataSpec::Idx {
+            images: "i".into(),
+            labels: "l".into(),
+            layout: Some(ImageLayout::ChannelsLast)
+        }
+    );
+    let e = parse("idx:i,l,layout=hwc").unwrap_err();
+    assert!(e.contains("layout `hwc` is not nchw or nhwc"), "{e}");
+    let e = parse("idx:i,l,nchw").unwrap_err();
+    assert!(
+        e.contains("unknown idx option `nchw`") && e.contains("layout=nchw|nhwc"),
+        "{e}"
+    );
+    assert!(parse("idx:,l").unwrap_err().contains("IMAGES,LABELS"));
+}
+
+#[test]
+fn parses_synthetic_images_and_refuses_bad_sizes() {
+    assert_eq!(
+        parse("synthetic-images:60000,1,28,28,10").unwrap(),
+        DataSpec::SyntheticImages {
+            n: 60000,
+            c: 1,
+            h: 28,
+            w: 28,
+            k: 10
+        }
+    );
+    for (s, want) in [
+        (
+            "synthetic-images:100,1,8,8",
+            "4 numbers given; synthetic-images needs N,C,H,W,K",
+        ),
+        ("synthetic-images:", "`` is not a whole number"),
+        (
+            "synthetic-images:100,1,x,8,10",
+            "`x` is not a whole number; synthetic-images needs",
+        ),
+        (
+            "synthetic-images:100,-1,8,8,10",
+            "`-1` is not a whole number",
+        ),
+        ("synthetic-images:1,1,8,8,10", "N=1 samples"),
+        ("synthetic-images:100,0,8,8,10", "C=0 channels"),
+        ("synthetic-images:100,1,0,8,10", "H=0 pixels"),
+        ("synthetic-images:100,1,8,99999,10", "W=99999 pixels"),
+        ("synthetic-images:100,1000,4000,4000,10", "values per image"),
+        ("synthetic-images:100,1,8,8,1", "K=1 classes"),
+        (
+            "synthetic-images:100,1,8,8,99999999999999999999",
+            "is not a whole number",
+        ),
+    ] {
+        let e = parse(s).unwrap_err();
+        assert!(
+            e.starts_with(&format!("data `{s}`: ")) && e.contains(want),
+            "{s}: {e}"
+        );
+    }
+}
+
+#[test]
+fn display_round_trips_and_short_names() {
+    for s in [
+        "digits",
+        "csv:a.csv,label=last",
+        "csv:a.csv,label=3,header,shape=3x4x5",
+        "idx:i.gz,l.gz",
+        "idx:i.gz,l.gz,layout=nchw",
+        "synthetic:100,5,3",
+        "synthetic-images:100,3,16,12,7",
+        "cifar10:data/c10",
+        "cifar100:c100,labels=coarse",
+        "images:photos/pets",
+    ] {
+        let spec = parse(s).unwrap();
+        assert_eq!(spec.to_string(), s);
+        assert_eq!(parse(&spec.to_string()).unwrap(), spec);
+    }
+    let names: Vec<String> = [
+        "digits",
+        "csv:d/pixels.csv,shape=1x8x8",
+        "idx:d/train-images.gz,l",
+        "synthetic-images:10,1,8,8,2",
+        "images:photos/pets/",
+        "cifar100:x",
+    ]
+    .iter()
+    .map(|s| parse(s).unwrap().short_name())
+    .collect();
+    assert_eq!(
+        names,
+        [
+            "digits",
+            "pixels",
+            "train-images",
+            "synthetic-images",
+            "pets",
+            "cifar100"
+        ]
+    );
+}

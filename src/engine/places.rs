@@ -1,0 +1,70 @@
+//! Where a run keeps what it writes: its run directory and its checkpoint directory. Checked
+//! before the data loads (another run's are refused), settled once the run directory is made.
+
+use std::path::PathBuf;
+
+use super::checkpoint::{self, CheckpointMeta};
+use super::{rundir, EngineError};
+use crate::config::RunConfig;
+
+/// What `check` found of a run's places.
+pub(super) struct Places {
+    /// The checkpoints go in the run directory's `checkpoints/` (and follow it where it is
+    /// made under another name).
+    in_run_dir: bool,
+    /// This process writes checkpoints (process 0 of a run that checkpoints).
+    pub checkpoints: bool,
+}
+
+/// Refuses a `--run-dir` that holds a run, and a checkpoint directory holding another line of
+/// runs' checkpoints or this line's past the step `resumed` is at (a fresh run begins a line of
+/// its own: every named line there is another's). Only process 0 (`lead`) keeps anything.
+pub(super) fn check(
+    cfg: &RunConfig,
+    lead: bool,
+    resumed: Option<&CheckpointMeta>,
+) -> Result<Places, EngineError> {
+    // a default run directory (`runs/<name>/<time>`) is made fresh: `<time>-2` where another
+    // run of the same name took `<time>`
+    let numbered = cfg.link_latest;
+    let in_run_dir =
+        (cfg.run_dir.as_ref()).is_some_and(|d| cfg.checkpoint_dir == d.join(rundir::CHECKPOINTS));
+    if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead && !numbered) {
+        rundir::unused(d).map_err(EngineError::Config)?;
+    }
+    let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
+    // (a fresh numbered directory holds nothing yet)
+    if checkpoints && !(numbered && in_run_dir) {
+        checkpoint::refuse_others(&cfg.checkpoint_dir, resumed)?;
+    }
+    Ok(Places {
+        in_run_dir,
+        checkpoints,
+    })
+}
+
+impl Places {
+    /// `cfg` with the run directory made (`run_dir`, absolute), the checkpoint directory
+    /// following it or made absolute (the metrics file's checkpoint events lead `--resume
+    /// RUN_DIR` to them), and the line of runs its checkpoints continue: the resumed
+    /// checkpoint's, or one this run begins.
+    pub(super) fn settle(
+        &self,
+        cfg: RunConfig,
+        run_dir: Option<PathBuf>,
+        resumed: Option<&CheckpointMeta>,
+    ) -> RunConfig {
+        let checkpoint_dir = match &run_dir {
+            Some(d) if self.in_run_dir => d.join(rundir::CHECKPOINTS),
+            _ => std::path::absolute(&cfg.checkpoint_dir).unwrap_or(cfg.checkpoint_dir),
+        };
+        let origin = (resumed.and_then(CheckpointMeta::line).map(str::to_string))
+            .or_else(|| run_dir.as_ref().map(|d| d.display().to_string()));
+        RunConfig {
+            checkpoint_dir,
+            origin,
+            run_dir,
+            ..cfg
+        }
+    }
+}

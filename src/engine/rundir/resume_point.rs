@@ -1,0 +1,214 @@
+//! What `--resume PATH` resumes from: a checkpoint, the newest of a checkpoint directory's one
+//! line of runs, a run directory's own checkpoints or those its metrics file says it wrote
+//! elsewhere, or the one run of a directory of runs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{is_live, is_run_dir, runs_under, CHECKPOINTS, METRICS};
+use crate::engine::checkpoint;
+
+/// How many runs a refusal lists.
+const LISTED: usize = 10;
+
+/// What `--resume PATH` resumes from: the `step-N` checkpoint directory.
+pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
+    if !path.exists() {
+        return Err(format!(
+            "--resume {}: no such file or directory; pass a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
+            path.display()
+        ));
+    }
+    // absolute and without links: a `latest` link moves when this run starts
+    let path = &fs::canonicalize(path).map_err(|e| format!("--resume {}: {e}", path.display()))?;
+    if path.join("state.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if is_run_dir(path) {
+        return match newest_of_one_run(&path.join(CHECKPOINTS)) {
+            Ok(p) => Ok(p),
+            Err(Found::Error(e)) => Err(e),
+            Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path)),
+        };
+    }
+    // a checkpoint directory, or a run directory that lost its metrics file
+    for dir in [path.to_path_buf(), path.join(CHECKPOINTS)] {
+        match newest_of_one_run(&dir) {
+            Ok(p) => return Ok(p),
+            Err(Found::Error(e)) => return Err(e),
+            Err(Found::Nothing) => {}
+        }
+    }
+    let mut runs = runs_under(path);
+    match runs.len() {
+        0 => Err(format!(
+            "--resume {}: no checkpoint, run directory or checkpoint directory there",
+            path.display()
+        )),
+        1 => resume_point(&runs.remove(0).0),
+        n => Err(format!(
+            "--resume {} holds {n} runs; pass the one to continue:\n{}",
+            path.display(),
+            listing(&runs)
+        )),
+    }
+}
+
+/// Why run `dir` has nothing to resume from: still running without a checkpoint yet, or ended
+/// without one.
+fn no_checkpoint(dir: &Path) -> String {
+    if is_live(dir) {
+        return format!(
+            "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
+            dir.display(),
+            dir.display()
+        );
+    }
+    format!(
+        "run {} has no checkpoint to resume from (a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every); start it again instead",
+        dir.display()
+    )
+}
+
+/// The newest checkpoint run `dir` wrote outside its directory (`--checkpoint-dir`) that is
+/// still its own (another run may have written the same step since), from the checkpoint
+/// events of its metrics file. `dir` is canonical, as the run directories checkpoints record.
+fn last_written(dir: &Path) -> Option<PathBuf> {
+    use std::io::{BufRead, Read};
+    // a metrics record is a few KiB; a longer line is not one of ours
+    const MAX_LINE: u64 = 1 << 20;
+    let mut file = std::io::BufReader::new(fs::File::open(dir.join(METRICS)).ok()?);
+    let (mut written, mut line) = (Vec::new(), Vec::new());
+    // line by line: a long run's metrics file can be large; only checkpoint events are parsed
+    loop {
+        line.clear();
+        match (&mut file).take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.last() != Some(&b'\n') && line.len() as u64 == MAX_LINE => {
+                if file.skip_until(b'\n').is_err() {
+                    break;
+                }
+                continue;
+            }
+            Ok(_) => {}
+        }
+        if !line.windows(12).any(|w| w == b"\"checkpoint\"") {
+            continue;
+        }
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["type"] == "event" && v["kind"] == "checkpoint" {
+            // relative paths (older metrics files) name nothing certain
+            written.extend(
+                v["path"]
+                    .as_str()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute()),
+            );
+        }
+    }
+    let ours = dir.display().to_string();
+    written.into_iter().rev().find(|p| {
+        checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(ours.as_str()))
+    })
+}
+
+enum Found {
+    Nothing,
+    Error(String),
+}
+
+/// The newest checkpoint in a checkpoint directory, refusing one that holds checkpoints of
+/// several lines of runs (`checkpoint::lines`).
+fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
+    let mut steps = checkpoint::steps(dir);
+    if steps.is_empty() {
+        return Err(Found::Nothing);
+    }
+    // checkpoints from before run directories name no run: they go with any one run
+    let named: Vec<_> = (checkpoint::lines(&steps).into_iter())
+        .filter(|l| l.origin.is_some())
+        .collect();
+    if named.len() > 1 {
+        let lines: Vec<String> = named.iter().map(checkpoint::Line::listed).collect();
+        return Err(Found::Error(format!(
+            "--resume {}: its checkpoints are of {} different runs; continue one with the --resume shown:\n{}",
+            dir.display(),
+            named.len(),
+            lines.join("\n")
+        )));
+    }
+    Ok(steps.pop().map(|(_, p)| p).expect("not empty"))
+}
+
+fn listing(runs: &[(PathBuf, std::time::SystemTime)]) -> String {
+    let mut lines: Vec<String> = runs
+        .iter()
+        .take(LISTED)
+        .map(|(p, _)| format!("  --resume {}", p.display()))
+        .collect();
+    if runs.len() > LISTED {
+        lines.push(format!("  ... and {} older", runs.len() - LISTED));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_checkpoints_elsewhere_are_found_from_its_metrics_file() {
+        let root = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(root.path()).unwrap();
+        let (run, ck) = (root.join("run"), root.join("ck"));
+        fs::create_dir(&run).unwrap();
+        // a checkpoint's state.json, written by run `by`
+        let state = |step: &str, by: &Path| {
+            fs::create_dir_all(ck.join(step)).unwrap();
+            let meta = serde_json::json!({
+                "format": checkpoint::FORMAT, "step": 1, "epoch": 0, "offset": 0,
+                "per_replica": 8, "ranks": 1, "lr": 1e-3, "optimizer": "adam",
+                "optimizer_steps": 1, "dims": [4, 2], "seed": 0, "data": "digits",
+                "config": {}, "run_dir": by.display().to_string(),
+            });
+            fs::write(ck.join(step).join("state.json"), meta.to_string()).unwrap();
+        };
+        state("step-00000005", &run);
+        state("step-00000009", &run);
+        // the same step written since by another run (resumed into the same directory)
+        state("step-00000011", &root.join("another"));
+        let event = |path: &Path| {
+            format!(
+                "{{\"type\":\"event\",\"kind\":\"checkpoint\",\"step\":1,\"path\":\"{}\"}}\n",
+                path.display()
+            )
+        };
+        // an overlong line, ending in a whole event for a checkpoint of the run: passed over
+        let long = format!(
+            "{}{}",
+            " ".repeat(2 << 20),
+            event(&ck.join("step-00000009"))
+        );
+        let lines = [
+            event(&ck.join("step-00000005")),
+            long.clone(),
+            // a relative path, a checkpoint since removed, another run's: passed over
+            event(Path::new("ck/step-00000009")),
+            event(&ck.join("step-00000012")),
+            event(&ck.join("step-00000011")),
+        ];
+        fs::write(run.join(METRICS), lines.concat()).unwrap();
+        assert_eq!(last_written(&run), Some(ck.join("step-00000005")));
+        fs::write(
+            run.join(METRICS),
+            [long, event(&ck.join("step-00000009"))].concat(),
+        )
+        .unwrap();
+        assert_eq!(last_written(&run), Some(ck.join("step-00000009")));
+        fs::write(run.join(METRICS), &lines[2]).unwrap();
+        assert_eq!(last_written(&run), None);
+        assert!(no_checkpoint(&run).contains("has no checkpoint to resume from"));
+    }
+}
