@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::TrainArgs;
-use crate::config::RunConfig;
+use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
@@ -53,20 +53,13 @@ pub fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
         .filter(|(_, v)| !v.is_null())
         // float32s as the run held them (older checkpoints widened 0.1 to 0.10000000149...)
         .map(|(k, v)| match v.as_f64().filter(|_| v.is_f64()) {
-            Some(x) => (k, short(x as f32)),
+            Some(x) => (k, record::short(x as f32)),
             None => (k, v),
         })
         .collect();
     taken.entry("seed").or_insert(meta.seed.into());
     taken.entry("data").or_insert(meta.data.clone().into());
     taken
-}
-
-/// A float32 as the shortest decimal that reads back as it.
-fn short(x: f32) -> Value {
-    x.to_string()
-        .parse::<f64>()
-        .map_or(Value::Null, Value::from)
 }
 
 /// `args` (the flags over the config file) over the settings of the run `meta`'s checkpoint

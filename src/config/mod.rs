@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub mod cuda_graph;
-mod record;
+pub mod record;
 pub mod strategy;
 
 use crate::data::DataSpec;

@@ -68,7 +68,7 @@ fn absolute(spec: &DataSpec) -> String {
 }
 
 /// A float32 as the shortest decimal that reads back as it (0.1, not 0.10000000149011612).
-fn short(x: f32) -> Value {
+pub fn short(x: f32) -> Value {
     x.to_string()
         .parse::<f64>()
         .map_or(Value::Null, Value::from)
