@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::tmux::{ended, start, start_sized, tmux_available, Tmux};
+use common::tmux::{ended, start, start_sized, start_with, tmux_available, Tmux};
 
 use std::path::Path;
 use std::process::Command;
@@ -155,10 +155,10 @@ fn an_80x24_terminal_shows_what_a_new_user_looks_for() {
     tmux.keys(&["q"]);
     let s = tmux.wait("the quit popup", |s| s.contains("Stop training?"));
     assert!(
-        s.contains("q again: cancel") && !s.contains("Ctrl-C"),
+        s.contains("q or Ctrl-C again: stop with a checkpoint"),
         "{s}"
     );
-    tmux.keys(&["q"]);
+    tmux.keys(&["Escape"]);
     tmux.wait("the popup to close", |s| !s.contains("Stop training?"));
 
     // the stated minimum still shows every device of a 2-device run
@@ -169,8 +169,7 @@ fn an_80x24_terminal_shows_what_a_new_user_looks_for() {
     assert!(!s.contains("too small"), "{s}");
 
     tmux.keys(&["C-c"]);
-    let s = tmux.wait("the quit popup", |s| s.contains("Stop training?"));
-    assert!(s.contains("Ctrl-C again"), "{s}");
+    tmux.wait("the quit popup", |s| s.contains("Stop training?"));
     tmux.keys(&["C-c"]);
     tmux.wait("the shell", |s| s.contains("shell-back"));
     assert_eq!(ended(d), ("EXIT=0".into(), true));
@@ -383,4 +382,40 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
     let s = tmux.wait("the shell", |s| s.contains("shell-back"));
     assert!(!s.contains("run summary"), "{s}");
     assert_eq!(ended(d), ("EXIT=0".into(), true));
+}
+
+#[test]
+fn no_color_gives_mono_unless_a_theme_is_asked_for() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(d)
+        .args(["--headless", "--devices", "cpu:1", "--steps", "5"])
+        .args(["--metrics-out", "run.jsonl"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // dark paints its own background, colour 234; mono keeps the terminal's
+    let dark_background = "48;5;234";
+    for (name, theme, coloured) in [("nocolor", "", false), ("asked", "--theme dark", true)] {
+        let tmux = start_with(
+            name,
+            d,
+            "NO_COLOR=1",
+            &format!("view run.jsonl {theme}"),
+            (100, 30),
+        );
+        tmux.wait("the recorded run", |s| s.contains("run summary"));
+        let styled = tmux.screen_styled();
+        assert_eq!(
+            styled.contains(dark_background),
+            coloured,
+            "{theme}: {styled}"
+        );
+        tmux.keys(&["q"]);
+        tmux.wait("the shell", |s| s.contains("shell-back"));
+    }
 }

@@ -25,6 +25,10 @@ impl Tmux {
     pub fn screen(&self) -> String {
         self.cmd(&["capture-pane", "-p", "-t", "t"])
     }
+    /// The screen with its colours and attributes as escape sequences.
+    pub fn screen_styled(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-e", "-t", "t"])
+    }
     pub fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", "t"];
         args.extend_from_slice(keys);
@@ -75,12 +79,17 @@ pub fn start(name: &str, dir: &Path, args: &str) -> Tmux {
 }
 
 /// `start` in a terminal of `(columns, rows)`.
-pub fn start_sized(name: &str, dir: &Path, args: &str, (w, h): (u16, u16)) -> Tmux {
+pub fn start_sized(name: &str, dir: &Path, args: &str, size: (u16, u16)) -> Tmux {
+    start_with(name, dir, "", args, size)
+}
+
+/// `start_sized` with environment assignments (`NO_COLOR=1`) before the command.
+pub fn start_with(name: &str, dir: &Path, env: &str, args: &str, (w, h): (u16, u16)) -> Tmux {
     let tmux = Tmux {
         socket: format!("mgtop-test-{name}-{}", std::process::id()),
     };
     let script = format!(
-        "'{bin}' {args}; echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
+        "{env} '{bin}' {args}; echo EXIT=$? > '{exit}'; stty -a > '{stty}'; echo shell-back; sleep 60",
         bin = env!("CARGO_BIN_EXE_mgtop-train"),
         exit = dir.join("exit").display(),
         stty = dir.join("stty").display(),

@@ -104,6 +104,7 @@ pub fn run<B: Backend, S: Source>(
     signals: Receiver<()>,
 ) -> (App, bool) {
     let mut theme = screen.theme;
+    let first = theme.clone();
     let mut abandoned = false;
     let (mut events, timer) = (source.events(), source.timer());
     let (mut inputs, mut signals) = (inputs, signals);
@@ -135,7 +136,7 @@ pub fn run<B: Backend, S: Source>(
                             break;
                         }
                         Some(Action::NextTheme) => {
-                            theme = theme.next();
+                            theme = theme.next(&first);
                             app.apply(AppEvent::Theme(theme.name.clone()));
                         }
                         Some(Action::Redraw) => {

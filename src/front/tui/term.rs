@@ -54,6 +54,9 @@ pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
             }
         }));
     });
+    // NO_COLOR is honoured by the theme (mono unless one is asked for by --theme or `t`); a
+    // theme asked for overrides it, as no-color.org asks, so crossterm must not drop its colours
+    ratatui::crossterm::style::force_color_output(true);
     enable_raw_mode()?;
     ACTIVE.store(true, Ordering::SeqCst);
     let guard = Guard(());

@@ -212,7 +212,8 @@ impl Theme {
         Theme::parse(&text, &path.display().to_string())
     }
 
-    /// The theme to start with: the one asked for, else mono under NO_COLOR, else dark.
+    /// The theme to start with: the one asked for (which overrides NO_COLOR), else mono under
+    /// NO_COLOR, else dark.
     pub fn choose(requested: Option<&str>, no_color: bool) -> Result<Theme, ThemeError> {
         match requested {
             Some(r) => Theme::load(r),
@@ -221,14 +222,17 @@ impl Theme {
         }
     }
 
-    /// The embedded theme after this one (`t`).
-    pub fn next(&self) -> Theme {
-        let names: Vec<&str> = Theme::embedded_names().collect();
-        let i = names
-            .iter()
-            .position(|n| *n == self.name)
-            .map_or(0, |i| i + 1);
-        Theme::embedded(names[i % names.len()]).expect("embedded")
+    /// The theme after this one (`t`): the embedded ones in turn, and the theme the screen
+    /// started with (`first`, a theme file's) among them.
+    pub fn next(&self, first: &Theme) -> Theme {
+        let mut cycle: Vec<Theme> = Theme::embedded_names()
+            .filter_map(Theme::embedded)
+            .collect();
+        if !cycle.contains(first) {
+            cycle.insert(0, first.clone());
+        }
+        let i = cycle.iter().position(|t| t == self).map_or(0, |i| i + 1);
+        cycle.swap_remove(i % cycle.len())
     }
 
     pub fn base(&self) -> Style {
@@ -279,8 +283,25 @@ mod tests {
         let dark = Theme::embedded("dark").unwrap();
         assert!(!dark.mono);
         assert!(Theme::embedded("mono").unwrap().mono);
-        assert_eq!(dark.next().name, "light");
-        assert_eq!(dark.next().next().next().name, "dark");
+        assert_eq!(dark.next(&dark).name, "light");
+        let third = dark.next(&dark).next(&dark).next(&dark);
+        assert_eq!(third.name, "dark");
+    }
+
+    #[test]
+    fn t_comes_back_to_the_theme_file_the_screen_started_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine.toml");
+        std::fs::write(&f, "extends = \"light\"\naccent = \"red\"\n").unwrap();
+        let mine = Theme::load(f.to_str().unwrap()).unwrap();
+        let mut t = mine.clone();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            t = t.next(&mine);
+            seen.push(t.name.clone());
+        }
+        assert_eq!(seen, ["dark", "light", "mono", "mine"]);
+        assert_eq!(t, mine);
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl App {
                 self.popup = None;
                 return None;
             }
-            Some(Popup::Quit { .. }) => return self.quit_popup_key(key.code, ctrl_c),
+            Some(Popup::Quit) => return self.quit_popup_key(key.code, ctrl_c),
             None => {}
         }
         let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
@@ -159,7 +159,7 @@ impl App {
                 Some("already stopping: finishing the step (Ctrl-C: leave without waiting)".into());
             return None;
         }
-        self.popup = Some(Popup::Quit { ctrl_c });
+        self.popup = Some(Popup::Quit);
         None
     }
 
@@ -179,14 +179,16 @@ impl App {
             Some(Action::Control(Control::Stop { checkpoint }))
         };
         let attached = self.mode == Mode::Attached;
+        // the key that opened the popup, pressed again, takes the safe answer
+        let again = ctrl_c || code == KeyCode::Char('q');
         match code {
-            // a client's Ctrl-C is about the client: it detaches, the run goes on
-            _ if ctrl_c && attached => Some(Action::Quit),
+            // a client's quit is about the client: it detaches, the run goes on
+            _ if again && attached => Some(Action::Quit),
             KeyCode::Char('d') if attached => Some(Action::Quit),
-            _ if ctrl_c => stop(self, true),
+            _ if again => stop(self, true),
             KeyCode::Char('s') | KeyCode::Char('y') | KeyCode::Enter => stop(self, true),
             KeyCode::Char('k') => stop(self, false),
-            KeyCode::Char('c') | KeyCode::Char('n') | KeyCode::Char('q') | KeyCode::Esc => {
+            KeyCode::Char('c') | KeyCode::Char('n') | KeyCode::Esc => {
                 self.popup = None;
                 None
             }

@@ -158,7 +158,7 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
 fn quit_asks_first_and_each_answer_does_what_it_says() {
     let mut app = running(false);
     assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: false }));
+    assert_eq!(app.popup, Some(Popup::Quit));
     assert_eq!(
         app.handle_key(key('p')),
         None,
@@ -184,7 +184,7 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
     // Ctrl-C opens the same popup; a second Ctrl-C stops with a checkpoint
     let mut app = running(false);
     assert_eq!(app.handle_key(ctrl_c()), None);
-    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: true }));
+    assert_eq!(app.popup, Some(Popup::Quit));
     assert_eq!(
         app.handle_key(ctrl_c()),
         Some(Action::Control(Control::Stop { checkpoint: true }))
@@ -192,6 +192,14 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
     assert_eq!(app.handle_key(key('p')), None, "nothing more once stopping");
     // a third Ctrl-C leaves without waiting for the workers
     assert_eq!(app.handle_key(ctrl_c()), Some(Action::Abandon));
+
+    // q twice stops as Ctrl-C twice does
+    let mut app = running(false);
+    app.handle_key(key('q'));
+    assert_eq!(
+        app.handle_key(key('q')),
+        Some(Action::Control(Control::Stop { checkpoint: true }))
+    );
 }
 
 #[test]
@@ -416,7 +424,7 @@ fn attached(readonly: bool) -> App {
 fn an_attached_client_can_detach_or_stop_the_run_and_its_ctrl_c_only_detaches() {
     let mut app = attached(false);
     assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit { ctrl_c: false }));
+    assert_eq!(app.popup, Some(Popup::Quit));
     assert_eq!(app.handle_key(key('d')), Some(Action::Quit));
     assert!(!app.quitting, "detaching leaves the run going");
     let mut app = attached(false);
@@ -433,11 +441,19 @@ fn an_attached_client_can_detach_or_stop_the_run_and_its_ctrl_c_only_detaches() 
     app.handle_key(ctrl_c());
     assert_eq!(app.handle_key(ctrl_c()), Some(Action::Quit));
     assert!(!app.quitting);
+    let mut app = attached(false);
+    app.handle_key(key('q'));
+    assert_eq!(
+        app.handle_key(key('q')),
+        Some(Action::Quit),
+        "q twice detaches"
+    );
+    assert!(!app.quitting);
     // a local run's popup has no detach
     let mut local = running(false);
     local.handle_key(key('q'));
     assert_eq!(local.handle_key(key('d')), None);
-    assert_eq!(local.popup, Some(Popup::Quit { ctrl_c: false }));
+    assert_eq!(local.popup, Some(Popup::Quit));
 }
 
 #[test]

@@ -96,9 +96,7 @@ impl Window {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Popup {
-    /// "Stop training?", opened by `q` or (`ctrl_c`) by Ctrl-C: its hint names that key.
-    Quit {
-        ctrl_c: bool,
-    },
+    /// "Stop training?", opened by `q` or Ctrl-C; either again takes the safe answer.
+    Quit,
     Help,
 }

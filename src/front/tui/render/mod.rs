@@ -52,9 +52,8 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     }
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
-        Some(super::app::Popup::Quit { ctrl_c }) => {
-            let attached = app.mode == super::app::Mode::Attached;
-            render_quit(frame, area, theme, ctrl_c, attached)
+        Some(super::app::Popup::Quit) => {
+            render_quit(frame, area, theme, app.mode == super::app::Mode::Attached)
         }
         None if app.summary.is_some()
             && !app.summary_hidden

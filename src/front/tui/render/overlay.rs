@@ -85,9 +85,9 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, 62, h, "keys", lines, theme);
 }
 
-/// The quit popup; its last line names the key that opened it (`ctrl_c`: Ctrl-C, else `q`).
-/// An attached screen also offers to detach (leave the run going).
-pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, ctrl_c: bool, attached: bool) {
+/// The quit popup. An attached screen also offers to detach (leave the run going), which is
+/// then what `q` or Ctrl-C again does; a local one stops with a checkpoint.
+pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, attached: bool) {
     let option = |key: &str, color, text: &str| {
         Line::from(vec![
             Span::styled(format!(" {key} "), theme.badge(color)),
@@ -110,10 +110,10 @@ pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, ctrl_c: bool, a
         option("k", theme.error, "stop after this step, no checkpoint"),
         option("c", theme.accent, "cancel (Esc)"),
         Line::styled(
-            match (ctrl_c, attached) {
-                (true, true) => "Ctrl-C again: detach",
-                (true, false) => "Ctrl-C again: stop with a checkpoint",
-                (false, _) => "q again: cancel",
+            if attached {
+                "q or Ctrl-C again: detach"
+            } else {
+                "q or Ctrl-C again: stop with a checkpoint"
             },
             theme.muted(),
         ),
