@@ -41,10 +41,10 @@ impl App {
             });
         }
         if ctrl_c {
-            return self.ask_quit(true);
+            return self.ask_quit();
         }
         match key.code {
-            KeyCode::Char('q') => self.ask_quit(false),
+            KeyCode::Char('q') => self.ask_quit(),
             KeyCode::Char('p') | KeyCode::Char(' ') => self.toggle_pause(),
             KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
             KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
@@ -146,7 +146,7 @@ impl App {
         f(self)
     }
 
-    fn ask_quit(&mut self, ctrl_c: bool) -> Option<Action> {
+    fn ask_quit(&mut self) -> Option<Action> {
         if self.readonly {
             self.flash = Some(format!(
                 "read-only: quitting would stop the run; it ends by itself, or with `kill {}` from another shell (a checkpoint, then exit)",
