@@ -33,14 +33,18 @@ pub fn apply_record(app: &mut App, rec: Record) {
             app.apply(AppEvent::Tick(t));
             app.apply(AppEvent::Engine(event));
         }
-        Record::Warning { t, kind, message } => {
+        Record::Warning {
+            t,
+            kind,
+            rank,
+            message,
+        } => {
             app.apply(AppEvent::Tick(t));
-            let level = if kind.ends_with("_cleared") {
-                Level::Info
-            } else {
-                Level::Warn
-            };
-            app.apply(AppEvent::Notice(level, message));
+            app.apply(AppEvent::Warned {
+                kind,
+                rank,
+                message,
+            });
         }
         Record::Telemetry {
             t,

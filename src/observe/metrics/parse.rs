@@ -33,6 +33,8 @@ pub enum Record {
     Warning {
         t: Duration,
         kind: String,
+        /// The rank it is about (a straggler's, a degraded device's).
+        rank: Option<usize>,
         message: String,
     },
     Telemetry {
@@ -333,6 +335,9 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
                 .map(|m| Record::Warning {
                     t,
                     kind: kind.to_string(),
+                    rank: field(v, "rank")
+                        .and_then(Value::as_u64)
+                        .and_then(|r| usize::try_from(r).ok()),
                     message: m.to_string(),
                 }))
         }

@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use crate::engine::events::StepStats;
 use crate::observe::history::History;
 use crate::observe::sample::DeviceSample;
-use crate::observe::straggler::Warning;
 
 use super::{HISTORY_POINTS, RECENT_STEPS};
 
@@ -37,6 +36,14 @@ impl Split {
     }
 }
 
+/// A detector's warning about one device, as its row and detail view show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flag {
+    /// As the metrics file names it (`straggler`, `degraded`).
+    pub kind: String,
+    pub message: String,
+}
+
 pub struct DeviceState {
     pub label: String,
     recent: VecDeque<(Split, f64)>,
@@ -46,11 +53,26 @@ pub struct DeviceState {
     pub mem_access: History,
     /// Why this device's row is highlighted: its worker failed.
     pub alert: Option<String>,
-    /// The detector's current warnings about this device (straggler, degraded), by kind.
-    pub warnings: Vec<Warning>,
+    /// The detector's current warnings about this device (straggler, degraded), one a kind.
+    pub warnings: Vec<Flag>,
 }
 
 impl DeviceState {
+    /// Raises the warning of `kind` (replacing one of its kind), or with `X_cleared` lowers X.
+    pub(super) fn flag(&mut self, kind: &str, message: String) {
+        let (kind, cleared) = match kind.strip_suffix("_cleared") {
+            Some(k) => (k, true),
+            None => (kind, false),
+        };
+        self.warnings.retain(|f| f.kind != kind);
+        if !cleared {
+            self.warnings.push(Flag {
+                kind: kind.to_string(),
+                message,
+            });
+        }
+    }
+
     pub(super) fn new(label: String) -> DeviceState {
         DeviceState {
             label,

@@ -68,26 +68,22 @@ impl App {
     }
 
     pub(super) fn on_warning(&mut self, w: Warning, at: Duration) {
-        if let Some(d) = w.rank().and_then(|r| self.devices.get_mut(r)) {
-            let same = |o: &Warning| {
-                matches!(
-                    (&w, o),
-                    (Warning::StragglerCleared { .. }, Warning::Straggler { .. })
-                        | (Warning::DegradedCleared { .. }, Warning::Degraded { .. })
-                )
-            };
-            d.warnings.retain(|o| !same(o));
-            if !w.is_clear() {
-                d.warnings.push(w.clone());
-            }
+        self.on_recorded_warning(w.kind(), w.rank(), w.to_string());
+        self.new_warnings.push((w, at));
+    }
+
+    /// A warning in its recorded form (a metrics file's, a live socket's, or this detector's):
+    /// its device marked or cleared, its words in the events.
+    pub(super) fn on_recorded_warning(&mut self, kind: &str, rank: Option<usize>, text: String) {
+        if let Some(d) = rank.and_then(|r| self.devices.get_mut(r)) {
+            d.flag(kind, text.clone());
         }
-        let level = if w.is_clear() {
+        let level = if kind.ends_with("_cleared") {
             Level::Info
         } else {
             Level::Warn
         };
-        self.note(level, w.to_string());
-        self.new_warnings.push((w, at));
+        self.note(level, text);
     }
 
     pub(super) fn on_event(&mut self, e: Event) {

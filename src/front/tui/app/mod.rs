@@ -39,7 +39,7 @@ pub enum AppEvent {
     Step(StepStats),
     /// A step as a metrics file recorded it: every rank's sample at once, and the samples/s
     /// measured when it was written. The straggler detector is not run again: the file holds
-    /// its warnings (shown as notices).
+    /// its warnings (`Warned`).
     Row {
         row: StepRow,
         samples_per_sec: Option<f64>,
@@ -58,6 +58,13 @@ pub enum AppEvent {
     Beats(Duration, Vec<Beat>),
     /// Something to tell the user that is not an engine event (e.g. metrics file failure).
     Notice(Level, String),
+    /// A detector's warning as a metrics file or a live socket recorded it: its `kind` (a
+    /// clearing's ends in `_cleared`), the rank it is about, its words.
+    Warned {
+        kind: String,
+        rank: Option<usize>,
+        message: String,
+    },
     /// The theme `t` switched to, by name.
     Theme(String),
     /// A one-line answer to a key that the frontend loop gives (e.g. the run has ended).
@@ -352,6 +359,11 @@ impl App {
                 }
             }
             AppEvent::Notice(level, text) => self.note(level, text),
+            AppEvent::Warned {
+                kind,
+                rank,
+                message,
+            } => self.on_recorded_warning(&kind, rank, message),
             AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
             AppEvent::Flash(text) => self.flash = Some(text),
             AppEvent::Refused(control, why) => {

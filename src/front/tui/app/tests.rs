@@ -346,6 +346,34 @@ fn a_failure_marks_the_device_and_the_state() {
 }
 
 #[test]
+fn a_recorded_straggler_marks_its_device_in_view_and_attach_as_it_did_live() {
+    use crate::front::tui::replay::apply_record;
+    use crate::observe::metrics::{record_line, records};
+    let mut live = demo::app_with_straggler(3, 10, 100, 1);
+    let recorded: Vec<_> = live.new_warnings.drain(..).collect();
+    assert_eq!(recorded.len(), 1);
+    // a screen fed from the file or the socket: no detector of its own
+    let mut seen = App::new(demo::info(3), true);
+    let line = |w: &crate::observe::straggler::Warning| {
+        records::warning(w, Duration::from_secs(3)).to_string()
+    };
+    let rec = record_line(line(&recorded[0].0).as_bytes(), 3)
+        .unwrap()
+        .unwrap();
+    apply_record(&mut seen, rec);
+    assert_eq!(seen.devices[1].warnings, live.devices[1].warnings);
+    assert!(seen.devices[0].warnings.is_empty() && seen.devices[2].warnings.is_empty());
+    let cleared = crate::observe::straggler::Warning::StragglerCleared { rank: 1, step: 200 };
+    let rec = record_line(line(&cleared).as_bytes(), 3).unwrap().unwrap();
+    apply_record(&mut seen, rec);
+    assert!(seen.devices[1].warnings.is_empty());
+    assert!(seen
+        .log
+        .iter()
+        .any(|l| l.text.contains("straggler: rank 1")));
+}
+
+#[test]
 
 fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
     let app = demo::app_with_straggler(3, 10, 100, 1);

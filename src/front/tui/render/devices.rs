@@ -356,7 +356,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
         lines.push(Line::styled(a.clone(), theme.badge(theme.error)));
     }
     for w in &d.warnings {
-        lines.push(Line::styled(w.to_string(), theme.badge(theme.warn)));
+        lines.push(Line::styled(w.message.clone(), theme.badge(theme.warn)));
     }
     let block = Block::bordered()
         .border_style(theme.border())
