@@ -189,10 +189,14 @@ fn each_panel_alone() {
 
 #[test]
 fn a_terminal_below_the_minimum_says_so() {
-    let app = demo::app(2, 10);
+    let mut app = demo::app(2, 10);
     let s = screen(&app, MIN_WIDTH - 1, MIN_HEIGHT + 2);
     assert!(s.contains("terminal too small"), "{s}");
     assert!(s.contains(&format!("need {MIN_WIDTH}x{MIN_HEIGHT}")), "{s}");
+    // the quit question, which has no room for its popup, in words
+    key(&mut app, KeyCode::Char('q'));
+    let s = screen(&app, 40, 10);
+    assert!(s.contains("q: with a checkpoint"), "{s}");
     let s = screen(&app, MIN_WIDTH, MIN_HEIGHT);
     assert!(!s.contains("too small") && s.contains("devices"), "{s}");
 }

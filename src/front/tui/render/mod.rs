@@ -33,7 +33,7 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     let area = frame.area();
     frame.render_widget(Block::default().style(theme.base()), area);
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        render_too_small(frame, area, theme);
+        render_too_small(frame, area, app, theme);
         return;
     }
     let [head, body, foot] = Layout::vertical([

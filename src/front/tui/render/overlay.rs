@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{clock, si, MIN_HEIGHT, MIN_WIDTH};
-use crate::front::tui::app::{App, Mode};
+use crate::front::tui::app::{App, Mode, Popup};
 use crate::front::tui::theme::Theme;
 
 fn popup(
@@ -196,8 +196,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, w, h, "run summary", lines, theme);
 }
 
-pub fn render_too_small(frame: &mut Frame, area: Rect, theme: &Theme) {
-    let text = vec![
+/// Below the minimum size: the size wanted, and (the quit popup cannot be drawn) its question
+/// in one line when it is open.
+pub fn render_too_small(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut text = vec![
         Line::styled(
             format!("terminal too small: need {MIN_WIDTH}x{MIN_HEIGHT}"),
             theme.badge(theme.warn),
@@ -207,5 +209,15 @@ pub fn render_too_small(frame: &mut Frame, area: Rect, theme: &Theme) {
             area.width, area.height
         )),
     ];
+    if app.popup == Some(Popup::Quit) {
+        text.push(Line::styled(
+            if app.mode == Mode::Attached {
+                "detach? q: detach, s: stop the run, c: cancel"
+            } else {
+                "stop training? q: with a checkpoint, k: without, c: cancel"
+            },
+            theme.badge(theme.accent),
+        ));
+    }
     frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
 }
