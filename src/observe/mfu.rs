@@ -222,6 +222,7 @@ mod tests {
             at: Duration::ZERO,
             progress: 0.0,
             ranks: vec![stats(0), stats(1)],
+            totals: None,
         };
         let m = Mfu::for_run(&info);
         let v = crate::observe::metrics::records::step(&row, None, Some(&m));

@@ -22,6 +22,44 @@ pub struct StepRow {
     pub progress: f64,
     /// Indexed by rank.
     pub ranks: Vec<StepStats>,
+    /// The run so far, this step included; `None` in rows of files written before they were
+    /// recorded.
+    pub totals: Option<Totals>,
+}
+
+/// What every complete step of a run adds up to, from its start (a resumed run's, from its
+/// resume). Each row carries them, so a reader given only some rows (the metrics file's every
+/// `--log-every`th, an attached screen's newest) still sums the whole run, not a sample of it
+/// (the logged steps are the ones that check the replicas, the newest are the slow ones).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub steps: u64,
+    pub samples: u64,
+    /// The slowest rank's step time, summed: training time, pauses left out.
+    pub train_s: f64,
+    /// Summed over ranks and steps: step time and its parts (compute with the optimizer).
+    pub rank_s: f64,
+    pub compute_s: f64,
+    pub data_s: f64,
+    pub comm_s: f64,
+    pub wait_s: f64,
+}
+
+impl Totals {
+    /// Counts one complete step: its samples and every rank's sample of it.
+    pub fn add(&mut self, global_samples: usize, ranks: &[StepStats]) {
+        let secs = |d: Duration| d.as_secs_f64();
+        self.steps += 1;
+        self.samples += global_samples as u64;
+        self.train_s += ranks.iter().map(|r| secs(r.step_time)).fold(0.0, f64::max);
+        for r in ranks {
+            self.rank_s += secs(r.step_time);
+            self.compute_s += secs(r.compute + r.optimizer);
+            self.data_s += secs(r.data_wait);
+            self.comm_s += secs(r.comm);
+            self.wait_s += secs(r.sync_wait);
+        }
+    }
 }
 
 /// Rows older than this many steps behind the newest complete one are given up on (a sample
@@ -36,6 +74,7 @@ pub struct Monitor {
     /// (finish time, cumulative samples, progress) of recent complete rows.
     recent: VecDeque<(Duration, u64, f64)>,
     total_samples: u64,
+    totals: Totals,
 }
 
 impl Monitor {
@@ -45,6 +84,7 @@ impl Monitor {
             pending: BTreeMap::new(),
             recent: VecDeque::new(),
             total_samples: 0,
+            totals: Totals::default(),
         }
     }
 
@@ -72,6 +112,7 @@ impl Monitor {
         let first = &ranks[0];
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
         self.count(at, first);
+        self.totals.add(first.global_samples, &ranks);
         Some(StepRow {
             step,
             epoch: first.epoch,
@@ -83,6 +124,7 @@ impl Monitor {
             at,
             progress: first.progress,
             ranks,
+            totals: Some(self.totals),
         })
     }
 

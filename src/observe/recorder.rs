@@ -263,6 +263,7 @@ mod tests {
             at: Duration::from_millis(step),
             progress: 0.0,
             ranks: Vec::new(),
+            totals: None,
         }
     }
 

@@ -9,7 +9,8 @@
 //! `{"steps": N}`), `lr` (the starting base LR), `start_epoch`, `device_names` (per device, the
 //! GPU's model, null for CPU workers), `device_note`, `precision` (what the GPUs compute in: fp32, tf32 or bf16; fp32 where absent), `run_dir`, `started_unix` (when the workers started, seconds since 1970: the
 //! moment every `t` counts from); `step`: `progress` (fraction of the
-//! budget done, 0..1); `telemetry`: `machine_memory` (bytes, beside `process_rss`).
+//! budget done, 0..1), `totals` (the run so far, every step counted); `telemetry`:
+//! `machine_memory` (bytes, beside `process_rss`).
 
 mod parse;
 pub mod reader;

@@ -12,7 +12,7 @@ use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
-use crate::observe::monitor::StepRow;
+use crate::observe::monitor::{StepRow, Totals};
 use crate::observe::nvml::throttle_bits;
 use crate::observe::sample::DeviceSample;
 
@@ -407,9 +407,38 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
             at,
             progress,
             ranks,
+            totals: totals(v)?,
         },
         samples_per_s: opt_num(v, "samples_per_s")?,
     })
+}
+
+/// A step record's `totals` (files from before them have none).
+fn totals(v: &Value) -> Parsed<Option<Totals>> {
+    let Some(t) = field(v, "totals") else {
+        return Ok(None);
+    };
+    let secs = |k: &str| {
+        let x = num(t, k)?;
+        (x.is_finite() && x >= 0.0)
+            .then_some(x)
+            .ok_or(format!("`{k}` is not a time in seconds"))
+    };
+    let read = || {
+        Ok(Totals {
+            steps: uint(t, "steps")?,
+            samples: uint(t, "samples")?,
+            train_s: secs("train_s")?,
+            rank_s: secs("rank_s")?,
+            compute_s: secs("compute_s")?,
+            data_s: secs("data_s")?,
+            comm_s: secs("comm_s")?,
+            wait_s: secs("wait_s")?,
+        })
+    };
+    read()
+        .map(Some)
+        .map_err(|e: String| format!("`totals`: {e}"))
 }
 
 fn telemetry(v: &Value, ranks: usize) -> Parsed<Record> {

@@ -49,6 +49,7 @@ fn row(step: u64) -> StepRow {
         at: Duration::from_millis(15 * step),
         progress: 0.5,
         ranks: vec![rank(0), rank(1)],
+        totals: None,
     }
 }
 

@@ -283,6 +283,7 @@ mod tests {
             at: ms(n as f64 * step),
             progress: 0.0,
             ranks: (0..ranks).map(stats).collect(),
+            totals: None,
         }
     }
 

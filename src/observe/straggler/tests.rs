@@ -52,6 +52,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
         at: ms(step as f64),
         progress: 0.0,
         ranks,
+        totals: None,
     }
 }
 

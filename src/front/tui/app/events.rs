@@ -42,19 +42,10 @@ impl App {
     fn count_row(&mut self, row: &StepRow) {
         self.now = self.now.max(row.at);
         self.reached = self.reached.max(row.step);
-        let step_time = row
-            .ranks
-            .iter()
-            .map(|r| r.step_time.as_secs_f64())
-            .fold(0.0, f64::max);
-        self.train_time += step_time;
-        self.rows_samples += row.global_samples as u64;
-        for r in &row.ranks {
-            self.compute_time += (r.compute + r.optimizer).as_secs_f64();
-            self.data_time += r.data_wait.as_secs_f64();
-            self.comm_time += r.comm.as_secs_f64();
-            self.wait_time += r.sync_wait.as_secs_f64();
-            self.rank_time += r.step_time.as_secs_f64();
+        match row.totals {
+            Some(t) => self.totals = t,
+            // (a file from before rows carried the run's totals: the rows it has)
+            None => self.totals.add(row.global_samples, &row.ranks),
         }
         let x = row.step as f64;
         let loss = row.loss as f64;

@@ -20,7 +20,7 @@ use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::observe::history::History;
 use crate::observe::mfu::Mfu;
-use crate::observe::monitor::{Monitor, StepRow};
+use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
 
@@ -184,14 +184,8 @@ pub struct App {
     pub quitting: bool,
     /// The end-of-run summary was dismissed (Esc) to look at the panels under it.
     pub summary_hidden: bool,
-    /// Training time (sum of step times) and compute time (sum over ranks) of seen rows.
-    train_time: f64,
-    compute_time: f64,
-    data_time: f64,
-    comm_time: f64,
-    wait_time: f64,
-    rank_time: f64,
-    rows_samples: u64,
+    /// The run's totals as of the newest row (for the summary).
+    totals: Totals,
 }
 
 impl App {
@@ -236,13 +230,7 @@ impl App {
             summary: None,
             quitting: false,
             summary_hidden: false,
-            train_time: 0.0,
-            compute_time: 0.0,
-            data_time: 0.0,
-            comm_time: 0.0,
-            wait_time: 0.0,
-            rank_time: 0.0,
-            rows_samples: 0,
+            totals: Totals::default(),
         };
         if let Some(line) = crate::front::words::resumed_line(&app.info) {
             let lr = app
@@ -386,7 +374,8 @@ impl App {
     }
 
     fn summarize(&self, steps: u64, stopped: bool) -> Summary {
-        let share = |t: f64| (self.rank_time > 0.0).then(|| t / self.rank_time);
+        let t = &self.totals;
+        let share = |x: f64| (t.rank_s > 0.0).then(|| x / t.rank_s);
         let failed = self.log.iter().find(|l| l.level == Level::Error);
         Summary {
             steps,
@@ -399,12 +388,11 @@ impl App {
                 .filter_map(|e| e.val_accuracy)
                 .reduce(f32::max),
             wall: self.now,
-            mean_samples_per_sec: (self.train_time > 0.0)
-                .then(|| self.rows_samples as f64 / self.train_time),
-            compute_share: share(self.compute_time),
-            data_share: share(self.data_time),
-            comm_share: share(self.comm_time),
-            wait_share: share(self.wait_time),
+            mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
+            compute_share: share(t.compute_s),
+            data_share: share(t.data_s),
+            comm_share: share(t.comm_s),
+            wait_share: share(t.wait_s),
             last_checkpoint: self.last_checkpoint.clone(),
         }
     }
