@@ -144,7 +144,9 @@ fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
         "{out}"
     );
     assert!(
-        out.contains("lr: 2.00e-3 (the checkpoint's 1.00e-3, linear scaling from a global batch of 32 to 64)"),
+        out.contains(
+            "lr: 1.41e-3 (the checkpoint's 1.00e-3, sqrt scaling from a global batch of 32 to 64)"
+        ),
         "{out}"
     );
     assert!(out.contains("batch: 64 per replica x 1 ranks"), "{out}");

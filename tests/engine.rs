@@ -13,6 +13,7 @@ use mgtop::engine::events::{Applied, Event};
 use mgtop::engine::{Engine, EngineError, RunResult};
 use mgtop::nn::model::{Model, ModelSpec};
 use mgtop::nn::optim::OptimizerKind;
+use mgtop::nn::schedule::LrScaling;
 
 fn small(ranks: usize, per_replica: usize, steps: u64, ckpt: &Path) -> RunConfig {
     RunConfig {
@@ -208,6 +209,7 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 4, 1_000_000, dir.path());
     cfg.lr = Some(1e-3);
+    cfg.lr_scaling = LrScaling::Linear;
     cfg.data = DataSpec::Synthetic {
         n: 4800,
         d: 12,

@@ -300,7 +300,7 @@ pub struct TrainArgs {
     /// constant | cosine | step (x0.1 at 50% and 75% of the run) | multistep:F1,F2,... (x0.1 at each fraction of the run)  [default: constant]
     #[arg(long)]
     pub schedule: Option<String>,
-    /// How the LR follows a batch-size change: linear | sqrt | none  [default: linear]
+    /// How the LR follows the global batch (at the start and on a batch-size change): linear | sqrt | none  [default: sqrt with adam/adamw, linear with sgd/momentum/nesterov]
     #[arg(long)]
     pub lr_scaling: Option<String>,
     /// Micro-batches accumulated per optimizer step (one all-reduce)  [default: 1]

@@ -9,6 +9,7 @@ use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
 use crate::data::DataOptions;
 use crate::engine::{checkpoint, rundir};
+use crate::nn::schedule::LrScaling;
 
 fn parse<T: std::str::FromStr<Err = String>>(
     flag: &str,
@@ -149,6 +150,7 @@ impl TrainArgs {
             None => (args, None),
         };
         let d = RunConfig::default();
+        let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
         let budget = match (args.epochs, args.steps) {
             (Some(_), Some(_)) => {
                 return Err("--epochs and --steps both given: choose one budget".into())
@@ -235,7 +237,7 @@ impl TrainArgs {
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
             batch_from_flag: args.batch_per_replica.is_some(),
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
-            optimizer: parse("optimizer", args.optimizer.as_ref(), d.optimizer)?,
+            optimizer,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
             momentum: args.momentum.unwrap_or(d.momentum),
             no_decay_bn_bias: args.no_decay_bn_bias,
@@ -248,7 +250,11 @@ impl TrainArgs {
             )?,
             warmup: args.warmup.unwrap_or(d.warmup),
             schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
-            lr_scaling: parse("lr-scaling", args.lr_scaling.as_ref(), d.lr_scaling)?,
+            lr_scaling: parse(
+                "lr-scaling",
+                args.lr_scaling.as_ref(),
+                LrScaling::for_optimizer(optimizer),
+            )?,
             grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
             prefetch,
             loader_threads,

@@ -24,6 +24,18 @@ fn a_flag_given_again_replaces_the_earlier_value() {
 }
 
 #[test]
+fn the_lr_follows_the_batch_by_the_optimizer_s_rule_unless_told() {
+    use crate::nn::schedule::LrScaling;
+    let scaling = |args: &[&str]| cli(args).unwrap().0.lr_scaling;
+    assert_eq!(scaling(&[]), LrScaling::Sqrt, "Adam, the default");
+    assert_eq!(scaling(&["--optimizer", "adamw"]), LrScaling::Sqrt);
+    assert_eq!(scaling(&["--optimizer", "momentum"]), LrScaling::Linear);
+    assert_eq!(scaling(&["--optimizer", "sgd"]), LrScaling::Linear);
+    let told = ["--optimizer", "adam", "--lr-scaling", "linear"];
+    assert_eq!(scaling(&told), LrScaling::Linear);
+}
+
+#[test]
 fn flags_override_the_file_which_overrides_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("run.toml");

@@ -254,7 +254,7 @@ impl Default for RunConfig {
             weight_decay: 0.0,
             warmup: 0,
             schedule: Schedule::Constant,
-            lr_scaling: LrScaling::Linear,
+            lr_scaling: LrScaling::for_optimizer(OptimizerKind::Adam),
             grad_accum: 1,
             prefetch: 4,
             loader_threads: None,
@@ -312,14 +312,15 @@ mod tests {
 
     #[test]
     fn the_default_lr_follows_the_global_batch_and_a_given_lr_does_not() {
+        // Adam, the default optimizer: square-root scaling
         let d = RunConfig::default();
         assert!((d.start_lr(64) - 1e-3).abs() < 1e-9);
-        assert!((d.start_lr(512) - 8e-3).abs() < 1e-9);
-        let sqrt = RunConfig {
-            lr_scaling: LrScaling::Sqrt,
+        assert!((d.start_lr(256) - 2e-3).abs() < 1e-9);
+        let linear = RunConfig {
+            lr_scaling: LrScaling::Linear,
             ..RunConfig::default()
         };
-        assert!((sqrt.start_lr(256) - 2e-3).abs() < 1e-9);
+        assert!((linear.start_lr(512) - 8e-3).abs() < 1e-9);
         let given = RunConfig {
             lr: Some(0.05),
             ..RunConfig::default()

@@ -159,9 +159,17 @@ mod tests {
         }
     }
 
+    /// The defaults under linear LR scaling (SGD's rule; these tests' figures follow it).
+    fn linear() -> RunConfig {
+        RunConfig {
+            lr_scaling: crate::nn::schedule::LrScaling::Linear,
+            ..RunConfig::default()
+        }
+    }
+
     #[test]
     fn the_checkpoint_s_values_unless_the_flags_say_otherwise() {
-        let plain = resumed_settings(&RunConfig::default(), &meta(), 2);
+        let plain = resumed_settings(&linear(), &meta(), 2);
         assert_eq!((plain.per_replica, plain.lr), (32, 1e-3));
         assert!(
             plain.resume_note.contains("from the checkpoint"),
@@ -172,7 +180,7 @@ mod tests {
         let bigger = RunConfig {
             batch_per_replica: 64,
             batch_from_flag: true,
-            ..RunConfig::default()
+            ..linear()
         };
         let r = resumed_settings(&bigger, &meta(), 2);
         assert_eq!(r.per_replica, 64);
@@ -189,7 +197,7 @@ mod tests {
         assert!(r.lr_note.contains("--lr"), "{r:?}");
 
         // fewer ranks than the checkpoint's: the same per-replica batch, a smaller global one
-        let r = resumed_settings(&RunConfig::default(), &meta(), 1);
+        let r = resumed_settings(&linear(), &meta(), 1);
         assert!((r.lr - 5e-4).abs() < 1e-9, "{r:?}");
     }
 
@@ -201,7 +209,7 @@ mod tests {
         };
         let with = |a: usize| RunConfig {
             grad_accum: a,
-            ..RunConfig::default()
+            ..linear()
         };
         // the same accumulation: the checkpoint's LR
         let r = resumed_settings(&with(4), &accum(4), 2);

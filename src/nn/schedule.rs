@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::optim::OptimizerKind;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     Constant,
@@ -110,6 +112,18 @@ pub enum LrScaling {
 }
 
 impl LrScaling {
+    /// The rule an optimizer's LR follows unless `--lr-scaling` says otherwise: linear for
+    /// SGD (Goyal et al. 2017), square root for Adam and AdamW (Malladi et al. 2022: linear
+    /// scaling takes Adam's LR past where it trains at large batches).
+    pub fn for_optimizer(optimizer: OptimizerKind) -> LrScaling {
+        match optimizer {
+            OptimizerKind::Adam | OptimizerKind::AdamW => LrScaling::Sqrt,
+            OptimizerKind::Sgd | OptimizerKind::Momentum | OptimizerKind::Nesterov => {
+                LrScaling::Linear
+            }
+        }
+    }
+
     pub fn rescale(self, lr: f32, old_batch: usize, new_batch: usize) -> f32 {
         let ratio = new_batch as f64 / old_batch as f64;
         match self {
