@@ -205,10 +205,11 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
     }
 }
 
-/// A batch past the training split of `samples` takes it all each step: `cfg` trained (its
-/// learning rate scaled, its memory counted) with that batch, and a note saying so. A resumed
-/// run keeps its checkpoint's. `ranks`: None in a run over several processes, which may hold
-/// unequal device counts (their caps would differ): there the keyboard's cap alone applies.
+/// A global batch past the training split of `samples` takes it all each step: `cfg` trained
+/// (its learning rate scaled, its memory counted) with the batch (and, where one sample a rank
+/// is still too many, the accumulation) cut to that, and a note saying so. A resumed run keeps
+/// its checkpoint's. `ranks`: None in a run over several processes, which may hold unequal
+/// device counts (their caps would differ): there the keyboard's cap alone applies.
 pub(super) fn batch_within_data(
     cfg: RunConfig,
     samples: usize,
@@ -218,17 +219,86 @@ pub(super) fn batch_within_data(
     let Some(ranks) = ranks else {
         return cfg;
     };
-    let whole = super::control::data_batch_cap(samples, ranks, cfg.grad_accum);
-    if cfg.batch_per_replica <= whole || cfg.resume.is_some() {
+    let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
+    let per_replica = cfg
+        .batch_per_replica
+        .min(super::control::data_batch_cap(samples, ranks, accum));
+    let cut = (per_replica, accum) != (cfg.batch_per_replica, cfg.grad_accum);
+    if !cut || cfg.resume.is_some() {
         return cfg;
     }
+    let global = |b: usize, a: usize| {
+        let accumulated = match a {
+            1 => String::new(),
+            a => format!(" x {a} accumulated"),
+        };
+        format!(
+            "{b} per replica x {ranks} rank{}{accumulated} = {}",
+            plural(ranks),
+            b * ranks * a
+        )
+    };
     notes.push(format!(
-        "batch {} per replica is more than the training split's {samples} samples over {ranks} rank{}: {whole} per replica, each step takes them all",
-        cfg.batch_per_replica,
-        if ranks == 1 { "" } else { "s" }
+        "a global batch of {} is more than the training split's {samples} samples: {}, each step takes them all",
+        global(cfg.batch_per_replica, cfg.grad_accum),
+        global(per_replica, accum),
     ));
     RunConfig {
-        batch_per_replica: whole,
+        batch_per_replica: per_replica,
+        grad_accum: accum,
         ..cfg
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(
+        batch: usize,
+        accum: usize,
+        samples: usize,
+        ranks: usize,
+    ) -> (usize, usize, Vec<String>) {
+        let cfg = RunConfig {
+            batch_per_replica: batch,
+            grad_accum: accum,
+            ..RunConfig::default()
+        };
+        let mut notes = Vec::new();
+        let c = batch_within_data(cfg, samples, Some(ranks), &mut notes);
+        (c.batch_per_replica, c.grad_accum, notes)
+    }
+
+    #[test]
+    fn a_global_batch_past_the_training_split_is_cut_to_it_accumulation_counted() {
+        assert_eq!(cut(32, 1, 1438, 2), (32, 1, vec![]));
+        // 32 x 2 x 32 = 2048 of 1438: 23 a replica
+        let (b, a, notes) = cut(32, 32, 1438, 2);
+        assert_eq!((b, a), (23, 32));
+        assert_eq!(
+            notes,
+            ["a global batch of 32 per replica x 2 ranks x 32 accumulated = 2048 is more than the training split's 1438 samples: 23 per replica x 2 ranks x 32 accumulated = 1472, each step takes them all"]
+        );
+        // one sample a replica is still 2000: the accumulation is cut too
+        let (b, a, notes) = cut(1, 1000, 80, 2);
+        assert_eq!((b, a), (1, 40));
+        assert!(
+            notes[0].ends_with(
+                "1 per replica x 2 ranks x 40 accumulated = 80, each step takes them all"
+            ),
+            "{notes:?}"
+        );
+        let (b, a, _) = cut(64, 1, 100, 1);
+        assert_eq!((b, a), (64, 1));
+        assert_eq!(cut(200, 1, 100, 1).0, 100);
     }
 }

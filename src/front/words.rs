@@ -225,10 +225,12 @@ pub fn step_line(
         .iter()
         .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
         .collect();
-    // per rank: `32x2`, or each rank's samples where --rebalance cut the batch unevenly
+    // per rank: `32x2`; the samples each rank took where that is not the batch per replica
+    // (an epoch's short last batch, micro-batches accumulated: `736x2`), or each rank's where
+    // --rebalance cut the batch unevenly
     let samples: Vec<usize> = row.ranks.iter().map(|r| r.samples).collect();
     let per_rank = if samples.windows(2).all(|w| w[0] == w[1]) {
-        format!("{}x{}", row.per_replica, row.ranks.len())
+        format!("{}x{}", samples.first().unwrap_or(&0), row.ranks.len())
     } else {
         per_rank(&samples)
     };
@@ -380,5 +382,26 @@ mod tests {
                 "{mode}"
             );
         }
+    }
+
+    #[test]
+    fn a_step_line_s_batch_is_what_the_ranks_took() {
+        use crate::front::tui::demo;
+        use crate::observe::monitor::Monitor;
+        let row = |samples: usize| {
+            let mut m = Monitor::new(2);
+            let mut last = None;
+            for r in 0..2 {
+                let mut s = demo::step(r, 2, 1);
+                s.samples = samples;
+                s.global_samples = 2 * samples;
+                last = m.on_step(s);
+            }
+            last.unwrap()
+        };
+        let line = |samples| step_line(&row(samples), None, Budget::Steps(9), None);
+        assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
+        // an epoch's short last batch at 32 per replica
+        assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
     }
 }
