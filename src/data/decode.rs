@@ -3,7 +3,7 @@
 //! 16-bit rounded), and a cap on the pixels a file may declare, so a decompression bomb is
 //! refused before anything is allocated for it.
 
-use std::io::BufReader;
+use std::io::{BufRead, BufReader, Cursor, Read, Seek};
 use std::path::Path;
 
 use image::{DynamicImage, ImageDecoder, ImageError, ImageReader, Limits};
@@ -25,7 +25,10 @@ fn limits() -> Limits {
     l
 }
 
-fn open(path: &Path) -> Result<impl ImageDecoder, String> {
+/// The most bytes a picture file may hold (far past any JPEG or PNG of `MAX_PIXELS`).
+const MAX_FILE: u64 = 1 << 30;
+
+fn open_file(path: &Path) -> Result<std::fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
     // (without blocking: a FIFO put in a picture's place is refused, not waited on)
     let file = std::fs::OpenOptions::new()
@@ -38,7 +41,11 @@ fn open(path: &Path) -> Result<impl ImageDecoder, String> {
         Ok(m) => return Err(format!("{}, not a regular file", super::read::kind_of(&m))),
         Err(e) => return Err(format!("cannot open: {e}")),
     }
-    let mut reader = ImageReader::new(BufReader::new(file))
+    Ok(file)
+}
+
+fn decoder(read: impl BufRead + Seek + 'static) -> Result<impl ImageDecoder, String> {
+    let mut reader = ImageReader::new(read)
         .with_guessed_format()
         .map_err(|e| format!("cannot read: {e}"))?;
     reader.limits(limits());
@@ -62,7 +69,7 @@ fn open(path: &Path) -> Result<impl ImageDecoder, String> {
 /// A file's width and height as it will be seen (after its EXIF orientation), from its
 /// header alone.
 pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
-    let mut d = open(path)?;
+    let mut d = decoder(BufReader::new(open_file(path)?))?;
     let (w, h) = d.dimensions();
     let turned = matches!(
         d.orientation()
@@ -81,7 +88,25 @@ pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
 
 /// Decodes a whole file to 8-bit RGB, upright.
 pub fn decode(path: &Path) -> Result<Picture, String> {
-    let mut d = open(path)?;
+    let mut bytes = Vec::new();
+    open_file(path)?
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(format!(
+            "is larger than {} MiB; no picture needs that (remove it from the folder)",
+            MAX_FILE >> 20
+        ));
+    }
+    if jpeg_cut_short(&bytes) {
+        // (the JPEG decoder fills what is missing with grey rather than failing)
+        return Err(
+            "cannot be decoded: the JPEG is cut short (no end-of-image marker after its last scan)"
+                .into(),
+        );
+    }
+    let mut d = decoder(Cursor::new(bytes))?;
     let orientation = d
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
@@ -95,4 +120,53 @@ pub fn decode(path: &Path) -> Result<Picture, String> {
         h,
         rgb: rgb.into_raw(),
     })
+}
+
+/// A JPEG whose last scan (SOS marker, `FF DA`) has no end-of-image marker (`FF D9`) after it:
+/// a file cut short. Inside a scan an `FF` byte is always followed by `00` or a restart marker,
+/// so neither marker can appear there by chance; an EXIF thumbnail's own scan and end come
+/// before the picture's scan.
+fn jpeg_cut_short(bytes: &[u8]) -> bool {
+    if !bytes.starts_with(&[0xFF, 0xD8]) {
+        return false;
+    }
+    let last = |marker: u8| bytes.windows(2).rposition(|w| w == [0xFF, marker]);
+    match (last(0xDA), last(0xD9)) {
+        (Some(scan), end) => end.is_none_or(|e| e < scan),
+        (None, _) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jpeg(w: u32, h: u32) -> Vec<u8> {
+        // (noise: the scan, not the header, is most of the file)
+        let img = image::RgbImage::from_fn(w, h, |x, y| {
+            let n = (x * 7919 + y * 104_729) % 251;
+            image::Rgb([n as u8, (n * 3) as u8, (x + y) as u8])
+        });
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        out.into_inner()
+    }
+
+    #[test]
+    fn a_jpeg_cut_short_is_refused_and_a_whole_one_with_a_trailer_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let whole = jpeg(160, 120);
+        let f = dir.path().join("p.jpg");
+        // trailing bytes after the end (as some cameras write) are no harm
+        let mut trailer = whole.clone();
+        trailer.extend_from_slice(b"trailer");
+        std::fs::write(&f, &trailer).unwrap();
+        let p = decode(&f).unwrap();
+        assert_eq!((p.w, p.h), (160, 120));
+        for cut in [whole.len() - 2, whole.len() / 2, whole.len() - 40] {
+            std::fs::write(&f, &whole[..cut]).unwrap();
+            let e = decode(&f).unwrap_err();
+            assert!(e.contains("the JPEG is cut short"), "{cut}: {e}");
+        }
+    }
 }

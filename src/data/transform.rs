@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::picture::{Norm, Picture, Region};
+use super::picture::{shorter_side_size, Norm, Picture, Region};
 use crate::nn::rng::Rng;
 
 /// Training-time augmentation (`--augment`); validation never augments.
@@ -173,10 +173,11 @@ impl Look {
     pub fn render(&self, p: &Picture, rng: &mut Rng, out: &mut [f32]) {
         let (w, h) = (self.w, self.h);
         // the scaled picture's size, and how its pixels map onto the stored one's
-        let s = self
-            .side
-            .map_or(1.0, |side| side as f32 / p.w.min(p.h).max(1) as f32);
-        let (vw, vh) = ((p.w as f32 * s).round(), (p.h as f32 * s).round());
+        let (vw, vh) = match self.side {
+            Some(side) => shorter_side_size(p.w, p.h, side),
+            None => (p.w, p.h),
+        };
+        let (vw, vh) = (vw as f32, vh as f32);
         let (sx, sy) = (p.w as f32 / vw, p.h as f32 / vh);
         let a = self.augment.unwrap_or_default();
         let mut region = if a.resized_crop {

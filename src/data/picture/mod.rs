@@ -25,10 +25,10 @@ pub struct Region {
 
 impl Region {
     /// The `w x h` rectangle centred on a `pw x ph` picture (torchvision's CenterCrop
-    /// rounding).
+    /// rounding: Python's `round`, halves to even).
     pub fn centre(pw: f32, ph: f32, w: usize, h: usize) -> Region {
-        let x = ((pw - w as f32) / 2.0).round();
-        let y = ((ph - h as f32) / 2.0).round();
+        let x = ((pw - w as f32) / 2.0).round_ties_even();
+        let y = ((ph - h as f32) / 2.0).round_ties_even();
         Region {
             x,
             y,
@@ -36,6 +36,14 @@ impl Region {
             h: h as f32,
         }
     }
+}
+
+/// A `w x h` picture's size scaled so its shorter side is `side`: the longer side rounded
+/// down, as torchvision's `Resize(side)` does (`int(side * long / short)`).
+pub fn shorter_side_size(w: usize, h: usize, side: usize) -> (usize, usize) {
+    let short = w.min(h).max(1);
+    let scale = |v: usize| (v * side / short).max(1);
+    (scale(w), scale(h))
 }
 
 /// Per-channel normalisation of 0..255 pixels: (p/255 - mean) / std.
@@ -349,14 +357,12 @@ impl Picture {
         draw(self, region, w, h, flip, &mut sink);
     }
 
-    /// The picture scaled so its shorter side is `side` pixels (aspect kept).
+    /// The picture scaled so its shorter side is `side` pixels (aspect kept, `shorter_side_size`).
     pub fn shorter_side(&self, side: usize) -> Picture {
-        let short = self.w.min(self.h).max(1);
-        if short == side {
+        if self.w.min(self.h) == side {
             return self.clone();
         }
-        let scale = |v: usize| ((v * side) as f64 / short as f64).round().max(1.0) as usize;
-        let (w, h) = (scale(self.w), scale(self.h));
+        let (w, h) = shorter_side_size(self.w, self.h, side);
         let mut rgb = vec![0u8; w * h * 3];
         let whole = Region {
             x: 0.0,

@@ -80,7 +80,11 @@ fn halving_averages_pixel_pairs_and_keeps_flat_colour() {
         rgb: [9u8, 99, 199].repeat(6),
     };
     let big = flat.shorter_side(5);
-    assert_eq!((big.w, big.h), (8, 5));
+    assert_eq!(
+        (big.w, big.h),
+        (7, 5),
+        "7.5 rounded down, as torchvision's Resize"
+    );
     assert!(big.rgb.chunks(3).all(|c| c == [9, 99, 199]));
 }
 
@@ -149,4 +153,17 @@ fn a_scaled_region_is_resampled_inside_the_picture() {
     let mut flipped = vec![0.0; 12];
     p.render(r, 2, 2, true, &RAW, &mut flipped);
     assert_eq!((flipped[0], flipped[1]), (out[1], out[0]));
+}
+
+#[test]
+fn resizing_and_centre_crops_round_as_torchvision_does() {
+    // Resize(72) of 100x130: int(72 * 130 / 100) = 93, not 94
+    assert_eq!(shorter_side_size(100, 130, 72), (72, 93));
+    assert_eq!(shorter_side_size(130, 100, 72), (93, 72));
+    assert_eq!(shorter_side_size(500, 375, 256), (341, 256));
+    assert_eq!(shorter_side_size(1, 1000, 1), (1, 1000));
+    // CenterCrop's offsets are Python's round: halves to even
+    assert_eq!(Region::centre(93.0, 72.0, 72, 72).x, 10.0);
+    assert_eq!(Region::centre(95.0, 72.0, 72, 72).x, 12.0);
+    assert_eq!(Region::centre(94.0, 72.0, 72, 72).x, 11.0);
 }
