@@ -213,7 +213,12 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     };
     Engine::run(cfg).unwrap();
     let out = dir.path().join("trained.safetensors");
-    let (_, n) = export(&run.join("checkpoints"), &out).unwrap();
+    let done = export(&run.join("checkpoints"), &out).unwrap();
+    let n = done.tensors;
+    assert_eq!(done.torchvision_changes, None);
+    assert!(done
+        .how_to_load(&out)
+        .starts_with("load in PyTorch: model.load_state_dict("));
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let names: Vec<String> = st.names().into_iter().cloned().collect();
@@ -422,7 +427,7 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        out.contains("exported ") && out.contains("end.safetensors (--export)"),
+        out.contains("exported ") && out.contains("end.safetensors (--export; load in PyTorch: "),
         "{out}"
     );
     let o = std::process::Command::new(bin)
@@ -457,5 +462,39 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
     assert!(
         o.status.code() == Some(1) && err.contains("--export . is a directory"),
         "{err}"
+    );
+}
+
+#[test]
+fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = model("resnet18", 10);
+    assert!(small
+        .torchvision_changes
+        .unwrap()
+        .contains("model.maxpool = torch.nn.Identity()"));
+    let big = Model::new(
+        Shape::Image {
+            c: 3,
+            h: 224,
+            w: 224,
+        },
+        &"resnet18".parse().unwrap(),
+        10,
+    )
+    .unwrap();
+    assert_eq!(big.torchvision_changes, None);
+    // ImageNet's 7x7 stem, as torchvision's resnet18 holds it
+    let stem = vec![0u8; 64 * 3 * 7 * 7 * 4];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![64, 3, 7, 7], &stem)
+            .unwrap();
+    let f = dir.path().join("imagenet.safetensors");
+    safetensors::serialize_to_file(vec![("conv1.weight", view)], &None, &f).unwrap();
+    let (mut p, mut b) = (small.init_params(0), small.init_buffers());
+    let e = import(&f, &small, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("small-image stem") && e.contains("--image-size 65 or more"),
+        "{e}"
     );
 }

@@ -247,6 +247,7 @@ fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> Checkpoint
         config,
         run_dir: None,
         origin: None,
+        torchvision_changes: None,
     }
 }
 

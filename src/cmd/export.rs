@@ -4,12 +4,13 @@ use crate::cli::ExportArgs;
 use crate::engine::weights;
 
 pub fn command(args: &ExportArgs) -> anyhow::Result<()> {
-    let (dir, n) = weights::export(&args.from, &args.out).map_err(anyhow::Error::msg)?;
+    let done = weights::export(&args.from, &args.out).map_err(anyhow::Error::msg)?;
     crate::say!(
-        "exported {n} tensors of {} to {} (load in PyTorch: model.load_state_dict(safetensors.torch.load_file(\"{}\")))",
-        dir.display(),
+        "exported {} tensors of {} to {} ({})",
+        done.tensors,
+        done.checkpoint.display(),
         args.out.display(),
-        args.out.display()
+        done.how_to_load(&args.out)
     );
     Ok(())
 }

@@ -194,8 +194,13 @@ pub(super) fn train(
     if let Some(out) = &export {
         match &result.last_checkpoint {
             Some(p) => {
-                let (_, n) = weights::export(p, out).map_err(anyhow::Error::msg)?;
-                crate::say!("exported {n} tensors to {} (--export)", out.display());
+                let done = weights::export(p, out).map_err(anyhow::Error::msg)?;
+                crate::say!(
+                    "exported {} tensors to {} (--export; {})",
+                    done.tensors,
+                    out.display(),
+                    done.how_to_load(out)
+                );
             }
             None => crate::tell!(
                 "--export {}: the run wrote no checkpoint to export",

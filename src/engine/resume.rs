@@ -156,6 +156,7 @@ mod tests {
             config: serde_json::json!({}),
             run_dir: None,
             origin: None,
+            torchvision_changes: None,
         }
     }
 

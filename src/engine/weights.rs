@@ -193,8 +193,17 @@ pub fn import(
                 head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
                 continue;
             }
+            let why = if i == 0 && model.torchvision_changes.is_some() {
+                let small = crate::nn::model::SMALL_IMAGES;
+                format!(
+                    "pictures of at most {small}x{small} pixels get a small-image stem (the start-up lines say so), which these weights do not fit: give --image-size {} or more to keep the stem they were trained with",
+                    small + 1
+                )
+            } else {
+                "the file is for another --model (or width, or input channels)".into()
+            };
             return Err(at(format!(
-                "tensor `{name}` is {:?} but this model's `{}` is {:?}: the file is for another --model (or width, or input channels)",
+                "tensor `{name}` is {:?} but this model's `{}` is {:?}: {why}",
                 view.shape(),
                 t.name,
                 t.shape,
@@ -258,9 +267,8 @@ pub fn import(
 /// Writes the weights and running statistics of the checkpoint at `from` (a run directory, a
 /// checkpoint directory or a step directory) to `out`, under PyTorch's names, with
 /// `num_batches_tracked` beside each batch norm's statistics (as `load_state_dict` expects).
-/// Written beside and renamed: a failure leaves no partial file. Returns the checkpoint read
-/// and the tensors written.
-pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
+/// Written beside and renamed: a failure leaves no partial file.
+pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     if !from.exists() {
         return Err(format!(
             "{}: no such file or directory; export a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
@@ -313,7 +321,37 @@ pub fn export(from: &Path, out: &Path) -> Result<(PathBuf, usize), String> {
             out.display()
         )
     })?;
-    Ok((dir, n))
+    Ok(Exported {
+        checkpoint: dir,
+        tensors: n,
+        torchvision_changes: meta.torchvision_changes,
+    })
+}
+
+/// What `export` wrote.
+#[derive(Debug)]
+pub struct Exported {
+    /// The checkpoint read.
+    pub checkpoint: PathBuf,
+    pub tensors: usize,
+    /// What torchvision's model needs changed before it takes them (a small-image stem).
+    pub torchvision_changes: Option<String>,
+}
+
+impl Exported {
+    /// How PyTorch loads the file written to `out`.
+    pub fn how_to_load(&self, out: &Path) -> String {
+        let load = format!(
+            "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
+            out.display()
+        );
+        match &self.torchvision_changes {
+            None => format!("load in PyTorch: {load}"),
+            Some(c) => format!(
+                "the model was built for small pictures: in PyTorch first `{c}` on torchvision's model, then {load}"
+            ),
+        }
+    }
 }
 
 /// Where `export` may write `out`: a new file, or a regular file it replaces (through a link,

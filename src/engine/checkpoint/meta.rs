@@ -37,6 +37,10 @@ pub struct CheckpointMeta {
     /// checkpoints from before lines (their line is their `run_dir`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// What torchvision's model needs changed to take these weights (`Model::torchvision_changes`),
+    /// for `export` to say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torchvision_changes: Option<String>,
 }
 
 impl CheckpointMeta {

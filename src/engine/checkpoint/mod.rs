@@ -66,11 +66,11 @@ pub enum CheckpointError {
         /// What to resume from instead (`instead_of`).
         fix: String,
     },
-    #[error("checkpoint {path} was written for model {theirs} but this run builds {ours}; use the same --model and --data, or start without --resume")]
+    #[error("checkpoint {path} does not fit this run's model: {what}")]
     ShapeMismatch {
         path: PathBuf,
-        theirs: String,
-        ours: String,
+        /// How the models differ, and what to do.
+        what: String,
     },
     #[error("checkpoint {path} holds {theirs} optimizer state but this run uses --optimizer {ours}; pass --optimizer {theirs}")]
     OptimizerMismatch {
@@ -265,6 +265,36 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     Ok(meta)
 }
 
+/// How a checkpoint's model (`meta.dims`, input to classes) differs from this run's (`ours`),
+/// in the words of the flag that changed, and the fix.
+fn model_difference(meta: &CheckpointMeta, ours: &[usize], dir: &Path) -> String {
+    let theirs = &meta.dims;
+    let (n, m) = (theirs.len(), ours.len());
+    let same = |a: &[usize], b: &[usize]| a == b;
+    if n == m && n >= 2 && same(&theirs[..n - 1], &ours[..m - 1]) {
+        return format!(
+            "it classifies into {} classes and this run's data has {}: resume it on the data it was trained on, or start a new run from its weights with --init {} (the classifier head is made anew for the new classes)",
+            theirs[n - 1],
+            ours[m - 1],
+            dir.join("model.safetensors").display()
+        );
+    }
+    if n == m && n >= 2 && same(&theirs[1..], &ours[1..]) {
+        return format!(
+            "its model takes {} values a sample and this run's data gives {}: resume it with the --data and picture options (--image-size) it was trained with, or start without --resume",
+            theirs[0], ours[0]
+        );
+    }
+    let model = meta
+        .config
+        .get("model")
+        .and_then(|m| m.as_str())
+        .map_or(String::new(), |m| format!(" (--model {m})"));
+    format!(
+        "it was written for another model{model}; resume it with the --model it was trained with, or start without --resume"
+    )
+}
+
 /// Reads a checkpoint and checks it fits `model` and the optimizer named `optimizer`.
 pub fn read(
     path: &Path,
@@ -279,17 +309,8 @@ pub fn read(
     };
     let meta = read_meta(&dir)?;
     if meta.dims != model.dims {
-        let s = |d: &[usize]| {
-            d.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join("-")
-        };
-        return Err(CheckpointError::ShapeMismatch {
-            path: dir,
-            theirs: s(&meta.dims),
-            ours: s(&model.dims),
-        });
+        let what = model_difference(&meta, &model.dims, &dir);
+        return Err(CheckpointError::ShapeMismatch { path: dir, what });
     }
     if meta.optimizer != optimizer {
         return Err(CheckpointError::OptimizerMismatch {

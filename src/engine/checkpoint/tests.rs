@@ -30,6 +30,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         config: serde_json::json!({}),
         run_dir: None,
         origin: None,
+        torchvision_changes: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (
@@ -74,7 +75,7 @@ fn rejects_other_shapes_optimizers_and_damaged_files() {
     let other = Model::mlp(4, &[5], 2);
     let e = read(&p, &other, "adam").unwrap_err().to_string();
     assert!(
-        e.contains("4-3-3-2") && e.contains("4-5-2") && e.contains("--model"),
+        e.contains("written for another model") && e.contains("--model"),
         "{e}"
     );
     let e = read(&p, &model, "sgd").unwrap_err().to_string();
@@ -342,4 +343,35 @@ fn a_resumed_run_continues_its_line_and_unnamed_checkpoints_go_with_any() {
     assert!(e.to_string().contains("step-00000011"), "{e}");
     at(12, Some("/runs/c"), Some("/runs/c"));
     assert_eq!(lines(&steps(dir.path())).len(), 3);
+}
+
+#[test]
+fn a_checkpoint_of_another_model_says_what_changed_and_what_to_do() {
+    let (model, _, meta) = sample();
+    let dir = Path::new("/ck/step-00000012");
+    let with = |dims: Vec<usize>, model: &str| CheckpointMeta {
+        dims,
+        config: serde_json::json!({ "model": model }),
+        ..meta.clone()
+    };
+    let mut more_classes = model.dims.clone();
+    *more_classes.last_mut().unwrap() += 1;
+    let why = model_difference(&with(model.dims.clone(), "dense3,bn"), &more_classes, dir);
+    assert!(
+        why.starts_with("it classifies into 2 classes and this run's data has 3")
+            && why.contains("--init /ck/step-00000012/model.safetensors"),
+        "{why}"
+    );
+    let mut wider_input = model.dims.clone();
+    wider_input[0] = 9;
+    let why = model_difference(&with(model.dims.clone(), "dense3,bn"), &wider_input, dir);
+    assert!(
+        why.starts_with("its model takes 4 values a sample and this run's data gives 9"),
+        "{why}"
+    );
+    let why = model_difference(&with(vec![4, 7, 7, 2], "resnet20"), &model.dims, dir);
+    assert!(
+        why.starts_with("it was written for another model (--model resnet20)"),
+        "{why}"
+    );
 }

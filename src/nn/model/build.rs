@@ -40,6 +40,7 @@ impl Builder {
                 n_params: 0,
                 n_buffers: 0,
                 stem: None,
+                torchvision_changes: None,
                 label_smoothing: 0.0,
                 inits: Vec::new(),
                 buffer_inits: Vec::new(),
@@ -62,6 +63,11 @@ impl Builder {
     /// A note the start-up lines show (the stem chosen for the input size).
     pub fn note_stem(&mut self, note: &'static str) {
         self.m.stem = Some(note);
+    }
+
+    /// What torchvision's model needs changed (as Python) to take this one's weights.
+    pub fn torchvision_changes(&mut self, python: &'static str) {
+        self.m.torchvision_changes = Some(python);
     }
 
     fn image(&self, v: ValueId, what: &str) -> Result<(usize, usize, usize), String> {

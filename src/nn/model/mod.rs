@@ -16,7 +16,7 @@ pub use crate::nn::window::Window;
 pub use build::{Builder, WeightInit};
 pub use cpu::{SumAcross, Workspace};
 pub use op::{Act, Node, Op, ValueId, BN_EPS, BN_MOMENTUM};
-pub use presets::Preset;
+pub use presets::{Preset, SMALL as SMALL_IMAGES};
 pub use spec::ModelSpec;
 
 use std::ops::Range;
@@ -75,6 +75,9 @@ pub struct Model {
     pub n_buffers: usize,
     /// Which stem a preset chose for the input size (for the start-up lines).
     pub stem: Option<&'static str>,
+    /// What torchvision's model of the same name needs changed to take these weights (a
+    /// small-image stem), as Python; None where it takes them as they are.
+    pub torchvision_changes: Option<&'static str>,
     /// The loss's label smoothing (`--label-smoothing`; 0: plain cross-entropy).
     pub label_smoothing: f32,
     inits: Vec<Init>,

@@ -73,7 +73,7 @@ impl fmt::Display for Preset {
 
 /// Images this small get the CIFAR stem (3x3 stride 1, no max pool); ImageNet's stem would
 /// shrink them to nothing.
-const SMALL: usize = 64;
+pub const SMALL: usize = 64;
 
 impl Preset {
     pub fn build(self, input: Shape, classes: usize) -> Result<Model, String> {
@@ -259,6 +259,9 @@ fn resnet(b: &mut Builder, depth: usize, classes: usize, small: bool) -> Result<
     };
     let x = if small {
         b.note_stem("CIFAR stem for small images: 3x3 stride 1 conv, no max pool");
+        b.torchvision_changes(
+            "model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False); model.maxpool = torch.nn.Identity()",
+        );
         conv_bn(b, ("conv1", "bn1"), b.input(), 64, 3, 1, 1, Act::Relu)?
     } else {
         b.note_stem("ImageNet stem: 7x7 stride 2 conv, 3x3 stride 2 max pool");
@@ -335,6 +338,7 @@ fn mobilenet_v2(
     let stem_stride = match small {
         true => {
             b.note_stem("small images: the stem conv has stride 1");
+            b.torchvision_changes("model.features[0][0].stride = (1, 1)");
             1
         }
         false => 2,
