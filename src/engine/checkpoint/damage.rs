@@ -1,5 +1,43 @@
 //! What is wrong with a damaged safetensors file (a checkpoint's weights, an `--init` or
-//! `export` file), in words a user can act on.
+//! `export` file), in words a user can act on; whether a checkpoint looks whole.
+
+use std::io::Read;
+use std::path::Path;
+
+use super::{read_regular, CheckpointMeta, MAX_STATE_BYTES, STATE, WEIGHTS};
+
+/// Whether checkpoint `dir` reads as whole without reading its weights: its `state.json`
+/// parses and passes its checks, and its weights file is as long as its header says.
+pub(super) fn looks_whole(dir: &Path) -> bool {
+    let meta = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
+        .ok()
+        .and_then(|j| serde_json::from_slice::<CheckpointMeta>(&j).ok());
+    meta.is_some_and(|m| m.check().is_ok()) && weights_whole(&dir.join(WEIGHTS)).unwrap_or(false)
+}
+
+/// Whether a safetensors file is as long as its header's tensors add up to.
+fn weights_whole(path: &Path) -> std::io::Result<bool> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)?;
+    let n = u64::from_le_bytes(n);
+    if n > len.saturating_sub(8) || n > MAX_STATE_BYTES * 100 {
+        return Ok(false);
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header)?;
+    let Ok(serde_json::Value::Object(tensors)) = serde_json::from_slice(&header) else {
+        return Ok(false);
+    };
+    let end = tensors
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    Ok(len == 8 + n + end)
+}
 
 /// What is wrong with a safetensors file, in words (the crate's own Display is its Debug).
 pub fn safetensors_problem(e: &safetensors::SafeTensorError) -> String {

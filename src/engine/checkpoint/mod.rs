@@ -200,13 +200,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         return Ok(path.to_path_buf());
     }
     let found = fs::read_dir(path).map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?;
-    newest(found, None).ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
+    step_dirs(found, None)
+        .pop()
+        .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
 /// Of a checkpoint dir's entries, the complete `step-*` checkpoint of the highest step (by
 /// number, not by name: step-100000000 is newer than step-99999999), `but` left out.
-fn newest(entries: fs::ReadDir, but: Option<&Path>) -> Option<PathBuf> {
-    entries
+/// The checkpoints (`step-N` directories with a `state.json`) among `entries` but `but`,
+/// oldest first.
+fn step_dirs(entries: fs::ReadDir, but: Option<&Path>) -> Vec<PathBuf> {
+    let mut found: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| Some(p.as_path()) != but && p.join(STATE).is_file())
@@ -219,15 +223,21 @@ fn newest(entries: fs::ReadDir, but: Option<&Path>) -> Option<PathBuf> {
                 .ok()?;
             Some((step, p))
         })
-        .max_by_key(|(step, _)| *step)
-        .map(|(_, p)| p)
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
 }
 
 /// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
-/// beside it, or starting anew.
+/// beside it that looks whole, or starting anew.
 fn instead_of(dir: &Path) -> String {
-    let other =
-        (dir.parent().and_then(|p| fs::read_dir(p).ok())).and_then(|e| newest(e, Some(dir)));
+    let beside = dir.parent().and_then(|p| fs::read_dir(p).ok());
+    let other = beside.and_then(|e| {
+        step_dirs(e, Some(dir))
+            .into_iter()
+            .rev()
+            .find(|d| damage::looks_whole(d))
+    });
     match other {
         // (moved aside, the damaged one neither stands newest in the directory nor stops a
         // run resumed from an older step from writing there)
@@ -237,7 +247,7 @@ fn instead_of(dir: &Path) -> String {
             dir.file_name().unwrap_or_default().to_string_lossy(),
             dir.parent().unwrap_or(Path::new(".")).display()
         ),
-        None => "no other checkpoint is beside it: start without --resume".into(),
+        None => "no other whole checkpoint is beside it: start without --resume".into(),
     }
 }
 

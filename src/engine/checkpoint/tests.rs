@@ -133,7 +133,7 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let p = write(dir.path(), &model, &state, &m).unwrap();
     let e = read(&p, &model, "adam").unwrap_err().to_string();
     assert!(
-        e.contains("no other checkpoint is beside it: start without --resume"),
+        e.contains("no other whole checkpoint is beside it: start without --resume"),
         "{e}"
     );
     let good = CheckpointMeta {
@@ -374,4 +374,33 @@ fn a_checkpoint_of_another_model_says_what_changed_and_what_to_do() {
         why.starts_with("it was written for another model (--model resnet20)"),
         "{why}"
     );
+}
+
+#[test]
+fn a_damaged_checkpoint_points_past_other_damaged_ones_to_a_whole_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let at = |step| {
+        let m = CheckpointMeta {
+            step,
+            ..meta.clone()
+        };
+        write(dir.path(), &model, &state, &m).unwrap()
+    };
+    let (two, four, six) = (at(2), at(4), at(6));
+    // step 4's weights cut short, step 6's state damaged
+    let w = four.join(WEIGHTS);
+    let bytes = fs::read(&w).unwrap();
+    fs::write(&w, &bytes[..bytes.len() - 10]).unwrap();
+    fs::write(six.join(STATE), "{").unwrap();
+    for damaged in [&four, &six] {
+        let e = read(damaged, &model, "adam").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("instead: --resume {} (", two.display())),
+            "{e}"
+        );
+    }
+    fs::write(two.join(STATE), "{").unwrap();
+    let e = read(&six, &model, "adam").unwrap_err().to_string();
+    assert!(e.contains("no other whole checkpoint is beside it"), "{e}");
 }
