@@ -208,6 +208,10 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
 /// UI shows the run.
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::Result<()> {
     let controller = engine.controller();
+    let resume = match &engine.info().run_dir {
+        Some(d) => format!("--resume {}", d.display()),
+        None => "--resume and its checkpoint directory".into(),
+    };
     let h = move |n: usize| {
         if n == 0 {
             match &notify {
@@ -220,6 +224,9 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
         } else {
             mgtop::engine::checkpoint::abandon();
             term::restore();
+            mgtop::tell!(
+                "quit at once: the step under way was neither finished nor checkpointed; {resume} continues the run from its last checkpoint, if it wrote one"
+            );
             std::process::exit(130);
         }
     };
