@@ -376,6 +376,7 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
     );
     insta::assert_snapshot!("attached_quit_80x24", s);
     key(&mut app, KeyCode::Esc);
+    assert!(s.contains("samples/s") && s.contains("ETA"), "{s}");
     app.disconnected = Some("the run closed the connection".into());
     let s = screen(&app, 80, 24);
     let footer = s.lines().last().unwrap();
@@ -383,4 +384,7 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
         footer.contains("DISCONNECTED") && footer.contains("r reconnect"),
         "{footer}"
     );
+    // the rate and the ETA of a run no longer heard are not shown as current
+    let header: String = s.lines().take(4).collect();
+    assert!(!header.contains("ETA") && !header.contains("k samples/s"), "{s}");
 }

@@ -299,6 +299,12 @@ impl App {
         self.reached.max(self.info.start_step)
     }
 
+    /// Whether the run trains and this screen hears it (not killed, not disconnected): its
+    /// samples/s and ETA are current.
+    pub fn heard_running(&self) -> bool {
+        self.state == RunState::Running && !self.killed && self.disconnected.is_none()
+    }
+
     /// The step the ranks will reach next.
     pub fn next_step(&self) -> u64 {
         self.last_row

@@ -99,8 +99,8 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         } else {
             row.map_or(0.0, |r| r.progress).clamp(0.0, 1.0)
         };
-    let eta = match (app.state, app.eta) {
-        (RunState::Running, Some(e)) => format!(" · ETA {}", clock(e)),
+    let eta = match app.eta {
+        Some(e) if app.heard_running() => format!(" · ETA {}", clock(e)),
         _ => String::new(),
     };
     let tail = format!(" {:>3.0}% · {}{eta}", progress * 100.0, clock(app.now));
@@ -140,7 +140,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     l3.push(Span::raw(format!("lr {lr:.2e}")));
     l3.push(sep(theme));
     l3.push(Span::raw(match app.samples_per_sec {
-        Some(r) if app.state == RunState::Running => match app.info.baseline {
+        Some(r) if app.heard_running() => match app.info.baseline {
             Some(b) => {
                 let (speedup, eff) = crate::engine::calibrate::scaling(r, b, ranks);
                 format!(
