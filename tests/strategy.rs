@@ -421,15 +421,19 @@ fn bad_strategy_values_exit_1_naming_the_value_and_the_fix() {
 fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
     use mgtop::front::tui::{demo, render, theme::Theme};
     use ratatui::{backend::TestBackend, layout::Rect, Terminal};
-    let header = |strategy: Strategy| {
+    let header_of = |strategy: Strategy, budget: Option<Budget>| {
         let mut app = demo::app(2, 150);
         app.info.strategy = strategy;
+        if let Some(b) = budget {
+            app.info.budget = b;
+        }
         let theme = Theme::embedded("dark").unwrap();
         let mut t = Terminal::new(TestBackend::new(200, 3)).unwrap();
         t.draw(|f| render::render_header(f, Rect::new(0, 0, 200, 3), &app, &theme))
             .unwrap();
         t.backend().to_string()
     };
+    let header = |strategy: Strategy| header_of(strategy, None);
     let s = header(local(8, 100, false));
     assert!(
         s.contains(
@@ -437,6 +441,9 @@ fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
         ),
         "{s}"
     );
+    // a run of 153 steps is averaged at its end, before step 156
+    let s = header_of(local(8, 100, false), Some(Budget::Steps(153)));
+    assert!(s.contains("; averaged at the end, step 153"), "{s}");
     let s = header(local(8, 200, false));
     assert!(
         s.contains("synchronous warm-up: replicas step alone after step 200"),

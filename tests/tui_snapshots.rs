@@ -386,5 +386,8 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
     );
     // the rate and the ETA of a run no longer heard are not shown as current
     let header: String = s.lines().take(4).collect();
-    assert!(!header.contains("ETA") && !header.contains("k samples/s"), "{s}");
+    assert!(
+        !header.contains("ETA") && !header.contains("k samples/s"),
+        "{s}"
+    );
 }

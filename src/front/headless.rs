@@ -66,7 +66,7 @@ impl Log<'_> {
             if let Some(m) = self.mfu.mean(&row.ranks) {
                 line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
             }
-            if let Some(note) = sync_note(&self.strategy, row.step) {
+            if let Some(note) = sync_note(&self.strategy, row.step, self.budget) {
                 line += &format!(" | {note}");
             }
             let _ = writeln!(self.out, "{} {line}", stamp(row.at));

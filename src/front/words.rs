@@ -142,14 +142,20 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
 }
 
 /// Where the replicas stand after step `step`, for strategies that are not one model each step:
-/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`.
-pub fn sync_note(strategy: &Strategy, step: u64) -> Option<String> {
+/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`. A step budget's
+/// run ends averaged (the replicas are made one before the end): past its last sync, the note
+/// says so.
+pub fn sync_note(strategy: &Strategy, step: u64, budget: Budget) -> Option<String> {
+    let diverge = "replicas diverge by design (loss: rank 0's shard)";
     match *strategy {
         Strategy::LocalSgd { warmup, .. } if step < warmup => Some(format!(
             "synchronous warm-up: replicas step alone after step {warmup}"
         )),
-        _ => strategy.next_sync(step).map(|n| {
-            format!("replicas diverge by design (loss: rank 0's shard); next sync at step {n}")
+        _ => strategy.next_sync(step).map(|n| match budget {
+            Budget::Steps(last) if n > last => {
+                format!("{diverge}; averaged at the end, step {last}")
+            }
+            _ => format!("{diverge}; next sync at step {n}"),
         }),
     }
 }

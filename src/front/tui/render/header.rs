@@ -155,7 +155,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }));
     if info.strategy != Default::default() {
         l3.push(sep(theme));
-        let note = crate::front::words::sync_note(&info.strategy, step);
+        let note = crate::front::words::sync_note(&info.strategy, step, info.budget);
         l3.push(Span::styled(
             match note {
                 Some(n) => format!("{}: {n}", info.strategy),
