@@ -39,6 +39,8 @@ pub struct RunInfo {
     pub data: String,
     /// What the data's start-up lines say besides (a folder's classes, files skipped).
     pub data_notes: Vec<String>,
+    /// The samples are pictures decoded from files (which `--image-size` makes smaller).
+    pub pictures: bool,
     /// Loader threads per rank, and batches queued ahead per rank (0: built on the worker).
     pub loader_threads: usize,
     pub prefetch: usize,
@@ -160,6 +162,7 @@ impl RunInfo {
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             data_notes: loaded.notes.clone(),
+            pictures: loaded.train.pictures.is_some(),
             loader_threads: crate::engine::loader::threads_for(
                 cfg,
                 &loaded.train,

@@ -49,6 +49,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         flops: 19_200,
         model_notes: Vec::new(),
         data_notes: Vec::new(),
+        pictures: false,
         loader_threads: 1,
         prefetch: 0,
         cores: 64,

@@ -227,6 +227,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         flops: uint(v, "flops_per_sample").unwrap_or(0),
         model_notes: Vec::new(),
         data_notes: Vec::new(),
+        // (the detector that says it does not run on a file)
+        pictures: false,
         loader_threads: 1,
         prefetch: 0,
         run_dir: field(v, "run_dir")

@@ -65,6 +65,8 @@ pub struct Bound {
     pub util: Option<f64>,
     pub mfu: Option<f64>,
     pub per_replica: usize,
+    /// What an input-bound run is told to do (or the fault injected that explains it).
+    pub input_fix: String,
 }
 
 impl fmt::Display for Bound {
@@ -74,10 +76,11 @@ impl fmt::Display for Bound {
         match self.limit {
             Limit::Input => write!(
                 f,
-                "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); try more --loader-threads or --prefetch, or smaller pictures (--image-size)",
+                "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); {}",
                 pct(self.data_share),
                 self.data_ms,
-                self.step_ms
+                self.step_ms,
+                self.input_fix
             ),
             Limit::Launch => write!(
                 f,
@@ -116,6 +119,7 @@ pub struct BoundDetector {
     past: [u32; 3],
     back: [u32; 3],
     flagged: [bool; 3],
+    input_fix: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -124,9 +128,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl BoundDetector {
-    pub fn new(mfu: Mfu) -> BoundDetector {
+    pub fn new(mfu: Mfu, input_fix: String) -> BoundDetector {
         BoundDetector {
             mfu,
+            input_fix,
             recent: VecDeque::new(),
             rows: 0,
             util: None,
@@ -194,6 +199,7 @@ impl BoundDetector {
             util: self.util,
             mfu,
             per_replica: row.ranks[0].per_replica,
+            input_fix: self.input_fix.clone(),
         };
         let quiet_input = share < LAUNCH_DATA_MAX;
         let mut out = Vec::new();
@@ -320,6 +326,39 @@ mod tests {
             ..Context::default()
         };
         Detector::new(2, DetectorConfig::default(), ctx)
+    }
+
+    #[test]
+    fn an_input_bound_run_is_told_what_fits_its_input() {
+        let said = |ctx: Context| {
+            let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+            let w = feed(&mut d, 1, 60, 4.0, false);
+            w[0].1.to_string()
+        };
+        let plain = said(Context::default());
+        assert!(
+            plain.ends_with("try more --loader-threads or --prefetch"),
+            "{plain}"
+        );
+        let pictures = said(Context {
+            pictures: true,
+            ..Context::default()
+        });
+        assert!(
+            pictures.ends_with("or smaller pictures (--image-size)"),
+            "{pictures}"
+        );
+        let injected = said(Context {
+            injected: vec![
+                Some("--slow-data 0:5".into()),
+                Some("--slow-data 1:5".into()),
+            ],
+            ..Context::default()
+        });
+        assert!(
+            injected.ends_with("; fault injected: --slow-data 0:5, --slow-data 1:5"),
+            "{injected}"
+        );
     }
 
     #[test]

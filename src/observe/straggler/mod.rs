@@ -72,6 +72,27 @@ pub struct Context {
     pub models: Vec<Option<String>>,
     /// Each rank's host, in a run over several processes (empty otherwise).
     pub hosts: Vec<String>,
+    /// The samples are pictures decoded from files (which `--image-size` makes smaller).
+    pub pictures: bool,
+}
+
+impl Context {
+    /// What an input-bound run is told: the fault injected on every rank's input where that
+    /// is the cause, else what feeds the ranks faster.
+    fn input_fix(&self) -> String {
+        let injected: Option<Vec<&str>> = self
+            .injected
+            .iter()
+            .map(|f| f.as_deref().filter(|f| f.contains("--slow-data")))
+            .collect();
+        match injected {
+            Some(flags) if !flags.is_empty() => format!("fault injected: {}", flags.join(", ")),
+            _ if self.pictures => {
+                "try more --loader-threads or --prefetch, or smaller pictures (--image-size)".into()
+            }
+            _ => "try more --loader-threads or --prefetch".into(),
+        }
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -137,9 +158,11 @@ impl Detector {
                 })
                 .collect(),
             hosts: info.hosts.clone(),
+            pictures: info.pictures,
         };
         let mut d = Detector::new(info.ranks(), cfg, ctx);
-        d.bound = bound::BoundDetector::new(crate::observe::mfu::Mfu::for_run(info));
+        let fix = d.ctx.input_fix();
+        d.bound = bound::BoundDetector::new(crate::observe::mfu::Mfu::for_run(info), fix);
         d
     }
 
@@ -160,7 +183,7 @@ impl Detector {
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
-            bound: bound::BoundDetector::new(Default::default()),
+            bound: bound::BoundDetector::new(Default::default(), ctx.input_fix()),
             cfg,
             ctx,
         }
