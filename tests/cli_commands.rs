@@ -82,7 +82,7 @@ fn scale_measures_the_grid_and_writes_the_table() {
             r["efficiency"].as_f64().unwrap(),
         );
         assert!(r["samples_per_sec"].as_f64().unwrap() > 0.0);
-        assert!(r["spread"].as_f64().unwrap() >= 0.0);
+        assert!(r["spread"].is_null(), "one repeat has no spread: {r}");
         assert!((eff - speedup / devices).abs() < 1e-9, "{r}");
         if devices == 1.0 {
             assert_eq!(speedup, 1.0);

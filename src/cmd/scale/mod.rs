@@ -44,8 +44,9 @@ pub struct Row {
     pub global_batch: usize,
     pub prefetch: bool,
     pub samples_per_sec: f64,
-    /// (fastest - slowest) / median of the repeats' samples/s: how far a figure can be trusted.
-    pub spread: f64,
+    /// (fastest - slowest) / median of the repeats' samples/s: how far a figure can be trusted;
+    /// None from one run (`--repeat 1`).
+    pub spread: Option<f64>,
     /// Against one device at the same per-replica batch and prefetch setting.
     pub speedup: Option<f64>,
     pub efficiency: Option<f64>,
@@ -228,7 +229,7 @@ fn measure_once(
         prefetch: p.prefetch,
         samples_per_sec,
         mfu: mfu.of_run(samples_per_sec),
-        spread: 0.0,
+        spread: None,
         speedup: None,
         efficiency: None,
         utilization: if nvml.2 > 0 {
@@ -252,11 +253,11 @@ fn median_by(rows: &mut [Row]) -> Row {
         rows[0].samples_per_sec,
         rows[rows.len() - 1].samples_per_sec,
     );
-    m.spread = if m.samples_per_sec > 0.0 {
+    m.spread = (rows.len() > 1).then_some(if m.samples_per_sec > 0.0 {
         (hi - lo) / m.samples_per_sec
     } else {
         0.0
-    };
+    });
     m
 }
 
@@ -265,7 +266,7 @@ fn median_by(rows: &mut [Row]) -> Row {
 pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
     let noisy: Vec<String> = rows
         .iter()
-        .filter(|r| r.spread > NOISY_SPREAD)
+        .filter(|r| r.spread.is_some_and(|s| s > NOISY_SPREAD))
         .map(|r| match r.strategy.as_str() {
             "mirrored" => format!("{}x{}", r.devices, r.per_replica),
             s => format!("{s} {}x{}", r.devices, r.per_replica),

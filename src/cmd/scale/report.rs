@@ -46,7 +46,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
             r.global_batch,
             if r.prefetch { "on" } else { "off" },
             r.samples_per_sec,
-            format!("±{:.0}%", r.spread * 50.0),
+            r.spread.map_or("-".into(), |s| format!("±{:.0}%", s * 50.0)),
             r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
             r.efficiency.map_or("-".into(), pct),
             pct(r.utilization),
@@ -103,14 +103,14 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{},{:.1},{:.4},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
+                    "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
                     r.strategy,
                     r.devices,
                     r.per_replica,
                     r.global_batch,
                     r.prefetch,
                     r.samples_per_sec,
-                    r.spread,
+                    opt(r.spread),
                     opt(r.speedup),
                     opt(r.efficiency),
                     r.utilization,
