@@ -215,13 +215,14 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only == "all" || args.only == "train" {
         crate::say!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
+        crate::say!("(TF and torch: recorded figures of ../shared/bench on the 2-core reference machine, not measured now; run its scripts here for a side-by-side comparison)");
         crate::say!(
             "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
             "workers",
             "batch",
             "mgtop",
-            "TF best",
-            "torch best",
+            "TF ref",
+            "torch ref",
             "x TF",
             "x torch"
         );
