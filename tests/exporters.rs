@@ -175,6 +175,12 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
     huge.extend_from_slice(b"\r\n\r\n");
     let a = http(addr, &huge);
     assert!(a.is_empty() || a.starts_with("HTTP/1.1 431"), "{a}");
+    // just past the 8 KiB the README states, arriving whole
+    let mut over = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+    over.extend(std::iter::repeat_n(b'a', 9000 - over.len() - 4));
+    over.extend_from_slice(b"\r\n\r\n");
+    let a = http(addr, &over);
+    assert!(a.starts_with("HTTP/1.1 431"), "{a}");
 
     // slowloris: every connection slot held by a head that never ends
     let slow: Vec<TcpStream> = (0..8)

@@ -206,12 +206,14 @@ fn read_head(conn: &mut TcpStream) -> Result<Option<Vec<u8>>, ()> {
         let end = buf
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
-            .or_else(|| buf.windows(2).position(|w| w == b"\n\n"));
-        if end.is_some() {
-            return Ok(Some(buf));
-        }
-        if buf.len() > MAX_REQUEST {
-            return Ok(None);
+            .map(|i| i + 4)
+            .or_else(|| buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2));
+        match end {
+            // the head, blank line included, is what the limit counts
+            Some(end) if end > MAX_REQUEST => return Ok(None),
+            Some(_) => return Ok(Some(buf)),
+            None if buf.len() > MAX_REQUEST => return Ok(None),
+            None => {}
         }
     }
 }
