@@ -131,6 +131,22 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
         e.contains("none of its") && e.contains("is it a checkpoint of this --model"),
         "{e}"
     );
+    // a file of the head alone, for another class count: it says so
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let head: Vec<(String, safetensors::tensor::TensorView)> = ["fc.weight", "fc.bias"]
+        .iter()
+        .map(|n| (n.to_string(), st.tensor(n).unwrap()))
+        .collect();
+    let only_head = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(head, &None, only_head.path()).unwrap();
+    let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+    let e = import(only_head.path(), &m, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("only the classifier head is named as this model's")
+            && e.contains("fc.weight [10, 64] -> [2, 64]"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -157,7 +157,12 @@ pub fn import(
             return Err(matches_nothing(&names));
         }
     }
-    let bytes = read::read_bytes(path, &expect).map_err(|e| e.to_string())?;
+    let bytes = read::read_bytes(path, &expect).map_err(|e| match e {
+        read::ReadError::Io { source, .. } => at(format!(
+            "cannot read it ({source}); check the path given to --init"
+        )),
+        read::ReadError::Refused { problem, .. } => at(problem),
+    })?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         at(format!(
             "not a whole safetensors file ({}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)",
@@ -223,6 +228,12 @@ pub fn import(
         };
         dst.copy_from_slice(&v);
         loaded += 1;
+    }
+    if loaded == 0 && !head_reset.is_empty() {
+        return Err(at(format!(
+            "only the classifier head is named as this model's, and it is for another class count ({}): nothing to load; is it a checkpoint of this --model?",
+            head_reset.join(", ")
+        )));
     }
     if loaded == 0 {
         return Err(matches_nothing(&file_names));

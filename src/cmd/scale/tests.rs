@@ -63,7 +63,11 @@ fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
     let steady = median_by(&mut [row(1, 100.0), row(1, 104.0), row(1, 98.0)]);
     assert_eq!(steady.samples_per_sec, 100.0);
     assert!((steady.spread.unwrap() - 0.06).abs() < 1e-9);
-    assert_eq!(median_by(&mut [row(1, 100.0)]).spread, None, "one run has no spread");
+    assert_eq!(
+        median_by(&mut [row(1, 100.0)]).spread,
+        None,
+        "one run has no spread"
+    );
     let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
     assert_eq!(noisy.samples_per_sec, 100.0);
     assert!(noise_warning(std::slice::from_ref(&steady), 3).is_none());
