@@ -19,3 +19,4 @@ pub mod comm;
 
 pub mod data;
 pub mod nn;
+pub mod text;

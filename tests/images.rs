@@ -131,7 +131,7 @@ fn a_folder_of_classes_loads_with_its_pixels() {
         "{notes}"
     );
     assert!(
-        notes.contains("1 files that are not .jpg/.jpeg/.png ignored"),
+        notes.contains("1 file that is not .jpg/.jpeg/.png ignored (.txt 1)"),
         "{notes}"
     );
     assert!(notes.contains("kept in memory"), "{notes}");

@@ -24,8 +24,9 @@ pub struct Folder {
     pub sizes: Vec<(usize, usize)>,
     /// Files skipped, each with why.
     pub skipped: Vec<String>,
-    /// Files that are not JPEG or PNG by their extension (ignored).
-    pub ignored: usize,
+    /// Files that are not JPEG or PNG by their extension (ignored), counted by extension
+    /// (`.webp`; `no extension`).
+    pub ignored: std::collections::BTreeMap<String, usize>,
 }
 
 impl Folder {
@@ -61,7 +62,7 @@ struct Walk {
     /// The folders read so far, resolved, and the path each was first read by.
     seen: std::collections::HashMap<PathBuf, PathBuf>,
     out: Vec<PathBuf>,
-    ignored: usize,
+    ignored: std::collections::BTreeMap<String, usize>,
     skipped: Vec<String>,
 }
 
@@ -71,7 +72,7 @@ impl Walk {
             root: root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
             seen: Default::default(),
             out: Vec::new(),
-            ignored: 0,
+            ignored: Default::default(),
             skipped: Vec::new(),
         }
     }
@@ -113,7 +114,12 @@ impl Walk {
                         self.dir(&p, depth + 1)?;
                     }
                 }
-                _ if !is_image(&p) => self.ignored += 1,
+                _ if !is_image(&p) => {
+                    let ext = p.extension().map_or("no extension".into(), |e| {
+                        format!(".{}", e.to_string_lossy().to_lowercase())
+                    });
+                    *self.ignored.entry(ext).or_default() += 1;
+                }
                 Ok(m) if !m.is_file() => self.skipped.push(format!(
                     "skipped {}: {}, not a regular file",
                     p.display(),
@@ -227,7 +233,7 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             "{} holds no readable JPEG or PNG images ({} skipped, {} other files)",
             dir.display(),
             folder.skipped.len(),
-            folder.ignored
+            folder.ignored.values().sum::<usize>()
         ));
     }
     if classes.is_none() {

@@ -50,11 +50,15 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         f.classes.len(),
         listed.join(", ")
     )];
-    if f.ignored > 0 {
+    if !f.ignored.is_empty() {
+        let total = f.ignored.values().sum::<usize>();
+        let by: Vec<String> = f.ignored.iter().map(|(e, n)| format!("{e} {n}")).collect();
         notes.push(format!(
-            "{}: {} files that are not .jpg/.jpeg/.png ignored",
+            "{}: {} that {} not .jpg/.jpeg/.png ignored ({}); convert them to read them",
             f.dir.display(),
-            f.ignored
+            crate::text::counted(total, "file"),
+            if total == 1 { "is" } else { "are" },
+            by.join(", ")
         ));
     }
     notes.extend(f.skipped.iter().cloned());
@@ -285,7 +289,11 @@ pub(super) fn load(
         (Some(v), None) => (
             view(&train, all(&train), train_look, seed),
             view(v, all(v), val_look, seed),
-            format!("validation {}: {} images", v.what, v.set.len()),
+            format!(
+                "validation {}: {}",
+                v.what,
+                crate::text::counted(v.set.len(), "image")
+            ),
         ),
         (None, f) => {
             let f = f.unwrap_or(super::DEFAULT_VAL_FRACTION);
@@ -318,9 +326,9 @@ pub(super) fn load(
         None => "as stored".into(),
     };
     let description = format!(
-        "{}: {} images, 3x{h}x{w}, {} classes; {split_text}; inputs {resize}, augmented {a} in training, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
+        "{}: {}, 3x{h}x{w}, {} classes; {split_text}; inputs {resize}, augmented {a} in training, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
         train.what,
-        train.set.len(),
+        crate::text::counted(train.set.len(), "image"),
         train.classes,
         norm.mean,
         norm.std,

@@ -233,8 +233,8 @@ pub(super) fn batch_within_data(
             a => format!(" x {a} accumulated"),
         };
         format!(
-            "{b} per replica x {ranks} rank{}{accumulated} = {}",
-            plural(ranks),
+            "{b} per replica x {}{accumulated} = {}",
+            crate::text::counted(ranks, "rank"),
             b * ranks * a
         )
     };
@@ -247,14 +247,6 @@ pub(super) fn batch_within_data(
         batch_per_replica: per_replica,
         grad_accum: accum,
         ..cfg
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
     }
 }
 

@@ -108,8 +108,12 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     lines.extend(info.layers.iter().map(|l| format!("  {l}")));
     lines.extend(info.model_notes.iter().map(|n| format!("  note: {n}")));
     let budget = match info.budget {
-        Budget::Epochs(e) => format!("{e} epochs (~{} steps/epoch)", info.steps_per_epoch()),
-        Budget::Steps(s) => format!("{s} steps"),
+        Budget::Epochs(e) => format!(
+            "{} (~{} steps/epoch)",
+            crate::text::counted(e as usize, "epoch"),
+            info.steps_per_epoch()
+        ),
+        Budget::Steps(s) => crate::text::counted(s as usize, "step"),
     };
     let accum = if info.grad_accum > 1 {
         format!(" x {} accumulation", info.grad_accum)
