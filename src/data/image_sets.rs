@@ -239,14 +239,15 @@ pub(super) fn load(
         if v.classes > train.classes
             || (spec_is_folder(spec) && v.names != train.names[..v.names.len()])
         {
-            return Err(spec_err(
-                spec,
-                format!(
-                    "the validation set's classes ({}) are not the training set's ({})",
-                    v.names.join(", "),
-                    train.names.join(", ")
-                ),
-            ));
+            let msg = format!(
+                "the validation set's classes ({}) are not the training set's ({}): name its class folders as the training set's (it may leave out only the last of them in sorted order)",
+                v.names.join(", "),
+                train.names.join(", ")
+            );
+            return Err(match &opts.val_data {
+                Some(given) => spec_err(given, msg).of_val_data(),
+                None => spec_err(spec, msg),
+            });
         }
     }
     let mut reads = vec![&train];
