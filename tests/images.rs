@@ -117,10 +117,18 @@ fn a_folder_of_classes_loads_with_its_pixels() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pets");
     pets(&dir);
+    std::fs::create_dir(dir.join(".ipynb_checkpoints")).unwrap();
     let d = images(&dir, &opts(|_| {})).unwrap();
     assert_eq!(
         (d.train.len(), d.train.classes, d.train.image),
         (6, 2, Some([3, 6, 8]))
+    );
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains(".ipynb_checkpoints: a hidden folder, not a class")),
+        "{:?}",
+        d.notes
     );
     assert_eq!(d.train.y, [0, 0, 0, 0, 1, 1]);
     assert_eq!(d.val.len(), 0);

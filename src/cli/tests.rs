@@ -248,6 +248,7 @@ fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> Checkpoint
         run_dir: None,
         origin: None,
         torchvision_changes: None,
+        train_samples: None,
     }
 }
 

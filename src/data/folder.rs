@@ -171,10 +171,10 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             dir.display()
         ));
     }
-    let subs: Vec<PathBuf> = entries(dir)?
+    let (hidden, subs): (Vec<PathBuf>, Vec<PathBuf>) = entries(dir)?
         .into_iter()
-        .filter(|p| p.is_dir() && !name_of(p).starts_with('.'))
-        .collect();
+        .filter(|p| p.is_dir())
+        .partition(|p| name_of(p).starts_with('.'));
     if subs.is_empty() {
         return Err(format!(
             "{} holds no class folders; arrange the images one folder per class: {}/<class>/<image>.jpg",
@@ -187,6 +187,13 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         None => subs.iter().map(|p| name_of(p)).collect(),
     };
     let (mut walk, mut labels) = (Walk::new(dir), Vec::new());
+    // (a notebook's .ipynb_checkpoints is no class; torchvision's ImageFolder would count it)
+    walk.skipped.extend(hidden.iter().map(|h| {
+        format!(
+            "skipped {}: a hidden folder, not a class (torchvision's ImageFolder would take it as one, numbering the classes differently)",
+            h.display()
+        )
+    }));
     for sub in &subs {
         let name = name_of(sub);
         let Some(label) = names.iter().position(|n| *n == name) else {

@@ -125,7 +125,9 @@ impl Engine {
         let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &resumed {
-            Some(meta) => resumed_settings(&cfg, meta, devices.0.len()).per_replica,
+            Some(meta) => {
+                resumed_settings(&cfg, meta, devices.0.len(), loaded.train.len()).per_replica
+            }
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
@@ -189,7 +191,7 @@ impl Engine {
         let ranks = world.devices.len();
         let lead = world.process() == 0;
         // process 0's starting point, on every process
-        let start = start::starting_point(&cfg, &model, ranks, lead)?;
+        let start = start::starting_point(&cfg, &model, ranks, lead, loaded.train.len())?;
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,

@@ -19,8 +19,14 @@ pub(super) struct Resumed {
 /// `--batch-per-replica` replaces the checkpoint's batch size when given; `--lr` replaces its
 /// LR when given, and otherwise the checkpoint's LR follows the global batch (per-replica batch
 /// x ranks x `--grad-accum`) by the run's `--lr-scaling` rule (as a batch-size change during a
-/// run does).
-pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: usize) -> Resumed {
+/// run does). A training split of another size than the checkpoint's run had (`train_samples`:
+/// the data changed) is said: its order and validation split are not the run's it continues.
+pub(super) fn resumed_settings(
+    cfg: &RunConfig,
+    meta: &CheckpointMeta,
+    ranks: usize,
+    train_samples: usize,
+) -> Resumed {
     let per_replica = if cfg.batch_from_flag {
         cfg.batch_per_replica
     } else {
@@ -36,7 +42,12 @@ pub(super) fn resumed_settings(cfg: &RunConfig, meta: &CheckpointMeta, ranks: us
             meta.per_replica
         )
     };
-    let changed = changed(cfg, meta);
+    let mut changed = changed(cfg, meta);
+    if let Some(n) = meta.train_samples.filter(|&n| n != train_samples) {
+        changed.push(format!(
+            "a training split of {train_samples} samples (the checkpoint's run had {n}: the data changed, so the sample order and the validation split are not the ones it trained on)"
+        ));
+    }
     let resume_note = match changed.is_empty() {
         true => resume_note,
         false => format!("{resume_note}; {}", changed.join(", ")),
@@ -157,6 +168,7 @@ mod tests {
             run_dir: None,
             origin: None,
             torchvision_changes: None,
+            train_samples: None,
         }
     }
 
@@ -170,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_checkpoint_s_values_unless_the_flags_say_otherwise() {
-        let plain = resumed_settings(&linear(), &meta(), 2);
+        let plain = resumed_settings(&linear(), &meta(), 2, 1438);
         assert_eq!((plain.per_replica, plain.lr), (32, 1e-3));
         assert!(
             plain.resume_note.contains("from the checkpoint"),
@@ -183,7 +195,7 @@ mod tests {
             batch_from_flag: true,
             ..linear()
         };
-        let r = resumed_settings(&bigger, &meta(), 2);
+        let r = resumed_settings(&bigger, &meta(), 2, 1438);
         assert_eq!(r.per_replica, 64);
         assert!((r.lr - 2e-3).abs() < 1e-9, "linear scaling: {r:?}");
         assert!(r.resume_note.contains("the checkpoint had 32"), "{r:?}");
@@ -193,13 +205,34 @@ mod tests {
             lr: Some(5e-4),
             ..bigger
         };
-        let r = resumed_settings(&given, &meta(), 2);
+        let r = resumed_settings(&given, &meta(), 2, 1438);
         assert_eq!((r.per_replica, r.lr), (64, 5e-4));
         assert!(r.lr_note.contains("--lr"), "{r:?}");
 
         // fewer ranks than the checkpoint's: the same per-replica batch, a smaller global one
-        let r = resumed_settings(&linear(), &meta(), 1);
+        let r = resumed_settings(&linear(), &meta(), 1, 1438);
         assert!((r.lr - 5e-4).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn a_training_split_of_another_size_is_said() {
+        let recorded = CheckpointMeta {
+            train_samples: Some(1438),
+            ..meta()
+        };
+        assert!(!resumed_settings(&linear(), &recorded, 2, 1438)
+            .resume_note
+            .contains("training split"));
+        let r = resumed_settings(&linear(), &recorded, 2, 1500);
+        assert!(
+            r.resume_note.contains(
+                "a training split of 1500 samples (the checkpoint's run had 1438: the data changed"
+            ),
+            "{r:?}"
+        );
+        // a checkpoint from before the size was recorded says nothing
+        let r = resumed_settings(&linear(), &meta(), 2, 1500);
+        assert!(!r.resume_note.contains("training split"), "{r:?}");
     }
 
     #[test]
@@ -213,11 +246,11 @@ mod tests {
             ..linear()
         };
         // the same accumulation: the checkpoint's LR
-        let r = resumed_settings(&with(4), &accum(4), 2);
+        let r = resumed_settings(&with(4), &accum(4), 2, 1438);
         assert_eq!(r.lr, 1e-3, "{r:?}");
         assert!(!r.resume_note.contains("grad-accum"), "{r:?}");
         // 4 micro-batches then, 1 now: a quarter of the global batch, a quarter of the LR
-        let r = resumed_settings(&with(1), &accum(4), 2);
+        let r = resumed_settings(&with(1), &accum(4), 2, 1438);
         assert!((r.lr - 2.5e-4).abs() < 1e-9, "{r:?}");
         assert!(
             r.resume_note
@@ -226,7 +259,7 @@ mod tests {
         );
         assert!(r.lr_note.contains("256 to 64"), "{r:?}");
         // 2 ranks without accumulation resumed on 1 rank accumulating 2: the same global batch
-        let r = resumed_settings(&with(2), &accum(1), 1);
+        let r = resumed_settings(&with(2), &accum(1), 1, 1438);
         assert_eq!(r.lr, 1e-3, "{r:?}");
     }
 }

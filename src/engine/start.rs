@@ -29,20 +29,22 @@ pub(super) struct Start {
     pub init_notes: Vec<String>,
 }
 
-/// The starting point of a run of `ranks` ranks: `--resume`'s checkpoint (read by process 0
-/// alone, `lead`; the others take it from there) or a fresh model.
+/// The starting point of a run of `ranks` ranks on a training split of `train_samples`:
+/// `--resume`'s checkpoint (read by process 0 alone, `lead`; the others take it from there) or
+/// a fresh model.
 pub(super) fn starting_point(
     cfg: &RunConfig,
     model: &Model,
     ranks: usize,
     lead: bool,
+    train_samples: usize,
 ) -> Result<Start, EngineError> {
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
             let dir = checkpoint::resolve(path)?;
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())?;
             local_sgd_resumable(cfg, meta.step, &state)?;
-            let resumed = resumed_settings(cfg, &meta, ranks);
+            let resumed = resumed_settings(cfg, &meta, ranks, train_samples);
             Start {
                 step: meta.step,
                 cursor: Cursor {

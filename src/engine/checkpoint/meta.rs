@@ -41,6 +41,10 @@ pub struct CheckpointMeta {
     /// for `export` to say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torchvision_changes: Option<String>,
+    /// The training split's size (absent in checkpoints from before it was recorded): a run
+    /// resumed on data of another size is told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_samples: Option<usize>,
 }
 
 impl CheckpointMeta {

@@ -31,6 +31,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         run_dir: None,
         origin: None,
         torchvision_changes: None,
+        train_samples: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (

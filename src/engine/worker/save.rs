@@ -45,6 +45,7 @@ impl Worker {
             run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
             origin: cfg.origin.clone(),
             torchvision_changes: self.model.torchvision_changes.map(String::from),
+            train_samples: Some(self.train_len),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {
