@@ -43,7 +43,8 @@ fn checkpoint_of_another_model_is_refused_and_kept() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        out.contains("64-128-10") && out.contains("64-64-10") && out.contains("--model"),
+        out.contains("it was written for another model (--model mlp:128)")
+            && out.contains("resume it with the --model it was trained with"),
         "{out}"
     );
     assert_eq!(std::fs::read(&state).unwrap(), before);

@@ -241,7 +241,8 @@ fn sizes_rotation_and_resizing() {
     // the rotated JPEG stands 6 wide and 8 high: mixed sizes need --image-size
     let e = images(&dir, &opts(|_| {})).err().unwrap();
     assert!(
-        e.contains("different sizes (8x6 and 6x8")
+        e.contains("different sizes (8x6 (")
+            && e.contains("plain.png) and 6x8 (")
             && e.contains("rotated.jpg")
             && e.contains("--image-size"),
         "{e}"

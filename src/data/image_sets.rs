@@ -166,17 +166,23 @@ fn input_size(
         return Ok((s, s));
     }
     let first = reads[0].sizes.first().copied().unwrap_or((1, 1));
+    let named = |r: &Read, i: usize| {
+        r.set
+            .file(i)
+            .map_or(String::new(), |p| format!(" ({})", p.display()))
+    };
     for r in reads {
         if let Some((i, s)) = r.sizes.iter().enumerate().find(|(_, s)| **s != first) {
-            let name = r
-                .set
-                .file(i)
-                .map_or(String::new(), |p| format!(" ({})", p.display()));
             return Err(spec_err(
                 spec,
                 format!(
-                    "the images have different sizes ({}x{} and {}x{}{name}); give --image-size N to resize them (shorter side to N, centre crop)",
-                    first.0, first.1, s.0, s.1
+                    "the images have different sizes ({}x{}{} and {}x{}{}); give --image-size N to resize them (shorter side to N, centre crop)",
+                    first.0,
+                    first.1,
+                    named(reads[0], 0),
+                    s.0,
+                    s.1,
+                    named(r, i)
                 ),
             ));
         }

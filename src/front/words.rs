@@ -328,7 +328,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         Event::Finished {
             step,
             stopped: false,
-        } => format!("finished: {step} steps"),
+        } => format!("finished: {}", crate::text::counted(*step as usize, "step")),
     })
 }
 

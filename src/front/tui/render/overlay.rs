@@ -135,7 +135,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else if s.stopped {
         lines.push(Line::raw(format!("stopped at step {}", s.steps)));
     } else {
-        lines.push(Line::raw(format!("finished: {} steps", s.steps)));
+        lines.push(Line::raw(format!(
+            "finished: {}",
+            crate::text::counted(s.steps as usize, "step")
+        )));
     }
     let field = |k: &str, v: String| {
         Line::from(vec![
