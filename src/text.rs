@@ -5,9 +5,7 @@
 pub fn counted(n: usize, noun: &str) -> String {
     match n {
         1 => format!("1 {noun}"),
-        _ if noun.ends_with('s') || noun.ends_with('x') || noun.ends_with("ch") => {
-            format!("{n} {noun}es")
-        }
+        _ if noun.ends_with('s') || noun.ends_with('x') => format!("{n} {noun}es"),
         _ => format!("{n} {noun}s"),
     }
 }
@@ -22,5 +20,6 @@ mod tests {
         assert_eq!(counted(0, "file"), "0 files");
         assert_eq!(counted(2, "class"), "2 classes");
         assert_eq!(counted(3, "step"), "3 steps");
+        assert_eq!(counted(30, "epoch"), "30 epochs");
     }
 }

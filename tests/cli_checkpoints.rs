@@ -150,5 +150,39 @@ fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
         ),
         "{out}"
     );
-    assert!(out.contains("batch: 64 per replica x 1 ranks"), "{out}");
+    assert!(
+        out.contains("batch: 64 per replica x 1 rank = 64 global"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |data: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--model",
+            "conv4k3p1,gap",
+        ];
+        args.extend(["--data", data, "--checkpoint-dir", "ck"]);
+        args.extend(extra);
+        run_in(d, &args)
+    };
+    assert!(run("synthetic-images:64,3,8,8,3", &["--steps", "2"])
+        .status
+        .success());
+    let o = run(
+        "synthetic-images:64,3,10,10,3",
+        &["--steps", "4", "--resume", "ck"],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("it is --model conv4k3p1,gap trained on inputs of 192 values a sample, and this run's data gives 300"),
+        "{out}"
+    );
 }

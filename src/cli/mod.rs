@@ -266,7 +266,7 @@ pub struct TrainArgs {
     /// Samples per replica per step  [default: 32]
     #[arg(allow_negative_numbers = true, long)]
     pub batch_per_replica: Option<usize>,
-    /// Learning rate  [default: 1e-3 per 64 samples of global batch, scaled to the run's global batch by --lr-scaling]
+    /// Learning rate  [default: 1e-3 at a global batch of 64, scaled to the run's global batch by --lr-scaling]
     #[arg(allow_negative_numbers = true, long)]
     pub lr: Option<f64>,
     /// sgd | momentum | nesterov | adam | adamw  [default: adam]

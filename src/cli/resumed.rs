@@ -102,7 +102,15 @@ pub fn under_record(
         taken.remove("local-sgd-warmup");
     }
     taken.retain(|k, _| !given(k));
-    let defaults = RunConfig::default().record();
+    // (the LR scaling's default is the optimizer's rule)
+    let optimizer = (args.optimizer.clone())
+        .or_else(|| taken.get("optimizer")?.as_str().map(String::from))
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(RunConfig::default().optimizer);
+    let mut defaults = RunConfig::default().record();
+    defaults["lr_scaling"] = crate::nn::schedule::LrScaling::for_optimizer(optimizer)
+        .to_string()
+        .into();
     let said: Vec<String> = (taken.iter())
         .filter(|(k, v)| defaults.get(k.replace('-', "_")) != Some(*v))
         .filter_map(|(k, v)| match v {

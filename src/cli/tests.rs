@@ -367,6 +367,8 @@ fn a_checkpoint_from_before_every_setting_was_recorded_gives_what_it_has() {
         "{said}"
     );
     assert!(!said.contains("--momentum"), "{said}");
+    // AdamW's default rule is sqrt: the recorded linear is said
+    assert!(said.contains("--lr-scaling linear"), "{said}");
     // a value of the wrong kind is the checkpoint's problem, said as such
     let meta = checkpoint_of(serde_json::json!({ "warmup": "soon" }), 0, "digits");
     let e = resumed::under_checkpoint(TrainArgs::default(), &meta).unwrap_err();

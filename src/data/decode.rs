@@ -88,16 +88,22 @@ pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
 
 /// Decodes a whole file to 8-bit RGB, upright.
 pub fn decode(path: &Path) -> Result<Picture, String> {
+    let file = open_file(path)?;
+    let too_large = || {
+        format!(
+            "is larger than {} MiB; no picture needs that (remove it from the folder)",
+            MAX_FILE >> 20
+        )
+    };
+    if file.metadata().is_ok_and(|m| m.len() > MAX_FILE) {
+        return Err(too_large());
+    }
     let mut bytes = Vec::new();
-    open_file(path)?
-        .take(MAX_FILE + 1)
+    file.take(MAX_FILE + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > MAX_FILE {
-        return Err(format!(
-            "is larger than {} MiB; no picture needs that (remove it from the folder)",
-            MAX_FILE >> 20
-        ));
+        return Err(too_large());
     }
     if jpeg_cut_short(&bytes) {
         // (the JPEG decoder fills what is missing with grey rather than failing)
@@ -122,18 +128,55 @@ pub fn decode(path: &Path) -> Result<Picture, String> {
     })
 }
 
-/// A JPEG whose last scan (SOS marker, `FF DA`) has no end-of-image marker (`FF D9`) after it:
-/// a file cut short. Inside a scan an `FF` byte is always followed by `00` or a restart marker,
-/// so neither marker can appear there by chance; an EXIF thumbnail's own scan and end come
-/// before the picture's scan.
-fn jpeg_cut_short(bytes: &[u8]) -> bool {
-    if !bytes.starts_with(&[0xFF, 0xD8]) {
+/// A JPEG whose bytes end before its end-of-image marker: a file cut short. Walked as a
+/// decoder reads it: segments by their lengths (an EXIF thumbnail inside APP1 is skipped whole),
+/// each scan's entropy-coded data up to the next marker (`FF 00` and restart markers are
+/// inside it); whatever follows the end marker (a phone's trailer) is not looked at. A file
+/// whose structure is broken otherwise is left to the decoder.
+fn jpeg_cut_short(b: &[u8]) -> bool {
+    if !b.starts_with(&[0xFF, 0xD8]) {
         return false;
     }
-    let last = |marker: u8| bytes.windows(2).rposition(|w| w == [0xFF, marker]);
-    match (last(0xDA), last(0xD9)) {
-        (Some(scan), end) => end.is_none_or(|e| e < scan),
-        (None, _) => false,
+    let mut i = 2;
+    loop {
+        if i >= b.len() {
+            return true;
+        }
+        if b[i] != 0xFF {
+            return false;
+        }
+        while i < b.len() && b[i] == 0xFF {
+            i += 1;
+        }
+        let Some(&marker) = b.get(i) else {
+            return true;
+        };
+        i += 1;
+        match marker {
+            0xD9 => return false,
+            0x01 | 0xD0..=0xD7 => continue,
+            _ => {}
+        }
+        let Some(len) = b.get(i..i + 2) else {
+            return true;
+        };
+        let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+        if len < 2 {
+            return false;
+        }
+        i += len;
+        if marker == 0xDA {
+            // the scan's data: to the first byte pair that is a marker of its own
+            loop {
+                match (b.get(i), b.get(i + 1)) {
+                    (None, _) | (Some(_), None) => return true,
+                    (Some(0xFF), Some(0x00 | 0xD0..=0xD7)) => i += 2,
+                    (Some(0xFF), Some(0xFF)) => i += 1,
+                    (Some(0xFF), Some(_)) => break,
+                    _ => i += 1,
+                }
+            }
+        }
     }
 }
 
@@ -157,9 +200,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let whole = jpeg(160, 120);
         let f = dir.path().join("p.jpg");
-        // trailing bytes after the end (as some cameras write) are no harm
+        // bytes after the end (a phone's video or metadata trailer, markers and all) are no harm
         let mut trailer = whole.clone();
-        trailer.extend_from_slice(b"trailer");
+        trailer.extend_from_slice(&[0xFF, 0xDA, 0x00, 0x08, 1, 2, 0xFF, 0xD8, 0xFF, 0xDA, 9]);
         std::fs::write(&f, &trailer).unwrap();
         let p = decode(&f).unwrap();
         assert_eq!((p.w, p.h), (160, 120));

@@ -122,7 +122,17 @@ impl Engine {
         let places = places::check(&cfg, lead, resumed.as_ref())?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
-        let cfg = validate::batch_within_data(cfg, loaded.train.len(), alone, &mut loaded.notes);
+        let resumed_batch = resumed.as_ref().map(|m| match cfg.batch_from_flag {
+            true => cfg.batch_per_replica,
+            false => m.per_replica,
+        });
+        let cfg = validate::batch_within_data(
+            cfg,
+            loaded.train.len(),
+            alone,
+            resumed_batch,
+            &mut loaded.notes,
+        );
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &resumed {
             Some(meta) => {

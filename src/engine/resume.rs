@@ -45,7 +45,7 @@ pub(super) fn resumed_settings(
     let mut changed = changed(cfg, meta);
     if let Some(n) = meta.train_samples.filter(|&n| n != train_samples) {
         changed.push(format!(
-            "a training split of {train_samples} samples (the checkpoint's run had {n}: the data changed, so the sample order and the validation split are not the ones it trained on)"
+            "a training split of {train_samples} samples (the checkpoint's run had {n}: the data or its validation split changed, so the sample order is not the one it trained on)"
         ));
     }
     let resume_note = match changed.is_empty() {
@@ -226,7 +226,7 @@ mod tests {
         let r = resumed_settings(&linear(), &recorded, 2, 1500);
         assert!(
             r.resume_note.contains(
-                "a training split of 1500 samples (the checkpoint's run had 1438: the data changed"
+                "a training split of 1500 samples (the checkpoint's run had 1438: the data or its validation split changed"
             ),
             "{r:?}"
         );

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint;
+use super::checkpoint::{self, CheckpointError};
 use super::loader::Cursor;
 use super::resume::resumed_settings;
 use super::weights;
@@ -42,7 +42,8 @@ pub(super) fn starting_point(
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
             let dir = checkpoint::resolve(path)?;
-            let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())?;
+            let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())
+                .map_err(|e| same_model_other_input(e, cfg, model))?;
             local_sgd_resumable(cfg, meta.step, &state)?;
             let resumed = resumed_settings(cfg, &meta, ranks, train_samples);
             Start {
@@ -63,6 +64,35 @@ pub(super) fn starting_point(
         None => fresh(cfg, model, ranks, lead)?,
     };
     Ok(start)
+}
+
+/// A checkpoint of the same `--model` that does not fit was trained on inputs of another size
+/// (a convolutional model's every layer follows the picture size): said so, with the picture
+/// size it had, instead of blaming the model.
+fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) -> CheckpointError {
+    let CheckpointError::ShapeMismatch { path, what } = e else {
+        return e;
+    };
+    let Ok(meta) = checkpoint::read_meta(&path) else {
+        return CheckpointError::ShapeMismatch { path, what };
+    };
+    let same_model =
+        meta.config.get("model").and_then(|m| m.as_str()) == Some(&cfg.model.to_string());
+    let same_classes = meta.dims.last() == model.dims.last();
+    if !same_model || !same_classes || meta.dims.first() == model.dims.first() {
+        return CheckpointError::ShapeMismatch { path, what };
+    }
+    let had = match meta.config.get("image_size").and_then(|s| s.as_u64()) {
+        Some(s) => format!(" (it had --image-size {s})"),
+        None => String::new(),
+    };
+    let what = format!(
+        "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}, or start without --resume",
+        cfg.model,
+        meta.dims[0],
+        model.dims[0]
+    );
+    CheckpointError::ShapeMismatch { path, what }
 }
 
 /// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,

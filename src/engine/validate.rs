@@ -206,25 +206,39 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
 }
 
 /// A global batch past the training split of `samples` takes it all each step: `cfg` trained
-/// (its learning rate scaled, its memory counted) with the batch (and, where one sample a rank
-/// is still too many, the accumulation) cut to that, and a note saying so. A resumed run keeps
-/// its checkpoint's. `ranks`: None in a run over several processes, which may hold unequal
-/// device counts (their caps would differ): there the keyboard's cap alone applies.
+/// (its learning rate scaled, its memory counted) with the batch and the accumulation cut to
+/// about that, and a note saying so. A resumed run keeps the batch it resumes with (`resumed`:
+/// the checkpoint's, or --batch-per-replica's), but its accumulation is cut alike (a command
+/// run again with `--resume` brings the flag back).
+/// `ranks`: None in a run over several processes, which may hold unequal device counts (their
+/// caps would differ): there the keyboard's cap alone applies.
 pub(super) fn batch_within_data(
     cfg: RunConfig,
     samples: usize,
     ranks: Option<usize>,
+    resumed: Option<usize>,
     notes: &mut Vec<String>,
 ) -> RunConfig {
     let Some(ranks) = ranks else {
         return cfg;
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
-    let per_replica = cfg
-        .batch_per_replica
-        .min(super::control::data_batch_cap(samples, ranks, accum));
+    let per_replica = match resumed {
+        Some(b) => b,
+        None => cfg
+            .batch_per_replica
+            .min(super::control::data_batch_cap(samples, ranks, accum)),
+    };
+    // (the batch rounded up: the accumulation again, so the global batch ends near the split)
+    let accum = accum.min(samples.div_ceil(ranks * per_replica).max(1));
+    if resumed.is_some() {
+        return RunConfig {
+            grad_accum: accum,
+            ..cfg
+        };
+    }
     let cut = (per_replica, accum) != (cfg.batch_per_replica, cfg.grad_accum);
-    if !cut || cfg.resume.is_some() {
+    if !cut {
         return cfg;
     }
     let global = |b: usize, a: usize| {
@@ -266,7 +280,7 @@ mod tests {
             ..RunConfig::default()
         };
         let mut notes = Vec::new();
-        let c = batch_within_data(cfg, samples, Some(ranks), &mut notes);
+        let c = batch_within_data(cfg, samples, Some(ranks), None, &mut notes);
         (c.batch_per_replica, c.grad_accum, notes)
     }
 
@@ -292,5 +306,20 @@ mod tests {
         let (b, a, _) = cut(64, 1, 100, 1);
         assert_eq!((b, a), (64, 1));
         assert_eq!(cut(200, 1, 100, 1).0, 100);
+        // 2 a replica (1438 / 1000, rounded up) x 500 would be 2000: the accumulation follows
+        let (b, a, _) = cut(32, 500, 1438, 2);
+        assert_eq!((b, a), (2, 360), "2 x 2 x 360 = 1440");
+    }
+
+    #[test]
+    fn a_resumed_run_keeps_its_batch_but_its_accumulation_is_cut_alike() {
+        // the checkpoint's 1 a replica; the flags' 32 and 1000 again
+        let cfg = RunConfig {
+            grad_accum: 1000,
+            ..RunConfig::default()
+        };
+        let mut notes = Vec::new();
+        let c = batch_within_data(cfg, 80, Some(2), Some(1), &mut notes);
+        assert_eq!(c.grad_accum, 40, "{notes:?}");
     }
 }

@@ -198,7 +198,9 @@ pub fn import(
                 head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
                 continue;
             }
-            let why = if i == 0 && model.torchvision_changes.is_some() {
+            // (ImageNet's 7x7 stem where this model has the small-image one)
+            let imagenet_stem = view.shape().get(2..) == Some(&[7, 7][..]);
+            let why = if i == 0 && model.torchvision_changes.is_some() && imagenet_stem {
                 let small = crate::nn::model::SMALL_IMAGES;
                 format!(
                     "pictures of at most {small}x{small} pixels get a small-image stem (the start-up lines say so), which these weights do not fit: give --image-size {} or more to keep the stem they were trained with",

@@ -121,9 +121,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         String::new()
     };
     lines.push(format!(
-        "batch: {} per replica x {} ranks{accum} = {} global; {budget}",
+        "batch: {} per replica x {}{accum} = {} global; {budget}",
         info.per_replica,
-        info.ranks(),
+        crate::text::counted(info.ranks(), "rank"),
         info.per_replica * info.ranks() * info.grad_accum
     ));
     let note = info

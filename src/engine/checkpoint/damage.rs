@@ -15,10 +15,18 @@ pub(super) fn looks_whole(dir: &Path) -> bool {
     meta.is_some_and(|m| m.check().is_ok()) && weights_whole(&dir.join(WEIGHTS)).unwrap_or(false)
 }
 
-/// Whether a safetensors file is as long as its header's tensors add up to.
+/// Whether a safetensors file is as long as its header's tensors add up to (a FIFO or device
+/// in its place is not waited on: not whole).
 fn weights_whole(path: &Path) -> std::io::Result<bool> {
-    let mut f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len();
+    let expect = crate::data::read::Expect {
+        what: "a checkpoint's weights",
+        flag: "--resume",
+        max: u64::MAX,
+        fix: "",
+    };
+    let Ok((mut f, len)) = crate::data::read::open(path, &expect) else {
+        return Ok(false);
+    };
     let mut n = [0u8; 8];
     f.read_exact(&mut n)?;
     let n = u64::from_le_bytes(n);
@@ -36,7 +44,7 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
         .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
         .max()
         .unwrap_or(0);
-    Ok(len == 8 + n + end)
+    Ok((8 + n).checked_add(end) == Some(len))
 }
 
 /// What is wrong with a safetensors file, in words (the crate's own Display is its Debug).

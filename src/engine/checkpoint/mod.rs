@@ -205,10 +205,8 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
-/// Of a checkpoint dir's entries, the complete `step-*` checkpoint of the highest step (by
-/// number, not by name: step-100000000 is newer than step-99999999), `but` left out.
 /// The checkpoints (`step-N` directories with a `state.json`) among `entries` but `but`,
-/// oldest first.
+/// oldest first (by number, not by name: step-100000000 is newer than step-99999999).
 fn step_dirs(entries: fs::ReadDir, but: Option<&Path>) -> Vec<PathBuf> {
     let mut found: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
@@ -286,7 +284,7 @@ fn model_difference(meta: &CheckpointMeta, ours: &[usize], dir: &Path) -> String
             "it classifies into {} classes and this run's data has {}: resume it on the data it was trained on, or start a new run from its weights with --init {} (the classifier head is made anew for the new classes)",
             theirs[n - 1],
             ours[m - 1],
-            dir.join("model.safetensors").display()
+            dir.join(WEIGHTS).display()
         );
     }
     if n == m && n >= 2 && same(&theirs[1..], &ours[1..]) {

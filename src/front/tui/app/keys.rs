@@ -25,7 +25,11 @@ impl App {
                 self.popup = None;
                 return None;
             }
-            Some(Popup::Quit) => return self.quit_popup_key(key.code, ctrl_c),
+            Some(Popup::Quit) => {
+                let plain_q = key.code == KeyCode::Char('q') && !ctrl;
+                let again = ctrl_c || (plain_q && !key.modifiers.contains(KeyModifiers::ALT));
+                return self.quit_popup_key(key.code, again);
+            }
             None => {}
         }
         let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
@@ -163,7 +167,13 @@ impl App {
         None
     }
 
-    fn quit_popup_key(&mut self, code: KeyCode, ctrl_c: bool) -> Option<Action> {
+    /// A key under the quit popup; `again`: the key that opened it (`q`, Ctrl-C) once more.
+    fn quit_popup_key(&mut self, code: KeyCode, again: bool) -> Option<Action> {
+        // the run ended while the question was open: there is nothing left to stop
+        if self.state.ended() {
+            self.popup = None;
+            return again.then_some(Action::Quit);
+        }
         let stop = |app: &mut App, checkpoint: bool| {
             app.popup = None;
             app.quitting = true;
@@ -180,7 +190,6 @@ impl App {
         };
         let attached = self.mode == Mode::Attached;
         // the key that opened the popup, pressed again, takes the safe answer
-        let again = ctrl_c || code == KeyCode::Char('q');
         match code {
             // a client's quit is about the client: it detaches, the run goes on
             _ if again && attached => Some(Action::Quit),

@@ -590,3 +590,20 @@ fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
     let off = summary(&bare).mean_samples_per_sec.unwrap();
     assert!(off < 0.7 * every.mean_samples_per_sec.unwrap());
 }
+
+#[test]
+fn the_quit_question_after_the_run_ended_leaves_without_stopping_anything() {
+    let mut app = running(false);
+    app.handle_key(key('q'));
+    app.apply(AppEvent::Engine(Event::Finished {
+        step: 5,
+        stopped: false,
+    }));
+    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
+    assert_eq!(app.state, RunState::Done, "not turned to stopping");
+    // Alt-q is not `q` again
+    let mut app = running(false);
+    app.handle_key(key('q'));
+    let alt_q = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::ALT);
+    assert_eq!(app.handle_key(alt_q), None);
+}
