@@ -114,30 +114,18 @@ impl Engine {
         let devices = (devices, note);
         // before the data loads (minutes for a large picture set): the checkpoint resumed from,
         // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line
-        // of its own: every named line in its checkpoint directory is another's), as is one
-        // holding its own line past the step resumed from
+        // of its own), as is one holding its own line past the step resumed from
         let resumed = (cfg.resume.as_ref().filter(|_| lead))
             .map(|p| resume::point(&cfg, p))
             .transpose()?;
         let places = places::check(&cfg, lead, resumed.as_ref())?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         let alone = procs.is_none().then_some(devices.0.len());
-        let resumed_batch = resumed.as_ref().map(|m| match cfg.batch_from_flag {
-            true => cfg.batch_per_replica,
-            false => m.per_replica,
-        });
-        let cfg = validate::batch_within_data(
-            cfg,
-            loaded.train.len(),
-            alone,
-            resumed_batch,
-            &mut loaded.notes,
-        );
+        let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
+        let cfg = validate::batch_within_data(cfg, samples, alone, resumed.as_ref(), notes);
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &resumed {
-            Some(meta) => {
-                resumed_settings(&cfg, meta, devices.0.len(), loaded.train.len()).per_replica
-            }
+            Some(meta) => resumed_settings(&cfg, meta, devices.0.len(), samples).per_replica,
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::checkpoint::CheckpointMeta;
 use super::EngineError;
 
 /// Micro-batches per step (`--grad-accum`) and batches queued per rank (`--prefetch`): far
@@ -207,16 +208,16 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
 
 /// A global batch past the training split of `samples` takes it all each step: `cfg` trained
 /// (its learning rate scaled, its memory counted) with the batch and the accumulation cut to
-/// about that, and a note saying so. A resumed run keeps the batch it resumes with (`resumed`:
-/// the checkpoint's, or --batch-per-replica's), but its accumulation is cut alike (a command
-/// run again with `--resume` brings the flag back).
+/// about that, and a note saying so. A resumed run keeps the batch it resumes with (`resumed`'s,
+/// or --batch-per-replica's), but its accumulation is cut alike (a command run again with
+/// `--resume` brings the flag back).
 /// `ranks`: None in a run over several processes, which may hold unequal device counts (their
 /// caps would differ): there the keyboard's cap alone applies.
 pub(super) fn batch_within_data(
     cfg: RunConfig,
     samples: usize,
     ranks: Option<usize>,
-    resumed: Option<usize>,
+    resumed: Option<&CheckpointMeta>,
     notes: &mut Vec<String>,
 ) -> RunConfig {
     let Some(ranks) = ranks else {
@@ -224,7 +225,8 @@ pub(super) fn batch_within_data(
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
     let per_replica = match resumed {
-        Some(b) => b,
+        Some(_) if cfg.batch_from_flag => cfg.batch_per_replica,
+        Some(m) => m.per_replica,
         None => cfg
             .batch_per_replica
             .min(super::control::data_batch_cap(samples, ranks, accum)),
@@ -319,7 +321,13 @@ mod tests {
             ..RunConfig::default()
         };
         let mut notes = Vec::new();
-        let c = batch_within_data(cfg, 80, Some(2), Some(1), &mut notes);
+        let meta: CheckpointMeta = serde_json::from_value(serde_json::json!({
+            "format": "mgtop-checkpoint/2", "step": 1, "epoch": 0, "offset": 0, "per_replica": 1,
+            "ranks": 2, "lr": 1e-3, "optimizer": "adam", "optimizer_steps": 1, "dims": [4, 2],
+            "seed": 0, "data": "synthetic:100,4,2", "config": {},
+        }))
+        .unwrap();
+        let c = batch_within_data(cfg, 80, Some(2), Some(&meta), &mut notes);
         assert_eq!(c.grad_accum, 40, "{notes:?}");
     }
 }

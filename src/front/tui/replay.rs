@@ -186,3 +186,6 @@ impl Source for FileSource {
         false
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -433,4 +433,6 @@ impl App {
 }
 
 #[cfg(test)]
+mod quit_tests;
+#[cfg(test)]
 mod tests;

@@ -6,15 +6,15 @@ use super::*;
 use crate::engine::events::Applied;
 use crate::front::tui::demo;
 
-fn key(c: char) -> KeyEvent {
+pub(super) fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
 }
 
-fn ctrl_c() -> KeyEvent {
+pub(super) fn ctrl_c() -> KeyEvent {
     KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
 }
 
-fn running(readonly: bool) -> App {
+pub(super) fn running(readonly: bool) -> App {
     let mut app = App::new(demo::info(2), readonly);
     app.apply(AppEvent::Engine(Event::Started {
         ranks: 2,
@@ -151,55 +151,6 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
     small.per_replica = 1;
     assert_eq!(small.handle_key(key('[')), None);
     assert!(small.flash.as_ref().unwrap().contains("already 1"));
-}
-
-#[test]
-
-fn quit_asks_first_and_each_answer_does_what_it_says() {
-    let mut app = running(false);
-    assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
-    assert_eq!(
-        app.handle_key(key('p')),
-        None,
-        "other keys do nothing under the popup"
-    );
-    assert_eq!(app.handle_key(key('c')), None);
-    assert_eq!(app.popup, None);
-    app.handle_key(key('q'));
-    assert_eq!(
-        app.handle_key(key('k')),
-        Some(Action::Control(Control::Stop { checkpoint: false }))
-    );
-    assert!(app.quitting);
-    assert_eq!(app.state, RunState::Stopping);
-
-    let mut app = running(false);
-    app.handle_key(key('q'));
-    assert_eq!(
-        app.handle_key(key('s')),
-        Some(Action::Control(Control::Stop { checkpoint: true }))
-    );
-
-    // Ctrl-C opens the same popup; a second Ctrl-C stops with a checkpoint
-    let mut app = running(false);
-    assert_eq!(app.handle_key(ctrl_c()), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
-    assert_eq!(
-        app.handle_key(ctrl_c()),
-        Some(Action::Control(Control::Stop { checkpoint: true }))
-    );
-    assert_eq!(app.handle_key(key('p')), None, "nothing more once stopping");
-    // a third Ctrl-C leaves without waiting for the workers
-    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Abandon));
-
-    // q twice stops as Ctrl-C twice does
-    let mut app = running(false);
-    app.handle_key(key('q'));
-    assert_eq!(
-        app.handle_key(key('q')),
-        Some(Action::Control(Control::Stop { checkpoint: true }))
-    );
 }
 
 #[test]
@@ -346,34 +297,6 @@ fn a_failure_marks_the_device_and_the_state() {
 }
 
 #[test]
-fn a_recorded_straggler_marks_its_device_in_view_and_attach_as_it_did_live() {
-    use crate::front::tui::replay::apply_record;
-    use crate::observe::metrics::{record_line, records};
-    let mut live = demo::app_with_straggler(3, 10, 100, 1);
-    let recorded: Vec<_> = live.new_warnings.drain(..).collect();
-    assert_eq!(recorded.len(), 1);
-    // a screen fed from the file or the socket: no detector of its own
-    let mut seen = App::new(demo::info(3), true);
-    let line = |w: &crate::observe::straggler::Warning| {
-        records::warning(w, Duration::from_secs(3)).to_string()
-    };
-    let rec = record_line(line(&recorded[0].0).as_bytes(), 3)
-        .unwrap()
-        .unwrap();
-    apply_record(&mut seen, rec);
-    assert_eq!(seen.devices[1].warnings, live.devices[1].warnings);
-    assert!(seen.devices[0].warnings.is_empty() && seen.devices[2].warnings.is_empty());
-    let cleared = crate::observe::straggler::Warning::StragglerCleared { rank: 1, step: 200 };
-    let rec = record_line(line(&cleared).as_bytes(), 3).unwrap().unwrap();
-    apply_record(&mut seen, rec);
-    assert!(seen.devices[1].warnings.is_empty());
-    assert!(seen
-        .log
-        .iter()
-        .any(|l| l.text.contains("straggler: rank 1")));
-}
-
-#[test]
 
 fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
     let app = demo::app_with_straggler(3, 10, 100, 1);
@@ -442,64 +365,6 @@ fn a_new_theme_is_named_until_the_next_key() {
 }
 
 /// `running` as an attached client sees it.
-fn attached(readonly: bool) -> App {
-    let mut app = running(readonly);
-    app.mode = Mode::Attached;
-    app
-}
-
-#[test]
-fn an_attached_client_can_detach_or_stop_the_run_and_its_ctrl_c_only_detaches() {
-    let mut app = attached(false);
-    assert_eq!(app.handle_key(key('q')), None);
-    assert_eq!(app.popup, Some(Popup::Quit));
-    assert_eq!(app.handle_key(key('d')), Some(Action::Quit));
-    assert!(!app.quitting, "detaching leaves the run going");
-    let mut app = attached(false);
-    app.handle_key(key('q'));
-    assert_eq!(
-        app.handle_key(key('s')),
-        Some(Action::Control(Control::Stop { checkpoint: true }))
-    );
-    assert!(app.quitting && app.state == RunState::Stopping);
-    // stopping: q still offers to detach rather than wait
-    app.handle_key(key('q'));
-    assert_eq!(app.handle_key(key('d')), Some(Action::Quit));
-    let mut app = attached(false);
-    app.handle_key(ctrl_c());
-    assert_eq!(app.handle_key(ctrl_c()), Some(Action::Quit));
-    assert!(!app.quitting);
-    let mut app = attached(false);
-    app.handle_key(key('q'));
-    assert_eq!(
-        app.handle_key(key('q')),
-        Some(Action::Quit),
-        "q twice detaches"
-    );
-    assert!(!app.quitting);
-    // a local run's popup has no detach
-    let mut local = running(false);
-    local.handle_key(key('q'));
-    assert_eq!(local.handle_key(key('d')), None);
-    assert_eq!(local.popup, Some(Popup::Quit));
-}
-
-#[test]
-fn a_read_only_or_disconnected_client_leaves_at_once_and_r_reconnects() {
-    let mut app = attached(true);
-    assert_eq!(app.handle_key(key('p')), None);
-    assert!(app.flash.as_ref().unwrap().contains("disabled"));
-    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
-    let mut app = attached(false);
-    app.disconnected = Some("the run closed the connection".into());
-    assert_eq!(app.handle_key(key('p')), None);
-    assert!(app.flash.as_ref().unwrap().contains("r reconnects"));
-    assert_eq!(app.handle_key(key('r')), Some(Action::Reconnect));
-    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
-    app.disconnected = None;
-    assert_eq!(app.handle_key(key('r')), Some(Action::Redraw));
-}
-
 #[test]
 fn the_events_view_scrolls_back_and_stays_on_its_entries() {
     let mut app = running(false);
@@ -528,82 +393,4 @@ fn the_events_view_scrolls_back_and_stays_on_its_entries() {
     // a device's number leaves for its detail in the overview
     app.handle_key(key('2'));
     assert_eq!((app.view, app.focus), (View::Overview, Some(1)));
-}
-
-#[test]
-fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
-    use crate::observe::metrics::{record_line, records, Record};
-    use crate::observe::monitor::Monitor;
-    // a run whose every 10th step is slow (as the steps that check the replicas are)
-    let mut monitor = Monitor::new(2);
-    let mut rows = Vec::new();
-    for s in 1..=100 {
-        for r in 0..2 {
-            let mut st = demo::step(r, 2, s);
-            if s % 10 == 0 {
-                st.compute *= 5;
-                st.step_time += st.compute;
-            }
-            rows.extend(monitor.on_step(st));
-        }
-    }
-    assert_eq!(rows.len(), 100);
-    let summary = |rows: &[StepRow]| {
-        let mut app = App::new(demo::info(2), true);
-        for row in rows {
-            app.apply(AppEvent::Row {
-                row: row.clone(),
-                samples_per_sec: None,
-            });
-        }
-        app.apply(AppEvent::Engine(Event::Finished {
-            step: 100,
-            stopped: false,
-        }));
-        app.summary.unwrap()
-    };
-    let every = summary(&rows);
-    // as a metrics file of --log-every 10 has them, through its records
-    let logged: Vec<StepRow> = rows
-        .iter()
-        .filter(|r| r.step % 10 == 0)
-        .map(|r| {
-            let line = records::step(r, None, None).to_string();
-            match record_line(line.as_bytes(), 2).unwrap() {
-                Some(Record::Step { row, .. }) => row,
-                other => panic!("{other:?}"),
-            }
-        })
-        .collect();
-    let some = summary(&logged);
-    let close =
-        |a: Option<f64>, b: Option<f64>| (a.unwrap() - b.unwrap()).abs() < 1e-6 * b.unwrap();
-    assert!(
-        close(some.mean_samples_per_sec, every.mean_samples_per_sec),
-        "{some:?} vs {every:?}"
-    );
-    assert!(close(some.compute_share, every.compute_share));
-    assert!(close(some.wait_share, every.wait_share));
-    // the old way, the logged rows alone, is far off
-    let mut bare = logged.clone();
-    bare.iter_mut().for_each(|r| r.totals = None);
-    let off = summary(&bare).mean_samples_per_sec.unwrap();
-    assert!(off < 0.7 * every.mean_samples_per_sec.unwrap());
-}
-
-#[test]
-fn the_quit_question_after_the_run_ended_leaves_without_stopping_anything() {
-    let mut app = running(false);
-    app.handle_key(key('q'));
-    app.apply(AppEvent::Engine(Event::Finished {
-        step: 5,
-        stopped: false,
-    }));
-    assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
-    assert_eq!(app.state, RunState::Done, "not turned to stopping");
-    // Alt-q is not `q` again
-    let mut app = running(false);
-    app.handle_key(key('q'));
-    let alt_q = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::ALT);
-    assert_eq!(app.handle_key(alt_q), None);
 }
