@@ -285,7 +285,7 @@ fn a_start_that_fails_leaves_no_run_directory() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
-        out.contains("its model takes 8 values a sample and this run's data gives 6"),
+        out.contains("trained on inputs of 8 values a sample, and this run's data gives 6"),
         "{out}"
     );
     let runs: Vec<_> = std::fs::read_dir(d.join("runs/synthetic-mlp_8"))

@@ -238,7 +238,7 @@ fn a_run_whose_every_rank_waits_for_input_is_said_input_bound() {
     assert_eq!(said.len(), 1, "{log}");
     assert!(
         said[0].contains("WARN input-bound: every rank waits for its input")
-            && said[0].contains("--loader-threads"),
+            && said[0].ends_with("; fault injected: --slow-data 0:5"),
         "{log}"
     );
     let kinds: Vec<String> = std::fs::read_to_string(dir.path().join("m.jsonl"))
