@@ -33,6 +33,22 @@ fn children(pid: &str) -> Vec<String> {
         .collect()
 }
 
+/// A headless run in `d` with `args`, its metrics written to `d/run.jsonl` (for `view`).
+fn record(d: &Path, args: &[&str]) {
+    let run = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(d)
+        .arg("--headless")
+        .args(args)
+        .args(["--metrics-out", "run.jsonl"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// The checkpoints (`step-*`) in a checkpoint directory.
 fn checkpoints(dir: &Path) -> usize {
     std::fs::read_dir(dir)
@@ -331,21 +347,19 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let run = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-        .current_dir(d)
-        .args([
-            "--headless",
+    record(
+        d,
+        &[
             "--devices",
             "cpu:2",
             "--epochs",
             "3",
             "--log-every",
             "10",
-        ])
-        .args(["--name", "recorded-run", "--metrics-out", "run.jsonl"])
-        .output()
-        .unwrap();
-    assert!(run.status.success());
+            "--name",
+            "recorded-run",
+        ],
+    );
     // the file as a run still going has written it so far: up to the first epoch's end
     let text = std::fs::read_to_string(d.join("run.jsonl")).unwrap();
     let cut = text.find("{\"epoch\":1").unwrap();
@@ -391,13 +405,7 @@ fn no_color_gives_mono_unless_a_theme_is_asked_for() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let run = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-        .current_dir(d)
-        .args(["--headless", "--devices", "cpu:1", "--steps", "5"])
-        .args(["--metrics-out", "run.jsonl"])
-        .output()
-        .unwrap();
-    assert!(run.status.success());
+    record(d, &["--devices", "cpu:1", "--steps", "5"]);
     // dark paints its own background, colour 234; mono keeps the terminal's
     let dark_background = "48;5;234";
     for (name, theme, coloured) in [("nocolor", "", false), ("asked", "--theme dark", true)] {
