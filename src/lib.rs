@@ -19,4 +19,5 @@ pub mod comm;
 
 pub mod data;
 pub mod nn;
+pub mod quit_at_once;
 pub mod text;

@@ -222,7 +222,8 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             }
             let _ = controller.stop(true);
         } else {
-            mgtop::engine::checkpoint::abandon();
+            // (a checkpoint half written goes, the metrics files get their end, the socket goes)
+            mgtop::quit_at_once::run();
             term::restore();
             mgtop::tell!(
                 "quit at once: the step under way was neither finished nor checkpointed; {resume} continues the run from its last checkpoint, if it wrote one"

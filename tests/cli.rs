@@ -407,6 +407,57 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_exits_130() {
 }
 
 #[test]
+fn a_second_signal_quits_at_once_and_the_run_s_records_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--data",
+            "synthetic:2000,16,4",
+            "--steps",
+            "1000",
+            "--log-every",
+            "1",
+            // (steps of 3 s: the second signal comes while the stop waits for one)
+            "--slow-data",
+            "0:3000",
+        ],
+    );
+    let lines = under_way(&mut child);
+    signal(&child, "TERM");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    signal(&child, "TERM");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err} {rest:?}");
+    assert!(err.contains("quit at once"), "{err}");
+    let runs = dir.path().join("runs");
+    let name = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap();
+    let run = std::fs::read_link(name.path().join("latest")).unwrap();
+    let run = name.path().join(run);
+    // the metrics file ends with the run's end, not where the process was cut
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let end: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (&end["type"], &end["status"]),
+        (&"end".into(), &"quit".into()),
+        "{end}"
+    );
+    assert!(end["step"].as_u64().unwrap() >= 1, "{end}");
+    assert!(!run.join("live.sock").exists(), "the live socket stays");
+    let o = run_in(dir.path(), &["runs"]);
+    let listed = text(&o);
+    assert!(listed.contains(" quit "), "{listed}");
+    let o = run_in(dir.path(), &["view", "--headless", run.to_str().unwrap()]);
+    let viewed = text(&o);
+    assert!(viewed.contains("quit at once: "), "{viewed}");
+}
+
+#[test]
 fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
     // as after a dropped SSH session: the log has nowhere to go, then a signal stops the run
     let dir = tempfile::tempdir().unwrap();

@@ -212,7 +212,7 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 4, 1_000_000, dir.path());
     cfg.lr = Some(1e-3);
-    cfg.lr_scaling = LrScaling::Linear;
+    cfg.lr_scaling = Some(LrScaling::Linear);
     cfg.data = DataSpec::Synthetic {
         n: 4800,
         d: 12,
@@ -367,7 +367,7 @@ fn reported(cfg: RunConfig) -> (RunResult, Vec<String>) {
                 "epoch {epoch} step {step} {train_loss:?} {val_loss:?} {val_accuracy:?}"
             )),
             Event::Checkpoint { step, .. } => Some(format!("checkpoint {step}")),
-            Event::Finished { step, stopped } => Some(format!("finished {step} {stopped}")),
+            Event::Finished { step, ending } => Some(format!("finished {step} {}", ending.word())),
             _ => None,
         })
         .collect();

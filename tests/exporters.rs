@@ -156,6 +156,16 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
     );
     promtool_accepts(&second);
 
+    // HEAD: the same head, no body (what uptime checks send)
+    let a = http(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    let (head, body) = a.split_once("\r\n\r\n").expect("a whole head");
+    assert!(head.starts_with("HTTP/1.1 200") && body.is_empty(), "{a}");
+    let length: usize = (head.lines())
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.parse().ok())
+        .expect("a length");
+    assert!(length > 1000, "{head}");
+
     // only GET /metrics
     let a = http(addr, b"GET / HTTP/1.1\r\n\r\n");
     assert!(a.starts_with("HTTP/1.1 404"), "{a}");

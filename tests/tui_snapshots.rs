@@ -1,7 +1,7 @@
 //! The screen as a user sees it, with fixed data, at 80x24 and 160x48 (ratatui TestBackend +
 //! insta; the snapshots are committed under tests/snapshots/).
 
-use mgtop::engine::events::{Applied, Event};
+use mgtop::engine::events::{Applied, Ending, Event};
 use mgtop::front::tui::app::{App, AppEvent};
 use mgtop::front::tui::demo;
 use mgtop::front::tui::render::{self, MIN_HEIGHT, MIN_WIDTH};
@@ -112,7 +112,7 @@ fn popups_and_summary() {
     key(&mut app, KeyCode::Esc);
     app.apply(AppEvent::Engine(Event::Finished {
         step: 150,
-        stopped: false,
+        ending: Ending::Completed,
     }));
     insta::assert_snapshot!("summary_80x24", screen(&app, 80, 24));
     insta::assert_snapshot!("summary_160x48", screen(&app, 160, 48));
@@ -120,16 +120,21 @@ fn popups_and_summary() {
 
 #[test]
 fn a_run_stopped_before_its_budget_says_stopped_not_done() {
-    let header = |stopped| {
+    let header = |ending| {
         let mut app = demo::app(2, 150);
-        app.apply(AppEvent::Engine(Event::Finished { step: 150, stopped }));
+        app.apply(AppEvent::Engine(Event::Finished { step: 150, ending }));
         let t = dark();
         draw(80, 3, |f| {
             render::render_header(f, Rect::new(0, 0, 80, 3), &app, &t)
         })
     };
-    assert!(header(true).contains(" STOPPED "), "{}", header(true));
-    assert!(header(false).contains(" DONE "), "{}", header(false));
+    let stopped = header(Ending::Stopped);
+    assert!(stopped.contains(" STOPPED "), "{stopped}");
+    let done = header(Ending::Completed);
+    assert!(done.contains(" DONE "), "{done}");
+    // (read from the metrics file of a process that quit at once)
+    let quit = header(Ending::Quit);
+    assert!(quit.contains(" QUIT "), "{quit}");
 }
 
 #[test]

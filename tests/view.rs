@@ -93,8 +93,8 @@ fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
     assert_eq!(seen.state, RunState::Done);
     let (s, l) = (seen.summary.clone().unwrap(), live.summary.clone().unwrap());
     assert_eq!(
-        (s.steps, s.stopped, &s.failed, s.best_val_accuracy),
-        (l.steps, l.stopped, &l.failed, l.best_val_accuracy)
+        (s.steps, s.ending, &s.failed, s.best_val_accuracy),
+        (l.steps, l.ending, &l.failed, l.best_val_accuracy)
     );
     let (rs, rl) = (
         s.mean_samples_per_sec.unwrap(),

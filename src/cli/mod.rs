@@ -278,10 +278,9 @@ pub struct TrainArgs {
     /// Weight decay (L2 for sgd/momentum/nesterov/adam, decoupled for adamw)  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub weight_decay: Option<f32>,
-    /// Leave batch norm's weights and biases and every bias out of the weight decay
-    #[arg(long)]
-    #[serde(default)]
-    pub no_decay_bn_bias: bool,
+    /// Leave batch norm's weights and biases and every bias out of the weight decay (=false turns off a resumed run's)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub no_decay_bn_bias: Option<bool>,
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub label_smoothing: Option<f32>,
@@ -366,14 +365,12 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(default)]
     pub calibrate: bool,
-    /// Cut the global batch among ranks in proportion to their measured speed (re-decided every 50 steps; the result stays that of the global batch).
-    #[arg(long)]
-    #[serde(default)]
-    pub rebalance: bool,
-    /// Batch norm over the global batch: each batch norm's statistics summed across the replicas (so N ranks train as 1 rank with the global batch), instead of each replica normalising over its own batch (PyTorch DDP's and TF MirroredStrategy's default).
-    #[arg(long)]
-    #[serde(default)]
-    pub sync_bn: bool,
+    /// Cut the global batch among ranks in proportion to their measured speed (re-decided every 50 steps; the result stays that of the global batch; =false turns off a resumed run's).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub rebalance: Option<bool>,
+    /// Batch norm over the global batch: each batch norm's statistics summed across the replicas (so N ranks train as 1 rank with the global batch), instead of each replica normalising over its own batch (PyTorch DDP's and TF MirroredStrategy's default; =false turns off a resumed run's).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub sync_bn: Option<bool>,
     /// How ranks share what they learn: mirrored (all-reduce gradients every step) | central-storage (one copy of the parameters and optimizer state on the host; devices get parameters and send gradients each step) | local-sgd:H[,moments] (each rank takes H steps alone, then the ranks average parameters [and optimizer moments])  [default: mirrored]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,

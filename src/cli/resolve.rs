@@ -73,9 +73,12 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, rebalance: self.rebalance || file.rebalance, sync_bn: self.sync_bn || file.sync_bn, no_decay_bn_bias: self.no_decay_bn_bias || file.no_decay_bn_bias, calibrate: self.calibrate || file.calibrate, download: self.download || file.download, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, calibrate: self.calibrate || file.calibrate, download: self.download || file.download, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            rebalance,
+            sync_bn,
+            no_decay_bn_bias,
             strategy,
             local_sgd_warmup,
             stall_timeout,
@@ -227,8 +230,8 @@ impl TrainArgs {
             slow_rank,
             slow_data,
             stall_timeout,
-            rebalance: args.rebalance,
-            sync_bn: args.sync_bn,
+            rebalance: args.rebalance.unwrap_or(d.rebalance),
+            sync_bn: args.sync_bn.unwrap_or(d.sync_bn),
             calibrate: args.calibrate,
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,
@@ -240,7 +243,7 @@ impl TrainArgs {
             optimizer,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
             momentum: args.momentum.unwrap_or(d.momentum),
-            no_decay_bn_bias: args.no_decay_bn_bias,
+            no_decay_bn_bias: args.no_decay_bn_bias.unwrap_or(d.no_decay_bn_bias),
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
             precision: parse("precision", args.precision.as_ref(), d.precision)?,
             cuda_graph: parse("cuda-graph", args.cuda_graph.as_ref(), d.cuda_graph)?,
@@ -250,11 +253,9 @@ impl TrainArgs {
             )?,
             warmup: args.warmup.unwrap_or(d.warmup),
             schedule: parse("schedule", args.schedule.as_ref(), d.schedule)?,
-            lr_scaling: parse(
-                "lr-scaling",
-                args.lr_scaling.as_ref(),
-                LrScaling::for_optimizer(optimizer),
-            )?,
+            lr_scaling: (args.lr_scaling.as_ref())
+                .map(|s| parse("lr-scaling", Some(s), LrScaling::Linear))
+                .transpose()?,
             grad_accum: args.grad_accum.unwrap_or(d.grad_accum),
             prefetch,
             loader_threads,

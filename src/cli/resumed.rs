@@ -92,7 +92,8 @@ pub fn under_record(
         ..args.clone()
     };
     let given = serde_json::to_value(&probe).map_err(|e| e.to_string())?;
-    let given = |k: &str| !matches!(given.get(k), None | Some(Value::Null | Value::Bool(false)));
+    // (every recorded setting is an option: a switch given `=false` is given)
+    let given = |k: &str| !matches!(given.get(k), None | Some(Value::Null));
     // a budget, or a strategy, given replaces the recorded one whole
     if given("steps") || given("epochs") {
         taken.remove("steps");

@@ -26,7 +26,7 @@ fn a_flag_given_again_replaces_the_earlier_value() {
 #[test]
 fn the_lr_follows_the_batch_by_the_optimizer_s_rule_unless_told() {
     use crate::nn::schedule::LrScaling;
-    let scaling = |args: &[&str]| cli(args).unwrap().0.lr_scaling;
+    let scaling = |args: &[&str]| cli(args).unwrap().0.lr_scaling();
     assert_eq!(scaling(&[]), LrScaling::Sqrt, "Adam, the default");
     assert_eq!(scaling(&["--optimizer", "adamw"]), LrScaling::Sqrt);
     assert_eq!(scaling(&["--optimizer", "momentum"]), LrScaling::Linear);
@@ -335,6 +335,17 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
     assert_eq!(back.seed, 11);
     assert!(
         !said.contains("--schedule") && !said.contains("--steps"),
+        "{said}"
+    );
+    // a switch the run had is turned off with =false; one left off stays as recorded
+    let off = Cli::try_parse_from(["mgtop-train", "--sync-bn=false", "--rebalance=false"])
+        .unwrap()
+        .train;
+    let (args, said) = resumed::under_checkpoint(off, &meta).unwrap();
+    let (back, _) = args.resolve().unwrap();
+    assert!(!back.sync_bn && !back.rebalance && back.no_decay_bn_bias);
+    assert!(
+        !said.contains("--sync-bn") && said.contains("--no-decay-bn-bias"),
         "{said}"
     );
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::cli::RunsArgs;
+use crate::engine::events::Ending;
 use crate::engine::rundir;
 use crate::front::tui::app::App;
 use crate::front::tui::replay::read_all;
@@ -85,14 +86,17 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     if app
         .summary
         .as_ref()
-        .is_some_and(|s| !s.stopped && s.failed.is_none())
+        .is_some_and(|s| !s.ending.early() && s.failed.is_none())
     {
         row.progress = Some(1.0);
     }
     row.state = match &app.summary {
         Some(s) if s.failed.is_some() => "failed",
-        Some(s) if s.stopped => "stopped",
-        Some(_) => "done",
+        Some(s) => match s.ending {
+            Ending::Completed => "done",
+            Ending::Stopped => "stopped",
+            Ending::Quit => "quit",
+        },
         None if live => "live",
         None if damaged => "damaged",
         None => "killed",

@@ -96,9 +96,14 @@ impl RunConfig {
     /// The LR a fresh run starts with at global batch `global`.
     pub fn start_lr(&self, global: usize) -> f32 {
         self.lr.unwrap_or_else(|| {
-            self.lr_scaling
+            self.lr_scaling()
                 .rescale(DEFAULT_LR, DEFAULT_LR_BATCH, global)
         })
+    }
+
+    /// How the LR follows the global batch: `--lr-scaling`, else the optimizer's rule.
+    pub fn lr_scaling(&self) -> LrScaling {
+        (self.lr_scaling).unwrap_or(LrScaling::for_optimizer(self.optimizer))
     }
 }
 
@@ -149,13 +154,14 @@ pub struct RunConfig {
     /// `--batch-per-replica` was given: a resumed run then uses it instead of the checkpoint's.
     pub batch_from_flag: bool,
     /// Learning rate; `None`: `DEFAULT_LR` at a global batch of `DEFAULT_LR_BATCH`, scaled to
-    /// the run's global batch by `lr_scaling` (so the defaults train well on any core count).
+    /// the run's global batch by `lr_scaling()` (so the defaults train well on any core count).
     pub lr: Option<f32>,
     pub optimizer: OptimizerKind,
     pub weight_decay: f32,
     pub warmup: u64,
     pub schedule: Schedule,
-    pub lr_scaling: LrScaling,
+    /// `--lr-scaling`; `None`: the optimizer's rule (see `lr_scaling()`).
+    pub lr_scaling: Option<LrScaling>,
     pub grad_accum: usize,
     /// Batches queued ahead per rank; 0 builds batches on the worker thread.
     pub prefetch: usize,
@@ -254,7 +260,7 @@ impl Default for RunConfig {
             weight_decay: 0.0,
             warmup: 0,
             schedule: Schedule::Constant,
-            lr_scaling: LrScaling::for_optimizer(OptimizerKind::Adam),
+            lr_scaling: None,
             grad_accum: 1,
             prefetch: 4,
             loader_threads: None,
@@ -317,7 +323,7 @@ mod tests {
         assert!((d.start_lr(64) - 1e-3).abs() < 1e-9);
         assert!((d.start_lr(256) - 2e-3).abs() < 1e-9);
         let linear = RunConfig {
-            lr_scaling: LrScaling::Linear,
+            lr_scaling: Some(LrScaling::Linear),
             ..RunConfig::default()
         };
         assert!((linear.start_lr(512) - 8e-3).abs() < 1e-9);

@@ -36,7 +36,7 @@ impl RunConfig {
             "grad_dtype": self.grad_dtype.to_string(),
             "schedule": self.schedule.to_string(),
             "warmup": self.warmup,
-            "lr_scaling": self.lr_scaling.to_string(),
+            "lr_scaling": self.lr_scaling().to_string(),
             "grad_accum": self.grad_accum,
             "lr_flag": self.lr.map(short),
             "strategy": self.strategy.to_string(),

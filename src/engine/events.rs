@@ -170,8 +170,42 @@ pub enum Event {
     },
     Finished {
         step: u64,
-        stopped: bool,
+        ending: Ending,
     },
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// It trained its budget.
+    Completed,
+    /// Stopped when asked: the step under way finished and a checkpoint was written.
+    Stopped,
+    /// Quit at once (a second signal): the step under way was neither finished nor
+    /// checkpointed. Only a metrics file says this (the process is gone).
+    Quit,
+}
+
+impl Ending {
+    /// Its word in an `end` record.
+    pub fn word(self) -> &'static str {
+        match self {
+            Ending::Completed => "completed",
+            Ending::Stopped => "stopped",
+            Ending::Quit => "quit",
+        }
+    }
+
+    pub fn from_word(w: &str) -> Option<Ending> {
+        [Ending::Completed, Ending::Stopped, Ending::Quit]
+            .into_iter()
+            .find(|e| e.word() == w)
+    }
+
+    /// Before its budget was trained.
+    pub fn early(self) -> bool {
+        self != Ending::Completed
+    }
 }
 
 impl Event {

@@ -184,7 +184,7 @@ pub(super) fn meet(
             ("--weight-decay".into(), cfg.weight_decay.to_string()),
             ("--warmup".into(), cfg.warmup.to_string()),
             ("--schedule".into(), cfg.schedule.to_string()),
-            ("--lr-scaling".into(), cfg.lr_scaling.to_string()),
+            ("--lr-scaling".into(), cfg.lr_scaling().to_string()),
             (
                 "--val-split".into(),
                 format!("{:?}", cfg.inputs.val_fraction),

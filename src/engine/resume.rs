@@ -61,12 +61,13 @@ pub(super) fn resumed_settings(
     let (lr, lr_note) = match cfg.lr {
         Some(lr) => (lr, format!("from --lr; the checkpoint had {:.2e}", meta.lr)),
         None if old != new => {
-            let lr = cfg.lr_scaling.rescale(meta.lr, old, new);
+            let lr = cfg.lr_scaling().rescale(meta.lr, old, new);
             (
                 lr,
                 format!(
                     "the checkpoint's {:.2e}, {} scaling from a global batch of {old} to {new}",
-                    meta.lr, cfg.lr_scaling
+                    meta.lr,
+                    cfg.lr_scaling()
                 ),
             )
         }
@@ -175,7 +176,7 @@ mod tests {
     /// The defaults under linear LR scaling (SGD's rule; these tests' figures follow it).
     fn linear() -> RunConfig {
         RunConfig {
-            lr_scaling: crate::nn::schedule::LrScaling::Linear,
+            lr_scaling: Some(crate::nn::schedule::LrScaling::Linear),
             ..RunConfig::default()
         }
     }

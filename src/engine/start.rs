@@ -42,10 +42,20 @@ pub(super) fn starting_point(
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
             let dir = checkpoint::resolve(path)?;
+            // (what a run killed there left, where this one writes elsewhere)
+            if let Some(beside) = dir.parent() {
+                checkpoint::tidy_if_free(beside);
+            }
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())
                 .map_err(|e| same_model_other_input(e, cfg, model))?;
             local_sgd_resumable(cfg, meta.step, &state)?;
-            let resumed = resumed_settings(cfg, &meta, ranks, train_samples);
+            let mut resumed = resumed_settings(cfg, &meta, ranks, train_samples);
+            if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
+                resumed.resume_note += &format!(
+                    "; {} beside it is not a checkpoint (no state.json: damaged, or not written by mgtop-train) and was passed over",
+                    newer.display()
+                );
+            }
             Start {
                 step: meta.step,
                 cursor: Cursor {
@@ -133,7 +143,7 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
             lr_note: cfg.lr.is_none().then(|| {
                 format!(
                     "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
-                    cfg.lr_scaling,
+                    cfg.lr_scaling(),
                     cfg.batch_per_replica * ranks * cfg.grad_accum
                 )
             }),

@@ -2,7 +2,7 @@
 //! log and in the terminal UI.
 
 use crate::config::Budget;
-use crate::engine::events::{Applied, Event};
+use crate::engine::events::{Applied, Ending, Event};
 use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
 use crate::nn::precision::Precision;
@@ -321,15 +321,19 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
             step,
             message,
         } => format!("ERROR rank {rank} at step {step}: {message}"),
-        Event::Finished {
-            step,
-            stopped: true,
-        } => format!("stopped at step {step}"),
-        Event::Finished {
-            step,
-            stopped: false,
-        } => format!("finished: {}", crate::text::counted(*step as usize, "step")),
+        Event::Finished { step, ending } => ended(*step, *ending),
     })
+}
+
+/// How a run ended, in a line.
+pub fn ended(step: u64, ending: Ending) -> String {
+    match ending {
+        Ending::Completed => format!("finished: {}", crate::text::counted(step as usize, "step")),
+        Ending::Stopped => format!("stopped at step {step}"),
+        Ending::Quit => format!(
+            "quit at once after step {step}: the step under way was neither finished nor checkpointed"
+        ),
+    }
 }
 
 #[cfg(test)]

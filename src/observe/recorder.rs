@@ -8,11 +8,13 @@
 //! endpoint, TensorBoard's event file): every step (the ones logged marked), event, warning
 //! and sample.
 //!
-//! A file or sink that fails is reported once and written no more; training goes on.
+//! A file or sink that fails is reported once and written no more; training goes on. A process
+//! that quits at once (a second signal) still ends its metrics files with an `end` record.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::engine::events::Event;
+use crate::engine::events::{Ending, Event};
 use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
 use crate::observe::metrics::{records, Line, MetricsWriter};
@@ -20,6 +22,7 @@ use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
+use crate::quit_at_once;
 
 /// The shortest time between two step records to the live hub (at most 20 a second).
 pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
@@ -42,8 +45,71 @@ pub trait Sink: Send {
     fn flush(&mut self) -> Result<(), String>;
 }
 
+/// The metrics files, and where the run is for an end record written from elsewhere.
+struct Files {
+    writers: Vec<MetricsWriter>,
+    /// The newest step recorded.
+    step: u64,
+    /// The newest time recorded (since the start), and when.
+    t: (Duration, Instant),
+}
+
+/// The longest the end record of a process quitting at once waits for a record being written.
+const QUIT_WAIT: Duration = Duration::from_millis(500);
+
+impl Files {
+    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
+    fn write(&mut self, line: &Line, flush: bool) -> Vec<String> {
+        let mut warnings = Vec::new();
+        self.writers.retain_mut(|w| {
+            let r = w
+                .write(line)
+                .and_then(|()| if flush { w.flush() } else { Ok(()) });
+            match r {
+                Ok(()) => true,
+                Err(e) => {
+                    warnings.push(format!(
+                        "warning: {e}; no more metrics will be written to it"
+                    ));
+                    false
+                }
+            }
+        });
+        warnings
+    }
+
+    fn at(&mut self, step: Option<u64>, t: Duration) {
+        self.step = step.map_or(self.step, |s| s.max(self.step));
+        self.t = (t.max(self.t.0), Instant::now());
+    }
+
+    /// The `end` record of a process quitting at once, after the newest record: nothing is
+    /// written where a record being written holds the files past `QUIT_WAIT`.
+    fn quit(files: &Mutex<Files>) {
+        let deadline = Instant::now() + QUIT_WAIT;
+        let mut files = loop {
+            match files.try_lock() {
+                Ok(f) => break f,
+                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => return,
+            }
+        };
+        let (t, at) = files.t;
+        let end = Event::Finished {
+            step: files.step,
+            ending: Ending::Quit,
+        };
+        if let Some(v) = records::event(&end, t + at.elapsed()) {
+            files.write(&Line::new(&v), true);
+        }
+    }
+}
+
 pub struct Recorder {
-    files: Vec<MetricsWriter>,
+    files: Arc<Mutex<Files>>,
+    /// Writes the end record if the process quits at once; from the `run` record to the `end`.
+    quit: Option<quit_at_once::Armed>,
     hub: Option<LiveHub>,
     sinks: Vec<Box<dyn Sink>>,
     /// The run's MFU arithmetic (from its `run` record) for the step records.
@@ -56,8 +122,14 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
+        let files = Files {
+            writers: files,
+            step: 0,
+            t: (Duration::ZERO, Instant::now()),
+        };
         Recorder {
-            files,
+            files: Arc::new(Mutex::new(files)),
+            quit: None,
             hub,
             sinks: Vec::new(),
             mfu: None,
@@ -91,24 +163,13 @@ impl Recorder {
         Recorder::new(Vec::new(), None, 1)
     }
 
+    fn files(&self) -> MutexGuard<'_, Files> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
     fn write_files(&mut self, line: &Line, flush: bool) -> Vec<String> {
-        let mut warnings = Vec::new();
-        self.files.retain_mut(|w| {
-            let r = w
-                .write(line)
-                .and_then(|()| if flush { w.flush() } else { Ok(()) });
-            match r {
-                Ok(()) => true,
-                Err(e) => {
-                    warnings.push(format!(
-                        "warning: {e}; no more metrics will be written to it"
-                    ));
-                    false
-                }
-            }
-        });
-        warnings
+        self.files().write(line, flush)
     }
 
     fn publish(&self, kind: Kind, line: &Line) {
@@ -140,14 +201,26 @@ impl Recorder {
         if let Some(h) = &self.hub {
             h.set_run(line.clone());
         }
-        self.write_files(&line, true)
+        let mut warnings = Vec::new();
+        {
+            let mut files = self.files();
+            files.at(Some(info.start_step), Duration::ZERO);
+            warnings.extend(files.write(&line, true));
+        }
+        let files = self.files.clone();
+        self.quit = Some(quit_at_once::arm(move || Files::quit(&files)));
+        warnings
     }
 
     /// A complete step (every rank's sample).
     pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
         let due = row.step.is_multiple_of(self.log_every);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
-        let logged = !self.files.is_empty() && due;
+        let logged = {
+            let mut files = self.files();
+            files.at(Some(row.step), row.at);
+            !files.writers.is_empty() && due
+        };
         let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
             warnings.extend(self.write_files(l, false));
@@ -189,6 +262,10 @@ impl Recorder {
             self.catch_up();
         }
         let mut warnings = self.each_sink(|s| s.event(ev, t));
+        self.files().at(ev.step(), t);
+        if matches!(ev, Event::Finished { .. }) {
+            self.quit = None; // the run's own end record follows
+        }
         let Some(v) = records::event(ev, t) else {
             return warnings;
         };
@@ -210,7 +287,7 @@ impl Recorder {
         process: Option<(u64, u64)>,
     ) -> Vec<String> {
         let mut warnings = self.each_sink(|s| s.telemetry(t, devices, process));
-        if self.files.is_empty() && self.hub.is_none() {
+        if self.files().writers.is_empty() && self.hub.is_none() {
             return warnings;
         }
         let line = Line::new(&records::telemetry(t, devices, process));
@@ -233,7 +310,7 @@ impl Recorder {
     pub fn flush(&mut self) -> Vec<String> {
         self.release();
         let mut warnings = self.each_sink(|s| s.flush());
-        self.files.retain_mut(|w| match w.flush() {
+        self.files().writers.retain_mut(|w| match w.flush() {
             Ok(()) => true,
             Err(e) => {
                 warnings.push(format!(
@@ -249,6 +326,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::events::Ending;
     use crate::observe::live::hub::Next;
 
     fn row(step: u64) -> StepRow {
@@ -321,7 +399,7 @@ mod tests {
         r.event(
             &Event::Finished {
                 step: 1001,
-                stopped: false,
+                ending: Ending::Completed,
             },
             Duration::from_secs(1),
         );

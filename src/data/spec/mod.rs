@@ -2,7 +2,7 @@
 //! short name for run names.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::cifar::Kind as CifarKind;
@@ -56,13 +56,28 @@ pub enum DataSpec {
 
 const DATA_HELP: &str = "use digits, cifar10:DIR, cifar100:DIR[,labels=coarse], images:DIR, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
 
+/// The first path of `parts` (the comma-separated pieces of a data spec), and the pieces after
+/// it: the longest run of pieces from the start that names something on disk, so a path with
+/// commas in it is one path (`csv:exports/a,b.csv`); the first piece where none does (the
+/// error then names it).
+fn path_first<'a, 'p>(parts: &'p [&'a str]) -> (String, &'p [&'a str]) {
+    let k = (1..=parts.len())
+        .rev()
+        .find(|&k| Path::new(&parts[..k].join(",")).exists())
+        .unwrap_or(1.min(parts.len()));
+    (parts[..k].join(","), &parts[k..])
+}
+
 fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
-    let mut parts = rest.split(',');
-    let dir = parts.next().filter(|p| !p.is_empty()).ok_or(format!(
-        "data `{s}`: missing folder, e.g. cifar10:data/cifar-10-batches-bin"
-    ))?;
+    let parts: Vec<&str> = rest.split(',').collect();
+    let (dir, parts) = path_first(&parts);
+    if dir.is_empty() {
+        return Err(format!(
+            "data `{s}`: missing folder, e.g. cifar10:data/cifar-10-batches-bin"
+        ));
+    }
     let mut coarse = false;
-    for opt in parts {
+    for &opt in parts {
         match opt {
             "labels=coarse" if hundred => coarse = true,
             "labels=fine" if hundred => coarse = false,
@@ -90,13 +105,13 @@ fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
 }
 
 fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
-    let mut parts = rest.split(',');
-    let path = parts
-        .next()
-        .filter(|p| !p.is_empty())
-        .ok_or(format!("data `{s}`: missing path; {DATA_HELP}"))?;
+    let parts: Vec<&str> = rest.split(',').collect();
+    let (path, parts) = path_first(&parts);
+    if path.is_empty() {
+        return Err(format!("data `{s}`: missing path; {DATA_HELP}"));
+    }
     let (mut label, mut header, mut shape) = (LabelColumn::Last, false, None);
-    for opt in parts {
+    for &opt in parts {
         match opt.split_once('=') {
             Some(("label", v)) => label = v.parse().map_err(|e| format!("data `{s}`: {e}"))?,
             Some(("shape", v)) => {
@@ -120,11 +135,12 @@ fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
 
 fn parse_idx(s: &str, rest: &str) -> Result<DataSpec, String> {
     let usage = "idx needs two files, idx:IMAGES,LABELS[,layout=nchw|nhwc] (e.g. idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz)";
-    let mut parts = rest.split(',');
-    let (images, labels) = match (parts.next(), parts.next()) {
-        (Some(i), Some(l)) if !i.is_empty() && !l.is_empty() => (i, l),
-        _ => return Err(format!("data `{s}`: {usage}")),
-    };
+    let parts: Vec<&str> = rest.split(',').collect();
+    let (images, parts) = path_first(&parts);
+    let (labels, parts) = path_first(parts);
+    if images.is_empty() || labels.is_empty() {
+        return Err(format!("data `{s}`: {usage}"));
+    }
     let mut layout = None;
     for opt in parts {
         match opt.split_once('=') {

@@ -26,6 +26,30 @@ fn absolute_specs_name_the_same_files_from_anywhere() {
 }
 
 #[test]
+fn a_path_with_commas_is_one_path_where_it_names_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    std::fs::write(dir.path().join("a,b.csv"), "1,0\n").unwrap();
+    std::fs::write(dir.path().join("l,1"), "").unwrap();
+    std::fs::write(dir.path().join("i"), "").unwrap();
+    let csv = parse(&format!("csv:{d}/a,b.csv,label=first,header")).unwrap();
+    let DataSpec::Csv { path, header, .. } = &csv else {
+        panic!("{csv:?}")
+    };
+    assert!(path.ends_with("a,b.csv") && *header, "{csv:?}");
+    // as a checkpoint records it and a resume reads it back
+    assert_eq!(parse(&csv.to_string()).unwrap(), csv);
+    let idx = parse(&format!("idx:{d}/i,{d}/l,1,layout=nhwc")).unwrap();
+    let DataSpec::Idx { images, labels, .. } = &idx else {
+        panic!("{idx:?}")
+    };
+    assert!(images.ends_with("i") && labels.ends_with("l,1"), "{idx:?}");
+    // where nothing is there, the first piece is the path and the rest options, as before
+    let e = parse("csv:missing.csv,lable=last").unwrap_err();
+    assert!(e.contains("unknown CSV option `lable=last`"), "{e}");
+}
+
+#[test]
 fn parses_data_specs() {
     assert_eq!(parse("digits").unwrap(), DataSpec::Digits);
     assert_eq!(

@@ -37,8 +37,9 @@ impl Line {
     }
 }
 
-/// The finished `step-N` checkpoints in `dir` (those with a `state.json`), oldest first.
-pub fn steps(dir: &Path) -> Vec<(u64, PathBuf)> {
+/// The `step-N` directories in `dir`, oldest first (by number, not by name: step-100000000
+/// is newer than step-99999999).
+fn numbered(dir: &Path) -> Vec<(u64, PathBuf)> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -52,11 +53,29 @@ pub fn steps(dir: &Path) -> Vec<(u64, PathBuf)> {
                 .strip_prefix("step-")?
                 .parse()
                 .ok()?;
-            p.join(STATE).is_file().then_some((step, p))
+            Some((step, p))
         })
         .collect();
     steps.sort_by_key(|(step, _)| *step);
     steps
+}
+
+/// The finished `step-N` checkpoints in `dir` (those with a `state.json`), oldest first.
+pub fn steps(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let mut steps = numbered(dir);
+    steps.retain(|(_, p)| p.join(STATE).is_file());
+    steps
+}
+
+/// The `step-N` directories beside checkpoint `dir` of steps after `step` that are not
+/// checkpoints (no `state.json`: damaged, or put there by something else), which a resume from
+/// `dir` passed over.
+pub fn passed_over(dir: &Path, step: u64) -> Vec<PathBuf> {
+    let beside = dir.parent().map(numbered).unwrap_or_default();
+    (beside.into_iter())
+        .filter(|(n, p)| *n > step && !p.join(STATE).is_file())
+        .map(|(_, p)| p)
+        .collect()
 }
 
 /// The lines of runs `steps`' checkpoints belong to, in the order they first appear. A

@@ -53,7 +53,26 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
     }
     file.set_len(0).map_err(werr)?;
     write!(file, "{}", std::process::id()).map_err(werr)?;
-    for entry in fs::read_dir(dir).map_err(werr)?.filter_map(|e| e.ok()) {
+    clear_leftovers(dir).map_err(werr)?;
+    Ok(DirLock { _file: file })
+}
+
+/// Clears what an interrupted run left in checkpoint directory `dir` where no run holds it
+/// now: for a run resumed from there that writes elsewhere (its own run directory), so the
+/// directory it leaves behind is tidy too. A directory without a lock file is left as it is.
+pub fn tidy_if_free(dir: &Path) {
+    let Ok(file) = File::open(dir.join(LOCK_FILE)) else {
+        return;
+    };
+    if try_lock(&file).unwrap_or(false) {
+        let _ = clear_leftovers(dir);
+    }
+}
+
+/// Unfinished `.tmp-step-*` directories go, and `.old-step-*` ones are removed, or put back
+/// where the checkpoint they held is missing. The caller holds `dir`'s lock.
+fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(".tmp-step-") {
             let _ = fs::remove_dir_all(entry.path());
@@ -69,7 +88,7 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
             }
         }
     }
-    Ok(DirLock { _file: file })
+    Ok(())
 }
 
 /// The process that wrote `dir`'s lock, if it is still running and is this program (a pid

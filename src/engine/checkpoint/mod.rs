@@ -22,8 +22,8 @@ mod lock;
 mod meta;
 
 pub use damage::safetensors_problem;
-pub use lines::{lines, refuse_others, steps, Line};
-pub use lock::{holder, lock, DirLock, LOCK_FILE};
+pub use lines::{lines, passed_over, refuse_others, steps, Line};
+pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::CheckpointMeta;
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
@@ -80,22 +80,6 @@ pub enum CheckpointError {
     },
 }
 
-/// The temporary directory a checkpoint is being written to, if one is (for `abandon`).
-static WRITING: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-
-/// Removes the checkpoint being written, if any: for a process about to exit in the middle of
-/// one (a second signal), so no `.tmp-step-*` is left behind. Earlier checkpoints are whole.
-pub fn abandon() {
-    remove_taken(&WRITING);
-}
-
-/// Removes the directory `slot` names, if it names one, and empties it.
-fn remove_taken(slot: &std::sync::Mutex<Option<PathBuf>>) {
-    if let Some(tmp) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        let _ = fs::remove_dir_all(tmp);
-    }
-}
-
 fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -114,7 +98,13 @@ pub fn write(
         source,
     };
     fs::create_dir_all(&tmp).map_err(werr)?;
-    *WRITING.lock().unwrap_or_else(|e| e.into_inner()) = Some(tmp.clone());
+    // a process quitting in the middle of this (a second signal) leaves no `.tmp-step-*`
+    let armed = crate::quit_at_once::arm({
+        let tmp = tmp.clone();
+        move || {
+            let _ = fs::remove_dir_all(tmp);
+        }
+    });
     let result = (|| {
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for t in &model.tensors {
@@ -180,7 +170,7 @@ pub fn write(
         }
         Ok(())
     })();
-    WRITING.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(armed);
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
         return Err(werr(e));
@@ -199,43 +189,19 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.join(STATE).is_file() {
         return Ok(path.to_path_buf());
     }
-    let found = fs::read_dir(path).map_err(|_| CheckpointError::NotFound(path.to_path_buf()))?;
-    step_dirs(found, None)
+    steps(path)
         .pop()
+        .map(|(_, p)| p)
         .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
-}
-
-/// The checkpoints (`step-N` directories with a `state.json`) among `entries` but `but`,
-/// oldest first (by number, not by name: step-100000000 is newer than step-99999999).
-fn step_dirs(entries: fs::ReadDir, but: Option<&Path>) -> Vec<PathBuf> {
-    let mut found: Vec<(u64, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| Some(p.as_path()) != but && p.join(STATE).is_file())
-        .filter_map(|p| {
-            let step: u64 = p
-                .file_name()?
-                .to_str()?
-                .strip_prefix("step-")?
-                .parse()
-                .ok()?;
-            Some((step, p))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, p)| p).collect()
 }
 
 /// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
 /// beside it that looks whole, or starting anew.
 fn instead_of(dir: &Path) -> String {
-    let beside = dir.parent().and_then(|p| fs::read_dir(p).ok());
-    let other = beside.and_then(|e| {
-        step_dirs(e, Some(dir))
-            .into_iter()
-            .rev()
-            .find(|d| damage::looks_whole(d))
-    });
+    let beside = dir.parent().map(steps).unwrap_or_default();
+    let other = (beside.into_iter().rev())
+        .map(|(_, p)| p)
+        .find(|p| p != dir && damage::looks_whole(p));
     match other {
         // (moved aside, the damaged one neither stands newest in the directory nor stops a
         // run resumed from an older step from writing there)

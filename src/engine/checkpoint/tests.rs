@@ -104,6 +104,24 @@ fn the_newest_is_the_highest_step_not_the_last_name() {
 }
 
 #[test]
+fn a_newer_step_directory_that_is_no_checkpoint_is_passed_over_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, mut meta) = sample();
+    for step in [100, 200, 300] {
+        meta.step = step;
+        write(dir.path(), &model, &state, &meta).unwrap();
+    }
+    // step 300's state.json lost (a disk error, a hand that tidied)
+    fs::remove_file(dir.path().join("step-00000300").join(STATE)).unwrap();
+    let taken = resolve(dir.path()).unwrap();
+    assert!(taken.ends_with("step-00000200"), "{taken:?}");
+    let passed = passed_over(&taken, 200);
+    assert_eq!(passed, [dir.path().join("step-00000300")]);
+    // one taken by hand from further back passes over no checkpoint
+    assert!(passed_over(&dir.path().join("step-00000100"), 100) == passed);
+}
+
+#[test]
 fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
@@ -195,6 +213,30 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
 }
 
 #[test]
+fn a_directory_resumed_from_is_tidied_unless_a_run_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(lock(dir.path()).unwrap()); // a run wrote there, then was killed mid-checkpoint
+    let half = dir.path().join(".tmp-step-00000040-1");
+    fs::create_dir(&half).unwrap();
+    let held = lock(dir.path()).unwrap();
+    fs::create_dir(&half).unwrap(); // (the run holding it is writing one now)
+    tidy_if_free(dir.path());
+    assert!(
+        half.is_dir(),
+        "a live run's checkpoint under way was removed"
+    );
+    drop(held);
+    tidy_if_free(dir.path());
+    assert!(!half.exists());
+    // a directory no run wrote is left alone
+    let other = tempfile::tempdir().unwrap();
+    let theirs = other.path().join(".tmp-step-1");
+    fs::create_dir(&theirs).unwrap();
+    tidy_if_free(other.path());
+    assert!(theirs.is_dir());
+}
+
+#[test]
 fn adam_state_without_its_moments_is_refused_not_trained_without_them() {
     let dir = tempfile::tempdir().unwrap();
     let (model, mut state, meta) = sample();
@@ -260,23 +302,6 @@ fn damaged_running_statistics_and_the_old_format_are_refused() {
         e.contains("older mgtop-train") && e.contains("start a new run"),
         "{e}"
     );
-}
-
-#[test]
-fn abandoning_removes_only_the_checkpoint_being_written() {
-    let (model, state, meta) = sample();
-    let dir = tempfile::tempdir().unwrap();
-    let done = write(dir.path(), &model, &state, &meta).unwrap();
-    // as if a second signal came while the next one was half written
-    let tmp = dir.path().join(".tmp-step-00000099-1");
-    fs::create_dir_all(&tmp).unwrap();
-    fs::write(tmp.join(WEIGHTS), b"half").unwrap();
-    // (a slot of its own: the process's is shared by the tests writing checkpoints beside)
-    let slot = std::sync::Mutex::new(Some(tmp.clone()));
-    remove_taken(&slot);
-    assert!(!tmp.exists() && done.join(WEIGHTS).is_file());
-    remove_taken(&slot); // nothing being written: nothing happens
-    assert!(done.join(WEIGHTS).is_file());
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::comm::Collective;
 use crate::config::{Budget, RunConfig};
 use crate::data::Dataset;
 use crate::engine::control::Decider;
-use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::nn::model::Model;
 use crate::nn::schedule::lr_at;
@@ -221,7 +221,7 @@ impl Worker {
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
                 self.lr_base = self
                     .cfg
-                    .lr_scaling
+                    .lr_scaling()
                     .rescale(self.lr_base, self.per_replica, b);
                 if self.rank == 0 {
                     let applied = Applied::BatchSize {
@@ -385,9 +385,13 @@ impl Worker {
             self.save(replica)?;
         }
         if self.rank == 0 {
+            let ending = match stopped {
+                true => Ending::Stopped,
+                false => Ending::Completed,
+            };
             let _ = self.events.send(Event::Finished {
                 step: self.step,
-                stopped,
+                ending,
             });
         }
         Ok(RunResult {

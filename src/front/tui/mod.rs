@@ -19,6 +19,7 @@ use ratatui::backend::Backend;
 use ratatui::crossterm::event::KeyEvent;
 use ratatui::Terminal;
 
+use crate::engine::events::Ending;
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::observe::Recorder;
 use app::{Action, App, AppEvent, Level};
@@ -188,12 +189,18 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     };
     let what = if s.failed.is_some() {
         "failed"
-    } else if s.stopped {
-        "stopped"
     } else {
-        "finished"
+        match s.ending {
+            Ending::Completed => "finished",
+            Ending::Stopped => "stopped",
+            Ending::Quit => "quit at once",
+        }
     };
-    let mut line = format!("{what}: {} steps in {}", s.steps, render::clock(s.wall));
+    let mut line = format!(
+        "{what}: {} in {}",
+        crate::text::counted(s.steps as usize, "step"),
+        render::clock(s.wall)
+    );
     if let Some(a) = s.best_val_accuracy {
         line += &format!(" | best val accuracy {:.2}%", a * 100.0);
     }

@@ -27,6 +27,32 @@ use super::protocol::{
 };
 use super::socket::{bind_private, own_uid, peer_uid, place, pointer_of, SocketError};
 use crate::engine::control::Controller;
+use crate::quit_at_once;
+
+/// Where a socket was put, to remove it at the end.
+#[derive(Clone)]
+struct Place {
+    path: PathBuf,
+    /// The pointer file that says where it went, if it went elsewhere.
+    pointer: Option<PathBuf>,
+    /// The socket's inode: removed at the end only if it is still ours.
+    ino: Option<u64>,
+}
+
+impl Place {
+    fn remove(&self) {
+        let ours = std::fs::metadata(&self.path).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino()
+        }) == self.ino;
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        if let Some(p) = &self.pointer {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
 
 /// How long a silent client waits before it is served (one that closes first is a probe).
 pub const GREETING: Duration = Duration::from_millis(200);
@@ -37,10 +63,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN: Duration = Duration::from_secs(1);
 
 pub struct LiveServer {
-    path: PathBuf,
-    pointer: Option<PathBuf>,
-    /// The socket's inode: removed at the end only if it is still ours.
-    ino: Option<u64>,
+    place: Place,
+    /// Removes the socket if the process quits at once (a second signal).
+    _quit: quit_at_once::Armed,
     hub: LiveHub,
     stop: Arc<AtomicBool>,
     /// A handle on the listening socket, to wake the accept thread at the end.
@@ -89,10 +114,13 @@ impl LiveServer {
                     source,
                 })?
         };
+        let place = Place { path, pointer, ino };
         Ok(LiveServer {
-            path,
-            pointer,
-            ino,
+            _quit: quit_at_once::arm({
+                let place = place.clone();
+                move || place.remove()
+            }),
+            place,
             hub,
             stop,
             wake,
@@ -104,7 +132,7 @@ impl LiveServer {
 
     /// Where the socket is (the fallback path where the one asked for was too long).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.place.path
     }
 }
 
@@ -120,7 +148,7 @@ impl Drop for LiveServer {
             },
             // no second handle: a connection of our own wakes `accept`, which then sees `stop`
             None => {
-                let _ = std::os::unix::net::UnixStream::connect(&self.path);
+                let _ = std::os::unix::net::UnixStream::connect(&self.place.path);
             }
         }
         if let Some(h) = self.accept.take() {
@@ -132,16 +160,7 @@ impl Drop for LiveServer {
                 break;
             }
         }
-        let ours = std::fs::metadata(&self.path).ok().map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.ino()
-        }) == self.ino;
-        if ours {
-            let _ = std::fs::remove_file(&self.path);
-        }
-        if let Some(p) = &self.pointer {
-            let _ = std::fs::remove_file(p);
-        }
+        self.place.remove();
     }
 }
 

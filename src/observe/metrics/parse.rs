@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::SCHEMA;
 use crate::config::Budget;
-use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
@@ -275,10 +275,11 @@ pub fn record(v: &Value, ranks: usize) -> Parsed<Option<Record>> {
             t: t()?,
             event: Event::Finished {
                 step: uint(v, "step")?,
-                stopped: match text(v, "status")? {
-                    "completed" => false,
-                    "stopped" => true,
-                    s => return Err(format!("`status` {s:?} is neither completed nor stopped")),
+                ending: {
+                    let s = text(v, "status")?;
+                    Ending::from_word(s).ok_or_else(|| {
+                        format!("`status` {s:?} is none of completed, stopped and quit")
+                    })?
                 },
             },
         },

@@ -157,8 +157,8 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         } => {
             json!({"type": "event", "kind": "error", "rank": rank, "step": step, "t": t, "message": message})
         }
-        Event::Finished { step, stopped } => {
-            json!({"type": "end", "step": step, "t": t, "status": if *stopped { "stopped" } else { "completed" }})
+        Event::Finished { step, ending } => {
+            json!({"type": "end", "step": step, "t": t, "status": ending.word()})
         }
     })
 }

@@ -1,5 +1,5 @@
-//! The `/metrics` endpoint: a small HTTP/1.1 server on its own threads that answers GET
-//! `/metrics` with the registry in Prometheus's text format (0.0.4) and closes each
+//! The `/metrics` endpoint: a small HTTP/1.1 server on its own threads that answers GET (and
+//! HEAD, its head alone) `/metrics` with the registry in Prometheus's text format (0.0.4) and closes each
 //! connection. Hostile clients are bounded: a request head over `MAX_REQUEST` bytes gets 431,
 //! one not complete within `REQUEST_DEADLINE` (slowloris) is closed, other paths get 404 and
 //! other methods 405, and past `MAX_CONNECTIONS` at once a connection gets 503. None of it
@@ -148,7 +148,7 @@ fn accept(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(mut conn) = conn else {
+        let Ok(conn) = conn else {
             // out of descriptors, or a connection reset before it was taken: go on
             std::thread::sleep(Duration::from_millis(10));
             continue;
@@ -157,7 +157,7 @@ fn accept(
             active.fetch_sub(1, Ordering::SeqCst);
             let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
             respond(
-                &mut conn,
+                &mut Answer { conn, body: true },
                 "503 Service Unavailable",
                 "text/plain",
                 b"busy: too many connections; try again\n",
@@ -229,7 +229,7 @@ fn parse(head: &[u8]) -> Request {
     if !version.starts_with("HTTP/1.") {
         return Request::Malformed;
     }
-    if method != "GET" {
+    if method != "GET" && method != "HEAD" {
         return Request::BadMethod;
     }
     let path = target.split(['?', '#']).next().unwrap_or_default();
@@ -245,7 +245,7 @@ fn serve(mut conn: TcpStream, registry: &Registry) {
         Ok(Some(h)) => h,
         Ok(None) => {
             return respond(
-                &mut conn,
+                &mut Answer { conn, body: true },
                 "431 Request Header Fields Too Large",
                 "text/plain",
                 b"request head too large\n",
@@ -255,6 +255,11 @@ fn serve(mut conn: TcpStream, registry: &Registry) {
             let _ = conn.shutdown(Shutdown::Both);
             return;
         }
+    };
+    // HEAD: GET's answer without its body (HTTP/1.1 servers answer both)
+    let mut conn = Answer {
+        conn,
+        body: !head.starts_with(b"HEAD "),
     };
     match parse(&head) {
         Request::Metrics => match render(registry) {
@@ -287,9 +292,15 @@ fn serve(mut conn: TcpStream, registry: &Registry) {
     }
 }
 
-fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
+/// A connection, and whether its answer carries a body.
+struct Answer {
+    conn: TcpStream,
+    body: bool,
+}
+
+fn respond(answer: &mut Answer, status: &str, content_type: &str, body: &[u8]) {
     let allow = if status.starts_with("405") {
-        "Allow: GET\r\n"
+        "Allow: GET, HEAD\r\n"
     } else {
         ""
     };
@@ -297,6 +308,8 @@ fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) 
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}; charset=utf-8\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
         body.len()
     );
+    let conn = &mut answer.conn;
+    let body = if answer.body { body } else { &[] };
     let _ = conn
         .write_all(head.as_bytes())
         .and_then(|()| conn.write_all(body))
@@ -334,6 +347,7 @@ mod tests {
             Request::Metrics
         );
         assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Request::NotFound);
+        assert_eq!(parse(b"HEAD /metrics HTTP/1.1\r\n\r\n"), Request::Metrics);
         assert_eq!(parse(b"POST /metrics HTTP/1.1\r\n\r\n"), Request::BadMethod);
         assert_eq!(parse(b"\x16\x03\x01 tls"), Request::Malformed);
         assert_eq!(parse(b""), Request::Malformed);

@@ -398,11 +398,15 @@ impl Sink for Prometheus {
                 ..
             } => self.set_state("running"),
             Event::Failed { .. } => self.set_state("failed"),
-            Event::Finished { stopped, .. } => {
+            Event::Finished { ending, .. } => {
                 // a failure said first stays the state
                 let failed = self.state.with_label_values(&["failed"]).get() > 0.0;
                 if !failed {
-                    self.set_state(if *stopped { "stopped" } else { "completed" });
+                    self.set_state(if ending.early() {
+                        "stopped"
+                    } else {
+                        "completed"
+                    });
                 }
             }
             _ => {}

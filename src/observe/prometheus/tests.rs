@@ -1,7 +1,7 @@
 //! The metric set fed a GPU run's records, read back as text (and by promtool).
 
 use super::*;
-use crate::engine::events::StepStats;
+use crate::engine::events::{Ending, StepStats};
 use crate::observe::straggler::Cause;
 
 fn info() -> RunInfo {
@@ -195,7 +195,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
     p.event(
         &Event::Finished {
             step: 4,
-            stopped: true,
+            ending: Ending::Stopped,
         },
         Duration::from_secs(1),
     )
@@ -279,7 +279,7 @@ fn a_failure_stays_the_state_after_the_end() {
     p.event(
         &Event::Finished {
             step: 3,
-            stopped: true,
+            ending: Ending::Stopped,
         },
         Duration::ZERO,
     )

@@ -24,6 +24,7 @@ pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
 use crate::engine::{Device, RunInfo};
+use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -160,13 +161,16 @@ impl Detector {
             hosts: info.hosts.clone(),
             pictures: info.pictures,
         };
-        let mut d = Detector::new(info.ranks(), cfg, ctx);
-        let fix = d.ctx.input_fix();
-        d.bound = bound::BoundDetector::new(crate::observe::mfu::Mfu::for_run(info), fix);
-        d
+        let mfu = Mfu::for_run(info);
+        Detector::with_mfu(info.ranks(), cfg, ctx, mfu)
     }
 
+    /// A detector that cannot tell a launch-bound run (no FLOPs known).
     pub fn new(ranks: usize, cfg: DetectorConfig, ctx: Context) -> Detector {
+        Detector::with_mfu(ranks, cfg, ctx, Default::default())
+    }
+
+    fn with_mfu(ranks: usize, cfg: DetectorConfig, ctx: Context, mfu: Mfu) -> Detector {
         Detector {
             recent: vec![VecDeque::new(); ranks],
             slow_runs: vec![0; ranks],
@@ -183,7 +187,7 @@ impl Detector {
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
-            bound: bound::BoundDetector::new(Default::default(), ctx.input_fix()),
+            bound: bound::BoundDetector::new(mfu, ctx.input_fix()),
             cfg,
             ctx,
         }

@@ -142,13 +142,13 @@ impl App {
                     d.alert = Some(message.clone());
                 }
             }
-            Event::Finished { step, stopped } => {
+            Event::Finished { step, ending } => {
                 if self.state != RunState::Failed {
                     self.state = RunState::Done;
                 }
                 self.pending_batch = None;
                 self.pending_pause = None;
-                self.summary = Some(self.summarize(*step, *stopped));
+                self.summary = Some(self.summarize(*step, *ending));
             }
         }
         if let Some(line) = event_line(&e, self.info.budget) {

@@ -15,7 +15,7 @@ pub use device::{DeviceState, Split};
 pub use view::{Mode, Popup, RunState, View, Window};
 
 use crate::engine::control::Control;
-use crate::engine::events::{Event, StepStats};
+use crate::engine::events::{Ending, Event, StepStats};
 use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::observe::history::History;
@@ -118,7 +118,7 @@ pub struct EpochPoint {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
     pub steps: u64,
-    pub stopped: bool,
+    pub ending: Ending,
     pub failed: Option<String>,
     pub best_val_accuracy: Option<f32>,
     pub wall: Duration,
@@ -379,13 +379,13 @@ impl App {
         }
     }
 
-    fn summarize(&self, steps: u64, stopped: bool) -> Summary {
+    fn summarize(&self, steps: u64, ending: Ending) -> Summary {
         let t = &self.totals;
         let share = |x: f64| (t.rank_s > 0.0).then(|| x / t.rank_s);
         let failed = self.log.iter().find(|l| l.level == Level::Error);
         Summary {
             steps,
-            stopped,
+            ending,
             failed: (self.state == RunState::Failed)
                 .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
             best_val_accuracy: self
@@ -416,7 +416,7 @@ impl App {
             if self.state != RunState::Failed {
                 self.state = RunState::Done;
             }
-            self.summary = Some(self.summarize(step, true));
+            self.summary = Some(self.summarize(step, Ending::Stopped));
         }
     }
 

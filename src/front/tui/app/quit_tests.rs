@@ -4,6 +4,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::tests::{ctrl_c, key, running};
 use super::*;
+use crate::engine::events::Ending;
 
 #[test]
 
@@ -118,7 +119,7 @@ fn the_quit_question_after_the_run_ended_leaves_without_stopping_anything() {
     app.handle_key(key('q'));
     app.apply(AppEvent::Engine(Event::Finished {
         step: 5,
-        stopped: false,
+        ending: Ending::Completed,
     }));
     assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
     assert_eq!(app.state, RunState::Done, "not turned to stopping");

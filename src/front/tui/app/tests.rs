@@ -3,7 +3,7 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 
 use super::*;
-use crate::engine::events::Applied;
+use crate::engine::events::{Applied, Ending};
 use crate::front::tui::demo;
 
 pub(super) fn key(c: char) -> KeyEvent {
@@ -256,13 +256,13 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     }));
     app.apply(AppEvent::Engine(Event::Finished {
         step: 5,
-        stopped: false,
+        ending: Ending::Completed,
     }));
     assert_eq!(app.state, RunState::Done);
     let s = app.summary.clone().unwrap();
     assert_eq!(
-        (s.steps, s.stopped, s.best_val_accuracy),
-        (5, false, Some(0.91))
+        (s.steps, s.ending, s.best_val_accuracy),
+        (5, Ending::Completed, Some(0.91))
     );
     assert!(s.mean_samples_per_sec.unwrap() > 0.0);
     let share = s.compute_share.unwrap();

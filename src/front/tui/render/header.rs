@@ -7,6 +7,7 @@ use ratatui::Frame;
 
 use super::{bytes, clock, fit, si};
 use crate::config::Budget;
+use crate::engine::events::Ending;
 use crate::engine::{Device, RunInfo};
 use crate::front::tui::app::{App, RunState};
 use crate::front::tui::theme::Theme;
@@ -26,7 +27,11 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
         (RunState::Running, Some(true)) => "PAUSING",
         (RunState::Paused, Some(false)) => "RESUMING",
         // ended before its budget: by a stop (a key, a signal, a socket's control)
-        (RunState::Done, _) if app.summary.as_ref().is_some_and(|s| s.stopped) => "STOPPED",
+        (RunState::Done, _) => match app.summary.as_ref().map(|s| s.ending) {
+            Some(Ending::Stopped) => "STOPPED",
+            Some(Ending::Quit) => "QUIT",
+            _ => "DONE",
+        },
         (state, _) => state.label(),
     };
     let color = match app.state {
@@ -94,7 +99,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Budget::Steps(s) => format!(" step {step}/{s} · epoch {epoch} "),
     };
     let progress =
-        if app.state == RunState::Done && app.summary.as_ref().is_some_and(|s| !s.stopped) {
+        if app.state == RunState::Done && app.summary.as_ref().is_some_and(|s| !s.ending.early()) {
             1.0
         } else {
             row.map_or(0.0, |r| r.progress).clamp(0.0, 1.0)

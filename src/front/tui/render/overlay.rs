@@ -132,13 +132,8 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!("failed: {f}"),
             theme.badge(theme.error),
         ));
-    } else if s.stopped {
-        lines.push(Line::raw(format!("stopped at step {}", s.steps)));
     } else {
-        lines.push(Line::raw(format!(
-            "finished: {}",
-            crate::text::counted(s.steps as usize, "step")
-        )));
+        lines.push(Line::raw(crate::front::words::ended(s.steps, s.ending)));
     }
     let field = |k: &str, v: String| {
         Line::from(vec![

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::apply_record;
-use crate::engine::events::Event;
+use crate::engine::events::{Ending, Event};
 use crate::front::tui::app::{App, AppEvent};
 use crate::front::tui::demo;
 use crate::observe::metrics::{record_line, records, Record};
@@ -62,7 +62,7 @@ fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
         }
         app.apply(AppEvent::Engine(Event::Finished {
             step: 100,
-            stopped: false,
+            ending: Ending::Completed,
         }));
         app.summary.unwrap()
     };
