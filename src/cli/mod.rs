@@ -306,7 +306,7 @@ pub struct TrainArgs {
     #[arg(allow_negative_numbers = true, long)]
     pub grad_accum: Option<usize>,
     /// Batches prefetched per rank, 0 to build batches on the worker, or auto (4)  [default: auto]
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     #[serde(default, deserialize_with = "number_or_word")]
     pub prefetch: Option<String>,
     /// Loader threads per rank, or auto (1 for data held ready and on CPU workers; for picture sets on GPUs the cores the GPU ranks leave, at most 8 a rank)  [default: auto]
@@ -314,7 +314,7 @@ pub struct TrainArgs {
     #[serde(default, deserialize_with = "number_or_word")]
     pub loader_threads: Option<String>,
     /// Threads per CPU worker for its matrix products, or auto (cores / workers)  [default: auto]
-    #[arg(long, value_name = "N|auto")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N|auto")]
     #[serde(default, deserialize_with = "number_or_word")]
     pub threads_per_worker: Option<String>,
     /// Seed for the split, data order and initial weights  [default: 0]
@@ -331,9 +331,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1)
-    #[arg(long, value_name = "[ADDR:]PORT")]
+    #[arg(allow_negative_numbers = true, long, value_name = "[ADDR:]PORT")]
     pub prometheus: Option<String>,
-    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart)  [default: <run dir>/tensorboard]
+    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart; =false writes none, over a config file's)  [default: <run dir>/tensorboard]
     #[arg(long, value_name = "DIR", num_args = 0..=1)]
     #[serde(default, deserialize_with = "flag_or_path")]
     pub tensorboard: Option<Option<PathBuf>>,
@@ -395,6 +395,26 @@ pub struct TrainArgs {
 pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     use clap::CommandFactory;
     let text = e.render().to_string();
+    // a word after the flags that clap takes for a subcommand: a switch's value given after a
+    // space (`--sync-bn false`), or a stray word
+    if let Some(word) = (text.strip_prefix("error: the subcommand '"))
+        .and_then(|t| t.split_once("' cannot be used with"))
+        .map(|(w, _)| w)
+    {
+        let before = args
+            .iter()
+            .position(|a| a == word)
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| args[i].as_str());
+        return match before {
+            Some(flag) if flag.starts_with("--") && matches!(word, "true" | "false") => format!(
+                "error: {flag} takes its value after `=`: {flag}={word}"
+            ),
+            _ => format!(
+                "error: unexpected `{word}`: not a flag nor a flag's value (a subcommand comes first: mgtop-train view ...); `mgtop-train --help` lists the flags"
+            ),
+        };
+    }
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or("error: bad arguments").to_string();
     let (mut tips, mut usage) = (Vec::new(), None);

@@ -308,10 +308,13 @@ impl TrainArgs {
             .as_deref()
             .map(crate::observe::prometheus::http::parse_addr)
             .transpose()?;
-        // the flag without a value: the run directory's
-        let tensorboard = args
-            .tensorboard
-            .map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At));
+        // the flag without a value (or `=true`): the run directory's; `=false`: none, as the
+        // other switches (over a config file's `tensorboard = true`)
+        let tensorboard = match args.tensorboard {
+            Some(Some(d)) if d.as_os_str() == "false" => None,
+            Some(Some(d)) if d.as_os_str() == "true" => Some(TensorboardDir::InRunDir),
+            d => d.map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At)),
+        };
         let cfg = RunConfig {
             checkpoint_dir: args
                 .checkpoint_dir

@@ -184,6 +184,9 @@ fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
     let (_, front) = cli(&["--config", file]).unwrap();
     assert_eq!(front.prometheus, Some("0.0.0.0:9401".parse().unwrap()));
     assert_eq!(front.tensorboard, Some(TensorboardDir::InRunDir));
+    // =false turns the file's off, as with the other switches
+    let (_, front) = cli(&["--config", file, "--tensorboard=false"]).unwrap();
+    assert_eq!(front.tensorboard, None);
     std::fs::write(&f, "tensorboard = \"tb\"\n").unwrap();
     assert_eq!(
         cli(&["--config", file]).unwrap().1.tensorboard,
@@ -218,6 +221,17 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
         "error: the following required arguments were not provided: <RUN_DIR|CHECKPOINT>, <FILE>; usage: mgtop-train export <RUN_DIR|CHECKPOINT> <FILE>"
     );
     assert!(!err(&["--bogus"]).contains('\n'));
+    // a switch's value after a space, and a stray word, are not taken for subcommands
+    let e = err(&["--steps", "3", "--sync-bn", "false"]);
+    assert_eq!(
+        e,
+        "error: --sync-bn takes its value after `=`: --sync-bn=false"
+    );
+    let e = err(&["--headless", "extra"]);
+    assert!(
+        e.starts_with("error: unexpected `extra`: not a flag"),
+        "{e}"
+    );
     // a subcommand's flag or value: its own --help is the one to read
     for args in [
         &["view", "run", "--bogus"][..],

@@ -137,6 +137,21 @@ pub(super) fn load(
         });
     }
     let (full, norm, what) = read_table(spec, seed, "--data")?;
+    if let Some(&only) = full.y.first().filter(|&&l| full.y.iter().all(|&y| y == l)) {
+        let fix = match spec {
+            DataSpec::Csv { .. } => {
+                "; is the label in another column? (label=first, label=last or label=N)"
+            }
+            DataSpec::Idx { .. } => "; is the labels file the one that goes with the images?",
+            _ => "",
+        };
+        return Err(DataError::Spec {
+            spec: spec.to_string(),
+            msg: format!(
+                "every sample's label is {only}: a classifier needs two or more classes{fix}"
+            ),
+        });
+    }
     let (mut train, mut val, split_text) = match &opts.val_data {
         Some(v) if opts.val_fraction.is_some_and(|f| f > 0.0) => {
             return Err(DataError::ValSpec {
@@ -177,8 +192,8 @@ pub(super) fn load(
     };
     let norm_text = normalise(&mut train, &mut val, &norm);
     let description = format!(
-        "{what}: {} samples, {} features{}, {} classes; {split_text}; inputs {norm_text}",
-        full.len(),
+        "{what}: {}, {} features{}, {} classes; {split_text}; inputs {norm_text}",
+        crate::text::counted(full.len(), "sample"),
         full.features,
         full.image
             .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
@@ -280,6 +295,20 @@ mod tests {
                 .val
                 .y,
             d.val.y
+        );
+    }
+
+    #[test]
+    fn a_file_whose_every_label_is_the_same_is_refused_with_the_likely_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("one.csv");
+        // (the label read from a column of features that are all 1)
+        std::fs::write(&f, "0.5,1\n0.25,1\n0.75,1\n").unwrap();
+        let spec: DataSpec = format!("csv:{}", f.display()).parse().unwrap();
+        let e = load(&spec, &split(0.0), 0).err().unwrap().to_string();
+        assert!(
+            e.contains("every sample's label is 1") && e.contains("label=first"),
+            "{e}"
         );
     }
 

@@ -108,12 +108,17 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         .filter_map(|(k, v)| {
             let t = theirs.get(k)?;
             (!same(v, t)).then(|| {
-                format!(
-                    "--{} {} (the checkpoint had {})",
-                    k.replace('_', "-"),
-                    text(v),
-                    text(t)
-                )
+                let flag = k.replace('_', "-");
+                // (a switch as it is given; a setting left unset by the checkpoint's run)
+                let ours = match v {
+                    serde_json::Value::Bool(b) => format!("--{flag}={b}"),
+                    v => format!("--{flag} {}", text(v)),
+                };
+                let theirs = match t {
+                    serde_json::Value::Null => "the default".into(),
+                    t => text(t),
+                };
+                format!("{ours} (the checkpoint had {theirs})")
             })
         })
         .collect()

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::engine::events::{Ending, Event};
 use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
-use crate::observe::metrics::{records, Line, MetricsWriter};
+use crate::observe::metrics::{records, Line, MetricsError, MetricsWriter};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
@@ -58,24 +58,30 @@ struct Files {
 const QUIT_WAIT: Duration = Duration::from_millis(500);
 
 impl Files {
-    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
-    fn write(&mut self, line: &Line, flush: bool) -> Vec<String> {
+    /// Does `f` to every file; the warnings of those that failed (written no more).
+    fn each(
+        &mut self,
+        mut f: impl FnMut(&mut MetricsWriter) -> Result<(), MetricsError>,
+    ) -> Vec<String> {
         let mut warnings = Vec::new();
-        self.writers.retain_mut(|w| {
-            let r = w
-                .write(line)
-                .and_then(|()| if flush { w.flush() } else { Ok(()) });
-            match r {
-                Ok(()) => true,
-                Err(e) => {
-                    warnings.push(format!(
-                        "warning: {e}; no more metrics will be written to it"
-                    ));
-                    false
-                }
+        self.writers.retain_mut(|w| match f(w) {
+            Ok(()) => true,
+            Err(e) => {
+                warnings.push(format!(
+                    "warning: {e}; no more metrics will be written to it"
+                ));
+                false
             }
         });
         warnings
+    }
+
+    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
+    fn write(&mut self, line: &Line, flush: bool) -> Vec<String> {
+        self.each(|w| {
+            w.write(line)
+                .and_then(|()| if flush { w.flush() } else { Ok(()) })
+        })
     }
 
     fn at(&mut self, step: Option<u64>, t: Duration) {
@@ -310,15 +316,7 @@ impl Recorder {
     pub fn flush(&mut self) -> Vec<String> {
         self.release();
         let mut warnings = self.each_sink(|s| s.flush());
-        self.files().writers.retain_mut(|w| match w.flush() {
-            Ok(()) => true,
-            Err(e) => {
-                warnings.push(format!(
-                    "warning: {e}; no more metrics will be written to it"
-                ));
-                false
-            }
-        });
+        warnings.extend(self.files().each(MetricsWriter::flush));
         warnings
     }
 }
