@@ -420,6 +420,47 @@ fn a_frozen_run_keeps_no_moments_for_frozen_tensors_and_resumes_exactly() {
 }
 
 #[test]
+fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mgtop-train");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[
+        "--headless",
+        "--steps",
+        "20",
+        "--checkpoint-every",
+        "10",
+        "--run-dir",
+        "run",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let newest = dir
+        .path()
+        .join("run/checkpoints/step-00000020/model.safetensors");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap();
+    f.set_len(100).unwrap();
+    let o = run(&["export", "run", "w.safetensors"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("not a whole safetensors file")
+            && err.contains("export a whole one beside it: ")
+            && err.contains("step-00000010"),
+        "{err}"
+    );
+    assert!(!dir.path().join("w.safetensors").exists());
+}
+
+#[test]
 fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_mgtop-train");

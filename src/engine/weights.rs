@@ -301,8 +301,12 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     };
     let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        let instead = match checkpoint::whole_beside(&dir) {
+            Some(p) => format!("export a whole one beside it: {}", p.display()),
+            None => "no other whole checkpoint is beside it".into(),
+        };
         format!(
-            "{}: not a whole safetensors file ({}); export another checkpoint",
+            "{}: not a whole safetensors file ({}); {instead}",
             file.display(),
             checkpoint::safetensors_problem(&e)
         )

@@ -195,14 +195,18 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
         .ok_or_else(|| CheckpointError::NotFound(path.to_path_buf()))
 }
 
+/// The newest checkpoint beside the damaged `dir` that looks whole, if any.
+pub fn whole_beside(dir: &Path) -> Option<PathBuf> {
+    let beside = dir.parent().map(steps).unwrap_or_default();
+    (beside.into_iter().rev())
+        .map(|(_, p)| p)
+        .find(|p| p != dir && damage::looks_whole(p))
+}
+
 /// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
 /// beside it that looks whole, or starting anew.
 fn instead_of(dir: &Path) -> String {
-    let beside = dir.parent().map(steps).unwrap_or_default();
-    let other = (beside.into_iter().rev())
-        .map(|(_, p)| p)
-        .find(|p| p != dir && damage::looks_whole(p));
-    match other {
+    match whole_beside(dir) {
         // (moved aside, the damaged one neither stands newest in the directory nor stops a
         // run resumed from an older step from writing there)
         Some(p) => format!(
