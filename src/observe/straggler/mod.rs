@@ -118,7 +118,12 @@ pub struct Detector {
     flagged: Vec<bool>,
     /// Whether each rank's newest compute time was its thread's CPU time (CPU workers).
     cpu_time: Vec<bool>,
+    /// Each rank's best median work per sample at the batch size of `batch`.
     best: Vec<f64>,
+    /// The per-replica batch the best speeds were measured at, and the row it began at: work
+    /// per sample depends on the batch (a smaller one uses a device less well), so a new batch
+    /// size measures its own best once its window has settled.
+    batch: Option<(usize, u64)>,
     degraded: Vec<bool>,
     worse_runs: Vec<u32>,
     recovered_runs: Vec<u32>,
@@ -178,6 +183,7 @@ impl Detector {
             flagged: vec![false; ranks],
             cpu_time: vec![false; ranks],
             best: vec![f64::INFINITY; ranks],
+            batch: None,
             degraded: vec![false; ranks],
             worse_runs: vec![0; ranks],
             recovered_runs: vec![0; ranks],
@@ -229,6 +235,12 @@ impl Detector {
         self.last_progress = self.last_progress.max(row.at);
         if row.ranks.len() != self.recent.len() {
             return Vec::new();
+        }
+        if self.batch.is_none_or(|(b, _)| b != row.per_replica) {
+            self.batch = Some((row.per_replica, self.rows));
+            self.best.fill(f64::INFINITY);
+            self.worse_runs.fill(0);
+            self.recovered_runs.fill(0);
         }
         for ((q, s), cpu) in self
             .recent
@@ -344,8 +356,9 @@ impl Detector {
             }
             // degraded: against this rank's own best median per sample (once a baseline has
             // settled), for `consecutive` evaluations
-            if self.rows < self.cfg.warmup + 2 * self.cfg.window as u64 {
-                continue; // a best speed needs a settled baseline first
+            let since = self.batch.map_or(0, |(_, row)| row);
+            if self.rows < since + self.cfg.warmup + 2 * self.cfg.window as u64 {
+                continue; // a best speed needs a settled baseline at this batch size first
             }
             let ps = per_sample[r];
             self.best[r] = self.best[r].min(ps);

@@ -179,6 +179,32 @@ fn a_whole_job_slowing_down_is_degraded_not_a_straggler() {
 }
 
 #[test]
+fn a_smaller_batch_is_measured_against_its_own_best_not_degraded() {
+    let mut d = detector(2);
+    let mut warnings = Vec::new();
+    for s in 1..=400 {
+        let mut r = row(s, &[10.0, 10.0], &[0.0, 0.0]);
+        if s > 200 {
+            // the batch halved from the keyboard: 7 ms for 16 samples is 40% more per sample
+            r = row(s, &[7.0, 7.0], &[0.0, 0.0]);
+            r.per_replica = 16;
+            r.ranks.iter_mut().for_each(|k| k.samples = 16);
+        }
+        warnings.extend(d.on_row(&r));
+    }
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // and it still tells a real slowdown at that batch size
+    let mut found = Vec::new();
+    for s in 401..=700 {
+        let mut r = row(s, &[10.0, 10.0], &[0.0, 0.0]);
+        r.per_replica = 16;
+        r.ranks.iter_mut().for_each(|k| k.samples = 16);
+        found.extend(d.on_row(&r));
+    }
+    assert!(found.iter().any(|w| w.kind() == "degraded"), "{found:?}");
+}
+
+#[test]
 fn causes_come_from_the_evidence() {
     // rank 1's extra time is input wait: data-bound
     let mut d = detector(2);
