@@ -50,8 +50,16 @@ impl App {
         let x = row.step as f64;
         let loss = row.loss as f64;
         self.loss.push(x, loss);
-        let ema = self.ema.map_or(loss, |e| e + EMA_ALPHA * (loss - e));
-        self.ema = Some(ema);
+        // rows may be steps apart (a metrics file holds every --log-every'th, an attached
+        // screen the newest): each weighs as the steps since the one before would
+        let ema = match self.ema {
+            Some((e, at)) => {
+                let steps = row.step.saturating_sub(at).clamp(1, 1 << 20);
+                e + (1.0 - (1.0 - EMA_ALPHA).powf(steps as f64)) * (loss - e)
+            }
+            None => loss,
+        };
+        self.ema = Some((ema, row.step));
         self.loss_smooth.push(x, ema);
         if self.state == RunState::Starting {
             self.state = RunState::Running;

@@ -29,7 +29,8 @@ const HISTORY_POINTS: usize = 2048;
 /// Steps behind the per-device step-time bar and sparkline.
 const RECENT_STEPS: usize = 64;
 const LOG_LINES: usize = 500;
-/// Smoothing of the train-loss line (exponential moving average weight of a new step).
+/// Smoothing of the train-loss line (exponential moving average weight of a new step; rows
+/// that are several steps apart weigh as those steps would).
 const EMA_ALPHA: f64 = 0.05;
 
 /// What the engine or the sampler reports to the UI.
@@ -167,7 +168,8 @@ pub struct App {
     pub pending_pause: Option<bool>,
     pub loss: History,
     pub loss_smooth: History,
-    ema: Option<f64>,
+    /// The smoothed train loss, and the step it is of.
+    ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
     pub log: VecDeque<LogEntry>,
     pub view: View,
