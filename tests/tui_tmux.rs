@@ -316,8 +316,9 @@ fn ctrl_c_while_stopping_leaves_without_waiting_for_a_stuck_worker() {
     let d = dir.path();
     // rank 0 waits 10 s for every batch: a stop has to wait for that step to end
     let args = format!(
-        "--devices cpu:2 --steps 1000 --slow-data 0:10000 --checkpoint-dir '{}'",
-        d.join("ck").display()
+        "--devices cpu:2 --steps 1000 --slow-data 0:10000 --checkpoint-dir '{}' --run-dir '{}'",
+        d.join("ck").display(),
+        d.join("run").display()
     );
     let tmux = start("abandon", d, &args);
     tmux.wait("the UI", |s| s.contains("RUNNING"));
@@ -338,6 +339,11 @@ fn ctrl_c_while_stopping_leaves_without_waiting_for_a_stuck_worker() {
         ("EXIT=1".into(), true),
         "exit status, terminal restored"
     );
+    // as after a second signal: the records say how it ended, and the socket is gone
+    let metrics = std::fs::read_to_string(d.join("run/metrics.jsonl")).unwrap();
+    let last = metrics.lines().last().unwrap();
+    assert!(last.contains(r#""status":"quit""#), "{last}");
+    assert!(!d.join("run/live.sock").exists());
 }
 
 #[test]

@@ -95,9 +95,14 @@ impl EngineSource {
     pub fn finish(self, abandoned: bool) -> Result<RunResult, EngineError> {
         match (self.result, self.engine) {
             (Some(r), _) => r,
-            (None, Some(_)) if abandoned => Err(EngineError::Config(
-                "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
-            )),
+            (None, Some(_)) if abandoned => {
+                // as a second signal: the records end (`quit`), the socket and any half
+                // written checkpoint go
+                crate::quit_at_once::run();
+                Err(EngineError::Config(
+                    "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
+                ))
+            }
             (None, Some(e)) => {
                 let _ = e.controller().stop(true);
                 e.join()
