@@ -83,6 +83,10 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
         },
         _ => AttachError::NotFound(p.to_path_buf()),
     })?;
+    // the run itself, not what a link names now (`runs/NAME/latest` moves to the next run of
+    // that name: `r` must reconnect to this one)
+    let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let p = resolved.as_path();
     let parent = || {
         p.parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -164,6 +168,12 @@ mod tests {
         assert_eq!(t.socket, new.join(SOCKET_NAME));
         assert_eq!(locate(Some(&new.join(SOCKET_NAME))).unwrap().run, new);
         assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);
+        // through `latest`: the run it names now, kept when the link moves on to another run
+        let latest = d.path().join("runs/a/latest");
+        std::os::unix::fs::symlink("20260102-000000", &latest).unwrap();
+        let t = locate(Some(&latest)).unwrap();
+        assert_eq!(t.run, std::fs::canonicalize(&new).unwrap());
+        assert_eq!(t.socket, t.run.join(SOCKET_NAME));
         match locate(Some(&dead)) {
             Err(e @ AttachError::NotLive { .. }) => {
                 assert!(e.to_string().contains("mgtop-train view"), "{e}")
