@@ -393,11 +393,22 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     assert!(out.contains("still running"), "{out}");
     run.child.kill().unwrap();
     run.wait_exit();
-    // just now: it could be running on another machine that shares this folder
+    // a run of this machine that is not running was killed, whenever it last wrote
     let out = view("just killed");
-    assert!(out.contains("still running, or killed"), "{out}");
-    // a minute without a word
+    assert!(
+        out.contains("the run is not running: it was killed"),
+        "{out}"
+    );
+    // one of another machine sharing this folder could be running there, until a minute
+    // without a word
     let metrics = d.path().join("run/metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let mut run_record: serde_json::Value = serde_json::from_str(first).unwrap();
+    run_record["host"] = "another-machine".into();
+    std::fs::write(&metrics, format!("{run_record}\n{rest}")).unwrap();
+    let out = view("just killed elsewhere");
+    assert!(out.contains("still running, or killed"), "{out}");
     let touched = std::process::Command::new("touch")
         .args(["-d", "2 minutes ago"])
         .arg(&metrics)

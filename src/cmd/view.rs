@@ -38,8 +38,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;
         let run_dir = (reader.path().parent()).filter(|d| rundir::is_run_dir(d));
-        // running here, gone, or not known (quiet only a short while, or on another machine)
-        let live = run_dir.and_then(|d| match (rundir::is_live(d), rundir::is_gone(d)) {
+        // running, gone, or not known (on another machine and quiet only a short while)
+        let host = app.info.host.as_deref();
+        let live = run_dir.and_then(|d| match (rundir::is_live(d), rundir::is_gone(d, host)) {
             (true, _) => Some(true),
             (_, true) => Some(false),
             _ => None,

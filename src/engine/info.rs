@@ -20,6 +20,9 @@ pub struct RunInfo {
     pub devices: Vec<Device>,
     /// Every rank's host, where the run spans several processes (empty: this process alone).
     pub hosts: Vec<String>,
+    /// The machine of process 0, which writes the run's records (`None` in files from before
+    /// it was recorded).
+    pub host: Option<String>,
     /// This process's index among the run's processes, and their number.
     pub process: usize,
     pub processes: usize,
@@ -147,6 +150,7 @@ impl RunInfo {
             name: cfg.run_name(),
             devices: world.devices.clone(),
             hosts: world.hosts.clone(),
+            host: Some((world.hosts.first().cloned()).unwrap_or_else(crate::data::read::hostname)),
             process: world.process(),
             processes: world.offsets.len() - 1,
             device_note,

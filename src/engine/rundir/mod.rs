@@ -244,16 +244,20 @@ pub fn is_live(dir: &Path) -> bool {
         || socket_in(dir).is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok())
 }
 
-/// Whether a run directory's run ended without a word: not live on this machine (`is_live`),
-/// and its metrics file unchanged for a minute (a live run writes its telemetry there every
+/// Whether a run directory's run ended without a word: not live (`is_live`), where its first
+/// process ran on this machine (`host`, as its `run` record names it); else also its metrics
+/// file unchanged for a minute (a live run writes its telemetry there every
 /// `--sample-interval`, so one on another machine sharing this filesystem is not taken for
 /// killed).
-pub fn is_gone(dir: &Path) -> bool {
+pub fn is_gone(dir: &Path, host: Option<&str>) -> bool {
     const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
-    let quiet = fs::metadata(dir.join(METRICS))
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > QUIET));
-    quiet && !is_live(dir)
+    let here = host.is_some_and(|h| h == crate::data::read::hostname());
+    let quiet = || {
+        fs::metadata(dir.join(METRICS))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > QUIET))
+    };
+    !is_live(dir) && (here || quiet())
 }
 
 /// Whether `dir` is a run's directory.

@@ -18,6 +18,7 @@ pub fn info(devices: usize) -> RunInfo {
 
 fn cpu_info(devices: usize) -> RunInfo {
     RunInfo {
+        host: None,
         name: "digits-mlp:128".into(),
         devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
         hosts: Vec::new(),

@@ -151,7 +151,7 @@ impl Source for FileSource {
         let killed = match &self.run_dir {
             Some(d) if due && !app.state.ended() => {
                 self.asked = Some(Instant::now());
-                rundir::is_gone(d)
+                rundir::is_gone(d, app.info.host.as_deref())
             }
             _ => app.killed && !app.state.ended(),
         };

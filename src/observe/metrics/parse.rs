@@ -189,6 +189,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         devices,
         processes: count(v, "processes").unwrap_or(1).max(1),
         process: 0,
+        host: (field(v, "host").and_then(Value::as_str).map(String::from))
+            .or_else(|| hosts.first().cloned()),
         hosts,
         device_note: field(v, "device_note")
             .and_then(Value::as_str)

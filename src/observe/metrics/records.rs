@@ -67,7 +67,7 @@ pub fn run(info: &RunInfo) -> Value {
         "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
         "precision": info.precision.name(), "grad_dtype": info.grad_dtype.name(),
-        "hosts": info.hosts, "processes": info.processes,
+        "hosts": info.hosts, "host": info.host, "processes": info.processes,
         "strategy": info.strategy.to_string(), "sync_warmup": info.strategy.sync_warmup(),
         "started_unix": info.started.map(crate::observe::tensorboard::unix_seconds),
     })
