@@ -229,8 +229,7 @@ impl App {
                 app.flash = Some(format!("batch per replica is already {from}"));
                 return None;
             }
-            app.pending_batch =
-                (to != app.per_replica).then(|| (app.per_replica, to, app.next_step()));
+            app.pending_batch = (to != app.per_replica).then_some((app.per_replica, to));
             Some(Action::Control(Control::SetBatch(to)))
         })
     }

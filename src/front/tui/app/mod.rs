@@ -162,8 +162,9 @@ pub struct App {
     pub per_replica: usize,
     /// Samples per rank when `--rebalance` has cut the global batch unevenly.
     pub split: Option<Vec<usize>>,
-    /// A batch change asked for and not yet applied by the ranks: (from, to, expected step).
-    pub pending_batch: Option<(usize, usize, u64)>,
+    /// A batch change asked for and not yet applied by the ranks: (from, to). (Which step it
+    /// lands on is the ranks' to say: they may be steps ahead of the newest row shown.)
+    pub pending_batch: Option<(usize, usize)>,
     /// A pause (true) or resume (false) asked for and not yet applied.
     pub pending_pause: Option<bool>,
     pub loss: History,

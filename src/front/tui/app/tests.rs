@@ -112,12 +112,12 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
         app.handle_key(key(']')),
         Some(Action::Control(Control::SetBatch(64)))
     );
-    assert_eq!(app.pending_batch, Some((32, 64, 6)));
+    assert_eq!(app.pending_batch, Some((32, 64)));
     assert_eq!(
         app.handle_key(key('+')),
         Some(Action::Control(Control::SetBatch(128)))
     );
-    assert_eq!(app.pending_batch, Some((32, 128, 6)));
+    assert_eq!(app.pending_batch, Some((32, 128)));
     control(
         &mut app,
         5,

@@ -134,9 +134,9 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         " batch {per_rank}{accum} = {}",
         app.per_replica * ranks * info.grad_accum
     ))];
-    if let Some((from, to, at)) = app.pending_batch {
+    if let Some((from, to)) = app.pending_batch {
         l3.push(Span::styled(
-            format!(" ({from}→{to} at step {at})"),
+            format!(" ({from}→{to} next step)"),
             theme.badge(theme.warn),
         ));
     }
