@@ -44,21 +44,43 @@ pub struct Theme {
 struct ThemeFile {
     name: Option<String>,
     extends: Option<String>,
-    background: Option<String>,
-    text: Option<String>,
-    muted: Option<String>,
-    border: Option<String>,
-    title: Option<String>,
-    accent: Option<String>,
-    good: Option<String>,
-    warn: Option<String>,
-    error: Option<String>,
-    highlight_bg: Option<String>,
-    data: Option<String>,
-    compute: Option<String>,
-    comm: Option<String>,
-    wait: Option<String>,
-    series: Option<Vec<String>>,
+    background: Option<ColorText>,
+    text: Option<ColorText>,
+    muted: Option<ColorText>,
+    border: Option<ColorText>,
+    title: Option<ColorText>,
+    accent: Option<ColorText>,
+    good: Option<ColorText>,
+    warn: Option<ColorText>,
+    error: Option<ColorText>,
+    highlight_bg: Option<ColorText>,
+    data: Option<ColorText>,
+    compute: Option<ColorText>,
+    comm: Option<ColorText>,
+    wait: Option<ColorText>,
+    series: Option<Vec<ColorText>>,
+}
+
+/// A colour as a theme file gives it: a name (`"lightblue"`, `"42"`) or a bare 256-colour
+/// index (`42`).
+struct ColorText(String);
+
+impl<'de> Deserialize<'de> for ColorText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ColorText, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Text(String),
+            Index(i64),
+        }
+        match Given::deserialize(d) {
+            Ok(Given::Text(t)) => Ok(ColorText(t)),
+            Ok(Given::Index(i)) => Ok(ColorText(i.to_string())),
+            Err(_) => Err(serde::de::Error::custom(
+                "a colour is a name such as \"lightblue\" or a 256-colour index (0-255)",
+            )),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -108,28 +130,29 @@ impl Theme {
                 read::excerpt_quotes(e.message())
             ))
         })?;
-        let base = match f.extends.as_deref() {
-            None if f.name.is_some() && f.series.is_some() && f.text.is_some() => None,
-            None => Some(Theme::embedded("dark").expect("dark is embedded")),
-            Some(name) => Some(Theme::embedded(name).ok_or_else(|| {
-                err(format!(
-                    "key `extends`: `{}` is not a theme; use one of {}",
-                    excerpt(name),
-                    Theme::embedded_names().collect::<Vec<_>>().join(", ")
-                ))
-            })?),
-        };
         // a key's problem, with the line that sets it
         let at = |key: &str, message: String| match key_line(text, key) {
             Some(n) => err(format!("line {n}: {message}")),
             None => err(message),
         };
+        let base = match f.extends.as_deref() {
+            None if f.name.is_some() && f.series.is_some() && f.text.is_some() => None,
+            None => Some(Theme::embedded("dark").expect("dark is embedded")),
+            Some(name) => Some(Theme::embedded(name).ok_or_else(|| {
+                let names = Theme::embedded_names().collect::<Vec<_>>().join(", ");
+                let message = format!(
+                    "key `extends`: `{}` is not a theme; use one of {names}",
+                    excerpt(name),
+                );
+                at("extends", message)
+            })?),
+        };
         let pick = |key: &str,
-                    v: Option<String>,
+                    v: Option<ColorText>,
                     from: fn(&Theme) -> Color|
          -> Result<Color, ThemeError> {
             match (v, &base) {
-                (Some(v), _) => color(key, &v).map_err(|m| at(key, m)),
+                (Some(v), _) => color(key, &v.0).map_err(|m| at(key, m)),
                 (None, Some(b)) => Ok(from(b)),
                 (None, None) => Err(err(format!("key `{key}` is missing"))),
             }
@@ -137,7 +160,7 @@ impl Theme {
         let series = match (f.series, &base) {
             (Some(v), _) => v
                 .iter()
-                .map(|v| color("series", v).map_err(|m| at("series", m)))
+                .map(|v| color("series", &v.0).map_err(|m| at("series", m)))
                 .collect::<Result<Vec<_>, _>>()?,
             (None, Some(b)) => b.series.clone(),
             (None, None) => return Err(err("key `series` is missing".into())),
@@ -319,6 +342,16 @@ mod tests {
             (t.good, t.text),
             (Color::Indexed(2), Theme::embedded("dark").unwrap().text)
         );
+        // a bare index, as the README allows
+        std::fs::write(&f, "good = 2\nseries = [1, \"red\"]\n").unwrap();
+        let t = Theme::load(f.to_str().unwrap()).unwrap();
+        assert_eq!(
+            (t.good, t.series),
+            (Color::Indexed(2), vec![Color::Indexed(1), Color::Red])
+        );
+        std::fs::write(&f, "good = 300\n").unwrap();
+        let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("line 1: key `good`"), "{e}");
     }
 
     /// The colour a 256-colour terminal shows for `c` (xterm's palette); `None` for the
@@ -447,7 +480,10 @@ mod tests {
         assert!(e.contains("sparkle") && e.contains("line"), "{e}");
         std::fs::write(&f, "extends = \"sepia\"\n").unwrap();
         let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
-        assert!(e.contains("`extends`") && e.contains("sepia"), "{e}");
+        assert!(
+            e.contains("line 1: key `extends`") && e.contains("sepia"),
+            "{e}"
+        );
         let e = Theme::load("no-such-theme").unwrap_err().to_string();
         assert!(
             e.contains("no-such-theme") && e.contains("dark, light, mono"),
