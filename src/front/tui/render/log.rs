@@ -133,10 +133,10 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ("?", "help"),
         ]
     } else {
-        let pause = if app.state == RunState::Paused {
-            "resume"
-        } else {
-            "pause"
+        // what `p` asks for: the state the run is headed for decides (PAUSING: resume)
+        let pause = match app.pending_pause.unwrap_or(app.state == RunState::Paused) {
+            true => "resume",
+            false => "pause",
         };
         &[
             ("p", pause),

@@ -44,10 +44,11 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("s", "write a checkpoint now"),
         ("1-9", "focus one device"),
         ("0, Esc", "all devices"),
-        ("Tab", "next view (overview, training, events)"),
-        ("↑↓ PgUp/Dn", "events view: scroll back (Home: newest)"),
+        ("Tab, S-Tab", "next / previous view (overview, training, events)"),
+        ("↑↓ j k PgUp/Dn", "events view: scroll (Home: newest, End: oldest)"),
         ("w", "history window: 1 min, 10 min, whole run"),
         ("t", "next theme"),
+        ("?, h", "this help"),
         ("r, Ctrl-L", "redraw"),
         ("q, Ctrl-C", "quit (asks first)"),
     ];
@@ -55,7 +56,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .iter()
         .map(|(k, v)| {
             Line::from(vec![
-                Span::styled(format!("{k:<11}"), theme.badge(theme.accent)),
+                Span::styled(format!("{k:<15}"), theme.badge(theme.accent)),
                 Span::raw(*v),
             ])
         })
@@ -82,7 +83,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     lines.push(Line::styled("any key closes this", theme.muted()));
     let h = lines.len() as u16 + 2;
-    popup(frame, area, 62, h, "keys", lines, theme);
+    popup(frame, area, 70, h, "keys", lines, theme);
 }
 
 /// The quit popup. An attached screen also offers to detach (leave the run going), which is
