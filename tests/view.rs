@@ -287,7 +287,8 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
     assert!(run.status.success());
     std::fs::create_dir(d.join("rundir")).unwrap();
     std::fs::copy(d.join("run.jsonl"), d.join("rundir/metrics.jsonl")).unwrap();
-    for path in ["run.jsonl", "rundir"] {
+    // (a directory of runs: its newest)
+    for path in ["run.jsonl", "rundir", "runs"] {
         let o = bin()
             .current_dir(d)
             .args(["view", path, "--headless"])
@@ -315,6 +316,7 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         );
     }
     std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
+    std::fs::create_dir(d.join("empty")).unwrap();
     for (path, says) in [
         (
             "missing.jsonl",
@@ -324,7 +326,7 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
             "notes.txt",
             "error: notes.txt: line 1: not JSON: not a metrics file",
         ),
-        (".", "error: .: a directory without a metrics.jsonl"),
+        ("empty", "error: empty: a directory without a metrics.jsonl"),
     ] {
         let o = bin().current_dir(d).args(["view", path]).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

@@ -125,7 +125,7 @@ pub struct AttachArgs {
 
 #[derive(Args, Debug)]
 pub struct ViewArgs {
-    /// A metrics file (--metrics-out), or a run directory holding metrics.jsonl.
+    /// A metrics file (--metrics-out), a run directory holding metrics.jsonl, or a directory of runs (its newest run, e.g. runs or runs/NAME).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
     /// Print the run's summary lines instead of the terminal UI (also what a non-terminal stdout gets).

@@ -20,7 +20,23 @@ pub type OnSignals = dyn Fn(Sender<()>) -> anyhow::Result<()>;
 pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
-    let mut reader = MetricsReader::open(&args.path)?;
+    // a directory of runs (runs/, runs/NAME): its newest run, as `attach` takes its newest
+    // live one
+    let newest = (args.path.is_dir() && !rundir::is_run_dir(&args.path))
+        .then(|| rundir::runs_under(&args.path).into_iter().next())
+        .flatten();
+    let path = match newest {
+        Some((run, _)) => {
+            crate::tell!(
+                "the newest run under {}: {}",
+                args.path.display(),
+                run.display()
+            );
+            run
+        }
+        None => args.path.clone(),
+    };
+    let mut reader = MetricsReader::open(&path)?;
     if let Some(dir) = &args.tensorboard {
         let dir = dir
             .clone()

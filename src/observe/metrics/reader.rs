@@ -53,7 +53,7 @@ impl MetricsReader {
                 return Err(ReadError::File {
                     path: path.to_path_buf(),
                     what: format!(
-                        "a directory without a {FILE_NAME}: give a metrics file or a run directory"
+                        "a directory without a {FILE_NAME} nor runs under it: give a metrics file, a run directory or a directory of runs"
                     ),
                 });
             }

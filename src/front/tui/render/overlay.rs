@@ -44,8 +44,14 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("s", "write a checkpoint now"),
         ("1-9", "focus one device"),
         ("0, Esc", "all devices"),
-        ("Tab, S-Tab", "next / previous view (overview, training, events)"),
-        ("↑↓ j k PgUp/Dn", "events view: scroll (Home: newest, End: oldest)"),
+        (
+            "Tab, S-Tab",
+            "next / previous view (overview, training, events)",
+        ),
+        (
+            "↑↓ j k PgUp/Dn",
+            "events view: scroll (Home: newest, End: oldest)",
+        ),
         ("w", "history window: 1 min, 10 min, whole run"),
         ("t", "next theme"),
         ("?, h", "this help"),
