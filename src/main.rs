@@ -1,6 +1,7 @@
 //! `mgtop-train`: parses the flags, runs the command, and owns what belongs to the process:
 //! signal handling (a second signal quits at once) and exit codes.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -208,9 +209,26 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
 /// UI shows the run.
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::Result<()> {
     let controller = engine.controller();
-    let resume = match &engine.info().run_dir {
-        Some(d) => format!("--resume {}", d.display()),
-        None => "--resume and its checkpoint directory".into(),
+    let run = engine.info().run_dir.clone();
+    let checkpoints = engine.checkpoint_dir().map(Path::to_path_buf);
+    let resumed_from = engine.info().resumed_from.clone();
+    // what continues the run, as it stands when the process quits
+    let continued = move || {
+        let newest = checkpoints
+            .as_deref()
+            .and_then(|d| mgtop::engine::checkpoint::steps(d).pop());
+        match (newest, &run, &resumed_from) {
+            (Some((step, _)), Some(run), _) => format!(
+                "--resume {} continues the run from its checkpoint of step {step}",
+                run.display()
+            ),
+            (Some((_, p)), None, _) => format!("--resume {} continues the run", p.display()),
+            (None, _, Some(from)) => format!(
+                "this run wrote no checkpoint: --resume {} starts again where it did",
+                from.display()
+            ),
+            (None, _, None) => "it wrote no checkpoint: start it again".into(),
+        }
     };
     let h = move |n: usize| {
         if n == 0 {
@@ -226,7 +244,8 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             mgtop::quit_at_once::run();
             term::restore();
             mgtop::tell!(
-                "quit at once: the step under way was neither finished nor checkpointed; {resume} continues the run from its last checkpoint, if it wrote one"
+                "quit at once: the step under way was neither finished nor checkpointed; {}",
+                continued()
             );
             std::process::exit(130);
         }

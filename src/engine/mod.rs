@@ -56,8 +56,8 @@ pub struct Engine {
     workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
     t0: Instant,
     beats: Heartbeats,
-    /// This run's hold on its checkpoint directory.
-    checkpoint_lock: Option<checkpoint::DirLock>,
+    /// This run's hold on its checkpoint directory, and the directory.
+    checkpoint_lock: Option<(checkpoint::DirLock, std::path::PathBuf)>,
 }
 
 /// The data of a run: the splits shared by every worker, and how to describe them.
@@ -151,7 +151,7 @@ impl Engine {
         // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
         let lock = places
             .checkpoints
-            .then(|| checkpoint::lock(&cfg.checkpoint_dir))
+            .then(|| checkpoint::lock(&cfg.checkpoint_dir).map(|l| (l, cfg.checkpoint_dir.clone())))
             .transpose()?;
         let data = RunData {
             train: Arc::new(loaded.train),
@@ -421,6 +421,11 @@ impl Engine {
             beats,
             checkpoint_lock: None,
         })
+    }
+
+    /// Where this run writes its checkpoints (none where it writes none).
+    pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
+        self.checkpoint_lock.as_ref().map(|(_, dir)| dir.as_path())
     }
 
     pub fn info(&self) -> &RunInfo {
