@@ -422,6 +422,10 @@ fn runs_lists_each_run_with_its_state() {
     }
     let (code, out) = common::cli::run_limited(d, &["runs"]);
     assert_eq!(code, Some(0), "{out}");
+    // a run's own directory lists that run
+    let o = run_in(d, &["runs", "runs/broken/latest"]);
+    let out = text(&o);
+    assert!(out.lines().count() == 2 && out.contains(" failed "), "{out}");
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

@@ -105,7 +105,7 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct RunsArgs {
-    /// A directory of runs  [default: runs]
+    /// A directory of runs, or one run's directory  [default: runs]
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }

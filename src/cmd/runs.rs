@@ -35,7 +35,16 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
             rundir::RUNS
         );
     }
-    let runs = rundir::runs_under(&root);
+    let runs = match rundir::is_run_dir(&root) {
+        // a run's own directory: that run
+        true => {
+            let t = std::fs::metadata(root.join(rundir::METRICS))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            vec![(root.clone(), t)]
+        }
+        false => rundir::runs_under(&root),
+    };
     if runs.is_empty() {
         crate::say!("no runs under {}", root.display());
         return Ok(());
