@@ -179,6 +179,11 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
     );
     assert!(a.starts_with("HTTP/1.1 400"), "{a}");
+    // binary bytes with no end of head: answered at once, not after the 5 s deadline
+    let t = Instant::now();
+    let a = http(addr, b"\x16\x03\x01\x02\x00\x01\x00");
+    assert!(a.starts_with("HTTP/1.1 400"), "{a}");
+    assert!(t.elapsed() < Duration::from_secs(3), "waited for more");
     // a huge head: 431, or the connection closed
     let mut huge = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
     huge.extend(std::iter::repeat_n(b'a', 64 * 1024));

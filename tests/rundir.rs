@@ -425,7 +425,10 @@ fn runs_lists_each_run_with_its_state() {
     // a run's own directory lists that run
     let o = run_in(d, &["runs", "runs/broken/latest"]);
     let out = text(&o);
-    assert!(out.lines().count() == 2 && out.contains(" failed "), "{out}");
+    assert!(
+        out.lines().count() == 2 && out.contains(" failed "),
+        "{out}"
+    );
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

@@ -203,6 +203,14 @@ fn read_head(conn: &mut TcpStream) -> Result<Option<Vec<u8>>, ()> {
             Ok(n) => n,
         };
         buf.extend_from_slice(&chunk[..n]);
+        // bytes no HTTP request line holds (TLS, binary): answered now (400), not waited on
+        let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+        if line
+            .iter()
+            .any(|&b| !(b == b'\r' || b == b'\t' || (0x20..0x7f).contains(&b)))
+        {
+            return Ok(Some(buf));
+        }
         let end = buf
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
