@@ -50,7 +50,9 @@ fn attach_shows_pauses_steers_and_detaches_leaving_the_run_going() {
     ro.wait("the refusal", |s| s.contains("are disabled"));
 
     tmux.keys(&["]"]);
-    tmux.wait("the pending batch", |s| header(s).contains("32→64 next step"));
+    tmux.wait("the pending batch", |s| {
+        header(s).contains("32→64 next step")
+    });
     tmux.keys(&["p"]);
     run.wait_log("the batch change", |l| {
         l.contains("batch per replica 32 -> 64")

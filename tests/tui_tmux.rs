@@ -85,7 +85,9 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
         s.contains("PAUSED") && s.contains("paused before step")
     });
     tmux.keys(&["]"]);
-    let s = tmux.wait("the pending batch", |s| header(s).contains("32→64 next step"));
+    let s = tmux.wait("the pending batch", |s| {
+        header(s).contains("32→64 next step")
+    });
     assert!(header(&s).contains("batch 32×2 = 64"), "{s}");
     tmux.keys(&["p"]);
     tmux.wait("the new batch", |s| {
