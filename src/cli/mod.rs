@@ -403,13 +403,20 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     {
         let before = args
             .iter()
-            .position(|a| a == word)
+            .rposition(|a| a == word)
             .and_then(|i| i.checked_sub(1))
             .map(|i| args[i].as_str());
         return match before {
-            Some(flag) if flag.starts_with("--") && matches!(word, "true" | "false") => format!(
-                "error: {flag} takes its value after `=`: {flag}={word}"
-            ),
+            // (a switch that takes `=true|false`: clap's usage names it `--flag[=<BOOL>]`)
+            Some(flag)
+                if flag.starts_with("--")
+                    && matches!(word, "true" | "false")
+                    && text.contains(&format!("{flag}[=")) =>
+            {
+                format!(
+                    "error: {flag} takes its value after `=`: {flag}={word}"
+                )
+            }
             _ => format!(
                 "error: unexpected `{word}`: not a flag nor a flag's value (a subcommand comes first: mgtop-train view ...); `mgtop-train --help` lists the flags"
             ),

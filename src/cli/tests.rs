@@ -227,6 +227,17 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
         e,
         "error: --sync-bn takes its value after `=`: --sync-bn=false"
     );
+    // a plain switch takes no value at all; the word blamed is the stray one
+    let e = err(&["--headless", "false"]);
+    assert!(
+        e.starts_with("error: unexpected `false`: not a flag"),
+        "{e}"
+    );
+    let e = err(&["--name", "false", "--rebalance", "false"]);
+    assert_eq!(
+        e,
+        "error: --rebalance takes its value after `=`: --rebalance=false"
+    );
     let e = err(&["--headless", "extra"]);
     assert!(
         e.starts_with("error: unexpected `extra`: not a flag"),

@@ -42,8 +42,10 @@ pub(super) fn starting_point(
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
             let dir = checkpoint::resolve(path)?;
-            // (what a run killed there left, where this one writes elsewhere)
-            if let Some(beside) = dir.parent() {
+            // (what a run killed there left, where this one writes elsewhere: its own
+            // directory was tidied when it took its lock)
+            let abs = |p: &std::path::Path| std::path::absolute(p).ok();
+            if let Some(beside) = dir.parent().filter(|b| abs(b) != abs(&cfg.checkpoint_dir)) {
                 checkpoint::tidy_if_free(beside);
             }
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())

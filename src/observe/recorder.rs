@@ -52,6 +52,8 @@ struct Files {
     step: u64,
     /// The newest time recorded (since the start), and when.
     t: (Duration, Instant),
+    /// An `end` record was written (the run's, or a quitting process's): nothing follows it.
+    ended: bool,
 }
 
 /// The longest the end record of a process quitting at once waits for a record being written.
@@ -77,7 +79,11 @@ impl Files {
     }
 
     /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
+    /// Nothing is written after an `end` record.
     fn write(&mut self, line: &Line, flush: bool) -> Vec<String> {
+        if self.ended {
+            return Vec::new();
+        }
         self.each(|w| {
             w.write(line)
                 .and_then(|()| if flush { w.flush() } else { Ok(()) })
@@ -101,6 +107,9 @@ impl Files {
                 Err(_) => return,
             }
         };
+        if files.ended {
+            return; // the run's own end is written
+        }
         let (t, at) = files.t;
         let end = Event::Finished {
             step: files.step,
@@ -109,6 +118,8 @@ impl Files {
         if let Some(v) = records::event(&end, t + at.elapsed()) {
             files.write(&Line::new(&v), true);
         }
+        // (the process exits next: a line the UI thread writes meanwhile goes nowhere)
+        files.ended = true;
     }
 }
 
@@ -132,6 +143,7 @@ impl Recorder {
             writers: files,
             step: 0,
             t: (Duration::ZERO, Instant::now()),
+            ended: false,
         };
         Recorder {
             files: Arc::new(Mutex::new(files)),
@@ -269,9 +281,6 @@ impl Recorder {
         }
         let mut warnings = self.each_sink(|s| s.event(ev, t));
         self.files().at(ev.step(), t);
-        if matches!(ev, Event::Finished { .. }) {
-            self.quit = None; // the run's own end record follows
-        }
         let Some(v) = records::event(ev, t) else {
             return warnings;
         };
@@ -281,7 +290,16 @@ impl Recorder {
             _ => Kind::Event,
         };
         self.publish(kind, &line);
-        warnings.extend(self.write_files(&line, true));
+        {
+            // the run's end and the mark that it is written, at once: a process quitting
+            // meanwhile writes no second one
+            let mut files = self.files();
+            warnings.extend(files.write(&line, true));
+            files.ended |= matches!(ev, Event::Finished { .. });
+        }
+        if matches!(ev, Event::Finished { .. }) {
+            self.quit = None;
+        }
         warnings
     }
 
@@ -419,5 +437,35 @@ mod tests {
             r.step(&row(s), None);
         }
         assert!(r.pending.is_none());
+    }
+
+    #[test]
+    fn nothing_follows_an_end_record_nor_a_second_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+        let end = Event::Finished {
+            step: 7,
+            ending: Ending::Stopped,
+        };
+        r.event(&end, Duration::from_secs(1));
+        // a second signal as the run ends, and a sample the UI records after
+        Files::quit(&r.files);
+        r.telemetry(Duration::from_secs(2), &[], None);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(r#""status":"stopped""#), "{text}");
+        // a process quitting first: its end, then nothing, not the run's
+        let path = dir.path().join("q.jsonl");
+        let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+        r.step(&row(3), None);
+        Files::quit(&r.files);
+        r.event(&end, Duration::from_secs(1));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.contains(r#""status":"quit""#) && last.contains(r#""step":3"#),
+            "{text}"
+        );
     }
 }

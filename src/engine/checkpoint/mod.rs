@@ -102,7 +102,12 @@ pub fn write(
     let armed = crate::quit_at_once::arm({
         let tmp = tmp.clone();
         move || {
-            let _ = fs::remove_dir_all(tmp);
+            // moved aside first: where the writer's rename into place came first, this finds
+            // nothing and the checkpoint stays whole (removing in place could empty it)
+            let aside = tmp.with_extension("abandoned");
+            if fs::rename(&tmp, &aside).is_ok() {
+                let _ = fs::remove_dir_all(aside);
+            }
         }
     });
     let result = (|| {

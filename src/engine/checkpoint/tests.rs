@@ -117,7 +117,7 @@ fn a_newer_step_directory_that_is_no_checkpoint_is_passed_over_and_named() {
     assert!(taken.ends_with("step-00000200"), "{taken:?}");
     let passed = passed_over(&taken, 200);
     assert_eq!(passed, [dir.path().join("step-00000300")]);
-    // one taken by hand from further back passes over no checkpoint
+    // one taken by hand from further back names the same one (step 200 is a checkpoint)
     assert!(passed_over(&dir.path().join("step-00000100"), 100) == passed);
 }
 

@@ -251,7 +251,8 @@ pub fn is_live(dir: &Path) -> bool {
 /// killed).
 pub fn is_gone(dir: &Path, host: Option<&str>) -> bool {
     const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
-    let here = host.is_some_and(|h| h == crate::data::read::hostname());
+    // (`?`: a machine that could not tell its name is no machine in particular)
+    let here = host.is_some_and(|h| h != "?" && h == crate::data::read::hostname());
     let quiet = || {
         fs::metadata(dir.join(METRICS))
             .and_then(|m| m.modified())

@@ -84,8 +84,12 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
         _ => AttachError::NotFound(p.to_path_buf()),
     })?;
     // the run itself, not what a link names now (`runs/NAME/latest` moves to the next run of
-    // that name: `r` must reconnect to this one)
-    let resolved = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    // that name: `r` must reconnect to this one); only the link given is followed, so the
+    // socket's path stays as short as the server bound it
+    let resolved = match std::fs::read_link(p) {
+        Ok(target) => p.parent().unwrap_or(Path::new("")).join(target),
+        Err(_) => p.to_path_buf(),
+    };
     let p = resolved.as_path();
     let parent = || {
         p.parent()
@@ -172,7 +176,7 @@ mod tests {
         let latest = d.path().join("runs/a/latest");
         std::os::unix::fs::symlink("20260102-000000", &latest).unwrap();
         let t = locate(Some(&latest)).unwrap();
-        assert_eq!(t.run, std::fs::canonicalize(&new).unwrap());
+        assert_eq!(t.run, new);
         assert_eq!(t.socket, t.run.join(SOCKET_NAME));
         match locate(Some(&dead)) {
             Err(e @ AttachError::NotLive { .. }) => {
