@@ -1,7 +1,7 @@
 //! A labelled dataset and the micro-batches cut from it: samples held ready as rows, or made
 //! from a picture set when gathered; the seeded train/validation split.
 
-use super::imageset::Pictures;
+use super::imageset::{ImageSet, Pictures};
 use crate::nn::rng::{tag, Rng};
 
 /// One micro-batch: x[n, features] and labels[n], and the samples' rows in the training set.
@@ -120,6 +120,20 @@ impl Dataset {
         let n_val = (self.len() as f64 * val_fraction).round() as usize;
         let (val, train) = idx.split_at(n_val);
         (self.subset(train), self.subset(val))
+    }
+}
+
+impl Dataset {
+    /// The picture sets a run on these splits reads, each once (a split's training and
+    /// validation rows share one).
+    pub fn picture_sets(train: &Dataset, val: &Dataset) -> Vec<std::sync::Arc<ImageSet>> {
+        let mut sets: Vec<std::sync::Arc<ImageSet>> = Vec::new();
+        for p in [&train.pictures, &val.pictures].into_iter().flatten() {
+            if !sets.iter().any(|s| std::sync::Arc::ptr_eq(s, &p.set)) {
+                sets.push(p.set.clone());
+            }
+        }
+        sets
     }
 }
 

@@ -68,18 +68,6 @@ struct RunData {
     notes: Vec<String>,
 }
 
-/// The picture sets the run reads, each once (a split's training and validation rows share
-/// one).
-fn picture_sets(train: &Dataset, val: &Dataset) -> Vec<Arc<data::ImageSet>> {
-    let mut sets: Vec<Arc<data::ImageSet>> = Vec::new();
-    for p in [&train.pictures, &val.pictures].into_iter().flatten() {
-        if !sets.iter().any(|s| Arc::ptr_eq(s, &p.set)) {
-            sets.push(p.set.clone());
-        }
-    }
-    sets
-}
-
 /// How long the processes of a run wait for each other before one is taken for lost: as long
 /// as a GPU all-reduce waits for a hung peer (a slow input or a long checkpoint write on
 /// process 0 must not end the run), and never less than a paused run's meetings need.
@@ -335,7 +323,7 @@ impl Engine {
                 train_len: train.len(),
                 val: val.clone(),
                 picture_sets: if rank == 0 {
-                    picture_sets(&train, &val)
+                    Dataset::picture_sets(&train, &val)
                 } else {
                     Vec::new()
                 },

@@ -120,9 +120,8 @@ pub struct Detector {
     cpu_time: Vec<bool>,
     /// Each rank's best median work per sample at the batch size of `batch`.
     best: Vec<f64>,
-    /// The per-replica batch the best speeds were measured at, and the row it began at: work
-    /// per sample depends on the batch (a smaller one uses a device less well), so a new batch
-    /// size measures its own best once its window has settled.
+    /// The per-replica batch the best speeds are of, and the row it began at (work per sample
+    /// depends on the batch: a new one measures its own best once its window has settled).
     batch: Option<(usize, u64)>,
     degraded: Vec<bool>,
     worse_runs: Vec<u32>,
