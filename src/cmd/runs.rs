@@ -37,12 +37,7 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
     }
     let runs = match rundir::is_run_dir(&root) {
         // a run's own directory: that run
-        true => {
-            let t = std::fs::metadata(root.join(rundir::METRICS))
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            vec![(root.clone(), t)]
-        }
+        true => vec![(root.clone(), rundir::updated(&root))],
         false => rundir::runs_under(&root),
     };
     if runs.is_empty() {

@@ -56,11 +56,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let run_dir = (reader.path().parent()).filter(|d| rundir::is_run_dir(d));
         // running, gone, or not known (on another machine and quiet only a short while)
         let host = app.info.host.as_deref();
-        let live = run_dir.and_then(|d| match (rundir::is_live(d), rundir::is_gone(d, host)) {
-            (true, _) => Some(true),
-            (_, true) => Some(false),
-            _ => None,
-        });
+        let live = run_dir.and_then(|d| rundir::liveness(d, host));
         for line in summary(&app, live) {
             // names and paths come from the file
             crate::say!("{}", crate::data::read::printable(&line));

@@ -250,15 +250,31 @@ pub fn is_live(dir: &Path) -> bool {
 /// `--sample-interval`, so one on another machine sharing this filesystem is not taken for
 /// killed).
 pub fn is_gone(dir: &Path, host: Option<&str>) -> bool {
+    liveness(dir, host) == Some(false)
+}
+
+/// Run `dir` is running (`Some(true)`, `is_live`), gone (`Some(false)`, `is_gone`), or cannot
+/// be told yet (another machine's, quiet only a short while).
+pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
     const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
+    if is_live(dir) {
+        return Some(true);
+    }
     // (`?`: a machine that could not tell its name is no machine in particular)
     let here = host.is_some_and(|h| h != "?" && h == crate::data::read::hostname());
+    // (a metrics file that cannot be read is not known to be quiet)
     let quiet = || {
-        fs::metadata(dir.join(METRICS))
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > QUIET))
+        let t = updated(dir);
+        t != std::time::UNIX_EPOCH && t.elapsed().is_ok_and(|e| e > QUIET)
     };
-    !is_live(dir) && (here || quiet())
+    (here || quiet()).then_some(false)
+}
+
+/// When run `dir`'s metrics file last changed (the epoch where it cannot be told).
+pub fn updated(dir: &Path) -> std::time::SystemTime {
+    fs::metadata(dir.join(METRICS))
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// Whether `dir` is a run's directory.
@@ -290,9 +306,7 @@ pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
     let mut runs: Vec<_> = found
         .into_iter()
         .map(|p| {
-            let t = fs::metadata(p.join(METRICS))
-                .and_then(|m| m.modified())
-                .unwrap_or(std::time::UNIX_EPOCH);
+            let t = updated(&p);
             (p, t)
         })
         .collect();
