@@ -217,17 +217,16 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
         let newest = checkpoints
             .as_deref()
             .and_then(|d| mgtop::engine::checkpoint::steps(d).pop());
-        match (newest, &run, &resumed_from) {
-            (Some((step, _)), Some(run), _) => format!(
+        match (newest, &resumed_from) {
+            (Some((step, p)), _) => format!(
                 "--resume {} continues the run from its checkpoint of step {step}",
-                run.display()
+                mgtop::engine::rundir::resume_arg(run.as_deref(), &p).display()
             ),
-            (Some((_, p)), None, _) => format!("--resume {} continues the run", p.display()),
-            (None, _, Some(from)) => format!(
+            (None, Some(from)) => format!(
                 "this run wrote no checkpoint: --resume {} starts again where it did",
                 from.display()
             ),
-            (None, _, None) => "it wrote no checkpoint: start it again".into(),
+            (None, None) => "it wrote no checkpoint: start it again".into(),
         }
     };
     let h = move |n: usize| {

@@ -210,11 +210,8 @@ pub(super) fn train(
     }
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
-            // the run's directory where its checkpoints are there, else the checkpoint itself
-            let inside = run_dir.as_ref().filter(|d| {
-                std::fs::canonicalize(p).is_ok_and(|p| p.starts_with(d.join(rundir::CHECKPOINTS)))
-            });
-            crate::say!("resume with: --resume {}", inside.unwrap_or(p).display());
+            let arg = rundir::resume_arg(run_dir.as_deref(), p);
+            crate::say!("resume with: --resume {}", arg.display());
         }
     }
     Ok(())

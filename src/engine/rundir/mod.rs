@@ -270,6 +270,14 @@ pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
     (here || quiet()).then_some(false)
 }
 
+/// What `--resume` takes to continue from `checkpoint`: the run's directory where the
+/// checkpoint is in it (`--resume RUN_DIR` finds it), else the checkpoint itself.
+pub fn resume_arg(run_dir: Option<&Path>, checkpoint: &Path) -> PathBuf {
+    let inside = run_dir
+        .filter(|d| fs::canonicalize(checkpoint).is_ok_and(|p| p.starts_with(d.join(CHECKPOINTS))));
+    inside.unwrap_or(checkpoint).to_path_buf()
+}
+
 /// When run `dir`'s metrics file last changed (the epoch where it cannot be told).
 pub fn updated(dir: &Path) -> std::time::SystemTime {
     fs::metadata(dir.join(METRICS))
