@@ -3,6 +3,10 @@
 //! under way (a checkpoint being written removes its temporary directory, the metrics files
 //! get their end record, the live socket goes), and the signal handler runs them all, then
 //! exits. Nothing here waits long: a task finds what it needs busy, it gives up.
+//!
+//! Once the tasks have begun to run, the process is quitting: a part that arms a task then
+//! runs it itself and goes no further (its thread waits for the exit), and a second `run`
+//! waits for the first to finish before it returns (its caller exits right after).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -11,8 +15,16 @@ type Task = Box<dyn FnOnce() + Send>;
 
 /// Tasks armed and not yet disarmed, by the number `arm` gave them.
 pub struct Tasks {
-    armed: Mutex<Vec<(u64, Task)>>,
+    armed: Mutex<Registry>,
     next: AtomicU64,
+    /// held while the tasks run
+    running: Mutex<()>,
+}
+
+/// The armed tasks, and whether they have begun to run (the process is quitting).
+struct Registry {
+    tasks: Vec<(u64, Task)>,
+    quitting: bool,
 }
 
 /// The process's tasks.
@@ -28,31 +40,57 @@ pub struct Armed {
 impl Drop for Armed {
     fn drop(&mut self) {
         let mut armed = self.tasks.armed.lock().unwrap_or_else(|e| e.into_inner());
-        armed.retain(|(id, _)| *id != self.id);
+        armed.tasks.retain(|(id, _)| *id != self.id);
     }
 }
 
 impl Tasks {
     pub const fn new() -> Tasks {
         Tasks {
-            armed: Mutex::new(Vec::new()),
+            armed: Mutex::new(Registry {
+                tasks: Vec::new(),
+                quitting: false,
+            }),
             next: AtomicU64::new(0),
+            running: Mutex::new(()),
         }
     }
 
-    /// Runs `task` if the process quits at once before the returned guard is dropped.
+    /// Runs `task` if the process quits at once before the returned guard is dropped. Where
+    /// it is quitting already, runs `task` now and never returns (the exit is coming).
     pub fn arm(&'static self, task: impl FnOnce() + Send + 'static) -> Armed {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        match self.try_arm(task) {
+            Some(id) => Armed { tasks: self, id },
+            None => loop {
+                std::thread::park();
+            },
+        }
+    }
+
+    /// Arms `task` (its number), or runs it where the process is quitting already (None).
+    fn try_arm(&self, task: impl FnOnce() + Send + 'static) -> Option<u64> {
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
-        armed.push((id, Box::new(task)));
-        Armed { tasks: self, id }
+        if armed.quitting {
+            drop(armed);
+            task();
+            return None;
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        armed.tasks.push((id, Box::new(task)));
+        Some(id)
     }
 
     /// Runs every armed task, the newest first (a checkpoint half written is removed before
-    /// the end record that follows its run's last line), and disarms them.
+    /// the end record that follows its run's last line), and disarms them. A second call
+    /// returns once the first has finished.
     pub fn run(&self) {
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         // taken out first: a task never runs under the lock a guard's drop takes
-        let tasks = std::mem::take(&mut *self.armed.lock().unwrap_or_else(|e| e.into_inner()));
+        let tasks = {
+            let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+            armed.quitting = true;
+            std::mem::take(&mut armed.tasks)
+        };
         for (_, task) in tasks.into_iter().rev() {
             task();
         }
@@ -98,5 +136,51 @@ mod tests {
         // run once: a second run finds nothing armed
         TASKS.run();
         assert_eq!(ran.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_task_armed_once_quitting_runs_at_once_and_its_part_goes_no_further() {
+        static TASKS: Tasks = Tasks::new();
+        TASKS.run();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let part = std::thread::spawn({
+            let ran = ran.clone();
+            move || {
+                let task_ran = ran.clone();
+                let _armed = TASKS.arm(move || task_ran.lock().unwrap().push("task"));
+                ran.lock().unwrap().push("went on");
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while ran.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(*ran.lock().unwrap(), ["task"]);
+        assert!(!part.is_finished(), "the part's thread waits for the exit");
+    }
+
+    #[test]
+    fn a_second_run_returns_once_the_first_s_tasks_are_done() {
+        static TASKS: Tasks = Tasks::new();
+        let done = Arc::new(Mutex::new(false));
+        let _slow = TASKS.arm({
+            let done = done.clone();
+            move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                *done.lock().unwrap() = true;
+            }
+        });
+        let first = std::thread::spawn(|| TASKS.run());
+        // the first has the tasks once it holds `running`; wait until it is under way
+        while !TASKS.armed.lock().unwrap().quitting {
+            std::thread::yield_now();
+        }
+        TASKS.run();
+        assert!(
+            *done.lock().unwrap(),
+            "the second run returned before the first's task ended"
+        );
+        first.join().unwrap();
     }
 }

@@ -561,3 +561,48 @@ fn a_stop_while_the_data_loads_says_nothing_was_trained() {
         "{err}"
     );
 }
+
+#[test]
+fn settings_that_change_nothing_in_this_run_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--steps",
+        "3",
+        "--sync-bn",
+        "--rebalance",
+        "--warmup",
+        "10",
+    ];
+    let o = run_in(dir.path(), &args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for said in [
+        "note: --sync-bn: the model has no batch norm; nothing changes",
+        "note: --rebalance: one rank has no other to share the batch with; nothing changes",
+        "note: --warmup 10: the run is 3 steps: the LR rises all run and never reaches ",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+    // where they do something, nothing is said
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "3",
+            "--rebalance",
+            "--warmup",
+            "3",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        o.status.success() && !out.contains("nothing changes") && !out.contains("never reaches"),
+        "{out}"
+    );
+}

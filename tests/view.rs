@@ -303,7 +303,8 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "run: digits-mlp:128", "{out}");
         assert!(
-            lines[1].starts_with("finished: 69 steps in 00:00 | best val accuracy ")
+            lines[1].starts_with("finished: 69 steps in ")
+                && lines[1].contains(" s | best val accuracy ")
                 && lines[1].ends_with(" samples/s"),
             "{out}"
         );
@@ -450,4 +451,41 @@ fn a_failed_run_s_summary_says_how_far_it_got_and_why() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("failed: 2 steps"), "{out}");
     assert!(out.contains("injected fault (--inject-panic 0:3)"), "{out}");
+}
+
+#[test]
+fn view_of_a_directory_of_runs_opens_the_live_one_as_attach_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = bin()
+        .current_dir(d)
+        .args(["--headless", "--steps", "5", "--metrics-out", "run.jsonl"])
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let (live, ended) = (d.join("runs/a/1"), d.join("runs/b/2"));
+    for r in [&live, &ended] {
+        std::fs::create_dir_all(r).unwrap();
+        std::fs::copy(d.join("run.jsonl"), r.join("metrics.jsonl")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // the ended run wrote last; the other still serves its socket
+    let _socket = std::os::unix::net::UnixListener::bind(live.join("live.sock")).unwrap();
+    let o = bin()
+        .current_dir(d)
+        .args(["view", "runs", "--headless"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("the newest run under runs: runs/a/1"), "{err}");
+    drop(_socket);
+    std::fs::remove_file(live.join("live.sock")).unwrap();
+    let o = bin()
+        .current_dir(d)
+        .args(["view", "runs", "--headless"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the newest run under runs: runs/b/2"), "{err}");
 }

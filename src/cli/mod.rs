@@ -334,6 +334,7 @@ pub struct TrainArgs {
     pub metrics_out: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1)
     #[arg(allow_negative_numbers = true, long, value_name = "[ADDR:]PORT")]
+    #[serde(default, deserialize_with = "port_or_address")]
     pub prometheus: Option<String>,
     /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart; =false writes none, over a config file's)  [default: <run dir>/tensorboard]
     #[arg(long, value_name = "DIR", num_args = 0..=1)]
@@ -396,15 +397,29 @@ mod tests;
 
 /// A setting that is a count or a word (`prefetch = 4` or `prefetch = "auto"`), as its flag's text.
 fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    number_or_text(d, "takes a whole number or \"auto\", e.g. 4 or \"auto\"")
+}
+
+/// `prometheus = 9502` or `prometheus = "0.0.0.0:9502"`, as the flag's text.
+fn port_or_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    number_or_text(
+        d,
+        "takes a port or \"ADDR:PORT\", e.g. 9502 or \"0.0.0.0:9502\"",
+    )
+}
+
+/// A whole number or text, as a flag's text; `expected` says which where it is neither.
+fn number_or_text<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    expected: &str,
+) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum NumberOrWord {
         Number(u64),
         Word(String),
     }
-    let v = NumberOrWord::deserialize(d).map_err(|_| {
-        serde::de::Error::custom("takes a whole number or \"auto\", e.g. 4 or \"auto\"")
-    })?;
+    let v = NumberOrWord::deserialize(d).map_err(|_| serde::de::Error::custom(expected))?;
     Ok(Some(match v {
         NumberOrWord::Number(n) => n.to_string(),
         NumberOrWord::Word(w) => w,

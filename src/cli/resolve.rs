@@ -55,8 +55,7 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
         refused => format!("config file {refused}"),
     })?;
     toml::from_str(&text).map_err(|e| {
-        let msg = read::excerpt_quotes(e.message());
-        let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
+        let (line, msg) = read::toml_error(&text, &e);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         format!("config file {}{at}: {msg}; keys are the flag names without the leading --, e.g. batch-per-replica = 64", path.display())
     })

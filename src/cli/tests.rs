@@ -77,6 +77,28 @@ fn bad_files_and_values_name_the_problem() {
     std::fs::write(&f, "lr = 0.1\nbatch_size = 3\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("batch_size") && e.contains("line 2"), "{e}");
+    // a misspelt key: the one meant, not the 50 known
+    std::fs::write(&f, "batch_per_replica = 64\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("(line 1): unknown key `batch_per_replica`: did you mean `batch-per-replica`?")
+            && !e.contains("expected one of"),
+        "{e}"
+    );
+    // a syntax error is one line
+    std::fs::write(&f, "batch-per-replica = [64\nsteps = 3\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        !e.contains('\n') && e.contains("invalid array: expected `]`"),
+        "{e}"
+    );
+    // a port is a number
+    std::fs::write(&f, "prometheus = 9502\n").unwrap();
+    let (_, front) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!(front.prometheus.map(|a| a.port()), Some(9502));
+    std::fs::write(&f, "prometheus = 9.5\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("takes a port or \"ADDR:PORT\""), "{e}");
     std::fs::write(&f, "lr = \"fast\"\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("line 1"), "{e}");
@@ -373,6 +395,29 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         !said.contains("--sync-bn") && said.contains("--no-decay-bn-bias"),
         "{said}"
     );
+}
+
+#[test]
+fn a_resume_with_another_optimizer_takes_its_lr_scaling_unless_the_run_gave_one() {
+    use crate::nn::schedule::LrScaling;
+    let resume_as = |flags: &[&str], optimizer: &str| {
+        let (cfg, _) = cli(flags).unwrap();
+        let meta = checkpoint_of(cfg.record(), cfg.seed, &cfg.data.to_string());
+        let given = TrainArgs {
+            optimizer: Some(optimizer.into()),
+            ..TrainArgs::default()
+        };
+        let (args, _) = resumed::under_checkpoint(given, &meta).unwrap();
+        args.resolve().unwrap().0.lr_scaling()
+    };
+    // AdamW's sqrt was its optimizer's rule, not the run's choice: SGD's linear follows
+    assert_eq!(
+        resume_as(&["--optimizer", "adamw"], "sgd"),
+        LrScaling::Linear
+    );
+    // one given stays
+    let given = ["--optimizer", "adamw", "--lr-scaling", "sqrt"];
+    assert_eq!(resume_as(&given, "sgd"), LrScaling::Sqrt);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use crate::engine::rundir;
 use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::{read_all, FileSource};
 use crate::front::tui::{self, term, theme::Theme, Screen};
+use crate::observe::live::locate;
 use crate::observe::metrics::MetricsReader;
 use crate::observe::tensorboard;
 
@@ -20,13 +21,16 @@ pub type OnSignals = dyn Fn(Sender<()>) -> anyhow::Result<()>;
 pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
-    // a directory of runs (runs/, runs/NAME): its newest run, as `attach` takes its newest
-    // live one
+    // a directory of runs (runs/, runs/NAME): the live run started last, as `attach` takes,
+    // else the run that wrote last
     let newest = (args.path.is_dir() && !rundir::is_run_dir(&args.path))
-        .then(|| rundir::runs_under(&args.path).into_iter().next())
+        .then(|| match locate::newest_live(&args.path) {
+            Ok(live) => Some(live.run),
+            Err(_) => Some(rundir::runs_under(&args.path).into_iter().next()?.0),
+        })
         .flatten();
     let path = match newest {
-        Some((run, _)) => {
+        Some(run) => {
             crate::tell!(
                 "the newest run under {}: {}",
                 args.path.display(),

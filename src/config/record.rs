@@ -36,7 +36,8 @@ impl RunConfig {
             "grad_dtype": self.grad_dtype.to_string(),
             "schedule": self.schedule.to_string(),
             "warmup": self.warmup,
-            "lr_scaling": self.lr_scaling().to_string(),
+            // as given (null: the optimizer's rule, which follows a resume's --optimizer)
+            "lr_scaling": self.lr_scaling.map(|l| l.to_string()),
             "grad_accum": self.grad_accum,
             "lr_flag": self.lr.map(short),
             "strategy": self.strategy.to_string(),

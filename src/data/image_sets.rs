@@ -311,7 +311,7 @@ pub(super) fn load(
             (
                 view(&train, t.to_vec(), train_look, seed),
                 view(&train, v.to_vec(), val_look, seed),
-                format!("split {} train / {} val (seed {seed})", t.len(), v.len()),
+                super::split_text(t.len(), v.len(), f, seed),
             )
         }
     };

@@ -94,6 +94,21 @@ pub struct LoadedData {
 /// The share of a set without its own validation set that validates, unless `--val-split`.
 pub const DEFAULT_VAL_FRACTION: f64 = 0.2;
 
+/// How a seeded split cut `fraction` of a set: `split 80 train / 20 val (seed 1)`, and where
+/// the share of a small set rounds to no sample, that it did and the share that gives one.
+pub fn split_text(train: usize, val: usize, fraction: f64, seed: u64) -> String {
+    let text = format!("split {train} train / {val} val (seed {seed})");
+    let n = train + val;
+    if val > 0 || fraction <= 0.0 || n < 2 {
+        return text;
+    }
+    // (a share rounded up to hundredths, which rounds to one sample or more)
+    let one = ((100.0 / n as f64).ceil() / 100.0).min(0.5);
+    format!(
+        "{text}: a share of {fraction} of {n} samples rounds to none, so nothing validates (--val-split {one} for one)"
+    )
+}
+
 /// Which samples validate, and how pictures become samples.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DataOptions {
@@ -142,4 +157,27 @@ pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData
         return image_sets::load(spec, opts, seed);
     }
     table::load(spec, opts, seed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_share_that_rounds_to_no_sample_says_so_and_what_gives_one() {
+        assert_eq!(
+            super::split_text(80, 20, 0.2, 1),
+            "split 80 train / 20 val (seed 1)"
+        );
+        let t = super::split_text(4, 0, 0.1, 1);
+        assert!(
+            t.ends_with("a share of 0.1 of 4 samples rounds to none, so nothing validates (--val-split 0.25 for one)"),
+            "{t}"
+        );
+        for n in 2..300usize {
+            let one: f64 = super::split_text(n, 0, 0.001, 1)
+                .rsplit_once("--val-split ")
+                .and_then(|(_, f)| f.trim_end_matches(" for one)").parse().ok())
+                .unwrap();
+            assert!((n as f64 * one).round() >= 1.0, "{n}: {one}");
+        }
+    }
 }

@@ -225,6 +225,30 @@ pub fn excerpt_quotes(msg: &str) -> String {
     out
 }
 
+/// A TOML parser's error about `text` in one line: the line it is on, and what is wrong (an
+/// unknown key with the known one it likely misspells, quoted parts made excerpts).
+pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
+    let line = e.span().map(|s| text[..s.start].matches('\n').count() + 1);
+    let msg = e.message();
+    let unknown = msg.strip_prefix("unknown field `").and_then(|rest| {
+        let (key, rest) = rest.split_once('`')?;
+        let known: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+        Some(match crate::text::nearest(key, &known) {
+            Some(k) => format!("unknown key `{}`: did you mean `{k}`?", excerpt(key)),
+            None => format!("unknown key `{}`", excerpt(key)),
+        })
+    });
+    let msg = unknown.unwrap_or_else(|| {
+        let lines: Vec<&str> = msg
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        excerpt_quotes(&lines.join(": "))
+    });
+    (line, msg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

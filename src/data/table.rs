@@ -182,11 +182,7 @@ pub(super) fn load(
         None => {
             let f = opts.val_fraction.unwrap_or(DEFAULT_VAL_FRACTION);
             let (train, val) = full.split(f, seed);
-            let text = format!(
-                "split {} train / {} val (seed {seed})",
-                train.len(),
-                val.len()
-            );
+            let text = super::split_text(train.len(), val.len(), f, seed);
             (train, val, text)
         }
     };

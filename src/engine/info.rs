@@ -146,7 +146,7 @@ impl RunInfo {
     ) -> RunInfo {
         let ranks = world.devices.len();
         let local = world.local();
-        RunInfo {
+        let mut info = RunInfo {
             name: cfg.run_name(),
             devices: world.devices.clone(),
             hosts: world.hosts.clone(),
@@ -222,7 +222,10 @@ impl RunInfo {
             baseline: None,
             strategy: cfg.strategy,
             started: None,
-        }
+        };
+        let idle = idle_settings(cfg, model, &info);
+        info.model_notes.extend(idle);
+        info
     }
 
     pub fn ranks(&self) -> usize {
@@ -259,6 +262,35 @@ impl RunInfo {
     pub fn steps_per_epoch(&self) -> u64 {
         self.train_samples.div_ceil(self.sharding().global_batch()) as u64
     }
+}
+
+/// Settings asked for that change nothing in this run, said so (a user who asked for one
+/// expects it to do something).
+fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> {
+    let mut notes = Vec::new();
+    if cfg.sync_bn && !model.has_batch_norm() {
+        notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
+    } else if cfg.sync_bn && info.ranks() == 1 {
+        notes.push("--sync-bn: one replica's batch is the global batch; nothing changes".into());
+    }
+    if cfg.rebalance && info.ranks() == 1 {
+        notes.push(
+            "--rebalance: one rank has no other to share the batch with; nothing changes".into(),
+        );
+    }
+    let steps = match cfg.budget {
+        crate::config::Budget::Steps(s) => s,
+        crate::config::Budget::Epochs(e) => e * info.steps_per_epoch(),
+    };
+    if cfg.warmup > steps {
+        notes.push(format!(
+            "--warmup {}: the run is {}: the LR rises all run and never reaches {:.2e}",
+            cfg.warmup,
+            crate::text::counted(steps as usize, "step"),
+            info.lr
+        ));
+    }
+    notes
 }
 
 /// What `--grad-dtype bf16` does in this run, where it was asked for.

@@ -7,6 +7,7 @@ use std::path::Path;
 use super::checkpoint::{self, CheckpointMeta};
 use super::EngineError;
 use crate::config::{Budget, RunConfig};
+use crate::nn::schedule::LrScaling;
 
 #[derive(Debug, PartialEq)]
 pub(super) struct Resumed {
@@ -85,10 +86,18 @@ pub(super) fn resumed_settings(
 /// `--flag ours (the checkpoint had theirs)`; settings a checkpoint from before they were
 /// recorded lacks are not compared, nor the LR (`lr_note` says where it came from).
 fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
-    let ours = cfg.record();
+    let mut ours = cfg.record();
     let mut theirs = meta.config.clone();
     if let Some(t) = theirs.as_object_mut() {
         t.entry("seed").or_insert(meta.seed.into());
+    }
+    // the LR scaling in use, where not given its optimizer's rule
+    ours["lr_scaling"] = cfg.lr_scaling().to_string().into();
+    if theirs.get("lr_scaling").is_some_and(|v| v.is_null()) {
+        let optimizer = theirs["optimizer"].as_str().and_then(|o| o.parse().ok());
+        if let Some(o) = optimizer {
+            theirs["lr_scaling"] = LrScaling::for_optimizer(o).to_string().into();
+        }
     }
     let (Some(ours), Some(theirs)) = (ours.as_object(), theirs.as_object()) else {
         return Vec::new();
@@ -103,7 +112,19 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         (Some(x), Some(y)) if a.is_f64() || b.is_f64() => x as f32 == y as f32,
         _ => a == b,
     };
-    (ours.iter())
+    // the budget is one setting: steps for epochs is a change too
+    let budget = |m: &serde_json::Map<String, serde_json::Value>| {
+        ["steps", "epochs"]
+            .into_iter()
+            .find_map(|k| Some(format!("--{k} {}", m.get(k).filter(|v| !v.is_null())?)))
+    };
+    let budget = match (budget(ours), budget(theirs)) {
+        (Some(o), Some(t)) if o.split(' ').next() != t.split(' ').next() => {
+            Some(format!("{o} (the checkpoint had {t})"))
+        }
+        _ => None,
+    };
+    let settings = (ours.iter())
         .filter(|(k, _)| *k != "lr_flag")
         .filter_map(|(k, v)| {
             let t = theirs.get(k)?;
@@ -120,8 +141,8 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
                 };
                 format!("{ours} (the checkpoint had {theirs})")
             })
-        })
-        .collect()
+        });
+    budget.into_iter().chain(settings).collect()
 }
 
 /// The checkpoint a run resumes from (`path`: a checkpoint or a directory of them), read by
@@ -267,5 +288,38 @@ mod tests {
         // 2 ranks without accumulation resumed on 1 rank accumulating 2: the same global batch
         let r = resumed_settings(&with(2), &accum(1), 1, 1438);
         assert_eq!(r.lr, 1e-3, "{r:?}");
+    }
+
+    #[test]
+    fn a_budget_in_epochs_for_one_in_steps_is_a_change_said() {
+        let steps = CheckpointMeta {
+            config: serde_json::json!({ "steps": 100 }),
+            ..meta()
+        };
+        let epochs = RunConfig {
+            budget: Budget::Epochs(3),
+            ..linear()
+        };
+        let r = resumed_settings(&epochs, &steps, 2, 1438);
+        assert!(
+            r.resume_note
+                .contains("--epochs 3 (the checkpoint had --steps 100)"),
+            "{r:?}"
+        );
+        let r = resumed_settings(
+            &RunConfig {
+                budget: Budget::Steps(200),
+                ..linear()
+            },
+            &steps,
+            2,
+            1438,
+        );
+        assert!(
+            r.resume_note
+                .contains("--steps 200 (the checkpoint had 100)"),
+            "{r:?}"
+        );
+        assert!(!r.resume_note.contains("--epochs"), "{r:?}");
     }
 }

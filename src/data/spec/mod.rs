@@ -68,6 +68,17 @@ fn path_first<'a, 'p>(parts: &'p [&'a str]) -> (String, &'p [&'a str]) {
     (parts[..k].join(","), &parts[k..])
 }
 
+/// The error for `opt` following `path`, no option of `what`: where `path` names nothing, the
+/// likely cause is a path with a comma that does not exist (`csv:a,b.csv`), so it says that
+/// (an `opt` with `=` in it was meant as an option).
+fn unknown_option(s: &str, path: &str, opt: &str, what: &str, help: &str) -> String {
+    if opt.contains('=') || path.is_empty() || Path::new(path).exists() {
+        format!("data `{s}`: unknown {what} `{opt}`; {help}")
+    } else {
+        format!("data `{s}`: neither `{path},{opt}` nor `{path}` exists (and `{opt}` is no {what}); {help}")
+    }
+}
+
 fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
     let parts: Vec<&str> = rest.split(',').collect();
     let (dir, parts) = path_first(&parts);
@@ -87,9 +98,8 @@ fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
                 } else {
                     "none"
                 };
-                return Err(format!(
-                    "data `{s}`: unknown option `{opt}` (options: {known})"
-                ));
+                let help = format!("options: {known}");
+                return Err(unknown_option(s, &dir, opt, "option", &help));
             }
         }
     }
@@ -118,11 +128,7 @@ fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
                 shape = Some(parse_shape(v).map_err(|e| format!("data `{s}`: {e}"))?)
             }
             None if opt == "header" => header = true,
-            _ => {
-                return Err(format!(
-                    "data `{s}`: unknown CSV option `{opt}`; {DATA_HELP}"
-                ))
-            }
+            _ => return Err(unknown_option(s, &path, opt, "CSV option", DATA_HELP)),
         }
     }
     Ok(DataSpec::Csv {
@@ -147,7 +153,7 @@ fn parse_idx(s: &str, rest: &str) -> Result<DataSpec, String> {
             Some(("layout", v)) => {
                 layout = Some(v.parse().map_err(|e| format!("data `{s}`: {e}"))?)
             }
-            _ => return Err(format!("data `{s}`: unknown idx option `{opt}`; {usage}")),
+            _ => return Err(unknown_option(s, &labels, opt, "idx option", usage)),
         }
     }
     Ok(DataSpec::Idx {

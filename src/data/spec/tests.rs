@@ -47,6 +47,12 @@ fn a_path_with_commas_is_one_path_where_it_names_a_file() {
     // where nothing is there, the first piece is the path and the rest options, as before
     let e = parse("csv:missing.csv,lable=last").unwrap_err();
     assert!(e.contains("unknown CSV option `lable=last`"), "{e}");
+    // a path with a comma that is not there is named as the path
+    let e = parse(&format!("csv:{d}/x,y.csv")).unwrap_err();
+    assert!(
+        e.contains(&format!("neither `{d}/x,y.csv` nor `{d}/x` exists")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -143,7 +149,7 @@ fn idx_takes_a_layout() {
     assert!(e.contains("layout `hwc` is not nchw or nhwc"), "{e}");
     let e = parse("idx:i,l,nchw").unwrap_err();
     assert!(
-        e.contains("unknown idx option `nchw`") && e.contains("layout=nchw|nhwc"),
+        e.contains("`nchw` is no idx option") && e.contains("layout=nchw|nhwc"),
         "{e}"
     );
     assert!(parse("idx:,l").unwrap_err().contains("IMAGES,LABELS"));

@@ -171,6 +171,9 @@ pub fn run<B: Backend, S: Source>(
         }
         let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME) || ended;
         if drawable && dirty && due {
+            if let Ok(size) = terminal.size() {
+                app.screen_rows = size.height;
+            }
             if terminal.draw(|f| render::render(f, &app, &theme)).is_err() {
                 // the terminal is gone (SSH dropped): keep training, stop drawing
                 drawable = false;
@@ -199,7 +202,7 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     let mut line = format!(
         "{what}: {} in {}",
         crate::text::counted(s.steps as usize, "step"),
-        render::clock(s.wall)
+        render::took(s.wall)
     );
     if let Some(a) = s.best_val_accuracy {
         line += &format!(" | best val accuracy {:.2}%", a * 100.0);

@@ -26,8 +26,8 @@ fn is_socket(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
-/// The newest run below `dir` whose socket takes a connection.
-fn newest_live(dir: &Path) -> Result<Target, AttachError> {
+/// The newest run below `dir` whose socket takes a connection: the one started last.
+pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
     let runs: Vec<PathBuf> = rundir::runs_under(dir)
         .into_iter()
         .map(|(p, _)| p)

@@ -216,7 +216,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["others_wait_ms"] = (*others_wait_ms).into();
             v["cause"] = cause.kind().into();
         }
-        Warning::StragglerCleared { rank, step } | Warning::DegradedCleared { rank, step } => {
+        Warning::StragglerCleared { rank, step } | Warning::DegradedCleared { rank, step, .. } => {
             v["rank"] = (*rank).into();
             v["step"] = (*step).into();
         }

@@ -108,6 +108,32 @@ type Throttle = (u64, Option<u32>, Option<u32>);
 /// in the all-reduce in ms.
 type Recent = VecDeque<(f64, f64, f64, f64, f64)>;
 
+/// What a rank's work per sample depends on besides its speed: the per-replica batch and each
+/// rank's samples of a whole step (`--rebalance` re-splits the same global batch).
+#[derive(Clone, Debug, PartialEq)]
+struct BatchKey {
+    per_replica: usize,
+    global: usize,
+    samples: Vec<usize>,
+}
+
+impl BatchKey {
+    /// The key `row` starts, where it changes `current`. An epoch's last, shorter step keeps
+    /// the key (fewer samples once an epoch, not another batch).
+    fn of(row: &StepRow, current: Option<&BatchKey>) -> Option<BatchKey> {
+        let key = BatchKey {
+            per_replica: row.per_replica,
+            global: row.global_samples,
+            samples: row.ranks.iter().map(|s| s.samples).collect(),
+        };
+        match current {
+            Some(c) if c.per_replica == key.per_replica && key.global < c.global => None,
+            Some(c) if *c == key => None,
+            _ => Some(key),
+        }
+    }
+}
+
 pub struct Detector {
     cfg: DetectorConfig,
     ctx: Context,
@@ -118,11 +144,12 @@ pub struct Detector {
     flagged: Vec<bool>,
     /// Whether each rank's newest compute time was its thread's CPU time (CPU workers).
     cpu_time: Vec<bool>,
-    /// Each rank's best median work per sample at the batch size of `batch`.
+    /// Each rank's best median work per sample at the batch of `batch`.
     best: Vec<f64>,
-    /// The per-replica batch the best speeds are of, and the row it began at (work per sample
-    /// depends on the batch: a new one measures its own best once its window has settled).
-    batch: Option<(usize, u64)>,
+    /// The batch the best speeds are of, and the row it began at (work per sample depends on
+    /// a rank's samples per step: a new batch measures its own best once its window has
+    /// settled).
+    batch: Option<(BatchKey, u64)>,
     degraded: Vec<bool>,
     worse_runs: Vec<u32>,
     recovered_runs: Vec<u32>,
@@ -235,11 +262,22 @@ impl Detector {
         if row.ranks.len() != self.recent.len() {
             return Vec::new();
         }
-        if self.batch.is_none_or(|(b, _)| b != row.per_replica) {
-            self.batch = Some((row.per_replica, self.rows));
+        let mut out = Vec::new();
+        if let Some(key) = BatchKey::of(row, self.batch.as_ref().map(|(k, _)| k)) {
+            self.batch = Some((key, self.rows));
             self.best.fill(f64::INFINITY);
             self.worse_runs.fill(0);
             self.recovered_runs.fill(0);
+            // a slowdown at the old batch says nothing at the new one
+            for (rank, degraded) in self.degraded.iter_mut().enumerate() {
+                if std::mem::take(degraded) {
+                    out.push(Warning::DegradedCleared {
+                        rank,
+                        step: row.step,
+                        rebased: true,
+                    });
+                }
+            }
         }
         for ((q, s), cpu) in self
             .recent
@@ -272,11 +310,9 @@ impl Detector {
                     limit: bound.limit,
                 },
             });
-        let bound: Vec<Warning> = bound.collect();
-        if self.rows <= self.cfg.warmup || !self.rows.is_multiple_of(self.cfg.every) {
-            return bound;
+        if self.rows > self.cfg.warmup && self.rows.is_multiple_of(self.cfg.every) {
+            out.extend(self.evaluate(row.step));
         }
-        let mut out = self.evaluate(row.step);
         out.extend(bound);
         out
     }
@@ -355,7 +391,7 @@ impl Detector {
             }
             // degraded: against this rank's own best median per sample (once a baseline has
             // settled), for `consecutive` evaluations
-            let since = self.batch.map_or(0, |(_, row)| row);
+            let since = self.batch.as_ref().map_or(0, |(_, row)| *row);
             if self.rows < since + self.cfg.warmup + 2 * self.cfg.window as u64 {
                 continue; // a best speed needs a settled baseline at this batch size first
             }
@@ -381,7 +417,11 @@ impl Detector {
                 });
             } else if self.degraded[r] && self.recovered_runs[r] >= self.cfg.consecutive {
                 self.degraded[r] = false;
-                out.push(Warning::DegradedCleared { rank: r, step });
+                out.push(Warning::DegradedCleared {
+                    rank: r,
+                    step,
+                    rebased: false,
+                });
             }
         }
         out

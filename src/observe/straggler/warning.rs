@@ -121,6 +121,9 @@ pub enum Warning {
     DegradedCleared {
         rank: usize,
         step: u64,
+        /// Cleared because the rank's batch changed (its best is measured afresh), not
+        /// because it recovered.
+        rebased: bool,
     },
     /// No step has completed for `waited`; `missing` ranks had not reached the all-reduce.
     Stall {
@@ -203,9 +206,13 @@ impl fmt::Display for Warning {
                 "degraded: rank {rank} now takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
                 (median_ms / best_ms - 1.0) * 100.0
             ),
-            Warning::DegradedCleared { rank, step } => {
+            Warning::DegradedCleared { rank, step, rebased: false } => {
                 write!(f, "degraded cleared: rank {rank} is back near its best (step {step})")
             }
+            Warning::DegradedCleared { rank, step, rebased: true } => write!(
+                f,
+                "degraded cleared: rank {rank}'s samples per step changed, its best is measured afresh (step {step})"
+            ),
             Warning::Bound { bound, .. } => bound.fmt(f),
             Warning::BoundCleared { step, limit } => write!(
                 f,

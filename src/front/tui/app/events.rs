@@ -77,6 +77,16 @@ impl App {
         if let Some(d) = rank.and_then(|r| self.devices.get_mut(r)) {
             d.flag(kind, text.clone());
         }
+        // the run's own limits stay in the header while they last
+        let limit = ["input-bound", "launch-bound", "underused"]
+            .into_iter()
+            .find(|l| kind.trim_end_matches("_cleared") == l.replace('-', "_"));
+        if let Some(l) = limit {
+            self.limits.retain(|&k| k != l);
+            if !kind.ends_with("_cleared") {
+                self.limits.push(l);
+            }
+        }
         let level = if kind.ends_with("_cleared") {
             Level::Info
         } else {

@@ -5,7 +5,6 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::{Action, App, Level, Mode, Popup, RunState, View};
 
 /// Entries a page key scrolls the events view by.
-const PAGE: isize = 10;
 use crate::engine::control::{Control, MAX_BATCH};
 
 impl App {
@@ -95,10 +94,14 @@ impl App {
             // the events view scrolls back through the run's events
             KeyCode::Up | KeyCode::Char('k') if self.view == View::Log => self.scroll_log(-1),
             KeyCode::Down | KeyCode::Char('j') if self.view == View::Log => self.scroll_log(1),
-            KeyCode::PageUp if self.view == View::Log => self.scroll_log(-PAGE),
-            KeyCode::PageDown if self.view == View::Log => self.scroll_log(PAGE),
+            KeyCode::PageUp if self.view == View::Log => self.scroll_log(-self.log_page()),
+            KeyCode::PageDown if self.view == View::Log => self.scroll_log(self.log_page()),
             KeyCode::Home if self.view == View::Log => self.scroll_log(isize::MIN),
-            KeyCode::End if self.view == View::Log => self.scroll_log(isize::MAX),
+            // the oldest page, whole
+            KeyCode::End if self.view == View::Log => {
+                self.log_scroll = self.log.len().saturating_sub(self.log_page() as usize);
+                None
+            }
             KeyCode::Char('t') => Some(Action::NextTheme),
             KeyCode::Char('r') if self.disconnected.is_some() => Some(Action::Reconnect),
             KeyCode::Char('r') => Some(Action::Redraw),
@@ -112,6 +115,12 @@ impl App {
 
     /// Moves the events view `by` entries toward the oldest (negative: the newest), within
     /// the entries there are.
+    /// Events one screen of the events view shows (one line each; its header, footer and
+    /// borders take 6 rows).
+    fn log_page(&self) -> isize {
+        (self.screen_rows as isize - 6).max(1)
+    }
+
     fn scroll_log(&mut self, by: isize) -> Option<Action> {
         let last = self.log.len().saturating_sub(1);
         self.log_scroll = self.log_scroll.saturating_add_signed(by).min(last);

@@ -145,6 +145,8 @@ pub struct App {
     reached: u64,
     /// The events view's first entry shown, counted from the newest (↑ ↓ PgUp PgDn Home End).
     pub log_scroll: usize,
+    /// The terminal's rows as last drawn (a page of events is what the view shows of them).
+    pub screen_rows: u16,
     /// A metrics file whose run has no end record and is not running any more (killed, or
     /// its machine went down).
     pub killed: bool,
@@ -189,6 +191,9 @@ pub struct App {
     pub summary_hidden: bool,
     /// The run's totals as of the newest row (for the summary).
     totals: Totals,
+    /// What holds the whole run back now (`input-bound`, `launch-bound`, `underused`), from
+    /// the detector's warnings until each is cleared.
+    pub limits: Vec<&'static str>,
 }
 
 impl App {
@@ -210,6 +215,7 @@ impl App {
             killed: false,
             reached: 0,
             log_scroll: 0,
+            screen_rows: 24,
             state: RunState::Starting,
             devices,
             last_row: None,
@@ -234,6 +240,7 @@ impl App {
             quitting: false,
             summary_hidden: false,
             totals: Totals::default(),
+            limits: Vec::new(),
         };
         if let Some(line) = crate::front::words::resumed_line(&app.info) {
             let lr = app

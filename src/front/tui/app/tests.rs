@@ -316,6 +316,25 @@ fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
 }
 
 #[test]
+fn a_run_wide_limit_stays_in_the_header_until_cleared() {
+    let mut app = running(false);
+    let warned = |kind: &str| AppEvent::Warned {
+        kind: kind.into(),
+        rank: None,
+        message: format!("{kind}: words"),
+    };
+    app.apply(warned("input_bound"));
+    app.apply(warned("underused"));
+    app.apply(warned("input_bound"));
+    assert_eq!(app.limits, ["underused", "input-bound"]);
+    app.apply(warned("input_bound_cleared"));
+    assert_eq!(app.limits, ["underused"]);
+    // a rank's warning is its device's, not the run's
+    app.apply(warned("stall"));
+    assert_eq!(app.limits, ["underused"]);
+}
+
+#[test]
 
 fn a_signal_means_stopping_and_leaving() {
     let mut app = running(false);
@@ -379,13 +398,16 @@ fn the_events_view_scrolls_back_and_stays_on_its_entries() {
     app.handle_key(KeyEvent::from(KeyCode::Down));
     app.handle_key(key('j'));
     assert_eq!(app.log_scroll, 2);
+    // a page is what the view shows: 24 rows less the header, footer and borders
+    app.screen_rows = 24;
     app.handle_key(KeyEvent::from(KeyCode::PageDown));
-    assert_eq!(app.log_scroll, 12);
+    assert_eq!(app.log_scroll, 20);
     // a new event keeps the same entries on screen
     app.apply(AppEvent::Notice(Level::Info, "newer".into()));
-    assert_eq!(app.log_scroll, 13);
+    assert_eq!(app.log_scroll, 21);
+    // the oldest page, its rows full
     app.handle_key(KeyEvent::from(KeyCode::End));
-    assert_eq!(app.log_scroll, newest);
+    assert_eq!(app.log_scroll, newest + 1 - 18);
     app.handle_key(KeyEvent::from(KeyCode::Home));
     assert_eq!(app.log_scroll, 0);
     app.handle_key(KeyEvent::from(KeyCode::Up));

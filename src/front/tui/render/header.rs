@@ -158,6 +158,13 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         },
         _ => "– samples/s".into(),
     }));
+    for limit in &app.limits {
+        l3.push(Span::raw(" "));
+        l3.push(Span::styled(
+            format!(" {} ", limit.to_uppercase()),
+            theme.badge(theme.warn),
+        ));
+    }
     if info.strategy != Default::default() {
         l3.push(sep(theme));
         let note = crate::front::words::sync_note(&info.strategy, step, info.budget);
@@ -171,10 +178,15 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     if let Some((rss, total)) = app.process_memory {
         l3.push(sep(theme));
-        l3.push(Span::styled(
-            format!("RSS {} of {}", bytes(rss), bytes(total)),
-            theme.muted(),
-        ));
+        // The machine's total goes first where the line is short of room (a badge, a strategy).
+        let used: usize = l3.iter().map(|s| s.content.chars().count()).sum();
+        let whole = format!("RSS {} of {}", bytes(rss), bytes(total));
+        let text = if used + whole.chars().count() <= w {
+            whole
+        } else {
+            format!("RSS {}", bytes(rss))
+        };
+        l3.push(Span::styled(text, theme.muted()));
     }
     let lines: Vec<Line> = [line1, line2, Line::from(l3)]
         .into_iter()

@@ -149,38 +149,58 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ("q", "quit"),
         ]
     };
-    let mut spans = Vec::new();
+    let mut lead = Vec::new();
     if app.disconnected.is_some() {
-        spans.push(Span::styled(" DISCONNECTED ", theme.badge(theme.error)));
+        lead.push(Span::styled(" DISCONNECTED ", theme.badge(theme.error)));
     } else if app.watching_file() {
-        spans.push(Span::styled(" VIEW ", theme.badge(theme.warn)));
+        lead.push(Span::styled(" VIEW ", theme.badge(theme.warn)));
     } else if app.mode == Mode::Attached && app.readonly {
-        spans.push(Span::styled(
+        lead.push(Span::styled(
             " ATTACHED READ-ONLY ",
             theme.badge(theme.warn),
         ));
     } else if app.mode == Mode::Attached {
-        spans.push(Span::styled(" ATTACHED ", theme.badge(theme.accent)));
+        lead.push(Span::styled(" ATTACHED ", theme.badge(theme.accent)));
     } else if app.readonly {
-        spans.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
+        lead.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
     // the answer to the last key comes first: the keys after it may be cut, it may not
     if let Some(f) = &app.flash {
-        spans.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
-        spans.push(Span::styled(" │", theme.muted()));
+        lead.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
+        lead.push(Span::styled(" │", theme.muted()));
     }
-    for (k, v) in keys {
-        spans.push(Span::styled(format!(" {k}"), theme.badge(theme.accent)));
-        spans.push(Span::styled(format!(" {v}"), theme.muted()));
-    }
-    spans.push(Span::styled(
-        format!("  [{}]", app.view.label()),
-        theme.muted(),
-    ));
-    frame.render_widget(
-        Paragraph::new(clip(Line::from(spans), area.width as usize)),
-        area,
-    );
+    // what does not fit goes, least needed first: the view's name, then keys from the right,
+    // never help, quit, pause, reconnect or leaving (cut at the edge, quit would go first)
+    let mut keys: Vec<(&str, &str)> = keys.to_vec();
+    let mut label = true;
+    let line = loop {
+        let mut spans = lead.clone();
+        for (k, v) in &keys {
+            spans.push(Span::styled(format!(" {k}"), theme.badge(theme.accent)));
+            spans.push(Span::styled(format!(" {v}"), theme.muted()));
+        }
+        if label {
+            spans.push(Span::styled(
+                format!("  [{}]", app.view.label()),
+                theme.muted(),
+            ));
+        }
+        let line = Line::from(spans);
+        if line.width() <= area.width as usize {
+            break line;
+        }
+        let spare = keys
+            .iter()
+            .rposition(|(k, _)| !["?", "q", "p", "r", "Ctrl-C"].contains(k));
+        match (label, spare) {
+            (true, _) => label = false,
+            (false, Some(i)) => {
+                keys.remove(i);
+            }
+            (false, None) => break line,
+        }
+    };
+    frame.render_widget(Paragraph::new(clip(line, area.width as usize)), area);
 }
 
 #[cfg(test)]

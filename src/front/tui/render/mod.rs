@@ -130,6 +130,15 @@ pub fn clock(d: Duration) -> String {
     }
 }
 
+/// How long a whole run took: seconds under a minute (`0.8 s`, a sub-second run is not
+/// `00:00`), else as a clock.
+pub fn took(d: Duration) -> String {
+    match d.as_secs_f64() {
+        s if s < 59.95 => format!("{s:.1} s"),
+        s => clock(Duration::from_secs(s.round() as u64)),
+    }
+}
+
 /// 1.2k, 34.5k, 1.20M.
 pub fn si(v: f64) -> String {
     match v.abs() {
@@ -221,6 +230,9 @@ mod tests {
     fn formats_read_well() {
         assert_eq!(clock(Duration::from_secs(75)), "01:15");
         assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
+        assert_eq!(took(Duration::from_millis(840)), "0.8 s");
+        assert_eq!(took(Duration::from_millis(59_960)), "01:00");
+        assert_eq!(took(Duration::from_secs(75)), "01:15");
         assert_eq!(si(950.0), "950");
         assert_eq!(si(41_234.0), "41.2k");
         assert_eq!(si(2_500_000.0), "2.50M");

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{clock, si, MIN_HEIGHT, MIN_WIDTH};
+use super::{si, took, MIN_HEIGHT, MIN_WIDTH};
 use crate::front::tui::app::{App, Mode, Popup};
 use crate::front::tui::theme::Theme;
 
@@ -157,7 +157,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         s.best_val_accuracy
             .map_or(no_accuracy.into(), |a| format!("{:.2}%", a * 100.0)),
     ));
-    lines.push(field("wall time", clock(s.wall)));
+    lines.push(field("wall time", took(s.wall)));
     lines.push(field(
         "mean samples/s",
         s.mean_samples_per_sec.map_or("n/a".into(), si),

@@ -120,15 +120,9 @@ impl Theme {
             source_name: source_name.to_string(),
             message,
         };
-        let f: ThemeFile = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| format!("line {}: ", text[..s.start].matches('\n').count() + 1));
-            err(format!(
-                "{}{}",
-                line.unwrap_or_default(),
-                read::excerpt_quotes(e.message())
-            ))
+        let f: ThemeFile = toml::from_str(text).map_err(|e| match read::toml_error(text, &e) {
+            (Some(line), msg) => err(format!("line {line}: {msg}")),
+            (None, msg) => err(msg),
         })?;
         // a key's problem, with the line that sets it
         let at = |key: &str, message: String| match key_line(text, key) {

@@ -46,3 +46,78 @@ fn a_smaller_batch_is_measured_against_its_own_best_not_degraded() {
     }
     assert!(found.iter().any(|w| w.kind() == "degraded"), "{found:?}");
 }
+
+/// A step whose ranks take `samples` each at `work` ms.
+fn split_row(step: u64, work: &[f64], samples: &[usize]) -> StepRow {
+    let mut r = row(step, work, &vec![0.0; work.len()]);
+    for (k, &n) in r.ranks.iter_mut().zip(samples) {
+        k.samples = n;
+    }
+    r.global_samples = samples.iter().sum();
+    r
+}
+
+#[test]
+fn a_rebalanced_split_is_measured_against_its_own_best_not_degraded() {
+    let mut d = detector(2);
+    let mut warnings = Vec::new();
+    for s in 1..=500 {
+        // --rebalance moves samples from rank 1 to rank 0: the same global batch, the same
+        // time, and rank 1's 16 samples cost it more each than its 32 did
+        let r = match s {
+            ..=200 => split_row(s, &[10.0, 10.0], &[32, 32]),
+            _ => split_row(s, &[14.0, 14.0], &[48, 16]),
+        };
+        warnings.extend(d.on_row(&r));
+    }
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn an_epoch_s_shorter_last_step_keeps_the_best_speeds() {
+    let mut d = detector(2);
+    let mut found = Vec::new();
+    for s in 1..=500 {
+        let slow = if s > 250 { 1.4 } else { 1.0 };
+        // every 20th step ends an epoch with 24 samples per rank
+        let r = match s % 20 {
+            0 => split_row(s, &[7.5 * slow, 7.5 * slow], &[24, 24]),
+            _ => split_row(s, &[10.0 * slow, 10.0 * slow], &[32, 32]),
+        };
+        found.extend(d.on_row(&r));
+    }
+    let kinds: Vec<&str> = found.iter().map(|w| w.kind()).collect();
+    assert_eq!(kinds, ["degraded", "degraded"], "{found:?}");
+}
+
+#[test]
+fn a_degraded_rank_whose_batch_changes_is_cleared_as_measured_afresh_not_recovered() {
+    let mut d = detector(2);
+    let mut found = Vec::new();
+    for s in 1..=700 {
+        let r = match s {
+            ..=200 => split_row(s, &[10.0, 10.0], &[32, 32]),
+            201..=400 => split_row(s, &[14.0, 14.0], &[32, 32]),
+            // the batch halves from the keyboard, still slow
+            _ => {
+                let mut r = split_row(s, &[7.0, 7.0], &[16, 16]);
+                r.per_replica = 16;
+                r
+            }
+        };
+        found.extend(d.on_row(&r).into_iter().map(|w| (s, w)));
+    }
+    let seen: Vec<(u64, &str)> = found.iter().map(|(s, w)| (*s, w.kind())).collect();
+    assert_eq!(seen.len(), 4, "{found:?}");
+    assert!(seen[..2].iter().all(|&(s, k)| k == "degraded" && s <= 400));
+    assert_eq!(
+        seen[2..],
+        [(401, "degraded_cleared"), (401, "degraded_cleared")],
+        "{found:?}"
+    );
+    let said = found[2].1.to_string();
+    assert!(
+        said.contains("measured afresh") && !said.contains("back near its best"),
+        "{said}"
+    );
+}
