@@ -67,12 +67,18 @@ impl Totals {
 const PENDING_STEPS: u64 = 256;
 /// Throughput is measured over roughly this much recent time.
 const RATE_WINDOW: Duration = Duration::from_secs(2);
+/// The ETA's pace is measured over a longer time, so an epoch's validation or a slow step
+/// moves it little; one point is kept per `PACE_EVERY` of it.
+const PACE_WINDOW: Duration = Duration::from_secs(30);
+const PACE_EVERY: Duration = Duration::from_millis(250);
 
 pub struct Monitor {
     ranks: usize,
     pending: BTreeMap<u64, Vec<Option<StepStats>>>,
     /// (finish time, cumulative samples, progress) of recent complete rows.
     recent: VecDeque<(Duration, u64, f64)>,
+    /// (finish time, progress) over the ETA's window, a point per `PACE_EVERY`.
+    paced: VecDeque<(Duration, f64)>,
     total_samples: u64,
     totals: Totals,
 }
@@ -83,6 +89,7 @@ impl Monitor {
             ranks,
             pending: BTreeMap::new(),
             recent: VecDeque::new(),
+            paced: VecDeque::new(),
             total_samples: 0,
             totals: Totals::default(),
         }
@@ -148,11 +155,23 @@ impl Monitor {
                 self.total_samples - first.global_samples as u64,
                 before,
             ));
+            self.paced.clear();
+            self.paced.push_back((start, before));
         }
         self.recent
             .push_back((at, self.total_samples, first.progress));
         while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
             self.recent.pop_front();
+        }
+        // the newest point moves along while it is under PACE_EVERY after the one before
+        let n = self.paced.len();
+        if n >= 2 && self.paced[n - 1].0.saturating_sub(self.paced[n - 2].0) < PACE_EVERY {
+            self.paced[n - 1] = (at, first.progress);
+        } else {
+            self.paced.push_back((at, first.progress));
+        }
+        while self.paced.len() > 2 && at.saturating_sub(self.paced[1].0) >= PACE_WINDOW {
+            self.paced.pop_front();
         }
     }
 
@@ -164,13 +183,13 @@ impl Monitor {
         (self.recent.len() >= 2 && dt > 0.0).then(|| (s1 - s0) as f64 / dt)
     }
 
-    /// Time left to the end of the budget at the recent pace.
+    /// Time left to the end of the budget at the pace of the last half minute.
     pub fn eta(&self) -> Option<Duration> {
-        let (t0, _, p0) = *self.recent.front()?;
-        let (t1, _, p1) = *self.recent.back()?;
+        let (t0, p0) = *self.paced.front()?;
+        let (t1, p1) = *self.paced.back()?;
         let dt = t1.saturating_sub(t0).as_secs_f64();
         let rate = (p1 - p0) / dt;
-        (self.recent.len() >= 2 && dt > 0.0 && rate > 0.0)
+        (self.paced.len() >= 2 && dt > 0.0 && rate > 0.0)
             .then(|| Duration::from_secs_f64(((1.0 - p1).max(0.0) / rate).min(1e9)))
     }
 
@@ -289,6 +308,42 @@ mod tests {
         // 1% per 100 ms, 90% left: 9 s
         let eta = m.eta().unwrap().as_secs_f64();
         assert!((eta - 9.0).abs() < 1e-6, "{eta}");
+    }
+
+    #[test]
+    fn the_eta_is_not_shaken_by_each_epoch_s_validation() {
+        // 10 steps of 100 ms, then a 1 s validation, 1% per step: 2 s per 10%
+        let mut m = Monitor::new(1);
+        let (mut at, mut etas) = (0, Vec::new());
+        for step in 1..=60u64 {
+            at += if step % 10 == 1 && step > 1 {
+                1100
+            } else {
+                100
+            };
+            let mut s = stats(0, step, at);
+            s.progress = step as f64 / 100.0;
+            m.on_step(s);
+            if step >= 20 {
+                etas.push((step, m.eta().unwrap().as_secs_f64()));
+            }
+        }
+        for (step, eta) in etas {
+            // the true pace: 0.2 s a step
+            let want = (100 - step) as f64 * 0.2;
+            assert!(
+                (eta / want - 1.0).abs() < 0.25,
+                "step {step}: {eta} s, not ~{want} s"
+            );
+        }
+        // a long run keeps a bounded history
+        for step in 61..=100_000u64 {
+            at += 100;
+            let mut s = stats(0, step, at);
+            s.progress = step as f64 / 200_000.0;
+            m.on_step(s);
+        }
+        assert!(m.paced.len() <= 122, "{}", m.paced.len());
     }
 
     #[test]

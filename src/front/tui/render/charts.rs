@@ -42,10 +42,31 @@ fn percent_chart(
         .window
         .span()
         .map_or(0.0, |s| (now - s.as_secs_f64()).max(0.0));
-    let head = vec![
+    let mut head = vec![
         Span::styled(format!(" {title} "), theme.title()),
         Span::styled(format!("{} · w ", app.window.label()), theme.muted()),
     ];
+    // which line is which device, in their colours, where the title has the room
+    if series.len() > 1 {
+        let legend: Vec<Span> = series
+            .iter()
+            .map(|(i, _)| {
+                Span::styled(
+                    format!("{} ", app.devices[*i].label),
+                    theme.fg(theme.series(*i)),
+                )
+            })
+            .collect();
+        let width = |spans: &[Span]| {
+            spans
+                .iter()
+                .map(|s| s.content.chars().count())
+                .sum::<usize>()
+        };
+        if width(&head) + width(&legend) + 2 <= area.width as usize {
+            head.extend(legend);
+        }
+    }
     let data: Vec<(usize, Vec<(f64, f64)>)> = series
         .iter()
         .map(|(i, h)| (*i, thin(h.since(from), 2 * area.width as usize)))

@@ -260,6 +260,29 @@ fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
 }
 
 /// Everything known about one device: a metrics list beside its charts.
+/// A flagged device's recent pace, under the flag's words (which keep its onset's figures):
+/// a straggler's work per step against the other ranks' median, a degraded device's step.
+fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
+    let work = |d: &DeviceState| d.split().map(|s| (s.total() - s.wait) * 1e3);
+    let mine = work(app.devices.get(i)?)?;
+    match kind {
+        "straggler" => {
+            let mut others: Vec<f64> = (app.devices.iter().enumerate())
+                .filter(|&(r, _)| r != i)
+                .filter_map(|(_, d)| work(d))
+                .collect();
+            others.sort_by(f64::total_cmp);
+            let median = *others.get(others.len() / 2)?;
+            Some(format!(
+                "now: work {mine:.1} ms per step, the others' median {median:.1} ms ({:.2}x)",
+                mine / median.max(1e-9)
+            ))
+        }
+        "degraded" => Some(format!("now: {mine:.1} ms of work per step")),
+        _ => None,
+    }
+}
+
 pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, i: usize) {
     let Some(d) = app.devices.get(i) else {
         return;
@@ -357,6 +380,10 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
     }
     for w in &d.warnings {
         lines.push(Line::styled(w.message.clone(), theme.badge(theme.warn)));
+        // the warning's numbers are those of when it was raised; these are of now
+        if let Some(now) = now_beside_flag(app, i, &w.kind) {
+            lines.push(Line::styled(now, theme.muted()));
+        }
     }
     let block = Block::bordered()
         .border_style(theme.border())
