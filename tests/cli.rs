@@ -605,4 +605,28 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         o.status.success() && !out.contains("nothing changes") && !out.contains("never reaches"),
         "{out}"
     );
+    // local SGD whose synchronous warm-up outlasts the run: said at the start and in its lines
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--epochs",
+            "2",
+            "--strategy",
+            "local-sgd:8",
+            "--log-every",
+            "10",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "note: --local-sgd-warmup 100: the run is 46 steps: its replicas never step alone"
+        ) && out.contains("synchronous warm-up for the whole run (its 100 steps outlast it)")
+            && !out.contains("step alone after step 100"),
+        "{out}"
+    );
 }

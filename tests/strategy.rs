@@ -444,6 +444,13 @@ fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
     // a run of 153 steps is averaged at its end, before step 156
     let s = header_of(local(8, 100, false), Some(Budget::Steps(153)));
     assert!(s.contains("; averaged at the end, step 153"), "{s}");
+    // an epoch budget: the epoch's validation (after step 161 of the demo's 23-step epochs)
+    // comes before the scheduled sync at 164
+    let s = header(local(32, 100, false));
+    assert!(
+        s.contains("; averaged for the epoch's validation after step 161"),
+        "{s}"
+    );
     let s = header(local(8, 200, false));
     assert!(
         s.contains("synchronous warm-up: replicas step alone after step 200"),

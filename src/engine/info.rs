@@ -290,6 +290,15 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
             info.lr
         ));
     }
+    if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
+        if warmup >= steps && info.ranks() > 1 {
+            notes.push(format!(
+                "--local-sgd-warmup {warmup}: the run is {}: its replicas never step alone \
+                 (mirrored throughout); a lower --local-sgd-warmup lets them",
+                crate::text::counted(steps as usize, "step"),
+            ));
+        }
+    }
     notes
 }
 

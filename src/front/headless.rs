@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{select, tick};
 
-use super::words::{describe, event_line, step_line, sync_note};
+use super::words::{describe, event_line, step_line, sync_note, Ends};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
@@ -34,6 +34,7 @@ struct Log<'a> {
     monitor: Monitor,
     detector: Detector,
     budget: Budget,
+    ends: Ends,
     log_every: u64,
     baseline: Option<f64>,
     strategy: crate::engine::strategy::Strategy,
@@ -66,7 +67,8 @@ impl Log<'_> {
             if let Some(m) = self.mfu.mean(&row.ranks) {
                 line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
             }
-            if let Some(note) = sync_note(&self.strategy, row.step, self.budget) {
+            let ahead = (self.ends).ahead(row.step, Some((row.per_replica, row.progress)));
+            if let Some(note) = sync_note(&self.strategy, row.step, ahead) {
                 line += &format!(" | {note}");
             }
             let _ = writeln!(self.out, "{} {line}", stamp(row.at));
@@ -134,6 +136,7 @@ pub fn run(
         monitor: Monitor::new(info.ranks()),
         detector: Detector::for_run(&info),
         budget: info.budget,
+        ends: Ends::of(&info),
         log_every,
         baseline: info.baseline,
         strategy: info.strategy,

@@ -167,7 +167,9 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     if info.strategy != Default::default() {
         l3.push(sep(theme));
-        let note = crate::front::words::sync_note(&info.strategy, step, info.budget);
+        use crate::front::words::{sync_note, Ends};
+        let at = row.map(|r| (r.per_replica, r.progress));
+        let note = sync_note(&info.strategy, step, Ends::of(info).ahead(step, at));
         l3.push(Span::styled(
             match note {
                 Some(n) => format!("{}: {n}", info.strategy),
