@@ -586,6 +586,36 @@ fn settings_that_change_nothing_in_this_run_say_so() {
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--steps",
+        "3",
+        "--momentum",
+        "0.5",
+        "--no-decay-bn-bias",
+        "--checkpoint-every",
+        "10",
+        "--strategy",
+        "local-sgd:4",
+        "--threads-per-worker",
+        "64",
+        "--readonly",
+    ];
+    let o = run_in(dir.path(), &args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for said in [
+        "note: --momentum 0.5: --optimizer adam takes no momentum; --optimizer momentum (or nesterov) does",
+        "note: --no-decay-bn-bias: --weight-decay is 0; nothing changes",
+        "note: --checkpoint-every 10: the run is 3 steps: none falls due before its end",
+        "note: --strategy local-sgd:4: one rank has no other to share with; it trains as mirrored",
+        "note: --threads-per-worker 64: 1 rank x 64 threads share ",
+        "note: --readonly: there is no terminal UI here (it logs); nothing changes",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
     // where they do something, nothing is said
     let o = run_in(
         dir.path(),

@@ -446,6 +446,52 @@ fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
 }
 
 #[test]
+fn resuming_a_checkpoint_of_a_run_still_running_says_the_two_train_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::start(
+        dir.path(),
+        &["--steps", FOREVER, "--checkpoint-every", "20"],
+    );
+    wait_for("a checkpoint", || (run.checkpoints() > 0).then_some(()));
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:2",
+        "--model",
+        "mlp:16",
+        "--data",
+        "synthetic:2000,32,4",
+        "--steps",
+        "1000000000",
+        "--resume",
+        "run",
+        "--run-dir",
+        "second",
+    ];
+    let mut second = common::cli::spawn_in(dir.path(), &args);
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(second.stdout.take().unwrap());
+    let resumed = loop {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(n > 0, "the second run ended before its resumed line");
+        if line.starts_with("resumed from ") {
+            break line.clone();
+        }
+    };
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let run_dir = std::fs::canonicalize(&run.run_dir).unwrap();
+    assert!(
+        resumed.contains(&format!(
+            "its run {} is still running (and may be past step ",
+            run_dir.display()
+        )) && resumed.contains("this run trains apart from it"),
+        "{resumed}"
+    );
+}
+
+#[test]
 fn an_attached_screen_says_when_the_connection_drops_and_r_connects_again() {
     use mgtop::config::{Budget, DeviceSpec, RunConfig};
     use mgtop::engine::Engine;

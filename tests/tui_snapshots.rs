@@ -184,7 +184,9 @@ fn each_panel_alone() {
     );
     insta::assert_snapshot!(
         "panel_events",
-        draw(80, 6, |f| render::render_log(f, a(80, 6), &app, &t, 0))
+        draw(80, 6, |f| {
+            render::render_log(f, a(80, 6), &app, &t, None);
+        })
     );
     insta::assert_snapshot!(
         "panel_footer",

@@ -66,6 +66,17 @@ pub(super) fn train(
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
     let tui = !front.headless && std::io::stdout().is_terminal() && procs.is_none();
+    // the screen's own switches, where there is no screen
+    let screen_only: Vec<String> = [
+        ("--readonly", front.readonly),
+        ("--exit-when-done", front.exit_when_done),
+    ]
+    .into_iter()
+    .filter(|&(_, on)| on && !tui)
+    .map(|(flag, _)| {
+        format!("note: {flag}: there is no terminal UI here (it logs); nothing changes")
+    })
+    .collect();
     // a bad theme is refused before anything starts, even where the log is shown instead
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let theme = Theme::choose(front.theme.as_deref(), no_color)?;
@@ -144,6 +155,7 @@ pub(super) fn train(
         None => (None, Vec::new()),
     };
     notes.extend(taken);
+    notes.extend(screen_only);
     let (server, hub) = live.unzip();
     let mut recorder = Recorder::new(metrics, hub, log_every);
     match exporters(&engine, &front, endpoint.as_ref(), &registry, &mut notes) {

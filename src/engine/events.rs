@@ -40,6 +40,9 @@ pub struct StepStats {
     /// Training stopped just before this step: a pause, an epoch's end (its validation) or a
     /// checkpoint (throughput windows restart here, so samples/s shows training's pace).
     pub after_pause: bool,
+    /// Of those, a pause (the ETA's window leaves it out too: validation and checkpoints are
+    /// part of the time left, a pause is not).
+    pub paused: bool,
     /// Fraction of the run's budget (epochs or steps) done after this step.
     pub progress: f64,
 }
@@ -70,7 +73,7 @@ impl StepStats {
             ns(self.optimizer),
             ns(self.step_time),
             ns(self.at),
-            self.after_pause as u64,
+            self.after_pause as u64 | (self.paused as u64) << 1,
             self.progress.to_bits(),
             ns(self.transfer),
         ]
@@ -100,7 +103,8 @@ impl StepStats {
             optimizer: d(w[15]),
             step_time: d(w[16]),
             at: d(w[17]),
-            after_pause: w[18] != 0,
+            after_pause: w[18] & 1 != 0,
+            paused: w[18] & 2 != 0,
             progress: f64::from_bits(w[19]),
             transfer: d(w[20]),
         })
@@ -250,6 +254,7 @@ mod tests {
             step_time: Duration::from_micros(1000),
             at: Duration::from_secs(3),
             after_pause: true,
+            paused: true,
             progress: 0.25,
             transfer: Duration::from_micros(3),
         };

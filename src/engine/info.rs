@@ -282,20 +282,75 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
         crate::config::Budget::Steps(s) => s,
         crate::config::Budget::Epochs(e) => e * info.steps_per_epoch(),
     };
+    let run_of = |steps: u64| {
+        format!(
+            "the run is {}",
+            crate::text::counted(steps as usize, "step")
+        )
+    };
     if cfg.warmup > steps {
         notes.push(format!(
-            "--warmup {}: the run is {}: the LR rises all run and never reaches {:.2e}",
+            "--warmup {}: {}: the LR rises all run and never reaches {:.2e}",
             cfg.warmup,
-            crate::text::counted(steps as usize, "step"),
+            run_of(steps),
             info.lr
+        ));
+    }
+    if let Some(every) = cfg.checkpoint_every.filter(|&n| n > steps) {
+        notes.push(format!(
+            "--checkpoint-every {every}: {}: none falls due before its end",
+            run_of(steps)
+        ));
+    }
+    use crate::nn::optim::OptimizerKind;
+    let with_momentum = matches!(
+        cfg.optimizer,
+        OptimizerKind::Momentum | OptimizerKind::Nesterov
+    );
+    if !with_momentum && cfg.momentum != crate::nn::optim::MOMENTUM {
+        notes.push(format!(
+            "--momentum {}: --optimizer {} takes no momentum; --optimizer momentum (or nesterov) does",
+            cfg.momentum, cfg.optimizer
+        ));
+    }
+    if cfg.no_decay_bn_bias && cfg.weight_decay == 0.0 {
+        notes.push("--no-decay-bn-bias: --weight-decay is 0; nothing changes".into());
+    }
+    if cfg.calibrate && info.ranks() == 1 {
+        notes.push(
+            "--calibrate: one rank is its own one-device baseline; the speed-up is 1x".into(),
+        );
+    }
+    let cpu_only = info.devices.iter().all(|d| matches!(d, Device::Cpu { .. }));
+    let threads = info.ranks() * info.threads_per_worker;
+    if cpu_only && cfg.threads_per_worker.is_some() && threads > info.cores {
+        notes.push(format!(
+            "--threads-per-worker {}: {} x {} threads share {} cores and will slow each other; --threads-per-worker {} fits",
+            info.threads_per_worker,
+            crate::text::counted(info.ranks(), "rank"),
+            info.threads_per_worker,
+            info.cores,
+            (info.cores / info.ranks()).max(1)
+        ));
+    }
+    if info.ranks() == 1 && cfg.strategy != Default::default() {
+        notes.push(format!(
+            "--strategy {}: one rank has no other to share with; it trains as mirrored{}",
+            cfg.strategy,
+            match cfg.strategy {
+                crate::config::strategy::Strategy::CentralStorage => {
+                    ", with the host's copy of the weights costing transfers each step"
+                }
+                _ => "",
+            }
         ));
     }
     if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
         if warmup >= steps && info.ranks() > 1 {
             notes.push(format!(
-                "--local-sgd-warmup {warmup}: the run is {}: its replicas never step alone \
+                "--local-sgd-warmup {warmup}: {}: its replicas never step alone \
                  (mirrored throughout); a lower --local-sgd-warmup lets them",
-                crate::text::counted(steps as usize, "step"),
+                run_of(steps),
             ));
         }
     }

@@ -58,6 +58,13 @@ pub(super) fn starting_point(
                     newer.display()
                 );
             }
+            if let Some(theirs) = live_elsewhere(&meta, cfg) {
+                resumed.resume_note += &format!(
+                    "; its run {} is still running (and may be past step {}): this run trains apart from it, from that step",
+                    theirs.display(),
+                    meta.step
+                );
+            }
             Start {
                 step: meta.step,
                 cursor: Cursor {
@@ -76,6 +83,20 @@ pub(super) fn starting_point(
         None => fresh(cfg, model, ranks, lead)?,
     };
     Ok(start)
+}
+
+/// The run directory of the run that wrote the checkpoint `meta`, where that run is still
+/// running and is not this one (a resumed run in place holds the directory itself).
+fn live_elsewhere(meta: &checkpoint::CheckpointMeta, cfg: &RunConfig) -> Option<PathBuf> {
+    let theirs = PathBuf::from(meta.run_dir.as_deref()?);
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        std::fs::canonicalize(a)
+            .ok()
+            .is_some_and(|a| std::fs::canonicalize(b).ok() == Some(a))
+    };
+    let ours = cfg.run_dir.as_deref();
+    (ours.is_none_or(|o| !same(o, &theirs)) && crate::engine::rundir::is_live(&theirs))
+        .then_some(theirs)
 }
 
 /// A checkpoint of the same `--model` that does not fit was trained on inputs of another size

@@ -288,8 +288,8 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             from.display()
         ));
     }
-    // (what --resume accepts, and its messages without the flag)
-    let point = super::rundir::resume_point(from).map_err(|e| e.replacen("--resume ", "", 1))?;
+    use super::rundir::{checkpoint_for, Purpose};
+    let point = checkpoint_for(from, Purpose::Export)?;
     let dir = checkpoint::resolve(&point).map_err(|e| e.to_string())?;
     let meta = checkpoint::read_meta(&dir).map_err(|e| e.to_string())?;
     let file = dir.join("model.safetensors");

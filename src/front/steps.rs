@@ -85,6 +85,7 @@ mod tests {
             step_time: Default::default(),
             at: Default::default(),
             after_pause: false,
+            paused: false,
             progress: 0.0,
         }
     }

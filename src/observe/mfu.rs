@@ -209,6 +209,7 @@ mod tests {
             step_time: Duration::from_millis(16),
             at: Duration::ZERO,
             after_pause: false,
+            paused: false,
             progress: 0.0,
         };
         let row = crate::observe::monitor::StepRow {

@@ -155,8 +155,13 @@ impl Monitor {
                 self.total_samples - first.global_samples as u64,
                 before,
             ));
-            self.paced.clear();
-            self.paced.push_back((start, before));
+            if first.paused {
+                // the pace before the pause still counts: its points move past the pause
+                let gap = start.saturating_sub(self.paced.back().map_or(start, |p| p.0));
+                for p in &mut self.paced {
+                    p.0 += gap;
+                }
+            }
         }
         self.recent
             .push_back((at, self.total_samples, first.progress));
@@ -240,6 +245,7 @@ mod tests {
             step_time: Duration::from_millis(1),
             at: Duration::from_millis(at_ms),
             after_pause: false,
+            paused: false,
             progress: 0.0,
         }
     }
@@ -316,13 +322,12 @@ mod tests {
         let mut m = Monitor::new(1);
         let (mut at, mut etas) = (0, Vec::new());
         for step in 1..=60u64 {
-            at += if step % 10 == 1 && step > 1 {
-                1100
-            } else {
-                100
-            };
+            let held = step % 10 == 1 && step > 1;
+            at += if held { 1100 } else { 100 };
             let mut s = stats(0, step, at);
             s.progress = step as f64 / 100.0;
+            // (the step after a validation comes after a hold, as the engine marks it)
+            s.after_pause = held;
             m.on_step(s);
             if step >= 20 {
                 etas.push((step, m.eta().unwrap().as_secs_f64()));
@@ -350,16 +355,25 @@ mod tests {
     fn a_pause_does_not_count_as_slow_training() {
         let mut m = Monitor::new(1);
         for step in 1..=5 {
-            m.on_step(stats(0, step, step * 10));
+            let mut s = stats(0, step, step * 10);
+            s.progress = step as f64 / 10.0;
+            m.on_step(s);
         }
         // paused for 10 s, then steps at the same pace (20 samples per 10 ms)
         let mut resumed = stats(0, 6, 10_060);
         resumed.after_pause = true;
         resumed.step_time = Duration::from_millis(10);
+        resumed.paused = true;
+        resumed.progress = 0.6;
         m.on_step(resumed);
-        m.on_step(stats(0, 7, 10_070));
+        let mut s = stats(0, 7, 10_070);
+        s.progress = 0.7;
+        m.on_step(s);
         let r = m.samples_per_sec().unwrap();
         assert!((r - 2000.0).abs() < 1.0, "{r}");
+        // nor in the time left: 10% per 10 ms, 30% left
+        let eta = m.eta().unwrap().as_secs_f64();
+        assert!((eta - 0.03).abs() < 1e-6, "{eta}");
     }
 
     #[test]

@@ -196,6 +196,7 @@ mod tests {
             step_time: Duration::from_millis(compute_ms + 2 * wait_ms),
             at: Duration::ZERO,
             after_pause: false,
+            paused: false,
             progress: 0.0,
         }
     }

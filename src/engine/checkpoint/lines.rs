@@ -24,15 +24,15 @@ pub struct Line {
 impl Line {
     /// `  RUN: steps A..B, continue it with --resume DIR/step-B`, a listing's line: the line's
     /// newest checkpoint as a ready `--resume`.
-    pub fn listed(&self) -> String {
+    /// The line's listing, with what `verb`s it (`continue it with --resume DIR`).
+    pub fn listed(&self, verb: &str, command: &str) -> String {
         format!(
-            "  {}: steps {}..{}, continue it with --resume {}",
+            "  {}: steps {}..{}, {verb} it with {command}",
             self.origin
                 .as_deref()
                 .unwrap_or("(a run from before run directories)"),
             self.first,
             self.last,
-            self.newest.display()
         )
     }
 }
@@ -117,7 +117,7 @@ pub fn refuse_others(dir: &Path, resumed: Option<&CheckpointMeta>) -> Result<(),
             path: dir.to_path_buf(),
             runs: others
                 .iter()
-                .map(|l| l.listed())
+                .map(|l| l.listed("continue", &format!("--resume {}", l.newest.display())))
                 .collect::<Vec<_>>()
                 .join("\n"),
         });

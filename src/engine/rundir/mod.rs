@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint;
 
 mod resume_point;
-pub use resume_point::resume_point;
+pub use resume_point::{checkpoint_for, resume_point, Purpose};
 
 /// Where runs go unless `--run-dir` says otherwise.
 pub const RUNS: &str = "runs";

@@ -11,29 +11,70 @@ use crate::engine::checkpoint;
 /// How many runs a refusal lists.
 const LISTED: usize = 10;
 
+/// What a checkpoint is looked for to do: its messages say it in that command's words.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Purpose {
+    /// `--resume PATH`
+    Resume,
+    /// `mgtop-train export PATH FILE`
+    Export,
+}
+
+impl Purpose {
+    /// How the user asked: `--resume PATH`, `export PATH`.
+    fn asked(self, path: &Path) -> String {
+        match self {
+            Purpose::Resume => format!("--resume {}", path.display()),
+            Purpose::Export => format!("export {}", path.display()),
+        }
+    }
+
+    /// The command that does it with `path`.
+    fn command(self, path: &Path) -> String {
+        match self {
+            Purpose::Resume => format!("--resume {}", path.display()),
+            Purpose::Export => format!("mgtop-train export {} FILE", path.display()),
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Purpose::Resume => "continue",
+            Purpose::Export => "export",
+        }
+    }
+}
+
 /// What `--resume PATH` resumes from: the `step-N` checkpoint directory.
 pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
+    checkpoint_for(path, Purpose::Resume)
+}
+
+/// The `step-N` checkpoint directory that `PATH` names, for `purpose`: a checkpoint, the
+/// newest of a checkpoint directory's one line of runs, a run directory's, or the one run's of
+/// a directory of runs.
+pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> {
     if !path.exists() {
         return Err(format!(
-            "--resume {}: no such file or directory; pass a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
-            path.display()
+            "{}: no such file or directory; pass a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
+            purpose.asked(path)
         ));
     }
     // absolute and without links: a `latest` link moves when this run starts
-    let path = &fs::canonicalize(path).map_err(|e| format!("--resume {}: {e}", path.display()))?;
+    let path = &fs::canonicalize(path).map_err(|e| format!("{}: {e}", purpose.asked(path)))?;
     if path.join("state.json").is_file() {
         return Ok(path.to_path_buf());
     }
     if is_run_dir(path) {
-        return match newest_of_one_run(&path.join(CHECKPOINTS)) {
+        return match newest_of_one_run(&path.join(CHECKPOINTS), purpose) {
             Ok(p) => Ok(p),
             Err(Found::Error(e)) => Err(e),
-            Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path)),
+            Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path, purpose)),
         };
     }
     // a checkpoint directory, or a run directory that lost its metrics file
     for dir in [path.to_path_buf(), path.join(CHECKPOINTS)] {
-        match newest_of_one_run(&dir) {
+        match newest_of_one_run(&dir, purpose) {
             Ok(p) => return Ok(p),
             Err(Found::Error(e)) => return Err(e),
             Err(Found::Nothing) => {}
@@ -42,21 +83,21 @@ pub fn resume_point(path: &Path) -> Result<PathBuf, String> {
     let mut runs = runs_under(path);
     match runs.len() {
         0 => Err(format!(
-            "--resume {}: no checkpoint, run directory or checkpoint directory there",
-            path.display()
+            "{}: no checkpoint, run directory or checkpoint directory there",
+            purpose.asked(path)
         )),
-        1 => resume_point(&runs.remove(0).0),
+        1 => checkpoint_for(&runs.remove(0).0, purpose),
         n => Err(format!(
-            "--resume {} holds {n} runs; pass the one to continue:\n{}",
-            path.display(),
-            listing(&runs)
+            "{} holds {n} runs; pass the one to {}:\n{}",
+            purpose.asked(path),
+            purpose.verb(),
+            listing(&runs, purpose)
         )),
     }
 }
 
-/// Why run `dir` has nothing to resume from: still running without a checkpoint yet, or ended
-/// without one.
-fn no_checkpoint(dir: &Path) -> String {
+/// Why run `dir` has no checkpoint: still running without one yet, or ended without one.
+fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
     if is_live(dir) {
         return format!(
             "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
@@ -64,10 +105,17 @@ fn no_checkpoint(dir: &Path) -> String {
             dir.display()
         );
     }
-    format!(
-        "run {} has no checkpoint to resume from (a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every); start it again instead",
-        dir.display()
-    )
+    let why = "a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every";
+    match purpose {
+        Purpose::Resume => format!(
+            "run {} has no checkpoint to resume from ({why}); start it again instead",
+            dir.display()
+        ),
+        Purpose::Export => format!(
+            "run {} has no checkpoint to export ({why}); train it again to have its weights",
+            dir.display()
+        ),
+    }
 }
 
 /// The newest checkpoint run `dir` wrote outside its directory (`--checkpoint-dir`) that is
@@ -121,7 +169,7 @@ enum Found {
 
 /// The newest checkpoint in a checkpoint directory, refusing one that holds checkpoints of
 /// several lines of runs (`checkpoint::lines`).
-fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
+fn newest_of_one_run(dir: &Path, purpose: Purpose) -> Result<PathBuf, Found> {
     let mut steps = checkpoint::steps(dir);
     if steps.is_empty() {
         return Err(Found::Nothing);
@@ -131,22 +179,25 @@ fn newest_of_one_run(dir: &Path) -> Result<PathBuf, Found> {
         .filter(|l| l.origin.is_some())
         .collect();
     if named.len() > 1 {
-        let lines: Vec<String> = named.iter().map(checkpoint::Line::listed).collect();
+        let lines: Vec<String> = (named.iter())
+            .map(|l| l.listed(purpose.verb(), &purpose.command(&l.newest)))
+            .collect();
         return Err(Found::Error(format!(
-            "--resume {}: its checkpoints are of {} different runs; continue one with the --resume shown:\n{}",
-            dir.display(),
+            "{}: its checkpoints are of {} different runs; {} one with the command shown:\n{}",
+            purpose.asked(dir),
             named.len(),
+            purpose.verb(),
             lines.join("\n")
         )));
     }
     Ok(steps.pop().map(|(_, p)| p).expect("not empty"))
 }
 
-fn listing(runs: &[(PathBuf, std::time::SystemTime)]) -> String {
+fn listing(runs: &[(PathBuf, std::time::SystemTime)], purpose: Purpose) -> String {
     let mut lines: Vec<String> = runs
         .iter()
         .take(LISTED)
-        .map(|(p, _)| format!("  --resume {}", p.display()))
+        .map(|(p, _)| format!("  {}", purpose.command(p)))
         .collect();
     if runs.len() > LISTED {
         lines.push(format!("  ... and {} older", runs.len() - LISTED));
@@ -209,6 +260,38 @@ mod tests {
         assert_eq!(last_written(&run), Some(ck.join("step-00000009")));
         fs::write(run.join(METRICS), &lines[2]).unwrap();
         assert_eq!(last_written(&run), None);
-        assert!(no_checkpoint(&run).contains("has no checkpoint to resume from"));
+        assert!(no_checkpoint(&run, Purpose::Resume).contains("has no checkpoint to resume from"));
+    }
+
+    #[test]
+    fn export_is_answered_in_its_own_words() {
+        let root = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(root.path()).unwrap();
+        let runs = root.join("runs");
+        for name in ["a", "b"] {
+            let run = runs.join(name);
+            fs::create_dir_all(&run).unwrap();
+            fs::write(run.join(METRICS), "").unwrap();
+        }
+        let e = checkpoint_for(&runs, Purpose::Export).unwrap_err();
+        let a = runs.join("a").display().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "export {} holds 2 runs; pass the one to export:",
+                runs.display()
+            )) && e.contains(&format!("  mgtop-train export {a} FILE"))
+                && !e.contains("--resume"),
+            "{e}"
+        );
+        let e = checkpoint_for(&runs.join("a"), Purpose::Export).unwrap_err();
+        assert!(
+            e.contains("has no checkpoint to export") && !e.contains("resume"),
+            "{e}"
+        );
+        let e = checkpoint_for(&runs, Purpose::Resume).unwrap_err();
+        assert!(
+            e.contains("pass the one to continue") && e.contains(&format!("  --resume {a}")),
+            "{e}"
+        );
     }
 }

@@ -342,6 +342,7 @@ impl Worker {
                     optimizer,
                     step_time: t_start.elapsed(),
                     after_pause: d.was_paused || held,
+                    paused: d.was_paused,
                     progress: self.progress(),
                     // the replica's report fills in the rest, and when it is known done (`at`)
                     ..StepStats::default()

@@ -99,6 +99,7 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         step_time: ms(step_time),
         at: ms(step as f64 * 4.0),
         after_pause: false,
+        paused: false,
         progress: step as f64 / (30 * steps_per_epoch) as f64,
     }
 }

@@ -171,9 +171,6 @@ pub fn run<B: Backend, S: Source>(
         }
         let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME) || ended;
         if drawable && dirty && due {
-            if let Ok(size) = terminal.size() {
-                app.screen_rows = size.height;
-            }
             if terminal.draw(|f| render::render(f, &app, &theme)).is_err() {
                 // the terminal is gone (SSH dropped): keep training, stop drawing
                 drawable = false;

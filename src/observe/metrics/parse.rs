@@ -396,6 +396,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 step_time: millis(r, "step_ms")?,
                 at,
                 after_pause: false,
+                paused: false,
                 progress,
             })
         })

@@ -36,6 +36,7 @@ fn row(step: u64) -> StepRow {
         step_time: Duration::from_millis(15),
         at: Duration::from_millis(15 * step),
         after_pause: false,
+        paused: false,
         progress: 0.5,
     };
     StepRow {

@@ -276,6 +276,7 @@ mod tests {
             step_time: ms(step),
             at: ms(n as f64 * step),
             after_pause: false,
+            paused: false,
             progress: 0.0,
         };
         StepRow {

@@ -38,6 +38,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             step_time: ms(slowest + 0.2),
             at: ms(step as f64 * slowest),
             after_pause: false,
+            paused: false,
             progress: 0.0,
         })
         .collect();

@@ -92,16 +92,21 @@ impl App {
                 None
             }
             // the events view scrolls back through the run's events
-            KeyCode::Up | KeyCode::Char('k') if self.view == View::Log => self.scroll_log(-1),
-            KeyCode::Down | KeyCode::Char('j') if self.view == View::Log => self.scroll_log(1),
-            KeyCode::PageUp if self.view == View::Log => self.scroll_log(-self.log_page()),
-            KeyCode::PageDown if self.view == View::Log => self.scroll_log(self.log_page()),
-            KeyCode::Home if self.view == View::Log => self.scroll_log(isize::MIN),
-            // the oldest page, whole
-            KeyCode::End if self.view == View::Log => {
-                self.log_scroll = self.log.len().saturating_sub(self.log_page() as usize);
-                None
+            KeyCode::Up | KeyCode::Char('k') if self.view == View::Log => {
+                self.scroll_log_to(self.log_scroll.saturating_sub(1))
             }
+            KeyCode::Down | KeyCode::Char('j') if self.view == View::Log => {
+                self.scroll_log_to(self.log_scroll + 1)
+            }
+            KeyCode::PageUp if self.view == View::Log => {
+                self.scroll_log_to(self.log_fit.get().above)
+            }
+            KeyCode::PageDown if self.view == View::Log => {
+                let fit = self.log_fit.get();
+                self.scroll_log_to(self.log_scroll + fit.shown.max(1))
+            }
+            KeyCode::Home if self.view == View::Log => self.scroll_log_to(0),
+            KeyCode::End if self.view == View::Log => self.scroll_log_to(usize::MAX),
             KeyCode::Char('t') => Some(Action::NextTheme),
             KeyCode::Char('r') if self.disconnected.is_some() => Some(Action::Reconnect),
             KeyCode::Char('r') => Some(Action::Redraw),
@@ -113,17 +118,10 @@ impl App {
         }
     }
 
-    /// Moves the events view `by` entries toward the oldest (negative: the newest), within
-    /// the entries there are.
-    /// Events one screen of the events view shows (one line each; its header, footer and
-    /// borders take 6 rows).
-    fn log_page(&self) -> isize {
-        (self.screen_rows as isize - 6).max(1)
-    }
-
-    fn scroll_log(&mut self, by: isize) -> Option<Action> {
-        let last = self.log.len().saturating_sub(1);
-        self.log_scroll = self.log_scroll.saturating_add_signed(by).min(last);
+    /// Shows the events view from entry `first` (counted from the newest), no further than
+    /// its oldest page, which it shows full.
+    fn scroll_log_to(&mut self, first: usize) -> Option<Action> {
+        self.log_scroll = first.min(self.log_fit.get().oldest);
         None
     }
 

@@ -134,6 +134,18 @@ pub struct Summary {
     pub last_checkpoint: Option<PathBuf>,
 }
 
+/// The events view's pages as it last drew them, in entries (an entry wraps to as many lines
+/// as the width takes): the view measures them, the keys move by them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LogFit {
+    /// Entries shown whole from the first one shown.
+    pub shown: usize,
+    /// The first entry of the page above the one shown.
+    pub above: usize,
+    /// The first entry of the oldest page, full to its last row.
+    pub oldest: usize,
+}
+
 pub struct App {
     pub info: RunInfo,
     pub readonly: bool,
@@ -145,8 +157,8 @@ pub struct App {
     reached: u64,
     /// The events view's first entry shown, counted from the newest (↑ ↓ PgUp PgDn Home End).
     pub log_scroll: usize,
-    /// The terminal's rows as last drawn (a page of events is what the view shows of them).
-    pub screen_rows: u16,
+    /// What the events view showed when last drawn: its pages, in entries.
+    pub log_fit: std::cell::Cell<LogFit>,
     /// A metrics file whose run has no end record and is not running any more (killed, or
     /// its machine went down).
     pub killed: bool,
@@ -215,7 +227,7 @@ impl App {
             killed: false,
             reached: 0,
             log_scroll: 0,
-            screen_rows: 24,
+            log_fit: Default::default(),
             state: RunState::Starting,
             devices,
             last_row: None,

@@ -7,14 +7,50 @@ use ratatui::Frame;
 
 use super::header::clip;
 use super::{clock, fit, wrap_text};
-use crate::front::tui::app::{App, Level, Mode, RunState};
+use crate::front::tui::app::{App, Level, LogEntry, LogFit, Mode, RunState};
 use crate::front::tui::theme::Theme;
 
-/// The events, newest first, from the `skip`th newest (the events view scrolled back).
-pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, skip: usize) {
-    let title = match skip {
-        0 => "newest first ".to_string(),
-        n => format!("newest first · {n} newer above (↑ PgUp Home) "),
+/// The events, newest first: the overview's panel (`scrolled` None), or the events view from
+/// its `scrolled`th newest, its title saying what is above and below; returns its pages as
+/// drawn, in entries.
+pub fn render_log(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    theme: &Theme,
+    scrolled: Option<usize>,
+) -> LogFit {
+    let skip = scrolled.unwrap_or(0);
+    let inner = Block::bordered().inner(area);
+    let rows = inner.height as usize;
+    let at = |e: &LogEntry| format!("{} ", clock(e.at));
+    // an entry's text wraps after its time, under itself
+    let text_w = |e: &LogEntry| {
+        (inner.width as usize)
+            .saturating_sub(at(e).chars().count())
+            .max(1)
+    };
+    let height = |e: &LogEntry| wrap_event(&e.text, text_w(e)).len();
+    let pages = LogFit {
+        shown: app
+            .log
+            .iter()
+            .skip(skip)
+            .scan(0, |used, e| {
+                *used += height(e);
+                (*used <= rows).then_some(())
+            })
+            .count(),
+        above: skip - fill_back(app.log.iter().take(skip).rev().map(height), rows),
+        oldest: app.log.len() - fill_back(app.log.iter().rev().map(height), rows),
+    };
+    let below = app.log.len().saturating_sub(skip + pages.shown);
+    let title = match (skip, below) {
+        _ if scrolled.is_none() => "newest first ".to_string(),
+        (0, 0) => "newest first ".to_string(),
+        (0, n) => format!("newest first · {n} older below (↓ PgDn End) "),
+        (n, 0) => format!("newest first · {n} newer above (↑ PgUp Home) "),
+        (n, m) => format!("newest first · {n} newer above, {m} older below "),
     };
     let block = Block::bordered()
         .border_style(theme.border())
@@ -22,8 +58,6 @@ pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, skip:
             Span::styled(" events ", theme.title()),
             Span::styled(title, theme.muted()),
         ]));
-    let inner = block.inner(area);
-    let rows = inner.height as usize;
     let mut lines: Vec<Line> = Vec::new();
     for e in app.log.iter().skip(skip) {
         if lines.len() >= rows {
@@ -34,10 +68,9 @@ pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, skip:
             Level::Warn => theme.badge(theme.warn),
             Level::Error => theme.badge(theme.error),
         };
-        // the text after the time, wrapped under itself
-        let at = format!("{} ", clock(e.at));
+        let at = at(e);
         let lead_w = at.chars().count();
-        let tw = (inner.width as usize).saturating_sub(lead_w).max(1);
+        let tw = text_w(e);
         let mut parts = wrap_event(&e.text, tw);
         let room = rows - lines.len();
         if parts.len() > room {
@@ -56,6 +89,25 @@ pub fn render_log(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, skip:
         }
     }
     frame.render_widget(Paragraph::new(lines).block(block), area);
+    pages
+}
+
+/// How many entries of `heights` (taken in turn) fit whole in `rows` (at least one, where
+/// there is one: an entry taller than the view is shown cut).
+fn fill_back(heights: impl Iterator<Item = usize>, rows: usize) -> usize {
+    let mut used = 0;
+    let mut n = 0;
+    for h in heights {
+        used += h;
+        if used > rows && n > 0 {
+            break;
+        }
+        n += 1;
+        if used >= rows {
+            break;
+        }
+    }
+    n
 }
 
 /// An event's text in lines of `w`: its " | "-separated parts are kept whole where they fit

@@ -48,7 +48,10 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
         (View::Overview, Some(i)) => render_device_detail(frame, body, app, theme, i),
         (View::Overview, None) => overview(frame, body, app, theme),
         (View::Training, _) => training(frame, body, app, theme),
-        (View::Log, _) => render_log(frame, body, app, theme, app.log_scroll),
+        (View::Log, _) => {
+            app.log_fit
+                .set(render_log(frame, body, app, theme, Some(app.log_scroll)))
+        }
     }
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
@@ -112,7 +115,7 @@ fn overview(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         render_history(frame, left, app, theme, None);
         render_loss(frame, right, app, theme, false);
     }
-    render_log(frame, log, app, theme, 0);
+    render_log(frame, log, app, theme, None);
 }
 
 /// Loss and accuracy in full, with the per-epoch table.
