@@ -398,3 +398,18 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
         "{s}"
     );
 }
+
+#[test]
+fn a_long_answer_in_the_footer_leaves_help_and_quit_on_screen() {
+    let mut app = demo::app(2, 150);
+    app.flash = Some(format!(
+        "a batch of 2048 per replica is more than {}",
+        "x ".repeat(40)
+    ));
+    for w in [60u16, 80] {
+        let s = screen(&app, w, 24);
+        let footer = s.lines().last().unwrap();
+        assert!(footer.contains("? help q quit"), "{w}: {footer}");
+        assert!(footer.contains("a batch of 2048 per"), "{w}: {footer}");
+    }
+}

@@ -146,35 +146,85 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
 }
 
 /// Where the replicas stand after step `step`, for strategies that are not one model each step:
-/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`. The run also
-/// makes them one off the schedule (`ahead`, from `Ends::ahead`): before an epoch's
-/// validation, where that comes first, and at its end, where no scheduled sync is left.
+/// `replicas diverge by design (loss: rank 0's shard); next sync at step 108`.
 pub fn sync_note(strategy: &Strategy, step: u64, ahead: Ahead) -> Option<String> {
-    let diverge = "replicas diverge by design (loss: rank 0's shard)";
-    let before = |at: Option<u64>, n: u64| at.is_some_and(|a| a < n);
-    match *strategy {
-        Strategy::LocalSgd { warmup, .. } if step < warmup => {
-            Some(match ahead.run_end.filter(|&end| end <= warmup) {
-                Some(_) => {
-                    format!("synchronous warm-up for the whole run (its {warmup} steps outlast it)")
-                }
-                None => format!("synchronous warm-up: replicas step alone after step {warmup}"),
-            })
-        }
-        _ => strategy.next_sync(step).map(|n| match ahead {
-            Ahead {
-                run_end: Some(end), ..
-            } if before(Some(end), n) => {
-                format!("{diverge}; averaged at the end, step {end}")
+    SyncAhead::of(strategy, step, ahead).map(|s| s.full())
+}
+
+/// When local SGD's replicas are next one, after a step. The run also makes them one off the
+/// schedule (`Ahead`): before an epoch's validation, where that comes first, and at its end,
+/// where no scheduled sync is left.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SyncAhead {
+    /// Synchronous warm-up steps to this one.
+    Warmup(u64),
+    /// A warm-up of this many steps, longer than the run.
+    WarmupAllRun(u64),
+    /// The scheduled average after this step.
+    Next(u64),
+    /// The average for the epoch's validation, after this step.
+    Validation(u64),
+    /// The average at the run's end, this step.
+    End(u64),
+    /// The run has ended (this step), averaged.
+    Ended(u64),
+}
+
+impl SyncAhead {
+    pub fn of(strategy: &Strategy, step: u64, ahead: Ahead) -> Option<SyncAhead> {
+        let before = |at: Option<u64>, n: u64| at.is_some_and(|a| a < n);
+        match *strategy {
+            Strategy::LocalSgd { .. } if ahead.run_end.is_some_and(|end| step >= end) => {
+                Some(SyncAhead::Ended(step))
             }
-            Ahead {
-                validation: Some(v),
-                ..
-            } if before(Some(v), n) => {
+            Strategy::LocalSgd { warmup, .. } if step < warmup => {
+                Some(match ahead.run_end.is_some_and(|end| end <= warmup) {
+                    true => SyncAhead::WarmupAllRun(warmup),
+                    false => SyncAhead::Warmup(warmup),
+                })
+            }
+            _ => strategy.next_sync(step).map(|n| match ahead {
+                Ahead {
+                    run_end: Some(end), ..
+                } if before(Some(end), n) => SyncAhead::End(end),
+                Ahead {
+                    validation: Some(v),
+                    ..
+                } if before(Some(v), n) => SyncAhead::Validation(v),
+                _ => SyncAhead::Next(n),
+            }),
+        }
+    }
+
+    /// In full, for the log and a wide header.
+    pub fn full(self) -> String {
+        let diverge = "replicas diverge by design (loss: rank 0's shard)";
+        match self {
+            SyncAhead::Warmup(w) => {
+                format!("synchronous warm-up: replicas step alone after step {w}")
+            }
+            SyncAhead::WarmupAllRun(w) => {
+                format!("synchronous warm-up for the whole run (its {w} steps outlast it)")
+            }
+            SyncAhead::Next(n) => format!("{diverge}; next sync at step {n}"),
+            SyncAhead::Validation(v) => {
                 format!("{diverge}; averaged for the epoch's validation after step {v}")
             }
-            _ => format!("{diverge}; next sync at step {n}"),
-        }),
+            SyncAhead::End(n) => format!("{diverge}; averaged at the end, step {n}"),
+            SyncAhead::Ended(n) => format!("replicas averaged at the end, step {n}"),
+        }
+    }
+
+    /// In a few words, for a narrow header.
+    pub fn brief(self) -> String {
+        match self {
+            SyncAhead::Warmup(w) => format!("synchronous to step {w}"),
+            SyncAhead::WarmupAllRun(_) => "synchronous all run".into(),
+            SyncAhead::Next(n) => format!("sync at step {n}"),
+            SyncAhead::Validation(v) => format!("sync at step {v} (validation)"),
+            SyncAhead::End(n) => format!("sync at step {n} (end)"),
+            SyncAhead::Ended(_) => "averaged at the end".into(),
+        }
     }
 }
 

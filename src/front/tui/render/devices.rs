@@ -371,10 +371,8 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             format!("{} ({} samples)", l.step, l.samples),
         ));
     }
-    let mut lines: Vec<Line> = rows
-        .into_iter()
-        .map(|(k, v)| kv_line(k, v, left.width.saturating_sub(2) as usize, theme))
-        .collect();
+    // what is wrong with the device first: a short screen cuts the counters, not this
+    let mut lines: Vec<Line> = Vec::new();
     if let Some(a) = &d.alert {
         lines.push(Line::styled(a.clone(), theme.badge(theme.error)));
     }
@@ -385,6 +383,10 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             lines.push(Line::styled(now, theme.muted()));
         }
     }
+    lines.extend(
+        rows.into_iter()
+            .map(|(k, v)| kv_line(k, v, left.width.saturating_sub(2) as usize, theme)),
+    );
     let block = Block::bordered()
         .border_style(theme.border())
         .title(Line::from(vec![

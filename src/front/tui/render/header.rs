@@ -158,37 +158,61 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         },
         _ => "– samples/s".into(),
     }));
-    for limit in &app.limits {
+    // the run's limits while it runs
+    for limit in app.limits.iter().filter(|_| app.heard_running()) {
         l3.push(Span::raw(" "));
         l3.push(Span::styled(
             format!(" {} ", limit.to_uppercase()),
             theme.badge(theme.warn),
         ));
     }
+    // then, each in the longest form that fits (the strategy's before the memory's): the
+    // strategy and where its replicas stand, the process's memory
+    let mut strategy: Vec<String> = Vec::new();
     if info.strategy != Default::default() {
-        l3.push(sep(theme));
-        use crate::front::words::{sync_note, Ends};
-        let at = row.map(|r| (r.per_replica, r.progress));
-        let note = sync_note(&info.strategy, step, Ends::of(info).ahead(step, at));
-        l3.push(Span::styled(
-            match note {
-                Some(n) => format!("{}: {n}", info.strategy),
-                None => info.strategy.to_string(),
+        use crate::front::words::{Ahead, Ends, SyncAhead};
+        let ahead = match (app.state.ended(), row) {
+            (true, _) => Ahead {
+                run_end: Some(step),
+                validation: None,
             },
-            theme.fg(theme.accent),
-        ));
-    }
-    if let Some((rss, total)) = app.process_memory {
-        l3.push(sep(theme));
-        // The machine's total goes first where the line is short of room (a badge, a strategy).
-        let used: usize = l3.iter().map(|s| s.content.chars().count()).sum();
-        let whole = format!("RSS {} of {}", bytes(rss), bytes(total));
-        let text = if used + whole.chars().count() <= w {
-            whole
-        } else {
-            format!("RSS {}", bytes(rss))
+            (false, r) => {
+                let from = r.map_or(step, |r| r.step);
+                Ends::of(info).ahead(from, r.map(|r| (r.per_replica, r.progress)))
+            }
         };
-        l3.push(Span::styled(text, theme.muted()));
+        let name = info.strategy.to_string();
+        if let Some(s) = SyncAhead::of(&info.strategy, step, ahead) {
+            strategy.push(format!("{name}: {}", s.full()));
+            strategy.push(format!("{name}: {}", s.brief()));
+        }
+        strategy.push(name);
+    }
+    let mut memory: Vec<String> = Vec::new();
+    if let Some((rss, total)) = app.process_memory {
+        memory.push(format!("RSS {} of {}", bytes(rss), bytes(total)));
+        memory.push(format!("RSS {}", bytes(rss)));
+    }
+    let used: usize = l3.iter().map(|s| s.content.chars().count()).sum();
+    let width = |t: Option<&String>| t.map_or(0, |t| t.chars().count() + 3);
+    let options = |v: &[String]| -> Vec<Option<usize>> {
+        (0..v.len())
+            .map(Some)
+            .chain(std::iter::once(None))
+            .collect()
+    };
+    // the first pair that fits, the strategy's forms first; else the shortest
+    let (si, mi) = (options(&strategy).into_iter())
+        .flat_map(|a| options(&memory).into_iter().map(move |b| (a, b)))
+        .find(|&(a, b)| used + width(a.map(|i| &strategy[i])) + width(b.map(|i| &memory[i])) <= w)
+        .unwrap_or((strategy.len().checked_sub(1), None));
+    if let Some(i) = si {
+        l3.push(sep(theme));
+        l3.push(Span::styled(strategy[i].clone(), theme.fg(theme.accent)));
+    }
+    if let Some(i) = mi {
+        l3.push(sep(theme));
+        l3.push(Span::styled(memory[i].clone(), theme.muted()));
     }
     let lines: Vec<Line> = [line1, line2, Line::from(l3)]
         .into_iter()

@@ -7,7 +7,7 @@ use ratatui::Frame;
 
 use super::header::clip;
 use super::{clock, fit, wrap_text};
-use crate::front::tui::app::{App, Level, LogEntry, LogFit, Mode, RunState};
+use crate::front::tui::app::{App, Level, LogEntry, LogFit, Mode, RunState, View};
 use crate::front::tui::theme::Theme;
 
 /// The events, newest first: the overview's panel (`scrolled` None), or the events view from
@@ -216,24 +216,29 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else if app.readonly {
         lead.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
-    // the answer to the last key comes first: the keys after it may be cut, it may not
-    if let Some(f) = &app.flash {
-        lead.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
-        lead.push(Span::styled(" │", theme.muted()));
-    }
+    // the answer to the last key comes first (the events keep it whole): the keys after it
+    // go before it is shortened, all but those never dropped
+    let mut flash = app.flash.clone();
     // what does not fit goes, least needed first: the view's name, then keys from the right,
     // never help, quit, pause, reconnect or leaving (cut at the edge, quit would go first)
     let mut keys: Vec<(&str, &str)> = keys.to_vec();
     let mut label = true;
     let line = loop {
         let mut spans = lead.clone();
+        if let Some(f) = &flash {
+            spans.push(Span::styled(format!(" {f} "), theme.badge(theme.warn)));
+            spans.push(Span::styled(" │", theme.muted()));
+        }
         for (k, v) in &keys {
             spans.push(Span::styled(format!(" {k}"), theme.badge(theme.accent)));
             spans.push(Span::styled(format!(" {v}"), theme.muted()));
         }
         if label {
             spans.push(Span::styled(
-                format!("  [{}]", app.view.label()),
+                match (app.view, app.focus.and_then(|i| app.devices.get(i))) {
+                    (View::Overview, Some(d)) => format!("  [{}]", d.label),
+                    (v, _) => format!("  [{}]", v.label()),
+                },
                 theme.muted(),
             ));
         }
@@ -249,7 +254,14 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             (false, Some(i)) => {
                 keys.remove(i);
             }
-            (false, None) => break line,
+            (false, None) => match &flash {
+                Some(f) if f.chars().count() > 12 => {
+                    let over = line.width() - area.width as usize;
+                    let keep = f.chars().count().saturating_sub(over).max(12);
+                    flash = Some(fit(f, keep));
+                }
+                _ => break line,
+            },
         }
     };
     frame.render_widget(Paragraph::new(clip(line, area.width as usize)), area);

@@ -133,12 +133,14 @@ pub fn clock(d: Duration) -> String {
     }
 }
 
-/// How long a whole run took: seconds under a minute (`0.8 s`, a sub-second run is not
+/// How long a whole run took: seconds under a minute (`0.84 s`, `12.3 s`: a short run is not
 /// `00:00`), else as a clock.
 pub fn took(d: Duration) -> String {
     match d.as_secs_f64() {
+        s if s < 0.995 => format!("{s:.2} s"),
         s if s < 59.95 => format!("{s:.1} s"),
-        s => clock(Duration::from_secs(s.round() as u64)),
+        // (as the header's clock counts: whole seconds gone)
+        _ => clock(d),
     }
 }
 
@@ -146,6 +148,7 @@ pub fn took(d: Duration) -> String {
 pub fn si(v: f64) -> String {
     match v.abs() {
         x if x >= 1e6 => format!("{:.2}M", v / 1e6),
+        x if x >= 1e5 => format!("{:.0}k", v / 1e3),
         x if x >= 1e4 => format!("{:.1}k", v / 1e3),
         x if x >= 1e3 => format!("{:.2}k", v / 1e3),
         _ => format!("{v:.0}"),
@@ -233,11 +236,13 @@ mod tests {
     fn formats_read_well() {
         assert_eq!(clock(Duration::from_secs(75)), "01:15");
         assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
-        assert_eq!(took(Duration::from_millis(840)), "0.8 s");
-        assert_eq!(took(Duration::from_millis(59_960)), "01:00");
+        assert_eq!(took(Duration::from_millis(40)), "0.04 s");
+        assert_eq!(took(Duration::from_millis(1840)), "1.8 s");
+        assert_eq!(took(Duration::from_millis(59_960)), "00:59");
         assert_eq!(took(Duration::from_secs(75)), "01:15");
         assert_eq!(si(950.0), "950");
         assert_eq!(si(41_234.0), "41.2k");
+        assert_eq!(si(614_800.0), "615k");
         assert_eq!(si(2_500_000.0), "2.50M");
         assert_eq!(bytes(45 << 20), "45 MiB");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
