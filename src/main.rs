@@ -242,10 +242,11 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             // (a checkpoint half written goes, the metrics files get their end, the socket goes)
             mgtop::quit_at_once::run();
             term::restore();
-            mgtop::tell!(
-                "quit at once: the step under way was neither finished nor checkpointed; {}",
-                continued()
-            );
+            let lost = match mgtop::engine::checkpoint::abandoned() {
+                Some(step) => format!("the checkpoint of step {step} being written was removed"),
+                None => "the step under way was neither finished nor checkpointed".into(),
+            };
+            mgtop::tell!("quit at once: {lost}; {}", continued());
             std::process::exit(130);
         }
     };

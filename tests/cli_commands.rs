@@ -99,6 +99,21 @@ fn scale_measures_the_grid_and_writes_the_table() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains(".csv or .json"), "{}", text(&o));
+    // a point given twice, a fault on a rank no point has: refused before measuring
+    for (args, says) in [
+        (
+            &["scale", "--counts", "1,1"][..],
+            "--counts: 1 is given twice",
+        ),
+        (
+            &["scale", "--counts", "1,2", "--slow-rank", "5:2"][..],
+            "--slow-rank: there is no rank 5 in any point",
+        ),
+    ] {
+        let o = run_in(dir.path(), args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(text(&o).contains(says), "{args:?}: {}", text(&o));
+    }
 }
 
 #[test]

@@ -332,7 +332,7 @@ pub struct TrainArgs {
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1)
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics: GPUs under dcgm-exporter's names, training under mgtop_ names (PORT alone listens on 127.0.0.1; =false serves none, over a config file's)
     #[arg(allow_negative_numbers = true, long, value_name = "[ADDR:]PORT")]
     #[serde(default, deserialize_with = "port_or_address")]
     pub prometheus: Option<String>,

@@ -57,7 +57,12 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
     toml::from_str(&text).map_err(|e| {
         let (line, msg) = read::toml_error(&text, &e);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
-        format!("config file {}{at}: {msg}; keys are the flag names without the leading --, e.g. batch-per-replica = 64", path.display())
+        // (the keys' rule, where a key is what is wrong)
+        let keys = match msg.contains("key") {
+            true => "; keys are the flag names without the leading --, e.g. batch-per-replica = 64",
+            false => "",
+        };
+        format!("config file {}{at}: {msg}{keys}", path.display())
     })
 }
 
@@ -302,9 +307,9 @@ impl TrainArgs {
             .run_dir
             .clone()
             .unwrap_or_else(|| rundir::default_dir(Path::new(""), &cfg.run_name()));
-        let prometheus = args
-            .prometheus
-            .as_deref()
+        // `=false`: none, over a config file's
+        let prometheus = (args.prometheus.as_deref())
+            .filter(|&p| p != "false")
             .map(crate::observe::prometheus::http::parse_addr)
             .transpose()?;
         // the flag without a value (or `=true`): the run directory's; `=false`: none, as the

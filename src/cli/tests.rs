@@ -102,6 +102,15 @@ fn bad_files_and_values_name_the_problem() {
     std::fs::write(&f, "lr = \"fast\"\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("line 1"), "{e}");
+    // a value of the wrong type in words a config file's writer knows, without the keys' rule
+    std::fs::write(&f, "epochs = \"3\"\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("(line 1): a text \"3\", expected a whole number (numbers go without quotes)")
+            && !e.contains("u64")
+            && !e.contains("keys are"),
+        "{e}"
+    );
     let e = cli(&["--optimizer", "lion"]).unwrap_err();
     assert!(e.contains("--optimizer") && e.contains("adamw"), "{e}");
     let e = cli(&["--sample-interval", "0"]).unwrap_err();
@@ -209,6 +218,8 @@ fn dashboards_come_from_flags_or_the_file_with_the_run_directory_by_default() {
     // =false turns the file's off, as with the other switches
     let (_, front) = cli(&["--config", file, "--tensorboard=false"]).unwrap();
     assert_eq!(front.tensorboard, None);
+    let (_, front) = cli(&["--config", file, "--prometheus=false"]).unwrap();
+    assert_eq!(front.prometheus, None);
     std::fs::write(&f, "tensorboard = \"tb\"\n").unwrap();
     assert_eq!(
         cli(&["--config", file]).unwrap().1.tensorboard,

@@ -244,7 +244,26 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
-        excerpt_quotes(&lines.join(": "))
+        let mut msg = excerpt_quotes(&lines.join(": "));
+        // serde's words for types are Rust's: said in a config file's
+        for (rust, said) in [
+            ("invalid type: string", "a text"),
+            ("invalid type: floating point", "a fraction"),
+            ("invalid type: integer", "a whole number"),
+            ("invalid type: boolean", "true/false"),
+            ("expected u64", "expected a whole number"),
+            ("expected usize", "expected a whole number"),
+            ("expected u32", "expected a whole number"),
+            ("expected f64", "expected a number"),
+            ("expected f32", "expected a number"),
+            ("expected a boolean", "expected true or false"),
+        ] {
+            msg = msg.replace(rust, said);
+        }
+        if msg.starts_with("a text") && msg.contains("expected a") && msg.contains("number") {
+            msg += " (numbers go without quotes)";
+        }
+        msg
     });
     (line, msg)
 }

@@ -184,7 +184,7 @@ impl Engine {
         };
         if start.cursor.offset >= loaded.train.len().max(1) {
             return Err(EngineError::Config(format!(
-                "the checkpoint's data position ({}) is past the end of the training set ({} samples): it was written for other data; use the same --data and --seed",
+                "the checkpoint's data position ({}) is past the end of the training set ({} samples): it was written for other data or another split; use the --data, --val-split and --seed of the run it continues",
                 start.cursor.offset,
                 loaded.train.len()
             )));

@@ -139,7 +139,12 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
                     serde_json::Value::Null => "the default".into(),
                     t => text(t),
                 };
-                format!("{ours} (the checkpoint had {theirs})")
+                // the split drawn anew: what the run validated on is trained on
+                let redrawn = match k.as_str() {
+                    "seed" | "val_split" => ": its train/validation split is drawn anew, so samples it validated on may now be trained on",
+                    _ => "",
+                };
+                format!("{ours} (the checkpoint had {theirs}{redrawn})")
             })
         });
     budget.into_iter().chain(settings).collect()

@@ -357,6 +357,19 @@ fn grid(
         .strategies
         .as_ref()
         .and(args.train.local_sgd_warmup.take());
+    // what a measurement does not do, said rather than dropped
+    for (flag, given) in [
+        ("--resume", args.train.resume.is_some()),
+        ("--prometheus", args.train.prometheus.is_some()),
+        ("--tensorboard", args.train.tensorboard.is_some()),
+        ("--export", args.train.export.is_some()),
+    ] {
+        if given {
+            crate::tell!(
+                "note: {flag}: scale measures fresh runs and keeps nothing of them; ignored"
+            );
+        }
+    }
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
@@ -393,6 +406,22 @@ fn grid(
     }
     if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
         anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
+    }
+    if let Some((_, &c)) = (counts.iter().enumerate()).find(|(i, c)| counts[..*i].contains(c)) {
+        anyhow::bail!("--counts: {c} is given twice: list each device count once");
+    }
+    // a fault on a rank no point has would be measured nowhere
+    let largest = counts.iter().copied().max().unwrap_or(1);
+    for (flag, fault) in [
+        ("--slow-rank", base.slow_rank.map(|f| f.0)),
+        ("--slow-data", base.slow_data.map(|f| f.0)),
+    ] {
+        if let Some(r) = fault.filter(|&r| r >= largest) {
+            anyhow::bail!(
+                "{flag}: there is no rank {r} in any point (the largest has {largest} devices: ranks 0..{}); name a rank below {largest}",
+                largest - 1
+            );
+        }
     }
     let batches = if args.batches.is_empty() {
         vec![base.batch_per_replica]

@@ -72,8 +72,10 @@ fn path_first<'a, 'p>(parts: &'p [&'a str]) -> (String, &'p [&'a str]) {
 /// likely cause is a path with a comma that does not exist (`csv:a,b.csv`), so it says that
 /// (an `opt` with `=` in it was meant as an option).
 fn unknown_option(s: &str, path: &str, opt: &str, what: &str, help: &str) -> String {
-    if opt.contains('=') || path.is_empty() || Path::new(path).exists() {
+    if opt.contains('=') || path.is_empty() {
         format!("data `{s}`: unknown {what} `{opt}`; {help}")
+    } else if Path::new(path).exists() {
+        format!("data `{s}`: unknown {what} `{opt}` (nor is there a file `{path},{opt}`); {help}")
     } else {
         format!("data `{s}`: neither `{path},{opt}` nor `{path}` exists (and `{opt}` is no {what}); {help}")
     }
@@ -96,7 +98,7 @@ fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
                 let known = if hundred {
                     "labels=fine|coarse"
                 } else {
-                    "none"
+                    "none (labels= is cifar100's)"
                 };
                 let help = format!("options: {known}");
                 return Err(unknown_option(s, &dir, opt, "option", &help));

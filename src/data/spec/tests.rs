@@ -53,6 +53,15 @@ fn a_path_with_commas_is_one_path_where_it_names_a_file() {
         e.contains(&format!("neither `{d}/x,y.csv` nor `{d}/x` exists")),
         "{e}"
     );
+    // where the part before the comma is a file, the whole is named too
+    std::fs::write(format!("{d}/x"), "1,0\n").unwrap();
+    let e = parse(&format!("csv:{d}/x,y.csv")).unwrap_err();
+    assert!(
+        e.contains(&format!(
+            "unknown CSV option `y.csv` (nor is there a file `{d}/x,y.csv`)"
+        )),
+        "{e}"
+    );
 }
 
 #[test]

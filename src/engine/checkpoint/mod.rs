@@ -84,6 +84,16 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// The step (+1) of the checkpoint a process quitting at once removed half written (0: none).
+static ABANDONED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The step of the checkpoint this process, quitting at once, removed half written.
+pub fn abandoned() -> Option<u64> {
+    ABANDONED
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .checked_sub(1)
+}
+
 /// Writes a checkpoint for `meta.step` under `dir`; returns its directory.
 pub fn write(
     dir: &Path,
@@ -100,13 +110,14 @@ pub fn write(
     fs::create_dir_all(&tmp).map_err(werr)?;
     // a process quitting in the middle of this (a second signal) leaves no `.tmp-step-*`
     let armed = crate::quit_at_once::arm({
-        let tmp = tmp.clone();
+        let (tmp, step) = (tmp.clone(), meta.step);
         move || {
             // moved aside first: where the writer's rename into place came first, this finds
             // nothing and the checkpoint stays whole (removing in place could empty it)
             let aside = tmp.with_extension("abandoned");
             if fs::rename(&tmp, &aside).is_ok() {
                 let _ = fs::remove_dir_all(aside);
+                ABANDONED.store(step + 1, std::sync::atomic::Ordering::SeqCst);
             }
         }
     });
