@@ -323,7 +323,8 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
     }
     let cpu_only = info.devices.iter().all(|d| matches!(d, Device::Cpu { .. }));
     let threads = info.ranks() * info.threads_per_worker;
-    if cpu_only && cfg.threads_per_worker.is_some() && threads > info.cores {
+    // (the ranks of this machine: a run over several processes is left to their launcher)
+    if cpu_only && info.processes == 1 && cfg.threads_per_worker.is_some() && threads > info.cores {
         notes.push(format!(
             "--threads-per-worker {}: {} x {} threads share {} cores and will slow each other; --threads-per-worker {} fits",
             info.threads_per_worker,

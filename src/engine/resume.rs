@@ -140,8 +140,9 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
                     t => text(t),
                 };
                 // the split drawn anew: what the run validated on is trained on
+                let drawn = cfg.inputs.val_data.is_none() && cfg.inputs.val_fraction.is_none_or(|f| f > 0.0);
                 let redrawn = match k.as_str() {
-                    "seed" | "val_split" => ": its train/validation split is drawn anew, so samples it validated on may now be trained on",
+                    "seed" | "val_split" if drawn => ": its train/validation split is drawn anew, so samples it validated on may now be trained on",
                     _ => "",
                 };
                 format!("{ours} (the checkpoint had {theirs}{redrawn})")

@@ -184,13 +184,14 @@ impl SyncAhead {
                 })
             }
             _ => strategy.next_sync(step).map(|n| match ahead {
-                Ahead {
-                    run_end: Some(end), ..
-                } if before(Some(end), n) => SyncAhead::End(end),
+                // (an epoch's validation, where there is one, comes before the run's end)
                 Ahead {
                     validation: Some(v),
                     ..
                 } if before(Some(v), n) => SyncAhead::Validation(v),
+                Ahead {
+                    run_end: Some(end), ..
+                } if before(Some(end), n) => SyncAhead::End(end),
                 _ => SyncAhead::Next(n),
             }),
         }
@@ -509,6 +510,24 @@ mod tests {
         let steps = ends(Budget::Steps(300), true);
         assert_eq!(steps.ahead(5, None), ahead(Some(300), None));
         assert_eq!(e.ahead(5, None), Ahead::default());
+        // local SGD whose next sync is past the end: the epoch's validation comes first
+        use super::{Strategy, SyncAhead};
+        let local = Strategy::LocalSgd {
+            every: 64,
+            warmup: 4,
+            moments: false,
+        };
+        let at5 = e.ahead(5, Some((32, 320.0 / 1000.0 / 3.0)));
+        assert_eq!(
+            SyncAhead::of(&local, 5, at5),
+            Some(SyncAhead::Validation(16))
+        );
+        let at40 = e.ahead(40, Some((32, (2.0 + 0.512) / 3.0)));
+        assert_eq!(SyncAhead::of(&local, 40, at40), Some(SyncAhead::End(48)));
+        assert_eq!(
+            SyncAhead::of(&local, 48, ahead(Some(48), None)),
+            Some(SyncAhead::Ended(48))
+        );
     }
 
     use super::*;

@@ -360,11 +360,21 @@ fn grid(
     // what a measurement does not do, said rather than dropped
     for (flag, given) in [
         ("--resume", args.train.resume.is_some()),
-        ("--prometheus", args.train.prometheus.is_some()),
-        ("--tensorboard", args.train.tensorboard.is_some()),
+        (
+            "--prometheus",
+            args.train
+                .prometheus
+                .as_deref()
+                .is_some_and(|p| p != "false"),
+        ),
+        (
+            "--tensorboard",
+            (args.train.tensorboard.as_ref())
+                .is_some_and(|t| t.as_deref() != Some(std::path::Path::new("false"))),
+        ),
         ("--export", args.train.export.is_some()),
     ] {
-        if given {
+        if given && lead {
             crate::tell!(
                 "note: {flag}: scale measures fresh runs and keeps nothing of them; ignored"
             );

@@ -4,7 +4,6 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{Action, App, Level, Mode, Popup, RunState, View};
 
-/// Entries a page key scrolls the events view by.
 use crate::engine::control::{Control, MAX_BATCH};
 
 impl App {

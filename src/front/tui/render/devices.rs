@@ -259,7 +259,6 @@ fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
     ])
 }
 
-/// Everything known about one device: a metrics list beside its charts.
 /// A flagged device's recent pace, under the flag's words (which keep its onset's figures):
 /// a straggler's work per step against the other ranks' median, a degraded device's step.
 fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
@@ -283,6 +282,7 @@ fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
     }
 }
 
+/// Everything known about one device: a metrics list beside its charts.
 pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, i: usize) {
     let Some(d) = app.devices.get(i) else {
         return;

@@ -182,7 +182,9 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             }
         };
         let name = info.strategy.to_string();
-        if let Some(s) = SyncAhead::of(&info.strategy, step, ahead) {
+        // (a failed run never made its replicas one)
+        let failed = app.state == RunState::Failed;
+        if let Some(s) = SyncAhead::of(&info.strategy, step, ahead).filter(|_| !failed) {
             strategy.push(format!("{name}: {}", s.full()));
             strategy.push(format!("{name}: {}", s.brief()));
         }

@@ -147,7 +147,8 @@ pub fn took(d: Duration) -> String {
 /// 1.2k, 34.5k, 1.20M.
 pub fn si(v: f64) -> String {
     match v.abs() {
-        x if x >= 1e6 => format!("{:.2}M", v / 1e6),
+        // (999.5k and up round to 1000k: those are millions)
+        x if x >= 999_500.0 => format!("{:.2}M", v / 1e6),
         x if x >= 1e5 => format!("{:.0}k", v / 1e3),
         x if x >= 1e4 => format!("{:.1}k", v / 1e3),
         x if x >= 1e3 => format!("{:.2}k", v / 1e3),
@@ -243,6 +244,7 @@ mod tests {
         assert_eq!(si(950.0), "950");
         assert_eq!(si(41_234.0), "41.2k");
         assert_eq!(si(614_800.0), "615k");
+        assert_eq!(si(999_700.0), "1.00M");
         assert_eq!(si(2_500_000.0), "2.50M");
         assert_eq!(bytes(45 << 20), "45 MiB");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
