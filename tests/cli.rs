@@ -604,6 +604,8 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "--threads-per-worker",
         &threads,
         "--readonly",
+        "--model",
+        "mlp",
     ];
     let o = run_in(dir.path(), &args);
     let out = text(&o);
@@ -615,6 +617,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "note: --strategy local-sgd:4: one rank has no other to share with; it trains as mirrored",
         &format!("note: --threads-per-worker {threads}: 1 rank x {threads} threads share "),
         "note: --readonly: there is no terminal UI here (it logs); nothing changes",
+        "note: --model mlp: no hidden layer: a linear model (softmax regression)",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }

@@ -111,8 +111,15 @@ pub(super) fn parse(
             return Err(format!("line {lineno} has {n} fields but earlier lines have {w}; every row needs the same number of columns"));
         }
         if w < 2 {
+            // a CSV of another locale or a TSV: its separator named
+            let other = [(';', "semicolons", ";"), ('\t', "tabs", "\\t"), ('|', "bars", "|")]
+                .into_iter()
+                .find(|(c, _, _)| line.contains(*c))
+                .map_or(String::new(), |(_, name, tr)| {
+                    format!(" (its values look separated by {name}: mgtop-train reads commas; convert it, e.g. tr '{tr}' ',' < in.csv > out.csv)")
+                });
             return Err(format!(
-                "line {lineno} has {w} field; a row needs at least one feature and a label"
+                "line {lineno} has {w} field; a row needs at least one feature and a label{other}"
             ));
         }
         let lc = match label {
@@ -201,6 +208,11 @@ mod tests {
     fn errors_name_the_line_and_the_fix() {
         let e = parse("1,2,0\n3,4\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("line 2 has 2 fields"), "{e}");
+        let e = parse("1;2;0\n3;4;1\n", LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.contains("line 1 has 1 field") && e.contains("separated by semicolons"),
+            "{e}"
+        );
         let e = parse("x,y,label\n1,2,0\n", LabelColumn::Last, false).unwrap_err();
         assert!(
             e.contains("line 1, column 0") && e.contains(",header"),

@@ -187,8 +187,21 @@ pub(super) fn load(
         }
     };
     let norm_text = normalise(&mut train, &mut val, &norm);
+    // labels are class numbers 0..classes-1: most of them unused says they may be something else
+    let used = full
+        .y
+        .iter()
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let sparse = match used * 2 < full.classes {
+        true => format!(
+            " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",
+            full.classes - 1
+        ),
+        false => String::new(),
+    };
     let description = format!(
-        "{what}: {}, {} features{}, {} classes; {split_text}; inputs {norm_text}",
+        "{what}: {}, {} features{}, {} classes{sparse}; {split_text}; inputs {norm_text}",
         crate::text::counted(full.len(), "sample"),
         full.features,
         full.image
@@ -306,6 +319,25 @@ mod tests {
             e.contains("every sample's label is 1") && e.contains("label=first"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn labels_that_are_not_class_numbers_are_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("ids.csv");
+        std::fs::write(&f, "0.5,0\n0.25,6000\n0.75,0\n").unwrap();
+        let spec: DataSpec = format!("csv:{}", f.display()).parse().unwrap();
+        let d = load(&spec, &split(0.0), 0).unwrap();
+        assert!(
+            d.description
+                .contains("6001 classes (labels run to 6000 but only 2 values occur"),
+            "{}",
+            d.description
+        );
+        // class numbers as they should be: nothing said
+        std::fs::write(&f, "0.5,0\n0.25,2\n0.75,1\n").unwrap();
+        let d = load(&spec, &split(0.0), 0).unwrap();
+        assert!(!d.description.contains("values occur"), "{}", d.description);
     }
 
     #[test]

@@ -346,6 +346,13 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
             }
         ));
     }
+    // `mlp` with no widths: no hidden layer (softmax regression), which may not be what was meant
+    if matches!(&cfg.model, crate::nn::model::ModelSpec::Layers(l) if l.layers.is_empty()) {
+        notes.push(
+            "--model mlp: no hidden layer: a linear model (softmax regression); mlp:128 gives one hidden layer of 128"
+                .into(),
+        );
+    }
     if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
         if warmup >= steps && info.ranks() > 1 {
             notes.push(format!(

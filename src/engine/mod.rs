@@ -189,6 +189,13 @@ impl Engine {
                 loaded.train.len()
             )));
         }
+        if let (true, Some(f)) = (loaded.train.is_empty(), cfg.inputs.val_fraction) {
+            if f >= 0.5 {
+                return Err(EngineError::Config(format!(
+                    "the training split is empty: --val-split {f} leaves no sample to train on; use a smaller --val-split (e.g. 0.2)"
+                )));
+            }
+        }
         if loaded.train.is_empty() {
             return Err(EngineError::Config(
                 "the training split is empty: the dataset is too small for a validation split; train on all of it with --val-split 0, or give the validation set with --val-data"
