@@ -180,6 +180,15 @@ impl Monitor {
         }
     }
 
+    /// Leaves a pause from `from` to `to` out of the ETA's pace, for rows read back, which do
+    /// not say which of them came after a pause (the run's pause and resume events do).
+    pub fn leave_out(&mut self, from: Duration, to: Duration) {
+        let gap = to.saturating_sub(from);
+        for p in self.paced.iter_mut().filter(|p| p.0 <= from) {
+            p.0 += gap;
+        }
+    }
+
     /// Training samples per second over the last couple of seconds.
     pub fn samples_per_sec(&self) -> Option<f64> {
         let (t0, s0, _) = *self.recent.front()?;
@@ -372,6 +381,27 @@ mod tests {
         let r = m.samples_per_sec().unwrap();
         assert!((r - 2000.0).abs() < 1.0, "{r}");
         // nor in the time left: 10% per 10 ms, 30% left
+        let eta = m.eta().unwrap().as_secs_f64();
+        assert!((eta - 0.03).abs() < 1e-6, "{eta}");
+    }
+
+    #[test]
+    fn a_pause_known_from_its_events_is_left_out_of_rows_read_back() {
+        // rows as a metrics file has them: no pause flag; 10% per 10 ms, then a 10 s pause
+        let mut m = Monitor::new(1);
+        for step in 1..=7u64 {
+            let at = if step <= 5 {
+                step * 10
+            } else {
+                10_000 + step * 10
+            };
+            let mut s = stats(0, step, at);
+            s.progress = step as f64 / 10.0;
+            if step == 6 {
+                m.leave_out(Duration::from_millis(50), Duration::from_millis(10_050));
+            }
+            m.on_step(s);
+        }
         let eta = m.eta().unwrap().as_secs_f64();
         assert!((eta - 0.03).abs() < 1e-6, "{eta}");
     }

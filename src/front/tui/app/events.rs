@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{App, EpochPoint, Level, RunState, EMA_ALPHA};
+use super::{App, EpochPoint, Level, Mode, RunState, EMA_ALPHA};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::front::words::event_line;
 use crate::observe::monitor::StepRow;
@@ -116,6 +116,7 @@ impl App {
             }
             Event::Control { applied, .. } => match applied {
                 Applied::Paused => {
+                    self.paused_at = Some(self.now);
                     self.detector.set_paused(true, self.now);
                     self.pending_pause = None;
                     if !matches!(self.state, RunState::Stopping) {
@@ -123,6 +124,11 @@ impl App {
                     }
                 }
                 Applied::Resumed => {
+                    // (this process's own rows say so themselves: `StepStats.paused`)
+                    if let Some(from) = self.paused_at.take().filter(|_| self.mode != Mode::Local) {
+                        self.monitor.leave_out(from, self.now);
+                        self.eta = self.monitor.eta();
+                    }
                     self.detector.set_paused(false, self.now);
                     self.pending_pause = None;
                     if self.state == RunState::Paused {

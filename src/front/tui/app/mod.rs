@@ -164,6 +164,8 @@ pub struct App {
     pub killed: bool,
     pub state: RunState,
     monitor: Monitor,
+    /// When the run last paused (its `Paused` event), for the ETA of rows read back.
+    paused_at: Option<Duration>,
     detector: Detector,
     /// Warnings raised since the frontend last took them (for the metrics file).
     pub new_warnings: Vec<(Warning, Duration)>,
@@ -216,6 +218,7 @@ impl App {
         let mut app = App {
             mfu: Mfu::for_run(&info),
             monitor: Monitor::new(info.ranks()),
+            paused_at: None,
             detector: Detector::for_run(&info),
             new_warnings: Vec::new(),
             per_replica: info.per_replica,
