@@ -106,6 +106,11 @@ fn popups_and_summary() {
     let mut app = demo::app(2, 150);
     key(&mut app, KeyCode::Char('?'));
     insta::assert_snapshot!("help_80x24", screen(&app, 80, 24));
+    // the smallest screen still shows every key, quit last
+    let small = screen(&app, 60, 16);
+    for k in ["p, space", "] [ + -", "Tab, S-Tab", "PgUp/Dn", "q, Ctrl-C"] {
+        assert!(small.contains(k), "{k}: {small}");
+    }
     key(&mut app, KeyCode::Esc);
     key(&mut app, KeyCode::Char('q'));
     insta::assert_snapshot!("quit_80x24", screen(&app, 80, 24));

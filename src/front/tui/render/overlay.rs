@@ -37,7 +37,21 @@ fn popup(
 }
 
 pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let keys = [
+    // a small screen gets the same keys in fewer, shorter lines
+    let compact = area.height < 20 || area.width < 72;
+    let short = [
+        ("p, space", "pause / resume"),
+        ("] [ + -", "double / halve the batch"),
+        ("s", "checkpoint now"),
+        ("1-9, 0 Esc", "one device / all"),
+        ("Tab, S-Tab", "next / previous view"),
+        ("↑↓ jk PgUp/Dn", "events: scroll; Home, End"),
+        ("w", "history window"),
+        ("t / r, Ctrl-L", "theme / redraw"),
+        ("?, h", "this help"),
+        ("q, Ctrl-C", "quit (asks first)"),
+    ];
+    let full = [
         ("p, space", "pause / resume at the next step boundary"),
         ("] or +", "double the batch per replica"),
         ("[ or -", "halve the batch per replica"),
@@ -58,6 +72,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("r, Ctrl-L", "redraw"),
         ("q, Ctrl-C", "quit (asks first)"),
     ];
+    let keys: &[(&str, &str)] = if compact { &short } else { &full };
     let mut lines: Vec<Line> = keys
         .iter()
         .map(|(k, v)| {
@@ -78,18 +93,25 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.badge(theme.warn),
         ));
     } else if app.mode == Mode::Attached {
-        lines.push(Line::raw(
-            "attached: keys steer the run over its socket; q offers detach; r reconnects a lost connection",
-        ));
+        lines.push(Line::raw(match compact {
+            true => "attached: q offers detach; r reconnects",
+            false => "attached: keys steer the run over its socket; q offers detach; r reconnects a lost connection",
+        }));
     } else if app.readonly {
         lines.push(Line::styled(
             "read-only: p ] [ s q are disabled",
             theme.badge(theme.warn),
         ));
     }
-    lines.push(Line::styled("any key closes this", theme.muted()));
+    let title = match compact {
+        true => "keys · any key closes",
+        false => {
+            lines.push(Line::styled("any key closes this", theme.muted()));
+            "keys"
+        }
+    };
     let h = lines.len() as u16 + 2;
-    popup(frame, area, 70, h, "keys", lines, theme);
+    popup(frame, area, 70, h, title, lines, theme);
 }
 
 /// The quit popup. An attached screen also offers to detach (leave the run going), which is
