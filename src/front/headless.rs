@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{select, tick};
 
-use super::words::{describe, event_line, step_line, sync_note, Ends};
+use super::sync::{sync_note, Ends};
+use super::words::{describe, event_line, step_line};
 use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};

@@ -3,5 +3,6 @@
 
 pub mod headless;
 pub mod steps;
+pub mod sync;
 pub mod tui;
 pub mod words;

@@ -170,7 +170,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // strategy and where its replicas stand, the process's memory
     let mut strategy: Vec<String> = Vec::new();
     if info.strategy != Default::default() {
-        use crate::front::words::{Ahead, Ends, SyncAhead};
+        use crate::front::sync::{Ahead, Ends, SyncAhead};
         let ahead = match (app.state.ended(), row) {
             (true, _) => Ahead {
                 run_end: Some(step),
