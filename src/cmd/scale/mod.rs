@@ -10,6 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::TryRecvError;
 use serde::Serialize;
 
+mod checks;
 mod report;
 
 pub use report::{check_out, table, write};
@@ -357,28 +358,8 @@ fn grid(
         .strategies
         .as_ref()
         .and(args.train.local_sgd_warmup.take());
-    // what a measurement does not do, said rather than dropped
-    for (flag, given) in [
-        ("--resume", args.train.resume.is_some()),
-        (
-            "--prometheus",
-            args.train
-                .prometheus
-                .as_deref()
-                .is_some_and(|p| p != "false"),
-        ),
-        (
-            "--tensorboard",
-            (args.train.tensorboard.as_ref())
-                .is_some_and(|t| t.as_deref() != Some(std::path::Path::new("false"))),
-        ),
-        ("--export", args.train.export.is_some()),
-    ] {
-        if given && lead {
-            crate::tell!(
-                "note: {flag}: scale measures fresh runs and keeps nothing of them; ignored"
-            );
-        }
+    if lead {
+        checks::say_ignored(&args.train);
     }
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
@@ -402,37 +383,7 @@ fn grid(
     } else {
         (1..=gpus.len()).collect()
     };
-    if let Some(&c) = counts.iter().find(|&&c| n > 1 && c != 1 && c % n != 0) {
-        anyhow::bail!(
-            "--counts: {c} devices cannot be shared evenly by {n} processes: use 1 (process 0 alone) or multiples of {n}"
-        );
-    }
-    if let Some(&c) = counts.iter().find(|&&c| !gpus.is_empty() && c > gpus.len()) {
-        anyhow::bail!(
-            "--counts: {c} devices, but this run has {} GPU(s); use counts up to {}",
-            gpus.len(),
-            gpus.len()
-        );
-    }
-    if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
-        anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
-    }
-    if let Some((_, &c)) = (counts.iter().enumerate()).find(|(i, c)| counts[..*i].contains(c)) {
-        anyhow::bail!("--counts: {c} is given twice: list each device count once");
-    }
-    // a fault on a rank no point has would be measured nowhere
-    let largest = counts.iter().copied().max().unwrap_or(1);
-    for (flag, fault) in [
-        ("--slow-rank", base.slow_rank.map(|f| f.0)),
-        ("--slow-data", base.slow_data.map(|f| f.0)),
-    ] {
-        if let Some(r) = fault.filter(|&r| r >= largest) {
-            anyhow::bail!(
-                "{flag}: there is no rank {r} in any point (the largest has {largest} devices: ranks 0..{}); name a rank below {largest}",
-                largest - 1
-            );
-        }
-    }
+    checks::points(&counts, n, &gpus, &base)?;
     let batches = if args.batches.is_empty() {
         vec![base.batch_per_replica]
     } else {

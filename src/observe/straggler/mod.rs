@@ -17,84 +17,17 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 mod bound;
+mod config;
 mod warning;
 
 pub use bound::{Bound, Limit};
+pub use config::{Context, DetectorConfig};
 pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
 use crate::engine::{Device, RunInfo};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct DetectorConfig {
-    pub warmup: u64,
-    pub every: u64,
-    pub window: usize,
-    pub slow_below: f64,
-    pub clear_above: f64,
-    pub consecutive: u32,
-    pub min_gap: Duration,
-    pub degraded_ratio: f64,
-    pub stall_timeout: Duration,
-    /// Steps between two exchanges (local SGD's H): the others wait for a slow rank only once
-    /// per period, so waiting is judged as its mean over the window (the period's wait spread
-    /// over its steps), never its median (zero on the steps between syncs).
-    pub sync_every: u64,
-}
-
-impl Default for DetectorConfig {
-    fn default() -> Self {
-        DetectorConfig {
-            warmup: 20,
-            every: 10,
-            window: 50,
-            slow_below: 0.75,
-            clear_above: 0.85,
-            consecutive: 3,
-            min_gap: Duration::from_millis(2),
-            degraded_ratio: 1.25,
-            stall_timeout: Duration::from_secs(60),
-            sync_every: 1,
-        }
-    }
-}
-
-/// What the detector knows about the machine, to explain a slow rank.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Context {
-    pub cores: usize,
-    /// Threads each CPU worker computes with (`--threads-per-worker`); 0 is taken as 1.
-    pub threads_per_worker: usize,
-    /// A fault injected on each rank (`--slow-rank`, `--slow-data`), as the flag that asked.
-    pub injected: Vec<Option<String>>,
-    /// Each rank's device model, where known (GPUs); a different one from its peers explains.
-    pub models: Vec<Option<String>>,
-    /// Each rank's host, in a run over several processes (empty otherwise).
-    pub hosts: Vec<String>,
-    /// The samples are pictures decoded from files (which `--image-size` makes smaller).
-    pub pictures: bool,
-}
-
-impl Context {
-    /// What an input-bound run is told: the fault injected on every rank's input where that
-    /// is the cause, else what feeds the ranks faster.
-    fn input_fix(&self) -> String {
-        let injected: Option<Vec<&str>> = self
-            .injected
-            .iter()
-            .map(|f| f.as_deref().filter(|f| f.contains("--slow-data")))
-            .collect();
-        match injected {
-            Some(flags) if !flags.is_empty() => format!("fault injected: {}", flags.join(", ")),
-            _ if self.pictures => {
-                "try more --loader-threads or --prefetch, or smaller pictures (--image-size)".into()
-            }
-            _ => "try more --loader-threads or --prefetch".into(),
-        }
-    }
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -1,0 +1,70 @@
+//! What `scale` refuses or says before it measures: its points' device counts, faults on ranks
+//! no point has, and the flags of a training run that a measurement does not use.
+
+use crate::cli::TrainArgs;
+use crate::config::RunConfig;
+
+/// The flags a measurement does not use, said rather than dropped (process 0's log).
+pub(super) fn say_ignored(train: &TrainArgs) {
+    for (flag, given) in [
+        ("--resume", train.resume.is_some()),
+        (
+            "--prometheus",
+            train.prometheus.as_deref().is_some_and(|p| p != "false"),
+        ),
+        (
+            "--tensorboard",
+            (train.tensorboard.as_ref())
+                .is_some_and(|t| t.as_deref() != Some(std::path::Path::new("false"))),
+        ),
+        ("--export", train.export.is_some()),
+    ] {
+        if given {
+            crate::tell!(
+                "note: {flag}: scale measures fresh runs and keeps nothing of them; ignored"
+            );
+        }
+    }
+}
+
+/// The device counts of the points, over `n` processes with `gpus` (none: CPU workers), and
+/// the faults `base` injects, refused where they cannot be measured.
+pub(super) fn points(
+    counts: &[usize],
+    n: usize,
+    gpus: &[usize],
+    base: &RunConfig,
+) -> anyhow::Result<()> {
+    if let Some(&c) = counts.iter().find(|&&c| n > 1 && c != 1 && c % n != 0) {
+        anyhow::bail!(
+            "--counts: {c} devices cannot be shared evenly by {n} processes: use 1 (process 0 alone) or multiples of {n}"
+        );
+    }
+    if let Some(&c) = counts.iter().find(|&&c| !gpus.is_empty() && c > gpus.len()) {
+        anyhow::bail!(
+            "--counts: {c} devices, but this run has {} GPU(s); use counts up to {}",
+            gpus.len(),
+            gpus.len()
+        );
+    }
+    if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
+        anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
+    }
+    if let Some((_, &c)) = (counts.iter().enumerate()).find(|(i, c)| counts[..*i].contains(c)) {
+        anyhow::bail!("--counts: {c} is given twice: list each device count once");
+    }
+    // a fault on a rank no point has would be measured nowhere
+    let largest = counts.iter().copied().max().unwrap_or(1);
+    for (flag, fault) in [
+        ("--slow-rank", base.slow_rank.map(|f| f.0)),
+        ("--slow-data", base.slow_data.map(|f| f.0)),
+    ] {
+        if let Some(r) = fault.filter(|&r| r >= largest) {
+            anyhow::bail!(
+                "{flag}: there is no rank {r} in any point (the largest has {largest} devices: ranks 0..{}); name a rank below {largest}",
+                largest - 1
+            );
+        }
+    }
+    Ok(())
+}
