@@ -41,7 +41,16 @@ pub enum Limit {
 }
 
 impl Limit {
-    const ALL: [Limit; 3] = [Limit::Input, Limit::Launch, Limit::Underused];
+    pub const ALL: [Limit; 3] = [Limit::Input, Limit::Launch, Limit::Underused];
+
+    /// As its warning's kind names it in the metrics file (`input_bound`; cleared: `_cleared`).
+    pub fn kind(self) -> &'static str {
+        match self {
+            Limit::Input => "input_bound",
+            Limit::Launch => "launch_bound",
+            Limit::Underused => "underused",
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {

@@ -170,11 +170,7 @@ impl Warning {
             Warning::Degraded { .. } => "degraded",
             Warning::DegradedCleared { .. } => "degraded_cleared",
             Warning::Stall { .. } => "stall",
-            Warning::Bound { bound, .. } => match bound.limit {
-                Limit::Input => "input_bound",
-                Limit::Launch => "launch_bound",
-                Limit::Underused => "underused",
-            },
+            Warning::Bound { bound, .. } => bound.limit.kind(),
             Warning::BoundCleared { limit, .. } => match limit {
                 Limit::Input => "input_bound_cleared",
                 Limit::Launch => "launch_bound_cleared",

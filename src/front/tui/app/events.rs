@@ -6,7 +6,7 @@ use super::{App, EpochPoint, Level, Mode, RunState, EMA_ALPHA};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::front::words::event_line;
 use crate::observe::monitor::StepRow;
-use crate::observe::straggler::Warning;
+use crate::observe::straggler::{Limit, Warning};
 
 impl App {
     pub(super) fn on_step(&mut self, s: StepStats) {
@@ -78,9 +78,8 @@ impl App {
             d.flag(kind, text.clone());
         }
         // the run's own limits stay in the header while they last
-        let limit = ["input-bound", "launch-bound", "underused"]
-            .into_iter()
-            .find(|l| kind.trim_end_matches("_cleared") == l.replace('-', "_"));
+        let limit =
+            (Limit::ALL.into_iter()).find(|l| kind.trim_end_matches("_cleared") == l.kind());
         if let Some(l) = limit {
             self.limits.retain(|&k| k != l);
             if !kind.ends_with("_cleared") {

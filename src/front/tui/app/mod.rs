@@ -207,7 +207,7 @@ pub struct App {
     totals: Totals,
     /// What holds the whole run back now (`input-bound`, `launch-bound`, `underused`), from
     /// the detector's warnings until each is cleared.
-    pub limits: Vec<&'static str>,
+    pub limits: Vec<crate::observe::straggler::Limit>,
 }
 
 impl App {

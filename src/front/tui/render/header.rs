@@ -162,7 +162,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     for limit in app.limits.iter().filter(|_| app.heard_running()) {
         l3.push(Span::raw(" "));
         l3.push(Span::styled(
-            format!(" {} ", limit.to_uppercase()),
+            format!(" {} ", limit.name().to_uppercase()),
             theme.badge(theme.warn),
         ));
     }
