@@ -269,6 +269,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
         (&["--name", "a\x1b[31mred"], &["--name", "escape sequences"]),
         (
+            &["--name", " "],
+            &["--name \" \" names nothing", "leave --name out"],
+        ),
+        (
             &["--prefetch", "100000000"],
             &["--prefetch 100000000", "0 (no prefetch) to 1024"],
         ),

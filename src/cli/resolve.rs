@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::TrainArgs;
 use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
-use crate::data::DataOptions;
+use crate::data::{DataOptions, DataSpec};
 use crate::engine::{checkpoint, rundir};
 use crate::nn::schedule::LrScaling;
 
@@ -64,6 +64,51 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })
+}
+
+/// A relative input path from a config file is read from the working directory, as on the
+/// command line; one that names nothing there but does beside the file is the likely slip
+/// (the file was written next to its data and is run from elsewhere), so it says how to mend it.
+fn beside_config(config: &Path, flags: &TrainArgs, file: &TrainArgs) -> Result<(), String> {
+    let Some(dir) = config.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let data = |v: &Option<String>| -> Vec<PathBuf> {
+        let spec = v.as_deref().and_then(|s| s.parse::<DataSpec>().ok());
+        spec.map_or(vec![], |s| {
+            s.paths().into_iter().map(Path::to_path_buf).collect()
+        })
+    };
+    // (the key, whether the file's value is the one taken, its paths)
+    let from_file = [
+        ("data", flags.data.is_none(), data(&file.data)),
+        ("val-data", flags.val_data.is_none(), data(&file.val_data)),
+        (
+            "init",
+            flags.init.is_none(),
+            file.init.iter().cloned().collect(),
+        ),
+        (
+            "resume",
+            flags.resume.is_none(),
+            file.resume.iter().cloned().collect(),
+        ),
+    ];
+    for (key, _, paths) in from_file.iter().filter(|(_, taken, _)| *taken) {
+        for p in paths {
+            let there = dir.join(p);
+            if p.is_relative() && !p.exists() && there.exists() {
+                return Err(format!(
+                    "config file {}: {key} names {}, which is not in the working directory but is beside the config file: relative paths in a config file are read from the working directory, as on the command line; write {} (or an absolute path) in the file, or run from {}",
+                    config.display(),
+                    p.display(),
+                    there.display(),
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl TrainArgs {
@@ -136,6 +181,7 @@ impl TrainArgs {
         let args = match &self.config {
             Some(path) => {
                 let file = read_config_file(path)?;
+                beside_config(path, &self, &file)?;
                 self.merge(file)
             }
             None => self,

@@ -71,6 +71,30 @@ fn flags_override_the_file_which_overrides_defaults() {
 }
 
 #[test]
+fn a_relative_path_beside_the_config_file_is_named_with_its_mend() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    // (a name the working directory, the crate's root, does not hold)
+    let data = "beside-the-config-only.csv";
+    std::fs::write(dir.path().join(data), "1,0\n2,1\n").unwrap();
+    std::fs::write(&f, format!("data = \"csv:{data}\"\n")).unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    let there = dir.path().join(data);
+    for needle in [
+        &format!("data names {data}"),
+        "read from the working directory",
+        &format!("write {}", there.display()),
+    ] {
+        assert!(e.contains(needle), "{needle:?} in {e}");
+    }
+    // a flag's data is the flag's; an absolute path in the file is read as written
+    let flag = ["--config", f.to_str().unwrap(), "--data", "digits"];
+    assert!(cli(&flag).is_ok());
+    std::fs::write(&f, format!("data = \"csv:{}\"\n", there.display())).unwrap();
+    assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
+}
+
+#[test]
 fn bad_files_and_values_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad.toml");

@@ -41,6 +41,11 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
         ));
     }
     if let Some(name) = &cfg.name {
+        if name.trim().is_empty() {
+            return bad(format!(
+                "--name {name:?} names nothing: give the run a name, or leave --name out for <data>-<model>"
+            ));
+        }
         if name.chars().any(char::is_control) || name.chars().count() > 200 {
             return bad(
                 "--name must be printable text of at most 200 characters (no escape sequences or line breaks)"

@@ -245,6 +245,18 @@ impl DataSpec {
         }
     }
 
+    /// The files and folders it reads.
+    pub fn paths(&self) -> Vec<&Path> {
+        match self {
+            DataSpec::Csv { path, .. } => vec![path],
+            DataSpec::Idx { images, labels, .. } => vec![images, labels],
+            DataSpec::Cifar { dir, .. } | DataSpec::Images { dir } => vec![dir],
+            DataSpec::Digits | DataSpec::Synthetic { .. } | DataSpec::SyntheticImages { .. } => {
+                vec![]
+            }
+        }
+    }
+
     /// A short name for the data: `digits`, a file's stem, `synthetic` or `synthetic-images`.
     pub fn short_name(&self) -> String {
         let stem = |p: &std::path::Path| {
