@@ -214,6 +214,24 @@ fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
     drop(f);
     assert!(read_err(&p).contains("line 1: longer than 1 MiB"));
 
+    // what follows the run's end (an editor's leftovers, a second copy) is left unread, and
+    // said where it starts, rather than refusing a whole run
+    let mut lines = 0;
+    let p = edited(&run, d, "after-end.jsonl", |l| {
+        l.extend(["garbage".into(), "{\"type\":\"step\",".into()]);
+        lines = l.len();
+    });
+    let mut r = MetricsReader::open(&p).unwrap();
+    let mut app = App::watching(r.info().clone());
+    read_all(&mut r, &mut app).unwrap();
+    assert!(app.summary.is_some());
+    assert_eq!(r.past_end(), Some(lines as u64 - 1));
+    // (a whole file has none)
+    let mut r = MetricsReader::open(&run).unwrap();
+    let mut app = App::watching(r.info().clone());
+    read_all(&mut r, &mut app).unwrap();
+    assert_eq!(r.past_end(), None);
+
     // a record type this version does not know is skipped (newer writers may add some)
     let p = edited(&run, d, "newer.jsonl", |l| {
         l.insert(3, "{\"type\":\"future\",\"t\":1}".into())

@@ -81,6 +81,13 @@ pub struct FileSource {
     behind: bool,
     /// The file is damaged past this point: nothing more is read.
     pub error: Option<ReadError>,
+    /// Lines after the run's end were said.
+    past_end_said: bool,
+}
+
+/// What follows a run's `end` record, from `line` on.
+pub fn past_end(line: u64) -> String {
+    format!("the file goes on after the run's end record (from line {line}): left unread")
 }
 
 impl FileSource {
@@ -94,6 +101,7 @@ impl FileSource {
             asked: None,
             behind: true,
             error: None,
+            past_end_said: false,
         }
     }
 
@@ -110,7 +118,14 @@ impl FileSource {
                     apply_record(app, rec);
                     any = true;
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    if let Some(line) = self.reader.past_end().filter(|_| !self.past_end_said) {
+                        self.past_end_said = true;
+                        app.apply(AppEvent::Notice(Level::Warn, past_end(line)));
+                        any = true;
+                    }
+                    break;
+                }
                 Err(e) => {
                     app.apply(AppEvent::Notice(
                         Level::Error,

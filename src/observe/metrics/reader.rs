@@ -6,7 +6,8 @@
 //! Bounded: a line is read only up to `MAX_LINE` bytes and a run of at most `MAX_RANKS` ranks
 //! is accepted, so a huge or hostile file costs bounded memory. A complete line that is not a
 //! record (bad JSON, a missing field) is an error naming the file and the line: the file is
-//! damaged, and showing a run with a hole in it would mislead. Blank lines, records of a type
+//! damaged, and showing a run with a hole in it would mislead. What follows the `end` record is
+//! left unread (`past_end` says where it starts): the run is whole before it. Blank lines, records of a type
 //! this version does not know and event kinds without a message are skipped (newer writers may
 //! add them within version 1).
 
@@ -15,6 +16,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::parse::{record_line, run_line, Record};
+use crate::engine::events::Event;
 use crate::engine::RunInfo;
 
 /// The longest line read (a `step` record of 1024 ranks is about 200 KiB).
@@ -40,6 +42,10 @@ pub enum ReadError {
 pub struct MetricsReader {
     lines: Lines,
     info: RunInfo,
+    /// The `end` record was read: what follows is no part of the run.
+    ended: bool,
+    /// The first line after `end` that is not blank (left unread).
+    past_end: Option<u64>,
 }
 
 impl MetricsReader {
@@ -97,12 +103,23 @@ impl MetricsReader {
             }));
         };
         let info = run_line(&lines.buf[a..b]).map_err(|w| lines.line_error(w))?;
-        Ok(MetricsReader { lines, info })
+        Ok(MetricsReader {
+            lines,
+            info,
+            ended: false,
+            past_end: None,
+        })
     }
 
     /// The run as its `run` record describes it (fields older files lack get defaults).
     pub fn info(&self) -> &RunInfo {
         &self.info
+    }
+
+    /// The first line that follows the run's `end` record, where one does (an editor's or a
+    /// copy's leftovers: the run ended there, so it is left unread rather than refused).
+    pub fn past_end(&self) -> Option<u64> {
+        self.past_end
     }
 
     /// The file read (inside the run directory where one was given).
@@ -118,9 +135,20 @@ impl MetricsReader {
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            if self.ended {
+                self.past_end.get_or_insert(self.lines.line);
+                continue;
+            }
             if let Some(r) =
                 record_line(text, self.info.ranks()).map_err(|w| self.lines.line_error(w))?
             {
+                self.ended = matches!(
+                    r,
+                    Record::Event {
+                        event: Event::Finished { .. },
+                        ..
+                    }
+                );
                 return Ok(Some(r));
             }
         }
