@@ -5,11 +5,16 @@
 //! exits. Nothing here waits long: a task finds what it needs busy, it gives up.
 //!
 //! Once the tasks have begun to run, the process is quitting: a part that arms a task then
-//! runs it itself and goes no further (its thread waits for the exit), and a second `run`
-//! waits for the first to finish before it returns (its caller exits right after).
+//! runs it itself (after the armed ones) and goes no further (its thread waits for the exit),
+//! and `run` returns once those are done too (its caller exits right after); a second `run`
+//! waits for the first to finish before it returns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// The longest `run` waits for tasks armed after it began (each is short: see above).
+const LATE_WAIT: Duration = Duration::from_secs(2);
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -19,12 +24,16 @@ pub struct Tasks {
     next: AtomicU64,
     /// held while the tasks run
     running: Mutex<()>,
+    /// told when a task armed late has run
+    settled: Condvar,
 }
 
-/// The armed tasks, and whether they have begun to run (the process is quitting).
+/// The armed tasks, whether they have begun to run (the process is quitting), and how many
+/// tasks armed since are still to run.
 struct Registry {
     tasks: Vec<(u64, Task)>,
     quitting: bool,
+    late: usize,
 }
 
 /// The process's tasks.
@@ -50,9 +59,11 @@ impl Tasks {
             armed: Mutex::new(Registry {
                 tasks: Vec::new(),
                 quitting: false,
+                late: 0,
             }),
             next: AtomicU64::new(0),
             running: Mutex::new(()),
+            settled: Condvar::new(),
         }
     }
 
@@ -71,8 +82,15 @@ impl Tasks {
     fn try_arm(&self, task: impl FnOnce() + Send + 'static) -> Option<u64> {
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         if armed.quitting {
+            // counted before it waits its turn, so the `run` under way waits for it
+            armed.late += 1;
             drop(armed);
-            task();
+            {
+                let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+                task();
+            }
+            self.armed.lock().unwrap_or_else(|e| e.into_inner()).late -= 1;
+            self.settled.notify_all();
             return None;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -81,19 +99,27 @@ impl Tasks {
     }
 
     /// Runs every armed task, the newest first (a checkpoint half written is removed before
-    /// the end record that follows its run's last line), and disarms them. A second call
-    /// returns once the first has finished.
+    /// the end record that follows its run's last line), and disarms them; then waits (a
+    /// while at most) for the tasks armed meanwhile, which run at once. A second call returns
+    /// once the first has finished.
     pub fn run(&self) {
-        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        // taken out first: a task never runs under the lock a guard's drop takes
-        let tasks = {
-            let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
-            armed.quitting = true;
-            std::mem::take(&mut armed.tasks)
-        };
-        for (_, task) in tasks.into_iter().rev() {
-            task();
+        {
+            let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            // taken out first: a task never runs under the lock a guard's drop takes
+            let tasks = {
+                let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+                armed.quitting = true;
+                std::mem::take(&mut armed.tasks)
+            };
+            for (_, task) in tasks.into_iter().rev() {
+                task();
+            }
         }
+        let armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let waited = self
+            .settled
+            .wait_timeout_while(armed, LATE_WAIT, |r| r.late > 0);
+        drop(waited.unwrap_or_else(|e| e.into_inner()));
     }
 }
 
@@ -158,6 +184,38 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(*ran.lock().unwrap(), ["task"]);
         assert!(!part.is_finished(), "the part's thread waits for the exit");
+    }
+
+    #[test]
+    fn a_task_armed_while_the_tasks_run_is_done_before_run_returns() {
+        static TASKS: Tasks = Tasks::new();
+        let done = Arc::new(Mutex::new(false));
+        let late_armed = || TASKS.armed.lock().unwrap().late > 0;
+        // the armed task lasts until the late one is armed
+        let _first = TASKS.arm(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !late_armed() && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        });
+        let run = std::thread::spawn(|| TASKS.run());
+        while !TASKS.armed.lock().unwrap().quitting {
+            std::thread::yield_now();
+        }
+        let _part = std::thread::spawn({
+            let done = done.clone();
+            move || {
+                let _armed = TASKS.arm(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    *done.lock().unwrap() = true;
+                });
+            }
+        });
+        run.join().unwrap();
+        assert!(
+            *done.lock().unwrap(),
+            "run returned (and its caller would exit) before the late task ended"
+        );
     }
 
     #[test]
