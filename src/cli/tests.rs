@@ -331,6 +331,7 @@ fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> Checkpoint
         origin: None,
         torchvision_changes: None,
         train_samples: None,
+        train_fingerprint: None,
     }
 }
 

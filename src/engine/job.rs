@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::fingerprint::fingerprint;
+use super::fingerprint;
 use super::loader::Cursor;
 use super::start::Start;
 use super::{Device, EngineError};
@@ -98,26 +98,6 @@ pub(super) fn share_machine(
         )));
     }
     Ok(devices[local_rank * per..(local_rank + 1) * per].to_vec())
-}
-
-/// A fingerprint of the data's shape and of up to 4096 samples spread over it, so that
-/// processes that loaded different data (another file, another seed's split) are told apart
-/// without reading all of it.
-fn data_fingerprint(d: &Dataset) -> u64 {
-    let n = d.len();
-    // a picture set's samples are made batch by batch: its rows of the set stand for them
-    let none: &[f32] = &[];
-    let rows = (0..n).step_by((n / 4096).max(1)).flat_map(|i| {
-        let (x, row) = match &d.pictures {
-            None => (&d.x[i * d.features..(i + 1) * d.features], 0),
-            Some(p) => (none, p.rows[i] as u64),
-        };
-        [d.y[i] as u64, row]
-            .into_iter()
-            .chain(x.iter().map(|v| v.to_bits() as u64))
-    });
-    let shape = [n, d.features, d.classes].map(|v| v as u64);
-    fingerprint(shape.into_iter().chain(rows))
 }
 
 fn lost(e: CollectiveError) -> EngineError {
@@ -220,9 +200,9 @@ pub(super) fn meet(
                 format!(
                     "{} {:x} / {} {:x}",
                     train.len(),
-                    data_fingerprint(train),
+                    fingerprint::of_data(train),
                     val.len(),
-                    data_fingerprint(val)
+                    fingerprint::of_data(val)
                 ),
             ),
         ],

@@ -39,7 +39,7 @@ use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::loader::RankLoader;
 use heartbeat::{Beat, Heartbeats};
-use resume::resumed_settings;
+use resume::{resumed_settings, TrainSplit};
 
 pub use crate::data::read::hostname;
 pub use cpu_time::thread_cpu_time;
@@ -113,7 +113,10 @@ impl Engine {
         let cfg = validate::batch_within_data(cfg, samples, alone, resumed.as_ref(), notes);
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &resumed {
-            Some(meta) => resumed_settings(&cfg, meta, devices.0.len(), samples).per_replica,
+            Some(meta) => {
+                let split = TrainSplit::of(&loaded.train);
+                resumed_settings(&cfg, meta, devices.0.len(), split).per_replica
+            }
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
@@ -176,8 +179,9 @@ impl Engine {
         };
         let ranks = world.devices.len();
         let lead = world.process() == 0;
+        let split = TrainSplit::of(&loaded.train);
         // process 0's starting point, on every process
-        let start = start::starting_point(&cfg, &model, ranks, lead, loaded.train.len())?;
+        let start = start::starting_point(&cfg, &model, ranks, lead, split)?;
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
@@ -327,7 +331,7 @@ impl Engine {
                 said_in_sync: false,
                 cfg: cfg.clone(),
                 model: model.clone(),
-                train_len: train.len(),
+                train: split,
                 val: val.clone(),
                 picture_sets: if rank == 0 {
                     Dataset::picture_sets(&train, &val)

@@ -7,7 +7,25 @@ use std::path::Path;
 use super::checkpoint::{self, CheckpointMeta};
 use super::EngineError;
 use crate::config::{Budget, RunConfig};
+use crate::data::Dataset;
 use crate::nn::schedule::LrScaling;
+
+/// A run's training split as a checkpoint records it: its size and a fingerprint of its
+/// contents.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct TrainSplit {
+    pub samples: usize,
+    pub fingerprint: u64,
+}
+
+impl TrainSplit {
+    pub fn of(train: &Dataset) -> TrainSplit {
+        TrainSplit {
+            samples: train.len(),
+            fingerprint: super::fingerprint::of_data(train),
+        }
+    }
+}
 
 #[derive(Debug, PartialEq)]
 pub(super) struct Resumed {
@@ -20,13 +38,14 @@ pub(super) struct Resumed {
 /// `--batch-per-replica` replaces the checkpoint's batch size when given; `--lr` replaces its
 /// LR when given, and otherwise the checkpoint's LR follows the global batch (per-replica batch
 /// x ranks x `--grad-accum`) by the run's `--lr-scaling` rule (as a batch-size change during a
-/// run does). A training split of another size than the checkpoint's run had (`train_samples`:
-/// the data changed) is said: its order and validation split are not the run's it continues.
+/// run does). A training split of another size or other contents than the checkpoint's run had
+/// under the same data settings (the data changed) is said: its order and validation split are
+/// not the run's it continues.
 pub(super) fn resumed_settings(
     cfg: &RunConfig,
     meta: &CheckpointMeta,
     ranks: usize,
-    train_samples: usize,
+    split: TrainSplit,
 ) -> Resumed {
     let per_replica = if cfg.batch_from_flag {
         cfg.batch_per_replica
@@ -44,9 +63,17 @@ pub(super) fn resumed_settings(
         )
     };
     let mut changed = changed(cfg, meta);
+    let train_samples = split.samples;
+    let ours = format!("{:016x}", split.fingerprint);
     if let Some(n) = meta.train_samples.filter(|&n| n != train_samples) {
         changed.push(format!(
             "a training split of {train_samples} samples (the checkpoint's run had {n}: the data or its validation split changed, so the sample order is not the one it trained on)"
+        ));
+    } else if meta.train_fingerprint.as_ref().is_some_and(|t| *t != ours)
+        && same_data_settings(cfg, meta)
+    {
+        changed.push(format!(
+            "the training data changed (the same --data and {train_samples} samples, other contents: its batches are not the ones the checkpoint's run trained on)"
         ));
     }
     let resume_note = match changed.is_empty() {
@@ -80,6 +107,16 @@ pub(super) fn resumed_settings(
         resume_note,
         lr_note,
     }
+}
+
+/// The settings that choose the training split's samples are the checkpoint's run's (where
+/// they differ, `changed` says so).
+fn same_data_settings(cfg: &RunConfig, meta: &CheckpointMeta) -> bool {
+    let ours = cfg.record();
+    cfg.seed == meta.seed
+        && ["data", "val_data", "val_split"]
+            .iter()
+            .all(|k| ours.get(k) == meta.config.get(k))
 }
 
 /// The recorded settings (`RunConfig::record`) the run changes from the checkpoint's run, as
@@ -183,6 +220,13 @@ pub(super) fn budget_reached(budget: Budget, step: u64, epoch: u64) -> Option<St
 mod tests {
     use super::*;
 
+    fn split(samples: usize) -> TrainSplit {
+        TrainSplit {
+            samples,
+            fingerprint: 7,
+        }
+    }
+
     fn meta() -> CheckpointMeta {
         CheckpointMeta {
             format: super::super::checkpoint::FORMAT.into(),
@@ -202,6 +246,7 @@ mod tests {
             origin: None,
             torchvision_changes: None,
             train_samples: None,
+            train_fingerprint: None,
         }
     }
 
@@ -215,7 +260,7 @@ mod tests {
 
     #[test]
     fn the_checkpoint_s_values_unless_the_flags_say_otherwise() {
-        let plain = resumed_settings(&linear(), &meta(), 2, 1438);
+        let plain = resumed_settings(&linear(), &meta(), 2, split(1438));
         assert_eq!((plain.per_replica, plain.lr), (32, 1e-3));
         assert!(
             plain.resume_note.contains("from the checkpoint"),
@@ -228,7 +273,7 @@ mod tests {
             batch_from_flag: true,
             ..linear()
         };
-        let r = resumed_settings(&bigger, &meta(), 2, 1438);
+        let r = resumed_settings(&bigger, &meta(), 2, split(1438));
         assert_eq!(r.per_replica, 64);
         assert!((r.lr - 2e-3).abs() < 1e-9, "linear scaling: {r:?}");
         assert!(r.resume_note.contains("the checkpoint had 32"), "{r:?}");
@@ -238,12 +283,12 @@ mod tests {
             lr: Some(5e-4),
             ..bigger
         };
-        let r = resumed_settings(&given, &meta(), 2, 1438);
+        let r = resumed_settings(&given, &meta(), 2, split(1438));
         assert_eq!((r.per_replica, r.lr), (64, 5e-4));
         assert!(r.lr_note.contains("--lr"), "{r:?}");
 
         // fewer ranks than the checkpoint's: the same per-replica batch, a smaller global one
-        let r = resumed_settings(&linear(), &meta(), 1, 1438);
+        let r = resumed_settings(&linear(), &meta(), 1, split(1438));
         assert!((r.lr - 5e-4).abs() < 1e-9, "{r:?}");
     }
 
@@ -253,10 +298,10 @@ mod tests {
             train_samples: Some(1438),
             ..meta()
         };
-        assert!(!resumed_settings(&linear(), &recorded, 2, 1438)
+        assert!(!resumed_settings(&linear(), &recorded, 2, split(1438))
             .resume_note
             .contains("training split"));
-        let r = resumed_settings(&linear(), &recorded, 2, 1500);
+        let r = resumed_settings(&linear(), &recorded, 2, split(1500));
         assert!(
             r.resume_note.contains(
                 "a training split of 1500 samples (the checkpoint's run had 1438: the data or its validation split changed"
@@ -264,8 +309,40 @@ mod tests {
             "{r:?}"
         );
         // a checkpoint from before the size was recorded says nothing
-        let r = resumed_settings(&linear(), &meta(), 2, 1500);
+        let r = resumed_settings(&linear(), &meta(), 2, split(1500));
         assert!(!r.resume_note.contains("training split"), "{r:?}");
+    }
+
+    #[test]
+    fn a_training_split_of_the_same_size_and_other_contents_is_said() {
+        let cfg = linear();
+        let recorded = CheckpointMeta {
+            train_samples: Some(1438),
+            train_fingerprint: Some(format!("{:016x}", 7)),
+            config: cfg.record(),
+            seed: cfg.seed,
+            ..meta()
+        };
+        let other = TrainSplit {
+            fingerprint: 8,
+            ..split(1438)
+        };
+        let r = resumed_settings(&cfg, &recorded, 2, other);
+        assert!(
+            r.resume_note.contains(
+                "the training data changed (the same --data and 1438 samples, other contents"
+            ),
+            "{r:?}"
+        );
+        assert!(
+            !(resumed_settings(&cfg, &recorded, 2, split(1438)).resume_note)
+                .contains("other contents")
+        );
+        // another seed draws another split: that is said as the seed, not as changed files
+        let reseeded = RunConfig { seed: 3, ..cfg };
+        let r = resumed_settings(&reseeded, &recorded, 2, other);
+        assert!(!r.resume_note.contains("data changed"), "{r:?}");
+        assert!(r.resume_note.contains("--seed 3"), "{r:?}");
     }
 
     #[test]
@@ -279,11 +356,11 @@ mod tests {
             ..linear()
         };
         // the same accumulation: the checkpoint's LR
-        let r = resumed_settings(&with(4), &accum(4), 2, 1438);
+        let r = resumed_settings(&with(4), &accum(4), 2, split(1438));
         assert_eq!(r.lr, 1e-3, "{r:?}");
         assert!(!r.resume_note.contains("grad-accum"), "{r:?}");
         // 4 micro-batches then, 1 now: a quarter of the global batch, a quarter of the LR
-        let r = resumed_settings(&with(1), &accum(4), 2, 1438);
+        let r = resumed_settings(&with(1), &accum(4), 2, split(1438));
         assert!((r.lr - 2.5e-4).abs() < 1e-9, "{r:?}");
         assert!(
             r.resume_note
@@ -292,7 +369,7 @@ mod tests {
         );
         assert!(r.lr_note.contains("256 to 64"), "{r:?}");
         // 2 ranks without accumulation resumed on 1 rank accumulating 2: the same global batch
-        let r = resumed_settings(&with(2), &accum(1), 1, 1438);
+        let r = resumed_settings(&with(2), &accum(1), 1, split(1438));
         assert_eq!(r.lr, 1e-3, "{r:?}");
     }
 
@@ -306,7 +383,7 @@ mod tests {
             budget: Budget::Epochs(3),
             ..linear()
         };
-        let r = resumed_settings(&epochs, &steps, 2, 1438);
+        let r = resumed_settings(&epochs, &steps, 2, split(1438));
         assert!(
             r.resume_note
                 .contains("--epochs 3 (the checkpoint had --steps 100)"),
@@ -319,7 +396,7 @@ mod tests {
             },
             &steps,
             2,
-            1438,
+            split(1438),
         );
         assert!(
             r.resume_note

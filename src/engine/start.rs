@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::checkpoint::{self, CheckpointError};
 use super::loader::Cursor;
-use super::resume::resumed_settings;
+use super::resume::{resumed_settings, TrainSplit};
 use super::weights;
 use super::EngineError;
 use crate::backend::TrainState;
@@ -29,7 +29,7 @@ pub(super) struct Start {
     pub init_notes: Vec<String>,
 }
 
-/// The starting point of a run of `ranks` ranks on a training split of `train_samples`:
+/// The starting point of a run of `ranks` ranks on the training split `split`:
 /// `--resume`'s checkpoint (read by process 0 alone, `lead`; the others take it from there) or
 /// a fresh model.
 pub(super) fn starting_point(
@@ -37,7 +37,7 @@ pub(super) fn starting_point(
     model: &Model,
     ranks: usize,
     lead: bool,
-    train_samples: usize,
+    split: TrainSplit,
 ) -> Result<Start, EngineError> {
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
@@ -51,7 +51,7 @@ pub(super) fn starting_point(
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())
                 .map_err(|e| same_model_other_input(e, cfg, model))?;
             local_sgd_resumable(cfg, meta.step, &state)?;
-            let mut resumed = resumed_settings(cfg, &meta, ranks, train_samples);
+            let mut resumed = resumed_settings(cfg, &meta, ranks, split);
             if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
                 resumed.resume_note += &format!(
                     "; {} beside it is not a checkpoint (no state.json: damaged, or not written by mgtop-train) and was passed over",

@@ -45,6 +45,11 @@ pub struct CheckpointMeta {
     /// resumed on data of another size is told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_samples: Option<usize>,
+    /// The training split's contents (`fingerprint::of_data`, hex; absent in checkpoints from
+    /// before it was recorded): a run resumed on a split of the same size but other samples is
+    /// told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_fingerprint: Option<String>,
 }
 
 impl CheckpointMeta {

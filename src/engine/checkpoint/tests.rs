@@ -32,6 +32,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         origin: None,
         torchvision_changes: None,
         train_samples: None,
+        train_fingerprint: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (

@@ -17,6 +17,7 @@ use crate::data::Dataset;
 use crate::engine::control::Decider;
 use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
+use crate::engine::resume::TrainSplit;
 use crate::nn::model::Model;
 use crate::nn::schedule::lr_at;
 use report::{Queued, Reported, Tally};
@@ -49,7 +50,8 @@ pub(super) struct Worker {
     pub said_in_sync: bool,
     pub cfg: Arc<RunConfig>,
     pub model: Model,
-    pub train_len: usize,
+    /// The training split, as a checkpoint records it.
+    pub train: TrainSplit,
     pub val: Arc<Dataset>,
     /// The picture sets whose undecodable files rank 0 tells of (empty on other ranks).
     pub picture_sets: Vec<Arc<crate::data::ImageSet>>,
@@ -159,7 +161,7 @@ impl Worker {
     fn progress(&self) -> f64 {
         match self.cfg.budget {
             Budget::Epochs(e) => {
-                (self.cursor.epoch as f64 + self.cursor.offset as f64 / self.train_len as f64)
+                (self.cursor.epoch as f64 + self.cursor.offset as f64 / self.train.samples as f64)
                     / e as f64
             }
             Budget::Steps(s) => self.step as f64 / s as f64,

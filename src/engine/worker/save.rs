@@ -45,7 +45,8 @@ impl Worker {
             run_dir: cfg.run_dir.as_ref().map(|p| p.display().to_string()),
             origin: cfg.origin.clone(),
             torchvision_changes: self.model.torchvision_changes.map(String::from),
-            train_samples: Some(self.train_len),
+            train_samples: Some(self.train.samples),
+            train_fingerprint: Some(format!("{:016x}", self.train.fingerprint)),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {
