@@ -128,7 +128,7 @@ fn wrap_event(text: &str, w: usize) -> Vec<String> {
             if p.chars().count() <= w {
                 p.replace(' ', &GLUE.to_string())
             } else {
-                p
+                glue_figures(&p, GLUE)
             }
         })
         .collect();
@@ -136,6 +136,41 @@ fn wrap_event(text: &str, w: usize) -> Vec<String> {
         .into_iter()
         .map(|l| l.replace(GLUE, " "))
         .collect()
+}
+
+/// `part` with `glue` for the spaces that hold a figure together: a number and its unit
+/// (`12.3 ms`, `45 MiB`), and a count and what it counts (`step 138`, `rank 1`).
+fn glue_figures(part: &str, glue: char) -> String {
+    const UNITS: &[&str] = &[
+        "ms",
+        "s",
+        "µs",
+        "MiB",
+        "GiB",
+        "KiB",
+        "%",
+        "x",
+        "samples/s",
+        "steps",
+        "samples",
+        "W",
+        "MHz",
+        "GB/s",
+    ];
+    const COUNTED: &[&str] = &["step", "epoch", "rank", "batch"];
+    let number = |w: &str| w.starts_with(|c: char| c.is_ascii_digit());
+    let words: Vec<&str> = part.split(' ').collect();
+    let mut out = String::with_capacity(part.len());
+    for (i, word) in words.iter().enumerate() {
+        if i > 0 {
+            let (before, after) = (words[i - 1], *word);
+            let unit = number(before) && UNITS.contains(&after.trim_end_matches([',', ';', ')']));
+            let counted = number(after) && COUNTED.contains(&before);
+            out.push(if unit || counted { glue } else { ' ' });
+        }
+        out.push_str(word);
+    }
+    out
 }
 
 pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -285,5 +320,15 @@ mod tests {
         // a part longer than a line breaks at its spaces
         let w = wrap_event("straggler: rank 1 is 1.98x slower than rank 0", 20);
         assert_eq!(w, ["straggler: rank 1 is", "1.98x slower than", "rank 0"]);
+        // and keeps a figure whole: a number with its unit, a count with what it counts
+        let t = "rank 1 waits 12.3 ms per step for its data, 45 MiB queued at step 138";
+        let w = wrap_event(t, 16);
+        for whole in ["12.3 ms", "45 MiB", "step 138", "rank 1"] {
+            assert!(
+                w.iter().any(|l| l.contains(whole)),
+                "{whole:?} split in {w:?}"
+            );
+        }
+        assert!(w.iter().all(|l| l.chars().count() <= 16), "{w:?}");
     }
 }

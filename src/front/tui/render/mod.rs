@@ -180,7 +180,8 @@ pub fn fit(s: &str, w: usize) -> String {
 }
 
 /// `s` broken into lines of at most `w` characters at spaces (a word longer than `w`, such as
-/// a path, is broken where the line ends).
+/// a path, is broken after its last `/` that leaves at least half a line, else where the line
+/// ends).
 pub fn wrap_text(s: &str, w: usize) -> Vec<String> {
     let w = w.max(1);
     let mut lines = Vec::new();
@@ -198,7 +199,11 @@ pub fn wrap_text(s: &str, w: usize) -> Vec<String> {
             lines.push(std::mem::take(&mut line));
         }
         while word.len() > w {
-            lines.push(word.drain(..w).collect());
+            let cut = (word[..w].iter().rposition(|&c| c == '/'))
+                .map(|i| i + 1)
+                .filter(|&at| at >= w.div_ceil(2))
+                .unwrap_or(w);
+            lines.push(word.drain(..cut).collect());
         }
         len = word.len();
         line = word.into_iter().collect();
@@ -264,6 +269,18 @@ mod tests {
         assert_eq!(
             wrap_text("at checkpoints/step-00000060", 10),
             ["at", "checkpoint", "s/step-000", "00060"]
+        );
+        // a path breaks after a folder where that fills half a line or more
+        assert_eq!(
+            wrap_text(
+                "checkpoint: /tmp/runs/a/20261202-011222/checkpoints/step-00000069",
+                40
+            ),
+            [
+                "checkpoint:",
+                "/tmp/runs/a/20261202-011222/checkpoints/",
+                "step-00000069"
+            ]
         );
         assert_eq!(wrap_text("", 5), [""]);
         for l in wrap_text("epoch 6/30 done at step 138 | train loss 0.0833", 12) {
