@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{si, took, MIN_HEIGHT, MIN_WIDTH};
+use super::{si, took, wrap_text, MIN_HEIGHT, MIN_WIDTH};
 use crate::front::tui::app::{App, Mode, Popup};
 use crate::front::tui::theme::Theme;
 
@@ -155,44 +155,38 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let Some(s) = &app.summary else {
         return;
     };
-    let mut lines = Vec::new();
-    if let Some(f) = &s.failed {
-        lines.push(Line::styled(
-            format!("failed: {f}"),
-            theme.badge(theme.error),
-        ));
-    } else {
-        lines.push(Line::raw(crate::front::words::ended(s.steps, s.ending)));
-    }
-    let field = |k: &str, v: String| {
-        Line::from(vec![
-            Span::styled(format!("{k:<18}"), theme.muted()),
-            Span::raw(v),
-        ])
+    let (head, head_style) = match &s.failed {
+        Some(f) => (format!("failed: {f}"), theme.badge(theme.error)),
+        None => (
+            crate::front::words::ended(s.steps, s.ending),
+            ratatui::style::Style::default(),
+        ),
     };
     let no_accuracy = match app.info.val_samples {
         0 => "n/a (no validation set)",
         _ => "n/a (no epoch finished)",
     };
-    lines.push(field(
-        "best val accuracy",
-        s.best_val_accuracy
-            .map_or(no_accuracy.into(), |a| format!("{:.2}%", a * 100.0)),
-    ));
-    lines.push(field("wall time", took(s.wall)));
-    lines.push(field(
-        "mean samples/s",
-        s.mean_samples_per_sec.map_or("n/a".into(), si),
-    ));
+    let mut fields = vec![
+        (
+            "best val accuracy",
+            s.best_val_accuracy
+                .map_or(no_accuracy.into(), |a| format!("{:.2}%", a * 100.0)),
+        ),
+        ("wall time", took(s.wall)),
+        (
+            "mean samples/s",
+            s.mean_samples_per_sec.map_or("n/a".into(), si),
+        ),
+    ];
     if let (Some(r), Some(b)) = (s.mean_samples_per_sec, app.info.baseline) {
         let (speedup, eff) = crate::engine::calibrate::scaling(r, b, app.info.ranks());
-        lines.push(field(
+        fields.push((
             "scaling",
             format!("{speedup:.2}x one device ({:.0}% efficiency)", eff * 100.0),
         ));
     }
     let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
-    lines.push(field(
+    fields.push((
         "step time",
         format!(
             "compute {} · data {} · all-reduce {} · waiting {}",
@@ -203,24 +197,53 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
     ));
     if let Some(p) = &s.last_checkpoint {
-        lines.push(field("checkpoint", p.display().to_string()));
+        fields.push(("checkpoint", p.display().to_string()));
     }
-    lines.push(Line::styled(
-        "q quits · Esc shows the panels · Tab other views",
-        theme.muted(),
-    ));
+    let foot = "q quits · Esc shows the panels · Tab other views";
     // as wide as its longest line (the checkpoint path is the one people copy), wrapped
-    // where the screen is narrower
-    let widest = lines.iter().map(Line::width).max().unwrap_or(0) as u16 + 2;
+    // where the screen is narrower: values beside their names, a path after a folder
+    let widest = (fields.iter().map(|(_, v)| KEY_W + v.chars().count()))
+        .chain([head.chars().count(), foot.chars().count()])
+        .max()
+        .unwrap_or(0) as u16
+        + 2;
     let w = widest.clamp(74, area.width.max(74));
     let inner = (w.min(area.width).saturating_sub(2)).max(1) as usize;
-    let rows = |l: &Line| match l.width() {
-        n if n <= inner => 1,
-        // (a break at the space before a long value may take a row more)
-        n => n.div_ceil(inner) + 1,
-    };
-    let h = lines.iter().map(rows).sum::<usize>() as u16 + 2;
+    let mut lines: Vec<Line> = wrap_text(&head, inner)
+        .into_iter()
+        .map(|l| Line::styled(l, head_style))
+        .collect();
+    for (k, v) in fields {
+        lines.extend(field_lines(k, &v, inner, theme));
+    }
+    lines.extend(
+        wrap_text(foot, inner)
+            .into_iter()
+            .map(|l| Line::styled(l, theme.muted())),
+    );
+    let h = lines.len() as u16 + 2;
     popup(frame, area, w, h, "run summary", lines, theme);
+}
+
+/// The width of the summary's names column.
+const KEY_W: usize = 18;
+
+/// A summary field in lines of `inner`: the value beside its name, its continuation lines under
+/// it; where the value's column would be too narrow, the value on lines of its own.
+fn field_lines(k: &str, v: &str, inner: usize, theme: &Theme) -> Vec<Line<'static>> {
+    let key = |k: &str| Span::styled(format!("{k:<KEY_W$}"), theme.muted());
+    let beside = inner.saturating_sub(KEY_W);
+    if v.chars().count() <= beside || beside >= 24 {
+        wrap_text(v, beside.max(1))
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| Line::from(vec![key(if i == 0 { k } else { "" }), Span::raw(l)]))
+            .collect()
+    } else {
+        std::iter::once(Line::from(key(k)))
+            .chain(wrap_text(v, inner).into_iter().map(Line::raw))
+            .collect()
+    }
 }
 
 /// Below the minimum size: the size wanted, and (the quit popup cannot be drawn) its question
