@@ -10,6 +10,8 @@ pub struct History {
     stride: usize,
     /// The bucket being filled: sums of x and y, and how many raw points.
     acc: (f64, f64, usize),
+    /// The first and the newest raw point.
+    first: Option<(f64, f64)>,
     last: Option<(f64, f64)>,
 }
 
@@ -22,11 +24,13 @@ impl History {
             cap,
             stride: 1,
             acc: (0.0, 0.0, 0),
+            first: None,
             last: None,
         }
     }
 
     pub fn push(&mut self, x: f64, y: f64) {
+        self.first.get_or_insert((x, y));
         self.last = Some((x, y));
         self.acc = (self.acc.0 + x, self.acc.1 + y, self.acc.2 + 1);
         if self.acc.2 < self.stride {
@@ -50,6 +54,12 @@ impl History {
             self.points = merged;
             self.stride *= 2;
         }
+    }
+
+    /// The first raw point (stored points are averages: the first of them moves as the series
+    /// gets coarser; a chart's axis starts here).
+    pub fn first(&self) -> Option<(f64, f64)> {
+        self.first
     }
 
     /// The newest raw point.
@@ -98,6 +108,7 @@ mod tests {
         }
         assert!(all[0].0 < 200.0);
         assert_eq!(*all.last().unwrap(), (9999.0, 19998.0));
+        assert_eq!(h.first(), Some((0.0, 0.0)));
         let gaps: Vec<f64> = all.windows(2).map(|w| w[1].0 - w[0].0).collect();
         let g = gaps[0];
         assert!(

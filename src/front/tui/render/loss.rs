@@ -136,7 +136,11 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             v.iter().map(|p| (p.0, p.1.max(1e-6).log10())).collect()
         };
         let (raw, smooth, val) = (log(&raw), log(&smooth), log(&val));
-        let xb = bounds(&[&raw, &val]).0;
+        // from the run's first step (the first stored point is an average that moves)
+        let mut xb = bounds(&[&raw, &val]).0;
+        if let Some((first, _)) = app.loss.first() {
+            xb[0] = xb[0].min(first);
+        }
         let (lo, hi) = raw
             .iter()
             .chain(&val)
