@@ -38,6 +38,16 @@ pub fn default_dir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
+/// The order default run directories were started in: by their stamp, then by the number
+/// that makes one unique within its second (`-2` after none, `-10` after `-9`).
+fn started_order(leaf: &str) -> (&str, u32) {
+    let numbered = leaf.rsplit_once('-').and_then(|(stamp, n)| {
+        let n = n.parse().ok().filter(|_| stamp.len() == 15)?;
+        Some((stamp, n))
+    });
+    numbered.unwrap_or((leaf, 1))
+}
+
 /// A run name as one safe path component: letters, digits, `.`, `-`, `_`; others become `_`.
 pub fn file_name_of(name: &str) -> String {
     let s: String = name
@@ -203,11 +213,26 @@ impl Drop for Created {
 }
 
 /// Points `<parent>/latest` at `dir`: a new link beside the old, renamed over it, so `latest`
-/// is never missing.
+/// is never missing; left where it points at a run started later that is starting or running
+/// (runs started together finish starting in any order; a stamp from before the clock went
+/// back, a finished run's, is passed).
 fn link_latest_to(dir: &Path) {
     let (Some(parent), Some(leaf)) = (dir.parent(), dir.file_name()) else {
         return;
     };
+    let later = |n: &Path| n.to_str().map(started_order) > leaf.to_str().map(started_order);
+    let recent = |d: &Path| {
+        let age = fs::metadata(d)
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed());
+        age.is_ok_and(|a| a.is_ok_and(|a| a.as_secs() < 60))
+    };
+    if let Ok(now) = fs::read_link(parent.join(LATEST)) {
+        let theirs = parent.join(&now);
+        if theirs.is_dir() && later(&now) && (recent(&theirs) || is_live(&theirs)) {
+            return;
+        }
+    }
     let tmp = parent.join(format!(".{LATEST}.{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     #[cfg(unix)]
@@ -355,6 +380,31 @@ mod tests {
             "{:?}",
             again.path()
         );
+    }
+
+    #[test]
+    fn latest_points_at_the_run_started_last_whatever_order_they_finish_starting() {
+        let root = tempfile::tempdir().unwrap();
+        let parent = root.path().join("x");
+        let link = |leaf: &str| {
+            fs::create_dir_all(parent.join(leaf)).unwrap();
+            link_latest_to(&parent.join(leaf));
+            fs::read_link(parent.join(LATEST)).unwrap()
+        };
+        assert_eq!(link("20261202-011841-10"), Path::new("20261202-011841-10"));
+        // started earlier (the same second's 2nd, 9th; a second before), kept later
+        for earlier in ["20261202-011841-2", "20261202-011841-9", "20261202-011840"] {
+            assert_eq!(link(earlier), Path::new("20261202-011841-10"), "{earlier}");
+        }
+        assert_eq!(link("20261202-011842"), Path::new("20261202-011842"));
+        // a link to a run that is gone is replaced, as is one to a run that ended long ago
+        // (its stamp later: the clock went back)
+        fs::remove_dir(parent.join("20261202-011842")).unwrap();
+        assert_eq!(link("20261202-011841"), Path::new("20261202-011841"));
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let old = fs::File::open(parent.join("20261202-011841")).unwrap();
+        old.set_modified(hour_ago).unwrap();
+        assert_eq!(link("20261202-011840"), Path::new("20261202-011840"));
     }
 
     #[test]
