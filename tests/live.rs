@@ -55,9 +55,25 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
     let r = a.control("pause", json!({}));
     assert_eq!(r["ok"], true, "{r}");
     a.until("the pause event", |v| v["action"] == "pause");
-    run.wait_log("the pause in the run's log", |l| {
+    let log = run.wait_log("the pause in the run's log", |l| {
         l.contains("paused before step")
     });
+    // a checkpoint asked while paused is written at once, of the step paused after
+    assert_eq!(a.control("checkpoint", json!({}))["ok"], true);
+    let log = run.wait_log("the checkpoint written while paused", |l| {
+        l.contains("checkpoint at step")
+    });
+    let after = |what: &str| -> u64 {
+        let rest = &log[log.find(what).unwrap() + what.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap()
+    };
+    assert_eq!(
+        after("checkpoint at step "),
+        after("paused before step ") - 1,
+        "{log}"
+    );
+    assert_eq!(run.checkpoints(), 1);
 
     // a second client at the same time sees the same
     let mut b = Client::connect(&socket);
@@ -98,8 +114,7 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
         assert_eq!(end["status"], "stopped");
     }
     assert!(run.wait_exit().success());
-    assert_eq!(run.checkpoints(), 1);
-    assert!(run.log().contains("checkpoint at step"));
+    assert_eq!(run.checkpoints(), 2, "the one while paused, the stop's");
     // the stream ends with the run, and the socket is gone
     a.rest();
     assert!(!socket.exists());

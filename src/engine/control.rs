@@ -180,7 +180,8 @@ pub struct Decision {
     /// The run was paused and resumed before this step.
     pub was_paused: bool,
     /// The run is paused: every rank meets again (a paused run's processes keep answering
-    /// each other, so that none takes the pause for a lost peer).
+    /// each other, so that none takes the pause for a lost peer); with `checkpoint`, after
+    /// writing one.
     pub hold: bool,
 }
 
@@ -263,6 +264,17 @@ impl Decider {
                 Control::Checkpoint => d.checkpoint = true,
                 Control::Stop { checkpoint } => d.stop = Some(checkpoint || d.stop == Some(true)),
                 Control::Pause | Control::Resume => {}
+            }
+            // a checkpoint asked while paused is written now: the ranks meet, write it and
+            // stay paused (the rest waits for the resume)
+            if self.paused && d.checkpoint && d.stop.is_none() {
+                d.checkpoint = false;
+                self.held = d;
+                return Decision {
+                    hold: true,
+                    checkpoint: true,
+                    ..Decision::default()
+                };
             }
         }
         d
@@ -376,7 +388,17 @@ mod tests {
         tx.send(Control::Pause).unwrap();
         tx.send(Control::SetBatch(16)).unwrap();
         let mut log = Vec::new();
-        // paused longer than one hold: the ranks meet, nothing is applied yet
+        // the checkpoint is written while paused, the ranks meeting for it
+        let held = dec.decide(&mut |p| log.push(p));
+        assert_eq!(
+            held,
+            Decision {
+                hold: true,
+                checkpoint: true,
+                ..Decision::default()
+            }
+        );
+        // paused longer than one hold: the ranks meet, nothing else is applied yet
         let held = dec.decide(&mut |p| log.push(p));
         assert_eq!(
             held,
@@ -385,11 +407,13 @@ mod tests {
                 ..Decision::default()
             }
         );
+        tx.send(Control::Checkpoint).unwrap();
+        assert!(dec.decide(&mut |p| log.push(p)).checkpoint);
         tx.send(Control::Resume).unwrap();
         let d = dec.decide(&mut |p| log.push(p));
         assert_eq!(
             (d.batch, d.checkpoint, d.was_paused, d.hold),
-            (Some(16), true, true, false)
+            (Some(16), false, true, false)
         );
         assert_eq!(log, vec![true, false]);
     }

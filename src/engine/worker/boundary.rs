@@ -11,7 +11,8 @@ use crate::engine::EngineError;
 const UNSENT: usize = 2;
 
 impl Worker {
-    /// Meets the other ranks until rank 0 decides something other than "still paused".
+    /// Meets the other ranks until rank 0 decides something other than "still paused" (a
+    /// checkpoint while paused is something).
     pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {
         let multi = self.local.len() < self.ranks;
         self.next_report();
@@ -41,7 +42,7 @@ impl Worker {
             if multi && self.rank == 0 {
                 self.forward_remote_steps();
             }
-            if !d.hold {
+            if !d.hold || d.checkpoint {
                 return Ok(d);
             }
         }

@@ -220,6 +220,12 @@ impl Worker {
             } else {
                 self.boundary()?
             };
+            if d.hold {
+                // a checkpoint asked while paused: written now, and the run stays paused
+                self.catch_up(replica, &mut tally)?;
+                self.save(replica)?;
+                continue;
+            }
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
                 self.lr_base = self
                     .cfg
