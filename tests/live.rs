@@ -55,7 +55,7 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
     let r = a.control("pause", json!({}));
     assert_eq!(r["ok"], true, "{r}");
     a.until("the pause event", |v| v["action"] == "pause");
-    let log = run.wait_log("the pause in the run's log", |l| {
+    run.wait_log("the pause in the run's log", |l| {
         l.contains("paused before step")
     });
     // a checkpoint asked while paused is written at once, of the step paused after
