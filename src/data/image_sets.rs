@@ -282,10 +282,13 @@ pub(super) fn load(
     };
     let all = |r: &Read| (0..r.set.len() as u32).collect::<Vec<u32>>();
     let ((tp, ty), (vp, vy), split_text) = match (&val_read, opts.val_fraction) {
-        (_, Some(0.0)) => (
+        (v, Some(0.0)) => (
             view(&train, all(&train), train_look, seed),
             view(&train, Vec::new(), val_look, seed),
-            "no validation (--val-split 0)".to_string(),
+            match v {
+                Some(v) => format!("no validation (--val-split 0: {} is not used)", v.what),
+                None => "no validation (--val-split 0)".to_string(),
+            },
         ),
         (Some(v), Some(_)) => {
             return Err(spec_err(

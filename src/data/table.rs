@@ -159,9 +159,10 @@ pub(super) fn load(
                 msg: "--val-data and --val-split both choose the validation set; give one".into(),
             })
         }
-        Some(_) if opts.val_fraction == Some(0.0) => {
+        Some(v) if opts.val_fraction == Some(0.0) => {
             let (train, val) = full.split(0.0, seed);
-            (train, val, "no validation (--val-split 0)".to_string())
+            let said = format!("no validation (--val-split 0: --val-data {v} is not read)");
+            (train, val, said)
         }
         Some(v) => {
             let (val, _, vwhat) =
@@ -193,12 +194,17 @@ pub(super) fn load(
         .iter()
         .collect::<std::collections::HashSet<_>>()
         .len();
-    let sparse = match used * 2 < full.classes {
-        true => format!(
+    let from_one = !full.y.contains(&0) && full.classes > 2;
+    let sparse = match (used * 2 < full.classes, from_one) {
+        (true, _) => format!(
             " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",
             full.classes - 1
         ),
-        false => String::new(),
+        (false, true) => format!(
+            " (labels run from 1 to {}: no sample is class 0, whose unit learns nothing; labels are class numbers 0..N-1, so numbering from 1 costs only that unit)",
+            full.classes - 1
+        ),
+        (false, false) => String::new(),
     };
     let description = format!(
         "{what}: {}, {} features{}, {} classes{sparse}; {split_text}; inputs {norm_text}",
@@ -334,10 +340,36 @@ mod tests {
             "{}",
             d.description
         );
+        // numbered from 1: said, as the output layer's idle unit 0
+        std::fs::write(&f, "0.5,1\n0.25,3\n0.75,2\n").unwrap();
+        let d = load(&spec, &split(0.0), 0).unwrap();
+        assert!(
+            d.description
+                .contains("4 classes (labels run from 1 to 3: no sample is class 0"),
+            "{}",
+            d.description
+        );
         // class numbers as they should be: nothing said
         std::fs::write(&f, "0.5,0\n0.25,2\n0.75,1\n").unwrap();
         let d = load(&spec, &split(0.0), 0).unwrap();
         assert!(!d.description.contains("values occur"), "{}", d.description);
+        assert!(!d.description.contains("run from 1"), "{}", d.description);
+    }
+
+    #[test]
+    fn val_data_that_val_split_0_leaves_unread_is_said() {
+        let opts = DataOptions {
+            val_data: Some("csv:nowhere.csv".parse().unwrap()),
+            ..split(0.0)
+        };
+        let d = load(&DataSpec::Digits, &opts, 0).unwrap();
+        assert_eq!(d.val.len(), 0);
+        assert!(
+            d.description
+                .contains("no validation (--val-split 0: --val-data csv:nowhere.csv"),
+            "{}",
+            d.description
+        );
     }
 
     #[test]
