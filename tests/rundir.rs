@@ -297,7 +297,19 @@ fn a_start_that_fails_leaves_no_run_directory() {
     // a --run-dir that already holds a run
     train(d, &["--steps", "5", "--run-dir", "mine"]);
     let out = fails(d, &["--steps", "5", "--run-dir", "mine"]);
-    assert!(out.contains("already holds a run"), "{out}");
+    assert!(
+        out.contains("already holds a run: pick a new --run-dir, or --resume mine"),
+        "{out}"
+    );
+    // resuming it into itself: not told to --resume what it resumes
+    let out = fails(
+        d,
+        &["--steps", "9", "--resume", "mine", "--run-dir", "mine"],
+    );
+    assert!(
+        out.contains("a resumed run writes a directory of its own: leave out --run-dir"),
+        "{out}"
+    );
 }
 
 /// Two runs of one name started in the same second (a sweep launched at once): the second's

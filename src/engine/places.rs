@@ -30,7 +30,7 @@ pub(super) fn check(
     let in_run_dir =
         (cfg.run_dir.as_ref()).is_some_and(|d| cfg.checkpoint_dir == d.join(rundir::CHECKPOINTS));
     if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead && !numbered) {
-        rundir::unused(d).map_err(EngineError::Config)?;
+        rundir::unused(d, cfg.resume.is_some()).map_err(EngineError::Config)?;
     }
     let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
     // (a fresh numbered directory holds nothing yet)

@@ -101,15 +101,18 @@ pub struct Created {
     kept: bool,
 }
 
-/// Refuses a run directory that already holds a run (its metrics file).
-pub fn unused(dir: &Path) -> Result<(), String> {
-    match dir.join(METRICS).exists() {
-        true => Err(format!(
-            "run directory {} already holds a run: pick a new --run-dir, or --resume {} to continue it",
-            dir.display(),
-            dir.display()
+/// Refuses a run directory that already holds a run (its metrics file); for a run that
+/// resumes one (`resuming`), saying that it writes a directory of its own.
+pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
+    let d = dir.display();
+    match (dir.join(METRICS).exists(), resuming) {
+        (false, _) => Ok(()),
+        (true, false) => Err(format!(
+            "run directory {d} already holds a run: pick a new --run-dir, or --resume {d} to continue it"
         )),
-        false => Ok(()),
+        (true, true) => Err(format!(
+            "run directory {d} already holds a run, and a resumed run writes a directory of its own: leave out --run-dir (a new one is made under runs/), or pick a new one"
+        )),
     }
 }
 
@@ -159,7 +162,7 @@ impl Created {
             ));
         }
         if !fresh {
-            unused(&leaf)?;
+            unused(&leaf, false)?;
         }
         #[cfg(unix)]
         if fresh {
