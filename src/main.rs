@@ -238,12 +238,17 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                 None => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
             }
             let _ = controller.stop(true);
+        } else if n == 1 && mgtop::observe::recorder::run_ended() {
+            // the run has ended and its records are whole: the process is writing its last
+            // lines (the run directory, how to resume), which a third signal would cut
         } else {
             // (a checkpoint half written goes, the metrics files get their end, the socket goes)
             mgtop::quit_at_once::run();
             term::restore();
+            let ended = mgtop::observe::recorder::run_ended();
             let lost = match mgtop::engine::checkpoint::abandoned() {
                 Some(step) => format!("the checkpoint of step {step} being written was removed"),
+                None if ended => "the run had ended, its records whole".into(),
                 None => "the step under way was neither finished nor checkpointed".into(),
             };
             mgtop::tell!("quit at once: {lost}; {}", continued());

@@ -59,6 +59,15 @@ struct Files {
 /// The longest the end record of a process quitting at once waits for a record being written.
 const QUIT_WAIT: Duration = Duration::from_millis(500);
 
+/// A run of this process has written its own end record: nothing of it is left half done.
+static ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a run of this process has ended and written its records whole (what a second
+/// signal would otherwise cut short is done: the process is writing its last lines).
+pub fn run_ended() -> bool {
+    ENDED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 impl Files {
     /// Does `f` to every file; the warnings of those that failed (written no more).
     fn each(
@@ -299,6 +308,7 @@ impl Recorder {
         }
         if matches!(ev, Event::Finished { .. }) {
             self.quit = None;
+            ENDED.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         warnings
     }
