@@ -186,3 +186,35 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_says_so() {
         "{out}"
     );
 }
+
+/// A checkpoint written further into an epoch than a resumed run's (smaller) training split
+/// holds: that epoch is taken as done, said, and the run trains on.
+#[test]
+fn a_resume_on_a_smaller_training_split_goes_on_from_the_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 20 steps of 2 x 32: 1280 samples into the 1438 of digits' first epoch
+    let first = ["--headless", "--devices", "cpu:2", "--steps", "20"];
+    assert!(run_in(d, &[&first[..], &["--run-dir", "r1"]].concat())
+        .status
+        .success());
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--steps",
+            "30",
+            "--resume",
+            "r1",
+            "--val-split",
+            "0.3",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("its data position (1280) is past the end of this training set (1258 samples), so epoch 1 is taken as done and the run goes on from the start of epoch 2"),
+        "{out}"
+    );
+    assert!(out.contains("finished: 30 steps"), "{out}");
+}

@@ -186,12 +186,25 @@ impl Engine {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
         };
-        if start.cursor.offset >= loaded.train.len().max(1) {
-            return Err(EngineError::Config(format!(
-                "the checkpoint's data position ({}) is past the end of the training set ({} samples): it was written for other data or another split; use the --data, --val-split and --seed of the run it continues",
+        let mut start = start;
+        if start.cursor.offset >= loaded.train.len() && !loaded.train.is_empty() {
+            // written for a larger training set (the data or its split changed, as the resume
+            // note says): the epoch it was in is taken as done
+            let note = format!(
+                "its data position ({}) is past the end of this training set ({} samples), so epoch {} is taken as done and the run goes on from the start of epoch {}",
                 start.cursor.offset,
-                loaded.train.len()
-            )));
+                loaded.train.len(),
+                start.cursor.epoch + 1,
+                start.cursor.epoch + 2
+            );
+            start.cursor = loader::Cursor {
+                epoch: start.cursor.epoch + 1,
+                offset: 0,
+            };
+            start.resume_note = Some(match start.resume_note.take() {
+                Some(n) => format!("{n}; {note}"),
+                None => note,
+            });
         }
         if let (true, Some(f)) = (loaded.train.is_empty(), cfg.inputs.val_fraction) {
             if f >= 0.5 {
