@@ -106,6 +106,20 @@ impl App {
             _ => None,
         };
         self.reached = self.reached.max(done.unwrap_or(0));
+        // what answers a key of this screen is also said in the footer (the events panel may
+        // be a line or two that the next epoch fills)
+        let answers = match &e {
+            Event::Checkpoint { .. } => std::mem::take(&mut self.pending_checkpoint),
+            Event::Control {
+                applied: Applied::Paused | Applied::Resumed,
+                ..
+            } => self.pending_pause.is_some(),
+            Event::Control {
+                applied: Applied::BatchSize { to, .. },
+                ..
+            } => self.pending_batch.is_some_and(|p| p.1 == *to),
+            _ => false,
+        };
         match &e {
             Event::Started { per_replica, .. } => {
                 self.per_replica = *per_replica;
@@ -171,10 +185,14 @@ impl App {
                 }
                 self.pending_batch = None;
                 self.pending_pause = None;
+                self.pending_checkpoint = false;
                 self.summary = Some(self.summarize(*step, *ending));
             }
         }
         if let Some(line) = event_line(&e, self.info.budget) {
+            if answers {
+                self.flash = Some(line.clone());
+            }
             let level = match e {
                 Event::Failed { .. } => Level::Error,
                 Event::DataSkipped { .. } | Event::DeviceNote { .. } => Level::Warn,

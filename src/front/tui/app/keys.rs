@@ -51,10 +51,11 @@ impl App {
             KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
             KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
             KeyCode::Char('s') => self.checked(|app| {
-                app.note(
-                    Level::Info,
-                    format!("checkpoint requested at step {}", app.next_step()),
-                );
+                // (of the step the ranks reach next: this one where paused)
+                let asked = format!("checkpoint requested after step {}", app.step());
+                app.note(Level::Info, asked.clone());
+                app.flash = Some(asked);
+                app.pending_checkpoint = true;
                 Some(Action::Control(Control::Checkpoint))
             }),
             KeyCode::Char(c @ '1'..='9') => {

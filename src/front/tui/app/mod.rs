@@ -183,6 +183,8 @@ pub struct App {
     pub pending_batch: Option<(usize, usize)>,
     /// A pause (true) or resume (false) asked for and not yet applied.
     pub pending_pause: Option<bool>,
+    /// A checkpoint asked for from this screen and not yet written.
+    pub pending_checkpoint: bool,
     pub loss: History,
     pub loss_smooth: History,
     /// The smoothed train loss, and the step it is of.
@@ -238,6 +240,7 @@ impl App {
             eta: None,
             pending_batch: None,
             pending_pause: None,
+            pending_checkpoint: false,
             loss: History::new(HISTORY_POINTS),
             loss_smooth: History::new(HISTORY_POINTS),
             ema: None,
@@ -390,7 +393,8 @@ impl App {
                 match control {
                     Control::SetBatch(_) => self.pending_batch = None,
                     Control::Pause | Control::Resume => self.pending_pause = None,
-                    Control::Checkpoint | Control::Stop { .. } => {}
+                    Control::Checkpoint => self.pending_checkpoint = false,
+                    Control::Stop { .. } => {}
                 }
                 self.note(Level::Warn, format!("refused: {why}"));
                 self.flash = Some(why);

@@ -85,6 +85,47 @@ fn pause_key_sends_pause_then_resume_and_follows_what_the_ranks_applied() {
 }
 
 #[test]
+fn what_answers_a_key_is_said_in_the_footer_and_nothing_else_is() {
+    let mut app = running(false);
+    app.handle_key(key('s'));
+    assert_eq!(
+        app.flash.as_deref(),
+        Some("checkpoint requested after step 5")
+    );
+    let written = |app: &mut App, step: u64| {
+        app.apply(AppEvent::Engine(Event::Checkpoint {
+            step,
+            path: format!("runs/x/checkpoints/step-{step:08}").into(),
+        }))
+    };
+    written(&mut app, 6);
+    let said = app.flash.take().unwrap();
+    assert!(said.starts_with("checkpoint at step 6"), "{said}");
+    // a checkpoint nobody here asked for (--checkpoint-every) is in the events only
+    written(&mut app, 10);
+    assert_eq!(app.flash, None);
+    app.handle_key(key(']'));
+    control(
+        &mut app,
+        7,
+        Applied::BatchSize {
+            from: 32,
+            to: 64,
+            lr: 1e-3,
+        },
+    );
+    let said = app.flash.take().unwrap();
+    assert!(said.contains("32 -> 64"), "{said}");
+    app.handle_key(key('p'));
+    control(&mut app, 8, Applied::Paused);
+    let said = app.flash.take().unwrap();
+    assert!(said.contains("paused"), "{said}");
+    // another client's resume is not this screen's answer
+    control(&mut app, 8, Applied::Resumed);
+    assert_eq!(app.flash, None);
+}
+
+#[test]
 fn a_refused_batch_change_is_not_pending_and_is_in_the_events() {
     let mut app = running(false);
     assert_eq!(
