@@ -292,6 +292,37 @@ fn a_file_still_being_written_is_read_as_it_grows() {
     assert!(matches!(r.next(), Err(ReadError::File { .. })));
 }
 
+/// A copy of a file without its end record, outside any run directory: running while it
+/// grows, then said to have no end (not RUNNING for ever, its rate and ETA gone).
+#[test]
+fn a_copy_without_an_end_that_stops_growing_is_said_to_have_none() {
+    use mgtop::front::tui::app::Silent;
+    use mgtop::front::tui::replay::FileSource;
+    use mgtop::front::tui::source::Source;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, run) = live_run(dir.path());
+    let cut = edited(&run, dir.path(), "cut.jsonl", |l| {
+        l.pop();
+    });
+    let reader = MetricsReader::open(&cut).unwrap();
+    let mut app = App::watching(reader.info().clone());
+    let mut source = FileSource::new(reader).quiet_after(Duration::from_millis(300));
+    assert!(source.on_timer(&mut app), "records read");
+    assert_eq!((app.state, app.silent), (RunState::Running, None));
+    assert!(app.heard_running());
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(source.on_timer(&mut app), "the change is drawn");
+    assert_eq!(app.silent, Some(Silent::NoEnd));
+    assert!(!app.heard_running());
+    // it grows again: heard again
+    let mut f = std::fs::OpenOptions::new().append(true).open(&cut).unwrap();
+    let text = std::fs::read_to_string(&run).unwrap();
+    writeln!(f, "{}", text.lines().last().unwrap()).unwrap();
+    assert!(source.on_timer(&mut app));
+    assert_eq!(app.silent, None);
+    assert!(app.state.ended());
+}
+
 #[test]
 fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, tick, Receiver};
 
-use super::app::{App, AppEvent, Level, RunState};
+use super::app::{App, AppEvent, Level, RunState, Silent};
 use super::source::Source;
 use crate::engine::control::Control;
 use crate::engine::rundir;
@@ -15,6 +15,9 @@ use crate::observe::metrics::{MetricsReader, ReadError, Record};
 pub const POLL: Duration = Duration::from_millis(250);
 /// How often a file without an end record asks whether its run still runs.
 const ASK_LIVE: Duration = Duration::from_secs(2);
+/// How long a file outside a run directory, without an end record, may stay as it is before
+/// it is said to have none (a run writes its telemetry every `--sample-interval`).
+pub const QUIET: Duration = Duration::from_secs(60);
 /// The longest the loop spends reading at a time (a big file is read over several frames, so
 /// keys are answered while it loads).
 const READ_BUDGET: Duration = Duration::from_millis(50);
@@ -83,6 +86,10 @@ pub struct FileSource {
     pub error: Option<ReadError>,
     /// Lines after the run's end were said.
     past_end_said: bool,
+    /// When records were last read, and how long a file outside a run directory may stay as
+    /// it is before it is said to have no end.
+    grew: Instant,
+    quiet: Duration,
 }
 
 /// What follows a run's `end` record, from `line` on.
@@ -102,7 +109,15 @@ impl FileSource {
             behind: true,
             error: None,
             past_end_said: false,
+            grew: Instant::now(),
+            quiet: QUIET,
         }
+    }
+
+    /// Says a file outside a run directory has no end once it stayed as it is for `quiet`
+    /// (instead of `QUIET`).
+    pub fn quiet_after(self, quiet: Duration) -> FileSource {
+        FileSource { quiet, ..self }
     }
 
     fn pull(&mut self, app: &mut App) -> bool {
@@ -161,17 +176,23 @@ impl Source for FileSource {
 
     fn on_timer(&mut self, app: &mut App) -> bool {
         let pulled = self.pull(app);
-        // a run without an end record: still running, or killed (asked every few seconds)
+        if pulled {
+            self.grew = Instant::now();
+        }
+        // a run without an end record: still running, or killed (asked every few seconds);
+        // a copy elsewhere has no run to ask: quiet a while, it is said to have no end
         let due = self.asked.is_none_or(|t| t.elapsed() >= ASK_LIVE);
-        let killed = match &self.run_dir {
-            Some(d) if due && !app.state.ended() => {
+        let silent = match &self.run_dir {
+            _ if app.state.ended() => None,
+            Some(d) if due => {
                 self.asked = Some(Instant::now());
-                rundir::is_gone(d, app.info.host.as_deref())
+                rundir::is_gone(d, app.info.host.as_deref()).then_some(Silent::Killed)
             }
-            _ => app.killed && !app.state.ended(),
+            Some(_) => app.silent,
+            None => (self.grew.elapsed() >= self.quiet).then_some(Silent::NoEnd),
         };
-        let changed = killed != app.killed;
-        app.killed = killed;
+        let changed = silent != app.silent;
+        app.silent = silent;
         pulled || changed
     }
 

@@ -24,6 +24,15 @@ use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
 
+/// Why a metrics file without an end record is not taken for a running run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Silent {
+    /// Its run directory says its run is not running.
+    Killed,
+    /// A file outside a run directory that has not grown for `replay::QUIET`.
+    NoEnd,
+}
+
 /// Points kept per chart series for the whole run.
 const HISTORY_POINTS: usize = 2048;
 /// Steps behind the per-device step-time bar and sparkline.
@@ -159,9 +168,9 @@ pub struct App {
     pub log_scroll: usize,
     /// What the events view showed when last drawn: its pages, in entries.
     pub log_fit: std::cell::Cell<LogFit>,
-    /// A metrics file whose run has no end record and is not running any more (killed, or
-    /// its machine went down).
-    pub killed: bool,
+    /// A metrics file whose run has no end record and that is not heard any more: its run is
+    /// not running (killed, or its machine went down), or a copy has not grown for a while.
+    pub silent: Option<Silent>,
     pub state: RunState,
     monitor: Monitor,
     /// When the run last paused (its `Paused` event), for the ETA of rows read back.
@@ -229,7 +238,7 @@ impl App {
             readonly,
             mode: Mode::Local,
             disconnected: None,
-            killed: false,
+            silent: None,
             reached: 0,
             log_scroll: 0,
             log_fit: Default::default(),
@@ -330,7 +339,7 @@ impl App {
     /// Whether the run trains and this screen hears it (not killed, not disconnected): its
     /// samples/s and ETA are current.
     pub fn heard_running(&self) -> bool {
-        self.state == RunState::Running && !self.killed && self.disconnected.is_none()
+        self.state == RunState::Running && self.silent.is_none() && self.disconnected.is_none()
     }
 
     /// The step the ranks will reach next.

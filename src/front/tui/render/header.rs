@@ -9,7 +9,7 @@ use super::{bytes, clock, fit, si};
 use crate::config::Budget;
 use crate::engine::events::Ending;
 use crate::engine::{Device, RunInfo};
-use crate::front::tui::app::{App, RunState};
+use crate::front::tui::app::{App, RunState, Silent};
 use crate::front::tui::theme::Theme;
 
 pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
@@ -17,8 +17,10 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     let lost = match () {
         _ if app.state.ended() => None,
         _ if app.disconnected.is_some() => Some("DISCONNECTED"),
-        _ if app.killed => Some("KILLED"),
-        _ => None,
+        _ => app.silent.map(|s| match s {
+            Silent::Killed => "KILLED",
+            Silent::NoEnd => "NO END",
+        }),
     };
     if let Some(label) = lost {
         return Span::styled(format!(" {label} "), theme.badge(theme.error));

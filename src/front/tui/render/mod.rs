@@ -223,13 +223,15 @@ mod tests {
 
     #[test]
     fn a_run_this_screen_no_longer_reaches_is_not_shown_running() {
-        use crate::front::tui::app::{App, RunState};
+        use crate::front::tui::app::{App, RunState, Silent};
         let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
         let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
         let mut app = App::new(crate::front::tui::demo::info(2), false);
         app.state = RunState::Running;
         assert_eq!(label(&app), "RUNNING");
-        app.killed = true;
+        app.silent = Some(Silent::NoEnd);
+        assert_eq!(label(&app), "NO END");
+        app.silent = Some(Silent::Killed);
         assert_eq!(label(&app), "KILLED");
         app.disconnected = Some("the run closed the connection".into());
         assert_eq!(label(&app), "DISCONNECTED");
