@@ -17,7 +17,8 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     let target = locate(args.target.as_deref())?;
     // connected first, so what is wrong with the run is said before what is wrong here
-    let run = target.run.display().to_string();
+    let run_dir = target.run.clone();
+    let run = run_dir.display().to_string();
     let (mut source, app) = AttachSource::connect(target, args.readonly)?;
     if !std::io::stdout().is_terminal() {
         anyhow::bail!(
@@ -53,10 +54,15 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             crate::say!("{line}");
         }
     } else if app.disconnected.is_some() {
-        crate::say!(
-            "left at step {} with the connection lost; the run may still be going: mgtop-train attach {run}",
-            app.step()
-        );
+        // asked again as the screen closes: the connection may have gone with the run
+        let state = match crate::engine::rundir::liveness(&run_dir, app.info.host.as_deref()) {
+            Some(false) => format!(
+                "the run is not running (it ended or was killed): see it with mgtop-train view {run}"
+            ),
+            Some(true) => format!("the run goes on: mgtop-train attach {run}"),
+            None => format!("the run may still be going: mgtop-train attach {run}"),
+        };
+        crate::say!("left at step {} with the connection lost; {state}", app.step());
     } else {
         crate::say!(
             "detached at step {}: the run goes on; attach again with: mgtop-train attach {run}",
