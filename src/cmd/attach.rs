@@ -62,7 +62,10 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             Some(true) => format!("the run goes on: mgtop-train attach {run}"),
             None => format!("the run may still be going: mgtop-train attach {run}"),
         };
-        crate::say!("left at step {} with the connection lost; {state}", app.step());
+        crate::say!(
+            "left at step {} with the connection lost; {state}",
+            app.step()
+        );
     } else {
         crate::say!(
             "detached at step {}: the run goes on; attach again with: mgtop-train attach {run}",

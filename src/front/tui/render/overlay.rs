@@ -174,7 +174,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
         ("wall time", took(s.wall)),
         (
-            "mean samples/s",
+            "train samples/s",
             s.mean_samples_per_sec.map_or("n/a".into(), si),
         ),
     ];
@@ -234,15 +234,48 @@ fn field_lines(k: &str, v: &str, inner: usize, theme: &Theme) -> Vec<Line<'stati
     let key = |k: &str| Span::styled(format!("{k:<KEY_W$}"), theme.muted());
     let beside = inner.saturating_sub(KEY_W);
     if v.chars().count() <= beside || beside >= 24 {
-        wrap_text(v, beside.max(1))
+        wrap_parts(v, beside.max(1))
             .into_iter()
             .enumerate()
             .map(|(i, l)| Line::from(vec![key(if i == 0 { k } else { "" }), Span::raw(l)]))
             .collect()
     } else {
         std::iter::once(Line::from(key(k)))
-            .chain(wrap_text(v, inner).into_iter().map(Line::raw))
+            .chain(wrap_parts(v, inner).into_iter().map(Line::raw))
             .collect()
+    }
+}
+
+/// `v` in lines of `w`, its ` · `-separated parts kept whole where they fit and the separator
+/// left out where a line breaks.
+fn wrap_parts(v: &str, w: usize) -> Vec<String> {
+    const GLUE: char = '\u{a0}';
+    let glued: Vec<String> = (v.split(" · "))
+        .map(|p| match p.chars().count() < w {
+            true => p.replace(' ', &GLUE.to_string()),
+            false => p.to_string(),
+        })
+        .collect();
+    // (the space before a separator glued too: a line never begins with one)
+    let lines = wrap_text(&glued.join(&format!("{GLUE}· ")), w);
+    let last = lines.len() - 1;
+    let parts: Vec<String> = (lines.into_iter().enumerate())
+        .map(|(i, l)| {
+            let l = l.replace(GLUE, " ");
+            let l = match i > 0 {
+                true => l.trim_start_matches('·').trim_start(),
+                false => &l,
+            };
+            match i < last {
+                true => l.trim_end_matches('·').trim_end().to_string(),
+                false => l.to_string(),
+            }
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    match parts.is_empty() {
+        true => vec![String::new()],
+        false => parts,
     }
 }
 
@@ -270,4 +303,25 @@ pub fn render_too_small(frame: &mut Frame, area: Rect, app: &App, theme: &Theme)
         ));
     }
     frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap_parts;
+
+    #[test]
+    fn parts_break_whole_without_a_separator_at_either_end_of_a_line() {
+        let v = "compute 54% · data 1% · all-reduce 17% · waiting 27%";
+        assert_eq!(
+            wrap_parts(v, 40),
+            ["compute 54% · data 1% · all-reduce 17%", "waiting 27%"]
+        );
+        assert_eq!(wrap_parts(v, 80), [v]);
+        for w in 12..60 {
+            for l in wrap_parts(v, w) {
+                assert!(l.chars().count() <= w, "{l:?} at {w}");
+                assert!(!l.starts_with('·') && !l.ends_with('·'), "{l:?} at {w}");
+            }
+        }
+    }
 }
