@@ -430,6 +430,37 @@ fn train_and_val_folders_and_val_data() {
     );
 }
 
+/// A split's folders are not taken for classes: `validation/` is a validation folder as `val/`
+/// is, and `train/` + `test/` without one are refused with the flags that take them.
+#[test]
+fn split_folders_are_not_classes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pets");
+    for (i, f) in ["train/ant/0.png", "train/bee/1.png", "train/ant/2.png"]
+        .iter()
+        .enumerate()
+    {
+        png_rgb(&dir.join(f), i as u8);
+    }
+    png_rgb(&dir.join("validation/bee/3.png"), 3);
+    let d = images(&dir, &opts(|o| o.val_fraction = None)).unwrap();
+    assert_eq!(
+        (d.train.len(), d.val.len(), d.val.y.clone()),
+        (3, 1, vec![1])
+    );
+    std::fs::rename(dir.join("validation"), dir.join("test")).unwrap();
+    let e = images(&dir, &opts(|o| o.val_fraction = None))
+        .err()
+        .unwrap();
+    let d = dir.display();
+    assert!(
+        e.contains("holds a train/ folder but no val/ beside it")
+            && e.contains("(test, train)")
+            && e.contains(&format!("give images:{d}/train --val-data images:{d}/test")),
+        "{e}"
+    );
+}
+
 #[test]
 fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
     let tmp = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 //! seeded split), the input size (`--image-size` or the pictures' own), the augmentation, the
 //! normalisation, and whether decoded files are kept in memory.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::cifar::{self, Kind};
@@ -107,6 +108,34 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
     }
 }
 
+/// What a folder of pictures' validation folder beside `train/` may be called.
+const VAL_FOLDERS: [&str; 3] = ["val", "valid", "validation"];
+
+/// Refuses a folder whose would-be class folders are a split's (`train/`, `test/`): its
+/// pictures would be learnt as "train" against "test", their own classes one level down.
+fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
+    let mut names: Vec<String> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let named =
+        |these: [&str; 2]| (names.iter()).find(|n| these.contains(&n.to_lowercase().as_str()));
+    let Some(train) = named(["train", "training"]) else {
+        return Ok(());
+    };
+    let d = dir.display();
+    let held_out = named(["test", "testing"]);
+    let fix = match held_out {
+        Some(t) => format!("give images:{d}/{train} --val-data images:{d}/{t}"),
+        None => format!("give images:{d}/{train} (validation cut from it by --val-split), or put the validation pictures in {d}/val"),
+    };
+    Err(format!(
+        "{d} holds a {train}/ folder but no val/ beside it, so its folders would be taken as the classes ({}): {fix}",
+        names.join(", ")
+    ))
+}
+
 /// The training set of `spec`, and its own validation set if it has one.
 fn read_spec(
     spec: &DataSpec,
@@ -139,8 +168,13 @@ fn read_spec(
             ))
         }
         DataSpec::Images { dir } => {
-            let (train_dir, val_dir) = (dir.join("train"), dir.join("val"));
-            let split = train_dir.is_dir() && val_dir.is_dir();
+            let train_dir = dir.join("train");
+            let val_dir = (VAL_FOLDERS.iter().map(|n| dir.join(n))).find(|d| d.is_dir());
+            let split = train_dir.is_dir() && val_dir.is_some();
+            if !split {
+                split_folders_as_classes(dir).map_err(|m| spec_err(spec, m))?;
+            }
+            let val_dir = val_dir.unwrap_or_default();
             let train = folder::scan(if split { &train_dir } else { dir }, None)
                 .map_err(|m| spec_err(spec, m))?;
             let val = match split && opts.val_data.is_none() {
