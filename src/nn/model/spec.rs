@@ -93,12 +93,19 @@ fn build_layers(
             _ => None,
         };
         if let Some(a) = act {
-            if !pending && a == Act::None {
-                return Err(fail(
-                    "`linear` leaves out the activation of the layer before, but there is none \
-                     (it follows conv, dwconv, dense, basic or bottleneck, or their bn)"
-                        .into(),
-                ));
+            if !pending {
+                let does = match a {
+                    Act::None => "leaves out",
+                    _ => "sets",
+                };
+                let before = match i {
+                    0 => "there is none".to_string(),
+                    _ => format!("`{}` has none to set", layers[i - 1]),
+                };
+                return Err(fail(format!(
+                    "`{layer}` {does} the activation of the layer before, but {before} \
+                     (it follows conv, dwconv, dense, basic or bottleneck, or their bn, once)"
+                )));
             }
             x = b.act(x, a).map_err(fail)?;
             pending = false;

@@ -216,9 +216,22 @@ fn bn_takes_the_layers_bias_and_activations_follow_the_spelling() {
     // errors name the layer and the fix
     let e = build("gap,linear", img(3, 8, 8), 2).unwrap_err();
     assert!(
-        e.contains("layer 2 `linear`") && e.contains("there is none"),
+        e.contains("layer 2 `linear`") && e.contains("`gap` has none to set"),
         "{e}"
     );
+    // an activation sets one: first, twice, or after a layer without one is a slip
+    for (spec, layer) in [
+        ("relu,dense8", "layer 1 `relu`"),
+        ("dense8,relu6,relu", "layer 3 `relu`"),
+        ("conv4k3,pool2,relu", "layer 3 `relu`"),
+    ] {
+        let e = build(spec, img(3, 8, 8), 2).unwrap_err();
+        assert!(
+            e.contains(layer) && e.contains("sets the activation"),
+            "{e}"
+        );
+    }
+    assert!(build("conv4k3,bn,relu6,pool2,dense8,linear", img(3, 8, 8), 2).is_ok());
     let e = build("dense8,basic8", img(3, 8, 8), 2).unwrap_err();
     assert!(
         e.contains("layer 2 `basic8`") && e.contains("flat vector"),
