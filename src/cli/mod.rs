@@ -400,12 +400,26 @@ fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
     number_or_text(d, "takes a whole number or \"auto\", e.g. 4 or \"auto\"")
 }
 
-/// `prometheus = 9502` or `prometheus = "0.0.0.0:9502"`, as the flag's text.
+/// `prometheus = 9502`, `prometheus = "0.0.0.0:9502"` or `prometheus = false` (none, over
+/// nothing: as `--prometheus=false`), as the flag's text.
 fn port_or_address<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    number_or_text(
-        d,
-        "takes a port or \"ADDR:PORT\", e.g. 9502 or \"0.0.0.0:9502\"",
-    )
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Served {
+        Port(u64),
+        Address(String),
+        Switch(bool),
+    }
+    const EXPECTED: &str =
+        "`prometheus` takes a port, \"ADDR:PORT\" or false, e.g. 9502 or \"0.0.0.0:9502\"";
+    match Served::deserialize(d).map_err(|_| serde::de::Error::custom(EXPECTED))? {
+        Served::Port(n) => Ok(Some(n.to_string())),
+        Served::Address(a) => Ok(Some(a)),
+        Served::Switch(false) => Ok(Some("false".into())),
+        Served::Switch(true) => Err(serde::de::Error::custom(format!(
+            "`prometheus = true` names no port: {EXPECTED}"
+        ))),
+    }
 }
 
 /// A whole number or text, as a flag's text; `expected` says which where it is neither.

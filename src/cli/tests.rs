@@ -122,7 +122,17 @@ fn bad_files_and_values_name_the_problem() {
     assert_eq!(front.prometheus.map(|a| a.port()), Some(9502));
     std::fs::write(&f, "prometheus = 9.5\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
-    assert!(e.contains("takes a port or \"ADDR:PORT\""), "{e}");
+    assert!(
+        e.contains("`prometheus` takes a port, \"ADDR:PORT\" or false"),
+        "{e}"
+    );
+    // false as the other switches take it; true names no port
+    std::fs::write(&f, "prometheus = false\n").unwrap();
+    let (_, front) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert!(front.prometheus.is_none());
+    std::fs::write(&f, "prometheus = true\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(e.contains("names no port"), "{e}");
     std::fs::write(&f, "lr = \"fast\"\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("line 1"), "{e}");
