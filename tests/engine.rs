@@ -106,6 +106,34 @@ fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
     assert_eq!(straight.state, rest.state);
 }
 
+/// The epoch a resumed run finishes reports the whole epoch's train loss, as the run it
+/// continues would have (not only the steps since the resume).
+#[test]
+fn the_epoch_resumed_in_reports_its_whole_train_loss() {
+    let epochs = |events: &[Event]| -> Vec<(u64, f32)> {
+        (events.iter())
+            .filter_map(|e| match e {
+                Event::EpochDone {
+                    epoch, train_loss, ..
+                } => Some((*epoch, *train_loss)),
+                _ => None,
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 301 samples at 2 x 8: 19 steps an epoch; step 25 is in the second
+    let (_, straight) = run_with_events(small(2, 8, 50, dir.path()));
+    let mut first = small(2, 8, 25, dir.path());
+    first.final_checkpoint = true;
+    run(first);
+    let mut second = small(2, 8, 50, dir.path());
+    second.resume = Some(dir.path().to_path_buf());
+    let (_, rest) = run_with_events(second);
+    let (straight, rest) = (epochs(&straight), epochs(&rest));
+    assert_eq!(rest.first().map(|e| e.0), Some(2), "{rest:?}");
+    assert_eq!(&straight[1..], &rest[..], "{straight:?} {rest:?}");
+}
+
 #[test]
 fn resume_rejects_a_checkpoint_of_another_model() {
     let dir = tempfile::tempdir().unwrap();

@@ -342,6 +342,7 @@ fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> Checkpoint
         torchvision_changes: None,
         train_samples: None,
         train_fingerprint: None,
+        epoch_sum: None,
     }
 }
 

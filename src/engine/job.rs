@@ -300,6 +300,7 @@ struct StartHeader {
     resume_note: Option<String>,
     checkpoint: Option<PathBuf>,
     init_notes: Vec<String>,
+    epoch_sum: [f64; 2],
     t: u64,
     lens: [usize; 4],
 }
@@ -319,6 +320,7 @@ fn encode(s: &Start) -> Vec<u8> {
         resume_note: s.resume_note.clone(),
         checkpoint: s.checkpoint.clone(),
         init_notes: s.init_notes.clone(),
+        epoch_sum: s.epoch_sum,
         t: s.state.opt.t,
         lens: [
             s.state.params.len(),
@@ -371,6 +373,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         },
         checkpoint: head.checkpoint,
         init_notes: head.init_notes,
+        epoch_sum: head.epoch_sum,
     })
 }
 
@@ -443,6 +446,7 @@ mod tests {
             },
             checkpoint: Some("runs/x/ckpt".into()),
             init_notes: vec!["--init w.safetensors: loaded 3 of 3".into()],
+            epoch_sum: [12.5, 96.0],
         };
         let got: Vec<Start> = ThreadProcesses::group(3)
             .into_iter()

@@ -201,6 +201,7 @@ impl Engine {
                 epoch: start.cursor.epoch + 1,
                 offset: 0,
             };
+            start.epoch_sum = [0.0, 0.0];
             start.resume_note = Some(match start.resume_note.take() {
                 Some(n) => format!("{n}; {note}"),
                 None => note,
@@ -362,6 +363,7 @@ impl Engine {
                 per_replica: start.per_replica,
                 lr_base: start.lr,
                 last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
+                epoch_sum: start.epoch_sum,
                 beats: beats.clone(),
                 split: None,
                 rebalance_work: Duration::ZERO,

@@ -247,6 +247,7 @@ mod tests {
             torchvision_changes: None,
             train_samples: None,
             train_fingerprint: None,
+            epoch_sum: None,
         }
     }
 

@@ -27,6 +27,8 @@ pub(super) struct Start {
     pub checkpoint: Option<PathBuf>,
     /// What `--init` loaded, for the start-up lines.
     pub init_notes: Vec<String>,
+    /// The epoch's loss sum and samples before `step` (`Worker::epoch_sum`).
+    pub epoch_sum: [f64; 2],
 }
 
 /// The starting point of a run of `ranks` ranks on the training split `split`:
@@ -78,6 +80,7 @@ pub(super) fn starting_point(
                 state,
                 checkpoint: Some(dir),
                 init_notes: Vec::new(),
+                epoch_sum: meta.epoch_sum.unwrap_or_default(),
             }
         }
         None => fresh(cfg, model, ranks, lead)?,
@@ -171,6 +174,7 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
                 )
             }),
             resume_note: None,
+            epoch_sum: [0.0, 0.0],
             state,
             checkpoint: None,
             init_notes,

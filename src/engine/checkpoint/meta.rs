@@ -50,6 +50,11 @@ pub struct CheckpointMeta {
     /// told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_fingerprint: Option<String>,
+    /// The epoch's train loss summed over its samples, and the samples, before `step` (absent
+    /// in checkpoints from before it was recorded): a resumed run's epoch line is the whole
+    /// epoch's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_sum: Option<[f64; 2]>,
 }
 
 impl CheckpointMeta {

@@ -33,6 +33,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         torchvision_changes: None,
         train_samples: None,
         train_fingerprint: None,
+        epoch_sum: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (

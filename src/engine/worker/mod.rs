@@ -67,6 +67,9 @@ pub(super) struct Worker {
     pub lr_base: f32,
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
+    /// The epoch's loss summed over its samples, and the samples, so far (a resumed run's
+    /// from its checkpoint, so its first epoch's train loss is the whole epoch's).
+    pub epoch_sum: [f64; 2],
     pub beats: Heartbeats,
     /// Uneven per-rank batch sizes chosen by `--rebalance` (`None`: even).
     pub split: Option<Arc<Vec<usize>>>,

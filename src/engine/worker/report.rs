@@ -37,8 +37,6 @@ pub(super) struct Tally {
     pub losses: Vec<f32>,
     pub step_ends: Vec<Duration>,
     pub best_val: Option<f32>,
-    epoch_loss: f64,
-    epoch_samples: f64,
 }
 
 impl Worker {
@@ -95,15 +93,15 @@ impl Worker {
             tally.losses.push(loss);
             tally.step_ends.push(at);
         }
-        tally.epoch_loss += m.loss_sum;
-        tally.epoch_samples += m.samples;
+        self.epoch_sum[0] += m.loss_sum;
+        self.epoch_sum[1] += m.samples;
         if epoch_end {
             let (val_loss, val_acc) = self.validate(replica)?;
             if let Some(a) = val_acc {
                 tally.best_val = Some(tally.best_val.map_or(a, |b| b.max(a)));
             }
             if self.rank == 0 {
-                let train_loss = (tally.epoch_loss / tally.epoch_samples.max(1.0)) as f32;
+                let train_loss = (self.epoch_sum[0] / self.epoch_sum[1].max(1.0)) as f32;
                 let _ = self.events.send(Event::EpochDone {
                     epoch,
                     step,
@@ -113,7 +111,7 @@ impl Worker {
                     elapsed: self.t0.elapsed(),
                 });
             }
-            (tally.epoch_loss, tally.epoch_samples) = (0.0, 0.0);
+            self.epoch_sum = [0.0, 0.0];
         }
         Ok(())
     }

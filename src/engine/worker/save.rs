@@ -47,6 +47,7 @@ impl Worker {
             torchvision_changes: self.model.torchvision_changes.map(String::from),
             train_samples: Some(self.train.samples),
             train_fingerprint: Some(format!("{:016x}", self.train.fingerprint)),
+            epoch_sum: Some(self.epoch_sum),
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {
