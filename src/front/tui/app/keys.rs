@@ -159,10 +159,13 @@ impl App {
 
     fn ask_quit(&mut self) -> Option<Action> {
         if self.readonly {
-            self.flash = Some(format!(
-                "read-only: quitting would stop the run; it ends by itself, or with `kill {}` from another shell (a checkpoint, then exit)",
+            // (in the events too, whole)
+            let how = format!(
+                "read-only, q would stop the run: it ends by itself, or on `kill {}` (a checkpoint, then exit)",
                 std::process::id()
-            ));
+            );
+            self.note(Level::Info, how.clone());
+            self.flash = Some(how);
             return None;
         }
         if self.state == RunState::Stopping && self.mode == Mode::Local {

@@ -112,6 +112,19 @@ pub struct LogEntry {
     /// An end-of-epoch line: a newer one replaces it when nothing came between, so a fast
     /// run's epochs do not push the pauses, batch changes and checkpoints off the panel.
     pub epoch: bool,
+    /// The same entry again right after it (a key refused each time it is pressed) counts
+    /// here instead of filling the panel: 1 for one.
+    pub times: u32,
+}
+
+impl LogEntry {
+    /// Its text as shown: with how many times it came, where more than once.
+    pub fn shown(&self) -> String {
+        match self.times {
+            1 => self.text.clone(),
+            n => format!("{} (x{n})", self.text),
+        }
+    }
 }
 
 /// The validation result of one epoch.
@@ -314,6 +327,10 @@ impl App {
     }
 
     fn push_log(&mut self, level: Level, text: String, epoch: bool) {
+        if let Some(last) = (self.log.front_mut()).filter(|l| !epoch && l.text == text) {
+            (last.at, last.level, last.times) = (self.now, level, last.times + 1);
+            return;
+        }
         if epoch && self.log.front().is_some_and(|l| l.epoch) {
             self.log.pop_front();
         } else if self.log_scroll > 0 {
@@ -325,6 +342,7 @@ impl App {
             level,
             text,
             epoch,
+            times: 1,
         });
         self.log.truncate(LOG_LINES);
         self.log_scroll = self.log_scroll.min(self.log.len().saturating_sub(1));

@@ -135,6 +135,12 @@ fn a_refused_batch_change_is_not_pending_and_is_in_the_events() {
     let why = "a batch of 64 per replica is more than the training split's 100 samples over the run's ranks: at most 50 per replica";
     app.apply(AppEvent::Refused(Control::SetBatch(64), why.into()));
     assert_eq!(app.pending_batch, None);
+    // refused again: counted on the same entry, not a second one
+    let entries = app.log.len();
+    app.handle_key(key(']'));
+    app.apply(AppEvent::Refused(Control::SetBatch(64), why.into()));
+    assert_eq!(app.log.len(), entries);
+    assert!(app.log[0].shown().ends_with("at most 50 per replica (x2)"));
     assert!(app
         .log
         .iter()

@@ -30,7 +30,7 @@ pub fn render_log(
             .saturating_sub(at(e).chars().count())
             .max(1)
     };
-    let height = |e: &LogEntry| wrap_event(&e.text, text_w(e)).len();
+    let height = |e: &LogEntry| wrap_event(&e.shown(), text_w(e)).len();
     let pages = LogFit {
         shown: app
             .log
@@ -71,7 +71,7 @@ pub fn render_log(
         let at = at(e);
         let lead_w = at.chars().count();
         let tw = text_w(e);
-        let mut parts = wrap_event(&e.text, tw);
+        let mut parts = wrap_event(&e.shown(), tw);
         let room = rows - lines.len();
         if parts.len() > room {
             // the oldest line shown is cut: say so
@@ -251,11 +251,15 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else if app.readonly {
         lead.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
-    // the answer to the last key comes first (the events keep it whole): the keys after it
-    // go before it is shortened, all but those never dropped
+    // the answer to the last key comes first: the keys after it go before it is shortened,
+    // all but help (which lists them), reconnecting and leaving
     let mut flash = app.flash.clone();
+    let kept: &[&str] = match flash {
+        Some(_) => &["?", "r", "Ctrl-C"],
+        None => &["?", "q", "p", "r", "Ctrl-C"],
+    };
     // what does not fit goes, least needed first: the view's name, then keys from the right,
-    // never help, quit, pause, reconnect or leaving (cut at the edge, quit would go first)
+    // never those kept (cut at the edge, quit would go first)
     let mut keys: Vec<(&str, &str)> = keys.to_vec();
     let mut label = true;
     let line = loop {
@@ -281,9 +285,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         if line.width() <= area.width as usize {
             break line;
         }
-        let spare = keys
-            .iter()
-            .rposition(|(k, _)| !["?", "q", "p", "r", "Ctrl-C"].contains(k));
+        let spare = keys.iter().rposition(|(k, _)| !kept.contains(k));
         match (label, spare) {
             (true, _) => label = false,
             (false, Some(i)) => {
