@@ -63,10 +63,19 @@ fn scale_measures_the_grid_and_writes_the_table() {
             "1",
             "--out",
             "scale.json",
+            "--steps",
+            "7",
+            "--run-dir",
+            "kept",
         ],
     );
     let out = text(&o);
     assert!(o.status.success(), "{out}");
+    // training flags a measurement does not use are said, not dropped
+    for flag in ["--steps/--epochs", "--run-dir"] {
+        assert!(out.contains(&format!("note: {flag}: ")), "{flag}: {out}");
+    }
+    assert!(!dir.path().join("kept").exists());
     assert!(
         out.contains("[4/4]") && out.contains("samples/s  spread  speedup"),
         "{out}"

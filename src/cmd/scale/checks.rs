@@ -6,8 +6,17 @@ use crate::config::RunConfig;
 
 /// The flags a measurement does not use, said rather than dropped (process 0's log).
 pub(super) fn say_ignored(train: &TrainArgs) {
+    if train.steps.is_some() || train.epochs.is_some() {
+        crate::tell!(
+            "note: --steps/--epochs: scale times each run for --seconds after --warmup-steps; ignored"
+        );
+    }
     for (flag, given) in [
         ("--resume", train.resume.is_some()),
+        ("--run-dir", train.run_dir.is_some()),
+        ("--checkpoint-dir", train.checkpoint_dir.is_some()),
+        ("--checkpoint-every", train.checkpoint_every.is_some()),
+        ("--metrics-out", train.metrics_out.is_some()),
         (
             "--prometheus",
             train.prometheus.as_deref().is_some_and(|p| p != "false"),
