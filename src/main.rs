@@ -164,7 +164,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
-        Some(Command::Scale(args)) => cmd::scale::command(*args),
+        Some(Command::Scale(args)) => cmd::scale::command(*args, &on_scale_signals),
         Some(Command::Selftest) => cmd::selftest::command(),
         Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
         Some(Command::Runs(args)) => cmd::runs::command(&args).map(|()| ExitCode::SUCCESS),
@@ -188,6 +188,20 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `scale` in one process: SIGINT / SIGTERM / SIGHUP end the measuring after the run under
+/// way, with the table of what was measured; a second signal quits at once.
+fn on_scale_signals(notify: Sender<()>) -> anyhow::Result<()> {
+    let h = move |n: usize| {
+        if n == 0 {
+            mgtop::tell!("interrupted: finishing the run under way, then the table of the points measured (signal again to quit at once)");
+            let _ = notify.send(());
+        } else {
+            std::process::exit(130);
+        }
+    };
+    set_handler(Box::new(h), false)
 }
 
 /// `view` and `attach`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this

@@ -149,3 +149,55 @@ fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
         assert!(out.contains("GPU benchmarks: skipped: no GPU ("), "{out}");
     }
 }
+
+/// Ctrl-C during `scale` keeps what was measured: the run under way finishes, then the table
+/// and `--out` of the points measured so far, exit 130.
+#[test]
+fn an_interrupted_scale_prints_and_writes_what_it_measured() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = common::cli::spawn_in(
+        dir.path(),
+        &[
+            "scale",
+            "--counts",
+            "1,2",
+            "--seconds",
+            "0.3",
+            "--warmup-steps",
+            "2",
+            "--repeat",
+            "5",
+            "--out",
+            "s.json",
+        ],
+    );
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.starts_with("[1/")) {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a first measured run");
+        seen.push(line);
+    }
+    common::cli::signal(&child, "INT");
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    seen.extend(rx.try_iter());
+    let out = seen.join("\n");
+    assert_eq!(status.code(), Some(130), "{out}");
+    assert!(
+        out.contains("interrupted after ") && out.contains(" of 20 runs"),
+        "{out}"
+    );
+    assert!(out.contains("samples/s  spread  speedup"), "{out}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert!(!rows.is_empty() && rows.len() <= 4, "{rows:?}");
+}

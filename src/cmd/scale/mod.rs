@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::TryRecvError;
+use crossbeam_channel::{Receiver, TryRecvError};
 use serde::Serialize;
 
 mod checks;
@@ -16,6 +16,7 @@ mod report;
 pub use report::{check_out, table, write};
 
 use crate::cli::ScaleArgs;
+use crate::cmd::view::OnSignals;
 use crate::comm::Processes;
 use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
@@ -289,10 +290,13 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
 /// efficiency against the 1-device point of the same series, where the grid has one.
 /// With `procs` (run by every process of a launched job, in step): a point of one device runs
 /// on process 0 alone, the others over every process; only process 0 gets rows back.
+/// `stop` (one process): a word there ends the measuring after the run under way, the rows
+/// then those of the points measured so far.
 pub fn run(
     base: &RunConfig,
     plan: &Plan,
     procs: Option<&Arc<dyn Processes>>,
+    stop: Option<&Receiver<()>>,
     mut progress: impl FnMut(usize, usize, &Row),
 ) -> Result<Vec<Row>, EngineError> {
     let lead = procs.is_none_or(|j| j.index() == 0);
@@ -302,7 +306,7 @@ pub fn run(
     // alike instead of all the repeats of one (what a side-by-side comparison needs)
     let repeat = plan.repeat.max(1);
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); points.len()];
-    for round in 0..repeat {
+    'grid: for round in 0..repeat {
         for (i, p) in points.iter().enumerate() {
             let over = procs.filter(|_| p.devices > 1);
             if over.is_none() && !lead {
@@ -311,12 +315,16 @@ pub fn run(
             let row = measure_once(base, plan, *p, &val, over)?;
             progress(round * points.len() + i + 1, repeat * points.len(), &row);
             runs[i].push(row);
+            if stop.is_some_and(|s| s.try_recv().is_ok()) {
+                break 'grid;
+            }
         }
     }
     if !lead {
         return Ok(Vec::new());
     }
-    let mut rows: Vec<Row> = runs.iter_mut().map(|r| median_by(r)).collect();
+    let measured = runs.iter_mut().filter(|r| !r.is_empty());
+    let mut rows: Vec<Row> = measured.map(|r| median_by(r)).collect();
     let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
     for r in &mut rows {
         if let Some(b) = baselines.iter().find(|b| {
@@ -331,17 +339,23 @@ pub fn run(
 }
 
 /// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written; under
-/// a launcher (`mpirun -np P mgtop-train scale ...`) over every process.
-pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+/// a launcher (`mpirun -np P mgtop-train scale ...`) over every process. In one process a
+/// signal (`on_signals` installs its handling) ends the measuring after the run under way, with
+/// the table of what was measured.
+pub fn command(args: ScaleArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
     match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
         Some(launch) if launch.is_multi() => {
             let local = launch.local_size.unwrap_or(1);
             super::processes::as_processes(&launch, |procs| {
-                grid(args, Some((procs, local))).map(|_| ())
+                grid(args, Some((procs, local)), None).map(|_| ())
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        _ => grid(args, None),
+        _ => {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            on_signals(tx)?;
+            grid(args, None, Some(&rx))
+        }
     }
 }
 
@@ -349,6 +363,7 @@ pub fn command(args: ScaleArgs) -> anyhow::Result<ExitCode> {
 fn grid(
     mut args: ScaleArgs,
     procs: Option<(Arc<dyn Processes>, usize)>,
+    stop: Option<&Receiver<()>>,
 ) -> anyhow::Result<ExitCode> {
     let (procs, neighbours) = procs.unzip();
     let n = procs.as_ref().map_or(1, |j| j.count());
@@ -431,9 +446,11 @@ fn grid(
             n => format!("; {n} processes, each point's devices shared evenly, 1 device on process 0 alone"),
         }
     ));
-    let rows = run(&base, &plan, procs.as_ref(), |i, total, r| {
+    let (mut done, mut total) = (0, 0);
+    let rows = run(&base, &plan, procs.as_ref(), stop, |i, all, r| {
+        (done, total) = (i, all);
         say(&format!(
-            "[{i}/{total}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
+            "[{i}/{all}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
             r.strategy,
             r.devices,
             r.per_replica,
@@ -443,6 +460,11 @@ fn grid(
     })?;
     if !lead {
         return Ok(ExitCode::SUCCESS);
+    }
+    if done < total {
+        crate::say!(
+            "interrupted after {done} of {total} runs: the table holds the points measured so far"
+        );
     }
     for line in table(&rows) {
         crate::say!("{line}");
@@ -454,7 +476,10 @@ fn grid(
         write(p, &rows).map_err(anyhow::Error::msg)?;
         crate::say!("written: {}", p.display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(match done < total {
+        true => ExitCode::from(130),
+        false => ExitCode::SUCCESS,
+    })
 }
 
 #[cfg(test)]
