@@ -252,6 +252,16 @@ pub fn step_line(
     }
 }
 
+/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
+pub fn loss_value(l: f64, dp: usize) -> String {
+    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
+        let p = dp.saturating_sub(2);
+        format!("{l:.p$e}")
+    } else {
+        format!("{l:.dp$}")
+    }
+}
+
 pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
     Some(match ev {
         Event::Started { .. } => return None,
@@ -268,10 +278,15 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
                 Budget::Steps(_) => epoch.to_string(),
             };
             let val = match (val_loss, val_accuracy) {
-                (Some(l), Some(a)) => format!(" | val loss {l:.4} acc {:.2}%", a * 100.0),
+                (Some(l), Some(a)) => format!(
+                    " | val loss {} acc {:.2}%",
+                    loss_value(*l as f64, 4),
+                    a * 100.0
+                ),
                 _ => String::new(),
             };
-            format!("epoch {of} done at step {step} | train loss {train_loss:.4}{val}")
+            let train = loss_value(*train_loss as f64, 4);
+            format!("epoch {of} done at step {step} | train loss {train}{val}")
         }
         Event::Control { step, applied } => match applied {
             Applied::Paused => format!("paused before step {}", step + 1),
@@ -321,6 +336,28 @@ pub fn ended(step: u64, ending: Ending) -> String {
 mod tests {
     use super::*;
     use crate::engine::Device;
+
+    #[test]
+    fn small_losses_keep_their_digits() {
+        assert_eq!(loss_value(0.1635, 4), "0.1635");
+        assert_eq!(loss_value(0.1635, 3), "0.164");
+        assert_eq!(loss_value(0.0003, 3), "3.0e-4");
+        assert_eq!(loss_value(0.00003, 4), "3.00e-5");
+        assert_eq!(loss_value(0.0, 3), "0.000");
+        // an epoch's line too: not "train loss 0.0000" for a loss that is not 0
+        let line = event_line(
+            &Event::EpochDone {
+                epoch: 3,
+                step: 30,
+                train_loss: 3.9e-9,
+                val_loss: None,
+                val_accuracy: None,
+                elapsed: std::time::Duration::from_secs(1),
+            },
+            Budget::Epochs(5),
+        );
+        assert!(line.unwrap().ends_with("train loss 3.90e-9"));
+    }
 
     fn gpus(mut info: RunInfo) -> RunInfo {
         info.devices = (0..info.devices.len())

@@ -11,6 +11,7 @@ use ratatui::Frame;
 use super::charts::{block, draw_chart, message, thin};
 use crate::front::tui::app::App;
 use crate::front::tui::theme::Theme;
+use crate::front::words::loss_value;
 
 fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
     let mut x = [f64::INFINITY, f64::NEG_INFINITY];
@@ -26,16 +27,6 @@ fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
         x[1] = x[0] + 1.0;
     }
     ([x[0], x[1]], [0.0, (y_max * 1.05).max(1e-3)])
-}
-
-/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
-fn loss_value(l: f64, dp: usize) -> String {
-    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
-        let p = dp.saturating_sub(2);
-        format!("{l:.p$e}")
-    } else {
-        format!("{l:.dp$}")
-    }
 }
 
 /// The loss chart's title in `w` columns: the full one where it fits, else the same with the
@@ -261,18 +252,4 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     frame.render_widget(Paragraph::new(lines).block(b), area);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::loss_value;
-
-    #[test]
-    fn small_losses_keep_their_digits() {
-        assert_eq!(loss_value(0.1635, 4), "0.1635");
-        assert_eq!(loss_value(0.1635, 3), "0.164");
-        assert_eq!(loss_value(0.0003, 3), "3.0e-4");
-        assert_eq!(loss_value(0.00003, 4), "3.00e-5");
-        assert_eq!(loss_value(0.0, 3), "0.000");
-    }
 }
