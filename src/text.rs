@@ -14,7 +14,8 @@ pub fn counted(n: usize, noun: &str) -> String {
 /// where one is near enough: a few edits, `_` and `-` alike.
 pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
     let norm = |w: &str| -> Vec<char> { w.to_lowercase().replace('_', "-").chars().collect() };
-    let w = norm(word);
+    // (a flag's dashes written in a key: `--lr` is `lr`)
+    let w = norm(word.trim_start_matches('-'));
     let most = (w.len() / 3).clamp(1, 3);
     (known.iter())
         .map(|k| (edits(&w, &norm(k)), *k))
@@ -23,21 +24,29 @@ pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
-/// The fewest insertions, deletions and substitutions that make `a` into `b`.
+/// The fewest insertions, deletions, substitutions and swaps of neighbours (`modle` is one
+/// from `model`) that make `a` into `b`.
 fn edits(a: &[char], b: &[char]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
+    // d[i][j]: a[..i] into b[..j]
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let mut best = (d[i - 1][j - 1] + usize::from(a[i - 1] != b[j - 1]))
+                .min(d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -55,6 +64,9 @@ mod tests {
         assert_eq!(nearest("Steps", &known), Some("steps"));
         assert_eq!(nearest("log_evry", &known), Some("log-every"));
         assert_eq!(nearest("colour", &known), None);
+        // two letters swapped; a flag's dashes
+        assert_eq!(nearest("modle", &["model", "name"]), Some("model"));
+        assert_eq!(nearest("--lr", &known), Some("lr"));
         assert_eq!(nearest("", &known), None);
         assert_eq!(edits(&['a', 'b'], &[]), 2);
     }

@@ -137,10 +137,37 @@ fn bad_files_and_values_name_the_problem() {
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("line 1"), "{e}");
     // a value of the wrong type in words a config file's writer knows, without the keys' rule
+    for (text, says) in [
+        (
+            "steps = -5\n",
+            "`steps`: the number `-5`, expected a whole number of 0 or more",
+        ),
+        (
+            "lr =\n",
+            "`lr`: no value (a text goes in quotes, a number without)",
+        ),
+        (
+            "devices = 2\n",
+            "`devices`: a whole number `2`, expected a text (texts go in quotes)",
+        ),
+        (
+            "[train]\nlr = 1\n",
+            "keys are at its top level, without sections such as [train]",
+        ),
+        (
+            "modle = \"mlp:8\"\n",
+            "unknown key `modle`: did you mean `model`?",
+        ),
+        ("--lr = 0.1\n", "did you mean `lr`?"),
+    ] {
+        std::fs::write(&f, text).unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains(says), "{text}: {e}");
+    }
     std::fs::write(&f, "epochs = \"3\"\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(
-        e.contains("(line 1): a text \"3\", expected a whole number (numbers go without quotes)")
+        e.contains("(line 1): `epochs`: a text \"3\", expected a whole number of 0 or more (numbers go without quotes)")
             && !e.contains("u64")
             && !e.contains("keys are"),
         "{e}"

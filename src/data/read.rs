@@ -251,9 +251,14 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
             ("invalid type: floating point", "a fraction"),
             ("invalid type: integer", "a whole number"),
             ("invalid type: boolean", "true/false"),
-            ("expected u64", "expected a whole number"),
-            ("expected usize", "expected a whole number"),
-            ("expected u32", "expected a whole number"),
+            ("invalid value: integer", "the number"),
+            (
+                "invalid string: expected `\"`, `'`",
+                "no value (a text goes in quotes, a number without)",
+            ),
+            ("expected u64", "expected a whole number of 0 or more"),
+            ("expected usize", "expected a whole number of 0 or more"),
+            ("expected u32", "expected a whole number of 0 or more"),
             ("expected f64", "expected a number"),
             ("expected f32", "expected a number"),
             ("expected a boolean", "expected true or false"),
@@ -263,8 +268,26 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
         if msg.starts_with("a text") && msg.contains("expected a") && msg.contains("number") {
             msg += " (numbers go without quotes)";
         }
+        if !msg.starts_with("a text") && msg.ends_with("expected a string") {
+            msg = msg.replace("expected a string", "expected a text (texts go in quotes)");
+        }
         msg
     });
+    // the key the line sets, where the message does not name it (a value's error)
+    let at = line.and_then(|l| text.lines().nth(l - 1)).map(str::trim);
+    let msg = match at {
+        Some(l) if l.starts_with('[') => format!(
+            "{msg}: a config file's keys are at its top level, without sections such as {}",
+            excerpt(l)
+        ),
+        Some(l) if !msg.starts_with("unknown key") => match l.split_once('=') {
+            Some((key, _)) if !key.trim().is_empty() => {
+                format!("`{}`: {msg}", excerpt(key.trim()))
+            }
+            _ => msg,
+        },
+        _ => msg,
+    };
     (line, msg)
 }
 
