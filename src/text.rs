@@ -32,8 +32,8 @@ fn edits(a: &[char], b: &[char]) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, first) in d[0].iter_mut().enumerate() {
+        *first = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
