@@ -172,7 +172,7 @@ fn hostile_csv_files_get_one_short_line_each() {
     refused(
         d,
         &["--data", "csv:field.csv"],
-        &["field.csv: line 2, column 1: `7777", "…` is not a number"],
+        &["field.csv: line 2, column 1 (from 0): `7777", "…` is not a number"],
     );
     std::fs::write(d.join("cr.csv"), "\r".repeat(1000)).unwrap();
     refused(
@@ -184,7 +184,7 @@ fn hostile_csv_files_get_one_short_line_each() {
     refused(
         d,
         &["--data", "csv:nan.csv"],
-        &["nan.csv: line 2, column 1: `NaN` is not a finite number"],
+        &["nan.csv: line 2, column 1 (from 0): `NaN` is not a finite number"],
     );
     refused(
         d,

@@ -143,10 +143,10 @@ pub(super) fn parse(
             } else {
                 let v: f32 = f
                     .parse()
-                    .map_err(|_| format!("line {lineno}, column {j}: `{}` is not a number (if line 1 is a header, add ,header to {flag})", excerpt(f)))?;
+                    .map_err(|_| format!("line {lineno}, column {j} (from 0): `{}` is not a number (if line 1 is a header, add ,header to {flag})", excerpt(f)))?;
                 if !v.is_finite() {
                     return Err(format!(
-                        "line {lineno}, column {j}: `{}` is not a finite number; replace or drop rows with NaN or infinite values",
+                        "line {lineno}, column {j} (from 0): `{}` is not a finite number; replace or drop rows with NaN or infinite values",
                         excerpt(f)
                     ));
                 }
@@ -180,7 +180,7 @@ fn no_rows(text: &str, header: bool) -> String {
 
 fn bad_label(line: usize, col: usize, f: &str) -> String {
     let f = excerpt(f);
-    format!("line {line}, column {col}: label `{f}` is not a class index (an integer 0..65535); pick the label column with label=first|last|N")
+    format!("line {line}, column {col} (from 0): label `{f}` is not a class index (an integer 0..65535); pick the label column with label=first|last|N")
 }
 
 #[cfg(test)]
@@ -215,7 +215,7 @@ mod tests {
         );
         let e = parse("x,y,label\n1,2,0\n", LabelColumn::Last, false).unwrap_err();
         assert!(
-            e.contains("line 1, column 0") && e.contains(",header"),
+            e.contains("line 1, column 0 (from 0)") && e.contains(",header"),
             "{e}"
         );
         let e = parse("1,2,-1\n", LabelColumn::Last, false).unwrap_err();
@@ -257,7 +257,7 @@ mod tests {
             (vec![1.0, 2.0, 3.0, 4.0], vec![0, 1])
         );
         let e = parse("1,2,0\r3,x,1\r", LabelColumn::Last, false).unwrap_err();
-        assert!(e.starts_with("line 2, column 1: `x`"), "{e}");
+        assert!(e.starts_with("line 2, column 1 (from 0): `x`"), "{e}");
     }
 
     #[test]
@@ -306,7 +306,7 @@ mod tests {
         for v in ["NaN", "inf", "-infinity", "1e39"] {
             let e = parse(&format!("1,2,0\n3,{v},1\n"), LabelColumn::Last, false).unwrap_err();
             assert!(
-                e.contains("line 2, column 1") && e.contains("not a finite number"),
+                e.contains("line 2, column 1 (from 0)") && e.contains("not a finite number"),
                 "{v}: {e}"
             );
         }
