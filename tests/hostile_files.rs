@@ -172,7 +172,10 @@ fn hostile_csv_files_get_one_short_line_each() {
     refused(
         d,
         &["--data", "csv:field.csv"],
-        &["field.csv: line 2, column 1 (from 0): `7777", "…` is not a number"],
+        &[
+            "field.csv: line 2, column 1 (from 0): `7777",
+            "…` is not a number",
+        ],
     );
     std::fs::write(d.join("cr.csv"), "\r".repeat(1000)).unwrap();
     refused(

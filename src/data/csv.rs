@@ -179,8 +179,14 @@ fn no_rows(text: &str, header: bool) -> String {
 }
 
 fn bad_label(line: usize, col: usize, f: &str) -> String {
+    // a word is a class's name: the column may be the right one
+    let named = f.trim().parse::<f64>().is_err() && f.chars().any(char::is_alphabetic);
     let f = excerpt(f);
-    format!("line {line}, column {col} (from 0): label `{f}` is not a class index (an integer 0..65535); pick the label column with label=first|last|N")
+    let fix = match named {
+        true => "labels are class numbers 0..N-1: number the classes' names in the file (e.g. setosa 0, versicolor 1), or, if this is not the label column, pick it with label=first|last|N",
+        false => "pick the label column with label=first|last|N",
+    };
+    format!("line {line}, column {col} (from 0): label `{f}` is not a class index (an integer 0..65535); {fix}")
 }
 
 #[cfg(test)]
@@ -222,6 +228,13 @@ mod tests {
         assert!(e.contains("label `-1`"), "{e}");
         let e = parse("1,2,0.5\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("label `0.5`"), "{e}");
+        assert!(!e.contains("names"), "{e}");
+        // class names where numbers go: number them
+        let e = parse("a,b,label\n1,2,setosa\n", LabelColumn::Last, true).unwrap_err();
+        assert!(
+            e.contains("label `setosa`") && e.contains("number the classes' names"),
+            "{e}"
+        );
         let e = parse("", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("empty"), "{e}");
         let e = parse("1,2\n", LabelColumn::Index(5), false).unwrap_err();
