@@ -177,7 +177,12 @@ pub(super) fn load(
                     ),
                 });
             }
-            let text = format!("validation {vwhat}: {} samples", val.len());
+            // (the training data again: a check of fit, not of what was not seen)
+            let same = match v.absolute() == spec.absolute() {
+                true => ", the training data itself: it shows how the training set is fit, not how the model does on data it has not seen",
+                false => "",
+            };
+            let text = format!("validation {vwhat}: {} samples{same}", val.len());
             (full.clone(), val, text)
         }
         None => {
@@ -367,6 +372,20 @@ mod tests {
         assert!(
             d.description
                 .contains("no validation (--val-split 0: --val-data csv:nowhere.csv"),
+            "{}",
+            d.description
+        );
+    }
+
+    #[test]
+    fn validating_on_the_training_data_is_said() {
+        let opts = DataOptions {
+            val_data: Some(DataSpec::Digits),
+            ..DataOptions::default()
+        };
+        let d = load(&DataSpec::Digits, &opts, 0).unwrap();
+        assert!(
+            d.description.contains("the training data itself"),
             "{}",
             d.description
         );
