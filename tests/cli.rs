@@ -273,6 +273,14 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--name \" \" names nothing", "leave --name out"],
         ),
         (
+            &["--epochs", "1.5"],
+            &["'--epochs <EPOCHS>': not a whole number"],
+        ),
+        (
+            &["--devices", "cpu:2", "--name", "-dash"],
+            &["goes after `=`: --name=-dash"],
+        ),
+        (
             &["--prefetch", "100000000"],
             &["--prefetch 100000000", "0 (no prefetch) to 1024"],
         ),

@@ -37,6 +37,35 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     }
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or("error: bad arguments").to_string();
+    // Rust's words for a number that does not parse, in a user's
+    for (rust, said) in [
+        ("invalid digit found in string", "not a whole number"),
+        ("number too large to fit in target type", "too large"),
+        ("invalid float literal", "not a number"),
+        ("cannot parse integer from empty string", "no number given"),
+    ] {
+        out = out.replace(rust, said);
+    }
+    // a value that begins with `-` is taken for a flag: `--name=-x` gives it
+    if let Some(dash) = (text.strip_prefix("error: unexpected argument '"))
+        .and_then(|t| t.split_once('\''))
+        .map(|(a, _)| a)
+        .filter(|a| a.starts_with('-') && !a.starts_with("--"))
+    {
+        let given = |a: &&String| a.starts_with(dash) && !a.starts_with("--");
+        let flag = args
+            .iter()
+            .position(|a| given(&a))
+            .and_then(|i| i.checked_sub(1))
+            .map(|i| args[i].as_str())
+            .filter(|f| f.starts_with("--") && !f.contains('='));
+        if let Some(flag) = flag {
+            let value = args.iter().find(given).map_or(dash, |a| a);
+            out.push_str(&format!(
+                " (a value that begins with - goes after `=`: {flag}={value})"
+            ));
+        }
+    }
     let (mut tips, mut usage) = (Vec::new(), None);
     for l in lines {
         if let Some(tip) = l.strip_prefix("tip: ") {
