@@ -99,18 +99,29 @@ fn install() -> anyhow::Result<()> {
     done.clone().map_err(anyhow::Error::msg)
 }
 
-/// Makes `h` what a signal does. `ui`: a terminal UI shows the run, so a hang-up stops it even
-/// where SIGHUP was inherited as ignored; without one (headless, nohup) it stays ignored, and
-/// the log says so.
-fn set_handler(h: Handler, ui: bool) -> anyhow::Result<()> {
+/// What a SIGHUP inherited as ignored (nohup) does once the handler is set.
+#[derive(Clone, Copy, PartialEq)]
+enum Hup {
+    /// A terminal UI shows the run: a hang-up stops it.
+    Handled,
+    /// A headless run: it stays ignored, and the log says how to stop the run instead.
+    IgnoredSaid,
+    /// It stays ignored, without a word.
+    Ignored,
+}
+
+/// Makes `h` what a signal does (`hup`: what a SIGHUP inherited as ignored does).
+fn set_handler(h: Handler, hup: Hup) -> anyhow::Result<()> {
     install()?;
     *HANDLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
     if let Some(ours) = HUP_ACTION.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        if ui {
+        match hup {
             // SAFETY: putting back the action ctrlc installed for SIGHUP.
-            unsafe { libc::sigaction(libc::SIGHUP, &ours, std::ptr::null_mut()) };
-        } else {
-            mgtop::tell!("note: SIGHUP is ignored (nohup): the run survives the end of the session; stop it with SIGTERM (kill PID) for a checkpoint");
+            Hup::Handled => unsafe {
+                libc::sigaction(libc::SIGHUP, &ours, std::ptr::null_mut());
+            },
+            Hup::IgnoredSaid => mgtop::tell!("note: SIGHUP is ignored (nohup): the run survives the end of the session; stop it with SIGTERM (kill PID) for a checkpoint"),
+            Hup::Ignored => {}
         }
     }
     Ok(())
@@ -193,6 +204,7 @@ fn main() -> ExitCode {
 /// `scale` in one process: SIGINT / SIGTERM / SIGHUP end the measuring after the run under
 /// way, with the table of what was measured; a second signal quits at once.
 fn on_scale_signals(notify: Sender<()>) -> anyhow::Result<()> {
+    // (a hang-up under nohup stays ignored, as the measuring is meant to outlive the session)
     let h = move |n: usize| {
         if n == 0 {
             mgtop::tell!("interrupted: finishing the run under way, then the table of the points measured (signal again to quit at once)");
@@ -201,7 +213,7 @@ fn on_scale_signals(notify: Sender<()>) -> anyhow::Result<()> {
             std::process::exit(130);
         }
     };
-    set_handler(Box::new(h), false)
+    set_handler(Box::new(h), Hup::Ignored)
 }
 
 /// `view` and `attach`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this
@@ -215,7 +227,7 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
             std::process::exit(130);
         }
     };
-    set_handler(Box::new(h), true)
+    set_handler(Box::new(h), Hup::Handled)
 }
 
 /// SIGINT / SIGTERM / SIGHUP: the first asks the run to stop with a checkpoint, a second (not a
@@ -255,6 +267,7 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
         } else if n == 1 && mgtop::observe::recorder::run_ended() {
             // the run has ended and its records are whole: the process is writing its last
             // lines (the run directory, how to resume), which a third signal would cut
+            mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)");
         } else {
             // (a checkpoint half written goes, the metrics files get their end, the socket goes)
             mgtop::quit_at_once::run();
@@ -269,7 +282,10 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             std::process::exit(130);
         }
     };
-    set_handler(Box::new(h), ui)
+    set_handler(
+        Box::new(h),
+        if ui { Hup::Handled } else { Hup::IgnoredSaid },
+    )
 }
 
 #[cfg(test)]

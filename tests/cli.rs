@@ -276,6 +276,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--epochs", "1.5"],
             &["'--epochs <EPOCHS>': not a whole number"],
         ),
+        (&["--steps=-5"], &["'--steps <STEPS>': below 0"]),
         (
             &["--devices", "cpu:2", "--name", "-dash"],
             &["goes after `=`: --name=-dash"],

@@ -217,4 +217,24 @@ fn a_resume_on_a_smaller_training_split_goes_on_from_the_next_epoch() {
         "{out}"
     );
     assert!(out.contains("finished: 30 steps"), "{out}");
+    // where that epoch was the budget's last, there is nothing to train: said, not "goes on"
+    let o = run_in(
+        d,
+        &[
+            "--headless",
+            "--epochs",
+            "1",
+            "--resume",
+            "r1",
+            "--val-split",
+            "0.3",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("nothing to resume: the checkpoint's data position (1280) is past the end")
+            && out.contains("and the run has finished 1 epoch, and --epochs is 1"),
+        "{out}"
+    );
 }

@@ -454,11 +454,17 @@ fn split_folders_are_not_classes() {
         .unwrap();
     let d = dir.display();
     assert!(
-        e.contains("holds a train/ folder but no val/ beside it")
+        e.contains("holds a train/ folder of class folders but no val/")
             && e.contains("(test, train)")
             && e.contains(&format!("give images:{d}/train --val-data images:{d}/test")),
         "{e}"
     );
+    // a class called train (CIFAR-100 has one) is a class: pictures of its own
+    let classes = tmp.path().join("classes");
+    png_rgb(&classes.join("train/0.png"), 0);
+    png_rgb(&classes.join("tractor/1.png"), 1);
+    let d = images(&classes, &opts(|_| {})).unwrap();
+    assert_eq!(d.train.len() + d.val.len(), 2);
 }
 
 #[test]

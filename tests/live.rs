@@ -74,6 +74,12 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
         "{log}"
     );
     assert_eq!(run.checkpoints(), 1);
+    // asked again at the same step: answered with the one written, none written twice
+    assert_eq!(a.control("checkpoint", json!({}))["ok"], true);
+    run.wait_log("the second answer", |l| {
+        l.matches("checkpoint at step").count() == 2
+    });
+    assert_eq!(run.checkpoints(), 1);
 
     // a second client at the same time sees the same
     let mut b = Client::connect(&socket);

@@ -37,7 +37,14 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     }
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let mut out = lines.next().unwrap_or("error: bad arguments").to_string();
-    // Rust's words for a number that does not parse, in a user's
+    // Rust's words for a number that does not parse, in a user's (a negative one is one)
+    let negative = out.contains("invalid value '-")
+        && out.contains("invalid digit found in string")
+        && (out.split("invalid value '-").nth(1))
+            .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()));
+    if negative {
+        out = out.replace("invalid digit found in string", "below 0: use 0 or more");
+    }
     for (rust, said) in [
         ("invalid digit found in string", "not a whole number"),
         ("number too large to fit in target type", "too large"),
@@ -58,7 +65,19 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
             .position(|a| given(&a))
             .and_then(|i| i.checked_sub(1))
             .map(|i| args[i].as_str())
-            .filter(|f| f.starts_with("--") && !f.contains('='));
+            .filter(|f| f.starts_with("--") && !f.contains('='))
+            // (one that takes a value: a switch's hint would be another mistake)
+            .filter(|f| {
+                let cli = Cli::command();
+                let mut all = cli
+                    .get_arguments()
+                    .chain(cli.get_subcommands().flat_map(|c| c.get_arguments()));
+                all.any(|a| {
+                    a.get_long() == Some(&f[2..])
+                        && a.get_action().takes_values()
+                        && a.get_num_args().is_none_or(|n| n.min_values() >= 1)
+                })
+            });
         if let Some(flag) = flag {
             let value = args.iter().find(given).map_or(dash, |a| a);
             out.push_str(&format!(

@@ -55,7 +55,11 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
         }
     } else if app.disconnected.is_some() {
         // asked again as the screen closes: the connection may have gone with the run
-        let state = match crate::engine::rundir::liveness(&run_dir, app.info.host.as_deref()) {
+        // (a socket outside a run directory has nothing else to ask)
+        let live = (crate::engine::rundir::is_run_dir(&run_dir))
+            .then(|| crate::engine::rundir::liveness(&run_dir, app.info.host.as_deref()))
+            .flatten();
+        let state = match live {
             Some(false) => format!(
                 "the run is not running (it ended or was killed): see it with mgtop-train view {run}"
             ),

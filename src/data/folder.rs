@@ -39,7 +39,7 @@ impl Folder {
     }
 }
 
-fn is_image(p: &Path) -> bool {
+pub(super) fn is_image(p: &Path) -> bool {
     p.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))

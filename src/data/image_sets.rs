@@ -3,7 +3,7 @@
 //! seeded split), the input size (`--image-size` or the pictures' own), the augmentation, the
 //! normalisation, and whether decoded files are kept in memory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::cifar::{self, Kind};
@@ -112,7 +112,8 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
 const VAL_FOLDERS: [&str; 3] = ["val", "valid", "validation"];
 
 /// Refuses a folder whose would-be class folders are a split's (`train/`, `test/`): its
-/// pictures would be learnt as "train" against "test", their own classes one level down.
+/// pictures would be learnt as "train" against "test", their own classes one level down. A
+/// `train` folder of pictures is a class of that name (CIFAR-100 has one), not a split.
 fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
     let mut names: Vec<String> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
         .filter(|e| e.path().is_dir())
@@ -124,6 +125,15 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
     let Some(train) = named(["train", "training"]) else {
         return Ok(());
     };
+    // a split's folder holds class folders, and no pictures of its own
+    let inside: Vec<PathBuf> = (std::fs::read_dir(dir.join(train)).into_iter().flatten())
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let classes = inside.iter().any(|p| p.is_dir());
+    if !classes || inside.iter().any(|p| p.is_file() && folder::is_image(p)) {
+        return Ok(());
+    }
     let d = dir.display();
     let held_out = named(["test", "testing"]);
     let fix = match held_out {
@@ -131,7 +141,7 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
         None => format!("give images:{d}/{train} (validation cut from it by --val-split), or put the validation pictures in {d}/val"),
     };
     Err(format!(
-        "{d} holds a {train}/ folder but no val/ beside it, so its folders would be taken as the classes ({}): {fix}",
+        "{d} holds a {train}/ folder of class folders but no val/ (nor valid/, validation/) beside a train/, so its folders would be taken as the classes ({}): {fix}",
         names.join(", ")
     ))
 }

@@ -245,6 +245,21 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
             .filter(|l| !l.is_empty())
             .collect();
         let mut msg = excerpt_quotes(&lines.join(": "));
+        // a whole number of 0 or more that does not fit: too large, not of the wrong kind
+        let too_large = (msg.strip_prefix("invalid value: integer `"))
+            .and_then(|rest| rest.split_once("`, expected "))
+            .filter(|(n, _)| !n.starts_with('-'))
+            .and_then(|(n, ty)| {
+                let most = match ty {
+                    "u32" => u32::MAX as u64,
+                    "u64" | "usize" => u64::MAX,
+                    _ => return None,
+                };
+                Some(format!("the number `{n}` is too large: at most {most}"))
+            });
+        if let Some(m) = too_large {
+            msg = m;
+        }
         // serde's words for types are Rust's: said in a config file's
         for (rust, said) in [
             ("invalid type: string", "a text"),
@@ -281,7 +296,9 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
             excerpt(l)
         ),
         Some(l) if !msg.starts_with("unknown key") => match l.split_once('=') {
-            Some((key, _)) if !key.trim().is_empty() => {
+            Some((key, _))
+                if !key.trim().is_empty() && !msg.contains(&format!("`{}`", key.trim())) =>
+            {
                 format!("`{}`: {msg}", excerpt(key.trim()))
             }
             _ => msg,

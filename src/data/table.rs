@@ -199,7 +199,7 @@ pub(super) fn load(
         .iter()
         .collect::<std::collections::HashSet<_>>()
         .len();
-    let from_one = !full.y.contains(&0) && full.classes > 2;
+    let from_one = full.y.iter().min() == Some(&1) && full.classes > 2;
     let sparse = match (used * 2 < full.classes, from_one) {
         (true, _) => format!(
             " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",

@@ -210,7 +210,8 @@ pub(super) fn budget_reached(budget: Budget, step: u64, epoch: u64) -> Option<St
             "is at step {step}, and --steps is {s}: pass a larger --steps to train further"
         )),
         Budget::Epochs(e) if epoch >= e => Some(format!(
-            "has finished {epoch} epochs, and --epochs is {e}: pass a larger --epochs (or --steps) to train further"
+            "has finished {}, and --epochs is {e}: pass a larger --epochs (or --steps) to train further",
+            crate::text::counted(epoch as usize, "epoch")
         )),
         _ => None,
     }

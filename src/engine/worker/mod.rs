@@ -226,7 +226,7 @@ impl Worker {
             if d.hold {
                 // a checkpoint asked while paused: written now, and the run stays paused
                 self.catch_up(replica, &mut tally)?;
-                self.save(replica)?;
+                self.save(replica, true)?;
                 continue;
             }
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
@@ -258,7 +258,7 @@ impl Worker {
                 self.catch_up(replica, &mut tally)?;
             }
             if d.checkpoint || d.stop == Some(true) {
-                self.save(replica)?;
+                self.save(replica, d.checkpoint)?;
             }
             if d.stop.is_some() {
                 stopped = true;
@@ -385,7 +385,7 @@ impl Worker {
                 self.catch_up(replica, &mut tally)?;
             }
             if checkpoint {
-                self.save(replica)?;
+                self.save(replica, false)?;
             }
             held = batch.epoch_end || checkpoint;
         }
@@ -394,7 +394,7 @@ impl Worker {
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
         if !stopped && self.cfg.final_checkpoint {
-            self.save(replica)?;
+            self.save(replica, false)?;
         }
         if self.rank == 0 {
             let ending = match stopped {

@@ -8,14 +8,23 @@ use crate::engine::EngineError;
 
 impl Worker {
     /// Rank 0 writes a checkpoint of the one model (local SGD: averaged first); all ranks call it.
-    pub(super) fn save(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
+    /// One of this step is written once; `asked` (a control asked for it) is answered with it
+    /// again where it is written already (pressed twice while paused).
+    pub(super) fn save(
+        &mut self,
+        replica: &mut dyn Replica,
+        asked: bool,
+    ) -> Result<(), EngineError> {
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
-        let saved = self
-            .last_checkpoint
-            .as_ref()
-            .is_some_and(|(s, _)| *s == self.step);
-        if self.rank != 0 || saved {
+        let saved = (self.last_checkpoint.as_ref()).filter(|(s, _)| *s == self.step);
+        if let Some((step, path)) = saved.filter(|_| asked && self.rank == 0) {
+            let _ = self.events.send(Event::Checkpoint {
+                step: *step,
+                path: path.clone(),
+            });
+        }
+        if self.rank != 0 || saved.is_some() {
             return Ok(());
         }
         let state = self.strategy.export(replica);

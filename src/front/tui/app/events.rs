@@ -111,9 +111,9 @@ impl App {
         let answers = match &e {
             Event::Checkpoint { .. } => std::mem::take(&mut self.pending_checkpoint),
             Event::Control {
-                applied: Applied::Paused | Applied::Resumed,
+                applied: a @ (Applied::Paused | Applied::Resumed),
                 ..
-            } => self.pending_pause.is_some(),
+            } => self.pending_pause == Some(matches!(a, Applied::Paused)),
             Event::Control {
                 applied: Applied::BatchSize { to, .. },
                 ..

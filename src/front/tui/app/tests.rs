@@ -120,8 +120,11 @@ fn what_answers_a_key_is_said_in_the_footer_and_nothing_else_is() {
     control(&mut app, 8, Applied::Paused);
     let said = app.flash.take().unwrap();
     assert!(said.contains("paused"), "{said}");
-    // another client's resume is not this screen's answer
+    // another client's resume is not this screen's answer, nor the opposite of what it asked
     control(&mut app, 8, Applied::Resumed);
+    assert_eq!(app.flash, None);
+    app.handle_key(key('p'));
+    control(&mut app, 9, Applied::Resumed);
     assert_eq!(app.flash, None);
 }
 
