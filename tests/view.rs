@@ -226,6 +226,14 @@ fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
     read_all(&mut r, &mut app).unwrap();
     assert!(app.summary.is_some());
     assert_eq!(r.past_end(), Some(lines as u64 - 1));
+    // a line too long to read after the end is no refusal either
+    let p = edited(&run, d, "long-after-end.jsonl", |l| {
+        l.push("x".repeat(3 << 20))
+    });
+    let mut r = MetricsReader::open(&p).unwrap();
+    let mut app = App::watching(r.info().clone());
+    read_all(&mut r, &mut app).unwrap();
+    assert!(app.summary.is_some() && r.past_end().is_some());
     // (a whole file has none)
     let mut r = MetricsReader::open(&run).unwrap();
     let mut app = App::watching(r.info().clone());

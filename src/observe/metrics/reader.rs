@@ -44,8 +44,9 @@ pub struct MetricsReader {
     info: RunInfo,
     /// The `end` record was read: what follows is no part of the run.
     ended: bool,
-    /// The first line after `end` that is not blank (left unread).
+    /// The first line after `end` that is not blank (left unread), once looked for.
     past_end: Option<u64>,
+    looked_past_end: bool,
 }
 
 impl MetricsReader {
@@ -108,6 +109,7 @@ impl MetricsReader {
             info,
             ended: false,
             past_end: None,
+            looked_past_end: false,
         })
     }
 
@@ -122,6 +124,27 @@ impl MetricsReader {
         self.past_end
     }
 
+    /// Once after the end: whether anything but blank lines follows it (a line too long counts
+    /// as something; none of it is read further). A file that shrank is still an error: a new
+    /// run overwrote it.
+    fn look_past_end(&mut self) -> Result<(), ReadError> {
+        if self.looked_past_end {
+            return Ok(());
+        }
+        loop {
+            match self.lines.next_line() {
+                Ok(Some((a, b))) if self.lines.buf[a..b].iter().all(u8::is_ascii_whitespace) => {}
+                Ok(Some(_)) => break self.past_end = Some(self.lines.line),
+                Err(e @ (ReadError::File { .. } | ReadError::Io { .. })) => return Err(e),
+                Err(ReadError::Line { .. }) => break self.past_end = Some(self.lines.line + 1),
+                // (nothing complete yet: looked at again next time)
+                Ok(None) => return Ok(()),
+            }
+        }
+        self.looked_past_end = true;
+        Ok(())
+    }
+
     /// The file read (inside the run directory where one was given).
     pub fn path(&self) -> &Path {
         &self.lines.path
@@ -130,13 +153,13 @@ impl MetricsReader {
     /// The next record, or `None` when no complete line follows yet.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Record>, ReadError> {
+        if self.ended {
+            self.look_past_end()?;
+            return Ok(None);
+        }
         while let Some((a, b)) = self.lines.next_line()? {
             let text = &self.lines.buf[a..b];
             if text.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            if self.ended {
-                self.past_end.get_or_insert(self.lines.line);
                 continue;
             }
             if let Some(r) =
