@@ -82,15 +82,19 @@ impl Tasks {
     fn try_arm(&self, task: impl FnOnce() + Send + 'static) -> Option<u64> {
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         if armed.quitting {
-            // counted before it waits its turn, so the `run` under way waits for it
+            if RUNNING_TASKS.get() {
+                // armed by a task being run: this thread holds `running`, so run it here
+                drop(armed);
+                task();
+                return None;
+            }
+            // counted before it waits its turn, so the `run` under way waits for it (and
+            // uncounted however the task ends)
             armed.late += 1;
             drop(armed);
-            {
-                let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-                task();
-            }
-            self.armed.lock().unwrap_or_else(|e| e.into_inner()).late -= 1;
-            self.settled.notify_all();
+            let _counted = Late(self);
+            let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            task();
             return None;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -105,6 +109,7 @@ impl Tasks {
     pub fn run(&self) {
         {
             let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            RUNNING_TASKS.set(true);
             // taken out first: a task never runs under the lock a guard's drop takes
             let tasks = {
                 let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
@@ -114,12 +119,28 @@ impl Tasks {
             for (_, task) in tasks.into_iter().rev() {
                 task();
             }
+            RUNNING_TASKS.set(false);
         }
         let armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         let waited = self
             .settled
             .wait_timeout_while(armed, LATE_WAIT, |r| r.late > 0);
         drop(waited.unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+thread_local! {
+    /// This thread is running the armed tasks (holding `running`).
+    static RUNNING_TASKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A task armed late, counted until it has run (or panicked).
+struct Late<'a>(&'a Tasks);
+
+impl Drop for Late<'_> {
+    fn drop(&mut self) {
+        self.0.armed.lock().unwrap_or_else(|e| e.into_inner()).late -= 1;
+        self.0.settled.notify_all();
     }
 }
 
@@ -216,6 +237,28 @@ mod tests {
             *done.lock().unwrap(),
             "run returned (and its caller would exit) before the late task ended"
         );
+    }
+
+    #[test]
+    fn a_task_that_arms_another_runs_it_in_place() {
+        static TASKS: Tasks = Tasks::new();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let _outer = TASKS.arm({
+            let ran = ran.clone();
+            move || {
+                let inner = ran.clone();
+                // (quitting: it runs at once)
+                let _ = TASKS.try_arm(move || inner.lock().unwrap().push("inner"));
+                ran.lock().unwrap().push("outer");
+            }
+        });
+        let run = std::thread::spawn(|| TASKS.run());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !run.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(run.is_finished(), "run() deadlocked on its own task's arm");
+        assert_eq!(*ran.lock().unwrap(), ["inner", "outer"]);
     }
 
     #[test]

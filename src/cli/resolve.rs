@@ -58,7 +58,7 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
         let (line, msg) = read::toml_error(&text, &e);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong)
-        let keys = match msg.contains("key") {
+        let keys = match msg.contains("key") && !msg.contains("top level") {
             true => "; keys are the flag names without the leading --, e.g. batch-per-replica = 64",
             false => "",
         };

@@ -61,7 +61,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         // running, gone, or not known (on another machine and quiet only a short while)
         let host = app.info.host.as_deref();
         let live = run_dir.and_then(|d| rundir::liveness(d, host));
-        let after = reader.past_end().map(crate::front::tui::replay::past_end);
+        let after = reader.past_end().map(crate::front::words::past_end);
         for line in summary(&app, live).into_iter().chain(after) {
             // names and paths come from the file
             crate::say!("{}", crate::data::read::printable(&line));

@@ -252,6 +252,11 @@ pub fn step_line(
     }
 }
 
+/// What follows a run's `end` record, from `line` on.
+pub fn past_end(line: u64) -> String {
+    format!("the file goes on after the run's end record (from line {line}): left unread")
+}
+
 /// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
 pub fn loss_value(l: f64, dp: usize) -> String {
     if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {

@@ -15,8 +15,9 @@ use crate::observe::metrics::{MetricsReader, ReadError, Record};
 pub const POLL: Duration = Duration::from_millis(250);
 /// How often a file without an end record asks whether its run still runs.
 const ASK_LIVE: Duration = Duration::from_secs(2);
-/// How long a file outside a run directory, without an end record, may stay as it is before
-/// it is said to have none (a run writes its telemetry every `--sample-interval`).
+/// How long a file outside a run directory, without an end record, may go unwritten before
+/// it is said to have none (a run writes its telemetry every `--sample-interval`, 1 s unless
+/// told otherwise).
 pub const QUIET: Duration = Duration::from_secs(60);
 /// The longest the loop spends reading at a time (a big file is read over several frames, so
 /// keys are answered while it loads).
@@ -86,15 +87,9 @@ pub struct FileSource {
     pub error: Option<ReadError>,
     /// Lines after the run's end were said.
     past_end_said: bool,
-    /// When records were last read, and how long a file outside a run directory may stay as
-    /// it is before it is said to have no end.
-    grew: Instant,
+    /// How long a file outside a run directory may stay as it is (its modification time)
+    /// before it is said to have no end.
     quiet: Duration,
-}
-
-/// What follows a run's `end` record, from `line` on.
-pub fn past_end(line: u64) -> String {
-    format!("the file goes on after the run's end record (from line {line}): left unread")
 }
 
 impl FileSource {
@@ -109,7 +104,6 @@ impl FileSource {
             behind: true,
             error: None,
             past_end_said: false,
-            grew: Instant::now(),
             quiet: QUIET,
         }
     }
@@ -136,7 +130,10 @@ impl FileSource {
                 Ok(None) => {
                     if let Some(line) = self.reader.past_end().filter(|_| !self.past_end_said) {
                         self.past_end_said = true;
-                        app.apply(AppEvent::Notice(Level::Warn, past_end(line)));
+                        app.apply(AppEvent::Notice(
+                            Level::Warn,
+                            crate::front::words::past_end(line),
+                        ));
                         any = true;
                     }
                     break;
@@ -176,9 +173,6 @@ impl Source for FileSource {
 
     fn on_timer(&mut self, app: &mut App) -> bool {
         let pulled = self.pull(app);
-        if pulled {
-            self.grew = Instant::now();
-        }
         // a run without an end record: still running, or killed (asked every few seconds);
         // a copy elsewhere has no run to ask: quiet a while, it is said to have no end
         let due = self.asked.is_none_or(|t| t.elapsed() >= ASK_LIVE);
@@ -189,7 +183,11 @@ impl Source for FileSource {
                 rundir::is_gone(d, app.info.host.as_deref()).then_some(Silent::Killed)
             }
             Some(_) => app.silent,
-            None => (self.grew.elapsed() >= self.quiet).then_some(Silent::NoEnd),
+            None => {
+                let changed = std::fs::metadata(self.reader.path()).and_then(|m| m.modified());
+                let quiet = changed.is_ok_and(|t| t.elapsed().is_ok_and(|e| e >= self.quiet));
+                quiet.then_some(Silent::NoEnd)
+            }
         };
         let changed = silent != app.silent;
         app.silent = silent;

@@ -51,7 +51,8 @@ impl App {
             KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
             KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
             KeyCode::Char('s') => self.checked(|app| {
-                // (of the step the ranks reach next: this one where paused)
+                // (the ranks write it at the step they are at when it reaches them: this one
+                // where paused, a later one where running)
                 let asked = format!("checkpoint requested after step {}", app.step());
                 app.note(Level::Info, asked.clone());
                 app.flash = Some(asked);
