@@ -186,35 +186,7 @@ impl Engine {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
         };
-        let mut start = start;
-        if start.cursor.offset >= loaded.train.len() && !loaded.train.is_empty() {
-            // written for a larger training set (the data or its split changed): the epoch it
-            // was in is taken as done
-            let past = format!(
-                "data position ({}) is past the end of this training set ({} samples), so epoch {} is taken as done",
-                start.cursor.offset,
-                loaded.train.len(),
-                start.cursor.epoch + 1
-            );
-            start.cursor = loader::Cursor {
-                epoch: start.cursor.epoch + 1,
-                offset: 0,
-            };
-            start.epoch_sum = [0.0, 0.0];
-            if let Some(why) = resume::budget_reached(cfg.budget, start.step, start.cursor.epoch) {
-                return Err(EngineError::Config(format!(
-                    "nothing to resume: the checkpoint's {past}, and the run {why}"
-                )));
-            }
-            let note = format!(
-                "its {past} and the run goes on from the start of epoch {}",
-                start.cursor.epoch + 1
-            );
-            start.resume_note = Some(match start.resume_note.take() {
-                Some(n) => format!("{n}; {note}"),
-                None => note,
-            });
-        }
+        let start = start.within(loaded.train.len(), cfg.budget)?;
         if let (true, Some(f)) = (loaded.train.is_empty(), cfg.inputs.val_fraction) {
             if f >= 0.5 {
                 return Err(EngineError::Config(format!(

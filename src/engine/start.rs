@@ -8,7 +8,7 @@ use super::resume::{resumed_settings, TrainSplit};
 use super::weights;
 use super::EngineError;
 use crate::backend::TrainState;
-use crate::config::{RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
+use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::nn::model::Model;
 
 /// Where a run starts: fresh or from a checkpoint.
@@ -29,6 +29,41 @@ pub(super) struct Start {
     pub init_notes: Vec<String>,
     /// The epoch's loss sum and samples before `step` (`Worker::epoch_sum`).
     pub epoch_sum: [f64; 2],
+}
+
+impl Start {
+    /// This start on a training split of `samples`: a checkpoint's data position past its end
+    /// (written for a larger split: the data or its split changed) takes that epoch as done,
+    /// said in the resume note; where that was the `budget`'s last, there is nothing to train.
+    pub fn within(mut self, samples: usize, budget: Budget) -> Result<Start, EngineError> {
+        if self.cursor.offset < samples || samples == 0 {
+            return Ok(self);
+        }
+        let past = format!(
+            "data position ({}) is past the end of this training set ({samples} samples), so epoch {} is taken as done",
+            self.cursor.offset,
+            self.cursor.epoch + 1
+        );
+        self.cursor = Cursor {
+            epoch: self.cursor.epoch + 1,
+            offset: 0,
+        };
+        self.epoch_sum = [0.0, 0.0];
+        if let Some(why) = super::resume::budget_reached(budget, self.step, self.cursor.epoch) {
+            return Err(EngineError::Config(format!(
+                "nothing to resume: the checkpoint's {past}, and the run {why}"
+            )));
+        }
+        let note = format!(
+            "its {past} and the run goes on from the start of epoch {}",
+            self.cursor.epoch + 1
+        );
+        self.resume_note = Some(match self.resume_note.take() {
+            Some(n) => format!("{n}; {note}"),
+            None => note,
+        });
+        Ok(self)
+    }
 }
 
 /// The starting point of a run of `ranks` ranks on the training split `split`:
