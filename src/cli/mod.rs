@@ -393,6 +393,8 @@ pub struct TrainArgs {
 }
 
 #[cfg(test)]
+mod resume_tests;
+#[cfg(test)]
 mod tests;
 
 /// A setting that is a count or a word (`prefetch = 4` or `prefetch = "auto"`), as its flag's text.

@@ -368,4 +368,6 @@ pub fn flops_text(f: u64) -> String {
 }
 
 #[cfg(test)]
+mod grad_tests;
+#[cfg(test)]
 mod tests;

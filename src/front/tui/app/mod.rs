@@ -489,6 +489,8 @@ impl App {
 }
 
 #[cfg(test)]
+mod events_tests;
+#[cfg(test)]
 mod quit_tests;
 #[cfg(test)]
 mod tests;
