@@ -424,3 +424,23 @@ fn a_long_answer_in_the_footer_leaves_help_on_screen() {
     assert!(footer.contains("cannot be changed from here"), "{footer}");
     assert!(footer.contains("? help"), "{footer}");
 }
+
+/// The header's progress bar: its filled and empty cells on the second line.
+fn bar_cells(s: &str) -> usize {
+    let line = s.lines().nth(1).unwrap();
+    line.chars().filter(|&c| c == '━' || c == '─').count()
+}
+
+#[test]
+fn the_progress_bar_keeps_its_width_when_the_eta_comes_and_goes() {
+    let mut app = demo::app(2, 150);
+    for w in [70u16, 80] {
+        app.eta = Some(std::time::Duration::from_secs(95));
+        let with = screen(&app, w, 24);
+        assert!(with.lines().nth(1).unwrap().contains("ETA 01:35"), "{with}");
+        app.eta = None;
+        let without = screen(&app, w, 24);
+        assert_eq!(bar_cells(&with), bar_cells(&without), "{w}:\n{with}\n{without}");
+        assert!(bar_cells(&with) > 0, "{with}");
+    }
+}

@@ -111,8 +111,14 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         _ => String::new(),
     };
     let tail = format!(" {:>3.0}% · {}{eta}", progress * 100.0, clock(app.now));
+    // a run not ended keeps room for its ETA, known or not: the bar does not jump when it comes
+    // or goes with a pause
+    let eta_room = match app.state.ended() {
+        true => 0,
+        false => " · ETA 00:00".chars().count().saturating_sub(eta.chars().count()),
+    };
     let bar_w = w
-        .saturating_sub(position.chars().count() + tail.chars().count() + 2)
+        .saturating_sub(position.chars().count() + tail.chars().count() + eta_room + 2)
         .min(40);
     let filled = (progress * bar_w as f64).round() as usize;
     let line2 = Line::from(vec![
