@@ -444,3 +444,11 @@ fn the_progress_bar_keeps_its_width_when_the_eta_comes_and_goes() {
         assert!(bar_cells(&with) > 0, "{with}");
     }
 }
+
+#[test]
+fn the_busy_chart_names_its_devices_at_80_columns() {
+    let app = demo::app(3, 150);
+    let s = screen(&app, 80, 24);
+    let title = s.lines().find(|l| l.contains("busy %")).unwrap();
+    assert!(title.contains("cpu0 cpu1 cpu2"), "{s}");
+}

@@ -42,11 +42,15 @@ fn percent_chart(
         .window
         .span()
         .map_or(0.0, |s| (now - s.as_secs_f64()).max(0.0));
-    let mut head = vec![
-        Span::styled(format!(" {title} "), theme.title()),
-        Span::styled(format!("{} · w ", app.window.label()), theme.muted()),
-    ];
-    // which line is which device, in their colours, where the title has the room
+    let head_of = |title: String| {
+        vec![
+            Span::styled(format!(" {title} "), theme.title()),
+            Span::styled(format!("{} · w ", app.window.label()), theme.muted()),
+        ]
+    };
+    let mut head = head_of(format!("{title} per device"));
+    // which line is which device, in their colours, where the title has the room (the legend
+    // says "per device" by itself)
     if series.len() > 1 {
         let legend: Vec<Span> = series
             .iter()
@@ -63,7 +67,12 @@ fn percent_chart(
                 .map(|s| s.content.chars().count())
                 .sum::<usize>()
         };
-        if width(&head) + width(&legend) + 2 <= area.width as usize {
+        let fits = |head: &[Span]| width(head) + width(&legend) + 2 <= area.width as usize;
+        let short = head_of(title.to_string());
+        if fits(&head) {
+            head.extend(legend);
+        } else if fits(&short) {
+            head = short;
             head.extend(legend);
         }
     }
@@ -163,7 +172,7 @@ pub fn render_history(
     };
     let util = pick(|d| &d.util);
     let macc = pick(|d| &d.mem_access);
-    let util_title = format!("{} % per device", super::devices::util_name(app));
+    let util_title = format!("{} %", super::devices::util_name(app));
     let no_util = "utilization: n/a on these devices";
     // CPU workers have no memory-access counter: say so in one line instead of a chart
     let cpu_only = app
