@@ -452,3 +452,20 @@ fn the_busy_chart_names_its_devices_at_80_columns() {
     let title = s.lines().find(|l| l.contains("busy %")).unwrap();
     assert!(title.contains("cpu0 cpu1 cpu2"), "{s}");
 }
+
+#[test]
+fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Char('1'));
+    let s = screen(&app, 60, 16);
+    for whole in [
+        "cpu0 device 1 of 2",
+        "busy % 1 min",
+        "step time, recent steps",
+        "step (mean of recent)",
+    ] {
+        assert!(s.contains(whole), "{whole}:\n{s}");
+    }
+    let min_max = s.lines().find(|l| l.contains("ms, max")).unwrap();
+    assert!(min_max.trim_end_matches(['"', '│', ' ']).ends_with(" ms"), "{s}");
+}

@@ -48,7 +48,10 @@ fn percent_chart(
             Span::styled(format!("{} · w ", app.window.label()), theme.muted()),
         ]
     };
-    let mut head = head_of(format!("{title} per device"));
+    let mut head = head_of(match series.len() {
+        1 => title.to_string(),
+        _ => format!("{title} per device"),
+    });
     // which line is which device, in their colours, where the title has the room (the legend
     // says "per device" by itself)
     if series.len() > 1 {

@@ -282,13 +282,21 @@ fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
     }
 }
 
+/// The narrowest the detail view's charts are drawn: their titles whole.
+const CHARTS_W: u16 = 28;
+
 /// Everything known about one device: a metrics list beside its charts.
 pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, i: usize) {
     let Some(d) = app.devices.get(i) else {
         return;
     };
+    // the list's room, unless the charts would be left less than their titles need
+    let list_w = match area.width {
+        w if w >= 42 + CHARTS_W => 42,
+        w => w.saturating_sub(CHARTS_W).max(24),
+    };
     let [left, right] =
-        Layout::horizontal([Constraint::Length(42), Constraint::Min(10)]).areas(area);
+        Layout::horizontal([Constraint::Length(list_w), Constraint::Min(10)]).areas(area);
     let s = &d.sample;
     let ms = |v: f64| format!("{:.3} ms", v * 1e3);
     let mut rows: Vec<(String, String)> = vec![(util_name(app).into(), pct(s.util))];
