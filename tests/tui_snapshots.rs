@@ -469,3 +469,20 @@ fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
     let min_max = s.lines().find(|l| l.contains("ms, max")).unwrap();
     assert!(min_max.trim_end_matches(['"', '│', ' ']).ends_with(" ms"), "{s}");
 }
+
+#[test]
+fn a_resumed_run_says_where_it_started_in_its_summary() {
+    let mut app = demo::app(2, 150);
+    app.info.resumed_from = Some("/runs/a/checkpoints/step-00000100".into());
+    app.info.start_step = 100;
+    app.apply(AppEvent::Engine(Event::Finished {
+        step: 150,
+        ending: Ending::Completed,
+    }));
+    let s = screen(&app, 100, 30);
+    let line = s.lines().find(|l| l.contains("resumed from")).expect(&s);
+    assert!(
+        line.contains("step 100 of /runs/a/checkpoints/step-00000100"),
+        "{s}"
+    );
+}

@@ -166,7 +166,13 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         0 => "n/a (no validation set)",
         _ => "n/a (no epoch finished)",
     };
-    let mut fields = vec![
+    let mut fields = Vec::new();
+    // a resumed run's figures are of its own steps, from the checkpoint's on
+    if let Some(p) = &app.info.resumed_from {
+        let from = format!("step {} of {}", app.info.start_step, p.display());
+        fields.push(("resumed from", from));
+    }
+    fields.extend([
         (
             "best val accuracy",
             s.best_val_accuracy
@@ -177,7 +183,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             "train samples/s",
             s.mean_samples_per_sec.map_or("n/a".into(), si),
         ),
-    ];
+    ]);
     if let (Some(r), Some(b)) = (s.mean_samples_per_sec, app.info.baseline) {
         let (speedup, eff) = crate::engine::calibrate::scaling(r, b, app.info.ranks());
         fields.push((
