@@ -265,7 +265,7 @@ fn median_by(rows: &mut [Row]) -> Row {
 
 /// The warning for points whose repeats disagree (a speedup is only as good as both its
 /// figures), or `None` when every figure holds.
-pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
+pub fn noise_warning(rows: &[Row]) -> Option<String> {
     let noisy: Vec<String> = rows
         .iter()
         .filter(|r| r.spread.is_some_and(|s| s > NOISY_SPREAD))
@@ -278,7 +278,7 @@ pub fn noise_warning(rows: &[Row], repeat: usize) -> Option<String> {
         return None;
     }
     Some(format!(
-        "WARN the {repeat} repeats of {} point(s) ({}) differ by more than {:.0}% of their median: this machine is noisy or busy, so those figures and their speedups mean little; close other work and measure longer (--seconds) or more often (--repeat)",
+        "WARN the repeats of {} point(s) ({}) differ by more than {:.0}% of their median: this machine is noisy or busy, so those figures and their speedups mean little; close other work and measure longer (--seconds) or more often (--repeat)",
         noisy.len(),
         noisy.join(", "),
         NOISY_SPREAD * 100.0
@@ -469,7 +469,7 @@ fn grid(
     for line in table(&rows) {
         crate::say!("{line}");
     }
-    if let Some(w) = noise_warning(&rows, plan.repeat) {
+    if let Some(w) = noise_warning(&rows) {
         crate::say!("{w}");
     }
     if let Some(p) = &args.out {

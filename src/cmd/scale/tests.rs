@@ -70,8 +70,8 @@ fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
     );
     let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
     assert_eq!(noisy.samples_per_sec, 100.0);
-    assert!(noise_warning(std::slice::from_ref(&steady), 3).is_none());
-    let w = noise_warning(&[steady, noisy], 3).unwrap();
+    assert!(noise_warning(std::slice::from_ref(&steady)).is_none());
+    let w = noise_warning(&[steady, noisy]).unwrap();
     assert!(
         w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
         "{w}"
