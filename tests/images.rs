@@ -599,6 +599,40 @@ fn a_run_tells_of_a_file_it_cannot_decode_and_counts_it_at_the_end() {
     assert!(out.contains("input: 1 loader thread per rank"), "{out}");
 }
 
+#[test]
+fn a_class_none_of_whose_pictures_decode_stops_the_run_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pics");
+    let mut whole = Vec::new();
+    pixels(9)
+        .write_to(&mut Cursor::new(&mut whole), ImageFormat::Png)
+        .unwrap();
+    for i in 0..3 {
+        png_rgb(&dir.join(format!("cat/{i}.png")), i);
+        std::fs::create_dir_all(dir.join("dog")).unwrap();
+        std::fs::write(dir.join(format!("dog/{i}.png")), &whole[..whole.len() / 2]).unwrap();
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(tmp.path())
+        .args(["--headless", "--data", "images:pics", "--model", "mlp:16"])
+        .args(["--devices", "cpu:2", "--steps", "20", "--batch-per-replica", "2"])
+        .args(["--val-split", "0"])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(!o.status.success(), "trained on blank dogs:\n{out}{err}");
+    assert!(
+        err.contains("no picture of class 1")
+            && err.contains("pics/dog")
+            && err.contains("all 3 of its files failed"),
+        "{out}{err}"
+    );
+    assert!(!out.contains("finished"), "{out}");
+}
+
 /// Serves `body` over HTTP on a port of its own to every request; the base URL.
 fn http_server(body: Vec<u8>) -> String {
     use std::io::{Read, Write};

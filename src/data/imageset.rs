@@ -26,6 +26,8 @@ pub struct ImageSet {
     failures: AtomicUsize,
     /// Failures not yet reported.
     news: Mutex<Vec<String>>,
+    /// Why a class has no picture left to stand in for its failures: the run cannot go on.
+    unusable: OnceLock<String>,
 }
 
 impl ImageSet {
@@ -43,6 +45,7 @@ impl ImageSet {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
+            unusable: OnceLock::new(),
         }
     }
 
@@ -62,6 +65,7 @@ impl ImageSet {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
+            unusable: OnceLock::new(),
         }
     }
 
@@ -99,7 +103,8 @@ impl ImageSet {
     }
 
     /// Picture `i`; one that cannot be decoded is reported once and stood in for by the next
-    /// picture of the same class that can (`None` if none can), the same one every time.
+    /// picture of the same class that can, the same one every time. `None` if none can: the
+    /// set is then [`unusable`](Self::unusable).
     pub fn picture(&self, i: usize) -> Option<Arc<Picture>> {
         let n = self.len();
         for k in 0..n {
@@ -119,7 +124,20 @@ impl ImageSet {
                 }
             }
         }
+        let files = self.labels.iter().filter(|&&l| l == self.labels[i]).count();
+        let class = (self.files[i].parent())
+            .map_or(String::new(), |d| format!(" ({})", d.display()));
+        let _ = self.unusable.set(format!(
+            "no picture of class {}{class} can be decoded: all {files} of its files failed (the log names each); repair or replace them, or move the class's folder out of the data",
+            self.labels[i]
+        ));
         None
+    }
+
+    /// Why the set cannot give every class's samples, once a class has no picture that
+    /// decodes (its samples would be blank).
+    pub fn unusable(&self) -> Option<&str> {
+        self.unusable.get().map(String::as_str)
     }
 
     /// Files that failed to decode since the last call, one line each.

@@ -274,6 +274,13 @@ impl Worker {
                 std::thread::sleep(delay);
             }
             let data_wait = t_start.elapsed();
+            // a class none of whose pictures decode would train on blank samples
+            if let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) {
+                self.say_skipped_pictures();
+                let spec = self.cfg.data.to_string();
+                let msg = why.to_string();
+                return Err(crate::data::DataError::Spec { spec, msg }.into());
+            }
             if self.cfg.inject_panic == Some((self.rank, self.step + 1)) {
                 panic!(
                     "injected fault (--inject-panic {}:{})",
@@ -361,10 +368,7 @@ impl Worker {
                 synced,
                 epoch_end: batch.epoch_end,
             };
-            for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
-                let step = self.step;
-                let _ = self.events.send(Event::DataSkipped { step, message });
-            }
+            self.say_skipped_pictures();
             match self.late {
                 true => {
                     if let Some(before) = self.queued.replace(queued) {
@@ -457,6 +461,14 @@ impl Worker {
             correct += c;
         }
         (loss, correct)
+    }
+
+    /// Picture files that failed to decode since the last look, one event each.
+    fn say_skipped_pictures(&self) {
+        for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
+            let step = self.step;
+            let _ = self.events.send(Event::DataSkipped { step, message });
+        }
     }
 
     fn last_checkpoint_path(&self) -> Option<PathBuf> {
