@@ -147,6 +147,31 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
             && e.contains("fc.weight [10, 64] -> [2, 64]"),
         "{e}"
     );
+    // a head of the same class count over other features is another model, not a new head
+    let narrow = vec![0u8; 10 * 32 * 4];
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> = (st.names().into_iter())
+        .map(|n| match n.as_str() {
+            "fc.weight" => {
+                let v = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    vec![10, 32],
+                    &narrow,
+                );
+                (n.clone(), v.unwrap())
+            }
+            _ => (n.clone(), st.tensor(n).unwrap()),
+        })
+        .collect();
+    let other_width = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(tensors, &None, other_width.path()).unwrap();
+    let ten = model("resnet20", 10);
+    let (mut p, mut b) = (ten.init_params(0), ten.init_buffers());
+    let e = import(other_width.path(), &ten, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("tensor `fc.weight` is [10, 32] but this model's `fc.weight` is [10, 64]")
+            && e.contains("another --model"),
+        "{e}"
+    );
 }
 
 #[test]
