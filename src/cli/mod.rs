@@ -136,7 +136,7 @@ pub struct ViewArgs {
     /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
-    /// Instead of showing the run, write its scalars as TensorBoard events to DIR  [default: tensorboard/ beside the metrics file]
+    /// Instead of showing the run, write its scalars as TensorBoard events to DIR (=false: show the run)  [default: tensorboard/ beside the metrics file]
     #[arg(long, value_name = "DIR", num_args = 0..=1)]
     pub tensorboard: Option<Option<PathBuf>>,
 }
