@@ -555,3 +555,28 @@ fn view_of_a_directory_of_runs_opens_the_live_one_as_attach_does() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("the newest run under runs: runs/b/2"), "{err}");
 }
+
+#[test]
+fn view_of_a_resumed_run_says_where_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for args in [
+        &["--steps", "10", "--run-dir", "a"][..],
+        &["--steps", "20", "--resume", "a", "--run-dir", "b"][..],
+    ] {
+        let o = bin()
+            .current_dir(d)
+            .args(["--headless", "--devices", "cpu:1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (code, out) = view_headless(d, Path::new("b"));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("resumed from /")
+            && l.ends_with("/a/checkpoints/step-00000010 at step 10")),
+        "{out}"
+    );
+}

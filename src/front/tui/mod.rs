@@ -208,6 +208,13 @@ pub fn summary_lines(app: &App) -> Vec<String> {
         line += &format!(" | {} samples/s", render::si(r));
     }
     let mut lines = vec![line];
+    if let Some(p) = &app.info.resumed_from {
+        lines.push(format!(
+            "resumed from {} at step {}",
+            p.display(),
+            app.info.start_step
+        ));
+    }
     if let Some(f) = s.failed.as_ref().filter(|f| !f.is_empty()) {
         lines.push(f.clone());
     }
