@@ -486,3 +486,22 @@ fn a_resumed_run_says_where_it_started_in_its_summary() {
         "{s}"
     );
 }
+
+#[test]
+fn the_summary_says_what_the_step_time_parts_leave_over() {
+    let mut app = demo::app(2, 150);
+    app.apply(AppEvent::Engine(Event::Finished {
+        step: 150,
+        ending: Ending::Completed,
+    }));
+    let set = |app: &mut App, shares: [f64; 4]| {
+        let s = app.summary.as_mut().unwrap();
+        [s.compute_share, s.data_share, s.comm_share, s.wait_share] = shares.map(Some);
+    };
+    set(&mut app, [0.6, 0.05, 0.1, 0.1]);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("waiting 10% · other 15%"), "{s}");
+    set(&mut app, [0.7, 0.05, 0.15, 0.095]);
+    let s = screen(&app, 100, 30);
+    assert!(s.contains("waiting 10%") && !s.contains("· other"), "{s}");
+}

@@ -192,10 +192,17 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
+    let shares = [s.compute_share, s.data_share, s.comm_share, s.wait_share];
+    // what the parts leave of the step (central storage's host transfers, the step's own
+    // bookkeeping), where it is more than rounding
+    let other = match shares.iter().copied().sum::<Option<f64>>() {
+        Some(sum) if sum < 0.98 => format!(" · other {}", pct(Some(1.0 - sum))),
+        _ => String::new(),
+    };
     fields.push((
         "step time",
         format!(
-            "compute {} · data {} · all-reduce {} · waiting {}",
+            "compute {} · data {} · all-reduce {} · waiting {}{other}",
             pct(s.compute_share),
             pct(s.data_share),
             pct(s.comm_share),
