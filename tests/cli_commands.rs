@@ -102,6 +102,34 @@ fn scale_measures_the_grid_and_writes_the_table() {
         );
         assert!(r["final_loss"].as_f64().unwrap().is_finite());
     }
+    // --resume is ignored: the flags' batch is measured, not the checkpoint's
+    let o = run_in(
+        dir.path(),
+        &["--headless", "--steps", "3", "--batch-per-replica", "8"]
+            .into_iter()
+            .chain(["--model", "mlp:8", "--data", "synthetic:200,16,4"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_in(
+        dir.path(),
+        &["scale", "--counts", "1", "--prefetch-modes", "on"]
+            .into_iter()
+            .chain(["--seconds", "0.1", "--repeat", "1", "--resume", "runs"])
+            .chain(["--out", "resumed.json"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("note: --resume: "), "{}", text(&o));
+    assert!(
+        text(&o).contains("workload: --model mlp:128 --data digits\n"),
+        "{}",
+        text(&o)
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("resumed.json")).unwrap())
+            .unwrap();
+    assert_eq!(rows[0]["per_replica"], 32, "{rows}");
     let o = run_in(
         dir.path(),
         &["scale", "--counts", "1", "--out", "table.txt"],

@@ -376,6 +376,8 @@ fn grid(
     if lead {
         checks::say_ignored(&args.train);
     }
+    // (a checkpoint's model, data and batch would stand in for the flags' otherwise)
+    args.train.resume = None;
     let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
@@ -434,6 +436,7 @@ fn grid(
             crate::say!("{line}");
         }
     };
+    say(&format!("workload: --model {} --data {}", base.model, base.data));
     say(&format!(
         "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker{})",
         plan.points().len(),
