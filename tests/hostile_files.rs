@@ -295,6 +295,12 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--run-dir a-file: it is a file, not a directory"],
     );
     assert_eq!(std::fs::read_to_string(d.join("a-file")).unwrap(), "mine");
+    // a file in the way further up is named
+    refused(
+        d,
+        &["--run-dir", "a-file/sub/run"],
+        &["cannot create run directory a-file/sub/run: a-file is a file, not a directory"],
+    );
     // a spec is quoted by its start, however long (this one was echoed whole: 40 KB)
     let long = format!("mlp:{}", vec!["8"; 20_000].join(","));
     refused(

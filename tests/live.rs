@@ -144,6 +144,20 @@ fn a_batch_the_memory_cannot_hold_is_refused_with_the_figures() {
             && msg.contains("(90% of what was available when it started): at most"),
         "{msg}"
     );
+    // another run in its directory is told that it runs, not to resume it
+    let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args(["--headless", "--steps", "3", "--run-dir", "run"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("holds a run that is running now")
+            && err.contains("mgtop-train attach run")
+            && !err.contains("--resume"),
+        "{err}"
+    );
     // the run goes on and stops as asked
     assert_eq!(c.control("stop", json!({"checkpoint": false}))["ok"], true);
     assert!(run.wait_exit().success());

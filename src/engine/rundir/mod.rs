@@ -101,12 +101,22 @@ pub struct Created {
     kept: bool,
 }
 
+/// The part of `dir`'s path that is there as something other than a directory.
+fn file_in_the_way(dir: &Path) -> Option<&Path> {
+    (dir.ancestors().skip(1))
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| a.metadata().is_ok_and(|m| !m.is_dir()))
+}
+
 /// Refuses a run directory that already holds a run (its metrics file); for a run that
 /// resumes one (`resuming`), saying that it writes a directory of its own.
 pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
     let d = dir.display();
     match (dir.join(METRICS).exists(), resuming) {
         (false, _) => Ok(()),
+        (true, _) if is_live(dir) => Err(format!(
+            "run directory {d} holds a run that is running now: pick a new --run-dir (watch that one with: mgtop-train attach {d})"
+        )),
         (true, false) => Err(format!(
             "run directory {d} already holds a run: pick a new --run-dir, or --resume {d} to continue it"
         )),
@@ -122,11 +132,16 @@ impl Created {
     /// same second becomes `<time>-2`, `-3`...; a `--run-dir` that exists is used as it is
     /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
     pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
-        let fail = |e: std::io::Error| {
-            format!(
+        let fail = |e: std::io::Error| match file_in_the_way(dir) {
+            Some(f) => format!(
+                "cannot create run directory {}: {} is a file, not a directory; pick another --run-dir",
+                dir.display(),
+                f.display()
+            ),
+            None => format!(
                 "cannot create run directory {}: {e}; pick a writable --run-dir",
                 dir.display()
-            )
+            ),
         };
         let parent = dir.parent().unwrap_or(Path::new(""));
         let made: Vec<PathBuf> = parent
