@@ -238,3 +238,58 @@ fn a_resume_on_a_smaller_training_split_goes_on_from_the_next_epoch() {
         "{out}"
     );
 }
+
+/// The `step-*` checkpoints in `dir`, by name, in order.
+fn step_dirs(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with(".lock"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn keep_checkpoints_removes_the_older_ones_this_run_wrote_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let quick = [
+        "--headless",
+        "--devices",
+        "cpu:2",
+        "--checkpoint-every",
+        "3",
+    ];
+    let o = run_in(
+        d,
+        &[&quick[..], &["--steps", "20", "--keep-checkpoints", "2"]].concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let first = (d.join("runs/digits-mlp_128/latest/checkpoints"))
+        .canonicalize()
+        .unwrap();
+    assert_eq!(step_dirs(&first), ["step-00000018", "step-00000020"]);
+    // a resumed run keeps its own newest, the run it resumed untouched
+    let o = run_in(
+        d,
+        &["--headless", "--resume", "runs", "--steps", "26"]
+            .into_iter()
+            .chain(["--keep-checkpoints", "1"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let second = d.join("runs/digits-mlp_128/latest/checkpoints");
+    assert_eq!(step_dirs(&second), ["step-00000026"]);
+    assert_eq!(step_dirs(&first).len(), 2, "the resumed run's stay");
+    let o = run_in(
+        d,
+        &["--headless", "--steps", "3", "--keep-checkpoints", "0"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("--keep-checkpoints 0 would keep none: use 1 or more"),
+        "{}",
+        text(&o)
+    );
+}

@@ -615,7 +615,14 @@ fn a_class_none_of_whose_pictures_decode_stops_the_run_naming_it() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
         .current_dir(tmp.path())
         .args(["--headless", "--data", "images:pics", "--model", "mlp:16"])
-        .args(["--devices", "cpu:2", "--steps", "20", "--batch-per-replica", "2"])
+        .args([
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "20",
+            "--batch-per-replica",
+            "2",
+        ])
         .args(["--val-split", "0"])
         .output()
         .unwrap();

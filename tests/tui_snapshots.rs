@@ -440,7 +440,11 @@ fn the_progress_bar_keeps_its_width_when_the_eta_comes_and_goes() {
         assert!(with.lines().nth(1).unwrap().contains("ETA 01:35"), "{with}");
         app.eta = None;
         let without = screen(&app, w, 24);
-        assert_eq!(bar_cells(&with), bar_cells(&without), "{w}:\n{with}\n{without}");
+        assert_eq!(
+            bar_cells(&with),
+            bar_cells(&without),
+            "{w}:\n{with}\n{without}"
+        );
         assert!(bar_cells(&with) > 0, "{with}");
     }
 }
@@ -467,7 +471,10 @@ fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
         assert!(s.contains(whole), "{whole}:\n{s}");
     }
     let min_max = s.lines().find(|l| l.contains("ms, max")).unwrap();
-    assert!(min_max.trim_end_matches(['"', '│', ' ']).ends_with(" ms"), "{s}");
+    assert!(
+        min_max.trim_end_matches(['"', '│', ' ']).ends_with(" ms"),
+        "{s}"
+    );
 }
 
 #[test]

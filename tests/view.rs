@@ -380,7 +380,10 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success() && out.starts_with("run: digits-mlp:128"), "{out}");
+    assert!(
+        o.status.success() && out.starts_with("run: digits-mlp:128"),
+        "{out}"
+    );
     assert!(!d.join("false").exists(), "{out}");
     std::fs::write(d.join("notes.txt"), "hello\n").unwrap();
     std::fs::create_dir(d.join("empty")).unwrap();

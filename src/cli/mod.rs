@@ -349,6 +349,9 @@ pub struct TrainArgs {
     /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
     #[arg(allow_negative_numbers = true, long)]
     pub checkpoint_every: Option<u64>,
+    /// Keep only the newest N checkpoints this run writes: each older one it wrote is removed once a newer one is in place (the checkpoint a run resumed from is never removed)  [default: all]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
+    pub keep_checkpoints: Option<u64>,
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,

@@ -10,7 +10,7 @@ use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
-const TAKEN: [&str; 30] = [
+const TAKEN: [&str; 31] = [
     "name",
     "model",
     "data",
@@ -40,6 +40,7 @@ const TAKEN: [&str; 30] = [
     "rebalance",
     "freeze",
     "checkpoint_every",
+    "keep_checkpoints",
     "log_every",
 ];
 

@@ -187,6 +187,8 @@ pub struct RunConfig {
     pub checkpoint_dir: PathBuf,
     /// Also checkpoint every N steps.
     pub checkpoint_every: Option<u64>,
+    /// Keep the newest N checkpoints this run writes, removing the older ones it wrote.
+    pub keep_checkpoints: Option<u64>,
     /// Write a checkpoint when the run completes.
     pub final_checkpoint: bool,
     pub resume: Option<PathBuf>,
@@ -274,6 +276,7 @@ impl Default for RunConfig {
             link_latest: false,
             checkpoint_dir: PathBuf::from("checkpoints"),
             checkpoint_every: None,
+            keep_checkpoints: None,
             final_checkpoint: true,
             resume: None,
             init: None,

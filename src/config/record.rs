@@ -44,6 +44,7 @@ impl RunConfig {
             "rebalance": self.rebalance,
             "freeze": self.freeze.as_ref().map(|f| f.to_string()),
             "checkpoint_every": self.checkpoint_every,
+            "keep_checkpoints": self.keep_checkpoints,
             "log_every": self.log_every,
         });
         let map: &mut Map<String, Value> = v.as_object_mut().expect("an object");

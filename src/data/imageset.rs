@@ -125,8 +125,8 @@ impl ImageSet {
             }
         }
         let files = self.labels.iter().filter(|&&l| l == self.labels[i]).count();
-        let class = (self.files[i].parent())
-            .map_or(String::new(), |d| format!(" ({})", d.display()));
+        let class =
+            (self.files[i].parent()).map_or(String::new(), |d| format!(" ({})", d.display()));
         let _ = self.unusable.set(format!(
             "no picture of class {}{class} can be decoded: all {files} of its files failed (the log names each); repair or replace them, or move the class's folder out of the data",
             self.labels[i]

@@ -157,6 +157,10 @@ pub(super) fn meet(
                 format!("{:?}", cfg.checkpoint_every),
             ),
             (
+                "--keep-checkpoints".into(),
+                format!("{:?}", cfg.keep_checkpoints),
+            ),
+            (
                 "the final checkpoint".into(),
                 cfg.final_checkpoint.to_string(),
             ),

@@ -343,6 +343,7 @@ impl Engine {
                 per_replica: start.per_replica,
                 lr_base: start.lr,
                 last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
+                written: Default::default(),
                 epoch_sum: start.epoch_sum,
                 beats: beats.clone(),
                 split: None,

@@ -436,7 +436,10 @@ fn grid(
             crate::say!("{line}");
         }
     };
-    say(&format!("workload: --model {} --data {}", base.model, base.data));
+    say(&format!(
+        "workload: --model {} --data {}",
+        base.model, base.data
+    ));
     say(&format!(
         "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker{})",
         plan.points().len(),

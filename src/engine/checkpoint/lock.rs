@@ -69,12 +69,13 @@ pub fn tidy_if_free(dir: &Path) {
     }
 }
 
-/// Unfinished `.tmp-step-*` directories go, and `.old-step-*` ones are removed, or put back
-/// where the checkpoint they held is missing. The caller holds `dir`'s lock.
+/// Unfinished `.tmp-step-*` directories and half-removed `.removed-step-*` ones go, and
+/// `.old-step-*` ones are removed, or put back where the checkpoint they held is missing. The
+/// caller holds `dir`'s lock.
 fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".tmp-step-") {
+        if name.starts_with(".tmp-step-") || name.starts_with(".removed-step-") {
             let _ = fs::remove_dir_all(entry.path());
         } else if let Some(rest) = name.strip_prefix(".old-step-") {
             // `.old-step-NNNNNNNN-PID`: the step's checkpoint, moved aside while replaced

@@ -194,6 +194,15 @@ pub fn write(
     Ok(final_dir)
 }
 
+/// Removes checkpoint `dir`: renamed out of the `step-*` names first, so that one interrupted
+/// half-way is never taken for a checkpoint (a later start clears what is left of it).
+pub fn remove(dir: &Path) -> std::io::Result<()> {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let aside = dir.with_file_name(format!(".removed-{name}-{}", std::process::id()));
+    fs::rename(dir, &aside)?;
+    fs::remove_dir_all(aside)
+}
+
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut f = File::create(path)?;
     f.write_all(bytes)?;

@@ -186,6 +186,8 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
     let p = write(dir.path(), &model, &state, &meta).unwrap();
     // an interrupted write, and a replacement interrupted after moving the old one aside
     fs::create_dir(dir.path().join(".tmp-step-00000040-1")).unwrap();
+    // and a removal (--keep-checkpoints) interrupted half-way
+    fs::create_dir_all(dir.path().join(".removed-step-00000004-1/x")).unwrap();
     let aside = dir.path().join(".old-step-00000012-1");
     fs::rename(&p, &aside).unwrap();
     let held = lock(dir.path()).unwrap();
@@ -196,7 +198,7 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
     assert!(
         !names
             .iter()
-            .any(|n| n.starts_with(".tmp") || n.starts_with(".old")),
+            .any(|n| n.starts_with(".tmp") || n.starts_with(".old") || n.starts_with(".rem")),
         "{names:?}"
     );
     assert_eq!(read(&p, &model, "adam").unwrap().1, state);

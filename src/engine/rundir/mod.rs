@@ -132,7 +132,8 @@ impl Created {
     /// same second becomes `<time>-2`, `-3`...; a `--run-dir` that exists is used as it is
     /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
     pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
-        let fail = |e: std::io::Error| match file_in_the_way(dir) {
+        let fail = |e: std::io::Error| {
+            match file_in_the_way(dir) {
             Some(f) => format!(
                 "cannot create run directory {}: {} is a file, not a directory; pick another --run-dir",
                 dir.display(),
@@ -142,6 +143,7 @@ impl Created {
                 "cannot create run directory {}: {e}; pick a writable --run-dir",
                 dir.display()
             ),
+        }
         };
         let parent = dir.parent().unwrap_or(Path::new(""));
         let made: Vec<PathBuf> = parent

@@ -67,6 +67,8 @@ pub(super) struct Worker {
     pub lr_base: f32,
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
+    /// The checkpoints this run wrote and keeps, oldest first (`--keep-checkpoints`).
+    pub written: std::collections::VecDeque<PathBuf>,
     /// The epoch's loss summed over its samples, and the samples, so far (a resumed run's
     /// from its checkpoint, so its first epoch's train loss is the whole epoch's).
     pub epoch_sum: [f64; 2],

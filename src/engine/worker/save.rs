@@ -63,7 +63,26 @@ impl Worker {
             step: self.step,
             path: path.clone(),
         });
+        self.written.push_back(path.clone());
         self.last_checkpoint = Some((self.step, path));
+        self.keep_newest();
         Ok(())
+    }
+
+    /// `--keep-checkpoints N`: the checkpoints this run wrote before its newest N removed.
+    fn keep_newest(&mut self) {
+        let keep = self.cfg.keep_checkpoints.unwrap_or(u64::MAX);
+        while self.written.len() as u64 > keep {
+            let Some(old) = self.written.pop_front() else {
+                break;
+            };
+            if let Err(e) = checkpoint::remove(&old) {
+                let message = format!(
+                    "--keep-checkpoints: cannot remove {}: {e}; it stays",
+                    old.display()
+                );
+                let _ = self.events.send(Event::DeviceNote { rank: 0, message });
+            }
+        }
     }
 }

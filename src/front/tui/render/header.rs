@@ -115,7 +115,10 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // or goes with a pause
     let eta_room = match app.state.ended() {
         true => 0,
-        false => " · ETA 00:00".chars().count().saturating_sub(eta.chars().count()),
+        false => " · ETA 00:00"
+            .chars()
+            .count()
+            .saturating_sub(eta.chars().count()),
     };
     let bar_w = w
         .saturating_sub(position.chars().count() + tail.chars().count() + eta_room + 2)
