@@ -295,6 +295,33 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--run-dir a-file: it is a file, not a directory"],
     );
     assert_eq!(std::fs::read_to_string(d.join("a-file")).unwrap(), "mine");
+    // batch norm over one value per channel is refused (PyTorch refuses it too), over two is not
+    let bn = [
+        "--model",
+        "conv8k8,bn",
+        "--data",
+        "synthetic-images:20,1,8,8,2",
+    ];
+    refused(
+        d,
+        &[&bn[..], &["--batch-per-replica", "1", "--devices", "cpu:1"]].concat(),
+        &[
+            "batch norm `bn.1` would normalise one value per channel",
+            "--batch-per-replica 2",
+        ],
+    );
+    let (code, out) = run(
+        d,
+        &[
+            &bn[..],
+            &["--batch-per-replica", "1", "--sync-bn", "--steps", "1"],
+        ]
+        .into_iter()
+        .chain([&["--checkpoint-dir", "bn-ck"][..]])
+        .collect::<Vec<_>>()
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "two replicas' values: {out}");
     // a file in the way further up is named
     refused(
         d,

@@ -120,6 +120,7 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
+        validate::batch_norm_values(&cfg, &model, per_replica, devices.0.len())?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
         // over every process's devices once they meet)
         precision::resolve(cfg.precision, &devices.0, || precision::bf16_pays(&model))?;

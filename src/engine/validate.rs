@@ -13,7 +13,7 @@ pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
-use crate::nn::model::Model;
+use crate::nn::model::{Model, Op};
 use crate::nn::optim::Optimizer;
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
@@ -161,6 +161,35 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         model.freeze(&frozen);
     }
     Ok(model)
+}
+
+/// A batch norm whose statistics would be of one value per channel (a batch of one over a flat
+/// vector or 1x1 pictures, across `ranks` replicas with `--sync-bn`): it would put out its
+/// bias alone, with a variance of 0; refused as PyTorch refuses it.
+pub(super) fn batch_norm_values(
+    cfg: &RunConfig,
+    model: &Model,
+    per_replica: usize,
+    ranks: usize,
+) -> Result<(), EngineError> {
+    let over = if cfg.sync_bn { ranks } else { 1 };
+    for n in (model.nodes.iter()).filter(|n| matches!(n.op, Op::BatchNorm { .. })) {
+        let spatial = match model.values[n.inputs[0]] {
+            Shape::Image { h, w, .. } => h * w,
+            Shape::Flat(_) => 1,
+        };
+        if per_replica * spatial * over == 1 {
+            return Err(EngineError::Config(format!(
+                "batch norm `{}` would normalise one value per channel (a batch of 1 per replica, {}): its output would be its bias alone; use --batch-per-replica 2 or more",
+                n.name,
+                match model.values[n.inputs[0]] {
+                    Shape::Image { .. } => "over 1x1 pictures",
+                    Shape::Flat(_) => "over a flat vector",
+                }
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The tensors `--freeze` names; an error if it names none, or all.
