@@ -285,7 +285,11 @@ impl fmt::Display for ModelSpec {
                         _ => unreachable!("an MLP has dense layers only"),
                     })
                     .collect();
-                write!(f, "mlp:{}", hs.join(","))
+                match hs.is_empty() {
+                    // no hidden layer: a linear classifier
+                    true => write!(f, "mlp"),
+                    false => write!(f, "mlp:{}", hs.join(",")),
+                }
             }
         }
     }

@@ -29,6 +29,8 @@ fn parses_specs_and_rejects_bad_ones() {
     assert_eq!(hidden("mlp:128"), vec![128]);
     assert_eq!(hidden("mlp:256,64"), vec![256, 64]);
     assert_eq!(hidden("mlp:"), Vec::<usize>::new());
+    // no hidden layer is named as `mlp` is written (a linear classifier), not `mlp:`
+    assert_eq!("mlp:".parse::<ModelSpec>().unwrap().to_string(), "mlp");
     // dense layers are an MLP, however written
     assert_eq!(hidden("dense32,dense16"), vec![32, 16]);
     assert_eq!(
