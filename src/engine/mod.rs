@@ -201,6 +201,7 @@ impl Engine {
                     .into(),
             ));
         }
+        validate::a_sample_per_rank(loaded.train.len(), ranks)?;
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
             precision::bf16_pays(&model)

@@ -252,6 +252,18 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
 /// `--resume` brings the flag back).
 /// `ranks`: None in a run over several processes, which may hold unequal device counts (their
 /// caps would differ): there the keyboard's cap alone applies.
+/// A training split of fewer samples than there are ranks (over every process) would leave a
+/// rank without a sample to train on: refused.
+pub(super) fn a_sample_per_rank(samples: usize, ranks: usize) -> Result<(), EngineError> {
+    match ranks {
+        r if samples < r => Err(EngineError::Config(format!(
+            "the training split has {} for {r} ranks, and each rank trains on at least one a step: lower --val-split, give more data, or fewer --devices",
+            crate::text::counted(samples, "sample")
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn batch_within_data(
     cfg: RunConfig,
     samples: usize,
@@ -294,8 +306,9 @@ pub(super) fn batch_within_data(
         )
     };
     notes.push(format!(
-        "a global batch of {} is more than the training split's {samples} samples: {}, each step takes them all",
+        "a global batch of {} is more than the training split's {}: {}, each step takes them all",
         global(cfg.batch_per_replica, cfg.grad_accum),
+        crate::text::counted(samples, "sample"),
         global(per_replica, accum),
     ));
     RunConfig {
@@ -350,6 +363,18 @@ mod tests {
         // 2 a replica (1438 / 1000, rounded up) x 500 would be 2000: the accumulation follows
         let (b, a, _) = cut(32, 500, 1438, 2);
         assert_eq!((b, a), (2, 360), "2 x 2 x 360 = 1440");
+    }
+
+    #[test]
+    fn a_training_split_smaller_than_the_ranks_is_refused() {
+        let e = a_sample_per_rank(1, 2).unwrap_err().to_string();
+        assert!(
+            e.contains("the training split has 1 sample for 2 ranks") && e.contains("--val-split"),
+            "{e}"
+        );
+        assert!(a_sample_per_rank(2, 2).is_ok());
+        // the one-sample note counts its sample
+        assert!(cut(32, 1, 1, 1).2[0].contains("the training split's 1 sample: 1 per replica"));
     }
 
     #[test]
