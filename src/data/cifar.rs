@@ -123,6 +123,40 @@ fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
         }
     }
     let base = url.rsplit('/').next().unwrap_or(url);
+    // some of the files: an unpacking cut short, or a file removed
+    for d in [dir.to_path_buf(), dir.join(folder)] {
+        let missing: Vec<&str> = (train.iter().chain([&test]))
+            .filter(|f| !d.join(f).is_file())
+            .copied()
+            .collect();
+        if missing.len() < train.len() + 1 {
+            return Err(format!(
+                "{} holds {} binary files but not {}: unpack {base} there again, or add --download",
+                d.display(),
+                kind.name(),
+                missing.join(", ")
+            ));
+        }
+    }
+    // the other CIFAR's files
+    let other = match kind {
+        Kind::Ten => Kind::Hundred { coarse: false },
+        Kind::Hundred { .. } => Kind::Ten,
+    };
+    let (other_folder, _, _, other_test) = other.archive();
+    if [dir.to_path_buf(), dir.join(other_folder)]
+        .iter()
+        .any(|d| d.join(other_test).is_file())
+    {
+        return Err(format!(
+            "{} holds the {} binary files, not {}'s: give --data {}:{}",
+            dir.display(),
+            other.name(),
+            kind.name(),
+            other.name(),
+            dir.display()
+        ));
+    }
     Err(format!(
         "no {} binary files here (looked for {} and {test} in {} and in {}); add --download to fetch them, or download {url} and unpack it there: mkdir -p {d} && tar xzf {base} -C {d}",
         kind.name(),
@@ -336,6 +370,30 @@ mod tests {
             e.starts_with("--data cifar10:d: no cifar10 binary files here")
                 && e.contains("cifar-10-binary.tar.gz")
                 && e.contains("tar xzf cifar-10-binary.tar.gz -C"),
+            "{e}"
+        );
+        // one file missing is named; the other CIFAR's files are said to be
+        write_ten(dir.path(), 2);
+        std::fs::remove_file(dir.path().join("test_batch.bin")).unwrap();
+        let e = load(dir.path(), Kind::Ten, "c", false).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("holds cifar10 binary files but not test_batch.bin"),
+            "{e}"
+        );
+        let e = load(dir.path(), Kind::Hundred { coarse: false }, "c", false).err();
+        assert!(e
+            .unwrap()
+            .to_string()
+            .contains("no cifar100 binary files here"));
+        let hundred = tempfile::tempdir().unwrap();
+        for f in ["train.bin", "test.bin"] {
+            std::fs::write(hundred.path().join(f), [0u8; 3074]).unwrap();
+        }
+        let e = load(hundred.path(), Kind::Ten, "c", false).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("holds the cifar100 binary files, not cifar10's: give --data cifar100:"),
             "{e}"
         );
         write_ten(dir.path(), 2);
