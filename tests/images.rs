@@ -269,7 +269,28 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
         e.contains("empty holds no JPEG or PNG images") && e.contains("remove the folder"),
         "{e}"
     );
-    std::fs::remove_dir(dir.join("empty")).unwrap();
+    // a folder of other pictures says what it holds; hidden files are not counted
+    std::fs::write(dir.join("empty/a.bmp"), b"BM").unwrap();
+    std::fs::write(dir.join("empty/.DS_Store"), b"x").unwrap();
+    let e = images(&dir, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("only other files (.bmp 1): convert them to JPEG or PNG"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(dir.join("empty")).unwrap();
+    // a picture beside the class folders is said to be left out; a hidden file is not said
+    png_rgb(&dir.join("stray.png"), 0);
+    std::fs::write(dir.join("cat/.DS_Store"), b"x").unwrap();
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    let notes = d.notes.join("\n");
+    assert!(
+        notes.contains(
+            "1 picture beside the class folders, in none of them, left out (e.g. stray.png)"
+        ) && !notes.contains("no extension")
+            && !notes.contains("DS_Store"),
+        "{notes}"
+    );
+    std::fs::remove_file(dir.join("stray.png")).unwrap();
     // a bomb's header is refused before anything is allocated for it
     std::fs::write(dir.join("dog/bomb.png"), png_declaring(100_000, 100_000)).unwrap();
     let d = images(&dir, &opts(|_| {})).unwrap();
@@ -346,7 +367,9 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
     png_rgb(&flat.join("x.png"), 0);
     let e = images(&flat, &opts(|_| {})).err().unwrap();
     assert!(
-        e.contains("holds no class folders") && e.contains("<class>/<image>.jpg"),
+        e.contains("flat holds 1 picture but no class folders")
+            && e.contains("DIR/cat/*.jpg")
+            && e.contains("if this is one class's folder, give the folder above it: images:"),
         "{e}"
     );
     let one = tmp.path().join("one");

@@ -96,7 +96,11 @@ impl Walk {
             return Ok(());
         }
         self.seen.insert(real, dir.to_path_buf());
-        for p in entries(dir)? {
+        // (hidden files are the system's and the tools': .DS_Store, ._IMG_1.jpg, .ipynb_checkpoints)
+        for p in entries(dir)?
+            .into_iter()
+            .filter(|p| !name_of(p).starts_with('.'))
+        {
             // (following links; a dangling one is a file that cannot be read)
             let meta = fs::metadata(&p);
             let linked = fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
@@ -171,10 +175,24 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             dir.display()
         ));
     }
-    let (hidden, subs): (Vec<PathBuf>, Vec<PathBuf>) = entries(dir)?
-        .into_iter()
-        .filter(|p| p.is_dir())
-        .partition(|p| name_of(p).starts_with('.'));
+    let (folders, loose): (Vec<PathBuf>, Vec<PathBuf>) =
+        entries(dir)?.into_iter().partition(|p| p.is_dir());
+    let (hidden, subs): (Vec<PathBuf>, Vec<PathBuf>) =
+        (folders.into_iter()).partition(|p| name_of(p).starts_with('.'));
+    // pictures beside the class folders belong to none
+    let loose: Vec<PathBuf> = loose.into_iter().filter(|p| is_image(p)).collect();
+    if subs.is_empty() && !loose.is_empty() {
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+        return Err(format!(
+            "{} holds {} but no class folders: images:DIR takes a folder of class folders (DIR/cat/*.jpg, DIR/dog/*.png){}",
+            dir.display(),
+            crate::text::counted(loose.len(), "picture"),
+            match parent {
+                Some(p) => format!("; if this is one class's folder, give the folder above it: images:{}", p.display()),
+                None => String::new(),
+            }
+        ));
+    }
     if subs.is_empty() {
         return Err(format!(
             "{} holds no class folders; arrange the images one folder per class: {}/<class>/<image>.jpg",
@@ -187,6 +205,14 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         None => subs.iter().map(|p| name_of(p)).collect(),
     };
     let (mut walk, mut labels) = (Walk::new(dir), Vec::new());
+    if !loose.is_empty() {
+        walk.skipped.push(format!(
+            "{}: {} beside the class folders, in none of them, left out (e.g. {})",
+            dir.display(),
+            crate::text::counted(loose.len(), "picture"),
+            name_of(&loose[0])
+        ));
+    }
     // (a notebook's .ipynb_checkpoints is no class; torchvision's ImageFolder would count it)
     walk.skipped.extend(hidden.iter().map(|h| {
         format!(
@@ -203,12 +229,22 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
                 names.join(", ")
             ));
         };
-        let before = walk.out.len();
+        let (before, others) = (walk.out.len(), walk.ignored.clone());
         walk.dir(sub, 0)?;
         if walk.out.len() == before && classes.is_none() {
+            // what it holds instead
+            let found: Vec<String> = (walk.ignored.iter())
+                .map(|(e, n)| (e, n - others.get(e).copied().unwrap_or(0)))
+                .filter(|&(_, n)| n > 0)
+                .map(|(e, n)| format!("{e} {n}"))
+                .collect();
             return Err(format!(
-                "class folder {} holds no JPEG or PNG images (.jpg, .jpeg, .png); add some or remove the folder",
-                sub.display()
+                "class folder {} holds no JPEG or PNG images (.jpg, .jpeg, .png){}; add some or remove the folder",
+                sub.display(),
+                match found.is_empty() {
+                    true => String::new(),
+                    false => format!(", only other files ({}): convert them to JPEG or PNG", found.join(", ")),
+                }
             ));
         }
         labels.resize(walk.out.len(), label as u32);
