@@ -159,7 +159,7 @@ impl Builder {
         }
         let (oh, ow) = out_size(h, w, k, k, stride, pad).map_err(|e| {
             format!(
-                "{e} (a {h}x{w} image); use a smaller kernel, stride or model, or larger images"
+                "{e} (on images of {h}x{w}); use a smaller kernel, stride or model, or larger images"
             )
         })?;
         let g = ConvGeom {
@@ -283,7 +283,7 @@ impl Builder {
             ));
         }
         let (oh, ow) = out_size(h, w, k, k, stride, pad)
-            .map_err(|e| format!("{e} (a {h}x{w} image); use a smaller window or larger images"))?;
+            .map_err(|e| format!("{e} (on images of {h}x{w}); use a smaller window or larger images"))?;
         Ok(Window {
             c,
             h,
