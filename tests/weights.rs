@@ -257,9 +257,12 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     let done = export(&run.join("checkpoints"), &out).unwrap();
     let n = done.tensors;
     assert_eq!(done.torchvision_changes, None);
-    assert!(done
-        .how_to_load(&out)
-        .starts_with("load in PyTorch: model.load_state_dict("));
+    let how = done.how_to_load(&out);
+    assert!(
+        how.starts_with("load in PyTorch: model.load_state_dict(")
+            && how.contains("on a torch.nn.Module whose parameters have the file's names"),
+        "{how}"
+    );
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let names: Vec<String> = st.names().into_iter().cloned().collect();
@@ -545,6 +548,32 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         o.status.code() == Some(1) && err.contains("--export . is a directory"),
         "{err}"
     );
+}
+
+#[test]
+fn an_export_says_which_pytorch_model_takes_it() {
+    let how = |model: &str, changes: Option<&str>| {
+        let done = mgtop::engine::weights::Exported {
+            checkpoint: PathBuf::new(),
+            tensors: 1,
+            torchvision_changes: changes.map(String::from),
+            model: model.into(),
+            classes: 2,
+        };
+        done.how_to_load(Path::new("w.safetensors"))
+    };
+    assert_eq!(
+        how("mobilenetv2", None),
+        "load in PyTorch: model = torchvision.models.mobilenet_v2(num_classes=2); model.load_state_dict(safetensors.torch.load_file(\"w.safetensors\"))"
+    );
+    assert!(how("mobilenetv2:0.5", None).contains("mobilenet_v2(num_classes=2, width_mult=0.5)"));
+    let small = how("resnet18", Some("model.maxpool = torch.nn.Identity()"));
+    assert!(
+        small.contains("model = torchvision.models.resnet18(num_classes=2), then `model.maxpool"),
+        "{small}"
+    );
+    assert!(how("resnet20", None).contains("a CIFAR ResNet (torchvision has none)"));
+    assert!(how("mlp:128", None).contains("torch.nn.Module whose parameters have the file's names"));
 }
 
 #[test]

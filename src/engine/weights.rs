@@ -345,6 +345,10 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         checkpoint: dir,
         tensors: n,
         torchvision_changes: meta.torchvision_changes,
+        model: (meta.config.get("model").and_then(|m| m.as_str()))
+            .unwrap_or_default()
+            .to_string(),
+        classes: meta.dims.last().copied().unwrap_or(0),
     })
 }
 
@@ -356,6 +360,9 @@ pub struct Exported {
     pub tensors: usize,
     /// What torchvision's model needs changed before it takes them (a small-image stem).
     pub torchvision_changes: Option<String>,
+    /// The checkpoint's `--model` (empty where it did not record one), and its classes.
+    pub model: String,
+    pub classes: usize,
 }
 
 impl Exported {
@@ -365,10 +372,29 @@ impl Exported {
             "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
             out.display()
         );
-        match &self.torchvision_changes {
-            None => format!("load in PyTorch: {load}"),
-            Some(c) => format!(
-                "the model was built for small pictures: in PyTorch first `{c}` on torchvision's model, then {load}"
+        // the PyTorch module whose names these are
+        let classes = self.classes;
+        let torchvision = match self.model.split(':').collect::<Vec<_>>()[..] {
+            [m @ ("resnet18" | "resnet34" | "resnet50" | "mobilenetv2")] => Some(format!(
+                "torchvision.models.{}(num_classes={classes})",
+                m.replace("mobilenetv2", "mobilenet_v2")
+            )),
+            ["mobilenetv2", w] => Some(format!(
+                "torchvision.models.mobilenet_v2(num_classes={classes}, width_mult={w})"
+            )),
+            _ => None,
+        };
+        match (&self.torchvision_changes, torchvision) {
+            (None, Some(m)) => format!("load in PyTorch: model = {m}; {load}"),
+            (Some(c), Some(m)) => format!(
+                "the model was built for small pictures: in PyTorch model = {m}, then `{c}`, then {load}"
+            ),
+            (_, None) if self.model.starts_with("resnet") => format!(
+                "load in PyTorch: {load}, on a CIFAR ResNet (torchvision has none) named as torchvision's ResNet: conv1, bn1, layer1.0.conv1, ..., fc"
+            ),
+            // an MLP or a layer list: a module of the file's names and shapes
+            (_, None) => format!(
+                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open(F, \"pt\") lists them); linear weights are [out, in]"
             ),
         }
     }

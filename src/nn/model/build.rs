@@ -282,8 +282,9 @@ impl Builder {
                 "padding {pad} is more than half the {k}x{k} window"
             ));
         }
-        let (oh, ow) = out_size(h, w, k, k, stride, pad)
-            .map_err(|e| format!("{e} (on images of {h}x{w}); use a smaller window or larger images"))?;
+        let (oh, ow) = out_size(h, w, k, k, stride, pad).map_err(|e| {
+            format!("{e} (on images of {h}x{w}); use a smaller window or larger images")
+        })?;
         Ok(Window {
             c,
             h,
