@@ -644,3 +644,25 @@ fn a_read_only_client_cannot_change_the_run_whatever_it_sends() {
     assert_eq!(end["status"], "stopped");
     assert!(run.wait_exit().success());
 }
+
+#[test]
+fn a_run_directory_deleted_under_the_run_is_said_and_not_offered_to_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(
+        dir.path(),
+        &["--steps", FOREVER, "--sample-interval", "0.1"],
+    );
+    std::fs::remove_dir_all(&run.run_dir).unwrap();
+    run.wait_log("the warning", |l| {
+        l.contains("was removed or replaced while the run wrote it")
+    });
+    common::cli::signal(&run.child, "TERM");
+    assert_eq!(run.wait_exit().code(), Some(130));
+    let log = run.log();
+    assert!(
+        log.contains("the run goes on, and its checkpoints are still written")
+            && log.contains("its metrics file was removed during the run: nothing to view")
+            && !log.contains("(mgtop-train view"),
+        "{log}"
+    );
+}

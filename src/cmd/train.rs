@@ -191,11 +191,17 @@ pub(super) fn train(
     drop(endpoint);
     let result = result?;
     if let Some(dir) = &run_dir {
-        crate::say!(
-            "run dir: {} (mgtop-train view {})",
-            dir.display(),
-            dir.display()
-        );
+        match dir.join(crate::engine::rundir::METRICS).is_file() {
+            true => crate::say!(
+                "run dir: {} (mgtop-train view {})",
+                dir.display(),
+                dir.display()
+            ),
+            false => crate::say!(
+                "run dir: {} (its metrics file was removed during the run: nothing to view)",
+                dir.display()
+            ),
+        }
     }
     if result.data_skipped > 0 {
         crate::say!(

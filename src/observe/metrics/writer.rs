@@ -25,7 +25,14 @@ const SPACE: &str = "check that its disk has space";
 pub struct MetricsWriter {
     path: PathBuf,
     out: BufWriter<File>,
+    /// A regular file's device and inode, and when `path` was last seen to name it.
+    ident: Option<(u64, u64)>,
+    looked: std::time::Instant,
 }
+
+/// How often a flush looks whether the file is still where it was written (a run directory
+/// deleted under a running run would otherwise lose its records without a word).
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The first line of the file, where it is a metrics file's run record (what a run may
 /// replace).
@@ -172,9 +179,15 @@ impl MetricsWriter {
                 f
             }
         };
+        use std::os::unix::fs::MetadataExt;
+        let ident = (f.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| (m.dev(), m.ino()));
         Ok(MetricsWriter {
             path: path.to_path_buf(),
             out: BufWriter::new(f),
+            ident,
+            looked: std::time::Instant::now(),
         })
     }
 
@@ -199,6 +212,26 @@ impl MetricsWriter {
             path: self.path.clone(),
             source,
             fix: SPACE,
-        })
+        })?;
+        if self.looked.elapsed() >= LOOK_EVERY {
+            self.looked = std::time::Instant::now();
+            if !self.still_there() {
+                return Err(MetricsError {
+                    path: self.path.clone(),
+                    source: std::io::Error::other(
+                        "it was removed or replaced while the run wrote it (its run directory deleted?)",
+                    ),
+                    fix: "the run goes on, and its checkpoints are still written",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the path still names the file written (one that is not a regular file: yes).
+    pub fn still_there(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
+        self.ident.is_none_or(|i| now.is_ok_and(|n| n == i))
     }
 }
