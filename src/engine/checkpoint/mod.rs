@@ -256,9 +256,12 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     let meta: CheckpointMeta =
         serde_json::from_slice(&json).map_err(|e| corrupt(format!("{STATE}: {e}")))?;
     if meta.format == "mgtop-checkpoint/1" {
-        return Err(corrupt(
-            "it was written by an older mgtop-train (format mgtop-checkpoint/1, linear weights [in, out]); this one reads mgtop-checkpoint/2 (PyTorch's [out, in]): start a new run, or resume it with the version that wrote it".into(),
-        ));
+        // (its run's other checkpoints are of that version too: no use resuming one)
+        return Err(CheckpointError::Corrupt {
+            path: dir.to_path_buf(),
+            msg: "it was written by an older mgtop-train (format mgtop-checkpoint/1, linear weights [in, out]); this one reads mgtop-checkpoint/2 (PyTorch's [out, in])".into(),
+            fix: "start a new run, or resume it with the version that wrote it".into(),
+        });
     }
     if meta.format != FORMAT {
         return Err(corrupt(format!("format `{}` is not {FORMAT}", meta.format)));

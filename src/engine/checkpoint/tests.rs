@@ -300,12 +300,16 @@ fn damaged_running_statistics_and_the_old_format_are_refused() {
     // a checkpoint of the layout before PyTorch's linear weights
     meta.format = "mgtop-checkpoint/1".into();
     let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), &model, &state, &meta).unwrap();
+    meta.step += 1;
     let p = write(dir.path(), &model, &state, &meta).unwrap();
     let e = read(&p, &model, "adam").unwrap_err().to_string();
     assert!(
         e.contains("older mgtop-train") && e.contains("start a new run"),
         "{e}"
     );
+    // its run's other checkpoints are of that version too: not offered instead
+    assert!(!e.contains("resume from another checkpoint"), "{e}");
 }
 
 #[test]
