@@ -182,6 +182,12 @@ impl TrainArgs {
         let args = match &self.config {
             Some(path) => {
                 let file = read_config_file(path)?;
+                if file.epochs.is_some() && file.steps.is_some() {
+                    return Err(format!(
+                        "config file {}: `epochs` and `steps` are both set: keep one budget (a flag for either replaces the file's)",
+                        path.display()
+                    ));
+                }
                 beside_config(path, &self, &file)?;
                 self.merge(file)
             }

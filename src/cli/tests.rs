@@ -94,6 +94,18 @@ fn a_relative_path_beside_the_config_file_is_named_with_its_mend() {
 }
 
 #[test]
+fn a_config_file_of_two_budgets_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    std::fs::write(&f, "epochs = 3\nsteps = 10\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("run.toml: `epochs` and `steps` are both set: keep one budget"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_files_and_values_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad.toml");
