@@ -322,6 +322,23 @@ fn picture_and_weights_flags_name_the_problem() {
         .concat(),
     );
     assert_eq!(code, Some(0), "two replicas' values: {out}");
+    // a picture model on flat data is told how the data's format says it holds pictures
+    std::fs::write(d.join("flat.csv"), "1,2,3,4,0\n4,3,2,1,1\n1,1,1,1,0\n").unwrap();
+    refused(
+        d,
+        &[
+            "--model",
+            "conv4k2",
+            "--data",
+            "csv:flat.csv",
+            "--val-split",
+            "0",
+        ],
+        &[
+            "a convolution needs an image",
+            "give their shape: --data csv:PATH,shape=CxHxW",
+        ],
+    );
     // a file in the way further up is named
     refused(
         d,

@@ -151,8 +151,21 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         None => Shape::Flat(train.features),
     };
     let mut model = Model::new(input, &cfg.model, train.classes).map_err(|e| {
+        use crate::data::DataSpec;
+        // flat data a picture model cannot take: how the data's format says it holds pictures
+        let pictures = match &cfg.data {
+            _ if train.image.is_some() || !e.contains("image") => "",
+            DataSpec::Csv { .. } => {
+                " (if the CSV's rows are pictures, give their shape: --data csv:PATH,shape=CxHxW)"
+            }
+            DataSpec::Idx { .. } => {
+                " (if the IDX file holds 4-d pictures, give their layout: --data idx:IMAGES,LABELS,layout=nchw or layout=nhwc)"
+            }
+            DataSpec::Synthetic { .. } => " (synthetic pictures: synthetic-images:N,C,H,W,K)",
+            _ => "",
+        };
         EngineError::Config(format!(
-            "{e}; change --model, or --data to data of that shape"
+            "{e}; change --model, or --data to data of that shape{pictures}"
         ))
     })?;
     model.label_smoothing = cfg.label_smoothing;
