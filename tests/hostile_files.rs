@@ -270,7 +270,11 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--data", "cifar10:nowhere"],
         &["cifar-10-binary.tar.gz", "tar xzf"],
     );
-    refused(d, &["--data", "images:nowhere"], &["is not a folder"]);
+    refused(
+        d,
+        &["--data", "images:nowhere"],
+        &["nowhere does not exist"],
+    );
     refused(d, &["--data", "images:/dev"], &["holds no"]);
     refused(
         d,

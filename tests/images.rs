@@ -382,6 +382,11 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
     let e = images(&tmp.path().join("nowhere"), &opts(|_| {}))
         .err()
         .unwrap();
+    assert!(e.contains("nowhere does not exist"), "{e}");
+    std::fs::write(tmp.path().join("a-file"), b"x").unwrap();
+    let e = images(&tmp.path().join("a-file"), &opts(|_| {}))
+        .err()
+        .unwrap();
     assert!(e.contains("is not a folder"), "{e}");
     let junk = tmp.path().join("junk");
     std::fs::create_dir_all(junk.join("a")).unwrap();

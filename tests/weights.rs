@@ -296,6 +296,19 @@ fn trained_weights_export_for_pytorch_and_load_back() {
             tensor(&ckpt.join("model.safetensors"), &t.name).as_slice()
         );
     }
+    // a checkpoint's file is not its checkpoint; a directory is not a weights file
+    let weights = run.join("checkpoints/step-00000004/model.safetensors");
+    let e = export(&weights, &out).unwrap_err();
+    assert!(
+        e.contains("a file of checkpoint") && e.contains("give the checkpoint's folder"),
+        "{e}"
+    );
+    let e = import(&run, &m, &mut params, &mut buffers).unwrap_err();
+    assert!(
+        e.contains("give the weights file of its checkpoint: --init /")
+            && e.ends_with("step-00000004/model.safetensors"),
+        "{e}"
+    );
     // bad targets
     let e = export(&dir.path().join("nowhere"), &out).unwrap_err();
     assert!(e.contains("no such file or directory"), "{e}");

@@ -169,6 +169,12 @@ fn headers(files: &[PathBuf]) -> Vec<Result<(usize, usize), String>> {
 /// Scans `dir`. With `classes` (a training folder's), the sub-folders must be among them and
 /// keep their numbers (a validation folder); otherwise they are the classes.
 pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
+    if !dir.exists() {
+        return Err(format!(
+            "{} does not exist; images:DIR needs a folder of class folders (DIR/cat/*.jpg, DIR/dog/*.png)",
+            dir.display()
+        ));
+    }
     if !dir.is_dir() {
         return Err(format!(
             "{} is not a folder; images:DIR needs a folder of class folders (DIR/cat/*.jpg, DIR/dog/*.png)",

@@ -120,6 +120,18 @@ pub fn import(
     buffers: &mut [f32],
 ) -> Result<Vec<String>, String> {
     let at = |m: String| format!("--init {}: {m}", path.display());
+    // a run or checkpoint directory: the weights file of its newest checkpoint
+    if path.is_dir() {
+        use super::rundir::{checkpoint_for, Purpose};
+        if let Ok(dir) = checkpoint_for(path, Purpose::Export)
+            .and_then(|p| checkpoint::resolve(&p).map_err(|e| e.to_string()))
+        {
+            return Err(at(format!(
+                "a directory; give the weights file of its checkpoint: --init {}",
+                dir.join("model.safetensors").display()
+            )));
+        }
+    }
     // a file for this model with 8-byte floats, a larger head and some extras fits easily
     let most = ((model.n_params + model.n_buffers) as u64 * 8).saturating_add(1 << 30);
     let expect = Expect {

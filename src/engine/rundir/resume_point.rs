@@ -65,6 +65,17 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     if path.join("state.json").is_file() {
         return Ok(path.to_path_buf());
     }
+    // a file of a checkpoint (its weights): the checkpoint is its folder
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| path.is_file() && d.join("state.json").is_file())
+    {
+        return Err(format!(
+            "{}: a file of checkpoint {}; give the checkpoint's folder instead",
+            purpose.asked(path),
+            dir.display()
+        ));
+    }
     if is_run_dir(path) {
         return match newest_of_one_run(&path.join(CHECKPOINTS), purpose) {
             Ok(p) => Ok(p),
