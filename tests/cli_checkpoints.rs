@@ -185,6 +185,18 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_says_so() {
         out.contains("it is --model conv4k3p1,gap trained on inputs of 192 values a sample, and this run's data gives 300"),
         "{out}"
     );
+    // the --init it offers starts from those weights on the larger pictures
+    let init = out
+        .split("--init ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    assert!(init.ends_with("step-00000002/model.safetensors"), "{out}");
+    let o = run(
+        "synthetic-images:64,3,10,10,3",
+        &["--steps", "1", "--init", init, "--checkpoint-dir", "ck2"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// A checkpoint written further into an epoch than a resumed run's (smaller) training split

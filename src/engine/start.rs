@@ -158,10 +158,11 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
         None => String::new(),
     };
     let what = format!(
-        "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}, or start without --resume",
+        "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}, or start a new run from its weights on these inputs with --init {} (where its layers' shapes do not follow the picture size: global pooling before the head)",
         cfg.model,
         meta.dims[0],
-        model.dims[0]
+        model.dims[0],
+        path.join("model.safetensors").display()
     );
     CheckpointError::ShapeMismatch { path, what }
 }
