@@ -512,3 +512,19 @@ fn the_summary_says_what_the_step_time_parts_leave_over() {
     let s = screen(&app, 100, 30);
     assert!(s.contains("waiting 10%") && !s.contains("· other"), "{s}");
 }
+
+#[test]
+fn validation_accuracy_too_short_for_a_chart_is_said_in_words() {
+    let mut app = demo::app(2, 150);
+    key(&mut app, KeyCode::Tab);
+    let s = screen(&app, 60, 16);
+    let (last, best) = app.val_accuracy();
+    let (last, best) = (last.unwrap() * 100.0, best.unwrap() * 100.0);
+    assert!(
+        s.contains(&format!(": {last:.1}%")) && s.contains(&format!("best {best:.1}% (epoch ")),
+        "{s}"
+    );
+    // with the rows for one, a chart
+    let s = screen(&app, 80, 30);
+    assert!(!s.contains(&format!("best {best:.1}% (epoch ")), "{s}");
+}

@@ -207,6 +207,24 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         );
         return;
     }
+    // too few rows for a chart to read (one row draws every point beside its top label): words
+    if area.height < 7 {
+        let (last, best) = (
+            acc[acc.len() - 1],
+            acc.iter()
+                .copied()
+                .fold(acc[0], |b, p| if p.1 > b.1 { p } else { b }),
+        );
+        let lines = vec![
+            Line::raw(format!("epoch {:.0}: {:.1}%", last.0, last.1)),
+            Line::styled(
+                format!("best {:.1}% (epoch {:.0})", best.1, best.0),
+                theme.muted(),
+            ),
+        ];
+        frame.render_widget(Paragraph::new(lines).block(block(head, theme)), area);
+        return;
+    }
     let lo = acc
         .iter()
         .map(|p| p.1)
