@@ -43,6 +43,24 @@ pub(super) fn check(
     })
 }
 
+/// `path` absolute, with its `.` and `..` worked out by name (`runs/../ck` is `ck`: a path the
+/// log prints and a user copies).
+fn tidy_absolute(path: &std::path::Path) -> PathBuf {
+    use std::path::Component;
+    let full = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in full.components() {
+        match c {
+            Component::CurDir => {}
+            // (a `..` after a link would go elsewhere in the file system; kept as written)
+            Component::ParentDir if out.is_symlink() || !out.pop() => out.push(c),
+            Component::ParentDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl Places {
     /// `cfg` with the run directory made (`run_dir`, absolute), the checkpoint directory
     /// following it or made absolute (the metrics file's checkpoint events lead `--resume
@@ -56,7 +74,7 @@ impl Places {
     ) -> RunConfig {
         let checkpoint_dir = match &run_dir {
             Some(d) if self.in_run_dir => d.join(rundir::CHECKPOINTS),
-            _ => std::path::absolute(&cfg.checkpoint_dir).unwrap_or(cfg.checkpoint_dir),
+            _ => tidy_absolute(&cfg.checkpoint_dir),
         };
         let origin = (resumed.and_then(CheckpointMeta::line).map(str::to_string))
             .or_else(|| run_dir.as_ref().map(|d| d.display().to_string()));
@@ -66,5 +84,24 @@ impl Places {
             run_dir,
             ..cfg
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tidy_absolute;
+    use std::path::Path;
+
+    #[test]
+    fn a_checkpoint_directory_is_said_without_dots() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(tidy_absolute(Path::new("runs/../ck/./a")), cwd.join("ck/a"));
+        assert_eq!(tidy_absolute(Path::new("/x/y/../z")), Path::new("/x/z"));
+        // a `..` after a link is kept: by name it would be somewhere else
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), &link).unwrap();
+        assert_eq!(tidy_absolute(&link.join("../ck")), link.join("../ck"));
     }
 }
