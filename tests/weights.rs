@@ -203,6 +203,28 @@ fn damaged_and_hostile_files_are_clear_errors() {
         ),
         "{e}"
     );
+    // an entry safetensors cannot take is named, with what is wrong with it
+    for (entry, says) in [
+        (
+            r#"{"dtype":"F99","shape":[2],"data_offsets":[0,8]}"#,
+            "has dtype `F99`, one this program does not read",
+        ),
+        (
+            r#"{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}"#,
+            "has a shape that is not a list of whole numbers",
+        ),
+        (r#"{"dtype":"F32","shape":[2]}"#, "has no data_offsets"),
+    ] {
+        let header = format!(r#"{{"conv1.weight":{entry}}}"#);
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend(header.as_bytes());
+        file.extend([0u8; 8]);
+        let e = try_file(&file);
+        assert!(
+            e.contains(&format!("its header's entry `conv1.weight` {says}")),
+            "{e}"
+        );
+    }
     // a file of another model is refused by its header, its bulk unread (this one's is cut
     // short: read whole, it would be refused as damaged)
     let header =

@@ -178,7 +178,7 @@ pub fn import(
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         at(format!(
             "not a whole safetensors file ({}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)",
-            checkpoint::safetensors_problem(&e)
+            checkpoint::safetensors_problem(&e, &bytes)
         ))
     })?;
     let mut file_names: Vec<String> = st.names().into_iter().cloned().collect();
@@ -323,7 +323,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         format!(
             "{}: not a whole safetensors file ({}); {instead}",
             file.display(),
-            checkpoint::safetensors_problem(&e)
+            checkpoint::safetensors_problem(&e, &bytes)
         )
     })?;
     let steps = (meta.optimizer_steps as i64).to_le_bytes();

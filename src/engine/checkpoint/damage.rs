@@ -47,9 +47,55 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
     Ok((8 + n).checked_add(end) == Some(len))
 }
 
-/// What is wrong with a safetensors file, in words (the crate's own Display is its Debug).
-pub fn safetensors_problem(e: &safetensors::SafeTensorError) -> String {
+/// The dtypes a safetensors header may name, as the safetensors crate this program reads
+/// with knows them.
+const DTYPES: [&str; 15] = [
+    "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
+    "F64", "I64", "U64",
+];
+
+/// The first entry of a JSON header that is no safetensors tensor entry, and why (a header
+/// that is no JSON object at all: `None`).
+fn bad_entry(bytes: &[u8]) -> Option<String> {
+    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    let whole = |v: &serde_json::Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_u64()));
+    header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .find_map(|(k, t)| {
+            let why = match (
+                t.get("dtype").and_then(|d| d.as_str()),
+                t.get("shape"),
+                t.get("data_offsets"),
+            ) {
+                (None, _, _) => "has no dtype".to_string(),
+                (Some(d), _, _) if !DTYPES.contains(&d) => format!(
+                    "has dtype `{}`, one this program does not read",
+                    crate::data::read::excerpt(d)
+                ),
+                (_, Some(s), _) if !whole(s) => {
+                    "has a shape that is not a list of whole numbers".into()
+                }
+                (_, None, _) => "has no shape".into(),
+                (_, _, Some(o)) if !whole(o) || o.as_array().map(|a| a.len()) != Some(2) => {
+                    "has data_offsets that are not two whole numbers".into()
+                }
+                (_, _, None) => "has no data_offsets".into(),
+                _ => return None,
+            };
+            Some(format!("`{}` {why}", crate::data::read::excerpt(k)))
+        })
+}
+
+/// What is wrong with a safetensors file of `bytes`, in words (the crate's own Display is its
+/// Debug).
+pub fn safetensors_problem(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
     use safetensors::SafeTensorError as E;
+    if let (E::InvalidHeaderDeserialization, Some(entry)) = (e, bad_entry(bytes)) {
+        return format!("its header's entry {entry}");
+    }
     let name = |n: &str| crate::data::read::excerpt(n);
     match e {
         E::HeaderTooSmall => "shorter than its 8-byte header length".into(),
@@ -57,8 +103,11 @@ pub fn safetensors_problem(e: &safetensors::SafeTensorError) -> String {
         E::HeaderTooLarge => "its first 8 bytes claim a header of over 100 MB".into(),
         E::InvalidHeader => "its header is not UTF-8 text".into(),
         E::InvalidHeaderStart => "its header does not start with `{`".into(),
-        E::InvalidHeaderDeserialization | E::JsonError(_) => {
-            "its header is not a safetensors JSON header".into()
+        E::InvalidHeaderDeserialization => "its header is not a safetensors JSON header".into(),
+        // what serde found (an unknown dtype, a negative size), where
+        E::JsonError(e) => {
+            let what: String = e.to_string().chars().take(160).collect();
+            format!("its header is not a safetensors JSON header ({what})")
         }
         E::TensorNotFound(n) => format!("tensor `{}` is missing", name(n)),
         E::InvalidOffset(n) => format!("tensor `{}`'s byte offsets are out of place", name(n)),

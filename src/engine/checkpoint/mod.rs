@@ -332,7 +332,7 @@ pub fn read(
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         corrupt(format!(
             "{WEIGHTS} is not a whole safetensors file ({}): it was cut short or damaged",
-            safetensors_problem(&e)
+            safetensors_problem(&e, &bytes)
         ))
     })?;
     let n = model.n_params;
