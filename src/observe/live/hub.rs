@@ -105,8 +105,37 @@ struct State {
     events: Capped,
     seq: u64,
     clients: HashMap<u64, Client>,
+    /// Connections accepted whose greeting is awaited: their seats among the clients.
+    seated: usize,
     next_id: u64,
     closed: bool,
+}
+
+/// A connection's seat among the clients, taken when it is accepted (the first to connect
+/// are the first served, however their greetings race) and given back unless it joins.
+pub struct Seat {
+    hub: LiveHub,
+    held: bool,
+}
+
+impl Seat {
+    /// Registers the client: its queue starts with the `run` record, the history and a `live`
+    /// line (the history ends there; `t` is the run's clock now). `Err` says why not.
+    pub fn join(mut self) -> Result<u64, String> {
+        let hub = self.hub.clone();
+        let mut s = hub.lock();
+        s.seated -= 1;
+        self.held = false;
+        hub.join_locked(&mut s)
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if self.held {
+            self.hub.lock().seated -= 1;
+        }
+    }
 }
 
 struct Shared {
@@ -141,6 +170,7 @@ impl LiveHub {
                 events: Capped::new(HISTORY_EVENTS),
                 seq: 0,
                 clients: HashMap::new(),
+                seated: 0,
                 next_id: 1,
                 closed: false,
             }),
@@ -208,17 +238,32 @@ impl LiveHub {
         self.0.wake.notify_all();
     }
 
-    /// Registers a client: its queue starts with the `run` record, the history and a `live`
-    /// line (the history ends there; `t` is the run's clock now). `Err` says why not.
-    pub fn join(&self) -> Result<u64, String> {
+    /// A seat for a connection just accepted, among the `MAX_CLIENTS`; `Err` says why not.
+    pub fn seat(&self) -> Result<Seat, String> {
         let mut s = self.lock();
         if s.closed {
             return Err("the run has ended".into());
         }
-        if s.clients.len() >= MAX_CLIENTS {
+        if s.clients.len() + s.seated >= MAX_CLIENTS {
             return Err(format!(
                 "{MAX_CLIENTS} clients are attached already; detach one first"
             ));
+        }
+        s.seated += 1;
+        Ok(Seat {
+            hub: self.clone(),
+            held: true,
+        })
+    }
+
+    /// A seat taken and joined at once (see [`Seat::join`]).
+    pub fn join(&self) -> Result<u64, String> {
+        self.seat()?.join()
+    }
+
+    fn join_locked(&self, s: &mut State) -> Result<u64, String> {
+        if s.closed {
+            return Err("the run has ended".into());
         }
         let Some(run) = s.run.clone() else {
             return Err("the run has not started yet; try again".into());
@@ -409,6 +454,22 @@ mod tests {
         let id = h.join().unwrap();
         let n = texts(h.next(id, Duration::ZERO)).len();
         assert!(n <= HISTORY_STEPS + 2, "{n}");
+    }
+
+    #[test]
+    fn seats_go_to_connections_in_the_order_they_came() {
+        let h = hub();
+        let seats: Vec<Seat> = (0..MAX_CLIENTS).map(|_| h.seat().unwrap()).collect();
+        // the 17th to connect is refused, though none of the first has spoken yet
+        assert!(h.seat().err().unwrap().contains("detach one"));
+        let mut seats = seats.into_iter();
+        // one that leaves without joining (a probe) gives its seat back
+        drop(seats.next());
+        let late = h.seat().unwrap();
+        for s in seats.chain([late]) {
+            s.join().unwrap();
+        }
+        assert!(h.join().unwrap_err().contains("detach one"));
     }
 
     #[test]

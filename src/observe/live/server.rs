@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::hub::{LiveHub, Next};
+use super::hub::{LiveHub, Next, Seat};
 use super::lines::{read_line, Read};
 use super::protocol::{
     apply, is_hello, is_readonly_request, parse_request, reply, Refusal, MAX_REQUEST,
@@ -203,6 +203,11 @@ fn serve(
         Ok(uid) if uid == own_uid() || uid == 0 => {}
         _ => return refuse(stream, "this run belongs to another user"),
     }
+    // its seat is taken in the order the connections came
+    let seat = match hub.seat() {
+        Ok(p) => p,
+        Err(why) => return refuse(stream, &why),
+    };
     let reader = match stream.try_clone() {
         Ok(r) => r,
         Err(e) => return refuse(stream, &format!("cannot serve this connection: {e}")),
@@ -233,13 +238,24 @@ fn serve(
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
                 other => Some(other),
             };
-            join(stream, r, buf, first, &hub, &controller, &active, &done);
+            join(
+                seat,
+                stream,
+                r,
+                buf,
+                first,
+                &hub,
+                &controller,
+                &active,
+                &done,
+            );
         });
 }
 
 /// Serves a client that has spoken (its first line read into `buf` as `first`) or waited.
 #[allow(clippy::too_many_arguments)]
 fn join(
+    seat: Seat,
     stream: UnixStream,
     r: BufReader<UnixStream>,
     buf: Vec<u8>,
@@ -249,7 +265,7 @@ fn join(
     active: &Arc<AtomicUsize>,
     done: &Sender<()>,
 ) {
-    let id = match hub.join() {
+    let id = match seat.join() {
         Ok(id) => id,
         Err(why) => return refuse(stream, &why),
     };
