@@ -654,7 +654,7 @@ fn a_run_directory_deleted_under_the_run_is_said_and_not_offered_to_view() {
     );
     std::fs::remove_dir_all(&run.run_dir).unwrap();
     run.wait_log("the warning", |l| {
-        l.contains("was removed or replaced while the run wrote it")
+        l.contains("was removed or moved away while the run writes it")
     });
     common::cli::signal(&run.child, "TERM");
     assert_eq!(run.wait_exit().code(), Some(130));

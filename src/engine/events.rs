@@ -162,6 +162,12 @@ pub enum Event {
         step: u64,
         message: String,
     },
+    /// Something gone wrong that the run goes on through (an old checkpoint `--keep-checkpoints`
+    /// could not remove).
+    Warning {
+        step: u64,
+        message: String,
+    },
     /// Something a rank's device should tell the run (cuDNN failing its check on a GPU).
     DeviceNote {
         rank: usize,
@@ -222,6 +228,7 @@ impl Event {
             | Event::Checkpoint { step, .. }
             | Event::InSync { step, .. }
             | Event::DataSkipped { step, .. }
+            | Event::Warning { step, .. }
             | Event::Failed { step, .. }
             | Event::Finished { step, .. } => Some(*step),
         }

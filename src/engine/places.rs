@@ -48,12 +48,16 @@ pub(super) fn check(
 fn tidy_absolute(path: &std::path::Path) -> PathBuf {
     use std::path::Component;
     let full = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut out = PathBuf::new();
+    let (mut out, mut kept) = (PathBuf::new(), false);
     for c in full.components() {
         match c {
             Component::CurDir => {}
-            // (a `..` after a link would go elsewhere in the file system; kept as written)
-            Component::ParentDir if out.is_symlink() || !out.pop() => out.push(c),
+            // a `..` after a link goes elsewhere in the file system than by name: it, and
+            // every `..` after it, stays as written
+            Component::ParentDir if kept || out.is_symlink() || !out.pop() => {
+                kept = true;
+                out.push(c);
+            }
             Component::ParentDir => {}
             c => out.push(c),
         }
@@ -103,5 +107,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("real")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("real"), &link).unwrap();
         assert_eq!(tidy_absolute(&link.join("../ck")), link.join("../ck"));
+        assert_eq!(tidy_absolute(&link.join("../../ck")), link.join("../../ck"));
+        assert_eq!(tidy_absolute(&link.join("a/../../ck")), link.join("../ck"));
     }
 }

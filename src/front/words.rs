@@ -316,6 +316,7 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
         Event::DataSkipped { step, message } => format!(
             "WARNING at step {step}: {message}; another image of its class stands in for it"
         ),
+        Event::Warning { step, message } => format!("WARNING at step {step}: {message}"),
         Event::DeviceNote { rank, message } => format!("note: rank {rank}: {message}"),
         Event::Failed {
             rank,

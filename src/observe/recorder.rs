@@ -76,7 +76,10 @@ impl Files {
     ) -> Vec<String> {
         let mut warnings = Vec::new();
         self.writers.retain_mut(|w| match f(w) {
-            Ok(()) => true,
+            Ok(()) => {
+                warnings.extend(w.take_warning().map(|m| format!("warning: {m}")));
+                true
+            }
             Err(e) => {
                 warnings.push(format!(
                     "warning: {e}; no more metrics will be written to it"

@@ -307,6 +307,10 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
             step: uint(v, "step")?,
             message: text(v, "message")?.to_string(),
         },
+        "warning" => Event::Warning {
+            step: uint(v, "step")?,
+            message: text(v, "message")?.to_string(),
+        },
         "error" => Event::Failed {
             rank: count(v, "rank")?,
             step: uint(v, "step")?,

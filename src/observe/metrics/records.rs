@@ -129,6 +129,9 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         Event::DataSkipped { step, message } => {
             json!({"type": "event", "kind": "data_skipped", "step": step, "t": t, "message": message})
         }
+        Event::Warning { step, message } => {
+            json!({"type": "event", "kind": "warning", "step": step, "t": t, "message": message})
+        }
         Event::DeviceNote { rank, message } => {
             json!({"type": "event", "kind": "device_note", "rank": rank, "t": t, "message": message})
         }

@@ -25,9 +25,11 @@ const SPACE: &str = "check that its disk has space";
 pub struct MetricsWriter {
     path: PathBuf,
     out: BufWriter<File>,
-    /// A regular file's device and inode, and when `path` was last seen to name it.
-    ident: Option<(u64, u64)>,
+    /// A regular file (a FIFO or device is never looked for), when it was last looked for, and
+    /// whether it was found gone (told once).
+    regular: bool,
     looked: std::time::Instant,
+    gone: Option<bool>,
 }
 
 /// How often a flush looks whether the file is still where it was written (a run directory
@@ -179,15 +181,12 @@ impl MetricsWriter {
                 f
             }
         };
-        use std::os::unix::fs::MetadataExt;
-        let ident = (f.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| (m.dev(), m.ino()));
         Ok(MetricsWriter {
             path: path.to_path_buf(),
+            regular: f.metadata().is_ok_and(|m| m.is_file()),
             out: BufWriter::new(f),
-            ident,
             looked: std::time::Instant::now(),
+            gone: None,
         })
     }
 
@@ -213,25 +212,69 @@ impl MetricsWriter {
             source,
             fix: SPACE,
         })?;
-        if self.looked.elapsed() >= LOOK_EVERY {
+        if self.regular && self.gone.is_none() && self.looked.elapsed() >= LOOK_EVERY {
             self.looked = std::time::Instant::now();
-            if !self.still_there() {
-                return Err(MetricsError {
-                    path: self.path.clone(),
-                    source: std::io::Error::other(
-                        "it was removed or replaced while the run wrote it (its run directory deleted?)",
-                    ),
-                    fix: "the run goes on, and its checkpoints are still written",
-                });
+            if self.removed() {
+                self.gone = Some(true);
             }
         }
         Ok(())
     }
 
-    /// Whether the path still names the file written (one that is not a regular file: yes).
-    pub fn still_there(&self) -> bool {
+    /// Whether the file written was removed: unlinked, or its path names nothing (a rename
+    /// away or a file replaced is not: what is written still lands somewhere).
+    fn removed(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let now = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
-        self.ident.is_none_or(|i| now.is_ok_and(|n| n == i))
+        let unlinked = self.out.get_ref().metadata().is_ok_and(|m| m.nlink() == 0);
+        let nothing = std::fs::symlink_metadata(&self.path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        unlinked || nothing
+    }
+
+    /// The warning, once, that the file was found removed while written (writing goes on: a
+    /// file moved away still takes the records).
+    pub fn take_warning(&mut self) -> Option<String> {
+        match self.gone {
+            Some(true) => {
+                self.gone = Some(false);
+                Some(format!(
+                    "metrics file {} was removed or moved away while the run writes it: the records from here on are lost if it was deleted; the run goes on, and its checkpoints are still written",
+                    self.path.display()
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer whose next flush looks for its file.
+    fn looked_for(w: &mut MetricsWriter) -> Option<String> {
+        w.looked -= LOOK_EVERY;
+        w.write(&Line::new(&serde_json::json!({"type": "x"}))).unwrap();
+        w.flush().unwrap();
+        w.take_warning()
+    }
+
+    #[test]
+    fn a_file_removed_while_written_is_told_once_and_one_moved_or_replaced_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let mut w = MetricsWriter::create(&path).unwrap();
+        assert_eq!(looked_for(&mut w), None);
+        // replaced under the same name (a rotation): what is written still lands somewhere
+        std::fs::rename(&path, dir.path().join("old.jsonl")).unwrap();
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(looked_for(&mut w), None);
+        std::fs::remove_file(dir.path().join("old.jsonl")).unwrap();
+        let said = looked_for(&mut w).unwrap();
+        assert!(said.contains("was removed or moved away"), "{said}");
+        assert_eq!(looked_for(&mut w), None, "told once");
+        // a device is never looked for
+        let mut null = MetricsWriter::create(Path::new("/dev/null")).unwrap();
+        assert_eq!(looked_for(&mut null), None);
     }
 }

@@ -172,7 +172,10 @@ impl App {
                 val_accuracy: *val_accuracy,
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
-            Event::InSync { .. } | Event::DataSkipped { .. } | Event::DeviceNote { .. } => {}
+            Event::InSync { .. }
+            | Event::DataSkipped { .. }
+            | Event::Warning { .. }
+            | Event::DeviceNote { .. } => {}
             Event::Failed { rank, message, .. } => {
                 self.state = RunState::Failed;
                 if let Some(d) = self.devices.get_mut(*rank) {
@@ -195,7 +198,9 @@ impl App {
             }
             let level = match e {
                 Event::Failed { .. } => Level::Error,
-                Event::DataSkipped { .. } | Event::DeviceNote { .. } => Level::Warn,
+                Event::DataSkipped { .. } | Event::Warning { .. } | Event::DeviceNote { .. } => {
+                    Level::Warn
+                }
                 _ => Level::Info,
             };
             self.push_log(level, line, matches!(e, Event::EpochDone { .. }));
