@@ -88,9 +88,7 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
         return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
     }
     if cfg.keep_checkpoints == Some(0) {
-        return bad(
-            "--keep-checkpoints 0 would keep none: use 1 or more (leave it out to keep all)".into(),
-        );
+        return bad("--keep-checkpoints 0 would keep none: use 1 or more".into());
     }
     if let Some(t) = cfg.loader_threads.filter(|t| !(1..=64).contains(t)) {
         return bad(format!("--loader-threads {t} is out of range: use 1..=64"));

@@ -195,12 +195,17 @@ pub fn write(
 }
 
 /// Removes checkpoint `dir`: renamed out of the `step-*` names first, so that one interrupted
-/// half-way is never taken for a checkpoint (a later start clears what is left of it).
+/// half-way is never taken for a checkpoint (a later start clears what is left of it). One
+/// that cannot be removed is put back where it was, whole, where nothing of it went yet.
 pub fn remove(dir: &Path) -> std::io::Result<()> {
     let name = dir.file_name().unwrap_or_default().to_string_lossy();
     let aside = dir.with_file_name(format!(".removed-{name}-{}", std::process::id()));
     fs::rename(dir, &aside)?;
-    fs::remove_dir_all(aside)
+    fs::remove_dir_all(&aside).inspect_err(|_| {
+        if aside.join(STATE).is_file() && aside.join(WEIGHTS).is_file() {
+            let _ = fs::rename(&aside, dir);
+        }
+    })
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -244,12 +249,24 @@ fn instead_of(dir: &Path) -> String {
     }
 }
 
+/// A checkpoint that went while it was read (its run, still running, keeps only its newest
+/// with `--keep-checkpoints`): said so, rather than taken for damaged.
+fn gone(dir: &Path) -> Option<CheckpointError> {
+    (!dir.exists()).then(|| CheckpointError::Corrupt {
+        path: dir.to_path_buf(),
+        msg: "it was removed while it was read (a running run's --keep-checkpoints removes its older checkpoints)".into(),
+        fix: "try again: its run's newest checkpoint is another now".into(),
+    })
+}
+
 /// A checkpoint directory's `state.json`, held to the ranges the flags accept.
 pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
-    let corrupt = |msg: String| CheckpointError::Corrupt {
-        path: dir.to_path_buf(),
-        msg,
-        fix: instead_of(dir),
+    let corrupt = |msg: String| {
+        gone(dir).unwrap_or_else(|| CheckpointError::Corrupt {
+            path: dir.to_path_buf(),
+            msg,
+            fix: instead_of(dir),
+        })
     };
     let json = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
         .map_err(|e| corrupt(format!("{STATE}: {e}")))?;
@@ -308,10 +325,12 @@ pub fn read(
     optimizer: &str,
 ) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
     let dir = resolve(path)?;
-    let corrupt = |msg: String| CheckpointError::Corrupt {
-        path: dir.clone(),
-        msg,
-        fix: instead_of(&dir),
+    let corrupt = |msg: String| {
+        gone(&dir).unwrap_or_else(|| CheckpointError::Corrupt {
+            path: dir.clone(),
+            msg,
+            fix: instead_of(&dir),
+        })
     };
     let meta = read_meta(&dir)?;
     if meta.dims != model.dims {

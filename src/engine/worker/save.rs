@@ -77,11 +77,16 @@ impl Worker {
                 break;
             };
             if let Err(e) = checkpoint::remove(&old) {
+                let stays = match old.is_dir() {
+                    true => "it stays",
+                    false => "what is left of it is cleared at the next start in its directory",
+                };
                 let message = format!(
-                    "--keep-checkpoints: cannot remove {}: {e}; it stays",
+                    "--keep-checkpoints: cannot remove {}: {e}; {stays}",
                     old.display()
                 );
-                let _ = self.events.send(Event::DeviceNote { rank: 0, message });
+                let step = self.step;
+                let _ = self.events.send(Event::Warning { step, message });
             }
         }
     }

@@ -254,7 +254,8 @@ mod tests {
     /// A writer whose next flush looks for its file.
     fn looked_for(w: &mut MetricsWriter) -> Option<String> {
         w.looked -= LOOK_EVERY;
-        w.write(&Line::new(&serde_json::json!({"type": "x"}))).unwrap();
+        w.write(&Line::new(&serde_json::json!({"type": "x"})))
+            .unwrap();
         w.flush().unwrap();
         w.take_warning()
     }
