@@ -130,6 +130,22 @@ fn scale_measures_the_grid_and_writes_the_table() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("resumed.json")).unwrap())
             .unwrap();
     assert_eq!(rows[0]["per_replica"], 32, "{rows}");
+    // a config file's resume is ignored alike, and said
+    std::fs::write(dir.path().join("r.toml"), "resume = \"runs\"\n").unwrap();
+    let o = run_in(
+        dir.path(),
+        &["scale", "--counts", "1", "--prefetch-modes", "on"]
+            .into_iter()
+            .chain(["--seconds", "0.1", "--repeat", "1", "--config", "r.toml"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        o.status.success()
+            && text(&o).contains("note: --resume: ")
+            && text(&o).contains("workload: --model mlp:128 --data digits\n"),
+        "{}",
+        text(&o)
+    );
     let o = run_in(
         dir.path(),
         &["scale", "--counts", "1", "--out", "table.txt"],

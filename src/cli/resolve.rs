@@ -176,23 +176,31 @@ impl TrainArgs {
         )
     }
 
+    /// The flags over the `--config` file's settings: the file read (and no longer named).
+    pub fn with_config_file(self) -> Result<TrainArgs, String> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let file = read_config_file(&path)?;
+        // (a flag for either replaces the file's)
+        let budget_flag = self.epochs.is_some() || self.steps.is_some();
+        if file.epochs.is_some() && file.steps.is_some() && !budget_flag {
+            return Err(format!(
+                "config file {}: `epochs` and `steps` are both set: keep one budget",
+                path.display()
+            ));
+        }
+        beside_config(&path, &self, &file)?;
+        Ok(TrainArgs {
+            config: None,
+            ..self.merge(file)
+        })
+    }
+
     /// The validated run configuration, and how to show it: flags over the config file over,
     /// for a resumed run, the settings of the run it continues, over the defaults.
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
-        let args = match &self.config {
-            Some(path) => {
-                let file = read_config_file(path)?;
-                if file.epochs.is_some() && file.steps.is_some() {
-                    return Err(format!(
-                        "config file {}: `epochs` and `steps` are both set: keep one budget (a flag for either replaces the file's)",
-                        path.display()
-                    ));
-                }
-                beside_config(path, &self, &file)?;
-                self.merge(file)
-            }
-            None => self,
-        };
+        let args = self.with_config_file()?;
         // the checkpoint a resumed run continues (read once: a `latest` link moves when this
         // run starts), and the settings it takes from it
         let resume = args

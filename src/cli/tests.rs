@@ -103,6 +103,8 @@ fn a_config_file_of_two_budgets_is_named() {
         e.contains("run.toml: `epochs` and `steps` are both set: keep one budget"),
         "{e}"
     );
+    // a flag for either is the budget
+    assert!(cli(&["--config", f.to_str().unwrap(), "--steps", "4"]).is_ok());
 }
 
 #[test]

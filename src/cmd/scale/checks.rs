@@ -16,6 +16,7 @@ pub(super) fn say_ignored(train: &TrainArgs) {
         ("--run-dir", train.run_dir.is_some()),
         ("--checkpoint-dir", train.checkpoint_dir.is_some()),
         ("--checkpoint-every", train.checkpoint_every.is_some()),
+        ("--keep-checkpoints", train.keep_checkpoints.is_some()),
         ("--metrics-out", train.metrics_out.is_some()),
         (
             "--prometheus",

@@ -368,6 +368,8 @@ fn grid(
     let (procs, neighbours) = procs.unzip();
     let n = procs.as_ref().map_or(1, |j| j.count());
     let lead = procs.as_ref().is_none_or(|j| j.index() == 0);
+    // the config file's settings too (said where ignored)
+    args.train = args.train.with_config_file().map_err(anyhow::Error::msg)?;
     // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list
     let warmup = args
         .strategies
