@@ -321,7 +321,7 @@ fn picture_and_weights_flags_name_the_problem() {
             &["--batch-per-replica", "1", "--sync-bn", "--steps", "1"],
         ]
         .into_iter()
-        .chain([&["--checkpoint-dir", "bn-ck"][..]])
+        .chain([&["--checkpoint-dir", "bn-ck", "--devices", "cpu:2"][..]])
         .collect::<Vec<_>>()
         .concat(),
     );

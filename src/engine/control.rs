@@ -41,6 +41,8 @@ pub enum ControlError {
     },
     #[error("the run's GPUs are still starting (they tell how large a batch they can take once open): ask again in a moment")]
     DevicesStarting,
+    #[error("{0}: use 2 or more")]
+    BatchNormOfOne(String),
     #[error("the run has already ended")]
     Ended,
 }
@@ -87,6 +89,8 @@ pub struct Controller {
     /// The per-replica batch that takes the whole training split each step, and the split's
     /// samples: a larger batch would only scale the learning rate for samples that are not there.
     data: Option<(usize, usize)>,
+    /// Why a batch of 1 per replica is refused (a batch norm of one value per channel).
+    not_one: Option<String>,
 }
 
 impl Controller {
@@ -96,6 +100,15 @@ impl Controller {
             limit: None,
             devices,
             data: None,
+            not_one: None,
+        }
+    }
+
+    /// A batch of 1 per replica refused, saying `why`.
+    pub(crate) fn not_one(self, why: Option<String>) -> Self {
+        Controller {
+            not_one: why,
+            ..self
         }
     }
 
@@ -120,6 +133,9 @@ impl Controller {
         if let Control::SetBatch(b) = c {
             if b == 0 || b > MAX_BATCH {
                 return Err(ControlError::BadBatch(b));
+            }
+            if let Some(why) = self.not_one.as_ref().filter(|_| b == 1) {
+                return Err(ControlError::BatchNormOfOne(why.clone()));
             }
             if let Some(l) = self.limit.filter(|l| b > l.max) {
                 let gib = |bytes: f64| format!("{:.1} GiB", bytes / (1u64 << 30) as f64);
@@ -352,6 +368,12 @@ mod tests {
             }
         );
         assert!(e.to_string().contains("at most 75 per replica"), "{e}");
+        // a model whose batch norm a batch of 1 makes of one value per channel
+        assert!(c.set_batch_per_replica(1).is_ok());
+        let c = c.not_one(Some("batch norm `bn.1` would ...".into()));
+        let e = c.set_batch_per_replica(1).unwrap_err().to_string();
+        assert_eq!(e, "batch norm `bn.1` would ...: use 2 or more");
+        assert!(c.set_batch_per_replica(2).is_ok());
     }
 
     #[test]

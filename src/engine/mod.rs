@@ -120,7 +120,6 @@ impl Engine {
             None => cfg.batch_per_replica,
         };
         let model = validate::model(&cfg, &loaded.train)?;
-        validate::batch_norm_values(&cfg, &model, per_replica, devices.0.len())?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
         // over every process's devices once they meet)
         precision::resolve(cfg.precision, &devices.0, || precision::bf16_pays(&model))?;
@@ -202,6 +201,8 @@ impl Engine {
             ));
         }
         validate::a_sample_per_rank(loaded.train.len(), ranks)?;
+        validate::batch_norm_values(&cfg, &model, start.per_replica, ranks)?;
+        let not_one = validate::one_value_batch_norm(&cfg, &model, ranks);
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
             precision::bf16_pays(&model)
@@ -410,7 +411,7 @@ impl Engine {
         });
         Ok(Engine {
             info,
-            controller: Controller::new(ctl_tx, device_cap),
+            controller: Controller::new(ctl_tx, device_cap).not_one(not_one),
             events: ev_rx,
             steps: st_rx,
             workers,

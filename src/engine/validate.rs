@@ -174,33 +174,44 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
     Ok(model)
 }
 
-/// A batch norm whose statistics would be of one value per channel (a batch of one over a flat
-/// vector or 1x1 pictures, across `ranks` replicas with `--sync-bn`): it would put out its
-/// bias alone, with a variance of 0; refused as PyTorch refuses it.
+/// A batch norm whose statistics a batch of one per replica would make of one value per
+/// channel (over a flat vector or 1x1 pictures, on one rank or without `--sync-bn` over
+/// `ranks`): it would put out its bias alone, with a variance of 0, as PyTorch refuses. Its
+/// words, where the model has one: a batch of 2 or more per replica is needed.
+pub(super) fn one_value_batch_norm(cfg: &RunConfig, model: &Model, ranks: usize) -> Option<String> {
+    if cfg.sync_bn && ranks > 1 {
+        return None;
+    }
+    let n = (model.nodes.iter())
+        .filter(|n| matches!(n.op, Op::BatchNorm { .. }))
+        .find(|n| match model.values[n.inputs[0]] {
+            Shape::Image { h, w, .. } => h * w == 1,
+            Shape::Flat(_) => true,
+        })?;
+    let over = match model.values[n.inputs[0]] {
+        Shape::Image { .. } => "over 1x1 pictures",
+        Shape::Flat(_) => "over a flat vector",
+    };
+    Some(format!(
+        "batch norm `{}` would normalise one value per channel at a batch of 1 per replica ({over}): its output would be its bias alone",
+        n.name
+    ))
+}
+
+/// A run whose batch makes a batch norm of one value per channel (`one_value_batch_norm`):
+/// refused.
 pub(super) fn batch_norm_values(
     cfg: &RunConfig,
     model: &Model,
     per_replica: usize,
     ranks: usize,
 ) -> Result<(), EngineError> {
-    let over = if cfg.sync_bn { ranks } else { 1 };
-    for n in (model.nodes.iter()).filter(|n| matches!(n.op, Op::BatchNorm { .. })) {
-        let spatial = match model.values[n.inputs[0]] {
-            Shape::Image { h, w, .. } => h * w,
-            Shape::Flat(_) => 1,
-        };
-        if per_replica * spatial * over == 1 {
-            return Err(EngineError::Config(format!(
-                "batch norm `{}` would normalise one value per channel (a batch of 1 per replica, {}): its output would be its bias alone; use --batch-per-replica 2 or more",
-                n.name,
-                match model.values[n.inputs[0]] {
-                    Shape::Image { .. } => "over 1x1 pictures",
-                    Shape::Flat(_) => "over a flat vector",
-                }
-            )));
-        }
+    match one_value_batch_norm(cfg, model, ranks).filter(|_| per_replica < 2) {
+        Some(why) => Err(EngineError::Config(format!(
+            "{why}; use --batch-per-replica 2 or more (with a training split of 2 or more samples a rank)"
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The tensors `--freeze` names; an error if it names none, or all.
