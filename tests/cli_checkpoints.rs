@@ -189,7 +189,7 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_says_so() {
     let init = out
         .split("--init ")
         .nth(1)
-        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.split_whitespace().next())
         .unwrap();
     assert!(init.ends_with("step-00000002/model.safetensors"), "{out}");
     let o = run(
@@ -294,6 +294,32 @@ fn keep_checkpoints_removes_the_older_ones_this_run_wrote_and_no_others() {
     let second = d.join("runs/digits-mlp_128/latest/checkpoints");
     assert_eq!(step_dirs(&second), ["step-00000026"]);
     assert_eq!(step_dirs(&first).len(), 2, "the resumed run's stay");
+    // in one shared --checkpoint-dir: the checkpoint resumed from and the earlier run's stay
+    let shared = [
+        "--headless",
+        "--checkpoint-dir",
+        "ck",
+        "--checkpoint-every",
+        "3",
+    ];
+    let o = run_in(
+        d,
+        &[&shared[..], &["--steps", "20", "--keep-checkpoints", "2"]].concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_in(
+        d,
+        &[
+            &shared[..],
+            &["--resume", "ck", "--steps", "29", "--keep-checkpoints", "1"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        step_dirs(&d.join("ck")),
+        ["step-00000018", "step-00000020", "step-00000029"]
+    );
     let o = run_in(
         d,
         &["--headless", "--steps", "3", "--keep-checkpoints", "0"],

@@ -141,6 +141,16 @@ pub struct ViewArgs {
     pub tensorboard: Option<Option<PathBuf>>,
 }
 
+/// A flag that is a switch or a folder (`--tensorboard[=DIR]`) as it was given: `Some(None)`
+/// for the flag alone or `=true` (the default folder), `None` for `=false` or no flag.
+pub fn switch_or_folder(given: &Option<Option<PathBuf>>) -> Option<Option<PathBuf>> {
+    match given {
+        Some(Some(d)) if d.as_os_str() == "false" => None,
+        Some(Some(d)) if d.as_os_str() == "true" => Some(None),
+        d => d.clone(),
+    }
+}
+
 /// `scale --seconds`: a time budget between 0.05 s and an hour.
 fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

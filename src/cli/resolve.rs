@@ -376,11 +376,8 @@ impl TrainArgs {
             .transpose()?;
         // the flag without a value (or `=true`): the run directory's; `=false`: none, as the
         // other switches (over a config file's `tensorboard = true`)
-        let tensorboard = match args.tensorboard {
-            Some(Some(d)) if d.as_os_str() == "false" => None,
-            Some(Some(d)) if d.as_os_str() == "true" => Some(TensorboardDir::InRunDir),
-            d => d.map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At)),
-        };
+        let tensorboard = super::switch_or_folder(&args.tensorboard)
+            .map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At));
         let cfg = RunConfig {
             checkpoint_dir: args
                 .checkpoint_dir

@@ -42,12 +42,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     };
     let mut reader = MetricsReader::open(&path)?;
     // as the training flag: `=true` is the default folder, `=false` none (the run is shown)
-    let tensorboard = match &args.tensorboard {
-        Some(Some(d)) if d.as_os_str() == "false" => None,
-        Some(Some(d)) if d.as_os_str() == "true" => Some(None),
-        d => d.clone(),
-    };
-    if let Some(dir) = tensorboard {
+    if let Some(dir) = crate::cli::switch_or_folder(&args.tensorboard) {
         let dir = dir.unwrap_or_else(|| tensorboard::default_dir_for(reader.path()));
         tensorboard::preflight(&dir).map_err(anyhow::Error::msg)?;
         let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(anyhow::Error::msg)?;

@@ -143,10 +143,11 @@ fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
         Kind::Ten => Kind::Hundred { coarse: false },
         Kind::Hundred { .. } => Kind::Ten,
     };
-    let (other_folder, _, _, other_test) = other.archive();
+    let (other_folder, _, other_train, other_test) = other.archive();
+    let whole = |d: &Path| (other_train.iter().chain([&other_test])).all(|f| d.join(f).is_file());
     if [dir.to_path_buf(), dir.join(other_folder)]
         .iter()
-        .any(|d| d.join(other_test).is_file())
+        .any(|d| whole(d))
     {
         return Err(format!(
             "{} holds the {} binary files, not {}'s: give --data {}:{}",

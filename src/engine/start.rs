@@ -9,7 +9,7 @@ use super::weights;
 use super::EngineError;
 use crate::backend::TrainState;
 use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
-use crate::nn::model::Model;
+use crate::nn::model::{Model, Op};
 
 /// Where a run starts: fresh or from a checkpoint.
 #[derive(Clone, Debug)]
@@ -157,12 +157,21 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
         Some(s) => format!(" (it had --image-size {s})"),
         None => String::new(),
     };
+    // with global pooling before the head no layer's shape follows the picture size: its
+    // weights start a run on these pictures
+    let pooled = (model.nodes.iter()).any(|n| matches!(n.op, Op::GlobalAvgPool { .. }));
+    let init = match pooled {
+        true => format!(
+            ", or start a new run from its weights on these pictures: --init {}",
+            path.join(checkpoint::WEIGHTS).display()
+        ),
+        false => ", or start without --resume".into(),
+    };
     let what = format!(
-        "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}, or start a new run from its weights on these inputs with --init {} (where its layers' shapes do not follow the picture size: global pooling before the head)",
+        "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}{init}",
         cfg.model,
         meta.dims[0],
         model.dims[0],
-        path.join("model.safetensors").display()
     );
     CheckpointError::ShapeMismatch { path, what }
 }

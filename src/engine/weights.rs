@@ -128,7 +128,7 @@ pub fn import(
         {
             return Err(at(format!(
                 "a directory; give the weights file of its checkpoint: --init {}",
-                dir.join("model.safetensors").display()
+                dir.join(checkpoint::WEIGHTS).display()
             )));
         }
     }
@@ -307,7 +307,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     let point = checkpoint_for(from, Purpose::Export)?;
     let dir = checkpoint::resolve(&point).map_err(|e| e.to_string())?;
     let meta = checkpoint::read_meta(&dir).map_err(|e| e.to_string())?;
-    let file = dir.join("model.safetensors");
+    let file = dir.join(checkpoint::WEIGHTS);
     let expect = Expect {
         what: "a checkpoint's weights",
         flag: "export",
@@ -400,6 +400,10 @@ impl Exported {
             (None, Some(m)) => format!("load in PyTorch: model = {m}; {load}"),
             (Some(c), Some(m)) => format!(
                 "the model was built for small pictures: in PyTorch model = {m}, then `{c}`, then {load}"
+            ),
+            // (a checkpoint that recorded no --model)
+            (Some(c), None) if self.model.is_empty() => format!(
+                "the model was built for small pictures: in PyTorch first `{c}` on torchvision's model, then {load}"
             ),
             (_, None) if self.model.starts_with("resnet") => format!(
                 "load in PyTorch: {load}, on a CIFAR ResNet (torchvision has none) named as torchvision's ResNet: conv1, bn1, layer1.0.conv1, ..., fc"

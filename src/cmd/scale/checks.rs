@@ -24,8 +24,7 @@ pub(super) fn say_ignored(train: &TrainArgs) {
         ),
         (
             "--tensorboard",
-            (train.tensorboard.as_ref())
-                .is_some_and(|t| t.as_deref() != Some(std::path::Path::new("false"))),
+            crate::cli::switch_or_folder(&train.tensorboard).is_some(),
         ),
         ("--export", train.export.is_some()),
     ] {

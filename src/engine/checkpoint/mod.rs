@@ -27,7 +27,8 @@ pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::CheckpointMeta;
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
-const WEIGHTS: &str = "model.safetensors";
+/// A checkpoint's weights file (what `--init` and PyTorch take).
+pub const WEIGHTS: &str = "model.safetensors";
 const STATE: &str = "state.json";
 /// `state.json` is a few KiB; anything far larger is not one.
 const MAX_STATE_BYTES: u64 = 1 << 20;
