@@ -330,11 +330,7 @@ impl Engine {
                 model: model.clone(),
                 train: split,
                 val: val.clone(),
-                picture_sets: if rank == 0 {
-                    Dataset::picture_sets(&train, &val)
-                } else {
-                    Vec::new()
-                },
+                picture_sets: Dataset::picture_sets(&train, &val),
                 coll,
                 loader,
                 decider: if rank == 0 { decider.take() } else { None },

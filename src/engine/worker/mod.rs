@@ -53,7 +53,8 @@ pub(super) struct Worker {
     /// The training split, as a checkpoint records it.
     pub train: TrainSplit,
     pub val: Arc<Dataset>,
-    /// The picture sets whose undecodable files rank 0 tells of (empty on other ranks).
+    /// This process's picture sets: every rank stops at a class none of whose files decode,
+    /// and rank 0 tells of the files that did not.
     pub picture_sets: Vec<Arc<crate::data::ImageSet>>,
     pub coll: Box<dyn Collective>,
     pub loader: RankLoader,
@@ -465,8 +466,11 @@ impl Worker {
         (loss, correct)
     }
 
-    /// Picture files that failed to decode since the last look, one event each.
+    /// Picture files that failed to decode since the last look, one event each (rank 0's).
     fn say_skipped_pictures(&self) {
+        if self.rank != 0 {
+            return;
+        }
         for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
             let step = self.step;
             let _ = self.events.send(Event::DataSkipped { step, message });
