@@ -4,16 +4,17 @@
 //! classes); `export` writes a checkpoint's weights and running statistics so that
 //! `model.load_state_dict(safetensors.torch.load_file(F))` takes them.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
 use super::checkpoint;
-use crate::data::host_memory;
 use crate::data::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
+
+mod export;
+pub use export::{export, export_target, Exported};
 
 /// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's
 /// `model.`), tried when the names do not match as they are.
@@ -292,230 +293,9 @@ pub fn import(
     Ok(notes)
 }
 
-/// Writes the weights and running statistics of the checkpoint at `from` (a run directory, a
-/// checkpoint directory or a step directory) to `out`, under PyTorch's names, with
-/// `num_batches_tracked` beside each batch norm's statistics (as `load_state_dict` expects).
-/// Written beside and renamed: a failure leaves no partial file.
-pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
-    if !from.exists() {
-        return Err(format!(
-            "{}: no such file or directory; export a run directory (runs/<name>/<time>), a checkpoint directory or a step-NNNNNNNN checkpoint",
-            from.display()
-        ));
-    }
-    use super::rundir::{checkpoint_for, Purpose};
-    let point = checkpoint_for(from, Purpose::Export)?;
-    let dir = checkpoint::resolve(&point).map_err(|e| e.to_string())?;
-    let meta = checkpoint::read_meta(&dir).map_err(|e| e.to_string())?;
-    let file = dir.join(checkpoint::WEIGHTS);
-    let expect = Expect {
-        what: "a checkpoint's weights",
-        flag: "export",
-        max: host_memory::machine_memory().0 / 2,
-        fix: "it must fit in memory to be exported",
-    };
-    let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
-        let instead = match checkpoint::whole_beside(&dir) {
-            Some(p) => format!("export a whole one beside it: {}", p.display()),
-            None => "no other whole checkpoint is beside it".into(),
-        };
-        format!(
-            "{}: not a whole safetensors file ({}); {instead}",
-            file.display(),
-            checkpoint::safetensors_problem(&e, &bytes)
-        )
-    })?;
-    let steps = (meta.optimizer_steps as i64).to_le_bytes();
-    let mut views: Vec<(String, TensorView)> = Vec::new();
-    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
-    names.sort();
-    for name in names.iter().filter(|n| !n.starts_with("optim.")) {
-        let v = st.tensor(name).map_err(|e| e.to_string())?;
-        views.push((name.clone(), v));
-        if let Some(bn) = name.strip_suffix("running_mean") {
-            let t = TensorView::new(Dtype::I64, Vec::new(), &steps).expect("one i64 scalar");
-            views.push((format!("{bn}num_batches_tracked"), t));
-        }
-    }
-    let n = views.len();
-    let info: HashMap<String, String> = [
-        ("format".to_string(), "pt".to_string()),
-        ("mgtop.step".to_string(), meta.step.to_string()),
-        ("mgtop.data".to_string(), meta.data.clone()),
-    ]
-    .into();
-    let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
-    let out = &export_target(out)?;
-    crate::data::write::replace_file(out, &bytes).map_err(|e| {
-        format!(
-            "cannot write {}: {e}; check the folder exists, is writable and has space",
-            out.display()
-        )
-    })?;
-    Ok(Exported {
-        checkpoint: dir,
-        tensors: n,
-        torchvision_changes: meta.torchvision_changes,
-        model: (meta.config.get("model").and_then(|m| m.as_str()))
-            .unwrap_or_default()
-            .to_string(),
-        classes: meta.dims.last().copied().unwrap_or(0),
-    })
-}
-
-/// What `export` wrote.
-#[derive(Debug)]
-pub struct Exported {
-    /// The checkpoint read.
-    pub checkpoint: PathBuf,
-    pub tensors: usize,
-    /// What torchvision's model needs changed before it takes them (a small-image stem).
-    pub torchvision_changes: Option<String>,
-    /// The checkpoint's `--model` (empty where it did not record one), and its classes.
-    pub model: String,
-    pub classes: usize,
-}
-
-impl Exported {
-    /// How PyTorch loads the file written to `out`.
-    pub fn how_to_load(&self, out: &Path) -> String {
-        let load = format!(
-            "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
-            out.display()
-        );
-        // the PyTorch module whose names these are
-        let classes = self.classes;
-        let torchvision = match self.model.split(':').collect::<Vec<_>>()[..] {
-            [m @ ("resnet18" | "resnet34" | "resnet50" | "mobilenetv2")] => Some(format!(
-                "torchvision.models.{}(num_classes={classes})",
-                m.replace("mobilenetv2", "mobilenet_v2")
-            )),
-            ["mobilenetv2", w] => Some(format!(
-                "torchvision.models.mobilenet_v2(num_classes={classes}, width_mult={w})"
-            )),
-            _ => None,
-        };
-        match (&self.torchvision_changes, torchvision) {
-            (None, Some(m)) => format!("load in PyTorch: model = {m}; {load}"),
-            (Some(c), Some(m)) => format!(
-                "the model was built for small pictures: in PyTorch model = {m}, then `{c}`, then {load}"
-            ),
-            // (a checkpoint that recorded no --model)
-            (Some(c), None) if self.model.is_empty() => format!(
-                "the model was built for small pictures: in PyTorch first `{c}` on torchvision's model, then {load}"
-            ),
-            (_, None) if self.model.starts_with("resnet") => format!(
-                "load in PyTorch: {load}, on a CIFAR ResNet (torchvision has none) named as torchvision's ResNet: conv1, bn1, layer1.0.conv1, ..., fc"
-            ),
-            // an MLP or a layer list: a module of the file's names and shapes
-            (_, None) => format!(
-                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open(F, \"pt\") lists them); linear weights are [out, in]"
-            ),
-        }
-    }
-}
-
-/// Where `export` may write `out`: a new file, or a regular file it replaces (through a link,
-/// the file linked to); never a directory, a device or FIFO, or a file of a checkpoint (which
-/// `--resume` reads: replacing its weights would lose the optimizer state).
-pub fn export_target(out: &Path) -> Result<PathBuf, String> {
-    use std::io::Read;
-    // a safetensors file starts with its header's length (8 bytes), then the header's `{`
-    let looks_like_safetensors = |p: &Path| {
-        let mut head = [0u8; 9];
-        let read = std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut head));
-        read.is_ok() && head[8] == b'{'
-    };
-    let shown = out.display();
-    let target = match std::fs::metadata(out) {
-        Ok(m) if m.is_dir() => {
-            return Err(format!(
-                "{shown} is a directory; give the file to write, e.g. {shown}/model.safetensors"
-            ))
-        }
-        Ok(m) if !m.is_file() => {
-            return Err(format!(
-                "{shown} is {}, not a regular file; give the path of a file to write",
-                read::kind_of(&m)
-            ))
-        }
-        // a file that holds something else is not replaced
-        Ok(m) if m.len() > 0 && !looks_like_safetensors(out) => {
-            return Err(format!(
-                "{shown} exists and is not a safetensors file: remove it or give another name"
-            ))
-        }
-        // a link to a file: that file is replaced, the link kept
-        Ok(_) => out.canonicalize().unwrap_or_else(|_| out.to_path_buf()),
-        Err(_) => out.to_path_buf(),
-    };
-    let folder = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !folder.is_dir() {
-        let f = folder.display();
-        return Err(format!(
-            "{shown}: the folder {f} does not exist; create it first (mkdir -p {f})"
-        ));
-    }
-    if folder.join("state.json").is_file() {
-        return Err(format!(
-            "{shown} is in the checkpoint {}: its files are what --resume reads; write the export elsewhere",
-            folder.display()
-        ));
-    }
-    Ok(target)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn export_refuses_devices_directories_checkpoints_other_files_and_missing_folders() {
-        let tmp = tempfile::tempdir().unwrap();
-        let e = export_target(Path::new("/dev/null")).unwrap_err();
-        assert!(e.contains("a character device, not a regular file"), "{e}");
-        let e = export_target(tmp.path()).unwrap_err();
-        assert!(e.contains("is a directory"), "{e}");
-        let ckpt = tmp.path().join("step-00000090");
-        std::fs::create_dir(&ckpt).unwrap();
-        std::fs::write(ckpt.join("state.json"), "{}").unwrap();
-        let e = export_target(&ckpt.join("model.safetensors")).unwrap_err();
-        assert!(
-            e.contains("is in the checkpoint") && e.contains("elsewhere"),
-            "{e}"
-        );
-        let real = tmp.path().join("real.safetensors");
-        std::fs::write(&real, b"\x02\0\0\0\0\0\0\0{}").unwrap();
-        let link = tmp.path().join("link.safetensors");
-        std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert_eq!(export_target(&link).unwrap(), real.canonicalize().unwrap());
-        let new = tmp.path().join("new.safetensors");
-        assert_eq!(export_target(&new).unwrap(), new);
-        // an empty file is written; a file holding something else is kept, as is training's
-        // time: a missing folder is an error before the run, not after
-        let empty = tmp.path().join("empty.st");
-        std::fs::write(&empty, b"").unwrap();
-        assert_eq!(
-            export_target(&empty).unwrap(),
-            empty.canonicalize().unwrap()
-        );
-        let notes = tmp.path().join("notes.txt");
-        std::fs::write(&notes, "precious").unwrap();
-        let e = export_target(&notes).unwrap_err();
-        assert!(
-            e.contains("not a safetensors file") && e.contains("another name"),
-            "{e}"
-        );
-        let e = export_target(&tmp.path().join("nope/x.safetensors")).unwrap_err();
-        assert!(
-            e.contains("does not exist") && e.contains("mkdir -p"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn half_floats_convert_exactly() {
