@@ -28,9 +28,9 @@ pub struct RunInfo {
     pub processes: usize,
     pub device_note: Option<String>,
     /// What the GPU ranks compute their products in (`--precision`; CPU workers: fp32), and
-    /// why, where it is not what was asked for.
+    /// the notes on it: why, where it is not what was asked for, and what `--grad-dtype` does.
     pub precision: Precision,
-    pub precision_note: Option<String>,
+    pub precision_notes: Vec<String>,
     /// What the GPUs' gradient all-reduce carries (`--grad-dtype`).
     pub grad_dtype: crate::nn::precision::GradDtype,
     /// What `--cuda-graph` comes to on GPUs (None where unknown: a run read back).
@@ -155,7 +155,9 @@ impl RunInfo {
             processes: world.offsets.len() - 1,
             device_note,
             precision,
-            precision_note,
+            precision_notes: (precision_note.into_iter())
+                .chain(grad_note(cfg, &world.devices))
+                .collect(),
             grad_dtype: cfg.grad_dtype,
             cuda_graph: cfg
                 .cuda_graph
@@ -183,7 +185,6 @@ impl RunInfo {
             flops: model.flops_per_sample(),
             model_notes: (start.init_notes.iter().cloned())
                 .chain(model_notes(model, ranks, cfg.sync_bn))
-                .chain(grad_note(cfg, &world.devices))
                 .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),

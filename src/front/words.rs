@@ -72,9 +72,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             }
         ));
     }
-    if let Some(note) = &info.precision_note {
-        lines.push(format!("note: {note}"));
-    }
+    lines.extend(info.precision_notes.iter().map(|n| format!("note: {n}")));
     match info.cuda_graph.as_deref() {
         Some(graph) if gpu_run => lines.push(format!("cuda graph: {graph}")),
         // (asked for: the default, auto, says nothing on a CPU-only run)

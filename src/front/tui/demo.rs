@@ -26,7 +26,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         processes: 1,
         device_note: None,
         precision: Precision::Fp32,
-        precision_note: None,
+        precision_notes: Vec::new(),
         cuda_graph: None,
         step_metrics: None,
         grad_dtype: Default::default(),

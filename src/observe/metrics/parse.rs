@@ -200,7 +200,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .and_then(Value::as_str)
             .and_then(|p| p.parse().ok())
             .unwrap_or(Precision::Fp32),
-        precision_note: None,
+        precision_notes: Vec::new(),
         cuda_graph: None,
         step_metrics: None,
         // (files written before --grad-dtype carried fp32)
