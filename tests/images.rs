@@ -555,6 +555,23 @@ fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
         padded += usize::from(v > 0.0 && s[..1024].contains(&0.0));
     }
     assert!(padded > 0);
+    assert!(!d
+        .notes
+        .iter()
+        .any(|n| n.contains("most of a crop is padding")));
+    // a padding as large as the pictures is said (crop:P is no crop size)
+    let o = DataOptions {
+        augment: "crop:40".parse().unwrap(),
+        ..DataOptions::default()
+    };
+    let d = load(&spec, &o, 0).unwrap();
+    assert!(
+        d.notes.iter().any(|n| n.contains(
+            "--augment crop:40 pads 40 black pixels a side of 32x32 pictures: most of a crop is padding"
+        )),
+        "{:?}",
+        d.notes
+    );
     let e = load(
         &"cifar100:/no/such/dir".parse().unwrap(),
         &DataOptions::default(),

@@ -391,6 +391,14 @@ pub(super) fn load(
     if let Some(v) = &val_read {
         notes.extend(v.notes.iter().cloned());
     }
+    // a padding as large as the picture: most of each crop is padding (crop:P pads, it is not
+    // the crop's size; CIFAR's is crop:4)
+    if a.pad_crop * 2 >= w.min(h) {
+        notes.push(format!(
+            "--augment crop:{p} pads {p} black pixels a side of {w}x{h} pictures: most of a crop is padding; crop:P takes the padding, not the crop's size (CIFAR's recipe is crop:4)",
+            p = a.pad_crop
+        ));
+    }
     Ok(LoadedData {
         train: dataset(tp, ty),
         val: dataset(vp, vy),
