@@ -75,7 +75,15 @@ pub fn fetch(
             cached.display()
         ));
     } else {
-        download(a, &cached, tell)?;
+        download(a, &cached, tell).map_err(|e| match e.contains("download it yourself") {
+            // by hand: how to unpack it where it is read
+            true => format!(
+                "{e} and unpack it: mkdir -p {d} && tar xzf {} -C {d}",
+                a.file_name(),
+                d = into.display()
+            ),
+            false => e,
+        })?;
     }
     unpack(a, &cached, into)
 }
@@ -129,7 +137,7 @@ fn download(a: &Archive, to: &Path, tell: &dyn Fn(&str)) -> Result<(), String> {
     if md5 != a.md5 {
         let _ = std::fs::remove_file(&part);
         return Err(format!(
-            "--download: {} arrived with MD5 {md5}, but the published one is {}: it was damaged on the way or changed; try again, or download it yourself from {} and unpack it as the error without --download says",
+            "--download: {} arrived with MD5 {md5}, but the published one is {}: it was damaged on the way or changed; try again, or download it yourself from {}",
             a.file_name(),
             a.md5,
             a.url
@@ -143,7 +151,7 @@ fn download(a: &Archive, to: &Path, tell: &dyn Fn(&str)) -> Result<(), String> {
 fn fetch_to(a: &Archive, part: &Path, tell: &dyn Fn(&str)) -> Result<String, String> {
     let fail = |e: &dyn std::fmt::Display| {
         format!(
-            "--download: cannot fetch {} ({e}); check the connection (or a proxy: HTTPS_PROXY), or download it yourself and unpack it as the error without --download says",
+            "--download: cannot fetch {} ({e}); check the connection (or a proxy: HTTPS_PROXY), or download it yourself",
             a.url
         )
     };
@@ -427,7 +435,9 @@ pub(crate) mod tests {
         a.url = format!("{url}/elsewhere.tar.gz");
         let e = fetch(&a, &cache, &into, &quiet).unwrap_err();
         assert!(
-            e.contains("404") && e.contains("download it yourself"),
+            e.contains("404")
+                && e.contains("download it yourself and unpack it: mkdir -p ")
+                && e.contains(&format!("&& tar xzf {} -C ", a.file_name())),
             "{e}"
         );
         assert_eq!(left(), 0);
