@@ -7,7 +7,7 @@
 //!   `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
 //!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
-//! - samples (at the newest logged step): `utilization/rank<R>` and `memory_access/rank<R>` in
+//! - samples (at the newest step a logged step or an event has told of): `utilization/rank<R>` and `memory_access/rank<R>` in
 //!   %, `memory_used_mib/rank<R>`, `power_w/rank<R>`, `temp_c/rank<R>`, `sm_clock_mhz/rank<R>`,
 //!   `process/rss_mib`.
 
@@ -78,7 +78,8 @@ pub struct TensorBoard {
     /// Each rank as the tags name it (`rank0`): unique where labels are not (two processes'
     /// `cpu0` on one machine), and the same in every run, so TensorBoard overlays runs.
     devices: Vec<String>,
-    /// The newest step logged: samples are written at it (as a metrics file read back gives).
+    /// The newest step a logged step or an event told of: samples are written at it (as a
+    /// metrics file read back gives).
     step: u64,
 }
 
@@ -196,6 +197,8 @@ impl Sink for TensorBoard {
     }
 
     fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String> {
+        // (an epoch's end can be the newest step heard of where few steps are logged)
+        self.step = self.step.max(ev.step().unwrap_or(0));
         match event_scalars(ev) {
             Some((step, values)) => self.write(t, step, &values),
             None => Ok(()),
@@ -286,5 +289,51 @@ fn record_time(r: &Record) -> Option<Duration> {
         Record::Event { t, .. } | Record::Telemetry { t, .. } | Record::Warning { t, .. } => {
             Some(*t)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::events::Event;
+
+    /// The step of each event record in an event file (after its first, the file version).
+    fn steps(path: &Path) -> Vec<u64> {
+        let data = std::fs::read(path).unwrap();
+        (events::tests::records(&data).iter().skip(1))
+            .map(|r| {
+                // field 1 (wall time, 8 bytes), then field 2 (step) as a varint
+                assert_eq!(r[9], 0x10);
+                let (mut step, mut shift) = (0u64, 0);
+                for &b in &r[10..] {
+                    step |= u64::from(b & 0x7f) << shift;
+                    shift += 7;
+                    if b & 0x80 == 0 {
+                        break;
+                    }
+                }
+                step
+            })
+            .collect()
+    }
+
+    #[test]
+    fn samples_are_at_the_newest_step_an_event_told_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = crate::front::tui::demo::info(1);
+        let mut tb = TensorBoard::create(dir.path(), &info, SystemTime::now()).unwrap();
+        let epoch = Event::EpochDone {
+            epoch: 1,
+            step: 46,
+            train_loss: 0.5,
+            val_loss: Some(0.4),
+            val_accuracy: Some(0.9),
+            elapsed: Duration::from_secs(1),
+        };
+        tb.event(&epoch, Duration::from_secs(1)).unwrap();
+        let sample = [DeviceSample::default()];
+        tb.telemetry(Duration::from_secs(2), &sample, Some((1 << 20, 1 << 30)))
+            .unwrap();
+        assert_eq!(steps(tb.path()), [46, 46]);
     }
 }
