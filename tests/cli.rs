@@ -277,6 +277,11 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["'--epochs <EPOCHS>': not a whole number"],
         ),
         (&["--steps=-5"], &["'--steps <STEPS>': below 0"]),
+        // a range's least value, said as one (clap says `0 is not in 1..18446744073709551615`)
+        (
+            &["--keep-checkpoints", "0"],
+            &["'--keep-checkpoints <N>': below 1: use 1 or more"],
+        ),
         (
             &["--devices", "cpu:2", "--name", "-dash"],
             &["goes after `=`: --name=-dash"],
@@ -295,11 +300,14 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
     ];
     for (args, needles) in [
-        (&["bench", "--workers", "0"][..], "0 is not in 1..=256"),
-        (&["bench", "--batches", "32,0"], "0 is not in 1..="),
-        (&["bench", "--samples", "0"], "0 is not in 1..="),
-        (&["bench", "--repeat", "0"], "0 is not in 1..=100"),
-        (&["scale", "--repeat", "0"], "0 is not in 1..=100"),
+        (
+            &["bench", "--workers", "0"][..],
+            "out of range: use 1 to 256",
+        ),
+        (&["bench", "--batches", "32,0"], "out of range: use 1 to "),
+        (&["bench", "--samples", "0"], "out of range: use 1 to "),
+        (&["bench", "--repeat", "0"], "out of range: use 1 to 100"),
+        (&["scale", "--repeat", "0"], "out of range: use 1 to 100"),
     ] {
         let o = run_in(d, args);
         let out = text(&o);

@@ -64,7 +64,7 @@ pub enum Command {
     Selftest,
     /// Open the terminal UI over a metrics file (or a run directory holding metrics.jsonl) written by an earlier or still running run; read-only, `q` quits.
     View(ViewArgs),
-    /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, failed, killed), step, progress, best validation accuracy, last update.
+    /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, quit, failed, killed, damaged), step, progress, best validation accuracy, last update.
     #[command(visible_alias = "ls")]
     Runs(RunsArgs),
     /// The processes of `bench --only processes`' MPI all-reduce measurement (started by it under mpirun).
@@ -360,7 +360,7 @@ pub struct TrainArgs {
     #[arg(allow_negative_numbers = true, long)]
     pub checkpoint_every: Option<u64>,
     /// Keep only the newest N checkpoints this run writes: each older one it wrote is removed once a newer one is in place (the checkpoint a run resumed from is never removed)  [default: all]
-    #[arg(allow_negative_numbers = true, long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_checkpoints: Option<u64>,
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]

@@ -43,7 +43,25 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
         && (out.split("invalid value '-").nth(1))
             .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()));
     if negative {
-        out = out.replace("invalid digit found in string", "below 0: use 0 or more");
+        // (the flag's least value is its range's, said where a value below it is given)
+        out = out.replace("invalid digit found in string", "below 0");
+    }
+    // clap's range, `0 is not in 1..18446744073709551615`, as the least value to give
+    if let Some((value, range)) = (out.split_once(" is not in "))
+        .and_then(|(head, rest)| Some((head.rsplit(": ").next()?, rest.split(';').next()?)))
+    {
+        let (lo, hi) = range.split_once("..").unwrap_or(("", ""));
+        let hi = hi.trim_start_matches('=');
+        let open = [u64::MAX.to_string(), usize::MAX.to_string()].contains(&hi.to_string());
+        let words = match () {
+            _ if lo.is_empty() => None,
+            _ if open => Some(format!("below {lo}: use {lo} or more")),
+            _ if range.contains("..=") => Some(format!("out of range: use {lo} to {hi}")),
+            _ => None,
+        };
+        if let Some(words) = words {
+            out = out.replace(&format!("{value} is not in {range}"), &words);
+        }
     }
     for (rust, said) in [
         ("invalid digit found in string", "not a whole number"),
