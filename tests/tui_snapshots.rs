@@ -528,3 +528,21 @@ fn validation_accuracy_too_short_for_a_chart_is_said_in_words() {
     let s = screen(&app, 80, 30);
     assert!(!s.contains(&format!("best {best:.1}% (epoch ")), "{s}");
 }
+
+#[test]
+fn temperature_and_power_show_from_110_columns() {
+    let app = demo::gpu_app(2, 150);
+    let header = |w: u16| {
+        let s = screen(&app, w, 30);
+        s.lines()
+            .find(|l| l.contains("busy") || l.contains("util"))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        header(110).contains("temp") && header(110).contains("power"),
+        "{}",
+        header(110)
+    );
+    assert!(!header(109).contains("temp"), "{}", header(109));
+}

@@ -126,7 +126,8 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let w = inner.width as usize;
-    let wide = w >= 110;
+    // temperature and power from a 110-column panel (as the README says)
+    let wide = area.width >= 110;
     // fixed columns: name (6, or the longest `host/cpuN` up to 17 where there is room),
     // util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6, power 11],
     // step ms 9
