@@ -37,6 +37,17 @@ pub fn kernels(isa: Option<direct::Isa>, winograd: bool) -> String {
     };
     let windows = "odd square windows padded by k/2, stride 1 or 2";
     match isa {
+        // (MGTOP_WINOGRAD=on asks for it on AVX-512 too)
+        Some(direct::Isa::Avx512) if winograd => format!(
+            "Winograd F(2x2, 3x3) for 3x3 windows with stride 1 over 8+ channels (MGTOP_WINOGRAD=on); {}",
+            direct(
+                "AVX-512",
+                &format!(
+                    "other {windows}, and pointwise layers of {}+ pixels",
+                    direct_pointwise_pixels(isa)
+                )
+            )
+        ),
         Some(direct::Isa::Avx512) => direct(
             "AVX-512",
             &format!(

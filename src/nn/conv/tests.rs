@@ -322,6 +322,14 @@ fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gem
             && winograd.contains("other odd square windows"),
         "{winograd}"
     );
+    // MGTOP_WINOGRAD=on on AVX-512 takes Winograd too, and the line says so
+    let on = kernels(Some(Isa::Avx512), true);
+    assert!(
+        on.contains("Winograd F(2x2, 3x3)")
+            && on.contains("MGTOP_WINOGRAD=on")
+            && on.contains("AVX-512"),
+        "{on}"
+    );
     let none = kernels(None, false);
     assert!(
         none.contains("MGTOP_DIRECT=off") && none.contains("im2col"),
