@@ -546,3 +546,24 @@ fn temperature_and_power_show_from_110_columns() {
     );
     assert!(!header(109).contains("temp"), "{}", header(109));
 }
+
+#[test]
+fn the_header_s_epoch_follows_the_newest_epoch_done() {
+    // a metrics file's step rows come every --log-every steps: the epoch record is newer
+    let mut app = demo::app(2, 150);
+    let row_epoch = app.last_row.as_ref().unwrap().epoch;
+    app.apply(AppEvent::Engine(Event::EpochDone {
+        epoch: row_epoch + 1,
+        step: 150,
+        train_loss: 0.5,
+        val_loss: None,
+        val_accuracy: None,
+        elapsed: std::time::Duration::from_secs(1),
+    }));
+    let s = screen(&app, 80, 24);
+    let line = s.lines().nth(1).unwrap();
+    assert!(
+        line.contains(&format!("epoch {}/30 ", row_epoch + 1)),
+        "{s}"
+    );
+}

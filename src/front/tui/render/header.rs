@@ -95,7 +95,12 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
     let row = app.last_row.as_ref();
     let step = app.step();
-    let epoch = row.map_or(info.start_epoch + 1, |r| r.epoch);
+    // the step row's, or the one after the newest epoch done where it is newer (a file's step
+    // rows are every --log-every steps: the last one can be an epoch behind)
+    let after_done = (app.epochs.last()).map(|e| e.epoch + u64::from(step > e.step));
+    let epoch = row
+        .map_or(info.start_epoch + 1, |r| r.epoch)
+        .max(after_done.unwrap_or(0));
     let position = match info.budget {
         Budget::Epochs(e) => format!(" epoch {epoch}/{e} · step {step} "),
         Budget::Steps(s) => format!(" step {step}/{s} · epoch {epoch} "),
