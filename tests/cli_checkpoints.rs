@@ -320,10 +320,19 @@ fn keep_checkpoints_removes_the_older_ones_this_run_wrote_and_no_others() {
         step_dirs(&d.join("ck")),
         ["step-00000018", "step-00000020", "step-00000029"]
     );
+    // none kept is refused, as a flag and in a config file
     let o = run_in(
         d,
         &["--headless", "--steps", "3", "--keep-checkpoints", "0"],
     );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("'--keep-checkpoints <N>': below 1: use 1 or more"),
+        "{}",
+        text(&o)
+    );
+    std::fs::write(d.join("keep.toml"), "keep-checkpoints = 0\n").unwrap();
+    let o = run_in(d, &["--headless", "--steps", "3", "--config", "keep.toml"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o).contains("--keep-checkpoints 0 would keep none: use 1 or more"),
