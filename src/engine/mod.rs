@@ -201,8 +201,9 @@ impl Engine {
             ));
         }
         validate::a_sample_per_rank(loaded.train.len(), ranks)?;
-        validate::batch_norm_values(&cfg, &model, start.per_replica, ranks)?;
+        // (the controller refuses a batch of 1 asked later for the same reason)
         let not_one = validate::one_value_batch_norm(&cfg, &model, ranks);
+        validate::batch_norm_values(not_one.as_deref(), start.per_replica)?;
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
             precision::bf16_pays(&model)

@@ -198,15 +198,13 @@ pub(super) fn one_value_batch_norm(cfg: &RunConfig, model: &Model, ranks: usize)
     ))
 }
 
-/// A run whose batch makes a batch norm of one value per channel (`one_value_batch_norm`):
-/// refused.
+/// A run whose batch makes a batch norm of one value per channel (`not_one`, what
+/// `one_value_batch_norm` found): refused.
 pub(super) fn batch_norm_values(
-    cfg: &RunConfig,
-    model: &Model,
+    not_one: Option<&str>,
     per_replica: usize,
-    ranks: usize,
 ) -> Result<(), EngineError> {
-    match one_value_batch_norm(cfg, model, ranks).filter(|_| per_replica < 2) {
+    match not_one.filter(|_| per_replica < 2) {
         Some(why) => Err(EngineError::Config(format!(
             "{why}; use --batch-per-replica 2 or more (with a training split of 2 or more samples a rank)"
         ))),

@@ -26,10 +26,20 @@ pub struct MetricsWriter {
     path: PathBuf,
     out: BufWriter<File>,
     /// A regular file (a FIFO or device is never looked for), when it was last looked for, and
-    /// whether it was found gone (told once).
+    /// what was found.
     regular: bool,
     looked: std::time::Instant,
-    gone: Option<bool>,
+    found: Found,
+}
+
+/// Whether the file written is still where it was written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Found {
+    There,
+    /// Removed: to be told.
+    Gone,
+    /// Removed, and told (once is enough).
+    Told,
 }
 
 /// How often a flush looks whether the file is still where it was written (a run directory
@@ -186,7 +196,7 @@ impl MetricsWriter {
             regular: f.metadata().is_ok_and(|m| m.is_file()),
             out: BufWriter::new(f),
             looked: std::time::Instant::now(),
-            gone: None,
+            found: Found::There,
         })
     }
 
@@ -212,10 +222,10 @@ impl MetricsWriter {
             source,
             fix: SPACE,
         })?;
-        if self.regular && self.gone.is_none() && self.looked.elapsed() >= LOOK_EVERY {
+        if self.regular && self.found == Found::There && self.looked.elapsed() >= LOOK_EVERY {
             self.looked = std::time::Instant::now();
             if self.removed() {
-                self.gone = Some(true);
+                self.found = Found::Gone;
             }
         }
         Ok(())
@@ -234,9 +244,9 @@ impl MetricsWriter {
     /// The warning, once, that the file was found removed while written (writing goes on: a
     /// file moved away still takes the records).
     pub fn take_warning(&mut self) -> Option<String> {
-        match self.gone {
-            Some(true) => {
-                self.gone = Some(false);
+        match self.found {
+            Found::Gone => {
+                self.found = Found::Told;
                 Some(format!(
                     "metrics file {} was removed or moved away while the run writes it: the records from here on are lost if it was deleted; the run goes on, and its checkpoints are still written",
                     self.path.display()
