@@ -314,22 +314,28 @@ pub(super) fn batch_within_data(
     if !cut {
         return cfg;
     }
-    let global = |b: usize, a: usize| {
+    let shares = |b: usize, a: usize| {
         let accumulated = match a {
             1 => String::new(),
             a => format!(" x {a} accumulated"),
         };
         format!(
-            "{b} per replica x {}{accumulated} = {}",
-            crate::text::counted(ranks, "rank"),
-            b * ranks * a
+            "{b} per replica x {}{accumulated}",
+            crate::text::counted(ranks, "rank")
         )
     };
+    // (the cut batch rounds up, so its product can pass the split by a few: the last shares
+    // take fewer, and the note names the split, not the product)
+    let all = match samples {
+        1 => "it".to_string(),
+        n => format!("all {n}"),
+    };
     notes.push(format!(
-        "a global batch of {} is more than the training split's {}: {}, each step takes them all",
-        global(cfg.batch_per_replica, cfg.grad_accum),
+        "a global batch of {} = {} is more than the training split's {}: {}, each step takes {all}",
+        shares(cfg.batch_per_replica, cfg.grad_accum),
+        cfg.batch_per_replica * ranks * cfg.grad_accum,
         crate::text::counted(samples, "sample"),
-        global(per_replica, accum),
+        shares(per_replica, accum),
     ));
     RunConfig {
         batch_per_replica: per_replica,
@@ -366,14 +372,14 @@ mod tests {
         assert_eq!((b, a), (23, 32));
         assert_eq!(
             notes,
-            ["a global batch of 32 per replica x 2 ranks x 32 accumulated = 2048 is more than the training split's 1438 samples: 23 per replica x 2 ranks x 32 accumulated = 1472, each step takes them all"]
+            ["a global batch of 32 per replica x 2 ranks x 32 accumulated = 2048 is more than the training split's 1438 samples: 23 per replica x 2 ranks x 32 accumulated, each step takes all 1438"]
         );
         // one sample a replica is still 2000: the accumulation is cut too
         let (b, a, notes) = cut(1, 1000, 80, 2);
         assert_eq!((b, a), (1, 40));
         assert!(
             notes[0].ends_with(
-                "1 per replica x 2 ranks x 40 accumulated = 80, each step takes them all"
+                "1 per replica x 2 ranks x 40 accumulated, each step takes all 80"
             ),
             "{notes:?}"
         );
@@ -394,7 +400,10 @@ mod tests {
         );
         assert!(a_sample_per_rank(2, 2).is_ok());
         // the one-sample note counts its sample
-        assert!(cut(32, 1, 1, 1).2[0].contains("the training split's 1 sample: 1 per replica"));
+        assert_eq!(
+            cut(32, 1, 1, 1).2,
+            ["a global batch of 32 per replica x 1 rank = 32 is more than the training split's 1 sample: 1 per replica x 1 rank, each step takes it"]
+        );
     }
 
     #[test]
