@@ -45,11 +45,24 @@ pub struct StepStats {
     pub paused: bool,
     /// Fraction of the run's budget (epochs or steps) done after this step.
     pub progress: f64,
+    /// Where the next step's epoch and the run end, at this step's batch; `None` in rows of
+    /// files written before they were recorded.
+    pub ends_at: Option<EndsAt>,
+}
+
+/// The last step of an epoch and of the run, as a step leaves them (a batch change moves
+/// both): where every strategy makes its replicas one, for validation and at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndsAt {
+    /// The last step of the epoch the next step trains in (past `run` where the run ends
+    /// first).
+    pub epoch: u64,
+    pub run: u64,
 }
 
 impl StepStats {
     /// Words of `to_words`.
-    pub const WORDS: usize = 21;
+    pub const WORDS: usize = 23;
 
     /// As words, to travel between processes (durations in ns, floats as their bits).
     pub fn to_words(&self) -> [u64; Self::WORDS] {
@@ -76,6 +89,9 @@ impl StepStats {
             self.after_pause as u64 | (self.paused as u64) << 1,
             self.progress.to_bits(),
             ns(self.transfer),
+            // (a run's end is step 1 or later: 0 says none)
+            self.ends_at.map_or(0, |e| e.epoch),
+            self.ends_at.map_or(0, |e| e.run),
         ]
     }
 
@@ -107,6 +123,10 @@ impl StepStats {
             paused: w[18] & 2 != 0,
             progress: f64::from_bits(w[19]),
             transfer: d(w[20]),
+            ends_at: (w[22] > 0).then_some(EndsAt {
+                epoch: w[21],
+                run: w[22],
+            }),
         })
     }
 }
@@ -264,10 +284,12 @@ mod tests {
             paused: true,
             progress: 0.25,
             transfer: Duration::from_micros(3),
+            ends_at: Some(EndsAt { epoch: 48, run: 96 }),
         };
         assert_eq!(StepStats::from_words(&s.to_words()), Some(s.clone()));
         let none = StepStats {
             compute_cpu: None,
+            ends_at: None,
             ..s
         };
         assert_eq!(StepStats::from_words(&none.to_words()), Some(none));

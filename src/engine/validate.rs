@@ -378,9 +378,7 @@ mod tests {
         let (b, a, notes) = cut(1, 1000, 80, 2);
         assert_eq!((b, a), (1, 40));
         assert!(
-            notes[0].ends_with(
-                "1 per replica x 2 ranks x 40 accumulated, each step takes all 80"
-            ),
+            notes[0].ends_with("1 per replica x 2 ranks x 40 accumulated, each step takes all 80"),
             "{notes:?}"
         );
         let (b, a, _) = cut(64, 1, 100, 1);

@@ -68,7 +68,7 @@ impl Log<'_> {
             if let Some(m) = self.mfu.mean(&row.ranks) {
                 line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
             }
-            let ahead = (self.ends).ahead(row.step, Some((row.per_replica, row.progress)));
+            let ahead = self.ends.ahead(row.ends_at);
             if let Some(note) = sync_note(&self.strategy, row.step, ahead) {
                 line += &format!(" | {note}");
             }

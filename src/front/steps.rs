@@ -87,6 +87,7 @@ mod tests {
             after_pause: false,
             paused: false,
             progress: 0.0,
+            ends_at: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! run makes off it (before an epoch's validation, at its end), for the log and the header.
 
 use crate::config::Budget;
+use crate::engine::events::EndsAt;
 use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
 
@@ -103,9 +104,6 @@ pub struct Ahead {
 #[derive(Clone, Copy, Debug)]
 pub struct Ends {
     budget: Budget,
-    train: usize,
-    ranks: usize,
-    accum: usize,
     validates: bool,
 }
 
@@ -113,51 +111,24 @@ impl Ends {
     pub fn of(info: &RunInfo) -> Ends {
         Ends {
             budget: info.budget,
-            train: info.train_samples,
-            ranks: info.ranks(),
-            accum: info.grad_accum.max(1),
             validates: info.val_samples > 0,
         }
     }
 
-    /// What is ahead of step `step`, from its row's `per_replica` batch and progress (epochs
-    /// done over the budget's) where an epoch budget needs them; without a row, a step
-    /// budget's end only. An epoch budget's end assumes the batch stays as it is.
-    pub fn ahead(&self, step: u64, at: Option<(usize, f64)>) -> Ahead {
-        let epochs = match self.budget {
-            Budget::Steps(last) => {
-                return Ahead {
-                    run_end: Some(last),
-                    validation: None,
-                }
-            }
-            Budget::Epochs(e) => e,
-        };
-        let Some((per_replica, progress)) = at else {
-            return Ahead::default();
-        };
-        let global = per_replica * self.ranks * self.accum;
-        if global == 0 || self.train == 0 || !progress.is_finite() {
-            return Ahead::default();
-        }
-        let done = progress.clamp(0.0, 1.0) * epochs as f64;
-        // whole epochs done and samples into the next (rounded: a row's progress is a float)
-        let mut whole = done.floor() as u64;
-        let mut offset = ((done - done.floor()) * self.train as f64).round() as usize;
-        if offset >= self.train {
-            (whole, offset) = (whole + 1, 0);
-        }
-        if whole >= epochs {
-            return Ahead {
-                run_end: Some(step),
+    /// What is ahead, from a step row's `ends_at` (the engine's, at the batch of its step);
+    /// without one (a file of before they were recorded), a step budget's end only.
+    pub fn ahead(&self, ends_at: Option<EndsAt>) -> Ahead {
+        match (ends_at, self.budget) {
+            (Some(e), _) => Ahead {
+                run_end: Some(e.run),
+                // (the last epoch's validation is at the run's end)
+                validation: (self.validates && e.epoch < e.run).then_some(e.epoch),
+            },
+            (None, Budget::Steps(last)) => Ahead {
+                run_end: Some(last),
                 validation: None,
-            };
-        }
-        let epoch_end = step + (self.train - offset).div_ceil(global) as u64;
-        let later = (epochs - whole - 1) * self.train.div_ceil(global) as u64;
-        Ahead {
-            run_end: Some(epoch_end + later),
-            validation: (self.validates && later > 0).then_some(epoch_end),
+            },
+            (None, Budget::Epochs(_)) => Ahead::default(),
         }
     }
 }
@@ -166,38 +137,26 @@ impl Ends {
 mod tests {
     #[test]
     fn a_run_s_end_and_its_epochs_validation_are_where_the_replicas_meet() {
-        use super::{Ahead, Budget, Ends};
-        // 1000 samples, 2 ranks x 32 = 64 a step: 16 steps an epoch (15 of 64, one of 40)
-        let ends = |budget, validates| Ends {
-            budget,
-            train: 1000,
-            ranks: 2,
-            accum: 1,
-            validates,
-        };
+        use super::{Ahead, Budget, Ends, EndsAt};
+        let ends = |budget, validates| Ends { budget, validates };
         let ahead = |run_end, validation| Ahead {
             run_end,
             validation,
         };
+        let at = |epoch, run| Some(EndsAt { epoch, run });
         let e = ends(Budget::Epochs(3), true);
-        // 8 steps into the first epoch: 512 samples
-        let p = 512.0 / 1000.0 / 3.0;
-        assert_eq!(e.ahead(8, Some((32, p))), ahead(Some(48), Some(16)));
+        assert_eq!(e.ahead(at(16, 48)), ahead(Some(48), Some(16)));
         let quiet = ends(Budget::Epochs(3), false);
-        assert_eq!(quiet.ahead(8, Some((32, p))), ahead(Some(48), None));
-        // the last epoch's end is the run's: 2 epochs and 640 samples done at step 42
-        let p = (2.0 + 0.64) / 3.0;
-        assert_eq!(e.ahead(42, Some((32, p))), ahead(Some(48), None));
-        // just after an epoch's end, the next epoch is counted whole
-        assert_eq!(
-            e.ahead(16, Some((32, 1.0 / 3.0))),
-            ahead(Some(48), Some(32))
-        );
-        assert_eq!(e.ahead(48, Some((32, 1.0))), ahead(Some(48), None));
-        // a step budget is known without a row; an epoch budget is not
+        assert_eq!(quiet.ahead(at(16, 48)), ahead(Some(48), None));
+        // the last epoch's end is the run's
+        assert_eq!(e.ahead(at(48, 48)), ahead(Some(48), None));
+        // a step budget validates at its epochs' ends too, those before its last step
         let steps = ends(Budget::Steps(300), true);
-        assert_eq!(steps.ahead(5, None), ahead(Some(300), None));
-        assert_eq!(e.ahead(5, None), Ahead::default());
+        assert_eq!(steps.ahead(at(32, 300)), ahead(Some(300), Some(32)));
+        assert_eq!(steps.ahead(at(304, 300)), ahead(Some(300), None));
+        // without a row's ends, a step budget's end is known; an epoch budget's is not
+        assert_eq!(steps.ahead(None), ahead(Some(300), None));
+        assert_eq!(e.ahead(None), Ahead::default());
         // local SGD whose next sync is past the end: the epoch's validation comes first
         use super::{Strategy, SyncAhead};
         let local = Strategy::LocalSgd {
@@ -205,16 +164,22 @@ mod tests {
             warmup: 4,
             moments: false,
         };
-        let at5 = e.ahead(5, Some((32, 320.0 / 1000.0 / 3.0)));
         assert_eq!(
-            SyncAhead::of(&local, 5, at5),
+            SyncAhead::of(&local, 5, e.ahead(at(16, 48))),
             Some(SyncAhead::Validation(16))
         );
-        let at40 = e.ahead(40, Some((32, (2.0 + 0.512) / 3.0)));
-        assert_eq!(SyncAhead::of(&local, 40, at40), Some(SyncAhead::End(48)));
+        assert_eq!(
+            SyncAhead::of(&local, 40, e.ahead(at(48, 48))),
+            Some(SyncAhead::End(48))
+        );
         assert_eq!(
             SyncAhead::of(&local, 48, ahead(Some(48), None)),
             Some(SyncAhead::Ended(48))
+        );
+        // under a step budget, the same
+        assert_eq!(
+            SyncAhead::of(&local, 5, steps.ahead(at(16, 300))),
+            Some(SyncAhead::Validation(16))
         );
     }
 }

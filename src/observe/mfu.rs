@@ -211,6 +211,7 @@ mod tests {
             after_pause: false,
             paused: false,
             progress: 0.0,
+            ends_at: None,
         };
         let row = crate::observe::monitor::StepRow {
             step: 1,
@@ -222,6 +223,7 @@ mod tests {
             global_samples: 128,
             at: Duration::ZERO,
             progress: 0.0,
+            ends_at: None,
             ranks: vec![stats(0), stats(1)],
             totals: None,
         };

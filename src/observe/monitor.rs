@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use crate::engine::events::StepStats;
+use crate::engine::events::{EndsAt, StepStats};
 
 /// One step as all ranks saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +20,8 @@ pub struct StepRow {
     pub at: Duration,
     /// Fraction of the run's budget done.
     pub progress: f64,
+    /// Where the next step's epoch and the run end (the engine's, at this step's batch).
+    pub ends_at: Option<EndsAt>,
     /// Indexed by rank.
     pub ranks: Vec<StepStats>,
     /// The run so far, this step included; `None` in rows of files written before they were
@@ -130,6 +132,7 @@ impl Monitor {
             global_samples: first.global_samples,
             at,
             progress: first.progress,
+            ends_at: first.ends_at,
             ranks,
             totals: Some(self.totals),
         })
@@ -256,6 +259,7 @@ mod tests {
             after_pause: false,
             paused: false,
             progress: 0.0,
+            ends_at: None,
         }
     }
 

@@ -369,6 +369,7 @@ mod tests {
             global_samples: 64,
             at: Duration::from_millis(step),
             progress: 0.0,
+            ends_at: None,
             ranks: Vec::new(),
             totals: None,
         }

@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::config::RunConfig;
+use crate::config::{Budget, RunConfig};
 use crate::data::{Dataset, MicroBatch};
+use crate::engine::events::EndsAt;
 use crate::engine::Device;
 use crate::nn::rng::{tag, Rng};
 
@@ -59,6 +60,19 @@ impl Sharding {
                 false,
             )
         }
+    }
+
+    /// Where the epoch of `n` samples that `at` lies in ends, and the run of `budget`, at this
+    /// batch, after step `step`.
+    pub fn ends_at(&self, step: u64, at: Cursor, n: usize, budget: Budget) -> EndsAt {
+        let global = self.global_batch().max(1);
+        let epoch = step + (n - at.offset.min(n)).div_ceil(global) as u64;
+        let run = match budget {
+            Budget::Steps(last) => last,
+            Budget::Epochs(e) if at.epoch >= e => step,
+            Budget::Epochs(e) => epoch + (e - at.epoch - 1) * n.div_ceil(global) as u64,
+        };
+        EndsAt { epoch, run }
     }
 
     /// Where rank `rank`'s micro-batch `micro` lies inside a global batch of `m` samples:

@@ -229,3 +229,44 @@ fn rows_name_the_samples_and_rows_only_drops_the_features_not_the_order() {
         held.recycle(&mut got.micro);
     }
 }
+
+#[test]
+fn an_epoch_s_and_the_run_s_last_steps_follow_the_batch() {
+    // 1000 samples, 2 ranks x 32 = 64 a step: 16 steps an epoch (15 of 64, one of 40)
+    let sh = Sharding {
+        per_replica: 32,
+        ranks: 2,
+        accum: 1,
+        split: None,
+    };
+    let at = |epoch, offset| Cursor { epoch, offset };
+    let ends = |epoch, run| EndsAt { epoch, run };
+    let three = Budget::Epochs(3);
+    // 8 steps into the first epoch: 512 samples
+    assert_eq!(sh.ends_at(8, at(0, 512), 1000, three), ends(16, 48));
+    // just after an epoch's end, the next epoch is counted whole
+    assert_eq!(sh.ends_at(16, at(1, 0), 1000, three), ends(32, 48));
+    // the last epoch's end is the run's
+    assert_eq!(sh.ends_at(42, at(2, 640), 1000, three), ends(48, 48));
+    assert_eq!(sh.ends_at(48, at(3, 0), 1000, three), ends(64, 48));
+    // a step budget's end is its last step; its epochs end where the batch puts them
+    assert_eq!(
+        sh.ends_at(20, at(1, 256), 1000, Budget::Steps(300)),
+        ends(32, 300)
+    );
+    // the batch halved at step 8: the rest of the epoch and the later ones take twice the steps
+    let half = Sharding {
+        per_replica: 16,
+        ..sh.clone()
+    };
+    assert_eq!(
+        half.ends_at(8, at(0, 512), 1000, three),
+        ends(24, 24 + 2 * 32)
+    );
+    // accumulated micro-batches count in the global batch
+    let accum = Sharding { accum: 2, ..sh };
+    assert_eq!(
+        accum.ends_at(4, at(0, 512), 1000, three),
+        ends(8, 8 + 2 * 8)
+    );
+}

@@ -365,6 +365,12 @@ impl Worker {
                     after_pause: d.was_paused || held,
                     paused: d.was_paused,
                     progress: self.progress(),
+                    ends_at: Some(self.sharding().ends_at(
+                        self.step,
+                        self.cursor,
+                        self.train.samples,
+                        self.cfg.budget,
+                    )),
                     // the replica's report fills in the rest, and when it is known done (`at`)
                     ..StepStats::default()
                 },

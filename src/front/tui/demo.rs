@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::Budget;
-use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::events::{Applied, EndsAt, Event, StepStats};
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
 use crate::observe::sample::DeviceSample;
@@ -101,6 +101,10 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         after_pause: false,
         paused: false,
         progress: step as f64 / (30 * steps_per_epoch) as f64,
+        ends_at: Some(EndsAt {
+            epoch: step.div_ceil(steps_per_epoch).max(1) * steps_per_epoch,
+            run: 30 * steps_per_epoch,
+        }),
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::SCHEMA;
 use crate::config::Budget;
-use crate::engine::events::{Applied, Ending, Event, StepStats};
+use crate::engine::events::{Applied, Ending, EndsAt, Event, StepStats};
 use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
@@ -371,6 +371,11 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
     let global_samples = count(v, "global_batch")?;
     // older files lack it: the header's bar then stays empty
     let progress = opt_num(v, "progress")?.unwrap_or(0.0);
+    // (older files lack them)
+    let ends_at = match (opt_uint(v, "epoch_ends_at")?, opt_uint(v, "run_ends_at")?) {
+        (Some(epoch), Some(run)) => Some(EndsAt { epoch, run }),
+        _ => None,
+    };
     let ranks = per_rank
         .iter()
         .enumerate()
@@ -402,6 +407,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 after_pause: false,
                 paused: false,
                 progress,
+                ends_at,
             })
         })
         .collect::<Parsed<Vec<StepStats>>>()?;
@@ -416,6 +422,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
             global_samples,
             at,
             progress,
+            ends_at,
             ranks,
             totals: totals(v)?,
         },

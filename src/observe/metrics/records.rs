@@ -93,7 +93,9 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Val
         "type": "step", "step": row.step, "epoch": row.epoch, "t": row.at.as_secs_f64(),
         "loss": row.loss, "accuracy": row.accuracy, "lr": row.lr,
         "per_replica": row.per_replica, "ranks": row.ranks.len(), "global_batch": row.global_samples,
-        "samples_per_s": samples_per_s, "progress": row.progress, "per_rank": per_rank,
+        "samples_per_s": samples_per_s, "progress": row.progress,
+        "epoch_ends_at": row.ends_at.map(|e| e.epoch), "run_ends_at": row.ends_at.map(|e| e.run),
+        "per_rank": per_rank,
         "totals": row.totals.map(|t| json!({
             "steps": t.steps, "samples": t.samples, "train_s": t.train_s, "rank_s": t.rank_s,
             "compute_s": t.compute_s, "data_s": t.data_s, "comm_s": t.comm_s, "wait_s": t.wait_s,

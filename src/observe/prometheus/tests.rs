@@ -38,6 +38,7 @@ fn row(step: u64) -> StepRow {
         after_pause: false,
         paused: false,
         progress: 0.5,
+        ends_at: None,
     };
     StepRow {
         step,
@@ -49,6 +50,7 @@ fn row(step: u64) -> StepRow {
         global_samples: 64,
         at: Duration::from_millis(15 * step),
         progress: 0.5,
+        ends_at: None,
         ranks: vec![rank(0), rank(1)],
         totals: None,
     }

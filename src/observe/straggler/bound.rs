@@ -287,6 +287,7 @@ mod tests {
             after_pause: false,
             paused: false,
             progress: 0.0,
+            ends_at: None,
         };
         StepRow {
             step: n,
@@ -298,6 +299,7 @@ mod tests {
             global_samples: 32 * ranks,
             at: ms(n as f64 * step),
             progress: 0.0,
+            ends_at: None,
             ranks: (0..ranks).map(stats).collect(),
             totals: None,
         }

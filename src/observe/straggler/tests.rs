@@ -40,6 +40,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             after_pause: false,
             paused: false,
             progress: 0.0,
+            ends_at: None,
         })
         .collect();
     StepRow {
@@ -52,6 +53,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
         global_samples: 32 * work.len(),
         at: ms(step as f64),
         progress: 0.0,
+        ends_at: None,
         ranks,
         totals: None,
     }

@@ -192,10 +192,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 run_end: Some(step),
                 validation: None,
             },
-            (false, r) => {
-                let from = r.map_or(step, |r| r.step);
-                Ends::of(info).ahead(from, r.map(|r| (r.per_replica, r.progress)))
-            }
+            (false, r) => Ends::of(info).ahead(r.and_then(|r| r.ends_at)),
         };
         let name = info.strategy.to_string();
         // (a failed run never made its replicas one)
