@@ -429,7 +429,7 @@ fn train_and_val_folders_and_val_data() {
         .err()
         .unwrap();
     assert!(
-        e.contains("cow is not a class of the training folder (ant, bee)"),
+        e.contains("cow is not a class of the training set (ant, bee)"),
         "{e}"
     );
     // --val-data names another folder
@@ -444,6 +444,14 @@ fn train_and_val_folders_and_val_data() {
         (d.train.len(), d.val.len(), d.val.y.clone()),
         (6, 1, vec![0])
     );
+    // its classes are matched by name: one holding the second class alone is that class
+    let second = tmp.path().join("second");
+    png_rgb(&second.join("bee/z.png"), 9);
+    let o = opts(|o| {
+        o.val_fraction = None;
+        o.val_data = Some(format!("images:{}", second.display()).parse().unwrap());
+    });
+    assert_eq!(images(&dir.join("train"), &o).unwrap().val.y, [1]);
     // a problem of that folder is named as --val-data's, not --data's
     let empty = tmp.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
@@ -571,6 +579,24 @@ fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
         )),
         "{:?}",
         d.notes
+    );
+    // a folder of pictures validates it by the classes' names (the archive's list): cat is 3
+    let names = "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n";
+    std::fs::write(dir.join("batches.meta.txt"), names).unwrap();
+    let pets = tmp.path().join("pets");
+    png_rgb(&pets.join("cat/0.png"), 1);
+    png_rgb(&pets.join("dog/0.png"), 2);
+    let o = DataOptions {
+        val_data: Some(format!("images:{}", pets.display()).parse().unwrap()),
+        image_size: Some(32),
+        ..DataOptions::default()
+    };
+    assert_eq!(load(&spec, &o, 0).unwrap().val.y, [3, 5]);
+    png_rgb(&pets.join("zebra/0.png"), 3);
+    let e = load(&spec, &o, 0).err().unwrap().to_string();
+    assert!(
+        e.contains("zebra is not a class of the training set (airplane, "),
+        "{e}"
     );
     let e = load(
         &"cifar100:/no/such/dir".parse().unwrap(),

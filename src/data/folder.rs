@@ -230,7 +230,7 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         let name = name_of(sub);
         let Some(label) = names.iter().position(|n| *n == name) else {
             return Err(format!(
-                "class folder {} is not a class of the training folder ({}); the validation folder's classes must be the training folder's",
+                "class folder {} is not a class of the training set ({}); the validation folder's classes must be the training set's",
                 sub.display(),
                 names.join(", ")
             ));

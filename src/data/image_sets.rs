@@ -147,10 +147,14 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
 }
 
 /// The training set of `spec`, and its own validation set if it has one.
+/// The set `spec` names, and its own validation set where it has one. With `known` (the
+/// training set's class names, for `--val-data`), a folder's class folders are matched to them
+/// by name.
 fn read_spec(
     spec: &DataSpec,
     side: Option<usize>,
     opts: &DataOptions,
+    known: Option<&[String]>,
 ) -> Result<(Read, Option<Read>), DataError> {
     match spec {
         DataSpec::Cifar { dir, kind } => {
@@ -185,7 +189,7 @@ fn read_spec(
                 split_folders_as_classes(dir).map_err(|m| spec_err(spec, m))?;
             }
             let val_dir = val_dir.unwrap_or_default();
-            let train = folder::scan(if split { &train_dir } else { dir }, None)
+            let train = folder::scan(if split { &train_dir } else { dir }, known)
                 .map_err(|m| spec_err(spec, m))?;
             let val = match split && opts.val_data.is_none() {
                 true => Some(
@@ -262,7 +266,7 @@ pub(super) fn load(
             s
         }
     });
-    let (train, own_val) = read_spec(spec, side, opts)?;
+    let (train, own_val) = read_spec(spec, side, opts, None)?;
     // (a validation folder may hold some of the classes only)
     if let (true, [only]) = (spec_is_folder(spec), train.names.as_slice()) {
         return Err(spec_err(
@@ -272,7 +276,8 @@ pub(super) fn load(
     }
     let val_read = match &opts.val_data {
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
-            Some(read_spec(v, side, opts).map_err(DataError::of_val_data)?.0)
+            let known = Some(train.names.as_slice());
+            Some((read_spec(v, side, opts, known).map_err(DataError::of_val_data)?).0)
         }
         Some(v) => {
             return Err(spec_err(
@@ -285,10 +290,10 @@ pub(super) fn load(
         }
         None => own_val,
     };
+    // (a folder's classes are matched by name; a CIFAR file's are numbers, the training set's
+    // in order)
     if let Some(v) = &val_read {
-        if v.classes > train.classes
-            || (spec_is_folder(spec) && v.names != train.names[..v.names.len()])
-        {
+        if v.classes > train.classes || v.names != train.names[..v.names.len()] {
             let msg = format!(
                 "the validation set's classes ({}) are not the training set's ({}): name its class folders as the training set's (it may leave out only the last of them in sorted order)",
                 v.names.join(", "),
