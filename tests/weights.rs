@@ -644,3 +644,31 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn a_deeper_model_s_hidden_layer_is_not_taken_for_a_head() {
+    // mlp:32,16's second layer (16 rows, fed to its head) where mlp:32 has its head
+    let deep = Model::mlp(64, &[32, 16], 10);
+    let params = deep.init_params(0);
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = (deep.tensors.iter())
+        .map(|t| {
+            let b = params[t.range()].iter().flat_map(|x| x.to_le_bytes());
+            (t.name.clone(), b.collect(), t.shape.clone())
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = (bytes.iter())
+        .map(|(n, b, s)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+            (n.clone(), v.unwrap())
+        })
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    let shallow = Model::mlp(64, &[32], 10);
+    let (mut p, mut b) = (shallow.init_params(0), shallow.init_buffers());
+    let e = import(file.path(), &shallow, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("mlp.1.weight") && e.contains("[16, 32]") && e.contains("another --model"),
+        "{e}"
+    );
+}

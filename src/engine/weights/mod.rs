@@ -207,10 +207,20 @@ pub fn import(
         };
         used.insert(name.clone());
         if view.shape() != t.shape.as_slice() {
-            // a head for another class count: other rows, each the same
-            let other_count = view.shape().first() != t.shape.first()
-                && view.shape().get(1..) == t.shape.get(1..);
-            if *is_param && head.contains(&i) && other_count {
+            // a head for another class count: other rows, each the same, and no layer of the
+            // file after it (none takes its rows as inputs: a deeper model's hidden layer)
+            let rows = view.shape().first().copied();
+            let other_count =
+                rows != t.shape.first().copied() && view.shape().get(1..) == t.shape.get(1..);
+            let fed = |rows| {
+                st.iter().any(|(n, v)| {
+                    n != name
+                        && n.ends_with(".weight")
+                        && v.shape().len() == 2
+                        && v.shape()[1] == rows
+                })
+            };
+            if *is_param && head.contains(&i) && other_count && !rows.is_some_and(fed) {
                 head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
                 continue;
             }
