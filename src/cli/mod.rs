@@ -365,8 +365,8 @@ pub struct TrainArgs {
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
-    /// Leave these parameters as they are: backbone (all but the classifier head; backward then runs through the head alone) or name prefixes, e.g. layer1.,layer2.
-    #[arg(long, value_name = "backbone|PREFIXES")]
+    /// Leave these parameters as they are: backbone (all but the classifier head; backward then runs through the head alone) or name prefixes, e.g. layer1,layer2 (whole name parts: conv.1 is not conv.10); none trains everything (over a resumed checkpoint's)
+    #[arg(long, value_name = "backbone|PREFIXES|none")]
     pub freeze: Option<String>,
     /// When the run ends, also write its weights to this safetensors file by PyTorch's names (as `mgtop-train export` does)
     #[arg(long, value_name = "FILE")]

@@ -356,9 +356,8 @@ impl TrainArgs {
             final_checkpoint: d.final_checkpoint,
             resume,
             init: args.init,
-            freeze: args
-                .freeze
-                .as_ref()
+            // (`none` over a resumed checkpoint's: everything trains again)
+            freeze: (args.freeze.as_ref().filter(|&f| f != "none"))
                 .map(|f| f.parse().map_err(|e| format!("--freeze: {e}")))
                 .transpose()?,
             inject_panic,
@@ -379,8 +378,9 @@ impl TrainArgs {
         let tensorboard = super::switch_or_folder(&args.tensorboard)
             .map(|d| d.map_or(TensorboardDir::InRunDir, TensorboardDir::At));
         let cfg = RunConfig {
-            checkpoint_dir: args
-                .checkpoint_dir
+            // (a path through `runs/NAME/latest`: the run it names now, before this run's
+            // start moves the link)
+            checkpoint_dir: (args.checkpoint_dir.as_deref().map(rundir::followed))
                 .unwrap_or_else(|| run_dir.join(rundir::CHECKPOINTS)),
             link_latest: args.run_dir.is_none(),
             run_dir: Some(run_dir),
@@ -404,6 +404,7 @@ impl TrainArgs {
             readonly: args.readonly,
             exit_when_done: args.exit_when_done,
             sample_interval,
+            export: args.export,
         };
         Ok((cfg, frontend))
     }
@@ -434,4 +435,6 @@ pub struct Frontend {
     pub readonly: bool,
     pub exit_when_done: bool,
     pub sample_interval: Duration,
+    /// Where to write the run's weights at its end (`--export`, or the config file's).
+    pub export: Option<PathBuf>,
 }

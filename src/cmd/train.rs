@@ -57,12 +57,12 @@ pub(super) fn train(
     on_signals: &OnSignals,
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
-    let export = args.export.clone();
+    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
+    let export = front.export.clone();
     // (refused before training, not after it)
     if let Some(out) = export.as_deref() {
         weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
     }
-    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
     let tui = !front.headless && std::io::stdout().is_terminal() && procs.is_none();

@@ -112,8 +112,17 @@ impl RunConfig {
 pub enum Freeze {
     /// Everything but the classifier head (the last linear layer).
     Backbone,
-    /// Tensors whose names start with one of these (`layer1.`, `features.`).
+    /// Tensors whose names start with one of these (`layer1.`, `features`), up to a `.`.
     Prefixes(Vec<String>),
+}
+
+impl Freeze {
+    /// Whether tensor `name` is under prefix `p`: `p` is the whole name, or its start up to a
+    /// `.` (`layer1` and `layer1.` take `layer1.0.conv1.weight`; `conv.1` is not `conv.10`).
+    pub fn under(name: &str, p: &str) -> bool {
+        name.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || p.ends_with('.') || rest.starts_with('.'))
+    }
 }
 
 impl std::str::FromStr for Freeze {
@@ -304,6 +313,18 @@ impl Default for RunConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_freeze_prefix_takes_whole_parts_of_a_name() {
+        use super::Freeze;
+        assert!(Freeze::under("layer1.0.conv1.weight", "layer1"));
+        assert!(Freeze::under("layer1.0.conv1.weight", "layer1."));
+        assert!(Freeze::under("conv.1.weight", "conv.1"));
+        assert!(!Freeze::under("conv.10.weight", "conv.1"));
+        assert!(!Freeze::under("layer10.weight", "layer1"));
+        assert!(Freeze::under("fc.weight", "fc.weight"));
+        assert!(!Freeze::under("fc.weight", "fc.weights"));
+    }
+
     use super::*;
 
     #[test]

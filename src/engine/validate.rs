@@ -221,7 +221,7 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
         Freeze::Prefixes(p) => {
             if let Some(q) = p
                 .iter()
-                .find(|q| !model.tensors.iter().any(|t| t.name.starts_with(q.as_str())))
+                .find(|q| !model.tensors.iter().any(|t| Freeze::under(&t.name, q)))
             {
                 let names: Vec<&str> = model
                     .tensors
@@ -230,15 +230,12 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
                     .map(|t| t.name.as_str())
                     .collect();
                 return Err(format!(
-                    "--freeze {f}: no parameter's name starts with `{q}`; this model's names look like {}, ...",
+                    "--freeze {f}: no parameter's name starts with `{q}` (up to a `.`); this model's names look like {}, ...",
                     names.join(", ")
                 ));
             }
-            all.filter(|&t| {
-                p.iter()
-                    .any(|q| model.tensors[t].name.starts_with(q.as_str()))
-            })
-            .collect()
+            all.filter(|&t| p.iter().any(|q| Freeze::under(&model.tensors[t].name, q)))
+                .collect()
         }
     };
     if frozen.is_empty() || frozen.len() == model.tensors.len() {

@@ -38,6 +38,30 @@ pub fn default_dir(root: &Path, name: &str) -> PathBuf {
     dir
 }
 
+/// `path` with the links of its existing part followed (absolute, where it has one; as given
+/// where it has none): a checkpoint directory given through `runs/NAME/latest` stays in the run
+/// the link names as the command starts, not the one it names once this run's start has moved it.
+pub fn followed(path: &Path) -> PathBuf {
+    if !path.ancestors().any(Path::is_symlink) {
+        return path.to_path_buf();
+    }
+    let full = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest = Vec::new();
+    let mut at = full.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(up), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = up;
+            }
+            _ => return full,
+        }
+    }
+}
+
 /// The order default run directories were started in: by their stamp, then by the number
 /// that makes one unique within its second (`-2` after none, `-10` after `-9`).
 fn started_order(leaf: &str) -> (&str, u32) {
@@ -370,6 +394,28 @@ pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_through_a_link_is_where_the_link_points_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", real.join(LATEST)).unwrap();
+        // through the link, to a folder not made yet
+        let through = real.join(LATEST).join("checkpoints/x");
+        assert_eq!(followed(&through), real.join("a/checkpoints/x"));
+        // the link moving afterwards does not move the path taken
+        std::fs::create_dir(real.join("b")).unwrap();
+        std::fs::remove_file(real.join(LATEST)).unwrap();
+        std::os::unix::fs::symlink("b", real.join(LATEST)).unwrap();
+        assert_eq!(followed(&real.join("a/ck")), real.join("a/ck"));
+        // no link on the way: as written
+        assert_eq!(
+            followed(Path::new("/nowhere-xyz/ck")),
+            Path::new("/nowhere-xyz/ck")
+        );
+        assert_eq!(followed(Path::new("ck/a")), Path::new("ck/a"));
+    }
 
     #[test]
     fn names_become_one_safe_path_component() {
