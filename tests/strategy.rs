@@ -426,6 +426,12 @@ fn the_ui_header_says_replicas_diverge_and_when_they_next_meet() {
         app.info.strategy = strategy;
         if let Some(b) = budget {
             app.info.budget = b;
+            // (the engine's rows say where a step budget ends)
+            if let (Budget::Steps(n), Some(r)) = (b, app.last_row.as_mut()) {
+                r.ends_at = r
+                    .ends_at
+                    .map(|e| mgtop::engine::events::EndsAt { run: n, ..e });
+            }
         }
         let theme = Theme::embedded("dark").unwrap();
         let mut t = Terminal::new(TestBackend::new(200, 3)).unwrap();

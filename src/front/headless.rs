@@ -12,7 +12,7 @@ use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::front::steps::Steps;
 use crate::observe::mfu::Mfu;
-use crate::observe::monitor::Monitor;
+use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::straggler::{Detector, Warning};
 use crate::observe::telemetry::{process_memory, Telemetry};
 use crate::observe::Recorder;
@@ -35,11 +35,20 @@ struct Log<'a> {
     monitor: Monitor,
     detector: Detector,
     budget: Budget,
+    /// Micro-batches a rank accumulates a step.
+    accum: usize,
     ends: Ends,
     log_every: u64,
     baseline: Option<f64>,
     strategy: crate::engine::strategy::Strategy,
     mfu: Mfu,
+    /// The newest step, where its line was not printed: the end of a run stopped early
+    /// prints it.
+    unprinted: Option<(StepRow, Option<f64>)>,
+    /// For the end's summary: the run's totals as of its newest step, its best validation.
+    totals: Option<Totals>,
+    best_val: Option<f32>,
+    ranks: usize,
 }
 
 impl Log<'_> {
@@ -63,22 +72,56 @@ impl Log<'_> {
             return;
         };
         let rate = self.monitor.samples_per_sec();
-        if row.step.is_multiple_of(self.log_every) {
-            let mut line = step_line(&row, rate, self.budget, self.baseline);
-            if let Some(m) = self.mfu.mean(&row.ranks) {
-                line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
-            }
-            let ahead = self.ends.ahead(row.ends_at);
-            if let Some(note) = sync_note(&self.strategy, row.step, ahead) {
-                line += &format!(" | {note}");
-            }
-            let _ = writeln!(self.out, "{} {line}", stamp(row.at));
+        let due = row.logged(self.log_every);
+        if due {
+            self.print_step(&row, rate);
         }
         let w = self.metrics.step(&row, rate);
         self.warn(w);
         for w in self.detector.on_row(&row) {
             self.on_warning(&w, row.at);
         }
+        self.totals = row.totals.or(self.totals);
+        self.unprinted = (!due).then_some((row, rate));
+    }
+
+    /// The run in a line, after its end's: how long it took, its pace (against one device's
+    /// where calibrated), its best validation and where its ranks' time went.
+    fn summary(&self, t: Duration) -> String {
+        use crate::front::tui::render::{si, took};
+        let mut line = format!("summary: {}", took(t));
+        let t = self.totals.unwrap_or_default();
+        if t.train_s > 0.0 {
+            let rate = t.samples as f64 / t.train_s;
+            let scaling = super::words::scaling_note(Some(rate), self.baseline, self.ranks);
+            line += &format!(" | {} samples/s of training{scaling}", si(rate));
+        }
+        if let Some(a) = self.best_val {
+            line += &format!(" | best val accuracy {:.2}%", a * 100.0);
+        }
+        if t.rank_s > 0.0 {
+            let pc = |x: f64| (x / t.rank_s * 100.0).round();
+            line += &format!(
+                " | ranks' time: compute {}%, data {}%, comm {}%, wait {}%",
+                pc(t.compute_s),
+                pc(t.data_s),
+                pc(t.comm_s),
+                pc(t.wait_s)
+            );
+        }
+        line
+    }
+
+    fn print_step(&mut self, row: &StepRow, rate: Option<f64>) {
+        let mut line = step_line(row, rate, self.budget, self.baseline);
+        if let Some(m) = self.mfu.mean(&row.ranks) {
+            line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
+        }
+        let ahead = self.ends.ahead(row.ends_at);
+        if let Some(note) = sync_note(&self.strategy, row.step, ahead) {
+            line += &format!(" | {note}");
+        }
+        let _ = writeln!(self.out, "{} {line}", stamp(row.at));
     }
 
     fn on_warning(&mut self, w: &Warning, t: Duration) {
@@ -89,6 +132,13 @@ impl Log<'_> {
     }
 
     fn on_event(&mut self, ev: &Event, t: Duration) {
+        if let Event::EpochDone {
+            val_accuracy: Some(a),
+            ..
+        } = ev
+        {
+            self.best_val = Some(self.best_val.map_or(*a, |b| b.max(*a)));
+        }
         match ev {
             Event::Control {
                 applied: Applied::Paused,
@@ -100,7 +150,7 @@ impl Log<'_> {
             } => self.detector.set_paused(false, t),
             _ => {}
         }
-        if let Some(l) = event_line(ev, self.budget) {
+        if let Some(l) = event_line(ev, self.budget, self.accum) {
             let _ = writeln!(self.out, "{} {l}", stamp(t));
         }
         let r = self.metrics.event(ev, t);
@@ -137,11 +187,16 @@ pub fn run(
         monitor: Monitor::new(info.ranks()),
         detector: Detector::for_run(&info),
         budget: info.budget,
+        accum: info.grad_accum,
         ends: Ends::of(&info),
         log_every,
         baseline: info.baseline,
         strategy: info.strategy,
         mfu: Mfu::for_run(&info),
+        unprinted: None,
+        totals: None,
+        best_val: None,
+        ranks: info.ranks(),
     };
     let w = log.metrics.run_start(&info);
     log.warn(w);
@@ -183,7 +238,12 @@ pub fn run(
     // a last sample covers the part of the interval since the previous one
     log.on_sample(engine.elapsed());
     if let Some((ev, t)) = end_record {
+        // (a run stopped early) the last step's line, whatever --log-every, before the end's
+        if let Some((row, rate)) = log.unprinted.take() {
+            log.print_step(&row, rate);
+        }
         log.on_event(&ev, t);
+        let _ = writeln!(log.out, "{} {}", stamp(t), log.summary(t));
     }
     let w = log.metrics.flush();
     log.warn(w);

@@ -265,7 +265,7 @@ pub fn loss_value(l: f64, dp: usize) -> String {
     }
 }
 
-pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
+pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
     Some(match ev {
         Event::Started { .. } => return None,
         Event::EpochDone {
@@ -298,12 +298,19 @@ pub fn event_line(ev: &Event, budget: Budget) -> Option<String> {
                 "batch per replica {from} -> {to} from step {} (lr now {lr:.2e})",
                 step + 1
             ),
-            Applied::Split(sizes) => format!(
-                "rebalanced from step {}: samples per rank {} (global batch {} unchanged)",
-                step + 1,
-                per_rank(sizes),
-                sizes.iter().sum::<usize>()
-            ),
+            Applied::Split(sizes) => {
+                // (a micro-batch's sizes: each rank accumulates `accum` of them a step)
+                let accumulated = match accum {
+                    0 | 1 => String::new(),
+                    a => format!(" x {a} accumulated"),
+                };
+                format!(
+                    "rebalanced from step {}: samples per rank {}{accumulated} (global batch {} unchanged)",
+                    step + 1,
+                    per_rank(sizes),
+                    sizes.iter().sum::<usize>() * accum.max(1)
+                )
+            }
         },
         Event::Checkpoint { step, path } => {
             format!("checkpoint at step {step}: {}", path.display())
@@ -359,8 +366,18 @@ mod tests {
                 elapsed: std::time::Duration::from_secs(1),
             },
             Budget::Epochs(5),
+            1,
         );
         assert!(line.unwrap().ends_with("train loss 3.90e-9"));
+        // a rebalanced split is a micro-batch's: the accumulation counts in the global batch
+        let split = Event::Control {
+            step: 50,
+            applied: Applied::Split(vec![93, 35]),
+        };
+        assert_eq!(
+            event_line(&split, Budget::Epochs(5), 2).unwrap(),
+            "rebalanced from step 51: samples per rank 93/35 x 2 accumulated (global batch 256 unchanged)"
+        );
     }
 
     fn gpus(mut info: RunInfo) -> RunInfo {

@@ -47,6 +47,13 @@ pub struct Totals {
     pub wait_s: f64,
 }
 
+impl StepRow {
+    /// Every `every`th step, and the run's last: the steps the log and the metrics files keep.
+    pub fn logged(&self, every: u64) -> bool {
+        self.step.is_multiple_of(every) || self.ends_at.is_some_and(|e| e.run == self.step)
+    }
+}
+
 impl Totals {
     /// Counts one complete step: its samples and every rank's sample of it.
     pub fn add(&mut self, global_samples: usize, ranks: &[StepStats]) {

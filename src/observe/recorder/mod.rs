@@ -30,8 +30,13 @@ pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
 /// What takes every record beside the metrics files and the hub. An `Err` is the warning's
 /// words; the sink is then dropped.
 pub trait Sink: Send {
-    /// A complete step; `logged` for one the metrics file records (every `--log-every`).
+    /// A complete step; `logged` for one the metrics file records (every `--log-every`th and the last).
     fn step(&mut self, row: &StepRow, rate: Option<f64>, logged: bool) -> Result<(), String>;
+    /// The run's last step, at its end, where `step` had it unlogged (for sinks that keep
+    /// only the logged steps: the run's last is always one).
+    fn last_step(&mut self, _row: &StepRow, _rate: Option<f64>) -> Result<(), String> {
+        Ok(())
+    }
     fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String>;
     fn warning(&mut self, _w: &Warning, _t: Duration) -> Result<(), String> {
         Ok(())
@@ -146,6 +151,9 @@ pub struct Recorder {
     log_every: u64,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
+    /// The newest step, where not logged: the end of a run stopped early logs it (the last
+    /// step is always in the files, whatever `--log-every`).
+    unlogged: Option<(StepRow, Option<f64>)>,
     last_live: Option<Instant>,
 }
 
@@ -165,6 +173,7 @@ impl Recorder {
             mfu: None,
             log_every: log_every.max(1),
             pending: None,
+            unlogged: None,
             last_live: None,
         }
     }
@@ -244,13 +253,16 @@ impl Recorder {
 
     /// A complete step (every rank's sample).
     pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
-        let due = row.step.is_multiple_of(self.log_every);
+        let due = row.logged(self.log_every);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
-        let logged = {
+        let to_files = {
             let mut files = self.files();
             files.at(Some(row.step), row.at);
-            !files.writers.is_empty() && due
+            !files.writers.is_empty()
         };
+        let logged = to_files && due;
+        let kept = !due && (to_files || !self.sinks.is_empty());
+        self.unlogged = kept.then(|| (row.clone(), rate));
         let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
             warnings.extend(self.write_files(l, false));
@@ -286,12 +298,18 @@ impl Recorder {
     /// back goes first where its time has come (or at the end), else after: a run whose
     /// epochs take milliseconds must not send a step with each.
     pub fn event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
+        let mut warnings = Vec::new();
         if matches!(ev, Event::Finished { .. }) {
             self.release();
+            if let Some((row, rate)) = self.unlogged.take() {
+                warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
+                let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
+                warnings.extend(self.write_files(&line, false));
+            }
         } else {
             self.catch_up();
         }
-        let mut warnings = self.each_sink(|s| s.event(ev, t));
+        warnings.extend(self.each_sink(|s| s.event(ev, t)));
         self.files().at(ev.step(), t);
         let Some(v) = records::event(ev, t) else {
             return warnings;

@@ -196,6 +196,10 @@ impl Sink for TensorBoard {
         self.write(row.at, row.step, &step_scalars(row, rate))
     }
 
+    fn last_step(&mut self, row: &StepRow, rate: Option<f64>) -> Result<(), String> {
+        self.step(row, rate, true)
+    }
+
     fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String> {
         // (an epoch's end can be the newest step heard of where few steps are logged)
         self.step = self.step.max(ev.step().unwrap_or(0));

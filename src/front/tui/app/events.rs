@@ -151,9 +151,7 @@ impl App {
                 Applied::BatchSize { to, .. } => {
                     self.per_replica = *to;
                     self.split = None;
-                    if self.pending_batch.is_some_and(|p| p.1 == *to) {
-                        self.pending_batch = None;
-                    }
+                    self.batch_applied(*to);
                 }
                 Applied::Split(sizes) => self.split = Some(sizes.clone()),
             },
@@ -186,13 +184,14 @@ impl App {
                 if self.state != RunState::Failed {
                     self.state = RunState::Done;
                 }
+                self.batch_asks.clear();
                 self.pending_batch = None;
                 self.pending_pause = None;
                 self.pending_checkpoint = false;
                 self.summary = Some(self.summarize(*step, *ending));
             }
         }
-        if let Some(line) = event_line(&e, self.info.budget) {
+        if let Some(line) = event_line(&e, self.info.budget, self.info.grad_accum) {
             if answers {
                 self.flash = Some(line.clone());
             }

@@ -240,8 +240,33 @@ impl App {
                 app.flash = Some(format!("batch per replica is already {from}"));
                 return None;
             }
+            app.batch_asks.push(to);
             app.pending_batch = (to != app.per_replica).then_some((app.per_replica, to));
             Some(Action::Control(Control::SetBatch(to)))
         })
+    }
+
+    /// The ranks took batch `to`: the asks up to it are done, a later one still comes.
+    pub(super) fn batch_applied(&mut self, to: usize) {
+        if let Some(i) = self.batch_asks.iter().position(|&a| a == to) {
+            self.batch_asks.drain(..=i);
+        }
+        self.batch_still_asked();
+    }
+
+    /// The run refused batch `b`: the newest ask before it is what comes (the ranks apply
+    /// the last batch they accepted), and the next key press doubles or halves that.
+    pub(super) fn batch_refused(&mut self, b: usize) {
+        if let Some(i) = self.batch_asks.iter().rposition(|&a| a == b) {
+            self.batch_asks.remove(i);
+        }
+        self.batch_still_asked();
+    }
+
+    fn batch_still_asked(&mut self) {
+        let to = self.batch_asks.last().copied();
+        self.pending_batch = to
+            .filter(|&t| t != self.per_replica)
+            .map(|t| (self.per_replica, t));
     }
 }

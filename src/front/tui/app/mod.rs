@@ -203,6 +203,8 @@ pub struct App {
     /// A batch change asked for and not yet applied by the ranks: (from, to). (Which step it
     /// lands on is the ranks' to say: they may be steps ahead of the newest row shown.)
     pub pending_batch: Option<(usize, usize)>,
+    /// The batches this screen asked for, oldest first, not yet applied nor refused.
+    batch_asks: Vec<usize>,
     /// A pause (true) or resume (false) asked for and not yet applied.
     pub pending_pause: Option<bool>,
     /// A checkpoint asked for from this screen and not yet written.
@@ -261,6 +263,7 @@ impl App {
             samples_per_sec: None,
             eta: None,
             pending_batch: None,
+            batch_asks: Vec::new(),
             pending_pause: None,
             pending_checkpoint: false,
             loss: History::new(HISTORY_POINTS),
@@ -418,7 +421,7 @@ impl App {
             AppEvent::Refused(control, why) => {
                 // what the key set in motion is not on its way after all
                 match control {
-                    Control::SetBatch(_) => self.pending_batch = None,
+                    Control::SetBatch(b) => self.batch_refused(b),
                     Control::Pause | Control::Resume => self.pending_pause = None,
                     Control::Checkpoint => self.pending_checkpoint = false,
                     Control::Stop { .. } => {}

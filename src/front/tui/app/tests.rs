@@ -156,6 +156,42 @@ fn a_refused_batch_change_is_not_pending_and_is_in_the_events() {
 }
 
 #[test]
+fn quick_presses_past_the_limit_keep_the_largest_batch_that_fits() {
+    let mut app = running(false);
+    let ask = |app: &mut App| match app.handle_key(key(']')) {
+        Some(Action::Control(Control::SetBatch(b))) => b,
+        other => panic!("{other:?}"),
+    };
+    // 64, 128, 256 accepted; 512 and the press after it (1024, sent before the refusal came)
+    // refused: 256 is what the ranks apply and what the screen says is coming
+    assert_eq!(
+        [ask(&mut app), ask(&mut app), ask(&mut app)],
+        [64, 128, 256]
+    );
+    assert_eq!([ask(&mut app), ask(&mut app)], [512, 1024]);
+    let refuse = |app: &mut App, b| {
+        let why = format!("a batch of {b} per replica is too large: at most 300 per replica");
+        app.apply(AppEvent::Refused(Control::SetBatch(b), why));
+    };
+    refuse(&mut app, 512);
+    refuse(&mut app, 1024);
+    assert_eq!(app.pending_batch, Some((32, 256)));
+    // a press after the refusals doubles the batch coming, and is refused again
+    assert_eq!(ask(&mut app), 512);
+    refuse(&mut app, 512);
+    assert_eq!(app.pending_batch, Some((32, 256)));
+    // the ranks apply 128 at one step and 256 at the next
+    let applied = |app: &mut App, from, to| {
+        control(app, 5, Applied::BatchSize { from, to, lr: 1e-3 });
+    };
+    applied(&mut app, 32, 128);
+    assert_eq!(app.pending_batch, Some((128, 256)));
+    applied(&mut app, 128, 256);
+    assert_eq!(app.pending_batch, None);
+    assert_eq!(ask(&mut app), 512);
+}
+
+#[test]
 fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
     let mut app = running(false);
     assert_eq!(
