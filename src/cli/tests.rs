@@ -1,5 +1,6 @@
 //! Flags, config files and their errors.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::*;
@@ -67,6 +68,14 @@ fn flags_override_the_file_which_overrides_defaults() {
     std::fs::write(&f, "prefetch = 1.5\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("takes a whole number or \"auto\""), "{e}");
+    // the end's export, from the file too
+    std::fs::write(&f, "export = \"out.safetensors\"\nfreeze = \"layer1\"\n").unwrap();
+    let (c, front) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!(front.export.as_deref(), Some(Path::new("out.safetensors")));
+    assert_eq!(c.freeze, Some(crate::config::Freeze::Prefixes(vec!["layer1".into()])));
+    // `--freeze none` over the file's (as over a resumed checkpoint's): everything trains
+    let (c, _) = cli(&["--config", f.to_str().unwrap(), "--freeze", "none"]).unwrap();
+    assert_eq!(c.freeze, None);
 }
 
 #[test]
