@@ -257,7 +257,11 @@ fn damaged_and_hostile_files_are_clear_errors() {
         "{e}"
     );
     let e = try_file(b"PK\x03\x04 a zip file, as torch.save writes");
-    assert!(e.contains("pth_to_safetensors.py"), "{e}");
+    assert!(
+        e.contains("a zip archive, as PyTorch's torch.save writes")
+            && e.contains("pth_to_safetensors.py"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -72,7 +72,10 @@ fn flags_override_the_file_which_overrides_defaults() {
     std::fs::write(&f, "export = \"out.safetensors\"\nfreeze = \"layer1\"\n").unwrap();
     let (c, front) = cli(&["--config", f.to_str().unwrap()]).unwrap();
     assert_eq!(front.export.as_deref(), Some(Path::new("out.safetensors")));
-    assert_eq!(c.freeze, Some(crate::config::Freeze::Prefixes(vec!["layer1".into()])));
+    assert_eq!(
+        c.freeze,
+        Some(crate::config::Freeze::Prefixes(vec!["layer1".into()]))
+    );
     // `--freeze none` over the file's (as over a resumed checkpoint's): everything trains
     let (c, _) = cli(&["--config", f.to_str().unwrap(), "--freeze", "none"]).unwrap();
     assert_eq!(c.freeze, None);
@@ -171,6 +174,10 @@ fn bad_files_and_values_name_the_problem() {
         (
             "devices = 2\n",
             "`devices`: a whole number `2`, expected a text (texts go in quotes)",
+        ),
+        (
+            "augment = [\"crop:4\", \"flip\"]\n",
+            "`augment`: a list, expected one text: give its items in one, comma-separated",
         ),
         (
             "[train]\nlr = 1\n",

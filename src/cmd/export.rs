@@ -6,8 +6,8 @@ use crate::engine::weights;
 pub fn command(args: &ExportArgs) -> anyhow::Result<()> {
     let done = weights::export(&args.from, &args.out).map_err(anyhow::Error::msg)?;
     crate::say!(
-        "exported {} tensors of {} to {} ({})",
-        done.tensors,
+        "exported {} of {} to {} ({})",
+        crate::text::counted(done.tensors, "tensor"),
         done.checkpoint.display(),
         args.out.display(),
         done.how_to_load(&args.out)

@@ -214,8 +214,8 @@ pub(super) fn train(
             Some(p) => {
                 let done = weights::export(p, out).map_err(anyhow::Error::msg)?;
                 crate::say!(
-                    "exported {} tensors to {} (--export; {})",
-                    done.tensors,
+                    "exported {} to {} (--export; {})",
+                    crate::text::counted(done.tensors, "tensor"),
                     out.display(),
                     done.how_to_load(out)
                 );

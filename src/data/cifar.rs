@@ -158,6 +158,31 @@ fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
             dir.display()
         ));
     }
+    // the archive itself, given or not unpacked; torchvision's pickled batches
+    if dir.is_file() || dir.join(base).is_file() {
+        let (archive, d) = match dir.is_file() {
+            true => (dir.to_path_buf(), dir.parent().unwrap_or(Path::new("."))),
+            false => (dir.join(base), dir),
+        };
+        return Err(format!(
+            "{} is the archive, not unpacked: unpack it, then give its folder: tar xzf {} -C {d} and --data {}:{d}",
+            archive.display(),
+            archive.display(),
+            kind.name(),
+            d = d.display(),
+        ));
+    }
+    let python = match kind {
+        Kind::Ten => "cifar-10-batches-py",
+        Kind::Hundred { .. } => "cifar-100-python",
+    };
+    if dir.join(python).is_dir() || dir.ends_with(python) {
+        return Err(format!(
+            "{} holds the Python (pickled) version of {}, which is not read here: download the binary version, {url}, or add --download",
+            dir.display(),
+            kind.name()
+        ));
+    }
     Err(format!(
         "no {} binary files here (looked for {} and {test} in {} and in {}); add --download to fetch them, or download {url} and unpack it there: mkdir -p {d} && tar xzf {base} -C {d}",
         kind.name(),
@@ -373,6 +398,32 @@ mod tests {
                 && e.contains("tar xzf cifar-10-binary.tar.gz -C"),
             "{e}"
         );
+        // the archive not unpacked, given or in the folder; torchvision's pickled version
+        let packed = tempfile::tempdir().unwrap();
+        let archive = packed.path().join("cifar-10-binary.tar.gz");
+        std::fs::write(&archive, b"x").unwrap();
+        for given in [packed.path(), archive.as_path()] {
+            let e = load(given, Kind::Ten, "c", false)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("cifar-10-binary.tar.gz is the archive, not unpacked: unpack it")
+                    && e.contains(&format!(
+                        "tar xzf {} -C {}",
+                        archive.display(),
+                        packed.path().display()
+                    )),
+                "{e}"
+            );
+        }
+        let pickled = tempfile::tempdir().unwrap();
+        std::fs::create_dir(pickled.path().join("cifar-10-batches-py")).unwrap();
+        let e = load(pickled.path(), Kind::Ten, "c", false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("the Python (pickled) version of cifar10"), "{e}");
         // one file missing is named; the other CIFAR's files are said to be
         write_ten(dir.path(), 2);
         std::fs::remove_file(dir.path().join("test_batch.bin")).unwrap();

@@ -193,9 +193,14 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             "{} holds {} but no class folders: images:DIR takes a folder of class folders (DIR/cat/*.jpg, DIR/dog/*.png){}",
             dir.display(),
             crate::text::counted(loose.len(), "picture"),
-            match parent {
-                Some(p) => format!("; if this is one class's folder, give the folder above it: images:{}", p.display()),
-                None => String::new(),
+            match (classes, parent) {
+                // (a validation folder's: the training set's classes, by name)
+                (Some(c), _) => format!(
+                    "; a validation folder holds the training set's class folders ({}), its pictures in them",
+                    c.join(", ")
+                ),
+                (None, Some(p)) => format!("; if this is one class's folder, give the folder above it: images:{}", p.display()),
+                (None, None) => String::new(),
             }
         ));
     }

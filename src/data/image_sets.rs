@@ -11,7 +11,7 @@ use super::folder::{self, Folder};
 use super::host_memory;
 use super::imageset::{ImageSet, Pictures};
 use super::read;
-use super::transform::{Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
+use super::transform::{Augment, Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
 use super::{DataError, DataOptions, DataSpec, Dataset, LoadedData};
 use crate::nn::rng::{tag, Rng};
 
@@ -384,8 +384,12 @@ pub(super) fn load(
         Some(s) => format!("shorter side to {s}, centre crop {s}x{s}"),
         None => "as stored".into(),
     };
+    let augmented = match a == Augment::default() {
+        true => "not augmented".to_string(),
+        false => format!("augmented {a} in training"),
+    };
     let description = format!(
-        "{}: {}, 3x{h}x{w}, {} classes; {split_text}; inputs {resize}, augmented {a} in training, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
+        "{}: {}, 3x{h}x{w}, {} classes; {split_text}; inputs {resize}, {augmented}, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
         train.what,
         crate::text::counted(train.set.len(), "image"),
         train.classes,

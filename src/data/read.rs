@@ -283,7 +283,9 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
         if msg.starts_with("a text") && msg.contains("expected a") && msg.contains("number") {
             msg += " (numbers go without quotes)";
         }
-        if !msg.starts_with("a text") && msg.ends_with("expected a string") {
+        if msg.starts_with("invalid type: sequence") && msg.ends_with("expected a string") {
+            msg = "a list, expected one text: give its items in one, comma-separated (\"crop:4,flip\", not [\"crop:4\", \"flip\"])".into();
+        } else if !msg.starts_with("a text") && msg.ends_with("expected a string") {
             msg = msg.replace("expected a string", "expected a text (texts go in quotes)");
         }
         msg

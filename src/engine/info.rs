@@ -391,10 +391,14 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
     if !model.frozen.is_empty() {
         let n: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
+        let statistics = match model.has_batch_norm() {
+            true => " (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
+            false => "",
+        };
         notes.push(format!(
-            "--freeze: {n} of {} parameters ({} tensors) frozen: never updated, no optimizer moments kept; backward runs only where a trainable parameter is upstream (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
+            "--freeze: {n} of {} parameters ({}) frozen: never updated, no optimizer moments kept; backward runs only where a trainable parameter is upstream{statistics}",
             model.n_params,
-            model.frozen.len()
+            crate::text::counted(model.frozen.len(), "tensor")
         ));
     }
     if model.has_batch_norm() && ranks > 1 && sync_bn {

@@ -10,6 +10,7 @@ use super::EngineError;
 use crate::backend::TrainState;
 use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::nn::model::{Model, Op};
+use crate::nn::schedule::LrScaling;
 
 /// Where a run starts: fresh or from a checkpoint.
 #[derive(Clone, Debug)]
@@ -211,12 +212,14 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
             cursor: Cursor::default(),
             per_replica: cfg.batch_per_replica,
             lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
-            lr_note: cfg.lr.is_none().then(|| {
-                format!(
-                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {} scaling to {}",
-                    cfg.lr_scaling(),
+            lr_note: cfg.lr.is_none().then(|| match cfg.lr_scaling() {
+                LrScaling::None => {
+                    format!("default: {DEFAULT_LR:e} at any global batch (--lr-scaling none)")
+                }
+                s => format!(
+                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {s} scaling to {}",
                     cfg.batch_per_replica * ranks * cfg.grad_accum
-                )
+                ),
             }),
             resume_note: None,
             epoch_sum: [0.0, 0.0],

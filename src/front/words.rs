@@ -107,9 +107,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     lines.extend(info.model_notes.iter().map(|n| format!("  note: {n}")));
     let budget = match info.budget {
         Budget::Epochs(e) => format!(
-            "{} (~{} steps/epoch)",
+            "{} (~{}/epoch)",
             crate::text::counted(e as usize, "epoch"),
-            info.steps_per_epoch()
+            crate::text::counted(info.steps_per_epoch() as usize, "step")
         ),
         Budget::Steps(s) => crate::text::counted(s as usize, "step"),
     };

@@ -176,6 +176,12 @@ pub fn import(
         )),
         read::ReadError::Refused { problem, .. } => at(problem),
     })?;
+    // (torch.save's zip archive: a .pt/.pth, the usual mistake)
+    if bytes.starts_with(b"PK\x03\x04") {
+        return Err(at(
+            "a zip archive, as PyTorch's torch.save writes (.pt, .pth), not safetensors: convert it with scripts/pth_to_safetensors.py".into(),
+        ));
+    }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         at(format!(
             "not a whole safetensors file ({}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)",
