@@ -56,10 +56,10 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     let mut app = App::watching(reader.info().clone());
     if args.headless || !std::io::stdout().is_terminal() {
         read_all(&mut reader, &mut app)?;
-        let run_dir = (reader.path().parent()).filter(|d| rundir::is_run_dir(d));
+        let run_dir = rundir::of_metrics(reader.path(), app.info.run_dir.as_deref());
         // running, gone, or not known (on another machine and quiet only a short while)
         let host = app.info.host.as_deref();
-        let live = run_dir.and_then(|d| rundir::liveness(d, host));
+        let live = run_dir.and_then(|d| rundir::liveness(&d, host));
         let after = reader.past_end().map(crate::front::words::past_end);
         for line in summary(&app, live).into_iter().chain(after) {
             // names and paths come from the file

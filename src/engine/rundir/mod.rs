@@ -359,6 +359,14 @@ pub fn is_run_dir(dir: &Path) -> bool {
     dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
+/// The run directory whose run wrote metrics file `path`: the one it is in, or the one its
+/// `run` record names (`recorded`: a `--metrics-out` file, or a copy on the same machine),
+/// where that is one; whether the run still runs is asked there.
+pub fn of_metrics(path: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
+    let own = path.parent().filter(|d| is_run_dir(d));
+    (own.or(recorded.filter(|d| is_run_dir(d)))).map(Path::to_path_buf)
+}
+
 /// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), newest
 /// first, with their metrics file's last change. `latest` links are not followed.
 pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {

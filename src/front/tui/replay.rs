@@ -94,9 +94,7 @@ pub struct FileSource {
 
 impl FileSource {
     pub fn new(reader: MetricsReader) -> FileSource {
-        let run_dir = (reader.path().parent())
-            .filter(|d| rundir::is_run_dir(d))
-            .map(|d| d.to_path_buf());
+        let run_dir = rundir::of_metrics(reader.path(), reader.info().run_dir.as_deref());
         FileSource {
             reader,
             run_dir,

@@ -39,6 +39,12 @@ pub enum AttachError {
     Refused { path: PathBuf, why: String },
     #[error("{path}: not an mgtop-train live socket ({why})")]
     Protocol { path: PathBuf, why: String },
+    #[error("{path}: the run took the connection but said nothing within {secs} s: its process is stopped (kill -STOP, a debugger) or hung; `mgtop-train view {run}` shows what it recorded")]
+    Silent {
+        path: PathBuf,
+        run: PathBuf,
+        secs: u64,
+    },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
 }
@@ -151,10 +157,12 @@ impl LiveClient {
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(protocol(format!(
-                    "no answer within {} s",
-                    HELLO_TIMEOUT.as_secs()
-                )))
+                // (something listens, so a run's process holds the socket: one not answering)
+                return Err(AttachError::Silent {
+                    path: socket.to_path_buf(),
+                    run: run.to_path_buf(),
+                    secs: HELLO_TIMEOUT.as_secs(),
+                });
             }
             Err(e) => return Err(io_err(e)),
         }

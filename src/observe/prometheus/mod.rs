@@ -24,7 +24,7 @@ use crate::observe::monitor::StepRow;
 use crate::observe::nvml::GpuIdentity;
 use crate::observe::recorder::Sink;
 use crate::observe::sample::DeviceSample;
-use crate::observe::straggler::Warning;
+use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
 
 /// The states `mgtop_run_state` has a series for.
@@ -317,6 +317,17 @@ impl Prometheus {
             ranks,
         };
         p.set_state("running");
+        // every series there can be, at 0 from the start: an alert or rate() over a warning
+        // counter sees a rise, not a series appearing
+        for r in &p.ranks {
+            p.degraded.with_label_values(&[r.as_str()]);
+            for cause in Cause::KINDS {
+                p.stragglers.with_label_values(&[r.as_str(), cause]);
+            }
+        }
+        for l in Limit::ALL {
+            p.bound.with_label_values(&[l.name()]).set(0.0);
+        }
         Ok(p)
     }
 

@@ -249,6 +249,13 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             r#"mgtop_straggler_warnings_total{cause="data-bound",rank="1"}"#,
             1.0,
         ),
+        // the series no warning has touched are there, at 0
+        (
+            r#"mgtop_straggler_warnings_total{cause="network",rank="0"}"#,
+            0.0,
+        ),
+        (r#"mgtop_degraded_warnings_total{rank="1"}"#, 0.0),
+        (r#"mgtop_bound{limit="launch-bound"}"#, 0.0),
         (
             r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#,
             0.5,

@@ -42,7 +42,18 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// A short name for the metrics file.
+    /// Every `kind` there is.
+    pub const KINDS: [&'static str; 7] = [
+        "data-bound",
+        "oversubscribed",
+        "heterogeneous",
+        "injected",
+        "network",
+        "throttled",
+        "unknown",
+    ];
+
+    /// A short name for the metrics file (one of `KINDS`).
     pub fn kind(&self) -> &'static str {
         match self {
             Cause::DataBound { .. } => "data-bound",

@@ -106,6 +106,10 @@ impl App {
             _ => None,
         };
         self.reached = self.reached.max(done.unwrap_or(0));
+        // (a file that logs few steps: its epochs and checkpoints say the run trains)
+        if self.state == RunState::Starting && done.is_some_and(|s| s > self.info.start_step) {
+            self.state = RunState::Running;
+        }
         // what answers a key of this screen is also said in the footer (the events panel may
         // be a line or two that the next epoch fills)
         let answers = match &e {
@@ -184,6 +188,8 @@ impl App {
                 if self.state != RunState::Failed {
                     self.state = RunState::Done;
                 }
+                // (what the footer said of the running run, e.g. what q would do, is over)
+                self.flash = None;
                 self.batch_asks.clear();
                 self.pending_batch = None;
                 self.pending_pause = None;

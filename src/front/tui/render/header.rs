@@ -105,12 +105,19 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Budget::Epochs(e) => format!(" epoch {epoch}/{e} · step {step} "),
         Budget::Steps(s) => format!(" step {step}/{s} · epoch {epoch} "),
     };
-    let progress =
-        if app.state == RunState::Done && app.summary.as_ref().is_some_and(|s| !s.ending.early()) {
-            1.0
-        } else {
-            row.map_or(0.0, |r| r.progress).clamp(0.0, 1.0)
+    let progress = if app.state == RunState::Done
+        && app.summary.as_ref().is_some_and(|s| !s.ending.early())
+    {
+        1.0
+    } else {
+        // (the newest step row, or the steps and epochs done since: a run that logs few
+        // steps has its epochs and checkpoints in between)
+        let since = match info.budget {
+            Budget::Steps(s) => step as f64 / s.max(1) as f64,
+            Budget::Epochs(e) => app.epochs.last().map_or(0, |d| d.epoch) as f64 / e.max(1) as f64,
         };
+        row.map_or(0.0, |r| r.progress).max(since).clamp(0.0, 1.0)
+    };
     let eta = match app.eta {
         Some(e) if app.heard_running() => format!(" · ETA {}", clock(e)),
         _ => String::new(),
