@@ -214,14 +214,20 @@ pub fn step_line(
         .iter()
         .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
         .collect();
-    // per rank: `32x2`; the samples each rank took where that is not the batch per replica
-    // (an epoch's short last batch, micro-batches accumulated: `736x2`), or each rank's where
-    // --rebalance cut the batch unevenly
+    // per rank: `32x2`, micro-batches accumulated as the header says them (`32x2x3`); the
+    // samples each rank took where that is not the batch per replica (an epoch's short last
+    // batch: `736x2`), or each rank's where --rebalance cut the batch unevenly
     let samples: Vec<usize> = row.ranks.iter().map(|r| r.samples).collect();
-    let per_rank = if samples.windows(2).all(|w| w[0] == w[1]) {
-        format!("{}x{}", samples.first().unwrap_or(&0), row.ranks.len())
-    } else {
-        per_rank(&samples)
+    let ranks = row.ranks.len();
+    let per_rank = match samples.first() {
+        Some(&s) if samples.windows(2).all(|w| w[0] == w[1]) => {
+            let b = row.per_replica;
+            match s / b.max(1) {
+                k if k > 1 && s == b * k => format!("{b}x{ranks}x{k}"),
+                _ => format!("{s}x{ranks}"),
+            }
+        }
+        _ => per_rank(&samples),
     };
     // where this step's time went, over all ranks: moving gradients, and waiting for others
     let total: f64 = row.ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
@@ -456,5 +462,7 @@ mod tests {
         assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
         // an epoch's short last batch at 32 per replica
         assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
+        // three micro-batches of 32 accumulated, as the header says it
+        assert!(line(96).contains("| batch 32x2x3=192 |"), "{}", line(96));
     }
 }

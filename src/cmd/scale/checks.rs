@@ -11,6 +11,11 @@ pub(super) fn say_ignored(train: &TrainArgs) {
             "note: --steps/--epochs: scale times each run for --seconds after --warmup-steps; ignored"
         );
     }
+    if train.calibrate {
+        crate::tell!(
+            "note: --calibrate: scale's speedups are over its own 1-device point (--counts with 1 in it); ignored"
+        );
+    }
     for (flag, given) in [
         ("--resume", train.resume.is_some()),
         ("--run-dir", train.run_dir.is_some()),
