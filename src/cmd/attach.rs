@@ -46,7 +46,7 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
         term::inputs(),
         sig_rx,
     );
-    drop(terminal);
+    term::close(terminal);
     drop(guard);
     if app.summary.is_some() {
         crate::say!("run: {}", app.info.name);
@@ -76,5 +76,9 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             app.step()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    // (a script waiting on a run through attach learns how it ended, as from the run itself)
+    match app.summary.as_ref().is_some_and(|s| s.failed.is_some()) {
+        true => Ok(ExitCode::FAILURE),
+        false => Ok(ExitCode::SUCCESS),
+    }
 }

@@ -326,7 +326,7 @@ fn run_tui(
         sig_rx,
         recorder,
     );
-    drop(terminal);
+    term::close(terminal);
     drop(guard);
     for line in tui::summary_lines(&end.app) {
         crate::say!("{line}");

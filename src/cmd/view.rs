@@ -89,7 +89,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         term::inputs(),
         sig_rx,
     );
-    drop(terminal);
+    term::close(terminal);
     drop(guard);
     match source.error {
         Some(e) => Err(e.into()),

@@ -65,6 +65,14 @@ pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
     Ok((terminal, guard))
 }
 
+/// Lets the screen go, its cursor shown; where the terminal is gone (a closed window, a dropped
+/// connection) silently: ratatui's own drop would print an error there.
+pub fn close(mut terminal: Terminal<CrosstermBackend<Stdout>>) {
+    if terminal.show_cursor().is_err() {
+        std::mem::forget(terminal);
+    }
+}
+
 /// Key presses and resizes, read on their own thread (reading blocks). The channel closes
 /// when the terminal can no longer be read (e.g. the SSH connection dropped).
 pub fn inputs() -> Receiver<Input> {
