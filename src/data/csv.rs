@@ -78,6 +78,14 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// Whether the text's first line is all numbers: `,header` then skips what looks like a sample.
+pub(super) fn first_line_is_numbers(text: &str) -> bool {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    lines(text).next().is_some_and(|l| {
+        !l.trim().is_empty() && l.split(',').all(|f| f.trim().parse::<f64>().is_ok())
+    })
+}
+
 /// Parses CSV text; errors name the line (1-based) and column, and their fixes the flag that
 /// named the file (`--data`, `--val-data`).
 pub(super) fn parse(
@@ -199,6 +207,8 @@ mod tests {
 
     #[test]
     fn parses_label_columns_and_header() {
+        assert!(super::first_line_is_numbers("1,2.5,0\n3,4,1\n"));
+        assert!(!super::first_line_is_numbers("a,b,label\n3,4,1\n"));
         let d = parse("a,b,c\n1,2,0\n3,4,1\n", LabelColumn::Last, true).unwrap();
         assert_eq!(
             (d.features, d.classes, d.x.clone(), d.y.clone()),

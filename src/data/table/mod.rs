@@ -83,10 +83,14 @@ fn read_table(
             if let Some(shape) = shape {
                 ds.image = Some(csv_shape(*shape, ds.features).map_err(spec_err)?);
             }
+            let skipped = match *header && csv::first_line_is_numbers(&text) {
+                true => " (its line 1, all numbers, left out as the header ,header names: drop ,header if it is a sample)",
+                false => "",
+            };
             (
                 ds,
                 Normalisation::Standardise,
-                format!("csv {}", path.display()),
+                format!("csv {}{skipped}", path.display()),
             )
         }
         DataSpec::Idx {
