@@ -354,6 +354,13 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
                 .into(),
         );
     }
+    // (frozen at their random start: a head trained over features nobody learnt)
+    if cfg.freeze.is_some() && cfg.init.is_none() && cfg.resume.is_none() {
+        notes.push(format!(
+            "--freeze {} without --init: the frozen tensors stay at their random initialisation; --init FILE starts them from trained weights",
+            cfg.freeze.as_ref().map_or(String::new(), |f| f.to_string())
+        ));
+    }
     if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
         if warmup >= steps && info.ranks() > 1 {
             notes.push(format!(
