@@ -230,6 +230,27 @@ fn a_probe_is_sent_nothing_and_a_silent_client_or_one_that_says_hello_everything
     assert!(run.wait_exit().success());
 }
 
+#[test]
+fn a_paused_run_with_nothing_to_send_says_it_is_there_each_second() {
+    let dir = tempfile::tempdir().unwrap();
+    // (telemetry once a minute: nothing else to send while paused)
+    let args = ["--steps", FOREVER, "--sample-interval", "60"];
+    let mut run = Run::start(dir.path(), &args);
+    let mut c = Client::connect(&run.socket());
+    let first = c.until("the live marker", |v| v["type"] == "live");
+    assert_eq!(c.control("pause", json!({}))["ok"], true);
+    c.until("the pause event", |v| v["action"] == "pause");
+    // two markers, a second or so apart, the run's clock moving on
+    let t0 = Instant::now();
+    let a = c.until("a live marker while paused", |v| v["type"] == "live");
+    let b = c.until("another", |v| v["type"] == "live");
+    let (ta, tb) = (a["t"].as_f64().unwrap(), b["t"].as_f64().unwrap());
+    assert!(ta > first["t"].as_f64().unwrap() && tb > ta, "{a} {b}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(c.control("stop", json!({}))["ok"], true);
+    assert!(run.wait_exit().success());
+}
+
 /// A helper process for the test below: connects to the socket named by MGTOP_LIVE_HELPER
 /// and waits to be killed. Does nothing in a normal test run.
 #[test]

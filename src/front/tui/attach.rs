@@ -8,13 +8,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::app::{App, AppEvent, Level};
+use super::app::{App, AppEvent, Level, Silent};
 use super::replay::apply_record;
 use super::source::Source;
 use crate::engine::control::Control;
 use crate::engine::events::Event;
 use crate::observe::live::{AttachError, Incoming, LiveClient, Target};
 use crate::observe::metrics::Record;
+
+/// How long a connected run may say nothing before the screen says it is not responding (it
+/// sends its `live` marker after every second of nothing else).
+pub const QUIET: Duration = Duration::from_secs(5);
 
 pub struct AttachSource {
     target: Target,
@@ -26,6 +30,9 @@ pub struct AttachSource {
     client: Option<LiveClient>,
     /// The run's clock: its time at the newest record, and when that came.
     clock: Option<(Duration, Instant)>,
+    /// When the connection last carried anything (the run sends its `live` marker after a
+    /// second of nothing else).
+    heard: Instant,
     /// The run has ended (its `end` record, or its failure, came).
     over: bool,
     /// A reconnection under way (its tag), its result, and the wake-up it sends when done.
@@ -70,6 +77,7 @@ impl AttachSource {
             tag: 1,
             client: Some(client),
             clock: None,
+            heard: Instant::now(),
             over: false,
             connecting: None,
             results: unbounded(),
@@ -110,6 +118,7 @@ impl Source for AttachSource {
         if tag != self.tag {
             return false;
         }
+        self.heard = Instant::now();
         match msg {
             Incoming::Record(rec) => self.on_record(app, rec),
             Incoming::Live { t } => self.clock = Some((t, Instant::now())),
@@ -164,6 +173,7 @@ impl Source for AttachSource {
                 self.tag = tag;
                 self.client = Some(client);
                 self.clock = None;
+                self.heard = Instant::now();
                 self.over = false;
             }
             Err(e) => {
@@ -178,12 +188,23 @@ impl Source for AttachSource {
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
+        let connected = !self.over && self.client.is_some();
+        // (a run's process that says nothing for a while: stopped, or its machine stalled)
+        let quiet = connected && self.heard.elapsed() >= QUIET;
+        let silent = match (app.silent, quiet) {
+            (None, true) => Some(Silent::NotResponding),
+            (Some(Silent::NotResponding), false) => None,
+            (s, _) => s,
+        };
+        let changed = silent != app.silent;
+        app.silent = silent;
         match self.clock {
-            Some((t, at)) if !self.over && self.client.is_some() => {
+            // (the clock of a run not heard from stands still)
+            Some((t, at)) if connected && !quiet => {
                 app.apply(AppEvent::Tick(t + at.elapsed()));
                 true
             }
-            _ => false,
+            _ => changed,
         }
     }
 

@@ -159,6 +159,13 @@ pub enum Next {
 pub struct LiveHub(Arc<Shared>);
 
 impl LiveHub {
+    /// The `live` marker again, with the run's clock now: what a client is sent after a
+    /// second with nothing else, so that it can tell a run that says nothing (its process
+    /// stopped) from one between records.
+    pub fn alive(&self) -> Line {
+        Line::new(&json!({"type": "live", "t": self.0.started.elapsed().as_secs_f64()}))
+    }
+
     /// A hub for a run that started at `started` (the `live` marker's clock).
     pub fn new(started: Instant) -> LiveHub {
         LiveHub(Arc::new(Shared {

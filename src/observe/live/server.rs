@@ -301,7 +301,11 @@ fn write_loop(mut stream: UnixStream, hub: &LiveHub, id: u64) {
                     break;
                 }
             }
-            Next::Idle => {}
+            Next::Idle => {
+                if stream.write_all(hub.alive().as_bytes()).is_err() {
+                    break;
+                }
+            }
             Next::Gone(why) => {
                 if let Some(why) = why {
                     let _ = stream

@@ -31,6 +31,9 @@ pub enum Silent {
     Killed,
     /// A file outside a run directory that has not grown for `replay::QUIET`.
     NoEnd,
+    /// An attached run whose process has sent nothing, not even its `live` marker, for
+    /// `attach::QUIET`.
+    NotResponding,
 }
 
 /// Points kept per chart series for the whole run.

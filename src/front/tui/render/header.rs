@@ -20,6 +20,7 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
         _ => app.silent.map(|s| match s {
             Silent::Killed => "KILLED",
             Silent::NoEnd => "NO END",
+            Silent::NotResponding => "NOT RESPONDING",
         }),
     };
     if let Some(label) = lost {

@@ -233,6 +233,8 @@ mod tests {
         assert_eq!(label(&app), "NO END");
         app.silent = Some(Silent::Killed);
         assert_eq!(label(&app), "KILLED");
+        app.silent = Some(Silent::NotResponding);
+        assert_eq!(label(&app), "NOT RESPONDING");
         app.disconnected = Some("the run closed the connection".into());
         assert_eq!(label(&app), "DISCONNECTED");
         // an end on record is what it is
