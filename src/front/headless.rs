@@ -157,6 +157,22 @@ impl Log<'_> {
         self.warn(r);
     }
 
+    /// An event from the engine, after the steps up to its own; the end is kept back (returned),
+    /// to be said after the final step samples.
+    fn on_engine_event(
+        &mut self,
+        steps: &mut Steps,
+        ev: Event,
+        t: Duration,
+    ) -> Option<(Event, Duration)> {
+        self.drain(steps, ev.step());
+        if matches!(ev, Event::Finished { .. }) {
+            return Some((ev, t));
+        }
+        self.on_event(&ev, t);
+        None
+    }
+
     /// Takes every step sample waiting, up to step `until` where given (an event's).
     fn drain(&mut self, steps: &mut Steps, until: Option<u64>) {
         for s in steps.take(until) {
@@ -210,6 +226,11 @@ pub fn run(
     loop {
         select! {
             recv(poll) -> _ => {
+                // events already waiting first, each after the steps before it (else a step
+                // after an event is printed before it)
+                for ev in events.try_iter() {
+                    end_record = end_record.or(log.on_engine_event(&mut steps, ev, engine.elapsed()));
+                }
                 log.drain(&mut steps, None);
                 if let Some(w) = log.detector.tick(engine.elapsed(), &engine.heartbeats()) {
                     log.on_warning(&w, engine.elapsed());
@@ -218,14 +239,7 @@ pub fn run(
             recv(sampler) -> _ => log.on_sample(engine.elapsed()),
             recv(events) -> e => match e {
                 Ok(ev) => {
-                    // steps up to this event's are printed before it
-                    log.drain(&mut steps, ev.step());
-                    if matches!(ev, Event::Finished { .. }) {
-                        // said last, after the final step samples
-                        end_record = Some((ev, engine.elapsed()));
-                    } else {
-                        log.on_event(&ev, engine.elapsed());
-                    }
+                    end_record = end_record.or(log.on_engine_event(&mut steps, ev, engine.elapsed()));
                 }
                 Err(_) => break,
             },
