@@ -249,8 +249,10 @@ pub fn run(
     for s in steps.rest() {
         log.on_step(s);
     }
-    // a last sample covers the part of the interval since the previous one
-    log.on_sample(engine.elapsed());
+    // a last sample covers the part of the interval since the previous one (stamped no later
+    // than the end, which follows it in the file: a reader's wall time is the end's)
+    let last = end_record.as_ref().map(|(_, t)| *t);
+    log.on_sample(last.unwrap_or_else(|| engine.elapsed()));
     if let Some((ev, t)) = end_record {
         // (a run stopped early) the last step's line, whatever --log-every, before the end's
         if let Some((row, rate)) = log.unprinted.take() {
