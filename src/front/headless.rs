@@ -7,9 +7,8 @@ use crossbeam_channel::{select, tick};
 
 use super::sync::{sync_note, Ends};
 use super::words::{describe, event_line, step_line};
-use crate::config::Budget;
 use crate::engine::events::{Applied, Event, StepStats};
-use crate::engine::{Engine, EngineError, RunResult};
+use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::front::steps::Steps;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow, Totals};
@@ -34,13 +33,10 @@ struct Log<'a> {
     telemetry: Telemetry,
     monitor: Monitor,
     detector: Detector,
-    budget: Budget,
-    /// Micro-batches a rank accumulates a step.
-    accum: usize,
+    /// The run as it started (its budget, accumulation, strategy, calibration, ranks).
+    info: RunInfo,
     ends: Ends,
     log_every: u64,
-    baseline: Option<f64>,
-    strategy: crate::engine::strategy::Strategy,
     mfu: Mfu,
     /// The newest step, where its line was not printed: the end of a run stopped early
     /// prints it.
@@ -48,7 +44,6 @@ struct Log<'a> {
     /// For the end's summary: the run's totals as of its newest step, its best validation.
     totals: Option<Totals>,
     best_val: Option<f32>,
-    ranks: usize,
 }
 
 impl Log<'_> {
@@ -93,7 +88,8 @@ impl Log<'_> {
         let t = self.totals.unwrap_or_default();
         if t.train_s > 0.0 {
             let rate = t.samples as f64 / t.train_s;
-            let scaling = super::words::scaling_note(Some(rate), self.baseline, self.ranks);
+            let scaling =
+                super::words::scaling_note(Some(rate), self.info.baseline, self.info.ranks());
             line += &format!(" | {} samples/s of training{scaling}", si(rate));
         }
         if let Some(a) = self.best_val {
@@ -113,12 +109,12 @@ impl Log<'_> {
     }
 
     fn print_step(&mut self, row: &StepRow, rate: Option<f64>) {
-        let mut line = step_line(row, rate, self.budget, self.baseline);
+        let mut line = step_line(row, rate, self.info.budget, self.info.baseline);
         if let Some(m) = self.mfu.mean(&row.ranks) {
             line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
         }
         let ahead = self.ends.ahead(row.ends_at);
-        if let Some(note) = sync_note(&self.strategy, row.step, ahead) {
+        if let Some(note) = sync_note(&self.info.strategy, row.step, ahead) {
             line += &format!(" | {note}");
         }
         let _ = writeln!(self.out, "{} {line}", stamp(row.at));
@@ -150,7 +146,7 @@ impl Log<'_> {
             } => self.detector.set_paused(false, t),
             _ => {}
         }
-        if let Some(l) = event_line(ev, self.budget, self.accum) {
+        if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
             let _ = writeln!(self.out, "{} {l}", stamp(t));
         }
         let r = self.metrics.event(ev, t);
@@ -202,19 +198,15 @@ pub fn run(
         telemetry: Telemetry::new(&info.devices, sample_interval),
         monitor: Monitor::new(info.ranks()),
         detector: Detector::for_run(&info),
-        budget: info.budget,
-        accum: info.grad_accum,
         ends: Ends::of(&info),
         log_every,
-        baseline: info.baseline,
-        strategy: info.strategy,
         mfu: Mfu::for_run(&info),
         unprinted: None,
         totals: None,
         best_val: None,
-        ranks: info.ranks(),
+        info,
     };
-    let w = log.metrics.run_start(&info);
+    let w = log.metrics.run_start(&log.info);
     log.warn(w);
     // step samples are collected every few milliseconds rather than as they come, so a
     // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
