@@ -1,6 +1,7 @@
 //! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
 //! live hub that attached clients read. Each record is built once, as one line, for all of
-//! them. Step records go to the files every `--log-every` steps and to the hub at most every
+//! them. Step records go to the files every `--log-every` steps (and the run's last, stopped
+//! early or not) and to the hub at most every
 //! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
 //! client attached the hub is given only what its history keeps.
 //!
@@ -30,7 +31,8 @@ pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
 /// What takes every record beside the metrics files and the hub. An `Err` is the warning's
 /// words; the sink is then dropped.
 pub trait Sink: Send {
-    /// A complete step; `logged` for one the metrics file records (every `--log-every`th and the last).
+    /// A complete step; `logged` for one the metrics file records (every `--log-every`th, the
+    /// run's last).
     fn step(&mut self, row: &StepRow, rate: Option<f64>, logged: bool) -> Result<(), String>;
     /// The run's last step, at its end, where `step` had it unlogged (for sinks that keep
     /// only the logged steps: the run's last is always one).
