@@ -6,7 +6,7 @@ use crate::engine::events::StepStats;
 use crate::observe::history::History;
 use crate::observe::sample::DeviceSample;
 
-use super::{HISTORY_POINTS, RECENT_STEPS};
+use super::{HISTORY_POINTS, RECENT_STEPS, SPARK_STEPS};
 
 /// Where one rank's step time went, averaged over recent steps, in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -46,6 +46,7 @@ pub struct Flag {
 
 pub struct DeviceState {
     pub label: String,
+    /// The newest `SPARK_STEPS` steps: their split of the step time, and the step time (ms).
     recent: VecDeque<(Split, f64)>,
     pub last: Option<StepStats>,
     pub sample: DeviceSample,
@@ -76,7 +77,7 @@ impl DeviceState {
     pub(super) fn new(label: String) -> DeviceState {
         DeviceState {
             label,
-            recent: VecDeque::with_capacity(RECENT_STEPS),
+            recent: VecDeque::with_capacity(SPARK_STEPS),
             last: None,
             sample: DeviceSample::default(),
             util: History::new(HISTORY_POINTS),
@@ -87,7 +88,7 @@ impl DeviceState {
     }
 
     pub(super) fn on_step(&mut self, s: &StepStats) {
-        if self.recent.len() == RECENT_STEPS {
+        if self.recent.len() == SPARK_STEPS {
             self.recent.pop_front();
         }
         self.recent
@@ -95,12 +96,13 @@ impl DeviceState {
         self.last = Some(s.clone());
     }
 
-    /// Mean split of the recent steps.
+    /// Mean split of the recent steps (the newest `RECENT_STEPS`).
     pub fn split(&self) -> Option<Split> {
-        let n = self.recent.len() as f64;
+        let newest = self.recent.iter().rev().take(RECENT_STEPS);
+        let n = newest.len() as f64;
         (n > 0.0).then(|| {
             let mut s = Split::default();
-            for (p, _) in &self.recent {
+            for (p, _) in newest {
                 s.data += p.data / n;
                 s.compute += p.compute / n;
                 s.comm += p.comm / n;

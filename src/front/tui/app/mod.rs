@@ -38,8 +38,11 @@ pub enum Silent {
 
 /// Points kept per chart series for the whole run.
 const HISTORY_POINTS: usize = 2048;
-/// Steps behind the per-device step-time bar and sparkline.
+/// Steps behind the per-device step-time bar (its mean split).
 const RECENT_STEPS: usize = 64;
+/// Steps kept per device for its sparkline and step-time chart (a wide screen's row holds
+/// more than the bar's 64).
+const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
 /// Smoothing of the train-loss line (exponential moving average weight of a new step; rows
 /// that are several steps apart weigh as those steps would).
