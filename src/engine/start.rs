@@ -212,15 +212,20 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
             cursor: Cursor::default(),
             per_replica: cfg.batch_per_replica,
             lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
-            lr_note: cfg.lr.is_none().then(|| match cfg.lr_scaling() {
-                LrScaling::None => {
-                    format!("default: {DEFAULT_LR:e} at any global batch (--lr-scaling none)")
-                }
-                s => format!(
+            lr_note: match (cfg.lr, cfg.lr_scaling()) {
+                (None, LrScaling::None) => Some(format!(
+                    "default: {DEFAULT_LR:e} at any global batch (--lr-scaling none)"
+                )),
+                (None, s) => Some(format!(
                     "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {s} scaling to {}",
                     cfg.batch_per_replica * ranks * cfg.grad_accum
-                ),
-            }),
+                )),
+                // (a given LR is the run's as it starts: an asked scaling acts on batch changes)
+                (Some(_), s) if cfg.lr_scaling.is_some() && s != LrScaling::None => Some(format!(
+                    "--lr as given; --lr-scaling {s} rescales it when the batch changes"
+                )),
+                (Some(_), _) => None,
+            },
             resume_note: None,
             epoch_sum: [0.0, 0.0],
             state,
