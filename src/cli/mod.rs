@@ -26,7 +26,7 @@ Examples:
   mgtop-train --headless --model conv16k3,pool2,dense64   (a small CNN on the digits' 1x8x8 images, ~97.5%)
   mgtop-train --headless --resume runs/digits-mlp_128/latest   (continue a run from its newest checkpoint)
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
-                                               (watch rank 1 found as a straggler at step ~50, rebalanced from step 51, cleared at ~100)
+                                               (watch rank 1 found as a straggler at step ~50, the batch re-cut from step 51, cleared once it keeps pace)
   mgtop-train --headless --strategy local-sgd:8   (ranks step alone and average every 8 steps, after 100 synchronous ones)
   mgtop-train scale --counts 1,2 --strategies mirrored,central-storage,local-sgd:8 --slow-rank 1:2.0
                                                (the strategies side by side: samples/s, speedup, comm, transfer, loss, accuracy)

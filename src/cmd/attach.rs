@@ -1,7 +1,6 @@
 //! `attach [RUN_DIR | SOCKET]`: the terminal UI of a run in another process, over its live
 //! socket: the same screens and keys as a local run; `q` can detach and leave it going.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use crossbeam_channel::unbounded;
@@ -20,9 +19,9 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     let run_dir = target.run.clone();
     let run = run_dir.display().to_string();
     let (mut source, app) = AttachSource::connect(target, args.readonly)?;
-    if !std::io::stdout().is_terminal() {
+    if !term::can_draw() {
         anyhow::bail!(
-            "attach shows the terminal UI and stdout is not a terminal: run it in one (for the run's progress without one: mgtop-train view --headless {run})"
+            "attach shows the terminal UI and stdout is not a terminal that draws one (or TERM=dumb): run it in one (for the run's progress without one: mgtop-train view --headless {run})"
         );
     }
     let (sig_tx, sig_rx) = unbounded();

@@ -1,7 +1,6 @@
 //! Training, the default command: start the engine and its live socket, then watch it in the
 //! terminal UI or as log lines until it ends.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
@@ -65,7 +64,7 @@ pub(super) fn train(
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
-    let tui = !front.headless && std::io::stdout().is_terminal() && procs.is_none();
+    let tui = !front.headless && term::can_draw() && procs.is_none();
     // the screen's own switches, where there is no screen
     let screen_only: Vec<String> = [
         ("--readonly", front.readonly),

@@ -1,7 +1,6 @@
 //! `view PATH`: the terminal UI over a metrics file written by an earlier or still running run
 //! (read-only, followed as it grows), or with `--headless` the run's summary lines.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use crossbeam_channel::{unbounded, Sender};
@@ -54,7 +53,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         return Ok(ExitCode::SUCCESS);
     }
     let mut app = App::watching(reader.info().clone());
-    if args.headless || !std::io::stdout().is_terminal() {
+    if args.headless || !term::can_draw() {
         read_all(&mut reader, &mut app)?;
         let run_dir = rundir::of_metrics(reader.path(), app.info.run_dir.as_deref());
         // running, gone, or not known (on another machine and quiet only a short while)

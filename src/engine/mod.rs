@@ -322,7 +322,6 @@ impl Engine {
                 rank,
                 ranks,
                 local: local.clone(),
-                last_stats: None,
                 unsent: Default::default(),
                 reports: Vec::new(),
                 forwarded: Vec::new(),

@@ -2,20 +2,25 @@
 //! processes every rank's last step reaches process 0, whose frontend shows every rank.
 
 use super::Worker;
+use crate::config::strategy::Strategy;
 use crate::engine::control::{agree, Decision};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
-/// The most steps a rank has reported and not yet told at the end of a run (`next_report`).
+/// The most steps a rank reports and has not yet told between two boundaries of a run that
+/// meets every step (one, and the one before where its replica reports late).
 const UNSENT: usize = 2;
+/// The most steps told at one boundary besides (local SGD meets at its averages only): the
+/// newest of them, as many as process 0's monitor waits for (`monitor::PENDING_STEPS`).
+const MOST_TOLD: usize = 256;
 
 impl Worker {
     /// Meets the other ranks until rank 0 decides something other than "still paused" (a
     /// checkpoint while paused is something).
     pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {
         let multi = self.local.len() < self.ranks;
-        self.next_report();
+        let mine = self.told();
         loop {
             let (events, step_now) = (&self.events, self.step);
             let mut on_pause = |paused: bool| {
@@ -28,10 +33,6 @@ impl Worker {
                     applied,
                 });
             };
-            let mine = self
-                .last_stats
-                .as_ref()
-                .map_or([0; StepStats::WORDS], StepStats::to_words);
             let report = multi.then_some((&mine[..], &mut self.reports));
             let d = agree(
                 self.coll.as_mut(),
@@ -54,14 +55,11 @@ impl Worker {
         if self.local.len() == self.ranks {
             return Ok(());
         }
-        // (as many rounds on every rank: at most `UNSENT` steps are left, `next_report`)
-        for _ in 0..UNSENT {
-            self.next_report();
-            let mine = self
-                .last_stats
-                .as_ref()
-                .map_or([0; StepStats::WORDS], StepStats::to_words);
-            let mut all = vec![0u64; StepStats::WORDS * self.ranks];
+        // (as many rounds on every rank: one tells every step left, the second whatever a
+        // late-reporting replica added meanwhile)
+        for _ in 0..2 {
+            let mine = self.told();
+            let mut all = vec![0u64; mine.len() * self.ranks];
             self.coll.all_gather_u64(&mine, &mut all)?;
             self.reports = all;
             if self.rank == 0 {
@@ -71,30 +69,42 @@ impl Worker {
         Ok(())
     }
 
-    /// The step this rank tells the others next: the oldest it has reported and not yet told
-    /// (one a boundary; a rank reporting late can report two steps between boundaries, the one
-    /// before and, caught up, its own, after which it reports none: at most `UNSENT` wait),
-    /// else the last told again (process 0 passes each step on once).
-    fn next_report(&mut self) {
-        if let Some(s) = self.unsent.pop_front() {
-            self.last_stats = Some(s);
+    /// Steps a rank tells at one boundary: those since the last (one, or two where its
+    /// replica reports late; local SGD's whole interval between averages, its newest
+    /// `MOST_TOLD`). Every rank tells as many words, zeros for none.
+    pub(super) fn report_slots(&self) -> usize {
+        match self.cfg.strategy {
+            Strategy::LocalSgd { every, .. } => (every as usize).min(MOST_TOLD) + UNSENT,
+            _ => UNSENT,
         }
+    }
+
+    /// This rank's steps reported and not yet told, oldest first, as words (`report_slots` of
+    /// them, zeros after the last).
+    fn told(&mut self) -> Vec<u64> {
+        let slots = self.report_slots();
+        let mut words = vec![0u64; slots * StepStats::WORDS];
+        let unsent = std::iter::from_fn(|| self.unsent.pop_front());
+        for (slot, s) in words.chunks_mut(StepStats::WORDS).zip(unsent) {
+            slot.copy_from_slice(&s.to_words());
+        }
+        words
     }
 
     /// Process 0's first rank passes the other processes' steps on to the frontend, once each.
     fn forward_remote_steps(&mut self) {
         self.forwarded.resize(self.ranks, 0);
+        let per_rank = self.reports.len() / self.ranks.max(1);
         for r in (0..self.ranks).filter(|r| !self.local.contains(r)) {
-            let words = &self.reports[r * StepStats::WORDS..][..StepStats::WORDS];
-            let Some(s) = StepStats::from_words(words) else {
-                continue;
-            };
-            if s.step <= self.forwarded[r] || s.rank != r {
-                continue;
+            let told = self.reports[r * per_rank..][..per_rank].chunks(StepStats::WORDS);
+            for s in told.filter_map(StepStats::from_words) {
+                if s.step <= self.forwarded[r] || s.rank != r {
+                    continue;
+                }
+                self.forwarded[r] = s.step;
+                self.beats.beat(r, s.step + 1, Phase::Data);
+                let _ = self.stats.try_send(s);
             }
-            self.forwarded[r] = s.step;
-            self.beats.beat(r, s.step + 1, Phase::Data);
-            let _ = self.stats.try_send(s);
         }
     }
 }

@@ -39,11 +39,11 @@ pub(super) struct Worker {
     pub ranks: usize,
     /// The global ranks of this process (all of them in a run of one process).
     pub local: std::ops::Range<usize>,
-    /// This rank's last step told to process 0, and the steps reported since, to tell in
-    /// order, one a boundary (runs over several processes).
-    pub last_stats: Option<StepStats>,
+    /// The steps this rank reported and has not yet told process 0, oldest first (runs over
+    /// several processes; told at the next boundary, `report_slots` at most kept).
     pub unsent: std::collections::VecDeque<StepStats>,
-    /// Every rank's last step as words, and the newest step process 0 has passed on per rank.
+    /// Every rank's steps told at the last boundary as words, and the newest step process 0
+    /// has passed on per rank.
     pub reports: Vec<u64>,
     pub forwarded: Vec<u64>,
     /// Rank 0 has told of a first replica check.

@@ -87,6 +87,10 @@ impl Worker {
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
         if self.local.len() < self.ranks {
             self.unsent.push_back(stats.clone());
+            // (local SGD's longest intervals: the newest steps of one)
+            if self.unsent.len() > self.report_slots() {
+                self.unsent.pop_front();
+            }
         }
         let _ = self.stats.try_send(stats);
         if self.rank == 0 {

@@ -65,6 +65,14 @@ pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
     Ok((terminal, guard))
 }
 
+/// Whether stdout is a terminal that can draw the UI: a terminal, and not one that says it
+/// draws nothing (`TERM=dumb`, as Emacs' shell and some CI consoles set).
+pub fn can_draw() -> bool {
+    use std::io::IsTerminal;
+    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+    io::stdout().is_terminal() && !dumb
+}
+
 /// Lets the screen go, its cursor shown; where the terminal is gone (a closed window, a dropped
 /// connection) silently: ratatui's own drop would print an error there.
 pub fn close(mut terminal: Terminal<CrosstermBackend<Stdout>>) {
