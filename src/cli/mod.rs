@@ -205,7 +205,7 @@ pub struct BenchArgs {
     /// CPU worker counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least_one(256))]
     pub workers: Vec<usize>,
-    /// Timed samples per measurement (after a warm-up of a tenth as many).
+    /// Timed samples per measurement (after a warm-up of a tenth as many); the rebalance part times a fixed 300 steps.
     #[arg(long, default_value_t = 120_000, value_parser = at_least_one(1 << 30))]
     pub samples: usize,
     /// Repeats per point (the median is reported).

@@ -93,7 +93,23 @@ pub fn resolve_devices(spec: &DeviceSpec) -> Result<(Vec<Device>, Option<String>
         Discovery::Found(_) => Libraries::probe(),
         Discovery::None(_) => Libraries::default(),
     };
-    resolve_with(spec, &discovery, &libs, available_cores())
+    let cores = available_cores();
+    let (devices, note) = resolve_with(spec, &discovery, &libs, cores)?;
+    // CPU workers held to fewer cores than the machine has: a launcher's binding (mpirun binds
+    // each of a few processes to one core), taskset, a container
+    // SAFETY: sysconf reads a system setting
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpu = matches!(devices.first(), Some(Device::Cpu { .. }));
+    let bound = (cpu && online > cores as libc::c_long).then(|| {
+        format!(
+            "this process may use {cores} of the machine's {online} cores (its CPU affinity: mpirun binds each of a few processes to one core; mpirun --bind-to none, srun --cpus-per-task or a wider taskset gives it more)"
+        )
+    });
+    let note = match (note, bound) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    Ok((devices, note))
 }
 
 /// `resolve_devices` for a given GPU discovery and core count.

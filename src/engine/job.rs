@@ -118,6 +118,20 @@ pub(super) fn meet(
             "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span processes: across machines use --strategy mirrored (the default) or local-sgd:H".into(),
         ));
     }
+    // (as a user gives them: `0.01`, `not given`, `local-sgd:4 after 100 synchronous steps`)
+    fn given<T: std::fmt::Display>(v: Option<T>) -> String {
+        v.map_or("not given".into(), |v| v.to_string())
+    }
+    let strategy = match cfg.strategy {
+        crate::engine::strategy::Strategy::LocalSgd { warmup, .. } => {
+            format!("{} after {warmup} synchronous steps", cfg.strategy)
+        }
+        s => s.to_string(),
+    };
+    let budget = match cfg.budget {
+        crate::config::Budget::Epochs(e) => format!("{e} epochs"),
+        crate::config::Budget::Steps(s) => format!("{s} steps"),
+    };
     let hello = Hello {
         host: hostname(),
         devices: local
@@ -141,7 +155,7 @@ pub(super) fn meet(
             ("--seed".into(), cfg.seed.to_string()),
             ("--grad-accum".into(), cfg.grad_accum.to_string()),
             // (with its warm-up: when local SGD averages decides which exchanges happen)
-            ("--strategy".into(), format!("{:?}", cfg.strategy)),
+            ("--strategy".into(), strategy),
             // flags that decide which exchanges a step makes, or the numbers it computes
             ("--log-every".into(), cfg.log_every.to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
@@ -152,27 +166,18 @@ pub(super) fn meet(
                 cfg.no_decay_bn_bias.to_string(),
             ),
             ("--label-smoothing".into(), cfg.label_smoothing.to_string()),
-            (
-                "--checkpoint-every".into(),
-                format!("{:?}", cfg.checkpoint_every),
-            ),
-            (
-                "--keep-checkpoints".into(),
-                format!("{:?}", cfg.keep_checkpoints),
-            ),
+            ("--checkpoint-every".into(), given(cfg.checkpoint_every)),
+            ("--keep-checkpoints".into(), given(cfg.keep_checkpoints)),
             (
                 "the final checkpoint".into(),
                 cfg.final_checkpoint.to_string(),
             ),
-            ("--lr".into(), format!("{:?}", cfg.lr)),
+            ("--lr".into(), given(cfg.lr)),
             ("--weight-decay".into(), cfg.weight_decay.to_string()),
             ("--warmup".into(), cfg.warmup.to_string()),
             ("--schedule".into(), cfg.schedule.to_string()),
             ("--lr-scaling".into(), cfg.lr_scaling().to_string()),
-            (
-                "--val-split".into(),
-                format!("{:?}", cfg.inputs.val_fraction),
-            ),
+            ("--val-split".into(), given(cfg.inputs.val_fraction)),
             (
                 "--val-data".into(),
                 cfg.inputs
@@ -180,10 +185,7 @@ pub(super) fn meet(
                     .as_ref()
                     .map_or(String::new(), |v| v.to_string()),
             ),
-            (
-                "--image-size".into(),
-                format!("{:?}", cfg.inputs.image_size),
-            ),
+            ("--image-size".into(), given(cfg.inputs.image_size)),
             ("--augment".into(), cfg.inputs.augment.to_string()),
             ("--normalize".into(), cfg.inputs.normalize.to_string()),
             (
@@ -195,10 +197,7 @@ pub(super) fn meet(
                 "--batch-per-replica".into(),
                 cfg.batch_per_replica.to_string(),
             ),
-            (
-                "the budget (--epochs / --steps)".into(),
-                format!("{:?}", cfg.budget),
-            ),
+            ("the budget (--epochs / --steps)".into(), budget),
             (
                 "the data (samples, features, classes, contents)".into(),
                 format!(

@@ -229,27 +229,7 @@ mod tests {
     }
 
     fn meta() -> CheckpointMeta {
-        CheckpointMeta {
-            format: super::super::checkpoint::FORMAT.into(),
-            step: 10,
-            epoch: 0,
-            offset: 0,
-            per_replica: 32,
-            ranks: 2,
-            lr: 1e-3,
-            optimizer: "adam".into(),
-            optimizer_steps: 10,
-            dims: vec![4, 2],
-            seed: 0,
-            data: "digits".into(),
-            config: serde_json::json!({}),
-            run_dir: None,
-            origin: None,
-            torchvision_changes: None,
-            train_samples: None,
-            train_fingerprint: None,
-            epoch_sum: None,
-        }
+        CheckpointMeta::example()
     }
 
     /// The defaults under linear LR scaling (SGD's rule; these tests' figures follow it).

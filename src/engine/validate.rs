@@ -292,8 +292,10 @@ pub(super) fn batch_within_data(
         return cfg;
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
-    let per_replica = match resumed {
-        Some(_) if cfg.batch_from_flag => cfg.batch_per_replica,
+    // (a resumed run's batch is its checkpoint's, unless given: a given one is cut as a fresh
+    // run's, and its LR follows the batch it trains at)
+    let theirs = resumed.filter(|_| !cfg.batch_from_flag);
+    let per_replica = match theirs {
         Some(m) => m.per_replica,
         None => cfg
             .batch_per_replica
@@ -301,7 +303,7 @@ pub(super) fn batch_within_data(
     };
     // (the batch rounded up: the accumulation again, so the global batch ends near the split)
     let accum = accum.min(samples.div_ceil(ranks * per_replica).max(1));
-    if resumed.is_some() {
+    if theirs.is_some() {
         return RunConfig {
             grad_accum: accum,
             ..cfg
@@ -384,6 +386,30 @@ mod tests {
         // 2 a replica (1438 / 1000, rounded up) x 500 would be 2000: the accumulation follows
         let (b, a, _) = cut(32, 500, 1438, 2);
         assert_eq!((b, a), (2, 360), "2 x 2 x 360 = 1440");
+    }
+
+    #[test]
+    fn a_resumed_run_s_batch_flag_is_cut_to_the_split_as_a_fresh_run_s() {
+        let meta = crate::engine::checkpoint::CheckpointMeta::example();
+        let cfg = RunConfig {
+            batch_per_replica: 100_000,
+            batch_from_flag: true,
+            ..RunConfig::default()
+        };
+        let mut notes = Vec::new();
+        let c = batch_within_data(cfg.clone(), 1438, Some(2), Some(&meta), &mut notes);
+        assert_eq!(c.batch_per_replica, 719);
+        assert!(notes[0].contains("each step takes all 1438"), "{notes:?}");
+        // without the flag, the checkpoint's batch stands (its run took it)
+        let theirs = RunConfig {
+            batch_from_flag: false,
+            ..cfg
+        };
+        let c = batch_within_data(theirs, 1438, Some(2), Some(&meta), &mut Vec::new());
+        assert_eq!(
+            c.batch_per_replica, 100_000,
+            "left to the resume's own settings"
+        );
     }
 
     #[test]

@@ -11,6 +11,17 @@ pub(super) fn say_ignored(train: &TrainArgs) {
             "note: --steps/--epochs: scale times each run for --seconds after --warmup-steps; ignored"
         );
     }
+    // (the screen's flags: scale prints a table, it draws no screen)
+    for (flag, given) in [
+        ("--headless", train.headless),
+        ("--theme", train.theme.is_some()),
+        ("--readonly", train.readonly),
+        ("--exit-when-done", train.exit_when_done),
+    ] {
+        if given {
+            crate::tell!("note: {flag}: scale prints its table and draws no screen; ignored");
+        }
+    }
     if train.calibrate {
         crate::tell!(
             "note: --calibrate: scale's speedups are over its own 1-device point (--counts with 1 in it); ignored"

@@ -130,3 +130,31 @@ impl CheckpointMeta {
         self.config["grad_accum"].as_u64().map_or(1, |a| a as usize)
     }
 }
+
+#[cfg(test)]
+impl CheckpointMeta {
+    /// A checkpoint of step 10: 2 ranks x 32 each, Adam at 1e-3, on the digits.
+    pub(crate) fn example() -> CheckpointMeta {
+        CheckpointMeta {
+            format: super::FORMAT.into(),
+            step: 10,
+            epoch: 0,
+            offset: 0,
+            per_replica: 32,
+            ranks: 2,
+            lr: 1e-3,
+            optimizer: "adam".into(),
+            optimizer_steps: 10,
+            dims: vec![4, 2],
+            seed: 0,
+            data: "digits".into(),
+            config: serde_json::json!({}),
+            run_dir: None,
+            origin: None,
+            torchvision_changes: None,
+            train_samples: None,
+            train_fingerprint: None,
+            epoch_sum: None,
+        }
+    }
+}

@@ -30,6 +30,11 @@ pub const FORMAT: &str = "mgtop-checkpoint/2";
 /// A checkpoint's weights file (what `--init` and PyTorch take).
 pub const WEIGHTS: &str = "model.safetensors";
 const STATE: &str = "state.json";
+
+/// Whether `dir` is a checkpoint (holds its `state.json`).
+pub fn is_checkpoint(dir: &Path) -> bool {
+    dir.join(STATE).is_file()
+}
 /// `state.json` is a few KiB; anything far larger is not one.
 const MAX_STATE_BYTES: u64 = 1 << 20;
 /// Steps and epochs beyond this are not from a real run (and would overflow counters).

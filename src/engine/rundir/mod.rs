@@ -136,6 +136,14 @@ fn file_in_the_way(dir: &Path) -> Option<&Path> {
 /// resumes one (`resuming`), saying that it writes a directory of its own.
 pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
     let d = dir.display();
+    // (a checkpoint goes whole: --keep-checkpoints, a newer run of its line, a user's rm)
+    let full = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if let Some(ck) = full.ancestors().find(|a| checkpoint::is_checkpoint(a)) {
+        return Err(format!(
+            "--run-dir {d} is inside checkpoint {}, which is removed whole when its run keeps fewer (--keep-checkpoints): give a folder of its own",
+            ck.display()
+        ));
+    }
     match (dir.join(METRICS).exists(), resuming) {
         (false, _) => Ok(()),
         (true, _) if is_live(dir) => Err(format!(
@@ -402,6 +410,20 @@ pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_directory_inside_a_checkpoint_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("checkpoints/step-00000010");
+        std::fs::create_dir_all(&ck).unwrap();
+        std::fs::write(ck.join("state.json"), "{}").unwrap();
+        let e = unused(&ck.join("mine"), false).unwrap_err();
+        assert!(
+            e.contains("is inside checkpoint") && e.contains("step-00000010"),
+            "{e}"
+        );
+        assert!(unused(&dir.path().join("mine"), false).is_ok());
+    }
 
     #[test]
     fn a_path_through_a_link_is_where_the_link_points_now() {

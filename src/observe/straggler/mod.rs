@@ -111,7 +111,9 @@ impl Detector {
             ..d
         };
         let ctx = Context {
-            cores: info.cores,
+            // (over several processes, process 0's cores say nothing of where the others'
+            // workers run: no oversubscription is judged)
+            cores: if info.processes > 1 { 0 } else { info.cores },
             threads_per_worker: info.threads_per_worker,
             injected: info.injected.clone(),
             models: info
