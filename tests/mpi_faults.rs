@@ -37,6 +37,31 @@ fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
 }
 
 #[test]
+fn sigterm_to_another_process_stops_the_run_as_one_to_process_0_does() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // no periodic checkpoint comes in the test's time: any checkpoint is the stop's
+    let mut child = start_long_with(tmp.path(), 5.0, 1_000_000_007, &[]);
+    let out = tmp.path().join("out");
+    common::run::wait_for("the run to be training", || {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|l| l.contains(" step 100/"))
+    });
+    let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
+    // SAFETY: signalling a process this test started (through mpirun)
+    unsafe { libc::kill(victim, libc::SIGTERM) };
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    let out = std::fs::read_to_string(&out).unwrap();
+    assert!(status.is_some(), "mpirun did not end\n{out}");
+    // the run stopped at a step with a checkpoint, said by process 0
+    assert!(out.contains("stopped at step"), "{out}");
+    weights(&tmp.path().join("run"));
+}
+
+#[test]
 fn a_failing_process_ends_the_run_with_its_error_and_no_hang() {
     if !mpirun_found() {
         return;

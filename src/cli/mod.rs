@@ -64,7 +64,7 @@ pub enum Command {
     Selftest,
     /// Open the terminal UI over a metrics file (or a run directory holding metrics.jsonl) written by an earlier or still running run; read-only, `q` quits.
     View(ViewArgs),
-    /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, quit, failed, killed, damaged), step, progress, best validation accuracy, last update.
+    /// List the runs under ./runs (or DIR), newest first: state (live, done, stopped, quit, failed, killed, damaged, unreadable), step, progress, best validation accuracy, last update.
     #[command(visible_alias = "ls")]
     Runs(RunsArgs),
     /// The processes of `bench --only processes`' MPI all-reduce measurement (started by it under mpirun).
@@ -335,7 +335,7 @@ pub struct TrainArgs {
     /// Print (and record) a step line every N steps  [default: 50]
     #[arg(allow_negative_numbers = true, long)]
     pub log_every: Option<u64>,
-    /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in ~/.cache/mgtop/datasets) when DIR lacks the files
+    /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in $XDG_CACHE_HOME/mgtop/datasets, else ~/.cache/mgtop/datasets) when DIR lacks the files
     #[arg(long)]
     #[serde(default)]
     pub download: bool,

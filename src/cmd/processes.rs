@@ -130,8 +130,9 @@ fn follow(
     };
     let engine = Engine::start_in(cfg, Some(procs.clone()))?;
     procs.set_patience(crate::engine::peer_patience(patience));
-    // a signal here changes nothing and says nothing (process 0 decides and speaks for the
-    // run), but a second quits
+    // a signal here asks the run to stop with a checkpoint, as one to process 0 does (the
+    // stop joins process 0's decision at the next boundary), and says nothing (process 0
+    // speaks for the run); a second quits
     let (heard, _unread) = crossbeam_channel::unbounded();
     on_signals(&engine, Some(heard), false)?;
     let events = engine.events().clone();

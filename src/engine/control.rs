@@ -322,9 +322,15 @@ pub fn agree(
     for r in all.chunks(width) {
         reports.extend_from_slice(&r[words.len()..]);
     }
-    Ok(Decision::decode(
-        all[..words.len()].try_into().expect("four words"),
-    ))
+    let decision = |r: &[u64]| Decision::decode(r[..4].try_into().expect("four words"));
+    let mut d = decision(&all);
+    // a stop asked in another process (a signal there) stops the run as one asked here does,
+    // a pause or not
+    for theirs in all.chunks(width).skip(1).filter_map(|r| decision(r).stop) {
+        d.stop = Some(d.stop.unwrap_or(false) || theirs);
+        d.hold = false;
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

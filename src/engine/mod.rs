@@ -333,7 +333,13 @@ impl Engine {
                 picture_sets: Dataset::picture_sets(&train, &val),
                 coll,
                 loader,
-                decider: if rank == 0 { decider.take() } else { None },
+                // (rank 0 decides; another process's first rank takes its own controls, a
+                // signal's stop, to the boundary, where they join rank 0's: `agree`)
+                decider: if rank == local.start {
+                    decider.take()
+                } else {
+                    None
+                },
                 events: ev_tx.clone(),
                 stats: st_tx.clone(),
                 t0,

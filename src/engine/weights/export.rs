@@ -34,15 +34,16 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         fix: "it must fit in memory to be exported",
     };
     let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
+    let instead = || match checkpoint::whole_beside(&dir) {
+        Some(p) => format!("export a whole one beside it: {}", p.display()),
+        None => "no other whole checkpoint is beside it".into(),
+    };
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
-        let instead = match checkpoint::whole_beside(&dir) {
-            Some(p) => format!("export a whole one beside it: {}", p.display()),
-            None => "no other whole checkpoint is beside it".into(),
-        };
         format!(
-            "{}: not a whole safetensors file ({}); {instead}",
+            "{}: not a whole safetensors file ({}); {}",
             file.display(),
-            checkpoint::safetensors_problem(&e, &bytes)
+            checkpoint::safetensors_problem(&e, &bytes),
+            instead()
         )
     })?;
     let steps = (meta.optimizer_steps as i64).to_le_bytes();
@@ -51,6 +52,20 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     names.sort();
     for name in names.iter().filter(|n| !n.starts_with("optim.")) {
         let v = st.tensor(name).map_err(|e| e.to_string())?;
+        // (what --resume refuses is not handed to PyTorch either)
+        let bad = match v.dtype() {
+            Dtype::F32 => (v.data().chunks_exact(4))
+                .any(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+                .then(|| "holds NaN or infinity (the run had diverged by then, or the file is damaged)".to_string()),
+            other => Some(format!("is {other:?}, where a checkpoint's tensors are F32")),
+        };
+        if let Some(why) = bad {
+            return Err(format!(
+                "{}: tensor `{name}` {why}; {}",
+                file.display(),
+                instead()
+            ));
+        }
         views.push((name.clone(), v));
         if let Some(bn) = name.strip_suffix("running_mean") {
             let t = TensorView::new(Dtype::I64, Vec::new(), &steps).expect("one i64 scalar");
