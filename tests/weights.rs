@@ -510,6 +510,19 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     let newest = dir
         .path()
         .join("run/checkpoints/step-00000020/model.safetensors");
+    // a NaN where the first tensor's first value was: refused as --resume refuses it
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let start = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    bytes[start..start + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&newest, &bytes).unwrap();
+    let o = run(&["export", "run", "w.safetensors"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("holds NaN or infinity")
+            && err.contains("step-00000010"),
+        "{err}"
+    );
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&newest)
