@@ -200,6 +200,24 @@ impl TrainArgs {
     /// The validated run configuration, and how to show it: flags over the config file over,
     /// for a resumed run, the settings of the run it continues, over the defaults.
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
+        let mut taken = None;
+        self.resolve_under(&mut taken).map_err(|e| match taken.as_deref() {
+            // a setting the resumed checkpoint recorded, where no flag gave it: said so
+            Some(t)
+                if e.split_once(':')
+                    .is_some_and(|(flag, _)| t.split_whitespace().any(|w| w == flag)) =>
+            {
+                format!("{e} (recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)")
+            }
+            _ => e,
+        })
+    }
+
+    /// `resolve`, telling `taken_out` the settings taken from a resumed checkpoint.
+    fn resolve_under(
+        self,
+        taken_out: &mut Option<String>,
+    ) -> Result<(RunConfig, Frontend), String> {
         let args = self.with_config_file()?;
         // the checkpoint a resumed run continues (read once: a `latest` link moves when this
         // run starts), and the settings it takes from it
@@ -217,6 +235,7 @@ impl TrainArgs {
             }
             None => (args, None),
         };
+        taken_out.clone_from(&taken);
         let d = RunConfig::default();
         let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
         let budget = match (args.epochs, args.steps) {

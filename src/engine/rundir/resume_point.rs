@@ -119,11 +119,11 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
     let why = "a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every";
     match purpose {
         Purpose::Resume => format!(
-            "run {} has no checkpoint to resume from ({why}); start it again instead",
+            "run {} has no checkpoint to resume from that it recorded ({why}); one given --checkpoint-dir keeps them there: --resume that directory; else start it again",
             dir.display()
         ),
         Purpose::Export => format!(
-            "run {} has no checkpoint to export ({why}); train it again to have its weights",
+            "run {} has no checkpoint to export that it recorded ({why}); one given --checkpoint-dir keeps them there: export that directory; else train it again to have its weights",
             dir.display()
         ),
     }

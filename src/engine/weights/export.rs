@@ -56,8 +56,13 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         let bad = match v.dtype() {
             Dtype::F32 => (v.data().chunks_exact(4))
                 .any(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
-                .then(|| "holds NaN or infinity (the run had diverged by then, or the file is damaged)".to_string()),
-            other => Some(format!("is {other:?}, where a checkpoint's tensors are F32")),
+                .then(|| {
+                    "holds NaN or infinity (the run had diverged by then, or the file is damaged)"
+                        .to_string()
+                }),
+            other => Some(format!(
+                "is {other:?}, where a checkpoint's tensors are F32"
+            )),
         };
         if let Some(why) = bad {
             return Err(format!(
