@@ -224,10 +224,6 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--cuda-graph", "yes"],
             &["--cuda-graph", "`yes`", "auto, on or off"],
         ),
-        (
-            &["--cuda-graph", "on", "--sync-bn"],
-            &["--cuda-graph on", "--sync-bn", "--cuda-graph auto"],
-        ),
         (&["--schedule", "multistep:0.8,0.2"], &["must increase"]),
         (&["--frobnicate"], &["--frobnicate"]),
         (&["--epochs", "0"], &["--epochs 0"]),

@@ -159,9 +159,9 @@ impl RunInfo {
                 .chain(grad_note(cfg, &world.devices))
                 .collect(),
             grad_dtype: cfg.grad_dtype,
-            cuda_graph: cfg
-                .cuda_graph
-                .resolve(cfg.sync_bn)
+            // (the pair `on` refuses on GPUs is no matter on CPU workers: said as `on` alone)
+            cuda_graph: (cfg.cuda_graph.resolve(cfg.sync_bn))
+                .or_else(|_| cfg.cuda_graph.resolve(false))
                 .ok()
                 .map(|(_, line)| line),
             step_metrics: Some(step_metrics(cfg)),

@@ -99,6 +99,10 @@ impl Engine {
             let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
             devices = job::share_machine(devices, auto, place)?;
         }
+        // (a GPU-only pair of flags: refused where there are GPUs to refuse it for)
+        if devices.iter().any(|d| matches!(d, Device::Gpu { .. })) {
+            (cfg.cuda_graph.resolve(cfg.sync_bn)).map_err(EngineError::Config)?;
+        }
         let devices = (devices, note);
         // before the data loads (minutes for a large picture set): the checkpoint resumed from,
         // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line

@@ -18,9 +18,6 @@ use crate::nn::optim::Optimizer;
 
 pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
-    cfg.cuda_graph
-        .resolve(cfg.sync_bn)
-        .map_err(EngineError::Config)?;
     if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::engine::control::MAX_BATCH {
         return bad(format!(
             "--batch-per-replica {} is out of range: use 1..={}",
