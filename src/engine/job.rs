@@ -246,6 +246,11 @@ pub(super) fn meet(
                 h.host
             )));
         }
+        // (CPU workers named in their host's order: two processes on one machine train on
+        // vm/cpu0 vm/cpu1, not vm/cpu0 twice)
+        let earlier = (devices.iter().zip(&hosts))
+            .filter(|(d, host)| matches!(d, Device::Cpu { .. }) && **host == h.host)
+            .count();
         for (gpu, index, name, pci_bus_id, arch) in &h.devices {
             devices.push(match gpu {
                 true => Device::Gpu {
@@ -254,7 +259,9 @@ pub(super) fn meet(
                     pci_bus_id: pci_bus_id.clone(),
                     arch: *arch,
                 },
-                false => Device::Cpu { index: *index },
+                false => Device::Cpu {
+                    index: earlier + *index,
+                },
             });
             hosts.push(h.host.clone());
         }
