@@ -74,7 +74,14 @@ fn install() -> anyhow::Result<()> {
             match HANDLER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                 Some(h) => h(n),
                 None => {
-                    mgtop::tell!("stopped during start-up: nothing was trained yet");
+                    // (a launcher ending the others of a job that failed to start: process 0
+                    // says why; they stop quietly)
+                    let follower = (mgtop::comm::launch::from_env().ok().flatten())
+                        .and_then(|l| l.rank)
+                        .is_some_and(|r| r != 0);
+                    if !follower {
+                        mgtop::tell!("stopped during start-up: nothing was trained yet");
+                    }
                     term::restore();
                     std::process::exit(130);
                 }

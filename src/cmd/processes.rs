@@ -41,7 +41,9 @@ pub fn as_processes(
     // every process meets these at the same step: process 0 speaks for the run
     let shared = matches!(
         engine,
-        Some(EngineError::NonFinite { .. } | EngineError::OutOfSync { .. })
+        Some(
+            EngineError::NonFinite { .. } | EngineError::OutOfSync { .. } | EngineError::Shared(_)
+        )
     );
     if cluster.index() == 0 || !shared {
         crate::tell!(

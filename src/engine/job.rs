@@ -114,7 +114,7 @@ pub(super) fn meet(
     val: &Dataset,
 ) -> Result<World, EngineError> {
     if cfg.strategy == crate::engine::strategy::Strategy::CentralStorage {
-        return Err(EngineError::Config(
+        return Err(EngineError::Shared(
             "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span processes: across machines use --strategy mirrored (the default) or local-sgd:H".into(),
         ));
     }
@@ -225,7 +225,7 @@ pub(super) fn meet(
                     Some(_) => " (a resumed run's other settings come from process 0's checkpoint)",
                     None => "",
                 };
-                return Err(EngineError::Config(format!(
+                return Err(EngineError::Shared(format!(
                     "process {p} (on {}) trains with {what} = {theirs}, process 0 (on {}) with {ours}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
                     h.host, hellos[0].host
                 )));
@@ -272,7 +272,7 @@ pub(super) fn meet(
         .filter(|d| matches!(d, Device::Gpu { .. }))
         .count();
     if gpus > 0 && gpus < devices.len() {
-        return Err(EngineError::Config(format!(
+        return Err(EngineError::Shared(format!(
             "some processes train on GPUs and some on CPU workers ({}): one run trains on one kind; give every process the same kind of --devices",
             describe(&devices, &hosts)
         )));

@@ -19,6 +19,9 @@ pub enum EngineError {
     Checkpoint(#[from] CheckpointError),
     #[error("{0}")]
     Config(String),
+    /// A refusal every process of a run meets alike as they meet (process 0 says it).
+    #[error("{0}")]
+    Shared(String),
     #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
     NonFinite {
         step: u64,
