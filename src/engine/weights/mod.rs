@@ -296,7 +296,8 @@ pub fn import(
     }
     if !missing.is_empty() {
         notes.push(format!(
-            "--init: missing from the file, left as initialised: {}",
+            "--init: {} of this model's tensors are missing from the file and keep their random start (a file of another depth or width loads only in part): {}",
+            missing.len(),
             listed(&missing)
         ));
     }
