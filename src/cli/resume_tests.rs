@@ -28,6 +28,7 @@ fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> Checkpoint
         train_samples: None,
         train_fingerprint: None,
         epoch_sum: None,
+        weights_crc32c: None,
     }
 }
 

@@ -55,6 +55,24 @@ pub struct CheckpointMeta {
     /// epoch's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_sum: Option<[f64; 2]>,
+    /// CRC-32C of the weights file as written (absent in checkpoints from before it was
+    /// recorded): bytes changed since (a disk or copy fault) are found before they are loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_crc32c: Option<u32>,
+}
+
+impl CheckpointMeta {
+    /// Why the weights file's `bytes` are not the ones written, where the checksum says so.
+    pub fn weights_changed(&self, bytes: &[u8]) -> Option<String> {
+        let want = self.weights_crc32c?;
+        let got = crc32c::crc32c(bytes);
+        (got != want).then(|| {
+            format!(
+                "{} does not match the checksum its state.json recorded ({want:08x}, now {got:08x}): its bytes changed after it was written (a disk or copy fault)",
+                super::WEIGHTS
+            )
+        })
+    }
 }
 
 impl CheckpointMeta {
@@ -155,6 +173,7 @@ impl CheckpointMeta {
             train_samples: None,
             train_fingerprint: None,
             epoch_sum: None,
+            weights_crc32c: None,
         }
     }
 }

@@ -169,7 +169,11 @@ pub fn write(
         let bytes = safetensors::serialize(views, &Some(info))
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         write_synced(&tmp.join(WEIGHTS), &bytes)?;
-        let json = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
+        let meta = CheckpointMeta {
+            weights_crc32c: Some(crc32c::crc32c(&bytes)),
+            ..meta.clone()
+        };
+        let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
         write_synced(&tmp.join(STATE), &json)?;
         File::open(&tmp)?.sync_all()?;
         // an older run's checkpoint of the same step is replaced: moved aside first (a
@@ -354,6 +358,9 @@ pub fn read(
     let most = ((model.n_params * 12 + model.n_buffers * 4) as u64).saturating_add(1 << 20);
     let bytes =
         read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
+    if let Some(why) = meta.weights_changed(&bytes) {
+        return Err(corrupt(why));
+    }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         corrupt(format!(
             "{WEIGHTS} is not a whole safetensors file ({}): it was cut short or damaged",

@@ -34,6 +34,7 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         train_samples: None,
         train_fingerprint: None,
         epoch_sum: None,
+        weights_crc32c: None,
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (
@@ -56,7 +57,24 @@ fn round_trips_and_resolves_the_newest() {
     let p = write(dir.path(), &model, &state, &meta).unwrap();
     assert!(p.ends_with("step-00000030"));
     let (m2, s2) = read(dir.path(), &model, "adam").unwrap();
+    // (the weights' checksum is the writer's to fill in)
+    assert!(m2.weights_crc32c.is_some());
+    let m2 = CheckpointMeta {
+        weights_crc32c: None,
+        ..m2
+    };
     assert_eq!((m2, s2), (meta.clone(), state.clone()));
+    // a byte of the weights changed after they were written: found, named, not loaded
+    let weights = p.join(WEIGHTS);
+    let mut bytes = fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    fs::write(&weights, &bytes).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(
+        e.contains("does not match the checksum its state.json recorded"),
+        "{e}"
+    );
     // a later run writing the same step replaces it
     let mut other = state.clone();
     other.params[0] += 1.0;

@@ -38,6 +38,9 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         Some(p) => format!("export a whole one beside it: {}", p.display()),
         None => "no other whole checkpoint is beside it".into(),
     };
+    if let Some(why) = meta.weights_changed(&bytes) {
+        return Err(format!("{}: {why}; {}", dir.display(), instead()));
+    }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         format!(
             "{}: not a whole safetensors file ({}); {}",

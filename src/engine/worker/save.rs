@@ -57,6 +57,8 @@ impl Worker {
             train_samples: Some(self.train.samples),
             train_fingerprint: Some(format!("{:016x}", self.train.fingerprint)),
             epoch_sum: Some(self.epoch_sum),
+            // (filled in as the weights are written)
+            weights_crc32c: None,
         };
         let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
         let _ = self.events.send(Event::Checkpoint {
