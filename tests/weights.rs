@@ -515,6 +515,21 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     let start = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     bytes[start..start + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     std::fs::write(&newest, &bytes).unwrap();
+    // the checksum its state.json recorded finds it first
+    let o = run(&["export", "run", "w.safetensors"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("does not match the checksum its state.json recorded")
+            && err.contains("step-00000010"),
+        "{err}"
+    );
+    // a checkpoint from before checksums: the NaN itself is found
+    let state = newest.with_file_name("state.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    meta.as_object_mut().unwrap().remove("weights_crc32c");
+    std::fs::write(&state, serde_json::to_vec(&meta).unwrap()).unwrap();
     let o = run(&["export", "run", "w.safetensors"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
