@@ -20,7 +20,8 @@ impl Worker {
     /// checkpoint while paused is something).
     pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {
         let multi = self.local.len() < self.ranks;
-        let mine = self.told();
+        // (one process's ranks report to its frontend themselves)
+        let mine = if multi { self.told() } else { Vec::new() };
         loop {
             let (events, step_now) = (&self.events, self.step);
             let mut on_pause = |paused: bool| {
