@@ -463,7 +463,7 @@ fn read_regular(path: &Path, most: u64) -> Result<Vec<u8>, String> {
         what: "a checkpoint file",
         flag: "--resume",
         max: most,
-        fix: "more than this model's checkpoint can hold",
+        fix: "a file that large is not one a checkpoint of this model holds (damaged, or replaced)",
     };
     crate::data::read::read_bytes(path, &expect).map_err(|e| match e {
         crate::data::read::ReadError::Io { source, .. } => source.to_string(),
