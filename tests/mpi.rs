@@ -42,12 +42,13 @@ fn every_topology_gives_the_weights_of_one_process() {
             let d = max_rel_diff(&w(a), &w(b));
             assert!(d <= 1e-5, "{tag}: {a} and {b} differ by {d:e}");
         }
-        // process 0 speaks for the run, naming every rank with its host
+        // process 0 speaks for the run, naming every rank with its host (CPU workers numbered
+        // in their host's order)
         let text = String::from_utf8_lossy(&log.stdout);
         let host = mgtop::engine::hostname();
         assert!(
             text.contains(&format!(
-                "devices: {host}/cpu0 {host}/cpu1 {host}/cpu0 {host}/cpu1 (4 ranks on 1 host, 2 processes"
+                "devices: {host}/cpu0 {host}/cpu1 {host}/cpu2 {host}/cpu3 (4 ranks on 1 host, 2 processes"
             )),
             "{text}"
         );
