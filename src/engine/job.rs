@@ -104,6 +104,14 @@ fn lost(e: CollectiveError) -> EngineError {
     EngineError::Collective(e)
 }
 
+/// How long the processes of a run wait for each other before one is taken for lost: as long
+/// as a GPU all-reduce waits for a hung peer (a slow input or a long checkpoint write on
+/// process 0 must not end the run), and never less than a paused run's meetings need.
+pub fn peer_patience(stall_timeout: std::time::Duration) -> std::time::Duration {
+    (stall_timeout * super::worker::ALL_REDUCE_TIMEOUT_FACTOR)
+        .max(std::time::Duration::from_secs(5))
+}
+
 /// The processes meet: each says its host, its devices and what it trains; a process that
 /// trains something else is an error naming it.
 pub(super) fn meet(

@@ -11,6 +11,7 @@ mod fingerprint;
 pub mod heartbeat;
 mod info;
 mod job;
+pub use job::peer_patience;
 pub mod loader;
 mod memory;
 mod outcome;
@@ -68,13 +69,6 @@ struct RunData {
     notes: Vec<String>,
 }
 
-/// How long the processes of a run wait for each other before one is taken for lost: as long
-/// as a GPU all-reduce waits for a hung peer (a slow input or a long checkpoint write on
-/// process 0 must not end the run), and never less than a paused run's meetings need.
-pub fn peer_patience(stall_timeout: Duration) -> Duration {
-    (stall_timeout * worker::ALL_REDUCE_TIMEOUT_FACTOR).max(Duration::from_secs(5))
-}
-
 /// Lossy step samples queued per rank before the frontend must catch up.
 const STEP_QUEUE_PER_RANK: usize = 4096;
 
@@ -99,10 +93,7 @@ impl Engine {
             let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
             devices = job::share_machine(devices, auto, place)?;
         }
-        // (a GPU-only pair of flags: refused where there are GPUs to refuse it for)
-        if devices.iter().any(|d| matches!(d, Device::Gpu { .. })) {
-            (cfg.cuda_graph.resolve(cfg.sync_bn)).map_err(EngineError::Config)?;
-        }
+        validate::graph_flags(&cfg, &devices)?;
         let devices = (devices, note);
         // before the data loads (minutes for a large picture set): the checkpoint resumed from,
         // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line

@@ -140,6 +140,18 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
 const MAX_THREADS: usize = 1024;
 
 /// The run's model on its data's samples.
+/// `--cuda-graph on` with `--sync-bn`, a GPU-only pair, refused where there are GPUs to refuse
+/// it for.
+pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<(), EngineError> {
+    if devices
+        .iter()
+        .any(|d| matches!(d, super::Device::Gpu { .. }))
+    {
+        (cfg.cuda_graph.resolve(cfg.sync_bn)).map_err(EngineError::Config)?;
+    }
+    Ok(())
+}
+
 pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
     let input = match train.image {
         Some([c, h, w]) => Shape::Image { c, h, w },

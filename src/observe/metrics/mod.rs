@@ -12,6 +12,7 @@
 //! budget done, 0..1), `totals` (the run so far, every step counted); `telemetry`:
 //! `machine_memory` (bytes, beside `process_rss`).
 
+mod fields;
 mod parse;
 pub mod reader;
 pub mod records;

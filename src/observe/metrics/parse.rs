@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::fields::{array, count, field, millis, num, opt_num, opt_uint, seconds, text, uint};
+
 use super::SCHEMA;
 use crate::config::Budget;
 use crate::engine::events::{Applied, Ending, EndsAt, Event, StepStats};
@@ -45,7 +47,7 @@ pub enum Record {
     },
 }
 
-type Parsed<T> = Result<T, String>;
+pub(super) type Parsed<T> = Result<T, String>;
 
 /// The first line of a metrics file or a live socket: a `run` record of this schema.
 pub fn run_line(text: &[u8]) -> Parsed<RunInfo> {
@@ -71,64 +73,6 @@ pub fn record_line(text: &[u8], ranks: usize) -> Parsed<Option<Record>> {
     }
     let v: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON ({e})"))?;
     record(&v, ranks)
-}
-
-fn field<'a>(v: &'a Value, k: &str) -> Option<&'a Value> {
-    v.get(k).filter(|x| !x.is_null())
-}
-
-fn uint(v: &Value, k: &str) -> Parsed<u64> {
-    field(v, k)
-        .and_then(Value::as_u64)
-        .ok_or_else(|| format!("`{k}` is missing or not a whole number"))
-}
-
-fn count(v: &Value, k: &str) -> Parsed<usize> {
-    usize::try_from(uint(v, k)?).map_err(|_| format!("`{k}` is too large"))
-}
-
-fn num(v: &Value, k: &str) -> Parsed<f64> {
-    field(v, k)
-        .and_then(Value::as_f64)
-        .ok_or_else(|| format!("`{k}` is missing or not a number"))
-}
-
-/// A number that may be null (what cannot be measured; or a NaN loss, which JSON writes as null).
-fn opt_num(v: &Value, k: &str) -> Parsed<Option<f64>> {
-    match field(v, k) {
-        None => Ok(None),
-        Some(x) => x
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| format!("`{k}` is not a number")),
-    }
-}
-
-fn opt_uint(v: &Value, k: &str) -> Parsed<Option<u64>> {
-    match field(v, k) {
-        None => Ok(None),
-        Some(_) => uint(v, k).map(Some),
-    }
-}
-
-fn text<'a>(v: &'a Value, k: &str) -> Parsed<&'a str> {
-    field(v, k)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("`{k}` is missing or not a string"))
-}
-
-fn seconds(v: &Value, k: &str) -> Parsed<Duration> {
-    Duration::try_from_secs_f64(num(v, k)?).map_err(|_| format!("`{k}` is not a time"))
-}
-
-fn millis(v: &Value, k: &str) -> Parsed<Duration> {
-    Duration::try_from_secs_f64(num(v, k)? / 1e3).map_err(|_| format!("`{k}` is not a time"))
-}
-
-fn array<'a>(v: &'a Value, k: &str) -> Parsed<&'a Vec<Value>> {
-    field(v, k)
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("`{k}` is missing or not a list"))
 }
 
 fn device(label: &str, name: Option<&str>) -> Parsed<Device> {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::{App, EpochPoint, Level, Mode, RunState, EMA_ALPHA};
-use crate::engine::events::{Applied, Event, StepStats};
+use super::{App, EpochPoint, Level, Mode, RunState, Summary, EMA_ALPHA};
+use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::front::words::event_line;
 use crate::observe::monitor::StepRow;
 use crate::observe::straggler::{Limit, Warning};
@@ -209,6 +209,33 @@ impl App {
                 _ => Level::Info,
             };
             self.push_log(level, line, matches!(e, Event::EpochDone { .. }));
+        }
+    }
+}
+
+impl App {
+    /// The run's end in a few figures, from what this screen added up.
+    pub(super) fn summarize(&self, steps: u64, ending: Ending) -> Summary {
+        let t = &self.totals;
+        let share = |x: f64| (t.rank_s > 0.0).then(|| x / t.rank_s);
+        let failed = self.log.iter().find(|l| l.level == Level::Error);
+        Summary {
+            steps,
+            ending,
+            failed: (self.state == RunState::Failed)
+                .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
+            best_val_accuracy: self
+                .epochs
+                .iter()
+                .filter_map(|e| e.val_accuracy)
+                .reduce(f32::max),
+            wall: self.now,
+            mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
+            compute_share: share(t.compute_s),
+            data_share: share(t.data_s),
+            comm_share: share(t.comm_s),
+            wait_share: share(t.wait_s),
+            last_checkpoint: self.last_checkpoint.clone(),
         }
     }
 }

@@ -444,30 +444,6 @@ impl App {
         }
     }
 
-    fn summarize(&self, steps: u64, ending: Ending) -> Summary {
-        let t = &self.totals;
-        let share = |x: f64| (t.rank_s > 0.0).then(|| x / t.rank_s);
-        let failed = self.log.iter().find(|l| l.level == Level::Error);
-        Summary {
-            steps,
-            ending,
-            failed: (self.state == RunState::Failed)
-                .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
-            best_val_accuracy: self
-                .epochs
-                .iter()
-                .filter_map(|e| e.val_accuracy)
-                .reduce(f32::max),
-            wall: self.now,
-            mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
-            compute_share: share(t.compute_s),
-            data_share: share(t.data_s),
-            comm_share: share(t.comm_s),
-            wait_share: share(t.wait_s),
-            last_checkpoint: self.last_checkpoint.clone(),
-        }
-    }
-
     /// Every worker has ended: make sure there is a summary even when the run failed before
     /// it could report its end.
     pub fn finish(&mut self, error: Option<String>) {

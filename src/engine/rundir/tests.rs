@@ -1,0 +1,111 @@
+use super::*;
+
+#[test]
+fn a_run_directory_inside_a_checkpoint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("checkpoints/step-00000010");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::fs::write(ck.join("state.json"), "{}").unwrap();
+    let e = unused(&ck.join("mine"), false).unwrap_err();
+    assert!(
+        e.contains("is inside checkpoint") && e.contains("step-00000010"),
+        "{e}"
+    );
+    assert!(unused(&dir.path().join("mine"), false).is_ok());
+}
+
+#[test]
+fn a_path_through_a_link_is_where_the_link_points_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(real.join("a")).unwrap();
+    std::os::unix::fs::symlink("a", real.join(LATEST)).unwrap();
+    // through the link, to a folder not made yet
+    let through = real.join(LATEST).join("checkpoints/x");
+    assert_eq!(followed(&through), real.join("a/checkpoints/x"));
+    // the link moving afterwards does not move the path taken
+    std::fs::create_dir(real.join("b")).unwrap();
+    std::fs::remove_file(real.join(LATEST)).unwrap();
+    std::os::unix::fs::symlink("b", real.join(LATEST)).unwrap();
+    assert_eq!(followed(&real.join("a/ck")), real.join("a/ck"));
+    // no link on the way: as written
+    assert_eq!(
+        followed(Path::new("/nowhere-xyz/ck")),
+        Path::new("/nowhere-xyz/ck")
+    );
+    assert_eq!(followed(Path::new("ck/a")), Path::new("ck/a"));
+}
+
+#[test]
+fn names_become_one_safe_path_component() {
+    assert_eq!(file_name_of("digits-mlp:128,64"), "digits-mlp_128_64");
+    assert_eq!(file_name_of("../../etc"), "_.._etc");
+    assert_eq!(file_name_of(""), "run");
+    assert_eq!(file_name_of("a/b c"), "a_b_c");
+}
+
+#[test]
+fn default_dirs_are_unique_and_stamped() {
+    let root = tempfile::tempdir().unwrap();
+    let a = default_dir(root.path(), "x");
+    Created::new(&a, true).unwrap().keep(true);
+    fs::write(a.join(METRICS), "").unwrap();
+    let b = default_dir(root.path(), "x");
+    assert_ne!(a, b);
+    let stamp = a.file_name().unwrap().to_str().unwrap();
+    assert_eq!(stamp.len(), 15, "{stamp}");
+    assert_eq!(&stamp[8..9], "-");
+    let latest = root.path().join(RUNS).join("x").join(LATEST);
+    assert_eq!(fs::read_link(&latest).unwrap(), a.file_name().unwrap());
+    assert!(Created::new(&a, false).err().unwrap().contains("--resume"));
+    // the same default name in the same second: the next one is numbered
+    let again = Created::new(&a, true).unwrap();
+    assert!(
+        again.path().to_str().unwrap().ends_with("-2"),
+        "{:?}",
+        again.path()
+    );
+}
+
+#[test]
+fn latest_points_at_the_run_started_last_whatever_order_they_finish_starting() {
+    let root = tempfile::tempdir().unwrap();
+    let parent = root.path().join("x");
+    let link = |leaf: &str| {
+        fs::create_dir_all(parent.join(leaf)).unwrap();
+        link_latest_to(&parent.join(leaf));
+        fs::read_link(parent.join(LATEST)).unwrap()
+    };
+    assert_eq!(link("20261202-011841-10"), Path::new("20261202-011841-10"));
+    // started earlier (the same second's 2nd, 9th; a second before), kept later
+    for earlier in ["20261202-011841-2", "20261202-011841-9", "20261202-011840"] {
+        assert_eq!(link(earlier), Path::new("20261202-011841-10"), "{earlier}");
+    }
+    assert_eq!(link("20261202-011842"), Path::new("20261202-011842"));
+    // a link to a run that is gone is replaced, as is one to a run that ended long ago
+    // (its stamp later: the clock went back)
+    fs::remove_dir(parent.join("20261202-011842")).unwrap();
+    assert_eq!(link("20261202-011841"), Path::new("20261202-011841"));
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let old = fs::File::open(parent.join("20261202-011841")).unwrap();
+    old.set_modified(hour_ago).unwrap();
+    assert_eq!(link("20261202-011840"), Path::new("20261202-011840"));
+}
+
+#[test]
+fn a_failed_start_takes_back_only_the_empty_directories_it_made() {
+    let root = tempfile::tempdir().unwrap();
+    let fresh = root.path().join("fresh");
+    drop(Created::new(&fresh, true).unwrap());
+    assert!(!fresh.exists());
+    // a --run-dir that already held the user's files keeps them
+    let theirs = root.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    fs::write(theirs.join("notes.txt"), "mine").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&theirs, fs::Permissions::from_mode(0o755)).unwrap();
+    drop(Created::new(&theirs, false).unwrap());
+    assert!(theirs.join("notes.txt").is_file());
+    let mode = fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755, "an existing --run-dir keeps its permissions");
+}

@@ -1,0 +1,49 @@
+//! An epoch's validation: the replicas made one (local SGD), each rank's share evaluated, the
+//! sums all-reduced.
+
+use super::Worker;
+use crate::backend::Replica;
+use crate::engine::EngineError;
+
+impl Worker {
+    /// Validation, sharded across ranks and summed with the collective.
+    pub(super) fn validate(
+        &mut self,
+        replica: &mut dyn Replica,
+    ) -> Result<(Option<f32>, Option<f32>), EngineError> {
+        let n = self.val.len();
+        if n == 0 || !self.cfg.epoch_validation {
+            return Ok((None, None));
+        }
+        self.strategy
+            .sync_now(replica, self.coll.as_mut(), self.step)?;
+        let per = n.div_ceil(self.ranks);
+        let lo = (self.rank * per).min(n);
+        let hi = ((self.rank + 1) * per).min(n);
+        let (loss, correct) = match replica.evaluate_held(lo, hi) {
+            Some(r) => r,
+            None => self.evaluate(replica, lo, hi),
+        };
+        let mut sums = vec![loss as f32, correct as f32];
+        self.coll.all_reduce_sum(&mut sums)?;
+        Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
+    }
+
+    /// Validation samples `lo..hi` (summed loss, correct): a picture set's are made a chunk
+    /// at a time.
+    fn evaluate(&self, replica: &mut dyn Replica, lo: usize, hi: usize) -> (f64, usize) {
+        let chunk = match self.val.pictures {
+            Some(_) => 256,
+            None => hi - lo,
+        };
+        let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
+        for a in (lo..hi).step_by(chunk.max(1)) {
+            let b = (a + chunk).min(hi);
+            let x = self.val.rows(a, b, &mut buf);
+            let (l, c) = replica.evaluate(x, &self.val.y[a..b], b - a);
+            loss += l;
+            correct += c;
+        }
+        (loss, correct)
+    }
+}
