@@ -9,20 +9,26 @@ use std::time::Duration;
 
 use common::mpi::*;
 
+/// A run long enough for a test, once it trains (step 100 logged); no periodic checkpoint comes
+/// in the test's time: any checkpoint is a stop's.
+fn training(dir: &std::path::Path) -> std::process::Child {
+    let child = start_long_with(dir, 5.0, 1_000_000_007, &[]);
+    let out = dir.join("out");
+    common::run::wait_for("the run to be training", || {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|l| l.contains(" step 100/"))
+    });
+    child
+}
+
 #[test]
 fn sigterm_to_mpirun_stops_every_process_with_a_checkpoint() {
     if !mpirun_found() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    // no periodic checkpoint comes in the test's time: any checkpoint is the stop's
-    let mut child = start_long_with(tmp.path(), 5.0, 1_000_000_007, &[]);
-    let out = tmp.path().join("out");
-    common::run::wait_for("the run to be training", || {
-        std::fs::read_to_string(&out)
-            .ok()
-            .filter(|l| l.contains(" step 100/"))
-    });
+    let mut child = training(tmp.path());
     // SAFETY: signalling our own child process
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = wait_exit(&mut child, Duration::from_secs(30));
@@ -42,14 +48,8 @@ fn sigterm_to_another_process_stops_the_run_as_one_to_process_0_does() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    // no periodic checkpoint comes in the test's time: any checkpoint is the stop's
-    let mut child = start_long_with(tmp.path(), 5.0, 1_000_000_007, &[]);
+    let mut child = training(tmp.path());
     let out = tmp.path().join("out");
-    common::run::wait_for("the run to be training", || {
-        std::fs::read_to_string(&out)
-            .ok()
-            .filter(|l| l.contains(" step 100/"))
-    });
     let victim = process_with_rank(tmp.path(), 1).expect("process 1 runs");
     // SAFETY: signalling a process this test started (through mpirun)
     unsafe { libc::kill(victim, libc::SIGTERM) };

@@ -9,26 +9,11 @@ use crate::engine::checkpoint::CheckpointMeta;
 /// A checkpoint standing for a run of `config` (`RunConfig::record`, or an older subset).
 fn checkpoint_of(config: serde_json::Value, seed: u64, data: &str) -> CheckpointMeta {
     CheckpointMeta {
-        format: crate::engine::checkpoint::FORMAT.into(),
-        step: 10,
-        epoch: 0,
-        offset: 0,
-        per_replica: 32,
         ranks: 1,
-        lr: 1e-3,
-        optimizer: "adam".into(),
-        optimizer_steps: 10,
-        dims: vec![4, 2],
         seed,
         data: data.into(),
         config,
-        run_dir: None,
-        origin: None,
-        torchvision_changes: None,
-        train_samples: None,
-        train_fingerprint: None,
-        epoch_sum: None,
-        weights_crc32c: None,
+        ..CheckpointMeta::example()
     }
 }
 

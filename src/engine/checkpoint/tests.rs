@@ -15,26 +15,13 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
         .enumerate()
         .for_each(|(i, x)| *x = i as f32);
     let meta = CheckpointMeta {
-        format: FORMAT.into(),
         step: 12,
         epoch: 1,
         offset: 40,
         per_replica: 8,
-        ranks: 2,
-        lr: 1e-3,
-        optimizer: "adam".into(),
         optimizer_steps: 7,
         dims: model.dims.clone(),
-        seed: 0,
-        data: "digits".into(),
-        config: serde_json::json!({}),
-        run_dir: None,
-        origin: None,
-        torchvision_changes: None,
-        train_samples: None,
-        train_fingerprint: None,
-        epoch_sum: None,
-        weights_crc32c: None,
+        ..CheckpointMeta::example()
     };
     let buffers = (0..model.n_buffers).map(|i| 0.5 + i as f32).collect();
     (
