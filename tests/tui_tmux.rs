@@ -370,6 +370,9 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
     );
     // the file as a run still going has written it so far: up to the first epoch's end
     let text = std::fs::read_to_string(d.join("run.jsonl")).unwrap();
+    // (with no run directory to ask: the recorded run's, ended, would make the cut file a
+    // killed run's as soon as the view asks it)
+    std::fs::remove_dir_all(d.join("runs")).unwrap();
     let cut = text.find("{\"epoch\":1").unwrap();
     let growing = d.join("growing.jsonl");
     std::fs::write(&growing, &text[..cut]).unwrap();
