@@ -14,9 +14,63 @@ __device__ __forceinline__ float mean_scale(const float* samples) {
     return (float)(1.0 / fmax((double)samples[0], 1.0));
 }
 
-extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks, int nchunks,
-                                   float lr, float wd, const float* samples) {
+// What the gradient sums are multiplied by: 1 / samples, and with `clip` > 0
+// (--clip-grad-norm) the mean gradient's norm, sqrt(sumsq[0]) / samples, scaled down to `clip`
+// where it is longer (clip / (norm + 1e-6), at most 1: nn::optim::Optimizer::clip_factor).
+// Every thread computes the same bits: every replica clips alike.
+__device__ __forceinline__ float update_scale(const float* samples, const float* sumsq,
+                                              float clip) {
     const float scale = mean_scale(samples);
+    if (clip > 0.0f) {
+        const float norm = (float)(sqrt(fmax((double)sumsq[0], 0.0)) * (double)scale);
+        const float f = clip / (norm + 1e-6f);
+        if (f < 1.0f) {
+            return scale * f;
+        }
+    }
+    return scale;
+}
+
+// partial[k] = the sum of squares of chunk k's gradients (one block of 256 threads per chunk,
+// grid-stride over the table; each block's tree sums in a fixed order)
+extern "C" __global__ void grad_sumsq_f32(const float* g, const int4* chunks, int nchunks,
+                                          double* partial) {
+    __shared__ double part[256];
+    for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
+        int4 c = chunks[k];
+        double s = 0.0;
+        for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
+            const float v = g[c.x + j];
+            s += (double)v * (double)v;
+        }
+        s = block_sum<256, double>(s, part);
+        if (threadIdx.x == 0) {
+            partial[k] = s;
+        }
+    }
+}
+
+// out[0] = partial[0..n) summed by one block of 256 threads in a fixed order: the trained
+// gradients' sum of squares (the same bits on every replica that holds the same gradients)
+extern "C" __global__ void grad_sumsq_total_f32(const double* partial, int n, float* out) {
+    __shared__ double part[256];
+    if (blockIdx.x != 0) {
+        return;
+    }
+    double s = 0.0;
+    for (int k = threadIdx.x; k < n; k += blockDim.x) {
+        s += partial[k];
+    }
+    s = block_sum<256, double>(s, part);
+    if (threadIdx.x == 0) {
+        out[0] = (float)s;
+    }
+}
+
+extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks, int nchunks,
+                                   float lr, float wd, const float* samples, const float* sumsq,
+                                   float clip) {
+    const float scale = update_scale(samples, sumsq, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -32,8 +86,9 @@ extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks,
 // `first` is 1 on the first step (m = g)
 extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, const int4* chunks,
                                         int nchunks, float lr, float mu, float wd,
-                                        const float* samples, int first, int nesterov) {
-    const float scale = mean_scale(samples);
+                                        const float* samples, const float* sumsq, float clip,
+                                        int first, int nesterov) {
+    const float scale = update_scale(samples, sumsq, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -63,8 +118,9 @@ __device__ __forceinline__ void adam_one(float* p, float g, float* m, float* v, 
 extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v,
                                     const int4* chunks, int nchunks, float lr, float b1,
                                     float b2, float eps, float wd, const float* samples,
-                                    float step_size, float inv_sqrt_bc2, int decoupled) {
-    const float scale = mean_scale(samples);
+                                    const float* sumsq, float clip, float step_size,
+                                    float inv_sqrt_bc2, int decoupled) {
+    const float scale = update_scale(samples, sumsq, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;

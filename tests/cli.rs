@@ -217,6 +217,11 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
         (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),
         (
+            &["--clip-grad-norm", "-1"],
+            &["--clip-grad-norm -1", "1.0", "0 turns clipping off"],
+        ),
+        (&["--clip-grad-norm", "nan"], &["--clip-grad-norm NaN"]),
+        (
             &["--precision", "fp16"],
             &["`fp16`", "auto, fp32, tf32 or bf16"],
         ),

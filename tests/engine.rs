@@ -524,3 +524,75 @@ fn the_first_step_after_an_epoch_end_restarts_the_throughput_window() {
         );
     }
 }
+
+/// Runs to the end and returns the result with rank 0's step statistics.
+fn run_with_steps(cfg: RunConfig) -> (RunResult, Vec<mgtop::engine::events::StepStats>) {
+    let engine = Engine::start(cfg).expect("starts");
+    let steps = engine.steps().clone();
+    let collect = std::thread::spawn(move || {
+        let all: Vec<_> = steps.iter().collect();
+        all.into_iter().filter(|s| s.rank == 0).collect::<Vec<_>>()
+    });
+    let r = engine.join().expect("run succeeds");
+    (r, collect.join().unwrap())
+}
+
+#[test]
+fn clipping_bounds_every_update_and_each_step_reports_its_gradient_s_norm() {
+    use mgtop::engine::strategy::Strategy;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = RunConfig {
+        optimizer: OptimizerKind::Sgd,
+        lr: Some(0.5),
+        ..small(3, 8, 40, dir.path())
+    };
+    // a bound below the norms of this run's first steps
+    let clipped = RunConfig {
+        clip_grad_norm: Some(0.05),
+        ..plain.clone()
+    };
+    let (p, p_steps) = run_with_steps(plain);
+    let (c, c_steps) = run_with_steps(clipped.clone());
+    assert_eq!(p_steps.len(), 40);
+    assert!(p_steps
+        .iter()
+        .all(|s| s.grad_norm.is_finite() && s.grad_norm > 0.0));
+    // the first step's gradient is the same (its norm is before clipping); the run is not
+    assert_eq!(p_steps[0].grad_norm, c_steps[0].grad_norm);
+    assert!(c_steps[0].grad_norm > 0.05, "{}", c_steps[0].grad_norm);
+    assert!(max_rel_diff(&p.state.params, &c.state.params) > 1e-3);
+    // SGD moves the parameters by lr x the clipped gradient: 0.5 x 0.05 in step 2
+    let steps = |n| {
+        let cfg = RunConfig {
+            budget: Budget::Steps(n),
+            ..clipped.clone()
+        };
+        run(cfg).state.params
+    };
+    let (one, two) = (steps(1), steps(2));
+    let moved: f32 = (two.iter().zip(&one))
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum::<f32>()
+        .sqrt();
+    assert!(c_steps[1].grad_norm > 0.05, "{}", c_steps[1].grad_norm);
+    assert!((moved - 0.025).abs() < 1e-5, "moved {moved}");
+    // clipped, 3 ranks are still 1 rank of the global batch (the norm is the global batch's)
+    // and central storage trains as mirrored
+    let one = RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        batch_per_replica: 24,
+        ..clipped.clone()
+    };
+    let central = RunConfig {
+        strategy: Strategy::CentralStorage,
+        ..clipped
+    };
+    let ((o, o_steps), central) = (run_with_steps(one), run(central));
+    assert!(max_rel_diff(&o.state.params, &c.state.params) <= 1e-5);
+    assert!(max_rel_diff(&central.state.params, &c.state.params) <= 1e-5);
+    let norms = |s: &[mgtop::engine::events::StepStats]| -> Vec<f32> {
+        s.iter().map(|s| s.grad_norm).collect()
+    };
+    let d = max_rel_diff(&norms(&o_steps), &norms(&c_steps));
+    assert!(d <= 1e-4, "norms differ by {d:e}");
+}

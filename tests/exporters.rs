@@ -147,6 +147,7 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
         r#"mgtop_run_state{state="running"}"#,
         "mgtop_samples_per_second",
         "mgtop_learning_rate",
+        "mgtop_grad_norm",
     ] {
         assert!(value(&second, series).is_some(), "no {series}:\n{second}");
     }
@@ -380,6 +381,9 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
                 assert!(close(wall, started + r["t"].as_f64().unwrap(), 1e-9), "{r}");
                 let lr = at(&scalars, "train/learning_rate", step).1;
                 assert!(close(lr, r["lr"].as_f64().unwrap(), 1e-6));
+                let norm = r["grad_norm"].as_f64().expect("a step's gradient norm");
+                assert!(norm > 0.0, "{r}");
+                assert!(close(at(&scalars, "train/grad_norm", step).1, norm, 1e-6));
                 let batch = at(&scalars, "train/global_batch", step).1;
                 assert_eq!(batch, r["global_batch"].as_f64().unwrap());
                 if let Some(rate) = r["samples_per_s"].as_f64() {

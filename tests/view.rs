@@ -32,6 +32,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
         budget: Budget::Epochs(3),
         log_every: 1,
         checkpoint_dir: dir.join("ck"),
+        clip_grad_norm: Some(0.5),
         ..RunConfig::default()
     };
     let engine = Engine::start(cfg).unwrap();
@@ -84,6 +85,16 @@ fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
     // the whole loss history, raw and smoothed, and every epoch's validation
     assert_eq!(seen.loss.all(), live.loss.all());
     assert_eq!(seen.loss_smooth.all(), live.loss_smooth.all());
+    // the gradient's norm per step, and how many steps the bound clipped
+    assert_eq!(seen.info.clip_grad_norm, Some(0.5));
+    assert_eq!(seen.grad_norm.all(), live.grad_norm.all());
+    assert_eq!(seen.grad_norm.all().len(), 69);
+    assert_eq!(seen.clipped, live.clipped);
+    assert!(
+        seen.clipped.1 > 0 && seen.clipped.1 < 69,
+        "{:?}",
+        seen.clipped
+    );
     assert_eq!(seen.epochs, live.epochs);
     assert_eq!(seen.epochs.len(), 3);
     assert_eq!(seen.val_accuracy(), live.val_accuracy());

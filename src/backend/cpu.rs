@@ -1,6 +1,6 @@
 //! The CPU backend: a worker thread is the device; the numerical reference for every other.
 
-use super::{BatchMetrics, Replica, TrainState, AUX};
+use super::{BatchMetrics, Replica, StepEnd, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 use crate::data::MicroBatch;
 use crate::nn::model::{Model, SumAcross, Workspace};
@@ -20,11 +20,13 @@ pub struct CpuReplica {
     /// trained parameters' and the batch's metrics), and the buffer they are packed into.
     reduced: Vec<std::ops::Range<usize>>,
     packed: Vec<f32>,
-    /// The metrics `batch_metrics` reports, and with `report_late` the newer step's, held back
-    /// with its exchange's timing until the next step ends (or `catch_up`).
-    shown: [f32; AUX],
-    held: Option<([f32; AUX], ReduceTiming)>,
+    /// The step end `batch_metrics` reports, and with `report_late` the newer step's, held
+    /// back with its exchange's timing until the next step ends (or `catch_up`).
+    shown: StepEnd,
+    held: Option<(StepEnd, ReduceTiming)>,
     late: bool,
+    /// The last step's own gradients' sum of squares (what its update clips by).
+    sumsq: f64,
 }
 
 impl CpuReplica {
@@ -67,9 +69,10 @@ impl CpuReplica {
             ws: Workspace::default(),
             reduced,
             packed: Vec::new(),
-            shown: [0.0; AUX],
+            shown: StepEnd::default(),
             held: None,
             late: false,
+            sumsq: 0.0,
         }
     }
 }
@@ -107,7 +110,11 @@ impl CpuReplica {
     /// held back for one step (`late`; then the step before's are, with their timing).
     fn ended(&mut self, timing: ReduceTiming) -> ReduceTiming {
         let n = self.model.n_params;
-        let now: [f32; AUX] = self.grads[n..].try_into().expect("AUX metric slots");
+        self.sumsq = self.optimizer.grad_sumsq(&self.grads[..n]);
+        let now = StepEnd {
+            slots: self.grads[n..].try_into().expect("AUX metric slots"),
+            grad_sumsq: self.sumsq,
+        };
         if !self.late {
             self.shown = now;
             return timing;
@@ -170,12 +177,7 @@ impl Replica for CpuReplica {
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
-        let a = &self.shown;
-        BatchMetrics {
-            loss_sum: a[0] as f64,
-            correct: a[1] as f64,
-            samples: a[2] as f64,
-        }
+        self.shown.metrics()
     }
 
     fn finish_local(&mut self, _host: &dyn Collective) -> Result<ReduceTiming, CollectiveError> {
@@ -199,9 +201,10 @@ impl Replica for CpuReplica {
     }
 
     fn apply_update(&mut self, lr: f32) {
-        // this step's samples (the metrics reported may be the step before's)
-        let samples = (self.grads[self.model.n_params + 2] as f64).max(1.0);
-        let scale = (1.0 / samples) as f32;
+        // this step's samples and gradients (the metrics reported may be the step before's)
+        let samples = self.grads[self.model.n_params + 2] as f64;
+        let norm = optim::mean_grad_norm(self.sumsq, samples);
+        let scale = (1.0 / samples.max(1.0)) as f32 * self.optimizer.clip_factor(norm);
         optim::step(
             &self.optimizer,
             &mut self.params,
@@ -350,5 +353,69 @@ mod tests {
         // one rank sums to itself: everything is where it was
         assert_eq!(r.grads, before);
         assert_eq!(r.batch_metrics().samples, 2.0);
+        // the norm reported is the trained parameters' mean gradient's, frozen ones left out
+        let trained: f64 = (r.optimizer.trained(n).into_iter())
+            .flat_map(|t| before[t].to_vec())
+            .map(|g| f64::from(g / 2.0).powi(2))
+            .sum();
+        let got = f64::from(r.batch_metrics().grad_norm);
+        assert!((got - trained.sqrt()).abs() < 1e-5 * got, "{got}");
+        let all: f64 = before[..n].iter().map(|g| f64::from(g / 2.0).powi(2)).sum();
+        assert!(
+            all.sqrt() > got * 1.01,
+            "the frozen layer has gradients of its own"
+        );
+    }
+
+    #[test]
+    fn a_late_report_carries_its_own_steps_norm_and_the_update_clips_by_the_newest() {
+        let model = Model::mlp(4, &[8], 3);
+        let n = model.n_params;
+        let state = TrainState::initial(&model, OptimizerKind::Sgd, 1);
+        let batch = |k: f32| MicroBatch {
+            x: (0..8).map(|i| k * i as f32 / 8.0).collect(),
+            y: vec![0, 2],
+            n: 2,
+            rows: vec![0, 1],
+        };
+        let clip = |c| Optimizer {
+            clip_norm: c,
+            ..Optimizer::new(OptimizerKind::Sgd, 0.0)
+        };
+        let mut coll = Recording(Vec::new());
+        // the norms of two steps, reported at once
+        let mut now = CpuReplica::with(model.clone(), clip(None), state.clone());
+        let mut norms = Vec::new();
+        for k in [1.0, 3.0] {
+            now.compute_grads(&[batch(k)], None);
+            now.all_reduce_grads(&mut coll).unwrap();
+            norms.push(now.batch_metrics().grad_norm);
+            now.apply_update(0.5);
+        }
+        assert!(norms[0] > 0.0 && norms[0] != norms[1], "{norms:?}");
+        // reported late, under a bound below both: each report is its own step's (before
+        // clipping), and each update moved the parameters by lr x the bound exactly
+        let mut late = CpuReplica::with(model, clip(Some(1e-3)), state.clone());
+        late.report_late(true);
+        let mut reported = Vec::new();
+        let mut before = state.params.clone();
+        for k in [1.0, 3.0] {
+            late.compute_grads(&[batch(k)], None);
+            late.all_reduce_grads(&mut coll).unwrap();
+            reported.push(late.batch_metrics().grad_norm);
+            late.apply_update(0.5);
+            let moved: f32 = (late.params.iter().zip(&before))
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f32>()
+                .sqrt();
+            assert!((moved - 0.5e-3).abs() < 1e-6, "{moved}");
+            before = late.params.clone();
+        }
+        late.catch_up(&coll).unwrap();
+        reported.push(late.batch_metrics().grad_norm);
+        assert_eq!(reported[0], 0.0, "the first late report is of no step");
+        assert_eq!(reported[1], norms[0]);
+        assert!(reported[2] > 0.0);
+        assert_eq!(late.params.len(), n);
     }
 }

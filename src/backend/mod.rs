@@ -39,6 +39,28 @@ pub struct BatchMetrics {
     pub loss_sum: f64,
     pub correct: f64,
     pub samples: f64,
+    /// The L2 norm of the mean gradient of the trained parameters, before `--clip-grad-norm`.
+    pub grad_norm: f32,
+}
+
+/// What a step's end leaves for its report: its metric slots (global once exchanged) and the
+/// sum of squares of the trained parameters' gradient sums (`Optimizer::grad_sumsq`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepEnd {
+    pub slots: [f32; AUX],
+    pub grad_sumsq: f64,
+}
+
+impl StepEnd {
+    pub fn metrics(&self) -> BatchMetrics {
+        let [loss_sum, correct, samples] = self.slots.map(f64::from);
+        BatchMetrics {
+            loss_sum,
+            correct,
+            samples,
+            grad_norm: crate::nn::optim::mean_grad_norm(self.grad_sumsq, samples),
+        }
+    }
 }
 
 /// Where the last step's time went on the device itself (GPUs: CUDA events on the stream),

@@ -150,6 +150,7 @@ impl TrainArgs {
             weight_decay,
             momentum,
             label_smoothing,
+            clip_grad_norm,
             precision,
             cuda_graph,
             grad_dtype,
@@ -329,6 +330,11 @@ impl TrainArgs {
             momentum: args.momentum.unwrap_or(d.momentum),
             no_decay_bn_bias: args.no_decay_bn_bias.unwrap_or(d.no_decay_bn_bias),
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
+            // (0: off, as over a resumed run's bound)
+            clip_grad_norm: args
+                .clip_grad_norm
+                .or(d.clip_grad_norm)
+                .filter(|&c| c != 0.0),
             precision: parse("precision", args.precision.as_ref(), d.precision)?,
             cuda_graph: parse("cuda-graph", args.cuda_graph.as_ref(), d.cuda_graph)?,
             grad_dtype: parse("grad-dtype", args.grad_dtype.as_ref(), d.grad_dtype)?,

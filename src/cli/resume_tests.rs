@@ -37,6 +37,8 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         "--no-decay-bn-bias",
         "--label-smoothing",
         "0.1",
+        "--clip-grad-norm",
+        "2.5",
         "--sync-bn",
         "--precision",
         "tf32",
@@ -82,9 +84,12 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
     let (back, _) = args.resolve().unwrap();
     assert_eq!(back.record(), cfg.record());
     assert!(
-        said.contains("--schedule multistep:0.5,0.9") && said.contains("--sync-bn"),
+        said.contains("--schedule multistep:0.5,0.9")
+            && said.contains("--sync-bn")
+            && said.contains("--clip-grad-norm 2.5"),
         "{said}"
     );
+    assert_eq!(back.clip_grad_norm, Some(2.5));
     // flags (and the config file) win; a budget or strategy given replaces the recorded one
     let given = TrainArgs {
         epochs: Some(3),
@@ -102,13 +107,21 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         !said.contains("--schedule") && !said.contains("--steps"),
         "{said}"
     );
-    // a switch the run had is turned off with =false; one left off stays as recorded
-    let off = Cli::try_parse_from(["mgtop-train", "--sync-bn=false", "--rebalance=false"])
-        .unwrap()
-        .train;
+    // a switch the run had is turned off with =false, clipping with 0; one left off stays as
+    // recorded
+    let off = Cli::try_parse_from([
+        "mgtop-train",
+        "--sync-bn=false",
+        "--rebalance=false",
+        "--clip-grad-norm",
+        "0",
+    ])
+    .unwrap()
+    .train;
     let (args, said) = resumed::under_checkpoint(off, &meta).unwrap();
     let (back, _) = args.resolve().unwrap();
     assert!(!back.sync_bn && !back.rebalance && back.no_decay_bn_bias);
+    assert_eq!(back.clip_grad_norm, None);
     assert!(
         !said.contains("--sync-bn") && said.contains("--no-decay-bn-bias"),
         "{said}"

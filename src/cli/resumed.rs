@@ -10,7 +10,7 @@ use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
-const TAKEN: [&str; 31] = [
+const TAKEN: [&str; 32] = [
     "name",
     "model",
     "data",
@@ -28,6 +28,7 @@ const TAKEN: [&str; 31] = [
     "momentum",
     "no_decay_bn_bias",
     "label_smoothing",
+    "clip_grad_norm",
     "sync_bn",
     "precision",
     "grad_dtype",

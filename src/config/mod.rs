@@ -226,6 +226,8 @@ pub struct RunConfig {
     pub no_decay_bn_bias: bool,
     /// The loss's label smoothing (`--label-smoothing`).
     pub label_smoothing: f32,
+    /// The mean gradient's L2 norm bound (`--clip-grad-norm`; None: not clipped).
+    pub clip_grad_norm: Option<f32>,
     /// What GPUs compute their products in (`--precision`; auto: TF32 where every GPU has it).
     pub precision: PrecisionFlag,
     /// What the GPUs' gradient all-reduce carries (`--grad-dtype`).
@@ -299,6 +301,7 @@ impl Default for RunConfig {
             momentum: crate::nn::optim::MOMENTUM,
             no_decay_bn_bias: false,
             label_smoothing: 0.0,
+            clip_grad_norm: None,
             precision: PrecisionFlag::default(),
             cuda_graph: Default::default(),
             grad_dtype: Default::default(),

@@ -31,6 +31,8 @@ impl RunConfig {
             "momentum": short(self.momentum),
             "no_decay_bn_bias": self.no_decay_bn_bias,
             "label_smoothing": short(self.label_smoothing),
+            // (null: not clipped)
+            "clip_grad_norm": self.clip_grad_norm.map(short),
             "sync_bn": self.sync_bn,
             "precision": self.precision.to_string(),
             "grad_dtype": self.grad_dtype.to_string(),

@@ -17,6 +17,9 @@ pub struct StepStats {
     pub per_replica: usize,
     pub loss: f32,
     pub accuracy: f32,
+    /// The L2 norm of the mean gradient the update applied, before `--clip-grad-norm` (as
+    /// global as `loss`); NaN in rows of files written before it was recorded.
+    pub grad_norm: f32,
     pub lr: f32,
     pub data_wait: Duration,
     pub compute: Duration,
@@ -62,7 +65,7 @@ pub struct EndsAt {
 
 impl StepStats {
     /// Words of `to_words`.
-    pub const WORDS: usize = 23;
+    pub const WORDS: usize = 24;
 
     /// As words, to travel between processes (durations in ns, floats as their bits).
     pub fn to_words(&self) -> [u64; Self::WORDS] {
@@ -92,6 +95,7 @@ impl StepStats {
             // (a run's end is step 1 or later: 0 says none)
             self.ends_at.map_or(0, |e| e.epoch),
             self.ends_at.map_or(0, |e| e.run),
+            self.grad_norm.to_bits() as u64,
         ]
     }
 
@@ -127,6 +131,7 @@ impl StepStats {
                 epoch: w[21],
                 run: w[22],
             }),
+            grad_norm: f(w[23]),
         })
     }
 }
@@ -270,6 +275,7 @@ mod tests {
             per_replica: 32,
             loss: 0.731,
             accuracy: 0.5,
+            grad_norm: 1.0,
             lr: 3e-3,
             data_wait: Duration::from_micros(12),
             compute: Duration::from_micros(900),

@@ -60,6 +60,8 @@ pub struct RunInfo {
     /// The base LR the run starts with, and how it was chosen when not given.
     pub lr: f32,
     pub lr_note: Option<String>,
+    /// `--clip-grad-norm`: the mean gradient's L2 norm bound (None: not clipped).
+    pub clip_grad_norm: Option<f32>,
     /// Resuming: where the batch size came from (the checkpoint or the flag), and the settings
     /// the flags changed from the checkpoint's run.
     pub resume_note: Option<String>,
@@ -188,6 +190,7 @@ impl RunInfo {
                 .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
+            clip_grad_norm: cfg.clip_grad_norm,
             resume_note: start.resume_note.clone(),
             per_replica: start.per_replica,
             grad_accum: cfg.grad_accum,

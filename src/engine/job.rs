@@ -174,6 +174,7 @@ pub(super) fn meet(
                 cfg.no_decay_bn_bias.to_string(),
             ),
             ("--label-smoothing".into(), cfg.label_smoothing.to_string()),
+            ("--clip-grad-norm".into(), given(cfg.clip_grad_norm)),
             ("--checkpoint-every".into(), given(cfg.checkpoint_every)),
             ("--keep-checkpoints".into(), given(cfg.keep_checkpoints)),
             (

@@ -67,6 +67,11 @@ pub(super) fn validate(cfg: &RunConfig) -> Result<(), EngineError> {
             cfg.label_smoothing
         ));
     }
+    if let Some(c) = cfg.clip_grad_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return bad(format!(
+            "--clip-grad-norm {c} is invalid: use a positive bound such as 1.0 (0 turns clipping off)"
+        ));
+    }
     if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
         return bad(format!(
             "--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4",
@@ -267,6 +272,7 @@ pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
             false => Vec::new(),
         },
         frozen: model.frozen_ranges(),
+        clip_norm: cfg.clip_grad_norm,
         ..Optimizer::new(cfg.optimizer, cfg.weight_decay)
     }
 }

@@ -83,7 +83,7 @@ impl Log<'_> {
     /// The run in a line, after its end's: how long it took, its pace (against one device's
     /// where calibrated), its best validation and where its ranks' time went.
     fn summary(&self, t: Duration) -> String {
-        use crate::front::tui::render::{si, took};
+        use crate::front::units::{si, took};
         let mut line = format!("summary: {}", took(t));
         let t = self.totals.unwrap_or_default();
         if t.train_s > 0.0 {
@@ -109,7 +109,7 @@ impl Log<'_> {
     }
 
     fn print_step(&mut self, row: &StepRow, rate: Option<f64>) {
-        let mut line = step_line(row, rate, self.info.budget, self.info.baseline);
+        let mut line = step_line(row, rate, &self.info);
         if let Some(m) = self.mfu.mean(&row.ranks) {
             line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
         }

@@ -5,4 +5,5 @@ pub mod headless;
 pub mod steps;
 pub mod sync;
 pub mod tui;
+pub mod units;
 pub mod words;

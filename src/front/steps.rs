@@ -73,6 +73,7 @@ mod tests {
             per_replica: 1,
             loss: 0.0,
             accuracy: 0.0,
+            grad_norm: 1.0,
             lr: 0.0,
             data_wait: Default::default(),
             compute: Default::default(),

@@ -128,7 +128,10 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         .lr_note
         .as_ref()
         .map_or(String::new(), |n| format!(" ({n})"));
-    lines.push(format!("lr: {:.2e}{note}", info.lr));
+    let clip = info.clip_grad_norm.map_or(String::new(), |c| {
+        format!("; the mean gradient clipped to L2 norm {c} (--clip-grad-norm)")
+    });
+    lines.push(format!("lr: {:.2e}{note}{clip}", info.lr));
     if let Some(b) = info.baseline {
         lines.push(format!(
             "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"
@@ -192,12 +195,8 @@ pub fn mfu_text(v: Option<f64>) -> String {
     }
 }
 
-pub fn step_line(
-    row: &StepRow,
-    rate: Option<f64>,
-    budget: Budget,
-    baseline: Option<f64>,
-) -> String {
+pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
+    let (budget, baseline) = (info.budget, info.baseline);
     let scaling = scaling_note(rate, baseline, row.ranks.len());
     let of = match budget {
         Budget::Epochs(e) => format!("epoch {}/{e}", row.epoch),
@@ -240,9 +239,14 @@ pub fn step_line(
         }
     };
     format!(
-        "{}{of} | loss {:.4} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
+        "{}{of} | loss {:.4} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
         step,
         row.loss,
+        grad_norm(row.grad_norm)
+            + match info.clip_grad_norm {
+                Some(c) if row.grad_norm > c => " clipped",
+                _ => "",
+            },
         row.lr,
         row.global_samples,
         times.join(" "),
@@ -253,6 +257,15 @@ pub fn step_line(
         // central storage: parameters and gradients between the devices and the host copy
         t if t > 0.0 => format!(" transfer {t:.0}%"),
         _ => String::new(),
+    }
+}
+
+/// A gradient's norm as the log and the screen write it: 3 decimals, or scientific where those
+/// would show only zeros; `-` where not recorded.
+pub fn grad_norm(n: f32) -> String {
+    match n.is_finite() {
+        true => loss_value(f64::from(n), 3),
+        false => "-".into(),
     }
 }
 
@@ -458,11 +471,39 @@ mod tests {
             }
             last.unwrap()
         };
-        let line = |samples| step_line(&row(samples), None, Budget::Steps(9), None);
+        let info = RunInfo {
+            budget: Budget::Steps(9),
+            ..demo::info(2)
+        };
+        let line = |samples| step_line(&row(samples), None, &info);
         assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
         // an epoch's short last batch at 32 per replica
         assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
         // three micro-batches of 32 accumulated, as the header says it
         assert!(line(96).contains("| batch 32x2x3=192 |"), "{}", line(96));
+    }
+
+    #[test]
+    fn a_step_line_says_the_gradient_s_norm_and_whether_it_was_clipped() {
+        use crate::front::tui::demo;
+        use crate::observe::monitor::Monitor;
+        let mut m = Monitor::new(1);
+        let mut s = demo::step(0, 1, 1);
+        s.grad_norm = 2.5;
+        let row = m.on_step(s).unwrap();
+        let clip = |c| RunInfo {
+            clip_grad_norm: c,
+            ..demo::info(1)
+        };
+        let line = step_line(&row, None, &clip(None));
+        assert!(line.contains("| grad norm 2.500 |"), "{line}");
+        let line = step_line(&row, None, &clip(Some(1.0)));
+        assert!(line.contains("| grad norm 2.500 clipped |"), "{line}");
+        let line = step_line(&row, None, &clip(Some(4.0)));
+        assert!(line.contains("| grad norm 2.500 |"), "{line}");
+        // a file from before norms were recorded
+        let mut old = row.clone();
+        old.grad_norm = f32::NAN;
+        assert!(step_line(&old, None, &clip(None)).contains("| grad norm - |"));
     }
 }

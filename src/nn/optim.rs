@@ -86,6 +86,9 @@ pub struct Optimizer {
     pub no_decay: Vec<Range<usize>>,
     /// Parameter ranges never updated (`--freeze`), in order.
     pub frozen: Vec<Range<usize>>,
+    /// `--clip-grad-norm`: the mean gradient scaled down to this L2 norm where it is longer
+    /// (PyTorch's `clip_grad_norm_`, before weight decay); `None`: never.
+    pub clip_norm: Option<f32>,
 }
 
 impl Optimizer {
@@ -160,8 +163,35 @@ impl Optimizer {
             weight_decay: wd,
             no_decay: Vec::new(),
             frozen: Vec::new(),
+            clip_norm: None,
         }
     }
+
+    /// The sum of squares of the trained parameters' gradients in `grads` (sums or means:
+    /// scale its root as the gradient is scaled), each piece in `simd::dot`'s order, added in
+    /// f64. Frozen parameters' gradients are left out: they are not exchanged.
+    pub fn grad_sumsq(&self, grads: &[f32]) -> f64 {
+        (self.trained(grads.len()).into_iter())
+            .map(|r| crate::nn::simd::dot(&grads[r.clone()], &grads[r]) as f64)
+            .sum()
+    }
+
+    /// What the mean gradient, of L2 norm `norm`, is multiplied by before the update: 1, or
+    /// `--clip-grad-norm`'s bound over the norm where the norm is past it (PyTorch's
+    /// `max_norm / (norm + 1e-6)`, at most 1). The GPU's kernels compute it alike
+    /// (`kernels/optim.cu`'s `update_scale`).
+    pub fn clip_factor(&self, norm: f32) -> f32 {
+        match self.clip_norm {
+            Some(max) => (max / (norm + 1e-6)).min(1.0),
+            None => 1.0,
+        }
+    }
+}
+
+/// The L2 norm of the mean gradient, from the sum of squares of the gradient sums (`sumsq`,
+/// `Optimizer::grad_sumsq`) and the step's samples; 0 for a step of none.
+pub fn mean_grad_norm(sumsq: f64, samples: f64) -> f32 {
+    (sumsq.max(0.0).sqrt() / samples.max(1.0)) as f32
 }
 
 /// A stretch of parameters one update treats alike: trained (frozen ones have no piece),
@@ -385,6 +415,40 @@ mod tests {
         assert_eq!(plain.len(), 1);
         assert_eq!((plain[0].range.clone(), plain[0].decay), (0..7, true));
         assert!(Optimizer::new(OptimizerKind::Sgd, 0.0).pieces(0).is_empty());
+    }
+
+    #[test]
+    fn the_norm_counts_trained_gradients_and_clipping_scales_as_pytorch_does() {
+        let o = Optimizer {
+            frozen: std::iter::once(0..1).collect(),
+            ..Optimizer::new(OptimizerKind::Sgd, 0.0)
+        };
+        // the frozen gradient (100) is left out: 3-4-0 over 2 samples is a mean of norm 2.5
+        let sums = [100.0, 6.0, 8.0, 0.0];
+        assert_eq!(o.grad_sumsq(&sums), 100.0);
+        assert_eq!(mean_grad_norm(o.grad_sumsq(&sums), 2.0), 5.0);
+        assert_eq!(mean_grad_norm(0.0, 0.0), 0.0, "a step of no samples");
+        // no bound: never scaled; a bound: max / (norm + 1e-6) where the norm is past it
+        assert_eq!(o.clip_factor(1e9), 1.0);
+        let clipped = Optimizer {
+            clip_norm: Some(1.0),
+            ..o.clone()
+        };
+        assert_eq!(clipped.clip_factor(0.5), 1.0);
+        assert!((clipped.clip_factor(5.0) - 0.2).abs() < 1e-6);
+        // the update with the factor is the update of the clipped gradient
+        let mut a = vec![1.0f32; 4];
+        let mut b = a.clone();
+        let mut sa = OptState::new(OptimizerKind::Sgd, 4);
+        let mut sb = sa.clone();
+        let f = clipped.clip_factor(5.0);
+        step(&clipped, &mut a, &sums, &mut sa, 0.1, 0.5 * f);
+        let clipped_mean: Vec<f32> = sums.iter().map(|g| g * 0.5 * f).collect();
+        step(&clipped, &mut b, &clipped_mean, &mut sb, 0.1, 1.0);
+        assert_eq!(a, b);
+        assert_eq!(a[0], 1.0, "frozen");
+        let moved: f32 = a.iter().map(|p| (p - 1.0) * (p - 1.0)).sum::<f32>().sqrt();
+        assert!((moved - 0.1).abs() < 1e-6, "lr x the bound: {moved}");
     }
 
     #[test]

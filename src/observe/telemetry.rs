@@ -184,6 +184,7 @@ mod tests {
             per_replica: 1,
             loss: 1.0,
             accuracy: 0.0,
+            grad_norm: 1.0,
             lr: 1e-3,
             data_wait: Duration::from_millis(wait_ms),
             compute: Duration::from_millis(compute_ms),

@@ -246,8 +246,10 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
 /// The GPU holds the 96 samples and gets the micro-batches as shuffled row numbers (gathered on
 /// the device), the CPU their features; then both evaluate 88 of them, the GPU from its copy.
 /// `tuned` adds what real recipes set: momentum 0.8 (Adam ignores it), label smoothing 0.1, no
-/// weight decay on biases (`--no-decay-bn-bias`), and the first layer frozen (`--freeze`; its
-/// parameters must not move, its gradients stay out of the all-reduce).
+/// weight decay on biases (`--no-decay-bn-bias`), the first layer frozen (`--freeze`; its
+/// parameters must not move, its gradients stay out of the all-reduce, and out of the
+/// gradient's norm), and the gradient clipped to a norm it is longer than
+/// (`--clip-grad-norm`). Each step's gradient norm must be the CPU's too.
 fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64), CudaError> {
     let mut model = Model::mlp(64, &[128, 32], 10);
     // a weight decay large enough that leaving it out moves the parameters measurably
@@ -259,6 +261,7 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
             momentum: 0.8,
             no_decay: model.no_decay_ranges(),
             frozen: model.frozen_ranges(),
+            clip_norm: Some(0.05),
             ..optimizer
         };
     }
@@ -314,6 +317,7 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
     }
     let mut coll = LocalCollective::group(1).pop().expect("one rank");
     for _ in 0..2 {
+        let mut norms = Vec::new();
         for (r, batches) in [
             (&mut cpu as &mut dyn Replica, &micro),
             (&mut gpu, &rows_only),
@@ -321,7 +325,16 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
             r.compute_grads(batches, None);
             r.all_reduce_grads(&mut coll)
                 .map_err(on(index, "all-reduce alone"))?;
+            norms.push(r.batch_metrics().grad_norm);
             r.apply_update(1e-2);
+        }
+        let (want, got) = (norms[0], norms[1]);
+        if !((got - want).abs() <= 1e-4 * want.abs() && want > 0.0) {
+            return Err(CudaError::new(
+                index,
+                "the gradient's norm",
+                format!("GPU {got}, CPU {want}"),
+            ));
         }
     }
     // validation over held rows 8..96, as the CPU evaluates them from their features

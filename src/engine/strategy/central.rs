@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::{Moved, Strategy};
-use crate::backend::{BatchMetrics, Replica, TrainState, AUX};
+use crate::backend::{BatchMetrics, Replica, StepEnd, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError};
 use crate::config::RunConfig;
 use crate::nn::optim::{self, OptState, Optimizer};
@@ -73,8 +73,10 @@ impl Store {
     }
 }
 
-/// Gradients to the host, summed across ranks there; the batch's global metrics.
+/// Gradients to the host, summed across ranks there; the batch's global metrics (the gradient's
+/// norm over the parameters the store's optimizer trains).
 pub(super) fn exchange(
+    store: &Store,
     replica: &mut dyn Replica,
     coll: &mut dyn Collective,
     host: &mut Vec<f32>,
@@ -86,13 +88,12 @@ pub(super) fn exchange(
     replica.grads_to_host(host);
     moved.transfer = t.elapsed();
     moved.reduced(coll.all_reduce_sum(host)?);
-    let a = &host[host.len() - AUX..];
-    let metrics = BatchMetrics {
-        loss_sum: a[0] as f64,
-        correct: a[1] as f64,
-        samples: a[2] as f64,
+    let n = host.len() - AUX;
+    let end = StepEnd {
+        slots: host[n..].try_into().expect("AUX metric slots"),
+        grad_sumsq: store.optimizer.grad_sumsq(&host[..n]),
     };
-    Ok((metrics, moved))
+    Ok((end.metrics(), moved))
 }
 
 /// Rank 0 steps the host copy with the summed gradients; every rank then receives it.
@@ -106,17 +107,13 @@ pub(super) fn update(
     let mut optimizer = Duration::ZERO;
     if coll.rank() == 0 {
         let t = Instant::now();
-        let samples = (grads[grads.len() - 1] as f64).max(1.0);
+        let samples = grads[grads.len() - 1] as f64;
+        let o = &store.optimizer;
+        let norm = optim::mean_grad_norm(o.grad_sumsq(&grads[..grads.len() - AUX]), samples);
+        let scale = (1.0 / samples.max(1.0)) as f32 * o.clip_factor(norm);
         let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
         let TrainState { params, opt, .. } = &mut *st;
-        optim::step(
-            &store.optimizer,
-            params,
-            grads,
-            opt,
-            lr,
-            (1.0 / samples) as f32,
-        );
+        optim::step(o, params, grads, opt, lr, scale);
         optimizer = t.elapsed();
     }
     let mut moved = Moved {

@@ -92,10 +92,14 @@ impl Runner {
         coll: &mut dyn Collective,
         step: u64,
     ) -> Result<(BatchMetrics, Moved), CollectiveError> {
-        let timing = match self.strategy {
-            Strategy::CentralStorage => return central::exchange(replica, coll, &mut self.host),
+        let timing = match (self.strategy, &self.store) {
+            (Strategy::CentralStorage, Some(store)) => {
+                return central::exchange(store, replica, coll, &mut self.host)
+            }
             // (the step reported may be the one before, whose end followed an all-reduce)
-            Strategy::LocalSgd { warmup, .. } if step > warmup => replica.finish_local(coll)?,
+            (Strategy::LocalSgd { warmup, .. }, _) if step > warmup => {
+                replica.finish_local(coll)?
+            }
             _ => replica.all_reduce_grads(coll)?,
         };
         Ok((replica.batch_metrics(), Moved::from(timing)))

@@ -65,6 +65,7 @@ impl Worker {
             });
         }
         stats.accuracy = (m.correct / m.samples.max(1.0)) as f32;
+        stats.grad_norm = m.grad_norm;
         // done by now (on a device, possibly a while ago, but no sooner than it was queued)
         stats.at = self.t0.elapsed();
         if let Some(dev) = device {

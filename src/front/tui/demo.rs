@@ -38,6 +38,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         grad_accum: 1,
         lr: 1e-3,
         lr_note: None,
+        clip_grad_norm: None,
         resume_note: None,
         train_samples: 1438,
         val_samples: 359,
@@ -87,6 +88,8 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         per_replica: 32,
         loss: (2.3 * (-(step as f32) / 40.0).exp() + 0.05 + 0.02 * wobble as f32),
         accuracy: 0.9,
+        // (steep at the start, then settling with the batches' noise)
+        grad_norm: 0.3 + 2.0 * (-(step as f32) / 25.0).exp() + 0.1 * wobble as f32,
         lr: 1e-3,
         data_wait: ms(data),
         compute: ms(compute - 0.1),

@@ -199,13 +199,13 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     let mut line = format!(
         "{what}: {} in {}",
         crate::text::counted(s.steps as usize, "step"),
-        render::took(s.wall)
+        crate::front::units::took(s.wall)
     );
     if let Some(a) = s.best_val_accuracy {
         line += &format!(" | best val accuracy {:.2}%", a * 100.0);
     }
     if let Some(r) = s.mean_samples_per_sec {
-        line += &format!(" | {} samples/s", render::si(r));
+        line += &format!(" | {} samples/s", crate::front::units::si(r));
     }
     let mut lines = vec![line];
     if let Some(p) = &app.info.resumed_from {

@@ -160,6 +160,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         grad_accum: count(v, "grad_accum").unwrap_or(1).max(1),
         lr: opt_num(v, "lr")?.unwrap_or(0.0) as f32,
         lr_note: None,
+        // (older files: not clipped)
+        clip_grad_norm: opt_num(v, "clip_grad_norm")?.map(|c| c as f32),
         resume_note: None,
         train_samples: count(v, "train_samples").unwrap_or(0),
         val_samples: count(v, "val_samples").unwrap_or(0),
@@ -310,6 +312,8 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
     let (step, epoch) = (uint(v, "step")?, uint(v, "epoch")?);
     let loss = opt_num(v, "loss")?.unwrap_or(f64::NAN) as f32;
     let accuracy = opt_num(v, "accuracy")?.unwrap_or(f64::NAN) as f32;
+    // (older files lack it)
+    let grad_norm = opt_num(v, "grad_norm")?.unwrap_or(f64::NAN) as f32;
     let lr = num(v, "lr")? as f32;
     let per_replica = count(v, "per_replica")?;
     let global_samples = count(v, "global_batch")?;
@@ -336,6 +340,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 per_replica,
                 loss,
                 accuracy,
+                grad_norm,
                 lr,
                 data_wait: millis(r, "data_wait_ms")?,
                 compute: millis(r, "compute_ms")?,
@@ -361,6 +366,7 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
             epoch,
             loss,
             accuracy,
+            grad_norm,
             lr,
             per_replica,
             global_samples,

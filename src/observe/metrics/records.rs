@@ -64,7 +64,8 @@ pub fn run(info: &RunInfo) -> Value {
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
         "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
-        "budget": budget, "lr": info.lr, "start_epoch": info.start_epoch,
+        "budget": budget, "lr": info.lr, "clip_grad_norm": info.clip_grad_norm,
+        "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
         "precision": info.precision.name(), "grad_dtype": info.grad_dtype.name(),
         "hosts": info.hosts, "host": info.host, "processes": info.processes,
@@ -91,7 +92,7 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Val
         .collect();
     json!({
         "type": "step", "step": row.step, "epoch": row.epoch, "t": row.at.as_secs_f64(),
-        "loss": row.loss, "accuracy": row.accuracy, "lr": row.lr,
+        "loss": row.loss, "accuracy": row.accuracy, "grad_norm": row.grad_norm, "lr": row.lr,
         "per_replica": row.per_replica, "ranks": row.ranks.len(), "global_batch": row.global_samples,
         "samples_per_s": samples_per_s, "progress": row.progress,
         "epoch_ends_at": row.ends_at.map(|e| e.epoch), "run_ends_at": row.ends_at.map(|e| e.run),

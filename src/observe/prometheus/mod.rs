@@ -57,6 +57,8 @@ pub struct Prometheus {
     samples_per_s: GaugeVec,
     loss: Gauge,
     accuracy: Gauge,
+    /// (with its first value: files written before it was recorded have none)
+    grad_norm: GaugeVec,
     lr: Gauge,
     /// The learning rate last set (it changes seldom; widening it costs a format).
     lr_seen: Option<f32>,
@@ -223,6 +225,12 @@ impl Prometheus {
                 "mgtop_train_accuracy_ratio",
                 "The newest step's training accuracy, 0-1.",
             )?,
+            grad_norm: gauge_vec(
+                r,
+                "mgtop_grad_norm",
+                "The newest step's mean gradient's L2 norm, before --clip-grad-norm.",
+                &[],
+            )?,
             lr: gauge(
                 r,
                 "mgtop_learning_rate",
@@ -352,6 +360,10 @@ impl Sink for Prometheus {
         }
         self.loss.set(f64::from(row.loss));
         self.accuracy.set(f64::from(row.accuracy));
+        if row.grad_norm.is_finite() {
+            let g = self.grad_norm.with_label_values::<&str>(&[]);
+            g.set(f64::from(row.grad_norm));
+        }
         // as set (0.001, not 0.0010000000474974513): read as the flag's value
         if self.lr_seen != Some(row.lr) {
             self.lr_seen = Some(row.lr);

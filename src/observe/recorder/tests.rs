@@ -8,6 +8,7 @@ fn row(step: u64) -> StepRow {
         epoch: 1,
         loss: 1.0,
         accuracy: 0.5,
+        grad_norm: 1.0,
         lr: 1e-3,
         per_replica: 32,
         global_samples: 64,

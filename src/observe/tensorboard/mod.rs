@@ -3,8 +3,8 @@
 //! back), flushed at every logged step, event and sample.
 //!
 //! Tags (the part before the first `/` is TensorBoard's group):
-//! - logged steps: `train/loss`, `train/accuracy`, `train/learning_rate`, `train/global_batch`,
-//!   `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
+//! - logged steps: `train/loss`, `train/accuracy`, `train/grad_norm` (where recorded),
+//!   `train/learning_rate`, `train/global_batch`, `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
 //!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
 //! - samples (at the newest step a logged step or an event has told of): `utilization/rank<R>` and `memory_access/rank<R>` in
@@ -123,6 +123,9 @@ pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
         ("train/learning_rate".to_string(), row.lr),
         ("train/global_batch".to_string(), row.global_samples as f32),
     ];
+    if row.grad_norm.is_finite() {
+        v.push(("train/grad_norm".to_string(), row.grad_norm));
+    }
     if let Some(r) = rate {
         v.push(("train/samples_per_s".to_string(), r as f32));
     }

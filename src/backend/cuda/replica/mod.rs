@@ -129,6 +129,9 @@ pub struct CudaReplica<E: Elem = f32> {
     row_loss: CudaSlice<f32>,
     row_correct: CudaSlice<i32>,
     eval_metrics: CudaSlice<f32>,
+    /// A step's end as it is read back in one copy: its metric slots, then its trained
+    /// gradients' sum of squares (`update::launch_sumsq`, which the update clips by).
+    ends_dev: CudaSlice<f32>,
     cap: usize,
     /// Recorded before and after the gradient computation of the current step.
     events: Option<(CudaEvent, CudaEvent)>,
@@ -274,12 +277,7 @@ impl<E: Elem> Replica for CudaReplica<E> {
     }
 
     fn batch_metrics(&self) -> BatchMetrics {
-        let m = &self.ends.metrics;
-        BatchMetrics {
-            loss_sum: m[0] as f64,
-            correct: m[1] as f64,
-            samples: m[2] as f64,
-        }
+        self.ends.end.metrics()
     }
 
     fn device_times(&self) -> Option<DeviceTimes> {

@@ -125,6 +125,9 @@ impl<E: Elem> CudaReplica<E> {
             .alloc_zeros::<f32>(n + AUX)
             .map_err(on(index, "allocate gradients"))?;
         let eval_metrics = s.alloc_zeros::<f32>(AUX).map_err(on(index, "allocate"))?;
+        let ends_dev = s
+            .alloc_zeros::<f32>(AUX + 1)
+            .map_err(on(index, "allocate"))?;
         let running =
             to_device(&s, &state.buffers).map_err(on(index, "upload running statistics"))?;
         let nodes = nodes::NodeBufs::new(&s, &model, 1, layout).map_err(on(index, "allocate"))?;
@@ -164,6 +167,7 @@ impl<E: Elem> CudaReplica<E> {
             row_loss: s.alloc_zeros::<f32>(1).map_err(on(index, "allocate"))?,
             row_correct: s.alloc_zeros::<i32>(1).map_err(on(index, "allocate"))?,
             eval_metrics,
+            ends_dev,
             cap: 0,
             events: None,
             ends: Default::default(),

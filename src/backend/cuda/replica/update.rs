@@ -11,6 +11,7 @@ use super::{to_device, CudaReplica};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{blocks_cfg, check};
 use crate::backend::cuda::Gpu;
+use crate::backend::AUX;
 use crate::nn::optim::{Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
 
 /// The most parameters one block updates (a piece longer than this is cut).
@@ -31,32 +32,68 @@ pub(crate) fn chunk_table(pieces: &[Piece]) -> Vec<i32> {
     out
 }
 
-/// The update's work list on the device.
+/// The update's work list on the device, and a partial sum of squares per chunk (the
+/// gradient's norm, `launch_sumsq`).
 pub(crate) struct Chunks {
     table: CudaSlice<i32>,
     count: usize,
+    partial: CudaSlice<f64>,
 }
 
 impl Chunks {
     /// The chunks of `o`'s update over `n` parameters, uploaded.
     pub(crate) fn new(s: &Arc<CudaStream>, o: &Optimizer, n: usize) -> Result<Chunks, DriverError> {
         let table = chunk_table(&o.pieces(n));
+        let count = table.len() / 4;
         Ok(Chunks {
-            count: table.len() / 4,
+            count,
             table: to_device(s, &table)?,
+            partial: s.alloc_zeros::<f64>(count.max(1))?,
         })
     }
 }
 
+/// `out[0]` = the sum of squares of the trained parameters' gradients in `g` (in a fixed
+/// order: the same bits on every replica holding the same gradients), what the update clips
+/// by and the step reports (`Optimizer::grad_sumsq` on the CPU).
+pub(crate) fn launch_sumsq(
+    gpu: &Gpu,
+    chunks: &mut Chunks,
+    g: CudaView<'_, f32>,
+    mut out: CudaViewMut<'_, f32>,
+) {
+    let count = chunks.count as i32;
+    let (table, partial) = (&chunks.table, &mut chunks.partial);
+    check(try_launch!(
+        gpu,
+        "grad_sumsq_f32",
+        blocks_cfg(chunks.count),
+        &g,
+        table,
+        &count,
+        &mut *partial
+    ));
+    check(try_launch!(
+        gpu,
+        "grad_sumsq_total_f32",
+        blocks_cfg(1),
+        &*partial,
+        &count,
+        &mut out
+    ));
+}
+
 /// The buffers one update reads and writes: the moments hold the trained parameters' only
 /// (`m`, `v` unused where the optimizer keeps none); `samples`, one float, the step's global
-/// sample count (its metric slot), which the gradient sums are divided by.
+/// sample count (its metric slot), which the gradient sums are divided by; `sumsq`, one float,
+/// their sum of squares (`launch_sumsq`), which `--clip-grad-norm` clips by.
 pub(crate) struct Buffers<'a> {
     pub p: CudaViewMut<'a, f32>,
     pub g: CudaView<'a, f32>,
     pub m: CudaViewMut<'a, f32>,
     pub v: CudaViewMut<'a, f32>,
     pub samples: CudaView<'a, f32>,
+    pub sumsq: CudaView<'a, f32>,
 }
 
 /// Step `t` (1 on the first) of optimizer `o` with learning rate `lr`, the gradient sums
@@ -75,6 +112,7 @@ pub(crate) fn launch_update(
         mut m,
         mut v,
         samples,
+        sumsq,
     } = b;
     if chunks.count == 0 {
         return;
@@ -82,10 +120,12 @@ pub(crate) fn launch_update(
     let (table, count) = (&chunks.table, chunks.count as i32);
     let cfg = blocks_cfg(chunks.count);
     let wd = o.weight_decay;
+    // (0: no clipping)
+    let clip = o.clip_norm.unwrap_or(0.0);
     let r = match o.kind {
-        OptimizerKind::Sgd => {
-            try_launch!(gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &samples)
-        }
+        OptimizerKind::Sgd => try_launch!(
+            gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &samples, &sumsq, &clip
+        ),
         OptimizerKind::Momentum | OptimizerKind::Nesterov => {
             let first = i32::from(t == 1);
             let nesterov = i32::from(o.kind == OptimizerKind::Nesterov);
@@ -103,6 +143,8 @@ pub(crate) fn launch_update(
                 &mu,
                 &wd,
                 &samples,
+                &sumsq,
+                &clip,
                 &first,
                 &nesterov
             )
@@ -129,6 +171,8 @@ pub(crate) fn launch_update(
                 &eps,
                 &wd,
                 &samples,
+                &sumsq,
+                &clip,
                 &step_size,
                 &inv_sqrt_bc2,
                 &decoupled
@@ -150,6 +194,7 @@ impl<E: Elem> CudaReplica<E> {
             v: self.v.slice_mut(..),
             // the metric slots after the sums: [loss sum, correct, samples]
             samples: self.grads.slice(n + 2..n + 3),
+            sumsq: self.ends_dev.slice(AUX..AUX + 1),
         };
         launch_update(&self.gpu, &self.optimizer, &self.chunks, b, lr, self.t);
         self.refresh_weights();

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 
-use super::CudaReplica;
+use super::{update, CudaReplica};
 use crate::backend::cuda::elem::Elem;
-use crate::backend::{DeviceTimes, AUX};
+use crate::backend::{DeviceTimes, StepEnd, AUX};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 
 /// A step's end queued on the stream: its events and the page-locked slots its metrics land in.
@@ -38,7 +38,7 @@ pub(super) struct Ends {
     count: u64,
     /// Page-locked metric slots no end holds.
     free: Vec<PinnedHostSlice<f32>>,
-    pub metrics: [f32; AUX],
+    pub end: StepEnd,
     pub times: Option<DeviceTimes>,
 }
 
@@ -115,10 +115,10 @@ impl<E: Elem> CudaReplica<E> {
         }
     }
 
-    /// After the step's gradients (and their all-reduce, if any) are queued: queues the batch
-    /// metrics' copy into page-locked memory behind them, then reads the ends queued before
-    /// until at most one is left in flight where reports are late, none otherwise. Returns the
-    /// timing of the last end read (default when none was).
+    /// After the step's gradients (and their all-reduce, if any) are queued: queues their sum
+    /// of squares and the batch metrics' copy into page-locked memory behind them, then reads
+    /// the ends queued before until at most one is left in flight where reports are late, none
+    /// otherwise. Returns the timing of the last end read (default when none was).
     pub(super) fn settle(
         &mut self,
         t0: Instant,
@@ -128,10 +128,17 @@ impl<E: Elem> CudaReplica<E> {
         let s = self.gpu.stream.clone();
         let mut out = match self.ends.free.pop() {
             Some(b) => b,
-            None => self.pinned(AUX),
+            None => self.pinned(AUX + 1),
         };
         let reduced = self.record();
-        if let Err(e) = s.memcpy_dtoh(&self.grads.slice(n..n + AUX), &mut out) {
+        // the metric slots and the gradients' sum of squares side by side, for one copy
+        let (g, mut slots) = (self.grads.slice(..n), self.ends_dev.slice_mut(..AUX));
+        if let Err(e) = s.memcpy_dtod(&self.grads.slice(n..n + AUX), &mut slots) {
+            self.fail("read the batch metrics", e)
+        }
+        let sumsq = self.ends_dev.slice_mut(AUX..AUX + 1);
+        update::launch_sumsq(&self.gpu, &mut self.chunks, g, sumsq);
+        if let Err(e) = s.memcpy_dtoh(&self.ends_dev, &mut out) {
             self.fail("read the batch metrics", e)
         }
         let copied = self.record();
@@ -176,7 +183,12 @@ impl<E: Elem> CudaReplica<E> {
         if waited.is_ok() {
             // (the copy is done once its event is: cudarc's own tracking is off, `Gpu::open`)
             match end.out.as_slice() {
-                Ok(m) => self.ends.metrics.copy_from_slice(m),
+                Ok(m) => {
+                    self.ends.end = StepEnd {
+                        slots: m[..AUX].try_into().expect("AUX metric slots"),
+                        grad_sumsq: f64::from(m[AUX]),
+                    }
+                }
                 Err(e) => self.fail("read the batch metrics", e),
             }
         }

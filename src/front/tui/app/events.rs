@@ -61,6 +61,11 @@ impl App {
         };
         self.ema = Some((ema, row.step));
         self.loss_smooth.push(x, ema);
+        if row.grad_norm.is_finite() {
+            self.grad_norm.push(x, f64::from(row.grad_norm));
+            let over = self.info.clip_grad_norm.is_some_and(|c| row.grad_norm > c);
+            self.clipped = (self.clipped.0 + 1, self.clipped.1 + u64::from(over));
+        }
         if self.state == RunState::Starting {
             self.state = RunState::Running;
         }

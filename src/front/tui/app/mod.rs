@@ -217,6 +217,10 @@ pub struct App {
     pub pending_checkpoint: bool,
     pub loss: History,
     pub loss_smooth: History,
+    /// The mean gradient's norm per step shown, and of those steps how many `--clip-grad-norm`
+    /// clipped (a run read back from a file: its logged steps).
+    pub grad_norm: History,
+    pub clipped: (u64, u64),
     /// The smoothed train loss, and the step it is of.
     ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
@@ -274,6 +278,8 @@ impl App {
             pending_checkpoint: false,
             loss: History::new(HISTORY_POINTS),
             loss_smooth: History::new(HISTORY_POINTS),
+            grad_norm: History::new(HISTORY_POINTS),
+            clipped: (0, 0),
             ema: None,
             epochs: Vec::new(),
             log: VecDeque::new(),

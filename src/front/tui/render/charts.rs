@@ -7,10 +7,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
-use super::{clock, fit, wrap_text};
+use super::{fit, wrap_text};
 use crate::engine::Device;
 use crate::front::tui::app::App;
 use crate::front::tui::theme::Theme;
+use crate::front::units::clock;
 use crate::observe::history::History;
 
 pub(super) fn block<'a>(title: Vec<Span<'a>>, theme: &Theme) -> Block<'a> {

@@ -7,10 +7,11 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::header::clip;
-use super::{bytes, fit, pct};
+use super::{fit, pct};
 use crate::engine::Device;
 use crate::front::tui::app::{App, DeviceState, Split};
 use crate::front::tui::theme::Theme;
+use crate::front::units::bytes;
 use crate::observe::sample::DeviceSample;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];

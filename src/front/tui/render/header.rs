@@ -5,12 +5,13 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::{bytes, clock, fit, si};
+use super::fit;
 use crate::config::Budget;
 use crate::engine::events::Ending;
 use crate::engine::{Device, RunInfo};
 use crate::front::tui::app::{App, RunState, Silent};
 use crate::front::tui::theme::Theme;
+use crate::front::units::{bytes, clock, si};
 
 pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     // a run not ended that this screen no longer reaches

@@ -6,9 +6,10 @@ use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::header::clip;
-use super::{clock, fit, wrap_text};
+use super::{fit, wrap_text};
 use crate::front::tui::app::{App, Level, LogEntry, LogFit, Mode, RunState, View};
 use crate::front::tui::theme::Theme;
+use crate::front::units::clock;
 
 /// The events, newest first: the overview's panel (`scrolled` None), or the events view from
 /// its `scrolled`th newest, its title saying what is above and below; returns its pages as

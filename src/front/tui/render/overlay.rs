@@ -6,9 +6,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{si, took, wrap_text, MIN_HEIGHT, MIN_WIDTH};
+use super::{wrap_text, MIN_HEIGHT, MIN_WIDTH};
 use crate::front::tui::app::{App, Mode, Popup};
 use crate::front::tui::theme::Theme;
+use crate::front::units::{si, took};
 
 fn popup(
     frame: &mut Frame,
