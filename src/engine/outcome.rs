@@ -22,7 +22,7 @@ pub enum EngineError {
     /// A refusal every process of a run meets alike as they meet (process 0 says it).
     #[error("{0}")]
     Shared(String),
-    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr or more --warmup", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
+    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr, more --warmup, or --clip-grad-norm 1.0", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
     NonFinite {
         step: u64,
         epoch: u64,
