@@ -221,6 +221,15 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--clip-grad-norm -1", "1.0", "0 turns clipping off"],
         ),
         (&["--clip-grad-norm", "nan"], &["--clip-grad-norm NaN"]),
+        // past what a float32 holds: said as given, not as what it would round to
+        (
+            &["--clip-grad-norm", "1e-46"],
+            &["--clip-grad-norm 1e-46", "from 1e-38"],
+        ),
+        (
+            &["--clip-grad-norm", "1e39"],
+            &["--clip-grad-norm 1e39", "to 3e38"],
+        ),
         (
             &["--precision", "fp16"],
             &["`fp16`", "auto, fp32, tf32 or bf16"],

@@ -298,7 +298,7 @@ pub struct TrainArgs {
     pub label_smoothing: Option<f32>,
     /// Scale the mean gradient down to this L2 norm where it is longer, before the update (PyTorch's clip_grad_norm_, e.g. 1.0); 0 turns it off (a resumed run's too). The norm shows either way  [default: off]
     #[arg(allow_negative_numbers = true, long, value_name = "MAX")]
-    pub clip_grad_norm: Option<f32>,
+    pub clip_grad_norm: Option<f64>,
     /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto, on Ampere and newer: bf16 for models of dense convolutions on images of 112x112 or more where cuDNN loads, TF32 for the rest; CPU workers are always fp32)  [default: auto]
     #[arg(long)]
     pub precision: Option<String>,

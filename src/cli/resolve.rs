@@ -330,11 +330,10 @@ impl TrainArgs {
             momentum: args.momentum.unwrap_or(d.momentum),
             no_decay_bn_bias: args.no_decay_bn_bias.unwrap_or(d.no_decay_bn_bias),
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
-            // (0: off, as over a resumed run's bound)
-            clip_grad_norm: args
-                .clip_grad_norm
-                .or(d.clip_grad_norm)
-                .filter(|&c| c != 0.0),
+            clip_grad_norm: match args.clip_grad_norm {
+                Some(given) => clip_bound(given)?,
+                None => d.clip_grad_norm,
+            },
             precision: parse("precision", args.precision.as_ref(), d.precision)?,
             cuda_graph: parse("cuda-graph", args.cuda_graph.as_ref(), d.cuda_graph)?,
             grad_dtype: parse("grad-dtype", args.grad_dtype.as_ref(), d.grad_dtype)?,
@@ -462,4 +461,21 @@ pub struct Frontend {
     pub sample_interval: Duration,
     /// Where to write the run's weights at its end (`--export`, or the config file's).
     pub export: Option<PathBuf>,
+}
+
+/// `--clip-grad-norm` as given: 0 is off (over a resumed run's bound too); else a positive
+/// bound a float32 holds as it is (not one that would round to 0 or to infinity).
+fn clip_bound(v: f64) -> Result<Option<f32>, String> {
+    let f = v as f32;
+    match v {
+        0.0 => Ok(None),
+        _ if v > 0.0 && f.is_normal() => Ok(Some(f)),
+        _ => Err(format!(
+            "--clip-grad-norm {} is invalid: use a positive bound such as 1.0, from 1e-38 to 3e38 (0 turns clipping off)",
+            match v.abs() {
+                a if (1e-3..1e5).contains(&a) || !a.is_finite() => format!("{v}"),
+                _ => format!("{v:e}"),
+            }
+        )),
+    }
 }

@@ -167,9 +167,11 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
             let t = theirs.get(k)?;
             (!same(v, t)).then(|| {
                 let flag = k.replace('_', "-");
-                // (a switch as it is given; a setting left unset by the checkpoint's run)
+                // (a switch as it is given, clipping turned off as it is; a setting left unset
+                // by the checkpoint's run)
                 let ours = match v {
                     serde_json::Value::Bool(b) => format!("--{flag}={b}"),
+                    serde_json::Value::Null if k == "clip_grad_norm" => format!("--{flag} 0"),
                     v => format!("--{flag} {}", text(v)),
                 };
                 let theirs = match t {

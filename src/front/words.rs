@@ -129,7 +129,10 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         .as_ref()
         .map_or(String::new(), |n| format!(" ({n})"));
     let clip = info.clip_grad_norm.map_or(String::new(), |c| {
-        format!("; the mean gradient clipped to L2 norm {c} (--clip-grad-norm)")
+        format!(
+            "; the mean gradient clipped to L2 norm {} (--clip-grad-norm)",
+            bound_value(c)
+        )
     });
     lines.push(format!("lr: {:.2e}{note}{clip}", info.lr));
     if let Some(b) = info.baseline {
@@ -260,12 +263,22 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
     }
 }
 
-/// A gradient's norm as the log and the screen write it: 3 decimals, or scientific where those
-/// would show only zeros; `-` where not recorded.
+/// A gradient's norm as the log and the screen write it: 3 decimals from 0.001 to 99999, else
+/// in scientific notation (`6.10e-4`, `2.44e13`); `-` where not recorded.
 pub fn grad_norm(n: f32) -> String {
-    match n.is_finite() {
-        true => loss_value(f64::from(n), 3),
-        false => "-".into(),
+    match n.abs() {
+        a if !a.is_finite() => "-".into(),
+        a if a == 0.0 || (1e-3..1e5).contains(&a) => format!("{n:.3}"),
+        _ => format!("{n:.2e}"),
+    }
+}
+
+/// A bound as given (`--clip-grad-norm 0.3`): as written from 0.001 to 99999, else in
+/// scientific notation (`1e30`, `1e-7`).
+pub fn bound_value(c: f32) -> String {
+    match (1e-3..1e5).contains(&c.abs()) {
+        true => format!("{c}"),
+        false => format!("{c:e}"),
     }
 }
 
@@ -481,6 +494,19 @@ mod tests {
         assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
         // three micro-batches of 32 accumulated, as the header says it
         assert!(line(96).contains("| batch 32x2x3=192 |"), "{}", line(96));
+    }
+
+    #[test]
+    fn norms_and_bounds_read_well_at_any_size() {
+        assert_eq!(grad_norm(0.8623), "0.862");
+        assert_eq!(grad_norm(0.0), "0.000");
+        assert_eq!(grad_norm(6.1e-4), "6.10e-4");
+        assert_eq!(grad_norm(2.437e13), "2.44e13");
+        assert_eq!(grad_norm(f32::NAN), "-");
+        assert_eq!(bound_value(0.3), "0.3");
+        assert_eq!(bound_value(1000.0), "1000");
+        assert_eq!(bound_value(1e30), "1e30");
+        assert_eq!(bound_value(1e-7), "1e-7");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A time series that keeps a whole run in bounded memory: when it fills up, neighbouring
 //! points are averaged in pairs and new points are averaged in buckets of the same width, so
-//! the series stays evenly spaced and only gets coarser as the run gets longer.
+//! the series stays evenly spaced and only gets coarser as the run gets longer. A series of
+//! peaks (`History::peaks`) keeps each bucket's largest value instead: a spike is never
+//! averaged away.
 
 #[derive(Clone, Debug)]
 pub struct History {
@@ -13,6 +15,8 @@ pub struct History {
     /// The first and the newest raw point.
     first: Option<(f64, f64)>,
     last: Option<(f64, f64)>,
+    /// Buckets keep their largest value, not their mean.
+    peaks: bool,
 }
 
 impl History {
@@ -26,29 +30,47 @@ impl History {
             acc: (0.0, 0.0, 0),
             first: None,
             last: None,
+            peaks: false,
+        }
+    }
+
+    /// `new`, its buckets keeping their largest value (at their mean x).
+    pub fn peaks(cap: usize) -> History {
+        History {
+            peaks: true,
+            ..History::new(cap)
         }
     }
 
     pub fn push(&mut self, x: f64, y: f64) {
         self.first.get_or_insert((x, y));
         self.last = Some((x, y));
-        self.acc = (self.acc.0 + x, self.acc.1 + y, self.acc.2 + 1);
+        let sy = match (self.peaks, self.acc.2) {
+            (true, 0) => y,
+            (true, _) => self.acc.1.max(y),
+            (false, _) => self.acc.1 + y,
+        };
+        self.acc = (self.acc.0 + x, sy, self.acc.2 + 1);
         if self.acc.2 < self.stride {
             return;
         }
         let (sx, sy, n) = self.acc;
         self.acc = (0.0, 0.0, 0);
-        self.points.push((sx / n as f64, sy / n as f64));
+        let y = if self.peaks { sy } else { sy / n as f64 };
+        self.points.push((sx / n as f64, y));
         if self.points.len() >= self.cap {
+            let peaks = self.peaks;
             let merged: Vec<(f64, f64)> = self
                 .points
                 .chunks(2)
                 .map(|c| {
                     let n = c.len() as f64;
-                    (
-                        c.iter().map(|p| p.0).sum::<f64>() / n,
-                        c.iter().map(|p| p.1).sum::<f64>() / n,
-                    )
+                    let ys = c.iter().map(|p| p.1);
+                    let y = match peaks {
+                        true => ys.fold(f64::NEG_INFINITY, f64::max),
+                        false => ys.sum::<f64>() / n,
+                    };
+                    (c.iter().map(|p| p.0).sum::<f64>() / n, y)
                 })
                 .collect();
             self.points = merged;
@@ -115,6 +137,20 @@ mod tests {
             gaps[..gaps.len() - 1].iter().all(|d| (d - g).abs() < 1e-9),
             "{gaps:?}"
         );
+    }
+
+    #[test]
+    fn a_series_of_peaks_keeps_one_spike_of_a_long_run() {
+        let (mut mean, mut peak) = (History::new(64), History::peaks(64));
+        for i in 0..10_000 {
+            let y = if i == 4321 { 50.0 } else { 1.0 };
+            mean.push(i as f64, y);
+            peak.push(i as f64, y);
+        }
+        let top = |h: &History| h.all().iter().map(|p| p.1).fold(0.0, f64::max);
+        assert_eq!(top(&peak), 50.0);
+        assert!(top(&mean) < 2.0, "averaged away: {}", top(&mean));
+        assert!(peak.all().len() <= 65);
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub fn run(info: &RunInfo) -> Value {
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
         "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
-        "budget": budget, "lr": info.lr, "clip_grad_norm": info.clip_grad_norm,
+        "budget": budget, "lr": info.lr, "clip_grad_norm": info.clip_grad_norm.map(crate::config::record::short),
         "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
         "precision": info.precision.name(), "grad_dtype": info.grad_dtype.name(),

@@ -217,8 +217,9 @@ pub struct App {
     pub pending_checkpoint: bool,
     pub loss: History,
     pub loss_smooth: History,
-    /// The mean gradient's norm per step shown, and of those steps how many `--clip-grad-norm`
-    /// clipped (a run read back from a file: its logged steps).
+    /// The mean gradient's norm per step shown (its peaks, kept however long the run), and of
+    /// those steps how many `--clip-grad-norm` clipped (a run read back from a file or
+    /// attached to: the steps it was told of).
     pub grad_norm: History,
     pub clipped: (u64, u64),
     /// The smoothed train loss, and the step it is of.
@@ -278,7 +279,7 @@ impl App {
             pending_checkpoint: false,
             loss: History::new(HISTORY_POINTS),
             loss_smooth: History::new(HISTORY_POINTS),
-            grad_norm: History::new(HISTORY_POINTS),
+            grad_norm: History::peaks(HISTORY_POINTS),
             clipped: (0, 0),
             ema: None,
             epochs: Vec::new(),

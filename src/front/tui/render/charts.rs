@@ -143,6 +143,22 @@ pub(super) fn draw_chart(
 
 /// At most `n` evenly spaced points of `v` (always the last): a braille chart cannot show more
 /// than two per column, and drawing fewer keeps a frame cheap.
+/// `v` in at most `n` points, each the largest of its run of neighbours: a spike stays in
+/// whatever the chart's width.
+pub(super) fn thin_peaks(v: Vec<(f64, f64)>, n: usize) -> Vec<(f64, f64)> {
+    if v.len() <= n || n < 2 {
+        return v;
+    }
+    let per = v.len().div_ceil(n);
+    v.chunks(per)
+        .map(|c| {
+            c.iter()
+                .copied()
+                .fold(c[0], |m, p| if p.1 > m.1 { p } else { m })
+        })
+        .collect()
+}
+
 pub(super) fn thin(v: Vec<(f64, f64)>, n: usize) -> Vec<(f64, f64)> {
     if v.len() <= n || n < 2 {
         return v;
@@ -222,7 +238,20 @@ pub fn render_history(
 
 #[cfg(test)]
 mod tests {
-    use super::thin;
+    use super::{thin, thin_peaks};
+
+    #[test]
+    fn thinning_by_peaks_keeps_a_spike_at_any_width() {
+        let v: Vec<(f64, f64)> = (0..1001)
+            .map(|i| (i as f64, if i == 517 { 9.0 } else { 1.0 }))
+            .collect();
+        for n in [7, 40, 333] {
+            let t = thin_peaks(v.clone(), n);
+            assert!(t.len() <= n, "{n}: {}", t.len());
+            assert!(t.contains(&(517.0, 9.0)), "{n}");
+        }
+        assert_eq!(thin_peaks(v[..5].to_vec(), 11).len(), 5);
+    }
 
     #[test]
     fn thinning_keeps_the_ends_and_the_spacing() {

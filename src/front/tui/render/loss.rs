@@ -198,7 +198,7 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             ])
             .areas(rest);
             render_accuracy(frame, acc, app, theme);
-            render_grad_norm(frame, grad, app, theme);
+            super::grad::render_grad_norm(frame, grad, app, theme);
             render_epochs(frame, table, app, theme);
         } else {
             let [acc, table] =
@@ -208,67 +208,6 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             render_epochs(frame, table, app, theme);
         }
     }
-}
-
-/// The mean gradient's norm per step on a log scale, with `--clip-grad-norm`'s bound as a
-/// line and the share of steps it clipped: a norm that climbs for decades is a run about to
-/// diverge, one pinned at the bound a run the clipping trains.
-fn render_grad_norm(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let points = thin(app.grad_norm.all(), 2 * area.width as usize);
-    let clip = app.info.clip_grad_norm;
-    let head = grad_title(
-        app,
-        points.last().map(|p| p.1),
-        area.width.saturating_sub(2),
-        theme,
-    );
-    if points.is_empty() {
-        let why = match app.last_row {
-            Some(_) => "not recorded in this file",
-            None => "waiting for the first step…",
-        };
-        message(frame, area, block(head, theme), why, theme);
-        return;
-    }
-    // too few rows for a chart to read: the title says the newest
-    if area.height < 7 {
-        let b = block(head, theme);
-        let span = format!(
-            "steps {:.0} to {:.0}",
-            points[0].0,
-            points[points.len() - 1].0
-        );
-        frame.render_widget(
-            Paragraph::new(Line::styled(span, theme.muted())).block(b),
-            area,
-        );
-        return;
-    }
-    let log = |v: f64| v.max(1e-12).log10();
-    let data: Vec<(f64, f64)> = points.iter().map(|p| (p.0, log(p.1))).collect();
-    let (x0, x1) = (data[0].0, data[data.len() - 1].0.max(data[0].0 + 1.0));
-    let bound: Vec<(f64, f64)> = clip.map_or(Vec::new(), |c| {
-        vec![(x0, log(f64::from(c))), (x1, log(f64::from(c)))]
-    });
-    let (lo, hi) = (data.iter().chain(&bound))
-        .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(p.1), h.max(p.1)));
-    let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
-    let decade = |e: f64| format!("{}", 10f64.powf(e));
-    let datasets = vec![
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(theme.fg(theme.accent))
-            .data(&data),
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(theme.fg(theme.warn))
-            .data(&bound),
-    ];
-    let x = ([x0, x1], vec![format!("step {x0:.0}"), format!("{x1:.0}")]);
-    let y = ([lo, hi], vec![decade(lo), decade(hi)]);
-    draw_chart(frame, area, head, theme, datasets, x, y);
 }
 
 fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -327,45 +266,6 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     );
     let y = ([lo, 100.0], vec![format!("{lo:.0}"), "100".into()]);
     draw_chart(frame, area, head, theme, datasets, x, y);
-}
-
-/// The gradient chart's title in `w` columns: the newest norm and, under `--clip-grad-norm`,
-/// the bound and the share of the steps shown that it clipped, shorter where narrow.
-fn grad_title<'a>(app: &App, last: Option<f64>, w: u16, theme: &Theme) -> Vec<Span<'a>> {
-    let (seen, over) = app.clipped;
-    let share = (seen > 0).then(|| over as f64 / seen as f64 * 100.0);
-    let clip = |level: usize| {
-        let c = app.info.clip_grad_norm?;
-        Some(match (level, share) {
-            (0, Some(s)) => format!("· clipped at {c} in {s:.0}% of steps "),
-            (1, Some(s)) => format!("· clip {c}: {s:.0}% "),
-            (0..=2, _) => format!("· clip {c} "),
-            _ => return None,
-        })
-    };
-    let build = |level: usize| {
-        let name = if level == 0 {
-            " grad norm (log) "
-        } else {
-            " grad norm "
-        };
-        let mut head = vec![Span::styled(name, theme.title())];
-        if let Some(g) = last {
-            head.push(Span::styled(
-                format!("{} ", grad_norm(g as f32)),
-                theme.fg(theme.accent),
-            ));
-        }
-        if let Some(c) = clip(level) {
-            head.push(Span::styled(c, theme.fg(theme.warn)));
-        }
-        head
-    };
-    let width = |h: &[Span]| h.iter().map(|s| s.content.chars().count()).sum::<usize>();
-    (0..4)
-        .map(build)
-        .find(|h| width(h) <= w as usize + 1)
-        .unwrap_or_else(|| build(3))
 }
 
 /// Columns the per-epoch table takes in full.

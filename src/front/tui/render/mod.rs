@@ -3,6 +3,7 @@
 
 mod charts;
 mod devices;
+mod grad;
 mod header;
 mod log;
 mod loss;
