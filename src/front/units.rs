@@ -1,4 +1,5 @@
-//! Numbers and times as the screen and the log write them: `01:15`, `1.8 s`, `41.2k`, `3.0 GiB`.
+//! Numbers and times as the screen and the log write them: `01:15`, `1.8 s`, `41.2k`, `3.0 GiB`,
+//! a gradient norm `0.862` or `2.44e13`.
 
 use std::time::Duration;
 
@@ -45,6 +46,35 @@ pub fn bytes(b: u64) -> String {
     }
 }
 
+/// A gradient's norm as the log and the screen write it: 3 decimals from 0.001 to 99999, else
+/// in scientific notation (`6.10e-4`, `2.44e13`); `-` where not recorded.
+pub fn grad_norm(n: f32) -> String {
+    match n.abs() {
+        a if !a.is_finite() => "-".into(),
+        a if a == 0.0 || (1e-3..1e5).contains(&a) => format!("{n:.3}"),
+        _ => format!("{n:.2e}"),
+    }
+}
+
+/// A bound as given (`--clip-grad-norm 0.3`): as written from 0.001 to 99999, else in
+/// scientific notation (`1e30`, `1e-7`).
+pub fn bound_value(c: f32) -> String {
+    match (1e-3..1e5).contains(&c.abs()) {
+        true => format!("{c}"),
+        false => format!("{c:e}"),
+    }
+}
+
+/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
+pub fn loss_value(l: f64, dp: usize) -> String {
+    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
+        let p = dp.saturating_sub(2);
+        format!("{l:.p$e}")
+    } else {
+        format!("{l:.dp$}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +94,18 @@ mod tests {
         assert_eq!(si(2_500_000.0), "2.50M");
         assert_eq!(bytes(45 << 20), "45 MiB");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn norms_and_bounds_read_well_at_any_size() {
+        assert_eq!(grad_norm(0.8623), "0.862");
+        assert_eq!(grad_norm(0.0), "0.000");
+        assert_eq!(grad_norm(6.1e-4), "6.10e-4");
+        assert_eq!(grad_norm(2.437e13), "2.44e13");
+        assert_eq!(grad_norm(f32::NAN), "-");
+        assert_eq!(bound_value(0.3), "0.3");
+        assert_eq!(bound_value(1000.0), "1000");
+        assert_eq!(bound_value(1e30), "1e30");
+        assert_eq!(bound_value(1e-7), "1e-7");
     }
 }

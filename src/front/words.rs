@@ -5,6 +5,7 @@ use crate::config::Budget;
 use crate::engine::events::{Applied, Ending, Event};
 use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
+use crate::front::units::{bound_value, grad_norm, loss_value};
 use crate::nn::precision::Precision;
 use crate::observe::monitor::StepRow;
 
@@ -263,38 +264,9 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
     }
 }
 
-/// A gradient's norm as the log and the screen write it: 3 decimals from 0.001 to 99999, else
-/// in scientific notation (`6.10e-4`, `2.44e13`); `-` where not recorded.
-pub fn grad_norm(n: f32) -> String {
-    match n.abs() {
-        a if !a.is_finite() => "-".into(),
-        a if a == 0.0 || (1e-3..1e5).contains(&a) => format!("{n:.3}"),
-        _ => format!("{n:.2e}"),
-    }
-}
-
-/// A bound as given (`--clip-grad-norm 0.3`): as written from 0.001 to 99999, else in
-/// scientific notation (`1e30`, `1e-7`).
-pub fn bound_value(c: f32) -> String {
-    match (1e-3..1e5).contains(&c.abs()) {
-        true => format!("{c}"),
-        false => format!("{c:e}"),
-    }
-}
-
 /// What follows a run's `end` record, from `line` on.
 pub fn past_end(line: u64) -> String {
     format!("the file goes on after the run's end record (from line {line}): left unread")
-}
-
-/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
-pub fn loss_value(l: f64, dp: usize) -> String {
-    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
-        let p = dp.saturating_sub(2);
-        format!("{l:.p$e}")
-    } else {
-        format!("{l:.dp$}")
-    }
 }
 
 pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
@@ -494,19 +466,6 @@ mod tests {
         assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
         // three micro-batches of 32 accumulated, as the header says it
         assert!(line(96).contains("| batch 32x2x3=192 |"), "{}", line(96));
-    }
-
-    #[test]
-    fn norms_and_bounds_read_well_at_any_size() {
-        assert_eq!(grad_norm(0.8623), "0.862");
-        assert_eq!(grad_norm(0.0), "0.000");
-        assert_eq!(grad_norm(6.1e-4), "6.10e-4");
-        assert_eq!(grad_norm(2.437e13), "2.44e13");
-        assert_eq!(grad_norm(f32::NAN), "-");
-        assert_eq!(bound_value(0.3), "0.3");
-        assert_eq!(bound_value(1000.0), "1000");
-        assert_eq!(bound_value(1e30), "1e30");
-        assert_eq!(bound_value(1e-7), "1e-7");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use ratatui::Frame;
 use super::charts::{block, draw_chart, message, thin_peaks};
 use crate::front::tui::app::App;
 use crate::front::tui::theme::Theme;
-use crate::front::words::{bound_value, grad_norm};
+use crate::front::units::{bound_value, grad_norm};
 
 pub(super) fn render_grad_norm(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // (each point the largest of the steps it stands for: a spike shows at any width)

@@ -11,7 +11,7 @@ use ratatui::Frame;
 use super::charts::{block, draw_chart, message, thin};
 use crate::front::tui::app::App;
 use crate::front::tui::theme::Theme;
-use crate::front::words::{grad_norm, loss_value};
+use crate::front::units::{grad_norm, loss_value};
 
 fn bounds(points: &[&[(f64, f64)]]) -> ([f64; 2], [f64; 2]) {
     let mut x = [f64::INFINITY, f64::NEG_INFINITY];
