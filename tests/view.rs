@@ -187,6 +187,16 @@ fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
         "{e}"
     );
 
+    let p = edited(&run, d, "norm.jsonl", |l| {
+        let at = l[second].find("\"grad_norm\":").unwrap() + 12;
+        l[second].insert(at, '-');
+    });
+    let e = read_err(&p);
+    assert!(
+        e.contains(&format!("norm.jsonl: line {}:", second + 1)) && e.contains("`grad_norm` -"),
+        "{e}"
+    );
+
     let p = edited(&run, d, "long.jsonl", |l| l[3] = "x".repeat(3 << 20));
     let e = read_err(&p);
     assert!(e.contains("long.jsonl: line 4: longer than 1 MiB"), "{e}");

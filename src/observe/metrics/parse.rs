@@ -312,8 +312,13 @@ fn step(v: &Value, ranks: usize) -> Parsed<Record> {
     let (step, epoch) = (uint(v, "step")?, uint(v, "epoch")?);
     let loss = opt_num(v, "loss")?.unwrap_or(f64::NAN) as f32;
     let accuracy = opt_num(v, "accuracy")?.unwrap_or(f64::NAN) as f32;
-    // (older files lack it)
-    let grad_norm = opt_num(v, "grad_norm")?.unwrap_or(f64::NAN) as f32;
+    // (older files lack it; a norm is a length, as a float32 holds it)
+    let grad_norm = match opt_num(v, "grad_norm")? {
+        Some(n) if !(0.0..=f64::from(f32::MAX)).contains(&n) => {
+            return Err(format!("`grad_norm` {n} is not a gradient's norm"))
+        }
+        n => n.unwrap_or(f64::NAN) as f32,
+    };
     let lr = num(v, "lr")? as f32;
     let per_replica = count(v, "per_replica")?;
     let global_samples = count(v, "global_batch")?;
