@@ -50,12 +50,17 @@ extern "C" __global__ void grad_sumsq_f32(const float* g, const int4* chunks, in
     }
 }
 
-// out[0] = partial[0..n) summed by one block of 256 threads in a fixed order: the trained
+// A step's end side by side, for one copy to the host: out[0..aux) = its metric slots, and
+// out[aux] = partial[0..n) summed by one block of 256 threads in a fixed order: the trained
 // gradients' sum of squares (the same bits on every replica that holds the same gradients)
-extern "C" __global__ void grad_sumsq_total_f32(const double* partial, int n, float* out) {
+extern "C" __global__ void step_end_f32(const double* partial, int n, const float* slots, int aux,
+                                        float* out) {
     __shared__ double part[256];
     if (blockIdx.x != 0) {
         return;
+    }
+    if (threadIdx.x < aux) {
+        out[threadIdx.x] = slots[threadIdx.x];
     }
     double s = 0.0;
     for (int k = threadIdx.x; k < n; k += blockDim.x) {
@@ -63,7 +68,7 @@ extern "C" __global__ void grad_sumsq_total_f32(const double* partial, int n, fl
     }
     s = block_sum<256, double>(s, part);
     if (threadIdx.x == 0) {
-        out[0] = (float)s;
+        out[aux] = (float)s;
     }
 }
 

@@ -25,8 +25,9 @@ pub struct CpuReplica {
     shown: StepEnd,
     held: Option<(StepEnd, ReduceTiming)>,
     late: bool,
-    /// The last step's own gradients' sum of squares (what its update clips by).
-    sumsq: f64,
+    /// The end of the step whose gradients are held, once it ended (what its update scales
+    /// them by; an update without an end works it out from the gradients).
+    now: Option<StepEnd>,
 }
 
 impl CpuReplica {
@@ -72,7 +73,7 @@ impl CpuReplica {
             shown: StepEnd::default(),
             held: None,
             late: false,
-            sumsq: 0.0,
+            now: None,
         }
     }
 }
@@ -106,15 +107,20 @@ fn flush_denormals_on_this_thread() {
 }
 
 impl CpuReplica {
+    /// The end of the step whose gradients are held: its metric slots and sum of squares.
+    fn end_of_grads(&self) -> StepEnd {
+        let n = self.model.n_params;
+        StepEnd {
+            slots: self.grads[n..].try_into().expect("AUX metric slots"),
+            grad_sumsq: self.optimizer.grad_sumsq(&self.grads[..n]),
+        }
+    }
+
     /// The step just ended, its exchange taking `timing`: its metrics are reported now, or
     /// held back for one step (`late`; then the step before's are, with their timing).
     fn ended(&mut self, timing: ReduceTiming) -> ReduceTiming {
-        let n = self.model.n_params;
-        self.sumsq = self.optimizer.grad_sumsq(&self.grads[..n]);
-        let now = StepEnd {
-            slots: self.grads[n..].try_into().expect("AUX metric slots"),
-            grad_sumsq: self.sumsq,
-        };
+        let now = self.end_of_grads();
+        self.now = Some(now);
         if !self.late {
             self.shown = now;
             return timing;
@@ -132,6 +138,7 @@ impl CpuReplica {
 impl Replica for CpuReplica {
     fn compute_grads(&mut self, micro: &[MicroBatch], mut sync: Option<&mut dyn Collective>) {
         self.grads.iter_mut().for_each(|g| *g = 0.0);
+        self.now = None;
         let n = self.model.n_params;
         let (mut loss, mut correct, mut samples) = (0.0f64, 0usize, 0usize);
         for mb in micro {
@@ -201,10 +208,9 @@ impl Replica for CpuReplica {
     }
 
     fn apply_update(&mut self, lr: f32) {
-        // this step's samples and gradients (the metrics reported may be the step before's)
-        let samples = self.grads[self.model.n_params + 2] as f64;
-        let norm = optim::mean_grad_norm(self.sumsq, samples);
-        let scale = (1.0 / samples.max(1.0)) as f32 * self.optimizer.clip_factor(norm);
+        // this step's end (the metrics reported may be the step before's)
+        let end = self.now.take().unwrap_or_else(|| self.end_of_grads());
+        let scale = end.update_scale(&self.optimizer);
         optim::step(
             &self.optimizer,
             &mut self.params,

@@ -52,6 +52,15 @@ pub struct StepEnd {
 }
 
 impl StepEnd {
+    /// What the optimizer `o` multiplies this step's gradient sums by: 1 / its samples (the
+    /// mean), times `--clip-grad-norm`'s factor for its norm (`kernels/optim.cu`'s
+    /// `update_scale` on the GPU).
+    pub fn update_scale(&self, o: &crate::nn::optim::Optimizer) -> f32 {
+        let samples = f64::from(self.slots[2]);
+        let norm = crate::nn::optim::mean_grad_norm(self.grad_sumsq, samples);
+        (1.0 / samples.max(1.0)) as f32 * o.clip_factor(norm)
+    }
+
     pub fn metrics(&self) -> BatchMetrics {
         let [loss_sum, correct, samples] = self.slots.map(f64::from);
         BatchMetrics {

@@ -319,7 +319,7 @@ mod tests {
                 "softmax_xent_f32",
                 "softmax_xent_bf16",
                 "grad_sumsq_f32",
-                "grad_sumsq_total_f32",
+                "step_end_f32",
                 "sgd_f32",
                 "momentum_f32",
                 "adam_f32",

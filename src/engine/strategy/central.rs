@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::{Moved, Strategy};
-use crate::backend::{BatchMetrics, Replica, StepEnd, TrainState, AUX};
+use crate::backend::{Replica, StepEnd, TrainState, AUX};
 use crate::comm::{Collective, CollectiveError};
 use crate::config::RunConfig;
 use crate::nn::optim::{self, OptState, Optimizer};
@@ -73,14 +73,14 @@ impl Store {
     }
 }
 
-/// Gradients to the host, summed across ranks there; the batch's global metrics (the gradient's
-/// norm over the parameters the store's optimizer trains).
+/// Gradients to the host, summed across ranks there; the step's global end (its metrics, and
+/// the norm over the parameters the store's optimizer trains, which its update clips by).
 pub(super) fn exchange(
     store: &Store,
     replica: &mut dyn Replica,
     coll: &mut dyn Collective,
     host: &mut Vec<f32>,
-) -> Result<(BatchMetrics, Moved), CollectiveError> {
+) -> Result<(StepEnd, Moved), CollectiveError> {
     // (never late under central storage: this step's end)
     replica.finish_local(&*coll)?;
     let mut moved = Moved::default();
@@ -93,24 +93,23 @@ pub(super) fn exchange(
         slots: host[n..].try_into().expect("AUX metric slots"),
         grad_sumsq: store.optimizer.grad_sumsq(&host[..n]),
     };
-    Ok((end.metrics(), moved))
+    Ok((end, moved))
 }
 
-/// Rank 0 steps the host copy with the summed gradients; every rank then receives it.
+/// Rank 0 steps the host copy with the summed gradients (of the step that `end` ended);
+/// every rank then receives it.
 pub(super) fn update(
     store: &Store,
     replica: &mut dyn Replica,
     coll: &mut dyn Collective,
-    grads: &[f32],
+    (grads, end): (&[f32], &StepEnd),
     lr: f32,
 ) -> Result<(Duration, Moved), CollectiveError> {
     let mut optimizer = Duration::ZERO;
     if coll.rank() == 0 {
         let t = Instant::now();
-        let samples = grads[grads.len() - 1] as f64;
         let o = &store.optimizer;
-        let norm = optim::mean_grad_norm(o.grad_sumsq(&grads[..grads.len() - AUX]), samples);
-        let scale = (1.0 / samples.max(1.0)) as f32 * o.clip_factor(norm);
+        let scale = end.update_scale(o);
         let mut st = store.state.write().unwrap_or_else(|e| e.into_inner());
         let TrainState { params, opt, .. } = &mut *st;
         optim::step(o, params, grads, opt, lr, scale);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{central, local_sgd, Store, Strategy};
-use crate::backend::{BatchMetrics, Replica, TrainState};
+use crate::backend::{BatchMetrics, Replica, StepEnd, TrainState};
 use crate::comm::{Collective, CollectiveError, ReduceTiming};
 
 /// Where a step's exchange time went, on this rank.
@@ -47,8 +47,10 @@ pub struct Runner {
     strategy: Strategy,
     /// Central storage: the host's copy of the model.
     store: Option<Arc<Store>>,
-    /// Central storage: this rank's gradients on the host; local SGD: its parameters.
+    /// Central storage: this rank's gradients on the host, and the end of the step they sum
+    /// to; local SGD: its parameters.
     host: Vec<f32>,
+    host_end: StepEnd,
     /// The step after which the ranks last held one model.
     synced_at: u64,
     /// The step after which batch norm's running statistics were last averaged.
@@ -67,6 +69,7 @@ impl Runner {
             strategy,
             store,
             host: Vec::new(),
+            host_end: StepEnd::default(),
             synced_at: start,
             buffers_at: None,
         }
@@ -94,7 +97,9 @@ impl Runner {
     ) -> Result<(BatchMetrics, Moved), CollectiveError> {
         let timing = match (self.strategy, &self.store) {
             (Strategy::CentralStorage, Some(store)) => {
-                return central::exchange(store, replica, coll, &mut self.host)
+                let (end, moved) = central::exchange(store, replica, coll, &mut self.host)?;
+                self.host_end = end;
+                return Ok((end.metrics(), moved));
             }
             // (the step reported may be the one before, whose end followed an all-reduce)
             (Strategy::LocalSgd { warmup, .. }, _) if step > warmup => {
@@ -116,7 +121,7 @@ impl Runner {
     ) -> Result<(Duration, Moved), CollectiveError> {
         let out = match (self.strategy, &self.store) {
             (Strategy::CentralStorage, Some(store)) => {
-                central::update(store, replica, coll, &self.host, lr)?
+                central::update(store, replica, coll, (&self.host, &self.host_end), lr)?
             }
             (s, _) => {
                 let t = Instant::now();

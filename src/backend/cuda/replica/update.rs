@@ -33,7 +33,7 @@ pub(crate) fn chunk_table(pieces: &[Piece]) -> Vec<i32> {
 }
 
 /// The update's work list on the device, and a partial sum of squares per chunk (the
-/// gradient's norm, `launch_sumsq`).
+/// gradient's norm, `launch_step_end`).
 pub(crate) struct Chunks {
     table: CudaSlice<i32>,
     count: usize,
@@ -53,13 +53,14 @@ impl Chunks {
     }
 }
 
-/// `out[0]` = the sum of squares of the trained parameters' gradients in `g` (in a fixed
-/// order: the same bits on every replica holding the same gradients), what the update clips
-/// by and the step reports (`Optimizer::grad_sumsq` on the CPU).
-pub(crate) fn launch_sumsq(
+/// A step's end into `out` (AUX + 1 floats), for one copy to the host: its metric `slots`, then
+/// the sum of squares of the trained parameters' gradients in `g` (in a fixed order: the same
+/// bits on every replica holding the same gradients), what the update clips by and the step
+/// reports (`Optimizer::grad_sumsq` on the CPU).
+pub(crate) fn launch_step_end(
     gpu: &Gpu,
     chunks: &mut Chunks,
-    g: CudaView<'_, f32>,
+    (g, slots): (CudaView<'_, f32>, CudaView<'_, f32>),
     mut out: CudaViewMut<'_, f32>,
 ) {
     let count = chunks.count as i32;
@@ -73,12 +74,15 @@ pub(crate) fn launch_sumsq(
         &count,
         &mut *partial
     ));
+    let aux = AUX as i32;
     check(try_launch!(
         gpu,
-        "grad_sumsq_total_f32",
+        "step_end_f32",
         blocks_cfg(1),
         &*partial,
         &count,
+        &slots,
+        &aux,
         &mut out
     ));
 }
@@ -86,7 +90,7 @@ pub(crate) fn launch_sumsq(
 /// The buffers one update reads and writes: the moments hold the trained parameters' only
 /// (`m`, `v` unused where the optimizer keeps none); `samples`, one float, the step's global
 /// sample count (its metric slot), which the gradient sums are divided by; `sumsq`, one float,
-/// their sum of squares (`launch_sumsq`), which `--clip-grad-norm` clips by.
+/// their sum of squares (`launch_step_end`), which `--clip-grad-norm` clips by.
 pub(crate) struct Buffers<'a> {
     pub p: CudaViewMut<'a, f32>,
     pub g: CudaView<'a, f32>,

@@ -132,12 +132,9 @@ impl<E: Elem> CudaReplica<E> {
         };
         let reduced = self.record();
         // the metric slots and the gradients' sum of squares side by side, for one copy
-        let (g, mut slots) = (self.grads.slice(..n), self.ends_dev.slice_mut(..AUX));
-        if let Err(e) = s.memcpy_dtod(&self.grads.slice(n..n + AUX), &mut slots) {
-            self.fail("read the batch metrics", e)
-        }
-        let sumsq = self.ends_dev.slice_mut(AUX..AUX + 1);
-        update::launch_sumsq(&self.gpu, &mut self.chunks, g, sumsq);
+        let sums = (self.grads.slice(..n), self.grads.slice(n..n + AUX));
+        let end = self.ends_dev.slice_mut(..);
+        update::launch_step_end(&self.gpu, &mut self.chunks, sums, end);
         if let Err(e) = s.memcpy_dtoh(&self.ends_dev, &mut out) {
             self.fail("read the batch metrics", e)
         }
