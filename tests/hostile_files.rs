@@ -412,3 +412,36 @@ fn picture_and_weights_flags_name_the_problem() {
     );
     assert!(!d.join("out.safetensors").exists());
 }
+
+#[test]
+fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("run.toml"),
+        "# a sweep's base\nepochs = 2\nbatch-per-replica = 0\nmomentum = 0.5\n",
+    )
+    .unwrap();
+    refused(
+        d,
+        &["--config", "run.toml"],
+        &["error: config file run.toml (line 3): --batch-per-replica 0 is out of range"],
+    );
+    // a flag over the file: the file is not blamed for it
+    let (code, out) = run(
+        d,
+        &[
+            "--config",
+            "run.toml",
+            "--batch-per-replica",
+            "8",
+            "--momentum",
+            "1.5",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.starts_with("error: --momentum 1.5 is out of range"),
+        "{out}"
+    );
+}

@@ -7,11 +7,12 @@ use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
 mod one_line;
+mod origin;
 mod resolve;
 pub mod resumed;
 
 pub use one_line::one_line;
-pub use resolve::{read_config_file, Frontend, TensorboardDir};
+pub use resolve::{Frontend, TensorboardDir};
 
 const EXAMPLES: &str = "\
 Examples:

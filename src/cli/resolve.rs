@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::origin::Origins;
 use super::TrainArgs;
 use crate::config::{Budget, RunConfig};
 use crate::data::read::{self, Expect, ReadError};
@@ -40,8 +41,8 @@ fn learning_rate(lr: f64) -> Result<f32, String> {
     }
 }
 
-/// Reads a config file into the same shape as the flags.
-pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
+/// Reads a config file into the same shape as the flags (and its text).
+fn read_config_file(path: &Path) -> Result<(TrainArgs, String), String> {
     let expect = Expect {
         what: "a config file",
         flag: "--config",
@@ -54,7 +55,7 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
         }
         refused => format!("config file {refused}"),
     })?;
-    toml::from_str(&text).map_err(|e| {
+    let file = toml::from_str(&text).map_err(|e| {
         let (line, msg) = read::toml_error(&text, &e);
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong)
@@ -63,7 +64,8 @@ pub fn read_config_file(path: &Path) -> Result<TrainArgs, String> {
             false => "",
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
-    })
+    })?;
+    Ok((file, text))
 }
 
 /// A relative input path from a config file is read from the working directory, as on the
@@ -179,10 +181,16 @@ impl TrainArgs {
 
     /// The flags over the `--config` file's settings: the file read (and no longer named).
     pub fn with_config_file(self) -> Result<TrainArgs, String> {
+        self.with_config_noted(&mut Origins::default())
+    }
+
+    /// `with_config_file`, telling `origins` the file's settings no flag overrode.
+    fn with_config_noted(self, origins: &mut Origins) -> Result<TrainArgs, String> {
         let Some(path) = self.config.clone() else {
             return Ok(self);
         };
-        let file = read_config_file(&path)?;
+        let (file, text) = read_config_file(&path)?;
+        origins.file(&path, text, &self);
         // (a flag for either replaces the file's)
         let budget_flag = self.epochs.is_some() || self.steps.is_some();
         if file.epochs.is_some() && file.steps.is_some() && !budget_flag {
@@ -200,26 +208,17 @@ impl TrainArgs {
 
     /// The validated run configuration, and how to show it: flags over the config file over,
     /// for a resumed run, the settings of the run it continues, over the defaults.
+    /// A refused setting no flag gave is said with where it came from (the config file's
+    /// line, or the resumed checkpoint).
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
-        let mut taken = None;
-        self.resolve_under(&mut taken).map_err(|e| match taken.as_deref() {
-            // a setting the resumed checkpoint recorded, where no flag gave it: said so
-            Some(t)
-                if e.split_once(':')
-                    .is_some_and(|(flag, _)| t.split_whitespace().any(|w| w == flag)) =>
-            {
-                format!("{e} (recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)")
-            }
-            _ => e,
-        })
+        let mut origins = Origins::default();
+        self.resolve_under(&mut origins)
+            .map_err(|e| origins.explain(e))
     }
 
-    /// `resolve`, telling `taken_out` the settings taken from a resumed checkpoint.
-    fn resolve_under(
-        self,
-        taken_out: &mut Option<String>,
-    ) -> Result<(RunConfig, Frontend), String> {
-        let args = self.with_config_file()?;
+    /// `resolve`, telling `origins` where the settings no flag gave came from.
+    fn resolve_under(self, origins: &mut Origins) -> Result<(RunConfig, Frontend), String> {
+        let args = self.with_config_noted(origins)?;
         // the checkpoint a resumed run continues (read once: a `latest` link moves when this
         // run starts), and the settings it takes from it
         let resume = args
@@ -236,7 +235,7 @@ impl TrainArgs {
             }
             None => (args, None),
         };
-        taken_out.clone_from(&taken);
+        origins.taken.clone_from(&taken);
         let d = RunConfig::default();
         let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
         let budget = match (args.epochs, args.steps) {
@@ -430,6 +429,9 @@ impl TrainArgs {
             sample_interval,
             export: args.export,
         };
+        // the rules the engine holds a configuration to, here where a refusal can say where
+        // its setting came from
+        crate::engine::validate::settings(&cfg).map_err(|e| e.to_string())?;
         Ok((cfg, frontend))
     }
 }

@@ -80,22 +80,9 @@ pub fn under_record(
     args: TrainArgs,
     mut taken: Map<String, Value>,
 ) -> Result<(TrainArgs, String), String> {
-    // which settings the flags and file gave (paths, which no recorded setting is, left out:
-    // they need not be text)
-    let probe = TrainArgs {
-        config: None,
-        metrics_out: None,
-        tensorboard: None,
-        run_dir: None,
-        checkpoint_dir: None,
-        init: None,
-        export: None,
-        resume: None,
-        ..args.clone()
-    };
-    let given = serde_json::to_value(&probe).map_err(|e| e.to_string())?;
-    // (every recorded setting is an option: a switch given `=false` is given)
-    let given = |k: &str| !matches!(given.get(k), None | Some(Value::Null));
+    // which settings the flags and file gave (every recorded setting is an option: a switch
+    // given `=false` is given)
+    let given = super::origin::given(&args);
     // a budget, or a strategy, given replaces the recorded one whole
     if given("steps") || given("epochs") {
         taken.remove("steps");

@@ -22,7 +22,7 @@ mod resume;
 pub mod rundir;
 mod start;
 pub mod strategy;
-mod validate;
+pub(crate) mod validate;
 pub mod weights;
 mod worker;
 
@@ -85,7 +85,7 @@ impl Engine {
         cfg: RunConfig,
         procs: Option<Arc<dyn Processes>>,
     ) -> Result<Engine, EngineError> {
-        validate::validate(&cfg)?;
+        validate::settings(&cfg)?;
         let lead = procs.as_ref().is_none_or(|p| p.index() == 0);
         let (mut devices, note) = resolve_devices(&cfg.devices)?;
         if let Some(p) = &procs {

@@ -1,0 +1,176 @@
+//! Where a refused setting came from, when no flag gave it: the `--config` file (named with the
+//! line that sets it, so the user mends the file, not a flag they never typed) or the resumed
+//! checkpoint's record of its run. A refusal names its flags (`--lr 0 is invalid: ...`); those
+//! are looked up here.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::TrainArgs;
+
+/// The settings of a run that no flag gave, by where they came from.
+#[derive(Default)]
+pub(super) struct Origins {
+    /// The config file, its text, and the keys it set that no flag overrode.
+    file: Option<(PathBuf, String, Vec<String>)>,
+    /// The `--flag value`s taken from a resumed checkpoint (as the start-up line says them).
+    pub taken: Option<String>,
+}
+
+impl Origins {
+    /// Notes the config file at `path` (its `text`) read under the flags `flags`.
+    pub fn file(&mut self, path: &Path, text: String, flags: &TrainArgs) {
+        let given = given(flags);
+        let keys = match toml::from_str::<toml::Table>(&text) {
+            Ok(table) => table.keys().filter(|k| !given(k)).cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        self.file = Some((path.to_path_buf(), text, keys));
+    }
+
+    /// `refusal` said with where its settings came from where no flag gave them.
+    pub fn explain(&self, refusal: String) -> String {
+        let named = named_flags(&refusal);
+        if let Some((path, text, keys)) = &self.file {
+            let from_file: Vec<&str> = (named.iter().copied())
+                .filter(|f| keys.iter().any(|k| k == f))
+                .collect();
+            if !from_file.is_empty() {
+                let lines: Vec<String> = (from_file.iter())
+                    .filter_map(|f| line_of(text, f).map(|l| l.to_string()))
+                    .collect();
+                let at = match lines.as_slice() {
+                    [] => String::new(),
+                    [one] => format!(" (line {one})"),
+                    [first @ .., last] => format!(" (lines {} and {last})", first.join(", ")),
+                };
+                return format!("config file {}{at}: {refusal}", path.display());
+            }
+        }
+        match &self.taken {
+            Some(t)
+                if named
+                    .iter()
+                    .any(|f| t.split_whitespace().any(|w| w == format!("--{f}"))) =>
+            {
+                format!("{refusal} (recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)")
+            }
+            _ => refusal,
+        }
+    }
+}
+
+/// The settings `args` gives, by their flags' names (`lr`, `batch-per-replica`): an option
+/// set (a switch given `=false` too); the plain switches (`--headless`) always.
+pub(super) fn given(args: &TrainArgs) -> impl Fn(&str) -> bool {
+    // (paths as a mark of their own: they need not be text)
+    let mark = |p: &Option<PathBuf>| p.as_ref().map(|_| PathBuf::from("given"));
+    let probe = TrainArgs {
+        config: None,
+        metrics_out: mark(&args.metrics_out),
+        run_dir: mark(&args.run_dir),
+        checkpoint_dir: mark(&args.checkpoint_dir),
+        init: mark(&args.init),
+        export: mark(&args.export),
+        resume: mark(&args.resume),
+        ..args.clone()
+    };
+    let set = serde_json::to_value(&probe).unwrap_or_default();
+    move |k: &str| !matches!(set.get(k), None | Some(Value::Null))
+}
+
+/// The flags a refusal is about: those its problem names (before its first `: `, the fix
+/// after it may name others), without the `--`.
+fn named_flags(refusal: &str) -> Vec<&str> {
+    let problem = refusal.split(": ").next().unwrap_or(refusal);
+    (problem.split_whitespace())
+        .filter_map(|w| w.strip_prefix("--"))
+        .map(|w| w.trim_end_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The line (from 1) of `text` that sets `key` at the top level (`key = ...`).
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let mut top = true;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        // (a `[table]` header ends the top level)
+        if line.starts_with('[') {
+            top = false;
+        }
+        let rest = line
+            .strip_prefix(key)
+            .or_else(|| line.strip_prefix(&format!("\"{key}\"")));
+        if top && rest.is_some_and(|r| r.trim_start().starts_with('=')) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_flags_of_its_problem_not_of_its_fix() {
+        assert_eq!(
+            named_flags("--lr -1 is invalid: use a positive number"),
+            ["lr"]
+        );
+        assert_eq!(
+            named_flags("--prefetch `x`: use a number or auto"),
+            ["prefetch"]
+        );
+        assert_eq!(
+            named_flags("--devices cpu:4 with --threads-per-worker 600 asks for 2400 threads; at most 1024 in all: fewer --devices"),
+            ["devices", "threads-per-worker"]
+        );
+        assert_eq!(named_flags("--freeze: no parameter"), ["freeze"]);
+        assert!(named_flags("cannot read the data").is_empty());
+    }
+
+    #[test]
+    fn a_key_is_found_on_its_own_line_at_the_top_level() {
+        let text = "# lr = 1\nlr-scaling = \"sqrt\"\n  lr  = -1\n\"seed\" = 3\n[x]\nepochs = 2\n";
+        assert_eq!(line_of(text, "lr"), Some(3));
+        assert_eq!(line_of(text, "seed"), Some(4));
+        assert_eq!(line_of(text, "epochs"), None);
+    }
+
+    #[test]
+    fn a_setting_from_the_file_is_named_there_and_one_from_a_flag_is_not() {
+        let flags = TrainArgs {
+            momentum: Some(2.0),
+            ..TrainArgs::default()
+        };
+        let mut origins = Origins::default();
+        let text = "epochs = 3\nmomentum = 0.5\nlr = -1\n";
+        origins.file(Path::new("run.toml"), text.into(), &flags);
+        assert_eq!(
+            origins.explain("--lr -1 is invalid: use 1e-3".into()),
+            "config file run.toml (line 3): --lr -1 is invalid: use 1e-3"
+        );
+        // the flag gave it: the file is not to blame
+        let momentum = "--momentum 2 is out of range: use 0 to 1";
+        assert_eq!(origins.explain(momentum.into()), momentum);
+        assert_eq!(
+            origins.explain("--epochs 3 with --lr -1: no".into()),
+            "config file run.toml (lines 1 and 3): --epochs 3 with --lr -1: no"
+        );
+    }
+
+    #[test]
+    fn a_setting_from_the_checkpoint_says_so() {
+        let origins = Origins {
+            file: None,
+            taken: Some("--schedule cosine --freeze conv1".into()),
+        };
+        assert!(origins
+            .explain("--freeze conv1: no parameter".into())
+            .ends_with("(recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)"));
+        assert_eq!(origins.explain("--lr 0: no".into()), "--lr 0: no");
+    }
+}
