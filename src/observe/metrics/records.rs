@@ -257,6 +257,11 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
         Warning::BoundCleared { step, .. } => {
             v["step"] = (*step).into();
         }
+        Warning::GradSpike { step, spike } => {
+            v["step"] = (*step).into();
+            v["grad_norm"] = spike.norm.into();
+            v["median"] = spike.median.into();
+        }
     }
     v
 }

@@ -71,6 +71,7 @@ pub struct Prometheus {
     stragglers: IntCounterVec,
     degraded: IntCounterVec,
     stalls: IntCounter,
+    grad_spikes: IntCounter,
     /// 1 while the run is said to be input-bound, launch-bound or underused.
     bound: GaugeVec,
     checkpoints: IntCounter,
@@ -283,6 +284,11 @@ impl Prometheus {
                 "mgtop_stall_warnings_total",
                 "Warnings that no step completed for the stall timeout.",
             )?,
+            grad_spikes: int_counter(
+                r,
+                "mgtop_grad_spike_warnings_total",
+                "Warnings that a step's gradient norm was many times its recent median (at most one per 100 steps).",
+            )?,
             bound: gauge_vec(
                 r,
                 "mgtop_bound",
@@ -446,6 +452,7 @@ impl Sink for Prometheus {
                 .inc(),
             Warning::Degraded { rank: r, .. } => self.degraded.with_label_values(&[rank(*r)]).inc(),
             Warning::Stall { .. } => self.stalls.inc(),
+            Warning::GradSpike { .. } => self.grad_spikes.inc(),
             Warning::Bound { bound, .. } => {
                 self.bound.with_label_values(&[bound.limit.name()]).set(1.0)
             }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::engine::events::{Ending, StepStats};
-use crate::observe::straggler::Cause;
+use crate::observe::straggler::{Cause, Spike};
 
 fn info() -> RunInfo {
     crate::observe::metrics::run_info(&serde_json::json!({
@@ -177,6 +177,17 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         Duration::from_secs(1),
     )
     .unwrap();
+    let spike = Spike {
+        norm: 30.0,
+        median: 1.0,
+        steps: 100,
+        clip: None,
+    };
+    p.warning(
+        &Warning::GradSpike { step: 4, spike },
+        Duration::from_secs(1),
+    )
+    .unwrap();
     p.event(
         &Event::EpochDone {
             epoch: 1,
@@ -257,6 +268,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             0.0,
         ),
         (r#"mgtop_degraded_warnings_total{rank="1"}"#, 0.0),
+        ("mgtop_grad_spike_warnings_total", 1.0),
         (r#"mgtop_bound{limit="launch-bound"}"#, 0.0),
         (
             r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#,

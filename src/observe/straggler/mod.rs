@@ -18,10 +18,12 @@ use std::time::Duration;
 
 mod bound;
 mod config;
+mod spike;
 mod warning;
 
 pub use bound::{Bound, Limit};
 pub use config::{Context, DetectorConfig};
+pub use spike::Spike;
 pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
@@ -96,6 +98,8 @@ pub struct Detector {
     paused: bool,
     /// What holds the whole run back (its input, its host) or leaves its GPUs underused.
     bound: bound::BoundDetector,
+    /// Steps whose gradient norm is many times the recent ones'.
+    spikes: spike::SpikeDetector,
 }
 
 impl Detector {
@@ -128,7 +132,10 @@ impl Detector {
             pictures: info.pictures,
         };
         let mfu = Mfu::for_run(info);
-        Detector::with_mfu(info.ranks(), cfg, ctx, mfu)
+        Detector {
+            spikes: spike::SpikeDetector::new(info.clip_grad_norm),
+            ..Detector::with_mfu(info.ranks(), cfg, ctx, mfu)
+        }
     }
 
     /// A detector that cannot tell a launch-bound run (no FLOPs known).
@@ -155,6 +162,7 @@ impl Detector {
             last_progress: Duration::ZERO,
             paused: false,
             bound: bound::BoundDetector::new(mfu, ctx.input_fix()),
+            spikes: spike::SpikeDetector::default(),
             cfg,
             ctx,
         }
@@ -198,6 +206,12 @@ impl Detector {
             return Vec::new();
         }
         let mut out = Vec::new();
+        if let Some(spike) = self.spikes.on_norm(row.grad_norm) {
+            out.push(Warning::GradSpike {
+                step: row.step,
+                spike,
+            });
+        }
         if let Some(key) = BatchKey::of(row, self.batch.as_ref().map(|(k, _)| k)) {
             self.batch = Some((key, self.rows));
             self.best.fill(f64::INFINITY);

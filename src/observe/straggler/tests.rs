@@ -97,6 +97,22 @@ fn feed(
 }
 
 #[test]
+fn a_step_whose_gradient_norm_leaps_is_a_gradient_spike_of_the_run_not_of_a_rank() {
+    let mut d = detector(2);
+    for s in 1..=40 {
+        assert!(d.on_row(&row(s, &[10.0, 10.0], &[0.1, 0.1])).is_empty());
+    }
+    let mut leap = row(41, &[10.0, 10.0], &[0.1, 0.1]);
+    leap.grad_norm = 25.0;
+    let w = d.on_row(&leap);
+    assert!(
+        matches!(&w[..], [Warning::GradSpike { step: 41, spike }] if spike.median == 1.0 && spike.norm == 25.0),
+        "{w:?}"
+    );
+    assert_eq!((w[0].rank(), w[0].kind()), (None, "grad_spike"));
+}
+
+#[test]
 fn noise_alone_flags_nobody() {
     let mut d = detector(4);
     // +-20% noise around 10 ms on every rank

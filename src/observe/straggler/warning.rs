@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::bound::{Bound, Limit};
+use super::spike::Spike;
 
 /// The likely cause of a straggler, from evidence.
 #[derive(Clone, Debug, PartialEq)]
@@ -151,6 +152,11 @@ pub enum Warning {
         step: u64,
         limit: Limit,
     },
+    /// A step's gradient norm many times its recent median (the training, not a rank).
+    GradSpike {
+        step: u64,
+        spike: Spike,
+    },
 }
 
 impl Warning {
@@ -161,7 +167,10 @@ impl Warning {
             | Warning::StragglerCleared { rank, .. }
             | Warning::Degraded { rank, .. }
             | Warning::DegradedCleared { rank, .. } => Some(*rank),
-            Warning::Stall { .. } | Warning::Bound { .. } | Warning::BoundCleared { .. } => None,
+            Warning::Stall { .. }
+            | Warning::Bound { .. }
+            | Warning::BoundCleared { .. }
+            | Warning::GradSpike { .. } => None,
         }
     }
     /// Whether this ends an earlier warning.
@@ -181,6 +190,7 @@ impl Warning {
             Warning::Degraded { .. } => "degraded",
             Warning::DegradedCleared { .. } => "degraded_cleared",
             Warning::Stall { .. } => "stall",
+            Warning::GradSpike { .. } => "grad_spike",
             Warning::Bound { bound, .. } => bound.limit.kind(),
             Warning::BoundCleared { limit, .. } => match limit {
                 Limit::Input => "input_bound_cleared",
@@ -231,6 +241,7 @@ impl fmt::Display for Warning {
                     Limit::Underused => "the GPUs' MFU is up again",
                 }
             ),
+            Warning::GradSpike { step, spike } => write!(f, "gradient spike at step {step}: {spike}"),
             Warning::Stall { step, waited, missing } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 write!(

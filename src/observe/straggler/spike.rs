@@ -1,0 +1,202 @@
+//! A gradient spike: a step whose gradient norm is many times its recent median, the first
+//! sign of a loss spike or a divergence, seen before the loss shows it. Judged on each step's
+//! norm (before clipping) against the median of the last `WINDOW` steps once `SETTLE` steps
+//! are in; said again only after `SETTLE` steps without one (a run going off the rails climbs
+//! for many steps: one warning, not one per step; a bad sample met again an epoch later is
+//! said again).
+
+use std::collections::VecDeque;
+use std::fmt;
+
+/// Steps the median is over; the fewest it is judged on, and the calm steps between two
+/// spikes said.
+pub const WINDOW: usize = 100;
+const SETTLE: usize = 20;
+/// A spike is a norm at least this many times the median.
+pub const FACTOR: f64 = 10.0;
+
+/// A step's gradient norm far above its recent median.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spike {
+    pub norm: f64,
+    /// The median norm of the `steps` before it (up to `WINDOW`).
+    pub median: f64,
+    pub steps: usize,
+    /// The run's `--clip-grad-norm` bound, where it clips.
+    pub clip: Option<f64>,
+}
+
+impl fmt::Display for Spike {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Spike {
+            norm,
+            median,
+            steps,
+            clip,
+        } = self;
+        write!(
+            f,
+            "norm {}, {:.0}x the median {} of the last {steps} steps; ",
+            sig(*norm, 3),
+            norm / median,
+            sig(*median, 3)
+        )?;
+        match clip {
+            Some(c) => write!(
+                f,
+                "clipped to {} by --clip-grad-norm; if the loss climbs, try a lower --lr or more --warmup",
+                sig(*c, 3)
+            ),
+            // (twice the median clips few of the steps that train as they should)
+            None => write!(
+                f,
+                "a loss spike or divergence may follow: --clip-grad-norm {} would bound such steps",
+                sig(2.0 * median, 2)
+            ),
+        }
+    }
+}
+
+/// `x` to `digits` significant digits, a whole number whole (scientific where very large or
+/// small).
+fn sig(x: f64, digits: i32) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    if !(-4..6).contains(&magnitude) {
+        return format!("{:.*e}", (digits - 1) as usize, x);
+    }
+    format!("{:.*}", (digits - 1 - magnitude).max(0) as usize, x)
+}
+
+/// The recent norms and the steps since the last spike.
+#[derive(Debug, Default)]
+pub struct SpikeDetector {
+    recent: VecDeque<f64>,
+    clip: Option<f64>,
+    /// Steps since a norm last was a spike, said or not (`None`: none yet).
+    calm: Option<usize>,
+}
+
+impl SpikeDetector {
+    pub fn new(clip: Option<f32>) -> SpikeDetector {
+        SpikeDetector {
+            clip: clip.map(f64::from),
+            ..SpikeDetector::default()
+        }
+    }
+
+    /// One step's norm (NaN where the step had none); the spike it is, if one to say.
+    pub fn on_norm(&mut self, norm: f32) -> Option<Spike> {
+        let norm = f64::from(norm);
+        if !norm.is_finite() {
+            return None;
+        }
+        let median = (self.recent.len() >= SETTLE).then(|| {
+            let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+            sorted.sort_by(f64::total_cmp);
+            sorted[sorted.len() / 2]
+        });
+        let high = median.filter(|&m| m > 0.0 && norm >= FACTOR * m);
+        let said = self.calm.is_none_or(|c| c >= SETTLE);
+        self.calm = match high {
+            Some(_) => Some(0),
+            None => self.calm.map(|c| c + 1),
+        };
+        let spike = high.filter(|_| said).map(|median| Spike {
+            norm,
+            median,
+            steps: self.recent.len(),
+            clip: self.clip,
+        });
+        if self.recent.len() == WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(norm);
+        spike
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Norms around 1 (0.8 to 1.2), step after step.
+    fn steady(d: &mut SpikeDetector, steps: usize) -> usize {
+        (0..steps)
+            .filter(|i| {
+                d.on_norm(0.8 + 0.4 * ((*i * 7) % 10) as f32 / 10.0)
+                    .is_some()
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_norm_ten_times_its_median_is_a_spike_and_noise_is_not() {
+        let mut d = SpikeDetector::new(None);
+        assert_eq!(steady(&mut d, 300), 0);
+        assert_eq!(d.on_norm(9.0), None, "9x is within what a noisy run does");
+        let s = d.on_norm(14.0).expect("a spike");
+        assert!((s.median - 1.0).abs() < 0.21, "{s:?}");
+        let said = s.to_string();
+        assert!(
+            said.starts_with("norm 14.0, 14x the median 1.00 of the last 100 steps;"),
+            "{said}"
+        );
+        assert!(said.contains("--clip-grad-norm 2"), "{said}");
+    }
+
+    #[test]
+    fn nothing_is_judged_before_the_median_settles() {
+        let mut d = SpikeDetector::new(None);
+        assert_eq!(steady(&mut d, SETTLE - 1), 0);
+        assert_eq!(d.on_norm(100.0), None);
+        // nor on steps without a norm (older files, NaN)
+        assert_eq!(d.on_norm(f32::NAN), None);
+    }
+
+    #[test]
+    fn a_divergence_is_said_once_not_once_per_step() {
+        let mut d = SpikeDetector::new(Some(1.0));
+        steady(&mut d, 50);
+        let climbing: Vec<usize> = (0..200)
+            .filter(|&i| d.on_norm(20.0 * 1.05f32.powi(i as i32)).is_some())
+            .collect();
+        // (a climb of 5% a step stays 10x above the median of the 100 steps before it)
+        assert_eq!(climbing, [0]);
+    }
+
+    #[test]
+    fn a_spike_met_again_after_calm_steps_is_said_again() {
+        let mut d = SpikeDetector::new(None);
+        steady(&mut d, 40);
+        assert!(d.on_norm(30.0).is_some());
+        assert_eq!(steady(&mut d, 5), 0);
+        assert_eq!(d.on_norm(30.0), None, "too soon: part of the first");
+        assert_eq!(steady(&mut d, SETTLE), 0);
+        let again = d.on_norm(30.0).expect("said again");
+        assert_eq!(again.steps, WINDOW.min(40 + 1 + 5 + 1 + SETTLE));
+    }
+
+    #[test]
+    fn a_clipped_run_is_told_the_bound_held_it() {
+        let mut d = SpikeDetector::new(Some(0.5));
+        steady(&mut d, 40);
+        let said = d.on_norm(50.0).unwrap().to_string();
+        assert!(
+            said.contains("clipped to 0.500 by --clip-grad-norm"),
+            "{said}"
+        );
+        assert!(said.contains("lower --lr"), "{said}");
+    }
+
+    #[test]
+    fn numbers_show_their_significant_digits_and_whole_numbers_whole() {
+        assert_eq!(sig(14.04, 3), "14.0");
+        assert_eq!(sig(0.012345, 2), "0.012");
+        assert_eq!(sig(2345.6, 2), "2346");
+        assert_eq!(sig(1.5e-7, 2), "1.5e-7");
+        assert_eq!(sig(3.2e9, 3), "3.20e9");
+    }
+}
