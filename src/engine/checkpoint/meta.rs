@@ -129,6 +129,18 @@ impl CheckpointMeta {
                 self.epoch, self.step
             ));
         }
+        // (a loss sum and a sample count: neither negative, the count whole)
+        if let Some([loss, samples]) = self.epoch_sum {
+            if !(loss >= 0.0
+                && loss < 1e300
+                && (0.0..=9e15).contains(&samples)
+                && samples.fract() == 0.0)
+            {
+                return Err(format!(
+                    "epoch_sum [{loss}, {samples}] is not a loss sum and a whole count of samples, both 0 or more"
+                ));
+            }
+        }
         let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
         match &self.config["grad_accum"] {
             serde_json::Value::Null => {}
@@ -174,6 +186,31 @@ impl CheckpointMeta {
             train_fingerprint: None,
             epoch_sum: None,
             weights_crc32c: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CheckpointMeta;
+
+    #[test]
+    fn an_epoch_sum_that_no_run_writes_is_refused() {
+        let with = |sum: [f64; 2]| CheckpointMeta {
+            epoch_sum: Some(sum),
+            ..CheckpointMeta::example()
+        };
+        assert_eq!(with([12.5, 64.0]).check(), Ok(()));
+        assert_eq!(with([0.0, 0.0]).check(), Ok(()));
+        for bad in [
+            [-1.0, 64.0],
+            [1.0, -64.0],
+            [1.0, 2.5],
+            [1e308, 64.0],
+            [1.0, 1e300],
+        ] {
+            let e = with(bad).check().unwrap_err();
+            assert!(e.starts_with("epoch_sum ["), "{bad:?}: {e}");
         }
     }
 }
