@@ -206,13 +206,12 @@ impl Detector {
             return Vec::new();
         }
         let mut out = Vec::new();
-        if let Some(spike) = self.spikes.on_norm(row.grad_norm) {
-            out.push(Warning::GradSpike {
-                step: row.step,
-                spike,
-            });
-        }
         if let Some(key) = BatchKey::of(row, self.batch.as_ref().map(|(k, _)| k)) {
+            // the norm of a mean gradient is of the batch it is over: a new batch size is
+            // judged on its own norms
+            if (self.batch.as_ref()).is_some_and(|(k, _)| k.per_replica != key.per_replica) {
+                self.spikes = spike::SpikeDetector::new(self.spikes.clip());
+            }
             self.batch = Some((key, self.rows));
             self.best.fill(f64::INFINITY);
             self.worse_runs.fill(0);
@@ -246,6 +245,12 @@ impl Detector {
                 s.samples.max(1) as f64,
                 ms(s.comm),
             ));
+        }
+        if let Some(spike) = self.spikes.on_norm(row.grad_norm) {
+            out.push(Warning::GradSpike {
+                step: row.step,
+                spike,
+            });
         }
         self.rows += 1;
         let bound =

@@ -87,6 +87,11 @@ impl SpikeDetector {
         }
     }
 
+    /// The `--clip-grad-norm` bound it says.
+    pub fn clip(&self) -> Option<f32> {
+        self.clip.map(|c| c as f32)
+    }
+
     /// One step's norm (NaN where the step had none); the spike it is, if one to say.
     pub fn on_norm(&mut self, norm: f32) -> Option<Spike> {
         let norm = f64::from(norm);
