@@ -131,8 +131,7 @@ impl CheckpointMeta {
         }
         // (a loss sum and a sample count: neither negative, the count whole)
         if let Some([loss, samples]) = self.epoch_sum {
-            if !(loss >= 0.0
-                && loss < 1e300
+            if !((0.0..1e300).contains(&loss)
                 && (0.0..=9e15).contains(&samples)
                 && samples.fract() == 0.0)
             {
