@@ -12,6 +12,7 @@ mod resolve;
 pub mod resumed;
 
 pub use one_line::one_line;
+pub use origin::Origins;
 pub use resolve::{Frontend, TensorboardDir};
 
 const EXAMPLES: &str = "\

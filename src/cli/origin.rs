@@ -3,6 +3,7 @@
 //! checkpoint's record of its run. A refusal names its flags (`--lr 0 is invalid: ...`); those
 //! are looked up here.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -10,36 +11,36 @@ use serde_json::Value;
 use super::TrainArgs;
 
 /// The settings of a run that no flag gave, by where they came from.
-#[derive(Default)]
-pub(super) struct Origins {
-    /// The config file, its text, and the keys it set that no flag overrode.
-    file: Option<(PathBuf, String, Vec<String>)>,
+#[derive(Debug, Default)]
+pub struct Origins {
+    /// The config file, and the line of each key it set that no flag overrode.
+    file: Option<(PathBuf, BTreeMap<String, usize>)>,
     /// The `--flag value`s taken from a resumed checkpoint (as the start-up line says them).
-    pub taken: Option<String>,
+    pub(super) taken: Option<String>,
 }
 
 impl Origins {
     /// Notes the config file at `path` (its `text`) read under the flags `flags`.
-    pub fn file(&mut self, path: &Path, text: String, flags: &TrainArgs) {
-        let given = given(flags);
-        let keys = match toml::from_str::<toml::Table>(&text) {
-            Ok(table) => table.keys().filter(|k| !given(k)).cloned().collect(),
-            Err(_) => Vec::new(),
-        };
-        self.file = Some((path.to_path_buf(), text, keys));
+    pub(super) fn file(&mut self, path: &Path, text: &str, flags: &TrainArgs) {
+        // (a file the flags cannot be told apart from is blamed for nothing)
+        let Ok(given) = given(flags) else { return };
+        let keys = toml::from_str::<BTreeMap<String, toml::Spanned<toml::Value>>>(text)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| !given(k))
+            .map(|(k, v)| (k, text[..v.span().start].matches('\n').count() + 1))
+            .collect();
+        self.file = Some((path.to_path_buf(), keys));
     }
 
     /// `refusal` said with where its settings came from where no flag gave them.
     pub fn explain(&self, refusal: String) -> String {
         let named = named_flags(&refusal);
-        if let Some((path, text, keys)) = &self.file {
-            let from_file: Vec<&str> = (named.iter().copied())
-                .filter(|f| keys.iter().any(|k| k == f))
+        if let Some((path, keys)) = &self.file {
+            let lines: Vec<String> = (named.iter())
+                .filter_map(|f| keys.get(*f).map(|l| l.to_string()))
                 .collect();
-            if !from_file.is_empty() {
-                let lines: Vec<String> = (from_file.iter())
-                    .filter_map(|f| line_of(text, f).map(|l| l.to_string()))
-                    .collect();
+            if !lines.is_empty() {
                 let at = match lines.as_slice() {
                     [] => String::new(),
                     [one] => format!(" (line {one})"),
@@ -63,12 +64,13 @@ impl Origins {
 
 /// The settings `args` gives, by their flags' names (`lr`, `batch-per-replica`): an option
 /// set (a switch given `=false` too); the plain switches (`--headless`) always.
-pub(super) fn given(args: &TrainArgs) -> impl Fn(&str) -> bool {
+pub(super) fn given(args: &TrainArgs) -> Result<impl Fn(&str) -> bool, String> {
     // (paths as a mark of their own: they need not be text)
     let mark = |p: &Option<PathBuf>| p.as_ref().map(|_| PathBuf::from("given"));
     let probe = TrainArgs {
         config: None,
         metrics_out: mark(&args.metrics_out),
+        tensorboard: (args.tensorboard.as_ref()).map(|d| d.as_ref().map(|_| "given".into())),
         run_dir: mark(&args.run_dir),
         checkpoint_dir: mark(&args.checkpoint_dir),
         init: mark(&args.init),
@@ -76,8 +78,8 @@ pub(super) fn given(args: &TrainArgs) -> impl Fn(&str) -> bool {
         resume: mark(&args.resume),
         ..args.clone()
     };
-    let set = serde_json::to_value(&probe).unwrap_or_default();
-    move |k: &str| !matches!(set.get(k), None | Some(Value::Null))
+    let set = serde_json::to_value(&probe).map_err(|e| e.to_string())?;
+    Ok(move |k: &str| !matches!(set.get(k), None | Some(Value::Null)))
 }
 
 /// The flags a refusal is about: those its problem names (before its first `: `, the fix
@@ -89,25 +91,6 @@ fn named_flags(refusal: &str) -> Vec<&str> {
         .map(|w| w.trim_end_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
         .filter(|w| !w.is_empty())
         .collect()
-}
-
-/// The line (from 1) of `text` that sets `key` at the top level (`key = ...`).
-fn line_of(text: &str, key: &str) -> Option<usize> {
-    let mut top = true;
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        // (a `[table]` header ends the top level)
-        if line.starts_with('[') {
-            top = false;
-        }
-        let rest = line
-            .strip_prefix(key)
-            .or_else(|| line.strip_prefix(&format!("\"{key}\"")));
-        if top && rest.is_some_and(|r| r.trim_start().starts_with('=')) {
-            return Some(i + 1);
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -133,32 +116,25 @@ mod tests {
     }
 
     #[test]
-    fn a_key_is_found_on_its_own_line_at_the_top_level() {
-        let text = "# lr = 1\nlr-scaling = \"sqrt\"\n  lr  = -1\n\"seed\" = 3\n[x]\nepochs = 2\n";
-        assert_eq!(line_of(text, "lr"), Some(3));
-        assert_eq!(line_of(text, "seed"), Some(4));
-        assert_eq!(line_of(text, "epochs"), None);
-    }
-
-    #[test]
     fn a_setting_from_the_file_is_named_there_and_one_from_a_flag_is_not() {
         let flags = TrainArgs {
             momentum: Some(2.0),
             ..TrainArgs::default()
         };
         let mut origins = Origins::default();
-        let text = "epochs = 3\nmomentum = 0.5\nlr = -1\n";
-        origins.file(Path::new("run.toml"), text.into(), &flags);
+        // (the key's own line, not one inside a string before it)
+        let text = "epochs = 3\nname = \"\"\"\nlr = 1\n[x]\"\"\"\nmomentum = 0.5\n'lr' = -1\n";
+        origins.file(Path::new("run.toml"), text, &flags);
         assert_eq!(
             origins.explain("--lr -1 is invalid: use 1e-3".into()),
-            "config file run.toml (line 3): --lr -1 is invalid: use 1e-3"
+            "config file run.toml (line 6): --lr -1 is invalid: use 1e-3"
         );
         // the flag gave it: the file is not to blame
         let momentum = "--momentum 2 is out of range: use 0 to 1";
         assert_eq!(origins.explain(momentum.into()), momentum);
         assert_eq!(
             origins.explain("--epochs 3 with --lr -1: no".into()),
-            "config file run.toml (lines 1 and 3): --epochs 3 with --lr -1: no"
+            "config file run.toml (lines 1 and 6): --epochs 3 with --lr -1: no"
         );
     }
 

@@ -190,7 +190,7 @@ impl TrainArgs {
             return Ok(self);
         };
         let (file, text) = read_config_file(&path)?;
-        origins.file(&path, text, &self);
+        origins.file(&path, &text, &self);
         // (a flag for either replaces the file's)
         let budget_flag = self.epochs.is_some() || self.steps.is_some();
         if file.epochs.is_some() && file.steps.is_some() && !budget_flag {
@@ -211,9 +211,17 @@ impl TrainArgs {
     /// A refused setting no flag gave is said with where it came from (the config file's
     /// line, or the resumed checkpoint).
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
+        self.resolve_traced().map(|(cfg, front, _)| (cfg, front))
+    }
+
+    /// `resolve`, and where the settings no flag gave came from: for the refusals of the
+    /// engine's own checks when it starts (`Origins::explain`).
+    pub fn resolve_traced(self) -> Result<(RunConfig, Frontend, Origins), String> {
         let mut origins = Origins::default();
-        self.resolve_under(&mut origins)
-            .map_err(|e| origins.explain(e))
+        match self.resolve_under(&mut origins) {
+            Ok((cfg, front)) => Ok((cfg, front, origins)),
+            Err(e) => Err(origins.explain(e)),
+        }
     }
 
     /// `resolve`, telling `origins` where the settings no flag gave came from.
@@ -429,9 +437,6 @@ impl TrainArgs {
             sample_interval,
             export: args.export,
         };
-        // the rules the engine holds a configuration to, here where a refusal can say where
-        // its setting came from
-        crate::engine::validate::settings(&cfg).map_err(|e| e.to_string())?;
         Ok((cfg, frontend))
     }
 }

@@ -82,7 +82,7 @@ pub fn under_record(
 ) -> Result<(TrainArgs, String), String> {
     // which settings the flags and file gave (every recorded setting is an option: a switch
     // given `=false` is given)
-    let given = super::origin::given(&args);
+    let given = super::origin::given(&args)?;
     // a budget, or a strategy, given replaces the recorded one whole
     if given("steps") || given("epochs") {
         taken.remove("steps");

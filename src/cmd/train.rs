@@ -11,7 +11,7 @@ use crossbeam_channel::{unbounded, Sender};
 use crate::cli::{Frontend, TensorboardDir, TrainArgs};
 use crate::comm::Processes;
 use crate::engine::Device;
-use crate::engine::{rundir, weights, Engine, RunResult};
+use crate::engine::{rundir, weights, Engine, EngineError, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
 use crate::observe::live::{LiveHub, LiveServer, SOCKET_NAME};
@@ -56,7 +56,7 @@ pub(super) fn train(
     on_signals: &OnSignals,
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
-    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
+    let (cfg, front, origins) = args.resolve_traced().map_err(anyhow::Error::msg)?;
     let export = front.export.clone();
     // (refused before training, not after it)
     if let Some(out) = export.as_deref() {
@@ -120,7 +120,12 @@ pub(super) fn train(
             if let Some(t) = &taken {
                 crate::tell!("{t}");
             }
-            return Err(e.into());
+            // a setting refused: where it came from, if not a flag
+            return Err(match e {
+                EngineError::Config(refusal) => EngineError::Config(origins.explain(refusal)),
+                e => e,
+            }
+            .into());
         }
     };
     if let Some(p) = &procs {

@@ -22,7 +22,7 @@ mod resume;
 pub mod rundir;
 mod start;
 pub mod strategy;
-pub(crate) mod validate;
+mod validate;
 pub mod weights;
 mod worker;
 

@@ -16,7 +16,7 @@ use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Op};
 use crate::nn::optim::Optimizer;
 
-pub(crate) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
+pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
     if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::engine::control::MAX_BATCH {
         return bad(format!(

@@ -193,7 +193,7 @@ pub fn telemetry(t: Duration, devices: &[DeviceSample], process: Option<(u64, u6
     })
 }
 
-/// A straggler / degraded / stall warning (or its clearing).
+/// A detector's warning (straggler, degraded, stall, bound, gradient spike) or its clearing.
 pub fn warning(w: &Warning, t: Duration) -> Value {
     let mut v =
         json!({"type": "event", "kind": w.kind(), "t": t.as_secs_f64(), "message": w.to_string()});

@@ -287,7 +287,7 @@ impl Prometheus {
             grad_spikes: int_counter(
                 r,
                 "mgtop_grad_spike_warnings_total",
-                "Warnings that a step's gradient norm was many times its recent median (at most one per 100 steps).",
+                "Warnings that a step's gradient norm was many times its recent median (one per spike: a climb is one).",
             )?,
             bound: gauge_vec(
                 r,

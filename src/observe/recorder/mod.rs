@@ -353,7 +353,7 @@ impl Recorder {
         warnings
     }
 
-    /// A straggler / degraded / stall warning or its clearing.
+    /// A detector's warning (straggler, degraded, stall, bound, gradient spike) or its clearing.
     pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
         self.catch_up();
         let mut warnings = self.each_sink(|s| s.warning(w, t));

@@ -27,6 +27,7 @@ pub use spike::Spike;
 pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
+use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
@@ -132,8 +133,10 @@ impl Detector {
             pictures: info.pictures,
         };
         let mfu = Mfu::for_run(info);
+        let local_after =
+            matches!(info.strategy, Strategy::LocalSgd { .. }).then(|| info.strategy.sync_warmup());
         Detector {
-            spikes: spike::SpikeDetector::new(info.clip_grad_norm),
+            spikes: spike::SpikeDetector::new(info.clip_grad_norm, local_after),
             ..Detector::with_mfu(info.ranks(), cfg, ctx, mfu)
         }
     }
@@ -210,7 +213,7 @@ impl Detector {
             // the norm of a mean gradient is of the batch it is over: a new batch size is
             // judged on its own norms
             if (self.batch.as_ref()).is_some_and(|(k, _)| k.per_replica != key.per_replica) {
-                self.spikes = spike::SpikeDetector::new(self.spikes.clip());
+                self.spikes.rebase();
             }
             self.batch = Some((key, self.rows));
             self.best.fill(f64::INFINITY);
@@ -246,7 +249,14 @@ impl Detector {
                 ms(s.comm),
             ));
         }
-        if let Some(spike) = self.spikes.on_norm(row.grad_norm) {
+        // (an epoch's short last step, whose mean gradient is over few samples: left out)
+        let short = (self.batch.as_ref()).is_some_and(|(k, _)| {
+            row.global_samples < k.global && k.per_replica == row.per_replica
+        });
+        let spike = (!short)
+            .then(|| self.spikes.on_norm(row.step, row.grad_norm))
+            .flatten();
+        if let Some(spike) = spike {
             out.push(Warning::GradSpike {
                 step: row.step,
                 spike,

@@ -3,14 +3,16 @@
 //! norm (before clipping) against the median of the last `WINDOW` steps once `SETTLE` steps
 //! are in; said again only after `SETTLE` steps without one (a run going off the rails climbs
 //! for many steps: one warning, not one per step; a bad sample met again an epoch later is
-//! said again).
+//! said again). A norm is of the batch its mean is over: steps of another batch size, an
+//! epoch's short last step, and local SGD's own-rank steps are judged among their own kind
+//! (`Detector::on_row` leaves out the short steps and starts afresh at the others).
 
 use std::collections::VecDeque;
 use std::fmt;
 
-/// Steps the median is over; the fewest it is judged on, and the calm steps between two
-/// spikes said.
+/// Steps the median is over.
 pub const WINDOW: usize = 100;
+/// The fewest steps a median is judged on, and the calm steps between two spikes said.
 const SETTLE: usize = 20;
 /// A spike is a norm at least this many times the median.
 pub const FACTOR: f64 = 10.0;
@@ -42,13 +44,13 @@ impl fmt::Display for Spike {
             sig(*median, 3)
         )?;
         match clip {
-            Some(c) => write!(
+            Some(c) if norm > c => write!(
                 f,
                 "clipped to {} by --clip-grad-norm; if the loss climbs, try a lower --lr or more --warmup",
                 sig(*c, 3)
             ),
             // (twice the median clips few of the steps that train as they should)
-            None => write!(
+            _ => write!(
                 f,
                 "a loss spike or divergence may follow: --clip-grad-norm {} would bound such steps",
                 sig(2.0 * median, 2)
@@ -77,23 +79,32 @@ pub struct SpikeDetector {
     clip: Option<f64>,
     /// Steps since a norm last was a spike, said or not (`None`: none yet).
     calm: Option<usize>,
+    /// Local SGD's synchronous warm-up: after it, a step's norm is rank 0's own batch's.
+    local_after: Option<u64>,
 }
 
 impl SpikeDetector {
-    pub fn new(clip: Option<f32>) -> SpikeDetector {
+    /// For a run clipping at `clip`, whose steps after `local_after` are local SGD's own.
+    pub fn new(clip: Option<f32>, local_after: Option<u64>) -> SpikeDetector {
         SpikeDetector {
             clip: clip.map(f64::from),
+            local_after,
             ..SpikeDetector::default()
         }
     }
 
-    /// The `--clip-grad-norm` bound it says.
-    pub fn clip(&self) -> Option<f32> {
-        self.clip.map(|c| c as f32)
+    /// Judges the norms from here on afresh (another batch size).
+    pub fn rebase(&mut self) {
+        self.recent.clear();
+        self.calm = None;
     }
 
-    /// One step's norm (NaN where the step had none); the spike it is, if one to say.
-    pub fn on_norm(&mut self, norm: f32) -> Option<Spike> {
+    /// Step `step`'s norm (NaN where the step had none); the spike it is, if one to say.
+    pub fn on_norm(&mut self, step: u64, norm: f32) -> Option<Spike> {
+        if self.local_after.is_some_and(|w| step > w) {
+            self.local_after = None;
+            self.rebase();
+        }
         let norm = f64::from(norm);
         if !norm.is_finite() {
             return None;
@@ -131,7 +142,7 @@ mod tests {
     fn steady(d: &mut SpikeDetector, steps: usize) -> usize {
         (0..steps)
             .filter(|i| {
-                d.on_norm(0.8 + 0.4 * ((*i * 7) % 10) as f32 / 10.0)
+                d.on_norm(0, 0.8 + 0.4 * ((*i * 7) % 10) as f32 / 10.0)
                     .is_some()
             })
             .count()
@@ -139,10 +150,14 @@ mod tests {
 
     #[test]
     fn a_norm_ten_times_its_median_is_a_spike_and_noise_is_not() {
-        let mut d = SpikeDetector::new(None);
+        let mut d = SpikeDetector::new(None, None);
         assert_eq!(steady(&mut d, 300), 0);
-        assert_eq!(d.on_norm(9.0), None, "9x is within what a noisy run does");
-        let s = d.on_norm(14.0).expect("a spike");
+        assert_eq!(
+            d.on_norm(0, 9.0),
+            None,
+            "9x is within what a noisy run does"
+        );
+        let s = d.on_norm(0, 14.0).expect("a spike");
         assert!((s.median - 1.0).abs() < 0.21, "{s:?}");
         let said = s.to_string();
         assert!(
@@ -154,19 +169,19 @@ mod tests {
 
     #[test]
     fn nothing_is_judged_before_the_median_settles() {
-        let mut d = SpikeDetector::new(None);
+        let mut d = SpikeDetector::new(None, None);
         assert_eq!(steady(&mut d, SETTLE - 1), 0);
-        assert_eq!(d.on_norm(100.0), None);
+        assert_eq!(d.on_norm(0, 100.0), None);
         // nor on steps without a norm (older files, NaN)
-        assert_eq!(d.on_norm(f32::NAN), None);
+        assert_eq!(d.on_norm(0, f32::NAN), None);
     }
 
     #[test]
     fn a_divergence_is_said_once_not_once_per_step() {
-        let mut d = SpikeDetector::new(Some(1.0));
+        let mut d = SpikeDetector::new(Some(1.0), None);
         steady(&mut d, 50);
         let climbing: Vec<usize> = (0..200)
-            .filter(|&i| d.on_norm(20.0 * 1.05f32.powi(i as i32)).is_some())
+            .filter(|&i| d.on_norm(0, 20.0 * 1.05f32.powi(i as i32)).is_some())
             .collect();
         // (a climb of 5% a step stays 10x above the median of the 100 steps before it)
         assert_eq!(climbing, [0]);
@@ -174,26 +189,43 @@ mod tests {
 
     #[test]
     fn a_spike_met_again_after_calm_steps_is_said_again() {
-        let mut d = SpikeDetector::new(None);
+        let mut d = SpikeDetector::new(None, None);
         steady(&mut d, 40);
-        assert!(d.on_norm(30.0).is_some());
+        assert!(d.on_norm(0, 30.0).is_some());
         assert_eq!(steady(&mut d, 5), 0);
-        assert_eq!(d.on_norm(30.0), None, "too soon: part of the first");
+        assert_eq!(d.on_norm(0, 30.0), None, "too soon: part of the first");
         assert_eq!(steady(&mut d, SETTLE), 0);
-        let again = d.on_norm(30.0).expect("said again");
+        let again = d.on_norm(0, 30.0).expect("said again");
         assert_eq!(again.steps, WINDOW.min(40 + 1 + 5 + 1 + SETTLE));
     }
 
     #[test]
     fn a_clipped_run_is_told_the_bound_held_it() {
-        let mut d = SpikeDetector::new(Some(0.5));
+        let mut d = SpikeDetector::new(Some(0.5), None);
         steady(&mut d, 40);
-        let said = d.on_norm(50.0).unwrap().to_string();
+        let said = d.on_norm(0, 50.0).unwrap().to_string();
         assert!(
             said.contains("clipped to 0.500 by --clip-grad-norm"),
             "{said}"
         );
         assert!(said.contains("lower --lr"), "{said}");
+        // a bound above the spike did not hold it: not said to have
+        let mut d = SpikeDetector::new(Some(100.0), None);
+        steady(&mut d, 40);
+        let said = d.on_norm(0, 50.0).unwrap().to_string();
+        assert!(said.contains("--clip-grad-norm 2.0 would bound"), "{said}");
+    }
+
+    #[test]
+    fn local_sgd_s_own_rank_norms_are_judged_among_themselves() {
+        // (one rank's batch of 8 has a noisier mean gradient than the global batch)
+        let mut d = SpikeDetector::new(None, Some(100));
+        assert_eq!(steady(&mut d, 100), 0);
+        assert_eq!(
+            d.on_norm(101, 12.0),
+            None,
+            "the first local step starts afresh"
+        );
     }
 
     #[test]
