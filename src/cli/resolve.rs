@@ -180,8 +180,11 @@ impl TrainArgs {
     }
 
     /// The flags over the `--config` file's settings: the file read (and no longer named).
-    pub fn with_config_file(self) -> Result<TrainArgs, String> {
-        self.with_config_noted(&mut Origins::default())
+    /// And the file's settings no flag overrode, for `resolve_noted`'s refusals.
+    pub fn with_config_file(self) -> Result<(TrainArgs, Origins), String> {
+        let mut origins = Origins::default();
+        let args = self.with_config_noted(&mut origins)?;
+        Ok((args, origins))
     }
 
     /// `with_config_file`, telling `origins` the file's settings no flag overrode.
@@ -217,7 +220,15 @@ impl TrainArgs {
     /// `resolve`, and where the settings no flag gave came from: for the refusals of the
     /// engine's own checks when it starts (`Origins::explain`).
     pub fn resolve_traced(self) -> Result<(RunConfig, Frontend, Origins), String> {
-        let mut origins = Origins::default();
+        self.resolve_noted(Origins::default())
+    }
+
+    /// `resolve_traced` of flags whose config file `with_config_file` has merged, with the
+    /// `origins` it noted.
+    pub fn resolve_noted(
+        self,
+        mut origins: Origins,
+    ) -> Result<(RunConfig, Frontend, Origins), String> {
         match self.resolve_under(&mut origins) {
             Ok((cfg, front)) => Ok((cfg, front, origins)),
             Err(e) => Err(origins.explain(e)),

@@ -369,7 +369,8 @@ fn grid(
     let n = procs.as_ref().map_or(1, |j| j.count());
     let lead = procs.as_ref().is_none_or(|j| j.index() == 0);
     // the config file's settings too (said where ignored)
-    args.train = args.train.with_config_file().map_err(anyhow::Error::msg)?;
+    let origins;
+    (args.train, origins) = args.train.with_config_file().map_err(anyhow::Error::msg)?;
     // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list
     let warmup = args
         .strategies
@@ -380,7 +381,9 @@ fn grid(
     }
     // (a checkpoint's model, data and batch would stand in for the flags' otherwise)
     args.train.resume = None;
-    let (mut base, _) = args.train.resolve().map_err(anyhow::Error::msg)?;
+    let (mut base, _, _) = (args.train)
+        .resolve_noted(origins)
+        .map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
     let (devices, _) = crate::engine::resolve_devices(&base.devices)?;
