@@ -391,6 +391,49 @@ fn divergence_and_worker_panics_exit_1_naming_the_step() {
     assert!(out.contains("rank 2 panicked at step 4"), "{out}");
 }
 
+#[test]
+fn a_bad_row_of_data_is_warned_as_a_gradient_spike_each_epoch_and_summed_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3 classes around 0, 1 and 2 on 4 features; one row of 1000s among them
+    let rows: String = (0..4000u32)
+        .map(|i| {
+            let c = i % 3;
+            let x = |k: u32| c as f32 + ((i * 7 + k * 13) % 17) as f32 / 17.0 - 0.5;
+            match i {
+                2500 => format!("1000,1000,1000,1000,{c}\n"),
+                _ => format!("{},{},{},{},{c}\n", x(0), x(1), x(2), x(3)),
+            }
+        })
+        .collect();
+    std::fs::write(dir.path().join("rows.csv"), rows).unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--data",
+            "csv:rows.csv,label=last",
+            "--model",
+            "mlp:16",
+            "--epochs",
+            "2",
+            "--metrics-out",
+            "m.jsonl",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let said: Vec<&str> = (out.lines())
+        .filter(|l| l.contains("WARN gradient spike at step"))
+        .collect();
+    assert_eq!(said.len(), 2, "once in each epoch: {out}");
+    assert!(said[0].contains("--clip-grad-norm"), "{out}");
+    assert!(out.contains("| gradient spikes at steps "), "{out}");
+    let records = std::fs::read_to_string(dir.path().join("m.jsonl")).unwrap();
+    assert_eq!(records.matches(r#""kind":"grad_spike""#).count(), 2);
+}
+
 /// The child's log from its first step line on (read up to it: training is under way).
 fn under_way(
     child: &mut std::process::Child,

@@ -44,6 +44,8 @@ struct Log<'a> {
     /// For the end's summary: the run's totals as of its newest step, its best validation.
     totals: Option<Totals>,
     best_val: Option<f32>,
+    /// Gradient spikes said: how many, the steps of the first five, the newest's step.
+    spikes: (usize, Vec<u64>, u64),
 }
 
 impl Log<'_> {
@@ -95,6 +97,17 @@ impl Log<'_> {
         if let Some(a) = self.best_val {
             line += &format!(" | best val accuracy {:.2}%", a * 100.0);
         }
+        line += &match &self.spikes {
+            (0, ..) => String::new(),
+            (1, _, step) => format!(" | a gradient spike at step {step}"),
+            (n, first, last) if *n <= first.len() => format!(
+                " | gradient spikes at steps {} and {last}",
+                (first[..n - 1].iter().map(u64::to_string))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (n, first, last) => format!(" | {n} gradient spikes, at steps {} to {last}", first[0]),
+        };
         if t.rank_s > 0.0 {
             let pc = |x: f64| (x / t.rank_s * 100.0).round();
             line += &format!(
@@ -123,6 +136,14 @@ impl Log<'_> {
     fn on_warning(&mut self, w: &Warning, t: Duration) {
         let level = if w.is_clear() { "note" } else { "WARN" };
         let _ = writeln!(self.out, "{} {level} {w}", stamp(t));
+        if let Warning::GradSpike { step, .. } = w {
+            let (n, first, last) = &mut self.spikes;
+            *n += 1;
+            if first.len() < 5 {
+                first.push(*step);
+            }
+            *last = *step;
+        }
         let r = self.metrics.warning(w, t);
         self.warn(r);
     }
@@ -204,6 +225,7 @@ pub fn run(
         unprinted: None,
         totals: None,
         best_val: None,
+        spikes: (0, Vec::new(), 0),
         info,
     };
     let w = log.metrics.run_start(&log.info);

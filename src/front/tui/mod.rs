@@ -207,6 +207,12 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     if let Some(r) = s.mean_samples_per_sec {
         line += &format!(" | {} samples/s", crate::front::units::si(r));
     }
+    if s.grad_spikes > 0 {
+        line += &format!(
+            " | {}",
+            crate::text::counted(s.grad_spikes as usize, "gradient spike")
+        );
+    }
     let mut lines = vec![line];
     if let Some(p) = &app.info.resumed_from {
         lines.push(format!(

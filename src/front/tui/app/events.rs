@@ -82,6 +82,7 @@ impl App {
         if let Some(d) = rank.and_then(|r| self.devices.get_mut(r)) {
             d.flag(kind, text.clone());
         }
+        self.grad_spikes += u64::from(kind == "grad_spike");
         // the run's own limits stay in the header while they last
         let limit =
             (Limit::ALL.into_iter()).find(|l| kind.trim_end_matches("_cleared") == l.kind());
@@ -241,6 +242,7 @@ impl App {
             comm_share: share(t.comm_s),
             wait_share: share(t.wait_s),
             last_checkpoint: self.last_checkpoint.clone(),
+            grad_spikes: self.grad_spikes,
         }
     }
 }

@@ -160,6 +160,8 @@ pub struct Summary {
     pub comm_share: Option<f64>,
     pub wait_share: Option<f64>,
     pub last_checkpoint: Option<PathBuf>,
+    /// Gradient spikes said during the run.
+    pub grad_spikes: u64,
 }
 
 /// The events view's pages as it last drew them, in entries (an entry wraps to as many lines
@@ -222,6 +224,8 @@ pub struct App {
     /// attached to: the steps it was told of).
     pub grad_norm: History,
     pub clipped: (u64, u64),
+    /// Gradient spikes said (`Warning::GradSpike`, by the kind its record names).
+    pub grad_spikes: u64,
     /// The smoothed train loss, and the step it is of.
     ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
@@ -281,6 +285,7 @@ impl App {
             loss_smooth: History::new(HISTORY_POINTS),
             grad_norm: History::peaks(HISTORY_POINTS),
             clipped: (0, 0),
+            grad_spikes: 0,
             ema: None,
             epochs: Vec::new(),
             log: VecDeque::new(),

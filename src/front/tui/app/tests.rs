@@ -340,6 +340,13 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
         val_accuracy: Some(0.91),
         elapsed: Duration::from_millis(20),
     }));
+    for kind in ["grad_spike", "straggler", "grad_spike"] {
+        app.apply(AppEvent::Warned {
+            kind: kind.into(),
+            rank: None,
+            message: format!("{kind}: words"),
+        });
+    }
     app.apply(AppEvent::Engine(Event::Finished {
         step: 5,
         ending: Ending::Completed,
@@ -347,8 +354,8 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     assert_eq!(app.state, RunState::Done);
     let s = app.summary.clone().unwrap();
     assert_eq!(
-        (s.steps, s.ending, s.best_val_accuracy),
-        (5, Ending::Completed, Some(0.91))
+        (s.steps, s.ending, s.best_val_accuracy, s.grad_spikes),
+        (5, Ending::Completed, Some(0.91), 2)
     );
     assert!(s.mean_samples_per_sec.unwrap() > 0.0);
     let share = s.compute_share.unwrap();

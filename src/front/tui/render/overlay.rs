@@ -210,6 +210,12 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             pct(s.wait_share)
         ),
     ));
+    if s.grad_spikes > 0 {
+        fields.push((
+            "gradient spikes",
+            format!("{} (said in the events)", s.grad_spikes),
+        ));
+    }
     if let Some(p) = &s.last_checkpoint {
         fields.push(("checkpoint", p.display().to_string()));
     }
