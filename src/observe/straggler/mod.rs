@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+mod batch_key;
 mod bound;
 mod config;
 mod spike;
@@ -31,6 +32,7 @@ use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
+use batch_key::BatchKey;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -43,32 +45,6 @@ type Throttle = (u64, Option<u32>, Option<u32>);
 /// One rank's recent steps: (work, data wait, sync wait) in ms, samples, and time moving data
 /// in the all-reduce in ms.
 type Recent = VecDeque<(f64, f64, f64, f64, f64)>;
-
-/// What a rank's work per sample depends on besides its speed: the per-replica batch and each
-/// rank's samples of a whole step (`--rebalance` re-splits the same global batch).
-#[derive(Clone, Debug, PartialEq)]
-struct BatchKey {
-    per_replica: usize,
-    global: usize,
-    samples: Vec<usize>,
-}
-
-impl BatchKey {
-    /// The key `row` starts, where it changes `current`. An epoch's last, shorter step keeps
-    /// the key (fewer samples once an epoch, not another batch).
-    fn of(row: &StepRow, current: Option<&BatchKey>) -> Option<BatchKey> {
-        let key = BatchKey {
-            per_replica: row.per_replica,
-            global: row.global_samples,
-            samples: row.ranks.iter().map(|s| s.samples).collect(),
-        };
-        match current {
-            Some(c) if c.per_replica == key.per_replica && key.global < c.global => None,
-            Some(c) if *c == key => None,
-            _ => Some(key),
-        }
-    }
-}
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -250,9 +226,7 @@ impl Detector {
             ));
         }
         // (an epoch's short last step, whose mean gradient is over few samples: left out)
-        let short = (self.batch.as_ref()).is_some_and(|(k, _)| {
-            row.global_samples < k.global && k.per_replica == row.per_replica
-        });
+        let short = (self.batch.as_ref()).is_some_and(|(k, _)| k.is_cut_short(row));
         let spike = (!short)
             .then(|| self.spikes.on_norm(row.step, row.grad_norm))
             .flatten();
