@@ -40,13 +40,12 @@ impl Origins {
             let lines: Vec<String> = (named.iter())
                 .filter_map(|f| keys.get(*f).map(|l| l.to_string()))
                 .collect();
-            if !lines.is_empty() {
-                let at = match lines.as_slice() {
-                    [] => String::new(),
-                    [one] => format!(" (line {one})"),
-                    [first @ .., last] => format!(" (lines {} and {last})", first.join(", ")),
+            if let Some((last, first)) = lines.split_last() {
+                let at = match first {
+                    [] => format!("line {last}"),
+                    _ => format!("lines {} and {last}", first.join(", ")),
                 };
-                return format!("config file {}{at}: {refusal}", path.display());
+                return format!("config file {} ({at}): {refusal}", path.display());
             }
         }
         match &self.taken {
