@@ -214,17 +214,12 @@ impl TrainArgs {
     /// A refused setting no flag gave is said with where it came from (the config file's
     /// line, or the resumed checkpoint).
     pub fn resolve(self) -> Result<(RunConfig, Frontend), String> {
-        self.resolve_traced().map(|(cfg, front, _)| (cfg, front))
+        (self.resolve_noted(Origins::default())).map(|(cfg, front, _)| (cfg, front))
     }
 
-    /// `resolve`, and where the settings no flag gave came from: for the refusals of the
-    /// engine's own checks when it starts (`Origins::explain`).
-    pub fn resolve_traced(self) -> Result<(RunConfig, Frontend, Origins), String> {
-        self.resolve_noted(Origins::default())
-    }
-
-    /// `resolve_traced` of flags whose config file `with_config_file` has merged, with the
-    /// `origins` it noted.
+    /// `resolve` with the `origins` already noted (`with_config_file`'s, where it merged the
+    /// file; else none), and where the settings no flag gave came from: for the refusals of
+    /// the engine's own checks when it starts (`Origins::explain`).
     pub fn resolve_noted(
         self,
         mut origins: Origins,

@@ -56,7 +56,9 @@ pub(super) fn train(
     on_signals: &OnSignals,
     procs: Option<Arc<dyn Processes>>,
 ) -> anyhow::Result<()> {
-    let (cfg, front, origins) = args.resolve_traced().map_err(anyhow::Error::msg)?;
+    let (cfg, front, origins) = args
+        .resolve_noted(Default::default())
+        .map_err(anyhow::Error::msg)?;
     let export = front.export.clone();
     // (refused before training, not after it)
     if let Some(out) = export.as_deref() {

@@ -11,11 +11,11 @@ use std::collections::VecDeque;
 use std::fmt;
 
 /// Steps the median is over.
-pub const WINDOW: usize = 100;
+const WINDOW: usize = 100;
 /// The fewest steps a median is judged on, and the calm steps between two spikes said.
 const SETTLE: usize = 20;
 /// A spike is a norm at least this many times the median.
-pub const FACTOR: f64 = 10.0;
+const FACTOR: f64 = 10.0;
 
 /// A step's gradient norm far above its recent median.
 #[derive(Clone, Debug, PartialEq)]
