@@ -652,6 +652,10 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "--rebalance",
         "--warmup",
         "10",
+        "--val-split",
+        "0",
+        "--val-every",
+        "2",
     ];
     let o = run_in(dir.path(), &args);
     let out = text(&o);
@@ -660,6 +664,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "note: --sync-bn: the model has no batch norm; nothing changes",
         "note: --rebalance: one rank has no other to share the batch with; nothing changes",
         "note: --warmup 10: the run is 3 steps: the LR rises all run and never reaches ",
+        "note: --val-every 2: there is no validation set (--val-split 0); nothing is validated",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }
@@ -676,6 +681,8 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "--no-decay-bn-bias",
         "--checkpoint-every",
         "10",
+        "--val-every",
+        "10",
         "--strategy",
         "local-sgd:4",
         "--threads-per-worker",
@@ -691,6 +698,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "note: --momentum 0.5: --optimizer adam takes no momentum; --optimizer momentum (or nesterov) does",
         "note: --no-decay-bn-bias: --weight-decay is 0; nothing changes",
         "note: --checkpoint-every 10: the run is 3 steps: none falls due before its end",
+        "note: --val-every 10: the run is 3 steps: none falls due before its end",
         "note: --strategy local-sgd:4: one rank has no other to share with; it trains as mirrored",
         &format!("note: --threads-per-worker {threads}: 1 rank x {threads} threads share "),
         "note: --readonly: there is no terminal UI here (it logs); nothing changes",

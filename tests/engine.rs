@@ -378,7 +378,7 @@ fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
 }
 
 /// What a run reports that must not depend on when its metrics are read: the losses, the
-/// model, the epochs' lines (without their clock) and the checkpoints' steps.
+/// model, the epochs' and validations' lines (without their clock) and the checkpoints' steps.
 fn reported(cfg: RunConfig) -> (RunResult, Vec<String>) {
     let (r, events) = run_with_events(cfg);
     let lines = events
@@ -393,6 +393,15 @@ fn reported(cfg: RunConfig) -> (RunResult, Vec<String>) {
                 ..
             } => Some(format!(
                 "epoch {epoch} step {step} {train_loss:?} {val_loss:?} {val_accuracy:?}"
+            )),
+            Event::Validated {
+                step,
+                epochs,
+                val_loss,
+                val_accuracy,
+                ..
+            } => Some(format!(
+                "validated at step {step} {epochs} {val_loss:?} {val_accuracy:?}"
             )),
             Event::Checkpoint { step, .. } => Some(format!("checkpoint {step}")),
             Event::Finished { step, ending } => Some(format!("finished {step} {}", ending.word())),
@@ -416,12 +425,13 @@ fn metrics_read_a_step_late_change_nothing_a_run_reports() {
         (2, local_sgd),
     ] {
         let mut cfg = small(ranks, 8, 0, dir.path());
-        // epochs (with a short last batch), validation at each end, checkpoints mid-epoch,
-        // the replicas' check every 5 steps
+        // epochs (with a short last batch), validation at each end and every 4 steps,
+        // checkpoints mid-epoch, the replicas' check every 5 steps
         cfg.budget = Budget::Epochs(3);
         cfg.log_every = 5;
         cfg.inputs.val_fraction = Some(0.2);
         cfg.checkpoint_every = Some(7);
+        cfg.val_every = Some(4);
         cfg.final_checkpoint = true;
         cfg.strategy = strategy;
         cfg.metrics_late = Some(false);
@@ -434,8 +444,68 @@ fn metrics_read_a_step_late_change_nothing_a_run_reports() {
         assert_eq!(now.state, late.state, "{what}");
         assert_eq!(now.best_val_accuracy, late.best_val_accuracy, "{what}");
         assert!(now_lines.iter().any(|l| l.starts_with("epoch 3")), "{what}");
+        assert!(
+            now_lines
+                .iter()
+                .any(|l| l.starts_with("validated at step 8")),
+            "{what}"
+        );
         assert_eq!(now_lines, late_lines, "{what}");
     }
+}
+
+#[test]
+fn val_every_validates_within_epochs_and_changes_no_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(2, 8, 0, dir.path());
+    cfg.budget = Budget::Epochs(3);
+    cfg.inputs.val_fraction = Some(0.2);
+    let (plain, plain_events) = run_with_events(cfg.clone());
+    cfg.val_every = Some(5);
+    let (r, events) = run_with_events(cfg);
+    assert_eq!(r.losses, plain.losses, "validating trains nothing");
+    assert_eq!(r.state, plain.state);
+    let epoch_ends: Vec<(u64, Option<f32>)> = (events.iter())
+        .filter_map(|e| match *e {
+            Event::EpochDone {
+                step, val_accuracy, ..
+            } => Some((step, val_accuracy)),
+            _ => None,
+        })
+        .collect();
+    let ends: Vec<u64> = epoch_ends.iter().map(|e| e.0).collect();
+    let mut within = Vec::new();
+    for e in &events {
+        if let Event::Validated {
+            step,
+            epochs,
+            val_accuracy,
+            ..
+        } = *e
+        {
+            // the epoch it is in: after the ends before it, before the next
+            let done = ends.iter().filter(|&&s| s < step).count() as f32;
+            assert!(
+                done < epochs && epochs < done + 1.0,
+                "step {step}: {epochs}"
+            );
+            within.push((step, val_accuracy));
+        }
+    }
+    let due: Vec<u64> = (5..=r.losses.len() as u64)
+        .step_by(5)
+        .filter(|s| !ends.contains(s))
+        .collect();
+    assert_eq!(within.iter().map(|v| v.0).collect::<Vec<_>>(), due);
+    assert!(!due.is_empty() && ends.len() == 3, "{ends:?}");
+    // the epochs' own validations are as without it; the best counts every one
+    assert!(!plain_events
+        .iter()
+        .any(|e| matches!(e, Event::Validated { .. })));
+    let best = (epoch_ends.iter().filter_map(|e| e.1))
+        .chain(within.iter().map(|v| v.1))
+        .reduce(f32::max);
+    assert_eq!(r.best_val_accuracy, best);
 }
 
 #[test]

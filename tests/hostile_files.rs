@@ -444,4 +444,11 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
         out.starts_with("error: --momentum 1.5 is out of range"),
         "{out}"
     );
+    // (a flag's range is clap's; the file's value is checked as the run starts)
+    std::fs::write(d.join("val.toml"), "steps = 5\nval-every = 0\n").unwrap();
+    refused(
+        d,
+        &["--config", "val.toml"],
+        &["error: config file val.toml (line 2): --val-every 0 is invalid: use 1 or more steps"],
+    );
 }

@@ -527,6 +527,19 @@ fn validation_accuracy_too_short_for_a_chart_is_said_in_words() {
     // with the rows for one, a chart
     let s = screen(&app, 80, 30);
     assert!(!s.contains(&format!("best {best:.1}% (epoch ")), "{s}");
+    // a validation within an epoch (--val-every) is placed in epochs trained
+    app.apply(AppEvent::Engine(Event::Validated {
+        step: app.step(),
+        epochs: 4.4,
+        val_loss: 0.01,
+        val_accuracy: 0.999,
+        elapsed: std::time::Duration::from_secs(9),
+    }));
+    let s = screen(&app, 60, 16);
+    assert!(
+        s.contains("4.40 epochs: 99.9%") && s.contains("best 99.9% (4.40 epochs)"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -33,6 +33,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
         log_every: 1,
         checkpoint_dir: dir.join("ck"),
         clip_grad_norm: Some(0.5),
+        val_every: Some(10),
         ..RunConfig::default()
     };
     let engine = Engine::start(cfg).unwrap();
@@ -98,6 +99,9 @@ fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
     assert_eq!(seen.epochs, live.epochs);
     assert_eq!(seen.epochs.len(), 3);
     assert_eq!(seen.val_accuracy(), live.val_accuracy());
+    // each epoch's validation and --val-every's 6 within them (none falls on an epoch's end)
+    assert_eq!(seen.validations, live.validations);
+    assert_eq!(seen.validations.len(), 9);
     assert_eq!(seen.last_checkpoint, live.last_checkpoint);
     assert!(seen.last_checkpoint.is_some());
     // the summary: steps, how it ended, throughput (times are kept to the microsecond)

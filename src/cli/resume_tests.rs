@@ -61,6 +61,8 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         "backbone",
         "--checkpoint-every",
         "9",
+        "--val-every",
+        "12",
         "--log-every",
         "3",
         "--seed",
@@ -89,7 +91,7 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
             && said.contains("--clip-grad-norm 2.5"),
         "{said}"
     );
-    assert_eq!(back.clip_grad_norm, Some(2.5));
+    assert_eq!((back.clip_grad_norm, back.val_every), (Some(2.5), Some(12)));
     // flags (and the config file) win; a budget or strategy given replaces the recorded one
     let given = TrainArgs {
         epochs: Some(3),

@@ -10,7 +10,7 @@ use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
-const TAKEN: [&str; 32] = [
+const TAKEN: [&str; 33] = [
     "name",
     "model",
     "data",
@@ -18,6 +18,7 @@ const TAKEN: [&str; 32] = [
     "seed",
     "val_split",
     "val_data",
+    "val_every",
     "image_size",
     "augment",
     "normalize",

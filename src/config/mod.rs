@@ -243,6 +243,9 @@ pub struct RunConfig {
     pub strategy: strategy::Strategy,
     /// Validate at every epoch end (`scale` measures without, and validates the final model).
     pub epoch_validation: bool,
+    /// Also validate every this many steps, within epochs (`--val-every`; never without
+    /// `epoch_validation`).
+    pub val_every: Option<u64>,
 }
 
 /// `MGTOP_METRICS_LATE` (`RunConfig::metrics_late`): unset or empty for each device's own
@@ -310,6 +313,7 @@ impl Default for RunConfig {
             stall_timeout: Duration::from_secs(60),
             strategy: Default::default(),
             epoch_validation: true,
+            val_every: None,
         }
     }
 }

@@ -25,6 +25,7 @@ pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: u
         budget: Budget::Steps(WARM_STEPS + TIMED_STEPS),
         final_checkpoint: false,
         checkpoint_every: None,
+        val_every: None,
         resume: None,
         metrics_out: None,
         run_dir: None,

@@ -171,6 +171,15 @@ pub enum Event {
         val_accuracy: Option<f32>,
         elapsed: Duration,
     },
+    /// A validation within an epoch (`--val-every`; an epoch's own is in `EpochDone`), after
+    /// `step`, `epochs` trained by then (1.4: 40% into the second).
+    Validated {
+        step: u64,
+        epochs: f32,
+        val_loss: f32,
+        val_accuracy: f32,
+        elapsed: Duration,
+    },
     Checkpoint {
         step: u64,
         path: PathBuf,
@@ -250,6 +259,7 @@ impl Event {
             Event::Started { .. } | Event::DeviceNote { .. } => None,
             Event::Control { step, .. }
             | Event::EpochDone { step, .. }
+            | Event::Validated { step, .. }
             | Event::Checkpoint { step, .. }
             | Event::InSync { step, .. }
             | Event::DataSkipped { step, .. }

@@ -306,6 +306,18 @@ fn idle_settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> 
             run_of(steps)
         ));
     }
+    if let Some(every) = cfg.val_every {
+        if info.val_samples == 0 {
+            notes.push(format!(
+                "--val-every {every}: there is no validation set (--val-split 0); nothing is validated"
+            ));
+        } else if every > steps {
+            notes.push(format!(
+                "--val-every {every}: {}: none falls due before its end",
+                run_of(steps)
+            ));
+        }
+    }
     use crate::nn::optim::OptimizerKind;
     let with_momentum = matches!(
         cfg.optimizer,

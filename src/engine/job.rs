@@ -176,6 +176,7 @@ pub(super) fn meet(
             ("--label-smoothing".into(), cfg.label_smoothing.to_string()),
             ("--clip-grad-norm".into(), given(cfg.clip_grad_norm)),
             ("--checkpoint-every".into(), given(cfg.checkpoint_every)),
+            ("--val-every".into(), given(cfg.val_every)),
             ("--keep-checkpoints".into(), given(cfg.keep_checkpoints)),
             (
                 "the final checkpoint".into(),

@@ -89,6 +89,9 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     if cfg.checkpoint_every == Some(0) {
         return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());
     }
+    if cfg.val_every == Some(0) {
+        return bad("--val-every 0 is invalid: use 1 or more steps".into());
+    }
     if cfg.keep_checkpoints == Some(0) {
         return bad("--keep-checkpoints 0 would keep none: use 1 or more".into());
     }

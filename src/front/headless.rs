@@ -152,6 +152,9 @@ impl Log<'_> {
         if let Event::EpochDone {
             val_accuracy: Some(a),
             ..
+        }
+        | Event::Validated {
+            val_accuracy: a, ..
         } = ev
         {
             self.best_val = Some(self.best_val.map_or(*a, |b| b.max(*a)));

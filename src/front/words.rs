@@ -295,6 +295,17 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
             let train = loss_value(*train_loss as f64, 4);
             format!("epoch {of} done at step {step} | train loss {train}{val}")
         }
+        Event::Validated {
+            step,
+            epochs,
+            val_loss,
+            val_accuracy,
+            ..
+        } => format!(
+            "validated at step {step} ({epochs:.2} epochs) | val loss {} acc {:.2}%",
+            loss_value(*val_loss as f64, 4),
+            val_accuracy * 100.0
+        ),
         Event::Control { step, applied } => match applied {
             Applied::Paused => format!("paused before step {}", step + 1),
             Applied::Resumed => format!("resumed at step {}", step + 1),
@@ -348,147 +359,4 @@ pub fn ended(step: u64, ending: Ending) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::Device;
-
-    #[test]
-    fn small_losses_keep_their_digits() {
-        assert_eq!(loss_value(0.1635, 4), "0.1635");
-        assert_eq!(loss_value(0.1635, 3), "0.164");
-        assert_eq!(loss_value(0.0003, 3), "3.0e-4");
-        assert_eq!(loss_value(0.00003, 4), "3.00e-5");
-        assert_eq!(loss_value(0.0, 3), "0.000");
-        // an epoch's line too: not "train loss 0.0000" for a loss that is not 0
-        let line = event_line(
-            &Event::EpochDone {
-                epoch: 3,
-                step: 30,
-                train_loss: 3.9e-9,
-                val_loss: None,
-                val_accuracy: None,
-                elapsed: std::time::Duration::from_secs(1),
-            },
-            Budget::Epochs(5),
-            1,
-        );
-        assert!(line.unwrap().ends_with("train loss 3.90e-9"));
-        // a rebalanced split is a micro-batch's: the accumulation counts in the global batch
-        let split = Event::Control {
-            step: 50,
-            applied: Applied::Split(vec![93, 35]),
-        };
-        assert_eq!(
-            event_line(&split, Budget::Epochs(5), 2).unwrap(),
-            "rebalanced from step 51: samples per rank 93/35 x 2 accumulated (global batch 256 unchanged)"
-        );
-    }
-
-    fn gpus(mut info: RunInfo) -> RunInfo {
-        info.devices = (0..info.devices.len())
-            .map(|index| Device::Gpu {
-                index,
-                name: "NVIDIA H100 80GB HBM3".into(),
-                pci_bus_id: None,
-                arch: 90,
-            })
-            .collect();
-        info
-    }
-
-    #[test]
-    fn a_gpu_run_says_when_its_step_metrics_are_read_and_a_cpu_run_does_not() {
-        let mut info = crate::front::tui::demo::info(2);
-        info.step_metrics = Some("read one step late".into());
-        let said = describe(&gpus(info.clone()));
-        assert!(
-            said.contains(&"step metrics: read one step late".to_string()),
-            "{said:?}"
-        );
-        let said = describe(&info);
-        assert!(
-            !said.iter().any(|l| l.starts_with("step metrics")),
-            "{said:?}"
-        );
-    }
-
-    #[test]
-    fn the_cuda_graph_line_is_a_gpu_runs_and_a_cpu_run_asking_for_graphs_is_told() {
-        use crate::config::cuda_graph::CudaGraph;
-        let (on, line) = CudaGraph::On.resolve(false).unwrap();
-        assert!(on);
-        let mut info = crate::front::tui::demo::info(2);
-        info.cuda_graph = Some(line.clone());
-        let said = describe(&gpus(info.clone()));
-        assert!(said.contains(&format!("cuda graph: {line}")), "{said:?}");
-        let said = describe(&info);
-        assert!(
-            !said.iter().any(|l| l.starts_with("cuda graph")),
-            "{said:?}"
-        );
-        assert!(
-            said.iter()
-                .any(|l| l.contains("--cuda-graph applies to GPUs")),
-            "{said:?}"
-        );
-        // the default (auto) and off say nothing on CPU workers
-        for mode in [CudaGraph::default(), CudaGraph::Off] {
-            info.cuda_graph = mode.resolve(false).ok().map(|(_, l)| l);
-            assert!(
-                !describe(&info).iter().any(|l| l.contains("cuda")),
-                "{mode}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_step_line_s_batch_is_what_the_ranks_took() {
-        use crate::front::tui::demo;
-        use crate::observe::monitor::Monitor;
-        let row = |samples: usize| {
-            let mut m = Monitor::new(2);
-            let mut last = None;
-            for r in 0..2 {
-                let mut s = demo::step(r, 2, 1);
-                s.samples = samples;
-                s.global_samples = 2 * samples;
-                last = m.on_step(s);
-            }
-            last.unwrap()
-        };
-        let info = RunInfo {
-            budget: Budget::Steps(9),
-            ..demo::info(2)
-        };
-        let line = |samples| step_line(&row(samples), None, &info);
-        assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
-        // an epoch's short last batch at 32 per replica
-        assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
-        // three micro-batches of 32 accumulated, as the header says it
-        assert!(line(96).contains("| batch 32x2x3=192 |"), "{}", line(96));
-    }
-
-    #[test]
-    fn a_step_line_says_the_gradient_s_norm_and_whether_it_was_clipped() {
-        use crate::front::tui::demo;
-        use crate::observe::monitor::Monitor;
-        let mut m = Monitor::new(1);
-        let mut s = demo::step(0, 1, 1);
-        s.grad_norm = 2.5;
-        let row = m.on_step(s).unwrap();
-        let clip = |c| RunInfo {
-            clip_grad_norm: c,
-            ..demo::info(1)
-        };
-        let line = step_line(&row, None, &clip(None));
-        assert!(line.contains("| grad norm 2.500 |"), "{line}");
-        let line = step_line(&row, None, &clip(Some(1.0)));
-        assert!(line.contains("| grad norm 2.500 clipped |"), "{line}");
-        let line = step_line(&row, None, &clip(Some(4.0)));
-        assert!(line.contains("| grad norm 2.500 |"), "{line}");
-        // a file from before norms were recorded
-        let mut old = row.clone();
-        old.grad_norm = f32::NAN;
-        assert!(step_line(&old, None, &clip(None)).contains("| grad norm - |"));
-    }
-}
+mod tests;

@@ -22,6 +22,11 @@ pub(super) fn say_ignored(train: &TrainArgs) {
             crate::tell!("note: {flag}: scale prints its table and draws no screen; ignored");
         }
     }
+    if train.val_every.is_some() {
+        crate::tell!(
+            "note: --val-every: scale validates each point's model once, at its end; ignored"
+        );
+    }
     if train.calibrate {
         crate::tell!(
             "note: --calibrate: scale's speedups are over its own 1-device point (--counts with 1 in it); ignored"

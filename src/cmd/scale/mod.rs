@@ -142,6 +142,7 @@ fn measure_once(
         calibrate: false,
         // trained on the same split as a run, validated once at the end (below)
         epoch_validation: false,
+        val_every: None,
         strategy: p.strategy,
         // a fault on a rank the point does not have is left out
         slow_rank: base.slow_rank.filter(|f| f.0 < p.devices),

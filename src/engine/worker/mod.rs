@@ -377,7 +377,9 @@ impl Worker {
                 },
                 synced,
                 epoch_end: batch.epoch_end,
+                validate_at: self.validation_due(batch.epoch_end),
             };
+            let settle = batch.epoch_end || queued.validate_at.is_some();
             self.say_skipped_pictures();
             match self.late {
                 true => {
@@ -395,13 +397,13 @@ impl Worker {
             self.check_in_sync(&mut *replica)?;
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
-            if batch.epoch_end || checkpoint {
+            if settle || checkpoint {
                 self.catch_up(replica, &mut tally)?;
             }
             if checkpoint {
                 self.save(replica, false)?;
             }
-            held = batch.epoch_end || checkpoint;
+            held = settle || checkpoint;
         }
         self.catch_up(replica, &mut tally)?;
         self.last_reports()?;

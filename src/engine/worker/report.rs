@@ -1,7 +1,7 @@
 //! A step's report: what the host knows once it has queued a step (`Queued`), joined with what
 //! the replica reports of it (`Reported`: at once, or one step late where it reports late) into
 //! the step's statistics, the run's losses and the epoch's tally; at an epoch's end, its
-//! validation.
+//! validation, and within one where `--val-every` asks.
 
 use std::time::Duration;
 
@@ -14,12 +14,14 @@ use crate::engine::strategy::Moved;
 use crate::engine::EngineError;
 
 /// A step the host has queued: its statistics but for what the replica reports (loss,
-/// accuracy, the device's times), what its update moved (local SGD's average), and whether it
-/// ended an epoch.
+/// accuracy, the device's times), what its update moved (local SGD's average), whether it
+/// ended an epoch, and the epochs trained by it where a validation within an epoch falls due
+/// after it (`--val-every`).
 pub(in crate::engine) struct Queued {
     pub stats: StepStats,
     pub synced: Moved,
     pub epoch_end: bool,
+    pub validate_at: Option<f32>,
 }
 
 /// What the replica reports of a step: the batch's global metrics, the exchange's time and the
@@ -41,8 +43,9 @@ pub(super) struct Tally {
 
 impl Worker {
     /// Step `q` joined with its report `r`: checked finite, its statistics sent, added to the
-    /// tally; at an epoch's end, the validation and the epoch's line (the replica then holds the
-    /// model `q` left: an epoch's last step is reported before the next is queued).
+    /// tally; at an epoch's end, the validation and the epoch's line, and a validation within
+    /// an epoch where one is due (the replica then holds the model `q` left: such a step is
+    /// reported before the next is queued).
     pub(super) fn report(
         &mut self,
         q: Queued,
@@ -54,6 +57,7 @@ impl Worker {
             mut stats,
             synced,
             epoch_end,
+            validate_at,
         } = q;
         let Reported { m, moved, device } = r;
         stats.loss = (m.loss_sum / m.samples.max(1.0)) as f32;
@@ -117,6 +121,19 @@ impl Worker {
                 });
             }
             self.epoch_sum = [0.0, 0.0];
+        } else if let Some(epochs) = validate_at {
+            if let (Some(val_loss), Some(val_accuracy)) = self.validate(replica)? {
+                tally.best_val = Some(tally.best_val.map_or(val_accuracy, |b| b.max(val_accuracy)));
+                if self.rank == 0 {
+                    let _ = self.events.send(Event::Validated {
+                        step,
+                        epochs,
+                        val_loss,
+                        val_accuracy,
+                        elapsed: self.t0.elapsed(),
+                    });
+                }
+            }
         }
         Ok(())
     }

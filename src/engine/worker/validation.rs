@@ -1,11 +1,23 @@
-//! An epoch's validation: the replicas made one (local SGD), each rank's share evaluated, the
-//! sums all-reduced.
+//! A validation (at each epoch's end, and every `--val-every` steps): the replicas made one
+//! (local SGD), each rank's share evaluated, the sums all-reduced.
 
 use super::Worker;
 use crate::backend::Replica;
 use crate::engine::EngineError;
 
 impl Worker {
+    /// After a step that does not end an epoch, whether `--val-every` has a validation due: the
+    /// epochs trained by then (1.4: 40% into the second).
+    pub(super) fn validation_due(&self, epoch_end: bool) -> Option<f32> {
+        let every = self.cfg.val_every?;
+        let validates = self.cfg.epoch_validation && !self.val.is_empty();
+        if epoch_end || !validates || !self.step.is_multiple_of(every) {
+            return None;
+        }
+        let within = self.cursor.offset as f64 / self.train.samples as f64;
+        Some((self.cursor.epoch as f64 + within) as f32)
+    }
+
     /// Validation, sharded across ranks and summed with the collective.
     pub(super) fn validate(
         &mut self,

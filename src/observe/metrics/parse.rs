@@ -219,6 +219,17 @@ pub fn record(v: &Value, ranks: usize) -> Parsed<Option<Record>> {
                 elapsed: t()?,
             },
         },
+        "validation" => Record::Event {
+            t: t()?,
+            event: Event::Validated {
+                step: uint(v, "step")?,
+                epochs: num(v, "epochs")? as f32,
+                // (a NaN loss is written null)
+                val_loss: opt_num(v, "val_loss")?.unwrap_or(f64::NAN) as f32,
+                val_accuracy: num(v, "val_accuracy")? as f32,
+                elapsed: t()?,
+            },
+        },
         "end" => Record::Event {
             t: t()?,
             event: Event::Finished {

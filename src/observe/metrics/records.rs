@@ -121,6 +121,16 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
             "type": "epoch", "epoch": epoch, "step": step, "t": t,
             "train_loss": train_loss, "val_loss": val_loss, "val_accuracy": val_accuracy,
         }),
+        Event::Validated {
+            step,
+            epochs,
+            val_loss,
+            val_accuracy,
+            ..
+        } => json!({
+            "type": "validation", "step": step, "epochs": epochs, "t": t,
+            "val_loss": val_loss, "val_accuracy": val_accuracy,
+        }),
         Event::Checkpoint { step, path } => {
             // absolute (the engine's checkpoint directory is): `--resume RUN_DIR` finds a
             // run's checkpoints wherever they went

@@ -352,6 +352,18 @@ impl Prometheus {
                 .set(if s == now { 1.0 } else { 0.0 });
         }
     }
+
+    /// The newest validation's figures (an epoch's, or one within it).
+    fn validated(&self, loss: Option<f32>, accuracy: Option<f32>) {
+        if let Some(l) = loss {
+            self.val_loss.with_label_values::<&str>(&[]).set(wide(l));
+        }
+        if let Some(a) = accuracy {
+            self.val_accuracy
+                .with_label_values::<&str>(&[])
+                .set(wide(a));
+        }
+    }
 }
 
 impl Sink for Prometheus {
@@ -401,21 +413,17 @@ impl Sink for Prometheus {
     }
 
     fn event(&mut self, ev: &Event, _t: Duration) -> Result<(), String> {
-        match ev {
+        match *ev {
             Event::EpochDone {
                 val_loss,
                 val_accuracy,
                 ..
-            } => {
-                if let Some(l) = val_loss {
-                    self.val_loss.with_label_values::<&str>(&[]).set(wide(*l));
-                }
-                if let Some(a) = val_accuracy {
-                    self.val_accuracy
-                        .with_label_values::<&str>(&[])
-                        .set(wide(*a));
-                }
-            }
+            } => self.validated(val_loss, val_accuracy),
+            Event::Validated {
+                val_loss,
+                val_accuracy,
+                ..
+            } => self.validated(Some(val_loss), Some(val_accuracy)),
             Event::Checkpoint { .. } => self.checkpoints.inc(),
             Event::DataSkipped { .. } => self.data_skipped.inc(),
             Event::Control {

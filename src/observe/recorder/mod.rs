@@ -318,7 +318,7 @@ impl Recorder {
         };
         let line = Line::new(&v);
         let kind = match ev {
-            Event::EpochDone { .. } => Kind::Epoch,
+            Event::EpochDone { .. } | Event::Validated { .. } => Kind::Epoch,
             _ => Kind::Event,
         };
         self.publish(kind, &line);

@@ -146,22 +146,29 @@ pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
     v
 }
 
-/// An epoch's scalars; none for other events.
+/// An epoch's scalars and a validation's within one (`--val-every`); none for other events.
 pub fn event_scalars(ev: &Event) -> Option<(u64, Vec<(String, f32)>)> {
-    let Event::EpochDone {
-        step,
-        train_loss,
-        val_loss,
-        val_accuracy,
-        ..
-    } = ev
-    else {
-        return None;
+    let (step, train_loss, val_loss, val_accuracy) = match *ev {
+        Event::EpochDone {
+            step,
+            train_loss,
+            val_loss,
+            val_accuracy,
+            ..
+        } => (step, Some(train_loss), val_loss, val_accuracy),
+        Event::Validated {
+            step,
+            val_loss,
+            val_accuracy,
+            ..
+        } => (step, None, Some(val_loss), Some(val_accuracy)),
+        _ => return None,
     };
-    let mut v = vec![("train/epoch_loss".to_string(), *train_loss)];
+    let mut v: Vec<(String, f32)> = Vec::new();
+    v.extend(train_loss.map(|l| ("train/epoch_loss".to_string(), l)));
     v.extend(val_loss.map(|l| ("validation/loss".to_string(), l)));
     v.extend(val_accuracy.map(|a| ("validation/accuracy".to_string(), a)));
-    Some((*step, v))
+    Some((step, v))
 }
 
 /// A sample's scalars, each device's values that it reports.

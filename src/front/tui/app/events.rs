@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{App, EpochPoint, Level, Mode, RunState, Summary, EMA_ALPHA};
+use super::{App, EpochPoint, Level, Mode, RunState, Summary, ValPoint, EMA_ALPHA};
 use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::front::words::event_line;
 use crate::observe::monitor::StepRow;
@@ -106,6 +106,7 @@ impl App {
         let done = match &e {
             Event::Checkpoint { step, .. }
             | Event::EpochDone { step, .. }
+            | Event::Validated { step, .. }
             | Event::InSync { step, .. }
             | Event::Finished { step, .. } => Some(*step),
             Event::Failed { step, .. } => Some(step.saturating_sub(1)),
@@ -172,12 +173,34 @@ impl App {
                 val_loss,
                 val_accuracy,
                 ..
-            } => self.epochs.push(EpochPoint {
-                epoch: *epoch,
-                step: *step,
-                train_loss: *train_loss,
-                val_loss: *val_loss,
-                val_accuracy: *val_accuracy,
+            } => {
+                self.epochs.push(EpochPoint {
+                    epoch: *epoch,
+                    step: *step,
+                    train_loss: *train_loss,
+                    val_loss: *val_loss,
+                    val_accuracy: *val_accuracy,
+                });
+                if let (Some(loss), Some(accuracy)) = (*val_loss, *val_accuracy) {
+                    self.validations.push(ValPoint {
+                        step: *step,
+                        epochs: *epoch as f64,
+                        loss,
+                        accuracy,
+                    });
+                }
+            }
+            &Event::Validated {
+                step,
+                epochs,
+                val_loss,
+                val_accuracy,
+                ..
+            } => self.validations.push(ValPoint {
+                step,
+                epochs: epochs as f64,
+                loss: val_loss,
+                accuracy: val_accuracy,
             }),
             Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
             Event::InSync { .. }
@@ -214,7 +237,8 @@ impl App {
                 }
                 _ => Level::Info,
             };
-            self.push_log(level, line, matches!(e, Event::EpochDone { .. }));
+            let progress = matches!(e, Event::EpochDone { .. } | Event::Validated { .. });
+            self.push_log(level, line, progress);
         }
     }
 }
@@ -230,11 +254,7 @@ impl App {
             ending,
             failed: (self.state == RunState::Failed)
                 .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
-            best_val_accuracy: self
-                .epochs
-                .iter()
-                .filter_map(|e| e.val_accuracy)
-                .reduce(f32::max),
+            best_val_accuracy: self.val_accuracy().1,
             wall: self.now,
             mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
             compute_share: share(t.compute_s),

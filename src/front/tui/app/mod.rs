@@ -9,9 +9,11 @@ use std::time::Duration;
 mod device;
 mod events;
 mod keys;
+mod log;
 mod view;
 
 pub use device::{DeviceState, Split};
+pub use log::{Level, LogEntry};
 pub use view::{Mode, Popup, RunState, View, Window};
 
 use crate::engine::control::Control;
@@ -103,36 +105,6 @@ pub enum Action {
     Redraw,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Info,
-    Warn,
-    Error,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct LogEntry {
-    pub at: Duration,
-    pub level: Level,
-    pub text: String,
-    /// An end-of-epoch line: a newer one replaces it when nothing came between, so a fast
-    /// run's epochs do not push the pauses, batch changes and checkpoints off the panel.
-    pub epoch: bool,
-    /// The same entry again right after it (a key refused each time it is pressed) counts
-    /// here instead of filling the panel: 1 for one.
-    pub times: u32,
-}
-
-impl LogEntry {
-    /// Its text as shown: with how many times it came, where more than once.
-    pub fn shown(&self) -> String {
-        match self.times {
-            1 => self.text.clone(),
-            n => format!("{} (x{n})", self.text),
-        }
-    }
-}
-
 /// The validation result of one epoch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EpochPoint {
@@ -141,6 +113,16 @@ pub struct EpochPoint {
     pub train_loss: f32,
     pub val_loss: Option<f32>,
     pub val_accuracy: Option<f32>,
+}
+
+/// A validation's result: at an epoch's end or within one (`--val-every`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValPoint {
+    pub step: u64,
+    /// Epochs trained by then (1.4: 40% into the second).
+    pub epochs: f64,
+    pub loss: f32,
+    pub accuracy: f32,
 }
 
 /// Shown when the run has ended.
@@ -229,6 +211,8 @@ pub struct App {
     /// The smoothed train loss, and the step it is of.
     ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
+    /// Every validation, the epochs' own and those within them.
+    pub validations: Vec<ValPoint>,
     pub log: VecDeque<LogEntry>,
     pub view: View,
     pub window: Window,
@@ -288,6 +272,7 @@ impl App {
             grad_spikes: 0,
             ema: None,
             epochs: Vec::new(),
+            validations: Vec::new(),
             log: VecDeque::new(),
             view: View::Overview,
             window: Window::OneMinute,
@@ -328,7 +313,6 @@ impl App {
         app
     }
 
-    /// Whether this screen is a file's (nothing here can change the run).
     /// Device `i`'s MFU (0..1) over its recent steps; `None` for a CPU worker, a GPU whose
     /// peak is not known, or before its first step.
     pub fn device_mfu(&self, i: usize) -> Option<f64> {
@@ -339,34 +323,9 @@ impl App {
         self.mfu.of(i, samples, mean)
     }
 
+    /// Whether this screen is a file's (nothing here can change the run).
     pub fn watching_file(&self) -> bool {
         self.mode == Mode::File
-    }
-
-    fn note(&mut self, level: Level, text: String) {
-        self.push_log(level, text, false);
-    }
-
-    fn push_log(&mut self, level: Level, text: String, epoch: bool) {
-        if let Some(last) = (self.log.front_mut()).filter(|l| !epoch && l.text == text) {
-            (last.at, last.level, last.times) = (self.now, level, last.times + 1);
-            return;
-        }
-        if epoch && self.log.front().is_some_and(|l| l.epoch) {
-            self.log.pop_front();
-        } else if self.log_scroll > 0 {
-            // the events view scrolled back stays on the same entries
-            self.log_scroll += 1;
-        }
-        self.log.push_front(LogEntry {
-            at: self.now,
-            level,
-            text,
-            epoch,
-            times: 1,
-        });
-        self.log.truncate(LOG_LINES);
-        self.log_scroll = self.log_scroll.min(self.log.len().saturating_sub(1));
     }
 
     /// The newest step known to be done: a recorded run's file holds only every
@@ -475,13 +434,8 @@ impl App {
 
     /// The newest validation accuracy and the best so far.
     pub fn val_accuracy(&self) -> (Option<f32>, Option<f32>) {
-        let last = self.epochs.iter().rev().find_map(|e| e.val_accuracy);
-        let best = self
-            .epochs
-            .iter()
-            .filter_map(|e| e.val_accuracy)
-            .reduce(f32::max);
-        (last, best)
+        let accuracies = self.validations.iter().map(|v| v.accuracy);
+        (accuracies.clone().next_back(), accuracies.reduce(f32::max))
     }
 }
 

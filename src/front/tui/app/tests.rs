@@ -329,9 +329,16 @@ fn navigation_keys_change_only_the_view() {
 }
 
 #[test]
-
 fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     let mut app = running(false);
+    // the best validation within the epoch (--val-every) counts; the newest is the epoch's
+    app.apply(AppEvent::Engine(Event::Validated {
+        step: 3,
+        epochs: 0.6,
+        val_loss: 0.3,
+        val_accuracy: 0.95,
+        elapsed: Duration::from_millis(10),
+    }));
     app.apply(AppEvent::Engine(Event::EpochDone {
         epoch: 1,
         step: 5,
@@ -355,8 +362,9 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     let s = app.summary.clone().unwrap();
     assert_eq!(
         (s.steps, s.ending, s.best_val_accuracy, s.grad_spikes),
-        (5, Ending::Completed, Some(0.91), 2)
+        (5, Ending::Completed, Some(0.95), 2)
     );
+    assert_eq!(app.val_accuracy(), (Some(0.91), Some(0.95)));
     assert!(s.mean_samples_per_sec.unwrap() > 0.0);
     let share = s.compute_share.unwrap();
     assert!(share > 0.5 && share < 1.0, "{share}");

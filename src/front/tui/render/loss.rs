@@ -103,10 +103,8 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
     let n = 2 * area.width as usize;
     let raw = thin(app.loss.all(), n);
     let smooth = thin(app.loss_smooth.all(), n);
-    let val: Vec<(f64, f64)> = app
-        .epochs
-        .iter()
-        .filter_map(|e| e.val_loss.map(|l| (e.step as f64, l as f64)))
+    let val: Vec<(f64, f64)> = (app.validations.iter())
+        .map(|v| (v.step as f64, v.loss as f64))
         .collect();
     let head = loss_title(
         app,
@@ -211,10 +209,8 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
 }
 
 fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let acc: Vec<(f64, f64)> = app
-        .epochs
-        .iter()
-        .filter_map(|e| e.val_accuracy.map(|a| (e.epoch as f64, a as f64 * 100.0)))
+    let acc: Vec<(f64, f64)> = (app.validations.iter())
+        .map(|v| (v.epochs, v.accuracy as f64 * 100.0))
         .collect();
     let head = vec![Span::styled(
         " validation accuracy % by epoch ",
@@ -239,9 +235,9 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 .fold(acc[0], |b, p| if p.1 > b.1 { p } else { b }),
         );
         let lines = vec![
-            Line::raw(format!("epoch {:.0}: {:.1}%", last.0, last.1)),
+            Line::raw(format!("{}: {:.1}%", at_epochs(last.0), last.1)),
             Line::styled(
-                format!("best {:.1}% (epoch {:.0})", best.1, best.0),
+                format!("best {:.1}% ({})", best.1, at_epochs(best.0)),
                 theme.muted(),
             ),
         ];
@@ -262,10 +258,27 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .data(&acc)];
     let x = (
         [acc[0].0, x1],
-        vec![format!("{:.0}", acc[0].0), format!("{x1:.0}")],
+        vec![epochs_label(acc[0].0), epochs_label(x1)],
     );
     let y = ([lo, 100.0], vec![format!("{lo:.0}"), "100".into()]);
     draw_chart(frame, area, head, theme, datasets, x, y);
+}
+
+/// Where a validation was, in epochs trained: `epoch 3` at an epoch's end, `1.40 epochs` within
+/// one (`--val-every`).
+fn at_epochs(x: f64) -> String {
+    match x.fract() == 0.0 {
+        true => format!("epoch {x:.0}"),
+        false => format!("{x:.2} epochs"),
+    }
+}
+
+/// An epochs axis label: whole epochs as such, a point within one to a tenth.
+fn epochs_label(x: f64) -> String {
+    match x.fract() == 0.0 {
+        true => format!("{x:.0}"),
+        false => format!("{x:.1}"),
+    }
 }
 
 /// Columns the per-epoch table takes in full.
