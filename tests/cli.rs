@@ -664,7 +664,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "note: --sync-bn: the model has no batch norm; nothing changes",
         "note: --rebalance: one rank has no other to share the batch with; nothing changes",
         "note: --warmup 10: the run is 3 steps: the LR rises all run and never reaches ",
-        "note: --val-every 2: there is no validation set (--val-split 0); nothing is validated",
+        "note: --val-every 2: no sample is held out for validation (--val-split, --val-data); nothing is validated",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }

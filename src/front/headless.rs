@@ -126,7 +126,7 @@ impl Log<'_> {
         if let Some(m) = self.mfu.mean(&row.ranks) {
             line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
         }
-        let ahead = self.ends.ahead(row.ends_at);
+        let ahead = self.ends.ahead(row.step, row.ends_at);
         if let Some(note) = sync_note(&self.info.strategy, row.step, ahead) {
             line += &format!(" | {note}");
         }

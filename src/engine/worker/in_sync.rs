@@ -22,15 +22,20 @@ impl Worker {
         self.ranks >= 2 && self.step.is_multiple_of(every) && self.strategy.in_sync(self.step)
     }
 
-    /// After an update: at a check step, every rank's hash goes to every rank; all equal is
-    /// told the first time (rank 0), a difference stops every rank naming the ranks that differ.
-    pub(super) fn check_in_sync(&mut self, replica: &mut dyn Replica) -> Result<(), EngineError> {
+    /// After an update: at a check step (`due`: `check_due` after the update), every rank's
+    /// hash goes to every rank; all equal is told the first time (rank 0), a difference stops
+    /// every rank naming the ranks that differ.
+    pub(super) fn check_in_sync(
+        &mut self,
+        replica: &mut dyn Replica,
+        due: bool,
+    ) -> Result<(), EngineError> {
         if self.cfg.inject_desync == Some((self.rank, self.step)) {
             let mut state = replica.export();
             state.params[0] += 1e-3;
             replica.import(&state);
         }
-        if !self.check_due() {
+        if !due {
             return Ok(());
         }
         let mine = hash(&replica.export().params);

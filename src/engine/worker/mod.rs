@@ -377,10 +377,13 @@ impl Worker {
                 },
                 synced,
                 epoch_end: batch.epoch_end,
-                validate_at: self.validation_due(batch.epoch_end),
+                mid_validation: self.validation_due(batch.epoch_end),
             };
-            let settle = batch.epoch_end || queued.validate_at.is_some();
+            let settle = batch.epoch_end || queued.mid_validation.is_some();
             self.say_skipped_pictures();
+            // decided before the report: a validation in it makes local SGD's replicas one,
+            // which a rank reporting late would only do after the check
+            let check = self.check_due();
             match self.late {
                 true => {
                     if let Some(before) = self.queued.replace(queued) {
@@ -389,12 +392,12 @@ impl Worker {
                 }
                 false => self.report(queued, reported, replica, &mut tally)?,
             }
-            if self.check_due() {
+            if check {
                 // reading the parameters waits for the device: through the last step's end
                 // first, which a failed peer's abort can end (the read itself cannot)
                 self.catch_up(replica, &mut tally)?;
             }
-            self.check_in_sync(&mut *replica)?;
+            self.check_in_sync(&mut *replica, check)?;
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if settle || checkpoint {

@@ -21,7 +21,7 @@ pub(in crate::engine) struct Queued {
     pub stats: StepStats,
     pub synced: Moved,
     pub epoch_end: bool,
-    pub validate_at: Option<f32>,
+    pub mid_validation: Option<f32>,
 }
 
 /// What the replica reports of a step: the batch's global metrics, the exchange's time and the
@@ -41,6 +41,12 @@ pub(super) struct Tally {
     pub best_val: Option<f32>,
 }
 
+impl Tally {
+    fn validated(&mut self, accuracy: f32) {
+        self.best_val = Some(self.best_val.map_or(accuracy, |b| b.max(accuracy)));
+    }
+}
+
 impl Worker {
     /// Step `q` joined with its report `r`: checked finite, its statistics sent, added to the
     /// tally; at an epoch's end, the validation and the epoch's line, and a validation within
@@ -57,7 +63,7 @@ impl Worker {
             mut stats,
             synced,
             epoch_end,
-            validate_at,
+            mid_validation,
         } = q;
         let Reported { m, moved, device } = r;
         stats.loss = (m.loss_sum / m.samples.max(1.0)) as f32;
@@ -107,7 +113,7 @@ impl Worker {
         if epoch_end {
             let (val_loss, val_acc) = self.validate(replica)?;
             if let Some(a) = val_acc {
-                tally.best_val = Some(tally.best_val.map_or(a, |b| b.max(a)));
+                tally.validated(a);
             }
             if self.rank == 0 {
                 let train_loss = (self.epoch_sum[0] / self.epoch_sum[1].max(1.0)) as f32;
@@ -121,9 +127,9 @@ impl Worker {
                 });
             }
             self.epoch_sum = [0.0, 0.0];
-        } else if let Some(epochs) = validate_at {
+        } else if let Some(epochs) = mid_validation {
             if let (Some(val_loss), Some(val_accuracy)) = self.validate(replica)? {
-                tally.best_val = Some(tally.best_val.map_or(val_accuracy, |b| b.max(val_accuracy)));
+                tally.validated(val_accuracy);
                 if self.rank == 0 {
                     let _ = self.events.send(Event::Validated {
                         step,

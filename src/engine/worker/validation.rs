@@ -10,12 +10,16 @@ impl Worker {
     /// epochs trained by then (1.4: 40% into the second).
     pub(super) fn validation_due(&self, epoch_end: bool) -> Option<f32> {
         let every = self.cfg.val_every?;
-        let validates = self.cfg.epoch_validation && !self.val.is_empty();
-        if epoch_end || !validates || !self.step.is_multiple_of(every) {
+        if epoch_end || !self.validates() || !self.step.is_multiple_of(every) {
             return None;
         }
         let within = self.cursor.offset as f64 / self.train.samples as f64;
         Some((self.cursor.epoch as f64 + within) as f32)
+    }
+
+    /// Whether this run validates (it has a validation set; not `scale`'s measurements).
+    fn validates(&self) -> bool {
+        self.cfg.epoch_validation && !self.val.is_empty()
     }
 
     /// Validation, sharded across ranks and summed with the collective.
@@ -23,10 +27,10 @@ impl Worker {
         &mut self,
         replica: &mut dyn Replica,
     ) -> Result<(Option<f32>, Option<f32>), EngineError> {
-        let n = self.val.len();
-        if n == 0 || !self.cfg.epoch_validation {
+        if !self.validates() {
             return Ok((None, None));
         }
+        let n = self.val.len();
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
         let per = n.div_ceil(self.ranks);

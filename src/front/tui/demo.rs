@@ -42,6 +42,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         resume_note: None,
         train_samples: 1438,
         val_samples: 359,
+        val_every: None,
         budget: Budget::Epochs(30),
         start_step: 0,
         start_epoch: 0,

@@ -21,7 +21,7 @@ pub const HISTORY_STEPS: usize = 2000;
 /// Telemetry lines kept likewise.
 pub const HISTORY_TELEMETRY: usize = 2000;
 /// Epoch lines kept (thinned as the steps are, so a run of many short epochs keeps its whole
-/// accuracy curve).
+/// accuracy curve); `--val-every`'s validation lines alike, apart.
 pub const HISTORY_EPOCHS: usize = 5000;
 /// Event, warning and end lines kept (oldest dropped beyond).
 pub const HISTORY_EVENTS: usize = 10_000;
@@ -39,9 +39,10 @@ pub const MAX_CLIENTS: usize = 16;
 pub enum Kind {
     Step,
     Telemetry,
-    /// The lifecycle lines, always delivered: epochs (thinned in the history) and events,
-    /// warnings and the end (kept in the history up to a cap).
+    /// The lifecycle lines, always delivered: epochs and validations within them (each thinned
+    /// in the history) and events, warnings and the end (kept in the history up to a cap).
     Epoch,
+    Validation,
     Event,
 }
 
@@ -102,6 +103,7 @@ struct State {
     steps: Thinned,
     telemetry: Thinned,
     epochs: Thinned,
+    validations: Thinned,
     events: Capped,
     seq: u64,
     clients: HashMap<u64, Client>,
@@ -174,6 +176,7 @@ impl LiveHub {
                 steps: Thinned::new(HISTORY_STEPS, HISTORY_BYTES),
                 telemetry: Thinned::new(HISTORY_TELEMETRY, HISTORY_BYTES),
                 epochs: Thinned::new(HISTORY_EPOCHS, HISTORY_BYTES),
+                validations: Thinned::new(HISTORY_EPOCHS, HISTORY_BYTES),
                 events: Capped::new(HISTORY_EVENTS),
                 seq: 0,
                 clients: HashMap::new(),
@@ -230,6 +233,10 @@ impl LiveHub {
                 s.epochs.offer(seq, &line);
                 Class::Lossless
             }
+            Kind::Validation => {
+                s.validations.offer(seq, &line);
+                Class::Lossless
+            }
             Kind::Event => {
                 s.events.push(seq, &line);
                 Class::Lossless
@@ -280,6 +287,7 @@ impl LiveHub {
                 .iter()
                 .chain(s.telemetry.iter())
                 .chain(s.epochs.iter())
+                .chain(s.validations.iter())
                 .chain(s.events.iter()),
         );
         let mut c = Client::default();

@@ -165,6 +165,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         resume_note: None,
         train_samples: count(v, "train_samples").unwrap_or(0),
         val_samples: count(v, "val_samples").unwrap_or(0),
+        val_every: opt_uint(v, "val_every")?,
         budget,
         start_step: opt_uint(v, "start_step")?.unwrap_or(0),
         start_epoch: opt_uint(v, "start_epoch")?.unwrap_or(0),

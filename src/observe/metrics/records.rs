@@ -61,6 +61,7 @@ pub fn run(info: &RunInfo) -> Value {
         "flops_per_sample": info.flops,
         "per_replica": info.per_replica, "grad_accum": info.grad_accum,
         "train_samples": info.train_samples, "val_samples": info.val_samples,
+        "val_every": info.val_every,
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
         "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),

@@ -318,7 +318,8 @@ impl Recorder {
         };
         let line = Line::new(&v);
         let kind = match ev {
-            Event::EpochDone { .. } | Event::Validated { .. } => Kind::Epoch,
+            Event::EpochDone { .. } => Kind::Epoch,
+            Event::Validated { .. } => Kind::Validation,
             _ => Kind::Event,
         };
         self.publish(kind, &line);

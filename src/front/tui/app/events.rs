@@ -181,11 +181,13 @@ impl App {
                     val_loss: *val_loss,
                     val_accuracy: *val_accuracy,
                 });
-                if let (Some(loss), Some(accuracy)) = (*val_loss, *val_accuracy) {
+                if let Some(accuracy) = *val_accuracy {
                     self.validations.push(ValPoint {
                         step: *step,
                         epochs: *epoch as f64,
-                        loss,
+                        epoch_end: true,
+                        // (a NaN loss is written null)
+                        loss: val_loss.unwrap_or(f32::NAN),
                         accuracy,
                     });
                 }
@@ -199,6 +201,7 @@ impl App {
             } => self.validations.push(ValPoint {
                 step,
                 epochs: epochs as f64,
+                epoch_end: false,
                 loss: val_loss,
                 accuracy: val_accuracy,
             }),

@@ -20,7 +20,7 @@ pub struct LogEntry {
     /// An end-of-epoch or validation line: a newer one replaces it when nothing came between,
     /// so a fast run's epochs do not push the pauses, batch changes and checkpoints off the
     /// panel.
-    pub epoch: bool,
+    pub progress: bool,
     /// The same entry again right after it (a key refused each time it is pressed) counts
     /// here instead of filling the panel: 1 for one.
     pub times: u32,
@@ -41,12 +41,12 @@ impl App {
         self.push_log(level, text, false);
     }
 
-    pub(super) fn push_log(&mut self, level: Level, text: String, epoch: bool) {
-        if let Some(last) = (self.log.front_mut()).filter(|l| !epoch && l.text == text) {
+    pub(super) fn push_log(&mut self, level: Level, text: String, progress: bool) {
+        if let Some(last) = (self.log.front_mut()).filter(|l| !progress && l.text == text) {
             (last.at, last.level, last.times) = (self.now, level, last.times + 1);
             return;
         }
-        if epoch && self.log.front().is_some_and(|l| l.epoch) {
+        if progress && self.log.front().is_some_and(|l| l.progress) {
             self.log.pop_front();
         } else if self.log_scroll > 0 {
             // the events view scrolled back stays on the same entries
@@ -56,7 +56,7 @@ impl App {
             at: self.now,
             level,
             text,
-            epoch,
+            progress,
             times: 1,
         });
         self.log.truncate(LOG_LINES);

@@ -121,6 +121,8 @@ pub struct ValPoint {
     pub step: u64,
     /// Epochs trained by then (1.4: 40% into the second).
     pub epochs: f64,
+    /// An epoch's own (at its end), not one of `--val-every` within it.
+    pub epoch_end: bool,
     pub loss: f32,
     pub accuracy: f32,
 }

@@ -199,9 +199,9 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let ahead = match (app.state.ended(), row) {
             (true, _) => Ahead {
                 run_end: Some(step),
-                validation: None,
+                ..Ahead::default()
             },
-            (false, r) => Ends::of(info).ahead(r.and_then(|r| r.ends_at)),
+            (false, r) => Ends::of(info).ahead(step, r.and_then(|r| r.ends_at)),
         };
         let name = info.strategy.to_string();
         // (a failed run never made its replicas one)

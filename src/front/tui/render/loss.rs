@@ -9,7 +9,7 @@ use ratatui::widgets::{Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 use super::charts::{block, draw_chart, message, thin};
-use crate::front::tui::app::App;
+use crate::front::tui::app::{App, ValPoint};
 use crate::front::tui::theme::Theme;
 use crate::front::units::{grad_norm, loss_value};
 
@@ -104,6 +104,7 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
     let raw = thin(app.loss.all(), n);
     let smooth = thin(app.loss_smooth.all(), n);
     let val: Vec<(f64, f64)> = (app.validations.iter())
+        .filter(|v| v.loss.is_finite())
         .map(|v| (v.step as f64, v.loss as f64))
         .collect();
     let head = loss_title(
@@ -221,23 +222,32 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             frame,
             area,
             block(head, theme),
-            "after the first epoch",
+            match app.info.val_every {
+                Some(_) => "after the first validation",
+                None => "after the first epoch",
+            },
             theme,
         );
         return;
     }
     // too few rows for a chart to read (one row draws every point beside its top label): words
     if area.height < 7 {
-        let (last, best) = (
-            acc[acc.len() - 1],
-            acc.iter()
-                .copied()
-                .fold(acc[0], |b, p| if p.1 > b.1 { p } else { b }),
-        );
+        let vals = &app.validations;
+        let last = vals[vals.len() - 1];
+        let best = vals
+            .iter()
+            .fold(vals[0], |b, v| match v.accuracy > b.accuracy {
+                true => *v,
+                false => b,
+            });
         let lines = vec![
-            Line::raw(format!("{}: {:.1}%", at_epochs(last.0), last.1)),
+            Line::raw(format!(
+                "{}: {:.1}%",
+                at_epochs(&last),
+                last.accuracy * 100.0
+            )),
             Line::styled(
-                format!("best {:.1}% ({})", best.1, at_epochs(best.0)),
+                format!("best {:.1}% ({})", best.accuracy * 100.0, at_epochs(&best)),
                 theme.muted(),
             ),
         ];
@@ -266,10 +276,10 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 /// Where a validation was, in epochs trained: `epoch 3` at an epoch's end, `1.40 epochs` within
 /// one (`--val-every`).
-fn at_epochs(x: f64) -> String {
-    match x.fract() == 0.0 {
-        true => format!("epoch {x:.0}"),
-        false => format!("{x:.2} epochs"),
+fn at_epochs(v: &ValPoint) -> String {
+    match v.epoch_end {
+        true => format!("epoch {:.0}", v.epochs),
+        false => format!("{:.2} epochs", v.epochs),
     }
 }
 

@@ -165,7 +165,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     };
     let no_accuracy = match app.info.val_samples {
         0 => "n/a (no validation set)",
-        _ => "n/a (no epoch finished)",
+        _ => "n/a (nothing validated)",
     };
     let mut fields = Vec::new();
     // a resumed run's figures are of its own steps, from the checkpoint's on

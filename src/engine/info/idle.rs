@@ -1,0 +1,132 @@
+//! The start-up notes of settings asked for that change nothing in this run.
+
+use super::RunInfo;
+use crate::config::RunConfig;
+use crate::engine::Device;
+use crate::nn::model::Model;
+
+/// Settings asked for that change nothing in this run, said so (a user who asked for one
+/// expects it to do something).
+pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<String> {
+    let mut notes = Vec::new();
+    if cfg.sync_bn && !model.has_batch_norm() {
+        notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
+    } else if cfg.sync_bn && info.ranks() == 1 {
+        notes.push("--sync-bn: one replica's batch is the global batch; nothing changes".into());
+    }
+    if cfg.rebalance && info.ranks() == 1 {
+        notes.push(
+            "--rebalance: one rank has no other to share the batch with; nothing changes".into(),
+        );
+    }
+    let steps = match cfg.budget {
+        crate::config::Budget::Steps(s) => s,
+        crate::config::Budget::Epochs(e) => e * info.steps_per_epoch(),
+    };
+    let run_of = |steps: u64| {
+        format!(
+            "the run is {}",
+            crate::text::counted(steps as usize, "step")
+        )
+    };
+    if cfg.warmup > steps {
+        notes.push(format!(
+            "--warmup {}: {}: the LR rises all run and never reaches {:.2e}",
+            cfg.warmup,
+            run_of(steps),
+            info.lr
+        ));
+    }
+    if let Some(every) = cfg.checkpoint_every.filter(|&n| n > steps) {
+        notes.push(format!(
+            "--checkpoint-every {every}: {}: none falls due before its end",
+            run_of(steps)
+        ));
+    }
+    if let Some(every) = cfg.val_every {
+        let epoch = info.steps_per_epoch();
+        if info.val_samples == 0 {
+            notes.push(format!(
+                "--val-every {every}: no sample is held out for validation (--val-split, --val-data); nothing is validated"
+            ));
+        } else if every.is_multiple_of(epoch) {
+            notes.push(format!(
+                "--val-every {every}: an epoch is {}: each step it names ends one, which validates anyway",
+                crate::text::counted(epoch as usize, "step")
+            ));
+        } else if every > steps {
+            notes.push(format!(
+                "--val-every {every}: {}: none falls due before its end",
+                run_of(steps)
+            ));
+        }
+    }
+    use crate::nn::optim::OptimizerKind;
+    let with_momentum = matches!(
+        cfg.optimizer,
+        OptimizerKind::Momentum | OptimizerKind::Nesterov
+    );
+    if !with_momentum && cfg.momentum != crate::nn::optim::MOMENTUM {
+        notes.push(format!(
+            "--momentum {}: --optimizer {} takes no momentum; --optimizer momentum (or nesterov) does",
+            cfg.momentum, cfg.optimizer
+        ));
+    }
+    if cfg.no_decay_bn_bias && cfg.weight_decay == 0.0 {
+        notes.push("--no-decay-bn-bias: --weight-decay is 0; nothing changes".into());
+    }
+    if cfg.calibrate && info.ranks() == 1 {
+        notes.push(
+            "--calibrate: one rank is its own one-device baseline; the speed-up is 1x".into(),
+        );
+    }
+    let cpu_only = info.devices.iter().all(|d| matches!(d, Device::Cpu { .. }));
+    let threads = info.ranks() * info.threads_per_worker;
+    // (the ranks of this machine: a run over several processes is left to their launcher)
+    if cpu_only && info.processes == 1 && cfg.threads_per_worker.is_some() && threads > info.cores {
+        notes.push(format!(
+            "--threads-per-worker {}: {} x {} threads share {} cores and will slow each other; --threads-per-worker {} fits",
+            info.threads_per_worker,
+            crate::text::counted(info.ranks(), "rank"),
+            info.threads_per_worker,
+            info.cores,
+            (info.cores / info.ranks()).max(1)
+        ));
+    }
+    if info.ranks() == 1 && cfg.strategy != Default::default() {
+        notes.push(format!(
+            "--strategy {}: one rank has no other to share with; it trains as mirrored{}",
+            cfg.strategy,
+            match cfg.strategy {
+                crate::config::strategy::Strategy::CentralStorage => {
+                    ", with the host's copy of the weights costing transfers each step"
+                }
+                _ => "",
+            }
+        ));
+    }
+    // `mlp` with no widths: no hidden layer (softmax regression), which may not be what was meant
+    if matches!(&cfg.model, crate::nn::model::ModelSpec::Layers(l) if l.layers.is_empty()) {
+        notes.push(
+            "--model mlp: no hidden layer: a linear model (softmax regression); mlp:128 gives one hidden layer of 128"
+                .into(),
+        );
+    }
+    // (frozen at their random start: a head trained over features nobody learnt)
+    if cfg.freeze.is_some() && cfg.init.is_none() && cfg.resume.is_none() {
+        notes.push(format!(
+            "--freeze {} without --init: the frozen tensors stay at their random initialisation; --init FILE starts them from trained weights",
+            cfg.freeze.as_ref().map_or(String::new(), |f| f.to_string())
+        ));
+    }
+    if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
+        if warmup >= steps && info.ranks() > 1 {
+            notes.push(format!(
+                "--local-sgd-warmup {warmup}: {}: its replicas never step alone \
+                 (mirrored throughout); a lower --local-sgd-warmup lets them",
+                run_of(steps),
+            ));
+        }
+    }
+    notes
+}
