@@ -10,6 +10,8 @@ pub enum Phase {
     Compute = 1,
     Reduce = 2,
     Update = 3,
+    /// Validating after the step (every rank at once: a validation is collective).
+    Validate = 4,
 }
 
 /// A rank's last reported position: the step it is working on and the phase.
@@ -30,21 +32,22 @@ impl Heartbeats {
     }
     /// Rank `rank` is now in `phase` of step `step`.
     pub fn beat(&self, rank: usize, step: u64, phase: Phase) {
-        self.0[rank].store(step << 2 | phase as u64, Ordering::Relaxed);
+        self.0[rank].store(step << 3 | phase as u64, Ordering::Relaxed);
     }
     pub fn read(&self) -> Vec<Beat> {
         self.0
             .iter()
             .map(|a| {
                 let v = a.load(Ordering::Relaxed);
-                let phase = match v & 3 {
+                let phase = match v & 7 {
                     0 => Phase::Data,
                     1 => Phase::Compute,
                     2 => Phase::Reduce,
-                    _ => Phase::Update,
+                    3 => Phase::Update,
+                    _ => Phase::Validate,
                 };
                 Beat {
-                    step: v >> 2,
+                    step: v >> 3,
                     phase,
                 }
             })

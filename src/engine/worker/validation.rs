@@ -30,6 +30,11 @@ impl Worker {
         if !self.validates() {
             return Ok((None, None));
         }
+        (self.beats).beat(
+            self.rank,
+            self.step,
+            crate::engine::heartbeat::Phase::Validate,
+        );
         let n = self.val.len();
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;

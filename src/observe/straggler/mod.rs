@@ -451,8 +451,14 @@ impl Detector {
     }
 
     /// Called on a timer with the time since the start and each rank's heartbeat: a stall
-    /// warning once no step has completed for the timeout (one per stall).
+    /// warning once no step has completed for the timeout (one per stall). A validation is
+    /// not a stall (a large set takes a while): its clock restarts when it ends.
     pub fn tick(&mut self, now: Duration, beats: &[Beat]) -> Option<Warning> {
+        // (rank 0's beat is always this process's: where it validates, every rank does)
+        if beats.first().is_some_and(|b| b.phase == Phase::Validate) {
+            self.last_progress = self.last_progress.max(now);
+            return None;
+        }
         let waited = now.saturating_sub(self.last_progress);
         if self.paused || waited < self.cfg.stall_timeout || self.stalled_at == Some(self.last_step)
         {

@@ -302,6 +302,18 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
     d.on_row(&r);
     assert_eq!(d.tick(secs(159), &beats.read()), None);
     assert!(d.tick(secs(161), &beats.read()).is_some());
+    // a validation is not a stall, however long; the clock starts again when it ends
+    let mut r = row(9, &[1.0; 3], &[0.1; 3]);
+    r.at = secs(200);
+    d.on_row(&r);
+    for rank in 0..3 {
+        beats.beat(rank, 9, Phase::Validate);
+    }
+    assert_eq!(d.tick(secs(300), &beats.read()), None);
+    assert_eq!(d.tick(secs(500), &beats.read()), None);
+    beats.beat(0, 10, Phase::Data);
+    assert_eq!(d.tick(secs(559), &beats.read()), None);
+    assert!(d.tick(secs(561), &beats.read()).is_some());
 }
 
 #[test]
