@@ -656,6 +656,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "0",
         "--val-every",
         "2",
+        "--checkpoint-best",
     ];
     let o = run_in(dir.path(), &args);
     let out = text(&o);
@@ -665,6 +666,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "note: --rebalance: one rank has no other to share the batch with; nothing changes",
         "note: --warmup 10: the run is 3 steps: the LR rises all run and never reaches ",
         "note: --val-every 2: no sample is held out for validation (--val-split, --val-data); nothing is validated",
+        "note: --checkpoint-best: no sample is held out for validation (--val-split, --val-data); no best checkpoint is written",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }

@@ -509,6 +509,61 @@ fn val_every_validates_within_epochs_and_changes_no_step() {
 }
 
 #[test]
+fn checkpoint_best_keeps_the_best_validation_s_model_and_nothing_less_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ck");
+    let mut cfg = small(2, 8, 0, &ckpt);
+    cfg.budget = Budget::Epochs(3);
+    cfg.inputs.val_fraction = Some(0.2);
+    cfg.val_every = Some(4);
+    cfg.checkpoint_best = true;
+    cfg.lr = Some(0.02);
+    let (r, events) = run_with_events(cfg.clone());
+    let validations = events.iter().filter_map(|e| match *e {
+        Event::EpochDone {
+            step,
+            val_accuracy: Some(a),
+            ..
+        }
+        | Event::Validated {
+            step,
+            val_accuracy: a,
+            ..
+        } => Some((step, a)),
+        _ => None,
+    });
+    // one each time a validation beats every one before it
+    let mut beaten: Vec<(u64, f32)> = Vec::new();
+    for (step, a) in validations {
+        if beaten.last().is_none_or(|b| a > b.1) {
+            beaten.push((step, a));
+        }
+    }
+    let written: Vec<(u64, f32)> = (events.iter())
+        .filter_map(|e| match *e {
+            Event::Checkpoint {
+                step,
+                best: Some(a),
+                ..
+            } => Some((step, a)),
+            _ => None,
+        })
+        .collect();
+    assert!(beaten.len() >= 2, "{beaten:?}");
+    assert_eq!(written, beaten);
+    let (step, accuracy) = beaten[beaten.len() - 1];
+    assert_eq!(r.best_val_accuracy, Some(accuracy));
+    let model = Model::mlp(12, &[16, 8], 4);
+    let (meta, best) = mgtop::engine::checkpoint::read(&ckpt.join("best"), &model, "adam").unwrap();
+    assert_eq!((meta.step, meta.val_accuracy), (step, Some(accuracy)));
+    // its weights are those of its step: a run stopped there ends on them
+    let mut upto = small(2, 8, step, &dir.path().join("upto"));
+    upto.inputs.val_fraction = Some(0.2);
+    upto.lr = Some(0.02);
+    assert_eq!(run(upto).state.params, best.params);
+}
+
+#[test]
 fn a_diverging_run_read_late_names_the_same_step_and_keeps_a_good_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     // (with a checkpoint each step, the saved weights are checked too; without, the loss)

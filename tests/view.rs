@@ -34,6 +34,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
         checkpoint_dir: dir.join("ck"),
         clip_grad_norm: Some(0.5),
         val_every: Some(10),
+        checkpoint_best: true,
         ..RunConfig::default()
     };
     let engine = Engine::start(cfg).unwrap();
@@ -102,6 +103,8 @@ fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
     // each epoch's validation and --val-every's 6 within them (none falls on an epoch's end)
     assert_eq!(seen.validations, live.validations);
     assert_eq!(seen.validations.len(), 9);
+    assert_eq!(seen.best_checkpoint, live.best_checkpoint);
+    assert!(seen.best_checkpoint.is_some());
     assert_eq!(seen.last_checkpoint, live.last_checkpoint);
     assert!(seen.last_checkpoint.is_some());
     // the summary: steps, how it ended, throughput (times are kept to the microsecond)

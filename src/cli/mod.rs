@@ -370,6 +370,9 @@ pub struct TrainArgs {
     /// Keep only the newest N checkpoints this run writes: each older one it wrote is removed once a newer one is in place (the checkpoint a run resumed from is never removed)  [default: all]
     #[arg(allow_negative_numbers = true, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_checkpoints: Option<u64>,
+    /// Also keep the checkpoint of the best validation accuracy so far in <checkpoint dir>/best, replaced when a validation beats it (=false turns off a resumed run's)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub checkpoint_best: Option<bool>,
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,

@@ -128,6 +128,7 @@ impl TrainArgs {
         }
         pick!(
             rebalance,
+            checkpoint_best,
             sync_bn,
             no_decay_bn_bias,
             strategy,
@@ -390,6 +391,7 @@ impl TrainArgs {
             link_latest: false,
             checkpoint_dir: d.checkpoint_dir,
             checkpoint_every: args.checkpoint_every,
+            checkpoint_best: args.checkpoint_best.unwrap_or(false),
             val_every: args.val_every,
             keep_checkpoints: args.keep_checkpoints,
             final_checkpoint: d.final_checkpoint,

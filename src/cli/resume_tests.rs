@@ -63,6 +63,7 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         "9",
         "--val-every",
         "12",
+        "--checkpoint-best",
         "--log-every",
         "3",
         "--seed",
@@ -92,6 +93,7 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         "{said}"
     );
     assert_eq!((back.clip_grad_norm, back.val_every), (Some(2.5), Some(12)));
+    assert!(back.checkpoint_best);
     // flags (and the config file) win; a budget or strategy given replaces the recorded one
     let given = TrainArgs {
         epochs: Some(3),

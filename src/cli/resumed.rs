@@ -10,7 +10,7 @@ use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
-const TAKEN: [&str; 33] = [
+const TAKEN: [&str; 34] = [
     "name",
     "model",
     "data",
@@ -42,6 +42,7 @@ const TAKEN: [&str; 33] = [
     "rebalance",
     "freeze",
     "checkpoint_every",
+    "checkpoint_best",
     "keep_checkpoints",
     "log_every",
 ];

@@ -196,6 +196,9 @@ pub struct RunConfig {
     pub checkpoint_dir: PathBuf,
     /// Also checkpoint every N steps.
     pub checkpoint_every: Option<u64>,
+    /// Keep the checkpoint of the best validation accuracy in `<checkpoint_dir>/best`
+    /// (`--checkpoint-best`).
+    pub checkpoint_best: bool,
     /// Keep the newest N checkpoints this run writes, removing the older ones it wrote.
     pub keep_checkpoints: Option<u64>,
     /// Write a checkpoint when the run completes.
@@ -290,6 +293,7 @@ impl Default for RunConfig {
             link_latest: false,
             checkpoint_dir: PathBuf::from("checkpoints"),
             checkpoint_every: None,
+            checkpoint_best: false,
             keep_checkpoints: None,
             final_checkpoint: true,
             resume: None,

@@ -46,6 +46,7 @@ impl RunConfig {
             "rebalance": self.rebalance,
             "freeze": self.freeze.as_ref().map(|f| f.to_string()),
             "checkpoint_every": self.checkpoint_every,
+            "checkpoint_best": self.checkpoint_best,
             "val_every": self.val_every,
             "keep_checkpoints": self.keep_checkpoints,
             "log_every": self.log_every,

@@ -26,6 +26,7 @@ pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: u
         final_checkpoint: false,
         checkpoint_every: None,
         val_every: None,
+        checkpoint_best: false,
         resume: None,
         metrics_out: None,
         run_dir: None,

@@ -180,9 +180,12 @@ pub enum Event {
         val_accuracy: f32,
         elapsed: Duration,
     },
+    /// A checkpoint written; `best`: the best validation's so far (`--checkpoint-best`), of
+    /// this accuracy.
     Checkpoint {
         step: u64,
         path: PathBuf,
+        best: Option<f32>,
     },
     /// Every rank's parameters hashed the same after `step`: the run's first check (they are
     /// checked every `--log-every` steps; a later one is heard of only if it fails).

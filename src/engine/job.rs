@@ -177,6 +177,7 @@ pub(super) fn meet(
             ("--clip-grad-norm".into(), given(cfg.clip_grad_norm)),
             ("--checkpoint-every".into(), given(cfg.checkpoint_every)),
             ("--val-every".into(), given(cfg.val_every)),
+            ("--checkpoint-best".into(), cfg.checkpoint_best.to_string()),
             ("--keep-checkpoints".into(), given(cfg.keep_checkpoints)),
             (
                 "the final checkpoint".into(),

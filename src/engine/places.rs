@@ -32,7 +32,8 @@ pub(super) fn check(
     if let Some(d) = cfg.run_dir.as_deref().filter(|_| lead && !numbered) {
         rundir::unused(d, cfg.resume.is_some()).map_err(EngineError::Config)?;
     }
-    let checkpoints = lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some());
+    let checkpoints =
+        lead && (cfg.final_checkpoint || cfg.checkpoint_every.is_some() || cfg.checkpoint_best);
     // (a fresh numbered directory holds nothing yet)
     if checkpoints && !(numbered && in_run_dir) {
         checkpoint::refuse_others(&cfg.checkpoint_dir, resumed)?;

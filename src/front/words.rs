@@ -327,9 +327,20 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
                 )
             }
         },
-        Event::Checkpoint { step, path } => {
-            format!("checkpoint at step {step}: {}", path.display())
-        }
+        Event::Checkpoint {
+            step,
+            path,
+            best: None,
+        } => format!("checkpoint at step {step}: {}", path.display()),
+        Event::Checkpoint {
+            step,
+            path,
+            best: Some(a),
+        } => format!(
+            "best checkpoint at step {step} (val acc {:.2}%): {}",
+            a * 100.0,
+            path.display()
+        ),
         Event::InSync { step, ranks } => format!(
             "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps)"
         ),

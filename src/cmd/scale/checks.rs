@@ -38,6 +38,7 @@ pub(super) fn say_ignored(train: &TrainArgs) {
         ("--checkpoint-dir", train.checkpoint_dir.is_some()),
         ("--checkpoint-every", train.checkpoint_every.is_some()),
         ("--keep-checkpoints", train.keep_checkpoints.is_some()),
+        ("--checkpoint-best", train.checkpoint_best == Some(true)),
         ("--metrics-out", train.metrics_out.is_some()),
         (
             "--prometheus",

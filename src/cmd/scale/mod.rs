@@ -135,6 +135,7 @@ fn measure_once(
         budget: Budget::Steps(crate::engine::checkpoint::MAX_STEP),
         final_checkpoint: false,
         checkpoint_every: None,
+        checkpoint_best: false,
         resume: None,
         metrics_out: None,
         run_dir: None,

@@ -70,17 +70,26 @@ pub fn tidy_if_free(dir: &Path) {
 }
 
 /// Unfinished `.tmp-step-*` directories and half-removed `.removed-step-*` ones go, and
-/// `.old-step-*` ones are removed, or put back where the checkpoint they held is missing. The
-/// caller holds `dir`'s lock.
+/// `.old-step-*` ones are removed, or put back where the checkpoint they held is missing (the
+/// best one's, `.tmp-best-*`, `.old-best-*`, alike). The caller holds `dir`'s lock.
 fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".tmp-step-") || name.starts_with(".removed-step-") {
+        let ours = |prefix: &str| {
+            ["step-", "best-"]
+                .map(|n| format!("{prefix}{n}"))
+                .iter()
+                .any(|p| name.starts_with(p.as_str()))
+        };
+        if ours(".tmp-") || ours(".removed-") {
             let _ = fs::remove_dir_all(entry.path());
-        } else if let Some(rest) = name.strip_prefix(".old-step-") {
-            // `.old-step-NNNNNNNN-PID`: the step's checkpoint, moved aside while replaced
-            let step = rest.split('-').next().unwrap_or_default();
-            let done = dir.join(format!("step-{step}"));
+        } else if let Some((kept, _pid)) = (name.strip_prefix(".old-"))
+            .filter(|_| ours(".old-"))
+            .and_then(|rest| rest.rsplit_once('-'))
+        {
+            // `.old-step-NNNNNNNN-PID` (or `.old-best-PID`): that checkpoint, moved aside
+            // while replaced
+            let done = dir.join(kept);
             if done.join(STATE).is_file() {
                 let _ = fs::remove_dir_all(entry.path());
             } else {

@@ -59,6 +59,10 @@ pub struct CheckpointMeta {
     /// recorded): bytes changed since (a disk or copy fault) are found before they are loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_crc32c: Option<u32>,
+    /// The validation accuracy of a best checkpoint (`--checkpoint-best`): one of a later
+    /// validation replaces it only where that is higher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_accuracy: Option<f32>,
 }
 
 impl CheckpointMeta {
@@ -84,6 +88,9 @@ impl CheckpointMeta {
 
     /// What a resumed run relies on, held to the same ranges as the flags that set it.
     pub fn check(&self) -> Result<(), String> {
+        if let Some(a) = self.val_accuracy.filter(|a| !(0.0..=1.0).contains(a)) {
+            return Err(format!("val_accuracy {a} is out of range (0..=1)"));
+        }
         let max_batch = crate::engine::control::MAX_BATCH;
         if self.per_replica == 0 || self.per_replica > max_batch {
             return Err(format!(
@@ -185,6 +192,7 @@ impl CheckpointMeta {
             train_fingerprint: None,
             epoch_sum: None,
             weights_crc32c: None,
+            val_accuracy: None,
         }
     }
 }

@@ -27,6 +27,8 @@ pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::CheckpointMeta;
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
+/// The name of the best validation's checkpoint (`--checkpoint-best`) beside the `step-N` ones.
+pub const BEST: &str = "best";
 /// A checkpoint's weights file (what `--init` and PyTorch take).
 pub const WEIGHTS: &str = "model.safetensors";
 const STATE: &str = "state.json";
@@ -100,15 +102,22 @@ pub fn abandoned() -> Option<u64> {
         .checked_sub(1)
 }
 
-/// Writes a checkpoint for `meta.step` under `dir`; returns its directory.
+/// A step's checkpoint's name in its directory.
+pub fn step_name(step: u64) -> String {
+    format!("step-{step:08}")
+}
+
+/// Writes a checkpoint named `name` (`step_name`, or `BEST`) under `dir`, replacing one of that
+/// name; returns its directory.
 pub fn write(
     dir: &Path,
+    name: &str,
     model: &Model,
     state: &TrainState,
     meta: &CheckpointMeta,
 ) -> Result<PathBuf, CheckpointError> {
-    let final_dir = dir.join(format!("step-{:08}", meta.step));
-    let tmp = dir.join(format!(".tmp-step-{:08}-{}", meta.step, std::process::id()));
+    let final_dir = dir.join(name);
+    let tmp = dir.join(format!(".tmp-{name}-{}", std::process::id()));
     let werr = |source| CheckpointError::Write {
         path: dir.to_path_buf(),
         source,
@@ -176,9 +185,10 @@ pub fn write(
         let json = serde_json::to_vec_pretty(&meta).map_err(std::io::Error::other)?;
         write_synced(&tmp.join(STATE), &json)?;
         File::open(&tmp)?.sync_all()?;
-        // an older run's checkpoint of the same step is replaced: moved aside first (a
-        // directory cannot be renamed over a non-empty one), so a crash leaves one of the two
-        let old = dir.join(format!(".old-step-{:08}-{}", meta.step, std::process::id()));
+        // an older run's checkpoint of the same step (or the best so far) is replaced: moved
+        // aside first (a directory cannot be renamed over a non-empty one), so a crash leaves
+        // one of the two
+        let old = dir.join(format!(".old-{name}-{}", std::process::id()));
         let replacing = final_dir.exists();
         if replacing {
             fs::rename(&final_dir, &old)?;

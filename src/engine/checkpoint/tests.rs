@@ -3,6 +3,16 @@
 use super::*;
 use crate::nn::optim::OptimizerKind;
 
+/// A step's checkpoint written as a run writes it.
+fn write(
+    dir: &Path,
+    model: &Model,
+    state: &TrainState,
+    meta: &CheckpointMeta,
+) -> Result<PathBuf, CheckpointError> {
+    super::write(dir, &step_name(meta.step), model, state, meta)
+}
+
 fn sample() -> (Model, TrainState, CheckpointMeta) {
     // batch norm: running statistics ride along
     let spec = "dense3,bn".parse().unwrap();
@@ -195,6 +205,10 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
     fs::create_dir_all(dir.path().join(".removed-step-00000004-1/x")).unwrap();
     let aside = dir.path().join(".old-step-00000012-1");
     fs::rename(&p, &aside).unwrap();
+    // the best one's, alike: replaced half-way (put back), written half-way (cleared)
+    let best = super::write(dir.path(), BEST, &model, &state, &meta).unwrap();
+    fs::rename(&best, dir.path().join(".old-best-1")).unwrap();
+    fs::create_dir(dir.path().join(".tmp-best-1")).unwrap();
     let held = lock(dir.path()).unwrap();
     let names: Vec<String> = fs::read_dir(dir.path())
         .unwrap()
@@ -207,6 +221,9 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
         "{names:?}"
     );
     assert_eq!(read(&p, &model, "adam").unwrap().1, state);
+    assert_eq!(read(&best, &model, "adam").unwrap().1, state);
+    // (the best one is no step's: the newest step's is resumed)
+    assert_eq!(resolve(dir.path()).unwrap(), p);
     let e = lock(dir.path()).unwrap_err().to_string();
     assert!(
         e.contains(&format!("(pid {})", std::process::id())) && e.contains("--checkpoint-dir"),

@@ -61,6 +61,11 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             ));
         }
     }
+    if cfg.checkpoint_best && info.val_samples == 0 {
+        notes.push(
+            "--checkpoint-best: no sample is held out for validation (--val-split, --val-data); no best checkpoint is written".into(),
+        );
+    }
     use crate::nn::optim::OptimizerKind;
     let with_momentum = matches!(
         cfg.optimizer,

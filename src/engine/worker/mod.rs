@@ -216,7 +216,10 @@ impl Worker {
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
         replica.report_late(self.late);
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            best_saved: self.best_to_beat(),
+            ..Tally::default()
+        };
         let mut stopped = false;
         // training stopped after the last step (an epoch's end and validation, a checkpoint):
         // the next one restarts the throughput windows, as after a pause

@@ -39,6 +39,8 @@ pub(super) struct Tally {
     pub losses: Vec<f32>,
     pub step_ends: Vec<Duration>,
     pub best_val: Option<f32>,
+    /// Rank 0, `--checkpoint-best`: the accuracy of the best checkpoint written.
+    pub best_saved: Option<f32>,
 }
 
 impl Tally {
@@ -110,11 +112,8 @@ impl Worker {
         }
         self.epoch_sum[0] += m.loss_sum;
         self.epoch_sum[1] += m.samples;
-        if epoch_end {
+        let validated = if epoch_end {
             let (val_loss, val_acc) = self.validate(replica)?;
-            if let Some(a) = val_acc {
-                tally.validated(a);
-            }
             if self.rank == 0 {
                 let train_loss = (self.epoch_sum[0] / self.epoch_sum[1].max(1.0)) as f32;
                 let _ = self.events.send(Event::EpochDone {
@@ -127,19 +126,25 @@ impl Worker {
                 });
             }
             self.epoch_sum = [0.0, 0.0];
+            val_acc
         } else if let Some(epochs) = mid_validation {
-            if let (Some(val_loss), Some(val_accuracy)) = self.validate(replica)? {
-                tally.validated(val_accuracy);
-                if self.rank == 0 {
-                    let _ = self.events.send(Event::Validated {
-                        step,
-                        epochs,
-                        val_loss,
-                        val_accuracy,
-                        elapsed: self.t0.elapsed(),
-                    });
-                }
+            let (val_loss, val_acc) = self.validate(replica)?;
+            if let (Some(val_loss), Some(val_accuracy), 0) = (val_loss, val_acc, self.rank) {
+                let _ = self.events.send(Event::Validated {
+                    step,
+                    epochs,
+                    val_loss,
+                    val_accuracy,
+                    elapsed: self.t0.elapsed(),
+                });
             }
+            val_acc
+        } else {
+            None
+        };
+        if let Some(a) = validated {
+            tally.validated(a);
+            self.save_best(replica, &mut tally.best_saved, a)?;
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! Checkpoints: rank 0 writes the one model the ranks hold, with where the run stands.
+//! Checkpoints: rank 0 writes the one model the ranks hold, with where the run stands; and
+//! under `--checkpoint-best`, the best validation's.
 
 use super::Worker;
 use crate::backend::Replica;
@@ -22,11 +23,57 @@ impl Worker {
             let _ = self.events.send(Event::Checkpoint {
                 step: *step,
                 path: path.clone(),
+                best: None,
             });
         }
         if self.rank != 0 || saved.is_some() {
             return Ok(());
         }
+        let name = checkpoint::step_name(self.step);
+        let path = self.write(replica, &name, None)?;
+        let _ = self.events.send(Event::Checkpoint {
+            step: self.step,
+            path: path.clone(),
+            best: None,
+        });
+        self.written.push_back(path.clone());
+        self.last_checkpoint = Some((self.step, path));
+        self.keep_newest();
+        Ok(())
+    }
+
+    /// `--checkpoint-best`, after a validation of `accuracy` (which made the replicas one):
+    /// where it beats the best so far (`best`: this run's, or that of the best checkpoint of
+    /// its line found at its start), rank 0 writes the model as `best`, replacing the one
+    /// before.
+    pub(super) fn save_best(
+        &mut self,
+        replica: &mut dyn Replica,
+        best: &mut Option<f32>,
+        accuracy: f32,
+    ) -> Result<(), EngineError> {
+        let beaten = best.is_none_or(|b| accuracy > b);
+        if !self.cfg.checkpoint_best || self.rank != 0 || !beaten {
+            return Ok(());
+        }
+        *best = Some(accuracy);
+        let path = self.write(replica, checkpoint::BEST, Some(accuracy))?;
+        let _ = self.events.send(Event::Checkpoint {
+            step: self.step,
+            path,
+            best: Some(accuracy),
+        });
+        Ok(())
+    }
+
+    /// Rank 0: the one model written as checkpoint `name`, with the validation accuracy of a
+    /// best one.
+    fn write(
+        &mut self,
+        replica: &mut dyn Replica,
+        name: &str,
+        val_accuracy: Option<f32>,
+    ) -> Result<std::path::PathBuf, EngineError> {
         let state = self.strategy.export(replica);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights
@@ -59,16 +106,20 @@ impl Worker {
             epoch_sum: Some(self.epoch_sum),
             // (filled in as the weights are written)
             weights_crc32c: None,
+            val_accuracy,
         };
-        let path = checkpoint::write(&cfg.checkpoint_dir, &self.model, &state, &meta)?;
-        let _ = self.events.send(Event::Checkpoint {
-            step: self.step,
-            path: path.clone(),
-        });
-        self.written.push_back(path.clone());
-        self.last_checkpoint = Some((self.step, path));
-        self.keep_newest();
-        Ok(())
+        let dir = &cfg.checkpoint_dir;
+        Ok(checkpoint::write(dir, name, &self.model, &state, &meta)?)
+    }
+
+    /// `--checkpoint-best`: the accuracy of the best checkpoint of this run's line in its
+    /// directory, which a validation must beat to replace it (rank 0, which writes them).
+    pub(super) fn best_to_beat(&self) -> Option<f32> {
+        if !self.cfg.checkpoint_best || self.rank != 0 {
+            return None;
+        }
+        let meta = checkpoint::read_meta(&self.cfg.checkpoint_dir.join(checkpoint::BEST)).ok()?;
+        meta.val_accuracy.filter(|_| meta.origin == self.cfg.origin)
     }
 
     /// `--keep-checkpoints N`: the checkpoints this run wrote before its newest N removed.

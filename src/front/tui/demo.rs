@@ -160,6 +160,7 @@ pub fn app(devices: usize, steps: u64) -> App {
             app.apply(AppEvent::Engine(Event::Checkpoint {
                 step: 60,
                 path: PathBuf::from("checkpoints/step-00000060"),
+                best: None,
             }));
             app.apply(AppEvent::Engine(Event::Control {
                 step: 60,

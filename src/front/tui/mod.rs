@@ -227,5 +227,12 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     if let Some(p) = &s.last_checkpoint {
         lines.push(format!("checkpoint: {}", p.display()));
     }
+    if let Some((p, a)) = &s.best_checkpoint {
+        let acc = a * 100.0;
+        lines.push(format!(
+            "best checkpoint: {} (val acc {acc:.2}%)",
+            p.display()
+        ));
+    }
     lines
 }

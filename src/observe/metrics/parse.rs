@@ -256,6 +256,12 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
         "checkpoint" => Event::Checkpoint {
             step: uint(v, "step")?,
             path: PathBuf::from(text(v, "path")?),
+            best: None,
+        },
+        "best_checkpoint" => Event::Checkpoint {
+            step: uint(v, "step")?,
+            path: PathBuf::from(text(v, "path")?),
+            best: Some(num(v, "val_accuracy")? as f32),
         },
         "in_sync" => Event::InSync {
             step: uint(v, "step")?,

@@ -132,10 +132,18 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
             "type": "validation", "step": step, "epochs": epochs, "t": t,
             "val_loss": val_loss, "val_accuracy": val_accuracy,
         }),
-        Event::Checkpoint { step, path } => {
+        Event::Checkpoint { step, path, best } => {
             // absolute (the engine's checkpoint directory is): `--resume RUN_DIR` finds a
-            // run's checkpoints wherever they went
-            json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path.display().to_string()})
+            // run's checkpoints wherever they went (a best one is not one to resume from)
+            let path = path.display().to_string();
+            match best {
+                None => {
+                    json!({"type": "event", "kind": "checkpoint", "step": step, "t": t, "path": path})
+                }
+                Some(a) => {
+                    json!({"type": "event", "kind": "best_checkpoint", "step": step, "t": t, "path": path, "val_accuracy": a})
+                }
+            }
         }
         Event::InSync { step, ranks } => {
             json!({"type": "event", "kind": "in_sync", "step": step, "t": t, "ranks": ranks})

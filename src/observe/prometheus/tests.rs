@@ -204,6 +204,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         &Event::Checkpoint {
             step: 4,
             path: "c".into(),
+            best: None,
         },
         Duration::from_secs(1),
     )

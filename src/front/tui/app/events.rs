@@ -120,7 +120,7 @@ impl App {
         // what answers a key of this screen is also said in the footer (the events panel may
         // be a line or two that the next epoch fills)
         let answers = match &e {
-            Event::Checkpoint { .. } => std::mem::take(&mut self.pending_checkpoint),
+            Event::Checkpoint { best: None, .. } => std::mem::take(&mut self.pending_checkpoint),
             Event::Control {
                 applied: a @ (Applied::Paused | Applied::Resumed),
                 ..
@@ -205,7 +205,14 @@ impl App {
                 loss: val_loss,
                 accuracy: val_accuracy,
             }),
-            Event::Checkpoint { path, .. } => self.last_checkpoint = Some(path.clone()),
+            Event::Checkpoint {
+                path, best: None, ..
+            } => self.last_checkpoint = Some(path.clone()),
+            Event::Checkpoint {
+                path,
+                best: Some(a),
+                ..
+            } => self.best_checkpoint = Some((path.clone(), *a)),
             Event::InSync { .. }
             | Event::DataSkipped { .. }
             | Event::Warning { .. }
@@ -265,6 +272,7 @@ impl App {
             comm_share: share(t.comm_s),
             wait_share: share(t.wait_s),
             last_checkpoint: self.last_checkpoint.clone(),
+            best_checkpoint: self.best_checkpoint.clone(),
             grad_spikes: self.grad_spikes,
         }
     }

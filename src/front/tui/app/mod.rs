@@ -144,6 +144,8 @@ pub struct Summary {
     pub comm_share: Option<f64>,
     pub wait_share: Option<f64>,
     pub last_checkpoint: Option<PathBuf>,
+    /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
+    pub best_checkpoint: Option<(PathBuf, f32)>,
     /// Gradient spikes said during the run.
     pub grad_spikes: u64,
 }
@@ -225,6 +227,7 @@ pub struct App {
     pub now: Duration,
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
+    pub best_checkpoint: Option<(PathBuf, f32)>,
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
@@ -284,6 +287,7 @@ impl App {
             now: Duration::ZERO,
             process_memory: None,
             last_checkpoint: None,
+            best_checkpoint: None,
             summary: None,
             quitting: false,
             summary_hidden: false,

@@ -96,8 +96,24 @@ fn what_answers_a_key_is_said_in_the_footer_and_nothing_else_is() {
         app.apply(AppEvent::Engine(Event::Checkpoint {
             step,
             path: format!("runs/x/checkpoints/step-{step:08}").into(),
+            best: None,
         }))
     };
+    // a best validation's checkpoint (--checkpoint-best) answers no key and is no step's
+    app.apply(AppEvent::Engine(Event::Checkpoint {
+        step: 5,
+        path: "runs/x/checkpoints/best".into(),
+        best: Some(0.9),
+    }));
+    assert_eq!(
+        app.flash.as_deref(),
+        Some("checkpoint requested after step 5")
+    );
+    assert_eq!(app.last_checkpoint, None);
+    assert_eq!(
+        app.best_checkpoint,
+        Some(("runs/x/checkpoints/best".into(), 0.9))
+    );
     written(&mut app, 6);
     let said = app.flash.take().unwrap();
     assert!(said.starts_with("checkpoint at step 6"), "{said}");

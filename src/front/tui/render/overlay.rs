@@ -219,6 +219,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if let Some(p) = &s.last_checkpoint {
         fields.push(("checkpoint", p.display().to_string()));
     }
+    if let Some((p, a)) = &s.best_checkpoint {
+        let at = format!("{} (val acc {:.2}%)", p.display(), a * 100.0);
+        fields.push(("best checkpoint", at));
+    }
     let foot = "q quits · Esc shows the panels · Tab other views";
     // as wide as its longest line (the checkpoint path is the one people copy), wrapped
     // where the screen is narrower: values beside their names, a path after a folder
