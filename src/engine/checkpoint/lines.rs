@@ -108,7 +108,15 @@ pub fn lines(steps: &[(u64, PathBuf)]) -> Vec<Line> {
 /// for the newest).
 pub fn refuse_others(dir: &Path, resumed: Option<&CheckpointMeta>) -> Result<(), CheckpointError> {
     let ours = resumed.and_then(CheckpointMeta::line);
-    let lines = lines(&steps(dir));
+    // (the best validation's checkpoint too: another line's must not be replaced, nor this
+    // line's of a step past the one resumed from be left to beat)
+    let mut all = steps(dir);
+    let best = dir.join(super::BEST);
+    if let Ok(meta) = super::read_meta(&best) {
+        all.push((meta.step, best));
+        all.sort_by_key(|(step, _)| *step);
+    }
+    let lines = lines(&all);
     // checkpoints that name no line go with any
     let (mine, others): (Vec<&Line>, Vec<&Line>) =
         (lines.iter()).partition(|l| l.origin.is_none() || l.origin.as_deref() == ours);

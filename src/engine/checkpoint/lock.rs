@@ -16,8 +16,9 @@ pub struct DirLock {
 }
 
 /// Creates `dir` if needed, takes its lock (refusing a directory another live run holds) and
-/// clears what an interrupted earlier run left: unfinished `.tmp-step-*` directories, and
-/// `.old-step-*` ones (put back where the checkpoint they held is missing).
+/// clears what an interrupted earlier run left: unfinished `.tmp-step-*` (`.tmp-best-*`)
+/// directories, and `.old-step-*` (`.old-best-*`) ones (put back where the checkpoint they held
+/// is missing).
 pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
     let werr = |source| CheckpointError::Write {
         path: dir.to_path_buf(),
@@ -76,10 +77,8 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(dir)?.filter_map(|e| e.ok()) {
         let name = entry.file_name().to_string_lossy().into_owned();
         let ours = |prefix: &str| {
-            ["step-", "best-"]
-                .map(|n| format!("{prefix}{n}"))
-                .iter()
-                .any(|p| name.starts_with(p.as_str()))
+            (name.strip_prefix(prefix))
+                .is_some_and(|r| r.starts_with("step-") || r.starts_with("best-"))
         };
         if ours(".tmp-") || ours(".removed-") {
             let _ = fs::remove_dir_all(entry.path());

@@ -1,4 +1,4 @@
-//! Checkpoints: `step-NNNNNNNN/` holding `model.safetensors` (weights and optimizer moments)
+//! Checkpoints: `step-NNNNNNNN/` (and `--checkpoint-best`'s `best/`) holding `model.safetensors` (weights and optimizer moments)
 //! and `state.json` (position in the data, batch size, LR, config). Written to a temporary
 //! directory, fsynced, then renamed, so a crash mid-write never damages an earlier checkpoint.
 //! A run holds a lock on its checkpoint directory (`.lock`, flock) so that two runs never write
@@ -61,7 +61,7 @@ pub enum CheckpointError {
     Locked { path: PathBuf, pid: Option<u32> },
     #[error("--checkpoint-dir {path} holds checkpoints of another run; this run's would mix with them and replace those of the same steps:\n{runs}\ngive this run its own --checkpoint-dir (or leave the flag out: each run keeps its checkpoints in its run directory), or continue one listed with the --resume shown")]
     Taken { path: PathBuf, runs: String },
-    #[error("--checkpoint-dir {path} already holds this line of runs' checkpoints past step {step}, the one resumed from (up to {newest}); this run's would be a second branch beside them, and --resume {path} would then pick whichever branch has the higher step: give this run its own --checkpoint-dir, resume the newest with --resume {newest}, or move the step directories after step {step} out of {path}")]
+    #[error("--checkpoint-dir {path} already holds this line of runs' checkpoints past step {step}, the one resumed from (up to {newest}); this run's would be a second branch beside them, and --resume {path} would then pick whichever branch has the higher step: give this run its own --checkpoint-dir, resume the newest with --resume {newest}, or move the checkpoints after step {step} (step directories, a best/ of a later step) out of {path}")]
     Ahead {
         path: PathBuf,
         step: u64,
@@ -123,16 +123,20 @@ pub fn write(
         source,
     };
     fs::create_dir_all(&tmp).map_err(werr)?;
-    // a process quitting in the middle of this (a second signal) leaves no `.tmp-step-*`
+    // a process quitting in the middle of this (a second signal) leaves no `.tmp-*` (and says
+    // so of a step's checkpoint)
     let armed = crate::quit_at_once::arm({
         let (tmp, step) = (tmp.clone(), meta.step);
+        let said = name != BEST;
         move || {
             // moved aside first: where the writer's rename into place came first, this finds
             // nothing and the checkpoint stays whole (removing in place could empty it)
             let aside = tmp.with_extension("abandoned");
             if fs::rename(&tmp, &aside).is_ok() {
                 let _ = fs::remove_dir_all(aside);
-                ABANDONED.store(step + 1, std::sync::atomic::Ordering::SeqCst);
+                if said {
+                    ABANDONED.store(step + 1, std::sync::atomic::Ordering::SeqCst);
+                }
             }
         }
     });
@@ -190,6 +194,13 @@ pub fn write(
         // one of the two
         let old = dir.join(format!(".old-{name}-{}", std::process::id()));
         let replacing = final_dir.exists();
+        if replacing && exchange(&tmp, &final_dir).is_ok() {
+            // swapped at once (a reader of the best one, replaced often, finds it whole at
+            // every moment): the old one is where the new one was written
+            let _ = File::open(dir).and_then(|d| d.sync_all());
+            let _ = fs::remove_dir_all(&tmp);
+            return Ok(());
+        }
         if replacing {
             fs::rename(&final_dir, &old)?;
         }
@@ -212,6 +223,35 @@ pub fn write(
         return Err(werr(e));
     }
     Ok(final_dir)
+}
+
+/// Swaps directories `a` and `b` at once (Linux's `renameat2(RENAME_EXCHANGE)`); an error
+/// where the system or file system cannot, and the caller moves one aside instead.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that outlive the call, relative to the working directory.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// Removes checkpoint `dir`: renamed out of the `step-*` names first, so that one interrupted

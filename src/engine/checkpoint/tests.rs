@@ -402,6 +402,41 @@ fn a_resumed_run_continues_its_line_and_unnamed_checkpoints_go_with_any() {
 }
 
 #[test]
+fn the_best_checkpoint_is_replaced_whole_and_counts_as_its_line_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let best = |step, accuracy, origin: &str| {
+        let m = CheckpointMeta {
+            step,
+            val_accuracy: Some(accuracy),
+            origin: Some(origin.into()),
+            ..meta.clone()
+        };
+        super::write(dir.path(), BEST, &model, &state, &m).unwrap()
+    };
+    best(4, 0.5, "/runs/a");
+    let p = best(8, 0.75, "/runs/a");
+    let (m, s) = read(&p, &model, "adam").unwrap();
+    assert_eq!((m.step, m.val_accuracy, s), (8, Some(0.75), state.clone()));
+    let names: Vec<String> = (fs::read_dir(dir.path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["best"], "nothing left beside it");
+    // another line's best alone in the directory: refused, not replaced
+    let fresh = refuse_others(dir.path(), None).unwrap_err();
+    assert!(matches!(fresh, CheckpointError::Taken { .. }), "{fresh}");
+    // its own line's, of a step past the one resumed from: a fork, as a step's would be
+    let resumed = |step| CheckpointMeta {
+        step,
+        origin: Some("/runs/a".into()),
+        ..meta.clone()
+    };
+    let e = refuse_others(dir.path(), Some(&resumed(6))).unwrap_err();
+    assert!(e.to_string().contains("past step 6"), "{e}");
+    assert!(refuse_others(dir.path(), Some(&resumed(8))).is_ok());
+}
+
+#[test]
 fn a_checkpoint_of_another_model_says_what_changed_and_what_to_do() {
     let (model, _, meta) = sample();
     let dir = Path::new("/ck/step-00000012");

@@ -140,7 +140,7 @@ pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
     let full = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     if let Some(ck) = full.ancestors().find(|a| checkpoint::is_checkpoint(a)) {
         return Err(format!(
-            "--run-dir {d} is inside checkpoint {}, which is removed whole when its run keeps fewer (--keep-checkpoints): give a folder of its own",
+            "--run-dir {d} is inside checkpoint {}, which is removed or replaced whole (--keep-checkpoints, --checkpoint-best): give a folder of its own",
             ck.display()
         ));
     }

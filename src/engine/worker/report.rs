@@ -39,7 +39,8 @@ pub(super) struct Tally {
     pub losses: Vec<f32>,
     pub step_ends: Vec<Duration>,
     pub best_val: Option<f32>,
-    /// Rank 0, `--checkpoint-best`: the accuracy of the best checkpoint written.
+    /// Rank 0, `--checkpoint-best`: the accuracy a validation must beat to be written as the
+    /// best (that of the best checkpoint written, or of the line's found at the start).
     pub best_saved: Option<f32>,
 }
 
@@ -52,7 +53,8 @@ impl Tally {
 impl Worker {
     /// Step `q` joined with its report `r`: checked finite, its statistics sent, added to the
     /// tally; at an epoch's end, the validation and the epoch's line, and a validation within
-    /// an epoch where one is due (the replica then holds the model `q` left: such a step is
+    /// an epoch where one is due, each followed by `--checkpoint-best`'s checkpoint where it
+    /// is the best (the replica then holds the model `q` left: such a step is
     /// reported before the next is queued).
     pub(super) fn report(
         &mut self,

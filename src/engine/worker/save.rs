@@ -30,7 +30,7 @@ impl Worker {
             return Ok(());
         }
         let name = checkpoint::step_name(self.step);
-        let path = self.write(replica, &name, None)?;
+        let path = self.write_checkpoint(replica, &name, None)?;
         let _ = self.events.send(Event::Checkpoint {
             step: self.step,
             path: path.clone(),
@@ -57,7 +57,7 @@ impl Worker {
             return Ok(());
         }
         *best = Some(accuracy);
-        let path = self.write(replica, checkpoint::BEST, Some(accuracy))?;
+        let path = self.write_checkpoint(replica, checkpoint::BEST, Some(accuracy))?;
         let _ = self.events.send(Event::Checkpoint {
             step: self.step,
             path,
@@ -68,7 +68,7 @@ impl Worker {
 
     /// Rank 0: the one model written as checkpoint `name`, with the validation accuracy of a
     /// best one.
-    fn write(
+    fn write_checkpoint(
         &mut self,
         replica: &mut dyn Replica,
         name: &str,
@@ -119,7 +119,8 @@ impl Worker {
             return None;
         }
         let meta = checkpoint::read_meta(&self.cfg.checkpoint_dir.join(checkpoint::BEST)).ok()?;
-        meta.val_accuracy.filter(|_| meta.origin == self.cfg.origin)
+        meta.val_accuracy
+            .filter(|_| meta.line() == self.cfg.origin.as_deref())
     }
 
     /// `--keep-checkpoints N`: the checkpoints this run wrote before its newest N removed.

@@ -134,7 +134,7 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
         }),
         Event::Checkpoint { step, path, best } => {
             // absolute (the engine's checkpoint directory is): `--resume RUN_DIR` finds a
-            // run's checkpoints wherever they went (a best one is not one to resume from)
+            // run's checkpoints wherever they went (a best one is not what it takes)
             let path = path.display().to_string();
             match best {
                 None => {
