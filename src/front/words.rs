@@ -358,6 +358,12 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
     })
 }
 
+/// `--checkpoint-best`'s checkpoint as the screen's summary and exit line name it:
+/// `runs/.../checkpoints/best (val acc 96.10%)`.
+pub fn best_checkpoint(path: &std::path::Path, accuracy: f32) -> String {
+    format!("{} (val acc {:.2}%)", path.display(), accuracy * 100.0)
+}
+
 /// How a run ended, in a line.
 pub fn ended(step: u64, ending: Ending) -> String {
     match ending {

@@ -228,11 +228,8 @@ pub fn summary_lines(app: &App) -> Vec<String> {
         lines.push(format!("checkpoint: {}", p.display()));
     }
     if let Some((p, a)) = &s.best_checkpoint {
-        let acc = a * 100.0;
-        lines.push(format!(
-            "best checkpoint: {} (val acc {acc:.2}%)",
-            p.display()
-        ));
+        let best = crate::front::words::best_checkpoint(p, *a);
+        lines.push(format!("best checkpoint: {best}"));
     }
     lines
 }

@@ -220,7 +220,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         fields.push(("checkpoint", p.display().to_string()));
     }
     if let Some((p, a)) = &s.best_checkpoint {
-        let at = format!("{} (val acc {:.2}%)", p.display(), a * 100.0);
+        let at = crate::front::words::best_checkpoint(p, *a);
         fields.push(("best checkpoint", at));
     }
     let foot = "q quits · Esc shows the panels · Tab other views";
