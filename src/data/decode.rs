@@ -3,7 +3,7 @@
 //! 16-bit rounded), and a cap on the pixels a file may declare, so a decompression bomb is
 //! refused before anything is allocated for it.
 
-use std::io::{BufRead, BufReader, Cursor, Read, Seek};
+use std::io::{BufRead, Cursor, Read, Seek};
 use std::path::Path;
 
 use image::{DynamicImage, ImageDecoder, ImageError, ImageReader, Limits};
@@ -28,7 +28,8 @@ fn limits() -> Limits {
 /// The most bytes a picture file may hold (far past any JPEG or PNG of `MAX_PIXELS`).
 const MAX_FILE: u64 = 1 << 30;
 
-fn open_file(path: &Path) -> Result<std::fs::File, String> {
+/// `path` opened for reading, with its length: a regular file, or why not.
+pub(super) fn open_file(path: &Path) -> Result<(std::fs::File, u64), String> {
     use std::os::unix::fs::OpenOptionsExt;
     // (without blocking: a FIFO put in a picture's place is refused, not waited on)
     let file = std::fs::OpenOptions::new()
@@ -37,11 +38,33 @@ fn open_file(path: &Path) -> Result<std::fs::File, String> {
         .open(path)
         .map_err(|e| format!("cannot open: {e}"))?;
     match file.metadata() {
-        Ok(m) if m.is_file() => {}
-        Ok(m) => return Err(format!("{}, not a regular file", super::read::kind_of(&m))),
-        Err(e) => return Err(format!("cannot open: {e}")),
+        Ok(m) if m.is_file() => Ok((file, m.len())),
+        Ok(m) => Err(format!(
+            "{}, not a regular file",
+            super::read::kind_of(m.file_type())
+        )),
+        Err(e) => Err(format!("cannot open: {e}")),
     }
-    Ok(file)
+}
+
+fn too_large_a_side() -> String {
+    format!(
+        "declares an image larger than {MAX_SIDE} pixels a side or {MAX_PIXELS} pixels in all; resize it, or remove it from the folder"
+    )
+}
+
+/// Whether a picture may be as large as its header declares: 1 to `MAX_SIDE` pixels a side,
+/// at most `MAX_PIXELS` in all (a decompression bomb is refused before anything is allocated).
+pub(super) fn declared(w: u32, h: u32) -> Result<(), String> {
+    if w > MAX_SIDE || h > MAX_SIDE {
+        return Err(too_large_a_side());
+    }
+    if w == 0 || h == 0 || w as u64 * h as u64 > MAX_PIXELS {
+        return Err(format!(
+            "declares {w}x{h} pixels; images of 1 to {MAX_PIXELS} pixels are read (resize it, or remove it from the folder)"
+        ));
+    }
+    Ok(())
 }
 
 fn decoder(read: impl BufRead + Seek + 'static) -> Result<impl ImageDecoder, String> {
@@ -49,53 +72,25 @@ fn decoder(read: impl BufRead + Seek + 'static) -> Result<impl ImageDecoder, Str
         .with_guessed_format()
         .map_err(|e| format!("cannot read: {e}"))?;
     reader.limits(limits());
-    let decoder = reader
-        .into_decoder()
-        .map_err(|e| match e {
-            ImageError::Limits(_) => format!(
-                "declares an image larger than {MAX_SIDE} pixels a side or {MAX_PIXELS} pixels in all; resize it, or remove it from the folder"
-            ),
-            e => format!("not a readable JPEG or PNG: {}", e.to_string().trim_end()),
-        })?;
+    let decoder = reader.into_decoder().map_err(|e| match e {
+        ImageError::Limits(_) => too_large_a_side(),
+        e => format!("not a readable JPEG or PNG: {}", e.to_string().trim_end()),
+    })?;
     let (w, h) = decoder.dimensions();
-    if w == 0 || h == 0 || w as u64 * h as u64 > MAX_PIXELS {
-        return Err(format!(
-            "declares {w}x{h} pixels; images of 1 to {MAX_PIXELS} pixels are read (resize it, or remove it from the folder)"
-        ));
-    }
+    declared(w, h)?;
     Ok(decoder)
-}
-
-/// A file's width and height as it will be seen (after its EXIF orientation), from its
-/// header alone.
-pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
-    let mut d = decoder(BufReader::new(open_file(path)?))?;
-    let (w, h) = d.dimensions();
-    let turned = matches!(
-        d.orientation()
-            .unwrap_or(image::metadata::Orientation::NoTransforms),
-        image::metadata::Orientation::Rotate90
-            | image::metadata::Orientation::Rotate270
-            | image::metadata::Orientation::Rotate90FlipH
-            | image::metadata::Orientation::Rotate270FlipH
-    );
-    Ok(if turned {
-        (h as usize, w as usize)
-    } else {
-        (w as usize, h as usize)
-    })
 }
 
 /// Decodes a whole file to 8-bit RGB, upright.
 pub fn decode(path: &Path) -> Result<Picture, String> {
-    let file = open_file(path)?;
+    let (file, len) = open_file(path)?;
     let too_large = || {
         format!(
             "is larger than {} MiB; no picture needs that (remove it from the folder)",
             MAX_FILE >> 20
         )
     };
-    if file.metadata().is_ok_and(|m| m.len() > MAX_FILE) {
+    if len > MAX_FILE {
         return Err(too_large());
     }
     let mut bytes = Vec::new();

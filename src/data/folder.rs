@@ -4,9 +4,12 @@
 //! sizes are known before training (mixed sizes need `--image-size`).
 
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use super::decode;
+use super::header;
 
 /// The most image files a folder may hold (the names alone of more would take gigabytes).
 const MAX_FILES: usize = 20_000_000;
@@ -45,13 +48,19 @@ pub(super) fn is_image(p: &Path) -> bool {
         .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
 }
 
-fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+/// A folder's entries in name order, each with its type as the listing gives it (a link's
+/// own: no file is asked for its type where the listing says it).
+fn listed(dir: &Path) -> Result<Vec<(PathBuf, io::Result<fs::FileType>)>, String> {
+    let mut v: Vec<_> = fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|e| e.ok().map(|e| (e.path(), e.file_type())))
         .collect();
-    v.sort();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(v)
+}
+
+fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    Ok(listed(dir)?.into_iter().map(|(p, _)| p).collect())
 }
 
 /// What a walk of the class folders finds: image files (sorted), other files counted, and
@@ -64,6 +73,7 @@ struct Walk {
     out: Vec<PathBuf>,
     ignored: std::collections::BTreeMap<String, usize>,
     skipped: Vec<String>,
+    progress: Progress,
 }
 
 impl Walk {
@@ -74,6 +84,7 @@ impl Walk {
             out: Vec::new(),
             ignored: Default::default(),
             skipped: Vec::new(),
+            progress: Progress::new(root),
         }
     }
 
@@ -97,15 +108,19 @@ impl Walk {
         }
         self.seen.insert(real, dir.to_path_buf());
         // (hidden files are the system's and the tools': .DS_Store, ._IMG_1.jpg, .ipynb_checkpoints)
-        for p in entries(dir)?
+        for (p, kind) in listed(dir)?
             .into_iter()
-            .filter(|p| !name_of(p).starts_with('.'))
+            .filter(|(p, _)| !name_of(p).starts_with('.'))
         {
+            self.progress.listed(self.out.len());
             // (following links; a dangling one is a file that cannot be read)
-            let meta = fs::metadata(&p);
-            let linked = fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
-            match meta {
-                Ok(m) if m.is_dir() => {
+            let linked = kind.as_ref().is_ok_and(|k| k.is_symlink());
+            let kind = match linked {
+                true => fs::metadata(&p).map(|m| m.file_type()),
+                false => kind,
+            };
+            match kind {
+                Ok(k) if k.is_dir() => {
                     let inside = linked
                         && p.canonicalize()
                             .is_ok_and(|real| real.starts_with(&self.root));
@@ -124,10 +139,10 @@ impl Walk {
                     });
                     *self.ignored.entry(ext).or_default() += 1;
                 }
-                Ok(m) if !m.is_file() => self.skipped.push(format!(
+                Ok(k) if !k.is_file() => self.skipped.push(format!(
                     "skipped {}: {}, not a regular file",
                     p.display(),
-                    super::read::kind_of(&m)
+                    super::read::kind_of(k)
                 )),
                 _ => {
                     if self.out.len() >= MAX_FILES {
@@ -149,21 +164,94 @@ fn name_of(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Reads every file's header on all cores: its size, or why it cannot be read.
-fn headers(files: &[PathBuf]) -> Vec<Result<(usize, usize), String>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(16);
-    let chunk = files.len().div_ceil(threads).max(1);
+/// Reads every file's header, on more threads than cores (a network file system answers each
+/// in milliseconds: many are asked at once), saying how it goes where it takes a while.
+fn headers(progress: &mut Progress, files: &[PathBuf]) -> Vec<Result<(usize, usize), String>> {
+    const BLOCK: usize = 64;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores * 4)
+        .clamp(8, 64)
+        .min(files.len().div_ceil(BLOCK))
+        .max(1);
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut out: Vec<Result<(usize, usize), String>> = Vec::with_capacity(files.len());
     std::thread::scope(|s| {
-        let jobs: Vec<_> = files
-            .chunks(chunk)
-            .map(|c| s.spawn(move || c.iter().map(|f| decode::dimensions(f)).collect::<Vec<_>>()))
+        let jobs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut read = Vec::new();
+                    loop {
+                        let from = next.fetch_add(BLOCK, Ordering::Relaxed);
+                        if from >= files.len() {
+                            return read;
+                        }
+                        let block = &files[from..(from + BLOCK).min(files.len())];
+                        read.push((from, block.iter().map(|f| header::dimensions(f)).collect()));
+                        done.fetch_add(block.len(), Ordering::Relaxed);
+                    }
+                })
+            })
             .collect();
-        jobs.into_iter()
+        while !jobs.iter().all(|j| j.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+            progress.read(done.load(Ordering::Relaxed), files.len());
+        }
+        let mut blocks: Vec<(usize, Vec<_>)> = jobs
+            .into_iter()
             .flat_map(|j| j.join().unwrap_or_default())
-            .collect()
-    })
+            .collect();
+        blocks.sort_by_key(|b| b.0);
+        out.extend(blocks.into_iter().flat_map(|b| b.1));
+    });
+    out
+}
+
+/// A line every `Progress::EVERY` while a folder is scanned (a million files take a while on
+/// a network file system).
+struct Progress {
+    dir: PathBuf,
+    start: Instant,
+    next: Duration,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new(dir: &Path) -> Progress {
+        Progress {
+            dir: dir.to_path_buf(),
+            start: Instant::now(),
+            next: Progress::EVERY,
+        }
+    }
+
+    /// The seconds so far, where a line is due.
+    fn due(&mut self) -> Option<f64> {
+        let now = self.start.elapsed();
+        (now >= self.next).then(|| {
+            self.next = now + Progress::EVERY;
+            now.as_secs_f64()
+        })
+    }
+
+    fn listed(&mut self, files: usize) {
+        if let Some(s) = self.due() {
+            crate::tell!(
+                "images {}: {} found so far ({s:.0} s)",
+                self.dir.display(),
+                crate::text::counted(files, "picture file")
+            );
+        }
+    }
+
+    fn read(&mut self, done: usize, of: usize) {
+        if let Some(s) = self.due() {
+            crate::tell!(
+                "images {}: read the headers of {done} of {of} picture files ({s:.0} s)",
+                self.dir.display()
+            );
+        }
+    }
 }
 
 /// Scans `dir`. With `classes` (a training folder's), the sub-folders must be among them and
@@ -270,7 +358,11 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         skipped: walk.skipped,
         ignored: walk.ignored,
     };
-    for ((f, l), h) in files.iter().zip(&labels).zip(headers(&files)) {
+    for ((f, l), h) in files
+        .iter()
+        .zip(&labels)
+        .zip(headers(&mut walk.progress, &files))
+    {
         match h {
             Ok(size) => {
                 folder.files.push(f.clone());

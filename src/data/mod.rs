@@ -9,6 +9,7 @@ mod dataset;
 mod decode;
 mod download;
 mod folder;
+mod header;
 pub mod host_memory;
 mod idx;
 mod image_sets;

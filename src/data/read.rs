@@ -60,7 +60,7 @@ pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if !meta.is_file() {
-        let kind = kind_of(&meta);
+        let kind = kind_of(meta.file_type());
         return Err(refused(
             path,
             format!(
@@ -76,9 +76,8 @@ pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
 }
 
 /// What a path that is not a regular file is instead: "a directory", "a FIFO (named pipe)", ...
-pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+pub fn kind_of(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
     if t.is_file() {
         "a regular file"
     } else if t.is_dir() {

@@ -179,7 +179,7 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         Ok(m) if !m.is_file() => {
             return Err(format!(
                 "{shown} is {}, not a regular file; give the path of a file to write",
-                read::kind_of(&m)
+                read::kind_of(m.file_type())
             ))
         }
         // a file that holds something else is not replaced
