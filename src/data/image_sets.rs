@@ -38,31 +38,7 @@ fn spec_err(spec: &DataSpec, msg: String) -> DataError {
 }
 
 fn from_folder(f: Folder, side: Option<usize>) -> Read {
-    let counts = f.counts();
-    let listed: Vec<String> = f
-        .classes
-        .iter()
-        .zip(&counts)
-        .map(|(n, c)| format!("{n} {c}"))
-        .collect();
-    let mut notes = vec![format!(
-        "{}: {} classes: {}",
-        f.dir.display(),
-        f.classes.len(),
-        listed.join(", ")
-    )];
-    if !f.ignored.is_empty() {
-        let total = f.ignored.values().sum::<usize>();
-        let by: Vec<String> = f.ignored.iter().map(|(e, n)| format!("{e} {n}")).collect();
-        notes.push(format!(
-            "{}: {} that {} not .jpg/.jpeg/.png ignored ({}); convert them to read them",
-            f.dir.display(),
-            crate::text::counted(total, "file"),
-            if total == 1 { "is" } else { "are" },
-            by.join(", ")
-        ));
-    }
-    notes.extend(f.skipped.iter().cloned());
+    let mut notes = folder::notes(&f);
     // kept when every picture fits in the memory granted: as decoded (crops are then cut from
     // the full picture), or else scaled down to the shorter side the crops are chosen on (a
     // second resampling, paid once per file); otherwise decoded whenever needed

@@ -6,10 +6,12 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-use super::header;
+mod headers;
+mod notes;
+
+use headers::{headers, Progress};
+pub use notes::notes;
 
 /// The most image files a folder may hold (the names alone of more would take gigabytes).
 const MAX_FILES: usize = 20_000_000;
@@ -25,11 +27,26 @@ pub struct Folder {
     pub labels: Vec<u32>,
     /// Width and height of each file (upright).
     pub sizes: Vec<(usize, usize)>,
-    /// Files skipped, each with why.
-    pub skipped: Vec<String>,
+    /// Files and folders skipped, each with why.
+    pub skipped: Vec<Skipped>,
+    /// Pictures beside the class folders, in none: how many, and one of them.
+    pub loose: Option<(usize, String)>,
     /// Files that are not JPEG or PNG by their extension (ignored), counted by extension
     /// (`.webp`; `no extension`).
     pub ignored: std::collections::BTreeMap<String, usize>,
+}
+
+/// A file or folder a scan left out, and why.
+#[derive(Debug)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "skipped {}: {}", self.path.display(), self.why)
+    }
 }
 
 impl Folder {
@@ -72,7 +89,7 @@ struct Walk {
     seen: std::collections::HashMap<PathBuf, PathBuf>,
     out: Vec<PathBuf>,
     ignored: std::collections::BTreeMap<String, usize>,
-    skipped: Vec<String>,
+    skipped: Vec<Skipped>,
     progress: Progress,
 }
 
@@ -99,11 +116,13 @@ impl Walk {
                     dir.display()
                 ));
             }
-            self.skipped.push(format!(
-                "skipped {}: the folder {} again (a link), already read",
-                dir.display(),
-                first.display()
-            ));
+            self.skipped.push(Skipped {
+                path: dir.to_path_buf(),
+                why: format!(
+                    "the folder {} again (a link), already read",
+                    first.display()
+                ),
+            });
             return Ok(());
         }
         self.seen.insert(real, dir.to_path_buf());
@@ -125,10 +144,10 @@ impl Walk {
                         && p.canonicalize()
                             .is_ok_and(|real| real.starts_with(&self.root));
                     if inside {
-                        self.skipped.push(format!(
-                            "skipped {}: a link to a folder inside the data folder (its images are read where they are)",
-                            p.display()
-                        ));
+                        self.skipped.push(Skipped {
+                            path: p,
+                            why: "a link to a folder inside the data folder (its images are read where they are)".into(),
+                        });
                     } else if depth < MAX_DEPTH {
                         self.dir(&p, depth + 1)?;
                     }
@@ -139,11 +158,10 @@ impl Walk {
                     });
                     *self.ignored.entry(ext).or_default() += 1;
                 }
-                Ok(k) if !k.is_file() => self.skipped.push(format!(
-                    "skipped {}: {}, not a regular file",
-                    p.display(),
-                    super::read::kind_of(k)
-                )),
+                Ok(k) if !k.is_file() => self.skipped.push(Skipped {
+                    path: p,
+                    why: format!("{}, not a regular file", super::read::kind_of(k)),
+                }),
                 _ => {
                     if self.out.len() >= MAX_FILES {
                         return Err(format!(
@@ -162,96 +180,6 @@ fn name_of(p: &Path) -> String {
     p.file_name()
         .map(|n| super::read::printable(&n.to_string_lossy()))
         .unwrap_or_default()
-}
-
-/// Reads every file's header, on more threads than cores (a network file system answers each
-/// in milliseconds: many are asked at once), saying how it goes where it takes a while.
-fn headers(progress: &mut Progress, files: &[PathBuf]) -> Vec<Result<(usize, usize), String>> {
-    const BLOCK: usize = 64;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (cores * 4)
-        .clamp(8, 64)
-        .min(files.len().div_ceil(BLOCK))
-        .max(1);
-    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    let mut out: Vec<Result<(usize, usize), String>> = Vec::with_capacity(files.len());
-    std::thread::scope(|s| {
-        let jobs: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut read = Vec::new();
-                    loop {
-                        let from = next.fetch_add(BLOCK, Ordering::Relaxed);
-                        if from >= files.len() {
-                            return read;
-                        }
-                        let block = &files[from..(from + BLOCK).min(files.len())];
-                        read.push((from, block.iter().map(|f| header::dimensions(f)).collect()));
-                        done.fetch_add(block.len(), Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        while !jobs.iter().all(|j| j.is_finished()) {
-            std::thread::sleep(Duration::from_millis(20));
-            progress.read(done.load(Ordering::Relaxed), files.len());
-        }
-        let mut blocks: Vec<(usize, Vec<_>)> = jobs
-            .into_iter()
-            .flat_map(|j| j.join().unwrap_or_default())
-            .collect();
-        blocks.sort_by_key(|b| b.0);
-        out.extend(blocks.into_iter().flat_map(|b| b.1));
-    });
-    out
-}
-
-/// A line every `Progress::EVERY` while a folder is scanned (a million files take a while on
-/// a network file system).
-struct Progress {
-    dir: PathBuf,
-    start: Instant,
-    next: Duration,
-}
-
-impl Progress {
-    const EVERY: Duration = Duration::from_secs(10);
-
-    fn new(dir: &Path) -> Progress {
-        Progress {
-            dir: dir.to_path_buf(),
-            start: Instant::now(),
-            next: Progress::EVERY,
-        }
-    }
-
-    /// The seconds so far, where a line is due.
-    fn due(&mut self) -> Option<f64> {
-        let now = self.start.elapsed();
-        (now >= self.next).then(|| {
-            self.next = now + Progress::EVERY;
-            now.as_secs_f64()
-        })
-    }
-
-    fn listed(&mut self, files: usize) {
-        if let Some(s) = self.due() {
-            crate::tell!(
-                "images {}: {} found so far ({s:.0} s)",
-                self.dir.display(),
-                crate::text::counted(files, "picture file")
-            );
-        }
-    }
-
-    fn read(&mut self, done: usize, of: usize) {
-        if let Some(s) = self.due() {
-            crate::tell!(
-                "images {}: read the headers of {done} of {of} picture files ({s:.0} s)",
-                self.dir.display()
-            );
-        }
-    }
 }
 
 /// Scans `dir`. With `classes` (a training folder's), the sub-folders must be among them and
@@ -304,20 +232,10 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         None => subs.iter().map(|p| name_of(p)).collect(),
     };
     let (mut walk, mut labels) = (Walk::new(dir), Vec::new());
-    if !loose.is_empty() {
-        walk.skipped.push(format!(
-            "{}: {} beside the class folders, in none of them, left out (e.g. {})",
-            dir.display(),
-            crate::text::counted(loose.len(), "picture"),
-            name_of(&loose[0])
-        ));
-    }
     // (a notebook's .ipynb_checkpoints is no class; torchvision's ImageFolder would count it)
-    walk.skipped.extend(hidden.iter().map(|h| {
-        format!(
-            "skipped {}: a hidden folder, not a class (torchvision's ImageFolder would take it as one, numbering the classes differently)",
-            h.display()
-        )
+    walk.skipped.extend(hidden.into_iter().map(|h| Skipped {
+        path: h,
+        why: "a hidden folder, not a class (torchvision's ImageFolder would take it as one, numbering the classes differently)".into(),
     }));
     for sub in &subs {
         let name = name_of(sub);
@@ -356,6 +274,7 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         labels: Vec::with_capacity(files.len()),
         sizes: Vec::with_capacity(files.len()),
         skipped: walk.skipped,
+        loose: loose.first().map(|l| (loose.len(), name_of(l))),
         ignored: walk.ignored,
     };
     for ((f, l), h) in files
@@ -369,9 +288,10 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
                 folder.labels.push(*l);
                 folder.sizes.push(size);
             }
-            Err(why) => folder
-                .skipped
-                .push(format!("skipped {}: {why}", f.display())),
+            Err(why) => folder.skipped.push(Skipped {
+                path: f.clone(),
+                why,
+            }),
         }
     }
     if folder.files.is_empty() {
