@@ -12,6 +12,8 @@ pub enum Phase {
     Update = 3,
     /// Validating after the step (every rank at once: a validation is collective).
     Validate = 4,
+    /// Writing a checkpoint after the step (rank 0; the others go on to the next all-reduce).
+    Checkpoint = 5,
 }
 
 /// A rank's last reported position: the step it is working on and the phase.
@@ -44,7 +46,8 @@ impl Heartbeats {
                     1 => Phase::Compute,
                     2 => Phase::Reduce,
                     3 => Phase::Update,
-                    _ => Phase::Validate,
+                    4 => Phase::Validate,
+                    _ => Phase::Checkpoint,
                 };
                 Beat {
                     step: v >> 3,

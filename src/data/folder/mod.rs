@@ -1,7 +1,8 @@
 //! Image folders as torchvision's ImageFolder reads them: one sub-folder per class (sorted by
 //! name: the first is class 0), JPEG and PNG files anywhere below it. Every file's header is read
-//! up front, on all cores: one that cannot be read is skipped with a line naming it, and the
-//! sizes are known before training (mixed sizes need `--image-size`).
+//! up front (its first bytes, on many threads: `headers`): one that cannot be read is skipped
+//! with a line naming it, and the sizes are known before training (mixed sizes need
+//! `--image-size`).
 
 use std::fs;
 use std::io;

@@ -74,6 +74,8 @@ impl Worker {
         name: &str,
         val_accuracy: Option<f32>,
     ) -> Result<std::path::PathBuf, EngineError> {
+        let phase = crate::engine::heartbeat::Phase::Checkpoint;
+        self.beats.beat(self.rank, self.step, phase);
         let state = self.strategy.export(replica);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights

@@ -451,11 +451,14 @@ impl Detector {
     }
 
     /// Called on a timer with the time since the start and each rank's heartbeat: a stall
-    /// warning once no step has completed for the timeout (one per stall). A validation is
-    /// not a stall (a large set takes a while): its clock restarts when it ends.
+    /// warning once no step has completed for the timeout (one per stall). A validation or a
+    /// checkpoint is not a stall (a large set or model takes a while, a network disk more):
+    /// the clock restarts when it ends.
     pub fn tick(&mut self, now: Duration, beats: &[Beat]) -> Option<Warning> {
-        // (rank 0's beat is always this process's: where it validates, every rank does)
-        if beats.first().is_some_and(|b| b.phase == Phase::Validate) {
+        // (rank 0's beat is always this process's: where it validates, every rank does; it
+        // writes the checkpoints, the others waiting for it at the next all-reduce)
+        let busy = |b: &Beat| matches!(b.phase, Phase::Validate | Phase::Checkpoint);
+        if beats.first().is_some_and(busy) {
             self.last_progress = self.last_progress.max(now);
             return None;
         }

@@ -314,6 +314,18 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
     beats.beat(0, 10, Phase::Data);
     assert_eq!(d.tick(secs(559), &beats.read()), None);
     assert!(d.tick(secs(561), &beats.read()).is_some());
+    // nor is rank 0 writing a checkpoint (the others wait at the next all-reduce)
+    let mut r = row(10, &[1.0; 3], &[0.1; 3]);
+    r.at = secs(600);
+    d.on_row(&r);
+    beats.beat(0, 10, Phase::Checkpoint);
+    for rank in 1..3 {
+        beats.beat(rank, 11, Phase::Reduce);
+    }
+    assert_eq!(d.tick(secs(900), &beats.read()), None);
+    beats.beat(0, 11, Phase::Data);
+    assert_eq!(d.tick(secs(959), &beats.read()), None);
+    assert!(d.tick(secs(961), &beats.read()).is_some());
 }
 
 #[test]
