@@ -14,11 +14,11 @@ use super::decode;
 /// Bytes read at a time: one read holds the header of nearly every file (a camera's EXIF with
 /// its thumbnail, an ICC profile).
 const WINDOW: usize = 64 << 10;
-/// Bytes between a JPEG's segments that are passed over looking for the next marker (some
-/// encoders pad), before the file is called unreadable.
-const MAX_GAP: u64 = 4096;
-/// The largest eXIf chunk of a PNG that is read for its orientation.
-const MAX_EXIF: usize = 1 << 20;
+/// Bytes between a JPEG's segments that are passed over looking for the next marker (the
+/// decoder passes over any number; some encoders pad), before the file is called unreadable.
+const MAX_GAP: u64 = 1 << 20;
+/// The largest eXIf chunk of a PNG that is read for its orientation (larger is refused).
+const MAX_EXIF: u64 = 16 << 20;
 
 /// `path`'s width and height, upright, or why it cannot be read.
 pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
@@ -101,12 +101,14 @@ fn not_jpeg(why: impl std::fmt::Display) -> String {
     format!("not a readable JPEG or PNG: a JPEG whose header {why}")
 }
 
-/// A JPEG's frame size (refused as soon as it is read where it is too large) and whether its EXIF orientation turns it a quarter: the segments up to
-/// the first scan, as the JPEG decoder reads them (the last EXIF segment's orientation counts).
+/// A JPEG's frame size (refused as soon as it is read where it is too large) and whether its
+/// EXIF orientation turns it a quarter: the segments up to the first scan, as the JPEG decoder
+/// reads them (the last EXIF segment's orientation counts).
 fn jpeg(head: &mut Head) -> Result<(u32, u32, bool), String> {
     let (mut pos, mut frame, mut turned) = (2u64, None, false);
     loop {
-        // a marker: 0xFF, any fill bytes 0xFF, then its code
+        // a marker: 0xFF, any fill bytes (0xFF or 0), then its code; every code but the
+        // scan's and the end's has a segment, as the decoder reads them
         let start = pos;
         while head.byte(pos)? != 0xFF {
             pos += 1;
@@ -114,43 +116,43 @@ fn jpeg(head: &mut Head) -> Result<(u32, u32, bool), String> {
                 return Err(not_jpeg(format!("has no marker at byte {start}")));
             }
         }
-        while head.byte(pos + 1)? == 0xFF {
+        while matches!(head.byte(pos + 1)?, 0xFF | 0) {
             pos += 1;
         }
         let code = head.byte(pos + 1)?;
         pos += 2;
         match code {
-            // markers without a segment
-            0x00 | 0x01 | 0xD0..=0xD8 => continue,
             0xD9 => {
-                return Err(not_jpeg(
-                    "ends (an end-of-image marker) before any image data",
-                ))
+                let why = "ends (an end-of-image marker) before any image data";
+                return Err(not_jpeg(why));
             }
             0xDA => break,
             _ => {}
         }
         let len = head.be16(pos)? as u64;
         if len < 2 {
-            return Err(not_jpeg(format!(
-                "has a segment of length {len} at byte {pos}"
-            )));
+            let why = format!("has a segment of length {len} at byte {pos}");
+            return Err(not_jpeg(why));
         }
         let body = pos + 2;
         match code {
-            // baseline, extended and progressive Huffman frames: precision, height, width
+            // baseline, extended and progressive Huffman frames
             0xC0..=0xC2 => {
-                if len < 8 {
-                    return Err(not_jpeg("has a frame header too short for its size"));
+                if frame.is_some() {
+                    return Err(not_jpeg("has two frame headers"));
                 }
-                let (h, w) = (head.be16(body + 1)?, head.be16(body + 3)?);
-                decode::declared(w as u32, h as u32)?;
-                frame = Some((w as u32, h as u32));
+                frame = Some(frame_size(head, body, len)?);
             }
             // lossless, hierarchical and arithmetic-coded frames, which are not decoded
             0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
                 return Err(format!(
                     "a JPEG of a kind that is not read (frame marker 0xFF{code:02X}: lossless, hierarchical or arithmetic-coded); re-save it as a baseline or progressive JPEG"
+                ))
+            }
+            // arithmetic-coding conditioning, a height given after the image data
+            0xCC | 0xDC => {
+                return Err(format!(
+                    "a JPEG of a kind that is not read (marker 0xFF{code:02X}: arithmetic coding or a height after the image data); re-save it as a baseline or progressive JPEG"
                 ))
             }
             0xE1 if len - 2 > 6 && head.bytes(body, 6)? == b"Exif\0\0" => {
@@ -162,6 +164,27 @@ fn jpeg(head: &mut Head) -> Result<(u32, u32, bool), String> {
     }
     let (w, h) = frame.ok_or_else(|| not_jpeg("has no frame header before its image data"))?;
     Ok((w, h, turned))
+}
+
+/// A frame header's size, checked as the decoder checks it: 8 bits a sample, and as many
+/// bytes as its components need.
+fn frame_size(head: &mut Head, body: u64, len: u64) -> Result<(u32, u32), String> {
+    let f = head.bytes(body, 6.min(len as usize - 2))?;
+    let [bits, h0, h1, w0, w1, parts] = f[..] else {
+        return Err(not_jpeg("has a frame header too short for its size"));
+    };
+    if bits != 8 {
+        return Err(format!(
+            "a JPEG of {bits} bits a sample, which is not read (8 are); re-save it as an 8-bit JPEG"
+        ));
+    }
+    if parts == 0 || len != 8 + 3 * parts as u64 {
+        let why = format!("has a frame header of {parts} components in {len} bytes");
+        return Err(not_jpeg(why));
+    }
+    let (w, h) = (u16::from_be_bytes([w0, w1]), u16::from_be_bytes([h0, h1]));
+    decode::declared(w as u32, h as u32)?;
+    Ok((w as u32, h as u32))
 }
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -198,21 +221,41 @@ fn png(head: &mut Head) -> Result<(u32, u32, bool), String> {
         )));
     }
     decode::declared(w, h)?;
-    // the chunks before the image data, for an eXIf chunk
-    let (mut pos, mut turned) = (33u64, false);
+    // the chunks before the image data, for an eXIf chunk (the first whose checksum holds,
+    // as the decoder takes it); a critical chunk damaged or unknown is refused, as there
+    let (mut pos, mut exif) = (33u64, None);
     loop {
         let len = head.be32(pos)? as u64;
-        let kind = head.bytes(pos + 4, 4)?.to_vec();
-        match &kind[..] {
-            b"IDAT" => return Ok((w, h, turned)),
+        let kind: [u8; 4] = head.bytes(pos + 4, 4)?.try_into().unwrap_or_default();
+        match &kind {
+            b"IDAT" => return Ok((w, h, exif.unwrap_or(false))),
             b"IEND" => return Err(not_png("chunks end before any image data")),
-            b"eXIf" if len as usize <= MAX_EXIF => {
-                turned = quarter_turn(head.bytes(pos + 8, len as usize)?)
+            b"eXIf" if len > MAX_EXIF => {
+                return Err(not_png(format!("eXIf chunk holds {len} bytes")))
+            }
+            b"eXIf" if exif.is_none() && checksum_holds(head, pos, len)? => {
+                exif = Some(quarter_turn(head.bytes(pos + 8, len as usize)?));
+            }
+            b"PLTE" if len > 768 => return Err(not_png(format!("PLTE chunk holds {len} bytes"))),
+            b"PLTE" if !checksum_holds(head, pos, len)? => {
+                return Err(not_png("PLTE chunk fails its checksum (damaged)"))
+            }
+            _ if kind[0].is_ascii_uppercase() && &kind != b"PLTE" => {
+                let named = String::from_utf8_lossy(&kind).into_owned();
+                return Err(not_png(format!("{named} chunk is critical and unknown")));
             }
             _ => {}
         }
         pos += 12 + len;
     }
+}
+
+/// Whether the PNG chunk at `pos` of `len` data bytes (a palette's or an eXIf's: at most
+/// `MAX_EXIF`) carries its checksum.
+fn checksum_holds(head: &mut Head, pos: u64, len: u64) -> Result<bool, String> {
+    let mut crc = flate2::Crc::new();
+    crc.update(head.bytes(pos + 4, 4 + len as usize)?);
+    Ok(head.be32(pos + 8 + len)? == crc.sum())
 }
 
 /// Whether an EXIF block (a TIFF header and its first directory) says the picture is stored a

@@ -44,7 +44,8 @@ pub(super) fn headers(
         }
         let mut blocks: Vec<(usize, Vec<_>)> = jobs
             .into_iter()
-            .flat_map(|j| j.join().unwrap_or_default())
+            // (a reader that panicked takes the scan with it: no file given another's size)
+            .flat_map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect();
         blocks.sort_by_key(|b| b.0);
         out.extend(blocks.into_iter().flat_map(|b| b.1));

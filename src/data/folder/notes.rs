@@ -41,11 +41,11 @@ pub fn notes(f: &Folder) -> Vec<String> {
     notes.extend(f.skipped[..named].iter().map(|s| s.to_string()));
     let rest = &f.skipped[named..];
     if !rest.is_empty() {
-        let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut by: BTreeMap<String, usize> = BTreeMap::new();
         for s in rest {
-            *by.entry(&s.why).or_default() += 1;
+            *by.entry(numbers_as_n(&s.why)).or_default() += 1;
         }
-        let mut by: Vec<(&str, usize)> = by.into_iter().collect();
+        let mut by: Vec<(String, usize)> = by.into_iter().collect();
         by.sort_by_key(|b| std::cmp::Reverse(b.1));
         let mut reasons: Vec<String> = (by.iter().take(REASONS))
             .map(|(why, n)| format!("{n}: {why}"))
@@ -64,6 +64,21 @@ pub fn notes(f: &Folder) -> Vec<String> {
     notes
 }
 
+/// A reason with its numbers as N, so that the files cut short at different bytes count as
+/// one reason.
+fn numbers_as_n(why: &str) -> String {
+    let (mut out, mut in_number) = (String::with_capacity(why.len()), false);
+    for c in why.chars() {
+        match c.is_ascii_digit() {
+            true if in_number => {}
+            true => out.push('N'),
+            false => out.push(c),
+        }
+        in_number = c.is_ascii_digit();
+    }
+    out
+}
+
 /// "2 classes: cat 4, dog 2", or for many classes their number and the smallest and largest.
 fn classes(f: &Folder) -> String {
     let counts = f.counts();
@@ -76,7 +91,8 @@ fn classes(f: &Folder) -> String {
             .join(", ")
     };
     if n <= LISTED_CLASSES {
-        return format!("{n} classes: {}", show(&listed));
+        let classes = crate::text::counted(n, "class");
+        return format!("{classes}: {}", show(&listed));
     }
     listed.sort_by_key(|&(_, c)| c);
     let (least, most) = (listed[0].1, listed[n - 1].1);
@@ -120,6 +136,7 @@ mod tests {
 
     #[test]
     fn many_classes_are_summed_up_and_the_extremes_named() {
+        assert_eq!(notes(&folder(&[3], &[])), ["/data/train: 1 class: c00 3"]);
         let few = notes(&folder(&[4, 2], &[]));
         assert_eq!(few, ["/data/train: 2 classes: c00 4, c01 2"]);
         let even = notes(&folder(&[1300; 1000], &[]));
@@ -146,6 +163,10 @@ mod tests {
             ("w.jpg", "cut short"),
             ("v.jpg", "a socket"),
         ]);
+        many.extend([
+            ("c1.jpg", "ends at byte 48213"),
+            ("c2.jpg", "ends at byte 9"),
+        ]);
         let told = notes(&folder(&[1], &many));
         assert_eq!(told.len(), 12, "{told:?}");
         assert!(told[1..11]
@@ -153,7 +174,7 @@ mod tests {
             .all(|l| l == "skipped x.jpg: not a picture"));
         assert_eq!(
             told[11],
-            "/data/train: 11 more files skipped besides the 10 above (5: not a picture; 3: too large; 1: a FIFO; 2: other reasons)"
+            "/data/train: 13 more files skipped besides the 10 above (5: not a picture; 3: too large; 2: ends at byte N; 3: other reasons)"
         );
     }
 }

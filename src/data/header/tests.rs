@@ -137,6 +137,14 @@ fn sizes_and_orientations_agree_with_the_decoded_pictures() {
     ];
     let far = file(d, "far.jpg", &with_segments(&plain, &big));
     assert_eq!(agrees(&far), (21, 37));
+    // bytes between segments are passed over, and every marker but the scan's has a segment
+    // (a restart marker's hides what looks like a frame header), as the decoder reads them
+    let app0 = 4 + u16::from_be_bytes([plain[4], plain[5]]) as usize;
+    let padded = [&plain[..app0], &[0x55; 5000], &plain[app0..]].concat();
+    assert_eq!(agrees(&file(d, "padded.jpg", &padded)), (37, 21));
+    let fake = vec![0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 16, 1, 1, 0x11, 0];
+    let hidden = file(d, "hidden.jpg", &with_segments(&plain, &[(0xD0, fake)]));
+    assert_eq!(agrees(&hidden), (37, 21));
     // PNGs of several colour types, and an eXIf chunk before the image data
     let rgb = png(&noise(13, 9, 2));
     assert_eq!(agrees(&file(d, "a.png", &rgb)), (13, 9));
@@ -148,6 +156,12 @@ fn sizes_and_orientations_agree_with_the_decoded_pictures() {
     for o in [1, 6] {
         let turned = with_chunk(&rgb, b"eXIf", &exif(true, o));
         agrees(&file(d, "exif.png", &turned));
+        // the first of two counts, and one whose checksum fails none
+        let two = with_chunk(&turned, b"eXIf", &exif(true, 7 - o));
+        agrees(&file(d, "two.png", &two));
+        let mut damaged = turned.clone();
+        damaged[33 + 8 + exif(true, o).len()] ^= 1; // its checksum
+        assert_eq!(agrees(&file(d, "bad_exif.png", &damaged)), (13, 9));
     }
 }
 
@@ -196,6 +210,12 @@ fn unreadable_headers_say_why() {
         e.contains("0xFFC9") && e.contains("re-save it as a baseline or progressive JPEG"),
         "{e}"
     );
+    let mut deep = plain.clone();
+    deep[sof + 4] = 12;
+    assert!(err("deep.jpg", &deep).contains("12 bits a sample"));
+    let frame = plain[sof..sof + 19].to_vec();
+    let twice = [&plain[..sof], &frame, &plain[sof..]].concat();
+    assert!(err("twice.jpg", &twice).contains("two frame headers"));
     for (name, bytes, why) in [
         ("eoi.jpg", &b"\xFF\xD8\xFF\xD9"[..], "before any image data"),
         ("scan.jpg", b"\xFF\xD8\xFF\xDA\0\x02\0\0", "no frame header"),
@@ -203,7 +223,7 @@ fn unreadable_headers_say_why() {
         (
             "gap.jpg",
             &[&[0xFF, 0xD8][..], &[0u8; 5000]].concat(),
-            "no marker at byte 2",
+            "ends at byte 5002",
         ),
     ] {
         let e = err(name, bytes);
@@ -220,6 +240,8 @@ fn unreadable_headers_say_why() {
     crc.update(&ihdr);
     let odd = [&good[..12], &ihdr, &crc.sum().to_be_bytes(), &good[33..]].concat();
     assert!(err("odd.png", &odd).contains("colour type 5"));
+    let unknown = with_chunk(&good, b"ABCD", b"?");
+    assert!(err("unknown.png", &unknown).contains("ABCD chunk is critical and unknown"));
     let end = good.len() - 12;
     let idat = good.windows(4).position(|w| w == b"IDAT").unwrap() - 4;
     let no_data = [&good[..idat], &good[end..]].concat();
@@ -233,7 +255,7 @@ fn unreadable_headers_say_why() {
     // a bomb's header alone is refused for its size, as the decoder refuses it
     let e = err("bomb_head.png", &bomb[..33]);
     assert!(e.contains("larger than 32768 pixels a side"), "{e}");
-    let mut huge = plain[..sof + 9].to_vec();
+    let mut huge = plain[..sof + 10].to_vec();
     huge[sof + 5..sof + 9].copy_from_slice(&[0x40, 0, 0x40, 0]);
     let e = err("bomb_head.jpg", &huge);
     assert!(e.contains("declares 16384x16384 pixels"), "{e}");

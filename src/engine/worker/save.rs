@@ -5,6 +5,7 @@ use super::Worker;
 use crate::backend::Replica;
 use crate::engine::checkpoint::{self, CheckpointMeta};
 use crate::engine::events::Event;
+use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
 impl Worker {
@@ -67,15 +68,26 @@ impl Worker {
     }
 
     /// Rank 0: the one model written as checkpoint `name`, with the validation accuracy of a
-    /// best one.
+    /// best one; its heartbeat says so meanwhile (a long write is not a stall).
     fn write_checkpoint(
         &mut self,
         replica: &mut dyn Replica,
         name: &str,
         val_accuracy: Option<f32>,
     ) -> Result<std::path::PathBuf, EngineError> {
-        let phase = crate::engine::heartbeat::Phase::Checkpoint;
-        self.beats.beat(self.rank, self.step, phase);
+        self.beats.beat(self.rank, self.step, Phase::Checkpoint);
+        let written = self.write_files(replica, name, val_accuracy);
+        // (back between steps: a stall from here on is one)
+        self.beats.beat(self.rank, self.step, Phase::Update);
+        written
+    }
+
+    fn write_files(
+        &mut self,
+        replica: &mut dyn Replica,
+        name: &str,
+        val_accuracy: Option<f32>,
+    ) -> Result<std::path::PathBuf, EngineError> {
         let state = self.strategy.export(replica);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights

@@ -3,6 +3,7 @@
 
 use super::Worker;
 use crate::backend::Replica;
+use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
 impl Worker {
@@ -30,11 +31,7 @@ impl Worker {
         if !self.validates() {
             return Ok((None, None));
         }
-        (self.beats).beat(
-            self.rank,
-            self.step,
-            crate::engine::heartbeat::Phase::Validate,
-        );
+        (self.beats).beat(self.rank, self.step, Phase::Validate);
         let n = self.val.len();
         self.strategy
             .sync_now(replica, self.coll.as_mut(), self.step)?;
@@ -47,6 +44,8 @@ impl Worker {
         };
         let mut sums = vec![loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
+        // (back between steps: a stall from here on is one)
+        (self.beats).beat(self.rank, self.step, Phase::Update);
         Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
     }
 
