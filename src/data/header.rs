@@ -118,6 +118,9 @@ fn jpeg(head: &mut Head) -> Result<(u32, u32, bool), String> {
         }
         while matches!(head.byte(pos + 1)?, 0xFF | 0) {
             pos += 1;
+            if pos - start > MAX_GAP {
+                return Err(not_jpeg(format!("has no marker at byte {start}")));
+            }
         }
         let code = head.byte(pos + 1)?;
         pos += 2;

@@ -225,6 +225,17 @@ fn unreadable_headers_say_why() {
             &[&[0xFF, 0xD8][..], &[0u8; 5000]].concat(),
             "ends at byte 5002",
         ),
+        // past a megabyte of nothing but fill or padding, no marker is looked for further
+        (
+            "fill.jpg",
+            &[&[0xFF, 0xD8, 0xFF][..], &vec![0u8; 1_100_000]].concat(),
+            "no marker at byte 2",
+        ),
+        (
+            "pad.jpg",
+            &[&[0xFF, 0xD8][..], &vec![7u8; 1_100_000]].concat(),
+            "no marker at byte 2",
+        ),
     ] {
         let e = err(name, bytes);
         assert!(e.contains(why), "{name}: {e}");
