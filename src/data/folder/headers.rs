@@ -20,7 +20,6 @@ pub(super) fn headers(
         .min(files.len().div_ceil(BLOCK))
         .max(1);
     let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
-    let mut out: Vec<Result<(usize, usize), String>> = Vec::with_capacity(files.len());
     std::thread::scope(|s| {
         let jobs: Vec<_> = (0..threads)
             .map(|_| {
@@ -48,9 +47,8 @@ pub(super) fn headers(
             .flat_map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect();
         blocks.sort_by_key(|b| b.0);
-        out.extend(blocks.into_iter().flat_map(|b| b.1));
-    });
-    out
+        blocks.into_iter().flat_map(|b| b.1).collect()
+    })
 }
 
 /// A line every `Progress::EVERY` while a folder is scanned (a million files take a while on
