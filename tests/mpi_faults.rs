@@ -97,6 +97,30 @@ fn a_killed_process_ends_the_run_without_a_hang() {
 }
 
 #[test]
+fn a_stall_names_the_rank_behind_it_whichever_process_it_is_in() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = common_args(&tmp.path().join("run"), "adam", 1, 3);
+    // process 1's second rank waits 1.5 s for each batch: its first rank waits for it inside
+    // the process, process 0's ranks at the exchange between the processes
+    let slow = ["--slow-data", "3:1500", "--stall-timeout", "0.5"];
+    args.extend(slow.map(String::from));
+    let out = run_processes(&[2, 2], &args);
+    let log = String::from_utf8_lossy(&out.stdout);
+    let stalls: Vec<&str> = log.lines().filter(|l| l.contains("stall:")).collect();
+    assert!(!stalls.is_empty(), "{log}");
+    for s in stalls {
+        // before, process 0 knew only the other process's reported steps, and named both
+        assert!(
+            s.ends_with("rank(s) 3 did not reach the all-reduce"),
+            "{log}"
+        );
+    }
+}
+
+#[test]
 fn a_hung_process_is_taken_for_lost_after_its_patience() {
     if !mpirun_found() {
         return;

@@ -12,9 +12,9 @@ pub mod processes;
 
 pub use hier::HierCollective;
 pub use local::LocalCollective;
-pub use processes::Processes;
 #[cfg(test)]
 pub use processes::ThreadProcesses;
+pub use processes::{Board, Processes};
 
 use std::time::Duration;
 

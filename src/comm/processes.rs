@@ -1,9 +1,21 @@
 //! The processes of a multi-process run, as one link per process: MPI between machines
 //! (feature `mpi`), or threads standing in for processes in tests.
 
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{CollectiveError, ReduceTiming};
+
+/// Where each rank of a run is, one word per rank (the engine's heartbeats; opaque here), so
+/// that the processes can tell process 0 where their ranks are.
+pub trait Board: Send + Sync {
+    /// Rank `rank`'s word as this process has it.
+    fn word(&self, rank: usize) -> u64;
+    /// Rank `rank` has been seen at `word` by its own process (the board keeps the later of
+    /// this and what it had).
+    fn seen(&self, rank: usize, word: u64);
+}
 
 /// One process's handle on the group of processes of a run. Every process makes the same
 /// sequence of calls; within a process the calls come from one thread at a time (at start-up the
@@ -23,6 +35,11 @@ pub trait Processes: Send + Sync {
     /// How long an exchange waits for the other processes before it takes them for lost
     /// (`CollectiveError::Lost`); unlimited until set.
     fn set_patience(&self, _patience: Duration) {}
+    /// From now on this process's ranks (`local`) are on `board`, and process 0 learns where
+    /// the other processes' ranks are onto its own, beside the exchanges and while they wait
+    /// (so that a stall seen there names the rank behind it wherever it runs). Without this,
+    /// process 0 knows only the steps the others have reported.
+    fn share_positions(&self, _board: Arc<dyn Board>, _local: Range<usize>) {}
     /// This process failed: its pending and later exchanges end with `Aborted(reason)`. The
     /// other processes learn of it when the launcher ends the job (`mpi::Cluster::fail`).
     fn abort(&self, reason: &str);

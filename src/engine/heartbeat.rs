@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::comm::Board;
+
 /// Where a rank is within its step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
@@ -34,8 +36,14 @@ impl Heartbeats {
     }
     /// Rank `rank` is now in `phase` of step `step`.
     pub fn beat(&self, rank: usize, step: u64, phase: Phase) {
-        self.0[rank].store(step << 3 | phase as u64, Ordering::Relaxed);
+        self.0[rank].store(word(step, phase), Ordering::Relaxed);
     }
+    /// Another process's rank `rank` has reached at least `phase` of step `step` (what is
+    /// learnt of it later may come out of order: the later position is kept).
+    pub fn reached(&self, rank: usize, step: u64, phase: Phase) {
+        self.seen(rank, word(step, phase));
+    }
+    /// Every rank's position.
     pub fn read(&self) -> Vec<Beat> {
         self.0
             .iter()
@@ -55,5 +63,48 @@ impl Heartbeats {
                 }
             })
             .collect()
+    }
+}
+
+fn word(step: u64, phase: Phase) -> u64 {
+    step << 3 | phase as u64
+}
+
+/// The processes of a run pass their ranks' positions on to process 0 as these words.
+impl Board for Heartbeats {
+    fn word(&self, rank: usize) -> u64 {
+        self.0.get(rank).map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+    fn seen(&self, rank: usize, word: u64) {
+        if let Some(a) = self.0.get(rank) {
+            a.fetch_max(word, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_another_process_says_never_moves_a_rank_back() {
+        let beats = Heartbeats::new(3);
+        beats.reached(1, 7, Phase::Reduce);
+        // a step report that comes after it says no more than "step 7 started"
+        beats.reached(1, 7, Phase::Data);
+        beats.reached(2, 6, Phase::Update);
+        beats.seen(2, Board::word(&beats, 1));
+        // a word for a rank the run does not have is dropped
+        beats.seen(9, u64::MAX);
+        let at = |step, phase| Beat { step, phase };
+        let want = [
+            at(0, Phase::Data),
+            at(7, Phase::Reduce),
+            at(7, Phase::Reduce),
+        ];
+        assert_eq!(beats.read(), want);
+        // a rank's own process sets it anywhere
+        beats.beat(1, 7, Phase::Compute);
+        assert_eq!(beats.read()[1], at(7, Phase::Compute));
     }
 }

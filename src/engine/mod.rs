@@ -274,6 +274,9 @@ impl Engine {
         let sharding = info.sharding();
         let mut decider = Some(Decider::new(ctl_rx));
         let beats = Heartbeats::new(ranks);
+        if let Some(p) = &world.procs {
+            p.share_positions(Arc::new(beats.clone()), local.clone());
+        }
         let gpus = info
             .devices
             .iter()

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use mpi::ffi;
 
+use super::positions::{Channel, Positions};
 use super::{Flags, Joined, CHUNK, EAGER};
 
 /// Sums shorter than this (floats) are "small": stats, speeds, evaluation sums.
@@ -46,9 +47,14 @@ pub(super) fn own(ready: Sender<Result<Joined, String>>, end: Receiver<()>) {
         ffi::MPI_Ibarrier(world(), &mut req);
         ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE);
     }
+    // the ranks' positions travel on a communicator of their own
+    let mut channel = world();
+    // SAFETY: MPI is initialized; every process makes this call here
+    unsafe { ffi::MPI_Comm_dup(world(), &mut channel) };
     let _ = ready.send(Ok(Joined {
         index: rank as usize,
         count: size as usize,
+        channel: Channel(channel),
     }));
     // the Cluster calls MPI from other threads meanwhile; it drops the sender at the end
     let _ = end.recv();
@@ -73,6 +79,9 @@ pub(super) struct Link {
     /// The all-reduce's output buffers, swapped with the caller's each call: [0] for gradients,
     /// [1] for small sums (so that these never take the gradients' allocation away).
     scratch: [Vec<f32>; 2],
+    /// The ranks' positions, passed on to process 0 while exchanges wait (and between them,
+    /// from the `Cluster`'s thread).
+    pub(super) positions: Positions,
 }
 
 fn world() -> ffi::MPI_Comm {
@@ -86,11 +95,12 @@ fn count(n: usize) -> c_int {
 }
 
 impl Link {
-    pub(super) fn new(flags: Arc<Flags>) -> Link {
+    pub(super) fn new(flags: Arc<Flags>, positions: Positions) -> Link {
         Link {
             flags,
             broken: None,
             scratch: [Vec::new(), Vec::new()],
+            positions,
         }
     }
 
@@ -136,7 +146,8 @@ impl Link {
             }
             // Open MPI moves data only inside its calls: poll eagerly while a transfer may be
             // under way (yielding now and then, so that a shared core's other threads run),
-            // lazily once this has waited long enough to be waiting for a slower process
+            // lazily once this has waited long enough to be waiting for a slower process (and
+            // then says where this process's ranks are, or takes the others' positions)
             polls += 1;
             if start.elapsed() < EAGER {
                 match polls % 16 {
@@ -144,6 +155,7 @@ impl Link {
                     _ => std::hint::spin_loop(),
                 }
             } else {
+                self.positions.tick();
                 std::thread::sleep(Duration::from_micros(100));
             }
         }

@@ -4,7 +4,8 @@
 //! that leads the process's ranks during the run) makes its MPI calls itself, one thread at a
 //! time behind a lock: no hand-over to another thread and back on a step's path. Every exchange
 //! is non-blocking underneath and polled, so that a lost peer ends in an error after a deadline
-//! instead of a hang.
+//! instead of a hang. Beside the exchanges, the processes pass their ranks' positions on to
+//! process 0 (`positions`), so that a stall there names the rank behind it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,9 +15,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Sender};
 
 mod link;
+mod positions;
 
+use super::processes::Board;
 use super::{CollectiveError, Processes, ReduceTiming};
 use link::Link;
+use positions::{Channel, Positions};
 
 /// Elements per MPI call (counts are C ints).
 const CHUNK: usize = 1 << 28;
@@ -32,8 +36,10 @@ struct Flags {
 
 /// This process's place in a job of processes joined over MPI.
 pub struct Cluster {
-    link: Mutex<Link>,
+    link: Arc<Mutex<Link>>,
     flags: Arc<Flags>,
+    /// The thread that passes positions on between exchanges, and its stop flag.
+    sharing: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
     /// The thread that initialized MPI: it finalizes MPI once the sender is dropped.
     owner: Option<(Sender<()>, JoinHandle<()>)>,
     index: usize,
@@ -44,6 +50,7 @@ pub struct Cluster {
 struct Joined {
     index: usize,
     count: usize,
+    channel: Channel,
 }
 
 impl Cluster {
@@ -70,9 +77,11 @@ impl Cluster {
             reason: Mutex::new(String::new()),
             patience_ms: AtomicU64::new(u64::MAX),
         });
+        let positions = Positions::new(joined.channel, joined.index, joined.count);
         Ok(Cluster {
-            link: Mutex::new(Link::new(flags.clone())),
+            link: Arc::new(Mutex::new(Link::new(flags.clone(), positions))),
             flags,
+            sharing: Mutex::new(None),
             owner: Some((end_tx, thread)),
             index: joined.index,
             count: joined.count,
@@ -119,11 +128,25 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
-    /// A run that ended normally: MPI is finalized (every process does it at the same point).
-    /// After an abandoned exchange the others are still inside it: finalizing would wait for
+    /// A run that ended normally: the positions still on their way are taken (no send is left
+    /// unmatched), then MPI is finalized (every process does both at the same point). After an abandoned exchange the others are still inside it: finalizing would wait for
     /// them, so the job is ended instead.
     fn drop(&mut self) {
-        let broken = self.link.get_mut().map_or(true, |l| l.broken());
+        let sharing = self.sharing.get_mut().ok().and_then(|s| s.take());
+        if let Some((stop, thread)) = sharing {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+        let aborted = self.flags.aborted.load(Ordering::Acquire);
+        let broken = match self.link.lock() {
+            Ok(mut l) if !l.broken() => {
+                if !aborted {
+                    l.positions.end();
+                }
+                false
+            }
+            _ => true,
+        };
         if broken {
             // SAFETY: MPI is initialized, and no other thread of this process calls it any more
             unsafe { link::abort(1) };
@@ -165,6 +188,41 @@ impl Processes for Cluster {
 
     fn barrier(&self) -> Result<Duration, CollectiveError> {
         self.lock()?.barrier()
+    }
+
+    fn share_positions(&self, board: Arc<dyn Board>, local: std::ops::Range<usize>) {
+        let Ok(mut l) = self.link.lock() else {
+            return;
+        };
+        l.positions.share(board, local);
+        drop(l);
+        let Ok(mut sharing) = self.sharing.lock() else {
+            return;
+        };
+        if self.count < 2 || sharing.is_some() {
+            return;
+        }
+        // between exchanges (a rank stuck in its step, a process waiting for its own ranks),
+        // whenever MPI is free
+        let (link, stop) = (self.link.clone(), Arc::new(AtomicBool::new(false)));
+        let halt = stop.clone();
+        let flags = self.flags.clone();
+        let thread = std::thread::Builder::new()
+            .name("positions".into())
+            .spawn(move || {
+                while !halt.load(Ordering::Relaxed) && !flags.aborted.load(Ordering::Acquire) {
+                    std::thread::sleep(positions::EVERY);
+                    if let Ok(mut l) = link.try_lock() {
+                        if !l.broken() {
+                            l.positions.tick();
+                        }
+                    }
+                }
+            });
+        // without the thread, positions still pass on while exchanges wait
+        if let Ok(thread) = thread {
+            *sharing = Some((stop, thread));
+        }
     }
 
     fn set_patience(&self, d: Duration) {

@@ -103,7 +103,7 @@ impl Worker {
                     continue;
                 }
                 self.forwarded[r] = s.step;
-                self.beats.beat(r, s.step + 1, Phase::Data);
+                self.beats.reached(r, s.step + 1, Phase::Data);
                 let _ = self.stats.try_send(s);
             }
         }
