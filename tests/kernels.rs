@@ -5,8 +5,8 @@
 mod common;
 
 use mgtop::backend::cuda::kernels::{
-    compile, entry_points, for_device, nvrtc_available, supported_archs, KernelError, Target,
-    SOURCES,
+    compile, compile_each, entry_points, for_device, nvrtc_available, supported_archs, Image,
+    KernelError, Target, SOURCES,
 };
 
 fn nvrtc_or_skip() -> bool {
@@ -28,15 +28,23 @@ fn holds(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
+fn bytes(images: Vec<Result<Image, KernelError>>) -> Vec<Vec<u8>> {
+    let bytes = images
+        .into_iter()
+        .map(|i| i.unwrap_or_else(|e| panic!("{e}")));
+    bytes.map(|i| i.bytes).collect()
+}
+
 #[test]
-fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
+fn every_kernel_compiles_to_cubin_for_sm80_and_sm90_and_is_kept_for_the_next_run() {
     if !nvrtc_or_skip() {
         return;
     }
+    let cache = tempfile::tempdir().unwrap();
+    let mut compiled = Vec::new();
     for arch in [80, 90] {
-        for (file, src) in SOURCES {
-            let image = compile(file, src, Target::Cubin(arch)).unwrap_or_else(|e| panic!("{e}"));
-            let b = &image.bytes;
+        let images = bytes(compile_each(Target::Cubin(arch), Some(cache.path())));
+        for ((file, src), b) in SOURCES.iter().zip(&images) {
             // an ELF object for NVIDIA GPUs (e_machine 190, EM_CUDA), holding every entry point
             assert_eq!(&b[..4], b"\x7fELF", "{file} sm_{arch}: not an ELF image");
             assert_eq!(u16::from_le_bytes([b[18], b[19]]), 190, "{file} sm_{arch}");
@@ -44,7 +52,43 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90() {
                 assert!(holds(b, name), "{file} sm_{arch}: no kernel {name}");
             }
         }
+        compiled.extend(images);
     }
+    // one file a kernel source and architecture
+    let mut kept: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    kept.sort();
+    assert_eq!(kept.len(), 2 * SOURCES.len(), "{kept:?}");
+    // the next run reads them instead of compiling: two files swapped give two images swapped
+    let (a, b) = (
+        std::fs::read(&kept[0]).unwrap(),
+        std::fs::read(&kept[1]).unwrap(),
+    );
+    std::fs::write(&kept[0], &b).unwrap();
+    std::fs::write(&kept[1], &a).unwrap();
+    let both = || {
+        let sm80 = bytes(compile_each(Target::Cubin(80), Some(cache.path())));
+        [
+            sm80,
+            bytes(compile_each(Target::Cubin(90), Some(cache.path()))),
+        ]
+        .concat()
+    };
+    let swapped = both();
+    let moved: Vec<usize> = (0..compiled.len())
+        .filter(|&i| swapped[i] != compiled[i])
+        .collect();
+    assert_eq!(moved.len(), 2, "{moved:?}");
+    assert_eq!(swapped[moved[0]], compiled[moved[1]]);
+    // damaged files (here cut short by a byte) are compiled again and replaced
+    for f in &kept[..2] {
+        std::fs::write(f, &a[..a.len() - 1]).unwrap();
+    }
+    assert_eq!(both(), compiled);
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), a);
+    assert_eq!(std::fs::read(&kept[1]).unwrap(), b);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 pub fn command() -> anyhow::Result<ExitCode> {
     use crate::backend::cuda::discover::{discover, Discovery};
     use crate::backend::cuda::kernels::{
-        compile, entry_points, nvrtc_available, supported_archs, Target, SOURCES,
+        compile_each, entry_points, nvrtc_available, supported_archs, Target, SOURCES,
     };
     let gpus = discover();
     match &gpus {
@@ -32,9 +32,12 @@ pub fn command() -> anyhow::Result<ExitCode> {
         crate::say!(
             "NVRTC: found (architectures {archs}); compiling kernels/ to CUBIN for sm_80 and sm_90"
         );
+        // every file, not one kept from an earlier run: this checks the NVRTC at hand
+        let sm = [80, 90].map(|arch| compile_each(Target::Cubin(arch), None));
+        let mut sm = sm.map(Vec::into_iter);
         for (file, src) in SOURCES {
-            for arch in [80, 90] {
-                match compile(file, src, Target::Cubin(arch)) {
+            for (arch, images) in [80, 90].into_iter().zip(&mut sm) {
+                match images.next().expect("an image a file") {
                     Ok(image) => crate::say!(
                         "  ok   {file:<16} sm_{arch}  {:>6} bytes  {}",
                         image.bytes.len(),

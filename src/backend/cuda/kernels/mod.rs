@@ -1,48 +1,54 @@
 //! The CUDA kernels (`kernels/*.cu`, embedded, each compiled after the prelude
 //! `kernels/elem.cuh`) and their compilation with NVRTC, which is loaded at run time: the
 //! crate builds and runs without CUDA, and a missing NVRTC is an answer, never a panic. Kernels are compiled to CUBIN for the GPU's own architecture (capped
-//! at what this NVRTC knows), once per architecture per process.
+//! at what this NVRTC knows), once per architecture per process, the files side by side on the
+//! machine's cores, and kept on disk (`cache`) for the next run.
+
+mod cache;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What every kernel source is compiled after (`compile` prepends it): the grid-stride loop,
 /// the bf16 element type and its conversions, and `ld`/`st`, the element access one template
 /// body uses for its fp32 kernel and its bf16 twin.
-pub const PRELUDE: &str = include_str!("../../../kernels/elem.cuh");
+pub const PRELUDE: &str = include_str!("../../../../kernels/elem.cuh");
 
 /// The headers a kernel source may include (`#include "bn.cuh"`), by file name: `expand`
 /// puts them in place before NVRTC sees the source (NVRTC has no file system to search).
 pub const HEADERS: &[(&str, &str)] = &[
-    ("bn.cuh", include_str!("../../../kernels/bn.cuh")),
-    ("window.cuh", include_str!("../../../kernels/window.cuh")),
+    ("bn.cuh", include_str!("../../../../kernels/bn.cuh")),
+    ("window.cuh", include_str!("../../../../kernels/window.cuh")),
 ];
 
 /// Every kernel source, by file name.
 pub const SOURCES: &[(&str, &str)] = &[
-    ("bias.cu", include_str!("../../../kernels/bias.cu")),
-    ("relu.cu", include_str!("../../../kernels/relu.cu")),
+    ("bias.cu", include_str!("../../../../kernels/bias.cu")),
+    ("relu.cu", include_str!("../../../../kernels/relu.cu")),
     (
         "softmax_xent.cu",
-        include_str!("../../../kernels/softmax_xent.cu"),
+        include_str!("../../../../kernels/softmax_xent.cu"),
     ),
-    ("optim.cu", include_str!("../../../kernels/optim.cu")),
-    ("scale.cu", include_str!("../../../kernels/scale.cu")),
-    ("metrics.cu", include_str!("../../../kernels/metrics.cu")),
-    ("conv.cu", include_str!("../../../kernels/conv.cu")),
-    ("pool.cu", include_str!("../../../kernels/pool.cu")),
-    ("gather.cu", include_str!("../../../kernels/gather.cu")),
-    ("eltwise.cu", include_str!("../../../kernels/eltwise.cu")),
-    ("bn.cu", include_str!("../../../kernels/bn.cu")),
-    ("bn_nhwc.cu", include_str!("../../../kernels/bn_nhwc.cu")),
+    ("optim.cu", include_str!("../../../../kernels/optim.cu")),
+    ("scale.cu", include_str!("../../../../kernels/scale.cu")),
+    ("metrics.cu", include_str!("../../../../kernels/metrics.cu")),
+    ("conv.cu", include_str!("../../../../kernels/conv.cu")),
+    ("pool.cu", include_str!("../../../../kernels/pool.cu")),
+    ("gather.cu", include_str!("../../../../kernels/gather.cu")),
+    ("eltwise.cu", include_str!("../../../../kernels/eltwise.cu")),
+    ("bn.cu", include_str!("../../../../kernels/bn.cu")),
+    ("bn_nhwc.cu", include_str!("../../../../kernels/bn_nhwc.cu")),
     (
         "depthwise.cu",
-        include_str!("../../../kernels/depthwise.cu"),
+        include_str!("../../../../kernels/depthwise.cu"),
     ),
     (
         "depthwise_nhwc.cu",
-        include_str!("../../../kernels/depthwise_nhwc.cu"),
+        include_str!("../../../../kernels/depthwise_nhwc.cu"),
     ),
-    ("avgpool.cu", include_str!("../../../kernels/avgpool.cu")),
-    ("convert.cu", include_str!("../../../kernels/convert.cu")),
-    ("layout.cu", include_str!("../../../kernels/layout.cu")),
+    ("avgpool.cu", include_str!("../../../../kernels/avgpool.cu")),
+    ("convert.cu", include_str!("../../../../kernels/convert.cu")),
+    ("layout.cu", include_str!("../../../../kernels/layout.cu")),
 ];
 
 /// `src` (kernel file `file`) with each `#include "NAME"` line replaced by header NAME of
@@ -194,10 +200,43 @@ pub fn supported_archs() -> Result<Vec<u32>, KernelError> {
 /// Compiles one source, after the [`PRELUDE`], for `target`; a compile error carries NVRTC's
 /// log, its line numbers those of `file` (or of `elem.cuh` for the prelude).
 pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, KernelError> {
-    use cudarc::nvrtc::{result, sys};
     if !nvrtc_available() {
         return Err(KernelError::NoNvrtc);
     }
+    compile_source(file, &full_source(file, src, target)?, target)
+}
+
+/// What NVRTC compiles for kernel file `file`: the prelude, then the source with its headers in
+/// place.
+fn full_source(file: &'static str, src: &str, target: Target) -> Result<String, KernelError> {
+    let src = expand(file, src).map_err(|log| KernelError::Compile {
+        file: file.into(),
+        arch: target.arch(),
+        log,
+    })?;
+    Ok(format!(
+        "#line 1 \"elem.cuh\"\n{PRELUDE}\n#line 1 \"{file}\"\n{src}"
+    ))
+}
+
+/// NVRTC's options for `target`.
+fn options(target: Target) -> Vec<String> {
+    vec![format!("--gpu-architecture={}", target.arch())]
+}
+
+/// NVRTC's version (major, minor), where it answers.
+fn nvrtc_version() -> Option<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loadable (the callers check); both out-pointers are live locals
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .ok()
+        .map(|()| (major, minor))
+}
+
+/// Compiles `full` (kernel file `file` after `full_source`) for `target`.
+fn compile_source(file: &'static str, full: &str, target: Target) -> Result<Image, KernelError> {
+    use cudarc::nvrtc::{result, sys};
     let arch = target.arch();
     let nvrtc = |what| {
         move |e: cudarc::nvrtc::result::NvrtcError| KernelError::Nvrtc {
@@ -205,12 +244,6 @@ pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, K
             detail: format!("{e:?}"),
         }
     };
-    let src = expand(file, src).map_err(|log| KernelError::Compile {
-        file: file.into(),
-        arch: arch.clone(),
-        log,
-    })?;
-    let full = format!("#line 1 \"elem.cuh\"\n{PRELUDE}\n#line 1 \"{file}\"\n{src}");
     let src_c = std::ffi::CString::new(full).map_err(|_| KernelError::Compile {
         file: file.into(),
         arch: arch.clone(),
@@ -219,7 +252,7 @@ pub fn compile(file: &'static str, src: &str, target: Target) -> Result<Image, K
     let name = std::ffi::CString::new(file).expect("file names have no NUL");
     // the program is destroyed below on every path
     let prog = result::create_program(&src_c, Some(&name)).map_err(nvrtc("create program"))?;
-    let opts = [format!("--gpu-architecture={arch}")];
+    let opts = options(target);
     // SAFETY: `prog` was created above and is destroyed only after the last use below.
     let out = unsafe {
         match result::compile_program(prog, &opts) {
@@ -289,13 +322,72 @@ pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError
             "this NVRTC supports {supported:?}, nothing at or below the GPU's architecture: use the NVRTC of an older CUDA release"
         ),
     })?;
-    let images = SOURCES
-        .iter()
-        .map(|(file, src)| compile(file, src, target))
+    let dir = cache::dir();
+    let images = compile_each(target, dir.as_deref())
+        .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     let images = Arc::new(images);
     cache.insert(device, images.clone());
     Ok(images)
+}
+
+/// Every file of `kernels/` compiled for `target`, in `SOURCES`' order, the files side by side
+/// on the machine's cores (NVRTC compiles each on one; a GPU run's start waited for them one
+/// after another). With a cache directory, each file compiled there before for the same source,
+/// options and NVRTC is read back instead, and each one compiled is put there.
+pub fn compile_each(target: Target, cache: Option<&Path>) -> Vec<Result<Image, KernelError>> {
+    if !nvrtc_available() {
+        return SOURCES.iter().map(|_| Err(KernelError::NoNvrtc)).collect();
+    }
+    let version = nvrtc_version();
+    let one = |(file, src): (&'static str, &str)| -> Result<Image, KernelError> {
+        let full = full_source(file, src, target)?;
+        // (an NVRTC that does not say its version keeps nothing: an update would not show)
+        let key = version.map(|v| cache::key(&full, &options(target), v));
+        let kept = cache.zip(key.as_deref());
+        if let Some(bytes) = kept.and_then(|(dir, key)| cache::load(dir, key, target)) {
+            return Ok(Image {
+                file,
+                target,
+                bytes,
+            });
+        }
+        let image = compile_source(file, &full, target)?;
+        if let Some((dir, key)) = kept {
+            cache::store(dir, key, target, &image.bytes);
+        }
+        Ok(image)
+    };
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(SOURCES.len());
+    let mut done: Vec<Option<Result<Image, KernelError>>> = SOURCES.iter().map(|_| None).collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&source) = SOURCES.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, one(source)));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            let mine = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for (i, r) in mine {
+                done[i] = Some(r);
+            }
+        }
+    });
+    done.into_iter()
+        .map(|r| r.expect("every file is claimed by a thread"))
+        .collect()
 }
 
 #[cfg(test)]
