@@ -288,9 +288,16 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
     );
     assert!(
         w.to_string()
-            .contains("rank(s) 1 did not reach the all-reduce"),
+            .contains("for 61 s after step 7; rank(s) 1 did not reach the all-reduce"),
         "{w}"
     );
+    // a short --stall-timeout keeps its tenths
+    let short = Warning::Stall {
+        step: 7,
+        waited: ms(500.0),
+        missing: vec![1],
+    };
+    assert!(short.to_string().contains("for 0.5 s after"), "{short}");
     assert_eq!(
         d.tick(secs(90), &beats.read()),
         None,

@@ -244,10 +244,12 @@ impl fmt::Display for Warning {
             Warning::GradSpike { step, spike } => write!(f, "gradient spike at step {step}: {spike}"),
             Warning::Stall { step, waited, missing } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+                let s = waited.as_secs_f64();
+                // (a timeout under 10 s keeps its tenths: 0.5 s is not "1 s")
+                let dp = usize::from(s < 10.0);
                 write!(
                     f,
-                    "stall: no step completed for {:.0} s after step {step}; rank(s) {} did not reach the all-reduce",
-                    waited.as_secs_f64(),
+                    "stall: no step completed for {s:.dp$} s after step {step}; rank(s) {} did not reach the all-reduce",
                     if who.is_empty() { "?".into() } else { who.join(", ") }
                 )
             }
