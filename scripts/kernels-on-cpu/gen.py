@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a C++ header holding one kernel file of ../../kernels (its prelude elem.cuh and its
-#includes expanded, as src/backend/cuda/kernels.rs does for NVRTC) inside `namespace NS`, the
+#includes expanded, as src/backend/cuda/kernels/mod.rs does for NVRTC) inside `namespace NS`, the
 entry points with C++ linkage; with --small0 the prelude's SMALL is 0, so every kernel takes its
 64-bit index path.   gen.py NS FILE.cu OUT.h [--small0]"""
 import os, sys

@@ -61,7 +61,7 @@ pub fn expand(file: &str, src: &str) -> Result<String, String> {
         match included.and_then(|rest| rest.strip_suffix('"')) {
             Some(name) => {
                 let (_, text) = (HEADERS.iter().find(|(h, _)| *h == name)).ok_or_else(|| {
-                    format!("kernels/{file} includes {name}, which is not in kernels.rs's HEADERS")
+                    format!("kernels/{file} includes {name}, which is not in HEADERS (src/backend/cuda/kernels/mod.rs)")
                 })?;
                 out.push_str(&format!(
                     "#line 1 \"{name}\"\n{text}\n#line {} \"{file}\"\n",
