@@ -19,5 +19,6 @@ pub mod comm;
 
 pub mod data;
 pub mod nn;
+pub mod parallel;
 pub mod quit_at_once;
 pub mod text;

@@ -7,7 +7,6 @@
 mod cache;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What every kernel source is compiled after (`compile` prepends it): the grid-stride loop,
 /// the bf16 element type and its conversions, and `ld`/`st`, the element access one template
@@ -358,36 +357,8 @@ pub fn compile_each(target: Target, cache: Option<&Path>) -> Vec<Result<Image, K
         }
         Ok(image)
     };
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(SOURCES.len());
-    let mut done: Vec<Option<Result<Image, KernelError>>> = SOURCES.iter().map(|_| None).collect();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&source) = SOURCES.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, one(source)));
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            let mine = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            for (i, r) in mine {
-                done[i] = Some(r);
-            }
-        }
-    });
-    done.into_iter()
-        .map(|r| r.expect("every file is claimed by a thread"))
-        .collect()
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crate::parallel::map_in_order(SOURCES, cores, 1, |&source| one(source), |_| {})
 }
 
 #[cfg(test)]
