@@ -35,6 +35,14 @@ fn bytes(images: Vec<Result<Image, KernelError>>) -> Vec<Vec<u8>> {
     bytes.map(|i| i.bytes).collect()
 }
 
+/// How many of `images` NVRTC compiled (the others were read back from the cache).
+fn fresh(images: &[Result<Image, KernelError>]) -> usize {
+    images
+        .iter()
+        .filter(|i| i.as_ref().is_ok_and(|i| i.compiled))
+        .count()
+}
+
 #[test]
 fn every_kernel_compiles_to_cubin_for_sm80_and_sm90_and_is_kept_for_the_next_run() {
     if !nvrtc_or_skip() {
@@ -43,7 +51,9 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90_and_is_kept_for_the_next_run
     let cache = tempfile::tempdir().unwrap();
     let mut compiled = Vec::new();
     for arch in [80, 90] {
-        let images = bytes(compile_each(Target::Cubin(arch), Some(cache.path())));
+        let images = compile_each(Target::Cubin(arch), Some(cache.path()));
+        assert_eq!(fresh(&images), SOURCES.len(), "sm_{arch}: an empty cache");
+        let images = bytes(images);
         for ((file, src), b) in SOURCES.iter().zip(&images) {
             // an ELF object for NVIDIA GPUs (e_machine 190, EM_CUDA), holding every entry point
             assert_eq!(&b[..4], b"\x7fELF", "{file} sm_{arch}: not an ELF image");
@@ -68,15 +78,12 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90_and_is_kept_for_the_next_run
     );
     std::fs::write(&kept[0], &b).unwrap();
     std::fs::write(&kept[1], &a).unwrap();
-    let both = || {
-        let sm80 = bytes(compile_each(Target::Cubin(80), Some(cache.path())));
-        [
-            sm80,
-            bytes(compile_each(Target::Cubin(90), Some(cache.path()))),
-        ]
-        .concat()
+    let both = |compiled_now: usize| {
+        let images = [80, 90].map(|arch| compile_each(Target::Cubin(arch), Some(cache.path())));
+        assert_eq!(images.iter().map(|i| fresh(i)).sum::<usize>(), compiled_now);
+        images.map(bytes).concat()
     };
-    let swapped = both();
+    let swapped = both(0);
     let moved: Vec<usize> = (0..compiled.len())
         .filter(|&i| swapped[i] != compiled[i])
         .collect();
@@ -86,7 +93,7 @@ fn every_kernel_compiles_to_cubin_for_sm80_and_sm90_and_is_kept_for_the_next_run
     for f in &kept[..2] {
         std::fs::write(f, &a[..a.len() - 1]).unwrap();
     }
-    assert_eq!(both(), compiled);
+    assert_eq!(both(2), compiled);
     assert_eq!(std::fs::read(&kept[0]).unwrap(), a);
     assert_eq!(std::fs::read(&kept[1]).unwrap(), b);
 }
@@ -105,9 +112,14 @@ fn a_gpu_newer_than_nvrtc_gets_ptx_and_each_architecture_is_compiled_once() {
         supported.contains(&80) && supported.contains(&90),
         "{supported:?}"
     );
-    let a = for_device(90).unwrap();
-    let b = for_device(90).unwrap();
+    let (a, said) = for_device(90).unwrap();
+    let (b, again) = for_device(90).unwrap();
     assert!(std::sync::Arc::ptr_eq(&a, &b), "compiled twice");
+    // (the first call compiled, unless the user's kernel cache had them already)
+    if let Some(said) = said {
+        assert!(said.contains("kernel files for sm_90"), "{said}");
+    }
+    assert_eq!(again, None, "the second GPU of a model tells nothing");
     assert_eq!(a.len(), SOURCES.len());
     assert!(a.iter().all(|i| i.target == Target::Cubin(90)));
 }

@@ -11,6 +11,7 @@ mod fingerprint;
 pub mod heartbeat;
 mod info;
 mod job;
+mod launch;
 pub use job::peer_patience;
 pub mod loader;
 mod memory;
@@ -27,18 +28,15 @@ pub mod weights;
 mod worker;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver};
 
-use crate::backend::CpuReplica;
-use crate::comm::{Collective, CollectiveError, HierCollective, LocalCollective, Processes};
+use crate::comm::{CollectiveError, Processes};
 use crate::config::RunConfig;
 use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
-use crate::engine::loader::RankLoader;
 use heartbeat::{Beat, Heartbeats};
 use resume::{resumed_settings, TrainSplit};
 
@@ -54,7 +52,7 @@ pub struct Engine {
     controller: Controller,
     events: Receiver<Event>,
     steps: Receiver<StepStats>,
-    workers: Vec<JoinHandle<Result<worker::WorkerEnd, EngineError>>>,
+    workers: Vec<launch::Handle>,
     t0: Instant,
     beats: Heartbeats,
     /// This run's hold on its checkpoint directory, and the directory.
@@ -271,137 +269,29 @@ impl Engine {
         }
         let t0 = Instant::now();
         info.started = Some(std::time::SystemTime::now());
-        let sharding = info.sharding();
-        let mut decider = Some(Decider::new(ctl_rx));
+        let decider = Some(Decider::new(ctl_rx));
         let beats = Heartbeats::new(ranks);
         if let Some(p) = &world.procs {
             p.share_positions(Arc::new(beats.clone()), local.clone());
         }
-        let gpus = info
-            .devices
-            .iter()
-            .filter(|d| matches!(d, Device::Gpu { .. }))
-            .count();
-        // NCCL is joined with one id made here (by process 0, sent to the others over the
-        // processes' link), before any worker starts.
-        let nccl_id = match gpus > 1 {
-            true => Some(job::nccl_id(&world)?),
-            false => None,
-        };
-        let collectives: Vec<Box<dyn Collective>> = match &world.procs {
-            Some(p) => HierCollective::group(p.clone(), world.offsets.clone())
-                .into_iter()
-                .map(|c| Box::new(c) as Box<dyn Collective>)
-                .collect(),
-            None => LocalCollective::group(ranks)
-                .into_iter()
-                .map(|c| Box::new(c) as Box<dyn Collective>)
-                .collect(),
-        };
-        let optimizer = validate::optimizer(&cfg, &model);
-        let (store, state) = strategy::Store::for_run(&cfg, &optimizer, start.state.clone());
-        let mut workers = Vec::new();
-        for (rank, coll) in local.clone().zip(collectives) {
-            let loader = RankLoader::new(
-                train.clone(),
-                cfg.seed,
-                rank,
-                start.cursor,
-                sharding.clone(),
-                cfg.prefetch,
-                info.loader_threads,
-            )
-            .map_err(|e| {
-                EngineError::Config(format!(
-                    "cannot start the loader threads of rank {rank}: {e}; try fewer --loader-threads or --prefetch 0, or raise the process limit (ulimit -u)"
-                ))
-            })?;
-            let ctx = worker::Worker {
-                rank,
-                ranks,
-                local: local.clone(),
-                unsent: Default::default(),
-                reports: Vec::new(),
-                forwarded: Vec::new(),
-                said_in_sync: false,
-                cfg: cfg.clone(),
-                model: model.clone(),
-                train: split,
-                val: val.clone(),
-                picture_sets: Dataset::picture_sets(&train, &val),
-                coll,
-                loader,
-                // (rank 0 decides; another process's first rank takes its own controls, a
-                // signal's stop, to the boundary, where they join rank 0's: `agree`)
-                decider: if rank == local.start {
-                    decider.take()
-                } else {
-                    None
-                },
-                events: ev_tx.clone(),
-                stats: st_tx.clone(),
+        let workers = launch::workers(
+            launch::Launch {
+                cfg: &cfg,
+                model: &model,
+                info: &info,
+                world: &world,
+                start: &start,
+                train: &train,
+                val: &val,
+                split,
+                beats: &beats,
+                device_cap: &device_cap,
+                events: &ev_tx,
+                stats: &st_tx,
                 t0,
-                step: start.step,
-                cursor: start.cursor,
-                per_replica: start.per_replica,
-                lr_base: start.lr,
-                last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
-                written: Default::default(),
-                epoch_sum: start.epoch_sum,
-                beats: beats.clone(),
-                split: None,
-                rebalance_work: Duration::ZERO,
-                rebalance_samples: 0,
-                strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
-                device_cap: device_cap.clone(),
-                late: worker::late(&cfg, matches!(info.devices[rank], Device::Gpu { .. })),
-                queued: None,
-            };
-            let (model, state, cfg) = (model.clone(), state.clone(), cfg.clone());
-            let optimizer = optimizer.clone();
-            let train = train.clone();
-            let device = info.devices[rank].clone();
-            let precision = info.precision;
-            let threads = info.threads_per_worker;
-            let pool = match device {
-                Device::Cpu { .. } => crate::nn::intraop::for_worker(threads, &format!("worker-{rank}")).map_err(|e| {
-                    EngineError::Config(format!(
-                        "cannot start {threads} intra-op threads for worker {rank}: {e}; try --threads-per-worker 1"
-                    ))
-                })?,
-                Device::Gpu { .. } => None,
-            };
-            let h = std::thread::Builder::new()
-                .name(format!("worker-{rank}"))
-                .spawn(move || match device {
-                    Device::Cpu { .. } => {
-                        crate::nn::intraop::install(pool);
-                        // dropout masks of its own (the seed's, for this rank)
-                        let replica = CpuReplica::with(model, optimizer, state)
-                            .seed_dropout(worker::dropout_seed(cfg.seed, rank));
-                        worker::run(ctx, Box::new(replica))
-                    }
-                    Device::Gpu { index, .. } => {
-                        let group = nccl_id.map(|id| crate::backend::cuda::replica::Group {
-                            id,
-                            rank,
-                            world: ranks,
-                        });
-                        let mut ctx = ctx;
-                        let opened = worker::open_gpu(
-                            &mut ctx, index, model, optimizer, precision, state, group, &train,
-                        );
-                        match opened {
-                            Ok(replica) => worker::run(ctx, replica),
-                            Err(e) => worker::stop_all(ctx, e),
-                        }
-                    }
-                })
-                .map_err(|e| {
-                    EngineError::Config(format!("cannot start worker thread {rank}: {e}"))
-                })?;
-            workers.push(h);
-        }
+            },
+            decider,
+        )?;
         let _ = ev_tx.send(Event::Started {
             ranks,
             per_replica: start.per_replica,

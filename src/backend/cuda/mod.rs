@@ -137,6 +137,8 @@ pub struct Gpu {
     pub stream: Arc<CudaStream>,
     pub arch: String,
     functions: HashMap<String, CudaFunction>,
+    /// Where opening it had NVRTC compile kernels, the line telling so (`kernels::for_device`).
+    pub compiled: Option<String>,
 }
 
 impl Gpu {
@@ -162,11 +164,12 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(|e| CudaError::new(index, "create stream", e))?;
-        let images = kernels::for_device((major * 10 + minor) as u32).map_err(|e| CudaError {
-            gpu: index,
-            what: "compile kernels/".into(),
-            detail: e.to_string(),
-        })?;
+        let (images, compiled) =
+            kernels::for_device((major * 10 + minor) as u32).map_err(|e| CudaError {
+                gpu: index,
+                what: "compile kernels/".into(),
+                detail: e.to_string(),
+            })?;
         let mut functions = HashMap::new();
         for (image, (_, src)) in images.iter().zip(SOURCES) {
             let module = ctx
@@ -185,6 +188,7 @@ impl Gpu {
             stream,
             arch,
             functions,
+            compiled,
         })
     }
 

@@ -152,6 +152,8 @@ pub struct Image {
     pub file: &'static str,
     pub target: Target,
     pub bytes: Vec<u8>,
+    /// Compiled by NVRTC just now (not read back from the kernel cache).
+    pub compiled: bool,
 }
 
 impl Image {
@@ -296,12 +298,17 @@ fn compile_source(file: &'static str, full: &str, target: Target) -> Result<Imag
         file,
         target,
         bytes: out?,
+        compiled: true,
     })
 }
 
 /// Every file of `kernels/` compiled for a device of compute capability `device`, once per
-/// architecture per process (every GPU of the same model, and every selftest check, shares it).
-pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError> {
+/// architecture per process (every GPU of the same model, and every selftest check, shares it),
+/// and, for the call that had NVRTC compile any of them, a line telling so (a first start, or
+/// the first after an update, waits for it).
+pub fn for_device(
+    device: u32,
+) -> Result<(std::sync::Arc<Vec<Image>>, Option<String>), KernelError> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
     static CACHE: OnceLock<Mutex<HashMap<u32, Arc<Vec<Image>>>>> = OnceLock::new();
@@ -311,7 +318,7 @@ pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     if let Some(images) = cache.get(&device) {
-        return Ok(images.clone());
+        return Ok((images.clone(), None));
     }
     let supported = supported_archs()?;
     let target = Target::for_device(device, &supported).ok_or_else(|| KernelError::Compile {
@@ -322,12 +329,37 @@ pub fn for_device(device: u32) -> Result<std::sync::Arc<Vec<Image>>, KernelError
         ),
     })?;
     let dir = cache::dir();
+    let t0 = std::time::Instant::now();
     let images = compile_each(target, dir.as_deref())
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
+    let note = compiled_note(&images, target, t0.elapsed(), dir.as_deref());
     let images = Arc::new(images);
     cache.insert(device, images.clone());
-    Ok(images)
+    Ok((images, note))
+}
+
+/// What a start that compiled kernels tells: how many, for what, how long, and whether the
+/// next start reads them back.
+fn compiled_note(
+    images: &[Image],
+    target: Target,
+    took: std::time::Duration,
+    kept: Option<&Path>,
+) -> Option<String> {
+    let compiled = images.iter().filter(|i| i.compiled).count();
+    let then = match kept {
+        Some(dir) => format!("kept in {}: the next start reads them", dir.display()),
+        None => "MGTOP_KERNEL_CACHE=off: every start compiles them".into(),
+    };
+    (compiled > 0).then(|| {
+        format!(
+            "compiled {compiled} of {} kernel files for {} in {:.1} s ({then})",
+            images.len(),
+            target.arch(),
+            took.as_secs_f64()
+        )
+    })
 }
 
 /// Every file of `kernels/` compiled for `target`, in `SOURCES`' order, the files side by side
@@ -349,6 +381,7 @@ pub fn compile_each(target: Target, cache: Option<&Path>) -> Vec<Result<Image, K
                 file,
                 target,
                 bytes,
+                compiled: false,
             });
         }
         let image = compile_source(file, &full, target)?;

@@ -193,3 +193,31 @@ fn a_device_gets_its_own_cubin_or_the_nearest_the_nvrtc_knows() {
     assert_eq!(Target::Cubin(90).arch(), "sm_90");
     assert_eq!(Target::Ptx(90).arch(), "compute_90");
 }
+
+#[test]
+fn a_start_that_compiled_kernels_says_how_many_and_whether_the_next_reads_them_back() {
+    let image = |compiled| Image {
+        file: "a.cu",
+        target: Target::Cubin(90),
+        bytes: Vec::new(),
+        compiled,
+    };
+    let took = std::time::Duration::from_millis(4240);
+    let dir = Path::new("/home/u/.cache/mgtop/kernels");
+    let all_read = [image(false), image(false)];
+    assert_eq!(
+        compiled_note(&all_read, Target::Cubin(90), took, Some(dir)),
+        None
+    );
+    let one = [image(true), image(false)];
+    assert_eq!(
+        compiled_note(&one, Target::Cubin(90), took, Some(dir)).as_deref(),
+        Some("compiled 1 of 2 kernel files for sm_90 in 4.2 s (kept in /home/u/.cache/mgtop/kernels: the next start reads them)")
+    );
+    let ptx = compiled_note(&[image(true)], Target::Ptx(90), took, None).unwrap();
+    assert!(
+        ptx.contains("for compute_90")
+            && ptx.contains("MGTOP_KERNEL_CACHE=off: every start compiles them"),
+        "{ptx}"
+    );
+}

@@ -75,6 +75,11 @@ impl<E: Elem> CudaReplica<E> {
                 format!("bf16 convolutions need cuDNN ({why}): use --precision tf32"),
             ));
         }
+        // (first: a first start waited for it)
+        notes.splice(
+            0..0,
+            gpu.compiled.clone().map(|n| format!("GPU {index}: {n}")),
+        );
         let (mut layout, mut said) = layout::choose(asked, &model, dnn.is_some());
         if let (Layout::Nhwc, Some(d)) = (layout, dnn.as_mut()) {
             if let Err(e) = dnn::check_channels_last(&gpu, &blas, precision, d) {
