@@ -289,7 +289,15 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--epochs", "1.5"],
             &["'--epochs <EPOCHS>': not a whole number"],
         ),
-        (&["--steps=-5"], &["'--steps <STEPS>': below 0"]),
+        (
+            &["--steps=-5"],
+            &["'--steps <STEPS>': below 0: use 0 or more"],
+        ),
+        // (where 0 is refused too, the least value it takes)
+        (
+            &["--keep-checkpoints=-1"],
+            &["'--keep-checkpoints <N>': below 0: use 1 or more"],
+        ),
         // a range's least value, said as one (clap says `0 is not in 1..18446744073709551615`)
         (
             &["--keep-checkpoints", "0"],

@@ -251,6 +251,68 @@ fn a_resume_on_a_smaller_training_split_goes_on_from_the_next_epoch() {
     );
 }
 
+/// A picture folder whose two class folders swap names keeps its size, its classes and its file
+/// names: a resume on it is told its training data changed.
+#[test]
+fn a_resume_on_a_picture_folder_whose_classes_swapped_says_the_data_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (class, seed) in [("cat", 0u32), ("dog", 7)] {
+        std::fs::create_dir_all(d.join("pets").join(class)).unwrap();
+        for i in 0..8u32 {
+            // cat's pictures flat, dog's speckled: files of other lengths under the same names
+            let img = image::RgbImage::from_fn(8, 8, |x, y| {
+                let v = (x * 31 + y * 17 + i) * seed % 251;
+                image::Rgb([v as u8, 40, 90])
+            });
+            img.save(d.join(format!("pets/{class}/{i}.png"))).unwrap();
+        }
+    }
+    let run = |extra: &[&str]| {
+        let args = ["--headless", "--devices", "cpu:1", "--model", "conv4k3,gap"];
+        run_in(d, &[&args[..], &["--data", "images:pets"], extra].concat())
+    };
+    let o = run(&["--steps", "2", "--run-dir", "r1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // unchanged, a resume says nothing of it
+    let o = run(&["--steps", "3", "--resume", "r1", "--run-dir", "r2"]);
+    let out = text(&o);
+    assert!(o.status.success() && !out.contains("data changed"), "{out}");
+    for (from, to) in [("cat", "was-cat"), ("dog", "cat"), ("was-cat", "dog")] {
+        std::fs::rename(d.join("pets").join(from), d.join("pets").join(to)).unwrap();
+    }
+    let o = run(&["--steps", "3", "--resume", "r1", "--run-dir", "r3"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("the training data changed"), "{out}");
+}
+
+/// A checkpoint of a step --log-every leaves out is said after that step's line, not before it.
+#[test]
+fn a_checkpoint_line_follows_its_steps_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--steps",
+        "7",
+        "--log-every",
+        "5",
+    ];
+    let o = run_in(
+        dir.path(),
+        &[&args[..], &["--checkpoint-dir", "ck"]].concat(),
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let at = |what: &str| {
+        out.find(what)
+            .unwrap_or_else(|| panic!("no `{what}`:\n{out}"))
+    };
+    assert!(at("] step 7/7 |") < at("] checkpoint at step 7:"), "{out}");
+}
+
 /// The `step-*` checkpoints in `dir`, by name, in order.
 fn step_dirs(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

@@ -423,6 +423,15 @@ fn train_and_val_folders_and_val_data() {
         .unwrap();
     assert!(e.contains("--val-split only cuts a set without one"), "{e}");
     assert_eq!(images(&dir, &opts(|_| {})).unwrap().val.len(), 0);
+    // --val-data naming a folder with train/ and val/ validates on its val/
+    let o = opts(|o| {
+        o.val_fraction = None;
+        o.val_data = Some(format!("images:{}", dir.display()).parse().unwrap());
+    });
+    let d = images(&dir.join("train"), &o).unwrap();
+    assert_eq!((d.train.len(), d.val.len()), (6, 2));
+    let named = format!("validation images {}: 2 images", dir.join("val").display());
+    assert!(d.description.contains(&named), "{}", d.description);
     // a validation folder with a class the training folder lacks
     png_rgb(&dir.join("val/cow/0.png"), 0);
     let e = images(&dir, &opts(|o| o.val_fraction = None))
@@ -462,6 +471,37 @@ fn train_and_val_folders_and_val_data() {
     let e = images(&dir.join("train"), &o).err().unwrap();
     assert!(
         e.starts_with(&format!("--val-data images:{}: ", empty.display())),
+        "{e}"
+    );
+    // as is its pictures' size, where it is not the training set's
+    let larger = tmp.path().join("larger");
+    let big: ImageBuffer<Rgb<u8>, Vec<u8>> = ImageBuffer::from_fn(9, 6, |_, _| Rgb([1, 2, 3]));
+    save(|p| big.save(p).unwrap(), &larger.join("ant/z.png"));
+    let o = opts(|o| {
+        o.val_fraction = None;
+        o.val_data = Some(format!("images:{}", larger.display()).parse().unwrap());
+    });
+    let e = images(&dir.join("train"), &o).err().unwrap();
+    assert!(
+        e.starts_with(&format!("--val-data images:{}: ", larger.display()))
+            && e.contains("different sizes (8x6")
+            && e.contains("--image-size"),
+        "{e}"
+    );
+    // and a set of pictures to validate a table of numbers on is refused, not taken
+    let table = tmp.path().join("t.csv");
+    std::fs::write(&table, "0,1,2\n1,3,4\n0,5,6\n1,7,8\n").unwrap();
+    let spec: DataSpec = format!("csv:{}", table.display()).parse().unwrap();
+    let o = DataOptions {
+        val_data: o.val_data,
+        ..DataOptions::default()
+    };
+    let e = load(&spec, &o, 0).err().unwrap().to_string();
+    assert!(
+        e.starts_with(&format!(
+            "--val-data images:{}: is a set of pictures",
+            larger.display()
+        )) && e.contains("csv:FILE"),
         "{e}"
     );
 }
@@ -530,6 +570,12 @@ fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
     let spec: DataSpec = format!("cifar10:{}", dir.display()).parse().unwrap();
     let d = load(&spec, &DataOptions::default(), 0).unwrap();
     assert_eq!((d.train.len(), d.val.len(), d.train.classes), (20, 4, 10));
+    // the same directory as --val-data gives its test file too, not its training batches
+    let o = DataOptions {
+        val_data: Some(spec.clone()),
+        ..DataOptions::default()
+    };
+    assert_eq!(load(&spec, &o, 0).unwrap().val.len(), 4);
     assert!(
         d.description.contains("validation cifar10"),
         "{}",
@@ -709,6 +755,13 @@ fn a_class_none_of_whose_pictures_decode_stops_the_run_naming_it() {
         "{out}{err}"
     );
     assert!(!out.contains("finished"), "{out}");
+    // and where its record is, with the files that failed
+    let run_dir = (out.lines().chain(err.lines()))
+        .find_map(|l| l.strip_prefix("run dir: "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("no run dir line:\n{out}{err}"));
+    let metrics = std::fs::read_to_string(tmp.path().join(run_dir).join("metrics.jsonl")).unwrap();
+    assert!(metrics.contains("dog/0.png"), "{metrics}");
 }
 
 /// Serves `body` over HTTP on a port of its own to every request; the base URL.

@@ -43,8 +43,13 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
         && (out.split("invalid value '-").nth(1))
             .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()));
     if negative {
-        // (the flag's least value is its range's, said where a value below it is given)
-        out = out.replace("invalid digit found in string", "below 0");
+        // the flag's least value: its range's where it has one (what a 0 given is told)
+        let flag = (out.split("for '").nth(1)).and_then(|r| r.split([' ', '\'']).next());
+        let least = flag.and_then(least_value).unwrap_or(0);
+        out = out.replace(
+            "invalid digit found in string",
+            &format!("below 0: use {least} or more"),
+        );
     }
     // clap's range, `0 is not in 1..18446744073709551615`, as the least value to give
     if let Some((value, range)) = (out.split_once(" is not in "))
@@ -133,4 +138,17 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
         _ => out.push_str(&format!("; `{command} --help` lists the flags")),
     }
     out
+}
+
+/// The least value a whole-number flag of the train command takes, where its range has one
+/// (`None`: the flag is not one of those, or 0 is not refused for its range).
+pub(super) fn least_value(flag: &str) -> Option<u64> {
+    use clap::Parser;
+    let e = Cli::try_parse_from(["mgtop-train", &format!("{flag}=0")]).err()?;
+    if e.kind() != clap::error::ErrorKind::ValueValidation {
+        return None;
+    }
+    let text = e.render().to_string();
+    let range = text.split(" is not in ").nth(1)?;
+    range.split("..").next()?.parse().ok()
 }

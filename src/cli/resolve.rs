@@ -56,7 +56,17 @@ fn read_config_file(path: &Path) -> Result<(TrainArgs, String), String> {
         refused => format!("config file {refused}"),
     })?;
     let file = toml::from_str(&text).map_err(|e| {
-        let (line, msg) = read::toml_error(&text, &e);
+        let (line, mut msg) = read::toml_error(&text, &e);
+        // (a key whose least value is more than 0 says so)
+        let key = (msg.strip_prefix('`'))
+            .and_then(|m| m.split_once("`: "))
+            .map(|(k, _)| k);
+        if let Some(least) = key.and_then(|k| super::one_line::least_value(&format!("--{k}"))) {
+            msg = msg.replace(
+                "whole number of 0 or more",
+                &format!("whole number of {least} or more"),
+            );
+        }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong)
         let keys = match msg.contains("key") && !msg.contains("top level") {

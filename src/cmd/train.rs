@@ -10,6 +10,7 @@ use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TensorboardDir, TrainArgs};
 use crate::comm::Processes;
+use crate::config::DeviceSpec;
 use crate::engine::Device;
 use crate::engine::{rundir, weights, Engine, EngineError, RunResult};
 use crate::front::headless;
@@ -102,7 +103,13 @@ pub(super) fn train(
         .map(|addr| Endpoint::start(addr, registry.clone()))
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    if cfg.calibrate {
+    // (one device named is its own baseline: the run says so, and trains nothing first)
+    let one = match &cfg.devices {
+        DeviceSpec::Cpu(n) => *n == 1,
+        DeviceSpec::Gpus(ids) => ids.len() == 1,
+        DeviceSpec::Auto => false,
+    };
+    if cfg.calibrate && !(one && procs.is_none()) {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
     if tui {
@@ -195,7 +202,7 @@ pub(super) fn train(
     // clients get the end of the run, then the socket and the endpoint go
     drop(server);
     drop(endpoint);
-    let result = result?;
+    // (a failed run's directory too: its metrics file tells what happened)
     if let Some(dir) = &run_dir {
         match dir.join(crate::engine::rundir::METRICS).is_file() {
             true => crate::say!(
@@ -209,6 +216,7 @@ pub(super) fn train(
             ),
         }
     }
+    let result = result?;
     if result.data_skipped > 0 {
         crate::say!(
             "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each (the WARNING lines name them)",

@@ -122,10 +122,9 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
     ))
 }
 
-/// The training set of `spec`, and its own validation set if it has one.
-/// The set `spec` names, and its own validation set where it has one. With `known` (the
-/// training set's class names, for `--val-data`), a folder's class folders are matched to them
-/// by name.
+/// The set `spec` names, and its own validation set where it has one (a folder's only when no
+/// `--val-data` replaces it). With `known` (the training set's class names, for `--val-data`),
+/// a folder's class folders are matched to them by name.
 fn read_spec(
     spec: &DataSpec,
     side: Option<usize>,
@@ -158,24 +157,54 @@ fn read_spec(
             ))
         }
         DataSpec::Images { dir } => {
-            let train_dir = dir.join("train");
-            let val_dir = (VAL_FOLDERS.iter().map(|n| dir.join(n))).find(|d| d.is_dir());
-            let split = train_dir.is_dir() && val_dir.is_some();
-            if !split {
-                split_folders_as_classes(dir).map_err(|m| spec_err(spec, m))?;
-            }
-            let val_dir = val_dir.unwrap_or_default();
-            let train = folder::scan(if split { &train_dir } else { dir }, known)
-                .map_err(|m| spec_err(spec, m))?;
-            let val = match split && opts.val_data.is_none() {
-                true => Some(
-                    folder::scan(&val_dir, Some(&train.classes)).map_err(|m| spec_err(spec, m))?,
-                ),
-                false => None,
+            let (train_dir, val_dir) = folder_halves(spec, dir)?;
+            let train = folder::scan(&train_dir, known).map_err(|m| spec_err(spec, m))?;
+            let val = match val_dir.filter(|_| opts.val_data.is_none()) {
+                Some(v) => {
+                    Some(folder::scan(&v, Some(&train.classes)).map_err(|m| spec_err(spec, m))?)
+                }
+                None => None,
             };
             Ok((from_folder(train, side), val.map(|v| from_folder(v, side))))
         }
         _ => unreachable!("read_spec is called for picture specs"),
+    }
+}
+
+/// The set `--val-data` names, to validate on: a CIFAR directory's test set, a folder's `val/`
+/// where it has `train/` and `val/`, else the folder itself; its class folders matched by name
+/// to the training set's (`known`).
+fn read_val_spec(
+    spec: &DataSpec,
+    side: Option<usize>,
+    opts: &DataOptions,
+    known: &[String],
+) -> Result<Read, DataError> {
+    match spec {
+        DataSpec::Images { dir } => {
+            let (whole, val_dir) = folder_halves(spec, dir)?;
+            let val = folder::scan(val_dir.as_deref().unwrap_or(&whole), Some(known))
+                .map_err(|m| spec_err(spec, m))?;
+            Ok(from_folder(val, side))
+        }
+        _ => {
+            let (_, test) = read_spec(spec, side, opts, Some(known))?;
+            Ok(test.expect("a CIFAR directory has its test set"))
+        }
+    }
+}
+
+/// The folder of training pictures of an `images:` directory, and its validation folder: its
+/// `train/` and `val/` (or `valid/`, `validation/`) where it has both, else itself alone.
+fn folder_halves(spec: &DataSpec, dir: &Path) -> Result<(PathBuf, Option<PathBuf>), DataError> {
+    let train_dir = dir.join("train");
+    let val_dir = (VAL_FOLDERS.iter().map(|n| dir.join(n))).find(|d| d.is_dir());
+    match (train_dir.is_dir(), val_dir) {
+        (true, Some(v)) => Ok((train_dir, Some(v))),
+        _ => {
+            split_folders_as_classes(dir).map_err(|m| spec_err(spec, m))?;
+            Ok((dir.to_path_buf(), None))
+        }
     }
 }
 
@@ -252,8 +281,8 @@ pub(super) fn load(
     }
     let val_read = match &opts.val_data {
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
-            let known = Some(train.names.as_slice());
-            Some((read_spec(v, side, opts, known).map_err(DataError::of_val_data)?).0)
+            let known = train.names.as_slice();
+            Some(read_val_spec(v, side, opts, known).map_err(DataError::of_val_data)?)
         }
         Some(v) => {
             return Err(spec_err(
@@ -281,9 +310,17 @@ pub(super) fn load(
             });
         }
     }
-    let mut reads = vec![&train];
-    reads.extend(val_read.as_ref());
-    let (w, h) = input_size(spec, &reads, opts.image_size)?;
+    // (a --val-data set of pictures of another size is that flag's to mend)
+    let mut size = input_size(spec, &[&train], opts.image_size);
+    if let (Ok(_), Some(v)) = (&size, &val_read) {
+        size = match &opts.val_data {
+            Some(given) => {
+                input_size(given, &[&train, v], opts.image_size).map_err(DataError::of_val_data)
+            }
+            None => input_size(spec, &[&train, v], opts.image_size),
+        };
+    }
+    let (w, h) = size?;
     let norm = match opts.normalize {
         NormSpec::Given(n) => n,
         NormSpec::Auto => match spec {

@@ -85,6 +85,23 @@ impl ImageSet {
         self.files.get(i)
     }
 
+    /// What picture `i` is, as words for a fingerprint: a file's class folder, name and length
+    /// (not where the set lies, which may differ between machines and runs), or the pixels of
+    /// a picture given in memory.
+    pub fn identity(&self, i: usize) -> Vec<u64> {
+        let Some(path) = self.files.get(i) else {
+            let pixels = self.pictures[i].get().map_or(&[][..], |p| &p.rgb[..]);
+            return pixels
+                .chunks(8)
+                .map(|c| c.iter().fold(0u64, |w, &b| w << 8 | b as u64))
+                .collect();
+        };
+        let named = path.iter().rev().take(2);
+        let name = named.flat_map(|part| part.as_encoded_bytes().iter().map(|&b| b as u64));
+        let length = std::fs::metadata(path).map_or(u64::MAX, |m| m.len());
+        name.chain([length]).collect()
+    }
+
     /// Picture `i`, decoded now if it is not held.
     fn load(&self, i: usize) -> Result<Arc<Picture>, String> {
         if let Some(p) = self.pictures[i].get() {
@@ -128,7 +145,7 @@ impl ImageSet {
         let class =
             (self.files[i].parent()).map_or(String::new(), |d| format!(" ({})", d.display()));
         let _ = self.unusable.set(format!(
-            "no picture of class {}{class} can be decoded: all {files} of its files failed (the log names each); repair or replace them, or move the class's folder out of the data",
+            "no picture of class {}{class} can be decoded: all {files} of its files failed (the log and the metrics file name each); repair or replace them, or move the class's folder out of the data",
             self.labels[i]
         ));
         None

@@ -134,6 +134,15 @@ impl FromStr for NormSpec {
                         "`{s}`: means must be finite and standard deviations positive; {NORM_HELP}"
                     ));
                 }
+                // figures on the 0-255 scale would leave every pixel near -mean/std
+                if mean.iter().chain(&std).any(|v| v.abs() > 2.0) {
+                    let unit = |v: [f32; 3]| v.map(|x| format!("{:.3}", x / 255.0)).join(",");
+                    return Err(format!(
+                        "`{s}`: means and standard deviations are in units of the pixel's full scale (0 to 1, as torchvision's Normalize after ToTensor), not 0-255; divided by 255: --normalize {}/{}",
+                        unit(mean),
+                        unit(std)
+                    ));
+                }
                 Norm { mean, std }
             }
         };
@@ -280,6 +289,15 @@ mod tests {
                 "{e}"
             );
         }
+        // figures on the 0-255 scale are refused with the same divided by 255
+        let e = "123.7,116.3,103.5/58.4,57.1,57.4"
+            .parse::<NormSpec>()
+            .unwrap_err();
+        assert!(
+            e.contains("not 0-255")
+                && e.ends_with("--normalize 0.485,0.456,0.406/0.229,0.224,0.225"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -16,16 +16,20 @@ pub(super) fn fingerprint(words: impl IntoIterator<Item = u64>) -> u64 {
 /// and its checkpoint's, are told apart without reading all of it.
 pub(super) fn of_data(d: &Dataset) -> u64 {
     let n = d.len();
-    // a picture set's samples are made batch by batch: its rows of the set stand for them
-    let none: &[f32] = &[];
+    // a picture set's samples are made batch by batch: its rows of the set, and what each of
+    // those pictures is (a file's name and length), stand for them
     let rows = (0..n).step_by((n / 4096).max(1)).flat_map(|i| {
-        let (x, row) = match &d.pictures {
-            None => (&d.x[i * d.features..(i + 1) * d.features], 0),
-            Some(p) => (none, p.rows[i] as u64),
+        let (x, row, picture) = match &d.pictures {
+            None => (&d.x[i * d.features..(i + 1) * d.features], 0, Vec::new()),
+            Some(p) => {
+                let row = p.rows[i] as usize;
+                (&[][..], row as u64, p.set.identity(row))
+            }
         };
         [d.y[i] as u64, row]
             .into_iter()
             .chain(x.iter().map(|v| v.to_bits() as u64))
+            .chain(picture)
     });
     let shape = [n, d.features, d.classes].map(|v| v as u64);
     fingerprint(shape.into_iter().chain(rows))

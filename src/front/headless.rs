@@ -170,6 +170,13 @@ impl Log<'_> {
             } => self.detector.set_paused(false, t),
             _ => {}
         }
+        // a checkpoint of a step whose line --log-every left out comes after that step's line
+        // (a stopped run's last step is otherwise said after its checkpoint, at the end)
+        if let Event::Checkpoint { step, .. } = ev {
+            if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
+                self.print_step(&row, rate);
+            }
+        }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
             let _ = writeln!(self.out, "{} {l}", stamp(t));
         }

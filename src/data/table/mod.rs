@@ -168,6 +168,12 @@ pub(super) fn load(
             let said = format!("no validation (--val-split 0: --val-data {v} is not read)");
             (train, val, said)
         }
+        Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
+            return Err(DataError::ValSpec {
+                spec: v.to_string(),
+                msg: format!("is a set of pictures and --data {spec} is not: give --val-data a set of the same kind (csv:FILE or idx:FILES), or train on pictures too"),
+            });
+        }
         Some(v) => {
             let (val, _, vwhat) =
                 read_table(v, seed, "--val-data").map_err(DataError::of_val_data)?;

@@ -81,12 +81,14 @@ pub struct Bound {
 impl fmt::Display for Bound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pct = |v: f64| format!("{:.0}%", v * 100.0);
+        // (a share "at least" so much is never rounded up: 99.6% is not 100%)
+        let at_least = |v: f64| format!("{:.0}%", (v * 100.0).floor());
         let b = self.per_replica;
         match self.limit {
             Limit::Input => write!(
                 f,
                 "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); {}",
-                pct(self.data_share),
+                at_least(self.data_share),
                 self.data_ms,
                 self.step_ms,
                 self.input_fix
@@ -389,6 +391,22 @@ mod tests {
             text.starts_with(
                 "input-bound: every rank waits for its input at least 40% of each step (4.0 of 10.0 ms)"
             ) && text.contains("--loader-threads"),
+            "{text}"
+        );
+        // a share that is "at least" so much is not rounded up to the whole step
+        let nearly = super::Bound {
+            limit: super::Limit::Input,
+            step_ms: 50.3,
+            data_ms: 50.1,
+            data_share: 50.1 / 50.3,
+            util: None,
+            mfu: None,
+            per_replica: 32,
+            input_fix: String::new(),
+        };
+        let text = nearly.to_string();
+        assert!(
+            text.contains("at least 99% of each step (50.1 of 50.3 ms)"),
             "{text}"
         );
         // the input keeps up from step 101: cleared once the window's median says so, 3 in a row
