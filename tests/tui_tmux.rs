@@ -221,6 +221,26 @@ fn sigterm_under_the_ui_checkpoints_and_restores_the_terminal() {
     assert_eq!(checkpoints(&d.join("ck")), 1);
 }
 
+/// Under `timeout` (a process group of its own, in the background of the terminal) the UI's
+/// taking of the terminal would stop the run for good: it goes on headless and says why.
+#[test]
+fn a_run_in_the_background_of_its_terminal_goes_on_headless() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // (`start_with` puts its first text before the binary: here the command it runs under)
+    let args = "--devices cpu:1 --steps 30";
+    let tmux = start_with("bg", d, "timeout 60", args, (120, 40));
+    let s = tmux.wait("the shell", |s| s.contains("shell-back"));
+    assert!(
+        s.contains("in the background of its terminal") && s.contains("finished: 30 steps"),
+        "{s}"
+    );
+    assert_eq!(ended(d), ("EXIT=0".into(), true));
+}
+
 #[test]
 fn a_dropped_connection_sighup_finishes_the_step_and_checkpoints() {
     if !tmux_available() {

@@ -24,6 +24,12 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             "attach shows the terminal UI and stdout is not a terminal that draws one (or TERM=dumb): run it in one (for the run's progress without one: mgtop-train view --headless {run})"
         );
     }
+    if term::in_background() {
+        anyhow::bail!(
+            "attach shows the terminal UI and {}: run it in the foreground (for the run's progress without one: mgtop-train view --headless {run})",
+            term::BACKGROUND
+        );
+    }
     let (sig_tx, sig_rx) = unbounded();
     on_signals(sig_tx)?;
     let (mut terminal, guard) = match term::enter() {

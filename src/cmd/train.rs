@@ -67,7 +67,14 @@ pub(super) fn train(
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
-    let tui = !front.headless && term::can_draw() && procs.is_none();
+    let mut tui = !front.headless && term::can_draw() && procs.is_none();
+    if tui && term::in_background() {
+        crate::tell!(
+            "note: {}: the run goes on headless (for the UI: timeout --foreground ..., or fg)",
+            term::BACKGROUND
+        );
+        tui = false;
+    }
     // the screen's own switches, where there is no screen
     let screen_only: Vec<String> = [
         ("--readonly", front.readonly),

@@ -53,7 +53,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         return Ok(ExitCode::SUCCESS);
     }
     let mut app = App::watching(reader.info().clone());
-    if args.headless || !term::can_draw() {
+    if args.headless || !term::can_draw() || term::in_background() {
         read_all(&mut reader, &mut app)?;
         let run_dir = rundir::of_metrics(reader.path(), app.info.run_dir.as_deref());
         // running, gone, or not known (on another machine and quiet only a short while)

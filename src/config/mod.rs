@@ -34,8 +34,11 @@ impl FromStr for DeviceSpec {
         if let Some(n) = s.strip_prefix("cpu:") {
             return match n.parse::<usize>() {
                 Ok(n) if (1..=256).contains(&n) => Ok(DeviceSpec::Cpu(n)),
-                _ => Err(format!(
+                Ok(_) => Err(format!(
                     "devices `{s}`: the CPU worker count must be 1..256; {help}"
+                )),
+                Err(_) => Err(format!(
+                    "devices `{s}`: `{n}` is not a number of CPU workers (1..256), e.g. cpu:2; {help}"
                 )),
             };
         }
@@ -383,5 +386,7 @@ mod tests {
             .contains("1..256"));
         assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu:N"));
         assert!("0,0".parse::<DeviceSpec>().unwrap_err().contains("twice"));
+        let e = "cpu:x".parse::<DeviceSpec>().unwrap_err();
+        assert!(e.contains("`x` is not a number of CPU workers"), "{e}");
     }
 }

@@ -109,14 +109,7 @@ impl Log<'_> {
             (n, first, last) => format!(" | {n} gradient spikes, at steps {} to {last}", first[0]),
         };
         if t.rank_s > 0.0 {
-            let pc = |x: f64| (x / t.rank_s * 100.0).round();
-            line += &format!(
-                " | ranks' time: compute {}%, data {}%, comm {}%, wait {}%",
-                pc(t.compute_s),
-                pc(t.data_s),
-                pc(t.comm_s),
-                pc(t.wait_s)
-            );
+            line += &format!(" | ranks' time: {}", time_shares(&t));
         }
         line
     }
@@ -207,6 +200,25 @@ impl Log<'_> {
         }
         self.metrics.catch_up();
     }
+}
+
+/// Where the ranks' time went, in shares of it: compute, data, comm, wait, and (as the UI's
+/// summary) what those leave of the step where it is more than rounding: central storage's host
+/// transfers, the step's own bookkeeping.
+fn time_shares(t: &Totals) -> String {
+    let pc = |x: f64| (x / t.rank_s * 100.0).round();
+    let rest = t.rank_s - (t.compute_s + t.data_s + t.comm_s + t.wait_s);
+    let other = match rest / t.rank_s > 0.02 {
+        true => format!(", other {}%", pc(rest)),
+        false => String::new(),
+    };
+    format!(
+        "compute {}%, data {}%, comm {}%, wait {}%{other}",
+        pc(t.compute_s),
+        pc(t.data_s),
+        pc(t.comm_s),
+        pc(t.wait_s)
+    )
 }
 
 /// Prints the run until every worker has ended, then returns its result. `notes` follow the
@@ -303,5 +315,26 @@ mod tests {
         assert_eq!(at(60_000), "[01:00.00]");
         assert_eq!(at(754_321), "[12:34.32]");
         assert_eq!(at(6_000_000 + 1_500), "[100:01.50]");
+    }
+
+    #[test]
+    fn the_ranks_time_is_said_whole_with_what_its_parts_leave() {
+        let t = |compute_s, comm_s| Totals {
+            rank_s: 10.0,
+            compute_s,
+            data_s: 0.5,
+            comm_s,
+            wait_s: 0.2,
+            ..Totals::default()
+        };
+        assert_eq!(
+            time_shares(&t(6.9, 0.7)),
+            "compute 69%, data 5%, comm 7%, wait 2%, other 17%"
+        );
+        // what rounding leaves is not a part
+        assert_eq!(
+            time_shares(&t(8.6, 0.6)),
+            "compute 86%, data 5%, comm 6%, wait 2%"
+        );
     }
 }

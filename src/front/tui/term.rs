@@ -73,6 +73,18 @@ pub fn can_draw() -> bool {
     io::stdout().is_terminal() && !dumb
 }
 
+/// Whether this process is in the background of the terminal it writes to (started with `&`,
+/// or under `timeout` without `--foreground`): taking the terminal's modes would stop it
+/// (SIGTTOU) until it is brought to the foreground, where no signal but a kill reaches it.
+pub fn in_background() -> bool {
+    // SAFETY: two queries, of the terminal's foreground process group and of this process's
+    let (foreground, own) = unsafe { (libc::tcgetpgrp(libc::STDOUT_FILENO), libc::getpgrp()) };
+    foreground > 0 && foreground != own
+}
+
+/// What a process in the background of its terminal is told (`in_background`).
+pub const BACKGROUND: &str = "this process is in the background of its terminal (started with &, or under `timeout` without --foreground), where the terminal UI would stop it";
+
 /// Lets the screen go, its cursor shown; where the terminal is gone (a closed window, a dropped
 /// connection) silently: ratatui's own drop would print an error there.
 pub fn close(mut terminal: Terminal<CrosstermBackend<Stdout>>) {

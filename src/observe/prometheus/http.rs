@@ -45,7 +45,9 @@ pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = spec.parse::<SocketAddr>() {
         return Ok(a);
     }
-    let Some((host, port)) = spec.rsplit_once(':') else {
+    // (a number alone is a port: one past 65535 is said as such)
+    let whole = !spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit());
+    let Some((host, port)) = spec.rsplit_once(':').or(whole.then_some(("", spec))) else {
         return Err(format!(
             "--prometheus {spec:?} is not a port or address; {fix}"
         ));
@@ -345,6 +347,9 @@ mod tests {
             let e = parse_addr(bad).unwrap_err();
             assert!(e.contains("--prometheus 9400"), "{bad}: {e}");
         }
+        // a number alone past the ports is said to be one
+        let e = parse_addr("70000").unwrap_err();
+        assert!(e.contains("\"70000\" is not a port (0-65535)"), "{e}");
     }
 
     #[test]
