@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
+mod config_file;
 mod one_line;
 mod origin;
 mod resolve;

@@ -1,0 +1,90 @@
+//! The `--config` file: read as flags in TOML (a slip said by its line, with the key it likely
+//! misspells), and its relative input paths checked against where the file lies.
+
+use std::path::{Path, PathBuf};
+
+use super::TrainArgs;
+use crate::data::read::{self, Expect, ReadError};
+use crate::data::DataSpec;
+
+/// Reads a config file into the same shape as the flags (and its text).
+pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
+    let expect = Expect {
+        what: "a config file",
+        flag: "--config",
+        max: read::SETTINGS_MAX,
+        fix: "check that --config names a config file (TOML, keys named like the flags)",
+    };
+    let text = read::read_text(path, &expect).map_err(|e| match e {
+        ReadError::Io { source, .. } => {
+            format!("cannot read config file {}: {source}", path.display())
+        }
+        refused => format!("config file {refused}"),
+    })?;
+    let file = toml::from_str(&text).map_err(|e| {
+        let (line, mut msg) = read::toml_error(&text, &e);
+        // (a key whose least value is more than 0 says so)
+        let key = (msg.strip_prefix('`'))
+            .and_then(|m| m.split_once("`: "))
+            .map(|(k, _)| k);
+        if let Some(least) = key.and_then(|k| super::one_line::least_value(&format!("--{k}"))) {
+            msg = msg.replace(
+                "whole number of 0 or more",
+                &format!("whole number of {least} or more"),
+            );
+        }
+        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
+        // (the keys' rule, where a key is what is wrong)
+        let keys = match msg.contains("key") && !msg.contains("top level") {
+            true => "; keys are the flag names without the leading --, e.g. batch-per-replica = 64",
+            false => "",
+        };
+        format!("config file {}{at}: {msg}{keys}", path.display())
+    })?;
+    Ok((file, text))
+}
+
+/// A relative input path from a config file is read from the working directory, as on the
+/// command line; one that names nothing there but does beside the file is the likely slip
+/// (the file was written next to its data and is run from elsewhere), so it says how to mend it.
+pub(super) fn beside(config: &Path, flags: &TrainArgs, file: &TrainArgs) -> Result<(), String> {
+    let Some(dir) = config.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let data = |v: &Option<String>| -> Vec<PathBuf> {
+        let spec = v.as_deref().and_then(|s| s.parse::<DataSpec>().ok());
+        spec.map_or(vec![], |s| {
+            s.paths().into_iter().map(Path::to_path_buf).collect()
+        })
+    };
+    // (the key, whether the file's value is the one taken, its paths)
+    let from_file = [
+        ("data", flags.data.is_none(), data(&file.data)),
+        ("val-data", flags.val_data.is_none(), data(&file.val_data)),
+        (
+            "init",
+            flags.init.is_none(),
+            file.init.iter().cloned().collect(),
+        ),
+        (
+            "resume",
+            flags.resume.is_none(),
+            file.resume.iter().cloned().collect(),
+        ),
+    ];
+    for (key, _, paths) in from_file.iter().filter(|(_, taken, _)| *taken) {
+        for p in paths {
+            let there = dir.join(p);
+            if p.is_relative() && !p.exists() && there.exists() {
+                return Err(format!(
+                    "config file {}: {key} names {}, which is not in the working directory but is beside the config file: relative paths in a config file are read from the working directory, as on the command line; write {} (or an absolute path) in the file, or run from {}",
+                    config.display(),
+                    p.display(),
+                    there.display(),
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
