@@ -546,6 +546,24 @@ fn a_second_signal_quits_at_once_and_the_run_s_records_say_so() {
     assert!(viewed.contains("quit at once: "), "{viewed}");
 }
 
+/// A run directory whose run died before its first record is said to be one, not a run that
+/// "has just started".
+#[test]
+fn viewing_a_run_that_died_before_writing_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("runs/dead");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+    let o = run_in(dir.path(), &["view", "--headless", "runs/dead"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("empty: no `run` record")
+            && out.contains("no run is running there: it ended before it wrote anything"),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
     // as after a dropped SSH session: the log has nowhere to go, then a signal stops the run

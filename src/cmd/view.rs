@@ -39,7 +39,17 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         }
         None => args.path.clone(),
     };
-    let mut reader = MetricsReader::open(&path)?;
+    let mut reader = MetricsReader::open(&path).map_err(|e| {
+        // an empty record of a run no longer running is not one that "has just started"
+        let dir = if path.is_dir() { Some(path.as_path()) } else { path.parent() };
+        let dead = dir.is_some_and(|d| rundir::is_run_dir(d) && !rundir::is_live(d));
+        match (e.to_string().contains("empty: no `run` record"), dead) {
+            (true, true) => anyhow::anyhow!(
+                "{e}; but no run is running there: it ended before it wrote anything (killed as it started?), so there is nothing to view"
+            ),
+            _ => e.into(),
+        }
+    })?;
     // as the training flag: `=true` is the default folder, `=false` none (the run is shown)
     if let Some(dir) = crate::cli::switch_or_folder(&args.tensorboard) {
         let dir = dir.unwrap_or_else(|| tensorboard::default_dir_for(reader.path()));
