@@ -225,8 +225,17 @@ pub(super) fn train(
     }
     let result = result?;
     if result.data_skipped > 0 {
+        // (the screen's events are gone once it closes; the metrics file keeps them)
+        let named = match (tui, &run_dir) {
+            (false, _) => "the WARNING lines name them".to_string(),
+            (true, Some(dir)) => format!(
+                "the data_skipped records of {} name them",
+                dir.join(rundir::METRICS).display()
+            ),
+            (true, None) => "the screen's events named them".into(),
+        };
         crate::say!(
-            "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each (the WARNING lines name them)",
+            "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each ({named})",
             result.data_skipped
         );
     }
