@@ -212,7 +212,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
         (
             &["--model", "conv8k3,bn,basic8s2,dropout2"],
-            &["layer 4 `dropout2`", "between 0 and 1"],
+            &["layer 4 `dropout2`", "more than 0 and less than 1"],
         ),
         (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
         (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),

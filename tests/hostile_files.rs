@@ -379,7 +379,7 @@ fn picture_and_weights_flags_name_the_problem() {
     refused(
         d,
         &["--val-data", "csv:nope.csv"],
-        &["cannot read nope.csv", "check the path given to --val-data"],
+        &["--val-data nope.csv: cannot read it (", "check the path"],
     );
     // a validation file's fixes name --val-data
     std::fs::write(d.join("headed.csv"), "x,y,label\n1,2,0\n").unwrap();
@@ -450,5 +450,16 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
         d,
         &["--config", "val.toml"],
         &["error: config file val.toml (line 2): --val-every 0 is invalid: use 1 or more steps"],
+    );
+    // devices and data the file names are its own too
+    std::fs::write(
+        d.join("dev.toml"),
+        "steps = 2\ndevices = \"cpu:1\"\ndata = \"csv:none.csv\"\n",
+    )
+    .unwrap();
+    refused(
+        d,
+        &["--config", "dev.toml"],
+        &["error: config file dev.toml (line 3): --data none.csv: cannot read it"],
     );
 }

@@ -144,11 +144,20 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
 /// (`None`: the flag is not one of those, or 0 is not refused for its range).
 pub(super) fn least_value(flag: &str) -> Option<u64> {
     use clap::Parser;
-    let e = Cli::try_parse_from(["mgtop-train", &format!("{flag}=0")]).err()?;
-    if e.kind() != clap::error::ErrorKind::ValueValidation {
+    // refused by clap, or else by the checks the settings go through
+    let text = match Cli::try_parse_from(["mgtop-train", &format!("{flag}=0")]) {
+        Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => e.render().to_string(),
+        Err(_) => return None,
+        Ok(cli) => match cli.train.resolve() {
+            Err(refused) => refused,
+            Ok((cfg, _)) => crate::engine::check_settings(&cfg).err()?.to_string(),
+        },
+    };
+    // (a refusal of another setting says nothing of this one)
+    if !text.contains(flag) {
         return None;
     }
-    let text = e.render().to_string();
-    let range = text.split(" is not in ").nth(1)?;
+    // clap's range (`0 is not in 1..N`), or the flag's own parser's (`out of range: use 1..=N`)
+    let range = (text.split(" is not in ").nth(1)).or(text.split("out of range: use ").nth(1))?;
     range.split("..").next()?.parse().ok()
 }

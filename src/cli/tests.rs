@@ -201,10 +201,12 @@ fn bad_files_and_values_name_the_problem() {
             && !e.contains("keys are"),
         "{e}"
     );
-    // a key whose flag takes 1 or more says so
-    std::fs::write(&f, "keep-checkpoints = \"abc\"\n").unwrap();
-    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
-    assert!(e.contains("expected a whole number of 1 or more"), "{e}");
+    // a key whose flag takes 1 or more says so (a range of clap's, or of the flag's parser)
+    for key in ["keep-checkpoints", "batch-per-replica"] {
+        std::fs::write(&f, format!("{key} = \"abc\"\n")).unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("expected a whole number of 1 or more"), "{e}");
+    }
     let e = cli(&["--optimizer", "lion"]).unwrap_err();
     assert!(e.contains("--optimizer") && e.contains("adamw"), "{e}");
     let e = cli(&["--sample-interval", "0"]).unwrap_err();

@@ -136,9 +136,12 @@ pub(super) fn train(
             if let Some(t) = &taken {
                 crate::tell!("{t}");
             }
-            // a setting refused: where it came from, if not a flag
+            // a setting refused (devices and data too): where it came from, if not a flag
             return Err(match e {
                 EngineError::Config(refusal) => EngineError::Config(origins.explain(refusal)),
+                e @ (EngineError::Devices(_) | EngineError::Data(_)) => {
+                    EngineError::Config(origins.explain(e.to_string()))
+                }
                 e => e,
             }
             .into());

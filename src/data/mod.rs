@@ -37,7 +37,7 @@ pub use transform::{Augment, NormSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("cannot read {path}: {source}; check the path given to {flag}")]
+    #[error("{flag} {path}: cannot read it ({source}); check the path")]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -98,11 +98,13 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
     let Some(room) = room else {
         return Ok(());
     };
-    if e.total() <= room.bytes as f64 * 0.9 {
+    // a tenth kept for what the estimate leaves out (the allocator's slack, the process's own)
+    let usable = room.bytes as f64 * 0.9;
+    if e.total() <= usable {
         return Ok(());
     }
     Err(format!(
-        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB) but {:.1} GiB is {}: use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --loader-threads / --grad-accum",
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB), more than the {:.1} GiB it may take (9/10 of the {:.1} GiB {}): use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --loader-threads / --grad-accum",
         e.total() / GIB,
         e.state_per_rank / GIB,
         e.ranks,
@@ -111,6 +113,7 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
         e.activations / GIB,
         e.scratch / GIB,
         e.queues / GIB,
+        usable / GIB,
         room.bytes as f64 / GIB,
         room.what
     ))
@@ -241,7 +244,7 @@ mod tests {
         };
         let msg = check(&e, Some(limited)).unwrap_err();
         assert!(
-            msg.contains("4.0 GiB is left under this process's address-space limit (ulimit -v)"),
+            msg.contains("more than the 3.6 GiB it may take (9/10 of the 4.0 GiB left under this process's address-space limit (ulimit -v))"),
             "{msg}"
         );
     }
@@ -263,7 +266,7 @@ mod tests {
         let e = check(&huge, machine(24 << 30)).unwrap_err();
         assert!(
             e.contains("per CPU rank x 3")
-                && e.contains("24.0 GiB is available")
+                && e.contains("(9/10 of the 24.0 GiB available")
                 && e.contains("--model"),
             "{e}"
         );

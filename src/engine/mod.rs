@@ -70,6 +70,11 @@ struct RunData {
 /// Lossy step samples queued per rank before the frontend must catch up.
 const STEP_QUEUE_PER_RANK: usize = 4096;
 
+/// The run's settings checked on their own, as a start checks them first (no data, no devices).
+pub fn check_settings(cfg: &RunConfig) -> Result<(), EngineError> {
+    validate::settings(cfg)
+}
+
 impl Engine {
     /// Loads the data, builds (or resumes) the model and starts one worker per device.
     pub fn start(cfg: RunConfig) -> Result<Engine, EngineError> {

@@ -374,9 +374,14 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
             let prob: f64 = rest.parse().map_err(|_| {
                 format!("expected a probability after `dropout`, e.g. dropout0.2; {FORMS}")
             })?;
+            if prob == 0.0 {
+                return Err(format!(
+                    "dropout probability {rest} drops nothing: leave the layer out"
+                ));
+            }
             if !(prob > 0.0 && prob < 1.0) {
                 return Err(format!(
-                    "dropout probability {rest} must be between 0 and 1"
+                    "dropout probability {rest} must be more than 0 and less than 1"
                 ));
             }
             p.pos = tok.len();

@@ -103,11 +103,15 @@ fn bad_tokens_are_refused_naming_the_layer() {
         ),
         (
             "dropout1.5",
-            "layer 1 `dropout1.5`: dropout probability 1.5 must be between 0 and 1",
+            "layer 1 `dropout1.5`: dropout probability 1.5 must be more than 0 and less than 1",
         ),
         (
             "dropout",
             "expected a probability after `dropout`, e.g. dropout0.2",
+        ),
+        (
+            "dense8,dropout0",
+            "layer 2 `dropout0`: dropout probability 0 drops nothing: leave the layer out",
         ),
         (
             "basic16s",
