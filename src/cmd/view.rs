@@ -11,7 +11,7 @@ use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::{read_all, FileSource};
 use crate::front::tui::{self, term, theme::Theme, Screen};
 use crate::observe::live::locate;
-use crate::observe::metrics::MetricsReader;
+use crate::observe::metrics::{self, MetricsReader, ReadError};
 use crate::observe::tensorboard;
 
 /// Installs the process's signal handling for the UI; the first signal is sent on the channel.
@@ -43,7 +43,8 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         // an empty record of a run no longer running is not one that "has just started"
         let dir = if path.is_dir() { Some(path.as_path()) } else { path.parent() };
         let dead = dir.is_some_and(|d| rundir::is_run_dir(d) && !rundir::is_live(d));
-        match (e.to_string().contains("empty: no `run` record"), dead) {
+        let empty = matches!(&e, ReadError::File { what, .. } if what == metrics::reader::EMPTY);
+        match (empty, dead) {
             (true, true) => anyhow::anyhow!(
                 "{e}; but no run is running there: it ended before it wrote anything (killed as it started?), so there is nothing to view"
             ),

@@ -39,6 +39,10 @@ pub enum ReadError {
     File { path: PathBuf, what: String },
 }
 
+/// What an empty metrics file is told (`ReadError::File`).
+pub const EMPTY: &str =
+    "empty: no `run` record (a run writes it first; if it has just started, try again)";
+
 pub struct MetricsReader {
     lines: Lines,
     info: RunInfo,
@@ -98,7 +102,7 @@ impl MetricsReader {
         };
         let Some((a, b)) = lines.next_line()? else {
             return Err(lines.file_error(if lines.read == 0 {
-                "empty: no `run` record (a run writes it first; if it has just started, try again)"
+                EMPTY
             } else {
                 "no complete first line: not a metrics file, or its run has just started"
             }));
