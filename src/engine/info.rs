@@ -119,8 +119,12 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
     use crate::backend::cuda::{dnn, libs};
     Some(match (dnn::wanted(), dnn::available()) {
         (true, _) => format!(
-            "cuDNN {} ({}algorithms {}; checked against the own kernels on each GPU first)",
+            "cuDNN {} ({}{}algorithms {}; checked against the own kernels on each GPU first)",
             dnn::version(),
+            match dnn::asked(std::env::var("MGTOP_CUDNN").ok().as_deref()) {
+                Ok(_) => String::new(),
+                Err(e) => format!("{e}; "),
+            },
             match dnn::Api::parse(std::env::var("MGTOP_CUDNN_API").ok().as_deref()) {
                 Ok(dnn::Api::Legacy) => String::new(),
                 Ok(dnn::Api::Graph) => "graph API: MGTOP_CUDNN_API=graph; ".into(),

@@ -62,7 +62,19 @@ pub fn available() -> bool {
 
 /// Whether convolutions should go through cuDNN: it loads, and `MGTOP_CUDNN` is not `off`.
 pub fn wanted() -> bool {
-    std::env::var("MGTOP_CUDNN").as_deref() != Ok("off") && available()
+    asked(std::env::var("MGTOP_CUDNN").ok().as_deref()).unwrap_or(true) && available()
+}
+
+/// `MGTOP_CUDNN`'s value: `off` (or `0`) keeps the own kernels; `on`, `1` or none use cuDNN;
+/// anything else is a slip, said (and taken as on, the default).
+pub fn asked(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None | Some("" | "on" | "1") => Ok(true),
+        Some("off" | "0") => Ok(false),
+        Some(other) => Err(format!(
+            "MGTOP_CUDNN={other} is neither on nor off: cuDNN is used (MGTOP_CUDNN=off keeps the own kernels)"
+        )),
+    }
 }
 
 /// "9.3.0", the loaded cuDNN's version.
@@ -474,5 +486,19 @@ mod tests {
     fn versions_read_as_cudnn_9_writes_them() {
         assert_eq!(version_text(90300), "9.3.0");
         assert_eq!(version_text(91002), "9.10.2");
+    }
+
+    #[test]
+    fn mgtop_cudnn_is_on_or_off_and_a_slip_is_said() {
+        for (v, on) in [(None, true), (Some("on"), true), (Some("1"), true)] {
+            assert_eq!(asked(v), Ok(on));
+        }
+        assert_eq!(asked(Some("off")), Ok(false));
+        assert_eq!(asked(Some("0")), Ok(false));
+        let e = asked(Some("of")).unwrap_err();
+        assert!(
+            e.contains("MGTOP_CUDNN=of is neither on nor off: cuDNN is used"),
+            "{e}"
+        );
     }
 }
