@@ -48,7 +48,7 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
         let least = flag.and_then(least_value).unwrap_or(0);
         out = out.replace(
             "invalid digit found in string",
-            &format!("below 0: use {least} or more"),
+            &format!("negative: use {least} or more"),
         );
     }
     // clap's range, `0 is not in 1..18446744073709551615`, as the least value to give
@@ -157,7 +157,12 @@ pub(super) fn least_value(flag: &str) -> Option<u64> {
     if !text.contains(flag) {
         return None;
     }
-    // clap's range (`0 is not in 1..N`), or the flag's own parser's (`out of range: use 1..=N`)
-    let range = (text.split(" is not in ").nth(1)).or(text.split("out of range: use ").nth(1))?;
-    range.split("..").next()?.parse().ok()
+    // clap's range (`0 is not in 1..N`), the checks' (`out of range: use 1..=N`, `use 1 or more`)
+    let least = |after: &str, until: &str| {
+        let rest = text.split(after).nth(1)?;
+        rest.split(until).next()?.parse::<u64>().ok()
+    };
+    least(" is not in ", "..")
+        .or_else(|| least("out of range: use ", ".."))
+        .or_else(|| least(": use ", " or more"))
 }

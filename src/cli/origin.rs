@@ -81,15 +81,22 @@ pub(super) fn given(args: &TrainArgs) -> Result<impl Fn(&str) -> bool, String> {
     Ok(move |k: &str| !matches!(set.get(k), None | Some(Value::Null)))
 }
 
-/// The flags a refusal is about: those its problem names (before its first `: `, the fix
-/// after it may name others), without the `--`.
+/// The flags a refusal is about: those its problem names (before its first `: ` or `; `, the
+/// fix after it may name others), each once, without the `--`.
 fn named_flags(refusal: &str) -> Vec<&str> {
     let problem = refusal.split(": ").next().unwrap_or(refusal);
-    (problem.split_whitespace())
+    let problem = problem.split("; ").next().unwrap_or(problem);
+    let mut named: Vec<&str> = Vec::new();
+    let flags = (problem.split_whitespace())
         .filter_map(|w| w.strip_prefix("--"))
         .map(|w| w.trim_end_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '-')))
-        .filter(|w| !w.is_empty())
-        .collect()
+        .filter(|w| !w.is_empty());
+    for f in flags {
+        if !named.contains(&f) {
+            named.push(f);
+        }
+    }
+    named
 }
 
 #[cfg(test)]
@@ -112,6 +119,11 @@ mod tests {
         );
         assert_eq!(named_flags("--freeze: no parameter"), ["freeze"]);
         assert!(named_flags("cannot read the data").is_empty());
+        // a fix after `; ` is not the problem, and a flag named twice is one
+        assert_eq!(
+            named_flags("--devices 0 asks for GPUs but none was found; use --devices auto"),
+            ["devices"]
+        );
     }
 
     #[test]

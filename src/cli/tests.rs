@@ -165,7 +165,7 @@ fn bad_files_and_values_name_the_problem() {
     for (text, says) in [
         (
             "steps = -5\n",
-            "`steps`: the number `-5`, expected a whole number of 0 or more",
+            "`steps`: the number `-5`, expected a whole number of 1 or more",
         ),
         (
             "lr =\n",
@@ -196,13 +196,13 @@ fn bad_files_and_values_name_the_problem() {
     std::fs::write(&f, "epochs = \"3\"\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(
-        e.contains("(line 1): `epochs`: a text \"3\", expected a whole number of 0 or more (numbers go without quotes)")
+        e.contains("(line 1): `epochs`: a text \"3\", expected a whole number of 1 or more (numbers go without quotes)")
             && !e.contains("u64")
             && !e.contains("keys are"),
         "{e}"
     );
     // a key whose flag takes 1 or more says so (a range of clap's, or of the flag's parser)
-    for key in ["keep-checkpoints", "batch-per-replica"] {
+    for key in ["keep-checkpoints", "batch-per-replica", "steps"] {
         std::fs::write(&f, format!("{key} = \"abc\"\n")).unwrap();
         let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
         assert!(e.contains("expected a whole number of 1 or more"), "{e}");

@@ -43,11 +43,13 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         // an empty record of a run no longer running is not one that "has just started"
         let dir = if path.is_dir() { Some(path.as_path()) } else { path.parent() };
         let dead = dir.is_some_and(|d| rundir::is_run_dir(d) && !rundir::is_live(d));
-        let empty = matches!(&e, ReadError::File { what, .. } if what == metrics::reader::EMPTY);
-        match (empty, dead) {
-            (true, true) => anyhow::anyhow!(
-                "{e}; but no run is running there: it ended before it wrote anything (killed as it started?), so there is nothing to view"
-            ),
+        match &e {
+            ReadError::File { path, what } if what == metrics::reader::EMPTY && dead => {
+                anyhow::anyhow!(
+                    "{}: empty, and no run is running there: it ended before it wrote anything (killed as it started?), so there is nothing to view",
+                    path.display()
+                )
+            }
             _ => e.into(),
         }
     })?;

@@ -136,7 +136,11 @@ impl FromStr for NormSpec {
                 }
                 // figures on the 0-255 scale would leave every pixel near -mean/std
                 if mean.iter().chain(&std).any(|v| v.abs() > 2.0) {
-                    let unit = |v: [f32; 3]| v.map(|x| format!("{:.3}", x / 255.0)).join(",");
+                    // (only a half on that scale is divided: the other may be right already)
+                    let unit = |v: [f32; 3]| match v.iter().any(|x| x.abs() > 2.0) {
+                        true => v.map(|x| format!("{:.3}", x / 255.0)).join(","),
+                        false => v.map(|x| x.to_string()).join(","),
+                    };
                     return Err(format!(
                         "`{s}`: means and standard deviations are in units of the pixel's full scale (0 to 1, as torchvision's Normalize after ToTensor), not 0-255; divided by 255: --normalize {}/{}",
                         unit(mean),
@@ -296,6 +300,12 @@ mod tests {
         assert!(
             e.contains("not 0-255")
                 && e.ends_with("--normalize 0.485,0.456,0.406/0.229,0.224,0.225"),
+            "{e}"
+        );
+        // only the half on that scale is divided
+        let e = "0.5,0.5,0.5/64,64,64".parse::<NormSpec>().unwrap_err();
+        assert!(
+            e.ends_with("--normalize 0.5,0.5,0.5/0.251,0.251,0.251"),
             "{e}"
         );
     }
