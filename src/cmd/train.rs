@@ -10,7 +10,6 @@ use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::{Frontend, TensorboardDir, TrainArgs};
 use crate::comm::Processes;
-use crate::config::DeviceSpec;
 use crate::engine::Device;
 use crate::engine::{rundir, weights, Engine, EngineError, RunResult};
 use crate::front::headless;
@@ -111,12 +110,8 @@ pub(super) fn train(
         .transpose()
         .map_err(anyhow::Error::msg)?;
     // (one device named is its own baseline: the run says so, and trains nothing first)
-    let one = match &cfg.devices {
-        DeviceSpec::Cpu(n) => *n == 1,
-        DeviceSpec::Gpus(ids) => ids.len() == 1,
-        DeviceSpec::Auto => false,
-    };
-    if cfg.calibrate && !(one && procs.is_none()) {
+    let one = cfg.devices.named() == Some(1) && procs.is_none();
+    if cfg.calibrate && !one {
         crate::tell!("calibrating: training one device for 120 steps first (--calibrate)");
     }
     if tui {

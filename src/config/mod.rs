@@ -24,6 +24,17 @@ pub enum DeviceSpec {
     Gpus(Vec<usize>),
 }
 
+impl DeviceSpec {
+    /// How many devices it names (`None`: `auto`, as many as are found).
+    pub fn named(&self) -> Option<usize> {
+        match self {
+            DeviceSpec::Auto => None,
+            DeviceSpec::Cpu(n) => Some(*n),
+            DeviceSpec::Gpus(ids) => Some(ids.len()),
+        }
+    }
+}
+
 impl FromStr for DeviceSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -386,6 +397,8 @@ mod tests {
             .contains("1..256"));
         assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu:N"));
         assert!("0,0".parse::<DeviceSpec>().unwrap_err().contains("twice"));
+        assert_eq!("0,2".parse::<DeviceSpec>().unwrap().named(), Some(2));
+        assert_eq!(DeviceSpec::Auto.named(), None);
         let e = "cpu:x".parse::<DeviceSpec>().unwrap_err();
         assert!(e.contains("`x` is not a number of CPU workers"), "{e}");
     }
