@@ -49,6 +49,30 @@ fn edits(a: &[char], b: &[char]) -> usize {
     d[a.len()][b.len()]
 }
 
+/// Shares of a whole (fractions) in whole percents that add up as the shares do: each rounded
+/// down, then those that lost the most rounded up until the percents make the shares' total
+/// (`[0.335, 0.335, 0.33]`: 34, 33, 33, where rounding each says 34, 34, 33). A share that is not
+/// a number counts as none.
+pub fn whole_percents(shares: &[f64]) -> Vec<u64> {
+    let scaled: Vec<f64> = (shares.iter())
+        .map(|s| match s.is_finite() {
+            true => (s * 100.0).max(0.0),
+            false => 0.0,
+        })
+        .collect();
+    let total = scaled.iter().sum::<f64>().round() as u64;
+    let mut percents: Vec<u64> = scaled.iter().map(|s| s.floor() as u64).collect();
+    let mut by_loss: Vec<usize> = (0..scaled.len()).collect();
+    by_loss.sort_by(|&a, &b| {
+        (scaled[b] - scaled[b].floor()).total_cmp(&(scaled[a] - scaled[a].floor()))
+    });
+    let short = total.saturating_sub(percents.iter().sum());
+    for &i in by_loss.iter().take(short as usize) {
+        percents[i] += 1;
+    }
+    percents
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +93,23 @@ mod tests {
         assert_eq!(nearest("--lr", &known), Some("lr"));
         assert_eq!(nearest("", &known), None);
         assert_eq!(edits(&['a', 'b'], &[]), 2);
+    }
+
+    #[test]
+    fn whole_percents_add_up_as_their_shares_do() {
+        // rounding each part would say 34 + 34 + 33 = 101
+        assert_eq!(whole_percents(&[0.335, 0.335, 0.33]), [34, 33, 33]);
+        assert_eq!(
+            whole_percents(&[0.696, 0.052, 0.068, 0.024, 0.16]),
+            [70, 5, 7, 2, 16]
+        );
+        // parts that leave some of the whole keep to their own total
+        assert_eq!(whole_percents(&[0.5, 0.2]), [50, 20]);
+        assert_eq!(
+            whole_percents(&[0.126, 0.126, 0.126]).iter().sum::<u64>(),
+            38
+        );
+        assert_eq!(whole_percents(&[f64::NAN, -0.1, 0.4]), [0, 0, 40]);
     }
 
     #[test]

@@ -206,19 +206,17 @@ impl Log<'_> {
 /// summary) what those leave of the step where it is more than rounding: central storage's host
 /// transfers, the step's own bookkeeping.
 fn time_shares(t: &Totals) -> String {
-    let pc = |x: f64| (x / t.rank_s * 100.0).round();
-    let rest = t.rank_s - (t.compute_s + t.data_s + t.comm_s + t.wait_s);
-    let other = match rest / t.rank_s > 0.02 {
-        true => format!(", other {}%", pc(rest)),
-        false => String::new(),
-    };
-    format!(
-        "compute {}%, data {}%, comm {}%, wait {}%{other}",
-        pc(t.compute_s),
-        pc(t.data_s),
-        pc(t.comm_s),
-        pc(t.wait_s)
-    )
+    let mut parts = vec![t.compute_s, t.data_s, t.comm_s, t.wait_s];
+    let rest = t.rank_s - parts.iter().sum::<f64>();
+    if rest / t.rank_s > 0.02 {
+        parts.push(rest);
+    }
+    let shares: Vec<f64> = parts.iter().map(|p| p / t.rank_s).collect();
+    let names = ["compute", "data", "comm", "wait", "other"];
+    (names.iter().zip(crate::text::whole_percents(&shares)))
+        .map(|(name, p)| format!("{name} {p}%"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Prints the run until every worker has ended, then returns its result. `notes` follow the

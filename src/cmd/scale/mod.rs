@@ -249,10 +249,11 @@ fn measure_once(
     })
 }
 
-/// The median run, with the spread of all of them.
+/// The median run (of an even number, the slower of the middle two: a figure is never flattered,
+/// and every field of the row is one run's), with the spread of all of them.
 fn median_by(rows: &mut [Row]) -> Row {
     rows.sort_by(|a, b| a.samples_per_sec.total_cmp(&b.samples_per_sec));
-    let mut m = rows[rows.len() / 2].clone();
+    let mut m = rows[(rows.len() - 1) / 2].clone();
     let (lo, hi) = (
         rows[0].samples_per_sec,
         rows[rows.len() - 1].samples_per_sec,

@@ -68,6 +68,8 @@ fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
         None,
         "one run has no spread"
     );
+    let two = median_by(&mut [row(1, 104.0), row(1, 100.0)]);
+    assert_eq!(two.samples_per_sec, 100.0, "of two, the slower");
     let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
     assert_eq!(noisy.samples_per_sec, 100.0);
     assert!(noise_warning(std::slice::from_ref(&steady)).is_none());

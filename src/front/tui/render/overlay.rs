@@ -192,24 +192,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!("{speedup:.2}x one device ({:.0}% efficiency)", eff * 100.0),
         ));
     }
-    let pct = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{:.0}%", v * 100.0));
-    let shares = [s.compute_share, s.data_share, s.comm_share, s.wait_share];
-    // what the parts leave of the step (central storage's host transfers, the step's own
-    // bookkeeping), where it is more than rounding
-    let other = match shares.iter().copied().sum::<Option<f64>>() {
-        Some(sum) if sum < 0.98 => format!(" · other {}", pct(Some(1.0 - sum))),
-        _ => String::new(),
-    };
-    fields.push((
-        "step time",
-        format!(
-            "compute {} · data {} · all-reduce {} · waiting {}{other}",
-            pct(s.compute_share),
-            pct(s.data_share),
-            pct(s.comm_share),
-            pct(s.wait_share)
-        ),
-    ));
+    fields.push(("step time", step_time(s)));
     if s.grad_spikes > 0 {
         fields.push((
             "gradient spikes",
@@ -247,6 +230,26 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     );
     let h = lines.len() as u16 + 2;
     popup(frame, area, w, h, "run summary", lines, theme);
+}
+
+/// Where the ranks' step time went, in whole percents that add up (`n/a` before any step); what
+/// the parts leave of the step (central storage's host transfers, the step's own bookkeeping) is
+/// `other`, where it is more than rounding.
+fn step_time(s: &crate::front::tui::app::Summary) -> String {
+    let parts = [s.compute_share, s.data_share, s.comm_share, s.wait_share];
+    let names = ["compute", "data", "all-reduce", "waiting", "other"];
+    let Some(mut shares) = parts.into_iter().collect::<Option<Vec<f64>>>() else {
+        let parts: Vec<String> = names[..4].iter().map(|n| format!("{n} n/a")).collect();
+        return parts.join(" · ");
+    };
+    let rest = 1.0 - shares.iter().sum::<f64>();
+    if rest > 0.02 {
+        shares.push(rest);
+    }
+    (names.iter().zip(crate::text::whole_percents(&shares)))
+        .map(|(n, p)| format!("{n} {p}%"))
+        .collect::<Vec<_>>()
+        .join(" · ")
 }
 
 /// The width of the summary's names column.
