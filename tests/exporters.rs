@@ -269,6 +269,17 @@ fn a_port_in_use_or_a_folder_that_cannot_be_made_is_refused_before_the_run_start
         "{out}"
     );
     assert!(!dir.path().join("runs").exists(), "nothing started: {out}");
+    // a folder no one may write in, root included: refused before the run makes its directory
+    let o = run_in(
+        dir.path(),
+        &["--headless", "--steps", "5", "--tensorboard", "/proc/tb"],
+    );
+    let out = text(&o);
+    assert!(
+        !o.status.success() && out.contains("--tensorboard /proc/tb: cannot write in /proc"),
+        "{out}"
+    );
+    assert!(!dir.path().join("runs").exists(), "nothing started: {out}");
     for bad in ["nine", "127.0.0.1:99999", "no.such.host.invalid:9400"] {
         let o = run_in(
             dir.path(),

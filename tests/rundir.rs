@@ -360,6 +360,14 @@ fn metrics_out_never_replaces_another_run_s_record() {
     let out = fails(d, &["--steps", "5", "--metrics-out", "a/metrics.jsonl"]);
     assert!(out.contains("it is the record of the run in"), "{out}");
     assert_eq!(std::fs::read(a.join("metrics.jsonl")).unwrap(), record);
+    // by another name: a symbolic link to it, a hard link
+    std::os::unix::fs::symlink(a.join("metrics.jsonl"), d.join("soft.jsonl")).unwrap();
+    std::fs::hard_link(a.join("metrics.jsonl"), d.join("hard.jsonl")).unwrap();
+    for other_name in ["soft.jsonl", "hard.jsonl"] {
+        let out = fails(d, &["--steps", "5", "--metrics-out", other_name]);
+        assert!(out.contains("it is the record of the run in"), "{out}");
+    }
+    assert_eq!(std::fs::read(a.join("metrics.jsonl")).unwrap(), record);
     // a live run's file: it holds the file's lock while it writes
     let shared = d.join("shared.jsonl");
     std::fs::write(&shared, "").unwrap();

@@ -114,11 +114,13 @@ impl MetricsWriter {
                 "give --metrics-out another path, or remove the file",
             ));
         }
-        // a run directory's own record: the history `view`, `runs` and `--resume` read
-        let own_name = path.file_name() == Some(std::ffi::OsStr::new(METRICS));
+        // a run directory's own record: the history `view`, `runs` and `--resume` read, by
+        // whatever name (a symbolic or hard link to it is the same file)
+        use std::os::unix::fs::MetadataExt;
+        let same_file = |m: std::fs::Metadata| (m.dev(), m.ino()) == (meta.dev(), meta.ino());
         let of_run = (record.as_ref())
             .and_then(|r| r.get("run_dir")?.as_str().map(PathBuf::from))
-            .filter(|d| own_name && std::fs::canonicalize(parent).is_ok_and(|p| p == *d));
+            .filter(|d| std::fs::metadata(d.join(METRICS)).is_ok_and(same_file));
         if let Some(d) = of_run {
             return Err(err(
                 std::io::Error::other(format!("it is the record of the run in {}, which this run would replace", d.display())),

@@ -49,14 +49,20 @@ pub fn preflight(dir: &Path) -> Result<(), String> {
                     at.display()
                 ));
             }
-            let c = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
-                .map_err(|_| format!("--tensorboard {}: a NUL in the path", dir.display()))?;
-            // SAFETY: a NUL-terminated path that lives across the call
-            let writable = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
-            return match writable {
-                true => Ok(()),
-                false => Err(format!(
-                    "--tensorboard {}: cannot write in {}; {fix}",
+            // a file made and removed: permissions alone do not tell (root may write a
+            // folder its bits refuse, and no one may write in /proc)
+            let probe = at.join(format!(".mgtop-probe-{}", std::process::id()));
+            let made = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe);
+            return match made {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&probe);
+                    Ok(())
+                }
+                Err(e) => Err(format!(
+                    "--tensorboard {}: cannot write in {} ({e}); {fix}",
                     dir.display(),
                     at.display()
                 )),
