@@ -111,6 +111,15 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         !said.contains("--schedule") && !said.contains("--steps"),
         "{said}"
     );
+    // another local-SGD period keeps the run's warm-up
+    let given = TrainArgs {
+        strategy: Some("local-sgd:16".into()),
+        ..TrainArgs::default()
+    };
+    let (args, _) = resumed::under_checkpoint(given, &meta).unwrap();
+    let (back, _) = args.resolve().unwrap();
+    assert_eq!(back.strategy.to_string(), "local-sgd:16");
+    assert_eq!(back.record()["local_sgd_warmup"], 7);
     // a switch the run had is turned off with =false, clipping with 0; one left off stays as
     // recorded
     let off = Cli::try_parse_from([

@@ -85,12 +85,15 @@ pub fn under_record(
     // which settings the flags and file gave (every recorded setting is an option: a switch
     // given `=false` is given)
     let given = super::origin::given(&args)?;
-    // a budget, or a strategy, given replaces the recorded one whole
+    // a budget given replaces the recorded one whole; a strategy given, its warm-up too
+    // unless both are local SGD (another period keeps the run's synchronous start)
     if given("steps") || given("epochs") {
         taken.remove("steps");
         taken.remove("epochs");
     }
-    if given("strategy") {
+    let local_sgd = |s: Option<&str>| s.is_some_and(|s| s.starts_with("local-sgd"));
+    let recorded_strategy = taken.get("strategy").and_then(Value::as_str);
+    if given("strategy") && !(local_sgd(recorded_strategy) && local_sgd(args.strategy.as_deref())) {
         taken.remove("local-sgd-warmup");
     }
     taken.retain(|k, _| !given(k));
