@@ -384,9 +384,17 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
                     "dropout probability {rest} must be more than 0 and less than 1"
                 ));
             }
+            // (kept in thousandths: a finer one would be trained and recorded as another)
+            let milli = (prob * 1000.0).round();
+            if (prob * 1000.0 - milli).abs() > 1e-6 || milli < 1.0 || milli > 999.0 {
+                return Err(format!(
+                    "dropout probability {rest} is finer than thousandths: give one of 0.001 to 0.999 in steps of 0.001, e.g. dropout{}",
+                    (milli.clamp(1.0, 999.0)) / 1000.0
+                ));
+            }
             p.pos = tok.len();
             Layer::Dropout {
-                milli: ((prob * 1000.0).round() as u32).clamp(1, 999),
+                milli: milli as u32,
             }
         }
         "basic" | "bottleneck" => {

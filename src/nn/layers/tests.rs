@@ -110,6 +110,14 @@ fn bad_tokens_are_refused_naming_the_layer() {
             "expected a probability after `dropout`, e.g. dropout0.2",
         ),
         (
+            "dropout0.12345",
+            "dropout probability 0.12345 is finer than thousandths: give one of 0.001 to 0.999 in steps of 0.001, e.g. dropout0.123",
+        ),
+        (
+            "dropout0.00001",
+            "is finer than thousandths: give one of 0.001 to 0.999 in steps of 0.001, e.g. dropout0.001",
+        ),
+        (
             "dense8,dropout0",
             "layer 2 `dropout0`: dropout probability 0 drops nothing: leave the layer out",
         ),
