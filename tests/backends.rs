@@ -634,7 +634,8 @@ fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
 /// Dropout on a GPU: inference is the identity (the evaluation equals the CPU's), training
 /// draws a new mask every pass (the training loss is not the evaluation's, and two passes
 /// differ) and still learns finite values; the masks are a function of the replica's seed and
-/// the pass (a fresh replica of the same seed repeats them, another seed does not).
+/// the pass (a fresh replica of the same seed repeats them, another seed does not, and one
+/// started at pass 1, as a resumed run is, draws the second pass's first).
 #[test]
 fn cuda_dropout_masks_in_training_only() {
     if !gpu_present() {
@@ -680,8 +681,8 @@ fn cuda_dropout_masks_in_training_only() {
     assert!(gpu.export().params.iter().all(|p| p.is_finite()));
     // another replica's seed draws other masks for the same pass over the same batch
     let fresh = TrainState::initial(&model, kind, 3);
-    let mut seeded = open_gpu(model.clone(), kind, fresh.clone()).seed_dropout(7);
-    let mut unseeded = open_gpu(model.clone(), kind, fresh);
+    let mut seeded = open_gpu(model.clone(), kind, fresh.clone()).seed_dropout(7, 0);
+    let mut unseeded = open_gpu(model.clone(), kind, fresh.clone());
     let mut first = Vec::new();
     for r in [&mut seeded, &mut unseeded] {
         r.compute_grads(&micro, None);
@@ -693,6 +694,11 @@ fn cuda_dropout_masks_in_training_only() {
         "seed 0 draws the same masks every time"
     );
     assert_ne!(first[0], first[1], "seeds 7 and 0 drew the same masks");
+    // a replica resumed after one pass draws the second pass's masks first
+    let mut resumed = open_gpu(model.clone(), kind, fresh).seed_dropout(0, 1);
+    resumed.compute_grads(&micro, None);
+    resumed.all_reduce_grads(&mut coll).unwrap();
+    assert_eq!(resumed.batch_metrics().loss_sum, losses[1]);
 }
 
 /// CUDA graphs (`--cuda-graph`): a replica replaying its training passes from graphs trains as
@@ -711,9 +717,9 @@ fn cuda_graphs_train_as_launch_by_launch() {
     let model = Model::new(input, &spec, 5).unwrap();
     let kind = OptimizerKind::Momentum;
     let state = TrainState::initial(&model, kind, 4);
-    let mut eager = open_gpu(model.clone(), kind, state.clone()).seed_dropout(5);
+    let mut eager = open_gpu(model.clone(), kind, state.clone()).seed_dropout(5, 0);
     let mut graphs = open_gpu(model.clone(), kind, state)
-        .seed_dropout(5)
+        .seed_dropout(5, 0)
         .use_graphs(true);
     // (cuDNN failing its check at open is not what this test is about)
     let _ = graphs.take_notes();
@@ -774,7 +780,7 @@ fn cuda_bf16_training_tracks_fp32() {
     drop(gpu);
     let kind = OptimizerKind::Momentum;
     let state = TrainState::initial(&model, kind, 8);
-    let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone()).seed_dropout(3);
+    let mut cpu = CpuReplica::new(model.clone(), kind, WD, state.clone()).seed_dropout(3, 0);
     let mut gpu = CudaReplica::<bf16>::open(
         0,
         model.clone(),
@@ -784,7 +790,7 @@ fn cuda_bf16_training_tracks_fp32() {
         std::time::Duration::from_secs(60),
     )
     .unwrap_or_else(|e| panic!("{e}"))
-    .seed_dropout(3);
+    .seed_dropout(3, 0);
     let b = 16;
     let (x, y, micro) = image_batch(&model, b, 77);
     let mut coll = LocalCollective::group(1).pop().unwrap();

@@ -106,6 +106,37 @@ fn checkpoint_and_resume_reproduce_the_uninterrupted_run() {
     assert_eq!(straight.state, rest.state);
 }
 
+/// A resumed run draws the dropout masks the run it continues would have drawn (its masks'
+/// stream started over, so its losses were another run's), with micro-batches accumulated too.
+#[test]
+fn a_resumed_run_drops_what_the_uninterrupted_one_would_have() {
+    for accum in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let k = 13;
+        let cfg = |steps| RunConfig {
+            model: "dense16,dropout0.5,dense8".parse().unwrap(),
+            grad_accum: accum,
+            ..small(2, 8, steps, dir.path())
+        };
+        let straight = run(cfg(2 * k));
+        let half = run(RunConfig {
+            final_checkpoint: true,
+            ..cfg(k)
+        });
+        let rest = run(RunConfig {
+            resume: Some(dir.path().to_path_buf()),
+            ..cfg(2 * k)
+        });
+        assert_eq!(&straight.losses[..k as usize], &half.losses[..]);
+        assert_eq!(
+            &straight.losses[k as usize..],
+            &rest.losses[..],
+            "accum {accum}"
+        );
+        assert_eq!(straight.state, rest.state, "accum {accum}");
+    }
+}
+
 /// The epoch a resumed run finishes reports the whole epoch's train loss, as the run it
 /// continues would have (not only the steps since the resume).
 #[test]

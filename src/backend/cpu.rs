@@ -41,9 +41,10 @@ impl CpuReplica {
         CpuReplica::with(model, Optimizer::new(kind, weight_decay), state)
     }
 
-    /// Dropout masks drawn from `seed` (each replica its own).
-    pub fn seed_dropout(mut self, seed: u64) -> CpuReplica {
-        self.ws.seed_dropout(seed);
+    /// Dropout masks drawn from `seed` (each replica its own), from training pass `first_pass`
+    /// on (the passes of the steps a resumed run continues after).
+    pub fn seed_dropout(mut self, seed: u64, first_pass: u64) -> CpuReplica {
+        self.ws.seed_dropout(seed, first_pass);
         self
     }
 

@@ -128,7 +128,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             late: worker::late(cfg, matches!(info.devices[rank], Device::Gpu { .. })),
             queued: None,
         };
-        let (model, state, cfg) = (l.model.clone(), state.clone(), cfg.clone());
+        let (model, state) = (l.model.clone(), state.clone());
         let optimizer = optimizer.clone();
         let train = l.train.clone();
         let device = info.devices[rank].clone();
@@ -148,8 +148,9 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
                 Device::Cpu { .. } => {
                     crate::nn::intraop::install(pool);
                     // dropout masks of its own (the seed's, for this rank)
-                    let replica = CpuReplica::with(model, optimizer, state)
-                        .seed_dropout(worker::dropout_seed(cfg.seed, rank));
+                    let (seed, first_pass) = worker::dropout_stream(&ctx);
+                    let replica =
+                        CpuReplica::with(model, optimizer, state).seed_dropout(seed, first_pass);
                     worker::run(ctx, Box::new(replica))
                 }
                 Device::Gpu { index, .. } => {

@@ -386,7 +386,7 @@ fn parse_layer(tok: &str) -> Result<Layer, String> {
             }
             // (kept in thousandths: a finer one would be trained and recorded as another)
             let milli = (prob * 1000.0).round();
-            if (prob * 1000.0 - milli).abs() > 1e-6 || milli < 1.0 || milli > 999.0 {
+            if (prob * 1000.0 - milli).abs() > 1e-6 || !(1.0..=999.0).contains(&milli) {
                 return Err(format!(
                     "dropout probability {rest} is finer than thousandths: give one of 0.001 to 0.999 in steps of 0.001, e.g. dropout{}",
                     (milli.clamp(1.0, 999.0)) / 1000.0

@@ -1,7 +1,7 @@
 //! Opening a rank's GPU: its replica, the notes it has for the run, the host barrier, the NCCL
 //! group, and the data it can hold.
 
-use super::{dropout_seed, Worker};
+use super::{dropout_stream, Worker};
 use crate::backend::cuda::elem::{bf16, Elem};
 use crate::backend::cuda::replica::CudaReplica;
 use crate::backend::Replica;
@@ -63,7 +63,8 @@ fn open_as<E: Elem>(
         Ok(r) => {
             // (validated before any GPU opened)
             let graphs = (w.cfg.cuda_graph.resolve(w.cfg.sync_bn)).is_ok_and(|(on, _)| on);
-            r.seed_dropout(dropout_seed(w.cfg.seed, w.rank))
+            let (seed, first_pass) = dropout_stream(w);
+            r.seed_dropout(seed, first_pass)
                 .use_graphs(graphs)
                 .reduce_grads_as(w.cfg.grad_dtype)
         }

@@ -123,9 +123,13 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
     }
 }
 
-/// The seed of rank `rank`'s dropout masks: its own, from the run's seed.
-pub(super) fn dropout_seed(seed: u64, rank: usize) -> u64 {
-    seed.wrapping_mul(1_000_003) ^ rank as u64
+/// Where worker `w`'s dropout masks are drawn from: its own seed (the run's seed and its rank),
+/// and the training passes made before its first step (`--grad-accum` a step: every
+/// micro-batch counts, an empty one too), so a resumed run draws the masks the run it continues
+/// would have drawn.
+pub(super) fn dropout_stream(w: &Worker) -> (u64, u64) {
+    let seed = w.cfg.seed.wrapping_mul(1_000_003) ^ w.rank as u64;
+    (seed, w.step * w.cfg.grad_accum as u64)
 }
 
 /// A rank that stops with `e`: the others are woken with the reason, and the failure is

@@ -13,6 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 
 use super::{CudaReplica, COL_SCRATCH_BYTES, MAX_ELEMENTS};
 use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::launch::die;
 use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::{bn, conv, dwconv, CudaError};
 use crate::nn::model::{Model, Op};
@@ -95,10 +96,17 @@ impl<E: Elem> NodeBufs<E> {
 
 /// Growing the buffers, the rows they can hold, dropout's seed and the running statistics.
 impl<E: Elem> CudaReplica<E> {
-    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed), as
-    /// `CpuReplica::seed_dropout`; unseeded, every replica draws from seed 0.
-    pub fn seed_dropout(mut self, seed: u64) -> CudaReplica<E> {
+    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed) from training pass
+    /// `first_pass` on, as `CpuReplica::seed_dropout`; unseeded, every replica draws from seed
+    /// 0 and pass 0.
+    pub fn seed_dropout(mut self, seed: u64, first_pass: u64) -> CudaReplica<E> {
         self.dropout_seed = seed;
+        if first_pass > 0 {
+            let s = &self.gpu.stream;
+            if let Err(e) = s.memcpy_htod(&[first_pass], &mut self.passes) {
+                die(self.gpu.index, "set the dropout pass counter", e);
+            }
+        }
         self
     }
 

@@ -40,13 +40,14 @@ impl<E: Elem> CudaReplica<E> {
     /// `sync`, batch norm's statistics over every replica's rows.
     pub(super) fn train_pass(&mut self, b: usize, sync: Option<&mut dyn Collective>) {
         let m = self.model.clone();
+        // (every pass counts, an empty one too, as on the CPU)
+        if m.has_dropout() {
+            check(ops::count_pass(&self.gpu, &mut self.passes.slice_mut(..)));
+        }
         // as on the CPU: an empty share of a short last batch has nothing to learn, and batch
         // norm no statistics to take from it (unless the replicas pool theirs)
         if b == 0 && (sync.is_none() || !m.has_batch_norm()) {
             return;
-        }
-        if m.has_dropout() {
-            check(ops::count_pass(&self.gpu, &mut self.passes.slice_mut(..)));
         }
         interp::train(&m, &mut Pass { r: self, sync }, b);
     }

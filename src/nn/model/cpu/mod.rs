@@ -32,9 +32,11 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed).
-    pub fn seed_dropout(&mut self, seed: u64) {
+    /// Dropout masks drawn from `seed` (a replica's own: rank and run seed), from training pass
+    /// `first_pass` on.
+    pub fn seed_dropout(&mut self, seed: u64, first_pass: u64) {
         self.dropout_seed = seed;
+        self.passes = first_pass;
     }
 
     /// The logits of the last pass over `b` samples.
@@ -117,13 +119,15 @@ impl Model {
         b: usize,
         sync: Option<&mut dyn SumAcross>,
     ) -> (f64, usize) {
+        // (every pass counts, an empty one too: a step makes --grad-accum of them whatever its
+        // shares, so a resumed run knows where its masks' stream stands)
+        ws.passes += 1;
         // a rank's share of a short last batch can be empty: nothing to learn, and batch norm
         // has no statistics to take from it (unless the replicas pool theirs)
         if b == 0 && (sync.is_none() || !self.has_batch_norm()) {
             return (0.0, 0);
         }
         ws.ensure(self, b);
-        ws.passes += 1;
         let mut cpu = Cpu {
             sync,
             ws,
