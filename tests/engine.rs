@@ -653,6 +653,33 @@ fn a_batch_past_the_training_split_takes_it_all_each_step_and_says_so() {
     assert_eq!(r.steps, 2);
 }
 
+/// An epoch's short last batch that leaves a micro-batch one sample, where a batch norm would
+/// normalise one value per channel, is said (not refused: only that step's share is), and one
+/// that leaves 2 or more is not.
+#[test]
+fn a_last_batch_leaving_batch_norm_one_value_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = |per_replica| {
+        let cfg = RunConfig {
+            model: "dense8,bn".parse().unwrap(),
+            ..small(2, per_replica, 1, dir.path())
+        };
+        let engine = Engine::start(cfg).expect("starts");
+        let notes = engine.info().data_notes.clone();
+        engine.join().expect("runs");
+        notes.join("\n")
+    };
+    // 301 = 75 x 4 + 1: the last batch gives one rank 1 sample, the other none
+    let said = notes(2);
+    assert!(
+        said.contains("each epoch ends with a batch of 1 of the 301")
+            && said.contains("batch norm `bn.1` normalises one value per channel"),
+        "{said}"
+    );
+    // 301 % 14 = 7: shares of 4 and 3
+    assert!(!notes(7).contains("ends with a batch"));
+}
+
 #[test]
 fn the_first_step_after_an_epoch_end_restarts_the_throughput_window() {
     // 2 ranks x 25 = 50 a step over 301 samples: epochs of 7 steps (the 7th short); with a

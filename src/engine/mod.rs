@@ -167,7 +167,7 @@ impl Engine {
     fn start_with(
         cfg: RunConfig,
         (devices, device_note): (Vec<Device>, Option<String>),
-        loaded: RunData,
+        mut loaded: RunData,
         procs: Option<Arc<dyn Processes>>,
     ) -> Result<Engine, EngineError> {
         let model = validate::model(&cfg, &loaded.train)?;
@@ -200,8 +200,21 @@ impl Engine {
         }
         validate::a_sample_per_rank(loaded.train.len(), ranks)?;
         // (the controller refuses a batch of 1 asked later for the same reason)
-        let not_one = validate::one_value_batch_norm(&cfg, &model, ranks);
+        let one_value = validate::one_value_batch_norm(&cfg, &model, ranks);
+        let not_one = one_value.as_ref().map(validate::one_value_refusal);
         validate::batch_norm_values(not_one.as_deref(), start.per_replica)?;
+        let sharding = loader::Sharding {
+            per_replica: start.per_replica,
+            ranks,
+            accum: cfg.grad_accum,
+            split: None,
+        };
+        let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
+        notes.extend(validate::one_sample_shares(
+            one_value.as_ref(),
+            samples,
+            &sharding,
+        ));
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
             precision::bf16_pays(&model)

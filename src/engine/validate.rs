@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::checkpoint::CheckpointMeta;
+use super::loader::Sharding;
 use super::EngineError;
 
 /// Micro-batches per step (`--grad-accum`) and batches queued per rank (`--prefetch`): far
@@ -194,8 +195,13 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
 /// A batch norm whose statistics a batch of one per replica would make of one value per
 /// channel (over a flat vector or 1x1 pictures, on one rank or without `--sync-bn` over
 /// `ranks`): it would put out its bias alone, with a variance of 0, as PyTorch refuses. Its
-/// words, where the model has one: a batch of 2 or more per replica is needed.
-pub(super) fn one_value_batch_norm(cfg: &RunConfig, model: &Model, ranks: usize) -> Option<String> {
+/// name and what it normalises over, where the model has one: a batch of 2 or more per replica is
+/// needed.
+pub(super) fn one_value_batch_norm(
+    cfg: &RunConfig,
+    model: &Model,
+    ranks: usize,
+) -> Option<(String, &'static str)> {
     if cfg.sync_bn && ranks > 1 {
         return None;
     }
@@ -209,10 +215,14 @@ pub(super) fn one_value_batch_norm(cfg: &RunConfig, model: &Model, ranks: usize)
         Shape::Image { .. } => "over 1x1 pictures",
         Shape::Flat(_) => "over a flat vector",
     };
-    Some(format!(
-        "batch norm `{}` would normalise one value per channel at a batch of 1 per replica ({over}): its output would be its bias alone",
-        n.name
-    ))
+    Some((n.name.clone(), over))
+}
+
+/// Why a batch of 1 per replica is refused, for the batch norm `one_value_batch_norm` found.
+pub(super) fn one_value_refusal((name, over): &(String, &str)) -> String {
+    format!(
+        "batch norm `{name}` would normalise one value per channel at a batch of 1 per replica ({over}): its output would be its bias alone"
+    )
 }
 
 /// A run whose batch makes a batch norm of one value per channel (`not_one`, what
@@ -227,6 +237,30 @@ pub(super) fn batch_norm_values(
         ))),
         None => Ok(()),
     }
+}
+
+/// Where the epoch's short last batch of `samples` leaves a micro-batch of one sample, which the
+/// batch norm `one_value_batch_norm` found normalises to its bias for that step (PyTorch's
+/// would refuse to): said, with the batch sizes that avoid it.
+pub(super) fn one_sample_shares(
+    one_value: Option<&(String, &str)>,
+    samples: usize,
+    sharding: &Sharding,
+) -> Option<String> {
+    let (name, over) = one_value?;
+    let last = samples % sharding.global_batch();
+    let pieces = sharding.ranks * sharding.accum;
+    let one = (0..pieces).any(|i| {
+        sharding
+            .piece(last, i / sharding.ranks, i % sharding.ranks)
+            .1
+            == 1
+    });
+    (last > 0 && one).then(|| {
+        format!(
+            "each epoch ends with a batch of {last} of the {samples} training samples, which leaves a micro-batch one sample: batch norm `{name}` normalises one value per channel there ({over}), so its output is its bias alone for that step; a global batch (--batch-per-replica x ranks x --grad-accum) that divides {samples}, or leaves 2 or more a micro-batch, avoids it"
+        )
+    })
 }
 
 /// The tensors `--freeze` names; an error if it names none, or all.
