@@ -181,13 +181,19 @@ fn model_difference(meta: &CheckpointMeta, ours: &[usize], dir: &Path) -> String
             theirs[0], ours[0]
         );
     }
+    another_model(meta, "")
+}
+
+/// That the checkpoint `meta` was written for another model (with `detail`, where there is one
+/// to say), and the fix.
+fn another_model(meta: &CheckpointMeta, detail: &str) -> String {
     let model = meta
         .config
         .get("model")
         .and_then(|m| m.as_str())
         .map_or(String::new(), |m| format!(" (--model {m})"));
     format!(
-        "it was written for another model{model}; resume it with the --model it was trained with, or start without --resume"
+        "it was written for another model{model}{detail}; resume it with the --model it was trained with, or start without --resume"
     )
 }
 
@@ -230,6 +236,25 @@ pub fn read(
             safetensors_problem(&e, &bytes)
         ))
     })?;
+    // a file whose bytes are as written (its checksum held) and lacks this model's tensors, or
+    // holds them in other shapes, is of another model (of the same inputs and classes)
+    if meta.weights_crc32c.is_some() {
+        let differs =
+            (model.tensors.iter().chain(&model.buffers)).find_map(|t| match st.tensor(&t.name) {
+                Err(_) => Some(format!(": it has no tensor `{}`", t.name)),
+                Ok(v) if v.shape() != t.shape.as_slice() => Some(format!(
+                    ": its `{}` is {:?}, this model's {:?}",
+                    t.name,
+                    v.shape(),
+                    t.shape
+                )),
+                Ok(_) => None,
+            });
+        if let Some(detail) = differs {
+            let what = another_model(&meta, &detail);
+            return Err(CheckpointError::ShapeMismatch { path: dir, what });
+        }
+    }
     let n = model.n_params;
     let mut params = vec![0.0; n];
     let mut m = Vec::new();

@@ -97,6 +97,14 @@ fn rejects_other_shapes_optimizers_and_damaged_files() {
         e.contains("written for another model") && e.contains("--model"),
         "{e}"
     );
+    // of the same inputs and classes, other tensors: another model, not a damaged file
+    let spec = "dense3,relu,bn".parse().unwrap();
+    let other = Model::new(crate::nn::layers::Shape::Flat(4), &spec, 2).unwrap();
+    let e = read(&p, &other, "adam").unwrap_err().to_string();
+    assert!(
+        e.contains("written for another model: it has no tensor"),
+        "{e}"
+    );
     let e = read(&p, &model, "sgd").unwrap_err().to_string();
     assert!(e.contains("--optimizer adam"), "{e}");
     let bytes = fs::read(p.join(WEIGHTS)).unwrap();
