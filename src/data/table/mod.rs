@@ -187,6 +187,19 @@ pub(super) fn load(
                     ),
                 });
             }
+            // pictures of another shape (of as many values) would be read as the training set's
+            let shapes = val.image.zip(full.image).filter(|(a, b)| a != b);
+            if let Some((theirs, ours)) = shapes {
+                return Err(DataError::ValSpec {
+                    spec: v.to_string(),
+                    msg: format!(
+                        "its samples are pictures of {} and the training set's of {}: give --val-data the training set's shape (shape={}), or leave its shape out",
+                        shape_text(&theirs),
+                        shape_text(&ours),
+                        shape_text(&ours)
+                    ),
+                });
+            }
             // (the training data again: a check of fit, not of what was not seen)
             let same = match v.absolute() == spec.absolute() {
                 true => ", the training data itself: it shows how the training set is fit, not how the model does on data it has not seen",

@@ -201,6 +201,20 @@ fn a_csv_shape_must_match_the_features() {
         )) && e.contains("give a shape of 8 values"),
         "{e}"
     );
+    // a validation set of pictures of another shape, as many values
+    let opts = DataOptions {
+        val_data: Some(spec(",shape=2x2x2")),
+        val_fraction: None,
+        ..DataOptions::no_validation()
+    };
+    let e = load(&spec(",shape=1x2x4"), &opts, 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("its samples are pictures of 2x2x2 and the training set's of 1x2x4: give --val-data the training set's shape (shape=1x2x4)"),
+        "{e}"
+    );
     let e = csv_shape([1, 4, 4], 16 * 3).unwrap_err();
     assert!(e.contains("give a shape of 48 values, or"), "{e}");
     let e = csv_shape([1, 3, 3], 16).unwrap_err();
