@@ -479,15 +479,26 @@ fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
         ..base.clone()
     });
     let e = Engine::run(RunConfig {
-        resume: Some(ckpt),
-        ..base
+        resume: Some(ckpt.clone()),
+        ..base.clone()
     })
     .err()
     .unwrap()
     .to_string();
     assert!(
-        e.contains("cannot resume --strategy local-sgd:3 exactly at step 37")
-            && e.contains("local-sgd:3,moments"),
+        e.contains("--strategy local-sgd:3 cannot be resumed as it was at step 37")
+            && e.contains("--strategy local-sgd:3,moments")
+            && e.contains("--strategy mirrored"),
         "{e}"
     );
+    // the ways on it names take it
+    for strategy in [local(3, 4, true), Strategy::Mirrored] {
+        let r = Engine::run(RunConfig {
+            resume: Some(ckpt.clone()),
+            strategy,
+            budget: Budget::Steps(40),
+            ..base.clone()
+        });
+        assert!(r.is_ok(), "{strategy}: {:?}", r.err());
+    }
 }

@@ -11,7 +11,7 @@ use crossbeam_channel::{unbounded, Sender};
 use crate::cli::{Frontend, TensorboardDir, TrainArgs};
 use crate::comm::Processes;
 use crate::engine::Device;
-use crate::engine::{rundir, weights, Engine, EngineError, RunResult};
+use crate::engine::{checkpoint, rundir, weights, Engine, EngineError, RunResult};
 use crate::front::headless;
 use crate::front::tui::{self, term, theme::Theme, TuiOptions};
 use crate::observe::live::{LiveHub, LiveServer, SOCKET_NAME};
@@ -124,6 +124,8 @@ pub(super) fn train(
     let patience = cfg.stall_timeout;
     let taken = (front.taken_from_checkpoint.as_ref())
         .map(|t| format!("settings from the checkpoint: {t} (flags and --config override them)"));
+    // (whether a stopped run's checkpoint resumes as it was)
+    let (strategy, optimizer) = (cfg.strategy, cfg.optimizer);
     let engine = match Engine::start_in(cfg, procs.clone()) {
         Ok(engine) => engine,
         Err(e) => {
@@ -257,7 +259,11 @@ pub(super) fn train(
     if result.stopped {
         if let Some(p) = &result.last_checkpoint {
             let arg = rundir::resume_arg(run_dir.as_deref(), p);
-            crate::say!("resume with: --resume {}", arg.display());
+            let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
+            match strategy.unresumable(optimizer, step) {
+                None => crate::say!("resume with: --resume {}", arg.display()),
+                Some(why) => crate::say!("to go on: --resume {} ({why})", arg.display()),
+            }
         }
     }
     Ok(())

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::nn::optim::OptimizerKind;
+
 /// Synchronous steps before local SGD starts (PostLocalSGD's `start_localSGD_iter`).
 pub const DEFAULT_LOCAL_SGD_WARMUP: u64 = 100;
 /// The longest local period accepted.
@@ -95,6 +97,23 @@ impl Strategy {
                 "--local-sgd-warmup is for --strategy local-sgd:H; this run's strategy is {other}: drop the flag, or use e.g. --strategy local-sgd:8"
             )),
         }
+    }
+
+    /// Why a checkpoint at `step` of a run of this strategy with `optimizer` cannot be resumed as
+    /// the run it was: local SGD without `,moments` past its warm-up keeps each rank's moments
+    /// apart, and a checkpoint holds one rank's. With how to go on from it instead.
+    pub fn unresumable(&self, optimizer: OptimizerKind, step: u64) -> Option<String> {
+        let Strategy::LocalSgd {
+            every,
+            warmup,
+            moments: false,
+        } = *self
+        else {
+            return None;
+        };
+        (step > warmup && optimizer.keeps_moments()).then(|| format!(
+            "--strategy local-sgd:{every} cannot be resumed as it was at step {step}: past its {warmup} synchronous steps each rank's {optimizer} moments are its own, and the checkpoint holds one rank's; go on from it with every rank taking those moments (--strategy local-sgd:{every},moments, which averages them at every sync and resumes exactly from then on, or --strategy mirrored), or start the run again (--optimizer sgd keeps no moments)"
+        ))
     }
 
     /// Whether the ranks hold one model after step `step` (1-based) by the schedule: always,

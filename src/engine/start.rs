@@ -88,7 +88,7 @@ pub(super) fn starting_point(
             }
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())
                 .map_err(|e| same_model_other_input(e, cfg, model))?;
-            local_sgd_resumable(cfg, meta.step, &state)?;
+            local_sgd_resumable(cfg, meta.step)?;
             let mut resumed = resumed_settings(cfg, &meta, ranks, split);
             if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
                 resumed.resume_note += &format!(
@@ -179,23 +179,12 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
 
 /// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,
 /// and a checkpoint keeps one replica's, so a resumed run could not be the uninterrupted one.
-/// Refused with the reason (SGD, which keeps no moments, and `,moments` resume exactly).
-fn local_sgd_resumable(cfg: &RunConfig, step: u64, state: &TrainState) -> Result<(), EngineError> {
-    let crate::config::strategy::Strategy::LocalSgd {
-        every,
-        warmup,
-        moments: false,
-    } = cfg.strategy
-    else {
-        return Ok(());
-    };
-    if step <= warmup || (state.opt.m.is_empty() && state.opt.v.is_empty()) {
-        return Ok(());
+/// Refused with the reason and the ways on (`Strategy::unresumable`).
+fn local_sgd_resumable(cfg: &RunConfig, step: u64) -> Result<(), EngineError> {
+    match cfg.strategy.unresumable(cfg.optimizer, step) {
+        Some(why) => Err(EngineError::Config(why)),
+        None => Ok(()),
     }
-    Err(EngineError::Config(format!(
-        "cannot resume --strategy local-sgd:{every} exactly at step {step}: past its {warmup} synchronous steps each rank's {} moments are its own, and the checkpoint holds one rank's; start the run again, or use local-sgd:{every},moments (moments averaged at every sync, resumable) or --optimizer sgd",
-        cfg.optimizer
-    )))
 }
 
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0

@@ -59,6 +59,13 @@ pub struct OptState {
     pub v: Vec<f32>,
 }
 
+impl OptimizerKind {
+    /// Whether it keeps moments (momentum, Adam's m and v) from step to step.
+    pub fn keeps_moments(self) -> bool {
+        self != OptimizerKind::Sgd
+    }
+}
+
 impl OptState {
     pub fn new(kind: OptimizerKind, n: usize) -> OptState {
         let (m, v) = match kind {
