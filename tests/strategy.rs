@@ -502,3 +502,43 @@ fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
         assert!(r.is_ok(), "{strategy}: {:?}", r.err());
     }
 }
+
+/// What a run of local SGD says of itself where it would not do what its name says: on one
+/// rank it is mirrored (and its header and records say so), a period past the run's end makes
+/// no scheduled average, `,moments` with SGD averages no moments.
+#[test]
+fn local_sgd_says_what_it_will_not_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = |ranks, strategy, optimizer| {
+        let cfg = RunConfig {
+            strategy,
+            optimizer,
+            ..small(ranks, 30, 301, dir.path())
+        };
+        let engine = Engine::start(cfg).expect("starts");
+        let info = engine.info().clone();
+        engine.join().expect("runs");
+        (info.strategy, info.model_notes.join("\n"))
+    };
+    let (strategy, notes) = started(1, local(4, 0, false), OptimizerKind::Adam);
+    assert_eq!(strategy, Strategy::Mirrored);
+    assert!(
+        notes.contains("one rank has no other to share with; it trains as mirrored"),
+        "{notes}"
+    );
+    let (strategy, notes) = started(2, local(1000, 0, false), OptimizerKind::Adam);
+    assert_eq!(strategy, local(1000, 0, false));
+    assert!(
+        notes.contains(
+            "--strategy local-sgd:1000: the run is 30 steps: no scheduled average falls due"
+        ),
+        "{notes}"
+    );
+    let (_, notes) = started(2, local(4, 0, true), OptimizerKind::Sgd);
+    assert!(
+        notes.contains("--optimizer sgd keeps no moments; only the parameters are averaged"),
+        "{notes}"
+    );
+    let (_, notes) = started(2, local(4, 0, false), OptimizerKind::Adam);
+    assert!(!notes.contains("--strategy"), "{notes}");
+}

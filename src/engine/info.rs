@@ -7,6 +7,7 @@ use super::devices::available_cores;
 use super::job::World;
 use super::start::Start;
 use super::{Device, RunData};
+use crate::config::strategy::Strategy;
 use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
 use crate::nn::model::Model;
@@ -236,6 +237,11 @@ impl RunInfo {
             strategy: cfg.strategy,
             started: None,
         };
+        // local SGD on one rank trains as mirrored (a start-up note says so): the header, the
+        // log and the records tell of what runs
+        if info.ranks() == 1 && matches!(cfg.strategy, Strategy::LocalSgd { .. }) {
+            info.strategy = Strategy::Mirrored;
+        }
         let idle = idle::settings(cfg, model, &info);
         info.model_notes.extend(idle);
         info

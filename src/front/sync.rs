@@ -37,15 +37,14 @@ impl SyncAhead {
     pub fn of(strategy: &Strategy, step: u64, ahead: Ahead) -> Option<SyncAhead> {
         let before = |at: Option<u64>, n: u64| at.is_some_and(|a| a < n);
         match *strategy {
+            // (to its last step: never averaged, as it never stepped alone)
+            Strategy::LocalSgd { warmup, .. } if ahead.run_end.is_some_and(|end| end <= warmup) => {
+                Some(SyncAhead::WarmupAllRun(warmup))
+            }
             Strategy::LocalSgd { .. } if ahead.run_end.is_some_and(|end| step >= end) => {
                 Some(SyncAhead::Ended(step))
             }
-            Strategy::LocalSgd { warmup, .. } if step < warmup => {
-                Some(match ahead.run_end.is_some_and(|end| end <= warmup) {
-                    true => SyncAhead::WarmupAllRun(warmup),
-                    false => SyncAhead::Warmup(warmup),
-                })
-            }
+            Strategy::LocalSgd { warmup, .. } if step < warmup => Some(SyncAhead::Warmup(warmup)),
             _ => strategy.next_sync(step).map(|n| {
                 // the first average off the schedule before it (at one step, an epoch's
                 // validation is said before --val-every's and the run's end)
@@ -201,6 +200,18 @@ mod tests {
             SyncAhead::of(&local, 48, ahead(Some(48), None)),
             Some(SyncAhead::Ended(48))
         );
+        // a warm-up to the run's end or past it: synchronous to the last step, never averaged
+        for warmup in [4, 10] {
+            let all_run = Strategy::LocalSgd {
+                every: 64,
+                warmup,
+                moments: false,
+            };
+            assert_eq!(
+                SyncAhead::of(&all_run, 4, ahead(Some(4), None)),
+                Some(SyncAhead::WarmupAllRun(warmup))
+            );
+        }
         // under a step budget, the same
         assert_eq!(
             SyncAhead::of(&local, 5, steps.ahead(0, at(16, 300))),

@@ -132,12 +132,29 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             cfg.freeze.as_ref().map_or(String::new(), |f| f.to_string())
         ));
     }
-    if let crate::config::strategy::Strategy::LocalSgd { warmup, .. } = cfg.strategy {
+    if let crate::config::strategy::Strategy::LocalSgd {
+        every,
+        warmup,
+        moments,
+    } = cfg.strategy
+    {
         if warmup >= steps && info.ranks() > 1 {
             notes.push(format!(
                 "--local-sgd-warmup {warmup}: {}: its replicas never step alone \
                  (mirrored throughout); a lower --local-sgd-warmup lets them",
                 run_of(steps),
+            ));
+        } else if warmup + every > steps && info.ranks() > 1 {
+            notes.push(format!(
+                "--strategy {}: {}: no scheduled average falls due; the replicas are averaged for validations and at its end",
+                cfg.strategy,
+                run_of(steps),
+            ));
+        }
+        if moments && !cfg.optimizer.keeps_moments() && info.ranks() > 1 {
+            notes.push(format!(
+                "--strategy {}: --optimizer {} keeps no moments; only the parameters are averaged",
+                cfg.strategy, cfg.optimizer
             ));
         }
     }
