@@ -456,9 +456,14 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
     assert!(util.iter().zip(&want).all(|(a, b)| close(*a, *b, 1e-5)));
 
     // the metrics file converted afterwards gives the same scalars
+    // (under a DIR given, as a run given it writes: DIR/<name>/<run directory's name>)
     let o = run_in(dir.path(), &["view", "run", "--tensorboard", "converted"]);
     assert!(o.status.success(), "{}", text(&o));
-    let converted = tensorboard_scalars(&event_file(&dir.path().join("converted"))).unwrap();
+    let named: Vec<_> = (std::fs::read_dir(dir.path().join("converted")).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    let converted = tensorboard_scalars(&event_file(&named[0].join("run"))).unwrap();
     assert_eq!(converted.len(), scalars.len());
     for (a, b) in converted.iter().zip(&scalars) {
         assert_eq!((&a.0, a.1), (&b.0, b.1));

@@ -301,16 +301,10 @@ fn exporters(
         Some(TensorboardDir::InRunDir) => (info.run_dir.as_ref())
             .map(|d| d.join(crate::observe::tensorboard::DIR))
             .map(|d| (d.clone(), d)),
-        // a folder of its own under DIR, named as its run directory is (`<name>/<time>`), so
-        // the runs of a sweep given one --tensorboard DIR stay apart in `tensorboard --logdir DIR`
-        Some(TensorboardDir::At(dir)) => Some(match &info.run_dir {
-            Some(d) => (
-                dir.join(rundir::file_name_of(&info.name))
-                    .join(d.file_name().unwrap_or_default()),
-                dir.clone(),
-            ),
-            None => (dir.clone(), dir.clone()),
-        }),
+        Some(TensorboardDir::At(dir)) => Some((
+            crate::observe::tensorboard::run_folder(dir, &info.name, info.run_dir.as_deref()),
+            dir.clone(),
+        )),
         None => None,
     };
     if let Some((dir, logdir)) = &tensorboard {

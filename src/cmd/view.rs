@@ -55,13 +55,24 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     })?;
     // as the training flag: `=true` is the default folder, `=false` none (the run is shown)
     if let Some(dir) = crate::cli::switch_or_folder(&args.tensorboard) {
-        let dir = dir.unwrap_or_else(|| tensorboard::default_dir_for(reader.path()));
+        // (under a DIR given, in a folder of its own, as a run given it writes)
+        let (dir, logdir) = match dir {
+            Some(d) => {
+                let info = reader.info();
+                let run = tensorboard::run_folder(&d, &info.name, info.run_dir.as_deref());
+                (run, d)
+            }
+            None => {
+                let d = tensorboard::default_dir_for(reader.path());
+                (d.clone(), d)
+            }
+        };
         tensorboard::preflight(&dir).map_err(anyhow::Error::msg)?;
         let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(anyhow::Error::msg)?;
         crate::say!(
             "wrote the scalars of {n} records to {} (tensorboard --logdir {})",
             file.display(),
-            dir.display()
+            logdir.display()
         );
         return Ok(ExitCode::SUCCESS);
     }

@@ -242,6 +242,19 @@ impl Sink for TensorBoard {
     }
 }
 
+/// Where the events of run `name` (in run directory `run_dir`) go under a `--tensorboard DIR`
+/// given: a folder of its own named as its run directory is (`<name>/<time>`), so the runs of
+/// a sweep given one DIR stay apart in `tensorboard --logdir DIR`; DIR itself for a run without
+/// a run directory.
+pub fn run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> PathBuf {
+    match run_dir.and_then(Path::file_name) {
+        Some(leaf) => dir
+            .join(crate::engine::rundir::file_name_of(name))
+            .join(leaf),
+        None => dir.to_path_buf(),
+    }
+}
+
 /// Where `view PATH --tensorboard` writes by default: the `tensorboard` folder beside the
 /// metrics file (a run directory's own).
 pub fn default_dir_for(metrics_file: &Path) -> PathBuf {
