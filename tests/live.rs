@@ -462,6 +462,24 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
         err.contains("not live") && err.contains("mgtop-train view"),
         "{err}"
     );
+    // `view` given the socket names `attach`
+    let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .args(["view", "--headless"])
+        .arg(killed.socket())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a socket (a live run's), not a metrics file") && err.contains("attach"),
+        "{err}"
+    );
+    // a dead socket beside no metrics file `view` could read names none
+    std::fs::write(killed.run_dir.join("metrics.jsonl"), "garbage\n").unwrap();
+    let (_, err) = attach(d, &[&killed.socket().display().to_string()]);
+    assert!(
+        err.contains("not live") && err.contains("holds no metrics file `view` can read"),
+        "{err}"
+    );
     // a live one, given the wrong thing beside it
     let (code, err) = attach(d, &[&done.log.display().to_string()]);
     assert_eq!(code, Some(1));

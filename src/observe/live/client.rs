@@ -25,8 +25,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum AttachError {
     #[error("{0}: no such file or directory; give a run directory (runs/NAME/TIMESTAMP) or its live.sock")]
     NotFound(PathBuf),
-    #[error("{socket}: the run is not live (nothing listens on its socket: it has ended or was killed); see it with `mgtop-train view {run}`")]
-    NotLive { socket: PathBuf, run: PathBuf },
+    #[error("{socket}: the run is not live (nothing listens on its socket: it has ended or was killed){see}")]
+    NotLive { socket: PathBuf, see: String },
     #[error("{path}: permission denied: the run belongs to {owner}; attach as that user (a live socket is owner-only)")]
     Denied { path: PathBuf, owner: String },
     #[error("{0} is neither a run directory nor a live socket; give a run directory (runs/NAME/TIMESTAMP) or its live.sock")]
@@ -101,14 +101,31 @@ pub fn owner(path: &Path) -> String {
     }
 }
 
+/// A run whose `socket` nothing listens on: `view` of its directory `run` is named where that
+/// holds a metrics file it can read.
+pub fn not_live(socket: &Path, run: &Path) -> AttachError {
+    let shown = match run.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => run,
+    };
+    let see = match crate::observe::metrics::MetricsReader::open(shown) {
+        Ok(_) => format!("; see it with `mgtop-train view {}`", shown.display()),
+        Err(_) => format!(
+            "; {} holds no metrics file `view` can read",
+            shown.display()
+        ),
+    };
+    AttachError::NotLive {
+        socket: socket.to_path_buf(),
+        see,
+    }
+}
+
 /// Opens `socket`, mapping each failure to what the user can do about it.
 pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
     UnixStream::connect(socket).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => AttachError::NotFound(socket.to_path_buf()),
-        io::ErrorKind::ConnectionRefused => AttachError::NotLive {
-            socket: socket.to_path_buf(),
-            run: run.to_path_buf(),
-        },
+        io::ErrorKind::ConnectionRefused => not_live(socket, run),
         io::ErrorKind::PermissionDenied => AttachError::Denied {
             path: socket.to_path_buf(),
             owner: owner(socket),

@@ -123,10 +123,7 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
             });
         }
         if p.join(FILE_NAME).is_file() {
-            return Err(AttachError::NotLive {
-                socket: p.join(SOCKET_NAME),
-                run: p.to_path_buf(),
-            });
+            return Err(super::client::not_live(&p.join(SOCKET_NAME), p));
         }
         // a directory of runs (runs/, runs/NAME): its newest live one
         return newest_live(p);

@@ -71,7 +71,9 @@ pub fn record_line(text: &[u8], ranks: usize) -> Parsed<Option<Record>> {
     if text.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let v: Value = serde_json::from_slice(text).map_err(|e| format!("not JSON ({e})"))?;
+    // (serde counts lines of the one line it was given: its column alone means something)
+    let v: Value = serde_json::from_slice(text)
+        .map_err(|e| format!("not JSON ({e})").replace(" at line 1 column ", " at column "))?;
     record(&v, ranks)
 }
 

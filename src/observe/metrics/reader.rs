@@ -72,6 +72,16 @@ impl MetricsReader {
         } else {
             path.to_path_buf()
         };
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+            return Err(ReadError::File {
+                what: format!(
+                    "a socket (a live run's), not a metrics file: watch its run with `mgtop-train attach {}`, or view the run directory beside it",
+                    path.display()
+                ),
+                path,
+            });
+        }
         // a FIFO or a device in a metrics file's place is refused, not waited on or read
         // without end (a metrics file may be of any length: it is read a line at a time)
         let expect = crate::data::read::Expect {
