@@ -23,8 +23,14 @@ pub fn strategies(
             _ => items.push(item.to_string()),
         }
     }
-    items
-        .iter()
+    if let Some(twice) =
+        (items.iter().enumerate()).find_map(|(i, s)| items[..i].contains(s).then_some(s))
+    {
+        return Err(format!(
+            "--strategies: {twice} is given twice: list each strategy once"
+        ));
+    }
+    let list: Vec<Strategy> = (items.iter())
         .map(|s| {
             let s = s
                 .parse::<Strategy>()
@@ -37,7 +43,47 @@ pub fn strategies(
                 _ => s,
             })
         })
+        .collect::<Result<_, String>>()?;
+    if warmup.is_some() && !list.iter().any(|s| matches!(s, Strategy::LocalSgd { .. })) {
+        return Err(format!(
+            "--local-sgd-warmup is for the local-sgd strategies of --strategies, and {} has none: drop the flag, or add one (e.g. local-sgd:8)",
+            items.join(",")
+        ));
+    }
+    Ok(list)
+}
+
+/// The strategies to time, local SGD's made to step alone from the first timed step (its
+/// synchronous warm-up the `untimed` steps') where --local-sgd-warmup was not `given`: its
+/// points time local SGD, not the mirrored steps of its default warm-up.
+pub fn timing_local_sgd(listed: Vec<Strategy>, given: bool, untimed: u64) -> Vec<Strategy> {
+    (listed.into_iter())
+        .map(|s| match s {
+            Strategy::LocalSgd { every, moments, .. } if !given => Strategy::LocalSgd {
+                every,
+                warmup: untimed,
+                moments,
+            },
+            s => s,
+        })
         .collect()
+}
+
+/// How local SGD's points are timed, where the grid has one: stepping alone in the timed
+/// window, or (a warm-up given past the `untimed` steps) partly synchronous.
+pub fn local_sgd_line(strategies: &[Strategy], untimed: u64) -> Option<String> {
+    let warmup = strategies.iter().find_map(|s| match s {
+        Strategy::LocalSgd { warmup, .. } => Some(*warmup),
+        _ => None,
+    })?;
+    Some(match warmup > untimed {
+        true => format!(
+            "note: local SGD's --local-sgd-warmup {warmup} outlasts the {untimed} untimed steps: its points time synchronous (mirrored) steps too; --local-sgd-warmup {untimed} times local SGD alone"
+        ),
+        false => format!(
+            "local SGD: synchronous for the first {warmup} steps (--local-sgd-warmup), stepping alone in the timed window"
+        ),
+    })
 }
 
 /// The held-out split of the run's data (the training runs leave it out).

@@ -26,7 +26,10 @@ use crate::observe::monitor::Monitor;
 use crate::observe::telemetry::Telemetry;
 
 mod held;
+mod repeats;
 use held::{strategies, Held};
+use repeats::median_by;
+pub use repeats::{noise_warning, NOISY_SPREAD};
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,9 +86,6 @@ pub struct Plan {
     pub timed: Duration,
     pub repeat: usize,
 }
-
-/// Repeats that differ by more than this (relative to their median) make a figure noise.
-pub const NOISY_SPREAD: f64 = 0.10;
 
 impl Plan {
     /// Every point, prefetch-major then batch then strategy then device count (so the
@@ -249,45 +249,6 @@ fn measure_once(
     })
 }
 
-/// The median run (of an even number, the slower of the middle two: a figure is never flattered,
-/// and every field of the row is one run's), with the spread of all of them.
-fn median_by(rows: &mut [Row]) -> Row {
-    rows.sort_by(|a, b| a.samples_per_sec.total_cmp(&b.samples_per_sec));
-    let mut m = rows[(rows.len() - 1) / 2].clone();
-    let (lo, hi) = (
-        rows[0].samples_per_sec,
-        rows[rows.len() - 1].samples_per_sec,
-    );
-    m.spread = (rows.len() > 1).then_some(if m.samples_per_sec > 0.0 {
-        (hi - lo) / m.samples_per_sec
-    } else {
-        0.0
-    });
-    m
-}
-
-/// The warning for points whose repeats disagree (a speedup is only as good as both its
-/// figures), or `None` when every figure holds.
-pub fn noise_warning(rows: &[Row]) -> Option<String> {
-    let noisy: Vec<String> = rows
-        .iter()
-        .filter(|r| r.spread.is_some_and(|s| s > NOISY_SPREAD))
-        .map(|r| match r.strategy.as_str() {
-            "mirrored" => format!("{}x{}", r.devices, r.per_replica),
-            s => format!("{s} {}x{}", r.devices, r.per_replica),
-        })
-        .collect();
-    if noisy.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "WARN the repeats of {} point(s) ({}) differ by more than {:.0}% of their median: this machine is noisy or busy, so those figures and their speedups mean little; close other work and measure longer (--seconds) or more often (--repeat)",
-        noisy.len(),
-        noisy.join(", "),
-        NOISY_SPREAD * 100.0
-    ))
-}
-
 /// Measures every point, `repeat` rounds over the grid (`progress` is told each run as it
 /// finishes), and fills in speedup and
 /// efficiency against the 1-device point of the same series, where the grid has one.
@@ -374,11 +335,14 @@ fn grid(
     // the config file's settings too (said where ignored)
     let origins;
     (args.train, origins) = args.train.with_config_file().map_err(anyhow::Error::msg)?;
-    // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list
+    // (unless given, local SGD steps alone from the first timed step: see below)
+    let warmup_given = args.train.local_sgd_warmup.is_some();
+    // with --strategies, --local-sgd-warmup is for the local-sgd ones of the list (without,
+    // it stays for the --strategy it goes with)
     let warmup = args
         .strategies
         .as_ref()
-        .and(args.train.local_sgd_warmup.take());
+        .and_then(|_| args.train.local_sgd_warmup.take());
     if lead {
         checks::say_ignored(&args.train);
     }
@@ -426,15 +390,17 @@ fn grid(
     let threads = *base
         .threads_per_worker
         .get_or_insert((cores / (most.max(1) * neighbours.unwrap_or(1))).max(1));
+    let listed = match &args.strategies {
+        Some(list) => strategies(list, warmup, &base).map_err(anyhow::Error::msg)?,
+        None => vec![base.strategy],
+    };
+    let listed = held::timing_local_sgd(listed, warmup_given, args.warmup_steps);
     let plan = Plan {
         gpus,
         counts,
         batches,
         prefetch: args.prefetch_modes.iter().map(|m| m == "on").collect(),
-        strategies: match &args.strategies {
-            Some(list) => strategies(list, warmup, &base).map_err(anyhow::Error::msg)?,
-            None => vec![base.strategy],
-        },
+        strategies: listed,
         warmup_steps: args.warmup_steps,
         timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
@@ -460,6 +426,9 @@ fn grid(
             n => format!("; {n} processes, each point's devices shared evenly, 1 device on process 0 alone"),
         }
     ));
+    if let Some(line) = held::local_sgd_line(&plan.strategies, plan.warmup_steps) {
+        say(&line);
+    }
     let (mut done, mut total) = (0, 0);
     let rows = run(&base, &plan, procs.as_ref(), stop, |i, all, r| {
         (done, total) = (i, all);

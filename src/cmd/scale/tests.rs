@@ -1,4 +1,4 @@
-//! The grid, the medians and the noise warning.
+//! The grid, the medians and the noise warning, the strategies compared.
 use super::*;
 
 #[test]
@@ -77,5 +77,32 @@ fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
     assert!(
         w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
         "{w}"
+    );
+}
+
+#[test]
+fn local_sgd_points_time_local_sgd_and_the_list_is_checked() {
+    let base = RunConfig::default();
+    let listed = strategies("mirrored,local-sgd:8,moments", None, &base).unwrap();
+    assert_eq!(listed.len(), 2);
+    // unless --local-sgd-warmup is given, local SGD steps alone from the first timed step
+    let timed = held::timing_local_sgd(listed.clone(), false, 20);
+    let local = |warmup| Strategy::LocalSgd {
+        every: 8,
+        warmup,
+        moments: true,
+    };
+    assert_eq!(timed, [Strategy::Mirrored, local(20)]);
+    assert_eq!(held::timing_local_sgd(listed, true, 20)[1], local(100));
+    let line = held::local_sgd_line(&[local(100)], 20).unwrap();
+    assert!(line.contains("outlasts the 20 untimed steps"), "{line}");
+    assert!(held::local_sgd_line(&[Strategy::Mirrored], 20).is_none());
+    // a strategy twice, a local-SGD warm-up for a list without local SGD
+    let e = strategies("mirrored,mirrored", None, &base).unwrap_err();
+    assert!(e.contains("mirrored is given twice"), "{e}");
+    let e = strategies("mirrored,central-storage", Some(0), &base).unwrap_err();
+    assert!(
+        e.contains("--local-sgd-warmup is for the local-sgd strategies"),
+        "{e}"
     );
 }
