@@ -57,6 +57,13 @@ pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
             "--prometheus {spec:?}: {port:?} is not a port (0-65535); {fix}"
         ));
     }
+    // (the resolver takes `1.2.3` for 1.2.0.3, an address no one meant)
+    let numeric = !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if numeric && host.parse::<Ipv4Addr>().is_err() {
+        return Err(format!(
+            "--prometheus {spec:?}: {host:?} is not an IPv4 address (four numbers of 0-255, e.g. 127.0.0.1); {fix}"
+        ));
+    }
     match spec.to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(a)) => Ok(a),
         _ => Err(format!(
@@ -350,6 +357,9 @@ mod tests {
         // a number alone past the ports is said to be one
         let e = parse_addr("70000").unwrap_err();
         assert!(e.contains("\"70000\" is not a port (0-65535)"), "{e}");
+        // a dotted number short of four is no address (the resolver would make 1.2.0.3 of it)
+        let e = parse_addr("1.2.3:99").unwrap_err();
+        assert!(e.contains("\"1.2.3\" is not an IPv4 address"), "{e}");
     }
 
     #[test]
