@@ -247,7 +247,7 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.only == "all" || args.only == "allreduce" {
         let ranks = cores.max(2);
         crate::say!(
-            "in-process all-reduce, {ranks} ranks: bus bandwidth GB/s (2(n-1)/n x bytes / time)"
+            "in-process all-reduce, {ranks} ranks (one a core, 2 at least; --workers and --batches are the training benchmarks'): bus bandwidth GB/s (2(n-1)/n x bytes / time)"
         );
         for mib in [1usize, 4, 16, 64] {
             let iters = (256 / mib).clamp(4, 64);
