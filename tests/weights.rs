@@ -672,7 +672,22 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     let (mut p, mut b) = (small.init_params(0), small.init_buffers());
     let e = import(&f, &small, &mut p, &mut b).unwrap_err();
     assert!(
-        e.contains("small-image stem") && e.contains("--image-size 65 or more"),
+        e.contains("small-image stem")
+            && e.contains("pictures of 65 pixels or more")
+            && e.contains("--image-size 65 for picture folders and CIFAR"),
+        "{e}"
+    );
+    // on grey pictures (digits): the channels are what differs first
+    let grey = Model::new(
+        Shape::Image { c: 1, h: 8, w: 8 },
+        &"resnet18".parse().unwrap(),
+        10,
+    )
+    .unwrap();
+    let (mut p, mut b) = (grey.init_params(0), grey.init_buffers());
+    let e = import(&f, &grey, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("the file's first layer takes 3 input channels and this data gives 1"),
         "{e}"
     );
 }

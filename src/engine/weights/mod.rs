@@ -232,10 +232,18 @@ pub fn import(
             }
             // (ImageNet's 7x7 stem where this model has the small-image one)
             let imagenet_stem = view.shape().get(2..) == Some(&[7, 7][..]);
-            let why = if i == 0 && model.torchvision_changes.is_some() && imagenet_stem {
+            let (theirs, ours) = (view.shape().get(1).copied(), t.shape.get(1).copied());
+            let why = if i == 0 && view.shape().len() == 4 && theirs != ours {
+                format!(
+                    "the file's first layer takes {} input channels and this data gives {}: train on pictures of as many channels (--data of RGB pictures for ImageNet's weights)",
+                    theirs.unwrap_or(0),
+                    ours.unwrap_or(0)
+                )
+            } else if i == 0 && model.torchvision_changes.is_some() && imagenet_stem {
                 let small = crate::nn::model::SMALL_IMAGES;
                 format!(
-                    "pictures of at most {small}x{small} pixels get a small-image stem (the start-up lines say so), which these weights do not fit: give --image-size {} or more to keep the stem they were trained with",
+                    "pictures of at most {small}x{small} pixels get a small-image stem (the start-up lines say so), which these weights do not fit: train on pictures of {} pixels or more to keep the stem they were trained with (--image-size {} for picture folders and CIFAR)",
+                    small + 1,
                     small + 1
                 )
             } else {
