@@ -148,7 +148,7 @@ impl std::str::FromStr for Freeze {
         let p: Vec<String> = s.split(',').map(|p| p.trim().to_string()).collect();
         if p.iter().any(|p| p.is_empty()) {
             return Err(format!(
-                "`{s}`: give backbone or name prefixes separated by commas, e.g. layer1.,layer2."
+                "`{s}`: give backbone or name prefixes separated by commas, e.g. layer1,layer2"
             ));
         }
         Ok(Freeze::Prefixes(p))

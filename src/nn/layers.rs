@@ -297,11 +297,18 @@ impl Scanner<'_> {
     fn end(&self) -> Result<(), String> {
         match &self.tok[self.pos..] {
             "" => Ok(()),
-            rest => Err(format!(
-                "unexpected `{}` after `{}`; {FORMS}",
-                crate::data::read::excerpt(rest),
-                crate::data::read::excerpt(&self.tok[..self.pos])
-            )),
+            rest => {
+                // (`conv8k3p1s2`: the options come in one order)
+                let order = match rest.starts_with('s') && self.tok[..self.pos].contains('p') {
+                    true => " (the stride comes before the padding, e.g. conv64k3s2p1)",
+                    false => "",
+                };
+                Err(format!(
+                    "unexpected `{}` after `{}`{order}; {FORMS}",
+                    crate::data::read::excerpt(rest),
+                    crate::data::read::excerpt(&self.tok[..self.pos])
+                ))
+            }
         }
     }
 }

@@ -110,6 +110,10 @@ fn bad_tokens_are_refused_naming_the_layer() {
             "expected a probability after `dropout`, e.g. dropout0.2",
         ),
         (
+            "conv8k3p1s2",
+            "unexpected `s2` after `conv8k3p1` (the stride comes before the padding, e.g. conv64k3s2p1)",
+        ),
+        (
             "dropout0.12345",
             "dropout probability 0.12345 is finer than thousandths: give one of 0.001 to 0.999 in steps of 0.001, e.g. dropout0.123",
         ),

@@ -159,7 +159,7 @@ impl Builder {
         }
         let (oh, ow) = out_size(h, w, k, k, stride, pad).map_err(|e| {
             format!(
-                "{e} (on images of {h}x{w}); use a smaller kernel, stride or model, or larger images"
+                "{e} at this layer; use a smaller kernel or stride, fewer layers that shrink the pictures, or larger pictures"
             )
         })?;
         let g = ConvGeom {
@@ -283,7 +283,7 @@ impl Builder {
             ));
         }
         let (oh, ow) = out_size(h, w, k, k, stride, pad).map_err(|e| {
-            format!("{e} (on images of {h}x{w}); use a smaller window or larger images")
+            format!("{e} at this layer; use a smaller window, fewer layers that shrink the pictures, or larger pictures")
         })?;
         Ok(Window {
             c,

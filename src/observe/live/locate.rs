@@ -175,9 +175,14 @@ mod tests {
         let t = locate(Some(&latest)).unwrap();
         assert_eq!(t.run, new);
         assert_eq!(t.socket, t.run.join(SOCKET_NAME));
+        // (its metrics file empty: nothing `view` could show; a run's own is named: tests/live.rs)
         match locate(Some(&dead)) {
             Err(e @ AttachError::NotLive { .. }) => {
-                assert!(e.to_string().contains("mgtop-train view"), "{e}")
+                assert!(
+                    e.to_string()
+                        .contains("holds no metrics file `view` can read"),
+                    "{e}"
+                )
             }
             other => panic!("{other:?}"),
         }
