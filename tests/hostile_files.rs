@@ -99,12 +99,12 @@ fn oversized_settings_files_are_refused_unread() {
     refused(
         d,
         &["--config", "big.toml"],
-        &["config file big.toml: larger than the 1 MiB that a config file may hold"],
+        &["more than the 1 MiB mgtop-train reads as a config file"],
     );
     refused(
         d,
         &["--theme", "big.toml"],
-        &["theme big.toml: larger than the 1 MiB that a theme file may hold"],
+        &["more than the 1 MiB mgtop-train reads as a theme file"],
     );
 }
 

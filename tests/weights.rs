@@ -719,3 +719,41 @@ fn a_deeper_model_s_hidden_layer_is_not_taken_for_a_head() {
         "{e}"
     );
 }
+
+/// A checkpoint's weights file given to --init: its optimizer state is said once, apart (not
+/// listed as tensors of another model), and an empty file says it holds none.
+#[test]
+fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
+    let m = Model::mlp(8, &[4], 2);
+    let params = m.init_params(0);
+    let mut bytes: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for t in &m.tensors {
+        let b: Vec<u8> = params[t.range()]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        bytes.push((t.name.clone(), b.clone(), t.shape.clone()));
+        bytes.push((format!("optim.m.{}", t.name), b, t.shape.clone()));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = (bytes.iter())
+        .map(|(n, b, s)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+            (n.clone(), v.unwrap())
+        })
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    let (mut p, mut b) = (m.init_params(1), m.init_buffers());
+    let notes = import(file.path(), &m, &mut p, &mut b).unwrap().join("\n");
+    assert!(
+        notes.contains("the file's optimizer state (optim.*, a checkpoint's) is not taken")
+            && !notes.contains("ignored: optim."),
+        "{notes}"
+    );
+    assert_eq!(p, params);
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let no_views: Vec<(String, safetensors::tensor::TensorView)> = Vec::new();
+    safetensors::serialize_to_file(no_views, &None, empty.path()).unwrap();
+    let e = import(empty.path(), &m, &mut p, &mut b).unwrap_err();
+    assert!(e.contains("it holds no tensors"), "{e}");
+}

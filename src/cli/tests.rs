@@ -234,7 +234,7 @@ fn config_files_are_read_within_limits() {
     std::fs::File::create(&f).unwrap().set_len(2 << 20).unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(
-        e.contains("larger than the 1 MiB that a config file may hold (2 MiB)"),
+        e.contains("2 MiB, more than the 1 MiB mgtop-train reads as a config file"),
         "{e}"
     );
     // a long value from the file is quoted short, not echoed whole

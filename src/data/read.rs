@@ -99,7 +99,7 @@ fn too_large(path: &Path, expect: &Expect, size: &str) -> ReadError {
     refused(
         path,
         format!(
-            "larger than the {} that {} may hold ({size}); {}",
+            "{size}, more than the {} mgtop-train reads as {}; {}",
             bytes(expect.max),
             expect.what,
             expect.fix
@@ -356,7 +356,7 @@ mod tests {
         let e = read_bytes(&f, &small()).unwrap_err().to_string();
         assert!(
             e.contains(
-                "larger than the 8 bytes that a test file may hold (9 bytes); use a smaller"
+                "9 bytes, more than the 8 bytes mgtop-train reads as a test file; use a smaller"
             ),
             "{e}"
         );

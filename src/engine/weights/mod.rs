@@ -145,6 +145,9 @@ pub fn import(
         .chain(model.buffers.iter().map(|t| (t, false)))
         .collect();
     let matches_nothing = |file_names: &[String]| {
+        if file_names.is_empty() {
+            return at("it holds no tensors; is it the right file?".into());
+        }
         let ex: Vec<String> = file_names
             .iter()
             .take(3)
@@ -280,10 +283,12 @@ pub fn import(
     if loaded == 0 {
         return Err(matches_nothing(&file_names));
     }
-    // (PyTorch's batch-norm step counters are bookkeeping this program does not keep)
-    let unexpected: Vec<String> = file_names
-        .into_iter()
+    // (PyTorch's batch-norm step counters are bookkeeping this program does not keep; a
+    // checkpoint's optimizer state is said apart)
+    let optimizer_state = file_names.iter().any(|n| n.starts_with("optim."));
+    let unexpected: Vec<String> = (file_names.into_iter())
         .filter(|n| !used.contains(n) && !n.ends_with("num_batches_tracked"))
+        .filter(|n| !n.starts_with("optim."))
         .collect();
     let mut notes = vec![format!(
         "--init {}: loaded {loaded} of this model's {} tensors{}",
@@ -314,6 +319,11 @@ pub fn import(
             "--init: in the file but not in this model, ignored: {}",
             listed(&unexpected)
         ));
+    }
+    if optimizer_state {
+        notes.push(
+            "--init: the file's optimizer state (optim.*, a checkpoint's) is not taken: the optimizer starts anew (--resume continues a run with it)".into(),
+        );
     }
     Ok(notes)
 }

@@ -222,6 +222,8 @@ const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,1
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        // (spaces about it, from a quoted flag or a config file, are no part of it)
+        let s = s.trim();
         // a spec in a message: its start, however long it is
         let shown = crate::data::read::excerpt(s);
         let Some(rest) = s

@@ -31,6 +31,11 @@ fn parses_specs_and_rejects_bad_ones() {
     assert_eq!(hidden("mlp:"), Vec::<usize>::new());
     // no hidden layer is named as `mlp` is written (a linear classifier), not `mlp:`
     assert_eq!("mlp:".parse::<ModelSpec>().unwrap().to_string(), "mlp");
+    // spaces about a spec are no part of it
+    assert_eq!(
+        " dense16\n".parse::<ModelSpec>(),
+        "dense16".parse::<ModelSpec>()
+    );
     // dense layers are an MLP, however written
     assert_eq!(hidden("dense32,dense16"), vec![32, 16]);
     assert_eq!(
