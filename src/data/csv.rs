@@ -263,7 +263,8 @@ mod tests {
             .unwrap();
         let e = super::read(&f, "--data").unwrap_err().to_string();
         assert!(
-            e.contains("that a CSV file may hold") && e.contains("train on a sample of its rows"),
+            e.contains("mgtop-train reads as a CSV file")
+                && e.contains("train on a sample of its rows"),
             "{e}"
         );
     }

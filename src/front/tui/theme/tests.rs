@@ -208,7 +208,7 @@ fn theme_files_are_read_within_limits() {
     std::fs::File::create(&f).unwrap().set_len(2 << 20).unwrap();
     let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
     assert!(
-        e.contains("larger than the 1 MiB that a theme file may hold"),
+        e.contains("2 MiB, more than the 1 MiB mgtop-train reads as a theme file"),
         "{e}"
     );
     // values from the file are quoted short and escaped
