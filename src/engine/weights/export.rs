@@ -49,7 +49,9 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             instead()
         )
     })?;
-    let steps = (meta.optimizer_steps as i64).to_le_bytes();
+    // (PyTorch counts a batch norm's training passes: --grad-accum of them a step)
+    let passes = meta.optimizer_steps * meta.grad_accum() as u64;
+    let steps = (passes as i64).to_le_bytes();
     let mut views: Vec<(String, TensorView)> = Vec::new();
     let mut names: Vec<String> = st.names().into_iter().cloned().collect();
     names.sort();
