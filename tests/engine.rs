@@ -659,25 +659,31 @@ fn a_batch_past_the_training_split_takes_it_all_each_step_and_says_so() {
 #[test]
 fn a_last_batch_leaving_batch_norm_one_value_is_said() {
     let dir = tempfile::tempdir().unwrap();
-    let notes = |per_replica| {
+    let notes = |per_replica, sync_bn, steps| {
         let cfg = RunConfig {
             model: "dense8,bn".parse().unwrap(),
-            ..small(2, per_replica, 1, dir.path())
+            sync_bn,
+            ..small(2, per_replica, steps, dir.path())
         };
         let engine = Engine::start(cfg).expect("starts");
         let notes = engine.info().data_notes.clone();
         engine.join().expect("runs");
         notes.join("\n")
     };
-    // 301 = 75 x 4 + 1: the last batch gives one rank 1 sample, the other none
-    let said = notes(2);
-    assert!(
-        said.contains("each epoch ends with a batch of 1 of the 301")
-            && said.contains("batch norm `bn.1` normalises one value per channel"),
-        "{said}"
-    );
-    // 301 % 14 = 7: shares of 4 and 3
-    assert!(!notes(7).contains("ends with a batch"));
+    // 301 = 75 x 4 + 1: the last batch gives one rank 1 sample, the other none (with --sync-bn
+    // the ranks' statistics pool to that one sample too)
+    for sync_bn in [false, true] {
+        let said = notes(2, sync_bn, 80);
+        assert!(
+            said.contains("each epoch ends with a batch of 1 of the 301")
+                && said.contains("gives batch norm `bn.1` one sample to normalise")
+                && said.contains("--batch-per-replica 4 avoids it"),
+            "{said}"
+        );
+    }
+    // a run that ends before the epoch does; 301 % 14 = 7: shares of 4 and 3
+    assert!(!notes(2, false, 10).contains("ends with a batch"));
+    assert!(!notes(7, false, 80).contains("ends with a batch"));
 }
 
 #[test]

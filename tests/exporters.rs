@@ -276,7 +276,7 @@ fn a_port_in_use_or_a_folder_that_cannot_be_made_is_refused_before_the_run_start
     );
     let out = text(&o);
     assert!(
-        !o.status.success() && out.contains("--tensorboard /proc/tb: cannot write in /proc"),
+        !o.status.success() && out.contains("--tensorboard /proc/tb: cannot make a file in /proc"),
         "{out}"
     );
     assert!(!dir.path().join("runs").exists(), "nothing started: {out}");

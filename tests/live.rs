@@ -462,7 +462,7 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
         err.contains("not live") && err.contains("mgtop-train view"),
         "{err}"
     );
-    // `view` given the socket names `attach`
+    // `view` given the dead socket says so
     let o = Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
         .args(["view", "--headless"])
         .arg(killed.socket())
@@ -470,7 +470,9 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("a socket (a live run's), not a metrics file") && err.contains("attach"),
+        err.contains(
+            "a socket no run listens on (its run ended or was killed), not a metrics file"
+        ),
         "{err}"
     );
     // a dead socket beside no metrics file `view` could read names none

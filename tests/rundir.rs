@@ -368,6 +368,15 @@ fn metrics_out_never_replaces_another_run_s_record() {
         assert!(out.contains("it is the record of the run in"), "{out}");
     }
     assert_eq!(std::fs::read(a.join("metrics.jsonl")).unwrap(), record);
+    // a run directory moved away from where its record says it is
+    std::fs::rename(&a, d.join("moved")).unwrap();
+    let out = fails(d, &["--steps", "5", "--metrics-out", "moved/metrics.jsonl"]);
+    assert!(out.contains("it is the record of the run in"), "{out}");
+    assert_eq!(
+        std::fs::read(d.join("moved/metrics.jsonl")).unwrap(),
+        record
+    );
+    std::fs::rename(d.join("moved"), &a).unwrap();
     // a live run's file: it holds the file's lock while it writes
     let shared = d.join("shared.jsonl");
     std::fs::write(&shared, "").unwrap();

@@ -487,7 +487,7 @@ fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
     .to_string();
     assert!(
         e.contains("--strategy local-sgd:3 cannot be resumed as it was at step 37")
-            && e.contains("--strategy local-sgd:3,moments")
+            && e.contains(": --strategy local-sgd:3,moments (averages")
             && e.contains("--strategy mirrored"),
         "{e}"
     );

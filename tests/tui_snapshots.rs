@@ -508,7 +508,7 @@ fn the_summary_says_what_the_step_time_parts_leave_over() {
     set(&mut app, [0.6, 0.05, 0.1, 0.1]);
     let s = screen(&app, 100, 30);
     assert!(s.contains("waiting 10% · other 15%"), "{s}");
-    set(&mut app, [0.7, 0.05, 0.15, 0.095]);
+    set(&mut app, [0.7, 0.05, 0.15, 0.098]);
     let s = screen(&app, 100, 30);
     assert!(s.contains("waiting 10%") && !s.contains("· other"), "{s}");
 }

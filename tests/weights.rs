@@ -676,7 +676,7 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     assert!(
         e.contains("small-image stem")
             && e.contains("pictures of 65 pixels or more")
-            && e.contains("--image-size 65 for picture folders and CIFAR"),
+            && e.contains("--image-size 224, ImageNet's, for picture folders and CIFAR"),
         "{e}"
     );
     // on grey pictures (digits): the channels are what differs first

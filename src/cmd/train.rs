@@ -262,7 +262,10 @@ pub(super) fn train(
             let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
             match strategy.unresumable(optimizer, step) {
                 None => crate::say!("resume with: --resume {}", arg.display()),
-                Some(why) => crate::say!("to go on: --resume {} ({why})", arg.display()),
+                Some((why, flags)) => crate::say!(
+                    "to go on: --resume {} {flags} (or --strategy mirrored; {why})",
+                    arg.display()
+                ),
             }
         }
     }

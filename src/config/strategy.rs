@@ -100,9 +100,9 @@ impl Strategy {
     }
 
     /// Why a checkpoint at `step` of a run of this strategy with `optimizer` cannot be resumed as
-    /// the run it was: local SGD without `,moments` past its warm-up keeps each rank's moments
-    /// apart, and a checkpoint holds one rank's. With how to go on from it instead.
-    pub fn unresumable(&self, optimizer: OptimizerKind, step: u64) -> Option<String> {
+    /// the run it was (local SGD without `,moments` past its warm-up keeps each rank's moments
+    /// apart, and a checkpoint holds one rank's), and the flags that go on from it instead.
+    pub fn unresumable(&self, optimizer: OptimizerKind, step: u64) -> Option<(String, String)> {
         let Strategy::LocalSgd {
             every,
             warmup,
@@ -111,9 +111,12 @@ impl Strategy {
         else {
             return None;
         };
-        (step > warmup && optimizer.keeps_moments()).then(|| format!(
-            "--strategy local-sgd:{every} cannot be resumed as it was at step {step}: past its {warmup} synchronous steps each rank's {optimizer} moments are its own, and the checkpoint holds one rank's; go on from it with every rank taking those moments (--strategy local-sgd:{every},moments, which averages them at every sync and resumes exactly from then on, or --strategy mirrored), or start the run again (--optimizer sgd keeps no moments)"
-        ))
+        (step > warmup && optimizer.keeps_moments()).then(|| {
+            let why = format!(
+                "--strategy local-sgd:{every} cannot be resumed as it was at step {step}: past its synchronous warm-up ({warmup} steps) each rank's {optimizer} moments are its own, and a checkpoint holds one rank's"
+            );
+            (why, format!("--strategy local-sgd:{every},moments"))
+        })
     }
 
     /// Whether the ranks hold one model after step `step` (1-based) by the schedule: always,

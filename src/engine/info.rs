@@ -239,8 +239,17 @@ impl RunInfo {
         };
         // local SGD on one rank trains as mirrored (a start-up note says so): the header, the
         // log and the records tell of what runs
-        if info.ranks() == 1 && matches!(cfg.strategy, Strategy::LocalSgd { .. }) {
-            info.strategy = Strategy::Mirrored;
+        // (and `,moments` with an optimizer that keeps none averages the parameters alone)
+        match cfg.strategy {
+            Strategy::LocalSgd { .. } if info.ranks() == 1 => info.strategy = Strategy::Mirrored,
+            Strategy::LocalSgd { every, warmup, .. } if !cfg.optimizer.keeps_moments() => {
+                info.strategy = Strategy::LocalSgd {
+                    every,
+                    warmup,
+                    moments: false,
+                }
+            }
+            _ => {}
         }
         let idle = idle::settings(cfg, model, &info);
         info.model_notes.extend(idle);

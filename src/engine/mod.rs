@@ -210,10 +210,16 @@ impl Engine {
             split: None,
         };
         let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
+        let steps = match cfg.budget {
+            crate::config::Budget::Steps(s) => Some(s),
+            crate::config::Budget::Epochs(_) => None,
+        };
         notes.extend(validate::one_sample_shares(
-            one_value.as_ref(),
+            validate::one_value_layer(&model).as_ref(),
             samples,
             &sharding,
+            cfg.sync_bn && ranks > 1,
+            steps,
         ));
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {

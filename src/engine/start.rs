@@ -182,7 +182,9 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
 /// Refused with the reason and the ways on (`Strategy::unresumable`).
 fn local_sgd_resumable(cfg: &RunConfig, step: u64) -> Result<(), EngineError> {
     match cfg.strategy.unresumable(cfg.optimizer, step) {
-        Some(why) => Err(EngineError::Config(why)),
+        Some((why, flags)) => Err(EngineError::Config(format!(
+            "{why}; go on from it with every rank taking those moments: {flags} (averages them at every sync, and resumes exactly from then on) or --strategy mirrored; or start the run again"
+        ))),
         None => Ok(()),
     }
 }

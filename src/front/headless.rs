@@ -202,18 +202,16 @@ impl Log<'_> {
     }
 }
 
-/// Where the ranks' time went, in shares of it: compute, data, comm, wait, and (as the UI's
-/// summary) what those leave of the step where it is more than rounding: central storage's host
-/// transfers, the step's own bookkeeping.
+/// Where the ranks' time went, in whole percents that add up to 100: compute, data, comm, wait,
+/// and (as the UI's summary) what those leave of the step where it makes a percent: central
+/// storage's host transfers, the step's own bookkeeping.
 fn time_shares(t: &Totals) -> String {
     let mut parts = vec![t.compute_s, t.data_s, t.comm_s, t.wait_s];
-    let rest = t.rank_s - parts.iter().sum::<f64>();
-    if rest / t.rank_s > 0.02 {
-        parts.push(rest);
-    }
+    parts.push(t.rank_s - parts.iter().sum::<f64>());
     let shares: Vec<f64> = parts.iter().map(|p| p / t.rank_s).collect();
     let names = ["compute", "data", "comm", "wait", "other"];
     (names.iter().zip(crate::text::whole_percents(&shares)))
+        .filter(|&(name, p)| *name != "other" || p > 0)
         .map(|(name, p)| format!("{name} {p}%"))
         .collect::<Vec<_>>()
         .join(", ")
@@ -329,10 +327,14 @@ mod tests {
             time_shares(&t(6.9, 0.7)),
             "compute 69%, data 5%, comm 7%, wait 2%, other 17%"
         );
-        // what rounding leaves is not a part
+        // a percent left is said; what is less than one is not a part (the parts add to 100)
         assert_eq!(
             time_shares(&t(8.6, 0.6)),
-            "compute 86%, data 5%, comm 6%, wait 2%"
+            "compute 86%, data 5%, comm 6%, wait 2%, other 1%"
+        );
+        assert_eq!(
+            time_shares(&t(8.66, 0.6)),
+            "compute 87%, data 5%, comm 6%, wait 2%"
         );
     }
 }

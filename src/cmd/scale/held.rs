@@ -23,13 +23,6 @@ pub fn strategies(
             _ => items.push(item.to_string()),
         }
     }
-    if let Some(twice) =
-        (items.iter().enumerate()).find_map(|(i, s)| items[..i].contains(s).then_some(s))
-    {
-        return Err(format!(
-            "--strategies: {twice} is given twice: list each strategy once"
-        ));
-    }
     let list: Vec<Strategy> = (items.iter())
         .map(|s| {
             let s = s
@@ -44,6 +37,14 @@ pub fn strategies(
             })
         })
         .collect::<Result<_, String>>()?;
+    // (as parsed: local-sgd:08 is local-sgd:8)
+    if let Some(twice) =
+        (list.iter().enumerate()).find_map(|(i, s)| list[..i].contains(s).then_some(s))
+    {
+        return Err(format!(
+            "--strategies: {twice} is given twice: list each strategy once"
+        ));
+    }
     if warmup.is_some() && !list.iter().any(|s| matches!(s, Strategy::LocalSgd { .. })) {
         return Err(format!(
             "--local-sgd-warmup is for the local-sgd strategies of --strategies, and {} has none: drop the flag, or add one (e.g. local-sgd:8)",

@@ -100,6 +100,8 @@ fn local_sgd_points_time_local_sgd_and_the_list_is_checked() {
     // a strategy twice, a local-SGD warm-up for a list without local SGD
     let e = strategies("mirrored,mirrored", None, &base).unwrap_err();
     assert!(e.contains("mirrored is given twice"), "{e}");
+    let e = strategies("local-sgd:08,local-sgd:8", None, &base).unwrap_err();
+    assert!(e.contains("local-sgd:8 is given twice"), "{e}");
     let e = strategies("mirrored,central-storage", Some(0), &base).unwrap_err();
     assert!(
         e.contains("--local-sgd-warmup is for the local-sgd strategies"),

@@ -145,6 +145,10 @@ pub fn import(
         .chain(model.buffers.iter().map(|t| (t, false)))
         .collect();
     let matches_nothing = |file_names: &[String]| {
+        // (a checkpoint's optimizer state is no model's tensors)
+        let file_names: Vec<&String> = (file_names.iter())
+            .filter(|n| !n.starts_with("optim."))
+            .collect();
         if file_names.is_empty() {
             return at("it holds no tensors; is it the right file?".into());
         }
@@ -245,8 +249,7 @@ pub fn import(
             } else if i == 0 && model.torchvision_changes.is_some() && imagenet_stem {
                 let small = crate::nn::model::SMALL_IMAGES;
                 format!(
-                    "pictures of at most {small}x{small} pixels get a small-image stem (the start-up lines say so), which these weights do not fit: train on pictures of {} pixels or more to keep the stem they were trained with (--image-size {} for picture folders and CIFAR)",
-                    small + 1,
+                    "pictures of at most {small}x{small} pixels get a small-image stem, which these weights do not fit: train on pictures of {} pixels or more to keep the stem they were trained with (e.g. --image-size 224, ImageNet's, for picture folders and CIFAR)",
                     small + 1
                 )
             } else {

@@ -59,7 +59,14 @@ impl MetricsReader {
     pub fn open(path: &Path) -> Result<MetricsReader, ReadError> {
         let path = if path.is_dir() {
             let inner = path.join(FILE_NAME);
-            // (one that is there but no file is refused below, by what it is)
+            // (one that is there but no file is refused below, by what it is; a directory this
+            // user may not read is said so: a run directory is its owner's alone)
+            if let Err(e) = std::fs::read_dir(path) {
+                return Err(ReadError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
+                });
+            }
             if std::fs::symlink_metadata(&inner).is_err() {
                 return Err(ReadError::File {
                     path: path.to_path_buf(),
@@ -74,13 +81,15 @@ impl MetricsReader {
         };
         use std::os::unix::fs::FileTypeExt;
         if std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
-            return Err(ReadError::File {
-                what: format!(
-                    "a socket (a live run's), not a metrics file: watch its run with `mgtop-train attach {}`, or view the run directory beside it",
+            let live = std::os::unix::net::UnixStream::connect(&path).is_ok();
+            let what = match live {
+                true => format!(
+                    "a run's live socket, not a metrics file: watch the run with `mgtop-train attach {}`, or view the run directory beside it",
                     path.display()
                 ),
-                path,
-            });
+                false => "a socket no run listens on (its run ended or was killed), not a metrics file: view the run directory beside it".to_string(),
+            };
+            return Err(ReadError::File { what, path });
         }
         // a FIFO or a device in a metrics file's place is refused, not waited on or read
         // without end (a metrics file may be of any length: it is read a line at a time)

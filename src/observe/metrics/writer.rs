@@ -118,9 +118,19 @@ impl MetricsWriter {
         // whatever name (a symbolic or hard link to it is the same file)
         use std::os::unix::fs::MetadataExt;
         let same_file = |m: std::fs::Metadata| (m.dev(), m.ino()) == (meta.dev(), meta.ino());
-        let of_run = (record.as_ref())
-            .and_then(|r| r.get("run_dir")?.as_str().map(PathBuf::from))
-            .filter(|d| std::fs::metadata(d.join(METRICS)).is_ok_and(same_file));
+        let recorded =
+            (record.as_ref()).and_then(|r| r.get("run_dir")?.as_str().map(PathBuf::from));
+        // or that record where its run directory went (moved or copied whole: beside its
+        // checkpoints, under its own name)
+        let real = std::fs::canonicalize(path).ok();
+        let moved = (real.as_ref())
+            .filter(|r| r.file_name() == Some(std::ffi::OsStr::new(METRICS)))
+            .and_then(|r| r.parent())
+            .filter(|d| d.join(crate::engine::rundir::CHECKPOINTS).is_dir())
+            .filter(|_| record.is_some())
+            .map(Path::to_path_buf);
+        let of_run = (recorded.filter(|d| std::fs::metadata(d.join(METRICS)).is_ok_and(same_file)))
+            .or(moved);
         if let Some(d) = of_run {
             return Err(err(
                 std::io::Error::other(format!("it is the record of the run in {}, which this run would replace", d.display())),

@@ -57,8 +57,12 @@ pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
             "--prometheus {spec:?}: {port:?} is not a port (0-65535); {fix}"
         ));
     }
-    // (the resolver takes `1.2.3` for 1.2.0.3, an address no one meant)
-    let numeric = !host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    // (the resolver takes `1.2.3` for 1.2.0.3 and `0x7f.1` for 127.0.0.1, addresses no one
+    // means: a host that starts with a digit and is all hex digits, `x` and dots is a number)
+    let numeric = host.starts_with(|c: char| c.is_ascii_digit())
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'x' || b == b'X' || b == b'.');
     if numeric && host.parse::<Ipv4Addr>().is_err() {
         return Err(format!(
             "--prometheus {spec:?}: {host:?} is not an IPv4 address (four numbers of 0-255, e.g. 127.0.0.1); {fix}"
@@ -358,8 +362,13 @@ mod tests {
         let e = parse_addr("70000").unwrap_err();
         assert!(e.contains("\"70000\" is not a port (0-65535)"), "{e}");
         // a dotted number short of four is no address (the resolver would make 1.2.0.3 of it)
-        let e = parse_addr("1.2.3:99").unwrap_err();
-        assert!(e.contains("\"1.2.3\" is not an IPv4 address"), "{e}");
+        for short in ["1.2.3", "0x7f.1", "0x7f000001", "127.1"] {
+            let e = parse_addr(&format!("{short}:99")).unwrap_err();
+            assert!(
+                e.contains(&format!("{short:?} is not an IPv4 address")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

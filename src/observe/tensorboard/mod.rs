@@ -62,7 +62,7 @@ pub fn preflight(dir: &Path) -> Result<(), String> {
                     Ok(())
                 }
                 Err(e) => Err(format!(
-                    "--tensorboard {}: cannot write in {} ({e}); {fix}",
+                    "--tensorboard {}: cannot make a file in {} ({e}); {fix}",
                     dir.display(),
                     at.display()
                 )),

@@ -232,9 +232,9 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, w, h, "run summary", lines, theme);
 }
 
-/// Where the ranks' step time went, in whole percents that add up (`n/a` before any step); what
-/// the parts leave of the step (central storage's host transfers, the step's own bookkeeping) is
-/// `other`, where it is more than rounding.
+/// Where the ranks' step time went, in whole percents that add up to 100 (`n/a` before any
+/// step); what the parts leave of the step (central storage's host transfers, the step's own
+/// bookkeeping) is `other`, where it makes a percent.
 fn step_time(s: &crate::front::tui::app::Summary) -> String {
     let parts = [s.compute_share, s.data_share, s.comm_share, s.wait_share];
     let names = ["compute", "data", "all-reduce", "waiting", "other"];
@@ -242,11 +242,9 @@ fn step_time(s: &crate::front::tui::app::Summary) -> String {
         let parts: Vec<String> = names[..4].iter().map(|n| format!("{n} n/a")).collect();
         return parts.join(" · ");
     };
-    let rest = 1.0 - shares.iter().sum::<f64>();
-    if rest > 0.02 {
-        shares.push(rest);
-    }
+    shares.push(1.0 - shares.iter().sum::<f64>());
     (names.iter().zip(crate::text::whole_percents(&shares)))
+        .filter(|&(n, p)| *n != "other" || p > 0)
         .map(|(n, p)| format!("{n} {p}%"))
         .collect::<Vec<_>>()
         .join(" · ")

@@ -4,8 +4,12 @@
 use std::time::Duration;
 
 use super::checkpoint::CheckpointMeta;
-use super::loader::Sharding;
 use super::EngineError;
+
+mod batch_norm;
+pub(super) use batch_norm::{
+    batch_norm_values, one_sample_shares, one_value_batch_norm, one_value_layer, one_value_refusal,
+};
 
 /// Micro-batches per step (`--grad-accum`) and batches queued per rank (`--prefetch`): far
 /// beyond any use, and what keeps a typo from allocating without bound.
@@ -14,7 +18,7 @@ pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
-use crate::nn::model::{Model, Op};
+use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
 
 pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
@@ -190,77 +194,6 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         model.freeze(&frozen);
     }
     Ok(model)
-}
-
-/// A batch norm whose statistics a batch of one per replica would make of one value per
-/// channel (over a flat vector or 1x1 pictures, on one rank or without `--sync-bn` over
-/// `ranks`): it would put out its bias alone, with a variance of 0, as PyTorch refuses. Its
-/// name and what it normalises over, where the model has one: a batch of 2 or more per replica is
-/// needed.
-pub(super) fn one_value_batch_norm(
-    cfg: &RunConfig,
-    model: &Model,
-    ranks: usize,
-) -> Option<(String, &'static str)> {
-    if cfg.sync_bn && ranks > 1 {
-        return None;
-    }
-    let n = (model.nodes.iter())
-        .filter(|n| matches!(n.op, Op::BatchNorm { .. }))
-        .find(|n| match model.values[n.inputs[0]] {
-            Shape::Image { h, w, .. } => h * w == 1,
-            Shape::Flat(_) => true,
-        })?;
-    let over = match model.values[n.inputs[0]] {
-        Shape::Image { .. } => "over 1x1 pictures",
-        Shape::Flat(_) => "over a flat vector",
-    };
-    Some((n.name.clone(), over))
-}
-
-/// Why a batch of 1 per replica is refused, for the batch norm `one_value_batch_norm` found.
-pub(super) fn one_value_refusal((name, over): &(String, &str)) -> String {
-    format!(
-        "batch norm `{name}` would normalise one value per channel at a batch of 1 per replica ({over}): its output would be its bias alone"
-    )
-}
-
-/// A run whose batch makes a batch norm of one value per channel (`not_one`, what
-/// `one_value_batch_norm` found): refused.
-pub(super) fn batch_norm_values(
-    not_one: Option<&str>,
-    per_replica: usize,
-) -> Result<(), EngineError> {
-    match not_one.filter(|_| per_replica < 2) {
-        Some(why) => Err(EngineError::Config(format!(
-            "{why}; use --batch-per-replica 2 or more (with a training split of 2 or more samples a rank)"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Where the epoch's short last batch of `samples` leaves a micro-batch of one sample, which the
-/// batch norm `one_value_batch_norm` found normalises to its bias for that step (PyTorch's
-/// would refuse to): said, with the batch sizes that avoid it.
-pub(super) fn one_sample_shares(
-    one_value: Option<&(String, &str)>,
-    samples: usize,
-    sharding: &Sharding,
-) -> Option<String> {
-    let (name, over) = one_value?;
-    let last = samples % sharding.global_batch();
-    let pieces = sharding.ranks * sharding.accum;
-    let one = (0..pieces).any(|i| {
-        sharding
-            .piece(last, i / sharding.ranks, i % sharding.ranks)
-            .1
-            == 1
-    });
-    (last > 0 && one).then(|| {
-        format!(
-            "each epoch ends with a batch of {last} of the {samples} training samples, which leaves a micro-batch one sample: batch norm `{name}` normalises one value per channel there ({over}), so its output is its bias alone for that step; a global batch (--batch-per-replica x ranks x --grad-accum) that divides {samples}, or leaves 2 or more a micro-batch, avoids it"
-        )
-    })
 }
 
 /// The tensors `--freeze` names; an error if it names none, or all.
