@@ -699,20 +699,10 @@ fn a_deeper_model_s_hidden_layer_is_not_taken_for_a_head() {
     // mlp:32,16's second layer (16 rows, fed to its head) where mlp:32 has its head
     let deep = Model::mlp(64, &[32, 16], 10);
     let params = deep.init_params(0);
-    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = (deep.tensors.iter())
-        .map(|t| {
-            let b = params[t.range()].iter().flat_map(|x| x.to_le_bytes());
-            (t.name.clone(), b.collect(), t.shape.clone())
-        })
+    let tensors = (deep.tensors.iter())
+        .map(|t| (t.name.clone(), params[t.range()].to_vec(), t.shape.clone()))
         .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = (bytes.iter())
-        .map(|(n, b, s)| {
-            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
-            (n.clone(), v.unwrap())
-        })
-        .collect();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    let file = f32_file(tensors);
     let shallow = Model::mlp(64, &[32], 10);
     let (mut p, mut b) = (shallow.init_params(0), shallow.init_buffers());
     let e = import(file.path(), &shallow, &mut p, &mut b).unwrap_err();
@@ -728,23 +718,13 @@ fn a_deeper_model_s_hidden_layer_is_not_taken_for_a_head() {
 fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
     let m = Model::mlp(8, &[4], 2);
     let params = m.init_params(0);
-    let mut bytes: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    let mut tensors = Vec::new();
     for t in &m.tensors {
-        let b: Vec<u8> = params[t.range()]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        bytes.push((t.name.clone(), b.clone(), t.shape.clone()));
-        bytes.push((format!("optim.m.{}", t.name), b, t.shape.clone()));
+        let v = params[t.range()].to_vec();
+        tensors.push((t.name.clone(), v.clone(), t.shape.clone()));
+        tensors.push((format!("optim.m.{}", t.name), v, t.shape.clone()));
     }
-    let views: Vec<(String, safetensors::tensor::TensorView)> = (bytes.iter())
-        .map(|(n, b, s)| {
-            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
-            (n.clone(), v.unwrap())
-        })
-        .collect();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    let file = f32_file(tensors);
     let (mut p, mut b) = (m.init_params(1), m.init_buffers());
     let notes = import(file.path(), &m, &mut p, &mut b).unwrap().join("\n");
     assert!(
@@ -753,9 +733,23 @@ fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
         "{notes}"
     );
     assert_eq!(p, params);
-    let empty = tempfile::NamedTempFile::new().unwrap();
-    let no_views: Vec<(String, safetensors::tensor::TensorView)> = Vec::new();
-    safetensors::serialize_to_file(no_views, &None, empty.path()).unwrap();
+    let empty = f32_file(Vec::new());
     let e = import(empty.path(), &m, &mut p, &mut b).unwrap_err();
     assert!(e.contains("it holds no tensors"), "{e}");
+}
+
+/// A safetensors file of F32 tensors: (name, values, shape).
+fn f32_file(tensors: Vec<(String, Vec<f32>, Vec<usize>)>) -> tempfile::NamedTempFile {
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = (tensors.into_iter())
+        .map(|(n, v, s)| (n, v.iter().flat_map(|x| x.to_le_bytes()).collect(), s))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = (bytes.iter())
+        .map(|(n, b, s)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+            (n.clone(), v.unwrap())
+        })
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    file
 }
