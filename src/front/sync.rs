@@ -23,6 +23,9 @@ pub enum SyncAhead {
     WarmupAllRun(u64),
     /// The scheduled average after this step.
     Next(u64),
+    /// The replicas are one after this step (a scheduled average, or the warm-up's last step);
+    /// the next scheduled average after this step.
+    Synced(u64),
     /// The average for the epoch's validation, after this step.
     Validation(u64),
     /// The average for a validation within the epoch (`--val-every`), after this step.
@@ -53,10 +56,14 @@ impl SyncAhead {
                     ahead.val_every.map(|v| (v, SyncAhead::ValEvery(v))),
                     ahead.run_end.map(|e| (e, SyncAhead::End(e))),
                 ];
+                let scheduled = match strategy.synced_after(step) {
+                    true => SyncAhead::Synced(n),
+                    false => SyncAhead::Next(n),
+                };
                 (off.into_iter().flatten())
                     .filter(|&(at, _)| before(Some(at), n))
                     .min_by_key(|&(at, _)| at)
-                    .map_or(SyncAhead::Next(n), |(_, s)| s)
+                    .map_or(scheduled, |(_, s)| s)
             }),
         }
     }
@@ -72,6 +79,11 @@ impl SyncAhead {
                 format!("synchronous warm-up for the whole run (its {w} steps outlast it)")
             }
             SyncAhead::Next(n) => format!("{diverge}; next sync at step {n}"),
+            SyncAhead::Synced(n) => {
+                format!(
+                    "replicas one after this step; they step alone to the next sync at step {n}"
+                )
+            }
             SyncAhead::Validation(v) => {
                 format!("{diverge}; averaged for the epoch's validation after step {v}")
             }
@@ -88,7 +100,7 @@ impl SyncAhead {
         match self {
             SyncAhead::Warmup(w) => format!("synchronous to step {w}"),
             SyncAhead::WarmupAllRun(_) => "synchronous all run".into(),
-            SyncAhead::Next(n) => format!("sync at step {n}"),
+            SyncAhead::Next(n) | SyncAhead::Synced(n) => format!("sync at step {n}"),
             SyncAhead::Validation(v) | SyncAhead::ValEvery(v) => {
                 format!("sync at step {v} (validation)")
             }
@@ -199,6 +211,19 @@ mod tests {
         assert_eq!(
             SyncAhead::of(&local, 48, ahead(Some(48), None)),
             Some(SyncAhead::Ended(48))
+        );
+        // a scheduled average's step, and the warm-up's last: the replicas are one there
+        assert_eq!(
+            SyncAhead::of(&local, 68, ahead(Some(300), None)),
+            Some(SyncAhead::Synced(132))
+        );
+        assert_eq!(
+            SyncAhead::of(&local, 4, ahead(Some(300), None)),
+            Some(SyncAhead::Synced(68))
+        );
+        assert_eq!(
+            SyncAhead::of(&local, 5, ahead(Some(300), None)),
+            Some(SyncAhead::Next(68))
         );
         // a warm-up to the run's end or past it: synchronous to the last step, never averaged
         for warmup in [4, 10] {
