@@ -167,7 +167,7 @@ impl Engine {
     fn start_with(
         cfg: RunConfig,
         (devices, device_note): (Vec<Device>, Option<String>),
-        mut loaded: RunData,
+        loaded: RunData,
         procs: Option<Arc<dyn Processes>>,
     ) -> Result<Engine, EngineError> {
         let model = validate::model(&cfg, &loaded.train)?;
@@ -203,24 +203,6 @@ impl Engine {
         let one_value = validate::one_value_batch_norm(&cfg, &model, ranks);
         let not_one = one_value.as_ref().map(validate::one_value_refusal);
         validate::batch_norm_values(not_one.as_deref(), start.per_replica)?;
-        let sharding = loader::Sharding {
-            per_replica: start.per_replica,
-            ranks,
-            accum: cfg.grad_accum,
-            split: None,
-        };
-        let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
-        let steps = match cfg.budget {
-            crate::config::Budget::Steps(s) => Some(s),
-            crate::config::Budget::Epochs(_) => None,
-        };
-        notes.extend(validate::one_sample_shares(
-            validate::one_value_layer(&model).as_ref(),
-            samples,
-            &sharding,
-            cfg.sync_bn && ranks > 1,
-            steps,
-        ));
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
             precision::bf16_pays(&model)
@@ -252,6 +234,14 @@ impl Engine {
         }
 
         let mut info = info;
+        // (an epoch's last batch under the run's own batching)
+        info.data_notes.extend(validate::one_sample_shares(
+            validate::one_value_layer(&model).as_ref(),
+            loaded.train.len(),
+            &info.sharding(),
+            cfg.sync_bn && ranks > 1,
+            cfg.budget,
+        ));
         if cfg.calibrate && ranks > 1 && lead {
             // at the batch size the run trains with (a resumed run's may be the checkpoint's)
             let trained = RunConfig {

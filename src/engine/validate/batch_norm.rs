@@ -2,7 +2,7 @@
 //! short last batch of an epoch that gives it one sample, said.
 
 use super::EngineError;
-use crate::config::RunConfig;
+use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
 use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Op};
@@ -75,17 +75,19 @@ fn ends_with_one_sample(samples: usize, sharding: &Sharding, sync: bool) -> bool
 
 /// Where the epoch's short last batch of `samples` gives the batch norm `one_value_layer`
 /// found one sample, which it normalises to its bias for that step (PyTorch's would refuse
-/// to), in a run of `steps` that gets there: said, with the nearest batch size that avoids it.
+/// to), in a run whose `budget` gets there: said, with the nearest batch size that avoids it.
 pub(in crate::engine) fn one_sample_shares(
     one_value: Option<&(String, &str)>,
     samples: usize,
     sharding: &Sharding,
     sync: bool,
-    steps: Option<u64>,
+    budget: Budget,
 ) -> Option<String> {
     let (name, over) = one_value?;
-    let reached =
-        steps.is_none_or(|s| s.saturating_mul(sharding.global_batch() as u64) >= samples as u64);
+    let reached = match budget {
+        Budget::Steps(s) => s.saturating_mul(sharding.global_batch() as u64) >= samples as u64,
+        Budget::Epochs(_) => true,
+    };
     if !reached || !ends_with_one_sample(samples, sharding, sync) {
         return None;
     }
