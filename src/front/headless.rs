@@ -6,6 +6,7 @@ use std::time::Duration;
 use crossbeam_channel::{select, tick};
 
 use super::sync::{sync_note, Ends};
+use super::units;
 use super::words::{describe, event_line, step_line};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
@@ -48,7 +49,41 @@ struct Log<'a> {
     spikes: (usize, Vec<u64>, u64),
 }
 
-impl Log<'_> {
+impl<'a> Log<'a> {
+    fn new(
+        info: RunInfo,
+        out: &'a mut dyn Write,
+        metrics: Recorder,
+        log_every: u64,
+        sample_interval: Duration,
+    ) -> Log<'a> {
+        Log {
+            out,
+            metrics,
+            telemetry: Telemetry::new(&info.devices, sample_interval),
+            monitor: Monitor::new(info.ranks()),
+            detector: Detector::for_run(&info),
+            ends: Ends::of(&info),
+            log_every,
+            mfu: Mfu::for_run(&info),
+            unprinted: None,
+            totals: None,
+            best_val: None,
+            spikes: (0, Vec::new(), 0),
+            info,
+        }
+    }
+
+    /// The run's end (`Finished`, after its last samples): a run stopped early says its last
+    /// step's line first, whatever --log-every, then the end and the summary.
+    fn end(&mut self, ev: &Event, t: Duration) {
+        if let Some((row, rate)) = self.unprinted.take() {
+            self.print_step(&row, rate);
+        }
+        self.on_event(ev, t);
+        let _ = writeln!(self.out, "{} {}", stamp(t), self.summary(t));
+    }
+
     fn warn(&mut self, warnings: Vec<String>) {
         for w in warnings {
             let _ = writeln!(self.out, "{w}");
@@ -164,11 +199,19 @@ impl Log<'_> {
             _ => {}
         }
         // a checkpoint of a step whose line --log-every left out comes after that step's line
-        // (a stopped run's last step is otherwise said after its checkpoint, at the end)
-        if let Event::Checkpoint { step, .. } = ev {
-            if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
-                self.print_step(&row, rate);
+        // (a stopped run's last step is otherwise said after its checkpoint, at the end); an
+        // epoch's end or a validation stands for its step's line (a run stopped there would
+        // say the step after them, out of time order)
+        match ev {
+            Event::Checkpoint { step, .. } => {
+                if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
+                    self.print_step(&row, rate);
+                }
             }
+            Event::EpochDone { step, .. } | Event::Validated { step, .. } => {
+                self.unprinted.take_if(|(r, _)| r.step == *step);
+            }
+            _ => {}
         }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
             let _ = writeln!(self.out, "{} {l}", stamp(t));
@@ -202,19 +245,9 @@ impl Log<'_> {
     }
 }
 
-/// Where the ranks' time went, in whole percents that add up to 100: compute, data, comm, wait,
-/// and (as the UI's summary) what those leave of the step where it makes a percent: central
-/// storage's host transfers, the step's own bookkeeping.
+/// Where the ranks' time went, named as the step lines name it.
 fn time_shares(t: &Totals) -> String {
-    let mut parts = vec![t.compute_s, t.data_s, t.comm_s, t.wait_s];
-    parts.push(t.rank_s - parts.iter().sum::<f64>());
-    let shares: Vec<f64> = parts.iter().map(|p| p / t.rank_s).collect();
-    let names = ["compute", "data", "comm", "wait", "other"];
-    (names.iter().zip(crate::text::whole_percents(&shares)))
-        .filter(|&(name, p)| *name != "other" || p > 0)
-        .map(|(name, p)| format!("{name} {p}%"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    units::time_shares(t.shares(), ["compute", "data", "comm", "wait"], ", ")
 }
 
 /// Prints the run until every worker has ended, then returns its result. `notes` follow the
@@ -231,21 +264,7 @@ pub fn run(
     for l in describe(&info).iter().chain(notes) {
         let _ = writeln!(out, "{l}");
     }
-    let mut log = Log {
-        out,
-        metrics,
-        telemetry: Telemetry::new(&info.devices, sample_interval),
-        monitor: Monitor::new(info.ranks()),
-        detector: Detector::for_run(&info),
-        ends: Ends::of(&info),
-        log_every,
-        mfu: Mfu::for_run(&info),
-        unprinted: None,
-        totals: None,
-        best_val: None,
-        spikes: (0, Vec::new(), 0),
-        info,
-    };
+    let mut log = Log::new(info, out, metrics, log_every, sample_interval);
     let w = log.metrics.run_start(&log.info);
     log.warn(w);
     // step samples are collected every few milliseconds rather than as they come, so a
@@ -286,12 +305,7 @@ pub fn run(
     let last = end_record.as_ref().map(|(_, t)| *t);
     log.on_sample(last.unwrap_or_else(|| engine.elapsed()));
     if let Some((ev, t)) = end_record {
-        // (a run stopped early) the last step's line, whatever --log-every, before the end's
-        if let Some((row, rate)) = log.unprinted.take() {
-            log.print_step(&row, rate);
-        }
-        log.on_event(&ev, t);
-        let _ = writeln!(log.out, "{} {}", stamp(t), log.summary(t));
+        log.end(&ev, t);
     }
     let w = log.metrics.flush();
     log.warn(w);
@@ -311,6 +325,81 @@ mod tests {
         assert_eq!(at(60_000), "[01:00.00]");
         assert_eq!(at(754_321), "[12:34.32]");
         assert_eq!(at(6_000_000 + 1_500), "[100:01.50]");
+    }
+
+    /// The log of a run of `ranks` demo ranks stopped after step `last`, `events` at its end
+    /// (one logged step in four).
+    fn stopped_log(ranks: usize, last: u64, events: &[Event]) -> Vec<String> {
+        let mut out = Vec::new();
+        let info = crate::front::tui::demo::info(ranks);
+        let metrics = Recorder::new(Vec::new(), None, 4);
+        let mut log = Log::new(info, &mut out, metrics, 4, Duration::from_secs(1));
+        for step in 1..=last {
+            for rank in 0..ranks {
+                log.on_step(crate::front::tui::demo::step(rank, ranks, step));
+            }
+        }
+        let t = Duration::from_secs(60);
+        for ev in events {
+            log.on_event(ev, t);
+        }
+        let ending = crate::engine::events::Ending::Stopped;
+        log.end(&Event::Finished { step: last, ending }, t);
+        drop(log);
+        let text = String::from_utf8(out).unwrap();
+        text.lines()
+            .map(|l| l[l.find(' ').unwrap() + 1..].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_stopped_run_says_its_last_step_once_and_in_time_order() {
+        let said = |lines: &[String]| -> Vec<String> {
+            let words = |l: &String| l.split(" |").next().unwrap().to_string();
+            lines.iter().map(words).collect()
+        };
+        // stopped between logged steps: the last step's line comes before the end
+        let lines = stopped_log(2, 6, &[]);
+        assert_eq!(
+            said(&lines)[..3],
+            [
+                "step 4 epoch 1/30",
+                "step 6 epoch 1/30",
+                "stopped at step 6"
+            ]
+        );
+        // its checkpoint follows that line
+        let path = std::path::PathBuf::from("ckpt");
+        let checkpoint = Event::Checkpoint {
+            step: 6,
+            path,
+            best: None,
+        };
+        let lines = stopped_log(2, 6, &[checkpoint.clone()]);
+        assert_eq!(
+            said(&lines)[1..3],
+            ["step 6 epoch 1/30", "checkpoint at step 6: ckpt"]
+        );
+        // an epoch's end stands for its last step's line: none after it
+        let epoch = Event::EpochDone {
+            epoch: 1,
+            step: 6,
+            train_loss: 1.0,
+            val_loss: None,
+            val_accuracy: None,
+            elapsed: Duration::from_secs(60),
+        };
+        let lines = stopped_log(2, 6, &[epoch, checkpoint]);
+        let said = said(&lines);
+        assert_eq!(said[0], "step 4 epoch 1/30");
+        assert!(
+            said[1].starts_with("epoch 1/30 done at step 6"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            said[2..4],
+            ["checkpoint at step 6: ckpt", "stopped at step 6"]
+        );
     }
 
     #[test]

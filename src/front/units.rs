@@ -75,6 +75,22 @@ pub fn loss_value(l: f64, dp: usize) -> String {
     }
 }
 
+/// Where the ranks' step time went (`Totals::shares`) in whole percents that add up to 100:
+/// the four parts as `names` says them, then what they leave of the step as `other` where that
+/// makes a percent; each part `n/a` before any step.
+pub fn time_shares(shares: Option<[f64; 5]>, names: [&str; 4], sep: &str) -> String {
+    let parts: Vec<String> = match shares {
+        None => names.iter().map(|n| format!("{n} n/a")).collect(),
+        Some(shares) => (names.iter().chain(&["other"]))
+            .zip(crate::text::whole_percents(&shares))
+            .enumerate()
+            .filter(|&(i, (_, p))| i < 4 || p > 0)
+            .map(|(_, (n, p))| format!("{n} {p}%"))
+            .collect(),
+    };
+    parts.join(sep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +123,18 @@ mod tests {
         assert_eq!(bound_value(1000.0), "1000");
         assert_eq!(bound_value(1e30), "1e30");
         assert_eq!(bound_value(1e-7), "1e-7");
+    }
+
+    #[test]
+    fn time_shares_are_parts_before_any_step() {
+        let names = ["compute", "data", "comm", "wait"];
+        assert_eq!(
+            time_shares(None, names, " · "),
+            "compute n/a · data n/a · comm n/a · wait n/a"
+        );
+        assert_eq!(
+            time_shares(Some([0.5, 0.25, 0.25, 0.0, 0.0]), names, ", "),
+            "compute 50%, data 25%, comm 25%, wait 0%"
+        );
     }
 }

@@ -71,6 +71,17 @@ impl Totals {
             self.wait_s += secs(r.sync_wait);
         }
     }
+
+    /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, and what
+    /// those leave of the step (central storage's host transfers, the step's own bookkeeping);
+    /// `None` before any step.
+    pub fn shares(&self) -> Option<[f64; 5]> {
+        (self.rank_s > 0.0).then(|| {
+            let parts = [self.compute_s, self.data_s, self.comm_s, self.wait_s];
+            let other = self.rank_s - parts.iter().sum::<f64>();
+            [parts[0], parts[1], parts[2], parts[3], other].map(|p| p / self.rank_s)
+        })
+    }
 }
 
 /// Rows older than this many steps behind the newest complete one are given up on (a sample

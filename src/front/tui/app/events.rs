@@ -257,7 +257,6 @@ impl App {
     /// The run's end in a few figures, from what this screen added up.
     pub(super) fn summarize(&self, steps: u64, ending: Ending) -> Summary {
         let t = &self.totals;
-        let share = |x: f64| (t.rank_s > 0.0).then(|| x / t.rank_s);
         let failed = self.log.iter().find(|l| l.level == Level::Error);
         Summary {
             steps,
@@ -267,10 +266,7 @@ impl App {
             best_val_accuracy: self.val_accuracy().1,
             wall: self.now,
             mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
-            compute_share: share(t.compute_s),
-            data_share: share(t.data_s),
-            comm_share: share(t.comm_s),
-            wait_share: share(t.wait_s),
+            time_shares: t.shares(),
             last_checkpoint: self.last_checkpoint.clone(),
             best_checkpoint: self.best_checkpoint.clone(),
             grad_spikes: self.grad_spikes,

@@ -137,12 +137,9 @@ pub struct Summary {
     pub wall: Duration,
     /// Samples per second of training time (pauses excluded).
     pub mean_samples_per_sec: Option<f64>,
-    /// Share of step time spent computing, over all ranks and steps.
-    pub compute_share: Option<f64>,
-    /// Shares of step time waiting for data, in the all-reduce, and waiting for other ranks.
-    pub data_share: Option<f64>,
-    pub comm_share: Option<f64>,
-    pub wait_share: Option<f64>,
+    /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
+    /// all-reduce, waiting for other ranks, other).
+    pub time_shares: Option<[f64; 5]>,
     pub last_checkpoint: Option<PathBuf>,
     /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
     pub best_checkpoint: Option<(PathBuf, f32)>,

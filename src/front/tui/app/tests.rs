@@ -382,7 +382,7 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     );
     assert_eq!(app.val_accuracy(), (Some(0.91), Some(0.95)));
     assert!(s.mean_samples_per_sec.unwrap() > 0.0);
-    let share = s.compute_share.unwrap();
+    let share = s.time_shares.unwrap()[0];
     assert!(share > 0.5 && share < 1.0, "{share}");
     assert_eq!(app.handle_key(key('p')), None);
     app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));

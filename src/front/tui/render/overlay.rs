@@ -232,22 +232,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, w, h, "run summary", lines, theme);
 }
 
-/// Where the ranks' step time went, in whole percents that add up to 100 (`n/a` before any
-/// step); what the parts leave of the step (central storage's host transfers, the step's own
-/// bookkeeping) is `other`, where it makes a percent.
+/// Where the ranks' step time went, named as the panels name it.
 fn step_time(s: &crate::front::tui::app::Summary) -> String {
-    let parts = [s.compute_share, s.data_share, s.comm_share, s.wait_share];
-    let names = ["compute", "data", "all-reduce", "waiting", "other"];
-    let Some(mut shares) = parts.into_iter().collect::<Option<Vec<f64>>>() else {
-        let parts: Vec<String> = names[..4].iter().map(|n| format!("{n} n/a")).collect();
-        return parts.join(" · ");
-    };
-    shares.push(1.0 - shares.iter().sum::<f64>());
-    (names.iter().zip(crate::text::whole_percents(&shares)))
-        .filter(|&(n, p)| *n != "other" || p > 0)
-        .map(|(n, p)| format!("{n} {p}%"))
-        .collect::<Vec<_>>()
-        .join(" · ")
+    let names = ["compute", "data", "all-reduce", "waiting"];
+    crate::front::units::time_shares(s.time_shares, names, " · ")
 }
 
 /// The width of the summary's names column.
