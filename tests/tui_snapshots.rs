@@ -501,9 +501,9 @@ fn the_summary_says_what_the_step_time_parts_leave_over() {
         step: 150,
         ending: Ending::Completed,
     }));
-    let set = |app: &mut App, shares: [f64; 4]| {
+    let set = |app: &mut App, [c, d, a, w]: [f64; 4]| {
         let s = app.summary.as_mut().unwrap();
-        [s.compute_share, s.data_share, s.comm_share, s.wait_share] = shares.map(Some);
+        s.time_shares = Some([c, d, a, w, 1.0 - (c + d + a + w)]);
     };
     set(&mut app, [0.6, 0.05, 0.1, 0.1]);
     let s = screen(&app, 100, 30);

@@ -375,7 +375,7 @@ mod tests {
             path,
             best: None,
         };
-        let lines = stopped_log(2, 6, &[checkpoint.clone()]);
+        let lines = stopped_log(2, 6, std::slice::from_ref(&checkpoint));
         assert_eq!(
             said(&lines)[1..3],
             ["step 6 epoch 1/30", "checkpoint at step 6: ckpt"]

@@ -75,6 +75,15 @@ pub fn loss_value(l: f64, dp: usize) -> String {
     }
 }
 
+/// A step's time in the devices' column (8 wide): `3.31ms`, `123.45ms`, from a second `8.89s`.
+pub fn step_secs(s: f64) -> String {
+    match s {
+        s if s < 0.999995 => format!("{:.2}ms", s * 1e3),
+        s if s < 99.995 => format!("{s:.2}s"),
+        s => format!("{s:.0}s"),
+    }
+}
+
 /// Where the ranks' step time went (`Totals::shares`) in whole percents that add up to 100:
 /// the four parts as `names` says them, then what they leave of the step as `other` where that
 /// makes a percent; each part `n/a` before any step.
@@ -123,6 +132,18 @@ mod tests {
         assert_eq!(bound_value(1000.0), "1000");
         assert_eq!(bound_value(1e30), "1e30");
         assert_eq!(bound_value(1e-7), "1e-7");
+    }
+
+    #[test]
+    fn step_times_fit_their_column() {
+        assert_eq!(step_secs(0.00331), "3.31ms");
+        assert_eq!(step_secs(0.12345), "123.45ms");
+        assert_eq!(step_secs(0.999996), "1.00s");
+        assert_eq!(step_secs(8.8945), "8.89s");
+        assert_eq!(step_secs(1234.5), "1234s");
+        assert!([0.5, 9.0, 99.0, 9999.0]
+            .iter()
+            .all(|&s| step_secs(s).len() <= 8));
     }
 
     #[test]

@@ -92,6 +92,18 @@ pub struct Screen {
     pub exit_when_done: bool,
 }
 
+/// Clears the screen and has the next frame written whole (`r`, Ctrl-L: after something else
+/// wrote on the terminal). Not `Terminal::clear`: that first asks the terminal where its cursor
+/// is and waits for the answer, which the input thread (blocked reading keys) never passes on,
+/// so it stalled the screen two seconds and then failed without clearing.
+fn repaint<B: Backend>(terminal: &mut Terminal<B>) {
+    let _ = terminal
+        .backend_mut()
+        .clear_region(ratatui::backend::ClearType::All);
+    // a blank frame: the next one differs from it wherever it writes anything
+    let _ = terminal.draw(|f| f.render_widget(ratatui::widgets::Clear, f.area()));
+}
+
 /// The UI loop over any source: feeds `app` from `source` and the user's keys, draws it at
 /// most 10 times a second, and returns it when the user (or the source's end with
 /// `exit_when_done`, a stop request, or a lost terminal) lets it go; and whether the user left
@@ -141,7 +153,7 @@ pub fn run<B: Backend, S: Source>(
                             app.apply(AppEvent::Theme(theme.name.clone()));
                         }
                         Some(Action::Redraw) => {
-                            let _ = terminal.clear();
+                            repaint(terminal);
                         }
                         None => {}
                     }
@@ -232,4 +244,37 @@ pub fn summary_lines(app: &App) -> Vec<String> {
         lines.push(format!("best checkpoint: {best}"));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::backend::TestBackend;
+    use ratatui::buffer::Cell;
+    use ratatui::widgets::Paragraph;
+
+    use super::*;
+
+    #[test]
+    fn a_repaint_writes_over_what_else_wrote_on_the_screen() {
+        let mut terminal = Terminal::new(TestBackend::new(12, 2)).unwrap();
+        let frame = |t: &mut Terminal<TestBackend>| {
+            t.draw(|f| f.render_widget(Paragraph::new("step 5\nloss"), f.area()))
+                .unwrap();
+        };
+        frame(&mut terminal);
+        let drawn = terminal.backend().buffer().clone();
+        // another program writes over the screen
+        let junk = Cell::new("X");
+        let cells: Vec<(u16, u16, &Cell)> = (0..12).map(|x| (x, 0, &junk)).collect();
+        terminal.backend_mut().draw(cells.into_iter()).unwrap();
+        frame(&mut terminal);
+        assert_ne!(
+            terminal.backend().buffer(),
+            &drawn,
+            "a frame alone writes what changed"
+        );
+        repaint(&mut terminal);
+        frame(&mut terminal);
+        assert_eq!(terminal.backend().buffer(), &drawn);
+    }
 }

@@ -19,20 +19,28 @@ pub struct Split {
     pub wait: f64,
     /// Parameters and gradients between the device and the host (central storage).
     pub transfer: f64,
+    /// What the parts above leave of the step: its own bookkeeping (the step time is the wall
+    /// time from its start to its end).
+    pub other: f64,
 }
 
 impl Split {
     fn of(s: &StepStats) -> Split {
-        Split {
+        let mut split = Split {
             data: s.data_wait.as_secs_f64(),
             compute: (s.compute + s.optimizer).as_secs_f64(),
             comm: s.comm.as_secs_f64(),
             wait: s.sync_wait.as_secs_f64(),
             transfer: s.transfer.as_secs_f64(),
-        }
+            other: 0.0,
+        };
+        split.other = (s.step_time.as_secs_f64() - split.total()).max(0.0);
+        split
     }
+
+    /// The step's time: its parts and what they leave.
     pub fn total(&self) -> f64 {
-        self.data + self.compute + self.comm + self.wait + self.transfer
+        self.data + self.compute + self.comm + self.wait + self.transfer + self.other
     }
 }
 
@@ -108,6 +116,7 @@ impl DeviceState {
                 s.comm += p.comm / n;
                 s.wait += p.wait / n;
                 s.transfer += p.transfer / n;
+                s.other += p.other / n;
             }
             s
         })

@@ -16,12 +16,20 @@ use crate::observe::sample::DeviceSample;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 /// The step-time bar: a block character per part, so it reads without colour too.
-const PARTS: [(char, &str); 4] = [
+const PARTS: [(char, &str); 5] = [
     ('█', "compute"),
     ('▒', "data"),
     ('▓', "comm"),
     ('░', "wait"),
+    ('·', "other"),
 ];
+
+/// The split bar's styles, as `PARTS`: what the four named parts leave is muted.
+fn part_styles(theme: &Theme) -> [Style; 5] {
+    let [compute, data, comm, wait] =
+        [theme.compute, theme.data, theme.comm, theme.wait].map(|c| theme.fg(c));
+    [compute, data, comm, wait, theme.muted()]
+}
 
 /// The name of the utilization column: CPU workers report busy time, GPUs utilization.
 pub fn util_name(app: &App) -> &'static str {
@@ -63,19 +71,20 @@ fn split_bar<'a>(s: Option<Split>, w: usize, theme: &Theme) -> Vec<Span<'a>> {
     let Some(s) = s.filter(|s| s.total() > 0.0) else {
         return vec![Span::styled("·".repeat(w), theme.muted())];
     };
-    let parts = [s.compute, s.data, s.comm, s.wait];
-    let colors = [theme.compute, theme.data, theme.comm, theme.wait];
+    // host transfers (central storage) are not one of the legend's parts: they are other here
+    let parts = [s.compute, s.data, s.comm, s.wait, s.transfer + s.other];
+    let styles = part_styles(theme);
     // largest-remainder rounding so the parts always fill exactly w cells
     let exact: Vec<f64> = parts.iter().map(|p| p / s.total() * w as f64).collect();
     let mut cells: Vec<usize> = exact.iter().map(|e| e.floor() as usize).collect();
-    let mut order: Vec<usize> = (0..4).collect();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
     for &i in order.iter().take(w - cells.iter().sum::<usize>()) {
         cells[i] += 1;
     }
-    (0..4)
+    (0..parts.len())
         .filter(|&i| cells[i] > 0)
-        .map(|i| Span::styled(PARTS[i].0.to_string().repeat(cells[i]), theme.fg(colors[i])))
+        .map(|i| Span::styled(PARTS[i].0.to_string().repeat(cells[i]), styles[i]))
         .collect()
 }
 
@@ -107,10 +116,10 @@ fn row_style(app: &App, i: usize, d: &DeviceState, theme: &Theme) -> Style {
 pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let legend: Vec<Span> = PARTS
         .iter()
-        .zip([theme.compute, theme.data, theme.comm, theme.wait])
-        .flat_map(|((c, name), color)| {
+        .zip(part_styles(theme))
+        .flat_map(|((c, name), style)| {
             [
-                Span::styled(format!(" {c}"), theme.fg(color)),
+                Span::styled(format!(" {c}"), style),
                 Span::styled(name.to_string(), theme.muted()),
             ]
         })
@@ -213,7 +222,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         spans.extend(split_bar(d.split(), bar_w, theme));
         let ms = d
             .split()
-            .map_or("-".into(), |s| format!("{:.2}ms", s.total() * 1e3));
+            .map_or("-".into(), |s| crate::front::units::step_secs(s.total()));
         spans.push(Span::raw(format!(" {ms:>8}")));
         if spark_w > 0 {
             let v: Vec<f64> = d.step_ms().collect();
@@ -372,6 +381,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             if sp.transfer > 0.0 {
                 rows.push(("  host transfer".into(), ms(sp.transfer)));
             }
+            rows.push(("  other".into(), ms(sp.other)));
         }
         None => rows.push(("step".into(), "no steps yet".into())),
     }
