@@ -268,6 +268,18 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             ],
             &["missing.csv"],
         ),
+        // a folder no file can be made in (as root too): refused before the run starts
+        (
+            &["--metrics-out", "/proc/m.jsonl"],
+            &["/proc/m.jsonl", "pick a writable path for --metrics-out"],
+        ),
+        (
+            &["--export", "/proc/w.safetensors"],
+            &[
+                "--export /proc/w.safetensors",
+                "cannot make a file in /proc",
+            ],
+        ),
         (
             &["--metrics-out", "notes.txt"],
             &[

@@ -242,7 +242,11 @@ pub(super) fn train(
     if let Some(out) = &export {
         match &result.last_checkpoint {
             Some(p) => {
-                let done = weights::export(p, out).map_err(anyhow::Error::msg)?;
+                // (the folder was writable at the start: the run's weights are kept either way)
+                let done = weights::export(p, out).map_err(|e| {
+                    let arg = rundir::resume_arg(run_dir.as_deref(), p);
+                    anyhow::anyhow!("{e}; the weights are in the checkpoint: mgtop-train export {} FILE writes them", arg.display())
+                })?;
                 crate::say!(
                     "exported {} to {} (--export; {})",
                     crate::text::counted(done.tensors, "tensor"),

@@ -24,6 +24,19 @@ pub fn cache_dir(name: &str) -> PathBuf {
         })
 }
 
+/// Whether this process can make a file in `dir`: one made and removed, as permissions alone do
+/// not tell (root may write in a folder its bits refuse; no one may in `/proc` or on a
+/// read-only mount). Lets a run refuse an output it could not write before it trains.
+pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".mgtop-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed
 /// when any step fails.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

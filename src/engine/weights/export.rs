@@ -210,6 +210,13 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
             folder.display()
         ));
     }
+    // written beside the target, then renamed over it: the folder must take a new file
+    crate::data::write::can_write_in(&folder).map_err(|e| {
+        format!(
+            "{shown}: cannot make a file in {} ({e}); give a path in a folder you can write",
+            folder.display()
+        )
+    })?;
     Ok(target)
 }
 

@@ -100,7 +100,9 @@ impl MetricsWriter {
             ));
         }
         let Ok(meta) = std::fs::metadata(path) else {
-            return Ok(());
+            // none yet: one the run could make (a folder it may not write in, a read-only disk
+            // would otherwise fail it after its run directory was made)
+            return crate::data::write::can_write_in(parent).map_err(|e| err(e, WRITABLE));
         };
         use std::os::unix::fs::FileTypeExt;
         if meta.file_type().is_fifo() {

@@ -49,18 +49,8 @@ pub fn preflight(dir: &Path) -> Result<(), String> {
                     at.display()
                 ));
             }
-            // a file made and removed: permissions alone do not tell (root may write a
-            // folder its bits refuse, and no one may write in /proc)
-            let probe = at.join(format!(".mgtop-probe-{}", std::process::id()));
-            let made = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&probe);
-            return match made {
-                Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
-                    Ok(())
-                }
+            return match crate::data::write::can_write_in(at) {
+                Ok(()) => Ok(()),
                 Err(e) => Err(format!(
                     "--tensorboard {}: cannot make a file in {} ({e}); {fix}",
                     dir.display(),
