@@ -65,9 +65,11 @@ pub fn bound_value(c: f32) -> String {
     }
 }
 
-/// A loss with `dp` decimals, or in scientific notation where those would show only zeros.
+/// A loss with `dp` decimals, or in scientific notation where those would show only zeros or
+/// run to more than five whole digits (a diverged run's 9.70e25).
 pub fn loss_value(l: f64, dp: usize) -> String {
-    if l != 0.0 && l.abs() < 10f64.powi(-(dp as i32)) {
+    let small = l != 0.0 && l.abs() < 10f64.powi(-(dp as i32));
+    if small || (l.is_finite() && l.abs() >= 1e5) {
         let p = dp.saturating_sub(2);
         format!("{l:.p$e}")
     } else {

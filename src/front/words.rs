@@ -243,9 +243,9 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
         }
     };
     format!(
-        "{}{of} | loss {:.4} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
+        "{}{of} | loss {} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
         step,
-        row.loss,
+        loss_value(row.loss.into(), 4),
         grad_norm(row.grad_norm)
             + match info.clip_grad_norm {
                 Some(c) if row.grad_norm > c => " clipped",

@@ -8,6 +8,8 @@ fn small_losses_keep_their_digits() {
     assert_eq!(loss_value(0.0003, 3), "3.0e-4");
     assert_eq!(loss_value(0.00003, 4), "3.00e-5");
     assert_eq!(loss_value(0.0, 3), "0.000");
+    assert_eq!(loss_value(99999.0, 4), "99999.0000");
+    assert_eq!(loss_value(9.6954565e25, 4), "9.70e25");
     // an epoch's line too: not "train loss 0.0000" for a loss that is not 0
     let line = event_line(
         &Event::EpochDone {

@@ -310,11 +310,11 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
         lines.push(Line::styled(
             format!(
-                "{:>5} {:>6} {:>7.4} {:>7} {:>7}",
+                "{:>5} {:>6} {:>7} {:>7} {:>7}",
                 e.epoch,
                 e.step,
-                e.train_loss,
-                opt(e.val_loss, |l| format!("{l:.4}")),
+                loss_value(e.train_loss.into(), 4),
+                opt(e.val_loss, |l| loss_value(l.into(), 4)),
                 opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
             ),
             Style::default(),
