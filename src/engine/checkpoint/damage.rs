@@ -35,8 +35,14 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
     }
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header)?;
-    let Ok(serde_json::Value::Object(tensors)) = serde_json::from_slice(&header) else {
-        return Ok(false);
+    Ok(laid_out(&header) == Some(len))
+}
+
+/// How long a safetensors file of this `header` (its JSON, after the 8-byte length) is: the
+/// length, the header and the furthest tensor's bytes; `None` where it is no JSON object.
+fn laid_out(header: &[u8]) -> Option<u64> {
+    let Ok(serde_json::Value::Object(tensors)) = serde_json::from_slice(header) else {
+        return None;
     };
     let end = tensors
         .iter()
@@ -44,7 +50,34 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
         .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
         .max()
         .unwrap_or(0);
-    Ok((8 + n).checked_add(end) == Some(len))
+    (8 + header.len() as u64).checked_add(end)
+}
+
+/// How a safetensors file's `bytes` fall short of what they lay out, where they do: empty,
+/// ended inside its header, or before its last tensor's bytes.
+pub fn cut_short(bytes: &[u8]) -> Option<String> {
+    let len = bytes.len() as u64;
+    let Some(n) = bytes.get(..8) else {
+        return Some(match len {
+            0 => "it is empty (0 bytes)".into(),
+            _ => format!(
+                "it holds only {}",
+                crate::text::counted(len as usize, "byte")
+            ),
+        });
+    };
+    let n = u64::from_le_bytes(n.try_into().ok()?);
+    if n > MAX_STATE_BYTES * 100 {
+        return None;
+    }
+    if 8 + n > len {
+        return Some(format!(
+            "it ends inside its header, at byte {len} of at least {}",
+            8 + n
+        ));
+    }
+    let whole = laid_out(&bytes[8..8 + n as usize])?;
+    (whole > len).then(|| format!("it ends at byte {len} of the {whole} its header lays out"))
 }
 
 /// The dtypes a safetensors header may name, as the safetensors crate this program reads

@@ -70,12 +70,19 @@ impl CheckpointMeta {
     pub fn weights_changed(&self, bytes: &[u8]) -> Option<String> {
         let want = self.weights_crc32c?;
         let got = crc32c::crc32c(bytes);
-        (got != want).then(|| {
-            format!(
-                "{} does not match the checksum its state.json recorded ({want:08x}, now {got:08x}): its bytes changed after it was written (a disk or copy fault)",
+        if got == want {
+            return None;
+        }
+        if let Some(short) = super::damage::cut_short(bytes) {
+            return Some(format!(
+                "{} was cut short after it was written: {short} (a copy that stopped, or a disk that filled)",
                 super::WEIGHTS
-            )
-        })
+            ));
+        }
+        Some(format!(
+            "{} does not match the checksum its state.json recorded ({want:08x}, now {got:08x}): its bytes changed after it was written (a disk or copy fault)",
+            super::WEIGHTS
+        ))
     }
 }
 
@@ -127,6 +134,13 @@ impl CheckpointMeta {
             return Err(format!(
                 "dims has {} entries (a model has 2 to {MAX_DIMS})",
                 self.dims.len()
+            ));
+        }
+        // the data position is in the split it was written on
+        if let Some(n) = self.train_samples.filter(|&n| self.offset > n) {
+            return Err(format!(
+                "offset {} is past the end of its own training split ({n} samples)",
+                self.offset
             ));
         }
         // every epoch takes at least one step
@@ -219,5 +233,23 @@ mod tests {
             let e = with(bad).check().unwrap_err();
             assert!(e.starts_with("epoch_sum ["), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_data_position_past_its_own_split_is_refused() {
+        let at = |offset, train_samples| CheckpointMeta {
+            offset,
+            train_samples,
+            ..CheckpointMeta::example()
+        };
+        assert_eq!(at(1437, Some(1438)).check(), Ok(()));
+        // (before the split's size was recorded, or at the end of its epoch)
+        assert_eq!(at(5000, None).check(), Ok(()));
+        assert_eq!(at(1438, Some(1438)).check(), Ok(()));
+        let e = at(1_000_000_000, Some(1438)).check().unwrap_err();
+        assert_eq!(
+            e,
+            "offset 1000000000 is past the end of its own training split (1438 samples)"
+        );
     }
 }

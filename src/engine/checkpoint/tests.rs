@@ -73,6 +73,29 @@ fn round_trips_and_resolves_the_newest() {
         e.contains("does not match the checksum its state.json recorded"),
         "{e}"
     );
+    // cut short (a copy that stopped): said so, with where it ends
+    for (len, said) in [
+        (0, "it is empty (0 bytes)".to_string()),
+        (5, "it holds only 5 bytes".to_string()),
+        (
+            12,
+            "it ends inside its header, at byte 12 of at least".to_string(),
+        ),
+        (
+            last,
+            format!(
+                "it ends at byte {last} of the {} its header lays out",
+                last + 1
+            ),
+        ),
+    ] {
+        fs::write(&weights, &bytes[..len]).unwrap();
+        let e = read(&p, &model, "adam").unwrap_err().to_string();
+        assert!(
+            e.contains("was cut short after it was written") && e.contains(&said),
+            "{e}"
+        );
+    }
     // a later run writing the same step replaces it
     let mut other = state.clone();
     other.params[0] += 1.0;

@@ -93,6 +93,13 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     }
     let mut runs = runs_under(path);
     match runs.len() {
+        // a checkpoint's weights without the file that says where its run was
+        0 if path.join(checkpoint::WEIGHTS).is_file() => Err(format!(
+            "{}: a checkpoint's {} without its state.json (lost, or not copied), which says whose weights they are and where the run was; the weights alone can start a run: --init {}",
+            purpose.asked(path),
+            checkpoint::WEIGHTS,
+            path.join(checkpoint::WEIGHTS).display()
+        )),
         0 => Err(format!(
             "{}: no checkpoint, run directory or checkpoint directory there",
             purpose.asked(path)
@@ -302,6 +309,21 @@ mod tests {
         let e = checkpoint_for(&runs, Purpose::Resume).unwrap_err();
         assert!(
             e.contains("pass the one to continue") && e.contains(&format!("  --resume {a}")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_that_lost_its_state_is_named_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let step = fs::canonicalize(dir.path()).unwrap().join("step-00000010");
+        fs::create_dir(&step).unwrap();
+        fs::write(step.join(checkpoint::WEIGHTS), b"weights").unwrap();
+        let e = checkpoint_for(&step, Purpose::Resume).unwrap_err();
+        let init = step.join(checkpoint::WEIGHTS).display().to_string();
+        assert!(
+            e.contains("model.safetensors without its state.json")
+                && e.ends_with(&format!("--init {init}")),
             "{e}"
         );
     }
