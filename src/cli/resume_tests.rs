@@ -202,3 +202,30 @@ fn a_checkpoint_from_before_every_setting_was_recorded_gives_what_it_has() {
         "{e}"
     );
 }
+
+#[test]
+fn a_validation_set_given_replaces_the_recorded_one_of_either_kind() {
+    let resume = |first: &[&str], given: TrainArgs| {
+        let (cfg, _) = cli(first).unwrap();
+        let meta = checkpoint_of(cfg.record(), cfg.seed, &cfg.data.to_string());
+        let (args, _) = resumed::under_checkpoint(given, &meta).unwrap();
+        let inputs = args.resolve().unwrap().0.inputs;
+        (inputs.val_fraction, inputs.val_data.map(|v| v.to_string()))
+    };
+    let val_data = |v: &str| TrainArgs {
+        val_data: Some(v.into()),
+        ..TrainArgs::default()
+    };
+    let val_split = |f: f64| TrainArgs {
+        val_split: Some(f),
+        ..TrainArgs::default()
+    };
+    let split = ["--val-split", "0.3"];
+    assert_eq!(resume(&split, TrainArgs::default()), (Some(0.3), None));
+    let (fraction, data) = resume(&split, val_data("csv:va.csv"));
+    assert_eq!(fraction, None);
+    assert!(data.unwrap().contains("va.csv"));
+    let held = ["--val-data", "csv:va.csv"];
+    assert_eq!(resume(&held, val_split(0.2)), (Some(0.2), None));
+    assert_eq!(resume(&held, val_split(0.0)), (Some(0.0), None));
+}

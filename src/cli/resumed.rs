@@ -67,7 +67,7 @@ pub fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
 }
 
 /// `args` (the flags over the config file) over the settings of the run `meta`'s checkpoint
-/// continues; and the `--flag value`s taken from the checkpoint that differ from the defaults,
+/// continues (a budget, a strategy, a validation set given replace the recorded one whole); and the `--flag value`s taken from the checkpoint that differ from the defaults,
 /// for a start-up line (empty where none did).
 pub fn under_checkpoint(
     args: TrainArgs,
@@ -90,6 +90,11 @@ pub fn under_record(
     if given("steps") || given("epochs") {
         taken.remove("steps");
         taken.remove("epochs");
+    }
+    // the validation set is one choice: a split or a data set given replaces either recorded
+    if given("val-split") || given("val-data") {
+        taken.remove("val-split");
+        taken.remove("val-data");
     }
     let local_sgd = |s: Option<&str>| s.is_some_and(|s| s.starts_with("local-sgd"));
     let recorded_strategy = taken.get("strategy").and_then(Value::as_str);
