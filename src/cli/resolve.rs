@@ -267,6 +267,7 @@ impl TrainArgs {
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
             batch_from_flag: args.batch_per_replica.is_some(),
+            batch_cut: None,
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),

@@ -176,6 +176,10 @@ pub struct RunConfig {
     pub batch_per_replica: usize,
     /// `--batch-per-replica` was given: a resumed run then uses it instead of the checkpoint's.
     pub batch_from_flag: bool,
+    /// The batch per replica asked for and what the training split cut it to, where it did
+    /// (`engine::validate::batch_within_data`): recorded, so a run resumed on more data asks
+    /// for the batch again rather than keep the cut one.
+    pub batch_cut: Option<[usize; 2]>,
     /// Learning rate; `None`: `DEFAULT_LR` at a global batch of `DEFAULT_LR_BATCH`, scaled to
     /// the run's global batch by `lr_scaling()` (so the defaults train well on any core count).
     pub lr: Option<f32>,
@@ -288,6 +292,7 @@ impl Default for RunConfig {
             budget: Budget::Epochs(30),
             batch_per_replica: 32,
             batch_from_flag: false,
+            batch_cut: None,
             lr: None,
             optimizer: OptimizerKind::Adam,
             weight_decay: 0.0,

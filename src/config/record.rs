@@ -50,6 +50,8 @@ impl RunConfig {
             "val_every": self.val_every,
             "keep_checkpoints": self.keep_checkpoints,
             "log_every": self.log_every,
+            // (null: the training split did not cut the batch asked for)
+            "batch_cut": self.batch_cut,
         });
         let map: &mut Map<String, Value> = v.as_object_mut().expect("an object");
         match self.budget {

@@ -47,12 +47,18 @@ pub(super) fn resumed_settings(
     ranks: usize,
     split: TrainSplit,
 ) -> Resumed {
-    let per_replica = if cfg.batch_from_flag {
+    let asked = batch_asked(cfg, meta);
+    let per_replica = if cfg.batch_from_flag || asked.is_some() {
         cfg.batch_per_replica
     } else {
         meta.per_replica
     };
-    let resume_note = if !cfg.batch_from_flag {
+    let resume_note = if let Some(a) = asked {
+        format!(
+            "batch {per_replica} per replica: the checkpoint's run asked for {a}, which its training split cut to {}",
+            meta.per_replica
+        )
+    } else if !cfg.batch_from_flag {
         format!("batch {per_replica} per replica from the checkpoint")
     } else if per_replica == meta.per_replica {
         format!("batch {per_replica} per replica (--batch-per-replica, as in the checkpoint)")
@@ -109,6 +115,18 @@ pub(super) fn resumed_settings(
     }
 }
 
+/// The batch per replica the checkpoint's run asked for, where its training split cut it to
+/// the batch the checkpoint has (a small data set; not one the keyboard changed since), and
+/// this run gives none: it is asked for again.
+pub(super) fn batch_asked(cfg: &RunConfig, meta: &CheckpointMeta) -> Option<usize> {
+    let cut = meta.config.get("batch_cut")?.as_array()?;
+    let [asked, to] = [cut.first()?, cut.get(1)?].map(|v| v.as_u64().map(|v| v as usize));
+    let asked = asked.filter(|_| to == Some(meta.per_replica) && !cfg.batch_from_flag)?;
+    (1..=crate::engine::control::MAX_BATCH)
+        .contains(&asked)
+        .then_some(asked)
+}
+
 /// The settings that choose the training split's samples are the checkpoint's run's (where
 /// they differ, `changed` says so).
 fn same_data_settings(cfg: &RunConfig, meta: &CheckpointMeta) -> bool {
@@ -162,7 +180,7 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         _ => None,
     };
     let settings = (ours.iter())
-        .filter(|(k, _)| *k != "lr_flag")
+        .filter(|(k, _)| !["lr_flag", "batch_cut"].contains(&k.as_str()))
         .filter_map(|(k, v)| {
             let t = theirs.get(k)?;
             (!same(v, t)).then(|| {

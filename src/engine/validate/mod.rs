@@ -273,13 +273,20 @@ pub(super) fn batch_within_data(
     resumed: Option<&CheckpointMeta>,
     notes: &mut Vec<String>,
 ) -> RunConfig {
+    // (a resumed run's batch is its checkpoint's, unless given: a given one is cut as a fresh
+    // run's, and its LR follows the batch it trains at; so is the batch a checkpoint's run
+    // asked for where its own training split cut it)
+    let asked = resumed.and_then(|m| super::resume::batch_asked(&cfg, m));
+    let cfg = RunConfig {
+        batch_per_replica: asked.unwrap_or(cfg.batch_per_replica),
+        batch_cut: None,
+        ..cfg
+    };
     let Some(ranks) = ranks else {
         return cfg;
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
-    // (a resumed run's batch is its checkpoint's, unless given: a given one is cut as a fresh
-    // run's, and its LR follows the batch it trains at)
-    let theirs = resumed.filter(|_| !cfg.batch_from_flag);
+    let theirs = resumed.filter(|_| !cfg.batch_from_flag && asked.is_none());
     let per_replica = match theirs {
         Some(m) => m.per_replica,
         None => cfg
@@ -322,6 +329,7 @@ pub(super) fn batch_within_data(
         shares(per_replica, accum),
     ));
     RunConfig {
+        batch_cut: Some([cfg.batch_per_replica, per_replica]),
         batch_per_replica: per_replica,
         grad_accum: accum,
         ..cfg
@@ -428,5 +436,47 @@ mod tests {
         .unwrap();
         let c = batch_within_data(cfg, 80, Some(2), Some(&meta), &mut notes);
         assert_eq!(c.grad_accum, 40, "{notes:?}");
+    }
+
+    #[test]
+    fn a_batch_its_checkpoint_s_split_cut_is_asked_for_again_on_more_data() {
+        // a run of 19 samples on 2 ranks: 32 asked, cut to 10 (and recorded so)
+        let mut notes = Vec::new();
+        let first = batch_within_data(RunConfig::default(), 19, Some(2), None, &mut notes);
+        assert_eq!(first.batch_cut, Some([32, 10]));
+        assert_eq!(first.record()["batch_cut"], serde_json::json!([32, 10]));
+        let meta = CheckpointMeta {
+            per_replica: 10,
+            config: first.record(),
+            ..CheckpointMeta::example()
+        };
+        // resumed on 180 samples: 32 again, nothing cut
+        let c = batch_within_data(RunConfig::default(), 180, Some(2), Some(&meta), &mut notes);
+        assert_eq!((c.batch_per_replica, c.batch_cut), (32, None));
+        let split = crate::engine::resume::TrainSplit {
+            samples: 180,
+            fingerprint: 0,
+        };
+        let r = crate::engine::resume::resumed_settings(&c, &meta, 2, split);
+        assert_eq!(r.per_replica, 32);
+        assert!(
+            r.resume_note.starts_with("batch 32 per replica: the checkpoint's run asked for 32, which its training split cut to 10"),
+            "{}",
+            r.resume_note
+        );
+        // a batch the keyboard changed since is the run's own: kept
+        let changed = CheckpointMeta {
+            per_replica: 8,
+            ..meta.clone()
+        };
+        let c = batch_within_data(
+            RunConfig::default(),
+            180,
+            Some(2),
+            Some(&changed),
+            &mut notes,
+        );
+        let r = crate::engine::resume::resumed_settings(&c, &changed, 2, split);
+        assert_eq!(r.per_replica, 8);
     }
 }
