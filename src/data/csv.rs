@@ -98,6 +98,7 @@ pub(super) fn parse(
     let mut x = Vec::new();
     let mut y = Vec::new();
     let mut width = None;
+    let mut commas_end = None;
     for (i, line) in lines(text).enumerate() {
         let lineno = i + 1;
         if (header && i == 0) || line.trim().is_empty() {
@@ -110,6 +111,8 @@ pub(super) fn parse(
             return Err(format!("line {lineno} has more than {MAX_FIELDS} fields, the most a row may have; is it a CSV file (one sample per line, values separated by commas)?"));
         }
         let w = *width.get_or_insert(fields.len());
+        // (whether the first row ended with a comma: every row's doing so is the file's way)
+        commas_end.get_or_insert(line.trim_end().ends_with(','));
         if fields.len() != w {
             let n = if fields.len() > w {
                 format!("more than {w}")
@@ -142,6 +145,9 @@ pub(super) fn parse(
             }
         };
         for (j, f) in fields.iter().enumerate() {
+            if f.is_empty() {
+                return Err(empty_field(lineno, j, w, commas_end == Some(true)));
+            }
             if j == lc {
                 let v: f64 = f.parse().map_err(|_| bad_label(lineno, j, f))?;
                 if v < 0.0 || v.fract() != 0.0 || v >= 65536.0 {
@@ -184,6 +190,15 @@ fn no_rows(text: &str, header: bool) -> String {
         format!("{} bytes of whitespace and line breaks only", text.len())
     };
     format!("file has no data rows: it holds {holds}; it needs one sample per line: features and a label, separated by commas")
+}
+
+/// Why field `col` of line `lineno` (of `w` fields) is empty: a comma at the end of every line
+/// (`commas_end`: the first row's did; a spreadsheet's export), or a missing value.
+fn empty_field(lineno: usize, col: usize, w: usize, commas_end: bool) -> String {
+    if col == w - 1 && commas_end {
+        return format!("line {lineno} ends with a comma, an empty last column (column {col}, from 0); remove the commas at the ends of the lines, e.g. sed 's/,[[:space:]]*$//' in.csv > out.csv");
+    }
+    format!("line {lineno}, column {col} (from 0) is empty: a missing value; fill it in or drop the row")
 }
 
 fn bad_label(line: usize, col: usize, f: &str) -> String {
@@ -249,6 +264,40 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
         let e = parse("1,2\n", LabelColumn::Index(5), false).unwrap_err();
         assert!(e.contains("label column 5"), "{e}");
+        // a missing value, a feature's or the label's, is said as one
+        for text in ["1,2,0\n3,,1\n", "1,2,0\n3,4,\n"] {
+            let label = LabelColumn::First;
+            let e = parse(text, label, false).unwrap_err();
+            assert!(
+                e.contains("line 2, column ") && e.contains("is empty: a missing value"),
+                "{e}"
+            );
+        }
+        let e = parse("1,,0\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("line 1, column 1 (from 0) is empty"), "{e}");
+        // a comma ending every line: named, with the way to drop it
+        let e = parse("1,2,0,\n3,4,1,\n", LabelColumn::Index(2), false).unwrap_err();
+        assert!(
+            e.starts_with("line 1 ends with a comma") && e.contains("sed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn files_that_are_not_text_say_what_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        for (bytes, said) in [
+            (&b"\x1f\x8b\x08\0\0\0"[..], "gzip-compressed: unpack it first (gunzip -k FILE)"),
+            (b"PK\x03\x04\x14\0", "a zip archive"),
+            (b"\xff\xfe1\x002\x00", "UTF-16 text"),
+            (b"1\x00,\x002\x00,\x000\x00\n\x001\x00,\x002\x00,\x000\x00\n\x001\x00,\x002\x00,\x000\x00\n\x00", "UTF-16 text"),
+            (b"1,2,0\n\x003,4,1\n", "a NUL byte (byte 6)"),
+        ] {
+            let f = dir.path().join("d.csv");
+            std::fs::write(&f, bytes).unwrap();
+            let e = super::read(&f, "--data").unwrap_err().to_string();
+            assert!(e.contains(said) && e.contains("plain UTF-8 text"), "{e}");
+        }
     }
 
     #[test]

@@ -126,7 +126,14 @@ pub fn read_bytes(path: &Path, expect: &Expect) -> Result<Vec<u8>, ReadError> {
 
 /// [`read_bytes`] for a UTF-8 text file.
 pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
-    String::from_utf8(read_bytes(path, expect)?).map_err(|e| {
+    let bytes = read_bytes(path, expect)?;
+    if let Some(why) = not_text(&bytes) {
+        return Err(refused(
+            path,
+            format!("{why}; {} must be plain UTF-8 text", expect.what),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
         refused(
@@ -137,6 +144,29 @@ pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
             ),
         )
     })
+}
+
+/// What a file that is not text is, where its first bytes tell: packed (gzip, zip, xz, zstd,
+/// bzip2: unpack it first), UTF-16 text (saved as "Unicode" by a spreadsheet), or a NUL byte.
+fn not_text(bytes: &[u8]) -> Option<String> {
+    let packed = [
+        (&b"\x1f\x8b"[..], "gzip-compressed", "gunzip -k FILE"),
+        (b"PK\x03\x04", "a zip archive", "unzip FILE"),
+        (b"\xfd7zXZ\0", "xz-compressed", "unxz -k FILE"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd FILE"),
+        (b"BZh", "bzip2-compressed", "bunzip2 -k FILE"),
+    ];
+    if let Some((_, what, how)) = packed.iter().find(|(magic, ..)| bytes.starts_with(magic)) {
+        return Some(format!("it is {what}: unpack it first ({how})"));
+    }
+    let utf16 = bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff");
+    let nul = bytes.iter().position(|&b| b == 0);
+    // (UTF-16 text of ASCII characters has every other byte NUL)
+    let alternating = nul.is_some_and(|_| bytes.iter().take(64).filter(|&&b| b == 0).count() >= 16);
+    if utf16 || alternating {
+        return Some("it is UTF-16 text (as a spreadsheet saves \"Unicode text\"): convert it, e.g. iconv -f UTF-16 -t UTF-8 FILE > out.csv".into());
+    }
+    nul.map(|at| format!("it holds a NUL byte (byte {at}): is it a text file?"))
 }
 
 /// A short text file this program writes beside a run (a pid, a socket's path), trimmed; None
