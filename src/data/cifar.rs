@@ -118,7 +118,7 @@ pub struct Cifar {
 fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
     let (folder, url, train, test) = kind.archive();
     for d in [dir.to_path_buf(), dir.join(folder)] {
-        if d.join(test).is_file() {
+        if (train.iter().chain([&test])).all(|f| d.join(f).is_file()) {
             return Ok(d);
         }
     }
@@ -425,6 +425,17 @@ mod tests {
             .to_string();
         assert!(e.contains("the Python (pickled) version of cifar10"), "{e}");
         // one file missing is named; the other CIFAR's files are said to be
+        write_ten(dir.path(), 2);
+        // a training file missing is said as the test file is
+        std::fs::remove_file(dir.path().join("data_batch_4.bin")).unwrap();
+        let e = load(dir.path(), Kind::Ten, "c", false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("holds cifar10 binary files but not data_batch_4.bin: unpack"),
+            "{e}"
+        );
         write_ten(dir.path(), 2);
         std::fs::remove_file(dir.path().join("test_batch.bin")).unwrap();
         let e = load(dir.path(), Kind::Ten, "c", false).err().unwrap();
