@@ -310,6 +310,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--keep-checkpoints=-1"],
             &["'--keep-checkpoints <N>': negative: use 1 or more"],
         ),
+        (
+            &["--image-size=-1"],
+            &["'--image-size <N>': negative: use 8 or more"],
+        ),
         // a range's least value, said as one (clap says `0 is not in 1..18446744073709551615`)
         (
             &["--keep-checkpoints", "0"],

@@ -453,6 +453,19 @@ fn train_and_val_folders_and_val_data() {
         (d.train.len(), d.val.len(), d.val.y.clone()),
         (6, 1, vec![0])
     );
+    assert!(!d.description.contains("the training data itself"));
+    // the training folder again: said to show fit, not what was not seen
+    let o = opts(|o| {
+        o.val_fraction = None;
+        let train = dir.join("train").display().to_string();
+        o.val_data = Some(format!("images:{train}").parse().unwrap());
+    });
+    let d = images(&dir.join("train"), &o).unwrap();
+    assert!(
+        d.description.contains("6 images, the training data itself"),
+        "{}",
+        d.description
+    );
     // its classes are matched by name: one holding the second class alone is that class
     let second = tmp.path().join("second");
     png_rgb(&second.join("bee/z.png"), 9);

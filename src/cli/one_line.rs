@@ -157,12 +157,14 @@ pub(super) fn least_value(flag: &str) -> Option<u64> {
     if !text.contains(flag) {
         return None;
     }
-    // clap's range (`0 is not in 1..N`), the checks' (`out of range: use 1..=N`, `use 1 or more`)
+    // clap's range (`0 is not in 1..N`), the checks' (`out of range: use 1..=N`, `use 8 to
+    // 4096`, `use 1 or more`)
     let least = |after: &str, until: &str| {
         let rest = text.split(after).nth(1)?;
         rest.split(until).next()?.parse::<u64>().ok()
     };
     least(" is not in ", "..")
         .or_else(|| least("out of range: use ", ".."))
+        .or_else(|| least("out of range: use ", " to "))
         .or_else(|| least(": use ", " or more"))
 }

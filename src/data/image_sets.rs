@@ -362,9 +362,13 @@ pub(super) fn load(
             view(&train, all(&train), train_look, seed),
             view(v, all(v), val_look, seed),
             format!(
-                "validation {}: {}",
+                "validation {}: {}{}",
                 v.what,
-                crate::text::counted(v.set.len(), "image")
+                crate::text::counted(v.set.len(), "image"),
+                match (opts.val_data.as_ref()).is_some_and(|g| g.absolute() == spec.absolute()) {
+                    true => super::TRAINING_DATA_ITSELF,
+                    false => "",
+                }
             ),
         ),
         (None, f) => {

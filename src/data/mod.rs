@@ -95,6 +95,9 @@ pub struct LoadedData {
 /// The share of a set without its own validation set that validates, unless `--val-split`.
 pub const DEFAULT_VAL_FRACTION: f64 = 0.2;
 
+/// Said after a validation set given as `--val-data` that is the training data again.
+const TRAINING_DATA_ITSELF: &str = ", the training data itself: it shows how the training set is fit, not how the model does on data it has not seen";
+
 /// How a seeded split cut `fraction` of a set: `split 80 train / 20 val (seed 1)`, and where
 /// the share of a small set rounds to no sample, that it did and the share that gives one.
 pub fn split_text(train: usize, val: usize, fraction: f64, seed: u64) -> String {

@@ -28,6 +28,12 @@ impl FromStr for Augment {
         let mut a = Augment::default();
         for part in s.split(',').map(str::trim) {
             match part.split_once(':') {
+                _ if part.is_empty() => {
+                    return Err(format!(
+                        "`{}` has an empty name between its commas; {AUGMENT_HELP}",
+                        s.trim()
+                    ))
+                }
                 _ if part == "none" => {}
                 _ if part == "flip" => a.flip = true,
                 _ if part == "random-resized-crop" => a.resized_crop = true,
@@ -260,6 +266,11 @@ mod tests {
         let e = "crop:4,rotate".parse::<Augment>().unwrap_err();
         assert!(
             e.contains("unknown augmentation `rotate`") && e.contains("crop:4,flip"),
+            "{e}"
+        );
+        let e = " , ".parse::<Augment>().unwrap_err();
+        assert!(
+            e.starts_with("`,` has an empty name between its commas;"),
             "{e}"
         );
         let e = "crop:4,random-resized-crop".parse::<Augment>().unwrap_err();

@@ -202,7 +202,7 @@ pub(super) fn load(
             }
             // (the training data again: a check of fit, not of what was not seen)
             let same = match v.absolute() == spec.absolute() {
-                true => ", the training data itself: it shows how the training set is fit, not how the model does on data it has not seen",
+                true => super::TRAINING_DATA_ITSELF,
                 false => "",
             };
             let text = format!("validation {vwhat}: {} samples{same}", val.len());
