@@ -131,6 +131,11 @@ fn set_handler(h: Handler, hup: Hup) -> anyhow::Result<()> {
             Hup::Ignored => {}
         }
     }
+    // (a script's `cmd &` starts it so: Ctrl-C and kill -INT would do nothing, unsaid)
+    let int = INHERITED.get().is_some_and(|&(_, int)| int);
+    if int && hup == Hup::IgnoredSaid {
+        mgtop::tell!("note: SIGINT is ignored (started in the background of a script, as `&` there does): Ctrl-C and kill -INT do nothing; stop it with SIGTERM (kill PID) for a checkpoint");
+    }
     Ok(())
 }
 

@@ -614,7 +614,7 @@ fn a_closed_stdout_loses_lines_not_the_checkpoint_or_the_exit_code() {
 }
 
 #[test]
-fn a_run_started_under_nohup_survives_the_hang_up() {
+fn a_run_started_under_nohup_or_a_script_s_ampersand_survives_hang_up_and_interrupt() {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = bin();
@@ -631,10 +631,12 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
         "--checkpoint-dir",
         "ck",
     ]);
-    // SAFETY: only async-signal-safe calls between fork and exec: what nohup does
+    // SAFETY: only async-signal-safe calls between fork and exec: what nohup does, and a
+    // non-interactive shell to a job started with `&`
     unsafe {
         cmd.pre_exec(|| {
             libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
             Ok(())
         });
     }
@@ -645,6 +647,7 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
         .unwrap();
     let lines = under_way(&mut child);
     signal(&child, "HUP");
+    signal(&child, "INT");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -654,6 +657,10 @@ fn a_run_started_under_nohup_survives_the_hang_up() {
         "{rest:?}"
     );
     assert!(err.contains("SIGHUP is ignored (nohup)"), "{err}");
+    assert!(
+        err.contains("SIGINT is ignored (started in the background of a script"),
+        "{err}"
+    );
 }
 
 #[test]
