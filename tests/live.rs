@@ -492,6 +492,33 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
 }
 
 #[test]
+fn attaching_to_a_run_still_starting_says_so() {
+    // a run directory made, its data still loading or its model being built: its process
+    // holds the checkpoint lock (a live run stands for it here) and there is no socket yet
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
+    let d = dir.path().join("elsewhere");
+    let starting = d.join("runs/big/20261203-101500");
+    std::fs::create_dir_all(starting.join("checkpoints")).unwrap();
+    let pid = run.child.id();
+    std::fs::write(starting.join("checkpoints/.lock"), pid.to_string()).unwrap();
+    let shown = starting.display().to_string();
+    for target in [vec!["runs/big"], vec![shown.as_str()], vec![]] {
+        let (code, err) = attach(&d, &target);
+        assert_eq!(code, Some(1));
+        assert!(
+            err.contains(&format!("its run is starting (pid {pid})"))
+                && err.contains("try again in a moment"),
+            "{target:?}: {err}"
+        );
+    }
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+    let (_, err) = attach(&d, &["runs/big"]);
+    assert!(err.contains("no live run under runs/big"), "{err}");
+}
+
+#[test]
 fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut run = Run::start(dir.path(), &["--steps", FOREVER]);

@@ -48,6 +48,9 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
         })
         .collect();
     live.sort_by_key(|(t, _)| *t);
+    if let (None, Some((run, pid))) = (live.last(), starting(dir)) {
+        return Err(AttachError::Starting { run, pid });
+    }
     match live.pop() {
         Some((_, t)) => Ok(t),
         None => Err(AttachError::NoLiveRun {
@@ -62,6 +65,33 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
             },
         }),
     }
+}
+
+/// A run starting in `dir` or a directory up to two levels under it, and its process: its
+/// checkpoint lock is held, and it has no socket yet (one opens once the data is loaded and the
+/// devices are open). The newest such directory where several are.
+fn starting(dir: &Path) -> Option<(PathBuf, u32)> {
+    let starting = |d: &Path| {
+        let pid = crate::engine::checkpoint::holder(&d.join(rundir::CHECKPOINTS))?;
+        socket_in(d).is_none().then(|| (d.to_path_buf(), pid))
+    };
+    let dirs = |d: &Path| -> Vec<PathBuf> {
+        (std::fs::read_dir(d).into_iter().flatten().flatten())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect()
+    };
+    let mut found: Vec<(PathBuf, u32)> = std::iter::once(dir.to_path_buf())
+        .chain(
+            dirs(dir)
+                .into_iter()
+                .flat_map(|c| std::iter::once(c.clone()).chain(dirs(&c))),
+        )
+        .filter_map(|d| starting(&d))
+        .collect();
+    // (run directories are named by their start time)
+    found.sort();
+    found.pop()
 }
 
 /// What `attach [TARGET]` opens.
