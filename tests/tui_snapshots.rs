@@ -208,7 +208,7 @@ fn a_terminal_below_the_minimum_says_so() {
     // the quit question, which has no room for its popup, in words
     key(&mut app, KeyCode::Char('q'));
     let s = screen(&app, 40, 10);
-    assert!(s.contains("q: with a checkpoint"), "{s}");
+    assert!(s.contains("s or q: with a"), "{s}");
     let s = screen(&app, MIN_WIDTH, MIN_HEIGHT);
     assert!(!s.contains("too small") && s.contains("devices"), "{s}");
 }

@@ -53,7 +53,10 @@ impl App {
             KeyCode::Char('s') => self.checked(|app| {
                 // (the ranks write it at the step they are at when it reaches them: this one
                 // where paused, a later one where running)
-                let asked = format!("checkpoint requested after step {}", app.step());
+                let asked = match app.state {
+                    RunState::Paused => format!("checkpoint requested at step {}", app.step()),
+                    _ => "checkpoint requested: written after the step under way".to_string(),
+                };
                 app.note(Level::Info, asked.clone());
                 app.flash = Some(asked);
                 app.pending_checkpoint = true;

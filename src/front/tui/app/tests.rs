@@ -97,7 +97,7 @@ fn what_answers_a_key_is_said_in_the_footer_and_nothing_else_is() {
     app.handle_key(key('s'));
     assert_eq!(
         app.flash.as_deref(),
-        Some("checkpoint requested after step 5")
+        Some("checkpoint requested: written after the step under way")
     );
     let written = |app: &mut App, step: u64| {
         app.apply(AppEvent::Engine(Event::Checkpoint {
@@ -114,7 +114,7 @@ fn what_answers_a_key_is_said_in_the_footer_and_nothing_else_is() {
     }));
     assert_eq!(
         app.flash.as_deref(),
-        Some("checkpoint requested after step 5")
+        Some("checkpoint requested: written after the step under way")
     );
     assert_eq!(app.last_checkpoint, None);
     assert_eq!(

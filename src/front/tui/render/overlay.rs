@@ -40,6 +40,13 @@ fn popup(
 pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // a small screen gets the same keys in fewer, shorter lines
     let compact = area.height < 20 || area.width < 72;
+    // (what q does: a file viewed is left at once, a read-only client detaches at once)
+    let quit = match () {
+        _ if app.watching_file() => "leave",
+        _ if app.mode == Mode::Attached && app.readonly => "detach",
+        _ if app.mode == Mode::Attached => "detach or stop (asks first)",
+        _ => "quit (asks first)",
+    };
     let short = [
         ("p, space", "pause / resume"),
         ("] [ + -", "double / halve the batch"),
@@ -50,7 +57,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("w", "history window"),
         ("t / r, Ctrl-L", "theme / redraw"),
         ("?, h", "this help"),
-        ("q, Ctrl-C", "quit (asks first)"),
+        ("q, Ctrl-C", quit),
     ];
     let full = [
         ("p, space", "pause / resume at the next step boundary"),
@@ -71,15 +78,15 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("t", "next theme"),
         ("?, h", "this help"),
         ("r, Ctrl-L", "redraw"),
-        ("q, Ctrl-C", "quit (asks first)"),
+        ("q, Ctrl-C", quit),
     ];
     let keys: &[(&str, &str)] = if compact { &short } else { &full };
     let mut lines: Vec<Line> = keys
         .iter()
         .map(|(k, v)| {
             Line::from(vec![
-                Span::styled(format!("{k:<15}"), theme.badge(theme.accent)),
-                Span::raw(*v),
+                Span::styled(format!(" {k:<14} "), theme.badge(theme.accent)),
+                Span::raw(format!(" {v}")),
             ])
         })
         .collect();
@@ -141,9 +148,9 @@ pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, attached: bool)
         option("c", theme.accent, "cancel (Esc)"),
         Line::styled(
             if attached {
-                "q or Ctrl-C again: detach"
+                " q or Ctrl-C again: detach"
             } else {
-                "q or Ctrl-C again: stop with a checkpoint"
+                " q or Ctrl-C again: stop with a checkpoint"
             },
             theme.muted(),
         ),
@@ -308,9 +315,9 @@ pub fn render_too_small(frame: &mut Frame, area: Rect, app: &App, theme: &Theme)
     if app.popup == Some(Popup::Quit) {
         text.push(Line::styled(
             if app.mode == Mode::Attached {
-                "detach? q: detach, s: stop the run, c: cancel"
+                "detach? d or q: detach, s: stop the run, c: cancel"
             } else {
-                "stop training? q: with a checkpoint, k: without, c: cancel"
+                "stop training? s or q: with a checkpoint, k: without, c: cancel"
             },
             theme.badge(theme.accent),
         ));
