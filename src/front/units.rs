@@ -24,7 +24,8 @@ pub fn took(d: Duration) -> String {
     }
 }
 
-/// 1.2k, 34.5k, 1.20M.
+/// 0.72, 8.4, 950, 1.2k, 34.5k, 1.20M: three figures at most, two below 10 (a rate of a sample
+/// every few seconds is not 1).
 pub fn si(v: f64) -> String {
     match v.abs() {
         // (999.5k and up round to 1000k: those are millions)
@@ -32,7 +33,9 @@ pub fn si(v: f64) -> String {
         x if x >= 1e5 => format!("{:.0}k", v / 1e3),
         x if x >= 1e4 => format!("{:.1}k", v / 1e3),
         x if x >= 1e3 => format!("{:.2}k", v / 1e3),
-        _ => format!("{v:.0}"),
+        x if x >= 9.95 || x == 0.0 => format!("{v:.0}"),
+        x if x >= 0.995 => format!("{v:.1}"),
+        _ => format!("{v:.2}"),
     }
 }
 
@@ -115,6 +118,10 @@ mod tests {
         assert_eq!(took(Duration::from_millis(59_960)), "00:59");
         assert_eq!(took(Duration::from_secs(75)), "01:15");
         assert_eq!(si(950.0), "950");
+        assert_eq!(si(12.4), "12");
+        assert_eq!(si(8.44), "8.4");
+        assert_eq!(si(0.7), "0.70");
+        assert_eq!(si(0.0), "0");
         assert_eq!(si(41_234.0), "41.2k");
         assert_eq!(si(614_800.0), "615k");
         assert_eq!(si(999_700.0), "1.00M");
