@@ -405,7 +405,7 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
 }
 
 #[test]
-fn a_long_answer_in_the_footer_leaves_help_on_screen() {
+fn a_long_answer_in_the_footer_leaves_help_and_quit_on_screen() {
     let mut app = demo::app(2, 150);
     app.flash = Some(format!(
         "a batch of 2048 per replica is more than {}",
@@ -414,7 +414,7 @@ fn a_long_answer_in_the_footer_leaves_help_on_screen() {
     for w in [60u16, 80] {
         let s = screen(&app, w, 24);
         let footer = s.lines().last().unwrap();
-        assert!(footer.contains("? help"), "{w}: {footer}");
+        assert!(footer.contains("? help") && footer.contains("q quit"), "{w}: {footer}");
         assert!(footer.contains("a batch of 2048 per"), "{w}: {footer}");
     }
     // one that fits without the other keys is whole

@@ -253,10 +253,10 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         lead.push(Span::styled(" READ-ONLY ", theme.badge(theme.warn)));
     }
     // the answer to the last key comes first: the keys after it go before it is shortened,
-    // all but help (which lists them), reconnecting and leaving
+    // all but help (which lists them), reconnecting and leaving (quit, Ctrl-C)
     let mut flash = app.flash.clone();
     let kept: &[&str] = match flash {
-        Some(_) => &["?", "r", "Ctrl-C"],
+        Some(_) => &["?", "q", "r", "Ctrl-C"],
         None => &["?", "q", "p", "r", "Ctrl-C"],
     };
     // what does not fit goes, least needed first: the view's name, then keys from the right,
