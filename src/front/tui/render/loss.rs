@@ -171,13 +171,11 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
                 .style(theme.fg(theme.warn))
                 .data(&val),
         ];
-        let decade = |e: f64| {
-            let v = 10f64.powf(e);
-            if v >= 1.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v}")
-            }
+        // (short from a thousandth down, so the axis keeps its width as the low end moves)
+        let decade = |e: f64| match e as i32 {
+            e if e >= 0 => format!("{:.0}", 10f64.powi(e)),
+            e if e >= -2 => format!("{}", 10f64.powi(e)),
+            e => format!("1e{e}"),
         };
         let x = (
             xb,
