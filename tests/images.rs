@@ -512,9 +512,17 @@ fn train_and_val_folders_and_val_data() {
     let e = load(&spec, &o, 0).err().unwrap().to_string();
     assert!(
         e.starts_with(&format!(
-            "--val-data images:{}: is a set of pictures",
+            "--val-data images:{}: is a set of picture files",
             larger.display()
-        )) && e.contains("csv:FILE"),
+        )) && e.contains("is not pictures")
+            && e.contains("csv:FILE"),
+        "{e}"
+    );
+    // synthetic pictures are pictures, made here: said as such
+    let spec: DataSpec = "synthetic-images:100,3,8,8,2".parse().unwrap();
+    let e = load(&spec, &o, 0).err().unwrap().to_string();
+    assert!(
+        e.contains("makes its pictures and validates on a split of them (--val-split)"),
         "{e}"
     );
 }

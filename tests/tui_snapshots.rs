@@ -414,7 +414,10 @@ fn a_long_answer_in_the_footer_leaves_help_and_quit_on_screen() {
     for w in [60u16, 80] {
         let s = screen(&app, w, 24);
         let footer = s.lines().last().unwrap();
-        assert!(footer.contains("? help") && footer.contains("q quit"), "{w}: {footer}");
+        assert!(
+            footer.contains("? help") && footer.contains("q quit"),
+            "{w}: {footer}"
+        );
         assert!(footer.contains("a batch of 2048 per"), "{w}: {footer}");
     }
     // one that fits without the other keys is whole

@@ -169,9 +169,16 @@ pub(super) fn load(
             (train, val, said)
         }
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
+            // (synthetic pictures are made here, a table of pixel values: not a set of files)
+            let made = match spec {
+                DataSpec::SyntheticImages { .. } => {
+                    "makes its pictures and validates on a split of them (--val-split)"
+                }
+                _ => "is not pictures",
+            };
             return Err(DataError::ValSpec {
                 spec: v.to_string(),
-                msg: format!("is a set of pictures and --data {spec} is not: give --val-data a set of the same kind (csv:FILE or idx:FILES), or train on pictures too"),
+                msg: format!("is a set of picture files and --data {spec} {made}: give --val-data a set of the same kind (csv:FILE or idx:FILES), or train on picture files too"),
             });
         }
         Some(v) => {
