@@ -131,10 +131,28 @@ pub(super) fn batch_asked(cfg: &RunConfig, meta: &CheckpointMeta) -> Option<usiz
 /// they differ, `changed` says so).
 fn same_data_settings(cfg: &RunConfig, meta: &CheckpointMeta) -> bool {
     let ours = cfg.record();
+    let null = serde_json::Value::Null;
+    let at = |m: &serde_json::Value, k: &str| m.get(k).unwrap_or(&null).clone();
     cfg.seed == meta.seed
         && ["data", "val_data", "val_split"]
             .iter()
-            .all(|k| ours.get(k) == meta.config.get(k))
+            .all(|k| same_setting(k, &at(&ours, k), &at(&meta.config, k)))
+}
+
+/// Whether recorded setting `k` is `a` in one record and `b` in the other: numbers as the run
+/// holds them (float32: older checkpoints wrote 0.1 as 0.10000000149...), data sets as what
+/// they read (older checkpoints spelled a CSV's default label column out).
+fn same_setting(k: &str, a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use crate::data::DataSpec;
+    let spec = |v: &serde_json::Value| v.as_str()?.parse::<DataSpec>().ok();
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) if a.is_f64() || b.is_f64() => x as f32 == y as f32,
+        _ if matches!(k, "data" | "val_data") => match (spec(a), spec(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        },
+        _ => a == b,
+    }
 }
 
 /// The recorded settings (`RunConfig::record`) the run changes from the checkpoint's run, as
@@ -162,11 +180,6 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         serde_json::Value::Null => "none".into(),
         v => v.to_string(),
     };
-    // numbers as the run holds them (float32: older checkpoints wrote 0.1 as 0.10000000149...)
-    let same = |a: &serde_json::Value, b: &serde_json::Value| match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) if a.is_f64() || b.is_f64() => x as f32 == y as f32,
-        _ => a == b,
-    };
     // the budget is one setting: steps for epochs is a change too
     let budget = |m: &serde_json::Map<String, serde_json::Value>| {
         ["steps", "epochs"]
@@ -183,7 +196,7 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         .filter(|(k, _)| !["lr_flag", "batch_cut"].contains(&k.as_str()))
         .filter_map(|(k, v)| {
             let t = theirs.get(k)?;
-            (!same(v, t)).then(|| {
+            (!same_setting(k, v, t)).then(|| {
                 let flag = k.replace('_', "-");
                 // (a switch as it is given, clipping turned off as it is; a setting left unset
                 // by the checkpoint's run)
@@ -258,6 +271,25 @@ mod tests {
             lr_scaling: Some(crate::nn::schedule::LrScaling::Linear),
             ..RunConfig::default()
         }
+    }
+
+    #[test]
+    fn settings_compare_as_the_run_reads_them() {
+        use serde_json::json;
+        // an older checkpoint spelled the default label column out; floats were widened
+        let old = json!("csv:/d/t.csv,label=last");
+        assert!(same_setting("data", &json!("csv:/d/t.csv"), &old));
+        assert!(!same_setting(
+            "data",
+            &json!("csv:/d/t.csv,label=first"),
+            &old
+        ));
+        assert!(same_setting(
+            "lr",
+            &json!(0.1f32),
+            &json!(0.10000000149011612)
+        ));
+        assert!(!same_setting("name", &json!("csv:/d/t.csv"), &old));
     }
 
     #[test]

@@ -287,7 +287,11 @@ impl fmt::Display for DataSpec {
                 header,
                 shape,
             } => {
-                write!(f, "csv:{},label={label}", path.display())?;
+                // (the last column, the default, is not spelled out)
+                write!(f, "csv:{}", path.display())?;
+                if *label != LabelColumn::Last {
+                    write!(f, ",label={label}")?;
+                }
                 if *header {
                     f.write_str(",header")?;
                 }

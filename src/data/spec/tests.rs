@@ -213,7 +213,8 @@ fn parses_synthetic_images_and_refuses_bad_sizes() {
 fn display_round_trips_and_short_names() {
     for s in [
         "digits",
-        "csv:a.csv,label=last",
+        "csv:a.csv",
+        "csv:a.csv,label=first",
         "csv:a.csv,label=3,header,shape=3x4x5",
         "idx:i.gz,l.gz",
         "idx:i.gz,l.gz,layout=nchw",
@@ -227,6 +228,11 @@ fn display_round_trips_and_short_names() {
         assert_eq!(spec.to_string(), s);
         assert_eq!(parse(&spec.to_string()).unwrap(), spec);
     }
+    // the default label column is not spelled out (an error echoes what was given)
+    assert_eq!(
+        parse("csv:a.csv,label=last").unwrap().to_string(),
+        "csv:a.csv"
+    );
     let names: Vec<String> = [
         "digits",
         "csv:d/pixels.csv,shape=1x8x8",
