@@ -33,6 +33,18 @@ impl Origins {
         self.file = Some((path.to_path_buf(), keys));
     }
 
+    /// Where setting `flag` (given: by a flag or the config file) came from: `--flag`, or the
+    /// config file's line.
+    pub fn given(&self, flag: &str) -> String {
+        match &self.file {
+            Some((path, keys)) => match keys.get(flag) {
+                Some(line) => format!("config file {} (line {line})", path.display()),
+                None => format!("--{flag}"),
+            },
+            None => format!("--{flag}"),
+        }
+    }
+
     /// `refusal` said with where its settings came from where no flag gave them.
     pub fn explain(&self, refusal: String) -> String {
         let named = named_flags(&refusal);

@@ -266,7 +266,7 @@ impl TrainArgs {
             data: parse("data", args.data.as_ref(), d.data)?,
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
-            batch_from_flag: args.batch_per_replica.is_some(),
+            batch_given: (args.batch_per_replica).map(|_| origins.given("batch-per-replica")),
             batch_cut: None,
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer,

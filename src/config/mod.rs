@@ -174,8 +174,9 @@ pub struct RunConfig {
     pub data: DataSpec,
     pub budget: Budget,
     pub batch_per_replica: usize,
-    /// `--batch-per-replica` was given: a resumed run then uses it instead of the checkpoint's.
-    pub batch_from_flag: bool,
+    /// Where the batch per replica was given (`--batch-per-replica`, or the config file's
+    /// line): a resumed run then uses it instead of the checkpoint's. `None`: the default.
+    pub batch_given: Option<String>,
     /// The batch per replica asked for and what the training split cut it to, where it did
     /// (`engine::validate::batch_within_data`): recorded, so a run resumed on more data asks
     /// for the batch again rather than keep the cut one.
@@ -291,7 +292,7 @@ impl Default for RunConfig {
             data: DataSpec::Digits,
             budget: Budget::Epochs(30),
             batch_per_replica: 32,
-            batch_from_flag: false,
+            batch_given: None,
             batch_cut: None,
             lr: None,
             optimizer: OptimizerKind::Adam,

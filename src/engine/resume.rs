@@ -48,7 +48,7 @@ pub(super) fn resumed_settings(
     split: TrainSplit,
 ) -> Resumed {
     let asked = batch_asked(cfg, meta);
-    let per_replica = if cfg.batch_from_flag || asked.is_some() {
+    let per_replica = if cfg.batch_given.is_some() || asked.is_some() {
         cfg.batch_per_replica
     } else {
         meta.per_replica
@@ -58,15 +58,16 @@ pub(super) fn resumed_settings(
             "batch {per_replica} per replica: the checkpoint's run asked for {a}, which its training split cut to {}",
             meta.per_replica
         )
-    } else if !cfg.batch_from_flag {
-        format!("batch {per_replica} per replica from the checkpoint")
-    } else if per_replica == meta.per_replica {
-        format!("batch {per_replica} per replica (--batch-per-replica, as in the checkpoint)")
+    } else if let Some(given) = &cfg.batch_given {
+        match per_replica == meta.per_replica {
+            true => format!("batch {per_replica} per replica ({given}, as in the checkpoint)"),
+            false => format!(
+                "batch {per_replica} per replica from {given} (the checkpoint had {})",
+                meta.per_replica
+            ),
+        }
     } else {
-        format!(
-            "batch {per_replica} per replica from --batch-per-replica (the checkpoint had {})",
-            meta.per_replica
-        )
+        format!("batch {per_replica} per replica from the checkpoint")
     };
     let mut changed = changed(cfg, meta);
     let train_samples = split.samples;
@@ -121,7 +122,7 @@ pub(super) fn resumed_settings(
 pub(super) fn batch_asked(cfg: &RunConfig, meta: &CheckpointMeta) -> Option<usize> {
     let cut = meta.config.get("batch_cut")?.as_array()?;
     let [asked, to] = [cut.first()?, cut.get(1)?].map(|v| v.as_u64().map(|v| v as usize));
-    let asked = asked.filter(|_| to == Some(meta.per_replica) && !cfg.batch_from_flag)?;
+    let asked = asked.filter(|_| to == Some(meta.per_replica) && cfg.batch_given.is_none())?;
     (1..=crate::engine::control::MAX_BATCH)
         .contains(&asked)
         .then_some(asked)
@@ -304,7 +305,7 @@ mod tests {
 
         let bigger = RunConfig {
             batch_per_replica: 64,
-            batch_from_flag: true,
+            batch_given: Some("--batch-per-replica".into()),
             ..linear()
         };
         let r = resumed_settings(&bigger, &meta(), 2, split(1438));

@@ -286,7 +286,7 @@ pub(super) fn batch_within_data(
         return cfg;
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
-    let theirs = resumed.filter(|_| !cfg.batch_from_flag && asked.is_none());
+    let theirs = resumed.filter(|_| cfg.batch_given.is_none() && asked.is_none());
     let per_replica = match theirs {
         Some(m) => m.per_replica,
         None => cfg
@@ -386,7 +386,7 @@ mod tests {
         let meta = crate::engine::checkpoint::CheckpointMeta::example();
         let cfg = RunConfig {
             batch_per_replica: 100_000,
-            batch_from_flag: true,
+            batch_given: Some("--batch-per-replica".into()),
             ..RunConfig::default()
         };
         let mut notes = Vec::new();
@@ -395,7 +395,7 @@ mod tests {
         assert!(notes[0].contains("each step takes all 1438"), "{notes:?}");
         // without the flag, the checkpoint's batch stands (its run took it)
         let theirs = RunConfig {
-            batch_from_flag: false,
+            batch_given: None,
             ..cfg
         };
         let c = batch_within_data(theirs, 1438, Some(2), Some(&meta), &mut Vec::new());
