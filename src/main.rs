@@ -134,7 +134,7 @@ fn set_handler(h: Handler, hup: Hup) -> anyhow::Result<()> {
     // (a script's `cmd &` starts it so: Ctrl-C and kill -INT would do nothing, unsaid)
     let int = INHERITED.get().is_some_and(|&(_, int)| int);
     if int && hup == Hup::IgnoredSaid {
-        mgtop::tell!("note: SIGINT is ignored (started in the background of a script, as `&` there does): Ctrl-C and kill -INT do nothing; stop it with SIGTERM (kill PID) for a checkpoint");
+        mgtop::tell!("note: SIGINT is ignored (inherited so, as a script's `cmd &` starts it): Ctrl-C and kill -INT do nothing; stop it with SIGTERM (kill PID) for a checkpoint");
     }
     Ok(())
 }

@@ -512,6 +512,11 @@ fn attaching_to_a_run_still_starting_says_so() {
             "{target:?}: {err}"
         );
     }
+    // one with a metrics file is past its start (its socket failed, or it ended): not starting
+    std::fs::write(starting.join("metrics.jsonl"), "").unwrap();
+    let (_, err) = attach(&d, &["runs/big"]);
+    assert!(err.contains("none live"), "{err}");
+    std::fs::remove_file(starting.join("metrics.jsonl")).unwrap();
     run.child.kill().unwrap();
     run.child.wait().unwrap();
     let (_, err) = attach(&d, &["runs/big"]);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::config_file;
 use super::origin::Origins;
 use super::TrainArgs;
-use crate::config::{Budget, RunConfig};
+use crate::config::{BatchFrom, Budget, RunConfig};
 use crate::data::DataOptions;
 use crate::engine::{checkpoint, rundir};
 use crate::nn::schedule::LrScaling;
@@ -266,7 +266,8 @@ impl TrainArgs {
             data: parse("data", args.data.as_ref(), d.data)?,
             budget,
             batch_per_replica: args.batch_per_replica.unwrap_or(d.batch_per_replica),
-            batch_given: (args.batch_per_replica).map(|_| origins.given("batch-per-replica")),
+            batch_from: (args.batch_per_replica)
+                .map(|_| BatchFrom::Given(origins.given("batch-per-replica"))),
             batch_cut: None,
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::DeviceSpec;
-use crate::config::{Budget, RunConfig};
+use crate::config::{BatchFrom, Budget, RunConfig};
 
 pub(super) fn cli(args: &[&str]) -> Result<(RunConfig, Frontend), String> {
     let mut v = vec!["mgtop-train"];
@@ -51,14 +51,14 @@ fn flags_override_the_file_which_overrides_defaults() {
     assert_eq!(c.batch_per_replica, 16);
     // (where the batch came from, for a resumed run's note)
     let file = format!("config file {} (line 4)", f.display());
-    assert_eq!(c.batch_given.as_deref(), Some(file.as_str()));
+    assert_eq!(c.batch_from, Some(BatchFrom::Given(file)));
     assert_eq!(c.budget, Budget::Steps(40));
     assert_eq!(c.seed, 0);
     let (c, _) = cli(&["--config", f.to_str().unwrap(), "--epochs", "2"]).unwrap();
     assert_eq!(c.budget, Budget::Epochs(2));
     let flag = ["--config", f.to_str().unwrap(), "--batch-per-replica", "8"];
-    let given = cli(&flag).unwrap().0.batch_given;
-    assert_eq!(given.as_deref(), Some("--batch-per-replica"));
+    let given = cli(&flag).unwrap().0.batch_from;
+    assert_eq!(given, Some(BatchFrom::Given("--batch-per-replica".into())));
     std::fs::write(&f, "theme = \"light\"\nsample-interval = 0.5\n").unwrap();
     let (_, front) = cli(&["--config", f.to_str().unwrap(), "--readonly"]).unwrap();
     assert_eq!(front.theme.as_deref(), Some("light"));

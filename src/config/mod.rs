@@ -174,9 +174,9 @@ pub struct RunConfig {
     pub data: DataSpec,
     pub budget: Budget,
     pub batch_per_replica: usize,
-    /// Where the batch per replica was given (`--batch-per-replica`, or the config file's
-    /// line): a resumed run then uses it instead of the checkpoint's. `None`: the default.
-    pub batch_given: Option<String>,
+    /// Where the batch per replica came from, where not the default: a resumed run then trains
+    /// at it (cut to its training split as a fresh run's), not at its checkpoint's.
+    pub batch_from: Option<BatchFrom>,
     /// The batch per replica asked for and what the training split cut it to, where it did
     /// (`engine::validate::batch_within_data`): recorded, so a run resumed on more data asks
     /// for the batch again rather than keep the cut one.
@@ -283,6 +283,16 @@ pub fn metrics_late(value: Option<&str>) -> Result<Option<bool>, String> {
     }
 }
 
+/// Where a run's batch per replica came from, where not the default.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BatchFrom {
+    /// `--batch-per-replica`, or the config file's line (as `Origins::given` says it).
+    Given(String),
+    /// A resumed single-process run's: the batch its checkpoint's run asked for, which that
+    /// run's training split cut to the checkpoint's `cut_to` (`engine::validate`'s cut).
+    AskedAgain { cut_to: usize },
+}
+
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
@@ -292,7 +302,7 @@ impl Default for RunConfig {
             data: DataSpec::Digits,
             budget: Budget::Epochs(30),
             batch_per_replica: 32,
-            batch_given: None,
+            batch_from: None,
             batch_cut: None,
             lr: None,
             optimizer: OptimizerKind::Adam,

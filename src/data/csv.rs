@@ -291,13 +291,21 @@ mod tests {
             (b"PK\x03\x04\x14\0", "a zip archive"),
             (b"\xff\xfe1\x002\x00", "UTF-16 text"),
             (b"1\x00,\x002\x00,\x000\x00\n\x001\x00,\x002\x00,\x000\x00\n\x001\x00,\x002\x00,\x000\x00\n\x00", "UTF-16 text"),
-            (b"1,2,0\n\x003,4,1\n", "a NUL byte (byte 6)"),
+            (b"1,2,0\n\x003,4,1\n", "a NUL byte (byte 6): it is a binary file"),
+            // a binary file's NULs are not UTF-16's (an IDX file given as csv:)
+            (&[0u8, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 0][..], "binary file"),
+            (b"BZh91AY&SY", "bzip2-compressed"),
         ] {
             let f = dir.path().join("d.csv");
             std::fs::write(&f, bytes).unwrap();
             let e = super::read(&f, "--data").unwrap_err().to_string();
             assert!(e.contains(said) && e.contains("plain UTF-8 text"), "{e}");
         }
+        // text that begins as bzip2's mark does is text
+        let f = dir.path().join("d.csv");
+        std::fs::write(&f, "BZh,2,0\n1,2,1\n").unwrap();
+        let e = super::read(&f, "--data").err().map(|e| e.to_string());
+        assert!(e.as_ref().is_none_or(|e| !e.contains("bzip2")), "{e:?}");
     }
 
     #[test]

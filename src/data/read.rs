@@ -154,19 +154,33 @@ fn not_text(bytes: &[u8]) -> Option<String> {
         (b"PK\x03\x04", "a zip archive", "unzip FILE"),
         (b"\xfd7zXZ\0", "xz-compressed", "unxz -k FILE"),
         (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd FILE"),
-        (b"BZh", "bzip2-compressed", "bunzip2 -k FILE"),
     ];
-    if let Some((_, what, how)) = packed.iter().find(|(magic, ..)| bytes.starts_with(magic)) {
+    // (bzip2's `BZh` is followed by its block size, a digit)
+    let bzip2 =
+        bytes.starts_with(b"BZh") && bytes.get(3).is_some_and(|b| (b'1'..=b'9').contains(b));
+    let packed = (packed.iter().find(|(magic, ..)| bytes.starts_with(magic)))
+        .map(|&(_, what, how)| (what, how))
+        .or(bzip2.then_some(("bzip2-compressed", "bunzip2 -k FILE")));
+    if let Some((what, how)) = packed {
         return Some(format!("it is {what}: unpack it first ({how})"));
     }
     let utf16 = bytes.starts_with(b"\xff\xfe") || bytes.starts_with(b"\xfe\xff");
-    let nul = bytes.iter().position(|&b| b == 0);
-    // (UTF-16 text of ASCII characters has every other byte NUL)
-    let alternating = nul.is_some_and(|_| bytes.iter().take(64).filter(|&&b| b == 0).count() >= 16);
-    if utf16 || alternating {
-        return Some("it is UTF-16 text (as a spreadsheet saves \"Unicode text\"): convert it, e.g. iconv -f UTF-16 -t UTF-8 FILE > out.csv".into());
+    if utf16 || ascii_utf16(bytes) {
+        return Some("it is UTF-16 text (as a spreadsheet saves \"Unicode text\"): convert it, e.g. iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8".into());
     }
-    nul.map(|at| format!("it holds a NUL byte (byte {at}): is it a text file?"))
+    let nul = bytes.iter().position(|&b| b == 0);
+    nul.map(|at| format!("it holds a NUL byte (byte {at}): it is a binary file, not text"))
+}
+
+/// Whether `bytes` begin as UTF-16 text of ASCII characters without a byte order mark: every
+/// other byte NUL, the bytes between printable (a binary file's NULs fall anywhere).
+fn ascii_utf16(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(128) & !1];
+    let text = |b: &u8| b.is_ascii_graphic() || b" \t\r\n".contains(b);
+    head.len() >= 4
+        && [0, 1]
+            .into_iter()
+            .any(|nul_at| (head.chunks(2)).all(|pair| pair[nul_at] == 0 && text(&pair[1 - nul_at])))
 }
 
 /// A short text file this program writes beside a run (a pid, a socket's path), trimmed; None

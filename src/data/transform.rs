@@ -30,7 +30,7 @@ impl FromStr for Augment {
             match part.split_once(':') {
                 _ if part.is_empty() => {
                     return Err(format!(
-                        "`{}` has an empty name between its commas; {AUGMENT_HELP}",
+                        "`{}` has an empty name in its list; {AUGMENT_HELP}",
                         s.trim()
                     ))
                 }
@@ -270,7 +270,7 @@ mod tests {
         );
         let e = " , ".parse::<Augment>().unwrap_err();
         assert!(
-            e.starts_with("`,` has an empty name between its commas;"),
+            e.starts_with("`,` has an empty name in its list;"),
             "{e}"
         );
         let e = "crop:4,random-resized-crop".parse::<Augment>().unwrap_err();

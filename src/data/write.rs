@@ -28,12 +28,27 @@ pub fn cache_dir(name: &str) -> PathBuf {
 /// not tell (root may write in a folder its bits refuse; no one may in `/proc` or on a
 /// read-only mount). Lets a run refuse an output it could not write before it trains.
 pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
-    let probe = dir.join(format!(".mgtop-probe-{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)?;
-    let _ = std::fs::remove_file(&probe);
+    // (a name of its own: a probe a killed process left, or another machine's process of the
+    // same pid on a shared disk, is passed over)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..4u32 {
+        let name = format!(".mgtop-probe-{}-{nanos}-{attempt}", std::process::id());
+        let probe = dir.join(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+        {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                return Ok(());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::checkpoint::{self, CheckpointMeta};
 use super::EngineError;
-use crate::config::{Budget, RunConfig};
+use crate::config::{BatchFrom, Budget, RunConfig};
 use crate::data::Dataset;
 use crate::nn::schedule::LrScaling;
 
@@ -47,27 +47,23 @@ pub(super) fn resumed_settings(
     ranks: usize,
     split: TrainSplit,
 ) -> Resumed {
-    let asked = batch_asked(cfg, meta);
-    let per_replica = if cfg.batch_given.is_some() || asked.is_some() {
-        cfg.batch_per_replica
-    } else {
-        meta.per_replica
+    let per_replica = match cfg.batch_from {
+        Some(_) => cfg.batch_per_replica,
+        None => meta.per_replica,
     };
-    let resume_note = if let Some(a) = asked {
-        format!(
-            "batch {per_replica} per replica: the checkpoint's run asked for {a}, which its training split cut to {}",
-            meta.per_replica
-        )
-    } else if let Some(given) = &cfg.batch_given {
-        match per_replica == meta.per_replica {
-            true => format!("batch {per_replica} per replica ({given}, as in the checkpoint)"),
-            false => format!(
-                "batch {per_replica} per replica from {given} (the checkpoint had {})",
-                meta.per_replica
-            ),
+    let resume_note = match &cfg.batch_from {
+        Some(BatchFrom::AskedAgain { cut_to }) => format!(
+            "batch {per_replica} per replica: the checkpoint's run asked for {}, which its training split cut to {cut_to}",
+            batch_asked(meta).unwrap_or(per_replica)
+        ),
+        Some(BatchFrom::Given(given)) if per_replica == meta.per_replica => {
+            format!("batch {per_replica} per replica ({given}, as in the checkpoint)")
         }
-    } else {
-        format!("batch {per_replica} per replica from the checkpoint")
+        Some(BatchFrom::Given(given)) => format!(
+            "batch {per_replica} per replica from {given} (the checkpoint had {})",
+            meta.per_replica
+        ),
+        None => format!("batch {per_replica} per replica from the checkpoint"),
     };
     let mut changed = changed(cfg, meta);
     let train_samples = split.samples;
@@ -117,12 +113,12 @@ pub(super) fn resumed_settings(
 }
 
 /// The batch per replica the checkpoint's run asked for, where its training split cut it to
-/// the batch the checkpoint has (a small data set; not one the keyboard changed since), and
-/// this run gives none: it is asked for again.
-pub(super) fn batch_asked(cfg: &RunConfig, meta: &CheckpointMeta) -> Option<usize> {
+/// the batch the checkpoint has (a small data set; not one the keyboard changed since): a
+/// resumed run that gives none asks for it again.
+pub(super) fn batch_asked(meta: &CheckpointMeta) -> Option<usize> {
     let cut = meta.config.get("batch_cut")?.as_array()?;
     let [asked, to] = [cut.first()?, cut.get(1)?].map(|v| v.as_u64().map(|v| v as usize));
-    let asked = asked.filter(|_| to == Some(meta.per_replica) && cfg.batch_given.is_none())?;
+    let asked = asked.filter(|_| to == Some(meta.per_replica))?;
     (1..=crate::engine::control::MAX_BATCH)
         .contains(&asked)
         .then_some(asked)
@@ -305,7 +301,7 @@ mod tests {
 
         let bigger = RunConfig {
             batch_per_replica: 64,
-            batch_given: Some("--batch-per-replica".into()),
+            batch_from: Some(BatchFrom::Given("--batch-per-replica".into())),
             ..linear()
         };
         let r = resumed_settings(&bigger, &meta(), 2, split(1438));

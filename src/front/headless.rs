@@ -42,6 +42,9 @@ struct Log<'a> {
     /// The newest step, where its line was not printed: the end of a run stopped early
     /// prints it.
     unprinted: Option<(StepRow, Option<f64>)>,
+    /// The step the newest epoch's end was at (its line stands for that step's): a step's
+    /// samples may complete its row after the epoch's event.
+    epoch_said: u64,
     /// For the end's summary: the run's totals as of its newest step, its best validation.
     totals: Option<Totals>,
     best_val: Option<f32>,
@@ -67,6 +70,7 @@ impl<'a> Log<'a> {
             log_every,
             mfu: Mfu::for_run(&info),
             unprinted: None,
+            epoch_said: 0,
             totals: None,
             best_val: None,
             spikes: (0, Vec::new(), 0),
@@ -75,10 +79,13 @@ impl<'a> Log<'a> {
     }
 
     /// The run's end (`Finished`, after its last samples): a run stopped early says its last
-    /// step's line first, whatever --log-every, then the end and the summary.
+    /// step's line first, whatever --log-every (where no epoch's end said it), then the end and
+    /// the summary.
     fn end(&mut self, ev: &Event, t: Duration) {
         if let Some((row, rate)) = self.unprinted.take() {
-            self.print_step(&row, rate);
+            if row.step > self.epoch_said {
+                self.print_step(&row, rate);
+            }
         }
         self.on_event(ev, t);
         let _ = writeln!(self.out, "{} {}", stamp(t), self.summary(t));
@@ -200,17 +207,15 @@ impl<'a> Log<'a> {
         }
         // a checkpoint of a step whose line --log-every left out comes after that step's line
         // (a stopped run's last step is otherwise said after its checkpoint, at the end); an
-        // epoch's end or a validation stands for its step's line (a run stopped there would
-        // say the step after them, out of time order)
+        // epoch's end stands for its last step's line (its train loss said), which a run
+        // stopped there would print after it, out of time order
         match ev {
-            Event::Checkpoint { step, .. } => {
+            Event::Checkpoint { step, .. } if *step > self.epoch_said => {
                 if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
                     self.print_step(&row, rate);
                 }
             }
-            Event::EpochDone { step, .. } | Event::Validated { step, .. } => {
-                self.unprinted.take_if(|(r, _)| r.step == *step);
-            }
+            Event::EpochDone { step, .. } => self.epoch_said = *step,
             _ => {}
         }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
@@ -328,20 +333,27 @@ mod tests {
     }
 
     /// The log of a run of `ranks` demo ranks stopped after step `last`, `events` at its end
-    /// (one logged step in four).
-    fn stopped_log(ranks: usize, last: u64, events: &[Event]) -> Vec<String> {
+    /// (one logged step in four); `late`: the last rank's sample of the last step comes after
+    /// the events (its row completes after them).
+    fn stopped_log(ranks: usize, last: u64, events: &[Event], late: bool) -> Vec<String> {
         let mut out = Vec::new();
         let info = crate::front::tui::demo::info(ranks);
         let metrics = Recorder::new(Vec::new(), None, 4);
         let mut log = Log::new(info, &mut out, metrics, 4, Duration::from_secs(1));
+        let sample = |rank, step| crate::front::tui::demo::step(rank, ranks, step);
         for step in 1..=last {
             for rank in 0..ranks {
-                log.on_step(crate::front::tui::demo::step(rank, ranks, step));
+                if !(late && step == last && rank == ranks - 1) {
+                    log.on_step(sample(rank, step));
+                }
             }
         }
         let t = Duration::from_secs(60);
         for ev in events {
             log.on_event(ev, t);
+        }
+        if late {
+            log.on_step(sample(ranks - 1, last));
         }
         let ending = crate::engine::events::Ending::Stopped;
         log.end(&Event::Finished { step: last, ending }, t);
@@ -359,7 +371,7 @@ mod tests {
             lines.iter().map(words).collect()
         };
         // stopped between logged steps: the last step's line comes before the end
-        let lines = stopped_log(2, 6, &[]);
+        let lines = stopped_log(2, 6, &[], false);
         assert_eq!(
             said(&lines)[..3],
             [
@@ -375,7 +387,7 @@ mod tests {
             path,
             best: None,
         };
-        let lines = stopped_log(2, 6, std::slice::from_ref(&checkpoint));
+        let lines = stopped_log(2, 6, std::slice::from_ref(&checkpoint), false);
         assert_eq!(
             said(&lines)[1..3],
             ["step 6 epoch 1/30", "checkpoint at step 6: ckpt"]
@@ -389,17 +401,19 @@ mod tests {
             val_accuracy: None,
             elapsed: Duration::from_secs(60),
         };
-        let lines = stopped_log(2, 6, &[epoch, checkpoint]);
-        let said = said(&lines);
-        assert_eq!(said[0], "step 4 epoch 1/30");
-        assert!(
-            said[1].starts_with("epoch 1/30 done at step 6"),
-            "{lines:?}"
-        );
-        assert_eq!(
-            said[2..4],
-            ["checkpoint at step 6: ckpt", "stopped at step 6"]
-        );
+        for late in [false, true] {
+            let lines = stopped_log(2, 6, &[epoch.clone(), checkpoint.clone()], late);
+            let said = said(&lines);
+            assert_eq!(said[0], "step 4 epoch 1/30");
+            assert!(
+                said[1].starts_with("epoch 1/30 done at step 6"),
+                "{lines:?}"
+            );
+            assert_eq!(
+                said[2..4],
+                ["checkpoint at step 6: ckpt", "stopped at step 6"]
+            );
+        }
     }
 
     #[test]

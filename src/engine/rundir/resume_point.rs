@@ -95,7 +95,7 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     match runs.len() {
         // a checkpoint's weights without the file that says where its run was
         0 if path.join(checkpoint::WEIGHTS).is_file() => Err(format!(
-            "{}: a checkpoint's {} without its state.json (lost, or not copied), which says whose weights they are and where the run was; the weights alone can start a run: --init {}",
+            "{}: a checkpoint's {} without its state.json (lost, or not copied), which says whose weights they are and where the run was; the weights alone can start a training run: --init {}",
             purpose.asked(path),
             checkpoint::WEIGHTS,
             path.join(checkpoint::WEIGHTS).display()

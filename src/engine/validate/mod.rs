@@ -15,7 +15,7 @@ pub(super) use batch_norm::{
 /// beyond any use, and what keeps a typo from allocating without bound.
 pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
-use crate::config::{Budget, Freeze, RunConfig};
+use crate::config::{BatchFrom, Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
@@ -273,20 +273,28 @@ pub(super) fn batch_within_data(
     resumed: Option<&CheckpointMeta>,
     notes: &mut Vec<String>,
 ) -> RunConfig {
-    // (a resumed run's batch is its checkpoint's, unless given: a given one is cut as a fresh
-    // run's, and its LR follows the batch it trains at; so is the batch a checkpoint's run
-    // asked for where its own training split cut it)
-    let asked = resumed.and_then(|m| super::resume::batch_asked(&cfg, m));
-    let cfg = RunConfig {
-        batch_per_replica: asked.unwrap_or(cfg.batch_per_replica),
-        batch_cut: None,
-        ..cfg
-    };
     let Some(ranks) = ranks else {
         return cfg;
     };
+    // (a resumed run's batch is its checkpoint's, unless given: a given one is cut as a fresh
+    // run's, and its LR follows the batch it trains at; so is the batch a checkpoint's run
+    // asked for where its own training split cut it)
+    let asked = (resumed.filter(|_| cfg.batch_from.is_none()))
+        .and_then(|m| Some((super::resume::batch_asked(m)?, m.per_replica)));
+    let cfg = match asked {
+        Some((asked, cut_to)) => RunConfig {
+            batch_per_replica: asked,
+            batch_from: Some(BatchFrom::AskedAgain { cut_to }),
+            ..cfg
+        },
+        None => cfg,
+    };
+    let cfg = RunConfig {
+        batch_cut: None,
+        ..cfg
+    };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
-    let theirs = resumed.filter(|_| cfg.batch_given.is_none() && asked.is_none());
+    let theirs = resumed.filter(|_| cfg.batch_from.is_none());
     let per_replica = match theirs {
         Some(m) => m.per_replica,
         None => cfg
@@ -329,7 +337,9 @@ pub(super) fn batch_within_data(
         shares(per_replica, accum),
     ));
     RunConfig {
-        batch_cut: Some([cfg.batch_per_replica, per_replica]),
+        // (the batch cut, not the accumulation alone: the batch a resume asks for again)
+        batch_cut: (per_replica != cfg.batch_per_replica)
+            .then_some([cfg.batch_per_replica, per_replica]),
         batch_per_replica: per_replica,
         grad_accum: accum,
         ..cfg
@@ -386,7 +396,7 @@ mod tests {
         let meta = crate::engine::checkpoint::CheckpointMeta::example();
         let cfg = RunConfig {
             batch_per_replica: 100_000,
-            batch_given: Some("--batch-per-replica".into()),
+            batch_from: Some(BatchFrom::Given("--batch-per-replica".into())),
             ..RunConfig::default()
         };
         let mut notes = Vec::new();
@@ -395,7 +405,7 @@ mod tests {
         assert!(notes[0].contains("each step takes all 1438"), "{notes:?}");
         // without the flag, the checkpoint's batch stands (its run took it)
         let theirs = RunConfig {
-            batch_given: None,
+            batch_from: None,
             ..cfg
         };
         let c = batch_within_data(theirs, 1438, Some(2), Some(&meta), &mut Vec::new());
@@ -444,6 +454,17 @@ mod tests {
         let mut notes = Vec::new();
         let first = batch_within_data(RunConfig::default(), 19, Some(2), None, &mut notes);
         assert_eq!(first.batch_cut, Some([32, 10]));
+        // (the accumulation alone cut: no batch to ask for again)
+        let accumulated = RunConfig {
+            batch_per_replica: 2,
+            grad_accum: 8,
+            ..RunConfig::default()
+        };
+        let c = batch_within_data(accumulated, 20, Some(2), None, &mut notes);
+        assert_eq!(
+            (c.batch_per_replica, c.grad_accum, c.batch_cut),
+            (2, 5, None)
+        );
         assert_eq!(first.record()["batch_cut"], serde_json::json!([32, 10]));
         let meta = CheckpointMeta {
             per_replica: 10,

@@ -35,7 +35,7 @@ pub enum AttachError {
     MetricsFile(PathBuf),
     #[error("no live run under {dir}{ended}; start one (mgtop-train --headless ...) or give its run directory")]
     NoLiveRun { dir: PathBuf, ended: String },
-    #[error("{run}: its run is starting (pid {pid}): it can be attached once its data is loaded and its devices are open; try again in a moment")]
+    #[error("{run}: its run is starting (pid {pid}): it can be attached once its model is built and its devices are open; try again in a moment")]
     Starting { run: PathBuf, pid: u32 },
     #[error("{path}: the run refused the connection: {why}")]
     Refused { path: PathBuf, why: String },

@@ -48,8 +48,10 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
         })
         .collect();
     live.sort_by_key(|(t, _)| *t);
-    if let (None, Some((run, pid))) = (live.last(), starting(dir)) {
-        return Err(AttachError::Starting { run, pid });
+    if live.is_empty() {
+        if let Some((run, pid)) = starting(dir) {
+            return Err(AttachError::Starting { run, pid });
+        }
     }
     match live.pop() {
         Some((_, t)) => Ok(t),
@@ -68,12 +70,17 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
 }
 
 /// A run starting in `dir` or a directory up to two levels under it, and its process: its
-/// checkpoint lock is held, and it has no socket yet (one opens once the data is loaded and the
-/// devices are open). The newest such directory where several are.
+/// checkpoint lock's process runs, and it has neither a metrics file nor a socket yet (both
+/// come once its model is built and its devices are open; a run whose socket failed, or one
+/// that ended, has its metrics file). The newest such directory where several are.
 fn starting(dir: &Path) -> Option<(PathBuf, u32)> {
     let starting = |d: &Path| {
+        if d.join(FILE_NAME).exists() || socket_in(d).is_some() {
+            return None;
+        }
         let pid = crate::engine::checkpoint::holder(&d.join(rundir::CHECKPOINTS))?;
-        socket_in(d).is_none().then(|| (d.to_path_buf(), pid))
+        let born = std::fs::metadata(d).and_then(|m| m.modified()).ok()?;
+        Some((born, d.to_path_buf(), pid))
     };
     let dirs = |d: &Path| -> Vec<PathBuf> {
         (std::fs::read_dir(d).into_iter().flatten().flatten())
@@ -81,17 +88,15 @@ fn starting(dir: &Path) -> Option<(PathBuf, u32)> {
             .map(|e| e.path())
             .collect()
     };
-    let mut found: Vec<(PathBuf, u32)> = std::iter::once(dir.to_path_buf())
+    let newest = std::iter::once(dir.to_path_buf())
         .chain(
             dirs(dir)
                 .into_iter()
                 .flat_map(|c| std::iter::once(c.clone()).chain(dirs(&c))),
         )
         .filter_map(|d| starting(&d))
-        .collect();
-    // (run directories are named by their start time)
-    found.sort();
-    found.pop()
+        .max_by_key(|(born, ..)| *born);
+    newest.map(|(_, run, pid)| (run, pid))
 }
 
 /// What `attach [TARGET]` opens.

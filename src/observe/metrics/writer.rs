@@ -77,9 +77,10 @@ fn lock(f: &File) -> std::io::Result<()> {
 }
 
 impl MetricsWriter {
-    /// Checks that `path` can be written, without creating or truncating anything, so a run
-    /// can refuse a bad path before it starts: not a file of something else, not a run
-    /// directory's own record, not a file a live run writes.
+    /// Checks that `path` can be written, without truncating anything or leaving a file, so a
+    /// run can refuse a bad path before it starts: a file that can be made there (one made and
+    /// removed beside it, or beside where a link to none points), not a file of something else,
+    /// not a run directory's own record, not a file a live run writes.
     pub fn preflight(path: &Path) -> Result<(), MetricsError> {
         let err = |source, fix| MetricsError {
             path: path.to_path_buf(),
@@ -101,8 +102,14 @@ impl MetricsWriter {
         }
         let Ok(meta) = std::fs::metadata(path) else {
             // none yet: one the run could make (a folder it may not write in, a read-only disk
-            // would otherwise fail it after its run directory was made)
-            return crate::data::write::can_write_in(parent).map_err(|e| err(e, WRITABLE));
+            // would otherwise fail it after its run directory was made), where a link to none
+            // points if it is one
+            let target = std::fs::read_link(path).map(|t| parent.join(t));
+            let folder = match &target {
+                Ok(t) => t.parent().unwrap_or(Path::new(".")),
+                Err(_) => parent,
+            };
+            return crate::data::write::can_write_in(folder).map_err(|e| err(e, WRITABLE));
         };
         use std::os::unix::fs::FileTypeExt;
         if meta.file_type().is_fifo() {

@@ -38,6 +38,12 @@ impl Split {
         split
     }
 
+    /// A rank's own work in the step, as the straggler detector counts it: waiting for its data
+    /// and computing (with the optimizer); not moving gradients or waiting for the others.
+    pub fn work(&self) -> f64 {
+        self.data + self.compute
+    }
+
     /// The step's time: its parts and what they leave.
     pub fn total(&self) -> f64 {
         self.data + self.compute + self.comm + self.wait + self.transfer + self.other

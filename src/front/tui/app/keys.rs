@@ -131,7 +131,7 @@ impl App {
 
     /// Whether `q` leaves without asking: nothing here can stop the run (it has ended, it is
     /// a file, the connection to it is lost, or an attached screen is read-only).
-    fn leaves_at_once(&self) -> bool {
+    pub fn leaves_at_once(&self) -> bool {
         self.state.ended()
             || match self.mode {
                 Mode::Local => false,

@@ -273,7 +273,7 @@ fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
 /// A flagged device's recent pace, under the flag's words (which keep its onset's figures):
 /// a straggler's work per step against the other ranks' median, a degraded device's step.
 fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
-    let work = |d: &DeviceState| d.split().map(|s| (s.total() - s.wait) * 1e3);
+    let work = |d: &DeviceState| d.split().map(|s| s.work() * 1e3);
     let mine = work(app.devices.get(i)?)?;
     match kind {
         "straggler" => {

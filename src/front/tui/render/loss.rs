@@ -171,10 +171,11 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
                 .style(theme.fg(theme.warn))
                 .data(&val),
         ];
-        // (short from a thousandth down, so the axis keeps its width as the low end moves)
+        // (short from a thousandth down and from 10000 up, so the axis keeps its width as its
+        // ends move)
         let decade = |e: f64| match e as i32 {
-            e if e >= 0 => format!("{:.0}", 10f64.powi(e)),
-            e if e >= -2 => format!("{}", 10f64.powi(e)),
+            e @ 0..=3 => format!("{:.0}", 10f64.powi(e)),
+            e @ -2..=-1 => format!("{}", 10f64.powi(e)),
             e => format!("1e{e}"),
         };
         let x = (
@@ -305,14 +306,19 @@ fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         theme.muted(),
     )];
     let opt = |v: Option<f32>, f: fn(f32) -> String| v.map_or("-".into(), f);
+    // (in the column's 7: fewer decimals from 100 up)
+    let loss = |l: f32| match l.abs() >= 100.0 {
+        true => loss_value(l.into(), 1),
+        false => loss_value(l.into(), 4),
+    };
     for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
         lines.push(Line::styled(
             format!(
                 "{:>5} {:>6} {:>7} {:>7} {:>7}",
                 e.epoch,
                 e.step,
-                loss_value(e.train_loss.into(), 4),
-                opt(e.val_loss, |l| loss_value(l.into(), 4)),
+                loss(e.train_loss),
+                opt(e.val_loss, loss),
                 opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
             ),
             Style::default(),

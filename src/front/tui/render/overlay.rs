@@ -40,10 +40,10 @@ fn popup(
 pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // a small screen gets the same keys in fewer, shorter lines
     let compact = area.height < 20 || area.width < 72;
-    // (what q does: a file viewed is left at once, a read-only client detaches at once)
+    // (what q does: leaves at once where nothing is left to stop: a file viewed, a run over,
+    // a read-only or disconnected client)
     let quit = match () {
-        _ if app.watching_file() => "leave",
-        _ if app.mode == Mode::Attached && app.readonly => "detach",
+        _ if app.leaves_at_once() => "leave",
         _ if app.mode == Mode::Attached => "detach or stop (asks first)",
         _ => "quit (asks first)",
     };
