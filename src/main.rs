@@ -207,6 +207,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            // (a name from outside, such as a directory's, cannot drive the terminal)
+            let e = mgtop::data::read::printable_lines(&e.to_string());
             mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }

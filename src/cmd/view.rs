@@ -33,7 +33,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
             crate::tell!(
                 "the newest run under {}: {}",
                 args.path.display(),
-                run.display()
+                crate::data::read::printable(&run.display().to_string())
             );
             run
         }

@@ -227,9 +227,19 @@ pub fn bytes(n: u64) -> String {
 /// `s` with its control characters escaped (`\u{1b}` for ESC): text from a file or a socket
 /// printed to a terminal cannot move its cursor, retitle it or clear it.
 pub fn printable(s: &str) -> String {
+    escaped(s, false)
+}
+
+/// `printable`, its line breaks kept: a message of several lines (an error listing runs) whose
+/// parts (a directory's name) came from outside.
+pub fn printable_lines(s: &str) -> String {
+    escaped(s, true)
+}
+
+fn escaped(s: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_control() {
+        if c.is_control() && !(keep_lines && c == '\n') {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -356,6 +366,18 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_from_outside_cannot_drive_the_terminal() {
+        let name = "runs/evil\u{1b}[31mred\nline";
+        assert_eq!(printable(name), "runs/evil\\u{1b}[31mred\\nline");
+        // a message of several lines keeps its lines, not its escapes
+        let message = format!("2 runs:\n  {name}");
+        assert_eq!(
+            printable_lines(&message),
+            "2 runs:\n  runs/evil\\u{1b}[31mred\nline"
+        );
+    }
 
     fn small() -> Expect<'static> {
         Expect {

@@ -269,10 +269,7 @@ mod tests {
             "{e}"
         );
         let e = " , ".parse::<Augment>().unwrap_err();
-        assert!(
-            e.starts_with("`,` has an empty name in its list;"),
-            "{e}"
-        );
+        assert!(e.starts_with("`,` has an empty name in its list;"), "{e}");
         let e = "crop:4,random-resized-crop".parse::<Augment>().unwrap_err();
         assert!(e.contains("keep one"), "{e}");
     }
