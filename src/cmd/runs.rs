@@ -46,8 +46,8 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
     }
     let rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
     for line in table(&rows, SystemTime::now()) {
-        // directory names and metrics files can hold anything
-        crate::say!("{}", crate::data::read::printable(&line));
+        // (directory names are escaped in the table: they can hold anything)
+        crate::say!("{line}");
     }
     Ok(())
 }
@@ -111,20 +111,25 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
 
 /// The listing's lines: a header, then a row per run.
 pub fn table(rows: &[RunRow], now: SystemTime) -> Vec<String> {
-    let width = rows
+    // (names as they are printed: escaped, counted in characters)
+    let names: Vec<String> = (rows.iter())
+        .map(|r| crate::data::read::printable(&r.dir.display().to_string()))
+        .collect();
+    let width = names
         .iter()
-        .map(|r| r.dir.display().to_string().len())
+        .map(|n| n.chars().count())
         .max()
         .unwrap_or(3)
         .max(3);
+    // (`unreadable`, the longest state)
     let mut lines = vec![format!(
-        "{:<width$}  {:<9} {:>9} {:>8} {:>9}  updated",
+        "{:<width$}  {:<10} {:>9} {:>8} {:>9}  updated",
         "run", "state", "step", "progress", "best acc"
     )];
-    for r in rows {
+    for (r, name) in rows.iter().zip(&names) {
         lines.push(format!(
-            "{:<width$}  {:<9} {:>9} {:>8} {:>9}  {}",
-            r.dir.display(),
+            "{:<width$}  {:<10} {:>9} {:>8} {:>9}  {}",
+            name,
             r.state,
             r.step,
             r.progress
@@ -144,5 +149,38 @@ fn ago(d: std::time::Duration) -> String {
         60..=3599 => format!("{} min ago", s / 60),
         3600..=86399 => format!("{} h ago", s / 3600),
         _ => format!("{} days ago", s / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_line_up_whatever_the_names_and_states() {
+        let now = SystemTime::now();
+        let row = |dir: &str, state: &str| RunRow {
+            dir: dir.into(),
+            state: state.into(),
+            step: 46,
+            progress: Some(0.5),
+            best_accuracy: None,
+            updated: now,
+        };
+        let rows = [
+            row("runs/a", "unreadable"),
+            row("runs/evil\u{1b}[31mred", "done"),
+        ];
+        let lines = table(&rows, now);
+        assert!(
+            lines[2].starts_with("runs/evil\\u{1b}[31mred  done"),
+            "{lines:?}"
+        );
+        // every row's step ends where the header's does
+        let end = |l: &str| l.find("step").map(|i| i + 4);
+        let step_end = end(&lines[0]).unwrap();
+        for l in &lines[1..] {
+            assert_eq!(l.chars().nth(step_end - 1), Some('6'), "{lines:?}");
+        }
     }
 }
