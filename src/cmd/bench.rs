@@ -212,6 +212,7 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
 /// `mgtop-train bench`: every benchmark `--only` names.
 pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let cores = crate::engine::available_cores();
+    super::debug_build_note();
     crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only == "all" || args.only == "train" {
         crate::say!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);

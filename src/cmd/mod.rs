@@ -24,6 +24,15 @@ pub fn train(args: crate::cli::TrainArgs, on_signals: &train::OnSignals) -> anyh
     }
 }
 
+/// Said before a measurement by an unoptimised build (`cargo run` without `--release`; the
+/// `unoptimized` cfg of build.rs), whose figures are tens of times below a release build's and
+/// would read as this program's speed.
+fn debug_build_note() {
+    if cfg!(unoptimized) {
+        crate::tell!("note: this is a debug build (cargo run without --release): its figures are far below a release build's; measure with cargo run --release -- ...");
+    }
+}
+
 /// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
 /// line is lost, not the run or its checkpoint.
 #[macro_export]

@@ -307,6 +307,7 @@ pub fn run(
 /// signal (`on_signals` installs its handling) ends the measuring after the run under way, with
 /// the table of what was measured.
 pub fn command(args: ScaleArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
+    super::debug_build_note();
     match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
         Some(launch) if launch.is_multi() => {
             let local = launch.local_size.unwrap_or(1);
