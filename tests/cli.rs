@@ -389,6 +389,25 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         std::fs::read_to_string(d.join("notes.txt")).unwrap(),
         "hello\n"
     );
+    // the CPU kernels' switches misspelt are refused, not taken for their defaults
+    for (var, value, said) in [
+        ("MGTOP_DIRECT", "OFF", "MGTOP_DIRECT=OFF: use off"),
+        (
+            "MGTOP_WINOGRAD",
+            "maybe",
+            "MGTOP_WINOGRAD=maybe: use on or off",
+        ),
+    ] {
+        let o = bin()
+            .current_dir(d)
+            .env(var, value)
+            .args(["--headless", "--steps", "1", "--checkpoint-dir", "ck"])
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(out.contains(said), "{out}");
+    }
 }
 
 #[test]

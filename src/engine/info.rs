@@ -115,6 +115,7 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
         return Some(crate::nn::conv::kernels(
             crate::nn::direct::isa(),
             crate::nn::winograd::enabled(),
+            crate::nn::direct::turned_off(),
         ));
     }
     use crate::backend::cuda::{dnn, libs};

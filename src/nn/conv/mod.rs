@@ -29,9 +29,10 @@ fn direct_pointwise_pixels(isa: Option<direct::Isa>) -> usize {
 }
 
 /// Which kernels the convolutions of a CPU with the direct kernels' instruction set `isa` take,
-/// with or without `winograd` (what `winograd::enabled` says), in words (the start-up line
+/// with or without `winograd` (what `winograd::enabled` says), none of them where `turned_off`
+/// (`direct::turned_off`) or the CPU lacks them, in words (the start-up line
 /// `convolutions:` of a CPU run).
-pub fn kernels(isa: Option<direct::Isa>, winograd: bool) -> String {
+pub fn kernels(isa: Option<direct::Isa>, winograd: bool, turned_off: bool) -> String {
     let direct = |set: &str, which: &str| {
         format!("direct kernels ({set}) for {which}; im2col + GEMM for the rest")
     };
@@ -60,7 +61,13 @@ pub fn kernels(isa: Option<direct::Isa>, winograd: bool) -> String {
             direct("AVX2 + FMA", &format!("other {windows}, except pointwise"))
         ),
         Some(direct::Isa::Avx2) => direct("AVX2 + FMA", &format!("{windows}, except pointwise")),
-        None => "im2col + GEMM and row-by-row depthwise (no AVX2 or AVX-512 on this CPU, or MGTOP_DIRECT=off): about half the speed of the direct kernels".into(),
+        None => format!(
+            "im2col + GEMM and row-by-row depthwise ({}): about half the speed of the direct kernels",
+            match turned_off {
+                true => "MGTOP_DIRECT=off",
+                false => "no AVX2 or AVX-512 on this CPU",
+            }
+        ),
     }
 }
 

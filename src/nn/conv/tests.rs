@@ -306,16 +306,16 @@ fn refuses_an_image_smaller_than_the_kernel() {
 #[test]
 fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gemm() {
     use crate::nn::direct::Isa;
-    let avx512 = kernels(Some(Isa::Avx512), false);
+    let avx512 = kernels(Some(Isa::Avx512), false, false);
     assert!(avx512.contains("AVX-512") && avx512.contains("pointwise layers of 256+"));
-    let avx2 = kernels(Some(Isa::Avx2), false);
+    let avx2 = kernels(Some(Isa::Avx2), false, false);
     assert!(
         avx2.contains("AVX2 + FMA")
             && avx2.contains("except pointwise")
             && !avx2.contains("Winograd"),
         "{avx2}"
     );
-    let winograd = kernels(Some(Isa::Avx2), true);
+    let winograd = kernels(Some(Isa::Avx2), true, false);
     assert!(
         winograd.contains("Winograd F(2x2, 3x3)")
             && winograd.contains("MGTOP_WINOGRAD=off")
@@ -323,16 +323,21 @@ fn the_cpu_convolutions_line_names_the_instruction_set_and_what_it_leaves_to_gem
         "{winograd}"
     );
     // MGTOP_WINOGRAD=on on AVX-512 takes Winograd too, and the line says so
-    let on = kernels(Some(Isa::Avx512), true);
+    let on = kernels(Some(Isa::Avx512), true, false);
     assert!(
         on.contains("Winograd F(2x2, 3x3)")
             && on.contains("MGTOP_WINOGRAD=on")
             && on.contains("AVX-512"),
         "{on}"
     );
-    let none = kernels(None, false);
+    let none = kernels(None, false, true);
     assert!(
-        none.contains("MGTOP_DIRECT=off") && none.contains("im2col"),
+        none.contains("(MGTOP_DIRECT=off)") && none.contains("im2col"),
         "{none}"
+    );
+    let lacking = kernels(None, false, false);
+    assert!(
+        lacking.contains("(no AVX2 or AVX-512 on this CPU)"),
+        "{lacking}"
     );
 }

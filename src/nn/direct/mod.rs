@@ -41,6 +41,23 @@ pub enum Isa {
 /// convolution takes the im2col / row-by-row paths). `MGTOP_DIRECT=avx2` keeps an AVX-512 CPU
 /// on the AVX2 kernels and `MGTOP_DIRECT=off` off the direct path (for comparisons and tests);
 /// read once per process.
+/// `MGTOP_DIRECT` refused where it is none of its values (unset or empty: the widest this CPU
+/// has).
+pub fn check_env() -> Result<(), String> {
+    match std::env::var("MGTOP_DIRECT").as_deref() {
+        Err(_) | Ok("" | "off" | "avx2") => Ok(()),
+        Ok(v) => Err(format!(
+            "MGTOP_DIRECT={}: use off (no direct kernels) or avx2 (the AVX2 kernels on an AVX-512 CPU), or leave it unset",
+            crate::data::read::excerpt(v)
+        )),
+    }
+}
+
+/// Whether `MGTOP_DIRECT=off` turned the direct kernels off (not the CPU's lack of them).
+pub fn turned_off() -> bool {
+    std::env::var("MGTOP_DIRECT").as_deref() == Ok("off")
+}
+
 pub fn isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
     *ISA.get_or_init(|| {
