@@ -15,6 +15,8 @@ use super::TrainArgs;
 pub struct Origins {
     /// The config file, and the line of each key it set that no flag overrode.
     file: Option<(PathBuf, BTreeMap<String, usize>)>,
+    /// The keys the config file set that flags overrode.
+    overridden: Vec<String>,
     /// The `--flag value`s taken from a resumed checkpoint (as the start-up line says them).
     pub(super) taken: Option<String>,
 }
@@ -24,13 +26,36 @@ impl Origins {
     pub(super) fn file(&mut self, path: &Path, text: &str, flags: &TrainArgs) {
         // (a file the flags cannot be told apart from is blamed for nothing)
         let Ok(given) = given(flags) else { return };
-        let keys = toml::from_str::<BTreeMap<String, toml::Spanned<toml::Value>>>(text)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(k, _)| !given(k))
+        let (overridden, kept): (Vec<_>, Vec<_>) =
+            toml::from_str::<BTreeMap<String, toml::Spanned<toml::Value>>>(text)
+                .unwrap_or_default()
+                .into_iter()
+                .partition(|(k, _)| given(k));
+        let keys = (kept.into_iter())
             .map(|(k, v)| (k, text[..v.span().start].matches('\n').count() + 1))
             .collect();
+        self.overridden = overridden.into_iter().map(|(k, _)| k).collect();
         self.file = Some((path.to_path_buf(), keys));
+    }
+
+    /// The start-up line of a run given a config file: the settings it gave, and those flags
+    /// gave over it.
+    pub fn config_note(&self) -> Option<String> {
+        let (path, keys) = self.file.as_ref()?;
+        let list = |k: Vec<&str>| match k.is_empty() {
+            true => "none".to_string(),
+            false => k.join(", "),
+        };
+        let mut note = format!(
+            "config file {}: {}",
+            path.display(),
+            list(keys.keys().map(String::as_str).collect())
+        );
+        if !self.overridden.is_empty() {
+            let flags: Vec<String> = self.overridden.iter().map(|k| format!("--{k}")).collect();
+            note += &format!(" (given over it: {})", flags.join(", "));
+        }
+        Some(note)
     }
 
     /// Where setting `flag` (given: by a flag or the config file) came from: `--flag`, or the
@@ -159,13 +184,18 @@ mod tests {
             origins.explain("--epochs 3 with --lr -1: no".into()),
             "config file run.toml (lines 1 and 6): --epochs 3 with --lr -1: no"
         );
+        // the start-up line: what the file gave, and what flags gave over it
+        assert_eq!(
+            origins.config_note().unwrap(),
+            "config file run.toml: epochs, lr, name (given over it: --momentum)"
+        );
     }
 
     #[test]
     fn a_setting_from_the_checkpoint_says_so() {
         let origins = Origins {
-            file: None,
             taken: Some("--schedule cosine --freeze conv1".into()),
+            ..Origins::default()
         };
         assert!(origins
             .explain("--freeze conv1: no parameter".into())

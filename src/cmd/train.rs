@@ -174,6 +174,7 @@ pub(super) fn train(
         }
         None => (None, Vec::new()),
     };
+    notes.extend(origins.config_note());
     notes.extend(taken);
     notes.extend(screen_only);
     let (server, hub) = live.unzip();
