@@ -216,12 +216,19 @@ impl Theme {
             max: read::SETTINGS_MAX,
             fix: "check that --theme names a theme file",
         };
+        let names: Vec<&str> = Theme::embedded_names().collect();
+        // (a misspelt name, not a file: the name it likely means)
+        let meant = match path.exists() {
+            false => crate::text::nearest(name_or_path, &names)
+                .map_or(String::new(), |n| format!("did you mean {n}? ")),
+            true => String::new(),
+        };
         let text = read::read_text(path, &expect).map_err(|e| ThemeError {
             source_name: path.display().to_string(),
             message: match e {
                 ReadError::Io { source, .. } => format!(
-                    "cannot read it ({source}); --theme takes {} or the path of a theme file",
-                    Theme::embedded_names().collect::<Vec<_>>().join(", ")
+                    "cannot read it ({source}); {meant}--theme takes {} or the path of a theme file",
+                    names.join(", ")
                 ),
                 ReadError::Refused { problem, .. } => problem,
             },

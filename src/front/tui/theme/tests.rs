@@ -161,6 +161,14 @@ fn no_color_picks_mono_unless_a_theme_is_asked_for() {
 
 #[test]
 fn bad_theme_files_name_the_file_and_the_key() {
+    // a misspelt name (no such file) is named with the theme it likely means
+    let e = Theme::load("drak").unwrap_err().to_string();
+    assert!(
+        e.contains("did you mean dark? --theme takes dark, light, mono"),
+        "{e}"
+    );
+    let e = Theme::load("nothing-like-it").unwrap_err().to_string();
+    assert!(!e.contains("did you mean"), "{e}");
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("mine.toml");
     let good = include_str!("../../../../themes/dark.toml");
