@@ -288,9 +288,9 @@ pub fn metrics_late(value: Option<&str>) -> Result<Option<bool>, String> {
 pub enum BatchFrom {
     /// `--batch-per-replica`, or the config file's line (as `Origins::given` says it).
     Given(String),
-    /// A resumed single-process run's: the batch its checkpoint's run asked for, which that
+    /// A resumed single-process run's: the batch its checkpoint's run `asked` for, which that
     /// run's training split cut to the checkpoint's `cut_to` (`engine::validate`'s cut).
-    AskedAgain { cut_to: usize },
+    AskedAgain { asked: usize, cut_to: usize },
 }
 
 impl Default for RunConfig {

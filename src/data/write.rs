@@ -33,7 +33,8 @@ pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    for attempt in 0..4u32 {
+    let mut attempt = 0u32;
+    loop {
         let name = format!(".mgtop-probe-{}-{nanos}-{attempt}", std::process::id());
         let probe = dir.join(name);
         match std::fs::OpenOptions::new()
@@ -45,11 +46,11 @@ pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
                 let _ = std::fs::remove_file(&probe);
                 return Ok(());
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // (names taken again and again: said, not taken for a yes)
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 3 => attempt += 1,
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }
 
 /// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed

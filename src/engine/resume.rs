@@ -52,9 +52,8 @@ pub(super) fn resumed_settings(
         None => meta.per_replica,
     };
     let resume_note = match &cfg.batch_from {
-        Some(BatchFrom::AskedAgain { cut_to }) => format!(
-            "batch {per_replica} per replica: the checkpoint's run asked for {}, which its training split cut to {cut_to}",
-            batch_asked(meta).unwrap_or(per_replica)
+        Some(BatchFrom::AskedAgain { asked, cut_to }) => format!(
+            "batch {per_replica} per replica: the checkpoint's run asked for {asked}, which its training split cut to {cut_to}"
         ),
         Some(BatchFrom::Given(given)) if per_replica == meta.per_replica => {
             format!("batch {per_replica} per replica ({given}, as in the checkpoint)")

@@ -375,20 +375,22 @@ pub fn of_metrics(path: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
     (own.or(recorded.filter(|d| is_run_dir(d)))).map(Path::to_path_buf)
 }
 
+/// The directories in `d` (none where it cannot be read); links are not followed.
+pub fn children(d: &Path) -> Vec<PathBuf> {
+    fs::read_dir(d)
+        .map(|es| {
+            es.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), newest
 /// first, with their metrics file's last change. `latest` links are not followed.
 pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
     let mut found = Vec::new();
-    let children = |d: &Path| -> Vec<PathBuf> {
-        fs::read_dir(d)
-            .map(|es| {
-                es.filter_map(|e| e.ok())
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     for c in children(dir) {
         if is_run_dir(&c) {
             found.push(c);

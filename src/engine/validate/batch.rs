@@ -46,7 +46,7 @@ pub(in crate::engine) fn batch_within_data(
     let cfg = match asked {
         Some((asked, cut_to)) => RunConfig {
             batch_per_replica: asked,
-            batch_from: Some(BatchFrom::AskedAgain { cut_to }),
+            batch_from: Some(BatchFrom::AskedAgain { asked, cut_to }),
             ..cfg
         },
         None => cfg,

@@ -37,20 +37,14 @@ pub enum Isa {
     Avx2,
 }
 
-/// What this CPU runs the direct kernels with: the widest it has, or none (then every
-/// convolution takes the im2col / row-by-row paths). `MGTOP_DIRECT=avx2` keeps an AVX-512 CPU
-/// on the AVX2 kernels and `MGTOP_DIRECT=off` off the direct path (for comparisons and tests);
-/// read once per process.
 /// `MGTOP_DIRECT` refused where it is none of its values (unset or empty: the widest this CPU
 /// has).
 pub fn check_env() -> Result<(), String> {
-    match std::env::var("MGTOP_DIRECT").as_deref() {
-        Err(_) | Ok("" | "off" | "avx2") => Ok(()),
-        Ok(v) => Err(format!(
-            "MGTOP_DIRECT={}: use off (no direct kernels) or avx2 (the AVX2 kernels on an AVX-512 CPU), or leave it unset",
-            crate::data::read::excerpt(v)
-        )),
-    }
+    super::check_switch(
+        "MGTOP_DIRECT",
+        &["off", "avx2"],
+        "off (no direct kernels) or avx2 (the AVX2 kernels on an AVX-512 CPU)",
+    )
 }
 
 /// Whether `MGTOP_DIRECT=off` turned the direct kernels off (not the CPU's lack of them).
@@ -58,6 +52,10 @@ pub fn turned_off() -> bool {
     std::env::var("MGTOP_DIRECT").as_deref() == Ok("off")
 }
 
+/// What this CPU runs the direct kernels with: the widest it has, or none (then every
+/// convolution takes the im2col / row-by-row paths). `MGTOP_DIRECT=avx2` keeps an AVX-512 CPU
+/// on the AVX2 kernels and `MGTOP_DIRECT=off` off the direct path (for comparisons and tests);
+/// read once per process.
 pub fn isa() -> Option<Isa> {
     static ISA: OnceLock<Option<Isa>> = OnceLock::new();
     *ISA.get_or_init(|| {

@@ -44,21 +44,16 @@ const CHUNK_FLOATS: usize = 128 << 10;
 /// with 64).
 const LEAST_BLOCKS: usize = 256;
 
+/// `MGTOP_WINOGRAD` refused where it is none of its values (unset or empty: the default, on
+/// where the CPU's widest kernels are AVX2).
+pub fn check_env() -> Result<(), String> {
+    super::check_switch("MGTOP_WINOGRAD", &["on", "off"], "on or off")
+}
+
 /// Whether this process computes 3x3 stride-1 convolutions this way: by default on CPUs whose
 /// widest direct kernels are AVX2 (where it is faster than them; the AVX-512 tiles run near
 /// peak on their own); `MGTOP_WINOGRAD=off` never, `on` also with AVX-512 (for comparisons).
 /// Read once per process.
-/// `MGTOP_WINOGRAD` refused where it is none of its values (unset or empty: the default).
-pub fn check_env() -> Result<(), String> {
-    match std::env::var("MGTOP_WINOGRAD").as_deref() {
-        Err(_) | Ok("" | "off" | "on") => Ok(()),
-        Ok(v) => Err(format!(
-            "MGTOP_WINOGRAD={}: use on or off, or leave it unset (on where the CPU's widest kernels are AVX2)",
-            crate::data::read::excerpt(v)
-        )),
-    }
-}
-
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {

@@ -82,17 +82,11 @@ fn starting(dir: &Path) -> Option<(PathBuf, u32)> {
         let born = std::fs::metadata(d).and_then(|m| m.modified()).ok()?;
         Some((born, d.to_path_buf(), pid))
     };
-    let dirs = |d: &Path| -> Vec<PathBuf> {
-        (std::fs::read_dir(d).into_iter().flatten().flatten())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect()
-    };
     let newest = std::iter::once(dir.to_path_buf())
         .chain(
-            dirs(dir)
+            rundir::children(dir)
                 .into_iter()
-                .flat_map(|c| std::iter::once(c.clone()).chain(dirs(&c))),
+                .flat_map(|c| std::iter::once(c.clone()).chain(rundir::children(&c))),
         )
         .filter_map(|d| starting(&d))
         .max_by_key(|(born, ..)| *born);
