@@ -21,4 +21,5 @@ pub mod data;
 pub mod nn;
 pub mod parallel;
 pub mod quit_at_once;
+pub mod switches;
 pub mod text;

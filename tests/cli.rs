@@ -389,7 +389,8 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         std::fs::read_to_string(d.join("notes.txt")).unwrap(),
         "hello\n"
     );
-    // the CPU kernels' switches misspelt are refused, not taken for their defaults
+    // the kernels' switches misspelt are refused, not taken for their defaults (a GPU
+    // profile `off` profiled)
     for (var, value, said) in [
         ("MGTOP_DIRECT", "OFF", "MGTOP_DIRECT=OFF: use off"),
         (
@@ -397,6 +398,8 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             "maybe",
             "MGTOP_WINOGRAD=maybe: use on or off",
         ),
+        ("MGTOP_GPU_PROFILE", "yes", "MGTOP_GPU_PROFILE=yes: use 1"),
+        ("MGTOP_KERNEL_CACHE", "no", "MGTOP_KERNEL_CACHE=no: use off"),
     ] {
         let o = bin()
             .current_dir(d)

@@ -35,6 +35,8 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
         clip_grad_norm: Some(0.5),
         val_every: Some(10),
         checkpoint_best: true,
+        schedule: mgtop::nn::schedule::Schedule::Cosine,
+        warmup: 5,
         ..RunConfig::default()
     };
     let engine = Engine::start(cfg).unwrap();
@@ -87,6 +89,11 @@ fn the_app_built_from_the_file_shows_what_the_live_app_showed() {
     // the whole loss history, raw and smoothed, and every epoch's validation
     assert_eq!(seen.loss.all(), live.loss.all());
     assert_eq!(seen.loss_smooth.all(), live.loss_smooth.all());
+    // the LR's schedule (the loss above followed it)
+    assert_eq!(
+        (seen.info.schedule, seen.info.warmup),
+        (mgtop::nn::schedule::Schedule::Cosine, 5)
+    );
     // the gradient's norm per step, and how many steps the bound clipped
     assert_eq!(seen.info.clip_grad_norm, Some(0.5));
     assert_eq!(seen.grad_norm.all(), live.grad_norm.all());

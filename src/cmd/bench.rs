@@ -360,20 +360,31 @@ fn live(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A part of the benchmarks this machine or build cannot run: with the others, a line saying
+/// why; asked for alone (`--only PART`), an error, so that a script sees that nothing was
+/// measured.
+pub fn cannot_run(args: &BenchArgs, part: &str, why: &str) -> anyhow::Result<()> {
+    if args.only == part {
+        anyhow::bail!("bench --only {part}: nothing measured: {why}");
+    }
+    let title = match part {
+        "gpu" => "GPU benchmarks",
+        part => part,
+    };
+    crate::say!("{title}: skipped: {why}");
+    Ok(())
+}
+
 /// The benchmarks only GPUs can run; without them, one line saying why not.
 fn run_gpu_bench(args: &BenchArgs) -> anyhow::Result<()> {
     use crate::backend::cuda::discover::{discover, Discovery};
     use crate::backend::cuda::{bench as gpu_bench, Libraries};
     let found = match discover() {
-        Discovery::None(why) => {
-            crate::say!("GPU benchmarks: skipped: no GPU ({why})");
-            return Ok(());
-        }
+        Discovery::None(why) => return cannot_run(args, "gpu", &format!("no GPU ({why})")),
         Discovery::Found(found) => found,
     };
     if let Some(missing) = Libraries::probe().missing_for(found.len()) {
-        crate::say!("GPU benchmarks: skipped: {missing}");
-        return Ok(());
+        return cannot_run(args, "gpu", &missing.to_string());
     }
     for g in &found {
         crate::say!(

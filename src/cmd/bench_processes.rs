@@ -111,14 +111,18 @@ fn train(
 
 pub fn command(args: &BenchArgs) -> anyhow::Result<()> {
     if !cfg!(feature = "mpi") {
-        crate::say!(
-            "processes: skipped: this build has no MPI (cargo install --path . --features mpi)"
+        return super::bench::cannot_run(
+            args,
+            "processes",
+            "this build has no MPI (cargo install --path . --features mpi)",
         );
-        return Ok(());
     }
     if Command::new("mpirun").arg("--version").output().is_err() {
-        crate::say!("processes: skipped: mpirun not found (apt install openmpi-bin)");
-        return Ok(());
+        return super::bench::cannot_run(
+            args,
+            "processes",
+            "mpirun not found (apt install openmpi-bin)",
+        );
     }
     let tmp = std::env::temp_dir().join(format!("mgtop-bench-processes-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;

@@ -63,6 +63,9 @@ pub struct RunInfo {
     /// The base LR the run starts with, and how it was chosen when not given.
     pub lr: f32,
     pub lr_note: Option<String>,
+    /// How the LR moves over the run (`--schedule`) and its warm-up steps (`--warmup`).
+    pub schedule: crate::nn::schedule::Schedule,
+    pub warmup: u64,
     /// `--clip-grad-norm`: the mean gradient's L2 norm bound (None: not clipped).
     pub clip_grad_norm: Option<f32>,
     /// Resuming: where the batch size came from (the checkpoint or the flag), and the settings
@@ -200,6 +203,8 @@ impl RunInfo {
                 .collect(),
             lr: start.lr,
             lr_note: start.lr_note.clone(),
+            schedule: cfg.schedule,
+            warmup: cfg.warmup,
             clip_grad_norm: cfg.clip_grad_norm,
             resume_note: start.resume_note.clone(),
             per_replica: start.per_replica,

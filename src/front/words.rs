@@ -135,7 +135,9 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
             bound_value(c)
         )
     });
-    lines.push(format!("lr: {:.2e}{note}{clip}", info.lr));
+    let schedule = crate::nn::schedule::describe(info.schedule, info.warmup)
+        .map_or(String::new(), |s| format!("; {s}"));
+    lines.push(format!("lr: {:.2e}{note}{schedule}{clip}", info.lr));
     if let Some(b) = info.baseline {
         lines.push(format!(
             "calibration: one device trains {b:.0} samples/s on this workload (speedup and efficiency below are against it)"

@@ -26,19 +26,6 @@ pub mod simd;
 pub mod window;
 pub mod winograd;
 
-/// The CPU kernels' environment switch `var` refused where it is set to none of `allowed`
-/// (unset or empty: its default), the refusal naming them as `values` says: a misspelt one
-/// would otherwise be taken for the default unsaid.
-pub fn check_switch(var: &str, allowed: &[&str], values: &str) -> Result<(), String> {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() && !allowed.contains(&v.as_str()) => Err(format!(
-            "{var}={}: use {values}, or leave it unset",
-            crate::data::read::excerpt(&v)
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Grows a scratch buffer to at least `n` floats (new ones zero; it never shrinks): the
 /// thread-local and per-worker buffers of the CPU kernels. An empty one is allocated zeroed
 /// (the system's zero pages, touched first by whoever writes them), not written with zeros:

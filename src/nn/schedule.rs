@@ -6,16 +6,15 @@ use std::str::FromStr;
 
 use super::optim::OptimizerKind;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Schedule {
+    #[default]
     Constant,
     /// Half-cosine from the base LR to 0 over the run.
     Cosine,
     /// x0.1 at each milestone, given in thousandths of the run (`step`: 50% and 75%); at
     /// most 4 milestones, the unused ones 0.
-    MultiStep {
-        at: [u16; 4],
-    },
+    MultiStep { at: [u16; 4] },
 }
 
 /// `step`: x0.1 at 50% and again at 75% of the run.
@@ -77,6 +76,36 @@ impl fmt::Display for Schedule {
             }
         }
     }
+}
+
+/// How the LR moves from the base over a run, for the start-up's LR line: None for a constant
+/// LR without warm-up.
+pub fn describe(schedule: Schedule, warmup: u64) -> Option<String> {
+    let decay = match schedule {
+        Schedule::Constant => None,
+        Schedule::Cosine => Some("cosine decay to 0 over the run".to_string()),
+        Schedule::MultiStep { at } => {
+            let at: Vec<String> = (at.iter())
+                .filter(|&&a| a > 0)
+                .map(|&a| format!("{}%", a as f64 / 10.0))
+                .collect();
+            Some(format!("x0.1 at {} of the run", at.join(", ")))
+        }
+    };
+    let ramp = match warmup {
+        0 => None,
+        1 => Some("rising linearly to it over the first step".to_string()),
+        w => Some(format!("rising linearly to it over the first {w} steps")),
+    };
+    let flags: Vec<String> = [
+        (warmup > 0).then(|| format!("--warmup {warmup}")),
+        (schedule != Schedule::Constant).then(|| format!("--schedule {schedule}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let said: Vec<String> = ramp.into_iter().chain(decay).collect();
+    (!said.is_empty()).then(|| format!("{} ({})", said.join(", then "), flags.join(" ")))
 }
 
 /// LR at `step` (0-based, steps done so far) when `progress` (0..=1) of the run is done.
@@ -161,6 +190,28 @@ impl fmt::Display for LrScaling {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lr_line_says_the_warm_up_and_the_decay_with_their_flags() {
+        assert_eq!(describe(Schedule::Constant, 0), None);
+        assert_eq!(
+            describe(Schedule::Constant, 1).as_deref(),
+            Some("rising linearly to it over the first step (--warmup 1)")
+        );
+        assert_eq!(
+            describe(Schedule::Cosine, 0).as_deref(),
+            Some("cosine decay to 0 over the run (--schedule cosine)")
+        );
+        assert_eq!(
+            describe(STEP, 500).as_deref(),
+            Some("rising linearly to it over the first 500 steps, then x0.1 at 50%, 75% of the run (--warmup 500 --schedule step)")
+        );
+        let multi: Schedule = "multistep:0.3,0.65".parse().unwrap();
+        assert_eq!(
+            describe(multi, 0).as_deref(),
+            Some("x0.1 at 30%, 65% of the run (--schedule multistep:0.3,0.65)")
+        );
+    }
 
     #[test]
     fn warmup_ramps_then_schedules_decay() {

@@ -47,6 +47,12 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use kernels::SOURCES;
 
+/// The GPU path's environment switches that would otherwise take a misspelt value for their
+/// default: `MGTOP_GPU_PROFILE` (`off` profiled) and `MGTOP_KERNEL_CACHE`.
+pub fn check_env() -> Result<(), String> {
+    replica::check_profile_env().and_then(|()| kernels::check_cache_env())
+}
+
 /// Which CUDA libraries this process can load (`probe`; `Default` is only a placeholder where
 /// no GPU was found and nothing was probed).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

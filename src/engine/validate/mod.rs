@@ -24,9 +24,10 @@ use crate::nn::optim::Optimizer;
 
 pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
-    // (the CPU kernels' switches: a misspelt one would be taken for the default unsaid)
+    // (the kernels' switches: a misspelt one would be taken for the default unsaid)
     crate::nn::direct::check_env()
         .and_then(|()| crate::nn::winograd::check_env())
+        .and_then(|()| crate::backend::cuda::check_env())
         .map_err(EngineError::Config)?;
     if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::engine::control::MAX_BATCH {
         return bad(format!(

@@ -38,6 +38,8 @@ fn cpu_info(devices: usize) -> RunInfo {
         grad_accum: 1,
         lr: 1e-3,
         lr_note: None,
+        schedule: Default::default(),
+        warmup: 0,
         clip_grad_norm: None,
         resume_note: None,
         train_samples: 1438,

@@ -40,7 +40,7 @@ pub enum Isa {
 /// `MGTOP_DIRECT` refused where it is none of its values (unset or empty: the widest this CPU
 /// has).
 pub fn check_env() -> Result<(), String> {
-    super::check_switch(
+    crate::switches::check(
         "MGTOP_DIRECT",
         &["off", "avx2"],
         "off (no direct kernels) or avx2 (the AVX2 kernels on an AVX-512 CPU)",

@@ -47,7 +47,7 @@ const LEAST_BLOCKS: usize = 256;
 /// `MGTOP_WINOGRAD` refused where it is none of its values (unset or empty: the default, on
 /// where the CPU's widest kernels are AVX2).
 pub fn check_env() -> Result<(), String> {
-    super::check_switch("MGTOP_WINOGRAD", &["on", "off"], "on or off")
+    crate::switches::check("MGTOP_WINOGRAD", &["on", "off"], "on or off")
 }
 
 /// Whether this process computes 3x3 stride-1 convolutions this way: by default on CPUs whose

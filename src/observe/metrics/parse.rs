@@ -162,6 +162,12 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         grad_accum: count(v, "grad_accum").unwrap_or(1).max(1),
         lr: opt_num(v, "lr")?.unwrap_or(0.0) as f32,
         lr_note: None,
+        // (older files did not say: constant, as far as they tell)
+        schedule: field(v, "schedule")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default(),
+        warmup: opt_uint(v, "warmup")?.unwrap_or(0),
         // (older files: not clipped)
         clip_grad_norm: opt_num(v, "clip_grad_norm")?.map(|c| c as f32),
         resume_note: None,

@@ -17,8 +17,19 @@ const HEADER: usize = 8 + 8 + 4;
 
 /// Where compiled kernels are kept, unless `MGTOP_KERNEL_CACHE=off`.
 pub(super) fn dir() -> Option<PathBuf> {
-    let off = std::env::var("MGTOP_KERNEL_CACHE").is_ok_and(|v| v == "off" || v == "0");
+    let off = std::env::var(VAR).is_ok_and(|v| v == "off" || v == "0");
     (!off).then(|| crate::data::write::cache_dir("kernels"))
+}
+
+const VAR: &str = "MGTOP_KERNEL_CACHE";
+
+/// `MGTOP_KERNEL_CACHE` refused where it is none of its values.
+pub fn check_env() -> Result<(), String> {
+    crate::switches::check(
+        VAR,
+        &["off", "0", "on", "1"],
+        "off (compile the kernels at every start) or on",
+    )
 }
 
 /// The name an image is kept under: the MD5 of this build's version, NVRTC's version, the

@@ -5,6 +5,7 @@
 //! machine's cores, and kept on disk (`cache`) for the next run.
 
 mod cache;
+pub use cache::check_env as check_cache_env;
 
 use std::path::Path;
 

@@ -24,6 +24,7 @@ mod open;
 mod packed;
 mod pass;
 mod profile;
+pub use profile::check_env as check_profile_env;
 mod resident;
 mod update;
 mod wait;

@@ -31,17 +31,29 @@ pub const WARM_UP: u64 = 3;
 /// Layers in the second table (`MGTOP_GPU_PROFILE=layers`), costliest first.
 const LAYER_ROWS: usize = 30;
 
-/// How this process profiles its GPUs (`MGTOP_GPU_PROFILE`): `None` when unset, empty or `0`;
-/// by op kind for any other value, by layer too for `layers`.
+/// How this process profiles its GPUs (`MGTOP_GPU_PROFILE`): `None` when unset, empty, `0` or
+/// `off`; by op kind for `1` or `on`, by layer too for `layers` (others are refused at start:
+/// `check_env`).
 pub fn wanted() -> Option<Detail> {
-    detail(std::env::var("MGTOP_GPU_PROFILE").ok().as_deref())
+    detail(std::env::var(VAR).ok().as_deref())
+}
+
+const VAR: &str = "MGTOP_GPU_PROFILE";
+
+/// `MGTOP_GPU_PROFILE` refused where it is none of its values (`off` must not profile).
+pub fn check_env() -> Result<(), String> {
+    crate::switches::check(
+        VAR,
+        &["0", "off", "1", "on", "layers"],
+        "1 (device time per op kind), layers (and per layer) or 0",
+    )
 }
 
 fn detail(v: Option<&str>) -> Option<Detail> {
     match v? {
-        "" | "0" => None,
+        "1" | "on" => Some(Detail::Kinds),
         "layers" => Some(Detail::Layers),
-        _ => Some(Detail::Kinds),
+        _ => None,
     }
 }
 
@@ -301,7 +313,9 @@ mod tests {
         assert_eq!(detail(None), None);
         assert_eq!(detail(Some("")), None);
         assert_eq!(detail(Some("0")), None);
+        assert_eq!(detail(Some("off")), None);
         assert_eq!(detail(Some("1")), Some(Detail::Kinds));
+        assert_eq!(detail(Some("on")), Some(Detail::Kinds));
         assert_eq!(detail(Some("layers")), Some(Detail::Layers));
     }
 }
