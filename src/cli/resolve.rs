@@ -269,6 +269,7 @@ impl TrainArgs {
             batch_from: (args.batch_per_replica)
                 .map(|_| BatchFrom::Given(origins.given("batch-per-replica"))),
             batch_cut: None,
+            grad_accum_cut: None,
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),

@@ -61,6 +61,14 @@ pub fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
             None => (k, v),
         })
         .collect();
+    // an accumulation the run's training split cut: the one it asked for (cut again where the
+    // split is still too small)
+    let cut = meta.config.get("grad_accum_cut").and_then(Value::as_array);
+    if let Some([asked, to]) = cut.map(Vec::as_slice) {
+        if taken.get("grad-accum") == Some(to) && asked.as_u64().is_some_and(|a| a >= 1) {
+            taken.insert("grad-accum".into(), asked.clone());
+        }
+    }
     taken.entry("seed").or_insert(meta.seed.into());
     taken.entry("data").or_insert(meta.data.clone().into());
     taken
@@ -124,4 +132,27 @@ pub fn under_record(
         format!("its state.json records settings this version cannot read ({e}): give the run's flags yourself")
     })?;
     Ok((args.merge(from_checkpoint), said.join(" ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_accumulation_the_split_cut_is_asked_for_again() {
+        let meta = |config: Value| CheckpointMeta {
+            config,
+            ..CheckpointMeta::example()
+        };
+        let accum = |m: &CheckpointMeta| recorded(m)["grad-accum"].clone();
+        let cut = meta(serde_json::json!({ "grad_accum": 5, "grad_accum_cut": [8, 5] }));
+        assert_eq!(accum(&cut), 8);
+        // not cut, or a record that does not add up: as recorded
+        let whole = meta(serde_json::json!({ "grad_accum": 5, "grad_accum_cut": null }));
+        assert_eq!(accum(&whole), 5);
+        let odd = meta(serde_json::json!({ "grad_accum": 5, "grad_accum_cut": [8, 4] }));
+        assert_eq!(accum(&odd), 5);
+        let zero = meta(serde_json::json!({ "grad_accum": 5, "grad_accum_cut": [0, 5] }));
+        assert_eq!(accum(&zero), 5);
+    }
 }

@@ -181,6 +181,8 @@ pub struct RunConfig {
     /// (`engine::validate::batch_within_data`): recorded, so a run resumed on more data asks
     /// for the batch again rather than keep the cut one.
     pub batch_cut: Option<[usize; 2]>,
+    /// The same for `--grad-accum`: a run resumed on more data accumulates as it asked again.
+    pub grad_accum_cut: Option<[usize; 2]>,
     /// Learning rate; `None`: `DEFAULT_LR` at a global batch of `DEFAULT_LR_BATCH`, scaled to
     /// the run's global batch by `lr_scaling()` (so the defaults train well on any core count).
     pub lr: Option<f32>,
@@ -304,6 +306,7 @@ impl Default for RunConfig {
             batch_per_replica: 32,
             batch_from: None,
             batch_cut: None,
+            grad_accum_cut: None,
             lr: None,
             optimizer: OptimizerKind::Adam,
             weight_decay: 0.0,

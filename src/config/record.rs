@@ -52,6 +52,7 @@ impl RunConfig {
             "log_every": self.log_every,
             // (null: the training split did not cut the batch asked for)
             "batch_cut": self.batch_cut,
+            "grad_accum_cut": self.grad_accum_cut,
         });
         let map: &mut Map<String, Value> = v.as_object_mut().expect("an object");
         match self.budget {

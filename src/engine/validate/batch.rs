@@ -53,6 +53,7 @@ pub(in crate::engine) fn batch_within_data(
     };
     let cfg = RunConfig {
         batch_cut: None,
+        grad_accum_cut: None,
         ..cfg
     };
     let accum = cfg.grad_accum.min(samples.div_ceil(ranks).max(1));
@@ -67,9 +68,12 @@ pub(in crate::engine) fn batch_within_data(
     };
     // (the batch rounded up: the accumulation again, so the global batch ends near the split)
     let accum = accum.min(samples.div_ceil(ranks * per_replica).max(1));
+    // (recorded where cut, so that a run resumed on more data accumulates as asked again)
+    let grad_accum_cut = (accum != cfg.grad_accum).then_some([cfg.grad_accum, accum]);
     if theirs.is_some() {
         return RunConfig {
             grad_accum: accum,
+            grad_accum_cut,
             ..cfg
         };
     }
@@ -104,6 +108,7 @@ pub(in crate::engine) fn batch_within_data(
         // (the batch cut, not the accumulation alone: the batch a resume asks for again)
         batch_cut: (per_replica != cfg.batch_per_replica)
             .then_some([cfg.batch_per_replica, per_replica]),
+        grad_accum_cut,
         batch_per_replica: per_replica,
         grad_accum: accum,
         ..cfg
@@ -229,6 +234,9 @@ mod tests {
             (c.batch_per_replica, c.grad_accum, c.batch_cut),
             (2, 5, None)
         );
+        // (recorded, for the resume to accumulate 8 again: cli::resumed::recorded)
+        assert_eq!(c.grad_accum_cut, Some([8, 5]));
+        assert_eq!(c.record()["grad_accum_cut"], serde_json::json!([8, 5]));
         assert_eq!(first.record()["batch_cut"], serde_json::json!([32, 10]));
         let meta = CheckpointMeta {
             per_replica: 10,
