@@ -523,7 +523,19 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     assert!(
         o.status.code() == Some(1)
             && err.contains("does not match the checksum its state.json recorded")
+            && err.contains("export a whole one beside it: mgtop-train export ")
             && err.contains("step-00000010"),
+        "{err}"
+    );
+    // and --init of its weights file (the README's way to fine-tune from a run) too
+    let weights = newest.to_str().unwrap();
+    let o = run(&["--headless", "--steps", "1", "--init", weights]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("does not match the checksum its state.json recorded")
+            && err.contains("--init ")
+            && err.contains("step-00000010/model.safetensors"),
         "{err}"
     );
     // a checkpoint from before checksums: the NaN itself is found

@@ -6,13 +6,32 @@ use std::path::Path;
 
 use super::{read_regular, CheckpointMeta, MAX_STATE_BYTES, STATE, WEIGHTS};
 
-/// Whether checkpoint `dir` reads as whole without reading its weights: its `state.json`
-/// parses and passes its checks, and its weights file is as long as its header says.
+/// Whether checkpoint `dir` reads as whole, for a message to name it in place of a damaged
+/// one: its `state.json` parses and passes its checks, its weights file is as long as its
+/// header says, and its bytes match the checksum recorded (read in pieces, not held).
 pub(super) fn looks_whole(dir: &Path) -> bool {
     let meta = read_regular(&dir.join(STATE), MAX_STATE_BYTES)
         .ok()
-        .and_then(|j| serde_json::from_slice::<CheckpointMeta>(&j).ok());
-    meta.is_some_and(|m| m.check().is_ok()) && weights_whole(&dir.join(WEIGHTS)).unwrap_or(false)
+        .and_then(|j| serde_json::from_slice::<CheckpointMeta>(&j).ok())
+        .filter(|m| m.check().is_ok());
+    let weights = dir.join(WEIGHTS);
+    meta.is_some_and(|m| {
+        weights_whole(&weights).unwrap_or(false)
+            && m.weights_crc32c
+                .is_none_or(|want| crc32c_of(&weights).ok() == Some(want))
+    })
+}
+
+/// The CRC32C of a file's bytes, read a piece at a time.
+fn crc32c_of(path: &Path) -> std::io::Result<u32> {
+    let mut f = std::fs::File::open(path)?;
+    let (mut crc, mut buf) = (0u32, vec![0u8; 1 << 20]);
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(crc),
+            n => crc = crc32c::crc32c_append(crc, &buf[..n]),
+        }
+    }
 }
 
 /// Whether a safetensors file is as long as its header's tensors add up to (a FIFO or device

@@ -11,6 +11,17 @@ use crate::data::host_memory;
 use crate::data::read::{self, Expect};
 use crate::engine::checkpoint;
 
+/// What to export in place of the damaged checkpoint `dir`.
+fn export_instead(dir: &Path) -> String {
+    match checkpoint::whole_beside(dir) {
+        Some(p) => format!(
+            "export a whole one beside it: mgtop-train export {} FILE",
+            p.display()
+        ),
+        None => "no other whole checkpoint is beside it".into(),
+    }
+}
+
 /// Writes the weights and running statistics of the checkpoint at `from` (a run directory, a
 /// checkpoint directory or a step directory) to `out`, under PyTorch's names, with
 /// `num_batches_tracked` beside each batch norm's statistics (as `load_state_dict` expects).
@@ -24,8 +35,17 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     }
     use crate::engine::rundir::{checkpoint_for, Purpose};
     let point = checkpoint_for(from, Purpose::Export)?;
-    let dir = checkpoint::resolve(&point).map_err(|e| e.to_string())?;
-    let meta = checkpoint::read_meta(&dir).map_err(|e| e.to_string())?;
+    // (a damaged checkpoint's message is for exporting, not resuming)
+    let exporting = |e: checkpoint::CheckpointError| match e {
+        checkpoint::CheckpointError::Corrupt { path, msg, .. } => format!(
+            "checkpoint {} is unreadable: {msg}; {}",
+            path.display(),
+            export_instead(&path)
+        ),
+        e => e.to_string(),
+    };
+    let dir = checkpoint::resolve(&point).map_err(exporting)?;
+    let meta = checkpoint::read_meta(&dir).map_err(exporting)?;
     let file = dir.join(checkpoint::WEIGHTS);
     let expect = Expect {
         what: "a checkpoint's weights",
@@ -34,10 +54,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         fix: "it must fit in memory to be exported",
     };
     let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
-    let instead = || match checkpoint::whole_beside(&dir) {
-        Some(p) => format!("export a whole one beside it: {}", p.display()),
-        None => "no other whole checkpoint is beside it".into(),
-    };
+    let instead = || export_instead(&dir);
     if let Some(why) = meta.weights_changed(&bytes) {
         return Err(format!("{}: {why}; {}", dir.display(), instead()));
     }

@@ -183,6 +183,24 @@ pub fn import(
         )),
         read::ReadError::Refused { problem, .. } => at(problem),
     })?;
+    // a checkpoint's own weights file: held to the checksum its state.json beside it recorded
+    // (as --resume and export hold it)
+    if path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS)) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let meta = (checkpoint::is_checkpoint(dir))
+            .then(|| checkpoint::read_meta(dir).ok())
+            .flatten();
+        if let Some(why) = meta.and_then(|m| m.weights_changed(&bytes)) {
+            let instead = match checkpoint::whole_beside(dir) {
+                Some(p) => format!(
+                    "give the weights of another checkpoint of the run: --init {}",
+                    p.join(checkpoint::WEIGHTS).display()
+                ),
+                None => "no other whole checkpoint is beside it".into(),
+            };
+            return Err(at(format!("{why}; {instead}")));
+        }
+    }
     // (torch.save's zip archive: a .pt/.pth, the usual mistake)
     if bytes.starts_with(b"PK\x03\x04") {
         return Err(at(
