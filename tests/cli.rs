@@ -713,6 +713,32 @@ fn a_stop_while_the_data_loads_says_nothing_was_trained() {
     );
 }
 
+/// A batch cut to a small training split rounds up (11 a rank x 3 = 33 of 32): a step takes
+/// the 32, and the LR follows 32, not 33.
+#[test]
+fn a_batch_cut_to_a_small_split_scales_the_lr_to_the_samples_a_step_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--headless",
+        "--devices",
+        "cpu:3",
+        "--steps",
+        "1",
+        "--data",
+        "synthetic:40,4,2",
+    ];
+    let o = run_in(dir.path(), &args);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for said in [
+        "batch: 11 per replica x 3 ranks = 32 global (the whole training split",
+        "lr: 7.07e-4 (default: 1e-3 for a global batch of 64, sqrt scaling to 32)",
+        "| batch 11/11/10=32 |",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+}
+
 #[test]
 fn settings_that_change_nothing_in_this_run_say_so() {
     let dir = tempfile::tempdir().unwrap();

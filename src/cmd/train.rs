@@ -96,9 +96,11 @@ pub(super) fn train(
         run.is_some_and(|r| abs(&r) == abs(p))
     };
     let (log_every, metrics_out) = (cfg.log_every, cfg.metrics_out.clone().filter(|p| !own(p)));
-    if let Some(p) = &metrics_out {
-        MetricsWriter::preflight(p)?;
-    }
+    // (claimed: of two runs started together with one --metrics-out, the second is refused
+    // here, before it makes its run directory)
+    let metrics_out = metrics_out
+        .map(|p| MetricsWriter::preflight(&p))
+        .transpose()?;
     if let Some(TensorboardDir::At(dir)) = &front.tensorboard {
         crate::observe::tensorboard::preflight(dir).map_err(anyhow::Error::msg)?;
     }
@@ -150,14 +152,9 @@ pub(super) fn train(
     }
     let run_dir = engine.info().run_dir.clone();
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
-    let paths: Vec<PathBuf> = run_dir
-        .iter()
-        .map(|d| d.join(rundir::METRICS))
-        .chain(metrics_out)
-        .collect();
-    let metrics = match paths
-        .iter()
-        .map(|p| MetricsWriter::create(p))
+    let own = (run_dir.iter()).map(|d| MetricsWriter::create(&d.join(rundir::METRICS)));
+    let metrics = match own
+        .chain(metrics_out.map(MetricsWriter::claimed))
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(m) => m,

@@ -99,6 +99,17 @@ pub enum Budget {
 pub const DEFAULT_LR: f32 = 1e-3;
 pub const DEFAULT_LR_BATCH: usize = 64;
 
+/// The samples a step takes (the global batch the LR follows): every rank's batch of every
+/// accumulated pass, or the whole training split where that is fewer (a batch cut to a small
+/// split rounds up, its last shares taking fewer; `train_samples` 0: not known).
+pub fn step_samples(per_replica: usize, ranks: usize, accum: usize, train_samples: usize) -> usize {
+    let all = per_replica * ranks * accum;
+    match train_samples {
+        0 => all,
+        n => all.min(n),
+    }
+}
+
 impl RunConfig {
     /// What the run is called: `--name`, else `<data>-<model>`.
     pub fn run_name(&self) -> String {

@@ -85,8 +85,13 @@ pub(super) fn resumed_settings(
     // the global batch counts accumulated micro-batches
     let old_accum = meta.grad_accum();
     let (old, new) = (
-        meta.per_replica * meta.ranks * old_accum,
-        per_replica * ranks * cfg.grad_accum,
+        crate::config::step_samples(
+            meta.per_replica,
+            meta.ranks,
+            old_accum,
+            meta.train_samples.unwrap_or(0),
+        ),
+        crate::config::step_samples(per_replica, ranks, cfg.grad_accum, train_samples),
     );
     let (lr, lr_note) = match cfg.lr {
         Some(lr) => (lr, format!("from --lr; the checkpoint had {:.2e}", meta.lr)),

@@ -119,7 +119,7 @@ pub(super) fn starting_point(
                 epoch_sum: meta.epoch_sum.unwrap_or_default(),
             }
         }
-        None => fresh(cfg, model, ranks, lead)?,
+        None => fresh(cfg, model, ranks, lead, split.samples)?,
     };
     Ok(start)
 }
@@ -191,7 +191,14 @@ fn local_sgd_resumable(cfg: &RunConfig, step: u64) -> Result<(), EngineError> {
 
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
 /// alone, `lead`).
-fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Start, EngineError> {
+fn fresh(
+    cfg: &RunConfig,
+    model: &Model,
+    ranks: usize,
+    lead: bool,
+    samples: usize,
+) -> Result<Start, EngineError> {
+    let global = crate::config::step_samples(cfg.batch_per_replica, ranks, cfg.grad_accum, samples);
     let mut state = TrainState::initial(model, cfg.optimizer, cfg.seed);
     let init_notes = match cfg.init.as_ref().filter(|_| lead) {
         Some(path) => weights::import(path, model, &mut state.params, &mut state.buffers)
@@ -202,14 +209,13 @@ fn fresh(cfg: &RunConfig, model: &Model, ranks: usize, lead: bool) -> Result<Sta
             step: 0,
             cursor: Cursor::default(),
             per_replica: cfg.batch_per_replica,
-            lr: cfg.start_lr(cfg.batch_per_replica * ranks * cfg.grad_accum),
+            lr: cfg.start_lr(global),
             lr_note: match (cfg.lr, cfg.lr_scaling()) {
                 (None, LrScaling::None) => Some(format!(
                     "default: {DEFAULT_LR:e} at any global batch (--lr-scaling none)"
                 )),
                 (None, s) => Some(format!(
-                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {s} scaling to {}",
-                    cfg.batch_per_replica * ranks * cfg.grad_accum
+                    "default: {DEFAULT_LR:e} for a global batch of {DEFAULT_LR_BATCH}, {s} scaling to {global}"
                 )),
                 // (a given LR is the run's as it starts: an asked scaling acts on batch changes)
                 (Some(_), s) if cfg.lr_scaling.is_some() && s != LrScaling::None => Some(format!(

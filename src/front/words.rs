@@ -119,11 +119,21 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     } else {
         String::new()
     };
+    let all = info.per_replica * info.ranks() * info.grad_accum;
+    let global = crate::config::step_samples(
+        info.per_replica,
+        info.ranks(),
+        info.grad_accum,
+        info.train_samples,
+    );
+    let global = match global < all {
+        true => format!("{global} global (the whole training split: the last shares take fewer)"),
+        false => format!("{global} global"),
+    };
     lines.push(format!(
-        "batch: {} per replica x {}{accum} = {} global; {budget}",
+        "batch: {} per replica x {}{accum} = {global}; {budget}",
         info.per_replica,
         crate::text::counted(info.ranks(), "rank"),
-        info.per_replica * info.ranks() * info.grad_accum
     ));
     let note = info
         .lr_note

@@ -144,6 +144,18 @@ pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
             ck.display()
         ));
     }
+    // (a folder of runs, `runs` itself: this run's files would stand for all of them to
+    // `runs`, `view` and `--resume` of the folder)
+    if let Some((inner, _)) = (!dir.join(METRICS).exists())
+        .then(|| runs_under(dir).into_iter().next())
+        .flatten()
+    {
+        return Err(format!(
+            "--run-dir {d} holds other runs' directories ({} ...): a run directory is one run's own; give a new folder, e.g. --run-dir {}",
+            inner.display(),
+            dir.join("NAME").display()
+        ));
+    }
     match (dir.join(METRICS).exists(), resuming) {
         (false, _) => Ok(()),
         (true, _) if is_live(dir) => Err(format!(

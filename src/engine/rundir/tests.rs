@@ -15,6 +15,24 @@ fn a_run_directory_inside_a_checkpoint_is_refused() {
 }
 
 #[test]
+fn a_folder_of_runs_is_no_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let one = runs.join("digits/20261203-224028");
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::write(one.join(METRICS), "").unwrap();
+    let e = unused(&runs, false).unwrap_err();
+    assert!(
+        e.contains("holds other runs' directories") && e.contains("runs/NAME"),
+        "{e}"
+    );
+    // a folder of other things is one
+    assert!(unused(&one.join("notes"), false).is_ok());
+    std::fs::create_dir_all(dir.path().join("mine/sub")).unwrap();
+    assert!(unused(&dir.path().join("mine"), false).is_ok());
+}
+
+#[test]
 fn a_path_through_a_link_is_where_the_link_points_now() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().canonicalize().unwrap();

@@ -142,3 +142,27 @@ fn a_step_line_says_the_gradient_s_norm_and_whether_it_was_clipped() {
     old.grad_norm = f32::NAN;
     assert!(step_line(&old, None, &clip(None)).contains("| grad norm - |"));
 }
+
+#[test]
+fn the_batch_line_says_a_step_takes_the_whole_split_where_the_cut_batch_rounds_past_it() {
+    let batch_line = |per_replica, train_samples| {
+        let info = RunInfo {
+            per_replica,
+            train_samples,
+            budget: Budget::Steps(3),
+            ..crate::front::tui::demo::info(50)
+        };
+        (describe(&info).into_iter())
+            .find(|l| l.starts_with("batch: "))
+            .unwrap()
+    };
+    // 29 x 50 = 1450 of a split of 1438
+    assert_eq!(
+        batch_line(29, 1438),
+        "batch: 29 per replica x 50 ranks = 1438 global (the whole training split: the last shares take fewer); 3 steps"
+    );
+    assert_eq!(
+        batch_line(28, 1438),
+        "batch: 28 per replica x 50 ranks = 1400 global; 3 steps"
+    );
+}

@@ -76,12 +76,33 @@ fn lock(f: &File) -> std::io::Result<()> {
     }
 }
 
+/// A `--metrics-out` file claimed before its run starts: its write lock held, so that of two
+/// runs started together with one file the second is refused before it makes anything (its
+/// run directory); the file made where there was none (removed again where the run does not
+/// start); nothing in it emptied until the run has started (`MetricsWriter::claimed`).
+pub struct Claim {
+    path: PathBuf,
+    /// The regular file, locked (None: a FIFO, a device, a link to no file yet: opened at
+    /// the start).
+    file: Option<File>,
+    /// This claim made the file (and it has not been written).
+    made: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.made {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 impl MetricsWriter {
-    /// Checks that `path` can be written, without truncating anything or leaving a file, so a
-    /// run can refuse a bad path before it starts: a file that can be made there (one made and
-    /// removed beside it, or beside where a link to none points), not a file of something else,
-    /// not a run directory's own record, not a file a live run writes.
-    pub fn preflight(path: &Path) -> Result<(), MetricsError> {
+    /// Checks that `path` can be written, without truncating anything, so a run can refuse a
+    /// bad path before it starts: a file that can be made there (or beside where a link to
+    /// none points), not a file of something else, not a run directory's own record, not a
+    /// file a live run writes; and claims it (`Claim`) until the run has started.
+    pub fn preflight(path: &Path) -> Result<Claim, MetricsError> {
         let err = |source, fix| MetricsError {
             path: path.to_path_buf(),
             source,
@@ -109,12 +130,43 @@ impl MetricsWriter {
                 Ok(t) => t.parent().unwrap_or(Path::new(".")),
                 Err(_) => parent,
             };
-            return crate::data::write::can_write_in(folder).map_err(|e| err(e, WRITABLE));
+            crate::data::write::can_write_in(folder).map_err(|e| err(e, WRITABLE))?;
+            let made = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path);
+            return match made {
+                Ok(f) => {
+                    let claim = Claim {
+                        path: path.to_path_buf(),
+                        file: Some(f),
+                        made: true,
+                    };
+                    let f = claim.file.as_ref().expect("just made");
+                    lock(f).map_err(|e| err(e, "give each run its own --metrics-out"))?;
+                    Ok(claim)
+                }
+                // (another run made it just now: claimed as a file that is there)
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && target.is_err() => {
+                    Self::preflight(path)
+                }
+                // (a link to no file yet: made as the run starts)
+                Err(_) => Ok(Claim {
+                    path: path.to_path_buf(),
+                    file: None,
+                    made: false,
+                }),
+            };
         };
         use std::os::unix::fs::FileTypeExt;
+        let unclaimed = || Claim {
+            path: path.to_path_buf(),
+            file: None,
+            made: false,
+        };
         if meta.file_type().is_fifo() {
             // (checked as it is opened: opening it here would end its reader's input)
-            return Ok(());
+            return Ok(unclaimed());
         }
         let record = run_record(path);
         if meta.is_file() && meta.len() > 0 && record.is_none() {
@@ -151,10 +203,36 @@ impl MetricsWriter {
             .open(path)
             .map_err(|e| err(e, WRITABLE))?;
         match meta.is_file() {
-            true => lock(&f).map_err(|e| err(e, "give each run its own --metrics-out")),
+            true => {
+                lock(&f).map_err(|e| err(e, "give each run its own --metrics-out"))?;
+                let mut claim = unclaimed();
+                claim.file = Some(f);
+                Ok(claim)
+            }
             // (a device such as /dev/null is neither emptied nor locked)
-            false => Ok(()),
+            false => Ok(unclaimed()),
         }
+    }
+
+    /// The writer of a file claimed before the run started (emptied now), or one opened now
+    /// where the claim holds none.
+    pub fn claimed(mut claim: Claim) -> Result<MetricsWriter, MetricsError> {
+        let Some(f) = claim.file.take() else {
+            return Self::create(&claim.path);
+        };
+        claim.made = false;
+        f.set_len(0).map_err(|source| MetricsError {
+            path: claim.path.clone(),
+            source,
+            fix: WRITABLE,
+        })?;
+        Ok(MetricsWriter {
+            path: claim.path.clone(),
+            regular: true,
+            out: BufWriter::new(f),
+            looked: std::time::Instant::now(),
+            found: Found::There,
+        })
     }
 
     /// Creates (or replaces) the file. A FIFO is opened without waiting for a reader: one
@@ -281,6 +359,39 @@ impl MetricsWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claimed_file_refuses_a_second_run_and_goes_where_its_run_did_not_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        // made and held: a second run started at once is refused
+        let claim = MetricsWriter::preflight(&path).unwrap();
+        assert!(path.is_file());
+        let e = MetricsWriter::preflight(&path).err().unwrap().to_string();
+        assert!(
+            e.contains("another run that is still going writes it"),
+            "{e}"
+        );
+        // the run did not start: the file it made is taken back
+        drop(claim);
+        assert!(!path.exists());
+        // a run's earlier file: kept whole until the run starts, then replaced
+        std::fs::write(&path, "{\"type\":\"run\"}\n").unwrap();
+        drop(MetricsWriter::preflight(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap().len(), 15);
+        let mut w = MetricsWriter::claimed(MetricsWriter::preflight(&path).unwrap()).unwrap();
+        w.write(&Line::new(&serde_json::json!({"type": "x"})))
+            .unwrap();
+        w.flush().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"type\":\"x\"}\n"
+        );
+        // (a made file that was written stays)
+        let fresh = dir.path().join("n.jsonl");
+        drop(MetricsWriter::claimed(MetricsWriter::preflight(&fresh).unwrap()).unwrap());
+        assert!(fresh.is_file());
+    }
 
     /// A writer whose next flush looks for its file.
     fn looked_for(w: &mut MetricsWriter) -> Option<String> {
