@@ -215,6 +215,12 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["layer 4 `dropout2`", "more than 0 and less than 1"],
         ),
         (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
+        (
+            &["--optimizer", "nesterov", "--momentum", "0"],
+            &["nesterov with --momentum 0", "--momentum 0.9"],
+        ),
+        // (a subnormal LR would be 0 once scaled)
+        (&["--lr", "1e-38"], &["--lr 1e-38", "from 1.2e-38"]),
         (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),
         (
             &["--clip-grad-norm", "-1"],
@@ -224,7 +230,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         // past what a float32 holds: said as given, not as what it would round to
         (
             &["--clip-grad-norm", "1e-46"],
-            &["--clip-grad-norm 1e-46", "from 1e-38"],
+            &["--clip-grad-norm 1e-46", "from 1.2e-38"],
         ),
         (
             &["--clip-grad-norm", "1e39"],

@@ -392,7 +392,7 @@ fn picture_and_weights_flags_name_the_problem() {
     refused(
         d,
         &["--lr", "1e-300"],
-        &["--lr 1e-300 is invalid", "from 1e-38"],
+        &["--lr 1e-300 is invalid", "from 1.2e-38"],
     );
     // (before this was refused, start-up ran past a minute making 16384 threads)
     refused(

@@ -541,4 +541,18 @@ fn local_sgd_says_what_it_will_not_do() {
     );
     let (_, notes) = started(2, local(4, 0, false), OptimizerKind::Adam);
     assert!(!notes.contains("--strategy"), "{notes}");
+    // batch norm's statistics summed across the ranks meet them every step
+    let cfg = RunConfig {
+        strategy: local(4, 0, false),
+        model: "dense16,bn,dense8".parse().unwrap(),
+        sync_bn: true,
+        ..small(2, 5, 301, dir.path())
+    };
+    let engine = Engine::start(cfg).expect("starts");
+    let notes = engine.info().model_notes.join("\n");
+    engine.join().expect("runs");
+    assert!(
+        notes.contains("--sync-bn with --strategy local-sgd:4: the ranks still exchange batch-norm statistics in every step's forward pass"),
+        "{notes}"
+    );
 }

@@ -24,10 +24,11 @@ fn parse<T: std::str::FromStr<Err = String>>(
 }
 
 /// `--lr` as the run holds it, a float32: the range below is what one holds as a positive
-/// finite number (1e-300 would round to 0 and train nothing).
+/// normal number (1e-300 would round to 0 and train nothing; 1e-38, subnormal, to 0 once
+/// scaled).
 fn learning_rate(lr: f64) -> Result<f32, String> {
     match lr {
-        v if (1e-38..=3e38).contains(&v) => Ok(v as f32),
+        v if (f32::MIN_POSITIVE as f64..=3e38).contains(&v) => Ok(v as f32),
         _ => {
             // as typed, near enough: Display would write 1e-300 with 300 digits
             let shown = match lr.abs() {
@@ -35,7 +36,7 @@ fn learning_rate(lr: f64) -> Result<f32, String> {
                 _ => lr.to_string(),
             };
             Err(format!(
-                "--lr {shown} is invalid: use a positive number from 1e-38 to 3e38, such as 1e-3"
+                "--lr {shown} is invalid: use a positive number from 1.2e-38 to 3e38, such as 1e-3"
             ))
         }
     }
@@ -419,7 +420,7 @@ fn clip_bound(v: f64) -> Result<Option<f32>, String> {
         0.0 => Ok(None),
         _ if v > 0.0 && f.is_normal() => Ok(Some(f)),
         _ => Err(format!(
-            "--clip-grad-norm {} is invalid: use a positive bound such as 1.0, from 1e-38 to 3e38 (0 turns clipping off)",
+            "--clip-grad-norm {} is invalid: use a positive bound such as 1.0, from 1.2e-38 to 3e38 (0 turns clipping off)",
             match v.abs() {
                 a if (1e-3..1e5).contains(&a) || !a.is_finite() => format!("{v}"),
                 _ => format!("{v:e}"),

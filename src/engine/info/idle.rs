@@ -151,6 +151,13 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
                 run_of(steps),
             ));
         }
+        // (the statistics are exchanged in every forward pass: the ranks meet each step)
+        if cfg.sync_bn && model.has_batch_norm() && info.ranks() > 1 {
+            notes.push(format!(
+                "--sync-bn with --strategy {}: the ranks still exchange batch-norm statistics in every step's forward pass, so each waits for the slowest every step (counted in its compute); --sync-bn=false lets them step alone between averages",
+                cfg.strategy
+            ));
+        }
         if moments && !cfg.optimizer.keeps_moments() && info.ranks() > 1 {
             notes.push(format!(
                 "--strategy {}: --optimizer {} keeps no moments; only the parameters are averaged",

@@ -72,6 +72,13 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
             cfg.momentum
         ));
     }
+    // (as PyTorch's SGD refuses it: a look-ahead of no momentum is plain SGD under another name)
+    if cfg.optimizer == crate::nn::optim::OptimizerKind::Nesterov && cfg.momentum == 0.0 {
+        return bad(
+            "--optimizer nesterov with --momentum 0: Nesterov's look-ahead needs a momentum; give --momentum 0.9, or --optimizer sgd"
+                .into(),
+        );
+    }
     if !(0.0..1.0).contains(&cfg.label_smoothing) {
         return bad(format!(
             "--label-smoothing {} is out of range: use 0 to 1 (exclusive), e.g. 0.1",
