@@ -686,6 +686,40 @@ fn a_last_batch_leaving_batch_norm_one_value_is_said() {
     assert!(!notes(7, false, 80).contains("ends with a batch"));
 }
 
+/// A batch norm over fewer than 8 values per channel (its statistics noise, its gradients
+/// unbounded) is said, with the batch that gives it 8; pooled by --sync-bn, over the ranks.
+#[test]
+fn a_batch_norm_over_a_few_values_per_channel_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = |per_replica, sync_bn| {
+        let cfg = RunConfig {
+            model: "dense8,bn".parse().unwrap(),
+            sync_bn,
+            ..small(2, per_replica, 1, dir.path())
+        };
+        let engine = Engine::start(cfg).expect("starts");
+        let notes = engine.info().model_notes.clone();
+        engine.join().expect("runs");
+        notes.join("\n")
+    };
+    let said = notes(3, false);
+    assert!(
+        said.contains(
+            "batch norm `bn.1` normalises 3 values per channel (a batch of 3 per replica)"
+        ) && said.contains("a batch of 8 or more per replica gives it 8"),
+        "{said}"
+    );
+    let said = notes(3, true);
+    assert!(
+        said.contains(
+            "normalises 6 values per channel (a batch of 3 per replica x 2 ranks (--sync-bn))"
+        ) && said.contains("a batch of 4 or more per replica"),
+        "{said}"
+    );
+    assert!(!notes(4, true).contains("values per channel"));
+    assert!(!notes(8, false).contains("values per channel"));
+}
+
 #[test]
 fn the_first_step_after_an_epoch_end_restarts_the_throughput_window() {
     // 2 ranks x 25 = 50 a step over 301 samples: epochs of 7 steps (the 7th short); with a

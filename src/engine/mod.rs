@@ -234,6 +234,12 @@ impl Engine {
         }
 
         let mut info = info;
+        info.model_notes.extend(validate::few_values(
+            &model,
+            start.per_replica,
+            ranks,
+            cfg.sync_bn,
+        ));
         // (an epoch's last batch under the run's own batching)
         info.data_notes.extend(validate::one_sample_shares(
             validate::one_value_layer(&model).as_ref(),

@@ -50,10 +50,13 @@ pub fn bytes(b: u64) -> String {
 }
 
 /// A gradient's norm as the log and the screen write it: 3 decimals from 0.001 to 99999, else
-/// in scientific notation (`6.10e-4`, `2.44e13`); `-` where not recorded.
+/// in scientific notation (`6.10e-4`, `2.44e13`); `-` where not recorded, `inf` past float32.
 pub fn grad_norm(n: f32) -> String {
     match n.abs() {
-        a if !a.is_finite() => "-".into(),
+        // (not recorded: a file from before norms were)
+        a if a.is_nan() => "-".into(),
+        // (past float32: gradients overflowing, the loss soon to follow)
+        a if a.is_infinite() => "inf".into(),
         a if a == 0.0 || (1e-3..1e5).contains(&a) => format!("{n:.3}"),
         _ => format!("{n:.2e}"),
     }

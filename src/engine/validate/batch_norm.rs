@@ -1,5 +1,5 @@
 //! Batch norm over one value per channel: the batch of 1 per replica refused for it, and the
-//! short last batch of an epoch that gives it one sample, said.
+//! short last batch of an epoch that gives it one sample, said; over a few values, said.
 
 use super::EngineError;
 use crate::config::{Budget, RunConfig};
@@ -108,5 +108,46 @@ pub(in crate::engine) fn one_sample_shares(
     Some(format!(
         "each epoch ends with a batch of {} of the {samples} training samples, which gives batch norm `{name}` one sample to normalise ({over}): its output is its bias alone for that step{avoid}",
         samples % sharding.global_batch()
+    ))
+}
+
+/// The fewest values per channel any batch norm normalises under which the run is told: its
+/// statistics are then noise, and its gradients can grow without bound (a norm of 8e20 at a
+/// batch of 2 over 1x1 pictures).
+const FEW_VALUES: usize = 8;
+
+/// Where a batch norm normalises fewer than `FEW_VALUES` values per channel (a batch of
+/// `per_replica`, over `ranks` with `sync`, times its pictures' pixels): said, with the batch
+/// per replica that gives it as many.
+pub(in crate::engine) fn few_values(
+    model: &Model,
+    per_replica: usize,
+    ranks: usize,
+    sync: bool,
+) -> Option<String> {
+    let replicas = if sync { ranks } else { 1 };
+    let (name, pixels) = (model.nodes.iter())
+        .filter(|n| matches!(n.op, Op::BatchNorm { .. }))
+        .map(|n| match model.values[n.inputs[0]] {
+            Shape::Image { h, w, .. } => (n, h * w),
+            Shape::Flat(_) => (n, 1),
+        })
+        .min_by_key(|&(_, pixels)| pixels)
+        .map(|(n, pixels)| (n.name.clone(), pixels))?;
+    let values = per_replica * replicas * pixels;
+    if !(2..FEW_VALUES).contains(&values) {
+        return None;
+    }
+    let over = match pixels {
+        1 => String::new(),
+        p => format!(" x {p} pixels"),
+    };
+    let pooled = match replicas {
+        1 => String::new(),
+        r => format!(" x {r} ranks (--sync-bn)"),
+    };
+    let enough = FEW_VALUES.div_ceil(pixels * replicas);
+    Some(format!(
+        "batch norm `{name}` normalises {values} values per channel (a batch of {per_replica} per replica{pooled}{over}): statistics of so few are noise, and the gradients can grow past any bound (the step lines' grad norm); a batch of {enough} or more per replica gives it {FEW_VALUES}"
     ))
 }

@@ -9,7 +9,8 @@ mod batch;
 mod batch_norm;
 pub(super) use batch::{a_sample_per_rank, batch_within_data};
 pub(super) use batch_norm::{
-    batch_norm_values, one_sample_shares, one_value_batch_norm, one_value_layer, one_value_refusal,
+    batch_norm_values, few_values, one_sample_shares, one_value_batch_norm, one_value_layer,
+    one_value_refusal,
 };
 
 /// Micro-batches per step (`--grad-accum`) and batches queued per rank (`--prefetch`): far

@@ -176,10 +176,18 @@ impl Optimizer {
 
     /// The sum of squares of the trained parameters' gradients in `grads` (sums or means:
     /// scale its root as the gradient is scaled), each piece in `simd::dot`'s order, added in
-    /// f64. Frozen parameters' gradients are left out: they are not exchanged.
+    /// f64 (a piece whose squares pass float32's range, gradients past 1.8e19, again in f64:
+    /// the norm of an exploding gradient is said, not lost). Frozen parameters' gradients are
+    /// left out: they are not exchanged.
     pub fn grad_sumsq(&self, grads: &[f32]) -> f64 {
         (self.trained(grads.len()).into_iter())
-            .map(|r| crate::nn::simd::dot(&grads[r.clone()], &grads[r]) as f64)
+            .map(|r| {
+                let g = &grads[r];
+                match crate::nn::simd::dot(g, g) {
+                    s if s.is_finite() => s as f64,
+                    _ => g.iter().map(|&x| x as f64 * x as f64).sum(),
+                }
+            })
             .sum()
     }
 
