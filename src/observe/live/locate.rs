@@ -26,19 +26,22 @@ fn is_socket(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
 }
 
-/// The newest run below `dir` whose socket takes a connection: the one started last.
+/// The newest run below `dir` whose socket takes a connection, one still training before one
+/// that ended (a terminal UI on its summary serves its run still): the one started last.
 pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
     let runs: Vec<PathBuf> = rundir::runs_under(dir)
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    let mut live: Vec<(SystemTime, Target)> = runs
+    let mut live: Vec<(bool, SystemTime, Target)> = runs
         .iter()
         .filter_map(|run| {
             let socket = socket_in(run)?;
             let born = std::fs::metadata(&socket).and_then(|m| m.modified()).ok()?;
             UnixStream::connect(&socket).ok()?;
+            let training = !crate::observe::metrics::reader::ended(&run.join(FILE_NAME));
             Some((
+                training,
                 born,
                 Target {
                     socket,
@@ -47,14 +50,14 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
             ))
         })
         .collect();
-    live.sort_by_key(|(t, _)| *t);
+    live.sort_by_key(|(training, t, _)| (*training, *t));
     if live.is_empty() {
         if let Some((run, pid)) = starting(dir) {
             return Err(AttachError::Starting { run, pid });
         }
     }
     match live.pop() {
-        Some((_, t)) => Ok(t),
+        Some((.., t)) => Ok(t),
         None => Err(AttachError::NoLiveRun {
             dir: dir.to_path_buf(),
             ended: match runs.len() {
@@ -198,6 +201,12 @@ mod tests {
         assert_eq!(t.socket, new.join(SOCKET_NAME));
         assert_eq!(locate(Some(&new.join(SOCKET_NAME))).unwrap().run, new);
         assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);
+        // the newer run ended (a terminal UI on its summary serves it still): the one training
+        std::fs::write(new.join(FILE_NAME), "{\"type\":\"run\"}\n{\"type\":\"end\"}\n").unwrap();
+        assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, old);
+        std::fs::write(old.join(FILE_NAME), "{\"type\":\"end\"}\n").unwrap();
+        assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);
+        std::fs::write(new.join(FILE_NAME), "").unwrap();
         // through `latest`: the run it names now, kept when the link moves on to another run
         let latest = d.path().join("runs/a/latest");
         std::os::unix::fs::symlink("20260102-000000", &latest).unwrap();
