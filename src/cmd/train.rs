@@ -60,8 +60,15 @@ pub(super) fn train(
         .resolve_noted(Default::default())
         .map_err(anyhow::Error::msg)?;
     let export = front.export.clone();
-    // (refused before training, not after it)
-    if let Some(out) = export.as_deref() {
+    // (refused before training, not after it; into the --run-dir the run is to make, at
+    // its end)
+    let abs = |p: &Path| std::path::absolute(p).ok();
+    let into_run_dir = |out: &Path| {
+        let folder = out.parent().filter(|p| !p.as_os_str().is_empty());
+        let run_dir = cfg.run_dir.as_deref().filter(|d| !d.exists());
+        run_dir.is_some_and(|d| abs(d) == folder.map_or(abs(Path::new(".")), abs))
+    };
+    if let Some(out) = export.as_deref().filter(|o| !into_run_dir(o)) {
         weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has

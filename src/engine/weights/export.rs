@@ -189,7 +189,8 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         read.is_ok() && head[8] == b'{'
     };
     let shown = out.display();
-    let target = match std::fs::metadata(out) {
+    let meta = std::fs::metadata(out);
+    let target = match &meta {
         Ok(m) if m.is_dir() => {
             return Err(format!(
                 "{shown} is a directory; give the file to write, e.g. {shown}/model.safetensors"
@@ -199,12 +200,6 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
             return Err(format!(
                 "{shown} is {}, not a regular file; give the path of a file to write",
                 read::kind_of(m.file_type())
-            ))
-        }
-        // a file that holds something else is not replaced
-        Ok(m) if m.len() > 0 && !looks_like_safetensors(out) => {
-            return Err(format!(
-                "{shown} exists and is not a safetensors file: remove it or give another name"
             ))
         }
         // a link to a file: that file is replaced, the link kept
@@ -217,14 +212,42 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
     };
     if !folder.is_dir() {
         let f = folder.display();
-        return Err(format!(
-            "{shown}: the folder {f} does not exist; create it first (mkdir -p {f})"
-        ));
+        let in_the_way = (folder.ancestors())
+            .find(|a| !a.as_os_str().is_empty() && a.metadata().is_ok_and(|m| !m.is_dir()));
+        return Err(match in_the_way {
+            Some(file) => format!(
+                "{shown}: {} is a file, not a folder; give a path in a folder",
+                file.display()
+            ),
+            None => {
+                format!("{shown}: the folder {f} does not exist; create it first (mkdir -p {f})")
+            }
+        });
     }
-    if folder.join("state.json").is_file() {
+    // a run's own files, whatever they hold: what --resume, view and runs read
+    if checkpoint::is_checkpoint(&folder) {
         return Err(format!(
             "{shown} is in the checkpoint {}: its files are what --resume reads; write the export elsewhere",
             folder.display()
+        ));
+    }
+    let name = target.file_name().unwrap_or_default();
+    let run_file = [
+        crate::engine::rundir::METRICS,
+        crate::engine::rundir::SOCKET,
+    ]
+    .iter()
+    .any(|f| name == std::ffi::OsStr::new(f));
+    if run_file && crate::engine::rundir::is_run_dir(&folder) {
+        return Err(format!(
+            "{shown} is a file of the run directory {} (what view, runs and attach read); write the export elsewhere",
+            folder.display()
+        ));
+    }
+    // a file that holds something else is not replaced
+    if meta.is_ok_and(|m| m.len() > 0) && !looks_like_safetensors(out) {
+        return Err(format!(
+            "{shown} exists and is not a safetensors file: remove it or give another name"
         ));
     }
     // written beside the target, then renamed over it: the folder must take a new file
@@ -283,5 +306,26 @@ mod tests {
             e.contains("does not exist") && e.contains("mkdir -p"),
             "{e}"
         );
+        // a file where a folder is asked for: no mkdir can make it
+        let e = export_target(&notes.join("x.safetensors")).unwrap_err();
+        assert!(
+            e.contains("notes.txt is a file, not a folder") && !e.contains("mkdir"),
+            "{e}"
+        );
+        // a checkpoint's and a run's own files are not offered for removal
+        let e = export_target(&ckpt.join("state.json")).unwrap_err();
+        assert!(
+            e.contains("is in the checkpoint") && !e.contains("remove"),
+            "{e}"
+        );
+        let run = tmp.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "{}").unwrap();
+        let e = export_target(&run.join("metrics.jsonl")).unwrap_err();
+        assert!(
+            e.contains("is a file of the run directory") && !e.contains("remove"),
+            "{e}"
+        );
+        assert!(export_target(&run.join("w.safetensors")).is_ok());
     }
 }

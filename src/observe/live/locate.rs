@@ -202,7 +202,11 @@ mod tests {
         assert_eq!(locate(Some(&new.join(SOCKET_NAME))).unwrap().run, new);
         assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);
         // the newer run ended (a terminal UI on its summary serves it still): the one training
-        std::fs::write(new.join(FILE_NAME), "{\"type\":\"run\"}\n{\"type\":\"end\"}\n").unwrap();
+        std::fs::write(
+            new.join(FILE_NAME),
+            "{\"type\":\"run\"}\n{\"type\":\"end\"}\n",
+        )
+        .unwrap();
         assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, old);
         std::fs::write(old.join(FILE_NAME), "{\"type\":\"end\"}\n").unwrap();
         assert_eq!(locate(Some(&d.path().join("runs"))).unwrap().run, new);

@@ -299,4 +299,3 @@ pub fn ended(path: &Path) -> bool {
     last.and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
         .is_some_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("end"))
 }
-
