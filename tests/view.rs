@@ -489,8 +489,9 @@ fn hostile_metrics_files_neither_panic_nor_hang_nor_drive_the_terminal() {
 #[test]
 fn a_killed_run_is_said_killed_and_a_live_one_running() {
     let d = tempfile::tempdir().unwrap();
-    let mut run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
-    run.wait_log("a step", |l| l.contains("step "));
+    let mut run =
+        common::run::Run::start(d.path(), &["--steps", "1000000", "--checkpoint-every", "5"]);
+    run.wait_log("a checkpoint", |l| l.contains("checkpoint at step"));
     let view = |what: &str| {
         let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
         assert_eq!(code, Some(0), "{what}: {out}");
@@ -504,6 +505,13 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     let out = view("just killed");
     assert!(
         out.contains("the run is not running: it was killed"),
+        "{out}"
+    );
+    // and how to go on from its newest checkpoint: its run directory
+    let run_dir = d.path().join("run").canonicalize().unwrap();
+    assert!(
+        out.contains("its newest checkpoint recorded: ")
+            && out.contains(&format!("resume with: --resume {}\n", run_dir.display())),
         "{out}"
     );
     // one of another machine sharing this folder could be running there, until a minute

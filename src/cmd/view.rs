@@ -82,9 +82,21 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let run_dir = rundir::of_metrics(reader.path(), app.info.run_dir.as_deref());
         // running, gone, or not known (on another machine and quiet only a short while)
         let host = app.info.host.as_deref();
-        let live = run_dir.and_then(|d| rundir::liveness(&d, host));
+        let live = run_dir.as_deref().and_then(|d| rundir::liveness(d, host));
         let after = reader.past_end().map(crate::front::words::past_end);
-        for line in summary(&app, live).into_iter().chain(after) {
+        // a killed run's way on: its newest checkpoint the file records, where it still is
+        let resume = (live == Some(false) && app.summary.is_none())
+            .then_some(app.last_checkpoint.as_deref())
+            .flatten()
+            .filter(|p| crate::engine::checkpoint::is_checkpoint(p))
+            .map(|p| {
+                format!(
+                    "its newest checkpoint recorded: {}; resume with: --resume {}",
+                    p.display(),
+                    rundir::resume_arg(run_dir.as_deref(), p).display()
+                )
+            });
+        for line in summary(&app, live).into_iter().chain(after).chain(resume) {
             // names and paths come from the file
             crate::say!("{}", crate::data::read::printable(&line));
         }

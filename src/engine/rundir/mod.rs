@@ -360,11 +360,13 @@ pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
 }
 
 /// What `--resume` takes to continue from `checkpoint`: the run's directory where the
-/// checkpoint is in it (`--resume RUN_DIR` finds it), else the checkpoint itself.
+/// checkpoint is in it (`--resume RUN_DIR` finds it; named as it is, not through a `latest`
+/// link that moves on), else the checkpoint itself.
 pub fn resume_arg(run_dir: Option<&Path>, checkpoint: &Path) -> PathBuf {
+    let run_dir = run_dir.and_then(|d| fs::canonicalize(d).ok());
     let inside = run_dir
         .filter(|d| fs::canonicalize(checkpoint).is_ok_and(|p| p.starts_with(d.join(CHECKPOINTS))));
-    inside.unwrap_or(checkpoint).to_path_buf()
+    inside.unwrap_or_else(|| checkpoint.to_path_buf())
 }
 
 /// When run `dir`'s metrics file last changed (the epoch where it cannot be told).

@@ -175,6 +175,8 @@ impl Source for FileSource {
         // a copy elsewhere has no run to ask: quiet a while, it is said to have no end
         let due = self.asked.is_none_or(|t| t.elapsed() >= ASK_LIVE);
         let silent = match &self.run_dir {
+            // (read up to a line that is no record: what followed it is not known)
+            _ if self.error.is_some() => Some(Silent::Damaged),
             _ if app.state.ended() => None,
             Some(d) if due => {
                 self.asked = Some(Instant::now());

@@ -36,6 +36,8 @@ pub enum Silent {
     /// An attached run whose process has sent nothing, not even its `live` marker, for
     /// `attach::QUIET`.
     NotResponding,
+    /// A file with a line that is no record: read up to it (the run may have gone on).
+    Damaged,
 }
 
 /// Points kept per chart series for the whole run.
