@@ -249,3 +249,20 @@ fn an_interrupted_scale_prints_and_writes_what_it_measured() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
     assert!(!rows.is_empty() && rows.len() <= 4, "{rows:?}");
 }
+
+/// `--version` says whether this build runs under mpirun (a build feature a user cannot see
+/// otherwise until mpirun fails).
+#[test]
+fn the_version_says_whether_mpi_is_built_in() {
+    let o = bin().arg("--version").output().unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let said = match cfg!(feature = "mpi") {
+        true => "(MPI: built in",
+        false => "(MPI: not built in, for several processes build with --features mpi",
+    };
+    assert!(
+        out.starts_with("mgtop-train ") && out.contains(said),
+        "{out}"
+    );
+}

@@ -45,8 +45,22 @@ Examples:
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
 
+/// `--version`: the version, and what this build can do that another might not (MPI is a
+/// build feature; CUDA's libraries are looked for when a run starts).
+const VERSION: &str = if cfg!(feature = "mpi") {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (MPI: built in, runs under mpirun; CUDA: its libraries loaded at run time, `selftest` says which are found)"
+    )
+} else {
+    concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (MPI: not built in, for several processes build with --features mpi; CUDA: its libraries loaded at run time, `selftest` says which are found)"
+    )
+};
+
 #[derive(Parser, Debug)]
-#[command(name = "mgtop-train", version, about = "Data-parallel training with a live view of every device", after_help = EXAMPLES)]
+#[command(name = "mgtop-train", version = VERSION, about = "Data-parallel training with a live view of every device", after_help = EXAMPLES)]
 #[command(args_conflicts_with_subcommands = true)]
 // a flag given again replaces the earlier value (a sweep script appends its overrides)
 #[command(args_override_self = true)]

@@ -56,7 +56,46 @@ pub fn place(asked: &Path) -> PathBuf {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|d| d.is_dir() && fits(&d.join(&name)));
-    runtime.unwrap_or_else(|| PathBuf::from("/tmp")).join(name)
+    let dir = runtime.unwrap_or_else(|| PathBuf::from("/tmp"));
+    sweep(&dir);
+    dir.join(name)
+}
+
+/// Removes the sockets runs killed before they could remove them left in `dir` (named for
+/// their process, which no later run reuses): this user's `mgtop-<pid>-*.sock` whose process
+/// is gone and that nobody listens on.
+fn sweep(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions
+    let me = unsafe { libc::getuid() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(rest) = (name.to_str())
+            .and_then(|n| n.strip_prefix("mgtop-"))
+            .filter(|n| n.ends_with(".sock"))
+        else {
+            continue;
+        };
+        let pid = rest
+            .split('-')
+            .next()
+            .and_then(|p| p.parse::<libc::pid_t>().ok());
+        // SAFETY: signal 0 only asks whether the process exists
+        let gone = pid.is_some_and(|p| {
+            p > 0
+                && unsafe { libc::kill(p, 0) } == -1
+                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        });
+        let path = e.path();
+        let ours = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.file_type().is_socket() && m.uid() == me);
+        if gone && ours && UnixStream::connect(&path).is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// Clears the way for a socket at `path`: a stale socket (nobody listening) is removed; a live
@@ -134,6 +173,27 @@ pub fn own_uid() -> u32 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn sockets_left_by_gone_processes_are_swept_and_live_ones_kept() {
+        let d = tempfile::tempdir().unwrap();
+        // a process that has ended
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let left = d.path().join(format!("mgtop-{dead}-0123456789abcdef.sock"));
+        drop(UnixListener::bind(&left).unwrap());
+        let mine = d.path().join(format!(
+            "mgtop-{}-0123456789abcdef.sock",
+            std::process::id()
+        ));
+        drop(UnixListener::bind(&mine).unwrap());
+        let other = d.path().join(format!("other-{dead}.sock"));
+        drop(UnixListener::bind(&other).unwrap());
+        sweep(d.path());
+        assert!(!left.exists());
+        assert!(mine.exists() && other.exists());
+    }
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
