@@ -221,6 +221,15 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         ),
         // (a subnormal LR would be 0 once scaled)
         (&["--lr", "1e-38"], &["--lr 1e-38", "from 1.2e-38"]),
+        // a layer list no data makes whole: the model alone is to change
+        (
+            &["--model", "relu,dense8"],
+            &["layer 1 `relu`", "; change --model\n"],
+        ),
+        (
+            &["--model", "conv8k3s8,conv8k3s8,conv8k3s8"],
+            &["larger pictures; change --model, or --data to data of that shape"],
+        ),
         (&["--label-smoothing", "1"], &["--label-smoothing 1", "0.1"]),
         (
             &["--clip-grad-norm", "-1"],

@@ -198,9 +198,18 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
             DataSpec::Synthetic { .. } => " (synthetic pictures: synthetic-images:N,C,H,W,K)",
             _ => "",
         };
-        EngineError::Config(format!(
-            "{e}; change --model, or --data to data of that shape{pictures}"
-        ))
+        // (a layer list no data could make whole: the model alone is to change)
+        let any_shape = [
+            Shape::Image { c: 3, h: 224, w: 224 },
+            Shape::Image { c: 1, h: 28, w: 28 },
+            Shape::Flat(64),
+        ]
+        .into_iter()
+        .any(|s| Model::new(s, &cfg.model, train.classes.max(2)).is_ok());
+        EngineError::Config(match any_shape {
+            true => format!("{e}; change --model, or --data to data of that shape{pictures}"),
+            false => format!("{e}; change --model"),
+        })
     })?;
     model.label_smoothing = cfg.label_smoothing;
     if let Some(f) = &cfg.freeze {

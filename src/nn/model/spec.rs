@@ -222,6 +222,36 @@ const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,1
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        ModelSpec::parse_exact(s).map_err(|e| {
+            // a name as torchvision or a capital spells it (mobilenet_v2, ResNet20, Conv32k3)
+            const NETWORKS: [&str; 9] = [
+                "resnet20",
+                "resnet32",
+                "resnet44",
+                "resnet56",
+                "resnet18",
+                "resnet34",
+                "resnet50",
+                "mobilenetv2",
+                "mlp",
+            ];
+            let lower = s.to_ascii_lowercase();
+            let meant = match crate::text::nearest(s, &NETWORKS) {
+                Some(n) if n != s => Some(n.to_string()),
+                _ => (lower != s && ModelSpec::parse_exact(&lower).is_ok()).then_some(lower),
+            };
+            match meant {
+                Some(m) if e.starts_with("unknown model") => format!("{e}; did you mean {m}?"),
+                _ => e,
+            }
+        })
+    }
+}
+
+impl ModelSpec {
+    /// `--model` as written (`from_str` adds what a misspelt one likely means).
+    fn parse_exact(s: &str) -> Result<Self, String> {
         // (spaces about it, from a quoted flag or a config file, are no part of it)
         let s = s.trim();
         // a spec in a message: its start, however long it is
@@ -241,7 +271,7 @@ impl FromStr for ModelSpec {
             }
             return Err(format!(
                 "unknown model `{shown}`: {FORMS} ({NAMES}) or layers like conv32k3,pool2,dense128 \
-                 (convNkK[sS][pP], poolK[sS], denseN, bn, basicN[sS], ...; see the README)"
+                 (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], ...; see the README)"
             ));
         };
         let mut hidden = Vec::new();

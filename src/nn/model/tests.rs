@@ -65,6 +65,19 @@ fn parses_specs_and_rejects_bad_ones() {
         e.contains("unknown model `resnet19`") && e.contains("resnet50"),
         "{e}"
     );
+    // torchvision's and capitalised spellings: the name likely meant
+    for (given, meant) in [
+        ("mobilenet_v2", "mobilenetv2"),
+        ("ResNet50", "resnet50"),
+        ("Conv32k3,Dense10", "conv32k3,dense10"),
+    ] {
+        let e = given.parse::<ModelSpec>().unwrap_err();
+        assert!(e.ends_with(&format!("; did you mean {meant}?")), "{e}");
+    }
+    assert!(!"cnn:3"
+        .parse::<ModelSpec>()
+        .unwrap_err()
+        .contains("did you mean"));
     let e = "mobilenetv2:wide".parse::<ModelSpec>().unwrap_err();
     assert!(e.contains("width `wide` is not a number"), "{e}");
     assert!("mobilenetv2:9"
