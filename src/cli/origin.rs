@@ -106,7 +106,8 @@ pub(super) fn given(args: &TrainArgs) -> Result<impl Fn(&str) -> bool, String> {
     let probe = TrainArgs {
         config: None,
         metrics_out: mark(&args.metrics_out),
-        tensorboard: (args.tensorboard.as_ref()).map(|d| d.as_ref().map(|_| "given".into())),
+        // (`--tensorboard` without a folder is given too, though it is written as null)
+        tensorboard: (args.tensorboard.as_ref()).map(|_| Some("given".into())),
         run_dir: mark(&args.run_dir),
         checkpoint_dir: mark(&args.checkpoint_dir),
         init: mark(&args.init),
@@ -188,6 +189,21 @@ mod tests {
         assert_eq!(
             origins.config_note().unwrap(),
             "config file run.toml: epochs, lr, name (given over it: --momentum)"
+        );
+        // a switch given without its folder is given over the file's too
+        let flags = TrainArgs {
+            tensorboard: Some(None),
+            ..TrainArgs::default()
+        };
+        let mut origins = Origins::default();
+        origins.file(
+            Path::new("run.toml"),
+            "tensorboard = false\nsteps = 3\n",
+            &flags,
+        );
+        assert_eq!(
+            origins.config_note().unwrap(),
+            "config file run.toml: steps (given over it: --tensorboard)"
         );
     }
 
