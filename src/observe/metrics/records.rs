@@ -262,10 +262,12 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             step,
             waited,
             missing,
+            injected,
         } => {
             v["step"] = (*step).into();
             v["waited_s"] = waited.as_secs_f64().into();
             v["missing_ranks"] = missing.clone().into();
+            v["injected"] = injected.clone().into();
         }
         Warning::Bound { step, bound } => {
             v["step"] = (*step).into();

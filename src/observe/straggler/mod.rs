@@ -469,16 +469,18 @@ impl Detector {
         }
         let last = self.last_step;
         self.stalled_at = Some(last);
-        let missing = beats
+        let missing: Vec<usize> = beats
             .iter()
             .enumerate()
             .filter(|(_, b)| !(b.step > last && b.phase >= Phase::Reduce))
             .map(|(r, _)| r)
             .collect();
+        let injected = (missing.iter()).find_map(|&r| self.ctx.injected.get(r).cloned().flatten());
         Some(Warning::Stall {
             step: last,
             waited,
             missing,
+            injected,
         })
     }
 }

@@ -142,6 +142,8 @@ pub enum Warning {
         step: u64,
         waited: Duration,
         missing: Vec<usize>,
+        /// A fault injected on one of the missing ranks (`--slow-data 1:2500`), said beside.
+        injected: Option<String>,
     },
     /// The whole run is held back by its input or its host, or leaves its GPUs underused.
     Bound {
@@ -242,7 +244,7 @@ impl fmt::Display for Warning {
                 }
             ),
             Warning::GradSpike { step, spike } => write!(f, "gradient spike at step {step}: {spike}"),
-            Warning::Stall { step, waited, missing } => {
+            Warning::Stall { step, waited, missing, injected } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 let s = waited.as_secs_f64();
                 // (a timeout under 10 s keeps its tenths: 0.5 s is not "1 s")
@@ -251,7 +253,11 @@ impl fmt::Display for Warning {
                     f,
                     "stall: no step completed for {s:.dp$} s after step {step}; rank(s) {} did not reach the all-reduce",
                     if who.is_empty() { "?".into() } else { who.join(", ") }
-                )
+                )?;
+                match injected {
+                    Some(flag) => write!(f, " (fault injected: {flag})"),
+                    None => Ok(()),
+                }
             }
         }
     }

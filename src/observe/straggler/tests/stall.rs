@@ -18,7 +18,8 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
         Warning::Stall {
             step: 7,
             waited: secs(61) - ms(7.0),
-            missing: vec![1]
+            missing: vec![1],
+            injected: None,
         }
     );
     assert!(
@@ -31,7 +32,14 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
         step: 7,
         waited: ms(500.0),
         missing: vec![1],
+        injected: Some("--slow-data 1:2500".into()),
     };
+    assert!(
+        short
+            .to_string()
+            .ends_with("did not reach the all-reduce (fault injected: --slow-data 1:2500)"),
+        "{short}"
+    );
     assert!(short.to_string().contains("for 0.5 s after"), "{short}");
     assert_eq!(
         d.tick(secs(90), &beats.read()),
