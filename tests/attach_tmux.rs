@@ -142,5 +142,6 @@ fn a_dropped_connection_is_said_and_q_leaves() {
     assert!(s.contains("with the connection lost"), "{s}");
     // (killed on this machine: known not to run, not "may still be going")
     assert!(s.contains("the run is not running"), "{s}");
-    assert_eq!(ended(ui.path()), ("EXIT=0".into(), true));
+    // (a script waiting on the run through attach learns it was lost)
+    assert_eq!(ended(ui.path()), ("EXIT=1".into(), true));
 }

@@ -81,8 +81,10 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             app.step()
         );
     }
-    // (a script waiting on a run through attach learns how it ended, as from the run itself)
-    match app.summary.as_ref().is_some_and(|s| s.failed.is_some()) {
+    // (a script waiting on a run through attach learns how it ended, as from the run itself:
+    // failed, or lost with its connection)
+    let failed = app.summary.as_ref().is_some_and(|s| s.failed.is_some());
+    match failed || (app.summary.is_none() && app.disconnected.is_some()) {
         true => Ok(ExitCode::FAILURE),
         false => Ok(ExitCode::SUCCESS),
     }

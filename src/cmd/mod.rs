@@ -18,6 +18,9 @@ pub mod view;
 /// Training, the default command: in this process, or as one process of several under a
 /// launcher (mpirun, srun).
 pub fn train(args: crate::cli::TrainArgs, on_signals: &train::OnSignals) -> anyhow::Result<()> {
+    if cfg!(unoptimized) {
+        crate::tell!("note: this is a debug build (cargo run without --release): it trains many times slower than a release build (cargo run --release -- ..., or cargo install --path .)");
+    }
     match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
         Some(launch) if launch.is_multi() => processes::command(args, on_signals, &launch),
         _ => train::train(args, on_signals, None),

@@ -144,6 +144,8 @@ impl Source for AttachSource {
                         Level::Error,
                         format!("connection lost: {why}; r reconnects"),
                     ));
+                    // (the answer to an earlier key is of a run this screen no longer reaches)
+                    app.flash = Some(format!("connection lost: {why}"));
                     app.disconnected = Some(why);
                 }
             }

@@ -126,8 +126,8 @@ pub fn not_live(socket: &Path, run: &Path) -> AttachError {
 /// Opens `socket`, mapping each failure to what the user can do about it.
 pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
     UnixStream::connect(socket).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => AttachError::NotFound(socket.to_path_buf()),
-        io::ErrorKind::ConnectionRefused => not_live(socket, run),
+        // (gone since it was found, or named by a `live.sock.path` its run left: the run ended)
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => not_live(socket, run),
         io::ErrorKind::PermissionDenied => AttachError::Denied {
             path: socket.to_path_buf(),
             owner: owner(socket),
