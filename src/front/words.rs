@@ -178,13 +178,54 @@ pub fn resumed_line(info: &RunInfo) -> Option<String> {
     Some(line)
 }
 
-/// Samples per rank of an uneven split: `170/86`.
+/// Ranks a line lists one by one; more are summed up (a 64-GPU run's line would run to
+/// thousands of characters).
+const LISTED_RANKS: usize = 8;
+
+/// Samples per rank of an uneven split: `170/86`; past `LISTED_RANKS` ranks, the runs of one
+/// size counted (`29x38+28x12`: 38 ranks of 29 and 12 of 28).
 pub fn per_rank(sizes: &[usize]) -> String {
-    sizes
-        .iter()
-        .map(|n| n.to_string())
+    if sizes.len() <= LISTED_RANKS {
+        return (sizes.iter().map(|n| n.to_string()))
+            .collect::<Vec<_>>()
+            .join("/");
+    }
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &s in sizes {
+        match runs.last_mut() {
+            Some((size, n)) if *size == s => *n += 1,
+            _ => runs.push((s, 1)),
+        }
+    }
+    (runs.iter().map(|(s, n)| format!("{s}x{n}")))
         .collect::<Vec<_>>()
-        .join("/")
+        .join("+")
+}
+
+/// Each rank's step time in ms (`r0 2.55 r1 1.39`); past `LISTED_RANKS` ranks, the median
+/// and the fastest and slowest ranks (`median 82.00, fastest r47 30.20, slowest r1 136.30`).
+fn step_times(ranks: &[crate::engine::events::StepStats]) -> String {
+    let ms = |r: &crate::engine::events::StepStats| r.step_time.as_secs_f64() * 1e3;
+    if ranks.len() <= LISTED_RANKS {
+        return (ranks.iter().map(|r| format!("r{} {:.2}", r.rank, ms(r))))
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    let mut sorted: Vec<&crate::engine::events::StepStats> = ranks.iter().collect();
+    sorted.sort_by(|a, b| ms(a).total_cmp(&ms(b)));
+    let (fast, slow, mid) = (
+        sorted[0],
+        sorted[sorted.len() - 1],
+        sorted[sorted.len() / 2],
+    );
+    format!(
+        "median {:.2}, fastest r{} {:.2}, slowest r{} {:.2}",
+        ms(mid),
+        fast.rank,
+        ms(fast),
+        slow.rank,
+        ms(slow)
+    )
 }
 
 /// ` (1.70x one device, 85% efficiency)` where the run was calibrated.
@@ -224,11 +265,6 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
         format!("step {} ", row.step)
     };
     let rate = rate.map_or("-".to_string(), |r| format!("{r:.0}"));
-    let times: Vec<String> = row
-        .ranks
-        .iter()
-        .map(|r| format!("r{} {:.2}", r.rank, r.step_time.as_secs_f64() * 1e3))
-        .collect();
     // per rank: `32x2`, micro-batches accumulated as the header says them (`32x2x3`); the
     // samples each rank took where that is not the batch per replica (an epoch's short last
     // batch: `736x2`), or each rank's where --rebalance cut the batch unevenly
@@ -265,7 +301,7 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
             },
         row.lr,
         row.global_samples,
-        times.join(" "),
+        step_times(&row.ranks),
         share(|r| r.data_wait),
         share(|r| r.comm),
         share(|r| r.sync_wait),

@@ -166,3 +166,26 @@ fn the_batch_line_says_a_step_takes_the_whole_split_where_the_cut_batch_rounds_p
         "batch: 28 per replica x 50 ranks = 1400 global; 3 steps"
     );
 }
+
+#[test]
+fn a_step_line_of_many_ranks_sums_them_up() {
+    use crate::front::tui::demo;
+    use crate::observe::monitor::Monitor;
+    assert_eq!(per_rank(&[170, 86]), "170/86");
+    let sizes: Vec<usize> = (0..50).map(|r| if r < 38 { 29 } else { 28 }).collect();
+    assert_eq!(per_rank(&sizes), "29x38+28x12");
+    let ranks = 12;
+    let mut m = Monitor::new(ranks);
+    let mut last = None;
+    for r in 0..ranks {
+        let mut s = demo::step(r, ranks, 1);
+        s.step_time = std::time::Duration::from_millis(10 + r as u64);
+        last = m.on_step(s);
+    }
+    let line = step_line(&last.unwrap(), None, &demo::info(ranks));
+    assert!(
+        line.contains("| step ms median 16.00, fastest r0 10.00, slowest r11 21.00 |"),
+        "{line}"
+    );
+    assert!(!line.contains(" r5 "), "{line}");
+}
