@@ -36,6 +36,44 @@ fn listed(names: &[String]) -> String {
     s
 }
 
+/// A name with each run of digits masked (`dense.#.weight`): layer lists number every layer,
+/// so a list with an activation or dropout more before a layer names it with another index
+/// (and a list of dense layers alone is named as an MLP, `mlp.#`).
+fn masked(name: &str) -> String {
+    let name = match name.strip_prefix("mlp.") {
+        Some(rest) => format!("dense.{rest}"),
+        None => name.to_string(),
+    };
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c.is_ascii_digit() {
+            true if out.ends_with('#') => {}
+            true => out.push('#'),
+            false => out.push(c),
+        }
+    }
+    out
+}
+
+/// Where one of this model's names (`ours`) and one of the file's (`theirs`) differ only in
+/// their indices: the words saying so (a layer list written with other layers before it).
+fn renumbered<'a>(
+    ours: impl IntoIterator<Item = &'a str>,
+    theirs: &[impl AsRef<str>],
+) -> Option<String> {
+    let theirs: Vec<(&str, String)> = (theirs.iter())
+        .map(|t| (t.as_ref(), masked(t.as_ref())))
+        .collect();
+    ours.into_iter().find_map(|o| {
+        let m = masked(o);
+        let (t, _) = theirs.iter().find(|(t, tm)| *tm == m && *t != o)?;
+        Some(format!(
+            " (the file's `{}` may be this model's `{o}`: a layer list names each layer by its place in the list, counting activations and dropout, and a list of dense layers alone as mlp; give --model the layer list the file was trained with)",
+            read::excerpt(t)
+        ))
+    })
+}
+
 fn f16_to_f32(h: u16) -> f32 {
     let sign = ((h >> 15) as u32) << 31;
     let exp = ((h >> 10) & 0x1f) as u32;
@@ -157,8 +195,10 @@ pub fn import(
             .take(3)
             .map(|n| read::excerpt(n))
             .collect();
+        let hint = renumbered(model.tensors.iter().map(|t| t.name.as_str()), &file_names)
+            .unwrap_or_default();
         at(format!(
-            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?",
+            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint}",
             file_names.len(),
             model.tensors.first().map_or("", |t| &t.name),
             ex.join(", ")
@@ -337,8 +377,9 @@ pub fn import(
     }
     if !unexpected.is_empty() {
         notes.push(format!(
-            "--init: in the file but not in this model, ignored: {}",
-            listed(&unexpected)
+            "--init: in the file but not in this model, ignored: {}{}",
+            listed(&unexpected),
+            renumbered(missing.iter().map(String::as_str), &unexpected).unwrap_or_default()
         ));
     }
     if optimizer_state {
@@ -352,6 +393,19 @@ pub fn import(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_apart_only_in_their_indices_are_said() {
+        assert_eq!(masked("layer1.0.conv12.weight"), "layer#.#.conv#.weight");
+        let said = renumbered(["dense.4.weight", "dense.4.bias"], &["dense.3.bias"]).unwrap();
+        assert!(
+            said.contains("the file's `dense.3.bias` may be this model's `dense.4.bias`"),
+            "{said}"
+        );
+        assert_eq!(renumbered(["dense.4.weight"], &["conv.3.weight"]), None);
+        assert_eq!(renumbered(["dense.4.weight"], &["dense.4.weight"]), None);
+        assert!(renumbered(["dense.0.weight"], &["mlp.0.weight"]).is_some());
+    }
 
     #[test]
     fn half_floats_convert_exactly() {
