@@ -112,9 +112,12 @@ fn a_stall_names_the_rank_behind_it_whichever_process_it_is_in() {
     let stalls: Vec<&str> = log.lines().filter(|l| l.contains("stall:")).collect();
     assert!(!stalls.is_empty(), "{log}");
     for s in stalls {
-        // before, process 0 knew only the other process's reported steps, and named both
+        // before, process 0 knew only the other process's reported steps, and named both;
+        // the fault injected there is named beside it
         assert!(
-            s.ends_with("rank(s) 3 did not reach the all-reduce"),
+            s.ends_with(
+                "rank(s) 3 did not reach the all-reduce (fault injected: --slow-data 3:1500)"
+            ),
             "{log}"
         );
     }

@@ -765,3 +765,31 @@ fn f32_file(tensors: Vec<(String, Vec<f32>, Vec<usize>)>) -> tempfile::NamedTemp
     safetensors::serialize_to_file(views, &None, file.path()).unwrap();
     file
 }
+
+/// `--export` into the `--run-dir` the run is to make: written there at its end; under a name
+/// of the run's own files, refused before the run starts.
+#[test]
+fn export_into_the_run_directory_the_run_makes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .current_dir(dir.path())
+            .args(["--headless", "--steps", "2", "--run-dir", "scratch"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--export", "scratch/metrics.jsonl"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("a file of the run directory the run makes"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("scratch").exists(),
+        "refused before the run"
+    );
+    let o = run(&["--export", "scratch/w.safetensors"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("scratch/w.safetensors").is_file());
+}

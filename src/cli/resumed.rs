@@ -61,14 +61,7 @@ pub fn recorded(meta: &CheckpointMeta) -> Map<String, Value> {
             None => (k, v),
         })
         .collect();
-    // an accumulation the run's training split cut: the one it asked for (cut again where the
-    // split is still too small)
-    let cut = meta.config.get("grad_accum_cut").and_then(Value::as_array);
-    if let Some([asked, to]) = cut.map(Vec::as_slice) {
-        if taken.get("grad-accum") == Some(to) && asked.as_u64().is_some_and(|a| a >= 1) {
-            taken.insert("grad-accum".into(), asked.clone());
-        }
-    }
+    accumulation_asked(&mut taken, meta);
     taken.entry("seed").or_insert(meta.seed.into());
     taken.entry("data").or_insert(meta.data.clone().into());
     taken
@@ -82,6 +75,18 @@ pub fn under_checkpoint(
     meta: &CheckpointMeta,
 ) -> Result<(TrainArgs, String), String> {
     under_record(args, recorded(meta))
+}
+
+/// An accumulation the run's training split cut: the one it asked for (cut again where the
+/// split is still too small, as a fresh run's; every process takes it from process 0's
+/// `recorded`, so they agree).
+fn accumulation_asked(taken: &mut Map<String, Value>, meta: &CheckpointMeta) {
+    let cut = meta.config.get("grad_accum_cut").and_then(Value::as_array);
+    if let Some([asked, to]) = cut.map(Vec::as_slice) {
+        if taken.get("grad-accum") == Some(to) && asked.as_u64().is_some_and(|a| a >= 1) {
+            taken.insert("grad-accum".into(), asked.clone());
+        }
+    }
 }
 
 /// `under_checkpoint` with the checkpoint's settings already read (`recorded`): processes

@@ -60,16 +60,25 @@ pub(super) fn train(
         .resolve_noted(Default::default())
         .map_err(anyhow::Error::msg)?;
     let export = front.export.clone();
-    // (refused before training, not after it; into the --run-dir the run is to make, at
-    // its end)
+    // (refused before training, not after it; into the --run-dir the run is to make, checked
+    // at its end, but for the names of the run's own files)
     let abs = |p: &Path| std::path::absolute(p).ok();
     let into_run_dir = |out: &Path| {
         let folder = out.parent().filter(|p| !p.as_os_str().is_empty());
         let run_dir = cfg.run_dir.as_deref().filter(|d| !d.exists());
         run_dir.is_some_and(|d| abs(d) == folder.map_or(abs(Path::new(".")), abs))
     };
-    if let Some(out) = export.as_deref().filter(|o| !into_run_dir(o)) {
-        weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
+    if let Some(out) = export.as_deref() {
+        match into_run_dir(out) {
+            true if out.file_name().is_some_and(rundir::own_name) => anyhow::bail!(
+                "--export {}: a file of the run directory the run makes (what view, runs and attach read); give the export another name",
+                out.display()
+            ),
+            true => {}
+            false => {
+                weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
+            }
+        }
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal): process 0 logs, and `attach` gives the screen
@@ -98,7 +107,6 @@ pub(super) fn train(
     let theme = tui.then_some(theme);
     // (--metrics-out naming the run directory's own metrics.jsonl: the file the run writes)
     let own = |p: &PathBuf| {
-        let abs = |p: &Path| std::path::absolute(p).ok();
         let run = cfg.run_dir.as_ref().map(|d| d.join(rundir::METRICS));
         run.is_some_and(|r| abs(&r) == abs(p))
     };
@@ -161,7 +169,7 @@ pub(super) fn train(
     // opened only once the run is valid, so a bad input never truncates an earlier metrics file
     let own = (run_dir.iter()).map(|d| MetricsWriter::create(&d.join(rundir::METRICS)));
     let metrics = match own
-        .chain(metrics_out.map(MetricsWriter::claimed))
+        .chain(metrics_out.into_iter().map(MetricsWriter::claimed))
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(m) => m,

@@ -27,9 +27,11 @@ fn crc32c_of(path: &Path) -> std::io::Result<u32> {
     let mut f = std::fs::File::open(path)?;
     let (mut crc, mut buf) = (0u32, vec![0u8; 1 << 20]);
     loop {
-        match f.read(&mut buf)? {
-            0 => return Ok(crc),
-            n => crc = crc32c::crc32c_append(crc, &buf[..n]),
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(crc),
+            Ok(n) => crc = crc32c::crc32c_append(crc, &buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }

@@ -99,27 +99,36 @@ pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
 }
 
 /// The newest checkpoint beside the damaged `dir` that looks whole, if any.
-pub fn whole_beside(dir: &Path) -> Option<PathBuf> {
+fn whole_beside(dir: &Path) -> Option<PathBuf> {
     let beside = dir.parent().map(steps).unwrap_or_default();
     (beside.into_iter().rev())
         .map(|(_, p)| p)
         .find(|p| p != dir && damage::looks_whole(p))
 }
 
+/// What to use instead of the damaged checkpoint `dir`: `with` the newest other checkpoint
+/// beside it that looks whole, or `none` (for `--resume`, `--init`, `export`: each says it).
+pub fn instead(dir: &Path, with: impl Fn(&Path) -> String, none: &str) -> String {
+    match whole_beside(dir) {
+        Some(p) => with(&p),
+        None => format!("no other whole checkpoint is beside it{none}"),
+    }
+}
+
 /// What to do instead of resuming the damaged checkpoint `dir`: the newest other checkpoint
 /// beside it that looks whole, or starting anew.
 fn instead_of(dir: &Path) -> String {
-    match whole_beside(dir) {
+    let with = |p: &Path| {
         // (moved aside, the damaged one neither stands newest in the directory nor stops a
         // run resumed from an older step from writing there)
-        Some(p) => format!(
+        format!(
             "resume from another checkpoint of the run instead: --resume {} (and move the damaged {} out of {}, or give the resumed run its own --checkpoint-dir)",
             p.display(),
             dir.file_name().unwrap_or_default().to_string_lossy(),
             dir.parent().unwrap_or(Path::new(".")).display()
-        ),
-        None => "no other whole checkpoint is beside it: start without --resume".into(),
-    }
+        )
+    };
+    instead(dir, with, ": start without --resume")
 }
 
 /// A checkpoint that went while it was read (its run, still running, keeps only its newest

@@ -26,9 +26,10 @@ fn a_folder_of_runs_is_no_run_directory() {
         e.contains("holds other runs' directories") && e.contains("runs/NAME"),
         "{e}"
     );
-    // a folder of other things is one
-    assert!(unused(&one.join("notes"), false).is_ok());
+    // a folder of other things is one (a run's own folders among them)
     std::fs::create_dir_all(dir.path().join("mine/sub")).unwrap();
+    std::fs::create_dir_all(dir.path().join("mine/checkpoints/step-00000001")).unwrap();
+    std::fs::create_dir_all(dir.path().join("mine/tensorboard")).unwrap();
     assert!(unused(&dir.path().join("mine"), false).is_ok());
 }
 

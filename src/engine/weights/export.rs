@@ -13,13 +13,13 @@ use crate::engine::checkpoint;
 
 /// What to export in place of the damaged checkpoint `dir`.
 fn export_instead(dir: &Path) -> String {
-    match checkpoint::whole_beside(dir) {
-        Some(p) => format!(
+    let with = |p: &Path| {
+        format!(
             "export a whole one beside it: mgtop-train export {} FILE",
             p.display()
-        ),
-        None => "no other whole checkpoint is beside it".into(),
-    }
+        )
+    };
+    checkpoint::instead(dir, with, "")
 }
 
 /// Writes the weights and running statistics of the checkpoint at `from` (a run directory, a
@@ -232,13 +232,7 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         ));
     }
     let name = target.file_name().unwrap_or_default();
-    let run_file = [
-        crate::engine::rundir::METRICS,
-        crate::engine::rundir::SOCKET,
-    ]
-    .iter()
-    .any(|f| name == std::ffi::OsStr::new(f));
-    if run_file && crate::engine::rundir::is_run_dir(&folder) {
+    if crate::engine::rundir::own_name(name) && crate::engine::rundir::is_run_dir(&folder) {
         return Err(format!(
             "{shown} is a file of the run directory {} (what view, runs and attach read); write the export elsewhere",
             folder.display()

@@ -231,13 +231,13 @@ pub fn import(
             .then(|| checkpoint::read_meta(dir).ok())
             .flatten();
         if let Some(why) = meta.and_then(|m| m.weights_changed(&bytes)) {
-            let instead = match checkpoint::whole_beside(dir) {
-                Some(p) => format!(
+            let with = |p: &Path| {
+                format!(
                     "give the weights of another checkpoint of the run: --init {}",
                     p.join(checkpoint::WEIGHTS).display()
-                ),
-                None => "no other whole checkpoint is beside it".into(),
+                )
             };
+            let instead = checkpoint::instead(dir, with, "");
             return Err(at(format!("{why}; {instead}")));
         }
     }

@@ -241,10 +241,20 @@ impl Worker {
                 continue;
             }
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
-                self.lr_base = self
-                    .cfg
-                    .lr_scaling()
-                    .rescale(self.lr_base, self.per_replica, b);
+                // (by the samples a step takes: a batch cut to a small split takes all of it)
+                let step_samples = |per_replica| {
+                    crate::config::step_samples(
+                        per_replica,
+                        self.ranks,
+                        self.cfg.grad_accum,
+                        self.train.samples,
+                    )
+                };
+                self.lr_base = self.cfg.lr_scaling().rescale(
+                    self.lr_base,
+                    step_samples(self.per_replica),
+                    step_samples(b),
+                );
                 if self.rank == 0 {
                     let applied = Applied::BatchSize {
                         from: self.per_replica,

@@ -66,8 +66,7 @@ pub fn place(asked: &Path) -> PathBuf {
 /// is gone and that nobody listens on.
 fn sweep(dir: &Path) {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: getuid has no preconditions
-    let me = unsafe { libc::getuid() };
+    let me = own_uid();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };

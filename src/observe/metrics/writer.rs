@@ -89,9 +89,25 @@ pub struct Claim {
     made: bool,
 }
 
+impl Claim {
+    /// A claim of nothing held: a FIFO, a device, a link to no file yet (opened at the start).
+    fn unheld(path: &Path) -> Claim {
+        Claim {
+            path: path.to_path_buf(),
+            file: None,
+            made: false,
+        }
+    }
+}
+
 impl Drop for Claim {
     fn drop(&mut self) {
-        if self.made {
+        // (the file this claim made, where the path still names it)
+        use std::os::unix::fs::MetadataExt;
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        let ours = (self.file.as_ref()).and_then(|f| f.metadata().ok()).map(id);
+        if self.made && ours.is_some() && std::fs::symlink_metadata(&self.path).ok().map(id) == ours
+        {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -103,6 +119,12 @@ impl MetricsWriter {
     /// none points), not a file of something else, not a run directory's own record, not a
     /// file a live run writes; and claims it (`Claim`) until the run has started.
     pub fn preflight(path: &Path) -> Result<Claim, MetricsError> {
+        Self::preflight_once(path, true)
+    }
+
+    /// `preflight`; `again`: a file another run made between looking and making may be
+    /// looked at once more.
+    fn preflight_once(path: &Path, again: bool) -> Result<Claim, MetricsError> {
         let err = |source, fix| MetricsError {
             path: path.to_path_buf(),
             source,
@@ -131,42 +153,36 @@ impl MetricsWriter {
                 Err(_) => parent,
             };
             crate::data::write::can_write_in(folder).map_err(|e| err(e, WRITABLE))?;
+            // (a link to no file yet: made as the run starts)
+            if target.is_ok() {
+                return Ok(Claim::unheld(path));
+            }
             let made = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(path);
             return match made {
-                Ok(f) => {
-                    let claim = Claim {
+                // (locked before it is a claim: where another run locked it first, the file
+                // is that run's, not this one's to remove)
+                Ok(f) => match lock(&f) {
+                    Ok(()) => Ok(Claim {
                         path: path.to_path_buf(),
                         file: Some(f),
                         made: true,
-                    };
-                    let f = claim.file.as_ref().expect("just made");
-                    lock(f).map_err(|e| err(e, "give each run its own --metrics-out"))?;
-                    Ok(claim)
-                }
+                    }),
+                    Err(e) => Err(err(e, "give each run its own --metrics-out")),
+                },
                 // (another run made it just now: claimed as a file that is there)
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && target.is_err() => {
-                    Self::preflight(path)
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && again => {
+                    Self::preflight_once(path, false)
                 }
-                // (a link to no file yet: made as the run starts)
-                Err(_) => Ok(Claim {
-                    path: path.to_path_buf(),
-                    file: None,
-                    made: false,
-                }),
+                Err(e) => Err(err(e, WRITABLE)),
             };
         };
         use std::os::unix::fs::FileTypeExt;
-        let unclaimed = || Claim {
-            path: path.to_path_buf(),
-            file: None,
-            made: false,
-        };
         if meta.file_type().is_fifo() {
             // (checked as it is opened: opening it here would end its reader's input)
-            return Ok(unclaimed());
+            return Ok(Claim::unheld(path));
         }
         let record = run_record(path);
         if meta.is_file() && meta.len() > 0 && record.is_none() {
@@ -205,12 +221,14 @@ impl MetricsWriter {
         match meta.is_file() {
             true => {
                 lock(&f).map_err(|e| err(e, "give each run its own --metrics-out"))?;
-                let mut claim = unclaimed();
-                claim.file = Some(f);
-                Ok(claim)
+                Ok(Claim {
+                    path: path.to_path_buf(),
+                    file: Some(f),
+                    made: false,
+                })
             }
             // (a device such as /dev/null is neither emptied nor locked)
-            false => Ok(unclaimed()),
+            false => Ok(Claim::unheld(path)),
         }
     }
 
@@ -387,10 +405,17 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "{\"type\":\"x\"}\n"
         );
-        // (a made file that was written stays)
+        // (a made file its run started with stays, as the run's record)
         let fresh = dir.path().join("n.jsonl");
         drop(MetricsWriter::claimed(MetricsWriter::preflight(&fresh).unwrap()).unwrap());
         assert!(fresh.is_file());
+        // a made file replaced since is not this claim's to remove
+        let other = dir.path().join("o.jsonl");
+        let claim = MetricsWriter::preflight(&other).unwrap();
+        std::fs::remove_file(&other).unwrap();
+        std::fs::write(&other, "theirs").unwrap();
+        drop(claim);
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs");
     }
 
     /// A writer whose next flush looks for its file.

@@ -156,10 +156,10 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Some(sizes) => crate::front::words::per_rank(sizes),
         None => format!("{}×{ranks}", app.per_replica),
     };
-    let mut l3 = vec![Span::raw(format!(
-        " batch {per_rank}{accum} = {}",
-        app.per_replica * ranks * info.grad_accum
-    ))];
+    // (a batch cut to a small split takes all of it, not the product)
+    let global =
+        crate::config::step_samples(app.per_replica, ranks, info.grad_accum, info.train_samples);
+    let mut l3 = vec![Span::raw(format!(" batch {per_rank}{accum} = {global}"))];
     if let Some((from, to)) = app.pending_batch {
         l3.push(Span::styled(
             format!(" ({from}→{to} next step)"),
