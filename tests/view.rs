@@ -600,6 +600,18 @@ fn view_of_a_directory_of_runs_opens_the_live_one_as_attach_does() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("the newest run under runs: runs/b/2"), "{err}");
+    // runs/NAME: the run its `latest` names (started last), not the one that wrote last
+    let older = d.join("runs/b/1");
+    std::fs::create_dir_all(&older).unwrap();
+    std::fs::copy(d.join("run.jsonl"), older.join("metrics.jsonl")).unwrap();
+    std::os::unix::fs::symlink("2", d.join("runs/b/latest")).unwrap();
+    let o = bin()
+        .current_dir(d)
+        .args(["view", "runs/b", "--headless"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the newest run under runs/b: runs/b/2"), "{err}");
 }
 
 #[test]
