@@ -82,6 +82,8 @@ fn install() -> anyhow::Result<()> {
                     if !follower {
                         mgtop::tell!("stopped during start-up: nothing was trained yet");
                     }
+                    // (what the start made that no run will use: a --metrics-out file)
+                    mgtop::quit_at_once::run();
                     term::restore();
                     std::process::exit(130);
                 }

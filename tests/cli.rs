@@ -714,10 +714,14 @@ fn a_stop_while_the_data_loads_says_nothing_was_trained() {
             "synthetic:1000000,128,10",
             "--steps",
             "1",
+            "--metrics-out",
+            "m.jsonl",
         ],
     );
-    // the set takes seconds to make: the signal comes while it is made
+    // the set takes seconds to make: the signal comes while it is made (the --metrics-out
+    // file claimed by then)
     std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(dir.path().join("m.jsonl").is_file());
     signal(&child, "TERM");
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -726,6 +730,8 @@ fn a_stop_while_the_data_loads_says_nothing_was_trained() {
         err.contains("stopped during start-up: nothing was trained yet"),
         "{err}"
     );
+    // the file made for a run that never started is taken back
+    assert!(!dir.path().join("m.jsonl").exists());
 }
 
 /// A batch cut to a small training split rounds up (11 a rank x 3 = 33 of 32): a step takes

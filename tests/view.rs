@@ -611,7 +611,10 @@ fn view_of_a_directory_of_runs_opens_the_live_one_as_attach_does() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("the newest run under runs/b: runs/b/2"), "{err}");
+    assert!(
+        err.contains("the newest run under runs/b: runs/b/2"),
+        "{err}"
+    );
 }
 
 #[test]

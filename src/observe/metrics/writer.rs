@@ -87,6 +87,8 @@ pub struct Claim {
     file: Option<File>,
     /// This claim made the file (and it has not been written).
     made: bool,
+    /// A made file's removal, should the process quit at once (Ctrl-C as the run starts).
+    _quit: Option<crate::quit_at_once::Armed>,
 }
 
 impl Claim {
@@ -96,18 +98,44 @@ impl Claim {
             path: path.to_path_buf(),
             file: None,
             made: false,
+            _quit: None,
         }
     }
+
+    /// The file made at `path` (`f`, locked): removed where the run does not start, by the
+    /// claim's drop or, quitting at once, by the signal handler.
+    fn made(path: &Path, f: File) -> Claim {
+        let id = f.metadata().ok().map(|m| file_id(&m));
+        let at = path.to_path_buf();
+        let quit = crate::quit_at_once::arm(move || {
+            if id.is_some() && std::fs::symlink_metadata(&at).ok().map(|m| file_id(&m)) == id {
+                let _ = std::fs::remove_file(&at);
+            }
+        });
+        Claim {
+            path: path.to_path_buf(),
+            file: Some(f),
+            made: true,
+            _quit: Some(quit),
+        }
+    }
+}
+
+/// What tells one file from another whatever its path: its device and inode.
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         // (the file this claim made, where the path still names it)
-        use std::os::unix::fs::MetadataExt;
-        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-        let ours = (self.file.as_ref()).and_then(|f| f.metadata().ok()).map(id);
-        if self.made && ours.is_some() && std::fs::symlink_metadata(&self.path).ok().map(id) == ours
-        {
+        let ours = (self.file.as_ref()).and_then(|f| f.metadata().ok());
+        let ours = ours.map(|m| file_id(&m));
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| file_id(&m));
+        if self.made && ours.is_some() && now == ours {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -165,11 +193,7 @@ impl MetricsWriter {
                 // (locked before it is a claim: where another run locked it first, the file
                 // is that run's, not this one's to remove)
                 Ok(f) => match lock(&f) {
-                    Ok(()) => Ok(Claim {
-                        path: path.to_path_buf(),
-                        file: Some(f),
-                        made: true,
-                    }),
+                    Ok(()) => Ok(Claim::made(path, f)),
                     Err(e) => Err(err(e, "give each run its own --metrics-out")),
                 },
                 // (another run made it just now: claimed as a file that is there)
@@ -225,6 +249,7 @@ impl MetricsWriter {
                     path: path.to_path_buf(),
                     file: Some(f),
                     made: false,
+                    _quit: None,
                 })
             }
             // (a device such as /dev/null is neither emptied nor locked)
@@ -239,6 +264,7 @@ impl MetricsWriter {
             return Self::create(&claim.path);
         };
         claim.made = false;
+        claim._quit = None;
         f.set_len(0).map_err(|source| MetricsError {
             path: claim.path.clone(),
             source,
