@@ -123,6 +123,8 @@ pub struct Created {
     /// This start made the directory itself (else it is a `--run-dir` that existed).
     fresh: bool,
     kept: bool,
+    /// The same taking back, should the process quit at once (Ctrl-C as the run starts).
+    _quit: crate::quit_at_once::Armed,
 }
 
 /// The part of `dir`'s path that is there as something other than a directory.
@@ -230,11 +232,17 @@ impl Created {
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&leaf, fs::Permissions::from_mode(0o700)).map_err(fail)?;
         }
+        let dir = fs::canonicalize(&leaf).map_err(fail)?;
+        let quit = {
+            let (dir, made) = (dir.clone(), made.clone());
+            crate::quit_at_once::arm(move || take_back(&dir, &made, fresh))
+        };
         Ok(Created {
-            dir: fs::canonicalize(&leaf).map_err(fail)?,
+            dir,
             made,
             fresh,
             kept: false,
+            _quit: quit,
         })
     }
 
@@ -253,26 +261,29 @@ impl Created {
 
 impl Drop for Created {
     fn drop(&mut self) {
-        if self.kept {
-            return;
+        if !self.kept {
+            take_back(&self.dir, &self.made, self.fresh);
         }
-        // only what this start made: the directory (if it made it) with nothing in it but the
-        // checkpoint lock it took, and empty parents
-        if self.fresh {
-            let ckpts = self.dir.join(CHECKPOINTS);
-            let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
-                es.filter_map(|e| e.ok())
-                    .all(|e| e.file_name() == checkpoint::LOCK_FILE)
-            });
-            if only_lock {
-                let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
-                let _ = fs::remove_dir(&ckpts);
-            }
-            let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// What a start that failed made: only that, the directory `dir` (where it made it, `fresh`)
+/// with nothing in it but the checkpoint lock it took, and the empty parents it `made`.
+fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
+    if fresh {
+        let ckpts = dir.join(CHECKPOINTS);
+        let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
+            es.filter_map(|e| e.ok())
+                .all(|e| e.file_name() == checkpoint::LOCK_FILE)
+        });
+        if only_lock {
+            let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
+            let _ = fs::remove_dir(&ckpts);
         }
-        for d in &self.made {
-            let _ = fs::remove_dir(d);
-        }
+        let _ = fs::remove_dir(dir);
+    }
+    for d in made {
+        let _ = fs::remove_dir(d);
     }
 }
 
