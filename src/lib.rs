@@ -20,6 +20,7 @@ pub mod comm;
 pub mod data;
 pub mod nn;
 pub mod parallel;
+pub mod pids;
 pub mod quit_at_once;
 pub mod switches;
 pub mod text;

@@ -581,36 +581,31 @@ fn view_of_a_directory_of_runs_opens_the_live_one_as_attach_does() {
         std::fs::copy(d.join("run.jsonl"), r.join("metrics.jsonl")).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // what `view DIR --headless` says it opened
+    let viewed = |dir: &str| {
+        let o = bin()
+            .current_dir(d)
+            .args(["view", dir, "--headless"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err
+    };
     // the ended run wrote last; the other still serves its socket
     let _socket = std::os::unix::net::UnixListener::bind(live.join("live.sock")).unwrap();
-    let o = bin()
-        .current_dir(d)
-        .args(["view", "runs", "--headless"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = viewed("runs");
     assert!(err.contains("the newest run under runs: runs/a/1"), "{err}");
     drop(_socket);
     std::fs::remove_file(live.join("live.sock")).unwrap();
-    let o = bin()
-        .current_dir(d)
-        .args(["view", "runs", "--headless"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = viewed("runs");
     assert!(err.contains("the newest run under runs: runs/b/2"), "{err}");
     // runs/NAME: the run its `latest` names (started last), not the one that wrote last
     let older = d.join("runs/b/1");
     std::fs::create_dir_all(&older).unwrap();
     std::fs::copy(d.join("run.jsonl"), older.join("metrics.jsonl")).unwrap();
     std::os::unix::fs::symlink("2", d.join("runs/b/latest")).unwrap();
-    let o = bin()
-        .current_dir(d)
-        .args(["view", "runs/b", "--headless"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = viewed("runs/b");
     assert!(
         err.contains("the newest run under runs/b: runs/b/2"),
         "{err}"

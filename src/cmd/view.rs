@@ -22,16 +22,10 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     // a directory of runs (runs/, runs/NAME): the live run started last, as `attach` takes,
     // else the run its `latest` names (runs/NAME), else the run that wrote last
-    let latest = |d: &std::path::Path| {
-        let run = std::fs::read_link(d.join(rundir::LATEST))
-            .ok()
-            .map(|t| d.join(t))?;
-        rundir::is_run_dir(&run).then_some(run)
-    };
     let newest = (args.path.is_dir() && !rundir::is_run_dir(&args.path))
         .then(|| match locate::newest_live(&args.path) {
             Ok(live) => Some(live.run),
-            Err(_) => latest(&args.path)
+            Err(_) => rundir::latest_in(&args.path)
                 .or_else(|| Some(rundir::runs_under(&args.path).into_iter().next()?.0)),
         })
         .flatten();

@@ -107,13 +107,11 @@ fn clear_leftovers(cache: &Path, name: &str) {
     let prefix = part_name(name, None);
     for e in entries.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
-        let pid = n.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok());
+        let pid = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok());
         let Some(pid) = pid.filter(|&p| p > 0) else {
             continue;
         };
-        // SAFETY: signal 0 only asks whether the process exists
-        let alive = unsafe { libc::kill(pid, 0) } == 0;
-        if !alive {
+        if crate::pids::gone(pid) {
             let _ = std::fs::remove_file(e.path());
         }
     }

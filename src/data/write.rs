@@ -24,6 +24,14 @@ pub fn cache_dir(name: &str) -> PathBuf {
         })
 }
 
+/// The folder above `path` that is there as something other than a directory (a file where
+/// a folder of the path is asked for: no `mkdir -p` can make it).
+pub fn file_in_the_way(path: &Path) -> Option<&Path> {
+    (path.ancestors().skip(1))
+        .filter(|a| !a.as_os_str().is_empty())
+        .find(|a| a.metadata().is_ok_and(|m| !m.is_dir()))
+}
+
 /// Whether this process can make a file in `dir`: one made and removed, as permissions alone do
 /// not tell (root may write in a folder its bits refuse; no one may in `/proc` or on a
 /// read-only mount). Lets a run refuse an output it could not write before it trains.

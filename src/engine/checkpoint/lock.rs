@@ -107,10 +107,7 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
 pub fn holder(dir: &Path) -> Option<u32> {
     let text = crate::data::read::read_note(&dir.join(LOCK_FILE), 64)?;
     let pid: u32 = text.parse().ok()?;
-    let pid_t = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
-    // SAFETY: signal 0 only checks that the process exists.
-    let alive = unsafe { libc::kill(pid_t, 0) } == 0
-        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    let alive = !crate::pids::gone(pid);
     let name = |p: &str| fs::read_to_string(format!("/proc/{p}/comm")).ok();
     let same_program = match (name(&pid.to_string()), name("self")) {
         (Some(theirs), Some(ours)) => theirs == ours,

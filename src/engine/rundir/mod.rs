@@ -127,13 +127,6 @@ pub struct Created {
     _quit: crate::quit_at_once::Armed,
 }
 
-/// The part of `dir`'s path that is there as something other than a directory.
-fn file_in_the_way(dir: &Path) -> Option<&Path> {
-    (dir.ancestors().skip(1))
-        .filter(|a| !a.as_os_str().is_empty())
-        .find(|a| a.metadata().is_ok_and(|m| !m.is_dir()))
-}
-
 /// Refuses a run directory that already holds a run (its metrics file); for a run that
 /// resumes one (`resuming`), saying that it writes a directory of its own.
 pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
@@ -179,7 +172,7 @@ impl Created {
     /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
     pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
         let fail = |e: std::io::Error| {
-            match file_in_the_way(dir) {
+            match crate::data::write::file_in_the_way(dir) {
             Some(f) => format!(
                 "cannot create run directory {}: {} is a file, not a directory; pick another --run-dir",
                 dir.display(),
@@ -285,6 +278,13 @@ fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
     for d in made {
         let _ = fs::remove_dir(d);
     }
+}
+
+/// The run `dir/latest` names (`runs/NAME`: the one of that name started last), where it is
+/// a run directory.
+pub fn latest_in(dir: &Path) -> Option<PathBuf> {
+    let run = dir.join(fs::read_link(dir.join(LATEST)).ok()?);
+    is_run_dir(&run).then_some(run)
 }
 
 /// Points `<parent>/latest` at `dir`: a new link beside the old, renamed over it, so `latest`

@@ -212,9 +212,7 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
     };
     if !folder.is_dir() {
         let f = folder.display();
-        let in_the_way = (folder.ancestors())
-            .find(|a| !a.as_os_str().is_empty() && a.metadata().is_ok_and(|m| !m.is_dir()));
-        return Err(match in_the_way {
+        return Err(match crate::data::write::file_in_the_way(&target) {
             Some(file) => format!(
                 "{shown}: {} is a file, not a folder; give a path in a folder",
                 file.display()

@@ -78,16 +78,8 @@ fn sweep(dir: &Path) {
         else {
             continue;
         };
-        let pid = rest
-            .split('-')
-            .next()
-            .and_then(|p| p.parse::<libc::pid_t>().ok());
-        // SAFETY: signal 0 only asks whether the process exists
-        let gone = pid.is_some_and(|p| {
-            p > 0
-                && unsafe { libc::kill(p, 0) } == -1
-                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        });
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let gone = pid.is_some_and(|p| p > 0 && crate::pids::gone(p));
         let path = e.path();
         let ours = std::fs::symlink_metadata(&path)
             .is_ok_and(|m| m.file_type().is_socket() && m.uid() == me);

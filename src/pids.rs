@@ -1,0 +1,26 @@
+//! Processes by their id, as lock files and leftovers' names record them.
+
+/// Whether process `pid` has ended: the system has no process of that id (one of another
+/// user is there, though this process may not signal it). An id no process can have (0, past
+/// the system's range) is taken for ended.
+pub fn gone(pid: u32) -> bool {
+    let Some(p) = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0) else {
+        return true;
+    };
+    // SAFETY: signal 0 only asks whether the process exists
+    let refused = unsafe { libc::kill(p, 0) } == -1;
+    refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_process_that_ended_is_gone_and_this_one_is_not() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let id = child.id();
+        child.wait().unwrap();
+        assert!(super::gone(id));
+        assert!(!super::gone(std::process::id()));
+        assert!(super::gone(0));
+    }
+}
