@@ -58,6 +58,14 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
     run.wait_log("the pause in the run's log", |l| {
         l.contains("paused before step")
     });
+    // the run's own log names who asked (this process)
+    let asker = format!("an attached client (pid {}, ", std::process::id());
+    let log = run.log();
+    let asked = log.lines().find(|l| l.contains(&asker));
+    assert!(
+        asked.is_some_and(|l| l.ends_with(") asked to pause")),
+        "{log}"
+    );
     // a checkpoint asked while paused is written at once, of the step paused after
     assert_eq!(a.control("checkpoint", json!({}))["ok"], true);
     let log = run.wait_log("the checkpoint written while paused", |l| {
@@ -121,6 +129,18 @@ fn a_client_gets_the_run_its_history_and_live_steps_and_steers_the_run() {
     }
     assert!(run.wait_exit().success());
     assert_eq!(run.checkpoints(), 2, "the one while paused, the stop's");
+    let log = run.log();
+    for what in [
+        "for a batch of 64 per replica",
+        "to stop, with a checkpoint",
+    ] {
+        let said = format!(") asked {what}");
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&asker) && l.ends_with(&said)),
+            "{what}: {log}"
+        );
+    }
     // the stream ends with the run, and the socket is gone
     a.rest();
     assert!(!socket.exists());

@@ -20,6 +20,45 @@ pub enum Control {
     Stop { checkpoint: bool },
 }
 
+impl Control {
+    /// Its `action` in a live request, its `request` in the metrics file's `asked` record.
+    pub fn action(self) -> &'static str {
+        match self {
+            Control::Pause => "pause",
+            Control::Resume => "resume",
+            Control::SetBatch(_) => "batch_size",
+            Control::Checkpoint => "checkpoint",
+            Control::Stop { .. } => "stop",
+        }
+    }
+
+    /// What was asked, as the log words it after "asked": `to stop, with a checkpoint`.
+    pub fn asked_words(self) -> String {
+        match self {
+            Control::Pause => "to pause".into(),
+            Control::Resume => "to resume".into(),
+            Control::SetBatch(b) => format!("for a batch of {b} per replica"),
+            Control::Checkpoint => "for a checkpoint".into(),
+            Control::Stop { checkpoint: true } => "to stop, with a checkpoint".into(),
+            Control::Stop { checkpoint: false } => "to stop, without a checkpoint".into(),
+        }
+    }
+}
+
+/// A control as it travels to rank 0: with who asked for it where the run's own log is to say
+/// so (an attached client; the run's own keys and signals are said where they are pressed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    pub control: Control,
+    pub by: Option<String>,
+}
+
+impl From<Control> for Ask {
+    fn from(control: Control) -> Ask {
+        Ask { control, by: None }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ControlError {
     #[error("batch size {0} is out of range: use 1..={MAX_BATCH} samples per replica")]
@@ -83,7 +122,7 @@ impl DeviceCap {
 /// A cheap, cloneable handle that steers a running engine.
 #[derive(Clone)]
 pub struct Controller {
-    tx: Sender<Control>,
+    tx: Sender<Ask>,
     limit: Option<BatchLimit>,
     devices: Arc<DeviceCap>,
     /// The per-replica batch that takes the whole training split each step, and the split's
@@ -94,7 +133,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub(crate) fn new(tx: Sender<Control>, devices: Arc<DeviceCap>) -> Self {
+    pub(crate) fn new(tx: Sender<Ask>, devices: Arc<DeviceCap>) -> Self {
         Controller {
             tx,
             limit: None,
@@ -130,7 +169,19 @@ impl Controller {
     }
 
     pub fn send(&self, c: Control) -> Result<(), ControlError> {
-        if let Control::SetBatch(b) = c {
+        self.ask(c.into())
+    }
+
+    /// Sends `c` for `by`, whom the run's log names as having asked for it.
+    pub fn send_for(&self, c: Control, by: String) -> Result<(), ControlError> {
+        self.ask(Ask {
+            control: c,
+            by: Some(by),
+        })
+    }
+
+    fn ask(&self, ask: Ask) -> Result<(), ControlError> {
+        if let Control::SetBatch(b) = ask.control {
             if b == 0 || b > MAX_BATCH {
                 return Err(ControlError::BadBatch(b));
             }
@@ -161,7 +212,7 @@ impl Controller {
                 return Err(ControlError::TooLargeForDevices { batch: b, max });
             }
         }
-        self.tx.send(c).map_err(|_| ControlError::Ended)
+        self.tx.send(ask).map_err(|_| ControlError::Ended)
     }
 
     pub fn pause(&self) -> Result<(), ControlError> {
@@ -229,14 +280,23 @@ const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
 /// waits here up to `HOLD` at a time (the other ranks wait in the exchange), so a paused run
 /// uses almost no CPU.
 pub struct Decider {
-    rx: Receiver<Control>,
+    rx: Receiver<Ask>,
     paused: bool,
     /// What was asked while paused, kept until the run resumes (or stops).
     held: Decision,
 }
 
+/// What rank 0's decider tells the run as it happens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// The run paused (`true`) or resumed.
+    Paused(bool),
+    /// A control taken, and who asked for it (where the sender named someone).
+    Asked(Control, String),
+}
+
 impl Decider {
-    pub fn new(rx: Receiver<Control>) -> Self {
+    pub fn new(rx: Receiver<Ask>) -> Self {
         Decider {
             rx,
             paused: false,
@@ -244,13 +304,14 @@ impl Decider {
         }
     }
 
-    /// `on_pause(true)` is called when the run pauses, `on_pause(false)` when it resumes.
-    pub fn decide(&mut self, on_pause: &mut dyn FnMut(bool)) -> Decision {
+    /// `heard` is told of each control named for someone as it is taken, and of the run
+    /// pausing and resuming.
+    pub fn decide(&mut self, heard: &mut dyn FnMut(Heard)) -> Decision {
         let mut d = std::mem::take(&mut self.held);
         loop {
             let next = if self.paused && d.stop.is_none() {
                 match self.rx.recv_timeout(HOLD) {
-                    Ok(c) => Some(c),
+                    Ok(a) => Some(a),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                         // the ranks meet again; what was asked waits for the resume
                         self.held = d;
@@ -260,21 +321,26 @@ impl Decider {
                         };
                     }
                     // nobody can resume us
-                    Err(_) => Some(Control::Stop { checkpoint: true }),
+                    Err(_) => Some(Control::Stop { checkpoint: true }.into()),
                 }
             } else {
                 self.rx.try_recv().ok()
             };
-            let Some(c) = next else { break };
+            let Some(Ask { control: c, by }) = next else {
+                break;
+            };
+            if let Some(by) = by {
+                heard(Heard::Asked(c, by));
+            }
             match c {
                 Control::Pause if !self.paused => {
                     self.paused = true;
-                    on_pause(true);
+                    heard(Heard::Paused(true));
                 }
                 Control::Resume if self.paused => {
                     self.paused = false;
                     d.was_paused = true;
-                    on_pause(false);
+                    heard(Heard::Paused(false));
                 }
                 Control::SetBatch(b) => d.batch = Some(b),
                 Control::Checkpoint => d.checkpoint = true,
@@ -303,11 +369,11 @@ impl Decider {
 pub fn agree(
     coll: &mut dyn Collective,
     decider: Option<&mut Decider>,
-    on_pause: &mut dyn FnMut(bool),
+    heard: &mut dyn FnMut(Heard),
     report: Option<(&[u64], &mut Vec<u64>)>,
 ) -> Result<Decision, CollectiveError> {
     let mut words = match decider {
-        Some(d) => d.decide(on_pause).encode(),
+        Some(d) => d.decide(heard).encode(),
         None => [0; 4],
     };
     let Some((mine, reports)) = report else {
@@ -394,30 +460,49 @@ mod tests {
         assert_eq!(Decision::decode(d.encode()), d);
         let (tx, rx) = unbounded();
         let mut dec = Decider::new(rx);
-        tx.send(Control::SetBatch(64)).unwrap();
-        tx.send(Control::Pause).unwrap();
+        tx.send(Control::SetBatch(64).into()).unwrap();
+        tx.send(Control::Pause.into()).unwrap();
         let t = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(30));
-            tx.send(Control::Resume).unwrap();
+            tx.send(Control::Resume.into()).unwrap();
         });
         let mut log = Vec::new();
-        let d = dec.decide(&mut |p| log.push(p));
+        let d = dec.decide(&mut |h| log.push(h));
         t.join().unwrap();
-        assert_eq!(log, vec![true, false]);
+        assert_eq!(log, vec![Heard::Paused(true), Heard::Paused(false)]);
         assert_eq!(d.batch, Some(64));
         assert!(d.was_paused);
+    }
+
+    #[test]
+    fn the_decider_names_who_asked_where_the_sender_said() {
+        let (tx, rx) = unbounded();
+        let c = Controller::new(tx, DeviceCap::new(0));
+        let mut dec = Decider::new(rx);
+        c.checkpoint().unwrap();
+        c.send_for(Control::Stop { checkpoint: false }, "client 7".into())
+            .unwrap();
+        let mut log = Vec::new();
+        let d = dec.decide(&mut |h| log.push(h));
+        assert_eq!((d.checkpoint, d.stop), (true, Some(false)));
+        let stop = Control::Stop { checkpoint: false };
+        assert_eq!(log, vec![Heard::Asked(stop, "client 7".into())]);
+        // a bad batch is refused before it travels: nothing to name
+        assert!(c.send_for(Control::SetBatch(0), "client 7".into()).is_err());
+        dec.decide(&mut |h| log.push(h));
+        assert_eq!(log.len(), 1);
     }
 
     #[test]
     fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
         let (tx, rx) = unbounded();
         let mut dec = Decider::new(rx);
-        tx.send(Control::Checkpoint).unwrap();
-        tx.send(Control::Pause).unwrap();
-        tx.send(Control::SetBatch(16)).unwrap();
+        tx.send(Control::Checkpoint.into()).unwrap();
+        tx.send(Control::Pause.into()).unwrap();
+        tx.send(Control::SetBatch(16).into()).unwrap();
         let mut log = Vec::new();
         // the checkpoint is written while paused, the ranks meeting for it
-        let held = dec.decide(&mut |p| log.push(p));
+        let held = dec.decide(&mut |h| log.push(h));
         assert_eq!(
             held,
             Decision {
@@ -427,7 +512,7 @@ mod tests {
             }
         );
         // paused longer than one hold: the ranks meet, nothing else is applied yet
-        let held = dec.decide(&mut |p| log.push(p));
+        let held = dec.decide(&mut |h| log.push(h));
         assert_eq!(
             held,
             Decision {
@@ -435,14 +520,14 @@ mod tests {
                 ..Decision::default()
             }
         );
-        tx.send(Control::Checkpoint).unwrap();
-        assert!(dec.decide(&mut |p| log.push(p)).checkpoint);
-        tx.send(Control::Resume).unwrap();
-        let d = dec.decide(&mut |p| log.push(p));
+        tx.send(Control::Checkpoint.into()).unwrap();
+        assert!(dec.decide(&mut |h| log.push(h)).checkpoint);
+        tx.send(Control::Resume.into()).unwrap();
+        let d = dec.decide(&mut |h| log.push(h));
         assert_eq!(
             (d.batch, d.checkpoint, d.was_paused, d.hold),
             (Some(16), false, true, false)
         );
-        assert_eq!(log, vec![true, false]);
+        assert_eq!(log, vec![Heard::Paused(true), Heard::Paused(false)]);
     }
 }

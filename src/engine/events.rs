@@ -163,6 +163,13 @@ pub enum Event {
         step: u64,
         applied: Applied,
     },
+    /// `by` (an attached client) asked for `control`, taken at the boundary after `step`; what
+    /// it did follows as its own events.
+    Asked {
+        step: u64,
+        control: crate::engine::control::Control,
+        by: String,
+    },
     EpochDone {
         epoch: u64,
         step: u64,
@@ -261,6 +268,7 @@ impl Event {
         match self {
             Event::Started { .. } | Event::DeviceNote { .. } => None,
             Event::Control { step, .. }
+            | Event::Asked { step, .. }
             | Event::EpochDone { step, .. }
             | Event::Validated { step, .. }
             | Event::Checkpoint { step, .. }

@@ -375,6 +375,7 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
                 )
             }
         },
+        Event::Asked { control, by, .. } => format!("{by} asked {}", control.asked_words()),
         Event::Checkpoint {
             step,
             path,

@@ -3,7 +3,7 @@
 
 use super::Worker;
 use crate::config::strategy::Strategy;
-use crate::engine::control::{agree, Decision};
+use crate::engine::control::{agree, Decision, Heard};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
@@ -24,21 +24,27 @@ impl Worker {
         let mine = if multi { self.told() } else { Vec::new() };
         loop {
             let (events, step_now) = (&self.events, self.step);
-            let mut on_pause = |paused: bool| {
-                let applied = match paused {
-                    true => Applied::Paused,
-                    false => Applied::Resumed,
-                };
-                let _ = events.send(Event::Control {
-                    step: step_now,
-                    applied,
+            let mut heard = |h: Heard| {
+                let _ = events.send(match h {
+                    Heard::Paused(paused) => Event::Control {
+                        step: step_now,
+                        applied: match paused {
+                            true => Applied::Paused,
+                            false => Applied::Resumed,
+                        },
+                    },
+                    Heard::Asked(control, by) => Event::Asked {
+                        step: step_now,
+                        control,
+                        by,
+                    },
                 });
             };
             let report = multi.then_some((&mine[..], &mut self.reports));
             let d = agree(
                 self.coll.as_mut(),
                 self.decider.as_mut(),
-                &mut on_pause,
+                &mut heard,
                 report,
             )?;
             if multi && self.rank == 0 {

@@ -102,27 +102,24 @@ pub fn reply(id: Option<u64>, ok: bool, message: &str) -> Line {
 
 /// The request's line (what `attach` sends).
 pub fn request(id: u64, c: Control) -> Line {
-    let mut v = json!({"type": "control", "id": id});
-    v["action"] = match c {
-        Control::Pause => "pause",
-        Control::Resume => "resume",
-        Control::Checkpoint => "checkpoint",
-        Control::Stop { checkpoint } => {
-            v["checkpoint"] = checkpoint.into();
-            "stop"
-        }
-        Control::SetBatch(b) => {
-            v["per_replica"] = b.into();
-            "batch_size"
-        }
+    let mut v = json!({"type": "control", "id": id, "action": c.action()});
+    match c {
+        Control::Stop { checkpoint } => v["checkpoint"] = checkpoint.into(),
+        Control::SetBatch(b) => v["per_replica"] = b.into(),
+        Control::Pause | Control::Resume | Control::Checkpoint => {}
     }
-    .into();
     Line::new(&v)
 }
 
-/// Applies a request; the answer's `ok` and words.
-pub fn apply(controller: &Controller, c: Control) -> (bool, String) {
-    match controller.send(c) {
+/// What a client's requests go to, and who the run's log says asked for them.
+pub struct Steering {
+    pub controller: Controller,
+    pub by: String,
+}
+
+/// Applies a request for `steering`'s client; the answer's `ok` and words.
+pub fn apply(steering: &Steering, c: Control) -> (bool, String) {
+    match (steering.controller).send_for(c, steering.by.clone()) {
         Err(e) => (false, e.to_string()),
         Ok(()) => (
             true,

@@ -23,9 +23,9 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::hub::{LiveHub, Next, Seat};
 use super::lines::{read_line, Read};
 use super::protocol::{
-    apply, is_hello, is_readonly_request, parse_request, reply, Refusal, MAX_REQUEST,
+    apply, is_hello, is_readonly_request, parse_request, reply, Refusal, Steering, MAX_REQUEST,
 };
-use super::socket::{bind_private, own_uid, peer_uid, place, pointer_of, SocketError};
+use super::socket::{bind_private, client_words, own_uid, peer, place, pointer_of, SocketError};
 use crate::engine::control::Controller;
 use crate::quit_at_once;
 
@@ -199,10 +199,10 @@ fn serve(
     done: &Sender<()>,
 ) {
     // the socket's mode keeps other users out; root is let in as it could read the run anyway
-    match peer_uid(&stream) {
-        Ok(uid) if uid == own_uid() || uid == 0 => {}
+    let by = match peer(&stream) {
+        Ok((pid, uid)) if uid == own_uid() || uid == 0 => client_words(pid, uid),
         _ => return refuse(stream, "this run belongs to another user"),
-    }
+    };
     // its seat is taken in the order the connections came
     let seat = match hub.seat() {
         Ok(p) => p,
@@ -212,12 +212,11 @@ fn serve(
         Ok(r) => r,
         Err(e) => return refuse(stream, &format!("cannot serve this connection: {e}")),
     };
-    let (hub, controller, active, done) = (
-        hub.clone(),
-        controller.clone(),
-        active.clone(),
-        done.clone(),
-    );
+    let steering = Steering {
+        controller: controller.clone(),
+        by,
+    };
+    let (hub, active, done) = (hub.clone(), active.clone(), done.clone());
     // the greeting is waited for on the client's own thread: accept goes on meanwhile
     let _ = std::thread::Builder::new()
         .name("live-client".into())
@@ -238,17 +237,7 @@ fn serve(
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
                 other => Some(other),
             };
-            join(
-                seat,
-                stream,
-                r,
-                buf,
-                first,
-                &hub,
-                &controller,
-                &active,
-                &done,
-            );
+            join(seat, stream, r, buf, first, &hub, &steering, &active, &done);
         });
 }
 
@@ -261,7 +250,7 @@ fn join(
     buf: Vec<u8>,
     first: Option<std::io::Result<Read>>,
     hub: &LiveHub,
-    controller: &Controller,
+    steering: &Steering,
     active: &Arc<AtomicUsize>,
     done: &Sender<()>,
 ) {
@@ -284,7 +273,7 @@ fn join(
         active.fetch_sub(1, Ordering::SeqCst);
         return;
     }
-    read_loop(r, buf, first, hub, controller, id);
+    read_loop(r, buf, first, hub, steering, id);
 }
 
 /// Sends the client's queue as it fills, until the client or the run is gone.
@@ -342,7 +331,7 @@ fn read_loop(
     mut buf: Vec<u8>,
     mut first: Option<std::io::Result<Read>>,
     hub: &LiveHub,
-    controller: &Controller,
+    steering: &Steering,
     id: u64,
 ) {
     // set by the client's read-only request, for the rest of the connection
@@ -366,7 +355,7 @@ fn read_loop(
                     ),
                 ),
                 Ok(req) => {
-                    let (ok, message) = apply(controller, req.control);
+                    let (ok, message) = apply(steering, req.control);
                     hub.send_to(id, reply(Some(req.id), ok, &message));
                 }
                 Err(Refusal::Refused { id: rid, message }) => {

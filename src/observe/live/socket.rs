@@ -132,8 +132,9 @@ pub fn bind_private(path: &Path) -> Result<UnixListener, SocketError> {
     made
 }
 
-/// The user id at the other end of a connection (`SO_PEERCRED`).
-pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+/// The process at the other end of a connection (`SO_PEERCRED`): its pid (0 where it is in
+/// another pid namespace) and user id.
+pub fn peer(s: &UnixStream) -> io::Result<(i32, u32)> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -153,7 +154,29 @@ pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok((cred.pid, cred.uid))
+}
+
+/// A connected client as the run's log names it: `an attached client (pid 4242, mgtop-train)`,
+/// `, as root` where the run is another user's.
+pub fn client_words(pid: i32, uid: u32) -> String {
+    // (the command's name, as the kernel keeps it: at most 15 bytes, the client's to choose)
+    let name = std::fs::read(format!("/proc/{pid}/comm")).ok().map(|b| {
+        let text = String::from_utf8_lossy(&b).trim_end().to_string();
+        crate::data::read::printable(&text)
+    });
+    let mut who = match (pid, name) {
+        (0, _) => "an attached client".to_string(),
+        (pid, Some(n)) if !n.is_empty() => format!("an attached client (pid {pid}, {n}"),
+        (pid, _) => format!("an attached client (pid {pid}"),
+    };
+    if uid == 0 && own_uid() != 0 {
+        who += if pid == 0 { " (as root" } else { ", as root" };
+    }
+    if who.contains('(') {
+        who.push(')');
+    }
+    who
 }
 
 /// This process's effective user id.
@@ -232,6 +255,12 @@ mod tests {
     #[test]
     fn the_peer_is_this_user() {
         let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(peer_uid(&a).unwrap(), own_uid());
+        let (pid, uid) = peer(&a).unwrap();
+        assert_eq!((pid, uid), (std::process::id() as i32, own_uid()));
+        let words = client_words(pid, uid);
+        assert!(
+            words.starts_with(&format!("an attached client (pid {pid}, ")),
+            "{words}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use super::fields::{array, count, field, millis, num, opt_num, opt_uint, seconds
 
 use super::SCHEMA;
 use crate::config::Budget;
+use crate::engine::control::Control;
 use crate::engine::events::{Applied, Ending, EndsAt, Event, StepStats};
 use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
@@ -308,6 +309,20 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
                 ),
                 a => return Err(format!("unknown control action {a:?}")),
             },
+        },
+        "asked" => Event::Asked {
+            step: uint(v, "step")?,
+            control: match text(v, "request")? {
+                "pause" => Control::Pause,
+                "resume" => Control::Resume,
+                "checkpoint" => Control::Checkpoint,
+                "stop" => Control::Stop {
+                    checkpoint: field(v, "checkpoint").and_then(Value::as_bool) != Some(false),
+                },
+                "batch_size" => Control::SetBatch(count(v, "per_replica")?),
+                a => return Err(format!("unknown asked action {a:?}")),
+            },
+            by: text(v, "by")?.to_string(),
         },
         // a detector's warning: shown in its own words
         _ => {

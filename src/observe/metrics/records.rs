@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::SCHEMA;
 use crate::config::Budget;
+use crate::engine::control::Control;
 use crate::engine::events::{Applied, Event};
 use crate::engine::{Device, RunInfo};
 use crate::observe::mfu::Mfu;
@@ -174,6 +175,15 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
                     v["action"] = "rebalance".into();
                     v["split"] = sizes.clone().into();
                 }
+            }
+            v
+        }
+        Event::Asked { step, control, by } => {
+            let mut v = json!({"type": "event", "kind": "asked", "step": step, "t": t, "request": control.action(), "by": by});
+            match control {
+                Control::Stop { checkpoint } => v["checkpoint"] = (*checkpoint).into(),
+                Control::SetBatch(b) => v["per_replica"] = (*b).into(),
+                Control::Pause | Control::Resume | Control::Checkpoint => {}
             }
             v
         }

@@ -214,6 +214,7 @@ impl App {
                 ..
             } => self.best_checkpoint = Some((path.clone(), *a)),
             Event::InSync { .. }
+            | Event::Asked { .. }
             | Event::DataSkipped { .. }
             | Event::Warning { .. }
             | Event::DeviceNote { .. } => {}
