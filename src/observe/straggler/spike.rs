@@ -5,9 +5,9 @@
 //! for many steps: one warning, not one per step; a bad sample met again an epoch later is
 //! said again). A norm is of the batch its mean is over: steps of another batch size, an
 //! epoch's short last step, and local SGD's own-rank steps are judged among their own kind
-//! (`Detector::on_row` leaves out the short steps and starts afresh at the others). A norm ten
-//! thousand times under the run's earlier ones is not a spike, however far above its median
-//! (`OF_PEAK`).
+//! (`Detector::on_row` leaves out the short steps and starts afresh at the others). A norm a
+//! hundred times under the run's earlier ones is not a spike, however far above its median
+//! (`OF_PEAK`): it moves the weights too little to harm them.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,11 +19,11 @@ const SETTLE: usize = 20;
 /// A spike is a norm at least this many times the median.
 const FACTOR: f64 = 10.0;
 /// ... and at least this share of the largest median the run has had: a run whose gradients
-/// have all but vanished (a training set learnt by heart, norms of 1e-8) does not blow up on a
-/// step a hundred times that, ten thousand times smaller than the steps of its start (a run
-/// that started far above its later norms, from a poor initialisation, still hears of a spike
-/// of a thousandth of its start).
-const OF_PEAK: f64 = 1e-4;
+/// have all but vanished (a training set learnt by heart, norms of 3e-7) does not blow up on a
+/// step a thousand times that, still a thousand times smaller than the steps of its start (a
+/// run that started far above its later norms, from a poor initialisation, still hears of a
+/// spike of a twentieth of its start).
+const OF_PEAK: f64 = 1e-2;
 
 /// A step's gradient norm far above its recent median.
 #[derive(Clone, Debug, PartialEq)]
@@ -192,9 +192,13 @@ mod tests {
             None,
             "100x its median, 2e-6 of the start's"
         );
-        // one a thousandth of the start's is a spike all the same
+        // a run's whole last stretch at 3e-7 with steps a thousand times that (seen on digits
+        // after 36000 steps: 112 warnings naming a bound that would have stopped training)
+        assert_eq!(vanished(&mut d, 100), 0);
+        assert_eq!(d.on_norm(0, 4e-4), None, "a 2500th of the start's");
+        // one a twentieth of the start's is a spike all the same
         vanished(&mut d, SETTLE);
-        assert!(d.on_norm(0, 1e-3).is_some());
+        assert!(d.on_norm(0, 5e-2).is_some());
         // judged afresh (another batch size), the run's start still counts
         d.rebase();
         vanished(&mut d, 100);
