@@ -192,6 +192,11 @@ impl Detector {
                 self.spikes.rebase();
             }
             self.batch = Some((key, self.rows));
+            // who is slow is judged on steps of this split only: a rank a --rebalance just
+            // relieved is not flagged on the steps before it (nor cleared on them)
+            self.recent.iter_mut().for_each(VecDeque::clear);
+            self.slow_runs.fill(0);
+            self.clear_runs.fill(0);
             self.best.fill(f64::INFINITY);
             self.worse_runs.fill(0);
             self.recovered_runs.fill(0);
@@ -248,7 +253,11 @@ impl Detector {
                     limit: bound.limit,
                 },
             });
-        if self.rows > self.cfg.warmup && self.rows.is_multiple_of(self.cfg.every) {
+        let judged = self.recent.first().map_or(0, VecDeque::len) as u64;
+        if self.rows > self.cfg.warmup
+            && self.rows.is_multiple_of(self.cfg.every)
+            && judged >= self.cfg.every.min(self.cfg.window as u64)
+        {
             out.extend(self.evaluate(row.step));
         }
         out.extend(bound);

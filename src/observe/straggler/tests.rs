@@ -136,6 +136,36 @@ fn a_slow_rank_is_flagged_after_exactly_three_slow_evaluations() {
 }
 
 #[test]
+fn a_rank_a_rebalance_relieved_is_judged_on_the_new_split_only() {
+    let mut d = detector(2);
+    // rank 1 twice as slow at 32 samples each: two slow evaluations (rows 30, 40)...
+    let w = feed(&mut d, 1, 45, |_, r| if r == 1 { 20.0 } else { 10.0 }, 2);
+    assert!(w.is_empty(), "{w:?}");
+    // ...then --rebalance splits the batch 43/21 and both take 13.3 ms: the third evaluation
+    // would have flagged it on the steps before
+    let mut said = Vec::new();
+    for s in 46..=200 {
+        let mut r = row(s, &[13.3, 13.3], &[0.1, 0.1]);
+        r.ranks[0].samples = 43;
+        r.ranks[1].samples = 21;
+        said.extend(d.on_row(&r));
+    }
+    assert!(said.is_empty(), "{said:?}");
+    // still slow after a re-split: flagged on the new split's own evaluations
+    let mut said = Vec::new();
+    for s in 201..=300 {
+        let mut r = row(s, &[10.0, 20.0], &[0.1, 0.1]);
+        r.ranks[0].samples = 40;
+        r.ranks[1].samples = 24;
+        said.extend(d.on_row(&r).into_iter().map(|w| (s, w)));
+    }
+    assert!(
+        matches!(said.as_slice(), [(s, Warning::Straggler { rank: 1, .. })] if *s >= 230),
+        "{said:?}"
+    );
+}
+
+#[test]
 fn clearing_needs_three_good_evaluations_and_a_flapping_rank_stays_flagged() {
     let mut d = detector(2);
     let slow = |s: u64, r: usize| if r == 1 && s <= 100 { 20.0 } else { 10.0 };
