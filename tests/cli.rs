@@ -429,6 +429,47 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
 }
 
 #[test]
+fn data_past_the_address_space_limit_is_refused_not_an_abort() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::cli::bin();
+    cmd.current_dir(dir.path()).env("NO_COLOR", "1").args([
+        "--headless",
+        "--devices",
+        "cpu:1",
+        "--steps",
+        "3",
+        "--model",
+        "mlp:8",
+        "--data",
+        "synthetic:1000000,1000,10",
+    ]);
+    // SAFETY: only getrlimit and setrlimit run in the child before exec, both async-signal-safe
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_AS, &mut l);
+            l.rlim_cur = 2_000_000 * 1024;
+            match libc::setrlimit(libc::RLIMIT_AS, &l) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let o = cmd.output().unwrap();
+    let said = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("needs about 11.2 GiB")
+            && said.contains("more than this process's address-space limit (1.9 GiB, ulimit -v)"),
+        "{said}"
+    );
+}
+
+#[test]
 fn divergence_and_worker_panics_exit_1_naming_the_step() {
     let dir = tempfile::tempdir().unwrap();
     let o = run_in(

@@ -14,11 +14,16 @@ const ASSUMED_MEMORY: u64 = 16 << 30;
 const UNLIMITED: u64 = 1 << 60;
 
 /// The memory this process may hold in all, in bytes: the machine's (MemTotal), or its
-/// cgroup's limit where that is lower; and whether it was read or assumed.
+/// cgroup's limit or its address-space limit (`ulimit -v`) where that is lower; and whether it
+/// was read or assumed.
 pub fn machine_memory() -> (u64, bool) {
-    match meminfo("MemTotal") {
+    let read = match meminfo("MemTotal") {
         Some(t) => (cgroup().map_or(t, |c| c.limit.min(t)), true),
         None => (ASSUMED_MEMORY, false),
+    };
+    match address_space_limit() {
+        Some(l) if l < read.0 => (l, true),
+        _ => read,
     }
 }
 
@@ -32,7 +37,12 @@ pub fn meminfo(field: &str) -> Option<u64> {
 /// "this machine's memory (15.5 GiB)", its cgroup's limit where that is lower, or the assumed
 /// size when it could not be read.
 pub fn memory_text() -> String {
+    let limit = address_space_limit();
     match (machine_memory(), meminfo("MemTotal")) {
+        ((m, true), _) if limit == Some(m) => format!(
+            "this process's address-space limit ({}, ulimit -v)",
+            bytes(m)
+        ),
         ((m, true), Some(total)) if m < total => {
             format!("this process's memory limit ({}, its cgroup's)", bytes(m))
         }
@@ -109,14 +119,23 @@ fn address_space_room() -> Option<u64> {
     address_room_from(&limits, &status)
 }
 
-fn address_room_from(limits: &str, status: &str) -> Option<u64> {
-    let soft: u64 = limits
+/// The address-space limit's soft value (`/proc/self/limits`); None without a limit.
+fn address_space_limit() -> Option<u64> {
+    address_limit_from(&std::fs::read_to_string("/proc/self/limits").ok()?)
+}
+
+fn address_limit_from(limits: &str) -> Option<u64> {
+    limits
         .lines()
         .find_map(|l| l.strip_prefix("Max address space"))?
         .split_whitespace()
         .next()?
         .parse()
-        .ok()?; // "unlimited": none
+        .ok() // "unlimited": none
+}
+
+fn address_room_from(limits: &str, status: &str) -> Option<u64> {
+    let soft = address_limit_from(limits)?;
     Some(soft.saturating_sub(field_kib(status, "VmSize").unwrap_or(0)))
 }
 
