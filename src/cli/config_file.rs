@@ -41,6 +41,23 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })?;
+    // (the flags take no empty value; in a file one is a slip, or a value left to fill in)
+    if let Some(key) = toml::from_str::<toml::Table>(&text).ok().and_then(|t| {
+        t.into_iter()
+            .find(|(_, v)| v.as_str().is_some_and(|s| s.trim().is_empty()))
+            .map(|(k, _)| k)
+    }) {
+        let line = text.lines().position(|l| {
+            let l = l.trim_start().trim_start_matches(['"', '\'']);
+            l.strip_prefix(key.as_str())
+                .is_some_and(|r| r.trim_start_matches(['"', '\'']).trim_start().starts_with('='))
+        });
+        let at = line.map_or(String::new(), |l| format!(" (line {})", l + 1));
+        return Err(format!(
+            "config file {}{at}: `{key}` is empty; give it a value, or remove the line for the default",
+            path.display()
+        ));
+    }
     Ok((file, text))
 }
 

@@ -112,6 +112,24 @@ fn a_relative_path_beside_the_config_file_is_named_with_its_mend() {
 }
 
 #[test]
+fn an_empty_value_in_a_config_file_is_named_by_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    for (text, key, line) in [
+        ("steps = 3\nresume = \"\"\n", "resume", 2),
+        ("'run-dir' = \"  \"\nsteps = 3\n", "run-dir", 1),
+        ("steps = 3\n\n  export = \"\"\n", "export", 3),
+    ] {
+        std::fs::write(&f, text).unwrap();
+        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(
+            e.contains(&format!("run.toml (line {line}): `{key}` is empty; give it a value")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn a_config_file_of_two_budgets_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("run.toml");

@@ -189,6 +189,9 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         read.is_ok() && head[8] == b'{'
     };
     let shown = out.display();
+    if out.as_os_str().is_empty() {
+        return Err("an empty path: give the file to write, such as model.safetensors".into());
+    }
     let meta = std::fs::metadata(out);
     let target = match &meta {
         Ok(m) if m.is_dir() => {
@@ -204,6 +207,19 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         }
         // a link to a file: that file is replaced, the link kept
         Ok(_) => out.canonicalize().unwrap_or_else(|_| out.to_path_buf()),
+        // (`new/` names a folder, the file to write in it left out; its parent is `.`)
+        Err(_) if out.as_os_str().as_encoded_bytes().ends_with(b"/") => {
+            let named = Path::new(out.to_str().map_or("", |s| s.trim_end_matches('/')));
+            return Err(match named.is_file() {
+                true => format!(
+                    "{shown}: {} is a file, not a folder; give the file's path without the /",
+                    named.display()
+                ),
+                false => format!(
+                    "{shown} ends in /, naming a folder, and none is there; give the file to write, such as {shown}model.safetensors (in a folder that exists)"
+                ),
+            });
+        }
         Err(_) => out.to_path_buf(),
     };
     let folder = match target.parent() {
@@ -304,6 +320,15 @@ mod tests {
             e.contains("notes.txt is a file, not a folder") && !e.contains("mkdir"),
             "{e}"
         );
+        // a folder named with its file left out, before training rather than after it
+        let slashed = format!("{}/", notes.display());
+        let e = export_target(Path::new(&slashed)).unwrap_err();
+        assert!(e.contains("without the /"), "{e}");
+        let new_folder = format!("{}/new/", tmp.path().display());
+        let e = export_target(Path::new(&new_folder)).unwrap_err();
+        assert!(e.contains("new/model.safetensors"), "{e}");
+        let e = export_target(Path::new("")).unwrap_err();
+        assert!(e.contains("empty path"), "{e}");
         // a checkpoint's and a run's own files are not offered for removal
         let e = export_target(&ckpt.join("state.json")).unwrap_err();
         assert!(
