@@ -574,6 +574,37 @@ fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
 }
 
 #[test]
+fn a_run_stopped_without_a_checkpoint_says_it_cannot_be_resumed_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
+    let mut a = Client::connect(&run.socket());
+    a.until("the live marker", |v| v["type"] == "live");
+    let r = a.control("stop", json!({"checkpoint": false}));
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(run.wait_exit().success());
+    let log = run.log();
+    assert!(
+        log.contains("no checkpoint: the run was stopped without one, so it cannot be resumed"),
+        "{log}"
+    );
+    assert!(!log.contains("resume with"), "{log}");
+    let args = [
+        "--headless",
+        "--data",
+        "synthetic:2000,32,4",
+        "--resume",
+        "run",
+    ];
+    let o = common::cli::run_in(dir.path(), &args);
+    let err = common::cli::text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("was stopped and has no checkpoint") && err.contains("start it again"),
+        "{err}"
+    );
+}
+
+#[test]
 fn resuming_a_checkpoint_of_a_run_still_running_says_the_two_train_apart() {
     let dir = tempfile::tempdir().unwrap();
     let run = Run::start(

@@ -49,8 +49,11 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
     }) {
         let line = text.lines().position(|l| {
             let l = l.trim_start().trim_start_matches(['"', '\'']);
-            l.strip_prefix(key.as_str())
-                .is_some_and(|r| r.trim_start_matches(['"', '\'']).trim_start().starts_with('='))
+            l.strip_prefix(key.as_str()).is_some_and(|r| {
+                r.trim_start_matches(['"', '\''])
+                    .trim_start()
+                    .starts_with('=')
+            })
         });
         let at = line.map_or(String::new(), |l| format!(" (line {})", l + 1));
         return Err(format!(

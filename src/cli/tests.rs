@@ -123,7 +123,9 @@ fn an_empty_value_in_a_config_file_is_named_by_its_line() {
         std::fs::write(&f, text).unwrap();
         let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
         assert!(
-            e.contains(&format!("run.toml (line {line}): `{key}` is empty; give it a value")),
+            e.contains(&format!(
+                "run.toml (line {line}): `{key}` is empty; give it a value"
+            )),
             "{e}"
         );
     }

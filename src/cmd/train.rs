@@ -274,16 +274,29 @@ pub(super) fn train(
         }
     }
     if result.stopped {
-        if let Some(p) = &result.last_checkpoint {
-            let arg = rundir::resume_arg(run_dir.as_deref(), p);
-            let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
-            match strategy.unresumable(optimizer, step) {
-                None => crate::say!("resume with: --resume {}", arg.display()),
-                Some((why, flags)) => crate::say!(
-                    "to go on: --resume {} {flags} (or --strategy mirrored; {why})",
-                    arg.display()
-                ),
+        match &result.last_checkpoint {
+            Some(p) => {
+                let arg = rundir::resume_arg(run_dir.as_deref(), p);
+                let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
+                // (stopped without a checkpoint after an earlier one: the steps since are lost)
+                let lost = match result.steps.saturating_sub(step) {
+                    0 => String::new(),
+                    n => format!(
+                        " (its checkpoint of step {step}: the {} after it were stopped without one)",
+                        crate::text::counted(n as usize, "step")
+                    ),
+                };
+                match strategy.unresumable(optimizer, step) {
+                    None => crate::say!("resume with: --resume {}{lost}", arg.display()),
+                    Some((why, flags)) => crate::say!(
+                        "to go on: --resume {} {flags} (or --strategy mirrored; {why}){lost}",
+                        arg.display()
+                    ),
+                }
             }
+            None => crate::say!(
+                "no checkpoint: the run was stopped without one, so it cannot be resumed (a stop with one: q then s on the screen, a signal, or attach; --checkpoint-every N writes them as it goes)"
+            ),
         }
     }
     Ok(())

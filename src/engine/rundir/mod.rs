@@ -402,6 +402,27 @@ pub fn updated(dir: &Path) -> std::time::SystemTime {
         .unwrap_or(std::time::UNIX_EPOCH)
 }
 
+/// The status of the `end` record the metrics file at `path` ends with (`completed`,
+/// `stopped`, `quit`), read from its last 64 KiB; None where the run has not ended (a run that
+/// ended, though its process, a UI on its summary, may still serve it) or the file is unread.
+pub fn end_status(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = fs::File::open(path).ok()?;
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    f.seek(SeekFrom::Start(len.saturating_sub(1 << 16)))
+        .and_then(|_| f.take(1 << 16).read_to_end(&mut tail))
+        .ok()?;
+    let last = tail.trim_ascii_end().rsplit(|&b| b == b'\n').next()?;
+    let v = serde_json::from_slice::<serde_json::Value>(last).ok()?;
+    (v.get("type")?.as_str() == Some("end")).then(|| {
+        v.get("status")
+            .and_then(|s| s.as_str())
+            .unwrap_or("")
+            .to_string()
+    })
+}
+
 /// Whether `dir` is a run's directory.
 pub fn is_run_dir(dir: &Path) -> bool {
     dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()

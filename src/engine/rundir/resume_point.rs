@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{is_live, is_run_dir, runs_under, CHECKPOINTS, METRICS};
+use super::{end_status, is_live, is_run_dir, runs_under, CHECKPOINTS, METRICS};
 use crate::engine::checkpoint;
 
 /// How many runs a refusal lists.
@@ -121,6 +121,16 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
             "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
             dir.display(),
             dir.display()
+        );
+    }
+    if end_status(&dir.join(METRICS)).as_deref() == Some("stopped") {
+        return format!(
+            "run {} was stopped and has no checkpoint (it was stopped without one, q then k, or they were removed since), so none to {}; start it again",
+            dir.display(),
+            match purpose {
+                Purpose::Resume => "resume from",
+                Purpose::Export => "export",
+            }
         );
     }
     let why = "a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every";

@@ -39,7 +39,7 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
             let socket = socket_in(run)?;
             let born = std::fs::metadata(&socket).and_then(|m| m.modified()).ok()?;
             UnixStream::connect(&socket).ok()?;
-            let training = !crate::observe::metrics::reader::ended(&run.join(FILE_NAME));
+            let training = crate::engine::rundir::end_status(&run.join(FILE_NAME)).is_none();
             Some((
                 training,
                 born,

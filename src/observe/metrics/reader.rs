@@ -280,22 +280,3 @@ impl Lines {
         }
     }
 }
-/// Whether the metrics file at `path` ends with its run's `end` record (read from its last
-/// 64 KiB: a run that ended, though its process, a UI on its summary, may still serve it).
-pub fn ended(path: &Path) -> bool {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut tail = Vec::new();
-    let read = f
-        .seek(SeekFrom::Start(len.saturating_sub(1 << 16)))
-        .and_then(|_| f.take(1 << 16).read_to_end(&mut tail));
-    if read.is_err() {
-        return false;
-    }
-    let last = tail.trim_ascii_end().rsplit(|&b| b == b'\n').next();
-    last.and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
-        .is_some_and(|v| v.get("type").and_then(|t| t.as_str()) == Some("end"))
-}
