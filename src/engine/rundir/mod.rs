@@ -448,15 +448,23 @@ pub fn children(d: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), newest
-/// first, with their metrics file's last change. `latest` links are not followed.
+/// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), or three
+/// through its `runs` (from the folder runs were started in), newest first, with their metrics
+/// file's last change. `latest` links are not followed.
 pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
     let mut found = Vec::new();
     for c in children(dir) {
         if is_run_dir(&c) {
             found.push(c);
-        } else {
-            found.extend(children(&c).into_iter().filter(|g| is_run_dir(g)));
+            continue;
+        }
+        for g in children(&c) {
+            if is_run_dir(&g) {
+                found.push(g);
+            } else if c.file_name() == Some(RUNS.as_ref()) {
+                // (the folder runs were started in: its ./runs/NAME/TIME too)
+                found.extend(children(&g).into_iter().filter(|r| is_run_dir(r)));
+            }
         }
     }
     let mut runs: Vec<_> = found

@@ -34,6 +34,25 @@ fn a_folder_of_runs_is_no_run_directory() {
 }
 
 #[test]
+fn the_folder_runs_were_started_in_holds_them_and_those_given_a_run_dir_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |p: &str| {
+        let d = dir.path().join(p);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(METRICS), "").unwrap();
+        d
+    };
+    let given = run("d1");
+    let default = run("runs/digits/20261203-224028");
+    let found: Vec<PathBuf> = runs_under(dir.path()).into_iter().map(|r| r.0).collect();
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.contains(&given) && found.contains(&default), "{found:?}");
+    // (another folder's grandchildren's children are not looked into)
+    run("data/a/b");
+    assert_eq!(runs_under(dir.path()).len(), 2);
+}
+
+#[test]
 fn a_path_through_a_link_is_where_the_link_points_now() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().canonicalize().unwrap();
