@@ -540,6 +540,38 @@ fn val_every_validates_within_epochs_and_changes_no_step() {
 }
 
 #[test]
+fn a_step_budget_ending_within_an_epoch_validates_its_last_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(2, 8, 0, dir.path());
+    cfg.inputs.val_fraction = Some(0.2);
+    let steps_per_epoch = {
+        let mut c = cfg.clone();
+        c.budget = Budget::Epochs(1);
+        run_with_events(c).0.losses.len() as u64
+    };
+    let last = steps_per_epoch + 2;
+    cfg.budget = Budget::Steps(last);
+    let (r, events) = run_with_events(cfg.clone());
+    let validated: Vec<(u64, f32)> = (events.iter())
+        .filter_map(|e| match *e {
+            Event::Validated {
+                step, val_accuracy, ..
+            } => Some((step, val_accuracy)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(validated.len(), 1, "{events:?}");
+    assert_eq!(validated[0].0, last);
+    assert!(r.best_val_accuracy >= Some(validated[0].1));
+    // one ending with an epoch validates there, once
+    cfg.budget = Budget::Steps(steps_per_epoch);
+    let (_, events) = run_with_events(cfg);
+    assert!(!events.iter().any(|e| matches!(e, Event::Validated { .. })));
+    let ends = (events.iter()).filter(|e| matches!(e, Event::EpochDone { .. }));
+    assert_eq!(ends.count(), 1);
+}
+
+#[test]
 fn checkpoint_best_keeps_the_best_validation_s_model_and_nothing_less_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("ck");

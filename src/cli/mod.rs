@@ -236,7 +236,7 @@ pub struct TrainArgs {
     /// A separate validation set, given as --data is (e.g. images:photos-val)
     #[arg(long, value_name = "SPEC")]
     pub val_data: Option<String>,
-    /// Also validate every N steps (each epoch's end always validates): for epochs too long to wait for
+    /// Also validate every N steps (each epoch's end always validates, as does a --steps run's last step): for epochs too long to wait for
     #[arg(allow_negative_numbers = true, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub val_every: Option<u64>,
     /// Picture data: resize the shorter side to N and crop N x N (centre crop for validation)  [default: the pictures' own size]

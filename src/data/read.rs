@@ -236,10 +236,18 @@ pub fn printable_lines(s: &str) -> String {
     escaped(s, true)
 }
 
+/// Whether `c` would drive a terminal rather than show: a control character, or one that
+/// reorders the text around it (Unicode's bidirectional controls: U+202E turns the rest of a
+/// line right to left).
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 fn escaped(s: &str, keep_lines: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_control() && !(keep_lines && c == '\n') {
+        if unprintable(c) && !(keep_lines && c == '\n') {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -347,7 +355,7 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
     let at = line.and_then(|l| text.lines().nth(l - 1)).map(str::trim);
     let msg = match at {
         Some(l) if l.starts_with('[') => format!(
-            "{msg}: a config file's keys are at its top level, without sections such as {}",
+            "{msg}: the file's keys are at its top level, without sections such as {}",
             excerpt(l)
         ),
         Some(l) if !msg.starts_with("unknown key") => match l.split_once('=') {
@@ -444,6 +452,9 @@ mod tests {
         let long = "x".repeat(10_000_000);
         assert_eq!(excerpt(&long), format!("{}…", "x".repeat(EXCERPT_CHARS)));
         assert_eq!(excerpt("a\rb\x1b[2J"), "a\\rb\\u{1b}[2J");
+        // text-direction controls are escaped too: the rest of the line stays in order
+        assert_eq!(printable("run\u{202e}txt.exe"), "run\\u{202e}txt.exe");
+        assert_eq!(printable("日本 ü"), "日本 ü");
         let msg = format!("invalid type: string \"{long}\", expected f64 at `lr`");
         let short = excerpt_quotes(&msg);
         assert_eq!(

@@ -165,6 +165,10 @@ impl<'a> Log<'a> {
         if let Some(note) = sync_note(&self.info.strategy, row.step, ahead) {
             line += &format!(" | {note}");
         }
+        // (the budget's last step has nothing left to wait for)
+        if let Some(eta) = self.monitor.eta().filter(|_| row.progress < 1.0) {
+            line += &format!(" | eta {}", units::clock(eta));
+        }
         let _ = writeln!(self.out, "{} {line}", stamp(row.at));
     }
 

@@ -161,6 +161,13 @@ impl CheckpointMeta {
                 ));
             }
         }
+        // (the settings a resume takes up: a checkpoint without them would resume on defaults)
+        if !self.config.is_object() {
+            return Err(format!(
+                "config is {}, not the run's settings (an object)",
+                crate::data::read::excerpt(&self.config.to_string())
+            ));
+        }
         let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
         match &self.config["grad_accum"] {
             serde_json::Value::Null => {}

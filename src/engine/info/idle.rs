@@ -65,14 +65,6 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
         notes.push(
             "--checkpoint-best: no sample is held out for validation (--val-split, --val-data); no best checkpoint is written".into(),
         );
-    } else if cfg.checkpoint_best
-        && steps < info.steps_per_epoch()
-        && cfg.val_every.is_none_or(|n| n > steps)
-    {
-        notes.push(format!(
-            "--checkpoint-best: {}, less than an epoch, and nothing validates before its end: no best checkpoint is written; --val-every N validates within epochs",
-            run_of(steps)
-        ));
     }
     use crate::nn::optim::OptimizerKind;
     let with_momentum = matches!(

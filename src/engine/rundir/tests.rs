@@ -46,7 +46,10 @@ fn the_folder_runs_were_started_in_holds_them_and_those_given_a_run_dir_there() 
     let default = run("runs/digits/20261203-224028");
     let found: Vec<PathBuf> = runs_under(dir.path()).into_iter().map(|r| r.0).collect();
     assert_eq!(found.len(), 2, "{found:?}");
-    assert!(found.contains(&given) && found.contains(&default), "{found:?}");
+    assert!(
+        found.contains(&given) && found.contains(&default),
+        "{found:?}"
+    );
     // (another folder's grandchildren's children are not looked into)
     run("data/a/b");
     assert_eq!(runs_under(dir.path()).len(), 2);

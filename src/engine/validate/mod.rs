@@ -55,9 +55,9 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
                 "--name {name:?} names nothing: give the run a name, or leave --name out for <data>-<model>"
             ));
         }
-        if name.chars().any(char::is_control) || name.chars().count() > 200 {
+        if name.chars().any(crate::data::read::unprintable) || name.chars().count() > 200 {
             return bad(
-                "--name must be printable text of at most 200 characters (no escape sequences or line breaks)"
+                "--name must be printable text of at most 200 characters (no escape sequences, line breaks or text-direction controls)"
                     .into(),
             );
         }

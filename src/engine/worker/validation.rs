@@ -1,17 +1,21 @@
-//! A validation (at each epoch's end, and every `--val-every` steps): the replicas made one
+//! A validation (at each epoch's end, a step budget's last step, and every `--val-every`
+//! steps): the replicas made one
 //! (local SGD), each rank's share evaluated, the sums all-reduced.
 
 use super::Worker;
 use crate::backend::Replica;
+use crate::config::Budget;
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
 impl Worker {
-    /// After a step that does not end an epoch, whether `--val-every` has a validation due: the
+    /// After a step that does not end an epoch, whether a validation is due (`--val-every`'s,
+    /// or a step budget's last step, so that the weights the run ends with are validated): the
     /// epochs trained by then (1.4: 40% into the second).
     pub(super) fn validation_due(&self, epoch_end: bool) -> Option<f32> {
-        let every = self.cfg.val_every?;
-        if epoch_end || !self.validates() || !self.step.is_multiple_of(every) {
+        let last = matches!(self.cfg.budget, Budget::Steps(n) if self.step == n);
+        let every = (self.cfg.val_every).is_some_and(|e| self.step.is_multiple_of(e));
+        if epoch_end || !self.validates() || !(last || every) {
             return None;
         }
         let within = self.cursor.offset as f64 / self.train.samples as f64;

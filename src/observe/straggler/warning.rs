@@ -222,7 +222,7 @@ impl fmt::Display for Warning {
             }
             Warning::Degraded { rank, median_ms, best_ms, .. } => write!(
                 f,
-                "degraded: rank {rank} now takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
+                "degraded: rank {rank} takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
                 (median_ms / best_ms - 1.0) * 100.0
             ),
             Warning::DegradedCleared { rank, step, rebased: false } => {

@@ -76,6 +76,18 @@ impl App {
                 }
                 None
             }
+            // (past the ninth device too: ← → walk them all)
+            KeyCode::Right | KeyCode::Left if !self.devices.is_empty() => {
+                let n = self.devices.len();
+                self.focus = Some(match (self.focus, key.code == KeyCode::Right) {
+                    (Some(i), true) => (i + 1) % n,
+                    (Some(i), false) => (i + n - 1) % n,
+                    (None, true) => 0,
+                    (None, false) => n - 1,
+                });
+                self.view = View::Overview;
+                None
+            }
             KeyCode::Char('0') | KeyCode::Esc => {
                 if self.focus.is_none() && self.summary.is_some() {
                     self.summary_hidden = !self.summary_hidden;

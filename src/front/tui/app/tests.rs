@@ -315,6 +315,21 @@ fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
 }
 
 #[test]
+fn arrows_reach_every_device_past_the_ninth() {
+    let mut app = App::new(demo::info(12), false);
+    let arrow = |app: &mut App, code| app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
+    arrow(&mut app, KeyCode::Left);
+    assert_eq!(app.focus, Some(11), "from none, the last");
+    arrow(&mut app, KeyCode::Right);
+    assert_eq!(app.focus, Some(0), "round to the first");
+    app.handle_key(key('9'));
+    arrow(&mut app, KeyCode::Right);
+    assert_eq!(app.focus, Some(9), "the tenth, which no digit names");
+    arrow(&mut app, KeyCode::Left);
+    assert_eq!(app.focus, Some(8));
+}
+
+#[test]
 
 fn navigation_keys_change_only_the_view() {
     let mut app = running(false);

@@ -239,11 +239,11 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     if cap < n {
         let more = format!(
-            "… {} more devices: press 1-9 for one, or enlarge the terminal",
+            "… {} more devices: 1-9 or ← → shows each, or enlarge the terminal",
             n - cap
         );
         let more = if more.chars().count() > w {
-            format!("… {} more devices: 1-9 shows one", n - cap)
+            format!("… {} more devices: ← → shows each", n - cap)
         } else {
             more
         };

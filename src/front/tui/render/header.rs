@@ -86,7 +86,11 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let info = &app.info;
     let devs = device_summary(info);
     let line1 = Line::from(vec![
-        Span::styled(format!(" {} ", info.name), theme.title()),
+        // (a file's or a socket's name: shown, never obeyed)
+        Span::styled(
+            format!(" {} ", crate::data::read::printable(&info.name)),
+            theme.title(),
+        ),
         state_span(app, theme),
         sep(theme),
         Span::raw(info.model.clone()),

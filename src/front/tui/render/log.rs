@@ -185,6 +185,7 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     } else if app.state.ended() {
         &[
             ("q", "quit"),
+            ("Esc", "summary"),
             ("Tab", "view"),
             ("1-9", "device"),
             ("?", "help"),

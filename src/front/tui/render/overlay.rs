@@ -51,7 +51,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("p, space", "pause / resume"),
         ("] [ + -", "double / halve the batch"),
         ("s", "checkpoint now"),
-        ("1-9, 0 Esc", "one device / all"),
+        ("1-9 ← →, 0 Esc", "one device / all"),
         ("Tab, S-Tab", "next / previous view"),
         ("↑↓ jk PgUp/Dn", "events: scroll; Home, End"),
         ("w", "history window"),
@@ -65,7 +65,8 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("[ or -", "halve the batch per replica"),
         ("s", "write a checkpoint now"),
         ("1-9", "focus one device"),
-        ("0, Esc", "all devices"),
+        ("← →", "previous / next device (past the 9th too)"),
+        ("0, Esc", "all devices; after the run: its summary"),
         (
             "Tab, S-Tab",
             "next / previous view (overview, training, events)",
@@ -90,7 +91,12 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ])
         })
         .collect();
-    if app.watching_file() {
+    if app.state.ended() && !app.watching_file() {
+        lines.push(Line::styled(
+            "the run has ended: p ] [ s are disabled; Esc shows / hides its summary; q leaves",
+            theme.badge(theme.warn),
+        ));
+    } else if app.watching_file() {
         lines.push(Line::styled(
             "viewing a metrics file: p ] [ s are disabled; q leaves",
             theme.badge(theme.warn),
