@@ -48,6 +48,8 @@ const RECENT_STEPS: usize = 64;
 /// more than the bar's 64).
 const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
+/// How long the footer keeps an answer (by the run's clock).
+const FLASH_FOR: Duration = Duration::from_secs(15);
 /// Smoothing of the train-loss line (exponential moving average weight of a new step; rows
 /// that are several steps apart weigh as those steps would).
 const EMA_ALPHA: f64 = 0.05;
@@ -223,6 +225,8 @@ pub struct App {
     pub popup: Option<Popup>,
     /// A one-line answer to the last key (e.g. why it did nothing).
     pub flash: Option<String>,
+    /// The footer's answer as it was last seen, and since when: gone after `FLASH_FOR`.
+    flash_since: Option<(String, Duration)>,
     pub now: Duration,
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
@@ -283,6 +287,7 @@ impl App {
             focus: None,
             popup: None,
             flash: None,
+            flash_since: None,
             now: Duration::ZERO,
             process_memory: None,
             last_checkpoint: None,
@@ -417,6 +422,22 @@ impl App {
                     self.on_warning(w, at);
                 }
             }
+        }
+        self.age_flash();
+    }
+
+    /// The footer's answer is for a moment: it goes `FLASH_FOR` after it was set (the events
+    /// panel keeps what it said), not when the next key is pressed, maybe minutes later.
+    fn age_flash(&mut self) {
+        match (&self.flash, &self.flash_since) {
+            (Some(f), Some((seen, at))) if f == seen => {
+                if self.now.saturating_sub(*at) >= FLASH_FOR {
+                    self.flash = None;
+                    self.flash_since = None;
+                }
+            }
+            (Some(f), _) => self.flash_since = Some((f.clone(), self.now)),
+            (None, _) => self.flash_since = None,
         }
     }
 

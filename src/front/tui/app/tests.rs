@@ -315,6 +315,22 @@ fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
 }
 
 #[test]
+fn the_footer_s_answer_goes_after_a_while_not_at_the_next_key() {
+    let mut app = running(false);
+    let now = app.now;
+    app.handle_key(key('9'));
+    assert!(app.flash.as_ref().unwrap().contains("no device 9"));
+    app.apply(AppEvent::Tick(now + Duration::from_secs(10)));
+    assert!(app.flash.is_some(), "still there 10 s on");
+    app.apply(AppEvent::Tick(now + Duration::from_secs(25)));
+    assert_eq!(app.flash, None, "gone 15 s after it was seen");
+    // a new answer starts its own time
+    app.handle_key(key('9'));
+    app.apply(AppEvent::Tick(now + Duration::from_secs(30)));
+    assert!(app.flash.is_some());
+}
+
+#[test]
 fn arrows_reach_every_device_past_the_ninth() {
     let mut app = App::new(demo::info(12), false);
     let arrow = |app: &mut App, code| app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
