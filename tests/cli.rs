@@ -35,10 +35,10 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
     assert!(out.contains("devices: cpu0 cpu1 (2 ranks, "), "{out}");
     // each step line says where step time went: waiting for data, moving gradients and waiting
     // for other ranks
-    let step_line = out.lines().find(|l| l.contains("| step ms r0 ")).unwrap();
+    let step_line = out.lines().find(|l| l.contains("| work ms r0 ")).unwrap();
     let wait: f64 = step_line
         .rsplit_once("wait ")
-        .and_then(|(_, w)| w.trim_end_matches('%').parse().ok())
+        .and_then(|(_, w)| w.split('%').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no wait share: {step_line}"));
     assert!(
         step_line.contains("| data ")

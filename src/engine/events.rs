@@ -64,6 +64,13 @@ pub struct EndsAt {
 }
 
 impl StepStats {
+    /// What the rank spent on its own (input, compute, optimizer), not in the all-reduce nor
+    /// waiting for slower peers: a CPU worker's compute as its thread's CPU time, so time lost
+    /// to other threads on a shared core is not counted as its work. What a straggler has more of.
+    pub fn work(&self) -> Duration {
+        self.data_wait + self.compute_cpu.unwrap_or(self.compute) + self.optimizer
+    }
+
     /// Words of `to_words`.
     pub const WORDS: usize = 24;
 

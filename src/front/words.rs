@@ -205,7 +205,7 @@ pub fn per_rank(sizes: &[usize]) -> String {
 /// Each rank's step time in ms (`r0 2.55 r1 1.39`); past `LISTED_RANKS` ranks, the median
 /// and the fastest and slowest ranks (`median 82.00, fastest r47 30.20, slowest r1 136.30`).
 fn step_times(ranks: &[crate::engine::events::StepStats]) -> String {
-    let ms = |r: &crate::engine::events::StepStats| r.step_time.as_secs_f64() * 1e3;
+    let ms = |r: &crate::engine::events::StepStats| r.work().as_secs_f64() * 1e3;
     if ranks.len() <= LISTED_RANKS {
         return (ranks.iter().map(|r| format!("r{} {:.2}", r.rank, ms(r))))
             .collect::<Vec<_>>()
@@ -291,7 +291,7 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
         }
     };
     format!(
-        "{}{of} | loss {} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | step ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
+        "{}{of} | loss {} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | work ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
         step,
         loss_value(row.loss.into(), 4),
         grad_norm(row.grad_norm)

@@ -179,12 +179,13 @@ fn a_step_line_of_many_ranks_sums_them_up() {
     let mut last = None;
     for r in 0..ranks {
         let mut s = demo::step(r, ranks, 1);
-        s.step_time = std::time::Duration::from_millis(10 + r as u64);
+        s.compute = std::time::Duration::from_millis(10 + r as u64);
+        (s.data_wait, s.optimizer, s.compute_cpu) = Default::default();
         last = m.on_step(s);
     }
     let line = step_line(&last.unwrap(), None, &demo::info(ranks));
     assert!(
-        line.contains("| step ms median 16.00, fastest r0 10.00, slowest r11 21.00 |"),
+        line.contains("| work ms median 16.00, fastest r0 10.00, slowest r11 21.00 |"),
         "{line}"
     );
     assert!(!line.contains(" r5 "), "{line}");

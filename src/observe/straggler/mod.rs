@@ -223,7 +223,7 @@ impl Detector {
                 q.pop_front();
             }
             q.push_back((
-                ms(s.data_wait + s.compute_cpu.unwrap_or(s.compute) + s.optimizer),
+                ms(s.work()),
                 ms(s.data_wait),
                 ms(s.sync_wait),
                 s.samples.max(1) as f64,
