@@ -168,6 +168,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             fastest_rank: 0,
             fastest_ms: 10.0,
             others_wait_ms: 10.0,
+            cpu_time: false,
             cause: Cause::DataBound {
                 data_ms: 9.0,
                 fastest_data_ms: 1.0,

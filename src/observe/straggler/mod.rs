@@ -329,6 +329,7 @@ impl Detector {
                     fastest_rank: fastest,
                     fastest_ms: fast_ms,
                     others_wait_ms: others_wait,
+                    cpu_time: self.cpu_time[r],
                     cause: self.explain(r, fastest, &work, &data, &comm),
                     injected: self.ctx.injected.get(r).cloned().flatten(),
                 });

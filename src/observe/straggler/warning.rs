@@ -115,6 +115,9 @@ pub enum Warning {
         fastest_ms: f64,
         /// What the other ranks spend per step waiting for the slowest (median, mean over them).
         others_wait_ms: f64,
+        /// Whether the work is CPU workers' thread CPU time (then the others may wait longer
+        /// than the work differs: the slow rank also waited for a core).
+        cpu_time: bool,
         cause: Cause,
         /// A fault injected on this rank (`--slow-rank`, `--slow-data`), said beside the cause.
         injected: Option<String>,
@@ -206,11 +209,12 @@ impl Warning {
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Warning::Straggler { rank, host, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cause, injected, .. } => {
+            Warning::Straggler { rank, host, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cpu_time, cause, injected, .. } => {
+                let of = if *cpu_time { " of CPU time" } else { "" };
                 let on = host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
                 write!(
                     f,
-                    "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+                    "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms{of} per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
                 )?;
                 match (injected, cause) {
                     (Some(flag), c) if !matches!(c, Cause::Injected(_)) => write!(f, " (fault injected: {flag})"),
