@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,8 @@ use mgtop::engine::Engine;
 use mgtop::front::tui::term;
 
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+/// A signal stopped the run (it had not ended when the stop was asked): the exit is 130.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// A signal this soon after the one before is the same request, not a second one: GNU
 /// `timeout` sends SIGTERM to the process and then to its process group microseconds apart, and
@@ -199,7 +201,7 @@ fn main() -> ExitCode {
             cmd::bench_processes::allreduce_processes(repeat).map(|()| ExitCode::SUCCESS)
         }
         None => cmd::train(cli.train, &on_signals).map(|()| {
-            if SIGNALS.load(Ordering::SeqCst) > 0 {
+            if INTERRUPTED.load(Ordering::SeqCst) {
                 ExitCode::from(130)
             } else {
                 ExitCode::SUCCESS
@@ -273,13 +275,17 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
     };
     let h = move |n: usize| {
         if n == 0 {
+            // (a run that had ended, its process still writing its last lines or its screen on
+            // the summary, was not interrupted: it exits as it would have)
+            let stopping = controller.stop(true).is_ok();
+            INTERRUPTED.store(stopping, Ordering::SeqCst);
             match &notify {
                 Some(tx) => {
                     let _ = tx.send(());
                 }
-                None => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+                None if stopping => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+                None => mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)"),
             }
-            let _ = controller.stop(true);
         } else if n == 1 && mgtop::observe::recorder::run_ended() {
             // the run has ended and its records are whole: the process is writing its last
             // lines (the run directory, how to resume), which a third signal would cut

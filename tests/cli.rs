@@ -542,6 +542,58 @@ fn a_bad_row_of_data_is_warned_as_a_gradient_spike_each_epoch_and_summed_up() {
     assert_eq!(records.matches(r#""kind":"grad_spike""#).count(), 2);
 }
 
+#[test]
+fn a_signal_after_the_run_ended_does_not_make_it_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    // a log nobody reads for now (its pipe fills): the run ends while its frontend waits to
+    // write, as under `| less`
+    let mut child = spawn_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--data",
+            "synthetic:500,16,4",
+            "--model",
+            "mlp:8",
+            "--steps",
+            "600",
+            "--log-every",
+            "1",
+        ],
+    );
+    let run_dir = || {
+        let runs = dir.path().join("runs");
+        let name = std::fs::read_dir(&runs).ok()?.next()?.ok()?.path();
+        std::fs::read_dir(name)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| !p.is_symlink())
+    };
+    // (the workers are done once the last step's checkpoint is there)
+    let t0 = std::time::Instant::now();
+    while !run_dir().is_some_and(|d| d.join("checkpoints/step-00000600").exists()) {
+        assert!(t0.elapsed().as_secs() < 60, "no end checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // (and its workers gone: microseconds after it)
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    signal(&child, "TERM");
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("the run has ended: writing its last lines"),
+        "{out}"
+    );
+    assert!(
+        out.contains("finished: 600 steps") && !out.contains("stopping:"),
+        "{out}"
+    );
+}
+
 /// The child's log from its first step line on (read up to it: training is under way).
 fn under_way(
     child: &mut std::process::Child,
