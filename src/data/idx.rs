@@ -114,11 +114,14 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
         .chunks_exact(4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
         .collect();
-    let dims_txt = dims
-        .iter()
+    // (a corrupt header may declare 255 dimensions: the first few say enough)
+    let mut dims_txt = (dims.iter().take(8))
         .map(|d| d.to_string())
         .collect::<Vec<_>>()
         .join("x");
+    if dims.len() > 8 {
+        dims_txt += &format!("x... ({ndims} dimensions)");
+    }
     if let Some(i) = dims.iter().position(|&d| d == 0) {
         return Err(Fail::Format(format!(
             "header (byte 4..{header}) declares {dims_txt}: dimension {i} is 0, so the file holds no samples; is it the right file?"
