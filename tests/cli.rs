@@ -547,7 +547,7 @@ fn a_signal_after_the_run_ended_does_not_make_it_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     // a log nobody reads for now (its pipe fills): the run ends while its frontend waits to
     // write, as under `| less`
-    let mut child = spawn_in(
+    let child = spawn_in(
         dir.path(),
         &[
             "--headless",
