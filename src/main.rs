@@ -201,7 +201,7 @@ fn main() -> ExitCode {
             cmd::bench_processes::allreduce_processes(repeat).map(|()| ExitCode::SUCCESS)
         }
         None => cmd::train(cli.train, &on_signals).map(|()| {
-            if INTERRUPTED.load(Ordering::SeqCst) {
+            if INTERRUPTED.load(Ordering::SeqCst) && !cmd::completed() {
                 ExitCode::from(130)
             } else {
                 ExitCode::SUCCESS
@@ -286,9 +286,13 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                 None if stopping => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
                 None => mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)"),
             }
-        } else if n == 1 && mgtop::observe::recorder::run_ended() {
-            // the run has ended and its records are whole: the process is writing its last
-            // lines (the run directory, how to resume), which a third signal would cut
+        } else if n == 1
+            && INTERRUPTED.load(Ordering::SeqCst)
+            && mgtop::observe::recorder::run_ended()
+        {
+            // the run the first signal stopped has ended and its records are whole: the
+            // process is writing its last lines (the run directory, how to resume), which a
+            // third signal would cut (where the first found the run ended, this one quits)
             mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)");
         } else {
             // (a checkpoint half written goes, the metrics files get their end, the socket goes)

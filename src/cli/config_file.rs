@@ -41,9 +41,11 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })?;
-    // (the flags take no empty value; in a file one is a slip, or a value left to fill in)
+    // (the flags take no empty value; in a file one is a slip, or a value left to fill in;
+    // `tensorboard = ""` is the flag without its folder, as `--tensorboard` alone)
     if let Some(key) = toml::from_str::<toml::Table>(&text).ok().and_then(|t| {
         t.into_iter()
+            .filter(|(k, _)| k != "tensorboard")
             .find(|(_, v)| v.as_str().is_some_and(|s| s.trim().is_empty()))
             .map(|(k, _)| k)
     }) {

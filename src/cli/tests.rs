@@ -129,6 +129,9 @@ fn an_empty_value_in_a_config_file_is_named_by_its_line() {
             "{e}"
         );
     }
+    // but for the one whose empty value means the flag alone
+    std::fs::write(&f, "steps = 3\ntensorboard = \"\"\n").unwrap();
+    assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
 }
 
 #[test]

@@ -54,9 +54,10 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     term::close(terminal);
     drop(guard);
     if app.summary.is_some() {
-        crate::say!("run: {}", app.info.name);
-        for line in tui::summary_lines(&app) {
-            crate::say!("{line}");
+        // (names and paths come from the socket, as view's from the file)
+        let run = format!("run: {}", app.info.name);
+        for line in std::iter::once(run).chain(tui::summary_lines(&app)) {
+            crate::say!("{}", crate::data::read::printable(&line));
         }
     } else if app.disconnected.is_some() {
         // asked again as the screen closes: the connection may have gone with the run

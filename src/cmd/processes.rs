@@ -141,5 +141,5 @@ fn follow(
     let drain = std::thread::spawn(move || events.iter().count());
     let r = engine.join();
     let _ = drain.join();
-    r.map(|_| ()).map_err(Into::into)
+    r.map(|result| super::ran(&result)).map_err(Into::into)
 }

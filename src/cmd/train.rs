@@ -237,6 +237,7 @@ pub(super) fn train(
         }
     }
     let result = result?;
+    super::ran(&result);
     if result.data_skipped > 0 {
         // (the screen's events are gone once it closes; the metrics file keeps them)
         let named = match (tui, &run_dir) {
@@ -280,10 +281,11 @@ pub(super) fn train(
                 let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
                 // (stopped without a checkpoint after an earlier one: the steps since are lost)
                 let lost = match result.steps.saturating_sub(step) {
+                    _ if step == 0 => String::new(),
                     0 => String::new(),
+                    1 => format!(" (its checkpoint of step {step}: the step after it was stopped without one)"),
                     n => format!(
-                        " (its checkpoint of step {step}: the {} after it were stopped without one)",
-                        crate::text::counted(n as usize, "step")
+                        " (its checkpoint of step {step}: the {n} steps after it were stopped without one)"
                     ),
                 };
                 match strategy.unresumable(optimizer, step) {

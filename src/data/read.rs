@@ -237,11 +237,10 @@ pub fn printable_lines(s: &str) -> String {
 }
 
 /// Whether `c` would drive a terminal rather than show: a control character, or one that
-/// reorders the text around it (Unicode's bidirectional controls: U+202E turns the rest of a
-/// line right to left).
+/// reorders the text after it (Unicode's bidirectional embeddings, overrides and isolates:
+/// U+202E turns the rest of a line right to left; the marks, as in right-to-left names, stay).
 pub fn unprintable(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 fn escaped(s: &str, keep_lines: bool) -> String {
@@ -454,7 +453,7 @@ mod tests {
         assert_eq!(excerpt("a\rb\x1b[2J"), "a\\rb\\u{1b}[2J");
         // text-direction controls are escaped too: the rest of the line stays in order
         assert_eq!(printable("run\u{202e}txt.exe"), "run\\u{202e}txt.exe");
-        assert_eq!(printable("日本 ü"), "日本 ü");
+        assert_eq!(printable("日本 ü \u{200f}"), "日本 ü \u{200f}");
         let msg = format!("invalid type: string \"{long}\", expected f64 at `lr`");
         let short = excerpt_quotes(&msg);
         assert_eq!(

@@ -202,8 +202,9 @@ pub fn per_rank(sizes: &[usize]) -> String {
         .join("+")
 }
 
-/// Each rank's step time in ms (`r0 2.55 r1 1.39`); past `LISTED_RANKS` ranks, the median
-/// and the fastest and slowest ranks (`median 82.00, fastest r47 30.20, slowest r1 136.30`).
+/// Each rank's work in ms (`r0 2.55 r1 1.39`: `StepStats::work`, what a straggler has more
+/// of); past `LISTED_RANKS` ranks, the median and the fastest and slowest ranks (`median
+/// 82.00, fastest r47 30.20, slowest r1 136.30`).
 fn step_times(ranks: &[crate::engine::events::StepStats]) -> String {
     let ms = |r: &crate::engine::events::StepStats| r.work().as_secs_f64() * 1e3;
     if ranks.len() <= LISTED_RANKS {
@@ -375,7 +376,12 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
                 )
             }
         },
-        Event::Asked { control, by, .. } => format!("{by} asked {}", control.asked_words()),
+        // (who asked, as a file anyone may edit says it: shown, never obeyed)
+        Event::Asked { control, by, .. } => format!(
+            "{} asked {}",
+            crate::data::read::printable(by),
+            control.asked_words()
+        ),
         Event::Checkpoint {
             step,
             path,

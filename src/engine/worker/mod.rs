@@ -425,6 +425,8 @@ impl Worker {
             }
             held = settle || checkpoint;
         }
+        // (no control is taken from here on: one asked now hears that the run has ended)
+        self.decider = None;
         self.catch_up(replica, &mut tally)?;
         self.last_reports()?;
         self.strategy

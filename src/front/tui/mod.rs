@@ -174,6 +174,7 @@ pub fn run<B: Backend, S: Source>(
             recv(frames) -> _ => dirty |= source.on_frame(&mut app),
         }
         dirty |= source.settle(&mut app);
+        dirty |= app.age_flash(Instant::now());
         let ended = source.ended();
         if ended && (app.quitting || screen.exit_when_done || !drawable) {
             break;

@@ -253,10 +253,13 @@ impl Detector {
                     limit: bound.limit,
                 },
             });
+        // (a split is judged once it has `every` steps, and under local SGD a whole period:
+        // its others wait for a slow rank only at the periods' exchanges)
         let judged = self.recent.first().map_or(0, VecDeque::len) as u64;
+        let least = (self.cfg.every.max(self.cfg.sync_every)).min(self.cfg.window as u64);
         if self.rows > self.cfg.warmup
             && self.rows.is_multiple_of(self.cfg.every)
-            && judged >= self.cfg.every.min(self.cfg.window as u64)
+            && judged >= least
         {
             out.extend(self.evaluate(row.step));
         }
@@ -329,7 +332,7 @@ impl Detector {
                     fastest_rank: fastest,
                     fastest_ms: fast_ms,
                     others_wait_ms: others_wait,
-                    cpu_time: self.cpu_time[r],
+                    cpu_time: self.cpu_time[r] && self.cpu_time[fastest],
                     cause: self.explain(r, fastest, &work, &data, &comm),
                     injected: self.ctx.injected.get(r).cloned().flatten(),
                 });

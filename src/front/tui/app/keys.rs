@@ -13,6 +13,8 @@ impl App {
             return None;
         }
         self.flash = None;
+        // (a key's answer starts its time afresh, though its words be the last answer's)
+        self.flash_since = None;
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         let ctrl_c = ctrl && key.code == KeyCode::Char('c');
         if ctrl && matches!(key.code, KeyCode::Char('l')) {

@@ -48,7 +48,7 @@ const RECENT_STEPS: usize = 64;
 /// more than the bar's 64).
 const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
-/// How long the footer keeps an answer (by the run's clock).
+/// How long the footer keeps an answer.
 const FLASH_FOR: Duration = Duration::from_secs(15);
 /// Smoothing of the train-loss line (exponential moving average weight of a new step; rows
 /// that are several steps apart weigh as those steps would).
@@ -226,7 +226,7 @@ pub struct App {
     /// A one-line answer to the last key (e.g. why it did nothing).
     pub flash: Option<String>,
     /// The footer's answer as it was last seen, and since when: gone after `FLASH_FOR`.
-    flash_since: Option<(String, Duration)>,
+    flash_since: Option<(String, std::time::Instant)>,
     pub now: Duration,
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
@@ -423,22 +423,25 @@ impl App {
                 }
             }
         }
-        self.age_flash();
     }
 
-    /// The footer's answer is for a moment: it goes `FLASH_FOR` after it was set (the events
-    /// panel keeps what it said), not when the next key is pressed, maybe minutes later.
-    fn age_flash(&mut self) {
+    /// The footer's answer is for a moment: it goes `FLASH_FOR` after it was first seen here
+    /// (the events panel keeps what it said), not when the next key is pressed, maybe minutes
+    /// later. Called with the wall clock as the screen loops (a run's clock stands still once
+    /// it has ended, and a file's jumps as it is read); whether the answer went.
+    pub fn age_flash(&mut self, now: std::time::Instant) -> bool {
         match (&self.flash, &self.flash_since) {
             (Some(f), Some((seen, at))) if f == seen => {
-                if self.now.saturating_sub(*at) >= FLASH_FOR {
+                if now.saturating_duration_since(*at) >= FLASH_FOR {
                     self.flash = None;
                     self.flash_since = None;
+                    return true;
                 }
             }
-            (Some(f), _) => self.flash_since = Some((f.clone(), self.now)),
+            (Some(f), _) => self.flash_since = Some((f.clone(), now)),
             (None, _) => self.flash_since = None,
         }
+        false
     }
 
     /// Every worker has ended: make sure there is a summary even when the run failed before

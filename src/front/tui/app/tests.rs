@@ -317,16 +317,21 @@ fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
 #[test]
 fn the_footer_s_answer_goes_after_a_while_not_at_the_next_key() {
     let mut app = running(false);
-    let now = app.now;
+    let t0 = std::time::Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
     app.handle_key(key('9'));
     assert!(app.flash.as_ref().unwrap().contains("no device 9"));
-    app.apply(AppEvent::Tick(now + Duration::from_secs(10)));
-    assert!(app.flash.is_some(), "still there 10 s on");
-    app.apply(AppEvent::Tick(now + Duration::from_secs(25)));
-    assert_eq!(app.flash, None, "gone 15 s after it was seen");
-    // a new answer starts its own time
+    assert!(!app.age_flash(at(0)));
+    assert!(!app.age_flash(at(10)), "still there 10 s on");
+    assert!(app.flash.is_some());
+    assert!(app.age_flash(at(15)), "gone 15 s after it was seen");
+    assert_eq!(app.flash, None);
+    // the same words again, from a key: their own 15 s
     app.handle_key(key('9'));
-    app.apply(AppEvent::Tick(now + Duration::from_secs(30)));
+    assert!(!app.age_flash(at(20)));
+    app.handle_key(key('9'));
+    assert!(!app.age_flash(at(30)));
+    assert!(!app.age_flash(at(44)));
     assert!(app.flash.is_some());
 }
 

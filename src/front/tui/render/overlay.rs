@@ -93,7 +93,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .collect();
     if app.state.ended() && !app.watching_file() {
         lines.push(Line::styled(
-            "the run has ended: p ] [ s are disabled; Esc shows / hides its summary; q leaves",
+            "run ended: p ] [ s are off; Esc: its summary; q leaves",
             theme.badge(theme.warn),
         ));
     } else if app.watching_file() {
