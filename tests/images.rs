@@ -738,6 +738,58 @@ fn a_run_tells_of_a_file_it_cannot_decode_and_counts_it_at_the_end() {
 }
 
 #[test]
+fn a_folder_s_class_names_go_with_its_checkpoints_and_exports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pics");
+    // (sorted as text, as torchvision's ImageFolder sorts them: "10" before "2")
+    for class in ["2", "10", "Apple"] {
+        for i in 0..3 {
+            png_rgb(&dir.join(format!("{class}/{i}.png")), i);
+        }
+    }
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .current_dir(tmp.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{text}");
+        text
+    };
+    run(&[
+        "--headless",
+        "--data",
+        "images:pics",
+        "--model",
+        "mlp:8",
+        "--devices",
+        "cpu:1",
+        "--steps",
+        "2",
+        "--val-split",
+        "0",
+        "--run-dir",
+        "run",
+    ]);
+    let state =
+        std::fs::read_to_string(tmp.path().join("run/checkpoints/step-00000002/state.json"));
+    let state: serde_json::Value = serde_json::from_str(&state.unwrap()).unwrap();
+    assert_eq!(state["classes"], serde_json::json!(["10", "2", "Apple"]));
+    let said = run(&["export", "run", "w.safetensors"]);
+    assert!(said.contains(r#"metadata()["mgtop.classes"]"#), "{said}");
+    let bytes = std::fs::read(tmp.path().join("w.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let classes = header["__metadata__"]["mgtop.classes"].as_str().unwrap();
+    assert_eq!(classes, r#"["10","2","Apple"]"#);
+}
+
+#[test]
 fn a_class_none_of_whose_pictures_decode_stops_the_run_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pics");

@@ -640,6 +640,7 @@ fn an_export_says_which_pytorch_model_takes_it() {
             torchvision_changes: changes.map(String::from),
             model: model.into(),
             classes: 2,
+            named: false,
         };
         done.how_to_load(Path::new("w.safetensors"))
     };

@@ -78,7 +78,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         classes: f.classes.len(),
         names: f.classes.clone(),
         sizes: f.sizes,
-        set: Arc::new(ImageSet::files(f.files, f.labels, shrink, keep)),
+        set: Arc::new(ImageSet::files(f.files, f.labels, shrink, keep).named(f.classes.clone())),
         what,
         notes,
     }
@@ -141,7 +141,7 @@ fn read_spec(
             let what = format!("{} {}", kind.name(), c.dir.display());
             let read = |(p, l): (Vec<_>, Vec<u32>), what: String| Read {
                 sizes: vec![(32, 32); l.len()],
-                set: Arc::new(ImageSet::in_memory(p, l)),
+                set: Arc::new(ImageSet::in_memory(p, l).named(names.clone())),
                 classes: c.classes,
                 names: names.clone(),
                 what,

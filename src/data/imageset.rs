@@ -28,6 +28,8 @@ pub struct ImageSet {
     news: Mutex<Vec<String>>,
     /// Why a class has no picture left to stand in for its failures: the run cannot go on.
     unusable: OnceLock<String>,
+    /// Each label's class name (a folder's, CIFAR's), in label order; empty where unnamed.
+    names: Vec<String>,
 }
 
 impl ImageSet {
@@ -46,6 +48,7 @@ impl ImageSet {
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
             unusable: OnceLock::new(),
+            names: Vec::new(),
         }
     }
 
@@ -66,7 +69,18 @@ impl ImageSet {
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
             unusable: OnceLock::new(),
+            names: Vec::new(),
         }
+    }
+
+    /// The set with its classes named, label 0's first.
+    pub fn named(self, names: Vec<String>) -> ImageSet {
+        ImageSet { names, ..self }
+    }
+
+    /// Each label's class name, in label order; empty where the set's classes have none.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     pub fn len(&self) -> usize {

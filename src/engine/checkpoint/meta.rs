@@ -63,6 +63,10 @@ pub struct CheckpointMeta {
     /// validation replaces it only where that is higher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_accuracy: Option<f32>,
+    /// Each output's class name, output 0's first (a folder's classes, CIFAR's); absent where
+    /// the data names none (tables, synthetic sets) and in older checkpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
 }
 
 impl CheckpointMeta {
@@ -168,6 +172,13 @@ impl CheckpointMeta {
                 crate::data::read::excerpt(&self.config.to_string())
             ));
         }
+        let outputs = self.dims.last().copied().unwrap_or(0);
+        if !self.classes.is_empty() && self.classes.len() != outputs {
+            return Err(format!(
+                "classes names {} classes for the model's {outputs} outputs",
+                self.classes.len()
+            ));
+        }
         let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
         match &self.config["grad_accum"] {
             serde_json::Value::Null => {}
@@ -214,6 +225,7 @@ impl CheckpointMeta {
             epoch_sum: None,
             weights_crc32c: None,
             val_accuracy: None,
+            classes: Vec::new(),
         }
     }
 }

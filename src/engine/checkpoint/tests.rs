@@ -175,7 +175,7 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     type Edit = fn(&mut CheckpointMeta);
-    let bad: [(&str, Edit); 11] = [
+    let bad: [(&str, Edit); 12] = [
         ("optimizer `lamb` is not one", |m| {
             m.optimizer = "lamb".into()
         }),
@@ -188,6 +188,9 @@ fn a_state_the_flags_would_refuse_is_refused() {
         }),
         ("config is \"x\", not the run's settings", |m| {
             m.config = serde_json::json!("x")
+        }),
+        ("classes names 3 classes for the model's 2 outputs", |m| {
+            m.classes = vec!["cat".into(), "dog".into(), "bird".into()]
         }),
         ("per_replica 0", |m| m.per_replica = 0),
         ("per_replica 18446744073709551615", |m| {

@@ -100,12 +100,17 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         }
     }
     let n = views.len();
-    let info: HashMap<String, String> = [
+    let mut info: HashMap<String, String> = [
         ("format".to_string(), "pt".to_string()),
         ("mgtop.step".to_string(), meta.step.to_string()),
         ("mgtop.data".to_string(), meta.data.clone()),
     ]
     .into();
+    // (output i's class: what a classifier's user maps its argmax with)
+    if !meta.classes.is_empty() {
+        let names = serde_json::to_string(&meta.classes).map_err(|e| e.to_string())?;
+        info.insert("mgtop.classes".into(), names);
+    }
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
     let out = &export_target(out)?;
     crate::data::write::replace_file(out, &bytes).map_err(|e| {
@@ -122,6 +127,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             .unwrap_or_default()
             .to_string(),
         classes: meta.dims.last().copied().unwrap_or(0),
+        named: !meta.classes.is_empty(),
     })
 }
 
@@ -136,11 +142,21 @@ pub struct Exported {
     /// The checkpoint's `--model` (empty where it did not record one), and its classes.
     pub model: String,
     pub classes: usize,
+    /// Whether the file's metadata names the classes (`mgtop.classes`).
+    pub named: bool,
 }
 
 impl Exported {
-    /// How PyTorch loads the file written to `out`.
+    /// How PyTorch loads the file written to `out`, and where its class names are.
     pub fn how_to_load(&self, out: &Path) -> String {
+        let load = self.loading(out);
+        match self.named {
+            true => format!("{load}; output i's class is json.loads(safetensors.safe_open(F, \"pt\").metadata()[\"mgtop.classes\"])[i]"),
+            false => load,
+        }
+    }
+
+    fn loading(&self, out: &Path) -> String {
         let load = format!(
             "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
             out.display()

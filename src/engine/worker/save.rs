@@ -121,6 +121,8 @@ impl Worker {
             // (filled in as the weights are written)
             weights_crc32c: None,
             val_accuracy,
+            // (the training set's: the first of the run's picture sets)
+            classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
         };
         let dir = &cfg.checkpoint_dir;
         Ok(checkpoint::write(dir, name, &self.model, &state, &meta)?)
