@@ -16,6 +16,21 @@ const REASONS: usize = 3;
 /// The scan's start-up notes.
 pub fn notes(f: &Folder) -> Vec<String> {
     let mut notes = vec![format!("{}: {}", f.dir.display(), classes(f))];
+    // (a validation folder, whose classes are the training set's, may lack some)
+    let missing: Vec<&str> = (f.classes.iter().zip(f.counts()))
+        .filter(|&(_, n)| n == 0)
+        .map(|(c, _)| c.as_str())
+        .collect();
+    if !missing.is_empty() {
+        let shown: Vec<&str> = missing.iter().take(LISTED_CLASSES).copied().collect();
+        notes.push(format!(
+            "{}: no picture of {} ({}{}): its accuracy (and --checkpoint-best) scores the other classes only; add some of each",
+            f.dir.display(),
+            crate::text::counted(missing.len(), "class"),
+            shown.join(", "),
+            if missing.len() > shown.len() { ", ..." } else { "" }
+        ));
+    }
     if !f.ignored.is_empty() {
         let total = f.ignored.values().sum::<usize>();
         let by: Vec<String> = f.ignored.iter().map(|(e, n)| format!("{e} {n}")).collect();
