@@ -54,6 +54,9 @@ pub enum DataSpec {
     },
 }
 
+/// Folder names of a set's splits rather than of a set.
+const SPLIT_FOLDERS: [&str; 6] = ["train", "training", "val", "valid", "validation", "test"];
+
 const DATA_HELP: &str = "use digits, cifar10:DIR, cifar100:DIR[,labels=coarse], images:DIR, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
 
 /// The first path of `parts` (the comma-separated pieces of a data spec), and the pieces after
@@ -257,7 +260,8 @@ impl DataSpec {
         }
     }
 
-    /// A short name for the data: `digits`, a file's stem, `synthetic` or `synthetic-images`.
+    /// A short name for the data: `digits`, a file's stem, a folder's name (`cats-train` for
+    /// `cats/train`), `synthetic` or `synthetic-images`.
     pub fn short_name(&self) -> String {
         let stem = |p: &std::path::Path| {
             p.file_stem()
@@ -270,9 +274,23 @@ impl DataSpec {
             DataSpec::Synthetic { .. } => "synthetic".into(),
             DataSpec::SyntheticImages { .. } => "synthetic-images".into(),
             DataSpec::Cifar { kind, .. } => kind.name().into(),
-            DataSpec::Images { dir } => dir
-                .file_name()
-                .map_or("images".into(), |s| s.to_string_lossy().into_owned()),
+            DataSpec::Images { dir } => {
+                fn name(p: &Path) -> Option<std::borrow::Cow<'_, str>> {
+                    p.file_name().map(|s| s.to_string_lossy())
+                }
+                match name(dir) {
+                    // a split's folder (`cats/train`, as the refusal of train/ + test/ asks
+                    // for) is named with its set's, so that every set's runs are not `train`
+                    Some(n) if SPLIT_FOLDERS.contains(&n.to_lowercase().as_str()) => {
+                        match dir.parent().and_then(name) {
+                            Some(set) => format!("{set}-{n}"),
+                            None => n.into_owned(),
+                        }
+                    }
+                    Some(n) => n.into_owned(),
+                    None => "images".into(),
+                }
+            }
         }
     }
 }

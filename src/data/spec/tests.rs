@@ -239,6 +239,8 @@ fn display_round_trips_and_short_names() {
         "idx:d/train-images.gz,l",
         "synthetic-images:10,1,8,8,2",
         "images:photos/pets/",
+        "images:tiny/Train",
+        "images:train",
         "cifar100:x",
     ]
     .iter()
@@ -252,6 +254,8 @@ fn display_round_trips_and_short_names() {
             "train-images",
             "synthetic-images",
             "pets",
+            "tiny-Train",
+            "train",
             "cifar100"
         ]
     );
