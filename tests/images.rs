@@ -456,7 +456,11 @@ fn train_and_val_folders_and_val_data() {
     assert!(!d.description.contains("the training data itself"));
     // ... which holds no bee: said, as its accuracy scores ants only
     let lacks = format!("{}: no picture of 1 class (bee)", other.display());
-    assert!(d.notes.iter().any(|n| n.starts_with(&lacks)), "{:?}", d.notes);
+    assert!(
+        d.notes.iter().any(|n| n.starts_with(&lacks)),
+        "{:?}",
+        d.notes
+    );
     // the training folder again: said to show fit, not what was not seen
     let o = opts(|o| {
         o.val_fraction = None;

@@ -1,0 +1,129 @@
+use super::*;
+use crossbeam_channel::unbounded;
+
+#[test]
+fn controller_rejects_bad_batches() {
+    let (tx, _rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(1));
+    assert_eq!(c.set_batch_per_replica(0), Err(ControlError::BadBatch(0)));
+    // before the GPU has told: too early; after: held to what it told
+    assert_eq!(
+        c.set_batch_per_replica(64),
+        Err(ControlError::DevicesStarting)
+    );
+    c.devices.tell(100);
+    assert!(c.set_batch_per_replica(64).is_ok());
+    assert!(c.set_batch_per_replica(100).is_ok());
+    assert_eq!(
+        c.set_batch_per_replica(101),
+        Err(ControlError::TooLargeForDevices {
+            batch: 101,
+            max: 100
+        })
+    );
+    // a training split of 150 samples over 2 ranks: 75 per replica takes it all
+    assert_eq!(data_batch_cap(150, 2, 1), 75);
+    assert_eq!(data_batch_cap(151, 2, 1), 76);
+    assert_eq!(data_batch_cap(150, 2, 4), 19);
+    let c = c.within_data(150, 2, 1);
+    assert!(c.set_batch_per_replica(75).is_ok());
+    let e = c.set_batch_per_replica(76).unwrap_err();
+    assert_eq!(
+        e,
+        ControlError::LargerThanData {
+            batch: 76,
+            max: 75,
+            samples: 150
+        }
+    );
+    assert!(e.to_string().contains("at most 75 per replica"), "{e}");
+    // a model whose batch norm a batch of 1 makes of one value per channel
+    assert!(c.set_batch_per_replica(1).is_ok());
+    let c = c.not_one(Some("batch norm `bn.1` would ...".into()));
+    let e = c.set_batch_per_replica(1).unwrap_err().to_string();
+    assert_eq!(e, "batch norm `bn.1` would ...: use 2 or more");
+    assert!(c.set_batch_per_replica(2).is_ok());
+}
+
+#[test]
+fn decision_round_trips_and_pause_blocks_until_resume() {
+    let d = Decision {
+        batch: Some(128),
+        checkpoint: true,
+        stop: Some(false),
+        was_paused: true,
+        hold: false,
+    };
+    assert_eq!(Decision::decode(d.encode()), d);
+    let (tx, rx) = unbounded();
+    let mut dec = Decider::new(rx);
+    tx.send(Control::SetBatch(64).into()).unwrap();
+    tx.send(Control::Pause.into()).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        tx.send(Control::Resume.into()).unwrap();
+    });
+    let mut log = Vec::new();
+    let d = dec.decide(&mut |h| log.push(h));
+    t.join().unwrap();
+    assert_eq!(log, vec![Heard::Paused(true), Heard::Paused(false)]);
+    assert_eq!(d.batch, Some(64));
+    assert!(d.was_paused);
+}
+
+#[test]
+fn the_decider_names_who_asked_where_the_sender_said() {
+    let (tx, rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(0));
+    let mut dec = Decider::new(rx);
+    c.checkpoint().unwrap();
+    c.send_for(Control::Stop { checkpoint: false }, "client 7".into())
+        .unwrap();
+    let mut log = Vec::new();
+    let d = dec.decide(&mut |h| log.push(h));
+    assert_eq!((d.checkpoint, d.stop), (true, Some(false)));
+    let stop = Control::Stop { checkpoint: false };
+    assert_eq!(log, vec![Heard::Asked(stop, "client 7".into())]);
+    // a bad batch is refused before it travels: nothing to name
+    assert!(c.send_for(Control::SetBatch(0), "client 7".into()).is_err());
+    dec.decide(&mut |h| log.push(h));
+    assert_eq!(log.len(), 1);
+}
+
+#[test]
+fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
+    let (tx, rx) = unbounded();
+    let mut dec = Decider::new(rx);
+    tx.send(Control::Checkpoint.into()).unwrap();
+    tx.send(Control::Pause.into()).unwrap();
+    tx.send(Control::SetBatch(16).into()).unwrap();
+    let mut log = Vec::new();
+    // the checkpoint is written while paused, the ranks meeting for it
+    let held = dec.decide(&mut |h| log.push(h));
+    assert_eq!(
+        held,
+        Decision {
+            hold: true,
+            checkpoint: true,
+            ..Decision::default()
+        }
+    );
+    // paused longer than one hold: the ranks meet, nothing else is applied yet
+    let held = dec.decide(&mut |h| log.push(h));
+    assert_eq!(
+        held,
+        Decision {
+            hold: true,
+            ..Decision::default()
+        }
+    );
+    tx.send(Control::Checkpoint.into()).unwrap();
+    assert!(dec.decide(&mut |h| log.push(h)).checkpoint);
+    tx.send(Control::Resume.into()).unwrap();
+    let d = dec.decide(&mut |h| log.push(h));
+    assert_eq!(
+        (d.batch, d.checkpoint, d.was_paused, d.hold),
+        (Some(16), false, true, false)
+    );
+    assert_eq!(log, vec![Heard::Paused(true), Heard::Paused(false)]);
+}

@@ -1,0 +1,91 @@
+//! Why a straggler is slow: the evidence first (where its extra time goes), then what is known
+//! about its device and host.
+
+use super::{median, Cause, Detector};
+
+impl Detector {
+    /// The evidence first (where the extra time goes), then what is known about the rank.
+    pub(super) fn explain(
+        &self,
+        r: usize,
+        fastest: usize,
+        work: &[f64],
+        data: &[f64],
+        comm: &[f64],
+    ) -> Cause {
+        let extra = work[r] - work[fastest];
+        let extra_data = data[r] - data[fastest];
+        if extra > 0.0 && extra_data >= 0.5 * extra {
+            return Cause::DataBound {
+                data_ms: data[r],
+                fastest_data_ms: data[fastest],
+            };
+        }
+        if let Some(Some(flag)) = self.ctx.injected.get(r) {
+            return Cause::Injected(flag.clone());
+        }
+        if let Some(c) = self.network(r, comm) {
+            return c;
+        }
+        let throttled = |rank: usize| {
+            self.throttle
+                .get(rank)
+                .copied()
+                .flatten()
+                .filter(|t| !crate::observe::nvml::throttle_names(t.0).is_empty())
+        };
+        if let (Some((reasons, clock, max)), None) = (throttled(r), throttled(fastest)) {
+            return Cause::Throttled {
+                reasons: crate::observe::nvml::throttle_names(reasons),
+                sm_clock_mhz: clock,
+                sm_clock_max_mhz: max,
+            };
+        }
+        if let Some(Some(m)) = self.ctx.models.get(r) {
+            let peers = self.ctx.models.iter().enumerate().filter(|(o, _)| *o != r);
+            if peers.clone().any(|(_, p)| p.as_ref() != Some(m)) {
+                return Cause::Heterogeneous { model: m.clone() };
+            }
+        }
+        let workers = work.len();
+        if self.oversubscribed(workers) && self.ctx.models.iter().all(Option::is_none) {
+            return Cause::Oversubscribed {
+                workers,
+                cores: self.ctx.cores,
+            };
+        }
+        Cause::Unknown
+    }
+
+    /// Rank `r`'s whole host moving data in the all-reduce for at least 1.5 times as long as
+    /// the other hosts' ranks (medians), by at least `min_gap`.
+    fn network(&self, r: usize, comm: &[f64]) -> Option<Cause> {
+        let hosts = &self.ctx.hosts;
+        let host = hosts.get(r)?;
+        if hosts.len() != comm.len() {
+            return None;
+        }
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for (h, &c) in hosts.iter().zip(comm) {
+            if h == host {
+                ours.push(c)
+            } else {
+                theirs.push(c)
+            }
+        }
+        if theirs.is_empty() {
+            return None;
+        }
+        // the whole host: every one of its ranks spends at least this
+        let comm_ms = ours.iter().copied().fold(f64::INFINITY, f64::min);
+        let others_comm_ms = median(&mut theirs);
+        let gap_ms = self.cfg.min_gap.as_secs_f64() * 1e3;
+        (comm_ms >= 1.5 * others_comm_ms && comm_ms - others_comm_ms >= gap_ms).then(|| {
+            Cause::Network {
+                host: host.clone(),
+                comm_ms,
+                others_comm_ms,
+            }
+        })
+    }
+}
