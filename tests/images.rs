@@ -2,6 +2,8 @@
 //! RGBA, 16-bit, EXIF-rotated, corrupt, truncated, a decompression bomb), CIFAR binaries, and
 //! what the loader makes of them: classes, pixels, augmentation, validation sets, errors.
 
+mod common;
+
 use std::io::Cursor;
 use std::path::Path;
 
@@ -755,16 +757,8 @@ fn a_folder_s_class_names_go_with_its_checkpoints_and_exports() {
         }
     }
     let run = |args: &[&str]| {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-            .current_dir(tmp.path())
-            .args(args)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let o = common::cli::run_in(tmp.path(), args);
+        let text = common::cli::text(&o);
         assert!(o.status.success(), "{text}");
         text
     };

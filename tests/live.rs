@@ -543,23 +543,26 @@ fn attaching_to_a_run_still_starting_says_so() {
     assert!(err.contains("no live run under runs/big"), "{err}");
 }
 
+/// `--resume run` of the run `Run::start` made in `dir`, refused: what it said.
+fn resume_refused(dir: &std::path::Path) -> String {
+    let args = [
+        "--headless",
+        "--data",
+        "synthetic:2000,32,4",
+        "--resume",
+        "run",
+    ];
+    let o = common::cli::run_in(dir, &args);
+    let err = common::cli::text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    err
+}
+
 #[test]
 fn resuming_a_run_still_running_without_a_checkpoint_says_how_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
-    let resume = || {
-        let args = [
-            "--headless",
-            "--data",
-            "synthetic:2000,32,4",
-            "--resume",
-            "run",
-        ];
-        let o = common::cli::run_in(dir.path(), &args);
-        let err = common::cli::text(&o);
-        assert_eq!(o.status.code(), Some(1), "{err}");
-        err
-    };
+    let resume = || resume_refused(dir.path());
     let err = resume();
     assert!(
         err.contains("is still running and has written no checkpoint yet")
@@ -588,16 +591,7 @@ fn a_run_stopped_without_a_checkpoint_says_it_cannot_be_resumed_and_why() {
         "{log}"
     );
     assert!(!log.contains("resume with"), "{log}");
-    let args = [
-        "--headless",
-        "--data",
-        "synthetic:2000,32,4",
-        "--resume",
-        "run",
-    ];
-    let o = common::cli::run_in(dir.path(), &args);
-    let err = common::cli::text(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let err = resume_refused(dir.path());
     assert!(
         err.contains("was stopped and has no checkpoint") && err.contains("start it again"),
         "{err}"
