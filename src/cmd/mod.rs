@@ -15,8 +15,6 @@ pub mod selftest;
 pub mod train;
 pub mod view;
 
-/// Training, the default command: in this process, or as one process of several under a
-/// launcher (mpirun, srun).
 /// A run of this process trained its whole budget: a signal that came after its last step's
 /// boundary (its final validation, checkpoint or last lines) interrupted nothing.
 static COMPLETED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -31,6 +29,8 @@ fn ran(result: &crate::engine::RunResult) {
     COMPLETED.store(!result.stopped, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Training, the default command: in this process, or as one process of several under a
+/// launcher (mpirun, srun).
 pub fn train(args: crate::cli::TrainArgs, on_signals: &train::OnSignals) -> anyhow::Result<()> {
     if cfg!(unoptimized) {
         crate::tell!("note: this is a debug build (cargo run without --release): it trains many times slower than a release build (cargo run --release -- ..., or cargo install --path .)");

@@ -280,9 +280,9 @@ pub(super) fn train(
                 let arg = rundir::resume_arg(run_dir.as_deref(), p);
                 let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
                 // (stopped without a checkpoint after an earlier one: the steps since are lost)
+                // (none said where the checkpoint's step could not be read)
                 let lost = match result.steps.saturating_sub(step) {
-                    _ if step == 0 => String::new(),
-                    0 => String::new(),
+                    n if n == 0 || step == 0 => String::new(),
                     1 => format!(" (its checkpoint of step {step}: the step after it was stopped without one)"),
                     n => format!(
                         " (its checkpoint of step {step}: the {n} steps after it were stopped without one)"
