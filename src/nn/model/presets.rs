@@ -258,7 +258,7 @@ fn resnet(b: &mut Builder, depth: usize, classes: usize, small: bool) -> Result<
         _ => unreachable!("resnet{depth} is not a preset"),
     };
     let x = if small {
-        b.note_stem("CIFAR stem for small images: 3x3 stride 1 conv, no max pool");
+        b.note_stem("CIFAR stem for pictures of 64x64 or less (3x3 stride 1 conv, no max pool): the whole picture reaches layer1, about 10 times the compute of ImageNet's stem at that size; --image-size 65 or more takes ImageNet's stem (and ImageNet's weights)");
         b.torchvision_changes(
             "model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False); model.maxpool = torch.nn.Identity()",
         );
