@@ -284,11 +284,25 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     let done = export(&run.join("checkpoints"), &out).unwrap();
     let n = done.tensors;
     assert_eq!(done.torchvision_changes, None);
+    // torchvision has no such model: its module is written beside the weights
     let how = done.how_to_load(&out);
+    let py = dir.path().join("trained.py");
+    assert_eq!(done.module.as_deref(), Some(py.as_path()));
     assert!(
-        how.starts_with("load in PyTorch: model.load_state_dict(")
-            && how.contains("on a torch.nn.Module whose parameters have the file's names"),
+        how.starts_with(&format!(
+            "load in PyTorch: model = runpy.run_path(\"{}\")[\"Net\"](); model.load_state_dict(",
+            py.display()
+        )),
         "{how}"
+    );
+    let source = std::fs::read_to_string(&py).unwrap();
+    assert!(
+        source.starts_with(mgtop::nn::model::pytorch::MARK)
+            && source.contains("--model conv4k3p1,bn,basic4,gap on 3x8x8 inputs, 3 classes")
+            && source.contains(
+                "self._add(\"basic.2.conv1\", nn.Conv2d(4, 4, 3, padding=1, bias=False))"
+            ),
+        "{source}"
     );
     let bytes = std::fs::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
@@ -602,6 +616,7 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.path().join("end.py").is_file() && dir.path().join("later.py").is_file());
     let (a, b) = (
         std::fs::read(dir.path().join("end.safetensors")).unwrap(),
         std::fs::read(dir.path().join("later.safetensors")).unwrap(),
@@ -633,16 +648,23 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
 
 #[test]
 fn an_export_says_which_pytorch_model_takes_it() {
+    let exported = |model: &str, changes: Option<&str>| mgtop::engine::weights::Exported {
+        checkpoint: PathBuf::new(),
+        tensors: 1,
+        torchvision_changes: changes.map(String::from),
+        model: model.into(),
+        classes: 2,
+        named: false,
+        module: None,
+        no_module: None,
+    };
     let how = |model: &str, changes: Option<&str>| {
-        let done = mgtop::engine::weights::Exported {
-            checkpoint: PathBuf::new(),
-            tensors: 1,
-            torchvision_changes: changes.map(String::from),
-            model: model.into(),
-            classes: 2,
-            named: false,
-        };
+        let done = exported(model, changes);
         done.how_to_load(Path::new("w.safetensors"))
+    };
+    let without = |why: &str| mgtop::engine::weights::Exported {
+        no_module: Some(why.into()),
+        ..exported("mlp:128", None)
     };
     assert_eq!(
         how("mobilenetv2", None),
@@ -656,6 +678,63 @@ fn an_export_says_which_pytorch_model_takes_it() {
     );
     assert!(how("resnet20", None).contains("a CIFAR ResNet (torchvision has none)"));
     assert!(how("mlp:128", None).contains("torch.nn.Module whose parameters have the file's names"));
+    let how = without("the checkpoint recorded no --model").how_to_load(Path::new("w.safetensors"));
+    assert!(
+        how.ends_with("(no module was written beside it: the checkpoint recorded no --model)"),
+        "{how}"
+    );
+}
+
+/// The module beside an export: it replaces a module an export wrote, never another file (the
+/// weights are then not written either); a checkpoint whose weights do not fit the model it
+/// recorded gets its weights exported and no module, saying why.
+#[test]
+fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let cfg = RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        model: "mlp:8".parse().unwrap(),
+        data: "synthetic:64,6,3".parse().unwrap(),
+        budget: Budget::Steps(2),
+        batch_per_replica: 8,
+        checkpoint_dir: run.join("checkpoints"),
+        run_dir: Some(run.clone()),
+        ..RunConfig::default()
+    };
+    Engine::run(cfg).unwrap();
+    let out = dir.path().join("w.safetensors");
+    let py = dir.path().join("w.py");
+    std::fs::write(&py, "print('my own script')\n").unwrap();
+    let e = export(&run, &out).unwrap_err();
+    assert!(
+        e.contains("w.py is there and not a module an export wrote") && e.contains("another name"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_to_string(&py).unwrap(),
+        "print('my own script')\n"
+    );
+    std::fs::remove_file(&py).unwrap();
+    export(&run, &out).unwrap();
+    let first = std::fs::read_to_string(&py).unwrap();
+    assert!(first.contains("nn.Linear(6, 8)"), "{first}");
+    export(&run, &out).unwrap();
+    assert_eq!(std::fs::read_to_string(&py).unwrap(), first);
+    // a state.json edited to another model: the weights go out as they are, no module
+    let state = run.join("checkpoints/step-00000002/state.json");
+    let text = std::fs::read_to_string(&state).unwrap();
+    std::fs::write(&state, text.replace("\"mlp:8\"", "\"mlp:9\"")).unwrap();
+    std::fs::remove_file(&py).unwrap();
+    let done = export(&run, &out).unwrap();
+    assert!(!py.exists());
+    let why = done.no_module.unwrap();
+    assert!(
+        why.contains("the weights do not fit its model `mlp:9` on 6 inputs")
+            && why.contains("mlp.0.bias is [8] in the file, [9] in the model"),
+        "{why}"
+    );
 }
 
 #[test]

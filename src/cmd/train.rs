@@ -77,6 +77,9 @@ pub(super) fn train(
             true => {}
             false => {
                 weights::export_target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
+                if !cfg.model.in_torchvision() {
+                    weights::module::target(out).map_err(|e| anyhow::anyhow!("--export {e}"))?;
+                }
             }
         }
     }

@@ -63,6 +63,10 @@ pub struct CheckpointMeta {
     /// validation replaces it only where that is higher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_accuracy: Option<f32>,
+    /// The model's input per sample (`3x32x32`, `784`; absent in older checkpoints): `export`
+    /// rebuilds the model to write its PyTorch module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
     /// Each output's class name, output 0's first (a folder's classes, CIFAR's); absent where
     /// the data names none (tables, synthetic sets) and in older checkpoints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -220,6 +224,7 @@ impl CheckpointMeta {
             run_dir: None,
             origin: None,
             torchvision_changes: None,
+            input: None,
             train_samples: None,
             train_fingerprint: None,
             epoch_sum: None,

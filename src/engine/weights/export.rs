@@ -11,6 +11,8 @@ use crate::data::host_memory;
 use crate::data::read::{self, Expect};
 use crate::engine::checkpoint;
 
+use super::module;
+
 /// What to export in place of the damaged checkpoint `dir`.
 fn export_instead(dir: &Path) -> String {
     let with = |p: &Path| {
@@ -70,6 +72,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     let passes = meta.optimizer_steps * meta.grad_accum() as u64;
     let steps = (passes as i64).to_le_bytes();
     let mut views: Vec<(String, TensorView)> = Vec::new();
+    let mut shapes: Vec<(String, Vec<usize>)> = Vec::new();
     let mut names: Vec<String> = st.names().into_iter().cloned().collect();
     names.sort();
     for name in names.iter().filter(|n| !n.starts_with("optim.")) {
@@ -93,6 +96,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
                 instead()
             ));
         }
+        shapes.push((name.clone(), v.shape().to_vec()));
         views.push((name.clone(), v));
         if let Some(bn) = name.strip_suffix("running_mean") {
             let t = TensorView::new(Dtype::I64, Vec::new(), &steps).expect("one i64 scalar");
@@ -112,22 +116,37 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         info.insert("mgtop.classes".into(), names);
     }
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
-    let out = &export_target(out)?;
-    crate::data::write::replace_file(out, &bytes).map_err(|e| {
+    let model = (meta.config.get("model").and_then(|m| m.as_str()))
+        .unwrap_or_default()
+        .to_string();
+    // a model torchvision has no class for: its module beside the weights, where it can be made
+    let (module, no_module) = match module::wanted(&model) {
+        true => match module::source(&meta, &shapes) {
+            Ok(source) => (Some((module::target(out)?, source)), None),
+            Err(why) => (None, Some(why)),
+        },
+        false => (None, None),
+    };
+    let cannot_write = |p: &Path, e: std::io::Error| {
         format!(
             "cannot write {}: {e}; check the folder exists, is writable and has space",
-            out.display()
+            p.display()
         )
-    })?;
+    };
+    let target = &export_target(out)?;
+    crate::data::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
+    if let Some((py, source)) = &module {
+        crate::data::write::replace_file(py, source.as_bytes()).map_err(|e| cannot_write(py, e))?;
+    }
     Ok(Exported {
         checkpoint: dir,
         tensors: n,
         torchvision_changes: meta.torchvision_changes,
-        model: (meta.config.get("model").and_then(|m| m.as_str()))
-            .unwrap_or_default()
-            .to_string(),
+        model,
         classes: meta.dims.last().copied().unwrap_or(0),
         named: !meta.classes.is_empty(),
+        module: module.map(|(py, _)| py),
+        no_module,
     })
 }
 
@@ -144,6 +163,10 @@ pub struct Exported {
     pub classes: usize,
     /// Whether the file's metadata names the classes (`mgtop.classes`).
     pub named: bool,
+    /// The PyTorch module written beside the weights (`module`), or why none could be (for a
+    /// model torchvision has no class for).
+    pub module: Option<PathBuf>,
+    pub no_module: Option<String>,
 }
 
 impl Exported {
@@ -161,6 +184,16 @@ impl Exported {
             "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
             out.display()
         );
+        if let Some(py) = &self.module {
+            return format!(
+                "load in PyTorch: model = runpy.run_path(\"{}\")[\"Net\"](); {load}",
+                py.display()
+            );
+        }
+        let why = match &self.no_module {
+            Some(why) => format!(" (no module was written beside it: {why})"),
+            None => String::new(),
+        };
         // the PyTorch module whose names these are
         let classes = self.classes;
         let torchvision = match self.model.split(':').collect::<Vec<_>>()[..] {
@@ -183,11 +216,11 @@ impl Exported {
                 "the model was built for small pictures: in PyTorch first `{c}` on torchvision's model, then {load}"
             ),
             (_, None) if self.model.starts_with("resnet") => format!(
-                "load in PyTorch: {load}, on a CIFAR ResNet (torchvision has none) named as torchvision's ResNet: conv1, bn1, layer1.0.conv1, ..., fc"
+                "load in PyTorch: {load}, on a CIFAR ResNet (torchvision has none) named as torchvision's ResNet: conv1, bn1, layer1.0.conv1, ..., fc{why}"
             ),
             // an MLP or a layer list: a module of the file's names and shapes
             (_, None) => format!(
-                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open(F, \"pt\") lists them); linear weights are [out, in]"
+                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open(F, \"pt\") lists them); linear weights are [out, in]{why}"
             ),
         }
     }

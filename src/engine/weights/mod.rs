@@ -14,6 +14,7 @@ use crate::data::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
 
 mod export;
+pub mod module;
 pub use export::{export, export_target, Exported};
 
 /// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's

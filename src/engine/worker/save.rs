@@ -121,6 +121,7 @@ impl Worker {
             // (filled in as the weights are written)
             weights_crc32c: None,
             val_accuracy,
+            input: Some(self.model.input.to_string()),
             // (the training set's: the first of the run's picture sets)
             classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
         };

@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod interp;
 mod op;
 mod presets;
+pub mod pytorch;
 mod spec;
 
 pub use crate::nn::window::Window;

@@ -37,6 +37,15 @@ impl ModelSpec {
         }
     }
 
+    /// Whether torchvision has a class of these names (resnet18/34/50, mobilenet_v2): `export`
+    /// names it, where for the others it writes the module (`pytorch::module`).
+    pub fn in_torchvision(&self) -> bool {
+        matches!(
+            self,
+            ModelSpec::Preset(Preset::ResNet { .. } | Preset::MobileNetV2 { .. })
+        )
+    }
+
     /// The graph on samples of shape `input` with `classes` outputs.
     pub fn build(&self, input: Shape, classes: usize) -> Result<Model, String> {
         if classes == 0 {

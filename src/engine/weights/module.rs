@@ -1,0 +1,214 @@
+//! The PyTorch module `export` writes beside the weights of a model torchvision has no class
+//! for (an MLP, a layer list, a CIFAR ResNet): the checkpoint's model rebuilt from its record
+//! and held to the weights it wrote.
+
+use std::path::{Path, PathBuf};
+
+use crate::engine::checkpoint::CheckpointMeta;
+use crate::nn::layers::Shape;
+use crate::nn::model::{pytorch, ModelSpec};
+
+/// Where the module of the export `out` goes: `model.safetensors` beside `model.py`.
+pub fn path_for(out: &Path) -> PathBuf {
+    let py = out.with_extension("py");
+    match py == out {
+        true => PathBuf::from(format!("{}.py", out.display())),
+        false => py,
+    }
+}
+
+/// Whether `export` writes a module for `--model` `model`: one torchvision has no class for.
+pub fn wanted(model: &str) -> bool {
+    model
+        .parse::<ModelSpec>()
+        .is_ok_and(|s| !s.in_torchvision())
+}
+
+/// `path_for(out)`, where a module may be written: a new file or one an export wrote (its first
+/// line says so), never another file.
+pub fn target(out: &Path) -> Result<PathBuf, String> {
+    let py = path_for(out);
+    let ours = || {
+        let head = std::fs::read(&py).unwrap_or_default();
+        head.starts_with(pytorch::MARK.as_bytes())
+    };
+    match std::fs::symlink_metadata(&py) {
+        Err(_) => Ok(py),
+        Ok(m) if m.is_file() && ours() => Ok(py),
+        Ok(_) => Err(format!(
+            "{} is there and not a module an export wrote; the export writes the model's PyTorch module there: remove it, or give the export another name",
+            py.display()
+        )),
+    }
+}
+
+/// The module of the checkpoint described by `meta`, whose weights and statistics are `shapes`
+/// (name and shape each); Err says why there is none (a checkpoint that recorded no model, or
+/// weights that do not fit the model it recorded).
+pub fn source(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result<String, String> {
+    let recorded = meta.config.get("model").and_then(|m| m.as_str());
+    let text = recorded.ok_or("the checkpoint recorded no --model")?;
+    let spec: ModelSpec = (text.parse())
+        .map_err(|e| format!("its model `{text}` is not one this version builds ({e})"))?;
+    let classes = *meta.dims.last().ok_or("the checkpoint recorded no sizes")?;
+    let mut have: Vec<&(String, Vec<usize>)> = (shapes.iter())
+        .filter(|(n, _)| !n.ends_with("num_batches_tracked"))
+        .collect();
+    have.sort();
+    let mut first_error = None;
+    for input in inputs(meta, &spec)? {
+        let fits = (spec.build(input, classes))
+            .map_err(|e| format!("its model `{spec}` does not build on {input} inputs: {e}"))
+            .and_then(|model| {
+                let mut want: Vec<(String, Vec<usize>)> = (model.tensors.iter())
+                    .chain(&model.buffers)
+                    .map(|t| (t.name.clone(), t.shape.clone()))
+                    .collect();
+                want.sort();
+                match mismatch(&want, &have) {
+                    Some(why) => Err(format!(
+                        "the weights do not fit its model `{spec}` on {input} inputs: {why}"
+                    )),
+                    None => Ok(model),
+                }
+            });
+        match fits {
+            Ok(model) => {
+                let about = format!(
+                    "--model {spec} on {input} inputs, {classes} classes\n--data {}\nweights of step {}",
+                    meta.data, meta.step
+                );
+                return Ok(pytorch::module(&model, &about));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| {
+        "the checkpoint, from an older version, did not record its input's shape".into()
+    }))
+}
+
+/// The first difference between the model's tensors and the file's, both sorted by name.
+fn mismatch(want: &[(String, Vec<usize>)], have: &[&(String, Vec<usize>)]) -> Option<String> {
+    let shape = |s: &[usize]| format!("{s:?}");
+    for (w, h) in want.iter().zip(have) {
+        match w.0.cmp(&h.0) {
+            std::cmp::Ordering::Equal if w.1 != h.1 => {
+                return Some(format!(
+                    "{} is {} in the file, {} in the model",
+                    w.0,
+                    shape(&h.1),
+                    shape(&w.1)
+                ))
+            }
+            std::cmp::Ordering::Equal => {}
+            std::cmp::Ordering::Less => return Some(format!("the file has no {}", w.0)),
+            std::cmp::Ordering::Greater => return Some(format!("the model has no {}", h.0)),
+        }
+    }
+    match want.len().cmp(&have.len()) {
+        std::cmp::Ordering::Greater => Some(format!("the file has no {}", want[have.len()].0)),
+        std::cmp::Ordering::Less => Some(format!("the model has no {}", have[want.len()].0)),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
+/// The model's input: as the checkpoint recorded it, or for checkpoints from before that was
+/// recorded, flat for an MLP and else each square picture its values make (3 channels first).
+fn inputs(meta: &CheckpointMeta, spec: &ModelSpec) -> Result<Vec<Shape>, String> {
+    let len = *meta
+        .dims
+        .first()
+        .ok_or("the checkpoint recorded no sizes")?;
+    if let Some(s) = &meta.input {
+        let shape = parse_input(s).ok_or_else(|| format!("its input `{s}` is not CxHxW or N"))?;
+        return Ok(vec![shape]);
+    }
+    if spec.is_mlp() {
+        return Ok(vec![Shape::Flat(len)]);
+    }
+    let side = |c: usize| ((len / c) as f64).sqrt().round() as usize;
+    Ok([3, 1, 4, 2]
+        .into_iter()
+        .filter(|&c| c * side(c) * side(c) == len)
+        .map(|c| Shape::Image {
+            c,
+            h: side(c),
+            w: side(c),
+        })
+        .collect())
+}
+
+/// `3x32x32` or `784`, as `Shape` writes them.
+pub fn parse_input(s: &str) -> Option<Shape> {
+    match crate::data::parse_shape(s) {
+        Ok([c, h, w]) => Some(Shape::Image { c, h, w }),
+        Err(_) => s.parse().ok().filter(|&n| n > 0).map(Shape::Flat),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tensors' names and shapes `spec` has on `input`, and a checkpoint of it that did not
+    /// record its input (as before it was recorded).
+    fn older(
+        spec: &str,
+        input: Shape,
+        classes: usize,
+    ) -> (CheckpointMeta, Vec<(String, Vec<usize>)>) {
+        let m = (spec.parse::<ModelSpec>().unwrap())
+            .build(input, classes)
+            .unwrap();
+        let shapes = (m.tensors.iter().chain(&m.buffers))
+            .map(|t| (t.name.clone(), t.shape.clone()))
+            .collect();
+        let meta = CheckpointMeta {
+            dims: vec![input.numel(), classes],
+            config: serde_json::json!({ "model": spec }),
+            ..CheckpointMeta::example()
+        };
+        (meta, shapes)
+    }
+
+    #[test]
+    fn an_older_checkpoint_s_input_is_the_square_picture_its_weights_fit() {
+        let (meta, shapes) = older("resnet20", Shape::Image { c: 3, h: 8, w: 8 }, 10);
+        let py = source(&meta, &shapes).unwrap();
+        assert!(
+            py.contains("--model resnet20 on 3x8x8 inputs, 10 classes"),
+            "{py}"
+        );
+        // 64 values: 1x8x8 or 4x4x4, and the first convolution's weights say which
+        let (meta, shapes) = older("conv8k3,dense4", Shape::Image { c: 4, h: 4, w: 4 }, 2);
+        let py = source(&meta, &shapes).unwrap();
+        assert!(py.contains("x.reshape(x.shape[0], 4, 4, 4)"), "{py}");
+        let (meta, shapes) = older("mlp:5", Shape::Flat(7), 2);
+        assert!(source(&meta, &shapes).unwrap().contains("nn.Linear(7, 5)"));
+        // recorded: taken as it is, and held to the weights
+        let (mut meta, shapes) = older("conv8k3,dense4", Shape::Image { c: 1, h: 4, w: 16 }, 2);
+        meta.input = Some("1x4x16".into());
+        assert!(source(&meta, &shapes)
+            .unwrap()
+            .contains("x.reshape(x.shape[0], 1, 4, 16)"));
+        meta.input = Some("1x8x8".into());
+        let e = source(&meta, &shapes).unwrap_err();
+        assert!(
+            e.contains("do not fit its model `conv8k3,dense4` on 1x8x8 inputs"),
+            "{e}"
+        );
+        let (meta, _) = older("mlp:5", Shape::Flat(7), 2);
+        let e = source(
+            &CheckpointMeta {
+                config: serde_json::json!({}),
+                ..meta
+            },
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e, "the checkpoint recorded no --model");
+    }
+}

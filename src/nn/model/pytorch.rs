@@ -1,0 +1,138 @@
+//! A model graph written as a PyTorch module: what `export` writes beside the weights of a model
+//! torchvision has no class for (an MLP, a layer list, a CIFAR ResNet). Its `state_dict` has the
+//! names and shapes of the exported weights, and its forward pass is the graph's, op for op.
+
+use std::fmt::Write;
+
+use super::op::{Act, Op};
+use super::Model;
+use crate::nn::layers::Shape;
+
+/// The first line of every module written: `export` replaces a file that starts with it, and
+/// no other.
+pub const MARK: &str = "# written by mgtop-train export";
+
+/// The Python source of a module `Net` computing `m`'s logits; `about` says what it is (the
+/// model's spec and data), in its first lines.
+pub fn module(m: &Model, about: &str) -> String {
+    let mut init = String::new();
+    let mut forward = String::new();
+    let first = match m.input {
+        // (rows of a table or flat vectors alike)
+        Shape::Image { c, h, w } => format!("x.reshape(x.shape[0], {c}, {h}, {w})"),
+        Shape::Flat(_) => "x.flatten(1)".to_string(),
+    };
+    let _ = writeln!(forward, "        x0 = {first}");
+    for node in &m.nodes {
+        let x = |i: usize| format!("x{}", node.inputs[i]);
+        let module = |name: &str, arg: String| format!("m(\"{name}\")({arg})");
+        let image = matches!(m.values[node.inputs[0]], Shape::Image { .. });
+        let expr = match node.op {
+            Op::Conv {
+                g, groups, bias, ..
+            } => {
+                let mut args = format!("{}, {}, {}", g.c, g.oc, g.k);
+                for (key, value, default) in [
+                    ("stride", g.stride, 1),
+                    ("padding", g.pad, 0),
+                    ("groups", groups, 1),
+                ] {
+                    if value != default {
+                        let _ = write!(args, ", {key}={value}");
+                    }
+                }
+                if !bias {
+                    args.push_str(", bias=False");
+                }
+                add(&mut init, &node.name, &format!("nn.Conv2d({args})"));
+                module(&node.name, x(0))
+            }
+            Op::BatchNorm { c, .. } => {
+                let dims = if image { "2d" } else { "1d" };
+                add(&mut init, &node.name, &format!("nn.BatchNorm{dims}({c})"));
+                module(&node.name, x(0))
+            }
+            Op::Linear { inp, out, bias, .. } => {
+                let b = if bias { "" } else { ", bias=False" };
+                add(
+                    &mut init,
+                    &node.name,
+                    &format!("nn.Linear({inp}, {out}{b})"),
+                );
+                let arg = match image {
+                    true => format!("{}.flatten(1)", x(0)),
+                    false => x(0),
+                };
+                module(&node.name, arg)
+            }
+            Op::Activation(_) => x(0),
+            Op::Add { .. } => format!("{} + {}", x(0), x(1)),
+            Op::MaxPool(w) => format!("F.max_pool2d({}, {}, {}, {})", x(0), w.k, w.stride, w.pad),
+            // (PyTorch's count_include_pad, as ours)
+            Op::AvgPool(w) => format!("F.avg_pool2d({}, {}, {}, {})", x(0), w.k, w.stride, w.pad),
+            Op::GlobalAvgPool { .. } => format!("{}.mean((2, 3))", x(0)),
+            Op::Dropout { p } => format!("F.dropout({}, {p}, self.training)", x(0)),
+        };
+        let expr = match node.op.act() {
+            Act::None => expr,
+            Act::Relu => format!("F.relu({expr})"),
+            Act::Relu6 => format!("F.relu6({expr})"),
+        };
+        let shape = m.values[node.output];
+        let _ = writeln!(forward, "        x{} = {expr}  # {shape}", node.output);
+    }
+    let _ = writeln!(forward, "        return x{}", m.output());
+    // (comments only: a control character in a path cannot start a line of code)
+    let about: String = (about.lines())
+        .map(|l| {
+            (l.chars()).map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+        })
+        .map(|l| l.collect::<String>())
+        .map(|l| format!("# {l}\n"))
+        .collect();
+    let input = match m.input {
+        Shape::Image { c, h, w } => format!("[N, {c}, {h}, {w}] (or [N, {}])", c * h * w),
+        Shape::Flat(n) => format!("[N, {n}]"),
+    };
+    format!(
+        r#"{MARK}: a PyTorch module whose state_dict has the names and shapes
+# of the exported weights, with mgtop-train's forward pass, op for op.
+{about}import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    """Takes x of shape {input}, as the run's data fed the model (pictures
+    resized and normalised as its start-up `data:` line says), and returns [N, {classes}] logits."""
+
+    def __init__(self):
+        super().__init__()
+{init}
+    def _add(self, name, module):
+        # under its dotted name, as the weights have it: `layer1.0.conv1` is conv1 of 0 of layer1
+        parent = self
+        *path, last = name.split(".")
+        for part in path:
+            if part not in parent._modules:
+                parent.add_module(part, nn.Module())
+            parent = parent._modules[part]
+        parent.add_module(last, module)
+
+    def forward(self, x):
+        m = self.get_submodule
+{forward}"#,
+        classes = m.classes(),
+    )
+}
+
+/// One `self._add(NAME, MODULE)` line of `__init__`.
+fn add(init: &mut String, name: &str, module: &str) {
+    let _ = writeln!(init, "        self._add(\"{name}\", {module})");
+}
+
+#[cfg(test)]
+mod tests;
