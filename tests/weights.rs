@@ -295,6 +295,9 @@ fn trained_weights_export_for_pytorch_and_load_back() {
         )),
         "{how}"
     );
+    let meta = st_metadata(&out);
+    assert_eq!(meta["mgtop.model"], "conv4k3p1,bn,basic4,gap");
+    assert_eq!(meta["mgtop.input"], "3x8x8");
     let source = std::fs::read_to_string(&py).unwrap();
     assert!(
         source.starts_with(mgtop::nn::model::pytorch::MARK)
@@ -828,6 +831,13 @@ fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
     let empty = f32_file(Vec::new());
     let e = import(empty.path(), &m, &mut p, &mut b).unwrap_err();
     assert!(e.contains("it holds no tensors"), "{e}");
+}
+
+/// A safetensors file's metadata.
+fn st_metadata(path: &Path) -> std::collections::HashMap<String, String> {
+    let bytes = std::fs::read(path).unwrap();
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    meta.metadata().clone().unwrap_or_default()
 }
 
 /// A safetensors file of F32 tensors: (name, values, shape).

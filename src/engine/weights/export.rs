@@ -110,15 +110,24 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         ("mgtop.data".to_string(), meta.data.clone()),
     ]
     .into();
+    // (what made the weights: the recorded --model and the input it was built for)
+    let model = (meta.config.get("model").and_then(|m| m.as_str()))
+        .unwrap_or_default()
+        .to_string();
+    for (key, value) in [
+        ("mgtop.model", Some(&model)),
+        ("mgtop.input", meta.input.as_ref()),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            info.insert(key.to_string(), v.clone());
+        }
+    }
     // (output i's class: what a classifier's user maps its argmax with)
     if !meta.classes.is_empty() {
         let names = serde_json::to_string(&meta.classes).map_err(|e| e.to_string())?;
         info.insert("mgtop.classes".into(), names);
     }
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
-    let model = (meta.config.get("model").and_then(|m| m.as_str()))
-        .unwrap_or_default()
-        .to_string();
     // a model torchvision has no class for: its module beside the weights, where it can be made
     let (module, no_module) = match module::wanted(&model) {
         true => match module::source(&meta, &shapes) {
