@@ -610,7 +610,7 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        out.contains("exported ") && out.contains("end.safetensors (--export; load in PyTorch: "),
+        out.contains("exported 4 tensors to end.safetensors and its PyTorch module to end.py (--export; load in PyTorch: "),
         "{out}"
     );
     let o = std::process::Command::new(bin)
@@ -660,6 +660,9 @@ fn an_export_says_which_pytorch_model_takes_it() {
         named: false,
         module: None,
         no_module: None,
+        replaced: false,
+        module_replaced: false,
+        stale_module: None,
     };
     let how = |model: &str, changes: Option<&str>| {
         let done = exported(model, changes);
@@ -671,12 +674,12 @@ fn an_export_says_which_pytorch_model_takes_it() {
     };
     assert_eq!(
         how("mobilenetv2", None),
-        "load in PyTorch: model = torchvision.models.mobilenet_v2(num_classes=2); model.load_state_dict(safetensors.torch.load_file(\"w.safetensors\"))"
+        "load in PyTorch: model = torchvision.models.mobilenet_v2(num_classes=2); model.load_state_dict(safetensors.torch.load_file(\"w.safetensors\")); model.eval()"
     );
     assert!(how("mobilenetv2:0.5", None).contains("mobilenet_v2(num_classes=2, width_mult=0.5)"));
     let small = how("resnet18", Some("model.maxpool = torch.nn.Identity()"));
     assert!(
-        small.contains("model = torchvision.models.resnet18(num_classes=2), then `model.maxpool"),
+        small.contains("model = torchvision.models.resnet18(num_classes=2); model.maxpool = torch.nn.Identity(); model.load_state_dict("),
         "{small}"
     );
     assert!(how("resnet20", None).contains("a CIFAR ResNet (torchvision has none)"));
@@ -711,7 +714,9 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
     std::fs::write(&py, "print('my own script')\n").unwrap();
     let e = export(&run, &out).unwrap_err();
     assert!(
-        e.contains("w.py is there and not a module an export wrote") && e.contains("another name"),
+        e.contains("w.safetensors: ")
+            && e.contains("w.py is there and not a module an export wrote")
+            && e.contains("another name"),
         "{e}"
     );
     assert!(!out.exists());
@@ -720,18 +725,43 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
         "print('my own script')\n"
     );
     std::fs::remove_file(&py).unwrap();
-    export(&run, &out).unwrap();
+    let done = export(&run, &out).unwrap();
+    assert_eq!(
+        done.written(&out),
+        format!(
+            "{} and its PyTorch module to {}",
+            out.display(),
+            py.display()
+        )
+    );
     let first = std::fs::read_to_string(&py).unwrap();
     assert!(first.contains("nn.Linear(6, 8)"), "{first}");
-    export(&run, &out).unwrap();
+    // again: what it replaced is said
+    let done = export(&run, &out).unwrap();
     assert_eq!(std::fs::read_to_string(&py).unwrap(), first);
-    // a state.json edited to another model: the weights go out as they are, no module
+    assert!(
+        done.written(&out).ends_with(&format!(
+            " (replacing the file there) and its PyTorch module to {} (replacing an earlier export's)",
+            py.display()
+        )),
+        "{}",
+        done.written(&out)
+    );
+    // a state.json edited to another model: the weights go out as they are, with no module,
+    // and the earlier export's module (of other weights) is not left beside them
     let state = run.join("checkpoints/step-00000002/state.json");
     let text = std::fs::read_to_string(&state).unwrap();
     std::fs::write(&state, text.replace("\"mlp:8\"", "\"mlp:9\"")).unwrap();
-    std::fs::remove_file(&py).unwrap();
     let done = export(&run, &out).unwrap();
     assert!(!py.exists());
+    assert!(
+        done.written(&out).ends_with(&format!(
+            "; removed {}, an earlier export's module, which does not fit these weights",
+            py.display()
+        )),
+        "{}",
+        done.written(&out)
+    );
     let why = done.no_module.unwrap();
     assert!(
         why.contains("the weights do not fit its model `mlp:9` on 6 inputs")
@@ -785,6 +815,35 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     let e = import(&f, &grey, &mut p, &mut b).unwrap_err();
     assert!(
         e.contains("the file's first layer takes 3 input channels and this data gives 1"),
+        "{e}"
+    );
+    // the other way: a small-image run's weights for pictures of 65 pixels or more
+    let small_stem = vec![0u8; 64 * 3 * 3 * 3 * 4];
+    let view = safetensors::tensor::TensorView::new(
+        safetensors::Dtype::F32,
+        vec![64, 3, 3, 3],
+        &small_stem,
+    )
+    .unwrap();
+    let f = dir.path().join("small.safetensors");
+    safetensors::serialize_to_file(vec![("conv1.weight", view)], &None, &f).unwrap();
+    let (mut p, mut b) = (big.init_params(0), big.init_buffers());
+    let e = import(&f, &big, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("the file has the small-image stem") && e.contains("--image-size 64 or less"),
+        "{e}"
+    );
+    // an MLP of pictures of another size: its first layer's inputs
+    let mlp = Model::mlp(64, &[16], 10);
+    let file = f32_file(vec![(
+        "mlp.0.weight".into(),
+        vec![0.0; 16 * 768],
+        vec![16, 768],
+    )]);
+    let (mut p, mut b) = (mlp.init_params(0), mlp.init_buffers());
+    let e = import(file.path(), &mlp, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("the file's first layer takes 768 inputs and this data gives 64"),
         "{e}"
     );
 }

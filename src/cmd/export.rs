@@ -9,7 +9,7 @@ pub fn command(args: &ExportArgs) -> anyhow::Result<()> {
         "exported {} of {} to {} ({})",
         crate::text::counted(done.tensors, "tensor"),
         done.checkpoint.display(),
-        args.out.display(),
+        done.written(&args.out),
         done.how_to_load(&args.out)
     );
     Ok(())

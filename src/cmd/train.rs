@@ -267,7 +267,7 @@ pub(super) fn train(
                 crate::say!(
                     "exported {} to {} (--export; {})",
                     crate::text::counted(done.tensors, "tensor"),
-                    out.display(),
+                    done.written(out),
                     done.how_to_load(out)
                 );
             }

@@ -143,9 +143,24 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         )
     };
     let target = &export_target(out)?;
+    let there = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    let replaced = there(target);
     crate::data::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
-    if let Some((py, source)) = &module {
-        crate::data::write::replace_file(py, source.as_bytes()).map_err(|e| cannot_write(py, e))?;
+    let mut module_replaced = false;
+    let mut stale_module = None;
+    match &module {
+        Some((py, source)) => {
+            module_replaced = there(py);
+            crate::data::write::replace_file(py, source.as_bytes())
+                .map_err(|e| cannot_write(py, e))?;
+        }
+        // an earlier export's module beside the file describes other weights: not left there
+        None => {
+            let py = module::path_for(out);
+            if module::ours(&py) && std::fs::remove_file(&py).is_ok() {
+                stale_module = Some(py);
+            }
+        }
     }
     Ok(Exported {
         checkpoint: dir,
@@ -156,6 +171,9 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         named: !meta.classes.is_empty(),
         module: module.map(|(py, _)| py),
         no_module,
+        replaced,
+        module_replaced,
+        stale_module,
     })
 }
 
@@ -176,27 +194,57 @@ pub struct Exported {
     /// model torchvision has no class for).
     pub module: Option<PathBuf>,
     pub no_module: Option<String>,
+    /// Whether a file was there that the weights, and the module, replaced.
+    pub replaced: bool,
+    pub module_replaced: bool,
+    /// An earlier export's module beside the file, removed (it describes other weights).
+    pub stale_module: Option<PathBuf>,
 }
 
 impl Exported {
-    /// How PyTorch loads the file written to `out`, and where its class names are.
+    /// Where the export went (`out`, its module), and what it replaced there.
+    pub fn written(&self, out: &Path) -> String {
+        let mut s = out.display().to_string();
+        if self.replaced {
+            s.push_str(" (replacing the file there)");
+        }
+        if let Some(py) = &self.module {
+            s.push_str(&format!(" and its PyTorch module to {}", py.display()));
+            if self.module_replaced {
+                s.push_str(" (replacing an earlier export's)");
+            }
+        }
+        if let Some(py) = &self.stale_module {
+            s.push_str(&format!(
+                "; removed {}, an earlier export's module, which does not fit these weights",
+                py.display()
+            ));
+        }
+        s
+    }
+
+    /// How PyTorch loads the file written to `out` (lines of Python where they can be), and
+    /// where its class names are.
     pub fn how_to_load(&self, out: &Path) -> String {
         let load = self.loading(out);
         match self.named {
-            true => format!("{load}; output i's class is json.loads(safetensors.safe_open(F, \"pt\").metadata()[\"mgtop.classes\"])[i]"),
+            true => format!(
+                "{load}; output i's class is json.loads(safetensors.safe_open({}, \"pt\").metadata()[\"mgtop.classes\"])[i]",
+                python_string(out)
+            ),
             false => load,
         }
     }
 
     fn loading(&self, out: &Path) -> String {
         let load = format!(
-            "model.load_state_dict(safetensors.torch.load_file(\"{}\"))",
-            out.display()
+            "model.load_state_dict(safetensors.torch.load_file({})); model.eval()",
+            python_string(out)
         );
         if let Some(py) = &self.module {
             return format!(
-                "load in PyTorch: model = runpy.run_path(\"{}\")[\"Net\"](); {load}",
-                py.display()
+                "load in PyTorch: model = runpy.run_path({})[\"Net\"](); {load}",
+                python_string(py)
             );
         }
         let why = match &self.no_module {
@@ -218,7 +266,7 @@ impl Exported {
         match (&self.torchvision_changes, torchvision) {
             (None, Some(m)) => format!("load in PyTorch: model = {m}; {load}"),
             (Some(c), Some(m)) => format!(
-                "the model was built for small pictures: in PyTorch model = {m}, then `{c}`, then {load}"
+                "load in PyTorch (the model was built for small pictures: torchvision's takes its stem first): model = {m}; {c}; {load}"
             ),
             // (a checkpoint that recorded no --model)
             (Some(c), None) if self.model.is_empty() => format!(
@@ -229,10 +277,29 @@ impl Exported {
             ),
             // an MLP or a layer list: a module of the file's names and shapes
             (_, None) => format!(
-                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open(F, \"pt\") lists them); linear weights are [out, in]{why}"
+                "load in PyTorch: {load}, on a torch.nn.Module whose parameters have the file's names and shapes (safetensors.safe_open({}, \"pt\") lists them); linear weights are [out, in]{why}",
+                python_string(out)
             ),
         }
     }
+}
+
+/// `p` as a Python string literal: in double quotes, with quotes, backslashes and control
+/// characters escaped.
+fn python_string(p: &Path) -> String {
+    let mut s = String::from('"');
+    for c in p.to_string_lossy().chars() {
+        match c {
+            '"' | '\\' => {
+                s.push('\\');
+                s.push(c);
+            }
+            c if c.is_control() => s.push_str(&format!("\\u{:04x}", c as u32)),
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
 }
 
 /// Where `export` may write `out`: a new file, or a regular file it replaces (through a link,
@@ -249,6 +316,11 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
     let shown = out.display();
     if out.as_os_str().is_empty() {
         return Err("an empty path: give the file to write, such as model.safetensors".into());
+    }
+    if out.extension().is_some_and(|e| e == "py") {
+        return Err(format!(
+            "{shown} is a Python file's name: give the weights a name such as model.safetensors (a model torchvision lacks gets its module beside them, model.py)"
+        ));
     }
     let meta = std::fs::metadata(out);
     let target = match &meta {
@@ -331,6 +403,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn paths_are_said_as_python_strings() {
+        assert_eq!(
+            python_string(Path::new("w.safetensors")),
+            r#""w.safetensors""#
+        );
+        assert_eq!(
+            python_string(Path::new("my \"w\"\\x\n.st")),
+            r#""my \"w\"\\x\u000a.st""#
+        );
+    }
+
+    #[test]
     fn export_refuses_devices_directories_checkpoints_other_files_and_missing_folders() {
         let tmp = tempfile::tempdir().unwrap();
         let e = export_target(Path::new("/dev/null")).unwrap_err();
@@ -387,6 +471,12 @@ mod tests {
         assert!(e.contains("new/model.safetensors"), "{e}");
         let e = export_target(Path::new("")).unwrap_err();
         assert!(e.contains("empty path"), "{e}");
+        // the weights under a Python file's name: the module would go to w.py.py
+        let e = export_target(&tmp.path().join("w.py")).unwrap_err();
+        assert!(
+            e.contains("a Python file's name") && e.contains("model.safetensors"),
+            "{e}"
+        );
         // a checkpoint's and a run's own files are not offered for removal
         let e = export_target(&ckpt.join("state.json")).unwrap_err();
         assert!(

@@ -305,6 +305,22 @@ pub fn import(
                     theirs.unwrap_or(0),
                     ours.unwrap_or(0)
                 )
+            } else if i == 0 && view.shape().len() == 2 && theirs != ours {
+                format!(
+                    "the file's first layer takes {} inputs and this data gives {}: train on data of as many values per sample (pictures of the size the file's run used)",
+                    theirs.unwrap_or(0),
+                    ours.unwrap_or(0)
+                )
+            } else if i == 0
+                && model.torchvision_changes.is_none()
+                && view.shape().get(2..) == Some(&[3, 3][..])
+                && t.shape.get(2..) == Some(&[7, 7][..])
+            {
+                let small = crate::nn::model::SMALL_IMAGES;
+                format!(
+                    "the file has the small-image stem (a 3x3 conv, for pictures of at most {small}x{small}) and this model ImageNet's 7x7 one (pictures of {} pixels or more): train on --image-size {small} or less to keep the stem they were trained with",
+                    small + 1
+                )
             } else if i == 0 && model.torchvision_changes.is_some() && imagenet_stem {
                 let small = crate::nn::model::SMALL_IMAGES;
                 format!(

@@ -28,18 +28,24 @@ pub fn wanted(model: &str) -> bool {
 /// line says so), never another file.
 pub fn target(out: &Path) -> Result<PathBuf, String> {
     let py = path_for(out);
-    let ours = || {
-        let head = std::fs::read(&py).unwrap_or_default();
-        head.starts_with(pytorch::MARK.as_bytes())
-    };
     match std::fs::symlink_metadata(&py) {
         Err(_) => Ok(py),
-        Ok(m) if m.is_file() && ours() => Ok(py),
+        Ok(_) if ours(&py) => Ok(py),
         Ok(_) => Err(format!(
-            "{} is there and not a module an export wrote; the export writes the model's PyTorch module there: remove it, or give the export another name",
+            "{}: {} is there and not a module an export wrote (the export writes the model's PyTorch module beside the weights): remove it, or give the export another name",
+            out.display(),
             py.display()
         )),
     }
+}
+
+/// Whether `py` is a regular file an export wrote (its first line says so).
+pub fn ours(py: &Path) -> bool {
+    use std::io::Read;
+    let mut head = vec![0; pytorch::MARK.len()];
+    let regular = std::fs::symlink_metadata(py).is_ok_and(|m| m.is_file());
+    let read = std::fs::File::open(py).and_then(|mut f| f.read_exact(&mut head));
+    regular && read.is_ok() && head == pytorch::MARK.as_bytes()
 }
 
 /// The module of the checkpoint described by `meta`, whose weights and statistics are `shapes`
