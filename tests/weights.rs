@@ -663,6 +663,7 @@ fn an_export_says_which_pytorch_model_takes_it() {
         replaced: false,
         module_replaced: false,
         stale_module: None,
+        inputs: None,
     };
     let how = |model: &str, changes: Option<&str>| {
         let done = exported(model, changes);

@@ -298,6 +298,7 @@ impl TrainArgs {
             threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
             log_every: args.log_every.unwrap_or(d.log_every),
+            recipe: Default::default(),
             inputs: DataOptions {
                 val_fraction: args.val_split,
                 val_data: args

@@ -215,6 +215,8 @@ pub struct RunConfig {
     /// Which samples validate and how pictures become samples (`--val-split`, `--val-data`,
     /// `--image-size`, `--augment`, `--normalize`).
     pub inputs: crate::data::DataOptions,
+    /// How the loaded data's samples were made (set once it has loaded), for the checkpoints.
+    pub recipe: crate::data::InputRecipe,
     pub metrics_out: Option<PathBuf>,
     /// The run's directory (metrics, checkpoints, live socket); created when the engine starts.
     /// None for runs that keep nothing (`scale`, `bench`, `--calibrate`).
@@ -331,6 +333,7 @@ impl Default for RunConfig {
             seed: 0,
             log_every: 50,
             inputs: Default::default(),
+            recipe: Default::default(),
             metrics_out: None,
             run_dir: None,
             origin: None,

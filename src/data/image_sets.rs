@@ -425,11 +425,27 @@ pub(super) fn load(
             p = a.pad_crop
         ));
     }
+    // (validation's way: a centre crop, not augmented)
+    let made = match opts.image_size {
+        Some(s) => {
+            let shorter = if a.resized_crop { side.unwrap_or(s) } else { s };
+            format!("shorter side to {shorter}, centre crop {s}x{s}")
+        }
+        None => format!("{w}x{h} as stored"),
+    };
+    let recipe = super::InputRecipe {
+        text: format!(
+            "RGB pictures {made}, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
+            norm.mean, norm.std
+        ),
+        affine: None,
+    };
     Ok(LoadedData {
         train: dataset(tp, ty),
         val: dataset(vp, vy),
         description,
         notes,
+        recipe,
     })
 }
 

@@ -90,7 +90,23 @@ pub struct LoadedData {
     pub val: Dataset,
     pub description: String,
     pub notes: Vec<String>,
+    pub recipe: InputRecipe,
 }
+
+/// How a sample's values are made from the data for inference (validation's way), for those
+/// who use the weights elsewhere: a checkpoint records it, an export says it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InputRecipe {
+    /// In words: `shorter side to 224, centre crop 224x224, normalised per channel (x/255-mean)/std
+    /// with mean [..] std [..]`, `scaled x*1/16 to [0,1]`.
+    pub text: String,
+    /// A table's values become (x - shift) * scale, per feature (one of each: every feature
+    /// alike); None where they are used as given, and for pictures.
+    pub affine: Option<Affine>,
+}
+
+/// Per-feature (shift, scale): a value becomes (x - shift) * scale.
+pub type Affine = (Vec<f32>, Vec<f32>);
 
 /// The share of a set without its own validation set that validates, unless `--val-split`.
 pub const DEFAULT_VAL_FRACTION: f64 = 0.2;

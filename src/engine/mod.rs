@@ -109,6 +109,10 @@ impl Engine {
         let alone = procs.is_none().then_some(devices.0.len());
         let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
         let cfg = validate::batch_within_data(cfg, samples, alone, resumed.as_ref(), notes);
+        let cfg = RunConfig {
+            recipe: loaded.recipe.clone(),
+            ..cfg
+        };
         // the batch size the run will train with (a resumed one's may be the checkpoint's)
         let per_replica = match &resumed {
             Some(meta) => {

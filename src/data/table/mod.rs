@@ -222,7 +222,7 @@ pub(super) fn load(
             (train, val, text)
         }
     };
-    let norm_text = normalise(&mut train, &mut val, &norm);
+    let (norm_text, affine) = normalise(&mut train, &mut val, &norm);
     // labels are class numbers 0..classes-1: most of them unused says they may be something else
     let used = full
         .y
@@ -254,17 +254,27 @@ pub(super) fn load(
         val,
         description,
         notes: Vec::new(),
+        recipe: super::InputRecipe {
+            text: norm_text,
+            affine,
+        },
     })
 }
 
-fn normalise(train: &mut Dataset, val: &mut Dataset, norm: &Normalisation) -> String {
+/// Scales the samples as `norm` says: how, in words, and as (shift, scale) per feature.
+fn normalise(
+    train: &mut Dataset,
+    val: &mut Dataset,
+    norm: &Normalisation,
+) -> (String, Option<super::Affine>) {
     match norm {
-        Normalisation::None => "used as given (no scaling)".into(),
+        Normalisation::None => ("used as given (no scaling)".into(), None),
         Normalisation::Scale(f) => {
             for v in train.x.iter_mut().chain(val.x.iter_mut()) {
                 *v *= f;
             }
-            format!("scaled x*{f} to [0,1]", f = format_factor(*f))
+            let text = format!("scaled x*{f} to [0,1]", f = format_factor(*f));
+            (text, Some((vec![0.0], vec![*f])))
         }
         Normalisation::Standardise => {
             let d = train.features;
@@ -293,7 +303,10 @@ fn normalise(train: &mut Dataset, val: &mut Dataset, norm: &Normalisation) -> St
                     *v = ((*v as f64 - m) * inv).clamp(-most, most) as f32;
                 }
             }
-            "standardised per feature, (x-mean)/std from the train split".into()
+            let text = "standardised per feature, (x-mean)/std from the train split".into();
+            let shift = stats.iter().map(|s| s.0 as f32).collect();
+            let scale = stats.iter().map(|s| s.1 as f32).collect();
+            (text, Some((shift, scale)))
         }
     }
 }

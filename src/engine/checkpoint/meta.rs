@@ -67,6 +67,12 @@ pub struct CheckpointMeta {
     /// rebuilds the model to write its PyTorch module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
+    /// How the data's samples were made for the model (`InputRecipe`; absent in older
+    /// checkpoints): in words, and a table's per-feature (x - shift) * scale, for `export`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_affine: Option<(Vec<f32>, Vec<f32>)>,
     /// Each output's class name, output 0's first (a folder's classes, CIFAR's); absent where
     /// the data names none (tables, synthetic sets) and in older checkpoints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -225,6 +231,8 @@ impl CheckpointMeta {
             origin: None,
             torchvision_changes: None,
             input: None,
+            inputs: None,
+            input_affine: None,
             train_samples: None,
             train_fingerprint: None,
             epoch_sum: None,

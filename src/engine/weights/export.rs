@@ -117,6 +117,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     for (key, value) in [
         ("mgtop.model", Some(&model)),
         ("mgtop.input", meta.input.as_ref()),
+        ("mgtop.inputs", meta.inputs.as_ref()),
     ] {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             info.insert(key.to_string(), v.clone());
@@ -174,6 +175,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         replaced,
         module_replaced,
         stale_module,
+        inputs: meta.inputs,
     })
 }
 
@@ -199,6 +201,8 @@ pub struct Exported {
     pub module_replaced: bool,
     /// An earlier export's module beside the file, removed (it describes other weights).
     pub stale_module: Option<PathBuf>,
+    /// How the run made its samples (`InputRecipe`'s words; None in older checkpoints).
+    pub inputs: Option<String>,
 }
 
 impl Exported {
@@ -226,7 +230,11 @@ impl Exported {
     /// How PyTorch loads the file written to `out` (lines of Python where they can be), and
     /// where its class names are.
     pub fn how_to_load(&self, out: &Path) -> String {
-        let load = self.loading(out);
+        let mut load = self.loading(out);
+        // (a module says it in its docstring)
+        if let Some(text) = self.inputs.as_ref().filter(|_| self.module.is_none()) {
+            load.push_str(&format!("; inputs made as the run made them: {text}"));
+        }
         match self.named {
             true => format!(
                 "{load}; output i's class is json.loads(safetensors.safe_open({}, \"pt\").metadata()[\"mgtop.classes\"])[i]",

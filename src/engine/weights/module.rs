@@ -84,7 +84,19 @@ pub fn source(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result<
                     "--model {spec} on {input} inputs, {classes} classes\n--data {}\nweights of step {}",
                     meta.data, meta.step
                 );
-                return Ok(pytorch::module(&model, &about));
+                // (a table's scaling that fits the input; one edited to another size is left out)
+                let affine = (meta.input_affine.as_ref())
+                    .filter(|(shift, scale)| {
+                        shift.len() == scale.len()
+                            && (shift.len() == 1 || shift.len() == model.dims[0])
+                            && shift.iter().chain(scale).all(|v| v.is_finite())
+                    })
+                    .map(|(shift, scale)| (&shift[..], &scale[..]));
+                let inputs = pytorch::Inputs {
+                    text: meta.inputs.as_deref().unwrap_or_default(),
+                    affine,
+                };
+                return Ok(pytorch::module(&model, &about, inputs));
             }
             Err(e) => {
                 first_error.get_or_insert(e);

@@ -8,6 +8,9 @@ use crate::engine::events::Event;
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
 
+/// The most features whose statistics a checkpoint's state.json records (`input_affine`).
+const MAX_AFFINE: usize = 1 << 16;
+
 impl Worker {
     /// Rank 0 writes a checkpoint of the one model (local SGD: averaged first); all ranks call it.
     /// One of this step is written once; `asked` (a control asked for it) is answered with it
@@ -122,6 +125,9 @@ impl Worker {
             weights_crc32c: None,
             val_accuracy,
             input: Some(self.model.input.to_string()),
+            inputs: Some(cfg.recipe.text.clone()).filter(|t| !t.is_empty()),
+            // (a table's per-feature statistics, up to a size state.json carries well)
+            input_affine: (cfg.recipe.affine.clone()).filter(|(s, _)| s.len() <= MAX_AFFINE),
             // (the training set's: the first of the run's picture sets)
             classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
         };

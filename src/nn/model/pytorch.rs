@@ -12,11 +12,51 @@ use crate::nn::layers::Shape;
 /// no other.
 pub const MARK: &str = "# written by mgtop-train export";
 
-/// The Python source of a module `Net` computing `m`'s logits; `about` says what it is (the
-/// model's spec and data), in its first lines.
-pub fn module(m: &Model, about: &str) -> String {
+/// How the samples the model takes are made from the data: in words (empty where unknown), and a
+/// table's per-feature (x - shift) * scale (one of each: every feature alike), which the module
+/// applies itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inputs<'a> {
+    pub text: &'a str,
+    pub affine: Option<(&'a [f32], &'a [f32])>,
+}
+
+/// The Python source of a module `Net` computing `m`'s logits from samples made as `inputs`
+/// says; `about` says what it is (the model's spec and data), in its first lines.
+pub fn module(m: &Model, about: &str, inputs: Inputs) -> String {
+    // (in a comment and a docstring: no line break, quote or backslash gets out of them)
+    let text: String = (inputs.text.chars())
+        .map(|c| match c {
+            '"' => "'".to_string(),
+            '\\' => "/".to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    let inputs = Inputs {
+        text: &text,
+        ..inputs
+    };
     let mut init = String::new();
     let mut forward = String::new();
+    if let Some((shift, scale)) = inputs.affine {
+        let _ = writeln!(
+            init,
+            "        # the run's scaling of the table's values ({}), applied in forward",
+            inputs.text
+        );
+        for (name, v) in [("input_shift", shift), ("input_scale", scale)] {
+            let _ = writeln!(
+                init,
+                "        self.register_buffer(\"{name}\", torch.tensor({}), persistent=False)",
+                python_list(v)
+            );
+        }
+        let _ = writeln!(
+            forward,
+            "        x = (x.flatten(1) - self.input_shift) * self.input_scale"
+        );
+    }
     let first = match m.input {
         // (rows of a table or flat vectors alike)
         Shape::Image { c, h, w } => format!("x.reshape(x.shape[0], {c}, {h}, {w})"),
@@ -97,6 +137,13 @@ pub fn module(m: &Model, about: &str) -> String {
         Shape::Image { c, h, w } => format!("[N, {c}, {h}, {w}] (or [N, {}])", c * h * w),
         Shape::Flat(n) => format!("[N, {n}]"),
     };
+    let made = match (inputs.affine, inputs.text) {
+        (Some(_), text) => format!(
+            "as the table's file holds its values (it scales them as the run did:\n    {text})"
+        ),
+        (None, "") => "as the run's data fed the model (pictures resized and\n    normalised as its start-up `data:` line says)".to_string(),
+        (None, text) => format!("made as the run made its samples:\n    {text}"),
+    };
     format!(
         r#"{MARK}: a PyTorch module whose state_dict has the names and shapes
 # of the exported weights, with mgtop-train's forward pass, op for op.
@@ -106,8 +153,8 @@ import torch.nn.functional as F
 
 
 class Net(nn.Module):
-    """Takes x of shape {input}, as the run's data fed the model (pictures
-    resized and normalised as its start-up `data:` line says), and returns [N, {classes}] logits."""
+    """Takes x of shape {input}, {made};
+    returns [N, {classes}] logits."""
 
     def __init__(self):
         super().__init__()
@@ -127,6 +174,19 @@ class Net(nn.Module):
 {forward}"#,
         classes = m.classes(),
     )
+}
+
+/// `[0.5, 1.25, ...]`, eight values a line.
+fn python_list(v: &[f32]) -> String {
+    let lines: Vec<String> = (v.chunks(8))
+        .map(|c| {
+            c.iter()
+                .map(|x| format!("{x:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect();
+    format!("[{}]", lines.join(",\n            "))
 }
 
 /// One `self._add(NAME, MODULE)` line of `__init__`.

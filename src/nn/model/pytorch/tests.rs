@@ -19,12 +19,20 @@ fn a_layer_list_becomes_modules_under_its_weights_names_and_its_ops_in_order() {
         Shape::Image { c: 1, h: 8, w: 8 },
         10,
     );
-    let py = module(
-        &m,
-        "model: conv8k3p1,bn,pool2,dense16,dropout0.25\ndata: digits",
-    );
+    let made = Inputs {
+        text: "RGB pictures \"as stored\"\n\"\"\"",
+        affine: None,
+    };
+    let about = "model: conv8k3p1,bn,pool2,dense16,dropout0.25\ndata: digits";
+    let py = module(&m, about, made);
     assert!(py.starts_with(MARK), "{py}");
     assert!(py.contains("# data: digits\n"), "{py}");
+    // how the samples are made, where no quote or line break gets out of the docstring
+    assert!(
+        py.contains("made as the run made its samples:\n    RGB pictures 'as stored'\\n'''"),
+        "{py}"
+    );
+    assert_eq!(py.matches("\"\"\"").count(), 2, "{py}");
     for line in [
         "self._add(\"conv.0\", nn.Conv2d(1, 8, 3, padding=1, bias=False))",
         "self._add(\"bn.1\", nn.BatchNorm2d(8))",
@@ -50,14 +58,14 @@ fn a_layer_list_becomes_modules_under_its_weights_names_and_its_ops_in_order() {
 #[test]
 fn an_mlp_reads_its_input_flat_and_a_flat_batch_norm_is_1d() {
     let m = built("mlp:32", Shape::Image { c: 3, h: 4, w: 4 }, 5);
-    let py = module(&m, "");
+    let py = module(&m, "", Inputs::default());
     assert!(py.contains("x0 = x.flatten(1)"), "{py}");
     assert!(
         py.contains("self._add(\"mlp.0\", nn.Linear(48, 32))"),
         "{py}"
     );
     let m = built("dense32,bn,dense16", Shape::Flat(48), 5);
-    let py = module(&m, "");
+    let py = module(&m, "", Inputs::default());
     assert!(py.contains("nn.BatchNorm1d(32)"), "{py}");
     // a depthwise convolution says its groups, a residual its sum
     let m = built(
@@ -65,7 +73,7 @@ fn an_mlp_reads_its_input_flat_and_a_flat_batch_norm_is_1d() {
         Shape::Image { c: 3, h: 8, w: 8 },
         2,
     );
-    let py = module(&m, "");
+    let py = module(&m, "", Inputs::default());
     assert!(
         py.contains("nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8))"),
         "{py}"
@@ -80,8 +88,9 @@ fn le(v: &[f32]) -> Vec<u8> {
 }
 
 /// Writes `m` with random weights and running statistics, as `export` writes them (with
-/// `num_batches_tracked`), its module, and an input with the logits mgtop-train computes for it.
-fn write_case(dir: &Path, name: &str, m: &Model, seed: u64) {
+/// `num_batches_tracked`), its module, and an input with the logits mgtop-train computes for it
+/// (from the input scaled by `affine`, as a table's values are, where there is one).
+fn write_case(dir: &Path, name: &str, m: &Model, seed: u64, affine: Option<(&[f32], &[f32])>) {
     let mut rng = Rng::stream(seed, tag::INIT, 1);
     let mut params = m.init_params(seed);
     for p in &mut params {
@@ -98,8 +107,18 @@ fn write_case(dir: &Path, name: &str, m: &Model, seed: u64) {
     }
     let b = 3;
     let x: Vec<f32> = (0..b * m.dims[0]).map(|_| rng.normal()).collect();
+    let d = m.dims[0];
+    let scaled: Vec<f32> = match affine {
+        Some((shift, scale)) => (x.iter().enumerate())
+            .map(|(i, v)| {
+                let j = if shift.len() == 1 { 0 } else { i % d };
+                (v - shift[j]) * scale[j]
+            })
+            .collect(),
+        None => x.clone(),
+    };
     let mut ws = Workspace::default();
-    m.evaluate(&params, &buffers, &mut ws, &x, &vec![0; b], b);
+    m.evaluate(&params, &buffers, &mut ws, &scaled, &vec![0; b], b);
     let logits = ws.logits(m, b).to_vec();
 
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = (m.tensors.iter().map(|t| (t, &params)))
@@ -133,7 +152,11 @@ fn write_case(dir: &Path, name: &str, m: &Model, seed: u64) {
     ];
     let io = safetensors::serialize(io, &None).unwrap();
     std::fs::write(dir.join(format!("{name}.io.safetensors")), io).unwrap();
-    std::fs::write(dir.join(format!("{name}.py")), module(m, name)).unwrap();
+    let inputs = Inputs {
+        text: "a table's values",
+        affine,
+    };
+    std::fs::write(dir.join(format!("{name}.py")), module(m, name, inputs)).unwrap();
 }
 
 /// Loads each case's weights into its module (strictly: every name, no other) and compares
@@ -190,7 +213,30 @@ fn the_modules_compute_the_same_logits_in_pytorch() {
     ];
     let mut args = vec!["-c".to_string(), CHECK.to_string()];
     for (i, (name, m)) in cases.iter().enumerate() {
-        write_case(tmp.path(), name, m, i as u64 + 1);
+        write_case(tmp.path(), name, m, i as u64 + 1, None);
+        args.push(tmp.path().join(name).display().to_string());
+    }
+    // a table's scaling, per feature and for every feature alike, in the module
+    let (shift, scale): (Vec<f32>, Vec<f32>) = (0..20)
+        .map(|j| (j as f32 * 0.1, 1.0 + j as f32 * 0.05))
+        .unzip();
+    let standardised = built("mlp:16", Shape::Flat(20), 3);
+    write_case(
+        tmp.path(),
+        "standardised",
+        &standardised,
+        9,
+        Some((&shift, &scale)),
+    );
+    let pictures = built("conv4k3,dense5", Shape::Image { c: 1, h: 6, w: 6 }, 3);
+    write_case(
+        tmp.path(),
+        "scaled",
+        &pictures,
+        10,
+        Some((&[0.0], &[0.0625])),
+    );
+    for name in ["standardised", "scaled"] {
         args.push(tmp.path().join(name).display().to_string());
     }
     let out = Command::new("python3").args(&args).output().unwrap();
@@ -200,7 +246,7 @@ fn the_modules_compute_the_same_logits_in_pytorch() {
     eprint!("{said}");
     assert_eq!(
         said.matches("max relative difference").count(),
-        cases.len(),
+        cases.len() + 2,
         "{said}"
     );
 }
