@@ -258,20 +258,11 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
     let resumed_from = engine.info().resumed_from.clone();
     // what continues the run, as it stands when the process quits
     let continued = move || {
-        let newest = checkpoints
-            .as_deref()
-            .and_then(|d| mgtop::engine::checkpoint::steps(d).pop());
-        match (newest, &resumed_from) {
-            (Some((step, p)), _) => format!(
-                "--resume {} continues the run from its checkpoint of step {step}",
-                mgtop::engine::rundir::resume_arg(run.as_deref(), &p).display()
-            ),
-            (None, Some(from)) => format!(
-                "this run wrote no checkpoint: --resume {} starts again where it did",
-                from.display()
-            ),
-            (None, None) => "it wrote no checkpoint: start it again".into(),
-        }
+        mgtop::engine::rundir::continuing(
+            run.as_deref(),
+            checkpoints.as_deref(),
+            resumed_from.as_deref(),
+        )
     };
     let h = move |n: usize| {
         if n == 0 {

@@ -395,6 +395,27 @@ pub fn resume_arg(run_dir: Option<&Path>, checkpoint: &Path) -> PathBuf {
     inside.unwrap_or_else(|| checkpoint.to_path_buf())
 }
 
+/// What continues a run quit at once, as it stands now: its newest checkpoint in
+/// `checkpoints`, or else the one it was resumed from.
+pub fn continuing(
+    run_dir: Option<&Path>,
+    checkpoints: Option<&Path>,
+    resumed_from: Option<&Path>,
+) -> String {
+    let newest = checkpoints.and_then(|d| crate::engine::checkpoint::steps(d).pop());
+    match (newest, resumed_from) {
+        (Some((step, p)), _) => format!(
+            "--resume {} continues the run from its checkpoint of step {step}",
+            resume_arg(run_dir, &p).display()
+        ),
+        (None, Some(from)) => format!(
+            "this run wrote no checkpoint: --resume {} starts again where it did",
+            from.display()
+        ),
+        (None, None) => "it wrote no checkpoint: start it again".into(),
+    }
+}
+
 /// When run `dir`'s metrics file last changed (the epoch where it cannot be told).
 pub fn updated(dir: &Path) -> std::time::SystemTime {
     fs::metadata(dir.join(METRICS))

@@ -95,13 +95,19 @@ impl EngineSource {
     pub fn finish(self, abandoned: bool) -> Result<RunResult, EngineError> {
         match (self.result, self.engine) {
             (Some(r), _) => r,
-            (None, Some(_)) if abandoned => {
+            (None, Some(e)) if abandoned => {
                 // as a second signal: the records end (`quit`), the socket and any half
                 // written checkpoint go
                 crate::quit_at_once::run();
-                Err(EngineError::Config(
-                    "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint".into(),
-                ))
+                let info = e.info();
+                let resume = crate::engine::rundir::continuing(
+                    info.run_dir.as_deref(),
+                    e.checkpoint_dir(),
+                    info.resumed_from.as_deref(),
+                );
+                Err(EngineError::Config(format!(
+                    "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint; {resume}"
+                )))
             }
             (None, Some(e)) => {
                 let _ = e.controller().stop(true);
