@@ -47,6 +47,8 @@ struct Log<'a> {
     epoch_said: u64,
     /// For the end's summary: the run's totals as of its newest step, its best validation.
     totals: Option<Totals>,
+    /// The totals as of the last step line printed.
+    printed: Option<Totals>,
     best_val: Option<f32>,
     /// Gradient spikes said: how many, the steps of the first five, the newest's step.
     spikes: (usize, Vec<u64>, u64),
@@ -72,6 +74,7 @@ impl<'a> Log<'a> {
             unprinted: None,
             epoch_said: 0,
             totals: None,
+            printed: None,
             best_val: None,
             spikes: (0, Vec::new(), 0),
             info,
@@ -157,7 +160,10 @@ impl<'a> Log<'a> {
     }
 
     fn print_step(&mut self, row: &StepRow, rate: Option<f64>) {
-        let mut line = step_line(row, rate, &self.info);
+        // (the shares over the steps since the last line, as the summary's over the run)
+        let window = (row.totals).map(|t| t.since(&self.printed.unwrap_or_default()));
+        self.printed = row.totals.or(self.printed);
+        let mut line = step_line(row, rate, &self.info, window.as_ref());
         if let Some(m) = self.mfu.mean(&row.ranks) {
             line += &format!(" | mfu {}", super::words::mfu_text(Some(m)));
         }

@@ -253,7 +253,15 @@ pub fn mfu_text(v: Option<f64>) -> String {
     }
 }
 
-pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
+/// A step's log line; `window`: the steps since the previous line, whose time the shares
+/// (`data 3% comm 7% wait 12%`) split (this step's alone where None: a step time swings with
+/// every local-SGD exchange, every slow batch).
+pub fn step_line(
+    row: &StepRow,
+    rate: Option<f64>,
+    info: &RunInfo,
+    window: Option<&crate::observe::monitor::Totals>,
+) -> String {
     let (budget, baseline) = (info.budget, info.baseline);
     let scaling = scaling_note(rate, baseline, row.ranks.len());
     let of = match budget {
@@ -281,15 +289,26 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
         }
         _ => per_rank(&samples),
     };
-    // where this step's time went, over all ranks: moving gradients, and waiting for others
-    let total: f64 = row.ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
-    let share = |f: fn(&crate::engine::events::StepStats) -> std::time::Duration| {
-        let t: f64 = row.ranks.iter().map(|r| f(r).as_secs_f64()).sum();
-        if total > 0.0 {
-            t / total * 100.0
-        } else {
-            0.0
+    // where the ranks' time went since the last line (or in this step): input, moving
+    // gradients, waiting for others, host transfers
+    let parts = match window.filter(|w| w.rank_s > 0.0) {
+        Some(w) => [w.rank_s, w.data_s, w.comm_s, w.wait_s, w.transfer_s],
+        None => {
+            let sum = |f: fn(&crate::engine::events::StepStats) -> std::time::Duration| {
+                row.ranks.iter().map(|r| f(r).as_secs_f64()).sum::<f64>()
+            };
+            [
+                sum(|r| r.step_time),
+                sum(|r| r.data_wait),
+                sum(|r| r.comm),
+                sum(|r| r.sync_wait),
+                sum(|r| r.transfer),
+            ]
         }
+    };
+    let share = |i: usize| match parts[0] > 0.0 {
+        true => parts[i] / parts[0] * 100.0,
+        false => 0.0,
     };
     format!(
         "{}{of} | loss {} | grad norm {} | lr {:.2e} | batch {per_rank}={} | {rate} samples/s{scaling} | work ms {} | data {:.0}% comm {:.0}% wait {:.0}%",
@@ -303,10 +322,10 @@ pub fn step_line(row: &StepRow, rate: Option<f64>, info: &RunInfo) -> String {
         row.lr,
         row.global_samples,
         step_times(&row.ranks),
-        share(|r| r.data_wait),
-        share(|r| r.comm),
-        share(|r| r.sync_wait),
-    ) + &match share(|r| r.transfer) {
+        share(1),
+        share(2),
+        share(3),
+    ) + &match share(4) {
         // central storage: parameters and gradients between the devices and the host copy
         t if t > 0.0 => format!(" transfer {t:.0}%"),
         _ => String::new(),

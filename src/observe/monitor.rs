@@ -47,6 +47,9 @@ pub struct Totals {
     pub data_s: f64,
     pub comm_s: f64,
     pub wait_s: f64,
+    /// Central storage's host transfers, summed (this process's own count: not in the
+    /// metrics file).
+    pub transfer_s: f64,
 }
 
 impl StepRow {
@@ -69,6 +72,22 @@ impl Totals {
             self.data_s += secs(r.data_wait);
             self.comm_s += secs(r.comm);
             self.wait_s += secs(r.sync_wait);
+            self.transfer_s += secs(r.transfer);
+        }
+    }
+
+    /// What the steps after `earlier` (these totals as of an earlier step) add up to.
+    pub fn since(&self, earlier: &Totals) -> Totals {
+        Totals {
+            steps: self.steps.saturating_sub(earlier.steps),
+            samples: self.samples.saturating_sub(earlier.samples),
+            train_s: self.train_s - earlier.train_s,
+            rank_s: self.rank_s - earlier.rank_s,
+            compute_s: self.compute_s - earlier.compute_s,
+            data_s: self.data_s - earlier.data_s,
+            comm_s: self.comm_s - earlier.comm_s,
+            wait_s: self.wait_s - earlier.wait_s,
+            transfer_s: self.transfer_s - earlier.transfer_s,
         }
     }
 

@@ -111,7 +111,7 @@ fn a_step_line_s_batch_is_what_the_ranks_took() {
         budget: Budget::Steps(9),
         ..demo::info(2)
     };
-    let line = |samples| step_line(&row(samples), None, &info);
+    let line = |samples| step_line(&row(samples), None, &info, None);
     assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
     // an epoch's short last batch at 32 per replica
     assert!(line(15).contains("| batch 15x2=30 |"), "{}", line(15));
@@ -131,16 +131,16 @@ fn a_step_line_says_the_gradient_s_norm_and_whether_it_was_clipped() {
         clip_grad_norm: c,
         ..demo::info(1)
     };
-    let line = step_line(&row, None, &clip(None));
+    let line = step_line(&row, None, &clip(None), None);
     assert!(line.contains("| grad norm 2.500 |"), "{line}");
-    let line = step_line(&row, None, &clip(Some(1.0)));
+    let line = step_line(&row, None, &clip(Some(1.0)), None);
     assert!(line.contains("| grad norm 2.500 clipped |"), "{line}");
-    let line = step_line(&row, None, &clip(Some(4.0)));
+    let line = step_line(&row, None, &clip(Some(4.0)), None);
     assert!(line.contains("| grad norm 2.500 |"), "{line}");
     // a file from before norms were recorded
     let mut old = row.clone();
     old.grad_norm = f32::NAN;
-    assert!(step_line(&old, None, &clip(None)).contains("| grad norm - |"));
+    assert!(step_line(&old, None, &clip(None), None).contains("| grad norm - |"));
 }
 
 #[test]
@@ -183,10 +183,39 @@ fn a_step_line_of_many_ranks_sums_them_up() {
         (s.data_wait, s.optimizer, s.compute_cpu) = Default::default();
         last = m.on_step(s);
     }
-    let line = step_line(&last.unwrap(), None, &demo::info(ranks));
+    let line = step_line(&last.unwrap(), None, &demo::info(ranks), None);
     assert!(
         line.contains("| work ms median 16.00, fastest r0 10.00, slowest r11 21.00 |"),
         "{line}"
     );
     assert!(!line.contains(" r5 "), "{line}");
+}
+
+/// Local SGD's exchange every few steps, a slow batch now and then: the step line's shares are
+/// the ranks' time since the previous line, not the one step's that happens to be logged.
+#[test]
+fn a_step_line_s_shares_are_over_the_steps_since_the_last_line() {
+    use crate::front::tui::demo;
+    use crate::observe::monitor::Monitor;
+    use std::time::Duration;
+    let mut m = Monitor::new(1);
+    let mut rows = Vec::new();
+    for step in 1..=4 {
+        let mut s = demo::step(0, 1, step);
+        // steps of 10 ms; the 4th waits 8 ms of its 10 at an exchange, the others none
+        s.step_time = Duration::from_millis(10);
+        s.data_wait = Duration::ZERO;
+        s.comm = Duration::ZERO;
+        s.transfer = Duration::ZERO;
+        s.sync_wait = Duration::from_millis(if step == 4 { 8 } else { 0 });
+        rows.extend(m.on_step(s));
+    }
+    let (first, last) = (rows[0].totals.unwrap(), rows[3].totals.unwrap());
+    let window = last.since(&first);
+    assert_eq!(window.steps, 3);
+    let line = step_line(&rows[3], None, &demo::info(1), Some(&window));
+    // 8 ms of the 30 since step 1, where the step alone waited 80%
+    assert!(line.contains("| data 0% comm 0% wait 27%"), "{line}");
+    let alone = step_line(&rows[3], None, &demo::info(1), None);
+    assert!(alone.contains("| data 0% comm 0% wait 80%"), "{alone}");
 }

@@ -447,6 +447,8 @@ fn totals(v: &Value) -> Parsed<Option<Totals>> {
             data_s: secs("data_s")?,
             comm_s: secs("comm_s")?,
             wait_s: secs("wait_s")?,
+            // (not recorded: the step lines' own)
+            transfer_s: 0.0,
         })
     };
     read()
