@@ -630,6 +630,12 @@ fn view_of_a_resumed_run_says_where_it_started() {
     }
     let (code, out) = view_headless(d, Path::new("b"));
     assert_eq!(code, Some(0), "{out}");
+    // the steps this run trained, not its line's since the first run's start
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("finished at step 20: 10 steps in ")),
+        "{out}"
+    );
     assert!(
         out.lines().any(|l| l.starts_with("resumed from /")
             && l.ends_with("/a/checkpoints/step-00000010 at step 10")),

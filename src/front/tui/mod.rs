@@ -209,9 +209,15 @@ pub fn summary_lines(app: &App) -> Vec<String> {
             Ending::Quit => "quit at once",
         }
     };
+    // (a resumed run's steps count from its first run's start; its time from the resume)
+    let start = app.info.start_step.min(s.steps);
+    let at = match start {
+        0 => String::new(),
+        _ => format!(" at step {}", s.steps),
+    };
     let mut line = format!(
-        "{what}: {} in {}",
-        crate::text::counted(s.steps as usize, "step"),
+        "{what}{at}: {} in {}",
+        crate::text::counted((s.steps - start) as usize, "step"),
         crate::front::units::took(s.wall)
     );
     if let Some(a) = s.best_val_accuracy {
