@@ -256,7 +256,7 @@ fn the_loss_title_keeps_the_accuracy_at_80_columns() {
     // the full title where there is room
     let s = screen(&demo::app(3, 150), 160, 48);
     assert!(
-        s.contains("loss (log) train 0.1635 val 0.0850 acc 97.0% (best 97.0%)"),
+        s.contains("loss (log) smoothed train 0.1635 val 0.0850 acc 97.0% (best 97.0%)"),
         "{s}"
     );
 }

@@ -56,7 +56,7 @@ fn loss_title<'a>(
         let mut head = vec![Span::styled(name, theme.title())];
         if let Some(l) = train.filter(|_| with_train) {
             head.push(Span::styled(
-                format!("train {} ", loss_value(l, dp)),
+                format!("smoothed train {} ", loss_value(l, dp)),
                 theme.fg(theme.accent),
             ));
         }
