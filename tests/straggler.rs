@@ -175,10 +175,12 @@ fn slow_input_on_one_rank_is_explained_as_data_bound() {
     let w = straggler_warnings(&log, 1);
     assert_eq!(w.len(), 1, "{log}");
     assert!(
-        w[0].contains("rank 1") && w[0].contains("likely cause: data-bound"),
+        w[0].contains("rank 1")
+            && w[0].contains("likely cause: fault injected (--slow-data 1:20): data-bound (waits"),
         "{log}"
     );
-    assert!(w[0].contains("--prefetch"), "the fix is suggested: {log}");
+    // (a fix for input that is slow on purpose would mislead: `data_bound_input_is_told_its_fix`)
+    assert!(!w[0].contains("--prefetch"), "{log}");
     let ev = records.iter().find(|r| r["kind"] == "straggler").unwrap();
     assert_eq!(
         (ev["rank"].as_u64(), ev["cause"].as_str()),

@@ -453,3 +453,40 @@ fn under_local_sgd_a_straggler_is_judged_per_sync_period() {
 mod degraded;
 mod spike;
 mod stall;
+
+/// Input slow of itself is told its fix; input slowed on purpose (`--slow-data`) is said to be
+/// that, with no fix for it.
+#[test]
+fn data_bound_input_is_told_its_fix() {
+    let cause = Cause::DataBound {
+        data_ms: 20.0,
+        fastest_data_ms: 1.0,
+    };
+    let warning = |injected: Option<&str>| {
+        Warning::Straggler {
+            rank: 1,
+            host: None,
+            step: 50,
+            slowdown: 3.0,
+            work_ms: 30.0,
+            fastest_rank: 0,
+            fastest_ms: 10.0,
+            others_wait_ms: 20.0,
+            cpu_time: false,
+            cause: cause.clone(),
+            injected: injected.map(String::from),
+        }
+        .to_string()
+    };
+    let own = warning(None);
+    assert!(
+        own.contains("likely cause: data-bound (waits 20.0 ms/step for input vs 1.0 ms on the fastest rank; try more --prefetch or --loader-threads)"),
+        "{own}"
+    );
+    let injected = warning(Some("--slow-data 1:20"));
+    assert!(
+        injected.contains("likely cause: fault injected (--slow-data 1:20): data-bound (waits 20.0 ms/step for input vs 1.0 ms on the fastest rank);")
+            && !injected.contains("--prefetch"),
+        "{injected}"
+    );
+}

@@ -212,14 +212,20 @@ impl fmt::Display for Warning {
             Warning::Straggler { rank, host, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cpu_time, cause, injected, .. } => {
                 let of = if *cpu_time { " of CPU time" } else { "" };
                 let on = host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
+                // (a fault injected on purpose comes first, and no fix is offered for it)
+                let cause = match (injected, cause) {
+                    (Some(flag), Cause::DataBound { data_ms, fastest_data_ms }) => format!(
+                        "fault injected ({flag}): data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank)"
+                    ),
+                    (Some(flag), c) if !matches!(c, Cause::Injected(_)) => {
+                        format!("fault injected ({flag}): {c}")
+                    }
+                    (_, c) => c.to_string(),
+                };
                 write!(
                     f,
                     "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms{of} per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
-                )?;
-                match (injected, cause) {
-                    (Some(flag), c) if !matches!(c, Cause::Injected(_)) => write!(f, " (fault injected: {flag})"),
-                    _ => Ok(()),
-                }
+                )
             }
             Warning::StragglerCleared { rank, step } => {
                 write!(f, "straggler cleared: rank {rank} keeps pace again (step {step})")
