@@ -120,6 +120,8 @@ pub struct Monitor {
     recent: VecDeque<(Duration, u64, f64)>,
     /// (finish time, progress) over the ETA's window, a point per `PACE_EVERY`.
     paced: VecDeque<(Duration, f64)>,
+    /// The batch per replica of the newest complete row: a change restarts the pace.
+    per_replica: usize,
     total_samples: u64,
     totals: Totals,
 }
@@ -131,6 +133,7 @@ impl Monitor {
             pending: BTreeMap::new(),
             recent: VecDeque::new(),
             paced: VecDeque::new(),
+            per_replica: 0,
             total_samples: 0,
             totals: Totals::default(),
         }
@@ -211,6 +214,14 @@ impl Monitor {
         while self.recent.len() > 2 && at.saturating_sub(self.recent[1].0) >= RATE_WINDOW {
             self.recent.pop_front();
         }
+        // another batch size (a key, the memory's limit) trains at another pace: the old one's
+        // points go, from the end of the step before on
+        if self.per_replica != 0 && first.per_replica != self.per_replica {
+            let from = self.paced.pop_back();
+            self.paced.clear();
+            self.paced.extend(from);
+        }
+        self.per_replica = first.per_replica;
         // the newest point moves along while it is under PACE_EVERY after the one before
         let n = self.paced.len();
         if n >= 2 && self.paced[n - 1].0.saturating_sub(self.paced[n - 2].0) < PACE_EVERY {
@@ -368,6 +379,27 @@ mod tests {
         // 1% per 100 ms, 90% left: 9 s
         let eta = m.eta().unwrap().as_secs_f64();
         assert!((eta - 9.0).abs() < 1e-6, "{eta}");
+    }
+
+    #[test]
+    fn a_batch_change_restarts_the_eta_s_pace() {
+        // 6 s of 0.1% per 100 ms at 32 per replica, then 0.1% per 200 ms at 64
+        let mut m = Monitor::new(1);
+        let (mut at, mut progress) = (0, 0.0);
+        let mut step = 0;
+        for (per_replica, ms, steps) in [(32, 100, 60), (64, 200, 5)] {
+            for _ in 0..steps {
+                step += 1;
+                at += ms;
+                progress += 0.001;
+                let mut s = stats(0, step, at);
+                (s.per_replica, s.progress) = (per_replica, progress);
+                m.on_step(s);
+            }
+        }
+        // 93.5% left at 0.1% per 200 ms: 187 s (with the 6 s before in the pace, about 100 s)
+        let eta = m.eta().unwrap().as_secs_f64();
+        assert!((eta - 187.0).abs() < 1.0, "{eta}");
     }
 
     #[test]
