@@ -270,8 +270,9 @@ fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
     ])
 }
 
-/// A flagged device's recent pace, under the flag's words (which keep its onset's figures):
-/// a straggler's work per step against the other ranks' median, a degraded device's step.
+/// A flagged device's recent pace, under the flag's words (which keep its onset's figures, a
+/// CPU worker's in CPU time): a straggler's work per step by the clock against the other
+/// ranks' median, a degraded device's step.
 fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
     let work = |d: &DeviceState| d.split().map(|s| s.work() * 1e3);
     let mine = work(app.devices.get(i)?)?;
@@ -284,7 +285,7 @@ fn now_beside_flag(app: &App, i: usize, kind: &str) -> Option<String> {
             others.sort_by(f64::total_cmp);
             let median = *others.get(others.len() / 2)?;
             Some(format!(
-                "now: work {mine:.1} ms per step, the others' median {median:.1} ms ({:.2}x)",
+                "now, by the clock: work {mine:.1} ms per step, the others' median {median:.1} ms ({:.2}x)",
                 mine / median.max(1e-9)
             ))
         }
