@@ -26,7 +26,7 @@ fn attach_shows_pauses_steers_and_detaches_leaving_the_run_going() {
     let run_dir = run.run_dir.display().to_string();
     let tmux = start("attach", ui.path(), &format!("attach '{run_dir}'"));
     tmux.wait("the run", |s| {
-        s.contains("remote") && s.contains("RUNNING") && s.contains("loss (log) train ")
+        s.contains("remote") && s.contains("RUNNING") && s.contains(" smoothed train ")
     });
     assert!(tmux.screen().contains(" ATTACHED "));
 

@@ -418,7 +418,7 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
         s.contains("recorded-run") && s.contains("run summary")
     });
     assert!(s.contains("DONE") && s.contains("VIEW"), "{s}");
-    assert!(s.contains("loss (log) train "), "{s}");
+    assert!(s.contains(" smoothed train "), "{s}");
     assert!(s.contains("epoch 3/3 · step 69"), "{s}");
     // a key that would change the run says why it does nothing; q leaves at once
     tmux.keys(&["Escape", "p"]);
