@@ -14,8 +14,10 @@ use crate::data::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
 
 mod export;
+mod exported;
 pub mod module;
-pub use export::{export, export_target, Exported};
+pub use export::{export, export_target};
+pub use exported::Exported;
 
 /// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's
 /// `model.`), tried when the names do not match as they are.
