@@ -24,13 +24,14 @@ pub struct Inputs<'a> {
 /// The Python source of a module `Net` computing `m`'s logits from samples made as `inputs`
 /// says; `about` says what it is (the model's spec and data), in its first lines.
 pub fn module(m: &Model, about: &str, inputs: Inputs) -> String {
-    // (in a comment and a docstring: no line break, quote or backslash gets out of them)
+    // (in a comment and a docstring: no line break, quote or backslash, which would start an
+    // escape, gets out of them)
     let text: String = (inputs.text.chars())
         .map(|c| match c {
-            '"' => "'".to_string(),
-            '\\' => "/".to_string(),
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
+            '"' => '\'',
+            '\\' => '/',
+            c if c.is_control() => '?',
+            c => c,
         })
         .collect();
     let inputs = Inputs {

@@ -29,7 +29,7 @@ fn a_layer_list_becomes_modules_under_its_weights_names_and_its_ops_in_order() {
     assert!(py.contains("# data: digits\n"), "{py}");
     // how the samples are made, where no quote or line break gets out of the docstring
     assert!(
-        py.contains("made as the run made its samples:\n    RGB pictures 'as stored'\\n'''"),
+        py.contains("made as the run made its samples:\n    RGB pictures 'as stored'?'''"),
         "{py}"
     );
     assert_eq!(py.matches("\"\"\"").count(), 2, "{py}");
@@ -153,7 +153,8 @@ fn write_case(dir: &Path, name: &str, m: &Model, seed: u64, affine: Option<(&[f3
     let io = safetensors::serialize(io, &None).unwrap();
     std::fs::write(dir.join(format!("{name}.io.safetensors")), io).unwrap();
     let inputs = Inputs {
-        text: "a table's values",
+        // (what a hand-edited state.json may hold: the module still imports)
+        text: "a table's \"values\" \u{1b}[31m \\u{1b} \\x",
         affine,
     };
     std::fs::write(dir.join(format!("{name}.py")), module(m, name, inputs)).unwrap();
