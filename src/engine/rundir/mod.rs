@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint;
 
 mod resume_point;
-pub use resume_point::{checkpoint_for, resume_point, Purpose};
+pub use resume_point::{checkpoint_for, continuing, resume_arg, resume_point, Purpose};
 
 /// Where runs go unless `--run-dir` says otherwise.
 pub const RUNS: &str = "runs";
@@ -383,37 +383,6 @@ pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
         t != std::time::UNIX_EPOCH && t.elapsed().is_ok_and(|e| e > QUIET)
     };
     (here || quiet()).then_some(false)
-}
-
-/// What `--resume` takes to continue from `checkpoint`: the run's directory where the
-/// checkpoint is in it (`--resume RUN_DIR` finds it; named as it is, not through a `latest`
-/// link that moves on), else the checkpoint itself.
-pub fn resume_arg(run_dir: Option<&Path>, checkpoint: &Path) -> PathBuf {
-    let run_dir = run_dir.and_then(|d| fs::canonicalize(d).ok());
-    let inside = run_dir
-        .filter(|d| fs::canonicalize(checkpoint).is_ok_and(|p| p.starts_with(d.join(CHECKPOINTS))));
-    inside.unwrap_or_else(|| checkpoint.to_path_buf())
-}
-
-/// What continues a run quit at once, as it stands now: its newest checkpoint in
-/// `checkpoints`, or else the one it was resumed from.
-pub fn continuing(
-    run_dir: Option<&Path>,
-    checkpoints: Option<&Path>,
-    resumed_from: Option<&Path>,
-) -> String {
-    let newest = checkpoints.and_then(|d| crate::engine::checkpoint::steps(d).pop());
-    match (newest, resumed_from) {
-        (Some((step, p)), _) => format!(
-            "--resume {} continues the run from its checkpoint of step {step}",
-            resume_arg(run_dir, &p).display()
-        ),
-        (None, Some(from)) => format!(
-            "this run wrote no checkpoint: --resume {} starts again where it did",
-            from.display()
-        ),
-        (None, None) => "it wrote no checkpoint: start it again".into(),
-    }
 }
 
 /// When run `dir`'s metrics file last changed (the epoch where it cannot be told).

@@ -233,6 +233,37 @@ fn listing(runs: &[(PathBuf, std::time::SystemTime)], purpose: Purpose) -> Strin
     lines.join("\n")
 }
 
+/// What `--resume` takes to continue from `checkpoint`: the run's directory where the
+/// checkpoint is in it (`--resume RUN_DIR` finds it; named as it is, not through a `latest`
+/// link that moves on), else the checkpoint itself.
+pub fn resume_arg(run_dir: Option<&Path>, checkpoint: &Path) -> PathBuf {
+    let run_dir = run_dir.and_then(|d| fs::canonicalize(d).ok());
+    let inside = run_dir
+        .filter(|d| fs::canonicalize(checkpoint).is_ok_and(|p| p.starts_with(d.join(CHECKPOINTS))));
+    inside.unwrap_or_else(|| checkpoint.to_path_buf())
+}
+
+/// What continues a run quit at once, as it stands now: its newest checkpoint in
+/// `checkpoints`, or else the one it was resumed from.
+pub fn continuing(
+    run_dir: Option<&Path>,
+    checkpoints: Option<&Path>,
+    resumed_from: Option<&Path>,
+) -> String {
+    let newest = checkpoints.and_then(|d| crate::engine::checkpoint::steps(d).pop());
+    match (newest, resumed_from) {
+        (Some((step, p)), _) => format!(
+            "--resume {} continues the run from its checkpoint of step {step}",
+            resume_arg(run_dir, &p).display()
+        ),
+        (None, Some(from)) => format!(
+            "this run wrote no checkpoint: --resume {} starts again where it did",
+            from.display()
+        ),
+        (None, None) => "it wrote no checkpoint: start it again".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
