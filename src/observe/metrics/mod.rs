@@ -16,6 +16,7 @@ mod fields;
 mod parse;
 pub mod reader;
 pub mod records;
+mod step_record;
 pub mod writer;
 
 pub use parse::{record, record_line, run_info, run_line, Record};
