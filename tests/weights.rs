@@ -268,18 +268,16 @@ fn damaged_and_hostile_files_are_clear_errors() {
 fn trained_weights_export_for_pytorch_and_load_back() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let cfg = RunConfig {
-        devices: DeviceSpec::Cpu(1),
-        model: "conv4k3p1,bn,basic4,gap".parse().unwrap(),
-        data: "synthetic-images:64,3,8,8,3".parse().unwrap(),
-        budget: Budget::Steps(4),
-        batch_per_replica: 8,
+    Engine::run(RunConfig {
         grad_accum: 2,
-        checkpoint_dir: run.join("checkpoints"),
-        run_dir: Some(run.clone()),
-        ..RunConfig::default()
-    };
-    Engine::run(cfg).unwrap();
+        ..one_cpu(
+            &run,
+            "conv4k3p1,bn,basic4,gap",
+            "synthetic-images:64,3,8,8,3",
+            4,
+        )
+    })
+    .unwrap();
     let out = dir.path().join("trained.safetensors");
     let done = export(&run.join("checkpoints"), &out).unwrap();
     let n = done.tensors;
@@ -699,17 +697,7 @@ fn an_export_says_which_pytorch_model_takes_it() {
 fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let cfg = RunConfig {
-        devices: DeviceSpec::Cpu(1),
-        model: "mlp:8".parse().unwrap(),
-        data: "synthetic:64,6,3".parse().unwrap(),
-        budget: Budget::Steps(2),
-        batch_per_replica: 8,
-        checkpoint_dir: run.join("checkpoints"),
-        run_dir: Some(run.clone()),
-        ..RunConfig::default()
-    };
-    Engine::run(cfg).unwrap();
+    Engine::run(one_cpu(&run, "mlp:8", "synthetic:64,6,3", 2)).unwrap();
     let out = dir.path().join("w.safetensors");
     let py = dir.path().join("w.py");
     std::fs::write(&py, "print('my own script')\n").unwrap();
@@ -891,6 +879,21 @@ fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
     let empty = f32_file(Vec::new());
     let e = import(empty.path(), &m, &mut p, &mut b).unwrap_err();
     assert!(e.contains("it holds no tensors"), "{e}");
+}
+
+/// A run of `model` on `data` for `steps` steps of 8 samples on one CPU worker, in the run
+/// directory `run`.
+fn one_cpu(run: &Path, model: &str, data: &str, steps: u64) -> RunConfig {
+    RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        model: model.parse().unwrap(),
+        data: data.parse().unwrap(),
+        budget: Budget::Steps(steps),
+        batch_per_replica: 8,
+        checkpoint_dir: run.join("checkpoints"),
+        run_dir: Some(run.to_path_buf()),
+        ..RunConfig::default()
+    }
 }
 
 /// A safetensors file's metadata.
