@@ -469,6 +469,8 @@ impl App {
 }
 
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod events_tests;
 #[cfg(test)]
 mod quit_tests;
