@@ -434,6 +434,11 @@ fn train_and_val_folders_and_val_data() {
     assert_eq!((d.train.len(), d.val.len()), (6, 2));
     let named = format!("validation images {}: 2 images", dir.join("val").display());
     assert!(d.description.contains(&named), "{}", d.description);
+    assert_eq!(d.val_text, named);
+    // ... which is not the training data, though both flags name the folder
+    let d = images(&dir, &o).unwrap();
+    assert!(d.description.contains(&named), "{}", d.description);
+    assert!(!d.description.contains("training data itself"));
     // a validation folder with a class the training folder lacks
     png_rgb(&dir.join("val/cow/0.png"), 0);
     let e = images(&dir, &opts(|o| o.val_fraction = None))

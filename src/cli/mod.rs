@@ -51,6 +51,8 @@ pub enum Command {
     },
     /// Write a run's (or checkpoint's) trained weights to a safetensors file under PyTorch's names, for `model.load_state_dict(safetensors.torch.load_file(FILE))`.
     Export(ExportArgs),
+    /// Evaluate a run's (or checkpoint's) model on its validation set or another labelled set (--data): loss, accuracy, top-5, and per class its accuracy, precision and what it was taken for.
+    Eval(EvalArgs),
     /// Open the terminal UI on a running job over its live socket (default: the newest live run under ./runs): same screens and keys; q offers detach (the run goes on) or stop.
     Attach(AttachArgs),
 }
@@ -66,6 +68,7 @@ impl Command {
             Command::Runs(_) => "runs",
             Command::Attach(_) => "attach",
             Command::Export(_) => "export",
+            Command::Eval(_) => "eval",
             Command::MpiAllreduceBench { .. } => "mpi-allreduce-bench",
         }
     }
@@ -79,6 +82,22 @@ pub struct ExportArgs {
     /// The safetensors file to write.
     #[arg(value_name = "FILE")]
     pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A run directory (its newest checkpoint), a checkpoint directory or a step-NNNNNNNN checkpoint (a --checkpoint-best's `best` too).
+    #[arg(value_name = "RUN_DIR|CHECKPOINT")]
+    pub from: PathBuf,
+    /// The labelled set to evaluate on, given as --val-data would give it (cifar10:DIR's test file, images:DIR's val/ or the folder itself, csv:FILE with the training file's columns)  [default: the run's own validation set]
+    #[arg(long, value_name = "SPEC")]
+    pub data: Option<String>,
+    /// CPU threads to evaluate on  [default: this machine's cores]
+    #[arg(long, value_name = "N", value_parser = at_least_one(4096))]
+    pub threads: Option<usize>,
+    /// Also write every figure (every class, every confusion) as JSON to FILE (`-`: stdout, the report then goes to stderr)
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

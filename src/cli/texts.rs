@@ -26,6 +26,7 @@ Examples:
   mgtop-train --headless --model mobilenetv2 --data images:photos --image-size 224 --augment random-resized-crop,flip --init mobilenet_v2.safetensors
                                                (fine-tune pretrained torchvision weights on a folder of class folders)
   mgtop-train export runs/photos-mobilenetv2/latest trained.safetensors   (the weights for PyTorch's load_state_dict)
+  mgtop-train eval runs/photos-mobilenetv2/latest --data images:photos_test   (loss, accuracy, per class, on a held-out folder)
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
 

@@ -1,4 +1,4 @@
-//! The subcommands, one file each: training (the default), `attach`, `bench`, `export`, `runs`, `scale`,
+//! The subcommands, one file each: training (the default), `attach`, `bench`, `eval`, `export`, `runs`, `scale`,
 //! `selftest` and `view`.
 //! `main.rs` parses the flags, installs signal handling and turns results into exit codes.
 
@@ -7,6 +7,7 @@ pub mod bench;
 mod bench_live;
 pub mod bench_processes;
 mod bench_workload;
+pub mod eval;
 pub mod export;
 mod processes;
 pub mod runs;

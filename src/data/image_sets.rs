@@ -27,6 +27,8 @@ struct Read {
     names: Vec<String>,
     /// What the set is, for the log: "cifar10 data/c10" or "images photos".
     what: String,
+    /// The folder read (canonical), for a folder's pictures; None for a CIFAR file's.
+    folder: Option<PathBuf>,
     notes: Vec<String>,
 }
 
@@ -75,6 +77,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
     });
     let what = format!("images {}", f.dir.display());
     Read {
+        folder: std::fs::canonicalize(&f.dir).ok(),
         classes: f.classes.len(),
         names: f.classes.clone(),
         sizes: f.sizes,
@@ -145,6 +148,7 @@ fn read_spec(
                 classes: c.classes,
                 names: names.clone(),
                 what,
+                folder: None,
                 notes: Vec::new(),
             };
             let test_name = match kind {
@@ -365,7 +369,8 @@ pub(super) fn load(
                 "validation {}: {}{}",
                 v.what,
                 crate::text::counted(v.set.len(), "image"),
-                match (opts.val_data.as_ref()).is_some_and(|g| g.absolute() == spec.absolute()) {
+                // (a folder's val/ beside its train/, a CIFAR directory's test file, are not)
+                match v.folder.is_some() && v.folder == train.folder {
                     true => super::TRAINING_DATA_ITSELF,
                     false => "",
                 }
@@ -414,6 +419,7 @@ pub(super) fn load(
         norm.std,
     );
     let mut notes = train.notes.clone();
+    let val_notes = notes.len();
     if let Some(v) = &val_read {
         notes.extend(v.notes.iter().cloned());
     }
@@ -445,6 +451,8 @@ pub(super) fn load(
         val: dataset(vp, vy),
         description,
         notes,
+        val_notes,
+        val_text: split_text,
         recipe,
     })
 }

@@ -89,7 +89,13 @@ pub struct LoadedData {
     pub train: Dataset,
     pub val: Dataset,
     pub description: String,
+    /// The training set's notes, then the validation set's (from `val_notes` on).
     pub notes: Vec<String>,
+    /// Where the notes of the validation set (read apart: its own folder, `--val-data`) begin.
+    pub val_notes: usize,
+    /// Where validation comes from, as `description` says it: `split 80 train / 20 val (seed 1)`,
+    /// `validation images cats/val: 400 images`.
+    pub val_text: String,
     pub recipe: InputRecipe,
 }
 

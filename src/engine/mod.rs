@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod control;
 mod cpu_time;
 mod devices;
+pub mod eval;
 pub mod events;
 mod fingerprint;
 pub mod heartbeat;

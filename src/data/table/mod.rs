@@ -254,6 +254,8 @@ pub(super) fn load(
         val,
         description,
         notes: Vec::new(),
+        val_notes: 0,
+        val_text: split_text,
         recipe: super::InputRecipe {
             text: norm_text,
             affine,

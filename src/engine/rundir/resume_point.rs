@@ -18,6 +18,8 @@ pub enum Purpose {
     Resume,
     /// `mgtop-train export PATH FILE`
     Export,
+    /// `mgtop-train eval PATH`
+    Eval,
 }
 
 impl Purpose {
@@ -26,6 +28,7 @@ impl Purpose {
         match self {
             Purpose::Resume => format!("--resume {}", path.display()),
             Purpose::Export => format!("export {}", path.display()),
+            Purpose::Eval => format!("eval {}", path.display()),
         }
     }
 
@@ -34,6 +37,7 @@ impl Purpose {
         match self {
             Purpose::Resume => format!("--resume {}", path.display()),
             Purpose::Export => format!("mgtop-train export {} FILE", path.display()),
+            Purpose::Eval => format!("mgtop-train eval {}", path.display()),
         }
     }
 
@@ -41,6 +45,7 @@ impl Purpose {
         match self {
             Purpose::Resume => "continue",
             Purpose::Export => "export",
+            Purpose::Eval => "evaluate",
         }
     }
 }
@@ -130,6 +135,7 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
             match purpose {
                 Purpose::Resume => "resume from",
                 Purpose::Export => "export",
+                Purpose::Eval => "evaluate",
             }
         );
     }
@@ -139,9 +145,14 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
             "run {} has no checkpoint to resume from that it recorded ({why}); one given --checkpoint-dir keeps them there: --resume that directory; else start it again",
             dir.display()
         ),
-        Purpose::Export => format!(
-            "run {} has no checkpoint to export that it recorded ({why}); one given --checkpoint-dir keeps them there: export that directory; else train it again to have its weights",
-            dir.display()
+        Purpose::Export | Purpose::Eval => format!(
+            "run {} has no checkpoint to {} that it recorded ({why}); one given --checkpoint-dir keeps them there: {} that directory; else train it again to have its weights",
+            dir.display(),
+            purpose.verb(),
+            match purpose {
+                Purpose::Export => "export",
+                _ => "eval",
+            }
         ),
     }
 }

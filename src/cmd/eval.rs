@@ -1,0 +1,229 @@
+//! `mgtop-train eval RUN_DIR|CHECKPOINT [--data SPEC]`: a run's model on its validation set or
+//! another labelled set; the report (loss, accuracy, top-5, per class) and `--json`'s figures.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::cli::{EvalArgs, TrainArgs};
+use crate::data::read::printable;
+use crate::data::DataSpec;
+use crate::engine::eval::{self, Evaluation, Tally};
+use crate::engine::rundir::{checkpoint_for, Purpose};
+
+/// Classes listed one by one up to this many; beyond, the lowest accuracies.
+const LISTED: usize = 20;
+/// How many of the lowest a set of more classes lists.
+const LOWEST: usize = 10;
+/// A progress line every this often, once an evaluation takes longer than it.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
+    let point = checkpoint_for(&args.from, Purpose::Eval).map_err(anyhow::Error::msg)?;
+    // the run's settings as --resume takes them: its data, picture size, scaling, seed, model
+    let (cfg, _) = TrainArgs {
+        resume: Some(point.clone()),
+        ..TrainArgs::default()
+    }
+    .resolve()
+    .map_err(anyhow::Error::msg)?;
+    let data = (args.data.as_deref())
+        .map(|d| d.parse::<DataSpec>().map_err(|e| format!("--data: {e}")))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if let Some(out) = args.json.as_deref().filter(|_| !to_stdout) {
+        writable(out).map_err(anyhow::Error::msg)?;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = args.threads.unwrap_or(cores);
+    let (started, mut shown) = (Instant::now(), Duration::ZERO);
+    let progress = |done: usize, total: usize| {
+        let now = started.elapsed();
+        if now >= shown + PROGRESS_EVERY && done < total {
+            shown = now;
+            crate::tell!(
+                "evaluated {done} of {total} samples ({:.0}%, {:.0} s)",
+                100.0 * done as f64 / total as f64,
+                now.as_secs_f64()
+            );
+        }
+    };
+    let e = eval::evaluate(&cfg, &point, data.as_ref(), threads, progress)?;
+    for line in report(&e) {
+        match to_stdout {
+            true => crate::tell!("{line}"),
+            false => crate::say!("{line}"),
+        }
+    }
+    if let Some(out) = &args.json {
+        let text = serde_json::to_string_pretty(&figures(&e))? + "\n";
+        match to_stdout {
+            true => crate::say!("{}", text.trim_end()),
+            false => {
+                crate::data::write::replace_file(out, text.as_bytes()).map_err(|err| {
+                    anyhow::anyhow!("--json {}: cannot write it ({err})", out.display())
+                })?;
+                crate::tell!("figures written to {}", out.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a `--json` file that could not be written, before anything is evaluated.
+fn writable(out: &Path) -> Result<(), String> {
+    let parent = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => p,
+        None => Path::new("."),
+    };
+    let why = if out.is_dir() {
+        Some("it is a directory; name a file".to_string())
+    } else if !parent.is_dir() {
+        Some(format!("{} is not a directory", parent.display()))
+    } else {
+        (crate::data::write::can_write_in(parent).err())
+            .map(|e| format!("cannot write in {} ({e})", parent.display()))
+    };
+    match why {
+        Some(why) => Err(format!("--json {}: {why}", out.display())),
+        None => Ok(()),
+    }
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.2}%", 100.0 * v))
+}
+
+/// The report, as printed.
+pub fn report(e: &Evaluation) -> Vec<String> {
+    let t = &e.tally;
+    let name = |c: usize| printable(&e.classes[c]);
+    let which = match e.own {
+        true => " on the run's validation set",
+        false => "",
+    };
+    let mut lines = vec![format!(
+        "eval {} (step {}, --model {}){which}",
+        e.checkpoint.display(),
+        e.step,
+        e.model
+    )];
+    lines.push(format!("data: {}", e.data));
+    lines.extend(e.notes.iter().map(|n| format!("note: {n}")));
+    let secs = e.elapsed.as_secs_f64();
+    lines.push(format!(
+        "evaluated {} in {} on {} ({:.0} samples/s, this machine's CPU, fp32)",
+        crate::text::counted(t.samples as usize, "sample"),
+        crate::front::units::took(e.elapsed),
+        crate::text::counted(e.threads, "thread"),
+        t.samples as f64 / secs.max(1e-9)
+    ));
+    let top5 = match t.top5_accuracy() {
+        Some(a) => format!("   top-{} {}", eval::TOP_K, percent(Some(a))),
+        None => String::new(),
+    };
+    lines.push(format!(
+        "loss {}   accuracy {} ({} of {}){top5}",
+        t.loss().map_or("-".into(), |l| format!("{l:.4}")),
+        percent(t.accuracy()),
+        t.correct,
+        t.samples
+    ));
+    lines.extend(class_table(t, &name));
+    lines
+}
+
+/// Per class: samples, accuracy, precision and what it was most often taken for; every class up
+/// to `LISTED`, else the `LOWEST` accuracies.
+fn class_table(t: &Tally, name: &dyn Fn(usize) -> String) -> Vec<String> {
+    let mut shown: Vec<usize> = (0..t.classes()).collect();
+    let mut lines = Vec::new();
+    if t.classes() > LISTED {
+        shown.retain(|&c| t.per_class[c].samples > 0);
+        shown.sort_by(|&a, &b| {
+            let acc = |c: usize| t.per_class[c].accuracy().unwrap_or(0.0);
+            acc(a).total_cmp(&acc(b)).then(a.cmp(&b))
+        });
+        shown.truncate(LOWEST);
+        lines.push(format!(
+            "the {} classes of lowest accuracy (of {}; --json FILE has every class):",
+            shown.len(),
+            t.classes()
+        ));
+    }
+    let width = (shown.iter().map(|&c| name(c).chars().count()))
+        .chain([5])
+        .max()
+        .unwrap_or(5)
+        .min(32);
+    lines.push(format!(
+        "{:<width$}  {:>8}  {:>8}  {:>9}  most often taken for",
+        "class", "samples", "accuracy", "precision"
+    ));
+    for c in shown {
+        let k = &t.per_class[c];
+        let taken: Vec<String> = (t.taken_for(c, 2).into_iter())
+            .map(|(p, n)| format!("{} ({n})", name(p)))
+            .collect();
+        let mut n = name(c);
+        if n.chars().count() > width {
+            n = n.chars().take(width - 1).collect::<String>() + "…";
+        }
+        lines.push(format!(
+            "{n:<width$}  {:>8}  {:>8}  {:>9}  {}",
+            k.samples,
+            percent(k.accuracy()),
+            percent(k.precision()),
+            match taken.is_empty() {
+                true => "-".to_string(),
+                false => taken.join(", "),
+            }
+        ));
+    }
+    lines
+}
+
+/// Every figure, for `--json` (schema `mgtop.eval/1`).
+pub fn figures(e: &Evaluation) -> serde_json::Value {
+    let t = &e.tally;
+    let classes: Vec<serde_json::Value> = (0..t.classes())
+        .map(|c| {
+            let k = &t.per_class[c];
+            json!({
+                "class": c,
+                "name": e.classes[c],
+                "samples": k.samples,
+                "correct": k.correct,
+                "predicted": k.predicted,
+                "accuracy": k.accuracy(),
+                "precision": k.precision(),
+            })
+        })
+        .collect();
+    let confusions: Vec<serde_json::Value> = (t.confusions().into_iter())
+        .map(|(label, predicted, count)| {
+            json!({"label": label, "predicted": predicted, "count": count})
+        })
+        .collect();
+    json!({
+        "format": "mgtop.eval/1",
+        "checkpoint": e.checkpoint,
+        "step": e.step,
+        "model": e.model,
+        "data": e.data,
+        "own_validation_set": e.own,
+        "samples": t.samples,
+        "loss": t.loss(),
+        "accuracy": t.accuracy(),
+        "top5_accuracy": t.top5_accuracy(),
+        "seconds": e.elapsed.as_secs_f64(),
+        "threads": e.threads,
+        "classes": classes,
+        "confusions": confusions,
+    })
+}
+
+#[cfg(test)]
+mod tests;

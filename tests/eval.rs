@@ -1,0 +1,203 @@
+//! `mgtop-train eval`: a run's model on its own validation set gives the run's validation, on
+//! another folder its classes matched by name; bad inputs are clear errors before any work.
+
+mod common;
+
+use std::path::Path;
+
+use common::cli::{run_in, text};
+use image::{ImageBuffer, Rgb};
+
+/// A picture of `class`'s colour with some noise: classes a small MLP tells apart at once.
+fn picture(path: &Path, class: usize, i: usize) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let colour = [[220u8, 40, 40], [40, 220, 40], [40, 40, 220]][class];
+    let img = ImageBuffer::from_fn(8, 6, |x, y| {
+        let noise = ((x * 7 + y * 13 + i as u32 * 29) % 40) as u8;
+        Rgb(colour.map(|c| c.saturating_add(noise)))
+    });
+    img.save(path).unwrap();
+}
+
+/// `root/<part>/<class>/<i>.png` for each (part, classes, pictures per class).
+fn folder(root: &Path, parts: &[(&str, &[usize], usize)]) {
+    let names = ["ant", "bee", "cow"];
+    for &(part, classes, n) in parts {
+        for &c in classes {
+            for i in 0..n {
+                picture(&root.join(part).join(format!("{}/{i}.png", names[c])), c, i);
+            }
+        }
+    }
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The last validation record of the one run under `dir/runs`.
+fn last_validation(dir: &Path) -> serde_json::Value {
+    let runs = dir.join("runs");
+    let name = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap();
+    let metrics = std::fs::read_to_string(name.path().join("latest/metrics.jsonl")).unwrap();
+    (metrics.lines().rev())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "validation" || r["type"] == "epoch")
+        .find(|r| r.get("val_accuracy").is_some_and(|a| !a.is_null()))
+        .expect("a validation")
+}
+
+#[test]
+fn a_runs_own_validation_set_gives_its_last_validation_and_each_class() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let args = ["--headless", "--steps", "30", "--devices", "cpu:2"];
+    let o = run_in(d, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_in(d, &["eval", "runs", "--json", "e.json", "--threads", "2"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let (e, v) = (json(&d.join("e.json")), last_validation(d));
+    assert_eq!(e["format"], "mgtop.eval/1");
+    assert_eq!(e["step"], 30);
+    assert_eq!(e["own_validation_set"], true);
+    // the same model on the same samples made the same way: the run's figures
+    let close = |a: &serde_json::Value, b: &serde_json::Value| {
+        (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-5
+    };
+    assert!(close(&e["accuracy"], &v["val_accuracy"]), "{e} {v}");
+    assert!(close(&e["loss"], &v["val_loss"]), "{e} {v}");
+    let classes = e["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 10);
+    let samples: u64 = classes.iter().map(|c| c["samples"].as_u64().unwrap()).sum();
+    let correct: u64 = classes.iter().map(|c| c["correct"].as_u64().unwrap()).sum();
+    assert_eq!(samples, 359, "digits' seeded 20% split");
+    assert_eq!(
+        Some(correct),
+        e["accuracy"].as_f64().map(|a| (a * 359.0).round() as u64)
+    );
+    // the report says the same, a line per digit
+    let accuracy = format!("{:.2}%", 100.0 * e["accuracy"].as_f64().unwrap());
+    assert!(
+        out.contains(&format!("accuracy {accuracy} ({correct} of 359)")),
+        "{out}"
+    );
+    assert!(out.contains("on the run's validation set"), "{out}");
+    assert!(out.contains("figures written to e.json"), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("9 ")).count(),
+        1,
+        "{out}"
+    );
+}
+
+#[test]
+fn another_folder_is_evaluated_with_its_classes_matched_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    folder(
+        &d.join("pics"),
+        &[("train", &[0, 1, 2], 12), ("val", &[0, 1, 2], 3)],
+    );
+    // a test folder without ants: its bees are class 1, its cows class 2
+    folder(&d.join("test"), &[("", &[1, 2], 5)]);
+    let args = [
+        "--headless",
+        "--steps",
+        "40",
+        "--devices",
+        "cpu:1",
+        "--data",
+        "images:pics",
+        "--model",
+        "mlp:16",
+        "--name",
+        "pics",
+    ];
+    let o = run_in(d, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run_in(
+        d,
+        &["eval", "runs/pics", "--data", "images:test", "--json", "-"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    // `--json -`: the figures alone on stdout, the report on stderr
+    let e: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is the JSON");
+    assert_eq!(e["own_validation_set"], false);
+    assert_eq!(e["samples"], 10);
+    let samples: Vec<u64> = (e["classes"].as_array().unwrap().iter())
+        .map(|c| c["samples"].as_u64().unwrap())
+        .collect();
+    assert_eq!(samples, [0, 5, 5]);
+    assert_eq!(e["classes"][2]["name"], "cow");
+    assert!(e["accuracy"].as_f64().unwrap() >= 0.9, "{e}");
+    assert!(
+        stderr.contains("data: images test: 10 images; inputs RGB pictures 8x6 as stored"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no picture of 1 class (ant)"), "{stderr}");
+    // a bee's row says what it was taken for, or `-`
+    assert!(stderr.lines().any(|l| l.starts_with("bee ")), "{stderr}");
+}
+
+#[test]
+fn bad_inputs_are_refused_with_the_fix_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    folder(
+        &d.join("pics"),
+        &[("train", &[0, 1], 6), ("val", &[0, 1], 2)],
+    );
+    let args = [
+        "--headless",
+        "--steps",
+        "5",
+        "--devices",
+        "cpu:1",
+        "--data",
+        "images:pics",
+        "--model",
+        "mlp:8",
+        "--name",
+        "pics",
+    ];
+    assert!(run_in(d, &args).status.success());
+    let refused = |args: &[&str], says: &str| {
+        let o = run_in(d, args);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(out.contains(says), "{args:?}: {out}");
+        assert!(!out.contains("panicked"), "{out}");
+    };
+    refused(
+        &["eval", "nowhere"],
+        "eval nowhere: no such file or directory; pass a run directory",
+    );
+    refused(
+        &["eval", "runs/pics", "--data", "csv:x.csv"],
+        "--data csv:x.csv: must be a set of the same kind as --data images:",
+    );
+    refused(
+        &["eval", "runs/pics", "--data", "images:none"],
+        "--data images:none: none does not exist",
+    );
+    std::fs::create_dir(d.join("out")).unwrap();
+    refused(
+        &["eval", "runs/pics", "--json", "out"],
+        "--json out: it is a directory; name a file",
+    );
+    refused(
+        &["eval", "runs/pics", "--json", "no/e.json"],
+        "--json no/e.json: no is not a directory",
+    );
+    // the run's data moved away: its classes and scaling are read from it
+    std::fs::rename(d.join("pics"), d.join("moved")).unwrap();
+    refused(
+        &["eval", "runs/pics"],
+        "put the run's data back where the run read it",
+    );
+}
