@@ -397,7 +397,8 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         assert!(
             lines[1].starts_with("finished: 69 steps in ")
                 && lines[1].contains(" s | best val accuracy ")
-                && lines[1].ends_with(" samples/s"),
+                && lines[1].contains(" samples/s | ranks' time: compute ")
+                && lines[1].ends_with("%"),
             "{out}"
         );
         assert!(
@@ -533,6 +534,29 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     let out = view("killed");
     assert!(
         out.contains("the run is not running: it was killed"),
+        "{out}"
+    );
+}
+
+/// A stopped run's summary gives where its time went and how to go on, as its own last lines did.
+#[test]
+fn a_stopped_run_s_summary_says_how_to_resume_it() {
+    let d = tempfile::tempdir().unwrap();
+    let run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
+    run.wait_log("a step line", |l| l.contains("step 100/"));
+    common::cli::signal(&run.child, "TERM");
+    let mut run = run;
+    run.wait_exit();
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
+    assert_eq!(code, Some(0), "{out}");
+    let run_dir = d.path().join("run").canonicalize().unwrap();
+    assert!(
+        out.contains("\nstopped at step ") || out.contains("\nstopped: "),
+        "{out}"
+    );
+    assert!(out.contains("| ranks' time: compute "), "{out}");
+    assert!(
+        out.ends_with(&format!("resume with: --resume {}\n", run_dir.display())),
         "{out}"
     );
 }

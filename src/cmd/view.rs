@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use crossbeam_channel::{unbounded, Sender};
 
 use crate::cli::ViewArgs;
+use crate::engine::events::Ending;
 use crate::engine::rundir;
 use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::{read_all, FileSource};
@@ -85,17 +86,24 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let host = app.info.host.as_deref();
         let live = run_dir.as_deref().and_then(|d| rundir::liveness(d, host));
         let after = reader.past_end().map(crate::front::words::past_end);
-        // a killed run's way on: its newest checkpoint the file records, where it still is
-        let resume = (live == Some(false) && app.summary.is_none())
+        // a killed or stopped run's way on: its newest checkpoint the file records, where it
+        // still is (a killed run's summary does not name it)
+        let killed = live == Some(false) && app.summary.is_none();
+        let stopped = (app.summary.as_ref()).is_some_and(|s| s.ending != Ending::Completed);
+        let resume = (killed || stopped && live != Some(true))
             .then_some(app.last_checkpoint.as_deref())
             .flatten()
             .filter(|p| crate::engine::checkpoint::is_checkpoint(p))
             .map(|p| {
-                format!(
-                    "its newest checkpoint recorded: {}; resume with: --resume {}",
-                    p.display(),
-                    rundir::resume_arg(run_dir.as_deref(), p).display()
-                )
+                let arg = rundir::resume_arg(run_dir.as_deref(), p);
+                match killed {
+                    true => format!(
+                        "its newest checkpoint recorded: {}; resume with: --resume {}",
+                        p.display(),
+                        arg.display()
+                    ),
+                    false => format!("resume with: --resume {}", arg.display()),
+                }
             });
         for line in summary(&app, live).into_iter().chain(after).chain(resume) {
             // names and paths come from the file

@@ -194,7 +194,7 @@ impl RunInfo {
             model: format!("{} ({})", cfg.model, model.shape_string()),
             layers: match model.is_mlp() {
                 true => Vec::new(),
-                false => model.layer_lines(),
+                false => model.layer_summary(),
             },
             params: model.n_params,
             flops: model.flops_per_sample(),

@@ -232,6 +232,12 @@ pub fn summary_lines(app: &App) -> Vec<String> {
             crate::text::counted(s.grad_spikes as usize, "gradient spike")
         );
     }
+    // (as the headless summary names them)
+    if s.time_shares.is_some() {
+        let names = ["compute", "data", "comm", "wait"];
+        let shares = crate::front::units::time_shares(s.time_shares, names, ", ");
+        line += &format!(" | ranks' time: {shares}");
+    }
     let mut lines = vec![line];
     if let Some(p) = &app.info.resumed_from {
         lines.push(format!(

@@ -12,6 +12,7 @@ mod op;
 mod presets;
 pub mod pytorch;
 mod spec;
+mod summary;
 
 pub use crate::nn::window::Window;
 pub use build::{Builder, WeightInit};
@@ -212,28 +213,6 @@ impl Model {
     /// Parameters of node `n`.
     pub fn node_params(&self, n: &Node) -> usize {
         n.params.iter().map(|&t| self.tensors[t].len).sum()
-    }
-
-    /// One line per op: `conv3x3+relu layer1.0.conv1  16x32x32 -> 16x32x32  2,304 params  4.7 MFLOP`.
-    pub fn layer_lines(&self) -> Vec<String> {
-        let name_w = self
-            .nodes
-            .iter()
-            .map(|n| n.to_string().len())
-            .max()
-            .unwrap_or(0);
-        self.nodes
-            .iter()
-            .map(|n| {
-                format!(
-                    "{:<name_w$}  {}  {} params  {}",
-                    n.to_string(),
-                    self.shapes(n),
-                    self.node_params(n),
-                    flops_text(n.op.flops(self.dims[n.output]))
-                )
-            })
-            .collect()
     }
 
     /// Node `n`'s inputs and output: `16x32x32 + 16x32x32 -> 16x32x32`.
