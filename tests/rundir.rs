@@ -420,6 +420,10 @@ fn runs_lists_each_run_with_its_state() {
         .concat(),
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // an epoch budget's run that ended before a step was logged: as far as its steps go
+    let epochs = ["--epochs", "2", "--inject-panic", "0:3", "--name", "early"];
+    let o = run_in(d, &[&QUICK[..], &epochs].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let o = run_in(d, &["runs"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
@@ -441,6 +445,10 @@ fn runs_lists_each_run_with_its_state() {
     let broken = line("runs/broken/");
     let cols: Vec<&str> = broken.split_whitespace().collect();
     assert_eq!(cols[1..4], ["failed", "2", "4%"], "{broken}");
+    // 2 of 2 epochs of 15 steps (480 training samples, batch 32)
+    let early = line("runs/early/");
+    let cols: Vec<&str> = early.split_whitespace().collect();
+    assert_eq!(cols[1..4], ["failed", "2", "7%"], "{early}");
     // FIFOs where the run's notes are (its socket's path, its checkpoints' lock): read as
     // nothing, never waited on
     for note in ["live.sock.path", "checkpoints/.lock"] {

@@ -81,10 +81,14 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         Some(s) => s.steps,
         None => app.step(),
     };
-    // a step budget says it exactly; an epoch budget as far as the last step record
+    // a step budget says it exactly; an epoch budget as far as the last step record, or
+    // before one (a run quit early) by the steps of an epoch at its start's batch
+    use crate::config::Budget;
+    let by_steps = |n: u64| (n > 0).then(|| (row.step as f64 / n as f64).min(1.0));
     row.progress = match app.info.budget {
-        crate::config::Budget::Steps(n) if n > 0 => Some((row.step as f64 / n as f64).min(1.0)),
-        _ => app.last_row.as_ref().map(|r| r.progress),
+        Budget::Steps(n) => by_steps(n),
+        Budget::Epochs(e) => (app.last_row.as_ref().map(|r| r.progress))
+            .or_else(|| by_steps(e as u64 * app.info.steps_per_epoch())),
     };
     row.best_accuracy = app.val_accuracy().1;
     if app
