@@ -537,6 +537,56 @@ fn cuda_residual_bn_replica_trains_like_the_cpu_replica() {
     gpu_trains_like_the_cpu(input, spec, 5, &plain);
 }
 
+/// `eval --device N`'s logits: a residual network with batch norm (running statistics) over more
+/// rows than one inference pass takes, the GPU's logits as the CPU's, the loss summed alike.
+#[test]
+fn cuda_eval_logits_match_the_cpu() {
+    if !gpu_present() {
+        return;
+    }
+    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let spec = "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap();
+    let model = Model::new(input, &spec, 7).unwrap();
+    let mut state = TrainState::initial(&model, OptimizerKind::Adam, 3);
+    // running statistics away from their start, as a trained model's are
+    for (i, v) in state.buffers.iter_mut().enumerate() {
+        *v += 0.25 * ((i % 5) as f32);
+    }
+    let b = model.eval_rows() * 2 + 5;
+    let (x, y, _) = image_batch(&model, b, 11);
+    let mut ws = mgtop::nn::model::Workspace::default();
+    let (mut want, mut want_loss) = (Vec::new(), 0.0);
+    let chunk = model.eval_rows();
+    for lo in (0..b).step_by(chunk) {
+        let hi = (lo + chunk).min(b);
+        let d = model.dims[0];
+        let rows = &x[lo * d..hi * d];
+        let (loss, _) = model.evaluate(
+            &state.params,
+            &state.buffers,
+            &mut ws,
+            rows,
+            &y[lo..hi],
+            hi - lo,
+        );
+        want_loss += loss;
+        want.extend_from_slice(ws.logits(&model, hi - lo));
+    }
+    let mut gpu = open_gpu(model.clone(), OptimizerKind::Adam, state);
+    let mut got = Vec::new();
+    let (loss, _) = gpu.evaluate_logits(&x, &y, b, &mut got);
+    assert_eq!(got.len(), b * model.classes());
+    assert!(
+        worst_relative(&got, &want) < 1e-3,
+        "{}",
+        worst_relative(&got, &want)
+    );
+    assert!(
+        (loss - want_loss).abs() < 1e-3 * want_loss.abs().max(1.0),
+        "{loss} vs {want_loss}"
+    );
+}
+
 /// The options real recipes set, on the GPU as on the CPU: momentum 0.8 (Nesterov too), label
 /// smoothing 0.1, no weight decay on batch norm and biases, and the stem's convolution and
 /// batch norm frozen (not updated, no moments kept, left out of the all-reduce; the state

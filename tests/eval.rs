@@ -179,7 +179,7 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
     );
     refused(
         &["eval", "runs/pics", "--data", "csv:x.csv"],
-        "--data csv:x.csv: must be a set of the same kind as --data images:",
+        "--data csv:x.csv: is not a set of the same kind as the run's --data images:",
     );
     refused(
         &["eval", "runs/pics", "--data", "images:none"],
@@ -192,12 +192,89 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
     );
     refused(
         &["eval", "runs/pics", "--json", "no/e.json"],
-        "--json no/e.json: no is not a directory",
+        "--json no/e.json: no does not exist",
     );
-    // the run's data moved away: its classes and scaling are read from it
+    // the run's data moved away: its own validation set is gone, a held-out set is not
     std::fs::rename(d.join("pics"), d.join("moved")).unwrap();
     refused(
         &["eval", "runs/pics"],
-        "put the run's data back where the run read it",
+        "put the run's data back where it read it",
+    );
+    let o = run_in(d, &["eval", "runs/pics", "--data", "images:moved/val"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // its classes renamed: the run's validation split would be other samples of other labels
+    for part in ["train", "val"] {
+        let (from, to) = (format!("moved/{part}/ant"), format!("moved/{part}/zebra"));
+        std::fs::rename(d.join(from), d.join(to)).unwrap();
+    }
+    std::fs::rename(d.join("moved"), d.join("pics")).unwrap();
+    refused(
+        &["eval", "runs/pics"],
+        "changed since it trained: its training split has the 12 samples the checkpoint's run had, but other contents",
+    );
+    // ... and a held-out folder's are matched to the run's own names, not the folder's now
+    refused(
+        &["eval", "runs/pics", "--data", "images:pics"],
+        "class folder",
+    );
+}
+
+/// A table's held-out rows are scaled as the run scaled its own, from the checkpoint: a changed
+/// training file changes nothing of them, and is refused for the run's own validation set.
+#[test]
+fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // three classes far apart on five features of large, shifted values
+    let rows = |n: usize, salt: usize| -> String {
+        (0..n)
+            .map(|i| {
+                let y = (i * 7 + salt) % 3;
+                let x: Vec<String> = (0..5)
+                    .map(|j| {
+                        let noise = ((i * 13 + j * 5 + salt) % 17) as f64 * 9.0;
+                        format!("{}", 1000.0 + 300.0 * y as f64 + noise)
+                    })
+                    .collect();
+                format!("{},{y}\n", x.join(","))
+            })
+            .collect()
+    };
+    std::fs::write(d.join("train.csv"), rows(300, 0)).unwrap();
+    std::fs::write(d.join("test.csv"), rows(60, 1)).unwrap();
+    let args = [
+        "--headless",
+        "--steps",
+        "30",
+        "--devices",
+        "cpu:1",
+        "--data",
+        "csv:train.csv",
+        "--model",
+        "mlp:16",
+        "--name",
+        "tab",
+    ];
+    assert!(run_in(d, &args).status.success());
+    let held_out = |what: &str| {
+        let o = run_in(
+            d,
+            &["eval", "runs/tab", "--data", "csv:test.csv", "--json", "-"],
+        );
+        assert!(o.status.success(), "{what}: {}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let before = held_out("as trained");
+    assert!(before["accuracy"].as_f64().unwrap() > 0.9, "{before}");
+    // the training file cut to half: the held-out figures stay, the run's own set is refused
+    std::fs::write(d.join("train.csv"), rows(150, 0)).unwrap();
+    let after = held_out("after the training file changed");
+    assert_eq!(before["loss"], after["loss"]);
+    let o = run_in(d, &["eval", "runs/tab"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = text(&o);
+    assert!(
+        out.contains("its training split has 120 now, the checkpoint's run had 240"),
+        "{out}"
     );
 }

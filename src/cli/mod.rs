@@ -92,6 +92,9 @@ pub struct EvalArgs {
     /// The labelled set to evaluate on, given as --val-data would give it (cifar10:DIR's test file, images:DIR's val/ or the folder itself, csv:FILE with the training file's columns)  [default: the run's own validation set]
     #[arg(long, value_name = "SPEC")]
     pub data: Option<String>,
+    /// Where to evaluate: cpu, or a GPU's number (0, 1, ...) in the run's --precision  [default: cpu]
+    #[arg(long, value_name = "cpu|N")]
+    pub device: Option<String>,
     /// CPU threads to evaluate on  [default: this machine's cores]
     #[arg(long, value_name = "N", value_parser = at_least_one(4096))]
     pub threads: Option<usize>,

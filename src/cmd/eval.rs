@@ -21,13 +21,28 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
     let point = checkpoint_for(&args.from, Purpose::Eval).map_err(anyhow::Error::msg)?;
+    let meta = eval::checkpoint_meta(&point)?;
     // the run's settings as --resume takes them: its data, picture size, scaling, seed, model
     let (cfg, _) = TrainArgs {
         resume: Some(point.clone()),
         ..TrainArgs::default()
     }
     .resolve()
-    .map_err(anyhow::Error::msg)?;
+    .map_err(|e| {
+        let e = e.replace(&format!("--resume {}: ", point.display()), "");
+        anyhow::anyhow!(
+            "checkpoint {}: the settings it records: {e}",
+            point.display()
+        )
+    })?;
+    // (a run still going: its newest checkpoint, not its end)
+    let run_dir = meta.run_dir.as_deref().map(Path::new);
+    if run_dir.is_some_and(crate::engine::rundir::is_live) {
+        crate::tell!(
+            "note: the run is still training: this is its checkpoint of step {}",
+            meta.step
+        );
+    }
     let data = (args.data.as_deref())
         .map(|d| d.parse::<DataSpec>().map_err(|e| format!("--data: {e}")))
         .transpose()
@@ -37,7 +52,16 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         writable(out).map_err(anyhow::Error::msg)?;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = args.threads.unwrap_or(cores);
+    let on = match args.device.as_deref() {
+        None | Some("cpu") => eval::On::Cpu(args.threads.unwrap_or(cores)),
+        Some(d) => match d.parse::<usize>() {
+            Ok(i) if args.threads.is_none() => eval::On::Gpu(i),
+            Ok(_) => anyhow::bail!("--threads is for the CPU; --device {d} evaluates on GPU {d}"),
+            Err(_) => anyhow::bail!(
+                "--device {d}: use cpu (this machine's cores) or a GPU's number (0, 1, ...)"
+            ),
+        },
+    };
     let (started, mut shown) = (Instant::now(), Duration::ZERO);
     let progress = |done: usize, total: usize| {
         let now = started.elapsed();
@@ -50,7 +74,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             );
         }
     };
-    let e = eval::evaluate(&cfg, &point, data.as_ref(), threads, progress)?;
+    let e = eval::evaluate(&cfg, &point, data.as_ref(), on, progress)?;
     for line in report(&e) {
         match to_stdout {
             true => crate::tell!("{line}"),
@@ -80,6 +104,8 @@ fn writable(out: &Path) -> Result<(), String> {
     };
     let why = if out.is_dir() {
         Some("it is a directory; name a file".to_string())
+    } else if !parent.exists() {
+        Some(format!("{} does not exist", parent.display()))
     } else if !parent.is_dir() {
         Some(format!("{} is not a directory", parent.display()))
     } else {
@@ -114,10 +140,10 @@ pub fn report(e: &Evaluation) -> Vec<String> {
     lines.extend(e.notes.iter().map(|n| format!("note: {n}")));
     let secs = e.elapsed.as_secs_f64();
     lines.push(format!(
-        "evaluated {} in {} on {} ({:.0} samples/s, this machine's CPU, fp32)",
+        "evaluated {} in {} on {} ({:.0} samples/s)",
         crate::text::counted(t.samples as usize, "sample"),
         crate::front::units::took(e.elapsed),
-        crate::text::counted(e.threads, "thread"),
+        e.device,
         t.samples as f64 / secs.max(1e-9)
     ));
     let top5 = match t.top5_accuracy() {
@@ -204,7 +230,7 @@ pub fn figures(e: &Evaluation) -> serde_json::Value {
         .collect();
     let confusions: Vec<serde_json::Value> = (t.confusions().into_iter())
         .map(|(label, predicted, count)| {
-            json!({"label": label, "predicted": predicted, "count": count})
+            json!({"label": label, "prediction": predicted, "count": count})
         })
         .collect();
     json!({
@@ -219,7 +245,7 @@ pub fn figures(e: &Evaluation) -> serde_json::Value {
         "accuracy": t.accuracy(),
         "top5_accuracy": t.top5_accuracy(),
         "seconds": e.elapsed.as_secs_f64(),
-        "threads": e.threads,
+        "device": e.device,
         "classes": classes,
         "confusions": confusions,
     })

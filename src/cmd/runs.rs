@@ -88,7 +88,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     row.progress = match app.info.budget {
         Budget::Steps(n) => by_steps(n),
         Budget::Epochs(e) => (app.last_row.as_ref().map(|r| r.progress))
-            .or_else(|| by_steps(e as u64 * app.info.steps_per_epoch())),
+            .or_else(|| by_steps(e * app.info.steps_per_epoch())),
     };
     row.best_accuracy = app.val_accuracy().1;
     if app

@@ -299,6 +299,33 @@ pub fn load(dir: &Path, kind: Kind, spec: &str, download: bool) -> Result<Cifar,
     })
 }
 
+/// The test file alone of the CIFAR set in `dir` (or the archive's folder inside it), for
+/// `eval`: a folder holding only `test_batch.bin` will do. `train` is empty.
+pub fn load_test(dir: &Path, kind: Kind, spec: &str) -> Result<Cifar, DataError> {
+    let (folder, _, _, test_file) = kind.archive();
+    let found = [dir.to_path_buf(), dir.join(folder)]
+        .into_iter()
+        .find(|d| d.join(test_file).is_file());
+    let Some(found) = found else {
+        return Err(DataError::Spec {
+            spec: spec.to_string(),
+            msg: format!(
+                "{} holds no {test_file} ({}'s test set), nor does {}",
+                dir.display(),
+                kind.name(),
+                dir.join(folder).display()
+            ),
+        });
+    };
+    Ok(Cifar {
+        train: (Vec::new(), Vec::new()),
+        test: records(&found.join(test_file), kind)?,
+        classes: kind.classes(),
+        names: names(&found, kind),
+        dir: found,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +366,27 @@ mod tests {
         assert_eq!((p.w, p.h), (32, 32));
         assert_eq!(&p.rgb[..6], &[1, 20, 30, 10, 20, 30]);
         assert_eq!(c.names.unwrap()[9], "class9");
+    }
+
+    #[test]
+    fn the_test_file_alone_is_read_for_eval() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("cifar-10-batches-bin");
+        std::fs::create_dir(&inner).unwrap();
+        let bytes: Vec<u8> = (0..4).flat_map(|i| record(i as u8, [1, 2, 3], 0)).collect();
+        std::fs::write(inner.join("test_batch.bin"), bytes).unwrap();
+        // training wants the training files; eval does not
+        assert!(load(dir.path(), Kind::Ten, "cifar10:x", false).is_err());
+        let c = load_test(dir.path(), Kind::Ten, "cifar10:x").unwrap();
+        assert_eq!((c.train.0.len(), c.test.1.clone()), (0, vec![0, 1, 2, 3]));
+        let e = load_test(&inner.join("none"), Kind::Ten, "cifar10:x")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("holds no test_batch.bin (cifar10's test set)"),
+            "{e}"
+        );
     }
 
     #[test]

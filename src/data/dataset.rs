@@ -77,6 +77,28 @@ impl Dataset {
         buf
     }
 
+    /// Samples `lo..hi` as features into `out` (replaced), a picture set's made on `threads`
+    /// threads (each a run of the rows): a GPU's chunk, made as fast as the host's cores allow.
+    pub fn rows_on(&self, lo: usize, hi: usize, threads: usize, out: &mut Vec<f32>) {
+        let d = self.features;
+        let Some(p) = &self.pictures else {
+            out.clear();
+            out.extend_from_slice(&self.x[lo * d..hi * d]);
+            return;
+        };
+        out.resize((hi - lo) * d, 0.0);
+        let per = (hi - lo).div_ceil(threads.max(1)).max(1);
+        std::thread::scope(|s| {
+            for (k, part) in out.chunks_mut(per * d).enumerate() {
+                s.spawn(move || {
+                    for (j, o) in part.chunks_exact_mut(d).enumerate() {
+                        p.fill(lo + k * per + j, 0, o);
+                    }
+                });
+            }
+        });
+    }
+
     /// The features ready in memory, for a device that holds the set (`None` for a picture
     /// set, made batch by batch).
     pub fn dense(&self) -> Option<&[f32]> {

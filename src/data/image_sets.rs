@@ -32,7 +32,7 @@ struct Read {
     notes: Vec<String>,
 }
 
-fn spec_err(spec: &DataSpec, msg: String) -> DataError {
+pub(super) fn spec_err(spec: &DataSpec, msg: String) -> DataError {
     DataError::Spec {
         spec: spec.to_string(),
         msg,
@@ -200,7 +200,10 @@ fn read_val_spec(
 
 /// The folder of training pictures of an `images:` directory, and its validation folder: its
 /// `train/` and `val/` (or `valid/`, `validation/`) where it has both, else itself alone.
-fn folder_halves(spec: &DataSpec, dir: &Path) -> Result<(PathBuf, Option<PathBuf>), DataError> {
+pub(super) fn folder_halves(
+    spec: &DataSpec,
+    dir: &Path,
+) -> Result<(PathBuf, Option<PathBuf>), DataError> {
     let train_dir = dir.join("train");
     let val_dir = (VAL_FOLDERS.iter().map(|n| dir.join(n))).find(|d| d.is_dir());
     match (train_dir.is_dir(), val_dir) {
@@ -266,15 +269,7 @@ pub(super) fn load(
     seed: u64,
 ) -> Result<LoadedData, DataError> {
     let a = opts.augment;
-    // with random resized crops the stored pictures keep a margin (ImageNet's 256 for 224), which
-    // validation's centre crop leaves out as torchvision's Resize(256) + CenterCrop(224) does
-    let side = opts.image_size.map(|s| {
-        if a.resized_crop {
-            (s as f64 * 8.0 / 7.0).round() as usize
-        } else {
-            s
-        }
-    });
+    let side = stored_side(opts);
     let (train, own_val) = read_spec(spec, side, opts, None)?;
     // (a validation folder may hold some of the classes only)
     if let (true, [only]) = (spec_is_folder(spec), train.names.as_slice()) {
@@ -325,16 +320,7 @@ pub(super) fn load(
         };
     }
     let (w, h) = size?;
-    let norm = match opts.normalize {
-        NormSpec::Given(n) => n,
-        NormSpec::Auto => match spec {
-            DataSpec::Cifar {
-                kind: Kind::Ten, ..
-            } => CIFAR10,
-            DataSpec::Cifar { .. } => CIFAR100,
-            _ => IMAGENET,
-        },
-    };
+    let norm = normalisation(spec, opts);
     let train_look = Look {
         w,
         h,
@@ -445,6 +431,7 @@ pub(super) fn load(
             norm.mean, norm.std
         ),
         affine: None,
+        sample: Some([3, h, w]),
     };
     Ok(LoadedData {
         train: dataset(tp, ty),
@@ -455,6 +442,30 @@ pub(super) fn load(
         val_text: split_text,
         recipe,
     })
+}
+
+/// The shorter side pictures are brought to before their crop (`--image-size`): with random
+/// resized crops the stored pictures keep a margin (ImageNet's 256 for 224), which validation's
+/// centre crop leaves out as torchvision's Resize(256) + CenterCrop(224) does.
+pub(super) fn stored_side(opts: &DataOptions) -> Option<usize> {
+    opts.image_size.map(|s| match opts.augment.resized_crop {
+        true => (s as f64 * 8.0 / 7.0).round() as usize,
+        false => s,
+    })
+}
+
+/// `--normalize`, or under `auto` the statistics of the set a run trains on (`spec`).
+pub(super) fn normalisation(spec: &DataSpec, opts: &DataOptions) -> super::picture::Norm {
+    match opts.normalize {
+        NormSpec::Given(n) => n,
+        NormSpec::Auto => match spec {
+            DataSpec::Cifar {
+                kind: Kind::Ten, ..
+            } => CIFAR10,
+            DataSpec::Cifar { .. } => CIFAR100,
+            _ => IMAGENET,
+        },
+    }
 }
 
 fn spec_is_folder(spec: &DataSpec) -> bool {

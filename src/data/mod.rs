@@ -10,6 +10,7 @@ mod decode;
 mod download;
 mod folder;
 mod header;
+pub mod held_out;
 pub mod host_memory;
 mod idx;
 mod image_sets;
@@ -109,6 +110,9 @@ pub struct InputRecipe {
     /// A table's values become (x - shift) * scale, per feature (one of each: every feature
     /// alike); None where they are used as given, and for pictures.
     pub affine: Option<Affine>,
+    /// A sample's shape, [C, H, W], where the samples are pictures (or a table's rows read as
+    /// pictures).
+    pub sample: Option<[usize; 3]>,
 }
 
 /// Per-feature (shift, scale): a value becomes (x - shift) * scale.

@@ -20,7 +20,7 @@ fn evaluation(names: &[&str], rows: &[(u32, Vec<f32>)]) -> Evaluation {
         classes: names.iter().map(|s| s.to_string()).collect(),
         tally,
         elapsed: Duration::from_secs(2),
-        threads: 2,
+        device: "2 CPU threads, fp32".into(),
     }
 }
 
@@ -111,8 +111,8 @@ fn the_json_has_every_class_and_confusion() {
     assert_eq!(
         j["confusions"],
         serde_json::json!([
-            {"label": 0, "predicted": 1, "count": 2},
-            {"label": 2, "predicted": 0, "count": 1}
+            {"label": 0, "prediction": 1, "count": 2},
+            {"label": 2, "prediction": 0, "count": 1}
         ])
     );
     assert_eq!(j["accuracy"], 0.0);

@@ -208,6 +208,13 @@ impl FromStr for DataSpec {
             "cifar100" => parse_cifar(s, rest, true),
             "images" if !rest.is_empty() => Ok(DataSpec::Images { dir: rest.into() }),
             "images" => Err(format!("data `{s}`: missing folder, e.g. images:photos (photos/cat/*.jpg, photos/dog/*.jpg)")),
+            // a bare path: the kind it is likely to be
+            _ if Path::new(s).is_dir() => Err(format!(
+                "unknown data `{s}`: a folder is given as images:{s} (its class folders: {s}/cat/*.jpg, {s}/dog/*.png), or cifar10:{s} for CIFAR's binary files"
+            )),
+            _ if s.to_lowercase().ends_with(".csv") => Err(format!(
+                "unknown data `{s}`: a CSV file is given as csv:{s} (the label in the last column; csv:{s},label=first,header for others)"
+            )),
             _ => Err(format!("unknown data `{s}`: {DATA_HELP}")),
         }
     }

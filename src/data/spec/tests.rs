@@ -83,6 +83,19 @@ fn parses_data_specs() {
     assert!(parse("idx:onlyone").unwrap_err().contains("IMAGES,LABELS"));
     assert!(parse("synthetic:1,2").unwrap_err().contains("N,D,C"));
     assert!(parse("parquet:x").unwrap_err().contains("unknown data"));
+    // a bare folder or CSV file: the spec it likely is
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let e = parse(&d).unwrap_err();
+    assert!(
+        e.contains(&format!("a folder is given as images:{d} (")),
+        "{e}"
+    );
+    let e = parse("runs/table.CSV").unwrap_err();
+    assert!(
+        e.contains("a CSV file is given as csv:runs/table.CSV ("),
+        "{e}"
+    );
     assert!(parse("csv:x.csv,sep=;").unwrap_err().contains("sep=;"));
     assert_eq!(
         parse("cifar100:d,labels=coarse").unwrap(),

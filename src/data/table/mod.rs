@@ -44,7 +44,7 @@ fn csv_shape(shape: [usize; 3], features: usize) -> Result<[usize; 3], String> {
 /// Reads a set that holds its samples ready (all but the picture sets): the set, how its
 /// inputs are normalised, and what it is for the log; its messages name `flag` (`--data`,
 /// `--val-data`).
-fn read_table(
+pub(super) fn read(
     spec: &DataSpec,
     seed: u64,
     flag: &'static str,
@@ -140,7 +140,7 @@ pub(super) fn load(
             msg: format!("{flag} applies to picture data (cifar10:DIR, cifar100:DIR, images:DIR); these samples are used as given"),
         });
     }
-    let (full, norm, what) = read_table(spec, seed, "--data")?;
+    let (full, norm, what) = read(spec, seed, "--data")?;
     if let Some(&only) = full.y.first().filter(|&&l| full.y.iter().all(|&y| y == l)) {
         let fix = match spec {
             DataSpec::Csv { .. } => {
@@ -182,8 +182,7 @@ pub(super) fn load(
             });
         }
         Some(v) => {
-            let (val, _, vwhat) =
-                read_table(v, seed, "--val-data").map_err(DataError::of_val_data)?;
+            let (val, _, vwhat) = read(v, seed, "--val-data").map_err(DataError::of_val_data)?;
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
             if val.features != full.features || max >= full.classes {
                 return Err(DataError::ValSpec {
@@ -259,6 +258,7 @@ pub(super) fn load(
         recipe: super::InputRecipe {
             text: norm_text,
             affine,
+            sample: full.image,
         },
     })
 }

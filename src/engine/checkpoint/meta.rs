@@ -67,6 +67,11 @@ pub struct CheckpointMeta {
     /// rebuilds the model to write its PyTorch module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
+    /// A sample's shape as the data made it (`3x224x224`; an MLP's input is its flattening),
+    /// for pictures and tables read as pictures; absent otherwise and in older checkpoints:
+    /// `eval` makes a held-out set's pictures this size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
     /// How the data's samples were made for the model (`InputRecipe`; absent in older
     /// checkpoints): in words, and a table's per-feature (x - shift) * scale, for `export`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,6 +236,7 @@ impl CheckpointMeta {
             origin: None,
             torchvision_changes: None,
             input: None,
+            sample: None,
             inputs: None,
             input_affine: None,
             train_samples: None,

@@ -1,22 +1,35 @@
 //! `eval`: a checkpoint's model on a labelled set, on this machine's CPU cores. The set is the
-//! run's own validation set, or one given as `--val-data` would give it (a CIFAR directory's
-//! test file, a folder's `val/` or the folder itself, a table of the training set's columns),
-//! made into samples exactly as the run made its validation samples: the run's `--data`,
-//! `--image-size`, `--normalize` and seed, read again (a table's standardisation is the training
-//! split's). Its answer: the loss, accuracy, top-5 and per class counts (`Tally`).
+//! run's own validation set (its data read again as the run read it, and held to the training
+//! split its checkpoint recorded), or one given as `--val-data` would give it (a CIFAR
+//! directory's test file, a folder's `val/` or the folder itself, a table of the training set's
+//! columns), made into samples as the run made its validation samples from what the checkpoint
+//! records (`data::held_out`). Its answer: the loss, accuracy, top-5 and per class counts
+//! (`Tally`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::RunConfig;
-use crate::data::{self, DataSpec, Dataset};
-use crate::engine::checkpoint::{self, CheckpointMeta};
+use crate::data::{self, held_out, DataSpec, Dataset};
+use crate::engine::checkpoint::{self, CheckpointError, CheckpointMeta};
+use crate::engine::resume::TrainSplit;
 use crate::engine::EngineError;
+use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Workspace};
 
+mod gpu;
 mod tally;
 pub use tally::{ClassCounts, Tally, TOP_K};
+
+/// Where eval runs the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum On {
+    /// This machine's CPU cores, up to this many threads.
+    Cpu(usize),
+    /// A GPU by CUDA ordinal.
+    Gpu(usize),
+}
 
 /// What `eval` evaluated and what it found.
 pub struct Evaluation {
@@ -36,7 +49,8 @@ pub struct Evaluation {
     pub classes: Vec<String>,
     pub tally: Tally,
     pub elapsed: Duration,
-    pub threads: usize,
+    /// Where it ran: `2 CPU threads, fp32`, `GPU 0 (NVIDIA H100 80GB HBM3), bf16`.
+    pub device: String,
 }
 
 /// The CPU memory eval's threads may take for their activations, as a share of the machine's.
@@ -46,89 +60,151 @@ const MEMORY_SHARE: u64 = 4;
 const MIN_CHUNK: usize = 32;
 
 /// Evaluates the checkpoint `point` (whose run's settings are `cfg`, as `--resume` would take
-/// them) on `data` (None: the run's own validation set), on up to `threads` CPU threads;
-/// `progress(done, total)` is called every few milliseconds meanwhile.
+/// them) on `data` (None: the run's own validation set), `on` the CPU or a GPU;
+/// `progress(done, total)` is called every few milliseconds (a GPU's: every chunk) meanwhile.
 pub fn evaluate(
     cfg: &RunConfig,
     point: &Path,
     data: Option<&DataSpec>,
-    threads: usize,
-    progress: impl FnMut(usize, usize),
+    on: On,
+    mut progress: impl FnMut(usize, usize),
 ) -> Result<Evaluation, EngineError> {
-    let meta = checkpoint::read_meta(point)?;
-    let mut inputs = cfg.inputs.clone();
-    if let Some(given) = data {
-        inputs.val_data = Some(given.clone());
-        inputs.val_fraction = None;
-    }
-    let loaded = data::load(&cfg.data, &inputs, cfg.seed).map_err(said)?;
-    if loaded.val.is_empty() {
-        return Err(EngineError::Config(match data {
-            Some(d) => format!("--data {d}: the set holds no sample to evaluate"),
-            None => format!(
-                "the run validated on no samples ({}): give the set to evaluate, eval {} --data SPEC",
-                loaded.description,
-                point.display()
-            ),
-        }));
-    }
-    let model = super::validate::model(cfg, &loaded.train)?;
-    let (meta, state) = checkpoint::read(point, &model, &meta.optimizer)?;
-    let classes = class_names(&meta, &loaded.val);
-    let threads = threads_for(&model, threads, loaded.val.len());
-    let set = match data {
-        None => loaded.description,
-        Some(_) => format!(
-            "{}; inputs {}",
-            (loaded.val_text.strip_prefix("validation ")).unwrap_or(&loaded.val_text),
-            loaded.recipe.text
-        ),
+    let meta = checkpoint::read_meta(point).map_err(damaged)?;
+    let (set, text, notes) = match data {
+        None => own_set(cfg, &meta, point)?,
+        Some(spec) => given_set(cfg, &meta, spec)?,
     };
-    let notes = loaded.notes[loaded.val_notes.min(loaded.notes.len())..].to_vec();
+    let model = super::validate::model(cfg, &set)?;
+    let (meta, state) = checkpoint::read(point, &model, &meta.optimizer).map_err(damaged)?;
+    let classes = class_names(&meta, &set);
     let started = Instant::now();
-    let tally = run(
-        &model,
-        (&state.params, &state.buffers),
-        &loaded.val,
-        threads,
-        progress,
-    );
+    let (tally, device) = match on {
+        On::Cpu(asked) => {
+            let threads = threads_for(&model, asked, set.len());
+            let weights = (&state.params[..], &state.buffers[..]);
+            let tally = run(&model, weights, &set, threads, progress);
+            let used = crate::text::counted(threads, "CPU thread");
+            (tally, format!("{used}, fp32"))
+        }
+        On::Gpu(index) => gpu::run(index, cfg, &model, state, &set, &mut progress)?,
+    };
     Ok(Evaluation {
         checkpoint: point.to_path_buf(),
         step: meta.step,
         model: cfg.model.to_string(),
-        data: set,
+        data: text,
         notes,
         own: data.is_none(),
         classes,
         tally,
         elapsed: started.elapsed(),
-        threads,
+        device,
     })
 }
 
-/// A data error as eval's flags name it: the set given is `--data`'s (read as `--val-data`
-/// reads it); the run's training data is read again for its classes, picture size and scaling.
-fn said(e: data::DataError) -> EngineError {
-    use data::DataError::{Io, Spec, ValSpec};
+/// The run's validation set, its data read again as the run read it: refused where the training
+/// split is not the one the checkpoint recorded (the data changed: another split, other classes).
+fn own_set(
+    cfg: &RunConfig,
+    meta: &CheckpointMeta,
+    point: &Path,
+) -> Result<(Dataset, String, Vec<String>), EngineError> {
+    let loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed).map_err(|e| {
+        EngineError::Config(format!(
+            "eval of the run's own validation set reads its data again: {e}; put the run's data back where it read it, or evaluate another set with --data SPEC"
+        ))
+    })?;
+    let split = TrainSplit::of(&loaded.train);
+    let recorded = (meta.train_samples).zip(meta.train_fingerprint.as_deref());
+    if let Some((n, fingerprint)) = recorded {
+        let how = match (n == split.samples, fingerprint == format!("{:016x}", split.fingerprint)) {
+            (true, true) => None,
+            (false, _) => Some(format!("its training split has {} now, the checkpoint's run had {n}", split.samples)),
+            (true, false) => Some(format!("its training split has the {n} samples the checkpoint's run had, but other contents (other files, values or classes)")),
+        };
+        if let Some(how) = how {
+            return Err(EngineError::Config(format!(
+                "the run's data --data {} changed since it trained: {how}, so its validation split would not be the run's: put the data back as the run read it, or evaluate a held-out set with --data SPEC",
+                cfg.data
+            )));
+        }
+    }
+    if loaded.val.is_empty() {
+        return Err(EngineError::Config(format!(
+            "the run validated on no samples ({}): give the set to evaluate, eval {} --data SPEC",
+            loaded.val_text,
+            point.display()
+        )));
+    }
+    let notes = loaded.notes[loaded.val_notes.min(loaded.notes.len())..].to_vec();
+    Ok((loaded.val, loaded.description, notes))
+}
+
+/// The set `spec` names, made as the checkpoint's run made its validation samples.
+fn given_set(
+    cfg: &RunConfig,
+    meta: &CheckpointMeta,
+    spec: &DataSpec,
+) -> Result<(Dataset, String, Vec<String>), EngineError> {
+    let older = |what: &str| {
+        EngineError::Config(format!(
+            "the checkpoint, from an earlier version or a table of over 65536 features, did not record {what}: evaluate the run's own validation set (eval without --data)"
+        ))
+    };
+    let input = meta
+        .input
+        .as_deref()
+        .ok_or_else(|| older("its model's input"))?;
+    let shape = crate::engine::weights::module::parse_input(input)
+        .ok_or_else(|| older("its model's input as CxHxW or N"))?;
+    // a sample's shape: as the data made it (an MLP's input is its flattening)
+    let sample = (meta.sample.as_deref()).and_then(|s| data::parse_shape(s).ok());
+    let (image, features) = match shape {
+        Shape::Image { c, h, w } => (Some([c, h, w]), c * h * w),
+        Shape::Flat(n) => (sample.filter(|s| s.iter().product::<usize>() == n), n),
+    };
+    let pictures = matches!(cfg.data, DataSpec::Cifar { .. } | DataSpec::Images { .. });
+    // a table's scaling: recorded, or none where the run used its values as given
+    let as_given = (meta.inputs.as_deref()).is_some_and(|t| t.starts_with("used as given"));
+    if !pictures && meta.input_affine.is_none() && !as_given {
+        return Err(older("how it scaled its inputs"));
+    }
+    let recipe = held_out::Recipe {
+        run_data: &cfg.data,
+        opts: &cfg.inputs,
+        names: &meta.classes,
+        classes: *meta.dims.last().unwrap_or(&0),
+        image,
+        features,
+        affine: meta.input_affine.as_ref(),
+        seed: cfg.seed,
+    };
+    let h = held_out::load(spec, &recipe).map_err(|e| {
+        // (what eval reads is its own --data)
+        EngineError::Config(e.to_string().replace("--val-data", "--data"))
+    })?;
+    let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
+    Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))
+}
+
+/// The checkpoint's `state.json`, its errors as eval says them (before its settings are taken).
+pub fn checkpoint_meta(point: &Path) -> Result<CheckpointMeta, EngineError> {
+    checkpoint::read_meta(point).map_err(damaged)
+}
+
+/// A checkpoint error as eval says it: what to evaluate instead of a damaged one.
+fn damaged(e: CheckpointError) -> EngineError {
     match e {
-        ValSpec { spec, msg } => EngineError::Config(format!(
-            "--data {spec}: {}",
-            msg.replace("--val-data", "--data")
+        CheckpointError::Corrupt { path, msg, .. } => {
+            let with = |p: &Path| format!("evaluate another checkpoint of the run: mgtop-train eval {}", p.display());
+            let fix = checkpoint::instead(&path, with, "");
+            EngineError::Config(format!("checkpoint {} is unreadable: {msg}; {fix}", path.display()))
+        }
+        CheckpointError::ShapeMismatch { path, .. } => EngineError::Config(format!(
+            "checkpoint {} does not fit the model its state.json records on this data (its state.json was edited, or the data is not the run's): evaluate another checkpoint",
+            path.display()
         )),
-        Io {
-            path,
-            source,
-            flag: "--val-data",
-        } => EngineError::Data(Io {
-            path,
-            source,
-            flag: "--data",
-        }),
-        e @ (Spec { .. } | Io { .. }) => EngineError::Config(format!(
-            "eval reads the run's training data again, for its classes, picture size and scaling (as the run made its validation samples): {e}; put the run's data back where the run read it"
-        )),
-        e => EngineError::Data(e),
+        e => EngineError::Checkpoint(e),
     }
 }
 

@@ -125,6 +125,7 @@ impl Worker {
             weights_crc32c: None,
             val_accuracy,
             input: Some(self.model.input.to_string()),
+            sample: cfg.recipe.sample.map(|s| crate::data::shape_text(&s)),
             inputs: Some(cfg.recipe.text.clone()).filter(|t| !t.is_empty()),
             // (a table's per-feature statistics, up to a size state.json carries well)
             input_affine: (cfg.recipe.affine.clone()).filter(|(s, _)| s.len() <= MAX_AFFINE),

@@ -35,15 +35,15 @@ impl Model {
             return self.layer_lines();
         }
         let blocks = blocks(&self.nodes);
-        let rows: Vec<(String, String, String, usize, u64)> = (blocks.iter())
+        // per block: its name, its ops, its input and output, its parameters and FLOPs
+        let rows: Vec<[String; 5]> = (blocks.iter())
             .map(|(key, nodes)| {
                 let (first, last) = (&self.nodes[nodes[0]], &self.nodes[*nodes.last().unwrap()]);
                 let ins: Vec<String> = (first.inputs.iter())
                     .map(|&i| self.values[i].to_string())
                     .collect();
                 let shapes = format!("{} -> {}", ins.join(" + "), self.values[last.output]);
-                let params = nodes
-                    .iter()
+                let params: usize = (nodes.iter())
                     .map(|&n| self.node_params(&self.nodes[n]))
                     .sum();
                 let flops = (nodes.iter())
@@ -54,16 +54,22 @@ impl Model {
                     true => String::new(),
                     false => kinds(&self.nodes, nodes),
                 };
-                (key.clone(), kinds, shapes, params, flops)
+                let params = format!("{params} params");
+                [key.clone(), kinds, shapes, params, flops_text(flops)]
             })
             .collect();
-        let key_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
-        let kinds_w = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+        let w: Vec<usize> = (0..5)
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
         let mut lines: Vec<String> = (rows.iter())
-            .map(|(key, kinds, shapes, params, flops)| {
+            .map(|[key, kinds, shapes, params, flops]| {
                 format!(
-                    "{key:<key_w$}  {kinds:<kinds_w$}  {shapes}  {params} params  {}",
-                    flops_text(*flops)
+                    "{key:<k$}  {kinds:<o$}  {shapes:<s$}  {params:>p$}  {flops:>f$}",
+                    k = w[0],
+                    o = w[1],
+                    s = w[2],
+                    p = w[3],
+                    f = w[4]
                 )
             })
             .collect();
@@ -107,14 +113,15 @@ fn blocks(nodes: &[Node]) -> Vec<(String, Vec<usize>)> {
     out
 }
 
-/// A block's op kinds in order of first use, with counts: `conv3x3 x2, bn+relu, bn, add+relu`.
+/// A block's op kinds in order, a run of one kind counted: `conv3x3, bn+relu, conv3x3, bn,
+/// add+relu`; `bn x2`.
 fn kinds(nodes: &[Node], members: &[usize]) -> String {
     let mut counted: Vec<(String, usize)> = Vec::new();
     for &m in members {
         let k = nodes[m].op.kind();
-        match counted.iter_mut().find(|(c, _)| *c == k) {
-            Some((_, n)) => *n += 1,
-            None => counted.push((k, 1)),
+        match counted.last_mut() {
+            Some((c, n)) if *c == k => *n += 1,
+            _ => counted.push((k, 1)),
         }
     }
     (counted.into_iter())
@@ -158,7 +165,7 @@ mod tests {
         assert_eq!(lines[13], format!("({} ops in 13 blocks)", m.nodes.len()));
         let block = lines.iter().find(|l| l.starts_with("layer2.0 ")).unwrap();
         assert!(
-            block.contains("conv3x3/2, bn+relu, conv3x3, bn x2, conv1x1/2, add+relu")
+            block.contains("conv3x3/2, bn+relu, conv3x3, bn, conv1x1/2, bn, add+relu")
                 && block.contains("16x32x32 -> 32x16x16"),
             "{block}"
         );
@@ -166,9 +173,15 @@ mod tests {
         // every parameter and FLOP is in some block
         let params: usize = (lines.iter().filter_map(|l| {
             let (head, _) = l.split_once(" params")?;
-            head.rsplit(' ').next()?.parse::<usize>().ok()
+            head.split_whitespace().last()?.parse::<usize>().ok()
         }))
         .sum();
+        // the columns line up
+        let at = |l: &str| l.find(" params");
+        assert!(
+            lines[..13].iter().all(|l| at(l) == at(&lines[0])),
+            "{lines:#?}"
+        );
         assert_eq!(params, m.n_params);
     }
 

@@ -1,6 +1,6 @@
 //! Evaluation on a GPU: a set's rows through the input buffers `Model::eval_rows` at a time,
 //! each chunk's inference pass (`pass.rs`) and its loss and correct summed on the device, read
-//! once at the end.
+//! once at the end; for `eval`, each chunk's logits read back too.
 
 use super::CudaReplica;
 use crate::backend::cuda::elem::Elem;
@@ -14,6 +14,7 @@ impl<E: Elem> CudaReplica<E> {
         &mut self,
         n: usize,
         mut load: impl FnMut(&mut Self, usize, usize),
+        mut logits: Option<&mut Vec<f32>>,
     ) -> (f64, usize) {
         let s = self.gpu.stream.clone();
         if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
@@ -26,6 +27,9 @@ impl<E: Elem> CudaReplica<E> {
             self.eval_pass(b);
             let mut out = self.eval_metrics.slice_mut(..);
             add_metrics(&self.gpu, &mut out, &self.row_loss, &self.row_correct, b);
+            if let Some(l) = logits.as_deref_mut() {
+                self.read_logits(b, l);
+            }
         }
         let mut host = [0.0f32; AUX];
         if let Err(e) = s.memcpy_dtoh(&self.eval_metrics, &mut host[..]) {
@@ -35,5 +39,32 @@ impl<E: Elem> CudaReplica<E> {
             self.fail("evaluate", e)
         }
         (host[0] as f64, host[1].round() as usize)
+    }
+
+    /// The last inference pass's logits of `b` rows appended to `out` (row-major, as fp32).
+    fn read_logits(&mut self, b: usize, out: &mut Vec<f32>) {
+        let len = b * self.model.classes();
+        let mut host = vec![E::default(); len];
+        let logits = self.acts[self.model.output()].slice(..len);
+        if let Err(e) = self.gpu.stream.memcpy_dtoh(&logits, &mut host[..]) {
+            self.fail("read the logits", e)
+        }
+        out.extend(host.into_iter().map(E::to_f32));
+    }
+
+    /// `evaluate` of rows x[n, features], y[n] that also appends their logits (n x classes,
+    /// row-major) to `logits`: `eval`'s per-class figures.
+    pub fn evaluate_logits(
+        &mut self,
+        x: &[f32],
+        y: &[u32],
+        n: usize,
+        logits: &mut Vec<f32>,
+    ) -> (f64, usize) {
+        let d = self.model.dims[0];
+        let load = |r: &mut Self, start: usize, b: usize| {
+            r.upload(&x[start * d..(start + b) * d], &y[start..start + b], b)
+        };
+        self.evaluate_chunks(n, load, Some(logits))
     }
 }

@@ -312,14 +312,16 @@ impl<E: Elem> Replica for CudaReplica<E> {
 
     fn evaluate(&mut self, x: &[f32], y: &[u32], n: usize) -> (f64, usize) {
         let d = self.model.dims[0];
-        self.evaluate_chunks(n, |r, start, b| {
+        let load = |r: &mut Self, start: usize, b: usize| {
             r.upload(&x[start * d..(start + b) * d], &y[start..start + b], b)
-        })
+        };
+        self.evaluate_chunks(n, load, None)
     }
 
     fn evaluate_held(&mut self, lo: usize, hi: usize) -> Option<(f64, usize)> {
         self.resident.as_ref()?.has_validation(hi)?;
-        Some(self.evaluate_chunks(hi - lo, |r, start, b| r.load_validation(lo + start, b)))
+        let load = |r: &mut Self, start: usize, b: usize| r.load_validation(lo + start, b);
+        Some(self.evaluate_chunks(hi - lo, load, None))
     }
 
     fn export(&self) -> TrainState {

@@ -1,0 +1,200 @@
+//! A held-out set for `eval`: read as `--val-data` reads a set (a CIFAR directory's test file,
+//! the `val/` of a folder with `train/` and `val/`, else the folder itself; a table file), and
+//! made into samples as the run made its validation samples, from what its checkpoint records
+//! (the class names, the model's input, a table's scaling) and not from its training data,
+//! which may have moved or changed since.
+
+use std::sync::Arc;
+
+use super::image_sets::{folder_halves, normalisation, spec_err, stored_side};
+use super::images::shape_text;
+use super::imageset::{ImageSet, Pictures};
+use super::transform::Look;
+use super::{cifar, folder, table, Affine, DataError, DataOptions, DataSpec, Dataset};
+
+/// What a run's checkpoint says of how it made its samples.
+pub struct Recipe<'a> {
+    /// The run's `--data` (its kind, and CIFAR's statistics under `--normalize auto`).
+    pub run_data: &'a DataSpec,
+    /// The run's `--image-size`, `--augment` (the margin random resized crops keep) and
+    /// `--normalize`.
+    pub opts: &'a DataOptions,
+    /// The model's outputs by class name, in order (empty where the data named none).
+    pub names: &'a [String],
+    pub classes: usize,
+    /// The model's input: a picture's [C, H, W], or a row's features.
+    pub image: Option<[usize; 3]>,
+    pub features: usize,
+    /// A table's scaling, (x - shift) * scale (one of each: every feature alike); None: the
+    /// values as given.
+    pub affine: Option<&'a Affine>,
+    pub seed: u64,
+}
+
+/// The set, what it is for the report (`images cats/test: 400 images`), its notes.
+pub struct HeldOut {
+    pub set: Dataset,
+    pub what: String,
+    pub notes: Vec<String>,
+}
+
+/// `spec`'s samples made as `r` says.
+pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
+    let pictures = super::image_sets::is_picture_spec;
+    match (pictures(r.run_data), pictures(spec)) {
+        (true, true) => load_pictures(spec, r),
+        (false, false) => load_table(spec, r),
+        _ => Err(spec_err(
+            spec,
+            format!(
+                "is not a set of the same kind as the run's --data {}: give eval a set like it ({})",
+                r.run_data,
+                match pictures(r.run_data) {
+                    true => "cifar10:DIR, cifar100:DIR or images:DIR",
+                    false => "csv:FILE or idx:FILES, with the training file's columns",
+                }
+            ),
+        )),
+    }
+}
+
+fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
+    let names: Vec<String> = match r.names.is_empty() {
+        true => (0..r.classes).map(|c| c.to_string()).collect(),
+        false => r.names.to_vec(),
+    };
+    let (set, what, sizes, notes) = match spec {
+        DataSpec::Cifar { dir, kind } => {
+            let c = cifar::load_test(dir, *kind, &spec.to_string())?;
+            let n = c.test.1.len();
+            let what = format!("{} {}", kind.name(), c.dir.display());
+            let set = ImageSet::in_memory(c.test.0, c.test.1).named(names.clone());
+            (set, what, vec![(32, 32); n], Vec::new())
+        }
+        DataSpec::Images { dir } => {
+            let (whole, val) = folder_halves(spec, dir)?;
+            let f = folder::scan(val.as_deref().unwrap_or(&whole), Some(&names))
+                .map_err(|m| spec_err(spec, m))?;
+            let notes = folder::notes(&f);
+            let what = format!("images {}", f.dir.display());
+            // (read once: nothing is kept)
+            let set = ImageSet::files(f.files, f.labels, None, false).named(names.clone());
+            (set, what, f.sizes, notes)
+        }
+        _ => unreachable!("pictures"),
+    };
+    let (w, h) = match (r.image, r.opts.image_size) {
+        (Some([_, h, w]), _) => (w, h),
+        (None, Some(s)) => (s, s),
+        // (a checkpoint from before it recorded its pictures' size, of a model that flattens
+        // them: the pictures' own, where it gives the model's input)
+        (None, None) => (sizes.first().copied())
+            .filter(|(w, h)| 3 * w * h == r.features)
+            .ok_or_else(|| {
+                spec_err(
+                    spec,
+                    format!(
+                        "its pictures do not make the {} values the run's model takes (the checkpoint, from an earlier version, does not say the pictures' size)",
+                        r.features
+                    ),
+                )
+            })?,
+    };
+    if r.opts.image_size.is_none() {
+        // as stored: every picture must be the model's size
+        if let Some((i, (pw, ph))) = (sizes.iter().enumerate()).find(|(_, s)| **s != (w, h)) {
+            let file = set
+                .file(i)
+                .map_or(String::new(), |p| format!(" ({})", p.display()));
+            return Err(spec_err(
+                spec,
+                format!(
+                    "a picture is {pw}x{ph}{file}: the run trained on pictures as stored, {w}x{h}, so its model takes that size only; bring the pictures to {w}x{h}, or train with --image-size N (which resizes and crops any picture)"
+                ),
+            ));
+        }
+    }
+    let n = set.len();
+    let look = Look {
+        w,
+        h,
+        norm: normalisation(r.run_data, r.opts),
+        augment: None,
+        side: stored_side(r.opts),
+    };
+    let set = Arc::new(set);
+    let y = set.labels().to_vec();
+    let pictures = Pictures {
+        set,
+        rows: (0..n as u32).collect(),
+        look,
+        seed: r.seed,
+    };
+    Ok(HeldOut {
+        set: Dataset {
+            features: 3 * w * h,
+            classes: r.classes,
+            image: Some([3, h, w]),
+            x: Vec::new(),
+            y,
+            pictures: Some(pictures),
+        },
+        what: format!("{what}: {}", crate::text::counted(n, "image")),
+        notes,
+    })
+}
+
+fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
+    let (mut set, _, what) = table::read(spec, r.seed, "--data")?;
+    let max = set.y.iter().max().copied().unwrap_or(0) as usize;
+    if set.features != r.features || max >= r.classes {
+        return Err(spec_err(
+            spec,
+            format!(
+                "it has {} features and labels up to {max}; the run's model takes {} features and {} classes",
+                set.features, r.features, r.classes
+            ),
+        ));
+    }
+    if let Some((theirs, ours)) = set.image.zip(r.image).filter(|(a, b)| a != b) {
+        return Err(spec_err(
+            spec,
+            format!(
+                "its samples are pictures of {} and the run's of {}: give it the run's shape (shape={}), or leave its shape out",
+                shape_text(&theirs),
+                shape_text(&ours),
+                shape_text(&ours)
+            ),
+        ));
+    }
+    if let Some((shift, scale)) = r.affine {
+        let d = set.features;
+        if !(shift.len() == scale.len() && (shift.len() == 1 || shift.len() == d)) {
+            return Err(spec_err(
+                spec,
+                format!(
+                    "the checkpoint's scaling is of {} features, the set's rows of {d}",
+                    shift.len()
+                ),
+            ));
+        }
+        // in f64, held to f32's range, as the run scaled its validation rows
+        let most = f32::MAX as f64;
+        for row in set.x.chunks_exact_mut(d) {
+            for (j, v) in row.iter_mut().enumerate() {
+                let k = if shift.len() == 1 { 0 } else { j };
+                let x = (*v as f64 - shift[k] as f64) * scale[k] as f64;
+                *v = x.clamp(-most, most) as f32;
+            }
+        }
+    }
+    // (rows given without a shape are read as the run's model reads them)
+    set.image = set.image.or(r.image);
+    set.classes = r.classes;
+    let n = set.len();
+    Ok(HeldOut {
+        set,
+        what: format!("{what}: {}", crate::text::counted(n, "sample")),
+        notes: Vec::new(),
+    })
+}

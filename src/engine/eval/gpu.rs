@@ -1,0 +1,100 @@
+//! `eval --device N`: the model on GPU N in the run's precision (`--precision`, as a run on that
+//! GPU would resolve it), a chunk of the set at a time, each chunk's samples made on the host's
+//! cores while nothing else waits on them.
+
+use std::time::Duration;
+
+use super::Tally;
+use crate::backend::cuda::elem::{bf16, Elem};
+use crate::backend::cuda::replica::CudaReplica;
+use crate::backend::TrainState;
+use crate::config::{DeviceSpec, RunConfig};
+use crate::data::Dataset;
+use crate::engine::devices::resolve_devices;
+use crate::engine::EngineError;
+use crate::nn::model::Model;
+use crate::nn::precision::Precision;
+
+/// Rows per chunk handed to the GPU (it evaluates them `Model::eval_rows` at a time).
+const CHUNK: usize = 1024;
+
+/// The tally of `model` with `state` over `set` on GPU `index`, and the device in words
+/// (`GPU 0 (NVIDIA H100 80GB HBM3), bf16`).
+pub(super) fn run(
+    index: usize,
+    cfg: &RunConfig,
+    model: &Model,
+    state: TrainState,
+    set: &Dataset,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Tally, String), EngineError> {
+    use crate::engine::devices::DeviceError;
+    let (devices, _) = resolve_devices(&DeviceSpec::Gpus(vec![index])).map_err(|e| {
+        let why = match e {
+            DeviceError::NoGpu { why, .. } => format!("no GPU was found ({why})"),
+            DeviceError::NoSuchGpu { found, .. } => {
+                format!("there is no GPU {index}; found {found}")
+            }
+            DeviceError::GpuLibrariesMissing { found, missing, .. } => {
+                format!("found {found}, but {missing}")
+            }
+            e => e.to_string(),
+        };
+        EngineError::Config(format!(
+            "--device {index}: {why}; or evaluate on the CPU: --device cpu"
+        ))
+    })?;
+    let name = match devices.first() {
+        Some(crate::engine::devices::Device::Gpu { name, .. }) => name.clone(),
+        _ => String::new(),
+    };
+    let bf16_pays = || crate::engine::precision::bf16_pays(model);
+    let (precision, _) = crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays)?;
+    let optimizer = crate::engine::validate::optimizer(cfg, model);
+    let open = (index, model.clone(), optimizer, precision, state);
+    let tally = match precision {
+        Precision::Bf16 => chunks(opened::<bf16>(open)?, model, set, progress),
+        Precision::Fp32 | Precision::Tf32 => chunks(opened::<f32>(open)?, model, set, progress),
+    };
+    Ok((tally, format!("GPU {index} ({name}), {precision}")))
+}
+
+type Open = (
+    usize,
+    Model,
+    crate::nn::optim::Optimizer,
+    Precision,
+    TrainState,
+);
+
+/// The replica on its GPU, the checkpoint's state uploaded.
+fn opened<E: Elem>(
+    (index, model, optimizer, precision, state): Open,
+) -> Result<CudaReplica<E>, EngineError> {
+    // (one GPU alone: nothing to wait for but itself)
+    let timeout = Duration::from_secs(600);
+    Ok(CudaReplica::<E>::open(
+        index, model, optimizer, precision, state, timeout,
+    )?)
+}
+
+fn chunks<E: Elem>(
+    mut replica: CudaReplica<E>,
+    model: &Model,
+    set: &Dataset,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Tally {
+    let cores = crate::engine::devices::available_cores();
+    let (n, mut tally) = (set.len(), Tally::new(model.classes()));
+    let (mut x, mut logits) = (Vec::new(), Vec::new());
+    for lo in (0..n).step_by(CHUNK) {
+        let hi = (lo + CHUNK).min(n);
+        set.rows_on(lo, hi, cores, &mut x);
+        logits.clear();
+        let y = &set.y[lo..hi];
+        let (loss, _) = replica.evaluate_logits(&x, y, hi - lo, &mut logits);
+        tally.add(&logits, y, loss);
+        progress(hi, n);
+    }
+    tally
+}
