@@ -31,6 +31,11 @@ fn folder(root: &Path, parts: &[(&str, &[usize], usize)]) {
     }
 }
 
+/// A refusal's output (exit 1), None where the command succeeded.
+fn text_of_refusal(o: &std::process::Output) -> Option<String> {
+    (o.status.code() == Some(1)).then(|| text(o))
+}
+
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -266,6 +271,20 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     };
     let before = held_out("as trained");
     assert!(before["accuracy"].as_f64().unwrap() > 0.9, "{before}");
+    // a validation row changed (the seeded split's are the run's to know: every row is tried
+    // until one is among them), then the training file cut to half: the held-out figures stay,
+    // the run's own set is refused
+    let original = std::fs::read_to_string(d.join("train.csv")).unwrap();
+    let changed = (0..300).find_map(|i| {
+        let mut lines: Vec<String> = original.lines().map(String::from).collect();
+        lines[i] = lines[i].replacen("1", "7", 1);
+        std::fs::write(d.join("train.csv"), lines.join("\n") + "\n").unwrap();
+        let o = run_in(d, &["eval", "runs/tab"]);
+        text_of_refusal(&o).filter(|t| t.contains("its validation samples are not the ones"))
+    });
+    assert!(changed.is_some(), "no changed validation row was refused");
+    std::fs::write(d.join("train.csv"), &original).unwrap();
+    assert!(run_in(d, &["eval", "runs/tab"]).status.success());
     // the training file cut to half: the held-out figures stay, the run's own set is refused
     std::fs::write(d.join("train.csv"), rows(150, 0)).unwrap();
     let after = held_out("after the training file changed");

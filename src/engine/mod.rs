@@ -182,7 +182,7 @@ impl Engine {
         };
         let ranks = world.devices.len();
         let lead = world.process() == 0;
-        let split = TrainSplit::of(&loaded.train);
+        let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
         // process 0's starting point, on every process
         let start = start::starting_point(&cfg, &model, ranks, lead, split)?;
         let start = match &world.procs {

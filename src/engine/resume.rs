@@ -11,11 +11,13 @@ use crate::data::Dataset;
 use crate::nn::schedule::LrScaling;
 
 /// A run's training split as a checkpoint records it: its size and a fingerprint of its
-/// contents.
+/// contents; and of its validation set's, where it is known (`eval` of the run's own set holds
+/// the set it reads again to it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct TrainSplit {
     pub samples: usize,
     pub fingerprint: u64,
+    pub val_fingerprint: Option<u64>,
 }
 
 impl TrainSplit {
@@ -23,6 +25,15 @@ impl TrainSplit {
         TrainSplit {
             samples: train.len(),
             fingerprint: super::fingerprint::of_data(train),
+            val_fingerprint: None,
+        }
+    }
+
+    /// With the fingerprint of the validation set `val`.
+    pub fn validating(self, val: &Dataset) -> TrainSplit {
+        TrainSplit {
+            val_fingerprint: Some(super::fingerprint::of_data(val)),
+            ..self
         }
     }
 }
@@ -259,6 +270,7 @@ mod tests {
         TrainSplit {
             samples,
             fingerprint: 7,
+            val_fingerprint: None,
         }
     }
 

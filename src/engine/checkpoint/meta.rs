@@ -50,6 +50,10 @@ pub struct CheckpointMeta {
     /// told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub train_fingerprint: Option<String>,
+    /// The validation set's contents (`fingerprint::of_data`, hex; absent in checkpoints from
+    /// before it was recorded): `eval` of the run's own set on other samples refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_fingerprint: Option<String>,
     /// The epoch's train loss summed over its samples, and the samples, before `step` (absent
     /// in checkpoints from before it was recorded): a resumed run's epoch line is the whole
     /// epoch's.
@@ -241,6 +245,7 @@ impl CheckpointMeta {
             input_affine: None,
             train_samples: None,
             train_fingerprint: None,
+            val_fingerprint: None,
             epoch_sum: None,
             weights_crc32c: None,
             val_accuracy: None,

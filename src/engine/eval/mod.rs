@@ -111,10 +111,12 @@ fn own_set(
 ) -> Result<(Dataset, String, Vec<String>), EngineError> {
     let loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed).map_err(|e| {
         EngineError::Config(format!(
-            "eval of the run's own validation set reads its data again: {e}; put the run's data back where it read it, or evaluate another set with --data SPEC"
+            "eval of the run's own validation set reads its data again: {}; put the run's data back where it read it, or evaluate another set with --data SPEC",
+            // (eval fetches nothing)
+            e.to_string().replace("add --download to fetch them, or ", "").replace(", or add --download", "")
         ))
     })?;
-    let split = TrainSplit::of(&loaded.train);
+    let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
     let recorded = (meta.train_samples).zip(meta.train_fingerprint.as_deref());
     if let Some((n, fingerprint)) = recorded {
         let how = match (n == split.samples, fingerprint == format!("{:016x}", split.fingerprint)) {
@@ -122,6 +124,12 @@ fn own_set(
             (false, _) => Some(format!("its training split has {} now, the checkpoint's run had {n}", split.samples)),
             (true, false) => Some(format!("its training split has the {n} samples the checkpoint's run had, but other contents (other files, values or classes)")),
         };
+        // (the validation set's own: another file's rows, pictures replaced or removed)
+        let val_now = split.val_fingerprint.map(|f| format!("{f:016x}"));
+        let val_changed = meta.val_fingerprint.is_some() && meta.val_fingerprint != val_now;
+        let how = how.or_else(|| {
+            val_changed.then(|| "its validation samples are not the ones the run validated on (other files, values or classes)".to_string())
+        });
         if let Some(how) = how {
             return Err(EngineError::Config(format!(
                 "the run's data --data {} changed since it trained: {how}, so its validation split would not be the run's: put the data back as the run read it, or evaluate a held-out set with --data SPEC",

@@ -249,6 +249,7 @@ mod tests {
         let split = crate::engine::resume::TrainSplit {
             samples: 180,
             fingerprint: 0,
+            val_fingerprint: None,
         };
         let r = crate::engine::resume::resumed_settings(&c, &meta, 2, split);
         assert_eq!(r.per_replica, 32);

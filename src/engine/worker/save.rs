@@ -120,6 +120,7 @@ impl Worker {
             torchvision_changes: self.model.torchvision_changes.map(String::from),
             train_samples: Some(self.train.samples),
             train_fingerprint: Some(format!("{:016x}", self.train.fingerprint)),
+            val_fingerprint: (self.train.val_fingerprint).map(|f| format!("{f:016x}")),
             epoch_sum: Some(self.epoch_sum),
             // (filled in as the weights are written)
             weights_crc32c: None,
