@@ -193,7 +193,7 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
     std::fs::create_dir(d.join("out")).unwrap();
     refused(
         &["eval", "runs/pics", "--json", "out"],
-        "--json out: it is a directory; name a file",
+        "--json out: exists and is not a regular file (a directory?); name a file",
     );
     refused(
         &["eval", "runs/pics", "--json", "no/e.json"],

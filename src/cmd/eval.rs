@@ -49,11 +49,12 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
     if let Some(out) = args.json.as_deref().filter(|_| !to_stdout) {
-        writable(out).map_err(anyhow::Error::msg)?;
+        crate::data::write::check_target("--json", out).map_err(anyhow::Error::msg)?;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let on = match args.device.as_deref() {
-        None | Some("cpu") => eval::On::Cpu(args.threads.unwrap_or(cores)),
+        None | Some("cpu") => {
+            eval::On::Cpu((args.threads).unwrap_or_else(crate::engine::available_cores))
+        }
         Some(d) => match d.parse::<usize>() {
             Ok(i) if args.threads.is_none() => eval::On::Gpu(i),
             Ok(_) => anyhow::bail!("--threads is for the CPU; --device {d} evaluates on GPU {d}"),
@@ -94,28 +95,6 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Refuses a `--json` file that could not be written, before anything is evaluated.
-fn writable(out: &Path) -> Result<(), String> {
-    let parent = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(p) => p,
-        None => Path::new("."),
-    };
-    let why = if out.is_dir() {
-        Some("it is a directory; name a file".to_string())
-    } else if !parent.exists() {
-        Some(format!("{} does not exist", parent.display()))
-    } else if !parent.is_dir() {
-        Some(format!("{} is not a directory", parent.display()))
-    } else {
-        (crate::data::write::can_write_in(parent).err())
-            .map(|e| format!("cannot write in {} ({e})", parent.display()))
-    };
-    match why {
-        Some(why) => Err(format!("--json {}: {why}", out.display())),
-        None => Ok(()),
-    }
 }
 
 fn percent(v: Option<f64>) -> String {

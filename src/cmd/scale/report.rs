@@ -64,7 +64,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// Checks that `--out` names a .csv or .json file in an existing directory, writing nothing.
+/// Checks that `--out` names a .csv or .json file that can be written, writing nothing.
 pub fn check_out(path: &Path) -> Result<(), String> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext != "csv" && ext != "json" {
@@ -73,24 +73,7 @@ pub fn check_out(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(format!(
-            "--out {}: directory {} does not exist",
-            path.display(),
-            parent.display()
-        ));
-    }
-    if std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
-        return Err(format!(
-            "--out {}: exists and is not a regular file (a directory?); name a file",
-            path.display()
-        ));
-    }
-    Ok(())
+    crate::data::write::check_target("--out", path)
 }
 
 /// Writes the rows as CSV or JSON, chosen by the file's extension.

@@ -191,6 +191,11 @@ fn given_set(
         // (what eval reads is its own --data)
         EngineError::Config(e.to_string().replace("--val-data", "--data"))
     })?;
+    if h.set.is_empty() {
+        return Err(EngineError::Config(format!(
+            "--data {spec}: the set holds no sample to evaluate"
+        )));
+    }
     let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))
 }
