@@ -75,7 +75,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             );
         }
     };
-    let e = eval::evaluate(&cfg, &point, data.as_ref(), on, progress)?;
+    let e = eval::evaluate(&cfg, &point, &meta, data.as_ref(), on, progress)?;
     for line in report(&e) {
         match to_stdout {
             true => crate::tell!("{line}"),

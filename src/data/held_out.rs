@@ -178,15 +178,11 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
                 ),
             ));
         }
-        // in f64, held to f32's range, as the run scaled its validation rows
-        let most = f32::MAX as f64;
-        for row in set.x.chunks_exact_mut(d) {
-            for (j, v) in row.iter_mut().enumerate() {
-                let k = if shift.len() == 1 { 0 } else { j };
-                let x = (*v as f64 - shift[k] as f64) * scale[k] as f64;
-                *v = x.clamp(-most, most) as f32;
-            }
-        }
+        // as the run scaled its validation rows
+        let by: Vec<(f64, f64)> = (shift.iter().zip(scale))
+            .map(|(&s, &k)| (s as f64, k as f64))
+            .collect();
+        table::scale_rows(&mut set.x, d, &by);
     }
     // (rows given without a shape are read as the run's model reads them)
     set.image = set.image.or(r.image);

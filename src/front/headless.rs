@@ -262,7 +262,7 @@ impl<'a> Log<'a> {
 
 /// Where the ranks' time went, named as the step lines name it.
 fn time_shares(t: &Totals) -> String {
-    units::time_shares(t.shares(), ["compute", "data", "comm", "wait"], ", ")
+    units::ranks_time(t.shares())
 }
 
 /// Prints the run until every worker has ended, then returns its result. `notes` follow the

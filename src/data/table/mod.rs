@@ -297,18 +297,25 @@ fn normalise(
                     (m, 1.0 / sd)
                 })
                 .collect();
-            // in f64: values near f32's limits (x - mean) would overflow to infinity in f32; a
-            // validation value millions of deviations out is held to f32's range
-            let most = f32::MAX as f64;
-            for row in train.x.chunks_exact_mut(d).chain(val.x.chunks_exact_mut(d)) {
-                for (v, (m, inv)) in row.iter_mut().zip(&stats) {
-                    *v = ((*v as f64 - m) * inv).clamp(-most, most) as f32;
-                }
-            }
+            scale_rows(&mut train.x, d, &stats);
+            scale_rows(&mut val.x, d, &stats);
             let text = "standardised per feature, (x-mean)/std from the train split".into();
             let shift = stats.iter().map(|s| s.0 as f32).collect();
             let scale = stats.iter().map(|s| s.1 as f32).collect();
             (text, Some((shift, scale)))
+        }
+    }
+}
+
+/// Each row of `x` (`d` features) made (x - shift) * scale: `by` one (shift, scale) per feature,
+/// or one for every feature. In f64: values near f32's limits (x - mean) would overflow to
+/// infinity in f32; a value millions of deviations out is held to f32's range.
+pub(super) fn scale_rows(x: &mut [f32], d: usize, by: &[(f64, f64)]) {
+    let most = f32::MAX as f64;
+    for row in x.chunks_exact_mut(d) {
+        for (j, v) in row.iter_mut().enumerate() {
+            let (shift, scale) = by[if by.len() == 1 { 0 } else { j }];
+            *v = ((*v as f64 - shift) * scale).clamp(-most, most) as f32;
         }
     }
 }

@@ -59,20 +59,20 @@ const MEMORY_SHARE: u64 = 4;
 /// The fewest rows a thread evaluates at a time (where the set has that many).
 const MIN_CHUNK: usize = 32;
 
-/// Evaluates the checkpoint `point` (whose run's settings are `cfg`, as `--resume` would take
-/// them) on `data` (None: the run's own validation set), `on` the CPU or a GPU;
+/// Evaluates the checkpoint `point` (its `state.json` `meta`, its run's settings `cfg` as
+/// `--resume` would take them) on `data` (None: the run's own validation set), `on` the CPU or a GPU;
 /// `progress(done, total)` is called every few milliseconds (a GPU's: every chunk) meanwhile.
 pub fn evaluate(
     cfg: &RunConfig,
     point: &Path,
+    meta: &CheckpointMeta,
     data: Option<&DataSpec>,
     on: On,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Evaluation, EngineError> {
-    let meta = checkpoint::read_meta(point).map_err(damaged)?;
     let (set, text, notes) = match data {
-        None => own_set(cfg, &meta, point)?,
-        Some(spec) => given_set(cfg, &meta, spec)?,
+        None => own_set(cfg, meta, point)?,
+        Some(spec) => given_set(cfg, meta, spec)?,
     };
     let model = super::validate::model(cfg, &set)?;
     let (meta, state) = checkpoint::read(point, &model, &meta.optimizer).map_err(damaged)?;
@@ -187,10 +187,7 @@ fn given_set(
         affine: meta.input_affine.as_ref(),
         seed: cfg.seed,
     };
-    let h = held_out::load(spec, &recipe).map_err(|e| {
-        // (what eval reads is its own --data)
-        EngineError::Config(e.to_string().replace("--val-data", "--data"))
-    })?;
+    let h = held_out::load(spec, &recipe)?;
     if h.set.is_empty() {
         return Err(EngineError::Config(format!(
             "--data {spec}: the set holds no sample to evaluate"

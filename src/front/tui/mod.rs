@@ -234,8 +234,7 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     }
     // (as the headless summary names them)
     if s.time_shares.is_some() {
-        let names = ["compute", "data", "comm", "wait"];
-        let shares = crate::front::units::time_shares(s.time_shares, names, ", ");
+        let shares = crate::front::units::ranks_time(s.time_shares);
         line += &format!(" | ranks' time: {shares}");
     }
     let mut lines = vec![line];
