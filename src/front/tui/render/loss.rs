@@ -9,7 +9,7 @@ use ratatui::widgets::{Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 use super::charts::{block, draw_chart, message, thin};
-use crate::front::tui::app::{App, ValPoint};
+use crate::front::tui::app::{App, EpochPoint, ValPoint};
 use crate::front::tui::theme::Theme;
 use crate::front::units::{grad_norm, loss_value};
 
@@ -97,6 +97,19 @@ fn loss_title<'a>(
     last
 }
 
+/// The least loss of `series` above 0, the log scale's floor (1e-6 where none is).
+fn log_floor(series: &[&[(f64, f64)]]) -> f64 {
+    let least = (series.iter().flat_map(|s| s.iter()))
+        .map(|p| p.1)
+        .filter(|&l| l > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if least.is_finite() {
+        least
+    } else {
+        1e-6
+    }
+}
+
 /// Train loss (raw and smoothed) with validation loss; `full` adds the accuracy chart and the
 /// per-epoch table below.
 pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full: bool) {
@@ -130,9 +143,12 @@ pub fn render_loss(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, full
             theme,
         );
     } else {
-        // losses span decades (2.3 at the start, 0.01 later): plot them on a log scale
+        // losses span decades (2.3 at the start, 0.01 later, 1e-9 on a set learned by heart):
+        // plot them on a log scale down to the least of them; a loss of 0 (a softmax that
+        // rounded to certainty) on that floor
+        let floor = log_floor(&[&raw, &val]);
         let log = |v: &[(f64, f64)]| -> Vec<(f64, f64)> {
-            v.iter().map(|p| (p.0, p.1.max(1e-6).log10())).collect()
+            v.iter().map(|p| (p.0, p.1.max(floor).log10())).collect()
         };
         let (raw, smooth, val) = (log(&raw), log(&smooth), log(&val));
         // from the run's first step (the first stored point is an average that moves)
@@ -297,32 +313,134 @@ const WITH_GRAD_CHART: u16 = EPOCHS_WIDTH + 2 * 26;
 
 fn render_epochs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let b = block(vec![Span::styled(" epochs ", theme.title())], theme);
-    let rows = b.inner(area).height as usize;
-    let mut lines = vec![Line::styled(
-        format!(
-            "{:>5} {:>6} {:>7} {:>7} {:>7}",
-            "epoch", "step", "train", "val", "acc"
-        ),
-        theme.muted(),
-    )];
-    let opt = |v: Option<f32>, f: fn(f32) -> String| v.map_or("-".into(), f);
-    // (in the column's 7: fewer decimals from 100 up)
-    let loss = |l: f32| match l.abs() >= 100.0 {
-        true => loss_value(l.into(), 1),
-        false => loss_value(l.into(), 4),
+    let inner = b.inner(area);
+    let table = epochs_table(
+        &app.epochs,
+        inner.width as usize,
+        (inner.height as usize).saturating_sub(1),
+    );
+    let lines: Vec<Line> = (table.into_iter().enumerate())
+        .map(|(i, l)| match i {
+            0 => Line::styled(l, theme.muted()),
+            _ => Line::styled(l, Style::default()),
+        })
+        .collect();
+    frame.render_widget(Paragraph::new(lines).block(b), area);
+}
+
+/// The per-epoch table in `w` columns: a header, then the newest `rows` epochs. Every cell in
+/// its column's width (the step's as wide as its largest); where the row does not fit, the step column goes first, then the train
+/// loss, then the validation loss (the accuracy stays).
+fn epochs_table(epochs: &[EpochPoint], w: usize, rows: usize) -> Vec<String> {
+    // (name, width, cell)
+    type Cell = fn(&EpochPoint) -> String;
+    fn opt(v: Option<f32>, f: fn(f32) -> String) -> String {
+        v.map_or("-".into(), f)
+    }
+    let shown = &epochs[epochs.len().saturating_sub(rows)..];
+    let step_w = (shown.iter().map(|e| e.step.to_string().len())).fold(6, usize::max);
+    let columns: [(&str, usize, Cell); 5] = [
+        ("epoch", 5, |e| e.epoch.to_string()),
+        ("step", step_w, |e| e.step.to_string()),
+        ("train", 7, |e| loss_cell(e.train_loss)),
+        ("val", 7, |e| opt(e.val_loss, loss_cell)),
+        ("acc", 7, |e| {
+            opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
+        }),
+    ];
+    // the columns kept, least needed dropped first
+    let keep = [
+        [0, 1, 2, 3, 4].as_slice(),
+        &[0, 2, 3, 4],
+        &[0, 3, 4],
+        &[0, 4],
+    ]
+    .into_iter()
+    .find(|k| k.iter().map(|&c| columns[c].1 + 1).sum::<usize>() <= w + 1)
+    .unwrap_or(&[0, 4]);
+    let line = |cells: &mut dyn Iterator<Item = (usize, String)>| {
+        let parts: Vec<String> = cells.map(|(wd, s)| format!("{s:>wd$}")).collect();
+        parts.join(" ")
     };
-    for e in app.epochs.iter().rev().take(rows.saturating_sub(1)) {
-        lines.push(Line::styled(
-            format!(
-                "{:>5} {:>6} {:>7} {:>7} {:>7}",
-                e.epoch,
-                e.step,
-                loss(e.train_loss),
-                opt(e.val_loss, loss),
-                opt(e.val_accuracy, |a| format!("{:.2}%", a * 100.0))
-            ),
-            Style::default(),
+    let mut out = vec![line(
+        &mut keep
+            .iter()
+            .map(|&c| (columns[c].1, columns[c].0.to_string())),
+    )];
+    for e in shown.iter().rev() {
+        out.push(line(
+            &mut keep.iter().map(|&c| (columns[c].1, (columns[c].2)(e))),
         ));
     }
-    frame.render_widget(Paragraph::new(lines).block(b), area);
+    out
+}
+
+/// A loss in the table's 7 columns: 4 decimals, one from 100 up, and in scientific notation
+/// with fewer digits where that would be wider (`9.9e-10`, `9.7e100`).
+fn loss_cell(l: f32) -> String {
+    let l = f64::from(l);
+    let tries = [
+        loss_value(l, 4),
+        loss_value(l, if l.abs() >= 100.0 { 1 } else { 4 }),
+        format!("{l:.1e}"),
+        format!("{l:.0e}"),
+    ];
+    let fits = tries.iter().find(|s| s.chars().count() <= 7);
+    fits.unwrap_or(&tries[3]).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_scale_goes_down_to_the_least_loss() {
+        let raw = [(1.0, 2.3), (2.0, 2.3e-9), (3.0, 0.0)];
+        let val = [(2.0, 1e-3)];
+        assert_eq!(log_floor(&[&raw, &val]), 2.3e-9);
+        assert_eq!(log_floor(&[&[(1.0, 0.0)]]), 1e-6);
+        assert_eq!(log_floor(&[]), 1e-6);
+    }
+
+    #[test]
+    fn the_epochs_table_keeps_its_columns_at_any_loss_and_width() {
+        let e = |epoch, train, val: Option<f32>, acc| EpochPoint {
+            epoch,
+            step: epoch * 18,
+            train_loss: train,
+            val_loss: val,
+            val_accuracy: acc,
+        };
+        let epochs = [
+            e(1, 2.3026, Some(0.0437), Some(0.9944)),
+            e(1091, 9.95e-10, Some(1.16e-9), Some(1.0)),
+            e(1092, 4.2e25, Some(f32::NAN), None),
+            e(1093, 123.456, None, Some(0.5)),
+        ];
+        let full = epochs_table(&epochs, 38, 10);
+        assert_eq!(full[0], "epoch   step   train     val     acc");
+        for l in &full {
+            assert_eq!(l.chars().count(), 36, "{l:?}");
+        }
+        assert_eq!(full[1], " 1093  19674   123.5       -  50.00%");
+        assert_eq!(full[2], " 1092  19656 4.20e25     NaN       -");
+        assert_eq!(full[3], " 1091  19638 9.9e-10 1.16e-9 100.00%");
+        // a step of more digits widens its column
+        let long = [e(1, 0.5, None, None), e(2, 0.5, None, None)].map(|mut p| {
+            p.step *= 100_000;
+            p
+        });
+        let long = epochs_table(&long, 40, 10);
+        assert_eq!(long[0], "epoch    step   train     val     acc");
+        assert_eq!(long[1], "    2 3600000  0.5000       -       -");
+        // narrower: the step column goes, then the train loss, then the validation loss;
+        // every kept cell whole
+        let narrow = epochs_table(&epochs, 30, 10);
+        assert_eq!(narrow[0], "epoch   train     val     acc");
+        let narrower = epochs_table(&epochs, 22, 10);
+        assert_eq!(narrower[0], "epoch     val     acc");
+        assert!(narrower[3].ends_with("100.00%"), "{:?}", narrower[3]);
+        let least = epochs_table(&epochs, 14, 2);
+        assert_eq!(least, ["epoch     acc", " 1093  50.00%", " 1092       -"]);
+    }
 }
