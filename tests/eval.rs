@@ -193,11 +193,39 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
     std::fs::create_dir(d.join("out")).unwrap();
     refused(
         &["eval", "runs/pics", "--json", "out"],
-        "--json out: exists and is not a regular file (a directory?); name a file",
+        "--json out is a directory; give the file to write, e.g. out/eval.json",
     );
     refused(
         &["eval", "runs/pics", "--json", "no/e.json"],
-        "--json no/e.json: no does not exist",
+        "--json no/e.json: the folder no does not exist; create it first (mkdir -p no)",
+    );
+    // nothing of the run's, nor a file holding something else, is written over
+    std::fs::write(d.join("notes.txt"), "precious").unwrap();
+    refused(
+        &["eval", "runs/pics", "--json", "notes.txt"],
+        "--json notes.txt exists and is not an eval report (mgtop.eval/1): remove it or give another name",
+    );
+    let run = std::fs::read_dir(d.join("runs/pics")).unwrap();
+    let run = (run.map(|e| e.unwrap().path()))
+        .find(|p| p.join("metrics.jsonl").is_file())
+        .unwrap();
+    let metrics = run.join("metrics.jsonl");
+    let state = run.join("checkpoints/step-00000005/state.json");
+    assert!(state.is_file(), "{}", state.display());
+    for (file, says) in [
+        (&metrics, "is a file of the run directory"),
+        (&state, "is in the checkpoint"),
+    ] {
+        let before = std::fs::read(file).unwrap();
+        refused(
+            &["eval", "runs/pics", "--json", file.to_str().unwrap()],
+            says,
+        );
+        assert_eq!(std::fs::read(file).unwrap(), before);
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+        "precious"
     );
     // the run's data moved away: its own validation set is gone, a held-out set is not
     std::fs::rename(d.join("pics"), d.join("moved")).unwrap();

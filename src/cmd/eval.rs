@@ -10,6 +10,7 @@ use crate::cli::{EvalArgs, TrainArgs};
 use crate::data::read::printable;
 use crate::data::DataSpec;
 use crate::engine::eval::{self, Evaluation, Tally};
+use crate::engine::output::Output;
 use crate::engine::rundir::{checkpoint_for, Purpose};
 
 /// Classes listed one by one up to this many; beyond, the lowest accuracies.
@@ -48,9 +49,10 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if let Some(out) = args.json.as_deref().filter(|_| !to_stdout) {
-        crate::data::write::check_target("--json", out).map_err(anyhow::Error::msg)?;
-    }
+    let json_target = (args.json.as_deref().filter(|_| !to_stdout))
+        .map(|out| REPORT.target(out))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let on = match args.device.as_deref() {
         None | Some("cpu") => {
             eval::On::Cpu((args.threads).unwrap_or_else(crate::engine::available_cores))
@@ -82,17 +84,14 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             false => crate::say!("{line}"),
         }
     }
-    if let Some(out) = &args.json {
-        let text = serde_json::to_string_pretty(&figures(&e))? + "\n";
-        match to_stdout {
-            true => crate::say!("{}", text.trim_end()),
-            false => {
-                crate::data::write::replace_file(out, text.as_bytes()).map_err(|err| {
-                    anyhow::anyhow!("--json {}: cannot write it ({err})", out.display())
-                })?;
-                crate::tell!("figures written to {}", out.display());
-            }
-        }
+    let text = || serde_json::to_string_pretty(&figures(&e)).map(|t| t + "\n");
+    if to_stdout {
+        crate::say!("{}", text()?.trim_end());
+    }
+    if let (Some(target), Some(out)) = (json_target, &args.json) {
+        crate::data::write::replace_file(&target, text()?.as_bytes())
+            .map_err(|err| anyhow::anyhow!("--json {}: cannot write it ({err})", out.display()))?;
+        crate::tell!("figures written to {}", out.display());
     }
     Ok(())
 }
@@ -190,6 +189,21 @@ fn class_table(t: &Tally, name: &dyn Fn(usize) -> String) -> Vec<String> {
     lines
 }
 
+/// What `--json` writes: a new file, or an earlier report it replaces.
+const REPORT: Output = Output {
+    flag: "--json",
+    kind: "an eval report (mgtop.eval/1)",
+    example: "eval.json",
+    ours: |p| {
+        let text = crate::engine::output::head(p, 256 << 20);
+        let v = serde_json::from_slice::<serde_json::Value>(&text);
+        v.is_ok_and(|v| v.get("format").and_then(|f| f.as_str()) == Some(FORMAT))
+    },
+};
+
+/// `--json`'s schema.
+const FORMAT: &str = "mgtop.eval/1";
+
 /// Every figure, for `--json` (schema `mgtop.eval/1`).
 pub fn figures(e: &Evaluation) -> serde_json::Value {
     let t = &e.tally;
@@ -213,7 +227,7 @@ pub fn figures(e: &Evaluation) -> serde_json::Value {
         })
         .collect();
     json!({
-        "format": "mgtop.eval/1",
+        "format": FORMAT,
         "checkpoint": e.checkpoint,
         "step": e.step,
         "model": e.model,

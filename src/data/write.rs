@@ -61,28 +61,6 @@ pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Why the file `flag` names (`--out FILE`) could not be written whole by `replace_file`, found
-/// before any work: something not a file there, its folder missing, not a folder, or not
-/// writable. Nothing is left behind.
-pub fn check_target(flag: &str, path: &Path) -> Result<(), String> {
-    let parent = (path.parent())
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let why = if std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file()) {
-        Some("exists and is not a regular file (a directory?); name a file".to_string())
-    } else if !parent.exists() {
-        Some(format!("{} does not exist", parent.display()))
-    } else if !parent.is_dir() {
-        Some(format!("{} is not a directory", parent.display()))
-    } else {
-        (can_write_in(parent).err()).map(|e| format!("cannot write in {} ({e})", parent.display()))
-    };
-    match why {
-        Some(why) => Err(format!("{flag} {}: {why}", path.display())),
-        None => Ok(()),
-    }
-}
-
 /// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed
 /// when any step fails.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -107,19 +85,6 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_target_that_cannot_be_written_is_named_before_any_work() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::write(d.join("file"), "x").unwrap();
-        let said = |p: &Path| check_target("--out", p).unwrap_err();
-        assert!(said(&d.join("file/r.json")).ends_with("file is not a directory"));
-        assert!(said(&d.join("none/r.json")).ends_with("none does not exist"));
-        assert!(said(d).contains("is not a regular file"));
-        check_target("--out", &d.join("file")).unwrap();
-        check_target("--out", &d.join("new.json")).unwrap();
-    }
 
     #[test]
     fn a_file_is_replaced_whole_or_left_as_it_was() {

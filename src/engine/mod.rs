@@ -17,6 +17,7 @@ pub use job::peer_patience;
 pub mod loader;
 mod memory;
 mod outcome;
+pub mod output;
 mod places;
 mod precision;
 mod rebalance;

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::Row;
+use crate::engine::output::Output;
 
 fn pct(v: f64) -> String {
     format!("{:.0}%", v * 100.0)
@@ -73,8 +74,21 @@ pub fn check_out(path: &Path) -> Result<(), String> {
             path.display()
         ));
     }
-    crate::data::write::check_target("--out", path)
+    let report = Output {
+        flag: "--out",
+        kind: "a scale report",
+        example: "scale.csv",
+        // (the JSON's rows, or the CSV's header)
+        ours: |p| {
+            let head = crate::engine::output::head(p, 64);
+            head.trim_ascii_start().starts_with(b"[") || head.starts_with(CSV_HEADER.as_bytes())
+        },
+    };
+    report.target(path).map(|_| ())
 }
+
+/// The CSV's first line.
+const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n";
 
 /// Writes the rows as CSV or JSON, chosen by the file's extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
@@ -82,7 +96,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let text = match ext {
         "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
         "csv" => {
-            let mut s = String::from("strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n");
+            let mut s = String::from(CSV_HEADER);
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(

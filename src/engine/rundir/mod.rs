@@ -320,8 +320,6 @@ fn link_latest_to(dir: &Path) {
     }
 }
 
-/// The pointer file of a socket asked for at `socket` (`live.sock.path`: where the socket went
-/// when its path was too long for a Unix socket).
 /// Whether `name` is one a run directory's own files and folders take (what a file written
 /// into one, an export, must not be named).
 pub fn own_name(name: &std::ffi::OsStr) -> bool {
@@ -337,6 +335,8 @@ pub fn own_name(name: &std::ffi::OsStr) -> bool {
         || name == pointer.as_os_str()
 }
 
+/// The pointer file of a socket asked for at `socket` (`live.sock.path`: where the socket went
+/// when its path was too long for a Unix socket).
 pub fn pointer_of(socket: &Path) -> PathBuf {
     let mut p = socket.as_os_str().to_owned();
     p.push(".path");

@@ -10,6 +10,7 @@ use safetensors::SafeTensors;
 use crate::data::host_memory;
 use crate::data::read::{self, Expect};
 use crate::engine::checkpoint;
+use crate::engine::output::Output;
 
 use super::exported::Exported;
 use super::module;
@@ -180,100 +181,24 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     })
 }
 
-/// Where `export` may write `out`: a new file, or a regular file it replaces (through a link,
-/// the file linked to); never a directory, a device or FIFO, or a file of a checkpoint (which
-/// `--resume` reads: replacing its weights would lose the optimizer state).
+/// Where `export` may write `out`: as `Output::target` says (a new file or a safetensors file it
+/// replaces, never a file of a checkpoint: replacing its weights would lose the optimizer
+/// state), and not under a Python file's name.
 pub fn export_target(out: &Path) -> Result<PathBuf, String> {
-    use std::io::Read;
-    // a safetensors file starts with its header's length (8 bytes), then the header's `{`
-    let looks_like_safetensors = |p: &Path| {
-        let mut head = [0u8; 9];
-        let read = std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut head));
-        read.is_ok() && head[8] == b'{'
-    };
-    let shown = out.display();
-    if out.as_os_str().is_empty() {
-        return Err("an empty path: give the file to write, such as model.safetensors".into());
-    }
     if out.extension().is_some_and(|e| e == "py") {
         return Err(format!(
-            "{shown} is a Python file's name: give the weights a name such as model.safetensors (a model torchvision lacks gets its module beside them, model.py)"
+            "{} is a Python file's name: give the weights a name such as model.safetensors (a model torchvision lacks gets its module beside them, model.py)",
+            out.display()
         ));
     }
-    let meta = std::fs::metadata(out);
-    let target = match &meta {
-        Ok(m) if m.is_dir() => {
-            return Err(format!(
-                "{shown} is a directory; give the file to write, e.g. {shown}/model.safetensors"
-            ))
-        }
-        Ok(m) if !m.is_file() => {
-            return Err(format!(
-                "{shown} is {}, not a regular file; give the path of a file to write",
-                read::kind_of(m.file_type())
-            ))
-        }
-        // a link to a file: that file is replaced, the link kept
-        Ok(_) => out.canonicalize().unwrap_or_else(|_| out.to_path_buf()),
-        // (`new/` names a folder, the file to write in it left out; its parent is `.`)
-        Err(_) if out.as_os_str().as_encoded_bytes().ends_with(b"/") => {
-            let named = Path::new(out.to_str().map_or("", |s| s.trim_end_matches('/')));
-            return Err(match named.is_file() {
-                true => format!(
-                    "{shown}: {} is a file, not a folder; give the file's path without the /",
-                    named.display()
-                ),
-                false => format!(
-                    "{shown} ends in /, naming a folder, and none is there; give the file to write, such as {shown}model.safetensors (in a folder that exists)"
-                ),
-            });
-        }
-        Err(_) => out.to_path_buf(),
+    let weights = Output {
+        flag: "",
+        kind: "a safetensors file",
+        example: "model.safetensors",
+        // a safetensors file starts with its header's length (8 bytes), then the header's `{`
+        ours: |p| crate::engine::output::head(p, 9).get(8) == Some(&b'{'),
     };
-    let folder = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !folder.is_dir() {
-        let f = folder.display();
-        return Err(match crate::data::write::file_in_the_way(&target) {
-            Some(file) => format!(
-                "{shown}: {} is a file, not a folder; give a path in a folder",
-                file.display()
-            ),
-            None => {
-                format!("{shown}: the folder {f} does not exist; create it first (mkdir -p {f})")
-            }
-        });
-    }
-    // a run's own files, whatever they hold: what --resume, view and runs read
-    if checkpoint::is_checkpoint(&folder) {
-        return Err(format!(
-            "{shown} is in the checkpoint {}: its files are what --resume reads; write the export elsewhere",
-            folder.display()
-        ));
-    }
-    let name = target.file_name().unwrap_or_default();
-    if crate::engine::rundir::own_name(name) && crate::engine::rundir::is_run_dir(&folder) {
-        return Err(format!(
-            "{shown} is a file of the run directory {} (what view, runs and attach read); write the export elsewhere",
-            folder.display()
-        ));
-    }
-    // a file that holds something else is not replaced
-    if meta.is_ok_and(|m| m.len() > 0) && !looks_like_safetensors(out) {
-        return Err(format!(
-            "{shown} exists and is not a safetensors file: remove it or give another name"
-        ));
-    }
-    // written beside the target, then renamed over it: the folder must take a new file
-    crate::data::write::can_write_in(&folder).map_err(|e| {
-        format!(
-            "{shown}: cannot make a file in {} ({e}); give a path in a folder you can write",
-            folder.display()
-        )
-    })?;
-    Ok(target)
+    weights.target(out)
 }
 
 #[cfg(test)]
