@@ -25,6 +25,12 @@ const SPACE: &str = "check that its disk has space";
 pub struct MetricsWriter {
     path: PathBuf,
     out: BufWriter<File>,
+    /// Bytes handed to `out` (every record a whole line), those known in the file (at the last
+    /// flush that succeeded), and where each record handed since then ends: where a failed
+    /// write cuts the file back to (`cut_back`).
+    handed: u64,
+    flushed: u64,
+    ends: Vec<u64>,
     /// A regular file (a FIFO or device is never looked for), when it was last looked for, and
     /// what was found.
     regular: bool,
@@ -274,6 +280,9 @@ impl MetricsWriter {
             path: claim.path.clone(),
             regular: true,
             out: BufWriter::new(f),
+            handed: 0,
+            flushed: 0,
+            ends: Vec::new(),
             looked: std::time::Instant::now(),
             found: Found::There,
         })
@@ -338,6 +347,9 @@ impl MetricsWriter {
             path: path.to_path_buf(),
             regular: f.metadata().is_ok_and(|m| m.is_file()),
             out: BufWriter::new(f),
+            handed: 0,
+            flushed: 0,
+            ends: Vec::new(),
             looked: std::time::Instant::now(),
             found: Found::There,
         })
@@ -350,6 +362,8 @@ impl MetricsWriter {
 
     /// One record (buffered; `flush` makes it visible to readers).
     pub fn write(&mut self, line: &Line) -> Result<(), MetricsError> {
+        self.handed += line.as_bytes().len() as u64;
+        self.ends.push(self.handed);
         self.out
             .write_all(line.as_bytes())
             .map_err(|source| MetricsError {
@@ -365,6 +379,8 @@ impl MetricsWriter {
             source,
             fix: SPACE,
         })?;
+        self.flushed = self.handed;
+        self.ends.clear();
         if self.regular && self.found == Found::There && self.looked.elapsed() >= LOOK_EVERY {
             self.looked = std::time::Instant::now();
             if self.removed() {
@@ -372,6 +388,30 @@ impl MetricsWriter {
             }
         }
         Ok(())
+    }
+
+    /// After a write that failed (a full disk): the file cut back to its last whole record, what
+    /// was held back for it dropped, so that it reads as a file of whole records and a later
+    /// record (the run's end, where space was freed meanwhile) follows them. A FIFO or device
+    /// is left as it is.
+    pub fn cut_back(&mut self) {
+        let Ok(file) = self.out.get_ref().try_clone() else {
+            return;
+        };
+        // (the records held back are dropped, not written: `into_parts` does not flush)
+        let held = std::mem::replace(&mut self.out, BufWriter::new(file));
+        drop(held.into_parts());
+        let f = self.out.get_ref();
+        let len = f.metadata().map_or(0, |m| m.len());
+        let whole = (self.ends.iter().copied())
+            .filter(|&e| e <= len)
+            .fold(self.flushed, u64::max);
+        if self.regular && len > whole && f.set_len(whole).is_ok() {
+            use std::io::Seek;
+            let _ = self.out.get_mut().seek(std::io::SeekFrom::Start(whole));
+        }
+        (self.handed, self.flushed) = (whole, whole);
+        self.ends.clear();
     }
 
     /// Whether the file written was removed: unlinked, or its path names nothing (a rename
@@ -451,6 +491,38 @@ mod tests {
             .unwrap();
         w.flush().unwrap();
         w.take_warning()
+    }
+
+    #[test]
+    fn a_failed_write_leaves_whole_records_and_a_later_one_follows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        let mut w = MetricsWriter::create(&path).unwrap();
+        let rec = |n: u32| Line::new(&serde_json::json!({"type": "x", "n": n}));
+        w.write(&rec(1)).unwrap();
+        w.flush().unwrap();
+        w.write(&rec(2)).unwrap();
+        w.write(&rec(3)).unwrap();
+        // the disk filled as the buffer went out: record 2 whole, record 3 cut short
+        let (two, three) = (rec(2), rec(3));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(two.as_bytes()).unwrap();
+        f.write_all(&three.as_bytes()[..5]).unwrap();
+        w.cut_back();
+        let whole = [rec(1).as_bytes(), two.as_bytes()].concat();
+        assert_eq!(std::fs::read(&path).unwrap(), whole);
+        // nothing held back goes out later; the next record follows the last whole one
+        w.write(&rec(4)).unwrap();
+        w.flush().unwrap();
+        drop(w);
+        let lines: Vec<serde_json::Value> = (std::fs::read_to_string(&path).unwrap().lines())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let n: Vec<u64> = lines.iter().map(|v| v["n"].as_u64().unwrap()).collect();
+        assert_eq!(n, [1, 2, 4]);
     }
 
     #[test]

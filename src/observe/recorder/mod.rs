@@ -55,6 +55,9 @@ pub trait Sink: Send {
 /// The metrics files, and where the run is for an end record written from elsewhere.
 struct Files {
     writers: Vec<MetricsWriter>,
+    /// Those a write failed on (a full disk), cut back to their last whole record: written no
+    /// more but for the run's end, tried once.
+    lost: Vec<MetricsWriter>,
     /// The newest step recorded.
     step: u64,
     /// The newest time recorded (since the start), and when.
@@ -82,19 +85,32 @@ impl Files {
         mut f: impl FnMut(&mut MetricsWriter) -> Result<(), MetricsError>,
     ) -> Vec<String> {
         let mut warnings = Vec::new();
-        self.writers.retain_mut(|w| match f(w) {
-            Ok(()) => {
-                warnings.extend(w.take_warning().map(|m| format!("warning: {m}")));
-                true
+        for mut w in std::mem::take(&mut self.writers) {
+            match f(&mut w) {
+                Ok(()) => {
+                    warnings.extend(w.take_warning().map(|m| format!("warning: {m}")));
+                    self.writers.push(w);
+                }
+                Err(e) => {
+                    warnings.push(format!(
+                        "warning: {e}; it keeps its records up to here, whole, and takes no more (but the run's end, tried when it ends)"
+                    ));
+                    w.cut_back();
+                    self.lost.push(w);
+                }
             }
-            Err(e) => {
-                warnings.push(format!(
-                    "warning: {e}; no more metrics will be written to it"
-                ));
-                false
-            }
-        });
+        }
         warnings
+    }
+
+    /// The run's end record in the files a write failed on: a file that takes it reads as a
+    /// run that ended, not one killed (its records stop where the write failed).
+    fn end_lost(&mut self, line: &Line) {
+        for mut w in std::mem::take(&mut self.lost) {
+            if w.write(line).and_then(|()| w.flush()).is_err() {
+                w.cut_back();
+            }
+        }
     }
 
     /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
@@ -135,7 +151,9 @@ impl Files {
             ending: Ending::Quit,
         };
         if let Some(v) = records::event(&end, t + at.elapsed()) {
-            files.write(&Line::new(&v), true);
+            let line = Line::new(&v);
+            files.write(&line, true);
+            files.end_lost(&line);
         }
         // (the process exits next: a line the UI thread writes meanwhile goes nowhere)
         files.ended = true;
@@ -163,6 +181,7 @@ impl Recorder {
     pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
         let files = Files {
             writers: files,
+            lost: Vec::new(),
             step: 0,
             t: (Duration::ZERO, Instant::now()),
             ended: false,
@@ -328,7 +347,10 @@ impl Recorder {
             // meanwhile writes no second one
             let mut files = self.files();
             warnings.extend(files.write(&line, true));
-            files.ended |= matches!(ev, Event::Finished { .. });
+            if matches!(ev, Event::Finished { .. }) && !files.ended {
+                files.end_lost(&line);
+                files.ended = true;
+            }
         }
         if matches!(ev, Event::Finished { .. }) {
             self.quit = None;
