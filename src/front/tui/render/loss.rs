@@ -412,7 +412,7 @@ mod tests {
             val_accuracy: acc,
         };
         let epochs = [
-            e(1, 2.3026, Some(0.0437), Some(0.9944)),
+            e(1, 2.3125, Some(0.0437), Some(0.9944)),
             e(1091, 9.95e-10, Some(1.16e-9), Some(1.0)),
             e(1092, 4.2e25, Some(f32::NAN), None),
             e(1093, 123.456, None, Some(0.5)),
