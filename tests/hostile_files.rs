@@ -210,6 +210,24 @@ fn a_headerless_csv_with_a_byte_order_mark_trains() {
 }
 
 #[test]
+fn an_escape_in_a_data_path_never_reaches_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let rows: String = (0..40)
+        .map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 2))
+        .collect();
+    let name = "e\x1b[2J\x1b]0;PWN\x07.csv";
+    std::fs::write(d.join(name), rows).unwrap();
+    let spec = format!("csv:{name}");
+    let (code, out) = run(d, &["--data", &spec, "--steps", "2"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+    assert!(out.contains("e\\u{1b}[2J"), "{out}");
+    // nor the run's name (from the data's), nor its directory's
+    assert!(out.contains("run: e[2J]0;PWN-mlp"), "{out}");
+}
+
+#[test]
 fn picture_and_weights_flags_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

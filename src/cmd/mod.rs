@@ -52,20 +52,23 @@ fn debug_build_note() {
 }
 
 /// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
-/// line is lost, not the run or its checkpoint.
+/// line is lost, not the run or its checkpoint. What would drive the terminal (an escape in a
+/// path, a class's or a run's name) is written escaped, line breaks kept.
 #[macro_export]
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
+        let line = $crate::data::read::printable_lines(&format!($($t)*));
+        let _ = writeln!(std::io::stdout(), "{line}");
     }};
 }
 
-/// `eprintln!` that never panics (see `say!`).
+/// `eprintln!` that never panics, its text escaped (see `say!`).
 #[macro_export]
 macro_rules! tell {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
+        let line = $crate::data::read::printable_lines(&format!($($t)*));
+        let _ = writeln!(std::io::stderr(), "{line}");
     }};
 }

@@ -111,11 +111,16 @@ pub fn step_samples(per_replica: usize, ranks: usize, accum: usize, train_sample
 }
 
 impl RunConfig {
-    /// What the run is called: `--name`, else `<data>-<model>`.
+    /// What the run is called: `--name`, else `<data>-<model>` (without what would drive a
+    /// terminal, an escape in the data's path: `--name` refuses it).
     pub fn run_name(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("{}-{}", self.data.short_name(), self.model))
+        self.name.clone().unwrap_or_else(|| {
+            let data = self.data.short_name();
+            let data: String = (data.chars())
+                .filter(|&c| !crate::data::read::unprintable(c))
+                .collect();
+            format!("{data}-{}", self.model)
+        })
     }
 
     /// The LR a fresh run starts with at global batch `global`.

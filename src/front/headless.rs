@@ -91,12 +91,13 @@ impl<'a> Log<'a> {
             }
         }
         self.on_event(ev, t);
-        let _ = writeln!(self.out, "{} {}", stamp(t), self.summary(t));
+        let summary = self.summary(t);
+        put(self.out, format_args!("{} {summary}", stamp(t)));
     }
 
     fn warn(&mut self, warnings: Vec<String>) {
         for w in warnings {
-            let _ = writeln!(self.out, "{w}");
+            put(self.out, format_args!("{w}"));
         }
     }
 
@@ -175,12 +176,12 @@ impl<'a> Log<'a> {
         if let Some(eta) = self.monitor.eta().filter(|_| row.progress < 1.0) {
             line += &format!(" | eta {}", units::clock(eta));
         }
-        let _ = writeln!(self.out, "{} {line}", stamp(row.at));
+        put(self.out, format_args!("{} {line}", stamp(row.at)));
     }
 
     fn on_warning(&mut self, w: &Warning, t: Duration) {
         let level = if w.is_clear() { "note" } else { "WARN" };
-        let _ = writeln!(self.out, "{} {level} {w}", stamp(t));
+        put(self.out, format_args!("{} {level} {w}", stamp(t)));
         if let Warning::GradSpike { step, .. } = w {
             let (n, first, last) = &mut self.spikes;
             *n += 1;
@@ -229,7 +230,7 @@ impl<'a> Log<'a> {
             _ => {}
         }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
-            let _ = writeln!(self.out, "{} {l}", stamp(t));
+            put(self.out, format_args!("{} {l}", stamp(t)));
         }
         let r = self.metrics.event(ev, t);
         self.warn(r);
@@ -277,7 +278,7 @@ pub fn run(
 ) -> Result<RunResult, EngineError> {
     let info = engine.info().clone();
     for l in describe(&info).iter().chain(notes) {
-        let _ = writeln!(out, "{l}");
+        put(out, format_args!("{l}"));
     }
     let mut log = Log::new(info, out, metrics, log_every, sample_interval);
     let w = log.metrics.run_start(&log.info);
@@ -326,6 +327,13 @@ pub fn run(
     log.warn(w);
     let _ = log.out.flush();
     engine.join()
+}
+
+/// One line of the log, what would drive the terminal in it (an escape in a path or a name)
+/// escaped; lost where the output is gone.
+fn put(out: &mut dyn Write, line: std::fmt::Arguments) {
+    let line = crate::data::read::printable_lines(&line.to_string());
+    let _ = writeln!(out, "{line}");
 }
 
 #[cfg(test)]
