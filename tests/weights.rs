@@ -692,7 +692,7 @@ fn an_export_says_which_pytorch_model_takes_it() {
 
 /// The module beside an export: it replaces a module an export wrote, never another file (the
 /// weights are then not written either); a checkpoint whose weights do not fit the model it
-/// recorded gets its weights exported and no module, saying why.
+/// recorded is refused, as --resume and eval refuse it, and the earlier export is kept.
 #[test]
 fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
     let dir = tempfile::tempdir().unwrap();
@@ -736,27 +736,22 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
         "{}",
         done.written(&out)
     );
-    // a state.json edited to another model: the weights go out as they are, with no module,
-    // and the earlier export's module (of other weights) is not left beside them
+    // a state.json edited to another model: its weights are not that model's, and would go
+    // out labelled as them; refused, the earlier export left as it was
     let state = run.join("checkpoints/step-00000002/state.json");
     let text = std::fs::read_to_string(&state).unwrap();
     std::fs::write(&state, text.replace("\"mlp:8\"", "\"mlp:9\"")).unwrap();
-    let done = export(&run, &out).unwrap();
-    assert!(!py.exists());
+    let weights = std::fs::read(&out).unwrap();
+    let e = export(&run, &out).unwrap_err();
     assert!(
-        done.written(&out).ends_with(&format!(
-            "; removed {}, an earlier export's module, which does not fit these weights",
-            py.display()
-        )),
-        "{}",
-        done.written(&out)
+        e.contains("the weights do not fit its model `mlp:9` on 6 inputs")
+            && e.contains("mlp.0.bias is [8] in the file, [9] in the model")
+            && e.contains("(its state.json or its weights were edited)")
+            && e.contains("no other whole checkpoint is beside it"),
+        "{e}"
     );
-    let why = done.no_module.unwrap();
-    assert!(
-        why.contains("the weights do not fit its model `mlp:9` on 6 inputs")
-            && why.contains("mlp.0.bias is [8] in the file, [9] in the model"),
-        "{why}"
-    );
+    assert_eq!(std::fs::read_to_string(&py).unwrap(), first);
+    assert_eq!(std::fs::read(&out).unwrap(), weights);
 }
 
 #[test]

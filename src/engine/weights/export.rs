@@ -130,14 +130,28 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         let names = serde_json::to_string(&meta.classes).map_err(|e| e.to_string())?;
         info.insert("mgtop.classes".into(), names);
     }
+    // weights that are not of the model the checkpoint records are not handed on (as --resume
+    // and eval refuse them); a model torchvision has no class for: its module beside them
+    let fit = match module::fitting(&meta, &shapes) {
+        Err(module::Unfit::Mismatch(why)) => {
+            return Err(format!(
+                "{}: {why} (its state.json or its weights were edited); {}",
+                file.display(),
+                instead()
+            ))
+        }
+        fit => fit,
+    };
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
-    // a model torchvision has no class for: its module beside the weights, where it can be made
-    let (module, no_module) = match module::wanted(&model) {
-        true => match module::source(&meta, &shapes) {
-            Ok(source) => (Some((module::target(out)?, source)), None),
-            Err(why) => (None, Some(why)),
-        },
-        false => (None, None),
+    let (module, no_module) = match (module::wanted(&model), fit) {
+        (true, Ok(fitted)) => (
+            Some((module::target(out)?, module::source(&meta, &fitted))),
+            None,
+        ),
+        (true, Err(module::Unfit::Unknown(why) | module::Unfit::Mismatch(why))) => {
+            (None, Some(why))
+        }
+        (false, _) => (None, None),
     };
     let cannot_write = |p: &Path, e: std::io::Error| {
         format!(

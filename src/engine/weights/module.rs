@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::engine::checkpoint::CheckpointMeta;
 use crate::nn::layers::Shape;
-use crate::nn::model::{pytorch, ModelSpec};
+use crate::nn::model::{pytorch, Model, ModelSpec};
 
 /// Where the module of the export `out` goes: `model.safetensors` beside `model.py`.
 pub fn path_for(out: &Path) -> PathBuf {
@@ -48,64 +48,93 @@ pub fn ours(py: &Path) -> bool {
     regular && read.is_ok() && head == pytorch::MARK.as_bytes()
 }
 
-/// The module of the checkpoint described by `meta`, whose weights and statistics are `shapes`
-/// (name and shape each); Err says why there is none (a checkpoint that recorded no model, or
-/// weights that do not fit the model it recorded).
-pub fn source(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result<String, String> {
+/// Why a checkpoint's weights have no model to be checked against, or do not fit it.
+#[derive(Debug)]
+pub enum Unfit {
+    /// No model can be built from what it recorded (none recorded, an older version's
+    /// checkpoint without its input's shape, a model this version does not build).
+    Unknown(String),
+    /// The model it recorded has other tensors or shapes: the file is not that model's.
+    Mismatch(String),
+}
+
+/// The model the checkpoint described by `meta` recorded, built, where its weights and
+/// statistics `shapes` (name and shape each) fit it.
+pub fn fitting(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result<Model, Unfit> {
+    let unknown = |s: String| Unfit::Unknown(s);
     let recorded = meta.config.get("model").and_then(|m| m.as_str());
-    let text = recorded.ok_or("the checkpoint recorded no --model")?;
-    let spec: ModelSpec = (text.parse())
-        .map_err(|e| format!("its model `{text}` is not one this version builds ({e})"))?;
-    let classes = *meta.dims.last().ok_or("the checkpoint recorded no sizes")?;
+    let text = recorded.ok_or(unknown("the checkpoint recorded no --model".into()))?;
+    let spec: ModelSpec = (text.parse()).map_err(|e| {
+        unknown(format!(
+            "its model `{text}` is not one this version builds ({e})"
+        ))
+    })?;
+    let classes = *(meta.dims.last()).ok_or(unknown("the checkpoint recorded no sizes".into()))?;
     let mut have: Vec<&(String, Vec<usize>)> = (shapes.iter())
         .filter(|(n, _)| !n.ends_with("num_batches_tracked"))
         .collect();
     have.sort();
-    let mut first_error = None;
-    for input in inputs(meta, &spec)? {
-        let fits = (spec.build(input, classes))
-            .map_err(|e| format!("its model `{spec}` does not build on {input} inputs: {e}"))
-            .and_then(|model| {
-                let mut want: Vec<(String, Vec<usize>)> = (model.tensors.iter())
-                    .chain(&model.buffers)
-                    .map(|t| (t.name.clone(), t.shape.clone()))
-                    .collect();
-                want.sort();
-                match mismatch(&want, &have) {
-                    Some(why) => Err(format!(
-                        "the weights do not fit its model `{spec}` on {input} inputs: {why}"
-                    )),
-                    None => Ok(model),
-                }
-            });
-        match fits {
-            Ok(model) => {
-                let about = format!(
-                    "--model {spec} on {input} inputs, {classes} classes\n--data {}\nweights of step {}",
-                    meta.data, meta.step
-                );
-                // (a table's scaling that fits the input; one edited to another size is left out)
-                let affine = (meta.input_affine.as_ref())
-                    .filter(|(shift, scale)| {
-                        shift.len() == scale.len()
-                            && (shift.len() == 1 || shift.len() == model.dims[0])
-                            && shift.iter().chain(scale).all(|v| v.is_finite())
-                    })
-                    .map(|(shift, scale)| (&shift[..], &scale[..]));
-                let inputs = pytorch::Inputs {
-                    text: meta.inputs.as_deref().unwrap_or_default(),
-                    affine,
-                };
-                return Ok(pytorch::module(&model, &about, inputs));
-            }
+    let (mut built, mut mismatched) = (None, None);
+    for input in inputs(meta, &spec).map_err(unknown)? {
+        let model = match spec.build(input, classes) {
+            Ok(m) => m,
             Err(e) => {
-                first_error.get_or_insert(e);
+                built.get_or_insert(format!(
+                    "its model `{spec}` does not build on {input} inputs: {e}"
+                ));
+                continue;
             }
+        };
+        let mut want: Vec<(String, Vec<usize>)> = (model.tensors.iter())
+            .chain(&model.buffers)
+            .map(|t| (t.name.clone(), t.shape.clone()))
+            .collect();
+        want.sort();
+        match mismatch(&want, &have) {
+            Some(why) => {
+                mismatched.get_or_insert(format!(
+                    "the weights do not fit its model `{spec}` on {input} inputs: {why}"
+                ));
+            }
+            None => return Ok(model),
         }
     }
-    Err(first_error.unwrap_or_else(|| {
-        "the checkpoint, from an older version, did not record its input's shape".into()
-    }))
+    Err(match (mismatched, built) {
+        (Some(why), _) => Unfit::Mismatch(why),
+        (None, Some(why)) => Unfit::Unknown(why),
+        (None, None) => Unfit::Unknown(
+            "the checkpoint, from an older version, did not record its input's shape".into(),
+        ),
+    })
+}
+
+/// The PyTorch module of `model`, the one the checkpoint described by `meta` recorded
+/// (`fitting`).
+pub fn source(meta: &CheckpointMeta, model: &Model) -> String {
+    let text = meta
+        .config
+        .get("model")
+        .and_then(|m| m.as_str())
+        .unwrap_or_default();
+    let spec = (text.parse::<ModelSpec>()).map_or(text.to_string(), |s| s.to_string());
+    let classes = meta.dims.last().copied().unwrap_or(0);
+    let about = format!(
+        "--model {spec} on {} inputs, {classes} classes\n--data {}\nweights of step {}",
+        model.input, meta.data, meta.step
+    );
+    // (a table's scaling that fits the input; one edited to another size is left out)
+    let affine = (meta.input_affine.as_ref())
+        .filter(|(shift, scale)| {
+            shift.len() == scale.len()
+                && (shift.len() == 1 || shift.len() == model.dims[0])
+                && shift.iter().chain(scale).all(|v| v.is_finite())
+        })
+        .map(|(shift, scale)| (&shift[..], &scale[..]));
+    let inputs = pytorch::Inputs {
+        text: meta.inputs.as_deref().unwrap_or_default(),
+        affine,
+    };
+    pytorch::module(model, &about, inputs)
 }
 
 /// The first difference between the model's tensors and the file's, both sorted by name.
@@ -192,41 +221,47 @@ mod tests {
         (meta, shapes)
     }
 
+    /// The module `fitting` and `source` make.
+    fn made(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result<String, Unfit> {
+        fitting(meta, shapes).map(|m| source(meta, &m))
+    }
+
     #[test]
     fn an_older_checkpoint_s_input_is_the_square_picture_its_weights_fit() {
         let (meta, shapes) = older("resnet20", Shape::Image { c: 3, h: 8, w: 8 }, 10);
-        let py = source(&meta, &shapes).unwrap();
+        let py = made(&meta, &shapes).unwrap();
         assert!(
             py.contains("--model resnet20 on 3x8x8 inputs, 10 classes"),
             "{py}"
         );
         // 64 values: 1x8x8 or 4x4x4, and the first convolution's weights say which
         let (meta, shapes) = older("conv8k3,dense4", Shape::Image { c: 4, h: 4, w: 4 }, 2);
-        let py = source(&meta, &shapes).unwrap();
+        let py = made(&meta, &shapes).unwrap();
         assert!(py.contains("x.reshape(x.shape[0], 4, 4, 4)"), "{py}");
         let (meta, shapes) = older("mlp:5", Shape::Flat(7), 2);
-        assert!(source(&meta, &shapes).unwrap().contains("nn.Linear(7, 5)"));
+        assert!(made(&meta, &shapes).unwrap().contains("nn.Linear(7, 5)"));
         // recorded: taken as it is, and held to the weights
         let (mut meta, shapes) = older("conv8k3,dense4", Shape::Image { c: 1, h: 4, w: 16 }, 2);
         meta.input = Some("1x4x16".into());
-        assert!(source(&meta, &shapes)
+        assert!(made(&meta, &shapes)
             .unwrap()
             .contains("x.reshape(x.shape[0], 1, 4, 16)"));
         meta.input = Some("1x8x8".into());
-        let e = source(&meta, &shapes).unwrap_err();
+        let Err(Unfit::Mismatch(e)) = made(&meta, &shapes) else {
+            panic!("weights of another input fit")
+        };
         assert!(
             e.contains("do not fit its model `conv8k3,dense4` on 1x8x8 inputs"),
             "{e}"
         );
         let (meta, _) = older("mlp:5", Shape::Flat(7), 2);
-        let e = source(
-            &CheckpointMeta {
-                config: serde_json::json!({}),
-                ..meta
-            },
-            &[],
-        )
-        .unwrap_err();
+        let none = CheckpointMeta {
+            config: serde_json::json!({}),
+            ..meta
+        };
+        let Err(Unfit::Unknown(e)) = made(&none, &[]) else {
+            panic!("a model with none recorded")
+        };
         assert_eq!(e, "the checkpoint recorded no --model");
     }
 }
