@@ -299,6 +299,15 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     };
     let before = held_out("as trained");
     assert!(before["accuracy"].as_f64().unwrap() > 0.9, "{before}");
+    // the training file as a held-out set: said to be it; another set is not
+    let o = run_in(d, &["eval", "runs/tab", "--data", "csv:./train.csv"]);
+    assert!(
+        text(&o).contains("note: --data csv:./train.csv is the data the run trained on"),
+        "{}",
+        text(&o)
+    );
+    let o = run_in(d, &["eval", "runs/tab", "--data", "csv:test.csv"]);
+    assert!(!text(&o).contains("trained on"), "{}", text(&o));
     // a validation row changed (the seeded split's are the run's to know: every row is tried
     // until one is among them), then the training file cut to half: the held-out figures stay,
     // the run's own set is refused

@@ -4,6 +4,7 @@
 //! (the class names, the model's input, a table's scaling) and not from its training data,
 //! which may have moved or changed since.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::image_sets::{folder_halves, normalisation, spec_err, stored_side};
@@ -55,6 +56,33 @@ pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
                 }
             ),
         )),
+    }
+}
+
+/// Whether `spec`, read as `load` reads it, is what the run of `--data run` trained on (all of
+/// it, or its training split among it): figures on it say how the training set is fit.
+pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    match (spec, run) {
+        (DataSpec::Images { dir }, DataSpec::Images { dir: trained }) => {
+            let read = folder_halves(spec, dir).map(|(whole, val)| val.unwrap_or(whole));
+            let train = folder_halves(run, trained).map(|(train, _)| train);
+            matches!((read, train), (Ok(r), Ok(t)) if same(&r, &t))
+        }
+        (DataSpec::Csv { path, .. }, DataSpec::Csv { path: trained, .. }) => same(path, trained),
+        (
+            DataSpec::Idx { images, .. },
+            DataSpec::Idx {
+                images: trained, ..
+            },
+        ) => same(images, trained),
+        // (a CIFAR set's test file is not its training files)
+        (DataSpec::Cifar { .. }, _) => false,
+        // the same built-in or generated set
+        (a, b) => a == b,
     }
 }
 

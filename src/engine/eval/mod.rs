@@ -88,6 +88,13 @@ pub fn evaluate(
         }
         On::Gpu(index) => gpu::run(index, cfg, &model, state, &set, &mut progress)?,
     };
+    // (as training stops where its loss is not finite: no figure of such outputs means anything)
+    if tally.not_finite > 0 {
+        return Err(EngineError::Config(format!(
+            "the model's outputs are not finite (NaN or infinity) on {} of {} samples: the checkpoint's weights overflow on this data (a run near divergence?); evaluate an earlier checkpoint of the run",
+            tally.not_finite, tally.samples
+        )));
+    }
     Ok(Evaluation {
         checkpoint: point.to_path_buf(),
         step: meta.step,
@@ -187,11 +194,16 @@ fn given_set(
         affine: meta.input_affine.as_ref(),
         seed: cfg.seed,
     };
-    let h = held_out::load(spec, &recipe)?;
+    let mut h = held_out::load(spec, &recipe)?;
     if h.set.is_empty() {
         return Err(EngineError::Config(format!(
             "--data {spec}: the set holds no sample to evaluate"
         )));
+    }
+    if held_out::is_training_data(spec, &cfg.data) {
+        h.notes.insert(0, format!(
+            "--data {spec} is the data the run trained on (its training split among it): these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
+        ));
     }
     let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))

@@ -19,6 +19,8 @@ pub struct Tally {
     pub per_class: Vec<ClassCounts>,
     /// (label, prediction) of the samples taken for another class, and how many.
     pub mistakes: HashMap<(u32, u32), u64>,
+    /// Samples whose logits were not all finite (weights that overflow on them).
+    pub not_finite: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -52,6 +54,9 @@ impl Tally {
             let label = label as usize;
             let predicted = argmax(row);
             self.samples += 1;
+            if !row.iter().all(|v| v.is_finite()) {
+                self.not_finite += 1;
+            }
             self.per_class[label].samples += 1;
             self.per_class[predicted].predicted += 1;
             if predicted == label {
@@ -77,6 +82,7 @@ impl Tally {
         self.samples += other.samples;
         self.correct += other.correct;
         self.top5 += other.top5;
+        self.not_finite += other.not_finite;
         for (a, b) in self.per_class.iter_mut().zip(&other.per_class) {
             a.samples += b.samples;
             a.correct += b.correct;
@@ -191,6 +197,11 @@ mod tests {
         let mut t = Tally::new(2);
         t.add(&[f32::NAN, f32::NAN], &[1], 0.0);
         assert_eq!((t.correct, t.per_class[0].predicted), (0, 1));
+        // and counted as not finite, as is a row with an infinity; merged with the rest
+        t.add(&[f32::INFINITY, 0.0, 1.0, 2.0], &[0, 1], 0.0);
+        let mut whole = Tally::new(2);
+        whole.merge(t);
+        assert_eq!((whole.samples, whole.not_finite), (3, 2));
     }
 
     #[test]
