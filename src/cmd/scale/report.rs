@@ -81,7 +81,8 @@ pub fn check_out(path: &Path) -> Result<(), String> {
         // (the JSON's rows, or the CSV's header)
         ours: |p| {
             let head = crate::engine::output::head(p, 64);
-            head.trim_ascii_start().starts_with(b"[") || head.starts_with(CSV_HEADER.as_bytes())
+            let csv = &CSV_HEADER.as_bytes()[..head.len().min(CSV_HEADER.len())];
+            head.trim_ascii_start().starts_with(b"[") || (!head.is_empty() && head == csv)
         },
     };
     report.target(path).map(|_| ())
@@ -145,12 +146,17 @@ mod tests {
         let d = dir.path();
         std::fs::create_dir(d.join("d.csv")).unwrap();
         let e = check_out(&d.join("d.csv")).unwrap_err();
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(e.contains("is a directory"), "{e}");
         assert!(check_out(&d.join("t.txt"))
             .unwrap_err()
             .contains(".csv or .json"));
         let out = d.join("r.csv");
-        std::fs::write(&out, "an earlier, longer results file\n".repeat(100)).unwrap();
+        // another file is kept; an earlier, longer report is replaced
+        std::fs::write(&out, "my notes\n").unwrap();
+        let e = check_out(&out).unwrap_err();
+        assert!(e.contains("exists and is not a scale report"), "{e}");
+        let earlier = format!("{CSV_HEADER}{}", "mirrored,1,32\n".repeat(100));
+        std::fs::write(&out, earlier).unwrap();
         check_out(&out).unwrap();
         write(&out, &[]).unwrap();
         let text = std::fs::read_to_string(&out).unwrap();
