@@ -145,3 +145,41 @@ fn a_dropped_connection_is_said_and_q_leaves() {
     // (a script waiting on the run through attach learns it was lost)
     assert_eq!(ended(ui.path()), ("EXIT=1".into(), true));
 }
+
+/// A run whose own screen quits at once (Ctrl-C three times) ends its metrics file, not its
+/// clients' stream: the client shows it QUIT, as it ended, not a connection lost.
+#[test]
+fn a_run_that_quits_at_once_is_shown_ended_not_lost() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = start(
+        "quit-run",
+        dir.path(),
+        "--steps 100000000 --devices cpu:1 --model mlp:16 --run-dir run",
+    );
+    run.wait("the run", |s| s.contains("RUNNING"));
+    let ui = tempfile::tempdir().unwrap();
+    let target = dir.path().join("run");
+    let client = start(
+        "quit-client",
+        ui.path(),
+        &format!("attach '{}'", target.display()),
+    );
+    client.wait("the attached run", |s| s.contains("RUNNING"));
+    run.keys(&["C-c", "C-c", "C-c"]);
+    run.wait("the run's exit", |s| s.contains("shell-back"));
+    let end = std::fs::read_to_string(target.join("metrics.jsonl")).unwrap();
+    let s = client.wait("the end", |s| !s.contains("RUNNING"));
+    // (three keys at once quit; one taken as the first of a stop's checkpoint stops)
+    let status = end.lines().last().unwrap_or("");
+    let shown = match status.contains("\"quit\"") {
+        true => "QUIT",
+        false => "STOPPED",
+    };
+    assert!(
+        s.contains(shown) && !s.contains("DISCONNECTED"),
+        "{status}\n{s}"
+    );
+}

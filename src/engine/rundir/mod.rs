@@ -396,6 +396,13 @@ pub fn updated(dir: &Path) -> std::time::SystemTime {
 /// `stopped`, `quit`), read from its last 64 KiB; None where the run has not ended (a run that
 /// ended, though its process, a UI on its summary, may still serve it) or the file is unread.
 pub fn end_status(path: &Path) -> Option<String> {
+    let v = serde_json::from_slice::<serde_json::Value>(&end_record(path)?).ok()?;
+    Some((v.get("status").and_then(|s| s.as_str()).unwrap_or("")).to_string())
+}
+
+/// The `end` record the metrics file at `path` ends with, as written (read from its last
+/// 64 KiB); None where it ends with another record or is unread.
+pub fn end_record(path: &Path) -> Option<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = fs::File::open(path).ok()?;
     let len = f.metadata().map_or(0, |m| m.len());
@@ -405,12 +412,7 @@ pub fn end_status(path: &Path) -> Option<String> {
         .ok()?;
     let last = tail.trim_ascii_end().rsplit(|&b| b == b'\n').next()?;
     let v = serde_json::from_slice::<serde_json::Value>(last).ok()?;
-    (v.get("type")?.as_str() == Some("end")).then(|| {
-        v.get("status")
-            .and_then(|s| s.as_str())
-            .unwrap_or("")
-            .to_string()
-    })
+    (v.get("type")?.as_str() == Some("end")).then(|| last.to_vec())
 }
 
 /// Whether `dir` is a run's directory.

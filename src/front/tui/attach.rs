@@ -63,6 +63,9 @@ fn open(
     Ok(client)
 }
 
+/// How many times (50 ms apart) a lost connection looks for its run's end record.
+const QUIT_LOOKS: usize = 10;
+
 impl AttachSource {
     /// Connects to the run at `target`; the source and the state it starts from.
     pub fn connect(target: Target, readonly: bool) -> Result<(AttachSource, App), AttachError> {
@@ -84,6 +87,22 @@ impl AttachSource {
             wake: unbounded(),
         };
         Ok((source, app))
+    }
+
+    /// A run that quit at once (a second signal; a third Ctrl-C in its UI) ends its metrics file
+    /// with its end record, not its clients' stream: that record, where its file has it (the
+    /// socket may go a moment before it is written), so that the run is shown ended, not lost.
+    fn ended_on_record(&mut self, app: &mut App) {
+        let metrics = self.target.run.join(crate::engine::rundir::METRICS);
+        for _ in 0..QUIT_LOOKS {
+            let end = crate::engine::rundir::end_record(&metrics)
+                .and_then(|l| crate::observe::metrics::record_line(&l, app.info.ranks()).ok())
+                .flatten();
+            if let Some(rec) = end {
+                return self.on_record(app, rec);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn on_record(&mut self, app: &mut App, rec: Record) {
@@ -134,6 +153,9 @@ impl Source for AttachSource {
             }
             Incoming::Closed(why) => {
                 self.client = None;
+                if !self.over {
+                    self.ended_on_record(app);
+                }
                 if self.over {
                     app.apply(AppEvent::Notice(
                         Level::Info,

@@ -89,8 +89,8 @@ fn loss_title<'a>(
     let mut last = Vec::new();
     for l in levels {
         last = build(l);
-        // the closing space may go
-        if width(&last) <= w + 1 {
+        // (its closing space keeps it off the corner)
+        if width(&last) <= w {
             break;
         }
     }
