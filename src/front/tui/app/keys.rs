@@ -91,8 +91,14 @@ impl App {
                 None
             }
             KeyCode::Char('0') | KeyCode::Esc => {
-                if self.focus.is_none() && self.summary.is_some() {
-                    self.summary_hidden = !self.summary_hidden;
+                // an ended run's summary: brought back from any view (the overview's, where
+                // it is drawn), hidden again where it is shown
+                if self.summary.is_some() {
+                    let shown = self.view == View::Overview
+                        && self.focus.is_none()
+                        && !self.summary_hidden;
+                    self.summary_hidden = shown;
+                    self.view = View::Overview;
                 }
                 self.focus = None;
                 None

@@ -317,11 +317,17 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
     let share = s.time_shares.unwrap()[0];
     assert!(share > 0.5 && share < 1.0, "{share}");
     assert_eq!(app.handle_key(key('p')), None);
-    app.handle_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+    let esc = KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE);
+    app.handle_key(esc);
     assert!(
         app.summary_hidden,
         "Esc uncovers the panels under the summary"
     );
+    // from another view, as the footer says: the summary again
+    app.handle_key(KeyEvent::new(KeyCode::Tab, KeyModifiers::NONE));
+    assert_ne!(app.view, View::Overview);
+    app.handle_key(esc);
+    assert!(app.view == View::Overview && !app.summary_hidden);
     assert_eq!(app.handle_key(key('q')), Some(Action::Quit));
 }
 
