@@ -50,7 +50,13 @@ pub struct Totals {
     /// Central storage's host transfers, summed (this process's own count: not in the
     /// metrics file).
     pub transfer_s: f64,
+    /// The train loss smoothed over every step (an exponential moving average, `LOSS_EMA` a
+    /// step): a screen given only some rows draws the run's, not one of the rows it got.
+    pub smoothed_loss: Option<f64>,
 }
+
+/// The weight of a step's loss in `Totals::smoothed_loss`.
+pub const LOSS_EMA: f64 = 0.05;
 
 impl StepRow {
     /// Every `every`th step, and the run's last: the steps the log and the metrics files keep.
@@ -76,7 +82,17 @@ impl Totals {
         }
     }
 
-    /// What the steps after `earlier` (these totals as of an earlier step) add up to.
+    /// Counts one step's train loss into the smoothed loss.
+    pub fn smooth(&mut self, loss: f32) {
+        let loss = f64::from(loss);
+        self.smoothed_loss = Some(match self.smoothed_loss {
+            Some(e) => e + LOSS_EMA * (loss - e),
+            None => loss,
+        });
+    }
+
+    /// What the steps after `earlier` (these totals as of an earlier step) add up to (the
+    /// smoothed loss: this one's).
     pub fn since(&self, earlier: &Totals) -> Totals {
         Totals {
             steps: self.steps.saturating_sub(earlier.steps),
@@ -88,6 +104,7 @@ impl Totals {
             comm_s: self.comm_s - earlier.comm_s,
             wait_s: self.wait_s - earlier.wait_s,
             transfer_s: self.transfer_s - earlier.transfer_s,
+            smoothed_loss: self.smoothed_loss,
         }
     }
 
@@ -164,6 +181,7 @@ impl Monitor {
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
         self.count(at, first);
         self.totals.add(first.global_samples, &ranks);
+        self.totals.smooth(first.loss);
         Some(StepRow {
             step,
             epoch: first.epoch,

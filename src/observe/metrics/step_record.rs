@@ -115,6 +115,8 @@ fn totals(v: &Value) -> Parsed<Option<Totals>> {
             wait_s: secs("wait_s")?,
             // (not recorded: the step lines' own)
             transfer_s: 0.0,
+            // (files from before it was recorded: the reader smooths the rows it has)
+            smoothed_loss: opt_num(t, "smoothed_loss")?,
         })
     };
     read()

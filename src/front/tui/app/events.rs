@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use super::{App, EpochPoint, Level, Mode, RunState, Summary, ValPoint, EMA_ALPHA};
+use super::{App, EpochPoint, Level, Mode, RunState, Summary, ValPoint};
 use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::front::words::event_line;
-use crate::observe::monitor::StepRow;
+use crate::observe::monitor::{StepRow, LOSS_EMA};
 use crate::observe::straggler::{Limit, Warning};
 
 impl App {
@@ -50,14 +50,16 @@ impl App {
         let x = row.step as f64;
         let loss = row.loss as f64;
         self.loss.push(x, loss);
-        // rows may be steps apart (a metrics file holds every --log-every'th, an attached
-        // screen the newest): each weighs as the steps since the one before would
-        let ema = match self.ema {
-            Some((e, at)) => {
+        // the run's own, smoothed over every step; else (a file from before rows carried it)
+        // over the rows there are, steps apart (a metrics file holds every --log-every'th):
+        // each weighs as the steps since the one before would
+        let ema = match (row.totals.and_then(|t| t.smoothed_loss), self.ema) {
+            (Some(run), _) => run,
+            (None, Some((e, at))) => {
                 let steps = row.step.saturating_sub(at).clamp(1, 1 << 20);
-                e + (1.0 - (1.0 - EMA_ALPHA).powf(steps as f64)) * (loss - e)
+                e + (1.0 - (1.0 - LOSS_EMA).powf(steps as f64)) * (loss - e)
             }
-            None => loss,
+            (None, None) => loss,
         };
         self.ema = Some((ema, row.step));
         self.loss_smooth.push(x, ema);

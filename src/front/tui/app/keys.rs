@@ -94,9 +94,8 @@ impl App {
                 // an ended run's summary: brought back from any view (the overview's, where
                 // it is drawn), hidden again where it is shown
                 if self.summary.is_some() {
-                    let shown = self.view == View::Overview
-                        && self.focus.is_none()
-                        && !self.summary_hidden;
+                    let shown =
+                        self.view == View::Overview && self.focus.is_none() && !self.summary_hidden;
                     self.summary_hidden = shown;
                     self.view = View::Overview;
                 }

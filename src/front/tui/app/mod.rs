@@ -50,9 +50,6 @@ const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
 /// How long the footer keeps an answer.
 const FLASH_FOR: Duration = Duration::from_secs(15);
-/// Smoothing of the train-loss line (exponential moving average weight of a new step; rows
-/// that are several steps apart weigh as those steps would).
-const EMA_ALPHA: f64 = 0.05;
 
 /// What the engine or the sampler reports to the UI.
 #[derive(Clone, Debug)]

@@ -96,16 +96,22 @@ fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
     assert!(off < 0.7 * every.mean_samples_per_sec.unwrap());
 }
 
-#[test]
-fn the_smoothed_loss_of_a_screen_given_every_50th_row_follows_the_run_as_the_local_one() {
+/// Rows of a run of 1000 steps whose loss at step s is `loss(s)`, as its monitor makes them.
+fn rows_of(loss: impl Fn(u64) -> f32) -> Vec<StepRow> {
     let mut monitor = Monitor::new(1);
     let mut rows = Vec::new();
     for s in 1..=1000 {
-        rows.extend(monitor.on_step(demo::step(0, 1, s)));
+        let mut stats = demo::step(0, 1, s);
+        stats.loss = loss(s);
+        rows.extend(monitor.on_step(stats));
     }
+    rows
+}
+
+#[test]
+fn the_smoothed_loss_of_a_screen_given_every_50th_row_follows_the_run_as_the_local_one() {
     // a loss falling steadily from 2.0 to 0.2
-    rows.iter_mut()
-        .for_each(|r| r.loss = 2.0 - 0.0018 * r.step as f32);
+    let mut rows = rows_of(|s| 2.0 - 0.0018 * s as f32);
     let smoothed = |rows: &[StepRow]| {
         let mut app = App::new(demo::info(1), true);
         for row in rows {
@@ -119,6 +125,36 @@ fn the_smoothed_loss_of_a_screen_given_every_50th_row_follows_the_run_as_the_loc
     let every = smoothed(&rows);
     let logged: Vec<StepRow> = rows.iter().filter(|r| r.step % 50 == 0).cloned().collect();
     let some = smoothed(&logged);
-    // (weighing each row as one step, the file's line lagged 1.7 behind: 0.43 for 0.23)
+    assert!((some - every).abs() < 1e-9, "{some} vs {every}");
+    // a file from before rows carried the run's smoothed loss: each row weighs as the steps
+    // since the one before would (weighing each as one step, the line lagged 1.7 behind: 0.43
+    // for 0.23)
+    rows.iter_mut().for_each(|r| {
+        r.totals = r.totals.map(|t| crate::observe::monitor::Totals {
+            smoothed_loss: None,
+            ..t
+        })
+    });
+    let logged: Vec<StepRow> = rows.iter().filter(|r| r.step % 50 == 0).cloned().collect();
+    let (every, some) = (smoothed(&rows), smoothed(&logged));
     assert!((some - every).abs() < 0.05, "{some} vs {every}");
+}
+
+#[test]
+fn an_attached_screen_s_smoothed_loss_is_the_run_s_whatever_rows_it_gets() {
+    // a set learned by heart: losses near 0, a spike every 7th step
+    let rows = rows_of(|s| if s % 7 == 0 { 1e-2 } else { 1e-9 });
+    let shown = |rows: &mut dyn Iterator<Item = &StepRow>| {
+        let mut app = App::new(demo::info(1), true);
+        for row in rows {
+            // through the record, as the socket and the file carry it
+            let line = records::step(row, None, None).to_string();
+            apply_record(&mut app, record_line(line.as_bytes(), 1).unwrap().unwrap());
+        }
+        app.loss_smooth.last().unwrap().1
+    };
+    let every = shown(&mut rows.iter());
+    let sampled = shown(&mut rows.iter().filter(|r| r.step % 15 == 0 || r.step == 1000));
+    assert_eq!(sampled, every);
+    assert!(every > 1e-4, "{every}");
 }
