@@ -183,6 +183,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         median: 1.0,
         steps: 100,
         clip: None,
+        bound: 2.0,
     };
     p.warning(
         &Warning::GradSpike { step: 4, spike },

@@ -34,6 +34,10 @@ pub struct Spike {
     pub steps: usize,
     /// The run's `--clip-grad-norm` bound, where it clips.
     pub clip: Option<f64>,
+    /// The `--clip-grad-norm` that would bound such steps: twice the median, or where the
+    /// norms have all but vanished (a set learnt by heart), twice `OF_PEAK` of the run's
+    /// largest median: a bound of twice a vanished median would stop training.
+    pub bound: f64,
 }
 
 impl fmt::Display for Spike {
@@ -43,6 +47,7 @@ impl fmt::Display for Spike {
             median,
             steps,
             clip,
+            bound,
         } = self;
         write!(
             f,
@@ -61,7 +66,7 @@ impl fmt::Display for Spike {
             _ => write!(
                 f,
                 "a loss spike or divergence may follow: --clip-grad-norm {} would bound such steps",
-                sig(2.0 * median, 2)
+                sig(*bound, 2)
             ),
         }
     }
@@ -136,6 +141,7 @@ impl SpikeDetector {
             median,
             steps: self.recent.len(),
             clip: self.clip,
+            bound: 2.0 * median.max(OF_PEAK * self.peak),
         });
         if self.recent.len() == WINDOW {
             self.recent.pop_front();
@@ -196,9 +202,12 @@ mod tests {
         // after 36000 steps: 112 warnings naming a bound that would have stopped training)
         assert_eq!(vanished(&mut d, 100), 0);
         assert_eq!(d.on_norm(0, 4e-4), None, "a 2500th of the start's");
-        // one a twentieth of the start's is a spike all the same
+        // one a twentieth of the start's is a spike all the same, and the bound it is told
+        // leaves the steps a hundredth of the start's (not twice the vanished median: that
+        // would stop training)
         vanished(&mut d, SETTLE);
-        assert!(d.on_norm(0, 5e-2).is_some());
+        let said = d.on_norm(0, 5e-2).expect("a spike").to_string();
+        assert!(said.contains("--clip-grad-norm 0.020 would bound"), "{said}");
         // judged afresh (another batch size), the run's start still counts
         d.rebase();
         vanished(&mut d, 100);
