@@ -81,14 +81,22 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         Some(s) => s.steps,
         None => app.step(),
     };
-    // a step budget says it exactly; an epoch budget as far as the last step record, or
-    // before one (a run quit early) by the steps of an epoch at its start's batch
+    // a step budget says it exactly; an epoch budget as the last step record does, carried to
+    // the step the run reached (a record or two past it: its end's) toward where that record
+    // said the run ends; before one (a run quit early) by the steps of an epoch at its
+    // start's batch
     use crate::config::Budget;
     let by_steps = |n: u64| (n > 0).then(|| (row.step as f64 / n as f64).min(1.0));
-    row.progress = match app.info.budget {
-        Budget::Steps(n) => by_steps(n),
-        Budget::Epochs(e) => (app.last_row.as_ref().map(|r| r.progress))
-            .or_else(|| by_steps(e * app.info.steps_per_epoch())),
+    row.progress = match (app.info.budget, &app.last_row) {
+        (Budget::Steps(n), _) => by_steps(n),
+        (Budget::Epochs(_), Some(r)) => Some(match r.ends_at {
+            Some(end) if end.run > r.step && row.step > r.step => {
+                let past = (row.step - r.step) as f64 / (end.run - r.step) as f64;
+                (r.progress + (1.0 - r.progress) * past).min(1.0)
+            }
+            _ => r.progress,
+        }),
+        (Budget::Epochs(e), None) => by_steps(e * app.info.steps_per_epoch()),
     };
     row.best_accuracy = app.val_accuracy().1;
     if app
@@ -159,6 +167,32 @@ fn ago(d: std::time::Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_that_quit_between_logged_steps_shows_the_progress_of_its_last_step() {
+        use crate::engine::events::Event;
+        use crate::front::tui::demo;
+        use crate::observe::metrics::records;
+        let dir = tempfile::tempdir().unwrap();
+        // an epoch budget (30 epochs of 45 steps: 1350), the step of 350 logged, quit at 373
+        let mut monitor = crate::observe::monitor::Monitor::new(1);
+        let row = monitor.on_step(demo::step(0, 1, 350)).unwrap();
+        let end = Event::Finished {
+            step: 373,
+            ending: Ending::Quit,
+        };
+        let lines = [
+            records::run(&demo::info(1)),
+            records::step(&row, None, None),
+            records::event(&end, std::time::Duration::from_secs(9)).unwrap(),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.path().join(rundir::METRICS), text).unwrap();
+        let r = super::row(dir.path().to_path_buf(), SystemTime::now());
+        assert_eq!((r.state.as_str(), r.step), ("quit", 373));
+        let p = r.progress.unwrap();
+        assert!((p - 373.0 / 1350.0).abs() < 1e-9, "{p}");
+    }
 
     #[test]
     fn columns_line_up_whatever_the_names_and_states() {

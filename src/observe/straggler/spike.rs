@@ -207,7 +207,10 @@ mod tests {
         // would stop training)
         vanished(&mut d, SETTLE);
         let said = d.on_norm(0, 5e-2).expect("a spike").to_string();
-        assert!(said.contains("--clip-grad-norm 0.020 would bound"), "{said}");
+        assert!(
+            said.contains("--clip-grad-norm 0.020 would bound"),
+            "{said}"
+        );
         // judged afresh (another batch size), the run's start still counts
         d.rebase();
         vanished(&mut d, 100);
