@@ -10,6 +10,15 @@ pub fn counted(n: usize, noun: &str) -> String {
     }
 }
 
+/// A number as a message quotes it: as written where that is short, in scientific notation
+/// where it is very large or small (`1e300`, not 301 digits).
+pub fn number(x: f64) -> String {
+    match x.abs() {
+        a if a != 0.0 && a.is_finite() && !(1e-4..1e6).contains(&a) => format!("{x:e}"),
+        _ => x.to_string(),
+    }
+}
+
 /// Of `known`, the one `word` most likely misspells (`batch_per_replica`: `batch-per-replica`),
 /// where one is near enough: a few edits, `_` and `-` alike.
 pub fn nearest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
@@ -110,6 +119,16 @@ mod tests {
             38
         );
         assert_eq!(whole_percents(&[f64::NAN, -0.1, 0.4]), [0, 0, 40]);
+    }
+
+    #[test]
+    fn numbers_are_quoted_short_at_any_size() {
+        assert_eq!(number(1e300), "1e300");
+        assert_eq!(number(-2.5e-9), "-2.5e-9");
+        assert_eq!(number(0.2), "0.2");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(f64::INFINITY), "inf");
+        assert_eq!(number(123456.0), "123456");
     }
 
     #[test]

@@ -31,10 +31,7 @@ fn learning_rate(lr: f64) -> Result<f32, String> {
         v if (f32::MIN_POSITIVE as f64..=3e38).contains(&v) => Ok(v as f32),
         _ => {
             // as typed, near enough: Display would write 1e-300 with 300 digits
-            let shown = match lr.abs() {
-                a if a != 0.0 && !(1e-4..1e6).contains(&a) => format!("{lr:e}"),
-                _ => lr.to_string(),
-            };
+            let shown = crate::text::number(lr);
             Err(format!(
                 "--lr {shown} is invalid: use a positive number from 1.2e-38 to 3e38, such as 1e-3"
             ))
@@ -365,7 +362,8 @@ impl TrainArgs {
             Some(s) if s.is_finite() && (0.05..=3600.0).contains(&s) => Duration::from_secs_f64(s),
             Some(s) => {
                 return Err(format!(
-                    "--sample-interval {s} is out of range: use 0.05 to 3600 seconds"
+                    "--sample-interval {} is out of range: use 0.05 to 3600 seconds",
+                    crate::text::number(s)
                 ))
             }
         };

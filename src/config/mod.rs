@@ -110,6 +110,9 @@ pub fn step_samples(per_replica: usize, ranks: usize, accum: usize, train_sample
     }
 }
 
+/// The longest `--name` (in characters); a metrics file's longer one is read cut to it.
+pub const MAX_NAME_CHARS: usize = 200;
+
 impl RunConfig {
     /// What the run is called: `--name`, else `<data>-<model>` (without what would drive a
     /// terminal, an escape in the data's path: `--name` refuses it).

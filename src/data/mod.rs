@@ -173,7 +173,7 @@ pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData
     if let Some(f) = opts.val_fraction.filter(|f| !(0.0..1.0).contains(f)) {
         return Err(DataError::Spec {
             spec: spec.to_string(),
-            msg: format!("--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"),
+            msg: format!("--val-split {} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2", crate::text::number(f)),
         });
     }
     let cifar = |s: &DataSpec| matches!(s, DataSpec::Cifar { .. });

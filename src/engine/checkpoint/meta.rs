@@ -180,7 +180,9 @@ impl CheckpointMeta {
                 && samples.fract() == 0.0)
             {
                 return Err(format!(
-                    "epoch_sum [{loss}, {samples}] is not a loss sum and a whole count of samples, both 0 or more"
+                    "epoch_sum [{}, {}] is not a loss sum and a whole count of samples, both 0 or more",
+                    crate::text::number(loss),
+                    crate::text::number(samples)
                 ));
             }
         }

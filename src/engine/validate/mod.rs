@@ -22,6 +22,7 @@ use crate::data::Dataset;
 use crate::nn::layers::Shape;
 use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
+use crate::text::number;
 
 pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::Config(m));
@@ -55,7 +56,9 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
                 "--name {name:?} names nothing: give the run a name, or leave --name out for <data>-<model>"
             ));
         }
-        if name.chars().any(crate::data::read::unprintable) || name.chars().count() > 200 {
+        if name.chars().any(crate::data::read::unprintable)
+            || name.chars().count() > crate::config::MAX_NAME_CHARS
+        {
             return bad(
                 "--name must be printable text of at most 200 characters (no escape sequences, line breaks or text-direction controls)"
                     .into(),
@@ -83,18 +86,19 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     if !(0.0..1.0).contains(&cfg.label_smoothing) {
         return bad(format!(
             "--label-smoothing {} is out of range: use 0 to 1 (exclusive), e.g. 0.1",
-            cfg.label_smoothing
+            number(cfg.label_smoothing.into())
         ));
     }
     if let Some(c) = cfg.clip_grad_norm.filter(|c| !(c.is_finite() && *c > 0.0)) {
         return bad(format!(
-            "--clip-grad-norm {c} is invalid: use a positive bound such as 1.0 (0 turns clipping off)"
+            "--clip-grad-norm {} is invalid: use a positive bound such as 1.0 (0 turns clipping off)",
+            number(c.into())
         ));
     }
     if !(cfg.weight_decay.is_finite() && cfg.weight_decay >= 0.0) {
         return bad(format!(
             "--weight-decay {} is invalid: use 0 or a small positive number such as 1e-4",
-            cfg.weight_decay
+            number(cfg.weight_decay.into())
         ));
     }
     match cfg.budget {
@@ -144,7 +148,8 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
         .filter(|f| !(f.1.is_finite() && (1.0..=100.0).contains(&f.1)))
     {
         return bad(format!(
-            "--slow-rank factor {f} is out of range: use 1 to 100 (2.0 = twice as slow)"
+            "--slow-rank factor {} is out of range: use 1 to 100 (2.0 = twice as slow)",
+            number(f)
         ));
     }
     if cfg.slow_data.is_some_and(|f| f.1 > Duration::from_secs(10)) {
@@ -158,7 +163,8 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     }
     if let Some(f) = cfg.inputs.val_fraction.filter(|f| !(0.0..1.0).contains(f)) {
         return bad(format!(
-            "--val-split {f} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2"
+            "--val-split {} is out of range: use a share from 0 (no validation) to below 1, e.g. 0.2",
+            number(f)
         ));
     }
     Ok(())

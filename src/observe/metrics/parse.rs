@@ -132,7 +132,14 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         .filter(|h: &Vec<String>| h.len() == ranks)
         .unwrap_or_default();
     Ok(RunInfo {
-        name: text(v, "name")?.to_string(),
+        // (a hand-edited file's name of a million characters: cut to what --name takes)
+        name: {
+            let name = text(v, "name")?;
+            match name.char_indices().nth(crate::config::MAX_NAME_CHARS) {
+                Some((at, _)) => format!("{}…", &name[..at]),
+                None => name.to_string(),
+            }
+        },
         devices,
         processes: count(v, "processes").unwrap_or(1).max(1),
         process: 0,
@@ -387,4 +394,18 @@ fn telemetry(v: &Value, ranks: usize) -> Parsed<Record> {
         devices,
         process_memory,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_edited_run_name_is_read_cut_to_what_name_takes() {
+        let mut v = super::super::records::run(&crate::front::tui::demo::info(1));
+        v["name"] = "é".repeat(1_000_000).into();
+        let info = run_line(v.to_string().as_bytes()).unwrap();
+        assert_eq!(info.name.chars().count(), crate::config::MAX_NAME_CHARS + 1);
+        assert!(info.name.ends_with("é…"));
+    }
 }
