@@ -59,7 +59,7 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
         for line in std::iter::once(run).chain(tui::summary_lines(&app)) {
             crate::say!("{}", crate::data::read::printable(&line));
         }
-    } else if app.disconnected.is_some() {
+    } else if let Some(why) = &app.disconnected {
         // asked again as the screen closes: the connection may have gone with the run
         // (a socket outside a run directory has nothing else to ask)
         let live = (crate::engine::rundir::is_run_dir(&run_dir))
@@ -73,7 +73,7 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             None => format!("the run may still be going: mgtop-train attach {run}"),
         };
         crate::say!(
-            "left at step {} with the connection lost; {state}",
+            "left at step {} with the connection lost ({why}); {state}",
             app.step()
         );
     } else {
