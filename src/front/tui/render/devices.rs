@@ -431,18 +431,22 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
     let inner = block.inner(spark);
     let v: Vec<f64> = d.step_ms().collect();
     let max = v.iter().cloned().fold(0.0, f64::max);
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min).min(max);
+    // (in the narrowest view, the range alone: a unit cut off would misread)
+    let range = [
+        format!("min {min:.2} ms, max {max:.2} ms"),
+        format!("{min:.2}-{max:.2} ms"),
+        format!("{min:.0}-{max:.0} ms"),
+    ];
+    let range = (range.iter())
+        .find(|r| r.chars().count() <= inner.width as usize)
+        .unwrap_or(&range[2]);
     let text = vec![
         Line::styled(
             sparkline(&v, inner.width as usize),
             theme.fg(theme.series(i)),
         ),
-        Line::styled(
-            format!(
-                "min {:.2} ms, max {max:.2} ms",
-                v.iter().cloned().fold(f64::INFINITY, f64::min).min(max)
-            ),
-            theme.muted(),
-        ),
+        Line::styled(range.clone(), theme.muted()),
     ];
     frame.render_widget(Paragraph::new(text).block(block), spark);
 }
