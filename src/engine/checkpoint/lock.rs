@@ -23,6 +23,7 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
     let werr = |source| CheckpointError::Write {
         path: dir.to_path_buf(),
         source,
+        last: None,
     };
     if dir.exists() && !dir.is_dir() {
         return Err(werr(std::io::Error::other(

@@ -47,10 +47,12 @@ const MAX_DIMS: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("cannot write checkpoint in {path}: {source}; check that the --checkpoint-dir is writable and the disk has space")]
+    #[error("cannot write checkpoint in {path}: {source}; check that the --checkpoint-dir is writable and the disk has space{}", .last.as_ref().map(|p| format!("; the run's last whole checkpoint: {}", p.display())).unwrap_or_default())]
     Write {
         path: PathBuf,
         source: std::io::Error,
+        /// The run's newest checkpoint written whole before, where it has one.
+        last: Option<PathBuf>,
     },
     #[error(
         "no checkpoint at {0}: pass a step-NNNNNNNN directory or a --checkpoint-dir that holds one"

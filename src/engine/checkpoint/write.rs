@@ -45,6 +45,7 @@ pub fn write(
     let werr = |source| CheckpointError::Write {
         path: dir.to_path_buf(),
         source,
+        last: None,
     };
     fs::create_dir_all(&tmp).map_err(werr)?;
     // a process quitting in the middle of this (a second signal) leaves no `.tmp-*` (and says

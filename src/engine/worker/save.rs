@@ -134,7 +134,14 @@ impl Worker {
             classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
         };
         let dir = &cfg.checkpoint_dir;
-        Ok(checkpoint::write(dir, name, &self.model, &state, &meta)?)
+        // (a full disk: the error names the checkpoint to resume from)
+        checkpoint::write(dir, name, &self.model, &state, &meta).map_err(|e| match e {
+            checkpoint::CheckpointError::Write { path, source, .. } => {
+                let last = self.last_checkpoint_path();
+                checkpoint::CheckpointError::Write { path, source, last }.into()
+            }
+            e => e.into(),
+        })
     }
 
     /// `--checkpoint-best`: the accuracy of the best checkpoint of this run's line in its
