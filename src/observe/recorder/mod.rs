@@ -66,6 +66,10 @@ struct Files {
     ended: bool,
 }
 
+/// What a metrics file on a full disk gives up of its last records for the run's end record,
+/// beyond the record itself: a file system's blocks are freed whole.
+const MAKE_ROOM: u64 = 8192;
+
 /// The longest the end record of a process quitting at once waits for a record being written.
 const QUIT_WAIT: Duration = Duration::from_millis(500);
 
@@ -103,13 +107,21 @@ impl Files {
         warnings
     }
 
-    /// The run's end record in the files a write failed on: a file that takes it reads as a
-    /// run that ended, not one killed (its records stop where the write failed).
+    /// The run's end record (or its failure's) in the files a write failed on: a file that
+    /// takes it reads as a run that ended or failed, not one killed (its records stop where
+    /// the write failed).
     fn end_lost(&mut self, line: &Line) {
         for mut w in std::mem::take(&mut self.lost) {
-            if w.write(line).and_then(|()| w.flush()).is_err() {
-                w.cut_back();
-            }
+            let put = |w: &mut MetricsWriter| {
+                let ok = w.write(line).and_then(|()| w.flush()).is_ok();
+                if !ok {
+                    w.cut_back();
+                }
+                ok
+            };
+            // the disk still full: the last step records give way to it (a block or two)
+            let room = line.as_bytes().len() as u64 + MAKE_ROOM;
+            let _ = put(&mut w) || (w.make_room(room) && put(&mut w));
         }
     }
 
@@ -347,10 +359,11 @@ impl Recorder {
             // meanwhile writes no second one
             let mut files = self.files();
             warnings.extend(files.write(&line, true));
-            if matches!(ev, Event::Finished { .. }) && !files.ended {
+            // (a run that fails, on the full disk too, ends with its error instead)
+            if matches!(ev, Event::Finished { .. } | Event::Failed { .. }) && !files.ended {
                 files.end_lost(&line);
-                files.ended = true;
             }
+            files.ended |= matches!(ev, Event::Finished { .. });
         }
         if matches!(ev, Event::Finished { .. }) {
             self.quit = None;

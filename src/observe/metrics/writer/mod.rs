@@ -414,6 +414,35 @@ impl MetricsWriter {
         self.ends.clear();
     }
 
+    /// Cuts the file back by `room` bytes or more, to a record's end (never its first record,
+    /// the run's): what a full disk gives back, so that the run's end record fits in place of
+    /// its last few step records. Whether it was cut.
+    pub fn make_room(&mut self, room: u64) -> bool {
+        use std::io::{Read, Seek, SeekFrom};
+        let len = self.out.get_ref().metadata().map_or(0, |m| m.len());
+        let want = len.saturating_sub(room);
+        let from = want.saturating_sub(1 << 16);
+        let mut tail = Vec::new();
+        let read = File::open(&self.path).and_then(|mut f| {
+            f.seek(SeekFrom::Start(from))?;
+            f.take(want - from).read_to_end(&mut tail)
+        });
+        let Some(at) = read
+            .ok()
+            .and_then(|_| tail.iter().rposition(|&b| b == b'\n'))
+        else {
+            return false;
+        };
+        let cut = from + at as u64 + 1;
+        if !self.regular || self.out.get_ref().set_len(cut).is_err() {
+            return false;
+        }
+        let _ = self.out.get_mut().seek(SeekFrom::Start(cut));
+        (self.handed, self.flushed) = (cut, cut);
+        self.ends.clear();
+        true
+    }
+
     /// Whether the file written was removed: unlinked, or its path names nothing (a rename
     /// away or a file replaced is not: what is written still lands somewhere).
     fn removed(&self) -> bool {
@@ -441,106 +470,4 @@ impl MetricsWriter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_claimed_file_refuses_a_second_run_and_goes_where_its_run_did_not_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.jsonl");
-        // made and held: a second run started at once is refused
-        let claim = MetricsWriter::preflight(&path).unwrap();
-        assert!(path.is_file());
-        let e = MetricsWriter::preflight(&path).err().unwrap().to_string();
-        assert!(
-            e.contains("another run that is still going writes it"),
-            "{e}"
-        );
-        // the run did not start: the file it made is taken back
-        drop(claim);
-        assert!(!path.exists());
-        // a run's earlier file: kept whole until the run starts, then replaced
-        std::fs::write(&path, "{\"type\":\"run\"}\n").unwrap();
-        drop(MetricsWriter::preflight(&path).unwrap());
-        assert_eq!(std::fs::read(&path).unwrap().len(), 15);
-        let mut w = MetricsWriter::claimed(MetricsWriter::preflight(&path).unwrap()).unwrap();
-        w.write(&Line::new(&serde_json::json!({"type": "x"})))
-            .unwrap();
-        w.flush().unwrap();
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "{\"type\":\"x\"}\n"
-        );
-        // (a made file its run started with stays, as the run's record)
-        let fresh = dir.path().join("n.jsonl");
-        drop(MetricsWriter::claimed(MetricsWriter::preflight(&fresh).unwrap()).unwrap());
-        assert!(fresh.is_file());
-        // a made file replaced since is not this claim's to remove
-        let other = dir.path().join("o.jsonl");
-        let claim = MetricsWriter::preflight(&other).unwrap();
-        std::fs::remove_file(&other).unwrap();
-        std::fs::write(&other, "theirs").unwrap();
-        drop(claim);
-        assert_eq!(std::fs::read_to_string(&other).unwrap(), "theirs");
-    }
-
-    /// A writer whose next flush looks for its file.
-    fn looked_for(w: &mut MetricsWriter) -> Option<String> {
-        w.looked -= LOOK_EVERY;
-        w.write(&Line::new(&serde_json::json!({"type": "x"})))
-            .unwrap();
-        w.flush().unwrap();
-        w.take_warning()
-    }
-
-    #[test]
-    fn a_failed_write_leaves_whole_records_and_a_later_one_follows_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.jsonl");
-        let mut w = MetricsWriter::create(&path).unwrap();
-        let rec = |n: u32| Line::new(&serde_json::json!({"type": "x", "n": n}));
-        w.write(&rec(1)).unwrap();
-        w.flush().unwrap();
-        w.write(&rec(2)).unwrap();
-        w.write(&rec(3)).unwrap();
-        // the disk filled as the buffer went out: record 2 whole, record 3 cut short
-        let (two, three) = (rec(2), rec(3));
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
-        f.write_all(two.as_bytes()).unwrap();
-        f.write_all(&three.as_bytes()[..5]).unwrap();
-        w.cut_back();
-        let whole = [rec(1).as_bytes(), two.as_bytes()].concat();
-        assert_eq!(std::fs::read(&path).unwrap(), whole);
-        // nothing held back goes out later; the next record follows the last whole one
-        w.write(&rec(4)).unwrap();
-        w.flush().unwrap();
-        drop(w);
-        let lines: Vec<serde_json::Value> = (std::fs::read_to_string(&path).unwrap().lines())
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let n: Vec<u64> = lines.iter().map(|v| v["n"].as_u64().unwrap()).collect();
-        assert_eq!(n, [1, 2, 4]);
-    }
-
-    #[test]
-    fn a_file_removed_while_written_is_told_once_and_one_moved_or_replaced_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.jsonl");
-        let mut w = MetricsWriter::create(&path).unwrap();
-        assert_eq!(looked_for(&mut w), None);
-        // replaced under the same name (a rotation): what is written still lands somewhere
-        std::fs::rename(&path, dir.path().join("old.jsonl")).unwrap();
-        std::fs::write(&path, "").unwrap();
-        assert_eq!(looked_for(&mut w), None);
-        std::fs::remove_file(dir.path().join("old.jsonl")).unwrap();
-        let said = looked_for(&mut w).unwrap();
-        assert!(said.contains("was removed or moved away"), "{said}");
-        assert_eq!(looked_for(&mut w), None, "told once");
-        // a device is never looked for
-        let mut null = MetricsWriter::create(Path::new("/dev/null")).unwrap();
-        assert_eq!(looked_for(&mut null), None);
-    }
-}
+mod tests;
