@@ -271,7 +271,7 @@ pub fn continuing(
             "this run wrote no checkpoint: --resume {} starts again where it did",
             from.display()
         ),
-        (None, None) => "it wrote no checkpoint: start it again".into(),
+        (None, None) => "the run has no checkpoint to continue from: start it again".into(),
     }
 }
 
