@@ -673,7 +673,8 @@ fn a_second_signal_quits_at_once_and_the_run_s_records_say_so() {
     assert_eq!(o.status.code(), Some(130), "{err} {rest:?}");
     // (the stop it cut short was to write the run's first checkpoint)
     assert!(
-        err.contains("quit at once") && err.contains("the run has no checkpoint to continue from: start it again"),
+        err.contains("quit at once")
+            && err.contains("the run has no checkpoint to continue from: start it again"),
         "{err}"
     );
     let runs = dir.path().join("runs");

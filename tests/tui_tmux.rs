@@ -357,7 +357,10 @@ fn ctrl_c_while_stopping_leaves_without_waiting_for_a_stuck_worker() {
     );
     assert!(s.contains("left without waiting for the workers"), "{s}");
     // and what continues the run (this one wrote no checkpoint and resumed none)
-    assert!(s.contains("the run has no checkpoint to continue from: start it again"), "{s}");
+    assert!(
+        s.contains("the run has no checkpoint to continue from: start it again"),
+        "{s}"
+    );
     assert_eq!(
         ended(d),
         ("EXIT=1".into(), true),
