@@ -195,6 +195,11 @@ const REPORT: Output = Output {
     kind: "an eval report (mgtop.eval/1)",
     example: "eval.json",
     ours: |p| {
+        // (an object, read whole only then: a large file of something else is not)
+        let start = crate::engine::output::head(p, 64);
+        if !start.trim_ascii_start().starts_with(b"{") {
+            return false;
+        }
         let text = crate::engine::output::head(p, 256 << 20);
         let v = serde_json::from_slice::<serde_json::Value>(&text);
         v.is_ok_and(|v| v.get("format").and_then(|f| f.as_str()) == Some(FORMAT))
