@@ -276,16 +276,21 @@ impl MetricsWriter {
             source,
             fix: WRITABLE,
         })?;
-        Ok(MetricsWriter {
-            path: claim.path.clone(),
-            regular: true,
+        Ok(MetricsWriter::writing(&claim.path, f, true))
+    }
+
+    /// The writer of `f`, the file at `path` (`regular`: not a FIFO or device), from its start.
+    fn writing(path: &Path, f: File, regular: bool) -> MetricsWriter {
+        MetricsWriter {
+            path: path.to_path_buf(),
+            regular,
             out: BufWriter::new(f),
             handed: 0,
             flushed: 0,
             ends: Vec::new(),
             looked: std::time::Instant::now(),
             found: Found::There,
-        })
+        }
     }
 
     /// Creates (or replaces) the file. A FIFO is opened without waiting for a reader: one
@@ -343,16 +348,8 @@ impl MetricsWriter {
                 f
             }
         };
-        Ok(MetricsWriter {
-            path: path.to_path_buf(),
-            regular: f.metadata().is_ok_and(|m| m.is_file()),
-            out: BufWriter::new(f),
-            handed: 0,
-            flushed: 0,
-            ends: Vec::new(),
-            looked: std::time::Instant::now(),
-            found: Found::There,
-        })
+        let regular = f.metadata().is_ok_and(|m| m.is_file());
+        Ok(MetricsWriter::writing(path, f, regular))
     }
 
     /// The file written.
