@@ -196,14 +196,18 @@ fn hostile_csv_files_get_one_short_line_each() {
     );
 }
 
+/// 40 headerless rows of two features and a label of two classes.
+fn small_csv() -> String {
+    (0..40)
+        .map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 2))
+        .collect()
+}
+
 #[test]
 fn a_headerless_csv_with_a_byte_order_mark_trains() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let rows: String = (0..40)
-        .map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 2))
-        .collect();
-    std::fs::write(d.join("bom.csv"), format!("\u{feff}{rows}")).unwrap();
+    std::fs::write(d.join("bom.csv"), format!("\u{feff}{}", small_csv())).unwrap();
     let (code, out) = run(d, &["--data", "csv:bom.csv", "--steps", "2"]);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("40 samples, 2 features, 2 classes"), "{out}");
@@ -213,11 +217,8 @@ fn a_headerless_csv_with_a_byte_order_mark_trains() {
 fn an_escape_in_a_data_path_never_reaches_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let rows: String = (0..40)
-        .map(|i| format!("{},{},{}\n", i % 7, i % 5, i % 2))
-        .collect();
     let name = "e\x1b[2J\x1b]0;PWN\x07.csv";
-    std::fs::write(d.join(name), rows).unwrap();
+    std::fs::write(d.join(name), small_csv()).unwrap();
     let spec = format!("csv:{name}");
     let (code, out) = run(d, &["--data", &spec, "--steps", "2"]);
     assert_eq!(code, Some(0), "{out}");

@@ -133,6 +133,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     // weights that are not of the model the checkpoint records are not handed on (as --resume
     // and eval refuse them); a model torchvision has no class for: its module beside them
     let fit = match module::fitting(&meta, &shapes) {
+        Ok(model) => Ok(model),
         Err(module::Unfit::Mismatch(why)) => {
             return Err(format!(
                 "{}: {why} (its state.json or its weights were edited); {}",
@@ -140,7 +141,8 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
                 instead()
             ))
         }
-        fit => fit,
+        // (no model to hold them to: they go out, without a module)
+        Err(module::Unfit::Unknown(why)) => Err(why),
     };
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
     let (module, no_module) = match (module::wanted(&model), fit) {
@@ -148,9 +150,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             Some((module::target(out)?, module::source(&meta, &fitted))),
             None,
         ),
-        (true, Err(module::Unfit::Unknown(why) | module::Unfit::Mismatch(why))) => {
-            (None, Some(why))
-        }
+        (true, Err(why)) => (None, Some(why)),
         (false, _) => (None, None),
     };
     let cannot_write = |p: &Path, e: std::io::Error| {
