@@ -506,7 +506,7 @@ fn the_summary_says_what_the_step_time_parts_leave_over() {
     }));
     let set = |app: &mut App, [c, d, a, w]: [f64; 4]| {
         let s = app.summary.as_mut().unwrap();
-        s.time_shares = Some([c, d, a, w, 1.0 - (c + d + a + w)]);
+        s.time_shares = Some([c, d, a, w, 0.0, 1.0 - (c + d + a + w)]);
     };
     set(&mut app, [0.6, 0.05, 0.1, 0.1]);
     let s = screen(&app, 100, 30);

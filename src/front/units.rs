@@ -1,6 +1,7 @@
 //! Numbers and times as the screen and the log write them: `01:15`, `1.8 s`, `41.2k`, `3.0 GiB`,
 //! a gradient norm `0.862` or `2.44e13`.
 
+use crate::observe::monitor::Shares;
 use std::time::Duration;
 
 /// `mm:ss`, or `h:mm:ss` from an hour on.
@@ -93,12 +94,13 @@ pub fn step_secs(s: f64) -> String {
 }
 
 /// Where the ranks' step time went (`Totals::shares`) in whole percents that add up to 100:
-/// the four parts as `names` says them, then what they leave of the step as `other` where that
-/// makes a percent; each part `n/a` before any step.
-pub fn time_shares(shares: Option<[f64; 5]>, names: [&str; 4], sep: &str) -> String {
+/// the four parts as `names` says them, then central storage's host transfers as `transfer`
+/// and what the parts leave of the step as `other`, each where it makes a percent; each part
+/// `n/a` before any step.
+pub fn time_shares(shares: Option<Shares>, names: [&str; 4], sep: &str) -> String {
     let parts: Vec<String> = match shares {
         None => names.iter().map(|n| format!("{n} n/a")).collect(),
-        Some(shares) => (names.iter().chain(&["other"]))
+        Some(shares) => (names.iter().chain(&["transfer", "other"]))
             .zip(crate::text::whole_percents(&shares))
             .enumerate()
             .filter(|&(i, (_, p))| i < 4 || p > 0)
@@ -110,7 +112,7 @@ pub fn time_shares(shares: Option<[f64; 5]>, names: [&str; 4], sep: &str) -> Str
 
 /// `time_shares` as the step lines and the summaries name the parts: `compute 72%, data 20%,
 /// comm 0%, wait 0%, other 8%`.
-pub fn ranks_time(shares: Option<[f64; 5]>) -> String {
+pub fn ranks_time(shares: Option<Shares>) -> String {
     time_shares(shares, ["compute", "data", "comm", "wait"], ", ")
 }
 
@@ -172,8 +174,13 @@ mod tests {
             "compute n/a · data n/a · comm n/a · wait n/a"
         );
         assert_eq!(
-            time_shares(Some([0.5, 0.25, 0.25, 0.0, 0.0]), names, ", "),
+            time_shares(Some([0.5, 0.25, 0.25, 0.0, 0.0, 0.0]), names, ", "),
             "compute 50%, data 25%, comm 25%, wait 0%"
+        );
+        // (central storage's transfers named apart from what the parts leave)
+        assert_eq!(
+            time_shares(Some([0.5, 0.1, 0.0, 0.0, 0.3, 0.1]), names, ", "),
+            "compute 50%, data 10%, comm 0%, wait 0%, transfer 30%, other 10%"
         );
     }
 }

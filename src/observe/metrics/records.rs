@@ -104,7 +104,7 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Val
         "totals": row.totals.map(|t| json!({
             "steps": t.steps, "samples": t.samples, "train_s": t.train_s, "rank_s": t.rank_s,
             "compute_s": t.compute_s, "data_s": t.data_s, "comm_s": t.comm_s, "wait_s": t.wait_s,
-            "smoothed_loss": t.smoothed_loss,
+            "transfer_s": t.transfer_s, "smoothed_loss": t.smoothed_loss,
         })),
     })
 }

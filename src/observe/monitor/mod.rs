@@ -47,13 +47,16 @@ pub struct Totals {
     pub data_s: f64,
     pub comm_s: f64,
     pub wait_s: f64,
-    /// Central storage's host transfers, summed (this process's own count: not in the
-    /// metrics file).
+    /// Central storage's host transfers, summed.
     pub transfer_s: f64,
     /// The train loss smoothed over every step (an exponential moving average, `LOSS_EMA` a
     /// step): a screen given only some rows draws the run's, not one of the rows it got.
     pub smoothed_loss: Option<f64>,
 }
+
+/// Shares of the ranks' step time (`Totals::shares`): compute, data, comm, wait, transfer,
+/// other.
+pub type Shares = [f64; 6];
 
 /// The weight of a step's loss in `Totals::smoothed_loss`.
 pub const LOSS_EMA: f64 = 0.05;
@@ -108,14 +111,20 @@ impl Totals {
         }
     }
 
-    /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, and what
-    /// those leave of the step (central storage's host transfers, the step's own bookkeeping);
+    /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, central
+    /// storage's host transfers, and what those leave of the step (its own bookkeeping);
     /// `None` before any step.
-    pub fn shares(&self) -> Option<[f64; 5]> {
+    pub fn shares(&self) -> Option<Shares> {
         (self.rank_s > 0.0).then(|| {
-            let parts = [self.compute_s, self.data_s, self.comm_s, self.wait_s];
-            let other = self.rank_s - parts.iter().sum::<f64>();
-            [parts[0], parts[1], parts[2], parts[3], other].map(|p| p / self.rank_s)
+            let [c, d, m, w, t] = [
+                self.compute_s,
+                self.data_s,
+                self.comm_s,
+                self.wait_s,
+                self.transfer_s,
+            ];
+            let other = self.rank_s - (c + d + m + w + t);
+            [c, d, m, w, t, other].map(|p| p / self.rank_s)
         })
     }
 }

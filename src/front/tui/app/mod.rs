@@ -139,8 +139,8 @@ pub struct Summary {
     /// Samples per second of training time (pauses excluded).
     pub mean_samples_per_sec: Option<f64>,
     /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
-    /// all-reduce, waiting for other ranks, other).
-    pub time_shares: Option<[f64; 5]>,
+    /// all-reduce, waiting for other ranks, host transfers, other).
+    pub time_shares: Option<crate::observe::monitor::Shares>,
     pub last_checkpoint: Option<PathBuf>,
     /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
     pub best_checkpoint: Option<(PathBuf, f32)>,

@@ -38,12 +38,15 @@ fn a_recorded_straggler_marks_its_device_in_view_and_attach_as_it_did_live() {
 
 #[test]
 fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
-    // a run whose every 10th step is slow (as the steps that check the replicas are)
+    // a run whose every 10th step is slow (as the steps that check the replicas are), with
+    // central storage's host transfers
     let mut monitor = Monitor::new(2);
     let mut rows = Vec::new();
     for s in 1..=100 {
         for r in 0..2 {
             let mut st = demo::step(r, 2, s);
+            st.transfer = st.compute / 4;
+            st.step_time += st.transfer;
             if s % 10 == 0 {
                 st.compute *= 5;
                 st.step_time += st.compute;
@@ -89,6 +92,10 @@ fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
     );
     assert!(close(share(&some, 0), share(&every, 0)));
     assert!(close(share(&some, 3), share(&every, 3)));
+    // the transfers named apart, not in what the parts leave
+    assert!(share(&every, 4).unwrap() > 0.1);
+    assert!(close(share(&some, 4), share(&every, 4)));
+    assert!(close(share(&some, 5), share(&every, 5)));
     // the old way, the logged rows alone, is far off
     let mut bare = logged.clone();
     bare.iter_mut().for_each(|r| r.totals = None);
