@@ -12,13 +12,15 @@
 //! A file or sink that fails is reported once and written no more; training goes on. A process
 //! that quits at once (a second signal) still ends its metrics files with an `end` record.
 
+mod files;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::engine::events::{Ending, Event};
+use crate::engine::events::Event;
 use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
-use crate::observe::metrics::{records, Line, MetricsError, MetricsWriter};
+use crate::observe::metrics::{records, Line, MetricsWriter};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
@@ -52,27 +54,6 @@ pub trait Sink: Send {
     fn flush(&mut self) -> Result<(), String>;
 }
 
-/// The metrics files, and where the run is for an end record written from elsewhere.
-struct Files {
-    writers: Vec<MetricsWriter>,
-    /// Those a write failed on (a full disk), cut back to their last whole record: written no
-    /// more but for the run's end, tried once.
-    lost: Vec<MetricsWriter>,
-    /// The newest step recorded.
-    step: u64,
-    /// The newest time recorded (since the start), and when.
-    t: (Duration, Instant),
-    /// An `end` record was written (the run's, or a quitting process's): nothing follows it.
-    ended: bool,
-}
-
-/// What a metrics file on a full disk gives up of its last records for the run's end record,
-/// beyond the record itself: a file system's blocks are freed whole.
-const MAKE_ROOM: u64 = 8192;
-
-/// The longest the end record of a process quitting at once waits for a record being written.
-const QUIT_WAIT: Duration = Duration::from_millis(500);
-
 /// A run of this process has written its own end record: nothing of it is left half done.
 static ENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -82,98 +63,8 @@ pub fn run_ended() -> bool {
     ENDED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-impl Files {
-    /// Does `f` to every file; the warnings of those that failed (written no more).
-    fn each(
-        &mut self,
-        mut f: impl FnMut(&mut MetricsWriter) -> Result<(), MetricsError>,
-    ) -> Vec<String> {
-        let mut warnings = Vec::new();
-        for mut w in std::mem::take(&mut self.writers) {
-            match f(&mut w) {
-                Ok(()) => {
-                    warnings.extend(w.take_warning().map(|m| format!("warning: {m}")));
-                    self.writers.push(w);
-                }
-                Err(e) => {
-                    warnings.push(format!(
-                        "warning: {e}; it keeps its records up to here, whole, and takes no more (but the run's end, tried when it ends)"
-                    ));
-                    w.cut_back();
-                    self.lost.push(w);
-                }
-            }
-        }
-        warnings
-    }
-
-    /// The run's end record (or its failure's) in the files a write failed on: a file that
-    /// takes it reads as a run that ended or failed, not one killed (its records stop where
-    /// the write failed).
-    fn end_lost(&mut self, line: &Line) {
-        for mut w in std::mem::take(&mut self.lost) {
-            let put = |w: &mut MetricsWriter| {
-                let ok = w.write(line).and_then(|()| w.flush()).is_ok();
-                if !ok {
-                    w.cut_back();
-                }
-                ok
-            };
-            // the disk still full: the last step records give way to it (a block or two)
-            let room = line.as_bytes().len() as u64 + MAKE_ROOM;
-            let _ = put(&mut w) || (w.make_room(room) && put(&mut w));
-        }
-    }
-
-    /// Writes `line` to every file (flushed where `flush`); the warnings of those that failed.
-    /// Nothing is written after an `end` record.
-    fn write(&mut self, line: &Line, flush: bool) -> Vec<String> {
-        if self.ended {
-            return Vec::new();
-        }
-        self.each(|w| {
-            w.write(line)
-                .and_then(|()| if flush { w.flush() } else { Ok(()) })
-        })
-    }
-
-    fn at(&mut self, step: Option<u64>, t: Duration) {
-        self.step = step.map_or(self.step, |s| s.max(self.step));
-        self.t = (t.max(self.t.0), Instant::now());
-    }
-
-    /// The `end` record of a process quitting at once, after the newest record: nothing is
-    /// written where a record being written holds the files past `QUIT_WAIT`.
-    fn quit(files: &Mutex<Files>) {
-        let deadline = Instant::now() + QUIT_WAIT;
-        let mut files = loop {
-            match files.try_lock() {
-                Ok(f) => break f,
-                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                Err(_) => return,
-            }
-        };
-        if files.ended {
-            return; // the run's own end is written
-        }
-        let (t, at) = files.t;
-        let end = Event::Finished {
-            step: files.step,
-            ending: Ending::Quit,
-        };
-        if let Some(v) = records::event(&end, t + at.elapsed()) {
-            let line = Line::new(&v);
-            files.write(&line, true);
-            files.end_lost(&line);
-        }
-        // (the process exits next: a line the UI thread writes meanwhile goes nowhere)
-        files.ended = true;
-    }
-}
-
 pub struct Recorder {
-    files: Arc<Mutex<Files>>,
+    files: Arc<Mutex<files::Files>>,
     /// Writes the end record if the process quits at once; from the `run` record to the `end`.
     quit: Option<quit_at_once::Armed>,
     hub: Option<LiveHub>,
@@ -191,13 +82,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
-        let files = Files {
-            writers: files,
-            lost: Vec::new(),
-            step: 0,
-            t: (Duration::ZERO, Instant::now()),
-            ended: false,
-        };
+        let files = files::Files::new(files);
         Recorder {
             files: Arc::new(Mutex::new(files)),
             quit: None,
@@ -235,7 +120,7 @@ impl Recorder {
         Recorder::new(Vec::new(), None, 1)
     }
 
-    fn files(&self) -> MutexGuard<'_, Files> {
+    fn files(&self) -> MutexGuard<'_, files::Files> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -280,7 +165,7 @@ impl Recorder {
             warnings.extend(files.write(&line, true));
         }
         let files = self.files.clone();
-        self.quit = Some(quit_at_once::arm(move || Files::quit(&files)));
+        self.quit = Some(quit_at_once::arm(move || files::Files::quit(&files)));
         warnings
     }
 
@@ -288,17 +173,22 @@ impl Recorder {
     pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
         let due = row.logged(self.log_every);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
-        let to_files = {
+        let (to_files, lost) = {
             let mut files = self.files();
             files.at(Some(row.step), row.at);
-            !files.writers.is_empty()
+            (!files.writers.is_empty(), !files.lost.is_empty())
         };
         let logged = to_files && due;
         let kept = !due && (to_files || !self.sinks.is_empty());
         self.unlogged = kept.then(|| (row.clone(), rate));
-        let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
-        if let Some(l) = &line {
+        let line =
+            (logged || lost).then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
+        if let Some(l) = line.as_ref().filter(|_| logged) {
             warnings.extend(self.write_files(l, false));
+        }
+        if let Some(l) = line.as_ref().filter(|_| lost) {
+            // (a file a write failed on ends with the run's newest step)
+            self.files().newest_step = Some(l.clone());
         }
         let Some(hub) = &self.hub else {
             return warnings;
@@ -306,7 +196,7 @@ impl Recorder {
         if self.live_due() {
             self.pending = None;
             self.last_live = Some(Instant::now());
-            match line {
+            match line.filter(|_| logged) {
                 Some(l) => hub.publish(Kind::Step, l),
                 None if hub.step_slot() => hub.publish(
                     Kind::Step,
@@ -359,6 +249,7 @@ impl Recorder {
             // meanwhile writes no second one
             let mut files = self.files();
             warnings.extend(files.write(&line, true));
+            files.keep(ev, &line);
             // (a run that fails, on the full disk too, ends with its error instead)
             if matches!(ev, Event::Finished { .. } | Event::Failed { .. }) && !files.ended {
                 files.end_lost(&line);

@@ -111,7 +111,7 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
     };
     r.event(&end, Duration::from_secs(1));
     // a second signal as the run ends, and a sample the UI records after
-    Files::quit(&r.files);
+    files::Files::quit(&r.files);
     r.telemetry(Duration::from_secs(2), &[], None);
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
@@ -120,7 +120,7 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
     let path = dir.path().join("q.jsonl");
     let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
     r.step(&row(3), None);
-    Files::quit(&r.files);
+    files::Files::quit(&r.files);
     r.event(&end, Duration::from_secs(1));
     let text = std::fs::read_to_string(&path).unwrap();
     let last = text.lines().last().unwrap();
@@ -128,4 +128,82 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
         last.contains(r#""status":"quit""#) && last.contains(r#""step":3"#),
         "{text}"
     );
+}
+
+#[test]
+fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_the_newest_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    let validated = |step, val_accuracy| Event::Validated {
+        step,
+        epochs: 1.0,
+        val_loss: 0.5,
+        val_accuracy,
+        elapsed: Duration::from_secs(step),
+    };
+    let t = Duration::from_secs;
+    for s in 1..=10 {
+        r.step(&row(s), None);
+    }
+    r.event(&validated(5, 0.6), t(5));
+    r.flush();
+    // a write fails at step 11 (the disk is full): the file is written no more
+    {
+        let mut files = r.files();
+        let w = files.writers.pop().unwrap();
+        files.lost.push(w);
+    }
+    for s in 11..=20 {
+        r.step(&row(s), None);
+        if s == 15 || s == 18 {
+            r.event(&validated(s, if s == 15 { 0.8 } else { 0.7 }), t(s));
+        }
+        if s == 16 {
+            let epoch = Event::EpochDone {
+                epoch: 1,
+                step: s,
+                train_loss: 0.4,
+                val_loss: Some(0.5),
+                val_accuracy: Some(0.75),
+                elapsed: t(s),
+            };
+            r.event(&epoch, t(s));
+        }
+    }
+    r.event(
+        &Event::Finished {
+            step: 20,
+            ending: Ending::Completed,
+        },
+        t(20),
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = (text.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let n = lines.len();
+    assert_eq!(
+        steps(&text.lines().map(String::from).collect::<Vec<_>>())[9..],
+        [10, 20]
+    );
+    let gap = &lines[n - 5];
+    assert_eq!(gap["kind"], "warning", "{text}");
+    let message = gap["message"].as_str().unwrap();
+    assert!(
+        message.contains("lost the records after step 10")
+            && message.contains("epochs, best validation and newest step follow"),
+        "{message}"
+    );
+    // the best of the lost validations, the epoch, the newest step, in step order; the end
+    let kind_step =
+        |v: &serde_json::Value| (v["type"].as_str().unwrap().to_string(), v["step"].as_u64());
+    let back: Vec<_> = lines[n - 4..].iter().map(kind_step).collect();
+    let want = [("validation", 15), ("epoch", 16), ("step", 20), ("end", 20)];
+    assert_eq!(back, want.map(|(k, s)| (k.to_string(), Some(s))));
+    assert_eq!(lines[n - 1]["status"], "completed");
+    // every line reads back as the views read it (the rows of `row`: no ranks)
+    for l in text.lines().skip(1) {
+        crate::observe::metrics::record_line(l.as_bytes(), 0).unwrap();
+    }
 }
