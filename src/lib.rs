@@ -1,5 +1,5 @@
 //! mgtop: synchronous data-parallel training (one thread per device, gradients all-reduced every
-//! step) with a live view of what every device is doing. See DESIGN in the README.
+//! step) with a live view of what every device is doing. ARCHITECTURE.md maps the source.
 //!
 //! Arrows point down: `cmd` and `front` use `engine` and `observe`; `observe` reads the engine's
 //! events and types; `engine` drives `backend` and `comm`; everything computes with `nn` and reads

@@ -26,18 +26,6 @@ pub mod pointwise;
 pub mod pool;
 pub mod replica;
 pub mod selftest;
-mod selftest_bf16;
-mod selftest_bf16_bn;
-mod selftest_bn;
-mod selftest_compare;
-mod selftest_conv;
-mod selftest_dnn;
-mod selftest_dw;
-mod selftest_gemm;
-mod selftest_model;
-mod selftest_nccl;
-mod selftest_ops;
-mod selftest_pointwise;
 pub mod shape;
 
 use std::collections::HashMap;

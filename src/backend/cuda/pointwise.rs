@@ -93,7 +93,7 @@ pub fn backward<E: Elem>(
 mod tests {
     use super::*;
     use crate::backend::cuda::layout::{laid, unlaid};
-    use crate::backend::cuda::selftest_pointwise::by_definition;
+    use crate::backend::cuda::selftest::pointwise::by_definition;
     use crate::nn::gemm::sgemm_naive;
     use crate::nn::rng::Rng;
 

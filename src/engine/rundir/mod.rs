@@ -19,6 +19,8 @@ pub const METRICS: &str = "metrics.jsonl";
 pub const CHECKPOINTS: &str = "checkpoints";
 /// The live socket a running run serves itself on (`observe::live`).
 pub const SOCKET: &str = "live.sock";
+/// Where `--tensorboard` without a folder writes a run's event files (`observe::tensorboard`).
+pub const TENSORBOARD: &str = "tensorboard";
 /// The link to the newest run of a name.
 pub const LATEST: &str = "latest";
 /// The most a `live.sock.path` note may hold (a path).
@@ -328,7 +330,7 @@ pub fn own_name(name: &std::ffi::OsStr) -> bool {
         METRICS,
         SOCKET,
         CHECKPOINTS,
-        crate::observe::tensorboard::DIR,
+        TENSORBOARD,
     ]
     .iter()
     .any(|n| name == std::ffi::OsStr::new(n))

@@ -25,7 +25,7 @@ use crate::observe::sample::DeviceSample;
 use events::EventFile;
 
 /// The folder in a run directory that `--tensorboard` writes by default.
-pub const DIR: &str = "tensorboard";
+pub const DIR: &str = crate::engine::rundir::TENSORBOARD;
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -1,8 +1,8 @@
 //! The GPU's ops for the model interpreter (`nn::model::interp`), op for op as the CPU's
 //! (`nn::model::cpu`): linear layers as cuBLAS products through the row-major helper, dense
 //! convolutions and unpadded max pooling through `conv.rs` / `pool.rs`, depthwise
-//! convolutions, batch norm, the other poolings and the elementwise ops through `dwconv.rs`,
-//! `bn.rs`, `pool.rs` and `ops.rs`. Activations and their gradients live per value of the
+//! convolutions, batch norm, the other poolings and the elementwise ops through `dwconv`,
+//! `bn`, `pool.rs` and `ops.rs`. Activations and their gradients live per value of the
 //! graph; an op's activation runs after it forward and masks its output's gradient first
 //! backward; an input gradient that is added (a residual's input reached twice) is computed
 //! into scratch and accumulated. A residual add's backward (its mask, then each input's

@@ -1,14 +1,27 @@
 //! `mgtop-train selftest` on GPUs: every CUDA path against the CPU reference. Each check gives
 //! the largest error, which passes when |gpu - cpu| <= tol + eps*|cpu| for every element.
 
+mod bf16_bn;
+mod bf16_ops;
+mod bn;
+mod compare;
+mod conv;
+mod dnn;
+mod dw;
+mod gemm;
+mod model;
+mod nccl;
+mod ops;
+pub(super) mod pointwise;
+
 use std::time::Duration;
 
 use super::elem::bf16;
 use super::layout::Layout;
 use super::replica::CudaReplica;
-pub use super::selftest_compare::Check;
-use super::selftest_compare::{check, compare, compare_changes, noted};
-pub use super::selftest_nccl::{nccl_check, nccl_gives_up_checks};
+pub use compare::Check;
+use compare::{check, compare, compare_changes, noted};
+pub use nccl::{nccl_check, nccl_gives_up_checks};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
@@ -57,26 +70,26 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
             return out;
         }
     };
-    out.extend(super::selftest_gemm::checks(&gpu));
+    out.extend(gemm::checks(&gpu));
     out.extend(guarded(&format!("gpu{index} kernels vs CPU ops"), || {
         op_checks(&gpu)
     }));
     out.extend(guarded(
         &format!("gpu{index} conv and pool vs CPU ops"),
-        || super::selftest_conv::checks(&gpu),
+        || conv::checks(&gpu),
     ));
-    out.extend(super::selftest_dnn::checks(&gpu));
+    out.extend(dnn::checks(&gpu));
     out.extend(guarded(&format!("gpu{index} graph ops vs CPU ops"), || {
         let mut rng = Rng::new(31);
-        let mut checks = super::selftest_ops::checks(&gpu);
-        checks.extend(super::selftest_bn::checks(&gpu, &mut rng));
-        checks.extend(super::selftest_dw::checks(&gpu, &mut rng));
-        checks.extend(super::selftest_pointwise::checks(&gpu, &mut rng));
+        let mut checks = ops::checks(&gpu);
+        checks.extend(bn::checks(&gpu, &mut rng));
+        checks.extend(dw::checks(&gpu, &mut rng));
+        checks.extend(pointwise::checks(&gpu, &mut rng));
         checks
     }));
     if gpu.has_tf32() {
         out.extend(guarded(&format!("gpu{index} bf16 ops vs fp32"), || {
-            super::selftest_bf16::checks(&gpu)
+            bf16_ops::checks(&gpu)
         }));
     }
     // (bf16 tensor cores arrive with TF32's, in Ampere)
@@ -107,13 +120,13 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     for &(layout, said) in layouts {
         let name = format!("gpu{index} 2 steps of a residual BN network{said}");
         out.extend(guarded(&name, || {
-            let run = super::selftest_model::two_steps::<f32>(index, Precision::Fp32, layout);
+            let run = model::two_steps::<f32>(index, Precision::Fp32, layout);
             vec![noted(name.clone(), run)]
         }));
         if bf16_cores {
             let name = format!("gpu{index} 2 steps of a residual BN network, bf16{said}");
             out.extend(guarded(&name, || {
-                let run = super::selftest_model::two_steps::<bf16>(index, Precision::Bf16, layout);
+                let run = model::two_steps::<bf16>(index, Precision::Bf16, layout);
                 vec![noted(name.clone(), run)]
             }));
         }

@@ -13,11 +13,11 @@
 
 use std::time::Duration;
 
-use super::elem::Elem;
-use super::layout::Layout;
-use super::replica::CudaReplica;
-use super::selftest_compare::{compare, compare_changes_within};
-use super::{on, CudaError};
+use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::layout::Layout;
+use crate::backend::cuda::replica::CudaReplica;
+use super::compare::{compare, compare_changes_within};
+use crate::backend::cuda::{on, CudaError};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::MicroBatch;

@@ -1,4 +1,4 @@
-//! `selftest`'s checks of depthwise convolution (`dwconv.rs`, `kernels/depthwise.cu`) and of
+//! `selftest`'s checks of depthwise convolution (`cuda::dwconv`, `kernels/depthwise.cu`) and of
 //! padded max, average and global average pooling (`pool.rs`, `kernels/pool.cu`,
 //! `kernels/avgpool.cu`) against `nn::depthwise` and `nn::pool`, over strides 1 and 2,
 //! paddings 0 to 2, odd and non-square sizes, with and without a bias or an input gradient,
@@ -6,12 +6,12 @@
 //! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
 //! so the first-maximum rule is checked too).
 
-use super::elem::bf16 as Bf16;
-use super::layout::{laid, unlaid, Layout};
-use super::selftest_bf16 as bf16;
-use super::selftest_compare::{check, compare, Check};
-use super::selftest_ops::{down, joined, nans, randn, scaled, up};
-use super::{dwconv, pool, CudaError, Gpu};
+use crate::backend::cuda::elem::bf16 as Bf16;
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
+use super::bf16_ops as bf16;
+use super::compare::{check, compare, Check};
+use super::ops::{down, joined, nans, randn, scaled, up};
+use crate::backend::cuda::{dwconv, pool, CudaError, Gpu};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::pool as cpu;
@@ -310,13 +310,13 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng, layout: Layout) -> Vec
             up(gpu, &laid(layout, &dout, outp))?,
             gpu.stream
                 .clone_htod(&laid(layout, &ma, outp))
-                .map_err(super::on(gpu.index, "upload"))?,
+                .map_err(crate::backend::cuda::on(gpu.index, "upload"))?,
         );
         let mut o = nans(gpu, n_out)?;
         let mut arg = gpu
             .stream
             .clone_htod(&vec![u32::MAX - 1; n_out])
-            .map_err(super::on(gpu.index, "upload"))?;
+            .map_err(crate::backend::cuda::on(gpu.index, "upload"))?;
         pool::maxpool2d_padded_forward(
             gpu,
             &mut o.slice_mut(..),
@@ -339,7 +339,7 @@ fn pooling(gpu: &Gpu, b: usize, g: Window, rng: &mut Rng, layout: Layout) -> Vec
         let arg = gpu
             .stream
             .clone_dtoh(&arg)
-            .map_err(super::on(gpu.index, "download"))?;
+            .map_err(crate::backend::cuda::on(gpu.index, "download"))?;
         let mut got = unlaid(layout, &down(gpu, &o, n_out)?, outp);
         got.extend(as_f32(&unlaid(layout, &arg, outp)));
         got.extend(unlaid(layout, &down(gpu, &dx, n_in)?, inp));

@@ -1,4 +1,4 @@
-//! `selftest`'s checks of batch norm on the GPU (`bn.rs`, `kernels/bn.cu`) against `nn::bn`:
+//! `selftest`'s checks of batch norm on the GPU (`cuda::bn`, `kernels/bn.cu`) against `nn::bn`:
 //! training forward (output, saved statistics, running statistics, count), inference, backward
 //! (input, weight and bias gradients, the latter two accumulated), over flat and image-shaped
 //! inputs, channels of more values than a block has threads and of several parts, and an empty
@@ -11,10 +11,10 @@ use std::thread;
 
 use cudarc::driver::CudaSlice;
 
-use super::layout::{laid, unlaid, Layout};
-use super::selftest_compare::{check, compare, Check};
-use super::selftest_ops::{down, joined, nans, randn, up};
-use super::{bn, ops, CudaError, Gpu};
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
+use super::compare::{check, compare, Check};
+use super::ops::{down, joined, nans, randn, up};
+use crate::backend::cuda::{bn, ops, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{
     bn_backward, bn_forward_eval, bn_forward_train, bn_grad_sums, BnGeom, BnSaved, BnStats,
@@ -165,7 +165,7 @@ impl Case {
             saved: nans(gpu, 2 * c)?,
             scratch: (gpu.stream)
                 .alloc_zeros::<f64>(bn::scratch_len(self.layout, c, g.b * g.hw))
-                .map_err(super::on(gpu.index, "allocate"))?,
+                .map_err(crate::backend::cuda::on(gpu.index, "allocate"))?,
             count: 0.0,
         };
         f.count = bn::forward_train(

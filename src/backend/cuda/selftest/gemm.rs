@@ -1,8 +1,8 @@
 //! `selftest`'s check of the GEMM helper: all four transpose combinations against the CPU
 //! GEMM in strict fp32, and (Ampere and newer) one product with cuBLAS's TF32 math mode.
 
-use super::selftest_compare::{check, compare, Check};
-use super::{blas, on, CudaError, Gpu};
+use super::compare::{check, compare, Check};
+use crate::backend::cuda::{blas, on, CudaError, Gpu};
 use crate::nn::gemm::sgemm;
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;

@@ -2,10 +2,10 @@
 //! strict fp32 and, from Ampere on, with TF32 allowed, in NCHW and channels last, through the
 //! legacy API and the graph API.
 
-use super::layout::Layout;
-use super::selftest::guarded;
-use super::selftest_compare::Check;
-use super::{blas, dnn, libs, Gpu};
+use crate::backend::cuda::layout::Layout;
+use super::guarded;
+use super::compare::Check;
+use crate::backend::cuda::{blas, dnn, libs, Gpu};
 use crate::nn::precision::Precision;
 
 /// cuDNN's convolutions (dense and depthwise, forward and both gradients) against the own

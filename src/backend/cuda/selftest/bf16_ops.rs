@@ -7,12 +7,12 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::blas::gemm;
-use super::dnn::{Api, Dnn, Key};
-use super::elem::{bf16, Elem};
-use super::layout::Layout;
-use super::selftest_compare::{check, compare, Check};
-use super::{conv, convert, dwconv, on, ops, pool, selftest_bf16_bn, CudaError, Gpu};
+use crate::backend::cuda::blas::gemm;
+use crate::backend::cuda::dnn::{Api, Dnn, Key};
+use crate::backend::cuda::elem::{bf16, Elem};
+use crate::backend::cuda::layout::Layout;
+use super::compare::{check, compare, Check};
+use crate::backend::cuda::{conv, convert, dwconv, on, ops, pool, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::ops::Act;
 use crate::nn::precision::Precision;
@@ -170,7 +170,7 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     out.push(("mul (dropout)", down(gpu, &t, N)?));
 
     // batch norm over [B, C, H*W] and [4, 16, 27], in each layout
-    out.extend(selftest_bf16_bn::batch_norms::<E>(gpu, inp)?);
+    out.extend(super::bf16_bn::batch_norms::<E>(gpu, inp)?);
 
     // pooling: padded max, average, global average
     let win = window();
@@ -335,11 +335,11 @@ fn run<E: Elem>(gpu: &Gpu, inp: &Inputs) -> Got {
     )
     .map_err(product)?;
     out.push(("linear input gradient (gemm)", down(gpu, &ldx, B * k)?));
-    super::blas::close(blas);
+    crate::backend::cuda::blas::close(blas);
 
     // a dense convolution through cuDNN, each API (strict fp32 math for f32; bf16 tensors,
     // fp32 compute)
-    if super::dnn::available() {
+    if crate::backend::cuda::dnn::available() {
         out.extend(cudnn_conv::<E>(gpu, inp, Api::Legacy, CUDNN_LEGACY)?);
         out.extend(cudnn_conv::<E>(gpu, inp, Api::Graph, CUDNN_GRAPH)?);
     }
@@ -407,7 +407,7 @@ fn cudnn_conv<E: Elem>(gpu: &Gpu, inp: &Inputs, api: Api, names: [&'static str; 
         false => down(gpu, &cgw, OC * C * 9)?,
     };
     out.push((names[2], wgrad));
-    super::dnn::close(dnn);
+    crate::backend::cuda::dnn::close(dnn);
     Ok(out)
 }
 

@@ -1,12 +1,12 @@
-//! `selftest_bf16`'s batch-norm checks: the bf16 kernels against the fp32 ones on the same
+//! `bf16_ops`'s batch-norm checks: the bf16 kernels against the fp32 ones on the same
 //! inputs, in each layout and each kernel walk (NCHW a value or a 16-byte vector of a plane a
 //! thread; channels last pairs or 16-byte vectors of channels).
 
-use super::bn;
-use super::elem::Elem;
-use super::layout::{laid, unlaid, Layout};
-use super::selftest_bf16::{down, down32, up, Got, Inputs, B, C, H, N, W};
-use super::{on, Gpu};
+use crate::backend::cuda::bn;
+use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
+use super::bf16_ops::{down, down32, up, Got, Inputs, B, C, H, N, W};
+use crate::backend::cuda::{on, Gpu};
 use crate::nn::bn::BnGeom;
 use crate::nn::ops::Act;
 

@@ -8,10 +8,10 @@
 
 use cudarc::cublas::CudaBlas;
 
-use super::layout::Layout;
-use super::selftest_compare::{compare, Check};
-use super::shape::ConvShape;
-use super::{conv, on, pool, CudaError, Gpu};
+use crate::backend::cuda::layout::Layout;
+use super::compare::{compare, Check};
+use crate::backend::cuda::shape::ConvShape;
+use crate::backend::cuda::{conv, on, pool, CudaError, Gpu};
 use crate::nn::rng::Rng;
 
 /// A convolution geometry: (b, c, h, w), (oc, kh, kw), stride, pad, how many images the
@@ -68,7 +68,7 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
     for case in POOL_CASES {
         out.extend(pool_case(gpu, case, &mut rng));
     }
-    super::blas::close(blas);
+    crate::backend::cuda::blas::close(blas);
     out
 }
 

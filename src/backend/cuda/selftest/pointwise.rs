@@ -8,12 +8,12 @@
 
 use cudarc::cublas::CudaBlas;
 
-use super::elem::{bf16, Elem};
-use super::layout::{laid, unlaid, Layout};
-use super::selftest_bf16::{down, up};
-use super::selftest_compare::{check, compare, Check};
-use super::selftest_ops::scaled;
-use super::{pointwise, CudaError, Gpu};
+use crate::backend::cuda::elem::{bf16, Elem};
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
+use super::bf16_ops::{down, up};
+use super::compare::{check, compare, Check};
+use super::ops::scaled;
+use crate::backend::cuda::{pointwise, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::rng::Rng;
 
@@ -182,6 +182,6 @@ pub(super) fn checks(gpu: &Gpu, rng: &mut Rng) -> Vec<Check> {
             ));
         }
     }
-    super::blas::close(blas);
+    crate::backend::cuda::blas::close(blas);
     out
 }

@@ -1,4 +1,4 @@
-//! `selftest`'s checks of the graph's other ops (`ops.rs`, `bn.rs`, `dwconv.rs`, and the
+//! `selftest`'s checks of the graph's other ops (`cuda::ops`, `cuda::bn`, `cuda::dwconv`, and the
 //! padded, average and global pooling of `pool.rs`: through them every kernel of
 //! `kernels/eltwise.cu`, `bn.cu`, `depthwise.cu`, `avgpool.cu` and the padded ones of
 //! `pool.cu`) against the CPU functions they mirror, on small random inputs. Outputs start as
@@ -7,9 +7,9 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::elem::bf16;
-use super::selftest_compare::{check, compare, Check};
-use super::{convert, on, ops, CudaError, Gpu};
+use crate::backend::cuda::elem::bf16;
+use super::compare::{check, compare, Check};
+use crate::backend::cuda::{convert, on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
 use crate::nn::ops::Act;
 use crate::nn::rng::Rng;
