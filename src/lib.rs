@@ -22,5 +22,6 @@ pub mod nn;
 pub mod parallel;
 pub mod pids;
 pub mod quit_at_once;
+pub mod stats;
 pub mod switches;
 pub mod text;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::bench_live;
-use super::bench_workload::{median, synthetic};
+use super::bench_workload::synthetic;
 use crate::cli::BenchArgs;
 use crate::comm::{Collective, LocalCollective};
 use crate::config::{DeviceSpec, RunConfig};
@@ -16,6 +16,7 @@ use crate::front::tui::app::AppEvent;
 use crate::front::tui::render::render;
 use crate::front::tui::theme::Theme;
 use crate::front::tui::{demo, TuiOptions};
+use crate::stats::median;
 use crossbeam_channel::never;
 use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::bench_workload::median;
 use crate::cli::BenchArgs;
+use crate::stats::median;
 
 /// `mpirun` for processes on this machine: as many as asked whatever the cores, root allowed,
 /// shared memory without ptrace (containers forbid it). The tests start theirs with it too.

@@ -24,9 +24,3 @@ pub(super) fn synthetic(
         ..RunConfig::default()
     }
 }
-
-/// The middle of repeated measurements.
-pub(super) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}

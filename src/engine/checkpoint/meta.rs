@@ -96,7 +96,7 @@ impl CheckpointMeta {
         if got == want {
             return None;
         }
-        if let Some(short) = super::damage::cut_short(bytes) {
+        if let Some(short) = super::tensor_file::cut_short(bytes) {
             return Some(format!(
                 "{} was cut short after it was written: {short} (a copy that stopped, or a disk that filled)",
                 super::WEIGHTS

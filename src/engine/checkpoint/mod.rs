@@ -13,16 +13,16 @@ use crate::backend::TrainState;
 use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::OptState;
 
-mod damage;
 mod lines;
 mod lock;
 mod meta;
+pub mod tensor_file;
 mod write;
 
-pub use damage::safetensors_problem;
 pub use lines::{lines, passed_over, refuse_others, steps, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::CheckpointMeta;
+pub use tensor_file::safetensors_problem;
 pub use write::{abandoned, remove, step_name, write};
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
@@ -105,7 +105,7 @@ fn whole_beside(dir: &Path) -> Option<PathBuf> {
     let beside = dir.parent().map(steps).unwrap_or_default();
     (beside.into_iter().rev())
         .map(|(_, p)| p)
-        .find(|p| p != dir && damage::looks_whole(p))
+        .find(|p| p != dir && tensor_file::looks_whole(p))
 }
 
 /// What to use instead of the damaged checkpoint `dir`: `with` the newest other checkpoint

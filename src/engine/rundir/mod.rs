@@ -326,14 +326,9 @@ fn link_latest_to(dir: &Path) {
 /// into one, an export, must not be named).
 pub fn own_name(name: &std::ffi::OsStr) -> bool {
     let pointer = pointer_of(Path::new(SOCKET));
-    [
-        METRICS,
-        SOCKET,
-        CHECKPOINTS,
-        TENSORBOARD,
-    ]
-    .iter()
-    .any(|n| name == std::ffi::OsStr::new(n))
+    [METRICS, SOCKET, CHECKPOINTS, TENSORBOARD]
+        .iter()
+        .any(|n| name == std::ffi::OsStr::new(n))
         || name == pointer.as_os_str()
 }
 

@@ -130,23 +130,11 @@ fn values(view: &TensorView, name: &str) -> Result<Vec<f32>, String> {
 /// The tensor names in the header of safetensors file `path`, read without the rest of the
 /// file; None where the header is not one (reading the whole file then says what is wrong).
 fn header_names(path: &Path, expect: &Expect) -> Option<std::collections::HashSet<String>> {
-    use std::io::Read;
     let (mut file, len) = read::open(path, expect).ok()?;
-    let mut n = [0u8; 8];
-    file.read_exact(&mut n).ok()?;
-    let n = u64::from_le_bytes(n);
-    // safetensors' own bound on a header
-    if n > 100 << 20 || n.saturating_add(8) > len {
-        return None;
-    }
-    let mut head = vec![0u8; n as usize];
-    file.read_exact(&mut head).ok()?;
-    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&head).ok()?;
+    let (_, header) = checkpoint::tensor_file::read_header(&mut file, len)?;
     Some(
-        header
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| k != "__metadata__")
+        checkpoint::tensor_file::tensors(&header)
+            .map(|(k, _)| k.clone())
             .collect(),
     )
 }

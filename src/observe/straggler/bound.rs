@@ -18,6 +18,7 @@ use super::DetectorConfig;
 use crate::engine::events::StepStats;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
+use crate::stats::median;
 
 /// Input-bound at this share of a step spent waiting for data; cleared below the second.
 const INPUT_SHARE: (f64, f64) = (0.25, 0.15);
@@ -131,11 +132,6 @@ pub struct BoundDetector {
     back: [u32; 3],
     flagged: [bool; 3],
     input_fix: String,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 impl BoundDetector {

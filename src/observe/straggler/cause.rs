@@ -1,7 +1,8 @@
 //! Why a straggler is slow: the evidence first (where its extra time goes), then what is known
 //! about its device and host.
 
-use super::{median, Cause, Detector};
+use super::{Cause, Detector};
+use crate::stats::median;
 
 impl Detector {
     /// The evidence first (where the extra time goes), then what is known about the rank.
@@ -78,7 +79,7 @@ impl Detector {
         }
         // the whole host: every one of its ranks spends at least this
         let comm_ms = ours.iter().copied().fold(f64::INFINITY, f64::min);
-        let others_comm_ms = median(&mut theirs);
+        let others_comm_ms = median(theirs);
         let gap_ms = self.cfg.min_gap.as_secs_f64() * 1e3;
         (comm_ms >= 1.5 * others_comm_ms && comm_ms - others_comm_ms >= gap_ms).then(|| {
             Cause::Network {

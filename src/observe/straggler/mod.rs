@@ -33,12 +33,8 @@ use crate::engine::strategy::Strategy;
 use crate::engine::{Device, RunInfo};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
+use crate::stats::median;
 use batch_key::BatchKey;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// NVML throttle-reason bits, SM clock and its maximum (MHz).
 type Throttle = (u64, Option<u32>, Option<u32>);
@@ -280,19 +276,19 @@ impl Detector {
                 })
                 .collect()
         };
-        let work: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 0))).collect();
-        let data: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 1))).collect();
+        let work: Vec<f64> = self.recent.iter().map(|q| median(col(q, 0))).collect();
+        let data: Vec<f64> = self.recent.iter().map(|q| median(col(q, 1))).collect();
         let wait: Vec<f64> = self
             .recent
             .iter()
             .map(|q| match self.cfg.sync_every {
-                1 => median(&mut col(q, 2)),
+                1 => median(col(q, 2)),
                 _ => col(q, 2).iter().sum::<f64>() / q.len().max(1) as f64,
             })
             .collect();
-        let comm: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 4))).collect();
+        let comm: Vec<f64> = self.recent.iter().map(|q| median(col(q, 4))).collect();
         // work per sample: what degrades, whatever the batch size of the moment
-        let per_sample: Vec<f64> = self.recent.iter().map(|q| median(&mut col(q, 3))).collect();
+        let per_sample: Vec<f64> = self.recent.iter().map(|q| median(col(q, 3))).collect();
         let (fastest, &fast_ms) = work
             .iter()
             .enumerate()

@@ -124,11 +124,8 @@ impl SpikeDetector {
         if !norm.is_finite() {
             return None;
         }
-        let median = (self.recent.len() >= SETTLE).then(|| {
-            let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-            sorted.sort_by(f64::total_cmp);
-            sorted[sorted.len() / 2]
-        });
+        let median = (self.recent.len() >= SETTLE)
+            .then(|| crate::stats::median(self.recent.iter().copied().collect()));
         self.peak = self.peak.max(median.unwrap_or(0.0));
         let high = median.filter(|&m| m > 0.0 && norm >= FACTOR * m && norm >= OF_PEAK * self.peak);
         let said = self.calm.is_none_or(|c| c >= SETTLE);

@@ -2,10 +2,10 @@
 //! inputs, in each layout and each kernel walk (NCHW a value or a 16-byte vector of a plane a
 //! thread; channels last pairs or 16-byte vectors of channels).
 
+use super::bf16_ops::{down, down32, up, Got, Inputs, B, C, H, N, W};
 use crate::backend::cuda::bn;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::layout::{laid, unlaid, Layout};
-use super::bf16_ops::{down, down32, up, Got, Inputs, B, C, H, N, W};
 use crate::backend::cuda::{on, Gpu};
 use crate::nn::bn::BnGeom;
 use crate::nn::ops::Act;

@@ -7,11 +7,11 @@
 
 use cudarc::driver::CudaSlice;
 
+use super::compare::{check, compare, Check};
 use crate::backend::cuda::blas::gemm;
 use crate::backend::cuda::dnn::{Api, Dnn, Key};
 use crate::backend::cuda::elem::{bf16, Elem};
 use crate::backend::cuda::layout::Layout;
-use super::compare::{check, compare, Check};
 use crate::backend::cuda::{conv, convert, dwconv, on, ops, pool, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::ops::Act;

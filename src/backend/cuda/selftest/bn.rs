@@ -11,9 +11,9 @@ use std::thread;
 
 use cudarc::driver::CudaSlice;
 
-use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use super::compare::{check, compare, Check};
 use super::ops::{down, joined, nans, randn, up};
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use crate::backend::cuda::{bn, ops, CudaError, Gpu};
 use crate::comm::{Collective, LocalCollective};
 use crate::nn::bn::{

@@ -8,8 +8,8 @@
 
 use cudarc::cublas::CudaBlas;
 
-use crate::backend::cuda::layout::Layout;
 use super::compare::{compare, Check};
+use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::shape::ConvShape;
 use crate::backend::cuda::{conv, on, pool, CudaError, Gpu};
 use crate::nn::rng::Rng;

@@ -2,9 +2,9 @@
 //! strict fp32 and, from Ampere on, with TF32 allowed, in NCHW and channels last, through the
 //! legacy API and the graph API.
 
-use crate::backend::cuda::layout::Layout;
-use super::guarded;
 use super::compare::Check;
+use super::guarded;
+use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::{blas, dnn, libs, Gpu};
 use crate::nn::precision::Precision;
 

@@ -6,11 +6,11 @@
 //! Pooling is exact (the same additions in the same order; inputs in steps of 0.5 make ties,
 //! so the first-maximum rule is checked too).
 
-use crate::backend::cuda::elem::bf16 as Bf16;
-use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use super::bf16_ops as bf16;
 use super::compare::{check, compare, Check};
 use super::ops::{down, joined, nans, randn, scaled, up};
+use crate::backend::cuda::elem::bf16 as Bf16;
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use crate::backend::cuda::{dwconv, pool, CudaError, Gpu};
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped::ConvGeom;

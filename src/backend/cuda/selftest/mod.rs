@@ -19,9 +19,6 @@ use std::time::Duration;
 use super::elem::bf16;
 use super::layout::Layout;
 use super::replica::CudaReplica;
-pub use compare::Check;
-use compare::{check, compare, compare_changes, noted};
-pub use nccl::{nccl_check, nccl_gives_up_checks};
 use super::{on, CudaError, Gpu};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
@@ -30,6 +27,9 @@ use crate::nn::model::Model;
 use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
+pub use compare::Check;
+use compare::{check, compare, compare_changes, noted};
+pub use nccl::{nccl_check, nccl_gives_up_checks};
 
 /// `f`'s checks, or one failed check named `name` when a CUDA error inside it panicked (the
 /// GPU code reports errors in a step that way).

@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
+use super::compare::{compare, compare_changes_within};
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::layout::Layout;
 use crate::backend::cuda::replica::CudaReplica;
-use super::compare::{compare, compare_changes_within};
 use crate::backend::cuda::{on, CudaError};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use cudarc::driver::CudaContext;
 use cudarc::nccl::Id;
 
+use super::compare::{check, compare, Check};
 use crate::backend::cuda::elem::bf16;
 use crate::backend::cuda::nccl::{Communicator, Patience};
-use super::compare::{check, compare, Check};
 use crate::backend::cuda::{on, CudaError, Gpu};
 use crate::backend::AUX;
 use crate::comm::{Collective, LocalCollective};
@@ -51,8 +51,14 @@ pub fn nccl_check(gpus: usize, wire: GradDtype) -> Check {
                         (stream.alloc_zeros::<bf16>(len - AUX)).map_err(on(rank, "allocate"))?,
                     ),
                 };
-                crate::backend::cuda::replica::wire::sum(&gpu, &comm, &mut buf, through.as_mut(), &patience)
-                    .map_err(|e| CudaError::new(rank, "all-reduce", e))?;
+                crate::backend::cuda::replica::wire::sum(
+                    &gpu,
+                    &comm,
+                    &mut buf,
+                    through.as_mut(),
+                    &patience,
+                )
+                .map_err(|e| CudaError::new(rank, "all-reduce", e))?;
                 stream.clone_dtoh(&buf).map_err(on(rank, "download"))
             })
         })

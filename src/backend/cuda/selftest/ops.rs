@@ -7,8 +7,8 @@
 
 use cudarc::driver::CudaSlice;
 
-use crate::backend::cuda::elem::bf16;
 use super::compare::{check, compare, Check};
+use crate::backend::cuda::elem::bf16;
 use crate::backend::cuda::{convert, on, ops, CudaError, Gpu};
 use crate::nn::ops as cpu;
 use crate::nn::ops::Act;

@@ -8,11 +8,11 @@
 
 use cudarc::cublas::CudaBlas;
 
-use crate::backend::cuda::elem::{bf16, Elem};
-use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use super::bf16_ops::{down, up};
 use super::compare::{check, compare, Check};
 use super::ops::scaled;
+use crate::backend::cuda::elem::{bf16, Elem};
+use crate::backend::cuda::layout::{laid, unlaid, Layout};
 use crate::backend::cuda::{pointwise, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
 use crate::nn::rng::Rng;
@@ -103,7 +103,7 @@ impl Data {
 
 /// A 1x1 convolution of `g` over `b` NCHW images x by w [OC, C], and its backward from dy:
 /// [out, dinp, dw0 + dw], each sum in f64 (the definition the products are checked against).
-pub(super) fn by_definition(
+pub(in crate::backend::cuda) fn by_definition(
     b: usize,
     g: &ConvGeom,
     (x, w, dy): (&[f32], &[f32], &[f32]),

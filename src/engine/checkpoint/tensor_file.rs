@@ -1,8 +1,11 @@
-//! What is wrong with a damaged safetensors file (a checkpoint's weights, an `--init` or
-//! `export` file), in words a user can act on; whether a checkpoint looks whole.
+//! Safetensors files (a checkpoint's weights, an `--init` or `export` file) short of reading
+//! them whole: their header, what is wrong with a damaged one in words a user can act on, and
+//! whether a checkpoint looks whole.
 
 use std::io::Read;
 use std::path::Path;
+
+use serde_json::{Map, Value};
 
 use super::{read_regular, CheckpointMeta, MAX_STATE_BYTES, STATE, WEIGHTS};
 
@@ -48,30 +51,39 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
     let Ok((mut f, len)) = crate::data::read::open(path, &expect) else {
         return Ok(false);
     };
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n)?;
-    let n = u64::from_le_bytes(n);
-    if n > len.saturating_sub(8) || n > MAX_STATE_BYTES * 100 {
-        return Ok(false);
-    }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header)?;
-    Ok(laid_out(&header) == Some(len))
+    Ok(read_header(&mut f, len).is_some_and(|(n, tensors)| laid_out(n, &tensors) == Some(len)))
 }
 
-/// How long a safetensors file of this `header` (its JSON, after the 8-byte length) is: the
-/// length, the header and the furthest tensor's bytes; `None` where it is no JSON object.
-fn laid_out(header: &[u8]) -> Option<u64> {
-    let Ok(serde_json::Value::Object(tensors)) = serde_json::from_slice(header) else {
+/// The most bytes a safetensors header may have (the safetensors crate's own bound).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// The header of the safetensors file `f` (at its start, `len` bytes long): its length and
+/// its JSON object; `None` where it is none (reading the whole file says what is wrong).
+pub fn read_header(f: &mut impl Read, len: u64) -> Option<(u64, Map<String, Value>)> {
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).ok()?;
+    let n = u64::from_le_bytes(n);
+    if n > len.saturating_sub(8) || n > MAX_HEADER {
         return None;
-    };
-    let end = tensors
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).ok()?;
+    Some((n, serde_json::from_slice(&header).ok()?))
+}
+
+/// The tensors' entries of a header (its `__metadata__` left out).
+pub fn tensors(header: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+    header.iter().filter(|(k, _)| *k != "__metadata__")
+}
+
+/// How long a safetensors file of a header of `n` bytes and these entries is: the length,
+/// the header and the furthest tensor's bytes.
+fn laid_out(n: u64, header: &Map<String, Value>) -> Option<u64> {
+    let end = tensors(header)
         .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
         .max()
         .unwrap_or(0);
-    (8 + header.len() as u64).checked_add(end)
+    (8 + n).checked_add(end)
 }
 
 /// How a safetensors file's `bytes` fall short of what they lay out, where they do: empty,
@@ -88,7 +100,7 @@ pub fn cut_short(bytes: &[u8]) -> Option<String> {
         });
     };
     let n = u64::from_le_bytes(n.try_into().ok()?);
-    if n > MAX_STATE_BYTES * 100 {
+    if n > MAX_HEADER {
         return None;
     }
     if 8 + n > len {
@@ -97,7 +109,7 @@ pub fn cut_short(bytes: &[u8]) -> Option<String> {
             8 + n
         ));
     }
-    let whole = laid_out(&bytes[8..8 + n as usize])?;
+    let whole = read_header(&mut &bytes[..], len).and_then(|(n, h)| laid_out(n, &h))?;
     (whole > len).then(|| format!("it ends at byte {len} of the {whole} its header lays out"))
 }
 
@@ -111,36 +123,32 @@ const DTYPES: [&str; 15] = [
 /// The first entry of a JSON header that is no safetensors tensor entry, and why (a header
 /// that is no JSON object at all: `None`).
 fn bad_entry(bytes: &[u8]) -> Option<String> {
-    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
-    let whole = |v: &serde_json::Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_u64()));
-    header
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .find_map(|(k, t)| {
-            let why = match (
-                t.get("dtype").and_then(|d| d.as_str()),
-                t.get("shape"),
-                t.get("data_offsets"),
-            ) {
-                (None, _, _) => "has no dtype".to_string(),
-                (Some(d), _, _) if !DTYPES.contains(&d) => format!(
-                    "has dtype `{}`, one this program does not read",
-                    crate::data::read::excerpt(d)
-                ),
-                (_, Some(s), _) if !whole(s) => {
-                    "has a shape that is not a list of whole numbers".into()
-                }
-                (_, None, _) => "has no shape".into(),
-                (_, _, Some(o)) if !whole(o) || o.as_array().map(|a| a.len()) != Some(2) => {
-                    "has data_offsets that are not two whole numbers".into()
-                }
-                (_, _, None) => "has no data_offsets".into(),
-                _ => return None,
-            };
-            Some(format!("`{}` {why}", crate::data::read::excerpt(k)))
-        })
+    let (_, header) = read_header(&mut &bytes[..], bytes.len() as u64)?;
+    let whole = |v: &Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_u64()));
+    let bad = tensors(&header).find_map(|(k, t)| {
+        let why = match (
+            t.get("dtype").and_then(|d| d.as_str()),
+            t.get("shape"),
+            t.get("data_offsets"),
+        ) {
+            (None, _, _) => "has no dtype".to_string(),
+            (Some(d), _, _) if !DTYPES.contains(&d) => format!(
+                "has dtype `{}`, one this program does not read",
+                crate::data::read::excerpt(d)
+            ),
+            (_, Some(s), _) if !whole(s) => {
+                "has a shape that is not a list of whole numbers".into()
+            }
+            (_, None, _) => "has no shape".into(),
+            (_, _, Some(o)) if !whole(o) || o.as_array().map(|a| a.len()) != Some(2) => {
+                "has data_offsets that are not two whole numbers".into()
+            }
+            (_, _, None) => "has no data_offsets".into(),
+            _ => return None,
+        };
+        Some(format!("`{}` {why}", crate::data::read::excerpt(k)))
+    });
+    bad
 }
 
 /// What is wrong with a safetensors file of `bytes`, in words (the crate's own Display is its
