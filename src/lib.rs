@@ -1,5 +1,6 @@
 //! mgtop: synchronous data-parallel training (one thread per device, gradients all-reduced every
-//! step) with a live view of what every device is doing. ARCHITECTURE.md maps the source.
+//! step) with a live view of what every device is doing. The README's *How a step works* maps the
+//! source.
 //!
 //! Arrows point down: `cmd` and `front` use `engine` and `observe`; `observe` reads the engine's
 //! events and types; `engine` drives `backend` and `comm`; everything computes with `nn` and reads
@@ -18,6 +19,7 @@ pub mod backend;
 pub mod comm;
 
 pub mod data;
+pub mod files;
 pub mod nn;
 pub mod parallel;
 pub mod pids;

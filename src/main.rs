@@ -213,7 +213,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // (a name from outside, such as a directory's, cannot drive the terminal)
-            let e = mgtop::data::read::printable_lines(&e.to_string());
+            let e = mgtop::text::printable_lines(&e.to_string());
             mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }

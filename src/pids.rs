@@ -1,4 +1,5 @@
-//! Processes by their id, as lock files and leftovers' names record them.
+//! Processes by their id and this machine's name, as lock files and leftovers' names record
+//! them.
 
 /// Whether process `pid` has ended: the system has no process of that id (one of another
 /// user is there, though this process may not signal it). An id no process can have (0, past
@@ -10,6 +11,18 @@ pub fn gone(pid: u32) -> bool {
     // SAFETY: signal 0 only asks whether the process exists
     let refused = unsafe { libc::kill(p, 0) } == -1;
     refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// This machine's name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a live buffer
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match ok {
+        true => String::from_utf8_lossy(&buf[..end]).into_owned(),
+        false => "?".into(),
+    }
 }
 
 #[cfg(test)]

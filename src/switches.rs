@@ -9,7 +9,7 @@ pub fn check(var: &str, allowed: &[&str], values: &str) -> Result<(), String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() && !allowed.contains(&v.as_str()) => Err(format!(
             "{var}={}: use {values}, or leave it unset",
-            crate::data::read::excerpt(&v)
+            crate::text::excerpt(&v)
         )),
         _ => Ok(()),
     }

@@ -397,7 +397,7 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         assert!(
             lines[1].starts_with("finished: 69 steps in ")
                 && lines[1].contains(" s | best val accuracy ")
-                && lines[1].contains(" samples/s | ranks' time: compute ")
+                && lines[1].contains(" samples/s of training | ranks' time: compute ")
                 && lines[1].ends_with("%"),
             "{out}"
         );

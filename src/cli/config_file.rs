@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::TrainArgs;
-use crate::data::read::{self, Expect, ReadError};
 use crate::data::DataSpec;
+use crate::files::read::{self, Expect, ReadError};
 
 /// Reads a config file into the same shape as the flags (and its text).
 pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
@@ -22,7 +22,7 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         refused => format!("config file {refused}"),
     })?;
     let file = toml::from_str(&text).map_err(|e| {
-        let (line, mut msg) = read::toml_error(&text, &e);
+        let (line, mut msg) = crate::text::toml_error(&text, &e);
         // (a key whose least value is more than 0 says so)
         let key = (msg.strip_prefix('`'))
             .and_then(|m| m.split_once("`: "))

@@ -57,7 +57,7 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
         // (names and paths come from the socket, as view's from the file)
         let run = format!("run: {}", app.info.name);
         for line in std::iter::once(run).chain(tui::summary_lines(&app)) {
-            crate::say!("{}", crate::data::read::printable(&line));
+            crate::say!("{}", crate::text::printable(&line));
         }
     } else if let Some(why) = &app.disconnected {
         // asked again as the screen closes: the connection may have gone with the run

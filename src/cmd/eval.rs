@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cli::{EvalArgs, TrainArgs};
-use crate::data::read::printable;
 use crate::data::DataSpec;
 use crate::engine::eval::{self, Evaluation, Tally};
 use crate::engine::output::Output;
 use crate::engine::rundir::{checkpoint_for, Purpose};
+use crate::text::printable;
 
 /// Classes listed one by one up to this many; beyond, the lowest accuracies.
 const LISTED: usize = 20;
@@ -89,7 +89,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         crate::say!("{}", text()?.trim_end());
     }
     if let (Some(target), Some(out)) = (json_target, &args.json) {
-        crate::data::write::replace_file(&target, text()?.as_bytes())
+        crate::files::write::replace_file(&target, text()?.as_bytes())
             .map_err(|err| anyhow::anyhow!("--json {}: cannot write it ({err})", out.display()))?;
         crate::tell!("figures written to {}", out.display());
     }

@@ -58,7 +58,7 @@ fn debug_build_note() {
 macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let line = $crate::data::read::printable_lines(&format!($($t)*));
+        let line = $crate::text::printable_lines(&format!($($t)*));
         let _ = writeln!(std::io::stdout(), "{line}");
     }};
 }
@@ -68,7 +68,7 @@ macro_rules! say {
 macro_rules! tell {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let line = $crate::data::read::printable_lines(&format!($($t)*));
+        let line = $crate::text::printable_lines(&format!($($t)*));
         let _ = writeln!(std::io::stderr(), "{line}");
     }};
 }

@@ -125,7 +125,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
 pub fn table(rows: &[RunRow], now: SystemTime) -> Vec<String> {
     // (names as they are printed: escaped, counted in characters)
     let names: Vec<String> = (rows.iter())
-        .map(|r| crate::data::read::printable(&r.dir.display().to_string()))
+        .map(|r| crate::text::printable(&r.dir.display().to_string()))
         .collect();
     let width = names
         .iter()

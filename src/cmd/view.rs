@@ -35,7 +35,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
             crate::tell!(
                 "the newest run under {}: {}",
                 args.path.display(),
-                crate::data::read::printable(&run.display().to_string())
+                crate::text::printable(&run.display().to_string())
             );
             run
         }
@@ -107,7 +107,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
             });
         for line in summary(&app, live).into_iter().chain(after).chain(resume) {
             // names and paths come from the file
-            crate::say!("{}", crate::data::read::printable(&line));
+            crate::say!("{}", crate::text::printable(&line));
         }
         return Ok(ExitCode::SUCCESS);
     }

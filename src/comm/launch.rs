@@ -62,7 +62,7 @@ pub fn detect(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Launch>, St
         if let Some(v) = set.filter(|v| v.trim().parse::<usize>().is_err()) {
             return Err(format!(
                 "{name}={} is not a process count or rank (launchers set it to a whole number): unset it, or start mgtop-train with the launcher that sets it",
-                crate::data::read::excerpt(&v)
+                crate::text::excerpt(&v)
             ));
         }
     }

@@ -120,7 +120,7 @@ impl RunConfig {
         self.name.clone().unwrap_or_else(|| {
             let data = self.data.short_name();
             let data: String = (data.chars())
-                .filter(|&c| !crate::data::read::unprintable(c))
+                .filter(|&c| !crate::text::unprintable(c))
                 .collect();
             format!("{data}-{}", self.model)
         })

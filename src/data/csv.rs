@@ -5,8 +5,9 @@ use std::path::Path;
 use std::str::FromStr;
 
 use super::host_memory;
-use super::read::{self, excerpt, Expect};
 use super::{finish, DataError, Dataset};
+use crate::files::read::{self, Expect};
+use crate::text::excerpt;
 
 /// The most fields a row may have: a million features is far past any model here, and the
 /// cap keeps a hostile line from allocating without bound.

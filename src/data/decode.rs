@@ -41,7 +41,7 @@ pub(super) fn open_file(path: &Path) -> Result<(std::fs::File, u64), String> {
         Ok(m) if m.is_file() => Ok((file, m.len())),
         Ok(m) => Err(format!(
             "{}, not a regular file",
-            super::read::kind_of(m.file_type())
+            crate::files::read::kind_of(m.file_type())
         )),
         Err(e) => Err(format!("cannot open: {e}")),
     }

@@ -38,7 +38,7 @@ impl Archive {
 /// Where archives are kept: `$XDG_CACHE_HOME/mgtop/datasets`, `~/.cache/mgtop/datasets`, else
 /// one under the temporary directory named for the user.
 pub fn cache_dir() -> PathBuf {
-    super::write::cache_dir("datasets")
+    crate::files::write::cache_dir("datasets")
 }
 
 fn hex(d: &[u8]) -> String {
@@ -91,7 +91,7 @@ pub fn fetch(
 /// The download's name while it comes: `<file>.part-<host>-<pid>`; `pid` `None` for the prefix
 /// of this machine's.
 fn part_name(file: &str, pid: Option<u32>) -> String {
-    let host = super::read::hostname().replace(['/', '-'], "_");
+    let host = crate::pids::hostname().replace(['/', '-'], "_");
     format!(
         "{file}.part-{host}-{}",
         pid.map_or(String::new(), |p| p.to_string())

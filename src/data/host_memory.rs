@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::read::bytes;
+use crate::text::bytes;
 
 /// Assumed when /proc/meminfo cannot be read.
 const ASSUMED_MEMORY: u64 = 16 << 30;

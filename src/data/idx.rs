@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use super::host_memory;
 use super::images::{hwc_to_chw, idx_images, ImageLayout};
-use super::read::{self, Expect};
 use super::{finish, DataError, Dataset, Normalisation};
+use crate::files::read::{self, Expect};
 
 const UBYTE: u8 = 0x08;
 const FLOAT: u8 = 0x0D;
@@ -139,7 +139,7 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
     if in_memory > memory {
         return Err(Fail::Format(format!(
             "header (byte 4..{header}) declares {dims_txt} = {want} bytes of data, about {} in memory once loaded (as floats, split), more than {}: not an IDX file, or corrupt, or too large for this machine",
-            read::bytes(in_memory),
+            crate::text::bytes(in_memory),
             host_memory::memory_text()
         )));
     }

@@ -10,7 +10,6 @@ use super::cifar::{self, Kind};
 use super::folder::{self, Folder};
 use super::host_memory;
 use super::imageset::{ImageSet, Pictures};
-use super::read;
 use super::transform::{Augment, Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
 use super::{DataError, DataOptions, DataSpec, Dataset, LoadedData};
 use crate::nn::rng::{tag, Rng};
@@ -64,14 +63,14 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         format!(
             "{}: decoded images are kept in memory after their first use ({}{})",
             f.dir.display(),
-            read::bytes(stored),
+            crate::text::bytes(stored),
             shrink.map_or(String::new(), |s| format!(", scaled to shorter side {s}"))
         )
     } else {
         format!(
             "{}: images are decoded every epoch (keeping them would take {}, more than a quarter of {})",
             f.dir.display(),
-            read::bytes(stored),
+            crate::text::bytes(stored),
             host_memory::memory_text()
         )
     });

@@ -17,13 +17,11 @@ mod image_sets;
 mod images;
 mod imageset;
 mod picture;
-pub mod read;
 mod spec;
 mod synthetic;
 mod synthetic_images;
 mod table;
 mod transform;
-pub mod write;
 
 use std::path::PathBuf;
 
@@ -70,16 +68,20 @@ impl DataError {
 
 impl DataError {
     /// A file `flag` named could not be read.
-    pub fn read(e: read::ReadError, flag: &'static str) -> DataError {
+    pub fn read(e: crate::files::read::ReadError, flag: &'static str) -> DataError {
         match e {
-            read::ReadError::Io { path, source } => DataError::Io { path, source, flag },
-            read::ReadError::Refused { path, problem } => DataError::Format { path, msg: problem },
+            crate::files::read::ReadError::Io { path, source } => {
+                DataError::Io { path, source, flag }
+            }
+            crate::files::read::ReadError::Refused { path, problem } => {
+                DataError::Format { path, msg: problem }
+            }
         }
     }
 }
 
-impl From<read::ReadError> for DataError {
-    fn from(e: read::ReadError) -> Self {
+impl From<crate::files::read::ReadError> for DataError {
+    fn from(e: crate::files::read::ReadError) -> Self {
         DataError::read(e, "--data")
     }
 }

@@ -2,7 +2,6 @@
 //! x ~ U[0,1)^D, y = argmax((x - 0.5) W + 0.5 noise) with W, noise ~ N(0,1).
 
 use super::host_memory;
-use super::read;
 use super::Dataset;
 use crate::nn::gemm::sgemm;
 use crate::nn::rng::{tag, Rng};
@@ -24,7 +23,7 @@ fn check_size(n: usize, d: usize, c: usize, memory: u64, memory_text: &str) -> R
         Some(b) if b <= memory => Ok(()),
         Some(b) => Err(format!(
             "{n} samples x {d} features needs about {} ({b} bytes) to make and split, more than {memory_text}; use fewer samples or features",
-            read::bytes(b)
+            crate::text::bytes(b)
         )),
         None => Err(format!(
             "{n} samples x {d} features is more values than any memory holds; use fewer samples or features"

@@ -6,7 +6,6 @@
 
 use super::host_memory;
 use super::images::MAX_IMAGE_VALUES;
-use super::read;
 use super::Dataset;
 use crate::nn::rng::{tag, Rng};
 
@@ -80,7 +79,7 @@ fn check_size(
         Some(b) if b <= memory => Ok(()),
         Some(b) => Err(format!(
             "{n} images of {c}x{h}x{w} need about {} ({b} bytes) to make and split, more than {memory_text}; use fewer samples or smaller images",
-            read::bytes(b)
+            crate::text::bytes(b)
         )),
         None => Err(format!(
             "{n} images of {c}x{h}x{w} are more values than any memory holds; use fewer samples or smaller images"

@@ -165,7 +165,7 @@ impl RunInfo {
             name: cfg.run_name(),
             devices: world.devices.clone(),
             hosts: world.hosts.clone(),
-            host: Some((world.hosts.first().cloned()).unwrap_or_else(crate::data::read::hostname)),
+            host: Some((world.hosts.first().cloned()).unwrap_or_else(crate::pids::hostname)),
             process: world.process(),
             processes: world.offsets.len() - 1,
             device_note,

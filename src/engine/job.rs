@@ -15,9 +15,9 @@ use crate::backend::TrainState;
 use crate::comm::processes::{broadcast_vec, gather_vecs};
 use crate::comm::{CollectiveError, Processes};
 use crate::config::RunConfig;
-use crate::data::read::hostname;
 use crate::data::Dataset;
 use crate::nn::optim::OptState;
+use crate::pids::hostname;
 
 /// This process's place in the run, and every rank's device and host.
 #[derive(Clone)]

@@ -11,6 +11,7 @@ use super::words::{describe, event_line, step_line};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::front::steps::Steps;
+use crate::front::summary::{Spikes, Summary};
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::straggler::{Detector, Warning};
@@ -50,8 +51,8 @@ struct Log<'a> {
     /// The totals as of the last step line printed.
     printed: Option<Totals>,
     best_val: Option<f32>,
-    /// Gradient spikes said: how many, the steps of the first five, the newest's step.
-    spikes: (usize, Vec<u64>, u64),
+    /// Gradient spikes said.
+    spikes: Spikes,
 }
 
 impl<'a> Log<'a> {
@@ -76,7 +77,7 @@ impl<'a> Log<'a> {
             totals: None,
             printed: None,
             best_val: None,
-            spikes: (0, Vec::new(), 0),
+            spikes: Spikes::default(),
             info,
         }
     }
@@ -91,8 +92,15 @@ impl<'a> Log<'a> {
             }
         }
         self.on_event(ev, t);
-        let summary = self.summary(t);
-        put(self.out, format_args!("{} {summary}", stamp(t)));
+        if let Event::Finished { step, ending } = *ev {
+            let summary = Summary {
+                best_val_accuracy: self.best_val,
+                grad_spikes: self.spikes.clone(),
+                ..Summary::of(step, ending, t, &self.totals.unwrap_or_default())
+            };
+            let figures = summary.figures(&self.info);
+            put(self.out, format_args!("{} summary: {figures}", stamp(t)));
+        }
     }
 
     fn warn(&mut self, warnings: Vec<String>) {
@@ -128,38 +136,6 @@ impl<'a> Log<'a> {
         self.unprinted = (!due).then_some((row, rate));
     }
 
-    /// The run in a line, after its end's: how long it took, its pace (against one device's
-    /// where calibrated), its best validation and where its ranks' time went.
-    fn summary(&self, t: Duration) -> String {
-        use crate::front::units::{si, took};
-        let mut line = format!("summary: {}", took(t));
-        let t = self.totals.unwrap_or_default();
-        if t.train_s > 0.0 {
-            let rate = t.samples as f64 / t.train_s;
-            let scaling =
-                super::words::scaling_note(Some(rate), self.info.baseline, self.info.ranks());
-            line += &format!(" | {} samples/s of training{scaling}", si(rate));
-        }
-        if let Some(a) = self.best_val {
-            line += &format!(" | best val accuracy {:.2}%", a * 100.0);
-        }
-        line += &match &self.spikes {
-            (0, ..) => String::new(),
-            (1, _, step) => format!(" | a gradient spike at step {step}"),
-            (n, first, last) if *n <= first.len() => format!(
-                " | gradient spikes at steps {} and {last}",
-                (first[..n - 1].iter().map(u64::to_string))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            (n, first, last) => format!(" | {n} gradient spikes, at steps {} to {last}", first[0]),
-        };
-        if t.rank_s > 0.0 {
-            line += &format!(" | ranks' time: {}", time_shares(&t));
-        }
-        line
-    }
-
     fn print_step(&mut self, row: &StepRow, rate: Option<f64>) {
         // (the shares over the steps since the last line, as the summary's over the run)
         let window = (row.totals).map(|t| t.since(&self.printed.unwrap_or_default()));
@@ -183,12 +159,7 @@ impl<'a> Log<'a> {
         let level = if w.is_clear() { "note" } else { "WARN" };
         put(self.out, format_args!("{} {level} {w}", stamp(t)));
         if let Warning::GradSpike { step, .. } = w {
-            let (n, first, last) = &mut self.spikes;
-            *n += 1;
-            if first.len() < 5 {
-                first.push(*step);
-            }
-            *last = *step;
+            self.spikes.add(Some(*step));
         }
         let r = self.metrics.warning(w, t);
         self.warn(r);
@@ -261,11 +232,6 @@ impl<'a> Log<'a> {
     }
 }
 
-/// Where the ranks' time went, named as the step lines name it.
-fn time_shares(t: &Totals) -> String {
-    units::ranks_time(t.shares())
-}
-
 /// Prints the run until every worker has ended, then returns its result. `notes` follow the
 /// start-up lines (where the run can be attached from); `metrics` takes every record.
 pub fn run(
@@ -332,7 +298,7 @@ pub fn run(
 /// One line of the log, what would drive the terminal in it (an escape in a path or a name)
 /// escaped; lost where the output is gone.
 fn put(out: &mut dyn Write, line: std::fmt::Arguments) {
-    let line = crate::data::read::printable_lines(&line.to_string());
+    let line = crate::text::printable_lines(&line.to_string());
     let _ = writeln!(out, "{line}");
 }
 
@@ -432,30 +398,5 @@ mod tests {
                 ["checkpoint at step 6: ckpt", "stopped at step 6"]
             );
         }
-    }
-
-    #[test]
-    fn the_ranks_time_is_said_whole_with_what_its_parts_leave() {
-        let t = |compute_s, comm_s| Totals {
-            rank_s: 10.0,
-            compute_s,
-            data_s: 0.5,
-            comm_s,
-            wait_s: 0.2,
-            ..Totals::default()
-        };
-        assert_eq!(
-            time_shares(&t(6.9, 0.7)),
-            "compute 69%, data 5%, comm 7%, wait 2%, other 17%"
-        );
-        // a percent left is said; what is less than one is not a part (the parts add to 100)
-        assert_eq!(
-            time_shares(&t(8.6, 0.6)),
-            "compute 86%, data 5%, comm 6%, wait 2%, other 1%"
-        );
-        assert_eq!(
-            time_shares(&t(8.66, 0.6)),
-            "compute 87%, data 5%, comm 6%, wait 2%"
-        );
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod headless;
 pub mod steps;
+pub mod summary;
 pub mod sync;
 pub mod tui;
 pub mod units;

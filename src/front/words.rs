@@ -398,7 +398,7 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
         // (who asked, as a file anyone may edit says it: shown, never obeyed)
         Event::Asked { control, by, .. } => format!(
             "{} asked {}",
-            crate::data::read::printable(by),
+            crate::text::printable(by),
             control.asked_words()
         ),
         Event::Checkpoint {

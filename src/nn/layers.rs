@@ -212,7 +212,7 @@ impl FromStr for LayerSpec {
             .map(|(i, tok)| {
                 parse_layer(tok).map_err(|reason| SpecError::Layer {
                     index: i + 1,
-                    token: crate::data::read::excerpt(tok),
+                    token: crate::text::excerpt(tok),
                     reason,
                 })
             })
@@ -273,7 +273,7 @@ impl Scanner<'_> {
         if digits == 0 {
             return Err(format!(
                 "expected the {what} after `{}`; {FORMS}",
-                crate::data::read::excerpt(read)
+                crate::text::excerpt(read)
             ));
         }
         self.pos += digits;
@@ -281,7 +281,7 @@ impl Scanner<'_> {
             Ok(n) if (lo..=max).contains(&n) => Ok(n),
             _ => Err(format!(
                 "{what} {} must be between {lo} and {max}",
-                crate::data::read::excerpt(&rest[..digits])
+                crate::text::excerpt(&rest[..digits])
             )),
         }
     }
@@ -305,8 +305,8 @@ impl Scanner<'_> {
                 };
                 Err(format!(
                     "unexpected `{}` after `{}`{order}; {FORMS}",
-                    crate::data::read::excerpt(rest),
-                    crate::data::read::excerpt(&self.tok[..self.pos])
+                    crate::text::excerpt(rest),
+                    crate::text::excerpt(&self.tok[..self.pos])
                 ))
             }
         }

@@ -292,7 +292,7 @@ pub fn library_path(dir: &Path, plan: &[(Wanted, PathBuf)], old: Option<OsString
 /// The private directory for the links: `$XDG_CACHE_HOME/mgtop/cuda-libs`, `~/.cache/...`,
 /// else one under the temporary directory named for the user.
 fn links_dir() -> PathBuf {
-    crate::data::write::cache_dir("cuda-libs")
+    crate::files::write::cache_dir("cuda-libs")
 }
 
 /// A name for a set of links: two processes with different libraries (two conda envs, two

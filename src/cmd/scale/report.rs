@@ -132,7 +132,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
         }
     };
     // a full disk or a crash leaves an earlier results file whole, never a truncated one
-    crate::data::write::replace_file(path, text.as_bytes())
+    crate::files::write::replace_file(path, text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use super::picture::Picture;
-use super::read::{self, Expect};
 use super::DataError;
+use crate::files::read::{self, Expect};
 
 const SIDE: usize = 32;
 const PIXELS: usize = 3 * SIDE * SIDE;
@@ -261,7 +261,7 @@ fn names(dir: &Path, kind: Kind) -> Option<Vec<String>> {
     let text = read::read_text(&dir.join(kind.names_file()), &expect).ok()?;
     let names: Vec<String> = text
         .lines()
-        .map(|l| read::printable(l.trim()))
+        .map(|l| crate::text::printable(l.trim()))
         .filter(|l| !l.is_empty())
         .collect();
     (names.len() == kind.classes()).then_some(names)

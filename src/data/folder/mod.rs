@@ -161,7 +161,7 @@ impl Walk {
                 }
                 Ok(k) if !k.is_file() => self.skipped.push(Skipped {
                     path: p,
-                    why: format!("{}, not a regular file", super::read::kind_of(k)),
+                    why: format!("{}, not a regular file", crate::files::read::kind_of(k)),
                 }),
                 _ => {
                     if self.out.len() >= MAX_FILES {
@@ -179,7 +179,7 @@ impl Walk {
 
 fn name_of(p: &Path) -> String {
     p.file_name()
-        .map(|n| super::read::printable(&n.to_string_lossy()))
+        .map(|n| crate::text::printable(&n.to_string_lossy()))
         .unwrap_or_default()
 }
 

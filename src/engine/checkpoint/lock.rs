@@ -106,7 +106,7 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
 /// run). Read from the lock file without touching the lock, so it can never get in a starting
 /// run's way.
 pub fn holder(dir: &Path) -> Option<u32> {
-    let text = crate::data::read::read_note(&dir.join(LOCK_FILE), 64)?;
+    let text = crate::files::read::read_note(&dir.join(LOCK_FILE), 64)?;
     let pid: u32 = text.parse().ok()?;
     let alive = !crate::pids::gone(pid);
     let name = |p: &str| fs::read_to_string(format!("/proc/{p}/comm")).ok();

@@ -144,7 +144,7 @@ impl CheckpointMeta {
         {
             return Err(format!(
                 "optimizer `{}` is not one this program trains with",
-                crate::data::read::printable(&self.optimizer)
+                crate::text::printable(&self.optimizer)
             ));
         }
         if self.step > MAX_STEP || self.optimizer_steps > MAX_STEP {
@@ -190,7 +190,7 @@ impl CheckpointMeta {
         if !self.config.is_object() {
             return Err(format!(
                 "config is {}, not the run's settings (an object)",
-                crate::data::read::excerpt(&self.config.to_string())
+                crate::text::excerpt(&self.config.to_string())
             ));
         }
         let outputs = self.dims.last().copied().unwrap_or(0);
@@ -207,7 +207,7 @@ impl CheckpointMeta {
             v => {
                 return Err(format!(
                     "config.grad_accum {} is out of range (1..={most})",
-                    crate::data::read::excerpt(&v.to_string())
+                    crate::text::excerpt(&v.to_string())
                 ))
             }
         }

@@ -358,14 +358,14 @@ pub fn read(
 /// A file's bytes through the bounded reader every input file goes through (a FIFO or a device
 /// is refused, never waited on; nothing past `most` bytes is read).
 fn read_regular(path: &Path, most: u64) -> Result<Vec<u8>, String> {
-    let expect = crate::data::read::Expect {
+    let expect = crate::files::read::Expect {
         what: "a checkpoint file",
         flag: "--resume",
         max: most,
         fix: "a file that large is not one a checkpoint of this model holds (damaged, or replaced)",
     };
-    crate::data::read::read_bytes(path, &expect).map_err(|e| match e {
-        crate::data::read::ReadError::Io { source, .. } => source.to_string(),
+    crate::files::read::read_bytes(path, &expect).map_err(|e| match e {
+        crate::files::read::ReadError::Io { source, .. } => source.to_string(),
         other => other.to_string(),
     })
 }

@@ -42,13 +42,13 @@ fn crc32c_of(path: &Path) -> std::io::Result<u32> {
 /// Whether a safetensors file is as long as its header's tensors add up to (a FIFO or device
 /// in its place is not waited on: not whole).
 fn weights_whole(path: &Path) -> std::io::Result<bool> {
-    let expect = crate::data::read::Expect {
+    let expect = crate::files::read::Expect {
         what: "a checkpoint's weights",
         flag: "--resume",
         max: u64::MAX,
         fix: "",
     };
-    let Ok((mut f, len)) = crate::data::read::open(path, &expect) else {
+    let Ok((mut f, len)) = crate::files::read::open(path, &expect) else {
         return Ok(false);
     };
     Ok(read_header(&mut f, len).is_some_and(|(n, tensors)| laid_out(n, &tensors) == Some(len)))
@@ -134,7 +134,7 @@ fn bad_entry(bytes: &[u8]) -> Option<String> {
             (None, _, _) => "has no dtype".to_string(),
             (Some(d), _, _) if !DTYPES.contains(&d) => format!(
                 "has dtype `{}`, one this program does not read",
-                crate::data::read::excerpt(d)
+                crate::text::excerpt(d)
             ),
             (_, Some(s), _) if !whole(s) => {
                 "has a shape that is not a list of whole numbers".into()
@@ -146,7 +146,7 @@ fn bad_entry(bytes: &[u8]) -> Option<String> {
             (_, _, None) => "has no data_offsets".into(),
             _ => return None,
         };
-        Some(format!("`{}` {why}", crate::data::read::excerpt(k)))
+        Some(format!("`{}` {why}", crate::text::excerpt(k)))
     });
     bad
 }
@@ -158,7 +158,7 @@ pub fn safetensors_problem(e: &safetensors::SafeTensorError, bytes: &[u8]) -> St
     if let (E::InvalidHeaderDeserialization, Some(entry)) = (e, bad_entry(bytes)) {
         return format!("its header's entry {entry}");
     }
-    let name = |n: &str| crate::data::read::excerpt(n);
+    let name = |n: &str| crate::text::excerpt(n);
     match e {
         E::HeaderTooSmall => "shorter than its 8-byte header length".into(),
         E::InvalidHeaderLength => "its header length runs past the end of the file".into(),

@@ -7,9 +7,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::data::read;
-use crate::data::write::{can_write_in, file_in_the_way};
 use crate::engine::{checkpoint, rundir};
+use crate::files::read;
+use crate::files::write::{can_write_in, file_in_the_way};
 
 /// The first `n` bytes of the file at `p` (fewer where it is shorter; none where it cannot be
 /// read): for `Output::ours`.

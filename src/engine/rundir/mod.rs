@@ -174,7 +174,7 @@ impl Created {
     /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
     pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
         let fail = |e: std::io::Error| {
-            match crate::data::write::file_in_the_way(dir) {
+            match crate::files::write::file_in_the_way(dir) {
             Some(f) => format!(
                 "cannot create run directory {}: {} is a file, not a directory; pick another --run-dir",
                 dir.display(),
@@ -346,7 +346,7 @@ pub fn socket_in(dir: &Path) -> Option<PathBuf> {
     if fs::symlink_metadata(&s).is_ok() {
         return Some(s);
     }
-    crate::data::read::read_note(&pointer_of(&s), POINTER_MAX).map(PathBuf::from)
+    crate::files::read::read_note(&pointer_of(&s), POINTER_MAX).map(PathBuf::from)
 }
 
 /// Whether run `dir`'s process is still running: it holds its checkpoint lock, or its live
@@ -373,7 +373,7 @@ pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
         return Some(true);
     }
     // (`?`: a machine that could not tell its name is no machine in particular)
-    let here = host.is_some_and(|h| h != "?" && h == crate::data::read::hostname());
+    let here = host.is_some_and(|h| h != "?" && h == crate::pids::hostname());
     // (a metrics file that cannot be read is not known to be quiet)
     let quiet = || {
         let t = updated(dir);

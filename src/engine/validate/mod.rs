@@ -56,7 +56,7 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
                 "--name {name:?} names nothing: give the run a name, or leave --name out for <data>-<model>"
             ));
         }
-        if name.chars().any(crate::data::read::unprintable)
+        if name.chars().any(crate::text::unprintable)
             || name.chars().count() > crate::config::MAX_NAME_CHARS
         {
             return bad(

@@ -8,9 +8,9 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
 use crate::data::host_memory;
-use crate::data::read::{self, Expect};
 use crate::engine::checkpoint;
 use crate::engine::output::Output;
+use crate::files::read::{self, Expect};
 
 use super::exported::Exported;
 use super::module;
@@ -162,13 +162,13 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     let target = &export_target(out)?;
     let there = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
     let replaced = there(target);
-    crate::data::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
+    crate::files::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
     let mut module_replaced = false;
     let mut stale_module = None;
     match &module {
         Some((py, source)) => {
             module_replaced = there(py);
-            crate::data::write::replace_file(py, source.as_bytes())
+            crate::files::write::replace_file(py, source.as_bytes())
                 .map_err(|e| cannot_write(py, e))?;
         }
         // an earlier export's module beside the file describes other weights: not left there

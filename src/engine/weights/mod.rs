@@ -10,7 +10,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 
 use super::checkpoint;
-use crate::data::read::{self, Expect};
+use crate::files::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
 
 mod export;
@@ -72,7 +72,7 @@ fn renumbered<'a>(
         let (t, _) = theirs.iter().find(|(t, tm)| *tm == m && *t != o)?;
         Some(format!(
             " (the file's `{}` may be this model's `{o}`: a layer list names each layer by its place in the list, counting activations and dropout, and a list of dense layers alone as mlp; give --model the layer list the file was trained with)",
-            read::excerpt(t)
+            crate::text::excerpt(t)
         ))
     })
 }
@@ -184,7 +184,7 @@ pub fn import(
         let ex: Vec<String> = file_names
             .iter()
             .take(3)
-            .map(|n| read::excerpt(n))
+            .map(|n| crate::text::excerpt(n))
             .collect();
         let hint = renumbered(model.tensors.iter().map(|t| t.name.as_str()), &file_names)
             .unwrap_or_default();

@@ -19,7 +19,6 @@ use ratatui::backend::Backend;
 use ratatui::crossterm::event::KeyEvent;
 use ratatui::Terminal;
 
-use crate::engine::events::Ending;
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::observe::Recorder;
 use app::{Action, App, AppEvent, Level};
@@ -200,62 +199,7 @@ pub fn summary_lines(app: &App) -> Vec<String> {
     let Some(s) = &app.summary else {
         return vec![format!("left the UI at step {}", app.next_step() - 1)];
     };
-    let what = if s.failed.is_some() {
-        "failed"
-    } else {
-        match s.ending {
-            Ending::Completed => "finished",
-            Ending::Stopped => "stopped",
-            Ending::Quit => "quit at once",
-        }
-    };
-    // (a resumed run's steps count from its first run's start; its time from the resume)
-    let start = app.info.start_step.min(s.steps);
-    let at = match start {
-        0 => String::new(),
-        _ => format!(" at step {}", s.steps),
-    };
-    let mut line = format!(
-        "{what}{at}: {} in {}",
-        crate::text::counted((s.steps - start) as usize, "step"),
-        crate::front::units::took(s.wall)
-    );
-    if let Some(a) = s.best_val_accuracy {
-        line += &format!(" | best val accuracy {:.2}%", a * 100.0);
-    }
-    if let Some(r) = s.mean_samples_per_sec {
-        line += &format!(" | {} samples/s", crate::front::units::si(r));
-    }
-    if s.grad_spikes > 0 {
-        line += &format!(
-            " | {}",
-            crate::text::counted(s.grad_spikes as usize, "gradient spike")
-        );
-    }
-    // (as the headless summary names them)
-    if s.time_shares.is_some() {
-        let shares = crate::front::units::ranks_time(s.time_shares);
-        line += &format!(" | ranks' time: {shares}");
-    }
-    let mut lines = vec![line];
-    if let Some(p) = &app.info.resumed_from {
-        lines.push(format!(
-            "resumed from {} at step {}",
-            p.display(),
-            app.info.start_step
-        ));
-    }
-    if let Some(f) = s.failed.as_ref().filter(|f| !f.is_empty()) {
-        lines.push(f.clone());
-    }
-    if let Some(p) = &s.last_checkpoint {
-        lines.push(format!("checkpoint: {}", p.display()));
-    }
-    if let Some((p, a)) = &s.best_checkpoint {
-        let best = crate::front::words::best_checkpoint(p, *a);
-        lines.push(format!("best checkpoint: {best}"));
-    }
-    lines
+    s.lines(&app.info)
 }
 
 #[cfg(test)]

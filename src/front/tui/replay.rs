@@ -41,12 +41,14 @@ pub fn apply_record(app: &mut App, rec: Record) {
             t,
             kind,
             rank,
+            step,
             message,
         } => {
             app.apply(AppEvent::Tick(t));
             app.apply(AppEvent::Warned {
                 kind,
                 rank,
+                step,
                 message,
             });
         }

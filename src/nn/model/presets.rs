@@ -26,14 +26,14 @@ pub const NAMES: &str = "resnet20, resnet32, resnet44, resnet56, resnet18, resne
 impl FromStr for Preset {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let shown = crate::data::read::excerpt(s);
+        let shown = crate::text::excerpt(s);
         if let Some(rest) = s.strip_prefix("mobilenetv2") {
             let width = match rest.strip_prefix(':') {
                 None if rest.is_empty() => 1.0,
                 Some(w) => w.parse::<f64>().map_err(|_| {
                     format!(
                         "model `{shown}`: width `{}` is not a number; use e.g. mobilenetv2:0.5",
-                        crate::data::read::excerpt(w)
+                        crate::text::excerpt(w)
                     )
                 })?,
                 None => return Err(format!("unknown model `{shown}`: use {NAMES}")),

@@ -264,7 +264,7 @@ impl ModelSpec {
         // (spaces about it, from a quoted flag or a config file, are no part of it)
         let s = s.trim();
         // a spec in a message: its start, however long it is
-        let shown = crate::data::read::excerpt(s);
+        let shown = crate::text::excerpt(s);
         let Some(rest) = s
             .strip_prefix("mlp:")
             .or_else(|| (s == "mlp").then_some(""))
@@ -293,7 +293,7 @@ impl ModelSpec {
             let h: usize = part.trim().parse().map_err(|_| {
                 format!(
                     "model `{shown}`: hidden width `{}` is not a whole number; use e.g. mlp:128,64",
-                    crate::data::read::excerpt(part)
+                    crate::text::excerpt(part)
                 )
             })?;
             if h == 0 || h > 1 << 16 {

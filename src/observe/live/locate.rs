@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::client::{owner, AttachError};
-use crate::data::read::read_note;
+use crate::files::read::read_note;
 use crate::observe::metrics::reader::FILE_NAME;
 
 use crate::engine::rundir;

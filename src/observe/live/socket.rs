@@ -163,7 +163,7 @@ pub fn client_words(pid: i32, uid: u32) -> String {
     // (the command's name, as the kernel keeps it: at most 15 bytes, the client's to choose)
     let name = std::fs::read(format!("/proc/{pid}/comm")).ok().map(|b| {
         let text = String::from_utf8_lossy(&b).trim_end().to_string();
-        crate::data::read::printable(&text)
+        crate::text::printable(&text)
     });
     let mut who = match (pid, name) {
         (0, _) => "an attached client".to_string(),

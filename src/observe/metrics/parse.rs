@@ -38,6 +38,8 @@ pub enum Record {
         kind: String,
         /// The rank it is about (a straggler's, a degraded device's).
         rank: Option<usize>,
+        /// The step it was said at (a gradient spike's), where recorded.
+        step: Option<u64>,
         message: String,
     },
     Telemetry {
@@ -341,6 +343,7 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
                     rank: field(v, "rank")
                         .and_then(Value::as_u64)
                         .and_then(|r| usize::try_from(r).ok()),
+                    step: field(v, "step").and_then(Value::as_u64),
                     message: m.to_string(),
                 }))
         }

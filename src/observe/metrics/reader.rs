@@ -93,18 +93,18 @@ impl MetricsReader {
         }
         // a FIFO or a device in a metrics file's place is refused, not waited on or read
         // without end (a metrics file may be of any length: it is read a line at a time)
-        let expect = crate::data::read::Expect {
+        let expect = crate::files::read::Expect {
             what: "a metrics file",
             flag: "view/attach",
             max: u64::MAX,
             fix: "",
         };
-        let file = match crate::data::read::open(&path, &expect) {
+        let file = match crate::files::read::open(&path, &expect) {
             Ok((file, _)) => file,
-            Err(crate::data::read::ReadError::Io { path, source }) => {
+            Err(crate::files::read::ReadError::Io { path, source }) => {
                 return Err(ReadError::Io { path, source })
             }
-            Err(crate::data::read::ReadError::Refused { path, problem }) => {
+            Err(crate::files::read::ReadError::Refused { path, problem }) => {
                 return Err(ReadError::File {
                     path,
                     what: problem,

@@ -49,7 +49,7 @@ pub fn preflight(dir: &Path) -> Result<(), String> {
                     at.display()
                 ));
             }
-            return match crate::data::write::can_write_in(at) {
+            return match crate::files::write::can_write_in(at) {
                 Ok(()) => Ok(()),
                 Err(e) => Err(format!(
                     "--tensorboard {}: cannot make a file in {} ({e}); {fix}",

@@ -18,7 +18,7 @@ const HEADER: usize = 8 + 8 + 4;
 /// Where compiled kernels are kept, unless `MGTOP_KERNEL_CACHE=off`.
 pub(super) fn dir() -> Option<PathBuf> {
     let off = std::env::var(VAR).is_ok_and(|v| v == "off" || v == "0");
-    (!off).then(|| crate::data::write::cache_dir("kernels"))
+    (!off).then(|| crate::files::write::cache_dir("kernels"))
 }
 
 const VAR: &str = "MGTOP_KERNEL_CACHE";
@@ -75,7 +75,7 @@ pub(super) fn store(dir: &Path, key: &str, target: Target, bytes: &[u8]) {
     file.extend_from_slice(&crc32c::crc32c(bytes).to_le_bytes());
     file.extend_from_slice(bytes);
     if std::fs::create_dir_all(dir).is_ok() {
-        let _ = crate::data::write::replace_file(&path(dir, key, target), &file);
+        let _ = crate::files::write::replace_file(&path(dir, key, target), &file);
     }
 }
 

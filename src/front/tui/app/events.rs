@@ -74,17 +74,29 @@ impl App {
     }
 
     pub(super) fn on_warning(&mut self, w: Warning, at: Duration) {
-        self.on_recorded_warning(w.kind(), w.rank(), w.to_string());
+        let step = match w {
+            Warning::GradSpike { step, .. } => Some(step),
+            _ => None,
+        };
+        self.on_recorded_warning(w.kind(), w.rank(), step, w.to_string());
         self.new_warnings.push((w, at));
     }
 
     /// A warning in its recorded form (a metrics file's, a live socket's, or this detector's):
     /// its device marked or cleared, its words in the events.
-    pub(super) fn on_recorded_warning(&mut self, kind: &str, rank: Option<usize>, text: String) {
+    pub(super) fn on_recorded_warning(
+        &mut self,
+        kind: &str,
+        rank: Option<usize>,
+        step: Option<u64>,
+        text: String,
+    ) {
         if let Some(d) = rank.and_then(|r| self.devices.get_mut(r)) {
             d.flag(kind, text.clone());
         }
-        self.grad_spikes += u64::from(kind == "grad_spike");
+        if kind == "grad_spike" {
+            self.grad_spikes.add(step);
+        }
         // the run's own limits stay in the header while they last
         let limit =
             (Limit::ALL.into_iter()).find(|l| kind.trim_end_matches("_cleared") == l.kind());
@@ -259,20 +271,15 @@ impl App {
 impl App {
     /// The run's end in a few figures, from what this screen added up.
     pub(super) fn summarize(&self, steps: u64, ending: Ending) -> Summary {
-        let t = &self.totals;
         let failed = self.log.iter().find(|l| l.level == Level::Error);
         Summary {
-            steps,
-            ending,
             failed: (self.state == RunState::Failed)
                 .then(|| failed.map(|l| l.text.clone()).unwrap_or_default()),
             best_val_accuracy: self.val_accuracy().1,
-            wall: self.now,
-            mean_samples_per_sec: (t.train_s > 0.0).then(|| t.samples as f64 / t.train_s),
-            time_shares: t.shares(),
             last_checkpoint: self.last_checkpoint.clone(),
             best_checkpoint: self.best_checkpoint.clone(),
-            grad_spikes: self.grad_spikes,
+            grad_spikes: self.grad_spikes.clone(),
+            ..Summary::of(steps, ending, self.now, &self.totals)
         }
     }
 }

@@ -20,6 +20,8 @@ use crate::engine::control::Control;
 use crate::engine::events::{Ending, Event, StepStats};
 use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
+use crate::front::summary::Spikes;
+pub use crate::front::summary::Summary;
 use crate::observe::history::History;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow, Totals};
@@ -78,10 +80,11 @@ pub enum AppEvent {
     /// Something to tell the user that is not an engine event (e.g. metrics file failure).
     Notice(Level, String),
     /// A detector's warning as a metrics file or a live socket recorded it: its `kind` (a
-    /// clearing's ends in `_cleared`), the rank it is about, its words.
+    /// clearing's ends in `_cleared`), the rank it is about, its step where recorded, its words.
     Warned {
         kind: String,
         rank: Option<usize>,
+        step: Option<u64>,
         message: String,
     },
     /// The theme `t` switched to, by name.
@@ -126,26 +129,6 @@ pub struct ValPoint {
     pub epoch_end: bool,
     pub loss: f32,
     pub accuracy: f32,
-}
-
-/// Shown when the run has ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
-    pub steps: u64,
-    pub ending: Ending,
-    pub failed: Option<String>,
-    pub best_val_accuracy: Option<f32>,
-    pub wall: Duration,
-    /// Samples per second of training time (pauses excluded).
-    pub mean_samples_per_sec: Option<f64>,
-    /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
-    /// all-reduce, waiting for other ranks, host transfers, other).
-    pub time_shares: Option<crate::observe::monitor::Shares>,
-    pub last_checkpoint: Option<PathBuf>,
-    /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
-    pub best_checkpoint: Option<(PathBuf, f32)>,
-    /// Gradient spikes said during the run.
-    pub grad_spikes: u64,
 }
 
 /// The events view's pages as it last drew them, in entries (an entry wraps to as many lines
@@ -209,7 +192,7 @@ pub struct App {
     pub grad_norm: History,
     pub clipped: (u64, u64),
     /// Gradient spikes said (`Warning::GradSpike`, by the kind its record names).
-    pub grad_spikes: u64,
+    pub grad_spikes: Spikes,
     /// The smoothed train loss, and the step it is of.
     ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
@@ -274,7 +257,7 @@ impl App {
             loss_smooth: History::new(HISTORY_POINTS),
             grad_norm: History::peaks(HISTORY_POINTS),
             clipped: (0, 0),
-            grad_spikes: 0,
+            grad_spikes: Spikes::default(),
             ema: None,
             epochs: Vec::new(),
             validations: Vec::new(),
@@ -398,8 +381,9 @@ impl App {
             AppEvent::Warned {
                 kind,
                 rank,
+                step,
                 message,
-            } => self.on_recorded_warning(&kind, rank, message),
+            } => self.on_recorded_warning(&kind, rank, step, message),
             AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
             AppEvent::Flash(text) => self.flash = Some(text),
             AppEvent::Refused(control, why) => {

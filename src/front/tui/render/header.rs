@@ -88,7 +88,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let line1 = Line::from(vec![
         // (a file's or a socket's name: shown, never obeyed)
         Span::styled(
-            format!(" {} ", crate::data::read::printable(&info.name)),
+            format!(" {} ", crate::text::printable(&info.name)),
             theme.title(),
         ),
         state_span(app, theme),

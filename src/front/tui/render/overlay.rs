@@ -206,10 +206,10 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     fields.push(("step time", step_time(s)));
-    if s.grad_spikes > 0 {
+    if s.grad_spikes.count > 0 {
         fields.push((
             "gradient spikes",
-            format!("{} (said in the events)", s.grad_spikes),
+            format!("{} (said in the events)", s.grad_spikes.count),
         ));
     }
     if let Some(p) = &s.last_checkpoint {

@@ -5,7 +5,8 @@ use std::path::Path;
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
-use crate::data::read::{self, excerpt, Expect, ReadError};
+use crate::files::read::{self, Expect, ReadError};
+use crate::text::excerpt;
 
 /// The embedded themes, in the order `t` cycles through them.
 const EMBEDDED: [(&str, &str); 3] = [
@@ -120,10 +121,11 @@ impl Theme {
             source_name: source_name.to_string(),
             message,
         };
-        let f: ThemeFile = toml::from_str(text).map_err(|e| match read::toml_error(text, &e) {
-            (Some(line), msg) => err(format!("line {line}: {msg}")),
-            (None, msg) => err(msg),
-        })?;
+        let f: ThemeFile =
+            toml::from_str(text).map_err(|e| match crate::text::toml_error(text, &e) {
+                (Some(line), msg) => err(format!("line {line}: {msg}")),
+                (None, msg) => err(msg),
+            })?;
         // a key's problem, with the line that sets it
         let at = |key: &str, message: String| match key_line(text, key) {
             Some(n) => err(format!("line {n}: {message}")),

@@ -186,7 +186,7 @@ impl MetricsWriter {
                 Ok(t) => t.parent().unwrap_or(Path::new(".")),
                 Err(_) => parent,
             };
-            crate::data::write::can_write_in(folder).map_err(|e| err(e, WRITABLE))?;
+            crate::files::write::can_write_in(folder).map_err(|e| err(e, WRITABLE))?;
             // (a link to no file yet: made as the run starts)
             if target.is_ok() {
                 return Ok(Claim::unheld(path));

@@ -1,0 +1,215 @@
+//! A run's end in a few figures, one way for every frontend: the log's `summary:` line, the
+//! lines the screen leaves when it closes, and the figures of its summary panel.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::engine::events::Ending;
+use crate::engine::RunInfo;
+use crate::front::units::{ranks_time, si, took};
+use crate::observe::monitor::{Shares, Totals};
+
+/// Shown when the run has ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub steps: u64,
+    pub ending: Ending,
+    pub failed: Option<String>,
+    pub best_val_accuracy: Option<f32>,
+    pub wall: Duration,
+    /// Samples per second of training time (pauses excluded).
+    pub mean_samples_per_sec: Option<f64>,
+    /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
+    /// all-reduce, waiting for other ranks, host transfers, other).
+    pub time_shares: Option<Shares>,
+    pub last_checkpoint: Option<PathBuf>,
+    /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
+    pub best_checkpoint: Option<(PathBuf, f32)>,
+    /// Gradient spikes said during the run.
+    pub grad_spikes: Spikes,
+}
+
+/// Gradient spikes said during a run: how many, the steps of the first few, the newest's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Spikes {
+    pub count: u64,
+    /// The steps of the first `SPIKE_STEPS`, and the newest's.
+    first: Vec<u64>,
+    last: u64,
+    /// One came without its step (a file from before warnings recorded it): none are named.
+    unknown: bool,
+}
+
+/// The most spikes whose steps the summary lists.
+const SPIKE_STEPS: usize = 5;
+
+impl Spikes {
+    pub fn add(&mut self, step: Option<u64>) {
+        self.count += 1;
+        match step {
+            Some(s) if self.first.len() < SPIKE_STEPS => self.first.push(s),
+            _ => {}
+        }
+        self.last = step.unwrap_or(self.last);
+        self.unknown |= step.is_none();
+    }
+
+    /// `a gradient spike at step 22`, `gradient spikes at steps 22, 80 and 138`, `7 gradient
+    /// spikes, at steps 22 to 900`; `None` for none.
+    pub fn text(&self) -> Option<String> {
+        let counted = || crate::text::counted(self.count as usize, "gradient spike");
+        let n = self.count as usize;
+        let last = self.last;
+        Some(match (n, self.first.as_slice()) {
+            (0, _) => return None,
+            _ if self.unknown => counted(),
+            (1, [s]) => format!("a gradient spike at step {s}"),
+            (_, first) if first.len() == n => format!(
+                "gradient spikes at steps {} and {last}",
+                (first[..n - 1].iter().map(u64::to_string))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (_, [first, ..]) => format!("{}, at steps {first} to {last}", counted()),
+            _ => counted(),
+        })
+    }
+}
+
+impl Summary {
+    /// The summary of a run that ended at step `steps` after `wall`, from its totals.
+    pub fn of(steps: u64, ending: Ending, wall: Duration, totals: &Totals) -> Summary {
+        Summary {
+            steps,
+            ending,
+            failed: None,
+            best_val_accuracy: None,
+            wall,
+            mean_samples_per_sec: (totals.train_s > 0.0)
+                .then(|| totals.samples as f64 / totals.train_s),
+            time_shares: totals.shares(),
+            last_checkpoint: None,
+            best_checkpoint: None,
+            grad_spikes: Spikes::default(),
+        }
+    }
+
+    /// How the run ended, in a word.
+    pub fn word(&self) -> &'static str {
+        match (&self.failed, self.ending) {
+            (Some(_), _) => "failed",
+            (None, Ending::Completed) => "finished",
+            (None, Ending::Stopped) => "stopped",
+            (None, Ending::Quit) => "quit at once",
+        }
+    }
+
+    /// `115 steps in 0.02 s | best val accuracy 92.48% | 587k samples/s of training (1.93x one
+    /// device, 96% efficiency) | a gradient spike at step 40 | ranks' time: compute 45%, ...`
+    /// (a resumed run's steps: those since its resume).
+    pub fn figures(&self, info: &RunInfo) -> String {
+        let start = info.start_step.min(self.steps);
+        let mut line = format!(
+            "{} in {}",
+            crate::text::counted((self.steps - start) as usize, "step"),
+            took(self.wall)
+        );
+        if let Some(a) = self.best_val_accuracy {
+            line += &format!(" | best val accuracy {:.2}%", a * 100.0);
+        }
+        if let Some(r) = self.mean_samples_per_sec {
+            let scaling = super::words::scaling_note(Some(r), info.baseline, info.ranks());
+            line += &format!(" | {} samples/s of training{scaling}", si(r));
+        }
+        if let Some(s) = self.grad_spikes.text() {
+            line += &format!(" | {s}");
+        }
+        if self.time_shares.is_some() {
+            line += &format!(" | ranks' time: {}", ranks_time(self.time_shares));
+        }
+        line
+    }
+
+    /// What stays on the normal screen once the UI has closed: how the run ended with its
+    /// figures, where it resumed from, its failure, its checkpoints.
+    pub fn lines(&self, info: &RunInfo) -> Vec<String> {
+        // (a resumed run's steps count from its first run's start)
+        let at = match info.start_step.min(self.steps) {
+            0 => String::new(),
+            _ => format!(" at step {}", self.steps),
+        };
+        let mut lines = vec![format!("{}{at}: {}", self.word(), self.figures(info))];
+        if let Some(p) = &info.resumed_from {
+            lines.push(format!(
+                "resumed from {} at step {}",
+                p.display(),
+                info.start_step
+            ));
+        }
+        if let Some(f) = self.failed.as_ref().filter(|f| !f.is_empty()) {
+            lines.push(f.clone());
+        }
+        if let Some(p) = &self.last_checkpoint {
+            lines.push(format!("checkpoint: {}", p.display()));
+        }
+        if let Some((p, a)) = &self.best_checkpoint {
+            let best = crate::front::words::best_checkpoint(p, *a);
+            lines.push(format!("best checkpoint: {best}"));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spikes_are_named_by_their_steps_while_few_and_known() {
+        let said = |steps: &[Option<u64>]| {
+            let mut s = Spikes::default();
+            steps.iter().for_each(|&x| s.add(x));
+            s.text()
+        };
+        assert_eq!(said(&[]), None);
+        assert_eq!(said(&[Some(22)]).unwrap(), "a gradient spike at step 22");
+        assert_eq!(
+            said(&[Some(22), Some(80), Some(138)]).unwrap(),
+            "gradient spikes at steps 22, 80 and 138"
+        );
+        let many: Vec<_> = (1..=7).map(|i| Some(i * 100)).collect();
+        assert_eq!(
+            said(&many).unwrap(),
+            "7 gradient spikes, at steps 100 to 700"
+        );
+        // (a file from before warnings recorded their step)
+        assert_eq!(said(&[None, None]).unwrap(), "2 gradient spikes");
+        assert_eq!(said(&[None]).unwrap(), "1 gradient spike");
+        assert_eq!(said(&[Some(3), None]).unwrap(), "2 gradient spikes");
+    }
+
+    #[test]
+    fn the_ranks_time_is_said_whole_with_what_its_parts_leave() {
+        let t = |compute_s, comm_s| Totals {
+            rank_s: 10.0,
+            compute_s,
+            data_s: 0.5,
+            comm_s,
+            wait_s: 0.2,
+            ..Totals::default()
+        };
+        assert_eq!(
+            ranks_time(t(6.9, 0.7).shares()),
+            "compute 69%, data 5%, comm 7%, wait 2%, other 17%"
+        );
+        // a percent left is said; what is less than one is not a part (the parts add to 100)
+        assert_eq!(
+            ranks_time(t(8.6, 0.6).shares()),
+            "compute 86%, data 5%, comm 6%, wait 2%, other 1%"
+        );
+        assert_eq!(
+            ranks_time(t(8.66, 0.6).shares()),
+            "compute 87%, data 5%, comm 6%, wait 2%"
+        );
+    }
+}
