@@ -400,16 +400,30 @@ pub fn end_status(path: &Path) -> Option<String> {
 /// The `end` record the metrics file at `path` ends with, as written (read from its last
 /// 64 KiB); None where it ends with another record or is unread.
 pub fn end_record(path: &Path) -> Option<Vec<u8>> {
+    let (last, v) = tail_records(path).pop()?;
+    (v.get("type")?.as_str() == Some("end")).then_some(last)
+}
+
+/// The records in the last 64 KiB of the metrics file at `path` that parse, oldest first,
+/// each as written and parsed (none where it is unread): where a run ended, where a file cut
+/// short on a full disk stops.
+pub fn tail_records(path: &Path) -> Vec<(Vec<u8>, serde_json::Value)> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = fs::File::open(path).ok()?;
-    let len = f.metadata().map_or(0, |m| m.len());
+    const TAIL: u64 = 1 << 16;
+    let Ok(mut f) = fs::File::open(path) else {
+        return Vec::new();
+    };
+    let from = f.metadata().map_or(0, |m| m.len()).saturating_sub(TAIL);
     let mut tail = Vec::new();
-    f.seek(SeekFrom::Start(len.saturating_sub(1 << 16)))
-        .and_then(|_| f.take(1 << 16).read_to_end(&mut tail))
-        .ok()?;
-    let last = tail.trim_ascii_end().rsplit(|&b| b == b'\n').next()?;
-    let v = serde_json::from_slice::<serde_json::Value>(last).ok()?;
-    (v.get("type")?.as_str() == Some("end")).then(|| last.to_vec())
+    let read = (f.seek(SeekFrom::Start(from))).and_then(|_| f.take(TAIL).read_to_end(&mut tail));
+    if read.is_err() {
+        return Vec::new();
+    }
+    // (the first line read from within the file is the end of a record, not one)
+    let whole = (tail.trim_ascii_end().split(|&b| b == b'\n')).skip(usize::from(from > 0));
+    whole
+        .filter_map(|l| Some((l.to_vec(), serde_json::from_slice(l).ok()?)))
+        .collect()
 }
 
 /// Whether `dir` is a run's directory.

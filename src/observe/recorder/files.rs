@@ -201,14 +201,7 @@ impl Files {
 /// The newest step the last records of `w`'s file name (those up to which a lost file is
 /// whole; an event may follow a later step's record).
 fn last_step(w: &MetricsWriter) -> Option<u64> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(w.path()).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(1 << 16))).ok()?;
-    let mut tail = Vec::new();
-    f.read_to_end(&mut tail).ok()?;
-    (String::from_utf8_lossy(&tail).lines())
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("step").and_then(serde_json::Value::as_u64))
+    (crate::engine::rundir::tail_records(w.path()).iter())
+        .filter_map(|(_, v)| v.get("step")?.as_u64())
         .max()
 }
