@@ -424,7 +424,7 @@ fn plain(_: &mut Model, kind: OptimizerKind) -> Optimizer {
 /// each step, and the parameters and running statistics after, must agree; frozen parameters
 /// stay as they were; and the GPU's state survives export/import.
 fn gpu_trains_like_the_cpu(
-    input: mgtop::nn::layers::Shape,
+    input: mgtop::nn::shape::Shape,
     spec: &str,
     classes: usize,
     recipe: &Recipe,
@@ -519,7 +519,7 @@ fn cuda_conv_replica_trains_like_the_cpu_replica() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 2, h: 9, w: 8 };
+    let input = mgtop::nn::shape::Shape::Image { c: 2, h: 9, w: 8 };
     gpu_trains_like_the_cpu(input, "conv6k3p1,pool2,conv8k3s2,dense12", 5, &plain);
 }
 
@@ -532,7 +532,7 @@ fn cuda_residual_bn_replica_trains_like_the_cpu_replica() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 12, w: 12 };
     let spec = "conv4k3p1,bn,basic4,basic6s2,inverted6t2,dwconv3p1,bn,relu6,pool3s2p1,avgpool2,gap";
     gpu_trains_like_the_cpu(input, spec, 5, &plain);
 }
@@ -544,7 +544,7 @@ fn cuda_eval_logits_match_the_cpu() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 12, w: 12 };
     let spec = "conv4k3p1,bn,basic4,basic6s2,gap".parse().unwrap();
     let model = Model::new(input, &spec, 7).unwrap();
     let mut state = TrainState::initial(&model, OptimizerKind::Adam, 3);
@@ -596,7 +596,7 @@ fn cuda_recipe_options_train_like_the_cpu_replica() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 12, w: 12 };
     let spec = "conv4k3p1,bn,basic4,basic6s2,gap";
     gpu_trains_like_the_cpu(input, spec, 5, &|model, kind| {
         let stem: Vec<usize> = (0..model.tensors.len())
@@ -621,7 +621,7 @@ fn cuda_sync_batch_norm_over_two_replicas_equals_one_with_the_whole_batch() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 8, w: 8 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 8, w: 8 };
     let spec = "conv4k3p1,bn,basic4,inverted6t2,gap".parse().unwrap();
     let model = Model::new(input, &spec, 5).unwrap();
     let (x, y, halves) = image_batch(&model, 7, 41);
@@ -691,7 +691,7 @@ fn cuda_dropout_masks_in_training_only() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 2, h: 6, w: 6 };
+    let input = mgtop::nn::shape::Shape::Image { c: 2, h: 6, w: 6 };
     let spec = "conv6k3,dropout0.5,dense16,dropout0.3".parse().unwrap();
     let model = Model::new(input, &spec, 4).unwrap();
     let (x, y, micro) = image_batch(&model, 7, 51);
@@ -762,7 +762,7 @@ fn cuda_graphs_train_as_launch_by_launch() {
     if !gpu_present() {
         return;
     }
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 8, w: 8 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 8, w: 8 };
     let spec = "conv8k3,bn,basic8,dropout0.3,dense16".parse().unwrap();
     let model = Model::new(input, &spec, 5).unwrap();
     let kind = OptimizerKind::Momentum;
@@ -812,7 +812,7 @@ fn cuda_graphs_train_as_launch_by_launch() {
 #[test]
 fn cuda_bf16_training_tracks_fp32() {
     use mgtop::backend::cuda::elem::bf16;
-    let input = mgtop::nn::layers::Shape::Image { c: 3, h: 12, w: 12 };
+    let input = mgtop::nn::shape::Shape::Image { c: 3, h: 12, w: 12 };
     let spec = "conv8k3p1,bn,pool3s2p1,basic8,inverted16t2s2,dwconv3p1,bn,relu6,avgpool2,gap,dropout0.1,dense16";
     let model = Model::new(input, &spec.parse().unwrap(), 5).unwrap();
     if !gpu_present() {

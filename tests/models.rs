@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use mgtop::nn::layers::Shape;
 use mgtop::nn::model::{Model, Op, TensorInfo, Workspace};
+use mgtop::nn::shape::Shape;
 use safetensors::SafeTensors;
 
 struct Fixture {

@@ -15,9 +15,9 @@ use mgtop::engine::events::{Applied, Event};
 use mgtop::engine::loader::{Cursor, RankLoader, Sharding};
 use mgtop::engine::strategy::Strategy;
 use mgtop::engine::{Engine, RunResult};
-use mgtop::nn::layers::Shape;
 use mgtop::nn::model::{Model, ModelSpec};
 use mgtop::nn::optim::{OptState, OptimizerKind};
+use mgtop::nn::shape::Shape;
 
 fn small(ranks: usize, steps: u64, n: usize, ckpt: &Path) -> RunConfig {
     RunConfig {

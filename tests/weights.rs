@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::engine::weights::{export, import};
 use mgtop::engine::Engine;
-use mgtop::nn::layers::Shape;
 use mgtop::nn::model::{Model, Op, Workspace};
+use mgtop::nn::shape::Shape;
 use safetensors::SafeTensors;
 
 fn fixture(name: &str) -> PathBuf {

@@ -282,7 +282,9 @@ impl Replica for CpuReplica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::layers::Shape;
+    use crate::comm::LocalCollective;
+    use crate::nn::model::cpu::bf16_emulation;
+    use crate::nn::shape::Shape;
     use std::time::Duration;
 
     /// One rank alone, keeping the length of every buffer it is asked to sum.
@@ -424,5 +426,31 @@ mod tests {
         assert_eq!(reported[1], norms[0]);
         assert!(reported[2] > 0.0);
         assert_eq!(late.params.len(), n);
+    }
+
+    /// The bf16 emulation's harness without rounding steps as the CPU replica does, bit for
+    /// bit: it is the one the CPU trains with.
+    #[test]
+    fn the_bf16_emulation_unrounded_steps_as_the_cpu_replica_does() {
+        let (m, x, y) = bf16_emulation::tests::setup();
+        let state = TrainState::initial(&m, OptimizerKind::Sgd, 3);
+        let split = [0..2, 2..5];
+        let d = m.dims[0];
+        let micro: Vec<MicroBatch> = (split.iter())
+            .map(|r| MicroBatch::of_rows(&x, &y, d, r.clone()))
+            .collect();
+        let opt = Optimizer::new(OptimizerKind::Sgd, 0.0);
+        let mut cpu = CpuReplica::with(m.clone(), opt, state.clone());
+        let mut coll = LocalCollective::group(1).pop().unwrap();
+        for _ in 0..2 {
+            cpu.compute_grads(&micro, None);
+            cpu.all_reduce_grads(&mut coll).unwrap();
+            cpu.apply_update(0.05);
+        }
+        let want = cpu.export();
+        let start = (&state.params[..], &state.buffers[..]);
+        let (p, b) = bf16_emulation::sgd_steps(&m, start, (&x, &y), &split, (0.05, 2), false);
+        assert_eq!(p, want.params);
+        assert_eq!(b, want.buffers);
     }
 }

@@ -1,7 +1,7 @@
 //! A labelled dataset and the micro-batches cut from it: samples held ready as rows, or made
 //! from a picture set when gathered; the seeded train/validation split.
 
-use super::imageset::{ImageSet, Pictures};
+use super::picture_set::{ImageSet, Pictures};
 use crate::nn::rng::{tag, Rng};
 
 /// One micro-batch: x[n, features] and labels[n], and the samples' rows in the training set.
@@ -44,6 +44,15 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// What a model takes of one sample: the image, else a flat vector.
+    pub fn input_shape(&self) -> crate::nn::shape::Shape {
+        use crate::nn::shape::Shape;
+        match self.image {
+            Some([c, h, w]) => Shape::Image { c, h, w },
+            None => Shape::Flat(self.features),
+        }
+    }
+
     /// The features of samples `idx` (epoch `epoch`'s augmentation for a training picture
     /// set) into `out`, its old contents replaced. A picture set writes over the buffer in
     /// place, so one reused from an earlier batch is neither cleared nor zeroed first.

@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::image_sets::{folder_halves, normalisation, spec_err, stored_side};
-use super::images::shape_text;
-use super::imageset::{ImageSet, Pictures};
+use super::image_shape::shape_text;
+use super::picture_set::{ImageSet, Pictures};
+use super::picture_specs::{folder_halves, normalisation, spec_err, stored_side};
 use super::transform::Look;
 use super::{cifar, folder, table, Affine, DataError, DataOptions, DataSpec, Dataset};
 
@@ -41,7 +41,7 @@ pub struct HeldOut {
 
 /// `spec`'s samples made as `r` says.
 pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
-    let pictures = super::image_sets::is_picture_spec;
+    let pictures = super::picture_specs::is_picture_spec;
     match (pictures(r.run_data), pictures(spec)) {
         (true, true) => load_pictures(spec, r),
         (false, false) => load_table(spec, r),

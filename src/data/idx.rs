@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use super::host_memory;
-use super::images::{hwc_to_chw, idx_images, ImageLayout};
+use super::image_shape::{hwc_to_chw, idx_images, ImageLayout};
 use super::{finish, DataError, Dataset, Normalisation};
 use crate::files::read::{self, Expect};
 

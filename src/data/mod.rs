@@ -13,10 +13,10 @@ mod header;
 pub mod held_out;
 pub mod host_memory;
 mod idx;
-mod image_sets;
-mod images;
-mod imageset;
+mod image_shape;
 mod picture;
+mod picture_set;
+mod picture_specs;
 mod spec;
 mod synthetic;
 mod synthetic_images;
@@ -28,8 +28,8 @@ use std::path::PathBuf;
 pub use csv::LabelColumn;
 use dataset::finish;
 pub use dataset::{Dataset, MicroBatch};
-pub use images::{parse_shape, shape_text, shape_values, ImageLayout};
-pub use imageset::{ImageSet, Pictures};
+pub use image_shape::{parse_shape, shape_text, shape_values, ImageLayout};
+pub use picture_set::{ImageSet, Pictures};
 pub use spec::DataSpec;
 pub use table::Normalisation;
 pub use transform::{Augment, NormSpec};
@@ -185,8 +185,8 @@ pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData
             msg: "--download fetches CIFAR-10 and CIFAR-100 (--data cifar10:DIR or cifar100:DIR); other data is read from where it is".into(),
         });
     }
-    if image_sets::is_picture_spec(spec) {
-        return image_sets::load(spec, opts, seed);
+    if picture_specs::is_picture_spec(spec) {
+        return picture_specs::load(spec, opts, seed);
     }
     table::load(spec, opts, seed)
 }

@@ -5,7 +5,7 @@
 //! (i mod K, shuffled). Values lie around [0, 1] and are used as given.
 
 use super::host_memory;
-use super::images::MAX_IMAGE_VALUES;
+use super::image_shape::MAX_IMAGE_VALUES;
 use super::Dataset;
 use crate::nn::rng::{tag, Rng};
 

@@ -212,7 +212,7 @@ mod tests {
         let cfg = RunConfig::default();
         let spec: crate::nn::model::ModelSpec = "conv4k200p200".parse().unwrap();
         let model = spec
-            .build(crate::nn::layers::Shape::Image { c: 1, h: 8, w: 8 }, 10)
+            .build(crate::nn::shape::Shape::Image { c: 1, h: 8, w: 8 }, 10)
             .unwrap();
         let e = estimate(&cfg, &cpus(1), &model);
         // 16 groups of 4 channels' columns over 209x209 outputs... about 104 GiB
@@ -222,7 +222,7 @@ mod tests {
         // and the small one of a 3x3 layer is counted, but small
         let spec: crate::nn::model::ModelSpec = "conv8k3p1".parse().unwrap();
         let model = spec
-            .build(crate::nn::layers::Shape::Image { c: 1, h: 8, w: 8 }, 10)
+            .build(crate::nn::shape::Shape::Image { c: 1, h: 8, w: 8 }, 10)
             .unwrap();
         let e = estimate(&cfg, &cpus(2), &model);
         assert!(

@@ -17,8 +17,8 @@
 
 use cudarc::cudnn::sys::cudnnTensorFormat_t;
 
-use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Op, LARGE_SIDE};
+use crate::nn::shape::Shape;
 
 /// What a run asks for: a layout (None: auto, the model decides), and the note of an unknown
 /// `MGTOP_GPU_LAYOUT`.

@@ -6,7 +6,6 @@ use crate::config::RunConfig;
 use crate::data::{self, Dataset};
 use crate::engine::strategy::Strategy;
 use crate::engine::EngineError;
-use crate::nn::layers::Shape;
 use crate::nn::model::Model;
 
 /// `--strategies mirrored,central-storage,local-sgd:8,moments` (a `moments` item belongs to
@@ -104,11 +103,7 @@ impl Held {
         if v.is_empty() {
             return None;
         }
-        let input = match v.image {
-            Some([c, h, w]) => Shape::Image { c, h, w },
-            None => Shape::Flat(v.features),
-        };
-        let model = Model::new(input, &base.model, v.classes).ok()?;
+        let model = Model::new(v.input_shape(), &base.model, v.classes).ok()?;
         let mut replica = CpuReplica::new(model, base.optimizer, 0.0, state.clone());
         let (_, correct) = replica.evaluate(&v.x, &v.y, v.len());
         Some(correct as f32 / v.len() as f32)

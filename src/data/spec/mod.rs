@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use super::cifar::Kind as CifarKind;
-use super::images::{parse_shape, shape_text, ImageLayout};
+use super::image_shape::{parse_shape, shape_text, ImageLayout};
 use super::synthetic_images;
 use super::LabelColumn;
 

@@ -1,7 +1,7 @@
 //! The sets that hold their samples ready (the embedded digits, CSV, IDX, synthetic): read,
 //! given a validation set, and normalised (`Normalisation`).
 
-use super::images::{shape_text, shape_values};
+use super::image_shape::{shape_text, shape_values};
 use super::{csv, idx, synthetic, synthetic_images, DataError, DataOptions, DataSpec, Dataset};
 use super::{Augment, LabelColumn, LoadedData, NormSpec, DEFAULT_VAL_FRACTION};
 

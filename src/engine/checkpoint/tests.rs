@@ -17,7 +17,7 @@ fn write(
 fn sample() -> (Model, TrainState, CheckpointMeta) {
     // batch norm: running statistics ride along
     let spec = "dense3,bn".parse().unwrap();
-    let model = Model::new(crate::nn::layers::Shape::Flat(4), &spec, 2).unwrap();
+    let model = Model::new(crate::nn::shape::Shape::Flat(4), &spec, 2).unwrap();
     let params = model.init_params(1);
     let mut opt = OptState::new(OptimizerKind::Adam, model.n_params);
     opt.t = 7;
@@ -122,7 +122,7 @@ fn rejects_other_shapes_optimizers_and_damaged_files() {
     );
     // of the same inputs and classes, other tensors: another model, not a damaged file
     let spec = "dense3,relu,bn".parse().unwrap();
-    let other = Model::new(crate::nn::layers::Shape::Flat(4), &spec, 2).unwrap();
+    let other = Model::new(crate::nn::shape::Shape::Flat(4), &spec, 2).unwrap();
     let e = read(&p, &other, "adam").unwrap_err().to_string();
     assert!(
         e.contains("written for another model: it has no tensor"),

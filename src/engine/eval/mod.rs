@@ -15,8 +15,8 @@ use crate::data::{self, held_out, DataSpec, Dataset};
 use crate::engine::checkpoint::{self, CheckpointError, CheckpointMeta};
 use crate::engine::resume::TrainSplit;
 use crate::engine::EngineError;
-use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Workspace};
+use crate::nn::shape::Shape;
 
 mod gpu;
 mod tally;

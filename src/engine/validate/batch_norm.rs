@@ -4,8 +4,8 @@
 use super::EngineError;
 use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
-use crate::nn::layers::Shape;
 use crate::nn::model::{Model, Op};
+use crate::nn::shape::Shape;
 
 /// A batch norm whose statistics a batch of one per replica would make of one value per
 /// channel (over a flat vector or 1x1 pictures, on one rank or without `--sync-bn` over

@@ -19,9 +19,9 @@ pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
 use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
-use crate::nn::layers::Shape;
 use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
+use crate::nn::shape::Shape;
 use crate::text::number;
 
 pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
@@ -186,11 +186,7 @@ pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<
 }
 
 pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
-    let input = match train.image {
-        Some([c, h, w]) => Shape::Image { c, h, w },
-        None => Shape::Flat(train.features),
-    };
-    let mut model = Model::new(input, &cfg.model, train.classes).map_err(|e| {
+    let mut model = Model::new(train.input_shape(), &cfg.model, train.classes).map_err(|e| {
         use crate::data::DataSpec;
         // flat data a picture model cannot take: how the data's format says it holds pictures
         let pictures = match &cfg.data {

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::engine::checkpoint::CheckpointMeta;
-use crate::nn::layers::Shape;
 use crate::nn::model::{pytorch, Model, ModelSpec};
+use crate::nn::shape::Shape;
 
 /// Where the module of the export `out` goes: `model.safetensors` beside `model.py`.
 pub fn path_for(out: &Path) -> PathBuf {

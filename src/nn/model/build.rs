@@ -2,7 +2,7 @@
 //! parameters and buffers laid out in order in their flat buffers under PyTorch's names.
 
 use crate::nn::grouped::ConvGeom;
-use crate::nn::layers::Shape;
+use crate::nn::shape::Shape;
 use crate::nn::window::out_size;
 
 use super::op::{Act, Node, Op, ValueId};

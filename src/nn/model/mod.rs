@@ -23,8 +23,8 @@ pub use spec::ModelSpec;
 
 use std::ops::Range;
 
-use crate::nn::layers::Shape;
 use crate::nn::rng::{tag, Rng};
+use crate::nn::shape::Shape;
 
 /// Rows evaluated at a time, at most (`Model::eval_rows`).
 pub const EVAL_ROWS: usize = 512;

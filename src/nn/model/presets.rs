@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::nn::layers::Shape;
+use crate::nn::shape::Shape;
 
 use super::build::{Builder, WeightInit};
 use super::op::{Act, ValueId};

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::op::{Act, Op};
 use super::Model;
-use crate::nn::layers::Shape;
+use crate::nn::shape::Shape;
 
 /// The first line of every module written: `export` replaces a file that starts with it, and
 /// no other.

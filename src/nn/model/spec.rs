@@ -4,7 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::nn::layers::{looks_like_layers, Layer, LayerSpec, Shape, SpecError};
+use crate::nn::layer_language::{looks_like_layers, Layer, LayerSpec, SpecError};
+use crate::nn::shape::Shape;
 
 use super::build::{Builder, WeightInit};
 use super::op::{Act, ValueId};

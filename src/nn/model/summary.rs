@@ -136,7 +136,7 @@ fn kinds(nodes: &[Node], members: &[usize]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::layers::Shape;
+    use crate::nn::shape::Shape;
 
     fn model(spec: &str, side: usize) -> Model {
         let input = Shape::Image {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::nn::layers::Layer;
+use crate::nn::layer_language::Layer;
 
 pub(super) fn img(c: usize, h: usize, w: usize) -> Shape {
     Shape::Image { c, h, w }

@@ -20,7 +20,7 @@ use crate::backend::cuda::convert;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::check;
 use crate::backend::AUX;
-use crate::nn::layers::Shape;
+use crate::nn::shape::Shape;
 
 /// `v` on the device; an empty one as a one-element buffer (CUDA allocates no empty ones).
 pub(super) fn to_device<T: DeviceRepr + ValidAsZeroBits>(

@@ -202,7 +202,7 @@ impl<E: Elem> Weights<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::layers::Shape;
+    use crate::nn::shape::Shape;
 
     #[test]
     fn each_product_weight_starts_on_16_bytes_in_order_and_chunks_cover_it_once() {

@@ -21,12 +21,12 @@ use crate::backend::cuda::{on, CudaError};
 use crate::backend::{CpuReplica, Replica, TrainState};
 use crate::comm::LocalCollective;
 use crate::data::MicroBatch;
-use crate::nn::layers::Shape;
 use crate::nn::model::cpu::bf16_emulation::sgd_steps;
 use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::{Optimizer, OptimizerKind};
 use crate::nn::precision::Precision;
 use crate::nn::rng::Rng;
+use crate::nn::shape::Shape;
 
 /// The graph the check trains (as `tests/backends.rs` does, smaller).
 pub const SPEC: &str =

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::cifar::{self, Kind};
 use super::folder::{self, Folder};
 use super::host_memory;
-use super::imageset::{ImageSet, Pictures};
+use super::picture_set::{ImageSet, Pictures};
 use super::transform::{Augment, Look, NormSpec, CIFAR10, CIFAR100, IMAGENET};
 use super::{DataError, DataOptions, DataSpec, Dataset, LoadedData};
 use crate::nn::rng::{tag, Rng};
