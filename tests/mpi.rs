@@ -45,7 +45,7 @@ fn every_topology_gives_the_weights_of_one_process() {
         // process 0 speaks for the run, naming every rank with its host (CPU workers numbered
         // in their host's order)
         let text = String::from_utf8_lossy(&log.stdout);
-        let host = mgtop::engine::hostname();
+        let host = mgtop::pids::hostname();
         assert!(
             text.contains(&format!(
                 "devices: {host}/cpu0 {host}/cpu1 {host}/cpu2 {host}/cpu3 (4 ranks on 1 host, 2 processes"

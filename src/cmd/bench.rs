@@ -292,11 +292,14 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
                 let (lo, hi) = rates
                     .iter()
                     .fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
-                let cpu = median(r.iter().filter_map(|x| x.frontend_cpu).collect());
+                let cpu: Vec<f64> = r.iter().filter_map(|x| x.frontend_cpu).collect();
+                let cpu = match cpu.is_empty() {
+                    true => "n/a".into(),
+                    false => format!("{:.2}%", median(cpu) * 100.0),
+                };
                 crate::say!(
-                    "  {w} worker(s), batch {batch}: {name:<8} {:>9.0} samples/s ({lo:.0}-{hi:.0}), frontend CPU {:.2}% of a core",
+                    "  {w} worker(s), batch {batch}: {name:<8} {:>9.0} samples/s ({lo:.0}-{hi:.0}), frontend CPU {cpu} of a core",
                     median(rates),
-                    cpu * 100.0
                 );
             }
         }

@@ -49,7 +49,7 @@ pub fn as_processes(
         crate::tell!(
             "error (process {} on {}): {e}",
             cluster.index(),
-            crate::engine::hostname()
+            crate::pids::hostname()
         );
     }
     if cluster.index() != 0 && (shared || matches!(engine, Some(EngineError::Config(_)))) {

@@ -42,7 +42,6 @@ use crate::engine::events::{Event, StepStats};
 use heartbeat::{Beat, Heartbeats};
 use resume::{resumed_settings, TrainSplit};
 
-pub use crate::pids::hostname;
 pub use cpu_time::thread_cpu_time;
 pub use devices::{available_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;

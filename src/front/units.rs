@@ -94,9 +94,9 @@ pub fn step_secs(s: f64) -> String {
 }
 
 /// Where the ranks' step time went (`Totals::shares`) in whole percents that add up to 100:
-/// the four parts as `names` says them, then central storage's host transfers as `transfer`
-/// and what the parts leave of the step as `other`, each where it makes a percent; each part
-/// `n/a` before any step.
+/// the four parts as `names` says them, then host transfers (central storage, local SGD) as
+/// `transfer` and what the parts leave of the step as `other`, each where it makes a percent;
+/// each part `n/a` before any step.
 pub fn time_shares(shares: Option<Shares>, names: [&str; 4], sep: &str) -> String {
     let parts: Vec<String> = match shares {
         None => names.iter().map(|n| format!("{n} n/a")).collect(),

@@ -117,7 +117,7 @@ pub(super) fn read(
             format!("synthetic images (seed {seed})"),
         ),
         DataSpec::Cifar { .. } | DataSpec::Images { .. } => {
-            unreachable!("picture sets are read by image_sets")
+            unreachable!("picture sets are read by picture_specs")
         }
     })
 }

@@ -16,7 +16,7 @@ use crate::nn::optim::OptState;
 mod lines;
 mod lock;
 mod meta;
-pub mod tensor_file;
+pub(crate) mod tensor_file;
 mod write;
 
 pub use lines::{lines, passed_over, refuse_others, steps, Line};

@@ -400,14 +400,14 @@ pub fn end_status(path: &Path) -> Option<String> {
 /// The `end` record the metrics file at `path` ends with, as written (read from its last
 /// 64 KiB); None where it ends with another record or is unread.
 pub fn end_record(path: &Path) -> Option<Vec<u8>> {
-    let (last, v) = tail_records(path).pop()?;
+    let last = tail_lines(path).pop()?;
+    let v = serde_json::from_slice::<serde_json::Value>(&last).ok()?;
     (v.get("type")?.as_str() == Some("end")).then_some(last)
 }
 
-/// The records in the last 64 KiB of the metrics file at `path` that parse, oldest first,
-/// each as written and parsed (none where it is unread): where a run ended, where a file cut
-/// short on a full disk stops.
-pub fn tail_records(path: &Path) -> Vec<(Vec<u8>, serde_json::Value)> {
+/// The whole lines in the last 64 KiB of the metrics file at `path`, oldest first (none where
+/// it is unread): where a run ended, where a file cut short on a full disk stops.
+pub fn tail_lines(path: &Path) -> Vec<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL: u64 = 1 << 16;
     let Ok(mut f) = fs::File::open(path) else {
@@ -421,9 +421,7 @@ pub fn tail_records(path: &Path) -> Vec<(Vec<u8>, serde_json::Value)> {
     }
     // (the first line read from within the file is the end of a record, not one)
     let whole = (tail.trim_ascii_end().split(|&b| b == b'\n')).skip(usize::from(from > 0));
-    whole
-        .filter_map(|l| Some((l.to_vec(), serde_json::from_slice(l).ok()?)))
-        .collect()
+    whole.map(<[u8]>::to_vec).collect()
 }
 
 /// Whether `dir` is a run's directory.

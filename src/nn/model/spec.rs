@@ -12,7 +12,7 @@ use super::op::{Act, ValueId};
 use super::presets::{basic_block, bottleneck_block, inverted_block, Preset, NAMES};
 use super::Model;
 
-/// What `--model` says: `mlp:H1,H2,...` (hidden widths), the layer language of `nn::layers`
+/// What `--model` says: `mlp:H1,H2,...` (hidden widths), the layer language of `nn::layer_language`
 /// (`conv32k3,pool2,dense128`), or a preset (`resnet20`, `mobilenetv2:0.5`). An MLP is a
 /// spec of dense layers only, and is written `mlp:...` either way. Input and output sizes
 /// come from the data.

@@ -47,7 +47,7 @@ pub struct Totals {
     pub data_s: f64,
     pub comm_s: f64,
     pub wait_s: f64,
-    /// Central storage's host transfers, summed.
+    /// Host transfers (central storage's every step, local SGD's at its averages), summed.
     pub transfer_s: f64,
     /// The train loss smoothed over every step (an exponential moving average, `LOSS_EMA` a
     /// step): a screen given only some rows draws the run's, not one of the rows it got.
@@ -111,8 +111,9 @@ impl Totals {
         }
     }
 
-    /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, central
-    /// storage's host transfers, and what those leave of the step (its own bookkeeping);
+    /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, host
+    /// transfers (central storage, local SGD), and what those leave of the step (its own
+    /// bookkeeping);
     /// `None` before any step.
     pub fn shares(&self) -> Option<Shares> {
         (self.rank_s > 0.0).then(|| {

@@ -101,7 +101,7 @@ impl Dcgm {
         info: &RunInfo,
         identities: &[GpuIdentity],
     ) -> Result<Dcgm, String> {
-        let here = crate::engine::hostname();
+        let here = crate::pids::hostname();
         let mut gpus = Vec::new();
         let mut identities = identities.iter();
         for (rank, d) in info.devices.iter().enumerate() {

@@ -19,8 +19,9 @@ pub(super) struct Files {
     t: (Duration, Instant),
     /// An `end` record was written (the run's, or a quitting process's): nothing follows it.
     pub(super) ended: bool,
-    /// The newest step's record while a file is lost (its summary's totals: the whole run's).
-    pub(super) newest_step: Option<Line>,
+    /// The newest step record written, and its step: a lost file's last (its totals are the
+    /// whole run's).
+    pub(super) newest_step: Option<(u64, Line)>,
     /// The best validation within epochs so far: its accuracy, step and record.
     best_validation: Option<(f32, u64, Line)>,
     /// The epochs' records (a few a run; a write that fails can take some already handed to
@@ -123,13 +124,10 @@ impl Files {
         let kept = kept.unwrap_or(0);
         let best = (self.best_validation.iter()).map(|(_, s, l)| (*s, "best validation", l));
         let epochs = (self.epochs.iter()).map(|(s, l)| (*s, "epochs", l));
-        let newest = (self.newest_step.iter()).map(|l| (self.step, "newest step", l));
+        let newest = (self.newest_step.iter()).map(|(s, l)| (*s, "newest step", l));
         let mut back: Vec<_> = (best.chain(epochs).chain(newest))
             .filter(|&(s, ..)| s > kept)
             .collect();
-        if back.is_empty() {
-            return vec![end.clone()];
-        }
         back.sort_by_key(|&(s, ..)| s);
         let what: Vec<&str> = (["epochs", "best validation", "newest step"].into_iter())
             .filter(|w| back.iter().any(|b| b.1 == *w))
@@ -139,9 +137,12 @@ impl Files {
             Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
             None => String::new(),
         };
-        let message = format!(
-            "this metrics file lost the records after step {kept} (its disk was full); the run's {what} follow"
-        );
+        let message = match what.is_empty() {
+            true => format!("this metrics file lost records after step {kept} (its disk was full)"),
+            false => format!(
+                "this metrics file lost the records after step {kept} (its disk was full); the run's {what} follow"
+            ),
+        };
         let warning = Event::Warning {
             step: self.step,
             message,
@@ -198,10 +199,11 @@ impl Files {
     }
 }
 
-/// The newest step the last records of `w`'s file name (those up to which a lost file is
-/// whole; an event may follow a later step's record).
+/// The newest step the last records of `w`'s file name, events' included (the step up to
+/// which a lost file is whole: an event may follow a later step's record).
 fn last_step(w: &MetricsWriter) -> Option<u64> {
-    (crate::engine::rundir::tail_records(w.path()).iter())
-        .filter_map(|(_, v)| v.get("step")?.as_u64())
+    (crate::engine::rundir::tail_lines(w.path()).iter())
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("step")?.as_u64())
         .max()
 }

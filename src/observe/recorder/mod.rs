@@ -129,6 +129,14 @@ impl Recorder {
         self.files().write(line, flush)
     }
 
+    /// Writes step `step`'s record, kept as the newest for a file that loses it (one a write
+    /// fails on ends with it: a record held back in its buffer may be the one lost).
+    fn write_step(&mut self, step: u64, line: &Line) -> Vec<String> {
+        let mut files = self.files();
+        files.newest_step = Some((step, line.clone()));
+        files.write(line, false)
+    }
+
     fn publish(&self, kind: Kind, line: &Line) {
         if let Some(h) = &self.hub {
             h.publish(kind, line.clone());
@@ -173,22 +181,17 @@ impl Recorder {
     pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
         let due = row.logged(self.log_every);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
-        let (to_files, lost) = {
+        let to_files = {
             let mut files = self.files();
             files.at(Some(row.step), row.at);
-            (!files.writers.is_empty(), !files.lost.is_empty())
+            !files.writers.is_empty() || !files.lost.is_empty()
         };
         let logged = to_files && due;
         let kept = !due && (to_files || !self.sinks.is_empty());
         self.unlogged = kept.then(|| (row.clone(), rate));
-        let line =
-            (logged || lost).then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
-        if let Some(l) = line.as_ref().filter(|_| logged) {
-            warnings.extend(self.write_files(l, false));
-        }
-        if let Some(l) = line.as_ref().filter(|_| lost) {
-            // (a file a write failed on ends with the run's newest step)
-            self.files().newest_step = Some(l.clone());
+        let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
+        if let Some(l) = &line {
+            warnings.extend(self.write_step(row.step, l));
         }
         let Some(hub) = &self.hub else {
             return warnings;
@@ -227,7 +230,7 @@ impl Recorder {
             if let Some((row, rate)) = self.unlogged.take() {
                 warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
                 let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
-                warnings.extend(self.write_files(&line, false));
+                warnings.extend(self.write_step(row.step, &line));
             }
         } else {
             self.catch_up();

@@ -86,7 +86,7 @@ fn record(data: &[u8]) -> Vec<u8> {
 pub fn file_name(created_unix: u64) -> String {
     format!(
         "events.out.tfevents.{created_unix}.{}.{}.mgtop",
-        crate::engine::hostname(),
+        crate::pids::hostname(),
         std::process::id()
     )
 }
