@@ -16,19 +16,24 @@ use crate::observe::sample::DeviceSample;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 /// The step-time bar: a block character per part, so it reads without colour too.
-const PARTS: [(char, &str); 5] = [
+const PARTS: [(char, &str); 6] = [
     ('█', "compute"),
     ('▒', "data"),
     ('▓', "comm"),
     ('░', "wait"),
+    ('▚', "transfer"),
     ('·', "other"),
 ];
+/// `PARTS`' host transfers (central storage, local SGD): in the legend only where a device
+/// has some.
+const TRANSFER: usize = 4;
 
-/// The split bar's styles, as `PARTS`: what the four named parts leave is muted.
-fn part_styles(theme: &Theme) -> [Style; 5] {
+/// The split bar's styles, as `PARTS`: host transfers in the all-reduce's colour (moving the
+/// model's numbers too), what the named parts leave muted.
+fn part_styles(theme: &Theme) -> [Style; 6] {
     let [compute, data, comm, wait] =
         [theme.compute, theme.data, theme.comm, theme.wait].map(|c| theme.fg(c));
-    [compute, data, comm, wait, theme.muted()]
+    [compute, data, comm, wait, comm, theme.muted()]
 }
 
 /// The name of the utilization column: CPU workers report busy time, GPUs utilization.
@@ -71,8 +76,7 @@ fn split_bar<'a>(s: Option<Split>, w: usize, theme: &Theme) -> Vec<Span<'a>> {
     let Some(s) = s.filter(|s| s.total() > 0.0) else {
         return vec![Span::styled("·".repeat(w), theme.muted())];
     };
-    // host transfers (central storage) are not one of the legend's parts: they are other here
-    let parts = [s.compute, s.data, s.comm, s.wait, s.transfer + s.other];
+    let parts = [s.compute, s.data, s.comm, s.wait, s.transfer, s.other];
     let styles = part_styles(theme);
     // largest-remainder rounding so the parts always fill exactly w cells
     let exact: Vec<f64> = parts.iter().map(|p| p / s.total() * w as f64).collect();
@@ -114,9 +118,10 @@ fn row_style(app: &App, i: usize, d: &DeviceState, theme: &Theme) -> Style {
 }
 
 pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let legend: Vec<Span> = PARTS
-        .iter()
-        .zip(part_styles(theme))
+    let transfers = (app.devices.iter()).any(|d| d.split().is_some_and(|s| s.transfer > 0.0));
+    let legend: Vec<Span> = (PARTS.iter().zip(part_styles(theme)).enumerate())
+        .filter(|&(i, _)| i != TRANSFER || transfers)
+        .map(|(_, p)| p)
         .flat_map(|((c, name), style)| {
             [
                 Span::styled(format!(" {c}"), style),
@@ -453,7 +458,24 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
 
 #[cfg(test)]
 mod tests {
-    use super::sparkline;
+    use super::{sparkline, split_bar};
+    use crate::front::tui::app::Split;
+    use crate::front::tui::theme::Theme;
+
+    #[test]
+    fn host_transfers_have_their_own_part_of_the_bar() {
+        let s = Split {
+            compute: 0.5,
+            transfer: 0.3,
+            other: 0.2,
+            ..Split::default()
+        };
+        let theme = Theme::embedded("mono").unwrap();
+        let bar: String = (split_bar(Some(s), 10, &theme).iter())
+            .map(|span| span.content.to_string())
+            .collect();
+        assert_eq!(bar, "█████▚▚▚··");
+    }
 
     #[test]
     fn a_spike_stands_out_and_steady_steps_draw_flat() {
