@@ -186,13 +186,13 @@ impl LiveClient {
             Err(e) => return Err(io_err(e)),
         }
         // a refusal (too many clients, the run has ended) comes as a reply instead
-        if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
-            if v["type"] == "reply" {
-                return Err(AttachError::Refused {
-                    path: socket.to_path_buf(),
-                    why: v["message"].as_str().unwrap_or("no reason given").into(),
-                });
-            }
+        if let Ok(Some(Incoming::Reply { message, .. })) = incoming(&buf, 0) {
+            return Err(AttachError::Refused {
+                path: socket.to_path_buf(),
+                why: Some(message)
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or_else(|| "no reason given".into()),
+            });
         }
         let info = run_line(&buf).map_err(protocol)?;
         stream.set_read_timeout(None).map_err(io_err)?;
@@ -276,4 +276,44 @@ fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming
         }
     };
     let _ = tx.send((tag, Incoming::Closed(why)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that answers the hello with `answer`.
+    fn answering(answer: &'static str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut hello = [0u8; 16];
+            let _ = std::io::Read::read(&mut s, &mut hello);
+            let _ = s.write_all(answer.as_bytes());
+        });
+        (dir, path)
+    }
+
+    #[test]
+    fn a_refusal_in_place_of_the_run_record_says_why() {
+        let (dir, path) = answering(
+            "{\"type\":\"reply\",\"id\":null,\"ok\":false,\"message\":\"16 clients are attached already; detach one first\"}\n",
+        );
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        match LiveClient::connect(&path, dir.path(), tx, 0) {
+            Err(AttachError::Refused { why, .. }) => {
+                assert_eq!(why, "16 clients are attached already; detach one first")
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        // a refusal without words says so
+        let (dir, path) = answering("{\"type\":\"reply\",\"ok\":false}\n");
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        match LiveClient::connect(&path, dir.path(), tx, 0) {
+            Err(AttachError::Refused { why, .. }) => assert_eq!(why, "no reason given"),
+            other => panic!("{:?}", other.err()),
+        }
+    }
 }

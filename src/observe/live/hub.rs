@@ -11,9 +11,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::history::{merged, Capped, Thinned};
+use super::protocol;
 use crate::observe::metrics::Line;
 
 /// Step lines kept for a client that connects later.
@@ -165,7 +164,7 @@ impl LiveHub {
     /// second with nothing else, so that it can tell a run that says nothing (its process
     /// stopped) from one between records.
     pub fn alive(&self) -> Line {
-        Line::new(&json!({"type": "live", "t": self.0.started.elapsed().as_secs_f64()}))
+        protocol::live(self.0.started.elapsed().as_secs_f64(), None)
     }
 
     /// A hub for a run that started at `started` (the `live` marker's clock).
@@ -297,10 +296,7 @@ impl LiveHub {
         }
         let t = self.0.started.elapsed().as_secs_f64();
         let clients = s.clients.len() + 1;
-        c.push(
-            Line::new(&json!({"type": "live", "t": t, "clients": clients})),
-            Class::History,
-        );
+        c.push(protocol::live(t, Some(clients)), Class::History);
         let id = s.next_id;
         s.next_id += 1;
         s.clients.insert(id, c);
@@ -373,6 +369,7 @@ impl LiveHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn line(kind: &str, i: u64) -> Line {
         Line::new(&json!({ "type": kind, "i": i }))

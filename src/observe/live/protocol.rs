@@ -100,6 +100,16 @@ pub fn reply(id: Option<u64>, ok: bool, message: &str) -> Line {
     Line::new(&json!({"type": "reply", "id": id, "ok": ok, "message": message}))
 }
 
+/// The `live` marker: the run's clock (seconds since its start), and as a client joins, how
+/// many clients the run has with it.
+pub fn live(t: f64, clients: Option<usize>) -> Line {
+    let mut v = json!({"type": "live", "t": t});
+    if let Some(n) = clients {
+        v["clients"] = n.into();
+    }
+    Line::new(&v)
+}
+
 /// The request's line (what `attach` sends).
 pub fn request(id: u64, c: Control) -> Line {
     let mut v = json!({"type": "control", "id": id, "action": c.action()});
