@@ -81,6 +81,8 @@ pub struct RunInfo {
     pub resumed_from: Option<PathBuf>,
     /// The run's directory, absolute (None for runs that keep nothing: `scale`, `bench`).
     pub run_dir: Option<PathBuf>,
+    /// Where its checkpoints go, absolute (`--checkpoint-dir`; None where not recorded).
+    pub checkpoint_dir: Option<PathBuf>,
     /// Cores this process may use.
     pub cores: usize,
     /// Intra-op threads of each CPU worker (`--threads-per-worker`).
@@ -217,6 +219,8 @@ impl RunInfo {
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
             run_dir: cfg.run_dir.clone(),
+            checkpoint_dir: (cfg.run_dir.as_ref())
+                .and_then(|_| std::path::absolute(&cfg.checkpoint_dir).ok()),
             cores: available_cores(),
             // the run's processes on this machine share its cores
             threads_per_worker: cfg

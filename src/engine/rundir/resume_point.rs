@@ -85,7 +85,8 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
         return match newest_of_one_run(&path.join(CHECKPOINTS), purpose) {
             Ok(p) => Ok(p),
             Err(Found::Error(e)) => Err(e),
-            Err(Found::Nothing) => last_written(path).ok_or_else(|| no_checkpoint(path, purpose)),
+            Err(Found::Nothing) => (last_written(path).or_else(|| in_recorded_dir(path)))
+                .ok_or_else(|| no_checkpoint(path, purpose)),
         };
     }
     // a checkpoint directory, or a run directory that lost its metrics file
@@ -199,6 +200,24 @@ fn last_written(dir: &Path) -> Option<PathBuf> {
     written.into_iter().rev().find(|p| {
         checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(ours.as_str()))
     })
+}
+
+/// The newest checkpoint of run `dir` in the checkpoint directory its `run` record names
+/// (`--checkpoint-dir`): where its metrics file lost the checkpoint events (a full disk).
+fn in_recorded_dir(dir: &Path) -> Option<PathBuf> {
+    use std::io::{BufRead, Read};
+    let file = fs::File::open(dir.join(METRICS)).ok()?;
+    let mut first = Vec::new();
+    // (a run record is a few KiB)
+    (std::io::BufReader::new(file).take(1 << 20))
+        .read_until(b'\n', &mut first)
+        .ok()?;
+    let run: serde_json::Value = serde_json::from_slice(&first).ok()?;
+    let recorded = PathBuf::from(run.get("checkpoint_dir")?.as_str()?);
+    let ours = dir.display().to_string();
+    (checkpoint::steps(&recorded).into_iter().rev())
+        .map(|(_, p)| p)
+        .find(|p| checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(&ours)))
 }
 
 enum Found {
@@ -331,6 +350,13 @@ mod tests {
         fs::write(run.join(METRICS), &lines[2]).unwrap();
         assert_eq!(last_written(&run), None);
         assert!(no_checkpoint(&run, Purpose::Resume).contains("has no checkpoint to resume from"));
+        // no checkpoint event left (lost on a full disk): the run record's --checkpoint-dir
+        // has its newest, not another run's newer one
+        let record = serde_json::json!({"type": "run", "checkpoint_dir": ck.display().to_string()});
+        fs::write(run.join(METRICS), format!("{record}\n")).unwrap();
+        assert_eq!(last_written(&run), None);
+        let found = checkpoint_for(&run, Purpose::Resume).unwrap();
+        assert_eq!(found, ck.join("step-00000009"));
     }
 
     #[test]

@@ -50,6 +50,7 @@ fn cpu_info(devices: usize) -> RunInfo {
         start_epoch: 0,
         resumed_from: None,
         run_dir: None,
+        checkpoint_dir: None,
         layers: Vec::new(),
         flops: 19_200,
         model_notes: Vec::new(),

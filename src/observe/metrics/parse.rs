@@ -201,6 +201,9 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),
+        checkpoint_dir: field(v, "checkpoint_dir")
+            .and_then(Value::as_str)
+            .map(PathBuf::from),
         cores: ranks,
         threads_per_worker: 1,
         injected: vec![None; ranks],

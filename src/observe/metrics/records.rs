@@ -66,6 +66,7 @@ pub fn run(info: &RunInfo) -> Value {
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
         "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
+        "checkpoint_dir": info.checkpoint_dir.as_ref().map(|p| p.display().to_string()),
         "budget": budget, "lr": info.lr,
         "schedule": info.schedule.to_string(), "warmup": info.warmup,
         "clip_grad_norm": info.clip_grad_norm.map(crate::config::record::short),
