@@ -95,7 +95,7 @@ impl Summary {
     }
 
     /// How the run ended, in a word.
-    pub fn word(&self) -> &'static str {
+    fn word(&self) -> &'static str {
         match (&self.failed, self.ending) {
             (Some(_), _) => "failed",
             (None, Ending::Completed) => "finished",

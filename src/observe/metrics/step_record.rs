@@ -113,7 +113,7 @@ fn totals(v: &Value) -> Parsed<Option<Totals>> {
             data_s: secs("data_s")?,
             comm_s: secs("comm_s")?,
             wait_s: secs("wait_s")?,
-            // (files from before it was recorded: central storage's transfers in `other`)
+            // (files from before it was recorded: their host transfers are in `other`)
             transfer_s: opt_num(t, "transfer_s")?.map_or(Ok(0.0), |_| secs("transfer_s"))?,
             // (files from before it was recorded: the reader smooths the rows it has)
             smoothed_loss: opt_num(t, "smoothed_loss")?,
