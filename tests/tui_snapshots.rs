@@ -286,12 +286,13 @@ fn devices_show_at_the_minimum_size() {
 
 #[test]
 fn the_detail_view_keeps_the_last_step_on_one_line() {
-    let mut app = demo::app(3, 150);
+    let mut run = demo::run(3, 150);
     for r in 0..3 {
         let mut s = demo::step(r, 3, 123_456);
         s.samples = 15;
-        app.apply(AppEvent::Step(s));
+        run.step(s);
     }
+    let mut app = run.app;
     key(&mut app, KeyCode::Char('3'));
     let s = screen(&app, 80, 24);
     assert!(s.contains("│last step 123456 (15 samples)"), "{s}");

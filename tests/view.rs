@@ -325,7 +325,7 @@ fn a_file_still_being_written_is_read_as_it_grows() {
                 ..
             }
         );
-        mgtop::front::tui::replay::apply_record(&mut app, rec);
+        app.apply_record(rec);
     }
     assert!(ended);
     assert_eq!(app.last_row.unwrap().step, 69);

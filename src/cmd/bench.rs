@@ -12,7 +12,6 @@ use crate::config::{DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::thread_cpu_time;
 use crate::engine::{Engine, EngineError};
-use crate::front::tui::app::AppEvent;
 use crate::front::tui::render::render;
 use crate::front::tui::theme::Theme;
 use crate::front::tui::{demo, TuiOptions};
@@ -165,17 +164,17 @@ fn sink_terminal(w: u16, h: u16) -> Terminal<CrosstermBackend<std::io::Sink>> {
 /// frames as in a live run: (median, 99th percentile).
 pub fn frame_time(w: u16, h: u16, frames: usize) -> (Duration, Duration) {
     let ranks = 8;
-    let mut app = demo::app(ranks, 2000);
+    let mut run = demo::run(ranks, 2000);
     let theme = Theme::embedded("dark").expect("embedded");
     let mut terminal = sink_terminal(w, h);
     let mut times = Vec::with_capacity(frames);
     for f in 0..frames as u64 {
         for r in 0..ranks {
-            app.apply(AppEvent::Step(demo::step(r, ranks, 2001 + f)));
+            run.step(demo::step(r, ranks, 2001 + f));
         }
         let t = Instant::now();
         terminal
-            .draw(|frame| render(frame, &app, &theme))
+            .draw(|frame| render(frame, &run.app, &theme))
             .expect("draw into a sink");
         times.push(t.elapsed());
     }

@@ -8,14 +8,14 @@ use crossbeam_channel::{select, tick};
 use super::sync::{sync_note, Ends};
 use super::units;
 use super::words::{describe, event_line, step_line};
-use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
-use crate::front::steps::Steps;
 use crate::front::summary::{Spikes, Summary};
+use crate::front::watch::{Seen, Watch};
+use crate::observe::metrics::Record;
 use crate::observe::mfu::Mfu;
-use crate::observe::monitor::{Monitor, StepRow, Totals};
-use crate::observe::straggler::{Detector, Warning};
-use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::monitor::{StepRow, Totals};
+use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
 
 /// How often the log collects step samples.
@@ -28,13 +28,10 @@ fn stamp(t: Duration) -> String {
     format!("[{:02}:{:02}.{:02}]", cs / 6000, cs / 100 % 60, cs % 100)
 }
 
-/// What the log keeps between lines: the step rows, the straggler detector, the metrics file.
+/// What the log keeps between lines: the run's watch, its newest step, its figures for the end.
 struct Log<'a> {
     out: &'a mut dyn Write,
-    metrics: Recorder,
-    telemetry: Telemetry,
-    monitor: Monitor,
-    detector: Detector,
+    watch: Watch,
     /// The run as it started (its budget, accumulation, strategy, calibration, ranks).
     info: RunInfo,
     ends: Ends,
@@ -56,19 +53,10 @@ struct Log<'a> {
 }
 
 impl<'a> Log<'a> {
-    fn new(
-        info: RunInfo,
-        out: &'a mut dyn Write,
-        metrics: Recorder,
-        log_every: u64,
-        sample_interval: Duration,
-    ) -> Log<'a> {
+    fn new(info: RunInfo, out: &'a mut dyn Write, watch: Watch, log_every: u64) -> Log<'a> {
         Log {
             out,
-            metrics,
-            telemetry: Telemetry::new(&info.devices, sample_interval),
-            monitor: Monitor::new(info.ranks()),
-            detector: Detector::for_run(&info),
+            watch,
             ends: Ends::of(&info),
             log_every,
             mfu: Mfu::for_run(&info),
@@ -79,6 +67,30 @@ impl<'a> Log<'a> {
             best_val: None,
             spikes: Spikes::default(),
             info,
+        }
+    }
+
+    /// Says what the watch saw since the last call.
+    fn show(&mut self) {
+        for seen in self.watch.take() {
+            match seen {
+                Seen::Record(Record::Step { row, samples_per_s }) => {
+                    self.on_row(row, samples_per_s)
+                }
+                Seen::Record(Record::Event { t, event }) => match event {
+                    Event::Finished { .. } => self.end(&event, t),
+                    _ => self.on_event(&event, t),
+                },
+                Seen::Record(Record::Warning {
+                    t,
+                    kind,
+                    step,
+                    message,
+                    ..
+                }) => self.on_warning(&kind, step, &message, t),
+                Seen::Record(Record::Telemetry { .. }) => {}
+                Seen::Note(n) => put(self.out, format_args!("{n}")),
+            }
         }
     }
 
@@ -103,34 +115,10 @@ impl<'a> Log<'a> {
         }
     }
 
-    fn warn(&mut self, warnings: Vec<String>) {
-        for w in warnings {
-            put(self.out, format_args!("{w}"));
-        }
-    }
-
-    /// Every device's sample into the metrics file and the straggler detector.
-    fn on_sample(&mut self, at: Duration) {
-        let devices = self.telemetry.sample(at);
-        self.detector.on_telemetry(&devices);
-        let r = self.metrics.telemetry(at, &devices, process_memory());
-        self.warn(r);
-    }
-
-    fn on_step(&mut self, s: StepStats) {
-        self.telemetry.on_step(&s);
-        let Some(row) = self.monitor.on_step(s) else {
-            return;
-        };
-        let rate = self.monitor.samples_per_sec();
+    fn on_row(&mut self, row: StepRow, rate: Option<f64>) {
         let due = row.logged(self.log_every);
         if due {
             self.print_step(&row, rate);
-        }
-        let w = self.metrics.step(&row, rate);
-        self.warn(w);
-        for w in self.detector.on_row(&row) {
-            self.on_warning(&w, row.at);
         }
         self.totals = row.totals.or(self.totals);
         self.unprinted = (!due).then_some((row, rate));
@@ -149,20 +137,23 @@ impl<'a> Log<'a> {
             line += &format!(" | {note}");
         }
         // (the budget's last step has nothing left to wait for)
-        if let Some(eta) = self.monitor.eta().filter(|_| row.progress < 1.0) {
+        if let Some(eta) = self.watch.eta().filter(|_| row.progress < 1.0) {
             line += &format!(" | eta {}", units::clock(eta));
         }
         put(self.out, format_args!("{} {line}", stamp(row.at)));
     }
 
-    fn on_warning(&mut self, w: &Warning, t: Duration) {
-        let level = if w.is_clear() { "note" } else { "WARN" };
-        put(self.out, format_args!("{} {level} {w}", stamp(t)));
-        if let Warning::GradSpike { step, .. } = w {
-            self.spikes.add(Some(*step));
+    /// A detector's warning of `kind` (a clearing's ends in `_cleared`).
+    fn on_warning(&mut self, kind: &str, step: Option<u64>, message: &str, t: Duration) {
+        let level = if kind.ends_with("_cleared") {
+            "note"
+        } else {
+            "WARN"
+        };
+        put(self.out, format_args!("{} {level} {message}", stamp(t)));
+        if kind == "grad_spike" {
+            self.spikes.add(step);
         }
-        let r = self.metrics.warning(w, t);
-        self.warn(r);
     }
 
     fn on_event(&mut self, ev: &Event, t: Duration) {
@@ -175,17 +166,6 @@ impl<'a> Log<'a> {
         } = ev
         {
             self.best_val = Some(self.best_val.map_or(*a, |b| b.max(*a)));
-        }
-        match ev {
-            Event::Control {
-                applied: Applied::Paused,
-                ..
-            } => self.detector.set_paused(true, t),
-            Event::Control {
-                applied: Applied::Resumed,
-                ..
-            } => self.detector.set_paused(false, t),
-            _ => {}
         }
         // a checkpoint of a step whose line --log-every left out comes after that step's line
         // (a stopped run's last step is otherwise said after its checkpoint, at the end); an
@@ -203,32 +183,6 @@ impl<'a> Log<'a> {
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
             put(self.out, format_args!("{} {l}", stamp(t)));
         }
-        let r = self.metrics.event(ev, t);
-        self.warn(r);
-    }
-
-    /// An event from the engine, after the steps up to its own; the end is kept back (returned),
-    /// to be said after the final step samples.
-    fn on_engine_event(
-        &mut self,
-        steps: &mut Steps,
-        ev: Event,
-        t: Duration,
-    ) -> Option<(Event, Duration)> {
-        self.drain(steps, ev.step());
-        if matches!(ev, Event::Finished { .. }) {
-            return Some((ev, t));
-        }
-        self.on_event(&ev, t);
-        None
-    }
-
-    /// Takes every step sample waiting, up to step `until` where given (an event's).
-    fn drain(&mut self, steps: &mut Steps, until: Option<u64>) {
-        for s in steps.take(until) {
-            self.on_step(s);
-        }
-        self.metrics.catch_up();
     }
 }
 
@@ -246,51 +200,37 @@ pub fn run(
     for l in describe(&info).iter().chain(notes) {
         put(out, format_args!("{l}"));
     }
-    let mut log = Log::new(info, out, metrics, log_every, sample_interval);
-    let w = log.metrics.run_start(&log.info);
-    log.warn(w);
+    let telemetry = Telemetry::new(&info.devices, sample_interval);
+    let watch = Watch::new(&info, engine.steps().clone(), metrics, telemetry);
+    let mut log = Log::new(info, out, watch, log_every);
+    log.show();
+    let events = engine.events().clone();
     // step samples are collected every few milliseconds rather than as they come, so a
     // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
-    let mut steps = Steps::new(engine.steps().clone());
-    let events = engine.events().clone();
     let poll = tick(STEP_POLL);
     let sampler = tick(sample_interval);
-    let mut end_record = None;
     loop {
         select! {
             recv(poll) -> _ => {
                 // events already waiting first, each after the steps before it (else a step
                 // after an event is printed before it)
                 for ev in events.try_iter() {
-                    end_record = end_record.or(log.on_engine_event(&mut steps, ev, engine.elapsed()));
+                    log.watch.event(ev, engine.elapsed());
                 }
-                log.drain(&mut steps, None);
-                if let Some(w) = log.detector.tick(engine.elapsed(), &engine.heartbeats()) {
-                    log.on_warning(&w, engine.elapsed());
-                }
+                log.watch.drain();
+                log.watch.beats(engine.elapsed(), &engine.heartbeats());
             }
-            recv(sampler) -> _ => log.on_sample(engine.elapsed()),
+            recv(sampler) -> _ => log.watch.sample(engine.elapsed()),
             recv(events) -> e => match e {
-                Ok(ev) => {
-                    end_record = end_record.or(log.on_engine_event(&mut steps, ev, engine.elapsed()));
-                }
+                Ok(ev) => log.watch.event(ev, engine.elapsed()),
                 Err(_) => break,
             },
         }
+        log.show();
     }
-    // every worker has ended: take the last samples
-    for s in steps.rest() {
-        log.on_step(s);
-    }
-    // a last sample covers the part of the interval since the previous one (stamped no later
-    // than the end, which follows it in the file: a reader's wall time is the end's)
-    let last = end_record.as_ref().map(|(_, t)| *t);
-    log.on_sample(last.unwrap_or_else(|| engine.elapsed()));
-    if let Some((ev, t)) = end_record {
-        log.end(&ev, t);
-    }
-    let w = log.metrics.flush();
-    log.warn(w);
+    // every worker has ended: the last samples, the end
+    log.watch.end(engine.elapsed());
+    log.show();
     let _ = log.out.flush();
     engine.join()
 }
@@ -322,25 +262,30 @@ mod tests {
     fn stopped_log(ranks: usize, last: u64, events: &[Event], late: bool) -> Vec<String> {
         let mut out = Vec::new();
         let info = crate::front::tui::demo::info(ranks);
+        // (the samples come through `step`: no channel)
+        let (_, steps) = crossbeam_channel::bounded(0);
         let metrics = Recorder::new(Vec::new(), None, 4);
-        let mut log = Log::new(info, &mut out, metrics, 4, Duration::from_secs(1));
+        let watch = Watch::new(&info, steps, metrics, Telemetry::of_steps(ranks));
+        let mut log = Log::new(info, &mut out, watch, 4);
         let sample = |rank, step| crate::front::tui::demo::step(rank, ranks, step);
         for step in 1..=last {
             for rank in 0..ranks {
                 if !(late && step == last && rank == ranks - 1) {
-                    log.on_step(sample(rank, step));
+                    log.watch.step(sample(rank, step));
                 }
             }
         }
         let t = Duration::from_secs(60);
         for ev in events {
-            log.on_event(ev, t);
+            log.watch.event(ev.clone(), t);
         }
         if late {
-            log.on_step(sample(ranks - 1, last));
+            log.watch.step(sample(ranks - 1, last));
         }
         let ending = crate::engine::events::Ending::Stopped;
-        log.end(&Event::Finished { step: last, ending }, t);
+        log.watch.event(Event::Finished { step: last, ending }, t);
+        log.watch.end(t);
+        log.show();
         drop(log);
         let text = String::from_utf8(out).unwrap();
         text.lines()

@@ -2,9 +2,10 @@
 //! say; neither analyses a run itself.
 
 pub mod headless;
-pub mod steps;
+mod steps;
 pub mod summary;
 pub mod sync;
 pub mod tui;
 pub mod units;
+pub mod watch;
 pub mod words;

@@ -53,9 +53,10 @@ impl Steps {
     }
 
     /// Every sample still to come, once the workers are ending (blocks until they have).
-    pub fn rest(self) -> impl Iterator<Item = StepStats> {
-        let Steps { rx, held, .. } = self;
-        held.into_iter().chain(rx)
+    pub fn rest(&mut self) -> Vec<StepStats> {
+        self.open = false;
+        let held = std::mem::take(&mut self.held);
+        held.into_iter().chain(self.rx.iter()).collect()
     }
 }
 
@@ -110,6 +111,6 @@ mod tests {
         drop(tx);
         assert_eq!(step(steps.take(None)), [27]);
         assert!(!steps.is_open());
-        assert_eq!(steps.rest().count(), 0);
+        assert!(steps.rest().is_empty());
     }
 }

@@ -115,6 +115,17 @@ impl Telemetry {
         }
     }
 
+    /// Busy shares from the step timings alone, reading nothing of the machine (the demo's
+    /// run, whose device samples are made up).
+    pub fn of_steps(ranks: usize) -> Telemetry {
+        Telemetry {
+            busy: BusyMeter::new(ranks),
+            gpu_ranks: Vec::new(),
+            latest: Arc::new(Mutex::new(None)),
+            _stop: None,
+        }
+    }
+
     pub fn on_step(&mut self, s: &StepStats) {
         self.busy.on_step(s);
     }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::app::{App, AppEvent, Level, Silent};
-use super::replay::apply_record;
 use super::source::Source;
 use crate::engine::control::Control;
 use crate::engine::events::Event;
@@ -117,7 +116,7 @@ impl AttachSource {
                 ..
             }
         );
-        apply_record(app, rec);
+        app.apply_record(rec);
         self.clock = Some((t, Instant::now()));
         self.over |= end || app.state.ended();
     }

@@ -10,7 +10,10 @@ use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
 use crate::observe::sample::DeviceSample;
 
-use super::app::{App, AppEvent};
+use super::app::App;
+use crate::front::watch::Watch;
+use crate::observe::telemetry::Telemetry;
+use crate::observe::Recorder;
 
 pub fn info(devices: usize) -> RunInfo {
     cpu_info(devices)
@@ -115,22 +118,78 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
     }
 }
 
+/// A demo run's screen and the watch its steps go through, as a run in this process's do (it
+/// records nothing and reads nothing of the machine).
+pub struct Demo {
+    pub app: App,
+    watch: Watch,
+}
+
+impl Demo {
+    pub fn new(info: RunInfo) -> Demo {
+        // (the ranks' samples come through `step`: no channel)
+        let (_, steps) = crossbeam_channel::bounded(0);
+        let telemetry = Telemetry::of_steps(info.ranks());
+        let watch = Watch::new(&info, steps, Recorder::none(), telemetry);
+        let mut demo = Demo {
+            app: App::new(info, false),
+            watch,
+        };
+        demo.show();
+        demo
+    }
+
+    fn show(&mut self) {
+        super::source::show(&mut self.app, self.watch.take());
+    }
+
+    /// One rank's step sample.
+    pub fn step(&mut self, s: StepStats) {
+        self.watch.step(s);
+        self.show();
+    }
+
+    pub fn event(&mut self, ev: Event, t: Duration) {
+        self.watch.event(ev, t);
+        self.show();
+    }
+
+    pub fn telemetry(&mut self, t: Duration, devices: Vec<DeviceSample>, memory: (u64, u64)) {
+        self.watch.sampled(t, devices, Some(memory));
+        self.show();
+    }
+
+    /// A demo of `info` whose ranks have started.
+    fn started(info: RunInfo) -> Demo {
+        let ranks = info.ranks();
+        let mut demo = Demo::new(info);
+        let started = Event::Started {
+            ranks,
+            per_replica: 32,
+            params: 9610,
+            start_step: 0,
+            start_epoch: 0,
+        };
+        demo.event(started, Duration::ZERO);
+        demo
+    }
+}
+
 /// An app that has seen `steps` steps of a `devices`-rank run, epochs with validation, a
 /// checkpoint, a pause, a batch change being asked for, and telemetry.
 pub fn app(devices: usize, steps: u64) -> App {
-    let mut app = App::new(info(devices), false);
-    app.apply(AppEvent::Engine(Event::Started {
-        ranks: devices,
-        per_replica: 32,
-        params: 9610,
-        start_step: 0,
-        start_epoch: 0,
-    }));
+    run(devices, steps).app
+}
+
+/// `app`'s run, to go on with.
+pub fn run(devices: usize, steps: u64) -> Demo {
+    let mut demo = Demo::started(info(devices));
     let steps_per_epoch = 1438u64.div_ceil(32 * devices as u64);
     for s in 1..=steps {
         for r in 0..devices {
-            app.apply(AppEvent::Step(step(r, devices, s)));
+            demo.step(step(r, devices, s));
         }
+        let at = ms(s as f64 * 4.0);
         if s % 25 == 0 {
             let devices = (0..devices)
                 .map(|r| DeviceSample {
@@ -142,46 +201,39 @@ pub fn app(devices: usize, steps: u64) -> App {
                     ..DeviceSample::default()
                 })
                 .collect();
-            app.apply(AppEvent::Telemetry {
-                at: ms(s as f64 * 4.0),
-                devices,
-                process_memory: Some((48 << 20, 24 << 30)),
-            });
+            demo.telemetry(at, devices, (48 << 20, 24 << 30));
         }
         if s % steps_per_epoch == 0 {
             let epoch = s / steps_per_epoch;
-            app.apply(AppEvent::Engine(Event::EpochDone {
+            let done = Event::EpochDone {
                 epoch,
                 step: s,
                 train_loss: 0.5 / epoch as f32,
                 val_loss: Some(0.45 / epoch as f32 + 0.04),
                 val_accuracy: Some(0.93 + 0.01 * epoch.min(4) as f32),
-                elapsed: ms(s as f64 * 4.0),
-            }));
+                elapsed: at,
+            };
+            demo.event(done, at);
         }
         if s == 60 {
-            app.apply(AppEvent::Engine(Event::Checkpoint {
+            let checkpoint = Event::Checkpoint {
                 step: 60,
                 path: PathBuf::from("checkpoints/step-00000060"),
                 best: None,
-            }));
-            app.apply(AppEvent::Engine(Event::Control {
-                step: 60,
-                applied: Applied::Paused,
-            }));
-            app.apply(AppEvent::Engine(Event::Control {
-                step: 60,
-                applied: Applied::Resumed,
-            }));
+            };
+            demo.event(checkpoint, at);
+            for applied in [Applied::Paused, Applied::Resumed] {
+                demo.event(Event::Control { step: 60, applied }, at);
+            }
         }
     }
-    app
+    demo
 }
 
 /// `app(devices, steps)` followed by `extra` steps in which rank `slow` works twice as long
 /// as the others (20 ms vs 10 ms), so the detector flags it.
 pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -> App {
-    let mut app = app(devices, steps);
+    let mut demo = run(devices, steps);
     for s in steps + 1..=steps + extra {
         for r in 0..devices {
             let mut st = step(r, devices, s);
@@ -190,10 +242,10 @@ pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -
             st.sync_wait = ms(20.0 - work);
             st.step_time = ms(20.5);
             st.at = ms(600.0 + (s - steps) as f64 * 20.5);
-            app.apply(AppEvent::Step(st));
+            demo.step(st);
         }
     }
-    app
+    demo.app
 }
 
 /// The same run on GPUs (H100s), with NVML samples: rank 1 is power-capped and clocked down.
@@ -209,17 +261,10 @@ pub fn gpu_app(devices: usize, steps: u64) -> App {
         .collect();
     // what H100s compute in by default
     info.precision = Precision::Tf32;
-    let mut app = App::new(info, false);
-    app.apply(AppEvent::Engine(Event::Started {
-        ranks: devices,
-        per_replica: 32,
-        params: 9610,
-        start_step: 0,
-        start_epoch: 0,
-    }));
+    let mut demo = Demo::started(info);
     for s in 1..=steps {
         for r in 0..devices {
-            app.apply(AppEvent::Step(step(r, devices, s)));
+            demo.step(step(r, devices, s));
         }
         if s % 25 == 0 {
             let samples = (0..devices)
@@ -247,12 +292,8 @@ pub fn gpu_app(devices: usize, steps: u64) -> App {
                     }
                 })
                 .collect();
-            app.apply(AppEvent::Telemetry {
-                at: ms(s as f64 * 4.0),
-                devices: samples,
-                process_memory: Some((1 << 30, 2 << 40)),
-            });
+            demo.telemetry(ms(s as f64 * 4.0), samples, (1 << 30, 2 << 40));
         }
     }
-    app
+    demo.app
 }

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{never, tick, Receiver};
 
-use super::app::{App, AppEvent, Level, RunState, Silent};
+use super::app::{App, AppEvent, Level, Silent};
 use super::source::Source;
 use crate::engine::control::Control;
 use crate::engine::rundir;
-use crate::observe::metrics::{MetricsReader, ReadError, Record};
+use crate::observe::metrics::{MetricsReader, ReadError};
 
 /// How often a file is looked at for new records.
 pub const POLL: Duration = Duration::from_millis(250);
@@ -23,55 +23,10 @@ pub const QUIET: Duration = Duration::from_secs(60);
 /// keys are answered while it loads).
 const READ_BUDGET: Duration = Duration::from_millis(50);
 
-/// One record into the `App`, at the time it was written.
-pub fn apply_record(app: &mut App, rec: Record) {
-    match rec {
-        Record::Step { row, samples_per_s } => {
-            app.apply(AppEvent::Tick(row.at));
-            app.apply(AppEvent::Row {
-                row,
-                samples_per_sec: samples_per_s,
-            });
-        }
-        Record::Event { t, event } => {
-            app.apply(AppEvent::Tick(t));
-            app.apply(AppEvent::Engine(event));
-        }
-        Record::Warning {
-            t,
-            kind,
-            rank,
-            step,
-            message,
-        } => {
-            app.apply(AppEvent::Tick(t));
-            app.apply(AppEvent::Warned {
-                kind,
-                rank,
-                step,
-                message,
-            });
-        }
-        Record::Telemetry {
-            t,
-            devices,
-            process_memory,
-        } => app.apply(AppEvent::Telemetry {
-            at: t,
-            devices,
-            process_memory,
-        }),
-    }
-    // a failed run writes no `end`: its failure is its end
-    if app.state == RunState::Failed && app.summary.is_none() {
-        app.finish(None);
-    }
-}
-
 /// Reads every record there is now into `app` (for `view --headless`).
 pub fn read_all(reader: &mut MetricsReader, app: &mut App) -> Result<(), ReadError> {
     while let Some(rec) = reader.next()? {
-        apply_record(app, rec);
+        app.apply_record(rec);
     }
     Ok(())
 }
@@ -124,7 +79,7 @@ impl FileSource {
         loop {
             match self.reader.next() {
                 Ok(Some(rec)) => {
-                    apply_record(app, rec);
+                    app.apply_record(rec);
                     any = true;
                 }
                 Ok(None) => {

@@ -11,8 +11,8 @@ use super::TuiOptions;
 use crate::engine::control::{Control, Controller};
 use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunResult};
-use crate::front::steps::Steps;
-use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::front::watch::{Seen, Watch};
+use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
 
 /// What the UI loop watches besides the terminal. Each `on_*` returns whether to redraw.
@@ -46,9 +46,14 @@ pub trait Source {
     fn outlives_screen(&self) -> bool;
 }
 
-fn warn(app: &mut App, warnings: Vec<String>) {
-    for w in warnings {
-        app.apply(AppEvent::Notice(Level::Warn, w));
+/// What the watch of a run in this process saw, onto the screen: its records as `view` and
+/// `attach` show a file's and a socket's.
+pub fn show(app: &mut App, seen: Vec<Seen>) {
+    for s in seen {
+        match s {
+            Seen::Record(r) => app.apply_record(r),
+            Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
+        }
     }
 }
 
@@ -57,13 +62,9 @@ pub struct EngineSource {
     engine: Option<Engine>,
     controller: Controller,
     events: Receiver<Event>,
-    steps: Steps,
     events_open: bool,
-    telemetry: Telemetry,
-    metrics: Recorder,
+    watch: Watch,
     sample_interval: std::time::Duration,
-    /// The `end` record, written after the final step samples.
-    end_record: Option<(Event, std::time::Duration)>,
     result: Option<Result<RunResult, EngineError>>,
 }
 
@@ -72,19 +73,19 @@ impl EngineSource {
     pub fn new(
         engine: Engine,
         opts: &TuiOptions,
-        mut metrics: Recorder,
+        metrics: Recorder,
         app: &mut App,
     ) -> EngineSource {
-        warn(app, metrics.run_start(engine.info()));
+        let info = engine.info();
+        let telemetry = Telemetry::new(&info.devices, opts.sample_interval);
+        let mut watch = Watch::new(info, engine.steps().clone(), metrics, telemetry);
+        show(app, watch.take());
         EngineSource {
             controller: engine.controller(),
             events: engine.events().clone(),
-            steps: Steps::new(engine.steps().clone()),
             events_open: true,
-            telemetry: Telemetry::new(&engine.info().devices, opts.sample_interval),
-            metrics,
+            watch,
             sample_interval: opts.sample_interval,
-            end_record: None,
             result: None,
             engine: Some(engine),
         }
@@ -120,24 +121,6 @@ impl EngineSource {
     fn at(&self, app: &App) -> std::time::Duration {
         self.engine.as_ref().map_or(app.now, |e| e.elapsed())
     }
-
-    /// Takes every step sample waiting, up to step `until` where given (an event's: see
-    /// `front::steps`). Step samples are collected once a frame rather than as they come: a
-    /// worker's `try_send` then never has to wake this thread, which keeps the UI's cost off
-    /// the steps.
-    fn drain_steps(&mut self, app: &mut App, until: Option<u64>) {
-        for s in self.steps.take(until) {
-            self.telemetry.on_step(&s);
-            let before = app.last_row.as_ref().map(|r| r.step);
-            app.apply(AppEvent::Step(s));
-            let Some(row) = app.last_row.as_ref().filter(|r| Some(r.step) != before) else {
-                continue;
-            };
-            let w = self.metrics.step(row, app.samples_per_sec);
-            warn(app, w);
-        }
-        self.metrics.catch_up();
-    }
 }
 
 impl Source for EngineSource {
@@ -148,22 +131,14 @@ impl Source for EngineSource {
     }
 
     fn on_event(&mut self, app: &mut App, ev: Option<Event>) -> bool {
-        let Some(ev) = ev else {
-            self.events_open = false;
-            self.drain_steps(app, None);
-            return false;
-        };
-        // the steps up to this event's come first (in the metrics file too)
-        self.drain_steps(app, ev.step());
-        let at = self.at(app);
-        app.apply(AppEvent::Tick(at));
-        if matches!(ev, Event::Finished { .. }) {
-            // written last, after the final step samples
-            self.end_record = Some((ev.clone(), at));
-        } else {
-            warn(app, self.metrics.event(&ev, at));
+        match ev {
+            Some(ev) => self.watch.event(ev, self.at(app)),
+            None => {
+                self.events_open = false;
+                self.watch.drain();
+            }
         }
-        app.apply(AppEvent::Engine(ev));
+        show(app, self.watch.take());
         true
     }
 
@@ -172,24 +147,18 @@ impl Source for EngineSource {
     }
 
     fn on_timer(&mut self, app: &mut App) -> bool {
-        let at = self.at(app);
-        let devices = self.telemetry.sample(at);
         if let Some(e) = &self.engine {
-            let process_memory = process_memory();
-            let heartbeats = e.heartbeats();
-            warn(app, self.metrics.telemetry(at, &devices, process_memory));
-            app.apply(AppEvent::Telemetry {
-                at,
-                devices,
-                process_memory,
-            });
-            app.apply(AppEvent::Beats(at, heartbeats));
+            let at = e.elapsed();
+            self.watch.sample(at);
+            self.watch.beats(at, &e.heartbeats());
+            show(app, self.watch.take());
         }
         false
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
-        self.drain_steps(app, None);
+        self.watch.drain();
+        show(app, self.watch.take());
         if let Some(e) = &self.engine {
             app.apply(AppEvent::Tick(e.elapsed()));
             return true;
@@ -207,37 +176,17 @@ impl Source for EngineSource {
     }
 
     fn settle(&mut self, app: &mut App) -> bool {
-        let warnings: Vec<_> = app.new_warnings.drain(..).collect();
-        for (w, at) in warnings {
-            let r = self.metrics.warning(&w, at);
-            warn(app, r);
-        }
-        if self.engine.is_none() || self.events_open || self.steps.is_open() {
+        if self.events_open || self.watch.steps_open() {
             return false;
         }
-        // a last sample covers the part of the interval since the previous one
-        if let Some(e) = &self.engine {
-            let at = e.elapsed();
-            let devices = self.telemetry.sample(at);
-            let process_memory = process_memory();
-            warn(app, self.metrics.telemetry(at, &devices, process_memory));
-            app.apply(AppEvent::Telemetry {
-                at,
-                devices,
-                process_memory,
-            });
-        }
-        let r = self.engine.take().map(Engine::join);
-        app.finish(
-            r.as_ref()
-                .and_then(|r| r.as_ref().err())
-                .map(ToString::to_string),
-        );
-        self.result = r;
-        if let Some((ev, at)) = self.end_record.take() {
-            warn(app, self.metrics.event(&ev, at));
-        }
-        warn(app, self.metrics.flush());
+        let Some(engine) = self.engine.take() else {
+            return false;
+        };
+        self.watch.end(engine.elapsed());
+        show(app, self.watch.take());
+        let r = engine.join();
+        app.finish(r.as_ref().err().map(ToString::to_string));
+        self.result = Some(r);
         true
     }
 

@@ -18,6 +18,7 @@ use crate::nn::precision::Precision;
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::throttle_bits;
 use crate::observe::sample::DeviceSample;
+use crate::observe::straggler::Warning;
 
 /// The most ranks a run may have.
 pub const MAX_RANKS: usize = 1024;
@@ -48,6 +49,19 @@ pub enum Record {
         /// This process's resident memory and the machine's, in bytes.
         process_memory: Option<(u64, u64)>,
     },
+}
+
+impl Record {
+    /// A detector's warning as its record reads back.
+    pub fn warning(w: &Warning, t: Duration) -> Record {
+        Record::Warning {
+            t,
+            kind: w.kind().to_string(),
+            rank: w.rank(),
+            step: Some(w.step()),
+            message: w.to_string(),
+        }
+    }
 }
 
 pub(super) type Parsed<T> = Result<T, String>;

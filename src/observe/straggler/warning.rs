@@ -178,6 +178,19 @@ impl Warning {
             | Warning::GradSpike { .. } => None,
         }
     }
+    /// The step it was said at.
+    pub fn step(&self) -> u64 {
+        match *self {
+            Warning::Straggler { step, .. }
+            | Warning::StragglerCleared { step, .. }
+            | Warning::Degraded { step, .. }
+            | Warning::DegradedCleared { step, .. }
+            | Warning::Stall { step, .. }
+            | Warning::Bound { step, .. }
+            | Warning::BoundCleared { step, .. }
+            | Warning::GradSpike { step, .. } => step,
+        }
+    }
     /// Whether this ends an earlier warning.
     pub fn is_clear(&self) -> bool {
         matches!(

@@ -1,28 +1,58 @@
-//! How the state follows what happens: steps, whole rows, warnings and engine events.
+//! How the state follows what happens: the run's records (whole steps, warnings, engine
+//! events, telemetry).
 
-use std::time::Duration;
-
-use super::{App, EpochPoint, Level, Mode, RunState, Summary, ValPoint};
-use crate::engine::events::{Applied, Ending, Event, StepStats};
+use super::{App, AppEvent, EpochPoint, Level, Mode, RunState, Summary, ValPoint};
+use crate::engine::events::{Applied, Ending, Event};
 use crate::front::words::event_line;
+use crate::observe::metrics::Record;
 use crate::observe::monitor::{StepRow, LOSS_EMA};
-use crate::observe::straggler::{Limit, Warning};
+use crate::observe::straggler::Limit;
 
 impl App {
-    pub(super) fn on_step(&mut self, s: StepStats) {
-        if let Some(d) = self.devices.get_mut(s.rank) {
-            d.on_step(&s);
+    /// One record of the run, at the time it was written: a run in this process's as its
+    /// watch records it, a metrics file's (`view`), a live socket's (`attach`).
+    pub fn apply_record(&mut self, rec: Record) {
+        match rec {
+            Record::Step { row, samples_per_s } => {
+                self.apply(AppEvent::Tick(row.at));
+                self.apply(AppEvent::Row {
+                    row,
+                    samples_per_sec: samples_per_s,
+                });
+            }
+            Record::Event { t, event } => {
+                self.apply(AppEvent::Tick(t));
+                self.apply(AppEvent::Engine(event));
+            }
+            Record::Warning {
+                t,
+                kind,
+                rank,
+                step,
+                message,
+            } => {
+                self.apply(AppEvent::Tick(t));
+                self.apply(AppEvent::Warned {
+                    kind,
+                    rank,
+                    step,
+                    message,
+                });
+            }
+            Record::Telemetry {
+                t,
+                devices,
+                process_memory,
+            } => self.apply(AppEvent::Telemetry {
+                at: t,
+                devices,
+                process_memory,
+            }),
         }
-        let Some(row) = self.monitor.on_step(s) else {
-            return;
-        };
-        self.samples_per_sec = self.monitor.samples_per_sec();
-        self.eta = self.monitor.eta();
-        self.count_row(&row);
-        for w in self.detector.on_row(&row) {
-            self.on_warning(w, row.at);
+        // a failed run writes no `end`: its failure is its end
+        if self.state == RunState::Failed && self.summary.is_none() {
+            self.finish(None);
         }
-        self.last_row = Some(row);
     }
 
     pub(super) fn on_row(&mut self, row: StepRow, samples_per_sec: Option<f64>) {
@@ -73,17 +103,7 @@ impl App {
         }
     }
 
-    pub(super) fn on_warning(&mut self, w: Warning, at: Duration) {
-        let step = match w {
-            Warning::GradSpike { step, .. } => Some(step),
-            _ => None,
-        };
-        self.on_recorded_warning(w.kind(), w.rank(), step, w.to_string());
-        self.new_warnings.push((w, at));
-    }
-
-    /// A warning in its recorded form (a metrics file's, a live socket's, or this detector's):
-    /// its device marked or cleared, its words in the events.
+    /// A detector's warning: its device marked or cleared, its words in the events.
     pub(super) fn on_recorded_warning(
         &mut self,
         kind: &str,
@@ -155,7 +175,6 @@ impl App {
             Event::Control { applied, .. } => match applied {
                 Applied::Paused => {
                     self.paused_at = Some(self.now);
-                    self.detector.set_paused(true, self.now);
                     self.pending_pause = None;
                     if !matches!(self.state, RunState::Stopping) {
                         self.state = RunState::Paused;
@@ -167,7 +186,6 @@ impl App {
                         self.monitor.leave_out(from, self.now);
                         self.eta = self.monitor.eta();
                     }
-                    self.detector.set_paused(false, self.now);
                     self.pending_pause = None;
                     if self.state == RunState::Paused {
                         self.state = RunState::Running;

@@ -17,8 +17,7 @@ pub use log::{Level, LogEntry};
 pub use view::{Mode, Popup, RunState, View, Window};
 
 use crate::engine::control::Control;
-use crate::engine::events::{Ending, Event, StepStats};
-use crate::engine::heartbeat::Beat;
+use crate::engine::events::{Ending, Event};
 use crate::engine::RunInfo;
 use crate::front::summary::Spikes;
 pub use crate::front::summary::Summary;
@@ -26,7 +25,6 @@ use crate::observe::history::History;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::sample::DeviceSample;
-use crate::observe::straggler::{Detector, Warning};
 
 /// Why a metrics file without an end record is not taken for a running run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,10 +55,8 @@ const FLASH_FOR: Duration = Duration::from_secs(15);
 #[derive(Clone, Debug)]
 pub enum AppEvent {
     Engine(Event),
-    Step(StepStats),
-    /// A step as a metrics file recorded it: every rank's sample at once, and the samples/s
-    /// measured when it was written. The straggler detector is not run again: the file holds
-    /// its warnings (`Warned`).
+    /// A step every rank has done, as the metrics file records it (the watch of a run in this
+    /// process, a file, a live socket): every rank's sample, and the samples/s then.
     Row {
         row: StepRow,
         samples_per_sec: Option<f64>,
@@ -75,11 +71,9 @@ pub enum AppEvent {
     Tick(Duration),
     /// SIGTERM / SIGHUP: the run is stopping with a checkpoint.
     Signal,
-    /// Where each rank is within its step (for the stall check), at a time since the start.
-    Beats(Duration, Vec<Beat>),
     /// Something to tell the user that is not an engine event (e.g. metrics file failure).
     Notice(Level, String),
-    /// A detector's warning as a metrics file or a live socket recorded it: its `kind` (a
+    /// A detector's warning as the metrics file records it: its `kind` (a
     /// clearing's ends in `_cleared`), the rank it is about, its step where recorded, its words.
     Warned {
         kind: String,
@@ -163,9 +157,6 @@ pub struct App {
     monitor: Monitor,
     /// When the run last paused (its `Paused` event), for the ETA of rows read back.
     paused_at: Option<Duration>,
-    detector: Detector,
-    /// Warnings raised since the frontend last took them (for the metrics file).
-    pub new_warnings: Vec<(Warning, Duration)>,
     pub devices: Vec<DeviceState>,
     /// The run's MFU arithmetic (GPU ranks with a known peak).
     pub mfu: Mfu,
@@ -232,8 +223,6 @@ impl App {
             mfu: Mfu::for_run(&info),
             monitor: Monitor::new(info.ranks()),
             paused_at: None,
-            detector: Detector::for_run(&info),
-            new_warnings: Vec::new(),
             per_replica: info.per_replica,
             split: None,
             info,
@@ -340,7 +329,6 @@ impl App {
 
     pub fn apply(&mut self, ev: AppEvent) {
         match ev {
-            AppEvent::Step(s) => self.on_step(s),
             AppEvent::Row {
                 row,
                 samples_per_sec,
@@ -352,7 +340,6 @@ impl App {
                 process_memory,
             } => {
                 self.now = self.now.max(at);
-                self.detector.on_telemetry(&devices);
                 let t = at.as_secs_f64();
                 for (d, s) in self.devices.iter_mut().zip(devices) {
                     if let Some(u) = s.util {
@@ -396,12 +383,6 @@ impl App {
                 }
                 self.note(Level::Warn, format!("refused: {why}"));
                 self.flash = Some(why);
-            }
-            AppEvent::Beats(at, beats) => {
-                self.now = self.now.max(at);
-                if let Some(w) = self.detector.tick(at, &beats) {
-                    self.on_warning(w, at);
-                }
             }
         }
     }

@@ -14,19 +14,27 @@ pub(super) fn ctrl_c() -> KeyEvent {
     KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
 }
 
-pub(super) fn running(readonly: bool) -> App {
-    let mut app = App::new(demo::info(2), readonly);
-    app.apply(AppEvent::Engine(Event::Started {
+/// A 2-rank run 5 steps in, fed as a run in this process is.
+fn run() -> demo::Demo {
+    let mut run = demo::Demo::new(demo::info(2));
+    let started = Event::Started {
         ranks: 2,
         per_replica: 32,
         params: 1,
         start_step: 0,
         start_epoch: 0,
-    }));
+    };
+    run.event(started, Duration::ZERO);
     for s in 1..=5 {
-        app.apply(AppEvent::Step(demo::step(0, 2, s)));
-        app.apply(AppEvent::Step(demo::step(1, 2, s)));
+        run.step(demo::step(0, 2, s));
+        run.step(demo::step(1, 2, s));
     }
+    run
+}
+
+pub(super) fn running(readonly: bool) -> App {
+    let mut app = run().app;
+    app.readonly = readonly;
     app
 }
 
@@ -37,17 +45,19 @@ pub(super) fn control(app: &mut App, step: u64, applied: Applied) {
 #[test]
 
 fn steps_make_rows_and_curves_once_every_rank_reported() {
-    let mut app = running(false);
-    assert_eq!(app.state, RunState::Running);
-    assert_eq!(app.last_row.as_ref().unwrap().step, 5);
-    assert_eq!(app.loss.all().len(), 5);
-    app.apply(AppEvent::Step(demo::step(0, 2, 6)));
+    let mut run = run();
+    assert_eq!(run.app.state, RunState::Running);
+    assert_eq!(run.app.last_row.as_ref().unwrap().step, 5);
+    assert_eq!(run.app.loss.all().len(), 5);
+    run.step(demo::step(0, 2, 6));
+    let app = run.app;
     assert_eq!(
         app.last_row.as_ref().unwrap().step,
         5,
         "rank 1 has not reported"
     );
-    assert_eq!(app.devices[0].last.as_ref().unwrap().step, 6);
+    // a device's own newest step is its row's (its waits split as the rows split them)
+    assert_eq!(app.devices[0].last.as_ref().unwrap().step, 5);
     let split = app.devices[0].split().unwrap();
     assert!(split.compute > split.data && split.other > 0.0);
     // the step column is the steps' wall time, what its parts leave (other) in it
@@ -357,7 +367,7 @@ fn a_failure_marks_the_device_and_the_state() {
 
 #[test]
 
-fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
+fn a_straggler_marks_its_device_and_logs_once() {
     let app = demo::app_with_straggler(3, 10, 100, 1);
     assert_eq!(app.devices[1].warnings.len(), 1);
     assert!(app.devices[0].warnings.is_empty() && app.devices[2].warnings.is_empty());
@@ -370,8 +380,6 @@ fn a_straggler_marks_its_device_logs_once_and_is_handed_to_the_metrics() {
         "{}",
         warn[0].text
     );
-    assert_eq!(app.new_warnings.len(), 1);
-    assert_eq!(app.new_warnings[0].0.rank(), Some(1));
 }
 
 #[test]

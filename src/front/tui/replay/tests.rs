@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use super::apply_record;
 use crate::engine::events::{Ending, Event};
 use crate::front::tui::app::{App, AppEvent, Summary};
 use crate::front::tui::demo;
@@ -11,24 +10,12 @@ use crate::observe::metrics::{record_line, records, Record};
 use crate::observe::monitor::{Monitor, StepRow};
 
 #[test]
-fn a_recorded_straggler_marks_its_device_in_view_and_attach_as_it_did_live() {
-    let mut live = demo::app_with_straggler(3, 10, 100, 1);
-    let recorded: Vec<_> = live.new_warnings.drain(..).collect();
-    assert_eq!(recorded.len(), 1);
-    // a screen fed from the file or the socket: no detector of its own
-    let mut seen = App::new(demo::info(3), true);
-    let line = |w: &crate::observe::straggler::Warning| {
-        records::warning(w, Duration::from_secs(3)).to_string()
-    };
-    let rec = record_line(line(&recorded[0].0).as_bytes(), 3)
-        .unwrap()
-        .unwrap();
-    apply_record(&mut seen, rec);
-    assert_eq!(seen.devices[1].warnings, live.devices[1].warnings);
-    assert!(seen.devices[0].warnings.is_empty() && seen.devices[2].warnings.is_empty());
+fn a_recorded_clearing_lowers_the_straggler_s_flag() {
+    let mut seen = demo::app_with_straggler(3, 10, 100, 1);
+    assert_eq!(seen.devices[1].warnings.len(), 1);
     let cleared = crate::observe::straggler::Warning::StragglerCleared { rank: 1, step: 200 };
-    let rec = record_line(line(&cleared).as_bytes(), 3).unwrap().unwrap();
-    apply_record(&mut seen, rec);
+    let line = records::warning(&cleared, Duration::from_secs(3)).to_string();
+    seen.apply_record(record_line(line.as_bytes(), 3).unwrap().unwrap());
     assert!(seen.devices[1].warnings.is_empty());
     assert!(seen
         .log
@@ -156,7 +143,7 @@ fn an_attached_screen_s_smoothed_loss_is_the_run_s_whatever_rows_it_gets() {
         for row in rows {
             // through the record, as the socket and the file carry it
             let line = records::step(row, None, None).to_string();
-            apply_record(&mut app, record_line(line.as_bytes(), 1).unwrap().unwrap());
+            app.apply_record(record_line(line.as_bytes(), 1).unwrap().unwrap());
         }
         app.loss_smooth.last().unwrap().1
     };

@@ -1,0 +1,197 @@
+//! What watches a run in this process, for either frontend: its step samples put together into
+//! rows (the step monitor), the straggler detector, the devices' telemetry and the records (the
+//! metrics files, the live socket), in the run's order. The frontend takes what was recorded as
+//! records, the form `view` reads from a file and `attach` from a socket: the screen and the
+//! log show what the file says.
+
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::engine::events::{Applied, Event, StepStats};
+use crate::engine::heartbeat::Beat;
+use crate::engine::RunInfo;
+use crate::front::steps::Steps;
+use crate::observe::metrics::Record;
+use crate::observe::monitor::Monitor;
+use crate::observe::sample::DeviceSample;
+use crate::observe::straggler::{Detector, Warning};
+use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::Recorder;
+
+/// What the watch saw, in the order it was recorded.
+#[derive(Debug)]
+pub enum Seen {
+    Record(Record),
+    /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
+    Note(String),
+}
+
+pub struct Watch {
+    steps: Steps,
+    telemetry: Telemetry,
+    monitor: Monitor,
+    detector: Detector,
+    recorder: Recorder,
+    /// The run's end, recorded after its final step samples and telemetry.
+    end: Option<(Event, Duration)>,
+    seen: Vec<Seen>,
+}
+
+impl Watch {
+    /// Starts watching the run `info` whose ranks send their step samples to `steps`; records
+    /// the `run` record.
+    pub fn new(
+        info: &RunInfo,
+        steps: Receiver<StepStats>,
+        mut recorder: Recorder,
+        telemetry: Telemetry,
+    ) -> Watch {
+        let notes = recorder.run_start(info);
+        let mut watch = Watch {
+            steps: Steps::new(steps),
+            telemetry,
+            monitor: Monitor::new(info.ranks()),
+            detector: Detector::for_run(info),
+            recorder,
+            end: None,
+            seen: Vec::new(),
+        };
+        watch.note(notes);
+        watch
+    }
+
+    /// What was seen since the last call, oldest first.
+    pub fn take(&mut self) -> Vec<Seen> {
+        std::mem::take(&mut self.seen)
+    }
+
+    /// Whether the ranks may still send step samples.
+    pub fn steps_open(&self) -> bool {
+        self.steps.is_open()
+    }
+
+    /// The time left to the end of the run's budget, at the pace of its newest rows.
+    pub fn eta(&self) -> Option<Duration> {
+        self.monitor.eta()
+    }
+
+    fn note(&mut self, notes: Vec<String>) {
+        self.seen.extend(notes.into_iter().map(Seen::Note));
+    }
+
+    /// One rank's step sample; the step's row once every rank has sent theirs.
+    pub fn step(&mut self, s: StepStats) {
+        self.telemetry.on_step(&s);
+        let Some(row) = self.monitor.on_step(s) else {
+            return;
+        };
+        let rate = self.monitor.samples_per_sec();
+        let notes = self.recorder.step(&row, rate);
+        self.note(notes);
+        let warnings = self.detector.on_row(&row);
+        let at = row.at;
+        self.seen.push(Seen::Record(Record::Step {
+            row,
+            samples_per_s: rate,
+        }));
+        for w in warnings {
+            self.warning(&w, at);
+        }
+    }
+
+    /// Every step sample waiting. Samples are collected (a few times a second, every frame)
+    /// rather than as they come: a worker's `try_send` then never has to wake the frontend's
+    /// thread, which keeps the watching's cost off the steps.
+    pub fn drain(&mut self) {
+        self.steps_to(None);
+    }
+
+    fn steps_to(&mut self, until: Option<u64>) {
+        for s in self.steps.take(until) {
+            self.step(s);
+        }
+        self.recorder.catch_up();
+    }
+
+    /// An engine event at `t` since the start, after the step samples up to its step (see
+    /// `front::steps`); the run's end is kept back for `end`.
+    pub fn event(&mut self, ev: Event, t: Duration) {
+        self.steps_to(ev.step());
+        if matches!(ev, Event::Finished { .. }) {
+            self.end = Some((ev, t));
+            return;
+        }
+        if let Event::Control { applied, .. } = &ev {
+            match applied {
+                Applied::Paused => self.detector.set_paused(true, t),
+                Applied::Resumed => self.detector.set_paused(false, t),
+                _ => {}
+            }
+        }
+        let notes = self.recorder.event(&ev, t);
+        self.note(notes);
+        self.seen.push(Seen::Record(Record::Event { t, event: ev }));
+    }
+
+    fn warning(&mut self, w: &Warning, t: Duration) {
+        let notes = self.recorder.warning(w, t);
+        self.note(notes);
+        self.seen.push(Seen::Record(Record::warning(w, t)));
+    }
+
+    /// The devices' telemetry at `t` since the start (covering the time since the one before).
+    pub fn sample(&mut self, t: Duration) {
+        let devices = self.telemetry.sample(t);
+        self.sampled(t, devices, process_memory());
+    }
+
+    /// Telemetry taken elsewhere (the demo's).
+    pub fn sampled(
+        &mut self,
+        t: Duration,
+        devices: Vec<DeviceSample>,
+        process_memory: Option<(u64, u64)>,
+    ) {
+        self.detector.on_telemetry(&devices);
+        let notes = self.recorder.telemetry(t, &devices, process_memory);
+        self.note(notes);
+        self.seen.push(Seen::Record(Record::Telemetry {
+            t,
+            devices,
+            process_memory,
+        }));
+    }
+
+    /// Where each rank is within its step at `t`: a stall is said when no step completes for
+    /// the `--stall-timeout`.
+    pub fn beats(&mut self, t: Duration, beats: &[Beat]) {
+        if let Some(w) = self.detector.tick(t, beats) {
+            self.warning(&w, t);
+        }
+    }
+
+    /// The ranks are ending (`now` since the start): their last step samples (this waits for
+    /// every rank to have sent its last), a last telemetry sample covering the time since the
+    /// one before, the end, and everything written out.
+    pub fn end(&mut self, now: Duration) {
+        for s in self.steps.rest() {
+            self.step(s);
+        }
+        self.recorder.catch_up();
+        // (stamped no later than the end, which follows it in the file: a reader's wall time
+        // is the end's)
+        let end = self.end.take();
+        self.sample(end.as_ref().map_or(now, |e| e.1));
+        if let Some((ev, t)) = end {
+            let notes = self.recorder.event(&ev, t);
+            self.note(notes);
+            self.seen.push(Seen::Record(Record::Event { t, event: ev }));
+        }
+        let notes = self.recorder.flush();
+        self.note(notes);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Seen, Watch};
+use crate::engine::events::{Applied, Ending, Event, StepStats};
+use crate::front::tui::app::App;
+use crate::front::tui::demo;
+use crate::observe::metrics::{MetricsReader, MetricsWriter, Record};
+use crate::observe::telemetry::Telemetry;
+use crate::observe::Recorder;
+
+/// A 3-rank run whose rank 1 works twice as long as the others from step 20 on, paused at
+/// step 10, with an epoch's end at step 30, watched into the metrics file `path` (every step
+/// in it); what the watch handed the frontend.
+fn watched(path: &Path) -> Vec<Record> {
+    let ranks = 3;
+    let info = demo::info(ranks);
+    let (_, steps) = crossbeam_channel::bounded::<StepStats>(0);
+    let recorder = Recorder::new(vec![MetricsWriter::create(path).unwrap()], None, 1);
+    let mut watch = Watch::new(&info, steps, recorder, Telemetry::of_steps(ranks));
+    let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
+    for s in 1..=120 {
+        let at = ms(s as f64 * 20.5);
+        for r in 0..ranks {
+            let mut st = demo::step(r, ranks, s);
+            let work = if r == 1 && s > 20 { 20.0 } else { 10.0 };
+            st.compute = ms(work);
+            st.sync_wait = ms(20.0 - work);
+            st.step_time = ms(20.5);
+            st.at = at;
+            watch.step(st);
+        }
+        if s == 10 {
+            for applied in [Applied::Paused, Applied::Resumed] {
+                watch.event(Event::Control { step: 10, applied }, at);
+            }
+        }
+        if s == 30 {
+            let epoch = Event::EpochDone {
+                epoch: 1,
+                step: 30,
+                train_loss: 0.5,
+                val_loss: Some(0.4),
+                val_accuracy: Some(0.9),
+                elapsed: at,
+            };
+            watch.event(epoch, at);
+        }
+        if s % 25 == 0 {
+            watch.sample(at);
+        }
+    }
+    let end = Event::Finished {
+        step: 120,
+        ending: Ending::Completed,
+    };
+    watch.event(end, ms(2500.0));
+    watch.end(ms(2600.0));
+    let seen = watch.take();
+    seen.into_iter()
+        .map(|s| match s {
+            Seen::Record(r) => r,
+            Seen::Note(n) => panic!("a note: {n}"),
+        })
+        .collect()
+}
+
+fn kind(r: &Record) -> String {
+    match r {
+        Record::Step { row, .. } => format!("step {}", row.step),
+        Record::Event { event, .. } => format!("{event:?}"),
+        Record::Warning { kind, step, .. } => format!("{kind} at {step:?}"),
+        Record::Telemetry { .. } => "telemetry".into(),
+    }
+}
+
+#[test]
+fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let seen = watched(&path);
+    let mut reader = MetricsReader::open(&path).unwrap();
+    let mut read = Vec::new();
+    while let Some(r) = reader.next().unwrap() {
+        read.push(r);
+    }
+    // the same records in the same order: the steps before the events they come before, the
+    // straggler's warning after the row it was seen in, the end last
+    let kinds: Vec<String> = seen.iter().map(kind).collect();
+    assert_eq!(kinds, read.iter().map(kind).collect::<Vec<_>>());
+    assert!(
+        kinds.iter().any(|k| k.starts_with("straggler at")),
+        "{kinds:?}"
+    );
+    assert!(kinds.last().unwrap().starts_with("Finished"), "{kinds:?}");
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+    assert!(at("step 10") < at("step 11"));
+    assert!(kinds[at("step 10") + 1].contains("Paused"), "{kinds:?}");
+    // a warning's words, its rank and step are the file's
+    let warnings = |rs: &[Record]| -> Vec<Record> {
+        let drop_t = |r: &Record| match r.clone() {
+            Record::Warning {
+                kind,
+                rank,
+                step,
+                message,
+                ..
+            } => Some(Record::Warning {
+                t: Duration::ZERO,
+                kind,
+                rank,
+                step,
+                message,
+            }),
+            _ => None,
+        };
+        rs.iter().filter_map(drop_t).collect()
+    };
+    assert_eq!(warnings(&seen), warnings(&read));
+    // and a screen fed either way shows the same
+    let screen = |rs: Vec<Record>| {
+        let mut app = App::new(demo::info(3), false);
+        for r in rs {
+            app.apply_record(r);
+        }
+        app
+    };
+    let (live, file) = (screen(seen), screen(read));
+    assert_eq!(live.devices[1].warnings, file.devices[1].warnings);
+    assert_eq!(live.devices[1].warnings.len(), 1);
+    let texts = |app: &App| app.log.iter().map(|l| l.text.clone()).collect::<Vec<_>>();
+    assert_eq!(texts(&live), texts(&file));
+    let (a, b) = (live.summary.unwrap(), file.summary.unwrap());
+    assert_eq!(
+        (a.steps, a.best_val_accuracy),
+        (b.steps, b.best_val_accuracy)
+    );
+}
+
+#[test]
+fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
+    let info = demo::info(2);
+    let (tx, steps) = crossbeam_channel::unbounded();
+    let mut watch = Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(2));
+    for s in 1..=3 {
+        tx.send(demo::step(0, 2, s)).unwrap();
+    }
+    tx.send(demo::step(1, 2, 1)).unwrap();
+    watch.drain();
+    let steps = |seen: Vec<Seen>| -> Vec<u64> {
+        (seen.into_iter())
+            .filter_map(|s| match s {
+                Seen::Record(Record::Step { row, .. }) => Some(row.step),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(steps(watch.take()), [1], "rank 1 has done step 1 only");
+    // an event after step 2 comes after its row, not before (the samples waiting are taken
+    // first), and the samples after it wait
+    for s in 2..=3 {
+        tx.send(demo::step(1, 2, s)).unwrap();
+    }
+    let path = std::path::PathBuf::from("c");
+    watch.event(
+        Event::Checkpoint {
+            step: 2,
+            path,
+            best: None,
+        },
+        Duration::from_secs(1),
+    );
+    let seen = watch.take();
+    assert!(
+        matches!(&seen[..], [Seen::Record(Record::Step { row, .. }), Seen::Record(Record::Event { .. })] if row.step == 2)
+    );
+    watch.drain();
+    assert_eq!(steps(watch.take()), [3]);
+    // the end waits for the ranks' last samples
+    let end = Event::Finished {
+        step: 4,
+        ending: Ending::Completed,
+    };
+    watch.event(end, Duration::from_secs(2));
+    assert!(watch.take().is_empty(), "the end is kept back");
+    tx.send(demo::step(0, 2, 4)).unwrap();
+    tx.send(demo::step(1, 2, 4)).unwrap();
+    drop(tx);
+    watch.end(Duration::from_secs(3));
+    let seen = watch.take();
+    assert!(matches!(&seen[0], Seen::Record(Record::Step { row, .. }) if row.step == 4));
+    // a last telemetry sample, stamped no later than the end it comes before
+    assert!(
+        matches!(&seen[1], Seen::Record(Record::Telemetry { t, .. }) if *t == Duration::from_secs(2))
+    );
+    assert!(matches!(
+        &seen[2],
+        Seen::Record(Record::Event {
+            event: Event::Finished { .. },
+            ..
+        })
+    ));
+    assert!(!watch.steps_open());
+}
