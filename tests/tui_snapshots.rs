@@ -144,7 +144,7 @@ fn a_run_stopped_before_its_budget_says_stopped_not_done() {
 
 #[test]
 fn readonly_footer() {
-    let mut app = App::new(demo::info(2), true);
+    let mut app = App::new(mgtop::engine::RunInfo::example(2), true);
     app.apply(AppEvent::Tick(std::time::Duration::from_secs(3)));
     key(&mut app, KeyCode::Char('p'));
     insta::assert_snapshot!(screen(&app, 80, 24));
@@ -219,7 +219,7 @@ fn every_size_and_state_draws_without_panicking() {
         .map(|n| Theme::embedded(n).unwrap())
         .collect();
     let mut apps = vec![
-        App::new(demo::info(1), false),
+        App::new(mgtop::engine::RunInfo::example(1), false),
         demo::app(1, 3),
         demo::app(16, 30),
     ];

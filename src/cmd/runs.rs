@@ -182,7 +182,7 @@ mod tests {
             ending: Ending::Quit,
         };
         let lines = [
-            records::run(&demo::info(1)),
+            records::run(&crate::engine::RunInfo::example(1)),
             records::step(&row, None, None),
             records::event(&end, std::time::Duration::from_secs(9)).unwrap(),
         ];

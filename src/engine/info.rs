@@ -13,6 +13,7 @@ use crate::engine::loader::Sharding;
 use crate::nn::model::Model;
 use crate::nn::precision::Precision;
 
+mod example;
 mod idle;
 
 /// What a frontend shows about the run before the first step.

@@ -261,7 +261,7 @@ mod tests {
     /// the events (its row completes after them).
     fn stopped_log(ranks: usize, last: u64, events: &[Event], late: bool) -> Vec<String> {
         let mut out = Vec::new();
-        let info = crate::front::tui::demo::info(ranks);
+        let info = crate::engine::RunInfo::example(ranks);
         // (the samples come through `step`: no channel)
         let (_, steps) = crossbeam_channel::bounded(0);
         let metrics = Recorder::new(Vec::new(), None, 4);

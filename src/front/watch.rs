@@ -1,8 +1,8 @@
 //! What watches a run in this process, for either frontend: its step samples put together into
 //! rows (the step monitor), the straggler detector, the devices' telemetry and the records (the
-//! metrics files, the live socket), in the run's order. The frontend takes what was recorded as
-//! records, the form `view` reads from a file and `attach` from a socket: the screen and the
-//! log show what the file says.
+//! metrics files, the live socket), in the run's order. The frontend is handed every row, event,
+//! warning and sample as the record `view` reads from a file and `attach` from a socket (a file
+//! holds every `--log-every`th row of them): the screen and the log show what the file says.
 
 use std::time::Duration;
 
@@ -80,7 +80,9 @@ impl Watch {
         self.seen.extend(notes.into_iter().map(Seen::Note));
     }
 
-    /// One rank's step sample; the step's row once every rank has sent theirs.
+    /// One rank's step sample; the step's row once every rank has sent theirs. (A run's samples
+    /// come through the channel, taken in order beside its events by `drain` and `event`; this
+    /// is for samples made up: the demo's, the tests'.)
     pub fn step(&mut self, s: StepStats) {
         self.telemetry.on_step(&s);
         let Some(row) = self.monitor.on_step(s) else {
@@ -88,20 +90,20 @@ impl Watch {
         };
         let rate = self.monitor.samples_per_sec();
         let notes = self.recorder.step(&row, rate);
-        self.note(notes);
         let warnings = self.detector.on_row(&row);
         let at = row.at;
         self.seen.push(Seen::Record(Record::Step {
             row,
             samples_per_s: rate,
         }));
+        self.note(notes);
         for w in warnings {
             self.warning(&w, at);
         }
     }
 
-    /// Every step sample waiting. Samples are collected (a few times a second, every frame)
-    /// rather than as they come: a worker's `try_send` then never has to wake the frontend's
+    /// Every step sample waiting. Samples are collected (the log's every 20 ms, the screen's every
+    /// frame) rather than as they come: a worker's `try_send` then never has to wake the frontend's
     /// thread, which keeps the watching's cost off the steps.
     pub fn drain(&mut self) {
         self.steps_to(None);
@@ -129,19 +131,33 @@ impl Watch {
                 _ => {}
             }
         }
+        self.record(ev, t);
+    }
+
+    /// An event into the records, and handed on.
+    fn record(&mut self, ev: Event, t: Duration) {
         let notes = self.recorder.event(&ev, t);
-        self.note(notes);
         self.seen.push(Seen::Record(Record::Event { t, event: ev }));
+        self.note(notes);
     }
 
     fn warning(&mut self, w: &Warning, t: Duration) {
         let notes = self.recorder.warning(w, t);
-        self.note(notes);
         self.seen.push(Seen::Record(Record::warning(w, t)));
+        self.note(notes);
     }
 
-    /// The devices' telemetry at `t` since the start (covering the time since the one before).
+    /// Whether the run's end was heard (its ranks are ending: what is left is their teardown).
+    pub fn ending(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// The devices' telemetry at `t` since the start (covering the time since the one before);
+    /// none once the end was heard (the last, at the end's time, comes before it: `end`).
     pub fn sample(&mut self, t: Duration) {
+        if self.ending() {
+            return;
+        }
         let devices = self.telemetry.sample(t);
         self.sampled(t, devices, process_memory());
     }
@@ -155,17 +171,20 @@ impl Watch {
     ) {
         self.detector.on_telemetry(&devices);
         let notes = self.recorder.telemetry(t, &devices, process_memory);
-        self.note(notes);
         self.seen.push(Seen::Record(Record::Telemetry {
             t,
             devices,
             process_memory,
         }));
+        self.note(notes);
     }
 
     /// Where each rank is within its step at `t`: a stall is said when no step completes for
-    /// the `--stall-timeout`.
+    /// the `--stall-timeout` (not while paused, nor once the end was heard).
     pub fn beats(&mut self, t: Duration, beats: &[Beat]) {
+        if self.ending() {
+            return;
+        }
         if let Some(w) = self.detector.tick(t, beats) {
             self.warning(&w, t);
         }
@@ -184,9 +203,7 @@ impl Watch {
         let end = self.end.take();
         self.sample(end.as_ref().map_or(now, |e| e.1));
         if let Some((ev, t)) = end {
-            let notes = self.recorder.event(&ev, t);
-            self.note(notes);
-            self.seen.push(Seen::Record(Record::Event { t, event: ev }));
+            self.record(ev, t);
         }
         let notes = self.recorder.flush();
         self.note(notes);

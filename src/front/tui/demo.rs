@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::Budget;
 use crate::engine::events::{Applied, EndsAt, Event, StepStats};
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
@@ -14,62 +13,6 @@ use super::app::App;
 use crate::front::watch::Watch;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
-
-pub fn info(devices: usize) -> RunInfo {
-    cpu_info(devices)
-}
-
-fn cpu_info(devices: usize) -> RunInfo {
-    RunInfo {
-        host: None,
-        name: "digits-mlp:128".into(),
-        devices: (0..devices).map(|index| Device::Cpu { index }).collect(),
-        hosts: Vec::new(),
-        process: 0,
-        processes: 1,
-        device_note: None,
-        precision: Precision::Fp32,
-        precision_notes: Vec::new(),
-        cuda_graph: None,
-        step_metrics: None,
-        grad_dtype: Default::default(),
-        convolutions: None,
-        data: "digits (UCI optdigits 8x8, 1797 samples, 10 classes)".into(),
-        model: "mlp:128 (64-128-10)".into(),
-        params: 9610,
-        per_replica: 32,
-        grad_accum: 1,
-        lr: 1e-3,
-        lr_note: None,
-        schedule: Default::default(),
-        warmup: 0,
-        clip_grad_norm: None,
-        resume_note: None,
-        train_samples: 1438,
-        val_samples: 359,
-        val_every: None,
-        budget: Budget::Epochs(30),
-        start_step: 0,
-        start_epoch: 0,
-        resumed_from: None,
-        run_dir: None,
-        checkpoint_dir: None,
-        layers: Vec::new(),
-        flops: 19_200,
-        model_notes: Vec::new(),
-        data_notes: Vec::new(),
-        pictures: false,
-        loader_threads: 1,
-        prefetch: 0,
-        cores: 64,
-        threads_per_worker: 1,
-        injected: vec![None; devices],
-        stall_timeout: Duration::from_secs(60),
-        baseline: None,
-        strategy: Default::default(),
-        started: None,
-    }
-}
 
 fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v / 1e3)
@@ -183,7 +126,7 @@ pub fn app(devices: usize, steps: u64) -> App {
 
 /// `app`'s run, to go on with.
 pub fn run(devices: usize, steps: u64) -> Demo {
-    let mut demo = Demo::started(info(devices));
+    let mut demo = Demo::started(RunInfo::example(devices));
     let steps_per_epoch = 1438u64.div_ceil(32 * devices as u64);
     for s in 1..=steps {
         for r in 0..devices {
@@ -250,7 +193,7 @@ pub fn app_with_straggler(devices: usize, steps: u64, extra: u64, slow: usize) -
 
 /// The same run on GPUs (H100s), with NVML samples: rank 1 is power-capped and clocked down.
 pub fn gpu_app(devices: usize, steps: u64) -> App {
-    let mut info = cpu_info(devices);
+    let mut info = RunInfo::example(devices);
     info.devices = (0..devices)
         .map(|index| Device::Gpu {
             index,

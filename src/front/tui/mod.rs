@@ -77,9 +77,9 @@ pub fn drive<B: Backend>(
         theme: opts.theme.clone(),
         exit_when_done: opts.exit_when_done,
     };
-    let (app, abandoned) = run(terminal, app, &mut source, screen, inputs, signals);
+    let (mut app, abandoned) = run(terminal, app, &mut source, screen, inputs, signals);
     TuiEnd {
-        result: source.finish(abandoned),
+        result: source.finish(&mut app, abandoned),
         app,
     }
 }

@@ -48,7 +48,7 @@ pub trait Source {
 
 /// What the watch of a run in this process saw, onto the screen: its records as `view` and
 /// `attach` show a file's and a socket's.
-pub fn show(app: &mut App, seen: Vec<Seen>) {
+pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
     for s in seen {
         match s {
             Seen::Record(r) => app.apply_record(r),
@@ -91,31 +91,44 @@ impl EngineSource {
         }
     }
 
-    /// The run's result once the UI has closed: joined already, or stopped and joined now
-    /// (`abandoned`: the workers are left to the process's exit).
-    pub fn finish(self, abandoned: bool) -> Result<RunResult, EngineError> {
-        match (self.result, self.engine) {
-            (Some(r), _) => r,
-            (None, Some(e)) if abandoned => {
-                // as a second signal: the records end (`quit`), the socket and any half
-                // written checkpoint go
-                crate::quit_at_once::run();
-                let info = e.info();
-                let resume = crate::engine::rundir::continuing(
-                    info.run_dir.as_deref(),
-                    e.checkpoint_dir(),
-                    info.resumed_from.as_deref(),
-                );
-                Err(EngineError::Config(format!(
-                    "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint; {resume}"
-                )))
-            }
-            (None, Some(e)) => {
-                let _ = e.controller().stop(true);
-                e.join()
-            }
+    /// The run's result once the UI has closed (`app` takes what is seen of its end): joined
+    /// already, or stopped, joined and recorded to its end now; `abandoned`: the workers are
+    /// left to the process's exit, unless the run's end was heard (what is left is their
+    /// teardown, waited for).
+    pub fn finish(mut self, app: &mut App, abandoned: bool) -> Result<RunResult, EngineError> {
+        let e = match (self.result.take(), self.engine.take()) {
+            (Some(r), _) => return r,
+            (None, Some(e)) => e,
             (None, None) => unreachable!("the engine is joined exactly once"),
+        };
+        if abandoned && !self.watch.ending() {
+            // as a second signal: the records end (`quit`), the socket and any half written
+            // checkpoint go
+            crate::quit_at_once::run();
+            let info = e.info();
+            let resume = crate::engine::rundir::continuing(
+                info.run_dir.as_deref(),
+                e.checkpoint_dir(),
+                info.resumed_from.as_deref(),
+            );
+            return Err(EngineError::Config(format!(
+                "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint; {resume}"
+            )));
         }
+        if !self.watch.ending() {
+            let _ = e.controller().stop(true);
+        }
+        let (at, joined) = (e.elapsed(), Instant::now());
+        let r = e.join();
+        // what the stop said (its checkpoint, the end) after the samples before it
+        let now = at + joined.elapsed();
+        for ev in self.events.try_iter() {
+            self.watch.event(ev, now);
+        }
+        self.watch.end(now);
+        show(app, self.watch.take());
+        app.finish(r.as_ref().err().map(ToString::to_string));
+        r
     }
 
     fn at(&self, app: &App) -> std::time::Duration {
@@ -159,7 +172,8 @@ impl Source for EngineSource {
     fn on_frame(&mut self, app: &mut App) -> bool {
         self.watch.drain();
         show(app, self.watch.take());
-        if let Some(e) = &self.engine {
+        // (once the end was heard, the clock stops at it: the summary's wall time is the run's)
+        if let Some(e) = self.engine.as_ref().filter(|_| !self.watch.ending()) {
             app.apply(AppEvent::Tick(e.elapsed()));
             return true;
         }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::{Seen, Watch};
 use crate::engine::events::{Applied, Ending, Event, StepStats};
+use crate::engine::RunInfo;
 use crate::front::tui::app::App;
 use crate::front::tui::demo;
 use crate::observe::metrics::{MetricsReader, MetricsWriter, Record};
@@ -14,7 +15,7 @@ use crate::observe::Recorder;
 /// in it); what the watch handed the frontend.
 fn watched(path: &Path) -> Vec<Record> {
     let ranks = 3;
-    let info = demo::info(ranks);
+    let info = RunInfo::example(ranks);
     let (_, steps) = crossbeam_channel::bounded::<StepStats>(0);
     let recorder = Recorder::new(vec![MetricsWriter::create(path).unwrap()], None, 1);
     let mut watch = Watch::new(&info, steps, recorder, Telemetry::of_steps(ranks));
@@ -84,18 +85,14 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
     while let Some(r) = reader.next().unwrap() {
         read.push(r);
     }
-    // the same records in the same order: the steps before the events they come before, the
-    // straggler's warning after the row it was seen in, the end last
+    // the same records in the same order (every step: --log-every 1), the straggler's
+    // warning among them, the end last after a last telemetry sample
     let kinds: Vec<String> = seen.iter().map(kind).collect();
     assert_eq!(kinds, read.iter().map(kind).collect::<Vec<_>>());
-    assert!(
-        kinds.iter().any(|k| k.starts_with("straggler at")),
-        "{kinds:?}"
-    );
+    let said = |k: &str| kinds.iter().any(|x| x.starts_with(k));
+    assert!(said("straggler at"), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2], "telemetry");
     assert!(kinds.last().unwrap().starts_with("Finished"), "{kinds:?}");
-    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
-    assert!(at("step 10") < at("step 11"));
-    assert!(kinds[at("step 10") + 1].contains("Paused"), "{kinds:?}");
     // a warning's words, its rank and step are the file's
     let warnings = |rs: &[Record]| -> Vec<Record> {
         let drop_t = |r: &Record| match r.clone() {
@@ -119,7 +116,7 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
     assert_eq!(warnings(&seen), warnings(&read));
     // and a screen fed either way shows the same
     let screen = |rs: Vec<Record>| {
-        let mut app = App::new(demo::info(3), false);
+        let mut app = App::new(RunInfo::example(3), false);
         for r in rs {
             app.apply_record(r);
         }
@@ -139,7 +136,7 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
 
 #[test]
 fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
-    let info = demo::info(2);
+    let info = RunInfo::example(2);
     let (tx, steps) = crossbeam_channel::unbounded();
     let mut watch = Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(2));
     for s in 1..=3 {
@@ -201,4 +198,58 @@ fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
         })
     ));
     assert!(!watch.steps_open());
+}
+
+#[test]
+fn a_stall_is_said_once_steps_stop_but_not_while_paused_nor_once_the_end_was_heard() {
+    use crate::engine::heartbeat::{Beat, Phase};
+    let mut info = RunInfo::example(2);
+    info.stall_timeout = Duration::from_secs(5);
+    let watch = || {
+        let (_, steps) = crossbeam_channel::bounded::<StepStats>(0);
+        Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(2))
+    };
+    let secs = Duration::from_secs;
+    // rank 1 never reaches step 2's all-reduce
+    let beat = |phase| Beat { step: 2, phase };
+    let beats = [beat(Phase::Reduce), beat(Phase::Compute)];
+    let stalls = |w: &mut Watch| -> Vec<String> {
+        (w.take().into_iter())
+            .filter_map(|s| match s {
+                Seen::Record(Record::Warning { kind, message, .. }) if kind == "stall" => {
+                    Some(message)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut w = watch();
+    let mut step = demo::step(0, 2, 1);
+    step.at = secs(1);
+    w.step(step.clone());
+    w.step(StepStats { rank: 1, ..step });
+    let control = |applied| Event::Control { step: 1, applied };
+    w.event(control(Applied::Paused), secs(2));
+    w.beats(secs(30), &beats);
+    assert!(stalls(&mut w).is_empty(), "paused");
+    w.event(control(Applied::Resumed), secs(30));
+    w.beats(secs(33), &beats);
+    assert!(
+        stalls(&mut w).is_empty(),
+        "the clock restarted at the resume"
+    );
+    w.beats(secs(36), &beats);
+    let said = stalls(&mut w);
+    assert_eq!(said.len(), 1);
+    assert!(said[0].contains("rank(s) 1 did not reach"), "{said:?}");
+    // a run whose end was heard is tearing down, not stalled
+    let mut w = watch();
+    let end = Event::Finished {
+        step: 1,
+        ending: Ending::Completed,
+    };
+    w.event(end, secs(2));
+    w.beats(secs(60), &beats);
+    w.sample(secs(60));
+    assert!(w.take().is_empty());
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::engine::Device;
+use crate::engine::RunInfo;
 
 #[test]
 fn small_losses_keep_their_digits() {
@@ -49,7 +50,7 @@ fn gpus(mut info: RunInfo) -> RunInfo {
 
 #[test]
 fn a_gpu_run_says_when_its_step_metrics_are_read_and_a_cpu_run_does_not() {
-    let mut info = crate::front::tui::demo::info(2);
+    let mut info = RunInfo::example(2);
     info.step_metrics = Some("read one step late".into());
     let said = describe(&gpus(info.clone()));
     assert!(
@@ -68,7 +69,7 @@ fn the_cuda_graph_line_is_a_gpu_runs_and_a_cpu_run_asking_for_graphs_is_told() {
     use crate::config::cuda_graph::CudaGraph;
     let (on, line) = CudaGraph::On.resolve(false).unwrap();
     assert!(on);
-    let mut info = crate::front::tui::demo::info(2);
+    let mut info = RunInfo::example(2);
     info.cuda_graph = Some(line.clone());
     let said = describe(&gpus(info.clone()));
     assert!(said.contains(&format!("cuda graph: {line}")), "{said:?}");
@@ -109,7 +110,7 @@ fn a_step_line_s_batch_is_what_the_ranks_took() {
     };
     let info = RunInfo {
         budget: Budget::Steps(9),
-        ..demo::info(2)
+        ..RunInfo::example(2)
     };
     let line = |samples| step_line(&row(samples), None, &info, None);
     assert!(line(32).contains("| batch 32x2=64 |"), "{}", line(32));
@@ -129,7 +130,7 @@ fn a_step_line_says_the_gradient_s_norm_and_whether_it_was_clipped() {
     let row = m.on_step(s).unwrap();
     let clip = |c| RunInfo {
         clip_grad_norm: c,
-        ..demo::info(1)
+        ..RunInfo::example(1)
     };
     let line = step_line(&row, None, &clip(None), None);
     assert!(line.contains("| grad norm 2.500 |"), "{line}");
@@ -150,7 +151,7 @@ fn the_batch_line_says_a_step_takes_the_whole_split_where_the_cut_batch_rounds_p
             per_replica,
             train_samples,
             budget: Budget::Steps(3),
-            ..crate::front::tui::demo::info(50)
+            ..RunInfo::example(50)
         };
         (describe(&info).into_iter())
             .find(|l| l.starts_with("batch: "))
@@ -183,7 +184,7 @@ fn a_step_line_of_many_ranks_sums_them_up() {
         (s.data_wait, s.optimizer, s.compute_cpu) = Default::default();
         last = m.on_step(s);
     }
-    let line = step_line(&last.unwrap(), None, &demo::info(ranks), None);
+    let line = step_line(&last.unwrap(), None, &RunInfo::example(ranks), None);
     assert!(
         line.contains("| work ms median 16.00, fastest r0 10.00, slowest r11 21.00 |"),
         "{line}"
@@ -213,9 +214,9 @@ fn a_step_line_s_shares_are_over_the_steps_since_the_last_line() {
     let (first, last) = (rows[0].totals.unwrap(), rows[3].totals.unwrap());
     let window = last.since(&first);
     assert_eq!(window.steps, 3);
-    let line = step_line(&rows[3], None, &demo::info(1), Some(&window));
+    let line = step_line(&rows[3], None, &RunInfo::example(1), Some(&window));
     // 8 ms of the 30 since step 1, where the step alone waited 80%
     assert!(line.contains("| data 0% comm 0% wait 27%"), "{line}");
-    let alone = step_line(&rows[3], None, &demo::info(1), None);
+    let alone = step_line(&rows[3], None, &RunInfo::example(1), None);
     assert!(alone.contains("| data 0% comm 0% wait 80%"), "{alone}");
 }

@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_hand_edited_run_name_is_read_cut_to_what_name_takes() {
-        let mut v = super::super::records::run(&crate::front::tui::demo::info(1));
+        let mut v = super::super::records::run(&crate::engine::RunInfo::example(1));
         v["name"] = "é".repeat(1_000_000).into();
         let info = run_line(v.to_string().as_bytes()).unwrap();
         assert_eq!(info.name.chars().count(), crate::config::MAX_NAME_CHARS + 1);

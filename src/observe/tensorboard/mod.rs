@@ -343,7 +343,7 @@ mod tests {
     #[test]
     fn samples_are_at_the_newest_step_an_event_told_of() {
         let dir = tempfile::tempdir().unwrap();
-        let info = crate::front::tui::demo::info(1);
+        let info = crate::engine::RunInfo::example(1);
         let mut tb = TensorBoard::create(dir.path(), &info, SystemTime::now()).unwrap();
         let epoch = Event::EpochDone {
             epoch: 1,

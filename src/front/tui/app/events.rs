@@ -49,8 +49,9 @@ impl App {
                 process_memory,
             }),
         }
-        // a failed run writes no `end`: its failure is its end
-        if self.state == RunState::Failed && self.summary.is_none() {
+        // a failed run writes no `end`: its failure is its end (a run in this process ends
+        // when its workers have: `finish`)
+        if self.state == RunState::Failed && self.summary.is_none() && self.mode != Mode::Local {
             self.finish(None);
         }
     }
@@ -104,7 +105,7 @@ impl App {
     }
 
     /// A detector's warning: its device marked or cleared, its words in the events.
-    pub(super) fn on_recorded_warning(
+    pub(super) fn on_warning(
         &mut self,
         kind: &str,
         rank: Option<usize>,

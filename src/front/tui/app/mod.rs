@@ -1,5 +1,6 @@
-//! The terminal UI's state. It changes only through `apply` (what the engine and the sampler
-//! report) and `handle_key` (what the user presses), so it is tested without a terminal; the
+//! The terminal UI's state. It changes only through `apply_record` and `apply` (the run's
+//! records, from its watch, a file or a socket, and what the frontend loop says) and
+//! `handle_key` (what the user presses), so it is tested without a terminal; the
 //! render functions only read it.
 
 use std::collections::VecDeque;
@@ -370,7 +371,7 @@ impl App {
                 rank,
                 step,
                 message,
-            } => self.on_recorded_warning(&kind, rank, step, message),
+            } => self.on_warning(&kind, rank, step, message),
             AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
             AppEvent::Flash(text) => self.flash = Some(text),
             AppEvent::Refused(control, why) => {

@@ -4,6 +4,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, 
 
 use super::*;
 use crate::engine::events::{Applied, Ending};
+use crate::engine::RunInfo;
 use crate::front::tui::demo;
 
 pub(super) fn key(c: char) -> KeyEvent {
@@ -16,7 +17,7 @@ pub(super) fn ctrl_c() -> KeyEvent {
 
 /// A 2-rank run 5 steps in, fed as a run in this process is.
 fn run() -> demo::Demo {
-    let mut run = demo::Demo::new(demo::info(2));
+    let mut run = demo::Demo::new(RunInfo::example(2));
     let started = Event::Started {
         ranks: 2,
         per_replica: 32,
@@ -187,7 +188,7 @@ fn readonly_disables_every_key_that_changes_the_run() {
 
 #[test]
 fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
-    let mut app = App::watching(demo::info(2));
+    let mut app = App::watching(RunInfo::example(2));
     let row = |step| {
         let mut m = crate::observe::monitor::Monitor::new(2);
         m.on_step(demo::step(0, 2, step));
@@ -236,7 +237,7 @@ fn the_footer_s_answer_goes_after_a_while_not_at_the_next_key() {
 
 #[test]
 fn arrows_reach_every_device_past_the_ninth() {
-    let mut app = App::new(demo::info(12), false);
+    let mut app = App::new(RunInfo::example(12), false);
     let arrow = |app: &mut App, code| app.handle_key(KeyEvent::new(code, KeyModifiers::NONE));
     arrow(&mut app, KeyCode::Left);
     assert_eq!(app.focus, Some(11), "from none, the last");

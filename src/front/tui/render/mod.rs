@@ -182,7 +182,7 @@ mod tests {
         use crate::front::tui::app::{App, RunState, Silent};
         let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
         let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
-        let mut app = App::new(crate::front::tui::demo::info(2), false);
+        let mut app = App::new(crate::engine::RunInfo::example(2), false);
         app.state = RunState::Running;
         assert_eq!(label(&app), "RUNNING");
         app.silent = Some(Silent::NoEnd);

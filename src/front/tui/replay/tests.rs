@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::engine::events::{Ending, Event};
+use crate::engine::RunInfo;
 use crate::front::tui::app::{App, AppEvent, Summary};
 use crate::front::tui::demo;
 use crate::observe::metrics::{record_line, records, Record};
@@ -43,7 +44,7 @@ fn a_screen_given_only_some_rows_sums_the_whole_run_as_the_local_one_does() {
     }
     assert_eq!(rows.len(), 100);
     let summary = |rows: &[StepRow]| {
-        let mut app = App::new(demo::info(2), true);
+        let mut app = App::new(RunInfo::example(2), true);
         for row in rows {
             app.apply(AppEvent::Row {
                 row: row.clone(),
@@ -107,7 +108,7 @@ fn the_smoothed_loss_of_a_screen_given_every_50th_row_follows_the_run_as_the_loc
     // a loss falling steadily from 2.0 to 0.2
     let mut rows = rows_of(|s| 2.0 - 0.0018 * s as f32);
     let smoothed = |rows: &[StepRow]| {
-        let mut app = App::new(demo::info(1), true);
+        let mut app = App::new(RunInfo::example(1), true);
         for row in rows {
             app.apply(AppEvent::Row {
                 row: row.clone(),
@@ -139,7 +140,7 @@ fn an_attached_screen_s_smoothed_loss_is_the_run_s_whatever_rows_it_gets() {
     // a set learned by heart: losses near 0, a spike every 7th step
     let rows = rows_of(|s| if s % 7 == 0 { 1e-2 } else { 1e-9 });
     let shown = |rows: &mut dyn Iterator<Item = &StepRow>| {
-        let mut app = App::new(demo::info(1), true);
+        let mut app = App::new(RunInfo::example(1), true);
         for row in rows {
             // through the record, as the socket and the file carry it
             let line = records::step(row, None, None).to_string();
