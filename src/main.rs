@@ -212,8 +212,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // (a name from outside, such as a directory's, cannot drive the terminal)
-            let e = mgtop::text::printable_lines(&e.to_string());
+            // (a name from outside, such as a directory's, cannot drive the terminal; a value
+            // of thousands of characters is named, not printed whole)
+            let e = mgtop::text::clip_quotes(&e.to_string(), mgtop::text::QUOTED_CHARS);
+            let e = mgtop::text::printable_lines(&e);
             mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }

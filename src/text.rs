@@ -85,6 +85,9 @@ pub fn whole_percents(shares: &[f64]) -> Vec<u64> {
 
 /// The most characters of a file's content quoted in a message.
 pub const EXCERPT_CHARS: usize = 40;
+/// The most of a quoted part an error message prints (`clip_quotes`): a path as deep as any
+/// a user types stays whole.
+pub const QUOTED_CHARS: usize = 512;
 
 /// A byte count for people: "512 bytes", "1 MiB", "2.5 GiB".
 pub fn bytes(n: u64) -> String {
@@ -148,6 +151,21 @@ pub fn excerpt(s: &str) -> String {
 /// A parser's message about untrusted text (such as a TOML error) with each quoted part, `…`
 /// or "…", made an [`excerpt`].
 pub fn excerpt_quotes(msg: &str) -> String {
+    quotes_mapped(msg, excerpt)
+}
+
+/// An error message whose quoted parts (`…` or "…") of over `max` characters keep their first
+/// `max`, then `…`: a value of thousands of characters given to a flag or written in a file is
+/// named, not printed whole.
+pub fn clip_quotes(msg: &str, max: usize) -> String {
+    quotes_mapped(msg, |s| match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    })
+}
+
+/// `msg` with each quoted part, `…` or "…", replaced by `f` of it.
+fn quotes_mapped(msg: &str, f: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
     let mut rest = msg;
     while let Some(i) = rest.find(['`', '"']) {
@@ -155,7 +173,7 @@ pub fn excerpt_quotes(msg: &str) -> String {
         out.push_str(&rest[..=i]);
         rest = &rest[i + 1..];
         let end = rest.find(quote).unwrap_or(rest.len());
-        out.push_str(&excerpt(&rest[..end]));
+        out.push_str(&f(&rest[..end]));
         out.push_str(&rest[end..(end + 1).min(rest.len())]);
         rest = &rest[(end + 1).min(rest.len())..];
     }
@@ -316,6 +334,21 @@ mod tests {
             printable_lines(&message),
             "2 runs:\n  runs/evil\\u{1b}[31mred\nline"
         );
+    }
+
+    #[test]
+    fn an_error_names_a_huge_value_by_its_start() {
+        let long = "10,".repeat(100_000);
+        let msg =
+            format!("--schedule: unknown schedule `x{long}`: use cosine or multistep:F,S1,S2");
+        let clipped = clip_quotes(&msg, 8);
+        assert_eq!(
+            clipped,
+            "--schedule: unknown schedule `x10,10,1…`: use cosine or multistep:F,S1,S2"
+        );
+        // short quoted parts, "…" ones too, stay whole
+        let msg = "--prometheus \"0.0.0.0:x\": not an address; use `9091`";
+        assert_eq!(clip_quotes(msg, 512), msg);
     }
 
     #[test]

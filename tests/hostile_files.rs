@@ -70,7 +70,7 @@ fn devices_fifos_and_directories_are_refused_by_every_flag_that_reads_a_file() {
     refused(
         d,
         &["--theme", "/dev/zero"],
-        &["theme /dev/zero: a character device", not_regular],
+        &["theme `/dev/zero`: a character device", not_regular],
     );
     refused(
         d,
@@ -282,7 +282,7 @@ fn picture_and_weights_flags_name_the_problem() {
     refused(
         d,
         &["--freeze", "layer9."],
-        &["--freeze layer9.", "no parameter's name starts with"],
+        &["--freeze `layer9.`", "no parameter's name starts with"],
     );
     refused(
         d,

@@ -398,6 +398,19 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
         e.contains("no readable JPEG or PNG images (1 skipped"),
         "{e}"
     );
+    // two folders whose names show alike (not UTF-8) are not one class
+    use std::os::unix::ffi::OsStrExt;
+    let alike = tmp.path().join("alike");
+    for name in [&b"c\xffat"[..], b"c\xfeat"] {
+        let class = alike.join(std::ffi::OsStr::from_bytes(name));
+        std::fs::create_dir_all(&class).unwrap();
+        png_rgb(&class.join("a.png"), 1);
+    }
+    let e = images(&alike, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("have the same name as shown (`c\u{fffd}at`"),
+        "{e}"
+    );
 }
 
 #[test]

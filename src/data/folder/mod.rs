@@ -232,6 +232,17 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         Some(c) => c.to_vec(),
         None => subs.iter().map(|p| name_of(p)).collect(),
     };
+    // (a class is its name as shown, which names not valid UTF-8, or holding control
+    // characters, can share: they would be one class)
+    for (i, a) in names.iter().enumerate().filter(|_| classes.is_none()) {
+        if let Some(j) = (names.iter().skip(i + 1)).position(|b| b == a) {
+            return Err(format!(
+                "class folders {} and {} have the same name as shown (`{a}`: not valid UTF-8, or holding control characters) and would be one class; rename one",
+                subs[i].display(),
+                subs[i + 1 + j].display(),
+            ));
+        }
+    }
     let (mut walk, mut labels) = (Walk::new(dir), Vec::new());
     // (a notebook's .ipynb_checkpoints is no class; torchvision's ImageFolder would count it)
     walk.skipped.extend(hidden.into_iter().map(|h| Skipped {

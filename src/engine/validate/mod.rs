@@ -239,7 +239,7 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
                     .map(|t| t.name.as_str())
                     .collect();
                 return Err(format!(
-                    "--freeze {f}: no parameter's name starts with `{q}` (up to a `.`); this model's names look like {}, ...",
+                    "--freeze `{f}`: no parameter's name starts with `{q}` (up to a `.`); this model's names look like {}, ...",
                     names.join(", ")
                 ));
             }
@@ -249,7 +249,7 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
     };
     if frozen.is_empty() || frozen.len() == model.tensors.len() {
         return Err(format!(
-            "--freeze {f} would leave {} of the model's {} tensors to train; leave something to train, and something frozen",
+            "--freeze `{f}` would leave {} of the model's {} tensors to train; leave something to train, and something frozen",
             model.tensors.len() - frozen.len(),
             model.tensors.len()
         ));

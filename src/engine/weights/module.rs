@@ -101,6 +101,8 @@ pub fn fitting(meta: &CheckpointMeta, shapes: &[(String, Vec<usize>)]) -> Result
     }
     Err(match (mismatched, built) {
         (Some(why), _) => Unfit::Mismatch(why),
+        // (a model that does not build on the input it recorded was not what made the weights)
+        (None, Some(why)) if meta.input.is_some() => Unfit::Mismatch(why),
         (None, Some(why)) => Unfit::Unknown(why),
         (None, None) => Unfit::Unknown(
             "the checkpoint, from an older version, did not record its input's shape".into(),
@@ -263,5 +265,17 @@ mod tests {
             panic!("a model with none recorded")
         };
         assert_eq!(e, "the checkpoint recorded no --model");
+    }
+
+    #[test]
+    fn a_recorded_model_that_does_not_build_on_its_recorded_input_did_not_make_the_weights() {
+        // an MLP's checkpoint whose state.json was edited to say resnet50
+        let (mut meta, shapes) = older("mlp:5", Shape::Flat(64), 10);
+        meta.input = Some("64".into());
+        meta.config = serde_json::json!({ "model": "resnet50" });
+        let Err(Unfit::Mismatch(e)) = made(&meta, &shapes) else {
+            panic!("exported as a resnet50")
+        };
+        assert!(e.contains("`resnet50` does not build on 64 inputs"), "{e}");
     }
 }

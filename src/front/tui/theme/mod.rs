@@ -85,7 +85,7 @@ impl<'de> Deserialize<'de> for ColorText {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("theme {source_name}: {message}")]
+#[error("theme `{source_name}`: {message}")]
 pub struct ThemeError {
     pub source_name: String,
     pub message: String,

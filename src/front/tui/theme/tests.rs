@@ -208,7 +208,7 @@ fn bad_theme_files_name_the_file_and_the_key() {
 fn theme_files_are_read_within_limits() {
     let e = Theme::load("/dev/zero").unwrap_err().to_string();
     assert!(
-        e.starts_with("theme /dev/zero: a character device, not a regular file; --theme needs"),
+        e.starts_with("theme `/dev/zero`: a character device, not a regular file; --theme needs"),
         "{e}"
     );
     let dir = tempfile::tempdir().unwrap();
