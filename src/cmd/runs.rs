@@ -195,6 +195,23 @@ mod tests {
     }
 
     #[test]
+    fn a_run_whose_metrics_file_is_no_file_is_listed_unreadable_without_waiting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (fifo, device) = (tmp.path().join("a/1"), tmp.path().join("b/2"));
+        for d in [&fifo, &device] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let path = std::ffi::CString::new(fifo.join(rundir::METRICS).to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", device.join(rundir::METRICS)).unwrap();
+        let runs = rundir::runs_under(tmp.path());
+        assert_eq!(runs.len(), 2);
+        for (dir, t) in runs {
+            assert_eq!(row(dir, t).state, "unreadable");
+        }
+    }
+
+    #[test]
     fn columns_line_up_whatever_the_names_and_states() {
         let now = SystemTime::now();
         let row = |dir: &str, state: &str| RunRow {

@@ -56,7 +56,17 @@ fn read(path: &Path, flag: &'static str) -> Result<Idx, DataError> {
     let mut r = BufReader::new(file);
     let gz = r.fill_buf().map_err(io)?.starts_with(&GZIP_MAGIC);
     let got = if gz {
-        from_reader(flate2::read::GzDecoder::new(r), None, memory)
+        let mut stream = flate2::bufread::GzDecoder::new(r);
+        from_reader(&mut stream, None, memory).and_then(|idx| {
+            // (as a raw file's bytes past its data are: two files joined, or not IDX)
+            match stream.into_inner().read(&mut [0u8])? {
+                0 => Ok(idx),
+                _ => Err(Fail::Format(
+                    "bytes follow its gzip stream (two files joined?); give the file as downloaded"
+                        .into(),
+                )),
+            }
+        })
     } else {
         from_reader(r, Some(len), memory)
     };
@@ -336,6 +346,14 @@ mod tests {
         std::fs::write(&f, gzip(&idx_bytes(UBYTE, &[4], &[0; 3]))).unwrap();
         let e = read(&f, "--data").err().unwrap().to_string();
         assert!(e.contains("4 = 4 bytes of data but 3 follow"), "{e}");
+        // two files joined (`cat a.gz a.gz`), or bytes after the stream
+        for tail in [whole.clone(), b"junk".to_vec()] {
+            std::fs::write(&f, [whole.clone(), tail].concat()).unwrap();
+            let e = read(&f, "--data").err().unwrap().to_string();
+            assert!(e.contains("bytes follow its gzip stream"), "{e}");
+        }
+        std::fs::write(&f, &whole).unwrap();
+        assert!(read(&f, "--data").is_ok());
     }
 
     #[test]

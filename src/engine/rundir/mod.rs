@@ -410,7 +410,7 @@ pub fn end_record(path: &Path) -> Option<Vec<u8>> {
 pub fn tail_lines(path: &Path) -> Vec<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL: u64 = 1 << 16;
-    let Ok(mut f) = fs::File::open(path) else {
+    let Some(mut f) = open_metrics(path) else {
         return Vec::new();
     };
     let from = f.metadata().map_or(0, |m| m.len()).saturating_sub(TAIL);
@@ -424,9 +424,23 @@ pub fn tail_lines(path: &Path) -> Vec<Vec<u8>> {
     whole.map(<[u8]>::to_vec).collect()
 }
 
-/// Whether `dir` is a run's directory.
+/// The metrics file at `path`, opened where it is a regular file (a FIFO or a device in its
+/// place is neither waited on nor read forever).
+pub fn open_metrics(path: &Path) -> Option<fs::File> {
+    let expect = crate::files::read::Expect {
+        what: "a metrics file",
+        flag: "view",
+        max: u64::MAX,
+        fix: "",
+    };
+    crate::files::read::open(path, &expect).ok().map(|(f, _)| f)
+}
+
+/// Whether `dir` is a run's directory (its metrics file there in any form: one that cannot be
+/// read is its run's state, `unreadable`).
 pub fn is_run_dir(dir: &Path) -> bool {
-    dir.join(METRICS).is_file() || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
+    fs::symlink_metadata(dir.join(METRICS)).is_ok()
+        || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
 /// The run directory whose run wrote metrics file `path`: the one it is in, or the one its

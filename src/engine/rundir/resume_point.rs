@@ -165,7 +165,7 @@ fn last_written(dir: &Path) -> Option<PathBuf> {
     use std::io::{BufRead, Read};
     // a metrics record is a few KiB; a longer line is not one of ours
     const MAX_LINE: u64 = 1 << 20;
-    let mut file = std::io::BufReader::new(fs::File::open(dir.join(METRICS)).ok()?);
+    let mut file = std::io::BufReader::new(super::open_metrics(&dir.join(METRICS))?);
     let (mut written, mut line) = (Vec::new(), Vec::new());
     // line by line: a long run's metrics file can be large; only checkpoint events are parsed
     loop {
@@ -206,7 +206,7 @@ fn last_written(dir: &Path) -> Option<PathBuf> {
 /// (`--checkpoint-dir`): where its metrics file lost the checkpoint events (a full disk).
 fn in_recorded_dir(dir: &Path) -> Option<PathBuf> {
     use std::io::{BufRead, Read};
-    let file = fs::File::open(dir.join(METRICS)).ok()?;
+    let file = super::open_metrics(&dir.join(METRICS))?;
     let mut first = Vec::new();
     // (a run record is a few KiB)
     (std::io::BufReader::new(file).take(1 << 20))
