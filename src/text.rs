@@ -233,6 +233,11 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
             ("expected f64", "expected a number"),
             ("expected f32", "expected a number"),
             ("expected a boolean", "expected true or false"),
+            // (TOML's whole numbers are 64-bit signed)
+            (
+                "number too large to fit in target type",
+                "a number too large for a config file: at most 9223372036854775807",
+            ),
         ] {
             msg = msg.replace(rust, said);
         }

@@ -197,6 +197,10 @@ fn bad_files_and_values_name_the_problem() {
             "`steps`: the number `-5`, expected a whole number of 1 or more",
         ),
         (
+            "steps = 99999999999999999999999\n",
+            "`steps`: a number too large for a config file: at most 9223372036854775807",
+        ),
+        (
             "lr =\n",
             "`lr`: no value (a text goes in quotes, a number without)",
         ),
