@@ -1,7 +1,7 @@
 //! Steering a run: the `Controller` API frontends call (here), and the step-boundary agreement
 //! that makes every rank apply a control at the same step (`decider`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -82,6 +82,22 @@ pub enum ControlError {
     BatchNormOfOne(String),
     #[error("the run has already ended")]
     Ended,
+    #[error("the run is stopping: nothing but the stop is taken now")]
+    Stopping,
+    #[error("the run is not paused (nor asked to pause)")]
+    NotPaused,
+    #[error("the run is paused already (or asked to pause)")]
+    Paused,
+}
+
+/// What the run was asked that later asks depend on, shared by every controller of a run: a
+/// request that would change nothing is refused (and not recorded), not taken.
+#[derive(Default)]
+struct AskedSoFar {
+    /// The last pause or resume taken was a pause.
+    paused: AtomicBool,
+    /// A stop was taken.
+    stopping: AtomicBool,
 }
 
 /// The largest per-replica batch the machine's memory allows (`engine::memory`), and the
@@ -128,6 +144,7 @@ pub struct Controller {
     data: Option<(usize, usize)>,
     /// Why a batch of 1 per replica is refused (a batch norm of one value per channel).
     not_one: Option<String>,
+    asked: Arc<AskedSoFar>,
 }
 
 impl Controller {
@@ -138,6 +155,7 @@ impl Controller {
             devices,
             data: None,
             not_one: None,
+            asked: Arc::default(),
         }
     }
 
@@ -210,7 +228,32 @@ impl Controller {
                 return Err(ControlError::TooLargeForDevices { batch: b, max });
             }
         }
-        self.tx.send(ask).map_err(|_| ControlError::Ended)
+        let asked = &self.asked;
+        let stop = matches!(ask.control, Control::Stop { .. });
+        // (a stop asked again may add its checkpoint: `decider`)
+        if asked.stopping.load(Ordering::Acquire) && !stop {
+            return Err(ControlError::Stopping);
+        }
+        // (one asker's pause or resume against another's: the first is taken)
+        let toggle = |to: bool, err| {
+            (asked.paused)
+                .compare_exchange(!to, to, Ordering::AcqRel, Ordering::Acquire)
+                .map(|_| ())
+                .map_err(|_| err)
+        };
+        match ask.control {
+            Control::Pause => toggle(true, ControlError::Paused)?,
+            Control::Resume => toggle(false, ControlError::NotPaused)?,
+            _ => {}
+        }
+        let sent = self.tx.send(ask.clone()).map_err(|_| ControlError::Ended);
+        match (&sent, ask.control) {
+            (Err(_), Control::Pause) => asked.paused.store(false, Ordering::Release),
+            (Err(_), Control::Resume) => asked.paused.store(true, Ordering::Release),
+            (Ok(()), Control::Stop { .. }) => asked.stopping.store(true, Ordering::Release),
+            _ => {}
+        }
+        sent
     }
 
     pub fn pause(&self) -> Result<(), ControlError> {

@@ -127,3 +127,32 @@ fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
     );
     assert_eq!(log, vec![Heard::Paused(true), Heard::Paused(false)]);
 }
+
+#[test]
+fn a_request_that_would_change_nothing_is_refused_not_taken() {
+    let (tx, rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(0));
+    // (another screen's controller: the same run)
+    let other = c.clone();
+    assert_eq!(c.resume(), Err(ControlError::NotPaused));
+    assert!(c.pause().is_ok());
+    assert_eq!(other.pause(), Err(ControlError::Paused));
+    assert!(other.resume().is_ok());
+    assert_eq!(c.resume(), Err(ControlError::NotPaused));
+    assert!(c.send(Control::Stop { checkpoint: false }).is_ok());
+    // a stop asked again may ask for its checkpoint; nothing else is taken
+    assert!(other.send(Control::Stop { checkpoint: true }).is_ok());
+    for later in [Control::Checkpoint, Control::Pause, Control::SetBatch(8)] {
+        assert_eq!(other.send(later), Err(ControlError::Stopping));
+    }
+    let taken: Vec<Control> = rx.try_iter().map(|a| a.control).collect();
+    assert_eq!(
+        taken,
+        [
+            Control::Pause,
+            Control::Resume,
+            Control::Stop { checkpoint: false },
+            Control::Stop { checkpoint: true }
+        ]
+    );
+}

@@ -34,6 +34,9 @@ pub struct AttachSource {
     heard: Instant,
     /// The run has ended (its `end` record, or its failure, came).
     over: bool,
+    /// The controls sent and not yet answered, by request id: a refusal undoes what its key
+    /// set in motion (a pending batch, pause or checkpoint), as on the run's own screen.
+    asked: std::collections::HashMap<u64, Control>,
     /// A reconnection under way (its tag), its result, and the wake-up it sends when done.
     connecting: Option<u64>,
     results: (Sender<Connected>, Receiver<Connected>),
@@ -81,6 +84,7 @@ impl AttachSource {
             clock: None,
             heard: Instant::now(),
             over: false,
+            asked: Default::default(),
             connecting: None,
             results: unbounded(),
             wake: unbounded(),
@@ -140,16 +144,25 @@ impl Source for AttachSource {
         match msg {
             Incoming::Record(rec) => self.on_record(app, rec),
             Incoming::Live { t } => self.clock = Some((t, Instant::now())),
-            Incoming::Reply { ok: true, .. } => return false,
-            Incoming::Reply {
-                ok: false, message, ..
-            } => {
-                app.apply(AppEvent::Notice(
-                    Level::Warn,
-                    format!("the run says: {message}"),
-                ));
-                app.apply(AppEvent::Flash(message));
+            Incoming::Reply { id, ok: true, .. } => {
+                id.map(|id| self.asked.remove(&id));
+                return false;
             }
+            Incoming::Reply {
+                id,
+                ok: false,
+                message,
+                ..
+            } => match id.and_then(|id| self.asked.remove(&id)) {
+                Some(c) => app.apply(AppEvent::Refused(c, format!("the run says: {message}"))),
+                None => {
+                    app.apply(AppEvent::Notice(
+                        Level::Warn,
+                        format!("the run says: {message}"),
+                    ));
+                    app.apply(AppEvent::Flash(message));
+                }
+            },
             Incoming::Closed(why) => {
                 self.client = None;
                 if !self.over {
@@ -195,6 +208,7 @@ impl Source for AttachSource {
                 ));
                 self.tag = tag;
                 self.client = Some(client);
+                self.asked.clear();
                 self.clock = None;
                 self.heard = Instant::now();
                 self.over = false;
@@ -236,10 +250,9 @@ impl Source for AttachSource {
             .client
             .as_mut()
             .ok_or("not connected to the run: r reconnects")?;
-        client
-            .send(c)
-            .map(|_| ())
-            .map_err(|e| format!("could not reach the run: {e}"))
+        let id = (client.send(c)).map_err(|e| format!("could not reach the run: {e}"))?;
+        self.asked.insert(id, c);
+        Ok(())
     }
 
     fn reconnect(&mut self, app: &mut App) -> bool {

@@ -153,10 +153,10 @@ impl LiveClient {
             path: socket.to_path_buf(),
             source,
         };
-        // served at once rather than after the server's wait for a silent client
-        stream
-            .write_all(super::protocol::HELLO.as_bytes())
-            .map_err(io_err)?;
+        // served at once rather than after the server's wait for a silent client (a run that
+        // refuses the connection may have said why and closed it before this is written:
+        // its words are read first)
+        let hello = stream.write_all(super::protocol::HELLO.as_bytes());
         let protocol = |why: String| AttachError::Protocol {
             path: socket.to_path_buf(),
             why,
@@ -168,6 +168,7 @@ impl LiveClient {
         let mut buf = Vec::new();
         match read_line(&mut r, &mut buf, MAX_LINE) {
             Ok(Read::Line) => {}
+            Ok(Read::Eof) if hello.is_err() => return Err(io_err(hello.unwrap_err())),
             Ok(Read::Eof) => return Err(protocol("it closed without a word".into())),
             Ok(Read::TooLong) => return Err(protocol("its first line is too long".into())),
             Err(e)
@@ -183,7 +184,7 @@ impl LiveClient {
                     secs: HELLO_TIMEOUT.as_secs(),
                 });
             }
-            Err(e) => return Err(io_err(e)),
+            Err(e) => return Err(io_err(hello.err().unwrap_or(e))),
         }
         // a refusal (too many clients, the run has ended) comes as a reply instead
         if let Ok(Some(Incoming::Reply { message, .. })) = incoming(&buf, 0) {
@@ -194,6 +195,7 @@ impl LiveClient {
                     .unwrap_or_else(|| "no reason given".into()),
             });
         }
+        hello.map_err(io_err)?;
         let info = run_line(&buf).map_err(protocol)?;
         stream.set_read_timeout(None).map_err(io_err)?;
         let ranks = info.ranks();

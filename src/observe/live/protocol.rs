@@ -76,16 +76,22 @@ pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {
                 Some(_) => return Err(refuse("`checkpoint` must be true or false".into())),
             },
         },
-        "batch_size" => Control::SetBatch(
-            v.get("per_replica")
-                .and_then(Value::as_u64)
-                .and_then(|b| usize::try_from(b).ok())
-                .ok_or_else(|| {
-                    refuse(format!(
-                        "`per_replica` is missing or not a whole number: give 1..={MAX_BATCH} samples per replica"
-                    ))
-                })?,
-        ),
+        "batch_size" => {
+            let given = v.get("per_replica");
+            match given.and_then(Value::as_u64) {
+                Some(b) => Control::SetBatch(usize::try_from(b).unwrap_or(usize::MAX)),
+                None => {
+                    return Err(refuse(match given {
+                        Some(Value::Number(n)) if n.is_i64() => format!(
+                            "`per_replica` {n} is out of range: give 1..={MAX_BATCH} samples per replica"
+                        ),
+                        _ => format!(
+                            "`per_replica` is missing or not a whole number: give 1..={MAX_BATCH} samples per replica"
+                        ),
+                    }))
+                }
+            }
+        }
         a => {
             return Err(refuse(format!(
                 "unknown action {a:?}: use pause, resume, checkpoint, stop or batch_size"
@@ -208,7 +214,11 @@ mod tests {
             ),
             (
                 br#"{"type":"control","id":3,"action":"batch_size","per_replica":-4}"#,
-                "per_replica",
+                "`per_replica` -4 is out of range: give 1..=1048576",
+            ),
+            (
+                br#"{"type":"control","id":3,"action":"batch_size","per_replica":2.5}"#,
+                "not a whole number",
             ),
             (
                 br#"{"type":"control","id":3,"action":"stop","checkpoint":"yes"}"#,

@@ -115,3 +115,29 @@ fn batch_keys_double_and_halve_and_stay_pending_until_applied() {
     assert_eq!(small.handle_key(key('[')), None);
     assert!(small.flash.as_ref().unwrap().contains("already 1"));
 }
+
+#[test]
+fn a_batch_another_screen_asked_for_replaces_this_screen_s_ask() {
+    let mut app = running(false);
+    assert_eq!(
+        app.handle_key(key(']')),
+        Some(Action::Control(Control::SetBatch(64)))
+    );
+    // an attached screen asked for 16 after it: the ranks take 16, never 64
+    let to = 16;
+    control(
+        &mut app,
+        5,
+        Applied::BatchSize {
+            from: 32,
+            to,
+            lr: 5e-4,
+        },
+    );
+    assert_eq!((app.per_replica, app.pending_batch), (16, None));
+    // the next key doubles the batch in use
+    assert_eq!(
+        app.handle_key(key(']')),
+        Some(Action::Control(Control::SetBatch(32)))
+    );
+}

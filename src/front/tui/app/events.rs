@@ -239,8 +239,13 @@ impl App {
                 accuracy: val_accuracy,
             }),
             Event::Checkpoint {
-                path, best: None, ..
-            } => self.last_checkpoint = Some(path.clone()),
+                step,
+                path,
+                best: None,
+            } => {
+                self.last_checkpoint = Some(path.clone());
+                self.checkpoint_written = Some((*step, self.now));
+            }
             Event::Checkpoint {
                 path,
                 best: Some(a),

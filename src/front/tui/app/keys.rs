@@ -6,6 +6,10 @@ use super::{Action, App, Level, Mode, Popup, RunState, View};
 
 use crate::engine::control::{Control, MAX_BATCH};
 
+/// How long after a checkpoint was written `s` waits before it asks for another (a held key
+/// writes one, not one a step).
+const CHECKPOINTS_APART: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl App {
     /// Answers one key; returns what the frontend loop must do.
     pub fn handle_key(&mut self, key: KeyEvent) -> Option<Action> {
@@ -53,6 +57,22 @@ impl App {
             KeyCode::Char(']') | KeyCode::Char('+') => self.change_batch(true),
             KeyCode::Char('[') | KeyCode::Char('-') => self.change_batch(false),
             KeyCode::Char('s') => self.checked(|app| {
+                // (a held key asks once: one checkpoint on its way, none within a second of
+                // the last one written)
+                if app.pending_checkpoint {
+                    app.flash = Some("a checkpoint is on its way already".into());
+                    return None;
+                }
+                if let Some((step, at)) = app.checkpoint_written {
+                    let ago = app.now.saturating_sub(at);
+                    if ago < CHECKPOINTS_APART {
+                        app.flash = Some(format!(
+                            "checkpoint of step {step} written {:.1} s ago: s again in a moment writes another",
+                            ago.as_secs_f64()
+                        ));
+                        return None;
+                    }
+                }
                 // (the ranks write it at the step they are at when it reaches them: this one
                 // where paused, a later one where running)
                 let asked = match app.state {
@@ -268,10 +288,13 @@ impl App {
         })
     }
 
-    /// The ranks took batch `to`: the asks up to it are done, a later one still comes.
+    /// The ranks took batch `to`: the asks up to it are done, a later one still comes; a batch
+    /// this screen did not ask for (another screen's, asked after this one's) replaces every
+    /// ask (the ranks take the last one they were given).
     pub(super) fn batch_applied(&mut self, to: usize) {
-        if let Some(i) = self.batch_asks.iter().position(|&a| a == to) {
-            self.batch_asks.drain(..=i);
+        match self.batch_asks.iter().position(|&a| a == to) {
+            Some(i) => drop(self.batch_asks.drain(..=i)),
+            None => self.batch_asks.clear(),
         }
         self.batch_still_asked();
     }

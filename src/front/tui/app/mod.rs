@@ -176,6 +176,8 @@ pub struct App {
     pub pending_pause: Option<bool>,
     /// A checkpoint asked for from this screen and not yet written.
     pub pending_checkpoint: bool,
+    /// The newest checkpoint written (not a best one): its step, and when.
+    checkpoint_written: Option<(u64, Duration)>,
     pub loss: History,
     pub loss_smooth: History,
     /// The mean gradient's norm per step shown (its peaks, kept however long the run), and of
@@ -243,6 +245,7 @@ impl App {
             batch_asks: Vec::new(),
             pending_pause: None,
             pending_checkpoint: false,
+            checkpoint_written: None,
             loss: History::new(HISTORY_POINTS),
             loss_smooth: History::new(HISTORY_POINTS),
             grad_norm: History::peaks(HISTORY_POINTS),
@@ -355,6 +358,8 @@ impl App {
             }
             AppEvent::Tick(now) => self.now = self.now.max(now),
             AppEvent::Signal => {
+                // (after the end there is nothing to stop: the screen leaves, as on `q`)
+                self.quitting = true;
                 if !self.state.ended() {
                     self.state = RunState::Stopping;
                     self.quitting = true;

@@ -420,4 +420,38 @@ fn a_signal_means_stopping_and_leaving() {
     assert_eq!(app.state, RunState::Stopping);
     assert!(app.quitting);
     assert_eq!(app.log[0].level, Level::Warn);
+    // after the end (the summary on screen), the screen leaves at the first signal
+    let mut app = running(false);
+    app.finish(None);
+    assert!(!app.quitting);
+    app.apply(AppEvent::Signal);
+    assert!(app.quitting && app.state == RunState::Done);
+}
+
+#[test]
+fn a_held_s_asks_for_one_checkpoint_not_one_a_step() {
+    let mut app = running(false);
+    let s = |app: &mut App| app.handle_key(key('s'));
+    assert_eq!(s(&mut app), Some(Action::Control(Control::Checkpoint)));
+    // on its way: the key's repeats ask nothing more
+    assert_eq!(s(&mut app), None);
+    assert_eq!(
+        app.flash.as_deref(),
+        Some("a checkpoint is on its way already")
+    );
+    app.apply(AppEvent::Engine(Event::Checkpoint {
+        step: 6,
+        path: "runs/x/checkpoints/step-00000006".into(),
+        best: None,
+    }));
+    // written just now: not another at the next step
+    assert_eq!(s(&mut app), None);
+    assert!(app
+        .flash
+        .as_ref()
+        .unwrap()
+        .starts_with("checkpoint of step 6 written 0.0 s ago"));
+    // a second later, another
+    app.apply(AppEvent::Tick(app.now + Duration::from_secs(1)));
+    assert_eq!(s(&mut app), Some(Action::Control(Control::Checkpoint)));
 }
