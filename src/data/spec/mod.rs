@@ -84,6 +84,17 @@ fn unknown_option(s: &str, path: &str, opt: &str, what: &str, help: &str) -> Str
     }
 }
 
+/// Options given twice are refused (the last would win unsaid): each option's key is kept in
+/// `seen`.
+fn once<'a>(s: &str, seen: &mut Vec<&'a str>, opt: &'a str) -> Result<(), String> {
+    let key = opt.split_once('=').map_or(opt, |(k, _)| k);
+    if seen.contains(&key) {
+        return Err(format!("data `{s}`: `{key}` is given twice; give it once"));
+    }
+    seen.push(key);
+    Ok(())
+}
+
 fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
     let parts: Vec<&str> = rest.split(',').collect();
     let (dir, parts) = path_first(&parts);
@@ -92,8 +103,9 @@ fn parse_cifar(s: &str, rest: &str, hundred: bool) -> Result<DataSpec, String> {
             "data `{s}`: missing folder, e.g. cifar10:data/cifar-10-batches-bin"
         ));
     }
-    let mut coarse = false;
+    let (mut coarse, mut seen) = (false, Vec::new());
     for &opt in parts {
+        once(s, &mut seen, opt)?;
         match opt {
             "labels=coarse" if hundred => coarse = true,
             "labels=fine" if hundred => coarse = false,
@@ -126,7 +138,9 @@ fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
         return Err(format!("data `{s}`: missing path; {DATA_HELP}"));
     }
     let (mut label, mut header, mut shape) = (LabelColumn::Last, false, None);
+    let mut seen = Vec::new();
     for &opt in parts {
+        once(s, &mut seen, opt)?;
         match opt.split_once('=') {
             Some(("label", v)) => label = v.parse().map_err(|e| format!("data `{s}`: {e}"))?,
             Some(("shape", v)) => {
@@ -152,8 +166,9 @@ fn parse_idx(s: &str, rest: &str) -> Result<DataSpec, String> {
     if images.is_empty() || labels.is_empty() {
         return Err(format!("data `{s}`: {usage}"));
     }
-    let mut layout = None;
+    let (mut layout, mut seen) = (None, Vec::new());
     for opt in parts {
+        once(s, &mut seen, opt)?;
         match opt.split_once('=') {
             Some(("layout", v)) => {
                 layout = Some(v.parse().map_err(|e| format!("data `{s}`: {e}"))?)

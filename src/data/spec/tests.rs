@@ -140,6 +140,17 @@ fn csv_takes_an_image_shape() {
             "csv:p.csv,shape=9999x9999x9999",
             "more than 16777216 values per image",
         ),
+        // an option given twice: the last would win unsaid
+        (
+            "csv:p.csv,label=first,label=last",
+            "`label` is given twice; give it once",
+        ),
+        ("csv:p.csv,header,header", "`header` is given twice"),
+        ("idx:a,b,layout=nchw,layout=nhwc", "`layout` is given twice"),
+        (
+            "cifar100:d,labels=fine,labels=coarse",
+            "`labels` is given twice",
+        ),
     ] {
         let e = parse(s).unwrap_err();
         assert!(
