@@ -583,6 +583,23 @@ fn split_folders_are_not_classes() {
             && e.contains(&format!("give images:{d}/train --val-data images:{d}/test")),
         "{e}"
     );
+    // a val/ that is a file is said as such; one whose class folders are empty names them
+    std::fs::write(dir.join("val"), b"x").unwrap();
+    let e = images(&dir, &opts(|o| o.val_fraction = None))
+        .err()
+        .unwrap();
+    assert!(e.contains(&format!("{d}/val is not a folder")), "{e}");
+    std::fs::remove_file(dir.join("val")).unwrap();
+    for class in ["ant", "bee"] {
+        std::fs::create_dir_all(dir.join("val").join(class)).unwrap();
+    }
+    let e = images(&dir, &opts(|o| o.val_fraction = None))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("val holds no images: its class folders (ant, bee) are empty"),
+        "{e}"
+    );
     // a class called train (CIFAR-100 has one) is a class: pictures of its own
     let classes = tmp.path().join("classes");
     png_rgb(&classes.join("train/0.png"), 0);

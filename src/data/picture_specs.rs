@@ -113,6 +113,13 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
         return Ok(());
     }
     let d = dir.display();
+    // (a val that is no folder: said as such, not as missing)
+    let not_folder = (VAL_FOLDERS.iter()).find(|v| dir.join(v).exists() && !dir.join(v).is_dir());
+    if let Some(v) = not_folder {
+        return Err(format!(
+            "{d}/{v} is not a folder: the validation pictures beside {d}/{train} go in a folder {d}/{v} of class folders"
+        ));
+    }
     let held_out = named(["test", "testing"]);
     let fix = match held_out {
         Some(t) => format!("give images:{d}/{train} --val-data images:{d}/{t}"),

@@ -306,12 +306,25 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             }),
         }
     }
+    let others = folder.ignored.values().sum::<usize>();
+    if folder.files.is_empty() && folder.skipped.is_empty() && others == 0 {
+        let shown: Vec<String> = subs.iter().take(8).map(|p| name_of(p)).collect();
+        return Err(format!(
+            "{} holds no images: its class folders ({}{}) are empty; put the pictures in them",
+            dir.display(),
+            shown.join(", "),
+            if subs.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        ));
+    }
     if folder.files.is_empty() {
         return Err(format!(
-            "{} holds no readable JPEG or PNG images ({} skipped, {} other files)",
+            "{} holds no readable JPEG or PNG images ({} skipped, {others} other files)",
             dir.display(),
             folder.skipped.len(),
-            folder.ignored.values().sum::<usize>()
         ));
     }
     if classes.is_none() {
