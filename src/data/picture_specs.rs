@@ -148,22 +148,23 @@ fn read_spec(
                 .clone()
                 .unwrap_or_else(|| (0..c.classes).map(|i| i.to_string()).collect());
             let what = format!("{} {}", kind.name(), c.dir.display());
-            let read = |(p, l): (Vec<_>, Vec<u32>), what: String| Read {
+            let read = |(p, l): (Vec<_>, Vec<u32>), what: String, notes| Read {
                 sizes: vec![(32, 32); l.len()],
                 set: Arc::new(ImageSet::in_memory(p, l).named(names.clone())),
                 classes: c.classes,
                 names: names.clone(),
                 what,
                 folder: None,
-                notes: Vec::new(),
+                notes,
             };
             let test_name = match kind {
                 Kind::Ten => "test_batch.bin",
                 Kind::Hundred { .. } => "test.bin",
             };
+            let notes = c.names_note.clone().into_iter().collect();
             Ok((
-                read(c.train, what.clone()),
-                Some(read(c.test, format!("{what}/{test_name}"))),
+                read(c.train, what.clone(), notes),
+                Some(read(c.test, format!("{what}/{test_name}"), Vec::new())),
             ))
         }
         DataSpec::Images { dir } => {

@@ -111,6 +111,8 @@ pub struct Cifar {
     pub test: (Vec<Picture>, Vec<u32>),
     pub classes: usize,
     pub names: Option<Vec<String>>,
+    /// Why the archive's list of class names was not taken, where it has one.
+    pub names_note: Option<String>,
     pub dir: PathBuf,
 }
 
@@ -251,20 +253,41 @@ fn records(path: &Path, kind: Kind) -> Result<(Vec<Picture>, Vec<u32>), DataErro
     Ok((pictures, labels))
 }
 
-fn names(dir: &Path, kind: Kind) -> Option<Vec<String>> {
+/// The class names the archive's list in `dir` gives; where there is a list it cannot take,
+/// the note that says so (the classes are then numbered).
+fn names(dir: &Path, kind: Kind) -> (Option<Vec<String>>, Option<String>) {
     let expect = Expect {
         what: "a class names file",
         flag: "--data",
         max: 1 << 16,
-        fix: "",
+        fix: "a list of class names is a line a class",
     };
-    let text = read::read_text(&dir.join(kind.names_file()), &expect).ok()?;
+    let path = dir.join(kind.names_file());
+    if std::fs::symlink_metadata(&path).is_err() {
+        return (None, None);
+    }
+    let numbered = format!("the classes are numbered 0..{}", kind.classes() - 1);
+    let text = match read::read_text(&path, &expect) {
+        Ok(t) => t,
+        Err(e) => return (None, Some(format!("{e}; {numbered}"))),
+    };
     let names: Vec<String> = text
         .lines()
         .map(|l| crate::text::printable(l.trim()))
         .filter(|l| !l.is_empty())
         .collect();
-    (names.len() == kind.classes()).then_some(names)
+    match names.len() == kind.classes() {
+        true => (Some(names), None),
+        false => (
+            None,
+            Some(format!(
+                "{} names {} classes, not {}; {numbered}",
+                path.display(),
+                names.len(),
+                kind.classes()
+            )),
+        ),
+    }
 }
 
 /// Reads the set in `dir`; where it is not there and `download`, fetches it first.
@@ -290,11 +313,13 @@ pub fn load(dir: &Path, kind: Kind, spec: &str, download: bool) -> Result<Cifar,
         pictures.extend(p);
         labels.extend(l);
     }
+    let (names, names_note) = names(&found, kind);
     Ok(Cifar {
         train: (pictures, labels),
         test: records(&found.join(test_file), kind)?,
         classes: kind.classes(),
-        names: names(&found, kind),
+        names,
+        names_note,
         dir: found,
     })
 }
@@ -317,11 +342,13 @@ pub fn load_test(dir: &Path, kind: Kind, spec: &str) -> Result<Cifar, DataError>
             ),
         });
     };
+    let (names, names_note) = names(&found, kind);
     Ok(Cifar {
         train: (Vec::new(), Vec::new()),
         test: records(&found.join(test_file), kind)?,
         classes: kind.classes(),
-        names: names(&found, kind),
+        names,
+        names_note,
         dir: found,
     })
 }

@@ -36,6 +36,22 @@ fn cifar10_records_become_pictures_and_labels() {
     assert_eq!((p.w, p.h), (32, 32));
     assert_eq!(&p.rgb[..6], &[1, 20, 30, 10, 20, 30]);
     assert_eq!(c.names.unwrap()[9], "class9");
+    assert_eq!(c.names_note, None);
+    // a list it cannot take is said, the classes numbered
+    for bad in [&b"a\nb\n"[..], b"\xff\xfe\n"] {
+        std::fs::write(inner.join("batches.meta.txt"), bad).unwrap();
+        let c = load(dir.path(), Kind::Ten, "cifar10:x", false).unwrap();
+        assert_eq!(c.names, None);
+        let note = c.names_note.unwrap();
+        assert!(note.ends_with("the classes are numbered 0..9"), "{note}");
+    }
+    std::fs::write(inner.join("batches.meta.txt"), b"a\nb\n").unwrap();
+    let note = load(dir.path(), Kind::Ten, "cifar10:x", false)
+        .unwrap()
+        .names_note;
+    assert!(note
+        .unwrap()
+        .contains("batches.meta.txt names 2 classes, not 10"));
 }
 
 #[test]
