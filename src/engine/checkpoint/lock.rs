@@ -45,6 +45,13 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         .truncate(false)
         .open(&path)
         .map_err(werr)?;
+    // (a lock file linked to another name: writing the pid would change that file too)
+    if std::os::unix::fs::MetadataExt::nlink(&file.metadata().map_err(werr)?) > 1 {
+        return Err(werr(std::io::Error::other(format!(
+            "{} has other names (hard links) and a run writes its pid there: remove it",
+            path.display()
+        ))));
+    }
     if !try_lock(&file).map_err(werr)? {
         let mut text = String::new();
         let _ = (&file).take(32).read_to_string(&mut text);

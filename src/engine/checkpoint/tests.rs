@@ -274,6 +274,17 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
     fs::write(&file, "x").unwrap();
     let e = lock(&file).unwrap_err().to_string();
     assert!(e.contains("is a file"), "{e}");
+    // a lock file that is another file's second name is not written to
+    let other = tempfile::tempdir().unwrap();
+    fs::write(other.path().join("notes"), "keep").unwrap();
+    fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+    fs::hard_link(other.path().join("notes"), dir.path().join(LOCK_FILE)).unwrap();
+    let e = lock(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("has other names (hard links)"), "{e}");
+    assert_eq!(
+        fs::read_to_string(other.path().join("notes")).unwrap(),
+        "keep"
+    );
 }
 
 #[test]
