@@ -179,7 +179,7 @@ fn resume_rejects_a_checkpoint_of_another_model() {
         .expect("shape mismatch is an error")
         .to_string();
     assert!(
-        e.contains("it was written for another model (--model mlp:16,8)"),
+        e.contains("it was written for another model (--model mlp:16,8), of sizes "),
         "{e}"
     );
 }

@@ -192,7 +192,20 @@ fn model_difference(meta: &CheckpointMeta, ours: &[usize], dir: &Path) -> String
             theirs[0], ours[0]
         );
     }
-    another_model(meta, "")
+    // (its sizes said: where the model it records is this run's, its state.json was edited)
+    let sizes = |d: &[usize]| {
+        (d.iter().map(usize::to_string))
+            .collect::<Vec<_>>()
+            .join("-")
+    };
+    another_model(
+        meta,
+        &format!(
+            ", of sizes {} where this run's are {}",
+            sizes(theirs),
+            sizes(ours)
+        ),
+    )
 }
 
 /// That the checkpoint `meta` was written for another model (with `detail`, where there is one
