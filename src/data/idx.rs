@@ -58,13 +58,20 @@ fn read(path: &Path, flag: &'static str) -> Result<Idx, DataError> {
     let got = if gz {
         let mut stream = flate2::bufread::GzDecoder::new(r);
         from_reader(&mut stream, None, memory).and_then(|idx| {
-            // (as a raw file's bytes past its data are: two files joined, or not IDX)
-            match stream.into_inner().read(&mut [0u8])? {
-                0 => Ok(idx),
-                _ => Err(Fail::Format(
-                    "bytes follow its gzip stream (two files joined?); give the file as downloaded"
-                        .into(),
-                )),
+            // (as a raw file's bytes past its data are: two files joined, or not IDX; zeros
+            // a tape or a block device padded it with are not, as gzip takes them)
+            let mut rest = stream.into_inner();
+            let mut chunk = vec![0u8; 1 << 16];
+            loop {
+                match rest.read(&mut chunk)? {
+                    0 => return Ok(idx),
+                    n if chunk[..n].iter().all(|&b| b == 0) => {}
+                    _ => {
+                        return Err(Fail::Format(
+                            "bytes follow its gzip stream (two files joined?); give the file as downloaded".into(),
+                        ))
+                    }
+                }
             }
         })
     } else {
@@ -354,6 +361,8 @@ mod tests {
         }
         std::fs::write(&f, &whole).unwrap();
         assert!(read(&f, "--data").is_ok());
+        std::fs::write(&f, [whole.clone(), vec![0; 512]].concat()).unwrap();
+        assert!(read(&f, "--data").is_ok(), "zero padding, as gzip takes it");
     }
 
     #[test]

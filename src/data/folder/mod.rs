@@ -234,12 +234,13 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
     };
     // (a class is its name as shown, which names not valid UTF-8, or holding control
     // characters, can share: they would be one class)
-    for (i, a) in names.iter().enumerate().filter(|_| classes.is_none()) {
-        if let Some(j) = (names.iter().skip(i + 1)).position(|b| b == a) {
+    let mut first = std::collections::HashMap::new();
+    for (j, b) in names.iter().enumerate().filter(|_| classes.is_none()) {
+        if let Some(i) = first.insert(b, j) {
             return Err(format!(
-                "class folders {} and {} have the same name as shown (`{a}`: not valid UTF-8, or holding control characters) and would be one class; rename one",
+                "class folders {} and {} have the same name as shown (`{b}`: not valid UTF-8, or holding control characters) and would be one class; rename one",
                 subs[i].display(),
-                subs[i + 1 + j].display(),
+                subs[j].display(),
             ));
         }
     }

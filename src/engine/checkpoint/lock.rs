@@ -45,13 +45,6 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         .truncate(false)
         .open(&path)
         .map_err(werr)?;
-    // (a lock file linked to another name: writing the pid would change that file too)
-    if std::os::unix::fs::MetadataExt::nlink(&file.metadata().map_err(werr)?) > 1 {
-        return Err(werr(std::io::Error::other(format!(
-            "{} has other names (hard links) and a run writes its pid there: remove it",
-            path.display()
-        ))));
-    }
     if !try_lock(&file).map_err(werr)? {
         let mut text = String::new();
         let _ = (&file).take(32).read_to_string(&mut text);
@@ -59,6 +52,14 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
             path: dir.to_path_buf(),
             pid: text.trim().parse().ok(),
         });
+    }
+    // (a lock file linked to another name: writing the pid would change that file too; said
+    // once no live run holds it)
+    if std::os::unix::fs::MetadataExt::nlink(&file.metadata().map_err(werr)?) > 1 {
+        return Err(werr(std::io::Error::other(format!(
+            "{} has other names (hard links) and a run writes its pid there: remove it",
+            path.display()
+        ))));
     }
     file.set_len(0).map_err(werr)?;
     write!(file, "{}", std::process::id()).map_err(werr)?;

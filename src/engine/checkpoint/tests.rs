@@ -285,6 +285,13 @@ fn a_second_run_is_told_the_directory_is_taken_and_leftovers_are_cleared() {
         fs::read_to_string(other.path().join("notes")).unwrap(),
         "keep"
     );
+    // a live run's lock, linked elsewhere since (a backup): the run holding it is named
+    fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+    let held = lock(dir.path()).unwrap();
+    fs::hard_link(dir.path().join(LOCK_FILE), other.path().join("backup")).unwrap();
+    let e = lock(dir.path()).unwrap_err().to_string();
+    assert!(e.contains(&format!("(pid {})", std::process::id())), "{e}");
+    drop(held);
 }
 
 #[test]

@@ -427,6 +427,10 @@ pub fn tail_lines(path: &Path) -> Vec<Vec<u8>> {
 /// The metrics file at `path`, opened where it is a regular file (a FIFO or a device in its
 /// place is neither waited on nor read forever).
 pub fn open_metrics(path: &Path) -> Option<fs::File> {
+    // (a device is not even opened: a tape's would rewind, a terminal's become this one's)
+    if !fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let expect = crate::files::read::Expect {
         what: "a metrics file",
         flag: "view",
