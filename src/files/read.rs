@@ -52,21 +52,32 @@ pub fn open(path: &Path, expect: &Expect) -> Result<(File, u64), ReadError> {
         path: path.to_path_buf(),
         source,
     };
+    let not_regular = |meta: &std::fs::Metadata| {
+        (!meta.is_file()).then(|| {
+            refused(
+                path,
+                format!(
+                    "{}, not a regular file; {} needs the path of {} (a regular file)",
+                    kind_of(meta.file_type()),
+                    expect.flag,
+                    expect.what
+                ),
+            )
+        })
+    };
+    // (a device is not even opened: a tape's would rewind, a terminal's could become this
+    // process's; what is opened is looked at again, as the path may change between)
+    if let Some(e) = std::fs::metadata(path).ok().as_ref().and_then(not_regular) {
+        return Err(e);
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        let kind = kind_of(meta.file_type());
-        return Err(refused(
-            path,
-            format!(
-                "{kind}, not a regular file; {} needs the path of {} (a regular file)",
-                expect.flag, expect.what
-            ),
-        ));
+    if let Some(e) = not_regular(&meta) {
+        return Err(e);
     }
     if meta.len() > expect.max {
         return Err(too_large(path, expect, &bytes(meta.len())));

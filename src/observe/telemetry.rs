@@ -108,10 +108,10 @@ impl Telemetry {
             .flatten()
             .and_then(|nvml| spawn_sampler(nvml, interval, latest.clone()));
         Telemetry {
-            busy: BusyMeter::new(devices.len()),
             gpu_ranks: gpus.iter().map(|g| g.0).collect(),
             latest,
             _stop: stop,
+            ..Telemetry::of_steps(devices.len())
         }
     }
 

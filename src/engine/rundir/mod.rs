@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use super::checkpoint;
 
+mod metrics_file;
 mod resume_point;
+
+pub use metrics_file::{end_record, end_status, open_metrics, tail_lines};
 pub use resume_point::{checkpoint_for, continuing, resume_arg, resume_point, Purpose};
 
 /// Where runs go unless `--run-dir` says otherwise.
@@ -387,57 +390,6 @@ pub fn updated(dir: &Path) -> std::time::SystemTime {
     fs::metadata(dir.join(METRICS))
         .and_then(|m| m.modified())
         .unwrap_or(std::time::UNIX_EPOCH)
-}
-
-/// The status of the `end` record the metrics file at `path` ends with (`completed`,
-/// `stopped`, `quit`), read from its last 64 KiB; None where the run has not ended (a run that
-/// ended, though its process, a UI on its summary, may still serve it) or the file is unread.
-pub fn end_status(path: &Path) -> Option<String> {
-    let v = serde_json::from_slice::<serde_json::Value>(&end_record(path)?).ok()?;
-    Some((v.get("status").and_then(|s| s.as_str()).unwrap_or("")).to_string())
-}
-
-/// The `end` record the metrics file at `path` ends with, as written (read from its last
-/// 64 KiB); None where it ends with another record or is unread.
-pub fn end_record(path: &Path) -> Option<Vec<u8>> {
-    let last = tail_lines(path).pop()?;
-    let v = serde_json::from_slice::<serde_json::Value>(&last).ok()?;
-    (v.get("type")?.as_str() == Some("end")).then_some(last)
-}
-
-/// The whole lines in the last 64 KiB of the metrics file at `path`, oldest first (none where
-/// it is unread): where a run ended, where a file cut short on a full disk stops.
-pub fn tail_lines(path: &Path) -> Vec<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    const TAIL: u64 = 1 << 16;
-    let Some(mut f) = open_metrics(path) else {
-        return Vec::new();
-    };
-    let from = f.metadata().map_or(0, |m| m.len()).saturating_sub(TAIL);
-    let mut tail = Vec::new();
-    let read = (f.seek(SeekFrom::Start(from))).and_then(|_| f.take(TAIL).read_to_end(&mut tail));
-    if read.is_err() {
-        return Vec::new();
-    }
-    // (the first line read from within the file is the end of a record, not one)
-    let whole = (tail.trim_ascii_end().split(|&b| b == b'\n')).skip(usize::from(from > 0));
-    whole.map(<[u8]>::to_vec).collect()
-}
-
-/// The metrics file at `path`, opened where it is a regular file (a FIFO or a device in its
-/// place is neither waited on nor read forever).
-pub fn open_metrics(path: &Path) -> Option<fs::File> {
-    // (a device is not even opened: a tape's would rewind, a terminal's become this one's)
-    if !fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return None;
-    }
-    let expect = crate::files::read::Expect {
-        what: "a metrics file",
-        flag: "view",
-        max: u64::MAX,
-        fix: "",
-    };
-    crate::files::read::open(path, &expect).ok().map(|(f, _)| f)
 }
 
 /// Whether `dir` is a run's directory (its metrics file there in any form: one that cannot be

@@ -145,7 +145,9 @@ impl Source for AttachSource {
             Incoming::Record(rec) => self.on_record(app, rec),
             Incoming::Live { t } => self.clock = Some((t, Instant::now())),
             Incoming::Reply { id, ok: true, .. } => {
-                id.map(|id| self.asked.remove(&id));
+                if let Some(id) = id {
+                    self.asked.remove(&id);
+                }
                 return false;
             }
             Incoming::Reply {
