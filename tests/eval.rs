@@ -250,6 +250,36 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
         &["eval", "runs/pics", "--data", "images:pics"],
         "class folder",
     );
+    // a state.json edited to settings the run could not have had: the checkpoint is to mend,
+    // no flag of eval's replaces them
+    let original = std::fs::read_to_string(&state).unwrap();
+    for (from, to, says) in [
+        (
+            "\"schedule\": \"constant\"",
+            "\"schedule\": \"sometimes\"",
+            "--schedule: unknown schedule `sometimes`",
+        ),
+        (
+            "\"warmup\": 0",
+            "\"warmup\": \"soon\"",
+            "records settings this version cannot read (invalid type: string \"soon\"",
+        ),
+    ] {
+        assert!(original.contains(from), "{original}");
+        std::fs::write(&state, original.replace(from, to)).unwrap();
+        let o = run_in(d, &["eval", "runs/pics"]);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        assert!(out.contains(says), "{out}");
+        assert!(
+            out.contains("its state.json was edited or damaged: mend it, or take another checkpoint of the run"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("give the flag") && !out.contains("flags yourself"),
+            "{out}"
+        );
+    }
 }
 
 /// A table's held-out rows are scaled as the run scaled its own, from the checkpoint: a changed

@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use super::TrainArgs;
 
+/// What a refusal of a setting no flag gave but a resumed checkpoint recorded ends with.
+pub(super) const TAKEN_FIX: &str =
+    " (recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)";
+
 /// The settings of a run that no flag gave, by where they came from.
 #[derive(Debug, Default)]
 pub struct Origins {
@@ -91,7 +95,7 @@ impl Origins {
                     .iter()
                     .any(|f| t.split_whitespace().any(|w| w == format!("--{f}"))) =>
             {
-                format!("{refusal} (recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)")
+                format!("{refusal}{TAKEN_FIX}")
             }
             _ => refusal,
         }
@@ -215,7 +219,7 @@ mod tests {
         };
         assert!(origins
             .explain("--freeze conv1: no parameter".into())
-            .ends_with("(recorded in the resumed checkpoint's state.json, not given here: give the flag to replace it)"));
+            .ends_with("not given here: give the flag to replace it)"));
         assert_eq!(origins.explain("--lr 0: no".into()), "--lr 0: no");
     }
 }

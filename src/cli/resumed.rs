@@ -134,9 +134,32 @@ pub fn under_record(
         })
         .collect();
     let from_checkpoint: TrainArgs = serde_json::from_value(Value::Object(taken)).map_err(|e| {
-        format!("its state.json records settings this version cannot read ({e}): give the run's flags yourself")
+        format!("its state.json records settings this version cannot read ({e}){UNREADABLE_FIX}")
     })?;
     Ok((args.merge(from_checkpoint), said.join(" ")))
+}
+
+/// What the refusal of a state.json whose settings cannot be read ends with.
+const UNREADABLE_FIX: &str = ": give the run's flags yourself";
+
+/// The settings of the run that wrote the checkpoint `point`, for a command that takes every
+/// one of them from it and has no flags to replace them (`eval`): a setting refused is said as
+/// the checkpoint's, to be mended there.
+pub fn of_checkpoint(point: &std::path::Path) -> Result<RunConfig, String> {
+    let args = TrainArgs {
+        resume: Some(point.to_path_buf()),
+        ..TrainArgs::default()
+    };
+    args.resolve().map(|(cfg, _)| cfg).map_err(|e| {
+        let e = e.replace(&format!("--resume {}: ", point.display()), "");
+        let e = e.replace(super::origin::TAKEN_FIX, "");
+        let e = e.strip_suffix(UNREADABLE_FIX).unwrap_or(&e);
+        format!(
+            "checkpoint {}: the settings it records: {e}; its state.json was edited or damaged: \
+             mend it, or take another checkpoint of the run",
+            point.display()
+        )
+    })
 }
 
 #[cfg(test)]

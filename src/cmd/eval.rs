@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cli::{EvalArgs, TrainArgs};
+use crate::cli::EvalArgs;
 use crate::data::DataSpec;
 use crate::engine::eval::{self, Evaluation, Tally};
 use crate::engine::output::Output;
@@ -24,18 +24,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
     let point = checkpoint_for(&args.from, Purpose::Eval).map_err(anyhow::Error::msg)?;
     let meta = eval::checkpoint_meta(&point)?;
     // the run's settings as --resume takes them: its data, picture size, scaling, seed, model
-    let (cfg, _) = TrainArgs {
-        resume: Some(point.clone()),
-        ..TrainArgs::default()
-    }
-    .resolve()
-    .map_err(|e| {
-        let e = e.replace(&format!("--resume {}: ", point.display()), "");
-        anyhow::anyhow!(
-            "checkpoint {}: the settings it records: {e}",
-            point.display()
-        )
-    })?;
+    let cfg = crate::cli::resumed::of_checkpoint(&point).map_err(anyhow::Error::msg)?;
     // (a run still going: its newest checkpoint, not its end)
     let run_dir = meta.run_dir.as_deref().map(Path::new);
     if run_dir.is_some_and(crate::engine::rundir::is_live) {

@@ -294,7 +294,8 @@ impl Engine {
         }
         let t0 = Instant::now();
         info.started = Some(std::time::SystemTime::now());
-        let decider = Some(Decider::new(ctl_rx));
+        let controller = Controller::new(ctl_tx, device_cap.clone()).not_one(not_one);
+        let decider = Some(Decider::new(ctl_rx).while_open(controller.open()));
         let beats = Heartbeats::new(ranks);
         if let Some(p) = &world.procs {
             p.share_positions(Arc::new(beats.clone()), local.clone());
@@ -326,7 +327,7 @@ impl Engine {
         });
         Ok(Engine {
             info,
-            controller: Controller::new(ctl_tx, device_cap).not_one(not_one),
+            controller,
             events: ev_rx,
             steps: st_rx,
             workers,

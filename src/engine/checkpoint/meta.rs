@@ -200,6 +200,26 @@ impl CheckpointMeta {
                 self.classes.len()
             ));
         }
+        if let Some((scale, shift)) = &self.input_affine {
+            // (a feature's value the model took: the input's size where it is recorded)
+            let features = (self.input.as_deref()).and_then(|i| {
+                i.split('x')
+                    .map(|d| d.parse::<usize>().ok())
+                    .product::<Option<usize>>()
+            });
+            let fits = scale.len() == shift.len() && features.is_none_or(|n| n == scale.len());
+            if !fits || scale.is_empty() {
+                return Err(format!(
+                    "input_affine scales {} and shifts {} features, for a model input of {}",
+                    scale.len(),
+                    shift.len(),
+                    (self.input.as_deref()).map_or("unrecorded size".into(), crate::text::excerpt)
+                ));
+            }
+            if !scale.iter().chain(shift).all(|v| v.is_finite()) {
+                return Err("input_affine holds a value that is not a finite number".into());
+            }
+        }
         let most = crate::engine::validate::MAX_GRAD_ACCUM as u64;
         match &self.config["grad_accum"] {
             serde_json::Value::Null => {}
@@ -278,6 +298,32 @@ mod tests {
             let e = with(bad).check().unwrap_err();
             assert!(e.starts_with("epoch_sum ["), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_tables_scaling_is_of_the_models_input() {
+        let with = |input: Option<&str>, scale: Vec<f32>, shift: Vec<f32>| CheckpointMeta {
+            input: input.map(String::from),
+            input_affine: Some((scale, shift)),
+            ..CheckpointMeta::example()
+        };
+        assert_eq!(with(Some("3"), vec![1.0; 3], vec![0.5; 3]).check(), Ok(()));
+        assert_eq!(
+            with(Some("1x2x2"), vec![1.0; 4], vec![0.; 4]).check(),
+            Ok(())
+        );
+        assert_eq!(with(None, vec![1.0; 5], vec![0.; 5]).check(), Ok(()));
+        let e = with(Some("64"), vec![1.0, 2.0], vec![3.0])
+            .check()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "input_affine scales 2 and shifts 1 features, for a model input of 64"
+        );
+        assert!(with(Some("64"), vec![1.0; 2], vec![0.; 2]).check().is_err());
+        assert!(with(None, vec![], vec![]).check().is_err());
+        let e = with(None, vec![f32::NAN], vec![0.]).check().unwrap_err();
+        assert_eq!(e, "input_affine holds a value that is not a finite number");
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct Decider {
     paused: bool,
     /// What was asked while paused, kept until the run resumes (or stops).
     held: Decision,
+    /// Dropped with the decider: its controllers then refuse every ask as the run's end.
+    _open: Option<super::Open>,
 }
 
 /// What rank 0's decider tells the run as it happens.
@@ -69,6 +71,15 @@ impl Decider {
             rx,
             paused: false,
             held: Decision::default(),
+            _open: None,
+        }
+    }
+
+    /// The decider of the run `open` is of (`Controller::open`).
+    pub(crate) fn while_open(self, open: super::Open) -> Self {
+        Decider {
+            _open: Some(open),
+            ..self
         }
     }
 

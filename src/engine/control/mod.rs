@@ -98,6 +98,18 @@ struct AskedSoFar {
     paused: AtomicBool,
     /// A stop was taken.
     stopping: AtomicBool,
+    /// The run's decider is gone: the run has ended.
+    ended: AtomicBool,
+}
+
+/// Held by the run's decider (`Decider::while_open`): once it is dropped, the run has ended and
+/// every ask is refused as such (not as one that would change nothing).
+pub(crate) struct Open(Arc<AskedSoFar>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Release);
+    }
 }
 
 /// The largest per-replica batch the machine's memory allows (`engine::memory`), and the
@@ -184,6 +196,11 @@ impl Controller {
         }
     }
 
+    /// What the run's decider holds while the run goes (`Open`).
+    pub(crate) fn open(&self) -> Open {
+        Open(self.asked.clone())
+    }
+
     pub fn send(&self, c: Control) -> Result<(), ControlError> {
         self.ask(c.into())
     }
@@ -197,6 +214,9 @@ impl Controller {
     }
 
     fn ask(&self, ask: Ask) -> Result<(), ControlError> {
+        if self.asked.ended.load(Ordering::Acquire) {
+            return Err(ControlError::Ended);
+        }
         if let Control::SetBatch(b) = ask.control {
             if b == 0 || b > MAX_BATCH {
                 return Err(ControlError::BadBatch(b));

@@ -156,3 +156,21 @@ fn a_request_that_would_change_nothing_is_refused_not_taken() {
         ]
     );
 }
+
+#[test]
+fn once_the_run_has_ended_every_ask_is_refused_as_its_end() {
+    let (tx, rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(0));
+    let decider = Decider::new(rx).while_open(c.open());
+    assert!(c.pause().is_ok());
+    drop(decider);
+    // (a pause of the paused run would otherwise be "paused already")
+    for asked in [Control::Pause, Control::Resume, Control::Checkpoint] {
+        assert_eq!(c.send(asked), Err(ControlError::Ended), "{asked:?}");
+    }
+    let e = c
+        .clone()
+        .send(Control::Stop { checkpoint: true })
+        .unwrap_err();
+    assert_eq!(e.to_string(), "the run has already ended");
+}
