@@ -47,25 +47,28 @@ fn wide(x: f32) -> f64 {
 
 /// The metrics of one run, registered in the endpoint's registry.
 pub struct Prometheus {
+    /// (from the start: a resumed run's step it resumed at)
     step: IntGauge,
     steps: IntCounter,
-    epoch: IntGauge,
-    progress: Gauge,
+    epoch: Newest,
+    progress: Newest,
     samples: Counter,
-    /// Families without labels whose one series appears with its first value: no 0 is shown
-    /// before a rate is measured or an epoch validated.
-    samples_per_s: GaugeVec,
-    loss: Gauge,
-    accuracy: Gauge,
-    /// (with its first value: files written before it was recorded have none)
-    grad_norm: GaugeVec,
-    lr: Gauge,
+    samples_per_s: Newest,
+    /// The newest step's time, samples and rate: the rate said in between is no more than
+    /// one step's samples over the time since (a stall's falls), and 0 while paused.
+    last_rate: Option<(Duration, usize, f64)>,
+    paused: bool,
+    loss: Newest,
+    accuracy: Newest,
+    /// (files written before it was recorded have none)
+    grad_norm: Newest,
+    lr: Newest,
     /// The learning rate last set (it changes seldom; widening it costs a format).
     lr_seen: Option<f32>,
-    global_batch: IntGauge,
-    per_replica: IntGauge,
-    val_loss: GaugeVec,
-    val_accuracy: GaugeVec,
+    global_batch: Newest,
+    per_replica: Newest,
+    val_loss: Newest,
+    val_accuracy: Newest,
     /// Per rank, one counter per part of `PARTS`.
     step_time: Vec<[Counter; 6]>,
     stragglers: IntCounterVec,
@@ -83,16 +86,24 @@ pub struct Prometheus {
     /// Per rank, the labels of its MFU series (`None`: no peak known, never shown).
     mfu_labels: Vec<Option<[String; 3]>>,
     mfu_of: Mfu,
-    process_memory: IntGauge,
+    process_memory: Newest,
     dcgm: Dcgm,
     /// The `rank` label of each rank.
     ranks: Vec<String>,
 }
 
-fn gauge(r: &Registry, name: &str, help: &str) -> Result<Gauge, String> {
-    let g = Gauge::new(name, help).map_err(|e| e.to_string())?;
-    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
-    Ok(g)
+/// A family without labels whose one series appears with its first value: nothing, not a 0,
+/// is shown before a step has told it (a dashboard's line does not dip to 0 at every start).
+struct Newest(GaugeVec);
+
+impl Newest {
+    fn new(r: &Registry, name: &str, help: &str) -> Result<Newest, String> {
+        gauge_vec(r, name, help, &[]).map(Newest)
+    }
+
+    fn set(&self, v: f64) {
+        self.0.with_label_values::<&str>(&[]).set(v);
+    }
 }
 
 fn int_gauge(r: &Registry, name: &str, help: &str) -> Result<IntGauge, String> {
@@ -191,12 +202,12 @@ impl Prometheus {
                 "mgtop_steps_total",
                 "Steps completed by every rank since this process started.",
             )?,
-            epoch: int_gauge(
+            epoch: Newest::new(
                 r,
                 "mgtop_epoch",
                 "The epoch the newest step is in (1-based).",
             )?,
-            progress: gauge(
+            progress: Newest::new(
                 r,
                 "mgtop_progress_ratio",
                 "The share of the run's budget done, 0-1.",
@@ -210,55 +221,53 @@ impl Prometheus {
                 r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
                 c
             },
-            samples_per_s: gauge_vec(
+            last_rate: None,
+            paused: false,
+            samples_per_s: Newest::new(
                 r,
                 "mgtop_samples_per_second",
                 "Training samples per second over the last seconds, all ranks.",
-                &[],
             )?,
-            loss: gauge(
+            loss: Newest::new(
                 r,
                 "mgtop_train_loss",
                 "The newest step's training loss (mean over the global batch).",
             )?,
-            accuracy: gauge(
+            accuracy: Newest::new(
                 r,
                 "mgtop_train_accuracy_ratio",
                 "The newest step's training accuracy, 0-1.",
             )?,
-            grad_norm: gauge_vec(
+            grad_norm: Newest::new(
                 r,
                 "mgtop_grad_norm",
                 "The newest step's mean gradient's L2 norm, before --clip-grad-norm.",
-                &[],
             )?,
-            lr: gauge(
+            lr: Newest::new(
                 r,
                 "mgtop_learning_rate",
                 "The learning rate of the newest step.",
             )?,
             lr_seen: None,
-            global_batch: int_gauge(
+            global_batch: Newest::new(
                 r,
                 "mgtop_global_batch_size",
                 "Samples per optimizer step over all ranks.",
             )?,
-            per_replica: int_gauge(
+            per_replica: Newest::new(
                 r,
                 "mgtop_batch_size_per_replica",
                 "Samples per rank per step.",
             )?,
-            val_loss: gauge_vec(
+            val_loss: Newest::new(
                 r,
                 "mgtop_validation_loss",
                 "The newest epoch's validation loss.",
-                &[],
             )?,
-            val_accuracy: gauge_vec(
+            val_accuracy: Newest::new(
                 r,
                 "mgtop_validation_accuracy_ratio",
                 "The newest epoch's validation accuracy, 0-1.",
-                &[],
             )?,
             step_time: (0..info.ranks())
                 .map(|rank| {
@@ -321,7 +330,7 @@ impl Prometheus {
                 .collect(),
             mfu,
             mfu_of,
-            process_memory: int_gauge(
+            process_memory: Newest::new(
                 r,
                 "mgtop_process_resident_memory_bytes",
                 "Resident memory of the process serving these metrics.",
@@ -330,6 +339,7 @@ impl Prometheus {
             dcgm,
             ranks,
         };
+        p.step.set(info.start_step as i64);
         p.set_state("running");
         // every series there can be, at 0 from the start: an alert or rate() over a warning
         // counter sees a rise, not a series appearing
@@ -356,12 +366,10 @@ impl Prometheus {
     /// The newest validation's figures (an epoch's, or one within it).
     fn validated(&self, loss: Option<f32>, accuracy: Option<f32>) {
         if let Some(l) = loss {
-            self.val_loss.with_label_values::<&str>(&[]).set(wide(l));
+            self.val_loss.set(wide(l));
         }
         if let Some(a) = accuracy {
-            self.val_accuracy
-                .with_label_values::<&str>(&[])
-                .set(wide(a));
+            self.val_accuracy.set(wide(a));
         }
     }
 }
@@ -370,25 +378,25 @@ impl Sink for Prometheus {
     fn step(&mut self, row: &StepRow, rate: Option<f64>, _logged: bool) -> Result<(), String> {
         self.step.set(row.step as i64);
         self.steps.inc();
-        self.epoch.set(row.epoch as i64);
+        self.epoch.set(row.epoch as f64);
         self.progress.set(row.progress);
         self.samples.inc_by(row.global_samples as f64);
         if let Some(r) = rate {
-            self.samples_per_s.with_label_values::<&str>(&[]).set(r);
+            self.samples_per_s.set(r);
+            self.last_rate = Some((row.at, row.global_samples, r));
         }
         self.loss.set(f64::from(row.loss));
         self.accuracy.set(f64::from(row.accuracy));
         if row.grad_norm.is_finite() {
-            let g = self.grad_norm.with_label_values::<&str>(&[]);
-            g.set(f64::from(row.grad_norm));
+            self.grad_norm.set(f64::from(row.grad_norm));
         }
         // as set (0.001, not 0.0010000000474974513): read as the flag's value
         if self.lr_seen != Some(row.lr) {
             self.lr_seen = Some(row.lr);
             self.lr.set(wide(row.lr));
         }
-        self.global_batch.set(row.global_samples as i64);
-        self.per_replica.set(row.per_replica as i64);
+        self.global_batch.set(row.global_samples as f64);
+        self.per_replica.set(row.per_replica as f64);
         for s in &row.ranks {
             let Some(c) = self.step_time.get(s.rank) else {
                 continue;
@@ -429,11 +437,20 @@ impl Sink for Prometheus {
             Event::Control {
                 applied: Applied::Paused,
                 ..
-            } => self.set_state("paused"),
+            } => {
+                self.set_state("paused");
+                self.paused = true;
+                if self.last_rate.is_some() {
+                    self.samples_per_s.set(0.0);
+                }
+            }
             Event::Control {
                 applied: Applied::Resumed,
                 ..
-            } => self.set_state("running"),
+            } => {
+                self.set_state("running");
+                self.paused = false;
+            }
             Event::Failed { .. } => self.set_state("failed"),
             Event::Finished { ending, .. } => {
                 // a failure said first stays the state
@@ -474,10 +491,17 @@ impl Sink for Prometheus {
 
     fn telemetry(
         &mut self,
-        _t: Duration,
+        t: Duration,
         devices: &[DeviceSample],
         process: Option<(u64, u64)>,
     ) -> Result<(), String> {
+        // no step since: at most one step's samples over the time since the last
+        if let Some((at, samples, rate)) = self.last_rate.filter(|_| !self.paused) {
+            let since = t.saturating_sub(at).as_secs_f64();
+            if since > 0.0 && (samples as f64 / since) < rate {
+                self.samples_per_s.set(samples as f64 / since);
+            }
+        }
         for (g, s) in self.utilization.iter().zip(devices) {
             if let Some(u) = s.util {
                 g.set(wide(u));
@@ -485,7 +509,7 @@ impl Sink for Prometheus {
         }
         self.dcgm.record(devices);
         if let Some((rss, _)) = process {
-            self.process_memory.set(rss as i64);
+            self.process_memory.set(rss as f64);
         }
         Ok(())
     }

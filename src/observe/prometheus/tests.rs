@@ -130,6 +130,10 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         "mgtop_validation_loss ",
         "mgtop_samples_per_second ",
         "mgtop_mfu_ratio{",
+        "mgtop_learning_rate ",
+        "mgtop_batch_size_per_replica ",
+        "mgtop_progress_ratio ",
+        "mgtop_process_resident_memory_bytes ",
     ] {
         assert!(!t.contains(absent), "{absent} before any value:\n{t}");
     }
@@ -152,8 +156,9 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         util: Some(1.0),
         ..DeviceSample::default()
     };
+    // (at the last step's time: no stall in between)
     p.telemetry(
-        Duration::from_secs(1),
+        Duration::from_millis(60),
         &[gpu0, gpu1],
         Some((1 << 20, 1 << 30)),
     )
@@ -291,6 +296,42 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
     let got = value(&t, mfu).unwrap_or_else(|| panic!("no {mfu}:\n{t}"));
     assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
     promtool_accepts(&t);
+}
+
+#[test]
+fn the_rate_falls_in_a_stall_and_is_0_while_paused_and_a_resumed_run_starts_at_its_step() {
+    let reg = Registry::new();
+    let resumed = RunInfo {
+        start_step: 195,
+        ..info()
+    };
+    let mut p = Prometheus::new(&reg, &resumed, &[]).unwrap();
+    assert_eq!(value(&text(&reg), "mgtop_step"), Some(195.0));
+    assert_eq!(value(&text(&reg), "mgtop_samples_per_second"), None);
+    // steps of 64 samples at 1000 samples/s, the last at 60 ms; no step for 2 s after it
+    for s in 1..=4 {
+        p.step(&row(s), Some(1000.0), true).unwrap();
+    }
+    let sample = |p: &mut Prometheus, ms| {
+        p.telemetry(Duration::from_millis(ms), &[], None).unwrap();
+        value(&text(&reg), "mgtop_samples_per_second").unwrap()
+    };
+    assert_eq!(sample(&mut p, 100), 1000.0);
+    assert!((sample(&mut p, 2060) - 32.0).abs() < 1e-9);
+    // paused: 0, whatever the samples say; resumed, the next step's rate
+    let control = |p: &mut Prometheus, applied| {
+        let ev = Event::Control {
+            step: 4,
+            applied,
+        };
+        p.event(&ev, Duration::from_secs(3)).unwrap();
+    };
+    control(&mut p, Applied::Paused);
+    assert_eq!(sample(&mut p, 2500), 0.0);
+    assert_eq!(sample(&mut p, 9000), 0.0);
+    control(&mut p, Applied::Resumed);
+    p.step(&row(5), Some(900.0), true).unwrap();
+    assert_eq!(value(&text(&reg), "mgtop_samples_per_second"), Some(900.0));
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! ```
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The first event of every file says which format follows.
@@ -100,10 +100,14 @@ pub fn has_event_files(dir: &Path) -> bool {
     })
 }
 
-/// An event file being written.
+/// An event file being written: each event written whole at once, and after a write that
+/// failed (a full disk) the file cut back to its last whole record, so that it always reads as
+/// whole records.
 pub struct EventFile {
-    out: BufWriter<File>,
+    out: File,
     path: PathBuf,
+    /// The bytes of its whole records.
+    whole: u64,
 }
 
 impl EventFile {
@@ -112,14 +116,14 @@ impl EventFile {
     pub fn create(dir: &Path, created_unix: f64) -> io::Result<EventFile> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(file_name(created_unix as u64));
-        let file = File::options().write(true).create_new(true).open(&path)?;
+        let out = File::options().write(true).create_new(true).open(&path)?;
         let mut f = EventFile {
-            out: BufWriter::new(file),
+            out,
             path,
+            whole: 0,
         };
         let version = event(created_unix, 0, |e| bytes(e, 3, FILE_VERSION.as_bytes()));
-        f.out.write_all(&record(&version))?;
-        f.out.flush()?;
+        f.append(&record(&version))?;
         Ok(f)
     }
 
@@ -138,11 +142,22 @@ impl EventFile {
             return Ok(());
         }
         let e = event(wall_time, step, |e| bytes(e, 5, &summary(values)));
-        self.out.write_all(&record(&e))
+        self.append(&record(&e))
     }
 
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+    /// `r` after the whole records, or (the write failing) nothing of it.
+    fn append(&mut self, r: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match self.out.write_all_at(r, self.whole) {
+            Ok(()) => {
+                self.whole += r.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.out.set_len(self.whole);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -209,7 +224,6 @@ pub(crate) mod tests {
         f.scalars(1_700_000_001.0, 7, &[("x", 1.0f32), ("y", 2.0)])
             .unwrap();
         f.scalars::<&str>(1_700_000_002.0, 8, &[]).unwrap();
-        f.flush().unwrap();
         let data = std::fs::read(f.path()).unwrap();
         let recs = records(&data);
         assert_eq!(recs.len(), 2, "an empty set of scalars writes nothing");

@@ -1,6 +1,6 @@
 //! TensorBoard scalars from the metrics stream (`--tensorboard`, `view --tensorboard`): one
 //! event file per run, written by the recorder as records come (or from a metrics file read
-//! back), flushed at every logged step, event and sample.
+//! back), each event written whole as it comes (and a write that failed taken back).
 //!
 //! Tags (the part before the first `/` is TensorBoard's group):
 //! - logged steps: `train/loss`, `train/accuracy`, `train/grad_norm` (where recorded),
@@ -106,7 +106,6 @@ impl TensorBoard {
         let wall = self.started + t.as_secs_f64();
         self.file
             .scalars(wall, step, values)
-            .and_then(|()| self.file.flush())
             .map_err(|e| format!("cannot write {} ({e})", self.file.path().display()))
     }
 }
@@ -225,10 +224,9 @@ impl Sink for TensorBoard {
         self.write(t, self.step, &values)
     }
 
+    /// (each event is written whole as it comes)
     fn flush(&mut self) -> Result<(), String> {
-        self.file
-            .flush()
-            .map_err(|e| format!("cannot write {} ({e})", self.file.path().display()))
+        Ok(())
     }
 }
 
@@ -298,7 +296,7 @@ pub fn convert(reader: &mut MetricsReader, dir: &Path) -> Result<(PathBuf, usize
             }
         }
     });
-    if let Err(e) = result.and_then(|()| tb.flush()) {
+    if let Err(e) = result {
         drop(tb);
         let _ = std::fs::remove_file(&path);
         return Err(e);
