@@ -519,4 +519,20 @@ fn runs_given_one_tensorboard_dir_stay_apart() {
         );
         event_file(&dir.path().join("tb/sweep").join(run));
     }
+    // metrics files from before the run record named its run directory: each converted into a
+    // folder named as its file, not all into DIR (where the second would be refused)
+    let metrics = std::fs::read_to_string(dir.path().join("r1/metrics.jsonl")).unwrap();
+    let (first, rest) = metrics.split_once('\n').unwrap();
+    let mut record: Value = serde_json::from_str(first).unwrap();
+    record.as_object_mut().unwrap().remove("run_dir").unwrap();
+    for old in ["old1", "old2"] {
+        let file = dir.path().join(format!("{old}.jsonl"));
+        std::fs::write(&file, format!("{record}\n{rest}")).unwrap();
+        let o = run_in(
+            dir.path(),
+            &["view", file.to_str().unwrap(), "--tensorboard", "tb2"],
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        event_file(&dir.path().join("tb2/sweep").join(old));
+    }
 }

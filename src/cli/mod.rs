@@ -214,6 +214,12 @@ pub struct BenchArgs {
     pub only: String,
 }
 
+/// A plain switch not given (`--headless`: flags can only turn it on), left out of what
+/// `TrainArgs` serialize to: settings it gives are the ones it holds (`origin::given`).
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 /// Training flags. Every one is optional so the config file can fill it in.
 #[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -224,18 +230,18 @@ pub struct TrainArgs {
     pub config: Option<PathBuf>,
     /// Print log lines instead of the terminal UI.
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub headless: bool,
     /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
     /// Terminal UI: disable the keys that change the run (for shared tmux sessions).
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub readonly: bool,
     /// Terminal UI: exit when training ends instead of showing the summary until q.
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub exit_when_done: bool,
     /// Seconds between device telemetry samples  [default: 1]
     #[arg(allow_negative_numbers = true, long, value_name = "SECONDS")]
@@ -341,7 +347,7 @@ pub struct TrainArgs {
     pub log_every: Option<u64>,
     /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in $XDG_CACHE_HOME/mgtop/datasets, else ~/.cache/mgtop/datasets) when DIR lacks the files
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub download: bool,
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
@@ -386,7 +392,7 @@ pub struct TrainArgs {
     pub stall_timeout: Option<f64>,
     /// First train one device for 120 steps on the same workload, then show the run's speedup and scaling efficiency against it.
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub calibrate: bool,
     /// Cut the global batch among ranks in proportion to their measured speed (re-decided every 50 steps; the result stays that of the global batch; =false turns off a resumed run's).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]

@@ -103,7 +103,7 @@ impl Origins {
 }
 
 /// The settings `args` gives, by their flags' names (`lr`, `batch-per-replica`): an option
-/// set (a switch given `=false` too); the plain switches (`--headless`) always.
+/// set (a switch given `=false` too), a plain switch (`--headless`) given.
 pub(super) fn given(args: &TrainArgs) -> Result<impl Fn(&str) -> bool, String> {
     // (paths as a mark of their own: they need not be text)
     let mark = |p: &Option<PathBuf>| p.as_ref().map(|_| PathBuf::from("given"));
@@ -209,6 +209,26 @@ mod tests {
             origins.config_note().unwrap(),
             "config file run.toml: steps (given over it: --tensorboard)"
         );
+        // a plain switch the flags did not give is the file's; one they gave is theirs
+        for (headless, note) in [
+            (false, "config file run.toml: headless, steps"),
+            (
+                true,
+                "config file run.toml: steps (given over it: --headless)",
+            ),
+        ] {
+            let flags = TrainArgs {
+                headless,
+                ..TrainArgs::default()
+            };
+            let mut origins = Origins::default();
+            origins.file(
+                Path::new("run.toml"),
+                "headless = true\nsteps = 3\n",
+                &flags,
+            );
+            assert_eq!(origins.config_note().unwrap(), note);
+        }
     }
 
     #[test]

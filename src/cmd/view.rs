@@ -61,7 +61,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let (dir, logdir) = match dir {
             Some(d) => {
                 let info = reader.info();
-                let run = tensorboard::run_folder(&d, &info.name, info.run_dir.as_deref());
+                let run_dir = (info.run_dir.clone())
+                    .unwrap_or_else(|| tensorboard::run_dir_of(reader.path()));
+                let run = tensorboard::run_folder(&d, &info.name, Some(&run_dir));
                 (run, d)
             }
             None => {

@@ -82,6 +82,8 @@ pub struct RunInfo {
     pub resumed_from: Option<PathBuf>,
     /// The run's directory, absolute (None for runs that keep nothing: `scale`, `bench`).
     pub run_dir: Option<PathBuf>,
+    /// What its start-up lines say of it, where something is amiss (`runs/NAME/latest`).
+    pub run_dir_note: Option<String>,
     /// Where its checkpoints go, absolute (`--checkpoint-dir`; None where not recorded).
     pub checkpoint_dir: Option<PathBuf>,
     /// Cores this process may use.
@@ -220,6 +222,7 @@ impl RunInfo {
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
             run_dir: cfg.run_dir.clone(),
+            run_dir_note: None,
             checkpoint_dir: (cfg.run_dir.as_ref())
                 .and_then(|_| std::path::absolute(&cfg.checkpoint_dir).ok()),
             cores: available_cores(),

@@ -163,7 +163,7 @@ impl Engine {
         let ranks = engine.info().devices.len();
         engine.controller = engine.controller.clone().within_data(samples, ranks, accum);
         if let Some(c) = created {
-            c.keep(link_latest);
+            engine.info.run_dir_note = c.keep(link_latest);
         }
         Ok(engine)
     }

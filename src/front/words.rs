@@ -16,6 +16,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     if let Some(dir) = &info.run_dir {
         lines.push(format!("run dir: {}", dir.display()));
     }
+    lines.extend(info.run_dir_note.iter().map(|n| format!("  note: {n}")));
     let ranks = info.ranks();
     let gpu_run = info
         .devices

@@ -44,6 +44,7 @@ impl RunInfo {
             start_epoch: 0,
             resumed_from: None,
             run_dir: None,
+            run_dir_note: None,
             checkpoint_dir: None,
             layers: Vec::new(),
             flops: 19_200,

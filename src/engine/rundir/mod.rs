@@ -200,17 +200,17 @@ impl Created {
         }
         let mut leaf = dir.to_path_buf();
         let mut fresh = false;
-        for n in 2..1000 {
+        // (a default name already numbered, `<stamp>-3`, goes on from its number)
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let (stamp, first) = started_order(&name);
+        for n in first + 1..first + 1000 {
             match fs::create_dir(&leaf) {
                 Ok(()) => {
                     fresh = true;
                     break;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && numbered => {
-                    leaf = dir.with_file_name(format!(
-                        "{}-{n}",
-                        dir.file_name().unwrap_or_default().to_string_lossy()
-                    ));
+                    leaf = dir.with_file_name(format!("{stamp}-{n}"));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => break,
                 Err(e) => return Err(fail(e)),
@@ -248,11 +248,13 @@ impl Created {
         &self.dir
     }
 
-    /// The run started: keep its directory and, for a default one, point `latest` at it.
-    pub fn keep(mut self, link_latest: bool) {
+    /// The run started: keep its directory and, for a default one, point `latest` at it;
+    /// a note where `latest` is something else, left as it is.
+    pub fn keep(mut self, link_latest: bool) -> Option<String> {
         self.kept = true;
-        if link_latest {
-            link_latest_to(&self.dir);
+        match link_latest {
+            true => link_latest_to(&self.dir),
+            false => None,
         }
     }
 }
@@ -295,11 +297,19 @@ pub fn latest_in(dir: &Path) -> Option<PathBuf> {
 /// Points `<parent>/latest` at `dir`: a new link beside the old, renamed over it, so `latest`
 /// is never missing; left where it points at a run started later that is starting or running
 /// (runs started together finish starting in any order; a stamp from before the clock went
-/// back, a finished run's, is passed).
-fn link_latest_to(dir: &Path) {
+/// back, a finished run's, is passed). A `latest` that is not a link (a file or folder put
+/// there) is left as it is, said in the note returned.
+fn link_latest_to(dir: &Path) -> Option<String> {
     let (Some(parent), Some(leaf)) = (dir.parent(), dir.file_name()) else {
-        return;
+        return None;
     };
+    let latest = parent.join(LATEST);
+    if fs::symlink_metadata(&latest).is_ok_and(|m| !m.file_type().is_symlink()) {
+        return Some(format!(
+            "{} is not the link to the newest run this program keeps there (a file or folder of that name): left as it is, not pointed at this run",
+            latest.display()
+        ));
+    }
     let later = |n: &Path| n.to_str().map(started_order) > leaf.to_str().map(started_order);
     let recent = |d: &Path| {
         let age = fs::metadata(d)
@@ -310,7 +320,7 @@ fn link_latest_to(dir: &Path) {
     if let Ok(now) = fs::read_link(parent.join(LATEST)) {
         let theirs = parent.join(&now);
         if theirs.is_dir() && later(&now) && (recent(&theirs) || is_live(&theirs)) {
-            return;
+            return None;
         }
     }
     let tmp = parent.join(format!(".{LATEST}.{}", std::process::id()));
@@ -323,6 +333,7 @@ fn link_latest_to(dir: &Path) {
     if linked.is_err() {
         let _ = fs::remove_file(&tmp);
     }
+    None
 }
 
 /// Whether `name` is one a run directory's own files and folders take (what a file written

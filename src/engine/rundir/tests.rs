@@ -99,13 +99,29 @@ fn default_dirs_are_unique_and_stamped() {
     let latest = root.path().join(RUNS).join("x").join(LATEST);
     assert_eq!(fs::read_link(&latest).unwrap(), a.file_name().unwrap());
     assert!(Created::new(&a, false).err().unwrap().contains("--resume"));
-    // the same default name in the same second: the next one is numbered
+    // the same default name in the same second: the next one is numbered, and one numbered
+    // already that another run took goes on from its number
     let again = Created::new(&a, true).unwrap();
     assert!(
         again.path().to_str().unwrap().ends_with("-2"),
         "{:?}",
         again.path()
     );
+    let third = Created::new(again.path(), true).unwrap();
+    assert_eq!(
+        third.path(),
+        again.path().with_file_name(format!("{stamp}-3"))
+    );
+    // a `latest` that is not a link is the user's: left, and said
+    let latest_b = root.path().join(RUNS).join("y").join(LATEST);
+    fs::create_dir_all(latest_b.parent().unwrap()).unwrap();
+    fs::write(&latest_b, "mine").unwrap();
+    let note = Created::new(&default_dir(root.path(), "y"), true)
+        .unwrap()
+        .keep(true)
+        .unwrap();
+    assert!(note.contains("is not the link to the newest run"), "{note}");
+    assert_eq!(fs::read_to_string(&latest_b).unwrap(), "mine");
 }
 
 #[test]

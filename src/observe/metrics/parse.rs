@@ -215,6 +215,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),
+        run_dir_note: None,
         checkpoint_dir: field(v, "checkpoint_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),

@@ -320,10 +320,7 @@ fn the_rate_falls_in_a_stall_and_is_0_while_paused_and_a_resumed_run_starts_at_i
     assert!((sample(&mut p, 2060) - 32.0).abs() < 1e-9);
     // paused: 0, whatever the samples say; resumed, the next step's rate
     let control = |p: &mut Prometheus, applied| {
-        let ev = Event::Control {
-            step: 4,
-            applied,
-        };
+        let ev = Event::Control { step: 4, applied };
         p.event(&ev, Duration::from_secs(3)).unwrap();
     };
     control(&mut p, Applied::Paused);

@@ -232,14 +232,25 @@ impl Sink for TensorBoard {
 
 /// Where the events of run `name` (in run directory `run_dir`) go under a `--tensorboard DIR`
 /// given: a folder of its own named as its run directory is (`<name>/<time>`), so the runs of
-/// a sweep given one DIR stay apart in `tensorboard --logdir DIR`; DIR itself for a run without
-/// a run directory.
+/// a sweep given one DIR stay apart in `tensorboard --logdir DIR`; `<name>` alone for a run
+/// without a run directory.
 pub fn run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> PathBuf {
+    let run = dir.join(crate::engine::rundir::file_name_of(name));
     match run_dir.and_then(Path::file_name) {
-        Some(leaf) => dir
-            .join(crate::engine::rundir::file_name_of(name))
-            .join(leaf),
-        None => dir.to_path_buf(),
+        Some(leaf) => run.join(leaf),
+        None => run,
+    }
+}
+
+/// What stands for the run directory of a metrics file whose run record names none (written
+/// before it was recorded): the folder of a run directory's `metrics.jsonl`, else the file's
+/// path without its extension (`old.jsonl`: `old`).
+pub fn run_dir_of(metrics_file: &Path) -> PathBuf {
+    match metrics_file.file_name() {
+        Some(n) if n == crate::engine::rundir::METRICS => {
+            (metrics_file.parent()).map_or_else(|| metrics_file.to_path_buf(), Path::to_path_buf)
+        }
+        _ => metrics_file.with_extension(""),
     }
 }
 
@@ -257,7 +268,8 @@ pub fn default_dir_for(metrics_file: &Path) -> PathBuf {
 pub fn convert(reader: &mut MetricsReader, dir: &Path) -> Result<(PathBuf, usize), String> {
     if events::has_event_files(dir) {
         return Err(format!(
-            "{} already holds TensorBoard event files (written by --tensorboard during the run, or an earlier conversion), and TensorBoard would show both; give another directory: --tensorboard DIR",
+            "{} already holds TensorBoard event files (written by --tensorboard during the run, or an earlier conversion), and TensorBoard would show both; give another directory (--tensorboard DIR), or remove them to write them again (rm {}/events.out.tfevents.*)",
+            dir.display(),
             dir.display()
         ));
     }
