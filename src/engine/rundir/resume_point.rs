@@ -67,6 +67,13 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     }
     // absolute and without links: a `latest` link moves when this run starts
     let path = &fs::canonicalize(path).map_err(|e| format!("{}: {e}", purpose.asked(path)))?;
+    if let Some(Err(e)) = path.is_dir().then(|| fs::read_dir(path)) {
+        return Err(format!(
+            "{}: cannot read that directory ({e}): a run directory is its owner's alone (mode 0700); {} it as the user who ran it",
+            purpose.asked(path),
+            purpose.verb()
+        ));
+    }
     if path.join("state.json").is_file() {
         return Ok(path.to_path_buf());
     }

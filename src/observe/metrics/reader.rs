@@ -62,9 +62,9 @@ impl MetricsReader {
             // (one that is there but no file is refused below, by what it is; a directory this
             // user may not read is said so: a run directory is its owner's alone)
             if let Err(e) = std::fs::read_dir(path) {
-                return Err(ReadError::Io {
+                return Err(ReadError::File {
                     path: path.to_path_buf(),
-                    source: e,
+                    what: format!("a directory this user cannot read ({e}): a run directory is its owner's alone (mode 0700); view it as the user who ran it"),
                 });
             }
             if std::fs::symlink_metadata(&inner).is_err() {
