@@ -84,8 +84,9 @@ pub(super) fn train(
         }
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
-    // no terminal): process 0 logs, and `attach` gives the screen
-    let mut tui = !front.headless && term::can_draw() && procs.is_none();
+    // no terminal), even one process's (`mpirun -np 1`): process 0 logs, `attach` gives the screen
+    let launcher = crate::comm::launch::from_env().ok().flatten();
+    let mut tui = !front.headless && term::can_draw() && procs.is_none() && launcher.is_none();
     if tui && term::in_background() {
         crate::tell!(
             "note: {}: the run goes on headless (for the UI: timeout --foreground ..., or fg)",
@@ -206,10 +207,19 @@ pub(super) fn train(
             return Err(anyhow::Error::msg(e));
         }
     }
-    if procs.is_some() && !front.headless {
+    if (procs.is_some() || launcher.is_some()) && !front.headless {
+        let which = match procs.is_some() {
+            true => "a run over several processes".to_string(),
+            false => format!(
+                "the launcher keeps the keyboard ({}): a run under it",
+                launcher.map_or("mpirun, srun", |l| l.launcher)
+            ),
+        };
         notes.push(format!(
-            "note: a run over several processes logs here; for the terminal UI: mgtop-train attach {}",
-            run_dir.as_deref().map_or("RUN_DIR".into(), |d| d.display().to_string())
+            "note: {which} logs here; for the terminal UI: mgtop-train attach {}",
+            run_dir
+                .as_deref()
+                .map_or("RUN_DIR".into(), |d| d.display().to_string())
         ));
     }
     let result = match theme {

@@ -329,7 +329,11 @@ pub fn import(
         }
         let v = values(&view, &name).map_err(at)?;
         if v.iter().any(|x| !x.is_finite()) {
-            return Err(at(format!("tensor `{name}` holds NaN or infinity")));
+            let beyond = match view.dtype() {
+                Dtype::F64 => " (or values past f32's range, 3.4e38: the model trains in f32)",
+                _ => "",
+            };
+            return Err(at(format!("tensor `{name}` holds NaN or infinity{beyond}")));
         }
         if t.name.ends_with("running_var") && v.iter().any(|&x| x < 0.0) {
             return Err(at(format!("tensor `{name}` holds negative variances")));
