@@ -78,11 +78,11 @@ fn install() -> anyhow::Result<()> {
                 None => {
                     // (a launcher ending the others of a job that failed to start: process 0
                     // says why; they stop quietly)
-                    let follower = (mgtop::comm::launch::from_env().ok().flatten())
-                        .and_then(|l| l.rank)
-                        .is_some_and(|r| r != 0);
-                    if !follower {
-                        mgtop::tell!("stopped during start-up: nothing was trained yet");
+                    let launch = mgtop::comm::launch::from_env().ok().flatten();
+                    match launch.filter(|l| l.is_multi()).map(|l| l.rank) {
+                        None => mgtop::tell!("stopped during start-up: nothing was trained yet"),
+                        Some(Some(0)) => mgtop::tell!("stopped during start-up by a signal (the launcher ends every process of a run one of them failed to start: its error is above or below): nothing was trained yet"),
+                        Some(_) => {}
                     }
                     // (what the start made that no run will use: a --metrics-out file)
                     mgtop::quit_at_once::run();

@@ -414,7 +414,25 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("process 1 (on") && err.contains("--log-every = 10") && err.contains("25"),
+        err.contains("process 1 (on")
+            && err.contains("with --log-every 10, process 0 (on")
+            && err.contains("with --log-every 25"),
+        "{err}"
+    );
+    // a flag only process 0 acts on (the run's name, directory, files, resume), given to
+    // another process alone, would be silently not done
+    let out = mpirun()
+        .args(["-np", "1", BIN])
+        .args(&args)
+        .args(["--devices", "cpu:1", ":", "-np", "1", BIN])
+        .args(&args)
+        .args(["--devices", "cpu:1", "--name", "mine"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("with --name mine, process 0 (on") && err.contains("with --name not given"),
         "{err}"
     );
 }

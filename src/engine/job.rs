@@ -16,7 +16,7 @@ use crate::comm::processes::{broadcast_vec, gather_vecs};
 use crate::comm::{CollectiveError, Processes};
 use crate::config::RunConfig;
 use crate::data::Dataset;
-use crate::nn::optim::OptState;
+use crate::nn::optim::{OptState, OptimizerKind};
 use crate::pids::hostname;
 
 /// This process's place in the run, and every rank's device and host.
@@ -31,6 +31,8 @@ pub(super) struct World {
     pub offsets: Vec<usize>,
     /// Processes of this run on this machine (they share its cores).
     pub neighbours: usize,
+    /// The largest per-replica batch the memory of every other process allows (`memory`).
+    pub others_max_batch: Option<usize>,
 }
 
 impl World {
@@ -42,6 +44,7 @@ impl World {
             hosts: Vec::new(),
             offsets: vec![0, n],
             neighbours: 1,
+            others_max_batch: None,
         }
     }
 
@@ -64,6 +67,8 @@ struct Hello {
     devices: Vec<(bool, usize, String, Option<String>, u32)>,
     /// What every process must agree on, as (what, value).
     same: Vec<(String, String)>,
+    /// The largest per-replica batch this process's memory allows.
+    max_batch: usize,
 }
 
 /// This process's index among the run's processes on its machine, and their number (to
@@ -120,15 +125,16 @@ pub(super) fn meet(
     local: Vec<Device>,
     train: &Dataset,
     val: &Dataset,
+    max_batch: usize,
 ) -> Result<World, EngineError> {
     if cfg.strategy == crate::engine::strategy::Strategy::CentralStorage {
         return Err(EngineError::Shared(
             "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span processes: across machines use --strategy mirrored (the default) or local-sgd:H".into(),
         ));
     }
-    // (as a user gives them: `0.01`, `not given`, `local-sgd:4 after 100 synchronous steps`)
+    // (as a user gives them: `0.01`, `local-sgd:4 after 100 synchronous steps`; "" not given)
     fn given<T: std::fmt::Display>(v: Option<T>) -> String {
-        v.map_or("not given".into(), |v| v.to_string())
+        v.map_or(String::new(), |v| v.to_string())
     }
     let strategy = match cfg.strategy {
         crate::engine::strategy::Strategy::LocalSgd { warmup, .. } => {
@@ -168,7 +174,14 @@ pub(super) fn meet(
             ("--log-every".into(), cfg.log_every.to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
             ("--sync-bn".into(), cfg.sync_bn.to_string()),
-            ("--momentum".into(), cfg.momentum.to_string()),
+            // (Adam's and plain SGD's steps take no momentum)
+            (
+                "--momentum".into(),
+                match cfg.optimizer {
+                    OptimizerKind::Momentum | OptimizerKind::Nesterov => cfg.momentum.to_string(),
+                    _ => String::new(),
+                },
+            ),
             (
                 "--no-decay-bn-bias".into(),
                 cfg.no_decay_bn_bias.to_string(),
@@ -209,17 +222,24 @@ pub(super) fn meet(
                 cfg.batch_per_replica.to_string(),
             ),
             ("the budget (--epochs / --steps)".into(), budget),
+            // what process 0 alone does for the run (its files, where it resumes from): given
+            // to another process only, it would be silently not done
             (
-                "the data (samples, features, classes, contents)".into(),
-                format!(
-                    "{} {:x} / {} {:x}",
-                    train.len(),
-                    fingerprint::of_data(train),
-                    val.len(),
-                    fingerprint::of_data(val)
-                ),
+                "--resume".into(),
+                given(cfg.resume.as_ref().map(|_| "given")),
             ),
+            (
+                "--run-dir".into(),
+                given((!cfg.link_latest).then_some("given")),
+            ),
+            (
+                "--metrics-out".into(),
+                given(cfg.metrics_out.as_ref().map(|_| "given")),
+            ),
+            ("--name".into(), given(cfg.name.as_ref())),
+            ("the data".into(), data_said(train, val)),
         ],
+        max_batch,
     };
     let mine = serde_json::to_vec(&hello).expect("plain data serializes");
     let all = gather_vecs(&*procs, &mine).map_err(lost)?;
@@ -236,9 +256,16 @@ pub(super) fn meet(
                     Some(_) => " (a resumed run's other settings come from process 0's checkpoint)",
                     None => "",
                 };
+                let said = |v: &str| match v {
+                    "" => format!("{what} not given"),
+                    v => format!("{what} {v}"),
+                };
                 return Err(EngineError::Shared(format!(
-                    "process {p} (on {}) trains with {what} = {theirs}, process 0 (on {}) with {ours}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
-                    h.host, hellos[0].host
+                    "process {p} (on {}) trains with {}, process 0 (on {}) with {}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
+                    h.host,
+                    said(theirs),
+                    hellos[0].host,
+                    said(ours)
                 )));
             }
         }
@@ -290,16 +317,35 @@ pub(super) fn meet(
     }
     let me = &hellos[procs.index()].host;
     let neighbours = hellos.iter().filter(|h| &h.host == me).count();
+    let others_max_batch = (hellos.iter().enumerate())
+        .filter(|&(p, _)| p != procs.index())
+        .map(|(_, h)| h.max_batch)
+        .min();
     Ok(World {
         procs: Some(procs),
         devices,
         hosts,
         offsets,
         neighbours,
+        others_max_batch,
     })
 }
 
 /// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
+/// A process's data as the start-up check compares it: its splits' sizes, shapes and classes
+/// said, their contents by fingerprint.
+fn data_said(train: &Dataset, val: &Dataset) -> String {
+    format!(
+        "{} training and {} validation samples of {} values, {} classes (contents {:x}, {:x})",
+        train.len(),
+        val.len(),
+        train.features,
+        train.classes,
+        fingerprint::of_data(train),
+        fingerprint::of_data(val)
+    )
+}
+
 fn describe(devices: &[Device], hosts: &[String]) -> String {
     devices
         .iter()

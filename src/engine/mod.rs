@@ -155,6 +155,8 @@ impl Engine {
         };
         let link_latest = cfg.link_latest;
         let (samples, accum) = (data.train.len(), cfg.grad_accum);
+        let max_batch = batch_limit.map_or(control::MAX_BATCH, |l| l.max);
+        let procs = procs.map(|p| (p, max_batch));
         let mut engine = Engine::start_with(cfg, devices, data, procs)?;
         engine.checkpoint_lock = lock;
         if let Some(limit) = batch_limit {
@@ -173,11 +175,12 @@ impl Engine {
         cfg: RunConfig,
         (devices, device_note): (Vec<Device>, Option<String>),
         loaded: RunData,
-        procs: Option<Arc<dyn Processes>>,
+        procs: Option<(Arc<dyn Processes>, usize)>,
     ) -> Result<Engine, EngineError> {
         let model = validate::model(&cfg, &loaded.train)?;
+        // (with the largest batch this process's memory allows: every process's bounds the run's)
         let world = match procs {
-            Some(p) => job::meet(p, &cfg, devices, &loaded.train, &loaded.val)?,
+            Some((p, max)) => job::meet(p, &cfg, devices, &loaded.train, &loaded.val, max)?,
             None => World::single(devices),
         };
         let ranks = world.devices.len();
@@ -294,7 +297,9 @@ impl Engine {
         }
         let t0 = Instant::now();
         info.started = Some(std::time::SystemTime::now());
-        let controller = Controller::new(ctl_tx, device_cap.clone()).not_one(not_one);
+        let controller = Controller::new(ctl_tx, device_cap.clone())
+            .not_one(not_one)
+            .elsewhere(world.others_max_batch);
         let decider = Some(Decider::new(ctl_rx).while_open(controller.open()));
         let beats = Heartbeats::new(ranks);
         if let Some(p) = &world.procs {

@@ -68,6 +68,8 @@ pub enum ControlError {
         need: String,
         usable: String,
     },
+    #[error("a batch of {batch} per replica would not fit in the memory of another process of the run (90% of what was available there when it started): at most {max} per replica")]
+    TooLargeElsewhere { batch: usize, max: usize },
     #[error("a batch of {batch} per replica does not fit on the run's GPUs (their memory, or the 32-bit indexing of their kernels): at most {max} per replica there")]
     TooLargeForDevices { batch: usize, max: usize },
     #[error("a batch of {batch} per replica is more than the training split's {samples} samples over the run's ranks: at most {max} per replica (each step then takes them all)")]
@@ -156,6 +158,8 @@ pub struct Controller {
     data: Option<(usize, usize)>,
     /// Why a batch of 1 per replica is refused (a batch norm of one value per channel).
     not_one: Option<String>,
+    /// The largest per-replica batch the memory of the run's other processes allows.
+    elsewhere: Option<usize>,
     asked: Arc<AskedSoFar>,
 }
 
@@ -167,6 +171,7 @@ impl Controller {
             devices,
             data: None,
             not_one: None,
+            elsewhere: None,
             asked: Arc::default(),
         }
     }
@@ -184,6 +189,15 @@ impl Controller {
     pub(crate) fn within_data(self, samples: usize, ranks: usize, accum: usize) -> Self {
         Controller {
             data: Some((data_batch_cap(samples, ranks, accum), samples)),
+            ..self
+        }
+    }
+
+    /// Batch-size changes past what the memory of the run's other processes allows (`max`,
+    /// the least of theirs) are refused.
+    pub(crate) fn elsewhere(self, max: Option<usize>) -> Self {
+        Controller {
+            elsewhere: max,
             ..self
         }
     }
@@ -232,6 +246,9 @@ impl Controller {
                     need: gib(l.fixed + l.per_sample * b as f64),
                     usable: gib(l.available * 0.9),
                 });
+            }
+            if let Some(max) = self.elsewhere.filter(|&m| b > m) {
+                return Err(ControlError::TooLargeElsewhere { batch: b, max });
             }
             if let Some((max, samples)) = self.data.filter(|d| b > d.0) {
                 return Err(ControlError::LargerThanData {

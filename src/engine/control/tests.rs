@@ -43,6 +43,12 @@ fn controller_rejects_bad_batches() {
     let e = c.set_batch_per_replica(1).unwrap_err().to_string();
     assert_eq!(e, "batch norm `bn.1` would ...: use 2 or more");
     assert!(c.set_batch_per_replica(2).is_ok());
+    // another process's memory takes no more than 40 per replica
+    let c = c.elsewhere(Some(40));
+    assert!(c.set_batch_per_replica(40).is_ok());
+    let e = c.set_batch_per_replica(41).unwrap_err();
+    assert_eq!(e, ControlError::TooLargeElsewhere { batch: 41, max: 40 });
+    assert!(e.to_string().contains("memory of another process"), "{e}");
 }
 
 #[test]

@@ -5,7 +5,9 @@
 //! all its checkpoints are of one run), or a directory of runs (when it holds exactly one).
 
 use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::checkpoint;
 
@@ -195,6 +197,20 @@ impl Created {
             .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
             .map(Path::to_path_buf)
             .collect();
+        // armed before anything is made: a signal as the run starts (a launcher ending a job
+        // whose other process failed) takes back what this start made, however far it got
+        let making: Arc<Mutex<Option<(PathBuf, bool)>>> = Arc::default();
+        let quit = {
+            let (making, made) = (making.clone(), made.clone());
+            crate::quit_at_once::arm(move || {
+                let made_dir = making.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match made_dir {
+                    Some((dir, fresh)) => take_back(&dir, &made, fresh),
+                    None => take_back(Path::new(""), &made, false),
+                }
+            })
+        };
+        let mut making_now = making.lock().unwrap_or_else(|e| e.into_inner());
         if !parent.as_os_str().is_empty() {
             fs::create_dir_all(parent).map_err(fail)?;
         }
@@ -204,7 +220,8 @@ impl Created {
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let (stamp, first) = started_order(&name);
         for n in first + 1..first + 1000 {
-            match fs::create_dir(&leaf) {
+            // (private from the start: a run directory is its owner's alone)
+            match fs::DirBuilder::new().mode(0o700).create(&leaf) {
                 Ok(()) => {
                     fresh = true;
                     break;
@@ -216,6 +233,8 @@ impl Created {
                 Err(e) => return Err(fail(e)),
             }
         }
+        *making_now = Some((leaf.clone(), fresh));
+        drop(making_now);
         if !leaf.is_dir() {
             return Err(format!(
                 "--run-dir {}: it is a file, not a directory; pick another --run-dir",
@@ -225,16 +244,7 @@ impl Created {
         if !fresh {
             unused(&leaf, false)?;
         }
-        #[cfg(unix)]
-        if fresh {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&leaf, fs::Permissions::from_mode(0o700)).map_err(fail)?;
-        }
         let dir = fs::canonicalize(&leaf).map_err(fail)?;
-        let quit = {
-            let (dir, made) = (dir.clone(), made.clone());
-            crate::quit_at_once::arm(move || take_back(&dir, &made, fresh))
-        };
         Ok(Created {
             dir,
             made,
