@@ -152,6 +152,25 @@ fn a_checkpoint_from_two_processes_resumes_in_one() {
     assert!(log.contains("finished: 50 steps"), "{log}");
     let d = max_rel_diff(&weights(&straight), &weights(&second));
     assert!(d <= 1e-5, "resumed weights differ by {d:e}");
+    // resumed in one process on the recorded flags (process 0's `--devices cpu:2`): 2 ranks of
+    // the 4, said with how to keep them
+    let out = Command::new(BIN)
+        .args([
+            "--headless",
+            "--steps",
+            "50",
+            "--resume",
+            &first.display().to_string(),
+        ])
+        .args(["--run-dir", &tmp.path().join("third").display().to_string()])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("2 ranks (the checkpoint's run had 4: its batches and so its losses differ"),
+        "{log}"
+    );
 }
 
 /// `--resume` alone over several processes: process 0 reads the checkpoint's settings and
@@ -432,7 +451,7 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("with --name mine, process 0 (on") && err.contains("with --name not given"),
+        err.contains("process 1 was started with --name mine, process 0 with --name not given"),
         "{err}"
     );
 }

@@ -81,11 +81,61 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyh
         };
         let record = crate::comm::processes::broadcast_vec(&*procs, record, 0)
             .map_err(|e| anyhow::anyhow!("the processes could not meet: {e}"))?;
+        let mine = serde_json::to_vec(&lead_only(&args)).expect("plain data serializes");
+        let all = crate::comm::processes::gather_vecs(&*procs, &mine)
+            .map_err(|e| anyhow::anyhow!("the processes could not meet: {e}"))?;
+        if procs.index() == 0 {
+            same_lead_only(&all)?;
+        }
         match procs.index() {
             0 => super::train::train(args, on_signals, Some(procs)),
             _ => follow(args, &record, on_signals, procs),
         }
     })
+}
+
+/// The flags only process 0 acts on (its screen's, its run directory's and files', where it
+/// resumes from), as given: a path by whether it is given (machines' paths differ), as
+/// (flag, value); "" where not given.
+fn lead_only(args: &TrainArgs) -> Vec<(String, String)> {
+    let given = |on: bool| if on { "given" } else { "" }.to_string();
+    [
+        ("--name", args.name.clone().unwrap_or_default()),
+        ("--resume", given(args.resume.is_some())),
+        ("--run-dir", given(args.run_dir.is_some())),
+        ("--checkpoint-dir", given(args.checkpoint_dir.is_some())),
+        ("--metrics-out", given(args.metrics_out.is_some())),
+        ("--export", given(args.export.is_some())),
+        ("--tensorboard", given(args.tensorboard.is_some())),
+        ("--prometheus", args.prometheus.clone().unwrap_or_default()),
+    ]
+    .map(|(flag, v)| (flag.to_string(), v))
+    .to_vec()
+}
+
+/// Refuses flags only process 0 acts on given to another process otherwise (`lead_only` of
+/// each process, as JSON): they would silently not be done (a `--resume` given to the last
+/// process of an `mpirun ... : ...` line alone would train from step 0).
+fn same_lead_only(all: &[Vec<u8>]) -> anyhow::Result<()> {
+    let read = |b: &[u8]| serde_json::from_slice::<Vec<(String, String)>>(b).unwrap_or_default();
+    let lead = read(&all[0]);
+    for (p, theirs) in all.iter().enumerate().skip(1) {
+        for ((flag, ours), (_, theirs)) in lead.iter().zip(read(theirs)) {
+            if *ours != theirs {
+                let said = |v: &str| match v {
+                    "" => format!("{flag} not given"),
+                    "given" => format!("{flag} given"),
+                    v => format!("{flag} {v}"),
+                };
+                anyhow::bail!(
+                    "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} (the run's name, directory and files, and where it resumes from), so every process must be given it alike; give every process the same flags",
+                    said(&theirs),
+                    said(ours)
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The settings recorded in the checkpoint `--resume PATH` continues (`cli::resumed`), as

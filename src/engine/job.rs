@@ -222,21 +222,6 @@ pub(super) fn meet(
                 cfg.batch_per_replica.to_string(),
             ),
             ("the budget (--epochs / --steps)".into(), budget),
-            // what process 0 alone does for the run (its files, where it resumes from): given
-            // to another process only, it would be silently not done
-            (
-                "--resume".into(),
-                given(cfg.resume.as_ref().map(|_| "given")),
-            ),
-            (
-                "--run-dir".into(),
-                given((!cfg.link_latest).then_some("given")),
-            ),
-            (
-                "--metrics-out".into(),
-                given(cfg.metrics_out.as_ref().map(|_| "given")),
-            ),
-            ("--name".into(), given(cfg.name.as_ref())),
             ("the data".into(), data_said(train, val)),
         ],
         max_batch,

@@ -89,6 +89,17 @@ pub(super) fn resumed_settings(
             "the training data changed (the same --data and {train_samples} samples, other contents: its batches are not the ones the checkpoint's run trained on)"
         ));
     }
+    // (a run over several processes records process 0's --devices: resumed in one process,
+    // or over another number, the same flags give another number of ranks)
+    let devices_changed = changed.iter().any(|c| c.starts_with("--devices "));
+    if meta.ranks != ranks && !devices_changed {
+        changed.push(format!(
+            "{} (the checkpoint's run had {}: its batches and so its losses differ from the uninterrupted run's; as many ranks, e.g. --devices cpu:{}, or as many processes, keep them)",
+            crate::text::counted(ranks, "rank"),
+            meta.ranks,
+            meta.ranks
+        ));
+    }
     let resume_note = match changed.is_empty() {
         true => resume_note,
         false => format!("{resume_note}; {}", changed.join(", ")),
