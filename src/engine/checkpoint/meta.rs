@@ -201,13 +201,15 @@ impl CheckpointMeta {
             ));
         }
         if let Some((scale, shift)) = &self.input_affine {
-            // (a feature's value the model took: the input's size where it is recorded)
+            // (one of each, every feature alike, or one per value of the model's input, where its
+            // size is recorded)
             let features = (self.input.as_deref()).and_then(|i| {
                 i.split('x')
                     .map(|d| d.parse::<usize>().ok())
                     .product::<Option<usize>>()
             });
-            let fits = scale.len() == shift.len() && features.is_none_or(|n| n == scale.len());
+            let fits = scale.len() == shift.len()
+                && (scale.len() == 1 || features.is_none_or(|n| n == scale.len()));
             if !fits || scale.is_empty() {
                 return Err(format!(
                     "input_affine scales {} and shifts {} features, for a model input of {}",
@@ -313,6 +315,8 @@ mod tests {
             Ok(())
         );
         assert_eq!(with(None, vec![1.0; 5], vec![0.; 5]).check(), Ok(()));
+        // (every feature alike)
+        assert_eq!(with(Some("64"), vec![0.0625], vec![0.]).check(), Ok(()));
         let e = with(Some("64"), vec![1.0, 2.0], vec![3.0])
             .check()
             .unwrap_err();

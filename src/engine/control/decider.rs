@@ -42,7 +42,7 @@ impl Decision {
 }
 
 /// How long rank 0 waits for a control while paused before the ranks meet again.
-const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
+pub const HOLD: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Rank 0's side: drains the control queue at a step boundary and decides. While paused it
 /// waits here up to `HOLD` at a time (the other ranks wait in the exchange), so a paused run

@@ -317,7 +317,7 @@ pub(crate) fn data_batch_cap(samples: usize, ranks: usize, accum: usize) -> usiz
 }
 
 mod decider;
-pub use decider::{agree, Decider, Decision, Heard};
+pub use decider::{agree, Decider, Decision, Heard, HOLD};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 
 use super::Worker;
 use crate::config::strategy::Strategy;
-use crate::engine::control::{agree, Decision, Heard};
+use crate::engine::control::{agree, Decision, Heard, HOLD};
 use crate::engine::events::{Applied, Event, StepStats};
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
@@ -52,6 +52,11 @@ impl Worker {
             }
             if !d.hold || d.checkpoint {
                 return Ok(d);
+            }
+            // still paused: rank 0 waits for a control up to `HOLD` before the ranks meet
+            // again; the others wait most of it asleep, not in an exchange (MPI's polls a core)
+            if multi && self.decider.is_none() {
+                std::thread::sleep(HOLD * 4 / 5);
             }
         }
     }
