@@ -56,7 +56,7 @@ impl Worker {
             // still paused: rank 0 waits for a control up to `HOLD` before the ranks meet
             // again; the others wait most of it asleep, not in an exchange (MPI's polls a core)
             if multi && self.decider.is_none() {
-                std::thread::sleep(HOLD * 4 / 5);
+                std::thread::sleep(HOLD * 9 / 10);
             }
         }
     }
