@@ -33,6 +33,17 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
                 &format!("whole number of {least} or more"),
             );
         }
+        // (a date or time unquoted is TOML's date-time, which serde hands over as a map)
+        let at_line = line.and_then(|l| text.lines().nth(l.checked_sub(1)?));
+        if at_line
+            .and_then(|l| l.split_once('='))
+            .is_some_and(|(_, v)| {
+                toml::from_str::<toml::Value>(&format!("v = {v}"))
+                    .is_ok_and(|t| t.get("v").is_some_and(toml::Value::is_datetime))
+            })
+        {
+            msg = msg.replace("invalid type: map", "a date-time");
+        }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong)
         let keys = match msg.contains("key") && !msg.contains("top level") {

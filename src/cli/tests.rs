@@ -221,6 +221,10 @@ fn bad_files_and_values_name_the_problem() {
             "unknown key `modle`: did you mean `model`?",
         ),
         ("--lr = 0.1\n", "did you mean `lr`?"),
+        (
+            "name = 1979-05-27T07:32:00Z\n",
+            "`name`: a date-time, expected a text (texts go in quotes)",
+        ),
     ] {
         std::fs::write(&f, text).unwrap();
         let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
