@@ -38,9 +38,9 @@ pub fn kernels(isa: Option<direct::Isa>, winograd: bool, turned_off: bool) -> St
     };
     let windows = "odd square windows padded by k/2, stride 1 or 2";
     match isa {
-        // (MGTOP_WINOGRAD=on asks for it on AVX-512 too)
+        // (AVX-512 on 256-bit units, or MGTOP_WINOGRAD=on)
         Some(direct::Isa::Avx512) if winograd => format!(
-            "Winograd F(2x2, 3x3) for 3x3 windows with stride 1 over 8+ channels (MGTOP_WINOGRAD=on); {}",
+            "Winograd F(2x2, 3x3) for 3x3 windows with stride 1 over 8+ channels (MGTOP_WINOGRAD=off: none); {}",
             direct(
                 "AVX-512",
                 &format!(

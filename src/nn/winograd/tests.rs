@@ -236,14 +236,16 @@ fn a_non_finite_value_outside_the_blocks_does_not_reach_the_weight_gradient() {
 }
 
 #[test]
-fn it_runs_where_avx2_is_the_widest_unless_asked() {
+fn it_runs_where_avx2_is_the_widest_or_avx512_half_width_unless_asked() {
     use direct::Isa::*;
-    assert!(decide("", Some(Avx2), true));
-    assert!(!decide("", Some(Avx512), true));
-    assert!(decide("on", Some(Avx512), true));
-    assert!(!decide("off", Some(Avx2), true));
-    assert!(!decide("", None, false));
-    assert!(!decide("on", None, true));
+    assert!(decide("", Some(Avx2), true, false));
+    assert!(!decide("", Some(Avx512), true, false));
+    assert!(decide("", Some(Avx512), true, true));
+    assert!(decide("on", Some(Avx512), true, false));
+    assert!(!decide("off", Some(Avx2), true, false));
+    assert!(!decide("off", Some(Avx512), true, true));
+    assert!(!decide("", None, false, false));
+    assert!(!decide("on", None, true, true));
 }
 
 #[test]
