@@ -7,6 +7,7 @@
 //! training step does waits on either.
 
 mod dcgm;
+mod families;
 pub mod http;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ use crate::observe::recorder::Sink;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
+use families::{gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
 
 /// The states `mgtop_run_state` has a series for.
 const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
@@ -90,49 +92,6 @@ pub struct Prometheus {
     dcgm: Dcgm,
     /// The `rank` label of each rank.
     ranks: Vec<String>,
-}
-
-/// A family without labels whose one series appears with its first value: nothing, not a 0,
-/// is shown before a step has told it (a dashboard's line does not dip to 0 at every start).
-struct Newest(GaugeVec);
-
-impl Newest {
-    fn new(r: &Registry, name: &str, help: &str) -> Result<Newest, String> {
-        gauge_vec(r, name, help, &[]).map(Newest)
-    }
-
-    fn set(&self, v: f64) {
-        self.0.with_label_values::<&str>(&[]).set(v);
-    }
-}
-
-fn int_gauge(r: &Registry, name: &str, help: &str) -> Result<IntGauge, String> {
-    let g = IntGauge::new(name, help).map_err(|e| e.to_string())?;
-    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
-    Ok(g)
-}
-
-fn int_counter(r: &Registry, name: &str, help: &str) -> Result<IntCounter, String> {
-    let c = IntCounter::new(name, help).map_err(|e| e.to_string())?;
-    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
-    Ok(c)
-}
-
-fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec, String> {
-    let g = GaugeVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
-    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
-    Ok(g)
-}
-
-fn int_counter_vec(
-    r: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntCounterVec, String> {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
-    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
-    Ok(c)
 }
 
 impl Prometheus {
