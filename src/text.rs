@@ -1,6 +1,15 @@
 //! Words every layer writes: counts with their nouns, the word meant by a misspelt one, byte
 //! counts, text from outside made safe to print (escaped, cut short), a TOML error in a line.
 
+/// A setting as a command line gives it: `--lr 0.01`, or `--lr not given` for "" (what the
+/// processes of a run compare, each value as a text).
+pub fn setting(flag: &str, value: &str) -> String {
+    match value {
+        "" => format!("{flag} not given"),
+        v => format!("{flag} {v}"),
+    }
+}
+
 /// `n` and the noun, singular for one: `counted(1, "file")` is "1 file", `counted(2, "class")`
 /// "2 classes".
 pub fn counted(n: usize, noun: &str) -> String {

@@ -422,16 +422,13 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
         .iter()
         .map(|a| if a == "25" { "10".into() } else { a.clone() })
         .collect();
-    let out = mpirun()
-        .args(["-np", "1", BIN])
-        .args(&args)
-        .args(["--devices", "cpu:1", ":", "-np", "1", BIN])
-        .args(&other)
-        .args(["--devices", "cpu:1"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let with = |args: &[String], more: &[&str]| -> Vec<String> {
+        (args.iter().cloned())
+            .chain(more.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let one = with(&args, &["--devices", "cpu:1"]);
+    let err = refused_pair(&one, &with(&other, &["--devices", "cpu:1"]));
     assert!(
         err.contains("process 1 (on")
             && err.contains("with --log-every 10, process 0 (on")
@@ -440,16 +437,10 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
     );
     // a flag only process 0 acts on (the run's name, directory, files, resume), given to
     // another process alone, would be silently not done
-    let out = mpirun()
-        .args(["-np", "1", BIN])
-        .args(&args)
-        .args(["--devices", "cpu:1", ":", "-np", "1", BIN])
-        .args(&args)
-        .args(["--devices", "cpu:1", "--name", "mine"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused_pair(
+        &one,
+        &with(&args, &["--devices", "cpu:1", "--name", "mine"]),
+    );
     assert!(
         err.contains("process 1 was started with --name mine, process 0 with --name not given"),
         "{err}"
@@ -464,16 +455,11 @@ fn a_process_that_cannot_start_says_which_process_and_host_it_is() {
     let tmp = tempfile::tempdir().unwrap();
     let args = common_args(&tmp.path().join("run"), "sgd", 1, 50);
     // the second process asks for more intra-op threads than a process may have
-    let out = mpirun()
-        .args(["-np", "1", BIN])
-        .args(&args)
-        .args(["--devices", "cpu:1", ":", "-np", "1", BIN])
-        .args(&args)
-        .args(["--devices", "cpu:8", "--threads-per-worker", "200"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let mut one = args.clone();
+    one.extend(["--devices".into(), "cpu:1".into()]);
+    let mut other = args;
+    other.extend(["--devices", "cpu:8", "--threads-per-worker", "200"].map(String::from));
+    let err = refused_pair(&one, &other);
     assert!(
         err.contains("error (process 1 on ") && err.contains("asks for 1600 threads"),
         "{err}"

@@ -23,25 +23,22 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
     })?;
     let file = toml::from_str(&text).map_err(|e| {
         let (line, mut msg) = crate::text::toml_error(&text, &e);
-        // (a key whose least value is more than 0 says so)
         let key = (msg.strip_prefix('`'))
             .and_then(|m| m.split_once("`: "))
             .map(|(k, _)| k);
+        // (a date or time unquoted is TOML's date-time, which serde hands over as a map)
+        let table = toml::from_str::<toml::Table>(&text).ok();
+        let datetime = key.is_some_and(|k| {
+            (table.as_ref()).is_some_and(|t| t.get(k).is_some_and(toml::Value::is_datetime))
+        });
+        // (a key whose least value is more than 0 says so)
         if let Some(least) = key.and_then(|k| super::one_line::least_value(&format!("--{k}"))) {
             msg = msg.replace(
                 "whole number of 0 or more",
                 &format!("whole number of {least} or more"),
             );
         }
-        // (a date or time unquoted is TOML's date-time, which serde hands over as a map)
-        let at_line = line.and_then(|l| text.lines().nth(l.checked_sub(1)?));
-        if at_line
-            .and_then(|l| l.split_once('='))
-            .is_some_and(|(_, v)| {
-                toml::from_str::<toml::Value>(&format!("v = {v}"))
-                    .is_ok_and(|t| t.get("v").is_some_and(toml::Value::is_datetime))
-            })
-        {
+        if datetime {
             msg = msg.replace("invalid type: map", "a date-time");
         }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));

@@ -38,7 +38,7 @@ pub fn train(args: crate::cli::TrainArgs, on_signals: &train::OnSignals) -> anyh
     }
     match crate::comm::launch::from_env().map_err(anyhow::Error::msg)? {
         Some(launch) if launch.is_multi() => processes::command(args, on_signals, &launch),
-        _ => train::train(args, on_signals, None),
+        launch => train::train(args, on_signals, None, launch.as_ref()),
     }
 }
 

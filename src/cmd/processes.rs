@@ -88,7 +88,7 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyh
             same_lead_only(&all)?;
         }
         match procs.index() {
-            0 => super::train::train(args, on_signals, Some(procs)),
+            0 => super::train::train(args, on_signals, Some(procs), Some(launch)),
             _ => follow(args, &record, on_signals, procs),
         }
     })
@@ -122,11 +122,7 @@ fn same_lead_only(all: &[Vec<u8>]) -> anyhow::Result<()> {
     for (p, theirs) in all.iter().enumerate().skip(1) {
         for ((flag, ours), (_, theirs)) in lead.iter().zip(read(theirs)) {
             if *ours != theirs {
-                let said = |v: &str| match v {
-                    "" => format!("{flag} not given"),
-                    "given" => format!("{flag} given"),
-                    v => format!("{flag} {v}"),
-                };
+                let said = |v: &str| crate::text::setting(flag, v);
                 anyhow::bail!(
                     "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} (the run's name, directory and files, and where it resumes from), so every process must be given it alike; give every process the same flags",
                     said(&theirs),

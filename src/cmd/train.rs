@@ -50,11 +50,13 @@ fn serve(dir: &Path, engine: &Engine) -> (Option<(LiveServer, LiveHub)>, String)
 }
 
 /// Trains in this process, alone or as process 0 of several (`procs`), which watches the run
-/// for all of them: its frontend, metrics file, run directory and live socket.
+/// for all of them: its frontend, metrics file, run directory and live socket; `launcher`:
+/// what started it, where a launcher did (`mpirun -np 1` too).
 pub(super) fn train(
     args: TrainArgs,
     on_signals: &OnSignals,
     procs: Option<Arc<dyn Processes>>,
+    launcher: Option<&crate::comm::launch::Launch>,
 ) -> anyhow::Result<()> {
     let (cfg, front, origins) = args
         .resolve_noted(Default::default())
@@ -85,7 +87,6 @@ pub(super) fn train(
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal), even one process's (`mpirun -np 1`): process 0 logs, `attach` gives the screen
-    let launcher = crate::comm::launch::from_env().ok().flatten();
     let mut tui = !front.headless && term::can_draw() && procs.is_none() && launcher.is_none();
     if tui && term::in_background() {
         crate::tell!(

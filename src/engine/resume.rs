@@ -91,8 +91,10 @@ pub(super) fn resumed_settings(
     }
     // (a run over several processes records process 0's --devices: resumed in one process,
     // or over another number, the same flags give another number of ranks)
-    let devices_changed = changed.iter().any(|c| c.starts_with("--devices "));
-    if meta.ranks != ranks && !devices_changed {
+    // (where --devices changed, the line says so already)
+    let same_devices =
+        (meta.config["devices"].as_str()).is_none_or(|d| d == cfg.devices.to_string());
+    if meta.ranks != ranks && same_devices {
         changed.push(format!(
             "{} (the checkpoint's run had {}: its batches and so its losses differ from the uninterrupted run's; as many ranks, e.g. --devices cpu:{}, or as many processes, keep them)",
             crate::text::counted(ranks, "rank"),

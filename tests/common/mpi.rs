@@ -33,6 +33,20 @@ pub fn mpirun() -> Command {
     mgtop::cmd::bench_processes::local_mpirun()
 }
 
+/// Two processes started with the flags `first` and `second`, which must fail to start: what
+/// they said on stderr.
+pub fn refused_pair(first: &[String], second: &[String]) -> String {
+    let out = mpirun()
+        .args(["-np", "1", BIN])
+        .args(first)
+        .args([":", "-np", "1", BIN])
+        .args(second)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// The flags every run here shares: a small MLP on synthetic data, 50 steps.
 pub fn common_args(dir: &Path, optimizer: &str, accum: usize, steps: u64) -> Vec<String> {
     let lr = if optimizer == "sgd" { "0.1" } else { "1e-3" };

@@ -240,10 +240,7 @@ pub(super) fn meet(
                     Some(_) => " (a resumed run's other settings come from process 0's checkpoint)",
                     None => "",
                 };
-                let said = |v: &str| match v {
-                    "" => format!("{what} not given"),
-                    v => format!("{what} {v}"),
-                };
+                let said = |v: &str| crate::text::setting(what, v);
                 return Err(EngineError::Shared(format!(
                     "process {p} (on {}) trains with {}, process 0 (on {}) with {}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
                     h.host,
