@@ -83,8 +83,12 @@ pub fn available_cores() -> usize {
 }
 
 /// Resolves `--devices` to concrete devices, with a one-line note for the log where the
-/// choice deserves one (fallback to CPU, more workers than cores).
-pub fn resolve_devices(spec: &DeviceSpec) -> Result<(Vec<Device>, Option<String>), DeviceError> {
+/// choice deserves one (fallback to CPU, more workers than cores). `local_size`: the processes
+/// of this run on this machine (1 alone), whose CPU workers share its cores.
+pub fn resolve_devices(
+    spec: &DeviceSpec,
+    local_size: usize,
+) -> Result<(Vec<Device>, Option<String>), DeviceError> {
     let discovery = match spec {
         DeviceSpec::Cpu(_) => Discovery::None(String::new()),
         _ => discover(),
@@ -93,31 +97,48 @@ pub fn resolve_devices(spec: &DeviceSpec) -> Result<(Vec<Device>, Option<String>
         Discovery::Found(_) => Libraries::probe(),
         Discovery::None(_) => Libraries::default(),
     };
-    let cores = available_cores();
-    let (devices, note) = resolve_with(spec, &discovery, &libs, cores)?;
-    // CPU workers held to fewer cores than the machine has: a launcher's binding (mpirun binds
-    // each of a few processes to one core), taskset, a container
-    // SAFETY: sysconf reads a system setting
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let (cores, online) = (available_cores(), online_cores());
+    // processes held to fewer cores than the machine has (a launcher's binding: mpirun binds
+    // each of a few processes to one core; taskset, a container) have their share already
+    let sharers = match (local_size, cores < online) {
+        (1, _) => None,
+        (_, true) => Some(1),
+        (n, false) => Some(n),
+    };
+    let (devices, note) = resolve_with(spec, &discovery, &libs, cores, sharers)?;
     let cpu = matches!(devices.first(), Some(Device::Cpu { .. }));
-    let bound = (cpu && online > cores as libc::c_long).then(|| {
+    let bound = (cpu && online > cores).then(|| {
         format!(
             "this process may use {cores} of the machine's {online} cores (its CPU affinity: mpirun binds each of a few processes to one core; mpirun --bind-to none, srun --cpus-per-task or a wider taskset gives it more)"
         )
     });
-    let note = match (note, bound) {
-        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-        (a, b) => a.or(b),
-    };
-    Ok((devices, note))
+    Ok((devices, join_notes(note, bound)))
 }
 
-/// `resolve_devices` for a given GPU discovery and core count.
+/// The machine's cores (online), whichever of them this process may use.
+pub fn online_cores() -> usize {
+    // SAFETY: sysconf reads a system setting
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).map_or(1, |n| n.max(1))
+}
+
+/// Two notes for one line, either or both absent.
+pub fn join_notes(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `resolve_devices` for a given GPU discovery and core count. `sharers`: under a launcher with
+/// several processes on this machine, how many of them share these cores (CPU workers for
+/// `auto` are then this process's share, one at least; alone, at least two).
 pub fn resolve_with(
     spec: &DeviceSpec,
     discovery: &Discovery,
     libs: &Libraries,
     cores: usize,
+    sharers: Option<usize>,
 ) -> Result<(Vec<Device>, Option<String>), DeviceError> {
     let cpus = |n: usize| {
         (0..n)
@@ -126,7 +147,14 @@ pub fn resolve_with(
     };
     match spec {
         DeviceSpec::Auto => {
-            let n = cores.max(2);
+            let n = match sharers {
+                None => cores.max(2),
+                Some(k) => (cores / k).max(1),
+            };
+            let of = match sharers {
+                Some(k) if k > 1 => format!("{cores} cores shared by {k} processes of this run"),
+                _ => format!("{cores} cores"),
+            };
             let why = match discovery {
                 Discovery::None(why) => format!("no GPU: {why}"),
                 Discovery::Found(all) => match libs.missing_for(all.len()) {
@@ -136,9 +164,7 @@ pub fn resolve_with(
             };
             Ok((
                 cpus(n),
-                Some(format!(
-                    "{why}; training on {n} CPU workers ({cores} cores)"
-                )),
+                Some(format!("{why}; training on {n} CPU workers ({of})")),
             ))
         }
         DeviceSpec::Cpu(n) => {
@@ -187,23 +213,46 @@ mod tests {
 
     #[test]
     fn auto_falls_back_to_at_least_two_cpu_workers_with_a_note() {
-        let (d, note) = resolve_devices(&DeviceSpec::Auto).unwrap();
+        let (d, note) = resolve_devices(&DeviceSpec::Auto, 1).unwrap();
         assert!(d.len() >= 2);
         assert!(note.unwrap().contains("CPU workers"));
     }
 
     #[test]
     fn gpu_ids_without_gpus_are_a_clear_error() {
-        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2]))
+        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2]), 1)
             .unwrap_err()
             .to_string();
         assert!(e.contains("0,2") && e.contains("cpu:N"), "{e}");
     }
 
     #[test]
+    fn auto_cpu_workers_under_a_launcher_are_this_process_s_share_of_the_cores() {
+        let none = Discovery::None("no CUDA driver".into());
+        let libs = Libraries::default();
+        let workers = |cores, sharers| {
+            let (d, note) = resolve_with(&DeviceSpec::Auto, &none, &libs, cores, sharers).unwrap();
+            (d.len(), note.unwrap())
+        };
+        // two processes on 8 unbound cores: 4 workers each, said
+        let (n, note) = workers(8, Some(2));
+        assert_eq!(n, 4);
+        assert!(
+            note.ends_with("4 CPU workers (8 cores shared by 2 processes of this run)"),
+            "{note}"
+        );
+        // more processes than cores, or each bound to one core: one worker each, never two
+        assert_eq!(workers(2, Some(3)).0, 1);
+        assert_eq!(workers(1, Some(1)).0, 1);
+        // alone on one core: two workers still (a data-parallel run to watch)
+        assert_eq!(workers(1, None).0, 2);
+    }
+
+    #[test]
     fn discovery_shapes_the_fallback_note_and_the_errors() {
         let none = Discovery::None("no CUDA driver (libcuda.so.1) is installed".into());
-        let (d, note) = resolve_with(&DeviceSpec::Auto, &none, &Libraries::default(), 4).unwrap();
+        let (d, note) =
+            resolve_with(&DeviceSpec::Auto, &none, &Libraries::default(), 4, None).unwrap();
         assert_eq!(d.len(), 4);
         assert_eq!(
             note.unwrap(),
@@ -242,40 +291,40 @@ mod tests {
             cublas: false,
             ..ready.clone()
         };
-        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 3]), &two, &ready, 4)
+        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 3]), &two, &ready, 4, None)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("no GPU 3") && e.contains("1: NVIDIA A100 (80 GiB)"),
             "{e}"
         );
-        let e = resolve_with(&DeviceSpec::Gpus(vec![1, 1]), &two, &ready, 4)
+        let e = resolve_with(&DeviceSpec::Gpus(vec![1, 1]), &two, &ready, 4, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("GPU 1 twice"), "{e}");
         // with the libraries: the GPUs asked for, every GPU for auto
-        let (d, note) = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &ready, 4).unwrap();
+        let (d, note) = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &ready, 4, None).unwrap();
         assert_eq!(d.iter().map(Device::label).collect::<Vec<_>>(), ["gpu1"]);
         assert_eq!(note, None);
-        let (d, _) = resolve_with(&DeviceSpec::Auto, &two, &ready, 4).unwrap();
+        let (d, _) = resolve_with(&DeviceSpec::Auto, &two, &ready, 4, None).unwrap();
         assert_eq!(
             d.iter().map(Device::label).collect::<Vec<_>>(),
             ["gpu0", "gpu1"]
         );
         // one GPU needs no NCCL; two do, and the error says how to get it
-        assert!(resolve_with(&DeviceSpec::Gpus(vec![0]), &two, &no_nccl, 4).is_ok());
-        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 1]), &two, &no_nccl, 4)
+        assert!(resolve_with(&DeviceSpec::Gpus(vec![0]), &two, &no_nccl, 4, None).is_ok());
+        let e = resolve_with(&DeviceSpec::Gpus(vec![0, 1]), &two, &no_nccl, 4, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("nvidia-nccl-cu12") && e.contains("cpu:N"), "{e}");
-        let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &no_blas, 4)
+        let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &no_blas, 4, None)
             .unwrap_err()
             .to_string();
         // (or where cuBLAS is installed, on a machine where a wheel put it)
         let named = |e: &str| e.contains("libcublas.so.12") || e.contains("cuBLAS is installed as");
         assert!(named(&e) && e.contains("cpu:N"), "{e}");
         // auto without the libraries falls back to CPU workers and says why
-        let (d, note) = resolve_with(&DeviceSpec::Auto, &two, &no_blas, 2).unwrap();
+        let (d, note) = resolve_with(&DeviceSpec::Auto, &two, &no_blas, 2, None).unwrap();
         assert!(d.iter().all(|d| matches!(d, Device::Cpu { .. })));
         let note = note.unwrap();
         assert!(

@@ -91,9 +91,12 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         validate::settings(&cfg)?;
         let lead = procs.as_ref().is_none_or(|p| p.index() == 0);
-        let (mut devices, note) = resolve_devices(&cfg.devices)?;
-        if let Some(p) = &procs {
-            let place = job::place_on_host(&**p)?;
+        let place = procs
+            .as_ref()
+            .map(|p| job::place_on_host(&**p))
+            .transpose()?;
+        let (mut devices, note) = resolve_devices(&cfg.devices, place.map_or(1, |p| p.1))?;
+        if let Some(place) = place {
             let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
             devices = job::share_machine(devices, auto, place)?;
         }
@@ -183,6 +186,10 @@ impl Engine {
             Some((p, max)) => job::meet(p, &cfg, devices, &loaded.train, &loaded.val, max)?,
             None => World::single(devices),
         };
+        let device_note = devices::join_notes(
+            device_note,
+            job::crowded_host(&world, devices::online_cores()),
+        );
         let ranks = world.devices.len();
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
@@ -278,7 +285,7 @@ impl Engine {
                 description: loaded.description.clone(),
                 notes: Vec::new(),
             };
-            let devices = resolve_devices(&one.devices)?;
+            let devices = resolve_devices(&one.devices, 1)?;
             let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
         }

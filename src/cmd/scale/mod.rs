@@ -354,7 +354,7 @@ fn grid(
         .map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
-    let (devices, _) = crate::engine::resolve_devices(&base.devices)?;
+    let (devices, _) = crate::engine::resolve_devices(&base.devices, 1)?;
     let gpus: Vec<usize> = devices
         .iter()
         .filter_map(|d| match d {

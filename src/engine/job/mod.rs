@@ -81,7 +81,8 @@ pub(super) fn place_on_host(procs: &dyn Processes) -> Result<(usize, usize), Eng
 }
 
 /// `--devices auto` with several processes of the run on one machine: each takes its share of
-/// the machine's GPUs (one process per GPU, as `mpirun -np <GPUs>` starts them).
+/// the machine's GPUs (one process per GPU, as `mpirun -np <GPUs>` starts them; CPU workers
+/// take their share of the cores as they are resolved).
 pub(super) fn share_machine(
     devices: Vec<Device>,
     auto: bool,
@@ -102,6 +103,32 @@ pub(super) fn share_machine(
         )));
     }
     Ok(devices[local_rank * per..(local_rank + 1) * per].to_vec())
+}
+
+/// A note where the CPU workers of this run's processes on this process's machine outnumber
+/// its `cores` (each process's own count may fit, their sum not): they slow each other.
+pub(super) fn crowded_host(world: &World, cores: usize) -> Option<String> {
+    let me = world.hosts.get(world.local().start)?;
+    crowded(&world.devices, &world.hosts, me, world.neighbours, cores)
+}
+
+/// [`crowded_host`] of `devices` on `hosts` (each rank's), for host `me` with `neighbours` of
+/// the run's processes.
+fn crowded(
+    devices: &[Device],
+    hosts: &[String],
+    me: &str,
+    neighbours: usize,
+    cores: usize,
+) -> Option<String> {
+    let workers = (devices.iter().zip(hosts))
+        .filter(|(d, h)| matches!(d, Device::Cpu { .. }) && *h == me)
+        .count();
+    (neighbours > 1 && workers > cores).then(|| {
+        format!(
+            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on its {cores} cores: they slow each other; give each fewer workers (--devices cpu:N, or auto to share the cores) or start fewer processes there"
+        )
+    })
 }
 
 fn lost(e: CollectiveError) -> EngineError {
@@ -362,6 +389,31 @@ pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_workers_of_several_processes_past_their_machine_s_cores_are_noted() {
+        let cpu = |index| Device::Cpu { index };
+        // two processes on host a (2 workers each), one on host b
+        let devices = [cpu(0), cpu(1), cpu(2), cpu(3), cpu(0)];
+        let hosts = ["a", "a", "a", "a", "b"].map(String::from);
+        let note = crowded(&devices, &hosts, "a", 2, 2).unwrap();
+        assert!(
+            note.contains(
+                "the 2 processes of this run on a train on 4 CPU workers together, on its 2 cores"
+            ),
+            "{note}"
+        );
+        assert_eq!(crowded(&devices, &hosts, "a", 2, 4), None);
+        // one process alone on its machine: its own note says so (`resolve_devices`)
+        assert_eq!(crowded(&devices, &hosts, "b", 1, 1), None);
+        let gpu = Device::Gpu {
+            index: 0,
+            name: "G".into(),
+            pci_bus_id: None,
+            arch: 90,
+        };
+        assert_eq!(crowded(&[gpu.clone(), gpu], &hosts[..2], "a", 2, 1), None);
+    }
 
     #[test]
     fn devices_are_named_with_their_hosts() {
