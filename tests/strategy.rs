@@ -556,3 +556,43 @@ fn local_sgd_says_what_it_will_not_do() {
         "{notes}"
     );
 }
+
+#[test]
+fn batch_norm_statistics_reach_checkpoints_under_every_strategy_and_checkpoints_leave_them_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = RunConfig {
+        model: "conv4k3p1,bn,pool2,dense8".parse().unwrap(),
+        data: DataSpec::SyntheticImages {
+            n: 240,
+            c: 2,
+            h: 6,
+            w: 6,
+            k: 3,
+        },
+        optimizer: OptimizerKind::Momentum,
+        lr: Some(0.05),
+        ..small(2, 30, 240, dir.path())
+    };
+    let mirrored = run(base.clone());
+    let b = &mirrored.state.buffers;
+    // (the running means start at 0 and the variances at 1: trained, they moved)
+    assert!(b.iter().any(|&v| v != 0.0 && v != 1.0), "{b:?}");
+    for strategy in [Strategy::CentralStorage, local(4, 0, false)] {
+        let other = run(RunConfig {
+            strategy,
+            ..base.clone()
+        });
+        let d = max_rel_diff(&other.state.buffers, b);
+        // (local SGD's replicas normalise as mirrored's do: only their weights drift apart)
+        let within = if strategy == Strategy::CentralStorage { 1e-5 } else { 0.5 };
+        assert!(d <= within, "{strategy}: running statistics differ by {d:e}");
+    }
+    // a checkpoint averages the statistics into what it saves, not into the replicas: the run
+    // goes on bit for bit as one that saved nothing
+    let saving = run(RunConfig {
+        checkpoint_every: Some(7),
+        ..base.clone()
+    });
+    assert_eq!(saving.state, mirrored.state);
+    assert_eq!(saving.losses, mirrored.losses);
+}

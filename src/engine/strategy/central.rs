@@ -23,11 +23,16 @@ pub struct Store {
 
 impl Store {
     /// The store of `state` (laid out over every parameter, as checkpoints are); it keeps the
-    /// optimizer's own state (`Optimizer::compact`: no moments for frozen parameters).
+    /// optimizer's own state (`Optimizer::compact`: no moments for frozen parameters). Batch
+    /// norm's running statistics stay on the devices (each normalises its own batches).
     pub fn new(state: TrainState, optimizer: Optimizer) -> Arc<Store> {
         let opt = optimizer.compact(&state.opt, state.params.len());
         Arc::new(Store {
-            state: RwLock::new(TrainState { opt, ..state }),
+            state: RwLock::new(TrainState {
+                opt,
+                buffers: Vec::new(),
+                ..state
+            }),
             optimizer,
         })
     }
@@ -49,13 +54,13 @@ impl Store {
         }
     }
 
-    /// The state laid out over every parameter.
-    pub fn export(&self) -> TrainState {
+    /// The state laid out over every parameter, with the devices' running statistics `buffers`.
+    pub fn export(&self, buffers: Vec<f32>) -> TrainState {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         TrainState {
             opt: self.optimizer.expand(&st.opt, st.params.len()),
             params: st.params.clone(),
-            buffers: st.buffers.clone(),
+            buffers,
         }
     }
 

@@ -13,7 +13,7 @@ mod local_sgd;
 mod runner;
 
 pub use central::Store;
-pub use runner::{Moved, Runner};
+pub use runner::{Buffers, Moved, Runner};
 
 pub use crate::config::strategy::{Strategy, DEFAULT_LOCAL_SGD_WARMUP, MAX_LOCAL_STEPS};
 

@@ -53,8 +53,19 @@ pub struct Runner {
     host_end: StepEnd,
     /// The step after which the ranks last held one model.
     synced_at: u64,
-    /// The step after which batch norm's running statistics were last averaged.
-    buffers_at: Option<u64>,
+    /// Batch norm's running statistics averaged over the ranks, and the step after which they
+    /// were: a validation gives them to every replica, a checkpoint only saves them (each
+    /// replica goes on from its own, as a run that takes no checkpoint does).
+    averaged: Option<(u64, Vec<f32>)>,
+}
+
+/// Where [`Runner::sync_now`] leaves the averaged running statistics.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Buffers {
+    /// In every replica (a validation: every rank evaluates the one model).
+    InPlace,
+    /// Aside, for [`Runner::export`] (a checkpoint, the run's end).
+    Aside,
 }
 
 impl Runner {
@@ -71,7 +82,7 @@ impl Runner {
             host: Vec::new(),
             host_end: StepEnd::default(),
             synced_at: start,
-            buffers_at: None,
+            averaged: None,
         }
     }
 
@@ -145,13 +156,14 @@ impl Runner {
     }
 
     /// Makes the ranks one model now, off the schedule (local SGD before a checkpoint, a
-    /// validation or the end of the run), batch norm's running statistics included; every rank
-    /// must call it at the same step.
+    /// validation or the end of the run), batch norm's running statistics averaged too (left
+    /// as `buffers` says); every rank must call it at the same step.
     pub fn sync_now(
         &mut self,
         replica: &mut dyn Replica,
         coll: &mut dyn Collective,
         step: u64,
+        buffers: Buffers,
     ) -> Result<Moved, CollectiveError> {
         let mut moved = Moved::default();
         if let Strategy::LocalSgd { moments, .. } = self.strategy {
@@ -160,19 +172,34 @@ impl Runner {
             }
         }
         self.synced_at = step;
-        if self.buffers_at != Some(step) {
-            average_buffers(replica, coll)?;
-            self.buffers_at = Some(step);
+        let averaged = match self.averaged.take() {
+            Some((at, b)) if at == step => b,
+            _ => average_buffers(replica, coll)?,
+        };
+        if buffers == Buffers::InPlace && coll.world_size() > 1 && !averaged.is_empty() {
+            replica.set_buffers(&averaged);
         }
+        self.averaged = Some((step, averaged));
         Ok(moved)
     }
 
-    /// The model as one state (the host's under central storage; else this replica's, which
-    /// every rank shares once in sync).
-    pub fn export(&self, replica: &dyn Replica) -> TrainState {
+    /// The model as one state after `sync_now` at `step`: the parameters and optimizer state
+    /// (the host's under central storage; else this replica's, which every rank shares once in
+    /// sync) with the running statistics averaged then.
+    pub fn export(&self, replica: &dyn Replica, step: u64) -> TrainState {
+        let averaged = match &self.averaged {
+            Some((at, b)) if *at == step => Some(b.clone()),
+            _ => None,
+        };
         match &self.store {
-            Some(store) => store.export(),
-            None => replica.export(),
+            Some(store) => store.export(averaged.unwrap_or_else(|| replica.buffers())),
+            None => {
+                let mut state = replica.export();
+                if let Some(b) = averaged {
+                    state.buffers = b;
+                }
+                state
+            }
         }
     }
 }
@@ -180,17 +207,15 @@ impl Runner {
 /// Batch norm's running statistics averaged over the replicas (each has normalised its own
 /// batches since the last time; with `--sync-bn` they are the same already).
 fn average_buffers(
-    replica: &mut dyn Replica,
+    replica: &dyn Replica,
     coll: &mut dyn Collective,
-) -> Result<(), CollectiveError> {
+) -> Result<Vec<f32>, CollectiveError> {
     let mut buffers = replica.buffers();
     let n = coll.world_size();
-    if buffers.is_empty() || n == 1 {
-        return Ok(());
+    if !buffers.is_empty() && n > 1 {
+        coll.all_reduce_sum(&mut buffers)?;
+        let inv = 1.0 / n as f32;
+        buffers.iter_mut().for_each(|b| *b *= inv);
     }
-    coll.all_reduce_sum(&mut buffers)?;
-    let inv = 1.0 / n as f32;
-    buffers.iter_mut().for_each(|b| *b *= inv);
-    replica.set_buffers(&buffers);
-    Ok(())
+    Ok(buffers)
 }

@@ -18,6 +18,7 @@ use crate::engine::control::Decider;
 use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::engine::resume::TrainSplit;
+use crate::engine::strategy::Buffers;
 use crate::nn::model::Model;
 use crate::nn::schedule::lr_at;
 use report::{Queued, Reported, Tally};
@@ -430,7 +431,7 @@ impl Worker {
         self.catch_up(replica, &mut tally)?;
         self.last_reports()?;
         self.strategy
-            .sync_now(replica, self.coll.as_mut(), self.step)?;
+            .sync_now(replica, self.coll.as_mut(), self.step, Buffers::Aside)?;
         if !stopped && self.cfg.final_checkpoint {
             self.save(replica, false)?;
         }
@@ -449,7 +450,7 @@ impl Worker {
             stopped,
             losses: tally.losses,
             step_ends: tally.step_ends,
-            state: self.strategy.export(replica),
+            state: self.strategy.export(replica, self.step),
             last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: tally.best_val,
             data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),

@@ -4,6 +4,7 @@
 use super::Worker;
 use crate::backend::Replica;
 use crate::engine::checkpoint::{self, CheckpointMeta};
+use crate::engine::strategy::Buffers;
 use crate::engine::events::Event;
 use crate::engine::heartbeat::Phase;
 use crate::engine::EngineError;
@@ -21,7 +22,7 @@ impl Worker {
         asked: bool,
     ) -> Result<(), EngineError> {
         self.strategy
-            .sync_now(replica, self.coll.as_mut(), self.step)?;
+            .sync_now(replica, self.coll.as_mut(), self.step, Buffers::Aside)?;
         let saved = (self.last_checkpoint.as_ref()).filter(|(s, _)| *s == self.step);
         if let Some((step, path)) = saved.filter(|_| asked && self.rank == 0) {
             let _ = self.events.send(Event::Checkpoint {
@@ -91,7 +92,7 @@ impl Worker {
         name: &str,
         val_accuracy: Option<f32>,
     ) -> Result<std::path::PathBuf, EngineError> {
-        let state = self.strategy.export(replica);
+        let state = self.strategy.export(replica, self.step);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights
             return Err(EngineError::NonFinite {

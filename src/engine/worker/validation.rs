@@ -6,6 +6,7 @@ use super::Worker;
 use crate::backend::Replica;
 use crate::config::Budget;
 use crate::engine::heartbeat::Phase;
+use crate::engine::strategy::Buffers;
 use crate::engine::EngineError;
 
 impl Worker {
@@ -38,7 +39,7 @@ impl Worker {
         (self.beats).beat(self.rank, self.step, Phase::Validate);
         let n = self.val.len();
         self.strategy
-            .sync_now(replica, self.coll.as_mut(), self.step)?;
+            .sync_now(replica, self.coll.as_mut(), self.step, Buffers::InPlace)?;
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
