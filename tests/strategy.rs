@@ -491,8 +491,8 @@ fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
             && e.contains("--strategy mirrored"),
         "{e}"
     );
-    // the ways on it names take it
-    for strategy in [local(3, 4, true), Strategy::Mirrored] {
+    // the ways on it names take it, as does another period (a run of its own)
+    for strategy in [local(3, 4, true), Strategy::Mirrored, local(5, 4, false)] {
         let r = Engine::run(RunConfig {
             resume: Some(ckpt.clone()),
             strategy,
@@ -500,6 +500,29 @@ fn local_sgd_with_per_rank_moments_refuses_a_resume_it_could_not_make_exact() {
             ..base.clone()
         });
         assert!(r.is_ok(), "{strategy}: {:?}", r.err());
+    }
+    // a checkpoint whose ranks held one set of moments goes on as local SGD: one of a
+    // mirrored run, or of local SGD on one rank (the only moments there are)
+    for (written, ranks) in [(Strategy::Mirrored, 2), (local(3, 4, false), 1)] {
+        let ckpt = dir.path().join(format!("{written}-{ranks}"));
+        let one = RunConfig {
+            strategy: written,
+            devices: DeviceSpec::Cpu(ranks),
+            checkpoint_dir: ckpt.clone(),
+            ..base.clone()
+        };
+        run(RunConfig {
+            budget: Budget::Steps(37),
+            final_checkpoint: true,
+            ..one.clone()
+        });
+        let r = Engine::run(RunConfig {
+            resume: Some(ckpt),
+            strategy: local(3, 4, false),
+            budget: Budget::Steps(40),
+            ..one
+        });
+        assert!(r.is_ok(), "{written} on {ranks}: {:?}", r.err());
     }
 }
 
@@ -584,8 +607,15 @@ fn batch_norm_statistics_reach_checkpoints_under_every_strategy_and_checkpoints_
         });
         let d = max_rel_diff(&other.state.buffers, b);
         // (local SGD's replicas normalise as mirrored's do: only their weights drift apart)
-        let within = if strategy == Strategy::CentralStorage { 1e-5 } else { 0.5 };
-        assert!(d <= within, "{strategy}: running statistics differ by {d:e}");
+        let within = if strategy == Strategy::CentralStorage {
+            1e-5
+        } else {
+            0.5
+        };
+        assert!(
+            d <= within,
+            "{strategy}: running statistics differ by {d:e}"
+        );
     }
     // a checkpoint averages the statistics into what it saves, not into the replicas: the run
     // goes on bit for bit as one that saved nothing

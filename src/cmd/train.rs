@@ -292,7 +292,8 @@ pub(super) fn train(
         match &result.last_checkpoint {
             Some(p) => {
                 let arg = rundir::resume_arg(run_dir.as_deref(), p);
-                let step = checkpoint::read_meta(p).map_or(0, |m| m.step);
+                let meta = checkpoint::read_meta(p).ok();
+                let step = meta.as_ref().map_or(0, |m| m.step);
                 // (stopped without a checkpoint after an earlier one: the steps since are lost)
                 // (none said where the checkpoint's step could not be read)
                 let lost = match result.steps.saturating_sub(step) {
@@ -302,7 +303,8 @@ pub(super) fn train(
                         " (its checkpoint of step {step}: the {n} steps after it were stopped without one)"
                     ),
                 };
-                match strategy.unresumable(optimizer, step) {
+                let ranks = meta.as_ref().map_or(1, |m| m.ranks);
+                match strategy.unresumable(optimizer, step, ranks, strategy) {
                     None => crate::say!("resume with: --resume {}{lost}", arg.display()),
                     Some((why, flags)) => crate::say!(
                         "to go on: --resume {} {flags} (or --strategy mirrored; {why}){lost}",

@@ -66,6 +66,18 @@ impl RunConfig {
     }
 }
 
+impl Strategy {
+    /// The strategy a checkpoint's `config` records, with its warm-up (None: not recorded, or
+    /// not one this build reads).
+    pub fn recorded(config: &Value) -> Option<Strategy> {
+        let s: Strategy = config.get("strategy")?.as_str()?.parse().ok()?;
+        match config.get("local_sgd_warmup").and_then(Value::as_u64) {
+            Some(w) => s.with_warmup(w).ok(),
+            None => Some(s),
+        }
+    }
+}
+
 /// A data spec with its paths absolute, where that reads back as the same data (a path with a
 /// comma in it does not: then as given).
 fn absolute(spec: &DataSpec) -> String {

@@ -99,10 +99,18 @@ impl Strategy {
         }
     }
 
-    /// Why a checkpoint at `step` of a run of this strategy with `optimizer` cannot be resumed as
-    /// the run it was (local SGD without `,moments` past its warm-up keeps each rank's moments
-    /// apart, and a checkpoint holds one rank's), and the flags that go on from it instead.
-    pub fn unresumable(&self, optimizer: OptimizerKind, step: u64) -> Option<(String, String)> {
+    /// Why a checkpoint at `step`, written by a run of this strategy on `ranks` ranks with
+    /// `optimizer`, cannot be resumed as the run it was by a run of strategy `next` (local SGD
+    /// without `,moments` past its warm-up keeps each rank's moments apart, and a checkpoint
+    /// holds one rank's; another strategy, or another period, starts every rank from them as a
+    /// run of its own), and the flags that go on from it instead.
+    pub fn unresumable(
+        &self,
+        optimizer: OptimizerKind,
+        step: u64,
+        ranks: usize,
+        next: Strategy,
+    ) -> Option<(String, String)> {
         let Strategy::LocalSgd {
             every,
             warmup,
@@ -111,7 +119,9 @@ impl Strategy {
         else {
             return None;
         };
-        (step > warmup && optimizer.keeps_moments()).then(|| {
+        let again =
+            matches!(next, Strategy::LocalSgd { every: e, moments: false, .. } if e == every);
+        (again && ranks > 1 && step > warmup && optimizer.keeps_moments()).then(|| {
             let why = format!(
                 "--strategy local-sgd:{every} cannot be resumed as it was at step {step}: past its synchronous warm-up ({warmup} steps) each rank's {optimizer} moments are its own, and a checkpoint holds one rank's"
             );

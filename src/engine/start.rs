@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint::{self, CheckpointError};
+use super::checkpoint::{self, CheckpointError, CheckpointMeta};
 use super::loader::Cursor;
 use super::resume::{resumed_settings, TrainSplit};
 use super::weights;
 use super::EngineError;
 use crate::backend::TrainState;
+use crate::config::strategy::Strategy;
 use crate::config::{Budget, RunConfig, DEFAULT_LR, DEFAULT_LR_BATCH};
 use crate::nn::model::{Model, Op};
 use crate::nn::schedule::LrScaling;
@@ -88,7 +89,7 @@ pub(super) fn starting_point(
             }
             let (meta, state) = checkpoint::read(&dir, model, &cfg.optimizer.to_string())
                 .map_err(|e| same_model_other_input(e, cfg, model))?;
-            local_sgd_resumable(cfg, meta.step)?;
+            local_sgd_resumable(cfg, &meta)?;
             let mut resumed = resumed_settings(cfg, &meta, ranks, split);
             if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
                 resumed.resume_note += &format!(
@@ -180,8 +181,11 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
 /// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,
 /// and a checkpoint keeps one replica's, so a resumed run could not be the uninterrupted one.
 /// Refused with the reason and the ways on (`Strategy::unresumable`).
-fn local_sgd_resumable(cfg: &RunConfig, step: u64) -> Result<(), EngineError> {
-    match cfg.strategy.unresumable(cfg.optimizer, step) {
+fn local_sgd_resumable(cfg: &RunConfig, meta: &CheckpointMeta) -> Result<(), EngineError> {
+    let written = Strategy::recorded(&meta.config);
+    let why =
+        written.and_then(|w| w.unresumable(cfg.optimizer, meta.step, meta.ranks, cfg.strategy));
+    match why {
         Some((why, flags)) => Err(EngineError::Config(format!(
             "{why}; go on from it with every rank taking those moments: {flags} (averages them at every sync, and resumes exactly from then on) or --strategy mirrored; or start the run again"
         ))),

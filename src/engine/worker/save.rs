@@ -4,9 +4,9 @@
 use super::Worker;
 use crate::backend::Replica;
 use crate::engine::checkpoint::{self, CheckpointMeta};
-use crate::engine::strategy::Buffers;
 use crate::engine::events::Event;
 use crate::engine::heartbeat::Phase;
+use crate::engine::strategy::Buffers;
 use crate::engine::EngineError;
 
 /// The most features whose statistics a checkpoint's state.json records (`input_affine`).
