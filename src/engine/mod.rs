@@ -287,7 +287,7 @@ impl Engine {
             };
             let devices = resolve_devices(&one.devices, 1)?;
             let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
-            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &cfg));
+            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &trained));
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let local_gpus = (local.clone())
@@ -305,6 +305,7 @@ impl Engine {
         let t0 = Instant::now();
         info.started = Some(std::time::SystemTime::now());
         let controller = Controller::new(ctl_tx, device_cap.clone())
+            .with_batch(start.per_replica)
             .not_one(not_one)
             .elsewhere(world.others_max_batch);
         let decider = Some(Decider::new(ctl_rx).while_open(controller.open()));

@@ -90,6 +90,8 @@ pub enum ControlError {
     NotPaused,
     #[error("the run is paused already (or asked to pause)")]
     Paused,
+    #[error("the batch is {0} per replica already (or asked to be)")]
+    SameBatch(usize),
 }
 
 /// What the run was asked that later asks depend on, shared by every controller of a run: a
@@ -100,6 +102,8 @@ struct AskedSoFar {
     paused: AtomicBool,
     /// A stop was taken.
     stopping: AtomicBool,
+    /// The per-replica batch the run trains with, or the last one asked for (0: not known).
+    batch: AtomicUsize,
     /// The run's decider is gone: the run has ended.
     ended: AtomicBool,
 }
@@ -203,6 +207,13 @@ impl Controller {
     }
 
     /// Batch-size changes past what the machine's memory allows are refused.
+    /// The per-replica batch the run starts with (a batch asked for is refused where it is the
+    /// one the run has, or was last asked for).
+    pub(crate) fn with_batch(self, per_replica: usize) -> Self {
+        self.asked.batch.store(per_replica, Ordering::Release);
+        self
+    }
+
     pub(crate) fn limited(self, limit: BatchLimit) -> Self {
         Controller {
             limit: Some(limit),
@@ -264,6 +275,9 @@ impl Controller {
             if b > max {
                 return Err(ControlError::TooLargeForDevices { batch: b, max });
             }
+            if self.asked.batch.load(Ordering::Acquire) == b {
+                return Err(ControlError::SameBatch(b));
+            }
         }
         let asked = &self.asked;
         let stop = matches!(ask.control, Control::Stop { .. });
@@ -288,6 +302,7 @@ impl Controller {
             (Err(_), Control::Pause) => asked.paused.store(false, Ordering::Release),
             (Err(_), Control::Resume) => asked.paused.store(true, Ordering::Release),
             (Ok(()), Control::Stop { .. }) => asked.stopping.store(true, Ordering::Release),
+            (Ok(()), Control::SetBatch(b)) => asked.batch.store(b, Ordering::Release),
             _ => {}
         }
         sent

@@ -137,9 +137,20 @@ fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
 #[test]
 fn a_request_that_would_change_nothing_is_refused_not_taken() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0));
+    let c = Controller::new(tx, DeviceCap::new(0)).with_batch(16);
     // (another screen's controller: the same run)
     let other = c.clone();
+    // the batch the run has, then the one last asked for
+    assert_eq!(
+        c.set_batch_per_replica(16),
+        Err(ControlError::SameBatch(16))
+    );
+    assert!(c.set_batch_per_replica(32).is_ok());
+    assert_eq!(
+        other.set_batch_per_replica(32),
+        Err(ControlError::SameBatch(32))
+    );
+    assert!(other.set_batch_per_replica(16).is_ok());
     assert_eq!(c.resume(), Err(ControlError::NotPaused));
     assert!(c.pause().is_ok());
     assert_eq!(other.pause(), Err(ControlError::Paused));
@@ -155,6 +166,8 @@ fn a_request_that_would_change_nothing_is_refused_not_taken() {
     assert_eq!(
         taken,
         [
+            Control::SetBatch(32),
+            Control::SetBatch(16),
             Control::Pause,
             Control::Resume,
             Control::Stop { checkpoint: false },

@@ -72,7 +72,10 @@ fn central_storage_keeps_the_optimizer_state_on_the_host_only() {
     let (store, device) = Store::for_run(&cfg, &adam, state.clone());
     // (the running statistics stay on the devices, which start from the state's)
     assert_eq!(store.expect("a store").export(vec![0.5, 2.0]), state);
-    assert_eq!((&device.params, &device.buffers), (&state.params, &state.buffers));
+    assert_eq!(
+        (&device.params, &device.buffers),
+        (&state.params, &state.buffers)
+    );
     assert!(device.opt.m.is_empty() && device.opt.v.is_empty());
     let (store, device) = Store::for_run(&RunConfig::default(), &adam, state.clone());
     assert!(store.is_none());

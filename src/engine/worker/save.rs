@@ -31,10 +31,14 @@ impl Worker {
                 best: None,
             });
         }
+        let name = checkpoint::step_name(self.step);
         if self.rank != 0 || saved.is_some() {
+            if self.rank != 0 && self.local.start == 0 {
+                // (rank 0 of this process writes it there: this rank's own errors name it)
+                self.last_checkpoint = Some((self.step, self.cfg.checkpoint_dir.join(&name)));
+            }
             return Ok(());
         }
-        let name = checkpoint::step_name(self.step);
         let path = self.write_checkpoint(replica, &name, None)?;
         let _ = self.events.send(Event::Checkpoint {
             step: self.step,
