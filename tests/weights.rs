@@ -27,6 +27,44 @@ fn tensor(path: &Path, name: &str) -> Vec<f32> {
         .collect()
 }
 
+/// `m`'s initial parameters as a safetensors file of its names.
+fn saved(m: &Model) -> tempfile::NamedTempFile {
+    let params = m.init_params(1);
+    let bytes: Vec<Vec<u8>> = (m.tensors.iter())
+        .map(|t| {
+            params[t.range()]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = (m.tensors.iter().zip(&bytes))
+        .map(|(t, b)| {
+            let v =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, t.shape.clone(), b);
+            (t.name.clone(), v.unwrap())
+        })
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
+    file
+}
+
+#[test]
+fn a_head_is_told_from_a_hidden_layer_by_the_layers_the_model_lacks() {
+    // an MLP whose hidden width is the file's class count: its head still starts afresh
+    let ten = saved(&Model::mlp(64, &[10, 10], 10));
+    let two = Model::mlp(64, &[10, 10], 2);
+    let (mut p, mut b) = (two.init_params(0), two.init_buffers());
+    let notes = import(ten.path(), &two, &mut p, &mut b).unwrap().join("\n");
+    assert!(notes.contains("re-initialised for 2 classes"), "{notes}");
+    // a deeper file's layer in the head's place takes inputs from a layer after it: refused
+    let deeper = saved(&Model::mlp(64, &[10, 10, 10], 10));
+    let (mut p, mut b) = (two.init_params(0), two.init_buffers());
+    let e = import(deeper.path(), &two, &mut p, &mut b).unwrap_err();
+    assert!(e.contains("another --model"), "{e}");
+}
+
 fn model(preset: &str, classes: usize) -> Model {
     let mut m = Model::new(
         Shape::Image { c: 3, h: 32, w: 32 },

@@ -23,7 +23,7 @@ use std::str::FromStr;
 use thiserror::Error;
 
 /// Layers a spec may have (the implicit output layer not counted).
-const MAX_LAYERS: usize = 256;
+pub(crate) const MAX_LAYERS: usize = 256;
 /// Channel and unit counts a layer may have.
 const MAX_WIDTH: usize = 1 << 16;
 /// Largest kernel, stride and padding.

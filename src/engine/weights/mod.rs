@@ -162,8 +162,9 @@ pub fn import(
             )));
         }
     }
-    // a file for this model with 8-byte floats, a larger head and some extras fits easily
-    let most = ((model.n_params + model.n_buffers) as u64 * 8).saturating_add(1 << 30);
+    // a file for this model with 8-byte floats, or a checkpoint of it with Adam's two moments
+    // (12 bytes a parameter), a larger head and some extras fits easily
+    let most = ((model.n_params + model.n_buffers) as u64 * 16).saturating_add(1 << 30);
     let expect = Expect {
         what: "a safetensors weights file",
         flag: "--init",
@@ -259,6 +260,9 @@ pub fn import(
         .copied()
         .unwrap_or("");
     let head = model.head_tensors();
+    let our_names: std::collections::HashSet<String> = (ours.iter())
+        .map(|(t, _)| format!("{prefix}{}", t.name))
+        .collect();
     let (mut loaded, mut missing, mut head_reset) = (0usize, Vec::new(), Vec::new());
     let mut used = std::collections::HashSet::new();
     for (i, (t, is_param)) in ours.iter().enumerate() {
@@ -270,13 +274,14 @@ pub fn import(
         used.insert(name.clone());
         if view.shape() != t.shape.as_slice() {
             // a head for another class count: other rows, each the same, and no layer of the
-            // file after it (none takes its rows as inputs: a deeper model's hidden layer)
+            // file after it (no layer this model lacks takes its rows as inputs: a deeper
+            // model's hidden layer)
             let rows = view.shape().first().copied();
             let other_count =
                 rows != t.shape.first().copied() && view.shape().get(1..) == t.shape.get(1..);
             let fed = |rows| {
                 st.iter().any(|(n, v)| {
-                    n != name
+                    !our_names.contains(n)
                         && n.ends_with(".weight")
                         && v.shape().len() == 2
                         && v.shape()[1] == rows

@@ -224,8 +224,9 @@ fn add_layer(
     }
 }
 
-/// Hidden layers an MLP may have.
-const MAX_HIDDEN_LAYERS: usize = 64;
+/// Hidden layers an MLP may have: as many as a layer list (whose dense layers alone are said,
+/// and recorded in checkpoints, as the MLP).
+const MAX_HIDDEN_LAYERS: usize = crate::nn::layer_language::MAX_LAYERS;
 
 const FORMS: &str = "use mlp:H1,H2,... (hidden widths, e.g. mlp:128 or mlp:256,128), a network";
 

@@ -93,11 +93,18 @@ fn parses_specs_and_rejects_bad_ones() {
         .unwrap_err()
         .contains("empty hidden width"));
     assert!("mlp:8,".parse::<ModelSpec>().is_err());
-    let deep = format!("mlp:{}", vec!["4"; 65].join(","));
+    let deep = format!("mlp:{}", vec!["4"; 257].join(","));
     assert!(deep
         .parse::<ModelSpec>()
         .unwrap_err()
-        .contains("at most 64"));
+        .contains("at most 256"));
+    // a layer list of dense layers alone is said (and recorded) as the MLP, which reads back
+    for n in [100, 256] {
+        let list: ModelSpec = vec!["dense8"; n].join(",").parse().unwrap();
+        let said = list.to_string();
+        assert!(said.starts_with("mlp:8,8,"), "{said}");
+        assert_eq!(said.parse::<ModelSpec>(), Ok(list), "{n} layers");
+    }
 }
 
 #[test]
