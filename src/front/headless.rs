@@ -212,12 +212,7 @@ pub fn run(
     loop {
         select! {
             recv(poll) -> _ => {
-                // events already waiting first, each after the steps before it (else a step
-                // after an event is printed before it)
-                for ev in events.try_iter() {
-                    log.watch.event(ev, engine.elapsed());
-                }
-                log.watch.drain();
+                log.watch.collect(&events, engine.elapsed());
                 log.watch.beats(engine.elapsed(), &engine.heartbeats());
             }
             recv(sampler) -> _ => log.watch.sample(engine.elapsed()),

@@ -52,6 +52,23 @@ impl Steps {
         out
     }
 
+    /// The samples waiting now, held for [`Steps::take_held`] (the events a rank sent before
+    /// them are waiting by then too).
+    pub fn fetch(&mut self) {
+        while self.open {
+            match self.rx.try_recv() {
+                Ok(s) => self.held.push_back(s),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.open = false,
+            }
+        }
+    }
+
+    /// The samples held (fetched, or kept by a take), none from the channel.
+    pub fn take_held(&mut self) -> Vec<StepStats> {
+        std::mem::take(&mut self.held).into()
+    }
+
     /// Every sample still to come, once the workers are ending (blocks until they have).
     pub fn rest(&mut self) -> Vec<StepStats> {
         self.open = false;
@@ -112,5 +129,19 @@ mod tests {
         assert_eq!(step(steps.take(None)), [27]);
         assert!(!steps.is_open());
         assert!(steps.rest().is_empty());
+    }
+
+    #[test]
+    fn samples_fetched_are_taken_held_and_later_ones_wait() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut steps = Steps::new(rx);
+        let step = |v: Vec<StepStats>| v.iter().map(|s| s.step).collect::<Vec<_>>();
+        tx.send(sample(1)).unwrap();
+        tx.send(sample(2)).unwrap();
+        steps.fetch();
+        // (sent after the fetch: an event sent before it may not have been taken yet)
+        tx.send(sample(3)).unwrap();
+        assert_eq!(step(steps.take_held()), [1, 2]);
+        assert_eq!(step(steps.take(None)), [3]);
     }
 }

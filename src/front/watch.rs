@@ -102,11 +102,28 @@ impl Watch {
         }
     }
 
-    /// Every step sample waiting. Samples are collected (the log's every 20 ms, the screen's every
-    /// frame) rather than as they come: a worker's `try_send` then never has to wake the frontend's
-    /// thread, which keeps the watching's cost off the steps.
+    /// Every step sample waiting, where no event can come any more (`collect` otherwise).
+    /// Samples are collected (the log's every 20 ms, the screen's every frame) rather than as
+    /// they come: a worker's `try_send` then never has to wake the frontend's thread, which
+    /// keeps the watching's cost off the steps.
     pub fn drain(&mut self) {
         self.steps_to(None);
+    }
+
+    /// Every step sample and event waiting, in the run's order: the samples waiting are
+    /// fetched first, then each event waiting is taken after the samples up to its step, then
+    /// the samples fetched after it. An event a rank sent before a sample is waiting once the
+    /// sample is, so no step comes before an event of an earlier step (taken the other way
+    /// round, an epoch's end sent between the two looks would come after the next step).
+    pub fn collect(&mut self, events: &Receiver<Event>, now: Duration) {
+        self.steps.fetch();
+        for ev in events.try_iter() {
+            self.event(ev, now);
+        }
+        for s in self.steps.take_held() {
+            self.step(s);
+        }
+        self.recorder.catch_up();
     }
 
     fn steps_to(&mut self, until: Option<u64>) {
@@ -117,9 +134,12 @@ impl Watch {
     }
 
     /// An engine event at `t` since the start, after the step samples up to its step (see
-    /// `front::steps`); the run's end is kept back for `end`.
+    /// `front::steps`; one of no step, the start or a device's note, takes none: the frontend
+    /// may get to it after steps that came later); the run's end is kept back for `end`.
     pub fn event(&mut self, ev: Event, t: Duration) {
-        self.steps_to(ev.step());
+        if let Some(step) = ev.step() {
+            self.steps_to(Some(step));
+        }
         if matches!(ev, Event::Finished { .. }) {
             self.end = Some((ev, t));
             return;

@@ -170,7 +170,10 @@ impl Source for EngineSource {
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
-        self.watch.drain();
+        match self.events_open {
+            true => self.watch.collect(&self.events, self.at(app)),
+            false => self.watch.drain(),
+        }
         show(app, self.watch.take());
         // (once the end was heard, the clock stops at it: the summary's wall time is the run's)
         if let Some(e) = self.engine.as_ref().filter(|_| !self.watch.ending()) {

@@ -134,6 +134,55 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
     );
 }
 
+/// The start of a run taken after its first steps' samples (a frontend slow to its first
+/// event), then an epoch's end at step 1: step 2 comes after the epoch's end, as it ran.
+#[test]
+fn events_taken_late_come_between_the_steps_they_came_between() {
+    let info = RunInfo::example(2);
+    let (tx, steps) = crossbeam_channel::unbounded();
+    let (events_tx, events) = crossbeam_channel::unbounded();
+    let mut watch = Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(2));
+    let started = Event::Started {
+        ranks: 2,
+        per_replica: 8,
+        params: 10,
+        start_step: 0,
+        start_epoch: 0,
+    };
+    events_tx.send(started).unwrap();
+    for r in 0..2 {
+        tx.send(demo::step(r, 2, 1)).unwrap();
+    }
+    let epoch = Event::EpochDone {
+        epoch: 1,
+        step: 1,
+        train_loss: 0.5,
+        val_loss: None,
+        val_accuracy: None,
+        elapsed: Duration::from_secs(1),
+    };
+    events_tx.send(epoch).unwrap();
+    for r in 0..2 {
+        tx.send(demo::step(r, 2, 2)).unwrap();
+    }
+    // the frontend's event arm takes the start, its poll the rest
+    let first = events.recv().unwrap();
+    watch.event(first, Duration::from_secs(1));
+    watch.collect(&events, Duration::from_secs(1));
+    let order: Vec<String> = (watch.take().into_iter())
+        .filter_map(|s| match s {
+            Seen::Record(r) => Some(kind(&r)),
+            Seen::Note(_) => None,
+        })
+        .map(|k| k.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        order,
+        ["Started {", "step 1", "EpochDone {", "step 2"],
+        "{order:?}"
+    );
+}
+
 #[test]
 fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
     let info = RunInfo::example(2);
