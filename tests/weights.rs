@@ -236,11 +236,29 @@ fn damaged_and_hostile_files_are_clear_errors() {
     claim.extend([0u8; 64]);
     let e = try_file(&claim);
     assert!(
-        e.contains(
-            "not a whole safetensors file (its length is not what its header's tensors add up to)"
-        ),
+        e.contains(&format!(
+            "not a whole safetensors file (it ends at byte {} of the {} its header lays out)",
+            claim.len(),
+            400_000_000 + 8 + header.len()
+        )),
         "{e}"
     );
+    // an entry whose shape needs other bytes than its offsets hold; metadata of numbers
+    let header = br#"{"conv1.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#;
+    let mut odd = (header.len() as u64).to_le_bytes().to_vec();
+    odd.extend(header);
+    odd.extend([0u8; 8]);
+    let e = try_file(&odd);
+    assert!(
+        e.contains("its header's entry `conv1.weight` is [3] of F32, 12 bytes, but its data_offsets [0, 8] hold 8"),
+        "{e}"
+    );
+    let header = br#"{"__metadata__":{"a":1},"conv1.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let mut meta = (header.len() as u64).to_le_bytes().to_vec();
+    meta.extend(header);
+    meta.extend([0u8; 8]);
+    let e = try_file(&meta);
+    assert!(e.contains("`__metadata__` holds more than text"), "{e}");
     // an entry safetensors cannot take is named, with what is wrong with it
     for (entry, says) in [
         (

@@ -124,6 +124,17 @@ const DTYPES: [&str; 15] = [
 /// that is no JSON object at all: `None`).
 fn bad_entry(bytes: &[u8]) -> Option<String> {
     let (_, header) = read_header(&mut &bytes[..], bytes.len() as u64)?;
+    if let Some(m) = header.get("__metadata__") {
+        let strings = m
+            .as_object()
+            .is_some_and(|o| o.values().all(Value::is_string));
+        if !strings {
+            return Some(
+                "`__metadata__` holds more than text: safetensors metadata maps names to strings"
+                    .into(),
+            );
+        }
+    }
     let whole = |v: &Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_u64()));
     let bad = tensors(&header).find_map(|(k, t)| {
         let why = match (
@@ -151,6 +162,44 @@ fn bad_entry(bytes: &[u8]) -> Option<String> {
     bad
 }
 
+/// Bytes per element of a safetensors dtype.
+fn dtype_bytes(d: &str) -> Option<u64> {
+    Some(match d {
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
+        "I16" | "U16" | "F16" | "BF16" => 2,
+        "I32" | "U32" | "F32" => 4,
+        "F64" | "I64" | "U64" => 8,
+        _ => return None,
+    })
+}
+
+/// The first tensor entry whose shape and type need other bytes than its data_offsets hold.
+fn disagreeing_entry(bytes: &[u8]) -> Option<String> {
+    let (_, header) = read_header(&mut &bytes[..], bytes.len() as u64)?;
+    let found = tensors(&header).find_map(|(k, t)| {
+        let dtype = t.get("dtype")?.as_str()?;
+        let shape: Vec<u64> = (t.get("shape")?.as_array()?.iter())
+            .map(Value::as_u64)
+            .collect::<Option<_>>()?;
+        let o = t.get("data_offsets")?.as_array()?;
+        let (begin, end) = (o.first()?.as_u64()?, o.get(1)?.as_u64()?);
+        let need = (shape.iter()).try_fold(dtype_bytes(dtype)?, |a, &d| a.checked_mul(d));
+        let held = end.checked_sub(begin);
+        (need != held).then(|| {
+            let held = match held {
+                Some(h) => format!("its data_offsets [{begin}, {end}] hold {h}"),
+                None => format!("its data_offsets [{begin}, {end}] end before they begin"),
+            };
+            let need = need.map_or("more than can be".into(), |n| n.to_string());
+            format!(
+                "`{}` is {shape:?} of {dtype}, {need} bytes, but {held}",
+                crate::text::excerpt(k)
+            )
+        })
+    });
+    found
+}
+
 /// What is wrong with a safetensors file of `bytes`, in words (the crate's own Display is its
 /// Debug).
 pub fn safetensors_problem(e: &safetensors::SafeTensorError, bytes: &[u8]) -> String {
@@ -170,12 +219,12 @@ pub fn safetensors_problem(e: &safetensors::SafeTensorError, bytes: &[u8]) -> St
         }
         E::TensorNotFound(n) => format!("tensor `{}` is missing", name(n)),
         E::InvalidOffset(n) => format!("tensor `{}`'s byte offsets are out of place", name(n)),
-        E::TensorInvalidInfo | E::InvalidTensorView(..) => {
-            "a tensor's shape, type and byte offsets disagree".into()
-        }
-        E::MetadataIncompleteBuffer => {
-            "its length is not what its header's tensors add up to".into()
-        }
+        E::TensorInvalidInfo | E::InvalidTensorView(..) => match disagreeing_entry(bytes) {
+            Some(entry) => format!("its header's entry {entry}"),
+            None => "a tensor's shape, type and byte offsets disagree".into(),
+        },
+        E::MetadataIncompleteBuffer => cut_short(bytes)
+            .unwrap_or_else(|| "its length is not what its header's tensors add up to".into()),
         E::ValidationOverflow => "a tensor's shape is too large to be real".into(),
         E::IoError(e) => e.to_string(),
     }
