@@ -65,6 +65,20 @@ fn a_head_is_told_from_a_hidden_layer_by_the_layers_the_model_lacks() {
     assert!(e.contains("another --model"), "{e}");
 }
 
+#[test]
+fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
+    let image = Shape::Image { c: 3, h: 8, w: 8 };
+    let of = |spec: &str| Model::new(image, &spec.parse().unwrap(), 2).unwrap();
+    let file = saved(&of("conv8k3,pool2,dense16"));
+    let more = of("dropout0.5,conv8k3,pool2,dense16");
+    let (mut p, mut b) = (more.init_params(0), more.init_buffers());
+    let e = import(file.path(), &more, &mut p, &mut b).unwrap_err();
+    assert!(
+        e.contains("a layer list names each layer by its place in the list"),
+        "{e}"
+    );
+}
+
 fn model(preset: &str, classes: usize) -> Model {
     let mut m = Model::new(
         Shape::Image { c: 3, h: 32, w: 32 },

@@ -323,7 +323,17 @@ pub fn import(
                     small + 1
                 )
             } else {
-                "the file is for another --model (or width, or input channels)".into()
+                // (a layer list with a layer more or less before this one: the file's tensor
+                // of this shape is named for another place)
+                let moved = (file_names.iter()).find(|n| {
+                    **n != name
+                        && masked(n) == masked(&name)
+                        && st.tensor(n).is_ok_and(|v| v.shape() == t.shape.as_slice())
+                });
+                let hint = moved
+                    .and_then(|n| renumbered([name.as_str()], &[n]))
+                    .unwrap_or_default();
+                format!("the file is for another --model (or width, or input channels){hint}")
             };
             return Err(at(format!(
                 "tensor `{name}` is {:?} but this model's `{}` is {:?}: {why}",
