@@ -7,6 +7,9 @@ use super::TrainArgs;
 use crate::data::DataSpec;
 use crate::files::read::{self, Expect, ReadError};
 
+/// How long a config file given as a pipe (`--config <(...)`) may take to be written.
+const PIPE_WAIT_S: u64 = 30;
+
 /// Reads a config file into the same shape as the flags (and its text).
 pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
     let expect = Expect {
@@ -15,7 +18,8 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         max: read::SETTINGS_MAX,
         fix: "check that --config names a config file (TOML, keys named like the flags)",
     };
-    let text = read::read_text(path, &expect).map_err(|e| match e {
+    let wait = std::time::Duration::from_secs(PIPE_WAIT_S);
+    let text = read::read_text_or_pipe(path, &expect, wait).map_err(|e| match e {
         ReadError::Io { source, .. } => {
             format!("cannot read config file {}: {source}", path.display())
         }

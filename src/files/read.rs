@@ -136,7 +136,109 @@ pub fn read_bytes(path: &Path, expect: &Expect) -> Result<Vec<u8>, ReadError> {
 
 /// [`read_bytes`] for a UTF-8 text file.
 pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
-    let bytes = read_bytes(path, expect)?;
+    text_of(path, expect, read_bytes(path, expect)?)
+}
+
+/// [`read_text`], where a pipe is read too (`--config <(envsubst < run.toml)`, a named FIFO):
+/// what its writer writes until it closes, within `wait` (then refused: never waited on
+/// without end), and never empty (a FIFO no process writes to within `wait`).
+pub fn read_text_or_pipe(
+    path: &Path,
+    expect: &Expect,
+    wait: std::time::Duration,
+) -> Result<String, ReadError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_fifo() => text_of(path, expect, read_pipe(path, expect, wait)?),
+        _ => read_text(path, expect),
+    }
+}
+
+/// A pipe's bytes (see [`read_text_or_pipe`]).
+fn read_pipe(
+    path: &Path,
+    expect: &Expect,
+    wait: std::time::Duration,
+) -> Result<Vec<u8>, ReadError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let kind = file.metadata().map_err(io)?.file_type();
+    if !kind.is_fifo() {
+        return Err(refused(
+            path,
+            format!("{}, not a pipe any more", kind_of(kind)),
+        ));
+    }
+    let deadline = std::time::Instant::now() + wait;
+    let (mut out, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
+    // (a writer came and went since it was opened: what it wrote is all there is)
+    let mut hung_up = false;
+    loop {
+        match (&file).read(&mut buf) {
+            // no process has it open for writing: once one wrote, all there is was read
+            // (before any did, a named FIFO's writer may be still to come)
+            Ok(0) if !out.is_empty() || hung_up => break,
+            Ok(n) if n > 0 => {
+                out.extend_from_slice(&buf[..n]);
+                if out.len() as u64 > expect.max {
+                    return Err(too_large(path, expect, "found while reading it"));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return Err(io(e)),
+            _ => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    let why = match out.is_empty() {
+                        true => "with nothing written to it",
+                        false => "whose writer did not finish",
+                    };
+                    return Err(refused(
+                        path,
+                        format!(
+                            "a pipe {why} within {} s; {} reads {} from a pipe once its writer has written it all and closed it",
+                            wait.as_secs_f32(),
+                            expect.flag,
+                            expect.what
+                        ),
+                    ));
+                }
+                let mut fd = libc::pollfd {
+                    fd: file.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = left.as_millis().min(100) as libc::c_int;
+                // SAFETY: one pollfd of a file this function holds open
+                if unsafe { libc::poll(&mut fd, 1, ms) } > 0 {
+                    hung_up |= fd.revents & libc::POLLHUP != 0;
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(refused(
+            path,
+            format!(
+                "a pipe with nothing written to it; {} needs {}",
+                expect.flag, expect.what
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// The text of a file's `bytes`, where they are UTF-8 text.
+fn text_of(path: &Path, expect: &Expect, bytes: Vec<u8>) -> Result<String, ReadError> {
     if let Some(why) = not_text(&bytes) {
         return Err(refused(
             path,
@@ -217,6 +319,67 @@ mod tests {
             max: 8,
             fix: "use a smaller one",
         }
+    }
+
+    #[test]
+    fn a_pipe_is_read_once_written_and_never_waited_on_without_end() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let wait = Duration::from_millis(300);
+        // no writer within the wait: refused, not waited on without end
+        let e = read_text_or_pipe(&fifo, &small(), wait)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a pipe with nothing written to it within 0.3 s"),
+            "{e}"
+        );
+        // a writer that writes and closes (as a shell's `<(...)`): its text
+        let writing = |text: &'static [u8], hold: Duration| {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut w = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                w.write_all(text).unwrap();
+                std::thread::sleep(hold);
+            })
+        };
+        // (the reader opens first: a FIFO's writer waits for it)
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), wait)).unwrap())
+        };
+        let w = writing(b"a = 1\n", Duration::ZERO);
+        w.join().unwrap();
+        reader.join().unwrap();
+        assert_eq!(rx.recv().unwrap().unwrap(), "a = 1\n");
+        // one that keeps it open past the wait: refused, not waited on
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), wait)).unwrap())
+        };
+        let w = writing(b"a = 1", Duration::from_millis(1500));
+        reader.join().unwrap();
+        let e = rx.recv().unwrap().unwrap_err().to_string();
+        assert!(e.contains("whose writer did not finish within"), "{e}");
+        w.join().unwrap();
+        // one that came and went having written nothing (`<(true)`): said once it has gone
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let fifo = fifo.clone();
+            let long = Duration::from_secs(30);
+            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), long)).unwrap())
+        };
+        writing(b"", Duration::ZERO).join().unwrap();
+        reader.join().unwrap();
+        let e = rx.recv().unwrap().unwrap_err().to_string();
+        assert!(e.contains("a pipe with nothing written to it;"), "{e}");
     }
 
     #[test]
