@@ -408,6 +408,44 @@ fn rebalancing_a_slow_rank_changes_the_split_but_not_the_result() {
     }
 }
 
+#[test]
+fn a_resumed_run_goes_on_with_its_checkpoint_s_rebalanced_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(3, 8, 160, dir.path());
+    (cfg.slow_rank, cfg.rebalance, cfg.final_checkpoint) = (Some((1, 4.0)), true, true);
+    let (r, events) = run_with_events(cfg.clone());
+    let last = (events.iter().rev())
+        .find_map(|e| match e {
+            Event::Control {
+                applied: Applied::Split(s),
+                ..
+            } => Some(s.clone()),
+            _ => None,
+        })
+        .expect("a rebalancing happened");
+    let meta = mgtop::engine::checkpoint::read_meta(&r.last_checkpoint.unwrap()).unwrap();
+    assert_eq!(meta.split.as_ref(), Some(&last));
+    // one step more, the slow rank gone (no decision within it): taken as the split was
+    let engine = Engine::start(RunConfig {
+        resume: Some(dir.path().to_path_buf()),
+        budget: Budget::Steps(161),
+        slow_rank: None,
+        ..cfg
+    })
+    .expect("resumes");
+    let note = engine.info().resume_note.clone().unwrap_or_default();
+    assert!(
+        note.contains("rebalanced as the checkpoint's run was"),
+        "{note}"
+    );
+    let steps = engine.steps().clone();
+    engine.join().expect("runs");
+    let mut shares: Vec<(usize, usize)> = steps.try_iter().map(|s| (s.rank, s.samples)).collect();
+    shares.sort();
+    let shares: Vec<usize> = shares.into_iter().map(|(_, n)| n).collect();
+    assert_eq!(shares, last);
+}
+
 /// What a run reports that must not depend on when its metrics are read: the losses, the
 /// model, the epochs' and validations' lines (without their clock) and the checkpoints' steps.
 fn reported(cfg: RunConfig) -> (RunResult, Vec<String>) {

@@ -12,7 +12,7 @@ use super::events::{Event, StepStats};
 use super::heartbeat::Heartbeats;
 use super::info::RunInfo;
 use super::job::{self, World};
-use super::loader::RankLoader;
+use super::loader::{RankLoader, Sharding};
 use super::resume::TrainSplit;
 use super::start::Start;
 use super::{strategy, validate, worker, Device, EngineError};
@@ -69,7 +69,12 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
     };
     let optimizer = validate::optimizer(cfg, l.model);
     let (store, state) = strategy::Store::for_run(cfg, &optimizer, start.state.clone());
-    let sharding = info.sharding();
+    // (a resumed run rebalanced as its checkpoint's was)
+    let split = start.shares.clone().map(Arc::new);
+    let sharding = Sharding {
+        split: split.clone(),
+        ..info.sharding()
+    };
     let mut decider = decider;
     let mut workers = Vec::new();
     for (rank, coll) in local.clone().zip(collectives) {
@@ -120,7 +125,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             written: Default::default(),
             epoch_sum: start.epoch_sum,
             beats: l.beats.clone(),
-            split: None,
+            split: split.clone(),
             rebalance_work: Duration::ZERO,
             rebalance_samples: 0,
             strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),

@@ -44,6 +44,9 @@ pub(super) struct Resumed {
     pub lr: f32,
     pub resume_note: String,
     pub lr_note: String,
+    /// The checkpoint's rebalanced shares of the global batch, where this run rebalances on
+    /// as many ranks with the same batch.
+    pub shares: Option<Vec<usize>>,
 }
 
 /// `--batch-per-replica` replaces the checkpoint's batch size when given; `--lr` replaces its
@@ -102,6 +105,18 @@ pub(super) fn resumed_settings(
             meta.ranks
         ));
     }
+    let shares = (meta.split.clone())
+        .filter(|_| cfg.rebalance && meta.ranks == ranks && meta.per_replica == per_replica);
+    let resume_note = match &shares {
+        Some(s) => format!(
+            "{resume_note}, rebalanced as the checkpoint's run was ({} per rank)",
+            s.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+        None => resume_note,
+    };
     let resume_note = match changed.is_empty() {
         true => resume_note,
         false => format!("{resume_note}; {}", changed.join(", ")),
@@ -137,6 +152,7 @@ pub(super) fn resumed_settings(
         lr,
         resume_note,
         lr_note,
+        shares,
     }
 }
 

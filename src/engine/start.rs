@@ -31,6 +31,8 @@ pub(super) struct Start {
     pub init_notes: Vec<String>,
     /// The epoch's loss sum and samples before `step` (`Worker::epoch_sum`).
     pub epoch_sum: [f64; 2],
+    /// Each rank's share of the global batch, where a resumed run goes on rebalanced.
+    pub shares: Option<Vec<usize>>,
 }
 
 impl Start {
@@ -118,6 +120,7 @@ pub(super) fn starting_point(
                 checkpoint: Some(dir),
                 init_notes: Vec::new(),
                 epoch_sum: meta.epoch_sum.unwrap_or_default(),
+                shares: resumed.shares,
             }
         }
         None => fresh(cfg, model, ranks, lead, split.samples)?,
@@ -229,6 +232,7 @@ fn fresh(
             },
             resume_note: None,
             epoch_sum: [0.0, 0.0],
+            shares: None,
             state,
             checkpoint: None,
             init_notes,

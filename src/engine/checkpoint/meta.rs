@@ -86,6 +86,10 @@ pub struct CheckpointMeta {
     /// the data names none (tables, synthetic sets) and in older checkpoints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub classes: Vec<String>,
+    /// Each rank's share of the global batch, where `--rebalance` had moved it from the even
+    /// split (a resumed run on as many ranks goes on from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<usize>>,
 }
 
 impl CheckpointMeta {
@@ -136,6 +140,16 @@ impl CheckpointMeta {
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(format!("lr {} is not a positive number", self.lr));
+        }
+        let global = self.per_replica * self.ranks;
+        if let Some(s) = self.split.as_ref().filter(|s| {
+            let sum = s.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+            s.len() != self.ranks || s.contains(&0) || sum != Some(global)
+        }) {
+            return Err(format!(
+                "split {s:?} is not {} shares of at least 1 adding up to the global batch {global}",
+                self.ranks
+            ));
         }
         if self
             .optimizer
@@ -274,6 +288,7 @@ impl CheckpointMeta {
             weights_crc32c: None,
             val_accuracy: None,
             classes: Vec::new(),
+            split: None,
         }
     }
 }

@@ -27,6 +27,7 @@ struct StartHeader {
     checkpoint: Option<PathBuf>,
     init_notes: Vec<String>,
     epoch_sum: [f64; 2],
+    shares: Option<Vec<usize>>,
     t: u64,
     lens: [usize; 4],
 }
@@ -47,6 +48,7 @@ fn encode(s: &Start) -> Vec<u8> {
         checkpoint: s.checkpoint.clone(),
         init_notes: s.init_notes.clone(),
         epoch_sum: s.epoch_sum,
+        shares: s.shares.clone(),
         t: s.state.opt.t,
         lens: [
             s.state.params.len(),
@@ -100,6 +102,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         checkpoint: head.checkpoint,
         init_notes: head.init_notes,
         epoch_sum: head.epoch_sum,
+        shares: head.shares,
     })
 }
 
@@ -150,6 +153,7 @@ mod tests {
             checkpoint: Some("runs/x/ckpt".into()),
             init_notes: vec!["--init w.safetensors: loaded 3 of 3".into()],
             epoch_sum: [12.5, 96.0],
+            shares: Some(vec![40, 24]),
         };
         let got: Vec<Start> = ThreadProcesses::group(3)
             .into_iter()

@@ -137,6 +137,7 @@ impl Worker {
             input_affine: (cfg.recipe.affine.clone()).filter(|(s, _)| s.len() <= MAX_AFFINE),
             // (the training set's: the first of the run's picture sets)
             classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
+            split: self.split.as_deref().cloned(),
         };
         let dir = &cfg.checkpoint_dir;
         // (a full disk: the error names the checkpoint to resume from)
