@@ -13,7 +13,7 @@ use crate::nn::optim::{OptState, OptimizerKind};
 
 /// Parameters, optimizer state and the model's buffers (batch norm's running statistics),
 /// on the host (checkpoints, tests, comparisons).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainState {
     pub params: Vec<f32>,
     pub opt: OptState,

@@ -139,6 +139,14 @@ pub struct ViewArgs {
     pub tensorboard: Option<Option<PathBuf>>,
 }
 
+/// A list flag's values each given once (`--batches 32,32` would measure one point twice).
+pub fn listed_once<T: PartialEq + std::fmt::Display>(flag: &str, list: &[T]) -> Result<(), String> {
+    match (list.iter().enumerate()).find(|(i, v)| list[..*i].contains(v)) {
+        Some((_, v)) => Err(format!("{flag}: {v} is given twice: list each value once")),
+        None => Ok(()),
+    }
+}
+
 /// A flag that is a switch or a folder (`--tensorboard[=DIR]`) as it was given: `Some(None)`
 /// for the flag alone or `=true` (the default folder), `None` for `=false` or no flag.
 pub fn switch_or_folder(given: &Option<Option<PathBuf>>) -> Option<Option<PathBuf>> {
@@ -168,13 +176,13 @@ fn at_least_one(most: u64) -> clap::builder::RangedU64ValueParser<usize> {
 #[derive(Args, Debug)]
 pub struct ScaleArgs {
     /// Device counts to measure  [default: 1 up to the number of cores (at least 2)]
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set)]
     pub counts: Vec<usize>,
     /// Per-replica batch sizes  [default: --batch-per-replica]
-    #[arg(long, value_delimiter = ',', value_parser = at_least_one(1 << 20))]
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, value_parser = at_least_one(1 << 20))]
     pub batches: Vec<usize>,
     /// Prefetch settings to compare: on, off, or on,off
-    #[arg(long = "prefetch-modes", value_delimiter = ',', default_value = "on,off", value_parser = ["on", "off"])]
+    #[arg(long = "prefetch-modes", value_delimiter = ',', action = clap::ArgAction::Set, default_value = "on,off", value_parser = ["on", "off"])]
     pub prefetch_modes: Vec<String>,
     /// Distribution strategies to compare side by side, e.g. mirrored,central-storage,local-sgd:8  [default: --strategy]
     #[arg(long, value_name = "LIST")]
@@ -198,10 +206,10 @@ pub struct ScaleArgs {
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Per-replica batch sizes to measure.
-    #[arg(long, value_delimiter = ',', default_value = "32,128,512", value_parser = at_least_one(1 << 16))]
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "32,128,512", value_parser = at_least_one(1 << 16))]
     pub batches: Vec<usize>,
     /// CPU worker counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = at_least_one(256))]
+    #[arg(long, value_delimiter = ',', action = clap::ArgAction::Set, default_value = "1,2", value_parser = at_least_one(256))]
     pub workers: Vec<usize>,
     /// Timed samples per measurement (after a warm-up of a tenth as many); the rebalance part times a fixed 300 steps.
     #[arg(long, default_value_t = 120_000, value_parser = at_least_one(1 << 30))]

@@ -69,7 +69,7 @@ pub fn gpu_train_throughput(gpus: &[usize], batch: usize) -> Result<f64, EngineE
         ..synthetic(gpus.len(), 128, 60_000, batch, warm + timed)
     };
     let r = Engine::run(cfg)?;
-    Ok(timed_rate(&r.step_ends, warm, batch * gpus.len()))
+    Ok(timed_rate(&r, warm))
 }
 
 /// `train_throughput` with a frontend watching the run.
@@ -90,7 +90,7 @@ pub fn watched_throughput(
     if watch == Watch::Nothing {
         let r = Engine::run(cfg)?;
         return Ok(Watched {
-            samples_per_sec: timed_rate(&r.step_ends, warm_steps, global),
+            samples_per_sec: timed_rate(&r, warm_steps),
             frontend_cpu: None,
         });
     }
@@ -131,7 +131,7 @@ pub fn watched_throughput(
         .zip(cpu0)
         .map(|(c1, c0)| (c1 - c0).as_secs_f64() / wall);
     Ok(Watched {
-        samples_per_sec: timed_rate(&r.step_ends, warm_steps, global),
+        samples_per_sec: timed_rate(&r, warm_steps),
         frontend_cpu,
     })
 }
@@ -146,7 +146,7 @@ pub fn rebalance_throughput(rebalance: bool, warm: u64, timed: u64) -> Result<f6
         ..synthetic(2, 512, 20_000, 128, warm + timed)
     };
     let r = Engine::run(cfg)?;
-    Ok(timed_rate(&r.step_ends, warm, 256))
+    Ok(timed_rate(&r, warm))
 }
 
 /// A terminal of the given size whose output (the escape sequences a real terminal would
@@ -211,6 +211,8 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
 
 /// `mgtop-train bench`: every benchmark `--only` names.
 pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    crate::cli::listed_once("--workers", &args.workers).map_err(anyhow::Error::msg)?;
+    crate::cli::listed_once("--batches", &args.batches).map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     super::debug_build_note();
     crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
@@ -354,6 +356,13 @@ fn live(args: &BenchArgs) -> anyhow::Result<()> {
     let mut sorted = delays.clone();
     sorted.sort();
     let p95 = sorted.get(n * 95 / 100).copied().unwrap_or_default();
+    if n == 0 {
+        crate::say!(
+            "  no client {a:>9.0}   3 clients {w:>9.0}   {:+.1}%   no step was timed to a client (too few steps: a larger --samples gives more)",
+            (w / a - 1.0) * 100.0
+        );
+        return Ok(());
+    }
     crate::say!(
         "  no client {a:>9.0}   3 clients {w:>9.0}   {:+.1}%   a step reaches a client after {:.1} ms (median of {n}; p95 {:.1} ms)",
         (w / a - 1.0) * 100.0,

@@ -62,7 +62,7 @@ pub fn attached_throughput(
         delays.extend(h.join().unwrap_or_default());
     }
     Ok(Attached {
-        samples_per_sec: timed_rate(&r.step_ends, warm_steps, workers * batch),
+        samples_per_sec: timed_rate(&r, warm_steps),
         delays,
     })
 }

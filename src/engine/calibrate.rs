@@ -41,22 +41,21 @@ pub fn calibration_config(cfg: &RunConfig, first: &Device, threads_per_worker: u
     }
 }
 
-/// Samples per second of the calibration run `r` of `cfg`.
-pub fn calibrated_rate(r: &RunResult, cfg: &RunConfig) -> f64 {
-    timed_rate(
-        &r.step_ends,
-        WARM_STEPS,
-        cfg.batch_per_replica * cfg.grad_accum,
-    )
+/// Samples per second of the calibration run `r`.
+pub fn calibrated_rate(r: &RunResult) -> f64 {
+    timed_rate(r, WARM_STEPS)
 }
 
-/// Samples/s of the steps after the first `warm_steps`, from when each step ended (`step_ends`,
-/// as in `RunResult`) and the global batch.
-pub fn timed_rate(step_ends: &[Duration], warm_steps: u64, global: usize) -> f64 {
-    let warm = (warm_steps as usize).min(step_ends.len().saturating_sub(1));
-    let t0 = warm.checked_sub(1).map_or(Duration::ZERO, |i| step_ends[i]);
-    let t1 = step_ends.last().copied().unwrap_or_default();
-    ((step_ends.len() - warm) * global) as f64 / (t1 - t0).as_secs_f64().max(1e-9)
+/// Samples/s of the run `r`'s steps after the first `warm_steps`, from when each step ended and
+/// the samples it trained (a batch cut to a small training split, an epoch's short last one,
+/// count as what they took).
+pub fn timed_rate(r: &RunResult, warm_steps: u64) -> f64 {
+    let ends = &r.step_ends;
+    let warm = (warm_steps as usize).min(ends.len().saturating_sub(1));
+    let t0 = warm.checked_sub(1).map_or(Duration::ZERO, |i| ends[i]);
+    let t1 = ends.last().copied().unwrap_or_default();
+    let samples: usize = r.step_samples.get(warm..).unwrap_or_default().iter().sum();
+    samples as f64 / (t1 - t0).as_secs_f64().max(1e-9)
 }
 
 /// Throughput against one device: (speedup, efficiency = speedup / ranks).
@@ -70,12 +69,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timed_rate_skips_the_warm_up() {
-        let ends: Vec<Duration> = [1, 2, 12, 22, 32].map(Duration::from_millis).to_vec();
+    fn timed_rate_skips_the_warm_up_and_counts_the_samples_each_step_took() {
+        let r = RunResult {
+            step_ends: [1, 2, 12, 22, 32].map(Duration::from_millis).to_vec(),
+            step_samples: vec![10; 5],
+            ..RunResult::default()
+        };
         // 3 timed steps of 10 samples in 30 ms, after 2 warm-up steps
-        assert!((timed_rate(&ends, 2, 10) - 1000.0).abs() < 1e-6);
+        assert!((timed_rate(&r, 2) - 1000.0).abs() < 1e-6);
         // no warm-up: timed from the start of the run
-        assert!((timed_rate(&ends, 0, 10) - 50.0 / 0.032).abs() < 1e-6);
+        assert!((timed_rate(&r, 0) - 50.0 / 0.032).abs() < 1e-6);
+        // an epoch's short last batch counts as what it took
+        let short = RunResult {
+            step_samples: vec![10, 10, 10, 10, 4],
+            ..r
+        };
+        assert!((timed_rate(&short, 2) - 24.0 / 0.030).abs() < 1e-6);
     }
 
     #[test]

@@ -287,7 +287,7 @@ impl Engine {
             };
             let devices = resolve_devices(&one.devices, 1)?;
             let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
-            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r, &trained));
+            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r));
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let local_gpus = (local.clone())

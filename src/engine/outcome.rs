@@ -43,7 +43,7 @@ pub enum EngineError {
 }
 
 /// The outcome of a run that did not fail.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RunResult {
     pub steps: u64,
     /// Stopped on request before the budget was spent.
@@ -52,6 +52,8 @@ pub struct RunResult {
     pub losses: Vec<f32>,
     /// When each step ended (rank 0), since the start.
     pub step_ends: Vec<Duration>,
+    /// The samples each step trained, over every rank.
+    pub step_samples: Vec<usize>,
     pub state: TrainState,
     pub last_checkpoint: Option<PathBuf>,
     pub best_val_accuracy: Option<f32>,

@@ -6,6 +6,12 @@ use crate::config::RunConfig;
 
 /// The flags a measurement does not use, said rather than dropped (process 0's log).
 pub(super) fn say_ignored(train: &TrainArgs) {
+    // (GPUs: --devices says which the counts take)
+    if let Some(d) = train.devices.as_deref().filter(|d| d.starts_with("cpu:")) {
+        crate::tell!(
+            "note: --devices {d}: scale measures as many CPU workers as --counts gives; ignored"
+        );
+    }
     if train.steps.is_some() || train.epochs.is_some() {
         crate::tell!(
             "note: --steps/--epochs: scale times each run for --seconds after --warmup-steps; ignored"

@@ -215,8 +215,15 @@ fn measure_once(
     }
     let r = engine.join()?;
     let _ = drain_events.join();
-    let global = p.per_replica * p.devices * base.grad_accum;
-    let samples_per_sec = timed_rate(&r.step_ends, plan.warmup_steps, global);
+    // (the batch each step took: one past the training split is cut to it)
+    let asked = p.per_replica * p.devices * base.grad_accum;
+    let global = r
+        .step_samples
+        .iter()
+        .copied()
+        .max()
+        .map_or(asked, |g| g.min(asked));
+    let samples_per_sec = timed_rate(&r, plan.warmup_steps);
     let share = |i: usize| {
         sums.iter()
             .map(|t| if t[4] > 0.0 { t[i] / t[4] } else { 0.0 })
@@ -374,6 +381,9 @@ fn grid(
         (1..=gpus.len()).collect()
     };
     checks::points(&counts, n, &gpus, &base)?;
+    crate::cli::listed_once("--batches", &args.batches).map_err(anyhow::Error::msg)?;
+    crate::cli::listed_once("--prefetch-modes", &args.prefetch_modes)
+        .map_err(anyhow::Error::msg)?;
     let batches = if args.batches.is_empty() {
         vec![base.batch_per_replica]
     } else {

@@ -450,6 +450,7 @@ impl Worker {
             stopped,
             losses: tally.losses,
             step_ends: tally.step_ends,
+            step_samples: tally.step_samples,
             state: self.strategy.export(replica, self.step),
             last_checkpoint: self.last_checkpoint_path(),
             best_val_accuracy: tally.best_val,

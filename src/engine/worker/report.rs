@@ -38,6 +38,7 @@ pub(super) struct Tally {
     /// Rank 0: each step's loss and when it ended.
     pub losses: Vec<f32>,
     pub step_ends: Vec<Duration>,
+    pub step_samples: Vec<usize>,
     pub best_val: Option<f32>,
     /// Rank 0, `--checkpoint-best`: the accuracy a validation must beat to be written as the
     /// best (that of the best checkpoint written, or of the line's found at the start).
@@ -100,6 +101,7 @@ impl Worker {
         stats.sync_wait = moved.wait;
         stats.transfer = moved.transfer;
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
+        let global_samples = stats.global_samples;
         if self.local.len() < self.ranks {
             self.unsent.push_back(stats.clone());
             // (local SGD's longest intervals: the newest steps of one)
@@ -111,6 +113,7 @@ impl Worker {
         if self.rank == 0 {
             tally.losses.push(loss);
             tally.step_ends.push(at);
+            tally.step_samples.push(global_samples);
         }
         self.epoch_sum[0] += m.loss_sum;
         self.epoch_sum[1] += m.samples;

@@ -52,7 +52,7 @@ pub const BETA2: f32 = 0.999;
 pub const EPS: f32 = 1e-8;
 
 /// Optimizer state: the step count and up to two moment buffers (empty when unused).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct OptState {
     pub t: u64,
     pub m: Vec<f32>,
