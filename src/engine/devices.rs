@@ -83,11 +83,12 @@ pub fn available_cores() -> usize {
 }
 
 /// Resolves `--devices` to concrete devices, with a one-line note for the log where the
-/// choice deserves one (fallback to CPU, more workers than cores). `local_size`: the processes
-/// of this run on this machine (1 alone), whose CPU workers share its cores.
+/// choice deserves one (fallback to CPU, more workers than cores). `sharers`: under a
+/// launcher, the processes of this run that share this process's cores (its own included:
+/// those on its machine with the same CPU affinity); None alone.
 pub fn resolve_devices(
     spec: &DeviceSpec,
-    local_size: usize,
+    sharers: Option<usize>,
 ) -> Result<(Vec<Device>, Option<String>), DeviceError> {
     let discovery = match spec {
         DeviceSpec::Cpu(_) => Discovery::None(String::new()),
@@ -98,13 +99,6 @@ pub fn resolve_devices(
         Discovery::None(_) => Libraries::default(),
     };
     let (cores, online) = (available_cores(), online_cores());
-    // processes held to fewer cores than the machine has (a launcher's binding: mpirun binds
-    // each of a few processes to one core; taskset, a container) have their share already
-    let sharers = match (local_size, cores < online) {
-        (1, _) => None,
-        (_, true) => Some(1),
-        (n, false) => Some(n),
-    };
     let (devices, note) = resolve_with(spec, &discovery, &libs, cores, sharers)?;
     let cpu = matches!(devices.first(), Some(Device::Cpu { .. }));
     let bound = (cpu && online > cores).then(|| {
@@ -113,6 +107,23 @@ pub fn resolve_devices(
         )
     });
     Ok((devices, join_notes(note, bound)))
+}
+
+/// This process's CPU affinity (the cores it may run on), as a number equal for equal sets:
+/// processes of one machine with the same share its cores, with disjoint ones were bound
+/// apart by their launcher.
+pub fn affinity_key() -> u64 {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, filled in by sched_getaffinity
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a cpu_set_t of `size` bytes; pid 0 is this thread
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return 0;
+    }
+    // SAFETY: a cpu_set_t is plain bytes
+    let bytes =
+        unsafe { std::slice::from_raw_parts((&set as *const libc::cpu_set_t).cast::<u8>(), size) };
+    crc32c::crc32c(bytes) as u64
 }
 
 /// The machine's cores (online), whichever of them this process may use.
@@ -213,14 +224,14 @@ mod tests {
 
     #[test]
     fn auto_falls_back_to_at_least_two_cpu_workers_with_a_note() {
-        let (d, note) = resolve_devices(&DeviceSpec::Auto, 1).unwrap();
+        let (d, note) = resolve_devices(&DeviceSpec::Auto, None).unwrap();
         assert!(d.len() >= 2);
         assert!(note.unwrap().contains("CPU workers"));
     }
 
     #[test]
     fn gpu_ids_without_gpus_are_a_clear_error() {
-        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2]), 1)
+        let e = resolve_devices(&DeviceSpec::Gpus(vec![0, 2]), None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("0,2") && e.contains("cpu:N"), "{e}");

@@ -95,10 +95,10 @@ impl Engine {
             .as_ref()
             .map(|p| job::place_on_host(&**p))
             .transpose()?;
-        let (mut devices, note) = resolve_devices(&cfg.devices, place.map_or(1, |p| p.1))?;
+        let (mut devices, note) = resolve_devices(&cfg.devices, place.map(|p| p.sharers))?;
         if let Some(place) = place {
             let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
-            devices = job::share_machine(devices, auto, place)?;
+            devices = job::share_machine(devices, auto, place.local)?;
         }
         validate::graph_flags(&cfg, &devices)?;
         let devices = (devices, note);
@@ -159,7 +159,8 @@ impl Engine {
         let link_latest = cfg.link_latest;
         let (samples, accum) = (data.train.len(), cfg.grad_accum);
         let max_batch = batch_limit.map_or(control::MAX_BATCH, |l| l.max);
-        let procs = procs.map(|p| (p, max_batch));
+        let sharers = place.map_or(1, |p| p.sharers);
+        let procs = procs.map(|p| (p, max_batch, sharers));
         let mut engine = Engine::start_with(cfg, devices, data, procs)?;
         engine.checkpoint_lock = lock;
         if let Some(limit) = batch_limit {
@@ -178,18 +179,20 @@ impl Engine {
         cfg: RunConfig,
         (devices, device_note): (Vec<Device>, Option<String>),
         loaded: RunData,
-        procs: Option<(Arc<dyn Processes>, usize)>,
+        procs: Option<(Arc<dyn Processes>, usize, usize)>,
     ) -> Result<Engine, EngineError> {
         let model = validate::model(&cfg, &loaded.train)?;
         // (with the largest batch this process's memory allows: every process's bounds the run's)
-        let world = match procs {
-            Some((p, max)) => job::meet(p, &cfg, devices, &loaded.train, &loaded.val, max)?,
-            None => World::single(devices),
+        let (world, sharers) = match procs {
+            Some((p, max, sharers)) => (
+                job::meet(p, &cfg, devices, &loaded.train, &loaded.val, max)?,
+                sharers,
+            ),
+            None => (World::single(devices), 1),
         };
-        let device_note = devices::join_notes(
-            device_note,
-            job::crowded_host(&world, devices::online_cores()),
-        );
+        // (processes bound to cores of their own each say their own crowding: `devices`)
+        let crowded = (sharers > 1).then(|| job::crowded_host(&world, devices::available_cores()));
+        let device_note = devices::join_notes(device_note, crowded.flatten());
         let ranks = world.devices.len();
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
@@ -285,7 +288,7 @@ impl Engine {
                 description: loaded.description.clone(),
                 notes: Vec::new(),
             };
-            let devices = resolve_devices(&one.devices, 1)?;
+            let devices = resolve_devices(&one.devices, None)?;
             let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
             info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r));
         }

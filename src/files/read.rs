@@ -141,7 +141,8 @@ pub fn read_text(path: &Path, expect: &Expect) -> Result<String, ReadError> {
 
 /// [`read_text`], where a pipe is read too (`--config <(envsubst < run.toml)`, a named FIFO):
 /// what its writer writes until it closes, within `wait` (then refused: never waited on
-/// without end), and never empty (a FIFO no process writes to within `wait`).
+/// without end), and never empty (a FIFO no process has open for writing: a writer started
+/// before, even one still waiting to open it, counts).
 pub fn read_text_or_pipe(
     path: &Path,
     expect: &Expect,
@@ -180,14 +181,11 @@ fn read_pipe(
     }
     let deadline = std::time::Instant::now() + wait;
     let (mut out, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
-    // (a writer came and went since it was opened: what it wrote is all there is)
-    let mut hung_up = false;
     loop {
         match (&file).read(&mut buf) {
-            // no process has it open for writing: once one wrote, all there is was read
-            // (before any did, a named FIFO's writer may be still to come)
-            Ok(0) if !out.is_empty() || hung_up => break,
-            Ok(n) if n > 0 => {
+            // no process has it open for writing (any more): all there is was read
+            Ok(0) => break,
+            Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
                 if out.len() as u64 > expect.max {
                     return Err(too_large(path, expect, "found while reading it"));
@@ -195,17 +193,13 @@ fn read_pipe(
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => return Err(io(e)),
-            _ => {
+            Err(_) => {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
-                    let why = match out.is_empty() {
-                        true => "with nothing written to it",
-                        false => "whose writer did not finish",
-                    };
                     return Err(refused(
                         path,
                         format!(
-                            "a pipe {why} within {} s; {} reads {} from a pipe once its writer has written it all and closed it",
+                            "a pipe whose writer did not finish within {} s; {} reads {} from a pipe once its writer has written it all and closed it",
                             wait.as_secs_f32(),
                             expect.flag,
                             expect.what
@@ -219,9 +213,7 @@ fn read_pipe(
                 };
                 let ms = left.as_millis().min(100) as libc::c_int;
                 // SAFETY: one pollfd of a file this function holds open
-                if unsafe { libc::poll(&mut fd, 1, ms) } > 0 {
-                    hung_up |= fd.revents & libc::POLLHUP != 0;
-                }
+                unsafe { libc::poll(&mut fd, 1, ms) };
             }
         }
     }
@@ -229,7 +221,7 @@ fn read_pipe(
         return Err(refused(
             path,
             format!(
-                "a pipe with nothing written to it; {} needs {}",
+                "a FIFO (named pipe) with nothing written to it (no process has it open for writing); {} needs {}",
                 expect.flag, expect.what
             ),
         ));
@@ -323,6 +315,7 @@ mod tests {
 
     #[test]
     fn a_pipe_is_read_once_written_and_never_waited_on_without_end() {
+        use std::io::Write;
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("pipe");
@@ -330,56 +323,45 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let wait = Duration::from_millis(300);
-        // no writer within the wait: refused, not waited on without end
+        // no process has it open for writing: said at once
         let e = read_text_or_pipe(&fifo, &small(), wait)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("a pipe with nothing written to it within 0.3 s"),
+            e.contains("a FIFO (named pipe) with nothing written to it"),
             "{e}"
         );
-        // a writer that writes and closes (as a shell's `<(...)`): its text
-        let writing = |text: &'static [u8], hold: Duration| {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || {
-                use std::io::Write;
-                let mut w = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
-                w.write_all(text).unwrap();
-                std::thread::sleep(hold);
-            })
+        // a writer that writes, then closes a while later, as a shell's `<(...)` does: its
+        // text (the test holds a read-write end while it opens its writer, so no open waits)
+        let writer = |text: &[u8]| {
+            let both = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&fifo)
+                .unwrap();
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            w.write_all(text).unwrap();
+            drop(both);
+            w
         };
-        // (the reader opens first: a FIFO's writer waits for it)
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), wait)).unwrap())
-        };
-        let w = writing(b"a = 1\n", Duration::ZERO);
-        w.join().unwrap();
-        reader.join().unwrap();
-        assert_eq!(rx.recv().unwrap().unwrap(), "a = 1\n");
+        let w = writer(b"a = 1\n");
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            drop(w);
+        });
+        let text = read_text_or_pipe(&fifo, &small(), Duration::from_secs(30)).unwrap();
+        assert_eq!(text, "a = 1\n");
+        closer.join().unwrap();
         // one that keeps it open past the wait: refused, not waited on
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), wait)).unwrap())
-        };
-        let w = writing(b"a = 1", Duration::from_millis(1500));
-        reader.join().unwrap();
-        let e = rx.recv().unwrap().unwrap_err().to_string();
-        assert!(e.contains("whose writer did not finish within"), "{e}");
-        w.join().unwrap();
-        // one that came and went having written nothing (`<(true)`): said once it has gone
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = {
-            let fifo = fifo.clone();
-            let long = Duration::from_secs(30);
-            std::thread::spawn(move || tx.send(read_text_or_pipe(&fifo, &small(), long)).unwrap())
-        };
-        writing(b"", Duration::ZERO).join().unwrap();
-        reader.join().unwrap();
-        let e = rx.recv().unwrap().unwrap_err().to_string();
-        assert!(e.contains("a pipe with nothing written to it;"), "{e}");
+        let w = writer(b"a = 1");
+        let e = read_text_or_pipe(&fifo, &small(), wait)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("whose writer did not finish within 0.3 s"),
+            "{e}"
+        );
+        drop(w);
     }
 
     #[test]

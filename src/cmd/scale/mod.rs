@@ -361,7 +361,7 @@ fn grid(
         .map_err(anyhow::Error::msg)?;
     let cores = crate::engine::available_cores();
     // On GPUs where the run would train on them (`--devices auto` with GPUs, or GPU ids).
-    let (devices, _) = crate::engine::resolve_devices(&base.devices, 1)?;
+    let (devices, _) = crate::engine::resolve_devices(&base.devices, None)?;
     let gpus: Vec<usize> = devices
         .iter()
         .filter_map(|d| match d {

@@ -206,7 +206,6 @@ impl Controller {
         }
     }
 
-    /// Batch-size changes past what the machine's memory allows are refused.
     /// The per-replica batch the run starts with (a batch asked for is refused where it is the
     /// one the run has, or was last asked for).
     pub(crate) fn with_batch(self, per_replica: usize) -> Self {
@@ -214,6 +213,7 @@ impl Controller {
         self
     }
 
+    /// Batch-size changes past what the machine's memory allows are refused.
     pub(crate) fn limited(self, limit: BatchLimit) -> Self {
         Controller {
             limit: Some(limit),

@@ -29,7 +29,7 @@ pub(super) fn run(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Tally, String), EngineError> {
     use crate::engine::devices::DeviceError;
-    let (devices, _) = resolve_devices(&DeviceSpec::Gpus(vec![index]), 1).map_err(|e| {
+    let (devices, _) = resolve_devices(&DeviceSpec::Gpus(vec![index]), None).map_err(|e| {
         let why = match e {
             DeviceError::NoGpu { why, .. } => format!("no GPU was found ({why})"),
             DeviceError::NoSuchGpu { found, .. } => {

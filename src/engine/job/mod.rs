@@ -70,14 +70,30 @@ struct Hello {
     max_batch: usize,
 }
 
-/// This process's index among the run's processes on its machine, and their number (to
-/// share the machine's GPUs and cores between them).
-pub(super) fn place_on_host(procs: &dyn Processes) -> Result<(usize, usize), EngineError> {
-    let hosts = gather_vecs(procs, hostname().as_bytes()).map_err(lost)?;
-    let mine = &hosts[procs.index()];
-    let here = hosts.iter().filter(|h| *h == mine).count();
-    let before = hosts[..procs.index()].iter().filter(|h| *h == mine).count();
-    Ok((before, here))
+/// Where a process of the run is among those on its machine (to share its GPUs and cores).
+#[derive(Clone, Copy)]
+pub(super) struct Place {
+    /// Its index among them, and their number.
+    pub local: (usize, usize),
+    /// How many of them (it included) may run on the same cores as it: a launcher that binds
+    /// each to cores of its own leaves it 1.
+    pub sharers: usize,
+}
+
+pub(super) fn place_on_host(procs: &dyn Processes) -> Result<Place, EngineError> {
+    let mine = format!("{}\n{:x}", hostname(), super::devices::affinity_key());
+    let all = gather_vecs(procs, mine.as_bytes()).map_err(lost)?;
+    let host = |b: &[u8]| b.split(|&c| c == b'\n').next().map(<[u8]>::to_vec);
+    let me = &all[procs.index()];
+    let here = all.iter().filter(|h| host(h) == host(me)).count();
+    let before = (all[..procs.index()].iter())
+        .filter(|h| host(h) == host(me))
+        .count();
+    let sharers = all.iter().filter(|h| *h == me).count();
+    Ok(Place {
+        local: (before, here),
+        sharers,
+    })
 }
 
 /// `--devices auto` with several processes of the run on one machine: each takes its share of
@@ -106,7 +122,8 @@ pub(super) fn share_machine(
 }
 
 /// A note where the CPU workers of this run's processes on this process's machine outnumber
-/// its `cores` (each process's own count may fit, their sum not): they slow each other.
+/// the `cores` they share (each process's own count may fit, their sum not): they slow each
+/// other.
 pub(super) fn crowded_host(world: &World, cores: usize) -> Option<String> {
     let me = world.hosts.get(world.local().start)?;
     crowded(&world.devices, &world.hosts, me, world.neighbours, cores)
@@ -126,7 +143,7 @@ fn crowded(
         .count();
     (neighbours > 1 && workers > cores).then(|| {
         format!(
-            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on its {cores} cores: they slow each other; give each fewer workers (--devices cpu:N, or auto to share the cores) or start fewer processes there"
+            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on the {cores} cores they share: they slow each other; start fewer processes there, or give each fewer workers (--devices cpu:N)"
         )
     })
 }
@@ -399,7 +416,7 @@ mod tests {
         let note = crowded(&devices, &hosts, "a", 2, 2).unwrap();
         assert!(
             note.contains(
-                "the 2 processes of this run on a train on 4 CPU workers together, on its 2 cores"
+                "the 2 processes of this run on a train on 4 CPU workers together, on the 2 cores they share"
             ),
             "{note}"
         );

@@ -225,6 +225,13 @@ impl Worker {
             best_saved: self.best_to_beat(),
             ..Tally::default()
         };
+        // (a resumed run's split, its checkpoint's: said as a rebalancing from its first step)
+        if let Some(sizes) = self.split.as_deref().filter(|_| self.rank == 0) {
+            let _ = self.events.send(Event::Control {
+                step: self.step,
+                applied: Applied::Split(sizes.clone()),
+            });
+        }
         let mut stopped = false;
         // training stopped after the last step (an epoch's end and validation, a checkpoint):
         // the next one restarts the throughput windows, as after a pause
