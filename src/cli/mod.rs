@@ -139,14 +139,6 @@ pub struct ViewArgs {
     pub tensorboard: Option<Option<PathBuf>>,
 }
 
-/// A list flag's values each given once (`--batches 32,32` would measure one point twice).
-pub fn listed_once<T: PartialEq + std::fmt::Display>(flag: &str, list: &[T]) -> Result<(), String> {
-    match (list.iter().enumerate()).find(|(i, v)| list[..*i].contains(v)) {
-        Some((_, v)) => Err(format!("{flag}: {v} is given twice: list each value once")),
-        None => Ok(()),
-    }
-}
-
 /// A flag that is a switch or a folder (`--tensorboard[=DIR]`) as it was given: `Some(None)`
 /// for the flag alone or `=true` (the default folder), `None` for `=false` or no flag.
 pub fn switch_or_folder(given: &Option<Option<PathBuf>>) -> Option<Option<PathBuf>> {

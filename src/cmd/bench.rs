@@ -211,8 +211,8 @@ pub fn allreduce_busbw(ranks: usize, bytes: usize, iters: usize) -> f64 {
 
 /// `mgtop-train bench`: every benchmark `--only` names.
 pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    crate::cli::listed_once("--workers", &args.workers).map_err(anyhow::Error::msg)?;
-    crate::cli::listed_once("--batches", &args.batches).map_err(anyhow::Error::msg)?;
+    crate::cmd::listed_once("--workers", &args.workers)?;
+    crate::cmd::listed_once("--batches", &args.batches)?;
     let cores = crate::engine::available_cores();
     super::debug_build_note();
     crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);

@@ -72,3 +72,25 @@ macro_rules! tell {
         let _ = writeln!(std::io::stderr(), "{line}");
     }};
 }
+
+/// A measuring command's list flag with each value once (`--batches 32,32` would measure one
+/// point twice).
+fn listed_once<T: PartialEq + std::fmt::Display>(flag: &str, list: &[T]) -> anyhow::Result<()> {
+    match (list.iter().enumerate()).find(|(i, v)| list[..*i].contains(v)) {
+        Some((_, v)) => anyhow::bail!("{flag}: {v} is given twice: list each value once"),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_value_listed_twice_is_named() {
+        assert!(super::listed_once("--batches", &[32, 64]).is_ok());
+        let e = super::listed_once("--batches", &[32, 64, 32]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--batches: 32 is given twice: list each value once"
+        );
+    }
+}

@@ -381,9 +381,8 @@ fn grid(
         (1..=gpus.len()).collect()
     };
     checks::points(&counts, n, &gpus, &base)?;
-    crate::cli::listed_once("--batches", &args.batches).map_err(anyhow::Error::msg)?;
-    crate::cli::listed_once("--prefetch-modes", &args.prefetch_modes)
-        .map_err(anyhow::Error::msg)?;
+    crate::cmd::listed_once("--batches", &args.batches)?;
+    crate::cmd::listed_once("--prefetch-modes", &args.prefetch_modes)?;
     let batches = if args.batches.is_empty() {
         vec![base.batch_per_replica]
     } else {
