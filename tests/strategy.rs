@@ -343,6 +343,8 @@ fn scale_compares_strategies_side_by_side_even_with_a_straggler() {
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}");
+    // (the fault is part of what was measured: said with the workload)
+    assert!(out.contains("--slow-rank 1:2\n"), "{out}");
     assert!(out.contains("strategy") && out.contains("val acc"), "{out}");
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();

@@ -141,9 +141,9 @@ pub fn join_notes(a: Option<String>, b: Option<String>) -> Option<String> {
     }
 }
 
-/// `resolve_devices` for a given GPU discovery and core count. `sharers`: under a launcher with
-/// several processes on this machine, how many of them share these cores (CPU workers for
-/// `auto` are then this process's share, one at least; alone, at least two).
+/// `resolve_devices` for a given GPU discovery and core count. `sharers`: under a launcher, how
+/// many of the run's processes share these cores (CPU workers for `auto` are then this
+/// process's share, one at least; alone, at least two).
 pub fn resolve_with(
     spec: &DeviceSpec,
     discovery: &Discovery,

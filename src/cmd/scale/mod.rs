@@ -420,8 +420,17 @@ fn grid(
             crate::say!("{line}");
         }
     };
+    // (a slowed rank is part of what is measured: said with the workload, 1 device included
+    // where rank 0 is the slow one)
+    let mut faults = String::new();
+    if let Some((r, f)) = base.slow_rank {
+        faults += &format!(" --slow-rank {r}:{f}");
+    }
+    if let Some((r, d)) = base.slow_data {
+        faults += &format!(" --slow-data {r}:{}", d.as_millis());
+    }
     say(&format!(
-        "workload: --model {} --data {}",
+        "workload: --model {} --data {}{faults}",
         base.model, base.data
     ));
     say(&format!(
