@@ -30,24 +30,11 @@ fn tensor(path: &Path, name: &str) -> Vec<f32> {
 /// `m`'s initial parameters as a safetensors file of its names.
 fn saved(m: &Model) -> tempfile::NamedTempFile {
     let params = m.init_params(1);
-    let bytes: Vec<Vec<u8>> = (m.tensors.iter())
-        .map(|t| {
-            params[t.range()]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect()
-        })
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = (m.tensors.iter().zip(&bytes))
-        .map(|(t, b)| {
-            let v =
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, t.shape.clone(), b);
-            (t.name.clone(), v.unwrap())
-        })
-        .collect();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    safetensors::serialize_to_file(views, &None, file.path()).unwrap();
-    file
+    f32_file(
+        (m.tensors.iter())
+            .map(|t| (t.name.clone(), params[t.range()].to_vec(), t.shape.clone()))
+            .collect(),
+    )
 }
 
 #[test]

@@ -273,7 +273,9 @@ impl Event {
     /// The step this happened after, where it names one.
     pub fn step(&self) -> Option<u64> {
         match self {
-            Event::Started { .. } | Event::DeviceNote { .. } => None,
+            // (the run starts after step `start_step`: no sample of its comes before it)
+            Event::Started { start_step, .. } => Some(*start_step),
+            Event::DeviceNote { .. } => None,
             Event::Control { step, .. }
             | Event::Asked { step, .. }
             | Event::EpochDone { step, .. }

@@ -304,6 +304,15 @@ pub fn read_note(path: &Path, max: u64) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A FIFO made in `dir`.
+    fn fifo_in(dir: &Path) -> std::path::PathBuf {
+        let fifo = dir.join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        fifo
+    }
+
     fn small() -> Expect<'static> {
         Expect {
             what: "a test file",
@@ -318,10 +327,7 @@ mod tests {
         use std::io::Write;
         use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("pipe");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let fifo = fifo_in(dir.path());
         let wait = Duration::from_millis(300);
         // no process has it open for writing: said at once
         let e = read_text_or_pipe(&fifo, &small(), wait)
@@ -380,10 +386,7 @@ mod tests {
             "{e}"
         );
         // a FIFO with no writer: opening it must not wait for one
-        let fifo = dir.path().join("pipe");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let fifo = fifo_in(dir.path());
         let e = read_bytes(&fifo, &small()).unwrap_err().to_string();
         assert!(e.contains("a FIFO (named pipe), not a regular file"), "{e}");
     }

@@ -134,12 +134,9 @@ impl Watch {
     }
 
     /// An engine event at `t` since the start, after the step samples up to its step (see
-    /// `front::steps`; the start takes none: the frontend may get to it after steps that came
-    /// later, which it came before); the run's end is kept back for `end`.
+    /// `front::steps`); the run's end is kept back for `end`.
     pub fn event(&mut self, ev: Event, t: Duration) {
-        if !matches!(ev, Event::Started { .. }) {
-            self.steps_to(ev.step());
-        }
+        self.steps_to(ev.step());
         if matches!(ev, Event::Finished { .. }) {
             self.end = Some((ev, t));
             return;
