@@ -70,6 +70,20 @@ pub struct Row {
     pub final_loss: f32,
     /// The final model's accuracy on the held-out split (none where the data has none).
     pub val_accuracy: Option<f32>,
+    /// The faults injected in this point's ranks, as flags (`--slow-rank 1:2`); empty: none.
+    pub faults: String,
+}
+
+/// The faults `cfg` injects, as the flags that ask for them (empty: none).
+fn fault_flags(cfg: &RunConfig) -> String {
+    let mut flags = Vec::new();
+    if let Some((r, f)) = cfg.slow_rank {
+        flags.push(format!("--slow-rank {r}:{f}"));
+    }
+    if let Some((r, d)) = cfg.slow_data {
+        flags.push(format!("--slow-data {r}:{}", d.as_millis()));
+    }
+    flags.join(" ")
 }
 
 #[derive(Clone, Debug)]
@@ -154,6 +168,7 @@ fn measure_once(
         // a process may wait long at a point's start (process 0 ran the 1-device point alone)
         j.set_patience(Duration::MAX);
     }
+    let faults = fault_flags(&cfg);
     let engine = Engine::start_in(cfg, procs.cloned())?;
     let mfu = crate::observe::mfu::Mfu::for_run(engine.info());
     if let Some(j) = procs {
@@ -253,6 +268,7 @@ fn measure_once(
         comm_share: share(2),
         sync_wait_share: share(3),
         final_loss: last_loss,
+        faults,
     })
 }
 
@@ -422,16 +438,12 @@ fn grid(
     };
     // (a slowed rank is part of what is measured: said with the workload, 1 device included
     // where rank 0 is the slow one)
-    let mut faults = String::new();
-    if let Some((r, f)) = base.slow_rank {
-        faults += &format!(" --slow-rank {r}:{f}");
-    }
-    if let Some((r, d)) = base.slow_data {
-        faults += &format!(" --slow-data {r}:{}", d.as_millis());
-    }
+    let faults = fault_flags(&base);
     say(&format!(
-        "workload: --model {} --data {}{faults}",
-        base.model, base.data
+        "workload: --model {} --data {}{}{faults}",
+        base.model,
+        base.data,
+        if faults.is_empty() { "" } else { " " }
     ));
     say(&format!(
         "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker{})",

@@ -89,7 +89,7 @@ pub fn check_out(path: &Path) -> Result<(), String> {
 }
 
 /// The CSV's first line.
-const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy\n";
+const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy,faults\n";
 
 /// Writes the rows as CSV or JSON, chosen by the file's extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
@@ -101,7 +101,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{}\n",
+                    "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{},{}\n",
                     r.strategy,
                     r.devices,
                     r.per_replica,
@@ -119,7 +119,8 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
                     r.sync_wait_share,
                     r.transfer_share,
                     r.final_loss,
-                    r.val_accuracy.map_or(String::new(), |a| format!("{a:.4}"))
+                    r.val_accuracy.map_or(String::new(), |a| format!("{a:.4}")),
+                    r.faults
                 );
             }
             s

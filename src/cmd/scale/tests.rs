@@ -55,6 +55,7 @@ fn row(devices: usize, rate: f64) -> Row {
         comm_share: 0.0,
         sync_wait_share: 0.0,
         final_loss: 1.0,
+        faults: String::new(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Registering the metric families this run serves.
 
+use prometheus::core::Collector;
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// A family without labels whose one series appears with its first value: nothing, not a 0,
@@ -16,16 +17,22 @@ impl Newest {
     }
 }
 
+/// `made`, registered with `r`: a family this run serves.
+fn registered<M: Collector + Clone + 'static>(
+    r: &Registry,
+    made: prometheus::Result<M>,
+) -> Result<M, String> {
+    let m = made.map_err(|e| e.to_string())?;
+    r.register(Box::new(m.clone())).map_err(|e| e.to_string())?;
+    Ok(m)
+}
+
 pub(super) fn int_gauge(r: &Registry, name: &str, help: &str) -> Result<IntGauge, String> {
-    let g = IntGauge::new(name, help).map_err(|e| e.to_string())?;
-    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
-    Ok(g)
+    registered(r, IntGauge::new(name, help))
 }
 
 pub(super) fn int_counter(r: &Registry, name: &str, help: &str) -> Result<IntCounter, String> {
-    let c = IntCounter::new(name, help).map_err(|e| e.to_string())?;
-    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
-    Ok(c)
+    registered(r, IntCounter::new(name, help))
 }
 
 pub(super) fn gauge_vec(
@@ -34,9 +41,7 @@ pub(super) fn gauge_vec(
     help: &str,
     labels: &[&str],
 ) -> Result<GaugeVec, String> {
-    let g = GaugeVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
-    r.register(Box::new(g.clone())).map_err(|e| e.to_string())?;
-    Ok(g)
+    registered(r, GaugeVec::new(Opts::new(name, help), labels))
 }
 
 pub(super) fn int_counter_vec(
@@ -45,7 +50,5 @@ pub(super) fn int_counter_vec(
     help: &str,
     labels: &[&str],
 ) -> Result<IntCounterVec, String> {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).map_err(|e| e.to_string())?;
-    r.register(Box::new(c.clone())).map_err(|e| e.to_string())?;
-    Ok(c)
+    registered(r, IntCounterVec::new(Opts::new(name, help), labels))
 }
