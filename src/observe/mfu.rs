@@ -11,8 +11,9 @@ use std::time::Duration;
 use crate::engine::{Device, RunInfo};
 use crate::nn::precision::Precision;
 
-/// Dense peak TFLOP/s (fp32, tf32, bf16) by a part of the GPU's name, most specific first.
-const PEAKS: [(&str, [f64; 3]); 12] = [
+/// Dense peak TFLOP/s (fp32, tf32, bf16) by a part of the GPU's name (whole words of it: "L4"
+/// is not "L40"), most specific first.
+const PEAKS: [(&str, [f64; 3]); 13] = [
     ("H100 PCIe", [51.2, 378.0, 756.0]),
     ("H100 NVL", [60.0, 417.5, 835.0]),
     ("H200 NVL", [60.0, 417.5, 835.0]),
@@ -22,6 +23,7 @@ const PEAKS: [(&str, [f64; 3]); 12] = [
     ("H200", [66.9, 494.7, 989.4]),
     ("A100", [19.5, 156.0, 312.0]),
     ("L40S", [91.6, 183.0, 362.0]),
+    ("L40", [90.5, 90.5, 181.0]),
     ("L4", [30.3, 60.0, 121.0]),
     ("A10", [31.2, 62.5, 125.0]),
     ("V100-PCIE", [14.0, 0.0, 0.0]),
@@ -38,9 +40,18 @@ pub fn peak(name: &str, precision: Precision) -> Option<f64> {
     };
     PEAKS
         .iter()
-        .find(|(part, _)| name.contains(part))
+        .find(|(part, _)| names(name, part))
         .map(|(_, p)| p[i] * 1e12)
         .filter(|&p| p > 0.0)
+}
+
+/// Whether `part` stands in `name` as whole words: not inside a longer model number ("A100" is
+/// not in "RTX A1000", "L4" not in "L40", "H200" not in "GH200").
+fn names(name: &str, part: &str) -> bool {
+    let word = |c: Option<char>| c.is_none_or(|c| !c.is_ascii_alphanumeric());
+    name.match_indices(part).any(|(at, _)| {
+        word(name[..at].chars().next_back()) && word(name[at + part.len()..].chars().next())
+    })
 }
 
 /// A run's MFU arithmetic: the model's training FLOPs per sample and each rank's peak (the
@@ -115,7 +126,11 @@ mod tests {
         assert_eq!(tflops("NVIDIA A100-SXM4-80GB", Precision::Fp32), Some(19.5));
         assert_eq!(tflops("NVIDIA L40S", Precision::Fp32), Some(91.6));
         assert_eq!(tflops("NVIDIA L4", Precision::Fp32), Some(30.3));
-        assert_eq!(tflops("NVIDIA A10G", Precision::Fp32), Some(31.2));
+        assert_eq!(tflops("NVIDIA L40", Precision::Bf16), Some(181.0));
+        assert_eq!(tflops("NVIDIA A10", Precision::Fp32), Some(31.2));
+        // (a model number inside a longer one is another GPU, whose peak is not known here)
+        assert_eq!(tflops("NVIDIA RTX A1000 6GB Laptop GPU", Precision::Tf32), None);
+        assert_eq!(tflops("NVIDIA A10G", Precision::Fp32), None);
         assert_eq!(tflops("Tesla V100-SXM2-16GB", Precision::Bf16), None);
         assert_eq!(tflops("NVIDIA GeForce GTX 1080", Precision::Fp32), None);
     }
