@@ -128,7 +128,9 @@ impl Engine {
         let model = validate::model(&cfg, &loaded.train)?;
         // this process's GPUs can do what `--precision` asks (the run's precision is settled
         // over every process's devices once they meet)
-        precision::resolve(cfg.precision, &devices.0, || precision::bf16_pays(&model))?;
+        precision::resolve(cfg.precision, &devices.0, || {
+            precision::bf16_pays(&model, &devices.0)
+        })?;
         // as many loader threads as auto picks for this process's ranks, each with a batch
         let threads = loader::threads_for(&cfg, &loaded.train, &devices.0, devices.0.len());
         let batch_limit = memory::admit(&cfg, &devices.0, &model, per_replica, threads)
@@ -223,7 +225,7 @@ impl Engine {
         validate::batch_norm_values(not_one.as_deref(), start.per_replica)?;
         let local = world.local();
         let precision = precision::resolve(cfg.precision, &world.devices, || {
-            precision::bf16_pays(&model)
+            precision::bf16_pays(&model, &world.devices[local.clone()])
         })?;
         let info = RunInfo::for_run(
             &cfg,

@@ -26,19 +26,31 @@ fn describe(index: usize, name: &str, arch: u32) -> String {
 /// Whether `auto` trains `model` in bf16 on GPUs that have it: its convolutions are the kind
 /// an H100 ran faster in bf16 than in TF32 (`Model::dense_convs_on_large_images`: ResNet-50 at
 /// 224x224 1.21x in NCHW, 1.27x channels last; MobileNetV2 and ResNet-20 ran slower), and
-/// cuDNN loads (bf16 convolutions need it). (cuDNN is this process's to find: processes that
-/// differ there would differ in precision, as they would in convolution algorithms.)
-pub(super) fn bf16_pays(model: &Model) -> bool {
-    model.dense_convs_on_large_images() && dnn::wanted()
+/// cuDNN loads and its bf16 convolutions pass their check on this process's first GPU of
+/// `devices` (bf16 convolutions need it); Err: they would pay, but cuDNN cannot, and why.
+/// (cuDNN is this process's to find: processes that differ there would differ in precision,
+/// as they would in convolution algorithms.)
+pub(crate) fn bf16_pays(model: &Model, devices: &[Device]) -> Result<bool, String> {
+    let first = devices.iter().find_map(|d| match d {
+        Device::Gpu { index, .. } => Some(*index),
+        Device::Cpu { .. } => None,
+    });
+    match first {
+        Some(index) if model.dense_convs_on_large_images() && dnn::wanted() => {
+            dnn::bf16_trusted(index).map(|()| true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// The run's precision over `devices` (every rank's), `auto` taking bf16 where `bf16_pays`
-/// (asked only then: it may look for cuDNN), with a start-up note where it is not what was
-/// asked for (or auto's bf16); an error names a GPU that cannot do what was asked and the fix.
+/// (asked only then: it may check cuDNN on a GPU), with a start-up note where it is not what
+/// was asked for (or auto's bf16); an error names a GPU that cannot do what was asked and the
+/// fix.
 pub(super) fn resolve(
     flag: PrecisionFlag,
     devices: &[Device],
-    bf16_pays: impl FnOnce() -> bool,
+    bf16_pays: impl FnOnce() -> Result<bool, String>,
 ) -> Result<(Precision, Option<String>), EngineError> {
     let gpus: Vec<(usize, &str, u32)> = (devices.iter())
         .filter_map(|d| match d {
@@ -64,13 +76,19 @@ pub(super) fn resolve(
         ))),
         (Some(p), _) => Ok((p, None)),
         (None, None) => Ok(match bf16_pays() {
-            true => (
+            Ok(true) => (
                 Precision::Bf16,
                 Some(format!(
                     "precision auto: bf16, measured faster than TF32 for dense convolutions on images of {LARGE_SIDE}x{LARGE_SIDE} or more (--precision tf32 keeps TF32)"
                 )),
             ),
-            false => (Precision::Tf32, None),
+            Ok(false) => (Precision::Tf32, None),
+            Err(why) => (
+                Precision::Tf32,
+                Some(format!(
+                    "precision auto: TF32, not bf16 (faster for these convolutions, but it needs cuDNN: {why})"
+                )),
+            ),
         }),
         (None, Some(&(i, name, arch))) => Ok((
             Precision::Fp32,
@@ -103,14 +121,14 @@ mod tests {
     fn auto_takes_tf32_where_every_gpu_has_it_and_says_why_not_otherwise() {
         let h100s = [gpu(0, "NVIDIA H100", 90), gpu(1, "NVIDIA H100", 90)];
         assert_eq!(
-            resolve(flag("auto"), &h100s, || false).unwrap(),
+            resolve(flag("auto"), &h100s, || Ok(false)).unwrap(),
             (Precision::Tf32, None)
         );
         let mixed = [
             gpu(0, "NVIDIA A100", 80),
             gpu(1, "Tesla V100-SXM2-16GB", 70),
         ];
-        let (p, note) = resolve(flag("auto"), &mixed, || false).unwrap();
+        let (p, note) = resolve(flag("auto"), &mixed, || Ok(false)).unwrap();
         assert_eq!(p, Precision::Fp32);
         let note = note.unwrap();
         assert!(
@@ -118,7 +136,7 @@ mod tests {
             "{note}"
         );
         // a GPU whose architecture is not known is not assumed to have TF32
-        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)], || false).unwrap();
+        let (p, note) = resolve(flag("auto"), &[gpu(0, "GPU", 0)], || Ok(false)).unwrap();
         assert_eq!(p, Precision::Fp32);
         assert!(note.unwrap().contains("compute capability unknown"));
     }
@@ -126,21 +144,30 @@ mod tests {
     #[test]
     fn auto_takes_bf16_where_it_pays_and_says_so_and_never_on_gpus_without_it() {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
-        let (p, note) = resolve(flag("auto"), &h100, || true).unwrap();
+        let (p, note) = resolve(flag("auto"), &h100, || Ok(true)).unwrap();
         assert_eq!(p, Precision::Bf16);
         let note = note.unwrap();
         assert!(
             note.contains("precision auto: bf16") && note.contains("--precision tf32"),
             "{note}"
         );
+        // where it would pay but cuDNN cannot, TF32, and why: the run goes on
+        let broken = || Err("cuDNN 9.1.0 failed its check on GPU 0 (CUDNN_STATUS_NOT_SUPPORTED)".into());
+        let (p, note) = resolve(flag("auto"), &h100, broken).unwrap();
+        assert_eq!(p, Precision::Tf32);
+        let note = note.unwrap();
+        assert!(
+            note.contains("precision auto: TF32") && note.contains("NOT_SUPPORTED"),
+            "{note}"
+        );
         // asked for: kept, whether or not it pays
         assert_eq!(
-            resolve(flag("tf32"), &h100, || true).unwrap(),
+            resolve(flag("tf32"), &h100, || Ok(true)).unwrap(),
             (Precision::Tf32, None)
         );
         // a GPU without bf16 tensor cores, or CPU workers: as before, never asking (asking may
         // look for cuDNN)
-        let ask = || -> bool { unreachable!("asked whether bf16 pays") };
+        let ask = || -> Result<bool, String> { unreachable!("asked whether bf16 pays") };
         let v100 = [gpu(0, "NVIDIA H100", 90), gpu(1, "Tesla V100", 70)];
         assert_eq!(
             resolve(flag("auto"), &v100, ask).unwrap().0,
@@ -162,10 +189,10 @@ mod tests {
         let h100 = [gpu(0, "NVIDIA H100", 90)];
         for p in [Precision::Fp32, Precision::Tf32, Precision::Bf16] {
             let f = PrecisionFlag(Some(p));
-            assert_eq!(resolve(f, &h100, || false).unwrap(), (p, None));
+            assert_eq!(resolve(f, &h100, || Ok(false)).unwrap(), (p, None));
         }
         let v100 = [gpu(3, "Tesla V100-SXM2-16GB", 70)];
-        let e = resolve(flag("tf32"), &v100, || false)
+        let e = resolve(flag("tf32"), &v100, || Ok(false))
             .unwrap_err()
             .to_string();
         assert!(
@@ -174,10 +201,10 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            resolve(flag("fp32"), &v100, || false).unwrap(),
+            resolve(flag("fp32"), &v100, || Ok(false)).unwrap(),
             (Precision::Fp32, None)
         );
-        let e = resolve(flag("bf16"), &v100, || false)
+        let e = resolve(flag("bf16"), &v100, || Ok(false))
             .unwrap_err()
             .to_string();
         assert!(
@@ -190,15 +217,15 @@ mod tests {
     fn cpu_workers_compute_in_fp32_and_say_so_when_asked_otherwise() {
         let cpus = [Device::Cpu { index: 0 }, Device::Cpu { index: 1 }];
         assert_eq!(
-            resolve(flag("auto"), &cpus, || false).unwrap(),
+            resolve(flag("auto"), &cpus, || Ok(false)).unwrap(),
             (Precision::Fp32, None)
         );
         assert_eq!(
-            resolve(flag("fp32"), &cpus, || false).unwrap(),
+            resolve(flag("fp32"), &cpus, || Ok(false)).unwrap(),
             (Precision::Fp32, None)
         );
         for asked in ["tf32", "bf16"] {
-            let (p, note) = resolve(flag(asked), &cpus, || false).unwrap();
+            let (p, note) = resolve(flag(asked), &cpus, || Ok(false)).unwrap();
             assert_eq!(p, Precision::Fp32);
             assert!(note.unwrap().contains("CPU workers compute in fp32"));
         }

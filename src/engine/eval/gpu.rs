@@ -48,7 +48,7 @@ pub(super) fn run(
         Some(crate::engine::devices::Device::Gpu { name, .. }) => name.clone(),
         _ => String::new(),
     };
-    let bf16_pays = || crate::engine::precision::bf16_pays(model);
+    let bf16_pays = || crate::engine::precision::bf16_pays(model, &devices);
     let (precision, _) = crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays)?;
     let optimizer = crate::engine::validate::optimizer(cfg, model);
     let open = (index, model.clone(), optimizer, precision, state);

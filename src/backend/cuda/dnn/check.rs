@@ -6,7 +6,7 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
 
 use super::{close, version, wanted, Dnn, Key};
-use crate::backend::cuda::elem::Elem;
+use crate::backend::cuda::elem::{bf16, Elem};
 use crate::backend::cuda::layout::{laid, laid_weights, unlaid, unlaid_weights, Layout};
 use crate::backend::cuda::{conv, dwconv, on, CudaError, Gpu};
 use crate::nn::grouped::ConvGeom;
@@ -23,6 +23,44 @@ pub fn for_replica<E: Elem>(
     if !wanted() {
         return (None, Vec::new());
     }
+    match trusted(gpu, blas, precision) {
+        Ok(d) => (Some(d), Vec::new()),
+        Err(failed) => {
+            let note = format!(
+                "GPU {}: cuDNN {} failed its check against the own kernels ({failed}); its convolutions run on the own kernels (MGTOP_CUDNN=off skips cuDNN)",
+                gpu.index,
+                version()
+            );
+            (None, vec![note])
+        }
+    }
+}
+
+/// Whether this process's cuDNN runs bf16 convolutions that can be trusted, checked once (on
+/// GPU `index`, opened for it and closed after): where it does not, `--precision auto` takes
+/// TF32 (bf16 convolutions need cuDNN). Err: why not.
+pub fn bf16_trusted(index: usize) -> Result<(), String> {
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let check = || {
+        let gpu = Gpu::open(index).map_err(|e| e.to_string())?;
+        let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
+        crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
+            .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))?;
+        let d = trusted::<bf16>(&gpu, &blas, Precision::Bf16).map_err(|e| {
+            format!(
+                "cuDNN {} failed its check on GPU {index} ({e})",
+                version()
+            )
+        })?;
+        close(d);
+        Ok(())
+    };
+    CHECKED.get_or_init(check).clone()
+}
+
+/// cuDNN for activations of type `E`, where its fp32 convolutions agree with the own kernels
+/// and (bf16) its bf16 ones run. Err: why not.
+fn trusted<E: Elem>(gpu: &Gpu, blas: &CudaBlas, precision: Precision) -> Result<Dnn<E>, String> {
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         check_fp32(gpu, blas, precision, Layout::Nchw)?;
         let mut d = Dnn::<E>::open(&gpu.stream, precision)?;
@@ -37,17 +75,7 @@ pub fn for_replica<E: Elem>(
             },
         }
     }));
-    let failed = match checked {
-        Ok(Ok(d)) => return (Some(d), Vec::new()),
-        Ok(Err(e)) => e,
-        Err(_) => "it panicked".to_string(),
-    };
-    let note = format!(
-        "GPU {}: cuDNN {} failed its check against the own kernels ({failed}); its convolutions run on the own kernels (MGTOP_CUDNN=off skips cuDNN)",
-        gpu.index,
-        version()
-    );
-    (None, vec![note])
+    checked.unwrap_or_else(|_| Err("it panicked".into()))
 }
 
 /// Whether cuDNN's channels-last convolutions can be trusted on this GPU (where a replica of

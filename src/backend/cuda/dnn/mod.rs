@@ -47,7 +47,7 @@ mod check;
 mod graph;
 mod measure;
 
-pub use check::{check, check_channels_last, for_replica};
+pub use check::{bf16_trusted, check, check_channels_last, for_replica};
 pub use graph::Api;
 pub use measure::Choice as AlgoChoice;
 
