@@ -33,11 +33,14 @@ fn one_pass(b: usize, g: &ConvGeom) -> bool {
     g.k == 3 && fits(plane(g.h, g.w)) && fits(plane(g.oh, g.ow))
 }
 
-/// Floats of the one-pass weight gradient's partial sums (parts x C x 9); none for other
-/// windows.
+/// Floats of the one-pass weight gradient's partial sums (parts x C x 9) over any batch of up
+/// to `b` images (a buffer sized for `b` serves them all: fewer images, an epoch's short last
+/// batch, may take the one-pass kernel where `b` do not); none for other windows.
 pub(super) fn weight_scratch_len(b: usize, g: &ConvGeom) -> usize {
-    match one_pass(b, g) {
-        true => weight_parts(b, g) * g.c * 9,
+    let image = g.c.saturating_mul((g.h * g.w).max(g.oh * g.ow)).max(1);
+    let most = b.min((SMALL - 1) / image);
+    match most > 0 && one_pass(most, g) {
+        true => weight_parts(most, g) * g.c * 9,
         false => 0,
     }
 }
@@ -132,7 +135,22 @@ mod tests {
         assert_eq!(weight_scratch_len(64, &dw(32, (56, 56), (5, 1, 2))), 0);
         let huge = dw(1024, (1024, 1024), (3, 1, 1));
         assert!(!one_pass(4, &huge));
-        assert_eq!(weight_scratch_len(4, &huge), 0);
+        // (a batch of 4 takes the per-tap kernel, one of them the one-pass kernel: its scratch
+        // serves both)
+        assert!(one_pass(1, &huge));
+        assert_eq!(weight_scratch_len(4, &huge), weight_parts(1, &huge) * 1024 * 9);
         assert!(one_pass(1, &dw(1024, (1024, 1024), (3, 2, 1))));
+    }
+
+    #[test]
+    fn a_scratch_sized_for_a_batch_holds_what_every_smaller_batch_needs() {
+        for g in [dw(32, (112, 112), (3, 1, 1)), dw(96, (224, 224), (3, 1, 1))] {
+            let most = weight_scratch_len(1024, &g);
+            for b in 0..=1024 {
+                let needs = if one_pass(b, &g) { weight_parts(b, &g) * g.c * 9 } else { 0 };
+                assert!(needs <= most, "{b} images need {needs}, the scratch holds {most}");
+                assert!(weight_scratch_len(b, &g) <= most);
+            }
+        }
     }
 }
