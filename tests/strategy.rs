@@ -369,7 +369,11 @@ fn scale_compares_strategies_side_by_side_even_with_a_straggler() {
             assert_eq!(r["speedup"], 1.0, "{r}");
         }
         // each row names the faults its ranks had: rank 1 is slow only where there is one
-        let faults = if r["devices"] == 1 { "" } else { "--slow-rank 1:2" };
+        let faults = if r["devices"] == 1 {
+            ""
+        } else {
+            "--slow-rank 1:2"
+        };
         assert_eq!(r["faults"], faults, "{r}");
         let acc = r["val_accuracy"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&acc), "{r}");

@@ -147,7 +147,11 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
         ),
         (false, true) => "own kernels (im2col + cuBLAS, depthwise kernels; MGTOP_CUDNN=off)".into(),
         (false, false) => format!(
-            "own kernels (im2col + cuBLAS, depthwise kernels): cuDNN not found; for faster convolutions {}",
+            "own kernels (im2col + cuBLAS, depthwise kernels): {}; for faster convolutions {}",
+            match dnn::too_old() {
+                Some(v) => format!("the cuDNN found is {v}, and they need cuDNN 9 or newer"),
+                None => "cuDNN not found".into(),
+            },
             libs::CUDNN.install
         ),
     })
@@ -180,10 +184,16 @@ impl RunInfo {
                 .collect(),
             grad_dtype: cfg.grad_dtype,
             // (the pair `on` refuses on GPUs is no matter on CPU workers: said as `on` alone)
-            cuda_graph: (cfg.cuda_graph.resolve(cfg.sync_bn))
-                .or_else(|_| cfg.cuda_graph.resolve(false))
-                .ok()
-                .map(|(_, line)| line),
+            cuda_graph: match crate::backend::cuda::replica::profiled() {
+                // (a profile times each launch of a pass: its passes are never graphs)
+                Some(_) if cfg.cuda_graph != crate::config::cuda_graph::CudaGraph::Off => Some(
+                    "off: MGTOP_GPU_PROFILE times each launch of a pass, which a graph would hide (unset it for graphs)".into(),
+                ),
+                _ => (cfg.cuda_graph.resolve(cfg.sync_bn))
+                    .or_else(|_| cfg.cuda_graph.resolve(false))
+                    .ok()
+                    .map(|(_, line)| line),
+            },
             step_metrics: Some(step_metrics(cfg)),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),

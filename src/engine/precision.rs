@@ -152,7 +152,8 @@ mod tests {
             "{note}"
         );
         // where it would pay but cuDNN cannot, TF32, and why: the run goes on
-        let broken = || Err("cuDNN 9.1.0 failed its check on GPU 0 (CUDNN_STATUS_NOT_SUPPORTED)".into());
+        let broken =
+            || Err("cuDNN 9.1.0 failed its check on GPU 0 (CUDNN_STATUS_NOT_SUPPORTED)".into());
         let (p, note) = resolve(flag("auto"), &h100, broken).unwrap();
         assert_eq!(p, Precision::Tf32);
         let note = note.unwrap();

@@ -129,7 +129,10 @@ mod tests {
         assert_eq!(tflops("NVIDIA L40", Precision::Bf16), Some(181.0));
         assert_eq!(tflops("NVIDIA A10", Precision::Fp32), Some(31.2));
         // (a model number inside a longer one is another GPU, whose peak is not known here)
-        assert_eq!(tflops("NVIDIA RTX A1000 6GB Laptop GPU", Precision::Tf32), None);
+        assert_eq!(
+            tflops("NVIDIA RTX A1000 6GB Laptop GPU", Precision::Tf32),
+            None
+        );
         assert_eq!(tflops("NVIDIA A10G", Precision::Fp32), None);
         assert_eq!(tflops("Tesla V100-SXM2-16GB", Precision::Bf16), None);
         assert_eq!(tflops("NVIDIA GeForce GTX 1080", Precision::Fp32), None);

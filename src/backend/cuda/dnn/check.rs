@@ -46,12 +46,8 @@ pub fn bf16_trusted(index: usize) -> Result<(), String> {
         let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
         crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
             .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))?;
-        let d = trusted::<bf16>(&gpu, &blas, Precision::Bf16).map_err(|e| {
-            format!(
-                "cuDNN {} failed its check on GPU {index} ({e})",
-                version()
-            )
-        })?;
+        let d = trusted::<bf16>(&gpu, &blas, Precision::Bf16)
+            .map_err(|e| format!("cuDNN {} failed its check on GPU {index} ({e})", version()))?;
         close(d);
         Ok(())
     };

@@ -54,10 +54,22 @@ pub use measure::Choice as AlgoChoice;
 /// The most workspace memory the convolutions may take (as the own kernels' column scratch).
 pub const MAX_WORKSPACE: usize = 256 << 20;
 
-/// Whether cuDNN can be loaded (cudarc panics on a call into a library it cannot load).
+/// Whether cuDNN can be loaded (cudarc panics on a call into a library it cannot load) and is
+/// cuDNN 9 or newer (whose API the convolutions use).
 pub fn available() -> bool {
+    loaded() && too_old().is_none()
+}
+
+/// Whether a cuDNN library loads, of any version.
+fn loaded() -> bool {
     // SAFETY: only tries to dlopen the library under cudarc's names; nothing is called.
     unsafe { cudarc::cudnn::sys::is_culib_present() }
+}
+
+/// The version of a cuDNN that loads but is older than 9 (its convolutions are not used).
+pub fn too_old() -> Option<String> {
+    let v = loaded().then(cudarc::cudnn::result::get_version)?;
+    (major(v) < 9).then(|| version_text(v))
 }
 
 /// Whether convolutions should go through cuDNN: it loads, and `MGTOP_CUDNN` is not `off`.
@@ -82,9 +94,21 @@ pub fn version() -> String {
     version_text(cudarc::cudnn::result::get_version())
 }
 
-/// cuDNN 9's version number (major * 10000 + minor * 100 + patch) as text.
+/// A cuDNN version number's major version: cuDNN 9 writes major * 10000 + minor * 100 +
+/// patch, earlier ones major * 1000 + minor * 100 + patch.
+fn major(v: usize) -> usize {
+    match v >= 10000 {
+        true => v / 10000,
+        false => v / 1000,
+    }
+}
+
+/// A cuDNN version number as text ("9.3.0", "8.9.7").
 fn version_text(v: usize) -> String {
-    format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+    match v >= 10000 {
+        true => format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100),
+        false => format!("{}.{}.{}", v / 1000, v / 100 % 10, v % 100),
+    }
 }
 
 /// One convolution's shape: `b` images through window `g` in `groups` groups, the activations

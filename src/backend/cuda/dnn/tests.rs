@@ -11,9 +11,14 @@ fn bf16_tensors_take_the_tensor_cores_tf32_may_and_fp32_stays_strict() {
 }
 
 #[test]
-fn versions_read_as_cudnn_9_writes_them() {
+fn versions_read_as_each_cudnn_writes_them() {
     assert_eq!(version_text(90300), "9.3.0");
     assert_eq!(version_text(91002), "9.10.2");
+    assert_eq!((major(90300), major(91400)), (9, 9));
+    // cuDNN 8 and older: major * 1000 + minor * 100 + patch (too old for these convolutions)
+    assert_eq!(version_text(8907), "8.9.7");
+    assert_eq!(version_text(7605), "7.6.5");
+    assert_eq!((major(8907), major(7605)), (8, 7));
 }
 
 #[test]

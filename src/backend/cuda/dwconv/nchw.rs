@@ -138,7 +138,10 @@ mod tests {
         // (a batch of 4 takes the per-tap kernel, one of them the one-pass kernel: its scratch
         // serves both)
         assert!(one_pass(1, &huge));
-        assert_eq!(weight_scratch_len(4, &huge), weight_parts(1, &huge) * 1024 * 9);
+        assert_eq!(
+            weight_scratch_len(4, &huge),
+            weight_parts(1, &huge) * 1024 * 9
+        );
         assert!(one_pass(1, &dw(1024, (1024, 1024), (3, 2, 1))));
     }
 
@@ -147,8 +150,15 @@ mod tests {
         for g in [dw(32, (112, 112), (3, 1, 1)), dw(96, (224, 224), (3, 1, 1))] {
             let most = weight_scratch_len(1024, &g);
             for b in 0..=1024 {
-                let needs = if one_pass(b, &g) { weight_parts(b, &g) * g.c * 9 } else { 0 };
-                assert!(needs <= most, "{b} images need {needs}, the scratch holds {most}");
+                let needs = if one_pass(b, &g) {
+                    weight_parts(b, &g) * g.c * 9
+                } else {
+                    0
+                };
+                assert!(
+                    needs <= most,
+                    "{b} images need {needs}, the scratch holds {most}"
+                );
                 assert!(weight_scratch_len(b, &g) <= most);
             }
         }

@@ -24,7 +24,7 @@ mod open;
 mod packed;
 mod pass;
 mod profile;
-pub use profile::check_env as check_profile_env;
+pub use profile::{check_env as check_profile_env, wanted as profiled};
 mod resident;
 mod update;
 mod wait;
