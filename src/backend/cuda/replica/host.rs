@@ -1,8 +1,8 @@
 //! A batch's rows onto this GPU (`upload`), and parameters and gradients between it and the host
-//! (central storage each step, local SGD at its averages): the latter through page-locked
-//! staging buffers, so the copies are DMA transfers that
-//! the stream runs asynchronously; an upload is queued ahead of the step's compute, a download is
-//! waited for once. And `to_device`, a buffer uploaded once.
+//! (central storage each step, local SGD at its averages), through page-locked staging
+//! buffers, so the copies are DMA transfers that the stream runs asynchronously; an upload is
+//! queued ahead of the step's compute, a download is waited for once. And `to_device`, a
+//! buffer uploaded once.
 //!
 //! The waits are ours: cudarc's page-locked buffers order host access with an event that it
 //! records only while its per-use event tracking is on, and `Gpu::open` turns that off (one
@@ -117,18 +117,23 @@ unsafe fn alloc<T: DeviceRepr>(
 }
 
 /// Page-locked host buffers, made on first use: one of n_params floats (parameters, both
-/// ways), one of n_params + AUX (gradients and metric slots). (Each step's batch metrics have
-/// their own, `wait::Ends`.)
+/// ways), one of n_params + AUX (gradients and metric slots), and the uploads of parameters
+/// and of batches' rows and labels. (Each step's batch metrics have their own, `wait::Ends`.)
 #[derive(Default)]
 pub(super) struct Staging {
     params: Option<PinnedHostSlice<f32>>,
     grads: Option<PinnedHostSlice<f32>>,
     params_in: Upload<f32>,
+    rows: Upload<f32>,
+    labels: Upload<u32>,
 }
 
 impl<E: Elem> CudaReplica<E> {
     /// Uploads x[b, d] and y[b] into the input buffers (a bf16 run's through `input`, then
-    /// rounded on the device; a channels-last run's moved into place, `arrange_input`).
+    /// rounded on the device; a channels-last run's moved into place, `arrange_input`), through
+    /// page-locked buffers: a copy from the loader's memory could wait for the stream's work
+    /// before it (the step before's all-reduce, which a failed peer may hold), inside the
+    /// driver, where no abort reaches the host.
     pub(super) fn upload(&mut self, x: &[f32], y: &[u32], b: usize) {
         if let Err(e) = self.ensure(b) {
             panic!("{e}")
@@ -140,11 +145,12 @@ impl<E: Elem> CudaReplica<E> {
             false => &mut self.acts[0],
         };
         let mut a0 = landing.slice_mut(..b * d);
+        let rows = &mut self.staging.rows;
         let sent = match E::f32_view_mut(&mut a0) {
-            Some(a0) => s.memcpy_htod(&x[..b * d], a0),
+            Some(mut a0) => rows.copy(&s, &x[..b * d], &mut a0),
             None => {
                 let mut staged = self.input.slice_mut(..b * d);
-                (s.memcpy_htod(&x[..b * d], &mut staged)).map(|()| {
+                (rows.copy(&s, &x[..b * d], &mut staged)).map(|()| {
                     check(convert::to_elem(
                         &self.gpu,
                         &mut a0,
@@ -158,7 +164,8 @@ impl<E: Elem> CudaReplica<E> {
             self.fail("upload a batch", e)
         }
         self.arrange_input(b);
-        if let Err(e) = s.memcpy_htod(&y[..b], &mut self.labels.slice_mut(..b)) {
+        let labels = &mut self.labels.slice_mut(..b);
+        if let Err(e) = self.staging.labels.copy(&s, &y[..b], labels) {
             self.fail("upload labels", e)
         }
     }
