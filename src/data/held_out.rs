@@ -207,9 +207,7 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             ));
         }
         // as the run scaled its validation rows
-        let by: Vec<(f64, f64)> = (shift.iter().zip(scale))
-            .map(|(&s, &k)| (s as f64, k as f64))
-            .collect();
+        let by: Vec<(f64, f64)> = shift.iter().copied().zip(scale.iter().copied()).collect();
         table::scale_rows(&mut set.x, d, &by);
     }
     // (rows given without a shape are read as the run's model reads them)

@@ -117,8 +117,10 @@ pub struct InputRecipe {
     pub sample: Option<[usize; 3]>,
 }
 
-/// Per-feature (shift, scale): a value becomes (x - shift) * scale.
-pub type Affine = (Vec<f32>, Vec<f32>);
+/// Per-feature (shift, scale): a value becomes (x - shift) * scale. In f64: a shift of a column
+/// around 1.6e9 (a timestamp) in f32 would be off by up to 64, whole deviations of a column
+/// that varies by a hundred.
+pub type Affine = (Vec<f64>, Vec<f64>);
 
 /// The share of a set without its own validation set that validates, unless `--val-split`.
 pub const DEFAULT_VAL_FRACTION: f64 = 0.2;

@@ -222,6 +222,11 @@ pub(super) fn load(
         }
     };
     let (norm_text, affine) = normalise(&mut train, &mut val, &norm);
+    let notes = (affine.as_ref())
+        .filter(|_| matches!(norm, Normalisation::Standardise))
+        .and_then(coarse_columns)
+        .into_iter()
+        .collect();
     // labels are class numbers 0..classes-1: most of them unused says they may be something else
     let used = full
         .y
@@ -252,7 +257,7 @@ pub(super) fn load(
         train,
         val,
         description,
-        notes: Vec::new(),
+        notes,
         val_notes: 0,
         val_text: split_text,
         recipe: super::InputRecipe {
@@ -276,23 +281,29 @@ fn normalise(
                 *v *= f;
             }
             let text = format!("scaled x*{f} to [0,1]", f = format_factor(*f));
-            (text, Some((vec![0.0], vec![*f])))
+            (text, Some((vec![0.0], vec![*f as f64])))
         }
         Normalisation::Standardise => {
             let d = train.features;
             let n = train.len().max(1) as f64;
+            // (two passes: the mean, then the squares about it; one pass's sum of squares less
+            // the squared mean cancels to nothing on a column far from 0, a timestamp's)
             let mut mean = vec![0.0f64; d];
-            let mut sq = vec![0.0f64; d];
             for row in train.x.chunks_exact(d) {
-                for j in 0..d {
-                    mean[j] += row[j] as f64;
-                    sq[j] += (row[j] as f64) * (row[j] as f64);
+                for (m, v) in mean.iter_mut().zip(row) {
+                    *m += *v as f64;
                 }
             }
-            let stats: Vec<(f64, f64)> = (0..d)
-                .map(|j| {
-                    let m = mean[j] / n;
-                    let var = (sq[j] / n - m * m).max(0.0);
+            mean.iter_mut().for_each(|m| *m /= n);
+            let mut sq = vec![0.0f64; d];
+            for row in train.x.chunks_exact(d) {
+                for ((s, m), v) in sq.iter_mut().zip(&mean).zip(row) {
+                    *s += (*v as f64 - m).powi(2);
+                }
+            }
+            let stats: Vec<(f64, f64)> = (mean.iter().zip(&sq))
+                .map(|(&m, s)| {
+                    let var = s / n;
                     let sd = if var > 1e-12 { var.sqrt() } else { 1.0 };
                     (m, 1.0 / sd)
                 })
@@ -300,11 +311,31 @@ fn normalise(
             scale_rows(&mut train.x, d, &stats);
             scale_rows(&mut val.x, d, &stats);
             let text = "standardised per feature, (x-mean)/std from the train split".into();
-            let shift = stats.iter().map(|s| s.0 as f32).collect();
-            let scale = stats.iter().map(|s| s.1 as f32).collect();
+            let shift = stats.iter().map(|s| s.0).collect();
+            let scale = stats.iter().map(|s| s.1).collect();
             (text, Some((shift, scale)))
         }
     }
+}
+
+/// The columns standardised by `affine` that vary by less than 64 of the 32-bit float steps of
+/// their values (a timestamp's 1.6e9 steps by 128: a column of them that varies by 90 is read
+/// as a few values), said with the fix; none where there are none.
+fn coarse_columns((shift, scale): &super::Affine) -> Option<String> {
+    let step = |m: f64| 2f64.powi(m.abs().log2().floor() as i32 - 23);
+    let coarse: Vec<(usize, f64, f64)> = (shift.iter().zip(scale).enumerate())
+        .filter(|&(_, (&m, &k))| m != 0.0 && k != 1.0 && 1.0 / k < 64.0 * step(m))
+        .map(|(j, (&m, &k))| (j, m, 1.0 / k))
+        .collect();
+    let &(j, m, sd) = coarse.first()?;
+    let more = match coarse.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Some(format!(
+        "feature {j} (from 0, not counting the label column){more}: values around {m:.4e} vary by {sd:.3} (std), under 64 of the steps ({}) that 32-bit floats take there, so most of what it says is lost; subtract an offset in the file (x - {m:.0}) to keep it",
+        step(m)
+    ))
 }
 
 /// Each row of `x` (`d` features) made (x - shift) * scale: `by` one (shift, scale) per feature,

@@ -164,6 +164,37 @@ fn standardise_uses_train_statistics() {
 }
 
 #[test]
+fn a_column_far_from_zero_is_standardised_by_its_own_spread_and_said_when_floats_blur_it() {
+    // a timestamp column: 1.6e9 + 0, 256, 512, 768 (exact in f32), std about 286; one pass's
+    // sum of squares less the squared mean cancelled it to a constant (scale 1)
+    let x: Vec<f32> = (0..4).map(|k| 1.6e9 + 256.0 * k as f32).collect();
+    let mut train = Dataset {
+        features: 1,
+        classes: 2,
+        image: None,
+        x,
+        y: vec![0, 1, 0, 1],
+        pictures: None,
+    };
+    let mut val = train.clone();
+    let (_, affine) = normalise(&mut train, &mut val, &Normalisation::Standardise);
+    let (shift, scale) = affine.unwrap();
+    // the shift kept whole (f32 would be off by up to 64: most of a deviation)
+    assert_eq!(shift, vec![1.6e9 + 384.0]);
+    assert!((1.0 / scale[0] - 286.2).abs() < 0.1, "{scale:?}");
+    let xs: Vec<f32> = train.x.iter().map(|v| (v * 1e3).round() / 1e3).collect();
+    assert_eq!(xs, vec![-1.342, -0.447, 0.447, 1.342]);
+    // its spread is a few of f32's steps there (128): said, with the fix
+    let note = coarse_columns(&(shift, scale)).unwrap();
+    assert!(
+        note.starts_with("feature 0") && note.contains("subtract an offset"),
+        "{note}"
+    );
+    // ordinary columns are not
+    assert_eq!(coarse_columns(&(vec![2024.0, 0.5], vec![0.1, 3.0])), None);
+}
+
+#[test]
 fn a_csv_shape_must_match_the_features() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("pixels.csv");

@@ -81,7 +81,7 @@ pub struct CheckpointMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_affine: Option<(Vec<f32>, Vec<f32>)>,
+    pub input_affine: Option<crate::data::Affine>,
     /// Each output's class name, output 0's first (a folder's classes, CIFAR's); absent where
     /// the data names none (tables, synthetic sets) and in older checkpoints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -319,7 +319,7 @@ mod tests {
 
     #[test]
     fn a_tables_scaling_is_of_the_models_input() {
-        let with = |input: Option<&str>, scale: Vec<f32>, shift: Vec<f32>| CheckpointMeta {
+        let with = |input: Option<&str>, scale: Vec<f64>, shift: Vec<f64>| CheckpointMeta {
             input: input.map(String::from),
             input_affine: Some((scale, shift)),
             ..CheckpointMeta::example()
@@ -341,7 +341,7 @@ mod tests {
         );
         assert!(with(Some("64"), vec![1.0; 2], vec![0.; 2]).check().is_err());
         assert!(with(None, vec![], vec![]).check().is_err());
-        let e = with(None, vec![f32::NAN], vec![0.]).check().unwrap_err();
+        let e = with(None, vec![f64::NAN], vec![0.]).check().unwrap_err();
         assert_eq!(e, "input_affine holds a value that is not a finite number");
     }
 

@@ -18,7 +18,7 @@ pub const MARK: &str = "# written by mgtop-train export";
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inputs<'a> {
     pub text: &'a str,
-    pub affine: Option<(&'a [f32], &'a [f32])>,
+    pub affine: Option<(&'a [f64], &'a [f64])>,
 }
 
 /// The Python source of a module `Net` computing `m`'s logits from samples made as `inputs`
@@ -178,7 +178,7 @@ class Net(nn.Module):
 }
 
 /// `[0.5, 1.25, ...]`, eight values a line.
-fn python_list(v: &[f32]) -> String {
+fn python_list<T: std::fmt::Debug>(v: &[T]) -> String {
     let lines: Vec<String> = (v.chunks(8))
         .map(|c| {
             c.iter()

@@ -90,7 +90,7 @@ fn le(v: &[f32]) -> Vec<u8> {
 /// Writes `m` with random weights and running statistics, as `export` writes them (with
 /// `num_batches_tracked`), its module, and an input with the logits mgtop-train computes for it
 /// (from the input scaled by `affine`, as a table's values are, where there is one).
-fn write_case(dir: &Path, name: &str, m: &Model, seed: u64, affine: Option<(&[f32], &[f32])>) {
+fn write_case(dir: &Path, name: &str, m: &Model, seed: u64, affine: Option<(&[f64], &[f64])>) {
     let mut rng = Rng::stream(seed, tag::INIT, 1);
     let mut params = m.init_params(seed);
     for p in &mut params {
@@ -112,7 +112,7 @@ fn write_case(dir: &Path, name: &str, m: &Model, seed: u64, affine: Option<(&[f3
         Some((shift, scale)) => (x.iter().enumerate())
             .map(|(i, v)| {
                 let j = if shift.len() == 1 { 0 } else { i % d };
-                (v - shift[j]) * scale[j]
+                ((*v as f64 - shift[j]) * scale[j]) as f32
             })
             .collect(),
         None => x.clone(),
@@ -218,8 +218,8 @@ fn the_modules_compute_the_same_logits_in_pytorch() {
         args.push(tmp.path().join(name).display().to_string());
     }
     // a table's scaling, per feature and for every feature alike, in the module
-    let (shift, scale): (Vec<f32>, Vec<f32>) = (0..20)
-        .map(|j| (j as f32 * 0.1, 1.0 + j as f32 * 0.05))
+    let (shift, scale): (Vec<f64>, Vec<f64>) = (0..20)
+        .map(|j| (j as f64 * 0.1, 1.0 + j as f64 * 0.05))
         .unzip();
     let standardised = built("mlp:16", Shape::Flat(20), 3);
     write_case(
