@@ -873,6 +873,62 @@ fn a_class_none_of_whose_pictures_decode_stops_the_run_naming_it() {
     assert!(metrics.contains("dog/0.png"), "{metrics}");
 }
 
+#[test]
+fn validation_pictures_that_do_not_decode_are_said_and_a_class_of_none_stops_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut whole = Vec::new();
+    pixels(9)
+        .write_to(&mut Cursor::new(&mut whole), ImageFormat::Png)
+        .unwrap();
+    let cut = &whole[..whole.len() / 2];
+    for (set, class) in [("train", "cat"), ("train", "dog"), ("val", "cat")] {
+        for i in 0..3 {
+            png_rgb(&tmp.path().join(format!("pics/{set}/{class}/{i}.png")), i);
+        }
+    }
+    std::fs::create_dir_all(tmp.path().join("pics/val/dog")).unwrap();
+    for i in 0..2 {
+        std::fs::write(tmp.path().join(format!("pics/val/dog/{i}.png")), cut).unwrap();
+    }
+    let train = |run: &str| {
+        let args = ["--headless", "--data", "images:pics", "--model", "mlp:8"];
+        let more = ["--devices", "cpu:1", "--steps", "2", "--run-dir", run];
+        common::cli::run_in(tmp.path(), &[&args[..], &more[..]].concat())
+    };
+    // every validation dog blank: no figure, an error naming them (was 100% accuracy)
+    let o = train("none");
+    let text = common::cli::text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains("no picture of class 1")
+            && text.contains("val/dog")
+            && text.contains("WARNING"),
+        "{text}"
+    );
+    assert!(!text.contains("val loss"), "{text}");
+    // one that decodes: it stands in for the other, said; eval says so too
+    png_rgb(&tmp.path().join("pics/val/dog/0.png"), 0);
+    let o = train("one");
+    let text = common::cli::text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("skipped") && text.contains("val/dog/1.png"),
+        "{text}"
+    );
+    let o = common::cli::run_in(tmp.path(), &["eval", "one", "--data", "images:pics/val"]);
+    let text = common::cli::text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("val/dog/1.png") && text.contains("stood in for it"),
+        "{text}"
+    );
+    std::fs::write(tmp.path().join("pics/val/dog/0.png"), cut).unwrap();
+    let o = common::cli::run_in(tmp.path(), &["eval", "one", "--data", "images:pics/val"]);
+    let text = common::cli::text(&o);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains("no picture of class 1"), "{text}");
+}
+
 /// Serves `body` over HTTP on a port of its own to every request; the base URL.
 fn http_server(body: Vec<u8>) -> String {
     use std::io::{Read, Write};

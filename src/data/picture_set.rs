@@ -133,13 +133,14 @@ impl ImageSet {
         Ok(p)
     }
 
-    /// Picture `i`; one that cannot be decoded is reported once and stood in for by the next
-    /// picture of the same class that can, the same one every time. `None` if none can: the
-    /// set is then [`unusable`](Self::unusable).
-    pub fn picture(&self, i: usize) -> Option<Arc<Picture>> {
-        let n = self.len();
+    /// Picture `among[at]` (the rows of a split); one that cannot be decoded is reported once
+    /// and stood in for by the next picture of the same class among them that can (the split's
+    /// own: a validation picture never stands in for a training one, nor the other way), the
+    /// same one every time. `None` if none can: the set is then [`unusable`](Self::unusable).
+    pub fn picture(&self, among: &[u32], at: usize) -> Option<Arc<Picture>> {
+        let (n, i) = (among.len(), among[at] as usize);
         for k in 0..n {
-            let j = (i + k) % n;
+            let j = among[(at + k) % n] as usize;
             if self.labels[j] != self.labels[i] || self.failed[j].load(Ordering::Relaxed) {
                 continue;
             }
@@ -155,12 +156,15 @@ impl ImageSet {
                 }
             }
         }
-        let files = self.labels.iter().filter(|&&l| l == self.labels[i]).count();
+        let files = (among.iter()).filter(|&&j| self.labels[j as usize] == self.labels[i]);
+        let (files, all) = (files.count(), self.labels.len() == n);
         let class =
             (self.files[i].parent()).map_or(String::new(), |d| format!(" ({})", d.display()));
         let _ = self.unusable.set(format!(
-            "no picture of class {}{class} can be decoded: all {files} of its files failed (the log and the metrics file name each); repair or replace them, or move the class's folder out of the data",
-            self.labels[i]
+            "no picture of class {}{class} {}can be decoded: all {files} of its files {}failed; repair or replace them, or move the class's folder out of the data",
+            self.labels[i],
+            if all { "" } else { "in this split " },
+            if all { "" } else { "there " },
         ));
         None
     }
@@ -196,7 +200,7 @@ impl Pictures {
     /// Writes sample `i` of this split (as of `epoch`'s augmentation draws) to `out`.
     pub fn fill(&self, i: usize, epoch: u64, out: &mut [f32]) {
         let row = self.rows[i] as usize;
-        match self.set.picture(row) {
+        match self.set.picture(&self.rows, i) {
             Some(p) => {
                 let mut rng = Rng::stream(
                     self.seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03),

@@ -70,7 +70,7 @@ pub fn evaluate(
     on: On,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Evaluation, EngineError> {
-    let (set, text, notes) = match data {
+    let (set, text, mut notes) = match data {
         None => own_set(cfg, meta, point)?,
         Some(spec) => given_set(cfg, meta, spec)?,
     };
@@ -88,6 +88,28 @@ pub fn evaluate(
         }
         On::Gpu(index) => gpu::run(index, cfg, &model, state, &set, &mut progress)?,
     };
+    // pictures that failed to decode were stood in for by others of their class: said; a class
+    // none of whose pictures decode was evaluated on blank samples, which mean nothing
+    if let Some(p) = &set.pictures {
+        let skipped = p.set.take_failures();
+        if let Some(why) = p.set.unusable() {
+            let more = match skipped.len() {
+                0..=3 => String::new(),
+                n => format!("; and {} more", n - 3),
+            };
+            let named = skipped
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(EngineError::Config(format!(
+                "{why}; its figures would mean nothing ({named}{more})"
+            )));
+        }
+        let stood_in = "another picture of its class stood in for it";
+        notes.extend(skipped.into_iter().map(|s| format!("{s}; {stood_in}")));
+    }
     // (as training stops where its loss is not finite: no figure of such outputs means anything)
     if tally.not_finite > 0 {
         return Err(EngineError::Config(format!(

@@ -304,12 +304,7 @@ impl Worker {
             }
             let data_wait = t_start.elapsed();
             // a class none of whose pictures decode would train on blank samples
-            if let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) {
-                self.say_skipped_pictures();
-                let spec = self.cfg.data.to_string();
-                let msg = why.to_string();
-                return Err(crate::data::DataError::Spec { spec, msg }.into());
-            }
+            self.pictures_usable()?;
             if self.cfg.inject_panic == Some((self.rank, self.step + 1)) {
                 panic!(
                     "injected fault (--inject-panic {}:{})",
@@ -463,6 +458,18 @@ impl Worker {
             best_val_accuracy: tally.best_val,
             data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),
         })
+    }
+
+    /// An error where a class of a picture set has no picture that decodes (its samples would
+    /// be blank), after saying the files that failed.
+    fn pictures_usable(&self) -> Result<(), EngineError> {
+        let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) else {
+            return Ok(());
+        };
+        self.say_skipped_pictures();
+        let spec = self.cfg.data.to_string();
+        let msg = why.to_string();
+        Err(crate::data::DataError::Spec { spec, msg }.into())
     }
 
     /// Picture files that failed to decode since the last look, one event each (rank 0's).

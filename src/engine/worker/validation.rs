@@ -47,6 +47,10 @@ impl Worker {
             Some(r) => r,
             None => self.evaluate(replica, lo, hi),
         };
+        // (pictures that failed to decode are said now: the run may end with this validation;
+        // a class none of whose pictures decode was validated on blank samples)
+        self.say_skipped_pictures();
+        self.pictures_usable()?;
         let mut sums = vec![loss as f32, correct as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         // (back between steps: a stall from here on is one)
