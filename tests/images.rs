@@ -606,6 +606,28 @@ fn split_folders_are_not_classes() {
     png_rgb(&classes.join("tractor/1.png"), 1);
     let d = images(&classes, &opts(|_| {})).unwrap();
     assert_eq!(d.train.len() + d.val.len(), 2);
+    // training/ + Val/ in any case are a split's folders too
+    let named = tmp.path().join("named");
+    png_rgb(&named.join("Training/ant/0.png"), 0);
+    png_rgb(&named.join("Training/bee/1.png"), 1);
+    png_rgb(&named.join("Val/bee/2.png"), 2);
+    let d = images(&named, &opts(|o| o.val_fraction = None)).unwrap();
+    assert_eq!((d.train.len(), d.val.len()), (2, 1));
+    // a validation folder beside the class folders is not a class named val
+    let beside = tmp.path().join("beside");
+    png_rgb(&beside.join("ant/0.png"), 0);
+    png_rgb(&beside.join("bee/1.png"), 1);
+    png_rgb(&beside.join("val/bee/2.png"), 2);
+    let e = images(&beside, &opts(|_| {})).err().unwrap();
+    let b = beside.display();
+    assert!(
+        e.contains(&format!("{b}/val holds class folders of its own"))
+            && e.contains(&format!("into {b}/train")),
+        "{e}"
+    );
+    std::fs::rename(beside.join("val"), beside.join("test")).unwrap();
+    let e = images(&beside, &opts(|_| {})).err().unwrap();
+    assert!(e.contains(&format!("--val-data images:{b}/test")), "{e}");
 }
 
 #[test]
