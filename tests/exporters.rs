@@ -519,6 +519,33 @@ fn runs_given_one_tensorboard_dir_stay_apart() {
         );
         event_file(&dir.path().join("tb/sweep").join(run));
     }
+    // a run whose run directory ends as another's (a/r1 beside r1) gets a folder of its own
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--steps",
+            "5",
+            "--data",
+            "synthetic:600,8,3",
+            "--model",
+            "mlp:8",
+            "--name",
+            "sweep",
+            "--run-dir",
+            "a/r1",
+            "--tensorboard",
+            "tb",
+        ],
+    );
+    assert!(text(&o).contains("tb/sweep/r1-2/events."), "{}", text(&o));
+    event_file(&dir.path().join("tb/sweep/r1-2"));
+    let first = std::fs::read_dir(dir.path().join("tb/sweep/r1")).unwrap();
+    assert_eq!(
+        first.count(),
+        1,
+        "the first run's folder holds its events alone"
+    );
     // metrics files from before the run record named its run directory: each converted into a
     // folder named as its file, not all into DIR (where the second would be refused)
     let metrics = std::fs::read_to_string(dir.path().join("r1/metrics.jsonl")).unwrap();

@@ -353,7 +353,7 @@ fn exporters(
             .map(|d| d.join(crate::observe::tensorboard::DIR))
             .map(|d| (d.clone(), d)),
         Some(TensorboardDir::At(dir)) => Some((
-            crate::observe::tensorboard::run_folder(dir, &info.name, info.run_dir.as_deref()),
+            crate::observe::tensorboard::own_run_folder(dir, &info.name, info.run_dir.as_deref())?,
             dir.clone(),
         )),
         None => None,

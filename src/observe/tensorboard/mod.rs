@@ -242,6 +242,44 @@ pub fn run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> PathBuf {
     }
 }
 
+/// `run_folder`, made for this run alone: where another run holds it already (two runs whose
+/// run directories end alike, `a/r` and `b/r`, or a resumed run in a new one), the first of
+/// `<leaf>-2`, `<leaf>-3`, ... that is free, made here (so two runs starting at once never
+/// share one, and TensorBoard never shows two runs' points as one run's).
+pub fn own_run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let base = run_folder(dir, name, run_dir);
+    let fail = |at: &Path, e: std::io::Error| {
+        format!(
+            "cannot make {} for TensorBoard's events ({e}); give a writable directory: --tensorboard DIR",
+            at.display()
+        )
+    };
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| fail(parent, e))?;
+    }
+    let leaf = base
+        .file_name()
+        .map_or("run".into(), |l| l.to_string_lossy());
+    for k in 1..=MAX_SAME_NAMED {
+        let at = match k {
+            1 => base.clone(),
+            k => base.with_file_name(format!("{leaf}-{k}")),
+        };
+        match std::fs::create_dir(&at) {
+            Ok(()) => return Ok(at),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(&at, e)),
+        }
+    }
+    Err(format!(
+        "{} and {MAX_SAME_NAMED} folders named after it hold other runs' TensorBoard events: give another --tensorboard DIR",
+        base.display()
+    ))
+}
+
+/// The most runs of one name `own_run_folder` numbers apart.
+const MAX_SAME_NAMED: usize = 1000;
+
 /// What stands for the run directory of a metrics file whose run record names none (written
 /// before it was recorded): the folder of a run directory's `metrics.jsonl`, else the file's
 /// path without its extension (`old.jsonl`: `old`).
