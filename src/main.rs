@@ -146,6 +146,13 @@ fn set_handler(h: Handler, hup: Hup) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     mgtop::data::host_memory::reuse_freed_memory();
     INHERITED.get_or_init(|| (ignored(libc::SIGHUP), ignored(libc::SIGINT)));
+    // a file-size limit (`ulimit -f`, a batch scheduler's) killed the process mid-write, its
+    // metrics file cut mid-record, with no word: ignored, a write past it fails (EFBIG) and is
+    // handled as a full disk is (said, the file cut back to whole records)
+    // SAFETY: setting a standard signal's disposition to SIG_IGN, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         // --help and --version print as clap writes them; errors as one line
