@@ -81,7 +81,7 @@ fn install() -> anyhow::Result<()> {
                     let launch = mgtop::comm::launch::from_env().ok().flatten();
                     match launch.filter(|l| l.is_multi()).map(|l| l.rank) {
                         None => mgtop::tell!("stopped during start-up: nothing was trained yet"),
-                        Some(Some(0)) => mgtop::tell!("stopped during start-up by a signal (the launcher ends every process of a run one of them failed to start: its error is above or below): nothing was trained yet"),
+                        Some(Some(0)) => mgtop::tell!("stopped during start-up by a signal (Ctrl-C, or the launcher ending every process of a run one of them failed to start: its error would be above or below): nothing was trained yet"),
                         Some(_) => {}
                     }
                     // (what the start made that no run will use: a --metrics-out file)
@@ -305,7 +305,15 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                 None if ended => "the run had ended, its records whole".into(),
                 None => "the step under way was neither finished nor checkpointed".into(),
             };
-            mgtop::tell!("quit at once: {lost}; {}", continued());
+            // (a process other than process 0 of a launched run has no run directory of its own:
+            // process 0 speaks for the run)
+            let launched = mgtop::comm::launch::from_env().ok().flatten();
+            match launched.filter(|l| l.is_multi()).and_then(|l| l.rank) {
+                Some(p) if p > 0 => mgtop::tell!(
+                    "quit at once (process {p}): {lost}; process 0 says where the run continues from"
+                ),
+                _ => mgtop::tell!("quit at once: {lost}; {}", continued()),
+            }
             std::process::exit(130);
         }
     };

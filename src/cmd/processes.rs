@@ -95,13 +95,14 @@ pub fn command(args: TrainArgs, on_signals: &OnSignals, launch: &Launch) -> anyh
 }
 
 /// The flags only process 0 acts on (its screen's, its run directory's and files', where it
-/// resumes from), as given: a path by whether it is given (machines' paths differ), as
+/// resumes from, the weights it starts from), as given: a path by whether it is given (machines' paths differ), as
 /// (flag, value); "" where not given.
 fn lead_only(args: &TrainArgs) -> Vec<(String, String)> {
     let given = |on: bool| if on { "given" } else { "" }.to_string();
     [
         ("--name", args.name.clone().unwrap_or_default()),
         ("--resume", given(args.resume.is_some())),
+        ("--init", given(args.init.is_some())),
         ("--run-dir", given(args.run_dir.is_some())),
         ("--checkpoint-dir", given(args.checkpoint_dir.is_some())),
         ("--metrics-out", given(args.metrics_out.is_some())),
@@ -124,7 +125,7 @@ fn same_lead_only(all: &[Vec<u8>]) -> anyhow::Result<()> {
             if *ours != theirs {
                 let said = |v: &str| crate::text::setting(flag, v);
                 anyhow::bail!(
-                    "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} (the run's name, directory and files, and where it resumes from), so every process must be given it alike; give every process the same flags",
+                    "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} (the run's name, directory and files, and where it resumes or starts from), so every process must be given it alike; give every process the same flags",
                     said(&theirs),
                     said(ours)
                 );

@@ -70,6 +70,40 @@ fn word(step: u64, phase: Phase) -> u64 {
     step << 3 | phase as u64
 }
 
+impl Phase {
+    fn doing(self) -> &'static str {
+        match self {
+            Phase::Data => "waiting for its data",
+            Phase::Compute => "computing",
+            Phase::Reduce => "in the all-reduce",
+            Phase::Update => "updating",
+            Phase::Validate => "validating",
+            Phase::Checkpoint => "writing a checkpoint",
+        }
+    }
+}
+
+/// The ranks furthest behind where others are further on (the ones a run that stopped
+/// answering lost, as process 0's board has them), in words; none where all are at one place.
+pub fn behind(beats: &[Beat]) -> Option<String> {
+    let at = |b: &Beat| word(b.step, b.phase);
+    let last = beats.iter().map(at).min()?;
+    let ranks: Vec<String> = (beats.iter().enumerate())
+        .filter(|(_, b)| at(b) == last)
+        .map(|(r, _)| r.to_string())
+        .collect();
+    if ranks.len() == beats.len() {
+        return None;
+    }
+    let b = beats.iter().find(|b| at(b) == last)?;
+    Some(format!(
+        "rank(s) {} last seen at step {}, {}, while the others went further",
+        ranks.join(", "),
+        b.step,
+        b.phase.doing()
+    ))
+}
+
 /// The processes of a run pass their ranks' positions on to process 0 as these words.
 impl Board for Heartbeats {
     fn word(&self, rank: usize) -> u64 {
@@ -106,5 +140,22 @@ mod tests {
         // a rank's own process sets it anywhere
         beats.beat(1, 7, Phase::Compute);
         assert_eq!(beats.read()[1], at(7, Phase::Compute));
+    }
+
+    #[test]
+    fn the_ranks_furthest_behind_are_named_where_others_went_further() {
+        let at = |step, phase| Beat { step, phase };
+        let beats = [
+            at(123, Phase::Reduce),
+            at(123, Phase::Compute),
+            at(123, Phase::Reduce),
+            at(123, Phase::Compute),
+        ];
+        assert_eq!(
+            behind(&beats).unwrap(),
+            "rank(s) 1, 3 last seen at step 123, computing, while the others went further"
+        );
+        assert_eq!(behind(&[at(5, Phase::Reduce), at(5, Phase::Reduce)]), None);
+        assert_eq!(behind(&[]), None);
     }
 }

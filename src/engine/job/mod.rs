@@ -245,12 +245,11 @@ pub(super) fn meet(
             ("--schedule".into(), cfg.schedule.to_string()),
             ("--lr-scaling".into(), cfg.lr_scaling().to_string()),
             ("--val-split".into(), given(cfg.inputs.val_fraction)),
+            // (whether given: its path may differ between machines, its contents are compared
+            // with the data's)
             (
                 "--val-data".into(),
-                cfg.inputs
-                    .val_data
-                    .as_ref()
-                    .map_or(String::new(), |v| v.to_string()),
+                (cfg.inputs.val_data.as_ref()).map_or(String::new(), |_| "given".into()),
             ),
             ("--image-size".into(), given(cfg.inputs.image_size)),
             ("--augment".into(), cfg.inputs.augment.to_string()),
@@ -270,7 +269,8 @@ pub(super) fn meet(
         max_batch,
     };
     let mine = serde_json::to_vec(&hello).expect("plain data serializes");
-    let all = gather_vecs(&*procs, &mine).map_err(lost)?;
+    let all =
+        said_while_waiting(procs.index() == 0, || gather_vecs(&*procs, &mine)).map_err(lost)?;
     let hellos = all
         .iter()
         .map(|b| serde_json::from_slice::<Hello>(b))
@@ -359,6 +359,38 @@ pub(super) fn meet(
 /// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
 /// A process's data as the start-up check compares it: its splits' sizes, shapes and classes
 /// said, their contents by fingerprint.
+/// How long process 0 waits at the start for the other processes before it says so, and then
+/// how often it says so again.
+const START_WAIT_SAID: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `exchange()`, and where `lead` (process 0) and it waits longer than `START_WAIT_SAID`, a line
+/// on stderr saying so, again every `START_WAIT_SAID`: nothing else shows the run yet, and a
+/// process that hangs in its start (a stalled file system, a stopped process) would keep the
+/// run waiting without a word (the exchange waits without limit here: a process reading a
+/// large data set is slow, not lost).
+fn said_while_waiting<T>(lead: bool, exchange: impl FnOnce() -> T) -> T {
+    let (done, waiting) = crossbeam_channel::bounded::<()>(0);
+    let said = lead.then(|| {
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                waiting.recv_timeout(START_WAIT_SAID)
+            {
+                crate::tell!(
+                    "waiting for the other processes to reach the start of the run ({:.0} s so far): one still reading its data takes longer; one that died or hangs keeps the run waiting (its own output says why; Ctrl-C stops the run)",
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        })
+    });
+    let r = exchange();
+    drop(done);
+    if let Some(t) = said {
+        let _ = t.join();
+    }
+    r
+}
+
 fn data_said(train: &Dataset, val: &Dataset) -> String {
     format!(
         "{} training and {} validation samples of {} values, {} classes (contents {:x}, {:x})",

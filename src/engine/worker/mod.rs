@@ -136,6 +136,15 @@ pub(super) fn dropout_stream(w: &Worker) -> (u64, u64) {
 /// A rank that stops with `e`: the others are woken with the reason, and the failure is
 /// reported once (not for ranks that only stopped because another did).
 pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
+    // process 0 has every rank's position: a run that stopped answering names the ranks lost
+    let e = match e {
+        EngineError::Collective(crate::comm::CollectiveError::Lost(why)) if w.local.start == 0 => {
+            let who = crate::engine::heartbeat::behind(&w.beats.read());
+            let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
+            EngineError::Collective(crate::comm::CollectiveError::Lost(why))
+        }
+        e => e,
+    };
     w.coll.abort(&format!("rank {} failed: {e}", w.rank));
     let knock_on = matches!(
         e,
