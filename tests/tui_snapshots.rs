@@ -99,6 +99,14 @@ fn training_and_events_views() {
     insta::assert_snapshot!("training_160x48", screen(&app, 160, 48));
     key(&mut app, KeyCode::Tab);
     insta::assert_snapshot!("events_80x24", screen(&app, 80, 24));
+    // before the first epoch's validation it is awaited; a run without a validation set
+    // awaits none
+    let mut early = demo::app(2, 10);
+    key(&mut early, KeyCode::Tab);
+    assert!(screen(&early, 160, 48).contains("after the first epoch"));
+    early.info.val_samples = 0;
+    let s = screen(&early, 160, 48);
+    assert!(s.contains("none: the run has no validation set"), "{s}");
 }
 
 #[test]
@@ -256,7 +264,7 @@ fn the_loss_title_keeps_the_accuracy_at_80_columns() {
     // the full title where there is room
     let s = screen(&demo::app(3, 150), 160, 48);
     assert!(
-        s.contains("loss (log) smoothed train 0.1635 val 0.0850 acc 97.0% (best 97.0%)"),
+        s.contains("loss (log) smoothed train 0.1294 val 0.0850 acc 97.0% (best 97.0%)"),
         "{s}"
     );
 }
@@ -388,6 +396,16 @@ fn an_attached_client_is_marked_and_its_quit_popup_offers_detach() {
         "{s}"
     );
     insta::assert_snapshot!("attached_quit_80x24", s);
+    // detaching from a paused run leaves it paused: said so, not "goes on"
+    let mut paused = demo::app(2, 150);
+    paused.mode = mgtop::front::tui::app::Mode::Attached;
+    paused.state = mgtop::front::tui::app::RunState::Paused;
+    key(&mut paused, KeyCode::Char('q'));
+    let p = screen(&paused, 80, 24);
+    assert!(
+        p.contains("detach: the run stays paused") && !p.contains("goes on"),
+        "{p}"
+    );
     key(&mut app, KeyCode::Esc);
     assert!(s.contains("samples/s") && s.contains("ETA"), "{s}");
     app.disconnected = Some("the run closed the connection".into());
@@ -494,6 +512,11 @@ fn a_resumed_run_says_where_it_started_in_its_summary() {
     let line = s.lines().find(|l| l.contains("resumed from")).expect(&s);
     assert!(
         line.contains("step 100 of /runs/a/checkpoints/step-00000100"),
+        "{s}"
+    );
+    // its own steps, not the checkpoint's with them ("finished: 150 steps")
+    assert!(
+        s.contains("finished at step 150: 50 steps since the resume"),
         "{s}"
     );
 }

@@ -77,9 +77,14 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             app.step()
         );
     } else {
+        let resume = match app.state {
+            crate::front::tui::app::RunState::Paused => " (and press p to resume it)",
+            _ => "",
+        };
         crate::say!(
-            "detached at step {}: the run goes on; attach again with: mgtop-train attach {run}",
-            app.step()
+            "detached at step {}: {}; attach again with: mgtop-train attach {run}{resume}",
+            app.step(),
+            app.detach_leaves()
         );
     }
     // (a script waiting on a run through attach learns how it ended, as from the run itself:

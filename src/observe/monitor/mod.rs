@@ -49,16 +49,43 @@ pub struct Totals {
     pub wait_s: f64,
     /// Host transfers (central storage's every step, local SGD's at its averages), summed.
     pub transfer_s: f64,
-    /// The train loss smoothed over every step (an exponential moving average, `LOSS_EMA` a
-    /// step): a screen given only some rows draws the run's, not one of the rows it got.
+    /// The train loss smoothed over every step (the mean of the last `LOSS_WINDOW`): a screen
+    /// given only some rows draws the run's, not one of the rows it got.
     pub smoothed_loss: Option<f64>,
+    /// The losses `smoothed_loss` is the mean of (none in a row read back from a file).
+    pub recent: RecentLosses,
+}
+
+/// The last `LOSS_WINDOW` steps' train losses, a ring (`len` of them filled).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecentLosses {
+    losses: [f32; LOSS_WINDOW],
+    len: usize,
+    next: usize,
+}
+
+impl RecentLosses {
+    /// Adds a step's loss (the oldest of a full window goes); their mean.
+    fn push(&mut self, loss: f32) -> f64 {
+        self.losses[self.next] = loss;
+        self.next = (self.next + 1) % LOSS_WINDOW;
+        self.len = (self.len + 1).min(LOSS_WINDOW);
+        let kept = &self.losses[..self.len];
+        kept.iter().map(|&l| f64::from(l)).sum::<f64>() / self.len as f64
+    }
 }
 
 /// Shares of the ranks' step time (`Totals::shares`): compute, data, comm, wait, transfer,
 /// other.
 pub type Shares = [f64; 6];
 
-/// The weight of a step's loss in `Totals::smoothed_loss`.
+/// The steps `Totals::smoothed_loss` is the mean of: a window, so that a spike (a loss of 1e16
+/// among ones of 1e5) is gone from it after as many steps (an exponential average with a
+/// weight of 1/20 held it off by decades for hundreds).
+pub const LOSS_WINDOW: usize = 20;
+
+/// The weight of a row's loss in a screen's own smoothing of a file whose rows carry no
+/// smoothed loss (written before they did).
 pub const LOSS_EMA: f64 = 0.05;
 
 impl StepRow {
@@ -87,11 +114,7 @@ impl Totals {
 
     /// Counts one step's train loss into the smoothed loss.
     pub fn smooth(&mut self, loss: f32) {
-        let loss = f64::from(loss);
-        self.smoothed_loss = Some(match self.smoothed_loss {
-            Some(e) => e + LOSS_EMA * (loss - e),
-            None => loss,
-        });
+        self.smoothed_loss = Some(self.recent.push(loss));
     }
 
     /// What the steps after `earlier` (these totals as of an earlier step) add up to (the
@@ -107,7 +130,7 @@ impl Totals {
             comm_s: self.comm_s - earlier.comm_s,
             wait_s: self.wait_s - earlier.wait_s,
             transfer_s: self.transfer_s - earlier.transfer_s,
-            smoothed_loss: self.smoothed_loss,
+            ..*self
         }
     }
 

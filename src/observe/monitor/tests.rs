@@ -208,3 +208,24 @@ fn lost_samples_do_not_leak_pending_rows() {
     m.on_step(stats(1, 1001, 1001)).unwrap();
     assert!(m.pending.len() < PENDING_STEPS as usize);
 }
+
+#[test]
+fn the_smoothed_loss_is_the_mean_of_the_last_window_and_a_spike_leaves_it_after() {
+    let mut t = Totals::default();
+    t.smooth(2.0);
+    t.smooth(4.0);
+    assert_eq!(t.smoothed_loss, Some(3.0));
+    // a diverging step's loss among ordinary ones: gone once the window passed it
+    t.smooth(1e20);
+    assert!(t.smoothed_loss.unwrap() > 1e18);
+    for _ in 0..LOSS_WINDOW {
+        t.smooth(5.0);
+    }
+    assert_eq!(t.smoothed_loss, Some(5.0));
+    // what the steps since an earlier row add up to keeps the window
+    let since = t.since(&Totals::default());
+    assert_eq!(
+        (since.smoothed_loss, since.recent),
+        (t.smoothed_loss, t.recent)
+    );
+}

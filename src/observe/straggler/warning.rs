@@ -223,7 +223,8 @@ impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Warning::Straggler { rank, host, slowdown, work_ms, fastest_rank, fastest_ms, others_wait_ms, cpu_time, cause, injected, .. } => {
-                let of = if *cpu_time { " of CPU time" } else { "" };
+                // (a CPU worker's compute in its thread's CPU time; its wait for data is wall time)
+                let of = if *cpu_time { ": data wait + compute CPU time" } else { "" };
                 let on = host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
                 // (a fault injected on purpose comes first, and no fix is offered for it)
                 let cause = match (injected, cause) {
@@ -237,7 +238,7 @@ impl fmt::Display for Warning {
                 };
                 write!(
                     f,
-                    "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms{of} per step); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
+                    "straggler: rank {rank}{on} is {slowdown:.2}x slower than rank {fastest_rank} (work {work_ms:.1} ms vs {fastest_ms:.1} ms per step{of}); likely cause: {cause}; other ranks wait {others_wait_ms:.1} ms/step"
                 )
             }
             Warning::StragglerCleared { rank, step } => {

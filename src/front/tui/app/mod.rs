@@ -317,6 +317,15 @@ impl App {
         self.reached.max(self.info.start_step)
     }
 
+    /// What an attached screen leaves behind when it detaches: the run going on, or paused (no
+    /// one then resumes it but a screen that attaches).
+    pub fn detach_leaves(&self) -> &'static str {
+        match self.state {
+            RunState::Paused => "the run stays paused",
+            _ => "the run goes on",
+        }
+    }
+
     /// Whether the run trains and this screen hears it (not killed, not disconnected): its
     /// samples/s and ETA are current.
     pub fn heard_running(&self) -> bool {

@@ -237,9 +237,10 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             frame,
             area,
             block(head, theme),
-            match app.info.val_every {
-                Some(_) => "after the first validation",
-                None => "after the first epoch",
+            match (app.info.val_samples, app.info.val_every) {
+                (0, _) => "none: the run has no validation set",
+                (_, Some(_)) => "after the first validation",
+                (_, None) => "after the first epoch",
             },
             theme,
         );

@@ -55,7 +55,8 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
     match app.popup {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
         Some(super::app::Popup::Quit) => {
-            render_quit(frame, area, theme, app.mode == super::app::Mode::Attached)
+            let attached = app.mode == super::app::Mode::Attached;
+            render_quit(frame, area, theme, attached.then(|| app.detach_leaves()))
         }
         None if app.summary.is_some()
             && !app.summary_hidden

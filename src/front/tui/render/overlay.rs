@@ -7,6 +7,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::{wrap_text, MIN_HEIGHT, MIN_WIDTH};
+use crate::engine::events::Ending;
 use crate::front::tui::app::{App, Mode, Popup};
 use crate::front::tui::theme::Theme;
 use crate::front::units::{si, took};
@@ -128,9 +129,11 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     popup(frame, area, 70, h, title, lines, theme);
 }
 
-/// The quit popup. An attached screen also offers to detach (leave the run going), which is
-/// then what `q` or Ctrl-C again does; a local one stops with a checkpoint.
-pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, attached: bool) {
+/// The quit popup. An attached screen also offers to detach (leave the run as it is: `detach`
+/// says what that leaves), which is then what `q` or Ctrl-C again does; a local one stops with
+/// a checkpoint.
+pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, detach: Option<&str>) {
+    let attached = detach.is_some();
     let option = |key: &str, color, text: &str| {
         Line::from(vec![
             Span::styled(format!(" {key} "), theme.badge(color)),
@@ -145,8 +148,8 @@ pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, attached: bool)
         }),
         Line::raw(""),
     ];
-    if attached {
-        lines.push(option("d", theme.accent, "detach: the run goes on"));
+    if let Some(leaves) = detach {
+        lines.push(option("d", theme.accent, &format!("detach: {leaves}")));
     }
     lines.extend([
         option("s", theme.good, "stop after this step, with a checkpoint"),
@@ -171,8 +174,17 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     };
     let (head, head_style) = match &s.failed {
         Some(f) => (format!("failed: {f}"), theme.badge(theme.error)),
+        // (a resumed run's steps are counted from its checkpoint's: "finished: 400 steps" of a
+        // run that trained 272 of them would misread)
         None => (
-            crate::front::words::ended(s.steps, s.ending),
+            match (app.info.start_step, s.ending) {
+                (start, Ending::Completed) if start > 0 => format!(
+                    "finished at step {}: {} since the resume",
+                    s.steps,
+                    crate::text::counted(s.steps.saturating_sub(start) as usize, "step")
+                ),
+                _ => crate::front::words::ended(s.steps, s.ending),
+            },
             ratatui::style::Style::default(),
         ),
     };
