@@ -214,12 +214,6 @@ pub struct BenchArgs {
     pub only: String,
 }
 
-/// A plain switch not given (`--headless`: flags can only turn it on), left out of what
-/// `TrainArgs` serialize to: settings it gives are the ones it holds (`origin::given`).
-fn is_false(b: &bool) -> bool {
-    !b
-}
-
 /// Training flags. Every one is optional so the config file can fill it in.
 #[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -229,20 +223,17 @@ pub struct TrainArgs {
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Print log lines instead of the terminal UI.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub headless: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub headless: Option<bool>,
     /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
     /// Terminal UI: disable the keys that change the run (for shared tmux sessions).
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub readonly: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub readonly: Option<bool>,
     /// Terminal UI: exit when training ends instead of showing the summary until q.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub exit_when_done: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub exit_when_done: Option<bool>,
     /// Seconds between device telemetry samples  [default: 1]
     #[arg(allow_negative_numbers = true, long, value_name = "SECONDS")]
     pub sample_interval: Option<f64>,
@@ -346,9 +337,8 @@ pub struct TrainArgs {
     #[arg(allow_negative_numbers = true, long)]
     pub log_every: Option<u64>,
     /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in $XDG_CACHE_HOME/mgtop/datasets, else ~/.cache/mgtop/datasets) when DIR lacks the files
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub download: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub download: Option<bool>,
     /// Write JSON Lines metrics (schema mgtop.metrics/1) to this file.
     #[arg(long, value_name = "PATH")]
     pub metrics_out: Option<PathBuf>,
@@ -391,9 +381,8 @@ pub struct TrainArgs {
     #[arg(allow_negative_numbers = true, long, value_name = "SECONDS")]
     pub stall_timeout: Option<f64>,
     /// First train one device for 120 steps on the same workload, then show the run's speedup and scaling efficiency against it.
-    #[arg(long)]
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub calibrate: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub calibrate: Option<bool>,
     /// Cut the global batch among ranks in proportion to their measured speed (re-decided every 50 steps; the result stays that of the global batch; =false turns off a resumed run's).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub rebalance: Option<bool>,

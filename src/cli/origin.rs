@@ -211,9 +211,13 @@ mod tests {
         );
         // a plain switch the flags did not give is the file's; one they gave is theirs
         for (headless, note) in [
-            (false, "config file run.toml: headless, steps"),
+            (None, "config file run.toml: headless, steps"),
             (
-                true,
+                Some(true),
+                "config file run.toml: steps (given over it: --headless)",
+            ),
+            (
+                Some(false),
                 "config file run.toml: steps (given over it: --headless)",
             ),
         ] {

@@ -50,9 +50,14 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, headless: self.headless || file.headless, readonly: self.readonly || file.readonly, calibrate: self.calibrate || file.calibrate, download: self.download || file.download, exit_when_done: self.exit_when_done || file.exit_when_done, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
+            headless,
+            readonly,
+            calibrate,
+            download,
+            exit_when_done,
             rebalance,
             checkpoint_best,
             sync_bn,
@@ -258,7 +263,7 @@ impl TrainArgs {
             stall_timeout,
             rebalance: args.rebalance.unwrap_or(d.rebalance),
             sync_bn: args.sync_bn.unwrap_or(d.sync_bn),
-            calibrate: args.calibrate,
+            calibrate: args.calibrate.unwrap_or(false),
             devices: parse("devices", args.devices.as_ref(), d.devices)?,
             model: parse("model", args.model.as_ref(), d.model)?,
             data: parse("data", args.data.as_ref(), d.data)?,
@@ -313,7 +318,7 @@ impl TrainArgs {
                 },
                 augment: parse("augment", args.augment.as_ref(), Default::default())?,
                 normalize: parse("normalize", args.normalize.as_ref(), Default::default())?,
-                download: args.download,
+                download: args.download.unwrap_or(false),
             },
             metrics_out: args.metrics_out,
             run_dir: None,
@@ -371,10 +376,10 @@ impl TrainArgs {
             taken_from_checkpoint: taken,
             prometheus,
             tensorboard,
-            headless: args.headless,
+            headless: args.headless.unwrap_or(false),
             theme: args.theme,
-            readonly: args.readonly,
-            exit_when_done: args.exit_when_done,
+            readonly: args.readonly.unwrap_or(false),
+            exit_when_done: args.exit_when_done.unwrap_or(false),
             sample_interval,
             export: args.export,
         };

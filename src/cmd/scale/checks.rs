@@ -19,10 +19,10 @@ pub(super) fn say_ignored(train: &TrainArgs) {
     }
     // (the screen's flags: scale prints a table, it draws no screen)
     for (flag, given) in [
-        ("--headless", train.headless),
+        ("--headless", train.headless.is_some()),
         ("--theme", train.theme.is_some()),
-        ("--readonly", train.readonly),
-        ("--exit-when-done", train.exit_when_done),
+        ("--readonly", train.readonly.is_some()),
+        ("--exit-when-done", train.exit_when_done.is_some()),
     ] {
         if given {
             crate::tell!("note: {flag}: scale prints its table and draws no screen; ignored");
@@ -33,7 +33,7 @@ pub(super) fn say_ignored(train: &TrainArgs) {
             "note: --val-every: scale validates each point's model once, at its end; ignored"
         );
     }
-    if train.calibrate {
+    if train.calibrate == Some(true) {
         crate::tell!(
             "note: --calibrate: scale's speedups are over its own 1-device point (--counts with 1 in it); ignored"
         );
