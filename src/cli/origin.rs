@@ -30,15 +30,27 @@ impl Origins {
     pub(super) fn file(&mut self, path: &Path, text: &str, flags: &TrainArgs) {
         // (a file the flags cannot be told apart from is blamed for nothing)
         let Ok(given) = given(flags) else { return };
+        // the budget is one setting: a flag for either replaces the file's, and is named
+        let budget = ["epochs", "steps"];
+        let budget_flag = budget.into_iter().find(|k| given(k));
+        let replaced = |k: &str| match budget_flag {
+            Some(flag) if budget.contains(&k) => Some(flag.to_string()),
+            _ => given(k).then(|| k.to_string()),
+        };
         let (overridden, kept): (Vec<_>, Vec<_>) =
             toml::from_str::<BTreeMap<String, toml::Spanned<toml::Value>>>(text)
                 .unwrap_or_default()
                 .into_iter()
-                .partition(|(k, _)| given(k));
+                .partition(|(k, _)| replaced(k).is_some());
         let keys = (kept.into_iter())
             .map(|(k, v)| (k, text[..v.span().start].matches('\n').count() + 1))
             .collect();
-        self.overridden = overridden.into_iter().map(|(k, _)| k).collect();
+        self.overridden = Vec::new();
+        for k in overridden.iter().filter_map(|(k, _)| replaced(k)) {
+            if !self.overridden.contains(&k) {
+                self.overridden.push(k);
+            }
+        }
         self.file = Some((path.to_path_buf(), keys));
     }
 
@@ -193,6 +205,17 @@ mod tests {
         assert_eq!(
             origins.config_note().unwrap(),
             "config file run.toml: epochs, lr, name (given over it: --momentum)"
+        );
+        // the budget is one setting: --steps replaces the file's epochs
+        let flags = TrainArgs {
+            steps: Some(4),
+            ..TrainArgs::default()
+        };
+        let mut origins = Origins::default();
+        origins.file(Path::new("c.toml"), "epochs = 3\nseed = 2\n", &flags);
+        assert_eq!(
+            origins.config_note().unwrap(),
+            "config file c.toml: seed (given over it: --steps)"
         );
         // a switch given without its folder is given over the file's too
         let flags = TrainArgs {
