@@ -412,25 +412,34 @@ impl MetricsWriter {
     }
 
     /// Cuts the file back by `room` bytes or more, to a record's end (never its first record,
-    /// the run's): what a full disk gives back, so that the run's end record fits in place of
-    /// its last few step records. Whether it was cut.
+    /// the run's: a file shorter than `room` is cut to it): what a full disk gives back, so
+    /// that the run's end record fits in place of its last few step records. Whether it was
+    /// cut.
     pub fn make_room(&mut self, room: u64) -> bool {
         use std::io::{Read, Seek, SeekFrom};
         let len = self.out.get_ref().metadata().map_or(0, |m| m.len());
+        let read_end = |from: u64, to: u64, last: bool| {
+            let mut bytes = Vec::new();
+            File::open(&self.path)
+                .and_then(|mut f| {
+                    f.seek(SeekFrom::Start(from))?;
+                    f.take(to - from).read_to_end(&mut bytes)
+                })
+                .ok()?;
+            let at = match last {
+                true => bytes.iter().rposition(|&b| b == b'\n'),
+                false => bytes.iter().position(|&b| b == b'\n'),
+            };
+            at.map(|at| from + at as u64 + 1)
+        };
         let want = len.saturating_sub(room);
-        let from = want.saturating_sub(1 << 16);
-        let mut tail = Vec::new();
-        let read = File::open(&self.path).and_then(|mut f| {
-            f.seek(SeekFrom::Start(from))?;
-            f.take(want - from).read_to_end(&mut tail)
-        });
-        let Some(at) = read
-            .ok()
-            .and_then(|_| tail.iter().rposition(|&b| b == b'\n'))
+        let first = read_end(0, len.min(1 << 16), false);
+        let Some(cut) = read_end(want.saturating_sub(1 << 16), want, true)
+            .max(first)
+            .filter(|&cut| cut < len)
         else {
             return false;
         };
-        let cut = from + at as u64 + 1;
         if !self.regular || self.out.get_ref().set_len(cut).is_err() {
             return false;
         }

@@ -104,9 +104,15 @@ fn room_is_made_by_whole_records_and_never_the_first() {
         })
         .collect();
     assert_eq!(n, [0, 1, 2, 3, 4, 5, 6, 99]);
-    // more room than the records after the first: none made
-    assert!(!w.make_room(100 * one));
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 8);
+    // more room than the records after the first: all of them go, the first stays (a full
+    // disk in a run's first few records: its end record then follows its run record)
+    assert!(w.make_room(100 * one));
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+    assert!(!w.make_room(100 * one), "nothing more to give");
+    w.write(&rec(7)).unwrap();
+    w.flush().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with(r#"{"n":0"#) && text.lines().count() == 2, "{text}");
 }
 
 #[test]
