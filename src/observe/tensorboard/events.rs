@@ -108,7 +108,12 @@ pub struct EventFile {
     path: PathBuf,
     /// The bytes of its whole records.
     whole: u64,
+    /// When it was last looked for (a file deleted while written takes writes that are lost).
+    looked: std::time::Instant,
 }
+
+/// How often an event file being written is looked for.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl EventFile {
     /// Creates `dir` (and its parents) and a new event file in it, which starts with the
@@ -121,6 +126,7 @@ impl EventFile {
             out,
             path,
             whole: 0,
+            looked: std::time::Instant::now(),
         };
         let version = event(created_unix, 0, |e| bytes(e, 3, FILE_VERSION.as_bytes()));
         f.append(&record(&version))?;
@@ -147,7 +153,15 @@ impl EventFile {
 
     /// `r` after the whole records, or (the write failing) nothing of it.
     fn append(&mut self, r: &[u8]) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        if self.looked.elapsed() >= LOOK_EVERY {
+            self.looked = std::time::Instant::now();
+            if self.out.metadata().is_ok_and(|m| m.nlink() == 0) {
+                return Err(io::Error::other(
+                    "it was deleted while the run wrote it; after the run, mgtop-train view RUN_DIR --tensorboard DIR writes its events again from the metrics file",
+                ));
+            }
+        }
         match self.out.write_all_at(r, self.whole) {
             Ok(()) => {
                 self.whole += r.len() as u64;
