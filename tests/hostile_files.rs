@@ -483,4 +483,24 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
         &["--config", "dev.toml"],
         &["error: config file dev.toml (line 3): --data none.csv: cannot read it"],
     );
+    // and the outputs and screen it names, refused before the run starts
+    for (key, value, said) in [
+        (
+            "export",
+            "\"no/x.safetensors\"",
+            "--export no/x.safetensors",
+        ),
+        ("theme", "\"t.toml\"", "--theme `t.toml`"),
+        (
+            "metrics-out",
+            "\"no/m.jsonl\"",
+            "--metrics-out: cannot write",
+        ),
+    ] {
+        std::fs::write(d.join("out.toml"), format!("steps = 2\n{key} = {value}\n")).unwrap();
+        let (code, out) = run(d, &["--config", "out.toml", "--headless"]);
+        assert_eq!(code, Some(1), "{out}");
+        let want = format!("error: config file out.toml (line 2): {said}");
+        assert!(out.starts_with(&want), "{want}\n{out}");
+    }
 }

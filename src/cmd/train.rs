@@ -62,6 +62,8 @@ pub(super) fn train(
         .resolve_noted(Default::default())
         .map_err(anyhow::Error::msg)?;
     let export = front.export.clone();
+    // a refusal of a setting the config file gave names its line (as the engine's do)
+    let noted = |e: anyhow::Error| anyhow::anyhow!(origins.explain(e.to_string()));
     // (refused before training, not after it; into the --run-dir the run is to make, checked
     // at its end, but for the names of the run's own files)
     let abs = |p: &Path| std::path::absolute(p).ok();
@@ -70,7 +72,7 @@ pub(super) fn train(
         let run_dir = cfg.run_dir.as_deref().filter(|d| !d.exists());
         run_dir.is_some_and(|d| abs(d) == folder.map_or(abs(Path::new(".")), abs))
     };
-    if let Some(out) = export.as_deref() {
+    let exported = |out: &Path| -> anyhow::Result<()> {
         match into_run_dir(out) {
             true if out.file_name().is_some_and(rundir::own_name) => anyhow::bail!(
                 "--export {}: a file of the run directory the run makes (what view, runs and attach read); give the export another name",
@@ -84,6 +86,10 @@ pub(super) fn train(
                 }
             }
         }
+        Ok(())
+    };
+    if let Some(out) = export.as_deref() {
+        exported(out).map_err(noted)?;
     }
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal), even one process's (`mpirun -np 1`): process 0 logs, `attach` gives the screen
@@ -108,7 +114,8 @@ pub(super) fn train(
     .collect();
     // a bad theme is refused before anything starts, even where the log is shown instead
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    let theme = Theme::choose(front.theme.as_deref(), no_color)?;
+    let theme = Theme::choose(front.theme.as_deref(), no_color)
+        .map_err(|e| noted(anyhow::anyhow!("--{e}")))?;
     let theme = tui.then_some(theme);
     // (--metrics-out naming the run directory's own metrics.jsonl: the file the run writes)
     let own = |p: &PathBuf| {
@@ -120,9 +127,10 @@ pub(super) fn train(
     // here, before it makes its run directory)
     let metrics_out = metrics_out
         .map(|p| MetricsWriter::preflight(&p))
-        .transpose()?;
+        .transpose()
+        .map_err(|e| noted(anyhow::anyhow!("--metrics-out: {e}")))?;
     if let Some(TensorboardDir::At(dir)) = &front.tensorboard {
-        crate::observe::tensorboard::preflight(dir).map_err(anyhow::Error::msg)?;
+        crate::observe::tensorboard::preflight(dir).map_err(|e| noted(anyhow::Error::msg(e)))?;
     }
     // listening before the run starts: a port in use is said before minutes of start-up
     let registry = prometheus::Registry::new();
@@ -130,7 +138,7 @@ pub(super) fn train(
         .prometheus
         .map(|addr| Endpoint::start(addr, registry.clone()))
         .transpose()
-        .map_err(anyhow::Error::msg)?;
+        .map_err(|e| noted(anyhow::Error::msg(e)))?;
     // (one device named is its own baseline: the run says so, and trains nothing first)
     let one = cfg.devices.named() == Some(1) && procs.is_none();
     if cfg.calibrate && !one {

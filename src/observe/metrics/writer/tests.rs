@@ -112,7 +112,10 @@ fn room_is_made_by_whole_records_and_never_the_first() {
     w.write(&rec(7)).unwrap();
     w.flush().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with(r#"{"n":0"#) && text.lines().count() == 2, "{text}");
+    assert!(
+        text.starts_with(r#"{"n":0"#) && text.lines().count() == 2,
+        "{text}"
+    );
 }
 
 #[test]
