@@ -278,14 +278,16 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
         if n == 0 {
             // (a run that had ended, its process still writing its last lines or its screen on
             // the summary, was not interrupted: it exits as it would have)
-            let stopping = controller.stop(true).is_ok();
+            let asked = controller.stop(true);
+            let stopping = asked.is_ok();
             INTERRUPTED.store(stopping, Ordering::SeqCst);
-            match &notify {
-                Some(tx) => {
+            match (&notify, asked) {
+                (Some(tx), _) => {
                     let _ = tx.send(());
                 }
-                None if stopping => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
-                None => mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)"),
+                (None, Ok(())) => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+                (None, Err(mgtop::engine::control::ControlError::Finishing)) => mgtop::tell!("the run has trained its last step and is finishing (its last validation and checkpoint; signal again to quit at once)"),
+                (None, Err(_)) => mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)"),
             }
         } else if n == 1
             && INTERRUPTED.load(Ordering::SeqCst)

@@ -83,6 +83,13 @@ impl Decider {
         }
     }
 
+    /// The run has trained its last step (no boundary follows): asks are refused as such.
+    pub(crate) fn finishing(&self) {
+        if let Some(open) = &self._open {
+            open.finishing();
+        }
+    }
+
     /// `heard` is told of each control named for someone as it is taken, and of the run
     /// pausing and resuming.
     pub fn decide(&mut self, heard: &mut dyn FnMut(Heard)) -> Decision {

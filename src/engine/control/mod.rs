@@ -84,6 +84,8 @@ pub enum ControlError {
     BatchNormOfOne(String),
     #[error("the run has already ended")]
     Ended,
+    #[error("the run has trained its last step and is finishing (its last validation and checkpoint): nothing more is taken")]
+    Finishing,
     #[error("the run is stopping: nothing but the stop is taken now")]
     Stopping,
     #[error("the run is not paused (nor asked to pause)")]
@@ -106,11 +108,21 @@ struct AskedSoFar {
     batch: AtomicUsize,
     /// The run's decider is gone: the run has ended.
     ended: AtomicBool,
+    /// The run has trained its last step: no boundary is to come, where a control would be
+    /// taken.
+    finishing: AtomicBool,
 }
 
 /// Held by the run's decider (`Decider::while_open`): once it is dropped, the run has ended and
 /// every ask is refused as such (not as one that would change nothing).
 pub(crate) struct Open(Arc<AskedSoFar>);
+
+impl Open {
+    /// The run has trained its last step: every ask is refused as such from now on.
+    pub(crate) fn finishing(&self) {
+        self.0.finishing.store(true, Ordering::Release);
+    }
+}
 
 impl Drop for Open {
     fn drop(&mut self) {
@@ -241,6 +253,9 @@ impl Controller {
     fn ask(&self, ask: Ask) -> Result<(), ControlError> {
         if self.asked.ended.load(Ordering::Acquire) {
             return Err(ControlError::Ended);
+        }
+        if self.asked.finishing.load(Ordering::Acquire) {
+            return Err(ControlError::Finishing);
         }
         if let Control::SetBatch(b) = ask.control {
             if b == 0 || b > MAX_BATCH {

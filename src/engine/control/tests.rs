@@ -193,3 +193,21 @@ fn once_the_run_has_ended_every_ask_is_refused_as_its_end() {
         .unwrap_err();
     assert_eq!(e.to_string(), "the run has already ended");
 }
+
+#[test]
+fn once_the_last_step_is_trained_every_ask_is_refused_as_the_run_finishing() {
+    let (tx, rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(0));
+    let decider = Decider::new(rx).while_open(c.open());
+    decider.finishing();
+    for asked in [
+        Control::Pause,
+        Control::Checkpoint,
+        Control::SetBatch(8),
+        Control::Stop { checkpoint: true },
+    ] {
+        assert_eq!(c.send(asked), Err(ControlError::Finishing), "{asked:?}");
+    }
+    drop(decider);
+    assert_eq!(c.pause(), Err(ControlError::Ended));
+}

@@ -377,6 +377,11 @@ impl Worker {
             self.step += 1;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
+            // the last step: no boundary follows to take a control, so none is asked now
+            // (during the last validation and checkpoint) that would hang unanswered
+            if let Some(d) = self.decider.as_ref().filter(|_| self.done()) {
+                d.finishing();
+            }
             let samples = batch.micro.iter().map(|mb| mb.n).sum();
             let queued = Queued {
                 stats: StepStats {
