@@ -889,3 +889,30 @@ fn clipping_bounds_every_update_and_each_step_reports_its_gradient_s_norm() {
     let d = max_rel_diff(&norms(&o_steps), &norms(&c_steps));
     assert!(d <= 1e-4, "norms differ by {d:e}");
 }
+
+/// Once the last step is under way no boundary is to come that could take a control: one asked
+/// then (during the last step, its validation and checkpoint) is refused as the run finishing,
+/// not shown pending and dropped.
+#[test]
+fn a_control_asked_during_the_last_step_is_refused_as_the_run_finishing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(1, 4, 3, dir.path());
+    // (the last step's input takes 400 ms: the ask comes while it waits)
+    cfg.slow_data = Some((0, Duration::from_millis(400)));
+    let engine = Engine::start(cfg).unwrap();
+    let ctl = engine.controller();
+    let second = engine.steps().iter().find(|s| s.step == 2);
+    assert!(second.is_some(), "step 2 reported");
+    // during step 2's report the boundary may not have passed yet
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(
+        ctl.pause(),
+        Err(mgtop::engine::control::ControlError::Finishing)
+    );
+    assert_eq!(
+        ctl.stop(true),
+        Err(mgtop::engine::control::ControlError::Finishing)
+    );
+    let result = engine.join().unwrap();
+    assert_eq!((result.steps, result.stopped), (3, false));
+}

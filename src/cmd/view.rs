@@ -63,7 +63,8 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
                 let info = reader.info();
                 let run_dir = (info.run_dir.clone())
                     .unwrap_or_else(|| tensorboard::run_dir_of(reader.path()));
-                let run = tensorboard::run_folder(&d, &info.name, Some(&run_dir));
+                let run = tensorboard::own_run_folder(&d, &info.name, Some(&run_dir))
+                    .map_err(anyhow::Error::msg)?;
                 (run, d)
             }
             None => {

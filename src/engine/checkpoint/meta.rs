@@ -214,7 +214,7 @@ impl CheckpointMeta {
                 self.classes.len()
             ));
         }
-        if let Some((scale, shift)) = &self.input_affine {
+        if let Some((shift, scale)) = &self.input_affine {
             // (one of each, every feature alike, or one per value of the model's input, where its
             // size is recorded)
             let features = (self.input.as_deref()).and_then(|i| {
@@ -232,7 +232,7 @@ impl CheckpointMeta {
                     (self.input.as_deref()).map_or("unrecorded size".into(), crate::text::excerpt)
                 ));
             }
-            if !scale.iter().chain(shift).all(|v| v.is_finite()) {
+            if !shift.iter().chain(scale).all(|v| v.is_finite()) {
                 return Err("input_affine holds a value that is not a finite number".into());
             }
         }
@@ -321,7 +321,7 @@ mod tests {
     fn a_tables_scaling_is_of_the_models_input() {
         let with = |input: Option<&str>, scale: Vec<f64>, shift: Vec<f64>| CheckpointMeta {
             input: input.map(String::from),
-            input_affine: Some((scale, shift)),
+            input_affine: Some((shift, scale)),
             ..CheckpointMeta::example()
         };
         assert_eq!(with(Some("3"), vec![1.0; 3], vec![0.5; 3]).check(), Ok(()));

@@ -356,9 +356,6 @@ pub(super) fn meet(
     })
 }
 
-/// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
-/// A process's data as the start-up check compares it: its splits' sizes, shapes and classes
-/// said, their contents by fingerprint.
 /// How long process 0 waits at the start for the other processes before it says so, and then
 /// how often it says so again.
 const START_WAIT_SAID: std::time::Duration = std::time::Duration::from_secs(30);
@@ -391,6 +388,8 @@ fn said_while_waiting<T>(lead: bool, exchange: impl FnOnce() -> T) -> T {
     r
 }
 
+/// A process's data as the start-up check compares it: its splits' sizes, shapes and classes
+/// said, their contents by fingerprint.
 fn data_said(train: &Dataset, val: &Dataset) -> String {
     format!(
         "{} training and {} validation samples of {} values, {} classes (contents {:x}, {:x})",
@@ -403,6 +402,7 @@ fn data_said(train: &Dataset, val: &Dataset) -> String {
     )
 }
 
+/// `nodeA/cpu0 nodeA/cpu1 nodeB/cpu0` (labels alone where there are no hosts).
 fn describe(devices: &[Device], hosts: &[String]) -> String {
     devices
         .iter()

@@ -91,6 +91,12 @@ impl Runner {
         self.synced_at == step
     }
 
+    /// Whether the schedule makes the ranks one after step `step` (every step but local SGD's
+    /// between averages): where the next boundary that takes controls can be.
+    pub fn syncs_after(&self, step: u64) -> bool {
+        self.strategy.synced_after(step)
+    }
+
     /// Whether every rank sees the same (global) loss at step `step`: all but local SGD's
     /// steps after its warm-up.
     pub fn shares_loss(&self, step: u64) -> bool {

@@ -199,6 +199,13 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
 /// replaces, never a file of a checkpoint: replacing its weights would lose the optimizer
 /// state), and not under a Python file's name.
 pub fn export_target(out: &Path) -> Result<PathBuf, String> {
+    // (`-`, standard output elsewhere, would be a file named `-`, and its module `-.py`)
+    if out == Path::new("-") {
+        return Err(
+            "- is not a file: the weights (and a module beside them) are written as files; give a name such as model.safetensors"
+                .into(),
+        );
+    }
     if out.extension().is_some_and(|e| e == "py") {
         return Err(format!(
             "{} is a Python file's name: give the weights a name such as model.safetensors (a model torchvision lacks gets its module beside them, model.py)",
@@ -224,6 +231,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let e = export_target(Path::new("/dev/null")).unwrap_err();
         assert!(e.contains("a character device, not a regular file"), "{e}");
+        let e = export_target(Path::new("-")).unwrap_err();
+        assert!(e.starts_with("- is not a file"), "{e}");
         let e = export_target(tmp.path()).unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
         let ckpt = tmp.path().join("step-00000090");

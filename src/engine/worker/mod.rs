@@ -302,6 +302,7 @@ impl Worker {
                 stopped = true;
                 break;
             }
+            self.finishing_at_the_last_boundary();
 
             let next = self.step + 1;
             self.beats.beat(self.rank, next, Phase::Data);
@@ -377,11 +378,7 @@ impl Worker {
             self.step += 1;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
-            // the last step: no boundary follows to take a control, so none is asked now
-            // (during the last validation and checkpoint) that would hang unanswered
-            if let Some(d) = self.decider.as_ref().filter(|_| self.done()) {
-                d.finishing();
-            }
+
             let samples = batch.micro.iter().map(|mb| mb.n).sum();
             let queued = Queued {
                 stats: StepStats {
@@ -472,6 +469,23 @@ impl Worker {
             best_val_accuracy: tally.best_val,
             data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),
         })
+    }
+
+    /// Where no boundary that takes controls comes before the run's end (the last step, or
+    /// local SGD's last average, is next), no control is asked from now on: it would go
+    /// unanswered (during the last steps, the last validation and checkpoint).
+    fn finishing_at_the_last_boundary(&self) {
+        let Some(decider) = self.decider.as_ref() else {
+            return;
+        };
+        let ends =
+            self.sharding()
+                .ends_at(self.step, self.cursor, self.train.samples, self.cfg.budget);
+        // (the boundary before step s + 1 is at step s: those before the last step)
+        let more = (self.step + 1..ends.run).any(|s| self.strategy.syncs_after(s));
+        if !more {
+            decider.finishing();
+        }
     }
 
     /// An error where a class of a picture set has no picture that decodes (its samples would

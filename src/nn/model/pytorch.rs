@@ -49,13 +49,13 @@ pub fn module(m: &Model, about: &str, inputs: Inputs) -> String {
         for (name, v) in [("input_shift", shift), ("input_scale", scale)] {
             let _ = writeln!(
                 init,
-                "        self.register_buffer(\"{name}\", torch.tensor({}), persistent=False)",
+                "        self.register_buffer(\"{name}\", torch.tensor({}, dtype=torch.float64), persistent=False)",
                 python_list(v)
             );
         }
         let _ = writeln!(
             forward,
-            "        x = (x.flatten(1) - self.input_shift) * self.input_scale"
+            "        x = ((x.flatten(1).double() - self.input_shift) * self.input_scale).float()"
         );
     }
     let first = match m.input {

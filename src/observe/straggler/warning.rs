@@ -271,8 +271,9 @@ impl fmt::Display for Warning {
             Warning::Stall { step, waited, missing, injected } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 let s = waited.as_secs_f64();
-                // (a timeout under 10 s keeps its tenths: 0.5 s is not "1 s")
-                let dp = usize::from(s < 10.0);
+                // (a timeout under 10 s keeps its tenths: 0.5 s is not "1 s"; under 0.1 s its
+                // hundredths)
+                let dp = if s < 0.1 { 2 } else { usize::from(s < 10.0) };
                 write!(
                     f,
                     "stall: no step completed for {s:.dp$} s after step {step}; rank(s) {} did not reach the all-reduce",

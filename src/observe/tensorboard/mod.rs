@@ -234,7 +234,7 @@ impl Sink for TensorBoard {
 /// given: a folder of its own named as its run directory is (`<name>/<time>`), so the runs of
 /// a sweep given one DIR stay apart in `tensorboard --logdir DIR`; `<name>` alone for a run
 /// without a run directory.
-pub fn run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> PathBuf {
+fn run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> PathBuf {
     let run = dir.join(crate::engine::rundir::file_name_of(name));
     match run_dir.and_then(Path::file_name) {
         Some(leaf) => run.join(leaf),

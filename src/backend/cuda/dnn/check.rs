@@ -44,11 +44,16 @@ pub fn bf16_trusted(index: usize) -> Result<(), String> {
     let check = || {
         let gpu = Gpu::open(index).map_err(|e| e.to_string())?;
         let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
-        crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
-            .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))?;
-        let d = trusted::<bf16>(&gpu, &blas, Precision::Bf16)
-            .map_err(|e| format!("cuDNN {} failed its check on GPU {index} ({e})", version()))?;
-        close(d);
+        let checked = crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
+            .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))
+            .and_then(|()| {
+                trusted::<bf16>(&gpu, &blas, Precision::Bf16).map_err(|e| {
+                    format!("cuDNN {} failed its check on GPU {index} ({e})", version())
+                })
+            });
+        // (let go of as a replica lets go of it: after a failed check its drop may panic)
+        crate::backend::cuda::blas::close(blas);
+        close(checked?);
         Ok(())
     };
     CHECKED.get_or_init(check).clone()

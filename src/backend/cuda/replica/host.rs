@@ -45,8 +45,11 @@ pub(super) struct Upload<T> {
     last: usize,
 }
 
-/// The most page-locked buffers one kind of upload keeps.
-const UPLOAD_SLOTS: usize = 4;
+/// The most page-locked buffers one kind of upload keeps: made only as uploads are in flight at
+/// once (a step's micro-batches, `--grad-accum` of them, and the step's before, one step
+/// ahead), so that one waited for is rare (over 30 micro-batches a step; it waits in the
+/// driver, where no abort reaches).
+const UPLOAD_SLOTS: usize = 64;
 
 impl<T> Default for Upload<T> {
     fn default() -> Self {

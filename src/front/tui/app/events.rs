@@ -137,12 +137,15 @@ impl App {
 
     pub(super) fn on_event(&mut self, e: Event) {
         // how far the run got: steps done by these events' accounts (a failure's step is the
-        // one that failed; a control's is the one it comes before)
+        // one that failed; a control's the last done before it: a run paused between logged
+        // steps shows where it paused)
         let done = match &e {
             Event::Checkpoint { step, .. }
             | Event::EpochDone { step, .. }
             | Event::Validated { step, .. }
             | Event::InSync { step, .. }
+            | Event::Control { step, .. }
+            | Event::Asked { step, .. }
             | Event::Finished { step, .. } => Some(*step),
             Event::Failed { step, .. } => Some(step.saturating_sub(1)),
             _ => None,

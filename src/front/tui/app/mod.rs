@@ -374,7 +374,7 @@ impl App {
                     self.quitting = true;
                     self.note(
                         Level::Warn,
-                        "signal received: finishing the step, writing a checkpoint and exiting"
+                        "signal received: stopping with a checkpoint (a run past its last step finishes it) and exiting"
                             .into(),
                     );
                 }

@@ -21,6 +21,20 @@ pub struct MetricsError {
 /// The usual fixes: where it cannot be opened, and where it cannot be written any more.
 const WRITABLE: &str = "pick a writable path for --metrics-out";
 const SPACE: &str = "check that its disk has space";
+/// Where a pipe's reader went away (`--metrics-out >(...)`, a FIFO).
+const READER: &str = "the program reading it (the other end of its pipe or FIFO) has gone";
+
+/// The fix for a write that failed with `e`.
+fn fix_for(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe => READER,
+        std::io::ErrorKind::FileTooLarge => LIMIT,
+        _ => SPACE,
+    }
+}
+
+/// Where the process's file-size limit stopped it (`ulimit -f`, a scheduler's).
+const LIMIT: &str = "the process's file-size limit (ulimit -f) was reached: raise it";
 
 pub struct MetricsWriter {
     path: PathBuf,
@@ -365,16 +379,16 @@ impl MetricsWriter {
             .write_all(line.as_bytes())
             .map_err(|source| MetricsError {
                 path: self.path.clone(),
+                fix: fix_for(&source),
                 source,
-                fix: SPACE,
             })
     }
 
     pub fn flush(&mut self) -> Result<(), MetricsError> {
         self.out.flush().map_err(|source| MetricsError {
             path: self.path.clone(),
+            fix: fix_for(&source),
             source,
-            fix: SPACE,
         })?;
         self.flushed = self.handed;
         self.ends.clear();
