@@ -117,8 +117,6 @@ fn totals(v: &Value) -> Parsed<Option<Totals>> {
             transfer_s: opt_num(t, "transfer_s")?.map_or(Ok(0.0), |_| secs("transfer_s"))?,
             // (files from before it was recorded: the reader smooths the rows it has)
             smoothed_loss: opt_num(t, "smoothed_loss")?,
-            // (the losses it was made of are not recorded: a row read back is only read)
-            ..Totals::default()
         })
     };
     read()

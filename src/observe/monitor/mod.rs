@@ -49,11 +49,10 @@ pub struct Totals {
     pub wait_s: f64,
     /// Host transfers (central storage's every step, local SGD's at its averages), summed.
     pub transfer_s: f64,
-    /// The train loss smoothed over every step (the mean of the last `LOSS_WINDOW`): a screen
-    /// given only some rows draws the run's, not one of the rows it got.
+    /// The train loss smoothed over every step (the mean of the last `LOSS_WINDOW`, which the
+    /// monitor keeps): a screen given only some rows draws the run's, not one of the rows it
+    /// got.
     pub smoothed_loss: Option<f64>,
-    /// The losses `smoothed_loss` is the mean of (none in a row read back from a file).
-    pub recent: RecentLosses,
 }
 
 /// The last `LOSS_WINDOW` steps' train losses, a ring (`len` of them filled).
@@ -66,7 +65,7 @@ pub struct RecentLosses {
 
 impl RecentLosses {
     /// Adds a step's loss (the oldest of a full window goes); their mean.
-    fn push(&mut self, loss: f32) -> f64 {
+    pub fn push(&mut self, loss: f32) -> f64 {
         self.losses[self.next] = loss;
         self.next = (self.next + 1) % LOSS_WINDOW;
         self.len = (self.len + 1).min(LOSS_WINDOW);
@@ -110,11 +109,6 @@ impl Totals {
             self.wait_s += secs(r.sync_wait);
             self.transfer_s += secs(r.transfer);
         }
-    }
-
-    /// Counts one step's train loss into the smoothed loss.
-    pub fn smooth(&mut self, loss: f32) {
-        self.smoothed_loss = Some(self.recent.push(loss));
     }
 
     /// What the steps after `earlier` (these totals as of an earlier step) add up to (the
@@ -174,6 +168,8 @@ pub struct Monitor {
     per_replica: usize,
     total_samples: u64,
     totals: Totals,
+    /// The losses of the last steps, `totals.smoothed_loss` their mean.
+    losses: RecentLosses,
 }
 
 impl Monitor {
@@ -186,6 +182,7 @@ impl Monitor {
             per_replica: 0,
             total_samples: 0,
             totals: Totals::default(),
+            losses: RecentLosses::default(),
         }
     }
 
@@ -214,7 +211,7 @@ impl Monitor {
         let at = ranks.iter().map(|r| r.at).max().unwrap_or_default();
         self.count(at, first);
         self.totals.add(first.global_samples, &ranks);
-        self.totals.smooth(first.loss);
+        self.totals.smoothed_loss = Some(self.losses.push(first.loss));
         Some(StepRow {
             step,
             epoch: first.epoch,

@@ -211,20 +211,15 @@ fn lost_samples_do_not_leak_pending_rows() {
 
 #[test]
 fn the_smoothed_loss_is_the_mean_of_the_last_window_and_a_spike_leaves_it_after() {
-    let mut t = Totals::default();
-    t.smooth(2.0);
-    t.smooth(4.0);
-    assert_eq!(t.smoothed_loss, Some(3.0));
+    let mut recent = RecentLosses::default();
+    recent.push(2.0);
+    assert_eq!(recent.push(4.0), 3.0);
     // a diverging step's loss among ordinary ones: gone once the window passed it
-    t.smooth(1e20);
-    assert!(t.smoothed_loss.unwrap() > 1e18);
+    assert!(recent.push(1e20) > 1e18);
+    let mut mean = 0.0;
     for _ in 0..LOSS_WINDOW {
-        t.smooth(5.0);
+        mean = recent.push(5.0);
     }
-    assert_eq!(t.smoothed_loss, Some(5.0));
-    // what the steps since an earlier row add up to keeps the window: smoothing goes on from it
-    let mut since = t.since(&Totals::default());
-    assert_eq!(since.smoothed_loss, Some(5.0));
-    since.smooth(25.0);
-    assert_eq!(since.smoothed_loss, Some(6.0), "19 of 5 and one of 25");
+    assert_eq!(mean, 5.0);
+    assert_eq!(recent.push(25.0), 6.0, "19 of 5 and one of 25");
 }

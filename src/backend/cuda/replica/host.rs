@@ -150,7 +150,7 @@ impl<E: Elem> CudaReplica<E> {
         let mut a0 = landing.slice_mut(..b * d);
         let rows = &mut self.staging.rows;
         let sent = match E::f32_view_mut(&mut a0) {
-            Some(mut a0) => rows.copy(&s, &x[..b * d], &mut a0),
+            Some(a0) => rows.copy(&s, &x[..b * d], a0),
             None => {
                 let mut staged = self.input.slice_mut(..b * d);
                 (rows.copy(&s, &x[..b * d], &mut staged)).map(|()| {
