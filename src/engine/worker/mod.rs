@@ -378,7 +378,6 @@ impl Worker {
             self.step += 1;
             let epoch = self.cursor.epoch;
             self.cursor = batch.next;
-
             let samples = batch.micro.iter().map(|mb| mb.n).sum();
             let queued = Queued {
                 stats: StepStats {
