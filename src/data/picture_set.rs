@@ -149,7 +149,8 @@ impl ImageSet {
                 Err(why) => {
                     if !self.failed[j].swap(true, Ordering::Relaxed) {
                         self.failures.fetch_add(1, Ordering::Relaxed);
-                        let name = self.files[j].display();
+                        // (a line break in a file's name would split the log's line)
+                        let name = crate::text::printable(&self.files[j].display().to_string());
                         let msg = format!("skipped {name}: {why}");
                         self.news.lock().expect("image failures lock").push(msg);
                     }

@@ -46,7 +46,9 @@ pub struct Skipped {
 
 impl std::fmt::Display for Skipped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "skipped {}: {}", self.path.display(), self.why)
+        // (a line break in a file's name would split the note's line)
+        let path = crate::text::printable(&self.path.display().to_string());
+        write!(f, "skipped {path}: {}", self.why)
     }
 }
 

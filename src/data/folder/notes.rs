@@ -192,4 +192,16 @@ mod tests {
             "/data/train: 13 more files skipped besides the 10 above (5: not a picture; 3: too large; 2: ends at byte N; 3: other reasons)"
         );
     }
+
+    #[test]
+    fn a_skipped_file_s_name_is_said_on_one_line() {
+        let s = Skipped {
+            path: "/data/dog/bad\nname.png".into(),
+            why: "cannot be decoded".into(),
+        };
+        assert_eq!(
+            s.to_string(),
+            "skipped /data/dog/bad\\nname.png: cannot be decoded"
+        );
+    }
 }
