@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 mod headers;
 mod notes;
+pub(super) mod splits;
 
 use headers::{headers, Progress};
 pub use notes::notes;

@@ -119,4 +119,21 @@ impl Worker {
             }
         }
     }
+
+    /// Where no boundary that takes controls comes before the run's end (the last step, or
+    /// local SGD's last average, is next), no control is asked from now on: it would go
+    /// unanswered (during the last steps, the last validation and checkpoint).
+    pub(super) fn finishing_at_the_last_boundary(&self) {
+        let Some(decider) = self.decider.as_ref() else {
+            return;
+        };
+        let ends =
+            self.sharding()
+                .ends_at(self.step, self.cursor, self.train.samples, self.cfg.budget);
+        // (the boundary before step s + 1 is at step s: those before the last step)
+        let more = (self.step + 1..ends.run).any(|s| self.strategy.syncs_after(s));
+        if !more {
+            decider.finishing();
+        }
+    }
 }

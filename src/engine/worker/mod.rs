@@ -28,6 +28,7 @@ use super::rebalance;
 mod boundary;
 mod gpu;
 mod in_sync;
+mod pictures;
 pub(super) mod report;
 mod save;
 mod validation;
@@ -468,46 +469,6 @@ impl Worker {
             best_val_accuracy: tally.best_val,
             data_skipped: self.picture_sets.iter().map(|s| s.failures()).sum(),
         })
-    }
-
-    /// Where no boundary that takes controls comes before the run's end (the last step, or
-    /// local SGD's last average, is next), no control is asked from now on: it would go
-    /// unanswered (during the last steps, the last validation and checkpoint).
-    fn finishing_at_the_last_boundary(&self) {
-        let Some(decider) = self.decider.as_ref() else {
-            return;
-        };
-        let ends =
-            self.sharding()
-                .ends_at(self.step, self.cursor, self.train.samples, self.cfg.budget);
-        // (the boundary before step s + 1 is at step s: those before the last step)
-        let more = (self.step + 1..ends.run).any(|s| self.strategy.syncs_after(s));
-        if !more {
-            decider.finishing();
-        }
-    }
-
-    /// An error where a class of a picture set has no picture that decodes (its samples would
-    /// be blank), after saying the files that failed.
-    fn pictures_usable(&self) -> Result<(), EngineError> {
-        let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) else {
-            return Ok(());
-        };
-        self.say_skipped_pictures();
-        let spec = self.cfg.data.to_string();
-        let msg = why.to_string();
-        Err(crate::data::DataError::Spec { spec, msg }.into())
-    }
-
-    /// Picture files that failed to decode since the last look, one event each (rank 0's).
-    fn say_skipped_pictures(&self) {
-        if self.rank != 0 {
-            return;
-        }
-        for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
-            let step = self.step;
-            let _ = self.events.send(Event::DataSkipped { step, message });
-        }
     }
 
     fn last_checkpoint_path(&self) -> Option<PathBuf> {

@@ -1,0 +1,31 @@
+//! A run's picture sets as its ranks read them: the files that failed to decode said, and a
+//! class none of whose pictures decode an error.
+
+use super::Worker;
+use crate::engine::events::Event;
+use crate::engine::EngineError;
+
+impl Worker {
+    /// An error where a class of a picture set has no picture that decodes (its samples would
+    /// be blank), after saying the files that failed.
+    pub(super) fn pictures_usable(&self) -> Result<(), EngineError> {
+        let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) else {
+            return Ok(());
+        };
+        self.say_skipped_pictures();
+        let spec = self.cfg.data.to_string();
+        let msg = why.to_string();
+        Err(crate::data::DataError::Spec { spec, msg }.into())
+    }
+
+    /// Picture files that failed to decode since the last look, one event each (rank 0's).
+    pub(super) fn say_skipped_pictures(&self) {
+        if self.rank != 0 {
+            return;
+        }
+        for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
+            let step = self.step;
+            let _ = self.events.send(Event::DataSkipped { step, message });
+        }
+    }
+}
