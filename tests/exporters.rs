@@ -492,25 +492,15 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
 #[test]
 fn runs_given_one_tensorboard_dir_stay_apart() {
     let dir = tempfile::tempdir().unwrap();
+    // (a run of the sweep into run directory `run`, its events under tb)
+    let sweep = |run: &str| {
+        let data = ["--data", "synthetic:600,8,3", "--model", "mlp:8"];
+        let rest = ["--name", "sweep", "--run-dir", run, "--tensorboard", "tb"];
+        let args = [&["--headless", "--steps", "5"][..], &data, &rest].concat();
+        run_in(dir.path(), &args)
+    };
     for run in ["r1", "r2"] {
-        let o = run_in(
-            dir.path(),
-            &[
-                "--headless",
-                "--steps",
-                "5",
-                "--data",
-                "synthetic:600,8,3",
-                "--model",
-                "mlp:8",
-                "--name",
-                "sweep",
-                "--run-dir",
-                run,
-                "--tensorboard",
-                "tb",
-            ],
-        );
+        let o = sweep(run);
         assert!(o.status.success(), "{}", text(&o));
         assert!(
             text(&o).contains("(tensorboard --logdir tb)"),
@@ -520,24 +510,7 @@ fn runs_given_one_tensorboard_dir_stay_apart() {
         event_file(&dir.path().join("tb/sweep").join(run));
     }
     // a run whose run directory ends as another's (a/r1 beside r1) gets a folder of its own
-    let o = run_in(
-        dir.path(),
-        &[
-            "--headless",
-            "--steps",
-            "5",
-            "--data",
-            "synthetic:600,8,3",
-            "--model",
-            "mlp:8",
-            "--name",
-            "sweep",
-            "--run-dir",
-            "a/r1",
-            "--tensorboard",
-            "tb",
-        ],
-    );
+    let o = sweep("a/r1");
     assert!(text(&o).contains("tb/sweep/r1-2/events."), "{}", text(&o));
     event_file(&dir.path().join("tb/sweep/r1-2"));
     let first = std::fs::read_dir(dir.path().join("tb/sweep/r1")).unwrap();

@@ -77,14 +77,10 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
             app.step()
         );
     } else {
-        let resume = match app.state {
-            crate::front::tui::app::RunState::Paused => " (and press p to resume it)",
-            _ => "",
-        };
+        let (leaves, resume) = app.detach_leaves();
         crate::say!(
-            "detached at step {}: {}; attach again with: mgtop-train attach {run}{resume}",
-            app.step(),
-            app.detach_leaves()
+            "detached at step {}: {leaves}; attach again with: mgtop-train attach {run}{resume}",
+            app.step()
         );
     }
     // (a script waiting on a run through attach learns how it ended, as from the run itself:

@@ -318,11 +318,11 @@ impl App {
     }
 
     /// What an attached screen leaves behind when it detaches: the run going on, or paused (no
-    /// one then resumes it but a screen that attaches).
-    pub fn detach_leaves(&self) -> &'static str {
+    /// one then resumes it but a screen that attaches), and what then resumes it.
+    pub fn detach_leaves(&self) -> (&'static str, &'static str) {
         match self.state {
-            RunState::Paused => "the run stays paused",
-            _ => "the run goes on",
+            RunState::Paused => ("the run stays paused", " (and press p to resume it)"),
+            _ => ("the run goes on", ""),
         }
     }
 

@@ -56,7 +56,7 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
         Some(super::app::Popup::Quit) => {
             let attached = app.mode == super::app::Mode::Attached;
-            render_quit(frame, area, theme, attached.then(|| app.detach_leaves()))
+            render_quit(frame, area, theme, attached.then(|| app.detach_leaves().0))
         }
         None if app.summary.is_some()
             && !app.summary_hidden
