@@ -663,6 +663,25 @@ fn cifar_binaries_train_on_batches_and_validate_on_the_test_file() {
         ..DataOptions::default()
     };
     assert_eq!(load(&spec, &o, 0).unwrap().val.len(), 4);
+    // and a folder holding its test file alone will do (the training batches are not read)
+    let only_test = tmp.path().join("test-only");
+    std::fs::create_dir(&only_test).unwrap();
+    std::fs::copy(dir.join("test_batch.bin"), only_test.join("test_batch.bin")).unwrap();
+    let val = |d: &Path| DataOptions {
+        val_data: Some(format!("cifar10:{}", d.display()).parse().unwrap()),
+        ..DataOptions::default()
+    };
+    assert_eq!(load(&spec, &val(&only_test), 0).unwrap().val.len(), 4);
+    let e = load(&spec, &val(&tmp.path().join("none")), 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.starts_with("--val-data cifar10:")
+            && e.contains("holds no test_batch.bin")
+            && e.contains("add --download"),
+        "{e}"
+    );
     assert!(
         d.description.contains("validation cifar10"),
         "{}",

@@ -97,30 +97,11 @@ fn read_spec(
 ) -> Result<(Read, Option<Read>), DataError> {
     match spec {
         DataSpec::Cifar { dir, kind } => {
-            let c = cifar::load(dir, *kind, &spec.to_string(), opts.download)?;
-            let names = c
-                .names
-                .clone()
-                .unwrap_or_else(|| (0..c.classes).map(|i| i.to_string()).collect());
-            let what = format!("{} {}", kind.name(), c.dir.display());
-            let read = |(p, l): (Vec<_>, Vec<u32>), what: String, notes| Read {
-                sizes: vec![(32, 32); l.len()],
-                set: Arc::new(ImageSet::in_memory(p, l).named(names.clone())),
-                classes: c.classes,
-                names: names.clone(),
-                what,
-                folder: None,
-                notes,
-            };
-            let test_name = match kind {
-                Kind::Ten => "test_batch.bin",
-                Kind::Hundred { .. } => "test.bin",
-            };
-            let notes = c.names_note.clone().into_iter().collect();
-            Ok((
-                read(c.train, what.clone(), notes),
-                Some(read(c.test, format!("{what}/{test_name}"), Vec::new())),
-            ))
+            let (train, test) = cifar_reads(
+                cifar::load(dir, *kind, &spec.to_string(), opts.download)?,
+                *kind,
+            );
+            Ok((train, Some(test)))
         }
         DataSpec::Images { dir } => {
             let (train_dir, val_dir) = folder_halves(spec, dir)?;
@@ -153,11 +134,47 @@ fn read_val_spec(
                 .map_err(|m| spec_err(spec, m))?;
             Ok(from_folder(val, side))
         }
-        _ => {
-            let (_, test) = read_spec(spec, side, opts, Some(known))?;
-            Ok(test.expect("a CIFAR directory has its test set"))
+        DataSpec::Cifar { dir, kind } => {
+            // (its test file alone: the training batches are neither needed nor read)
+            let c = match cifar::load_test(dir, *kind, &spec.to_string()) {
+                Ok(c) => c,
+                Err(_) if opts.download => cifar::load(dir, *kind, &spec.to_string(), true)?,
+                Err(DataError::Spec { spec, msg }) => {
+                    let msg = format!("{msg}; add --download to fetch the set there");
+                    return Err(DataError::Spec { spec, msg });
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(cifar_reads(c, *kind).1)
         }
+        _ => unreachable!("read_val_spec is called for picture specs"),
     }
+}
+
+/// A CIFAR set's training and test pictures as sets (the training one empty where only the
+/// test file was read).
+fn cifar_reads(c: cifar::Cifar, kind: Kind) -> (Read, Read) {
+    let names =
+        (c.names.clone()).unwrap_or_else(|| (0..c.classes).map(|i| i.to_string()).collect());
+    let what = format!("{} {}", kind.name(), c.dir.display());
+    let read = |(p, l): (Vec<_>, Vec<u32>), what: String, notes| Read {
+        sizes: vec![(32, 32); l.len()],
+        set: Arc::new(ImageSet::in_memory(p, l).named(names.clone())),
+        classes: c.classes,
+        names: names.clone(),
+        what,
+        folder: None,
+        notes,
+    };
+    let test_name = match kind {
+        Kind::Ten => "test_batch.bin",
+        Kind::Hundred { .. } => "test.bin",
+    };
+    let notes = c.names_note.clone().into_iter().collect();
+    (
+        read(c.train, what.clone(), notes),
+        read(c.test, format!("{what}/{test_name}"), Vec::new()),
+    )
 }
 
 /// The folder of training pictures of an `images:` directory, and its validation folder: its
