@@ -293,6 +293,18 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
         "{notes}"
     );
     std::fs::remove_file(dir.join("stray.png")).unwrap();
+    // a picture deeper than the walk goes is said to be left out, not ignored in silence
+    let deep: std::path::PathBuf = (0..17).fold(dir.join("cat"), |p, i| p.join(format!("d{i}")));
+    png_rgb(&deep.join("deep.png"), 0);
+    let d = images(&dir, &opts(|_| {})).unwrap();
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("d15/d16: more than 16 folders below its class folder: not read")),
+        "{:?}",
+        d.notes
+    );
+    std::fs::remove_dir_all(dir.join("cat/d0")).unwrap();
     // a bomb's header is refused before anything is allocated for it
     std::fs::write(dir.join("dog/bomb.png"), png_declaring(100_000, 100_000)).unwrap();
     let d = images(&dir, &opts(|_| {})).unwrap();

@@ -71,9 +71,8 @@ pub(super) fn is_image(p: &Path) -> bool {
 
 /// A folder's entries in name order, each with its type as the listing gives it (a link's
 /// own: no file is asked for its type where the listing says it).
-fn listed(dir: &Path) -> Result<Vec<(PathBuf, io::Result<fs::FileType>)>, String> {
-    let mut v: Vec<_> = fs::read_dir(dir)
-        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+fn listed(dir: &Path) -> io::Result<Vec<(PathBuf, io::Result<fs::FileType>)>> {
+    let mut v: Vec<_> = fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| (e.path(), e.file_type())))
         .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -81,7 +80,23 @@ fn listed(dir: &Path) -> Result<Vec<(PathBuf, io::Result<fs::FileType>)>, String
 }
 
 fn entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    Ok(listed(dir)?.into_iter().map(|(p, _)| p).collect())
+    let listing = listed(dir).map_err(|e| unlistable(dir, &e, false))?;
+    Ok(listing.into_iter().map(|(p, _)| p).collect())
+}
+
+/// A folder that must be read (the data folder, a class folder: `class`) and cannot be
+/// listed: why, and the fix.
+fn unlistable(dir: &Path, e: &io::Error, class: bool) -> String {
+    format!(
+        "cannot list {}: {e}; make it readable (chmod -R u+rX {}){}",
+        dir.display(),
+        dir.display(),
+        if class {
+            ", or move the class out of the data folder"
+        } else {
+            ""
+        }
+    )
 }
 
 /// What a walk of the class folders finds: image files (sorted), other files counted, and
@@ -130,8 +145,21 @@ impl Walk {
             return Ok(());
         }
         self.seen.insert(real, dir.to_path_buf());
+        let listing = match listed(dir) {
+            Ok(l) => l,
+            // (a class folder left out would drop its class: that stops the scan)
+            Err(e) if depth == 0 => return Err(unlistable(dir, &e, true)),
+            Err(e) => {
+                let why = format!("cannot be listed: {e}");
+                self.skipped.push(Skipped {
+                    path: dir.to_path_buf(),
+                    why,
+                });
+                return Ok(());
+            }
+        };
         // (hidden files are the system's and the tools': .DS_Store, ._IMG_1.jpg, .ipynb_checkpoints)
-        for (p, kind) in listed(dir)?
+        for (p, kind) in listing
             .into_iter()
             .filter(|(p, _)| !name_of(p).starts_with('.'))
         {
@@ -154,6 +182,13 @@ impl Walk {
                         });
                     } else if depth < MAX_DEPTH {
                         self.dir(&p, depth + 1)?;
+                    } else {
+                        self.skipped.push(Skipped {
+                            path: p,
+                            why: format!(
+                                "more than {MAX_DEPTH} folders below its class folder: not read"
+                            ),
+                        });
                     }
                 }
                 _ if !is_image(&p) => {
