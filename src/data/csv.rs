@@ -83,8 +83,18 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 pub(super) fn first_line_is_numbers(text: &str) -> bool {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     lines(text).next().is_some_and(|l| {
-        !l.trim().is_empty() && l.split(',').all(|f| f.trim().parse::<f64>().is_ok())
+        !l.trim().is_empty() && l.split(',').all(|f| field(f).parse::<f64>().is_ok())
     })
+}
+
+/// A field's value: trimmed, and out of its double quotes where it is quoted (as pandas'
+/// `QUOTE_ALL` and spreadsheets write every field: `"1.5"`).
+fn field(f: &str) -> &str {
+    let f = f.trim();
+    match f.strip_prefix('"').and_then(|f| f.strip_suffix('"')) {
+        Some(inner) => inner.trim(),
+        None => f,
+    }
 }
 
 /// Parses CSV text; errors name the line (1-based) and column, and their fixes the flag that
@@ -107,7 +117,7 @@ pub(super) fn parse(
         }
         // at most one field more than the row may have, so that a long row is seen, not stored
         let most = width.map_or(MAX_FIELDS, |w: usize| w) + 1;
-        let fields: Vec<&str> = line.split(',').take(most).map(str::trim).collect();
+        let fields: Vec<&str> = line.split(',').take(most).map(field).collect();
         if fields.len() > MAX_FIELDS {
             return Err(format!("line {lineno} has more than {MAX_FIELDS} fields, the most a row may have; is it a CSV file (one sample per line, values separated by commas)?"));
         }
@@ -234,6 +244,14 @@ mod tests {
         assert_eq!((d.y.clone(), d.classes), (vec![2, 0], 3));
         let d = parse("1.5,2,7\n2.5,0,8\n", LabelColumn::Index(1), false).unwrap();
         assert_eq!(d.x, vec![1.5, 7.0, 2.5, 8.0]);
+        // every field quoted (pandas' QUOTE_ALL, spreadsheets): read as the numbers inside
+        let quoted = "\"a\",\"b\",\"label\"\n\"1.5\",\" 2\",\"1\"\n\"3\",\"4\",\"0\"\n";
+        assert!(!super::first_line_is_numbers(quoted));
+        assert!(super::first_line_is_numbers(&quoted[16..]));
+        let d = parse(quoted, LabelColumn::Last, true).unwrap();
+        assert_eq!((d.x.clone(), d.y.clone()), (vec![1.5, 2.0, 3.0, 4.0], vec![1, 0]));
+        let e = parse("\"1\",\"\",\"0\"\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("column 1 (from 0) is empty"), "{e}");
     }
 
     #[test]
