@@ -79,6 +79,12 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
             .trim(),
         "1"
     );
+    // pasted text (bracketed, as terminals paste) is said and ignored: "quake" would open the
+    // quit question with its q and stop the run without a checkpoint with its k
+    tmux.cmd(&["set-buffer", "quake"]);
+    tmux.cmd(&["paste-buffer", "-p", "-t", "t"]);
+    let s = tmux.wait("the paste said", |s| s.contains("pasted text ignored"));
+    assert!(s.contains("RUNNING") && !s.contains("Stop training?"), "{s}");
 
     tmux.keys(&["p"]);
     tmux.wait("PAUSED", |s| {

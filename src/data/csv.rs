@@ -249,7 +249,10 @@ mod tests {
         assert!(!super::first_line_is_numbers(quoted));
         assert!(super::first_line_is_numbers(&quoted[16..]));
         let d = parse(quoted, LabelColumn::Last, true).unwrap();
-        assert_eq!((d.x.clone(), d.y.clone()), (vec![1.5, 2.0, 3.0, 4.0], vec![1, 0]));
+        assert_eq!(
+            (d.x.clone(), d.y.clone()),
+            (vec![1.5, 2.0, 3.0, 4.0], vec![1, 0])
+        );
         let e = parse("\"1\",\"\",\"0\"\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("column 1 (from 0) is empty"), "{e}");
     }

@@ -29,6 +29,10 @@ use theme::Theme;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Input {
     Key(KeyEvent),
+    /// Text pasted (bracketed paste): ignored, said so; its letters are not keys.
+    Paste,
+    /// Ctrl-Z.
+    Suspend,
     Resize,
 }
 
@@ -103,6 +107,17 @@ fn repaint<B: Backend>(terminal: &mut Terminal<B>) {
     let _ = terminal.draw(|f| f.render_widget(ratatui::widgets::Clear, f.area()));
 }
 
+/// Ctrl-Z, SIGTSTP: the process stopped with the terminal given back (`term::suspend`), then
+/// the whole screen drawn anew; always something to draw.
+fn suspend<B: Backend>(terminal: &mut Terminal<B>, app: &mut App) -> bool {
+    if let Err(e) = term::suspend() {
+        let why = format!("could not take the terminal back after a suspend: {e}");
+        app.apply(AppEvent::Notice(Level::Error, why));
+    }
+    repaint(terminal);
+    true
+}
+
 /// The UI loop over any source: feeds `app` from `source` and the user's keys, draws it at
 /// most 10 times a second, and returns it when the user (or the source's end with
 /// `exit_when_done`, a stop request, or a lost terminal) lets it go; and whether the user left
@@ -157,6 +172,11 @@ pub fn run<B: Backend, S: Source>(
                         None => {}
                     }
                 }
+                Ok(Input::Paste) => {
+                    dirty = true;
+                    app.apply(AppEvent::Flash("pasted text ignored: keys act one at a time, as typed".into()));
+                }
+                Ok(Input::Suspend) => dirty |= suspend(terminal, &mut app),
                 Ok(Input::Resize) => dirty = true,
                 Err(_) => inputs = never(),
             },
@@ -171,6 +191,9 @@ pub fn run<B: Backend, S: Source>(
             },
             recv(timer) -> _ => dirty |= source.on_timer(&mut app),
             recv(frames) -> _ => dirty |= source.on_frame(&mut app),
+        }
+        if term::stop_asked() {
+            dirty |= suspend(terminal, &mut app);
         }
         dirty |= source.settle(&mut app);
         dirty |= app.age_flash(Instant::now());

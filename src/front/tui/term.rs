@@ -1,5 +1,6 @@
-//! The real terminal: raw mode and the alternate screen on the way in, restored on every way
-//! out (normal end, error, panic, signal), and a thread that turns key presses into inputs.
+//! The real terminal: raw mode, the alternate screen and bracketed paste on the way in, restored
+//! on every way out (normal end, error, panic, signal) and while the process is suspended
+//! (Ctrl-Z, SIGTSTP), and a thread that turns key presses into inputs.
 
 use std::io::{self, Stdout};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +10,9 @@ use std::thread::ThreadId;
 use crossbeam_channel::{unbounded, Receiver};
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::cursor::{Hide, Show};
-use ratatui::crossterm::event::{self, Event as TermEvent};
+use ratatui::crossterm::event::{
+    self, DisableBracketedPaste, EnableBracketedPaste, Event as TermEvent, KeyCode, KeyModifiers,
+};
 use ratatui::crossterm::execute;
 use ratatui::crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
@@ -21,13 +24,69 @@ use super::Input;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static UI_THREAD: OnceLock<ThreadId> = OnceLock::new();
 static HOOK: Once = Once::new();
+/// A SIGTSTP came while the UI held the terminal: the UI loop suspends (`suspend`).
+static STOP_ASKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_tstp(_: libc::c_int) {
+    STOP_ASKED.store(true, Ordering::SeqCst);
+}
+
+/// SIGTSTP caught (the UI's terminal is given back before the process stops) or left to its
+/// default (stops the process at once).
+fn catch_tstp(catch: bool) {
+    let action = match catch {
+        true => on_tstp as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        false => libc::SIG_DFL,
+    };
+    // SAFETY: setting a standard signal's disposition (async-signal-safe: restore may run in a
+    // signal handler); the handler only stores to an atomic.
+    unsafe { libc::signal(libc::SIGTSTP, action) };
+}
 
 /// Puts the terminal back as it was; safe to call any number of times, from any thread.
 pub fn restore() {
     if ACTIVE.swap(false, Ordering::SeqCst) {
+        catch_tstp(false);
         let _ = disable_raw_mode();
-        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+        let _ = execute!(
+            io::stdout(),
+            DisableBracketedPaste,
+            LeaveAlternateScreen,
+            Show
+        );
     }
+}
+
+/// Raw mode, the alternate screen, pasted text as one event, no cursor.
+fn take_terminal() -> io::Result<()> {
+    enable_raw_mode()?;
+    ACTIVE.store(true, Ordering::SeqCst);
+    catch_tstp(true);
+    execute!(
+        io::stdout(),
+        EnterAlternateScreen,
+        EnableBracketedPaste,
+        Hide
+    )
+}
+
+/// Whether a SIGTSTP asked the UI to suspend since the last call.
+pub fn stop_asked() -> bool {
+    STOP_ASKED.swap(false, Ordering::SeqCst)
+}
+
+/// Ctrl-Z, SIGTSTP: the terminal given back as it was, the process stopped as a shell's job
+/// (training stops with it), and the UI's terminal taken again once it continues (`fg`); the
+/// caller then repaints the whole screen. Where the terminal cannot be taken again (continued
+/// in the background: `bg`), the error says so.
+pub fn suspend() -> io::Result<()> {
+    if !ACTIVE.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    restore();
+    // SAFETY: stopping this process as the terminal's suspend key would; returns on SIGCONT
+    unsafe { libc::raise(libc::SIGTSTP) };
+    take_terminal()
 }
 
 /// Restores the terminal when dropped.
@@ -57,10 +116,14 @@ pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
     // NO_COLOR is honoured by the theme (mono unless one is asked for by --theme or `t`); a
     // theme asked for overrides it, as no-color.org asks, so crossterm must not drop its colours
     ratatui::crossterm::style::force_color_output(true);
-    enable_raw_mode()?;
-    ACTIVE.store(true, Ordering::SeqCst);
+    take_terminal()?;
     let guard = Guard(());
-    execute!(io::stdout(), EnterAlternateScreen, Hide)?;
+    // keys typed while the run started (echoed on the shell's screen) are not acted on now
+    while event::poll(std::time::Duration::ZERO).unwrap_or(false) {
+        if event::read().is_err() {
+            break;
+        }
+    }
     let terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
     Ok((terminal, guard))
 }
@@ -93,15 +156,22 @@ pub fn close(mut terminal: Terminal<CrosstermBackend<Stdout>>) {
     }
 }
 
-/// Key presses and resizes, read on their own thread (reading blocks). The channel closes
-/// when the terminal can no longer be read (e.g. the SSH connection dropped).
+/// Key presses, pastes and resizes, read on their own thread (reading blocks). The channel
+/// closes when the terminal can no longer be read (e.g. the SSH connection dropped).
 pub fn inputs() -> Receiver<Input> {
     let (tx, rx) = unbounded();
     let _ = std::thread::Builder::new()
         .name("tui-input".into())
         .spawn(move || loop {
             let input = match event::read() {
+                // (raw mode sends the suspend key as a key, not as SIGTSTP)
+                Ok(TermEvent::Key(k))
+                    if k.code == KeyCode::Char('z') && k.modifiers == KeyModifiers::CONTROL =>
+                {
+                    Input::Suspend
+                }
                 Ok(TermEvent::Key(k)) => Input::Key(k),
+                Ok(TermEvent::Paste(_)) => Input::Paste,
                 Ok(TermEvent::Resize(..)) => Input::Resize,
                 Ok(_) => continue,
                 Err(_) => return,

@@ -48,6 +48,11 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         _ if app.mode == Mode::Attached => "detach or stop (asks first)",
         _ => "quit (asks first)",
     };
+    // (a run in this process stops with it; one attached to or viewed goes on)
+    let suspend = match app.mode {
+        Mode::Local => "suspend, training too (fg: back)",
+        _ => "suspend this screen (fg: back)",
+    };
     let short = [
         ("p, space", "pause / resume"),
         ("] [ + -", "double / halve the batch"),
@@ -80,6 +85,7 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ("t", "next theme"),
         ("?, h", "this help"),
         ("r, Ctrl-L", "redraw"),
+        ("Ctrl-Z", suspend),
         ("q, Ctrl-C", quit),
     ];
     let keys: &[(&str, &str)] = if compact { &short } else { &full };
