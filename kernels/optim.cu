@@ -119,16 +119,26 @@ __device__ __forceinline__ void adam_one(float* p, float g, float* m, float* v, 
     *p -= step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
 }
 
-// Adam with L2 weight decay, or AdamW's decoupled decay where `decoupled` is 1
+// Adam with L2 weight decay, or AdamW's decoupled decay where `decoupled` is 1; at step `t`
+// of the run, whose corrections step_size and inv_sqrt_bc2 are; a chunk that began training
+// after step began[k] > 0 (unfrozen at a resume) corrects for its own t - began[k] steps
 extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v,
                                     const int4* chunks, int nchunks, float lr, float b1,
                                     float b2, float eps, float wd, const float* samples,
                                     const float* sumsq, float clip, float step_size,
-                                    float inv_sqrt_bc2, int decoupled) {
+                                    float inv_sqrt_bc2, int decoupled, const long long* began,
+                                    long long t) {
     const float scale = update_scale(samples, sumsq, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
+        float ss = step_size, ib = inv_sqrt_bc2;
+        if (began[k] > 0) {
+            long long own = t - began[k];
+            float tl = (float)(own < 1 ? 1 : own);
+            ss = lr / (1.0f - powf(b1, tl));
+            ib = 1.0f / sqrtf(1.0f - powf(b2, tl));
+        }
         for (int j = threadIdx.x; j < c.y; j += blockDim.x) {
             int i = c.x + j;
             int mi = c.z + j;
@@ -138,7 +148,7 @@ extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v
             } else {
                 gi += w * p[i];
             }
-            adam_one(&p[i], gi, &m[mi], &v[mi], b1, b2, eps, step_size, inv_sqrt_bc2);
+            adam_one(&p[i], gi, &m[mi], &v[mi], b1, b2, eps, ss, ib);
         }
     }
 }

@@ -84,7 +84,10 @@ fn pause_batch_change_and_quit_in_a_real_terminal() {
     tmux.cmd(&["set-buffer", "quake"]);
     tmux.cmd(&["paste-buffer", "-p", "-t", "t"]);
     let s = tmux.wait("the paste said", |s| s.contains("pasted text ignored"));
-    assert!(s.contains("RUNNING") && !s.contains("Stop training?"), "{s}");
+    assert!(
+        s.contains("RUNNING") && !s.contains("Stop training?"),
+        "{s}"
+    );
 
     tmux.keys(&["p"]);
     tmux.wait("PAUSED", |s| {

@@ -561,6 +561,68 @@ fn a_frozen_run_keeps_no_moments_for_frozen_tensors_and_resumes_exactly() {
 }
 
 #[test]
+fn a_tensor_a_resume_unfreezes_takes_adam_steps_of_its_own_count() {
+    // PyTorch's recipe of a head trained first, then everything: the backbone's Adam state
+    // starts at its first step (with the run's count, its zero moments moved it ~3x the LR)
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ck");
+    let lr = 1e-3;
+    let base = RunConfig {
+        devices: DeviceSpec::Cpu(1),
+        model: "mlp:16".parse().unwrap(),
+        data: "synthetic:256,8,3".parse().unwrap(),
+        inputs: mgtop::data::DataOptions::no_validation(),
+        budget: Budget::Steps(30),
+        batch_per_replica: 16,
+        optimizer: "adam".parse().unwrap(),
+        lr: Some(lr),
+        freeze: Some("backbone".parse().unwrap()),
+        checkpoint_dir: ckpt.clone(),
+        ..RunConfig::default()
+    };
+    let head_first = Engine::run(base.clone()).unwrap();
+    let m = Model::new(Shape::Flat(8), &"mlp:16".parse().unwrap(), 3).unwrap();
+    let first = m.tensors[0].range();
+    let moved = |a: &[f32], b: &[f32]| -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+            / lr
+    };
+    let thawed = |steps| {
+        Engine::run(RunConfig {
+            resume: Some(ckpt.clone()),
+            freeze: None,
+            budget: Budget::Steps(steps),
+            ..base.clone()
+        })
+        .unwrap()
+    };
+    // Adam's first step moves each weight by the LR at most (|m^| / sqrt(v^) = 1)
+    let one = thawed(31);
+    let step = moved(
+        &one.state.params[first.clone()],
+        &head_first.state.params[first.clone()],
+    );
+    assert!(
+        (0.9..=1.0001).contains(&step),
+        "the first step moved {step} x lr"
+    );
+    // and it goes on counting from there through the thawed run's checkpoint (step 31's)
+    let ten = thawed(40);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ckpt.join("step-00000040/state.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["optimizer_began"][&m.tensors[0].name], 30, "{meta}");
+    let in_ten = moved(
+        &ten.state.params[first.clone()],
+        &head_first.state.params[first],
+    );
+    assert!(in_ten <= 10.0001, "10 steps moved {in_ten} x lr");
+}
+
+#[test]
 fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_mgtop-train");

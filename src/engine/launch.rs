@@ -15,12 +15,13 @@ use super::job::{self, World};
 use super::loader::{RankLoader, Sharding};
 use super::resume::TrainSplit;
 use super::start::Start;
-use super::{strategy, validate, worker, Device, EngineError};
+use super::{checkpoint, strategy, validate, worker, Device, EngineError};
 use crate::backend::CpuReplica;
 use crate::comm::{Collective, HierCollective, LocalCollective};
 use crate::config::RunConfig;
 use crate::data::Dataset;
 use crate::nn::model::Model;
+use crate::nn::optim::Optimizer;
 
 /// A worker thread: its rank's result, or why it stopped the run.
 pub(super) type Handle = JoinHandle<Result<worker::WorkerEnd, EngineError>>;
@@ -67,7 +68,11 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             .map(|c| Box::new(c) as Box<dyn Collective>)
             .collect(),
     };
-    let optimizer = validate::optimizer(cfg, l.model);
+    let optimizer = Optimizer {
+        began: start.began.clone(),
+        ..validate::optimizer(cfg, l.model)
+    };
+    let optimizer_began = checkpoint::began::names(l.model, &start.began);
     let (store, state) = strategy::Store::for_run(cfg, &optimizer, start.state.clone());
     // (a resumed run rebalanced as its checkpoint's was)
     let split = start.shares.clone().map(Arc::new);
@@ -122,6 +127,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             per_replica: start.per_replica,
             lr_base: start.lr,
             last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
+            optimizer_began: optimizer_began.clone(),
             written: Default::default(),
             epoch_sum: start.epoch_sum,
             beats: l.beats.clone(),

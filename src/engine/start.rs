@@ -33,6 +33,9 @@ pub(super) struct Start {
     pub epoch_sum: [f64; 2],
     /// Each rank's share of the global batch, where a resumed run goes on rebalanced.
     pub shares: Option<Vec<usize>>,
+    /// The parameters that began training late, and after which optimizer step
+    /// (`Optimizer::began`, `checkpoint::began`).
+    pub began: Vec<(std::ops::Range<usize>, u64)>,
 }
 
 impl Start {
@@ -116,11 +119,12 @@ pub(super) fn starting_point(
                 lr: resumed.lr,
                 lr_note: Some(resumed.lr_note),
                 resume_note: Some(resumed.resume_note),
-                state,
                 checkpoint: Some(dir),
                 init_notes: Vec::new(),
                 epoch_sum: meta.epoch_sum.unwrap_or_default(),
                 shares: resumed.shares,
+                began: checkpoint::began::ranges(model, &meta, &state.opt),
+                state,
             }
         }
         None => fresh(cfg, model, ranks, lead, split.samples)?,
@@ -233,6 +237,7 @@ fn fresh(
             resume_note: None,
             epoch_sum: [0.0, 0.0],
             shares: None,
+            began: Vec::new(),
             state,
             checkpoint: None,
             init_notes,

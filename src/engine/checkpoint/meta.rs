@@ -90,6 +90,12 @@ pub struct CheckpointMeta {
     /// split (a resumed run on as many ranks goes on from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<Vec<usize>>,
+    /// The tensors that began training after the run's first optimizer step (frozen before a
+    /// resume that trained them), with that step (`began::names`): Adam's bias correction
+    /// counts their steps from there. Empty where every tensor trained from the start, and in
+    /// older checkpoints.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub optimizer_began: std::collections::BTreeMap<String, u64>,
 }
 
 impl CheckpointMeta {
@@ -165,6 +171,15 @@ impl CheckpointMeta {
             return Err(format!(
                 "step {} / optimizer_steps {} is out of range (up to {MAX_STEP})",
                 self.step, self.optimizer_steps
+            ));
+        }
+        if let Some((name, b)) =
+            (self.optimizer_began.iter()).find(|(_, &b)| b > self.optimizer_steps)
+        {
+            return Err(format!(
+                "optimizer_began says {} began training after step {b}, past the checkpoint's optimizer_steps {}",
+                crate::text::printable(name),
+                self.optimizer_steps
             ));
         }
         if self.dims.len() < 2 || self.dims.len() > MAX_DIMS {
@@ -289,6 +304,7 @@ impl CheckpointMeta {
             val_accuracy: None,
             classes: Vec::new(),
             split: None,
+            optimizer_began: Default::default(),
         }
     }
 }
@@ -315,6 +331,20 @@ mod tests {
             let e = with(bad).check().unwrap_err();
             assert!(e.starts_with("epoch_sum ["), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_tensor_cannot_have_begun_training_after_the_checkpoints_last_step() {
+        let began = |b: u64| CheckpointMeta {
+            optimizer_began: [("mlp.0.weight".to_string(), b)].into(),
+            ..CheckpointMeta::example()
+        };
+        assert_eq!(began(10).check(), Ok(()));
+        let e = began(11).check().unwrap_err();
+        assert!(
+            e.contains("mlp.0.weight began training after step 11, past"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::backend::TrainState;
 use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::OptState;
 
+pub mod began;
 mod lines;
 mod lock;
 mod meta;

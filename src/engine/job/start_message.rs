@@ -28,6 +28,8 @@ struct StartHeader {
     init_notes: Vec<String>,
     epoch_sum: [f64; 2],
     shares: Option<Vec<usize>>,
+    #[serde(default)]
+    began: Vec<(std::ops::Range<usize>, u64)>,
     t: u64,
     lens: [usize; 4],
 }
@@ -49,6 +51,7 @@ fn encode(s: &Start) -> Vec<u8> {
         init_notes: s.init_notes.clone(),
         epoch_sum: s.epoch_sum,
         shares: s.shares.clone(),
+        began: s.began.clone(),
         t: s.state.opt.t,
         lens: [
             s.state.params.len(),
@@ -103,6 +106,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         init_notes: head.init_notes,
         epoch_sum: head.epoch_sum,
         shares: head.shares,
+        began: head.began,
     })
 }
 
@@ -154,6 +158,7 @@ mod tests {
             init_notes: vec!["--init w.safetensors: loaded 3 of 3".into()],
             epoch_sum: [12.5, 96.0],
             shares: Some(vec![40, 24]),
+            began: vec![(1..3, 5)],
         };
         let got: Vec<Start> = ThreadProcesses::group(3)
             .into_iter()

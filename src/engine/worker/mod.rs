@@ -71,6 +71,8 @@ pub(super) struct Worker {
     pub lr_base: f32,
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
+    /// The tensors that began training late, for checkpoints (`checkpoint::began`).
+    pub optimizer_began: std::collections::BTreeMap<String, u64>,
     /// The checkpoints this run wrote and keeps, oldest first (`--keep-checkpoints`).
     pub written: std::collections::VecDeque<PathBuf>,
     /// The epoch's loss summed over its samples, and the samples, so far (a resumed run's

@@ -138,6 +138,7 @@ impl Worker {
             // (the training set's: the first of the run's picture sets)
             classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
             split: self.split.as_deref().cloned(),
+            optimizer_began: self.optimizer_began.clone(),
         };
         let dir = &cfg.checkpoint_dir;
         // (a full disk: the error names the checkpoint to resume from)

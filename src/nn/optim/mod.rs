@@ -93,6 +93,11 @@ pub struct Optimizer {
     pub no_decay: Vec<Range<usize>>,
     /// Parameter ranges never updated (`--freeze`), in order.
     pub frozen: Vec<Range<usize>>,
+    /// Parameter ranges that began training after optimizer step `u64` (frozen before a
+    /// resume that trains them), in order: Adam's bias correction counts their steps from
+    /// there, as PyTorch keeps a step count per parameter (with the run's count, the zero
+    /// moments of a tensor unfrozen at step 2000 moved it ~3x the LR on its first step).
+    pub began: Vec<(Range<usize>, u64)>,
     /// `--clip-grad-norm`: the mean gradient scaled down to this L2 norm where it is longer
     /// (PyTorch's `clip_grad_norm_`, before weight decay); `None`: never.
     pub clip_norm: Option<f32>,
@@ -170,6 +175,7 @@ impl Optimizer {
             weight_decay: wd,
             no_decay: Vec::new(),
             frozen: Vec::new(),
+            began: Vec::new(),
             clip_norm: None,
         }
     }
@@ -210,19 +216,23 @@ pub fn mean_grad_norm(sumsq: f64, samples: f64) -> f32 {
 }
 
 /// A stretch of parameters one update treats alike: trained (frozen ones have no piece),
-/// decayed or not, with its moments from `moment` in the optimizer's own (compact) state.
+/// decayed or not, with its moments from `moment` in the optimizer's own (compact) state, and
+/// the optimizer step after which it began training (`Optimizer::began`; 0 for most).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
     pub range: Range<usize>,
     pub moment: usize,
     pub decay: bool,
+    pub began: u64,
 }
 
 impl Optimizer {
-    /// The trained parameters of `0..n` cut where decay starts or stops, in order: what one
-    /// update walks (here, and as the GPU's table of chunks).
+    /// The trained parameters of `0..n` cut where decay starts or stops and where a range
+    /// that began training late starts or ends, in order: what one update walks (here, and as
+    /// the GPU's table of chunks).
     pub fn pieces(&self, n: usize) -> Vec<Piece> {
-        let mut cuts: Vec<usize> = (self.no_decay.iter().chain(&self.frozen))
+        let began = self.began.iter().map(|(r, _)| r);
+        let mut cuts: Vec<usize> = (self.no_decay.iter().chain(&self.frozen).chain(began))
             .flat_map(|r| [r.start.min(n), r.end.min(n)])
             .chain([0, n])
             .collect();
@@ -238,10 +248,14 @@ impl Optimizer {
                 continue;
             }
             let len = range.len();
+            let began = (self.began.iter())
+                .find(|(r, _)| r.contains(&range.start))
+                .map_or(0, |&(_, b)| b);
             out.push(Piece {
                 decay: !within(&self.no_decay, range.start),
                 range,
                 moment,
+                began,
             });
             moment += len;
         }
@@ -263,8 +277,18 @@ pub fn step(
     st.t += 1;
     for p in o.pieces(params.len()) {
         let wd = if p.decay { o.weight_decay } else { 0.0 };
-        step_range(o, params, grads, st, lr, wd, scale, p.range, p.moment);
+        step_range(o, params, grads, st, lr, wd, scale, &p);
     }
+}
+
+/// Adam's bias corrections at a piece's `t`-th step: the step size for `lr`, and one over the
+/// square root of the second moment's correction. `t` is at least 1; past float32's reach
+/// (thousands of steps) both corrections are 1.
+pub fn adam_factors(lr: f32, t: u64) -> (f32, f32) {
+    let t = t.clamp(1, i32::MAX as u64) as i32;
+    let bc1 = 1.0 - BETA1.powi(t);
+    let bc2 = 1.0 - BETA2.powi(t);
+    (lr / bc1, 1.0 / bc2.sqrt())
 }
 
 /// The moments of `len` parameters from `at` (none where the optimizer keeps none).
@@ -284,13 +308,16 @@ fn step_range(
     lr: f32,
     wd: f32,
     scale: f32,
-    r: Range<usize>,
-    moment: usize,
+    piece: &Piece,
 ) {
-    let len = r.len();
+    let (r, len) = (piece.range.clone(), piece.range.len());
     let (params, grads) = (&mut params[r.clone()], &grads[r]);
-    let t = st.t;
-    let (m, v) = (part(&mut st.m, moment, len), part(&mut st.v, moment, len));
+    // (this piece's own steps: fewer than the run's where it began training late)
+    let t = st.t.saturating_sub(piece.began).max(1);
+    let (m, v) = (
+        part(&mut st.m, piece.moment, len),
+        part(&mut st.v, piece.moment, len),
+    );
     let mu = o.momentum;
     match o.kind {
         OptimizerKind::Sgd => {
@@ -310,11 +337,7 @@ fn step_range(
         }
         OptimizerKind::Adam | OptimizerKind::AdamW => {
             let decoupled = o.kind == OptimizerKind::AdamW;
-            let t = t as i32;
-            let bc1 = 1.0 - BETA1.powi(t);
-            let bc2 = 1.0 - BETA2.powi(t);
-            let step_size = lr / bc1;
-            let inv_sqrt_bc2 = 1.0 / bc2.sqrt();
+            let (step_size, inv_sqrt_bc2) = adam_factors(lr, t);
             for (((p, g), m), v) in params
                 .iter_mut()
                 .zip(grads)

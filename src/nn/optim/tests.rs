@@ -91,6 +91,38 @@ fn pieces_cover_each_trained_parameter_once_with_its_decay_and_compact_moments()
     assert_eq!(plain.len(), 1);
     assert_eq!((plain[0].range.clone(), plain[0].decay), (0..7, true));
     assert!(Optimizer::new(OptimizerKind::Sgd, 0.0).pieces(0).is_empty());
+    // a range that began late is a piece of its own, with its step
+    let late = Optimizer {
+        began: vec![(2..5, 40)],
+        ..Optimizer::new(OptimizerKind::Adam, 0.0)
+    };
+    let got: Vec<(Range<usize>, u64)> = (late.pieces(7).into_iter())
+        .map(|p| (p.range, p.began))
+        .collect();
+    assert_eq!(got, vec![(0..2, 0), (2..5, 40), (5..7, 0)]);
+}
+
+#[test]
+fn adam_counts_the_steps_of_a_range_that_began_late_from_its_beginning() {
+    // at the run's step 41, a range begun after step 40 steps as a fresh Adam does: by lr
+    let late = Optimizer {
+        began: vec![(1..2, 40)],
+        ..Optimizer::new(OptimizerKind::Adam, 0.0)
+    };
+    let mut st = OptState::new(late.kind, 2);
+    st.t = 40;
+    st.m[0] = 0.5;
+    st.v[0] = 0.25;
+    let mut p = vec![0.0f32, 0.0];
+    step(&late, &mut p, &[0.3, 0.3], &mut st, 0.01, 1.0);
+    assert!((p[1] + 0.01).abs() < 1e-6, "{p:?}");
+    // the other goes on with the run's count
+    let (ss, inv) = adam_factors(0.01, 41);
+    let (m, v) = (0.9 * 0.5 + 0.1 * 0.3f32, 0.999 * 0.25 + 0.001 * 0.09f32);
+    assert!(
+        (p[0] + ss * m / (v.sqrt() * inv + EPS)).abs() < 1e-6,
+        "{p:?}"
+    );
 }
 
 #[test]

@@ -12,30 +12,33 @@ use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::{blocks_cfg, check};
 use crate::backend::cuda::Gpu;
 use crate::backend::AUX;
-use crate::nn::optim::{Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
+use crate::nn::optim::{adam_factors, Optimizer, OptimizerKind, Piece, BETA1, BETA2, EPS};
 
 /// The most parameters one block updates (a piece longer than this is cut).
 pub(crate) const CHUNK: usize = 4096;
 
 /// `pieces` cut into chunks of at most `CHUNK` parameters: four ints each, (first parameter,
-/// length, first moment, decayed), as `kernels/optim.cu` reads them. Indices fit in i32: the
-/// replica refuses models of more than i32::MAX parameters.
-pub(crate) fn chunk_table(pieces: &[Piece]) -> Vec<i32> {
-    let mut out = Vec::new();
+/// length, first moment, decayed), as `kernels/optim.cu` reads them, and beside them each
+/// chunk's piece's `began` (the step its Adam bias correction counts from). Indices fit in
+/// i32: the replica refuses models of more than i32::MAX parameters.
+pub(crate) fn chunk_table(pieces: &[Piece]) -> (Vec<i32>, Vec<i64>) {
+    let (mut out, mut began) = (Vec::new(), Vec::new());
     for p in pieces {
         for at in (0..p.range.len()).step_by(CHUNK) {
             let len = CHUNK.min(p.range.len() - at);
             let ints = [p.range.start + at, len, p.moment + at, usize::from(p.decay)];
             out.extend(ints.map(|v| v as i32));
+            began.push(p.began as i64);
         }
     }
-    out
+    (out, began)
 }
 
 /// The update's work list on the device, and a partial sum of squares per chunk (the
 /// gradient's norm, `launch_step_end`).
 pub(crate) struct Chunks {
     table: CudaSlice<i32>,
+    began: CudaSlice<i64>,
     count: usize,
     partial: CudaSlice<f64>,
 }
@@ -43,11 +46,12 @@ pub(crate) struct Chunks {
 impl Chunks {
     /// The chunks of `o`'s update over `n` parameters, uploaded.
     pub(crate) fn new(s: &Arc<CudaStream>, o: &Optimizer, n: usize) -> Result<Chunks, DriverError> {
-        let table = chunk_table(&o.pieces(n));
+        let (table, began) = chunk_table(&o.pieces(n));
         let count = table.len() / 4;
         Ok(Chunks {
             count,
             table: to_device(s, &table)?,
+            began: to_device(s, &began)?,
             partial: s.alloc_zeros::<f64>(count.max(1))?,
         })
     }
@@ -154,11 +158,11 @@ pub(crate) fn launch_update(
             )
         }
         OptimizerKind::Adam | OptimizerKind::AdamW => {
-            let t = t as i32;
-            let step_size = lr / (1.0 - BETA1.powi(t));
-            let inv_sqrt_bc2 = 1.0 / (1.0 - BETA2.powi(t)).sqrt();
+            // (the pieces that began training late compute their own from `t`)
+            let (step_size, inv_sqrt_bc2) = adam_factors(lr, t);
             let (b1, b2, eps) = (BETA1, BETA2, EPS);
             let decoupled = i32::from(o.kind == OptimizerKind::AdamW);
+            let (began, t) = (&chunks.began, t as i64);
             try_launch!(
                 gpu,
                 "adam_f32",
@@ -179,7 +183,9 @@ pub(crate) fn launch_update(
                 &clip,
                 &step_size,
                 &inv_sqrt_bc2,
-                &decoupled
+                &decoupled,
+                began,
+                &t
             )
         }
     };
@@ -223,7 +229,8 @@ mod tests {
             no_decay: std::iter::once(CHUNK..CHUNK + 3).collect(),
             ..Optimizer::new(OptimizerKind::Momentum, 0.1)
         };
-        let t = chunk_table(&o.pieces(n));
+        let (t, began) = chunk_table(&o.pieces(n));
+        assert_eq!(began.len() * 4, t.len());
         let mut seen = vec![0u8; n];
         let mut moment = 0;
         for c in t.chunks(4) {
