@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 use serde::Serialize;
 
 mod checks;
+mod grid;
 mod report;
 
 pub use report::{check_out, table, write};
@@ -28,7 +29,6 @@ use crate::observe::telemetry::Telemetry;
 mod held;
 mod repeats;
 use held::{strategies, Held};
-use repeats::median_by;
 pub use repeats::{noise_warning, NOISY_SPREAD};
 
 /// One point of the grid.
@@ -272,59 +272,6 @@ fn measure_once(
     })
 }
 
-/// Measures every point, `repeat` rounds over the grid (`progress` is told each run as it
-/// finishes), and fills in speedup and
-/// efficiency against the 1-device point of the same series, where the grid has one.
-/// With `procs` (run by every process of a launched job, in step): a point of one device runs
-/// on process 0 alone, the others over every process; only process 0 gets rows back.
-/// `stop` (one process): a word there ends the measuring after the run under way, the rows
-/// then those of the points measured so far.
-pub fn run(
-    base: &RunConfig,
-    plan: &Plan,
-    procs: Option<&Arc<dyn Processes>>,
-    stop: Option<&Receiver<()>>,
-    mut progress: impl FnMut(usize, usize, &Row),
-) -> Result<Vec<Row>, EngineError> {
-    let lead = procs.is_none_or(|j| j.index() == 0);
-    let points = plan.points();
-    let val = Held::load(base)?;
-    // round after round over every point, so that a busy spell of the machine hits every point
-    // alike instead of all the repeats of one (what a side-by-side comparison needs)
-    let repeat = plan.repeat.max(1);
-    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); points.len()];
-    'grid: for round in 0..repeat {
-        for (i, p) in points.iter().enumerate() {
-            let over = procs.filter(|_| p.devices > 1);
-            if over.is_none() && !lead {
-                continue;
-            }
-            let row = measure_once(base, plan, *p, &val, over)?;
-            progress(round * points.len() + i + 1, repeat * points.len(), &row);
-            runs[i].push(row);
-            if stop.is_some_and(|s| s.try_recv().is_ok()) {
-                break 'grid;
-            }
-        }
-    }
-    if !lead {
-        return Ok(Vec::new());
-    }
-    let measured = runs.iter_mut().filter(|r| !r.is_empty());
-    let mut rows: Vec<Row> = measured.map(|r| median_by(r)).collect();
-    let baselines: Vec<Row> = rows.iter().filter(|r| r.devices == 1).cloned().collect();
-    for r in &mut rows {
-        if let Some(b) = baselines.iter().find(|b| {
-            b.per_replica == r.per_replica && b.prefetch == r.prefetch && b.strategy == r.strategy
-        }) {
-            let s = r.samples_per_sec / b.samples_per_sec;
-            r.speedup = Some(s);
-            r.efficiency = Some(s / r.devices as f64);
-        }
-    }
-    Ok(rows)
-}
-
 /// `mgtop-train scale`: the grid from the flags, measured, printed and optionally written; under
 /// a launcher (`mpirun -np P mgtop-train scale ...`) over every process. In one process a
 /// signal (`on_signals` installs its handling) ends the measuring after the run under way, with
@@ -461,7 +408,7 @@ fn grid(
         say(&line);
     }
     let (mut done, mut total) = (0, 0);
-    let rows = run(&base, &plan, procs.as_ref(), stop, |i, all, r| {
+    let grid = grid::run(&base, &plan, procs.as_ref(), stop, |i, all, r| {
         (done, total) = (i, all);
         say(&format!(
             "[{i}/{all}] {}, {} device(s), batch {} per replica, prefetch {}: {:.0} samples/s",
@@ -475,7 +422,17 @@ fn grid(
     if !lead {
         return Ok(ExitCode::SUCCESS);
     }
-    if done < total {
+    let rows = grid.rows;
+    if let Some((p, _)) = &grid.failed {
+        crate::say!(
+            "[{}/{total}] {}, {} device(s), batch {} per replica, prefetch {}: failed (below); the table holds the points measured before it",
+            done + 1,
+            p.strategy,
+            p.devices,
+            p.per_replica,
+            if p.prefetch { "on" } else { "off" },
+        );
+    } else if done < total {
         crate::say!(
             "interrupted after {done} of {total} runs: the table holds the points measured so far"
         );
@@ -489,6 +446,9 @@ fn grid(
     if let Some(p) = &args.out {
         write(p, &rows).map_err(anyhow::Error::msg)?;
         crate::say!("written: {}", p.display());
+    }
+    if let Some((_, e)) = grid.failed {
+        return Err(e.into());
     }
     Ok(match done < total {
         true => ExitCode::from(130),

@@ -65,8 +65,9 @@ pub fn table(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// Checks that `--out` names a .csv or .json file that can be written, writing nothing.
-pub fn check_out(path: &Path) -> Result<(), String> {
+/// Checks that `--out` names a .csv or .json file that can be written, writing nothing; the
+/// file to write (a link's target).
+pub fn check_out(path: &Path) -> Result<std::path::PathBuf, String> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext != "csv" && ext != "json" {
         return Err(format!(
@@ -82,10 +83,21 @@ pub fn check_out(path: &Path) -> Result<(), String> {
         ours: |p| {
             let head = crate::engine::output::head(p, 64);
             let csv = &CSV_HEADER.as_bytes()[..head.len().min(CSV_HEADER.len())];
-            head.trim_ascii_start().starts_with(b"[") || (!head.is_empty() && head == csv)
+            let json: String = (String::from_utf8_lossy(&head).chars())
+                .filter(|c| !c.is_whitespace())
+                .collect();
+            json == "[]" || json.starts_with("[{\"strategy\":") || (!head.is_empty() && head == csv)
         },
     };
-    report.target(path).map(|_| ())
+    report.target(path)
+}
+
+/// A CSV field: quoted where it holds a comma, a quote or a line break (`local-sgd:8,moments`).
+fn field(s: &str) -> String {
+    match s.contains([',', '"', '\n', '\r']) {
+        true => format!("\"{}\"", s.replace('"', "\"\"")),
+        false => s.to_string(),
+    }
 }
 
 /// The CSV's first line.
@@ -94,6 +106,8 @@ const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,sam
 /// Writes the rows as CSV or JSON, chosen by the file's extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    // (a link to a file: that file is written, the link kept)
+    let target = check_out(path)?;
     let text = match ext {
         "json" => serde_json::to_string_pretty(rows).map_err(|e| e.to_string())?,
         "csv" => {
@@ -102,7 +116,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             for r in rows {
                 s += &format!(
                     "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{},{}\n",
-                    r.strategy,
+                    field(&r.strategy),
                     r.devices,
                     r.per_replica,
                     r.global_batch,
@@ -120,7 +134,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
                     r.transfer_share,
                     r.final_loss,
                     r.val_accuracy.map_or(String::new(), |a| format!("{a:.4}")),
-                    r.faults
+                    field(&r.faults)
                 );
             }
             s
@@ -133,7 +147,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
         }
     };
     // a full disk or a crash leaves an earlier results file whole, never a truncated one
-    crate::files::write::replace_file(path, text.as_bytes())
+    crate::files::write::replace_file(&target, text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -170,5 +184,44 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+        // a strategy or fault with a comma is one quoted field
+        let row = Row {
+            strategy: "local-sgd:4,moments".into(),
+            devices: 2,
+            per_replica: 32,
+            global_batch: 64,
+            prefetch: true,
+            samples_per_sec: 100.0,
+            spread: None,
+            speedup: None,
+            efficiency: None,
+            utilization: 0.5,
+            memory_access: None,
+            mfu: None,
+            data_wait_share: 0.0,
+            comm_share: 0.0,
+            sync_wait_share: 0.0,
+            transfer_share: 0.0,
+            final_loss: 1.0,
+            val_accuracy: None,
+            faults: "--slow-rank 1:2,--slow-data 0:3".into(),
+        };
+        // (through a link to it: the file it names is written, the link kept)
+        std::os::unix::fs::symlink(&out, d.join("link.csv")).unwrap();
+        write(&d.join("link.csv"), &[row]).unwrap();
+        assert!(d.join("link.csv").symlink_metadata().unwrap().is_symlink());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let line = text.lines().nth(1).unwrap();
+        assert!(
+            line.starts_with("\"local-sgd:4,moments\",2,32,64,")
+                && line.ends_with(",\"--slow-rank 1:2,--slow-data 0:3\""),
+            "{line}"
+        );
+        // a JSON file of other contents is not taken for an earlier report
+        let json = d.join("r.json");
+        std::fs::write(&json, "[1, 2, 3]").unwrap();
+        assert!(check_out(&json).is_err());
+        std::fs::write(&json, "[\n  {\n    \"strategy\": \"mirrored\",").unwrap();
+        check_out(&json).unwrap();
     }
 }
