@@ -17,7 +17,7 @@ fn bytes_needed(n: usize, d: usize, c: usize) -> Option<u64> {
     floats.checked_mul(4)
 }
 
-/// Refuses sizes whose arrays cannot be held in this machine's memory.
+/// Refuses sizes whose arrays cannot be held in the memory this process has left.
 fn check_size(n: usize, d: usize, c: usize, memory: u64, memory_text: &str) -> Result<(), String> {
     match bytes_needed(n, d, c) {
         Some(b) if b <= memory => Ok(()),
@@ -32,8 +32,13 @@ fn check_size(n: usize, d: usize, c: usize, memory: u64, memory_text: &str) -> R
 }
 
 pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset, String> {
-    let (memory, _) = host_memory::machine_memory();
-    check_size(n, d, c, memory, &host_memory::memory_text())?;
+    // (what is left now: under `ulimit -v` or a cgroup, or beside other programs, a set made
+    // past it ended the process in an allocation failure)
+    let (memory, text) = match host_memory::room() {
+        Some(r) => (r.bytes, format!("the {} {}", crate::text::bytes(r.bytes), r.what)),
+        None => (host_memory::machine_memory().0, host_memory::memory_text()),
+    };
+    check_size(n, d, c, memory, &text)?;
     let mut rng = Rng::stream(seed, tag::SYNTHETIC, 0);
     let w: Vec<f32> = (0..d * c).map(|_| rng.normal()).collect();
     let x: Vec<f32> = (0..n * d).map(|_| rng.next_f32()).collect();
