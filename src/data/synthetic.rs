@@ -90,7 +90,7 @@ mod tests {
         assert!(e.contains("more values than any memory holds"), "{e}");
         let e = super::teacher(1 << 40, 1 << 10, 10, 0).unwrap_err();
         assert!(
-            e.contains("needs about 12 PiB") && e.contains("memory"),
+            e.contains("needs about 12 PiB") && e.contains("more than the "),
             "{e}"
         );
         let e = super::check_size(1000, 1000, 10, 1 << 20, "1 MiB").unwrap_err();
