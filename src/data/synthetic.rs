@@ -35,7 +35,10 @@ pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset
     // (what is left now: under `ulimit -v` or a cgroup, or beside other programs, a set made
     // past it ended the process in an allocation failure)
     let (memory, text) = match host_memory::room() {
-        Some(r) => (r.bytes, format!("the {} {}", crate::text::bytes(r.bytes), r.what)),
+        Some(r) => (
+            r.bytes,
+            format!("the {} {}", crate::text::bytes(r.bytes), r.what),
+        ),
         None => (host_memory::machine_memory().0, host_memory::memory_text()),
     };
     check_size(n, d, c, memory, &text)?;

@@ -1,6 +1,6 @@
 //! The grid, the medians and the noise warning, the strategies compared.
-use super::*;
 use super::repeats::median_by;
+use super::*;
 
 #[test]
 fn the_grid_puts_each_series_baseline_first() {

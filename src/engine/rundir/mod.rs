@@ -377,7 +377,7 @@ pub fn socket_in(dir: &Path) -> Option<PathBuf> {
 /// socket answers.
 pub fn is_live(dir: &Path) -> bool {
     checkpoint::holder(&dir.join(CHECKPOINTS)).is_some()
-        || socket_in(dir).is_some_and(|s| std::os::unix::net::UnixStream::connect(s).is_ok())
+        || socket_in(dir).is_some_and(|s| crate::observe::live::socket::listened(&s))
 }
 
 /// Whether a run directory's run ended without a word: not live (`is_live`), where its first

@@ -125,9 +125,15 @@ pub fn not_live(socket: &Path, run: &Path) -> AttachError {
 
 /// Opens `socket`, mapping each failure to what the user can do about it.
 pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
-    UnixStream::connect(socket).map_err(|e| match e.kind() {
+    super::socket::connect(socket, super::socket::KNOCK).map_err(|e| match e.kind() {
         // (gone since it was found, or named by a `live.sock.path` its run left: the run ended)
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => not_live(socket, run),
+        // (its queue full: a process holds the socket and takes no one)
+        io::ErrorKind::WouldBlock => AttachError::Silent {
+            path: socket.to_path_buf(),
+            run: run.to_path_buf(),
+            secs: super::socket::KNOCK.as_secs(),
+        },
         io::ErrorKind::PermissionDenied => AttachError::Denied {
             path: socket.to_path_buf(),
             owner: owner(socket),

@@ -2,7 +2,6 @@
 //! names), a socket given itself, or by default the newest live run under `./runs`.
 
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -38,7 +37,7 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
         .filter_map(|run| {
             let socket = socket_in(run)?;
             let born = std::fs::metadata(&socket).and_then(|m| m.modified()).ok()?;
-            UnixStream::connect(&socket).ok()?;
+            super::socket::listened(&socket).then_some(())?;
             let training = crate::engine::rundir::end_status(&run.join(FILE_NAME)).is_none();
             Some((
                 training,

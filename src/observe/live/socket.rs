@@ -1,7 +1,8 @@
 //! The socket file: where it goes (a path too long for `sun_path` falls back to
 //! `$XDG_RUNTIME_DIR` or /tmp, with a pointer file where it was asked for), created owner-only
 //! without a window in which another user could connect, a stale one replaced, a live one
-//! refused, and who is at the other end.
+//! refused, and who is at the other end; connections that never wait on a run that does not
+//! accept them.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -83,9 +84,86 @@ fn sweep(dir: &Path) {
         let path = e.path();
         let ours = std::fs::symlink_metadata(&path)
             .is_ok_and(|m| m.file_type().is_socket() && m.uid() == me);
-        if gone && ours && UnixStream::connect(&path).is_err() {
+        if gone && ours && !listened(&path) {
             let _ = std::fs::remove_file(&path);
         }
+    }
+}
+
+/// How long `connect` tries a socket whose queue of connections is full before it says so.
+pub const KNOCK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Connects to the socket at `path` without waiting on a listener that does not accept: a
+/// full queue of connections (the run's process stopped or hung: each probe of it added one)
+/// is tried again for up to `patience`, then said as `WouldBlock`; the connection is then
+/// blocking as `UnixStream::connect`'s is (which would wait on such a queue without end).
+pub fn connect(path: &Path, patience: std::time::Duration) -> io::Result<UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    let name = path.as_os_str().as_bytes();
+    // SAFETY: a zeroed sockaddr_un is valid; the path is copied within sun_path below
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.is_empty() || name.len() >= addr.sun_path.len() || name.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a socket path a connection can name (empty, or too long)",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &s) in addr.sun_path.iter_mut().zip(name) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: a new socket; the stream owns the descriptor from here on
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + name.len() + 1;
+    let t0 = std::time::Instant::now();
+    loop {
+        // SAFETY: the address is a filled sockaddr_un of `len` bytes
+        let rc = unsafe {
+            libc::connect(
+                fd,
+                &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+                len as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock if t0.elapsed() < patience => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the process listening there takes no connections (stopped or hung)",
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// Whether a process listens at `path`: it takes connections, or holds a full queue of them
+/// (stopped or hung, still there).
+pub fn listened(path: &Path) -> bool {
+    match connect(path, std::time::Duration::ZERO) {
+        Ok(_) => true,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
     }
 }
 
@@ -102,11 +180,11 @@ fn clear(path: &Path) -> Result<(), SocketError> {
             path: path.to_path_buf(),
         });
     }
-    match UnixStream::connect(path) {
-        Ok(_) => Err(SocketError::Live {
+    match listened(path) {
+        true => Err(SocketError::Live {
             path: path.to_path_buf(),
         }),
-        Err(_) => std::fs::remove_file(path).map_err(io_err(path)),
+        false => std::fs::remove_file(path).map_err(io_err(path)),
     }
 }
 
@@ -210,6 +288,32 @@ mod tests {
     }
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_listener_that_takes_no_one_is_said_busy_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("live.sock");
+        // a run's process stopped: it listens, and accepts nothing; its queue fills
+        let _l = UnixListener::bind(&p).unwrap();
+        let mut held = Vec::new();
+        let full = loop {
+            match connect(&p, std::time::Duration::ZERO) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 100_000, "the queue never filled");
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock, "{full}");
+        let t0 = std::time::Instant::now();
+        let e = connect(&p, std::time::Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        assert!(listened(&p), "a full queue is a process still there");
+        // and a socket nobody listens on is no listener
+        drop(_l);
+        assert!(!listened(&p));
+        assert!(connect(&dir.path().join("none.sock"), KNOCK).is_err());
+    }
 
     #[test]
     fn a_socket_is_owner_only_and_a_stale_one_is_replaced_a_live_one_refused() {

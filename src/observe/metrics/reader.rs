@@ -81,7 +81,7 @@ impl MetricsReader {
         };
         use std::os::unix::fs::FileTypeExt;
         if std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
-            let live = std::os::unix::net::UnixStream::connect(&path).is_ok();
+            let live = crate::observe::live::socket::listened(&path);
             let what = match live {
                 true => format!(
                     "a run's live socket, not a metrics file: watch the run with `mgtop-train attach {}`, or view the run directory beside it",
