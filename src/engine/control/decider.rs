@@ -129,7 +129,12 @@ impl Decider {
                     heard(Heard::Paused(false));
                 }
                 Control::SetBatch(b) => d.batch = Some(b),
-                Control::Checkpoint => d.checkpoint = true,
+                Control::Checkpoint => {
+                    d.checkpoint = true;
+                    if let Some(open) = &self._open {
+                        open.checkpoint_taken();
+                    }
+                }
                 Control::Stop { checkpoint } => d.stop = Some(checkpoint || d.stop == Some(true)),
                 Control::Pause | Control::Resume => {}
             }

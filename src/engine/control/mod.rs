@@ -94,6 +94,8 @@ pub enum ControlError {
     Paused,
     #[error("the batch is {0} per replica already (or asked to be)")]
     SameBatch(usize),
+    #[error("a checkpoint is asked for already: it is written at the next step boundary")]
+    CheckpointAsked,
 }
 
 /// What the run was asked that later asks depend on, shared by every controller of a run: a
@@ -111,6 +113,8 @@ struct AskedSoFar {
     /// The run has trained its last step: no boundary is to come, where a control would be
     /// taken.
     finishing: AtomicBool,
+    /// A checkpoint is asked for and not yet taken at a boundary.
+    checkpoint: AtomicBool,
 }
 
 /// Held by the run's decider (`Decider::while_open`): once it is dropped, the run has ended and
@@ -121,6 +125,11 @@ impl Open {
     /// The run has trained its last step: every ask is refused as such from now on.
     pub(crate) fn finishing(&self) {
         self.0.finishing.store(true, Ordering::Release);
+    }
+
+    /// A checkpoint asked for is taken (written at this boundary): another may be asked.
+    pub(crate) fn checkpoint_taken(&self) {
+        self.0.checkpoint.store(false, Ordering::Release);
     }
 }
 
@@ -300,6 +309,11 @@ impl Controller {
         if asked.stopping.load(Ordering::Acquire) && !stop {
             return Err(ControlError::Stopping);
         }
+        // (one taken at the next boundary answers every ask before it: a script's burst of
+        // them is refused, not recorded thousands of times)
+        if ask.control == Control::Checkpoint && asked.checkpoint.swap(true, Ordering::AcqRel) {
+            return Err(ControlError::CheckpointAsked);
+        }
         // (one asker's pause or resume against another's: the first is taken)
         let toggle = |to: bool, err| {
             (asked.paused)
@@ -316,6 +330,7 @@ impl Controller {
         match (&sent, ask.control) {
             (Err(_), Control::Pause) => asked.paused.store(false, Ordering::Release),
             (Err(_), Control::Resume) => asked.paused.store(true, Ordering::Release),
+            (Err(_), Control::Checkpoint) => asked.checkpoint.store(false, Ordering::Release),
             (Ok(()), Control::Stop { .. }) => asked.stopping.store(true, Ordering::Release),
             (Ok(()), Control::SetBatch(b)) => asked.batch.store(b, Ordering::Release),
             _ => {}

@@ -211,3 +211,18 @@ fn once_the_last_step_is_trained_every_ask_is_refused_as_the_run_finishing() {
     drop(decider);
     assert_eq!(c.pause(), Err(ControlError::Ended));
 }
+
+#[test]
+fn a_checkpoint_asked_again_before_the_boundary_takes_it_is_refused() {
+    let (tx, rx) = unbounded();
+    let c = Controller::new(tx, DeviceCap::new(0));
+    let mut decider = Decider::new(rx).while_open(c.open());
+    assert_eq!(c.checkpoint(), Ok(()));
+    // (a script's burst: one checkpoint answers them, none is recorded again)
+    assert_eq!(c.checkpoint(), Err(ControlError::CheckpointAsked));
+    assert!(decider.decide(&mut |_| {}).checkpoint);
+    // taken at the boundary: the next is another checkpoint
+    assert_eq!(c.checkpoint(), Ok(()));
+    assert!(decider.decide(&mut |_| {}).checkpoint);
+    assert!(!decider.decide(&mut |_| {}).checkpoint);
+}
