@@ -403,6 +403,13 @@ fn trained_weights_export_for_pytorch_and_load_back() {
         e.contains("a file of checkpoint") && e.contains("give the checkpoint's folder"),
         "{e}"
     );
+    // an export is a weights file: it starts a run, it is no checkpoint to export or resume
+    let e = export(&out, &run.join("again.safetensors")).unwrap_err();
+    assert!(
+        e.contains("a file, not a checkpoint")
+            && e.ends_with(&format!("--init {}", out.display())),
+        "{e}"
+    );
     let e = import(&run, &m, &mut params, &mut buffers).unwrap_err();
     assert!(
         e.contains("give the weights file of its checkpoint: --init /")

@@ -88,6 +88,21 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
             dir.display()
         ));
     }
+    // a weights file of its own (an export, PyTorch's): no run's state to go on from
+    if path.is_file() {
+        let fix = match path.extension().is_some_and(|e| e == "safetensors") {
+            true => format!(
+                "; a weights file starts a training run from its weights: --init {}",
+                path.display()
+            ),
+            false => "; pass a run directory (runs/<name>/<time>) or a checkpoint".into(),
+        };
+        return Err(format!(
+            "{}: a file, not a checkpoint (a step-NNNNNNNN folder holding state.json and {}){fix}",
+            purpose.asked(path),
+            checkpoint::WEIGHTS,
+        ));
+    }
     if is_run_dir(path) {
         return match newest_of_one_run(&path.join(CHECKPOINTS), purpose) {
             Ok(p) => Ok(p),
