@@ -145,6 +145,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         Err(module::Unfit::Unknown(why)) => Err(why),
     };
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
+    let bytes = metadata_in_order(bytes);
     let (module, no_module) = match (module::wanted(&model), fit) {
         (true, Ok(fitted)) => (
             Some((module::target(out)?, module::source(&meta, &fitted))),
@@ -220,6 +221,37 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
         ours: |p| crate::engine::output::head(p, 9).get(8) == Some(&b'{'),
     };
     weights.target(out)
+}
+
+/// A safetensors file's bytes with its header's `__metadata__` keys in order: `serialize` takes
+/// them from a HashMap, in another order every time, and two exports of one checkpoint are to
+/// be the same bytes (content hashes, DVC, git-lfs). Left as they are where the header cannot
+/// be read back or would not keep its length.
+fn metadata_in_order(mut bytes: Vec<u8>) -> Vec<u8> {
+    let n = match bytes.get(..8) {
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize,
+        None => return bytes,
+    };
+    let Some(Ok(mut header)) =
+        (bytes.get(8..8 + n)).map(serde_json::from_slice::<serde_json::Value>)
+    else {
+        return bytes;
+    };
+    if let Some(m) = header.get_mut("__metadata__") {
+        let sorted: std::collections::BTreeMap<String, serde_json::Value> =
+            (m.as_object().cloned().unwrap_or_default().into_iter()).collect();
+        *m = serde_json::json!(sorted);
+    }
+    let Ok(mut text) = serde_json::to_vec(&header) else {
+        return bytes;
+    };
+    if text.len() > n {
+        return bytes;
+    }
+    // (the header's padding: spaces to its length, as written)
+    text.resize(n, b' ');
+    bytes[8..8 + n].copy_from_slice(&text);
+    bytes
 }
 
 #[cfg(test)]
