@@ -773,6 +773,35 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         o.status.code() == Some(1) && err.contains("--export . is a directory"),
         "{err}"
     );
+    // the run's own files are refused before it trains, not after
+    for (args, said) in [
+        (
+            ["--metrics-out", "m.jsonl", "--export", "m.jsonl"],
+            "the run's --metrics-out file",
+        ),
+        (
+            [
+                "--run-dir",
+                "r2",
+                "--export",
+                "r2/checkpoints/step-00000001/w.safetensors",
+            ],
+            "inside the checkpoint directory the run writes",
+        ),
+    ] {
+        let o = std::process::Command::new(bin)
+            .current_dir(dir.path())
+            .args(["--headless", "--steps", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(1) && err.contains(said), "{err}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("step 1"),
+            "trained first"
+        );
+    }
 }
 
 #[test]

@@ -73,6 +73,26 @@ pub(super) fn train(
         run_dir.is_some_and(|d| abs(d) == folder.map_or(abs(Path::new(".")), abs))
     };
     let exported = |out: &Path| -> anyhow::Result<()> {
+        if cfg
+            .metrics_out
+            .as_deref()
+            .is_some_and(|m| abs(m) == abs(out))
+        {
+            anyhow::bail!(
+                "--export {}: the run's --metrics-out file; give the export another name",
+                out.display()
+            );
+        }
+        // (a checkpoint's folder is the run's to make and replace)
+        if let (Some(o), Some(c)) = (abs(out), abs(&cfg.checkpoint_dir)) {
+            if o.starts_with(&c) {
+                anyhow::bail!(
+                    "--export {}: inside the checkpoint directory the run writes ({}); give a path outside it",
+                    out.display(),
+                    cfg.checkpoint_dir.display()
+                );
+            }
+        }
         match into_run_dir(out) {
             true if out.file_name().is_some_and(rundir::own_name) => anyhow::bail!(
                 "--export {}: a file of the run directory the run makes (what view, runs and attach read); give the export another name",
