@@ -500,6 +500,15 @@ fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
 }
 
 #[test]
+fn a_long_name_is_cut_before_the_run_s_state() {
+    let mut app = demo::app(2, 150);
+    app.info.name = "n".repeat(200);
+    let s = screen(&app, 80, 24);
+    let header = s.lines().next().unwrap();
+    assert!(header.contains("nnn…") && header.contains("RUNNING"), "{s}");
+}
+
+#[test]
 fn a_resumed_run_says_where_it_started_in_its_summary() {
     let mut app = demo::app(2, 150);
     app.info.resumed_from = Some("/runs/a/checkpoints/step-00000100".into());

@@ -85,13 +85,16 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let w = area.width as usize;
     let info = &app.info;
     let devs = device_summary(info);
+    // (a long --name is cut so that the run's state always shows beside it)
+    let state = state_span(app, theme);
+    let room = w.saturating_sub(state.content.chars().count() + 2).max(1);
     let line1 = Line::from(vec![
         // (a file's or a socket's name: shown, never obeyed)
         Span::styled(
-            format!(" {} ", crate::text::printable(&info.name)),
+            format!(" {} ", super::fit(&crate::text::printable(&info.name), room)),
             theme.title(),
         ),
-        state_span(app, theme),
+        state,
         sep(theme),
         Span::raw(info.model.clone()),
         sep(theme),
