@@ -1098,3 +1098,26 @@ fn export_into_the_run_directory_the_run_makes() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(dir.path().join("scratch/w.safetensors").is_file());
 }
+
+#[test]
+fn frozen_tensors_the_init_file_does_not_give_are_said_to_stay_random() {
+    let mut m = Model::new(Shape::Flat(8), &"mlp:16".parse().unwrap(), 3).unwrap();
+    m.freeze(&[0, 1]);
+    let head_only = f32_file(vec![
+        ("mlp.1.weight".into(), vec![0.5; 48], vec![3, 16]),
+        ("mlp.1.bias".into(), vec![0.0; 3], vec![3]),
+    ]);
+    let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
+    let notes = import(head_only.path(), &m, &mut params, &mut buffers).unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("2 frozen tensors (--freeze) are not loaded")
+                && n.contains("mlp.0.weight, mlp.0.bias")),
+        "{notes:?}"
+    );
+    // where the file gives them, nothing is said
+    m.freeze(&[2, 3]);
+    let notes = import(head_only.path(), &m, &mut params, &mut buffers).unwrap();
+    assert!(!notes.iter().any(|n| n.contains("frozen")), "{notes:?}");
+}

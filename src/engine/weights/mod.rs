@@ -264,11 +264,14 @@ pub fn import(
         .map(|(t, _)| format!("{prefix}{}", t.name))
         .collect();
     let (mut loaded, mut missing, mut head_reset) = (0usize, Vec::new(), Vec::new());
+    // (the model's parameter tensors the file does not give)
+    let mut unloaded = Vec::new();
     let mut used = std::collections::HashSet::new();
     for (i, (t, is_param)) in ours.iter().enumerate() {
         let name = format!("{prefix}{}", t.name);
         let Ok(view) = st.tensor(&name) else {
             missing.push(t.name.clone());
+            unloaded.extend(is_param.then_some(i));
             continue;
         };
         used.insert(name.clone());
@@ -289,6 +292,7 @@ pub fn import(
             };
             if *is_param && head.contains(&i) && other_count && !rows.is_some_and(fed) {
                 head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
+                unloaded.push(i);
                 continue;
             }
             // (ImageNet's 7x7 stem where this model has the small-image one)
@@ -406,6 +410,18 @@ pub fn import(
             "--init: in the file but not in this model, ignored: {}{}",
             listed(&unexpected),
             renumbered(missing.iter().map(String::as_str), &unexpected).unwrap_or_default()
+        ));
+    }
+    // (frozen at their random start: nothing will ever train them)
+    let frozen: Vec<String> = (unloaded.iter())
+        .filter(|i| model.frozen.contains(i))
+        .map(|&i| model.tensors[i].name.clone())
+        .collect();
+    if !frozen.is_empty() {
+        notes.push(format!(
+            "--init: {} frozen tensors (--freeze) are not loaded from the file and stay at their random start, never trained: {}; freeze less, or --init from a file that has them",
+            frozen.len(),
+            listed(&frozen)
         ));
     }
     if optimizer_state {

@@ -91,7 +91,10 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let line1 = Line::from(vec![
         // (a file's or a socket's name: shown, never obeyed)
         Span::styled(
-            format!(" {} ", super::fit(&crate::text::printable(&info.name), room)),
+            format!(
+                " {} ",
+                super::fit(&crate::text::printable(&info.name), room)
+            ),
             theme.title(),
         ),
         state,
