@@ -246,6 +246,17 @@ fn a_probe_is_sent_nothing_and_a_silent_client_or_one_that_says_hello_everything
     assert_eq!(hello.line().unwrap()["type"], "run");
     let live = hello.until("the live marker", |v| v["type"] == "live");
     assert_eq!(live["clients"], 2, "the probes were never clients: {live}");
+    // a first request that comes in two parts (a slow forward) is read whole
+    let mut halting = Client::connect(&socket);
+    halting.send_raw(br#"{"type":"control","id":7,"#);
+    std::thread::sleep(Duration::from_millis(600));
+    halting.send_raw(b"\"action\":\"checkpoint\"}\n");
+    let reply = halting.until("the reply", |v| v["type"] == "reply");
+    assert_eq!(
+        (reply["id"].clone(), reply["ok"].clone()),
+        (json!(7), json!(true)),
+        "{reply}"
+    );
     assert_eq!(hello.control("stop", json!({}))["ok"], true);
     assert!(run.wait_exit().success());
 }

@@ -16,6 +16,12 @@ pub enum Read {
 /// Reads the next line into `buf` (cleared first), at most `max` bytes.
 pub fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Read> {
     buf.clear();
+    read_rest(r, buf, max)
+}
+
+/// Reads the rest of a line begun in `buf` (a read that timed out part way), at most `max`
+/// bytes in all.
+pub fn read_rest(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<Read> {
     loop {
         let avail = match r.fill_buf() {
             Ok(a) => a,

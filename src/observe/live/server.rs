@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::hub::{LiveHub, Next, Seat};
-use super::lines::{read_line, Read};
+use super::lines::{read_line, read_rest, Read};
 use super::protocol::{
     apply, is_hello, is_readonly_request, parse_request, reply, Refusal, Steering, MAX_REQUEST,
 };
@@ -232,9 +232,14 @@ fn serve(
             if r.get_ref().set_read_timeout(None).is_err() {
                 return;
             }
-            // a silent client (the time ran out) reads from the start, as one that spoke
+            // a silent client (the time ran out) reads from the start, as one that spoke; one
+            // whose first line came in part (over a slow forward) is waited for to its end
+            let timed_out = |e: &std::io::Error| {
+                matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+            };
             let first = match first {
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
+                Err(e) if timed_out(&e) && buf.is_empty() => None,
+                Err(e) if timed_out(&e) => Some(read_rest(&mut r, &mut buf, MAX_REQUEST)),
                 other => Some(other),
             };
             join(seat, stream, r, buf, first, &hub, &steering, &active, &done);
