@@ -18,15 +18,26 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     // connected first, so what is wrong with the run is said before what is wrong here
     let run_dir = target.run.clone();
     let run = run_dir.display().to_string();
+    // attached again by the run directory, or by the socket given where none is beside it (a
+    // socket forwarded over SSH: the run's files are on its machine)
+    let own_dir = crate::engine::rundir::is_run_dir(&run_dir);
+    let again = match own_dir {
+        true => run.clone(),
+        false => target.socket.display().to_string(),
+    };
+    let progress = match own_dir {
+        true => format!("mgtop-train view --headless {run}"),
+        false => "mgtop-train view --headless RUN_DIR where the run's files are".into(),
+    };
     let (mut source, app) = AttachSource::connect(target, args.readonly)?;
     if !term::can_draw() {
         anyhow::bail!(
-            "attach shows the terminal UI and stdout is not a terminal that draws one (or TERM=dumb): run it in one (for the run's progress without one: mgtop-train view --headless {run})"
+            "attach shows the terminal UI and stdout is not a terminal that draws one (or TERM=dumb): run it in one (for the run's progress without one: {progress})"
         );
     }
     if term::in_background() {
         anyhow::bail!(
-            "attach shows the terminal UI and {}: run it in the foreground (for the run's progress without one: mgtop-train view --headless {run})",
+            "attach shows the terminal UI and {}: run it in the foreground (for the run's progress without one: {progress})",
             term::BACKGROUND
         );
     }
@@ -62,15 +73,15 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     } else if let Some(why) = &app.disconnected {
         // asked again as the screen closes: the connection may have gone with the run
         // (a socket outside a run directory has nothing else to ask)
-        let live = (crate::engine::rundir::is_run_dir(&run_dir))
+        let live = own_dir
             .then(|| crate::engine::rundir::liveness(&run_dir, app.info.host.as_deref()))
             .flatten();
         let state = match live {
             Some(false) => format!(
                 "the run is not running (it ended or was killed): see it with mgtop-train view {run}"
             ),
-            Some(true) => format!("the run goes on: mgtop-train attach {run}"),
-            None => format!("the run may still be going: mgtop-train attach {run}"),
+            Some(true) => format!("the run goes on: mgtop-train attach {again}"),
+            None => format!("the run may still be going: mgtop-train attach {again}"),
         };
         crate::say!(
             "left at step {} with the connection lost ({why}); {state}",
@@ -79,7 +90,7 @@ pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<Exit
     } else {
         let (leaves, resume) = app.detach_leaves();
         crate::say!(
-            "detached at step {}: {leaves}; attach again with: mgtop-train attach {run}{resume}",
+            "detached at step {}: {leaves}; attach again with: mgtop-train attach {again}{resume}",
             app.step()
         );
     }
