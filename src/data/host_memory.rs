@@ -59,8 +59,11 @@ pub fn memory_text() -> String {
 /// KiB, a new one per picture) otherwise comes back from the kernel as fresh pages every time,
 /// faulted in again (on a loader thread decoding 500x375 JPEGs: ~140k page faults and 20% of its
 /// time in the kernel in 1,500 pictures; kept: ~55k, and 15-30% more pictures a second). Larger
-/// buffers (activations, whole data sets) are still mapped and returned as before. Call once at
-/// start, before any thread allocates (`main`, the loader benchmark). Nothing elsewhere than glibc.
+/// buffers (activations, whole data sets) are still mapped and returned as before. Under an
+/// address-space limit (`ulimit -v`) two malloc arenas at most: each thread's own reserves 64
+/// MiB of address space it may never use, which the limit counts (a run within its estimate
+/// failed an allocation as it wrote its checkpoint). Call once at start, before any thread
+/// allocates (`main`, the loader benchmark). Nothing elsewhere than glibc.
 pub fn reuse_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes these parameters and values (32 MiB is the largest mmap threshold
@@ -68,8 +71,15 @@ pub fn reuse_freed_memory() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        if address_space_limit().is_some() {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
     }
 }
+
+/// Address space the run's threads take as they start, beside what they allocate: their stacks
+/// and a second malloc arena (`reuse_freed_memory`), left out of the room a limit leaves.
+const THREADS_RESERVE: u64 = 128 << 20;
 
 /// Memory this process can still allocate, and what bounds it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -112,7 +122,7 @@ fn field_kib(text: &str, field: &str) -> Option<u64> {
 }
 
 /// The address-space limit's soft value less the process's size now (`/proc/self/limits`,
-/// `VmSize`); None without a limit.
+/// `VmSize`) and what its threads will take (`THREADS_RESERVE`); None without a limit.
 fn address_space_room() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -136,7 +146,8 @@ fn address_limit_from(limits: &str) -> Option<u64> {
 
 fn address_room_from(limits: &str, status: &str) -> Option<u64> {
     let soft = address_limit_from(limits)?;
-    Some(soft.saturating_sub(field_kib(status, "VmSize").unwrap_or(0)))
+    let size = field_kib(status, "VmSize").unwrap_or(0);
+    Some(soft.saturating_sub(size.saturating_add(THREADS_RESERVE)))
 }
 
 /// A cgroup's memory limit and what it holds that cannot simply be dropped (its use less the
@@ -328,7 +339,7 @@ mod tests {
         let status = "Name:\tx\nVmSize:\t  1000 kB\n";
         assert_eq!(
             address_room_from(limits, status),
-            Some(4_000_000_000 - 1_024_000)
+            Some(4_000_000_000 - 1_024_000 - THREADS_RESERVE)
         );
         let none = "Max address space         unlimited            unlimited            bytes\n";
         assert_eq!(address_room_from(none, status), None);
