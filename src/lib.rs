@@ -7,6 +7,7 @@
 //! `data`.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 
 pub mod cmd;

@@ -145,6 +145,7 @@ fn set_handler(h: Handler, hup: Hup) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     mgtop::data::host_memory::reuse_freed_memory();
+    mgtop::clock::install();
     INHERITED.get_or_init(|| (ignored(libc::SIGHUP), ignored(libc::SIGINT)));
     // a file-size limit (`ulimit -f`, a batch scheduler's) killed the process mid-write, its
     // metrics file cut mid-record, with no word: ignored, a write past it fails (EFBIG) and is

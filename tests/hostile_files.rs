@@ -194,7 +194,7 @@ fn hostile_csv_files_get_one_short_line_each() {
     refused(
         d,
         &["--data", "synthetic:1000000000000,1000000,10"],
-        &["needs about", "more than this machine's memory"],
+        &["needs about", "to make and split, more than the "],
     );
 }
 

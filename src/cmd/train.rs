@@ -66,7 +66,8 @@ pub(super) fn train(
     let noted = |e: anyhow::Error| anyhow::anyhow!(origins.explain(e.to_string()));
     // (refused before training, not after it; into the --run-dir the run is to make, checked
     // at its end, but for the names of the run's own files)
-    let abs = |p: &Path| std::path::absolute(p).ok();
+    // (absolute with `..` worked out by name: `ck/../w` is not in `ck`)
+    let abs = |p: &Path| Some(crate::engine::places::tidy_absolute(p));
     let into_run_dir = |out: &Path| {
         let folder = out.parent().filter(|p| !p.as_os_str().is_empty());
         let run_dir = cfg.run_dir.as_deref().filter(|d| !d.exists());

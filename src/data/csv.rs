@@ -117,6 +117,14 @@ pub(super) fn parse(
         }
         // at most one field more than the row may have, so that a long row is seen, not stored
         let most = width.map_or(MAX_FIELDS, |w: usize| w) + 1;
+        // (a quoted field with a comma inside is split by it: said, not read as two halves)
+        let split_quote = |f: &&str| {
+            let f = f.trim();
+            f == "\"" || f.starts_with('"') != f.ends_with('"')
+        };
+        if line.contains('"') && line.split(',').take(most).any(|f| split_quote(&f)) {
+            return Err(format!("line {lineno}: a quoted field holds a comma (a decimal comma, or text): fields are numbers with decimal points, separated by commas"));
+        }
         let fields: Vec<&str> = line.split(',').take(most).map(field).collect();
         if fields.len() > MAX_FIELDS {
             return Err(format!("line {lineno} has more than {MAX_FIELDS} fields, the most a row may have; is it a CSV file (one sample per line, values separated by commas)?"));
@@ -255,6 +263,8 @@ mod tests {
         );
         let e = parse("\"1\",\"\",\"0\"\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("column 1 (from 0) is empty"), "{e}");
+        let e = parse("\"1,5\",\"2\",\"0\"\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("line 1: a quoted field holds a comma"), "{e}");
     }
 
     #[test]

@@ -136,10 +136,13 @@ fn read_val_spec(
         }
         DataSpec::Cifar { dir, kind } => {
             // (its test file alone: the training batches are neither needed nor read)
+            let missing = cifar::test_folder(dir, *kind).is_none();
             let c = match cifar::load_test(dir, *kind, &spec.to_string()) {
                 Ok(c) => c,
-                Err(_) if opts.download => cifar::load(dir, *kind, &spec.to_string(), true)?,
-                Err(DataError::Spec { spec, msg }) => {
+                Err(_) if missing && opts.download => {
+                    cifar::load(dir, *kind, &spec.to_string(), true)?
+                }
+                Err(DataError::Spec { spec, msg }) if missing => {
                     let msg = format!("{msg}; add --download to fetch the set there");
                     return Err(DataError::Spec { spec, msg });
                 }

@@ -18,7 +18,7 @@ pub mod loader;
 mod memory;
 mod outcome;
 pub mod output;
-mod places;
+pub(crate) mod places;
 mod precision;
 mod rebalance;
 mod resume;

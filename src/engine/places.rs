@@ -46,7 +46,7 @@ pub(super) fn check(
 
 /// `path` absolute, with its `.` and `..` worked out by name (`runs/../ck` is `ck`: a path the
 /// log prints and a user copies).
-fn tidy_absolute(path: &std::path::Path) -> PathBuf {
+pub(crate) fn tidy_absolute(path: &std::path::Path) -> PathBuf {
     use std::path::Component;
     let full = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let (mut out, mut kept) = (PathBuf::new(), false);

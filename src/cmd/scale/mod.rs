@@ -407,7 +407,7 @@ fn grid(
     if let Some(line) = held::local_sgd_line(&plan.strategies, plan.warmup_steps) {
         say(&line);
     }
-    let (mut done, mut total) = (0, 0);
+    let (mut done, mut total) = (0, plan.points().len() * plan.repeat.max(1));
     let grid = grid::run(&base, &plan, procs.as_ref(), stop, |i, all, r| {
         (done, total) = (i, all);
         say(&format!(
@@ -443,9 +443,16 @@ fn grid(
     if let Some(w) = noise_warning(&rows) {
         crate::say!("{w}");
     }
-    if let Some(p) = &args.out {
-        write(p, &rows).map_err(anyhow::Error::msg)?;
-        crate::say!("written: {}", p.display());
+    match &args.out {
+        // (an earlier report there is kept: nothing replaces it)
+        Some(p) if rows.is_empty() => {
+            crate::say!("nothing measured: {} left as it was", p.display())
+        }
+        Some(p) => {
+            write(p, &rows).map_err(anyhow::Error::msg)?;
+            crate::say!("written: {}", p.display());
+        }
+        None => {}
     }
     if let Some((_, e)) = grid.failed {
         return Err(e.into());

@@ -132,7 +132,7 @@ impl Link {
                     .map(|r| r.clone())
                     .unwrap_or_default();
                 Some(CollectiveError::Aborted(r))
-            } else if start.elapsed() > patience {
+            } else if crate::clock::awake(start.elapsed()) > patience {
                 Some(CollectiveError::Lost(format!(
                     "no answer for {:.0} s (10 x --stall-timeout): a process died or hangs, its network is gone, or the processes disagree on what to exchange",
                     patience.as_secs_f64()

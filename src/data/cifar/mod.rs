@@ -324,14 +324,19 @@ pub fn load(dir: &Path, kind: Kind, spec: &str, download: bool) -> Result<Cifar,
     })
 }
 
+/// The folder holding the CIFAR set's test file: `dir`, or the archive's folder inside it.
+pub fn test_folder(dir: &Path, kind: Kind) -> Option<std::path::PathBuf> {
+    let (folder, _, _, test_file) = kind.archive();
+    [dir.to_path_buf(), dir.join(folder)]
+        .into_iter()
+        .find(|d| d.join(test_file).is_file())
+}
+
 /// The test file alone of the CIFAR set in `dir` (or the archive's folder inside it), for
 /// `eval`: a folder holding only `test_batch.bin` will do. `train` is empty.
 pub fn load_test(dir: &Path, kind: Kind, spec: &str) -> Result<Cifar, DataError> {
     let (folder, _, _, test_file) = kind.archive();
-    let found = [dir.to_path_buf(), dir.join(folder)]
-        .into_iter()
-        .find(|d| d.join(test_file).is_file());
-    let Some(found) = found else {
+    let Some(found) = test_folder(dir, kind) else {
         return Err(DataError::Spec {
             spec: spec.to_string(),
             msg: format!(

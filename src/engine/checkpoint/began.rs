@@ -29,10 +29,12 @@ pub fn ranges(model: &Model, meta: &CheckpointMeta, opt: &OptState) -> Vec<(Rang
         .collect()
 }
 
-/// The tensors of `began` (`ranges`) by name, for `state.json`.
+/// The tensors of `began` (`ranges`) that train by name, for `state.json` (a frozen one's zero
+/// moments say it anew at the next resume that trains it).
 pub fn names(model: &Model, began: &[(Range<usize>, u64)]) -> BTreeMap<String, u64> {
-    (model.tensors.iter())
-        .filter_map(|t| {
+    (model.tensors.iter().enumerate())
+        .filter(|(i, _)| !model.frozen.contains(i))
+        .filter_map(|(_, t)| {
             let r = t.range();
             let (_, b) = began.iter().find(|(g, _)| g.contains(&r.start))?;
             Some((t.name.clone(), *b))

@@ -53,7 +53,7 @@ pub struct Decider {
     /// What was asked while paused, kept until the run resumes (or stops).
     held: Decision,
     /// Dropped with the decider: its controllers then refuse every ask as the run's end.
-    _open: Option<super::Open>,
+    open: Option<super::Open>,
 }
 
 /// What rank 0's decider tells the run as it happens.
@@ -71,21 +71,21 @@ impl Decider {
             rx,
             paused: false,
             held: Decision::default(),
-            _open: None,
+            open: None,
         }
     }
 
     /// The decider of the run `open` is of (`Controller::open`).
     pub(crate) fn while_open(self, open: super::Open) -> Self {
         Decider {
-            _open: Some(open),
+            open: Some(open),
             ..self
         }
     }
 
     /// The run has trained its last step (no boundary follows): asks are refused as such.
     pub(crate) fn finishing(&self) {
-        if let Some(open) = &self._open {
+        if let Some(open) = &self.open {
             open.finishing();
         }
     }
@@ -131,7 +131,7 @@ impl Decider {
                 Control::SetBatch(b) => d.batch = Some(b),
                 Control::Checkpoint => {
                     d.checkpoint = true;
-                    if let Some(open) = &self._open {
+                    if let Some(open) = &self.open {
                         open.checkpoint_taken();
                     }
                 }

@@ -28,7 +28,6 @@ struct StartHeader {
     init_notes: Vec<String>,
     epoch_sum: [f64; 2],
     shares: Option<Vec<usize>>,
-    #[serde(default)]
     began: Vec<(std::ops::Range<usize>, u64)>,
     t: u64,
     lens: [usize; 4],

@@ -31,15 +31,29 @@ extern "C" fn on_tstp(_: libc::c_int) {
     STOP_ASKED.store(true, Ordering::SeqCst);
 }
 
+/// Whether this process was started with SIGTSTP ignored (a shell without job control): it
+/// is then never suspended, by the key or the signal.
+fn tstp_ignored() -> bool {
+    static IGNORED: OnceLock<bool> = OnceLock::new();
+    *IGNORED.get_or_init(|| {
+        // SAFETY: reading SIGTSTP's action into a zeroed sigaction
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe { libc::sigaction(libc::SIGTSTP, std::ptr::null(), &mut now) };
+        now.sa_sigaction == libc::SIG_IGN
+    })
+}
+
 /// SIGTSTP caught (the UI's terminal is given back before the process stops) or left to its
-/// default (stops the process at once).
+/// default (stops the process at once); left ignored where it was inherited so.
 fn catch_tstp(catch: bool) {
+    if tstp_ignored() {
+        return;
+    }
     let action = match catch {
         true => on_tstp as extern "C" fn(libc::c_int) as libc::sighandler_t,
         false => libc::SIG_DFL,
     };
-    // SAFETY: setting a standard signal's disposition (async-signal-safe: restore may run in a
-    // signal handler); the handler only stores to an atomic.
+    // SAFETY: setting a standard signal's disposition; the handler only stores to an atomic
     unsafe { libc::signal(libc::SIGTSTP, action) };
 }
 
@@ -77,16 +91,20 @@ pub fn stop_asked() -> bool {
 
 /// Ctrl-Z, SIGTSTP: the terminal given back as it was, the process stopped as a shell's job
 /// (training stops with it), and the UI's terminal taken again once it continues (`fg`); the
-/// caller then repaints the whole screen. Where the terminal cannot be taken again (continued
-/// in the background: `bg`), the error says so.
+/// caller then repaints the whole screen. Continued in the background (`bg`), taking the
+/// terminal stops it again (SIGTTOU) until `fg`, as any full-screen program. Nothing where
+/// SIGTSTP was inherited ignored.
 pub fn suspend() -> io::Result<()> {
-    if !ACTIVE.load(Ordering::SeqCst) {
+    if !ACTIVE.load(Ordering::SeqCst) || tstp_ignored() {
         return Ok(());
     }
     restore();
     // SAFETY: stopping this process as the terminal's suspend key would; returns on SIGCONT
     unsafe { libc::raise(libc::SIGTSTP) };
-    take_terminal()
+    let taken = take_terminal();
+    // (a SIGTSTP that came meanwhile asked for the suspend just done)
+    STOP_ASKED.store(false, Ordering::SeqCst);
+    taken
 }
 
 /// Restores the terminal when dropped.

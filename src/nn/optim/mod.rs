@@ -312,8 +312,7 @@ fn step_range(
 ) {
     let (r, len) = (piece.range.clone(), piece.range.len());
     let (params, grads) = (&mut params[r.clone()], &grads[r]);
-    // (this piece's own steps: fewer than the run's where it began training late)
-    let t = st.t.saturating_sub(piece.began).max(1);
+    let t = st.t;
     let (m, v) = (
         part(&mut st.m, piece.moment, len),
         part(&mut st.v, piece.moment, len),
@@ -337,7 +336,10 @@ fn step_range(
         }
         OptimizerKind::Adam | OptimizerKind::AdamW => {
             let decoupled = o.kind == OptimizerKind::AdamW;
-            let (step_size, inv_sqrt_bc2) = adam_factors(lr, t);
+            // (this piece's own steps: fewer than the run's where it began training late; the
+            // GPU's kernel counts them alike)
+            let own = t.saturating_sub(piece.began).max(1);
+            let (step_size, inv_sqrt_bc2) = adam_factors(lr, own);
             for (((p, g), m), v) in params
                 .iter_mut()
                 .zip(grads)

@@ -78,17 +78,23 @@ pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {
         },
         "batch_size" => {
             let given = v.get("per_replica");
-            match given.and_then(Value::as_u64) {
-                Some(b) => Control::SetBatch(usize::try_from(b).unwrap_or(usize::MAX)),
-                None => {
-                    return Err(refuse(match given {
-                        Some(Value::Number(n)) if n.is_i64() => format!(
-                            "`per_replica` {n} is out of range: give 1..={MAX_BATCH} samples per replica"
-                        ),
-                        _ => format!(
-                            "`per_replica` is missing or not a whole number: give 1..={MAX_BATCH} samples per replica"
-                        ),
-                    }))
+            // (a whole number written as a float, 64.0, or past u64's range, 1e20, is one too)
+            let whole = given.and_then(Value::as_f64).filter(|f| f.fract() == 0.0);
+            match (given.and_then(Value::as_u64), whole) {
+                (Some(b), _) => Control::SetBatch(usize::try_from(b).unwrap_or(usize::MAX)),
+                (None, Some(f)) if (1.0..=MAX_BATCH as f64).contains(&f) => {
+                    Control::SetBatch(f as usize)
+                }
+                (None, Some(_)) => {
+                    return Err(refuse(format!(
+                        "`per_replica` {} is out of range: give 1..={MAX_BATCH} samples per replica",
+                        given.map_or(String::new(), Value::to_string)
+                    )))
+                }
+                (None, None) => {
+                    return Err(refuse(format!(
+                        "`per_replica` is missing or not a whole number: give 1..={MAX_BATCH} samples per replica"
+                    )))
                 }
             }
         }
@@ -219,6 +225,10 @@ mod tests {
             (
                 br#"{"type":"control","id":3,"action":"batch_size","per_replica":2.5}"#,
                 "not a whole number",
+            ),
+            (
+                br#"{"type":"control","id":3,"action":"batch_size","per_replica":99999999999999999999}"#,
+                "`per_replica` 1e+20 is out of range",
             ),
             (
                 br#"{"type":"control","id":3,"action":"stop","checkpoint":"yes"}"#,

@@ -56,6 +56,9 @@ impl Place {
 
 /// How long a silent client waits before it is served (one that closes first is a probe).
 pub const GREETING: Duration = Duration::from_millis(200);
+
+/// How long the rest of a first line begun within `GREETING` is waited for.
+const REST_OF_LINE: Duration = Duration::from_secs(30);
 /// How long one write to a client may take before the client is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// At the end, how long clients get to take what is queued for them (the `end` record; a
@@ -239,7 +242,15 @@ fn serve(
             };
             let first = match first {
                 Err(e) if timed_out(&e) && buf.is_empty() => None,
-                Err(e) if timed_out(&e) => Some(read_rest(&mut r, &mut buf, MAX_REQUEST)),
+                Err(e) if timed_out(&e) => {
+                    // (not without end: one that never ends it is let go)
+                    let _ = r.get_ref().set_read_timeout(Some(REST_OF_LINE));
+                    let rest = read_rest(&mut r, &mut buf, MAX_REQUEST);
+                    if rest.is_err() || r.get_ref().set_read_timeout(None).is_err() {
+                        return;
+                    }
+                    Some(rest)
+                }
                 other => Some(other),
             };
             join(seat, stream, r, buf, first, &hub, &steering, &active, &done);

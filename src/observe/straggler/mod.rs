@@ -394,7 +394,8 @@ impl Detector {
             self.last_progress = self.last_progress.max(now);
             return None;
         }
-        let waited = now.saturating_sub(self.last_progress);
+        // (a process stopped and continued, Ctrl-Z then fg, did not stall meanwhile)
+        let waited = crate::clock::awake(now.saturating_sub(self.last_progress));
         if self.paused || waited < self.cfg.stall_timeout || self.stalled_at == Some(self.last_step)
         {
             return None;

@@ -102,7 +102,7 @@ impl<E: Elem> CudaReplica<E> {
             let compute_done = compute_end.is_none_or(|c| c.try_is_complete().unwrap_or(true));
             if compute_done {
                 let t0 = *started.get_or_insert_with(Instant::now);
-                if t0.elapsed() > self.timeout {
+                if crate::clock::awake(t0.elapsed()) > self.timeout {
                     self.abort_group();
                     return Err(CollectiveError::Aborted(format!(
                         "GPU {}: the NCCL all-reduce did not finish within {:.0} s of the step's compute (a peer GPU hung or failed); set NCCL_DEBUG=INFO to see why",
