@@ -125,6 +125,11 @@ pub fn not_live(socket: &Path, run: &Path) -> AttachError {
 
 /// Opens `socket`, mapping each failure to what the user can do about it.
 pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
+    use std::os::unix::fs::FileTypeExt;
+    // (a file put in the socket's place: not a run that ended)
+    if std::fs::metadata(socket).is_ok_and(|m| !m.file_type().is_socket()) {
+        return Err(AttachError::NotSocket(socket.to_path_buf()));
+    }
     super::socket::connect(socket, super::socket::KNOCK).map_err(|e| match e.kind() {
         // (gone since it was found, or named by a `live.sock.path` its run left: the run ended)
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => not_live(socket, run),
@@ -244,6 +249,11 @@ impl Drop for LiveClient {
 }
 
 /// One line from the server as a message.
+/// Whether `text` is JSON that ends before its value does (a record cut short).
+fn cut_short(text: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(text).is_err_and(|e| e.is_eof())
+}
+
 pub fn incoming(text: &[u8], ranks: usize) -> Result<Option<Incoming>, String> {
     if text.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
@@ -276,6 +286,11 @@ fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming
                     }
                 }
                 Ok(None) => {}
+                // (a record cut short where the connection ended: the run let go of this
+                // client, which read nothing for a while, or was killed)
+                Err(_) if cut_short(&buf) && matches!(read_line(&mut r, &mut buf, 1), Ok(Read::Eof)) => {
+                    break "the connection ended in the middle of a record (the run lets go of a client that reads nothing for 10 s, or it was killed)".into()
+                }
                 Err(e) => break format!("the run sent a damaged record: {e}"),
             },
             Ok(Read::TooLong) => break format!("the run sent a line over {} MiB", MAX_LINE >> 20),
@@ -302,6 +317,28 @@ mod tests {
             let _ = s.write_all(answer.as_bytes());
         });
         (dir, path)
+    }
+
+    #[test]
+    fn a_record_cut_short_by_the_connection_s_end_is_said_as_such() {
+        let said = |sent: &[u8]| {
+            let (mut w, r) = UnixStream::pair().unwrap();
+            w.write_all(sent).unwrap();
+            drop(w);
+            let (tx, rx) = crossbeam_channel::unbounded();
+            listen(BufReader::new(r), 1, &tx, 0);
+            match rx.try_iter().last() {
+                Some((_, Incoming::Closed(why))) => why,
+                other => panic!("{other:?}"),
+            }
+        };
+        let cut = said(b"{\"type\":\"live\",\"t\":1}\n{\"type\":\"li");
+        assert!(cut.contains("ended in the middle of a record"), "{cut}");
+        let damaged = said(b"{\"type\":\"live\",\"t\":1}\nnot json\n{\"type\":\"live\",\"t\":2}\n");
+        assert!(
+            damaged.contains("the run sent a damaged record"),
+            "{damaged}"
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ impl Place {
 /// How long a silent client waits before it is served (one that closes first is a probe).
 pub const GREETING: Duration = Duration::from_millis(200);
 
+/// The most bytes of lines a client's writer gathers before it writes them.
+const WRITE_CHUNK: usize = 64 << 10;
+
 /// How long the rest of a first line begun within `GREETING` is waited for.
 const REST_OF_LINE: Duration = Duration::from_secs(30);
 /// How long one write to a client may take before the client is dropped.
@@ -298,11 +301,21 @@ fn write_loop(mut stream: UnixStream, hub: &LiveHub, id: u64) {
     loop {
         match hub.next(id, Duration::from_secs(1)) {
             Next::Lines(lines) => {
+                // (written a chunk at a time: a copy of the whole history, megabytes, for each
+                // connection grew the run's memory with every client)
+                let mut sent = true;
                 buf.clear();
                 for l in &lines {
                     buf.extend_from_slice(l.as_bytes());
+                    if buf.len() >= WRITE_CHUNK {
+                        sent = stream.write_all(&buf).is_ok();
+                        buf.clear();
+                        if !sent {
+                            break;
+                        }
+                    }
                 }
-                if stream.write_all(&buf).is_err() {
+                if !sent || stream.write_all(&buf).is_err() {
                     break;
                 }
             }
