@@ -174,6 +174,8 @@ fn measure_once(
     if let Some(j) = procs {
         j.set_patience(crate::engine::peer_patience(base.stall_timeout));
     }
+    // (the batch the run trains with: one past the training split is cut to it)
+    let per_replica = engine.info().per_replica;
     let steps = engine.steps().clone();
     let events = engine.events().clone();
     let drain_events = std::thread::spawn(move || events.iter().count());
@@ -250,7 +252,7 @@ fn measure_once(
         val_accuracy: val.accuracy(base, &r.state),
         transfer_share: share(5),
         devices: p.devices,
-        per_replica: p.per_replica,
+        per_replica,
         global_batch: global,
         prefetch: p.prefetch,
         samples_per_sec,
