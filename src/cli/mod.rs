@@ -118,7 +118,7 @@ pub struct AttachArgs {
     /// Watch only: the keys that would change the run are disabled, q detaches.
     #[arg(long)]
     pub readonly: bool,
-    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono under NO_COLOR or a TERM without colours]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
 }
@@ -131,7 +131,7 @@ pub struct ViewArgs {
     /// Print the run's summary lines instead of the terminal UI (also what a non-terminal stdout gets).
     #[arg(long)]
     pub headless: bool,
-    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono under NO_COLOR or a TERM without colours]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
     /// Instead of showing the run, write its scalars as TensorBoard events to DIR (=false: show the run)  [default: tensorboard/ beside the metrics file]
@@ -225,7 +225,7 @@ pub struct TrainArgs {
     /// Print log lines instead of the terminal UI.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub headless: Option<bool>,
-    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono when NO_COLOR is set]
+    /// Terminal UI colours: dark | light | mono | PATH of a theme file  [default: dark; mono under NO_COLOR or a TERM without colours]
     #[arg(long, value_name = "NAME|PATH")]
     pub theme: Option<String>,
     /// Terminal UI: disable the keys that change the run (for shared tmux sessions).

@@ -12,7 +12,7 @@ use crate::front::tui::{self, term, theme::Theme, Screen};
 use crate::observe::live::locate;
 
 pub fn command(args: &AttachArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let no_color = Theme::colourless();
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     let target = locate(args.target.as_deref())?;
     // connected first, so what is wrong with the run is said before what is wrong here

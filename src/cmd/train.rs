@@ -134,7 +134,7 @@ pub(super) fn train(
     })
     .collect();
     // a bad theme is refused before anything starts, even where the log is shown instead
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let no_color = Theme::colourless();
     let theme = Theme::choose(front.theme.as_deref(), no_color)
         .map_err(|e| noted(anyhow::anyhow!("--{e}")))?;
     let theme = tui.then_some(theme);

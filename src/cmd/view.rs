@@ -19,7 +19,7 @@ use crate::observe::tensorboard;
 pub type OnSignals = dyn Fn(Sender<()>) -> anyhow::Result<()>;
 
 pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCode> {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let no_color = Theme::colourless();
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     // a directory of runs (runs/, runs/NAME): the live run started last, as `attach` takes,
     // else the run its `latest` names (runs/NAME), else the run that wrote last

@@ -240,6 +240,13 @@ impl Theme {
 
     /// The theme to start with: the one asked for (which overrides NO_COLOR), else mono under
     /// NO_COLOR, else dark.
+    /// Whether this environment asks for no colour: `NO_COLOR` set (no-color.org), or a
+    /// terminal type without colours (`xterm-mono`, `linux-m`, `vt100`, `vt220`).
+    pub fn colourless() -> bool {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        no_color || std::env::var("TERM").is_ok_and(|t| mono_terminal(&t))
+    }
+
     pub fn choose(requested: Option<&str>, no_color: bool) -> Result<Theme, ThemeError> {
         match requested {
             Some(r) => Theme::load(r),
@@ -296,6 +303,14 @@ impl Theme {
     pub fn series(&self, i: usize) -> Color {
         self.series[i % self.series.len()]
     }
+}
+
+/// A terminal type that shows no colours (terminfo's monochrome entries).
+fn mono_terminal(term: &str) -> bool {
+    term.ends_with("-mono")
+        || term.ends_with("-m")
+        || term.starts_with("vt1")
+        || term.starts_with("vt2")
 }
 
 #[cfg(test)]

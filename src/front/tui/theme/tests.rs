@@ -228,3 +228,19 @@ fn theme_files_are_read_within_limits() {
     let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
     assert!(!e.contains('\x1b') && e.contains("\\u{1b}[31m"), "{e}");
 }
+
+#[test]
+fn terminals_without_colours_are_told_from_those_with() {
+    for mono in ["xterm-mono", "linux-m", "vt100", "vt220"] {
+        assert!(mono_terminal(mono), "{mono}");
+    }
+    for colour in [
+        "xterm-256color",
+        "screen",
+        "tmux-256color",
+        "linux",
+        "xterm",
+    ] {
+        assert!(!mono_terminal(colour), "{colour}");
+    }
+}
