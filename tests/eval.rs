@@ -94,6 +94,22 @@ fn a_runs_own_validation_set_gives_its_last_validation_and_each_class() {
         1,
         "{out}"
     );
+    // what only training reads of the recorded settings (--freeze) does not stop eval
+    let state = std::fs::read_dir(d.join("runs"))
+        .unwrap()
+        .flat_map(|r| std::fs::read_dir(r.unwrap().path()).unwrap())
+        .map(|t| {
+            t.unwrap()
+                .path()
+                .join("checkpoints/step-00000030/state.json")
+        })
+        .find(|p| p.is_file())
+        .unwrap();
+    let mut meta = json(&state);
+    meta["config"]["freeze"] = "no.such.tensor".into();
+    std::fs::write(&state, meta.to_string()).unwrap();
+    let o = run_in(d, &["eval", "runs", "--threads", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 #[test]

@@ -74,7 +74,12 @@ pub fn evaluate(
         None => own_set(cfg, meta, point)?,
         Some(spec) => given_set(cfg, meta, spec)?,
     };
-    let model = super::validate::model(cfg, &set)?;
+    // (what only training does, such as the tensors --freeze kept, does not bear on eval)
+    let unfrozen = RunConfig {
+        freeze: None,
+        ..cfg.clone()
+    };
+    let model = super::validate::model(&unfrozen, &set)?;
     let (meta, state) = checkpoint::read(point, &model, &meta.optimizer).map_err(damaged)?;
     let classes = class_names(&meta, &set);
     let started = Instant::now();
