@@ -395,12 +395,12 @@ fn grid(
         if faults.is_empty() { "" } else { " " }
     ));
     say(&format!(
-        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, about {:.0} s in all (machine: {cores} cores; {threads} thread(s) per worker{})",
+        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, at least {:.0} s in all with the warm-ups and the start of each (machine: {cores} cores; {threads} thread(s) per worker{})",
         plan.points().len(),
         plan.repeat.max(1),
         args.seconds,
         plan.warmup_steps,
-        (plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3),
+        ((plan.points().len() * plan.repeat.max(1)) as f64 * (args.seconds + 0.3)).max(1.0),
         match n {
             1 => String::new(),
             n => format!("; {n} processes, each point's devices shared evenly, 1 device on process 0 alone"),

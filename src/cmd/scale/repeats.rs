@@ -26,12 +26,21 @@ pub(super) fn median_by(rows: &mut [Row]) -> Row {
 /// The warning for points whose repeats disagree (a speedup is only as good as both its
 /// figures), or `None` when every figure holds.
 pub fn noise_warning(rows: &[Row]) -> Option<String> {
+    // (a grid of both prefetch settings names each point's)
+    let both = rows.iter().any(|r| r.prefetch) && rows.iter().any(|r| !r.prefetch);
     let noisy: Vec<String> = rows
         .iter()
         .filter(|r| r.spread.is_some_and(|s| s > NOISY_SPREAD))
-        .map(|r| match r.strategy.as_str() {
-            "mirrored" => format!("{}x{}", r.devices, r.per_replica),
-            s => format!("{s} {}x{}", r.devices, r.per_replica),
+        .map(|r| {
+            let prefetch = match (both, r.prefetch) {
+                (false, _) => "",
+                (true, true) => " prefetch on",
+                (true, false) => " prefetch off",
+            };
+            match r.strategy.as_str() {
+                "mirrored" => format!("{}x{}{prefetch}", r.devices, r.per_replica),
+                s => format!("{s} {}x{}{prefetch}", r.devices, r.per_replica),
+            }
         })
         .collect();
     if noisy.is_empty() {

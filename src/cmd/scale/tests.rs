@@ -75,9 +75,27 @@ fn repeats_that_disagree_are_flagged_and_steady_ones_are_not() {
     let noisy = median_by(&mut [row(2, 100.0), row(2, 175.0), row(2, 51.0)]);
     assert_eq!(noisy.samples_per_sec, 100.0);
     assert!(noise_warning(std::slice::from_ref(&steady)).is_none());
-    let w = noise_warning(&[steady, noisy]).unwrap();
+    let w = noise_warning(&[steady.clone(), noisy.clone()]).unwrap();
     assert!(
         w.contains("1 point(s) (2x32)") && w.contains("--seconds"),
+        "{w}"
+    );
+    // a grid of both prefetch settings says which point it was
+    let off = Row {
+        prefetch: !noisy.prefetch,
+        ..noisy.clone()
+    };
+    let w = noise_warning(&[steady, noisy.clone(), off]).unwrap();
+    let on_off = if noisy.prefetch {
+        ["on", "off"]
+    } else {
+        ["off", "on"]
+    };
+    assert!(
+        w.contains(&format!(
+            "(2x32 prefetch {}, 2x32 prefetch {})",
+            on_off[0], on_off[1]
+        )),
         "{w}"
     );
 }
