@@ -500,6 +500,20 @@ fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
 }
 
 #[test]
+fn mono_tells_the_busy_chart_s_devices_apart_by_their_marks() {
+    let app = demo::app(3, 150);
+    let mono = Theme::embedded("mono").unwrap();
+    let s = draw(100, 30, |f| render::render(f, &app, &mono));
+    let title = s.lines().find(|l| l.contains("busy %")).unwrap();
+    assert!(title.contains("cpu0 ⠒ cpu1 • cpu2 █"), "{s}");
+    assert!(s.contains('•') && s.contains('█'), "{s}");
+    // the colour themes keep one kind of line, told apart by colour
+    let dark = screen(&app, 100, 30);
+    let title = dark.lines().find(|l| l.contains("busy %")).unwrap();
+    assert!(title.contains("cpu0 cpu1 cpu2"), "{dark}");
+}
+
+#[test]
 fn a_long_name_is_cut_before_the_run_s_state() {
     let mut app = demo::app(2, 150);
     app.info.name = "n".repeat(200);

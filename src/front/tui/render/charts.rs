@@ -3,6 +3,13 @@
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::symbols::Marker;
+
+/// Each device's mark where colours do not tell devices apart, and how the legend shows it.
+const MARKS: [(Marker, &str); 3] = [
+    (Marker::Braille, "⠒"),
+    (Marker::Dot, "•"),
+    (Marker::Block, "█"),
+];
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 use ratatui::Frame;
@@ -53,14 +60,19 @@ fn percent_chart(
         1 => title.to_string(),
         _ => format!("{title} per device"),
     });
-    // which line is which device, in their colours, where the title has the room (the legend
-    // says "per device" by itself)
+    // which line is which device, in their colours (where the theme has one colour, `mono`:
+    // in their own marks), where the title has the room (the legend says "per device" by itself)
+    let marks = !theme.series_apart();
     if series.len() > 1 {
         let legend: Vec<Span> = series
             .iter()
             .map(|(i, _)| {
+                let mark = match marks {
+                    true => format!(" {}", MARKS[*i % MARKS.len()].1),
+                    false => String::new(),
+                };
                 Span::styled(
-                    format!("{} ", app.devices[*i].label),
+                    format!("{}{mark} ", app.devices[*i].label),
                     theme.fg(theme.series(*i)),
                 )
             })
@@ -99,7 +111,10 @@ fn percent_chart(
         .map(|(i, v)| {
             Dataset::default()
                 .name(app.devices[*i].label.clone())
-                .marker(Marker::Braille)
+                .marker(match marks {
+                    true => MARKS[*i % MARKS.len()].0,
+                    false => Marker::Braille,
+                })
                 .graph_type(GraphType::Line)
                 .style(theme.fg(theme.series(*i)))
                 .data(v)

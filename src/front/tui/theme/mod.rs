@@ -303,6 +303,11 @@ impl Theme {
     pub fn series(&self, i: usize) -> Color {
         self.series[i % self.series.len()]
     }
+
+    /// Whether its series' colours tell two devices apart (`mono`'s do not).
+    pub fn series_apart(&self) -> bool {
+        self.series.iter().any(|c| *c != self.series[0])
+    }
 }
 
 /// A terminal type that shows no colours (terminfo's monochrome entries).
