@@ -248,6 +248,14 @@ fn a_run_in_the_background_of_its_terminal_goes_on_headless() {
         "{s}"
     );
     assert_eq!(ended(d), ("EXIT=0".into(), true));
+    // a terminal that says it draws nothing (TERM=dumb, Emacs' shell): the log, said why
+    let dumb = start_with("dumb", d, "env TERM=dumb", args, (120, 40));
+    let s = dumb.wait("the shell", |s| s.contains("shell-back"));
+    assert!(
+        s.contains("note: TERM=dumb: this terminal draws no screens")
+            && s.contains("finished: 30 steps"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -115,6 +115,11 @@ pub(super) fn train(
     // under a launcher the keyboard is not this process's (mpirun forwards its stdin, orted has
     // no terminal), even one process's (`mpirun -np 1`): process 0 logs, `attach` gives the screen
     let mut tui = !front.headless && term::can_draw() && procs.is_none() && launcher.is_none();
+    // (a terminal that says it draws nothing: the log instead, said why)
+    let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    if !front.headless && on_terminal && term::dumb_terminal() && procs.is_none() {
+        crate::tell!("note: TERM=dumb: this terminal draws no screens, so the run logs (for the UI: run it in a terminal with another TERM, e.g. TERM=xterm-256color)");
+    }
     if tui && term::in_background() {
         crate::tell!(
             "note: {}: the run goes on headless (for the UI: timeout --foreground ..., or fg)",

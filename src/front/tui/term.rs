@@ -150,8 +150,12 @@ pub fn enter() -> io::Result<(Terminal<CrosstermBackend<Stdout>>, Guard)> {
 /// draws nothing (`TERM=dumb`, as Emacs' shell and some CI consoles set).
 pub fn can_draw() -> bool {
     use std::io::IsTerminal;
-    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-    io::stdout().is_terminal() && !dumb
+    io::stdout().is_terminal() && !dumb_terminal()
+}
+
+/// Whether `TERM` says the terminal draws nothing (`dumb`).
+pub fn dumb_terminal() -> bool {
+    std::env::var("TERM").is_ok_and(|t| t == "dumb")
 }
 
 /// Whether this process is in the background of the terminal it writes to (started with `&`,
