@@ -1122,3 +1122,34 @@ fn frozen_tensors_the_init_file_does_not_give_are_said_to_stay_random() {
     let notes = import(head_only.path(), &m, &mut params, &mut buffers).unwrap();
     assert!(!notes.iter().any(|n| n.contains("frozen")), "{notes:?}");
 }
+
+#[test]
+fn a_head_in_part_for_another_class_count_is_refused() {
+    let m = Model::new(Shape::Flat(8), &"mlp:16".parse().unwrap(), 3).unwrap();
+    let mixed = f32_file(vec![
+        ("mlp.0.weight".into(), vec![0.1; 128], vec![16, 8]),
+        ("mlp.0.bias".into(), vec![0.0; 16], vec![16]),
+        ("mlp.1.weight".into(), vec![0.5; 48], vec![3, 16]),
+        ("mlp.1.bias".into(), vec![0.0; 5], vec![5]),
+    ]);
+    let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
+    let e = import(mixed.path(), &m, &mut params, &mut buffers).unwrap_err();
+    assert!(
+        e.contains("the classifier head is in part for this model's 3 classes and in part for another count"),
+        "{e}"
+    );
+    // a whole head for another count starts afresh, as before
+    let other = f32_file(vec![
+        ("mlp.0.weight".into(), vec![0.1; 128], vec![16, 8]),
+        ("mlp.0.bias".into(), vec![0.0; 16], vec![16]),
+        ("mlp.1.weight".into(), vec![0.5; 80], vec![5, 16]),
+        ("mlp.1.bias".into(), vec![0.0; 5], vec![5]),
+    ]);
+    let notes = import(other.path(), &m, &mut params, &mut buffers).unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("re-initialised for 3 classes")),
+        "{notes:?}"
+    );
+}

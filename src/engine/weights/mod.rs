@@ -365,6 +365,17 @@ pub fn import(
         dst.copy_from_slice(&v);
         loaded += 1;
     }
+    // (a head whose weight fits and whose bias is for another count, or the other way: no
+    // count of classes it is for, half of it would start afresh)
+    let head_loaded =
+        (head.iter()).any(|i| !unloaded.contains(i) && !missing.contains(&model.tensors[*i].name));
+    if !head_reset.is_empty() && head_loaded {
+        return Err(at(format!(
+            "the classifier head is in part for this model's {} classes and in part for another count ({}): is it a whole checkpoint of one run?",
+            model.classes(),
+            head_reset.join(", ")
+        )));
+    }
     if loaded == 0 && !head_reset.is_empty() {
         return Err(at(format!(
             "only the classifier head is named as this model's, and it is for another class count ({}): nothing to load; is it a checkpoint of this --model?",
