@@ -56,7 +56,16 @@ fn last_validation(dir: &Path) -> serde_json::Value {
 fn a_runs_own_validation_set_gives_its_last_validation_and_each_class() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let args = ["--headless", "--steps", "30", "--devices", "cpu:2"];
+    // (label smoothing: the run's validation loss is smoothed, and so is eval's, said)
+    let args = [
+        "--headless",
+        "--steps",
+        "30",
+        "--devices",
+        "cpu:2",
+        "--label-smoothing",
+        "0.1",
+    ];
     let o = run_in(d, &args);
     assert!(o.status.success(), "{}", text(&o));
     let o = run_in(d, &["eval", "runs", "--json", "e.json", "--threads", "2"]);
@@ -88,6 +97,10 @@ fn a_runs_own_validation_set_gives_its_last_validation_and_each_class() {
         "{out}"
     );
     assert!(out.contains("on the run's validation set"), "{out}");
+    assert!(
+        out.contains("the loss is with the run's --label-smoothing 0.1"),
+        "{out}"
+    );
     assert!(out.contains("figures written to e.json"), "{out}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("9 ")).count(),

@@ -80,6 +80,12 @@ pub fn evaluate(
         ..cfg.clone()
     };
     let model = super::validate::model(&unfrozen, &set)?;
+    if cfg.label_smoothing > 0.0 {
+        notes.push(format!(
+            "the loss is with the run's --label-smoothing {} (as its validation loss was); the accuracy is not touched by it",
+            cfg.label_smoothing
+        ));
+    }
     let (meta, state) = checkpoint::read(point, &model, &meta.optimizer).map_err(damaged)?;
     let classes = class_names(&meta, &set);
     let started = Instant::now();
