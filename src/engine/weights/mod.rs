@@ -367,8 +367,7 @@ pub fn import(
     }
     // (a head whose weight fits and whose bias is for another count, or the other way: no
     // count of classes it is for, half of it would start afresh)
-    let head_loaded =
-        (head.iter()).any(|i| !unloaded.contains(i) && !missing.contains(&model.tensors[*i].name));
+    let head_loaded = head.iter().any(|i| !unloaded.contains(i));
     if !head_reset.is_empty() && head_loaded {
         return Err(at(format!(
             "the classifier head is in part for this model's {} classes and in part for another count ({}): is it a whole checkpoint of one run?",

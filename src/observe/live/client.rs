@@ -248,12 +248,12 @@ impl Drop for LiveClient {
     }
 }
 
-/// One line from the server as a message.
 /// Whether `text` is JSON that ends before its value does (a record cut short).
 fn cut_short(text: &[u8]) -> bool {
     serde_json::from_slice::<Value>(text).is_err_and(|e| e.is_eof())
 }
 
+/// One line from the server as a message.
 pub fn incoming(text: &[u8], ranks: usize) -> Result<Option<Incoming>, String> {
     if text.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
