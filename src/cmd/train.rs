@@ -67,11 +67,11 @@ pub(super) fn train(
     // (refused before training, not after it; into the --run-dir the run is to make, checked
     // at its end, but for the names of the run's own files)
     // (absolute with `..` worked out by name: `ck/../w` is not in `ck`)
-    let abs = |p: &Path| Some(crate::engine::places::tidy_absolute(p));
+    let abs = crate::engine::places::tidy_absolute;
     let into_run_dir = |out: &Path| {
         let folder = out.parent().filter(|p| !p.as_os_str().is_empty());
         let run_dir = cfg.run_dir.as_deref().filter(|d| !d.exists());
-        run_dir.is_some_and(|d| abs(d) == folder.map_or(abs(Path::new(".")), abs))
+        run_dir.is_some_and(|d| abs(d) == abs(folder.unwrap_or(Path::new("."))))
     };
     let exported = |out: &Path| -> anyhow::Result<()> {
         if cfg
@@ -85,14 +85,12 @@ pub(super) fn train(
             );
         }
         // (a checkpoint's folder is the run's to make and replace)
-        if let (Some(o), Some(c)) = (abs(out), abs(&cfg.checkpoint_dir)) {
-            if o.starts_with(&c) {
-                anyhow::bail!(
-                    "--export {}: inside the checkpoint directory the run writes ({}); give a path outside it",
-                    out.display(),
-                    cfg.checkpoint_dir.display()
-                );
-            }
+        if abs(out).starts_with(abs(&cfg.checkpoint_dir)) {
+            anyhow::bail!(
+                "--export {}: inside the checkpoint directory the run writes ({}); give a path outside it",
+                out.display(),
+                cfg.checkpoint_dir.display()
+            );
         }
         match into_run_dir(out) {
             true if out.file_name().is_some_and(rundir::own_name) => anyhow::bail!(
