@@ -197,6 +197,8 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    // (a report cut short by a full disk fails; a training run's results are its run directory)
+    let reports = cli.command.is_some();
     let result = match cli.command {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
         Some(Command::Scale(args)) => cmd::scale::command(*args, &on_scale_signals),
@@ -218,7 +220,13 @@ fn main() -> ExitCode {
         }),
     };
     match result {
-        Ok(code) => code,
+        Ok(code) => match cmd::stdout_lost().filter(|_| reports) {
+            Some(why) => {
+                mgtop::tell!("error: standard output could not be written ({why}): what it holds is cut short; free space or write it elsewhere");
+                ExitCode::from(1)
+            }
+            None => code,
+        },
         Err(e) => {
             // (a name from outside, such as a directory's, cannot drive the terminal; a value
             // of thousands of characters is named, not printed whole)
@@ -239,6 +247,7 @@ fn on_scale_signals(notify: Sender<()>) -> anyhow::Result<()> {
             mgtop::tell!("interrupted: finishing the run under way, then the table of the points measured (signal again to quit at once)");
             let _ = notify.send(());
         } else {
+            mgtop::tell!("interrupted again: quitting at once, without the table");
             std::process::exit(130);
         }
     };

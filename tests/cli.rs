@@ -798,6 +798,45 @@ fn a_run_started_under_nohup_or_a_script_s_ampersand_survives_hang_up_and_interr
 }
 
 #[test]
+fn a_report_cut_short_by_a_full_disk_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("runs")).unwrap();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else {
+        eprintln!("skipped: no /dev/full");
+        return;
+    };
+    let o = bin()
+        .current_dir(dir.path())
+        .args(["runs"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: standard output could not be written (No space left on device"),
+        "{err}"
+    );
+    // a closed pipe (`| head` done reading) is no failure
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["runs"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
 fn a_stop_while_the_data_loads_says_nothing_was_trained() {
     let dir = tempfile::tempdir().unwrap();
     let child = spawn_in(

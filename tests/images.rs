@@ -251,6 +251,14 @@ fn sizes_rotation_and_resizing() {
     );
     let d = images(&dir, &opts(|o| o.image_size = Some(4))).unwrap();
     assert_eq!(d.train.image, Some([3, 4, 4]));
+    // kept at the size the crops are chosen on, however much memory the machine has: the
+    // samples are the same on every machine (and a 64-pixel run does not hold whole photos)
+    let notes = d.notes.join("\n");
+    assert!(
+        notes.contains("kept in memory after their first use (")
+            && notes.contains("scaled to shorter side 4)"),
+        "{notes}"
+    );
     // upright: the rotated picture's top row came from the original's left column, bottom to
     // top, so green (20y+5 of the original row) falls from left to right
     let r = sample(&d.train, 1, 0);

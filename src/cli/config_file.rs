@@ -10,6 +10,19 @@ use crate::files::read::{self, Expect, ReadError};
 /// How long a config file given as a pipe (`--config <(...)`) may take to be written.
 const PIPE_WAIT_S: u64 = 30;
 
+/// The command whose own flag `key` is (`counts`: `scale`), where it is no training flag.
+fn command_of(key: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let cli = super::Cli::command();
+    // (`scale` takes the training flags too: a training flag is none of its own)
+    if cli.get_arguments().any(|a| a.get_long() == Some(key)) {
+        return None;
+    }
+    let own =
+        (cli.get_subcommands()).find(|c| c.get_arguments().any(|a| a.get_long() == Some(key)))?;
+    Some(own.get_name().to_string())
+}
+
 /// Reads a config file into the same shape as the flags (and its text).
 pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
     let expect = Expect {
@@ -46,10 +59,14 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
             msg = msg.replace("invalid type: map", "a date-time");
         }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
-        // (the keys' rule, where a key is what is wrong)
-        let keys = match msg.contains("key") && !msg.contains("top level") {
-            true => "; keys are the flag names without the leading --, e.g. batch-per-replica = 64",
-            false => "",
+        // (the keys' rule, where a key is what is wrong; a command's own flag is said as one)
+        let unknown = (msg.strip_prefix("unknown key `")).and_then(|m| m.split_once('`'));
+        let keys = match unknown.and_then(|(k, _)| Some((k, command_of(k)?))) {
+            Some((key, command)) => format!("; `{key}` is a flag of `{command}`, given on its command line (`mgtop-train {command} --{key} ...`): a config file holds the training settings"),
+            None if msg.contains("key") && !msg.contains("top level") => {
+                "; keys are the flag names without the leading --, e.g. batch-per-replica = 64".into()
+            }
+            None => String::new(),
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })?;

@@ -170,6 +170,14 @@ fn bad_files_and_values_name_the_problem() {
             && !e.contains("expected one of"),
         "{e}"
     );
+    // a flag of `scale` (or `bench`) is said to belong on its command line
+    std::fs::write(&f, "counts = [1, 2]\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("`counts` is a flag of `scale`, given on its command line")
+            && !e.contains("keys are the flag names"),
+        "{e}"
+    );
     // a syntax error is one line
     std::fs::write(&f, "batch-per-replica = [64\nsteps = 3\n").unwrap();
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();

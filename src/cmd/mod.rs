@@ -51,6 +51,23 @@ fn debug_build_note() {
     }
 }
 
+/// The first failure to write standard output other than a closed pipe (`| head` is done
+/// reading): a full disk or a file-size limit under `> FILE`.
+static STDOUT_LOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Notes a failed write of standard output (see `stdout_lost`).
+pub fn stdout_failed(e: &std::io::Error) {
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        let _ = STDOUT_LOST.set(e.to_string());
+    }
+}
+
+/// Why standard output lost lines, where it did (not for a closed pipe): a report whose file
+/// is cut short ends in an error, not in success.
+pub fn stdout_lost() -> Option<&'static str> {
+    STDOUT_LOST.get().map(String::as_str)
+}
+
 /// `println!` that never panics: where stdout is gone (a dropped SSH session, `| head`), the
 /// line is lost, not the run or its checkpoint. What would drive the terminal (an escape in a
 /// path, a class's or a run's name) is written escaped, line breaks kept.
@@ -59,7 +76,9 @@ macro_rules! say {
     ($($t:tt)*) => {{
         use std::io::Write as _;
         let line = $crate::text::printable_lines(&format!($($t)*));
-        let _ = writeln!(std::io::stdout(), "{line}");
+        if let Err(e) = writeln!(std::io::stdout(), "{line}") {
+            $crate::cmd::stdout_failed(&e);
+        }
     }};
 }
 

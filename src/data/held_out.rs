@@ -105,8 +105,9 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
                 .map_err(|m| spec_err(spec, m))?;
             let notes = folder::notes(&f);
             let what = format!("images {}", f.dir.display());
-            // (read once: nothing is kept)
-            let set = ImageSet::files(f.files, f.labels, None, false).named(names.clone());
+            // (read once: nothing is kept; scaled as the run's own validation pictures were)
+            let set =
+                ImageSet::files(f.files, f.labels, stored_side(r.opts), false).named(names.clone());
             (set, what, f.sizes, notes)
         }
         _ => unreachable!("pictures"),

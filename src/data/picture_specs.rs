@@ -40,9 +40,9 @@ pub(super) fn spec_err(spec: &DataSpec, msg: String) -> DataError {
 
 fn from_folder(f: Folder, side: Option<usize>) -> Read {
     let mut notes = folder::notes(&f);
-    // kept when every picture fits in the memory granted: as decoded (crops are then cut from
-    // the full picture), or else scaled down to the shorter side the crops are chosen on (a
-    // second resampling, paid once per file); otherwise decoded whenever needed
+    // decoded pictures are scaled down to the shorter side the crops are chosen on (where
+    // --image-size gives one), kept or not: the samples are the same on every machine; kept when
+    // every picture fits in the memory granted, otherwise decoded whenever needed
     let bytes = |side: Option<usize>| -> u64 {
         (f.sizes.iter())
             .map(|&(w, h)| {
@@ -52,19 +52,14 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
             .sum()
     };
     let budget = host_memory::machine_memory().0 / KEEP_SHARE;
-    let (keep, shrink, stored) = if bytes(None) <= budget {
-        (true, None, bytes(None))
-    } else if side.is_some() && bytes(side) <= budget {
-        (true, side, bytes(side))
-    } else {
-        (false, None, bytes(side))
-    };
+    let stored = bytes(side);
+    let keep = stored <= budget;
     notes.push(if keep {
         format!(
             "{}: decoded images are kept in memory after their first use ({}{})",
             f.dir.display(),
             crate::text::bytes(stored),
-            shrink.map_or(String::new(), |s| format!(", scaled to shorter side {s}"))
+            side.map_or(String::new(), |s| format!(", scaled to shorter side {s}"))
         )
     } else {
         format!(
@@ -80,7 +75,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         classes: f.classes.len(),
         names: f.classes.clone(),
         sizes: f.sizes,
-        set: Arc::new(ImageSet::files(f.files, f.labels, shrink, keep).named(f.classes.clone())),
+        set: Arc::new(ImageSet::files(f.files, f.labels, side, keep).named(f.classes.clone())),
         what,
         notes,
     }

@@ -62,7 +62,8 @@ pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Writes `bytes` to `path` by way of a temporary file beside it; the temporary file is removed
-/// when any step fails.
+/// when any step fails. A file replaced keeps its permissions (a report shared with a group
+/// stays shared).
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let tmp = path.with_file_name(format!(
@@ -72,6 +73,9 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
+        if let Ok(was) = std::fs::metadata(path) {
+            f.set_permissions(was.permissions())?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -91,8 +95,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("out.csv");
         std::fs::write(&f, "old").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
         replace_file(&f, b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "new");
+        let mode = std::fs::metadata(&f).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o640,
+            "the replaced file's permissions are kept"
+        );
         // a target that cannot be replaced (a directory) keeps what it was, no temp file left
         let d = dir.path().join("sub");
         std::fs::create_dir(&d).unwrap();

@@ -262,6 +262,17 @@ impl CheckpointMeta {
                 ))
             }
         }
+        // (eval's loss takes it up as the run's validation did)
+        match &self.config["label_smoothing"] {
+            serde_json::Value::Null => {}
+            v if v.as_f64().is_some_and(|s| (0.0..1.0).contains(&s)) => {}
+            v => {
+                return Err(format!(
+                    "config.label_smoothing {} is out of range (0 to 1, exclusive)",
+                    crate::text::excerpt(&v.to_string())
+                ))
+            }
+        }
         Ok(())
     }
     /// The accumulation the checkpoint's run used (`check` holds it in range; 1 for

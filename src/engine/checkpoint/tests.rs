@@ -175,13 +175,16 @@ fn a_state_the_flags_would_refuse_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, meta) = sample();
     type Edit = fn(&mut CheckpointMeta);
-    let bad: [(&str, Edit); 12] = [
+    let bad: [(&str, Edit); 13] = [
         ("optimizer `lamb` is not one", |m| {
             m.optimizer = "lamb".into()
         }),
         ("dims has 100000 entries", |m| m.dims = vec![4; 100_000]),
         ("config.grad_accum 18446744073709551615", |m| {
             m.config = serde_json::json!({ "grad_accum": u64::MAX })
+        }),
+        ("config.label_smoothing 5.0", |m| {
+            m.config = serde_json::json!({ "label_smoothing": 5.0 })
         }),
         ("config.grad_accum \"four\"", |m| {
             m.config = serde_json::json!({ "grad_accum": "four" })

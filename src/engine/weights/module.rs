@@ -17,11 +17,10 @@ pub fn path_for(out: &Path) -> PathBuf {
     }
 }
 
-/// Whether `export` writes a module for `--model` `model`: one torchvision has no class for.
+/// Whether `export` writes a module for `--model` `model`: one torchvision has no class for
+/// (a model this version cannot read too: the export then says why it wrote none).
 pub fn wanted(model: &str) -> bool {
-    model
-        .parse::<ModelSpec>()
-        .is_ok_and(|s| !s.in_torchvision())
+    !(model.parse::<ModelSpec>()).is_ok_and(|s| s.in_torchvision())
 }
 
 /// `path_for(out)`, where a module may be written: a new file or one an export wrote (its first
@@ -265,6 +264,14 @@ mod tests {
             panic!("a model with none recorded")
         };
         assert_eq!(e, "the checkpoint recorded no --model");
+    }
+
+    #[test]
+    fn a_module_is_wanted_but_for_torchvision_s_models() {
+        assert!(!wanted("resnet50") && !wanted("mobilenetv2:0.5"));
+        assert!(wanted("resnet20") && wanted("mlp:128"));
+        // (a model this version cannot read: the export says why it wrote no module)
+        assert!(wanted("mlp:12x8") && wanted(""));
     }
 
     #[test]
