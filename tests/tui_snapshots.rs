@@ -222,6 +222,30 @@ fn a_terminal_below_the_minimum_says_so() {
 }
 
 #[test]
+fn a_failed_device_s_row_says_its_error() {
+    let mut app = demo::app(2, 150);
+    app.apply(AppEvent::Engine(Event::Failed {
+        rank: 1,
+        step: 151,
+        message: "worker for rank 1 panicked at step 151: out of luck".into(),
+    }));
+    key(&mut app, KeyCode::Esc);
+    for w in [80, 120, 200] {
+        let s = screen(&app, w, 30);
+        let row = (s.lines())
+            .find(|l| l.contains("│cpu1"))
+            .unwrap_or_default();
+        assert!(
+            row.contains("cpu1!") && row.contains("worker for rank 1 panicked"),
+            "{w} columns: {s}"
+        );
+    }
+    // below the minimum size, the run's state and that q leaves
+    let s = screen(&app, 40, 10);
+    assert!(s.contains("FAILED") && s.contains("q leaves"), "{s}");
+}
+
+#[test]
 fn every_size_and_state_draws_without_panicking() {
     let themes: Vec<Theme> = Theme::embedded_names()
         .map(|n| Theme::embedded(n).unwrap())

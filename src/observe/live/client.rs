@@ -294,7 +294,10 @@ fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming
                 Err(e) => break format!("the run sent a damaged record: {e}"),
             },
             Ok(Read::TooLong) => break format!("the run sent a line over {} MiB", MAX_LINE >> 20),
-            Ok(Read::Eof) => break "the run closed the connection".into(),
+            // (a run that ends says so first: this one was killed, or let go of this client)
+            Ok(Read::Eof) => {
+                break "the connection ended without the run saying it ended (killed, or it let go of this client)".into()
+            }
             Err(e) => break format!("the connection broke: {e}"),
         }
     };

@@ -64,6 +64,9 @@ pub struct DeviceState {
     recent: VecDeque<(Split, f64)>,
     pub last: Option<StepStats>,
     pub sample: DeviceSample,
+    /// Whether a telemetry sample came yet (before it, its counters are not yet known, not
+    /// `n/a`).
+    pub sampled: bool,
     pub util: History,
     pub mem_access: History,
     /// Why this device's row is highlighted: its worker failed.
@@ -94,6 +97,7 @@ impl DeviceState {
             recent: VecDeque::with_capacity(SPARK_STEPS),
             last: None,
             sample: DeviceSample::default(),
+            sampled: false,
             util: History::new(HISTORY_POINTS),
             mem_access: History::new(HISTORY_POINTS),
             alert: None,

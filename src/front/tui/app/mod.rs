@@ -362,6 +362,7 @@ impl App {
                         d.mem_access.push(t, m as f64 * 100.0);
                     }
                     d.sample = s;
+                    d.sampled = true;
                 }
                 self.process_memory = process_memory.or(self.process_memory.take());
             }

@@ -141,14 +141,18 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let w = inner.width as usize;
-    // temperature and power from a 110-column panel (as the README says)
-    let wide = area.width >= 110;
+    // temperature and power from a 110-column panel (as the README says), where a device has
+    // either (a CPU worker has neither: its step bar keeps the room)
+    let roomy = area.width >= 110;
+    let sensed =
+        (app.devices.iter()).any(|d| d.sample.temp_c.is_some() || d.sample.power_w.is_some());
+    let wide = roomy && sensed;
     // fixed columns: name (6, or the longest `host/cpuN` up to 17 where there is room),
     // util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6, power 11],
     // step ms 9
     let longest = app.devices.iter().map(|d| d.label.chars().count()).max();
     let name_w = match longest.unwrap_or(0) {
-        l if l > 5 && wide => (l + 1).min(17),
+        l if l > 5 && roomy => (l + 1).min(17),
         _ => 6,
     };
     let mfu = app.mfu.any();
@@ -178,20 +182,26 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     };
     for (i, d) in app.devices.iter().enumerate().take(cap) {
         let s = &d.sample;
+        // (before the first telemetry sample a counter is not known yet, as samples/s's `–`)
+        let sampled = |v: String| if d.sampled { v } else { "–".into() };
+        let marked = |colour| {
+            Span::styled(
+                format!("{:<name_w$}", format!("{}!", fit(&d.label, name_w - 2))),
+                theme.badge(colour),
+            )
+        };
         let mut spans = vec![
-            if d.warnings.is_empty() {
-                Span::styled(
+            match (&d.alert, d.warnings.is_empty()) {
+                // a failed worker: marked here, its error in place of its step times
+                (Some(_), _) => marked(theme.error),
+                // a device with a warning: marked here, the warning itself in the events panel
+                (None, false) => marked(theme.warn),
+                (None, true) => Span::styled(
                     format!("{:<name_w$}", fit(&d.label, name_w - 1)),
                     theme.fg(theme.series(i)),
-                )
-            } else {
-                // a device with a warning: marked here, the warning itself in the events panel
-                Span::styled(
-                    format!("{:<name_w$}", format!("{}!", fit(&d.label, name_w - 2))),
-                    theme.badge(theme.warn),
-                )
+                ),
             },
-            Span::raw(format!("{:>5} ", pct(s.util))),
+            Span::raw(format!("{:>5} ", sampled(pct(s.util)))),
         ];
         if mfu {
             spans.push(Span::raw(format!(
@@ -201,8 +211,8 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         }
         spans.push(Span::raw(format!(
             "{:>6} {:>11} ",
-            pct(s.mem_access),
-            mem(s)
+            sampled(pct(s.mem_access)),
+            sampled(mem(s))
         )));
         if wide {
             let temp = s.temp_c.map_or("n/a".into(), |t| format!("{t:.0}C"));
@@ -224,21 +234,24 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::styled(format!("{temp:>5} {power:>10}"), style));
             spans.push(Span::raw(" "));
         }
-        spans.extend(split_bar(d.split(), bar_w, theme));
-        let ms = d
-            .split()
-            .map_or("-".into(), |s| crate::front::units::step_secs(s.total()));
-        spans.push(Span::raw(format!(" {ms:>8}")));
-        if spark_w > 0 {
-            let v: Vec<f64> = d.step_ms().collect();
-            spans.push(Span::raw(" "));
-            spans.push(Span::styled(
-                sparkline(&v, spark_w),
-                theme.fg(theme.series(i)),
-            ));
-        }
         if let Some(a) = &d.alert {
-            spans.push(Span::styled(format!("  {a}"), theme.badge(theme.error)));
+            let used: usize = spans.iter().map(|s| s.width()).sum();
+            let room = w.saturating_sub(used);
+            spans.push(Span::styled(fit(a, room), theme.badge(theme.error)));
+        } else {
+            spans.extend(split_bar(d.split(), bar_w, theme));
+            let ms = d
+                .split()
+                .map_or("-".into(), |s| crate::front::units::step_secs(s.total()));
+            spans.push(Span::raw(format!(" {ms:>8}")));
+            if spark_w > 0 {
+                let v: Vec<f64> = d.step_ms().collect();
+                spans.push(Span::raw(" "));
+                spans.push(Span::styled(
+                    sparkline(&v, spark_w),
+                    theme.fg(theme.series(i)),
+                ));
+            }
         }
         lines.push(clip(Line::from(spans), w).style(row_style(app, i, d, theme)));
     }
@@ -327,7 +340,8 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             ),
         ));
     }
-    rows.extend([
+    let gpu = matches!(app.info.devices.get(i), Some(Device::Gpu { .. }));
+    let counters = [
         ("memory access".into(), pct(s.mem_access)),
         ("memory".into(), mem(s)),
         (
@@ -342,8 +356,10 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 _ => "n/a".into(),
             },
         ),
-    ]);
-    if matches!(app.info.devices.get(i), Some(Device::Gpu { .. })) {
+    ];
+    // (a CPU worker reports none of these: an `n/a` row would take a row of its step times')
+    rows.extend((counters.into_iter()).filter(|(_, v): &(String, String)| gpu || v != "n/a"));
+    if gpu {
         rows.extend([
             (
                 "SM clock".into(),
@@ -409,10 +425,25 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             lines.push(Line::styled(now, theme.muted()));
         }
     }
-    lines.extend(
-        rows.into_iter()
-            .map(|(k, v)| kv_line(k, v, left.width.saturating_sub(2) as usize, theme)),
-    );
+    // rows past the panel's height are cut, and said to be
+    let inner_w = left.width.saturating_sub(2).max(1) as usize;
+    let said: usize = (lines.iter())
+        .map(|l| l.width().div_ceil(inner_w).max(1))
+        .sum();
+    let room = (left.height.saturating_sub(2) as usize).saturating_sub(said);
+    let hidden = (rows.len() > room && room > 0).then(|| {
+        let hidden = rows.len() - (room - 1);
+        rows.truncate(room - 1);
+        hidden
+    });
+    lines.extend(rows.into_iter().map(|(k, v)| kv_line(k, v, inner_w, theme)));
+    if let Some(n) = hidden {
+        let text = match format!("… {n} more rows: enlarge the terminal") {
+            t if t.chars().count() <= inner_w => t,
+            _ => format!("… {n} more rows"),
+        };
+        lines.push(Line::styled(fit(&text, inner_w), theme.muted()));
+    }
     let block = Block::bordered()
         .border_style(theme.border())
         .title(Line::from(vec![

@@ -9,6 +9,7 @@ use ratatui::widgets::{Dataset, GraphType, Paragraph};
 use ratatui::Frame;
 
 use super::charts::{block, draw_chart, message, thin};
+use super::fit;
 use crate::front::tui::app::{App, EpochPoint, ValPoint};
 use crate::front::tui::theme::Theme;
 use crate::front::units::{grad_norm, loss_value};
@@ -228,10 +229,11 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let acc: Vec<(f64, f64)> = (app.validations.iter())
         .map(|v| (v.epochs, v.accuracy as f64 * 100.0))
         .collect();
-    let head = vec![Span::styled(
+    let title = fit(
         " validation accuracy % by epoch ",
-        theme.title(),
-    )];
+        area.width.saturating_sub(2) as usize,
+    );
+    let head = vec![Span::styled(title, theme.title())];
     if acc.is_empty() {
         message(
             frame,

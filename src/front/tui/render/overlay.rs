@@ -326,15 +326,22 @@ fn wrap_parts(v: &str, w: usize) -> Vec<String> {
 /// Below the minimum size: the size wanted, and (the quit popup cannot be drawn) its question
 /// in one line when it is open.
 pub fn render_too_small(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    // (the run's state first: a run that ended says so, and that q now leaves)
     let mut text = vec![
-        Line::styled(
-            format!("terminal too small: need {MIN_WIDTH}x{MIN_HEIGHT}"),
-            theme.badge(theme.warn),
-        ),
-        Line::raw(format!(
-            "have {}x{}; enlarge it or press q",
-            area.width, area.height
-        )),
+        Line::from(vec![
+            super::header::state_span(app, theme),
+            Span::styled(
+                format!(" terminal too small: need {MIN_WIDTH}x{MIN_HEIGHT}"),
+                theme.badge(theme.warn),
+            ),
+        ]),
+        Line::raw(match app.state.ended() {
+            true => format!(
+                "have {}x{}; enlarge it for the summary, or q leaves",
+                area.width, area.height
+            ),
+            false => format!("have {}x{}; enlarge it or press q", area.width, area.height),
+        }),
     ];
     if app.popup == Some(Popup::Quit) {
         text.push(Line::styled(
