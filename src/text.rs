@@ -262,6 +262,21 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
     });
     // the key the line sets, where the message does not name it (a value's error)
     let at = line.and_then(|l| text.lines().nth(l - 1)).map(str::trim);
+    // a bare word for true or false, as Python or YAML write it
+    let word = at.and_then(|l| l.split_once('=')).map(|(_, v)| v.trim());
+    let msg = match word {
+        Some(w)
+            if msg.starts_with("no value (a text")
+                && ["true", "false", "yes", "no", "on", "off"]
+                    .contains(&w.to_ascii_lowercase().as_str()) =>
+        {
+            format!(
+                "{} is no TOML value: true and false are written so, in lower case (a text goes in quotes)",
+                excerpt(w)
+            )
+        }
+        _ => msg,
+    };
     let msg = match at {
         Some(l) if l.starts_with('[') => format!(
             "{msg}: the file's keys are at its top level, without sections such as {}",

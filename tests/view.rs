@@ -409,6 +409,23 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
             "{out}"
         );
     }
+    // a run directory moved since: its checkpoint where it is now
+    std::fs::rename(d.join("runs"), d.join("moved")).unwrap();
+    let o = bin()
+        .current_dir(d)
+        .args(["view", "moved", "--headless"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("checkpoint: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("/moved/digits-mlp_128/") && line.ends_with("/checkpoints/step-00000069"),
+        "{out}"
+    );
+    std::fs::rename(d.join("moved"), d.join("runs")).unwrap();
     // `--tensorboard=false` as the training flag reads it: no conversion (and no folder `false`)
     let o = bin()
         .current_dir(d)

@@ -220,6 +220,10 @@ fn bad_files_and_values_name_the_problem() {
             "`lr`: no value (a text goes in quotes, a number without)",
         ),
         (
+            "headless = True\n",
+            "`headless`: True is no TOML value: true and false are written so, in lower case",
+        ),
+        (
             "devices = 2\n",
             "`devices`: a whole number `2`, expected a text (texts go in quotes)",
         ),

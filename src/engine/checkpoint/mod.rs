@@ -90,10 +90,16 @@ pub enum CheckpointError {
     },
 }
 
-/// A checkpoint directory, or the newest complete `step-*` inside a checkpoint dir.
+/// A checkpoint directory, or the newest complete `step-*` inside a checkpoint dir. (Its
+/// callers pass what `rundir::checkpoint_for` found there a moment before: a `step-*` gone
+/// since was removed by the run still writing beside it.)
 pub fn resolve(path: &Path) -> Result<PathBuf, CheckpointError> {
     if path.join(STATE).is_file() {
         return Ok(path.to_path_buf());
+    }
+    let a_step = (path.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+    if let Some(e) = gone(path).filter(|_| a_step) {
+        return Err(e);
     }
     steps(path)
         .pop()

@@ -463,6 +463,13 @@ fn a_checkpoint_removed_while_it_is_read_is_said_gone_not_damaged() {
         e.contains("it was removed while it was read") && e.contains("try again"),
         "{e}"
     );
+    // found in a run's directory, then removed before the run resumed it: the same, not "no
+    // checkpoint at"
+    let e = resolve(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("it was removed while it was read") && e.contains("try again"),
+        "{e}"
+    );
 }
 
 mod lines;

@@ -129,8 +129,9 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
             path.join(checkpoint::WEIGHTS).display()
         )),
         0 => Err(format!(
-            "{}: no checkpoint, run directory or checkpoint directory there",
-            purpose.asked(path)
+            "{}: no checkpoint, run directory or checkpoint directory there{}",
+            purpose.asked(path),
+            best_left(path, purpose)
         )),
         1 => checkpoint_for(&runs.remove(0).0, purpose),
         n => Err(format!(
@@ -142,8 +143,25 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     }
 }
 
+/// Where the checkpoint directory `dir` holds only the best validation's checkpoint (never
+/// taken unless named), that it is there and how to name it.
+fn best_left(dir: &Path, purpose: Purpose) -> String {
+    let best = dir.join(checkpoint::BEST);
+    match best.join("state.json").is_file() {
+        true => format!(
+            "; only its best validation's checkpoint is left: {}",
+            purpose.command(&best)
+        ),
+        false => String::new(),
+    }
+}
+
 /// Why run `dir` has no checkpoint: still running without one yet, or ended without one.
 fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
+    let best = best_left(&dir.join(CHECKPOINTS), purpose);
+    if !best.is_empty() {
+        return format!("run {} has no step checkpoint{best}", dir.display());
+    }
     if is_live(dir) {
         return format!(
             "run {} is still running and has written no checkpoint yet: have it write one (`s` in its terminal UI, or `mgtop-train attach {}` then `s`), or wait for it to end",
@@ -372,6 +390,19 @@ mod tests {
         fs::write(run.join(METRICS), &lines[2]).unwrap();
         assert_eq!(last_written(&run), None);
         assert!(no_checkpoint(&run, Purpose::Resume).contains("has no checkpoint to resume from"));
+        // only best/ left: said, with how to name it (never taken unasked)
+        let best = run.join(CHECKPOINTS).join("best");
+        fs::create_dir_all(&best).unwrap();
+        fs::write(best.join("state.json"), "{}").unwrap();
+        let e = no_checkpoint(&run, Purpose::Resume);
+        assert!(
+            e.contains(&format!(
+                "only its best validation's checkpoint is left: --resume {}",
+                best.display()
+            )),
+            "{e}"
+        );
+        fs::remove_dir_all(&best).unwrap();
         // no checkpoint event left (lost on a full disk): the run record's --checkpoint-dir
         // has its newest, not another run's newer one
         let record = serde_json::json!({"type": "run", "checkpoint_dir": ck.display().to_string()});

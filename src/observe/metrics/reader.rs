@@ -173,6 +173,22 @@ impl MetricsReader {
         &self.lines.path
     }
 
+    /// A checkpoint the file records, `path` under the run directory it recorded, where the
+    /// run directory holding this file has it: the run directory was moved (or copied) since.
+    fn moved(&self, path: PathBuf) -> PathBuf {
+        let recorded = self.info.run_dir.as_deref();
+        let inside = recorded.and_then(|r| path.strip_prefix(r).ok());
+        let file = std::path::absolute(&self.lines.path).ok();
+        let own = file
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|d| Some(*d) != recorded);
+        match (own, inside) {
+            (Some(own), Some(rest)) if !path.exists() && own.join(rest).exists() => own.join(rest),
+            _ => path,
+        }
+    }
+
     /// The next record, or `None` when no complete line follows yet.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Record>, ReadError> {
@@ -185,9 +201,16 @@ impl MetricsReader {
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            if let Some(r) =
+            if let Some(mut r) =
                 record_line(text, self.info.ranks()).map_err(|w| self.lines.line_error(w))?
             {
+                if let Record::Event {
+                    event: Event::Checkpoint { path, .. },
+                    ..
+                } = &mut r
+                {
+                    *path = self.moved(std::mem::take(path));
+                }
                 self.ended = matches!(
                     r,
                     Record::Event {
