@@ -176,6 +176,23 @@ fn another_folder_is_evaluated_with_its_classes_matched_by_name() {
     assert!(stderr.contains("no picture of 1 class (ant)"), "{stderr}");
     // a bee's row says what it was taken for, or `-`
     assert!(stderr.lines().any(|l| l.starts_with("bee ")), "{stderr}");
+    // a picture cut short (its header whole): said, and left out of the figures, not counted
+    // again through a picture of its class standing in for it
+    let whole = std::fs::read(d.join("test/cow/0.png")).unwrap();
+    std::fs::write(d.join("test/cow/9.png"), &whole[..whole.len() / 2]).unwrap();
+    let o = run_in(
+        d,
+        &["eval", "runs/pics", "--data", "images:test", "--json", "-"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is the JSON");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e["samples"], 10, "{stderr}");
+    assert_eq!(e["classes"][2]["samples"], 5, "{stderr}");
+    assert!(
+        stderr.contains("cow/9.png") && stderr.contains("left out of the figures"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -118,6 +118,12 @@ impl Dataset {
         self.y.len()
     }
 
+    /// Whether sample `i`'s picture failed to decode (so far): another of its class stands in
+    /// for it. Never for a table's rows.
+    pub fn stood_in(&self, i: usize) -> bool {
+        (self.pictures.as_ref()).is_some_and(|p| p.set.has_failed(p.rows[i] as usize))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.y.is_empty()
     }

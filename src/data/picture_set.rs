@@ -181,6 +181,11 @@ impl ImageSet {
         std::mem::take(&mut *self.news.lock().expect("image failures lock"))
     }
 
+    /// Whether picture `i` failed to decode (so far).
+    pub fn has_failed(&self, i: usize) -> bool {
+        self.failed[i].load(Ordering::Relaxed)
+    }
+
     /// Files that failed to decode so far.
     pub fn failures(&self) -> usize {
         self.failures.load(Ordering::Relaxed)

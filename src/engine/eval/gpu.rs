@@ -92,8 +92,12 @@ fn chunks<E: Elem>(
         set.rows_on(lo, hi, cores, &mut x);
         logits.clear();
         let y = &set.y[lo..hi];
-        let (loss, _) = replica.evaluate_logits(&x, y, hi - lo, &mut logits);
-        tally.add(&logits, y, loss);
+        let own = super::own_samples(set, lo, &x, y);
+        let (x, y) = own.as_ref().map_or((&x[..], y), |(x, y)| (&x[..], &y[..]));
+        if !y.is_empty() {
+            let (loss, _) = replica.evaluate_logits(x, y, y.len(), &mut logits);
+            tally.add(&logits, y, loss);
+        }
         progress(hi, n);
     }
     tally

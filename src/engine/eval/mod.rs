@@ -118,8 +118,11 @@ pub fn evaluate(
                 "{why}; its figures would mean nothing ({named}{more})"
             )));
         }
-        let stood_in = "another picture of its class stood in for it";
-        notes.extend(skipped.into_iter().map(|s| format!("{s}; {stood_in}")));
+        notes.extend(
+            skipped
+                .into_iter()
+                .map(|s| format!("{s}; left out of the figures")),
+        );
     }
     // (as training stops where its loss is not finite: no figure of such outputs means anything)
     if tally.not_finite > 0 {
@@ -289,6 +292,20 @@ fn chunk_rows(model: &Model, rows: usize, threads: usize) -> usize {
 
 /// The tally of `model` with `weights` (parameters, buffers) over every sample of `set`, in
 /// chunks of `Model::eval_rows` rows claimed by `threads` threads, each with its workspace.
+/// The samples `x`, `y` of rows `lo..` without those whose picture failed to decode (another of
+/// its class stood in, which would count twice for it), where any did: an evaluation counts
+/// each picture once, and one it could not read not at all.
+fn own_samples(set: &Dataset, lo: usize, x: &[f32], y: &[u32]) -> Option<(Vec<f32>, Vec<u32>)> {
+    let own = |i: &usize| !set.stood_in(lo + i);
+    if (0..y.len()).all(|i| own(&i)) {
+        return None;
+    }
+    let d = set.features;
+    let kept: Vec<usize> = (0..y.len()).filter(own).collect();
+    let x = kept.iter().flat_map(|&i| &x[i * d..(i + 1) * d]).copied();
+    Some((x.collect(), kept.iter().map(|&i| y[i]).collect()))
+}
+
 fn run(
     model: &Model,
     (params, buffers): (&[f32], &[f32]),
@@ -308,8 +325,12 @@ fn run(
             }
             let hi = (lo + chunk).min(n);
             let (x, y) = (set.rows(lo, hi, &mut buf), &set.y[lo..hi]);
-            let (loss, _) = model.evaluate(params, buffers, &mut ws, x, y, hi - lo);
-            tally.add(ws.logits(model, hi - lo), y, loss);
+            let own = own_samples(set, lo, x, y);
+            let (x, y) = own.as_ref().map_or((x, y), |(x, y)| (&x[..], &y[..]));
+            if !y.is_empty() {
+                let (loss, _) = model.evaluate(params, buffers, &mut ws, x, y, y.len());
+                tally.add(ws.logits(model, y.len()), y, loss);
+            }
             done.fetch_add(hi - lo, Ordering::Relaxed);
         }
     };
