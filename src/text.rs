@@ -190,6 +190,35 @@ fn quotes_mapped(msg: &str, f: impl Fn(&str) -> String) -> String {
     out
 }
 
+/// The columns `s` takes on a terminal: a CJK character or an emoji two, a combining mark none.
+pub fn columns(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `s` in `w` columns: cut with `…` where longer, padded with spaces where shorter (a table's
+/// column of names, whatever their script).
+pub fn in_columns(s: &str, w: usize) -> String {
+    let mut out = String::new();
+    let mut used = 0;
+    if columns(s) > w {
+        for c in s.chars() {
+            let cw = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+            if used + cw + 1 > w {
+                break;
+            }
+            out.push(c);
+            used += cw;
+        }
+        out.push('…');
+        used += 1;
+    } else {
+        out.push_str(s);
+        used = columns(s);
+    }
+    out.extend(std::iter::repeat_n(' ', w.saturating_sub(used)));
+    out
+}
+
 /// A TOML parser's error about `text` in one line: the line it is on, and what is wrong (an
 /// unknown key with the known one it likely misspells, quoted parts made excerpts).
 pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
@@ -298,6 +327,19 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_take_their_columns_whatever_their_script() {
+        assert_eq!(in_columns("cat", 5), "cat  ");
+        // two columns a CJK character, two an emoji, none a combining accent
+        assert_eq!(in_columns("犬", 4), "犬  ");
+        assert_eq!(columns(&in_columns("😀emoji", 8)), 8);
+        assert_eq!(in_columns("Hu\u{308}ndchen", 9), "Hu\u{308}ndchen ");
+        // cut where longer, the ellipsis within the width
+        assert_eq!(in_columns("犬犬犬犬", 5), "犬犬…");
+        assert_eq!(in_columns("犬犬犬犬", 6), "犬犬… ");
+        assert_eq!(in_columns("abcdef", 4), "abc…");
+    }
 
     #[test]
     fn a_misspelt_word_is_matched_to_the_nearest_known_one_when_near() {

@@ -967,7 +967,7 @@ fn validation_pictures_that_do_not_decode_are_said_and_a_class_of_none_stops_the
         "{text}"
     );
     assert!(!text.contains("val loss"), "{text}");
-    // one that decodes: it stands in for the other, said; eval says so too
+    // one that decodes: it stands in for the other, said; eval leaves the other out, said
     png_rgb(&tmp.path().join("pics/val/dog/0.png"), 0);
     let o = train("one");
     let text = common::cli::text(&o);
@@ -980,7 +980,9 @@ fn validation_pictures_that_do_not_decode_are_said_and_a_class_of_none_stops_the
     let text = common::cli::text(&o);
     assert!(o.status.success(), "{text}");
     assert!(
-        text.contains("val/dog/1.png") && text.contains("stood in for it"),
+        text.contains("val/dog/1.png")
+            && text.contains("left out of the figures")
+            && text.contains("evaluated 4 samples"),
         "{text}"
     );
     std::fs::write(tmp.path().join("pics/val/dog/0.png"), cut).unwrap();

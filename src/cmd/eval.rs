@@ -146,7 +146,7 @@ fn class_table(t: &Tally, name: &dyn Fn(usize) -> String) -> Vec<String> {
             t.classes()
         ));
     }
-    let width = (shown.iter().map(|&c| name(c).chars().count()))
+    let width = (shown.iter().map(|&c| crate::text::columns(&name(c))))
         .chain([5])
         .max()
         .unwrap_or(5)
@@ -160,12 +160,9 @@ fn class_table(t: &Tally, name: &dyn Fn(usize) -> String) -> Vec<String> {
         let taken: Vec<String> = (t.taken_for(c, 2).into_iter())
             .map(|(p, n)| format!("{} ({n})", name(p)))
             .collect();
-        let mut n = name(c);
-        if n.chars().count() > width {
-            n = n.chars().take(width - 1).collect::<String>() + "…";
-        }
+        let n = crate::text::in_columns(&name(c), width);
         lines.push(format!(
-            "{n:<width$}  {:>8}  {:>8}  {:>9}  {}",
+            "{n}  {:>8}  {:>8}  {:>9}  {}",
             k.samples,
             percent(k.accuracy()),
             percent(k.precision()),

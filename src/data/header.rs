@@ -32,13 +32,31 @@ pub fn dimensions(path: &Path) -> Result<(usize, usize), String> {
     })
 }
 
+/// The picture format a file's first bytes `magic` show, among those this program does not read.
+fn other_format(magic: &[u8], head: &mut Head) -> Result<Option<&'static str>, String> {
+    Ok(match magic {
+        m if m.starts_with(b"GIF8") => Some("a GIF"),
+        m if m.starts_with(b"BM") => Some("a BMP"),
+        m if m.starts_with(b"RIFF") && head.len >= 12 && head.bytes(8, 4)? == b"WEBP" => {
+            Some("a WebP")
+        }
+        _ => None,
+    })
+}
+
 fn upright(head: &mut Head) -> Result<(usize, usize), String> {
     let len = head.len;
-    let magic = head.bytes(0, 8.min(len as usize))?;
+    let magic = head.bytes(0, 8.min(len as usize))?.to_vec();
     let (w, h, turned) = if magic.starts_with(&[0xFF, 0xD8]) {
         jpeg(head)?
     } else if magic == PNG_SIGNATURE {
         png(head)?
+    } else if len == 0 {
+        return Err("an empty file (0 bytes), not a picture".into());
+    } else if let Some(format) = other_format(&magic, head)? {
+        return Err(format!(
+            "{format} picture under a JPEG's or PNG's name: only JPEG and PNG are read; convert it to PNG (or remove it)"
+        ));
     } else {
         return Err("not a readable JPEG or PNG: it begins with neither format's signature".into());
     };

@@ -26,7 +26,16 @@ impl FromStr for Augment {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let mut a = Augment::default();
-        for part in s.split(',').map(str::trim) {
+        // (names as the help writes them, whatever their case: `Flip`)
+        let lower = s.to_ascii_lowercase();
+        let parts: Vec<&str> = lower.split(',').map(str::trim).collect();
+        if parts.len() > 1 && parts.contains(&"none") {
+            return Err(format!(
+                "`{}`: none is no augmentation at all, not one among others; {AUGMENT_HELP}",
+                s.trim()
+            ));
+        }
+        for part in parts {
             match part.split_once(':') {
                 _ if part.is_empty() => {
                     return Err(format!(
@@ -45,6 +54,9 @@ impl FromStr for Augment {
                             .ok_or(format!(
                                 "crop:{p} needs a padding of 1 to 1024 pixels, e.g. crop:4"
                             ))?
+                }
+                _ if part == "crop" => {
+                    return Err("crop needs its padding in pixels: crop:P, e.g. crop:4".into())
                 }
                 _ => return Err(format!("unknown augmentation `{part}`; {AUGMENT_HELP}")),
             }
@@ -122,22 +134,26 @@ fn three(s: &str, what: &str, spec: &str) -> Result<[f32; 3], String> {
 impl FromStr for NormSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let norm = match s {
+        let named = s.to_ascii_lowercase();
+        let norm = match named.as_str() {
             "auto" => return Ok(NormSpec::Auto),
             "imagenet" => IMAGENET,
             "cifar10" => CIFAR10,
             "cifar100" => CIFAR100,
             "unit" => UNIT,
             _ => {
-                let (m, d) = s
-                    .split_once('/')
-                    .ok_or(format!("unknown normalisation `{s}`; {NORM_HELP}"))?;
+                // (three numbers alone are means without their deviations)
+                let numbers = s.split(',').all(|v| v.trim().parse::<f32>().is_ok());
+                let (m, d) = s.split_once('/').ok_or(match numbers {
+                    true => format!("`{s}` gives means without standard deviations: MEAN,MEAN,MEAN/STD,STD,STD; {NORM_HELP}"),
+                    false => format!("unknown normalisation `{s}`; {NORM_HELP}"),
+                })?;
                 let (mean, std) = (three(m, "mean", s)?, three(d, "standard deviation", s)?);
                 if mean.iter().any(|v| !v.is_finite())
                     || std.iter().any(|v| !(v.is_finite() && *v > 1e-6))
                 {
                     return Err(format!(
-                        "`{s}`: means must be finite and standard deviations positive; {NORM_HELP}"
+                        "`{s}`: means must be finite and standard deviations above 1e-6 (each pixel is divided by them); {NORM_HELP}"
                     ));
                 }
                 // figures on the 0-255 scale would leave every pixel near -mean/std
@@ -272,6 +288,15 @@ mod tests {
         assert!(e.starts_with("`,` has an empty name in its list;"), "{e}");
         let e = "crop:4,random-resized-crop".parse::<Augment>().unwrap_err();
         assert!(e.contains("keep one"), "{e}");
+        // names in any case; crop without its padding and none among others said as such
+        assert_eq!("Flip".parse::<Augment>().unwrap().to_string(), "flip");
+        let e = "crop,flip".parse::<Augment>().unwrap_err();
+        assert!(
+            e.starts_with("crop needs its padding in pixels: crop:P"),
+            "{e}"
+        );
+        let e = "none,flip".parse::<Augment>().unwrap_err();
+        assert!(e.contains("none is no augmentation at all"), "{e}");
     }
 
     #[test]
@@ -280,6 +305,14 @@ mod tests {
             "imagenet".parse::<NormSpec>().unwrap(),
             NormSpec::Given(IMAGENET)
         );
+        assert_eq!(
+            "ImageNet".parse::<NormSpec>().unwrap(),
+            NormSpec::Given(IMAGENET)
+        );
+        let e = "0.5,0.5,0.5".parse::<NormSpec>().unwrap_err();
+        assert!(e.contains("means without standard deviations"), "{e}");
+        let e = "0.5,0.5,0.5/1e-30,1,1".parse::<NormSpec>().unwrap_err();
+        assert!(e.contains("standard deviations above 1e-6"), "{e}");
         let n = "0.5,0.5,0.5/0.25,0.25,0.25".parse::<NormSpec>().unwrap();
         assert_eq!(
             n,

@@ -213,7 +213,13 @@ fn records(path: &Path, kind: Kind) -> Result<(Vec<Picture>, Vec<u32>), DataErro
         path: path.to_path_buf(),
         msg,
     };
-    if bytes.is_empty() || bytes.len() % record != 0 {
+    if bytes.is_empty() {
+        return Err(bad(format!(
+            "an empty file (0 bytes), not {} records; download the archive again, or give --download",
+            kind.name()
+        )));
+    }
+    if bytes.len() % record != 0 {
         return Err(bad(format!(
             "{} bytes is not a whole number of {record}-byte {} records; the file is cut short or not from the {} binary archive",
             bytes.len(),

@@ -240,8 +240,11 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         entries(dir)?.into_iter().partition(|p| p.is_dir());
     let (hidden, subs): (Vec<PathBuf>, Vec<PathBuf>) =
         (folders.into_iter()).partition(|p| name_of(p).starts_with('.'));
-    // pictures beside the class folders belong to none
-    let loose: Vec<PathBuf> = loose.into_iter().filter(|p| is_image(p)).collect();
+    // pictures beside the class folders belong to none (hidden files, such as macOS's `._`
+    // twins, are passed over as inside the class folders)
+    let loose: Vec<PathBuf> = (loose.into_iter())
+        .filter(|p| is_image(p) && !name_of(p).starts_with('.'))
+        .collect();
     if subs.is_empty() && !loose.is_empty() {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
         return Err(format!(

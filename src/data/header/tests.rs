@@ -100,6 +100,15 @@ fn file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
+#[test]
+fn an_empty_file_is_said_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = dimensions(&file(tmp.path(), "zero.jpg", b"")).unwrap_err();
+    assert_eq!(e, "an empty file (0 bytes), not a picture");
+    let e = dimensions(&file(tmp.path(), "text.jpg", b"hello")).unwrap_err();
+    assert!(e.contains("begins with neither format's signature"), "{e}");
+}
+
 /// The header's size agrees with the decoded picture's, orientation applied.
 fn agrees(path: &Path) -> (usize, usize) {
     let got = dimensions(path).unwrap();
@@ -190,10 +199,22 @@ fn unreadable_headers_say_why() {
     let err = |name: &str, bytes: &[u8]| dimensions(&file(d, name, bytes)).unwrap_err();
     let plain = jpeg(&noise(8, 8, 4));
     let signature = "begins with neither format's signature";
-    for (name, bytes) in [("empty.jpg", &b""[..]), ("gif.jpg", b"GIF89a\x01\0\x01\0")] {
+    for (name, bytes) in [("text.jpg", &b"hello"[..]), ("zip.png", b"PK\x03\x04")] {
         let e = err(name, bytes);
         assert!(
             e.contains("not a readable JPEG or PNG") && e.contains(signature),
+            "{e}"
+        );
+    }
+    // a format this program does not read, under a JPEG's or PNG's name: named
+    for (name, bytes, format) in [
+        ("gif.jpg", &b"GIF89a\x01\0\x01\0"[..], "a GIF"),
+        ("webp.jpg", b"RIFF\0\0\0\0WEBPVP8 ", "a WebP"),
+        ("bmp.png", b"BM\0\0\0\0\0\0\0\0", "a BMP"),
+    ] {
+        let e = err(name, bytes);
+        assert!(
+            e.starts_with(&format!("{format} picture")) && e.contains("convert it to PNG"),
             "{e}"
         );
     }
