@@ -107,7 +107,11 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
         }));
     }
     for kind in [OptimizerKind::Nesterov, OptimizerKind::AdamW] {
-        let name = format!("gpu{index} 2 steps ({kind} 0.8, smoothing, no decay, freeze)");
+        let late = match kind {
+            OptimizerKind::AdamW => ", a layer begun late",
+            _ => "",
+        };
+        let name = format!("gpu{index} 2 steps ({kind} 0.8, smoothing, no decay, freeze{late})");
         out.extend(guarded(&name, || {
             vec![check(name.clone(), two_steps(index, kind, true))]
         }));
@@ -262,7 +266,9 @@ fn op_checks(gpu: &Gpu) -> Vec<Check> {
 /// weight decay on biases (`--no-decay-bn-bias`), the first layer frozen (`--freeze`; its
 /// parameters must not move, its gradients stay out of the all-reduce, and out of the
 /// gradient's norm), and the gradient clipped to a norm it is longer than
-/// (`--clip-grad-norm`). Each step's gradient norm must be the CPU's too.
+/// (`--clip-grad-norm`); and for Adam, at step 1000 of a resumed run, the second layer unfrozen
+/// by it (its moments zero, its bias correction counted from step 998: `Optimizer::began`).
+/// Each step's gradient norm must be the CPU's too.
 fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64), CudaError> {
     let mut model = Model::mlp(64, &[128, 32], 10);
     // a weight decay large enough that leaving it out moves the parameters measurably
@@ -308,7 +314,13 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
             ..m.clone()
         })
         .collect();
-    let state = TrainState::initial(&model, kind, 3);
+    let mut state = TrainState::initial(&model, kind, 3);
+    if tuned && matches!(kind, OptimizerKind::Adam | OptimizerKind::AdamW) {
+        // (the first layer's 64x128 + 128 are frozen; the second's 128x32 + 32 follow)
+        let second = 64 * 128 + 128..64 * 128 + 128 + 128 * 32 + 32;
+        state.opt.t = 1000;
+        optimizer.began = vec![(second, 998)];
+    }
     let init = state.params.clone();
     let frozen = optimizer.frozen.clone();
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
