@@ -44,14 +44,20 @@ impl FromStr for Strategy {
             _ => {}
         }
         let Some(rest) = s.strip_prefix("local-sgd:") else {
-            return Err(format!("unknown strategy `{s}`: {HELP}"));
+            let known = ["mirrored", "central-storage", "local-sgd"];
+            let named = s.split(':').next().unwrap_or(s).to_ascii_lowercase();
+            return Err(match crate::text::nearest(&named, &known) {
+                Some(k) => format!("unknown strategy `{s}`: did you mean {k}? {HELP}"),
+                None => format!("unknown strategy `{s}`: {HELP}"),
+            });
         };
         let (h, moments) = match rest.split_once(',') {
             Some((h, "moments")) => (h, true),
             Some((_, other)) => {
+                let other = (other.split(',')).find(|o| *o != "moments").unwrap_or(other);
                 return Err(format!(
                     "strategy `{s}`: unknown option `{other}` after the period; the only one is `moments` (local-sgd:8,moments)"
-                ))
+                ));
             }
             None => (rest, false),
         };

@@ -14,10 +14,17 @@ pub const EVERY: u64 = 50;
 const MIN_CHANGE: f64 = 0.1;
 
 /// The split to use from now on, or `None` to keep `current`. `speeds` are samples per second
-/// of each rank's own work (data wait + compute) since the last decision.
-pub fn new_split(global: usize, speeds: &[f32], current: &[usize]) -> Option<Vec<usize>> {
+/// of each rank's own work (data wait + compute) since the last decision; every rank keeps
+/// `least` samples at least (2 where one would make a batch norm of one value per channel).
+pub fn new_split(
+    global: usize,
+    speeds: &[f32],
+    current: &[usize],
+    least: usize,
+) -> Option<Vec<usize>> {
     let ranks = speeds.len();
-    if ranks < 2 || global < ranks || speeds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+    let bad = speeds.iter().any(|s| !(s.is_finite() && *s > 0.0));
+    if ranks < 2 || global < ranks * least || bad {
         return None;
     }
     // integer weights (fixed point) so every rank rounds identically
@@ -27,8 +34,8 @@ pub fn new_split(global: usize, speeds: &[f32], current: &[usize]) -> Option<Vec
         .map(|&s| ((s as f64 / top) * 1e6).round().max(1.0) as usize)
         .collect();
     let mut sizes = proportional(global, &weights);
-    // every rank keeps at least one sample, taken from the largest
-    while let Some(z) = sizes.iter().position(|&s| s == 0) {
+    // every rank keeps at least `least` samples, taken from the largest
+    while let Some(z) = sizes.iter().position(|&s| s < least) {
         let big = (0..ranks).max_by_key(|&r| (sizes[r], usize::MAX - r))?;
         sizes[big] -= 1;
         sizes[z] += 1;
@@ -46,27 +53,41 @@ mod tests {
 
     #[test]
     fn a_rank_twice_as_slow_gets_half_the_samples_and_the_total_is_kept() {
-        let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32]).unwrap();
+        let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32], 1).unwrap();
         assert_eq!(s, vec![39, 19, 38]); // 38.4, 19.2, 38.4: the spare sample to the lower rank
         assert_eq!(s.iter().sum::<usize>(), 96);
     }
 
     #[test]
     fn small_moves_and_bad_measurements_keep_the_current_split() {
-        assert_eq!(new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32]), None);
-        assert_eq!(new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32]), None);
-        assert_eq!(new_split(96, &[1000.0, f32::NAN, 1.0], &[32, 32, 32]), None);
-        assert_eq!(new_split(96, &[1000.0], &[96]), None);
+        assert_eq!(
+            new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32], 1),
+            None
+        );
+        assert_eq!(
+            new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32], 1),
+            None
+        );
+        assert_eq!(
+            new_split(96, &[1000.0, f32::NAN, 1.0], &[32, 32, 32], 1),
+            None
+        );
+        assert_eq!(new_split(96, &[1000.0], &[96], 1), None);
     }
 
     #[test]
     fn every_rank_keeps_at_least_one_sample() {
-        let s = new_split(4, &[1000.0, 1.0, 1000.0, 1000.0], &[1, 1, 1, 1]).unwrap_or(vec![1; 4]);
+        let s =
+            new_split(4, &[1000.0, 1.0, 1000.0, 1000.0], &[1, 1, 1, 1], 1).unwrap_or(vec![1; 4]);
         assert!(
             s.iter().all(|&n| n >= 1) && s.iter().sum::<usize>() == 4,
             "{s:?}"
         );
-        let s = new_split(10, &[1e6, 1.0], &[5, 5]).unwrap();
+        let s = new_split(10, &[1e6, 1.0], &[5, 5], 1).unwrap();
         assert_eq!(s, vec![9, 1]);
+        // a batch norm of one value per channel: 2 a rank
+        let s = new_split(10, &[1e6, 1.0], &[5, 5], 2).unwrap();
+        assert_eq!(s, vec![8, 2]);
+        assert_eq!(new_split(3, &[1e6, 1.0], &[2, 1], 2), None);
     }
 }

@@ -56,14 +56,15 @@ impl SyncAhead {
                     ahead.val_every.map(|v| (v, SyncAhead::ValEvery(v))),
                     ahead.run_end.map(|e| (e, SyncAhead::End(e))),
                 ];
-                let scheduled = match strategy.synced_after(step) {
-                    true => SyncAhead::Synced(n),
-                    false => SyncAhead::Next(n),
-                };
-                (off.into_iter().flatten())
+                let first_off = (off.into_iter().flatten())
                     .filter(|&(at, _)| before(Some(at), n))
-                    .min_by_key(|&(at, _)| at)
-                    .map_or(scheduled, |(_, s)| s)
+                    .min_by_key(|&(at, _)| at);
+                // (a step that averages says so, whatever average comes next)
+                match (strategy.synced_after(step), first_off) {
+                    (true, off) => SyncAhead::Synced(off.map_or(n, |(at, _)| at)),
+                    (false, Some((_, s))) => s,
+                    (false, None) => SyncAhead::Next(n),
+                }
             }),
         }
     }
@@ -224,6 +225,15 @@ mod tests {
         assert_eq!(
             SyncAhead::of(&local, 5, ahead(Some(300), None)),
             Some(SyncAhead::Next(68))
+        );
+        // a scheduled average's step before a validation's or the end's: one there too
+        assert_eq!(
+            SyncAhead::of(&local, 68, ahead(Some(100), Some(80))),
+            Some(SyncAhead::Synced(80))
+        );
+        assert_eq!(
+            SyncAhead::of(&local, 4, ahead(Some(60), None)),
+            Some(SyncAhead::Synced(60))
         );
         // a warm-up to the run's end or past it: synchronous to the last step, never averaged
         for warmup in [4, 10] {

@@ -183,24 +183,31 @@ pub fn resumed_line(info: &RunInfo) -> Option<String> {
 /// thousands of characters).
 const LISTED_RANKS: usize = 8;
 
-/// Samples per rank of an uneven split: `170/86`; past `LISTED_RANKS` ranks, the runs of one
-/// size counted (`29x38+28x12`: 38 ranks of 29 and 12 of 28).
+/// Samples per rank of an uneven split: `170/86`; past `LISTED_RANKS` ranks, the ranks of each
+/// size counted, largest first (`29x38+28x12`: 38 ranks of 29 and 12 of 28), and the rank or
+/// two given the fewest named (`18x5+17x10+5x1 (fewest: r3)`: a slow rank's).
 pub fn per_rank(sizes: &[usize]) -> String {
     if sizes.len() <= LISTED_RANKS {
         return (sizes.iter().map(|n| n.to_string()))
             .collect::<Vec<_>>()
             .join("/");
     }
-    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut counted = std::collections::BTreeMap::<usize, usize>::new();
     for &s in sizes {
-        match runs.last_mut() {
-            Some((size, n)) if *size == s => *n += 1,
-            _ => runs.push((s, 1)),
+        *counted.entry(s).or_default() += 1;
+    }
+    let mut text = (counted.iter().rev().map(|(s, n)| format!("{s}x{n}")))
+        .collect::<Vec<_>>()
+        .join("+");
+    if let Some((&fewest, &n)) = counted.iter().next().filter(|_| counted.len() > 1) {
+        if n <= 2 {
+            let ranks = (sizes.iter().enumerate())
+                .filter(|&(_, &s)| s == fewest)
+                .map(|(r, _)| format!("r{r}"));
+            text += &format!(" (fewest: {})", ranks.collect::<Vec<_>>().join(", "));
         }
     }
-    (runs.iter().map(|(s, n)| format!("{s}x{n}")))
-        .collect::<Vec<_>>()
-        .join("+")
+    text
 }
 
 /// Each rank's work in ms (`r0 2.55 r1 1.39`: `StepStats::work`, what a straggler has more

@@ -26,6 +26,9 @@ fn parses_every_strategy_and_refuses_bad_ones_naming_the_fix() {
         ("local-sgd:-3", "whole number"),
         ("local-sgd", "e.g. local-sgd:8"),
         ("local-sgd:8,fast", "unknown option `fast`"),
+        ("local-sgd:8,moments,x", "unknown option `x`"),
+        ("central_storage", "did you mean central-storage?"),
+        ("Local-SGD:8", "did you mean local-sgd?"),
         ("ring", "use mirrored, central-storage, or local-sgd:H"),
     ] {
         let e = bad.parse::<Strategy>().unwrap_err();

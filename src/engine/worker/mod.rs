@@ -216,8 +216,11 @@ impl Worker {
             .as_deref()
             .cloned()
             .unwrap_or_else(|| vec![self.per_replica; self.ranks]);
-        let Some(sizes) = rebalance::new_split(self.per_replica * self.ranks, &speeds, &current)
-        else {
+        // (2 a rank where one sample would make a batch norm its bias alone)
+        let one_value = super::validate::one_value_batch_norm(&self.cfg, &self.model, self.ranks);
+        let global = self.per_replica * self.ranks;
+        let least = 1 + one_value.is_some() as usize;
+        let Some(sizes) = rebalance::new_split(global, &speeds, &current, least) else {
             return Ok(());
         };
         if self.rank == 0 {

@@ -39,7 +39,7 @@ pub struct StepRow {
 pub struct Totals {
     pub steps: u64,
     pub samples: u64,
-    /// The slowest rank's step time, summed: training time, pauses left out.
+    /// The ranks' mean step time, summed: training time, pauses left out.
     pub train_s: f64,
     /// Summed over ranks and steps: step time and its parts (compute with the optimizer).
     pub rank_s: f64,
@@ -100,7 +100,11 @@ impl Totals {
         let secs = |d: Duration| d.as_secs_f64();
         self.steps += 1;
         self.samples += global_samples as u64;
-        self.train_s += ranks.iter().map(|r| secs(r.step_time)).fold(0.0, f64::max);
+        // (the ranks' mean: each rank's steps add up to its time training, the same for all of
+        // them over a run; a step's slowest would count twice under local SGD, whose ranks are
+        // in step only at its averages, the slow one's steps and the fast one's wait there)
+        let sum: f64 = ranks.iter().map(|r| secs(r.step_time)).sum();
+        self.train_s += sum / ranks.len().max(1) as f64;
         for r in ranks {
             self.rank_s += secs(r.step_time);
             self.compute_s += secs(r.compute + r.optimizer);

@@ -223,3 +223,18 @@ fn the_smoothed_loss_is_the_mean_of_the_last_window_and_a_spike_leaves_it_after(
     assert_eq!(mean, 5.0);
     assert_eq!(recent.push(25.0), 6.0, "19 of 5 and one of 25");
 }
+
+#[test]
+fn training_time_is_each_rank_s_own_whatever_their_steps_do_not_line_up() {
+    // local SGD: rank 1 is slow between averages; at the average (step 2) rank 0 waits for it
+    let ms = Duration::from_millis;
+    let step = |rank, step, t| StepStats {
+        step_time: ms(t),
+        ..stats(rank, step, 0)
+    };
+    let mut totals = Totals::default();
+    totals.add(20, &[step(0, 1, 1), step(1, 1, 3)]);
+    totals.add(20, &[step(0, 2, 5), step(1, 2, 3)]);
+    // each rank trained 6 ms; the slowest of each step would say 8
+    assert!((totals.train_s - 0.006).abs() < 1e-12, "{}", totals.train_s);
+}
