@@ -54,7 +54,9 @@ impl FromStr for Strategy {
         let (h, moments) = match rest.split_once(',') {
             Some((h, "moments")) => (h, true),
             Some((_, other)) => {
-                let other = (other.split(',')).find(|o| *o != "moments").unwrap_or(other);
+                let other = (other.split(','))
+                    .find(|o| *o != "moments")
+                    .unwrap_or(other);
                 return Err(format!(
                     "strategy `{s}`: unknown option `{other}` after the period; the only one is `moments` (local-sgd:8,moments)"
                 ));

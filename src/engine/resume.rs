@@ -92,12 +92,9 @@ pub(super) fn resumed_settings(
             "the training data changed (the same --data and {train_samples} samples, other contents: its batches are not the ones the checkpoint's run trained on)"
         ));
     }
-    // (a run over several processes records process 0's --devices: resumed in one process,
-    // or over another number, the same flags give another number of ranks)
-    // (where --devices changed, the line says so already)
-    let same_devices =
-        (meta.config["devices"].as_str()).is_none_or(|d| d == cfg.devices.to_string());
-    if meta.ranks != ranks && same_devices {
+    // (said even where --devices changed: a run over several processes records process 0's
+    // --devices, which is not its ranks)
+    if meta.ranks != ranks {
         changed.push(format!(
             "{} (the checkpoint's run had {}: its batches and so its losses differ from the uninterrupted run's; as many ranks, e.g. --devices cpu:{}, or as many processes, keep them)",
             crate::text::counted(ranks, "rank"),

@@ -16,6 +16,39 @@ const UNSENT: usize = 2;
 const MOST_TOLD: usize = 256;
 
 impl Worker {
+    /// Takes the batch of `b` per replica rank 0 decided on from the next step, the LR
+    /// rescaled for it.
+    pub(super) fn change_batch(&mut self, b: usize) {
+        // (by the samples a step takes: a batch cut to a small split takes all of it)
+        let step_samples = |per_replica| {
+            crate::config::step_samples(
+                per_replica,
+                self.ranks,
+                self.cfg.grad_accum,
+                self.train.samples,
+            )
+        };
+        self.lr_base = self.cfg.lr_scaling().rescale(
+            self.lr_base,
+            step_samples(self.per_replica),
+            step_samples(b),
+        );
+        if self.rank == 0 {
+            let applied = Applied::BatchSize {
+                from: self.per_replica,
+                to: b,
+                lr: self.lr_base,
+            };
+            let _ = self.events.send(Event::Control {
+                step: self.step,
+                applied,
+            });
+        }
+        self.per_replica = b;
+        self.split = None; // rebalancing starts over at the new size
+        self.loader.restart(self.cursor, self.sharding());
+    }
+
     /// Meets the other ranks until rank 0 decides something other than "still paused" (a
     /// checkpoint while paused is something).
     pub(super) fn boundary(&mut self) -> Result<Decision, EngineError> {

@@ -252,11 +252,16 @@ impl Worker {
         // the next one restarts the throughput windows, as after a pause
         let mut held = false;
         while !self.done() {
+            let agreeing = Instant::now();
             let d = if !self.strategy.in_sync(self.step) {
                 Default::default() // local SGD agrees on controls at its averages only
             } else {
                 self.boundary()?
             };
+            // (waiting there for another process is the step's, a pause's the pause's)
+            let agreeing = (!d.was_paused)
+                .then(|| agreeing.elapsed())
+                .unwrap_or_default();
             if d.hold {
                 // a checkpoint asked while paused: written now, and the run stays paused
                 self.catch_up(replica, &mut tally)?;
@@ -264,34 +269,7 @@ impl Worker {
                 continue;
             }
             if let Some(b) = d.batch.filter(|&b| b != self.per_replica) {
-                // (by the samples a step takes: a batch cut to a small split takes all of it)
-                let step_samples = |per_replica| {
-                    crate::config::step_samples(
-                        per_replica,
-                        self.ranks,
-                        self.cfg.grad_accum,
-                        self.train.samples,
-                    )
-                };
-                self.lr_base = self.cfg.lr_scaling().rescale(
-                    self.lr_base,
-                    step_samples(self.per_replica),
-                    step_samples(b),
-                );
-                if self.rank == 0 {
-                    let applied = Applied::BatchSize {
-                        from: self.per_replica,
-                        to: b,
-                        lr: self.lr_base,
-                    };
-                    let _ = self.events.send(Event::Control {
-                        step: self.step,
-                        applied,
-                    });
-                }
-                self.per_replica = b;
-                self.split = None; // rebalancing starts over at the new size
-                self.loader.restart(self.cursor, self.sharding());
+                self.change_batch(b);
             } else if self.cfg.rebalance
                 && self.step > 0
                 && self.step.is_multiple_of(rebalance::EVERY)
@@ -398,7 +376,8 @@ impl Worker {
                     compute,
                     compute_cpu,
                     optimizer,
-                    step_time: t_start.elapsed(),
+                    step_time: t_start.elapsed() + agreeing,
+                    sync_wait: agreeing,
                     after_pause: d.was_paused || held,
                     paused: d.was_paused,
                     progress: self.progress(),

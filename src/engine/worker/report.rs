@@ -98,7 +98,7 @@ impl Worker {
         self.rebalance_samples += stats.samples;
         let moved = moved.plus(synced);
         stats.comm = moved.comm;
-        stats.sync_wait = moved.wait;
+        stats.sync_wait += moved.wait;
         stats.transfer = moved.transfer;
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
         let global_samples = stats.global_samples;

@@ -176,7 +176,9 @@ fn a_step_line_of_many_ranks_sums_them_up() {
     let sizes: Vec<usize> = (0..50).map(|r| if r < 38 { 29 } else { 28 }).collect();
     assert_eq!(per_rank(&sizes), "29x38+28x12");
     // a rebalanced split of 16: each size counted wherever its ranks are, the slow one named
-    let split = [17, 16, 18, 5, 18, 17, 18, 16, 17, 17, 15, 16, 17, 17, 17, 15];
+    let split = [
+        17, 16, 18, 5, 18, 17, 18, 16, 17, 17, 15, 16, 17, 17, 17, 15,
+    ];
     assert_eq!(per_rank(&split), "18x3+17x7+16x3+15x2+5x1 (fewest: r3)");
     let ranks = 12;
     let mut m = Monitor::new(ranks);

@@ -329,7 +329,7 @@ fn split_device_waits(ranks: &mut [StepStats]) {
     }
     let transfer = ranks.iter().map(|r| r.comm).min().unwrap_or_default();
     for r in ranks {
-        r.sync_wait = r.comm - transfer;
+        r.sync_wait += r.comm - transfer;
         r.comm = transfer;
     }
 }
