@@ -220,9 +220,10 @@ fn main() -> ExitCode {
         }),
     };
     match result {
-        Ok(code) => match cmd::stdout_lost().filter(|_| reports) {
+        // (a report's code other than success, an interrupted one's 130, stands)
+        Ok(code) => match cmd::stdout_lost().filter(|_| reports && code == ExitCode::SUCCESS) {
             Some(why) => {
-                mgtop::tell!("error: standard output could not be written ({why}): what it holds is cut short; free space or write it elsewhere");
+                mgtop::tell!("error: standard output could not be written ({why}): what it holds is cut short; write it where it fits");
                 ExitCode::from(1)
             }
             None => code,

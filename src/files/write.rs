@@ -73,8 +73,9 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
+        // (a file system without permissions, vfat, takes the file without them)
         if let Ok(was) = std::fs::metadata(path) {
-            f.set_permissions(was.permissions())?;
+            let _ = f.set_permissions(was.permissions());
         }
         f.write_all(bytes)?;
         f.sync_all()?;

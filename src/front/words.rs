@@ -184,8 +184,7 @@ pub fn resumed_line(info: &RunInfo) -> Option<String> {
 const LISTED_RANKS: usize = 8;
 
 /// Samples per rank of an uneven split: `170/86`; past `LISTED_RANKS` ranks, the ranks of each
-/// size counted, largest first (`29x38+28x12`: 38 ranks of 29 and 12 of 28), and the rank or
-/// two given the fewest named (`18x5+17x10+5x1 (fewest: r3)`: a slow rank's).
+/// size counted, largest first (`29x38+28x12`: 38 ranks of 29 and 12 of 28).
 pub fn per_rank(sizes: &[usize]) -> String {
     if sizes.len() <= LISTED_RANKS {
         return (sizes.iter().map(|n| n.to_string()))
@@ -196,18 +195,24 @@ pub fn per_rank(sizes: &[usize]) -> String {
     for &s in sizes {
         *counted.entry(s).or_default() += 1;
     }
-    let mut text = (counted.iter().rev().map(|(s, n)| format!("{s}x{n}")))
+    (counted.iter().rev().map(|(s, n)| format!("{s}x{n}")))
         .collect::<Vec<_>>()
-        .join("+");
-    if let Some((&fewest, &n)) = counted.iter().next().filter(|_| counted.len() > 1) {
-        if n <= 2 {
-            let ranks = (sizes.iter().enumerate())
-                .filter(|&(_, &s)| s == fewest)
-                .map(|(r, _)| format!("r{r}"));
-            text += &format!(" (fewest: {})", ranks.collect::<Vec<_>>().join(", "));
-        }
+        .join("+")
+}
+
+/// Past `LISTED_RANKS` ranks, the rank or two an uneven split gives the fewest samples (a slow
+/// rank's), which `per_rank` does not name: `; fewest: r3`.
+fn fewest(sizes: &[usize]) -> String {
+    let least = sizes.iter().copied().min().unwrap_or(0);
+    let ranks: Vec<String> = (sizes.iter().enumerate())
+        .filter(|&(_, &s)| s == least)
+        .map(|(r, _)| format!("r{r}"))
+        .collect();
+    let uneven = sizes.iter().any(|&s| s != least);
+    match sizes.len() > LISTED_RANKS && uneven && ranks.len() <= 2 {
+        true => format!("; fewest: {}", ranks.join(", ")),
+        false => String::new(),
     }
-    text
 }
 
 /// Each rank's work in ms (`r0 2.55 r1 1.39`: `StepStats::work`, what a straggler has more
@@ -396,10 +401,11 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
                     a => format!(" x {a} accumulated"),
                 };
                 format!(
-                    "rebalanced from step {}: samples per rank {}{accumulated} (global batch {} unchanged)",
+                    "rebalanced from step {}: samples per rank {}{accumulated} (global batch {} unchanged{})",
                     step + 1,
                     per_rank(sizes),
-                    sizes.iter().sum::<usize>() * accum.max(1)
+                    sizes.iter().sum::<usize>() * accum.max(1),
+                    fewest(sizes)
                 )
             }
         },

@@ -215,7 +215,7 @@ fn records(path: &Path, kind: Kind) -> Result<(Vec<Picture>, Vec<u32>), DataErro
     };
     if bytes.is_empty() {
         return Err(bad(format!(
-            "an empty file (0 bytes), not {} records; download the archive again, or give --download",
+            "an empty file (0 bytes), not {} records; remove it and add --download (or unpack the archive again)",
             kind.name()
         )));
     }

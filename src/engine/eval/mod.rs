@@ -290,8 +290,6 @@ fn chunk_rows(model: &Model, rows: usize, threads: usize) -> usize {
     (rows.div_ceil(threads).max(MIN_CHUNK)).min(model.eval_rows())
 }
 
-/// The tally of `model` with `weights` (parameters, buffers) over every sample of `set`, in
-/// chunks of `Model::eval_rows` rows claimed by `threads` threads, each with its workspace.
 /// The samples `x`, `y` of rows `lo..` without those whose picture failed to decode (another of
 /// its class stood in, which would count twice for it), where any did: an evaluation counts
 /// each picture once, and one it could not read not at all.
@@ -306,6 +304,8 @@ fn own_samples(set: &Dataset, lo: usize, x: &[f32], y: &[u32]) -> Option<(Vec<f3
     Some((x.collect(), kept.iter().map(|&i| y[i]).collect()))
 }
 
+/// The tally of `model` with `weights` (parameters, buffers) over every sample of `set`, in
+/// chunks of `Model::eval_rows` rows claimed by `threads` threads, each with its workspace.
 fn run(
     model: &Model,
     (params, buffers): (&[f32], &[f32]),

@@ -250,18 +250,19 @@ impl Worker {
         let mut stopped = false;
         // training stopped after the last step (an epoch's end and validation, a checkpoint):
         // the next one restarts the throughput windows, as after a pause
-        let mut held = false;
+        let (mut held, mut first) = (false, true);
         while !self.done() {
-            let agreeing = Instant::now();
+            let met = Instant::now();
             let d = if !self.strategy.in_sync(self.step) {
                 Default::default() // local SGD agrees on controls at its averages only
             } else {
                 self.boundary()?
             };
-            // (waiting there for another process is the step's, a pause's the pause's)
-            let agreeing = (!d.was_paused)
-                .then(|| agreeing.elapsed())
-                .unwrap_or_default();
+            // waiting there for another process is the step's; not a pause, the ranks' start,
+            // nor rank 0 writing a checkpoint or validating alone after the step before
+            let alone = d.was_paused || held || first;
+            let agreeing = if alone { Duration::ZERO } else { met.elapsed() };
+            first = false;
             if d.hold {
                 // a checkpoint asked while paused: written now, and the run stays paused
                 self.catch_up(replica, &mut tally)?;

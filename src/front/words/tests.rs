@@ -179,7 +179,9 @@ fn a_step_line_of_many_ranks_sums_them_up() {
     let split = [
         17, 16, 18, 5, 18, 17, 18, 16, 17, 17, 15, 16, 17, 17, 17, 15,
     ];
-    assert_eq!(per_rank(&split), "18x3+17x7+16x3+15x2+5x1 (fewest: r3)");
+    assert_eq!(per_rank(&split), "18x3+17x7+16x3+15x2+5x1");
+    assert_eq!(super::fewest(&split), "; fewest: r3");
+    assert_eq!(super::fewest(&sizes[..12]), "");
     let ranks = 12;
     let mut m = Monitor::new(ranks);
     let mut last = None;

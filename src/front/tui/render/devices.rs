@@ -141,12 +141,11 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let w = inner.width as usize;
-    // temperature and power from a 110-column panel (as the README says), where a device has
-    // either (a CPU worker has neither: its step bar keeps the room)
+    // temperature and power from a 110-column panel (as the README says), where a GPU has them
+    // (a CPU worker has neither: its step bar keeps the room)
     let roomy = area.width >= 110;
-    let sensed =
-        (app.devices.iter()).any(|d| d.sample.temp_c.is_some() || d.sample.power_w.is_some());
-    let wide = roomy && sensed;
+    let gpus = (app.info.devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
+    let wide = roomy && gpus;
     // fixed columns: name (6, or the longest `host/cpuN` up to 17 where there is room),
     // util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6, power 11],
     // step ms 9
