@@ -77,6 +77,18 @@ fn a_failing_process_ends_the_run_with_its_error_and_no_hang() {
     );
     // process 0's checkpoints are whole: the newest one reads back
     weights(&tmp.path().join("run"));
+    // process 1 told process 0, which recorded it: the run is `failed`, its error in its file
+    let metrics = std::fs::read_to_string(tmp.path().join("run/metrics.jsonl")).unwrap();
+    let error = (metrics.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["kind"] == "error");
+    let error = error.expect("an error event in the metrics file");
+    assert_eq!(error["rank"], 1, "{error}");
+    let said = error["message"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("process 1 failed: worker for rank 1 panicked at step 500"),
+        "{error}"
+    );
 }
 
 #[test]

@@ -181,7 +181,7 @@ pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
     measure(&cluster, repeat).or_else(|e| {
         // the other processes would wait for this one: end them, as training does
         crate::tell!("error: {e}");
-        cluster.fail(1)
+        cluster.fail(1, None)
     })
 }
 

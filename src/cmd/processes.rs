@@ -52,12 +52,19 @@ pub fn as_processes(
             crate::pids::hostname()
         );
     }
-    if cluster.index() != 0 && (shared || matches!(engine, Some(EngineError::Config(_)))) {
+    let met_by_all = shared || matches!(engine, Some(EngineError::Config(_)));
+    if cluster.index() != 0 && met_by_all {
         // process 0 met it too: give it time to say so and end the job itself
         std::thread::sleep(std::time::Duration::from_secs(3));
     }
-    // the others would wait for this process: the launcher ends them
-    cluster.fail(1)
+    // this process's own failure (a worker's panic, a device's error): process 0 records it
+    // as the run's, then the others would wait for this process: the launcher ends them
+    let rank = match engine {
+        Some(EngineError::WorkerPanic { rank, .. }) => Some(*rank),
+        _ => None,
+    };
+    let text = e.to_string();
+    cluster.fail(1, (!met_by_all).then_some((rank, text.as_str())))
 }
 
 #[cfg(not(feature = "mpi"))]

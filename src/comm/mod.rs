@@ -24,6 +24,13 @@ pub enum CollectiveError {
     Aborted(String),
     #[error("the other processes of this run stopped answering: {0}")]
     Lost(String),
+    /// Another process failed and said why (its rank's, where it knew which) before the job
+    /// ended: process 0 records it as the run's failure.
+    #[error("{message}")]
+    PeerFailed {
+        rank: Option<usize>,
+        message: String,
+    },
     #[error("collective misuse: rank {rank} passed {got} elements, rank 0 passed {want}")]
     LengthMismatch {
         rank: usize,

@@ -108,6 +108,15 @@ impl Link {
         self.broken.is_some()
     }
 
+    /// Passes positions on or takes them (`Positions::tick`); another process's failure told
+    /// of breaks the link with it (the next exchange fails with it, or this one): `Some` then.
+    pub(super) fn tick(&mut self) -> Option<CollectiveError> {
+        let (rank, message) = self.positions.tick()?;
+        let e = CollectiveError::PeerFailed { rank, message };
+        self.broken = Some(e.clone());
+        Some(e)
+    }
+
     /// Polls a started request to completion, or gives up after the patience (or once this
     /// process is aborted). A request given up on may still use its buffers: the caller must
     /// leak them.
@@ -155,7 +164,9 @@ impl Link {
                     _ => std::hint::spin_loop(),
                 }
             } else {
-                self.positions.tick();
+                if let Some(e) = self.tick() {
+                    return Err(e);
+                }
                 std::thread::sleep(Duration::from_micros(100));
             }
         }

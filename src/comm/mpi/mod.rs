@@ -53,6 +53,10 @@ struct Joined {
     channel: Channel,
 }
 
+/// How long another process that failed and told process 0 so waits for it to end the job
+/// (with the failure in the run's records) before ending it itself.
+const TOLD_WAIT: Duration = Duration::from_secs(3);
+
 impl Cluster {
     /// Initializes MPI on a thread of its own (this process was started by a launcher).
     pub fn join() -> Result<Cluster, String> {
@@ -89,12 +93,14 @@ impl Cluster {
     }
 
     /// Ends the whole job after a failure of this process (MPI_Abort): the launcher stops the
-    /// other processes, which would otherwise wait for this one. Does not return.
-    pub fn fail(&self, code: i32) -> ! {
+    /// other processes, which would otherwise wait for this one. Another process tells process 0
+    /// `told` first (its rank's, where known, and its error), and gives it a moment to record it
+    /// as the run's failure and end the job itself. Does not return.
+    pub fn fail(&self, code: i32, told: Option<(Option<usize>, &str)>) -> ! {
         // an exchange still in flight gives up at once and lets go of MPI
         self.abort("this process failed");
         let t = Instant::now();
-        let held = loop {
+        let mut held = loop {
             match self.link.try_lock() {
                 Ok(l) => break Some(l),
                 Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
@@ -102,6 +108,10 @@ impl Cluster {
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
         };
+        if let (Some(l), Some((rank, text))) = (held.as_mut(), told.filter(|_| self.index != 0)) {
+            l.positions.tell_failure(rank, text, Duration::from_secs(2));
+            std::thread::sleep(TOLD_WAIT);
+        }
         // SAFETY: MPI is initialized; MPI_Abort ends the job (after 5 s without the lock it is
         // called regardless: ending the job matters more than serializing this last call)
         unsafe { link::abort(code) };
@@ -214,7 +224,7 @@ impl Processes for Cluster {
                     std::thread::sleep(positions::EVERY);
                     if let Ok(mut l) = link.try_lock() {
                         if !l.broken() {
-                            l.positions.tick();
+                            let _ = l.tick();
                         }
                     }
                 }

@@ -22,6 +22,32 @@ const DRAIN: Duration = Duration::from_secs(60);
 
 const TAG_POSITIONS: c_int = 1;
 const TAG_END: c_int = 2;
+/// Another process's failure: its rank (`u64::MAX`: not known), then its error's text.
+const TAG_FAILED: c_int = 3;
+
+/// A failure as words: the rank, the text's length in bytes, its bytes eight a word.
+fn failure_words(rank: Option<usize>, text: &str) -> Vec<u64> {
+    let bytes = text.as_bytes();
+    let mut words = vec![rank.map_or(u64::MAX, |r| r as u64), bytes.len() as u64];
+    words.extend(bytes.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(w)
+    }));
+    words
+}
+
+/// The failure `failure_words` made (a message cut short or of another version: what it holds).
+fn failure_of(words: &[u64]) -> (Option<usize>, String) {
+    let rank = words
+        .first()
+        .filter(|&&r| r != u64::MAX)
+        .map(|&r| r as usize);
+    let len = words.get(1).map_or(0, |&n| n as usize);
+    let bytes: Vec<u8> = words.iter().skip(2).flat_map(|w| w.to_le_bytes()).collect();
+    let text = String::from_utf8_lossy(&bytes[..len.min(bytes.len())]).into_owned();
+    (rank, text)
+}
 
 /// A communicator of its own for the positions (a duplicate of the world's, made by every
 /// process at start-up), so that their messages never meet anything else.
@@ -75,16 +101,33 @@ impl Positions {
         self.board = Some((board, local));
     }
 
-    /// Passes positions on, or takes them, where `EVERY` has passed since the last time.
-    pub(super) fn tick(&mut self) {
+    /// Passes positions on, or takes them, where `EVERY` has passed since the last time; on
+    /// process 0, another process's failure it told of (its rank, where known, and its error).
+    pub(super) fn tick(&mut self) -> Option<(Option<usize>, String)> {
         if self.last.is_some_and(|t| t.elapsed() < EVERY) {
-            return;
+            return None;
         }
         self.last = Some(Instant::now());
         if self.index == 0 {
-            self.take();
-        } else {
-            self.send_changed();
+            return self.take();
+        }
+        self.send_changed();
+        None
+    }
+
+    /// Another process: tells process 0 of this process's failure (`rank`'s where known), so
+    /// that the run's records say it; waits `wait` at most for the send.
+    pub(super) fn tell_failure(&mut self, rank: Option<usize>, text: &str, wait: Duration) {
+        let start = Instant::now();
+        while !self.sent_done() && start.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if self.index == 0 || self.sending.is_some() {
+            return;
+        }
+        self.send(failure_words(rank, text), TAG_FAILED);
+        while !self.sent_done() && start.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -140,8 +183,10 @@ impl Positions {
         done != 0
     }
 
-    /// Process 0: every message that has come, onto the board (`END`s noted).
-    fn take(&mut self) {
+    /// Process 0: every message that has come, onto the board (`END`s noted); the first
+    /// failure another process told of.
+    fn take(&mut self) -> Option<(Option<usize>, String)> {
+        let mut failed = None;
         loop {
             let mut there: c_int = 0;
             let mut status = empty_status();
@@ -156,7 +201,7 @@ impl Positions {
                 );
             }
             if there == 0 {
-                return;
+                return failed;
             }
             let mut n: c_int = 0;
             // SAFETY: a status Iprobe filled
@@ -179,6 +224,10 @@ impl Positions {
                 if let Some(e) = self.ended.get_mut(status.MPI_SOURCE as usize) {
                     *e = true;
                 }
+            } else if status.MPI_TAG == TAG_FAILED {
+                let (rank, text) = failure_of(&words);
+                let said = format!("process {} failed: {text}", status.MPI_SOURCE);
+                failed = failed.or(Some((rank, said)));
             } else if let Some((board, _)) = &self.board {
                 for pair in words.chunks_exact(2) {
                     board.seen(pair[0] as usize, pair[1]);
@@ -194,7 +243,7 @@ impl Positions {
         let start = Instant::now();
         if self.index == 0 {
             while (1..self.count).any(|p| !self.ended[p]) && start.elapsed() < DRAIN {
-                self.take();
+                let _ = self.take();
                 std::thread::sleep(Duration::from_millis(1));
             }
             return;
@@ -215,4 +264,23 @@ impl Positions {
 fn empty_status() -> ffi::MPI_Status {
     // SAFETY: a plain C struct of integers; all zero is a valid value
     unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_goes_as_words_and_comes_back_whole() {
+        let text = "worker for rank 3 panicked at step 500: naïve – ok";
+        assert_eq!(
+            failure_of(&failure_words(Some(3), text)),
+            (Some(3), text.to_string())
+        );
+        assert_eq!(failure_of(&failure_words(None, "")), (None, String::new()));
+        // a message cut short says what it holds
+        let words = failure_words(Some(1), "abcdefghij");
+        assert_eq!(failure_of(&words[..3]), (Some(1), "abcdefgh".to_string()));
+        assert_eq!(failure_of(&[]), (None, String::new()));
+    }
 }

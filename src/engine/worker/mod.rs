@@ -163,9 +163,16 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
     // every rank sees a non-finite loss at once; rank 0 speaks for them
     let shared =
         matches!(e, EngineError::NonFinite { .. }) && w.rank != 0 && w.strategy.shares_loss(step);
+    // (another process's failure it told of is its rank's)
+    let rank = match &e {
+        EngineError::Collective(crate::comm::CollectiveError::PeerFailed {
+            rank: Some(r), ..
+        }) => *r,
+        _ => w.rank,
+    };
     if !knock_on && !shared {
         let _ = w.events.send(Event::Failed {
-            rank: w.rank,
+            rank,
             step,
             message: e.to_string(),
         });
