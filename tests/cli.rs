@@ -970,7 +970,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
             "--devices",
             "cpu:2",
             "--steps",
-            "3",
+            "60",
             "--rebalance",
             "--warmup",
             "3",
@@ -979,6 +979,23 @@ fn settings_that_change_nothing_in_this_run_say_so() {
     let out = text(&o);
     assert!(
         o.status.success() && !out.contains("nothing changes") && !out.contains("never reaches"),
+        "{out}"
+    );
+    // a rebalancing that cannot come (a run shorter than its first decision), said
+    let o = run_in(
+        dir.path(),
+        &[
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "3",
+            "--rebalance",
+        ],
+    );
+    let out = text(&o);
+    assert!(
+        out.contains("note: --rebalance: the run is 3 steps: its first decision comes after step 50; nothing changes"),
         "{out}"
     );
     // local SGD whose synchronous warm-up outlasts the run: said at the start and in its lines

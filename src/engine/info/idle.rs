@@ -29,6 +29,18 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             crate::text::counted(steps as usize, "step")
         )
     };
+    let every = crate::engine::rebalance::EVERY;
+    if cfg.rebalance && info.ranks() > 1 && steps <= every {
+        notes.push(format!(
+            "--rebalance: {}: its first decision comes after step {every}; nothing changes",
+            run_of(steps)
+        ));
+    } else if cfg.rebalance && info.ranks() > 1 && info.per_replica == 1 {
+        notes.push(
+            "--rebalance: a batch of 1 per replica leaves no sample to move; nothing changes"
+                .into(),
+        );
+    }
     if cfg.warmup > steps {
         notes.push(format!(
             "--warmup {}: {}: the LR rises all run and never reaches {:.2e}",
