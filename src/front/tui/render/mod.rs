@@ -2,6 +2,7 @@
 //! `render_x(frame, area, &app, &theme)` draws one part of it from the state alone.
 
 mod charts;
+mod device_view;
 mod devices;
 mod grad;
 mod header;
@@ -17,7 +18,8 @@ use super::app::{App, View};
 use super::theme::Theme;
 
 pub use charts::render_history;
-pub use devices::{render_device_detail, render_devices};
+pub use device_view::render_device_detail;
+pub use devices::render_devices;
 pub use header::render_header;
 pub use log::{render_footer, render_log};
 pub use loss::render_loss;
