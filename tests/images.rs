@@ -256,7 +256,7 @@ fn sizes_rotation_and_resizing() {
     let notes = d.notes.join("\n");
     assert!(
         notes.contains("kept in memory after their first use (")
-            && notes.contains("scaled to shorter side 4)"),
+            && notes.contains("shorter side 4 at most)"),
         "{notes}"
     );
     // upright: the rotated picture's top row came from the original's left column, bottom to

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::image_shape::shape_text;
 use super::picture_set::{ImageSet, Pictures};
-use super::picture_specs::{folder_halves, normalisation, spec_err, stored_side};
+use super::picture_specs::{folder_halves, kept_side, normalisation, spec_err, stored_side};
 use super::transform::Look;
 use super::{cifar, folder, table, Affine, DataError, DataOptions, DataSpec, Dataset};
 
@@ -107,7 +107,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             let what = format!("images {}", f.dir.display());
             // (read once: nothing is kept; scaled as the run's own validation pictures were)
             let set =
-                ImageSet::files(f.files, f.labels, stored_side(r.opts), false).named(names.clone());
+                ImageSet::files(f.files, f.labels, kept_side(r.opts), false).named(names.clone());
             (set, what, f.sizes, notes)
         }
         _ => unreachable!("pictures"),

@@ -40,9 +40,9 @@ pub(super) fn spec_err(spec: &DataSpec, msg: String) -> DataError {
 
 fn from_folder(f: Folder, side: Option<usize>) -> Read {
     let mut notes = folder::notes(&f);
-    // decoded pictures are scaled down to the shorter side the crops are chosen on (where
-    // --image-size gives one), kept or not: the samples are the same on every machine; kept when
-    // every picture fits in the memory granted, otherwise decoded whenever needed
+    // decoded pictures are scaled down to `side` at most (`kept_side`), kept or not: the
+    // samples are the same on every machine; kept when every picture fits in the memory
+    // granted, otherwise decoded whenever needed
     let bytes = |side: Option<usize>| -> u64 {
         (f.sizes.iter())
             .map(|&(w, h)| {
@@ -59,7 +59,7 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
             "{}: decoded images are kept in memory after their first use ({}{})",
             f.dir.display(),
             crate::text::bytes(stored),
-            side.map_or(String::new(), |s| format!(", scaled to shorter side {s}"))
+            side.map_or(String::new(), |s| format!(", shorter side {s} at most"))
         )
     } else {
         format!(
@@ -238,8 +238,8 @@ pub(super) fn load(
     seed: u64,
 ) -> Result<LoadedData, DataError> {
     let a = opts.augment;
-    let side = stored_side(opts);
-    let (train, own_val) = read_spec(spec, side, opts, None)?;
+    let (side, kept) = (stored_side(opts), kept_side(opts));
+    let (train, own_val) = read_spec(spec, kept, opts, None)?;
     // (a validation folder may hold some of the classes only)
     if let (true, [only]) = (spec_is_folder(spec), train.names.as_slice()) {
         return Err(spec_err(
@@ -250,7 +250,7 @@ pub(super) fn load(
     let val_read = match &opts.val_data {
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
             let known = train.names.as_slice();
-            Some(read_val_spec(v, side, opts, known).map_err(DataError::of_val_data)?)
+            Some(read_val_spec(v, kept, opts, known).map_err(DataError::of_val_data)?)
         }
         Some(v) => {
             return Err(spec_err(
@@ -419,6 +419,18 @@ pub(super) fn load(
 pub(super) fn stored_side(opts: &DataOptions) -> Option<usize> {
     opts.image_size.map(|s| match opts.augment.resized_crop {
         true => (s as f64 * 8.0 / 7.0).round() as usize,
+        false => s,
+    })
+}
+
+/// The shorter side decoded pictures are kept at, at most (larger ones are scaled to it once
+/// decoded, kept or not: the samples are the same on every machine, and a 64-pixel run does not
+/// hold whole photos): the crops' side; under random-resized-crop twice that (512 for 224), so
+/// that its small crops are still cut from a sharp picture and a photo of ordinary size is
+/// resampled once, from what was decoded.
+pub(super) fn kept_side(opts: &DataOptions) -> Option<usize> {
+    stored_side(opts).map(|s| match opts.augment.resized_crop {
+        true => 2 * s,
         false => s,
     })
 }
