@@ -43,17 +43,13 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
     // decoded pictures are scaled down to `side` at most (`kept_side`), kept or not: the
     // samples are the same on every machine; kept when every picture fits in the memory
     // granted, otherwise decoded whenever needed
-    let bytes = |side: Option<usize>| -> u64 {
-        (f.sizes.iter())
-            .map(|&(w, h)| {
-                let s = side.map_or(1.0, |s| (s as f64 / w.min(h) as f64).min(1.0));
-                ((w as f64 * s).round() * (h as f64 * s).round() * 3.0) as u64
-            })
-            .sum()
-    };
-    let budget = host_memory::machine_memory().0 / KEEP_SHARE;
-    let stored = bytes(side);
-    let keep = stored <= budget;
+    let stored: u64 = (f.sizes.iter())
+        .map(|&(w, h)| {
+            let s = side.map_or(1.0, |s| (s as f64 / w.min(h) as f64).min(1.0));
+            ((w as f64 * s).round() * (h as f64 * s).round() * 3.0) as u64
+        })
+        .sum();
+    let keep = stored <= host_memory::machine_memory().0 / KEEP_SHARE;
     notes.push(if keep {
         format!(
             "{}: decoded images are kept in memory after their first use ({}{})",

@@ -1,4 +1,5 @@
-//! The devices table (one row per device) and the detail view of one device.
+//! The devices table (one row per device) and what it shares with the device view
+//! (`device_view.rs`): the sparkline, the memory figure, the busy column's name.
 
 use ratatui::layout::Rect;
 use ratatui::style::Style;
