@@ -410,3 +410,64 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
         "{out}"
     );
 }
+
+/// `dir` as a CIFAR set of `files`, 4 records each: a label byte (CIFAR-100: coarse and fine)
+/// and the pixels, each record's label `top` at most.
+fn cifar(dir: &Path, files: &[&str], label_bytes: usize, top: u8) {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in files {
+        let bytes: Vec<u8> = (0..4u8)
+            .flat_map(|k| {
+                let labels = vec![top - k; label_bytes];
+                labels.into_iter().chain(vec![40 * k; 3072])
+            })
+            .collect();
+        std::fs::write(dir.join(f), bytes).unwrap();
+    }
+}
+
+#[test]
+fn a_cifar_set_of_other_labels_is_refused_not_scored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let batches = ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin"];
+    let ten = [
+        &batches[..],
+        &["data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"],
+    ]
+    .concat();
+    cifar(&d.join("c10"), &ten, 1, 9);
+    cifar(&d.join("c100"), &["train.bin", "test.bin"], 2, 99);
+    let args = [
+        "--headless",
+        "--steps",
+        "2",
+        "--devices",
+        "cpu:1",
+        "--data",
+        "cifar10:c10",
+        "--model",
+        "conv4k3,pool4,dense10",
+        "--name",
+        "c10",
+    ];
+    let o = run_in(d, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(run_in(d, &["eval", "runs/c10"]).status.success());
+    for (data, labels) in [
+        ("cifar100:c100", "CIFAR-100's 100 fine classes"),
+        (
+            "cifar100:c100,labels=coarse",
+            "CIFAR-100's 20 coarse classes",
+        ),
+    ] {
+        let o = run_in(d, &["eval", "runs/c10", "--data", data]);
+        let out = text_of_refusal(&o).unwrap_or_else(|| text(&o));
+        assert!(
+            out.contains(&format!("--data {data}: its labels are {labels}, not the outputs of the run's model, which trained on --data cifar10:"))
+                && out.contains("(10 classes): evaluate it on CIFAR-10 (--data cifar10:DIR)"),
+            "{out}"
+        );
+        assert!(!out.contains("panicked"), "{out}");
+    }
+}

@@ -470,3 +470,45 @@ fn runs_lists_each_run_with_its_state() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));
 }
+
+/// A log piped into something that does not read it (a pager nobody scrolls, a stalled
+/// terminal) fills its pipe within a few hundred lines; the run goes on, and its metrics file
+/// still gets every step and its end. The log, once read, says what it skipped.
+#[test]
+fn a_log_nobody_reads_loses_lines_never_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = 40_000;
+    // (steps of some 50 us here, an epoch every 500, each recorded: slow enough for every one
+    // to be recorded on a loaded machine too)
+    let args = [
+        "--model=mlp:256",
+        "--data=synthetic:20000,8,3",
+        "--steps",
+        &steps.to_string(),
+        "--batch-per-replica",
+        "32",
+        "--log-every",
+        "1",
+        "--run-dir",
+        "run",
+    ];
+    let args: Vec<&str> = QUICK.iter().chain(&args).copied().collect();
+    let child = common::cli::spawn_in(dir.path(), &args);
+    let metrics = dir.path().join("run/metrics.jsonl");
+    // (the pipe is read only once the run's end is recorded)
+    common::run::wait_for("the run's end in its metrics file", || {
+        let text = std::fs::read_to_string(&metrics).ok()?;
+        text.contains("\"type\":\"end\"").then_some(())
+    });
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let rows = text.lines().filter(|l| l.contains("\"type\":\"step\""));
+    assert_eq!(rows.count(), steps, "every step recorded");
+    assert!(
+        log.contains("step rows not shown: this display fell behind"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("finished: {steps} steps")), "{log}");
+}

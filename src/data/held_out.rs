@@ -93,6 +93,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     };
     let (set, what, sizes, notes) = match spec {
         DataSpec::Cifar { dir, kind } => {
+            same_labels(spec, *kind, r)?;
             let c = cifar::load_test(dir, *kind, &spec.to_string())?;
             let n = c.test.1.len();
             let what = format!("{} {}", kind.name(), c.dir.display());
@@ -171,6 +172,37 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
         what: format!("{what}: {}", crate::text::counted(n, "image")),
         notes,
     })
+}
+
+/// A CIFAR set's labels are its own classes: only a run of the same set (and labels) has
+/// outputs for them, in that order.
+fn same_labels(spec: &DataSpec, kind: cifar::Kind, r: &Recipe) -> Result<(), DataError> {
+    let trained = match r.run_data {
+        DataSpec::Cifar { kind, .. } => Some(*kind),
+        _ => None,
+    };
+    if trained == Some(kind) {
+        return Ok(());
+    }
+    let fix = match trained {
+        Some(cifar::Kind::Ten) => "evaluate it on CIFAR-10 (--data cifar10:DIR)",
+        Some(cifar::Kind::Hundred { coarse: false }) => {
+            "evaluate it on CIFAR-100's fine labels (--data cifar100:DIR)"
+        }
+        Some(cifar::Kind::Hundred { coarse: true }) => {
+            "evaluate it on CIFAR-100's coarse labels (--data cifar100:DIR,labels=coarse)"
+        }
+        None => "evaluate it on a folder of its classes (--data images:DIR)",
+    };
+    Err(spec_err(
+        spec,
+        format!(
+            "its labels are {}, not the outputs of the run's model, which trained on --data {} ({}): {fix}",
+            kind.labels(),
+            r.run_data,
+            crate::text::counted(r.classes, "class"),
+        ),
+    ))
 }
 
 fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {

@@ -39,7 +39,7 @@ use crate::config::RunConfig;
 use crate::data::{self, Dataset};
 use crate::engine::control::{Controller, Decider};
 use crate::engine::events::{Event, StepStats};
-use heartbeat::{Beat, Heartbeats};
+use heartbeat::Heartbeats;
 use resume::{resumed_settings, TrainSplit};
 
 pub use cpu_time::thread_cpu_time;
@@ -364,14 +364,20 @@ impl Engine {
         &self.info
     }
 
-    /// Where each rank is within its step (for naming the ranks behind a stall).
-    pub fn heartbeats(&self) -> Vec<Beat> {
-        self.beats.read()
+    /// Where each rank is within its step (for naming the ranks behind a stall), as the
+    /// workers publish it.
+    pub fn heartbeats(&self) -> Heartbeats {
+        self.beats.clone()
     }
 
     /// Time since the workers started: the clock of `StepStats::at`.
     pub fn elapsed(&self) -> Duration {
         self.t0.elapsed()
+    }
+
+    /// When the workers started: `elapsed`'s origin.
+    pub fn started(&self) -> Instant {
+        self.t0
     }
 
     pub fn controller(&self) -> Controller {

@@ -3,8 +3,6 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crossbeam_channel::{select, tick};
-
 use super::sync::{sync_note, Ends};
 use super::units;
 use super::words::{describe, event_line, step_line};
@@ -12,14 +10,12 @@ use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::front::summary::{Spikes, Summary};
 use crate::front::watch::{Seen, Watch};
+use crate::front::watcher::Watcher;
 use crate::observe::metrics::Record;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{StepRow, Totals};
 use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
-
-/// How often the log collects step samples.
-const STEP_POLL: Duration = Duration::from_millis(20);
 
 /// `[MM:SS.ss]` since the run started (minutes past 99 keep counting), truncated to the
 /// hundredth so that no second reads 60.
@@ -28,10 +24,9 @@ fn stamp(t: Duration) -> String {
     format!("[{:02}:{:02}.{:02}]", cs / 6000, cs / 100 % 60, cs % 100)
 }
 
-/// What the log keeps between lines: the run's watch, its newest step, its figures for the end.
+/// What the log keeps between lines: its newest step, its figures for the end.
 struct Log<'a> {
     out: &'a mut dyn Write,
-    watch: Watch,
     /// The run as it started (its budget, accumulation, strategy, calibration, ranks).
     info: RunInfo,
     ends: Ends,
@@ -50,13 +45,14 @@ struct Log<'a> {
     best_val: Option<f32>,
     /// Gradient spikes said.
     spikes: Spikes,
+    /// The time left to the end of the budget as of the newest row.
+    eta: Option<Duration>,
 }
 
 impl<'a> Log<'a> {
-    fn new(info: RunInfo, out: &'a mut dyn Write, watch: Watch, log_every: u64) -> Log<'a> {
+    fn new(info: RunInfo, out: &'a mut dyn Write, log_every: u64) -> Log<'a> {
         Log {
             out,
-            watch,
             ends: Ends::of(&info),
             log_every,
             mfu: Mfu::for_run(&info),
@@ -66,13 +62,14 @@ impl<'a> Log<'a> {
             printed: None,
             best_val: None,
             spikes: Spikes::default(),
+            eta: None,
             info,
         }
     }
 
-    /// Says what the watch saw since the last call.
-    fn show(&mut self) {
-        for seen in self.watch.take() {
+    /// Says what the watch saw.
+    fn show(&mut self, seen: Vec<Seen>) {
+        for seen in seen {
             match seen {
                 Seen::Record(Record::Step { row, samples_per_s }) => {
                     self.on_row(row, samples_per_s)
@@ -89,6 +86,8 @@ impl<'a> Log<'a> {
                     ..
                 }) => self.on_warning(&kind, step, &message, t),
                 Seen::Record(Record::Telemetry { .. }) => {}
+                // (after its row: the row's line is printed with the one before)
+                Seen::Eta(eta) => self.eta = eta,
                 Seen::Note(n) => put(self.out, format_args!("{n}")),
             }
         }
@@ -137,7 +136,7 @@ impl<'a> Log<'a> {
             line += &format!(" | {note}");
         }
         // (the budget's last step has nothing left to wait for)
-        if let Some(eta) = self.watch.eta().filter(|_| row.progress < 1.0) {
+        if let Some(eta) = self.eta.filter(|_| row.progress < 1.0) {
             line += &format!(" | eta {}", units::clock(eta));
         }
         put(self.out, format_args!("{} {line}", stamp(row.at)));
@@ -201,31 +200,14 @@ pub fn run(
         put(out, format_args!("{l}"));
     }
     let telemetry = Telemetry::new(&info.devices, sample_interval);
-    let watch = Watch::new(&info, engine.steps().clone(), metrics, telemetry);
-    let mut log = Log::new(info, out, watch, log_every);
-    log.show();
-    let events = engine.events().clone();
-    // step samples are collected every few milliseconds rather than as they come, so a
-    // worker's `try_send` never has to wake this thread (that wake-up costs steps ~5%)
-    let poll = tick(STEP_POLL);
-    let sampler = tick(sample_interval);
-    loop {
-        select! {
-            recv(poll) -> _ => {
-                log.watch.collect(&events, engine.elapsed());
-                log.watch.beats(engine.elapsed(), &engine.heartbeats());
-            }
-            recv(sampler) -> _ => log.watch.sample(engine.elapsed()),
-            recv(events) -> e => match e {
-                Ok(ev) => log.watch.event(ev, engine.elapsed()),
-                Err(_) => break,
-            },
-        }
-        log.show();
+    let mut watch = Watch::new(&info, engine.steps().clone(), metrics, telemetry);
+    let mut log = Log::new(info, out, log_every);
+    log.show(watch.take());
+    // (the watch on its own thread: a log nobody reads loses lines, never records)
+    let watcher = Watcher::start(&engine, watch, sample_interval);
+    for seen in watcher.seen().iter() {
+        log.show(seen);
     }
-    // every worker has ended: the last samples, the end
-    log.watch.end(engine.elapsed());
-    log.show();
     let _ = log.out.flush();
     engine.join()
 }
@@ -260,27 +242,27 @@ mod tests {
         // (the samples come through `step`: no channel)
         let (_, steps) = crossbeam_channel::bounded(0);
         let metrics = Recorder::new(Vec::new(), None, 4);
-        let watch = Watch::new(&info, steps, metrics, Telemetry::of_steps(ranks));
-        let mut log = Log::new(info, &mut out, watch, 4);
+        let mut watch = Watch::new(&info, steps, metrics, Telemetry::of_steps(ranks));
+        let mut log = Log::new(info, &mut out, 4);
         let sample = |rank, step| crate::front::tui::demo::step(rank, ranks, step);
         for step in 1..=last {
             for rank in 0..ranks {
                 if !(late && step == last && rank == ranks - 1) {
-                    log.watch.step(sample(rank, step));
+                    watch.step(sample(rank, step));
                 }
             }
         }
         let t = Duration::from_secs(60);
         for ev in events {
-            log.watch.event(ev.clone(), t);
+            watch.event(ev.clone(), t);
         }
         if late {
-            log.watch.step(sample(ranks - 1, last));
+            watch.step(sample(ranks - 1, last));
         }
         let ending = crate::engine::events::Ending::Stopped;
-        log.watch.event(Event::Finished { step: last, ending }, t);
-        log.watch.end(t);
-        log.show();
+        watch.event(Event::Finished { step: last, ending }, t);
+        watch.end(t);
+        log.show(watch.take());
         drop(log);
         let text = String::from_utf8(out).unwrap();
         text.lines()

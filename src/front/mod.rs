@@ -8,4 +8,5 @@ pub mod sync;
 pub mod tui;
 pub mod units;
 pub mod watch;
+pub mod watcher;
 pub mod words;

@@ -41,7 +41,7 @@ impl Steps {
         for s in std::mem::take(&mut self.held) {
             sort(s);
         }
-        while self.open {
+        for _ in 0..self.waiting() {
             match self.rx.try_recv() {
                 Ok(s) => sort(s),
                 Err(TryRecvError::Empty) => break,
@@ -55,12 +55,21 @@ impl Steps {
     /// The samples waiting now, held for [`Steps::take_held`] (the events a rank sent before
     /// them are waiting by then too).
     pub fn fetch(&mut self) {
-        while self.open {
+        for _ in 0..self.waiting() {
             match self.rx.try_recv() {
                 Ok(s) => self.held.push_back(s),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => self.open = false,
             }
+        }
+    }
+
+    /// How many samples to take from the channel: those waiting now (the ranks may send
+    /// faster than they are taken), or one where it may have closed (which says so).
+    fn waiting(&self) -> usize {
+        match self.open {
+            true => self.rx.len().max(1),
+            false => 0,
         }
     }
 

@@ -1,8 +1,9 @@
 //! What watches a run in this process, for either frontend: its step samples put together into
 //! rows (the step monitor), the straggler detector, the devices' telemetry and the records (the
-//! metrics files, the live socket), in the run's order. The frontend is handed every row, event,
-//! warning and sample as the record `view` reads from a file and `attach` from a socket (a file
-//! holds every `--log-every`th row of them): the screen and the log show what the file says.
+//! metrics files, the live socket), in the run's order, on a thread of its own (`watcher`). The
+//! frontend is handed every row, event, warning and sample as the record `view` reads from a
+//! file and `attach` from a socket (a file holds every `--log-every`th row of them): the screen
+//! and the log show what the file says.
 
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ use crate::observe::Recorder;
 #[derive(Debug)]
 pub enum Seen {
     Record(Record),
+    /// The time left to the end of the run's budget at the pace of its newest rows, after
+    /// each step's row (for the log's line of it).
+    Eta(Option<Duration>),
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
     Note(String),
 }
@@ -36,6 +40,50 @@ pub struct Watch {
     /// The run's end, recorded after its final step samples and telemetry.
     end: Option<(Event, Duration)>,
     seen: Vec<Seen>,
+    lost: Lost,
+}
+
+/// Steps no row was put together for: a rank's sample of them was dropped (its queue was full:
+/// the ranks stepped faster than this process recorded).
+#[derive(Default)]
+struct Lost {
+    newest_row: Option<u64>,
+    steps: u64,
+    /// As of the note said.
+    said: Option<u64>,
+}
+
+impl Lost {
+    /// Row `step` put together: a note the first time steps before it were lost.
+    fn row(&mut self, step: u64) -> Option<String> {
+        let newest = self
+            .newest_row
+            .replace(step.max(self.newest_row.unwrap_or(0)));
+        let gap = newest.map_or(0, |n| step.saturating_sub(n + 1));
+        if gap == 0 {
+            return None;
+        }
+        self.steps += gap;
+        if self.said.is_some() {
+            return None;
+        }
+        self.said = Some(self.steps);
+        Some(format!(
+            "steps {}..={} have no row: the ranks stepped faster than this process could record them and their step samples were dropped (a row recorded every step, --log-every 1, costs the most); the metrics file, the totals and the summary leave such steps out (their count comes at the end)",
+            step - gap,
+            step - 1
+        ))
+    }
+
+    /// At the end, where more were lost since the note.
+    fn total(&self) -> Option<String> {
+        (self.said.is_some_and(|s| s < self.steps)).then(|| {
+            format!(
+                "{} steps in all have no row (their step samples were dropped: see above)",
+                self.steps
+            )
+        })
+    }
 }
 
 impl Watch {
@@ -56,6 +104,7 @@ impl Watch {
             recorder,
             end: None,
             seen: Vec::new(),
+            lost: Lost::default(),
         };
         watch.note(notes);
         watch
@@ -71,11 +120,6 @@ impl Watch {
         self.steps.is_open()
     }
 
-    /// The time left to the end of the run's budget, at the pace of its newest rows.
-    pub fn eta(&self) -> Option<Duration> {
-        self.monitor.eta()
-    }
-
     fn note(&mut self, notes: Vec<String>) {
         self.seen.extend(notes.into_iter().map(Seen::Note));
     }
@@ -89,13 +133,15 @@ impl Watch {
             return;
         };
         let rate = self.monitor.samples_per_sec();
-        let notes = self.recorder.step(&row, rate);
+        let mut notes = self.recorder.step(&row, rate);
+        notes.extend(self.lost.row(row.step));
         let warnings = self.detector.on_row(&row);
         let at = row.at;
         self.seen.push(Seen::Record(Record::Step {
             row,
             samples_per_s: rate,
         }));
+        self.seen.push(Seen::Eta(self.monitor.eta()));
         self.note(notes);
         for w in warnings {
             self.warning(&w, at);
@@ -103,8 +149,7 @@ impl Watch {
     }
 
     /// Every step sample waiting, where no event can come any more (`collect` otherwise).
-    /// Samples are collected (the log's every 20 ms, the screen's every frame) rather than as
-    /// they come: a worker's `try_send` then never has to wake the frontend's thread, which
+    /// Samples are collected (every 20 ms: `front::watcher`) rather than as they come: a worker's `try_send` then never has to wake the frontend's thread, which
     /// keeps the watching's cost off the steps.
     pub fn drain(&mut self) {
         self.steps_to(None);
@@ -115,9 +160,11 @@ impl Watch {
     /// the samples fetched after it. An event a rank sent before a sample is waiting once the
     /// sample is, so no step comes before an event of an earlier step (taken the other way
     /// round, an epoch's end sent between the two looks would come after the next step).
+    /// Only what is waiting when it looks: where the ranks send faster than it records, a look
+    /// that took what came meanwhile too would never end (nor would `now` stay true).
     pub fn collect(&mut self, events: &Receiver<Event>, now: Duration) {
         self.steps.fetch();
-        for ev in events.try_iter() {
+        for ev in events.try_iter().take(events.len()) {
             self.event(ev, now);
         }
         for s in self.steps.take_held() {
@@ -222,7 +269,8 @@ impl Watch {
         if let Some((ev, t)) = end {
             self.record(ev, t);
         }
-        let notes = self.recorder.flush();
+        let mut notes = self.recorder.flush();
+        notes.extend(self.lost.total());
         self.note(notes);
     }
 }

@@ -29,7 +29,7 @@ impl Kind {
         }
     }
 
-    fn classes(self) -> usize {
+    pub fn classes(self) -> usize {
         match self {
             Kind::Ten => 10,
             Kind::Hundred { coarse: true } => 20,
@@ -93,6 +93,17 @@ impl Kind {
             files: (train.into_iter().chain([test]).chain(names))
                 .map(String::from)
                 .collect(),
+        }
+    }
+
+    /// Its labels, for a message: `CIFAR-100's 20 coarse classes`.
+    pub fn labels(self) -> String {
+        match self {
+            Kind::Ten => "CIFAR-10's 10 classes".into(),
+            Kind::Hundred { coarse } => {
+                let which = if coarse { "coarse" } else { "fine" };
+                format!("CIFAR-100's {} {which} classes", self.classes())
+            }
         }
     }
 

@@ -9,9 +9,9 @@ use crossbeam_channel::Receiver;
 use super::app::{App, AppEvent, Level};
 use super::TuiOptions;
 use crate::engine::control::{Control, Controller};
-use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::front::watch::{Seen, Watch};
+use crate::front::watcher::Watcher;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
 
@@ -53,18 +53,19 @@ pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
         match s {
             Seen::Record(r) => app.apply_record(r),
             Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
+            // (the screen keeps its own, from the rows)
+            Seen::Eta(_) => {}
         }
     }
 }
 
-/// The engine in this process; also records the run (metrics files, the live socket).
+/// The engine in this process; its watch (on its own thread) records the run (metrics files,
+/// the live socket) whether or not the screen keeps up.
 pub struct EngineSource {
     engine: Option<Engine>,
     controller: Controller,
-    events: Receiver<Event>,
-    events_open: bool,
-    watch: Watch,
-    sample_interval: std::time::Duration,
+    /// Until the watch has recorded the run's end (then the engine is joined).
+    watcher: Option<Watcher>,
     result: Option<Result<RunResult, EngineError>>,
 }
 
@@ -82,13 +83,15 @@ impl EngineSource {
         show(app, watch.take());
         EngineSource {
             controller: engine.controller(),
-            events: engine.events().clone(),
-            events_open: true,
-            watch,
-            sample_interval: opts.sample_interval,
+            watcher: Some(Watcher::start(&engine, watch, opts.sample_interval)),
             result: None,
             engine: Some(engine),
         }
+    }
+
+    /// Whether the run's end was heard (what is left is the workers' teardown).
+    fn ending(&self) -> bool {
+        self.watcher.as_ref().is_none_or(Watcher::ending)
     }
 
     /// The run's result once the UI has closed (`app` takes what is seen of its end): joined
@@ -101,7 +104,7 @@ impl EngineSource {
             (None, Some(e)) => e,
             (None, None) => unreachable!("the engine is joined exactly once"),
         };
-        if abandoned && !self.watch.ending() {
+        if abandoned && !self.ending() {
             // as a second signal: the records end (`quit`), the socket and any half written
             // checkpoint go
             crate::quit_at_once::run();
@@ -115,68 +118,53 @@ impl EngineSource {
                 "left without waiting for the workers (Ctrl-C while stopping); this stop wrote no checkpoint; {resume}"
             )));
         }
-        if !self.watch.ending() {
+        if !self.ending() {
             let _ = e.controller().stop(true);
         }
-        let (at, joined) = (e.elapsed(), Instant::now());
         let r = e.join();
         // what the stop said (its checkpoint, the end) after the samples before it
-        let now = at + joined.elapsed();
-        for ev in self.events.try_iter() {
-            self.watch.event(ev, now);
+        if let Some(w) = self.watcher.take() {
+            show(app, w.rest());
         }
-        self.watch.end(now);
-        show(app, self.watch.take());
         app.finish(r.as_ref().err().map(ToString::to_string));
         r
-    }
-
-    fn at(&self, app: &App) -> std::time::Duration {
-        self.engine.as_ref().map_or(app.now, |e| e.elapsed())
     }
 }
 
 impl Source for EngineSource {
-    type Event = Event;
+    type Event = Vec<Seen>;
 
-    fn events(&self) -> Receiver<Event> {
-        self.events.clone()
+    fn events(&self) -> Receiver<Vec<Seen>> {
+        self.watcher
+            .as_ref()
+            .map_or_else(crossbeam_channel::never, |w| w.seen().clone())
     }
 
-    fn on_event(&mut self, app: &mut App, ev: Option<Event>) -> bool {
-        match ev {
-            Some(ev) => self.watch.event(ev, self.at(app)),
+    fn on_event(&mut self, app: &mut App, seen: Option<Vec<Seen>>) -> bool {
+        match seen {
+            Some(seen) => show(app, seen),
+            // the run's end is recorded: `settle` joins the engine
             None => {
-                self.events_open = false;
-                self.watch.drain();
+                if let Some(w) = self.watcher.take() {
+                    show(app, w.rest());
+                }
             }
         }
-        show(app, self.watch.take());
         true
     }
 
     fn timer(&self) -> Receiver<Instant> {
-        crossbeam_channel::tick(self.sample_interval)
+        // (the watch samples the devices on its own thread)
+        crossbeam_channel::never()
     }
 
-    fn on_timer(&mut self, app: &mut App) -> bool {
-        if let Some(e) = &self.engine {
-            let at = e.elapsed();
-            self.watch.sample(at);
-            self.watch.beats(at, &e.heartbeats());
-            show(app, self.watch.take());
-        }
+    fn on_timer(&mut self, _app: &mut App) -> bool {
         false
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {
-        match self.events_open {
-            true => self.watch.collect(&self.events, self.at(app)),
-            false => self.watch.drain(),
-        }
-        show(app, self.watch.take());
         // (once the end was heard, the clock stops at it: the summary's wall time is the run's)
-        if let Some(e) = self.engine.as_ref().filter(|_| !self.watch.ending()) {
+        if let Some(e) = self.engine.as_ref().filter(|_| !self.ending()) {
             app.apply(AppEvent::Tick(e.elapsed()));
             return true;
         }
@@ -193,14 +181,12 @@ impl Source for EngineSource {
     }
 
     fn settle(&mut self, app: &mut App) -> bool {
-        if self.events_open || self.watch.steps_open() {
+        if self.watcher.is_some() {
             return false;
         }
         let Some(engine) = self.engine.take() else {
             return false;
         };
-        self.watch.end(engine.elapsed());
-        show(app, self.watch.take());
         let r = engine.join();
         app.finish(r.as_ref().err().map(ToString::to_string));
         self.result = Some(r);

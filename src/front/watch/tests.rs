@@ -57,13 +57,20 @@ fn watched(path: &Path) -> Vec<Record> {
     };
     watch.event(end, ms(2500.0));
     watch.end(ms(2600.0));
-    let seen = watch.take();
+    let seen = taken(&mut watch);
     seen.into_iter()
         .map(|s| match s {
             Seen::Record(r) => r,
             Seen::Note(n) => panic!("a note: {n}"),
+            Seen::Eta(_) => unreachable!("left out by `taken`"),
         })
         .collect()
+}
+
+/// What the watch saw, but the ETA after each row.
+fn taken(watch: &mut Watch) -> Vec<Seen> {
+    let seen = watch.take().into_iter();
+    seen.filter(|s| !matches!(s, Seen::Eta(_))).collect()
 }
 
 fn kind(r: &Record) -> String {
@@ -169,10 +176,10 @@ fn events_taken_late_come_between_the_steps_they_came_between() {
     let first = events.recv().unwrap();
     watch.event(first, Duration::from_secs(1));
     watch.collect(&events, Duration::from_secs(1));
-    let order: Vec<String> = (watch.take().into_iter())
+    let order: Vec<String> = (taken(&mut watch).into_iter())
         .filter_map(|s| match s {
             Seen::Record(r) => Some(kind(&r)),
-            Seen::Note(_) => None,
+            _ => None,
         })
         .map(|k| k.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
         .collect();
@@ -201,7 +208,7 @@ fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
             })
             .collect()
     };
-    assert_eq!(steps(watch.take()), [1], "rank 1 has done step 1 only");
+    assert_eq!(steps(taken(&mut watch)), [1], "rank 1 has done step 1 only");
     // an event after step 2 comes after its row, not before (the samples waiting are taken
     // first), and the samples after it wait
     for s in 2..=3 {
@@ -216,24 +223,24 @@ fn a_step_s_row_waits_for_every_rank_and_its_events_come_after_it() {
         },
         Duration::from_secs(1),
     );
-    let seen = watch.take();
+    let seen = taken(&mut watch);
     assert!(
         matches!(&seen[..], [Seen::Record(Record::Step { row, .. }), Seen::Record(Record::Event { .. })] if row.step == 2)
     );
     watch.drain();
-    assert_eq!(steps(watch.take()), [3]);
+    assert_eq!(steps(taken(&mut watch)), [3]);
     // the end waits for the ranks' last samples
     let end = Event::Finished {
         step: 4,
         ending: Ending::Completed,
     };
     watch.event(end, Duration::from_secs(2));
-    assert!(watch.take().is_empty(), "the end is kept back");
+    assert!(taken(&mut watch).is_empty(), "the end is kept back");
     tx.send(demo::step(0, 2, 4)).unwrap();
     tx.send(demo::step(1, 2, 4)).unwrap();
     drop(tx);
     watch.end(Duration::from_secs(3));
-    let seen = watch.take();
+    let seen = taken(&mut watch);
     assert!(matches!(&seen[0], Seen::Record(Record::Step { row, .. }) if row.step == 4));
     // a last telemetry sample, stamped no later than the end it comes before
     assert!(
@@ -301,4 +308,40 @@ fn a_stall_is_said_once_steps_stop_but_not_while_paused_nor_once_the_end_was_hea
     w.beats(secs(60), &beats);
     w.sample(secs(60));
     assert!(w.take().is_empty());
+}
+
+#[test]
+fn steps_whose_samples_were_dropped_are_said_once_and_counted_at_the_end() {
+    let info = RunInfo::example(1);
+    let (_, steps) = crossbeam_channel::bounded::<StepStats>(0);
+    let mut watch = Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(1));
+    let notes = |watch: &mut Watch| -> Vec<String> {
+        (watch.take().into_iter())
+            .filter_map(|s| match s {
+                Seen::Note(n) => Some(n),
+                _ => None,
+            })
+            .collect()
+    };
+    notes(&mut watch);
+    for s in [1, 2, 3] {
+        watch.step(demo::step(0, 1, s));
+    }
+    assert!(notes(&mut watch).is_empty(), "no step lost");
+    for s in [6, 7, 10] {
+        watch.step(demo::step(0, 1, s));
+    }
+    let said = notes(&mut watch);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with(
+            "steps 4..=5 have no row: the ranks stepped faster than this process could record them"
+        ),
+        "{said:?}"
+    );
+    watch.end(Duration::from_secs(1));
+    assert_eq!(
+        notes(&mut watch),
+        ["4 steps in all have no row (their step samples were dropped: see above)"]
+    );
 }
