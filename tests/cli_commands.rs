@@ -27,7 +27,7 @@ fn calibrate_measures_one_device_and_reports_speedup_and_efficiency() {
     assert!(out.contains("calibration: one device trains"), "{out}");
     let line = out.lines().find(|l| l.contains("step 200/200")).unwrap();
     assert!(
-        line.contains("x one device, ") && line.contains("% efficiency)"),
+        line.contains("x one device, ") && line.contains("% efficiency"),
         "{line}"
     );
     let run: serde_json::Value = serde_json::from_str(

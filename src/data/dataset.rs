@@ -118,6 +118,12 @@ impl Dataset {
         self.y.len()
     }
 
+    /// Whether its samples are pictures decoded from files on their first use and kept: the
+    /// first pass over them is slower than the rest.
+    pub fn decoded_once(&self) -> bool {
+        (self.pictures.as_ref()).is_some_and(|p| p.set.decodes_and_keeps())
+    }
+
     /// Whether sample `i`'s picture failed to decode (so far): another of its class stands in
     /// for it. Never for a table's rows.
     pub fn stood_in(&self, i: usize) -> bool {

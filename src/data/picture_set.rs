@@ -73,6 +73,12 @@ impl ImageSet {
         }
     }
 
+    /// Whether its pictures are decoded from files on their first use and kept: the first pass
+    /// over them is slower than the rest.
+    pub fn decodes_and_keeps(&self) -> bool {
+        self.keep && !self.files.is_empty()
+    }
+
     /// The set with its classes named, label 0's first.
     pub fn named(self, names: Vec<String>) -> ImageSet {
         ImageSet { names, ..self }

@@ -274,10 +274,13 @@ impl Engine {
                 batch_per_replica: start.per_replica,
                 ..cfg.clone()
             };
-            let one = crate::engine::calibrate::calibration_config(
+            let train = &loaded.train;
+            let warm = calibrate::warm_steps(train.len(), train.decoded_once(), start.per_replica);
+            let one = calibrate::calibration_config(
                 &trained,
                 &info.devices[0],
                 info.threads_per_worker,
+                warm,
             );
             let data = RunData {
                 train: loaded.train.clone(),
@@ -291,8 +294,8 @@ impl Engine {
                 notes: Vec::new(),
             };
             let devices = resolve_devices(&one.devices, None)?;
-            let r = Engine::start_with(one, devices, data, None)?.join_discarding_events()?;
-            info.baseline = Some(crate::engine::calibrate::calibrated_rate(&r));
+            let engine = Engine::start_with(one, devices, data, None)?;
+            info.baseline = Some(calibrate::measure(engine, warm)?);
         }
         let (ctl_tx, ctl_rx) = unbounded();
         let local_gpus = (local.clone())

@@ -120,6 +120,9 @@ impl Summary {
         if let Some(r) = self.mean_samples_per_sec {
             let scaling = super::words::scaling_note(Some(r), info.baseline, info.ranks());
             line += &format!(" | {} samples/s of training{scaling}", si(r));
+            if info.baseline.is_some_and(|b| r < b) {
+                line += " (fewer devices, or more work each a step: a larger --batch-per-replica, would train faster)";
+            }
         }
         if let Some(s) = self.grad_spikes.text() {
             line += &format!(" | {s}");
@@ -210,6 +213,29 @@ mod tests {
         assert_eq!(
             ranks_time(t(8.66, 0.6).shares()),
             "compute 87%, data 5%, comm 6%, wait 2%"
+        );
+    }
+
+    #[test]
+    fn a_calibrated_run_slower_than_one_device_is_told_what_would_do_better() {
+        let mut info = crate::engine::RunInfo::example(2);
+        let totals = Totals {
+            samples: 8000,
+            train_s: 10.0,
+            ..Totals::default()
+        };
+        let s = Summary::of(100, Ending::Completed, Duration::from_secs(10), &totals);
+        info.baseline = Some(1000.0);
+        let said = s.figures(&info);
+        assert!(
+            said.contains("800 samples/s of training (0.80x one device, 40% efficiency: slower than one device alone) (fewer devices"),
+            "{said}"
+        );
+        info.baseline = Some(500.0);
+        let said = s.figures(&info);
+        assert!(
+            said.ends_with("(1.60x one device, 80% efficiency)"),
+            "{said}"
         );
     }
 }

@@ -242,13 +242,19 @@ fn step_times(ranks: &[crate::engine::events::StepStats]) -> String {
     )
 }
 
-/// ` (1.70x one device, 85% efficiency)` where the run was calibrated.
+/// ` (1.70x one device, 85% efficiency)` where the run was calibrated; said where it is slower
+/// than one device alone.
 pub fn scaling_note(rate: Option<f64>, baseline: Option<f64>, ranks: usize) -> String {
     match (rate, baseline) {
         (Some(r), Some(b)) => {
             let (speedup, eff) = crate::engine::calibrate::scaling(r, b, ranks);
+            let slower = if speedup < 1.0 {
+                ": slower than one device alone"
+            } else {
+                ""
+            };
             format!(
-                " ({speedup:.2}x one device, {:.0}% efficiency)",
+                " ({speedup:.2}x one device, {:.0}% efficiency{slower})",
                 eff * 100.0
             )
         }
