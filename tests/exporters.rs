@@ -243,16 +243,31 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
 fn a_port_in_use_or_a_folder_that_cannot_be_made_is_refused_before_the_run_starts() {
     let dir = tempfile::tempdir().unwrap();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port().to_string();
+    let port = taken.local_addr().unwrap().port();
+    // (the port after it taken too, where it can be: not suggested)
+    let next = TcpListener::bind(("127.0.0.1", port.wrapping_add(1))).ok();
     let o = run_in(
         dir.path(),
-        &["--headless", "--steps", "5", "--prometheus", &port],
+        &[
+            "--headless",
+            "--steps",
+            "5",
+            "--prometheus",
+            &port.to_string(),
+        ],
     );
+    drop(next);
     let out = text(&o);
     assert!(!o.status.success(), "{out}");
     assert!(
-        out.contains(&format!("127.0.0.1:{port} is already in use"))
-            && out.contains("--prometheus "),
+        out.contains(&format!("127.0.0.1:{port} is already in use")),
+        "{out}"
+    );
+    let suggested: u16 = (out.split("e.g. --prometheus ").nth(1))
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no port suggested: {out}"));
+    assert!(
+        u32::from(suggested) > u32::from(port) + 1 || suggested == 0,
         "{out}"
     );
     assert!(!dir.path().join("runs").exists(), "nothing started: {out}");
@@ -316,6 +331,20 @@ fn tensorboard_scalars(file: &Path) -> Option<Vec<(String, u64, f64, f64)>> {
     assert!(o.status.success(), "{}", text(&o));
     let v: Vec<(String, u64, f64, f64)> = serde_json::from_slice(&o.stdout).unwrap();
     Some(v)
+}
+
+/// Every file and folder under `dir` (none where it does not exist).
+fn walkdir_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut all = Vec::new();
+    for e in entries {
+        let p = e.unwrap().path();
+        all.extend(walkdir_files(&p));
+        all.push(p);
+    }
+    all
 }
 
 fn event_file(dir: &Path) -> std::path::PathBuf {
@@ -472,6 +501,27 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
             "{a:?} {b:?}"
         );
     }
+    // nor a second time under that DIR (into a folder numbered apart)
+    let o = run_in(dir.path(), &["view", "run", "--tensorboard", "converted"]);
+    assert!(
+        text(&o).contains("/run already holds this run's TensorBoard events"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read_dir(&named[0]).unwrap().count(), 1);
+    // a damaged file converts to nothing, and leaves no folder
+    let damaged = dir.path().join("damaged.jsonl");
+    let whole = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let mut lines: Vec<&str> = whole.lines().collect();
+    lines[3] = "{\"type\": \"step\", cut";
+    std::fs::write(&damaged, lines.join("\n")).unwrap();
+    let o = run_in(
+        dir.path(),
+        &["view", "damaged.jsonl", "--tensorboard", "cut"],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let left: Vec<_> = walkdir_files(&dir.path().join("cut"));
+    assert!(left.is_empty(), "{left:?}");
     // and never into a folder that has events already
     let o = run_in(dir.path(), &["view", "run", "--tensorboard"]);
     assert!(!o.status.success());

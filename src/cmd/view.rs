@@ -63,6 +63,14 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
                 let info = reader.info();
                 let run_dir = (info.run_dir.clone())
                     .unwrap_or_else(|| tensorboard::run_dir_of(reader.path()));
+                let held = (info.started)
+                    .and_then(|t| tensorboard::holding_run(&d, &info.name, Some(&run_dir), t));
+                if let Some(held) = held {
+                    anyhow::bail!(
+                        "{} already holds this run's TensorBoard events (written by --tensorboard during the run, or an earlier conversion), and TensorBoard would show it twice; remove that folder to write them again",
+                        held.display()
+                    );
+                }
                 let run = tensorboard::own_run_folder(&d, &info.name, Some(&run_dir))
                     .map_err(anyhow::Error::msg)?;
                 (run, d)
@@ -73,7 +81,18 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
             }
         };
         tensorboard::preflight(&dir).map_err(anyhow::Error::msg)?;
-        let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(anyhow::Error::msg)?;
+        let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(|e| {
+            // (the folders made for it go with its file: empty, as they were made; DIR, given,
+            // stays)
+            if dir != logdir {
+                let _ = std::fs::remove_dir(&dir);
+                let _ = dir
+                    .parent()
+                    .filter(|&p| p != logdir)
+                    .map(std::fs::remove_dir);
+            }
+            anyhow::Error::msg(e)
+        })?;
         crate::say!(
             "wrote the scalars of {n} records to {} (tensorboard --logdir {})",
             file.display(),

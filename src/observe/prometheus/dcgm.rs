@@ -147,6 +147,15 @@ impl Dcgm {
         Ok(Dcgm { vecs, gpus })
     }
 
+    /// Every GPU's values left out: they are no longer read (the run has ended).
+    pub(super) fn forget(&self) {
+        for gpu in &self.gpus {
+            for vec in &self.vecs {
+                let _ = vec.remove_label_values(&gpu.labels);
+            }
+        }
+    }
+
     /// Each GPU's values from its sample; what NVML cannot read is left out, as dcgm-exporter
     /// does.
     pub(super) fn record(&self, devices: &[DeviceSample]) {

@@ -76,6 +76,18 @@ pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// A port after `addr`'s that is free now (of the next 100, from 1024 up), to suggest; else
+/// port 0, which takes any.
+fn free_port_after(addr: SocketAddr) -> String {
+    let after = (1..=100).filter_map(|k| addr.port().checked_add(k));
+    (after.filter(|&p| p >= 1024))
+        .find(|&p| TcpListener::bind(SocketAddr::new(addr.ip(), p)).is_ok())
+        .map_or_else(
+            || "0 (any free port: the start-up line says which)".into(),
+            |p| p.to_string(),
+        )
+}
+
 /// A listening endpoint; dropping it stops the server.
 pub struct Endpoint {
     addr: SocketAddr,
@@ -89,7 +101,7 @@ impl Endpoint {
         let listener = TcpListener::bind(addr).map_err(|e| match e.kind() {
             ErrorKind::AddrInUse => format!(
                 "--prometheus: {addr} is already in use (another run's endpoint, or another exporter); choose another port, e.g. --prometheus {}",
-                addr.port().wrapping_add(1).max(1)
+                free_port_after(addr)
             ),
             ErrorKind::PermissionDenied => format!(
                 "--prometheus: no permission to listen on {addr} (ports below 1024 need root); choose a port from 1024 up, e.g. --prometheus 9400"

@@ -60,6 +60,8 @@ pub struct Prometheus {
     /// one step's samples over the time since (a stall's falls), and 0 while paused.
     last_rate: Option<(Duration, usize, f64)>,
     paused: bool,
+    /// The run has ended (failed, stopped, completed): nothing trains, nothing is measured.
+    over: bool,
     loss: Newest,
     accuracy: Newest,
     /// (files written before it was recorded have none)
@@ -182,6 +184,7 @@ impl Prometheus {
             },
             last_rate: None,
             paused: false,
+            over: false,
             samples_per_s: Newest::new(
                 r,
                 "mgtop_samples_per_second",
@@ -314,6 +317,17 @@ impl Prometheus {
         Ok(p)
     }
 
+    /// The run has ended: no samples/s, no use of its devices, and no GPU readings (no longer
+    /// taken: a dashboard sees them gone rather than frozen at their last values).
+    fn ended(&mut self) {
+        self.over = true;
+        self.samples_per_s.set(0.0);
+        for g in &self.utilization {
+            g.set(0.0);
+        }
+        self.dcgm.forget();
+    }
+
     fn set_state(&self, now: &str) {
         for s in STATES {
             self.state
@@ -410,8 +424,12 @@ impl Sink for Prometheus {
                 self.set_state("running");
                 self.paused = false;
             }
-            Event::Failed { .. } => self.set_state("failed"),
+            Event::Failed { .. } => {
+                self.set_state("failed");
+                self.ended();
+            }
             Event::Finished { ending, .. } => {
+                self.ended();
                 // a failure said first stays the state
                 let failed = self.state.with_label_values(&["failed"]).get() > 0.0;
                 if !failed {
@@ -454,6 +472,9 @@ impl Sink for Prometheus {
         devices: &[DeviceSample],
         process: Option<(u64, u64)>,
     ) -> Result<(), String> {
+        if self.over {
+            return Ok(());
+        }
         // no step since: at most one step's samples over the time since the last
         if let Some((at, samples, rate)) = self.last_rate.filter(|_| !self.paused) {
             let since = t.saturating_sub(at).as_secs_f64();

@@ -216,14 +216,6 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         Duration::from_secs(1),
     )
     .unwrap();
-    p.event(
-        &Event::Finished {
-            step: 4,
-            ending: Ending::Stopped,
-        },
-        Duration::from_secs(1),
-    )
-    .unwrap();
     let t = text(&reg);
     let gpu0 = r#"{Hostname="nodeA",UUID="GPU-5b4f",device="nvidia3",gpu="3",modelName="NVIDIA H100 80GB HBM3",pci_bus_id="",rank="0"}"#;
     let want = [
@@ -282,8 +274,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#,
             0.5,
         ),
-        (r#"mgtop_run_state{state="stopped"}"#, 1.0),
-        (r#"mgtop_run_state{state="running"}"#, 0.0),
+        (r#"mgtop_run_state{state="running"}"#, 1.0),
         ("mgtop_process_resident_memory_bytes", 1048576.0),
     ];
     for (series, v) in training {
@@ -295,6 +286,18 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
     let want = 3e6 * 32.0 / 0.015 / 66.9e12;
     let got = value(&t, mfu).unwrap_or_else(|| panic!("no {mfu}:\n{t}"));
     assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
+    promtool_accepts(&t);
+    p.event(
+        &Event::Finished {
+            step: 4,
+            ending: Ending::Stopped,
+        },
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let t = text(&reg);
+    assert_eq!(value(&t, r#"mgtop_run_state{state="stopped"}"#), Some(1.0));
+    assert_eq!(value(&t, r#"mgtop_run_state{state="running"}"#), Some(0.0));
     promtool_accepts(&t);
 }
 
@@ -372,4 +375,47 @@ fn another_machines_gpus_are_not_shown_with_this_machines_nvml() {
     // its rank's own figures are still there
     let series = r#"mgtop_device_utilization_ratio{rank="1",worker="nodeB/gpu1"}"#;
     assert_eq!(value(&t, series), Some(0.5));
+}
+
+#[test]
+fn a_run_that_ended_trains_nothing_and_its_gpus_are_no_longer_read() {
+    let ids = [GpuIdentity::default(), GpuIdentity::default()];
+    for end in [
+        Event::Finished {
+            step: 4,
+            ending: Ending::Completed,
+        },
+        Event::Failed {
+            rank: 1,
+            step: 4,
+            message: "x".into(),
+        },
+    ] {
+        let reg = Registry::new();
+        let mut p = Prometheus::new(&reg, &info(), &ids).unwrap();
+        for s in 1..=4 {
+            p.step(&row(s), Some(1000.0), true).unwrap();
+        }
+        let busy = DeviceSample {
+            util: Some(0.8),
+            ..DeviceSample::default()
+        };
+        let devices = [busy.clone(), busy];
+        p.telemetry(Duration::from_millis(70), &devices, None)
+            .unwrap();
+        let util = r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#;
+        assert_eq!(value(&text(&reg), util), Some(0.8));
+        assert!(text(&reg).contains("DCGM_FI_DEV_GPU_UTIL{"));
+        p.event(&end, Duration::from_millis(80)).unwrap();
+        // (the screen's summary keeps the endpoint up: a telemetry sample after the end
+        // changes nothing)
+        p.telemetry(Duration::from_millis(90), &devices, None)
+            .unwrap();
+        let t = text(&reg);
+        assert_eq!(value(&t, "mgtop_samples_per_second"), Some(0.0), "{end:?}");
+        assert_eq!(value(&t, util), Some(0.0), "{end:?}");
+        assert!(!t.contains("DCGM_FI_DEV_GPU_UTIL{"), "{end:?}:\n{t}");
+        // what it did stays
+        assert_eq!(value(&t, "mgtop_step"), Some(4.0));
+    }
 }

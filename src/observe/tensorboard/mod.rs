@@ -277,6 +277,32 @@ pub fn own_run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> Result<
     ))
 }
 
+/// The folder among `run_folder` and its numbered ones (`own_run_folder`'s) that already holds
+/// the events of the run that started at `started`: written during it, or by an earlier
+/// conversion (an event file's name carries its run's start, to the second).
+pub fn holding_run(
+    dir: &Path,
+    name: &str,
+    run_dir: Option<&Path>,
+    started: SystemTime,
+) -> Option<PathBuf> {
+    let base = run_folder(dir, name, run_dir);
+    let leaf = base.file_name()?.to_string_lossy().into_owned();
+    let prefix = format!("events.out.tfevents.{}.", unix_seconds(started) as u64);
+    let holds = |at: &Path| {
+        std::fs::read_dir(at).is_ok_and(|entries| {
+            (entries.flatten()).any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        })
+    };
+    (1..=MAX_SAME_NAMED)
+        .map(|k| match k {
+            1 => base.clone(),
+            k => base.with_file_name(format!("{leaf}-{k}")),
+        })
+        .take_while(|at| at.exists())
+        .find(|at| holds(at))
+}
+
 /// The most runs of one name `own_run_folder` numbers apart.
 const MAX_SAME_NAMED: usize = 1000;
 
@@ -292,12 +318,15 @@ pub fn run_dir_of(metrics_file: &Path) -> PathBuf {
     }
 }
 
-/// Where `view PATH --tensorboard` writes by default: the `tensorboard` folder beside the
-/// metrics file (a run directory's own).
+/// Where `view PATH --tensorboard` writes by default: the `tensorboard` folder beside a run
+/// directory's metrics file (the run's own); for another file (`--metrics-out a.jsonl`), a
+/// folder of its name in it (`tensorboard/a`: files side by side stay apart).
 pub fn default_dir_for(metrics_file: &Path) -> PathBuf {
-    metrics_file
-        .parent()
-        .map_or_else(|| PathBuf::from(DIR), |p| p.join(DIR))
+    let beside = (metrics_file.parent()).map_or_else(|| PathBuf::from(DIR), |p| p.join(DIR));
+    match metrics_file.file_name() {
+        Some(n) if n == crate::engine::rundir::METRICS => beside,
+        _ => beside.join(metrics_file.file_stem().unwrap_or_default()),
+    }
 }
 
 /// Writes the scalars of a metrics file into a new event file in `dir` (which must not hold
@@ -406,5 +435,14 @@ mod tests {
         tb.telemetry(Duration::from_secs(2), &sample, Some((1 << 20, 1 << 30)))
             .unwrap();
         assert_eq!(steps(tb.path()), [46, 46]);
+    }
+
+    #[test]
+    fn metrics_files_side_by_side_convert_into_folders_apart_and_a_run_s_into_its_own() {
+        let at = |p: &str| default_dir_for(Path::new(p));
+        assert_eq!(at("runs/r/metrics.jsonl"), Path::new("runs/r/tensorboard"));
+        assert_eq!(at("out/a.jsonl"), Path::new("out/tensorboard/a"));
+        assert_eq!(at("out/b.jsonl"), Path::new("out/tensorboard/b"));
+        assert_eq!(at("b.jsonl"), Path::new("tensorboard/b"));
     }
 }
