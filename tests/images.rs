@@ -481,6 +481,25 @@ fn train_and_val_folders_and_val_data() {
         e.contains("cow is not a class of the training set (ant, bee)"),
         "{e}"
     );
+    // every such folder is named, and one named as a class but for its case is told so
+    png_rgb(&dir.join("val/Ant/0.png"), 0);
+    let e = images(&dir, &opts(|o| o.val_fraction = None))
+        .err()
+        .unwrap();
+    let (a, c) = (dir.join("val/Ant"), dir.join("val/cow"));
+    assert!(
+        e.contains(&format!("class folders {}, {} are not classes of the training set (ant, bee); Ant differs from the class ant only in case: rename it", a.display(), c.display())),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&a).unwrap();
+    // ... which --val-split 0 neither reads nor checks: it says so
+    let d = images(&dir, &opts(|o| o.val_fraction = Some(0.0))).unwrap();
+    let unused = format!("{}: not used: --val-split 0", dir.join("val").display());
+    assert!(
+        d.notes.iter().any(|n| n.starts_with(&unused)),
+        "{:?}",
+        d.notes
+    );
     // --val-data names another folder
     let other = tmp.path().join("other");
     png_rgb(&other.join("ant/z.png"), 9);

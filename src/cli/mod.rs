@@ -219,9 +219,9 @@ pub struct BenchArgs {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TrainArgs {
     /// Read settings from a TOML file (keys are the flag names, e.g. `batch-per-replica = 64`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", action = clap::ArgAction::Append)]
     #[serde(skip)]
-    pub config: Option<PathBuf>,
+    pub config: Vec<PathBuf>,
     /// Print log lines instead of the terminal UI.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub headless: Option<bool>,

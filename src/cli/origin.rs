@@ -120,7 +120,7 @@ pub(super) fn given(args: &TrainArgs) -> Result<impl Fn(&str) -> bool, String> {
     // (paths as a mark of their own: they need not be text)
     let mark = |p: &Option<PathBuf>| p.as_ref().map(|_| PathBuf::from("given"));
     let probe = TrainArgs {
-        config: None,
+        config: Vec::new(),
         metrics_out: mark(&args.metrics_out),
         // (`--tensorboard` without a folder is given too, though it is written as null)
         tensorboard: (args.tensorboard.as_ref()).map(|_| Some("given".into())),

@@ -122,8 +122,17 @@ impl TrainArgs {
 
     /// `with_config_file`, telling `origins` the file's settings no flag overrode.
     fn with_config_noted(self, origins: &mut Origins) -> Result<TrainArgs, String> {
-        let Some(path) = self.config.clone() else {
-            return Ok(self);
+        let path = match &self.config[..] {
+            [] => return Ok(self),
+            [one] => one.clone(),
+            many => {
+                let names: Vec<String> = many.iter().map(|p| p.display().to_string()).collect();
+                return Err(format!(
+                    "--config is given {} times ({}): a run reads one config file; put the settings in one file, or give the others' as flags",
+                    many.len(),
+                    names.join(", ")
+                ));
+            }
         };
         let (file, text) = config_file::read(&path)?;
         origins.file(&path, &text, &self);
@@ -137,7 +146,7 @@ impl TrainArgs {
         }
         config_file::beside(&path, &self, &file)?;
         Ok(TrainArgs {
-            config: None,
+            config: Vec::new(),
             ..self.merge(file)
         })
     }

@@ -21,6 +21,12 @@ fn a_flag_given_again_replaces_the_earlier_value() {
     let (c, _) = cli(&["--steps", "5", "--lr", "0.1", "--steps", "9"]).unwrap();
     assert_eq!((c.budget, c.lr), (Budget::Steps(9), Some(0.1)));
     assert!(cli(&["--steps", "5", "--epochs", "2"]).is_err());
+    // but for a config file: the first's settings would be dropped without a word
+    let e = cli(&["--config", "a.toml", "--steps", "5", "--config", "b.toml"]).unwrap_err();
+    assert_eq!(
+        e,
+        "--config is given 2 times (a.toml, b.toml): a run reads one config file; put the settings in one file, or give the others' as flags"
+    );
 }
 
 #[test]

@@ -166,7 +166,7 @@ pub(super) fn train(
     // (one device named is its own baseline: the run says so, and trains nothing first)
     let one = cfg.devices.named() == Some(1) && procs.is_none();
     if cfg.calibrate && !one {
-        crate::tell!("calibrating: training one device alone first, a few seconds (--calibrate)");
+        crate::tell!("calibrating: training one device alone first (--calibrate: seconds, or a pass over pictures decoded on their first use)");
     }
     if tui {
         // (the screen opens once the run has started: a large data set takes a while)

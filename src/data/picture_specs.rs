@@ -97,13 +97,23 @@ fn read_spec(
         DataSpec::Images { dir } => {
             let (train_dir, val_dir) = folder_halves(spec, dir)?;
             let train = folder::scan(&train_dir, known).map_err(|m| spec_err(spec, m))?;
+            // (--val-split 0: its val/ is neither read nor checked)
+            let (val_dir, unused) = match opts.val_fraction == Some(0.0) {
+                true => (None, val_dir),
+                false => (val_dir, None),
+            };
             let val = match val_dir.filter(|_| opts.val_data.is_none()) {
                 Some(v) => {
                     Some(folder::scan(&v, Some(&train.classes)).map_err(|m| spec_err(spec, m))?)
                 }
                 None => None,
             };
-            Ok((from_folder(train, side), val.map(|v| from_folder(v, side))))
+            let mut train = from_folder(train, side);
+            if let Some(v) = unused.filter(|_| opts.val_data.is_none()) {
+                let why = "not used: --val-split 0 turns validation off";
+                train.notes.push(format!("{}: {why}", v.display()));
+            }
+            Ok((train, val.map(|v| from_folder(v, side))))
         }
         _ => unreachable!("read_spec is called for picture specs"),
     }

@@ -58,12 +58,12 @@ pub fn calibration_config(
 }
 
 /// Steps before the calibration is timed: `WARM_STEPS`, or where the training split's `samples`
-/// are pictures `decoded_once` (on their first use, and kept), one pass over them (the run reads
-/// them decoded: a one-device pace timed while they were decoded would be slow by the
-/// decoding).
-pub fn warm_steps(samples: usize, decoded_once: bool, per_replica: usize) -> u64 {
+/// are pictures `decoded_once` (on their first use, and kept), one pass over them at `per_step`
+/// samples a step (the run reads them decoded: a one-device pace timed while they were decoded
+/// would be slow by the decoding).
+pub fn warm_steps(samples: usize, decoded_once: bool, per_step: usize) -> u64 {
     match decoded_once {
-        true => (samples.div_ceil(per_replica.max(1)) as u64).max(WARM_STEPS),
+        true => (samples.div_ceil(per_step.max(1)) as u64).max(WARM_STEPS),
         false => WARM_STEPS,
     }
 }

@@ -275,7 +275,9 @@ impl Engine {
                 ..cfg.clone()
             };
             let train = &loaded.train;
-            let warm = calibrate::warm_steps(train.len(), train.decoded_once(), start.per_replica);
+            // (a step takes --grad-accum batches)
+            let step = start.per_replica * cfg.grad_accum;
+            let warm = calibrate::warm_steps(train.len(), train.decoded_once(), step);
             let one = calibrate::calibration_config(
                 &trained,
                 &info.devices[0],

@@ -86,7 +86,7 @@ impl<'a> Log<'a> {
                     ..
                 }) => self.on_warning(&kind, step, &message, t),
                 Seen::Record(Record::Telemetry { .. }) => {}
-                // (after its row: the row's line is printed with the one before)
+                // (before its row, whose line says it)
                 Seen::Eta(eta) => self.eta = eta,
                 Seen::Note(n) => put(self.out, format_args!("{n}")),
             }
@@ -208,6 +208,7 @@ pub fn run(
     for seen in watcher.seen().iter() {
         log.show(seen);
     }
+    log.show(watcher.rest());
     let _ = log.out.flush();
     engine.join()
 }

@@ -24,11 +24,6 @@ impl Steps {
         }
     }
 
-    /// Whether the workers may still send samples.
-    pub fn is_open(&self) -> bool {
-        self.open
-    }
-
     /// Every sample waiting, up to step `until` where given (an event's step); later ones are
     /// kept for the next take.
     pub fn take(&mut self, until: Option<u64>) -> Vec<StepStats> {
@@ -133,10 +128,9 @@ mod tests {
         assert_eq!(step(steps.take(None)), [24, 25, 26]);
         tx.send(sample(27)).unwrap();
         assert_eq!(step(steps.take(Some(26))), Vec::<u64>::new());
-        assert!(steps.is_open());
+        assert!(steps.open);
         drop(tx);
         assert_eq!(step(steps.take(None)), [27]);
-        assert!(!steps.is_open());
         assert!(steps.rest().is_empty());
     }
 

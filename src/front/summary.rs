@@ -120,7 +120,9 @@ impl Summary {
         if let Some(r) = self.mean_samples_per_sec {
             let scaling = super::words::scaling_note(Some(r), info.baseline, info.ranks());
             line += &format!(" | {} samples/s of training{scaling}", si(r));
-            if info.baseline.is_some_and(|b| r < b) {
+            // (over a short run, its first steps' start-up weighs on its pace: no advice)
+            let long = self.steps - start >= 1000;
+            if long && info.baseline.is_some_and(|b| r < b) {
                 line += " (fewer devices, or more work each a step: a larger --batch-per-replica, would train faster)";
             }
         }
@@ -224,7 +226,7 @@ mod tests {
             train_s: 10.0,
             ..Totals::default()
         };
-        let s = Summary::of(100, Ending::Completed, Duration::from_secs(10), &totals);
+        let s = Summary::of(1000, Ending::Completed, Duration::from_secs(10), &totals);
         info.baseline = Some(1000.0);
         let said = s.figures(&info);
         assert!(

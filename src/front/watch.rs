@@ -24,7 +24,7 @@ use crate::observe::Recorder;
 #[derive(Debug)]
 pub enum Seen {
     Record(Record),
-    /// The time left to the end of the run's budget at the pace of its newest rows, after
+    /// The time left to the end of the run's budget at the pace of its newest rows, before
     /// each step's row (for the log's line of it).
     Eta(Option<Duration>),
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
@@ -47,6 +47,9 @@ pub struct Watch {
 /// the ranks stepped faster than this process recorded).
 #[derive(Default)]
 struct Lost {
+    /// Not counted: under local SGD across processes the others' steps between two averages
+    /// are told in part, by design.
+    off: bool,
     newest_row: Option<u64>,
     steps: u64,
     /// As of the note said.
@@ -56,6 +59,9 @@ struct Lost {
 impl Lost {
     /// Row `step` put together: a note the first time steps before it were lost.
     fn row(&mut self, step: u64) -> Option<String> {
+        if self.off {
+            return None;
+        }
         let newest = self
             .newest_row
             .replace(step.max(self.newest_row.unwrap_or(0)));
@@ -104,7 +110,14 @@ impl Watch {
             recorder,
             end: None,
             seen: Vec::new(),
-            lost: Lost::default(),
+            lost: Lost {
+                off: !info.hosts.is_empty()
+                    && matches!(
+                        info.strategy,
+                        crate::engine::strategy::Strategy::LocalSgd { .. }
+                    ),
+                ..Lost::default()
+            },
         };
         watch.note(notes);
         watch
@@ -115,17 +128,12 @@ impl Watch {
         std::mem::take(&mut self.seen)
     }
 
-    /// Whether the ranks may still send step samples.
-    pub fn steps_open(&self) -> bool {
-        self.steps.is_open()
-    }
-
     fn note(&mut self, notes: Vec<String>) {
         self.seen.extend(notes.into_iter().map(Seen::Note));
     }
 
     /// One rank's step sample; the step's row once every rank has sent theirs. (A run's samples
-    /// come through the channel, taken in order beside its events by `drain` and `event`; this
+    /// come through the channel, taken in order beside its events by `collect` and `event`; this
     /// is for samples made up: the demo's, the tests'.)
     pub fn step(&mut self, s: StepStats) {
         self.telemetry.on_step(&s);
@@ -137,22 +145,15 @@ impl Watch {
         notes.extend(self.lost.row(row.step));
         let warnings = self.detector.on_row(&row);
         let at = row.at;
+        self.seen.push(Seen::Eta(self.monitor.eta()));
         self.seen.push(Seen::Record(Record::Step {
             row,
             samples_per_s: rate,
         }));
-        self.seen.push(Seen::Eta(self.monitor.eta()));
         self.note(notes);
         for w in warnings {
             self.warning(&w, at);
         }
-    }
-
-    /// Every step sample waiting, where no event can come any more (`collect` otherwise).
-    /// Samples are collected (every 20 ms: `front::watcher`) rather than as they come: a worker's `try_send` then never has to wake the frontend's thread, which
-    /// keeps the watching's cost off the steps.
-    pub fn drain(&mut self) {
-        self.steps_to(None);
     }
 
     /// Every step sample and event waiting, in the run's order: the samples waiting are
@@ -161,7 +162,9 @@ impl Watch {
     /// sample is, so no step comes before an event of an earlier step (taken the other way
     /// round, an epoch's end sent between the two looks would come after the next step).
     /// Only what is waiting when it looks: where the ranks send faster than it records, a look
-    /// that took what came meanwhile too would never end (nor would `now` stay true).
+    /// that took what came meanwhile too would never end (nor would `now` stay true). Samples
+    /// are collected (every 20 ms: `front::watcher`) rather than as they come: a worker's
+    /// `try_send` then never has to wake the watch's thread, which keeps its cost off the steps.
     pub fn collect(&mut self, events: &Receiver<Event>, now: Duration) {
         self.steps.fetch();
         for ev in events.try_iter().take(events.len()) {

@@ -77,11 +77,15 @@ impl Watcher {
     }
 
     /// Everything still to come, once the workers are ending: waits for the watch to record
-    /// the run's end.
+    /// the run's end. A watch that failed fails the frontend's thread in turn, with its words
+    /// (a frontend waiting on a watch that is gone would wait silently for the run's end).
     pub fn rest(mut self) -> Vec<Seen> {
         let rest = self.seen.iter().flatten().collect();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(Err(failed)) = self.thread.take().map(JoinHandle::join) {
+            let why = (failed.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| failed.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            panic!("the run's watch (its records, its telemetry) failed: {why}");
         }
         rest
     }
@@ -139,7 +143,7 @@ struct Outbox {
 struct LeftOut {
     rows: usize,
     samples: usize,
-    /// Records of other kinds: only where even those piled up past the backlog.
+    /// Epochs' ends and validations: only where even those piled up past the backlog.
     others: usize,
 }
 
@@ -157,9 +161,13 @@ impl LeftOut {
         };
         count(self.rows, "step row", "step rows");
         count(self.samples, "telemetry sample", "telemetry samples");
-        count(self.others, "event or warning", "events and warnings");
+        count(
+            self.others,
+            "epoch's end or validation",
+            "epochs' ends and validations",
+        );
         format!(
-            "{} not shown: this display fell behind the run (its output was not being read: a stalled terminal or pipe) and skipped ahead; the metrics file and the live socket have every one",
+            "{} not shown: this display fell behind the run (its output was not being read: a stalled terminal or pipe) and skipped ahead; the metrics file and the live socket were not held up and miss nothing of theirs",
             what.join(", ")
         )
     }
@@ -201,17 +209,42 @@ impl Outbox {
             }
         }
         if kept.len() > BACKLOG {
-            let oldest = kept.len() - BACKLOG / 2;
-            for s in kept.drain(..oldest) {
-                match s {
-                    Seen::Record(Record::Step { .. }) => self.left_out.rows += 1,
-                    Seen::Record(Record::Telemetry { .. }) => self.left_out.samples += 1,
-                    Seen::Eta(_) => {}
-                    _ => self.left_out.others += 1,
-                }
-            }
+            self.thin_validations(&mut kept);
         }
         self.waiting = kept;
+    }
+
+    /// Leaves out the oldest epochs' ends and validations where they alone pile up (a
+    /// validation every step), down to half the backlog, but the best of them: what a frontend
+    /// sums up from events (the best accuracy; every control, checkpoint and warning) stays
+    /// whole.
+    fn thin_validations(&mut self, kept: &mut VecDeque<Seen>) {
+        let accuracy = |s: &Seen| match s {
+            Seen::Record(Record::Event { event, .. }) => match event {
+                Event::EpochDone { val_accuracy, .. } => Some(val_accuracy.unwrap_or(f32::MIN)),
+                Event::Validated { val_accuracy, .. } => Some(*val_accuracy),
+                _ => None,
+            },
+            _ => None,
+        };
+        let mut over = kept.len() - BACKLOG / 2;
+        let oldest: Vec<usize> = (0..kept.len())
+            .filter(|&i| accuracy(&kept[i]).is_some())
+            .take(over)
+            .collect();
+        let best = (oldest.iter().copied()).max_by(|&a, &b| {
+            accuracy(&kept[a])
+                .partial_cmp(&accuracy(&kept[b]))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let mut i = 0;
+        kept.retain(|_| {
+            i += 1;
+            let drop = over > 0 && oldest.binary_search(&(i - 1)).is_ok() && Some(i - 1) != best;
+            over -= usize::from(drop);
+            self.left_out.others += usize::from(drop);
+            !drop
+        });
     }
 
     /// Hands what is waiting to the frontend where it has room; once it takes again after

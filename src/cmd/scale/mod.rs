@@ -395,7 +395,7 @@ fn grid(
         if faults.is_empty() { "" } else { " " }
     ));
     say(&format!(
-        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps, at least {:.0} s in all with the warm-ups and the start of each (machine: {cores} cores; {threads} thread(s) per worker{})",
+        "scale: {} points x {} runs, each timed for {:.1} s after {} warm-up steps (less where the workload's --steps ends it first), some {:.0} s in all with the warm-ups and the start of each (machine: {cores} cores; {threads} thread(s) per worker{})",
         plan.points().len(),
         plan.repeat.max(1),
         args.seconds,

@@ -215,6 +215,50 @@ impl Walk {
     }
 }
 
+/// The class folders among `subs` that are none of the training set's `classes`, all named
+/// (the first few where many), with a name that differs from one of them only in case said.
+fn unknown_classes(subs: &[PathBuf], classes: &[String]) -> Result<(), String> {
+    const NAMED: usize = 5;
+    const LISTED: usize = 20;
+    let unknown: Vec<&PathBuf> = (subs.iter())
+        .filter(|s| !classes.contains(&name_of(s)))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut named: Vec<String> = unknown
+        .iter()
+        .take(NAMED)
+        .map(|s| s.display().to_string())
+        .collect();
+    if unknown.len() > NAMED {
+        named.push(format!("{} more", unknown.len() - NAMED));
+    }
+    let mut known: Vec<&str> = classes.iter().take(LISTED).map(String::as_str).collect();
+    if classes.len() > LISTED {
+        known.push("...");
+    }
+    let case = unknown.iter().find_map(|s| {
+        let n = name_of(s);
+        let k = classes
+            .iter()
+            .find(|k| k.to_lowercase() == n.to_lowercase())?;
+        Some(format!(
+            "; {n} differs from the class {k} only in case: rename it"
+        ))
+    });
+    let (what, is) = match unknown.len() {
+        1 => ("class folder", "is not a class"),
+        _ => ("class folders", "are not classes"),
+    };
+    Err(format!(
+        "{what} {} {is} of the training set ({}){}; the validation folder's classes must be the training set's",
+        named.join(", "),
+        known.join(", "),
+        case.unwrap_or_default()
+    ))
+}
+
 fn name_of(p: &Path) -> String {
     p.file_name()
         .map(|n| crate::text::printable(&n.to_string_lossy()))
@@ -291,14 +335,13 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
         path: h,
         why: "a hidden folder, not a class (torchvision's ImageFolder would take it as one, numbering the classes differently)".into(),
     }));
+    if let Some(classes) = classes {
+        unknown_classes(&subs, classes)?;
+    }
     for sub in &subs {
         let name = name_of(sub);
         let Some(label) = names.iter().position(|n| *n == name) else {
-            return Err(format!(
-                "class folder {} is not a class of the training set ({}); the validation folder's classes must be the training set's",
-                sub.display(),
-                names.join(", ")
-            ));
+            unreachable!("every class folder is one of the known classes (checked above)");
         };
         let (before, others) = (walk.out.len(), walk.ignored.clone());
         walk.dir(sub, 0)?;

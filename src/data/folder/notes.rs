@@ -24,7 +24,7 @@ pub fn notes(f: &Folder) -> Vec<String> {
     if !missing.is_empty() {
         let shown: Vec<&str> = missing.iter().take(LISTED_CLASSES).copied().collect();
         notes.push(format!(
-            "{}: no picture of {} ({}{}): its accuracy (and --checkpoint-best) scores the other classes only; add some of each",
+            "{}: no picture of {} ({}{}): the accuracy measured on it (in training, --checkpoint-best's choice too) is over the other classes only; add some of each",
             f.dir.display(),
             crate::text::counted(missing.len(), "class"),
             shown.join(", "),

@@ -421,6 +421,22 @@ pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
     let Some(p) = &world.procs else {
         return make();
     };
+    // every process joins: one without NCCL would fail there (in cudarc's words), and the
+    // others wait for it at the join
+    use crate::backend::cuda::libs::{why_missing, NCCL};
+    let mine = match NCCL.loadable() {
+        true => String::new(),
+        false => why_missing(&NCCL),
+    };
+    let told = gather_vecs(&**p, mine.as_bytes()).map_err(lost)?;
+    if let Some((k, why)) = told.iter().enumerate().find(|(_, w)| !w.is_empty()) {
+        let host =
+            (world.hosts.get(world.offsets[k])).map_or(String::new(), |h| format!(" on {h}"));
+        return Err(EngineError::Config(format!(
+            "process {k}{host} cannot join the GPUs' all-reduce, which every process of a run of GPUs on several processes needs: {}",
+            String::from_utf8_lossy(why)
+        )));
+    }
     let ours = match world.process() {
         0 => Some(make()?.internal().iter().map(|&c| c as u8).collect()),
         _ => None,

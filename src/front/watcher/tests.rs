@@ -58,8 +58,8 @@ fn a_display_that_keeps_up_gets_every_record_in_order() {
     }
     let got: Vec<Seen> = taken.try_iter().flatten().collect();
     assert_eq!(said(&got), ["1", "2", "c2", "3", "4", "5", "c5", "6"]);
-    // each row's ETA follows it
-    assert!(matches!(got[1], Seen::Eta(_)));
+    // each row's ETA comes before it
+    assert!(matches!(got[0], Seen::Eta(_)));
 }
 
 #[test]
@@ -111,8 +111,8 @@ fn a_display_that_falls_behind_skips_rows_but_no_event_and_is_told_so() {
         "{note}"
     );
     assert!(note.contains("the metrics file"), "{note}");
-    // and the ETA after the newest row kept
-    assert!(matches!(got.last(), Some(Seen::Eta(_))));
+    // and the newest row's ETA before it
+    assert!(matches!(got[got.len() - 2], Seen::Eta(_)));
     // told once
     outbox.add(seen(steps + 2..=steps + 2, &[]));
     outbox.offer(&out);
@@ -120,15 +120,29 @@ fn a_display_that_falls_behind_skips_rows_but_no_event_and_is_told_so() {
 }
 
 #[test]
-fn a_backlog_of_events_alone_stays_bounded_and_the_rest_is_handed_over_at_the_end() {
+fn validations_piling_up_alone_are_thinned_but_the_best_and_every_checkpoint_stay() {
     let (out, taken) = crossbeam_channel::bounded(1);
     let mut outbox = Outbox::default();
     outbox.add(seen(1..=1, &[]));
     outbox.offer(&out);
-    // an event every step: thinning rows alone cannot keep the backlog down
+    // a validation every step (the best at step 7, long before the rest), a checkpoint at 9
     let steps = BACKLOG as u64 + 100;
-    let all: Vec<u64> = (2..=steps).collect();
-    outbox.add(seen(2..=steps, &all));
+    let mut all = seen(2..=steps, &[9]);
+    for s in 2..=steps {
+        let val_accuracy = if s == 7 { 0.99 } else { 0.5 };
+        let v = Event::Validated {
+            step: s,
+            epochs: 1.0,
+            val_loss: 1.0,
+            val_accuracy,
+            elapsed: Duration::ZERO,
+        };
+        all.push(Seen::Record(Record::Event {
+            t: Duration::ZERO,
+            event: v,
+        }));
+    }
+    outbox.add(all);
     assert!(outbox.waiting.len() <= BACKLOG, "{}", outbox.waiting.len());
     assert!(outbox.left_out.others > 0);
     taken.recv().unwrap();
@@ -136,11 +150,15 @@ fn a_backlog_of_events_alone_stays_bounded_and_the_rest_is_handed_over_at_the_en
     let (out, taken) = crossbeam_channel::bounded(1);
     outbox.hand_over(&out);
     let got = taken.recv().unwrap();
-    let said = said(&got);
-    assert_eq!(said[0], "note");
-    assert_eq!(said.last().unwrap(), &format!("c{steps}"));
-    let Seen::Note(note) = &got[0] else {
-        unreachable!()
-    };
-    assert!(note.contains("events and warnings"), "{note}");
+    assert!(
+        matches!(&got[0], Seen::Note(n) if n.contains("epochs' ends and validations not shown"))
+    );
+    let best = got.iter().any(|s| {
+        matches!(s, Seen::Record(Record::Event { event: Event::Validated { step: 7, val_accuracy, .. }, .. }) if *val_accuracy == 0.99)
+    });
+    assert!(best, "the best validation stays");
+    assert!(
+        said(&got).contains(&"c9".to_string()),
+        "every checkpoint stays"
+    );
 }

@@ -91,6 +91,16 @@ pub fn file_name(created_unix: u64) -> String {
     )
 }
 
+/// When the event file at `path` was made (its version event's wall time, to the microsecond:
+/// the run's start), where it reads as one of ours.
+pub fn created(path: &Path) -> Option<f64> {
+    use std::io::Read;
+    let mut head = [0u8; 12 + 9];
+    File::open(path).ok()?.read_exact(&mut head).ok()?;
+    // length, its checksum, then the event: field 1, a fixed 64-bit wall time
+    (head[12] == 0x09).then(|| f64::from_le_bytes(head[13..21].try_into().expect("8 bytes")))
+}
+
 /// Whether `dir` already holds event files (TensorBoard would show both).
 pub fn has_event_files(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {

@@ -279,7 +279,8 @@ pub fn own_run_folder(dir: &Path, name: &str, run_dir: Option<&Path>) -> Result<
 
 /// The folder among `run_folder` and its numbered ones (`own_run_folder`'s) that already holds
 /// the events of the run that started at `started`: written during it, or by an earlier
-/// conversion (an event file's name carries its run's start, to the second).
+/// conversion (an event file's name carries its run's start to the second, its first event to
+/// the microsecond: two runs of a sweep started in one second are told apart).
 pub fn holding_run(
     dir: &Path,
     name: &str,
@@ -288,12 +289,14 @@ pub fn holding_run(
 ) -> Option<PathBuf> {
     let base = run_folder(dir, name, run_dir);
     let leaf = base.file_name()?.to_string_lossy().into_owned();
-    let prefix = format!("events.out.tfevents.{}.", unix_seconds(started) as u64);
-    let holds = |at: &Path| {
-        std::fs::read_dir(at).is_ok_and(|entries| {
-            (entries.flatten()).any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        })
+    let started = unix_seconds(started);
+    let prefix = format!("events.out.tfevents.{}.", started as u64);
+    let ours = |e: &std::fs::DirEntry| {
+        e.file_name().to_string_lossy().starts_with(&prefix)
+            && events::created(&e.path()).is_some_and(|t| (t - started).abs() < 1e-6)
     };
+    let holds =
+        |at: &Path| std::fs::read_dir(at).is_ok_and(|entries| entries.flatten().any(|e| ours(&e)));
     (1..=MAX_SAME_NAMED)
         .map(|k| match k {
             1 => base.clone(),
