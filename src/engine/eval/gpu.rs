@@ -49,12 +49,22 @@ pub(super) fn run(
         _ => String::new(),
     };
     let bf16_pays = || crate::engine::precision::bf16_pays(model, &devices);
-    let (precision, _) = crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays)?;
+    // (eval takes no --precision: a refusal that names it is about the run's)
+    let refused = |e: EngineError| {
+        EngineError::Config(format!(
+            "--device {index}: {e} (eval computes in the run's --precision {}); or evaluate on the CPU: --device cpu",
+            cfg.precision
+        ))
+    };
+    let (precision, _) =
+        crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays).map_err(refused)?;
     let optimizer = crate::engine::validate::optimizer(cfg, model);
     let open = (index, model.clone(), optimizer, precision, state);
     let tally = match precision {
-        Precision::Bf16 => chunks(opened::<bf16>(open)?, model, set, progress),
-        Precision::Fp32 | Precision::Tf32 => chunks(opened::<f32>(open)?, model, set, progress),
+        Precision::Bf16 => chunks(opened::<bf16>(open).map_err(refused)?, model, set, progress),
+        Precision::Fp32 | Precision::Tf32 => {
+            chunks(opened::<f32>(open).map_err(refused)?, model, set, progress)
+        }
     };
     Ok((tally, format!("GPU {index} ({name}), {precision}")))
 }

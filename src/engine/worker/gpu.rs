@@ -86,6 +86,10 @@ fn open_as<E: Elem>(
     if replica.hold_data(train, &w.val, w.per_replica) {
         w.loader.rows_only();
     }
+    if let Err(e) = replica.reserve(w.per_replica) {
+        w.coll.abort(&format!("rank {}: {e}", w.rank));
+        return Err(e.into());
+    }
     w.device_cap.tell(replica.max_rows());
     Ok(replica)
 }
