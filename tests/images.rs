@@ -532,6 +532,10 @@ fn train_and_val_folders_and_val_data() {
         "{}",
         d.description
     );
+    // ... whose notes are said once
+    let classes = format!("{}: 2 classes", dir.join("train").display());
+    let said = d.notes.iter().filter(|n| n.starts_with(&classes)).count();
+    assert_eq!(said, 1, "{:?}", d.notes);
     // its classes are matched by name: one holding the second class alone is that class
     let second = tmp.path().join("second");
     png_rgb(&second.join("bee/z.png"), 9);

@@ -382,7 +382,9 @@ pub(super) fn load(
     let mut notes = train.notes.clone();
     let val_notes = notes.len();
     if let Some(v) = &val_read {
-        notes.extend(v.notes.iter().cloned());
+        // (--val-data naming the training folder itself: its notes are said once)
+        let new = v.notes.iter().filter(|n| !train.notes.contains(n));
+        notes.extend(new.cloned());
     }
     // a padding as large as the picture: most of each crop is padding (crop:P pads, it is not
     // the crop's size; CIFAR's is crop:4)
