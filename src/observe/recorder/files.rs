@@ -164,6 +164,11 @@ impl Files {
         })
     }
 
+    /// The newest step recorded.
+    pub(super) fn step(&self) -> u64 {
+        self.step
+    }
+
     pub(super) fn at(&mut self, step: Option<u64>, t: Duration) {
         self.step = step.map_or(self.step, |s| s.max(self.step));
         self.t = (t.max(self.t.0), Instant::now());

@@ -78,6 +78,9 @@ pub struct Recorder {
     /// step is always in the files, whatever `--log-every`).
     unlogged: Option<(StepRow, Option<f64>)>,
     last_live: Option<Instant>,
+    /// The sinks that failed (dropped): why, and the newest step recorded then, said again at
+    /// the end (the warning came once, long before).
+    stopped: Vec<(String, u64)>,
 }
 
 impl Recorder {
@@ -93,6 +96,7 @@ impl Recorder {
             pending: None,
             unlogged: None,
             last_live: None,
+            stopped: Vec::new(),
         }
     }
 
@@ -105,10 +109,12 @@ impl Recorder {
     /// Gives `f` every sink; the warnings of those that failed (dropped).
     fn each_sink(&mut self, mut f: impl FnMut(&mut dyn Sink) -> Result<(), String>) -> Vec<String> {
         let mut warnings = Vec::new();
+        let step = self.files().step();
         self.sinks.retain_mut(|s| match f(s.as_mut()) {
             Ok(()) => true,
             Err(e) => {
                 warnings.push(format!("warning: {e}; no more will be written there"));
+                self.stopped.push((e, step));
                 false
             }
         });
@@ -296,8 +302,15 @@ impl Recorder {
     /// Everything written out (at the end).
     pub fn flush(&mut self) -> Vec<String> {
         self.release();
+        // (one failing now is said now)
+        let before = self.stopped.len();
         let mut warnings = self.each_sink(|s| s.flush());
         warnings.extend(self.files().each(MetricsWriter::flush));
+        warnings.extend(
+            (self.stopped[..before].iter()).map(|(e, step)| {
+                format!("warning: what was written there ends at step {step}: {e}")
+            }),
+        );
         warnings
     }
 }

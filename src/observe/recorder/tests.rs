@@ -207,3 +207,45 @@ fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_th
         crate::observe::metrics::record_line(l.as_bytes(), 0).unwrap();
     }
 }
+
+/// A sink whose writes fail from step `from` on (a disk that filled).
+struct FillsUp {
+    from: u64,
+}
+
+impl Sink for FillsUp {
+    fn step(&mut self, row: &StepRow, _: Option<f64>, _: bool) -> Result<(), String> {
+        match row.step >= self.from {
+            true => Err("cannot write tb/events (No space left on device)".into()),
+            false => Ok(()),
+        }
+    }
+    fn event(&mut self, _: &Event, _: Duration) -> Result<(), String> {
+        Ok(())
+    }
+    fn telemetry(
+        &mut self,
+        _: Duration,
+        _: &[DeviceSample],
+        _: Option<(u64, u64)>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sink_that_failed_is_said_again_at_the_end_with_where_it_stopped() {
+    let mut r = Recorder::none().with(Box::new(FillsUp { from: 4 }));
+    let said: Vec<String> = (1..=6).flat_map(|s| r.step(&row(s), None)).collect();
+    assert_eq!(
+        said,
+        ["warning: cannot write tb/events (No space left on device); no more will be written there"]
+    );
+    assert_eq!(
+        r.flush(),
+        ["warning: what was written there ends at step 3: cannot write tb/events (No space left on device)"]
+    );
+}
