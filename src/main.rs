@@ -154,18 +154,28 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    // (every process of an MPI job has the same command line: its first says what is wrong
+    // with it, or prints the help, once for the job)
+    let launch = mgtop::comm::launch::from_env().ok().flatten();
+    let echo = launch
+        .filter(|l| l.is_multi())
+        .is_some_and(|l| l.rank != Some(0));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         // --help and --version print as clap writes them; errors as one line
         Err(e) if !e.use_stderr() => {
-            let _ = e.print();
+            if !echo {
+                let _ = e.print();
+            }
             return ExitCode::SUCCESS;
         }
         Err(e) => {
             let args: Vec<String> = (std::env::args_os().skip(1))
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            eprintln!("{}", mgtop::cli::one_line(&e, &args));
+            if !echo {
+                eprintln!("{}", mgtop::cli::one_line(&e, &args));
+            }
             return ExitCode::from(1);
         }
     };

@@ -1023,3 +1023,25 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "{out}"
     );
 }
+
+/// Under mpirun every process has the same command line: a flag error (and --help) is said by
+/// the job's first process alone, not once per process.
+#[test]
+fn a_flag_error_of_an_mpi_job_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let as_rank = |rank: &str, args: &[&str]| {
+        let o = bin()
+            .current_dir(dir.path())
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("OMPI_COMM_WORLD_RANK", rank)
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.code(), text(&o))
+    };
+    let (code, said) = as_rank("0", &["--bogus"]);
+    assert_eq!(code, Some(1));
+    assert!(said.contains("unexpected argument '--bogus'"), "{said}");
+    assert_eq!(as_rank("1", &["--bogus"]), (Some(1), String::new()));
+    assert_eq!(as_rank("1", &["--help"]), (Some(0), String::new()));
+}
