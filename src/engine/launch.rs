@@ -171,9 +171,13 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
                         world: ranks,
                     });
                     let mut ctx = ctx;
-                    let opened = worker::open_gpu(
-                        &mut ctx, index, model, optimizer, precision, state, group, &train,
-                    );
+                    // (a panic opening it, in a library's loading say, stops the others too)
+                    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        worker::open_gpu(
+                            &mut ctx, index, model, optimizer, precision, state, group, &train,
+                        )
+                    }));
+                    let opened = opened.unwrap_or_else(|p| Err(worker::panicked(&ctx, p)));
                     match opened {
                         Ok(replica) => worker::run(ctx, replica),
                         Err(e) => worker::stop_all(ctx, e),

@@ -103,27 +103,25 @@ pub(super) struct WorkerEnd {
 /// waits forever, and reports the root cause once.
 pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<WorkerEnd, EngineError> {
     let outcome = catch_unwind(AssertUnwindSafe(|| w.train(replica.as_mut())));
-    let result = match outcome {
-        Ok(r) => r,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(EngineError::WorkerPanic {
-                rank: w.rank,
-                step: w.step + 1,
-                message,
-            })
-        }
-    };
+    let result = outcome.unwrap_or_else(|panic| Err(panicked(&w, panic)));
     match result {
         Ok(result) => Ok(WorkerEnd {
             rank: w.rank,
             result,
         }),
         Err(e) => stop_all(w, e),
+    }
+}
+
+/// Worker `w`'s panic (`payload`) as its failure, in its words.
+pub(super) fn panicked(w: &Worker, payload: Box<dyn std::any::Any + Send>) -> EngineError {
+    let message = (payload.downcast_ref::<String>().cloned())
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    EngineError::WorkerPanic {
+        rank: w.rank,
+        step: w.step + 1,
+        message,
     }
 }
 
