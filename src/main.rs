@@ -154,17 +154,17 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    // (every process of an MPI job has the same command line: its first says what is wrong
-    // with it, or prints the help, once for the job)
+    // (the processes of an MPI job mostly share one command line: its first says what is wrong
+    // with it, or prints the help, once for the job; another says its error only where it is
+    // still running a moment later, its own (`mpirun A : B`): the launcher ends the others of a
+    // job whose first process failed)
     let launch = mgtop::comm::launch::from_env().ok().flatten();
-    let echo = launch
-        .filter(|l| l.is_multi())
-        .is_some_and(|l| l.rank != Some(0));
+    let not_first = (launch.filter(|l| l.is_multi())).is_some_and(|l| l.rank != Some(0));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         // --help and --version print as clap writes them; errors as one line
         Err(e) if !e.use_stderr() => {
-            if !echo {
+            if !not_first {
                 let _ = e.print();
             }
             return ExitCode::SUCCESS;
@@ -173,9 +173,10 @@ fn main() -> ExitCode {
             let args: Vec<String> = (std::env::args_os().skip(1))
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            if !echo {
-                eprintln!("{}", mgtop::cli::one_line(&e, &args));
+            if not_first {
+                std::thread::sleep(Duration::from_secs(2));
             }
+            eprintln!("{}", mgtop::cli::one_line(&e, &args));
             return ExitCode::from(1);
         }
     };

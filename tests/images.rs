@@ -500,6 +500,18 @@ fn train_and_val_folders_and_val_data() {
         "{:?}",
         d.notes
     );
+    // ... nor a --val-data given beside it (its cow would be refused)
+    let o = opts(|o| {
+        o.val_fraction = Some(0.0);
+        o.val_data = Some(
+            format!("images:{}", dir.join("val").display())
+                .parse()
+                .unwrap(),
+        );
+    });
+    let d = images(&dir.join("train"), &o).unwrap();
+    assert_eq!(d.val.len(), 0);
+    assert!(d.val_text.contains("--val-data images:"), "{}", d.val_text);
     // --val-data names another folder
     let other = tmp.path().join("other");
     png_rgb(&other.join("ant/z.png"), 9);
@@ -532,10 +544,10 @@ fn train_and_val_folders_and_val_data() {
         "{}",
         d.description
     );
-    // ... whose notes are said once
+    // ... whose notes are the validation set's too (eval says them; the run's start, once)
     let classes = format!("{}: 2 classes", dir.join("train").display());
-    let said = d.notes.iter().filter(|n| n.starts_with(&classes)).count();
-    assert_eq!(said, 1, "{:?}", d.notes);
+    let val = &d.notes[d.val_notes..];
+    assert!(val.iter().any(|n| n.starts_with(&classes)), "{:?}", d.notes);
     // its classes are matched by name: one holding the second class alone is that class
     let second = tmp.path().join("second");
     png_rgb(&second.join("bee/z.png"), 9);

@@ -253,7 +253,10 @@ pub(super) fn load(
             format!("the training folder holds one class folder ({only}): a classifier needs two or more; add a folder per class (<class>/<image>.jpg)"),
         ));
     }
+    // (--val-split 0 turns validation off: a --val-data given is neither read nor checked)
+    let off = opts.val_fraction == Some(0.0);
     let val_read = match &opts.val_data {
+        Some(DataSpec::Cifar { .. } | DataSpec::Images { .. }) if off => None,
         Some(v @ (DataSpec::Cifar { .. } | DataSpec::Images { .. })) => {
             let known = train.names.as_slice();
             Some(read_val_spec(v, kept, opts, known).map_err(DataError::of_val_data)?)
@@ -312,9 +315,10 @@ pub(super) fn load(
         (v, Some(0.0)) => (
             view(&train, all(&train), train_look, seed),
             view(&train, Vec::new(), val_look, seed),
-            match v {
-                Some(v) => format!("no validation (--val-split 0: {} is not used)", v.what),
-                None => "no validation (--val-split 0)".to_string(),
+            match (v, &opts.val_data) {
+                (Some(v), _) => format!("no validation (--val-split 0: {} is not used)", v.what),
+                (None, Some(d)) => format!("no validation (--val-split 0: --val-data {d} is not used)"),
+                (None, None) => "no validation (--val-split 0)".to_string(),
             },
         ),
         (Some(v), Some(_)) => {
@@ -382,9 +386,7 @@ pub(super) fn load(
     let mut notes = train.notes.clone();
     let val_notes = notes.len();
     if let Some(v) = &val_read {
-        // (--val-data naming the training folder itself: its notes are said once)
-        let new = v.notes.iter().filter(|n| !train.notes.contains(n));
-        notes.extend(new.cloned());
+        notes.extend(v.notes.iter().cloned());
     }
     // a padding as large as the picture: most of each crop is padding (crop:P pads, it is not
     // the crop's size; CIFAR's is crop:4)

@@ -197,7 +197,11 @@ impl RunInfo {
             step_metrics: Some(step_metrics(cfg)),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
-            data_notes: loaded.notes.clone(),
+            // (--val-data naming the training folder itself: its notes are said once)
+            data_notes: (loaded.notes.iter().enumerate())
+                .filter(|&(i, n)| !loaded.notes[..i].contains(n))
+                .map(|(_, n)| n.clone())
+                .collect(),
             pictures: loaded.train.pictures.is_some(),
             loader_threads: crate::engine::loader::threads_for(
                 cfg,

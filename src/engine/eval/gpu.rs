@@ -49,12 +49,16 @@ pub(super) fn run(
         _ => String::new(),
     };
     let bf16_pays = || crate::engine::precision::bf16_pays(model, &devices);
-    // (eval takes no --precision: a refusal that names it is about the run's)
+    // (eval computes in the run's precision and takes no --precision: a refusal of that
+    // precision is about this GPU, and the way out is the CPU)
     let refused = |e: EngineError| {
-        EngineError::Config(format!(
-            "--device {index}: {e} (eval computes in the run's --precision {}); or evaluate on the CPU: --device cpu",
+        match e.to_string().contains("--precision") {
+        true => EngineError::Config(format!(
+            "--device {index}: this GPU cannot compute in the run's --precision {} ({e}; eval takes the run's); evaluate on the CPU: --device cpu",
             cfg.precision
-        ))
+        )),
+        false => e,
+    }
     };
     let (precision, _) =
         crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays).map_err(refused)?;

@@ -432,7 +432,7 @@ pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
     if let Some((k, why)) = told.iter().enumerate().find(|(_, w)| !w.is_empty()) {
         let host =
             (world.hosts.get(world.offsets[k])).map_or(String::new(), |h| format!(" on {h}"));
-        return Err(EngineError::Config(format!(
+        return Err(EngineError::Shared(format!(
             "process {k}{host} cannot join the GPUs' all-reduce, which every process of a run of GPUs on several processes needs: {}",
             String::from_utf8_lossy(why)
         )));

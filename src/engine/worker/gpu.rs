@@ -86,7 +86,9 @@ fn open_as<E: Elem>(
     if replica.hold_data(train, &w.val, w.per_replica) {
         w.loader.rows_only();
     }
-    if let Err(e) = replica.reserve(w.per_replica) {
+    // (this rank's share of a resumed rebalanced split, else the batch)
+    let rows = (w.split.as_deref()).and_then(|s| s.get(w.rank).copied());
+    if let Err(e) = replica.reserve(rows.unwrap_or(w.per_replica)) {
         w.coll.abort(&format!("rank {}: {e}", w.rank));
         return Err(e.into());
     }

@@ -308,7 +308,7 @@ impl Recorder {
         warnings.extend(self.files().each(MetricsWriter::flush));
         warnings.extend(
             (self.stopped[..before].iter()).map(|(e, step)| {
-                format!("warning: what was written there ends at step {step}: {e}")
+                format!("warning: nothing was written there after step {step}: {e}")
             }),
         );
         warnings

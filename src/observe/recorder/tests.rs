@@ -246,6 +246,6 @@ fn a_sink_that_failed_is_said_again_at_the_end_with_where_it_stopped() {
     );
     assert_eq!(
         r.flush(),
-        ["warning: what was written there ends at step 3: cannot write tb/events (No space left on device)"]
+        ["warning: nothing was written there after step 3: cannot write tb/events (No space left on device)"]
     );
 }

@@ -172,16 +172,13 @@ impl<E: Elem> CudaReplica<E> {
         indexed.min(fits)
     }
 
-    /// Grows the activation buffers to `rows` rows.
     /// What micro-batches of `rows` rows need, allocated before the first step: a batch the
-    /// GPU's memory cannot take is refused with how many rows would fit, not met at step 1 as a
-    /// driver's error.
+    /// GPU's memory cannot take is refused with the fix, not met at step 1 as a driver's error.
     pub fn reserve(&mut self, rows: usize) -> Result<(), CudaError> {
         self.ensure(rows).map_err(|e| match e.detail.contains("OUT_OF_MEMORY") {
             true => CudaError {
                 detail: format!(
-                    "{rows} rows a micro-batch do not fit its free memory; about {} would: lower --batch-per-replica (--grad-accum N keeps the global batch)",
-                    self.max_rows()
+                    "the activations of a micro-batch of {rows} rows do not fit its free memory: lower --batch-per-replica (--grad-accum N keeps the global batch)"
                 ),
                 ..e
             },
@@ -189,6 +186,7 @@ impl<E: Elem> CudaReplica<E> {
         })
     }
 
+    /// Grows the activation buffers to `rows` rows.
     pub(super) fn ensure(&mut self, rows: usize) -> Result<(), CudaError> {
         if rows <= self.cap {
             return Ok(());
