@@ -183,8 +183,8 @@ impl Outbox {
 
     /// Leaves out every step row, its ETA and telemetry sample that a newer one of its kind
     /// follows before the next record of another kind (so each event still follows its step's
-    /// totals); where the rest is still past the backlog, its oldest,
-    /// down to half the backlog.
+    /// totals); where the rest is still past the backlog, old validations
+    /// (`thin_validations`).
     fn thin(&mut self) {
         let mut kept = VecDeque::with_capacity(self.waiting.len() / 2);
         let (mut row, mut eta, mut sample) = (false, false, false);
