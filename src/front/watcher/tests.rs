@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use crossbeam_channel::{Receiver, Sender};
+
 use super::{Outbox, BACKLOG};
 use crate::engine::events::{Event, StepStats};
 use crate::engine::RunInfo;
@@ -62,13 +64,19 @@ fn a_display_that_keeps_up_gets_every_record_in_order() {
     assert!(matches!(got[0], Seen::Eta(_)));
 }
 
-#[test]
-fn a_display_that_falls_behind_skips_rows_but_no_event_and_is_told_so() {
+/// An outbox whose display has not taken its first batch (step 1's row): the channel's one
+/// slot is full, so what comes next waits in the backlog.
+fn behind() -> (Outbox, Sender<Vec<Seen>>, Receiver<Vec<Seen>>) {
     let (out, taken) = crossbeam_channel::bounded(1);
     let mut outbox = Outbox::default();
-    // the display takes nothing: the channel's one batch fills, then the backlog
     outbox.add(seen(1..=1, &[]));
     outbox.offer(&out);
+    (outbox, out, taken)
+}
+
+#[test]
+fn a_display_that_falls_behind_skips_rows_but_no_event_and_is_told_so() {
+    let (mut outbox, out, taken) = behind();
     let steps = BACKLOG as u64;
     let checkpoints = [5, 1000, steps - 3];
     outbox.add(seen(2..=steps, &checkpoints));
@@ -121,10 +129,7 @@ fn a_display_that_falls_behind_skips_rows_but_no_event_and_is_told_so() {
 
 #[test]
 fn validations_piling_up_alone_are_thinned_but_the_best_and_every_checkpoint_stay() {
-    let (out, taken) = crossbeam_channel::bounded(1);
-    let mut outbox = Outbox::default();
-    outbox.add(seen(1..=1, &[]));
-    outbox.offer(&out);
+    let (mut outbox, _out, taken) = behind();
     // a validation every step (the best at step 7, long before the rest), a checkpoint at 9
     let steps = BACKLOG as u64 + 100;
     let mut all = seen(2..=steps, &[9]);
