@@ -426,6 +426,27 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         "{out}"
     );
     std::fs::rename(d.join("moved"), d.join("runs")).unwrap();
+    // a copy beside the original: its own checkpoint, not the original's
+    let copied = std::process::Command::new("cp")
+        .args(["-r", "runs", "copy"])
+        .current_dir(d)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let o = bin()
+        .current_dir(d)
+        .args(["view", "copy", "--headless"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("checkpoint: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("/copy/digits-mlp_128/") && line.ends_with("/checkpoints/step-00000069"),
+        "{out}"
+    );
     // `--tensorboard=false` as the training flag reads it: no conversion (and no folder `false`)
     let o = bin()
         .current_dir(d)

@@ -75,6 +75,9 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             return row;
         }
     };
+    if !live {
+        reader.writer_gone();
+    }
     let mut app = App::watching(reader.info().clone());
     let damaged = read_all(&mut reader, &mut app).is_err();
     row.step = match &app.summary {
@@ -192,6 +195,25 @@ mod tests {
         assert_eq!((r.state.as_str(), r.step), ("quit", 373));
         let p = r.progress.unwrap();
         assert!((p - 373.0 / 1350.0).abs() < 1e-9, "{p}");
+    }
+
+    #[test]
+    fn a_finished_run_whose_file_lost_its_last_newline_is_listed_done_not_killed() {
+        use crate::engine::events::Event;
+        let dir = tempfile::tempdir().unwrap();
+        let end = Event::Finished {
+            step: 40,
+            ending: Ending::Completed,
+        };
+        let lines = [
+            crate::observe::metrics::records::run(&crate::engine::RunInfo::example(1)),
+            crate::observe::metrics::records::event(&end, std::time::Duration::from_secs(3))
+                .unwrap(),
+        ];
+        // (as a copy or an editor may leave it: no newline after the `end` record)
+        std::fs::write(dir.path().join(rundir::METRICS), format!("{}\n{}", lines[0], lines[1])).unwrap();
+        let r = super::row(dir.path().to_path_buf(), SystemTime::now());
+        assert_eq!((r.state.as_str(), r.step), ("done", 40));
     }
 
     #[test]

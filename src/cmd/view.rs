@@ -102,11 +102,14 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     }
     let mut app = App::watching(reader.info().clone());
     if args.headless || !term::can_draw() || term::in_background() {
-        read_all(&mut reader, &mut app)?;
         let run_dir = rundir::of_metrics(reader.path(), app.info.run_dir.as_deref());
         // running, gone, or not known (on another machine and quiet only a short while)
         let host = app.info.host.as_deref();
         let live = run_dir.as_deref().and_then(|d| rundir::liveness(d, host));
+        if live == Some(false) {
+            reader.writer_gone();
+        }
+        read_all(&mut reader, &mut app)?;
         let after = reader.past_end().map(crate::front::words::past_end);
         // a killed or stopped run's way on: its newest checkpoint the file records, where it
         // still is (a killed run's summary does not name it)

@@ -146,9 +146,16 @@ impl Source for FileSource {
                 quiet.then_some(Silent::NoEnd)
             }
         };
+        // (a run gone: a last line it left without its newline is its last record, maybe its
+        // end)
+        let rest = matches!(silent, Some(Silent::Killed | Silent::NoEnd)) && {
+            self.reader.writer_gone();
+            self.pull(app)
+        };
+        let silent = silent.filter(|_| !app.state.ended());
         let changed = silent != app.silent;
         app.silent = silent;
-        pulled || changed
+        pulled || changed || rest
     }
 
     fn on_frame(&mut self, app: &mut App) -> bool {

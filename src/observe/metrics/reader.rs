@@ -1,7 +1,8 @@
 //! Reads a metrics file back into the engine's types: the `run` record into a `RunInfo`, `step`
 //! records into rows of every rank's `StepStats`, the rest into events, warnings and device
 //! samples. A file still being written is read as it grows: `next` returns `None` at the end of
-//! what is there, and a last line without its newline is left for a later call.
+//! what is there, and a last line without its newline is left for a later call (read once its
+//! writer is known gone: `writer_gone`).
 //!
 //! Bounded: a line is read only up to `MAX_LINE` bytes and a run of at most `MAX_RANKS` ranks
 //! is accepted, so a huge or hostile file costs bounded memory. A complete line that is not a
@@ -118,6 +119,7 @@ impl MetricsReader {
             start: 0,
             line: 0,
             read: 0,
+            whole: false,
         };
         let Some((a, b)) = lines.next_line()? else {
             return Err(lines.file_error(if lines.read == 0 {
@@ -168,13 +170,21 @@ impl MetricsReader {
         Ok(())
     }
 
+    /// The run that wrote the file is gone (killed, or ended with its last newline lost, as
+    /// a copy or an editor may): a last line without its newline is read as a whole line,
+    /// where it was left for a later call.
+    pub fn writer_gone(&mut self) {
+        self.lines.whole = true;
+    }
+
     /// The file read (inside the run directory where one was given).
     pub fn path(&self) -> &Path {
         &self.lines.path
     }
 
     /// A checkpoint the file records, `path` under the run directory it recorded, where the
-    /// run directory holding this file has it: the run directory was moved (or copied) since.
+    /// run directory holding this file has it: the run directory was moved (or copied) since,
+    /// and the copy read names its own checkpoints (resumed from, they leave the original be).
     fn moved(&self, path: PathBuf) -> PathBuf {
         let recorded = self.info.run_dir.as_deref();
         let inside = recorded.and_then(|r| path.strip_prefix(r).ok());
@@ -184,7 +194,7 @@ impl MetricsReader {
             .and_then(Path::parent)
             .filter(|d| Some(*d) != recorded);
         match (own, inside) {
-            (Some(own), Some(rest)) if !path.exists() && own.join(rest).exists() => own.join(rest),
+            (Some(own), Some(rest)) if own.join(rest).exists() => own.join(rest),
             _ => path,
         }
     }
@@ -236,6 +246,8 @@ struct Lines {
     line: u64,
     /// Bytes read from the file so far.
     read: u64,
+    /// No writer adds to the file: a last line without its newline is a line.
+    whole: bool,
 }
 
 impl Lines {
@@ -257,6 +269,13 @@ impl Lines {
                 return Err(self.too_long());
             }
             if self.fill()? == 0 {
+                // (a writer gone: its last line, whatever it lacks, is all there will be)
+                if self.whole && self.start < self.buf.len() {
+                    self.line += 1;
+                    let a = self.start;
+                    self.start = self.buf.len();
+                    return Ok(Some((a, self.start)));
+                }
                 return Ok(None);
             }
         }
