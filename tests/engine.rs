@@ -179,7 +179,7 @@ fn resume_rejects_a_checkpoint_of_another_model() {
         .expect("shape mismatch is an error")
         .to_string();
     assert!(
-        e.contains("it was written for another model (--model mlp:16,8), of sizes "),
+        e.contains("it was written for another model (--model mlp:16,8), whose layer 1 gives 16 values where this run's gives 32;"),
         "{e}"
     );
 }

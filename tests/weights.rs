@@ -229,6 +229,17 @@ fn damaged_and_hostile_files_are_clear_errors() {
         e.contains("not a whole safetensors file") && e.contains("cut short"),
         "{e}"
     );
+    // longer than its header lays out (judged from the header, the bulk unread)
+    let long = [&good[..], &[0u8; 1000][..]].concat();
+    let e = try_file(&long);
+    assert!(
+        e.contains(&format!(
+            "not a whole safetensors file (it is {} bytes long where its header lays out {})",
+            long.len(),
+            good.len()
+        )),
+        "{e}"
+    );
     // a header that claims more bytes than the file holds
     let header =
         br#"{"conv1.weight":{"dtype":"F32","shape":[100000000],"data_offsets":[0,400000000]}}"#;
@@ -703,6 +714,17 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     assert!(
         o.status.code() == Some(1)
             && err.contains("not a whole safetensors file")
+            && err.contains("export a whole one beside it: ")
+            && err.contains("step-00000010"),
+        "{err}"
+    );
+    // its weights file gone: unreadable as --resume says it, with the one beside it
+    std::fs::remove_file(&newest).unwrap();
+    let o = run(&["export", "run", "w.safetensors"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1)
+            && err.contains("step-00000020 is unreadable: model.safetensors: No such file")
             && err.contains("export a whole one beside it: ")
             && err.contains("step-00000010"),
         "{err}"

@@ -22,7 +22,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
     let point = checkpoint_for(&args.from, Purpose::Eval).map_err(anyhow::Error::msg)?;
-    let meta = eval::checkpoint_meta(&point)?;
+    let opened = eval::open_checkpoint(&point)?;
+    let meta = opened.meta().clone();
     // the run's settings as --resume takes them: its data, picture size, scaling, seed, model
     let cfg = crate::cli::resumed::of_checkpoint(&point).map_err(anyhow::Error::msg)?;
     // (a run still going: its newest checkpoint, not its end)
@@ -66,7 +67,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             );
         }
     };
-    let e = eval::evaluate(&cfg, &point, &meta, data.as_ref(), on, progress)?;
+    let e = eval::evaluate(&cfg, opened, data.as_ref(), on, progress)?;
     for line in report(&e) {
         match to_stdout {
             true => crate::tell!("{line}"),

@@ -211,7 +211,11 @@ mod tests {
                 .unwrap(),
         ];
         // (as a copy or an editor may leave it: no newline after the `end` record)
-        std::fs::write(dir.path().join(rundir::METRICS), format!("{}\n{}", lines[0], lines[1])).unwrap();
+        std::fs::write(
+            dir.path().join(rundir::METRICS),
+            format!("{}\n{}", lines[0], lines[1]),
+        )
+        .unwrap();
         let r = super::row(dir.path().to_path_buf(), SystemTime::now());
         assert_eq!((r.state.as_str(), r.step), ("done", 40));
     }

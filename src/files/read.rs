@@ -120,7 +120,19 @@ fn too_large(path: &Path, expect: &Expect, size: &str) -> ReadError {
 /// The whole file, if it is a regular file of at most `expect.max` bytes (checked while reading
 /// too: a file can grow, and some report no length).
 pub fn read_bytes(path: &Path, expect: &Expect) -> Result<Vec<u8>, ReadError> {
-    let (file, len) = open(path, expect)?;
+    read_opened(path, open(path, expect)?, expect)
+}
+
+/// [`read_bytes`] of a file `open` opened (`path`, of `len` bytes then) a while ago, held to
+/// `expect` as it is now.
+pub fn read_opened(
+    path: &Path,
+    (file, len): (File, u64),
+    expect: &Expect,
+) -> Result<Vec<u8>, ReadError> {
+    if len > expect.max {
+        return Err(too_large(path, expect, &bytes(len)));
+    }
     let mut out = Vec::with_capacity(len as usize);
     file.take(expect.max.saturating_add(1))
         .read_to_end(&mut out)

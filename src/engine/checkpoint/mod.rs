@@ -199,20 +199,25 @@ fn model_difference(meta: &CheckpointMeta, ours: &[usize], dir: &Path) -> String
             theirs[0], ours[0]
         );
     }
-    // (its sizes said: where the model it records is this run's, its state.json was edited)
-    let sizes = |d: &[usize]| {
-        (d.iter().map(usize::to_string))
-            .collect::<Vec<_>>()
-            .join("-")
-    };
-    another_model(
-        meta,
-        &format!(
-            ", of sizes {} where this run's are {}",
-            sizes(theirs),
-            sizes(ours)
+    // (where they part said, not every size of a deep model: where the model it records is
+    // this run's, its state.json was edited)
+    let at = (theirs.iter().zip(ours))
+        .take_while(|(a, b)| a == b)
+        .count();
+    let detail = match (theirs.get(at), ours.get(at)) {
+        (Some(a), Some(b)) if at == 0 => {
+            format!(", which takes {a} values a sample where this run's takes {b}")
+        }
+        (Some(a), Some(b)) => {
+            format!(", whose layer {at} gives {a} values where this run's gives {b}")
+        }
+        _ => format!(
+            ", of {} layers where this run's has {}",
+            n.saturating_sub(1),
+            m.saturating_sub(1)
         ),
-    )
+    };
+    another_model(meta, &detail)
 }
 
 /// That the checkpoint `meta` was written for another model (with `detail`, where there is one
@@ -234,7 +239,56 @@ pub fn read(
     model: &Model,
     optimizer: &str,
 ) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
+    open(path)?.read(model, optimizer)
+}
+
+/// A checkpoint opened to be read later: its `state.json` read and its weights file held open,
+/// so that a run removing it meanwhile (`--keep-checkpoints` keeps its newest only) leaves the
+/// reader what it opened.
+pub struct Opened {
+    dir: PathBuf,
+    meta: CheckpointMeta,
+    /// (an error said when the weights are read: a model that differs is told first)
+    weights: Result<(std::fs::File, u64), String>,
+}
+
+/// Opens the checkpoint `path` (a checkpoint directory, or the newest in a checkpoint dir).
+pub fn open(path: &Path) -> Result<Opened, CheckpointError> {
     let dir = resolve(path)?;
+    let meta = read_meta(&dir)?;
+    let weights =
+        crate::files::read::open(&dir.join(WEIGHTS), &file_expect(u64::MAX)).map_err(said);
+    Ok(Opened { dir, meta, weights })
+}
+
+impl Opened {
+    pub fn meta(&self) -> &CheckpointMeta {
+        &self.meta
+    }
+
+    /// The checkpoint's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The checkpoint's state, checked to fit `model` and the optimizer named `optimizer`.
+    pub fn read(
+        self,
+        model: &Model,
+        optimizer: &str,
+    ) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
+        let Opened { dir, meta, weights } = self;
+        read_state(dir, meta, weights, model, optimizer)
+    }
+}
+
+fn read_state(
+    dir: PathBuf,
+    meta: CheckpointMeta,
+    weights: Result<(std::fs::File, u64), String>,
+    model: &Model,
+    optimizer: &str,
+) -> Result<(CheckpointMeta, TrainState), CheckpointError> {
     let corrupt = |msg: String| {
         gone(&dir).unwrap_or_else(|| CheckpointError::Corrupt {
             path: dir.clone(),
@@ -242,7 +296,6 @@ pub fn read(
             fix: instead_of(&dir),
         })
     };
-    let meta = read_meta(&dir)?;
     if meta.dims != model.dims {
         let what = model_difference(&meta, &model.dims, &dir);
         return Err(CheckpointError::ShapeMismatch { path: dir, what });
@@ -256,8 +309,12 @@ pub fn read(
     }
     // weights and two optimizer moments, plus the header's names and shapes
     let most = ((model.n_params * 12 + model.n_buffers * 4) as u64).saturating_add(1 << 20);
-    let bytes =
-        read_regular(&dir.join(WEIGHTS), most).map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
+    let path = dir.join(WEIGHTS);
+    let bytes = weights
+        .and_then(|held| {
+            crate::files::read::read_opened(&path, held, &file_expect(most)).map_err(said)
+        })
+        .map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     if let Some(why) = meta.weights_changed(&bytes) {
         return Err(corrupt(why));
     }
@@ -378,16 +435,25 @@ pub fn read(
 /// A file's bytes through the bounded reader every input file goes through (a FIFO or a device
 /// is refused, never waited on; nothing past `most` bytes is read).
 fn read_regular(path: &Path, most: u64) -> Result<Vec<u8>, String> {
-    let expect = crate::files::read::Expect {
+    crate::files::read::read_bytes(path, &file_expect(most)).map_err(said)
+}
+
+/// What a checkpoint's file is expected to be: at most `most` bytes.
+fn file_expect(most: u64) -> crate::files::read::Expect<'static> {
+    crate::files::read::Expect {
         what: "a checkpoint file",
         flag: "--resume",
         max: most,
         fix: "a file that large is not one a checkpoint of this model holds (damaged, or replaced)",
-    };
-    crate::files::read::read_bytes(path, &expect).map_err(|e| match e {
+    }
+}
+
+/// A read error as a checkpoint's error says it (the path is said there).
+fn said(e: crate::files::read::ReadError) -> String {
+    match e {
         crate::files::read::ReadError::Io { source, .. } => source.to_string(),
         other => other.to_string(),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -60,15 +60,46 @@ const MAX_HEADER: u64 = 100_000_000;
 /// The header of the safetensors file `f` (at its start, `len` bytes long): its length and
 /// its JSON object; `None` where it is none (reading the whole file says what is wrong).
 pub fn read_header(f: &mut impl Read, len: u64) -> Option<(u64, Map<String, Value>)> {
+    let head = read_head(f, len)?;
+    Some((
+        (head.len() - 8) as u64,
+        serde_json::from_slice(&head[8..]).ok()?,
+    ))
+}
+
+/// The start of the safetensors file `f` (`len` bytes long) as bytes: its 8-byte header
+/// length and its header; `None` where the length runs past the file or the bound.
+pub fn read_head(f: &mut impl Read, len: u64) -> Option<Vec<u8>> {
     let mut n = [0u8; 8];
     f.read_exact(&mut n).ok()?;
-    let n = u64::from_le_bytes(n);
-    if n > len.saturating_sub(8) || n > MAX_HEADER {
+    let m = u64::from_le_bytes(n);
+    if m > len.saturating_sub(8) || m > MAX_HEADER {
         return None;
     }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header).ok()?;
-    Some((n, serde_json::from_slice(&header).ok()?))
+    let mut head = vec![0u8; 8 + m as usize];
+    head[..8].copy_from_slice(&n);
+    f.read_exact(&mut head[8..]).ok()?;
+    Some(head)
+}
+
+/// What is wrong with a safetensors file of `len` bytes, judged from its start `head`
+/// (`read_head`) alone, as reading it whole would say it: an entry safetensors cannot take,
+/// or a length other than its tensors lay out.
+pub fn header_problem(head: &[u8], len: u64) -> Option<String> {
+    if let Some(entry) = bad_entry(head).or_else(|| disagreeing_entry(head)) {
+        return Some(format!("its header's entry {entry}"));
+    }
+    let (n, header) = read_header(&mut &head[..], head.len() as u64)?;
+    let whole = laid_out(n, &header)?;
+    match whole.cmp(&len) {
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Greater => Some(format!(
+            "it ends at byte {len} of the {whole} its header lays out"
+        )),
+        std::cmp::Ordering::Less => Some(format!(
+            "it is {len} bytes long where its header lays out {whole}"
+        )),
+    }
 }
 
 /// The tensors' entries of a header (its `__metadata__` left out).

@@ -47,6 +47,21 @@ fn sample() -> (Model, TrainState, CheckpointMeta) {
 }
 
 #[test]
+fn a_checkpoint_opened_then_removed_by_its_run_is_still_read_whole() {
+    // (eval opens it, then reads its data for seconds while --keep-checkpoints removes it)
+    let dir = tempfile::tempdir().unwrap();
+    let (model, state, meta) = sample();
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    let opened = open(&p).unwrap();
+    fs::remove_dir_all(&p).unwrap();
+    let (_, read) = opened.read(&model, "adam").unwrap();
+    assert_eq!((read.params, read.buffers), (state.params, state.buffers));
+    // one not opened before is said to have gone, not to be damaged
+    let e = read_meta(&p).unwrap_err().to_string();
+    assert!(e.contains("it was removed while it was read"), "{e}");
+}
+
+#[test]
 fn round_trips_and_resolves_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let (model, state, mut meta) = sample();

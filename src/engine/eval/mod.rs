@@ -59,17 +59,19 @@ const MEMORY_SHARE: u64 = 4;
 /// The fewest rows a thread evaluates at a time (where the set has that many).
 const MIN_CHUNK: usize = 32;
 
-/// Evaluates the checkpoint `point` (its `state.json` `meta`, its run's settings `cfg` as
-/// `--resume` would take them) on `data` (None: the run's own validation set), `on` the CPU or a GPU;
-/// `progress(done, total)` is called every few milliseconds (a GPU's: every chunk) meanwhile.
+/// Evaluates the checkpoint `opened` (its run's settings `cfg` as `--resume` would take them)
+/// on `data` (None: the run's own validation set), `on` the CPU or a GPU; `progress(done, total)`
+/// is called every few milliseconds (a GPU's: every chunk) meanwhile. (Opened before the data
+/// is read: a run still going may remove it meanwhile.)
 pub fn evaluate(
     cfg: &RunConfig,
-    point: &Path,
-    meta: &CheckpointMeta,
+    opened: checkpoint::Opened,
     data: Option<&DataSpec>,
     on: On,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Evaluation, EngineError> {
+    let (point, meta) = (opened.dir().to_path_buf(), opened.meta());
+    let point = point.as_path();
     let (set, text, mut notes) = match data {
         None => own_set(cfg, meta, point)?,
         Some(spec) => given_set(cfg, meta, spec)?,
@@ -86,7 +88,8 @@ pub fn evaluate(
             cfg.label_smoothing
         ));
     }
-    let (meta, state) = checkpoint::read(point, &model, &meta.optimizer).map_err(damaged)?;
+    let optimizer = meta.optimizer.clone();
+    let (meta, state) = opened.read(&model, &optimizer).map_err(damaged)?;
     let classes = class_names(&meta, &set);
     let started = Instant::now();
     let (tally, device) = match on {
@@ -245,9 +248,10 @@ fn given_set(
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))
 }
 
-/// The checkpoint's `state.json`, its errors as eval says them (before its settings are taken).
-pub fn checkpoint_meta(point: &Path) -> Result<CheckpointMeta, EngineError> {
-    checkpoint::read_meta(point).map_err(damaged)
+/// The checkpoint opened (its `state.json` read, its weights held), its errors as eval says
+/// them (before its settings are taken).
+pub fn open_checkpoint(point: &Path) -> Result<checkpoint::Opened, EngineError> {
+    checkpoint::open(point).map_err(damaged)
 }
 
 /// A checkpoint error as eval says it: what to evaluate instead of a damaged one.

@@ -57,8 +57,19 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         max: host_memory::machine_memory().0 / 2,
         fix: "it must fit in memory to be exported",
     };
-    let bytes = read::read_bytes(&file, &expect).map_err(|e| e.to_string())?;
     let instead = || export_instead(&dir);
+    let bytes = read::read_bytes(&file, &expect).map_err(|e| {
+        let e = match e {
+            read::ReadError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        format!(
+            "checkpoint {} is unreadable: {}: {e}; {}",
+            dir.display(),
+            checkpoint::WEIGHTS,
+            instead()
+        )
+    })?;
     if let Some(why) = meta.weights_changed(&bytes) {
         return Err(format!("{}: {why}; {}", dir.display(), instead()));
     }

@@ -59,17 +59,19 @@ fn masked(name: &str) -> String {
 }
 
 /// Where one of this model's names (`ours`) and one of the file's (`theirs`) differ only in
-/// their indices: the words saying so (a layer list written with other layers before it).
+/// their indices, and `fits(ours, theirs)` (their shapes agree): the words saying so (a layer
+/// list written with other layers before it).
 fn renumbered<'a>(
     ours: impl IntoIterator<Item = &'a str>,
     theirs: &[impl AsRef<str>],
+    fits: impl Fn(&str, &str) -> bool,
 ) -> Option<String> {
     let theirs: Vec<(&str, String)> = (theirs.iter())
         .map(|t| (t.as_ref(), masked(t.as_ref())))
         .collect();
     ours.into_iter().find_map(|o| {
         let m = masked(o);
-        let (t, _) = theirs.iter().find(|(t, tm)| *tm == m && *t != o)?;
+        let (t, _) = (theirs.iter()).find(|(t, tm)| *tm == m && *t != o && fits(o, t))?;
         Some(format!(
             " (the file's `{}` may be this model's `{o}`: a layer list names each layer by its place in the list, counting activations and dropout, and a list of dense layers alone as mlp; give --model the layer list the file was trained with)",
             crate::text::excerpt(t)
@@ -127,16 +129,29 @@ fn values(view: &TensorView, name: &str) -> Result<Vec<f32>, String> {
     })
 }
 
+/// Tensors' shapes by name.
+type Shapes = std::collections::BTreeMap<String, Vec<usize>>;
+
 /// The tensor names in the header of safetensors file `path`, read without the rest of the
-/// file; None where the header is not one (reading the whole file then says what is wrong).
-fn header_names(path: &Path, expect: &Expect) -> Option<std::collections::HashSet<String>> {
+/// file, and what is wrong with the file that the header shows (an entry, the length); None
+/// where the header is not one (reading the whole file then says what is wrong).
+fn header_names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<String>)> {
+    use checkpoint::tensor_file::{header_problem, read_head, read_header, tensors};
     let (mut file, len) = read::open(path, expect).ok()?;
-    let (_, header) = checkpoint::tensor_file::read_header(&mut file, len)?;
-    Some(
-        checkpoint::tensor_file::tensors(&header)
-            .map(|(k, _)| k.clone())
-            .collect(),
-    )
+    let head = read_head(&mut file, len)?;
+    let (_, header) = read_header(&mut &head[..], head.len() as u64)?;
+    let shape = |t: &serde_json::Value| -> Vec<usize> {
+        (t.get("shape")
+            .and_then(|s| s.as_array())
+            .into_iter()
+            .flatten())
+        .map(|d| d.as_u64().unwrap_or(0) as usize)
+        .collect()
+    };
+    let names = tensors(&header)
+        .map(|(k, t)| (k.clone(), shape(t)))
+        .collect();
+    Some((names, header_problem(&head, len)))
 }
 
 /// Loads the tensors of `path` that this model has, by name, into `params` and `buffers`;
@@ -174,11 +189,15 @@ pub fn import(
     let ours: Vec<(&TensorInfo, bool)> = (model.tensors.iter().map(|t| (t, true)))
         .chain(model.buffers.iter().map(|t| (t, false)))
         .collect();
-    let matches_nothing = |file_names: &[String]| {
+    let shape_of_ours = |name: &str| {
+        (ours.iter())
+            .find(|(t, _)| t.name == name)
+            .map(|(t, _)| t.shape.clone())
+    };
+    // (the file's tensors by name, with their shapes)
+    let matches_nothing = |file: &Shapes| {
         // (a checkpoint's optimizer state is no model's tensors)
-        let file_names: Vec<&String> = (file_names.iter())
-            .filter(|n| !n.starts_with("optim."))
-            .collect();
+        let file_names: Vec<&String> = (file.keys()).filter(|n| !n.starts_with("optim.")).collect();
         if file_names.is_empty() {
             return at("it holds no tensors; is it the right file?".into());
         }
@@ -187,8 +206,13 @@ pub fn import(
             .take(3)
             .map(|n| crate::text::excerpt(n))
             .collect();
-        let hint = renumbered(model.tensors.iter().map(|t| t.name.as_str()), &file_names)
-            .unwrap_or_default();
+        let fits = |o: &str, t: &str| shape_of_ours(o).is_some_and(|s| file.get(t) == Some(&s));
+        let hint = renumbered(
+            model.tensors.iter().map(|t| t.name.as_str()),
+            &file_names,
+            fits,
+        )
+        .unwrap_or_default();
         at(format!(
             "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint}",
             file_names.len(),
@@ -197,16 +221,22 @@ pub fn import(
         ))
     };
     // a file of another model is refused from its header, before its bulk is read
-    if let Some(names) = header_names(path, &expect) {
+    if let Some((names, problem)) = header_names(path, &expect) {
         let named = |t: &TensorInfo| {
             PREFIXES
                 .iter()
-                .any(|p| names.contains(&format!("{p}{}", t.name)))
+                .any(|p| names.contains_key(&format!("{p}{}", t.name)))
         };
         if !ours.iter().any(|(t, _)| named(t)) {
-            let mut names: Vec<String> = names.into_iter().collect();
-            names.sort();
             return Err(matches_nothing(&names));
+        }
+        // (nor is a file its header shows damaged read whole to be refused; a checkpoint's
+        // own is held to its checksum below, which says what to take instead)
+        let own = path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS));
+        if let Some(why) = problem.filter(|_| !own) {
+            return Err(at(format!(
+                "not a whole safetensors file ({why}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)"
+            )));
         }
     }
     let bytes = read::read_bytes(path, &expect).map_err(|e| match e {
@@ -335,7 +365,7 @@ pub fn import(
                         && st.tensor(n).is_ok_and(|v| v.shape() == t.shape.as_slice())
                 });
                 let hint = moved
-                    .and_then(|n| renumbered([name.as_str()], &[n]))
+                    .and_then(|n| renumbered([name.as_str()], &[n], |_, _| true))
                     .unwrap_or_default();
                 format!("the file is for another --model (or width, or input channels){hint}")
             };
@@ -381,8 +411,12 @@ pub fn import(
             head_reset.join(", ")
         )));
     }
+    let shape_in_file = |n: &str| st.tensor(n).map(|v| v.shape().to_vec()).ok();
     if loaded == 0 {
-        return Err(matches_nothing(&file_names));
+        let file = (file_names.iter())
+            .map(|n| (n.clone(), shape_in_file(n).unwrap_or_default()))
+            .collect();
+        return Err(matches_nothing(&file));
     }
     // (PyTorch's batch-norm step counters are bookkeeping this program does not keep; a
     // checkpoint's optimizer state is said apart)
@@ -419,7 +453,10 @@ pub fn import(
         notes.push(format!(
             "--init: in the file but not in this model, ignored: {}{}",
             listed(&unexpected),
-            renumbered(missing.iter().map(String::as_str), &unexpected).unwrap_or_default()
+            renumbered(missing.iter().map(String::as_str), &unexpected, |o, t| {
+                shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s))
+            })
+            .unwrap_or_default()
         ));
     }
     // (frozen at their random start: nothing will ever train them)
@@ -449,14 +486,27 @@ mod tests {
     #[test]
     fn names_apart_only_in_their_indices_are_said() {
         assert_eq!(masked("layer1.0.conv12.weight"), "layer#.#.conv#.weight");
-        let said = renumbered(["dense.4.weight", "dense.4.bias"], &["dense.3.bias"]).unwrap();
+        let any = |_: &str, _: &str| true;
+        let said = renumbered(["dense.4.weight", "dense.4.bias"], &["dense.3.bias"], any).unwrap();
         assert!(
             said.contains("the file's `dense.3.bias` may be this model's `dense.4.bias`"),
             "{said}"
         );
-        assert_eq!(renumbered(["dense.4.weight"], &["conv.3.weight"]), None);
-        assert_eq!(renumbered(["dense.4.weight"], &["dense.4.weight"]), None);
-        assert!(renumbered(["dense.0.weight"], &["mlp.0.weight"]).is_some());
+        assert_eq!(
+            renumbered(["dense.4.weight"], &["conv.3.weight"], any),
+            None
+        );
+        assert_eq!(
+            renumbered(["dense.4.weight"], &["dense.4.weight"], any),
+            None
+        );
+        assert!(renumbered(["dense.0.weight"], &["mlp.0.weight"], any).is_some());
+        // (a tensor of another shape is no layer renumbered: not said)
+        let none = |_: &str, _: &str| false;
+        assert_eq!(
+            renumbered(["dense.1.weight"], &["mlp.0.weight"], none),
+            None
+        );
     }
 
     #[test]
