@@ -10,6 +10,25 @@ use crate::engine::control::{Control, MAX_BATCH};
 /// writes one, not one a step).
 const CHECKPOINTS_APART: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What a Ctrl or Alt chord is told: nothing here (Ctrl-S and Ctrl-Q, a terminal's flow
+/// control, with what the plain keys do).
+fn chord_words(key: KeyEvent) -> String {
+    let KeyCode::Char(c) = key.code else {
+        return String::new();
+    };
+    let held = match key.modifiers.contains(KeyModifiers::CONTROL) {
+        true => "Ctrl",
+        false => "Alt",
+    };
+    let c = c.to_ascii_uppercase();
+    match c {
+        'S' | 'Q' => format!(
+            "{held}-{c} does nothing here (this screen does not freeze output): s writes a checkpoint, q quits"
+        ),
+        _ => format!("{held}-{c} does nothing here; ? lists the keys"),
+    }
+}
+
 impl App {
     /// Answers one key; returns what the frontend loop must do.
     pub fn handle_key(&mut self, key: KeyEvent) -> Option<Action> {
@@ -24,17 +43,27 @@ impl App {
         if ctrl && matches!(key.code, KeyCode::Char('l')) {
             return Some(Action::Redraw);
         }
+        // a Ctrl or Alt chord is none of the plain keys: Ctrl-S and Ctrl-Q, a terminal's flow
+        // control out of habit, must not write a checkpoint nor stop the run
+        let chord = !ctrl_c
+            && matches!(key.code, KeyCode::Char(_))
+            && (key.modifiers).intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
         match self.popup {
             Some(Popup::Help) => {
                 self.popup = None;
                 return None;
             }
+            Some(Popup::Quit) if chord => return None,
             Some(Popup::Quit) => {
                 let plain_q = key.code == KeyCode::Char('q') && !ctrl;
                 let again = ctrl_c || (plain_q && !key.modifiers.contains(KeyModifiers::ALT));
                 return self.quit_popup_key(key.code, again);
             }
             None => {}
+        }
+        if chord {
+            self.flash = Some(chord_words(key));
+            return None;
         }
         let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
         if quit_key && self.leaves_at_once() {

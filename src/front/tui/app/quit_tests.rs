@@ -55,6 +55,41 @@ fn quit_asks_first_and_each_answer_does_what_it_says() {
     );
 }
 
+#[test]
+fn ctrl_s_and_ctrl_q_out_of_a_terminal_s_habit_neither_checkpoint_nor_stop() {
+    let chord = |c, m| KeyEvent::new(KeyCode::Char(c), m);
+    let (ctrl, alt) = (KeyModifiers::CONTROL, KeyModifiers::ALT);
+    let mut app = running(false);
+    for k in [chord('s', ctrl), chord('q', ctrl), chord('p', ctrl), chord('k', alt)] {
+        assert_eq!(app.handle_key(k), None, "{k:?}");
+        assert_eq!((app.popup, app.pending_checkpoint), (None, false), "{k:?}");
+        assert_eq!(app.pending_pause, None, "{k:?}");
+    }
+    assert!(
+        (app.flash.as_deref()).is_some_and(|f| f.contains("Alt-K does nothing here")),
+        "{:?}",
+        app.flash
+    );
+    app.handle_key(chord('s', ctrl));
+    assert!(
+        (app.flash.as_deref()).is_some_and(|f| f.contains("s writes a checkpoint, q quits")),
+        "{:?}",
+        app.flash
+    );
+    // under the quit question too: Ctrl-S is not its `s` (stop with a checkpoint)
+    app.handle_key(key('q'));
+    for k in [chord('s', ctrl), chord('k', ctrl), chord('y', alt)] {
+        assert_eq!(app.handle_key(k), None, "{k:?}");
+        assert_eq!(app.popup, Some(Popup::Quit), "{k:?}");
+        assert!(!app.quitting, "{k:?}");
+    }
+    // the plain keys still do what they say
+    assert_eq!(
+        app.handle_key(key('s')),
+        Some(Action::Control(Control::Stop { checkpoint: true }))
+    );
+}
+
 fn attached(readonly: bool) -> App {
     let mut app = running(readonly);
     app.mode = Mode::Attached;
