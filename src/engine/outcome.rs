@@ -48,11 +48,12 @@ pub struct RunResult {
     pub steps: u64,
     /// Stopped on request before the budget was spent.
     pub stopped: bool,
-    /// Global training loss of every step of this process's run.
+    /// Global training loss of each step of this process's run: every step of a run of up to
+    /// 131072, at least the last 65536 (`STEP_HISTORY`) of a longer one (its memory bounded).
     pub losses: Vec<f32>,
-    /// When each step ended (rank 0), since the start.
+    /// When each of those steps ended (rank 0), since the start.
     pub step_ends: Vec<Duration>,
-    /// The samples each step trained, over every rank.
+    /// The samples each of those steps trained, over every rank.
     pub step_samples: Vec<usize>,
     pub state: TrainState,
     pub last_checkpoint: Option<PathBuf>,

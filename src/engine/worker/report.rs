@@ -35,7 +35,8 @@ pub(super) struct Reported {
 /// What the run adds up from its steps' reports.
 #[derive(Default)]
 pub(super) struct Tally {
-    /// Rank 0: each step's loss and when it ended.
+    /// Rank 0: each step's loss and when it ended, of the last `STEP_HISTORY` steps at least
+    /// (twice as many at most: a long run's memory stays bounded).
     pub losses: Vec<f32>,
     pub step_ends: Vec<Duration>,
     pub step_samples: Vec<usize>,
@@ -45,7 +46,23 @@ pub(super) struct Tally {
     pub best_saved: Option<f32>,
 }
 
+/// The steps a run's result keeps at least (`RunResult::losses`): its tests' and
+/// `--calibrate`'s runs, whole.
+pub const STEP_HISTORY: usize = 1 << 16;
+
 impl Tally {
+    /// Rank 0: a step's loss, when it ended and the samples it trained.
+    fn stepped(&mut self, loss: f32, at: Duration, samples: usize) {
+        if self.losses.len() >= 2 * STEP_HISTORY {
+            self.losses.drain(..STEP_HISTORY);
+            self.step_ends.drain(..STEP_HISTORY);
+            self.step_samples.drain(..STEP_HISTORY);
+        }
+        self.losses.push(loss);
+        self.step_ends.push(at);
+        self.step_samples.push(samples);
+    }
+
     fn validated(&mut self, accuracy: f32) {
         self.best_val = Some(self.best_val.map_or(accuracy, |b| b.max(accuracy)));
     }
@@ -111,9 +128,7 @@ impl Worker {
         }
         let _ = self.stats.try_send(stats);
         if self.rank == 0 {
-            tally.losses.push(loss);
-            tally.step_ends.push(at);
-            tally.step_samples.push(global_samples);
+            tally.stepped(loss, at, global_samples);
         }
         self.epoch_sum[0] += m.loss_sum;
         self.epoch_sum[1] += m.samples;
@@ -183,4 +198,26 @@ impl Worker {
 /// step anyway).
 pub(crate) fn late(cfg: &RunConfig, gpu: bool) -> bool {
     cfg.metrics_late.unwrap_or(gpu) && cfg.strategy != Strategy::CentralStorage && !cfg.sync_bn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_run_keeps_its_newest_steps_not_every_step() {
+        let mut t = Tally::default();
+        let steps = 2 * STEP_HISTORY + 5;
+        for i in 0..steps {
+            t.stepped(i as f32, Duration::from_millis(i as u64), i);
+        }
+        assert!((STEP_HISTORY..=2 * STEP_HISTORY).contains(&t.losses.len()));
+        assert_eq!(t.losses.len(), t.step_ends.len());
+        assert_eq!(t.losses.len(), t.step_samples.len());
+        // the newest, in order, with their times and samples beside them
+        let first = steps - t.losses.len();
+        assert_eq!(t.losses.last(), Some(&((steps - 1) as f32)));
+        assert_eq!(t.step_samples[0], first);
+        assert_eq!(t.step_ends[0], Duration::from_millis(first as u64));
+    }
 }

@@ -24,10 +24,16 @@ pub(super) struct Files {
     pub(super) newest_step: Option<(u64, Line)>,
     /// The best validation within epochs so far: its accuracy, step and record.
     best_validation: Option<(f32, u64, Line)>,
-    /// The epochs' records (a few a run; a write that fails can take some already handed to
-    /// the file): a lost file's per-epoch table.
-    epochs: Vec<(u64, Line)>,
+    /// The newest epochs' records (`EPOCHS_KEPT`; a write that fails can take some already
+    /// handed to the file): a lost file's per-epoch table.
+    epochs: std::collections::VecDeque<(u64, Line)>,
+    /// The step of the newest epoch record let go of (`EPOCHS_KEPT` newer ones are kept).
+    epochs_dropped: Option<u64>,
 }
+
+/// The epochs' records kept for a file lost to a full disk: a run of many short epochs gets
+/// the newest back, its memory bounded.
+pub(super) const EPOCHS_KEPT: usize = 4096;
 
 /// What a metrics file on a full disk gives up of its last records for the run's end record,
 /// beyond the record itself: a file system's blocks are freed whole.
@@ -46,7 +52,8 @@ impl Files {
             ended: false,
             newest_step: None,
             best_validation: None,
-            epochs: Vec::new(),
+            epochs: Default::default(),
+            epochs_dropped: None,
         }
     }
 
@@ -78,7 +85,12 @@ impl Files {
     /// validation's within an epoch where it is the best so far.
     pub(super) fn keep(&mut self, ev: &Event, line: &Line) {
         match *ev {
-            Event::EpochDone { step, .. } => self.epochs.push((step, line.clone())),
+            Event::EpochDone { step, .. } => {
+                if self.epochs.len() == EPOCHS_KEPT {
+                    self.epochs_dropped = self.epochs.pop_front().map(|(s, _)| s);
+                }
+                self.epochs.push_back((step, line.clone()));
+            }
             Event::Validated {
                 step, val_accuracy, ..
             } if (self.best_validation.as_ref()).is_none_or(|b| val_accuracy > b.0) => {
@@ -129,9 +141,13 @@ impl Files {
             .filter(|&(s, ..)| s > kept)
             .collect();
         back.sort_by_key(|&(s, ..)| s);
-        let what: Vec<&str> = (["epochs", "best validation", "newest step"].into_iter())
+        let mut what: Vec<&str> = (["epochs", "best validation", "newest step"].into_iter())
             .filter(|w| back.iter().any(|b| b.1 == *w))
             .collect();
+        // (some after `kept` let go of: the newest are what follow)
+        if self.epochs_dropped.is_some_and(|s| s > kept) && what.first() == Some(&"epochs") {
+            what[0] = "newest epochs";
+        }
         let what = match what.split_last() {
             Some((last, [])) => last.to_string(),
             Some((last, rest)) => format!("{} and {last}", rest.join(", ")),

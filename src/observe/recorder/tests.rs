@@ -208,6 +208,53 @@ fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_th
     }
 }
 
+#[test]
+fn a_file_lost_early_in_a_run_of_very_many_epochs_gets_the_newest_back_said_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    r.step(&row(1), None);
+    r.flush();
+    {
+        let mut files = r.files();
+        let w = files.writers.pop().unwrap();
+        files.lost.push(w);
+    }
+    let epochs = 3 * super::files::EPOCHS_KEPT as u64;
+    for epoch in 1..=epochs {
+        let done = Event::EpochDone {
+            epoch,
+            step: 1 + epoch,
+            train_loss: 0.4,
+            val_loss: None,
+            val_accuracy: None,
+            elapsed: Duration::from_millis(epoch),
+        };
+        r.event(&done, Duration::from_millis(epoch));
+    }
+    let end = Event::Finished {
+        step: 1 + epochs,
+        ending: Ending::Completed,
+    };
+    r.event(&end, Duration::from_secs(9));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let epoch_steps: Vec<u64> = (text.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "epoch")
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    let kept = super::files::EPOCHS_KEPT as u64;
+    assert_eq!(
+        epoch_steps,
+        (epochs - kept + 2..=epochs + 1).collect::<Vec<_>>()
+    );
+    assert!(
+        text.contains("the run's newest epochs follow"),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+}
+
 /// A sink whose writes fail from step `from` on (a disk that filled).
 struct FillsUp {
     from: u64,

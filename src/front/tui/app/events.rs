@@ -8,7 +8,34 @@ use crate::observe::metrics::Record;
 use crate::observe::monitor::{StepRow, LOSS_EMA};
 use crate::observe::straggler::Limit;
 
+/// The epochs and validations kept point by point: past twice as many, the older half of them
+/// is thinned to every other point (the best validation kept), so a run of millions of short
+/// epochs holds bounded memory, its charts their shape and its table its newest rows.
+pub const POINTS: usize = 4096;
+
+/// `v` with the older half thinned, where it holds `2 * POINTS`, keeping what `kept` says.
+fn thinned<T>(v: &mut Vec<T>, kept: impl Fn(&T) -> bool) {
+    if v.len() < 2 * POINTS {
+        return;
+    }
+    let mut i = 0;
+    v.retain(|p| {
+        let keep = i >= POINTS || i % 2 == 0 || kept(p);
+        i += 1;
+        keep
+    });
+}
+
 impl App {
+    /// Bounds the epochs and validations kept (`POINTS`).
+    fn thin_points(&mut self) {
+        let best = self.val_accuracy().1;
+        thinned(&mut self.epochs, |e| {
+            e.val_accuracy.is_some() && e.val_accuracy == best
+        });
+        thinned(&mut self.validations, |v| Some(v.accuracy) == best);
+    }
+
     /// One record of the run, at the time it was written: a run in this process's as its
     /// watch records it, a metrics file's (`view`), a live socket's (`attach`).
     pub fn apply_record(&mut self, rec: Record) {
@@ -227,6 +254,7 @@ impl App {
                         accuracy,
                     });
                 }
+                self.thin_points();
             }
             &Event::Validated {
                 step,
@@ -234,13 +262,16 @@ impl App {
                 val_loss,
                 val_accuracy,
                 ..
-            } => self.validations.push(ValPoint {
-                step,
-                epochs: epochs as f64,
-                epoch_end: false,
-                loss: val_loss,
-                accuracy: val_accuracy,
-            }),
+            } => {
+                self.validations.push(ValPoint {
+                    step,
+                    epochs: epochs as f64,
+                    epoch_end: false,
+                    loss: val_loss,
+                    accuracy: val_accuracy,
+                });
+                self.thin_points();
+            }
             Event::Checkpoint {
                 step,
                 path,

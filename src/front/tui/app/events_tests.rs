@@ -35,6 +35,36 @@ fn epoch_lines_do_not_push_other_events_off_the_panel() {
 }
 
 #[test]
+fn a_run_of_very_many_epochs_keeps_bounded_points_the_newest_whole_and_the_best() {
+    use super::events::POINTS;
+    let mut app = running(false);
+    let n = 10 * POINTS as u64;
+    // the best validation early on, among the points thinned first
+    let accuracy = |e: u64| if e == 2 { 0.99 } else { 0.5 };
+    for epoch in 1..=n {
+        app.apply(AppEvent::Engine(Event::EpochDone {
+            epoch,
+            step: epoch * 10,
+            train_loss: 0.5,
+            val_loss: Some(0.4),
+            val_accuracy: Some(accuracy(epoch)),
+            elapsed: Duration::ZERO,
+        }));
+    }
+    assert!(app.epochs.len() < 2 * POINTS, "{}", app.epochs.len());
+    assert!(app.validations.len() < 2 * POINTS);
+    // the table's newest rows all there, in order; the chart's first and best still drawn
+    let newest: Vec<u64> = app.epochs[app.epochs.len() - POINTS..]
+        .iter()
+        .map(|e| e.epoch)
+        .collect();
+    assert_eq!(newest, (n - POINTS as u64 + 1..=n).collect::<Vec<_>>());
+    assert_eq!(app.epochs[0].epoch, 1);
+    assert!(app.epochs.iter().any(|e| e.epoch == 2));
+    assert_eq!(app.val_accuracy(), (Some(0.5), Some(0.99)));
+}
+
+#[test]
 fn a_new_theme_is_named_until_the_next_key() {
     let mut app = running(false);
     assert_eq!(app.handle_key(key('t')), Some(Action::NextTheme));

@@ -60,7 +60,12 @@ fn ctrl_s_and_ctrl_q_out_of_a_terminal_s_habit_neither_checkpoint_nor_stop() {
     let chord = |c, m| KeyEvent::new(KeyCode::Char(c), m);
     let (ctrl, alt) = (KeyModifiers::CONTROL, KeyModifiers::ALT);
     let mut app = running(false);
-    for k in [chord('s', ctrl), chord('q', ctrl), chord('p', ctrl), chord('k', alt)] {
+    for k in [
+        chord('s', ctrl),
+        chord('q', ctrl),
+        chord('p', ctrl),
+        chord('k', alt),
+    ] {
         assert_eq!(app.handle_key(k), None, "{k:?}");
         assert_eq!((app.popup, app.pending_checkpoint), (None, false), "{k:?}");
         assert_eq!(app.pending_pause, None, "{k:?}");
