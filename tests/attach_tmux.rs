@@ -146,6 +146,43 @@ fn a_dropped_connection_is_said_and_q_leaves() {
     assert_eq!(ended(ui.path()), ("EXIT=1".into(), true));
 }
 
+/// A screen suspended (Ctrl-Z) long enough for the run to let it go (it read nothing, its
+/// socket filled) connects again by itself when it is continued, and says why.
+#[test]
+fn a_screen_suspended_past_the_run_s_patience_connects_again_by_itself() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = Run::start(dir.path(), &["--steps", "100000000", "--log-every", "1"]);
+    let ui = tempfile::tempdir().unwrap();
+    let target = run.run_dir.display().to_string();
+    // (an interactive shell: job control, Ctrl-Z and `fg` as a user has them)
+    let tmux = common::tmux::Tmux {
+        socket: format!("mgtop-test-attach-tstp-{}", std::process::id()),
+    };
+    let shell = ["new-session", "-d", "-s", "t", "-x", "200", "-y", "40"];
+    tmux.cmd(&[&shell[..], &["bash --norc --noprofile -i"]].concat());
+    let bin = env!("CARGO_BIN_EXE_mgtop-train");
+    tmux.keys(&[&format!("'{bin}' attach '{target}'"), "Enter"]);
+    tmux.wait("the run", |s| s.contains("RUNNING"));
+    tmux.keys(&["C-z"]);
+    tmux.wait("the shell", |s| s.contains("Stopped"));
+    // the run lets go of a client whose writes block 10 s (or whose backlog overflows)
+    std::thread::sleep(std::time::Duration::from_secs(14));
+    tmux.keys(&["fg", "Enter"]);
+    tmux.wait("the screen again", |s| s.contains("RUNNING"));
+    // the reconnection's note, the newest event
+    let s = tmux.wait("the reconnection", |s| s.contains("while it was suspended"));
+    assert!(
+        s.contains("reconnected to ") && !s.contains("DISCONNECTED"),
+        "{s}"
+    );
+    tmux.keys(&["q"]);
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+}
+
 /// A run whose own screen quits at once (Ctrl-C three times) ends its metrics file, not its
 /// clients' stream: the client shows it QUIT, as it ended, not a connection lost.
 #[test]

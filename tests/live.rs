@@ -735,7 +735,10 @@ fn an_attached_screen_says_when_the_connection_drops_and_r_connects_again() {
     assert!(source.reconnect(&mut app));
     answer(&mut source, &mut app);
     assert_eq!(app.disconnected, None);
-    assert!(app.log.iter().any(|l| l.text.starts_with("reconnected to")));
+    // (said where the history it brings ends)
+    pump(&mut source, &mut app, &|a| {
+        a.log.iter().any(|l| l.text.starts_with("reconnected to"))
+    });
     assert!(source
         .control(mgtop::engine::control::Control::Checkpoint)
         .is_ok());

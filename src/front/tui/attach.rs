@@ -19,6 +19,9 @@ use crate::observe::metrics::Record;
 /// sends its `live` marker after every second of nothing else).
 pub const QUIET: Duration = Duration::from_secs(5);
 
+/// How long after a suspend a lost connection is taken for one the run let go of meanwhile.
+const RESUME_GRACE: Duration = Duration::from_secs(5);
+
 pub struct AttachSource {
     target: Target,
     readonly: bool,
@@ -39,6 +42,13 @@ pub struct AttachSource {
     asked: std::collections::HashMap<u64, Control>,
     /// A reconnection under way (its tag), its result, and the wake-up it sends when done.
     connecting: Option<u64>,
+    /// When the screen came back from a suspend: a connection the run let go of meanwhile
+    /// (this process read nothing, stopped) is taken up again by itself (`again`, said when
+    /// it is).
+    resumed: Option<Instant>,
+    again: Option<&'static str>,
+    /// The reconnection's note, said where the history it brings ends.
+    reconnected: Option<String>,
     results: (Sender<Connected>, Receiver<Connected>),
     wake: (Sender<Instant>, Receiver<Instant>),
 }
@@ -86,6 +96,9 @@ impl AttachSource {
             over: false,
             asked: Default::default(),
             connecting: None,
+            resumed: None,
+            again: None,
+            reconnected: None,
             results: unbounded(),
             wake: unbounded(),
         };
@@ -143,7 +156,12 @@ impl Source for AttachSource {
         self.heard = Instant::now();
         match msg {
             Incoming::Record(rec) => self.on_record(app, rec),
-            Incoming::Live { t } => self.clock = Some((t, Instant::now())),
+            Incoming::Live { t } => {
+                self.clock = Some((t, Instant::now()));
+                if let Some(note) = self.reconnected.take() {
+                    app.apply(AppEvent::Notice(Level::Info, note));
+                }
+            }
             Incoming::Reply { id, ok: true, .. } => {
                 if let Some(id) = id {
                     self.asked.remove(&id);
@@ -175,6 +193,11 @@ impl Source for AttachSource {
                         Level::Info,
                         "the run has ended and closed the connection".into(),
                     ));
+                } else if self.resumed.is_some_and(|t| t.elapsed() < RESUME_GRACE) {
+                    self.resumed = None;
+                    app.disconnected = Some(why);
+                    self.reconnect(app);
+                    self.again = Some(" (the run let go of this screen while it was suspended: stopped, it read nothing)");
                 } else {
                     app.apply(AppEvent::Notice(
                         Level::Error,
@@ -204,9 +227,12 @@ impl Source for AttachSource {
                 let mut fresh = App::attached(client.info().clone(), self.readonly);
                 (fresh.view, fresh.window, fresh.focus) = (app.view, app.window, app.focus);
                 *app = fresh;
-                app.apply(AppEvent::Notice(
-                    Level::Info,
-                    format!("reconnected to {}", self.target.socket.display()),
+                // (said once the run's history is in, at the run's time: newest, not at 00:00
+                // below it)
+                self.reconnected = Some(format!(
+                    "reconnected to {}{}",
+                    self.target.socket.display(),
+                    self.again.take().unwrap_or_default()
                 ));
                 self.tag = tag;
                 self.client = Some(client);
@@ -216,6 +242,7 @@ impl Source for AttachSource {
                 self.over = false;
             }
             Err(e) => {
+                self.again = None;
                 app.apply(AppEvent::Notice(
                     Level::Error,
                     format!("cannot reconnect: {e}"),
@@ -282,6 +309,12 @@ impl Source for AttachSource {
             self.target.socket.display()
         )));
         true
+    }
+
+    fn resumed(&mut self, _: &mut App) {
+        self.resumed = Some(Instant::now());
+        // (silent while stopped: not the run's silence)
+        self.heard = Instant::now();
     }
 
     fn on_signal(&mut self, _: &mut App) -> bool {

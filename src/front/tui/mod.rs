@@ -109,11 +109,16 @@ fn repaint<B: Backend>(terminal: &mut Terminal<B>) {
 
 /// Ctrl-Z, SIGTSTP: the process stopped with the terminal given back (`term::suspend`), then
 /// the whole screen drawn anew; always something to draw.
-fn suspend<B: Backend>(terminal: &mut Terminal<B>, app: &mut App) -> bool {
+fn suspend<B: Backend, S: Source>(
+    terminal: &mut Terminal<B>,
+    app: &mut App,
+    source: &mut S,
+) -> bool {
     if let Err(e) = term::suspend() {
         let why = format!("could not take the terminal back after a suspend: {e}");
         app.apply(AppEvent::Notice(Level::Error, why));
     }
+    source.resumed(app);
     repaint(terminal);
     true
 }
@@ -176,7 +181,7 @@ pub fn run<B: Backend, S: Source>(
                     dirty = true;
                     app.apply(AppEvent::Flash("pasted text ignored: keys act one at a time, as typed".into()));
                 }
-                Ok(Input::Suspend) => dirty |= suspend(terminal, &mut app),
+                Ok(Input::Suspend) => dirty |= suspend(terminal, &mut app, source),
                 Ok(Input::Resize) => dirty = true,
                 Err(_) => inputs = never(),
             },
@@ -193,7 +198,7 @@ pub fn run<B: Backend, S: Source>(
             recv(frames) -> _ => dirty |= source.on_frame(&mut app),
         }
         if term::stop_asked() {
-            dirty |= suspend(terminal, &mut app);
+            dirty |= suspend(terminal, &mut app, source);
         }
         dirty |= source.settle(&mut app);
         dirty |= app.age_flash(Instant::now());

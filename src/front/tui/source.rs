@@ -35,6 +35,8 @@ pub trait Source {
     fn reconnect(&mut self, _app: &mut App) -> bool {
         false
     }
+    /// The screen is back from a suspend (Ctrl-Z, `fg`): the process was stopped a while.
+    fn resumed(&mut self, _app: &mut App) {}
     /// SIGTERM / SIGHUP; returns whether the UI leaves at once.
     fn on_signal(&mut self, app: &mut App) -> bool;
     /// After every wake-up of the loop.
