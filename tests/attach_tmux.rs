@@ -155,7 +155,6 @@ fn a_screen_suspended_past_the_run_s_patience_connects_again_by_itself() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut run = Run::start(dir.path(), &["--steps", "100000000", "--log-every", "1"]);
-    let ui = tempfile::tempdir().unwrap();
     let target = run.run_dir.display().to_string();
     // (an interactive shell: job control, Ctrl-Z and `fg` as a user has them)
     let tmux = common::tmux::Tmux {
