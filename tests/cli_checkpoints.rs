@@ -285,6 +285,31 @@ fn a_resume_on_a_picture_folder_whose_classes_swapped_says_the_data_changed() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("the training data changed"), "{out}");
+    // a class folder renamed so that it sorts first: `cat` is output 1 now, not 0; the model's
+    // outputs would answer for the other class: refused, with the classes it trained on
+    std::fs::rename(d.join("pets/dog"), d.join("pets/ant")).unwrap();
+    let o = run(&["--steps", "3", "--resume", "r1", "--run-dir", "r4"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("`cat` was its output 0 and is this data's 1")
+            && out.contains("give the classes it trained on (cat, dog)"),
+        "{out}"
+    );
+    assert!(!d.join("r4/checkpoints").exists(), "{out}");
+    // its weights as a new run's start: said, and trained on
+    let weights = std::fs::read_dir(d.join("r1/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("model.safetensors"))
+        .find(|p| p.exists())
+        .unwrap();
+    let o = run(&["--steps", "3", "--init", weights.to_str().unwrap()]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("the file's outputs were trained for classes at other places (`cat` was its output 0 and is this data's 1)"),
+        "{out}"
+    );
 }
 
 /// A checkpoint of a step --log-every leaves out is said after that step's line, not before it.

@@ -44,6 +44,12 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Each class's name, label by label, where the set names them (a picture set's folders,
+    /// CIFAR's names); empty where it does not (a table's labels are numbers).
+    pub fn class_names(&self) -> &[String] {
+        self.pictures.as_ref().map_or(&[], |p| p.set.names())
+    }
+
     /// What a model takes of one sample: the image, else a flat vector.
     pub fn input_shape(&self) -> crate::nn::shape::Shape {
         use crate::nn::shape::Shape;

@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod checkpoint;
+mod classes;
 pub mod control;
 mod cpu_time;
 mod devices;
@@ -110,6 +111,9 @@ impl Engine {
             .transpose()?;
         let places = places::check(&cfg, lead, resumed.as_ref())?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
+        if let (Some(meta), Some(path)) = (&resumed, &cfg.resume) {
+            classes::resumable(meta, loaded.train.class_names(), path)?;
+        }
         let alone = procs.is_none().then_some(devices.0.len());
         let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
         let cfg = validate::batch_within_data(cfg, samples, alone, resumed.as_ref(), notes);
@@ -199,7 +203,8 @@ impl Engine {
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
         // process 0's starting point, on every process
-        let start = start::starting_point(&cfg, &model, ranks, lead, split)?;
+        let classes = loaded.train.class_names();
+        let start = start::starting_point(&cfg, &model, ranks, lead, (split, classes))?;
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,

@@ -73,15 +73,15 @@ impl Start {
     }
 }
 
-/// The starting point of a run of `ranks` ranks on the training split `split`:
-/// `--resume`'s checkpoint (read by process 0 alone, `lead`; the others take it from there) or
-/// a fresh model.
+/// The starting point of a run of `ranks` ranks on the training split `split` (of the classes
+/// named `classes`, where they are): `--resume`'s checkpoint (read by process 0 alone, `lead`;
+/// the others take it from there) or a fresh model.
 pub(super) fn starting_point(
     cfg: &RunConfig,
     model: &Model,
     ranks: usize,
     lead: bool,
-    split: TrainSplit,
+    (split, classes): (TrainSplit, &[String]),
 ) -> Result<Start, EngineError> {
     let start = match cfg.resume.as_ref().filter(|_| lead) {
         Some(path) => {
@@ -127,7 +127,7 @@ pub(super) fn starting_point(
                 state,
             }
         }
-        None => fresh(cfg, model, ranks, lead, split.samples)?,
+        None => fresh(cfg, model, ranks, lead, (split.samples, classes))?,
     };
     Ok(start)
 }
@@ -201,19 +201,23 @@ fn local_sgd_resumable(cfg: &RunConfig, meta: &CheckpointMeta) -> Result<(), Eng
 }
 
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
-/// alone, `lead`).
+/// alone, `lead`), with what its head means on the data's `classes` where that differs.
 fn fresh(
     cfg: &RunConfig,
     model: &Model,
     ranks: usize,
     lead: bool,
-    samples: usize,
+    (samples, classes): (usize, &[String]),
 ) -> Result<Start, EngineError> {
     let global = crate::config::step_samples(cfg.batch_per_replica, ranks, cfg.grad_accum, samples);
     let mut state = TrainState::initial(model, cfg.optimizer, cfg.seed);
     let init_notes = match cfg.init.as_ref().filter(|_| lead) {
-        Some(path) => weights::import(path, model, &mut state.params, &mut state.buffers)
-            .map_err(EngineError::Config)?,
+        Some(path) => {
+            let mut notes = weights::import(path, model, &mut state.params, &mut state.buffers)
+                .map_err(EngineError::Config)?;
+            notes.extend(weights::head_by_class(path, model, classes));
+            notes
+        }
         None => Vec::new(),
     };
     Ok(Start {

@@ -1,0 +1,88 @@
+//! What a model's outputs mean: the class names a checkpoint or a weights file records, output
+//! by output, against the data's. A class the data puts at another output than the one the
+//! weights were trained to give it would have the model answer with other classes' outputs:
+//! `--resume` refuses it, `--init` says it (training relearns the head).
+
+use std::path::Path;
+
+use super::checkpoint::{CheckpointMeta, WEIGHTS};
+use super::EngineError;
+
+/// The first class both lists name at other outputs: its name, its output in `theirs` (the
+/// weights') and in `ours` (the data's). Lists that name nothing (a table's classes) or
+/// classes renamed in place move nothing.
+pub fn moved(theirs: &[String], ours: &[String]) -> Option<(String, usize, usize)> {
+    ours.iter().enumerate().find_map(|(i, name)| {
+        let j = theirs.iter().position(|t| t == name)?;
+        (j != i).then(|| (name.clone(), j, i))
+    })
+}
+
+/// A resume of the checkpoint `meta` (in `dir`) on data whose classes are `ours`: refused where
+/// a class moved to another output (a class folder renamed, added or removed since).
+pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(), EngineError> {
+    let Some((name, was, is)) = moved(&meta.classes, ours) else {
+        return Ok(());
+    };
+    Err(EngineError::Config(format!(
+        "--resume {}: the data's classes are not where the checkpoint's run trained them: `{}` was its output {was} and is this data's {is} (a class folder renamed, added or removed since?), so its outputs would answer for other classes; give the classes it trained on ({}), or start a new run from its weights with --init {} (its head learns the new places)",
+        dir.display(),
+        crate::text::excerpt(&name),
+        listed(&meta.classes),
+        dir.join(WEIGHTS).display()
+    )))
+}
+
+/// Class names as a short list: the first few and how many more.
+fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s: Vec<String> = (names.iter().take(SHOWN))
+        .map(|n| crate::text::excerpt(n))
+        .collect();
+    if names.len() > SHOWN {
+        s.push(format!("and {} more", names.len() - SHOWN));
+    }
+    s.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn a_class_at_another_output_is_found_and_a_rename_in_place_is_not() {
+        let trained = names("10,2,cat,dog");
+        assert_eq!(moved(&trained, &trained), None);
+        // `cat` renamed in place: the outputs still mean what they did
+        assert_eq!(moved(&trained, &names("10,2,kitty,dog")), None);
+        // a folder renamed so that it sorts elsewhere: `dog` moved from 3 to 2
+        let after = names("10,2,dog,zz");
+        assert_eq!(moved(&trained, &after), Some(("dog".into(), 3, 2)));
+        // (nothing named on a side: nothing to compare)
+        assert_eq!(moved(&[], &after), None);
+        assert_eq!(moved(&trained, &[]), None);
+    }
+
+    #[test]
+    fn a_resume_whose_classes_moved_is_refused_with_what_it_trained_on() {
+        let meta = CheckpointMeta {
+            classes: names("10,2,cat,dog"),
+            ..CheckpointMeta::example()
+        };
+        let dir = Path::new("runs/pets/step-00000010");
+        assert!(resumable(&meta, &names("10,2,cat,dog"), dir).is_ok());
+        let e = resumable(&meta, &names("10,2,dog,zz"), dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`dog` was its output 3 and is this data's 2")
+                && e.contains("give the classes it trained on (10, 2, cat, dog)")
+                && e.contains("--init runs/pets/step-00000010/model.safetensors"),
+            "{e}"
+        );
+    }
+}
