@@ -732,6 +732,38 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     assert!(!dir.path().join("w.safetensors").exists());
 }
 
+/// Weights trained on inputs prepared one way, started from on inputs prepared another: said,
+/// with the data they learned on.
+#[test]
+fn an_init_file_of_inputs_prepared_otherwise_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+            .current_dir(dir.path())
+            .args(["--headless", "--devices", "cpu:1", "--steps", "2"])
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    // the digits scaled x/16; then a table of as many features and classes, used as given
+    run(&["--export", "w.safetensors"]);
+    let out = run(&["--init", "w.safetensors", "--data", "synthetic:200,64,10"]);
+    assert!(
+        out.contains("--init: the file's weights learned on inputs scaled x*1/16 to [0,1], from --data digits; this run's are "),
+        "{out}"
+    );
+    // the same preparation: nothing said
+    let out = run(&["--init", "w.safetensors"]);
+    assert!(!out.contains("learned on inputs"), "{out}");
+}
+
 #[test]
 fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();

@@ -201,7 +201,8 @@ fn local_sgd_resumable(cfg: &RunConfig, meta: &CheckpointMeta) -> Result<(), Eng
 }
 
 /// A fresh run: the model's seeded initialisation, then `--init`'s weights (read by process 0
-/// alone, `lead`), with what its head means on the data's `classes` where that differs.
+/// alone, `lead`), with what they were trained for where this run (of the data's `classes`)
+/// differs.
 fn fresh(
     cfg: &RunConfig,
     model: &Model,
@@ -215,7 +216,7 @@ fn fresh(
         Some(path) => {
             let mut notes = weights::import(path, model, &mut state.params, &mut state.buffers)
                 .map_err(EngineError::Config)?;
-            notes.extend(weights::head_by_class(path, model, classes));
+            notes.extend(weights::against_run(path, model, classes, &cfg.recipe.text));
             notes
         }
         None => Vec::new(),

@@ -16,12 +16,12 @@ use names::{listed, masked, renumbered};
 
 mod export;
 mod exported;
-mod head;
 pub mod module;
 mod names;
+mod trained_for;
 pub use export::{export, export_target};
 pub use exported::Exported;
-pub use head::head_by_class;
+pub use trained_for::against_run;
 
 /// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's
 /// `model.`), tried when the names do not match as they are.

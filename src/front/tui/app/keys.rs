@@ -10,22 +10,17 @@ use crate::engine::control::{Control, MAX_BATCH};
 /// writes one, not one a step).
 const CHECKPOINTS_APART: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What a Ctrl or Alt chord is told: nothing here (Ctrl-S and Ctrl-Q, a terminal's flow
-/// control, with what the plain keys do).
+/// What a Ctrl chord is told: nothing here (Ctrl-S and Ctrl-Q, a terminal's flow control, with
+/// what the plain keys do).
 fn chord_words(key: KeyEvent) -> String {
     let KeyCode::Char(c) = key.code else {
         return String::new();
     };
-    let held = match key.modifiers.contains(KeyModifiers::CONTROL) {
-        true => "Ctrl",
-        false => "Alt",
-    };
-    let c = c.to_ascii_uppercase();
-    match c {
-        'S' | 'Q' => format!(
-            "{held}-{c} does nothing here (this screen does not freeze output): s writes a checkpoint, q quits"
+    match c.to_ascii_uppercase() {
+        c @ ('S' | 'Q') => format!(
+            "Ctrl-{c} does nothing here (this screen does not freeze output): s writes a checkpoint, q quits"
         ),
-        _ => format!("{held}-{c} does nothing here; ? lists the keys"),
+        c => format!("Ctrl-{c} does nothing here; ? lists the keys"),
     }
 }
 
@@ -43,11 +38,10 @@ impl App {
         if ctrl && matches!(key.code, KeyCode::Char('l')) {
             return Some(Action::Redraw);
         }
-        // a Ctrl or Alt chord is none of the plain keys: Ctrl-S and Ctrl-Q, a terminal's flow
-        // control out of habit, must not write a checkpoint nor stop the run
-        let chord = !ctrl_c
-            && matches!(key.code, KeyCode::Char(_))
-            && (key.modifiers).intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+        // a Ctrl chord is none of the plain keys: Ctrl-S and Ctrl-Q, a terminal's flow control
+        // out of habit, must not write a checkpoint nor stop the run (an Alt chord is: a
+        // terminal sends Esc and a key typed quickly after it as one)
+        let chord = ctrl && !ctrl_c && matches!(key.code, KeyCode::Char(_));
         match self.popup {
             Some(Popup::Help) => {
                 self.popup = None;

@@ -1,0 +1,81 @@
+//! What an `--init` file says its weights were trained for (an export's `mgtop.*` metadata, a
+//! checkpoint's `state.json` beside its weights), against this run: a class the data puts at
+//! another output (class folders renamed, added or removed), inputs prepared otherwise (another
+//! scaling, picture size or normalisation). Each is said: the weights start out answering by
+//! what they learned, and training relearns what it must.
+
+use std::path::Path;
+
+use super::super::classes;
+use crate::engine::checkpoint::{self, tensor_file};
+use crate::nn::model::Model;
+
+/// What a weights file records of the run that trained them (empty where it says nothing: a
+/// file PyTorch wrote).
+#[derive(Default)]
+struct Recorded {
+    /// Each output's class.
+    classes: Vec<String>,
+    /// How its inputs were prepared, in words.
+    inputs: Option<String>,
+    /// Its `--data`.
+    data: Option<String>,
+}
+
+fn recorded(path: &Path) -> Recorded {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let own = path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS));
+    if own && checkpoint::is_checkpoint(dir) {
+        return checkpoint::read_meta(dir).map_or(Recorded::default(), |m| Recorded {
+            classes: m.classes,
+            inputs: m.inputs,
+            data: Some(m.data),
+        });
+    }
+    let expect = crate::files::read::Expect {
+        what: "a safetensors weights file",
+        flag: "--init",
+        max: u64::MAX,
+        fix: "",
+    };
+    let Ok((mut file, len)) = crate::files::read::open(path, &expect) else {
+        return Recorded::default();
+    };
+    let header = tensor_file::read_header(&mut file, len).map(|(_, h)| h);
+    let info = |key: &str| {
+        let h = header.as_ref()?;
+        Some(h.get("__metadata__")?.get(key)?.as_str()?.to_string())
+    };
+    Recorded {
+        classes: (info("mgtop.classes").and_then(|s| serde_json::from_str(&s).ok()))
+            .unwrap_or_default(),
+        inputs: info("mgtop.inputs"),
+        data: info("mgtop.data"),
+    }
+}
+
+/// What the weights `model` loaded from the file `path` were trained for, where it is not what
+/// this run gives them: data of the classes `ours`, inputs prepared as `inputs` says (empty:
+/// not said). The notes saying so.
+pub fn against_run(path: &Path, model: &Model, ours: &[String], inputs: &str) -> Vec<String> {
+    let theirs = recorded(path);
+    let mut notes = Vec::new();
+    // (a head for another count was made anew: nothing of the file's to place)
+    let same_count = theirs.classes.len() == model.classes();
+    if let Some((name, was, is)) = (classes::moved(&theirs.classes, ours)).filter(|_| same_count) {
+        notes.push(format!(
+            "--init: the file's outputs were trained for classes at other places (`{}` was its output {was} and is this data's {is}): its head starts out answering by the file's places, and training relearns them",
+            crate::text::excerpt(&name)
+        ));
+    }
+    if let Some(t) = theirs.inputs.filter(|t| !inputs.is_empty() && t != inputs) {
+        let data = (theirs.data.as_deref()).map_or(String::new(), |d| {
+            format!(", from --data {}", crate::text::excerpt(d))
+        });
+        notes.push(format!(
+            "--init: the file's weights learned on inputs {}{data}; this run's are {inputs}: its first layer starts on values prepared otherwise (prepare them as its run did where that was not meant)",
+            crate::text::excerpt(&t)
+        ));
+    }
+    notes
+}
