@@ -244,6 +244,11 @@ fn main() -> ExitCode {
             // of thousands of characters is named, not printed whole)
             let e = mgtop::text::clip_quotes(&e.to_string(), mgtop::text::QUOTED_CHARS);
             let e = mgtop::text::printable_lines(&e);
+            // (as a flag error: the job's shared settings fail alike on every process, and its
+            // first says so; another's own error is said where the launcher has not ended it)
+            if not_first {
+                std::thread::sleep(Duration::from_secs(2));
+            }
             mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }

@@ -145,6 +145,18 @@ fn escaped(s: &str, keep_lines: bool) -> String {
     out
 }
 
+/// The first `shown` of `names` (each an `excerpt`), then how many more: `a, b, c and 4 more`.
+pub fn first_of(names: &[String], shown: usize) -> String {
+    let mut s = (names.iter().take(shown))
+        .map(|n| excerpt(n))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > shown {
+        s.push_str(&format!(" and {} more", names.len() - shown));
+    }
+    s
+}
+
 /// Untrusted text for a message: at most [`EXCERPT_CHARS`] characters, then an ellipsis, with
 /// control characters escaped (`\r`, `\u{1b}`), so a field can neither flood nor drive the
 /// terminal.

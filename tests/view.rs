@@ -275,6 +275,28 @@ fn damaged_oversized_and_foreign_files_are_refused_naming_the_file_and_line() {
     read_all(&mut r, &mut app).unwrap();
     assert_eq!(r.past_end(), None);
 
+    // a gone writer's last line without its newline: read, where a record; where cut off
+    // mid-record (killed while writing it), where the file stops, not damage
+    let text = std::fs::read_to_string(&run).unwrap();
+    let whole = text.trim_end();
+    let tail = d.join("no-newline.jsonl");
+    std::fs::write(&tail, whole).unwrap();
+    let mut r = MetricsReader::open(&tail).unwrap();
+    let mut app = App::watching(r.info().clone());
+    read_all(&mut r, &mut app).unwrap();
+    assert!(app.summary.is_none(), "its last line waits for its newline");
+    r.writer_gone();
+    read_all(&mut r, &mut app).unwrap();
+    assert!(app.summary.is_some() && r.cut_off().is_none());
+    let torn = d.join("torn.jsonl");
+    std::fs::write(&torn, &whole[..whole.len() - 10]).unwrap();
+    let mut r = MetricsReader::open(&torn).unwrap();
+    let mut app = App::watching(r.info().clone());
+    r.writer_gone();
+    read_all(&mut r, &mut app).unwrap();
+    assert!(app.summary.is_none());
+    assert_eq!(r.cut_off(), Some(whole.lines().count() as u64));
+
     // a record type this version does not know is skipped (newer writers may add some)
     let p = edited(&run, d, "newer.jsonl", |l| {
         l.insert(3, "{\"type\":\"future\",\"t\":1}".into())

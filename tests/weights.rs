@@ -64,6 +64,20 @@ fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
         e.contains("a layer list names each layer by its place in the list"),
         "{e}"
     );
+    // a layer more and other widths: only the head fits (as any head of as many classes
+    // does), which says nothing of a layer renumbered
+    let mlp = |hidden: usize| Model::mlp(64, &[hidden], 10);
+    let file = saved(&mlp(128));
+    let flat = Shape::Flat(64);
+    let other = Model::new(flat, &"dropout0.1,dense64".parse().unwrap(), 10).unwrap();
+    let (mut p, mut b) = (other.init_params(0), other.init_buffers());
+    let e = import(file.path(), &other, &mut p, &mut b).unwrap_err();
+    assert!(!e.contains("may be this model's"), "{e}");
+    // as wide: its hidden layer fits, renumbered
+    let same = Model::new(flat, &"dropout0.1,dense128".parse().unwrap(), 10).unwrap();
+    let (mut p, mut b) = (same.init_params(0), same.init_buffers());
+    let e = import(file.path(), &same, &mut p, &mut b).unwrap_err();
+    assert!(e.contains("may be this model's `dense.1.weight`"), "{e}");
 }
 
 fn model(preset: &str, classes: usize) -> Model {

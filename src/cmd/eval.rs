@@ -25,7 +25,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
     let opened = eval::open_checkpoint(&point)?;
     let meta = opened.meta().clone();
     // the run's settings as --resume takes them: its data, picture size, scaling, seed, model
-    let cfg = crate::cli::resumed::of_checkpoint(&point).map_err(anyhow::Error::msg)?;
+    let cfg = crate::cli::resumed::of_checkpoint(opened.dir()).map_err(anyhow::Error::msg)?;
     // (a run still going: its newest checkpoint, not its end)
     let run_dir = meta.run_dir.as_deref().map(Path::new);
     if run_dir.is_some_and(crate::engine::rundir::is_live) {

@@ -45,17 +45,19 @@ pub fn as_processes(
             EngineError::NonFinite { .. } | EngineError::OutOfSync { .. } | EngineError::Shared(_)
         )
     );
+    let met_by_all = shared || matches!(engine, Some(EngineError::Config(_)));
+    if cluster.index() != 0 && met_by_all {
+        // process 0 met it too: give it time to say so and end the job itself (a setting
+        // every process shares fails alike on each: said once); one this process met alone
+        // (a file missing on its machine) is said below, process 0 waiting for it
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
     if cluster.index() == 0 || !shared {
         crate::tell!(
             "error (process {} on {}): {e}",
             cluster.index(),
             crate::pids::hostname()
         );
-    }
-    let met_by_all = shared || matches!(engine, Some(EngineError::Config(_)));
-    if cluster.index() != 0 && met_by_all {
-        // process 0 met it too: give it time to say so and end the job itself
-        std::thread::sleep(std::time::Duration::from_secs(3));
     }
     // this process's own failure (a worker's panic, a device's error): process 0 records it
     // as the run's, then the others would wait for this process: the launcher ends them

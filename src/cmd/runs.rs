@@ -75,7 +75,10 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             return row;
         }
     };
-    if !live {
+    // (a run gone: its last line, without its newline, is read; one on another machine
+    // that is quiet only a short while may still be writing it)
+    let host = reader.info().host.clone();
+    if rundir::liveness(&row.dir, host.as_deref()) == Some(false) {
         reader.writer_gone();
     }
     let mut app = App::watching(reader.info().clone());
@@ -205,8 +208,13 @@ mod tests {
             step: 40,
             ending: Ending::Completed,
         };
+        // (a run of this machine, not running: known gone)
+        let info = crate::engine::RunInfo {
+            host: Some(crate::pids::hostname().to_string()),
+            ..crate::engine::RunInfo::example(1)
+        };
         let lines = [
-            crate::observe::metrics::records::run(&crate::engine::RunInfo::example(1)),
+            crate::observe::metrics::records::run(&info),
             crate::observe::metrics::records::event(&end, std::time::Duration::from_secs(3))
                 .unwrap(),
         ];
@@ -218,6 +226,12 @@ mod tests {
         .unwrap();
         let r = super::row(dir.path().to_path_buf(), SystemTime::now());
         assert_eq!((r.state.as_str(), r.step), ("done", 40));
+        // killed while writing its end: the half record is where it stopped, not damage
+        let end = &lines[1].to_string();
+        let torn = format!("{}\n{}", lines[0], &end[..end.len() / 2]);
+        std::fs::write(dir.path().join(rundir::METRICS), torn).unwrap();
+        let r = super::row(dir.path().to_path_buf(), SystemTime::now());
+        assert_eq!(r.state, "killed");
     }
 
     #[test]

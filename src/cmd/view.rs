@@ -130,7 +130,14 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
                     false => format!("resume with: --resume {}", arg.display()),
                 }
             });
-        for line in summary(&app, live).into_iter().chain(after).chain(resume) {
+        let cut = (reader.cut_off()).map(|l| {
+            format!("its last line ({l}) was cut off mid-record where the run stopped writing")
+        });
+        for line in (summary(&app, live).into_iter())
+            .chain(cut)
+            .chain(after)
+            .chain(resume)
+        {
             // names and paths come from the file
             crate::say!("{}", crate::text::printable(&line));
         }

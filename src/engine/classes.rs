@@ -28,21 +28,9 @@ pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(
         "--resume {}: the data's classes are not where the checkpoint's run trained them: `{}` was its output {was} and is this data's {is} (a class folder renamed, added or removed since?), so its outputs would answer for other classes; give the classes it trained on ({}), or start a new run from its weights with --init {} (its head learns the new places)",
         dir.display(),
         crate::text::excerpt(&name),
-        listed(&meta.classes),
+        crate::text::first_of(&meta.classes, 8),
         dir.join(WEIGHTS).display()
     )))
-}
-
-/// Class names as a short list: the first few and how many more.
-fn listed(names: &[String]) -> String {
-    const SHOWN: usize = 8;
-    let mut s: Vec<String> = (names.iter().take(SHOWN))
-        .map(|n| crate::text::excerpt(n))
-        .collect();
-    if names.len() > SHOWN {
-        s.push(format!("and {} more", names.len() - SHOWN));
-    }
-    s.join(", ")
 }
 
 #[cfg(test)]

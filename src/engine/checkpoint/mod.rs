@@ -37,6 +37,13 @@ const STATE: &str = "state.json";
 pub fn is_checkpoint(dir: &Path) -> bool {
     dir.join(STATE).is_file()
 }
+
+/// The checkpoint whose weights file `path` is, where it is one (a `model.safetensors` beside a
+/// `state.json`; elsewhere the name is only Hugging Face's default).
+pub fn of_weights(path: &Path) -> Option<&Path> {
+    let dir = path.parent().filter(|d| is_checkpoint(d))?;
+    (path.file_name() == Some(std::ffi::OsStr::new(WEIGHTS))).then_some(dir)
+}
 /// `state.json` is a few KiB; anything far larger is not one.
 const MAX_STATE_BYTES: u64 = 1 << 20;
 /// Steps and epochs beyond this are not from a real run (and would overflow counters).

@@ -137,9 +137,14 @@ pub fn import(
     let ours: Vec<(&TensorInfo, bool)> = (model.tensors.iter().map(|t| (t, true)))
         .chain(model.buffers.iter().map(|t| (t, false)))
         .collect();
+    // (a hidden layer's: a classifier head of as many classes fits whatever the widths, so
+    // its shape says nothing of a layer renumbered)
+    let head: Vec<&str> = (model.head_tensors().iter())
+        .map(|&i| model.tensors[i].name.as_str())
+        .collect();
     let shape_of_ours = |name: &str| {
         (ours.iter())
-            .find(|(t, _)| t.name == name)
+            .find(|(t, _)| t.name == name && !head.contains(&name))
             .map(|(t, _)| t.shape.clone())
     };
     // (the file's tensors by name, with their shapes)
@@ -180,7 +185,7 @@ pub fn import(
         }
         // (nor is a file its header shows damaged read whole to be refused; a checkpoint's
         // own is held to its checksum below, which says what to take instead)
-        let own = path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS));
+        let own = checkpoint::of_weights(path).is_some();
         if let Some(why) = problem.filter(|_| !own) {
             return Err(at(format!(
                 "not a whole safetensors file ({why}): cut short, damaged, or another format (a PyTorch .pth converts with scripts/pth_to_safetensors.py)"
@@ -195,11 +200,8 @@ pub fn import(
     })?;
     // a checkpoint's own weights file: held to the checksum its state.json beside it recorded
     // (as --resume and export hold it)
-    if path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS)) {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let meta = (checkpoint::is_checkpoint(dir))
-            .then(|| checkpoint::read_meta(dir).ok())
-            .flatten();
+    if let Some(dir) = checkpoint::of_weights(path) {
+        let meta = checkpoint::read_meta(dir).ok();
         if let Some(why) = meta.and_then(|m| m.weights_changed(&bytes)) {
             let with = |p: &Path| {
                 format!(

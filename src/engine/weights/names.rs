@@ -5,16 +5,7 @@
 const LISTED: usize = 6;
 
 pub(super) fn listed(names: &[String]) -> String {
-    let mut s = names
-        .iter()
-        .take(LISTED)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > LISTED {
-        s.push_str(&format!(" and {} more", names.len() - LISTED));
-    }
-    s
+    crate::text::first_of(names, LISTED)
 }
 
 /// A name with each run of digits masked (`dense.#.weight`): layer lists number every layer,

@@ -23,9 +23,7 @@ struct Recorded {
 }
 
 fn recorded(path: &Path) -> Recorded {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let own = path.file_name() == Some(std::ffi::OsStr::new(checkpoint::WEIGHTS));
-    if own && checkpoint::is_checkpoint(dir) {
+    if let Some(dir) = checkpoint::of_weights(path) {
         return checkpoint::read_meta(dir).map_or(Recorded::default(), |m| Recorded {
             classes: m.classes,
             inputs: m.inputs,

@@ -44,6 +44,8 @@ pub struct FileSource {
     pub error: Option<ReadError>,
     /// Lines after the run's end were said.
     past_end_said: bool,
+    /// A last line cut off mid-record was said.
+    cut_said: bool,
     /// How long a file outside a run directory may stay as it is (its modification time)
     /// before it is said to have no end.
     quiet: Duration,
@@ -59,6 +61,7 @@ impl FileSource {
             behind: true,
             error: None,
             past_end_said: false,
+            cut_said: false,
             quiet: QUIET,
         }
     }
@@ -146,11 +149,20 @@ impl Source for FileSource {
                 quiet.then_some(Silent::NoEnd)
             }
         };
-        // (a run gone: a last line it left without its newline is its last record, maybe its
-        // end)
-        let rest = matches!(silent, Some(Silent::Killed | Silent::NoEnd)) && {
+        // (a run known gone: a last line it left without its newline is its last record, maybe
+        // its end, or cut off where it was killed)
+        let rest = silent == Some(Silent::Killed) && {
             self.reader.writer_gone();
-            self.pull(app)
+            let pulled = self.pull(app);
+            let cut = self.reader.cut_off().filter(|_| !self.cut_said);
+            if let Some(line) = cut {
+                self.cut_said = true;
+                let words = format!(
+                    "its last line ({line}) was cut off mid-record where the run stopped writing"
+                );
+                app.apply(AppEvent::Notice(Level::Warn, words));
+            }
+            pulled || cut.is_some()
         };
         let silent = silent.filter(|_| !app.state.ended());
         let changed = silent != app.silent;

@@ -52,6 +52,8 @@ pub struct MetricsReader {
     /// The first line after `end` that is not blank (left unread), once looked for.
     past_end: Option<u64>,
     looked_past_end: bool,
+    /// The line a gone writer left cut off mid-record, where it was read (`writer_gone`).
+    cut_off: Option<u64>,
 }
 
 impl MetricsReader {
@@ -120,6 +122,7 @@ impl MetricsReader {
             line: 0,
             read: 0,
             whole: false,
+            tail: false,
         };
         let Some((a, b)) = lines.next_line()? else {
             return Err(lines.file_error(if lines.read == 0 {
@@ -135,6 +138,7 @@ impl MetricsReader {
             ended: false,
             past_end: None,
             looked_past_end: false,
+            cut_off: None,
         })
     }
 
@@ -172,9 +176,15 @@ impl MetricsReader {
 
     /// The run that wrote the file is gone (killed, or ended with its last newline lost, as
     /// a copy or an editor may): a last line without its newline is read as a whole line,
-    /// where it was left for a later call.
+    /// where it was left for a later call; one that is no record was cut off (`cut_off`).
     pub fn writer_gone(&mut self) {
         self.lines.whole = true;
+    }
+
+    /// The last line, where its writer left it cut off mid-record (killed while writing it):
+    /// its number. Read up to it, the file is whole, not damaged.
+    pub fn cut_off(&self) -> Option<u64> {
+        self.cut_off
     }
 
     /// The file read (inside the run directory where one was given).
@@ -188,11 +198,14 @@ impl MetricsReader {
     fn moved(&self, path: PathBuf) -> PathBuf {
         let recorded = self.info.run_dir.as_deref();
         let inside = recorded.and_then(|r| path.strip_prefix(r).ok());
-        let file = std::path::absolute(&self.lines.path).ok();
-        let own = file
-            .as_deref()
+        // (a run directory's own file only, its links resolved: `latest` is the run it names
+        // today, and a file elsewhere has no checkpoints of its run beside it)
+        let real = |p: &Path| std::fs::canonicalize(p).ok();
+        let own_file = self.lines.path.file_name() == Some(std::ffi::OsStr::new(FILE_NAME));
+        let file = real(&self.lines.path).filter(|_| own_file);
+        let own = (file.as_deref())
             .and_then(Path::parent)
-            .filter(|d| Some(*d) != recorded);
+            .filter(|d| recorded.and_then(real).as_deref() != Some(*d));
         match (own, inside) {
             (Some(own), Some(rest)) if own.join(rest).exists() => own.join(rest),
             _ => path,
@@ -211,9 +224,15 @@ impl MetricsReader {
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            if let Some(mut r) =
-                record_line(text, self.info.ranks()).map_err(|w| self.lines.line_error(w))?
-            {
+            let parsed = match record_line(text, self.info.ranks()) {
+                // (a gone writer's last line, cut off mid-record: where it stopped, no damage)
+                Err(_) if self.lines.tail => {
+                    self.cut_off = Some(self.lines.line);
+                    return Ok(None);
+                }
+                other => other.map_err(|w| self.lines.line_error(w))?,
+            };
+            if let Some(mut r) = parsed {
                 if let Record::Event {
                     event: Event::Checkpoint { path, .. },
                     ..
@@ -248,6 +267,8 @@ struct Lines {
     read: u64,
     /// No writer adds to the file: a last line without its newline is a line.
     whole: bool,
+    /// The line last taken was such a last line.
+    tail: bool,
 }
 
 impl Lines {
@@ -271,6 +292,7 @@ impl Lines {
             if self.fill()? == 0 {
                 // (a writer gone: its last line, whatever it lacks, is all there will be)
                 if self.whole && self.start < self.buf.len() {
+                    self.tail = true;
                     self.line += 1;
                     let a = self.start;
                     self.start = self.buf.len();

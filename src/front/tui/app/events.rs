@@ -13,14 +13,16 @@ use crate::observe::straggler::Limit;
 /// epochs holds bounded memory, its charts their shape and its table its newest rows.
 pub const POINTS: usize = 4096;
 
-/// `v` with the older half thinned, where it holds `2 * POINTS`, keeping what `kept` says.
-fn thinned<T>(v: &mut Vec<T>, kept: impl Fn(&T) -> bool) {
+/// `v` with the older half thinned, where it holds `2 * POINTS`, keeping the first point that
+/// `best` says is the best (one: a run at 100% has many).
+fn thinned<T>(v: &mut Vec<T>, best: impl Fn(&T) -> bool) {
     if v.len() < 2 * POINTS {
         return;
     }
+    let first_best = v.iter().position(best);
     let mut i = 0;
-    v.retain(|p| {
-        let keep = i >= POINTS || i % 2 == 0 || kept(p);
+    v.retain(|_| {
+        let keep = i >= POINTS || i % 2 == 0 || Some(i) == first_best;
         i += 1;
         keep
     });

@@ -62,6 +62,20 @@ fn a_run_of_very_many_epochs_keeps_bounded_points_the_newest_whole_and_the_best(
     assert_eq!(app.epochs[0].epoch, 1);
     assert!(app.epochs.iter().any(|e| e.epoch == 2));
     assert_eq!(app.val_accuracy(), (Some(0.5), Some(0.99)));
+    // a run at its best all along (100% on a small set): bounded all the same
+    let mut app = running(false);
+    for epoch in 1..=n {
+        app.apply(AppEvent::Engine(Event::EpochDone {
+            epoch,
+            step: epoch,
+            train_loss: 0.5,
+            val_loss: Some(0.4),
+            val_accuracy: Some(1.0),
+            elapsed: Duration::ZERO,
+        }));
+    }
+    assert!(app.epochs.len() < 2 * POINTS, "{}", app.epochs.len());
+    assert!(app.validations.len() < 2 * POINTS);
 }
 
 #[test]

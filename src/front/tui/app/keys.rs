@@ -12,14 +12,18 @@ const CHECKPOINTS_APART: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// What a Ctrl chord is told: nothing here (Ctrl-S and Ctrl-Q, a terminal's flow control, with
 /// what the plain keys do).
-fn chord_words(key: KeyEvent) -> String {
+fn chord_words(key: KeyEvent, steers: bool) -> String {
     let KeyCode::Char(c) = key.code else {
         return String::new();
     };
+    let keys = match steers {
+        true => "s writes a checkpoint, q quits",
+        false => "q quits",
+    };
     match c.to_ascii_uppercase() {
-        c @ ('S' | 'Q') => format!(
-            "Ctrl-{c} does nothing here (this screen does not freeze output): s writes a checkpoint, q quits"
-        ),
+        c @ ('S' | 'Q') => {
+            format!("Ctrl-{c} does nothing here (this screen does not freeze output): {keys}")
+        }
         c => format!("Ctrl-{c} does nothing here; ? lists the keys"),
     }
 }
@@ -47,7 +51,10 @@ impl App {
                 self.popup = None;
                 return None;
             }
-            Some(Popup::Quit) if chord => return None,
+            Some(Popup::Quit) if chord => {
+                self.flash = Some(chord_words(key, false));
+                return None;
+            }
             Some(Popup::Quit) => {
                 let plain_q = key.code == KeyCode::Char('q') && !ctrl;
                 let again = ctrl_c || (plain_q && !key.modifiers.contains(KeyModifiers::ALT));
@@ -56,7 +63,8 @@ impl App {
             None => {}
         }
         if chord {
-            self.flash = Some(chord_words(key));
+            let steers = self.mode != Mode::File && !self.readonly && !self.state.ended();
+            self.flash = Some(chord_words(key, steers));
             return None;
         }
         let quit_key = ctrl_c || matches!(key.code, KeyCode::Char('q'));
