@@ -231,6 +231,32 @@ fn a_checkpoint_dir_holds_one_line_of_runs() {
 }
 
 #[test]
+fn another_run_s_line_is_continued_from_its_newest_step_not_its_best() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    // its best validation at its last step: `best` and step 5 are of one step
+    let (a, _) = train(
+        d,
+        &[
+            "--steps",
+            "5",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-best",
+        ],
+    );
+    assert!(d.join("ck/best").is_dir() && d.join("ck/step-00000005").is_dir());
+    let out = fails(d, &["--steps", "5", "--checkpoint-dir", "ck"]);
+    assert!(
+        out.contains(&format!(
+            "{}: steps 5..5, continue it with --resume ck/step-00000005",
+            a.display(),
+        )),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
     let d = tempfile::tempdir().unwrap();
     let d = d.path();

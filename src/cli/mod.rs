@@ -346,7 +346,7 @@ pub struct TrainArgs {
     #[arg(allow_negative_numbers = true, long, value_name = "[ADDR:]PORT")]
     #[serde(default, deserialize_with = "port_or_address")]
     pub prometheus: Option<String>,
-    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart; =false writes none, over a config file's)  [default: <run dir>/tensorboard]
+    /// Write TensorBoard scalars (loss, validation, lr, samples/s, step-time split, device utilization) under DIR, in DIR/<name>/<run dir's name> (so one DIR keeps a sweep's runs apart; =false writes none, over a config file's)  [default: off; <run dir>/tensorboard when given without DIR]
     #[arg(long, value_name = "DIR", num_args = 0..=1)]
     #[serde(default, deserialize_with = "flag_or_path")]
     pub tensorboard: Option<Option<PathBuf>>,
@@ -356,7 +356,7 @@ pub struct TrainArgs {
     /// Where checkpoints go  [default: <run dir>/checkpoints]
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Also checkpoint every N steps (one is always written at the end and on Ctrl-C).
+    /// Also checkpoint every N steps (one is always written at the end and on a stop: Ctrl-C, a signal, the UI's q then s).
     #[arg(allow_negative_numbers = true, long)]
     pub checkpoint_every: Option<u64>,
     /// Keep only the newest N checkpoints this run writes: each older one it wrote is removed once a newer one is in place (the checkpoint a run resumed from is never removed)  [default: all]

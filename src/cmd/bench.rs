@@ -218,7 +218,12 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
     if args.only == "all" || args.only == "train" {
         crate::say!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
-        crate::say!("(TF and torch: recorded figures of ../shared/bench on the 2-core reference machine, not measured now; run its scripts here for a side-by-side comparison)");
+        // (the reference scripts live beside the project's checkout, not in a user's clone)
+        let scripts = match std::path::Path::new("../shared/bench").is_dir() {
+            true => "; run ../shared/bench's scripts here for a side-by-side comparison",
+            false => "",
+        };
+        crate::say!("(TF and torch: figures the project's reference scripts recorded on its 2-core reference machine, not measured now{scripts})");
         crate::say!(
             "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
             "workers",

@@ -120,7 +120,7 @@ pub(super) fn train(
     }
     if tui && term::in_background() {
         crate::tell!(
-            "note: {}: the run goes on headless (for the UI: timeout --foreground ..., or fg)",
+            "note: {}: the run goes on headless (for the UI: start it in the foreground, or under timeout --foreground ...; `fg` later keeps the log; `mgtop-train attach` shows the screen)",
             term::BACKGROUND
         );
         tui = false;

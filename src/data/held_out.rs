@@ -104,7 +104,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             let (whole, val) = folder_halves(spec, dir)?;
             let f = folder::scan(val.as_deref().unwrap_or(&whole), Some(&names))
                 .map_err(|m| spec_err(spec, m))?;
-            let notes = folder::notes(&f);
+            let notes = folder::notes(&f, false);
             let what = format!("images {}", f.dir.display());
             // (read once: nothing is kept; scaled as the run's own validation pictures were)
             let set =

@@ -39,7 +39,7 @@ pub(super) fn spec_err(spec: &DataSpec, msg: String) -> DataError {
 }
 
 fn from_folder(f: Folder, side: Option<usize>) -> Read {
-    let mut notes = folder::notes(&f);
+    let mut notes = folder::notes(&f, true);
     // decoded pictures are scaled down to `side` at most (`kept_side`), kept or not: the
     // samples are the same on every machine; kept when every picture fits in the memory
     // granted, otherwise decoded whenever needed

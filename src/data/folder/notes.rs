@@ -13,8 +13,9 @@ const NAMED_SKIPS: usize = 10;
 /// Reasons the skipped files past those named are counted under, the most common first.
 const REASONS: usize = 3;
 
-/// The scan's start-up notes.
-pub fn notes(f: &Folder) -> Vec<String> {
+/// The scan's start-up notes (`training`: a run's set, whose accuracy also picks its best
+/// checkpoint; else a set eval scores).
+pub fn notes(f: &Folder, training: bool) -> Vec<String> {
     let mut notes = vec![format!("{}: {}", f.dir.display(), classes(f))];
     // (a validation folder, whose classes are the training set's, may lack some)
     let missing: Vec<&str> = (f.classes.iter().zip(f.counts()))
@@ -23,8 +24,12 @@ pub fn notes(f: &Folder) -> Vec<String> {
         .collect();
     if !missing.is_empty() {
         let shown: Vec<&str> = missing.iter().take(LISTED_CLASSES).copied().collect();
+        let also = match training {
+            true => " (--checkpoint-best's choice too)",
+            false => "",
+        };
         notes.push(format!(
-            "{}: no picture of {} ({}{}): the accuracy measured on it (in training, --checkpoint-best's choice too) is over the other classes only; add some of each",
+            "{}: no picture of {} ({}{}): the accuracy measured on it{also} is over the other classes only; add some of each",
             f.dir.display(),
             crate::text::counted(missing.len(), "class"),
             shown.join(", "),
@@ -151,14 +156,17 @@ mod tests {
 
     #[test]
     fn many_classes_are_summed_up_and_the_extremes_named() {
-        assert_eq!(notes(&folder(&[3], &[])), ["/data/train: 1 class: c00 3"]);
-        let few = notes(&folder(&[4, 2], &[]));
+        assert_eq!(
+            notes(&folder(&[3], &[]), true),
+            ["/data/train: 1 class: c00 3"]
+        );
+        let few = notes(&folder(&[4, 2], &[]), true);
         assert_eq!(few, ["/data/train: 2 classes: c00 4, c01 2"]);
-        let even = notes(&folder(&[1300; 1000], &[]));
+        let even = notes(&folder(&[1300; 1000], &[]), true);
         assert_eq!(even, ["/data/train: 1000 classes of 1300 pictures each"]);
         let mut counts = vec![50; 25];
         (counts[3], counts[7], counts[20]) = (2, 900, 1);
-        let uneven = notes(&folder(&counts, &[]));
+        let uneven = notes(&folder(&counts, &[]), true);
         assert_eq!(
             uneven,
             ["/data/train: 25 classes of 1 to 900 pictures (fewest: c20 1, c03 2, c00 50; most: c23 50, c24 50, c07 900)"]
@@ -168,7 +176,7 @@ mod tests {
     #[test]
     fn many_skipped_files_are_counted_by_why_past_the_first_ten() {
         let twelve: Vec<(&str, &str)> = vec![("a.jpg", "damaged"); 12];
-        let all = notes(&folder(&[1], &twelve));
+        let all = notes(&folder(&[1], &twelve), true);
         assert_eq!(all.len(), 13, "{all:?}");
         assert_eq!(all[12], "skipped a.jpg: damaged");
         let mut many = vec![("x.jpg", "not a picture"); 15];
@@ -182,7 +190,7 @@ mod tests {
             ("c1.jpg", "ends at byte 48213"),
             ("c2.jpg", "ends at byte 9"),
         ]);
-        let told = notes(&folder(&[1], &many));
+        let told = notes(&folder(&[1], &many), true);
         assert_eq!(told.len(), 12, "{told:?}");
         assert!(told[1..11]
             .iter()

@@ -113,7 +113,9 @@ pub fn refuse_others(dir: &Path, resumed: Option<&CheckpointMeta>) -> Result<(),
     let mut all = steps(dir);
     let best = dir.join(super::BEST);
     if let Ok(meta) = super::read_meta(&best) {
-        all.push((meta.step, best));
+        // (before a step checkpoint of its step: that one is the line's newest, as --resume
+        // DIR takes it, never `best`)
+        all.insert(0, (meta.step, best));
         all.sort_by_key(|(step, _)| *step);
     }
     let lines = lines(&all);
