@@ -431,22 +431,27 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
             "{out}"
         );
     }
+    // the checkpoint `view DIR --headless` names is under DIR
+    let named_under = |dir: &str| {
+        let o = bin()
+            .current_dir(d)
+            .args(["view", dir, "--headless"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("checkpoint: "))
+            .unwrap_or_default();
+        assert!(
+            line.contains(&format!("/{dir}/digits-mlp_128/"))
+                && line.ends_with("/checkpoints/step-00000069"),
+            "{out}"
+        );
+    };
     // a run directory moved since: its checkpoint where it is now
     std::fs::rename(d.join("runs"), d.join("moved")).unwrap();
-    let o = bin()
-        .current_dir(d)
-        .args(["view", "moved", "--headless"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("checkpoint: "))
-        .unwrap_or_default();
-    assert!(
-        line.contains("/moved/digits-mlp_128/") && line.ends_with("/checkpoints/step-00000069"),
-        "{out}"
-    );
+    named_under("moved");
     std::fs::rename(d.join("moved"), d.join("runs")).unwrap();
     // a copy beside the original: its own checkpoint, not the original's
     let copied = std::process::Command::new("cp")
@@ -455,20 +460,7 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
         .status()
         .unwrap();
     assert!(copied.success());
-    let o = bin()
-        .current_dir(d)
-        .args(["view", "copy", "--headless"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("checkpoint: "))
-        .unwrap_or_default();
-    assert!(
-        line.contains("/copy/digits-mlp_128/") && line.ends_with("/checkpoints/step-00000069"),
-        "{out}"
-    );
+    named_under("copy");
     // `--tensorboard=false` as the training flag reads it: no conversion (and no folder `false`)
     let o = bin()
         .current_dir(d)
