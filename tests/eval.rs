@@ -382,6 +382,14 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
         "{}",
         text(&o)
     );
+    // a copy of it under another name too
+    std::fs::copy(d.join("train.csv"), d.join("copy.csv")).unwrap();
+    let o = run_in(d, &["eval", "runs/tab", "--data", "csv:copy.csv"]);
+    assert!(
+        text(&o).contains("is the data the run trained on"),
+        "{}",
+        text(&o)
+    );
     let o = run_in(d, &["eval", "runs/tab", "--data", "csv:test.csv"]);
     assert!(!text(&o).contains("trained on"), "{}", text(&o));
     // a validation row changed (the seeded split's are the run's to know: every row is tried

@@ -60,10 +60,11 @@ pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
 }
 
 /// Whether `spec`, read as `load` reads it, is what the run of `--data run` trained on (all of
-/// it, or its training split among it): figures on it say how the training set is fit.
+/// it, or its training split among it): figures on it say how the training set is fit. A
+/// table file is the run's where it is its file or a copy of it (or of the embedded digits).
 pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
+        (Ok(a), Ok(b)) => a == b || same_bytes(&a, &b),
         _ => false,
     };
     match (spec, run) {
@@ -73,6 +74,10 @@ pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
             matches!((read, train), (Ok(r), Ok(t)) if same(&r, &t))
         }
         (DataSpec::Csv { path, .. }, DataSpec::Csv { path: trained, .. }) => same(path, trained),
+        (DataSpec::Csv { path, .. }, DataSpec::Digits) => {
+            let digits = table::DIGITS_CSV.as_bytes();
+            holds(path, digits.len() as u64, &mut &digits[..])
+        }
         (
             DataSpec::Idx { images, .. },
             DataSpec::Idx {
@@ -83,6 +88,44 @@ pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
         (DataSpec::Cifar { .. }, _) => false,
         // the same built-in or generated set
         (a, b) => a == b,
+    }
+}
+
+/// Whether files `a` and `b` hold the same bytes (a copy under another name), compared a
+/// chunk at a time where their lengths agree.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    let len = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+    };
+    match (len(a), std::fs::File::open(b)) {
+        (Some(n), Ok(mut other)) if len(b) == Some(n) => holds(a, n, &mut other),
+        _ => false,
+    }
+}
+
+/// Whether file `path` holds exactly the `n` bytes `other` reads.
+fn holds(path: &Path, n: u64, other: &mut impl std::io::Read) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    if file.metadata().map(|m| m.len()).ok() != Some(n) {
+        return false;
+    }
+    let (mut x, mut y) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let Ok(k) = file.read(&mut x) else {
+            return false;
+        };
+        if k == 0 {
+            return other.read(&mut y[..1]).is_ok_and(|r| r == 0);
+        }
+        if other.read_exact(&mut y[..k]).is_err() || x[..k] != y[..k] {
+            return false;
+        }
     }
 }
 
@@ -252,4 +295,29 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
         what: format!("{what}: {}", crate::text::counted(n, "sample")),
         notes: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_of_the_training_file_or_of_the_embedded_digits_is_the_training_data() {
+        let digits = concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.csv");
+        let csv = |p: &str| format!("csv:{p},label=last").parse::<DataSpec>().unwrap();
+        assert!(is_training_data(&csv(digits), &DataSpec::Digits));
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("copy.csv");
+        std::fs::copy(digits, &copy).unwrap();
+        let copy = copy.to_str().unwrap();
+        assert!(is_training_data(&csv(copy), &csv(digits)));
+        // one byte other: another set
+        let mut bytes = std::fs::read(digits).unwrap();
+        bytes[0] = b'1';
+        let other = dir.path().join("other.csv");
+        std::fs::write(&other, bytes).unwrap();
+        let other = other.to_str().unwrap();
+        assert!(!is_training_data(&csv(other), &DataSpec::Digits));
+        assert!(!is_training_data(&csv(other), &csv(digits)));
+    }
 }

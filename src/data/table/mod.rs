@@ -16,7 +16,7 @@ pub enum Normalisation {
 }
 
 /// The embedded digits set (see data/README.md for its origin and licence).
-const DIGITS_CSV: &str = include_str!("../../../data/digits.csv");
+pub(super) const DIGITS_CSV: &str = include_str!("../../../data/digits.csv");
 
 /// The embedded digits are 8x8 grey images.
 const DIGITS_SHAPE: [usize; 3] = [1, 8, 8];
