@@ -77,8 +77,9 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     };
     // (a run gone: its last line, without its newline, is read; one on another machine
     // that is quiet only a short while may still be writing it)
+    // (`live` asked already: its socket is not asked again)
     let host = reader.info().host.clone();
-    if rundir::liveness(&row.dir, host.as_deref()) == Some(false) {
+    if !live && rundir::gone_if_not_live(&row.dir, host.as_deref()) {
         reader.writer_gone();
     }
     let mut app = App::watching(reader.info().clone());

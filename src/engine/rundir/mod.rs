@@ -392,10 +392,16 @@ pub fn is_gone(dir: &Path, host: Option<&str>) -> bool {
 /// Run `dir` is running (`Some(true)`, `is_live`), gone (`Some(false)`, `is_gone`), or cannot
 /// be told yet (another machine's, quiet only a short while).
 pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
-    const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
-    if is_live(dir) {
-        return Some(true);
+    match is_live(dir) {
+        true => Some(true),
+        false => gone_if_not_live(dir, host).then_some(false),
     }
+}
+
+/// Whether run `dir`, known not live (`is_live`), is gone: its first process ran on this
+/// machine (`host`), or its metrics file has been unchanged for a minute.
+pub fn gone_if_not_live(dir: &Path, host: Option<&str>) -> bool {
+    const QUIET: std::time::Duration = std::time::Duration::from_secs(60);
     // (`?`: a machine that could not tell its name is no machine in particular)
     let here = host.is_some_and(|h| h != "?" && h == crate::pids::hostname());
     // (a metrics file that cannot be read is not known to be quiet)
@@ -403,7 +409,7 @@ pub fn liveness(dir: &Path, host: Option<&str>) -> Option<bool> {
         let t = updated(dir);
         t != std::time::UNIX_EPOCH && t.elapsed().is_ok_and(|e| e > QUIET)
     };
-    (here || quiet()).then_some(false)
+    here || quiet()
 }
 
 /// When run `dir`'s metrics file last changed (the epoch where it cannot be told).

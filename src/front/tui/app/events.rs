@@ -31,6 +31,10 @@ fn thinned<T>(v: &mut Vec<T>, best: impl Fn(&T) -> bool) {
 impl App {
     /// Bounds the epochs and validations kept (`POINTS`).
     fn thin_points(&mut self) {
+        // (the best looked for only where there is thinning to do: not every epoch)
+        if self.epochs.len() < 2 * POINTS && self.validations.len() < 2 * POINTS {
+            return;
+        }
         let best = self.val_accuracy().1;
         thinned(&mut self.epochs, |e| {
             e.val_accuracy.is_some() && e.val_accuracy == best
