@@ -165,6 +165,7 @@ fn trains_like_the_reference(
                 image: None,
                 x: x.clone(),
                 y: y.clone(),
+                names: Vec::new(),
                 pictures: None,
             };
             assert!(

@@ -419,6 +419,88 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     );
 }
 
+/// A table whose labels are class names (iris's species) trains on them in sorted order; a
+/// held-out file of names in another order, and of some of the classes, is scored by name; a
+/// class renamed so that the outputs move refuses a resume.
+#[test]
+fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let names = ["virginica", "setosa", "versicolor"];
+    let rows = |n: usize, classes: &[usize]| -> String {
+        let mut s = String::from("length,width,species\n");
+        for i in 0..n {
+            let c = classes[i % classes.len()];
+            let wobble = (i % 7) as f64 * 0.1;
+            s += &format!(
+                "{},{},{}\n",
+                2.0 * c as f64 + wobble,
+                1.0 - wobble,
+                names[c]
+            );
+        }
+        s
+    };
+    std::fs::write(d.join("train.csv"), rows(240, &[0, 1, 2])).unwrap();
+    // (setosa and virginica only, setosa first)
+    std::fs::write(d.join("test.csv"), rows(40, &[1, 0])).unwrap();
+    let train = |data: &str, extra: &[&str]| {
+        let args = ["--headless", "--devices", "cpu:1", "--model", "mlp:16"];
+        run_in(d, &[&args[..], &["--data", data], extra].concat())
+    };
+    let o = train(
+        "csv:train.csv,header",
+        &["--steps", "300", "--lr", "0.01", "--run-dir", "r1"],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("3 classes (setosa, versicolor, virginica)"),
+        "{out}"
+    );
+    let o = run_in(
+        d,
+        &["eval", "r1", "--data", "csv:test.csv,header", "--json", "-"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(report["accuracy"].as_f64().unwrap() > 0.9, "{report}");
+    let per_class = |name: &str| {
+        let classes = report["classes"].as_array().unwrap();
+        let c = classes.iter().find(|c| c["name"] == name).unwrap();
+        (c["class"].as_u64().unwrap(), c["samples"].as_u64().unwrap())
+    };
+    assert_eq!(per_class("setosa"), (0, 20));
+    assert_eq!(per_class("virginica"), (2, 20));
+    assert_eq!(per_class("versicolor"), (1, 0));
+    // numbers where the run's classes are names, and a class it never had: refused, named
+    std::fs::write(d.join("numbers.csv"), "1,2,0\n").unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:numbers.csv"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("its labels are class numbers and the run's model's classes are names (setosa, versicolor, virginica)"), "{out}");
+    std::fs::write(d.join("other.csv"), "1,2,daisy\n").unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:other.csv"]);
+    assert!(
+        text(&o).contains("its class `daisy` is not one of the run's model's classes"),
+        "{}",
+        text(&o)
+    );
+    // a class renamed so that it sorts first: the outputs would answer for others
+    let renamed = rows(240, &[0, 1, 2]).replace("virginica", "arvensis");
+    std::fs::write(d.join("renamed.csv"), renamed).unwrap();
+    let o = train(
+        "csv:renamed.csv,header",
+        &["--steps", "301", "--resume", "r1", "--run-dir", "r2"],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("`setosa` was its output 0 and is this data's 1"),
+        "{out}"
+    );
+}
+
 /// `dir` as a CIFAR set of `files`, 4 records each: a label byte (CIFAR-100: coarse and fine)
 /// and the pixels, each record's label `top` at most.
 fn cifar(dir: &Path, files: &[&str], label_bytes: usize, top: u8) {

@@ -1,10 +1,11 @@
-//! CSV: one sample per line, numeric features and one integer label column.
+//! CSV: one sample per line, numeric features and one label column (class numbers or names).
 
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
 use super::host_memory;
+use super::labels::Labels;
 use super::{finish, DataError, Dataset};
 use crate::files::read::{self, Expect};
 use crate::text::excerpt;
@@ -108,6 +109,7 @@ pub(super) fn parse(
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut x = Vec::new();
     let mut y = Vec::new();
+    let mut labels = Labels::default();
     let mut width = None;
     let mut commas_end = None;
     for (i, line) in lines(text).enumerate() {
@@ -168,11 +170,7 @@ pub(super) fn parse(
                 return Err(empty_field(lineno, j, w, commas_end == Some(true)));
             }
             if j == lc {
-                let v: f64 = f.parse().map_err(|_| bad_label(lineno, j, f))?;
-                if v < 0.0 || v.fract() != 0.0 || v >= 65536.0 {
-                    return Err(bad_label(lineno, j, f));
-                }
-                y.push(v as u32);
+                y.push(labels.read(lineno, j, f)?);
             } else {
                 let v: f32 = f
                     .parse()
@@ -190,7 +188,10 @@ pub(super) fn parse(
     if y.is_empty() {
         return Err(no_rows(text, header));
     }
-    finish(width.map_or(0, |w| w - 1), x, y)
+    let names = labels.finish(&mut y);
+    let mut set = finish(width.map_or(0, |w| w - 1), x, y)?;
+    set.names = names;
+    Ok(set)
 }
 
 /// Why a file gave no samples, saying what it holds.
@@ -218,17 +219,6 @@ fn empty_field(lineno: usize, col: usize, w: usize, commas_end: bool) -> String 
         return format!("line {lineno} ends with a comma, an empty last column (column {col}, from 0); remove the commas at the ends of the lines, e.g. sed 's/,[[:space:]]*$//' in.csv > out.csv");
     }
     format!("line {lineno}, column {col} (from 0) is empty: a missing value; fill it in or drop the row")
-}
-
-fn bad_label(line: usize, col: usize, f: &str) -> String {
-    // a word is a class's name: the column may be the right one
-    let named = f.trim().parse::<f64>().is_err() && f.chars().any(char::is_alphabetic);
-    let f = excerpt(f);
-    let fix = match named {
-        true => "labels are class numbers 0..N-1: number the classes' names in the file (e.g. setosa 0, versicolor 1), or, if this is not the label column, pick it with label=first|last|N",
-        false => "pick the label column with label=first|last|N",
-    };
-    format!("line {line}, column {col} (from 0): label `{f}` is not a class index (an integer 0..65535); {fix}")
 }
 
 #[cfg(test)]
@@ -285,12 +275,20 @@ mod tests {
         assert!(e.contains("label `-1`"), "{e}");
         let e = parse("1,2,0.5\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("label `0.5`"), "{e}");
-        assert!(!e.contains("names"), "{e}");
-        // class names where numbers go: number them
-        let e = parse("a,b,label\n1,2,setosa\n", LabelColumn::Last, true).unwrap_err();
-        assert!(
-            e.contains("label `setosa`") && e.contains("number the classes' names"),
-            "{e}"
+        // class names are the classes, in sorted order
+        let d = parse(
+            "a,b,label\n1,2,setosa\n3,4,Iris virginica\n",
+            LabelColumn::Last,
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            (d.names.as_slice(), d.y.as_slice(), d.classes),
+            (
+                &["Iris virginica".to_string(), "setosa".into()][..],
+                &[1, 0][..],
+                2
+            )
         );
         let e = parse("", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("empty"), "{e}");
@@ -404,7 +402,7 @@ mod tests {
         let huge = "9".repeat(10_000_000) + "x";
         let e = parse(&format!("1,{huge},0\n"), LabelColumn::Last, false).unwrap_err();
         assert!(e.len() < 300 && e.contains("9999…`"), "{} bytes", e.len());
-        let e = parse(&format!("1,2,{huge}\n"), LabelColumn::Last, false).unwrap_err();
+        let e = parse(&format!("1,2,0\n1,2,{huge}\n"), LabelColumn::Last, false).unwrap_err();
         assert!(
             e.len() < 300 && e.contains("label `9999"),
             "{} bytes",

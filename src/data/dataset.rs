@@ -40,14 +40,20 @@ pub struct Dataset {
     pub image: Option<[usize; 3]>,
     pub x: Vec<f32>,
     pub y: Vec<u32>,
+    /// A table's class names, label by label, where its labels are names (a picture set keeps
+    /// its own); empty where they are class numbers.
+    pub names: Vec<String>,
     pub pictures: Option<Pictures>,
 }
 
 impl Dataset {
     /// Each class's name, label by label, where the set names them (a picture set's folders,
-    /// CIFAR's names); empty where it does not (a table's labels are numbers).
+    /// CIFAR's names, a table's named labels); empty where its labels are numbers.
     pub fn class_names(&self) -> &[String] {
-        self.pictures.as_ref().map_or(&[], |p| p.set.names())
+        match &self.pictures {
+            Some(p) => p.set.names(),
+            None => &self.names,
+        }
     }
 
     /// What a model takes of one sample: the image, else a flat vector.
@@ -158,6 +164,7 @@ impl Dataset {
             image: self.image,
             x,
             y: idx.iter().map(|&i| self.y[i]).collect(),
+            names: self.names.clone(),
             pictures: self.pictures.as_ref().map(|p| p.subset(idx)),
         }
     }
@@ -210,6 +217,7 @@ pub(super) fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Datase
         image: None,
         x,
         y,
+        names: Vec::new(),
         pictures: None,
     })
 }

@@ -11,7 +11,7 @@ use super::image_shape::shape_text;
 use super::picture_set::{ImageSet, Pictures};
 use super::picture_specs::{folder_halves, kept_side, normalisation, spec_err, stored_side};
 use super::transform::Look;
-use super::{cifar, folder, table, Affine, DataError, DataOptions, DataSpec, Dataset};
+use super::{cifar, folder, labels, table, Affine, DataError, DataOptions, DataSpec, Dataset};
 
 /// What a run's checkpoint says of how it made its samples.
 pub struct Recipe<'a> {
@@ -210,6 +210,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             image: Some([3, h, w]),
             x: Vec::new(),
             y,
+            names: Vec::new(),
             pictures: Some(pictures),
         },
         what: format!("{what}: {}", crate::text::counted(n, "image")),
@@ -250,6 +251,7 @@ fn same_labels(spec: &DataSpec, kind: cifar::Kind, r: &Recipe) -> Result<(), Dat
 
 fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     let (mut set, _, what) = table::read(spec, r.seed, "--data")?;
+    labels::onto(&mut set, r.names, "the run's model's").map_err(|m| spec_err(spec, m))?;
     let max = set.y.iter().max().copied().unwrap_or(0) as usize;
     if set.features != r.features || max >= r.classes {
         return Err(spec_err(

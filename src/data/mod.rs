@@ -14,6 +14,7 @@ pub mod held_out;
 pub mod host_memory;
 mod idx;
 mod image_shape;
+mod labels;
 mod picture;
 mod picture_set;
 mod picture_specs;

@@ -361,6 +361,7 @@ pub(super) fn load(
         image: Some([3, h, w]),
         x: Vec::new(),
         y,
+        names: Vec::new(),
         pictures: Some(pictures),
     };
     let resize = match opts.image_size {

@@ -69,6 +69,7 @@ pub(super) fn teacher(n: usize, d: usize, c: usize, seed: u64) -> Result<Dataset
         image: None,
         x,
         y,
+        names: Vec::new(),
         pictures: None,
     })
 }

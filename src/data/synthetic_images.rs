@@ -151,6 +151,7 @@ pub(super) fn generate(
         image: Some(shape),
         x,
         y,
+        names: Vec::new(),
         pictures: None,
     })
 }

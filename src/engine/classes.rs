@@ -19,13 +19,13 @@ pub fn moved(theirs: &[String], ours: &[String]) -> Option<(String, usize, usize
 }
 
 /// A resume of the checkpoint `meta` (in `dir`) on data whose classes are `ours`: refused where
-/// a class moved to another output (a class folder renamed, added or removed since).
+/// a class moved to another output (a class renamed, added or removed since).
 pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(), EngineError> {
     let Some((name, was, is)) = moved(&meta.classes, ours) else {
         return Ok(());
     };
     Err(EngineError::Config(format!(
-        "--resume {}: the data's classes are not where the checkpoint's run trained them: `{}` was its output {was} and is this data's {is} (a class folder renamed, added or removed since?), so its outputs would answer for other classes; give the classes it trained on ({}), or start a new run from its weights with --init {} (its head learns the new places)",
+        "--resume {}: the data's classes are not where the checkpoint's run trained them: `{}` was its output {was} and is this data's {is} (a class renamed, added or removed since?), so its outputs would answer for other classes; give the classes it trained on ({}), or start a new run from its weights with --init {} (its head learns the new places)",
         dir.display(),
         crate::text::excerpt(&name),
         crate::text::first_of(&meta.classes, 8),

@@ -108,6 +108,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             cfg: cfg.clone(),
             model: l.model.clone(),
             train: l.split,
+            classes: l.train.class_names().to_vec(),
             val: l.val.clone(),
             picture_sets: Dataset::picture_sets(l.train, l.val),
             coll,

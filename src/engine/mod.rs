@@ -294,6 +294,7 @@ impl Engine {
                 val: Arc::new(Dataset {
                     x: Vec::new(),
                     y: Vec::new(),
+                    names: loaded.val.names.clone(),
                     pictures: None,
                     ..*loaded.val
                 }),

@@ -2,7 +2,9 @@
 //! given a validation set, and normalised (`Normalisation`).
 
 use super::image_shape::{shape_text, shape_values};
-use super::{csv, idx, synthetic, synthetic_images, DataError, DataOptions, DataSpec, Dataset};
+use super::{
+    csv, idx, labels, synthetic, synthetic_images, DataError, DataOptions, DataSpec, Dataset,
+};
 use super::{Augment, LabelColumn, LoadedData, NormSpec, DEFAULT_VAL_FRACTION};
 
 /// How raw inputs are brought to a common scale (stated in the log).
@@ -142,6 +144,10 @@ pub(super) fn load(
     }
     let (full, norm, what) = read(spec, seed, "--data")?;
     if let Some(&only) = full.y.first().filter(|&&l| full.y.iter().all(|&y| y == l)) {
+        let only = match full.names.first() {
+            Some(name) => format!("`{}`", crate::text::excerpt(name)),
+            None => only.to_string(),
+        };
         let fix = match spec {
             DataSpec::Csv { .. } => {
                 "; is the label in another column? (label=first, label=last or label=N)"
@@ -182,7 +188,14 @@ pub(super) fn load(
             });
         }
         Some(v) => {
-            let (val, _, vwhat) = read(v, seed, "--val-data").map_err(DataError::of_val_data)?;
+            let (mut val, _, vwhat) =
+                read(v, seed, "--val-data").map_err(DataError::of_val_data)?;
+            labels::onto(&mut val, &full.names, "the training set's").map_err(|msg| {
+                DataError::ValSpec {
+                    spec: v.to_string(),
+                    msg,
+                }
+            })?;
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
             if val.features != full.features || max >= full.classes {
                 return Err(DataError::ValSpec {
@@ -246,12 +259,13 @@ pub(super) fn load(
         (false, false) => String::new(),
     };
     let description = format!(
-        "{what}: {}, {} features{}, {} classes{sparse}; {split_text}; inputs {norm_text}",
+        "{what}: {}, {} features{}, {} classes{}{sparse}; {split_text}; inputs {norm_text}",
         crate::text::counted(full.len(), "sample"),
         full.features,
         full.image
             .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
         full.classes,
+        labels::listed(&full.names),
     );
     Ok(LoadedData {
         train,

@@ -131,6 +131,7 @@ fn standardise_uses_train_statistics() {
         image: None,
         x: vec![1.0, 3.0],
         y: vec![0, 1],
+        names: Vec::new(),
         pictures: None,
     };
     let mut val = Dataset {
@@ -139,6 +140,7 @@ fn standardise_uses_train_statistics() {
         image: None,
         x: vec![5.0],
         y: vec![0],
+        names: Vec::new(),
         pictures: None,
     };
     normalise(&mut train, &mut val, &Normalisation::Standardise);
@@ -174,6 +176,7 @@ fn a_column_far_from_zero_is_standardised_by_its_own_spread_and_said_when_floats
         image: None,
         x,
         y: vec![0, 1, 0, 1],
+        names: Vec::new(),
         pictures: None,
     };
     let mut val = train.clone();
@@ -275,6 +278,40 @@ fn synthetic_images_keep_their_shape_through_the_split() {
     assert!(
         e.starts_with("--data synthetic-images:18446744073709551615,1,28,28,10: ")
             && e.contains("use fewer samples or smaller images"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_val_data_table_of_named_classes_is_matched_to_the_training_sets_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, val) = (dir.path().join("train.csv"), dir.path().join("val.csv"));
+    std::fs::write(&train, "0.1,cat\n0.9,dog\n0.5,eel\n0.2,cat\n").unwrap();
+    // dog and eel only, eel first: numbered by name, 2 and 1, not by their own order
+    std::fs::write(&val, "0.5,eel\n0.8,dog\n").unwrap();
+    let spec: DataSpec = format!("csv:{}", train.display()).parse().unwrap();
+    let opts = DataOptions {
+        val_data: Some(format!("csv:{}", val.display()).parse().unwrap()),
+        ..DataOptions::default()
+    };
+    let d = load(&spec, &opts, 0).unwrap();
+    assert!(
+        d.description.contains("3 classes (cat, dog, eel)"),
+        "{}",
+        d.description
+    );
+    assert_eq!(d.val.y, [2, 1]);
+    assert_eq!(
+        (d.val.class_names(), d.val.classes),
+        (d.train.class_names(), 3)
+    );
+    std::fs::write(&val, "0.5,fox\n").unwrap();
+    let e = load(&spec, &opts, 0).err().unwrap().to_string();
+    assert!(
+        e.starts_with("--val-data csv:")
+            && e.contains(
+                "its class `fox` is not one of the training set's classes (cat, dog, eel)"
+            ),
         "{e}"
     );
 }

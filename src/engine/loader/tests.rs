@@ -7,6 +7,7 @@ fn data(n: usize) -> Arc<Dataset> {
         image: None,
         x: (0..n).map(|i| i as f32).collect(),
         y: vec![0; n],
+        names: Vec::new(),
         pictures: None,
     })
 }

@@ -55,6 +55,8 @@ pub(super) struct Worker {
     pub model: Model,
     /// The training split, as a checkpoint records it.
     pub train: TrainSplit,
+    /// The training set's class names, output by output (empty where its labels are numbers).
+    pub classes: Vec<String>,
     pub val: Arc<Dataset>,
     /// This process's picture sets: every rank stops at a class none of whose files decode,
     /// and rank 0 tells of the files that did not.

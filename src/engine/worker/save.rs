@@ -135,8 +135,7 @@ impl Worker {
             inputs: Some(cfg.recipe.text.clone()).filter(|t| !t.is_empty()),
             // (a table's per-feature statistics, up to a size state.json carries well)
             input_affine: (cfg.recipe.affine.clone()).filter(|(s, _)| s.len() <= MAX_AFFINE),
-            // (the training set's: the first of the run's picture sets)
-            classes: (self.picture_sets.first()).map_or(Vec::new(), |s| s.names().to_vec()),
+            classes: self.classes.clone(),
             split: self.split.as_deref().cloned(),
             optimizer_began: self.optimizer_began.clone(),
         };

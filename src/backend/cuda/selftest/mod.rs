@@ -291,6 +291,7 @@ fn two_steps(index: usize, kind: OptimizerKind, tuned: bool) -> Result<(f64, f64
         image: None,
         x: (0..96 * 64).map(|_| rng.uniform(0.0, 1.0)).collect(),
         y: (0..96).map(|_| (rng.next_u64() % 10) as u32).collect(),
+        names: Vec::new(),
         pictures: None,
     };
     let mut order: Vec<u32> = (0..96).collect();
