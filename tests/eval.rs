@@ -341,7 +341,8 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
                 let y = (i * 7 + salt) % 3;
                 let x: Vec<String> = (0..5)
                     .map(|j| {
-                        let noise = ((i * 13 + j * 5 + salt) % 17) as f64 * 9.0;
+                        // (another salt, other values: a held-out row is no training row)
+                        let noise = ((i * 13 + j * 5 + salt) % 17) as f64 * 9.0 + salt as f64 * 0.5;
                         format!("{}", 1000.0 + 300.0 * y as f64 + noise)
                     })
                     .collect();
@@ -392,6 +393,17 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     );
     let o = run_in(d, &["eval", "runs/tab", "--data", "csv:test.csv"]);
     assert!(!text(&o).contains("trained on"), "{}", text(&o));
+    // a held-out file with rows of the training file among its own: how many, said
+    let train_rows: String = rows(300, 0)
+        .lines()
+        .take(30)
+        .map(|l| l.to_string() + "\n")
+        .collect();
+    std::fs::write(d.join("mixed.csv"), rows(60, 1) + &train_rows).unwrap();
+    let o = run_in(d, &["eval", "runs/tab", "--data", "csv:mixed.csv"]);
+    let out = text(&o);
+    let shared = (24..=30).find(|k| out.contains(&format!("note: {k} of the 90 samples of --data csv:mixed.csv have the values of a sample the run trained on")));
+    assert!(shared.is_some(), "{out}");
     // a validation row changed (the seeded split's are the run's to know: every row is tried
     // until one is among them), then the training file cut to half: the held-out figures stay,
     // the run's own set is refused

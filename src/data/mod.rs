@@ -15,6 +15,7 @@ pub mod host_memory;
 mod idx;
 mod image_shape;
 mod labels;
+mod overlap;
 mod picture;
 mod picture_set;
 mod picture_specs;

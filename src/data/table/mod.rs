@@ -3,7 +3,8 @@
 
 use super::image_shape::{shape_text, shape_values};
 use super::{
-    csv, idx, labels, synthetic, synthetic_images, DataError, DataOptions, DataSpec, Dataset,
+    csv, idx, labels, overlap, synthetic, synthetic_images, DataError, DataOptions, DataSpec,
+    Dataset,
 };
 use super::{Augment, LabelColumn, LoadedData, NormSpec, DEFAULT_VAL_FRACTION};
 
@@ -162,7 +163,76 @@ pub(super) fn load(
             ),
         });
     }
-    let (mut train, mut val, split_text) = match &opts.val_data {
+    let (mut train, mut val, split_text) = cut(spec, &full, opts, seed)?;
+    // validation samples that are training samples: repeated rows split apart, or rows of the
+    // training file in --val-data's (the training file itself is said as such)
+    let given = (opts.val_data.as_ref()).filter(|_| opts.val_fraction != Some(0.0));
+    let itself = given.is_some_and(|v| v.absolute() == spec.absolute());
+    let repeated = match itself || val.is_empty() {
+        true => None,
+        false => {
+            let shared = overlap::shared_rows(&train, &val);
+            overlap::validation_note(shared, val.len(), given.is_none())
+        }
+    };
+    let (norm_text, affine) = normalise(&mut train, &mut val, &norm);
+    let notes = (affine.as_ref())
+        .filter(|_| matches!(norm, Normalisation::Standardise))
+        .and_then(coarse_columns)
+        .into_iter()
+        .chain(repeated)
+        .collect();
+    // labels are class numbers 0..classes-1: most of them unused says they may be something else
+    let used = full
+        .y
+        .iter()
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let from_one = full.y.iter().min() == Some(&1) && full.classes > 2;
+    let sparse = match (used * 2 < full.classes, from_one) {
+        (true, _) => format!(
+            " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",
+            full.classes - 1
+        ),
+        (false, true) => format!(
+            " (labels run from 1 to {}: no sample is class 0, whose unit learns nothing; labels are class numbers 0..N-1, so numbering from 1 costs only that unit)",
+            full.classes - 1
+        ),
+        (false, false) => String::new(),
+    };
+    let description = format!(
+        "{what}: {}, {} features{}, {} classes{}{sparse}; {split_text}; inputs {norm_text}",
+        crate::text::counted(full.len(), "sample"),
+        full.features,
+        full.image
+            .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
+        full.classes,
+        labels::listed(&full.names),
+    );
+    Ok(LoadedData {
+        train,
+        val,
+        description,
+        notes,
+        val_notes: 0,
+        val_text: split_text,
+        recipe: super::InputRecipe {
+            text: norm_text,
+            affine,
+            sample: full.image,
+        },
+    })
+}
+
+/// The training and validation splits of the set `full` that `spec` read (`--val-data`'s set,
+/// or a seeded split), raw, and where validation comes from in words.
+fn cut(
+    spec: &DataSpec,
+    full: &Dataset,
+    opts: &DataOptions,
+    seed: u64,
+) -> Result<(Dataset, Dataset, String), DataError> {
+    Ok(match &opts.val_data {
         Some(v) if opts.val_fraction.is_some_and(|f| f > 0.0) => {
             return Err(DataError::ValSpec {
                 spec: v.to_string(),
@@ -233,53 +303,17 @@ pub(super) fn load(
             let text = super::split_text(train.len(), val.len(), f, seed);
             (train, val, text)
         }
-    };
-    let (norm_text, affine) = normalise(&mut train, &mut val, &norm);
-    let notes = (affine.as_ref())
-        .filter(|_| matches!(norm, Normalisation::Standardise))
-        .and_then(coarse_columns)
-        .into_iter()
-        .collect();
-    // labels are class numbers 0..classes-1: most of them unused says they may be something else
-    let used = full
-        .y
-        .iter()
-        .collect::<std::collections::HashSet<_>>()
-        .len();
-    let from_one = full.y.iter().min() == Some(&1) && full.classes > 2;
-    let sparse = match (used * 2 < full.classes, from_one) {
-        (true, _) => format!(
-            " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",
-            full.classes - 1
-        ),
-        (false, true) => format!(
-            " (labels run from 1 to {}: no sample is class 0, whose unit learns nothing; labels are class numbers 0..N-1, so numbering from 1 costs only that unit)",
-            full.classes - 1
-        ),
-        (false, false) => String::new(),
-    };
-    let description = format!(
-        "{what}: {}, {} features{}, {} classes{}{sparse}; {split_text}; inputs {norm_text}",
-        crate::text::counted(full.len(), "sample"),
-        full.features,
-        full.image
-            .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
-        full.classes,
-        labels::listed(&full.names),
-    );
-    Ok(LoadedData {
-        train,
-        val,
-        description,
-        notes,
-        val_notes: 0,
-        val_text: split_text,
-        recipe: super::InputRecipe {
-            text: norm_text,
-            affine,
-            sample: full.image,
-        },
     })
+}
+
+/// The raw training split of a run of `--data spec` (`opts`, `seed`), cut as its run cut it.
+pub(super) fn training_split(
+    spec: &DataSpec,
+    opts: &DataOptions,
+    seed: u64,
+) -> Result<Dataset, DataError> {
+    let (full, _, _) = read(spec, seed, "--data")?;
+    Ok(cut(spec, &full, opts, seed)?.0)
 }
 
 /// Scales the samples as `norm` says: how, in words, and as (shift, scale) per feature.

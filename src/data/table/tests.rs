@@ -315,3 +315,55 @@ fn a_val_data_table_of_named_classes_is_matched_to_the_training_sets_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn validation_samples_that_are_training_samples_are_counted_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, val) = (dir.path().join("train.csv"), dir.path().join("val.csv"));
+    // every row twice: a split puts copies on both sides
+    let rows: String = (0..50).map(|i| format!("{i},{}\n", i % 2)).collect();
+    std::fs::write(&train, rows.repeat(2)).unwrap();
+    let spec: DataSpec = format!("csv:{}", train.display()).parse().unwrap();
+    let d = load(&spec, &split(0.5), 0).unwrap();
+    let note = d
+        .notes
+        .iter()
+        .find(|n| n.contains("validation samples have the values"));
+    let note = note.unwrap_or_else(|| panic!("{:?}", d.notes));
+    assert!(
+        note.contains(" of the 50 validation samples") && note.contains("more than once"),
+        "{note}"
+    );
+    // --val-data with 3 of the training file's rows among 5: said with the count
+    std::fs::write(&val, "0,0\n1,1\n2,0\n0.5,1\n1.5,0\n").unwrap();
+    let opts = DataOptions {
+        val_data: Some(format!("csv:{}", val.display()).parse().unwrap()),
+        ..DataOptions::default()
+    };
+    let d = load(&spec, &opts, 0).unwrap();
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.starts_with("3 of the 5 validation samples")
+                && n.contains("rows of the training file")),
+        "{:?}",
+        d.notes
+    );
+    // the training file itself: said as that, not counted
+    let opts = DataOptions {
+        val_data: Some(spec.clone()),
+        ..DataOptions::default()
+    };
+    let d = load(&spec, &opts, 0).unwrap();
+    assert!(
+        d.notes
+            .iter()
+            .all(|n| !n.contains("validation samples have")),
+        "{:?}",
+        d.notes
+    );
+    // rows once each: nothing said
+    std::fs::write(&train, &rows).unwrap();
+    let d = load(&spec, &split(0.5), 0).unwrap();
+    assert!(d.notes.is_empty(), "{:?}", d.notes);
+}

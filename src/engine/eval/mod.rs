@@ -243,6 +243,12 @@ fn given_set(
         h.notes.insert(0, format!(
             "--data {spec} is the data the run trained on (its training split among it): these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
         ));
+    } else if h.trained_on > 0 {
+        h.notes.insert(0, format!(
+            "{} of the {} samples of --data {spec} have the values of a sample the run trained on (rows of its training split): figures on them show how the training set is fit, not how the model does on data it has not seen; evaluate on rows it did not train on",
+            h.trained_on,
+            h.set.len()
+        ));
     }
     let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))

@@ -1,0 +1,88 @@
+//! Samples of one set that are samples of another: a validation or held-out row with the values
+//! of a training row (a file that repeats rows, a held-out file cut from the training file)
+//! makes its figures say how the training set is fit, not how the model does on what it has
+//! not seen.
+
+use std::collections::HashMap;
+
+use super::Dataset;
+
+/// How many of `held`'s samples have the values of a sample of `train`, feature for feature
+/// (labels aside); 0 for picture sets, whose samples are made from files as they are cut.
+pub(super) fn shared_rows(train: &Dataset, held: &Dataset) -> usize {
+    let d = train.features;
+    if train.pictures.is_some() || held.pictures.is_some() || d == 0 || held.features != d {
+        return 0;
+    }
+    // each row by its hash, then the first row of that hash compared value for value
+    let mut first: HashMap<u64, u32> = HashMap::with_capacity(train.len());
+    for (i, row) in train.x.chunks_exact(d).enumerate() {
+        first.entry(hash(row)).or_insert(i as u32);
+    }
+    (held.x.chunks_exact(d))
+        .filter(|row| (first.get(&hash(row))).is_some_and(|&i| same(train.row(i as usize), row)))
+        .count()
+}
+
+/// A row's values as their bits (0.0 and -0.0 alike), mixed as FxHash mixes words.
+fn hash(row: &[f32]) -> u64 {
+    row.iter().fold(0u64, |h, v| {
+        (h.rotate_left(5) ^ (v + 0.0).to_bits() as u64).wrapping_mul(0x517c_c1b7_2722_0a95)
+    })
+}
+
+fn same(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// The note for a validation set (`split`: cut from the training file; else `--val-data`'s
+/// file) of which `shared` of `n` samples are training samples; none where none are.
+pub(super) fn validation_note(shared: usize, n: usize, split: bool) -> Option<String> {
+    if shared == 0 {
+        return None;
+    }
+    let (whence, fix) = match split {
+        true => (
+            "the file holds rows more than once, and the split put copies on both sides",
+            "keep one of each row, e.g. awk '!seen[$0]++' in.csv > out.csv",
+        ),
+        false => (
+            "rows of the training file",
+            "drop them from one of the files",
+        ),
+    };
+    Some(format!(
+        "{shared} of the {n} validation samples have the values of a training sample ({whence}): the validation figures overstate how the model does on data it has not seen; {fix}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(rows: &[[f32; 2]]) -> Dataset {
+        Dataset {
+            features: 2,
+            classes: 2,
+            image: None,
+            x: rows.iter().flatten().copied().collect(),
+            y: vec![0; rows.len()],
+            names: Vec::new(),
+            pictures: None,
+        }
+    }
+
+    #[test]
+    fn rows_of_the_same_values_are_counted_once_each() {
+        let train = set(&[[1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [0.0, 5.0]]);
+        let held = set(&[[1.0, 2.0], [2.0, 1.0], [-0.0, 5.0], [3.0, 4.0], [3.0, 4.5]]);
+        assert_eq!(shared_rows(&train, &held), 3);
+        assert_eq!(shared_rows(&train, &set(&[[9.0, 9.0]])), 0);
+        let note = validation_note(3, 5, true).unwrap();
+        assert!(
+            note.starts_with("3 of the 5 validation samples") && note.contains("awk"),
+            "{note}"
+        );
+        assert!(validation_note(0, 5, false).is_none());
+    }
+}
