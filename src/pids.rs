@@ -13,6 +13,17 @@ pub fn gone(pid: u32) -> bool {
     refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Whether process `pid` of this machine is stopped (Ctrl-Z in its terminal, `kill -STOP`, a
+/// debugger's stop): its state in `/proc` is `T` or `t`. False where it cannot be told.
+pub fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // (`pid (comm) S ...`: the name may hold spaces and parentheses, the state follows the last)
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('T' | 't'))
+}
+
 /// This machine's name.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -35,5 +46,27 @@ mod tests {
         assert!(super::gone(id));
         assert!(!super::gone(std::process::id()));
         assert!(super::gone(0));
+    }
+
+    #[test]
+    fn a_stopped_process_is_told_from_a_running_one() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let id = child.id();
+        assert!(!super::stopped(id));
+        // SAFETY: kill only signals the child this test started
+        let signal = |s| unsafe { libc::kill(id as libc::pid_t, s) };
+        signal(libc::SIGSTOP);
+        let seen = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            super::stopped(id)
+        });
+        signal(libc::SIGCONT);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen, "a process sent SIGSTOP was not seen stopped");
+        assert!(!super::stopped(std::process::id()));
     }
 }

@@ -522,6 +522,40 @@ fn a_run_that_is_over_killed_or_missing_is_a_clear_error() {
     );
 }
 
+/// A run suspended (Ctrl-Z in its terminal, `kill -STOP`) holds its socket and devices and
+/// does nothing: `runs` and `attach` say it is suspended and how to wake it.
+#[test]
+fn a_suspended_run_is_said_suspended_with_how_to_wake_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut run = Run::start(d, &["--steps", FOREVER]);
+    run.wait_log("an epoch", |l| l.contains("epoch 1 done"));
+    common::cli::signal(&run.child, "STOP");
+    let pid = run.child.id();
+    let o = common::cli::run_in(d, &["runs", "."]);
+    let listed = common::cli::text(&o);
+    common::cli::signal(&run.child, "CONT");
+    assert!(listed.contains("suspended"), "{listed}");
+    common::cli::signal(&run.child, "STOP");
+    let (code, err) = attach(d, &[&run.run_dir.display().to_string()]);
+    common::cli::signal(&run.child, "CONT");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!("the run's process (pid {pid}) is suspended"))
+            && err.contains(&format!("kill -CONT {pid}")),
+        "{err}"
+    );
+    // woken, it is live again
+    let o = common::cli::run_in(d, &["runs", "."]);
+    let listed = common::cli::text(&o);
+    assert!(
+        listed.contains(" live ") && !listed.contains("suspended"),
+        "{listed}"
+    );
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+}
+
 #[test]
 fn attaching_to_a_run_still_starting_says_so() {
     // a run directory made, its data still loading or its model being built: its process

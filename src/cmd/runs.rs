@@ -1,5 +1,5 @@
-//! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live, done,
-//! stopped, failed, or ended without a word: killed), step, progress, best validation accuracy
+//! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live,
+//! suspended, done, stopped, failed, or ended without a word: killed), step, progress, best validation accuracy
 //! and when their metrics file last changed.
 
 use std::path::PathBuf;
@@ -52,6 +52,15 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A live run's state: `suspended` where its process here is stopped (Ctrl-Z, `kill -STOP`),
+/// holding its devices while it does nothing.
+fn live_state(dir: &std::path::Path) -> &'static str {
+    match rundir::suspended(dir) {
+        Some(_) => "suspended",
+        None => "live",
+    }
+}
+
 /// What a run's directory says of it. A damaged metrics file is a state, not an error: the
 /// listing goes on.
 pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
@@ -67,7 +76,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     let mut reader = match MetricsReader::open(&row.dir.join(rundir::METRICS)) {
         Ok(r) => r,
         Err(_) if live => {
-            row.state = "live".into();
+            row.state = live_state(&row.dir).into();
             return row;
         }
         Err(_) => {
@@ -120,7 +129,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             Ending::Stopped => "stopped",
             Ending::Quit => "quit",
         },
-        None if live => "live",
+        None if live => live_state(&row.dir),
         None if damaged => "damaged",
         None => "killed",
     }

@@ -380,6 +380,17 @@ pub fn is_live(dir: &Path) -> bool {
         || socket_in(dir).is_some_and(|s| crate::observe::live::socket::listened(&s))
 }
 
+/// The process of run `dir` where it runs on this machine and is suspended (Ctrl-Z in its
+/// terminal, `kill -STOP`): it holds its socket and its lock but neither trains nor answers.
+pub fn suspended(dir: &Path) -> Option<u32> {
+    checkpoint::holder(&dir.join(CHECKPOINTS)).filter(|&pid| crate::pids::stopped(pid))
+}
+
+/// How to wake the suspended process `pid`, for a message.
+pub fn wake_hint(pid: u32) -> String {
+    format!("the run's process (pid {pid}) is suspended (Ctrl-Z in its terminal, or kill -STOP): `fg` in that terminal, or `kill -CONT {pid}`, resumes it")
+}
+
 /// Whether a run directory's run ended without a word: not live (`is_live`), where its first
 /// process ran on this machine (`host`, as its `run` record names it); else also its metrics
 /// file unchanged for a minute (a live run writes its telemetry there every

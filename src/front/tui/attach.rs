@@ -12,6 +12,7 @@ use super::app::{App, AppEvent, Level, Silent};
 use super::source::Source;
 use crate::engine::control::Control;
 use crate::engine::events::Event;
+use crate::engine::rundir;
 use crate::observe::live::{AttachError, Incoming, LiveClient, Target};
 use crate::observe::metrics::Record;
 
@@ -257,9 +258,17 @@ impl Source for AttachSource {
         let connected = !self.over && self.client.is_some();
         // (a run's process that says nothing for a while: stopped, or its machine stalled)
         let quiet = connected && self.heard.elapsed() >= QUIET;
+        let suspended = || rundir::suspended(&self.target.run);
         let silent = match (app.silent, quiet) {
-            (None, true) => Some(Silent::NotResponding),
-            (Some(Silent::NotResponding), false) => None,
+            // (its process here suspended: said as that, with how to wake it, once)
+            (None | Some(Silent::NotResponding), true) => match suspended() {
+                Some(pid) => {
+                    app.apply(AppEvent::Notice(Level::Warn, rundir::wake_hint(pid)));
+                    Some(Silent::Suspended)
+                }
+                None => Some(Silent::NotResponding),
+            },
+            (Some(Silent::NotResponding | Silent::Suspended), false) => None,
             (s, _) => s,
         };
         let changed = silent != app.silent;

@@ -140,7 +140,10 @@ impl Source for FileSource {
             _ if app.state.ended() => None,
             Some(d) if due => {
                 self.asked = Some(Instant::now());
-                rundir::is_gone(d, app.info.host.as_deref()).then_some(Silent::Killed)
+                match rundir::is_gone(d, app.info.host.as_deref()) {
+                    true => Some(Silent::Killed),
+                    false => rundir::suspended(d).map(|_| Silent::Suspended),
+                }
             }
             Some(_) => app.silent,
             None => {

@@ -47,6 +47,8 @@ pub enum AttachError {
         run: PathBuf,
         secs: u64,
     },
+    #[error("{}: {}; `mgtop-train view {}` shows what it recorded", run.display(), crate::engine::rundir::wake_hint(*pid), run.display())]
+    Suspended { run: PathBuf, pid: u32 },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
 }
@@ -103,6 +105,22 @@ pub fn owner(path: &Path) -> String {
     }
 }
 
+/// A run at `socket` that took the connection and said nothing within `waited`: its process
+/// suspended here (said with how to wake it), or stopped otherwise or hung.
+fn silent(socket: &Path, run: &Path, waited: std::time::Duration) -> AttachError {
+    match crate::engine::rundir::suspended(run) {
+        Some(pid) => AttachError::Suspended {
+            run: run.to_path_buf(),
+            pid,
+        },
+        None => AttachError::Silent {
+            path: socket.to_path_buf(),
+            run: run.to_path_buf(),
+            secs: waited.as_secs(),
+        },
+    }
+}
+
 /// A run whose `socket` nothing listens on: `view` of its directory `run` is named where that
 /// holds a metrics file it can read.
 pub fn not_live(socket: &Path, run: &Path) -> AttachError {
@@ -130,15 +148,18 @@ pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
     if std::fs::metadata(socket).is_ok_and(|m| !m.file_type().is_socket()) {
         return Err(AttachError::NotSocket(socket.to_path_buf()));
     }
+    // (a run suspended here would keep the connection waiting for nothing)
+    if let Some(pid) = crate::engine::rundir::suspended(run) {
+        return Err(AttachError::Suspended {
+            run: run.to_path_buf(),
+            pid,
+        });
+    }
     super::socket::connect(socket, super::socket::KNOCK).map_err(|e| match e.kind() {
         // (gone since it was found, or named by a `live.sock.path` its run left: the run ended)
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => not_live(socket, run),
         // (its queue full: a process holds the socket and takes no one)
-        io::ErrorKind::WouldBlock => AttachError::Silent {
-            path: socket.to_path_buf(),
-            run: run.to_path_buf(),
-            secs: super::socket::KNOCK.as_secs(),
-        },
+        io::ErrorKind::WouldBlock => silent(socket, run, super::socket::KNOCK),
         io::ErrorKind::PermissionDenied => AttachError::Denied {
             path: socket.to_path_buf(),
             owner: owner(socket),
@@ -189,11 +210,7 @@ impl LiveClient {
                 ) =>
             {
                 // (something listens, so a run's process holds the socket: one not answering)
-                return Err(AttachError::Silent {
-                    path: socket.to_path_buf(),
-                    run: run.to_path_buf(),
-                    secs: HELLO_TIMEOUT.as_secs(),
-                });
+                return Err(silent(socket, run, HELLO_TIMEOUT));
             }
             Err(e) => return Err(io_err(hello.err().unwrap_or(e))),
         }

@@ -37,6 +37,8 @@ pub enum Silent {
     /// An attached run whose process has sent nothing, not even its `live` marker, for
     /// `attach::QUIET`.
     NotResponding,
+    /// A run whose process on this machine is suspended (Ctrl-Z, `kill -STOP`).
+    Suspended,
     /// A file with a line that is no record: read up to it (the run may have gone on).
     Damaged,
 }

@@ -22,6 +22,7 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
             Silent::Killed => "KILLED",
             Silent::NoEnd => "NO END",
             Silent::NotResponding => "NOT RESPONDING",
+            Silent::Suspended => "SUSPENDED",
             Silent::Damaged => "DAMAGED",
         }),
     };

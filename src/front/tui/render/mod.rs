@@ -194,6 +194,8 @@ mod tests {
         assert_eq!(label(&app), "KILLED");
         app.silent = Some(Silent::NotResponding);
         assert_eq!(label(&app), "NOT RESPONDING");
+        app.silent = Some(Silent::Suspended);
+        assert_eq!(label(&app), "SUSPENDED");
         app.silent = Some(Silent::Damaged);
         assert_eq!(label(&app), "DAMAGED");
         app.disconnected = Some("the run closed the connection".into());
