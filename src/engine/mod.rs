@@ -96,10 +96,11 @@ impl Engine {
             .as_ref()
             .map(|p| job::place_on_host(&**p))
             .transpose()?;
-        let (mut devices, note) = resolve_devices(&cfg.devices, place.map(|p| p.sharers))?;
+        let (mut devices, mut note) = resolve_devices(&cfg.devices, place.map(|p| p.sharers))?;
         if let Some(place) = place {
             let auto = matches!(cfg.devices, crate::config::DeviceSpec::Auto);
-            devices = job::share_machine(devices, auto, place.local)?;
+            let (mine, idle) = job::share_machine(devices, auto, place.local)?;
+            (devices, note) = (mine, devices::join_notes(note, idle));
         }
         validate::graph_flags(&cfg, &devices)?;
         let devices = (devices, note);

@@ -15,7 +15,10 @@ use crate::data::Dataset;
 use crate::nn::optim::OptimizerKind;
 use crate::pids::hostname;
 
+mod gpus;
 mod start_message;
+
+pub(super) use gpus::share_machine;
 pub(super) use start_message::share_start;
 
 /// This process's place in the run, and every rank's device and host.
@@ -94,31 +97,6 @@ pub(super) fn place_on_host(procs: &dyn Processes) -> Result<Place, EngineError>
         local: (before, here),
         sharers,
     })
-}
-
-/// `--devices auto` with several processes of the run on one machine: each takes its share of
-/// the machine's GPUs (one process per GPU, as `mpirun -np <GPUs>` starts them; CPU workers
-/// take their share of the cores as they are resolved).
-pub(super) fn share_machine(
-    devices: Vec<Device>,
-    auto: bool,
-    (local_rank, local_size): (usize, usize),
-) -> Result<Vec<Device>, EngineError> {
-    let gpus = devices.iter().all(|d| matches!(d, Device::Gpu { .. }));
-    // GPUs bound to each process already (srun --gpus-per-task, a wrapper setting
-    // CUDA_VISIBLE_DEVICES): each takes what it sees
-    let bound = std::env::var_os("CUDA_VISIBLE_DEVICES").is_some();
-    if !auto || !gpus || local_size <= 1 || bound {
-        return Ok(devices);
-    }
-    let per = devices.len() / local_size;
-    if per == 0 {
-        return Err(EngineError::Config(format!(
-            "{local_size} processes of this run share a machine with {} GPU(s): start at most one process per GPU there (or one per machine, which trains on all of them)",
-            devices.len()
-        )));
-    }
-    Ok(devices[local_rank * per..(local_rank + 1) * per].to_vec())
 }
 
 /// A note where the CPU workers of this run's processes on this process's machine outnumber
@@ -330,6 +308,7 @@ pub(super) fn meet(
         }
         offsets.push(devices.len());
     }
+    gpus::one_process_per_gpu(&devices, &hosts, &offsets)?;
     let gpus = devices
         .iter()
         .filter(|d| matches!(d, Device::Gpu { .. }))
