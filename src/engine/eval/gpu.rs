@@ -63,6 +63,11 @@ pub(super) fn run(
     let (precision, _) =
         crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays).map_err(refused)?;
     let optimizer = crate::engine::validate::optimizer(cfg, model);
+    // (eval takes no step: the optimizer's moments, Adam's twice the weights, stay off the GPU)
+    let state = TrainState {
+        opt: Default::default(),
+        ..state
+    };
     let open = (index, model.clone(), optimizer, precision, state);
     let tally = match precision {
         Precision::Bf16 => chunks(opened::<bf16>(open).map_err(refused)?, model, set, progress),
