@@ -9,6 +9,9 @@ use std::time::Duration;
 /// last SIGCONT, in nanoseconds; 0: never continued.
 static CONTINUED: AtomicU64 = AtomicU64::new(0);
 
+/// How many times the process has been continued (SIGCONT) since start.
+static CONTINUES: AtomicU64 = AtomicU64::new(0);
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -21,6 +24,13 @@ fn monotonic_ns() -> u64 {
 
 extern "C" fn on_continue(_: libc::c_int) {
     CONTINUED.store(monotonic_ns().max(1), Ordering::Relaxed);
+    CONTINUES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many times the process has been continued after a stop: two readings that differ
+/// have a stop between them.
+pub fn continues() -> u64 {
+    CONTINUES.load(Ordering::Relaxed)
 }
 
 /// Notes each SIGCONT from now on (the process continues as it would without the handler).

@@ -260,6 +260,7 @@ impl Worker {
         let (mut held, mut first) = (false, true);
         while !self.done() {
             let met = Instant::now();
+            let continues = crate::clock::continues();
             let d = if !self.strategy.in_sync(self.step) {
                 Default::default() // local SGD agrees on controls at its averages only
             } else {
@@ -366,6 +367,13 @@ impl Worker {
             let (optimizer, synced) =
                 self.strategy
                     .update(replica, self.coll.as_mut(), lr, next)?;
+            // the process stopped (Ctrl-Z, kill -STOP) and continued during this step: its
+            // time counts from the continuing, and the stop is a pause to the ETA's pace
+            let continued = crate::clock::continues() != continues;
+            let step_time = match continued {
+                true => crate::clock::awake(t_start.elapsed()),
+                false => t_start.elapsed() + agreeing,
+            };
 
             self.step += 1;
             let epoch = self.cursor.epoch;
@@ -384,10 +392,10 @@ impl Worker {
                     compute,
                     compute_cpu,
                     optimizer,
-                    step_time: t_start.elapsed() + agreeing,
-                    sync_wait: agreeing,
-                    after_pause: d.was_paused || held,
-                    paused: d.was_paused,
+                    step_time,
+                    sync_wait: if continued { Duration::ZERO } else { agreeing },
+                    after_pause: d.was_paused || held || continued,
+                    paused: d.was_paused || continued,
                     progress: self.progress(),
                     ends_at: Some(self.sharding().ends_at(
                         self.step,
