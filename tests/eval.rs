@@ -422,6 +422,13 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     std::fs::write(d.join("train.csv"), rows(150, 0)).unwrap();
     let after = held_out("after the training file changed");
     assert_eq!(before["loss"], after["loss"]);
+    // the run's training split is not known now: its rows are not counted among a held-out set
+    let o = run_in(d, &["eval", "runs/tab", "--data", "csv:mixed.csv"]);
+    assert!(
+        o.status.success() && !text(&o).contains("the run trained on"),
+        "{}",
+        text(&o)
+    );
     let o = run_in(d, &["eval", "runs/tab"]);
     assert_eq!(o.status.code(), Some(1));
     let out = text(&o);

@@ -159,7 +159,7 @@ fn class_table(t: &Tally, name: &dyn Fn(usize) -> String) -> Vec<String> {
     for c in shown {
         let k = &t.per_class[c];
         let taken: Vec<String> = (t.taken_for(c, 2).into_iter())
-            .map(|(p, n)| format!("{} ({n})", name(p)))
+            .map(|(p, n)| format!("{} ({n})", crate::text::in_columns(&name(p), 32).trim_end()))
             .collect();
         let n = crate::text::in_columns(&name(c), width);
         lines.push(format!(

@@ -80,11 +80,40 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// Whether the text's first line is all numbers: `,header` then skips what looks like a sample.
-pub(super) fn first_line_is_numbers(text: &str) -> bool {
+/// What the text's line 1 may be that its reading (`header` or not) did not take it for, said
+/// after the set read from it (`set`): under `,header` a line of numbers and a label like the
+/// samples' (a sample skipped); without it, where labels are names, a label no other row has
+/// (a header read as a sample of a class of its own).
+pub(super) fn line_one_note(
+    text: &str,
+    label: LabelColumn,
+    header: bool,
+    set: &Dataset,
+) -> Option<String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    lines(text).next().is_some_and(|l| {
-        !l.trim().is_empty() && l.split(',').all(|f| field(f).parse::<f64>().is_ok())
+    let line = lines(text).next().filter(|l| !l.trim().is_empty())?;
+    let fields: Vec<&str> = line.split(',').map(field).collect();
+    let lc = match label {
+        LabelColumn::First => 0,
+        LabelColumn::Last => fields.len().checked_sub(1)?,
+        LabelColumn::Index(c) => c,
+    };
+    let named = fields.get(lc)?;
+    if header {
+        let features =
+            (fields.iter().enumerate()).all(|(j, f)| j == lc || f.parse::<f64>().is_ok());
+        let a_class = named.parse::<f64>().is_ok() || set.names.iter().any(|n| n == named);
+        return (features && a_class).then(|| {
+            "its line 1, numbers and a label like the samples', left out as the header ,header names: drop ,header if it is a sample".into()
+        });
+    }
+    let first = *set.y.first()?;
+    let alone = set.y.iter().filter(|&&y| y == first).count() == 1;
+    (!set.names.is_empty() && alone && set.len() > 2).then(|| {
+        format!(
+            "its line 1's label `{}` is no other row's class: if line 1 is a header, add ,header",
+            excerpt(named)
+        )
     })
 }
 
@@ -174,7 +203,7 @@ pub(super) fn parse(
             } else {
                 let v: f32 = f
                     .parse()
-                    .map_err(|_| format!("line {lineno}, column {j} (from 0): `{}` is not a number (if line 1 is a header, add ,header to {flag})", excerpt(f)))?;
+                    .map_err(|_| not_a_number(lineno, j, f, header, flag))?;
                 if !v.is_finite() {
                     return Err(format!(
                         "line {lineno}, column {j} (from 0): `{}` is not a finite number; replace or drop rows with NaN or infinite values",
@@ -212,6 +241,27 @@ fn no_rows(text: &str, header: bool) -> String {
     format!("file has no data rows: it holds {holds}; it needs one sample per line: features and a label, separated by commas")
 }
 
+/// Why feature `f` (line `lineno`, column `col`) is refused, with what it may be: line 1 a
+/// header (not under `,header`), a word on a later line a class label (its column the
+/// labels').
+fn not_a_number(lineno: usize, col: usize, f: &str, header: bool, flag: &str) -> String {
+    let pick = match col {
+        0 => "first".to_string(),
+        c => c.to_string(),
+    };
+    let may = match (lineno == 1 && !header, f.chars().any(char::is_alphabetic)) {
+        (true, _) => format!(" (if line 1 is a header, add ,header to {flag})"),
+        (false, true) => {
+            format!(" (if column {col} holds the class labels, pick it with label={pick})")
+        }
+        (false, false) => String::new(),
+    };
+    format!(
+        "line {lineno}, column {col} (from 0): `{}` is not a number{may}",
+        excerpt(f)
+    )
+}
+
 /// Why field `col` of line `lineno` (of `w` fields) is empty: a comma at the end of every line
 /// (`commas_end`: the first row's did; a spreadsheet's export), or a missing value.
 fn empty_field(lineno: usize, col: usize, w: usize, commas_end: bool) -> String {
@@ -231,8 +281,6 @@ mod tests {
 
     #[test]
     fn parses_label_columns_and_header() {
-        assert!(super::first_line_is_numbers("1,2.5,0\n3,4,1\n"));
-        assert!(!super::first_line_is_numbers("a,b,label\n3,4,1\n"));
         let d = parse("a,b,c\n1,2,0\n3,4,1\n", LabelColumn::Last, true).unwrap();
         assert_eq!(
             (d.features, d.classes, d.x.clone(), d.y.clone()),
@@ -244,8 +292,6 @@ mod tests {
         assert_eq!(d.x, vec![1.5, 7.0, 2.5, 8.0]);
         // every field quoted (pandas' QUOTE_ALL, spreadsheets): read as the numbers inside
         let quoted = "\"a\",\"b\",\"label\"\n\"1.5\",\" 2\",\"1\"\n\"3\",\"4\",\"0\"\n";
-        assert!(!super::first_line_is_numbers(quoted));
-        assert!(super::first_line_is_numbers(&quoted[16..]));
         let d = parse(quoted, LabelColumn::Last, true).unwrap();
         assert_eq!(
             (d.x.clone(), d.y.clone()),
@@ -255,6 +301,48 @@ mod tests {
         assert!(e.contains("column 1 (from 0) is empty"), "{e}");
         let e = parse("\"1,5\",\"2\",\"0\"\n", LabelColumn::Last, false).unwrap_err();
         assert!(e.contains("line 1: a quoted field holds a comma"), "{e}");
+    }
+
+    #[test]
+    fn a_line_1_read_otherwise_than_it_looks_is_said() {
+        let note = |text: &str, label, header| {
+            let set = parse(text, label, header).unwrap();
+            super::line_one_note(text, label, header, &set)
+        };
+        // a sample skipped under ,header: numbers and a label like the others', numbered or named
+        for text in ["1,2.5,0\n3,4,1\n5,6,0\n", "1,2,cat\n3,4,dog\n5,6,cat\n"] {
+            let n = note(text, LabelColumn::Last, true).unwrap();
+            assert!(
+                n.contains("its line 1, numbers and a label like the samples'"),
+                "{n}"
+            );
+        }
+        // a real header of numbered columns (pandas' for integer column names) is no sample
+        assert_eq!(
+            note("0,1,species\n3,4,dog\n5,6,cat\n", LabelColumn::Last, true),
+            None
+        );
+        assert_eq!(note("a,b,label\n3,4,1\n", LabelColumn::Last, true), None);
+        let quoted = "\"a\",\"b\",\"label\"\n\"1.5\",\" 2\",\"1\"\n\"3\",\"4\",\"0\"\n";
+        assert_eq!(note(quoted, LabelColumn::Last, true), None);
+        // without ,header: a header of numbered columns reads as a class of one sample
+        let n = note(
+            "0,1,species\n3,4,dog\n5,6,cat\n7,8,dog\n",
+            LabelColumn::Last,
+            false,
+        )
+        .unwrap();
+        assert!(n.contains("line 1's label `species` is no other row's class: if line 1 is a header, add ,header"), "{n}");
+        assert_eq!(
+            note("1,2,cat\n3,4,dog\n5,6,cat\n", LabelColumn::Last, false),
+            None
+        );
+        // a word among the features: its column may be the labels'
+        let e = parse("1,2,3\nsetosa,4,1\n", LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.contains("`setosa` is not a number (if column 0 holds the class labels, pick it with label=first)") && !e.contains(",header"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -421,7 +509,7 @@ mod tests {
                 "{v}: {e}"
             );
         }
-        let e = parse("1,2,NaN\n", LabelColumn::Last, false).unwrap_err();
-        assert!(e.contains("label `NaN`"), "{e}");
+        let e = parse("1,2,0\n1,2,NaN\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("label `NaN` is a name"), "{e}");
     }
 }

@@ -11,9 +11,7 @@ use super::image_shape::shape_text;
 use super::picture_set::{ImageSet, Pictures};
 use super::picture_specs::{folder_halves, kept_side, normalisation, spec_err, stored_side};
 use super::transform::Look;
-use super::{
-    cifar, folder, labels, overlap, table, Affine, DataError, DataOptions, DataSpec, Dataset,
-};
+use super::{cifar, folder, labels, table, Affine, DataError, DataOptions, DataSpec, Dataset};
 
 /// What a run's checkpoint says of how it made its samples.
 pub struct Recipe<'a> {
@@ -39,9 +37,6 @@ pub struct HeldOut {
     pub set: Dataset,
     pub what: String,
     pub notes: Vec<String>,
-    /// How many of its samples have the values of a sample of the run's training split (a
-    /// table's rows, where the run's data can still be read); 0 for pictures.
-    pub trained_on: usize,
 }
 
 /// `spec`'s samples made as `r` says.
@@ -220,7 +215,6 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
         },
         what: format!("{what}: {}", crate::text::counted(n, "image")),
         notes,
-        trained_on: 0,
     })
 }
 
@@ -279,9 +273,6 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             ),
         ));
     }
-    // (compared raw, before scaling; a run's data that cannot be read now is not compared)
-    let trained_on = table::training_split(r.run_data, r.opts, r.seed)
-        .map_or(0, |train| overlap::shared_rows(&train, &set));
     if let Some((shift, scale)) = r.affine {
         let d = set.features;
         if !(shift.len() == scale.len() && (shift.len() == 1 || shift.len() == d)) {
@@ -305,7 +296,6 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
         set,
         what: format!("{what}: {}", crate::text::counted(n, "sample")),
         notes: Vec::new(),
-        trained_on,
     })
 }
 

@@ -27,15 +27,20 @@ pub(super) struct Labels<'a> {
 impl<'a> Labels<'a> {
     /// The class of label `f` at `line`, column `col`: its number, or its name's number so far.
     pub(super) fn read(&mut self, line: usize, col: usize, f: &'a str) -> Result<u32, String> {
-        let number = f.parse::<f64>().ok();
+        // (`nan`, `inf`: names, not numbers a class could be)
+        let number = f.parse::<f64>().ok().filter(|v| v.is_finite());
         let (named, first_line, first) = *self.first.get_or_insert((number.is_none(), line, f));
         if named != number.is_none() {
             let (this, that) = match named {
                 true => ("a number", "a class name"),
                 false => ("a name", "a class number"),
             };
+            let header = match (named, first_line) {
+                (true, 1) => " (if line 1 is a header, add ,header after the file's name)",
+                _ => "",
+            };
             return Err(format!(
-                "line {line}, column {col} (from 0): label `{}` is {this} where line {first_line}'s, `{}`, is {that}; a label column holds class numbers 0..N-1 or class names, not both: mend the row, or, if this is not the label column, pick it with label=first|last|N",
+                "line {line}, column {col} (from 0): label `{}` is {this} where line {first_line}'s, `{}`, is {that}{header}; a label column holds class numbers 0..N-1 or class names, not both: mend the row, or, if this is not the label column, pick it with label=first|last|N",
                 excerpt(f),
                 excerpt(first)
             ));
@@ -81,12 +86,34 @@ impl<'a> Labels<'a> {
     }
 }
 
-/// The names of a set's classes for a description: ` (a, b, c)`, or nothing where unnamed.
-pub(super) fn listed(names: &[String]) -> String {
-    match names.is_empty() {
-        true => String::new(),
-        false => format!(" ({})", first_of(names, SHOWN)),
+/// The names of a set's classes for a description: ` (a, b, c)`, or nothing where unnamed;
+/// with what may be amiss with them: names that differ in case only, as many classes as
+/// samples nearly (a column of ids).
+pub(super) fn listed(names: &[String], samples: usize) -> String {
+    if names.is_empty() {
+        return String::new();
     }
+    let mut lower: HashMap<String, &str> = HashMap::new();
+    let twins = names.iter().find_map(|n| {
+        lower
+            .insert(n.to_lowercase(), n)
+            .map(|other| (other, n.as_str()))
+    });
+    let mut amiss = String::new();
+    if let Some((a, b)) = twins {
+        amiss += &format!(
+            "; `{}` and `{}` are two classes: they differ in case only",
+            excerpt(a),
+            excerpt(b)
+        );
+    }
+    if names.len() > 20 && names.len() * 2 > samples {
+        amiss += &format!(
+            "; {} classes of {samples} samples, most of one sample: is this the label column? (label=first|last|N)",
+            names.len()
+        );
+    }
+    format!(" ({}{amiss})", first_of(names, SHOWN))
 }
 
 /// Renumbers `set`'s labels to the classes `names` (`whose`: "the training set's", "the run's
@@ -117,11 +144,19 @@ pub(super) fn onto(set: &mut Dataset, names: &[String], whose: &str) -> Result<(
         match at.get(n.as_str()) {
             Some(&i) => to.push(i),
             None => {
+                let like = (names.iter())
+                    .find(|c| c.to_lowercase() == n.to_lowercase())
+                    .map_or(String::new(), |c| {
+                        format!(
+                            " (it has `{}`: names match as written, case and all)",
+                            excerpt(c)
+                        )
+                    });
                 return Err(format!(
-                    "its class `{}` is not one of {whose} classes ({}): drop its rows, or train on a set that has it",
+                    "its class `{}` is not one of {whose} classes ({}){like}: drop its rows, or train on a set that has it",
                     excerpt(n),
                     first_of(names, SHOWN)
-                ))
+                ));
             }
         }
     }
@@ -169,13 +204,40 @@ mod tests {
             e.contains("`2` is a number where line 1's, `setosa`, is a class name"),
             "{e}"
         );
-        for bad in ["-1", "0.5", "NaN", "inf", "70000"] {
+        for bad in ["-1", "0.5", "70000"] {
             let e = read(&["0", bad]).unwrap_err();
             assert!(
                 e.contains(&format!("label `{bad}` is not a class number")),
                 "{e}"
             );
         }
+        // not-a-number and infinity are names where names are, not numbers
+        let (_, names) = read(&["cat", "nan", "inf"]).unwrap();
+        assert_eq!(names, ["cat", "inf", "nan"]);
+        assert!(read(&["0", "NaN"]).unwrap_err().contains("`NaN` is a name"));
+        // a header's label over numbered rows: its line 1 may be a header
+        let e = read(&["target", "3"]).unwrap_err();
+        assert!(e.contains("(if line 1 is a header, add ,header"), "{e}");
+        assert!(!read(&["0", "x"]).unwrap_err().contains("header"));
+    }
+
+    #[test]
+    fn names_that_differ_in_case_only_or_as_many_as_samples_are_said() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(listed(&names(&["a", "b"]), 10), " (a, b)");
+        let l = listed(&names(&["Setosa", "setosa", "x"]), 10);
+        assert!(
+            l.contains("`Setosa` and `setosa` are two classes: they differ in case only"),
+            "{l}"
+        );
+        let ids: Vec<String> = (0..60).map(|i| format!("id-{i}")).collect();
+        let l = listed(&ids, 60);
+        assert!(
+            l.contains("60 classes of 60 samples, most of one sample"),
+            "{l}"
+        );
+        assert!(!listed(&ids, 600).contains("most of one"));
+        assert_eq!(listed(&[], 5), "");
     }
 
     #[test]
@@ -200,6 +262,12 @@ mod tests {
         let e = onto(&mut odd, &classes, "the training set's").unwrap_err();
         assert!(
             e.contains("class `z` is not one of the training set's classes (a, b, c)"),
+            "{e}"
+        );
+        odd.names = vec!["B".into()];
+        let e = onto(&mut odd, &classes, "the training set's").unwrap_err();
+        assert!(
+            e.contains("(it has `b`: names match as written, case and all)"),
             "{e}"
         );
         let mut numbered = crate::data::Dataset {

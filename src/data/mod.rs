@@ -31,6 +31,7 @@ pub use csv::LabelColumn;
 use dataset::finish;
 pub use dataset::{Dataset, MicroBatch};
 pub use image_shape::{parse_shape, shape_text, shape_values, ImageLayout};
+pub use overlap::shared_rows;
 pub use picture_set::{ImageSet, Pictures};
 pub use spec::DataSpec;
 pub use table::Normalisation;

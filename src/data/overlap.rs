@@ -9,7 +9,7 @@ use super::Dataset;
 
 /// How many of `held`'s samples have the values of a sample of `train`, feature for feature
 /// (labels aside); 0 for picture sets, whose samples are made from files as they are cut.
-pub(super) fn shared_rows(train: &Dataset, held: &Dataset) -> usize {
+pub fn shared_rows(train: &Dataset, held: &Dataset) -> usize {
     let d = train.features;
     if train.pictures.is_some() || held.pictures.is_some() || d == 0 || held.features != d {
         return 0;
@@ -35,25 +35,30 @@ fn same(a: &[f32], b: &[f32]) -> bool {
     a.iter().zip(b).all(|(x, y)| x == y)
 }
 
-/// The note for a validation set (`split`: cut from the training file; else `--val-data`'s
-/// file) of which `shared` of `n` samples are training samples; none where none are.
-pub(super) fn validation_note(shared: usize, n: usize, split: bool) -> Option<String> {
-    if shared == 0 {
-        return None;
+/// The note for a validation set (`split`: cut from the training set; else `--val-data`'s)
+/// of which `shared` of `n` samples are training samples; none where none are. `csv`: the
+/// training set is a CSV file (whose repeated lines a command can drop).
+pub(super) fn validation_note(shared: usize, n: usize, split: bool, csv: bool) -> Option<String> {
+    const OVERSTATE: &str =
+        "the validation figures overstate how the model does on data it has not seen";
+    match (shared, split) {
+        (0, _) => None,
+        (_, false) if shared == n => Some(format!(
+            "every one of the {n} validation samples has the values of a training sample (is --val-data a copy of the training data?): {OVERSTATE}; validate on samples the run does not train on"
+        )),
+        (_, false) => Some(format!(
+            "{shared} of the {n} validation samples have the values of a training sample (--val-data holds samples of the training set): {OVERSTATE}; drop them from one of the two"
+        )),
+        (_, true) => {
+            let fix = match csv {
+                true => "keep one of each (repeated lines: awk '!seen[$0]++' in.csv > out.csv)",
+                false => "keep one of each",
+            };
+            Some(format!(
+                "{shared} of the {n} validation samples have the values of a training sample (the set holds samples more than once, and the split put copies on both sides): {OVERSTATE}; {fix}"
+            ))
+        }
     }
-    let (whence, fix) = match split {
-        true => (
-            "the file holds rows more than once, and the split put copies on both sides",
-            "keep one of each row, e.g. awk '!seen[$0]++' in.csv > out.csv",
-        ),
-        false => (
-            "rows of the training file",
-            "drop them from one of the files",
-        ),
-    };
-    Some(format!(
-        "{shared} of the {n} validation samples have the values of a training sample ({whence}): the validation figures overstate how the model does on data it has not seen; {fix}"
-    ))
 }
 
 #[cfg(test)]
@@ -78,11 +83,17 @@ mod tests {
         let held = set(&[[1.0, 2.0], [2.0, 1.0], [-0.0, 5.0], [3.0, 4.0], [3.0, 4.5]]);
         assert_eq!(shared_rows(&train, &held), 3);
         assert_eq!(shared_rows(&train, &set(&[[9.0, 9.0]])), 0);
-        let note = validation_note(3, 5, true).unwrap();
+        let note = validation_note(3, 5, true, true).unwrap();
         assert!(
             note.starts_with("3 of the 5 validation samples") && note.contains("awk"),
             "{note}"
         );
-        assert!(validation_note(0, 5, false).is_none());
+        assert!(!validation_note(3, 5, true, false).unwrap().contains("awk"));
+        let note = validation_note(5, 5, false, true).unwrap();
+        assert!(
+            note.contains("is --val-data a copy of the training data?"),
+            "{note}"
+        );
+        assert!(validation_note(0, 5, false, true).is_none());
     }
 }

@@ -64,6 +64,28 @@ pub struct EndsAt {
 }
 
 impl StepStats {
+    /// A paused step whose parts add up to more than its time (its process was stopped in one
+    /// of them, Ctrl-Z or `kill -STOP`: the step's time counts from the continuing, the part's
+    /// did not), each part scaled down alike to fit it.
+    pub fn fit_parts(&mut self) {
+        let parts = self.data_wait + self.compute + self.optimizer + self.comm + self.sync_wait;
+        if !self.paused || parts <= self.step_time {
+            return;
+        }
+        let k = self.step_time.as_secs_f64() / parts.as_secs_f64();
+        let times = [
+            &mut self.data_wait,
+            &mut self.compute,
+            &mut self.optimizer,
+            &mut self.comm,
+            &mut self.sync_wait,
+            &mut self.transfer,
+        ];
+        for t in times.into_iter().chain(self.compute_cpu.as_mut()) {
+            *t = t.mul_f64(k);
+        }
+    }
+
     /// What the rank spent on its own (input, compute, optimizer), not in the all-reduce nor
     /// waiting for slower peers: a CPU worker's compute as its thread's CPU time, so time lost
     /// to other threads on a shared core is not counted as its work. What a straggler has more of.
@@ -293,6 +315,35 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_stopped_in_its_compute_has_its_parts_fit_its_time() {
+        let ms = Duration::from_millis;
+        let mut s = StepStats {
+            data_wait: ms(1),
+            compute: ms(15_002),
+            compute_cpu: Some(ms(2)),
+            optimizer: ms(1),
+            step_time: ms(4),
+            paused: true,
+            ..StepStats::default()
+        };
+        s.fit_parts();
+        let parts = s.data_wait + s.compute + s.optimizer + s.comm + s.sync_wait;
+        assert!(
+            parts <= ms(4) + Duration::from_micros(1) && s.compute > ms(3),
+            "{s:?}"
+        );
+        // a step that was not paused keeps what was measured (a GPU's device times may pass
+        // the host's)
+        let mut gpu = StepStats {
+            compute: ms(9),
+            step_time: ms(4),
+            ..StepStats::default()
+        };
+        gpu.fit_parts();
+        assert_eq!(gpu.compute, ms(9));
+    }
 
     #[test]
     fn step_stats_travel_as_words_unchanged() {

@@ -86,14 +86,12 @@ pub(super) fn read(
             if let Some(shape) = shape {
                 ds.image = Some(csv_shape(*shape, ds.features).map_err(spec_err)?);
             }
-            let skipped = match *header && csv::first_line_is_numbers(&text) {
-                true => " (its line 1, all numbers, left out as the header ,header names: drop ,header if it is a sample)",
-                false => "",
-            };
+            let line_one = csv::line_one_note(&text, *label, *header, &ds)
+                .map_or(String::new(), |n| format!(" ({n})"));
             (
                 ds,
                 Normalisation::Standardise,
-                format!("csv {}{skipped}", path.display()),
+                format!("csv {}{line_one}", path.display()),
             )
         }
         DataSpec::Idx {
@@ -164,15 +162,16 @@ pub(super) fn load(
         });
     }
     let (mut train, mut val, split_text) = cut(spec, &full, opts, seed)?;
-    // validation samples that are training samples: repeated rows split apart, or rows of the
-    // training file in --val-data's (the training file itself is said as such)
+    // validation samples that are training samples: repeated rows split apart, or samples of
+    // the training set in --val-data's (the training file itself is said as such)
     let given = (opts.val_data.as_ref()).filter(|_| opts.val_fraction != Some(0.0));
     let itself = given.is_some_and(|v| v.absolute() == spec.absolute());
     let repeated = match itself || val.is_empty() {
         true => None,
         false => {
             let shared = overlap::shared_rows(&train, &val);
-            overlap::validation_note(shared, val.len(), given.is_none())
+            let csv = matches!(spec, DataSpec::Csv { .. });
+            overlap::validation_note(shared, val.len(), given.is_none(), csv)
         }
     };
     let (norm_text, affine) = normalise(&mut train, &mut val, &norm);
@@ -207,7 +206,7 @@ pub(super) fn load(
         full.image
             .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
         full.classes,
-        labels::listed(&full.names),
+        labels::listed(&full.names, full.len()),
     );
     Ok(LoadedData {
         train,
@@ -304,16 +303,6 @@ fn cut(
             (train, val, text)
         }
     })
-}
-
-/// The raw training split of a run of `--data spec` (`opts`, `seed`), cut as its run cut it.
-pub(super) fn training_split(
-    spec: &DataSpec,
-    opts: &DataOptions,
-    seed: u64,
-) -> Result<Dataset, DataError> {
-    let (full, _, _) = read(spec, seed, "--data")?;
-    Ok(cut(spec, &full, opts, seed)?.0)
 }
 
 /// Scales the samples as `norm` says: how, in words, and as (shift, scale) per feature.

@@ -148,13 +148,28 @@ pub fn evaluate(
     })
 }
 
-/// The run's validation set, its data read again as the run read it: refused where the training
-/// split is not the one the checkpoint recorded (the data changed: another split, other classes).
+/// The run's validation set, its data read again as the run read it (`runs_data`).
 fn own_set(
     cfg: &RunConfig,
     meta: &CheckpointMeta,
     point: &Path,
 ) -> Result<(Dataset, String, Vec<String>), EngineError> {
+    let loaded = runs_data(cfg, meta)?;
+    if loaded.val.is_empty() {
+        return Err(EngineError::Config(format!(
+            "the run validated on no samples ({}): give the set to evaluate, eval {} --data SPEC",
+            loaded.val_text,
+            point.display()
+        )));
+    }
+    let notes = loaded.notes[loaded.val_notes.min(loaded.notes.len())..].to_vec();
+    Ok((loaded.val, loaded.description, notes))
+}
+
+/// The run's data read again as the run read it, split and normalised: refused where the
+/// training split is not the one the checkpoint recorded (the data changed: another split,
+/// other classes).
+fn runs_data(cfg: &RunConfig, meta: &CheckpointMeta) -> Result<data::LoadedData, EngineError> {
     let loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed).map_err(|e| {
         EngineError::Config(format!(
             "eval of the run's own validation set reads its data again: {}; put the run's data back where it read it, or evaluate another set with --data SPEC",
@@ -183,15 +198,7 @@ fn own_set(
             )));
         }
     }
-    if loaded.val.is_empty() {
-        return Err(EngineError::Config(format!(
-            "the run validated on no samples ({}): give the set to evaluate, eval {} --data SPEC",
-            loaded.val_text,
-            point.display()
-        )));
-    }
-    let notes = loaded.notes[loaded.val_notes.min(loaded.notes.len())..].to_vec();
-    Ok((loaded.val, loaded.description, notes))
+    Ok(loaded)
 }
 
 /// The set `spec` names, made as the checkpoint's run made its validation samples.
@@ -243,15 +250,27 @@ fn given_set(
         h.notes.insert(0, format!(
             "--data {spec} is the data the run trained on (its training split among it): these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
         ));
-    } else if h.trained_on > 0 {
+    } else if let Some(k) = trained_on(cfg, meta, &h.set, pictures).filter(|&k| k > 0) {
         h.notes.insert(0, format!(
-            "{} of the {} samples of --data {spec} have the values of a sample the run trained on (rows of its training split): figures on them show how the training set is fit, not how the model does on data it has not seen; evaluate on rows it did not train on",
-            h.trained_on,
+            "{k} of the {} samples of --data {spec} have the values of a sample the run trained on (rows of its training split): figures on them show how the training set is fit, not how the model does on data it has not seen; evaluate on rows it did not train on",
             h.set.len()
         ));
     }
     let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))
+}
+
+/// How many of a table's held-out samples `set` (made as the run made its validation samples)
+/// are samples of the run's training split, where its data still reads as the checkpoint
+/// recorded it; None for pictures and where it does not.
+fn trained_on(
+    cfg: &RunConfig,
+    meta: &CheckpointMeta,
+    set: &Dataset,
+    pictures: bool,
+) -> Option<usize> {
+    let loaded = runs_data(cfg, meta).ok().filter(|_| !pictures)?;
+    Some(data::shared_rows(&loaded.train, set))
 }
 
 /// The checkpoint opened (its `state.json` read, its weights held), its errors as eval says

@@ -117,6 +117,7 @@ impl Worker {
         stats.comm = moved.comm;
         stats.sync_wait += moved.wait;
         stats.transfer = moved.transfer;
+        stats.fit_parts();
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
         let global_samples = stats.global_samples;
         if self.local.len() < self.ranks {
