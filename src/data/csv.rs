@@ -201,9 +201,14 @@ pub(super) fn parse(
             if j == lc {
                 y.push(labels.read(lineno, j, f)?);
             } else {
-                let v: f32 = f
-                    .parse()
-                    .map_err(|_| not_a_number(lineno, j, f, header, flag))?;
+                let v: f32 = f.parse().map_err(|_| {
+                    // (line 1's word over a word in the line after: a labels' column)
+                    let below = lines(text).skip(i + 1).find(|l| !l.trim().is_empty());
+                    let labels = below
+                        .and_then(|l| l.split(',').nth(j))
+                        .is_some_and(|b| field(b).parse::<f64>().is_err());
+                    not_a_number(lineno, j, f, header || labels, flag)
+                })?;
                 if !v.is_finite() {
                     return Err(format!(
                         "line {lineno}, column {j} (from 0): `{}` is not a finite number; replace or drop rows with NaN or infinite values",
@@ -337,7 +342,15 @@ mod tests {
             note("1,2,cat\n3,4,dog\n5,6,cat\n", LabelColumn::Last, false),
             None
         );
-        // a word among the features: its column may be the labels'
+        // a word among the features: its column may be the labels' (on line 1 too, where the
+        // line after has a word there; a word over a number is a header's)
+        let e = parse("setosa,1,2\nversicolor,3,4\n", LabelColumn::Last, false).unwrap_err();
+        assert!(e.contains("line 1, column 0 (from 0): `setosa` is not a number (if column 0 holds the class labels, pick it with label=first)"), "{e}");
+        let e = parse("x,y,label\n1,2,0\n", LabelColumn::Last, false).unwrap_err();
+        assert!(
+            e.contains("(if line 1 is a header, add ,header to --data)"),
+            "{e}"
+        );
         let e = parse("1,2,3\nsetosa,4,1\n", LabelColumn::Last, false).unwrap_err();
         assert!(
             e.contains("`setosa` is not a number (if column 0 holds the class labels, pick it with label=first)") && !e.contains(",header"),
