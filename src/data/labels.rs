@@ -16,20 +16,22 @@ const SHOWN: usize = 8;
 /// The labels of a table's rows as they are read: the first decides whether the column holds
 /// class numbers or class names, and every other must be of its kind.
 #[derive(Default)]
-pub(super) struct Labels<'a> {
+pub(super) struct Labels {
     /// The first label: whether it is a name, its line and its text.
-    first: Option<(bool, usize, &'a str)>,
+    first: Option<(bool, usize, String)>,
     /// Each name's number in order of first appearance (`finish` numbers them sorted).
-    numbers: HashMap<&'a str, u32>,
-    seen: Vec<&'a str>,
+    numbers: HashMap<String, u32>,
+    seen: Vec<String>,
 }
 
-impl<'a> Labels<'a> {
+impl Labels {
     /// The class of label `f` at `line`, column `col`: its number, or its name's number so far.
-    pub(super) fn read(&mut self, line: usize, col: usize, f: &'a str) -> Result<u32, String> {
+    pub(super) fn read(&mut self, line: usize, col: usize, f: &str) -> Result<u32, String> {
         // (`nan`, `inf`: names, not numbers a class could be)
         let number = f.parse::<f64>().ok().filter(|v| v.is_finite());
-        let (named, first_line, first) = *self.first.get_or_insert((number.is_none(), line, f));
+        let (named, first_line, first) =
+            (self.first).get_or_insert_with(|| (number.is_none(), line, f.to_string()));
+        let (named, first_line) = (*named, *first_line);
         if named != number.is_none() {
             let (this, that) = match named {
                 true => ("a number", "a class name"),
@@ -58,8 +60,8 @@ impl<'a> Labels<'a> {
                     return Err(format!("line {line}, column {col} (from 0): label `{}` is the {}th class name, more than the {MAX_CLASSES} classes a set may have: is column {col} the label column? (pick it with label=first|last|N)", excerpt(f), MAX_CLASSES + 1));
                 }
                 let n = self.seen.len() as u32;
-                self.numbers.insert(f, n);
-                self.seen.push(f);
+                self.numbers.insert(f.to_string(), n);
+                self.seen.push(f.to_string());
                 Ok(n)
             }
         }
@@ -69,7 +71,7 @@ impl<'a> Labels<'a> {
     /// the labels are class numbers.
     pub(super) fn finish(self, y: &mut [u32]) -> Vec<String> {
         let mut order: Vec<u32> = (0..self.seen.len() as u32).collect();
-        order.sort_by_key(|&n| self.seen[n as usize]);
+        order.sort_by_key(|&n| &self.seen[n as usize]);
         let mut place = vec![0u32; order.len()];
         for (i, &n) in order.iter().enumerate() {
             place[n as usize] = i as u32;
@@ -79,9 +81,10 @@ impl<'a> Labels<'a> {
                 *l = place[*l as usize];
             }
         }
+        let mut seen = self.seen;
         order
             .into_iter()
-            .map(|n| self.seen[n as usize].to_string())
+            .map(|n| std::mem::take(&mut seen[n as usize]))
             .collect()
     }
 }
