@@ -2,7 +2,7 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::{Action, App, Level, Mode, Popup, RunState, View};
+use super::{Action, App, Level, Mode, Popup, RunState, Silent, View};
 
 use crate::engine::control::{Control, MAX_BATCH};
 
@@ -106,8 +106,9 @@ impl App {
                 }
                 // (the ranks write it at the step they are at when it reaches them: this one
                 // where paused, a later one where running)
-                let asked = match app.state {
-                    RunState::Paused => format!("checkpoint requested at step {}", app.step()),
+                let asked = match (app.state, app.silent) {
+                    (_, Some(Silent::Suspended)) => "checkpoint requested: written once the run's process continues (it is suspended)".to_string(),
+                    (RunState::Paused, _) => format!("checkpoint requested at step {}", app.step()),
                     _ => "checkpoint requested: written after the step under way".to_string(),
                 };
                 app.note(Level::Info, asked.clone());

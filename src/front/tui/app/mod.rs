@@ -322,8 +322,12 @@ impl App {
     /// What an attached screen leaves behind when it detaches: the run going on, or paused (no
     /// one then resumes it but a screen that attaches), and what then resumes it.
     pub fn detach_leaves(&self) -> (&'static str, &'static str) {
-        match self.state {
-            RunState::Paused => ("the run stays paused", " (and press p to resume it)"),
+        match (self.state, self.silent) {
+            (_, Some(Silent::Suspended)) => (
+                "the run stays suspended",
+                " (its process continues with fg in its terminal, or kill -CONT)",
+            ),
+            (RunState::Paused, _) => ("the run stays paused", " (and press p to resume it)"),
             _ => ("the run goes on", ""),
         }
     }

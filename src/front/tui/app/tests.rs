@@ -455,3 +455,19 @@ fn a_held_s_asks_for_one_checkpoint_not_one_a_step() {
     app.apply(AppEvent::Tick(app.now + Duration::from_secs(1)));
     assert_eq!(s(&mut app), Some(Action::Control(Control::Checkpoint)));
 }
+
+#[test]
+fn keys_of_a_screen_on_a_suspended_run_say_it_waits_for_its_process() {
+    let mut app = running(false);
+    app.silent = Some(Silent::Suspended);
+    app.handle_key(key('s'));
+    assert_eq!(
+        app.flash.as_deref(),
+        Some("checkpoint requested: written once the run's process continues (it is suspended)")
+    );
+    let (leaves, how) = app.detach_leaves();
+    assert!(
+        leaves == "the run stays suspended" && how.contains("kill -CONT"),
+        "{leaves}{how}"
+    );
+}
