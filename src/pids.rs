@@ -13,15 +13,16 @@ pub fn gone(pid: u32) -> bool {
     refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
-/// Whether process `pid` of this machine is stopped (Ctrl-Z in its terminal, `kill -STOP`, a
-/// debugger's stop): its state in `/proc` is `T` or `t`. False where it cannot be told.
+/// Whether process `pid` of this machine is stopped by a signal (Ctrl-Z in its terminal, `kill
+/// -STOP`): its state in `/proc` is `T` (a debugger's stop, `t`, is the debugger's to end).
+/// False where it cannot be told.
 pub fn stopped(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // (`pid (comm) S ...`: the name may hold spaces and parentheses, the state follows the last)
     let state = stat
         .rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next());
-    matches!(state, Some('T' | 't'))
+    state == Some('T')
 }
 
 /// This machine's name.

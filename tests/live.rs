@@ -532,11 +532,17 @@ fn a_suspended_run_is_said_suspended_with_how_to_wake_it() {
     run.wait_log("an epoch", |l| l.contains("epoch 1 done"));
     common::cli::signal(&run.child, "STOP");
     let pid = run.child.id();
-    let o = common::cli::run_in(d, &["runs", "."]);
-    let listed = common::cli::text(&o);
+    // (a stop takes hold as the process's threads next run: asked until it shows)
+    let listed = (0..50)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            common::cli::text(&common::cli::run_in(d, &["runs", "."]))
+        })
+        .find(|l| l.contains("suspended"));
     common::cli::signal(&run.child, "CONT");
-    assert!(listed.contains("suspended"), "{listed}");
+    assert!(listed.is_some(), "never listed suspended");
     common::cli::signal(&run.child, "STOP");
+    std::thread::sleep(Duration::from_millis(500));
     let (code, err) = attach(d, &[&run.run_dir.display().to_string()]);
     common::cli::signal(&run.child, "CONT");
     assert_eq!(code, Some(1), "{err}");

@@ -37,12 +37,13 @@ impl Labels {
                 true => ("a number", "a class name"),
                 false => ("a name", "a class number"),
             };
-            let header = match (named, first_line) {
-                (true, 1) => " (if line 1 is a header, add ,header after the file's name)",
+            // (line 1 odd one out at once: a header's label over the samples')
+            let header = match (first_line, line) {
+                (1, 2) => " (line 1 a header? add ,header after the file's name)",
                 _ => "",
             };
             return Err(format!(
-                "line {line}, column {col} (from 0): label `{}` is {this} where line {first_line}'s, `{}`, is {that}{header}; a label column holds class numbers 0..N-1 or class names, not both: mend the row, or, if this is not the label column, pick it with label=first|last|N",
+                "line {line}, column {col} (from 0): label `{}` is {this} where line {first_line}'s, `{}`, is {that}{header}; a label column holds class numbers or names, not both: mend the row, or pick the label column with label=first|last|N",
                 excerpt(f),
                 excerpt(first)
             ));
@@ -220,8 +221,8 @@ mod tests {
         assert!(read(&["0", "NaN"]).unwrap_err().contains("`NaN` is a name"));
         // a header's label over numbered rows: its line 1 may be a header
         let e = read(&["target", "3"]).unwrap_err();
-        assert!(e.contains("(if line 1 is a header, add ,header"), "{e}");
-        assert!(!read(&["0", "x"]).unwrap_err().contains("header"));
+        assert!(e.contains("(line 1 a header? add ,header"), "{e}");
+        assert!(!read(&["0", "0", "x"]).unwrap_err().contains("header"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::checkpoint::{CheckpointMeta, WEIGHTS};
 use super::EngineError;
 
 /// The first class both lists name at other outputs: its name, its output in `theirs` (the
-/// weights') and in `ours` (the data's). Lists that name nothing (a table's classes) or
+/// weights') and in `ours` (the data's). Lists that name nothing (a table's class numbers) or
 /// classes renamed in place move nothing.
 pub fn moved(theirs: &[String], ours: &[String]) -> Option<(String, usize, usize)> {
     ours.iter().enumerate().find_map(|(i, name)| {
@@ -19,8 +19,17 @@ pub fn moved(theirs: &[String], ours: &[String]) -> Option<(String, usize, usize
 }
 
 /// A resume of the checkpoint `meta` (in `dir`) on data whose classes are `ours`: refused where
-/// a class moved to another output (a class renamed, added or removed since).
+/// a class moved to another output (a class renamed, added or removed since), and where the
+/// checkpoint's classes were named and the data's are numbers (which cannot be matched).
 pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(), EngineError> {
+    if ours.is_empty() && !meta.classes.is_empty() {
+        return Err(EngineError::Config(format!(
+            "--resume {}: the checkpoint's run trained on named classes ({}) and this data's labels are class numbers, which cannot be matched to them: give the data it trained on, labelled by name, or start a new run from its weights with --init {}",
+            dir.display(),
+            crate::text::first_of(&meta.classes, 8),
+            dir.join(WEIGHTS).display()
+        )));
+    }
     let Some((name, was, is)) = moved(&meta.classes, ours) else {
         return Ok(());
     };
@@ -72,5 +81,11 @@ mod tests {
                 && e.contains("--init runs/pets/step-00000010/model.safetensors"),
             "{e}"
         );
+        // named classes resumed on class numbers: nothing to match them by
+        let e = resumable(&meta, &[], dir).unwrap_err().to_string();
+        assert!(e.contains("trained on named classes (10, 2, cat, dog) and this data's labels are class numbers"), "{e}");
+        // a checkpoint that named none (class numbers, or from before it recorded them)
+        let numbered = CheckpointMeta::example();
+        assert!(resumable(&numbered, &names("cat,dog"), dir).is_ok());
     }
 }

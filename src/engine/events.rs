@@ -64,24 +64,27 @@ pub struct EndsAt {
 }
 
 impl StepStats {
-    /// A paused step whose parts add up to more than its time (its process was stopped in one
-    /// of them, Ctrl-Z or `kill -STOP`: the step's time counts from the continuing, the part's
-    /// did not), each part scaled down alike to fit it.
-    pub fn fit_parts(&mut self) {
-        let parts = self.data_wait + self.compute + self.optimizer + self.comm + self.sync_wait;
-        if !self.paused || parts <= self.step_time {
+    /// A step its process was stopped and continued in (Ctrl-Z, `kill -STOP`): its time
+    /// counts from the continuing, and the host's clock times of its parts, one of which holds
+    /// the stop, are scaled down alike to fit it where they pass it (a thread's CPU time and a
+    /// device's times did not run on while stopped).
+    pub fn fit_awake(&mut self) {
+        let device = self.device_timed;
+        let mut host: Vec<&mut Duration> = vec![&mut self.data_wait, &mut self.transfer];
+        if !device {
+            host.extend([
+                &mut self.compute,
+                &mut self.optimizer,
+                &mut self.comm,
+                &mut self.sync_wait,
+            ]);
+        }
+        let sum: Duration = host.iter().map(|t| **t).sum();
+        if sum <= self.step_time {
             return;
         }
-        let k = self.step_time.as_secs_f64() / parts.as_secs_f64();
-        let times = [
-            &mut self.data_wait,
-            &mut self.compute,
-            &mut self.optimizer,
-            &mut self.comm,
-            &mut self.sync_wait,
-            &mut self.transfer,
-        ];
-        for t in times.into_iter().chain(self.compute_cpu.as_mut()) {
+        let k = self.step_time.as_secs_f64() / sum.as_secs_f64();
+        for t in host {
             *t = t.mul_f64(k);
         }
     }
@@ -317,32 +320,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_step_stopped_in_its_compute_has_its_parts_fit_its_time() {
+    fn a_step_stopped_in_its_compute_has_its_host_timed_parts_fit_its_time() {
         let ms = Duration::from_millis;
         let mut s = StepStats {
             data_wait: ms(1),
             compute: ms(15_002),
             compute_cpu: Some(ms(2)),
             optimizer: ms(1),
+            transfer: ms(1),
             step_time: ms(4),
-            paused: true,
             ..StepStats::default()
         };
-        s.fit_parts();
-        let parts = s.data_wait + s.compute + s.optimizer + s.comm + s.sync_wait;
+        s.fit_awake();
+        let parts = s.data_wait + s.compute + s.optimizer + s.comm + s.sync_wait + s.transfer;
         assert!(
             parts <= ms(4) + Duration::from_micros(1) && s.compute > ms(3),
             "{s:?}"
         );
-        // a step that was not paused keeps what was measured (a GPU's device times may pass
-        // the host's)
+        assert_eq!(
+            s.compute_cpu,
+            Some(ms(2)),
+            "a thread's CPU time did not run on"
+        );
+        // a GPU's step: its device times stay as measured, the host's input wait is fitted
         let mut gpu = StepStats {
+            data_wait: ms(20_000),
             compute: ms(9),
+            device_timed: true,
+            step_time: ms(12),
+            ..StepStats::default()
+        };
+        gpu.fit_awake();
+        assert_eq!((gpu.compute, gpu.data_wait), (ms(9), ms(12)));
+        // parts within the step: nothing changed
+        let mut fine = StepStats {
+            compute: ms(3),
             step_time: ms(4),
             ..StepStats::default()
         };
-        gpu.fit_parts();
-        assert_eq!(gpu.compute, ms(9));
+        fine.fit_awake();
+        assert_eq!(fine.compute, ms(3));
     }
 
     #[test]

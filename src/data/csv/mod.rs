@@ -104,7 +104,10 @@ pub(super) fn line_one_note(
     if header {
         let features =
             (fields.iter().enumerate()).all(|(j, f)| j == lc || f.parse::<f64>().is_ok());
-        let a_class = named.parse::<f64>().is_ok() || set.names.iter().any(|n| n == named);
+        let a_class = match set.names.is_empty() {
+            true => named.parse::<f64>().is_ok(),
+            false => set.names.iter().any(|n| n == named),
+        };
         return (features && a_class).then(|| {
             "its line 1, numbers and a label like the samples', left out as the header ,header names: drop ,header if it is a sample".into()
         });
@@ -188,9 +191,9 @@ pub(super) fn parse(
                 let v: f32 = f.parse().map_err(|_| {
                     // (line 1's word over a word in the line after: a labels' column)
                     let below = lines(text).skip(i + 1).find(|l| !l.trim().is_empty());
-                    let labels = (below.and_then(|l| fields::split(l, j + 1).ok()))
+                    let word_below = (below.and_then(|l| fields::split(l, j + 1).ok()))
                         .is_some_and(|b| b.get(j).is_some_and(|b| b.parse::<f64>().is_err()));
-                    not_a_number(lineno, j, f, header || labels, flag)
+                    not_a_number(lineno, j, f, header || word_below, flag)
                 })?;
                 if !v.is_finite() {
                     return Err(format!(
@@ -230,14 +233,17 @@ fn no_rows(text: &str, header: bool) -> String {
 }
 
 /// Why feature `f` (line `lineno`, column `col`) is refused, with what it may be: line 1 a
-/// header (not under `,header`), a word on a later line a class label (its column the
-/// labels').
-fn not_a_number(lineno: usize, col: usize, f: &str, header: bool, flag: &str) -> String {
+/// header (unless `no_header`: given `,header`, or a word below it in its column), else a
+/// word a class label (its column the labels').
+fn not_a_number(lineno: usize, col: usize, f: &str, no_header: bool, flag: &str) -> String {
     let pick = match col {
         0 => "first".to_string(),
         c => c.to_string(),
     };
-    let may = match (lineno == 1 && !header, f.chars().any(char::is_alphabetic)) {
+    let may = match (
+        lineno == 1 && !no_header,
+        f.chars().any(char::is_alphabetic),
+    ) {
         _ if f.contains(',') && f.replacen(',', ".", 1).parse::<f64>().is_ok() => {
             format!(
                 " (a decimal comma: numbers take a decimal point, {})",

@@ -30,15 +30,19 @@ pub(in crate::engine) fn share_machine(
     let idle = &devices[per * local_size..];
     let note = (local_rank == 0 && !idle.is_empty()).then(|| {
         let names: Vec<String> = idle.iter().map(Device::label).collect();
-        let fits: Vec<String> = (local_size + 1..=n)
-            .filter(|&k| n.is_multiple_of(k))
+        let fits: Vec<String> = (2..=n)
+            .filter(|&k| k != local_size && n.is_multiple_of(k))
             .map(|k| k.to_string())
             .collect();
+        let fits = match fits.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => n.to_string(),
+        };
         format!(
-            "{local_size} processes of this run share this machine's {n} GPUs: each takes {per}, so {} stay idle ({}); start {} processes here to train on them all (or one, which takes every GPU)",
+            "{local_size} processes of this run share this machine's {n} GPUs: each takes {per}, so {} stay idle ({}); start {fits} processes here to train on them all (or one, which takes every GPU)",
             idle.len(),
             names.join(", "),
-            fits.join(" or ")
         )
     });
     Ok((
@@ -69,7 +73,7 @@ pub(super) fn one_process_per_gpu(
                 Device::Cpu { .. } => "",
             };
             return Err(EngineError::Shared(format!(
-                "processes {} and {} both train on one GPU of {} ({name}, PCI {}: their {} and {}): a GPU takes one process of a run (NCCL refuses two ranks on one GPU); give each process GPUs of its own: --devices auto shares a machine's GPUs out among its processes, or name another GPU for each (--devices cuda:N, CUDA_VISIBLE_DEVICES)",
+                "processes {} and {} both train on one GPU of {} ({name}, PCI {}: their {} and {}): a GPU takes one process of a run (NCCL refuses two ranks on one GPU); give each process GPUs of its own: --devices auto shares a machine's GPUs out among its processes, or name another GPU for each (--devices 1 on one, --devices 0 on the other; or CUDA_VISIBLE_DEVICES)",
                 process(a),
                 process(b),
                 hosts[a],
@@ -138,7 +142,7 @@ mod tests {
         );
         let note = note.unwrap();
         assert!(
-            note.contains("3 processes of this run share this machine's 8 GPUs: each takes 2, so 2 stay idle (gpu6, gpu7); start 4 or 8 processes here"),
+            note.contains("3 processes of this run share this machine's 8 GPUs: each takes 2, so 2 stay idle (gpu6, gpu7); start 2, 4 or 8 processes here"),
             "{note}"
         );
         let (mine, note) = share_machine(eight.clone(), true, (2, 3)).unwrap();

@@ -409,6 +409,7 @@ impl Worker {
                 synced,
                 epoch_end: batch.epoch_end,
                 mid_validation: self.validation_due(batch.epoch_end),
+                continued,
             };
             let settle = batch.epoch_end || queued.mid_validation.is_some();
             self.say_skipped_pictures();

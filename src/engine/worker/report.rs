@@ -22,6 +22,8 @@ pub(in crate::engine) struct Queued {
     pub synced: Moved,
     pub epoch_end: bool,
     pub mid_validation: Option<f32>,
+    /// The process was stopped and continued during the step (`clock::continues`).
+    pub continued: bool,
 }
 
 /// What the replica reports of a step: the batch's global metrics, the exchange's time and the
@@ -86,6 +88,7 @@ impl Worker {
             synced,
             epoch_end,
             mid_validation,
+            continued,
         } = q;
         let Reported { m, moved, device } = r;
         stats.loss = (m.loss_sum / m.samples.max(1.0)) as f32;
@@ -117,7 +120,9 @@ impl Worker {
         stats.comm = moved.comm;
         stats.sync_wait += moved.wait;
         stats.transfer = moved.transfer;
-        stats.fit_parts();
+        if continued {
+            stats.fit_awake();
+        }
         let (step, epoch, at, loss) = (stats.step, stats.epoch, stats.at, stats.loss);
         let global_samples = stats.global_samples;
         if self.local.len() < self.ranks {
