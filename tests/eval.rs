@@ -505,6 +505,17 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
         "{}",
         text(&o)
     );
+    // a class renamed in place (it sorts where it did): the run's own set evaluates, said
+    let inplace = rows(240, &[0, 1, 2]).replace("virginica", "virginicum");
+    std::fs::write(d.join("train.csv"), inplace).unwrap();
+    let o = run_in(d, &["eval", "r1"]);
+    assert!(
+        text(&o).contains(
+            "the data names output 2 `virginicum` where the checkpoint's run named it `virginica`"
+        ),
+        "{}",
+        text(&o)
+    );
     // a class renamed so that it sorts first: the outputs would answer for others
     let renamed = rows(240, &[0, 1, 2]).replace("virginica", "arvensis");
     std::fs::write(d.join("renamed.csv"), renamed).unwrap();

@@ -91,6 +91,7 @@ pub fn evaluate(
     let optimizer = meta.optimizer.clone();
     let (meta, state) = opened.read(&model, &optimizer).map_err(damaged)?;
     let classes = class_names(&meta, &set);
+    notes.extend(renamed(&classes, set.class_names()));
     let started = Instant::now();
     let (tally, device) = match on {
         On::Cpu(asked) => {
@@ -305,6 +306,20 @@ fn class_names(meta: &CheckpointMeta, set: &Dataset) -> Vec<String> {
         true => meta.classes.clone(),
         false => (0..set.classes).map(|c| c.to_string()).collect(),
     }
+}
+
+/// Where the data names a class otherwise than the checkpoint at the same output (renamed in
+/// place since): said once, for the first, as the figures go by the checkpoint's names.
+fn renamed(theirs: &[String], ours: &[String]) -> Option<String> {
+    if theirs.len() != ours.len() {
+        return None;
+    }
+    let (i, (was, is)) = (theirs.iter().zip(ours).enumerate()).find(|(_, (a, b))| a != b)?;
+    Some(format!(
+        "the data names output {i} `{}` where the checkpoint's run named it `{}` (renamed since?): the figures go by the checkpoint's names",
+        crate::text::excerpt(is),
+        crate::text::excerpt(was)
+    ))
 }
 
 /// Threads for `rows` samples: `asked` (the cores), no more than there are chunks, nor than the
