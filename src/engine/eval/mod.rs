@@ -91,7 +91,8 @@ pub fn evaluate(
     let optimizer = meta.optimizer.clone();
     let (meta, state) = opened.read(&model, &optimizer).map_err(damaged)?;
     let classes = class_names(&meta, &set);
-    notes.extend(renamed(&classes, set.class_names()));
+    // (against what the checkpoint recorded: an older one's outputs are numbers, named by none)
+    notes.extend(renamed(&meta.classes, set.class_names()));
     let started = Instant::now();
     let (tally, device) = match on {
         On::Cpu(asked) => {
@@ -397,4 +398,20 @@ fn run(
         }
         whole
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_class_renamed_in_place_is_said_and_unrecorded_names_are_not() {
+        let names = |s: &str| s.split(',').map(String::from).collect::<Vec<_>>();
+        let note = super::renamed(&names("cat,dog"), &names("cat,hound")).unwrap();
+        assert!(
+            note.contains("output 1 `hound` where the checkpoint's run named it `dog`"),
+            "{note}"
+        );
+        assert_eq!(super::renamed(&names("cat,dog"), &names("cat,dog")), None);
+        // a checkpoint from before classes were recorded names nothing to compare
+        assert_eq!(super::renamed(&[], &names("cat,dog")), None);
+    }
 }
