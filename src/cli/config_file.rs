@@ -40,9 +40,11 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
     })?;
     let file = toml::from_str(&text).map_err(|e| {
         let (line, mut msg) = crate::text::toml_error(&text, &e);
+        // (a dotted key `steps.x` is said by its first part, the flag's)
         let key = (msg.strip_prefix('`'))
             .and_then(|m| m.split_once("`: "))
-            .map(|(k, _)| k);
+            .map(|(k, _)| k.split('.').next().unwrap_or(k).to_string());
+        let key = key.as_deref();
         // (a date or time unquoted is TOML's date-time, which serde hands over as a map)
         let table = toml::from_str::<toml::Table>(&text).ok();
         let datetime = key.is_some_and(|k| {
@@ -58,12 +60,31 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         if datetime {
             msg = msg.replace("invalid type: map", "a date-time");
         }
+        // (a dotted key or a section makes a table of what is a flag's one value)
+        let dotted = key.is_some_and(|k| {
+            (table.as_ref()).is_some_and(|t| t.get(k).is_some_and(toml::Value::is_table))
+        });
+        // (a section's value error says only that: its type is no news)
+        if msg.starts_with("invalid type: map") {
+            if let Some((_, rule)) = msg.split_once(": the file's keys are at its top level") {
+                msg = format!("the file's keys are at its top level{rule}");
+            }
+        }
+        if let (true, Some(k), false) = (dotted, key, msg.contains("top level")) {
+            msg = msg.replace("invalid type: map", "a table (a dotted key)");
+            msg.push_str(&format!("; keys are flat, as the flags: `{k} = VALUE`"));
+        }
+        // (lines that end in a carriage return alone, as old Mac editors save them, are one
+        // line to TOML)
+        if text.contains('\r') && !text.contains('\n') {
+            msg.push_str("; the file's lines end in a carriage return alone (CR): save it with ordinary line ends (LF or CRLF), e.g. `tr '\\r' '\\n' < FILE > FIXED`");
+        }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong; a command's own flag is said as one)
         let unknown = (msg.strip_prefix("unknown key `")).and_then(|m| m.split_once('`'));
         let keys = match unknown.and_then(|(k, _)| Some((k, command_of(k)?))) {
             Some((key, command)) => format!("; `{key}` is a flag of `{command}`, given on its command line (`mgtop-train {command} --{key} ...`): a config file holds the training settings"),
-            None if msg.contains("key") && !msg.contains("top level") => {
+            None if msg.contains("key") && !msg.contains("top level") && !dotted => {
                 "; keys are the flag names without the leading --, e.g. batch-per-replica = 64".into()
             }
             None => String::new(),

@@ -246,6 +246,15 @@ fn bad_files_and_values_name_the_problem() {
             "unknown key `modle`: did you mean `model`?",
         ),
         ("--lr = 0.1\n", "did you mean `lr`?"),
+        ("[model]\nname = \"mlp\"\n", "(line 1): the file's keys are at its top level, without sections such as [model]"),
+        (
+            "steps.x = 50\n",
+            "`steps.x`: a table (a dotted key), expected a whole number of 1 or more; keys are flat, as the flags: `steps = VALUE`",
+        ),
+        (
+            "steps = 5\rlr = 0.1\r",
+            "the file's lines end in a carriage return alone (CR)",
+        ),
         (
             "name = 1979-05-27T07:32:00Z\n",
             "`name`: a date-time, expected a text (texts go in quotes)",
