@@ -86,6 +86,29 @@ impl Origins {
         }
     }
 
+    /// Which of `flags` (names without `--`) the config file set, with its lines, for a
+    /// refusal that does not name them in its problem (a checkpoint that does not fit this
+    /// run's model): `; this run's --model is set by config file run.toml (line 2)`.
+    pub fn set_by_file(&self, flags: &[&str]) -> Option<String> {
+        let (path, keys) = self.file.as_ref()?;
+        let set: Vec<(&str, usize)> = (flags.iter())
+            .filter_map(|f| keys.get(*f).map(|l| (*f, *l)))
+            .collect();
+        let (names, lines): (Vec<String>, Vec<String>) = (set.iter())
+            .map(|(f, l)| (format!("--{f}"), l.to_string()))
+            .unzip();
+        let (verb, at) = match lines.len() {
+            0 => return None,
+            1 => ("is", format!("line {}", lines[0])),
+            _ => ("are", format!("lines {}", lines.join(", "))),
+        };
+        Some(format!(
+            "; this run's {} {verb} set by config file {} ({at})",
+            names.join(" and "),
+            path.display()
+        ))
+    }
+
     /// `refusal` said with where its settings came from where no flag gave them.
     pub fn explain(&self, refusal: String) -> String {
         let named = named_flags(&refusal);
@@ -212,6 +235,16 @@ mod tests {
             ..TrainArgs::default()
         };
         let mut origins = Origins::default();
+        // (a checkpoint's refusal names the model the file set, not one a flag gave)
+        let text = "model = \"mlp:8\"\ndata = \"digits\"\nepochs = 3\n";
+        origins.file(Path::new("c.toml"), text, &flags);
+        assert_eq!(
+            origins
+                .set_by_file(&["model", "data", "image-size"])
+                .unwrap(),
+            "; this run's --model and --data are set by config file c.toml (lines 1, 2)"
+        );
+        assert!(origins.set_by_file(&["image-size"]).is_none());
         origins.file(Path::new("c.toml"), "epochs = 3\nseed = 2\n", &flags);
         assert_eq!(
             origins.config_note().unwrap(),

@@ -193,6 +193,13 @@ pub(super) fn train(
                 e @ (EngineError::Devices(_) | EngineError::Data(_)) => {
                     EngineError::Config(origins.explain(e.to_string()))
                 }
+                // (a checkpoint that does not fit the model the config file asked for)
+                EngineError::Checkpoint(e @ checkpoint::CheckpointError::ShapeMismatch { .. }) => {
+                    match origins.set_by_file(&["model", "data", "image-size"]) {
+                        Some(set) => EngineError::Config(format!("{e}{set}")),
+                        None => EngineError::Checkpoint(e),
+                    }
+                }
                 e => e,
             }
             .into());
