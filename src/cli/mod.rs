@@ -309,7 +309,7 @@ pub struct TrainArgs {
     /// Linear LR warm-up over this many steps  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub warmup: Option<u64>,
-    /// constant | cosine | step (x0.1 at 50% and 75% of the run) | multistep:F1,F2,... (x0.1 at each fraction of the run)  [default: constant]
+    /// constant | cosine (to 0, after the warm-up) | step (x0.1 at 50% and 75% of the run) | multistep:F1,F2,... (x0.1 at each fraction of the run)  [default: constant]
     #[arg(long)]
     pub schedule: Option<String>,
     /// How the LR follows the global batch (at the start and on a batch-size change): linear | sqrt | none  [default: sqrt with adam/adamw, linear with sgd/momentum/nesterov]

@@ -83,6 +83,7 @@ impl fmt::Display for Schedule {
 pub fn describe(schedule: Schedule, warmup: u64) -> Option<String> {
     let decay = match schedule {
         Schedule::Constant => None,
+        Schedule::Cosine if warmup > 0 => Some("cosine decay to 0 over the rest of the run".to_string()),
         Schedule::Cosine => Some("cosine decay to 0 over the run".to_string()),
         Schedule::MultiStep { at } => {
             let at: Vec<String> = (at.iter())
@@ -108,13 +109,29 @@ pub fn describe(schedule: Schedule, warmup: u64) -> Option<String> {
     (!said.is_empty()).then(|| format!("{} ({})", said.join(", then "), flags.join(" ")))
 }
 
-/// LR at `step` (0-based, steps done so far) when `progress` (0..=1) of the run is done.
-/// Progress is measured in samples for epoch-bounded runs, so it stays right when the batch
-/// size changes mid-run.
-pub fn lr_at(schedule: Schedule, base: f32, warmup: u64, step: u64, progress: f64) -> f32 {
+/// LR at `step` (0-based, steps done so far) when `progress` (0..=1) of the run is done, of
+/// which the warm-up takes `warm_share`. Progress is measured in samples for epoch-bounded
+/// runs, so it stays right when the batch size changes mid-run. The cosine starts where the
+/// warm-up ends, at the base LR (as `SequentialLR` of a linear warm-up and a cosine, and
+/// Hugging Face's cosine with warm-up); the step milestones are shares of the whole run.
+pub fn lr_at(
+    schedule: Schedule,
+    base: f32,
+    warmup: u64,
+    step: u64,
+    progress: f64,
+    warm_share: f64,
+) -> f32 {
     let decay = match schedule {
         Schedule::Constant => 1.0,
-        Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress.clamp(0.0, 1.0)).cos()),
+        Schedule::Cosine => {
+            let rest = 1.0 - warm_share.clamp(0.0, 1.0);
+            let after = match rest > 0.0 {
+                true => ((progress - (1.0 - rest)) / rest).clamp(0.0, 1.0),
+                false => 0.0,
+            };
+            0.5 * (1.0 + (std::f64::consts::PI * after).cos())
+        }
         Schedule::MultiStep { at } => {
             let passed = (at.iter())
                 .filter(|&&a| a > 0 && progress >= a as f64 / 1000.0)
@@ -215,17 +232,30 @@ mod tests {
 
     #[test]
     fn warmup_ramps_then_schedules_decay() {
-        assert!((lr_at(Schedule::Constant, 1.0, 4, 0, 0.0) - 0.25).abs() < 1e-6);
-        assert!((lr_at(Schedule::Constant, 1.0, 4, 3, 0.1) - 1.0).abs() < 1e-6);
-        assert!((lr_at(Schedule::Cosine, 1.0, 0, 10, 0.5) - 0.5).abs() < 1e-6);
-        assert!(lr_at(Schedule::Cosine, 1.0, 0, 10, 1.0).abs() < 1e-6);
-        assert!((lr_at(STEP, 1.0, 0, 10, 0.6) - 0.1).abs() < 1e-6);
-        assert!((lr_at(STEP, 1.0, 0, 10, 0.8) - 0.01).abs() < 1e-6);
+        assert!((lr_at(Schedule::Constant, 1.0, 4, 0, 0.0, 0.0) - 0.25).abs() < 1e-6);
+        assert!((lr_at(Schedule::Constant, 1.0, 4, 3, 0.1, 0.0) - 1.0).abs() < 1e-6);
+        assert!((lr_at(Schedule::Cosine, 1.0, 0, 10, 0.5, 0.0) - 0.5).abs() < 1e-6);
+        assert!(lr_at(Schedule::Cosine, 1.0, 0, 10, 1.0, 0.0).abs() < 1e-6);
+        assert!((lr_at(STEP, 1.0, 0, 10, 0.6, 0.0) - 0.1).abs() < 1e-6);
+        assert!((lr_at(STEP, 1.0, 0, 10, 0.8, 0.0) - 0.01).abs() < 1e-6);
         let m: Schedule = "multistep:0.3,0.6,0.8".parse().unwrap();
         assert_eq!(m.to_string(), "multistep:0.3,0.6,0.8");
-        assert!((lr_at(m, 1.0, 0, 10, 0.29) - 1.0).abs() < 1e-6);
-        assert!((lr_at(m, 1.0, 0, 10, 0.7) - 0.01).abs() < 1e-6);
-        assert!((lr_at(m, 1.0, 0, 10, 0.9) - 0.001).abs() < 1e-6);
+        assert!((lr_at(m, 1.0, 0, 10, 0.29, 0.0) - 1.0).abs() < 1e-6);
+        assert!((lr_at(m, 1.0, 0, 10, 0.7, 0.0) - 0.01).abs() < 1e-6);
+        assert!((lr_at(m, 1.0, 0, 10, 0.9, 0.0) - 0.001).abs() < 1e-6);
+        // a warm-up then a cosine over the rest: PyTorch's SequentialLR of LinearLR(1/3,
+        // total_iters=2) and CosineAnnealingLR(T_max=7) at milestone 3, over 10 steps
+        let torch = [
+            0.0333333, 0.0666667, 0.1, 0.1, 0.0950484, 0.0811745, 0.0611260, 0.0388740,
+            0.0188255, 0.0049516,
+        ];
+        for (step, want) in torch.into_iter().enumerate() {
+            let s = step as u64;
+            let lr = lr_at(Schedule::Cosine, 0.1, 3, s, s as f64 / 10.0, 0.3);
+            assert!((lr - want).abs() < 1e-6, "step {step}: {lr} where torch has {want}");
+        }
+        // a warm-up as long as the run leaves the LR at the top
+        assert!((lr_at(Schedule::Cosine, 1.0, 10, 12, 0.9, 1.0) - 1.0).abs() < 1e-6);
         assert_eq!("step".parse::<Schedule>().unwrap().to_string(), "step");
         assert_eq!("multistep:0.5,0.75".parse::<Schedule>().unwrap(), STEP);
         for (bad, says) in [

@@ -199,6 +199,19 @@ impl Worker {
         }
     }
 
+    /// The share of the run its warm-up takes, in `progress`'s measure: for an epoch budget
+    /// the warm-up's steps at the run's starting batch size, in samples.
+    fn warm_share(&self) -> f64 {
+        let warmup = self.cfg.warmup as f64;
+        match self.cfg.budget {
+            Budget::Epochs(e) => {
+                let batch = self.cfg.batch_per_replica * self.ranks * self.cfg.grad_accum;
+                warmup * batch as f64 / (e as f64 * self.train.samples.max(1) as f64)
+            }
+            Budget::Steps(s) => warmup / s.max(1) as f64,
+        }
+    }
+
     fn sharding(&self) -> Sharding {
         Sharding {
             per_replica: self.per_replica,
@@ -363,6 +376,7 @@ impl Worker {
                 self.cfg.warmup,
                 self.step,
                 self.progress(),
+                self.warm_share(),
             );
             let (optimizer, synced) =
                 self.strategy
