@@ -83,7 +83,9 @@ impl fmt::Display for Schedule {
 pub fn describe(schedule: Schedule, warmup: u64) -> Option<String> {
     let decay = match schedule {
         Schedule::Constant => None,
-        Schedule::Cosine if warmup > 0 => Some("cosine decay to 0 over the rest of the run".to_string()),
+        Schedule::Cosine if warmup > 0 => {
+            Some("cosine decay to 0 over the rest of the run".to_string())
+        }
         Schedule::Cosine => Some("cosine decay to 0 over the run".to_string()),
         Schedule::MultiStep { at } => {
             let at: Vec<String> = (at.iter())
@@ -246,13 +248,16 @@ mod tests {
         // a warm-up then a cosine over the rest: PyTorch's SequentialLR of LinearLR(1/3,
         // total_iters=2) and CosineAnnealingLR(T_max=7) at milestone 3, over 10 steps
         let torch = [
-            0.0333333, 0.0666667, 0.1, 0.1, 0.0950484, 0.0811745, 0.0611260, 0.0388740,
-            0.0188255, 0.0049516,
+            0.0333333, 0.0666667, 0.1, 0.1, 0.0950484, 0.0811745, 0.0611260, 0.0388740, 0.0188255,
+            0.0049516,
         ];
         for (step, want) in torch.into_iter().enumerate() {
             let s = step as u64;
             let lr = lr_at(Schedule::Cosine, 0.1, 3, s, s as f64 / 10.0, 0.3);
-            assert!((lr - want).abs() < 1e-6, "step {step}: {lr} where torch has {want}");
+            assert!(
+                (lr - want).abs() < 1e-6,
+                "step {step}: {lr} where torch has {want}"
+            );
         }
         // a warm-up as long as the run leaves the LR at the top
         assert!((lr_at(Schedule::Cosine, 1.0, 10, 12, 0.9, 1.0) - 1.0).abs() < 1e-6);

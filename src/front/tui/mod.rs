@@ -69,10 +69,6 @@ pub fn drive<B: Backend>(
     metrics: Recorder,
 ) -> TuiEnd {
     let mut app = App::new(engine.info().clone(), opts.readonly);
-    if let Some(note) = &app.info.device_note {
-        let note = format!("note: {note}");
-        app.apply(AppEvent::Notice(Level::Info, note));
-    }
     for note in &opts.notes {
         app.apply(AppEvent::Notice(Level::Info, note.clone()));
     }

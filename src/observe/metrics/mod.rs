@@ -7,7 +7,8 @@
 //! Fields added within version 1 for reading a run back (older files lack them; the reader
 //! then uses the defaults in `parse::run_info`): `run`: `budget` (`{"epochs": N}` or
 //! `{"steps": N}`), `lr` (the starting base LR), `start_epoch`, `device_names` (per device, the
-//! GPU's model, null for CPU workers), `device_note`, `precision` (what the GPUs compute in: fp32, tf32 or bf16; fp32 where absent), `run_dir`, `started_unix` (when the workers started, seconds since 1970: the
+//! GPU's model, null for CPU workers), `device_note`,
+//! `precision_notes`, `data_notes`, `model_notes` (the start-up's notes), `precision` (what the GPUs compute in: fp32, tf32 or bf16; fp32 where absent), `run_dir`, `started_unix` (when the workers started, seconds since 1970: the
 //! moment every `t` counts from); `step`: `progress` (fraction of the
 //! budget done, 0..1), `totals` (the run so far, every step counted); `telemetry`:
 //! `machine_memory` (bytes, beside `process_rss`).

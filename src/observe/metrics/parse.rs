@@ -147,6 +147,17 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         })
         .filter(|h: &Vec<String>| h.len() == ranks)
         .unwrap_or_default();
+    // (the start-up's notes; older files have none)
+    let notes = |key: &str| -> Vec<String> {
+        (field(v, key).and_then(Value::as_array))
+            .map(|n| {
+                n.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     Ok(RunInfo {
         // (a hand-edited file's name of a million characters: cut to what --name takes)
         name: {
@@ -170,7 +181,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .and_then(Value::as_str)
             .and_then(|p| p.parse().ok())
             .unwrap_or(Precision::Fp32),
-        precision_notes: Vec::new(),
+        precision_notes: notes("precision_notes"),
         cuda_graph: None,
         step_metrics: None,
         // (files written before --grad-dtype carried fp32)
@@ -206,8 +217,8 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
             .map(PathBuf::from),
         layers: Vec::new(),
         flops: uint(v, "flops_per_sample").unwrap_or(0),
-        model_notes: Vec::new(),
-        data_notes: Vec::new(),
+        model_notes: notes("model_notes"),
+        data_notes: notes("data_notes"),
         // (the detector that says it does not run on a file)
         pictures: false,
         loader_threads: 1,

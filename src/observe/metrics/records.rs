@@ -72,6 +72,8 @@ pub fn run(info: &RunInfo) -> Value {
         "clip_grad_norm": info.clip_grad_norm.map(crate::config::record::short),
         "start_epoch": info.start_epoch,
         "device_names": device_names, "device_note": info.device_note,
+        "precision_notes": info.precision_notes, "data_notes": info.data_notes,
+        "model_notes": info.model_notes,
         "precision": info.precision.name(), "grad_dtype": info.grad_dtype.name(),
         "hosts": info.hosts, "host": info.host, "processes": info.processes,
         "strategy": info.strategy.to_string(), "sync_warmup": info.strategy.sync_warmup(),

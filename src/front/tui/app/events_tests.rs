@@ -160,3 +160,23 @@ fn the_events_view_scrolls_back_and_stays_on_its_entries() {
     app.handle_key(key('2'));
     assert_eq!((app.view, app.focus), (View::Overview, Some(1)));
 }
+
+#[test]
+fn the_start_up_notes_are_events_here_and_on_a_screen_read_back_from_the_metrics() {
+    let mut info = RunInfo::example(1);
+    info.model_notes = vec!["classifier head re-initialised for 2 classes".into()];
+    info.data_notes = vec!["3 classes (ant, bee, wasp)".into()];
+    // (what `view` and `attach` rebuild from the run record)
+    let record = crate::observe::metrics::records::run(&info);
+    let read = crate::observe::metrics::run_info(&record).unwrap();
+    for info in [info, read] {
+        let app = App::new(info, false);
+        let texts: Vec<&str> = app.log.iter().map(|l| l.text.as_str()).collect();
+        for note in [
+            "note: classifier head re-initialised for 2 classes",
+            "note: 3 classes (ant, bee, wasp)",
+        ] {
+            assert!(texts.contains(&note), "{texts:?}");
+        }
+    }
+}

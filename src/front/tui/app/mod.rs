@@ -273,6 +273,17 @@ impl App {
             totals: Totals::default(),
             limits: Vec::new(),
         };
+        // the start-up's notes, which a headless run prints under its lines (a device left
+        // out, the precision, the data's classes, weights loaded in part by --init)
+        let notes = (app.info.device_note.iter())
+            .chain(&app.info.precision_notes)
+            .chain(&app.info.data_notes)
+            .chain(&app.info.model_notes)
+            .map(|n| format!("note: {n}"))
+            .collect::<Vec<_>>();
+        for note in notes {
+            app.push_log(Level::Info, note, false);
+        }
         if let Some(line) = crate::front::words::resumed_line(&app.info) {
             let lr = app
                 .info
