@@ -130,6 +130,18 @@ pub(super) fn admit(
     per_replica: usize,
     loader_threads: usize,
 ) -> Result<Option<BatchLimit>, String> {
+    admit_in(cfg, devices, model, per_replica, loader_threads, room())
+}
+
+/// `admit` in `room`: a refusal names the batch that would fit, where one does.
+fn admit_in(
+    cfg: &RunConfig,
+    devices: &[Device],
+    model: &Model,
+    per_replica: usize,
+    loader_threads: usize,
+    room: Option<Room>,
+) -> Result<Option<BatchLimit>, String> {
     let cfg = &RunConfig {
         loader_threads: Some(loader_threads),
         ..cfg.clone()
@@ -138,8 +150,23 @@ pub(super) fn admit(
         batch_per_replica: per_replica,
         ..cfg.clone()
     };
-    let room = room();
-    check(&estimate(&sized, devices, model), room)?;
+    check(&estimate(&sized, devices, model), room).map_err(|e| {
+        let one = RunConfig {
+            batch_per_replica: 1,
+            ..cfg.clone()
+        };
+        let bytes = room.map(|r| r.bytes);
+        match check(&estimate(&one, devices, model), room) {
+            Ok(()) => match largest_batch(cfg, devices, model, 1, bytes) {
+                Some(limit) if limit.max < per_replica => format!(
+                    "{e}; --batch-per-replica {} fits with the other settings as they are",
+                    limit.max
+                ),
+                _ => e,
+            },
+            Err(_) => format!("{e}; not even --batch-per-replica 1 fits: the model and the other settings need the memory"),
+        }
+    })?;
     Ok(largest_batch(
         cfg,
         devices,
@@ -229,6 +256,29 @@ mod tests {
             e.scratch < 1e6 && check(&e, machine(1 << 30)).is_ok(),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_refused_batch_is_told_the_batch_that_fits() {
+        let cfg = RunConfig::default();
+        let model = Model::mlp(784, &[4096, 4096], 10);
+        let (room, big) = (machine(4 << 30), 100_000);
+        let e = admit_in(&cfg, &cpus(1), &model, big, 1, room).unwrap_err();
+        let fits: usize = (e.split("--batch-per-replica ").last())
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(
+            e.ends_with("fits with the other settings as they are"),
+            "{e}"
+        );
+        // the batch named is admitted, and one more is not
+        assert!(admit_in(&cfg, &cpus(1), &model, fits, 1, room).is_ok());
+        assert!(admit_in(&cfg, &cpus(1), &model, fits + 1, 1, room).is_err());
+        // a model too large for any batch says so
+        let huge = Model::mlp(784, &[65536, 65536], 10);
+        let e = admit_in(&cfg, &cpus(1), &huge, 1, 1, room).unwrap_err();
+        assert!(e.ends_with("not even --batch-per-replica 1 fits: the model and the other settings need the memory"), "{e}");
     }
 
     #[test]
