@@ -310,6 +310,16 @@ fn a_resume_on_a_picture_folder_whose_classes_swapped_says_the_data_changed() {
         out.contains("the file's outputs were trained for classes at other places (`cat` was its output 0 and is this data's 1)"),
         "{out}"
     );
+    // as many classes, none of them the file's: said too
+    std::fs::rename(d.join("pets/ant"), d.join("pets/bee")).unwrap();
+    std::fs::rename(d.join("pets/cat"), d.join("pets/wasp")).unwrap();
+    let o = run(&["--steps", "3", "--init", weights.to_str().unwrap()]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("the file's head was trained for other classes (cat, dog) than this data's (bee, wasp)"),
+        "{out}"
+    );
 }
 
 /// A checkpoint of a step --log-every leaves out is said after that step's line, not before it.

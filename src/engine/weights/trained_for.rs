@@ -65,6 +65,14 @@ pub fn against_run(path: &Path, model: &Model, ours: &[String], inputs: &str) ->
             "--init: the file's outputs were trained for classes at other places (`{}` was its output {was} and is this data's {is}): its head starts out answering by the file's places, and training relearns them",
             crate::text::excerpt(&name)
         ));
+    } else if same_count && !ours.is_empty() && !theirs.classes.is_empty() && theirs.classes != ours
+    {
+        // (as many classes, but others: its outputs answer for the file's until relearned)
+        notes.push(format!(
+            "--init: the file's head was trained for other classes ({}) than this data's ({}): its outputs start out answering for the file's classes, and training relearns them",
+            crate::text::first_of(&theirs.classes, 4),
+            crate::text::first_of(ours, 4)
+        ));
     }
     if let Some(t) = theirs.inputs.filter(|t| !inputs.is_empty() && t != inputs) {
         let data = (theirs.data.as_deref()).map_or(String::new(), |d| {
