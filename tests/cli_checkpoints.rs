@@ -317,7 +317,9 @@ fn a_resume_on_a_picture_folder_whose_classes_swapped_says_the_data_changed() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("the file's head was trained for other classes (cat, dog) than this data's (bee, wasp)"),
+        out.contains(
+            "the file's head was trained for other classes (cat, dog) than this data's (bee, wasp)"
+        ),
         "{out}"
     );
 }

@@ -100,7 +100,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
         ),
     });
     lines.push(format!(
-        "model: {}, {} parameters, {} per sample forward",
+        "model: {}, {} parameters, {} per sample forward (a multiply-add is 2 FLOPs)",
         info.model,
         info.params,
         crate::nn::model::flops_text(info.flops)
