@@ -43,12 +43,14 @@ fn a_head_is_told_from_a_hidden_layer_by_the_layers_the_model_lacks() {
     let ten = saved(&Model::mlp(64, &[10, 10], 10));
     let two = Model::mlp(64, &[10, 10], 2);
     let (mut p, mut b) = (two.init_params(0), two.init_buffers());
-    let notes = import(ten.path(), &two, &mut p, &mut b).unwrap().join("\n");
+    let notes = import(ten.path(), &two, &mut p, &mut b, false)
+        .unwrap()
+        .join("\n");
     assert!(notes.contains("re-initialised for 2 classes"), "{notes}");
     // a deeper file's layer in the head's place takes inputs from a layer after it: refused
     let deeper = saved(&Model::mlp(64, &[10, 10, 10], 10));
     let (mut p, mut b) = (two.init_params(0), two.init_buffers());
-    let e = import(deeper.path(), &two, &mut p, &mut b).unwrap_err();
+    let e = import(deeper.path(), &two, &mut p, &mut b, false).unwrap_err();
     assert!(e.contains("another --model"), "{e}");
 }
 
@@ -59,7 +61,7 @@ fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
     let file = saved(&of("conv8k3,pool2,dense16"));
     let more = of("dropout0.5,conv8k3,pool2,dense16");
     let (mut p, mut b) = (more.init_params(0), more.init_buffers());
-    let e = import(file.path(), &more, &mut p, &mut b).unwrap_err();
+    let e = import(file.path(), &more, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("a layer list names each layer by its place in the list"),
         "{e}"
@@ -71,12 +73,12 @@ fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
     let flat = Shape::Flat(64);
     let other = Model::new(flat, &"dropout0.1,dense64".parse().unwrap(), 10).unwrap();
     let (mut p, mut b) = (other.init_params(0), other.init_buffers());
-    let e = import(file.path(), &other, &mut p, &mut b).unwrap_err();
+    let e = import(file.path(), &other, &mut p, &mut b, false).unwrap_err();
     assert!(!e.contains("may be this model's"), "{e}");
     // as wide: its hidden layer fits, renumbered
     let same = Model::new(flat, &"dropout0.1,dense128".parse().unwrap(), 10).unwrap();
     let (mut p, mut b) = (same.init_params(0), same.init_buffers());
-    let e = import(file.path(), &same, &mut p, &mut b).unwrap_err();
+    let e = import(file.path(), &same, &mut p, &mut b, false).unwrap_err();
     assert!(e.contains("may be this model's `dense.1.weight`"), "{e}");
 }
 
@@ -121,7 +123,7 @@ fn a_file_pytorch_wrote_gives_pytorchs_logits() {
         let path = fixture(name);
         let m = model(preset, 10);
         let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
-        let notes = import(&path, &m, &mut params, &mut buffers).unwrap();
+        let notes = import(&path, &m, &mut params, &mut buffers, false).unwrap();
         let all = m.tensors.len() + m.buffers.len();
         assert!(
             notes[0].contains(&format!("loaded {all} of this model's {all} tensors")),
@@ -147,7 +149,7 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
     let m = model("resnet20", 2);
     let init = m.init_params(5);
     let (mut params, mut buffers) = (init.clone(), m.init_buffers());
-    let notes = import(&path, &m, &mut params, &mut buffers).unwrap();
+    let notes = import(&path, &m, &mut params, &mut buffers, false).unwrap();
     let text = notes.join("\n");
     assert!(
         text.contains("classifier head re-initialised for 2 classes")
@@ -170,7 +172,33 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
     // a mismatch elsewhere is an error naming the tensor
     let wide = model("resnet32", 10);
     let (mut p, mut b) = (wide.init_params(0), wide.init_buffers());
-    let loaded = import(&path, &wide, &mut p, &mut b).unwrap();
+    // a deeper model's layers the file lacks: refused as PyTorch's strict loading does,
+    // unless --init-partial
+    let e = import(&path, &wide, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains("60 of this model's 167 tensors are not in the file (layer1.3.conv1.weight")
+            && e.contains("or add --init-partial to load the 107 that match"),
+        "{e}"
+    );
+    let loaded = import(&path, &wide, &mut p, &mut b, true).unwrap();
+    // a deeper model's file into a shallower model, which it gives every tensor: refused too
+    let of_wide = (wide.tensors.iter().map(|t| (t, &p)))
+        .chain(wide.buffers.iter().map(|t| (t, &b)))
+        .map(|(t, v)| (t.name.clone(), v[t.range()].to_vec(), t.shape.clone()))
+        .collect();
+    let deeper = f32_file(of_wide);
+    let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+    let e = import(deeper.path(), &m, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains("tensors of layers this model lacks (layer1.3.bn1.bias")
+            && e.contains("the weights of a deeper model"),
+        "{e}"
+    );
+    let notes = import(deeper.path(), &m, &mut p, &mut b, true).unwrap();
+    assert!(
+        notes.iter().any(|n| n.contains("ignored: layer1.3.")),
+        "{notes:?}"
+    );
     assert!(
         loaded
             .iter()
@@ -179,7 +207,7 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
     );
     let mlp = Model::mlp(3072, &[64], 10);
     let (mut p, mut b) = (mlp.init_params(0), mlp.init_buffers());
-    let e = import(&path, &mlp, &mut p, &mut b).unwrap_err();
+    let e = import(&path, &mlp, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("none of its") && e.contains("is it a checkpoint of this --model"),
         "{e}"
@@ -194,7 +222,7 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
     let only_head = tempfile::NamedTempFile::new().unwrap();
     safetensors::serialize_to_file(head, &None, only_head.path()).unwrap();
     let (mut p, mut b) = (m.init_params(0), m.init_buffers());
-    let e = import(only_head.path(), &m, &mut p, &mut b).unwrap_err();
+    let e = import(only_head.path(), &m, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("only the classifier head is named as this model's")
             && e.contains("fc.weight [10, 64] -> [2, 64]"),
@@ -219,7 +247,7 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
     safetensors::serialize_to_file(tensors, &None, other_width.path()).unwrap();
     let ten = model("resnet20", 10);
     let (mut p, mut b) = (ten.init_params(0), ten.init_buffers());
-    let e = import(other_width.path(), &ten, &mut p, &mut b).unwrap_err();
+    let e = import(other_width.path(), &ten, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("tensor `fc.weight` is [10, 32] but this model's `fc.weight` is [10, 64]")
             && e.contains("another --model"),
@@ -235,7 +263,7 @@ fn damaged_and_hostile_files_are_clear_errors() {
         let f = dir.path().join("w.safetensors");
         std::fs::write(&f, bytes).unwrap();
         let (mut p, mut b) = (m.init_params(0), m.init_buffers());
-        import(&f, &m, &mut p, &mut b).unwrap_err()
+        import(&f, &m, &mut p, &mut b, false).unwrap_err()
     };
     let good = std::fs::read(fixture("resnet20")).unwrap();
     let e = try_file(&good[..good.len() / 2]);
@@ -407,7 +435,7 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     )
     .unwrap();
     let (mut params, mut buffers) = (m.init_params(9), m.init_buffers());
-    import(&out, &m, &mut params, &mut buffers).unwrap();
+    import(&out, &m, &mut params, &mut buffers, false).unwrap();
     let ckpt = run.join("checkpoints/step-00000004");
     for t in &m.tensors {
         assert_eq!(
@@ -434,7 +462,7 @@ fn trained_weights_export_for_pytorch_and_load_back() {
         e.contains("a file, not a checkpoint") && e.ends_with(&format!("--init {}", out.display())),
         "{e}"
     );
-    let e = import(&run, &m, &mut params, &mut buffers).unwrap_err();
+    let e = import(&run, &m, &mut params, &mut buffers, false).unwrap_err();
     assert!(
         e.contains("give the weights file of its checkpoint: --init /")
             && e.ends_with("step-00000004/model.safetensors"),
@@ -1007,7 +1035,7 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     let f = dir.path().join("imagenet.safetensors");
     safetensors::serialize_to_file(vec![("conv1.weight", view)], &None, &f).unwrap();
     let (mut p, mut b) = (small.init_params(0), small.init_buffers());
-    let e = import(&f, &small, &mut p, &mut b).unwrap_err();
+    let e = import(&f, &small, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("small-image stem")
             && e.contains("pictures of 65 pixels or more")
@@ -1022,7 +1050,7 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     )
     .unwrap();
     let (mut p, mut b) = (grey.init_params(0), grey.init_buffers());
-    let e = import(&f, &grey, &mut p, &mut b).unwrap_err();
+    let e = import(&f, &grey, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("the file's first layer takes 3 input channels and this data gives 1"),
         "{e}"
@@ -1038,7 +1066,7 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
     let f = dir.path().join("small.safetensors");
     safetensors::serialize_to_file(vec![("conv1.weight", view)], &None, &f).unwrap();
     let (mut p, mut b) = (big.init_params(0), big.init_buffers());
-    let e = import(&f, &big, &mut p, &mut b).unwrap_err();
+    let e = import(&f, &big, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("the file has the small-image stem") && e.contains("--image-size 64 or less"),
         "{e}"
@@ -1051,7 +1079,7 @@ fn imagenet_weights_on_small_pictures_name_the_small_image_stem_and_the_fix() {
         vec![16, 768],
     )]);
     let (mut p, mut b) = (mlp.init_params(0), mlp.init_buffers());
-    let e = import(file.path(), &mlp, &mut p, &mut b).unwrap_err();
+    let e = import(file.path(), &mlp, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("the file's first layer takes 768 inputs and this data gives 64"),
         "{e}"
@@ -1069,7 +1097,7 @@ fn a_deeper_model_s_hidden_layer_is_not_taken_for_a_head() {
     let file = f32_file(tensors);
     let shallow = Model::mlp(64, &[32], 10);
     let (mut p, mut b) = (shallow.init_params(0), shallow.init_buffers());
-    let e = import(file.path(), &shallow, &mut p, &mut b).unwrap_err();
+    let e = import(file.path(), &shallow, &mut p, &mut b, false).unwrap_err();
     assert!(
         e.contains("mlp.1.weight") && e.contains("[16, 32]") && e.contains("another --model"),
         "{e}"
@@ -1090,7 +1118,9 @@ fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
     }
     let file = f32_file(tensors);
     let (mut p, mut b) = (m.init_params(1), m.init_buffers());
-    let notes = import(file.path(), &m, &mut p, &mut b).unwrap().join("\n");
+    let notes = import(file.path(), &m, &mut p, &mut b, false)
+        .unwrap()
+        .join("\n");
     assert!(
         notes.contains("the file's optimizer state (optim.*, a checkpoint's) is not taken")
             && !notes.contains("ignored: optim."),
@@ -1098,7 +1128,7 @@ fn a_checkpoint_s_optimizer_state_is_said_apart_and_an_empty_file_holds_none() {
     );
     assert_eq!(p, params);
     let empty = f32_file(Vec::new());
-    let e = import(empty.path(), &m, &mut p, &mut b).unwrap_err();
+    let e = import(empty.path(), &m, &mut p, &mut b, false).unwrap_err();
     assert!(e.contains("it holds no tensors"), "{e}");
 }
 
@@ -1177,7 +1207,7 @@ fn frozen_tensors_the_init_file_does_not_give_are_said_to_stay_random() {
         ("mlp.1.bias".into(), vec![0.0; 3], vec![3]),
     ]);
     let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
-    let notes = import(head_only.path(), &m, &mut params, &mut buffers).unwrap();
+    let notes = import(head_only.path(), &m, &mut params, &mut buffers, true).unwrap();
     assert!(
         notes
             .iter()
@@ -1187,7 +1217,7 @@ fn frozen_tensors_the_init_file_does_not_give_are_said_to_stay_random() {
     );
     // where the file gives them, nothing is said
     m.freeze(&[2, 3]);
-    let notes = import(head_only.path(), &m, &mut params, &mut buffers).unwrap();
+    let notes = import(head_only.path(), &m, &mut params, &mut buffers, true).unwrap();
     assert!(!notes.iter().any(|n| n.contains("frozen")), "{notes:?}");
 }
 
@@ -1201,7 +1231,7 @@ fn a_head_in_part_for_another_class_count_is_refused() {
         ("mlp.1.bias".into(), vec![0.0; 5], vec![5]),
     ]);
     let (mut params, mut buffers) = (m.init_params(0), m.init_buffers());
-    let e = import(mixed.path(), &m, &mut params, &mut buffers).unwrap_err();
+    let e = import(mixed.path(), &m, &mut params, &mut buffers, false).unwrap_err();
     assert!(
         e.contains("the classifier head is in part for this model's 3 classes and in part for another count"),
         "{e}"
@@ -1213,7 +1243,7 @@ fn a_head_in_part_for_another_class_count_is_refused() {
         ("mlp.1.weight".into(), vec![0.5; 80], vec![5, 16]),
         ("mlp.1.bias".into(), vec![0.0; 5], vec![5]),
     ]);
-    let notes = import(other.path(), &m, &mut params, &mut buffers).unwrap();
+    let notes = import(other.path(), &m, &mut params, &mut buffers, false).unwrap();
     assert!(
         notes
             .iter()

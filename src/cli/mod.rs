@@ -368,6 +368,9 @@ pub struct TrainArgs {
     /// Start from the weights in this safetensors file, by PyTorch's names (e.g. torchvision's; a classifier head for another class count is re-initialised)
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Let --init load a file that gives only some of this model's layers (another depth or layer list, as PyTorch's strict=False): the rest start at random, the file's others are ignored
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    pub init_partial: Option<bool>,
     /// Leave these parameters as they are: backbone (all but the classifier head; backward then runs through the head alone) or name prefixes, e.g. layer1,layer2 (whole name parts: conv.1 is not conv.10); none trains everything (over a resumed checkpoint's)
     #[arg(long, value_name = "backbone|PREFIXES|none")]
     pub freeze: Option<String>,

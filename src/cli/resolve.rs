@@ -60,6 +60,7 @@ impl TrainArgs {
             exit_when_done,
             rebalance,
             checkpoint_best,
+            init_partial,
             sync_bn,
             no_decay_bn_bias,
             strategy,
@@ -202,6 +203,9 @@ impl TrainArgs {
             (None, Some(s)) => Budget::Steps(s),
             (None, None) => d.budget,
         };
+        if args.init_partial == Some(true) && args.init.is_none() {
+            return Err("--init-partial lets --init load part of a model, and no --init is given: give the weights file with --init FILE, or leave --init-partial out".into());
+        }
         let prefetch = match args.prefetch.as_deref() {
             None | Some("auto") => d.prefetch,
             Some(s) => s.parse().map_err(|_| {
@@ -341,6 +345,7 @@ impl TrainArgs {
             final_checkpoint: d.final_checkpoint,
             resume,
             init: args.init,
+            init_partial: args.init_partial.unwrap_or(false),
             // (`none` over a resumed checkpoint's: everything trains again)
             freeze: (args.freeze.as_ref().filter(|&f| f != "none"))
                 .map(|f| f.parse().map_err(|e| format!("--freeze: {e}")))

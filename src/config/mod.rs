@@ -248,6 +248,8 @@ pub struct RunConfig {
     pub resume: Option<PathBuf>,
     /// Start from these weights, by name (`--init`, safetensors).
     pub init: Option<PathBuf>,
+    /// `--init` may give only some of the model's tensors (`--init-partial`).
+    pub init_partial: bool,
     /// Parameters training leaves as they are (`--freeze`).
     pub freeze: Option<Freeze>,
     /// Fault injection for tests and demos: (rank, step) panics at that step.
@@ -353,6 +355,7 @@ impl Default for RunConfig {
             final_checkpoint: true,
             resume: None,
             init: None,
+            init_partial: false,
             freeze: None,
             inject_panic: None,
             inject_desync: None,

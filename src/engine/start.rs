@@ -214,7 +214,8 @@ fn fresh(
     let mut state = TrainState::initial(model, cfg.optimizer, cfg.seed);
     let init_notes = match cfg.init.as_ref().filter(|_| lead) {
         Some(path) => {
-            let mut notes = weights::import(path, model, &mut state.params, &mut state.buffers)
+            let (params, buffers) = (&mut state.params, &mut state.buffers);
+            let mut notes = weights::import(path, model, params, buffers, cfg.init_partial)
                 .map_err(EngineError::Config)?;
             notes.extend(weights::against_run(path, model, classes, &cfg.recipe.text));
             notes

@@ -105,12 +105,14 @@ fn header_names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<String>)
 /// Loads the tensors of `path` that this model has, by name, into `params` and `buffers`;
 /// returns the report's lines. A classifier head of another class count is left as
 /// initialised (said so); any other shape mismatch, a damaged file or a file that matches
-/// nothing is an error.
+/// nothing is an error; so is, unless `partial` (`--init-partial`), a file that lacks some of
+/// the model's tensors or has layers of its kind the model lacks (another depth).
 pub fn import(
     path: &Path,
     model: &Model,
     params: &mut [f32],
     buffers: &mut [f32],
+    partial: bool,
 ) -> Result<Vec<String>, String> {
     let at = |m: String| format!("--init {}: {m}", path.display());
     // a run or checkpoint directory: the weights file of its newest checkpoint
@@ -375,6 +377,38 @@ pub fn import(
         .filter(|n| !used.contains(n) && !n.ends_with("num_batches_tracked"))
         .filter(|n| !n.starts_with("optim."))
         .collect();
+    let renamed = || {
+        renumbered(missing.iter().map(String::as_str), &unexpected, |o, t| {
+            shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s))
+        })
+        .unwrap_or_default()
+    };
+    // (a file of another depth: this model's layers it lacks would start at random, or its
+    // layers of a kind this model has, but more of them, would be dropped; PyTorch's
+    // load_state_dict refuses both unless strict=False)
+    let kinds: std::collections::HashSet<String> = (ours.iter())
+        .map(|(t, _)| masked(&format!("{prefix}{}", t.name)))
+        .collect();
+    let deeper: Vec<String> = (unexpected.iter())
+        .filter(|n| kinds.contains(&masked(n)))
+        .cloned()
+        .collect();
+    if !partial && !missing.is_empty() {
+        return Err(at(format!(
+            "{} of this model's {} tensors are not in the file ({}){}: a file of another depth or layer list, whose missing layers would start at random; give the weights of this --model, or add --init-partial to load the {loaded} that match and start the rest at random",
+            missing.len(),
+            ours.len(),
+            listed(&missing),
+            renamed()
+        )));
+    }
+    if !partial && !deeper.is_empty() {
+        return Err(at(format!(
+            "the file has {} tensors of layers this model lacks ({}): the weights of a deeper model, which would load only in part; give the weights of this --model, or add --init-partial to load the {loaded} that match and leave the file's others out",
+            deeper.len(),
+            listed(&deeper)
+        )));
+    }
     let mut notes = vec![format!(
         "--init {}: loaded {loaded} of this model's {} tensors{}",
         path.display(),
@@ -403,10 +437,7 @@ pub fn import(
         notes.push(format!(
             "--init: in the file but not in this model, ignored: {}{}",
             listed(&unexpected),
-            renumbered(missing.iter().map(String::as_str), &unexpected, |o, t| {
-                shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s))
-            })
-            .unwrap_or_default()
+            renamed()
         ));
     }
     // (frozen at their random start: nothing will ever train them)
