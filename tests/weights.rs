@@ -80,6 +80,17 @@ fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
     let (mut p, mut b) = (same.init_params(0), same.init_buffers());
     let e = import(file.path(), &same, &mut p, &mut b, false).unwrap_err();
     assert!(e.contains("may be this model's `dense.1.weight`"), "{e}");
+    // a dropout less before the classifier head: the head is named at another place, and
+    // the file's is said to be it
+    let file = saved(&of("conv8k3,pool2,dense16,dropout0.5"));
+    let less = of("conv8k3,pool2,dense16");
+    let (mut p, mut b) = (less.init_params(0), less.init_buffers());
+    let e = import(file.path(), &less, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains("not in the file (dense.3.weight, dense.3.bias)")
+            && e.contains("the file's `dense.4.weight` may be this model's `dense.3.weight`"),
+        "{e}"
+    );
 }
 
 fn model(preset: &str, classes: usize) -> Model {

@@ -12,7 +12,7 @@ use safetensors::SafeTensors;
 use super::checkpoint;
 use crate::files::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
-use names::{listed, masked, renumbered};
+use names::{last_of_kind, listed, masked, renumbered};
 
 mod export;
 mod exported;
@@ -377,9 +377,18 @@ pub fn import(
         .filter(|n| !used.contains(n) && !n.ends_with("num_batches_tracked"))
         .filter(|n| !n.starts_with("optim."))
         .collect();
+    // (this model's head is said to be the file's where the file's is its last layer of the
+    // kind: a layer list with a dropout less before it)
+    let whole_file: Vec<&String> = unexpected.iter().chain(used.iter()).collect();
+    let head_of_file = |o: &str, t: &str| {
+        head.iter().any(|&i| model.tensors[i].name == o)
+            && last_of_kind(t, &whole_file)
+            && (model.tensors.iter())
+                .any(|m| m.name == o && shape_in_file(t) == Some(m.shape.clone()))
+    };
     let renamed = || {
         renumbered(missing.iter().map(String::as_str), &unexpected, |o, t| {
-            shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s))
+            shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s)) || head_of_file(o, t)
         })
         .unwrap_or_default()
     };
@@ -395,7 +404,7 @@ pub fn import(
         .collect();
     if !partial && !missing.is_empty() {
         return Err(at(format!(
-            "{} of this model's {} tensors are not in the file ({}){}: a file of another depth or layer list, whose missing layers would start at random; give the weights of this --model, or add --init-partial to load the {loaded} that match and start the rest at random",
+            "{} of this model's {} tensors are not in the file ({}): a file of another depth or layer list, whose missing layers would start at random{}; give the weights of this --model, or add --init-partial to load the {loaded} that match and start the rest at random",
             missing.len(),
             ours.len(),
             listed(&missing),

@@ -27,6 +27,20 @@ pub(super) fn masked(name: &str) -> String {
     out
 }
 
+/// The numbers in a name, in order (`layer1.0.conv2.weight`: 1, 0, 2).
+fn indices(name: &str) -> Vec<u64> {
+    (name.split(|c: char| !c.is_ascii_digit()))
+        .filter_map(|d| d.parse().ok())
+        .collect()
+}
+
+/// Whether `name` is the last of its kind among `names` (no name masked alike has higher
+/// numbers): a layer list's classifier head, where `name` is its last dense layer's.
+pub(super) fn last_of_kind(name: &str, names: &[impl AsRef<str>]) -> bool {
+    let (kind, at) = (masked(name), indices(name));
+    !(names.iter().map(AsRef::as_ref)).any(|n| masked(n) == kind && indices(n) > at)
+}
+
 /// Where one of this model's names (`ours`) and one of the file's (`theirs`) differ only in
 /// their indices, and `fits(ours, theirs)` (their shapes agree): the words saying so (a layer
 /// list written with other layers before it).
@@ -70,6 +84,11 @@ mod tests {
             None
         );
         assert!(renumbered(["dense.0.weight"], &["mlp.0.weight"], any).is_some());
+        // the last dense layer of a list is its head; an earlier one is not
+        let file = ["dense.2.weight", "dense.6.weight", "conv.0.weight"];
+        assert!(last_of_kind("dense.6.weight", &file));
+        assert!(!last_of_kind("dense.2.weight", &file));
+        assert!(last_of_kind("conv.0.weight", &file));
         // (a tensor of another shape is no layer renumbered: not said)
         let none = |_: &str, _: &str| false;
         assert_eq!(
