@@ -162,14 +162,15 @@ impl Runner {
     }
 
     /// Makes the ranks one model now, off the schedule (local SGD before a checkpoint, a
-    /// validation or the end of the run), batch norm's running statistics averaged too (left
-    /// as `buffers` says); every rank must call it at the same step.
+    /// validation or the end of the run), batch norm's running statistics averaged too, each
+    /// replica's weighted by `share`, its part of the global batch (left as `buffers` says);
+    /// every rank must call it at the same step.
     pub fn sync_now(
         &mut self,
         replica: &mut dyn Replica,
         coll: &mut dyn Collective,
         step: u64,
-        buffers: Buffers,
+        (buffers, share): (Buffers, f32),
     ) -> Result<Moved, CollectiveError> {
         let mut moved = Moved::default();
         if let Strategy::LocalSgd { moments, .. } = self.strategy {
@@ -180,7 +181,7 @@ impl Runner {
         self.synced_at = step;
         let averaged = match self.averaged.take() {
             Some((at, b)) if at == step => b,
-            _ => average_buffers(replica, coll)?,
+            _ => average_buffers(replica.buffers(), coll, share)?,
         };
         if buffers == Buffers::InPlace && coll.world_size() > 1 && !averaged.is_empty() {
             replica.set_buffers(&averaged);
@@ -210,18 +211,18 @@ impl Runner {
     }
 }
 
-/// Batch norm's running statistics averaged over the replicas (each has normalised its own
-/// batches since the last time; with `--sync-bn` they are the same already).
-fn average_buffers(
-    replica: &dyn Replica,
+/// Batch norm's running statistics averaged over the replicas, each weighted by `share`, its
+/// part of the global batch (each has normalised its own batches since the last time, and a
+/// larger batch's statistics are the surer under `--rebalance`'s uneven split; with
+/// `--sync-bn` they are the same already).
+pub(super) fn average_buffers(
+    mut buffers: Vec<f32>,
     coll: &mut dyn Collective,
+    share: f32,
 ) -> Result<Vec<f32>, CollectiveError> {
-    let mut buffers = replica.buffers();
-    let n = coll.world_size();
-    if !buffers.is_empty() && n > 1 {
+    if !buffers.is_empty() && coll.world_size() > 1 {
+        buffers.iter_mut().for_each(|b| *b *= share);
         coll.all_reduce_sum(&mut buffers)?;
-        let inv = 1.0 / n as f32;
-        buffers.iter_mut().for_each(|b| *b *= inv);
     }
     Ok(buffers)
 }

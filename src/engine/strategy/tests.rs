@@ -84,3 +84,23 @@ fn central_storage_keeps_the_optimizer_state_on_the_host_only() {
     assert!(store.is_none());
     assert_eq!(device, state);
 }
+
+#[test]
+fn running_statistics_weigh_by_each_replica_s_part_of_the_batch() {
+    use crate::comm::LocalCollective;
+    // rank 0 took 96 of 128 samples, rank 1 32: its statistics weigh a quarter
+    let stats = [vec![1.0f32, 4.0], vec![5.0, 8.0]];
+    let shares = [0.75f32, 0.25];
+    let got: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (LocalCollective::group(2).into_iter().enumerate())
+            .map(|(r, mut c)| {
+                let mine = stats[r].clone();
+                s.spawn(move || super::runner::average_buffers(mine, &mut c, shares[r]).unwrap())
+            })
+            .collect();
+        ranks.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for averaged in got {
+        assert_eq!(averaged, vec![2.0, 5.0]);
+    }
+}

@@ -221,6 +221,17 @@ impl Worker {
         }
     }
 
+    /// This rank's part of the global batch (`--rebalance`'s split, else an even one): how much
+    /// its batch norm statistics weigh in the replicas' average.
+    pub(super) fn share(&self) -> f32 {
+        match self.split.as_deref() {
+            Some(sizes) if sizes.iter().sum::<usize>() > 0 => {
+                sizes[self.rank] as f32 / sizes.iter().sum::<usize>() as f32
+            }
+            _ => 1.0 / self.ranks.max(1) as f32,
+        }
+    }
+
     /// Every rank shares its speed (one small all-reduce) and applies the same new split.
     fn rebalance(&mut self) -> Result<(), EngineError> {
         let mut speeds = vec![0.0f32; self.ranks];
@@ -458,8 +469,13 @@ impl Worker {
         self.decider = None;
         self.catch_up(replica, &mut tally)?;
         self.last_reports()?;
-        self.strategy
-            .sync_now(replica, self.coll.as_mut(), self.step, Buffers::Aside)?;
+        let share = self.share();
+        self.strategy.sync_now(
+            replica,
+            self.coll.as_mut(),
+            self.step,
+            (Buffers::Aside, share),
+        )?;
         if !stopped && self.cfg.final_checkpoint {
             self.save(replica, false)?;
         }
