@@ -67,9 +67,11 @@ impl Limit {
 pub struct Bound {
     pub limit: Limit,
     /// A rank's own step (without waiting for slower peers, mean over ranks) in ms; the wait
-    /// for input of the rank that waits least, in ms and as a share of its own step.
+    /// for input of the rank that waits the least share of its own step: that share, and the
+    /// wait and the own step it is of, in ms (one step's figures, the median step's by share).
     pub step_ms: f64,
     pub data_ms: f64,
+    pub data_step_ms: f64,
     pub data_share: f64,
     /// The GPUs' mean utilization (0-1) and MFU (0-1), where known.
     pub util: Option<f64>,
@@ -91,7 +93,7 @@ impl fmt::Display for Bound {
                 "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); {}",
                 at_least(self.data_share),
                 self.data_ms,
-                self.step_ms,
+                self.data_step_ms,
                 self.input_fix
             ),
             Limit::Launch => write!(
@@ -114,10 +116,16 @@ impl fmt::Display for Bound {
     }
 }
 
-/// One step over every rank: its own step in ms (mean over ranks), the least data wait in ms
-/// and the least share of its own step any rank waited for input, the MFU (mean over the
-/// ranks that have one).
-type Sample = (f64, f64, f64, Option<f64>);
+/// One step over every rank: its own step in ms (mean over ranks); the least share of its own
+/// step any rank waited for input, with that rank's wait and own step in ms; the MFU (mean
+/// over the ranks that have one).
+struct Sample {
+    mean_own: f64,
+    share: f64,
+    data: f64,
+    own: f64,
+    mfu: Option<f64>,
+}
 
 pub struct BoundDetector {
     mfu: Mfu,
@@ -171,14 +179,14 @@ impl BoundDetector {
             let own = |r: &StepStats| ms(r.step_time.saturating_sub(r.sync_wait));
             let n = row.ranks.len() as f64;
             let mean_own = row.ranks.iter().map(own).sum::<f64>() / n;
-            let least = |f: &dyn Fn(&StepStats) -> f64| {
-                (row.ranks.iter()).map(f).fold(f64::INFINITY, f64::min)
-            };
-            let data = least(&|r| ms(r.data_wait));
-            let share = least(&|r| match own(r) > 0.0 {
+            let share_of = |r: &StepStats| match own(r) > 0.0 {
                 true => ms(r.data_wait) / own(r),
                 false => 0.0,
-            });
+            };
+            // (the rank that waits the least share: its figures go together)
+            let least = (row.ranks.iter())
+                .min_by(|a, b| share_of(a).total_cmp(&share_of(b)))
+                .expect("a rank");
             let mfu: Vec<f64> = (row.ranks.iter())
                 .filter_map(|r| self.mfu.of(r.rank, r.samples, r.step_time))
                 .collect();
@@ -186,22 +194,32 @@ impl BoundDetector {
             if self.recent.len() == cfg.window {
                 self.recent.pop_front();
             }
-            self.recent.push_back((mean_own, data, share, mfu));
+            self.recent.push_back(Sample {
+                mean_own,
+                share: share_of(least),
+                data: ms(least.data_wait),
+                own: own(least),
+                mfu,
+            });
         }
         self.rows += 1;
         if self.rows <= cfg.warmup || !self.rows.is_multiple_of(cfg.every) || self.recent.is_empty()
         {
             return Vec::new();
         }
-        let step_ms = median(self.recent.iter().map(|s| s.0).collect());
-        let data_ms = median(self.recent.iter().map(|s| s.1).collect());
-        let share = median(self.recent.iter().map(|s| s.2).collect());
-        let mfus: Vec<f64> = self.recent.iter().filter_map(|s| s.3).collect();
+        let step_ms = median(self.recent.iter().map(|s| s.mean_own).collect());
+        // (the median step by share, whose wait and own step are said with it)
+        let mut by_share: Vec<&Sample> = self.recent.iter().collect();
+        by_share.sort_by(|a, b| a.share.total_cmp(&b.share));
+        let mid = by_share[by_share.len() / 2];
+        let (share, data_ms, data_step_ms) = (mid.share, mid.data, mid.own);
+        let mfus: Vec<f64> = self.recent.iter().filter_map(|s| s.mfu).collect();
         let mfu = (!mfus.is_empty()).then(|| median(mfus));
         let bound = |limit| Bound {
             limit,
             step_ms,
             data_ms,
+            data_step_ms,
             data_share: share,
             util: self.util,
             mfu,
@@ -341,6 +359,26 @@ mod tests {
     }
 
     #[test]
+    fn the_input_bound_share_is_said_with_the_wait_and_step_it_is_of() {
+        // rank 0 waits 6 of its 10 ms, rank 1 (a shorter step) 7 of 8: the share said is
+        // rank 0's, with its own figures, not another rank's step or a mean
+        let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
+        let w: Vec<Warning> = (1..=60)
+            .flat_map(|s| {
+                let mut r = row(s, 2, 10.0, 6.0, false);
+                r.ranks[1].step_time = ms(8.0);
+                r.ranks[1].data_wait = ms(7.0);
+                d.on_row(&r)
+            })
+            .collect();
+        let text = w[0].to_string();
+        assert!(
+            text.contains("at least 60% of each step (6.0 of 10.0 ms)"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_input_bound_run_is_told_what_fits_its_input() {
         let said = |ctx: Context| {
             let mut d = Detector::new(2, DetectorConfig::default(), ctx);
@@ -394,6 +432,7 @@ mod tests {
             limit: super::Limit::Input,
             step_ms: 50.3,
             data_ms: 50.1,
+            data_step_ms: 50.3,
             data_share: 50.1 / 50.3,
             util: None,
             mfu: None,
