@@ -244,15 +244,13 @@ impl Monitor {
     fn count(&mut self, at: Duration, first: &StepStats) {
         self.total_samples += first.global_samples as u64;
         if first.after_pause {
-            // the pause is not training time: measure from the step before the resume
+            // the pause (a validation, a checkpoint, the user's) is not training time: the
+            // window's points before it move past it, so the rate keeps the steps before it
             let start = at.saturating_sub(first.step_time);
-            let before = self.recent.back().map_or(0.0, |r| r.2);
-            self.recent.clear();
-            self.recent.push_back((
-                start,
-                self.total_samples - first.global_samples as u64,
-                before,
-            ));
+            let gap = start.saturating_sub(self.recent.back().map_or(start, |r| r.0));
+            for r in &mut self.recent {
+                r.0 += gap;
+            }
             if first.paused {
                 // the pace before the pause still counts: its points move past the pause
                 let gap = start.saturating_sub(self.paced.back().map_or(start, |p| p.0));

@@ -238,3 +238,20 @@ fn training_time_is_each_rank_s_own_whatever_their_steps_do_not_line_up() {
     // each rank trained 6 ms; the slowest of each step would say 8
     assert!((totals.train_s - 0.006).abs() < 1e-12, "{}", totals.train_s);
 }
+
+#[test]
+fn the_rate_after_a_validation_keeps_the_steps_before_it() {
+    // 100 steps of 10 ms at 20 samples, then a 1 s validation, then a step of 30 ms (a slow
+    // one): the rate is the window's, not the one step's since the validation
+    let mut m = Monitor::new(1);
+    for step in 1..=100 {
+        m.on_step(stats(0, step, step * 10));
+    }
+    let mut s = stats(0, 101, 1000 + 1000 + 30);
+    s.after_pause = true;
+    s.step_time = Duration::from_millis(30);
+    m.on_step(s);
+    // over the last 2 s of training: (100 + 1 steps) x 20 samples in 1.03 s
+    let r = m.samples_per_sec().unwrap();
+    assert!((r - 101.0 * 20.0 / 1.03).abs() < 20.0, "{r}");
+}
