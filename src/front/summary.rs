@@ -17,6 +17,9 @@ pub struct Summary {
     pub failed: Option<String>,
     pub best_val_accuracy: Option<f32>,
     pub wall: Duration,
+    /// Of `wall`, the time in steps (the ranks' mean, summed): start-up, validations,
+    /// checkpoints and pauses left out.
+    pub train_s: f64,
     /// Samples per second of training time (pauses excluded).
     pub mean_samples_per_sec: Option<f64>,
     /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
@@ -85,6 +88,7 @@ impl Summary {
             failed: None,
             best_val_accuracy: None,
             wall,
+            train_s: totals.train_s,
             mean_samples_per_sec: (totals.train_s > 0.0)
                 .then(|| totals.samples as f64 / totals.train_s),
             time_shares: totals.shares(),
@@ -114,6 +118,14 @@ impl Summary {
             crate::text::counted((self.steps - start) as usize, "step"),
             took(self.wall)
         );
+        // (where much of the time went elsewhere: start-up, validations, pauses)
+        let wall = self.wall.as_secs_f64();
+        if self.train_s > 0.0 && wall - self.train_s > (0.1 * wall).max(1.0) {
+            line += &format!(
+                ", {} of it in steps",
+                took(Duration::from_secs_f64(self.train_s))
+            );
+        }
         if let Some(a) = self.best_val_accuracy {
             line += &format!(" | best val accuracy {:.2}%", a * 100.0);
         }
@@ -216,6 +228,28 @@ mod tests {
             ranks_time(t(8.66, 0.6).shares()),
             "compute 87%, data 5%, comm 6%, wait 2%"
         );
+    }
+
+    #[test]
+    fn the_time_in_steps_is_said_where_much_went_elsewhere() {
+        let info = crate::engine::RunInfo::example(1);
+        let of = |wall: u64, train_s: f64| {
+            let totals = Totals {
+                samples: 8000,
+                train_s,
+                ..Totals::default()
+            };
+            Summary::of(3000, Ending::Completed, Duration::from_secs(wall), &totals).figures(&info)
+        };
+        // a pause of 9 s among 18.7 s of steps
+        let said = of(27, 18.7);
+        assert!(
+            said.starts_with("3000 steps in 27.0 s, 18.7 s of it in steps |"),
+            "{said}"
+        );
+        // nearly all of it in steps: nothing more
+        let said = of(20, 19.5);
+        assert!(said.starts_with("3000 steps in 20.0 s |"), "{said}");
     }
 
     #[test]
