@@ -8,7 +8,7 @@ use super::units;
 use super::words::{describe, event_line, step_line};
 use crate::engine::events::Event;
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
-use crate::front::summary::{Spikes, Summary};
+use crate::front::summary::{Flags, Spikes, Summary};
 use crate::front::watch::{Seen, Watch};
 use crate::front::watcher::Watcher;
 use crate::observe::metrics::Record;
@@ -45,6 +45,8 @@ struct Log<'a> {
     best_val: Option<f32>,
     /// Gradient spikes said.
     spikes: Spikes,
+    /// Stragglers and the run's limits said.
+    flags: Flags,
     /// The time left to the end of the budget as of the newest row.
     eta: Option<Duration>,
 }
@@ -62,6 +64,7 @@ impl<'a> Log<'a> {
             printed: None,
             best_val: None,
             spikes: Spikes::default(),
+            flags: Flags::default(),
             eta: None,
             info,
         }
@@ -81,10 +84,10 @@ impl<'a> Log<'a> {
                 Seen::Record(Record::Warning {
                     t,
                     kind,
+                    rank,
                     step,
                     message,
-                    ..
-                }) => self.on_warning(&kind, step, &message, t),
+                }) => self.on_warning(&kind, (rank, step), &message, t),
                 Seen::Record(Record::Telemetry { .. }) => {}
                 // (before its row, whose line says it)
                 Seen::Eta(eta) => self.eta = eta,
@@ -107,6 +110,7 @@ impl<'a> Log<'a> {
             let summary = Summary {
                 best_val_accuracy: self.best_val,
                 grad_spikes: self.spikes.clone(),
+                flags: self.flags.clone(),
                 ..Summary::of(step, ending, t, &self.totals.unwrap_or_default())
             };
             let figures = summary.figures(&self.info);
@@ -143,7 +147,13 @@ impl<'a> Log<'a> {
     }
 
     /// A detector's warning of `kind` (a clearing's ends in `_cleared`).
-    fn on_warning(&mut self, kind: &str, step: Option<u64>, message: &str, t: Duration) {
+    fn on_warning(
+        &mut self,
+        kind: &str,
+        (rank, step): (Option<usize>, Option<u64>),
+        message: &str,
+        t: Duration,
+    ) {
         let level = if kind.ends_with("_cleared") {
             "note"
         } else {
@@ -153,6 +163,8 @@ impl<'a> Log<'a> {
         if kind == "grad_spike" {
             self.spikes.add(step);
         }
+        let who = rank.map(|r| self.info.rank_label(r));
+        self.flags.add(kind, who, step);
     }
 
     fn on_event(&mut self, ev: &Event, t: Duration) {

@@ -30,6 +30,82 @@ pub struct Summary {
     pub best_checkpoint: Option<(PathBuf, f32)>,
     /// Gradient spikes said during the run.
     pub grad_spikes: Spikes,
+    /// Stragglers and the run's limits said during the run.
+    pub flags: Flags,
+}
+
+/// The stragglers, slowed ranks and the run's limits (input-bound, ...) the detectors said
+/// during a run: what, from which step, whether and when it cleared, how often it came.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Flags {
+    items: Vec<Flag>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Flag {
+    what: String,
+    from: Option<u64>,
+    /// `None` while it holds; the step it cleared at, where it did.
+    cleared: Option<Option<u64>>,
+    times: u32,
+}
+
+/// The most flags the summary line names.
+const FLAGS_SAID: usize = 3;
+
+impl Flags {
+    /// A detector's warning of `kind` (a clearing's ends in `_cleared`) about the rank named
+    /// `who`, where it is a rank's, at `step`.
+    pub fn add(&mut self, kind: &str, who: Option<String>, step: Option<u64>) {
+        let (base, cleared) = match kind.strip_suffix("_cleared") {
+            Some(b) => (b, true),
+            None => (kind, false),
+        };
+        let who = who.unwrap_or_default();
+        let what = match base {
+            "straggler" => format!("straggler {who}"),
+            "degraded" => format!("{who} slowed"),
+            "input_bound" | "launch_bound" | "underused" => base.replace('_', "-"),
+            _ => return,
+        };
+        let known = self.items.iter_mut().find(|f| f.what == what);
+        match (known, cleared) {
+            (Some(f), true) => f.cleared = f.cleared.or(Some(step)),
+            (Some(f), false) if f.cleared.is_some() => {
+                f.cleared = None;
+                f.times += 1;
+            }
+            (Some(_), false) | (None, true) => {}
+            (None, false) => self.items.push(Flag {
+                what,
+                from: step,
+                cleared: None,
+                times: 1,
+            }),
+        }
+    }
+
+    /// `straggler cpu1 from step 50 to 80; input-bound from step 50`; `None` for none.
+    pub fn text(&self) -> Option<String> {
+        let said: Vec<String> = (self.items.iter().take(FLAGS_SAID))
+            .map(|f| {
+                let from = f.from.map_or(String::new(), |s| format!(" from step {s}"));
+                let to = match f.cleared {
+                    Some(Some(s)) => format!(" to {s}"),
+                    Some(None) => " for a while".into(),
+                    None => String::new(),
+                };
+                let times = match f.times {
+                    1 => String::new(),
+                    n => format!(" ({n} times)"),
+                };
+                format!("{}{from}{to}{times}", f.what)
+            })
+            .collect();
+        let more = self.items.len().saturating_sub(FLAGS_SAID);
+        let more = (more > 0).then(|| format!("{more} more in the events"));
+        (!said.is_empty()).then(|| said.into_iter().chain(more).collect::<Vec<_>>().join("; "))
+    }
 }
 
 /// Gradient spikes said during a run: how many, the steps of the first few, the newest's.
@@ -95,6 +171,7 @@ impl Summary {
             last_checkpoint: None,
             best_checkpoint: None,
             grad_spikes: Spikes::default(),
+            flags: Flags::default(),
         }
     }
 
@@ -140,6 +217,9 @@ impl Summary {
         }
         if let Some(s) = self.grad_spikes.text() {
             line += &format!(" | {s}");
+        }
+        if let Some(f) = self.flags.text() {
+            line += &format!(" | {f}");
         }
         if self.time_shares.is_some() {
             line += &format!(" | ranks' time: {}", ranks_time(self.time_shares));
@@ -227,6 +307,30 @@ mod tests {
         assert_eq!(
             ranks_time(t(8.66, 0.6).shares()),
             "compute 87%, data 5%, comm 6%, wait 2%"
+        );
+    }
+
+    #[test]
+    fn stragglers_and_limits_said_in_a_run_are_in_its_summary() {
+        let mut f = Flags::default();
+        assert_eq!(f.text(), None);
+        let cpu1 = || Some("cpu1".to_string());
+        f.add("straggler", cpu1(), Some(50));
+        f.add("input_bound", None, Some(60));
+        f.add("grad_spike", None, Some(70));
+        f.add("straggler_cleared", cpu1(), Some(80));
+        assert_eq!(
+            f.text().unwrap(),
+            "straggler cpu1 from step 50 to 80; input-bound from step 60"
+        );
+        // back again, and cleared again: from its first step to its last clearing
+        f.add("straggler", cpu1(), Some(300));
+        f.add("straggler_cleared", cpu1(), Some(400));
+        f.add("degraded", Some("cpu0".into()), Some(500));
+        f.add("underused", None, Some(600));
+        assert_eq!(
+            f.text().unwrap(),
+            "straggler cpu1 from step 50 to 400 (2 times); input-bound from step 60; cpu0 slowed from step 500; 1 more in the events"
         );
     }
 

@@ -151,6 +151,8 @@ impl App {
         if kind == "grad_spike" {
             self.grad_spikes.add(step);
         }
+        let who = rank.map(|r| self.info.rank_label(r));
+        self.flags.add(kind, who, step);
         // the run's own limits stay in the header while they last
         let limit =
             (Limit::ALL.into_iter()).find(|l| kind.trim_end_matches("_cleared") == l.kind());
@@ -343,6 +345,7 @@ impl App {
             last_checkpoint: self.last_checkpoint.clone(),
             best_checkpoint: self.best_checkpoint.clone(),
             grad_spikes: self.grad_spikes.clone(),
+            flags: self.flags.clone(),
             ..Summary::of(steps, ending, self.now, &self.totals)
         }
     }

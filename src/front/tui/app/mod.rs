@@ -189,6 +189,8 @@ pub struct App {
     pub clipped: (u64, u64),
     /// Gradient spikes said (`Warning::GradSpike`, by the kind its record names).
     pub grad_spikes: Spikes,
+    /// Stragglers and the run's limits said, for the summary.
+    pub flags: crate::front::summary::Flags,
     /// The smoothed train loss, and the step it is of.
     ema: Option<(f64, u64)>,
     pub epochs: Vec<EpochPoint>,
@@ -253,6 +255,7 @@ impl App {
             grad_norm: History::peaks(HISTORY_POINTS),
             clipped: (0, 0),
             grad_spikes: Spikes::default(),
+            flags: Default::default(),
             ema: None,
             epochs: Vec::new(),
             validations: Vec::new(),

@@ -230,6 +230,9 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!("{} (said in the events)", s.grad_spikes.count),
         ));
     }
+    if let Some(f) = s.flags.text() {
+        fields.push(("flagged", f));
+    }
     if let Some(p) = &s.last_checkpoint {
         fields.push(("checkpoint", p.display().to_string()));
     }
