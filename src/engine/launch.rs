@@ -135,6 +135,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             split: split.clone(),
             rebalance_work: Duration::ZERO,
             rebalance_samples: 0,
+            rebalance_speeds: None,
             strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             device_cap: l.device_cap.clone(),
             late: worker::late(cfg, matches!(info.devices[rank], Device::Gpu { .. })),

@@ -13,6 +13,22 @@ pub const EVERY: u64 = 50;
 /// A new split is applied only when some rank's share moves by more than this fraction.
 const MIN_CHANGE: f64 = 0.1;
 
+/// The speeds a decision goes by: the mean of the newest and the last decision's (`before`),
+/// every rank's measured (a rank that measured nothing keeps its last speed).
+pub fn smoothed(before: Option<&[f32]>, newest: &[f32]) -> Vec<f32> {
+    let ok = |s: f32| s.is_finite() && s > 0.0;
+    match before.filter(|b| b.len() == newest.len()) {
+        None => newest.to_vec(),
+        Some(b) => (b.iter().zip(newest))
+            .map(|(&b, &n)| match (ok(b), ok(n)) {
+                (true, true) => 0.5 * (b + n),
+                (true, false) => b,
+                _ => n,
+            })
+            .collect(),
+    }
+}
+
 /// The split to use from now on, or `None` to keep `current`. `speeds` are samples per second
 /// of each rank's own work (data wait + compute) since the last decision; every rank keeps
 /// `least` samples at least (2 where one would make a batch norm of one value per channel).
@@ -56,6 +72,17 @@ mod tests {
         let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32], 1).unwrap();
         assert_eq!(s, vec![39, 19, 38]); // 38.4, 19.2, 38.4: the spare sample to the lower rank
         assert_eq!(s.iter().sum::<usize>(), 96);
+    }
+
+    #[test]
+    fn one_noisy_measurement_moves_the_speeds_half_way() {
+        assert_eq!(smoothed(None, &[1000.0, 500.0]), vec![1000.0, 500.0]);
+        let before = [1000.0, 500.0];
+        // rank 1 measured as fast as rank 0 once (a stretch of noise): half way, so the split
+        // moves towards even only in part
+        assert_eq!(smoothed(Some(&before), &[1000.0, 1000.0]), vec![1000.0, 750.0]);
+        // a rank that measured nothing keeps its speed
+        assert_eq!(smoothed(Some(&before), &[1000.0, 0.0]), vec![1000.0, 500.0]);
     }
 
     #[test]

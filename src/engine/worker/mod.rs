@@ -86,6 +86,8 @@ pub(super) struct Worker {
     /// This rank's work time and samples since the last rebalancing decision.
     pub rebalance_work: Duration,
     pub rebalance_samples: usize,
+    /// The ranks' speeds the last rebalancing decision went by, smoothed across decisions.
+    pub rebalance_speeds: Option<Vec<f32>>,
     /// How this rank exchanges gradients and updates (`--strategy`).
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
@@ -242,6 +244,10 @@ impl Worker {
         self.coll.all_reduce_sum(&mut speeds)?;
         self.rebalance_work = Duration::ZERO;
         self.rebalance_samples = 0;
+        // (one noisy stretch, a build beside the run, does not swing the split on its own:
+        // each decision goes by the mean of its speeds and the last decision's)
+        let speeds = rebalance::smoothed(self.rebalance_speeds.as_deref(), &speeds);
+        self.rebalance_speeds = Some(speeds.clone());
         let current = self
             .split
             .as_deref()
