@@ -80,7 +80,10 @@ mod tests {
         let before = [1000.0, 500.0];
         // rank 1 measured as fast as rank 0 once (a stretch of noise): half way, so the split
         // moves towards even only in part
-        assert_eq!(smoothed(Some(&before), &[1000.0, 1000.0]), vec![1000.0, 750.0]);
+        assert_eq!(
+            smoothed(Some(&before), &[1000.0, 1000.0]),
+            vec![1000.0, 750.0]
+        );
         // a rank that measured nothing keeps its speed
         assert_eq!(smoothed(Some(&before), &[1000.0, 0.0]), vec![1000.0, 500.0]);
     }

@@ -65,7 +65,7 @@ impl Flags {
         let what = match base {
             "straggler" => format!("straggler {who}"),
             "degraded" => format!("{who} slowed"),
-            "input_bound" | "launch_bound" | "underused" => base.replace('_', "-"),
+            "input_bound" | "launch_bound" | "underused" | "outside_load" => base.replace('_', "-"),
             _ => return,
         };
         let known = self.items.iter_mut().find(|f| f.what == what);

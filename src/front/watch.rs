@@ -227,6 +227,11 @@ impl Watch {
         }
         let devices = self.telemetry.sample(t);
         self.sampled(t, devices, process_memory());
+        // (other work taking the cores: said where the detector finds it held)
+        let load = self.telemetry.load();
+        if let Some(w) = load.and_then(|l| self.detector.on_load(&l)) {
+            self.warning(&w, t);
+        }
     }
 
     /// Telemetry taken elsewhere (the demo's).

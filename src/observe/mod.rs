@@ -5,6 +5,7 @@
 
 pub mod history;
 pub mod live;
+pub mod machine_load;
 pub mod metrics;
 pub mod mfu;
 pub mod monitor;

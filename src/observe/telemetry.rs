@@ -87,6 +87,8 @@ pub struct Telemetry {
     latest: Arc<Mutex<Option<Vec<DeviceSample>>>>,
     /// Dropped to stop the sampler thread.
     _stop: Option<Sender<()>>,
+    /// What else keeps the machine's cores busy (`None`: the demo's, made-up run).
+    load: Option<crate::observe::machine_load::LoadMeter>,
 }
 
 impl Telemetry {
@@ -111,6 +113,7 @@ impl Telemetry {
             gpu_ranks: gpus.iter().map(|g| g.0).collect(),
             latest,
             _stop: stop,
+            load: Some(Default::default()),
             ..Telemetry::of_steps(devices.len())
         }
     }
@@ -123,11 +126,17 @@ impl Telemetry {
             gpu_ranks: Vec::new(),
             latest: Arc::new(Mutex::new(None)),
             _stop: None,
+            load: None,
         }
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
         self.busy.on_step(s);
+    }
+
+    /// The machine's load since the last call (its first: none).
+    pub fn load(&mut self) -> Option<crate::observe::machine_load::Load> {
+        self.load.as_mut()?.sample()
     }
 
     /// One sample per rank covering the time since the previous call (`now`: since the start).

@@ -300,6 +300,16 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["grad_norm"] = spike.norm.into();
             v["median"] = spike.median.into();
         }
+        Warning::OutsideLoad { step, load } => {
+            v["step"] = (*step).into();
+            v["cores"] = load.cores.into();
+            v["ours_cores"] = load.ours.into();
+            v["others_cores"] = load.others.into();
+            v["top"] = load.top.as_ref().map(|t| t.0.clone()).into();
+        }
+        Warning::OutsideLoadCleared { step } => {
+            v["step"] = (*step).into();
+        }
     }
     v
 }

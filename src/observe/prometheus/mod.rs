@@ -29,6 +29,9 @@ use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
 use families::{gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
 
+/// The `mgtop_bound` label of other work taking the machine's cores.
+const OUTSIDE_LOAD: &str = "outside-load";
+
 /// The states `mgtop_run_state` has a series for.
 const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
 
@@ -263,7 +266,7 @@ impl Prometheus {
             bound: gauge_vec(
                 r,
                 "mgtop_bound",
-                "1 while the whole run is held back by its input (input-bound) or its host (launch-bound), or busy GPUs compute at a low MFU (underused); 0 once cleared.",
+                "1 while the whole run is held back by its input (input-bound) or its host (launch-bound), busy GPUs compute at a low MFU (underused), or other work takes the machine's cores (outside-load); 0 once cleared.",
                 &["limit"],
             )?,
             checkpoints: int_counter(
@@ -314,6 +317,7 @@ impl Prometheus {
         for l in Limit::ALL {
             p.bound.with_label_values(&[l.name()]).set(0.0);
         }
+        p.bound.with_label_values(&[OUTSIDE_LOAD]).set(0.0);
         Ok(p)
     }
 
@@ -460,6 +464,10 @@ impl Sink for Prometheus {
             }
             Warning::BoundCleared { limit, .. } => {
                 self.bound.with_label_values(&[limit.name()]).set(0.0)
+            }
+            Warning::OutsideLoad { .. } => self.bound.with_label_values(&[OUTSIDE_LOAD]).set(1.0),
+            Warning::OutsideLoadCleared { .. } => {
+                self.bound.with_label_values(&[OUTSIDE_LOAD]).set(0.0)
             }
             Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. } => {}
         }

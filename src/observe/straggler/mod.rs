@@ -20,6 +20,7 @@ mod batch_key;
 mod bound;
 mod cause;
 mod config;
+mod outside;
 mod spike;
 mod warning;
 
@@ -74,6 +75,8 @@ pub struct Detector {
     bound: bound::BoundDetector,
     /// Steps whose gradient norm is many times the recent ones'.
     spikes: spike::SpikeDetector,
+    /// Other work on the machine taking the run's cores.
+    outside: outside::OutsideDetector,
 }
 
 impl Detector {
@@ -139,6 +142,7 @@ impl Detector {
             paused: false,
             bound: bound::BoundDetector::new(mfu, ctx.input_fix()),
             spikes: spike::SpikeDetector::default(),
+            outside: Default::default(),
             cfg,
             ctx,
         }
@@ -164,6 +168,19 @@ impl Detector {
             })
             .collect();
         self.bound.on_util(&util);
+    }
+
+    /// The machine's load since the last sample: other work taking the run's cores is said
+    /// (once steps are under way, not while paused), and cleared.
+    pub fn on_load(&mut self, load: &crate::observe::machine_load::Load) -> Option<Warning> {
+        if self.paused || self.rows == 0 {
+            return None;
+        }
+        let step = self.last_step;
+        Some(match self.outside.on_load(load)? {
+            outside::Change::Said(load) => Warning::OutsideLoad { step, load },
+            outside::Change::Cleared => Warning::OutsideLoadCleared { step },
+        })
     }
 
     /// The ranks currently flagged as stragglers.

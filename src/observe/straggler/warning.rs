@@ -162,6 +162,15 @@ pub enum Warning {
         step: u64,
         spike: Spike,
     },
+    /// Other work on the machine (another run, a build, the hypervisor) takes the cores the
+    /// run's ranks need.
+    OutsideLoad {
+        step: u64,
+        load: crate::observe::machine_load::Load,
+    },
+    OutsideLoadCleared {
+        step: u64,
+    },
 }
 
 impl Warning {
@@ -175,7 +184,9 @@ impl Warning {
             Warning::Stall { .. }
             | Warning::Bound { .. }
             | Warning::BoundCleared { .. }
-            | Warning::GradSpike { .. } => None,
+            | Warning::GradSpike { .. }
+            | Warning::OutsideLoad { .. }
+            | Warning::OutsideLoadCleared { .. } => None,
         }
     }
     /// The step it was said at.
@@ -188,7 +199,9 @@ impl Warning {
             | Warning::Stall { step, .. }
             | Warning::Bound { step, .. }
             | Warning::BoundCleared { step, .. }
-            | Warning::GradSpike { step, .. } => step,
+            | Warning::GradSpike { step, .. }
+            | Warning::OutsideLoad { step, .. }
+            | Warning::OutsideLoadCleared { step } => step,
         }
     }
     /// Whether this ends an earlier warning.
@@ -198,6 +211,7 @@ impl Warning {
             Warning::StragglerCleared { .. }
                 | Warning::DegradedCleared { .. }
                 | Warning::BoundCleared { .. }
+                | Warning::OutsideLoadCleared { .. }
         )
     }
     /// A short name for the metrics file.
@@ -209,6 +223,8 @@ impl Warning {
             Warning::DegradedCleared { .. } => "degraded_cleared",
             Warning::Stall { .. } => "stall",
             Warning::GradSpike { .. } => "grad_spike",
+            Warning::OutsideLoad { .. } => "outside_load",
+            Warning::OutsideLoadCleared { .. } => "outside_load_cleared",
             Warning::Bound { bound, .. } => bound.limit.kind(),
             Warning::BoundCleared { limit, .. } => match limit {
                 Limit::Input => "input_bound_cleared",
@@ -268,6 +284,18 @@ impl fmt::Display for Warning {
                 }
             ),
             Warning::GradSpike { step, spike } => write!(f, "gradient spike at step {step}: {spike}"),
+            Warning::OutsideLoad { load, .. } => {
+                let top = (load.top.as_ref())
+                    .map_or(String::new(), |(who, c)| format!(" ({c:.1} of them {who})"));
+                write!(
+                    f,
+                    "outside load: other work took {:.1} of this machine's {} cores{top} beside this run's {:.1}: its ranks wait for cores, so its steps are slower and the waiting shows as comm, wait and other in the split until the cores are free",
+                    load.others, load.cores, load.ours
+                )
+            }
+            Warning::OutsideLoadCleared { step } => {
+                write!(f, "outside load cleared: the cores are free for this run again (step {step})")
+            }
             Warning::Stall { step, waited, missing, injected } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 let s = waited.as_secs_f64();

@@ -1,0 +1,230 @@
+//! What else keeps this machine's cores busy while the run trains: another run, a build, the
+//! hypervisor (steal time). Read from /proc between two telemetry samples: the machine's busy
+//! time (/proc/stat) less this process's and its siblings' (the run's other processes here,
+//! children of the same launcher). Linux only; elsewhere nothing is said.
+
+use std::collections::HashMap;
+
+/// The machine's CPU time over a span, in cores (time busy over the span's length).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Load {
+    /// The cores the machine has.
+    pub cores: usize,
+    /// Cores' worth of time this run's processes here took.
+    pub ours: f64,
+    /// Cores' worth of time everything else took (steal time included).
+    pub others: f64,
+    /// The other process that took the most, with its cores' worth (`steal`: the hypervisor).
+    pub top: Option<(String, f64)>,
+}
+
+impl Load {
+    /// Whether the others' time left this run short of cores: they take half a core or more,
+    /// and with ours the machine was nearly full.
+    pub fn contended(&self) -> bool {
+        self.others >= 0.5 && self.ours + self.others >= 0.9 * self.cores as f64
+    }
+}
+
+/// One process's figures from /proc/PID/stat.
+struct Proc {
+    ppid: u32,
+    comm: String,
+    ticks: u64,
+}
+
+/// Reads the machine's and the processes' CPU time at each `sample`, for the span since the
+/// one before.
+#[derive(Default)]
+pub struct LoadMeter {
+    /// The machine's (busy, total, steal) ticks and this process's, at the last sample.
+    last: Option<(Ticks, u64)>,
+    /// Every process's ticks at the last scan (a scan is made only where others took time).
+    scanned: HashMap<u32, u64>,
+}
+
+#[derive(Clone, Copy)]
+struct Ticks {
+    busy: u64,
+    total: u64,
+    steal: u64,
+    cores: usize,
+}
+
+impl LoadMeter {
+    /// The load since the last call (`None` the first time, and where /proc cannot tell).
+    pub fn sample(&mut self) -> Option<Load> {
+        let now = machine_ticks()?;
+        let me = std::process::id();
+        let mine = read_proc(me)?.ticks;
+        let (before, mine_before) = self.last.replace((now, mine))?;
+        let total = now.total.saturating_sub(before.total);
+        if total == 0 || now.cores == 0 {
+            return None;
+        }
+        // a core's ticks over the span
+        let span = total as f64 / now.cores as f64;
+        let cores = |t: u64| t as f64 / span;
+        let busy = now.busy.saturating_sub(before.busy);
+        let own = mine.saturating_sub(mine_before);
+        let mut load = Load {
+            cores: now.cores,
+            ours: cores(own),
+            others: cores(busy.saturating_sub(own)),
+            top: None,
+        };
+        // (only where others took time: the scan reads every process's stat)
+        if load.others < 0.5 {
+            self.scanned.clear();
+            return Some(load);
+        }
+        let procs = scan();
+        let parent = procs.get(&me).map(|p| (p.ppid, p.comm.clone()));
+        let sibling = |p: &Proc| {
+            parent
+                .as_ref()
+                .is_some_and(|(ppid, comm)| *ppid > 1 && p.ppid == *ppid && &p.comm == comm)
+        };
+        let mut siblings = 0u64;
+        let mut top: Option<(String, u64)> = None;
+        for (pid, p) in &procs {
+            let Some(was) = self.scanned.get(pid) else {
+                continue;
+            };
+            let took = p.ticks.saturating_sub(*was);
+            if *pid == me {
+                continue;
+            }
+            if sibling(p) {
+                siblings += took;
+            } else if top.as_ref().is_none_or(|(_, t)| took > *t) {
+                top = Some((format!("{} (pid {pid})", p.comm), took));
+            }
+        }
+        let steal = now.steal.saturating_sub(before.steal);
+        if top.as_ref().is_none_or(|(_, t)| steal > *t) && cores(steal) >= 0.25 {
+            top = Some(("the hypervisor (steal time)".into(), steal));
+        }
+        self.scanned = procs.into_iter().map(|(pid, p)| (pid, p.ticks)).collect();
+        load.ours += cores(siblings);
+        load.others = cores(busy.saturating_sub(own + siblings));
+        // (ticks are counted apart: one process's never more than all the others')
+        let others = load.others;
+        load.top = (top.filter(|(_, t)| *t > 0)).map(|(n, t)| (n, cores(t).min(others)));
+        Some(load)
+    }
+}
+
+/// The machine's ticks from /proc/stat's `cpu` line (busy: all but idle and iowait), and its
+/// online cores (`cpuN` lines).
+fn machine_ticks() -> Option<Ticks> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let mut lines = text.lines();
+    let first = lines.next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = first
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    if v.len() < 8 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal (guest time is within user already)
+    let total: u64 = v[..8].iter().sum();
+    let cores = lines
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l[3..].starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    Some(Ticks {
+        busy: total - v[3] - v[4],
+        total,
+        steal: v[7],
+        cores,
+    })
+}
+
+/// A process's parent, name and CPU ticks (user + system) from /proc/PID/stat.
+fn read_proc(pid: u32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<Proc> {
+    // (the name is in parentheses and may hold spaces or parentheses itself)
+    let (open, close) = (text.find('(')?, text.rfind(')')?);
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // after the name: state ppid ... utime (the 12th) stime (the 13th)
+    let field = |i: usize| rest.get(i).and_then(|f| f.parse::<u64>().ok());
+    Some(Proc {
+        ppid: field(1)? as u32,
+        comm,
+        ticks: field(11)? + field(12)?,
+    })
+}
+
+/// Every process's figures.
+fn scan() -> HashMap<u32, Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, read_proc(pid)?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_s_stat_is_read_whatever_its_name_holds() {
+        let p = parse_stat(
+            "4242 (cc1 (plus) x) R 77 4242 1 0 -1 4194304 500 0 0 0 1234 56 0 0 20 0 1 0 9 1 1",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.ppid, p.comm.as_str(), p.ticks),
+            (77, "cc1 (plus) x", 1290)
+        );
+        assert!(parse_stat("4242 (x) R").is_none());
+    }
+
+    #[test]
+    fn contention_needs_others_and_a_full_machine() {
+        let load = |ours, others| Load {
+            cores: 2,
+            ours,
+            others,
+            top: None,
+        };
+        // a build beside a run on 2 cores: both short of cores
+        assert!(load(1.2, 0.8).contended());
+        // the run alone, with the odd daemon
+        assert!(!load(1.9, 0.1).contended());
+        // others busy but cores to spare
+        assert!(!(Load {
+            cores: 64,
+            ..load(8.0, 16.0)
+        })
+        .contended());
+    }
+
+    #[test]
+    fn the_machine_and_this_process_are_read_here() {
+        let mut m = LoadMeter::default();
+        assert!(m.sample().is_none(), "the first sample has no span");
+        // some work of this process's own, so the span has ticks
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(60) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        assert!(x != 1);
+        let load = m.sample().expect("Linux /proc");
+        assert!(
+            load.cores >= 1 && load.ours >= 0.0 && load.others >= 0.0,
+            "{load:?}"
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! Other work on the machine taking the run's cores (`outside_load`): said once it held for
+//! `RUNS` telemetry samples in a row, cleared after as many without it.
+
+use crate::observe::machine_load::Load;
+
+/// Samples in a row to say it, and to clear it.
+const RUNS: u32 = 3;
+
+#[derive(Default)]
+pub struct OutsideDetector {
+    above: u32,
+    below: u32,
+    said: bool,
+}
+
+/// What changed: said (with the newest sample's load) or cleared.
+pub enum Change {
+    Said(Load),
+    Cleared,
+}
+
+impl OutsideDetector {
+    pub fn on_load(&mut self, load: &Load) -> Option<Change> {
+        match load.contended() {
+            true => (self.above, self.below) = (self.above + 1, 0),
+            false => (self.above, self.below) = (0, self.below + 1),
+        }
+        if !self.said && self.above >= RUNS {
+            self.said = true;
+            return Some(Change::Said(load.clone()));
+        }
+        if self.said && self.below >= RUNS {
+            self.said = false;
+            return Some(Change::Cleared);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn said_after_three_samples_in_a_row_and_cleared_after_three_without() {
+        let load = |others| Load {
+            cores: 2,
+            ours: 1.2,
+            others,
+            top: Some(("cc1plus (pid 9)".into(), others)),
+        };
+        let mut d = OutsideDetector::default();
+        // a blip is not said
+        for others in [0.9, 0.9, 0.1, 0.9, 0.9] {
+            assert!(d.on_load(&load(others)).is_none());
+        }
+        assert!(matches!(d.on_load(&load(0.9)), Some(Change::Said(l)) if l.others == 0.9));
+        assert!(d.on_load(&load(0.9)).is_none());
+        for _ in 0..2 {
+            assert!(d.on_load(&load(0.1)).is_none());
+        }
+        assert!(matches!(d.on_load(&load(0.1)), Some(Change::Cleared)));
+        // as the log and the screen say it
+        let w = super::super::Warning::OutsideLoad {
+            step: 238,
+            load: load(0.9),
+        };
+        assert_eq!(w.kind(), "outside_load");
+        assert!(
+            w.to_string().starts_with("outside load: other work took 0.9 of this machine's 2 cores (0.9 of them cc1plus (pid 9)) beside this run's 1.2: its ranks wait for cores"),
+            "{w}"
+        );
+    }
+}
