@@ -206,6 +206,23 @@ fn a_head_for_other_classes_starts_afresh_and_the_rest_loads() {
         "{e}"
     );
     let notes = import(deeper.path(), &m, &mut p, &mut b, true).unwrap();
+    // a backbone's file without its classifier head (as fine-tuning exports it): loaded, the
+    // head at random, as one for another class count
+    let buffers = m.init_buffers();
+    let backbone = (m.tensors.iter().map(|t| (t, &init)))
+        .chain(m.buffers.iter().map(|t| (t, &buffers)))
+        .filter(|(t, _)| !t.name.starts_with("fc."))
+        .map(|(t, v)| (t.name.clone(), v[t.range()].to_vec(), t.shape.clone()))
+        .collect();
+    let backbone = f32_file(backbone);
+    let (mut p2, mut b2) = (m.init_params(0), m.init_buffers());
+    let said = import(backbone.path(), &m, &mut p2, &mut b2, false).unwrap();
+    assert!(
+        said.iter().any(|n| n.contains(
+            "the file has no classifier head (fc.weight, fc.bias): it starts at random for this data's 2 classes"
+        )),
+        "{said:?}"
+    );
     assert!(
         notes.iter().any(|n| n.contains("ignored: layer1.3.")),
         "{notes:?}"

@@ -402,7 +402,16 @@ pub fn import(
         .filter(|n| kinds.contains(&masked(n)))
         .cloned()
         .collect();
-    if !partial && !missing.is_empty() {
+    // (a backbone's file, its classifier head left out as fine-tuning exports do: the head
+    // starts at random, as one for another class count does; not one named at another place)
+    let head_names: Vec<&str> = (head.iter())
+        .map(|&i| model.tensors[i].name.as_str())
+        .collect();
+    let no_head = !missing.is_empty()
+        && missing.len() == head_names.len()
+        && missing.iter().all(|m| head_names.contains(&m.as_str()))
+        && renamed().is_empty();
+    if !partial && !missing.is_empty() && !no_head {
         return Err(at(format!(
             "{} of this model's {} tensors are not in the file ({}): a file of another depth or layer list, whose missing layers would start at random{}; give the weights of this --model, or add --init-partial to load the {loaded} that match and start the rest at random",
             missing.len(),
@@ -435,7 +444,13 @@ pub fn import(
             head_reset.join(", ")
         ));
     }
-    if !missing.is_empty() {
+    if no_head {
+        notes.push(format!(
+            "--init: the file has no classifier head ({}): it starts at random for this data's {} classes",
+            missing.join(", "),
+            model.classes()
+        ));
+    } else if !missing.is_empty() {
         notes.push(format!(
             "--init: {} of this model's tensors are missing from the file and keep their random start (a file of another depth or width loads only in part): {}",
             missing.len(),
