@@ -538,3 +538,63 @@ fn a_log_nobody_reads_loses_lines_never_records() {
     );
     assert!(log.contains(&format!("finished: {steps} steps")), "{log}");
 }
+
+/// The step records' (step, lr) of a run directory's metrics file.
+fn lrs(run_dir: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+        .map(|v| (v["step"].as_u64().unwrap(), v["lr"].as_f64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_resumed_cosine_with_warm_up_gives_the_uninterrupted_run_s_lr() {
+    // an epoch budget, a batch that is not the default: the warm-up's share of the run is the
+    // run's, not the default batch's, after the resume
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--epochs",
+        "3",
+        "--batch-per-replica",
+        "50",
+        "--warmup",
+        "5",
+        "--schedule",
+        "cosine",
+        "--log-every",
+        "1",
+        "--val-split",
+        "0",
+    ];
+    let whole: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain(["--checkpoint-every", "10"])
+        .collect();
+    let (run, _) = train(dir.path(), &whole);
+    let all = lrs(&run);
+    assert_eq!(all.len(), 36, "{all:?}");
+    // the LR peaks at --lr's 1e-3 (the default's, scaled to the batch) where the warm-up ends
+    let peak = all.iter().map(|s| s.1).fold(0.0, f64::max);
+    assert!(
+        (all[4].1 - peak).abs() < 1e-9 && (all[5].1 - peak).abs() < 1e-9,
+        "{all:?}"
+    );
+    let at10 = run.join("checkpoints/step-00000010");
+    let (resumed, _) = train(
+        dir.path(),
+        &["--resume", at10.to_str().unwrap(), "--log-every", "1"],
+    );
+    let rest = lrs(&resumed);
+    assert_eq!(rest.len(), 26, "{rest:?}");
+    for ((s, a), (t, b)) in all[10..].iter().zip(&rest) {
+        assert_eq!(s, t);
+        assert!(
+            (a - b).abs() <= 1e-9 * a.abs().max(1e-12),
+            "step {s}: {a} then {b}"
+        );
+    }
+}

@@ -126,6 +126,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             step: start.step,
             cursor: start.cursor,
             per_replica: start.per_replica,
+            first_per_replica: start.per_replica,
             lr_base: start.lr,
             last_checkpoint: start.checkpoint.clone().map(|p| (start.step, p)),
             optimizer_began: optimizer_began.clone(),

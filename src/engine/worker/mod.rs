@@ -70,6 +70,8 @@ pub(super) struct Worker {
     pub step: u64,
     pub cursor: Cursor,
     pub per_replica: usize,
+    /// The batch per replica this worker started at (`warm_share`'s).
+    pub first_per_replica: usize,
     pub lr_base: f32,
     /// The newest checkpoint of this run (or the one it resumed from), and its step.
     pub last_checkpoint: Option<(u64, PathBuf)>,
@@ -202,13 +204,16 @@ impl Worker {
     }
 
     /// The share of the run its warm-up takes, in `progress`'s measure: for an epoch budget
-    /// the warm-up's steps at the run's starting batch size, in samples.
+    /// the warm-up's steps in samples at the batch size this worker started at (a resumed
+    /// run's, its checkpoint's).
     fn warm_share(&self) -> f64 {
         let warmup = self.cfg.warmup as f64;
         match self.cfg.budget {
             Budget::Epochs(e) => {
-                let batch = self.cfg.batch_per_replica * self.ranks * self.cfg.grad_accum;
-                warmup * batch as f64 / (e as f64 * self.train.samples.max(1) as f64)
+                let (n, accum) = (self.train.samples, self.cfg.grad_accum);
+                let batch =
+                    crate::config::step_samples(self.first_per_replica, self.ranks, accum, n);
+                warmup * batch as f64 / (e as f64 * n.max(1) as f64)
             }
             Budget::Steps(s) => warmup / s.max(1) as f64,
         }
