@@ -45,7 +45,10 @@ impl Worker {
             });
         }
         self.per_replica = b;
-        self.split = None; // rebalancing starts over at the new size
+        // rebalancing starts over at the new size, its speeds measured afresh
+        self.split = None;
+        (self.rebalance_speeds, self.rebalance_work, self.rebalance_samples) =
+            (None, std::time::Duration::ZERO, 0);
         self.loader.restart(self.cursor, self.sharding());
     }
 

@@ -211,7 +211,8 @@ impl BoundDetector {
         // (the median step by share, whose wait and own step are said with it)
         let mut by_share: Vec<&Sample> = self.recent.iter().collect();
         by_share.sort_by(|a, b| a.share.total_cmp(&b.share));
-        let mid = by_share[by_share.len() / 2];
+        // (the lower middle of an even count: the share is said as "at least")
+        let mid = by_share[(by_share.len() - 1) / 2];
         let (share, data_ms, data_step_ms) = (mid.share, mid.data, mid.own);
         let mfus: Vec<f64> = self.recent.iter().filter_map(|s| s.mfu).collect();
         let mfu = (!mfus.is_empty()).then(|| median(mfus));
