@@ -99,8 +99,9 @@ impl Watch {
         info: &RunInfo,
         steps: Receiver<StepStats>,
         mut recorder: Recorder,
-        telemetry: Telemetry,
+        mut telemetry: Telemetry,
     ) -> Watch {
+        telemetry.with_siblings(info.processes > 1);
         let notes = recorder.run_start(info);
         let mut watch = Watch {
             steps: Steps::new(steps),

@@ -1,7 +1,8 @@
-//! What else keeps this machine's cores busy while the run trains: another run, a build, the
-//! hypervisor (steal time). Read from /proc between two telemetry samples: the machine's busy
-//! time (/proc/stat) less this process's and its siblings' (the run's other processes here,
-//! children of the same launcher). Linux only; elsewhere nothing is said.
+//! What else keeps the cores this process may run on busy while the run trains: another run, a
+//! build, the hypervisor (steal time). Read from /proc between two telemetry samples: those
+//! cores' busy time (/proc/stat's lines of the CPUs in this process's affinity) less this
+//! process's and, in a run of several processes, its siblings' (the run's other processes
+//! here, children of the same launcher). Linux only; elsewhere nothing is said.
 
 use std::collections::HashMap;
 
@@ -37,6 +38,8 @@ struct Proc {
 /// one before.
 #[derive(Default)]
 pub struct LoadMeter {
+    /// The run has other processes, which may be on this machine (`siblings`).
+    pub siblings: bool,
     /// The machine's (busy, total, steal) ticks and this process's, at the last sample.
     last: Option<(Ticks, u64)>,
     /// Every process's ticks at the last scan (a scan is made only where others took time).
@@ -54,7 +57,7 @@ struct Ticks {
 impl LoadMeter {
     /// The load since the last call (`None` the first time, and where /proc cannot tell).
     pub fn sample(&mut self) -> Option<Load> {
-        let now = machine_ticks()?;
+        let now = machine_ticks(&allowed_cpus())?;
         let me = std::process::id();
         let mine = read_proc(me)?.ticks;
         let (before, mine_before) = self.last.replace((now, mine))?;
@@ -80,10 +83,11 @@ impl LoadMeter {
         }
         let procs = scan();
         let parent = procs.get(&me).map(|p| (p.ppid, p.comm.clone()));
+        // (under a launcher only: two runs started from one shell are no siblings)
         let sibling = |p: &Proc| {
-            parent
-                .as_ref()
-                .is_some_and(|(ppid, comm)| *ppid > 1 && p.ppid == *ppid && &p.comm == comm)
+            self.siblings
+                && (parent.as_ref())
+                    .is_some_and(|(ppid, comm)| *ppid > 1 && p.ppid == *ppid && &p.comm == comm)
         };
         let mut siblings = 0u64;
         let mut top: Option<(String, u64)> = None;
@@ -115,31 +119,55 @@ impl LoadMeter {
     }
 }
 
-/// The machine's ticks from /proc/stat's `cpu` line (busy: all but idle and iowait), and its
-/// online cores (`cpuN` lines).
-fn machine_ticks() -> Option<Ticks> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let mut lines = text.lines();
-    let first = lines.next()?.strip_prefix("cpu ")?;
-    let v: Vec<u64> = first
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    if v.len() < 8 {
-        return None;
+/// The CPUs this process may run on (its affinity; empty where it cannot be read).
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, filled in by sched_getaffinity
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `set` is a cpu_set_t of `size` bytes; pid 0 is this thread
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return Vec::new();
     }
-    // user nice system idle iowait irq softirq steal (guest time is within user already)
-    let total: u64 = v[..8].iter().sum();
-    let cores = lines
-        .take_while(|l| l.starts_with("cpu"))
-        .filter(|l| l[3..].starts_with(|c: char| c.is_ascii_digit()))
-        .count();
-    Some(Ticks {
-        busy: total - v[3] - v[4],
-        total,
-        steal: v[7],
-        cores,
-    })
+    // SAFETY: CPU_ISSET reads the set, each index under its size in bits
+    (0..size * 8)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect()
+}
+
+/// The ticks of the CPUs `allowed` (all where empty) from /proc/stat's `cpuN` lines (busy: all
+/// but idle and iowait), and how many of them there are.
+fn machine_ticks(allowed: &[usize]) -> Option<Ticks> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    stat_ticks(&text, allowed)
+}
+
+fn stat_ticks(text: &str, allowed: &[usize]) -> Option<Ticks> {
+    let mut sum = Ticks {
+        busy: 0,
+        total: 0,
+        steal: 0,
+        cores: 0,
+    };
+    for line in text.lines().skip(1).take_while(|l| l.starts_with("cpu")) {
+        let mut fields = line.split_whitespace();
+        let Some(cpu) = fields.next().and_then(|c| c[3..].parse::<usize>().ok()) else {
+            continue;
+        };
+        if !allowed.is_empty() && !allowed.contains(&cpu) {
+            continue;
+        }
+        let v: Vec<u64> = fields.filter_map(|f| f.parse().ok()).collect();
+        if v.len() < 8 {
+            return None;
+        }
+        // user nice system idle iowait irq softirq steal (guest time is within user already)
+        let total: u64 = v[..8].iter().sum();
+        sum.busy += total - v[3] - v[4];
+        sum.total += total;
+        sum.steal += v[7];
+        sum.cores += 1;
+    }
+    (sum.cores > 0).then_some(sum)
 }
 
 /// A process's parent, name and CPU ticks (user + system) from /proc/PID/stat.
@@ -188,6 +216,17 @@ mod tests {
             (77, "cc1 (plus) x", 1290)
         );
         assert!(parse_stat("4242 (x) R").is_none());
+    }
+
+    #[test]
+    fn only_the_cores_this_process_may_use_are_counted() {
+        let stat = "cpu  30 0 30 140 0 0 0 0 0 0\ncpu0 10 0 10 0 0 0 0 0 0 0\ncpu1 20 0 20 40 0 0 0 0 0 0\ncpu2 0 0 0 100 0 0 0 0 0 0\nintr 1\n";
+        let all = stat_ticks(stat, &[]).unwrap();
+        assert_eq!((all.cores, all.busy, all.total), (3, 60, 200));
+        // bound to cpu2 (idle): the busy others elsewhere are not this run's to share
+        let bound = stat_ticks(stat, &[2]).unwrap();
+        assert_eq!((bound.cores, bound.busy, bound.total), (1, 0, 100));
+        assert!(stat_ticks(stat, &[7]).is_none());
     }
 
     #[test]

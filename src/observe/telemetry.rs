@@ -134,6 +134,13 @@ impl Telemetry {
         self.busy.on_step(s);
     }
 
+    /// The run has other processes, which may share this machine (told apart from others').
+    pub fn with_siblings(&mut self, siblings: bool) {
+        if let Some(l) = self.load.as_mut() {
+            l.siblings = siblings;
+        }
+    }
+
     /// The machine's load since the last call (its first: none).
     pub fn load(&mut self) -> Option<crate::observe::machine_load::Load> {
         self.load.as_mut()?.sample()

@@ -47,8 +47,11 @@ impl Worker {
         self.per_replica = b;
         // rebalancing starts over at the new size, its speeds measured afresh
         self.split = None;
-        (self.rebalance_speeds, self.rebalance_work, self.rebalance_samples) =
-            (None, std::time::Duration::ZERO, 0);
+        (
+            self.rebalance_speeds,
+            self.rebalance_work,
+            self.rebalance_samples,
+        ) = (None, std::time::Duration::ZERO, 0);
         self.loader.restart(self.cursor, self.sharding());
     }
 
