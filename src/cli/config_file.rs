@@ -77,7 +77,7 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         // (lines that end in a carriage return alone, as old Mac editors save them, are one
         // line to TOML)
         if text.contains('\r') && !text.contains('\n') {
-            msg.push_str("; the file's lines end in a carriage return alone (CR): save it with ordinary line ends (LF or CRLF), e.g. `tr '\\r' '\\n' < FILE > FIXED`");
+            msg.push_str(&format!("; the file's lines end in a carriage return alone (CR): save it with ordinary line ends (LF or CRLF), e.g. `tr '\\r' '\\n' < {} > fixed.toml`", path.display()));
         }
         let at = line.map_or(String::new(), |l| format!(" (line {l})"));
         // (the keys' rule, where a key is what is wrong; a command's own flag is said as one)

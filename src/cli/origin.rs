@@ -97,10 +97,10 @@ impl Origins {
         let (names, lines): (Vec<String>, Vec<String>) = (set.iter())
             .map(|(f, l)| (format!("--{f}"), l.to_string()))
             .unzip();
-        let (verb, at) = match lines.len() {
-            0 => return None,
-            1 => ("is", format!("line {}", lines[0])),
-            _ => ("are", format!("lines {}", lines.join(", "))),
+        let (verb, at) = match lines.split_last() {
+            None => return None,
+            Some((last, [])) => ("is", format!("line {last}")),
+            Some((last, first)) => ("are", format!("lines {} and {last}", first.join(", "))),
         };
         Some(format!(
             "; this run's {} {verb} set by config file {} ({at})",
@@ -242,7 +242,7 @@ mod tests {
             origins
                 .set_by_file(&["model", "data", "image-size"])
                 .unwrap(),
-            "; this run's --model and --data are set by config file c.toml (lines 1, 2)"
+            "; this run's --model and --data are set by config file c.toml (lines 1 and 2)"
         );
         assert!(origins.set_by_file(&["image-size"]).is_none());
         origins.file(Path::new("c.toml"), "epochs = 3\nseed = 2\n", &flags);
