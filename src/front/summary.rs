@@ -44,11 +44,13 @@ pub struct Flags {
 #[derive(Clone, Debug, PartialEq)]
 struct Flag {
     what: String,
-    from: Option<u64>,
-    /// `None` while it holds; the step it cleared at, where it did.
-    cleared: Option<Option<u64>>,
-    times: u32,
+    /// Each time it was said: its step, and `None` while it holds, else the step it cleared
+    /// at (where told).
+    spans: Vec<(Option<u64>, Option<Option<u64>>)>,
 }
+
+/// The most spans of one flag the summary line gives.
+const SPANS_SAID: usize = 3;
 
 /// The most flags the summary line names.
 const FLAGS_SAID: usize = 3;
@@ -68,42 +70,54 @@ impl Flags {
             "input_bound" | "launch_bound" | "underused" | "outside_load" => base.replace('_', "-"),
             _ => return,
         };
-        let known = self.items.iter_mut().find(|f| f.what == what);
-        match (known, cleared) {
-            (Some(f), true) => f.cleared = f.cleared.or(Some(step)),
-            (Some(f), false) if f.cleared.is_some() => {
-                f.cleared = None;
-                f.times += 1;
+        let Some(f) = self.items.iter_mut().find(|f| f.what == what) else {
+            if !cleared {
+                self.items.push(Flag {
+                    what,
+                    spans: vec![(step, None)],
+                });
             }
-            (Some(_), false) | (None, true) => {}
-            (None, false) => self.items.push(Flag {
-                what,
-                from: step,
-                cleared: None,
-                times: 1,
-            }),
+            return;
+        };
+        match (f.spans.last_mut(), cleared) {
+            // (cleared once: a second clearing says nothing new)
+            (Some(last), true) if last.1.is_none() => last.1 = Some(step),
+            (Some(last), false) if last.1.is_none() => {}
+            (_, false) => f.spans.push((step, None)),
+            (_, true) => {}
         }
     }
 
     /// `straggler cpu1 from step 50 to 80; input-bound from step 50`; `None` for none.
     pub fn text(&self) -> Option<String> {
+        let step = |s: Option<u64>| s.map_or("?".to_string(), |s| s.to_string());
         let said: Vec<String> = (self.items.iter().take(FLAGS_SAID))
-            .map(|f| {
-                let from = f.from.map_or(String::new(), |s| format!(" from step {s}"));
-                let to = match f.cleared {
-                    Some(Some(s)) => format!(" to {s}"),
-                    Some(None) => " for a while".into(),
-                    None => String::new(),
-                };
-                let times = match f.times {
-                    1 => String::new(),
-                    n => format!(" ({n} times)"),
-                };
-                format!("{}{from}{to}{times}", f.what)
+            .map(|f| match f.spans.as_slice() {
+                [(from, to)] => {
+                    let to = match to {
+                        Some(Some(s)) => format!(" to {s}"),
+                        Some(None) => " for a while".into(),
+                        None => String::new(),
+                    };
+                    format!("{} from step {}{to}", f.what, step(*from))
+                }
+                spans => {
+                    let listed: Vec<String> = (spans.iter().take(SPANS_SAID))
+                        .map(|(from, to)| match to {
+                            Some(to) => format!("{}-{}", step(*from), step(*to)),
+                            None => format!("{} on", step(*from)),
+                        })
+                        .collect();
+                    let more = match spans.len().saturating_sub(SPANS_SAID) {
+                        0 => String::new(),
+                        n => format!(" and {n} more times"),
+                    };
+                    format!("{} at steps {}{more}", f.what, listed.join(", "))
+                }
             })
             .collect();
         let more = self.items.len().saturating_sub(FLAGS_SAID);
-        let more = (more > 0).then(|| format!("{more} more in the events"));
+        let more = (more > 0).then(|| format!("{more} more said during the run"));
         (!said.is_empty()).then(|| said.into_iter().chain(more).collect::<Vec<_>>().join("; "))
     }
 }
@@ -323,14 +337,14 @@ mod tests {
             f.text().unwrap(),
             "straggler cpu1 from step 50 to 80; input-bound from step 60"
         );
-        // back again, and cleared again: from its first step to its last clearing
+        // back again, and cleared again: each stretch
         f.add("straggler", cpu1(), Some(300));
         f.add("straggler_cleared", cpu1(), Some(400));
         f.add("degraded", Some("cpu0".into()), Some(500));
         f.add("underused", None, Some(600));
         assert_eq!(
             f.text().unwrap(),
-            "straggler cpu1 from step 50 to 400 (2 times); input-bound from step 60; cpu0 slowed from step 500; 1 more in the events"
+            "straggler cpu1 at steps 50-80, 300-400; input-bound from step 60; cpu0 slowed from step 500; 1 more said during the run"
         );
     }
 
