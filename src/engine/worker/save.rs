@@ -21,13 +21,7 @@ impl Worker {
         replica: &mut dyn Replica,
         asked: bool,
     ) -> Result<(), EngineError> {
-        let share = self.share();
-        self.strategy.sync_now(
-            replica,
-            self.coll.as_mut(),
-            self.step,
-            (Buffers::Aside, share),
-        )?;
+        self.sync_replicas(replica, Buffers::Aside)?;
         let saved = (self.last_checkpoint.as_ref()).filter(|(s, _)| *s == self.step);
         if let Some((step, path)) = saved.filter(|_| asked && self.rank == 0) {
             let _ = self.events.send(Event::Checkpoint {

@@ -38,13 +38,7 @@ impl Worker {
         }
         (self.beats).beat(self.rank, self.step, Phase::Validate);
         let n = self.val.len();
-        let share = self.share();
-        self.strategy.sync_now(
-            replica,
-            self.coll.as_mut(),
-            self.step,
-            (Buffers::InPlace, share),
-        )?;
+        self.sync_replicas(replica, Buffers::InPlace)?;
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);

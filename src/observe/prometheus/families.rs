@@ -3,6 +3,22 @@
 use prometheus::core::Collector;
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
+/// The `mgtop_bound` label of other work taking the machine's cores.
+pub(super) const OUTSIDE_LOAD: &str = "outside-load";
+
+/// The states `mgtop_run_state` has a series for.
+pub(super) const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
+
+/// The parts of a step `mgtop_step_time_seconds_total` counts, in the order of `parts`.
+pub(super) const PARTS: [&str; 6] = [
+    "data",
+    "compute",
+    "allreduce",
+    "wait",
+    "optimizer",
+    "transfer",
+];
+
 /// A family without labels whose one series appears with its first value: nothing, not a 0,
 /// is shown before a step has told it (a dashboard's line does not dip to 0 at every start).
 pub(super) struct Newest(GaugeVec);

@@ -28,22 +28,7 @@ use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
 use families::{gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
-
-/// The `mgtop_bound` label of other work taking the machine's cores.
-const OUTSIDE_LOAD: &str = "outside-load";
-
-/// The states `mgtop_run_state` has a series for.
-const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
-
-/// The parts of a step `mgtop_step_time_seconds_total` counts, in the order of `parts`.
-const PARTS: [&str; 6] = [
-    "data",
-    "compute",
-    "allreduce",
-    "wait",
-    "optimizer",
-    "transfer",
-];
+use families::{OUTSIDE_LOAD, PARTS, STATES};
 
 /// An f32 as the f64 its shortest decimal spells (1e-3 stays 0.001, not 0.0010000000474974513).
 fn wide(x: f32) -> f64 {
