@@ -8,6 +8,7 @@ use crate::engine::events::Ending;
 use crate::engine::RunInfo;
 use crate::front::units::{ranks_time, si, took};
 use crate::observe::monitor::{Shares, Totals};
+use crate::observe::straggler::Limit;
 
 /// Shown when the run has ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,8 +68,12 @@ impl Flags {
         let what = match base {
             "straggler" => format!("straggler {who}"),
             "degraded" => format!("{who} slowed"),
-            "input_bound" | "launch_bound" | "underused" | "outside_load" => base.replace('_', "-"),
-            _ => return,
+            "outside_load" => "outside-load".into(),
+            // (the run's limits, as the detector names them)
+            _ => match Limit::ALL.into_iter().find(|l| l.kind() == base) {
+                Some(l) => l.name().to_string(),
+                None => return,
+            },
         };
         let Some(f) = self.items.iter_mut().find(|f| f.what == what) else {
             if !cleared {
