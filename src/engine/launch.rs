@@ -137,6 +137,8 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             rebalance_work: Duration::ZERO,
             rebalance_samples: 0,
             rebalance_speeds: None,
+            max_rows: crate::engine::control::MAX_BATCH,
+            caps: Vec::new(),
             strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             device_cap: l.device_cap.clone(),
             late: worker::late(cfg, matches!(info.devices[rank], Device::Gpu { .. })),

@@ -307,10 +307,10 @@ impl Engine {
             info.baseline = Some(calibrate::measure(engine, warm)?);
         }
         let (ctl_tx, ctl_rx) = unbounded();
-        let local_gpus = (local.clone())
-            .filter(|&r| matches!(info.devices[r], Device::Gpu { .. }))
-            .count();
-        let device_cap = control::DeviceCap::new(local_gpus);
+        let gpu = |r: &usize| matches!(info.devices[*r], Device::Gpu { .. });
+        let local_gpus = local.clone().filter(gpu).count();
+        let elsewhere = (0..ranks).any(|r| !local.contains(&r) && gpu(&r));
+        let device_cap = control::DeviceCap::new(local_gpus, elsewhere);
         let (ev_tx, ev_rx) = unbounded();
         let (st_tx, st_rx) = bounded(STEP_QUEUE_PER_RANK * ranks);
         let (train, val) = (loaded.train, loaded.val);

@@ -31,16 +31,18 @@ pub fn smoothed(before: Option<&[f32]>, newest: &[f32]) -> Vec<f32> {
 
 /// The split to use from now on, or `None` to keep `current`. `speeds` are samples per second
 /// of each rank's own work (data wait + compute) since the last decision; every rank keeps
-/// `least` samples at least (2 where one would make a batch norm of one value per channel).
+/// `least` samples at least (2 where one would make a batch norm of one value per channel)
+/// and at most its `caps` (what its device holds).
 pub fn new_split(
     global: usize,
     speeds: &[f32],
     current: &[usize],
-    least: usize,
+    (least, caps): (usize, &[usize]),
 ) -> Option<Vec<usize>> {
     let ranks = speeds.len();
     let bad = speeds.iter().any(|s| !(s.is_finite() && *s > 0.0));
-    if ranks < 2 || global < ranks * least || bad {
+    let room = caps.iter().sum::<usize>();
+    if ranks < 2 || global < ranks * least || bad || caps.len() != ranks || room < global {
         return None;
     }
     // integer weights (fixed point) so every rank rounds identically
@@ -50,6 +52,28 @@ pub fn new_split(
         .map(|&s| ((s as f64 / top) * 1e6).round().max(1.0) as usize)
         .collect();
     let mut sizes = proportional(global, &weights);
+    // a rank given more than its device holds keeps what it holds, the rest going to the
+    // others by their speeds (each round fills one rank or more: `ranks` rounds at most)
+    let mut full = vec![false; ranks];
+    while (0..ranks).any(|r| !full[r] && sizes[r] > caps[r]) {
+        for r in 0..ranks {
+            full[r] |= sizes[r] > caps[r];
+        }
+        let kept: usize = (0..ranks).filter(|&r| full[r]).map(|r| caps[r]).sum();
+        let open: Vec<usize> = (0..ranks).filter(|&r| !full[r]).collect();
+        let shared = proportional(
+            global - kept,
+            &open.iter().map(|&r| weights[r]).collect::<Vec<_>>(),
+        );
+        for (r, size) in sizes.iter_mut().enumerate() {
+            if full[r] {
+                *size = caps[r];
+            }
+        }
+        for (&r, n) in open.iter().zip(shared) {
+            sizes[r] = n;
+        }
+    }
     // every rank keeps at least `least` samples, taken from the largest
     while let Some(z) = sizes.iter().position(|&s| s < least) {
         let big = (0..ranks).max_by_key(|&r| (sizes[r], usize::MAX - r))?;
@@ -69,9 +93,34 @@ mod tests {
 
     #[test]
     fn a_rank_twice_as_slow_gets_half_the_samples_and_the_total_is_kept() {
-        let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32], 1).unwrap();
+        let s = new_split(96, &[1000.0, 500.0, 1000.0], &[32, 32, 32], (1, &[96; 3])).unwrap();
         assert_eq!(s, vec![39, 19, 38]); // 38.4, 19.2, 38.4: the spare sample to the lower rank
         assert_eq!(s.iter().sum::<usize>(), 96);
+    }
+
+    #[test]
+    fn a_fast_rank_gets_no_more_than_its_device_holds() {
+        // the fast GPU holds 40 of the 96: the rest go to the others by their speeds
+        let s = new_split(96, &[4000.0, 1000.0, 1000.0], &[32; 3], (1, &[40, 96, 96])).unwrap();
+        assert_eq!(s, vec![40, 28, 28]);
+        // capped in rounds: rank 0 fills first, then rank 1 on what is left
+        let s = new_split(96, &[4000.0, 2000.0, 1000.0], &[32; 3], (1, &[50, 30, 96])).unwrap();
+        assert_eq!(s, vec![50, 30, 16]);
+        // already where the caps put it: kept
+        assert_eq!(
+            new_split(
+                96,
+                &[4000.0, 1000.0, 1000.0],
+                &[40, 28, 28],
+                (1, &[40, 96, 96])
+            ),
+            None
+        );
+        // no split fits the devices: the current one is kept
+        assert_eq!(
+            new_split(96, &[4000.0, 1000.0], &[48; 2], (1, &[48, 47])),
+            None
+        );
     }
 
     #[test]
@@ -91,33 +140,38 @@ mod tests {
     #[test]
     fn small_moves_and_bad_measurements_keep_the_current_split() {
         assert_eq!(
-            new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32], 1),
+            new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32], (1, &[96; 3])),
             None
         );
         assert_eq!(
-            new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32], 1),
+            new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32], (1, &[96; 3])),
             None
         );
         assert_eq!(
-            new_split(96, &[1000.0, f32::NAN, 1.0], &[32, 32, 32], 1),
+            new_split(96, &[1000.0, f32::NAN, 1.0], &[32, 32, 32], (1, &[96; 3])),
             None
         );
-        assert_eq!(new_split(96, &[1000.0], &[96], 1), None);
+        assert_eq!(new_split(96, &[1000.0], &[96], (1, &[96])), None);
     }
 
     #[test]
     fn every_rank_keeps_at_least_one_sample() {
-        let s =
-            new_split(4, &[1000.0, 1.0, 1000.0, 1000.0], &[1, 1, 1, 1], 1).unwrap_or(vec![1; 4]);
+        let s = new_split(
+            4,
+            &[1000.0, 1.0, 1000.0, 1000.0],
+            &[1, 1, 1, 1],
+            (1, &[4; 4]),
+        )
+        .unwrap_or(vec![1; 4]);
         assert!(
             s.iter().all(|&n| n >= 1) && s.iter().sum::<usize>() == 4,
             "{s:?}"
         );
-        let s = new_split(10, &[1e6, 1.0], &[5, 5], 1).unwrap();
+        let s = new_split(10, &[1e6, 1.0], &[5, 5], (1, &[10; 2])).unwrap();
         assert_eq!(s, vec![9, 1]);
         // a batch norm of one value per channel: 2 a rank
-        let s = new_split(10, &[1e6, 1.0], &[5, 5], 2).unwrap();
+        let s = new_split(10, &[1e6, 1.0], &[5, 5], (2, &[10; 2])).unwrap();
         assert_eq!(s, vec![8, 2]);
-        assert_eq!(new_split(3, &[1e6, 1.0], &[2, 1], 2), None);
+        assert_eq!(new_split(3, &[1e6, 1.0], &[2, 1], (2, &[3; 2])), None);
     }
 }

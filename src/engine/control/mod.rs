@@ -149,19 +149,25 @@ pub(crate) struct BatchLimit {
     pub per_sample: f64,
 }
 
-/// The largest micro-batch every device of this process can take, as each GPU tells when it
-/// has opened (CPU workers' memory is the host's, which `BatchLimit` covers).
+/// The largest micro-batch every device of the run can take, as each GPU of this process tells
+/// when it has opened, and the other processes' GPUs once every rank has told every other
+/// (CPU workers' memory is the host's, which `BatchLimit` covers).
 pub(crate) struct DeviceCap {
     max: AtomicUsize,
-    /// GPUs yet to tell: until none is, batch-size changes are refused as too early.
+    /// GPUs yet to tell (and the other processes' GPUs, as one): until none is, batch-size
+    /// changes are refused as too early.
     pending: AtomicUsize,
+    /// The run's other processes have GPUs, not yet told of.
+    elsewhere: AtomicBool,
 }
 
 impl DeviceCap {
-    pub(crate) fn new(gpus: usize) -> Arc<DeviceCap> {
+    /// For `gpus` GPUs of this process, and other processes' GPUs where `elsewhere`.
+    pub(crate) fn new(gpus: usize, elsewhere: bool) -> Arc<DeviceCap> {
         Arc::new(DeviceCap {
             max: AtomicUsize::new(MAX_BATCH),
-            pending: AtomicUsize::new(gpus),
+            pending: AtomicUsize::new(gpus + elsewhere as usize),
+            elsewhere: AtomicBool::new(elsewhere),
         })
     }
 
@@ -169,6 +175,15 @@ impl DeviceCap {
     pub(crate) fn tell(&self, rows: usize) {
         self.max.fetch_min(rows, Ordering::Relaxed);
         self.pending.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Every rank of the run has told the others the micro-batch its device takes (the least
+    /// is `rows`): the other processes' GPUs are known (once; nothing where there are none).
+    pub(crate) fn tell_run(&self, rows: usize) {
+        if self.elsewhere.swap(false, Ordering::AcqRel) {
+            self.max.fetch_min(rows, Ordering::Relaxed);
+            self.pending.fetch_sub(1, Ordering::Release);
+        }
     }
 }
 

@@ -4,7 +4,7 @@ use crossbeam_channel::unbounded;
 #[test]
 fn controller_rejects_bad_batches() {
     let (tx, _rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(1));
+    let c = Controller::new(tx, DeviceCap::new(1, false));
     assert_eq!(c.set_batch_per_replica(0), Err(ControlError::BadBatch(0)));
     // before the GPU has told: too early; after: held to what it told
     assert_eq!(
@@ -80,7 +80,7 @@ fn decision_round_trips_and_pause_blocks_until_resume() {
 #[test]
 fn the_decider_names_who_asked_where_the_sender_said() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0));
+    let c = Controller::new(tx, DeviceCap::new(0, false));
     let mut dec = Decider::new(rx);
     c.checkpoint().unwrap();
     c.send_for(Control::Stop { checkpoint: false }, "client 7".into())
@@ -137,7 +137,7 @@ fn controls_asked_while_paused_survive_the_ranks_meeting_in_between() {
 #[test]
 fn a_request_that_would_change_nothing_is_refused_not_taken() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0)).with_batch(16);
+    let c = Controller::new(tx, DeviceCap::new(0, false)).with_batch(16);
     // (another screen's controller: the same run)
     let other = c.clone();
     // the batch the run has, then the one last asked for
@@ -179,7 +179,7 @@ fn a_request_that_would_change_nothing_is_refused_not_taken() {
 #[test]
 fn once_the_run_has_ended_every_ask_is_refused_as_its_end() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0));
+    let c = Controller::new(tx, DeviceCap::new(0, false));
     let decider = Decider::new(rx).while_open(c.open());
     assert!(c.pause().is_ok());
     drop(decider);
@@ -197,7 +197,7 @@ fn once_the_run_has_ended_every_ask_is_refused_as_its_end() {
 #[test]
 fn once_the_last_step_is_trained_every_ask_is_refused_as_the_run_finishing() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0));
+    let c = Controller::new(tx, DeviceCap::new(0, false));
     let decider = Decider::new(rx).while_open(c.open());
     decider.finishing();
     for asked in [
@@ -215,7 +215,7 @@ fn once_the_last_step_is_trained_every_ask_is_refused_as_the_run_finishing() {
 #[test]
 fn a_checkpoint_asked_again_before_the_boundary_takes_it_is_refused() {
     let (tx, rx) = unbounded();
-    let c = Controller::new(tx, DeviceCap::new(0));
+    let c = Controller::new(tx, DeviceCap::new(0, false));
     let mut decider = Decider::new(rx).while_open(c.open());
     assert_eq!(c.checkpoint(), Ok(()));
     // (a script's burst: one checkpoint answers them, none is recorded again)

@@ -92,6 +92,7 @@ fn open_as<E: Elem>(
         w.coll.abort(&format!("rank {}: {e}", w.rank));
         return Err(e.into());
     }
-    w.device_cap.tell(replica.max_rows());
+    w.max_rows = replica.max_rows();
+    w.device_cap.tell(w.max_rows);
     Ok(replica)
 }

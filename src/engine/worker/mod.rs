@@ -95,6 +95,10 @@ pub(super) struct Worker {
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
     pub device_cap: Arc<super::control::DeviceCap>,
+    /// The largest micro-batch this rank's device takes (a CPU rank's: any the run allows),
+    /// and every rank's, told to each other before the first step (`--rebalance` keeps to them).
+    pub max_rows: usize,
+    pub caps: Vec<usize>,
     /// Whether this rank's replica reports its steps late (`late`), and the last step queued
     /// then, not yet reported.
     pub late: bool,
@@ -204,6 +208,7 @@ impl Worker {
 
     fn train(&mut self, replica: &mut dyn Replica) -> Result<RunResult, EngineError> {
         replica.report_late(self.late);
+        self.tell_caps()?;
         let mut tally = Tally {
             best_saved: self.best_to_beat(),
             ..Tally::default()

@@ -52,6 +52,20 @@ impl Worker {
         }
     }
 
+    /// Every rank tells the others the largest micro-batch its device takes: `--rebalance` gives
+    /// none more, and process 0's controller refuses a batch past the least of them.
+    pub(super) fn tell_caps(&mut self) -> Result<(), EngineError> {
+        let mut all = vec![0u64; self.ranks];
+        self.coll
+            .all_gather_u64(&[self.max_rows as u64], &mut all)?;
+        self.caps = all.into_iter().map(|c| c as usize).collect();
+        if self.rank == self.local.start {
+            let least = self.caps.iter().copied().min().unwrap_or(self.max_rows);
+            self.device_cap.tell_run(least);
+        }
+        Ok(())
+    }
+
     /// Every rank shares its speed (one small all-reduce) and applies the same new split.
     pub(super) fn rebalance(&mut self) -> Result<(), EngineError> {
         let mut speeds = vec![0.0f32; self.ranks];
@@ -76,7 +90,8 @@ impl Worker {
             crate::engine::validate::one_value_batch_norm(&self.cfg, &self.model, self.ranks);
         let global = self.per_replica * self.ranks;
         let least = 1 + one_value.is_some() as usize;
-        let Some(sizes) = rebalance::new_split(global, &speeds, &current, least) else {
+        let Some(sizes) = rebalance::new_split(global, &speeds, &current, (least, &self.caps))
+        else {
             return Ok(());
         };
         if self.rank == 0 {
