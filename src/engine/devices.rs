@@ -191,10 +191,15 @@ pub fn resolve_with(
                 }),
                 Discovery::Found(all) => {
                     if let Some(&missing) = ids.iter().find(|&&i| i >= all.len()) {
+                        // (a GPU's number on the machine is not its number where a launcher
+                        // left this process some of them)
+                        let visible = std::env::var("CUDA_VISIBLE_DEVICES").map_or(String::new(), |v| {
+                            format!(" (CUDA_VISIBLE_DEVICES={v} is set: --devices numbers the GPUs it leaves from 0)")
+                        });
                         return Err(DeviceError::NoSuchGpu {
                             requested,
                             missing,
-                            found: describe(all),
+                            found: describe(all) + &visible,
                         });
                     }
                     let repeated = ids

@@ -32,6 +32,9 @@ pub(super) struct Estimate {
     pub scratch: f64,
     /// Batches queued by the loaders, every rank together.
     pub queues: f64,
+    /// GPU ranks' page-locked buffers their batches are uploaded through: a step's
+    /// micro-batches and the step's before (`UPLOAD_SLOTS` at most), every GPU together.
+    pub staging: f64,
 }
 
 impl Estimate {
@@ -42,6 +45,7 @@ impl Estimate {
             + self.activations
             + self.scratch
             + self.queues
+            + self.staging
     }
 }
 
@@ -89,6 +93,9 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         activations: rows * width * 4.0 * f(cpu),
         scratch: f(model.conv_scratch_floats()) * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
+        staging: batch / f(cfg.grad_accum.max(1))
+            * f((2 * cfg.grad_accum).min(crate::backend::cuda::replica::UPLOAD_SLOTS))
+            * gpus,
     }
 }
 
@@ -104,7 +111,7 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB), more than the {:.1} GiB it may take (9/10 of the {:.1} GiB {}): use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --loader-threads / --grad-accum",
+        "this run needs about {:.1} GiB of memory (model state {:.2} GiB per CPU rank x {}, host copies of the strategy {:.2} GiB, copies for start and checkpoints {:.2} GiB, activations {:.2} GiB, convolution scratch {:.2} GiB, queued batches {:.2} GiB, GPUs' page-locked staging {:.2} GiB), more than the {:.1} GiB it may take (9/10 of the {:.1} GiB {}): use a smaller --model or --batch-per-replica, fewer --devices, or less --prefetch / --loader-threads / --grad-accum",
         e.total() / GIB,
         e.state_per_rank / GIB,
         e.ranks,
@@ -113,6 +120,7 @@ pub(super) fn check(e: &Estimate, room: Option<Room>) -> Result<(), String> {
         e.activations / GIB,
         e.scratch / GIB,
         e.queues / GIB,
+        e.staging / GIB,
         usable / GIB,
         room.bytes as f64 / GIB,
         room.what
@@ -390,5 +398,16 @@ mod tests {
         let e = estimate(&cfg, &cpus(1), &Model::mlp(784, &[], 10));
         // (8 prefetched + 1 being built) batches of 4 micro-batches of 32 samples
         assert_eq!(e.queues, 9.0 * 4.0 * 32.0 * 785.0 * 4.0);
+        assert_eq!(e.staging, 0.0);
+        // a GPU rank also stages the step's 4 micro-batches and the 4 of the step before in
+        // page-locked memory
+        let gpu = Device::Gpu {
+            index: 0,
+            name: "test".into(),
+            pci_bus_id: None,
+            arch: 90,
+        };
+        let e = estimate(&cfg, &[gpu], &Model::mlp(784, &[], 10));
+        assert_eq!(e.staging, 8.0 * 32.0 * 785.0 * 4.0);
     }
 }

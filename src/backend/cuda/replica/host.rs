@@ -49,7 +49,7 @@ pub(super) struct Upload<T> {
 /// once (a step's micro-batches, `--grad-accum` of them, and the step's before, one step
 /// ahead), so that one waited for is rare (over 30 micro-batches a step; it waits in the
 /// driver, where no abort reaches).
-const UPLOAD_SLOTS: usize = 64;
+pub const UPLOAD_SLOTS: usize = 64;
 
 impl<T> Default for Upload<T> {
     fn default() -> Self {

@@ -24,6 +24,7 @@ mod open;
 mod packed;
 mod pass;
 mod profile;
+pub use host::UPLOAD_SLOTS;
 pub use profile::{check_env as check_profile_env, wanted as profiled};
 mod resident;
 mod update;
