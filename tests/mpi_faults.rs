@@ -56,8 +56,12 @@ fn sigterm_to_another_process_stops_the_run_as_one_to_process_0_does() {
     let status = wait_exit(&mut child, Duration::from_secs(30));
     let out = std::fs::read_to_string(&out).unwrap();
     assert!(status.is_some(), "mpirun did not end\n{out}");
-    // the run stopped at a step with a checkpoint, said by process 0
+    // the run stopped at a step with a checkpoint, said by process 0, which names who asked
     assert!(out.contains("stopped at step"), "{out}");
+    assert!(
+        out.contains("the process of rank 1 asked to stop, with a checkpoint"),
+        "{out}"
+    );
     weights(&tmp.path().join("run"));
 }
 
@@ -155,6 +159,13 @@ fn a_hung_process_is_taken_for_lost_after_its_patience() {
     assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
     assert!(
         err.contains("error (process 0 on") && err.contains("stopped answering"),
+        "{err}"
+    );
+    // on one machine process 0 sees why
+    assert!(
+        err.contains(&format!(
+            "the process of rank(s) 1 (pid {victim}) is suspended on this machine"
+        )),
         "{err}"
     );
     weights(&tmp.path().join("run"));

@@ -163,8 +163,11 @@ pub fn resolve_with(
                 Some(k) => (cores / k).max(1),
             };
             let of = match sharers {
-                Some(k) if k > 1 => format!("{cores} cores shared by {k} processes of this run"),
-                _ => format!("{cores} cores"),
+                Some(k) if k > 1 => format!(
+                    "{} shared by {k} processes of this run",
+                    crate::text::counted(cores, "core")
+                ),
+                _ => crate::text::counted(cores, "core"),
             };
             let why = match discovery {
                 Discovery::None(why) => format!("no GPU: {why}"),
@@ -175,7 +178,10 @@ pub fn resolve_with(
             };
             Ok((
                 cpus(n),
-                Some(format!("{why}; training on {n} CPU workers ({of})")),
+                Some(format!(
+                    "{why}; training on {} ({of})",
+                    crate::text::counted(n, "CPU worker")
+                )),
             ))
         }
         DeviceSpec::Cpu(n) => {

@@ -30,6 +30,9 @@ pub struct RunInfo {
     /// This process's index among the run's processes, and their number.
     pub process: usize,
     pub processes: usize,
+    /// The run's other processes on this machine: their global ranks and process ids (none in
+    /// a run read back).
+    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
     pub device_note: Option<String>,
     /// What the GPU ranks compute their products in (`--precision`; CPU workers: fp32), and
     /// the notes on it: why, where it is not what was asked for, and what `--grad-dtype` does.
@@ -177,6 +180,7 @@ impl RunInfo {
             host: Some((world.hosts.first().cloned()).unwrap_or_else(crate::pids::hostname)),
             process: world.process(),
             processes: world.offsets.len() - 1,
+            peers_here: world.peers_here.clone(),
             device_note,
             precision,
             precision_notes: (precision_note.into_iter())

@@ -138,6 +138,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             rebalance_samples: 0,
             rebalance_speeds: None,
             max_rows: crate::engine::control::MAX_BATCH,
+            peers_here: l.world.peers_here.clone(),
             caps: Vec::new(),
             strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
             device_cap: l.device_cap.clone(),

@@ -101,7 +101,7 @@ impl Watch {
         mut recorder: Recorder,
         mut telemetry: Telemetry,
     ) -> Watch {
-        telemetry.with_siblings(info.processes > 1);
+        telemetry.with_siblings(info.peers_here.iter().map(|(_, pid)| *pid).collect());
         let notes = recorder.run_start(info);
         let mut watch = Watch {
             steps: Steps::new(steps),

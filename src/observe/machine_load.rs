@@ -1,8 +1,8 @@
-//! What else keeps the cores this process may run on busy while the run trains: another run, a
+//! What else keeps the cores this run may run on here busy while it trains: another run, a
 //! build, the hypervisor (steal time). Read from /proc between two telemetry samples: those
-//! cores' busy time (/proc/stat's lines of the CPUs in this process's affinity) less this
-//! process's and, in a run of several processes, its siblings' (the run's other processes
-//! here, children of the same launcher). Linux only; elsewhere nothing is said.
+//! cores' busy time (/proc/stat's lines of the CPUs in the affinity of this process and of its
+//! siblings, the run's other processes on this machine, which a launcher may bind to cores of
+//! their own) less these processes' own. Linux only; elsewhere nothing is said.
 
 use std::collections::HashMap;
 
@@ -29,7 +29,6 @@ impl Load {
 
 /// One process's figures from /proc/PID/stat.
 struct Proc {
-    ppid: u32,
     comm: String,
     ticks: u64,
 }
@@ -38,9 +37,10 @@ struct Proc {
 /// one before.
 #[derive(Default)]
 pub struct LoadMeter {
-    /// The run has other processes, which may be on this machine (`siblings`).
-    pub siblings: bool,
-    /// The machine's (busy, total, steal) ticks and this process's, at the last sample.
+    /// The process ids of the run's other processes on this machine.
+    pub siblings: Vec<u32>,
+    /// The machine's (busy, total, steal) ticks and the run's processes' here, at the last
+    /// sample.
     last: Option<(Ticks, u64)>,
     /// Every process's ticks at the last scan (a scan is made only where others took time).
     scanned: HashMap<u32, u64>,
@@ -57,9 +57,22 @@ struct Ticks {
 impl LoadMeter {
     /// The load since the last call (`None` the first time, and where /proc cannot tell).
     pub fn sample(&mut self) -> Option<Load> {
-        let now = machine_ticks(&allowed_cpus())?;
         let me = std::process::id();
-        let mine = read_proc(me)?.ticks;
+        let mut cpus = allowed_cpus();
+        if !cpus.is_empty() {
+            for &pid in &self.siblings {
+                cpus.extend(sibling_cpus(pid));
+            }
+            cpus.sort_unstable();
+            cpus.dedup();
+        }
+        let now = machine_ticks(&cpus)?;
+        // (a sibling gone, or not to be read, counts as taking nothing from now on)
+        let siblings: u64 = (self.siblings.iter())
+            .filter_map(|&pid| read_proc(pid))
+            .map(|p| p.ticks)
+            .sum();
+        let mine = read_proc(me)?.ticks + siblings;
         let (before, mine_before) = self.last.replace((now, mine))?;
         let total = now.total.saturating_sub(before.total);
         if total == 0 || now.cores == 0 {
@@ -82,26 +95,16 @@ impl LoadMeter {
             return Some(load);
         }
         let procs = scan();
-        let parent = procs.get(&me).map(|p| (p.ppid, p.comm.clone()));
-        // (under a launcher only: two runs started from one shell are no siblings)
-        let sibling = |p: &Proc| {
-            self.siblings
-                && (parent.as_ref())
-                    .is_some_and(|(ppid, comm)| *ppid > 1 && p.ppid == *ppid && &p.comm == comm)
-        };
-        let mut siblings = 0u64;
         let mut top: Option<(String, u64)> = None;
         for (pid, p) in &procs {
             let Some(was) = self.scanned.get(pid) else {
                 continue;
             };
             let took = p.ticks.saturating_sub(*was);
-            if *pid == me {
+            if *pid == me || self.siblings.contains(pid) {
                 continue;
             }
-            if sibling(p) {
-                siblings += took;
-            } else if top.as_ref().is_none_or(|(_, t)| took > *t) {
+            if top.as_ref().is_none_or(|(_, t)| took > *t) {
                 top = Some((format!("{} (pid {pid})", p.comm), took));
             }
         }
@@ -110,8 +113,6 @@ impl LoadMeter {
             top = Some(("the hypervisor (steal time)".into(), steal));
         }
         self.scanned = procs.into_iter().map(|(pid, p)| (pid, p.ticks)).collect();
-        load.ours += cores(siblings);
-        load.others = cores(busy.saturating_sub(own + siblings));
         // (ticks are counted apart: one process's never more than all the others')
         let others = load.others;
         load.top = (top.filter(|(_, t)| *t > 0)).map(|(n, t)| (n, cores(t).min(others)));
@@ -132,6 +133,30 @@ fn allowed_cpus() -> Vec<usize> {
     (0..size * 8)
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
+}
+
+/// The CPUs process `pid` may run on (/proc/PID/status's `Cpus_allowed_list`; none where it
+/// cannot be read).
+fn sibling_cpus(pid: u32) -> Vec<usize> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    (text.lines())
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map_or(Vec::new(), cpu_list)
+}
+
+/// A list of CPUs as the kernel writes one (`0-3,8,10-11`).
+fn cpu_list(text: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.trim().parse::<usize>(), hi.trim().parse::<usize>()) {
+            // (a list past any machine's CPUs is not one)
+            if hi >= lo && hi < 1 << 16 {
+                cpus.extend(lo..=hi);
+            }
+        }
+    }
+    cpus
 }
 
 /// The ticks of the CPUs `allowed` (all where empty) from /proc/stat's `cpuN` lines (busy: all
@@ -170,7 +195,7 @@ fn stat_ticks(text: &str, allowed: &[usize]) -> Option<Ticks> {
     (sum.cores > 0).then_some(sum)
 }
 
-/// A process's parent, name and CPU ticks (user + system) from /proc/PID/stat.
+/// A process's name and CPU ticks (user + system) from /proc/PID/stat.
 fn read_proc(pid: u32) -> Option<Proc> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(&text)
@@ -184,7 +209,6 @@ fn parse_stat(text: &str) -> Option<Proc> {
     // after the name: state ppid ... utime (the 12th) stime (the 13th)
     let field = |i: usize| rest.get(i).and_then(|f| f.parse::<u64>().ok());
     Some(Proc {
-        ppid: field(1)? as u32,
         comm,
         ticks: field(11)? + field(12)?,
     })
@@ -211,10 +235,7 @@ mod tests {
             "4242 (cc1 (plus) x) R 77 4242 1 0 -1 4194304 500 0 0 0 1234 56 0 0 20 0 1 0 9 1 1",
         )
         .unwrap();
-        assert_eq!(
-            (p.ppid, p.comm.as_str(), p.ticks),
-            (77, "cc1 (plus) x", 1290)
-        );
+        assert_eq!((p.comm.as_str(), p.ticks), ("cc1 (plus) x", 1290));
         assert!(parse_stat("4242 (x) R").is_none());
     }
 
@@ -227,6 +248,18 @@ mod tests {
         let bound = stat_ticks(stat, &[2]).unwrap();
         assert_eq!((bound.cores, bound.busy, bound.total), (1, 0, 100));
         assert!(stat_ticks(stat, &[7]).is_none());
+    }
+
+    #[test]
+    fn a_sibling_s_cores_are_read_from_the_kernel_s_list() {
+        assert_eq!(cpu_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpu_list("1"), [1]);
+        // nothing readable: none (the process's own affinity stands alone)
+        assert!(cpu_list("").is_empty() && cpu_list("x-y,3-1").is_empty());
+        // this process's own list, as a sibling's would be read
+        let mine = sibling_cpus(std::process::id());
+        assert!(!mine.is_empty(), "Linux /proc/PID/status");
+        assert_eq!(mine, allowed_cpus());
     }
 
     #[test]

@@ -134,8 +134,9 @@ impl Telemetry {
         self.busy.on_step(s);
     }
 
-    /// The run has other processes, which may share this machine (told apart from others').
-    pub fn with_siblings(&mut self, siblings: bool) {
+    /// The run's other processes on this machine (`pids`): their time is the run's, their
+    /// cores too.
+    pub fn with_siblings(&mut self, siblings: Vec<u32>) {
         if let Some(l) = self.load.as_mut() {
             l.siblings = siblings;
         }

@@ -182,9 +182,16 @@ pub fn agree(
     let decision = |r: &[u64]| Decision::decode(r[..4].try_into().expect("four words"));
     let mut d = decision(&all);
     // a stop asked in another process (a signal there) stops the run as one asked here does,
-    // a pause or not
-    for theirs in all.chunks(width).skip(1).filter_map(|r| decision(r).stop) {
-        d.stop = Some(d.stop.unwrap_or(false) || theirs);
+    // a pause or not; rank 0 tells who asked (the first rank of the process that did)
+    let theirs = all.chunks(width).enumerate().skip(1);
+    for (rank, checkpoint) in theirs.filter_map(|(r, w)| Some((r, decision(w).stop?))) {
+        if coll.rank() == 0 && d.stop.is_none() {
+            heard(Heard::Asked(
+                Control::Stop { checkpoint },
+                format!("the process of rank {rank}"),
+            ));
+        }
+        d.stop = Some(d.stop.unwrap_or(false) || checkpoint);
         d.hold = false;
     }
     Ok(d)

@@ -18,6 +18,7 @@ impl RunInfo {
             hosts: Vec::new(),
             process: 0,
             processes: 1,
+            peers_here: Vec::new(),
             device_note: None,
             precision: Precision::Fp32,
             precision_notes: Vec::new(),

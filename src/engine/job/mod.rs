@@ -33,6 +33,9 @@ pub(super) struct World {
     pub offsets: Vec<usize>,
     /// Processes of this run on this machine (they share its cores).
     pub neighbours: usize,
+    /// The run's other processes on this machine: their global ranks and process ids (their
+    /// CPU time is the run's, not outside load; a lost one may be suspended here).
+    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
     /// The largest per-replica batch the memory of every other process allows (`memory`).
     pub others_max_batch: Option<usize>,
 }
@@ -46,6 +49,7 @@ impl World {
             hosts: Vec::new(),
             offsets: vec![0, n],
             neighbours: 1,
+            peers_here: Vec::new(),
             others_max_batch: None,
         }
     }
@@ -65,6 +69,7 @@ impl World {
 #[derive(Serialize, Deserialize)]
 struct Hello {
     host: String,
+    pid: u32,
     /// (GPU, index, name, PCI bus id, compute capability) of each device.
     devices: Vec<(bool, usize, String, Option<String>, u32)>,
     /// What every process must agree on, as (what, value).
@@ -120,8 +125,14 @@ fn crowded(
         .filter(|(d, h)| matches!(d, Device::Cpu { .. }) && *h == me)
         .count();
     (neighbours > 1 && workers > cores).then(|| {
+        // (a process of one worker each has none to give up)
+        let fewer = match workers > neighbours {
+            true => ", or give each fewer workers (--devices cpu:N)",
+            false => "",
+        };
         format!(
-            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on the {cores} cores they share: they slow each other; start fewer processes there, or give each fewer workers (--devices cpu:N)"
+            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on the {} they share: they slow each other; start fewer processes there{fewer}",
+            crate::text::counted(cores, "core")
         )
     })
 }
@@ -169,6 +180,7 @@ pub(super) fn meet(
     };
     let hello = Hello {
         host: hostname(),
+        pid: std::process::id(),
         devices: local
             .iter()
             .map(|d| match d {
@@ -321,6 +333,10 @@ pub(super) fn meet(
     }
     let me = &hellos[procs.index()].host;
     let neighbours = hellos.iter().filter(|h| &h.host == me).count();
+    let peers_here = (hellos.iter().enumerate())
+        .filter(|&(p, h)| p != procs.index() && &h.host == me)
+        .map(|(p, h)| (offsets[p]..offsets[p + 1], h.pid))
+        .collect();
     let others_max_batch = (hellos.iter().enumerate())
         .filter(|&(p, _)| p != procs.index())
         .map(|(_, h)| h.max_batch)
@@ -331,6 +347,7 @@ pub(super) fn meet(
         hosts,
         offsets,
         neighbours,
+        peers_here,
         others_max_batch,
     })
 }

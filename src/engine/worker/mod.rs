@@ -99,6 +99,8 @@ pub(super) struct Worker {
     /// and every rank's, told to each other before the first step (`--rebalance` keeps to them).
     pub max_rows: usize,
     pub caps: Vec<usize>,
+    /// The run's other processes on this machine: their ranks and process ids.
+    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
     /// Whether this rank's replica reports its steps late (`late`), and the last step queued
     /// then, not yet reported.
     pub late: bool,
@@ -153,6 +155,15 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         EngineError::Collective(crate::comm::CollectiveError::Lost(why)) if w.local.start == 0 => {
             let who = crate::engine::heartbeat::behind(&w.beats.read());
             let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
+            // (a process of the run stopped by a signal on this machine is not lost)
+            let held = (w.peers_here.iter()).filter(|(_, pid)| crate::pids::stopped(*pid));
+            let why = held.fold(why, |why, (ranks, pid)| {
+                let ranks: Vec<String> = ranks.clone().map(|r| r.to_string()).collect();
+                format!(
+                    "{why}; the process of rank(s) {} (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP): that is why it stopped answering",
+                    ranks.join(", ")
+                )
+            });
             EngineError::Collective(crate::comm::CollectiveError::Lost(why))
         }
         e => e,

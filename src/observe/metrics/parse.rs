@@ -169,6 +169,7 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         },
         devices,
         processes: count(v, "processes").unwrap_or(1).max(1),
+        peers_here: Vec::new(),
         process: 0,
         host: (field(v, "host").and_then(Value::as_str).map(String::from))
             .or_else(|| hosts.first().cloned()),

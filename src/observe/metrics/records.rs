@@ -277,11 +277,13 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             waited,
             missing,
             injected,
+            suspended,
         } => {
             v["step"] = (*step).into();
             v["waited_s"] = waited.as_secs_f64().into();
             v["missing_ranks"] = missing.clone().into();
             v["injected"] = injected.clone().into();
+            v["suspended_pid"] = (*suspended).into();
         }
         Warning::Bound { step, bound } => {
             v["step"] = (*step).into();

@@ -51,6 +51,9 @@ pub struct Context {
     pub hosts: Vec<String>,
     /// The samples are pictures decoded from files (which `--image-size` makes smaller).
     pub pictures: bool,
+    /// The run's other processes on this machine: their global ranks and process ids (one
+    /// suspended there explains a stall).
+    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
 }
 
 impl Context {

@@ -107,6 +107,7 @@ impl Detector {
                 .collect(),
             hosts: info.hosts.clone(),
             pictures: info.pictures,
+            peers_here: info.peers_here.clone(),
         };
         let mfu = Mfu::for_run(info);
         let local_after =
@@ -426,11 +427,18 @@ impl Detector {
             .map(|(r, _)| r)
             .collect();
         let injected = (missing.iter()).find_map(|&r| self.ctx.injected.get(r).cloned().flatten());
+        // (Ctrl-Z in one process's terminal, kill -STOP: the run waits for it)
+        let suspended = (self.ctx.peers_here.iter())
+            .find(|(ranks, pid)| {
+                missing.iter().any(|r| ranks.contains(r)) && crate::pids::stopped(*pid)
+            })
+            .map(|(_, pid)| *pid);
         Some(Warning::Stall {
             step: last,
             waited,
             missing,
             injected,
+            suspended,
         })
     }
 }

@@ -147,6 +147,9 @@ pub enum Warning {
         missing: Vec<usize>,
         /// A fault injected on one of the missing ranks (`--slow-data 1:2500`), said beside.
         injected: Option<String>,
+        /// The process id of a process of the run on this machine, holding a missing rank,
+        /// that is suspended (Ctrl-Z, kill -STOP).
+        suspended: Option<u32>,
     },
     /// The whole run is held back by its input or its host, or leaves its GPUs underused.
     Bound {
@@ -296,7 +299,7 @@ impl fmt::Display for Warning {
             Warning::OutsideLoadCleared { step } => {
                 write!(f, "outside load cleared: the cores are free for this run again (step {step})")
             }
-            Warning::Stall { step, waited, missing, injected } => {
+            Warning::Stall { step, waited, missing, injected, suspended } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
                 let s = waited.as_secs_f64();
                 // (a timeout under 10 s keeps its tenths: 0.5 s is not "1 s"; under 0.1 s its
@@ -307,6 +310,9 @@ impl fmt::Display for Warning {
                     "stall: no step completed for {s:.dp$} s after step {step}; rank(s) {} did not reach the all-reduce",
                     if who.is_empty() { "?".into() } else { who.join(", ") }
                 )?;
+                if let Some(pid) = suspended {
+                    write!(f, ": its process (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it")?;
+                }
                 match injected {
                     Some(flag) => write!(f, " (fault injected: {flag})"),
                     None => Ok(()),

@@ -20,6 +20,7 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
             waited: secs(61) - ms(7.0),
             missing: vec![1],
             injected: None,
+            suspended: None,
         }
     );
     assert!(
@@ -33,6 +34,7 @@ fn a_stall_names_the_ranks_that_did_not_reach_the_all_reduce_once() {
         waited: ms(500.0),
         missing: vec![1],
         injected: Some("--slow-data 1:2500".into()),
+        suspended: None,
     };
     assert!(
         short
@@ -87,4 +89,41 @@ fn a_pause_is_not_a_stall() {
     d.set_paused(false, secs(600));
     assert_eq!(d.tick(secs(650), &Heartbeats::new(2).read()), None);
     assert!(d.tick(secs(661), &Heartbeats::new(2).read()).is_some());
+}
+
+#[test]
+fn a_stall_of_a_process_suspended_on_this_machine_says_so() {
+    // the run's other process on this machine, holding rank 1: stopped as Ctrl-Z stops one
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // SAFETY: kill only signals the child this test started
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    let stopped = (0..200).any(|_| {
+        std::thread::sleep(ms(5.0));
+        crate::pids::stopped(pid)
+    });
+    let ctx = Context {
+        cores: 64,
+        peers_here: vec![(1..2, pid)],
+        ..Context::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+    d.on_row(&row(7, &[1.0; 2], &[0.1; 2]));
+    let beats = Heartbeats::new(2);
+    beats.beat(0, 8, Phase::Reduce);
+    beats.beat(1, 8, Phase::Compute);
+    let w = d.tick(Duration::from_secs(61), &beats.read());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(stopped, "the child was not seen stopped");
+    let w = w.unwrap().to_string();
+    assert!(
+        w.ends_with(&format!(
+            "rank(s) 1 did not reach the all-reduce: its process (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it"
+        )),
+        "{w}"
+    );
 }
