@@ -52,6 +52,32 @@ fn controller_rejects_bad_batches() {
 }
 
 #[test]
+fn another_process_s_gpus_hold_batch_changes_until_every_rank_told_its_own() {
+    let (tx, _rx) = unbounded();
+    // one GPU here, others in the run's other processes
+    let c = Controller::new(tx, DeviceCap::new(1, true));
+    c.devices.tell(100);
+    assert_eq!(
+        c.set_batch_per_replica(64),
+        Err(ControlError::DevicesStarting)
+    );
+    // every rank told the others: the least of theirs is 80
+    c.devices.tell_run(80);
+    assert!(c.set_batch_per_replica(80).is_ok());
+    assert_eq!(
+        c.set_batch_per_replica(81),
+        Err(ControlError::TooLargeForDevices { batch: 81, max: 80 })
+    );
+    // (told once: a second telling changes nothing, nor does one where no process has GPUs)
+    c.devices.tell_run(10);
+    assert!(c.set_batch_per_replica(70).is_ok());
+    let (tx, _rx) = unbounded();
+    let alone = Controller::new(tx, DeviceCap::new(0, false));
+    alone.devices.tell_run(10);
+    assert!(alone.set_batch_per_replica(64).is_ok());
+}
+
+#[test]
 fn decision_round_trips_and_pause_blocks_until_resume() {
     let d = Decision {
         batch: Some(128),
