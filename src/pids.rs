@@ -25,6 +25,43 @@ pub fn stopped(pid: u32) -> bool {
     state == Some('T')
 }
 
+/// Another process of the run on this machine: its global ranks and its process id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub ranks: std::ops::Range<usize>,
+    pub pid: u32,
+}
+
+impl Peer {
+    /// Of `peers`, the first holding one of the ranks `holding` is true of that is stopped by a
+    /// signal (`stopped`): a run waits for it as for a lost one.
+    pub fn suspended(peers: &[Peer], holding: impl Fn(usize) -> bool) -> Option<&Peer> {
+        (peers.iter()).find(|p| p.ranks.clone().any(&holding) && stopped(p.pid))
+    }
+
+    /// What a stall or a lost peer says of it, suspended.
+    pub fn suspended_words(&self) -> String {
+        let ranks: Vec<String> = self.ranks.clone().map(|r| r.to_string()).collect();
+        format!(
+            "the process of rank(s) {} (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it",
+            ranks.join(", "),
+            pid = self.pid
+        )
+    }
+}
+
+/// Where this process's ids mean what they mean to another process of this machine: the
+/// machine's boot and this process's PID namespace (two containers of one host name may have
+/// ids of their own); empty where it cannot be told.
+pub fn pid_space() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let ns = std::fs::read_link("/proc/self/ns/pid").map(|p| p.display().to_string());
+    match (boot.trim(), ns) {
+        (b, Ok(ns)) if !b.is_empty() => format!("{b}/{ns}"),
+        _ => String::new(),
+    }
+}
+
 /// This machine's name.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];

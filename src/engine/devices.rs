@@ -39,11 +39,16 @@ impl Device {
 pub enum DeviceError {
     #[error("--devices {requested} asks for GPUs but no GPU was found ({why}); use --devices auto or --devices cpu:N")]
     NoGpu { requested: String, why: String },
-    #[error("--devices {requested}: there is no GPU {missing}; found {found}")]
+    #[error(
+        "--devices {requested}: there is no GPU {missing}; found {found}{}",
+        renumbered_by(visible)
+    )]
     NoSuchGpu {
         requested: String,
         missing: usize,
         found: String,
+        /// `CUDA_VISIBLE_DEVICES`, where it is set (it renumbers the GPUs).
+        visible: Option<String>,
     },
     #[error("--devices {requested}: found {found}, but {missing}; or use --devices cpu:N")]
     GpuLibrariesMissing {
@@ -55,6 +60,15 @@ pub enum DeviceError {
         "--devices {requested} names GPU {twice} twice; list each GPU once, e.g. --devices 0,1"
     )]
     Repeated { requested: String, twice: usize },
+}
+
+/// What `CUDA_VISIBLE_DEVICES` (`visible`, where set) does to the GPUs' numbers.
+pub fn renumbered_by(visible: &Option<String>) -> String {
+    visible.as_ref().map_or(String::new(), |v| {
+        format!(
+            " (CUDA_VISIBLE_DEVICES={v} is set: GPUs are numbered from 0 among those it leaves)"
+        )
+    })
 }
 
 /// The GPUs `ids` of those found, as devices.
@@ -99,7 +113,23 @@ pub fn resolve_devices(
         Discovery::None(_) => Libraries::default(),
     };
     let (cores, online) = (available_cores(), online_cores());
-    let (devices, note) = resolve_with(spec, &discovery, &libs, cores, sharers)?;
+    let (devices, note) =
+        resolve_with(spec, &discovery, &libs, cores, sharers).map_err(|e| match e {
+            // (a GPU's number on the machine is not its number where a launcher left this process
+            // some of them)
+            DeviceError::NoSuchGpu {
+                requested,
+                missing,
+                found,
+                ..
+            } => DeviceError::NoSuchGpu {
+                requested,
+                missing,
+                found,
+                visible: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            },
+            e => e,
+        })?;
     let cpu = matches!(devices.first(), Some(Device::Cpu { .. }));
     let bound = (cpu && online > cores).then(|| {
         format!(
@@ -197,15 +227,11 @@ pub fn resolve_with(
                 }),
                 Discovery::Found(all) => {
                     if let Some(&missing) = ids.iter().find(|&&i| i >= all.len()) {
-                        // (a GPU's number on the machine is not its number where a launcher
-                        // left this process some of them)
-                        let visible = std::env::var("CUDA_VISIBLE_DEVICES").map_or(String::new(), |v| {
-                            format!(" (CUDA_VISIBLE_DEVICES={v} is set: --devices numbers the GPUs it leaves from 0)")
-                        });
                         return Err(DeviceError::NoSuchGpu {
                             requested,
                             missing,
-                            found: describe(all) + &visible,
+                            found: describe(all),
+                            visible: None,
                         });
                     }
                     let repeated = ids
@@ -318,6 +344,17 @@ mod tests {
             .to_string();
         assert!(
             e.contains("no GPU 3") && e.contains("1: NVIDIA A100 (80 GiB)"),
+            "{e}"
+        );
+        // a launcher's CUDA_VISIBLE_DEVICES renumbers the GPUs a process sees: said
+        let e = DeviceError::NoSuchGpu {
+            requested: "3".into(),
+            missing: 3,
+            found: "2 GPUs".into(),
+            visible: Some("4,5".into()),
+        };
+        assert!(
+            e.to_string().ends_with("found 2 GPUs (CUDA_VISIBLE_DEVICES=4,5 is set: GPUs are numbered from 0 among those it leaves)"),
             "{e}"
         );
         let e = resolve_with(&DeviceSpec::Gpus(vec![1, 1]), &two, &ready, 4, None)

@@ -32,7 +32,7 @@ pub struct RunInfo {
     pub processes: usize,
     /// The run's other processes on this machine: their global ranks and process ids (none in
     /// a run read back).
-    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
+    pub peers_here: Vec<crate::pids::Peer>,
     pub device_note: Option<String>,
     /// What the GPU ranks compute their products in (`--precision`; CPU workers: fp32), and
     /// the notes on it: why, where it is not what was asked for, and what `--grad-dtype` does.

@@ -10,9 +10,10 @@ use crate::engine::loader::proportional;
 
 /// Steps between two rebalancing decisions (the first after this many steps too).
 pub const EVERY: u64 = 50;
-/// A new split is applied only when some rank's share moves by more than this fraction of an
-/// even share (of its own, a small share would cross it with the noise).
-const MIN_CHANGE: f64 = 0.1;
+/// A new split is applied only where it shortens the slowest rank's step, as the speeds predict
+/// it, by more than this fraction (a small share moved by a few samples of noise does not, a
+/// straggler that slowed further does).
+const MIN_GAIN: f64 = 0.1;
 
 /// The speeds a decision goes by: the mean of the newest and the last decision's (`before`),
 /// every rank's measured (a rank that measured nothing keeps its last speed).
@@ -33,7 +34,8 @@ pub fn smoothed(before: Option<&[f32]>, newest: &[f32]) -> Vec<f32> {
 /// The split to use from now on, or `None` to keep `current`. `speeds` are samples per second
 /// of each rank's own work (data wait + compute) since the last decision; every rank keeps
 /// `least` samples at least (2 where one would make a batch norm of one value per channel)
-/// and at most its `caps` (what its device holds).
+/// and, of what its device holds (`caps`), nine tenths at most (or its current share): the
+/// rest of a GPU's memory is for what a run allocates later (workspaces, graphs).
 pub fn new_split(
     global: usize,
     speeds: &[f32],
@@ -41,9 +43,17 @@ pub fn new_split(
     (least, caps): (usize, &[usize]),
 ) -> Option<Vec<usize>> {
     let ranks = speeds.len();
+    debug_assert!(
+        caps.len() == ranks && current.len() == ranks,
+        "a cap and a share a rank"
+    );
+    let caps: Vec<usize> = (caps.iter().zip(current))
+        .map(|(&c, &n)| (c - c / 10).max(n))
+        .collect();
     let bad = speeds.iter().any(|s| !(s.is_finite() && *s > 0.0));
     let room = caps.iter().sum::<usize>();
-    if ranks < 2 || global < ranks * least || bad || caps.len() != ranks || room < global {
+    let tight = caps.iter().any(|&c| c < least);
+    if ranks < 2 || global < ranks * least || bad || caps.len() != ranks || room < global || tight {
         return None;
     }
     // integer weights (fixed point) so every rank rounds identically
@@ -81,11 +91,13 @@ pub fn new_split(
         sizes[big] -= 1;
         sizes[z] += 1;
     }
-    let moved = sizes
-        .iter()
-        .zip(current)
-        .any(|(&n, &c)| (n as f64 - c as f64).abs() > MIN_CHANGE * global as f64 / ranks as f64);
-    moved.then_some(sizes)
+    // (a step takes as long as its slowest rank)
+    let slowest = |split: &[usize]| {
+        (split.iter().zip(speeds))
+            .map(|(&n, &s)| n as f64 / s as f64)
+            .fold(0.0, f64::max)
+    };
+    (slowest(current) > (1.0 + MIN_GAIN) * slowest(&sizes)).then_some(sizes)
 }
 
 #[cfg(test)]
@@ -101,25 +113,32 @@ mod tests {
 
     #[test]
     fn a_fast_rank_gets_no_more_than_its_device_holds() {
-        // the fast GPU holds 40 of the 96: the rest go to the others by their speeds
-        let s = new_split(96, &[4000.0, 1000.0, 1000.0], &[32; 3], (1, &[40, 96, 96])).unwrap();
+        // the fast GPU holds 44 of the 96, and is given nine tenths of it: the rest go to the
+        // others by their speeds
+        let s = new_split(96, &[4000.0, 1000.0, 1000.0], &[32; 3], (1, &[44, 96, 96])).unwrap();
         assert_eq!(s, vec![40, 28, 28]);
-        // capped in rounds: rank 0 fills first, then rank 1 on what is left
-        let s = new_split(96, &[4000.0, 2000.0, 1000.0], &[32; 3], (1, &[50, 30, 96])).unwrap();
-        assert_eq!(s, vec![50, 30, 16]);
+        // capped in rounds: rank 0 fills first (48 of 40), then rank 1 on what is left (42 of
+        // 36, where its first share, 36, fitted)
+        let s = new_split(96, &[4000.0, 3000.0, 1000.0], &[32; 3], (1, &[44, 40, 96])).unwrap();
+        assert_eq!(s, vec![40, 36, 20]);
         // already where the caps put it: kept
         assert_eq!(
             new_split(
                 96,
                 &[4000.0, 1000.0, 1000.0],
                 &[40, 28, 28],
-                (1, &[40, 96, 96])
+                (1, &[44, 96, 96])
             ),
             None
         );
-        // no split fits the devices: the current one is kept
+        // the devices are full at the current split (a share already past nine tenths of its
+        // cap is kept, never cut for the margin), and one too small for the least share
         assert_eq!(
-            new_split(96, &[4000.0, 1000.0], &[48; 2], (1, &[48, 47])),
+            new_split(96, &[4000.0, 1000.0], &[48; 2], (1, &[48, 48])),
+            None
+        );
+        assert_eq!(
+            new_split(96, &[4000.0, 1000.0], &[95, 1], (2, &[96, 1])),
             None
         );
     }
@@ -144,13 +163,18 @@ mod tests {
             new_split(96, &[1000.0, 950.0, 1000.0], &[32, 32, 32], (1, &[96; 3])),
             None
         );
-        // a slow rank's small share moved by a few samples, more than a tenth of its own but
-        // not of an even share (noise on a steady load): kept
+        // a slow rank's small share moved by 8 samples, more than a tenth of its own, for a
+        // step 3% shorter (noise on a steady load): kept
         assert_eq!(
-            new_split(256, &[2000.0, 1000.0], &[169, 87], (1, &[256; 2])),
+            new_split(256, &[3000.0, 1000.0], &[200, 56], (1, &[256; 2])),
             None
         );
-        assert!(new_split(256, &[2000.0, 1300.0], &[169, 87], (1, &[256; 2])).is_some());
+        // a straggler that slowed from a tenth of the speed to a twentieth: its step would take
+        // twice the other's, re-cut however few samples move
+        assert_eq!(
+            new_split(256, &[1.0, 0.05], &[233, 23], (1, &[1024; 2])),
+            Some(vec![244, 12])
+        );
         assert_eq!(
             new_split(96, &[1000.0, 0.0, 1000.0], &[32, 32, 32], (1, &[96; 3])),
             None

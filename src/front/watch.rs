@@ -101,7 +101,7 @@ impl Watch {
         mut recorder: Recorder,
         mut telemetry: Telemetry,
     ) -> Watch {
-        telemetry.with_siblings(info.peers_here.iter().map(|(_, pid)| *pid).collect());
+        telemetry.with_siblings(info.peers_here.iter().map(|p| p.pid).collect());
         let notes = recorder.run_start(info);
         let mut watch = Watch {
             steps: Steps::new(steps),

@@ -39,9 +39,10 @@ struct Proc {
 pub struct LoadMeter {
     /// The process ids of the run's other processes on this machine.
     pub siblings: Vec<u32>,
-    /// The machine's (busy, total, steal) ticks and the run's processes' here, at the last
-    /// sample.
+    /// The machine's (busy, total, steal) ticks and this process's, at the last sample.
     last: Option<(Ticks, u64)>,
+    /// The siblings' ticks at the last sample (those that could be read).
+    siblings_last: HashMap<u32, u64>,
     /// Every process's ticks at the last scan (a scan is made only where others took time).
     scanned: HashMap<u32, u64>,
 }
@@ -67,12 +68,14 @@ impl LoadMeter {
             cpus.dedup();
         }
         let now = machine_ticks(&cpus)?;
-        // (a sibling gone, or not to be read, counts as taking nothing from now on)
-        let siblings: u64 = (self.siblings.iter())
-            .filter_map(|&pid| read_proc(pid))
-            .map(|p| p.ticks)
-            .sum();
-        let mine = read_proc(me)?.ticks + siblings;
+        let siblings: HashMap<u32, u64> = (self.siblings.iter())
+            .filter_map(|&pid| Some((pid, read_proc(pid)?.ticks)))
+            .collect();
+        let siblings_took = grown(
+            &std::mem::replace(&mut self.siblings_last, siblings),
+            &self.siblings_last,
+        );
+        let mine = read_proc(me)?.ticks;
         let (before, mine_before) = self.last.replace((now, mine))?;
         let total = now.total.saturating_sub(before.total);
         if total == 0 || now.cores == 0 {
@@ -82,7 +85,7 @@ impl LoadMeter {
         let span = total as f64 / now.cores as f64;
         let cores = |t: u64| t as f64 / span;
         let busy = now.busy.saturating_sub(before.busy);
-        let own = mine.saturating_sub(mine_before);
+        let own = mine.saturating_sub(mine_before) + siblings_took;
         let mut load = Load {
             cores: now.cores,
             ours: cores(own),
@@ -133,6 +136,14 @@ fn allowed_cpus() -> Vec<usize> {
     (0..size * 8)
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
+}
+
+/// The ticks processes took between two readings of theirs (`before`, `now`): those read both
+/// times only (one that ended or began between them took what cannot be told).
+fn grown(before: &HashMap<u32, u64>, now: &HashMap<u32, u64>) -> u64 {
+    (now.iter())
+        .filter_map(|(pid, t)| Some(t.saturating_sub(*before.get(pid)?)))
+        .sum()
 }
 
 /// The CPUs process `pid` may run on (/proc/PID/status's `Cpus_allowed_list`; none where it
@@ -248,6 +259,16 @@ mod tests {
         let bound = stat_ticks(stat, &[2]).unwrap();
         assert_eq!((bound.cores, bound.busy, bound.total), (1, 0, 100));
         assert!(stat_ticks(stat, &[7]).is_none());
+    }
+
+    #[test]
+    fn siblings_count_what_they_took_between_two_readings_only() {
+        let map = |v: &[(u32, u64)]| v.iter().copied().collect::<HashMap<u32, u64>>();
+        let before = map(&[(10, 500), (11, 900)]);
+        // 10 took 40 ticks; 11 ended (nothing counted, not its whole history); 12 began
+        // (its ticks so far are not this span's)
+        assert_eq!(grown(&before, &map(&[(10, 540), (12, 7000)])), 40);
+        assert_eq!(grown(&HashMap::new(), &before), 0);
     }
 
     #[test]

@@ -32,8 +32,9 @@ pub(super) fn run(
     let (devices, _) = resolve_devices(&DeviceSpec::Gpus(vec![index]), None).map_err(|e| {
         let why = match e {
             DeviceError::NoGpu { why, .. } => format!("no GPU was found ({why})"),
-            DeviceError::NoSuchGpu { found, .. } => {
-                format!("there is no GPU {index}; found {found}")
+            DeviceError::NoSuchGpu { found, visible, .. } => {
+                let renumbered = crate::engine::devices::renumbered_by(&visible);
+                format!("there is no GPU {index}; found {found}{renumbered}")
             }
             DeviceError::GpuLibrariesMissing { found, missing, .. } => {
                 format!("found {found}, but {missing}")

@@ -35,7 +35,7 @@ pub(super) struct World {
     pub neighbours: usize,
     /// The run's other processes on this machine: their global ranks and process ids (their
     /// CPU time is the run's, not outside load; a lost one may be suspended here).
-    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
+    pub peers_here: Vec<crate::pids::Peer>,
     /// The largest per-replica batch the memory of every other process allows (`memory`).
     pub others_max_batch: Option<usize>,
 }
@@ -69,7 +69,9 @@ impl World {
 #[derive(Serialize, Deserialize)]
 struct Hello {
     host: String,
+    /// Its process id, and where that id means this process (`pids::pid_space`).
     pid: u32,
+    pid_space: String,
     /// (GPU, index, name, PCI bus id, compute capability) of each device.
     devices: Vec<(bool, usize, String, Option<String>, u32)>,
     /// What every process must agree on, as (what, value).
@@ -181,6 +183,7 @@ pub(super) fn meet(
     let hello = Hello {
         host: hostname(),
         pid: std::process::id(),
+        pid_space: crate::pids::pid_space(),
         devices: local
             .iter()
             .map(|d| match d {
@@ -333,9 +336,14 @@ pub(super) fn meet(
     }
     let me = &hellos[procs.index()].host;
     let neighbours = hellos.iter().filter(|h| &h.host == me).count();
+    let mine = &hellos[procs.index()];
     let peers_here = (hellos.iter().enumerate())
-        .filter(|&(p, h)| p != procs.index() && &h.host == me)
-        .map(|(p, h)| (offsets[p]..offsets[p + 1], h.pid))
+        .filter(|&(p, h)| p != procs.index() && h.host == mine.host)
+        .filter(|(_, h)| !h.pid_space.is_empty() && h.pid_space == mine.pid_space)
+        .map(|(p, h)| crate::pids::Peer {
+            ranks: offsets[p]..offsets[p + 1],
+            pid: h.pid,
+        })
         .collect();
     let others_max_batch = (hellos.iter().enumerate())
         .filter(|&(p, _)| p != procs.index())

@@ -95,12 +95,13 @@ pub(super) struct Worker {
     pub strategy: super::strategy::Runner,
     /// Where a GPU rank tells the largest micro-batch it can take (`Controller` checks it).
     pub device_cap: Arc<super::control::DeviceCap>,
-    /// The largest micro-batch this rank's device takes (a CPU rank's: any the run allows),
-    /// and every rank's, told to each other before the first step (`--rebalance` keeps to them).
+    /// The largest micro-batch this rank's device takes (a CPU rank's: any the run allows).
     pub max_rows: usize,
+    /// Every rank's `max_rows`, told to each other before the first step (`--rebalance` keeps
+    /// to them).
     pub caps: Vec<usize>,
     /// The run's other processes on this machine: their ranks and process ids.
-    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
+    pub peers_here: Vec<crate::pids::Peer>,
     /// Whether this rank's replica reports its steps late (`late`), and the last step queued
     /// then, not yet reported.
     pub late: bool,
@@ -155,15 +156,11 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         EngineError::Collective(crate::comm::CollectiveError::Lost(why)) if w.local.start == 0 => {
             let who = crate::engine::heartbeat::behind(&w.beats.read());
             let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
-            // (a process of the run stopped by a signal on this machine is not lost)
-            let held = (w.peers_here.iter()).filter(|(_, pid)| crate::pids::stopped(*pid));
-            let why = held.fold(why, |why, (ranks, pid)| {
-                let ranks: Vec<String> = ranks.clone().map(|r| r.to_string()).collect();
-                format!(
-                    "{why}; the process of rank(s) {} (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP): that is why it stopped answering",
-                    ranks.join(", ")
-                )
-            });
+            // (the silence of a process stopped by a signal on this machine, explained)
+            let why = match crate::pids::Peer::suspended(&w.peers_here, |_| true) {
+                Some(p) => format!("{why}; {}", p.suspended_words()),
+                None => why,
+            };
             EngineError::Collective(crate::comm::CollectiveError::Lost(why))
         }
         e => e,

@@ -60,8 +60,8 @@ impl Worker {
             .all_gather_u64(&[self.max_rows as u64], &mut all)?;
         self.caps = all.into_iter().map(|c| c as usize).collect();
         if self.rank == self.local.start {
-            let least = self.caps.iter().copied().min().unwrap_or(self.max_rows);
-            self.device_cap.tell_run(least);
+            self.device_cap
+                .tell_run(self.caps.iter().copied().min().unwrap_or_default());
         }
         Ok(())
     }

@@ -283,7 +283,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["waited_s"] = waited.as_secs_f64().into();
             v["missing_ranks"] = missing.clone().into();
             v["injected"] = injected.clone().into();
-            v["suspended_pid"] = (*suspended).into();
+            v["suspended_pid"] = suspended.as_ref().map(|p| p.pid).into();
         }
         Warning::Bound { step, bound } => {
             v["step"] = (*step).into();

@@ -53,7 +53,7 @@ pub struct Context {
     pub pictures: bool,
     /// The run's other processes on this machine: their global ranks and process ids (one
     /// suspended there explains a stall).
-    pub peers_here: Vec<(std::ops::Range<usize>, u32)>,
+    pub peers_here: Vec<crate::pids::Peer>,
 }
 
 impl Context {

@@ -428,11 +428,8 @@ impl Detector {
             .collect();
         let injected = (missing.iter()).find_map(|&r| self.ctx.injected.get(r).cloned().flatten());
         // (Ctrl-Z in one process's terminal, kill -STOP: the run waits for it)
-        let suspended = (self.ctx.peers_here.iter())
-            .find(|(ranks, pid)| {
-                missing.iter().any(|r| ranks.contains(r)) && crate::pids::stopped(*pid)
-            })
-            .map(|(_, pid)| *pid);
+        let suspended =
+            crate::pids::Peer::suspended(&self.ctx.peers_here, |r| missing.contains(&r)).cloned();
         Some(Warning::Stall {
             step: last,
             waited,

@@ -147,9 +147,9 @@ pub enum Warning {
         missing: Vec<usize>,
         /// A fault injected on one of the missing ranks (`--slow-data 1:2500`), said beside.
         injected: Option<String>,
-        /// The process id of a process of the run on this machine, holding a missing rank,
-        /// that is suspended (Ctrl-Z, kill -STOP).
-        suspended: Option<u32>,
+        /// A process of the run on this machine, holding a missing rank, that is suspended
+        /// (Ctrl-Z, kill -STOP).
+        suspended: Option<crate::pids::Peer>,
     },
     /// The whole run is held back by its input or its host, or leaves its GPUs underused.
     Bound {
@@ -310,8 +310,8 @@ impl fmt::Display for Warning {
                     "stall: no step completed for {s:.dp$} s after step {step}; rank(s) {} did not reach the all-reduce",
                     if who.is_empty() { "?".into() } else { who.join(", ") }
                 )?;
-                if let Some(pid) = suspended {
-                    write!(f, ": its process (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it")?;
+                if let Some(p) = suspended {
+                    write!(f, "; {}", p.suspended_words())?;
                 }
                 match injected {
                     Some(flag) => write!(f, " (fault injected: {flag})"),

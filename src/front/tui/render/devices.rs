@@ -147,10 +147,9 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let roomy = area.width >= 110;
     let gpus = (app.info.devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
     let wide = roomy && gpus;
-    // fixed columns: name (6, or the longest `host/cpuN` and a flag's `!` up to 18 where
-    // there is room),
-    // util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6, power 11],
-    // step ms 9
+    // fixed columns: name (6, or the longest `host/cpuN` and a flag's `!` up to 18 where there
+    // is room), util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6,
+    // power 11], step ms 9
     let longest = app.devices.iter().map(|d| d.label.chars().count()).max();
     let name_w = match longest.unwrap_or(0) {
         l if l > 4 && roomy => (l + 2).min(18),

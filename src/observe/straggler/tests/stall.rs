@@ -107,7 +107,7 @@ fn a_stall_of_a_process_suspended_on_this_machine_says_so() {
     });
     let ctx = Context {
         cores: 64,
-        peers_here: vec![(1..2, pid)],
+        peers_here: vec![crate::pids::Peer { ranks: 1..2, pid }],
         ..Context::default()
     };
     let mut d = Detector::new(2, DetectorConfig::default(), ctx);
@@ -122,7 +122,7 @@ fn a_stall_of_a_process_suspended_on_this_machine_says_so() {
     let w = w.unwrap().to_string();
     assert!(
         w.ends_with(&format!(
-            "rank(s) 1 did not reach the all-reduce: its process (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it"
+            "rank(s) 1 did not reach the all-reduce; the process of rank(s) 1 (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it"
         )),
         "{w}"
     );
