@@ -1,9 +1,11 @@
 //! Step samples in the run's order beside its events. Frontends take the samples waiting
 //! before they write an event, so that the steps before it come first in the log and the
 //! metrics file; a frontend that gets to an event late would otherwise also write the steps
-//! after it first. Samples later than the event are held for the next take.
+//! after it first. Samples later than the event are held for the next take, by step: a take
+//! costs what it takes, not what it holds (a watch behind a fast run, with an event every few
+//! steps, would otherwise go over every sample held at each, and never catch up).
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
@@ -11,7 +13,8 @@ use crate::engine::events::StepStats;
 
 pub struct Steps {
     rx: Receiver<StepStats>,
-    held: VecDeque<StepStats>,
+    /// Samples fetched and not yet taken, by step (each step's in the order they came).
+    held: BTreeMap<u64, Vec<StepStats>>,
     open: bool,
 }
 
@@ -19,32 +22,20 @@ impl Steps {
     pub fn new(rx: Receiver<StepStats>) -> Steps {
         Steps {
             rx,
-            held: VecDeque::new(),
+            held: BTreeMap::new(),
             open: true,
         }
     }
 
-    /// Every sample waiting, up to step `until` where given (an event's step); later ones are
-    /// kept for the next take.
+    /// Every sample waiting, in step order, up to step `until` where given (an event's step);
+    /// later ones are kept for the next take.
     pub fn take(&mut self, until: Option<u64>) -> Vec<StepStats> {
-        let mut out = Vec::new();
-        let mut keep = VecDeque::new();
-        let mut sort = |s: StepStats| match until.is_some_and(|u| s.step > u) {
-            true => keep.push_back(s),
-            false => out.push(s),
+        self.fetch();
+        let later = match until.and_then(|u| u.checked_add(1)) {
+            Some(after) => self.held.split_off(&after),
+            None => BTreeMap::new(),
         };
-        for s in std::mem::take(&mut self.held) {
-            sort(s);
-        }
-        for _ in 0..self.waiting() {
-            match self.rx.try_recv() {
-                Ok(s) => sort(s),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => self.open = false,
-            }
-        }
-        self.held = keep;
-        out
+        flat(std::mem::replace(&mut self.held, later))
     }
 
     /// The samples waiting now, held for [`Steps::take_held`] (the events a rank sent before
@@ -52,7 +43,7 @@ impl Steps {
     pub fn fetch(&mut self) {
         for _ in 0..self.waiting() {
             match self.rx.try_recv() {
-                Ok(s) => self.held.push_back(s),
+                Ok(s) => self.held.entry(s.step).or_default().push(s),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => self.open = false,
             }
@@ -70,15 +61,20 @@ impl Steps {
 
     /// The samples held (fetched, or kept by a take), none from the channel.
     pub fn take_held(&mut self) -> Vec<StepStats> {
-        std::mem::take(&mut self.held).into()
+        flat(std::mem::take(&mut self.held))
     }
 
     /// Every sample still to come, once the workers are ending (blocks until they have).
     pub fn rest(&mut self) -> Vec<StepStats> {
         self.open = false;
-        let held = std::mem::take(&mut self.held);
+        let held = flat(std::mem::take(&mut self.held));
         held.into_iter().chain(self.rx.iter()).collect()
     }
+}
+
+/// Samples held by step, in step order.
+fn flat(held: BTreeMap<u64, Vec<StepStats>>) -> Vec<StepStats> {
+    held.into_values().flatten().collect()
 }
 
 #[cfg(test)]
@@ -146,5 +142,33 @@ mod tests {
         tx.send(sample(3)).unwrap();
         assert_eq!(step(steps.take_held()), [1, 2]);
         assert_eq!(step(steps.take(None)), [3]);
+    }
+
+    #[test]
+    fn samples_come_in_step_order_up_to_each_event_however_many_are_held() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut steps = Steps::new(rx);
+        // ranks' samples come interleaved, a few steps apart
+        for s in [2, 1, 3, 2, 4, 3] {
+            tx.send(sample(s)).unwrap();
+        }
+        let step = |v: Vec<StepStats>| v.iter().map(|s| s.step).collect::<Vec<_>>();
+        assert_eq!(step(steps.take(Some(2))), [1, 2, 2]);
+        // a watch far behind: many samples held, then an event every step taken in turn
+        // (each take splits the held steps rather than passing over them all)
+        for s in 5..100_000 {
+            tx.send(sample(s)).unwrap();
+        }
+        steps.fetch();
+        for until in 3..1_000 {
+            let taken = steps.take(Some(until));
+            assert!(
+                !taken.is_empty() && taken.iter().all(|s| s.step == until),
+                "{until}"
+            );
+        }
+        let rest = steps.take_held();
+        assert_eq!(rest.len(), 100_000 - 1_000);
+        assert!(rest.windows(2).all(|w| w[0].step < w[1].step));
     }
 }

@@ -167,7 +167,7 @@ impl LeftOut {
             "epochs' ends and validations",
         );
         format!(
-            "{} not shown: this display fell behind the run (its output was not being read: a stalled terminal or pipe) and skipped ahead; the metrics file and the live socket were not held up and miss nothing of theirs",
+            "{} not shown: this display fell behind the run (its output was not being read, a stalled terminal or pipe, or it was short of CPU) and skipped ahead; the metrics file and the live socket were not held up and miss nothing of theirs",
             what.join(", ")
         )
     }
