@@ -66,7 +66,8 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
     // activations of the larger of a training batch and an evaluation chunk; their gradients
     // of a training batch
     let rows = f(cfg.batch_per_replica).max(f(model.eval_rows())) + f(cfg.batch_per_replica);
-    let batch = f(cfg.batch_per_replica) * f(cfg.grad_accum) * (f(dims[0]) + 1.0) * 4.0;
+    let micro = f(cfg.batch_per_replica) * (f(dims[0]) + 1.0) * 4.0;
+    let batch = micro * f(cfg.grad_accum);
     let in_flight = f(cfg.prefetch.max(1)) + f(cfg.loader_threads.unwrap_or(1));
     let gpus = f(devices.len() - cpu);
     // in parameter-sized buffers: what each rank holds beside its parameters and gradients, a
@@ -93,7 +94,7 @@ pub(super) fn estimate(cfg: &RunConfig, devices: &[Device], model: &Model) -> Es
         activations: rows * width * 4.0 * f(cpu),
         scratch: f(model.conv_scratch_floats()) * 4.0 * f(cpu),
         queues: batch * in_flight * f(devices.len()),
-        staging: batch / f(cfg.grad_accum.max(1))
+        staging: micro
             * f((2 * cfg.grad_accum).min(crate::backend::cuda::replica::UPLOAD_SLOTS))
             * gpus,
     }

@@ -71,10 +71,8 @@ impl LoadMeter {
         let siblings: HashMap<u32, u64> = (self.siblings.iter())
             .filter_map(|&pid| Some((pid, read_proc(pid)?.ticks)))
             .collect();
-        let siblings_took = grown(
-            &std::mem::replace(&mut self.siblings_last, siblings),
-            &self.siblings_last,
-        );
+        let siblings_took = grown(&self.siblings_last, &siblings);
+        self.siblings_last = siblings;
         let mine = read_proc(me)?.ticks;
         let (before, mine_before) = self.last.replace((now, mine))?;
         let total = now.total.saturating_sub(before.total);
@@ -103,10 +101,10 @@ impl LoadMeter {
             let Some(was) = self.scanned.get(pid) else {
                 continue;
             };
-            let took = p.ticks.saturating_sub(*was);
             if *pid == me || self.siblings.contains(pid) {
                 continue;
             }
+            let took = p.ticks.saturating_sub(*was);
             if top.as_ref().is_none_or(|(_, t)| took > *t) {
                 top = Some((format!("{} (pid {pid})", p.comm), took));
             }

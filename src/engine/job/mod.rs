@@ -334,9 +334,8 @@ pub(super) fn meet(
             describe(&devices, &hosts)
         )));
     }
-    let me = &hellos[procs.index()].host;
-    let neighbours = hellos.iter().filter(|h| &h.host == me).count();
     let mine = &hellos[procs.index()];
+    let neighbours = hellos.iter().filter(|h| h.host == mine.host).count();
     let peers_here = (hellos.iter().enumerate())
         .filter(|&(p, h)| p != procs.index() && h.host == mine.host)
         .filter(|(_, h)| !h.pid_space.is_empty() && h.pid_space == mine.pid_space)
