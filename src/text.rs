@@ -241,6 +241,12 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
         let known: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
         Some(match crate::text::nearest(key, &known) {
             Some(k) => format!("unknown key `{}`: did you mean `{k}`?", excerpt(key)),
+            // (a short list is said whole: a theme file's)
+            None if known.len() <= 24 => format!(
+                "unknown key `{}`: the keys are {}",
+                excerpt(key),
+                known.join(", ")
+            ),
             None => format!("unknown key `{}`", excerpt(key)),
         })
     });

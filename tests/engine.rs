@@ -245,7 +245,7 @@ fn a_panicking_worker_stops_the_others_without_deadlock() {
 fn replicas_are_checked_equal_every_log_period_and_a_difference_stops_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = small(3, 8, 40, dir.path());
-    cfg.log_every = 10;
+    cfg.log_every = mgtop::config::log_every::LogEvery::Steps(10);
     let (_, events) = run_with_events(cfg.clone());
     let checks: Vec<u64> = events
         .iter()
@@ -497,7 +497,7 @@ fn metrics_read_a_step_late_change_nothing_a_run_reports() {
         // epochs (with a short last batch), validation at each end and every 4 steps,
         // checkpoints mid-epoch, the replicas' check every 5 steps
         cfg.budget = Budget::Epochs(3);
-        cfg.log_every = 5;
+        cfg.log_every = mgtop::config::log_every::LogEvery::Steps(5);
         cfg.inputs.val_fraction = Some(0.2);
         cfg.checkpoint_every = Some(7);
         cfg.val_every = Some(4);

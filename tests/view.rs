@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
+use mgtop::config::log_every::LogEvery;
 use mgtop::config::{Budget, DeviceSpec, RunConfig};
 use mgtop::engine::Engine;
 use mgtop::front::tui::app::{App, RunState};
@@ -30,7 +31,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
     let cfg = RunConfig {
         devices: DeviceSpec::Cpu(2),
         budget: Budget::Epochs(3),
-        log_every: 1,
+        log_every: LogEvery::Steps(1),
         checkpoint_dir: dir.join("ck"),
         clip_grad_norm: Some(0.5),
         val_every: Some(10),
@@ -51,7 +52,7 @@ fn live_run(dir: &Path) -> (App, PathBuf) {
     let (_keys, inputs) = unbounded();
     let (_sig, signals) = unbounded();
     let writer = MetricsWriter::create(&path).unwrap();
-    let recorder = Recorder::new(vec![writer], None, 1);
+    let recorder = Recorder::new(vec![writer], None, LogEvery::Steps(1));
     let end = drive(&mut terminal, engine, &opts, inputs, signals, recorder);
     end.result.unwrap();
     (end.app, path)
@@ -595,7 +596,7 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
 fn a_stopped_run_s_summary_says_how_to_resume_it() {
     let d = tempfile::tempdir().unwrap();
     let run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
-    run.wait_log("a step line", |l| l.contains("step 100/"));
+    run.wait_log("a step line", |l| l.contains("] step "));
     common::cli::signal(&run.child, "TERM");
     let mut run = run;
     run.wait_exit();

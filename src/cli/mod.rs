@@ -333,9 +333,10 @@ pub struct TrainArgs {
     /// Seed for the split, data order and initial weights  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub seed: Option<u64>,
-    /// Print (and record) a step line every N steps  [default: 50]
-    #[arg(allow_negative_numbers = true, long)]
-    pub log_every: Option<u64>,
+    /// Print (and record) a step line every N steps; auto: every 50th, at most ten a second  [default: auto]
+    #[arg(allow_negative_numbers = true, long, value_name = "N|auto")]
+    #[serde(default, deserialize_with = "number_or_word")]
+    pub log_every: Option<String>,
     /// cifar10:DIR / cifar100:DIR: fetch the published archive (checked against its MD5, kept in $XDG_CACHE_HOME/mgtop/datasets, else ~/.cache/mgtop/datasets) when DIR lacks the files
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub download: Option<bool>,

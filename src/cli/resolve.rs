@@ -212,6 +212,10 @@ impl TrainArgs {
                 format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto")
             })?,
         };
+        let log_every = match args.log_every.as_deref() {
+            None => d.log_every,
+            Some(s) => s.parse()?,
+        };
         let threads_per_worker = match args.threads_per_worker.as_deref() {
             None | Some("auto") => None,
             Some(s) => Some(s.parse().map_err(|_| {
@@ -312,7 +316,7 @@ impl TrainArgs {
             loader_threads,
             threads_per_worker,
             seed: args.seed.unwrap_or(d.seed),
-            log_every: args.log_every.unwrap_or(d.log_every),
+            log_every,
             recipe: Default::default(),
             inputs: DataOptions {
                 val_fraction: args.val_split,

@@ -100,10 +100,10 @@ pub fn watched_throughput(
         Watch::Nothing => unreachable!("returned above"),
         Watch::Headless => crate::front::headless::run(
             engine,
-            50,
             Duration::from_secs(1),
             &mut std::io::sink(),
-            crate::observe::Recorder::none(),
+            // (the log's default rule: what a headless run prints)
+            crate::observe::Recorder::new(Vec::new(), None, Default::default()),
             &[],
         )?,
         Watch::Tui => {

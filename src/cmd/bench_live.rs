@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use super::bench_workload::synthetic;
+use crate::config::log_every::LogEvery;
 use crate::config::RunConfig;
 use crate::engine::calibrate::timed_rate;
 use crate::engine::{Engine, EngineError};
@@ -50,10 +51,9 @@ pub fn attached_throughput(
         .collect();
     let r = headless::run(
         engine,
-        50,
         Duration::from_secs(1),
         &mut std::io::sink(),
-        Recorder::new(Vec::new(), Some(hub), 50),
+        Recorder::new(Vec::new(), Some(hub), LogEvery::Steps(50)),
         &[],
     )?;
     drop(server);

@@ -267,9 +267,7 @@ pub(super) fn train(
         None => on_signals(&engine, None, false).and_then(|()| {
             let mut out = std::io::stdout().lock();
             let interval = front.sample_interval;
-            Ok(headless::run(
-                engine, log_every, interval, &mut out, recorder, &notes,
-            )?)
+            Ok(headless::run(engine, interval, &mut out, recorder, &notes)?)
         }),
     };
     // clients get the end of the run, then the socket and the endpoint go

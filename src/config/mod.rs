@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub mod cuda_graph;
+pub mod log_every;
 pub mod record;
 pub mod strategy;
 
@@ -219,7 +220,7 @@ pub struct RunConfig {
     /// Intra-op threads per CPU worker; None: the cores divided among the workers.
     pub threads_per_worker: Option<usize>,
     pub seed: u64,
-    pub log_every: u64,
+    pub log_every: log_every::LogEvery,
     /// Which samples validate and how pictures become samples (`--val-split`, `--val-data`,
     /// `--image-size`, `--augment`, `--normalize`).
     pub inputs: crate::data::DataOptions,
@@ -341,7 +342,7 @@ impl Default for RunConfig {
             loader_threads: None,
             threads_per_worker: None,
             seed: 0,
-            log_every: 50,
+            log_every: log_every::LogEvery::Auto,
             inputs: Default::default(),
             recipe: Default::default(),
             metrics_out: None,

@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::log_every::LogEvery;
 use super::strategy::Strategy;
 use super::{Budget, RunConfig};
 use crate::data::DataSpec;
@@ -49,7 +50,11 @@ impl RunConfig {
             "checkpoint_best": self.checkpoint_best,
             "val_every": self.val_every,
             "keep_checkpoints": self.keep_checkpoints,
-            "log_every": self.log_every,
+            // (a number as one, auto as the word)
+            "log_every": match self.log_every {
+                LogEvery::Steps(n) => Value::from(n),
+                LogEvery::Auto => Value::from("auto"),
+            },
             // (null: the training split did not cut the batch asked for)
             "batch_cut": self.batch_cut,
             "grad_accum_cut": self.grad_accum_cut,

@@ -30,7 +30,6 @@ struct Log<'a> {
     /// The run as it started (its budget, accumulation, strategy, calibration, ranks).
     info: RunInfo,
     ends: Ends,
-    log_every: u64,
     mfu: Mfu,
     /// The newest step, where its line was not printed: the end of a run stopped early
     /// prints it.
@@ -52,11 +51,10 @@ struct Log<'a> {
 }
 
 impl<'a> Log<'a> {
-    fn new(info: RunInfo, out: &'a mut dyn Write, log_every: u64) -> Log<'a> {
+    fn new(info: RunInfo, out: &'a mut dyn Write) -> Log<'a> {
         Log {
             out,
             ends: Ends::of(&info),
-            log_every,
             mfu: Mfu::for_run(&info),
             unprinted: None,
             epoch_said: 0,
@@ -74,9 +72,17 @@ impl<'a> Log<'a> {
     fn show(&mut self, seen: Vec<Seen>) {
         for seen in seen {
             match seen {
-                Seen::Record(Record::Step { row, samples_per_s }) => {
-                    self.on_row(row, samples_per_s)
+                Seen::Step {
+                    row,
+                    samples_per_s,
+                    eta,
+                    logged,
+                } => {
+                    self.eta = eta;
+                    self.on_row(row, samples_per_s, logged)
                 }
+                // (a step's comes as `Seen::Step`)
+                Seen::Record(Record::Step { .. }) => {}
                 Seen::Record(Record::Event { t, event }) => match event {
                     Event::Finished { .. } => self.end(&event, t),
                     _ => self.on_event(&event, t),
@@ -86,11 +92,15 @@ impl<'a> Log<'a> {
                     kind,
                     rank,
                     step,
+                    spikes,
                     message,
-                }) => self.on_warning(&kind, (rank, step), &message, t),
+                }) => {
+                    if kind == "grad_spike" {
+                        self.spikes.add(spikes);
+                    }
+                    self.on_warning(&kind, (rank, step), &message, t)
+                }
                 Seen::Record(Record::Telemetry { .. }) => {}
-                // (before its row, whose line says it)
-                Seen::Eta(eta) => self.eta = eta,
                 Seen::Note(n) => put(self.out, format_args!("{n}")),
             }
         }
@@ -118,8 +128,7 @@ impl<'a> Log<'a> {
         }
     }
 
-    fn on_row(&mut self, row: StepRow, rate: Option<f64>) {
-        let due = row.logged(self.log_every);
+    fn on_row(&mut self, row: StepRow, rate: Option<f64>, due: bool) {
         if due {
             self.print_step(&row, rate);
         }
@@ -160,9 +169,6 @@ impl<'a> Log<'a> {
             "WARN"
         };
         put(self.out, format_args!("{} {level} {message}", stamp(t)));
-        if kind == "grad_spike" {
-            self.spikes.add(step);
-        }
         let who = rank.map(|r| self.info.rank_label(r));
         self.flags.add(kind, who, step);
     }
@@ -201,7 +207,6 @@ impl<'a> Log<'a> {
 /// start-up lines (where the run can be attached from); `metrics` takes every record.
 pub fn run(
     engine: Engine,
-    log_every: u64,
     sample_interval: Duration,
     out: &mut dyn Write,
     metrics: Recorder,
@@ -213,7 +218,7 @@ pub fn run(
     }
     let telemetry = Telemetry::new(&info.devices, sample_interval);
     let mut watch = Watch::new(&info, engine.steps().clone(), metrics, telemetry);
-    let mut log = Log::new(info, out, log_every);
+    let mut log = Log::new(info, out);
     log.show(watch.take());
     // (the watch on its own thread: a log nobody reads loses lines, never records)
     let watcher = Watcher::start(&engine, watch, sample_interval);
@@ -235,6 +240,7 @@ fn put(out: &mut dyn Write, line: std::fmt::Arguments) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::log_every::LogEvery;
 
     #[test]
     fn stamps_count_minutes_and_never_show_sixty_seconds() {
@@ -254,9 +260,9 @@ mod tests {
         let info = crate::engine::RunInfo::example(ranks);
         // (the samples come through `step`: no channel)
         let (_, steps) = crossbeam_channel::bounded(0);
-        let metrics = Recorder::new(Vec::new(), None, 4);
+        let metrics = Recorder::new(Vec::new(), None, LogEvery::Steps(4));
         let mut watch = Watch::new(&info, steps, metrics, Telemetry::of_steps(ranks));
-        let mut log = Log::new(info, &mut out, 4);
+        let mut log = Log::new(info, &mut out);
         let sample = |rank, step| crate::front::tui::demo::step(rank, ranks, step);
         for step in 1..=last {
             for rank in 0..ranks {

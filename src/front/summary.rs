@@ -8,7 +8,7 @@ use crate::engine::events::Ending;
 use crate::engine::RunInfo;
 use crate::front::units::{ranks_time, si, took};
 use crate::observe::monitor::{Shares, Totals};
-use crate::observe::straggler::Limit;
+use crate::observe::straggler::{Limit, SaidFor};
 
 /// Shown when the run has ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,14 +142,27 @@ pub struct Spikes {
 const SPIKE_STEPS: usize = 5;
 
 impl Spikes {
-    pub fn add(&mut self, step: Option<u64>) {
-        self.count += 1;
-        match step {
-            Some(s) if self.first.len() < SPIKE_STEPS => self.first.push(s),
-            _ => {}
+    /// A warning said for `said` (`None`: one spike of an unknown step). Of the spikes of a
+    /// warning said for several, the first and the last have their steps known: a run with
+    /// such a warning is summed up by its count and its first and last steps.
+    pub fn add(&mut self, said: Option<SaidFor>) {
+        let Some(s) = said else {
+            self.count += 1;
+            self.unknown = true;
+            return;
+        };
+        self.count += s.count;
+        let steps = if s.count == 1 {
+            &[s.first][..]
+        } else {
+            &[s.first, s.last]
+        };
+        for &step in steps {
+            if self.first.len() < SPIKE_STEPS {
+                self.first.push(step);
+            }
         }
-        self.last = step.unwrap_or(self.last);
-        self.unknown |= step.is_none();
+        self.last = s.last;
     }
 
     /// `a gradient spike at step 22`, `gradient spikes at steps 22, 80 and 138`, `7 gradient
@@ -284,7 +297,7 @@ mod tests {
     fn spikes_are_named_by_their_steps_while_few_and_known() {
         let said = |steps: &[Option<u64>]| {
             let mut s = Spikes::default();
-            steps.iter().for_each(|&x| s.add(x));
+            steps.iter().for_each(|&x| s.add(x.map(SaidFor::one)));
             s.text()
         };
         assert_eq!(said(&[]), None);
@@ -302,6 +315,21 @@ mod tests {
         assert_eq!(said(&[None, None]).unwrap(), "2 gradient spikes");
         assert_eq!(said(&[None]).unwrap(), "1 gradient spike");
         assert_eq!(said(&[Some(3), None]).unwrap(), "2 gradient spikes");
+        // a warning said for a minute's spikes counts them all, by their first and last steps
+        let mut s = Spikes::default();
+        s.add(Some(SaidFor::one(40)));
+        s.add(Some(SaidFor {
+            count: 2,
+            first: 90,
+            last: 95,
+        }));
+        assert_eq!(s.text().unwrap(), "gradient spikes at steps 40, 90 and 95");
+        s.add(Some(SaidFor {
+            count: 12,
+            first: 200,
+            last: 900,
+        }));
+        assert_eq!(s.text().unwrap(), "15 gradient spikes, at steps 40 to 900");
     }
 
     #[test]

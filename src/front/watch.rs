@@ -14,7 +14,7 @@ use crate::engine::heartbeat::Beat;
 use crate::engine::RunInfo;
 use crate::front::steps::Steps;
 use crate::observe::metrics::Record;
-use crate::observe::monitor::Monitor;
+use crate::observe::monitor::{Monitor, StepRow};
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
 use crate::observe::telemetry::{process_memory, Telemetry};
@@ -23,10 +23,16 @@ use crate::observe::Recorder;
 /// What the watch saw, in the order it was recorded.
 #[derive(Debug)]
 pub enum Seen {
+    /// A step's row, with the time left to the end of the run's budget at the pace of the
+    /// newest rows, and whether the log keeps it (`--log-every`: the metrics files do).
+    Step {
+        row: StepRow,
+        samples_per_s: Option<f64>,
+        eta: Option<Duration>,
+        logged: bool,
+    },
+    /// Any other record.
     Record(Record),
-    /// The time left to the end of the run's budget at the pace of its newest rows, before
-    /// each step's row (for the log's line of it).
-    Eta(Option<Duration>),
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
     Note(String),
 }
@@ -142,15 +148,16 @@ impl Watch {
             return;
         };
         let rate = self.monitor.samples_per_sec();
-        let mut notes = self.recorder.step(&row, rate);
+        let (logged, mut notes) = self.recorder.step(&row, rate);
         notes.extend(self.lost.row(row.step));
         let warnings = self.detector.on_row(&row);
         let at = row.at;
-        self.seen.push(Seen::Eta(self.monitor.eta()));
-        self.seen.push(Seen::Record(Record::Step {
+        self.seen.push(Seen::Step {
             row,
             samples_per_s: rate,
-        }));
+            eta: self.monitor.eta(),
+            logged,
+        });
         self.note(notes);
         for w in warnings {
             self.warning(&w, at);
@@ -270,10 +277,13 @@ impl Watch {
         for s in self.steps.rest() {
             self.step(s);
         }
+        let end = self.end.take();
+        if let Some(w) = self.detector.finish() {
+            self.warning(&w, end.as_ref().map_or(now, |e| e.1));
+        }
         self.recorder.catch_up();
         // (stamped no later than the end, which follows it in the file: a reader's wall time
         // is the end's)
-        let end = self.end.take();
         self.sample(end.as_ref().map_or(now, |e| e.1));
         if let Some((ev, t)) = end {
             self.record(ev, t);

@@ -181,20 +181,19 @@ impl Outbox {
         }
     }
 
-    /// Leaves out every step row, its ETA and telemetry sample that a newer one of its kind
+    /// Leaves out every step row and telemetry sample that a newer one of its kind
     /// follows before the next record of another kind (so each event still follows its step's
     /// totals); where the rest is still past the backlog, old validations
     /// (`thin_validations`).
     fn thin(&mut self) {
         let mut kept = VecDeque::with_capacity(self.waiting.len() / 2);
-        let (mut row, mut eta, mut sample) = (false, false, false);
+        let (mut row, mut sample) = (false, false);
         for s in std::mem::take(&mut self.waiting).into_iter().rev() {
             let newer = match &s {
-                Seen::Record(Record::Step { .. }) => std::mem::replace(&mut row, true),
-                Seen::Eta(_) => std::mem::replace(&mut eta, true),
+                Seen::Step { .. } => std::mem::replace(&mut row, true),
                 Seen::Record(Record::Telemetry { .. }) => std::mem::replace(&mut sample, true),
                 _ => {
-                    (row, eta, sample) = (false, false, false);
+                    (row, sample) = (false, false);
                     false
                 }
             };
@@ -203,7 +202,7 @@ impl Outbox {
                 continue;
             }
             match s {
-                Seen::Record(Record::Step { .. }) => self.left_out.rows += 1,
+                Seen::Step { .. } => self.left_out.rows += 1,
                 Seen::Record(Record::Telemetry { .. }) => self.left_out.samples += 1,
                 _ => {}
             }

@@ -17,6 +17,7 @@ pub(super) use batch_norm::{
 /// beyond any use, and what keeps a typo from allocating without bound.
 pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
+use crate::config::log_every::LogEvery;
 use crate::config::{Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::model::Model;
@@ -106,8 +107,8 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
         Budget::Steps(0) => return bad("--steps 0 trains nothing: use 1 or more".into()),
         _ => {}
     }
-    if cfg.log_every == 0 {
-        return bad("--log-every 0 is invalid: use 1 or more steps".into());
+    if cfg.log_every == LogEvery::Steps(0) {
+        return bad("--log-every 0 is invalid: use 1 or more steps, or auto".into());
     }
     if cfg.checkpoint_every == Some(0) {
         return bad("--checkpoint-every 0 is invalid: use 1 or more steps".into());

@@ -1,4 +1,4 @@
-//! Every `--log-every` steps the ranks compare hashes of their parameters: synchronous data
+//! Every `--log-every` steps (every 50th for `auto`) the ranks compare hashes of their parameters: synchronous data
 //! parallelism keeps every replica bit-identical, so any difference is a fault (a bug, a
 //! device's memory, a process that trained on something else), caught within one period.
 
@@ -17,7 +17,7 @@ impl Worker {
     /// Whether the step just taken is a check step (`check_in_sync`): every `--log-every`
     /// steps, with several ranks holding one model.
     pub(super) fn check_due(&self) -> bool {
-        let every = self.cfg.log_every.max(1);
+        let every = self.cfg.log_every.steps().max(1);
         // local SGD's replicas differ between its averages by design
         self.ranks >= 2 && self.step.is_multiple_of(every) && self.strategy.in_sync(self.step)
     }

@@ -12,6 +12,7 @@ use crate::engine::control::{Control, Controller};
 use crate::engine::{Engine, EngineError, RunResult};
 use crate::front::watch::{Seen, Watch};
 use crate::front::watcher::Watcher;
+use crate::observe::metrics::Record;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::Recorder;
 
@@ -55,8 +56,10 @@ pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
         match s {
             Seen::Record(r) => app.apply_record(r),
             Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
-            // (the screen keeps its own, from the rows)
-            Seen::Eta(_) => {}
+            // (the screen keeps its own ETA, from the rows)
+            Seen::Step {
+                row, samples_per_s, ..
+            } => app.apply_record(Record::Step { row, samples_per_s }),
         }
     }
 }

@@ -2,6 +2,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Seen, Watch};
+use crate::config::log_every::LogEvery;
 use crate::engine::events::{Applied, Ending, Event, StepStats};
 use crate::engine::RunInfo;
 use crate::front::tui::app::App;
@@ -17,7 +18,11 @@ fn watched(path: &Path) -> Vec<Record> {
     let ranks = 3;
     let info = RunInfo::example(ranks);
     let (_, steps) = crossbeam_channel::bounded::<StepStats>(0);
-    let recorder = Recorder::new(vec![MetricsWriter::create(path).unwrap()], None, 1);
+    let recorder = Recorder::new(
+        vec![MetricsWriter::create(path).unwrap()],
+        None,
+        LogEvery::Steps(1),
+    );
     let mut watch = Watch::new(&info, steps, recorder, Telemetry::of_steps(ranks));
     let ms = |v: f64| Duration::from_secs_f64(v / 1e3);
     for s in 1..=120 {
@@ -62,15 +67,21 @@ fn watched(path: &Path) -> Vec<Record> {
         .map(|s| match s {
             Seen::Record(r) => r,
             Seen::Note(n) => panic!("a note: {n}"),
-            Seen::Eta(_) => unreachable!("left out by `taken`"),
+            Seen::Step { .. } => unreachable!("made a record by `taken`"),
         })
         .collect()
 }
 
-/// What the watch saw, but the ETA after each row.
+/// What the watch saw, each row as the record a file holds.
 fn taken(watch: &mut Watch) -> Vec<Seen> {
     let seen = watch.take().into_iter();
-    seen.filter(|s| !matches!(s, Seen::Eta(_))).collect()
+    seen.map(|s| match s {
+        Seen::Step {
+            row, samples_per_s, ..
+        } => Seen::Record(Record::Step { row, samples_per_s }),
+        other => other,
+    })
+    .collect()
 }
 
 fn kind(r: &Record) -> String {
@@ -107,6 +118,7 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
                 kind,
                 rank,
                 step,
+                spikes,
                 message,
                 ..
             } => Some(Record::Warning {
@@ -114,6 +126,7 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
                 kind,
                 rank,
                 step,
+                spikes,
                 message,
             }),
             _ => None,

@@ -18,7 +18,7 @@ use crate::nn::precision::Precision;
 use crate::observe::monitor::StepRow;
 use crate::observe::nvml::throttle_bits;
 use crate::observe::sample::DeviceSample;
-use crate::observe::straggler::Warning;
+use crate::observe::straggler::{SaidFor, Warning};
 
 /// The most ranks a run may have.
 pub const MAX_RANKS: usize = 1024;
@@ -41,6 +41,9 @@ pub enum Record {
         rank: Option<usize>,
         /// The step it was said at (a gradient spike's), where recorded.
         step: Option<u64>,
+        /// A gradient spike's: the spikes it was said for (one in files from before a warning
+        /// was said for several).
+        spikes: Option<SaidFor>,
         message: String,
     },
     Telemetry {
@@ -59,6 +62,10 @@ impl Record {
             kind: w.kind().to_string(),
             rank: w.rank(),
             step: Some(w.step()),
+            spikes: match w {
+                Warning::GradSpike(s) => Some(s.said_for),
+                _ => None,
+            },
             message: w.to_string(),
         }
     }
@@ -374,11 +381,24 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
                         .and_then(Value::as_u64)
                         .and_then(|r| usize::try_from(r).ok()),
                     step: field(v, "step").and_then(Value::as_u64),
+                    spikes: (kind == "grad_spike").then(|| said_for(v)).flatten(),
                     message: m.to_string(),
                 }))
         }
     };
     Ok(Some(Record::Event { t, event }))
+}
+
+/// The spikes a `grad_spike` record was said for: one, at its step, in older files.
+fn said_for(v: &Value) -> Option<SaidFor> {
+    let at = |k| field(v, k).and_then(Value::as_u64);
+    let step = at("step")?;
+    Some(match (at("spikes"), at("first_step"), at("last_step")) {
+        (Some(count), Some(first), Some(last)) if count >= 1 && first <= last => {
+            SaidFor { count, first, last }
+        }
+        _ => SaidFor::one(step),
+    })
 }
 
 fn telemetry(v: &Value, ranks: usize) -> Parsed<Record> {

@@ -297,10 +297,14 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
         Warning::BoundCleared { step, .. } => {
             v["step"] = (*step).into();
         }
-        Warning::GradSpike { step, spike } => {
-            v["step"] = (*step).into();
+        Warning::GradSpike(spike) => {
+            v["step"] = spike.step.into();
             v["grad_norm"] = spike.norm.into();
             v["median"] = spike.median.into();
+            // (the spikes it is said for: itself, and those of its minute held with it)
+            v["spikes"] = spike.said_for.count.into();
+            v["first_step"] = spike.said_for.first.into();
+            v["last_step"] = spike.said_for.last.into();
         }
         Warning::OutsideLoad { step, load } => {
             v["step"] = (*step).into();

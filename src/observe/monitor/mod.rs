@@ -87,10 +87,25 @@ pub const LOSS_WINDOW: usize = 20;
 /// smoothed loss (written before they did).
 pub const LOSS_EMA: f64 = 0.05;
 
+#[cfg(test)]
 impl StepRow {
-    /// Every `every`th step, and the run's last: the steps the log and the metrics files keep.
-    pub fn logged(&self, every: u64) -> bool {
-        self.step.is_multiple_of(every) || self.ends_at.is_some_and(|e| e.run == self.step)
+    /// A step of 64 samples (32 a replica) with no rank's sample, `step` ms into the run.
+    pub fn example(step: u64) -> StepRow {
+        StepRow {
+            step,
+            epoch: 1,
+            loss: 1.0,
+            accuracy: 0.5,
+            grad_norm: 1.0,
+            lr: 1e-3,
+            per_replica: 32,
+            global_samples: 64,
+            at: Duration::from_millis(step),
+            progress: 0.0,
+            ends_at: None,
+            ranks: Vec::new(),
+            totals: None,
+        }
     }
 }
 

@@ -246,7 +246,7 @@ impl Prometheus {
             grad_spikes: int_counter(
                 r,
                 "mgtop_grad_spike_warnings_total",
-                "Warnings that a step's gradient norm was many times its recent median (one per spike: a climb is one).",
+                "Gradient spikes warned of: steps whose gradient norm was many times its recent median (a climb is one; a warning said for a minute's spikes counts them all).",
             )?,
             bound: gauge_vec(
                 r,
@@ -443,7 +443,7 @@ impl Sink for Prometheus {
                 .inc(),
             Warning::Degraded { rank: r, .. } => self.degraded.with_label_values(&[rank(*r)]).inc(),
             Warning::Stall { .. } => self.stalls.inc(),
-            Warning::GradSpike { .. } => self.grad_spikes.inc(),
+            Warning::GradSpike(spike) => self.grad_spikes.inc_by(spike.said_for.count),
             Warning::Bound { bound, .. } => {
                 self.bound.with_label_values(&[bound.limit.name()]).set(1.0)
             }

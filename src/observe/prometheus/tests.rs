@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::engine::events::{Ending, StepStats};
-use crate::observe::straggler::{Cause, Spike};
+use crate::observe::straggler::{Cause, SaidFor, Spike};
 
 fn info() -> RunInfo {
     crate::observe::metrics::run_info(&serde_json::json!({
@@ -184,17 +184,16 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
     )
     .unwrap();
     let spike = Spike {
+        step: 4,
+        said_for: SaidFor::one(4),
         norm: 30.0,
         median: 1.0,
         steps: 100,
         clip: None,
         bound: 2.0,
     };
-    p.warning(
-        &Warning::GradSpike { step: 4, spike },
-        Duration::from_secs(1),
-    )
-    .unwrap();
+    p.warning(&Warning::GradSpike(spike), Duration::from_secs(1))
+        .unwrap();
     p.event(
         &Event::EpochDone {
             epoch: 1,

@@ -1,7 +1,7 @@
 //! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
 //! live hub that attached clients read. Each record is built once, as one line, for all of
-//! them. Step records go to the files every `--log-every` steps (and the run's last, stopped
-//! early or not) and to the hub at most every
+//! them. Step records go to the files every `--log-every` steps (`kept`; and the run's last,
+//! stopped early or not) and to the hub at most every
 //! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
 //! client attached the hub is given only what its history keeps.
 //!
@@ -13,10 +13,12 @@
 //! that quits at once (a second signal) still ends its metrics files with an `end` record.
 
 mod files;
+mod kept;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::config::log_every::LogEvery;
 use crate::engine::events::Event;
 use crate::engine::RunInfo;
 use crate::observe::live::{Kind, LiveHub};
@@ -71,7 +73,7 @@ pub struct Recorder {
     sinks: Vec<Box<dyn Sink>>,
     /// The run's MFU arithmetic (from its `run` record) for the step records.
     mfu: Option<Mfu>,
-    log_every: u64,
+    kept: kept::Kept,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
     /// The newest step, where not logged: the end of a run stopped early logs it (the last
@@ -84,7 +86,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: u64) -> Recorder {
+    pub fn new(files: Vec<MetricsWriter>, hub: Option<LiveHub>, log_every: LogEvery) -> Recorder {
         let files = files::Files::new(files);
         Recorder {
             files: Arc::new(Mutex::new(files)),
@@ -92,7 +94,7 @@ impl Recorder {
             hub,
             sinks: Vec::new(),
             mfu: None,
-            log_every: log_every.max(1),
+            kept: kept::Kept::new(log_every),
             pending: None,
             unlogged: None,
             last_live: None,
@@ -123,7 +125,7 @@ impl Recorder {
 
     /// Records nothing.
     pub fn none() -> Recorder {
-        Recorder::new(Vec::new(), None, 1)
+        Recorder::new(Vec::new(), None, LogEvery::Steps(1))
     }
 
     fn files(&self) -> MutexGuard<'_, files::Files> {
@@ -183,9 +185,10 @@ impl Recorder {
         warnings
     }
 
-    /// A complete step (every rank's sample).
-    pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> Vec<String> {
-        let due = row.logged(self.log_every);
+    /// A complete step (every rank's sample): whether the files keep it (whether the log
+    /// does), and the warnings of the files and sinks that failed.
+    pub fn step(&mut self, row: &StepRow, rate: Option<f64>) -> (bool, Vec<String>) {
+        let due = self.kept.keep(row);
         let mut warnings = self.each_sink(|s| s.step(row, rate, due));
         let to_files = {
             let mut files = self.files();
@@ -193,14 +196,14 @@ impl Recorder {
             !files.writers.is_empty() || !files.lost.is_empty()
         };
         let logged = to_files && due;
-        let kept = !due && (to_files || !self.sinks.is_empty());
-        self.unlogged = kept.then(|| (row.clone(), rate));
+        let held = !due && (to_files || !self.sinks.is_empty());
+        self.unlogged = held.then(|| (row.clone(), rate));
         let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
             warnings.extend(self.write_step(row.step, l));
         }
         let Some(hub) = &self.hub else {
-            return warnings;
+            return (due, warnings);
         };
         if self.live_due() {
             self.pending = None;
@@ -216,7 +219,7 @@ impl Recorder {
         } else if hub.clients() > 0 {
             self.pending = Some((row.clone(), rate));
         }
-        warnings
+        (due, warnings)
     }
 
     /// Gives the hub the step held back once its time has come (call after taking steps).

@@ -3,21 +3,7 @@ use crate::engine::events::Ending;
 use crate::observe::live::hub::Next;
 
 fn row(step: u64) -> StepRow {
-    StepRow {
-        step,
-        epoch: 1,
-        loss: 1.0,
-        accuracy: 0.5,
-        grad_norm: 1.0,
-        lr: 1e-3,
-        per_replica: 32,
-        global_samples: 64,
-        at: Duration::from_millis(step),
-        progress: 0.0,
-        ends_at: None,
-        ranks: Vec::new(),
-        totals: None,
-    }
+    StepRow::example(step)
 }
 
 /// The `step` numbers of the step lines among `lines`.
@@ -45,7 +31,7 @@ fn steps_go_to_files_every_log_every_and_to_clients_at_most_20_a_second_newest_l
     let mut r = Recorder::new(
         vec![MetricsWriter::create(&path).unwrap()],
         Some(hub.clone()),
-        10,
+        LogEvery::Steps(10),
     );
     let info = crate::observe::metrics::run_info(&serde_json::json!({
         "devices": ["cpu0", "cpu1"], "name": "t", "data": "d", "model": "m",
@@ -57,7 +43,7 @@ fn steps_go_to_files_every_log_every_and_to_clients_at_most_20_a_second_newest_l
     take(&hub, id);
     let t0 = Instant::now();
     for s in 1..=1000 {
-        assert!(r.step(&row(s), Some(1.0)).is_empty());
+        assert!(r.step(&row(s), Some(1.0)).1.is_empty());
     }
     r.catch_up();
     let fast = t0.elapsed();
@@ -93,7 +79,7 @@ fn steps_go_to_files_every_log_every_and_to_clients_at_most_20_a_second_newest_l
 #[test]
 fn without_a_client_no_step_is_held_back() {
     let hub = LiveHub::new(Instant::now());
-    let mut r = Recorder::new(Vec::new(), Some(hub.clone()), 50);
+    let mut r = Recorder::new(Vec::new(), Some(hub.clone()), LogEvery::Steps(50));
     for s in 1..=100 {
         r.step(&row(s), None);
     }
@@ -104,7 +90,11 @@ fn without_a_client_no_step_is_held_back() {
 fn nothing_follows_an_end_record_nor_a_second_end() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Steps(1),
+    );
     let end = Event::Finished {
         step: 7,
         ending: Ending::Stopped,
@@ -118,7 +108,11 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
     assert!(text.contains(r#""status":"stopped""#), "{text}");
     // a process quitting first: its end, then nothing, not the run's
     let path = dir.path().join("q.jsonl");
-    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Steps(1),
+    );
     r.step(&row(3), None);
     files::Files::quit(&r.files);
     r.event(&end, Duration::from_secs(1));
@@ -134,7 +128,11 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
 fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_the_newest_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Steps(1),
+    );
     let validated = |step, val_accuracy| Event::Validated {
         step,
         epochs: 1.0,
@@ -212,7 +210,11 @@ fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_th
 fn a_file_lost_early_in_a_run_of_very_many_epochs_gets_the_newest_back_said_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(vec![MetricsWriter::create(&path).unwrap()], None, 1);
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Steps(1),
+    );
     r.step(&row(1), None);
     r.flush();
     {
@@ -286,7 +288,7 @@ impl Sink for FillsUp {
 #[test]
 fn a_sink_that_failed_is_said_again_at_the_end_with_where_it_stopped() {
     let mut r = Recorder::none().with(Box::new(FillsUp { from: 4 }));
-    let said: Vec<String> = (1..=6).flat_map(|s| r.step(&row(s), None)).collect();
+    let said: Vec<String> = (1..=6).flat_map(|s| r.step(&row(s), None).1).collect();
     assert_eq!(
         said,
         ["warning: cannot write tb/events (No space left on device); no more will be written there"]

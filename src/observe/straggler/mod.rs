@@ -26,7 +26,7 @@ mod warning;
 
 pub use bound::{Bound, Limit};
 pub use config::{Context, DetectorConfig};
-pub use spike::Spike;
+pub use spike::{SaidFor, Spike};
 pub use warning::{Cause, Warning};
 
 use crate::engine::heartbeat::{Beat, Phase};
@@ -247,14 +247,9 @@ impl Detector {
         }
         // (an epoch's short last step, whose mean gradient is over few samples: left out)
         let short = (self.batch.as_ref()).is_some_and(|(k, _)| k.is_cut_short(row));
-        let spike = (!short)
-            .then(|| self.spikes.on_norm(row.step, row.grad_norm))
-            .flatten();
-        if let Some(spike) = spike {
-            out.push(Warning::GradSpike {
-                step: row.step,
-                spike,
-            });
+        if !short {
+            let spikes = self.spikes.on_norm(row.step, row.at, row.grad_norm);
+            out.extend(spikes.into_iter().map(Warning::GradSpike));
         }
         self.rows += 1;
         let bound =
@@ -398,6 +393,12 @@ impl Detector {
     pub fn set_paused(&mut self, paused: bool, now: Duration) {
         self.paused = paused;
         self.last_progress = self.last_progress.max(now);
+    }
+
+    /// What is held to the run's end: the gradient spikes of its last minute, said for them all
+    /// by their largest.
+    pub fn finish(&mut self) -> Option<Warning> {
+        self.spikes.finish().map(Warning::GradSpike)
     }
 
     /// Called on a timer with the time since the start and each rank's heartbeat: a stall

@@ -160,11 +160,9 @@ pub enum Warning {
         step: u64,
         limit: Limit,
     },
-    /// A step's gradient norm many times its recent median (the training, not a rank).
-    GradSpike {
-        step: u64,
-        spike: Spike,
-    },
+    /// A step's gradient norm many times its recent median (the training, not a rank); or
+    /// the largest of the spikes of a minute, said for them all.
+    GradSpike(Spike),
     /// Other work on the machine (another run, a build, the hypervisor) takes the cores the
     /// run's ranks need.
     OutsideLoad {
@@ -187,7 +185,7 @@ impl Warning {
             Warning::Stall { .. }
             | Warning::Bound { .. }
             | Warning::BoundCleared { .. }
-            | Warning::GradSpike { .. }
+            | Warning::GradSpike(_)
             | Warning::OutsideLoad { .. }
             | Warning::OutsideLoadCleared { .. } => None,
         }
@@ -202,9 +200,9 @@ impl Warning {
             | Warning::Stall { step, .. }
             | Warning::Bound { step, .. }
             | Warning::BoundCleared { step, .. }
-            | Warning::GradSpike { step, .. }
             | Warning::OutsideLoad { step, .. }
             | Warning::OutsideLoadCleared { step } => step,
+            Warning::GradSpike(ref spike) => spike.step,
         }
     }
     /// Whether this ends an earlier warning.
@@ -225,7 +223,7 @@ impl Warning {
             Warning::Degraded { .. } => "degraded",
             Warning::DegradedCleared { .. } => "degraded_cleared",
             Warning::Stall { .. } => "stall",
-            Warning::GradSpike { .. } => "grad_spike",
+            Warning::GradSpike(_) => "grad_spike",
             Warning::OutsideLoad { .. } => "outside_load",
             Warning::OutsideLoadCleared { .. } => "outside_load_cleared",
             Warning::Bound { bound, .. } => bound.limit.kind(),
@@ -286,7 +284,7 @@ impl fmt::Display for Warning {
                     Limit::Underused => "the GPUs' MFU is up again",
                 }
             ),
-            Warning::GradSpike { step, spike } => write!(f, "gradient spike at step {step}: {spike}"),
+            Warning::GradSpike(spike) => write!(f, "gradient spike at step {}: {spike}", spike.step),
             Warning::OutsideLoad { load, .. } => {
                 let top = (load.top.as_ref())
                     .map_or(String::new(), |(who, c)| format!(" ({c:.1} of them {who})"));

@@ -6,7 +6,7 @@ use crate::engine::events::{Applied, Ending, Event};
 use crate::front::words::event_line;
 use crate::observe::metrics::Record;
 use crate::observe::monitor::{StepRow, LOSS_EMA};
-use crate::observe::straggler::Limit;
+use crate::observe::straggler::{Limit, SaidFor};
 
 /// The epochs and validations kept point by point: past twice as many, the older half of them
 /// is thinned to every other point (the best validation kept), so a run of millions of short
@@ -62,6 +62,7 @@ impl App {
                 kind,
                 rank,
                 step,
+                spikes,
                 message,
             } => {
                 self.apply(AppEvent::Tick(t));
@@ -69,6 +70,7 @@ impl App {
                     kind,
                     rank,
                     step,
+                    spikes,
                     message,
                 });
             }
@@ -142,14 +144,14 @@ impl App {
         &mut self,
         kind: &str,
         rank: Option<usize>,
-        step: Option<u64>,
+        (step, spikes): (Option<u64>, Option<SaidFor>),
         text: String,
     ) {
         if let Some(d) = rank.and_then(|r| self.devices.get_mut(r)) {
             d.flag(kind, text.clone());
         }
         if kind == "grad_spike" {
-            self.grad_spikes.add(step);
+            self.grad_spikes.add(spikes);
         }
         let who = rank.map(|r| self.info.rank_label(r));
         self.flags.add(kind, who, step);

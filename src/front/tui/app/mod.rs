@@ -26,6 +26,7 @@ use crate::observe::history::History;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::{Monitor, StepRow, Totals};
 use crate::observe::sample::DeviceSample;
+use crate::observe::straggler::SaidFor;
 
 /// Why a metrics file without an end record is not taken for a running run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,8 @@ pub enum AppEvent {
         kind: String,
         rank: Option<usize>,
         step: Option<u64>,
+        /// A gradient spike's: the spikes it was said for.
+        spikes: Option<SaidFor>,
         message: String,
     },
     /// The theme `t` switched to, by name.
@@ -405,8 +408,9 @@ impl App {
                 kind,
                 rank,
                 step,
+                spikes,
                 message,
-            } => self.on_warning(&kind, rank, step, message),
+            } => self.on_warning(&kind, rank, (step, spikes), message),
             AppEvent::Theme(name) => self.flash = Some(format!("theme: {name}")),
             AppEvent::Flash(text) => self.flash = Some(text),
             AppEvent::Refused(control, why) => {

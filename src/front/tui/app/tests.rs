@@ -311,6 +311,7 @@ fn the_end_of_the_run_gives_a_summary_and_q_quits_at_once() {
             kind: kind.into(),
             rank: None,
             step: Some(step),
+            spikes: Some(SaidFor::one(step)),
             message: format!("{kind}: words"),
         });
     }
@@ -390,6 +391,7 @@ fn a_run_wide_limit_stays_in_the_header_until_cleared() {
         kind: kind.into(),
         rank: None,
         step: None,
+        spikes: None,
         message: format!("{kind}: words"),
     };
     app.apply(warned("input_bound"));

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::header::clip;
-use super::{fit, pct};
+use super::{fit, fit_end, pct};
 use crate::engine::Device;
 use crate::front::tui::app::{App, DeviceState, Split};
 use crate::front::tui::theme::Theme;
@@ -148,11 +148,11 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let gpus = (app.info.devices.iter()).any(|d| matches!(d, Device::Gpu { .. }));
     let wide = roomy && gpus;
     // fixed columns: name (6, or the longest `host/cpuN` and a flag's `!` up to 18 where there
-    // is room), util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6,
+    // is room, else up to 12; a longer one keeps its end: `…ode17/gpu3`), util 6, [mfu 6 for GPUs whose peak is known], mem-access 6, mem 13, [temp 6,
     // power 11], step ms 9
     let longest = app.devices.iter().map(|d| d.label.chars().count()).max();
     let name_w = match longest.unwrap_or(0) {
-        l if l > 4 && roomy => (l + 2).min(18),
+        l if l > 4 => (l + 2).min(if roomy { 18 } else { 12 }),
         _ => 6,
     };
     let mfu = app.mfu.any();
@@ -186,7 +186,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let sampled = |v: String| if d.sampled { v } else { "–".into() };
         let marked = |colour| {
             Span::styled(
-                format!("{:<name_w$}", format!("{}!", fit(&d.label, name_w - 2))),
+                format!("{:<name_w$}", format!("{}!", fit_end(&d.label, name_w - 2))),
                 theme.badge(colour),
             )
         };
@@ -197,7 +197,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 // a device with a warning: marked here, the warning itself in the events panel
                 (None, false) => marked(theme.warn),
                 (None, true) => Span::styled(
-                    format!("{:<name_w$}", fit(&d.label, name_w - 1)),
+                    format!("{:<name_w$}", fit_end(&d.label, name_w - 1)),
                     theme.fg(theme.series(i)),
                 ),
             },

@@ -138,6 +138,21 @@ pub fn fit(s: &str, w: usize) -> String {
     }
 }
 
+/// `s` in `w` characters, its end kept where cut (`…ode17/gpu3`: the names of devices on other
+/// machines differ in their host's last characters and their device).
+pub fn fit_end(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        s.to_string()
+    } else if w == 0 {
+        String::new()
+    } else {
+        std::iter::once('…')
+            .chain(s.chars().skip(n + 1 - w))
+            .collect()
+    }
+}
+
 /// `s` broken into lines of at most `w` characters at spaces (a word longer than `w`, such as
 /// a path, is broken after its last `/` that leaves at least half a line, else where the line
 /// ends).
@@ -206,7 +221,32 @@ mod tests {
     }
 
     #[test]
+    fn devices_of_several_machines_are_told_apart_on_an_80_column_screen() {
+        use crate::front::tui::app::App;
+        let theme = crate::front::tui::theme::Theme::embedded("dark").unwrap();
+        let draw = |hosts: &[&str]| {
+            let mut info = crate::engine::RunInfo::example(hosts.len());
+            info.hosts = hosts.iter().map(|h| h.to_string()).collect();
+            let app = App::new(info, false);
+            let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+            t.draw(|f| render(f, &app, &theme)).unwrap();
+            t.backend().to_string()
+        };
+        let screen = draw(&["vm", "vm"]);
+        for name in ["vm/cpu0", "vm/cpu1"] {
+            assert!(screen.contains(name), "{name}: {screen}");
+        }
+        // (a name past the column keeps its end: the host's last characters and the device)
+        let screen = draw(&["worker-node-17", "worker-node-18"]);
+        for name in ["…de-17/cpu0", "…de-18/cpu1"] {
+            assert!(screen.contains(name), "{name}: {screen}");
+        }
+    }
+
+    #[test]
     fn formats_read_well() {
+        assert_eq!(fit_end("nodeA/gpu0", 8), "…eA/gpu0");
+        assert_eq!(fit_end("vm/cpu0", 7), "vm/cpu0");
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(fit("ab", 4), "ab");
         assert_eq!(pct(None), "n/a");

@@ -12,7 +12,7 @@ fn a_step_whose_gradient_norm_leaps_is_a_gradient_spike_of_the_run_not_of_a_rank
     leap.grad_norm = 25.0;
     let w = d.on_row(&leap);
     assert!(
-        matches!(&w[..], [Warning::GradSpike { step: 41, spike }] if spike.median == 1.0 && spike.norm == 25.0),
+        matches!(&w[..], [Warning::GradSpike(spike)] if spike.step == 41 && spike.median == 1.0 && spike.norm == 25.0),
         "{w:?}"
     );
     assert_eq!((w[0].rank(), w[0].kind()), (None, "grad_spike"));
