@@ -332,7 +332,14 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             let lost = match mgtop::engine::checkpoint::abandoned() {
                 Some(step) => format!("the checkpoint of step {step} being written was removed"),
                 None if ended => "the run had ended, its records whole".into(),
-                None => "the step under way was neither finished nor checkpointed".into(),
+                // (the second signal after the first's stop wrote its checkpoint, the run still
+                // finishing)
+                None => match mgtop::engine::checkpoint::written() {
+                    Some(step) => format!(
+                        "the checkpoint of step {step}, the newest, is whole; nothing after it was kept"
+                    ),
+                    None => "the step under way was neither finished nor checkpointed".into(),
+                },
             };
             // (a process other than process 0 of a launched run has no run directory of its own:
             // process 0 speaks for the run)

@@ -15,8 +15,8 @@ Examples:
   mgtop-train --devices cpu:2 --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --steps 10000 --slow-rank 1:2.0 --rebalance
                                                (watch rank 1 found as a straggler at step ~50, the batch re-cut from step 51, cleared once it keeps pace)
   mgtop-train --headless --strategy local-sgd:8   (ranks step alone and average every 8 steps, after 100 synchronous ones)
-  mgtop-train scale --counts 1,2 --strategies mirrored,central-storage,local-sgd:8 --slow-rank 1:2.0
-                                               (the strategies side by side: samples/s, speedup, comm, transfer, loss, accuracy)
+  mgtop-train scale --data synthetic:60000,784,10 --counts 1,2 --strategies mirrored,central-storage,local-sgd:8 --slow-rank 1:2.0
+                                               (the strategies side by side on the README's workload: samples/s, speedup, comm, transfer, loss, accuracy)
   mgtop-train --headless --metrics-out run.jsonl && mgtop-train view run.jsonl
                                                (the UI over a finished or still running run's metrics file; --headless: its summary)
   mgtop-train attach runs/digits-mlp_128/latest  (the UI of a running job over its live socket; q detaches or stops it)

@@ -215,7 +215,12 @@ pub fn resolve_with(
             ))
         }
         DeviceSpec::Cpu(n) => {
-            let note = (*n > cores).then(|| format!("{n} CPU workers share {cores} cores: workers are oversubscribed and will slow each other"));
+            let note = (*n > cores).then(|| {
+                format!(
+                    "{n} CPU workers share {}: workers are oversubscribed and will slow each other",
+                    crate::text::counted(cores, "core")
+                )
+            });
             Ok((cpus(*n), note))
         }
         DeviceSpec::Gpus(ids) => {

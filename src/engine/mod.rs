@@ -192,14 +192,24 @@ impl Engine {
         // (with the largest batch this process's memory allows: every process's bounds the run's)
         let (world, sharers) = match procs {
             Some((p, max, sharers)) => (
-                job::meet(p, &cfg, devices, &loaded.train, &loaded.val, max)?,
+                job::meet(
+                    p,
+                    &cfg,
+                    (devices, device_note.clone()),
+                    &loaded.train,
+                    &loaded.val,
+                    max,
+                )?,
                 sharers,
             ),
             None => (World::single(devices), 1),
         };
-        // (processes bound to cores of their own each say their own crowding: `devices`)
-        let crowded = (sharers > 1).then(|| job::crowded_host(&world, devices::available_cores()));
+        // (processes bound to cores of their own each say their own crowding: `devices`; the
+        // others' reach process 0's)
+        let crowded =
+            (sharers > 1).then(|| job::notes::crowded_host(&world, devices::available_cores()));
         let device_note = devices::join_notes(device_note, crowded.flatten());
+        let device_note = devices::join_notes(device_note, world.others_notes.clone());
         let ranks = world.devices.len();
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);

@@ -48,6 +48,8 @@ struct Log<'a> {
     flags: Flags,
     /// The time left to the end of the budget as of the newest row.
     eta: Option<Duration>,
+    /// The latest time a line was stamped with.
+    stamped: Duration,
 }
 
 impl<'a> Log<'a> {
@@ -64,8 +66,17 @@ impl<'a> Log<'a> {
             spikes: Spikes::default(),
             flags: Flags::default(),
             eta: None,
+            stamped: Duration::ZERO,
             info,
         }
+    }
+
+    /// A line's stamp, for `t` since the start: never earlier than the line before's (a step's
+    /// row completes when its slowest rank's sample comes, after an event that rank sent
+    /// later may have been stamped).
+    fn stamp(&mut self, t: Duration) -> String {
+        self.stamped = self.stamped.max(t);
+        stamp(self.stamped)
     }
 
     /// Says what the watch saw.
@@ -124,7 +135,8 @@ impl<'a> Log<'a> {
                 ..Summary::of(step, ending, t, &self.totals.unwrap_or_default())
             };
             let figures = summary.figures(&self.info);
-            put(self.out, format_args!("{} summary: {figures}", stamp(t)));
+            let at = self.stamp(t);
+            put(self.out, format_args!("{at} summary: {figures}"));
         }
     }
 
@@ -152,7 +164,8 @@ impl<'a> Log<'a> {
         if let Some(eta) = self.eta.filter(|_| row.progress < 1.0) {
             line += &format!(" | eta {}", units::clock(eta));
         }
-        put(self.out, format_args!("{} {line}", stamp(row.at)));
+        let at = self.stamp(row.at);
+        put(self.out, format_args!("{at} {line}"));
     }
 
     /// A detector's warning of `kind` (a clearing's ends in `_cleared`).
@@ -168,7 +181,8 @@ impl<'a> Log<'a> {
         } else {
             "WARN"
         };
-        put(self.out, format_args!("{} {level} {message}", stamp(t)));
+        let at = self.stamp(t);
+        put(self.out, format_args!("{at} {level} {message}"));
         let who = rank.map(|r| self.info.rank_label(r));
         self.flags.add(kind, who, step);
     }
@@ -198,7 +212,8 @@ impl<'a> Log<'a> {
             _ => {}
         }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
-            put(self.out, format_args!("{} {l}", stamp(t)));
+            let at = self.stamp(t);
+            put(self.out, format_args!("{at} {l}"));
         }
     }
 }
@@ -256,6 +271,14 @@ mod tests {
     /// (one logged step in four); `late`: the last rank's sample of the last step comes after
     /// the events (its row completes after them).
     fn stopped_log(ranks: usize, last: u64, events: &[Event], late: bool) -> Vec<String> {
+        let lines = stamped_log(ranks, last, events, late);
+        (lines.iter())
+            .map(|l| l[l.find(' ').unwrap() + 1..].to_string())
+            .collect()
+    }
+
+    /// `stopped_log`'s lines with their stamps.
+    fn stamped_log(ranks: usize, last: u64, events: &[Event], late: bool) -> Vec<String> {
         let mut out = Vec::new();
         let info = crate::engine::RunInfo::example(ranks);
         // (the samples come through `step`: no channel)
@@ -284,9 +307,22 @@ mod tests {
         log.show(watch.take());
         drop(log);
         let text = String::from_utf8(out).unwrap();
-        text.lines()
-            .map(|l| l[l.find(' ').unwrap() + 1..].to_string())
-            .collect()
+        text.lines().map(String::from).collect()
+    }
+
+    #[test]
+    fn stamps_never_go_back() {
+        // (the last step's row completes after its checkpoint, stamped later, was said: the
+        // row's line comes before the end, stamped no earlier than the checkpoint's)
+        let checkpoint = Event::Checkpoint {
+            step: 6,
+            path: "ckpt".into(),
+            best: None,
+        };
+        let lines = stamped_log(2, 6, &[checkpoint], true);
+        let stamps: Vec<&str> = lines.iter().filter_map(|l| l.split(' ').next()).collect();
+        assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{lines:#?}");
+        assert!(lines.iter().any(|l| l.contains("] step 6 ")), "{lines:#?}");
     }
 
     #[test]

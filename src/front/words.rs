@@ -464,7 +464,7 @@ pub fn ended(step: u64, ending: Ending) -> String {
         Ending::Completed => format!("finished: {}", crate::text::counted(step as usize, "step")),
         Ending::Stopped => format!("stopped at step {step}"),
         Ending::Quit => format!(
-            "quit at once after step {step}: the step under way was neither finished nor checkpointed"
+            "quit at once after step {step}: what was under way then was left unfinished (the newest checkpoint is the one to resume from)"
         ),
     }
 }

@@ -24,7 +24,7 @@ pub use lines::{lines, passed_over, refuse_others, steps, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::CheckpointMeta;
 pub use tensor_file::safetensors_problem;
-pub use write::{abandoned, remove, step_name, write};
+pub use write::{abandoned, remove, step_name, write, written};
 
 pub const FORMAT: &str = "mgtop-checkpoint/2";
 /// The name of the best validation's checkpoint (`--checkpoint-best`) beside the `step-N` ones.

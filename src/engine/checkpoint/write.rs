@@ -26,6 +26,17 @@ pub fn abandoned() -> Option<u64> {
         .checked_sub(1)
 }
 
+/// The step (+1) of the newest step checkpoint this process wrote whole (0: none).
+static WRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The step of the newest step checkpoint this process wrote whole (what a process quitting
+/// at once after a stop's checkpoint leaves to resume from).
+pub fn written() -> Option<u64> {
+    WRITTEN
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .checked_sub(1)
+}
+
 /// A step's checkpoint's name in its directory.
 pub fn step_name(step: u64) -> String {
     format!("step-{step:08}")
@@ -146,6 +157,9 @@ pub fn write(
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);
         return Err(werr(e));
+    }
+    if name != BEST {
+        WRITTEN.fetch_max(meta.step + 1, std::sync::atomic::Ordering::SeqCst);
     }
     Ok(final_dir)
 }

@@ -16,6 +16,7 @@ use crate::nn::optim::OptimizerKind;
 use crate::pids::hostname;
 
 mod gpus;
+pub(super) mod notes;
 mod start_message;
 
 pub(super) use gpus::share_machine;
@@ -38,6 +39,8 @@ pub(super) struct World {
     pub peers_here: Vec<crate::pids::Peer>,
     /// The largest per-replica batch the memory of every other process allows (`memory`).
     pub others_max_batch: Option<usize>,
+    /// The other processes' notes on their devices that differ from this one's (`notes`).
+    pub others_notes: Option<String>,
 }
 
 impl World {
@@ -51,6 +54,7 @@ impl World {
             neighbours: 1,
             peers_here: Vec::new(),
             others_max_batch: None,
+            others_notes: None,
         }
     }
 
@@ -78,6 +82,8 @@ struct Hello {
     same: Vec<(String, String)>,
     /// The largest per-replica batch this process's memory allows.
     max_batch: usize,
+    /// Its own note on its devices (`devices::resolve_devices`), for process 0 to say.
+    note: Option<String>,
 }
 
 /// Where a process of the run is among those on its machine (to share its GPUs and cores).
@@ -106,39 +112,6 @@ pub(super) fn place_on_host(procs: &dyn Processes) -> Result<Place, EngineError>
     })
 }
 
-/// A note where the CPU workers of this run's processes on this process's machine outnumber
-/// the `cores` they share (each process's own count may fit, their sum not): they slow each
-/// other.
-pub(super) fn crowded_host(world: &World, cores: usize) -> Option<String> {
-    let me = world.hosts.get(world.local().start)?;
-    crowded(&world.devices, &world.hosts, me, world.neighbours, cores)
-}
-
-/// [`crowded_host`] of `devices` on `hosts` (each rank's), for host `me` with `neighbours` of
-/// the run's processes.
-fn crowded(
-    devices: &[Device],
-    hosts: &[String],
-    me: &str,
-    neighbours: usize,
-    cores: usize,
-) -> Option<String> {
-    let workers = (devices.iter().zip(hosts))
-        .filter(|(d, h)| matches!(d, Device::Cpu { .. }) && *h == me)
-        .count();
-    (neighbours > 1 && workers > cores).then(|| {
-        // (a process of one worker each has none to give up)
-        let fewer = match workers > neighbours {
-            true => ", or give each fewer workers (--devices cpu:N)",
-            false => "",
-        };
-        format!(
-            "the {neighbours} processes of this run on {me} train on {workers} CPU workers together, on the {} they share: they slow each other; start fewer processes there{fewer}",
-            crate::text::counted(cores, "core")
-        )
-    })
-}
-
 fn lost(e: CollectiveError) -> EngineError {
     EngineError::Collective(e)
 }
@@ -156,7 +129,7 @@ pub fn peer_patience(stall_timeout: std::time::Duration) -> std::time::Duration 
 pub(super) fn meet(
     procs: Arc<dyn Processes>,
     cfg: &RunConfig,
-    local: Vec<Device>,
+    (local, note): (Vec<Device>, Option<String>),
     train: &Dataset,
     val: &Dataset,
     max_batch: usize,
@@ -260,6 +233,7 @@ pub(super) fn meet(
             ("the data".into(), data_said(train, val)),
         ],
         max_batch,
+        note,
     };
     let mine = serde_json::to_vec(&hello).expect("plain data serializes");
     let all =
@@ -348,6 +322,7 @@ pub(super) fn meet(
         .filter(|&(p, _)| p != procs.index())
         .map(|(_, h)| h.max_batch)
         .min();
+    let others_notes = notes::of_others(&hellos, procs.index());
     Ok(World {
         procs: Some(procs),
         devices,
@@ -356,6 +331,7 @@ pub(super) fn meet(
         neighbours,
         peers_here,
         others_max_batch,
+        others_notes,
     })
 }
 
@@ -457,31 +433,6 @@ pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_workers_of_several_processes_past_their_machine_s_cores_are_noted() {
-        let cpu = |index| Device::Cpu { index };
-        // two processes on host a (2 workers each), one on host b
-        let devices = [cpu(0), cpu(1), cpu(2), cpu(3), cpu(0)];
-        let hosts = ["a", "a", "a", "a", "b"].map(String::from);
-        let note = crowded(&devices, &hosts, "a", 2, 2).unwrap();
-        assert!(
-            note.contains(
-                "the 2 processes of this run on a train on 4 CPU workers together, on the 2 cores they share"
-            ),
-            "{note}"
-        );
-        assert_eq!(crowded(&devices, &hosts, "a", 2, 4), None);
-        // one process alone on its machine: its own note says so (`resolve_devices`)
-        assert_eq!(crowded(&devices, &hosts, "b", 1, 1), None);
-        let gpu = Device::Gpu {
-            index: 0,
-            name: "G".into(),
-            pci_bus_id: None,
-            arch: 90,
-        };
-        assert_eq!(crowded(&[gpu.clone(), gpu], &hosts[..2], "a", 2, 1), None);
-    }
 
     #[test]
     fn devices_are_named_with_their_hosts() {

@@ -77,7 +77,8 @@ impl fmt::Display for Cause {
             ),
             Cause::Oversubscribed { workers, cores } => write!(
                 f,
-                "oversubscribed ({workers} CPU workers share {cores} cores; use --devices cpu:{cores})"
+                "oversubscribed ({workers} CPU workers share {}; use --devices cpu:{cores})",
+                crate::text::counted(*cores, "core")
             ),
             Cause::Heterogeneous { model } => write!(f, "heterogeneous (a {model} among different devices)"),
             Cause::Injected(flag) => write!(f, "injected ({flag})"),
