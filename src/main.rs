@@ -332,11 +332,11 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             let lost = match mgtop::engine::checkpoint::abandoned() {
                 Some(step) => format!("the checkpoint of step {step} being written was removed"),
                 None if ended => "the run had ended, its records whole".into(),
-                // (the second signal after the first's stop wrote its checkpoint, the run still
-                // finishing)
+                // (a second signal after the first's stop wrote its checkpoint, the run still
+                // finishing; or before, a periodic one the newest)
                 None => match mgtop::engine::checkpoint::written() {
                     Some(step) => format!(
-                        "the checkpoint of step {step}, the newest, is whole; nothing after it was kept"
+                        "the checkpoint of step {step}, the newest, is whole: training after it is lost; resume from it"
                     ),
                     None => "the step under way was neither finished nor checkpointed".into(),
                 },

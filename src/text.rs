@@ -242,7 +242,7 @@ pub fn toml_error(text: &str, e: &toml::de::Error) -> (Option<usize>, String) {
         Some(match crate::text::nearest(key, &known) {
             Some(k) => format!("unknown key `{}`: did you mean `{k}`?", excerpt(key)),
             // (a short list is said whole: a theme file's)
-            None if known.len() <= 24 => format!(
+            None if !known.is_empty() && known.len() <= 24 => format!(
                 "unknown key `{}`: the keys are {}",
                 excerpt(key),
                 known.join(", ")

@@ -53,7 +53,7 @@ pub fn attached_throughput(
         engine,
         Duration::from_secs(1),
         &mut std::io::sink(),
-        Recorder::new(Vec::new(), Some(hub), LogEvery::Steps(50)),
+        Recorder::new(Vec::new(), Some(hub), LogEvery::default()),
         &[],
     )?;
     drop(server);

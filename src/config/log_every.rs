@@ -1,14 +1,15 @@
 //! `--log-every N|auto`: which steps the log and the metrics files keep. Left to itself
-//! (`auto`) a run keeps every 50th step and no more than ten a second: a small model stepping
-//! 50 000 times a second would otherwise write a thousand step records a second (3 GB an
-//! hour) and a log no one can read. A number asked for is kept to the step.
+//! (`auto`) a run keeps every 50th step, or where those come faster than ten a second every
+//! 100th, 200th, 500th, 1000th, ... (`observe::recorder::kept`): a small model stepping 50 000
+//! times a second would otherwise write a thousand step records a second (3 GB an hour) and a
+//! log no one can read. A number asked for is kept to the step.
 
 use std::fmt;
 use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogEvery {
-    /// Every `AUTO_STEPS`th step, at least `AUTO_GAP` of run time after the last one kept.
+    /// Every `AUTO_STEPS`th step, or a round multiple that keeps `AUTO_GAP` between two.
     #[default]
     Auto,
     /// Every Nth step, however fast they come.
@@ -19,7 +20,7 @@ pub enum LogEvery {
 /// (`engine::worker::in_sync`).
 pub const AUTO_STEPS: u64 = 50;
 
-/// The least run time between two steps `auto` keeps (ten a second).
+/// The run time `auto` keeps between two steps kept, at the least (ten a second).
 pub const AUTO_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl LogEvery {
@@ -41,7 +42,7 @@ impl FromStr for LogEvery {
                 Ok(0) => Err("--log-every 0 is invalid: use 1 or more steps, or auto".into()),
                 Ok(n) => Ok(LogEvery::Steps(n)),
                 Err(_) => Err(format!(
-                    "--log-every `{s}`: use a number of steps, or auto (every {AUTO_STEPS}th step, at most ten a second)"
+                    "--log-every `{s}`: use a number of steps, or auto (every {AUTO_STEPS}th step, fewer where they come faster than ten a second)"
                 )),
             },
         }

@@ -34,6 +34,9 @@ pub struct RunInfo {
     /// a run read back).
     pub peers_here: Vec<crate::pids::Peer>,
     pub device_note: Option<String>,
+    /// The other processes' notes on their devices that this one's does not say, a line each
+    /// (none in a run read back).
+    pub others_notes: Vec<String>,
     /// What the GPU ranks compute their products in (`--precision`; CPU workers: fp32), and
     /// the notes on it: why, where it is not what was asked for, and what `--grad-dtype` does.
     pub precision: Precision,
@@ -182,6 +185,7 @@ impl RunInfo {
             processes: world.offsets.len() - 1,
             peers_here: world.peers_here.clone(),
             device_note,
+            others_notes: world.others_notes.clone(),
             precision,
             precision_notes: (precision_note.into_iter())
                 .chain(grad_note(cfg, &world.devices))

@@ -205,11 +205,10 @@ impl Engine {
             None => (World::single(devices), 1),
         };
         // (processes bound to cores of their own each say their own crowding: `devices`; the
-        // others' reach process 0's)
+        // others' reach process 0's start-up lines, `RunInfo::others_notes`)
         let crowded =
             (sharers > 1).then(|| job::notes::crowded_host(&world, devices::available_cores()));
         let device_note = devices::join_notes(device_note, crowded.flatten());
-        let device_note = devices::join_notes(device_note, world.others_notes.clone());
         let ranks = world.devices.len();
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);

@@ -162,7 +162,7 @@ impl Spikes {
                 self.first.push(step);
             }
         }
-        self.last = s.last;
+        self.last = self.last.max(s.last);
     }
 
     /// `a gradient spike at step 22`, `gradient spikes at steps 22, 80 and 138`, `7 gradient

@@ -1,9 +1,9 @@
 //! What watches a run in this process, for either frontend: its step samples put together into
 //! rows (the step monitor), the straggler detector, the devices' telemetry and the records (the
 //! metrics files, the live socket), in the run's order, on a thread of its own (`watcher`). The
-//! frontend is handed every row, event, warning and sample as the record `view` reads from a
-//! file and `attach` from a socket (a file holds every `--log-every`th row of them): the screen
-//! and the log show what the file says.
+//! frontend is handed every row (`Seen::Step`, marked where the files keep it: the log prints
+//! those), event, warning and sample as the record `view` reads from a file and `attach` from a
+//! socket: the screen and the log show what the file says.
 
 use std::time::Duration;
 

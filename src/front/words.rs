@@ -60,6 +60,7 @@ pub fn describe(info: &RunInfo) -> Vec<String> {
     if let Some(note) = &info.device_note {
         lines.push(format!("note: {note}"));
     }
+    lines.extend(info.others_notes.iter().map(|n| format!("note: {n}")));
     if gpu_run {
         let wire = info.grad_dtype;
         lines.push(format!(
@@ -436,7 +437,7 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
             path.display()
         ),
         Event::InSync { step, ranks } => format!(
-            "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps)"
+            "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps, every 50th for auto)"
         ),
         Event::DataSkipped { step, message } => format!(
             "WARNING at step {step}: {message}; another image of its class stands in for it"

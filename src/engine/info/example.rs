@@ -20,6 +20,7 @@ impl RunInfo {
             processes: 1,
             peers_here: Vec::new(),
             device_note: None,
+            others_notes: Vec::new(),
             precision: Precision::Fp32,
             precision_notes: Vec::new(),
             cuda_graph: None,

@@ -40,7 +40,7 @@ pub(super) struct World {
     /// The largest per-replica batch the memory of every other process allows (`memory`).
     pub others_max_batch: Option<usize>,
     /// The other processes' notes on their devices that differ from this one's (`notes`).
-    pub others_notes: Option<String>,
+    pub others_notes: Vec<String>,
 }
 
 impl World {
@@ -54,7 +54,7 @@ impl World {
             neighbours: 1,
             peers_here: Vec::new(),
             others_max_batch: None,
-            others_notes: None,
+            others_notes: Vec::new(),
         }
     }
 
@@ -180,7 +180,8 @@ pub(super) fn meet(
             // (with its warm-up: when local SGD averages decides which exchanges happen)
             ("--strategy".into(), strategy),
             // flags that decide which exchanges a step makes, or the numbers it computes
-            ("--log-every".into(), cfg.log_every.to_string()),
+            // (as the steps between two checks of the replicas: only process 0 logs)
+            ("--log-every".into(), cfg.log_every.steps().to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
             ("--sync-bn".into(), cfg.sync_bn.to_string()),
             // (Adam's and plain SGD's steps take no momentum)

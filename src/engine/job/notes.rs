@@ -39,10 +39,11 @@ fn crowded(
     })
 }
 
-/// What the device notes of the processes other than `me` say that its own does not, each
-/// said with the process and its machine (a note is of parts joined by `; `: the parts every
-/// process says, as no GPU found, are said once, by `me`).
-pub(super) fn of_others(hellos: &[Hello], me: usize) -> Option<String> {
+/// What the device notes of the processes other than `me` say that its own does not, a line
+/// for each note, with the processes that say it and their machines (a note is of parts joined
+/// by `; `: the parts every process says, as no GPU found, are said once, by `me`; a note
+/// 63 processes say is one line).
+pub(super) fn of_others(hellos: &[Hello], me: usize) -> Vec<String> {
     let parts = |h: &Hello| -> Vec<String> {
         (h.note.as_deref().into_iter())
             .flat_map(|n| n.split("; "))
@@ -50,14 +51,60 @@ pub(super) fn of_others(hellos: &[Hello], me: usize) -> Option<String> {
             .collect()
     };
     let own = hellos.get(me).map(parts).unwrap_or_default();
-    let said: Vec<String> = (hellos.iter().enumerate())
-        .filter(|&(p, _)| p != me)
-        .filter_map(|(p, h)| {
-            let new: Vec<String> = parts(h).into_iter().filter(|n| !own.contains(n)).collect();
-            (!new.is_empty()).then(|| format!("process {p} (on {}): {}", h.host, new.join("; ")))
+    // each note, with its processes and their machines, in the order of its first process
+    let mut notes: Vec<(String, Vec<usize>, Vec<&str>)> = Vec::new();
+    for (p, h) in hellos.iter().enumerate().filter(|&(p, _)| p != me) {
+        let new: Vec<String> = parts(h).into_iter().filter(|n| !own.contains(n)).collect();
+        if new.is_empty() {
+            continue;
+        }
+        let note = new.join("; ");
+        match notes.iter_mut().find(|(n, ..)| *n == note) {
+            Some((_, procs, hosts)) => {
+                procs.push(p);
+                if !hosts.contains(&h.host.as_str()) {
+                    hosts.push(&h.host);
+                }
+            }
+            None => notes.push((note, vec![p], vec![&h.host])),
+        }
+    }
+    (notes.into_iter())
+        .map(|(note, procs, hosts)| {
+            let on = match hosts.len() {
+                n if n > 3 => format!("{}, ... ({n} machines)", hosts[..3].join(", ")),
+                _ => hosts.join(", "),
+            };
+            format!("{} (on {on}): {note}", processes(&procs))
+        })
+        .collect()
+}
+
+/// `process 1`, `processes 1, 3 and 5`, `processes 1-63` (ascending).
+fn processes(procs: &[usize]) -> String {
+    if let [one] = procs {
+        return format!("process {one}");
+    }
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &p in procs {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == p => *last = p,
+            _ => runs.push((p, p)),
+        }
+    }
+    let said: Vec<String> = (runs.iter())
+        .map(|&(a, b)| match b - a {
+            0 => a.to_string(),
+            1 => format!("{a}, {b}"),
+            _ => format!("{a}-{b}"),
         })
         .collect();
-    (!said.is_empty()).then(|| said.join("; "))
+    match said.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("processes {} and {last}", rest.join(", "))
+        }
+        _ => format!("processes {}", said.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -104,14 +151,39 @@ mod tests {
             "3 CPU workers share 1 core: workers are oversubscribed and will slow each other";
         let hellos = [hello("a", None), hello("b", Some(crowded))];
         assert_eq!(
-            of_others(&hellos, 0).unwrap(),
-            format!("process 1 (on b): {crowded}")
+            of_others(&hellos, 0),
+            [format!("process 1 (on b): {crowded}")]
         );
-        assert_eq!(of_others(&hellos, 1), None, "process 0 has none");
+        assert!(of_others(&hellos, 1).is_empty(), "process 0 has none");
         // (a note every process has, as no GPU on any machine, is process 0's own)
         let same = [hello("a", Some("no GPU")), hello("b", Some("no GPU"))];
-        assert_eq!(of_others(&same, 0), None);
-        let more = [hello("a", Some("bound")), hello("a", Some("crowded; bound"))];
-        assert_eq!(of_others(&more, 0).unwrap(), "process 1 (on a): crowded");
+        assert!(of_others(&same, 0).is_empty());
+        let more = [
+            hello("a", Some("bound")),
+            hello("a", Some("crowded; bound")),
+        ];
+        assert_eq!(of_others(&more, 0), ["process 1 (on a): crowded"]);
+        // a note many processes say is one line, naming them
+        let mut many = vec![hello("a", None)];
+        many.extend((1..=63).map(|p| hello(["b", "c"][p % 2], Some("bound"))));
+        many.push(hello("d", Some("crowded")));
+        assert_eq!(
+            of_others(&many, 0),
+            [
+                "processes 1-63 (on c, b): bound",
+                "process 64 (on d): crowded"
+            ]
+        );
+    }
+
+    #[test]
+    fn processes_are_named_in_runs() {
+        assert_eq!(processes(&[1]), "process 1");
+        assert_eq!(processes(&[1, 2]), "processes 1, 2");
+        assert_eq!(processes(&[1, 3, 5]), "processes 1, 3 and 5");
+        assert_eq!(
+            processes(&[1, 2, 3, 7, 9, 10, 11]),
+            "processes 1-3, 7 and 9-11"
+        );
     }
 }

@@ -185,7 +185,12 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
     .unwrap();
     let spike = Spike {
         step: 4,
-        said_for: SaidFor::one(4),
+        // (a warning said for the three spikes of a minute)
+        said_for: SaidFor {
+            count: 3,
+            first: 2,
+            last: 4,
+        },
         norm: 30.0,
         median: 1.0,
         steps: 100,
@@ -267,7 +272,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             0.0,
         ),
         (r#"mgtop_degraded_warnings_total{rank="1"}"#, 0.0),
-        ("mgtop_grad_spike_warnings_total", 1.0),
+        ("mgtop_grad_spike_warnings_total", 3.0),
         (r#"mgtop_bound{limit="launch-bound"}"#, 0.0),
         (
             r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#,

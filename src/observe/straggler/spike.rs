@@ -13,7 +13,8 @@
 //! heavy-tailed meets a spike every few hundred steps, which at thousands of steps a second
 //! would bury the log. The spikes of the minute after one said are held; when it is over,
 //! the largest of them is said for them all (and at the run's end, `finish`). One ten times
-//! the largest of its minute is said at once: a divergence is not held back behind noise.
+//! the largest of its minute is said at once (after those held): a divergence is not held back
+//! behind noise.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -177,9 +178,10 @@ impl SpikeDetector {
                     self.said = Some((t, largest.max(spike.norm)));
                     self.hold(spike);
                 }
-                // (far larger than its minute's: said at once, alone)
+                // (far larger than its minute's: said at once, after those held, in step order)
                 Some(_) => {
                     self.said = Some((at, spike.norm));
+                    out.extend(self.held.take());
                     out.push(spike);
                 }
                 // (said below, with those held from the minute before)
@@ -389,11 +391,11 @@ mod tests {
         let mut d = SpikeDetector::new(None, None);
         assert_eq!(noisy(&mut d, 1, 200, 20.0), [(50, 1)]);
         // (a divergence: not held back behind the minute's noise)
-        assert_eq!(noisy(&mut d, 201, 60, 300.0), [(250, 1)]);
-        // the ones held before it (steps 100 to 200) are said with those after it, a minute
-        // after it (steps 300 to 60250)
+        // (the ones held before it, steps 100 to 200, said first: in step order)
+        assert_eq!(noisy(&mut d, 201, 60, 300.0), [(100, 3), (250, 1)]);
+        // those after it, a minute after it (steps 300 to 60250)
         let said = noisy(&mut d, 261, 70_000, 20.0);
-        assert_eq!(said[0].1, 3 + 1200, "{said:?}");
+        assert_eq!(said[0], (300, 1200), "{said:?}");
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl App {
         // the start-up's notes, which a headless run prints under its lines (a device left
         // out, the precision, the data's classes, weights loaded in part by --init)
         let notes = (app.info.device_note.iter())
+            .chain(&app.info.others_notes)
             .chain(&app.info.precision_notes)
             .chain(&app.info.data_notes)
             .chain(&app.info.model_notes)

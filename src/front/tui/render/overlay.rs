@@ -227,7 +227,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if s.grad_spikes.count > 0 {
         fields.push((
             "gradient spikes",
-            format!("{} (said in the events)", s.grad_spikes.count),
+            format!("{} (their warnings in the events)", s.grad_spikes.count),
         ));
     }
     if let Some(f) = s.flags.text() {

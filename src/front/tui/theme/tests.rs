@@ -244,3 +244,21 @@ fn terminals_without_colours_are_told_from_those_with() {
         assert!(!mono_terminal(colour), "{colour}");
     }
 }
+
+#[test]
+fn an_unknown_key_is_told_the_nearest_or_every_key() {
+    let e = Theme::parse("accnet = \"red\"\n", "t.toml").unwrap_err();
+    assert!(
+        e.message.contains("did you mean `accent`?"),
+        "{}",
+        e.message
+    );
+    // (nothing near: a theme file's keys are few enough to list)
+    let e = Theme::parse("name = \"x\"\n\nbogus = \"blue\"\n", "t.toml").unwrap_err();
+    assert!(
+        e.message
+            .starts_with("line 3: unknown key `bogus`: the keys are name, extends, background,"),
+        "{}",
+        e.message
+    );
+}
