@@ -30,9 +30,18 @@ pub fn text(o: &Output) -> String {
 }
 
 /// Starts the binary in `dir` with `args` (no colours, no stdin), its stdout and stderr piped.
+/// The child is killed when the test's thread ends (a test that fails half way leaves no run
+/// going on beside the tests after it).
 pub fn spawn_in(dir: &Path, args: &[&str]) -> Child {
-    bin()
-        .current_dir(dir)
+    let mut cmd = bin();
+    // SAFETY: prctl is async-signal-safe, and the closure touches nothing of the parent's
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.current_dir(dir)
         .env("NO_COLOR", "1")
         .args(args)
         .stdin(Stdio::null())
