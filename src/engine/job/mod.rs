@@ -180,8 +180,8 @@ pub(super) fn meet(
             // (with its warm-up: when local SGD averages decides which exchanges happen)
             ("--strategy".into(), strategy),
             // flags that decide which exchanges a step makes, or the numbers it computes
-            // (as the steps between two checks of the replicas: only process 0 logs)
-            ("--log-every".into(), cfg.log_every.steps().to_string()),
+            // (the steps between two checks of the replicas: `auto` is said as such)
+            ("--log-every".into(), cfg.log_every.to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
             ("--sync-bn".into(), cfg.sync_bn.to_string()),
             // (Adam's and plain SGD's steps take no momentum)

@@ -80,7 +80,7 @@ pub(super) fn of_others(hellos: &[Hello], me: usize) -> Vec<String> {
         .collect()
 }
 
-/// `process 1`, `processes 1, 3 and 5`, `processes 1-63` (ascending).
+/// `process 1`, `processes 1 and 2`, `processes 1, 3 and 5`, `processes 1-63` (ascending).
 fn processes(procs: &[usize]) -> String {
     if let [one] = procs {
         return format!("process {one}");
@@ -92,11 +92,12 @@ fn processes(procs: &[usize]) -> String {
             _ => runs.push((p, p)),
         }
     }
+    // (a run of three or more is `1-3`; of two, two numbers)
     let said: Vec<String> = (runs.iter())
-        .map(|&(a, b)| match b - a {
-            0 => a.to_string(),
-            1 => format!("{a}, {b}"),
-            _ => format!("{a}-{b}"),
+        .flat_map(|&(a, b)| match b - a {
+            0 => vec![a.to_string()],
+            1 => vec![a.to_string(), b.to_string()],
+            _ => vec![format!("{a}-{b}")],
         })
         .collect();
     match said.split_last() {
@@ -179,7 +180,7 @@ mod tests {
     #[test]
     fn processes_are_named_in_runs() {
         assert_eq!(processes(&[1]), "process 1");
-        assert_eq!(processes(&[1, 2]), "processes 1, 2");
+        assert_eq!(processes(&[1, 2]), "processes 1 and 2");
         assert_eq!(processes(&[1, 3, 5]), "processes 1, 3 and 5");
         assert_eq!(
             processes(&[1, 2, 3, 7, 9, 10, 11]),

@@ -1,8 +1,10 @@
 //! Which steps the log and the metrics files keep (`--log-every`), decided once per row for
 //! both: every Nth asked for; for `auto`, every 50th, or where those come faster than ten a
 //! second, every 100th, 200th, 500th, 1000th, ... (the least that keeps a tenth of a second of
-//! run time between two, at the pace of the last two kept: round steps, as few as a user reads);
-//! and the run's last step whatever the rule.
+//! run time between two, at the pace of the last two kept: round steps, as few as a user reads;
+//! a smaller stride only once the pace has halved, so a pace near a boundary keeps one; a 50th
+//! step a second or more after the last kept is kept, so a run that slowed is not silent until
+//! the next multiple of its old stride); and the run's last step whatever the rule.
 
 use std::time::Duration;
 
@@ -28,8 +30,12 @@ impl Kept {
 
     /// Whether `row` (the newest, rows in step order) is kept.
     pub fn keep(&mut self, row: &StepRow) -> bool {
-        let kept =
-            row.step.is_multiple_of(self.stride) || row.ends_at.is_some_and(|e| e.run == row.step);
+        let late = self.every == LogEvery::Auto
+            && row.step.is_multiple_of(AUTO_STEPS)
+            && (self.last).is_some_and(|(_, at)| row.at.saturating_sub(at) >= LATE);
+        let kept = row.step.is_multiple_of(self.stride)
+            || late
+            || row.ends_at.is_some_and(|e| e.run == row.step);
         if !kept {
             return false;
         }
@@ -37,13 +43,20 @@ impl Kept {
             let secs = row.at.saturating_sub(at).as_secs_f64();
             let steps = row.step.saturating_sub(step);
             if secs > 0.0 && steps > 0 {
-                self.stride = stride_for(steps as f64 / secs);
+                let pace = steps as f64 / secs;
+                let wanted = stride_for(pace);
+                if wanted > self.stride || stride_for(2.0 * pace) < self.stride {
+                    self.stride = wanted;
+                }
             }
         }
         self.last = Some((row.step, row.at));
         true
     }
 }
+
+/// The run time after which `auto` keeps the next 50th step, whatever its stride.
+const LATE: Duration = Duration::from_secs(1);
 
 /// The least of 50, 100, 200, 500, 1000, 2000, 5000, ... steps that take `AUTO_GAP` at
 /// `per_s` steps a second.
@@ -101,6 +114,46 @@ mod tests {
         // 2000 a second: every 200th
         let mid = kept(LogEvery::Auto, 1000, 2000);
         assert_eq!(mid, [50, 100, 200, 400, 600, 800, 1000]);
+    }
+
+    #[test]
+    fn auto_keeps_its_stride_near_a_boundary_and_speaks_within_a_second_of_a_slowdown() {
+        let kept = |paces: &mut dyn Iterator<Item = (u64, f64)>| -> Vec<u64> {
+            let mut k = Kept::new(LogEvery::Auto);
+            paces
+                .filter(|&(step, t)| {
+                    let row = StepRow {
+                        step,
+                        at: Duration::from_secs_f64(t),
+                        ..StepRow::example(step)
+                    };
+                    k.keep(&row)
+                })
+                .map(|(step, _)| step)
+                .collect()
+        };
+        // a pace wavering about 20 000 a second (the 2000th / 5000th boundary) from one stretch
+        // of 20 000 steps to the next: one stride
+        let mut at = 0.0;
+        let wavering = (1..=200_000u64).map(|step| {
+            at += match (step / 20_000) % 2 {
+                0 => 1.0 / 26_000.0,
+                _ => 1.0 / 19_000.0,
+            };
+            (step, at)
+        });
+        let steps = kept(&mut wavering.collect::<Vec<_>>().into_iter());
+        let gaps: std::collections::BTreeSet<u64> =
+            steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps.len(), 1, "{steps:?}");
+        // 10 000 a second for a second, then 50 a second: the next 50th step a second on is
+        // kept, and every 50th after
+        let mut slowing = (1..=10_000u64)
+            .map(|s| (s, s as f64 / 10_000.0))
+            .chain((10_001..=10_400).map(|s| (s, 1.0 + (s - 10_000) as f64 / 50.0)));
+        let steps = kept(&mut slowing);
+        let after: Vec<u64> = steps.into_iter().filter(|&s| s > 10_000).collect();
+        assert_eq!(after[..3], [10_050, 10_100, 10_150], "{after:?}");
     }
 
     #[test]
