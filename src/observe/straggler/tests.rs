@@ -45,19 +45,10 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
         })
         .collect();
     StepRow {
-        step,
-        epoch: 1,
-        loss: 1.0,
-        accuracy: 0.5,
-        grad_norm: 1.0,
-        lr: 1e-3,
-        per_replica: 32,
         global_samples: 32 * work.len(),
         at: ms(step as f64),
-        progress: 0.0,
-        ends_at: None,
         ranks,
-        totals: None,
+        ..StepRow::example(step)
     }
 }
 

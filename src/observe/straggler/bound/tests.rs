@@ -38,19 +38,10 @@ fn row(n: u64, ranks: usize, step: f64, data: f64, gpu: bool) -> StepRow {
         ends_at: None,
     };
     StepRow {
-        step: n,
-        epoch: 1,
-        loss: 1.0,
-        accuracy: 0.5,
-        grad_norm: 1.0,
-        lr: 1e-3,
-        per_replica: 32,
         global_samples: 32 * ranks,
         at: ms(n as f64 * step),
-        progress: 0.0,
-        ends_at: None,
         ranks: (0..ranks).map(stats).collect(),
-        totals: None,
+        ..StepRow::example(n)
     }
 }
 
