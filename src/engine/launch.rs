@@ -105,6 +105,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             reports: Vec::new(),
             forwarded: Vec::new(),
             said_in_sync: false,
+            check_params: Vec::new(),
             cfg: cfg.clone(),
             model: l.model.clone(),
             train: l.split,

@@ -40,9 +40,8 @@ impl Worker {
         }
         // (the parameters alone: the optimizer's state, twice their size under Adam, is not
         // compared)
-        let mut params = Vec::new();
-        replica.params_to_host(&mut params);
-        let mine = hash(&params);
+        replica.params_to_host(&mut self.check_params);
+        let mine = hash(&self.check_params);
         let mut all = vec![0u64; self.ranks];
         self.coll.all_gather_u64(&[mine], &mut all)?;
         let odd: Vec<usize> = (0..self.ranks).filter(|&r| all[r] != all[0]).collect();

@@ -52,6 +52,9 @@ pub(super) struct Worker {
     pub forwarded: Vec<u64>,
     /// Rank 0 has told of a first replica check.
     pub said_in_sync: bool,
+    /// The parameters a replica check hashes, on the host (kept between checks: a check
+    /// every step would otherwise map and fault in a fresh buffer each time).
+    pub check_params: Vec<f32>,
     pub cfg: Arc<RunConfig>,
     pub model: Model,
     /// The training split, as a checkpoint records it.
