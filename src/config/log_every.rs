@@ -2,7 +2,8 @@
 //! (`auto`) a run keeps every 50th step, or where those come faster than ten a second every
 //! 100th, 200th, 500th, 1000th, ... (`observe::recorder::kept`): a small model stepping 50 000
 //! times a second would otherwise write a thousand step records a second (3 GB an hour) and a
-//! log no one can read. A number asked for is kept to the step.
+//! log no one can read. A number asked for is kept to the step. `auto` thins epochs' ends and
+//! validations the same way where they come faster than ten a second (a number keeps them all).
 
 use std::fmt;
 use std::str::FromStr;

@@ -34,6 +34,9 @@ struct Log<'a> {
     /// The newest step, where its line was not printed: the end of a run stopped early
     /// prints it.
     unprinted: Option<(StepRow, Option<f64>)>,
+    /// The newest epoch's end and validation, each where its line was not printed (`auto`
+    /// thins them): the end prints them.
+    held: Vec<(Event, Duration)>,
     /// The step the newest epoch's end was at (its line stands for that step's): a step's
     /// samples may complete its row after the epoch's event.
     epoch_said: u64,
@@ -59,6 +62,7 @@ impl<'a> Log<'a> {
             ends: Ends::of(&info),
             mfu: Mfu::for_run(&info),
             unprinted: None,
+            held: Vec::new(),
             epoch_said: 0,
             totals: None,
             printed: None,
@@ -96,8 +100,13 @@ impl<'a> Log<'a> {
                 Seen::Record(Record::Step { .. }) => {}
                 Seen::Record(Record::Event { t, event }) => match event {
                     Event::Finished { .. } => self.end(&event, t),
-                    _ => self.on_event(&event, t),
+                    _ => {
+                        self.hold(&event, t, false);
+                        self.on_event(&event, t)
+                    }
                 },
+                Seen::Unlogged(Record::Event { t, event }) => self.hold(&event, t, true),
+                Seen::Unlogged(_) => {}
                 Seen::Record(Record::Warning {
                     t,
                     kind,
@@ -121,6 +130,7 @@ impl<'a> Log<'a> {
     /// step's line first, whatever --log-every (where no epoch's end said it), then the end and
     /// the summary.
     fn end(&mut self, ev: &Event, t: Duration) {
+        self.say_held(u64::MAX);
         if let Some((row, rate)) = self.unprinted.take() {
             if row.step > self.epoch_said {
                 self.print_step(&row, rate);
@@ -137,6 +147,43 @@ impl<'a> Log<'a> {
             let figures = summary.figures(&self.info);
             let at = self.stamp(t);
             put(self.out, format_args!("{at} summary: {figures}"));
+        }
+    }
+
+    /// An epoch's end or validation the log leaves out, kept as the newest of its kind
+    /// (`unlogged`), or one said (the newest of its kind: none held).
+    fn hold(&mut self, ev: &Event, t: Duration, unlogged: bool) {
+        let kind = std::mem::discriminant(ev);
+        self.held.retain(|(h, _)| std::mem::discriminant(h) != kind);
+        if unlogged {
+            self.best(ev);
+            self.held.push((ev.clone(), t));
+        }
+    }
+
+    /// The lines of the epochs' ends and validations held of steps up to `step`, in step order.
+    fn say_held(&mut self, step: u64) {
+        let (mut due, held) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(ev, _)| ev.step().is_some_and(|s| s <= step));
+        self.held = held;
+        due.sort_by_key(|(ev, _)| ev.step());
+        for (ev, t) in due {
+            self.on_event(&ev, t);
+        }
+    }
+
+    /// The best validation accuracy, with `ev`'s.
+    fn best(&mut self, ev: &Event) {
+        if let Event::EpochDone {
+            val_accuracy: Some(a),
+            ..
+        }
+        | Event::Validated {
+            val_accuracy: a, ..
+        } = ev
+        {
+            self.best_val = Some(self.best_val.map_or(*a, |b| b.max(*a)));
         }
     }
 
@@ -188,23 +235,18 @@ impl<'a> Log<'a> {
     }
 
     fn on_event(&mut self, ev: &Event, t: Duration) {
-        if let Event::EpochDone {
-            val_accuracy: Some(a),
-            ..
-        }
-        | Event::Validated {
-            val_accuracy: a, ..
-        } = ev
-        {
-            self.best_val = Some(self.best_val.map_or(*a, |b| b.max(*a)));
-        }
+        self.best(ev);
         // a checkpoint of a step whose line --log-every left out comes after that step's line
-        // (a stopped run's last step is otherwise said after its checkpoint, at the end); an
+        // and the epochs' ends held up to it (a stopped run's last step is otherwise said
+        // after its checkpoint, at the end); an
         // epoch's end stands for its last step's line (its train loss said), which a run
         // stopped there would print after it, out of time order
         match ev {
             Event::Checkpoint { step, .. } if *step > self.epoch_said => {
-                if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
+                self.say_held(*step);
+                if let Some((row, rate)) = (self.unprinted.take_if(|(r, _)| r.step == *step))
+                    .filter(|(r, _)| r.step > self.epoch_said)
+                {
                     self.print_step(&row, rate);
                 }
             }
@@ -375,5 +417,50 @@ mod tests {
                 ["checkpoint at step 6: ckpt", "stopped at step 6"]
             );
         }
+    }
+
+    #[test]
+    fn fast_epochs_are_said_as_the_files_keep_them_and_the_last_before_the_end() {
+        let mut out = Vec::new();
+        let info = crate::engine::RunInfo::example(1);
+        let (_, steps) = crossbeam_channel::bounded(0);
+        let metrics = Recorder::new(Vec::new(), None, LogEvery::Auto);
+        let mut watch = Watch::new(&info, steps, metrics, Telemetry::of_steps(1));
+        let mut log = Log::new(info, &mut out);
+        // an epoch a millisecond, each no better than the first; stopped after epoch 250
+        let ms = Duration::from_millis;
+        for epoch in 1..=250 {
+            let done = Event::EpochDone {
+                epoch,
+                step: epoch * 2,
+                train_loss: 1.0,
+                val_loss: Some(1.0),
+                val_accuracy: Some(0.5),
+                elapsed: ms(epoch),
+            };
+            watch.event(done, ms(epoch));
+        }
+        let ending = crate::engine::events::Ending::Stopped;
+        watch.event(Event::Finished { step: 500, ending }, ms(251));
+        watch.end(ms(251));
+        log.show(watch.take());
+        drop(log);
+        let text = String::from_utf8(out).unwrap();
+        let said: Vec<&str> = (text.lines())
+            .filter_map(|l| l.split(" | ").next()?.split_once("] "))
+            .map(|(_, words)| words)
+            .collect();
+        assert_eq!(
+            said[..6],
+            [
+                "epoch 1/30 done at step 2",
+                "epoch 2/30 done at step 4",
+                "epoch 100/30 done at step 200",
+                "epoch 200/30 done at step 400",
+                "epoch 250/30 done at step 500",
+                "stopped at step 500",
+            ],
+            "{text}"
+        );
     }
 }

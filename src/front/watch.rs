@@ -33,6 +33,10 @@ pub enum Seen {
     },
     /// Any other record.
     Record(Record),
+    /// An epoch's end or a validation the files leave out (`--log-every auto` thins them
+    /// where they come faster than ten a second): the screen takes it, the log does not (the
+    /// run's last the files keep at its end, and the log says at its end).
+    Unlogged(Record),
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
     Note(String),
 }
@@ -211,8 +215,12 @@ impl Watch {
 
     /// An event into the records, and handed on.
     fn record(&mut self, ev: Event, t: Duration) {
-        let notes = self.recorder.event(&ev, t);
-        self.seen.push(Seen::Record(Record::Event { t, event: ev }));
+        let (logged, notes) = self.recorder.event(&ev, t);
+        let record = Record::Event { t, event: ev };
+        self.seen.push(match logged {
+            true => Seen::Record(record),
+            false => Seen::Unlogged(record),
+        });
         self.note(notes);
     }
 

@@ -54,7 +54,7 @@ pub trait Source {
 pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
     for s in seen {
         match s {
-            Seen::Record(r) => app.apply_record(r),
+            Seen::Record(r) | Seen::Unlogged(r) => app.apply_record(r),
             Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
             // (the screen keeps its own ETA, from the rows)
             Seen::Step {

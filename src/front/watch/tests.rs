@@ -65,7 +65,7 @@ fn watched(path: &Path) -> Vec<Record> {
     let seen = taken(&mut watch);
     seen.into_iter()
         .map(|s| match s {
-            Seen::Record(r) => r,
+            Seen::Record(r) | Seen::Unlogged(r) => r,
             Seen::Note(n) => panic!("a note: {n}"),
             Seen::Step { .. } => unreachable!("made a record by `taken`"),
         })

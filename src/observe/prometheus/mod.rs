@@ -382,7 +382,7 @@ impl Sink for Prometheus {
         Ok(())
     }
 
-    fn event(&mut self, ev: &Event, _t: Duration) -> Result<(), String> {
+    fn event(&mut self, ev: &Event, _t: Duration, _logged: bool) -> Result<(), String> {
         match *ev {
             Event::EpochDone {
                 val_loss,

@@ -209,6 +209,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             elapsed: Duration::from_secs(1),
         },
         Duration::from_secs(1),
+        true,
     )
     .unwrap();
     p.event(
@@ -218,6 +219,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             best: None,
         },
         Duration::from_secs(1),
+        true,
     )
     .unwrap();
     let t = text(&reg);
@@ -297,6 +299,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             ending: Ending::Stopped,
         },
         Duration::from_secs(1),
+        true,
     )
     .unwrap();
     let t = text(&reg);
@@ -328,7 +331,7 @@ fn the_rate_falls_in_a_stall_and_is_0_while_paused_and_a_resumed_run_starts_at_i
     // paused: 0, whatever the samples say; resumed, the next step's rate
     let control = |p: &mut Prometheus, applied| {
         let ev = Event::Control { step: 4, applied };
-        p.event(&ev, Duration::from_secs(3)).unwrap();
+        p.event(&ev, Duration::from_secs(3), true).unwrap();
     };
     control(&mut p, Applied::Paused);
     assert_eq!(sample(&mut p, 2500), 0.0);
@@ -347,13 +350,14 @@ fn a_failure_stays_the_state_after_the_end() {
         step: 3,
         message: "x".into(),
     };
-    p.event(&fail, Duration::ZERO).unwrap();
+    p.event(&fail, Duration::ZERO, true).unwrap();
     p.event(
         &Event::Finished {
             step: 3,
             ending: Ending::Stopped,
         },
         Duration::ZERO,
+        true,
     )
     .unwrap();
     let t = text(&reg);
@@ -410,7 +414,7 @@ fn a_run_that_ended_trains_nothing_and_its_gpus_are_no_longer_read() {
         let util = r#"mgtop_device_utilization_ratio{rank="0",worker="nodeA/gpu0"}"#;
         assert_eq!(value(&text(&reg), util), Some(0.8));
         assert!(text(&reg).contains("DCGM_FI_DEV_GPU_UTIL{"));
-        p.event(&end, Duration::from_millis(80)).unwrap();
+        p.event(&end, Duration::from_millis(80), true).unwrap();
         // (the screen's summary keeps the endpoint up: a telemetry sample after the end
         // changes nothing)
         p.telemetry(Duration::from_millis(90), &devices, None)

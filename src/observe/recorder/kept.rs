@@ -1,70 +1,144 @@
-//! Which steps the log and the metrics files keep (`--log-every`), decided once per row for
-//! both: every Nth asked for; for `auto`, every 50th, or where those come faster than ten a
+//! Which records the log and the metrics files keep (`--log-every`), decided once for both.
+//!
+//! Steps: every Nth asked for; for `auto`, every 50th, or where those come faster than ten a
 //! second, every 100th, 200th, 500th, 1000th, ... (the least that keeps a tenth of a second of
 //! run time between two, at the pace of the last two kept: round steps, as few as a user reads;
 //! a smaller stride only once the pace has halved, so a pace near a boundary keeps one; a 50th
 //! step a second or more after the last kept is kept, so a run that slowed is not silent until
 //! the next multiple of its old stride); and the run's last step whatever the rule.
+//!
+//! Epochs' ends and `--val-every`'s validations (`Scores`): under `auto` thinned alike where
+//! they come faster than ten a second (a small data set trains thousands of epochs a second):
+//! every epoch, or every 2nd, 5th, 10th, 20th, ..., and every one with the best validation
+//! accuracy so far; the run's last the recorder keeps at its end. A number asked for keeps
+//! them all.
 
 use std::time::Duration;
 
-use crate::config::log_every::{LogEvery, AUTO_GAP, AUTO_STEPS};
+use crate::config::log_every::{LogEvery, AUTO_GAP};
+use crate::engine::events::Event;
 use crate::observe::monitor::StepRow;
 
+/// Which steps are kept.
 pub struct Kept {
     every: LogEvery,
-    /// `auto`'s steps between two kept.
-    stride: u64,
-    /// The newest step kept, and when it was taken (run time).
-    last: Option<(u64, Duration)>,
+    steps: Ladder,
 }
 
 impl Kept {
     pub fn new(every: LogEvery) -> Kept {
         Kept {
             every,
-            stride: every.steps().max(1),
-            last: None,
+            steps: Ladder::new(every.steps().max(1)),
         }
     }
 
     /// Whether `row` (the newest, rows in step order) is kept.
     pub fn keep(&mut self, row: &StepRow) -> bool {
-        let late = self.every == LogEvery::Auto
-            && row.step.is_multiple_of(AUTO_STEPS)
-            && (self.last).is_some_and(|(_, at)| row.at.saturating_sub(at) >= LATE);
-        let kept = row.step.is_multiple_of(self.stride)
-            || late
-            || row.ends_at.is_some_and(|e| e.run == row.step);
-        if !kept {
+        let last = row.ends_at.is_some_and(|e| e.run == row.step);
+        match self.every {
+            LogEvery::Auto => self.steps.keep(row.step, row.at, last),
+            LogEvery::Steps(n) => row.step.is_multiple_of(n) || last,
+        }
+    }
+}
+
+/// Which epochs' ends and validations are kept.
+pub struct Scores {
+    thin: bool,
+    epochs: Ladder,
+    validations: Ladder,
+    /// The validations within epochs heard of (they are numbered so).
+    validated: u64,
+    /// The best validation accuracy heard of (an epoch's or one within an epoch).
+    best: Option<f32>,
+}
+
+impl Scores {
+    pub fn new(every: LogEvery) -> Scores {
+        Scores {
+            thin: every == LogEvery::Auto,
+            epochs: Ladder::new(1),
+            validations: Ladder::new(1),
+            validated: 0,
+            best: None,
+        }
+    }
+
+    /// Whether event `ev`, at run time `at`, is kept (every event but an epoch's end and a
+    /// validation is).
+    pub fn keep(&mut self, ev: &Event, at: Duration) -> bool {
+        let (ladder, n, accuracy) = match *ev {
+            Event::EpochDone {
+                epoch,
+                val_accuracy,
+                ..
+            } => (&mut self.epochs, epoch, val_accuracy),
+            Event::Validated { val_accuracy, .. } => {
+                self.validated += 1;
+                (&mut self.validations, self.validated, Some(val_accuracy))
+            }
+            _ => return true,
+        };
+        let best = accuracy
+            .filter(|a| a.is_finite() && self.best.is_none_or(|b| *a > b))
+            .inspect(|a| self.best = Some(*a))
+            .is_some();
+        !self.thin || ladder.keep(n, at, best)
+    }
+}
+
+/// `auto`'s rule for one kind of record numbered in order (steps; epochs; validations): every
+/// `base`th, or a rounder stride that keeps `AUTO_GAP` between two.
+struct Ladder {
+    base: u64,
+    stride: u64,
+    /// The newest number kept, and when it came (run time).
+    last: Option<(u64, Duration)>,
+}
+
+impl Ladder {
+    fn new(base: u64) -> Ladder {
+        Ladder {
+            base,
+            stride: base,
+            last: None,
+        }
+    }
+
+    /// Whether number `n`, at run time `at`, is kept (`must`: whatever the stride).
+    fn keep(&mut self, n: u64, at: Duration, must: bool) -> bool {
+        let late = n.is_multiple_of(self.base)
+            && (self.last).is_some_and(|(_, t)| at.saturating_sub(t) >= LATE);
+        if !(n.is_multiple_of(self.stride) || late || must) {
             return false;
         }
-        if let (LogEvery::Auto, Some((step, at))) = (self.every, self.last) {
-            let secs = row.at.saturating_sub(at).as_secs_f64();
-            let steps = row.step.saturating_sub(step);
-            if secs > 0.0 && steps > 0 {
-                let pace = steps as f64 / secs;
-                let wanted = stride_for(pace);
-                if wanted > self.stride || stride_for(2.0 * pace) < self.stride {
+        if let Some((m, t)) = self.last {
+            let secs = at.saturating_sub(t).as_secs_f64();
+            let count = n.saturating_sub(m);
+            if secs > 0.0 && count > 0 {
+                let pace = count as f64 / secs;
+                let wanted = stride_for(pace, self.base);
+                if wanted > self.stride || stride_for(2.0 * pace, self.base) < self.stride {
                     self.stride = wanted;
                 }
             }
         }
-        self.last = Some((row.step, row.at));
+        self.last = Some((n, at));
         true
     }
 }
 
-/// The run time after which `auto` keeps the next 50th step, whatever its stride.
+/// The run time after which `auto` keeps the next multiple of its base, whatever its stride.
 const LATE: Duration = Duration::from_secs(1);
 
-/// The least of 50, 100, 200, 500, 1000, 2000, 5000, ... steps that take `AUTO_GAP` at
-/// `per_s` steps a second.
-fn stride_for(per_s: f64) -> u64 {
+/// The least of `base` and the round numbers above it (1, 2, 5, 10, 20, 50, 100, ...) that
+/// take `AUTO_GAP` at `per_s` a second: for steps (base 50) 50, 100, 200, 500, 1000, ...
+fn stride_for(per_s: f64, base: u64) -> u64 {
     let least = per_s * AUTO_GAP.as_secs_f64();
-    let decades = std::iter::successors(Some(100u64), |d| d.checked_mul(10));
-    let ladder = decades.flat_map(|d| [d, d.saturating_mul(2), d.saturating_mul(5)]);
-    (std::iter::once(AUTO_STEPS).chain(ladder))
+    let decades = std::iter::successors(Some(1u64), |d| d.checked_mul(10));
+    let round = decades.flat_map(|d| [d, d.saturating_mul(2), d.saturating_mul(5)]);
+    (std::iter::once(base).chain(round.filter(|&s| s > base)))
         .find(|&s| s as f64 >= least)
         .unwrap_or(u64::MAX)
 }
@@ -72,6 +146,7 @@ fn stride_for(per_s: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::log_every::AUTO_STEPS;
     use crate::engine::events::EndsAt;
 
     /// Steps 1..=`steps`, `per_s` a second, the run ending at the last; the ones kept.
@@ -159,11 +234,97 @@ mod tests {
     #[test]
     fn strides_go_50_100_200_500_and_on_by_tens() {
         let strides: Vec<u64> = [1.0, 500.0, 501.0, 1500.0, 4000.0, 9000.0, 3e5, 1e12]
-            .map(stride_for)
+            .map(|per_s| stride_for(per_s, AUTO_STEPS))
             .to_vec();
         assert_eq!(
             strides,
             [50, 50, 100, 200, 500, 1000, 50_000, 100_000_000_000]
         );
+    }
+
+    /// Epochs 1..=`epochs`, `per_s` a second, with validation accuracy `accuracy(epoch)`; the
+    /// ones kept.
+    fn scores(every: LogEvery, epochs: u64, per_s: f64, accuracy: fn(u64) -> f32) -> Vec<u64> {
+        let mut k = Scores::new(every);
+        (1..=epochs)
+            .filter(|&epoch| {
+                let done = Event::EpochDone {
+                    epoch,
+                    step: epoch * 23,
+                    train_loss: 0.5,
+                    val_loss: Some(0.5),
+                    val_accuracy: Some(accuracy(epoch)),
+                    elapsed: Duration::ZERO,
+                };
+                k.keep(&done, Duration::from_secs_f64(epoch as f64 / per_s))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn auto_keeps_every_epoch_but_where_they_come_faster_than_ten_a_second() {
+        let flat = |_| 0.9;
+        assert_eq!(
+            scores(LogEvery::Auto, 30, 2.0, flat),
+            (1..=30).collect::<Vec<_>>()
+        );
+        // a thousand epochs a second: the first two, then every 100th
+        let fast = scores(LogEvery::Auto, 1000, 1000.0, flat);
+        let every_100: Vec<u64> = [1, 2]
+            .into_iter()
+            .chain((1..=10).map(|i| i * 100))
+            .collect();
+        assert_eq!(fast, every_100);
+        // a number asked for keeps them all
+        assert_eq!(scores(LogEvery::Steps(50), 1000, 1000.0, flat).len(), 1000);
+    }
+
+    #[test]
+    fn auto_keeps_every_epoch_with_the_best_accuracy_so_far() {
+        // a new best at epochs 150, 333 and 777 (else worse), a NaN at 550
+        let accuracy = |epoch| match epoch {
+            150 => 0.95,
+            333 => 0.96,
+            550 => f32::NAN,
+            777 => 0.97,
+            _ => 0.5,
+        };
+        let kept = scores(LogEvery::Auto, 1000, 1000.0, accuracy);
+        for best in [150, 333, 777] {
+            assert!(kept.contains(&best), "{best} in {kept:?}");
+        }
+        let every_100 = (1..=10).map(|i| i * 100);
+        let want: Vec<u64> = [1, 2, 150, 333, 777].into_iter().chain(every_100).collect();
+        assert_eq!(
+            kept.iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+            want.into_iter().collect()
+        );
+    }
+
+    #[test]
+    fn other_events_are_all_kept_and_validations_are_thinned_apart() {
+        let mut k = Scores::new(LogEvery::Auto);
+        let at = |ms: u64| Duration::from_millis(ms);
+        let checkpoint = Event::Checkpoint {
+            step: 5,
+            path: "c".into(),
+            best: None,
+        };
+        assert!((0..100).all(|i| k.keep(&checkpoint, at(i))));
+        // a validation every millisecond, none better than the first: the first two, then
+        // every 100th
+        let validated = |step| Event::Validated {
+            step,
+            epochs: step as f32 / 100.0,
+            val_loss: 0.5,
+            val_accuracy: 0.8,
+            elapsed: Duration::ZERO,
+        };
+        let kept: Vec<u64> = (1..=300)
+            .filter(|&i| k.keep(&validated(i), at(i)))
+            .collect();
+        assert_eq!(kept, [1, 2, 100, 200, 300]);
     }
 }

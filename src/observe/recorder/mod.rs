@@ -1,7 +1,8 @@
 //! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
 //! live hub that attached clients read. Each record is built once, as one line, for all of
 //! them. Step records go to the files every `--log-every` steps (`kept`; and the run's last,
-//! stopped early or not) and to the hub at most every
+//! stopped early or not), epochs' ends and validations where `kept` keeps them (the run's last
+//! of each at its end), and step records to the hub at most every
 //! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
 //! client attached the hub is given only what its history keeps.
 //!
@@ -43,7 +44,14 @@ pub trait Sink: Send {
     fn last_step(&mut self, _row: &StepRow, _rate: Option<f64>) -> Result<(), String> {
         Ok(())
     }
-    fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String>;
+    /// Every event; `logged` for one the metrics file records (all but the epochs' ends and
+    /// validations `auto` thins).
+    fn event(&mut self, ev: &Event, t: Duration, logged: bool) -> Result<(), String>;
+    /// An epoch's end or a validation `event` had unlogged, the run's last of its kind, at
+    /// the run's end (it is always logged).
+    fn late_event(&mut self, _ev: &Event, _t: Duration) -> Result<(), String> {
+        Ok(())
+    }
     fn warning(&mut self, _w: &Warning, _t: Duration) -> Result<(), String> {
         Ok(())
     }
@@ -74,6 +82,9 @@ pub struct Recorder {
     /// The run's MFU arithmetic (from its `run` record) for the step records.
     mfu: Option<Mfu>,
     kept: kept::Kept,
+    scores: kept::Scores,
+    /// The newest epoch's end and validation, each where not logged (logged at the end).
+    held: Vec<(Event, Duration)>,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
     /// The newest step, where not logged: the end of a run stopped early logs it (the last
@@ -95,6 +106,8 @@ impl Recorder {
             sinks: Vec::new(),
             mfu: None,
             kept: kept::Kept::new(log_every),
+            scores: kept::Scores::new(log_every),
+            held: Vec::new(),
             pending: None,
             unlogged: None,
             last_live: None,
@@ -229,23 +242,60 @@ impl Recorder {
         }
     }
 
-    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it). The step held
-    /// back goes first where its time has come (or at the end), else after: a run whose
-    /// epochs take milliseconds must not send a step with each.
-    pub fn event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
+    /// A lifecycle event (`t`: seconds since the start, as the frontend saw it): whether the
+    /// files keep it (whether the log does), and the warnings of the files and sinks that
+    /// failed. The step held back goes first where its time has come (or at the end), else
+    /// after: a run whose epochs take milliseconds must not send a step with each.
+    pub fn event(&mut self, ev: &Event, t: Duration) -> (bool, Vec<String>) {
         let mut warnings = Vec::new();
         if matches!(ev, Event::Finished { .. }) {
             self.release();
-            if let Some((row, rate)) = self.unlogged.take() {
-                warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
-                let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
-                warnings.extend(self.write_step(row.step, &line));
-            }
+            warnings.extend(self.end_unlogged());
         } else {
             self.catch_up();
         }
-        warnings.extend(self.each_sink(|s| s.event(ev, t)));
+        let logged = self.scores.keep(ev, t);
+        let kind = std::mem::discriminant(ev);
+        self.held.retain(|(h, _)| std::mem::discriminant(h) != kind);
+        if !logged {
+            self.held.push((ev.clone(), t));
+        }
+        warnings.extend(self.each_sink(|s| s.event(ev, t, logged)));
         self.files().at(ev.step(), t);
+        if logged {
+            warnings.extend(self.write_event(ev, t));
+        }
+        (logged, warnings)
+    }
+
+    /// At the run's end, the records left unlogged that the files always keep: its last
+    /// step's, its last epoch's end and validation, in step order.
+    fn end_unlogged(&mut self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut held = std::mem::take(&mut self.held);
+        held.sort_by_key(|(ev, _)| ev.step());
+        let step = self.unlogged.as_ref().map_or(u64::MAX, |(row, _)| row.step);
+        let (before, after): (Vec<_>, Vec<_>) =
+            held.into_iter().partition(|(ev, _)| ev.step() < Some(step));
+        for (ev, t) in &before {
+            warnings.extend(self.each_sink(|s| s.late_event(ev, *t)));
+            warnings.extend(self.write_event(ev, *t));
+        }
+        if let Some((row, rate)) = self.unlogged.take() {
+            warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
+            let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
+            warnings.extend(self.write_step(row.step, &line));
+        }
+        for (ev, t) in &after {
+            warnings.extend(self.each_sink(|s| s.late_event(ev, *t)));
+            warnings.extend(self.write_event(ev, *t));
+        }
+        warnings
+    }
+
+    /// Event `ev`'s record (where it has one) to the hub and the files.
+    fn write_event(&mut self, ev: &Event, t: Duration) -> Vec<String> {
+        let mut warnings = Vec::new();
         let Some(v) = records::event(ev, t) else {
             return warnings;
         };

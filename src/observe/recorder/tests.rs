@@ -269,7 +269,7 @@ impl Sink for FillsUp {
             false => Ok(()),
         }
     }
-    fn event(&mut self, _: &Event, _: Duration) -> Result<(), String> {
+    fn event(&mut self, _: &Event, _: Duration, _: bool) -> Result<(), String> {
         Ok(())
     }
     fn telemetry(
@@ -297,4 +297,60 @@ fn a_sink_that_failed_is_said_again_at_the_end_with_where_it_stopped() {
         r.flush(),
         ["warning: nothing was written there after step 3: cannot write tb/events (No space left on device)"]
     );
+}
+
+#[test]
+fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Auto,
+    );
+    // an epoch of 10 steps every millisecond; the best accuracy at epoch 333; stopped at
+    // step 5015, mid-epoch 502
+    let ms = Duration::from_millis;
+    for s in 1..=5015u64 {
+        r.step(
+            &StepRow {
+                at: ms(s / 10),
+                ..row(s)
+            },
+            None,
+        );
+        if s % 10 == 0 {
+            let epoch = s / 10;
+            let done = Event::EpochDone {
+                epoch,
+                step: s,
+                train_loss: 0.4,
+                val_loss: Some(0.5),
+                val_accuracy: Some(if epoch == 333 { 0.9 } else { 0.5 }),
+                elapsed: ms(epoch),
+            };
+            let logged = [1, 2, 333].contains(&epoch) || epoch % 100 == 0;
+            assert_eq!(r.event(&done, ms(epoch)).0, logged, "epoch {epoch}");
+        }
+    }
+    let end = Event::Finished {
+        step: 5015,
+        ending: Ending::Stopped,
+    };
+    assert!(r.event(&end, ms(502)).0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = (text.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let epochs: Vec<u64> = (lines.iter())
+        .filter(|v| v["type"] == "epoch")
+        .map(|v| v["epoch"].as_u64().unwrap())
+        .collect();
+    assert_eq!(epochs, [1, 2, 100, 200, 300, 333, 400, 500, 501]);
+    // the last epoch's end (step 5010) before the last step's (5015), then the end
+    let tail: Vec<(&str, u64)> = lines[lines.len() - 3..]
+        .iter()
+        .map(|v| (v["type"].as_str().unwrap(), v["step"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(tail, [("epoch", 5010), ("step", 5015), ("end", 5015)]);
 }

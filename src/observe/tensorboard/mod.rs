@@ -205,13 +205,17 @@ impl Sink for TensorBoard {
         self.step(row, rate, true)
     }
 
-    fn event(&mut self, ev: &Event, t: Duration) -> Result<(), String> {
+    fn event(&mut self, ev: &Event, t: Duration, logged: bool) -> Result<(), String> {
         // (an epoch's end can be the newest step heard of where few steps are logged)
         self.step = self.step.max(ev.step().unwrap_or(0));
         match event_scalars(ev) {
-            Some((step, values)) => self.write(t, step, &values),
-            None => Ok(()),
+            Some((step, values)) if logged => self.write(t, step, &values),
+            _ => Ok(()),
         }
+    }
+
+    fn late_event(&mut self, ev: &Event, t: Duration) -> Result<(), String> {
+        self.event(ev, t, true)
     }
 
     fn telemetry(
@@ -366,7 +370,7 @@ pub fn convert(reader: &mut MetricsReader, dir: &Path) -> Result<(PathBuf, usize
         written += 1;
         match r {
             Record::Step { row, samples_per_s } => tb.step(row, *samples_per_s, true),
-            Record::Event { t, event } => tb.event(event, *t),
+            Record::Event { t, event } => tb.event(event, *t, true),
             Record::Telemetry {
                 t,
                 devices,
@@ -433,7 +437,7 @@ mod tests {
             val_accuracy: Some(0.9),
             elapsed: Duration::from_secs(1),
         };
-        tb.event(&epoch, Duration::from_secs(1)).unwrap();
+        tb.event(&epoch, Duration::from_secs(1), true).unwrap();
         let sample = [DeviceSample::default()];
         tb.telemetry(Duration::from_secs(2), &sample, Some((1 << 20, 1 << 30)))
             .unwrap();
