@@ -2,7 +2,8 @@
 //! (`auto`) a run keeps every 50th step, or where those come faster than ten a second every
 //! 100th, 200th, 500th, 1000th, ... (`observe::recorder::kept`): a small model stepping 50 000
 //! times a second would otherwise write a thousand step records a second (3 GB an hour) and a
-//! log no one can read. A number asked for is kept to the step. `auto` thins epochs' ends and
+//! log no one can read; where 50 steps take longer than ten seconds, every 20th, 10th, 5th, 2nd
+//! or every step (a slow model speaks every few seconds). A number asked for is kept to the step. `auto` thins epochs' ends and
 //! validations the same way where they come faster than ten a second (a number keeps them all).
 
 use std::fmt;
@@ -10,7 +11,8 @@ use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogEvery {
-    /// Every `AUTO_STEPS`th step, or a round multiple that keeps `AUTO_GAP` between two.
+    /// Every `AUTO_STEPS`th step, or a round multiple that keeps `AUTO_GAP` between two, or a
+    /// round fraction that keeps within ten seconds.
     #[default]
     Auto,
     /// Every Nth step, however fast they come.

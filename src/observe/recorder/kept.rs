@@ -3,9 +3,13 @@
 //! Steps: every Nth asked for; for `auto`, every 50th, or where those come faster than ten a
 //! second, every 100th, 200th, 500th, 1000th, ... (the least that keeps a tenth of a second of
 //! run time between two, at the pace of the last two kept: round steps, as few as a user reads;
-//! a smaller stride only once the pace has halved, so a pace near a boundary keeps one; a 50th
-//! step a second or more after the last kept is kept, so a run that slowed is not silent until
-//! the next multiple of its old stride); and the run's last step whatever the rule.
+//! a smaller stride only once the pace has halved, so a pace near a boundary keeps one), or
+//! where 50 steps take more than ten seconds, every 20th, 10th, 5th, 2nd or every step (the
+//! most that keeps within ten seconds: a slow model speaks every few seconds, from its start).
+//! A step a second or more after the last kept, where the pace since then has halved, is kept
+//! where it is a multiple of the stride that pace wants, so a run that slowed (or a slow run's
+//! start) is not silent until the next multiple of its old stride. The run's last step is kept
+//! whatever the rule.
 //!
 //! Epochs' ends and `--val-every`'s validations (`Scores`): under `auto` thinned alike where
 //! they come faster than ten a second (a small data set trains thousands of epochs a second):
@@ -13,6 +17,7 @@
 //! accuracy so far; the run's last the recorder keeps at its end. A number asked for keeps
 //! them all.
 
+use std::cmp::Ordering;
 use std::time::Duration;
 
 use crate::config::log_every::{LogEvery, AUTO_GAP};
@@ -89,12 +94,15 @@ impl Scores {
 }
 
 /// `auto`'s rule for one kind of record numbered in order (steps; epochs; validations): every
-/// `base`th, or a rounder stride that keeps `AUTO_GAP` between two.
+/// `base`th, or a rounder stride that keeps `AUTO_GAP` between two, or a smaller one that
+/// keeps within `AUTO_SLOW`.
 struct Ladder {
     base: u64,
     stride: u64,
     /// The newest number kept, and when it came (run time).
     last: Option<(u64, Duration)>,
+    /// The number before the first heard of, at the run's start (0): `last` till one is kept.
+    start: Option<u64>,
 }
 
 impl Ladder {
@@ -103,41 +111,73 @@ impl Ladder {
             base,
             stride: base,
             last: None,
+            start: None,
         }
     }
 
     /// Whether number `n`, at run time `at`, is kept (`must`: whatever the stride).
     fn keep(&mut self, n: u64, at: Duration, must: bool) -> bool {
-        let late = n.is_multiple_of(self.base)
-            && (self.last).is_some_and(|(_, t)| at.saturating_sub(t) >= LATE);
+        let start = *self.start.get_or_insert(n.saturating_sub(1));
+        let (m, t) = self.last.unwrap_or((start, Duration::ZERO));
+        let secs = at.saturating_sub(t).as_secs_f64();
+        let count = n.saturating_sub(m);
+        let pace = (secs > 0.0 && count > 0).then(|| count as f64 / secs);
+        // (past a second, at a pace that wants a smaller stride: a multiple of that)
+        let late = secs >= LATE.as_secs_f64()
+            && (pace.and_then(|p| self.changed(p)))
+                .is_some_and(|s| s < self.stride && n.is_multiple_of(s));
         if !(n.is_multiple_of(self.stride) || late || must) {
             return false;
         }
-        if let Some((m, t)) = self.last {
-            let secs = at.saturating_sub(t).as_secs_f64();
-            let count = n.saturating_sub(m);
-            if secs > 0.0 && count > 0 {
-                let pace = count as f64 / secs;
-                let wanted = stride_for(pace, self.base);
-                if wanted > self.stride || stride_for(2.0 * pace, self.base) < self.stride {
-                    self.stride = wanted;
-                }
-            }
+        // (not from the start: its pace counts the start-up)
+        if let Some(s) = pace
+            .filter(|_| self.last.is_some())
+            .and_then(|p| self.changed(p))
+        {
+            self.stride = s;
         }
         self.last = Some((n, at));
         true
     }
+
+    /// The stride at `per_s` a second, where it should change: at once where the records would
+    /// come too fast (above `base`) or too seldom (below it); the other way only once the pace
+    /// has halved or doubled, so a pace near a boundary keeps one stride.
+    fn changed(&self, per_s: f64) -> Option<u64> {
+        let wanted = stride_for(per_s, self.base);
+        let change = match wanted.cmp(&self.stride) {
+            Ordering::Greater => {
+                self.stride >= self.base || stride_for(per_s / 2.0, self.base) > self.stride
+            }
+            Ordering::Less => {
+                self.stride <= self.base || stride_for(2.0 * per_s, self.base) < self.stride
+            }
+            Ordering::Equal => false,
+        };
+        change.then_some(wanted)
+    }
 }
 
-/// The run time after which `auto` keeps the next multiple of its base, whatever its stride.
+/// The run time after which `auto` keeps a multiple of the stride of the pace since the last
+/// kept, whatever its stride.
 const LATE: Duration = Duration::from_secs(1);
 
-/// The least of `base` and the round numbers above it (1, 2, 5, 10, 20, 50, 100, ...) that
-/// take `AUTO_GAP` at `per_s` a second: for steps (base 50) 50, 100, 200, 500, 1000, ...
+/// The most run time `auto` leaves between two kept where `base` take longer (ten seconds).
+const AUTO_SLOW: Duration = Duration::from_secs(10);
+
+/// At `per_s` a second: the least of `base` and the round numbers above it (1, 2, 5, 10, 20,
+/// 50, 100, ...) that take `AUTO_GAP`, or where `base` take longer than `AUTO_SLOW`, the
+/// largest round number below it that does not (at least 1). For steps (base 50): ..., 5, 10,
+/// 20, 50, 100, 200, 500, 1000, ...
 fn stride_for(per_s: f64, base: u64) -> u64 {
-    let least = per_s * AUTO_GAP.as_secs_f64();
     let decades = std::iter::successors(Some(1u64), |d| d.checked_mul(10));
     let round = decades.flat_map(|d| [d, d.saturating_mul(2), d.saturating_mul(5)]);
+    let most = per_s * AUTO_SLOW.as_secs_f64();
+    if most < base as f64 {
+        let below = round.take_while(|&s| s < base && s as f64 <= most);
+        return below.last().unwrap_or(1);
+    }
+    let least = per_s * AUTO_GAP.as_secs_f64();
     (std::iter::once(base).chain(round.filter(|&s| s > base)))
         .find(|&s| s as f64 >= least)
         .unwrap_or(u64::MAX)
@@ -151,12 +191,17 @@ mod tests {
 
     /// Steps 1..=`steps`, `per_s` a second, the run ending at the last; the ones kept.
     fn kept(every: LogEvery, steps: u64, per_s: u64) -> Vec<u64> {
+        kept_at(every, steps, per_s as f64)
+    }
+
+    /// `kept` at a pace of any fraction.
+    fn kept_at(every: LogEvery, steps: u64, per_s: f64) -> Vec<u64> {
         let mut k = Kept::new(every);
         (1..=steps)
             .filter(|&step| {
                 let row = StepRow {
                     step,
-                    at: Duration::from_secs_f64(step as f64 / per_s as f64),
+                    at: Duration::from_secs_f64(step as f64 / per_s),
                     ends_at: Some(EndsAt {
                         epoch: steps,
                         run: steps,
@@ -221,6 +266,19 @@ mod tests {
         let gaps: std::collections::BTreeSet<u64> =
             steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(gaps.len(), 1, "{steps:?}");
+        // about five a second (the 20th / 50th boundary, ten seconds apart) alike
+        let mut at = 0.0;
+        let wavering = (1..=2000u64).map(|step| {
+            at += match (step / 100) % 2 {
+                0 => 1.0 / 4.5,
+                _ => 1.0 / 5.5,
+            };
+            (step, at)
+        });
+        let steps = kept(&mut wavering.collect::<Vec<_>>().into_iter());
+        let gaps: std::collections::BTreeSet<u64> =
+            steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps, [20].into(), "{steps:?}");
         // 10 000 a second for a second, then 50 a second: the next 50th step a second on is
         // kept, and every 50th after
         let mut slowing = (1..=10_000u64)
@@ -232,14 +290,38 @@ mod tests {
     }
 
     #[test]
-    fn strides_go_50_100_200_500_and_on_by_tens() {
-        let strides: Vec<u64> = [1.0, 500.0, 501.0, 1500.0, 4000.0, 9000.0, 3e5, 1e12]
-            .map(|per_s| stride_for(per_s, AUTO_STEPS))
-            .to_vec();
+    fn strides_go_50_100_200_500_and_on_by_tens_and_down_to_1_for_slow_steps() {
+        let paces = [5.0, 500.0, 501.0, 1500.0, 4000.0, 9000.0, 3e5, 1e12];
+        let strides = paces.map(|per_s| stride_for(per_s, AUTO_STEPS));
         assert_eq!(
             strides,
             [50, 50, 100, 200, 500, 1000, 50_000, 100_000_000_000]
         );
+        // where 50 steps take more than ten seconds: the most round steps within ten
+        let slow = [4.9, 2.0, 1.0, 0.3, 0.05].map(|per_s| stride_for(per_s, AUTO_STEPS));
+        assert_eq!(slow, [20, 20, 10, 2, 1]);
+        // (epochs, base 1: never below 1)
+        assert_eq!(stride_for(0.01, 1), 1);
+    }
+
+    #[test]
+    fn auto_speaks_within_ten_seconds_from_a_slow_runs_start() {
+        // a step every two seconds, the first after 20 s of start-up: the first (late), then
+        // every 5th
+        let mut k = Kept::new(LogEvery::Auto);
+        let kept: Vec<u64> = (1..=40)
+            .filter(|&step| {
+                let at = Duration::from_secs(18 + 2 * step);
+                k.keep(&StepRow {
+                    at,
+                    ..StepRow::example(step)
+                })
+            })
+            .collect();
+        assert_eq!(kept[..3], [1, 5, 10], "{kept:?}");
+        assert!(kept[1..].windows(2).all(|w| w[1] - w[0] == 5), "{kept:?}");
+        // three steps a second: every 20th (within ten seconds), not every 50th
+        assert_eq!(kept_at(LogEvery::Auto, 100, 3.0), [20, 40, 60, 80, 100]);
     }
 
     /// Epochs 1..=`epochs`, `per_s` a second, with validation accuracy `accuracy(epoch)`; the
