@@ -34,9 +34,6 @@ struct Log<'a> {
     /// The newest step, where its line was not printed: the end of a run stopped early
     /// prints it.
     unprinted: Option<(StepRow, Option<f64>)>,
-    /// The newest epoch's end and validation, each where its line was not printed (`auto`
-    /// thins them): the end prints them.
-    held: Vec<(Event, Duration)>,
     /// The step the newest epoch's end was at (its line stands for that step's): a step's
     /// samples may complete its row after the epoch's event.
     epoch_said: u64,
@@ -62,7 +59,6 @@ impl<'a> Log<'a> {
             ends: Ends::of(&info),
             mfu: Mfu::for_run(&info),
             unprinted: None,
-            held: Vec::new(),
             epoch_said: 0,
             totals: None,
             printed: None,
@@ -100,13 +96,12 @@ impl<'a> Log<'a> {
                 Seen::Record(Record::Step { .. }) => {}
                 Seen::Record(Record::Event { t, event }) => match event {
                     Event::Finished { .. } => self.end(&event, t),
-                    _ => {
-                        self.hold(&event, t, false);
-                        self.on_event(&event, t)
-                    }
+                    _ => self.on_event(&event, t),
                 },
-                Seen::Unlogged(Record::Event { t, event }) => self.hold(&event, t, true),
-                Seen::Unlogged(_) => {}
+                // (an epoch's end or validation said late: the run's last, a best)
+                Seen::Late(Record::Event { t, event }) => self.on_event(&event, t),
+                Seen::Unlogged(Record::Event { event, .. }) => self.best(&event),
+                Seen::Late(_) | Seen::Unlogged(_) => {}
                 Seen::Record(Record::Warning {
                     t,
                     kind,
@@ -130,7 +125,6 @@ impl<'a> Log<'a> {
     /// step's line first, whatever --log-every (where no epoch's end said it), then the end and
     /// the summary.
     fn end(&mut self, ev: &Event, t: Duration) {
-        self.say_held(u64::MAX);
         if let Some((row, rate)) = self.unprinted.take() {
             if row.step > self.epoch_said {
                 self.print_step(&row, rate);
@@ -147,29 +141,6 @@ impl<'a> Log<'a> {
             let figures = summary.figures(&self.info);
             let at = self.stamp(t);
             put(self.out, format_args!("{at} summary: {figures}"));
-        }
-    }
-
-    /// An epoch's end or validation the log leaves out, kept as the newest of its kind
-    /// (`unlogged`), or one said (the newest of its kind: none held).
-    fn hold(&mut self, ev: &Event, t: Duration, unlogged: bool) {
-        let kind = std::mem::discriminant(ev);
-        self.held.retain(|(h, _)| std::mem::discriminant(h) != kind);
-        if unlogged {
-            self.best(ev);
-            self.held.push((ev.clone(), t));
-        }
-    }
-
-    /// The lines of the epochs' ends and validations held of steps up to `step`, in step order.
-    fn say_held(&mut self, step: u64) {
-        let (mut due, held) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition::<Vec<_>, _>(|(ev, _)| ev.step().is_some_and(|s| s <= step));
-        self.held = held;
-        due.sort_by_key(|(ev, _)| ev.step());
-        for (ev, t) in due {
-            self.on_event(&ev, t);
         }
     }
 
@@ -237,16 +208,12 @@ impl<'a> Log<'a> {
     fn on_event(&mut self, ev: &Event, t: Duration) {
         self.best(ev);
         // a checkpoint of a step whose line --log-every left out comes after that step's line
-        // and the epochs' ends held up to it (a stopped run's last step is otherwise said
-        // after its checkpoint, at the end); an
+        // (a stopped run's last step is otherwise said after its checkpoint, at the end); an
         // epoch's end stands for its last step's line (its train loss said), which a run
         // stopped there would print after it, out of time order
         match ev {
             Event::Checkpoint { step, .. } if *step > self.epoch_said => {
-                self.say_held(*step);
-                if let Some((row, rate)) = (self.unprinted.take_if(|(r, _)| r.step == *step))
-                    .filter(|(r, _)| r.step > self.epoch_said)
-                {
+                if let Some((row, rate)) = self.unprinted.take_if(|(r, _)| r.step == *step) {
                     self.print_step(&row, rate);
                 }
             }

@@ -5,6 +5,7 @@
 //! those), event, warning and sample as the record `view` reads from a file and `attach` from a
 //! socket: the screen and the log show what the file says.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -33,10 +34,12 @@ pub enum Seen {
     },
     /// Any other record.
     Record(Record),
-    /// An epoch's end or a validation the files leave out (`--log-every auto` thins them
-    /// where they come faster than ten a second): the screen takes it, the log does not (the
-    /// run's last the files keep at its end, and the log says at its end).
+    /// An epoch's end or a validation the files leave out for now (`--log-every auto` thins
+    /// them where they come faster than ten a second): the screen takes it, the log does not.
     Unlogged(Record),
+    /// One of those the files now keep (the run's last of its kind, a best that came too
+    /// soon): the log says it, the screen has it.
+    Late(Record),
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
     Note(String),
 }
@@ -51,6 +54,26 @@ pub struct Watch {
     end: Option<(Event, Duration)>,
     seen: Vec<Seen>,
     lost: Lost,
+    /// Events that follow a step whose row is not yet put together (another process's samples
+    /// of it are on their way), and those after them, in order: the log and the file say a
+    /// step's line before the replicas' check, checkpoint or epoch's end after it. Recorded
+    /// once its row is, a later one, or `HELD_AT_MOST` on.
+    early: VecDeque<(Event, Duration)>,
+    newest_row: Option<u64>,
+}
+
+/// The longest an event waits for its step's row.
+const HELD_AT_MOST: Duration = Duration::from_secs(2);
+
+/// Whether `ev` says what followed its step (and waits for the step's row).
+fn after_step(ev: &Event) -> bool {
+    matches!(
+        ev,
+        Event::EpochDone { .. }
+            | Event::Validated { .. }
+            | Event::InSync { .. }
+            | Event::Checkpoint { .. }
+    )
 }
 
 /// Steps no row was put together for: a rank's sample of them was dropped (its queue was full:
@@ -121,6 +144,8 @@ impl Watch {
             recorder,
             end: None,
             seen: Vec::new(),
+            early: VecDeque::new(),
+            newest_row: None,
             lost: Lost {
                 off: !info.hosts.is_empty()
                     && matches!(
@@ -153,9 +178,11 @@ impl Watch {
         };
         let rate = self.monitor.samples_per_sec();
         let (logged, mut notes) = self.recorder.step(&row, rate);
+        self.late();
         notes.extend(self.lost.row(row.step));
         let warnings = self.detector.on_row(&row);
         let at = row.at;
+        self.newest_row = self.newest_row.max(Some(row.step));
         self.seen.push(Seen::Step {
             row,
             samples_per_s: rate,
@@ -165,6 +192,21 @@ impl Watch {
         self.note(notes);
         for w in warnings {
             self.warning(&w, at);
+        }
+        self.release(None);
+    }
+
+    /// Records the events held whose step's row is put together, and those after them (all
+    /// that came by `t` less `HELD_AT_MOST` where `t` is given, all where `Some(MAX)`).
+    fn release(&mut self, t: Option<Duration>) {
+        while let Some((ev, at)) = self.early.front() {
+            let row_done = !after_step(ev) || ev.step() <= self.newest_row;
+            let waited = t.is_some_and(|t| t.saturating_sub(*at) >= HELD_AT_MOST);
+            if !(row_done || waited) {
+                break;
+            }
+            let (ev, at) = self.early.pop_front().expect("a front");
+            self.record(ev, at);
         }
     }
 
@@ -210,12 +252,17 @@ impl Watch {
                 _ => {}
             }
         }
+        if !self.early.is_empty() || (after_step(&ev) && ev.step() > self.newest_row) {
+            self.early.push_back((ev, t));
+            return;
+        }
         self.record(ev, t);
     }
 
     /// An event into the records, and handed on.
     fn record(&mut self, ev: Event, t: Duration) {
         let (logged, notes) = self.recorder.event(&ev, t);
+        self.late();
         let record = Record::Event { t, event: ev };
         self.seen.push(match logged {
             true => Seen::Record(record),
@@ -224,8 +271,15 @@ impl Watch {
         self.note(notes);
     }
 
+    /// The records the files wrote late, before the one that made them write them.
+    fn late(&mut self) {
+        let late = self.recorder.take_late().into_iter();
+        (self.seen).extend(late.map(|(event, t)| Seen::Late(Record::Event { t, event })));
+    }
+
     fn warning(&mut self, w: &Warning, t: Duration) {
         let notes = self.recorder.warning(w, t);
+        self.late();
         self.seen.push(Seen::Record(Record::warning(w, t)));
         self.note(notes);
     }
@@ -238,6 +292,7 @@ impl Watch {
     /// The devices' telemetry at `t` since the start (covering the time since the one before);
     /// none once the end was heard (the last, at the end's time, comes before it: `end`).
     pub fn sample(&mut self, t: Duration) {
+        self.release(Some(t));
         if self.ending() {
             return;
         }
@@ -259,6 +314,7 @@ impl Watch {
     ) {
         self.detector.on_telemetry(&devices);
         let notes = self.recorder.telemetry(t, &devices, process_memory);
+        self.late();
         self.seen.push(Seen::Record(Record::Telemetry {
             t,
             devices,
@@ -285,6 +341,7 @@ impl Watch {
         for s in self.steps.rest() {
             self.step(s);
         }
+        self.release(Some(Duration::MAX));
         let end = self.end.take();
         if let Some(w) = self.detector.finish() {
             self.warning(&w, end.as_ref().map_or(now, |e| e.1));

@@ -220,7 +220,8 @@ impl Outbox {
     fn thin_validations(&mut self, kept: &mut VecDeque<Seen>) {
         let accuracy = |s: &Seen| match s {
             Seen::Record(Record::Event { event, .. })
-            | Seen::Unlogged(Record::Event { event, .. }) => match event {
+            | Seen::Unlogged(Record::Event { event, .. })
+            | Seen::Late(Record::Event { event, .. }) => match event {
                 Event::EpochDone { val_accuracy, .. } => Some(val_accuracy.unwrap_or(f32::MIN)),
                 Event::Validated { val_accuracy, .. } => Some(*val_accuracy),
                 _ => None,

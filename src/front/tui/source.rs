@@ -55,6 +55,8 @@ pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
     for s in seen {
         match s {
             Seen::Record(r) | Seen::Unlogged(r) => app.apply_record(r),
+            // (had as it came)
+            Seen::Late(_) => {}
             Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
             // (the screen keeps its own ETA, from the rows)
             Seen::Step {

@@ -67,6 +67,7 @@ fn watched(path: &Path) -> Vec<Record> {
         .map(|s| match s {
             Seen::Record(r) | Seen::Unlogged(r) => r,
             Seen::Note(n) => panic!("a note: {n}"),
+            Seen::Late(r) => panic!("every record is kept at once: {r:?}"),
             Seen::Step { .. } => unreachable!("made a record by `taken`"),
         })
         .collect()
@@ -356,4 +357,44 @@ fn steps_whose_samples_were_dropped_are_said_once_and_counted_at_the_end() {
         notes(&mut watch),
         ["4 steps in all have no row (their step samples were dropped: see above)"]
     );
+}
+
+#[test]
+fn an_event_before_its_steps_row_waits_for_it_with_those_after_it() {
+    // (another process's sample of step 2 comes after rank 0's check and checkpoint of it)
+    let info = RunInfo::example(2);
+    let (tx, steps) = crossbeam_channel::unbounded();
+    let mut watch = Watch::new(&info, steps, Recorder::none(), Telemetry::of_steps(2));
+    let t = Duration::from_secs;
+    tx.send(demo::step(0, 2, 1)).unwrap();
+    tx.send(demo::step(1, 2, 1)).unwrap();
+    tx.send(demo::step(0, 2, 2)).unwrap();
+    watch.collect(&crossbeam_channel::never(), t(1));
+    watch.event(Event::InSync { step: 2, ranks: 2 }, t(1));
+    let paused = Event::Control {
+        step: 2,
+        applied: Applied::Paused,
+    };
+    watch.event(paused, t(1));
+    let said = |watch: &mut Watch| -> Vec<String> {
+        (taken(watch).into_iter())
+            .filter_map(|s| match s {
+                Seen::Record(Record::Step { row, .. }) => Some(format!("step {}", row.step)),
+                Seen::Record(Record::Event { event, .. }) => {
+                    Some(format!("{event:?}").split(' ').next().unwrap().to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(said(&mut watch), ["step 1"]);
+    tx.send(demo::step(1, 2, 2)).unwrap();
+    watch.collect(&crossbeam_channel::never(), t(1));
+    assert_eq!(said(&mut watch), ["step 2", "InSync", "Control"]);
+    // a row that never comes (its samples dropped) holds them two seconds at most
+    watch.event(Event::InSync { step: 9, ranks: 2 }, t(2));
+    watch.sample(t(3));
+    assert!(!said(&mut watch).contains(&"InSync".to_string()));
+    watch.sample(t(4));
+    assert_eq!(said(&mut watch), ["InSync"]);
 }

@@ -29,6 +29,7 @@ use crate::observe::monitor::StepRow;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::Warning;
 use crate::quit_at_once;
+use kept::Verdict;
 
 /// The shortest time between two step records to the live hub (at most 20 a second).
 pub const LIVE_STEP_INTERVAL: Duration = Duration::from_millis(50);
@@ -83,8 +84,14 @@ pub struct Recorder {
     mfu: Option<Mfu>,
     kept: kept::Kept,
     scores: kept::Scores,
-    /// The newest epoch's end and validation, each where not logged (logged at the end).
+    /// The best epoch's end and validation so far where they came too soon after the last
+    /// kept: written before the next record (`kept::Verdict::Best`).
+    bests: Vec<(Event, Duration)>,
+    /// The newest epoch's end and validation, each where thinned: written at the run's end
+    /// (before its last step's record where that is known, or a checkpoint's).
     held: Vec<(Event, Duration)>,
+    /// The events of `bests` and `held` written since `take_late`.
+    late: Vec<(Event, Duration)>,
     /// The newest step not yet given to the hub (it came too soon after the last one).
     pending: Option<(StepRow, Option<f64>)>,
     /// The newest step, where not logged: the end of a run stopped early logs it (the last
@@ -107,7 +114,9 @@ impl Recorder {
             mfu: None,
             kept: kept::Kept::new(log_every),
             scores: kept::Scores::new(log_every),
+            bests: Vec::new(),
             held: Vec::new(),
+            late: Vec::new(),
             pending: None,
             unlogged: None,
             last_live: None,
@@ -213,6 +222,9 @@ impl Recorder {
         self.unlogged = held.then(|| (row.clone(), rate));
         let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
+            // (before the run's last step: the newest epoch and validation, whatever comes)
+            let last = row.ends_at.is_some_and(|e| e.run == row.step);
+            warnings.extend(self.write_late(last));
             warnings.extend(self.write_step(row.step, l));
         }
         let Some(hub) = &self.hub else {
@@ -248,48 +260,84 @@ impl Recorder {
     /// after: a run whose epochs take milliseconds must not send a step with each.
     pub fn event(&mut self, ev: &Event, t: Duration) -> (bool, Vec<String>) {
         let mut warnings = Vec::new();
-        if matches!(ev, Event::Finished { .. }) {
-            self.release();
-            warnings.extend(self.end_unlogged());
-        } else {
-            self.catch_up();
+        match ev {
+            Event::Finished { .. } => {
+                self.release();
+                warnings.extend(self.end_unlogged());
+            }
+            // (a run that failed ends here: its newest epoch and validation, before its error)
+            Event::Failed { .. } | Event::Checkpoint { .. } => {
+                self.catch_up();
+                warnings.extend(self.write_late(true));
+            }
+            _ => self.catch_up(),
         }
-        let logged = self.scores.keep(ev, t);
+        let verdict = self.scores.keep(ev, t);
+        let logged = verdict == Verdict::Kept;
         let kind = std::mem::discriminant(ev);
         self.held.retain(|(h, _)| std::mem::discriminant(h) != kind);
-        if !logged {
-            self.held.push((ev.clone(), t));
+        match verdict {
+            Verdict::Kept => {}
+            Verdict::Best => {
+                self.bests
+                    .retain(|(h, _)| std::mem::discriminant(h) != kind);
+                self.bests.push((ev.clone(), t));
+            }
+            Verdict::Thinned => self.held.push((ev.clone(), t)),
         }
         warnings.extend(self.each_sink(|s| s.event(ev, t, logged)));
         self.files().at(ev.step(), t);
         if logged {
+            warnings.extend(self.write_late(false));
             warnings.extend(self.write_event(ev, t));
         }
         (logged, warnings)
     }
 
-    /// At the run's end, the records left unlogged that the files always keep: its last
-    /// step's, its last epoch's end and validation, in step order.
-    fn end_unlogged(&mut self) -> Vec<String> {
+    /// The epochs' ends and validations written late since the last call, in the order
+    /// written (for the log: the screen had them as they came).
+    pub fn take_late(&mut self) -> Vec<(Event, Duration)> {
+        std::mem::take(&mut self.late)
+    }
+
+    /// Writes the bests waiting for the next record, and where `all` the newest thinned
+    /// epoch's end and validation (the run may end: a last step, a checkpoint, a failure), in
+    /// step order.
+    fn write_late(&mut self, all: bool) -> Vec<String> {
+        let mut late = std::mem::take(&mut self.bests);
+        if all {
+            late.append(&mut self.held);
+        }
+        self.write_held(late)
+    }
+
+    /// Writes `events`, in step order, as late ones.
+    fn write_held(&mut self, mut events: Vec<(Event, Duration)>) -> Vec<String> {
+        events.sort_by_key(|(ev, _)| ev.step());
         let mut warnings = Vec::new();
+        for (ev, t) in events {
+            warnings.extend(self.each_sink(|s| s.late_event(&ev, t)));
+            warnings.extend(self.write_event(&ev, t));
+            self.late.push((ev, t));
+        }
+        warnings
+    }
+
+    /// At the run's end, the records left unlogged that the files always keep: its last
+    /// step's, its last epoch's end and validation (and the bests waiting), in step order.
+    fn end_unlogged(&mut self) -> Vec<String> {
         let mut held = std::mem::take(&mut self.held);
-        held.sort_by_key(|(ev, _)| ev.step());
+        held.append(&mut self.bests);
         let step = self.unlogged.as_ref().map_or(u64::MAX, |(row, _)| row.step);
         let (before, after): (Vec<_>, Vec<_>) =
             held.into_iter().partition(|(ev, _)| ev.step() < Some(step));
-        for (ev, t) in &before {
-            warnings.extend(self.each_sink(|s| s.late_event(ev, *t)));
-            warnings.extend(self.write_event(ev, *t));
-        }
+        let mut warnings = self.write_held(before);
         if let Some((row, rate)) = self.unlogged.take() {
             warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
             let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
             warnings.extend(self.write_step(row.step, &line));
         }
-        for (ev, t) in &after {
-            warnings.extend(self.each_sink(|s| s.late_event(ev, *t)));
-            warnings.extend(self.write_event(ev, *t));
-        }
+        warnings.extend(self.write_held(after));
         warnings
     }
 
@@ -333,6 +381,7 @@ impl Recorder {
         process: Option<(u64, u64)>,
     ) -> Vec<String> {
         let mut warnings = self.each_sink(|s| s.telemetry(t, devices, process));
+        warnings.extend(self.write_late(false));
         if self.files().writers.is_empty() && self.hub.is_none() {
             return warnings;
         }
@@ -346,6 +395,7 @@ impl Recorder {
     pub fn warning(&mut self, w: &Warning, t: Duration) -> Vec<String> {
         self.catch_up();
         let mut warnings = self.each_sink(|s| s.warning(w, t));
+        warnings.extend(self.write_late(false));
         let line = Line::new(&records::warning(w, t));
         self.publish(Kind::Event, &line);
         warnings.extend(self.write_files(&line, false));

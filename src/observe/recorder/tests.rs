@@ -308,8 +308,9 @@ fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
         None,
         LogEvery::Auto,
     );
-    // an epoch of 10 steps every millisecond; the best accuracy at epoch 333; stopped at
-    // step 5015, mid-epoch 502
+    // an epoch of 10 steps every millisecond; the best accuracy at epoch 333 (written with
+    // the next record: it came too soon after epoch 300's); stopped at step 5015, mid-epoch
+    // 502
     let ms = Duration::from_millis;
     for s in 1..=5015u64 {
         r.step(
@@ -329,7 +330,7 @@ fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
                 val_accuracy: Some(if epoch == 333 { 0.9 } else { 0.5 }),
                 elapsed: ms(epoch),
             };
-            let logged = [1, 2, 333].contains(&epoch) || epoch % 100 == 0;
+            let logged = [1, 2].contains(&epoch) || epoch % 100 == 0;
             assert_eq!(r.event(&done, ms(epoch)).0, logged, "epoch {epoch}");
         }
     }
@@ -353,4 +354,88 @@ fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
         .map(|v| (v["type"].as_str().unwrap(), v["step"].as_u64().unwrap()))
         .collect();
     assert_eq!(tail, [("epoch", 5010), ("step", 5015), ("end", 5015)]);
+    let steps: Vec<u64> = (lines.iter().skip(1))
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert!(steps.is_sorted(), "{steps:?}");
+}
+
+#[test]
+fn thinned_epochs_are_written_before_a_checkpoint_the_last_step_and_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut r = Recorder::new(
+        vec![MetricsWriter::create(&path).unwrap()],
+        None,
+        LogEvery::Auto,
+    );
+    let ms = Duration::from_millis;
+    let epoch = |epoch: u64| Event::EpochDone {
+        epoch,
+        step: epoch * 10,
+        train_loss: 0.4,
+        val_loss: Some(0.5),
+        val_accuracy: Some(0.5),
+        elapsed: ms(epoch),
+    };
+    // an epoch every millisecond (thinned to every 100th after the first two)
+    let mut said = Vec::new();
+    for e in 1..=150 {
+        r.event(&epoch(e), ms(e));
+        said.extend(r.take_late());
+    }
+    assert!(said.is_empty(), "{said:?}");
+    // a checkpoint at step 1505: epoch 150 (step 1500) before it, said as late
+    let checkpoint = Event::Checkpoint {
+        step: 1505,
+        path: "c".into(),
+        best: None,
+    };
+    r.event(&checkpoint, ms(151));
+    let late: Vec<Option<u64>> = r.take_late().iter().map(|(e, _)| e.step()).collect();
+    assert_eq!(late, [Some(1500)]);
+    // the run's last step (known from its row): epoch 170 before it
+    for e in 151..=170 {
+        r.event(&epoch(e), ms(e));
+    }
+    let last = StepRow {
+        ends_at: Some(crate::engine::events::EndsAt {
+            epoch: 1710,
+            run: 1705,
+        }),
+        ..row(1705)
+    };
+    r.step(&last, None);
+    // a failure after: epoch 171's end (thinned) before its error
+    r.event(&epoch(171), ms(171));
+    let failed = Event::Failed {
+        rank: 0,
+        step: 1711,
+        message: "non-finite loss".into(),
+    };
+    r.event(&failed, ms(172));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let order: Vec<(String, u64)> = (text.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            let kind = v["kind"]
+                .as_str()
+                .or(v["type"].as_str())
+                .unwrap()
+                .to_string();
+            (kind, v["step"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [
+        ("epoch", 10),
+        ("epoch", 20),
+        ("epoch", 1000),
+        ("epoch", 1500),
+        ("checkpoint", 1505),
+        ("epoch", 1700),
+        ("step", 1705),
+        ("epoch", 1710),
+        ("error", 1711),
+    ];
+    assert_eq!(order, want.map(|(k, s)| (k.to_string(), s)));
 }
