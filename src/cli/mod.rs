@@ -333,7 +333,7 @@ pub struct TrainArgs {
     /// Seed for the split, data order and initial weights  [default: 0]
     #[arg(allow_negative_numbers = true, long)]
     pub seed: Option<u64>,
-    /// Print (and record) a step line every N steps; auto: every 50th, or every 100th, 200th, 500th, 1000th... where those come faster than ten a second, or every 20th, 10th, 5th... where 50 take longer than ten seconds (and epochs' ends likewise, every new best kept). The replicas are compared every N steps (50 for auto): a small N costs time on several ranks  [default: auto]
+    /// Print (and record) a step line every N steps; auto: every 50th, or every 100th, 200th, 500th, 1000th... where those come faster than ten a second, or every 20th, 10th, 5th... where 50 take longer than ten seconds (and epochs' ends past the first 100 likewise, every new best kept). The replicas are compared every N steps (50 for auto): a small N costs time on several ranks  [default: auto]
     #[arg(allow_negative_numbers = true, long, value_name = "N|auto")]
     #[serde(default, deserialize_with = "number_or_word")]
     pub log_every: Option<String>,

@@ -11,11 +11,12 @@
 //! start) is not silent until the next multiple of its old stride. The run's last step is kept
 //! whatever the rule.
 //!
-//! Epochs' ends and `--val-every`'s validations (`Scores`): under `auto` thinned alike where
-//! they come faster than ten a second (a small data set trains thousands of epochs a second):
-//! every epoch, or every 2nd, 5th, 10th, 20th, ..., and every one with the best validation
-//! accuracy so far; the run's last the recorder keeps at its end. A number asked for keeps
-//! them all.
+//! Epochs' ends and `--val-every`'s validations (`Scores`): under `auto`, past a run's first
+//! 100, thinned alike where they come faster than ten a second (a small data set trains
+//! thousands of epochs a second): every epoch, or every 2nd, 5th, 10th, 20th, ..., and every
+//! one with the best validation accuracy of its kind so far (at most one for each record
+//! written: see `Verdict::Best`); the run's last the recorder keeps at its end. A number asked
+//! for keeps them all.
 
 use std::cmp::Ordering;
 use std::time::Duration;
@@ -73,13 +74,20 @@ pub struct Scores {
 struct Scored {
     ladder: Ladder,
     best: Option<f32>,
+    /// The number of the first heard of (a resumed run's first epoch is not 1).
+    first: Option<u64>,
 }
+
+/// The epochs' ends (and validations) a run keeps every one of before it thins them: a short
+/// run's are all said, and a long one's first, its steepest stretch.
+const WHOLE: u64 = 100;
 
 impl Scores {
     pub fn new(every: LogEvery) -> Scores {
         let scored = || Scored {
             ladder: Ladder::new(1),
             best: None,
+            first: None,
         };
         Scores {
             thin: every == LogEvery::Auto,
@@ -108,7 +116,8 @@ impl Scores {
             .filter(|a| a.is_finite() && of.best.is_none_or(|b| *a > b))
             .inspect(|a| of.best = Some(*a))
             .is_some();
-        if !self.thin || of.ladder.keep(n, at, false) {
+        let first = *of.first.get_or_insert(n);
+        if !self.thin || of.ladder.keep(n, at, n.saturating_sub(first) < WHOLE) {
             Verdict::Kept
         } else if !best {
             Verdict::Thinned
