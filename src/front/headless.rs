@@ -99,9 +99,8 @@ impl<'a> Log<'a> {
                     _ => self.on_event(&event, t),
                 },
                 // (an epoch's end or validation said late: the run's last, a best)
-                Seen::Late(Record::Event { t, event }) => self.on_event(&event, t),
-                Seen::Unlogged(Record::Event { event, .. }) => self.best(&event),
-                Seen::Late(_) | Seen::Unlogged(_) => {}
+                Seen::Late { t, event } => self.on_event(&event, t),
+                Seen::Unlogged { event, .. } => self.best(&event),
                 Seen::Record(Record::Warning {
                     t,
                     kind,

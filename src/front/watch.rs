@@ -3,7 +3,8 @@
 //! metrics files, the live socket), in the run's order, on a thread of its own (`watcher`). The
 //! frontend is handed every row (`Seen::Step`, marked where the files keep it: the log prints
 //! those), event, warning and sample as the record `view` reads from a file and `attach` from a
-//! socket: the screen and the log show what the file says.
+//! socket: the log shows what the file says, the screen that and the rows and epochs the file
+//! thins (`Seen::Unlogged`; what the file writes late, `Seen::Late`, is for the log).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -34,12 +35,14 @@ pub enum Seen {
     },
     /// Any other record.
     Record(Record),
-    /// An epoch's end or a validation the files leave out for now (`--log-every auto` thins
-    /// them where they come faster than ten a second): the screen takes it, the log does not.
-    Unlogged(Record),
-    /// One of those the files now keep (the run's last of its kind, a best that came too
-    /// soon): the log says it, the screen has it.
-    Late(Record),
+    /// An epoch's end or a validation (at `t`) the files leave out for now (`--log-every auto`
+    /// thins them where they come faster than ten a second): the screen takes it, the log does
+    /// not.
+    Unlogged { t: Duration, event: Event },
+    /// One of those the files write late (a best that came too soon after the last kept; the
+    /// newest of its kind before a checkpoint, the run's last step, its failure or its end):
+    /// the log says it, the screen has it.
+    Late { t: Duration, event: Event },
     /// Recording went wrong (a metrics file's disk is full, a sink failed): for the user.
     Note(String),
 }
@@ -55,9 +58,11 @@ pub struct Watch {
     seen: Vec<Seen>,
     lost: Lost,
     /// Events that follow a step whose row is not yet put together (another process's samples
-    /// of it are on their way), and those after them, in order: the log and the file say a
-    /// step's line before the replicas' check, checkpoint or epoch's end after it. Recorded
-    /// once its row is, a later one, or `HELD_AT_MOST` on.
+    /// of it are on their way), and every event after them, in order: the log and the file say
+    /// a step's line before the replicas' check, checkpoint, epoch's end or validation that
+    /// followed it. Recorded once its row is, before a later one (its own never comes: a
+    /// sample dropped), or `HELD_AT_MOST` on. (Other events, warnings and telemetry are not
+    /// held where nothing waits.)
     early: VecDeque<(Event, Duration)>,
     newest_row: Option<u64>,
 }
@@ -145,7 +150,8 @@ impl Watch {
             end: None,
             seen: Vec::new(),
             early: VecDeque::new(),
-            newest_row: None,
+            // (a resumed run's events at its first step need no row)
+            newest_row: Some(info.start_step),
             lost: Lost {
                 off: !info.hosts.is_empty()
                     && matches!(
@@ -176,6 +182,9 @@ impl Watch {
         let Some(row) = self.monitor.on_step(s) else {
             return;
         };
+        // (the events of steps before it: their rows came, or never will)
+        self.newest_row = self.newest_row.max(Some(row.step.saturating_sub(1)));
+        self.release_early(None);
         let rate = self.monitor.samples_per_sec();
         let (logged, mut notes) = self.recorder.step(&row, rate);
         self.late();
@@ -193,12 +202,12 @@ impl Watch {
         for w in warnings {
             self.warning(&w, at);
         }
-        self.release(None);
+        self.release_early(None);
     }
 
     /// Records the events held whose step's row is put together, and those after them (all
     /// that came by `t` less `HELD_AT_MOST` where `t` is given, all where `Some(MAX)`).
-    fn release(&mut self, t: Option<Duration>) {
+    fn release_early(&mut self, t: Option<Duration>) {
         while let Some((ev, at)) = self.early.front() {
             let row_done = !after_step(ev) || ev.step() <= self.newest_row;
             let waited = t.is_some_and(|t| t.saturating_sub(*at) >= HELD_AT_MOST);
@@ -227,6 +236,7 @@ impl Watch {
         for s in self.steps.take_held() {
             self.step(s);
         }
+        self.release_early(Some(now));
         self.recorder.catch_up();
     }
 
@@ -263,10 +273,9 @@ impl Watch {
     fn record(&mut self, ev: Event, t: Duration) {
         let (logged, notes) = self.recorder.event(&ev, t);
         self.late();
-        let record = Record::Event { t, event: ev };
         self.seen.push(match logged {
-            true => Seen::Record(record),
-            false => Seen::Unlogged(record),
+            true => Seen::Record(Record::Event { t, event: ev }),
+            false => Seen::Unlogged { t, event: ev },
         });
         self.note(notes);
     }
@@ -274,7 +283,7 @@ impl Watch {
     /// The records the files wrote late, before the one that made them write them.
     fn late(&mut self) {
         let late = self.recorder.take_late().into_iter();
-        (self.seen).extend(late.map(|(event, t)| Seen::Late(Record::Event { t, event })));
+        (self.seen).extend(late.map(|(event, t)| Seen::Late { t, event }));
     }
 
     fn warning(&mut self, w: &Warning, t: Duration) {
@@ -292,7 +301,7 @@ impl Watch {
     /// The devices' telemetry at `t` since the start (covering the time since the one before);
     /// none once the end was heard (the last, at the end's time, comes before it: `end`).
     pub fn sample(&mut self, t: Duration) {
-        self.release(Some(t));
+        self.release_early(Some(t));
         if self.ending() {
             return;
         }
@@ -341,7 +350,7 @@ impl Watch {
         for s in self.steps.rest() {
             self.step(s);
         }
-        self.release(Some(Duration::MAX));
+        self.release_early(Some(Duration::MAX));
         let end = self.end.take();
         if let Some(w) = self.detector.finish() {
             self.warning(&w, end.as_ref().map_or(now, |e| e.1));
@@ -354,6 +363,7 @@ impl Watch {
             self.record(ev, t);
         }
         let mut notes = self.recorder.flush();
+        self.late();
         notes.extend(self.lost.total());
         self.note(notes);
     }

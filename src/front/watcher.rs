@@ -219,9 +219,9 @@ impl Outbox {
     /// whole.
     fn thin_validations(&mut self, kept: &mut VecDeque<Seen>) {
         let accuracy = |s: &Seen| match s {
-            Seen::Record(Record::Event { event, .. })
-            | Seen::Unlogged(Record::Event { event, .. })
-            | Seen::Late(Record::Event { event, .. }) => match event {
+            // (not one the files wrote late: the log says those)
+            Seen::Record(Record::Event { event, .. }) | Seen::Unlogged { event, .. } => match event
+            {
                 Event::EpochDone { val_accuracy, .. } => Some(val_accuracy.unwrap_or(f32::MIN)),
                 Event::Validated { val_accuracy, .. } => Some(*val_accuracy),
                 _ => None,

@@ -54,9 +54,10 @@ pub trait Source {
 pub(super) fn show(app: &mut App, seen: Vec<Seen>) {
     for s in seen {
         match s {
-            Seen::Record(r) | Seen::Unlogged(r) => app.apply_record(r),
+            Seen::Record(r) => app.apply_record(r),
+            Seen::Unlogged { t, event } => app.apply_record(Record::Event { t, event }),
             // (had as it came)
-            Seen::Late(_) => {}
+            Seen::Late { .. } => {}
             Seen::Note(n) => app.apply(AppEvent::Notice(Level::Warn, n)),
             // (the screen keeps its own ETA, from the rows)
             Seen::Step {

@@ -65,9 +65,10 @@ fn watched(path: &Path) -> Vec<Record> {
     let seen = taken(&mut watch);
     seen.into_iter()
         .map(|s| match s {
-            Seen::Record(r) | Seen::Unlogged(r) => r,
+            Seen::Record(r) => r,
+            Seen::Unlogged { t, event } => Record::Event { t, event },
             Seen::Note(n) => panic!("a note: {n}"),
-            Seen::Late(r) => panic!("every record is kept at once: {r:?}"),
+            Seen::Late { event, .. } => panic!("every record is kept at once: {event:?}"),
             Seen::Step { .. } => unreachable!("made a record by `taken`"),
         })
         .collect()
@@ -391,10 +392,18 @@ fn an_event_before_its_steps_row_waits_for_it_with_those_after_it() {
     tx.send(demo::step(1, 2, 2)).unwrap();
     watch.collect(&crossbeam_channel::never(), t(1));
     assert_eq!(said(&mut watch), ["step 2", "InSync", "Control"]);
-    // a row that never comes (its samples dropped) holds them two seconds at most
+    // one whose row never comes (rank 1's sample of step 3 dropped) before the next row
+    tx.send(demo::step(0, 2, 3)).unwrap();
+    watch.collect(&crossbeam_channel::never(), t(1));
+    watch.event(Event::InSync { step: 3, ranks: 2 }, t(1));
+    tx.send(demo::step(0, 2, 4)).unwrap();
+    tx.send(demo::step(1, 2, 4)).unwrap();
+    watch.collect(&crossbeam_channel::never(), t(1));
+    assert_eq!(said(&mut watch), ["InSync", "step 4"]);
+    // and two seconds at most where no row comes
     watch.event(Event::InSync { step: 9, ranks: 2 }, t(2));
     watch.sample(t(3));
     assert!(!said(&mut watch).contains(&"InSync".to_string()));
-    watch.sample(t(4));
+    watch.collect(&crossbeam_channel::never(), t(4));
     assert_eq!(said(&mut watch), ["InSync"]);
 }

@@ -87,6 +87,13 @@ pub const LOSS_WINDOW: usize = 20;
 /// smoothed loss (written before they did).
 pub const LOSS_EMA: f64 = 0.05;
 
+impl StepRow {
+    /// Whether this is the run's last step (at its batch size then).
+    pub fn is_last(&self) -> bool {
+        self.ends_at.is_some_and(|e| e.run == self.step)
+    }
+}
+
 #[cfg(test)]
 impl StepRow {
     /// A step of 64 samples (32 a replica) with no rank's sample, `step` ms into the run.

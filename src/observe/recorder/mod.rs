@@ -48,8 +48,9 @@ pub trait Sink: Send {
     /// Every event; `logged` for one the metrics file records (all but the epochs' ends and
     /// validations `auto` thins).
     fn event(&mut self, ev: &Event, t: Duration, logged: bool) -> Result<(), String>;
-    /// An epoch's end or a validation `event` had unlogged, the run's last of its kind, at
-    /// the run's end (it is always logged).
+    /// An epoch's end or a validation `event` had unlogged, written now: a best that came too
+    /// soon after the last kept, or the newest of its kind before a checkpoint, the run's last
+    /// step, its failure or its end.
     fn late_event(&mut self, _ev: &Event, _t: Duration) -> Result<(), String> {
         Ok(())
     }
@@ -87,8 +88,8 @@ pub struct Recorder {
     /// The best epoch's end and validation so far where they came too soon after the last
     /// kept: written before the next record (`kept::Verdict::Best`).
     bests: Vec<(Event, Duration)>,
-    /// The newest epoch's end and validation, each where thinned: written at the run's end
-    /// (before its last step's record where that is known, or a checkpoint's).
+    /// The newest epoch's end and validation, each where thinned: written before a checkpoint,
+    /// the run's last step (where its row says so), a failure, or at the end.
     held: Vec<(Event, Duration)>,
     /// The events of `bests` and `held` written since `take_late`.
     late: Vec<(Event, Duration)>,
@@ -223,8 +224,7 @@ impl Recorder {
         let line = logged.then(|| Line::new(&records::step(row, rate, self.mfu.as_ref())));
         if let Some(l) = &line {
             // (before the run's last step: the newest epoch and validation, whatever comes)
-            let last = row.ends_at.is_some_and(|e| e.run == row.step);
-            warnings.extend(self.write_late(last));
+            warnings.extend(self.write_late(row.is_last()));
             warnings.extend(self.write_step(row.step, l));
         }
         let Some(hub) = &self.hub else {
@@ -308,11 +308,11 @@ impl Recorder {
         if all {
             late.append(&mut self.held);
         }
-        self.write_held(late)
+        self.write_late_events(late)
     }
 
     /// Writes `events`, in step order, as late ones.
-    fn write_held(&mut self, mut events: Vec<(Event, Duration)>) -> Vec<String> {
+    fn write_late_events(&mut self, mut events: Vec<(Event, Duration)>) -> Vec<String> {
         events.sort_by_key(|(ev, _)| ev.step());
         let mut warnings = Vec::new();
         for (ev, t) in events {
@@ -331,13 +331,13 @@ impl Recorder {
         let step = self.unlogged.as_ref().map_or(u64::MAX, |(row, _)| row.step);
         let (before, after): (Vec<_>, Vec<_>) =
             held.into_iter().partition(|(ev, _)| ev.step() < Some(step));
-        let mut warnings = self.write_held(before);
+        let mut warnings = self.write_late_events(before);
         if let Some((row, rate)) = self.unlogged.take() {
             warnings.extend(self.each_sink(|s| s.last_step(&row, rate)));
             let line = Line::new(&records::step(&row, rate, self.mfu.as_ref()));
             warnings.extend(self.write_step(row.step, &line));
         }
-        warnings.extend(self.write_held(after));
+        warnings.extend(self.write_late_events(after));
         warnings
     }
 
@@ -405,9 +405,11 @@ impl Recorder {
     /// Everything written out (at the end).
     pub fn flush(&mut self) -> Vec<String> {
         self.release();
+        // (a run that ended without its end: a worker's panic, a screen left)
+        let mut warnings = self.write_late(true);
         // (one failing now is said now)
         let before = self.stopped.len();
-        let mut warnings = self.each_sink(|s| s.flush());
+        warnings.extend(self.each_sink(|s| s.flush()));
         warnings.extend(self.files().each(MetricsWriter::flush));
         warnings.extend(
             (self.stopped[..before].iter()).map(|(e, step)| {

@@ -6,8 +6,8 @@
 //! a smaller stride only once the pace has halved, so a pace near a boundary keeps one), or
 //! where 50 steps take more than ten seconds, every 20th, 10th, 5th, 2nd or every step (the
 //! most that keeps within ten seconds: a slow model speaks every few seconds, from its start).
-//! A step a second or more after the last kept, where the pace since then has halved, is kept
-//! where it is a multiple of the stride that pace wants, so a run that slowed (or a slow run's
+//! A step a second or more after the last kept, where the pace since then wants a smaller
+//! stride (`Ladder::changed`), is kept where it is a multiple of that stride, so a run that slowed (or a slow run's
 //! start) is not silent until the next multiple of its old stride. The run's last step is kept
 //! whatever the rule.
 //!
@@ -41,7 +41,7 @@ impl Kept {
 
     /// Whether `row` (the newest, rows in step order) is kept.
     pub fn keep(&mut self, row: &StepRow) -> bool {
-        let last = row.ends_at.is_some_and(|e| e.run == row.step);
+        let last = row.is_last();
         match self.every {
             LogEvery::Auto => self.steps.keep(row.step, row.at, last),
             LogEvery::Steps(n) => row.step.is_multiple_of(n) || last,
