@@ -1,8 +1,9 @@
 //! Where a run's records go: every metrics file (`--metrics-out`, the run directory's) and the
 //! live hub that attached clients read. Each record is built once, as one line, for all of
 //! them. Step records go to the files every `--log-every` steps (`kept`; and the run's last,
-//! stopped early or not), epochs' ends and validations where `kept` keeps them (the run's last
-//! of each at its end), and step records to the hub at most every
+//! stopped early or not), epochs' ends and validations where `kept` keeps them (and the newest
+//! thinned of each, late, before a checkpoint, the run's last step, a failure and its end),
+//! and step records to the hub at most every
 //! `LIVE_STEP_INTERVAL` (the newest step then), so an attached screen moves smoothly; with no
 //! client attached the hub is given only what its history keeps.
 //!
