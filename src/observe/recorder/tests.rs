@@ -6,6 +6,11 @@ fn row(step: u64) -> StepRow {
     StepRow::example(step)
 }
 
+/// A recorder writing the metrics file `path` alone.
+fn to_file(path: &std::path::Path, every: LogEvery) -> Recorder {
+    Recorder::new(vec![MetricsWriter::create(path).unwrap()], None, every)
+}
+
 /// The `step` numbers of the step lines among `lines`.
 fn steps(lines: &[String]) -> Vec<u64> {
     lines
@@ -90,11 +95,7 @@ fn without_a_client_no_step_is_held_back() {
 fn nothing_follows_an_end_record_nor_a_second_end() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Steps(1),
-    );
+    let mut r = to_file(&path, LogEvery::Steps(1));
     let end = Event::Finished {
         step: 7,
         ending: Ending::Stopped,
@@ -108,11 +109,7 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
     assert!(text.contains(r#""status":"stopped""#), "{text}");
     // a process quitting first: its end, then nothing, not the run's
     let path = dir.path().join("q.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Steps(1),
-    );
+    let mut r = to_file(&path, LogEvery::Steps(1));
     r.step(&row(3), None);
     files::Files::quit(&r.files);
     r.event(&end, Duration::from_secs(1));
@@ -128,11 +125,7 @@ fn nothing_follows_an_end_record_nor_a_second_end() {
 fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_the_newest_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Steps(1),
-    );
+    let mut r = to_file(&path, LogEvery::Steps(1));
     let validated = |step, val_accuracy| Event::Validated {
         step,
         epochs: 1.0,
@@ -210,11 +203,7 @@ fn a_file_lost_to_a_full_disk_ends_with_the_gap_named_the_best_validation_and_th
 fn a_file_lost_early_in_a_run_of_very_many_epochs_gets_the_newest_back_said_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Steps(1),
-    );
+    let mut r = to_file(&path, LogEvery::Steps(1));
     r.step(&row(1), None);
     r.flush();
     {
@@ -303,11 +292,7 @@ fn a_sink_that_failed_is_said_again_at_the_end_with_where_it_stopped() {
 fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Auto,
-    );
+    let mut r = to_file(&path, LogEvery::Auto);
     // an epoch of 10 steps every millisecond; the best accuracy at epoch 333 (written with
     // the next record: it came too soon after epoch 300's); stopped at step 5015, mid-epoch
     // 502
@@ -365,11 +350,7 @@ fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
 fn thinned_epochs_are_written_before_a_checkpoint_the_last_step_and_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.jsonl");
-    let mut r = Recorder::new(
-        vec![MetricsWriter::create(&path).unwrap()],
-        None,
-        LogEvery::Auto,
-    );
+    let mut r = to_file(&path, LogEvery::Auto);
     let ms = Duration::from_millis;
     let epoch = |epoch: u64| Event::EpochDone {
         epoch,
