@@ -316,6 +316,21 @@ impl Event {
 }
 
 #[cfg(test)]
+impl Event {
+    /// Epoch `epoch`'s end at step `step`, validated at `val_accuracy` (losses of 0.5).
+    pub fn epoch_example(epoch: u64, step: u64, val_accuracy: f32) -> Event {
+        Event::EpochDone {
+            epoch,
+            step,
+            train_loss: 0.5,
+            val_loss: Some(0.5),
+            val_accuracy: Some(val_accuracy),
+            elapsed: Duration::ZERO,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

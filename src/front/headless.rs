@@ -396,15 +396,7 @@ mod tests {
         // an epoch a millisecond, each no better than the first; stopped after epoch 250
         let ms = Duration::from_millis;
         for epoch in 1..=250 {
-            let done = Event::EpochDone {
-                epoch,
-                step: epoch * 2,
-                train_loss: 1.0,
-                val_loss: Some(1.0),
-                val_accuracy: Some(0.5),
-                elapsed: ms(epoch),
-            };
-            watch.event(done, ms(epoch));
+            watch.event(Event::epoch_example(epoch, epoch * 2, 0.5), ms(epoch));
         }
         let ending = crate::engine::events::Ending::Stopped;
         watch.event(Event::Finished { step: 500, ending }, ms(251));

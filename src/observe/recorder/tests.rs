@@ -307,14 +307,7 @@ fn auto_thins_fast_epochs_keeps_the_best_and_the_last_in_step_order() {
         );
         if s % 10 == 0 {
             let epoch = s / 10;
-            let done = Event::EpochDone {
-                epoch,
-                step: s,
-                train_loss: 0.4,
-                val_loss: Some(0.5),
-                val_accuracy: Some(if epoch == 333 { 0.9 } else { 0.5 }),
-                elapsed: ms(epoch),
-            };
+            let done = Event::epoch_example(epoch, s, if epoch == 333 { 0.9 } else { 0.5 });
             let logged = epoch <= 100 || epoch % 100 == 0;
             assert_eq!(r.event(&done, ms(epoch)).0, logged, "epoch {epoch}");
         }
@@ -352,14 +345,7 @@ fn thinned_epochs_are_written_before_a_checkpoint_the_last_step_and_a_failure() 
     let path = dir.path().join("m.jsonl");
     let mut r = to_file(&path, LogEvery::Auto);
     let ms = Duration::from_millis;
-    let epoch = |epoch: u64| Event::EpochDone {
-        epoch,
-        step: epoch * 10,
-        train_loss: 0.4,
-        val_loss: Some(0.5),
-        val_accuracy: Some(0.5),
-        elapsed: ms(epoch),
-    };
+    let epoch = |epoch: u64| Event::epoch_example(epoch, epoch * 10, 0.5);
     // an epoch every millisecond (thinned to every 100th after the first 100)
     let mut said = Vec::new();
     for e in 1..=150 {

@@ -65,32 +65,30 @@ fn auto_keeps_its_stride_near_a_boundary_and_speaks_within_a_second_of_a_slowdow
             .map(|(step, _)| step)
             .collect()
     };
+    // `steps` steps whose pace goes from `paces.0` to `paces.1` a second and back every
+    // `stretch` steps: the gaps between the kept (past the first two)
+    let wavering = |steps: u64, stretch: u64, paces: (f64, f64)| {
+        let mut at = 0.0;
+        let mut wavering = (1..=steps).map(|step| {
+            at += 1.0
+                / if (step / stretch).is_multiple_of(2) {
+                    paces.0
+                } else {
+                    paces.1
+                };
+            (step, at)
+        });
+        let steps = kept(&mut wavering);
+        let gaps: std::collections::BTreeSet<u64> =
+            steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
+        (gaps, steps)
+    };
     // a pace wavering about 20 000 a second (the 2000th / 5000th boundary) from one stretch
     // of 20 000 steps to the next: one stride
-    let mut at = 0.0;
-    let wavering = (1..=200_000u64).map(|step| {
-        at += match (step / 20_000) % 2 {
-            0 => 1.0 / 26_000.0,
-            _ => 1.0 / 19_000.0,
-        };
-        (step, at)
-    });
-    let steps = kept(&mut wavering.collect::<Vec<_>>().into_iter());
-    let gaps: std::collections::BTreeSet<u64> =
-        steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
+    let (gaps, steps) = wavering(200_000, 20_000, (26_000.0, 19_000.0));
     assert_eq!(gaps.len(), 1, "{steps:?}");
     // about five a second (the 20th / 50th boundary, ten seconds apart) alike
-    let mut at = 0.0;
-    let wavering = (1..=2000u64).map(|step| {
-        at += match (step / 100) % 2 {
-            0 => 1.0 / 4.5,
-            _ => 1.0 / 5.5,
-        };
-        (step, at)
-    });
-    let steps = kept(&mut wavering.collect::<Vec<_>>().into_iter());
-    let gaps: std::collections::BTreeSet<u64> =
-        steps.windows(2).skip(2).map(|w| w[1] - w[0]).collect();
+    let (gaps, steps) = wavering(2000, 100, (4.5, 5.5));
     assert_eq!(gaps, [20].into(), "{steps:?}");
     // 10 000 a second for a second, then 50 a second: the next 50th step a second on is
     // kept, and every 50th after
@@ -143,14 +141,7 @@ fn scores(every: LogEvery, epochs: u64, per_s: f64, accuracy: fn(u64) -> f32) ->
     let mut k = Scores::new(every);
     (1..=epochs)
         .filter(|&epoch| {
-            let done = Event::EpochDone {
-                epoch,
-                step: epoch * 23,
-                train_loss: 0.5,
-                val_loss: Some(0.5),
-                val_accuracy: Some(accuracy(epoch)),
-                elapsed: Duration::ZERO,
-            };
+            let done = Event::epoch_example(epoch, epoch * 23, accuracy(epoch));
             k.keep(&done, Duration::from_secs_f64(epoch as f64 / per_s)) != Verdict::Thinned
         })
         .collect()
@@ -229,14 +220,7 @@ fn bests_that_come_faster_than_ten_a_second_wait_for_the_next_record() {
     let mut k = Scores::new(LogEvery::Auto);
     let verdicts: Vec<Verdict> = (1..=1000u64)
         .map(|epoch| {
-            let done = Event::EpochDone {
-                epoch,
-                step: epoch * 23,
-                train_loss: 0.5,
-                val_loss: Some(0.5),
-                val_accuracy: Some(epoch as f32 / 1000.0),
-                elapsed: Duration::ZERO,
-            };
+            let done = Event::epoch_example(epoch, epoch * 23, epoch as f32 / 1000.0);
             k.keep(&done, Duration::from_millis(epoch))
         })
         .collect();
@@ -253,14 +237,7 @@ fn bests_that_come_faster_than_ten_a_second_wait_for_the_next_record() {
         val_accuracy: 0.9,
         elapsed: Duration::ZERO,
     };
-    let epoch = |epoch, val_accuracy| Event::EpochDone {
-        epoch,
-        step: epoch * 10,
-        train_loss: 0.5,
-        val_loss: Some(0.5),
-        val_accuracy: Some(val_accuracy),
-        elapsed: Duration::ZERO,
-    };
+    let epoch = |epoch, val_accuracy| Event::epoch_example(epoch, epoch * 10, val_accuracy);
     let ms = Duration::from_millis;
     for e in 1..=100 {
         assert_eq!(k.keep(&epoch(e, 0.5), ms(e)), Verdict::Kept);
