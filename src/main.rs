@@ -271,6 +271,17 @@ fn on_scale_signals(notify: Sender<()>) -> anyhow::Result<()> {
     set_handler(Box::new(h), Hup::Ignored)
 }
 
+/// This process's number among a launch's several (mpirun), where it is one of them.
+fn launched_process() -> Option<usize> {
+    let launched = mgtop::comm::launch::from_env().ok().flatten();
+    launched.filter(|l| l.is_multi()).and_then(|l| l.rank)
+}
+
+/// Whether this process is process 0 of a launch's several: it speaks for the run.
+fn launched_lead() -> bool {
+    launched_process() == Some(0)
+}
+
 /// `view` and `attach`: SIGINT / SIGTERM / SIGHUP close the UI (the run watched is not this
 /// process's: it goes on); a second signal quits at once, restoring the terminal first.
 fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
@@ -312,7 +323,14 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                 (Some(tx), _) => {
                     let _ = tx.send(());
                 }
-                (None, Ok(())) => mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)"),
+                (None, Ok(())) => {
+                    mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)");
+                    // (mpirun signals every process when one of them has ended, and kills the
+                    // rest soon after: then no step finishes, and this may be the last word)
+                    if launched_lead() {
+                        mgtop::tell!("  where a process of this run has ended (mpirun then stops the others), no checkpoint follows: {}", continued());
+                    }
+                }
                 (None, Err(mgtop::engine::control::ControlError::Finishing)) => mgtop::tell!("the run has trained its last step and is finishing (its last validation and checkpoint; signal again to quit at once)"),
                 (None, Err(_)) => mgtop::tell!("the run has ended: writing its last lines (signal again to quit now)"),
             }
@@ -343,8 +361,7 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
             };
             // (a process other than process 0 of a launched run has no run directory of its own:
             // process 0 speaks for the run)
-            let launched = mgtop::comm::launch::from_env().ok().flatten();
-            match launched.filter(|l| l.is_multi()).and_then(|l| l.rank) {
+            match launched_process() {
                 Some(p) if p > 0 => mgtop::tell!(
                     "quit at once (process {p}): {lost}; process 0 says where the run continues from"
                 ),

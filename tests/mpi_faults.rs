@@ -110,6 +110,9 @@ fn a_killed_process_ends_the_run_without_a_hang() {
     let err = std::fs::read_to_string(tmp.path().join("err")).unwrap();
     assert!(status.is_some_and(|s| !s.success()), "{status:?}\n{err}");
     weights(&tmp.path().join("run"));
+    // mpirun's signal to process 0 is answered with where the run continues from, not only
+    // with the promise of a checkpoint no step will reach
+    assert!(err.contains("no checkpoint follows: --resume"), "{err}");
 }
 
 #[test]

@@ -34,7 +34,22 @@ fn dark() -> Theme {
 fn whole_screen_80x24() {
     let mut app = demo::app(3, 150);
     key(&mut app, KeyCode::Char(']'));
-    insta::assert_snapshot!(screen(&app, 80, 24));
+    let shown = screen(&app, 80, 24);
+    insta::assert_snapshot!(shown);
+    // the README's *Terminal UI* opens with this frame, as it is drawn today
+    let rows: Vec<&str> = (shown.lines())
+        .map(|l| l.trim_matches('"').trim_end())
+        .collect();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = (readme.split("## Terminal UI\n\n```\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README's Terminal UI section opens with a frame");
+    let block: Vec<&str> = block.lines().map(str::trim_end).collect();
+    assert_eq!(
+        block, rows,
+        "README.md's frame is not the screen drawn: copy it from the snapshot"
+    );
 }
 
 #[test]

@@ -268,10 +268,10 @@ pub struct TrainArgs {
     #[arg(long, value_name = "NAME|MEAN/STD")]
     pub normalize: Option<String>,
     /// Train this many epochs  [default: 30]
-    #[arg(allow_negative_numbers = true, long, conflicts_with = "steps")]
+    #[arg(allow_negative_numbers = true, long, overrides_with = "steps")]
     pub epochs: Option<u64>,
     /// Train this many optimizer steps instead of whole epochs.
-    #[arg(allow_negative_numbers = true, long)]
+    #[arg(allow_negative_numbers = true, long, overrides_with = "epochs")]
     pub steps: Option<u64>,
     /// Samples per replica per step  [default: 32]
     #[arg(allow_negative_numbers = true, long)]

@@ -115,9 +115,12 @@ impl Positions {
         None
     }
 
-    /// Another process: tells process 0 of this process's failure (`rank`'s where known), so
-    /// that the run's records say it; waits `wait` at most for the send.
+    /// Another process: tells process 0 of this process's failure (`rank`'s where known, else
+    /// its first rank's where its ranks are shared), so that the run's records say it; waits
+    /// `wait` at most for the send.
     pub(super) fn tell_failure(&mut self, rank: Option<usize>, text: &str, wait: Duration) {
+        // (a failure of no rank is its process's: the run's records show its first rank's)
+        let rank = rank.or(self.board.as_ref().map(|(_, local)| local.start));
         let start = Instant::now();
         while !self.sent_done() && start.elapsed() < wait {
             std::thread::sleep(Duration::from_millis(1));

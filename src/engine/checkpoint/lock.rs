@@ -25,18 +25,22 @@ pub fn lock(dir: &Path) -> Result<DirLock, CheckpointError> {
         source,
         last: None,
     };
+    let unfit = |why: String| CheckpointError::Unfit {
+        path: dir.to_path_buf(),
+        why,
+    };
     if dir.exists() && !dir.is_dir() {
-        return Err(werr(std::io::Error::other(
-            "it is a file, not a directory (choose another --checkpoint-dir)",
-        )));
+        return Err(unfit(
+            "it is a file, not a directory: choose another --checkpoint-dir".into(),
+        ));
     }
     fs::create_dir_all(dir).map_err(werr)?;
     let path = dir.join(LOCK_FILE);
     if fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
-        return Err(werr(std::io::Error::other(format!(
+        return Err(unfit(format!(
             "{} is not a regular file (a run writes its pid there): remove it",
             path.display()
-        ))));
+        )));
     }
     let mut file = fs::OpenOptions::new()
         .read(true)

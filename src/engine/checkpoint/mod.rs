@@ -62,6 +62,9 @@ pub enum CheckpointError {
         /// The run's newest checkpoint written whole before, where it has one.
         last: Option<PathBuf>,
     },
+    /// What is there already makes the directory unusable (no disk or permission matter).
+    #[error("cannot keep checkpoints in {path}: {why}")]
+    Unfit { path: PathBuf, why: String },
     #[error(
         "no checkpoint at {0}: pass a step-NNNNNNNN directory or a --checkpoint-dir that holds one"
     )]

@@ -122,8 +122,10 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
     if let Some(t) = cfg.loader_threads.filter(|t| !(1..=64).contains(t)) {
         return bad(format!("--loader-threads {t} is out of range: use 1..=64"));
     }
-    if cfg.threads_per_worker.is_some_and(|t| t == 0 || t > 256) {
-        return bad("--threads-per-worker is out of range: use 1..=256 or auto".into());
+    if let Some(t) = cfg.threads_per_worker.filter(|t| !(1..=256).contains(t)) {
+        return bad(format!(
+            "--threads-per-worker {t} is out of range: use 1..=256 or auto"
+        ));
     }
     // every CPU worker's intra-op threads are threads of this process (each with its stack)
     if let (crate::config::DeviceSpec::Cpu(n), Some(t)) = (&cfg.devices, cfg.threads_per_worker) {

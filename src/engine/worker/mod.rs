@@ -156,10 +156,13 @@ pub(super) fn dropout_stream(w: &Worker) -> (u64, u64) {
 pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
     // process 0 has every rank's position: a run that stopped answering names the ranks lost
     let e = match e {
-        EngineError::Collective(crate::comm::CollectiveError::Lost(why)) if w.local.start == 0 => {
-            let who = crate::engine::heartbeat::behind(&w.beats.read());
+        EngineError::Collective(crate::comm::CollectiveError::Lost(why)) => {
+            let who = (w.local.start == 0)
+                .then(|| crate::engine::heartbeat::behind(&w.beats.read()))
+                .flatten();
             let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
-            // (the silence of a process stopped by a signal on this machine, explained)
+            // (the silence of a process stopped by a signal on this machine, explained: by
+            // every process, process 0 among the ones that may be)
             let why = match crate::pids::Peer::suspended(&w.peers_here, |_| true) {
                 Some(p) => format!("{why}; {}", p.suspended_words()),
                 None => why,

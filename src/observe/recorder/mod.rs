@@ -264,12 +264,15 @@ impl Recorder {
         match ev {
             Event::Finished { .. } => {
                 self.release();
-                warnings.extend(self.end_unlogged());
+                warnings.extend(self.write_unlogged(true));
             }
-            // (a run that failed ends here: its newest epoch and validation, before its error)
+            // (a run that failed ends here: its newest epoch and validation, before its error;
+            // a checkpoint of a step left unlogged, a stop's, follows that step's record)
             Event::Failed { .. } | Event::Checkpoint { .. } => {
                 self.catch_up();
-                warnings.extend(self.write_late(true));
+                let saved = matches!(ev, Event::Checkpoint { .. })
+                    && (self.unlogged.as_ref()).is_some_and(|(row, _)| Some(row.step) == ev.step());
+                warnings.extend(self.write_unlogged(saved));
             }
             _ => self.catch_up(),
         }
@@ -324,9 +327,13 @@ impl Recorder {
         warnings
     }
 
-    /// At the run's end, the records left unlogged that the files always keep: its last
-    /// step's, its last epoch's end and validation (and the bests waiting), in step order.
-    fn end_unlogged(&mut self) -> Vec<String> {
+    /// The records left unlogged that the files always keep, in step order: the newest
+    /// epoch's end and validation (and the bests waiting), and where `row` the newest step's
+    /// (at the run's end: its last step's; before a stop's checkpoint: the step it saved).
+    fn write_unlogged(&mut self, row: bool) -> Vec<String> {
+        if !row {
+            return self.write_late(true);
+        }
         let mut held = std::mem::take(&mut self.held);
         held.append(&mut self.bests);
         let step = self.unlogged.as_ref().map_or(u64::MAX, |(row, _)| row.step);

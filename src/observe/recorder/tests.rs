@@ -21,6 +21,19 @@ fn steps(lines: &[String]) -> Vec<u64> {
         .collect()
 }
 
+/// Each record of the metrics file `path`, in order: its event kind (its type where it has
+/// none) and its step.
+fn kinds_and_steps(path: &std::path::Path) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    (text.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            let kind = v["kind"].as_str().or(v["type"].as_str()).unwrap();
+            (kind.to_string(), v["step"].as_u64().unwrap())
+        })
+        .collect()
+}
+
 fn take(hub: &LiveHub, id: u64) -> Vec<String> {
     match hub.next(id, Duration::ZERO) {
         Next::Lines(v) => v.iter().map(|l| l.as_str().to_string()).collect(),
@@ -382,18 +395,6 @@ fn thinned_epochs_are_written_before_a_checkpoint_the_last_step_and_a_failure() 
         message: "non-finite loss".into(),
     };
     r.event(&failed, ms(172));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let order: Vec<(String, u64)> = (text.lines())
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .map(|v| {
-            let kind = v["kind"]
-                .as_str()
-                .or(v["type"].as_str())
-                .unwrap()
-                .to_string();
-            (kind, v["step"].as_u64().unwrap())
-        })
-        .collect();
     let first_100 = (1..=100).map(|e| ("epoch", e * 10));
     let want = first_100.chain([
         ("epoch", 1500),
@@ -404,5 +405,38 @@ fn thinned_epochs_are_written_before_a_checkpoint_the_last_step_and_a_failure() 
         ("error", 1711),
     ]);
     let want: Vec<(String, u64)> = want.map(|(k, s)| (k.to_string(), s)).collect();
-    assert_eq!(order, want);
+    assert_eq!(kinds_and_steps(&path), want);
+}
+
+#[test]
+fn a_stops_checkpoint_follows_the_record_of_the_step_it_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut r = to_file(&path, LogEvery::Steps(10));
+    for s in 1..=25 {
+        r.step(&row(s), None);
+    }
+    // a periodic checkpoint of a logged step, then a stop at step 25, between logged steps
+    let checkpoint = |step| Event::Checkpoint {
+        step,
+        path: "c".into(),
+        best: None,
+    };
+    r.event(&checkpoint(20), Duration::from_millis(21));
+    r.event(&checkpoint(25), Duration::from_millis(26));
+    let end = Event::Finished {
+        step: 25,
+        ending: Ending::Stopped,
+    };
+    r.event(&end, Duration::from_millis(27));
+    let want = [
+        ("step", 10),
+        ("step", 20),
+        ("checkpoint", 20),
+        ("step", 25),
+        ("checkpoint", 25),
+        ("end", 25),
+    ];
+    let want: Vec<(String, u64)> = want.iter().map(|(k, s)| (k.to_string(), *s)).collect();
+    assert_eq!(kinds_and_steps(&path), want);
 }
