@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::compare::max_rel_diff;
@@ -215,7 +215,10 @@ impl TwoHosts {
         if unsafe { libc::geteuid() } != 0 {
             return Err("needs root (network namespaces)".into());
         }
-        let id = std::process::id() % 250;
+        // (each of this process's pairs a name and subnet of its own: tests run side by side)
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() + 97 * made) % 250;
         let hosts = TwoHosts {
             names: [format!("mgt{id}a"), format!("mgt{id}b")],
             subnet: format!("10.213.{id}"),
@@ -274,6 +277,49 @@ impl Drop for TwoHosts {
     }
 }
 
+impl TwoHosts {
+    /// `mpirun` of one process on each host, each given `args`, 2 CPU workers each (`tmp`: a
+    /// folder for the launcher's agent). Its output once it ends.
+    fn run(&self, tmp: &Path, args: &[String]) -> std::process::Output {
+        // mpirun starts each host's daemon through this agent: inside the namespace named like
+        // the host, with that name as its host name
+        let agent = tmp.join("agent");
+        std::fs::write(
+            &agent,
+            "#!/bin/sh\nns=\"$1\"; shift\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns && exec $*\"\n",
+        )
+        .unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&agent, executable).unwrap();
+        let net = format!("{}.0/24", self.subnet);
+        let [a, b] = &self.names;
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", a, "mpirun", "--mca", "plm_rsh_agent"])
+            .arg(&agent)
+            .args([
+                "--mca",
+                "btl",
+                "tcp,self",
+                "--mca",
+                "btl_tcp_if_include",
+                &net,
+            ])
+            .args([
+                "--mca",
+                "oob_tcp_if_include",
+                &net,
+                "-H",
+                &format!("{a},{b}"),
+            ])
+            .args(["-np", "2", BIN])
+            .args(args)
+            .args(["--devices", "cpu:2"])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        c.output().expect("mpirun starts")
+    }
+}
+
 #[test]
 fn two_hosts_over_a_real_network_train_like_one_process() {
     if !mpirun_found() {
@@ -284,44 +330,11 @@ fn two_hosts_over_a_real_network_train_like_one_process() {
         Err(why) => return common::skipped(&format!("no network namespaces here: {why}")),
     };
     let tmp = tempfile::tempdir().unwrap();
-    // mpirun starts each host's daemon through this agent: inside the namespace named like the
-    // host, with that name as its host name
-    let agent = tmp.path().join("agent");
-    std::fs::write(
-        &agent,
-        "#!/bin/sh\nns=\"$1\"; shift\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns && exec $*\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let alone = tmp.path().join("alone");
     run_alone(4, &common_args(&alone, "adam", 1, 50));
     let apart = tmp.path().join("apart");
-    let net = format!("{}.0/24", hosts.subnet);
+    let out = hosts.run(tmp.path(), &common_args(&apart, "adam", 1, 50));
     let [a, b] = &hosts.names;
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", a, "mpirun", "--mca", "plm_rsh_agent"])
-        .arg(&agent)
-        .args([
-            "--mca",
-            "btl",
-            "tcp,self",
-            "--mca",
-            "btl_tcp_if_include",
-            &net,
-        ])
-        .args([
-            "--mca",
-            "oob_tcp_if_include",
-            &net,
-            "-H",
-            &format!("{a},{b}"),
-        ])
-        .args(["-np", "2", BIN])
-        .args(common_args(&apart, "adam", 1, 50))
-        .args(["--devices", "cpu:2"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    let out = c.output().expect("mpirun starts");
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -336,6 +349,51 @@ fn two_hosts_over_a_real_network_train_like_one_process() {
     );
     let d = max_rel_diff(&weights(&alone), &weights(&apart));
     assert!(d <= 1e-5, "two hosts and one process differ by {d:e}");
+}
+
+#[test]
+fn another_machines_device_samples_reach_process_0s_records() {
+    if !mpirun_found() {
+        return;
+    }
+    let hosts = match TwoHosts::create() {
+        Ok(h) => h,
+        Err(why) => return common::skipped(&format!("no network namespaces here: {why}")),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut args = common_args(&run, "adam", 1, 200);
+    // process 1 (the other host's, ranks 2 and 3) reports its ranks at 42 degrees, as it would
+    // what NVML reads of its GPUs; a slow input keeps the run going for a few samples
+    let made_up = ["--inject-peer-sample", "42", "--sample-interval", "0.1"];
+    args.extend(
+        made_up
+            .into_iter()
+            .chain(["--slow-data", "0:15"])
+            .map(String::from),
+    );
+    let out = hosts.run(tmp.path(), &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let temps: Vec<Vec<Option<f64>>> = (metrics.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "telemetry")
+        .map(|v| {
+            let devices = v["devices"].as_array().unwrap().clone();
+            devices.iter().map(|d| d["temp_c"].as_f64()).collect()
+        })
+        .collect();
+    // process 0's own CPU workers have no temperature; the other host's ranks say theirs
+    let heard = [None, None, Some(42.0), Some(42.0)];
+    assert!(temps.iter().any(|t| t[..] == heard), "{temps:?}");
+    assert!(
+        temps.iter().all(|t| t[0].is_none() && t[1].is_none()),
+        "{temps:?}"
+    );
 }
 
 #[test]

@@ -409,6 +409,11 @@ pub struct TrainArgs {
     #[arg(long, hide = true)]
     #[serde(skip)]
     pub inject_panic: Option<String>,
+    /// Fault injection for tests: a process on another machine than process 0's sends made-up
+    /// samples of its ranks (this temperature, nothing else) for process 0, as if read there.
+    #[arg(long, hide = true, value_name = "TEMP_C")]
+    #[serde(skip)]
+    pub inject_peer_sample: Option<f32>,
 }
 
 #[cfg(test)]

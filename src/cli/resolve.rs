@@ -50,7 +50,7 @@ impl TrainArgs {
             (file.epochs, file.steps)
         };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, inject_panic: self.inject_panic, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, inject_panic: self.inject_panic, inject_peer_sample: self.inject_peer_sample, epochs, steps, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             headless,

@@ -165,6 +165,7 @@ fn follow(
 
     // process 0 reads the checkpoint of a --resume and sends its settings (`record`) and its
     // state: the path need not exist on this machine
+    let made_up = args.inject_peer_sample;
     let args = TrainArgs {
         resume: None,
         ..args
@@ -177,7 +178,7 @@ fn follow(
         }
         _ => args,
     };
-    let (cfg, _) = args.resolve().map_err(anyhow::Error::msg)?;
+    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
     let patience = cfg.stall_timeout;
     let cfg = RunConfig {
         run_dir: None,
@@ -188,6 +189,19 @@ fn follow(
     };
     let engine = Engine::start_in(cfg, Some(procs.clone()))?;
     procs.set_patience(crate::engine::peer_patience(patience));
+    // on a machine other than process 0's, this process reads its GPUs for process 0's screen
+    // and records (process 0 reads those of its own machine)
+    let info = engine.info();
+    let _sampling = (engine.peer_samples())
+        .filter(|(_, local)| info.hosts.get(local.start) != info.hosts.first())
+        .and_then(|(samples, local)| {
+            use crate::observe::telemetry::Telemetry;
+            let interval = front.sample_interval;
+            match made_up {
+                Some(t) => Telemetry::post_made_up(local, interval, samples, t),
+                None => Telemetry::post_for_process_0(info, local, interval, samples),
+            }
+        });
     // a signal here asks the run to stop with a checkpoint, as one to process 0 does (the
     // stop joins process 0's decision at the next boundary), and says nothing (process 0
     // speaks for the run); a second quits

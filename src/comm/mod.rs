@@ -9,6 +9,7 @@ mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod processes;
+pub mod samples;
 
 pub use hier::HierCollective;
 pub use local::LocalCollective;

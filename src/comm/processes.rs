@@ -40,6 +40,9 @@ pub trait Processes: Send + Sync {
     /// (so that a stall seen there names the rank behind it wherever it runs). Without this,
     /// process 0 knows only the steps the others have reported.
     fn share_positions(&self, _board: Arc<dyn Board>, _local: Range<usize>) {}
+    /// From now on the device samples this process posts on `samples` go to process 0 beside
+    /// the positions, which hears the others' there (once positions are shared).
+    fn share_samples(&self, _samples: Arc<super::samples::Samples>) {}
     /// This process failed: its pending and later exchanges end with `Aborted(reason)`. The
     /// other processes learn of it when the launcher ends the job (`mpi::Cluster::fail`).
     fn abort(&self, reason: &str);

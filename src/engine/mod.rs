@@ -57,6 +57,9 @@ pub struct Engine {
     workers: Vec<launch::Handle>,
     t0: Instant,
     beats: Heartbeats,
+    /// A run over several processes: the device samples they pass to process 0, and this
+    /// process's ranks.
+    peers: Option<(Arc<crate::comm::samples::Samples>, std::ops::Range<usize>)>,
     /// This run's hold on its checkpoint directory, and the directory.
     checkpoint_lock: Option<(checkpoint::DirLock, std::path::PathBuf)>,
 }
@@ -336,9 +339,12 @@ impl Engine {
             .elsewhere(world.others_max_batch);
         let decider = Some(Decider::new(ctl_rx).while_open(controller.open()));
         let beats = Heartbeats::new(ranks);
-        if let Some(p) = &world.procs {
+        let peers = world.procs.as_ref().map(|p| {
+            let samples = Arc::new(crate::comm::samples::Samples::default());
+            p.share_samples(samples.clone());
             p.share_positions(Arc::new(beats.clone()), local.clone());
-        }
+            (samples, local.clone())
+        });
         let workers = launch::workers(
             launch::Launch {
                 cfg: &cfg,
@@ -372,6 +378,7 @@ impl Engine {
             workers,
             t0,
             beats,
+            peers,
             checkpoint_lock: None,
         })
     }
@@ -413,6 +420,14 @@ impl Engine {
     /// Per-rank step samples; dropped when the consumer lags.
     pub fn steps(&self) -> &Receiver<StepStats> {
         &self.steps
+    }
+
+    /// A run over several processes: the device samples they pass to process 0 (this process
+    /// posts its ranks' there, or hears the others'), and this process's ranks.
+    pub fn peer_samples(
+        &self,
+    ) -> Option<(Arc<crate::comm::samples::Samples>, std::ops::Range<usize>)> {
+        self.peers.clone()
     }
 
     /// Waits for every worker; the first real failure wins over its knock-on effects.

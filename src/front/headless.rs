@@ -239,7 +239,8 @@ pub fn run(
     for l in describe(&info).iter().chain(notes) {
         put(out, format_args!("{l}"));
     }
-    let telemetry = Telemetry::new(&info.devices, sample_interval);
+    let telemetry =
+        Telemetry::new(&info, sample_interval).with_peers(engine.peer_samples(), sample_interval);
     let mut watch = Watch::new(&info, engine.steps().clone(), metrics, telemetry);
     let mut log = Log::new(info, out);
     log.show(watch.take());

@@ -1,13 +1,15 @@
 //! What each device is doing, sampled at an interval. One sample type for every backend:
 //! a metric a device cannot report is `None` (shown as n/a), never 0.
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use crate::comm::samples::Samples;
 use crate::engine::events::StepStats;
-use crate::engine::Device;
+use crate::engine::{Device, RunInfo};
 use crate::observe::sample::DeviceSample;
 
 /// Busy time of CPU workers, from their step timings: each step's busy time (computing,
@@ -89,13 +91,31 @@ pub struct Telemetry {
     _stop: Option<Sender<()>>,
     /// What else keeps the machine's cores busy (`None`: the demo's, made-up run).
     load: Option<crate::observe::machine_load::LoadMeter>,
+    /// A run over several processes: the samples the others send (`Peers`).
+    peers: Option<Peers>,
+}
+
+/// The other processes' samples of their ranks, as process 0 hears them.
+struct Peers {
+    samples: Arc<Samples>,
+    /// Process 0's ranks (read here, or from their step times).
+    own: Range<usize>,
+    /// How old a sample may be to be shown.
+    within: Duration,
 }
 
 impl Telemetry {
-    pub fn new(devices: &[Device], interval: Duration) -> Telemetry {
+    /// The telemetry of `info`'s run, read by process 0: NVML reads the GPUs of its machine
+    /// alone (another machine's GPU at the same bus id is another GPU: its ranks keep their
+    /// busy share from their step times).
+    pub fn new(info: &RunInfo, interval: Duration) -> Telemetry {
+        let devices = &info.devices;
+        let here =
+            |rank: usize| (info.hosts.get(rank)).is_none_or(|h| Some(h) == info.hosts.first());
         let gpus: Vec<(usize, String)> = devices
             .iter()
             .enumerate()
+            .filter(|&(rank, _)| here(rank))
             .filter_map(|(rank, d)| match d {
                 Device::Gpu { pci_bus_id, .. } => {
                     Some((rank, pci_bus_id.clone().unwrap_or_default()))
@@ -105,10 +125,17 @@ impl Telemetry {
             .collect();
         let latest = Arc::new(Mutex::new(None));
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
+        let into = latest.clone();
         let stop = (!gpus.is_empty())
             .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
             .flatten()
-            .and_then(|nvml| spawn_sampler(nvml, interval, latest.clone()));
+            .and_then(|nvml| {
+                spawn_sampler(nvml, interval, move |s| {
+                    if let Ok(mut l) = into.lock() {
+                        *l = Some(s);
+                    }
+                })
+            });
         Telemetry {
             gpu_ranks: gpus.iter().map(|g| g.0).collect(),
             latest,
@@ -127,7 +154,66 @@ impl Telemetry {
             latest: Arc::new(Mutex::new(None)),
             _stop: None,
             load: None,
+            peers: None,
         }
+    }
+
+    /// Process 0 of a run over several processes (`peers`: the samples the others send, and
+    /// its own ranks): another process's rank shows its process's newest sample (where one
+    /// came within a few intervals), its busy share from its step times where that has none.
+    pub fn with_peers(
+        mut self,
+        peers: Option<(Arc<Samples>, Range<usize>)>,
+        interval: Duration,
+    ) -> Telemetry {
+        self.peers = peers.map(|(samples, own)| Peers {
+            samples,
+            own,
+            within: 3 * interval + Duration::from_secs(2),
+        });
+        self
+    }
+
+    /// A process other than process 0, on another machine: reads the GPUs of its ranks
+    /// (`local`) every `interval` and posts their samples for process 0 (`comm::samples`),
+    /// until the returned sender is dropped. None where it has no GPU NVML reads.
+    pub fn post_for_process_0(
+        info: &RunInfo,
+        local: Range<usize>,
+        interval: Duration,
+        samples: Arc<Samples>,
+    ) -> Option<Sender<()>> {
+        let gpus: Vec<(usize, String)> = (local.filter_map(|r| match info.devices.get(r)? {
+            Device::Gpu { pci_bus_id, .. } => Some((r, pci_bus_id.clone().unwrap_or_default())),
+            Device::Cpu { .. } => None,
+        }))
+        .collect();
+        let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
+        let nvml = (!gpus.is_empty())
+            .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
+            .flatten()?;
+        spawn_sampler(nvml, interval, move |read| {
+            let posted: Vec<(usize, Vec<u64>)> = (gpus.iter().zip(read))
+                .map(|((rank, _), s)| (*rank, s.to_words()))
+                .collect();
+            samples.post(&posted);
+        })
+    }
+
+    /// As `post_for_process_0`, made-up samples of every rank in `local`: `temp_c` degrees and
+    /// nothing else (`--inject-peer-sample`, for tests of the way between the processes).
+    pub fn post_made_up(
+        local: Range<usize>,
+        interval: Duration,
+        samples: Arc<Samples>,
+        temp_c: f32,
+    ) -> Option<Sender<()>> {
+        let sample = DeviceSample {
+            temp_c: Some(temp_c),
+            ..DeviceSample::default()
+        };
+        let posted: Vec<(usize, Vec<u64>)> = local.map(|r| (r, sample.to_words())).collect();
+        every(interval, move || samples.post(&posted))
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
@@ -151,8 +237,20 @@ impl Telemetry {
     pub fn sample(&mut self, now: Duration) -> Vec<DeviceSample> {
         let mut samples = self.busy.sample(now);
         let latest = self.latest.lock().map(|l| l.clone()).unwrap_or_default();
-        for (rank, s) in self.gpu_ranks.iter().zip(latest.unwrap_or_default()) {
-            if let Some(slot) = samples.get_mut(*rank) {
+        let read_here = self
+            .gpu_ranks
+            .iter()
+            .copied()
+            .zip(latest.unwrap_or_default());
+        let peers = self.peers.as_ref().map_or(Vec::new(), |p| {
+            (0..samples.len())
+                .filter(|r| !p.own.contains(r) && !self.gpu_ranks.contains(r))
+                .filter_map(|r| Some((r, p.samples.of(r, p.within)?)))
+                .filter_map(|(r, words)| Some((r, DeviceSample::from_words(&words)?)))
+                .collect()
+        });
+        for (rank, s) in read_here.chain(peers) {
+            if let Some(slot) = samples.get_mut(rank) {
                 let fallback = slot.util;
                 *slot = DeviceSample {
                     util: s.util.or(fallback),
@@ -164,20 +262,23 @@ impl Telemetry {
     }
 }
 
-/// Reads NVML every `interval` into `latest` until the returned sender is dropped.
+/// Reads NVML every `interval` into `put` until the returned sender is dropped.
 fn spawn_sampler(
     nvml: crate::observe::nvml::Nvml,
     interval: Duration,
-    latest: Arc<Mutex<Option<Vec<DeviceSample>>>>,
+    mut put: impl FnMut(Vec<DeviceSample>) + Send + 'static,
 ) -> Option<Sender<()>> {
+    every(interval, move || put(nvml.sample()))
+}
+
+/// Calls `f` now and every `interval` on a thread of its own until the returned sender is
+/// dropped.
+fn every(interval: Duration, mut f: impl FnMut() + Send + 'static) -> Option<Sender<()>> {
     let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
     std::thread::Builder::new()
         .name("nvml-sampler".into())
         .spawn(move || loop {
-            let s = nvml.sample();
-            if let Ok(mut l) = latest.lock() {
-                *l = Some(s);
-            }
+            f();
             // a message never comes: this waits `interval`, or ends when the sender is gone
             if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
                 stopped.recv_timeout(interval)
@@ -280,6 +381,39 @@ mod tests {
         let idle = m.sample(Duration::from_millis(40_000))[0].util.unwrap();
         assert!(idle < 0.6, "{idle}");
         assert_eq!(m.sample(Duration::from_millis(41_000))[0].util, Some(0.0));
+    }
+
+    #[test]
+    fn another_processes_ranks_show_its_samples_and_their_own_busy_share_where_it_has_none() {
+        let samples = Arc::new(Samples::default());
+        let interval = Duration::from_millis(100);
+        // process 0 holds rank 0; the other process ranks 1 and 2
+        let mut t = Telemetry::of_steps(3).with_peers(Some((samples.clone(), 0..1)), interval);
+        for r in 0..3 {
+            t.on_step(&ended(r, 900, 500, 500));
+        }
+        let gpu = DeviceSample {
+            util: None,
+            temp_c: Some(64.0),
+            mem_used: Some(1 << 30),
+            ..DeviceSample::default()
+        };
+        let words = |r: usize| (r, gpu.to_words());
+        let there = Samples::default();
+        // (rank 0's is process 0's own: one claiming it is not taken)
+        there.post(&[words(0), words(1), words(2)]);
+        samples.heard(&there.take_fresh().unwrap());
+        let s = t.sample(Duration::from_millis(1000));
+        assert_eq!(s[0].temp_c, None);
+        for r in [1, 2] {
+            assert_eq!((s[r].temp_c, s[r].mem_used), (Some(64.0), Some(1 << 30)));
+            // NVML's busy share missing: the step times' (half of the step)
+            assert!((s[r].util.unwrap() - 0.5).abs() < 0.01, "{:?}", s[r].util);
+        }
+        // a process silent for longer than a few intervals: its ranks' samples are not shown
+        std::thread::sleep(3 * interval + Duration::from_secs(2));
+        let s = t.sample(Duration::from_millis(3000));
+        assert_eq!(s[1].temp_c, None);
     }
 
     #[test]

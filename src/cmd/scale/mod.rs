@@ -184,7 +184,7 @@ fn measure_once(
     let mut last_loss = f32::NAN;
     let mut last_step = 0;
     // GPUs: NVML utilization and memory-access time, sampled over the timed steps
-    let mut telemetry = Telemetry::new(&engine.info().devices, NVML_EVERY);
+    let mut telemetry = Telemetry::new(engine.info(), NVML_EVERY);
     let mut nvml = (0.0f64, 0.0f64, 0usize);
     let mut next_sample = None;
     let mut timed_from = None;

@@ -26,6 +26,8 @@ use positions::{Channel, Positions};
 const CHUNK: usize = 1 << 28;
 /// How long an exchange is polled without sleeping.
 const EAGER: Duration = Duration::from_millis(50);
+/// The positions thread's ticks in a row that may find the link taken before it waits for it.
+const MISSED_MOST: u32 = 10;
 
 struct Flags {
     aborted: AtomicBool,
@@ -200,6 +202,12 @@ impl Processes for Cluster {
         self.lock()?.barrier()
     }
 
+    fn share_samples(&self, samples: Arc<crate::comm::samples::Samples>) {
+        if let Ok(mut l) = self.link.lock() {
+            l.positions.share_samples(samples);
+        }
+    }
+
     fn share_positions(&self, board: Arc<dyn Board>, local: std::ops::Range<usize>) {
         let Ok(mut l) = self.link.lock() else {
             return;
@@ -220,12 +228,27 @@ impl Processes for Cluster {
         let thread = std::thread::Builder::new()
             .name("positions".into())
             .spawn(move || {
+                // (a process whose exchanges hold the link nearly all the time, waiting for a
+                // slower one within their eager polls, which do not pass positions on: after
+                // a second of misses this waits for the link between two exchanges)
+                let mut missed = 0;
                 while !halt.load(Ordering::Relaxed) && !flags.aborted.load(Ordering::Acquire) {
                     std::thread::sleep(positions::EVERY);
-                    if let Ok(mut l) = link.try_lock() {
-                        if !l.broken() {
-                            let _ = l.tick();
+                    let held = match link.try_lock() {
+                        Ok(l) => Some(l),
+                        Err(std::sync::TryLockError::WouldBlock) if missed >= MISSED_MOST => {
+                            link.lock().ok()
                         }
+                        Err(_) => None,
+                    };
+                    match held {
+                        Some(mut l) => {
+                            missed = 0;
+                            if !l.broken() {
+                                let _ = l.tick();
+                            }
+                        }
+                        None => missed += 1,
                     }
                 }
             });

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use mpi::ffi;
 
 use crate::comm::processes::Board;
+use crate::comm::samples::Samples;
 
 /// How often a process passes its positions on, at most.
 pub(super) const EVERY: Duration = Duration::from_millis(100);
@@ -24,6 +25,8 @@ const TAG_POSITIONS: c_int = 1;
 const TAG_END: c_int = 2;
 /// Another process's failure: its rank (`u64::MAX`: not known), then its error's text.
 const TAG_FAILED: c_int = 3;
+/// Another process's ranks' newest device samples (`comm::samples`).
+const TAG_SAMPLES: c_int = 4;
 
 /// A failure as words: the rank, the text's length in bytes, its bytes eight a word.
 fn failure_words(rank: Option<usize>, text: &str) -> Vec<u64> {
@@ -79,6 +82,8 @@ pub(super) struct Positions {
     last: Option<Instant>,
     /// Process 0: the processes whose `END` has come.
     ended: Vec<bool>,
+    /// The device samples sent (other processes) or heard (process 0).
+    samples: Option<Arc<Samples>>,
 }
 
 impl Positions {
@@ -92,7 +97,14 @@ impl Positions {
             sent: Vec::new(),
             last: None,
             ended: vec![false; count],
+            samples: None,
         }
+    }
+
+    /// From now on the samples posted on `samples` are sent (other processes), or the others'
+    /// heard there (process 0).
+    pub(super) fn share_samples(&mut self, samples: Arc<Samples>) {
+        self.samples = Some(samples);
     }
 
     /// From now on this process's `local` ranks' positions are on `board` (and, on process 0,
@@ -111,8 +123,26 @@ impl Positions {
         if self.index == 0 {
             return self.take();
         }
-        self.send_changed();
+        // (samples come every second or so, positions with every step: samples first)
+        if !self.send_samples() {
+            self.send_changed();
+        }
         None
+    }
+
+    /// Other processes: the samples posted since the last send, where that send is done;
+    /// whether they went.
+    fn send_samples(&mut self) -> bool {
+        if self.samples.is_none() || !self.sent_done() {
+            return false;
+        }
+        match self.samples.as_ref().and_then(|s| s.take_fresh()) {
+            Some(words) => {
+                self.send(words, TAG_SAMPLES);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Another process: tells process 0 of this process's failure (`rank`'s where known, else
@@ -226,6 +256,10 @@ impl Positions {
             if status.MPI_TAG == TAG_END {
                 if let Some(e) = self.ended.get_mut(status.MPI_SOURCE as usize) {
                     *e = true;
+                }
+            } else if status.MPI_TAG == TAG_SAMPLES {
+                if let Some(s) = &self.samples {
+                    s.heard(&words);
                 }
             } else if status.MPI_TAG == TAG_FAILED {
                 let (rank, text) = failure_of(&words);

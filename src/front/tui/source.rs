@@ -86,7 +86,8 @@ impl EngineSource {
         app: &mut App,
     ) -> EngineSource {
         let info = engine.info();
-        let telemetry = Telemetry::new(&info.devices, opts.sample_interval);
+        let telemetry = Telemetry::new(info, opts.sample_interval)
+            .with_peers(engine.peer_samples(), opts.sample_interval);
         let mut watch = Watch::new(info, engine.steps().clone(), metrics, telemetry);
         show(app, watch.take());
         EngineSource {
