@@ -277,6 +277,11 @@ fn launched_process() -> Option<usize> {
     launched.filter(|l| l.is_multi()).and_then(|l| l.rank)
 }
 
+/// The step of the newest checkpoint this process wrote whole.
+fn written() -> Option<u64> {
+    mgtop::engine::checkpoint::written()
+}
+
 /// Whether this process is process 0 of a launch's several: it speaks for the run.
 fn launched_lead() -> bool {
     launched_process() == Some(0)
@@ -326,9 +331,16 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                 (None, Ok(())) => {
                     mgtop::tell!("stopping: finishing this step and writing a checkpoint (signal again to quit at once)");
                     // (mpirun signals every process when one of them has ended, and kills the
-                    // rest soon after: then no step finishes, and this may be the last word)
+                    // rest a second later: then no step finishes, and this is the last word,
+                    // said where the stop has written no checkpoint half a second on)
                     if launched_lead() {
-                        mgtop::tell!("  where a process of this run has ended (mpirun then stops the others), no checkpoint follows: {}", continued());
+                        let (continued, before) = (continued.clone(), written());
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_millis(500));
+                            if written() == before && !mgtop::observe::recorder::run_ended() {
+                                mgtop::tell!("  where a process of this run has ended (mpirun then stops the others), no checkpoint follows: {}", continued());
+                            }
+                        });
                     }
                 }
                 (None, Err(mgtop::engine::control::ControlError::Finishing)) => mgtop::tell!("the run has trained its last step and is finishing (its last validation and checkpoint; signal again to quit at once)"),

@@ -39,11 +39,12 @@ impl Peer {
         (peers.iter()).find(|p| p.ranks.clone().any(&holding) && stopped(p.pid))
     }
 
-    /// What a stall or a lost peer says of it, suspended.
-    pub fn suspended_words(&self) -> String {
+    /// What a stall or a lost peer says of it, suspended on `machine` (`this machine`, or a
+    /// host's name where another process than process 0 says it).
+    pub fn suspended_words(&self, machine: &str) -> String {
         let ranks: Vec<String> = self.ranks.clone().map(|r| r.to_string()).collect();
         format!(
-            "the process of rank(s) {} (pid {pid}) is suspended on this machine (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it",
+            "the process of rank(s) {} (pid {pid}) is suspended on {machine} (Ctrl-Z, kill -STOP); `kill -CONT {pid}` resumes it",
             ranks.join(", "),
             pid = self.pid
         )

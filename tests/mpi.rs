@@ -394,6 +394,22 @@ fn another_machines_device_samples_reach_process_0s_records() {
         temps.iter().all(|t| t[0].is_none() && t[1].is_none()),
         "{temps:?}"
     );
+    // samples as often as they may come still leave the positions their turns: a stall names
+    // the one rank behind it, not the other host's ranks waiting at the all-reduce too
+    let mut args = common_args(&tmp.path().join("stall"), "adam", 1, 2);
+    let stall = ["--slow-data", "0:2500", "--stall-timeout", "1"];
+    let often = ["--inject-peer-sample", "42", "--sample-interval", "0.05"];
+    args.extend(stall.into_iter().chain(often).map(String::from));
+    let out = hosts.run(tmp.path(), &args);
+    let log = String::from_utf8_lossy(&out.stdout);
+    let stalls: Vec<&str> = log.lines().filter(|l| l.contains("stall:")).collect();
+    assert!(!stalls.is_empty(), "{log}");
+    for s in stalls {
+        assert!(
+            s.contains("rank(s) 0 did not reach the all-reduce"),
+            "{log}"
+        );
+    }
 }
 
 #[test]

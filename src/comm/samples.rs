@@ -9,11 +9,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The most words a message may hold (a bound on what another process can make this one keep).
-const MOST_WORDS: usize = 1 << 16;
+/// The most words a sample may be.
+const MOST_WIDTH: usize = 64;
 
-#[derive(Default)]
 pub struct Samples {
+    /// The run's ranks: a message of another rank is malformed.
+    ranks: usize,
     /// This process's newest, not yet sent.
     fresh: Mutex<Option<Vec<u64>>>,
     /// The other processes' ranks' newest, and when each came.
@@ -21,6 +22,15 @@ pub struct Samples {
 }
 
 impl Samples {
+    /// Samples of a run of `ranks` ranks.
+    pub fn new(ranks: usize) -> Samples {
+        Samples {
+            ranks,
+            fresh: Mutex::default(),
+            heard: Mutex::default(),
+        }
+    }
+
     /// This process's ranks' newest samples (each `(rank, words)`, every one as long), to be
     /// sent; replaces any not sent yet.
     pub fn post(&self, samples: &[(usize, Vec<u64>)]) {
@@ -45,21 +55,31 @@ impl Samples {
         self.fresh.lock().ok()?.take()
     }
 
-    /// Another process's message (as `post` made it; a malformed one is dropped whole).
+    /// Another process's message (as `post` made it; a malformed one, of a width past
+    /// `MOST_WIDTH` or a rank past the run's, is dropped whole): at most a sample a rank is kept.
     pub fn heard(&self, message: &[u64]) {
         let Some((&width, rest)) = message.split_first() else {
             return;
         };
-        let width = width as usize;
-        if width == 0 || message.len() > MOST_WORDS || !rest.len().is_multiple_of(width + 1) {
+        let Some(chunk) = usize::try_from(width)
+            .ok()
+            .filter(|w| (1..=MOST_WIDTH).contains(w))
+            .map(|w| w + 1)
+        else {
+            return;
+        };
+        let chunks = rest.chunks_exact(chunk);
+        let ranks_ok =
+            (chunks.clone()).all(|c| usize::try_from(c[0]).is_ok_and(|r| r < self.ranks));
+        if !chunks.remainder().is_empty() || !ranks_ok {
             return;
         }
         let now = Instant::now();
         let Ok(mut heard) = self.heard.lock() else {
             return;
         };
-        for chunk in rest.chunks_exact(width + 1) {
-            heard.insert(chunk[0] as usize, (chunk[1..].to_vec(), now));
+        for c in chunks {
+            heard.insert(c[0] as usize, (c[1..].to_vec(), now));
         }
     }
 
@@ -77,7 +97,7 @@ mod tests {
 
     #[test]
     fn the_newest_posted_goes_once_and_is_heard_by_rank() {
-        let (there, here) = (Samples::default(), Samples::default());
+        let (there, here) = (Samples::new(4), Samples::new(4));
         assert_eq!(there.take_fresh(), None);
         there.post(&[(2, vec![1, 2, 3]), (3, vec![4, 5, 6])]);
         // a newer post replaces one not sent
@@ -96,15 +116,27 @@ mod tests {
 
     #[test]
     fn a_malformed_message_changes_nothing() {
-        let here = Samples::default();
+        let here = Samples::new(2);
         here.heard(&[2, 1, 10, 11]);
-        for bad in [&[][..], &[0, 1], &[2, 1, 10], &[3, 1, 10, 11]] {
-            here.heard(bad);
+        let too_wide = [&[65][..], &[65; 67]].concat();
+        let bad: [&[u64]; 8] = [
+            &[],
+            &[0, 1],
+            &[2, 1, 10],
+            &[3, 1, 10, 11],
+            &[u64::MAX],
+            &[u64::MAX, 1, 2],
+            &[2, 1, 12, 13, 2, 14, 15],
+            &too_wide,
+        ];
+        for b in bad {
+            here.heard(b);
         }
         let long = Duration::from_secs(60);
         assert_eq!(here.of(1, long), Some(vec![10, 11]));
+        assert_eq!(here.of(2, long), None);
         // samples of different lengths are not posted
-        let there = Samples::default();
+        let there = Samples::new(2);
         there.post(&[(0, vec![1]), (1, vec![1, 2])]);
         assert_eq!(there.take_fresh(), None);
     }

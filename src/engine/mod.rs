@@ -340,7 +340,7 @@ impl Engine {
         let decider = Some(Decider::new(ctl_rx).while_open(controller.open()));
         let beats = Heartbeats::new(ranks);
         let peers = world.procs.as_ref().map(|p| {
-            let samples = Arc::new(crate::comm::samples::Samples::default());
+            let samples = Arc::new(crate::comm::samples::Samples::new(ranks));
             p.share_samples(samples.clone());
             p.share_positions(Arc::new(beats.clone()), local.clone());
             (samples, local.clone())

@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn another_processes_ranks_show_its_samples_and_their_own_busy_share_where_it_has_none() {
-        let samples = Arc::new(Samples::default());
+        let samples = Arc::new(Samples::new(3));
         let interval = Duration::from_millis(100);
         // process 0 holds rank 0; the other process ranks 1 and 2
         let mut t = Telemetry::of_steps(3).with_peers(Some((samples.clone(), 0..1)), interval);
@@ -399,7 +399,7 @@ mod tests {
             ..DeviceSample::default()
         };
         let words = |r: usize| (r, gpu.to_words());
-        let there = Samples::default();
+        let there = Samples::new(3);
         // (rank 0's is process 0's own: one claiming it is not taken)
         there.post(&[words(0), words(1), words(2)]);
         samples.heard(&there.take_fresh().unwrap());
@@ -410,8 +410,10 @@ mod tests {
             // NVML's busy share missing: the step times' (half of the step)
             assert!((s[r].util.unwrap() - 0.5).abs() < 0.01, "{:?}", s[r].util);
         }
-        // a process silent for longer than a few intervals: its ranks' samples are not shown
-        std::thread::sleep(3 * interval + Duration::from_secs(2));
+        // a process silent for longer than a few intervals (here: a millisecond): its ranks'
+        // samples are not shown
+        t.peers.as_mut().unwrap().within = Duration::from_millis(1);
+        std::thread::sleep(Duration::from_millis(5));
         let s = t.sample(Duration::from_millis(3000));
         assert_eq!(s[1].temp_c, None);
     }

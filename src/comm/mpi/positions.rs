@@ -84,6 +84,8 @@ pub(super) struct Positions {
     ended: Vec<bool>,
     /// The device samples sent (other processes) or heard (process 0).
     samples: Option<Arc<Samples>>,
+    /// The last tick sent samples: the next one is the positions'.
+    samples_sent: bool,
 }
 
 impl Positions {
@@ -98,6 +100,7 @@ impl Positions {
             last: None,
             ended: vec![false; count],
             samples: None,
+            samples_sent: false,
         }
     }
 
@@ -123,9 +126,13 @@ impl Positions {
         if self.index == 0 {
             return self.take();
         }
-        // (samples come every second or so, positions with every step: samples first)
-        if !self.send_samples() {
+        // (one send at a time: fresh samples take turns with the positions, which a stall's
+        // naming of the rank behind it needs, however often samples come)
+        let samples_turn = !std::mem::take(&mut self.samples_sent);
+        if !(samples_turn && self.send_samples()) {
             self.send_changed();
+        } else {
+            self.samples_sent = true;
         }
         None
     }

@@ -164,7 +164,14 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
             // (the silence of a process stopped by a signal on this machine, explained: by
             // every process, process 0 among the ones that may be)
             let why = match crate::pids::Peer::suspended(&w.peers_here, |_| true) {
-                Some(p) => format!("{why}; {}", p.suspended_words()),
+                // (process 0 records another's words as its failure: they name the machine)
+                Some(p) => {
+                    let machine = match w.local.start {
+                        0 => "this machine".to_string(),
+                        _ => crate::pids::hostname(),
+                    };
+                    format!("{why}; {}", p.suspended_words(&machine))
+                }
                 None => why,
             };
             EngineError::Collective(crate::comm::CollectiveError::Lost(why))

@@ -310,7 +310,7 @@ impl fmt::Display for Warning {
                     if who.is_empty() { "?".into() } else { who.join(", ") }
                 )?;
                 if let Some(p) = suspended {
-                    write!(f, "; {}", p.suspended_words())?;
+                    write!(f, "; {}", p.suspended_words("this machine"))?;
                 }
                 match injected {
                     Some(flag) => write!(f, " (fault injected: {flag})"),
