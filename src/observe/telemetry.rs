@@ -109,20 +109,9 @@ impl Telemetry {
     /// alone (another machine's GPU at the same bus id is another GPU: its ranks keep their
     /// busy share from their step times).
     pub fn new(info: &RunInfo, interval: Duration) -> Telemetry {
-        let devices = &info.devices;
         let here =
-            |rank: usize| (info.hosts.get(rank)).is_none_or(|h| Some(h) == info.hosts.first());
-        let gpus: Vec<(usize, String)> = devices
-            .iter()
-            .enumerate()
-            .filter(|&(rank, _)| here(rank))
-            .filter_map(|(rank, d)| match d {
-                Device::Gpu { pci_bus_id, .. } => {
-                    Some((rank, pci_bus_id.clone().unwrap_or_default()))
-                }
-                Device::Cpu { .. } => None,
-            })
-            .collect();
+            |rank: &usize| (info.hosts.get(*rank)).is_none_or(|h| Some(h) == info.hosts.first());
+        let gpus = gpus_of(info, (0..info.devices.len()).filter(here));
         let latest = Arc::new(Mutex::new(None));
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
         let into = latest.clone();
@@ -141,7 +130,7 @@ impl Telemetry {
             latest,
             _stop: stop,
             load: Some(Default::default()),
-            ..Telemetry::of_steps(devices.len())
+            ..Telemetry::of_steps(info.devices.len())
         }
     }
 
@@ -183,11 +172,7 @@ impl Telemetry {
         interval: Duration,
         samples: Arc<Samples>,
     ) -> Option<Sender<()>> {
-        let gpus: Vec<(usize, String)> = (local.filter_map(|r| match info.devices.get(r)? {
-            Device::Gpu { pci_bus_id, .. } => Some((r, pci_bus_id.clone().unwrap_or_default())),
-            Device::Cpu { .. } => None,
-        }))
-        .collect();
+        let gpus = gpus_of(info, local);
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
         let nvml = (!gpus.is_empty())
             .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
@@ -260,6 +245,15 @@ impl Telemetry {
         }
         samples
     }
+}
+
+/// Of `ranks` of `info`'s run, those on GPUs, each with its GPU's PCI bus id (as NVML finds it).
+fn gpus_of(info: &RunInfo, ranks: impl Iterator<Item = usize>) -> Vec<(usize, String)> {
+    (ranks.filter_map(|r| match info.devices.get(r)? {
+        Device::Gpu { pci_bus_id, .. } => Some((r, pci_bus_id.clone().unwrap_or_default())),
+        Device::Cpu { .. } => None,
+    }))
+    .collect()
 }
 
 /// Reads NVML every `interval` into `put` until the returned sender is dropped.

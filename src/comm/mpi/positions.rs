@@ -128,11 +128,9 @@ impl Positions {
         }
         // (one send at a time: fresh samples take turns with the positions, which a stall's
         // naming of the rank behind it needs, however often samples come)
-        let samples_turn = !std::mem::take(&mut self.samples_sent);
-        if !(samples_turn && self.send_samples()) {
+        self.samples_sent = !self.samples_sent && self.send_samples();
+        if !self.samples_sent {
             self.send_changed();
-        } else {
-            self.samples_sent = true;
         }
         None
     }

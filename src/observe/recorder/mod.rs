@@ -267,7 +267,8 @@ impl Recorder {
                 warnings.extend(self.write_unlogged(true));
             }
             // (a run that failed ends here: its newest epoch and validation, before its error;
-            // a checkpoint of a step left unlogged, a stop's, follows that step's record)
+            // a checkpoint of a step left unlogged, a stop's among them, follows that step's
+            // record)
             Event::Failed { .. } | Event::Checkpoint { .. } => {
                 self.catch_up();
                 let saved = matches!(ev, Event::Checkpoint { .. })
@@ -329,7 +330,7 @@ impl Recorder {
 
     /// The records left unlogged that the files always keep, in step order: the newest
     /// epoch's end and validation (and the bests waiting), and where `row` the newest step's
-    /// (at the run's end: its last step's; before a stop's checkpoint: the step it saved).
+    /// (at the run's end: its last step's; before a checkpoint: the step it saved).
     fn write_unlogged(&mut self, row: bool) -> Vec<String> {
         if !row {
             return self.write_late(true);
