@@ -278,6 +278,16 @@ impl Drop for TwoHosts {
 }
 
 impl TwoHosts {
+    /// Two hosts where mpirun and network namespaces are at hand (else said skipped: None).
+    fn here() -> Option<TwoHosts> {
+        if !mpirun_found() {
+            return None;
+        }
+        TwoHosts::create()
+            .map_err(|why| common::skipped(&format!("no network namespaces here: {why}")))
+            .ok()
+    }
+
     /// `mpirun` of one process on each host, each given `args`, 2 CPU workers each (`tmp`: a
     /// folder for the launcher's agent). Its output once it ends.
     fn run(&self, tmp: &Path, args: &[String]) -> std::process::Output {
@@ -322,12 +332,8 @@ impl TwoHosts {
 
 #[test]
 fn two_hosts_over_a_real_network_train_like_one_process() {
-    if !mpirun_found() {
+    let Some(hosts) = TwoHosts::here() else {
         return;
-    }
-    let hosts = match TwoHosts::create() {
-        Ok(h) => h,
-        Err(why) => return common::skipped(&format!("no network namespaces here: {why}")),
     };
     let tmp = tempfile::tempdir().unwrap();
     let alone = tmp.path().join("alone");
@@ -353,12 +359,8 @@ fn two_hosts_over_a_real_network_train_like_one_process() {
 
 #[test]
 fn another_machines_device_samples_reach_process_0s_records() {
-    if !mpirun_found() {
+    let Some(hosts) = TwoHosts::here() else {
         return;
-    }
-    let hosts = match TwoHosts::create() {
-        Ok(h) => h,
-        Err(why) => return common::skipped(&format!("no network namespaces here: {why}")),
     };
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
