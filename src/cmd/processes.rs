@@ -193,7 +193,7 @@ fn follow(
     // and records (process 0 reads those of its own machine)
     let info = engine.info();
     let _sampling = (engine.peer_samples())
-        .filter(|(_, local)| info.hosts.get(local.start) != info.hosts.first())
+        .filter(|(_, local)| !info.on_first_host(local.start))
         .and_then(|(samples, local)| {
             use crate::observe::telemetry::Telemetry;
             let interval = front.sample_interval;

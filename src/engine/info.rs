@@ -322,6 +322,12 @@ impl RunInfo {
         h.len().max(1)
     }
 
+    /// Whether rank `rank` runs on process 0's machine (every rank of a run of one process),
+    /// machines told apart by host name.
+    pub fn on_first_host(&self, rank: usize) -> bool {
+        (self.hosts.get(rank)).is_none_or(|h| Some(h) == self.hosts.first())
+    }
+
     /// Steps per epoch at the starting batch size.
     pub fn steps_per_epoch(&self) -> u64 {
         self.train_samples.div_ceil(self.sharding().global_batch()) as u64

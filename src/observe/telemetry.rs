@@ -109,8 +109,7 @@ impl Telemetry {
     /// alone (another machine's GPU at the same bus id is another GPU: its ranks keep their
     /// busy share from their step times).
     pub fn new(info: &RunInfo, interval: Duration) -> Telemetry {
-        let here =
-            |rank: &usize| (info.hosts.get(*rank)).is_none_or(|h| Some(h) == info.hosts.first());
+        let here = |rank: &usize| info.on_first_host(*rank);
         let gpus = gpus_of(info, (0..info.devices.len()).filter(here));
         let latest = Arc::new(Mutex::new(None));
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();

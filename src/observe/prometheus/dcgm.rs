@@ -116,7 +116,7 @@ impl Dcgm {
             };
             let id = identities.next().cloned().unwrap_or_default();
             let host = info.hosts.get(rank);
-            if host.is_some_and(|h| Some(h) != info.hosts.first()) {
+            if !info.on_first_host(rank) {
                 continue;
             }
             gpus.push(Gpu {
