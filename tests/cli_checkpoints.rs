@@ -199,6 +199,95 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_says_so() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// The validations' accuracies and steps in a run's log (epoch ends and others).
+fn validations(log: &str) -> Vec<(String, u64)> {
+    let step = |l: &str, after: &str| {
+        let rest = &l[l.find(after).unwrap() + after.len()..];
+        rest.split([' ', ':'])
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    log.lines()
+        .filter_map(|l| {
+            let accuracy = l.split(" acc ").nth(1)?.split_whitespace().next()?;
+            let at = match l.contains("validated at step ") {
+                true => step(l, "validated at step "),
+                false => step(l, " done at step "),
+            };
+            Some((accuracy.to_string(), at))
+        })
+        .collect()
+}
+
+fn percent(a: &str) -> f32 {
+    a.trim_end_matches('%').parse().unwrap()
+}
+
+/// The best of `validations`, the first of equals.
+fn best_of(v: &[(String, u64)]) -> Option<&(String, u64)> {
+    (v.iter()).fold(None, |b, x| match b {
+        Some(b) if percent(&b.0) >= percent(&x.0) => Some(b),
+        _ => Some(x),
+    })
+}
+
+/// A resumed run's summary gives the best validation of its line of runs, before the resume
+/// too: a checkpoint carries it on to the next resume.
+#[test]
+fn a_resumed_runs_summary_gives_the_best_validation_of_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let common = ["--headless", "--devices", "cpu:2", "--lr", "0.01"];
+    let mut seen: Vec<(String, u64)> = Vec::new();
+    for (i, (budget, resume)) in [
+        (["--epochs", "10"], None),
+        (["--steps", "240"], Some("r0")),
+        (["--steps", "250"], Some("r1")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let run_dir = format!("r{i}");
+        let mut args = [&common[..], &budget[..], &["--run-dir", &run_dir]].concat();
+        if let Some(r) = resume {
+            args.extend(["--resume", r]);
+        }
+        let o = run_in(d, &args);
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        let ours = validations(&out);
+        assert!(!ours.is_empty(), "{out}");
+        let own = best_of(&ours).unwrap();
+        let said = out.lines().find(|l| l.contains(" summary: ")).unwrap();
+        let expected = match best_of(&seen) {
+            Some(before) if percent(&before.0) > percent(&own.0) => format!(
+                "best val accuracy {} at step {}, before the resume ({} since) |",
+                before.0, before.1, own.0
+            ),
+            _ => format!("best val accuracy {} |", own.0),
+        };
+        assert!(said.contains(&expected), "{expected}\n{out}");
+        // as `view` of its run directory says it
+        let viewed = text(&run_in(d, &["view", "--headless", &run_dir]));
+        assert!(viewed.contains(&expected), "{expected}\n{viewed}");
+        // and the metrics file's run record says the best before it
+        let metrics = std::fs::read_to_string(d.join(&run_dir).join("metrics.jsonl")).unwrap();
+        let run: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+        match best_of(&seen) {
+            Some((a, step)) => {
+                let b = &run["best_before"];
+                assert_eq!(b["step"], *step, "{b}");
+                let got = b["accuracy"].as_f64().unwrap() as f32 * 100.0;
+                assert!((got - percent(a)).abs() < 0.006, "{b} {a}");
+            }
+            None => assert!(run["best_before"].is_null(), "{run}"),
+        }
+        seen.extend(ours);
+    }
+}
+
 /// A checkpoint written further into an epoch than a resumed run's (smaller) training split
 /// holds: that epoch is taken as done, said, and the run trains on.
 #[test]

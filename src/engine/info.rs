@@ -86,6 +86,8 @@ pub struct RunInfo {
     pub start_step: u64,
     pub start_epoch: u64,
     pub resumed_from: Option<PathBuf>,
+    /// Resumed: the best validation of the run's line before the checkpoint it resumed from.
+    pub best_before: Option<super::checkpoint::BestVal>,
     /// The run's directory, absolute (None for runs that keep nothing: `scale`, `bench`).
     pub run_dir: Option<PathBuf>,
     /// What its start-up lines say of it, where something is amiss (`runs/NAME/latest`).
@@ -243,6 +245,7 @@ impl RunInfo {
             start_step: start.step,
             start_epoch: start.cursor.epoch,
             resumed_from: start.checkpoint.clone(),
+            best_before: start.best_val,
             run_dir: cfg.run_dir.clone(),
             run_dir_note: None,
             checkpoint_dir: (cfg.run_dir.as_ref())

@@ -133,6 +133,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             optimizer_began: optimizer_began.clone(),
             written: Default::default(),
             epoch_sum: start.epoch_sum,
+            line_best: start.best_val,
             beats: l.beats.clone(),
             split: split.clone(),
             rebalance_work: Duration::ZERO,

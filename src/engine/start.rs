@@ -36,6 +36,8 @@ pub(super) struct Start {
     /// The parameters that began training late, and after which optimizer step
     /// (`Optimizer::began`, `checkpoint::began`).
     pub began: Vec<(std::ops::Range<usize>, u64)>,
+    /// The best validation of the checkpoint's line before it (a fresh run: none).
+    pub best_val: Option<checkpoint::BestVal>,
 }
 
 impl Start {
@@ -124,6 +126,7 @@ pub(super) fn starting_point(
                 epoch_sum: meta.epoch_sum.unwrap_or_default(),
                 shares: resumed.shares,
                 began: checkpoint::began::ranges(model, &meta, &state.opt),
+                best_val: meta.best_val,
                 state,
             }
         }
@@ -244,6 +247,7 @@ fn fresh(
             epoch_sum: [0.0, 0.0],
             shares: None,
             began: Vec::new(),
+            best_val: None,
             state,
             checkpoint: None,
             init_notes,

@@ -217,6 +217,27 @@ impl Summary {
         }
     }
 
+    /// The best validation accuracy (`96.50%`); a resumed run's where it did not beat the best
+    /// of its line before the resume, that one's (`96.50% at step 184, before the resume
+    /// (95.80% since)`).
+    pub fn best_val(&self, info: &RunInfo) -> Option<String> {
+        let percent = |a: f32| format!("{:.2}%", a * 100.0);
+        match (self.best_val_accuracy, info.best_before) {
+            (Some(a), Some(b)) if b.accuracy > a => Some(format!(
+                "{} at step {}, before the resume ({} since)",
+                percent(b.accuracy),
+                b.step,
+                percent(a)
+            )),
+            (None, Some(b)) => Some(format!(
+                "{} at step {}, before the resume",
+                percent(b.accuracy),
+                b.step
+            )),
+            (a, _) => a.map(percent),
+        }
+    }
+
     /// `115 steps in 0.02 s | best val accuracy 92.48% | 587k samples/s of training (1.93x one
     /// device, 96% efficiency) | a gradient spike at step 40 | ranks' time: compute 45%, ...`
     /// (a resumed run's steps: those since its resume).
@@ -235,8 +256,8 @@ impl Summary {
                 took(Duration::from_secs_f64(self.train_s))
             );
         }
-        if let Some(a) = self.best_val_accuracy {
-            line += &format!(" | best val accuracy {:.2}%", a * 100.0);
+        if let Some(best) = self.best_val(info) {
+            line += &format!(" | best val accuracy {best}");
         }
         if let Some(r) = self.mean_samples_per_sec {
             let scaling = super::words::scaling_note(Some(r), info.baseline, info.ranks());
@@ -292,6 +313,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::checkpoint::BestVal;
 
     #[test]
     fn spikes_are_named_by_their_steps_while_few_and_known() {
@@ -378,6 +400,47 @@ mod tests {
         assert_eq!(
             f.text().unwrap(),
             "straggler cpu1 at steps 50-80, 300-400; input-bound from step 60; cpu0 slowed from step 500; 1 more said during the run"
+        );
+    }
+
+    #[test]
+    fn a_resumed_runs_best_validation_is_its_lines_where_the_resumed_part_did_not_beat_it() {
+        let best = |ours: Option<f32>, before: Option<(f32, u64)>| {
+            let info = crate::engine::RunInfo {
+                start_step: 230,
+                best_before: before.map(|(accuracy, step)| BestVal { accuracy, step }),
+                ..crate::engine::RunInfo::example(1)
+            };
+            let s = Summary {
+                best_val_accuracy: ours,
+                ..Summary::of(
+                    276,
+                    Ending::Completed,
+                    Duration::from_secs(1),
+                    &Totals::default(),
+                )
+            };
+            let line = s.figures(&info);
+            assert_eq!(
+                line.contains("best val"),
+                s.best_val(&info).is_some(),
+                "{line}"
+            );
+            s.best_val(&info)
+        };
+        assert_eq!(best(None, None), None);
+        assert_eq!(best(Some(0.961), None).unwrap(), "96.10%");
+        // beaten since the resume (or equalled): the run's own
+        assert_eq!(best(Some(0.961), Some((0.9554, 230))).unwrap(), "96.10%");
+        assert_eq!(best(Some(0.961), Some((0.961, 184))).unwrap(), "96.10%");
+        assert_eq!(
+            best(Some(0.958), Some((0.965, 184))).unwrap(),
+            "96.50% at step 184, before the resume (95.80% since)"
+        );
+        // nothing validated since
+        assert_eq!(
+            best(None, Some((0.965, 184))).unwrap(),
+            "96.50% at step 184, before the resume"
         );
     }
 

@@ -67,6 +67,10 @@ pub struct CheckpointMeta {
     /// validation replaces it only where that is higher.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_accuracy: Option<f32>,
+    /// The best validation of the run's line up to `step` (absent where nothing was validated,
+    /// and in older checkpoints): a run resumed from it tells it where its own do not beat it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_val: Option<BestVal>,
     /// The model's input per sample (`3x32x32`, `784`; absent in older checkpoints): `export`
     /// rebuilds the model to write its PyTorch module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +100,24 @@ pub struct CheckpointMeta {
     /// older checkpoints.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub optimizer_began: std::collections::BTreeMap<String, u64>,
+}
+
+/// A validation's accuracy (0..=1) and the step it came after.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BestVal {
+    pub accuracy: f32,
+    pub step: u64,
+}
+
+impl BestVal {
+    /// The better of `best` and a validation of `accuracy` after `step` (an equal one keeps
+    /// the earlier).
+    pub fn with(best: Option<BestVal>, accuracy: f32, step: u64) -> BestVal {
+        match best {
+            Some(b) if b.accuracy >= accuracy => b,
+            _ => BestVal { accuracy, step },
+        }
+    }
 }
 
 impl CheckpointMeta {
@@ -130,6 +152,14 @@ impl CheckpointMeta {
     pub fn check(&self) -> Result<(), String> {
         if let Some(a) = self.val_accuracy.filter(|a| !(0.0..=1.0).contains(a)) {
             return Err(format!("val_accuracy {a} is out of range (0..=1)"));
+        }
+        if let Some(b) = self.best_val {
+            if !(0.0..=1.0).contains(&b.accuracy) || b.step > self.step {
+                return Err(format!(
+                    "best_val {{accuracy {}, step {}}} is not a validation of the run (an accuracy in 0..=1 at step {} or before)",
+                    b.accuracy, b.step, self.step
+                ));
+            }
         }
         let max_batch = crate::engine::control::MAX_BATCH;
         if self.per_replica == 0 || self.per_replica > max_batch {
@@ -313,6 +343,7 @@ impl CheckpointMeta {
             epoch_sum: None,
             weights_crc32c: None,
             val_accuracy: None,
+            best_val: None,
             classes: Vec::new(),
             split: None,
             optimizer_began: Default::default(),
@@ -342,6 +373,25 @@ mod tests {
             let e = with(bad).check().unwrap_err();
             assert!(e.starts_with("epoch_sum ["), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_best_validation_after_the_checkpoints_step_or_out_of_range_is_refused() {
+        let best = |accuracy: f32, step: u64| CheckpointMeta {
+            step: 10,
+            best_val: Some(super::BestVal { accuracy, step }),
+            ..CheckpointMeta::example()
+        };
+        assert_eq!(best(0.97, 10).check(), Ok(()));
+        for (a, s) in [(0.97, 11), (1.5, 4), (-0.1, 4), (f32::NAN, 4)] {
+            let e = best(a, s).check().unwrap_err();
+            assert!(e.starts_with("best_val {accuracy "), "{a} {s}: {e}");
+        }
+        // (absent in older checkpoints)
+        let old = serde_json::to_value(CheckpointMeta::example()).unwrap();
+        assert!(old.get("best_val").is_none());
+        let read: CheckpointMeta = serde_json::from_value(old).unwrap();
+        assert_eq!(read.best_val, None);
     }
 
     #[test]

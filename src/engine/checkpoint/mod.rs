@@ -22,7 +22,7 @@ mod write;
 
 pub use lines::{lines, passed_over, refuse_others, steps, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
-pub use meta::CheckpointMeta;
+pub use meta::{BestVal, CheckpointMeta};
 pub use tensor_file::safetensors_problem;
 pub use write::{abandoned, remove, step_name, write, written};
 

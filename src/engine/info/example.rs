@@ -45,6 +45,7 @@ impl RunInfo {
             start_step: 0,
             start_epoch: 0,
             resumed_from: None,
+            best_before: None,
             run_dir: None,
             run_dir_note: None,
             checkpoint_dir: None,

@@ -29,6 +29,7 @@ struct StartHeader {
     epoch_sum: [f64; 2],
     shares: Option<Vec<usize>>,
     began: Vec<(std::ops::Range<usize>, u64)>,
+    best_val: Option<crate::engine::checkpoint::BestVal>,
     t: u64,
     lens: [usize; 4],
 }
@@ -51,6 +52,7 @@ fn encode(s: &Start) -> Vec<u8> {
         epoch_sum: s.epoch_sum,
         shares: s.shares.clone(),
         began: s.began.clone(),
+        best_val: s.best_val,
         t: s.state.opt.t,
         lens: [
             s.state.params.len(),
@@ -106,6 +108,7 @@ fn decode(b: &[u8]) -> Option<Start> {
         epoch_sum: head.epoch_sum,
         shares: head.shares,
         began: head.began,
+        best_val: head.best_val,
     })
 }
 
@@ -158,6 +161,10 @@ mod tests {
             epoch_sum: [12.5, 96.0],
             shares: Some(vec![40, 24]),
             began: vec![(1..3, 5)],
+            best_val: Some(crate::engine::checkpoint::BestVal {
+                accuracy: 0.97,
+                step: 184,
+            }),
         };
         let got: Vec<Start> = ThreadProcesses::group(3)
             .into_iter()

@@ -86,6 +86,9 @@ pub(super) struct Worker {
     /// The epoch's loss summed over its samples, and the samples, so far (a resumed run's
     /// from its checkpoint, so its first epoch's train loss is the whole epoch's).
     pub epoch_sum: [f64; 2],
+    /// The best validation of the run's line so far (a resumed run's from its checkpoint),
+    /// for checkpoints.
+    pub line_best: Option<crate::engine::checkpoint::BestVal>,
     pub beats: Heartbeats,
     /// Uneven per-rank batch sizes chosen by `--rebalance` (`None`: even).
     pub split: Option<Arc<Vec<usize>>>,

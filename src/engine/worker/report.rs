@@ -9,6 +9,7 @@ use super::Worker;
 use crate::backend::{BatchMetrics, DeviceTimes, Replica};
 use crate::config::strategy::Strategy;
 use crate::config::RunConfig;
+use crate::engine::checkpoint::BestVal;
 use crate::engine::events::{Event, StepStats};
 use crate::engine::strategy::Moved;
 use crate::engine::EngineError;
@@ -170,6 +171,7 @@ impl Worker {
         };
         if let Some(a) = validated {
             tally.validated(a);
+            self.line_best = Some(BestVal::with(self.line_best, a, step));
             self.save_best(replica, &mut tally.best_saved, a)?;
         }
         Ok(())

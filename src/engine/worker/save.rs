@@ -129,6 +129,7 @@ impl Worker {
             // (filled in as the weights are written)
             weights_crc32c: None,
             val_accuracy,
+            best_val: self.line_best,
             input: Some(self.model.input.to_string()),
             sample: cfg.recipe.sample.map(|s| crate::data::shape_text(&s)),
             inputs: Some(cfg.recipe.text.clone()).filter(|t| !t.is_empty()),

@@ -65,6 +65,7 @@ pub fn run(info: &RunInfo) -> Value {
         "val_every": info.val_every,
         "start_step": info.start_step, "baseline_samples_per_s": info.baseline,
         "resumed_from": info.resumed_from.as_ref().map(|p| p.display().to_string()),
+        "best_before": info.best_before,
         "run_dir": info.run_dir.as_ref().map(|p| p.display().to_string()),
         "checkpoint_dir": info.checkpoint_dir.as_ref().map(|p| p.display().to_string()),
         "budget": budget, "lr": info.lr,

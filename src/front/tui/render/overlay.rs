@@ -207,8 +207,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     fields.extend([
         (
             "best val accuracy",
-            s.best_val_accuracy
-                .map_or(no_accuracy.into(), |a| format!("{:.2}%", a * 100.0)),
+            s.best_val(&app.info).unwrap_or(no_accuracy.into()),
         ),
         ("wall time", took(s.wall)),
         (

@@ -10,6 +10,7 @@ use super::fields::{array, count, field, num, opt_num, opt_uint, seconds, text, 
 
 use super::SCHEMA;
 use crate::config::Budget;
+use crate::engine::checkpoint::BestVal;
 use crate::engine::control::Control;
 use crate::engine::events::{Applied, Ending, Event};
 use crate::engine::strategy::Strategy;
@@ -224,6 +225,10 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         resumed_from: field(v, "resumed_from")
             .and_then(Value::as_str)
             .map(PathBuf::from),
+        // (older files did not say; a damaged one's is not told)
+        best_before: field(v, "best_before")
+            .and_then(|b| serde_json::from_value::<BestVal>(b.clone()).ok())
+            .filter(|b| (0.0..=1.0).contains(&b.accuracy)),
         layers: Vec::new(),
         flops: uint(v, "flops_per_sample").unwrap_or(0),
         model_notes: notes("model_notes"),
