@@ -396,6 +396,29 @@ fn another_machines_device_samples_reach_process_0s_records() {
         temps.iter().all(|t| t[0].is_none() && t[1].is_none()),
         "{temps:?}"
     );
+    // and its machine's load (made up: its two cores taken by other work), said as that
+    // machine's in the log, the summary and the records
+    let log = String::from_utf8_lossy(&out.stdout);
+    let [_, b] = &hosts.names;
+    assert!(
+        log.contains(&format!("WARN outside load on {b}: other work took 2.0 of its 2 cores (2.0 of them made-up (pid 1)) beside this run's 0.0")),
+        "{log}"
+    );
+    let summary = log.lines().find(|l| l.contains(" summary: ")).unwrap();
+    assert!(
+        summary.contains(&format!("outside-load on {b} from step")),
+        "{summary}"
+    );
+    // (process 0's machine may be said too: the other host's process runs on its cores)
+    let said = (metrics.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["kind"] == "outside_load" && v["host"] == **b)
+        .expect("an outside_load record of the other host");
+    assert_eq!(
+        (&said["rank"], &said["others_cores"]),
+        (&2.into(), &2.0.into()),
+        "{said}"
+    );
     // samples as often as they may come still leave the positions their turns: a stall names
     // the one rank behind it, not the other host's ranks waiting at the all-reduce too
     let mut args = common_args(&tmp.path().join("stall"), "adam", 1, 2);

@@ -10,6 +10,7 @@ mod local;
 pub mod mpi;
 pub mod processes;
 pub mod samples;
+pub mod words;
 
 pub use hier::HierCollective;
 pub use local::LocalCollective;

@@ -68,7 +68,11 @@ impl Flags {
         let what = match base {
             "straggler" => format!("straggler {who}"),
             "degraded" => format!("{who} slowed"),
-            "outside_load" => "outside-load".into(),
+            // (`who` of another machine than process 0's: a rank there, `host/gpu0`)
+            "outside_load" => match who.split_once('/') {
+                Some((host, _)) => format!("outside-load on {host}"),
+                None => "outside-load".into(),
+            },
             // (the run's limits, as the detector names them)
             _ => match Limit::ALL.into_iter().find(|l| l.kind() == base) {
                 Some(l) => l.name().to_string(),

@@ -307,10 +307,14 @@ impl Watch {
         }
         let devices = self.telemetry.sample(t);
         self.sampled(t, devices, process_memory());
-        // (other work taking the cores: said where the detector finds it held)
-        let load = self.telemetry.load();
-        if let Some(w) = load.and_then(|l| self.detector.on_load(&l)) {
-            self.warning(&w, t);
+        // (other work taking the cores, here and on the other processes' machines: said
+        // where the detector finds it held)
+        let here = self.telemetry.load().map(|l| (None, l));
+        let there = self.telemetry.peer_loads().into_iter();
+        for (rank, load) in here.into_iter().chain(there.map(|(r, l)| (Some(r), l))) {
+            if let Some(w) = self.detector.on_load(rank, &load) {
+                self.warning(&w, t);
+            }
         }
     }
 

@@ -19,7 +19,57 @@ pub struct Load {
     pub top: Option<(String, f64)>,
 }
 
+/// The most bytes of the top process's name a load sent to process 0 keeps.
+const NAME_BYTES: usize = 64;
+
+/// The most cores a machine's load may say it has.
+const MOST_CORES: u64 = 1 << 20;
+
 impl Load {
+    /// As words, for process 0 (`comm::samples`): cores, ours, others, the top process's cores
+    /// (`u64::MAX`: none) and its name (`comm::words`, cut to `NAME_BYTES`).
+    pub fn to_words(&self) -> Vec<u64> {
+        let (name, top) = match &self.top {
+            Some((n, c)) => (n.as_str(), c.to_bits()),
+            None => ("", u64::MAX),
+        };
+        let cut = (0..=name.len().min(NAME_BYTES))
+            .rev()
+            .find(|&i| name.is_char_boundary(i));
+        let mut words = vec![
+            self.cores as u64,
+            self.ours.to_bits(),
+            self.others.to_bits(),
+            top,
+        ];
+        words.extend(crate::comm::words::text_words(&name[..cut.unwrap_or(0)]));
+        words
+    }
+
+    /// The load `to_words` made; `None` where the words are no load (another version's, or
+    /// damaged: a count of cores or a time no machine has).
+    pub fn from_words(words: &[u64]) -> Option<Load> {
+        let [cores, ours, others, top, ref rest @ ..] = *words else {
+            return None;
+        };
+        let time = |bits: u64| Some(f64::from_bits(bits)).filter(|t| t.is_finite() && *t >= 0.0);
+        // (the name whole, and nothing after it)
+        let whole = (rest.first())
+            .is_some_and(|&n| n <= NAME_BYTES as u64 && rest.len() as u64 == 1 + n.div_ceil(8));
+        let ok = (1..=MOST_CORES).contains(&cores) && whole;
+        let name = crate::comm::words::text_of(rest).0;
+        let top = match top {
+            u64::MAX => None,
+            c => Some((name, time(c)?)),
+        };
+        ok.then_some(Load {
+            cores: cores as usize,
+            ours: time(ours)?,
+            others: time(others)?,
+            top,
+        })
+    }
+
     /// Whether the others' time left this run short of cores: they take half a core or more,
     /// and with ours the machine was nearly full.
     pub fn contended(&self) -> bool {
@@ -279,6 +329,45 @@ mod tests {
         let mine = sibling_cpus(std::process::id());
         assert!(!mine.is_empty(), "Linux /proc/PID/status");
         assert_eq!(mine, allowed_cpus());
+    }
+
+    #[test]
+    fn a_load_goes_to_process_0_as_words_and_damaged_words_are_no_load() {
+        let load = Load {
+            cores: 16,
+            ours: 12.5,
+            others: 3.25,
+            top: Some(("cc1plus (pid 9)".into(), 2.0)),
+        };
+        assert_eq!(Load::from_words(&load.to_words()), Some(load.clone()));
+        let none = Load {
+            top: None,
+            ..load.clone()
+        };
+        assert_eq!(Load::from_words(&none.to_words()), Some(none));
+        // a long name is cut (on a character's boundary)
+        let long = Load {
+            top: Some(("é".repeat(40), 1.0)),
+            ..load.clone()
+        };
+        let read = Load::from_words(&long.to_words()).unwrap();
+        assert_eq!(read.top.unwrap().0, "é".repeat(32));
+        let good = load.to_words();
+        let mut bad = vec![good[..3].to_vec(), good[..good.len() - 1].to_vec()];
+        for (i, w) in [
+            (0, 0),
+            (0, u64::MAX),
+            (1, f64::NAN.to_bits()),
+            (2, (-1.0f64).to_bits()),
+        ] {
+            let mut b = good.clone();
+            b[i] = w;
+            bad.push(b);
+        }
+        bad.push([&good[..], &[1]].concat());
+        for b in bad {
+            assert_eq!(Load::from_words(&b), None, "{b:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crossbeam_channel::Sender;
 use crate::comm::samples::Samples;
 use crate::engine::events::StepStats;
 use crate::engine::{Device, RunInfo};
+use crate::observe::machine_load::{Load, LoadMeter};
 use crate::observe::sample::DeviceSample;
 
 /// Busy time of CPU workers, from their step timings: each step's busy time (computing,
@@ -90,7 +91,7 @@ pub struct Telemetry {
     /// Dropped to stop the sampler thread.
     _stop: Option<Sender<()>>,
     /// What else keeps the machine's cores busy (`None`: the demo's, made-up run).
-    load: Option<crate::observe::machine_load::LoadMeter>,
+    load: Option<LoadMeter>,
     /// A run over several processes: the samples the others send (`Peers`).
     peers: Option<Peers>,
 }
@@ -163,29 +164,46 @@ impl Telemetry {
     }
 
     /// A process other than process 0, on another machine: reads the GPUs of its ranks
-    /// (`local`) every `interval` and posts their samples for process 0 (`comm::samples`),
-    /// until the returned sender is dropped. None where it has no GPU NVML reads.
+    /// (`local`) and, where it is the run's first process there, the machine's load, every
+    /// `interval`, and posts them for process 0 (`comm::samples`), until the returned sender
+    /// is dropped. None where it has nothing to read.
     pub fn post_for_process_0(
         info: &RunInfo,
         local: Range<usize>,
         interval: Duration,
         samples: Arc<Samples>,
     ) -> Option<Sender<()>> {
-        let gpus = gpus_of(info, local);
+        let gpus = gpus_of(info, local.clone());
         let ids: Vec<String> = gpus.iter().map(|g| g.1.clone()).collect();
         let nvml = (!gpus.is_empty())
             .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
-            .flatten()?;
-        spawn_sampler(nvml, interval, move |read| {
-            let posted: Vec<(usize, Vec<u64>)> = (gpus.iter().zip(read))
-                .map(|((rank, _), s)| (*rank, s.to_words()))
-                .collect();
-            samples.post(&posted);
+            .flatten();
+        // (the run's other processes here would read the same)
+        let first_here = (info.peers_here.iter()).all(|p| p.ranks.start > local.start);
+        let mut load = first_here.then(|| {
+            let mut meter = LoadMeter::default();
+            meter.siblings = info.peers_here.iter().map(|p| p.pid).collect();
+            meter
+        });
+        if nvml.is_none() && load.is_none() {
+            return None;
+        }
+        every(interval, move || {
+            if let Some(nvml) = &nvml {
+                let posted: Vec<(usize, Vec<u64>)> = (gpus.iter().zip(nvml.sample()))
+                    .map(|((rank, _), s)| (*rank, s.to_words()))
+                    .collect();
+                samples.post(&posted);
+            }
+            if let Some(l) = load.as_mut().and_then(LoadMeter::sample) {
+                samples.post_load(local.start, &l.to_words());
+            }
         })
     }
 
-    /// As `post_for_process_0`, made-up samples of every rank in `local`: `temp_c` degrees and
-    /// nothing else (`--inject-peer-sample`, for tests of the way between the processes).
+    /// As `post_for_process_0`, made-up samples of every rank in `local`, `temp_c` degrees and
+    /// nothing else, and a load of the machine whose two cores other work takes (`made-up
+    /// (pid 1)`): `--inject-peer-sample`, for tests of the way between the processes.
     pub fn post_made_up(
         local: Range<usize>,
         interval: Duration,
@@ -196,8 +214,30 @@ impl Telemetry {
             temp_c: Some(temp_c),
             ..DeviceSample::default()
         };
+        let load = Load {
+            cores: 2,
+            ours: 0.0,
+            others: 2.0,
+            top: Some(("made-up (pid 1)".into(), 2.0)),
+        };
+        let first = local.start;
         let posted: Vec<(usize, Vec<u64>)> = local.map(|r| (r, sample.to_words())).collect();
-        every(interval, move || samples.post(&posted))
+        every(interval, move || {
+            samples.post(&posted);
+            samples.post_load(first, &load.to_words());
+        })
+    }
+
+    /// Process 0 of a run over several processes: the loads the other machines' processes
+    /// sent since the last call, each by the first rank of the process that sent it.
+    pub fn peer_loads(&self) -> Vec<(usize, Load)> {
+        let Some(p) = &self.peers else {
+            return Vec::new();
+        };
+        (p.samples.loads().into_iter())
+            .filter(|(r, _)| !p.own.contains(r))
+            .filter_map(|(r, words)| Some((r, Load::from_words(&words)?)))
+            .collect()
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
@@ -213,7 +253,7 @@ impl Telemetry {
     }
 
     /// The machine's load since the last call (its first: none).
-    pub fn load(&mut self) -> Option<crate::observe::machine_load::Load> {
+    pub fn load(&mut self) -> Option<Load> {
         self.load.as_mut()?.sample()
     }
 

@@ -230,25 +230,26 @@ impl Processes for Cluster {
             .spawn(move || {
                 // (a process whose exchanges hold the link nearly all the time, waiting for a
                 // slower one within their eager polls, which do not pass positions on: after
-                // a second of misses this waits for the link between two exchanges)
+                // a second of misses this waits for the link between two exchanges, each tick
+                // until the link is found free again)
                 let mut missed = 0;
                 while !halt.load(Ordering::Relaxed) && !flags.aborted.load(Ordering::Acquire) {
                     std::thread::sleep(positions::EVERY);
                     let held = match link.try_lock() {
-                        Ok(l) => Some(l),
+                        Ok(l) => {
+                            missed = 0;
+                            Some(l)
+                        }
                         Err(std::sync::TryLockError::WouldBlock) if missed >= MISSED_MOST => {
                             link.lock().ok()
                         }
-                        Err(_) => None,
-                    };
-                    match held {
-                        Some(mut l) => {
-                            missed = 0;
-                            if !l.broken() {
-                                let _ = l.tick();
-                            }
+                        Err(_) => {
+                            missed += 1;
+                            None
                         }
-                        None => missed += 1,
+                    };
+                    if let Some(mut l) = held.filter(|l| !l.broken()) {
+                        let _ = l.tick();
                     }
                 }
             });

@@ -28,15 +28,10 @@ const TAG_FAILED: c_int = 3;
 /// Another process's ranks' newest device samples (`comm::samples`).
 const TAG_SAMPLES: c_int = 4;
 
-/// A failure as words: the rank, the text's length in bytes, its bytes eight a word.
+/// A failure as words: the rank, then the text (`comm::words`).
 fn failure_words(rank: Option<usize>, text: &str) -> Vec<u64> {
-    let bytes = text.as_bytes();
-    let mut words = vec![rank.map_or(u64::MAX, |r| r as u64), bytes.len() as u64];
-    words.extend(bytes.chunks(8).map(|c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        u64::from_le_bytes(w)
-    }));
+    let mut words = vec![rank.map_or(u64::MAX, |r| r as u64)];
+    words.extend(crate::comm::words::text_words(text));
     words
 }
 
@@ -46,9 +41,7 @@ fn failure_of(words: &[u64]) -> (Option<usize>, String) {
         .first()
         .filter(|&&r| r != u64::MAX)
         .map(|&r| r as usize);
-    let len = words.get(1).map_or(0, |&n| n as usize);
-    let bytes: Vec<u8> = words.iter().skip(2).flat_map(|w| w.to_le_bytes()).collect();
-    let text = String::from_utf8_lossy(&bytes[..len.min(bytes.len())]).into_owned();
+    let text = crate::comm::words::text_of(words.get(1..).unwrap_or_default()).0;
     (rank, text)
 }
 

@@ -307,14 +307,25 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["first_step"] = spike.said_for.first.into();
             v["last_step"] = spike.said_for.last.into();
         }
-        Warning::OutsideLoad { step, load } => {
+        Warning::OutsideLoad {
+            step,
+            load,
+            rank,
+            host,
+        } => {
+            if let (Some(r), Some(h)) = (rank, host) {
+                (v["rank"], v["host"]) = ((*r).into(), h.clone().into());
+            }
             v["step"] = (*step).into();
             v["cores"] = load.cores.into();
             v["ours_cores"] = load.ours.into();
             v["others_cores"] = load.others.into();
             v["top"] = load.top.as_ref().map(|t| t.0.clone()).into();
         }
-        Warning::OutsideLoadCleared { step } => {
+        Warning::OutsideLoadCleared { step, rank, host } => {
+            if let (Some(r), Some(h)) = (rank, host) {
+                (v["rank"], v["host"]) = ((*r).into(), h.clone().into());
+            }
             v["step"] = (*step).into();
         }
     }

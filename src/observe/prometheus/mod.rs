@@ -251,7 +251,7 @@ impl Prometheus {
             bound: gauge_vec(
                 r,
                 "mgtop_bound",
-                "1 while the whole run is held back by its input (input-bound) or its host (launch-bound), busy GPUs compute at a low MFU (underused), or other work takes the machine's cores (outside-load); 0 once cleared.",
+                "1 while the whole run is held back by its input (input-bound) or its host (launch-bound), busy GPUs compute at a low MFU (underused), or other work takes the machine's cores (outside-load: the machines under it); 0 once cleared.",
                 &["limit"],
             )?,
             checkpoints: int_counter(
@@ -450,9 +450,10 @@ impl Sink for Prometheus {
             Warning::BoundCleared { limit, .. } => {
                 self.bound.with_label_values(&[limit.name()]).set(0.0)
             }
-            Warning::OutsideLoad { .. } => self.bound.with_label_values(&[OUTSIDE_LOAD]).set(1.0),
+            // (the machines under it: each clears its own)
+            Warning::OutsideLoad { .. } => self.bound.with_label_values(&[OUTSIDE_LOAD]).inc(),
             Warning::OutsideLoadCleared { .. } => {
-                self.bound.with_label_values(&[OUTSIDE_LOAD]).set(0.0)
+                self.bound.with_label_values(&[OUTSIDE_LOAD]).dec()
             }
             Warning::StragglerCleared { .. } | Warning::DegradedCleared { .. } => {}
         }

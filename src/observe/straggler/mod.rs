@@ -75,8 +75,9 @@ pub struct Detector {
     bound: bound::BoundDetector,
     /// Steps whose gradient norm is many times the recent ones'.
     spikes: spike::SpikeDetector,
-    /// Other work on the machine taking the run's cores.
-    outside: outside::OutsideDetector,
+    /// Other work taking the run's cores, machine by machine: process 0's (`None`), and each
+    /// other's by the first rank of the process that reads it.
+    outside: std::collections::BTreeMap<Option<usize>, outside::OutsideDetector>,
 }
 
 impl Detector {
@@ -171,16 +172,27 @@ impl Detector {
         self.bound.on_util(&util);
     }
 
-    /// The machine's load since the last sample: other work taking the run's cores is said
-    /// (once steps are under way, not while paused), and cleared.
-    pub fn on_load(&mut self, load: &crate::observe::machine_load::Load) -> Option<Warning> {
+    /// A machine's load since its last sample (`rank`: the first rank of the process that
+    /// read it, on another machine than process 0's; `None`: process 0's): other work taking
+    /// the run's cores there is said (once steps are under way, not while paused), and cleared.
+    pub fn on_load(
+        &mut self,
+        rank: Option<usize>,
+        load: &crate::observe::machine_load::Load,
+    ) -> Option<Warning> {
         if self.paused || self.rows == 0 {
             return None;
         }
         let step = self.last_step;
-        Some(match self.outside.on_load(load)? {
-            outside::Change::Said(load) => Warning::OutsideLoad { step, load },
-            outside::Change::Cleared => Warning::OutsideLoadCleared { step },
+        let host = rank.and_then(|r| self.ctx.hosts.get(r).cloned());
+        Some(match self.outside.entry(rank).or_default().on_load(load)? {
+            outside::Change::Said(load) => Warning::OutsideLoad {
+                step,
+                load,
+                rank,
+                host,
+            },
+            outside::Change::Cleared => Warning::OutsideLoadCleared { step, rank, host },
         })
     }
 

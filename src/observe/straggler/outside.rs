@@ -64,11 +64,36 @@ mod tests {
         let w = super::super::Warning::OutsideLoad {
             step: 238,
             load: load(0.9),
+            rank: None,
+            host: None,
         };
-        assert_eq!(w.kind(), "outside_load");
+        assert_eq!((w.kind(), w.rank()), ("outside_load", None));
         assert!(
             w.to_string().starts_with("outside load: other work took 0.9 of this machine's 2 cores (0.9 of them cc1plus (pid 9)) beside this run's 1.2: its ranks wait for cores"),
             "{w}"
+        );
+        // another machine's: by its name, about the first rank of the process there
+        let there = super::super::Warning::OutsideLoad {
+            step: 238,
+            load: load(0.9),
+            rank: Some(2),
+            host: Some("node2".into()),
+        };
+        assert_eq!(there.rank(), Some(2));
+        assert!(
+            there
+                .to_string()
+                .starts_with("outside load on node2: other work took 0.9 of its 2 cores (0.9 of"),
+            "{there}"
+        );
+        let cleared = super::super::Warning::OutsideLoadCleared {
+            step: 300,
+            rank: Some(2),
+            host: Some("node2".into()),
+        };
+        assert_eq!(
+            cleared.to_string(),
+            "outside load on node2 cleared: the cores are free for this run again (step 300)"
         );
     }
 }

@@ -399,6 +399,41 @@ fn a_host_whose_all_reduce_stands_out_is_named_as_the_network() {
     );
 }
 
+#[test]
+fn each_machines_outside_load_is_said_and_cleared_on_its_own() {
+    let ctx = Context {
+        cores: 64,
+        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
+        ..Context::default()
+    };
+    let mut d = Detector::new(4, DetectorConfig::default(), ctx);
+    let load = |others| crate::observe::machine_load::Load {
+        cores: 2,
+        ours: 1.5,
+        others,
+        top: None,
+    };
+    // before the first step: nothing is said
+    assert!(d.on_load(Some(2), &load(1.0)).is_none());
+    d.on_row(&row(1, &[10.0; 4], &[0.0; 4]));
+    let mut said = Vec::new();
+    for others in [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0] {
+        // machine b (process 1, ranks 2 and 3) loaded, then free; process 0's free throughout
+        said.extend(d.on_load(Some(2), &load(others)));
+        said.extend(d.on_load(None, &load(0.0)));
+    }
+    let kinds: Vec<(&str, Option<usize>)> = said.iter().map(|w| (w.kind(), w.rank())).collect();
+    assert_eq!(
+        kinds,
+        [("outside_load", Some(2)), ("outside_load_cleared", Some(2))]
+    );
+    assert!(
+        said[0].to_string().starts_with("outside load on b: "),
+        "{}",
+        said[0]
+    );
+}
+
 /// Local SGD: ranks meet only every `h` steps, where the others wait for a slow rank's whole
 /// period at once.
 fn local_sgd_rows(d: &mut Detector, h: u64, steps: u64, work: &[f64]) -> Vec<Warning> {

@@ -166,12 +166,18 @@ pub enum Warning {
     GradSpike(Spike),
     /// Other work on the machine (another run, a build, the hypervisor) takes the cores the
     /// run's ranks need.
+    /// `rank`: the first rank of the process on another machine than process 0's that read
+    /// it, and `host` that machine's (`None`: process 0's machine).
     OutsideLoad {
         step: u64,
         load: crate::observe::machine_load::Load,
+        rank: Option<usize>,
+        host: Option<String>,
     },
     OutsideLoadCleared {
         step: u64,
+        rank: Option<usize>,
+        host: Option<String>,
     },
 }
 
@@ -183,12 +189,11 @@ impl Warning {
             | Warning::StragglerCleared { rank, .. }
             | Warning::Degraded { rank, .. }
             | Warning::DegradedCleared { rank, .. } => Some(*rank),
+            Warning::OutsideLoad { rank, .. } | Warning::OutsideLoadCleared { rank, .. } => *rank,
             Warning::Stall { .. }
             | Warning::Bound { .. }
             | Warning::BoundCleared { .. }
-            | Warning::GradSpike(_)
-            | Warning::OutsideLoad { .. }
-            | Warning::OutsideLoadCleared { .. } => None,
+            | Warning::GradSpike(_) => None,
         }
     }
     /// The step it was said at.
@@ -202,7 +207,7 @@ impl Warning {
             | Warning::Bound { step, .. }
             | Warning::BoundCleared { step, .. }
             | Warning::OutsideLoad { step, .. }
-            | Warning::OutsideLoadCleared { step } => step,
+            | Warning::OutsideLoadCleared { step, .. } => step,
             Warning::GradSpike(ref spike) => spike.step,
         }
     }
@@ -286,17 +291,22 @@ impl fmt::Display for Warning {
                 }
             ),
             Warning::GradSpike(spike) => write!(f, "gradient spike at step {}: {spike}", spike.step),
-            Warning::OutsideLoad { load, .. } => {
+            Warning::OutsideLoad { load, host, .. } => {
                 let top = (load.top.as_ref())
                     .map_or(String::new(), |(who, c)| format!(" ({c:.1} of them {who})"));
+                let (on, whose) = match host {
+                    Some(h) => (format!(" on {h}"), "its"),
+                    None => (String::new(), "this machine's"),
+                };
                 write!(
                     f,
-                    "outside load: other work took {:.1} of this machine's {} cores{top} beside this run's {:.1}: its ranks wait for cores, so its steps are slower and the waiting shows as comm, wait and other in the split until the cores are free",
+                    "outside load{on}: other work took {:.1} of {whose} {} cores{top} beside this run's {:.1}: its ranks wait for cores, so its steps are slower and the waiting shows as comm, wait and other in the split until the cores are free",
                     load.others, load.cores, load.ours
                 )
             }
-            Warning::OutsideLoadCleared { step } => {
-                write!(f, "outside load cleared: the cores are free for this run again (step {step})")
+            Warning::OutsideLoadCleared { step, host, .. } => {
+                let on = host.as_ref().map_or(String::new(), |h| format!(" on {h}"));
+                write!(f, "outside load{on} cleared: the cores are free for this run again (step {step})")
             }
             Warning::Stall { step, waited, missing, injected, suspended } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
