@@ -194,6 +194,10 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--stall-timeout 1e-300 is invalid", "0.001 to 1000000"],
         ),
         (
+            &["--stall-timeout", "0"],
+            &["--stall-timeout 0 is invalid", "0.001 to 1000000"],
+        ),
+        (
             &["--data", "synthetic:100,8,3", "--model", "conv8k3"],
             &["layer 1 `conv8k3`", "flat vector", "--data"],
         ),

@@ -286,6 +286,22 @@ fn a_resumed_runs_summary_gives_the_best_validation_of_its_line() {
         }
         seen.extend(ours);
     }
+    // validated on another set, the line's best before says nothing of this one's
+    let other_set = ["--val-split", "0.3", "--steps", "260", "--resume", "r2"];
+    let o = run_in(
+        d,
+        &[&common[..], &other_set[..], &["--run-dir", "r3"]].concat(),
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let said = out.lines().find(|l| l.contains(" summary: ")).unwrap();
+    assert!(
+        said.contains("best val accuracy ") && !said.contains("before the resume"),
+        "{out}"
+    );
+    let metrics = std::fs::read_to_string(d.join("r3/metrics.jsonl")).unwrap();
+    let run: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    assert!(run["best_before"].is_null(), "{run}");
 }
 
 /// A checkpoint written further into an epoch than a resumed run's (smaller) training split

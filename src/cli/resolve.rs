@@ -263,7 +263,8 @@ impl TrainArgs {
             Some(s) if (1e-3..=1e6).contains(&s) => Duration::from_secs_f64(s),
             Some(s) => {
                 return Err(format!(
-                    "--stall-timeout {s:?} is invalid: use a number of seconds from 0.001 to 1000000, such as 60"
+                    "--stall-timeout {} is invalid: use a number of seconds from 0.001 to 1000000, such as 60",
+                    crate::text::number(s)
                 ))
             }
         };

@@ -126,13 +126,25 @@ pub(super) fn starting_point(
                 epoch_sum: meta.epoch_sum.unwrap_or_default(),
                 shares: resumed.shares,
                 began: checkpoint::began::ranges(model, &meta, &state.opt),
-                best_val: meta.best_val,
+                best_val: best_before(&meta, split),
                 state,
             }
         }
         None => fresh(cfg, model, ranks, lead, (split.samples, classes))?,
     };
     Ok(start)
+}
+
+/// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
+/// from before lines carried it: its own), where this run validates on the same set.
+fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::BestVal> {
+    let same_set = (split.val_fingerprint.map(|f| format!("{f:016x}")))
+        .is_some_and(|f| meta.val_fingerprint.as_ref() == Some(&f));
+    let own = (meta.val_accuracy).map(|accuracy| checkpoint::BestVal {
+        accuracy,
+        step: meta.step,
+    });
+    meta.best_val.or(own).filter(|_| same_set)
 }
 
 /// The run directory of the run that wrote the checkpoint `meta`, where that run is still

@@ -179,7 +179,8 @@ impl Telemetry {
             .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
             .flatten();
         // (the run's other processes here would read the same)
-        let first_here = (info.peers_here.iter()).all(|p| p.ranks.start > local.start);
+        let host = info.hosts.get(local.start);
+        let first_here = !info.hosts.iter().take(local.start).any(|h| Some(h) == host);
         let mut load = first_here.then(|| {
             let mut meter = LoadMeter::default();
             meter.siblings = info.peers_here.iter().map(|p| p.pid).collect();
