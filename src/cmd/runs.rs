@@ -74,7 +74,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         updated,
     };
     let mut reader = match MetricsReader::open(&row.dir.join(rundir::METRICS)) {
-        Ok(r) => r,
+        Ok(r) => r.skimming(),
         Err(_) if live => {
             row.state = live_state(&row.dir).into();
             return row;

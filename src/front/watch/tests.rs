@@ -156,6 +156,60 @@ fn the_screen_of_a_run_shows_what_its_metrics_file_reads_back() {
     );
 }
 
+/// `runs`' reading: no telemetry, of the steps the last before each other record and the
+/// file's last; what the screen makes of it ends as the whole file's does.
+#[test]
+fn a_skimming_reader_gives_the_runs_course_and_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let seen = watched(&path);
+    let read_with = |skim: bool| {
+        let mut reader = MetricsReader::open(&path).unwrap();
+        if skim {
+            reader = reader.skimming();
+        }
+        let mut read = Vec::new();
+        while let Some(r) = reader.next().unwrap() {
+            read.push(r);
+        }
+        read
+    };
+    let (whole, skimmed) = (read_with(false), read_with(true));
+    let kinds: Vec<String> = whole
+        .iter()
+        .map(kind)
+        .filter(|k| k != "telemetry")
+        .collect();
+    let kept: Vec<String> = (kinds.iter().enumerate())
+        .filter(|(i, k)| {
+            !k.starts_with("step ") || kinds.get(i + 1).is_none_or(|n| !n.starts_with("step "))
+        })
+        .map(|(_, k)| k.clone())
+        .collect();
+    assert!(kept.len() < kinds.len() / 2, "{kinds:?}");
+    assert_eq!(skimmed.iter().map(kind).collect::<Vec<_>>(), kept);
+    let screen = |rs: Vec<Record>| {
+        let mut app = App::watching(RunInfo::example(3));
+        for r in rs {
+            app.apply_record(r);
+        }
+        app
+    };
+    let (a, b) = (screen(whole), screen(skimmed));
+    assert_eq!((a.step(), a.val_accuracy()), (b.step(), b.val_accuracy()));
+    let (a, b) = (a.summary.unwrap(), b.summary.unwrap());
+    assert_eq!((a.steps, a.ending), (b.steps, b.ending));
+    drop(seen);
+    // a damaged step line is damage, as the whole reading finds it
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cut = text.replacen(r#""type":"step"}"#, r#""type":"step""#, 1);
+    assert_ne!(cut, text);
+    std::fs::write(&path, cut).unwrap();
+    let mut reader = MetricsReader::open(&path).unwrap().skimming();
+    let damaged = std::iter::from_fn(|| reader.next().transpose()).find_map(Result::err);
+    assert!(damaged.is_some());
+}
+
 /// The start of a run taken after its first steps' samples (a frontend slow to its first
 /// event), then an epoch's end at step 1: step 2 comes after the epoch's end, as it ran.
 #[test]

@@ -54,6 +54,16 @@ pub struct MetricsReader {
     looked_past_end: bool,
     /// The line a gone writer left cut off mid-record, where it was read (`writer_gone`).
     cut_off: Option<u64>,
+    /// `skimming`: the newest step record passed over and not yet given, and a record read
+    /// after it, given next.
+    skim: Option<Skim>,
+}
+
+/// What a skimming reader holds back (`MetricsReader::skimming`).
+#[derive(Default)]
+struct Skim {
+    step: Option<Vec<u8>>,
+    next: Option<Record>,
 }
 
 impl MetricsReader {
@@ -139,7 +149,17 @@ impl MetricsReader {
             past_end: None,
             looked_past_end: false,
             cut_off: None,
+            skim: None,
         })
+    }
+
+    /// Reads the file for its run's course, not its every step (`runs`' rows): telemetry is
+    /// passed over, and of the step records only the last before each other record and the
+    /// file's last are given; the others' JSON is checked, not read (several times faster on
+    /// a long run's file).
+    pub fn skimming(mut self) -> MetricsReader {
+        self.skim = Some(Skim::default());
+        self
     }
 
     /// The run as its `run` record describes it (fields older files lack get defaults).
@@ -215,6 +235,9 @@ impl MetricsReader {
     /// The next record, or `None` when no complete line follows yet.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Record>, ReadError> {
+        if let Some(r) = self.skim.as_mut().and_then(|s| s.next.take()) {
+            return Ok(Some(r));
+        }
         if self.ended {
             self.look_past_end()?;
             return Ok(None);
@@ -223,6 +246,23 @@ impl MetricsReader {
             let text = &self.lines.buf[a..b];
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
+            }
+            if let Some(skim) = self.skim.as_mut() {
+                let has = |what: &[u8]| memchr::memmem::find(text, what).is_some();
+                let step = has(br#""type":"step""#);
+                if step || has(br#""type":"telemetry""#) {
+                    let json = serde_json::from_slice::<serde::de::IgnoredAny>(text);
+                    match json {
+                        Ok(_) if step => skim.step = Some(text.to_vec()),
+                        Ok(_) => {}
+                        Err(_) if self.lines.tail => {
+                            self.cut_off = Some(self.lines.line);
+                            return self.skimmed_step();
+                        }
+                        Err(e) => return Err(self.lines.line_error(format!("not JSON ({e})"))),
+                    }
+                    continue;
+                }
             }
             let parsed = match record_line(text, self.info.ranks()) {
                 // (a gone writer's last line, cut off mid-record: where it stopped, no damage)
@@ -247,10 +287,25 @@ impl MetricsReader {
                         ..
                     }
                 );
+                // (a skimmed step before it comes first)
+                if let Some(step) = self.skimmed_step()? {
+                    if let Some(s) = self.skim.as_mut() {
+                        s.next = Some(r);
+                    }
+                    return Ok(Some(step));
+                }
                 return Ok(Some(r));
             }
         }
-        Ok(None)
+        self.skimmed_step()
+    }
+
+    /// The step record a skimming reader passed over last, where one waits.
+    fn skimmed_step(&mut self) -> Result<Option<Record>, ReadError> {
+        let Some(text) = self.skim.as_mut().and_then(|s| s.step.take()) else {
+            return Ok(None);
+        };
+        record_line(&text, self.info.ranks()).map_err(|w| self.lines.line_error(w))
     }
 }
 
@@ -276,7 +331,7 @@ impl Lines {
     fn next_line(&mut self) -> Result<Option<(usize, usize)>, ReadError> {
         loop {
             let pending = &self.buf[self.start..];
-            if let Some(i) = pending.iter().position(|&c| c == b'\n') {
+            if let Some(i) = memchr::memchr(b'\n', pending) {
                 self.line += 1;
                 if i > MAX_LINE {
                     return Err(self.too_long());
