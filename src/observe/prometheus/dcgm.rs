@@ -1,6 +1,7 @@
 //! Each GPU under dcgm-exporter's names, units and labels, so NVIDIA's public dcgm-exporter
-//! Grafana dashboard shows a run unchanged. Only this machine's GPUs: NVML here cannot see
-//! another machine's.
+//! Grafana dashboard shows a run unchanged. Every machine's GPUs, from the samples their
+//! machines' processes send process 0 (`comm::samples`); another machine's without the
+//! identities only NVML there knows (its UUID, NVML index and device file).
 
 use prometheus::{GaugeVec, Opts, Registry};
 
@@ -86,7 +87,7 @@ struct Gpu {
     labels: [String; 7],
 }
 
-/// The dcgm-exporter series of a run's GPUs on this machine.
+/// The dcgm-exporter series of a run's GPUs.
 pub(super) struct Dcgm {
     /// One per field of `DCGM_FIELDS` (none where the run has no GPU here).
     vecs: Vec<GaugeVec>,
@@ -94,8 +95,8 @@ pub(super) struct Dcgm {
 }
 
 impl Dcgm {
-    /// Registers the fields for the GPUs of `info` on this machine; `identities` are NVML's,
-    /// in the order of the run's GPUs (missing ones give empty labels).
+    /// Registers the fields for the GPUs of `info`; `identities` are this machine's NVML's, in
+    /// the order of the run's GPUs (missing ones, and another machine's, give empty labels).
     pub(super) fn new(
         r: &Registry,
         info: &RunInfo,
@@ -115,10 +116,12 @@ impl Dcgm {
                 continue;
             };
             let id = identities.next().cloned().unwrap_or_default();
+            // (a GPU here at another machine's GPU's bus id is another GPU)
+            let id = match info.on_first_host(rank) {
+                true => id,
+                false => GpuIdentity::default(),
+            };
             let host = info.hosts.get(rank);
-            if !info.on_first_host(rank) {
-                continue;
-            }
             gpus.push(Gpu {
                 rank,
                 labels: [

@@ -366,23 +366,44 @@ fn a_failure_stays_the_state_after_the_end() {
 }
 
 #[test]
-fn another_machines_gpus_are_not_shown_with_this_machines_nvml() {
+fn another_machines_gpus_are_shown_from_their_samples_without_this_machines_identities() {
     let mut info = info();
     info.hosts = vec!["nodeA".into(), "nodeB".into()];
     let reg = Registry::new();
-    let mut p = Prometheus::new(&reg, &info, &[]).unwrap();
-    let busy = DeviceSample {
-        util: Some(0.5),
+    let here = |uuid: &str| GpuIdentity {
+        index: Some(0),
+        uuid: Some(uuid.into()),
+        minor: Some(0),
+    };
+    // (NVML here finds a GPU at the other machine's GPU's bus id too: another GPU)
+    let mut p = Prometheus::new(&reg, &info, &[here("GPU-here"), here("GPU-wrong")]).unwrap();
+    let busy = |u| DeviceSample {
+        util: Some(u),
         ..DeviceSample::default()
     };
-    p.telemetry(Duration::ZERO, &[busy.clone(), busy], None)
+    p.telemetry(Duration::ZERO, &[busy(0.5), busy(0.25)], None)
+        .unwrap();
+    let t = text(&reg);
+    assert_eq!(t.matches("DCGM_FI_DEV_GPU_UTIL{").count(), 2, "{t}");
+    assert!(!t.contains("GPU-wrong"), "{t}");
+    let there = |name: &str| {
+        (t.lines())
+            .find(|l| l.starts_with(name) && l.contains(r#"Hostname="nodeB""#))
+            .map(str::to_string)
+    };
+    let util = there("DCGM_FI_DEV_GPU_UTIL{").unwrap_or_default();
+    assert!(
+        util.contains(r#"UUID="""#) && util.contains(r#"rank="1""#),
+        "{t}"
+    );
+    assert!(util.ends_with(" 25"), "{util}");
+    let series = r#"mgtop_device_utilization_ratio{rank="1",worker="nodeB/gpu1"}"#;
+    assert_eq!(value(&t, series), Some(0.25));
+    // a sample with nothing read (the other machine not heard from): left out
+    p.telemetry(Duration::ZERO, &[busy(0.5), DeviceSample::default()], None)
         .unwrap();
     let t = text(&reg);
     assert_eq!(t.matches("DCGM_FI_DEV_GPU_UTIL{").count(), 1, "{t}");
-    assert!(t.contains(r#"Hostname="nodeA""#) && !t.contains(r#"Hostname="nodeB""#));
-    // its rank's own figures are still there
-    let series = r#"mgtop_device_utilization_ratio{rank="1",worker="nodeB/gpu1"}"#;
-    assert_eq!(value(&t, series), Some(0.5));
 }
 
 #[test]
