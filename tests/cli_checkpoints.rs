@@ -286,6 +286,11 @@ fn a_resumed_runs_summary_gives_the_best_validation_of_its_line() {
         }
         seen.extend(ours);
     }
+    // `runs` lists the last of the line with the line's best
+    let listed = text(&run_in(d, &["runs", "."]));
+    let r2 = (listed.lines()).find(|l| l.starts_with("./r2 "));
+    let r2 = r2.unwrap_or_else(|| panic!("{listed}"));
+    assert!(r2.contains(&best_of(&seen).unwrap().0), "{listed}");
     // validated on another set, the line's best before says nothing of this one's
     let other_set = ["--val-split", "0.3", "--steps", "260", "--resume", "r2"];
     let o = run_in(

@@ -114,7 +114,12 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         }),
         (Budget::Epochs(e), None) => by_steps(e * app.info.steps_per_epoch()),
     };
-    row.best_accuracy = app.val_accuracy().1;
+    // (a resumed run's line's, as its summary leads with)
+    let before = app.info.best_before.map(|b| b.accuracy);
+    row.best_accuracy = match (app.val_accuracy().1, before) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
     if app
         .summary
         .as_ref()

@@ -200,8 +200,34 @@ fn a_skimming_reader_gives_the_runs_course_and_its_end() {
     let (a, b) = (a.summary.unwrap(), b.summary.unwrap());
     assert_eq!((a.steps, a.ending), (b.steps, b.ending));
     drop(seen);
-    // a damaged step line is damage, as the whole reading finds it
+    // a file cut short mid-record (its writer gone), or damaged past some steps: the last of
+    // those steps still comes, then where it stopped
     let text = std::fs::read_to_string(&path).unwrap();
+    let last_step = |skim: bool| {
+        let mut reader = MetricsReader::open(&path).unwrap();
+        reader.writer_gone();
+        if skim {
+            reader = reader.skimming();
+        }
+        let read = std::iter::from_fn(|| reader.next().transpose());
+        let steps = read.map_while(Result::ok).filter_map(|r| match r {
+            Record::Step { row, .. } => Some(row.step),
+            _ => None,
+        });
+        steps.last()
+    };
+    for cut in [
+        text.len() - 20,
+        text.rfind(r#""type":"telemetry""#).unwrap(),
+    ] {
+        std::fs::write(&path, &text[..cut]).unwrap();
+        assert_eq!(last_step(true), last_step(false));
+        assert!(last_step(true).is_some());
+        let garbled = format!("{}{{garbage\n{}", &text[..cut], &text[cut..]);
+        std::fs::write(&path, garbled).unwrap();
+        assert_eq!(last_step(true), last_step(false));
+    }
+    // a damaged step line is damage, as the whole reading finds it
     let cut = text.replacen(r#""type":"step"}"#, r#""type":"step""#, 1);
     assert_ne!(cut, text);
     std::fs::write(&path, cut).unwrap();

@@ -63,7 +63,7 @@ pub struct MetricsReader {
 #[derive(Default)]
 struct Skim {
     step: Option<Vec<u8>>,
-    next: Option<Record>,
+    next: Option<Result<Record, ReadError>>,
 }
 
 impl MetricsReader {
@@ -236,7 +236,7 @@ impl MetricsReader {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Record>, ReadError> {
         if let Some(r) = self.skim.as_mut().and_then(|s| s.next.take()) {
-            return Ok(Some(r));
+            return r.map(Some);
         }
         if self.ended {
             self.look_past_end()?;
@@ -259,7 +259,10 @@ impl MetricsReader {
                             self.cut_off = Some(self.lines.line);
                             return self.skimmed_step();
                         }
-                        Err(e) => return Err(self.lines.line_error(format!("not JSON ({e})"))),
+                        Err(e) => {
+                            let e = self.lines.line_error(format!("not JSON ({e})"));
+                            return self.held_first(Err(e));
+                        }
                     }
                     continue;
                 }
@@ -268,9 +271,13 @@ impl MetricsReader {
                 // (a gone writer's last line, cut off mid-record: where it stopped, no damage)
                 Err(_) if self.lines.tail => {
                     self.cut_off = Some(self.lines.line);
-                    return Ok(None);
+                    return self.skimmed_step();
                 }
-                other => other.map_err(|w| self.lines.line_error(w))?,
+                Err(w) => {
+                    let e = self.lines.line_error(w);
+                    return self.held_first(Err(e));
+                }
+                Ok(parsed) => parsed,
             };
             if let Some(mut r) = parsed {
                 if let Record::Event {
@@ -287,17 +294,25 @@ impl MetricsReader {
                         ..
                     }
                 );
-                // (a skimmed step before it comes first)
-                if let Some(step) = self.skimmed_step()? {
-                    if let Some(s) = self.skim.as_mut() {
-                        s.next = Some(r);
-                    }
-                    return Ok(Some(step));
-                }
-                return Ok(Some(r));
+                return self.held_first(Ok(r));
             }
         }
         self.skimmed_step()
+    }
+
+    /// `then`, after the step record a skimming reader passed over last where one waits (it
+    /// came before).
+    fn held_first(&mut self, then: Result<Record, ReadError>) -> Result<Option<Record>, ReadError> {
+        match self.skimmed_step() {
+            Ok(Some(step)) => {
+                if let Some(s) = self.skim.as_mut() {
+                    s.next = Some(then);
+                }
+                Ok(Some(step))
+            }
+            Ok(None) => then.map(Some),
+            Err(e) => Err(e),
+        }
     }
 
     /// The step record a skimming reader passed over last, where one waits.

@@ -28,6 +28,15 @@ impl Detector {
         if let Some(c) = self.network(r, comm) {
             return c;
         }
+        if let (Some(load), None) = (self.outside_on(r), self.outside_on(fastest)) {
+            let host = self
+                .machine_of(r)
+                .and_then(|m| self.ctx.hosts.get(m).cloned());
+            return Cause::OutsideLoad {
+                host,
+                load: load.clone(),
+            };
+        }
         let throttled = |rank: usize| {
             self.throttle
                 .get(rank)
@@ -56,6 +65,19 @@ impl Detector {
             };
         }
         Cause::Unknown
+    }
+
+    /// The key of rank `r`'s machine among the loads (`Detector::on_load`): `None` for process
+    /// 0's, else the first rank of its host (that of the run's first process there).
+    fn machine_of(&self, r: usize) -> Option<usize> {
+        let hosts = &self.ctx.hosts;
+        let host = hosts.get(r)?;
+        (Some(host) != hosts.first()).then(|| hosts.iter().position(|h| h == host))?
+    }
+
+    /// Rank `r`'s machine's load, while other work is said to take its cores.
+    fn outside_on(&self, r: usize) -> Option<&crate::observe::machine_load::Load> {
+        self.outside.get(&self.machine_of(r))?.holding()
     }
 
     /// Rank `r`'s whole host moving data in the all-reduce for at least 1.5 times as long as

@@ -11,6 +11,8 @@ pub struct OutsideDetector {
     above: u32,
     below: u32,
     said: bool,
+    /// The newest load, while it is said.
+    holding: Option<Load>,
 }
 
 /// What changed: said (with the newest sample's load) or cleared.
@@ -25,15 +27,21 @@ impl OutsideDetector {
             true => (self.above, self.below) = (self.above + 1, 0),
             false => (self.above, self.below) = (0, self.below + 1),
         }
-        if !self.said && self.above >= RUNS {
-            self.said = true;
-            return Some(Change::Said(load.clone()));
+        let change = match self.said {
+            false if self.above >= RUNS => Some(Change::Said(load.clone())),
+            true if self.below >= RUNS => Some(Change::Cleared),
+            _ => None,
+        };
+        if let Some(c) = &change {
+            self.said = matches!(c, Change::Said(_));
         }
-        if self.said && self.below >= RUNS {
-            self.said = false;
-            return Some(Change::Cleared);
-        }
-        None
+        self.holding = self.said.then(|| load.clone());
+        change
+    }
+
+    /// The machine's newest load, while other work is said to take its cores.
+    pub fn holding(&self) -> Option<&Load> {
+        self.holding.as_ref()
     }
 }
 

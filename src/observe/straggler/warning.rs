@@ -33,6 +33,12 @@ pub enum Cause {
         comm_ms: f64,
         others_comm_ms: f64,
     },
+    /// Other work takes the cores of its machine (`host`: another than process 0's), and not
+    /// those of the fastest rank's.
+    OutsideLoad {
+        host: Option<String>,
+        load: crate::observe::machine_load::Load,
+    },
     /// The GPU is clocked down (NVML throttle reasons), and its peers are not.
     Throttled {
         reasons: Vec<&'static str>,
@@ -44,12 +50,13 @@ pub enum Cause {
 
 impl Cause {
     /// Every `kind` there is.
-    pub const KINDS: [&'static str; 7] = [
+    pub const KINDS: [&'static str; 8] = [
         "data-bound",
         "oversubscribed",
         "heterogeneous",
         "injected",
         "network",
+        "outside-load",
         "throttled",
         "unknown",
     ];
@@ -62,6 +69,7 @@ impl Cause {
             Cause::Heterogeneous { .. } => "heterogeneous",
             Cause::Injected(_) => "injected",
             Cause::Network { .. } => "network",
+            Cause::OutsideLoad { .. } => "outside-load",
             Cause::Throttled { .. } => "throttled",
             Cause::Unknown => "unknown",
         }
@@ -86,6 +94,16 @@ impl fmt::Display for Cause {
                 f,
                 "network ({host}'s ranks spend {comm_ms:.1} ms per step in the all-reduce, the other hosts' {others_comm_ms:.1} ms)"
             ),
+            Cause::OutsideLoad { host, load } => {
+                let whose = host.as_ref().map_or("this machine's".into(), |h| format!("{h}'s"));
+                let top = (load.top.as_ref())
+                    .map_or(String::new(), |(who, c)| format!(", {c:.1} of them {who}"));
+                write!(
+                    f,
+                    "outside load (other work takes {:.1} of {whose} {} cores{top}; the fastest rank's machine is free)",
+                    load.others, load.cores
+                )
+            }
             Cause::Throttled {
                 reasons,
                 sm_clock_mhz,
