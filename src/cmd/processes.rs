@@ -198,7 +198,7 @@ fn follow(
             use crate::observe::telemetry::Telemetry;
             let interval = front.sample_interval;
             match made_up {
-                Some(t) => Telemetry::post_made_up(local, interval, samples, t),
+                Some(t) => Telemetry::post_made_up(info, local, interval, samples, t),
                 None => Telemetry::post_for_process_0(info, local, interval, samples),
             }
         });

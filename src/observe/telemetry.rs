@@ -178,10 +178,7 @@ impl Telemetry {
         let nvml = (!gpus.is_empty())
             .then(|| crate::observe::nvml::Nvml::open(&ids).ok())
             .flatten();
-        // (the run's other processes here would read the same)
-        let host = info.hosts.get(local.start);
-        let first_here = !info.hosts.iter().take(local.start).any(|h| Some(h) == host);
-        let mut load = first_here.then(|| {
+        let mut load = first_here(info, &local).then(|| {
             let mut meter = LoadMeter::default();
             meter.siblings = info.peers_here.iter().map(|p| p.pid).collect();
             meter
@@ -206,6 +203,7 @@ impl Telemetry {
     /// nothing else, and a load of the machine whose two cores other work takes (`made-up
     /// (pid 1)`): `--inject-peer-sample`, for tests of the way between the processes.
     pub fn post_made_up(
+        info: &RunInfo,
         local: Range<usize>,
         interval: Duration,
         samples: Arc<Samples>,
@@ -221,11 +219,13 @@ impl Telemetry {
             others: 2.0,
             top: Some(("made-up (pid 1)".into(), 2.0)),
         };
-        let first = local.start;
+        let (first, loaded) = (local.start, first_here(info, &local));
         let posted: Vec<(usize, Vec<u64>)> = local.map(|r| (r, sample.to_words())).collect();
         every(interval, move || {
             samples.post(&posted);
-            samples.post_load(first, &load.to_words());
+            if loaded {
+                samples.post_load(first, &load.to_words());
+            }
         })
     }
 
@@ -285,6 +285,13 @@ impl Telemetry {
         }
         samples
     }
+}
+
+/// Whether the process of the ranks `local` is the run's first on its machine (by host name),
+/// which reads the machine's load for process 0: the others there would read the same.
+fn first_here(info: &RunInfo, local: &Range<usize>) -> bool {
+    let host = info.hosts.get(local.start);
+    !info.hosts.iter().take(local.start).any(|h| Some(h) == host)
 }
 
 /// Of `ranks` of `info`'s run, those on GPUs, each with its GPU's PCI bus id (as NVML finds it).

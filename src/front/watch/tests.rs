@@ -227,6 +227,11 @@ fn a_skimming_reader_gives_the_runs_course_and_its_end() {
         std::fs::write(&path, garbled).unwrap();
         assert_eq!(last_step(true), last_step(false));
     }
+    // a line too long to be a record, after the steps
+    let whole_lines = &text[..text[..text.len() - 1].rfind('\n').unwrap() + 1];
+    std::fs::write(&path, format!("{whole_lines}{}\n", "x".repeat(2 << 20))).unwrap();
+    assert_eq!(last_step(true), last_step(false));
+    assert!(last_step(true).is_some());
     // a damaged step line is damage, as the whole reading finds it
     let cut = text.replacen(r#""type":"step"}"#, r#""type":"step""#, 1);
     assert_ne!(cut, text);

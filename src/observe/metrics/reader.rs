@@ -62,7 +62,8 @@ pub struct MetricsReader {
 /// What a skimming reader holds back (`MetricsReader::skimming`).
 #[derive(Default)]
 struct Skim {
-    step: Option<Vec<u8>>,
+    /// The held step record's line number and text.
+    step: Option<(u64, Vec<u8>)>,
     next: Option<Result<Record, ReadError>>,
 }
 
@@ -242,7 +243,12 @@ impl MetricsReader {
             self.look_past_end()?;
             return Ok(None);
         }
-        while let Some((a, b)) = self.lines.next_line()? {
+        loop {
+            let (a, b) = match self.lines.next_line() {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(e) => return self.held_first(Err(e)),
+            };
             let text = &self.lines.buf[a..b];
             if text.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -253,7 +259,7 @@ impl MetricsReader {
                 if step || has(br#""type":"telemetry""#) {
                     let json = serde_json::from_slice::<serde::de::IgnoredAny>(text);
                     match json {
-                        Ok(_) if step => skim.step = Some(text.to_vec()),
+                        Ok(_) if step => skim.step = Some((self.lines.line, text.to_vec())),
                         Ok(_) => {}
                         Err(_) if self.lines.tail => {
                             self.cut_off = Some(self.lines.line);
@@ -317,10 +323,14 @@ impl MetricsReader {
 
     /// The step record a skimming reader passed over last, where one waits.
     fn skimmed_step(&mut self) -> Result<Option<Record>, ReadError> {
-        let Some(text) = self.skim.as_mut().and_then(|s| s.step.take()) else {
+        let Some((line, text)) = self.skim.as_mut().and_then(|s| s.step.take()) else {
             return Ok(None);
         };
-        record_line(&text, self.info.ranks()).map_err(|w| self.lines.line_error(w))
+        record_line(&text, self.info.ranks()).map_err(|what| ReadError::Line {
+            path: self.lines.path.clone(),
+            line,
+            what,
+        })
     }
 }
 

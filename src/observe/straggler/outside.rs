@@ -35,7 +35,12 @@ impl OutsideDetector {
         if let Some(c) = &change {
             self.said = matches!(c, Change::Said(_));
         }
-        self.holding = self.said.then(|| load.clone());
+        // (the newest load that takes the cores: not one of the few before a clearing)
+        if !self.said {
+            self.holding = None;
+        } else if load.contended() {
+            self.holding = Some(load.clone());
+        }
         change
     }
 
@@ -63,11 +68,14 @@ mod tests {
             assert!(d.on_load(&load(others)).is_none());
         }
         assert!(matches!(d.on_load(&load(0.9)), Some(Change::Said(l)) if l.others == 0.9));
-        assert!(d.on_load(&load(0.9)).is_none());
+        assert!(d.on_load(&load(0.8)).is_none());
         for _ in 0..2 {
             assert!(d.on_load(&load(0.1)).is_none());
+            // (what a straggler's cause says meanwhile: the newest load that took the cores)
+            assert_eq!(d.holding().map(|l| l.others), Some(0.8));
         }
         assert!(matches!(d.on_load(&load(0.1)), Some(Change::Cleared)));
+        assert!(d.holding().is_none());
         // as the log and the screen say it
         let w = super::super::Warning::OutsideLoad {
             step: 238,
