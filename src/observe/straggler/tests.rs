@@ -63,6 +63,16 @@ fn detector(ranks: usize) -> Detector {
     )
 }
 
+/// Four ranks on two hosts: `a` (process 0's, ranks 0 and 1) and `b` (ranks 2 and 3).
+fn on_two_hosts() -> Detector {
+    let ctx = Context {
+        cores: 64,
+        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
+        ..Context::default()
+    };
+    Detector::new(4, DetectorConfig::default(), ctx)
+}
+
 /// Deterministic noise in [-1, 1).
 fn noise(step: u64, rank: usize) -> f64 {
     let x = (step.wrapping_mul(2654435761) ^ (rank as u64).wrapping_mul(40503)) % 1000;
@@ -367,13 +377,8 @@ fn a_slow_gpu_is_flagged_from_device_timings() {
 
 #[test]
 fn a_host_whose_all_reduce_stands_out_is_named_as_the_network() {
-    // four ranks on two hosts; host b's ranks work slower and move data 4x as long
-    let ctx = Context {
-        cores: 64,
-        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
-        ..Context::default()
-    };
-    let mut d = Detector::new(4, DetectorConfig::default(), ctx);
+    // host b's ranks work slower and move data 4x as long
+    let mut d = on_two_hosts();
     let mut warnings = Vec::new();
     for step in 1..=100 {
         let work = [10.0, 10.0, 20.0, 10.0];

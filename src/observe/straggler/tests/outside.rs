@@ -5,12 +5,7 @@ use super::*;
 
 #[test]
 fn each_machines_outside_load_is_said_and_cleared_on_its_own() {
-    let ctx = Context {
-        cores: 64,
-        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
-        ..Context::default()
-    };
-    let mut d = Detector::new(4, DetectorConfig::default(), ctx);
+    let mut d = on_two_hosts();
     let load = |others| crate::observe::machine_load::Load {
         cores: 2,
         ours: 1.5,
@@ -40,12 +35,7 @@ fn each_machines_outside_load_is_said_and_cleared_on_its_own() {
 
 #[test]
 fn a_straggler_on_a_machine_whose_cores_other_work_takes_is_said_so() {
-    let ctx = Context {
-        cores: 64,
-        hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
-        ..Context::default()
-    };
-    let mut d = Detector::new(4, DetectorConfig::default(), ctx);
+    let mut d = on_two_hosts();
     let load = crate::observe::machine_load::Load {
         cores: 16,
         ours: 14.0,
