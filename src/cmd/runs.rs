@@ -115,11 +115,9 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         (Budget::Epochs(e), None) => by_steps(e * app.info.steps_per_epoch()),
     };
     // (a resumed run's line's, as its summary leads with)
-    let before = app.info.best_before.map(|b| b.accuracy);
-    row.best_accuracy = match (app.val_accuracy().1, before) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
+    let own = app.val_accuracy().1;
+    let before = crate::engine::checkpoint::BestVal::unbeaten(app.info.best_before, own);
+    row.best_accuracy = before.map(|b| b.accuracy).or(own);
     if app
         .summary
         .as_ref()

@@ -29,6 +29,13 @@ impl TrainSplit {
         }
     }
 
+    /// The training split's fingerprint as a checkpoint records it (hex), and the validation
+    /// set's where it is known.
+    pub fn hex(&self) -> (String, Option<String>) {
+        let hex = |f: u64| format!("{f:016x}");
+        (hex(self.fingerprint), self.val_fingerprint.map(hex))
+    }
+
     /// With the fingerprint of the validation set `val`.
     pub fn validating(self, val: &Dataset) -> TrainSplit {
         TrainSplit {
@@ -80,7 +87,7 @@ pub(super) fn resumed_settings(
     };
     let mut changed = changed(cfg, meta);
     let train_samples = split.samples;
-    let ours = format!("{:016x}", split.fingerprint);
+    let ours = split.hex().0;
     if let Some(n) = meta.train_samples.filter(|&n| n != train_samples) {
         changed.push(format!(
             "a training split of {train_samples} samples (the checkpoint's run had {n}: the data or its validation split changed, so the sample order is not the one it trained on)"

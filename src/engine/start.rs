@@ -138,8 +138,10 @@ pub(super) fn starting_point(
 /// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
 /// from before lines carried it: its own), where this run validates on the same set.
 fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::BestVal> {
-    let same_set = (split.val_fingerprint.map(|f| format!("{f:016x}")))
-        .is_some_and(|f| meta.val_fingerprint.as_ref() == Some(&f));
+    let same_set = split
+        .hex()
+        .1
+        .is_some_and(|f| meta.val_fingerprint == Some(f));
     let own = (meta.val_accuracy).map(|accuracy| checkpoint::BestVal {
         accuracy,
         step: meta.step,

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::engine::checkpoint::BestVal;
 use crate::engine::events::Ending;
 use crate::engine::RunInfo;
 use crate::front::units::{ranks_time, si, took};
@@ -226,20 +227,16 @@ impl Summary {
     /// (95.80% since)`).
     pub fn best_val(&self, info: &RunInfo) -> Option<String> {
         let percent = |a: f32| format!("{:.2}%", a * 100.0);
-        match (self.best_val_accuracy, info.best_before) {
-            (Some(a), Some(b)) if b.accuracy > a => Some(format!(
-                "{} at step {}, before the resume ({} since)",
-                percent(b.accuracy),
-                b.step,
-                percent(a)
-            )),
-            (None, Some(b)) => Some(format!(
-                "{} at step {}, before the resume",
-                percent(b.accuracy),
-                b.step
-            )),
-            (a, _) => a.map(percent),
-        }
+        let own = self.best_val_accuracy;
+        let Some(b) = BestVal::unbeaten(info.best_before, own) else {
+            return own.map(percent);
+        };
+        let since = own.map_or(String::new(), |a| format!(" ({} since)", percent(a)));
+        Some(format!(
+            "{} at step {}, before the resume{since}",
+            percent(b.accuracy),
+            b.step
+        ))
     }
 
     /// `115 steps in 0.02 s | best val accuracy 92.48% | 587k samples/s of training (1.93x one
@@ -317,7 +314,6 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::checkpoint::BestVal;
 
     #[test]
     fn spikes_are_named_by_their_steps_while_few_and_known() {

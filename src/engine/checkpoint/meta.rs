@@ -118,6 +118,12 @@ impl BestVal {
             _ => BestVal { accuracy, step },
         }
     }
+
+    /// A resumed run's line's best before it (`before`), where the run's own best (`own`)
+    /// stayed below it: what its summary and `runs` give as the best.
+    pub fn unbeaten(before: Option<BestVal>, own: Option<f32>) -> Option<BestVal> {
+        before.filter(|b| own.is_none_or(|a| b.accuracy > a))
+    }
 }
 
 impl CheckpointMeta {

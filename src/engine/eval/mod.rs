@@ -182,13 +182,13 @@ fn runs_data(cfg: &RunConfig, meta: &CheckpointMeta) -> Result<data::LoadedData,
     let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
     let recorded = (meta.train_samples).zip(meta.train_fingerprint.as_deref());
     if let Some((n, fingerprint)) = recorded {
-        let how = match (n == split.samples, fingerprint == format!("{:016x}", split.fingerprint)) {
+        let how = match (n == split.samples, *fingerprint == split.hex().0) {
             (true, true) => None,
             (false, _) => Some(format!("its training split has {} now, the checkpoint's run had {n}", split.samples)),
             (true, false) => Some(format!("its training split has the {n} samples the checkpoint's run had, but other contents (other files, values or classes)")),
         };
         // (the validation set's own: another file's rows, pictures replaced or removed)
-        let val_now = split.val_fingerprint.map(|f| format!("{f:016x}"));
+        let val_now = split.hex().1;
         let val_changed = meta.val_fingerprint.is_some() && meta.val_fingerprint != val_now;
         let how = how.or_else(|| {
             val_changed.then(|| "its validation samples are not the ones the run validated on (other files, values or classes)".to_string())

@@ -123,8 +123,8 @@ impl Worker {
             origin: cfg.origin.clone(),
             torchvision_changes: self.model.torchvision_changes.map(String::from),
             train_samples: Some(self.train.samples),
-            train_fingerprint: Some(format!("{:016x}", self.train.fingerprint)),
-            val_fingerprint: (self.train.val_fingerprint).map(|f| format!("{f:016x}")),
+            train_fingerprint: Some(self.train.hex().0),
+            val_fingerprint: self.train.hex().1,
             epoch_sum: Some(self.epoch_sum),
             // (filled in as the weights are written)
             weights_crc32c: None,

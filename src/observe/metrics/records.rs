@@ -82,6 +82,13 @@ pub fn run(info: &RunInfo) -> Value {
     })
 }
 
+/// An outside load's machine, where it is another than process 0's: its first rank and host.
+fn other_machine(v: &mut Value, rank: Option<usize>, host: &Option<String>) {
+    if let (Some(r), Some(h)) = (rank, host) {
+        (v["rank"], v["host"]) = (r.into(), h.clone().into());
+    }
+}
+
 /// A step as every rank saw it, and the samples/s measured then; each GPU rank's MFU where
 /// `mfu` knows its peak.
 pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Value {
@@ -313,9 +320,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             rank,
             host,
         } => {
-            if let (Some(r), Some(h)) = (rank, host) {
-                (v["rank"], v["host"]) = ((*r).into(), h.clone().into());
-            }
+            other_machine(&mut v, *rank, host);
             v["step"] = (*step).into();
             v["cores"] = load.cores.into();
             v["ours_cores"] = load.ours.into();
@@ -323,9 +328,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["top"] = load.top.as_ref().map(|t| t.0.clone()).into();
         }
         Warning::OutsideLoadCleared { step, rank, host } => {
-            if let (Some(r), Some(h)) = (rank, host) {
-                (v["rank"], v["host"]) = ((*r).into(), h.clone().into());
-            }
+            other_machine(&mut v, *rank, host);
             v["step"] = (*step).into();
         }
     }
