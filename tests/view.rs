@@ -545,7 +545,7 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     let d = tempfile::tempdir().unwrap();
     let mut run =
         common::run::Run::start(d.path(), &["--steps", "1000000", "--checkpoint-every", "5"]);
-    run.wait_log("a checkpoint", |l| l.contains("checkpoint at step"));
+    run.wait_log("two checkpoints", |l| l.contains("checkpoint at step 10"));
     let view = |what: &str| {
         let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
         assert_eq!(code, Some(0), "{what}: {out}");
@@ -553,6 +553,40 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     };
     let out = view("live");
     assert!(out.contains("still running"), "{out}");
+    // a copy of its directory made while it runs is no run: its lock file names the live
+    // process, which holds the original's lock, not the copy's
+    let copy = d.path().join("copy");
+    std::fs::create_dir_all(copy.join("checkpoints")).unwrap();
+    for f in ["metrics.jsonl", "checkpoints/.lock"] {
+        std::fs::copy(d.path().join("run").join(f), copy.join(f)).unwrap();
+    }
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "copy"]);
+    let original = d.path().join("run").canonicalize().unwrap();
+    assert!(
+        code == Some(0)
+            && out.contains(&format!(
+                "a copy of run directory {}, whose run still runs: mgtop-train view {0}",
+                original.display()
+            ))
+            && !out.contains("it was killed")
+            && !out.contains("resume with"),
+        "{out}"
+    );
+    let (_, out) = run_limited(d.path(), &["runs", "."]);
+    let state = |dir: &str| {
+        let words = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>());
+        let row = words
+            .into_iter()
+            .find(|w| w.first().is_some_and(|p| p.ends_with(dir)));
+        row.and_then(|w| w.get(1).map(|s| s.to_string()))
+    };
+    assert_eq!(
+        (state("/run").as_deref(), state("/copy").as_deref()),
+        (Some("live"), Some("copy")),
+        "{out}"
+    );
     run.child.kill().unwrap();
     run.wait_exit();
     // a run of this machine that is not running was killed, whenever it last wrote
@@ -561,16 +595,39 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
         out.contains("the run is not running: it was killed"),
         "{out}"
     );
-    // and how to go on from its newest checkpoint: its run directory
+    // and how to go on from its newest checkpoint: its run directory (a kill can come between
+    // a checkpoint and its record: below)
     let run_dir = d.path().join("run").canonicalize().unwrap();
     assert!(
-        out.contains("its newest checkpoint recorded: ")
+        out.contains("its newest checkpoint")
             && out.contains(&format!("resume with: --resume {}\n", run_dir.display())),
+        "{out}"
+    );
+    // killed between its newest checkpoint and the record of it (or copied while it ran): the
+    // one --resume takes is named, not the file's last
+    let metrics = d.path().join("run/metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let mut kept: Vec<&str> = text.lines().collect();
+    let last = (kept.iter())
+        .rposition(|l| l.contains(r#""kind":"checkpoint""#))
+        .unwrap();
+    kept.remove(last);
+    std::fs::write(&metrics, kept.join("\n") + "\n").unwrap();
+    let newest = (std::fs::read_dir(run_dir.join("checkpoints")).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("state.json").is_file())
+        .max()
+        .unwrap();
+    let out = view("killed before its last record");
+    assert!(
+        out.contains(&format!(
+            "its newest checkpoint: {} (newer than the last its file records, ",
+            newest.display()
+        )) && out.contains(&format!("resume with: --resume {}\n", run_dir.display())),
         "{out}"
     );
     // one of another machine sharing this folder could be running there, until a minute
     // without a word
-    let metrics = d.path().join("run/metrics.jsonl");
     let text = std::fs::read_to_string(&metrics).unwrap();
     let (first, rest) = text.split_once('\n').unwrap();
     let mut run_record: serde_json::Value = serde_json::from_str(first).unwrap();

@@ -1,6 +1,7 @@
 //! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live,
-//! suspended, done, stopped, failed, or ended without a word: killed), step, progress, best validation accuracy
-//! and when their metrics file last changed.
+//! suspended, done, stopped, failed, ended without a word: killed, or a copy of a live run's
+//! directory), step, progress, best validation accuracy and when their metrics file last
+//! changed.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -133,6 +134,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             Ending::Quit => "quit",
         },
         None if live => live_state(&row.dir),
+        None if rundir::copy_of_live(&row.dir, app.info.run_dir.as_deref()).is_some() => "copy",
         None if damaged => "damaged",
         None => "killed",
     }

@@ -1,6 +1,7 @@
 //! `view PATH`: the terminal UI over a metrics file written by an earlier or still running run
 //! (read-only, followed as it grows), or with `--headless` the run's summary lines.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use crossbeam_channel::{unbounded, Sender};
@@ -111,29 +112,25 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         }
         read_all(&mut reader, &mut app)?;
         let after = reader.past_end().map(crate::front::words::past_end);
-        // a killed or stopped run's way on: its newest checkpoint the file records, where it
-        // still is (a killed run's summary does not name it)
+        // (a copy of a run directory made while its run ran: that run goes on in the original)
+        let recorded = app.info.run_dir.as_deref();
+        let original = (run_dir.as_deref()).and_then(|d| rundir::copy_of_live(d, recorded));
+        let live = live.filter(|_| original.is_none());
+        let original = original.map(|o| {
+            let o = o.display();
+            format!("a copy of run directory {o}, whose run still runs: mgtop-train view {o}")
+        });
+        // a killed or stopped run's way on (a killed run's summary does not name it)
         let killed = live == Some(false) && app.summary.is_none();
         let stopped = (app.summary.as_ref()).is_some_and(|s| s.ending != Ending::Completed);
         let resume = (killed || stopped && live != Some(true))
-            .then_some(app.last_checkpoint.as_deref())
-            .flatten()
-            .filter(|p| crate::engine::checkpoint::is_checkpoint(p))
-            .map(|p| {
-                let arg = rundir::resume_arg(run_dir.as_deref(), p);
-                match killed {
-                    true => format!(
-                        "its newest checkpoint recorded: {}; resume with: --resume {}",
-                        p.display(),
-                        arg.display()
-                    ),
-                    false => format!("resume with: --resume {}", arg.display()),
-                }
-            });
+            .then(|| way_on(run_dir.as_deref(), app.last_checkpoint.as_deref(), killed))
+            .flatten();
         let cut = (reader.cut_off()).map(|l| {
             format!("its last line ({l}) was cut off mid-record where the run stopped writing")
         });
         for line in (summary(&app, live).into_iter())
+            .chain(original)
             .chain(cut)
             .chain(after)
             .chain(resume)
@@ -171,6 +168,37 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// How a run that did not complete goes on: from the checkpoint `--resume` takes, its run
+/// directory's newest on disk (which can be newer than the last its file records: a kill
+/// between a checkpoint and its record, a copy made while it ran), else the newest recorded
+/// where it still is. A killed run's line names the checkpoint too.
+fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Option<String> {
+    use crate::engine::checkpoint::is_checkpoint;
+    let recorded = recorded.filter(|p| is_checkpoint(p));
+    let on_disk = run_dir.and_then(|d| rundir::resume_point(d).ok());
+    let newest = on_disk.as_deref().or(recorded)?;
+    let arg = rundir::resume_arg(run_dir, newest).display().to_string();
+    if !killed {
+        return Some(format!("resume with: --resume {arg}"));
+    }
+    let same = |a: &Path, b: &Path| a.canonicalize().ok() == b.canonicalize().ok();
+    let unrecorded = match recorded {
+        Some(r) if !same(r, newest) => {
+            format!(" (newer than the last its file records, {})", r.display())
+        }
+        Some(_) => String::new(),
+        None => " (its file records none)".into(),
+    };
+    let what = match unrecorded.is_empty() {
+        true => "its newest checkpoint recorded",
+        false => "its newest checkpoint",
+    };
+    Some(format!(
+        "{what}: {}{unrecorded}; resume with: --resume {arg}",
+        newest.display()
+    ))
 }
 
 /// The run's name and its end-of-run summary; for a run without an end yet, how far it got

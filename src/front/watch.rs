@@ -19,7 +19,7 @@ use crate::observe::metrics::Record;
 use crate::observe::monitor::{Monitor, StepRow};
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Detector, Warning};
-use crate::observe::telemetry::{process_memory, Telemetry};
+use crate::observe::telemetry::{process_memory, PeerLoad, Telemetry};
 use crate::observe::Recorder;
 
 /// What the watch saw, in the order it was recorded.
@@ -308,13 +308,20 @@ impl Watch {
         let devices = self.telemetry.sample(t);
         self.sampled(t, devices, process_memory());
         // (other work taking the cores, here and on the other processes' machines: said
-        // where the detector finds it held)
-        let here = self.telemetry.load().map(|l| (None, l));
-        let there = self.telemetry.peer_loads().into_iter();
-        for (rank, load) in here.into_iter().chain(there.map(|(r, l)| (Some(r), l))) {
-            if let Some(w) = self.detector.on_load(rank, &load) {
-                self.warning(&w, t);
-            }
+        // where the detector finds it held; another machine's taken back where its loads stop
+        // coming)
+        let mut said: Vec<Warning> = Vec::new();
+        if let Some(load) = self.telemetry.load() {
+            said.extend(self.detector.on_load(None, &load));
+        }
+        for (rank, heard) in self.telemetry.peer_loads() {
+            said.extend(match heard {
+                PeerLoad::Load(load) => self.detector.on_load(Some(rank), &load),
+                PeerLoad::Unheard => self.detector.on_unheard(rank),
+            });
+        }
+        for w in said {
+            self.warning(&w, t);
         }
     }
 

@@ -1,9 +1,10 @@
 //! What each device is doing, sampled at an interval. One sample type for every backend:
 //! a metric a device cannot report is `None` (shown as n/a), never 0.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
@@ -101,8 +102,17 @@ struct Peers {
     samples: Arc<Samples>,
     /// Process 0's ranks (read here, or from their step times).
     own: Range<usize>,
-    /// How old a sample may be to be shown.
+    /// How old a sample may be to be shown, or a machine's load to be taken as holding.
     within: Duration,
+    /// When each machine's load last came (by the first rank of the process that sent it).
+    loads_heard: BTreeMap<usize, Instant>,
+}
+
+/// What process 0 heard of another machine's load since the last sample.
+pub enum PeerLoad {
+    Load(Load),
+    /// None came for longer than a few intervals (said once): what was said of it holds no more.
+    Unheard,
 }
 
 impl Telemetry {
@@ -159,6 +169,7 @@ impl Telemetry {
             samples,
             own,
             within: 3 * interval + Duration::from_secs(2),
+            loads_heard: Default::default(),
         });
         self
     }
@@ -230,15 +241,31 @@ impl Telemetry {
     }
 
     /// Process 0 of a run over several processes: the loads the other machines' processes
-    /// sent since the last call, each by the first rank of the process that sent it.
-    pub fn peer_loads(&self) -> Vec<(usize, Load)> {
-        let Some(p) = &self.peers else {
+    /// sent since the last call, each by the first rank of the process that sent it, and
+    /// those whose loads stopped coming (once each time they stop).
+    pub fn peer_loads(&mut self) -> Vec<(usize, PeerLoad)> {
+        let Some(p) = &mut self.peers else {
             return Vec::new();
         };
-        (p.samples.loads().into_iter())
+        let now = Instant::now();
+        let heard: Vec<(usize, Load)> = (p.samples.loads().into_iter())
             .filter(|(r, _)| !p.own.contains(r))
             .filter_map(|(r, words)| Some((r, Load::from_words(&words)?)))
-            .collect()
+            .collect();
+        for (r, _) in &heard {
+            p.loads_heard.insert(*r, now);
+        }
+        let within = p.within;
+        let mut out: Vec<(usize, PeerLoad)> = Vec::new();
+        p.loads_heard.retain(|&r, at| {
+            let quiet = now.duration_since(*at) > within;
+            if quiet {
+                out.push((r, PeerLoad::Unheard));
+            }
+            !quiet
+        });
+        out.extend(heard.into_iter().map(|(r, l)| (r, PeerLoad::Load(l))));
+        out
     }
 
     pub fn on_step(&mut self, s: &StepStats) {
@@ -457,6 +484,43 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let s = t.sample(Duration::from_millis(3000));
         assert_eq!(s[1].temp_c, None);
+    }
+
+    #[test]
+    fn another_machines_load_is_given_as_it_comes_and_its_silence_once() {
+        let samples = Arc::new(Samples::new(4));
+        let interval = Duration::from_millis(100);
+        let mut t = Telemetry::of_steps(4).with_peers(Some((samples.clone(), 0..2)), interval);
+        let load = Load {
+            cores: 16,
+            ours: 2.0,
+            others: 3.0,
+            top: None,
+        };
+        let from = |rank: usize| {
+            let there = Samples::new(4);
+            there.post_load(rank, &load.to_words());
+            samples.heard(&there.take_fresh().unwrap());
+        };
+        let given = |t: &mut Telemetry| -> Vec<(usize, bool)> {
+            let heard = t.peer_loads().into_iter();
+            heard
+                .map(|(r, l)| (r, matches!(l, PeerLoad::Load(_))))
+                .collect()
+        };
+        from(2);
+        assert_eq!(given(&mut t), [(2, true)]);
+        // (none new since: nothing, until it is overdue; process 0's own rank is not another's)
+        assert_eq!(given(&mut t), []);
+        from(0);
+        assert_eq!(given(&mut t), []);
+        t.peers.as_mut().unwrap().within = Duration::from_millis(1);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(given(&mut t), [(2, false)]);
+        assert_eq!(given(&mut t), []);
+        // coming again: given again
+        from(2);
+        assert_eq!(given(&mut t), [(2, true)]);
     }
 
     #[test]

@@ -437,6 +437,14 @@ pub fn is_run_dir(dir: &Path) -> bool {
         || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
+/// The run directory that run directory `dir` was copied from while its run ran, where that
+/// run still runs: the one its file records (`recorded`), another directory than `dir`, live.
+pub fn copy_of_live(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
+    let recorded = recorded?;
+    let same = fs::canonicalize(dir).ok()? == fs::canonicalize(recorded).ok()?;
+    (!same && is_run_dir(recorded) && is_live(recorded)).then(|| recorded.to_path_buf())
+}
+
 /// The run directory whose run wrote metrics file `path`: the one it is in, or the one its
 /// `run` record names (`recorded`: a `--metrics-out` file, or a copy on the same machine),
 /// where that is one; whether the run still runs is asked there.

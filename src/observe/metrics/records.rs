@@ -327,9 +327,17 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["others_cores"] = load.others.into();
             v["top"] = load.top.as_ref().map(|t| t.0.clone()).into();
         }
-        Warning::OutsideLoadCleared { step, rank, host } => {
+        Warning::OutsideLoadCleared {
+            step,
+            rank,
+            host,
+            unheard,
+        } => {
             other_machine(&mut v, *rank, host);
             v["step"] = (*step).into();
+            if *unheard {
+                v["unheard"] = true.into();
+            }
         }
     }
     v

@@ -192,7 +192,26 @@ impl Detector {
                 rank,
                 host,
             },
-            outside::Change::Cleared => Warning::OutsideLoadCleared { step, rank, host },
+            outside::Change::Cleared => Warning::OutsideLoadCleared {
+                step,
+                rank,
+                host,
+                unheard: false,
+            },
+        })
+    }
+
+    /// Another machine's loads stopped coming (`rank`: the first rank of the process that sent
+    /// them): what was said of its load is taken back, as no longer known.
+    pub fn on_unheard(&mut self, rank: usize) -> Option<Warning> {
+        if !self.outside.get_mut(&Some(rank))?.unheard() {
+            return None;
+        }
+        Some(Warning::OutsideLoadCleared {
+            step: self.last_step,
+            rank: Some(rank),
+            host: self.ctx.hosts.get(rank).cloned(),
+            unheard: true,
         })
     }
 

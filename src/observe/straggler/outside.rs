@@ -1,5 +1,6 @@
 //! Other work on the machine taking the run's cores (`outside_load`): said once it held for
-//! `RUNS` telemetry samples in a row, cleared after as many without it.
+//! `RUNS` telemetry samples in a row, cleared after as many without it, or once another
+//! machine's loads stop coming.
 
 use crate::observe::machine_load::Load;
 
@@ -44,6 +45,12 @@ impl OutsideDetector {
         change
     }
 
+    /// The machine's loads stopped coming: what was said holds no more (said again only after
+    /// `RUNS` new samples with it). Whether it was said.
+    pub fn unheard(&mut self) -> bool {
+        std::mem::take(self).said
+    }
+
     /// The machine's newest load, while other work is said to take its cores.
     pub fn holding(&self) -> Option<&Load> {
         self.holding.as_ref()
@@ -76,6 +83,16 @@ mod tests {
         }
         assert!(matches!(d.on_load(&load(0.1)), Some(Change::Cleared)));
         assert!(d.holding().is_none());
+        // a machine whose loads stop coming: what was said of it is taken back, once
+        assert!(!d.unheard());
+        for _ in 0..3 {
+            d.on_load(&load(0.9));
+        }
+        assert!(d.unheard());
+        assert!(d.holding().is_none() && !d.unheard());
+        // said again only after as many samples with it as at first
+        assert!(d.on_load(&load(0.9)).is_none() && d.on_load(&load(0.9)).is_none());
+        assert!(matches!(d.on_load(&load(0.9)), Some(Change::Said(_))));
         // as the log and the screen say it
         let w = super::super::Warning::OutsideLoad {
             step: 238,
@@ -106,10 +123,21 @@ mod tests {
             step: 300,
             rank: Some(2),
             host: Some("node2".into()),
+            unheard: false,
         };
         assert_eq!(
             cleared.to_string(),
             "outside load on node2 cleared: the cores are free for this run again (step 300)"
+        );
+        let unheard = super::super::Warning::OutsideLoadCleared {
+            step: 300,
+            rank: Some(2),
+            host: Some("node2".into()),
+            unheard: true,
+        };
+        assert_eq!(
+            unheard.to_string(),
+            "outside load on node2 no longer known: its machine's loads stopped coming (step 300)"
         );
     }
 }

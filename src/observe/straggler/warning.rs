@@ -196,6 +196,8 @@ pub enum Warning {
         step: u64,
         rank: Option<usize>,
         host: Option<String>,
+        /// Another machine whose loads stopped coming: not known to be free, no longer known.
+        unheard: bool,
     },
 }
 
@@ -322,9 +324,12 @@ impl fmt::Display for Warning {
                     load.others, load.cores, load.ours
                 )
             }
-            Warning::OutsideLoadCleared { step, host, .. } => {
+            Warning::OutsideLoadCleared { step, host, unheard, .. } => {
                 let on = host.as_ref().map_or(String::new(), |h| format!(" on {h}"));
-                write!(f, "outside load{on} cleared: the cores are free for this run again (step {step})")
+                match unheard {
+                    false => write!(f, "outside load{on} cleared: the cores are free for this run again (step {step})"),
+                    true => write!(f, "outside load{on} no longer known: its machine's loads stopped coming (step {step})"),
+                }
             }
             Warning::Stall { step, waited, missing, injected, suspended } => {
                 let who: Vec<String> = missing.iter().map(|r| r.to_string()).collect();

@@ -31,6 +31,25 @@ fn each_machines_outside_load_is_said_and_cleared_on_its_own() {
         "{}",
         said[0]
     );
+    // said again, then b's loads stop coming: taken back as no longer known, once; a machine
+    // never said of, or unknown, gives nothing
+    for _ in 0..3 {
+        d.on_load(Some(2), &load(1.0));
+    }
+    assert!(d.on_unheard(0).is_none() && d.on_unheard(7).is_none());
+    let taken_back = d.on_unheard(2).expect("said of b");
+    assert!(matches!(
+        taken_back,
+        Warning::OutsideLoadCleared {
+            rank: Some(2),
+            unheard: true,
+            ..
+        }
+    ));
+    assert!(taken_back
+        .to_string()
+        .starts_with("outside load on b no longer known: "));
+    assert!(d.on_unheard(2).is_none());
 }
 
 #[test]
