@@ -565,14 +565,20 @@ fn a_suspended_run_is_said_suspended_with_how_to_wake_it() {
 #[test]
 fn attaching_to_a_run_still_starting_says_so() {
     // a run directory made, its data still loading or its model being built: its process
-    // holds the checkpoint lock (a live run stands for it here) and there is no socket yet
+    // holds the checkpoint lock (a live run's pid stands for it here, the lock held by this
+    // test) and there is no socket yet
     let dir = tempfile::tempdir().unwrap();
     let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
     let d = dir.path().join("elsewhere");
     let starting = d.join("runs/big/20261203-101500");
     std::fs::create_dir_all(starting.join("checkpoints")).unwrap();
     let pid = run.child.id();
-    std::fs::write(starting.join("checkpoints/.lock"), pid.to_string()).unwrap();
+    let lock = starting.join("checkpoints/.lock");
+    std::fs::write(&lock, pid.to_string()).unwrap();
+    let held = std::fs::File::open(&lock).unwrap();
+    // SAFETY: the descriptor is open for the call; flock only reads it.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) };
+    assert_eq!(rc, 0);
     let shown = starting.display().to_string();
     for target in [vec!["runs/big"], vec![shown.as_str()], vec![]] {
         let (code, err) = attach(&d, &target);
@@ -588,10 +594,13 @@ fn attaching_to_a_run_still_starting_says_so() {
     let (_, err) = attach(&d, &["runs/big"]);
     assert!(err.contains("none live"), "{err}");
     std::fs::remove_file(starting.join("metrics.jsonl")).unwrap();
-    run.child.kill().unwrap();
-    run.child.wait().unwrap();
+    // its lock file, with no process holding the lock (a copy of a starting run's directory):
+    // not starting
+    drop(held);
     let (_, err) = attach(&d, &["runs/big"]);
     assert!(err.contains("no live run under runs/big"), "{err}");
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
 }
 
 /// `--resume run` of the run `Run::start` made in `dir`, refused: what it said.

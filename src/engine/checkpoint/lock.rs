@@ -132,8 +132,9 @@ pub fn holder(dir: &Path) -> Option<u32> {
     (alive && same_program && pid != std::process::id() && held()).then_some(pid)
 }
 
-/// Whether some process holds a flock on the file at `path`, as the kernel's table of locks
-/// (`/proc/locks`) lists them by inode; None where that cannot be told.
+/// Whether some process holds a lock on the file at `path`, as the kernel's table of locks
+/// (`/proc/locks`) lists them by inode (a flock; on NFS, where flock is a POSIX lock, that);
+/// None where that cannot be told.
 fn flocked(path: &Path) -> Option<bool> {
     use std::os::unix::fs::MetadataExt;
     // (a busy machine's table: some thousands of lines of 60 bytes)
@@ -148,7 +149,9 @@ fn flocked(path: &Path) -> Option<bool> {
     // `1: FLOCK  ADVISORY  WRITE 12557 fe:00:10027255 0 EOF` (a waiter's: `1: -> FLOCK ...`)
     Some(table.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        let held = f.get(1) == Some(&"FLOCK");
+        let held = f
+            .get(1)
+            .is_some_and(|k| ["FLOCK", "POSIX", "OFDLCK"].contains(k));
         held && (f.get(5).and_then(|d| d.rsplit(':').next())).and_then(|i| i.parse().ok())
             == Some(ino)
     }))
