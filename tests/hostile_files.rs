@@ -256,6 +256,19 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--init", "w.safetensors"],
         &["--init w.safetensors", "not a whole safetensors file"],
     );
+    // a header of a million tensors' entries (reading its JSON would take gigabytes): refused
+    // from its length
+    let mut many = std::fs::File::create(d.join("many.safetensors")).unwrap();
+    many.write_all(&(9u64 << 20).to_le_bytes()).unwrap();
+    many.set_len(8 + (9 << 20)).unwrap();
+    refused(
+        d,
+        &["--init", "many.safetensors"],
+        &[
+            "--init many.safetensors: its header is 9 MiB long",
+            "right file",
+        ],
+    );
     refused(
         d,
         &["--augment", "crop:4,rotate"],

@@ -8,20 +8,92 @@ use std::collections::HashMap;
 use super::Dataset;
 
 /// How many of `held`'s samples have the values of a sample of `train`, feature for feature
-/// (labels aside); 0 for picture sets, whose samples are made from files as they are cut.
+/// (labels aside); 0 for picture sets, whose samples are made from files as they are cut, and
+/// where the memory to tell is not to be had.
 pub fn shared_rows(train: &Dataset, held: &Dataset) -> usize {
     let d = train.features;
     if train.pictures.is_some() || held.pictures.is_some() || d == 0 || held.features != d {
         return 0;
     }
-    // each row by its hash, then the first row of that hash compared value for value
-    let mut first: HashMap<u64, u32> = HashMap::with_capacity(train.len());
-    for (i, row) in train.x.chunks_exact(d).enumerate() {
-        first.entry(hash(row)).or_insert(i as u32);
+    // the held rows (the fewer, usually: a validation share) as their distinct values, each
+    // with its copies counted, by hash (those of one hash chained); each training row's hash
+    // looked up and its chain compared value for value. Some 30 bytes a held row: a set of
+    // millions of short rows takes no more than its values do.
+    let mut held_rows = Distinct::default();
+    let n = held.len();
+    if held_rows.first.try_reserve(n).is_err()
+        || [
+            &mut held_rows.row,
+            &mut held_rows.next,
+            &mut held_rows.copies,
+        ]
+        .into_iter()
+        .any(|v| v.try_reserve_exact(n).is_err())
+    {
+        return 0;
     }
-    (held.x.chunks_exact(d))
-        .filter(|row| (first.get(&hash(row))).is_some_and(|&i| same(train.row(i as usize), row)))
-        .count()
+    for (i, row) in held.x.chunks_exact(d).enumerate() {
+        held_rows.add(held, i, row);
+    }
+    let mut shared = vec![false; held_rows.row.len()];
+    for row in train.x.chunks_exact(d) {
+        if let Some(k) = held_rows.find(held, row) {
+            shared[k] = true;
+        }
+    }
+    (shared.iter().zip(&held_rows.copies))
+        .filter(|(&s, _)| s)
+        .map(|(_, &c)| c as usize)
+        .sum()
+}
+
+/// The distinct rows of a set: each by the index of its first copy, with its copies counted,
+/// found by hash.
+#[derive(Default)]
+struct Distinct {
+    /// The newest distinct row of each hash.
+    first: HashMap<u64, u32>,
+    row: Vec<u32>,
+    /// The distinct row of the same hash before each (`END`: none).
+    next: Vec<u32>,
+    copies: Vec<u32>,
+}
+
+/// No more distinct row in a chain.
+const END: u32 = u32::MAX;
+
+/// The most rows of one hash compared (values that collide by the thousand are made to: a
+/// row past them goes uncounted rather than the check taking quadratic time).
+const CHAIN: usize = 16;
+
+impl Distinct {
+    /// Row `i` of `set`, `values`: a copy of a distinct row found, or a new one.
+    fn add(&mut self, set: &Dataset, i: usize, values: &[f32]) {
+        if let Some(k) = self.find(set, values) {
+            self.copies[k] += 1;
+            return;
+        }
+        let head = self.first.entry(hash(values)).or_insert(END);
+        self.next.push(*head);
+        *head = self.row.len() as u32;
+        self.row.push(i as u32);
+        self.copies.push(1);
+    }
+
+    /// The distinct row with `values` (a row of `set`, whose rows these are), where one is.
+    fn find(&self, set: &Dataset, values: &[f32]) -> Option<usize> {
+        let mut k = self.first.get(&hash(values)).copied().unwrap_or(END);
+        for _ in 0..CHAIN {
+            if k == END {
+                return None;
+            }
+            if same(set.row(self.row[k as usize] as usize), values) {
+                return Some(k as usize);
+            }
+            k = self.next[k as usize];
+        }
+        None
+    }
 }
 
 /// A row's values as their bits (0.0 and -0.0 alike), mixed as FxHash mixes words.
@@ -83,6 +155,9 @@ mod tests {
         let held = set(&[[1.0, 2.0], [2.0, 1.0], [-0.0, 5.0], [3.0, 4.0], [3.0, 4.5]]);
         assert_eq!(shared_rows(&train, &held), 3);
         assert_eq!(shared_rows(&train, &set(&[[9.0, 9.0]])), 0);
+        // a held row repeated: each copy counts
+        let held = set(&[[3.0, 4.0], [9.0, 9.0], [3.0, 4.0], [1.0, 2.0]]);
+        assert_eq!(shared_rows(&train, &held), 3);
         let note = validation_note(3, 5, true, true).unwrap();
         assert!(
             note.starts_with("3 of the 5 validation samples") && note.contains("awk"),

@@ -67,17 +67,22 @@ pub fn read_header(f: &mut impl Read, len: u64) -> Option<(u64, Map<String, Valu
     ))
 }
 
+/// The length of the header of the safetensors file `f` (its first 8 bytes), unread.
+pub fn header_len(f: &mut impl Read) -> Option<u64> {
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).ok()?;
+    Some(u64::from_le_bytes(n))
+}
+
 /// The start of the safetensors file `f` (`len` bytes long) as bytes: its 8-byte header
 /// length and its header; `None` where the length runs past the file or the bound.
 pub fn read_head(f: &mut impl Read, len: u64) -> Option<Vec<u8>> {
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n).ok()?;
-    let m = u64::from_le_bytes(n);
+    let m = header_len(f)?;
     if m > len.saturating_sub(8) || m > MAX_HEADER {
         return None;
     }
     let mut head = vec![0u8; 8 + m as usize];
-    head[..8].copy_from_slice(&n);
+    head[..8].copy_from_slice(&m.to_le_bytes());
     f.read_exact(&mut head[8..]).ok()?;
     Some(head)
 }

@@ -12,10 +12,12 @@ use safetensors::SafeTensors;
 use super::checkpoint;
 use crate::files::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
+use header::Shapes;
 use names::{last_of_kind, listed, masked, renumbered};
 
 mod export;
 mod exported;
+mod header;
 pub mod module;
 mod names;
 mod trained_for;
@@ -75,31 +77,6 @@ fn values(view: &TensorView, name: &str) -> Result<Vec<f32>, String> {
             ))
         }
     })
-}
-
-/// Tensors' shapes by name.
-type Shapes = std::collections::BTreeMap<String, Vec<usize>>;
-
-/// The tensor names in the header of safetensors file `path`, read without the rest of the
-/// file, and what is wrong with the file that the header shows (an entry, the length); None
-/// where the header is not one (reading the whole file then says what is wrong).
-fn header_names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<String>)> {
-    use checkpoint::tensor_file::{header_problem, read_head, read_header, tensors};
-    let (mut file, len) = read::open(path, expect).ok()?;
-    let head = read_head(&mut file, len)?;
-    let (_, header) = read_header(&mut &head[..], head.len() as u64)?;
-    let shape = |t: &serde_json::Value| -> Vec<usize> {
-        (t.get("shape")
-            .and_then(|s| s.as_array())
-            .into_iter()
-            .flatten())
-        .map(|d| d.as_u64().unwrap_or(0) as usize)
-        .collect()
-    };
-    let names = tensors(&header)
-        .map(|(k, t)| (k.clone(), shape(t)))
-        .collect();
-    Some((names, header_problem(&head, len)))
 }
 
 /// Loads the tensors of `path` that this model has, by name, into `params` and `buffers`;
@@ -175,8 +152,14 @@ pub fn import(
             ex.join(", ")
         ))
     };
+    if let Some(n) = header::too_long(path, &expect) {
+        return Err(at(format!(
+            "its header is {} long where a model's takes kilobytes (an entry a tensor); is it the right file?",
+            crate::text::bytes(n)
+        )));
+    }
     // a file of another model is refused from its header, before its bulk is read
-    if let Some((names, problem)) = header_names(path, &expect) {
+    if let Some((names, problem)) = header::names(path, &expect) {
         let named = |t: &TensorInfo| {
             PREFIXES
                 .iter()

@@ -1,0 +1,44 @@
+//! What `--init` reads of a weights file before its bulk: the length of its header, and the
+//! names and shapes of its tensors.
+
+use std::path::Path;
+
+use crate::engine::checkpoint;
+use crate::files::read::{self, Expect};
+
+/// The most bytes `--init` reads of a header: an entry of a hundred bytes or so a tensor, so a
+/// model's takes kilobytes (the format allows 100 MB, which as JSON takes gigabytes to read).
+pub(super) const MOST_HEADER: u64 = 8 << 20;
+
+/// Tensors' shapes by name.
+pub(super) type Shapes = std::collections::BTreeMap<String, Vec<usize>>;
+
+/// The tensor names in the header of safetensors file `path`, read without the rest of the
+/// file, and what is wrong with the file that the header shows (an entry, the length); None
+/// where the header is not one (reading the whole file then says what is wrong).
+pub(super) fn names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<String>)> {
+    use checkpoint::tensor_file::{header_problem, read_head, read_header, tensors};
+    let (mut file, len) = read::open(path, expect).ok()?;
+    let head = read_head(&mut file, len)?;
+    let (_, header) = read_header(&mut &head[..], head.len() as u64)?;
+    let shape = |t: &serde_json::Value| -> Vec<usize> {
+        (t.get("shape")
+            .and_then(|s| s.as_array())
+            .into_iter()
+            .flatten())
+        .map(|d| d.as_u64().unwrap_or(0) as usize)
+        .collect()
+    };
+    let names = tensors(&header)
+        .map(|(k, t)| (k.clone(), shape(t)))
+        .collect();
+    Some((names, header_problem(&head, len)))
+}
+
+/// The length of the header of weights file `path`, where it is longer than `MOST_HEADER` (and
+/// within the file: one past its end is a file cut short, said as such).
+pub(super) fn too_long(path: &Path, expect: &Expect) -> Option<u64> {
+    let (mut f, len) = read::open(path, expect).ok()?;
+    let n = checkpoint::tensor_file::header_len(&mut f)?;
+    (n > MOST_HEADER && n <= len.saturating_sub(8)).then_some(n)
+}
