@@ -98,6 +98,26 @@ pub const EXCERPT_CHARS: usize = 40;
 /// a user types stays whole.
 pub const QUOTED_CHARS: usize = 512;
 
+/// A tensor's shape as a message gives it: `[64, 3, 7, 7]`; past 8 dimensions (a file's header
+/// can claim a million) its first 6, its last and how many: `[1, 1, 1, 1, 1, 1, ..., 1] (1000 dims)`.
+pub fn dims(shape: &[usize]) -> String {
+    const MOST: usize = 8;
+    let list = |d: &[usize]| {
+        d.iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match shape {
+        [first @ .., last] if shape.len() > MOST => format!(
+            "[{}, ..., {last}] ({} dims)",
+            list(&first[..MOST - 2]),
+            shape.len()
+        ),
+        _ => format!("[{}]", list(shape)),
+    }
+}
+
 /// A byte count for people: "512 bytes", "1 MiB", "2.5 GiB".
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -465,6 +485,11 @@ mod tests {
     fn sizes_read_as_people_write_them() {
         assert_eq!(bytes(512), "512 bytes");
         assert_eq!(bytes(1 << 20), "1 MiB");
+        assert_eq!(dims(&[64, 3, 7, 7]), "[64, 3, 7, 7]");
+        assert_eq!(dims(&[]), "[]");
+        let mut many = vec![1; 1_000_000];
+        many[999_999] = 5;
+        assert_eq!(dims(&many), "[1, 1, 1, 1, 1, 1, ..., 5] (1000000 dims)");
         assert_eq!(bytes(5 << 29), "2.5 GiB");
     }
 }

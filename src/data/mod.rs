@@ -141,6 +141,7 @@ pub fn split_text(train: usize, val: usize, fraction: f64, seed: u64) -> String 
     }
     // (a share rounded up to hundredths, which rounds to one sample or more)
     let one = ((100.0 / n as f64).ceil() / 100.0).min(0.5);
+    let fraction = crate::text::number(fraction);
     format!(
         "{text}: a share of {fraction} of {n} samples rounds to none, so nothing validates (--val-split {one} for one)"
     )
@@ -209,6 +210,9 @@ mod tests {
             t.ends_with("a share of 0.1 of 4 samples rounds to none, so nothing validates (--val-split 0.25 for one)"),
             "{t}"
         );
+        // (a tiny share as written, not three hundred zeros)
+        let t = super::split_text(4, 0, 1e-300, 1);
+        assert!(t.contains("a share of 1e-300 of 4 samples"), "{t}");
         for n in 2..300usize {
             let one: f64 = super::split_text(n, 0, 0.001, 1)
                 .rsplit_once("--val-split ")

@@ -117,7 +117,10 @@ fn classes(f: &Folder) -> String {
     listed.sort_by_key(|&(_, c)| c);
     let (least, most) = (listed[0].1, listed[n - 1].1);
     if least == most {
-        return format!("{n} classes of {most} pictures each");
+        return format!(
+            "{n} classes of {} each",
+            crate::text::counted(most, "picture")
+        );
     }
     format!(
         "{n} classes of {least} to {most} pictures (fewest: {}; most: {})",
@@ -164,6 +167,8 @@ mod tests {
         assert_eq!(few, ["/data/train: 2 classes: c00 4, c01 2"]);
         let even = notes(&folder(&[1300; 1000], &[]), true);
         assert_eq!(even, ["/data/train: 1000 classes of 1300 pictures each"]);
+        let ones = notes(&folder(&[1; 30], &[]), true);
+        assert_eq!(ones, ["/data/train: 30 classes of 1 picture each"]);
         let mut counts = vec![50; 25];
         (counts[3], counts[7], counts[20]) = (2, 900, 1);
         let uneven = notes(&folder(&counts, &[]), true);

@@ -341,10 +341,10 @@ fn read_state(
             (model.tensors.iter().chain(&model.buffers)).find_map(|t| match st.tensor(&t.name) {
                 Err(_) => Some(format!(": it has no tensor `{}`", t.name)),
                 Ok(v) if v.shape() != t.shape.as_slice() => Some(format!(
-                    ": its `{}` is {:?}, this model's {:?}",
+                    ": its `{}` is {}, this model's {}",
                     t.name,
-                    v.shape(),
-                    t.shape
+                    crate::text::dims(v.shape()),
+                    crate::text::dims(&t.shape)
                 )),
                 Ok(_) => None,
             });
@@ -376,10 +376,10 @@ fn read_state(
             .map_err(|_| corrupt(format!("tensor `{name}` is missing")))?;
         if view.dtype() != Dtype::F32 || view.shape() != t.shape.as_slice() {
             return Err(corrupt(format!(
-                "tensor `{name}` is {:?} {:?}, expected F32 {:?}",
+                "tensor `{name}` is {:?} {}, expected F32 {}",
                 view.dtype(),
-                view.shape(),
-                t.shape
+                crate::text::dims(view.shape()),
+                crate::text::dims(&t.shape)
             )));
         }
         for (d, c) in dst.iter_mut().zip(view.data().chunks_exact(4)) {

@@ -12,6 +12,7 @@ use safetensors::SafeTensors;
 use super::checkpoint;
 use crate::files::read::{self, Expect};
 use crate::nn::model::{Model, TensorInfo};
+use crate::text::dims;
 use header::Shapes;
 use names::{last_of_kind, listed, masked, renumbered};
 
@@ -256,7 +257,8 @@ pub fn import(
                 })
             };
             if *is_param && head.contains(&i) && other_count && !rows.is_some_and(fed) {
-                head_reset.push(format!("{} {:?} -> {:?}", t.name, view.shape(), t.shape));
+                let (theirs, ours) = (dims(view.shape()), dims(&t.shape));
+                head_reset.push(format!("{} {theirs} -> {ours}", t.name));
                 unloaded.push(i);
                 continue;
             }
@@ -305,10 +307,10 @@ pub fn import(
                 format!("the file is for another --model (or width, or input channels){hint}")
             };
             return Err(at(format!(
-                "tensor `{name}` is {:?} but this model's `{}` is {:?}: {why}",
-                view.shape(),
+                "tensor `{name}` is {} but this model's `{}` is {}: {why}",
+                dims(view.shape()),
                 t.name,
-                t.shape,
+                dims(&t.shape),
             )));
         }
         let v = values(&view, &name).map_err(at)?;

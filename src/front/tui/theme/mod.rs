@@ -168,11 +168,12 @@ impl Theme {
             ));
         }
         let t = Theme {
-            name: f.name.unwrap_or_else(|| {
+            // (shown in the footer: the file's words cannot drive the terminal, nor fill it)
+            name: crate::text::excerpt(&f.name.unwrap_or_else(|| {
                 Path::new(source_name)
                     .file_stem()
                     .map_or("custom".into(), |s| s.to_string_lossy().into_owned())
-            }),
+            })),
             background: pick("background", f.background, |t| t.background)?,
             text: pick("text", f.text, |t| t.text)?,
             muted: pick("muted", f.muted, |t| t.muted)?,

@@ -38,6 +38,27 @@ fn a_theme_file_may_change_a_few_keys_of_another() {
     let t = Theme::load(f.to_str().unwrap()).unwrap();
     let light = Theme::embedded("light").unwrap();
     assert_eq!((t.name.as_str(), t.accent), ("mine", Color::Red));
+    // a name the footer shows: escapes cannot reach the terminal, nor a page of text fill it
+    std::fs::write(
+        &f,
+        "extends = \"light\"\nname = \"\\u001b[2J\\u001b]0;pwned\"\n",
+    )
+    .unwrap();
+    let named = Theme::load(f.to_str().unwrap()).unwrap();
+    assert_eq!(named.name, "\\u{1b}[2J\\u{1b}]0;pwned");
+    std::fs::write(
+        &f,
+        format!("name = \"{}\"\nextends = \"light\"\n", "x".repeat(5000)),
+    )
+    .unwrap();
+    assert!(
+        Theme::load(f.to_str().unwrap())
+            .unwrap()
+            .name
+            .chars()
+            .count()
+            <= 41
+    );
     assert_eq!((t.text, t.series.clone()), (light.text, light.series));
     std::fs::write(&f, "good = \"2\"\n").unwrap();
     let t = Theme::load(f.to_str().unwrap()).unwrap();
