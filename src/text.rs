@@ -100,14 +100,9 @@ pub const QUOTED_CHARS: usize = 512;
 
 /// A tensor's shape as a message gives it: `[64, 3, 7, 7]`; past 8 dimensions (a file's header
 /// can claim a million) its first 6, its last and how many: `[1, 1, 1, 1, 1, 1, ..., 1] (1000 dims)`.
-pub fn dims(shape: &[usize]) -> String {
+pub fn dims<D: std::fmt::Display>(shape: &[D]) -> String {
     const MOST: usize = 8;
-    let list = |d: &[usize]| {
-        d.iter()
-            .map(usize::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let list = |d: &[D]| d.iter().map(D::to_string).collect::<Vec<_>>().join(", ");
     match shape {
         [first @ .., last] if shape.len() > MOST => format!(
             "[{}, ..., {last}] ({} dims)",
@@ -486,7 +481,7 @@ mod tests {
         assert_eq!(bytes(512), "512 bytes");
         assert_eq!(bytes(1 << 20), "1 MiB");
         assert_eq!(dims(&[64, 3, 7, 7]), "[64, 3, 7, 7]");
-        assert_eq!(dims(&[]), "[]");
+        assert_eq!(dims::<u64>(&[]), "[]");
         let mut many = vec![1; 1_000_000];
         many[999_999] = 5;
         assert_eq!(dims(&many), "[1, 1, 1, 1, 1, 1, ..., 5] (1000000 dims)");

@@ -565,20 +565,22 @@ fn a_suspended_run_is_said_suspended_with_how_to_wake_it() {
 #[test]
 fn attaching_to_a_run_still_starting_says_so() {
     // a run directory made, its data still loading or its model being built: its process
-    // holds the checkpoint lock (a live run's pid stands for it here, the lock held by this
-    // test) and there is no socket yet
+    // holds the checkpoint lock open and there is no socket yet (a live run stands for it
+    // here, given the lock file open as it starts)
     let dir = tempfile::tempdir().unwrap();
-    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
     let d = dir.path().join("elsewhere");
     let starting = d.join("runs/big/20261203-101500");
     std::fs::create_dir_all(starting.join("checkpoints")).unwrap();
-    let pid = run.child.id();
     let lock = starting.join("checkpoints/.lock");
+    let held = std::fs::File::create(&lock).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    // SAFETY: the descriptor is open for the call; clearing close-on-exec lets the run's
+    // process inherit it
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    let mut run = Run::start(dir.path(), &["--steps", FOREVER]);
+    drop(held);
+    let pid = run.child.id();
     std::fs::write(&lock, pid.to_string()).unwrap();
-    let held = std::fs::File::open(&lock).unwrap();
-    // SAFETY: the descriptor is open for the call; flock only reads it.
-    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) };
-    assert_eq!(rc, 0);
     let shown = starting.display().to_string();
     for target in [vec!["runs/big"], vec![shown.as_str()], vec![]] {
         let (code, err) = attach(&d, &target);
@@ -594,9 +596,9 @@ fn attaching_to_a_run_still_starting_says_so() {
     let (_, err) = attach(&d, &["runs/big"]);
     assert!(err.contains("none live"), "{err}");
     std::fs::remove_file(starting.join("metrics.jsonl")).unwrap();
-    // its lock file, with no process holding the lock (a copy of a starting run's directory):
-    // not starting
-    drop(held);
+    // a lock file of the same pid that the process does not hold open (a copy's): not starting
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(&lock, pid.to_string()).unwrap();
     let (_, err) = attach(&d, &["runs/big"]);
     assert!(err.contains("no live run under runs/big"), "{err}");
     run.child.kill().unwrap();

@@ -621,7 +621,7 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     let out = view("killed before its last record");
     assert!(
         out.contains(&format!(
-            "its newest checkpoint: {} (newer than the last its file records, ",
+            "its newest checkpoint: {} (newer than the last its file records, of step ",
             newest.display()
         )) && out.contains(&format!("resume with: --resume {}\n", run_dir.display())),
         "{out}"

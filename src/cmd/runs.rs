@@ -133,8 +133,9 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             Ending::Stopped => "stopped",
             Ending::Quit => "quit",
         },
-        None if live => live_state(&row.dir),
+        // (before `live`: a copy's `live.sock.path` points at the original's socket)
         None if rundir::copy_of_live(&row.dir, app.info.run_dir.as_deref()).is_some() => "copy",
+        None if live => live_state(&row.dir),
         None if damaged => "damaged",
         None => "killed",
     }

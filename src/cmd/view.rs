@@ -170,30 +170,33 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     }
 }
 
-/// How a run that did not complete goes on: from the checkpoint `--resume` takes, its run
-/// directory's newest on disk (which can be newer than the last its file records: a kill
-/// between a checkpoint and its record, a copy made while it ran), else the newest recorded
-/// where it still is. A killed run's line names the checkpoint too.
+/// How a run that did not complete goes on: from the checkpoint `--resume RUN_DIR` takes, its
+/// newest on disk (which can be newer than the last its file records: a kill between a
+/// checkpoint and its record, a copy made while it ran), else from the newest recorded itself.
+/// A killed run's line names the checkpoint too.
 fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Option<String> {
-    use crate::engine::checkpoint::is_checkpoint;
-    let recorded = recorded.filter(|p| is_checkpoint(p));
-    let on_disk = run_dir.and_then(|d| rundir::resume_point(d).ok());
-    let newest = on_disk.as_deref().or(recorded)?;
-    let arg = rundir::resume_arg(run_dir, newest).display().to_string();
+    use crate::engine::checkpoint::{is_checkpoint, step_of};
+    let (newest, arg) = match (run_dir.map(rundir::resume_point), recorded) {
+        (Some(Ok(p)), _) => {
+            let arg = rundir::resume_arg(run_dir, &p);
+            (p, arg)
+        }
+        // (refused as it stands: the checkpoint is named itself)
+        (_, Some(r)) if is_checkpoint(r) => (r.to_path_buf(), r.to_path_buf()),
+        _ => return None,
+    };
+    let arg = arg.display();
     if !killed {
         return Some(format!("resume with: --resume {arg}"));
     }
-    let same = |a: &Path, b: &Path| a.canonicalize().ok() == b.canonicalize().ok();
-    let unrecorded = match recorded {
-        Some(r) if !same(r, newest) => {
-            format!(" (newer than the last its file records, {})", r.display())
-        }
-        Some(_) => String::new(),
-        None => " (its file records none)".into(),
-    };
-    let what = match unrecorded.is_empty() {
-        true => "its newest checkpoint recorded",
-        false => "its newest checkpoint",
+    let (what, unrecorded) = match (recorded.map(step_of), step_of(&newest)) {
+        (None, _) => ("its newest checkpoint", " (its file records none)".into()),
+        (Some(Some(r)), Some(n)) if n > r => (
+            "its newest checkpoint",
+            format!(" (newer than the last its file records, of step {r})"),
+        ),
+        (Some(r), n) if r == n => ("its newest checkpoint recorded", String::new()),
+        _ => ("its newest checkpoint", String::new()),
     };
     Some(format!(
         "{what}: {}{unrecorded}; resume with: --resume {arg}",

@@ -63,10 +63,7 @@ pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
 /// it, or its training split among it): figures on it say how the training set is fit. A
 /// table file is the run's where it is its file or a copy of it (or of the embedded digits).
 pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b || same_bytes(&a, &b),
-        _ => false,
-    };
+    let same = |a: &Path, b: &Path| crate::files::same_path(a, b) || same_bytes(a, b);
     match (spec, run) {
         (DataSpec::Images { dir }, DataSpec::Images { dir: trained }) => {
             let read = folder_halves(spec, dir).map(|(whole, val)| val.unwrap_or(whole));

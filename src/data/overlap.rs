@@ -21,7 +21,9 @@ pub fn shared_rows(train: &Dataset, held: &Dataset) -> usize {
     // millions of short rows takes no more than its values do.
     let mut held_rows = Distinct::default();
     let n = held.len();
-    if held_rows.first.try_reserve(n).is_err()
+    // (rows numbered in 32 bits, END kept apart)
+    if n >= END as usize
+        || held_rows.first.try_reserve(n).is_err()
         || [
             &mut held_rows.row,
             &mut held_rows.next,

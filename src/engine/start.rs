@@ -153,14 +153,10 @@ fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::B
 /// running and is not this one (a resumed run in place holds the directory itself).
 fn live_elsewhere(meta: &checkpoint::CheckpointMeta, cfg: &RunConfig) -> Option<PathBuf> {
     let theirs = PathBuf::from(meta.run_dir.as_deref()?);
-    let same = |a: &std::path::Path, b: &std::path::Path| {
-        std::fs::canonicalize(a)
-            .ok()
-            .is_some_and(|a| std::fs::canonicalize(b).ok() == Some(a))
-    };
     let ours = cfg.run_dir.as_deref();
-    (ours.is_none_or(|o| !same(o, &theirs)) && crate::engine::rundir::is_live(&theirs))
-        .then_some(theirs)
+    (ours.is_none_or(|o| !crate::files::same_path(o, &theirs))
+        && crate::engine::rundir::is_live(&theirs))
+    .then_some(theirs)
 }
 
 /// A checkpoint of the same `--model` that does not fit was trained on inputs of another size

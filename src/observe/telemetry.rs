@@ -258,7 +258,8 @@ impl Telemetry {
         let within = p.within;
         let mut out: Vec<(usize, PeerLoad)> = Vec::new();
         p.loads_heard.retain(|&r, at| {
-            let quiet = now.duration_since(*at) > within;
+            // (not while this process was stopped: Ctrl-Z, kill -STOP)
+            let quiet = crate::clock::awake(now.duration_since(*at)) > within;
             if quiet {
                 out.push((r, PeerLoad::Unheard));
             }

@@ -196,8 +196,10 @@ pub(super) fn parse(
                     not_a_number(lineno, j, f, header || word_below, flag)
                 })?;
                 if !v.is_finite() {
-                    // (a finite number past f32's range, 1e39, is read as infinite)
-                    let why = match f.parse::<f64>().is_ok_and(f64::is_finite) {
+                    // (a number past f32's range, 1e39 or 1e400, is read as infinite: one
+                    // written in digits is no NaN or infinity)
+                    let word = f.to_ascii_lowercase();
+                    let why = match !word.contains("inf") && !word.contains("nan") {
                         true => "is too large for the 32-bit floats a model computes in (at most 3.4e38 either side of 0); scale the column down",
                         false => "is not a finite number; replace or drop rows with NaN or infinite values",
                     };

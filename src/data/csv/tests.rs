@@ -261,7 +261,7 @@ fn nan_and_infinite_values_are_refused_with_their_place() {
         );
     }
     // finite, but past what a 32-bit float holds
-    for v in ["1e39", "-1e308"] {
+    for v in ["1e39", "-1e308", "1e400"] {
         let e = parse(&format!("1,2,0\n3,{v},1\n"), LabelColumn::Last, false).unwrap_err();
         assert!(
             e.contains(&format!(

@@ -46,18 +46,19 @@ fn numbered(dir: &Path) -> Vec<(u64, PathBuf)> {
     let mut steps: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter_map(|p| {
-            let step = p
-                .file_name()?
-                .to_str()?
-                .strip_prefix("step-")?
-                .parse()
-                .ok()?;
-            Some((step, p))
-        })
+        .filter_map(|p| Some((step_of(&p)?, p)))
         .collect();
     steps.sort_by_key(|(step, _)| *step);
     steps
+}
+
+/// The step of checkpoint directory `dir`, as its name `step-N` says.
+pub fn step_of(dir: &Path) -> Option<u64> {
+    dir.file_name()?
+        .to_str()?
+        .strip_prefix("step-")?
+        .parse()
+        .ok()
 }
 
 /// The finished `step-N` checkpoints in `dir` (those with a `state.json`), oldest first.

@@ -115,8 +115,8 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
 
 /// The process that wrote `dir`'s lock, if it is still running and is this program (a pid
 /// reused by another program, or by a container's every first process, is not taken for the
-/// run) and the lock is held (`flocked`: not a copy of a live run's directory, nor a lock file
-/// whose pid a later run of this program reuses). Read without touching the lock, so it can
+/// run) and holds the lock file open (`holds_open`: not a copy of a live run's directory, nor a
+/// lock file whose pid a later run of this program reuses). Read without touching the lock, so it can
 /// never get in a starting run's way.
 pub fn holder(dir: &Path) -> Option<u32> {
     let text = crate::files::read::read_note(&dir.join(LOCK_FILE), 64)?;
@@ -128,33 +128,22 @@ pub fn holder(dir: &Path) -> Option<u32> {
         // no /proc: the pid alone
         _ => true,
     };
-    let held = || flocked(&dir.join(LOCK_FILE)).unwrap_or(true);
+    let held = || holds_open(pid, &dir.join(LOCK_FILE)).unwrap_or(true);
     (alive && same_program && pid != std::process::id() && held()).then_some(pid)
 }
 
-/// Whether some process holds a lock on the file at `path`, as the kernel's table of locks
-/// (`/proc/locks`) lists them by inode (a flock; on NFS, where flock is a POSIX lock, that);
-/// None where that cannot be told.
-fn flocked(path: &Path) -> Option<bool> {
+/// Whether process `pid` holds the file at `path` open (as a run holds its lock file the
+/// whole run): one of its descriptors (`/proc/PID/fd`) is that file, by device and inode, so a
+/// copy of the file or a pid reused is told apart on any filesystem; None where that cannot
+/// be read (not Linux, another user's process).
+fn holds_open(pid: u32, path: &Path) -> Option<bool> {
     use std::os::unix::fs::MetadataExt;
-    // (a busy machine's table: some thousands of lines of 60 bytes)
-    const MOST: u64 = 16 << 20;
-    let ino = fs::metadata(path).ok()?.ino();
-    let mut table = String::new();
-    File::open("/proc/locks")
-        .ok()?
-        .take(MOST)
-        .read_to_string(&mut table)
-        .ok()?;
-    // `1: FLOCK  ADVISORY  WRITE 12557 fe:00:10027255 0 EOF` (a waiter's: `1: -> FLOCK ...`)
-    Some(table.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let held = f
-            .get(1)
-            .is_some_and(|k| ["FLOCK", "POSIX", "OFDLCK"].contains(k));
-        held && (f.get(5).and_then(|d| d.rsplit(':').next())).and_then(|i| i.parse().ok())
-            == Some(ino)
-    }))
+    let file = fs::metadata(path).ok()?;
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        fds.filter_map(|e| fs::metadata(e.ok()?.path()).ok())
+            .any(|m| (m.dev(), m.ino()) == (file.dev(), file.ino())),
+    )
 }
 
 /// An exclusive, non-blocking advisory lock; false when another open file holds it.
@@ -186,19 +175,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lock_is_held_where_a_process_holds_it_not_in_a_copy_of_its_file() {
+    fn a_lock_is_held_by_the_process_that_has_it_open_not_in_a_copy_of_its_file() {
         let d = tempfile::tempdir().unwrap();
         let (dir, copy) = (d.path().join("ckpt"), d.path().join("copy"));
         let held = lock(&dir).unwrap();
         fs::create_dir(&copy).unwrap();
         fs::copy(dir.join(LOCK_FILE), copy.join(LOCK_FILE)).unwrap();
-        if flocked(&dir.join(LOCK_FILE)).is_none() {
-            eprintln!("skipped: no /proc/locks");
+        let me = std::process::id();
+        if holds_open(me, &dir.join(LOCK_FILE)).is_none() {
+            eprintln!("skipped: no /proc/PID/fd");
             return;
         }
-        assert_eq!(flocked(&dir.join(LOCK_FILE)), Some(true));
-        assert_eq!(flocked(&copy.join(LOCK_FILE)), Some(false));
+        assert_eq!(holds_open(me, &dir.join(LOCK_FILE)), Some(true));
+        assert_eq!(holds_open(me, &copy.join(LOCK_FILE)), Some(false));
         drop(held);
-        assert_eq!(flocked(&dir.join(LOCK_FILE)), Some(false));
+        assert_eq!(holds_open(me, &dir.join(LOCK_FILE)), Some(false));
     }
 }

@@ -20,7 +20,7 @@ mod meta;
 pub(crate) mod tensor_file;
 mod write;
 
-pub use lines::{lines, passed_over, refuse_others, steps, Line};
+pub use lines::{lines, passed_over, refuse_others, step_of, steps, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::{BestVal, CheckpointMeta};
 pub use tensor_file::safetensors_problem;
@@ -327,6 +327,9 @@ fn read_state(
         .map_err(|e| corrupt(format!("{WEIGHTS}: {e}")))?;
     if let Some(why) = meta.weights_changed(&bytes) {
         return Err(corrupt(why));
+    }
+    if let Some(why) = tensor_file::header_too_long(&bytes) {
+        return Err(corrupt(format!("{WEIGHTS}: {why}")));
     }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {
         corrupt(format!(

@@ -54,8 +54,21 @@ fn weights_whole(path: &Path) -> std::io::Result<bool> {
     Ok(read_header(&mut f, len).is_some_and(|(n, tensors)| laid_out(n, &tensors) == Some(len)))
 }
 
-/// The most bytes a safetensors header may have (the safetensors crate's own bound).
-const MAX_HEADER: u64 = 100_000_000;
+/// The most bytes of a safetensors header this program reads: an entry of a hundred bytes or so
+/// a tensor, so a model's, with its optimizer's, takes kilobytes (the format's own bound, 100
+/// MB, takes gigabytes to read as JSON).
+pub const MAX_HEADER: u64 = 8 << 20;
+
+/// Where the safetensors file `bytes` has a header longer than `MAX_HEADER`: what to say of it.
+pub fn header_too_long(bytes: &[u8]) -> Option<String> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    (n > MAX_HEADER && n <= bytes.len() as u64 - 8).then(|| {
+        format!(
+            "its header is {} long where a model's takes kilobytes (an entry a tensor)",
+            crate::text::bytes(n)
+        )
+    })
+}
 
 /// The header of the safetensors file `f` (at its start, `len` bytes long): its length and
 /// its JSON object; `None` where it is none (reading the whole file says what is wrong).
@@ -228,8 +241,9 @@ fn disagreeing_entry(bytes: &[u8]) -> Option<String> {
             };
             let need = need.map_or("more than can be".into(), |n| n.to_string());
             format!(
-                "`{}` is {shape:?} of {dtype}, {need} bytes, but {held}",
-                crate::text::excerpt(k)
+                "`{}` is {} of {dtype}, {need} bytes, but {held}",
+                crate::text::excerpt(k),
+                crate::text::dims(&shape)
             )
         })
     });
@@ -263,5 +277,23 @@ pub fn safetensors_problem(e: &safetensors::SafeTensorError, bytes: &[u8]) -> St
             .unwrap_or_else(|| "its length is not what its header's tensors add up to".into()),
         E::ValidationOverflow => "a tensor's shape is too large to be real".into(),
         E::IoError(e) => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_header_past_the_bound_is_refused_unread_one_past_the_end_left_to_the_cut_short() {
+        let file = |n: u64, body: usize| [&n.to_le_bytes()[..], &vec![b' '; body]].concat();
+        let big = super::MAX_HEADER + 1;
+        let e = super::header_too_long(&file(big, big as usize)).unwrap();
+        assert_eq!(
+            e,
+            "its header is 8 MiB long where a model's takes kilobytes (an entry a tensor)"
+        );
+        // (a length past the file's end: a file cut short, which reading it says)
+        assert!(super::header_too_long(&file(big, 10)).is_none());
+        assert!(super::header_too_long(&file(2, 2)).is_none());
+        assert!(super::header_too_long(b"short").is_none());
     }
 }

@@ -441,8 +441,8 @@ pub fn is_run_dir(dir: &Path) -> bool {
 /// run still runs: the one its file records (`recorded`), another directory than `dir`, live.
 pub fn copy_of_live(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
     let recorded = recorded?;
-    let same = fs::canonicalize(dir).ok()? == fs::canonicalize(recorded).ok()?;
-    (!same && is_run_dir(recorded) && is_live(recorded)).then(|| recorded.to_path_buf())
+    let other = recorded.exists() && !crate::files::same_path(dir, recorded);
+    (other && is_run_dir(recorded) && is_live(recorded)).then(|| recorded.to_path_buf())
 }
 
 /// The run directory whose run wrote metrics file `path`: the one it is in, or the one its

@@ -70,7 +70,9 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             instead()
         )
     })?;
-    if let Some(why) = meta.weights_changed(&bytes) {
+    if let Some(why) =
+        (meta.weights_changed(&bytes)).or_else(|| checkpoint::tensor_file::header_too_long(&bytes))
+    {
         return Err(format!("{}: {why}; {}", dir.display(), instead()));
     }
     let st = SafeTensors::deserialize(&bytes).map_err(|e| {

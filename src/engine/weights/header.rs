@@ -6,10 +6,6 @@ use std::path::Path;
 use crate::engine::checkpoint;
 use crate::files::read::{self, Expect};
 
-/// The most bytes `--init` reads of a header: an entry of a hundred bytes or so a tensor, so a
-/// model's takes kilobytes (the format allows 100 MB, which as JSON takes gigabytes to read).
-pub(super) const MOST_HEADER: u64 = 8 << 20;
-
 /// Tensors' shapes by name.
 pub(super) type Shapes = std::collections::BTreeMap<String, Vec<usize>>;
 
@@ -35,10 +31,12 @@ pub(super) fn names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<Stri
     Some((names, header_problem(&head, len)))
 }
 
-/// The length of the header of weights file `path`, where it is longer than `MOST_HEADER` (and
-/// within the file: one past its end is a file cut short, said as such).
+/// The length of the header of weights file `path`, where it is longer than the most read
+/// (and within the file: one past its end is a file cut short, said as such), read before
+/// the file's bulk.
 pub(super) fn too_long(path: &Path, expect: &Expect) -> Option<u64> {
+    use checkpoint::tensor_file::{header_len, MAX_HEADER};
     let (mut f, len) = read::open(path, expect).ok()?;
-    let n = checkpoint::tensor_file::header_len(&mut f)?;
-    (n > MOST_HEADER && n <= len.saturating_sub(8)).then_some(n)
+    let n = header_len(&mut f)?;
+    (n > MAX_HEADER && n <= len.saturating_sub(8)).then_some(n)
 }

@@ -140,7 +140,7 @@ pub fn source(meta: &CheckpointMeta, model: &Model) -> String {
 
 /// The first difference between the model's tensors and the file's, both sorted by name.
 fn mismatch(want: &[(String, Vec<usize>)], have: &[&(String, Vec<usize>)]) -> Option<String> {
-    let shape = |s: &[usize]| format!("{s:?}");
+    let shape = crate::text::dims::<usize>;
     for (w, h) in want.iter().zip(have) {
         match w.0.cmp(&h.0) {
             std::cmp::Ordering::Equal if w.1 != h.1 => {
