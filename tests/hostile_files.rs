@@ -256,6 +256,18 @@ fn picture_and_weights_flags_name_the_problem() {
         &["--init", "w.safetensors"],
         &["--init w.safetensors", "not a whole safetensors file"],
     );
+    // a model that cannot take the data's samples, where the spec gives their shape: refused
+    // before the data is read (here: is found missing), as a large set takes a minute
+    refused(
+        d,
+        &[
+            "--data",
+            "cifar10:nowhere",
+            "--model",
+            "conv8k7,conv8k7,conv8k7,conv8k7,conv8k7,conv8k7,gap",
+        ],
+        &["on 3x32x32 inputs: layer 6 `conv8k7`: 2x2 input is smaller than the 7x7 window"],
+    );
     // a header of a million tensors' entries (reading its JSON would take gigabytes): refused
     // from its length
     let mut many = std::fs::File::create(d.join("many.safetensors")).unwrap();

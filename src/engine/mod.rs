@@ -114,6 +114,7 @@ impl Engine {
             .map(|p| resume::point(&cfg, p))
             .transpose()?;
         let places = places::check(&cfg, lead, resumed.as_ref())?;
+        validate::model_before_data(&cfg)?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         if let (Some(meta), Some(path)) = (&resumed, &cfg.resume) {
             classes::resumable(meta, loaded.train.class_names(), path)?;

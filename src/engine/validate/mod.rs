@@ -188,12 +188,33 @@ pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<
     Ok(())
 }
 
+/// Before the data loads (a large set takes a minute): a model that cannot take the data's
+/// samples, where the data's spec alone gives their shape (`DataSpec::known_shape`), is
+/// refused as it would be once they are loaded.
+pub(super) fn model_before_data(cfg: &RunConfig) -> Result<(), EngineError> {
+    match cfg.data.known_shape(cfg.inputs.image_size) {
+        Some(shape) => built(cfg, shape, 2).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
-    let mut model = Model::new(train.input_shape(), &cfg.model, train.classes).map_err(|e| {
+    let mut model = built(cfg, train.input_shape(), train.classes)?;
+    model.label_smoothing = cfg.label_smoothing;
+    if let Some(f) = &cfg.freeze {
+        let frozen = frozen_tensors(&model, f).map_err(EngineError::Config)?;
+        model.freeze(&frozen);
+    }
+    Ok(model)
+}
+
+/// `--model` built for samples of `shape` in `classes` classes, or what to change.
+fn built(cfg: &RunConfig, shape: Shape, classes: usize) -> Result<Model, EngineError> {
+    Model::new(shape, &cfg.model, classes).map_err(|e| {
         use crate::data::DataSpec;
         // flat data a picture model cannot take: how the data's format says it holds pictures
         let pictures = match &cfg.data {
-            _ if train.image.is_some() || !e.contains("image") => "",
+            _ if matches!(shape, Shape::Image { .. }) || !e.contains("image") => "",
             DataSpec::Csv { .. } => {
                 " (if the CSV's rows are pictures, give their shape: --data csv:PATH,shape=CxHxW)"
             }
@@ -210,18 +231,12 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
             Shape::Flat(64),
         ]
         .into_iter()
-        .any(|s| Model::new(s, &cfg.model, train.classes.max(2)).is_ok());
+        .any(|s| Model::new(s, &cfg.model, classes.max(2)).is_ok());
         EngineError::Config(match any_shape {
             true => format!("{e}; change --model, or --data to data of that shape{pictures}"),
             false => format!("{e}; change --model"),
         })
-    })?;
-    model.label_smoothing = cfg.label_smoothing;
-    if let Some(f) = &cfg.freeze {
-        let frozen = frozen_tensors(&model, f).map_err(EngineError::Config)?;
-        model.freeze(&frozen);
-    }
-    Ok(model)
+    })
 }
 
 /// The tensors `--freeze` names; an error if it names none, or all.
