@@ -2,27 +2,33 @@
 //! them.
 
 /// Whether process `pid` has ended: the system has no process of that id (one of another
-/// user is there, though this process may not signal it). An id no process can have (0, past
-/// the system's range) is taken for ended.
+/// user is there, though this process may not signal it), or only its exit status waits for
+/// its parent to read it (a zombie: killed, its launcher not yet waiting on it). An id no
+/// process can have (0, past the system's range) is taken for ended.
 pub fn gone(pid: u32) -> bool {
     let Some(p) = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0) else {
         return true;
     };
     // SAFETY: signal 0 only asks whether the process exists
     let refused = unsafe { libc::kill(p, 0) } == -1;
-    refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    let none = refused && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    none || matches!(state(pid), Some('Z' | 'X'))
 }
 
 /// Whether process `pid` of this machine is stopped by a signal (Ctrl-Z in its terminal, `kill
 /// -STOP`): its state in `/proc` is `T` (a debugger's stop, `t`, is the debugger's to end).
 /// False where it cannot be told.
 pub fn stopped(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    state(pid) == Some('T')
+}
+
+/// Process `pid`'s state as `/proc/PID/stat` gives it (`R`, `S`, `T`, `Z`, ...), where it can
+/// be read.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // (`pid (comm) S ...`: the name may hold spaces and parentheses, the state follows the last)
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    state == Some('T')
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 /// Another process of the run on this machine: its global ranks and its process id.
@@ -81,6 +87,12 @@ mod tests {
     fn a_process_that_ended_is_gone_and_this_one_is_not() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let id = child.id();
+        // ended, not yet waited for (a zombie: a launcher that waits on its runs one by one)
+        let zombie = (0..400).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            super::gone(id)
+        });
+        assert!(zombie, "an ended process not yet waited for was not gone");
         child.wait().unwrap();
         assert!(super::gone(id));
         assert!(!super::gone(std::process::id()));

@@ -176,11 +176,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
 /// A killed run's line names the checkpoint too.
 fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Option<String> {
     use crate::engine::checkpoint::{is_checkpoint, step_of};
-    let (newest, arg) = match (run_dir.map(rundir::resume_point), recorded) {
-        (Some(Ok(p)), _) => {
-            let arg = rundir::resume_arg(run_dir, &p);
-            (p, arg)
-        }
+    let (newest, arg) = match (run_dir.map(|d| (d, rundir::resume_point(d))), recorded) {
+        // (the run directory, whose checkpoints may be elsewhere: --checkpoint-dir)
+        (Some((d, Ok(p))), _) => (p, d.canonicalize().unwrap_or_else(|_| d.to_path_buf())),
         // (refused as it stands: the checkpoint is named itself)
         (_, Some(r)) if is_checkpoint(r) => (r.to_path_buf(), r.to_path_buf()),
         _ => return None,

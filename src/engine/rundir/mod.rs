@@ -219,17 +219,26 @@ impl Created {
         // (a default name already numbered, `<stamp>-3`, goes on from its number)
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let (stamp, first) = started_order(&name);
-        for n in first + 1..first + 1000 {
+        let (mut n, mut lost) = (first + 1, 0);
+        while n < first + 1000 {
+            use std::io::ErrorKind::{AlreadyExists, NotFound};
             // (private from the start: a run directory is its owner's alone)
             match fs::DirBuilder::new().mode(0o700).create(&leaf) {
                 Ok(()) => {
                     fresh = true;
                     break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && numbered => {
+                Err(e) if e.kind() == AlreadyExists && numbered => {
                     leaf = dir.with_file_name(format!("{stamp}-{n}"));
+                    n += 1;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => break,
+                Err(e) if e.kind() == AlreadyExists => break,
+                // (a parent taken back meanwhile by another run's failed start, which made it
+                // too: made again)
+                Err(e) if e.kind() == NotFound && lost < 100 && !parent.as_os_str().is_empty() => {
+                    lost += 1;
+                    fs::create_dir_all(parent).map_err(fail)?;
+                }
                 Err(e) => return Err(fail(e)),
             }
         }
@@ -278,15 +287,19 @@ impl Drop for Created {
 }
 
 /// What a start that failed made: only that, the directory `dir` (where it made it, `fresh`)
-/// with nothing in it but the checkpoint lock it took, and the empty parents it `made`.
+/// with nothing in it but the checkpoint lock it took, and the empty parents it `made`. A lock
+/// another process wrote is left, and with it the directory: runs given one `--run-dir` at
+/// once, the one that made it may lose the lock to one that found it made.
 fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
     if fresh {
         let ckpts = dir.join(CHECKPOINTS);
+        let lock = crate::files::read::read_note(&ckpts.join(checkpoint::LOCK_FILE), 64);
+        let ours = lock == Some(std::process::id().to_string());
         let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
             es.filter_map(|e| e.ok())
                 .all(|e| e.file_name() == checkpoint::LOCK_FILE)
         });
-        if only_lock {
+        if ours && only_lock {
             let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
             let _ = fs::remove_dir(&ckpts);
         }

@@ -165,4 +165,57 @@ fn a_failed_start_takes_back_only_the_empty_directories_it_made() {
     assert!(theirs.join("notes.txt").is_file());
     let mode = fs::metadata(&theirs).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o755, "an existing --run-dir keeps its permissions");
+    // runs given one --run-dir at once: the one that made it lost the lock to one that found
+    // it made, which runs on in it: its lock and directory stay; the lock it took itself goes
+    let shared = root.path().join("shared");
+    let made = Created::new(&shared, false).unwrap();
+    let other = checkpoint::lock(&shared.join(CHECKPOINTS)).unwrap();
+    fs::write(
+        shared.join(CHECKPOINTS).join(checkpoint::LOCK_FILE),
+        "4000000",
+    )
+    .unwrap();
+    drop(made);
+    assert!(shared
+        .join(CHECKPOINTS)
+        .join(checkpoint::LOCK_FILE)
+        .is_file());
+    drop(other);
+    let mine = root.path().join("mine");
+    let made = Created::new(&mine, false).unwrap();
+    let held = checkpoint::lock(&mine.join(CHECKPOINTS)).unwrap();
+    drop(made);
+    drop(held);
+    assert!(!mine.exists());
+}
+
+#[test]
+fn a_run_directory_is_made_though_another_start_takes_back_its_parent_meanwhile() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    let root = tempfile::tempdir().unwrap();
+    let parent = root.path().join("runs/name");
+    let (stop, taken) = (AtomicBool::new(false), AtomicUsize::new(0));
+    let failed: Vec<String> = std::thread::scope(|s| {
+        // (failed starts' taking back, one after another: the parent removed where empty)
+        s.spawn(|| {
+            while !stop.load(Relaxed) {
+                if fs::remove_dir(&parent).is_ok() {
+                    taken.fetch_add(1, Relaxed);
+                }
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        });
+        let failed = (0..1000)
+            .filter_map(|i| {
+                let run = parent.join(format!("run{i}"));
+                let made = Created::new(&run, true).err();
+                let _ = fs::remove_dir(&run);
+                made
+            })
+            .collect();
+        stop.store(true, Relaxed);
+        failed
+    });
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(taken.load(Relaxed) > 0);
 }
