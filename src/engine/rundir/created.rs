@@ -1,0 +1,161 @@
+//! A run directory made for a run that is starting, and taken back where the start fails.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::{link_latest_to, started_order, unused, CHECKPOINTS};
+use crate::engine::checkpoint;
+
+/// A run directory made for a run that is starting: `keep` once the run has started; dropped
+/// without it (the start failed), it takes back what the start made there, and nothing else.
+pub struct Created {
+    dir: PathBuf,
+    /// The directories above it this start made, innermost first (`runs/<name>`, for a new
+    /// name).
+    made: Vec<PathBuf>,
+    /// This start made the directory itself (else it is a `--run-dir` that existed).
+    fresh: bool,
+    kept: bool,
+    /// The same taking back, should the process quit at once (Ctrl-C as the run starts).
+    _quit: crate::quit_at_once::Armed,
+}
+
+impl Created {
+    /// Creates the run directory, owner-only (it will hold the live socket), claiming it
+    /// atomically: a default one (`numbered`) that another run of the same name took in the
+    /// same second becomes `<time>-2`, `-3`...; a `--run-dir` that exists is used as it is
+    /// (its permissions untouched) unless it already holds a run. `path` is then absolute.
+    pub fn new(dir: &Path, numbered: bool) -> Result<Created, String> {
+        let fail = |e: std::io::Error| {
+            match crate::files::write::file_in_the_way(dir) {
+            Some(f) => format!(
+                "cannot create run directory {}: {} is a file, not a directory; pick another --run-dir",
+                dir.display(),
+                f.display()
+            ),
+            None => format!(
+                "cannot create run directory {}: {e}; pick a writable --run-dir",
+                dir.display()
+            ),
+        }
+        };
+        let parent = dir.parent().unwrap_or(Path::new(""));
+        let made: Vec<PathBuf> = parent
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        // armed before anything is made: a signal as the run starts (a launcher ending a job
+        // whose other process failed) takes back what this start made, however far it got
+        let making: Arc<Mutex<Option<(PathBuf, bool)>>> = Arc::default();
+        let quit = {
+            let (making, made) = (making.clone(), made.clone());
+            crate::quit_at_once::arm(move || {
+                let made_dir = making.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match made_dir {
+                    Some((dir, fresh)) => take_back(&dir, &made, fresh),
+                    None => take_back(Path::new(""), &made, false),
+                }
+            })
+        };
+        let mut making_now = making.lock().unwrap_or_else(|e| e.into_inner());
+        if !parent.as_os_str().is_empty() {
+            fs::create_dir_all(parent).map_err(fail)?;
+        }
+        let mut leaf = dir.to_path_buf();
+        let mut fresh = false;
+        // (a default name already numbered, `<stamp>-3`, goes on from its number)
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let (stamp, first) = started_order(&name);
+        let (mut n, mut lost) = (first + 1, 0);
+        while n < first + 1000 {
+            use std::io::ErrorKind::{AlreadyExists, NotFound};
+            // (private from the start: a run directory is its owner's alone)
+            match fs::DirBuilder::new().mode(0o700).create(&leaf) {
+                Ok(()) => {
+                    fresh = true;
+                    break;
+                }
+                Err(e) if e.kind() == AlreadyExists && numbered => {
+                    leaf = dir.with_file_name(format!("{stamp}-{n}"));
+                    n += 1;
+                }
+                Err(e) if e.kind() == AlreadyExists => break,
+                // (a parent taken back meanwhile by another run's failed start, which made it
+                // too: made again)
+                Err(e) if e.kind() == NotFound && lost < 100 && !parent.as_os_str().is_empty() => {
+                    lost += 1;
+                    fs::create_dir_all(parent).map_err(fail)?;
+                }
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        *making_now = Some((leaf.clone(), fresh));
+        drop(making_now);
+        if !leaf.is_dir() {
+            return Err(format!(
+                "--run-dir {}: it is a file, not a directory; pick another --run-dir",
+                leaf.display()
+            ));
+        }
+        if !fresh {
+            unused(&leaf, false)?;
+        }
+        let dir = fs::canonicalize(&leaf).map_err(fail)?;
+        Ok(Created {
+            dir,
+            made,
+            fresh,
+            kept: false,
+            _quit: quit,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run started: keep its directory and, for a default one, point `latest` at it;
+    /// a note where `latest` is something else, left as it is.
+    pub fn keep(mut self, link_latest: bool) -> Option<String> {
+        self.kept = true;
+        match link_latest {
+            true => link_latest_to(&self.dir),
+            false => None,
+        }
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        if !self.kept {
+            take_back(&self.dir, &self.made, self.fresh);
+        }
+    }
+}
+
+/// What a start that failed made: only that, the directory `dir` (where it made it, `fresh`)
+/// with nothing in it but the checkpoint lock it took, and the empty parents it `made`. A lock
+/// another process wrote is left, and with it the directory: runs given one `--run-dir` at
+/// once, the one that made it may lose the lock to one that found it made.
+fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
+    if fresh {
+        let ckpts = dir.join(CHECKPOINTS);
+        let lock = crate::files::read::read_note(&ckpts.join(checkpoint::LOCK_FILE), 64);
+        let ours = lock == Some(std::process::id().to_string());
+        let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
+            es.filter_map(|e| e.ok())
+                .all(|e| e.file_name() == checkpoint::LOCK_FILE)
+        });
+        if ours && only_lock {
+            let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
+            let _ = fs::remove_dir(&ckpts);
+        }
+        let _ = fs::remove_dir(dir);
+    }
+    for d in made {
+        let _ = fs::remove_dir(d);
+    }
+}
