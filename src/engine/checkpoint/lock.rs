@@ -116,8 +116,8 @@ fn clear_leftovers(dir: &Path) -> std::io::Result<()> {
 /// The process that wrote `dir`'s lock, if it is still running and is this program (a pid
 /// reused by another program, or by a container's every first process, is not taken for the
 /// run) and holds the lock file open (`holds_open`: not a copy of a live run's directory, nor a
-/// lock file whose pid a later run of this program reuses). Read without touching the lock, so it can
-/// never get in a starting run's way.
+/// lock file whose pid a later run of this program reuses). Read without touching the lock, so
+/// it can never get in a starting run's way.
 pub fn holder(dir: &Path) -> Option<u32> {
     let text = crate::files::read::read_note(&dir.join(LOCK_FILE), 64)?;
     let pid: u32 = text.parse().ok()?;
