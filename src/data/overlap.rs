@@ -71,11 +71,12 @@ const CHAIN: usize = 16;
 impl Distinct {
     /// Row `i` of `set`, `values`: a copy of a distinct row found, or a new one.
     fn add(&mut self, set: &Dataset, i: usize, values: &[f32]) {
-        if let Some(k) = self.find(set, values) {
+        let h = hash(values);
+        if let Some(k) = self.find_hashed(set, values, h) {
             self.copies[k] += 1;
             return;
         }
-        let head = self.first.entry(hash(values)).or_insert(END);
+        let head = self.first.entry(h).or_insert(END);
         self.next.push(*head);
         *head = self.row.len() as u32;
         self.row.push(i as u32);
@@ -84,7 +85,12 @@ impl Distinct {
 
     /// The distinct row with `values` (a row of `set`, whose rows these are), where one is.
     fn find(&self, set: &Dataset, values: &[f32]) -> Option<usize> {
-        let mut k = self.first.get(&hash(values)).copied().unwrap_or(END);
+        self.find_hashed(set, values, hash(values))
+    }
+
+    /// `find`, `values`' hash `h` given.
+    fn find_hashed(&self, set: &Dataset, values: &[f32], h: u64) -> Option<usize> {
+        let mut k = self.first.get(&h).copied().unwrap_or(END);
         for _ in 0..CHAIN {
             if k == END {
                 return None;

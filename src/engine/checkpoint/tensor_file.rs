@@ -62,7 +62,13 @@ pub const MAX_HEADER: u64 = 8 << 20;
 /// Where the safetensors file `bytes` has a header longer than `MAX_HEADER`: what to say of it.
 pub fn header_too_long(bytes: &[u8]) -> Option<String> {
     let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    (n > MAX_HEADER && n <= bytes.len() as u64 - 8).then(|| {
+    past_bound(n, bytes.len() as u64)
+}
+
+/// What to say of a header of `n` bytes in a file of `len`, where it is longer than
+/// `MAX_HEADER` and within the file (one past its end is a file cut short, said as such).
+pub fn past_bound(n: u64, len: u64) -> Option<String> {
+    (n > MAX_HEADER && n <= len.saturating_sub(8)).then(|| {
         format!(
             "its header is {} long where a model's takes kilobytes (an entry a tensor)",
             crate::text::bytes(n)

@@ -31,12 +31,10 @@ pub(super) fn names(path: &Path, expect: &Expect) -> Option<(Shapes, Option<Stri
     Some((names, header_problem(&head, len)))
 }
 
-/// The length of the header of weights file `path`, where it is longer than the most read
-/// (and within the file: one past its end is a file cut short, said as such), read before
-/// the file's bulk.
-pub(super) fn too_long(path: &Path, expect: &Expect) -> Option<u64> {
-    use checkpoint::tensor_file::{header_len, MAX_HEADER};
+/// What to say of weights file `path`'s header where it is longer than the most read
+/// (`tensor_file::past_bound`), read before the file's bulk.
+pub(super) fn too_long(path: &Path, expect: &Expect) -> Option<String> {
+    use checkpoint::tensor_file::{header_len, past_bound};
     let (mut f, len) = read::open(path, expect).ok()?;
-    let n = header_len(&mut f)?;
-    (n > MAX_HEADER && n <= len.saturating_sub(8)).then_some(n)
+    past_bound(header_len(&mut f)?, len)
 }

@@ -153,11 +153,8 @@ pub fn import(
             ex.join(", ")
         ))
     };
-    if let Some(n) = header::too_long(path, &expect) {
-        return Err(at(format!(
-            "its header is {} long where a model's takes kilobytes (an entry a tensor); is it the right file?",
-            crate::text::bytes(n)
-        )));
+    if let Some(why) = header::too_long(path, &expect) {
+        return Err(at(format!("{why}; is it the right file?")));
     }
     // a file of another model is refused from its header, before its bulk is read
     if let Some((names, problem)) = header::names(path, &expect) {

@@ -119,24 +119,18 @@ mod tests {
                 .starts_with("outside load on node2: other work took 0.9 of its 2 cores (0.9 of"),
             "{there}"
         );
-        let cleared = super::super::Warning::OutsideLoadCleared {
+        let cleared = |unheard| super::super::Warning::OutsideLoadCleared {
             step: 300,
             rank: Some(2),
             host: Some("node2".into()),
-            unheard: false,
+            unheard,
         };
         assert_eq!(
-            cleared.to_string(),
+            cleared(false).to_string(),
             "outside load on node2 cleared: the cores are free for this run again (step 300)"
         );
-        let unheard = super::super::Warning::OutsideLoadCleared {
-            step: 300,
-            rank: Some(2),
-            host: Some("node2".into()),
-            unheard: true,
-        };
         assert_eq!(
-            unheard.to_string(),
+            cleared(true).to_string(),
             "outside load on node2 no longer known: its machine's loads stopped coming (step 300)"
         );
     }
