@@ -265,6 +265,8 @@ pub(super) fn train(
     let result = match theme {
         Some(theme) => run_tui(engine, theme, &front, recorder, notes, on_signals),
         None => on_signals(&engine, None, false).and_then(|()| {
+            let mut engine = engine;
+            engine.settle_run_dir();
             let mut out = std::io::stdout().lock();
             let interval = front.sample_interval;
             Ok(headless::run(engine, interval, &mut out, recorder, &notes)?)
@@ -409,7 +411,7 @@ fn exporters(
 }
 
 fn run_tui(
-    engine: Engine,
+    mut engine: Engine,
     theme: Theme,
     front: &Frontend,
     recorder: Recorder,
@@ -418,6 +420,7 @@ fn run_tui(
 ) -> anyhow::Result<RunResult> {
     let (sig_tx, sig_rx) = unbounded();
     on_signals(&engine, Some(sig_tx), true)?;
+    engine.settle_run_dir();
     let opts = TuiOptions {
         theme,
         readonly: front.readonly,

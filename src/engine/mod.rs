@@ -62,6 +62,8 @@ pub struct Engine {
     peers: Option<(Arc<crate::comm::samples::Samples>, std::ops::Range<usize>)>,
     /// This run's hold on its checkpoint directory, and the directory.
     checkpoint_lock: Option<(checkpoint::DirLock, std::path::PathBuf)>,
+    /// The run's directory until the front handles signals (`settle_run_dir`).
+    kept: Option<rundir::Kept>,
 }
 
 /// The data of a run: the splits shared by every worker, and how to describe them.
@@ -179,9 +181,7 @@ impl Engine {
         }
         let ranks = engine.info().devices.len();
         engine.controller = engine.controller.clone().within_data(samples, ranks, accum);
-        if let Some(c) = created {
-            engine.info.run_dir_note = c.keep(link_latest);
-        }
+        engine.kept = created.map(|c| c.keep(link_latest));
         Ok(engine)
     }
 
@@ -381,7 +381,18 @@ impl Engine {
             beats,
             peers,
             checkpoint_lock: None,
+            kept: None,
         })
+    }
+
+    /// The front handles the process's signals now (a first one stops the run with a
+    /// checkpoint): the run's directory is the run's for good, and `latest` points at it (its
+    /// note, where it could not, joins the start-up notes). Until then a signal that ends the
+    /// process at once takes back what the start made there (`rundir::Kept`).
+    pub fn settle_run_dir(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            self.info.run_dir_note = kept.settle();
+        }
     }
 
     /// Where this run writes its checkpoints (none where it writes none).
@@ -464,7 +475,9 @@ impl Engine {
 
     /// Runs to the end, discarding events: for tests, benchmarks and scripts.
     pub fn run(cfg: RunConfig) -> Result<RunResult, EngineError> {
-        Engine::start(cfg)?.join_discarding_events()
+        let mut engine = Engine::start(cfg)?;
+        engine.settle_run_dir();
+        engine.join_discarding_events()
     }
 
     /// Waits for the end, discarding events and step samples.

@@ -5,7 +5,9 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::{link_latest_to, started_order, unused, CHECKPOINTS};
+use super::{
+    link_latest_to, pointer_of, started_order, unused, CHECKPOINTS, METRICS, SOCKET, TENSORBOARD,
+};
 use crate::engine::checkpoint;
 
 /// A run directory made for a run that is starting: `keep` once the run has started; dropped
@@ -117,11 +119,44 @@ impl Created {
         &self.dir
     }
 
-    /// The run started: keep its directory and, for a default one, point `latest` at it;
-    /// a note where `latest` is something else, left as it is.
-    pub fn keep(mut self, link_latest: bool) -> Option<String> {
+    /// The run started: its directory is kept, though a quit at once before the front has
+    /// its signal handling in place (`Kept::settle`) still takes back what the start made
+    /// there; `latest` is pointed at it (`link_latest`) once settled.
+    pub fn keep(mut self, link_latest: bool) -> Kept {
         self.kept = true;
-        match link_latest {
+        let (dir, made, fresh) = (self.dir.clone(), std::mem::take(&mut self.made), self.fresh);
+        let quit = crate::quit_at_once::arm({
+            let dir = dir.clone();
+            move || take_back(&dir, &made, fresh)
+        });
+        Kept {
+            dir,
+            link_latest,
+            _quit: quit,
+        }
+    }
+}
+
+/// A started run's directory, until the front handles the process's signals: a signal in
+/// between ends the process at once ("stopped during start-up"), and its files are taken
+/// back, not left as a run of nothing that `latest` names.
+#[must_use = "settle it once the front handles signals"]
+pub struct Kept {
+    dir: PathBuf,
+    link_latest: bool,
+    _quit: crate::quit_at_once::Armed,
+}
+
+impl Kept {
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The front handles signals now (a first one stops the run with a checkpoint): the
+    /// directory is the run's for good, and for a default one `latest` points at it; a note
+    /// where `latest` is something else, left as it is.
+    pub fn settle(self) -> Option<String> {
+        match self.link_latest {
             true => link_latest_to(&self.dir),
             false => None,
         }
@@ -136,24 +171,35 @@ impl Drop for Created {
     }
 }
 
-/// What a start that failed made: only that, the directory `dir` (where it made it, `fresh`)
-/// with nothing in it but the checkpoint lock it took, and the empty parents it `made`. A lock
-/// another process wrote is left, and with it the directory: runs given one `--run-dir` at
-/// once, the one that made it may lose the lock to one that found it made.
-fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
-    if fresh {
-        let ckpts = dir.join(CHECKPOINTS);
-        let lock = crate::files::read::read_note(&ckpts.join(checkpoint::LOCK_FILE), 64);
-        let ours = lock == Some(std::process::id().to_string());
+/// What a start that failed (or quit at once) made: only that: in the directory `dir` the
+/// checkpoint lock it took and the files a run starts with (its metrics file, its socket's
+/// pointer; its TensorBoard folder where it made `dir`, `fresh`), then the directory, where
+/// it made it and nothing else is left there (a checkpoint written meanwhile keeps it), and
+/// the empty parents it `made`. A lock another process wrote is left, and with it the
+/// directory: runs given one `--run-dir` at once, the one that made it may lose the lock to
+/// one that found it made.
+pub(super) fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
+    let ckpts = dir.join(CHECKPOINTS);
+    let lock = crate::files::read::read_note(&ckpts.join(checkpoint::LOCK_FILE), 64);
+    let theirs = lock.is_some_and(|pid| pid != std::process::id().to_string());
+    // (`dir` is empty until a lock is ours: a --run-dir that existed was checked to hold no
+    // run, and a run writes there only once it holds the lock)
+    if !theirs && !dir.as_os_str().is_empty() {
         let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
             es.filter_map(|e| e.ok())
                 .all(|e| e.file_name() == checkpoint::LOCK_FILE)
         });
-        if ours && only_lock {
+        if only_lock {
             let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
             let _ = fs::remove_dir(&ckpts);
         }
-        let _ = fs::remove_dir(dir);
+        let _ = fs::remove_file(dir.join(METRICS));
+        let _ = fs::remove_file(dir.join(SOCKET));
+        let _ = fs::remove_file(pointer_of(&dir.join(SOCKET)));
+        if fresh {
+            let _ = fs::remove_dir_all(dir.join(TENSORBOARD));
+            let _ = fs::remove_dir(dir);
+        }
     }
     for d in made {
         let _ = fs::remove_dir(d);

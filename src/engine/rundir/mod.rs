@@ -13,7 +13,7 @@ mod created;
 mod metrics_file;
 mod resume_point;
 
-pub use created::Created;
+pub use created::{Created, Kept};
 pub use metrics_file::{end_record, end_status, open_metrics, tail_lines};
 pub use resume_point::{checkpoint_for, continuing, resume_arg, resume_point, Purpose};
 

@@ -89,7 +89,7 @@ fn names_become_one_safe_path_component() {
 fn default_dirs_are_unique_and_stamped() {
     let root = tempfile::tempdir().unwrap();
     let a = default_dir(root.path(), "x");
-    Created::new(&a, true).unwrap().keep(true);
+    Created::new(&a, true).unwrap().keep(true).settle();
     fs::write(a.join(METRICS), "").unwrap();
     let b = default_dir(root.path(), "x");
     assert_ne!(a, b);
@@ -119,6 +119,7 @@ fn default_dirs_are_unique_and_stamped() {
     let note = Created::new(&default_dir(root.path(), "y"), true)
         .unwrap()
         .keep(true)
+        .settle()
         .unwrap();
     assert!(note.contains("is not the link to the newest run"), "{note}");
     assert_eq!(fs::read_to_string(&latest_b).unwrap(), "mine");
@@ -218,4 +219,46 @@ fn a_run_directory_is_made_though_another_start_takes_back_its_parent_meanwhile(
     });
     assert!(failed.is_empty(), "{failed:?}");
     assert!(taken.load(Relaxed) > 0);
+}
+
+/// A signal as a run has just started (its directory kept, its metrics file, socket and
+/// TensorBoard folder made, the front not yet handling signals) ends the process at once: what
+/// the start made goes, and `latest` names it only once the front handles signals.
+#[test]
+fn a_run_quit_before_its_front_handles_signals_leaves_no_directory_behind() {
+    let root = tempfile::tempdir().unwrap();
+    let parent = root.path().join("runs/name");
+    let kept = Created::new(&parent.join("20261206-200000"), true)
+        .unwrap()
+        .keep(true);
+    let dir = kept.path().to_path_buf();
+    let held = checkpoint::lock(&dir.join(CHECKPOINTS)).unwrap();
+    fs::write(dir.join(METRICS), "{\"type\":\"run\"}\n").unwrap();
+    fs::write(pointer_of(&dir.join(SOCKET)), "/tmp/elsewhere.sock").unwrap();
+    fs::create_dir_all(dir.join(TENSORBOARD).join("name")).unwrap();
+    fs::write(dir.join(TENSORBOARD).join("name/events.out"), "x").unwrap();
+    assert!(
+        fs::symlink_metadata(parent.join(LATEST)).is_err(),
+        "latest points at a run only once it is settled"
+    );
+    // what the quit's task does (the handler runs it, then the process exits)
+    created::take_back(&dir, &[parent.clone(), root.path().join("runs")], true);
+    drop(held);
+    assert!(!root.path().join("runs").exists());
+    // a checkpoint written meanwhile keeps the directory, and with it the run's files
+    let kept = Created::new(&parent.join("20261206-200001"), true)
+        .unwrap()
+        .keep(true);
+    let dir = kept.path().to_path_buf();
+    let held = checkpoint::lock(&dir.join(CHECKPOINTS)).unwrap();
+    fs::create_dir_all(dir.join(CHECKPOINTS).join("step-00000001")).unwrap();
+    created::take_back(&dir, std::slice::from_ref(&parent), true);
+    drop(held);
+    assert!(dir.join(CHECKPOINTS).join("step-00000001").is_dir());
+    // settled: the run's for good, and `latest` names it
+    assert_eq!(kept.settle(), None);
+    assert_eq!(
+        fs::read_link(parent.join(LATEST)).unwrap(),
+        Path::new("20261206-200001")
+    );
 }
