@@ -268,6 +268,22 @@ fn picture_and_weights_flags_name_the_problem() {
         ],
         &["on 3x32x32 inputs: layer 6 `conv8k7`: 2x2 input is smaller than the 7x7 window"],
     );
+    // where a file's first bytes give it: an IDX images file's header (its labels file cut
+    // short, which reading the data would find), a CSV's line 1 (its line 2 unreadable)
+    let deep = "conv8k3,pool2,conv8k3,pool2,conv8k3,pool2";
+    std::fs::write(d.join("im.idx"), idx(0x08, &[1000, 6, 6], &[0; 36000])).unwrap();
+    std::fs::write(d.join("lb.idx"), idx(0x08, &[1000], &[0; 10])).unwrap();
+    refused(
+        d,
+        &["--data", "idx:im.idx,lb.idx", "--model", deep],
+        &["on 1x6x6 inputs: layer 3 `conv8k3`"],
+    );
+    std::fs::write(d.join("t.csv"), "a,b,c,label\n1,2,3,x\n1,2,oops,y\n").unwrap();
+    refused(
+        d,
+        &["--data", "csv:t.csv,header", "--model", deep],
+        &["on 3 inputs: layer 1 `conv8k3`: a convolution needs an image"],
+    );
     // a header of a million tensors' entries (reading its JSON would take gigabytes): refused
     // from its length
     let mut many = std::fs::File::create(d.join("many.safetensors")).unwrap();

@@ -10,6 +10,7 @@ use super::host_memory;
 use super::image_shape::{hwc_to_chw, idx_images, ImageLayout};
 use super::{finish, DataError, Dataset, Normalisation};
 use crate::files::read::{self, Expect};
+use crate::nn::shape::Shape;
 
 const UBYTE: u8 = 0x08;
 const FLOAT: u8 = 0x0D;
@@ -101,9 +102,51 @@ fn take(r: &mut impl Read, n: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Reads an IDX stream: the raw file (`file_len` known) or its decompressed gzip stream.
-/// A declaration past `memory` is refused before anything is allocated for it.
-fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<Idx, Fail> {
+/// The shape of an images file's samples from its header alone, as `load` makes them: for a
+/// model refused before the file is read whole. None where the header does not say, or says
+/// other than the file's length (the load then says why), or the file is not a plain file (a
+/// pipe is read once).
+pub(super) fn sample_shape(images: &Path, layout: Option<ImageLayout>) -> Option<Shape> {
+    use std::io::{Seek, SeekFrom};
+    let meta = std::fs::metadata(images).ok().filter(|m| m.is_file())?;
+    let mut r = BufReader::new(std::fs::File::open(images).ok()?);
+    let gz = r.fill_buf().ok()?.starts_with(&GZIP_MAGIC);
+    let (kind, dims) = match gz {
+        true => header(flate2::bufread::GzDecoder::new(&mut r)),
+        false => header(&mut r),
+    }
+    .ok()?;
+    if dims.len() < 2 || dims.contains(&0) {
+        return None;
+    }
+    let elem = if kind == UBYTE { 1 } else { 4 };
+    let whole = (dims.iter())
+        .try_fold(elem, |a: u64, &d| a.checked_mul(d as u64))?
+        .checked_add(4 + 4 * dims.len() as u64)?;
+    // (gzip's last 4 bytes: the length of what it holds, modulo 2^32)
+    let holds = match gz {
+        true => {
+            let mut size = [0u8; 4];
+            r.seek(SeekFrom::End(-4)).ok()?;
+            r.read_exact(&mut size).ok()?;
+            whole as u32 == u32::from_le_bytes(size)
+        }
+        false => whole == meta.len(),
+    };
+    if !holds {
+        return None;
+    }
+    let features = dims[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    Some(match idx_images(&dims, layout, "").ok()?.shape {
+        Some([c, h, w]) => Shape::Image { c, h, w },
+        None => Shape::Flat(features),
+    })
+}
+
+/// An IDX stream's header: its element type and its dimensions.
+fn header(mut r: impl Read) -> Result<(u8, Vec<usize>), Fail> {
     let magic = take(&mut r, 4)?;
     if magic.len() < 4 || magic[0] != 0 || magic[1] != 0 {
         return Err(Fail::Format(
@@ -119,7 +162,6 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
     if ndims == 0 {
         return Err(Fail::Format("byte 3: the header declares 0 dimensions; an IDX file has at least one (is it an MNIST idx1/idx3 file?)".into()));
     }
-    let header = 4 + 4 * ndims;
     let sizes = take(&mut r, 4 * ndims as u64)?;
     if sizes.len() < 4 * ndims {
         return Err(Fail::Format(format!(
@@ -131,6 +173,15 @@ fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<I
         .chunks_exact(4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
         .collect();
+    Ok((kind, dims))
+}
+
+/// Reads an IDX stream: the raw file (`file_len` known) or its decompressed gzip stream.
+/// A declaration past `memory` is refused before anything is allocated for it.
+fn from_reader(mut r: impl Read, file_len: Option<u64>, memory: u64) -> Result<Idx, Fail> {
+    let (kind, dims) = header(&mut r)?;
+    let ndims = dims.len();
+    let header = 4 + 4 * ndims;
     // (a corrupt header may declare 255 dimensions: the first few say enough)
     let mut dims_txt = (dims.iter().take(8))
         .map(|d| d.to_string())
@@ -413,6 +464,36 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("2 labels but") && e.contains("3 images"), "{e}");
+    }
+
+    /// The shape a model is checked against before the data loads: the header's, where the
+    /// file's length (a gzip file's recorded length) agrees with it; none where it does not
+    /// (the load says why).
+    #[test]
+    fn a_sample_shape_is_read_from_a_header_the_file_bears_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("img");
+        let cases: [(Vec<u8>, Option<Shape>); 5] = [
+            (
+                idx_bytes(UBYTE, &[2, 3, 2], &[0; 12]),
+                Some(Shape::Image { c: 1, h: 3, w: 2 }),
+            ),
+            (
+                gzip(&idx_bytes(FLOAT, &[2, 5], &[0; 40])),
+                Some(Shape::Flat(5)),
+            ),
+            (
+                idx_bytes(UBYTE, &[2, 2, 2, 3], &[0; 24]),
+                Some(Shape::Image { c: 3, h: 2, w: 2 }),
+            ),
+            // cut short; a header of more than the file holds
+            (idx_bytes(UBYTE, &[2, 3, 2], &[0; 11]), None),
+            (gzip(&idx_bytes(UBYTE, &[u32::MAX, 9], &[0; 18])), None),
+        ];
+        for (bytes, shape) in cases {
+            std::fs::write(&f, bytes).unwrap();
+            assert_eq!(sample_shape(&f, None), shape);
+        }
     }
 
     #[test]

@@ -175,6 +175,20 @@ impl DataOptions {
     }
 }
 
+/// The shape of `spec`'s samples where it is known before the set is loaded: from the spec
+/// (`DataSpec::known_shape`), else from a file's first bytes (a CSV's line 1, an IDX images
+/// file's header). None where only loading tells (a folder's pictures at their own size).
+pub fn sample_shape(spec: &DataSpec, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
+    use crate::nn::shape::Shape;
+    spec.known_shape(image_size).or_else(|| match spec {
+        DataSpec::Csv { path, label, .. } => {
+            csv::features_of_line_one(path, *label).map(Shape::Flat)
+        }
+        DataSpec::Idx { images, layout, .. } => idx::sample_shape(images, *layout),
+        _ => None,
+    })
+}
+
 /// Loads `spec` with its validation set (the set's own, `--val-data`, or a seeded split) and
 /// normalises.
 pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData, DataError> {

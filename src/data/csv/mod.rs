@@ -65,6 +65,32 @@ pub(super) fn read(path: &Path, flag: &'static str) -> Result<String, DataError>
     read::read_text(path, &expect).map_err(|e| DataError::read(e, flag))
 }
 
+/// The most of a file read for its line 1 (`features_of_line_one`).
+const LINE_ONE_MAX: u64 = 64 << 20;
+
+/// The features of each row (all columns but the label's) from line 1 of `path` alone: for a
+/// model refused before the file is read whole. None where that line does not tell (the load
+/// then says why), or the file is not a plain file (a pipe is read once).
+pub(super) fn features_of_line_one(path: &Path, label: LabelColumn) -> Option<usize> {
+    use std::io::{BufRead, Read};
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    std::io::BufReader::new(file)
+        .take(LINE_ONE_MAX)
+        .read_until(b'\n', &mut bytes)
+        .ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let n = fields::split(lines(text).next()?, MAX_FIELDS).ok()?.len();
+    match label {
+        LabelColumn::Index(c) if c >= n => None,
+        _ => n.checked_sub(1).filter(|&d| d > 0),
+    }
+}
+
 /// Lines ended by LF, CRLF or a lone CR (old Mac files).
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = text;

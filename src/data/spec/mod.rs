@@ -237,8 +237,8 @@ impl FromStr for DataSpec {
 
 impl DataSpec {
     /// The shape of this set's samples where the spec alone gives it, no file read: a
-    /// synthetic set's, and pictures' at `--image-size` (`image_size`; CIFAR's own 32x32
-    /// without).
+    /// synthetic set's, a CSV's `shape=`, and pictures' at `--image-size` (`image_size`;
+    /// CIFAR's own 32x32 without).
     pub fn known_shape(&self, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
         use crate::nn::shape::Shape;
         let square = |s: usize| Shape::Image { c: 3, h: s, w: s };
@@ -247,6 +247,13 @@ impl DataSpec {
             (&DataSpec::SyntheticImages { c, h, w, .. }, None) => Some(Shape::Image { c, h, w }),
             (DataSpec::Cifar { .. }, s) => Some(square(s.unwrap_or(32))),
             (DataSpec::Images { .. }, Some(s)) => Some(square(s)),
+            (
+                &DataSpec::Csv {
+                    shape: Some([c, h, w]),
+                    ..
+                },
+                _,
+            ) => Some(Shape::Image { c, h, w }),
             _ => None,
         }
     }

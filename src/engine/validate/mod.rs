@@ -189,10 +189,10 @@ pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<
 }
 
 /// Before the data loads (a large set takes a minute): a model that cannot take the data's
-/// samples, where the data's spec alone gives their shape (`DataSpec::known_shape`), is
-/// refused as it would be once they are loaded.
+/// samples, where their shape is known before (`data::sample_shape`: from the spec, a CSV's
+/// line 1, an IDX file's header), is refused as it would be once they are loaded.
 pub(super) fn model_before_data(cfg: &RunConfig) -> Result<(), EngineError> {
-    match cfg.data.known_shape(cfg.inputs.image_size) {
+    match crate::data::sample_shape(&cfg.data, cfg.inputs.image_size) {
         Some(shape) => built(cfg, shape, 2).map(|_| ()),
         None => Ok(()),
     }
