@@ -15,14 +15,15 @@ __device__ __forceinline__ float mean_scale(const float* samples) {
 }
 
 // What the gradient sums are multiplied by: 1 / samples, and with `clip` > 0
-// (--clip-grad-norm) the mean gradient's norm, sqrt(sumsq[0]) / samples, scaled down to `clip`
-// where it is longer (clip / (norm + 1e-6), at most 1: nn::optim::Optimizer::clip_factor).
-// Every thread computes the same bits: every replica clips alike.
-__device__ __forceinline__ float update_scale(const float* samples, const float* sumsq,
+// (--clip-grad-norm) the mean gradient's norm, gnorm[0] (the sums' norm) / samples, scaled down
+// to `clip` where it is longer (clip / (norm + 1e-6), at most 1:
+// nn::optim::Optimizer::clip_factor; a NaN norm clips nothing, as there). Every thread computes
+// the same bits: every replica clips alike.
+__device__ __forceinline__ float update_scale(const float* samples, const float* gnorm,
                                               float clip) {
     const float scale = mean_scale(samples);
     if (clip > 0.0f) {
-        const float norm = (float)(sqrt(fmax((double)sumsq[0], 0.0)) * (double)scale);
+        const float norm = (float)((double)gnorm[0] * (double)scale);
         const float f = clip / (norm + 1e-6f);
         if (f < 1.0f) {
             return scale * f;
@@ -51,8 +52,10 @@ extern "C" __global__ void grad_sumsq_f32(const float* g, const int4* chunks, in
 }
 
 // A step's end side by side, for one copy to the host: out[0..aux) = its metric slots, and
-// out[aux] = partial[0..n) summed by one block of 256 threads in a fixed order: the trained
-// gradients' sum of squares (the same bits on every replica that holds the same gradients)
+// out[aux] = the root of partial[0..n) summed by one block of 256 threads in a fixed order: the
+// trained gradients' L2 norm (the same bits on every replica that holds the same gradients; the
+// sum of squares itself would pass float's range for gradients past 1.8e19, where the norm of
+// an exploding gradient must still be said and clipped by)
 extern "C" __global__ void step_end_f32(const double* partial, int n, const float* slots, int aux,
                                         float* out) {
     __shared__ double part[256];
@@ -68,14 +71,14 @@ extern "C" __global__ void step_end_f32(const double* partial, int n, const floa
     }
     s = block_sum<256, double>(s, part);
     if (threadIdx.x == 0) {
-        out[aux] = (float)s;
+        out[aux] = (float)sqrt(s);
     }
 }
 
 extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks, int nchunks,
-                                   float lr, float wd, const float* samples, const float* sumsq,
+                                   float lr, float wd, const float* samples, const float* gnorm,
                                    float clip) {
-    const float scale = update_scale(samples, sumsq, clip);
+    const float scale = update_scale(samples, gnorm, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -91,9 +94,9 @@ extern "C" __global__ void sgd_f32(float* p, const float* g, const int4* chunks,
 // `first` is 1 on the first step (m = g)
 extern "C" __global__ void momentum_f32(float* p, const float* g, float* m, const int4* chunks,
                                         int nchunks, float lr, float mu, float wd,
-                                        const float* samples, const float* sumsq, float clip,
+                                        const float* samples, const float* gnorm, float clip,
                                         int first, int nesterov) {
-    const float scale = update_scale(samples, sumsq, clip);
+    const float scale = update_scale(samples, gnorm, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;
@@ -125,10 +128,10 @@ __device__ __forceinline__ void adam_one(float* p, float g, float* m, float* v, 
 extern "C" __global__ void adam_f32(float* p, const float* g, float* m, float* v,
                                     const int4* chunks, int nchunks, float lr, float b1,
                                     float b2, float eps, float wd, const float* samples,
-                                    const float* sumsq, float clip, float step_size,
+                                    const float* gnorm, float clip, float step_size,
                                     float inv_sqrt_bc2, int decoupled, const long long* began,
                                     long long t) {
-    const float scale = update_scale(samples, sumsq, clip);
+    const float scale = update_scale(samples, gnorm, clip);
     for (int k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int4 c = chunks[k];
         float w = c.w ? wd : 0.0f;

@@ -162,7 +162,7 @@ pub fn kernel_times(index: usize) -> Result<Vec<KernelTime>, CudaError> {
                 m: m.slice_mut(..),
                 v: v.slice_mut(..),
                 samples: one.slice(..),
-                sumsq: one.slice(..),
+                norm: one.slice(..),
             };
             launch_update(&gpu, &adam, &chunks, b, 1e-3, 10);
             Ok(())

@@ -210,9 +210,10 @@ impl Optimizer {
 }
 
 /// The L2 norm of the mean gradient, from the sum of squares of the gradient sums (`sumsq`,
-/// `Optimizer::grad_sumsq`) and the step's samples; 0 for a step of none.
+/// `Optimizer::grad_sumsq`) and the step's samples; 0 for a step of none, NaN for a gradient
+/// that holds one (said, not taken for 0).
 pub fn mean_grad_norm(sumsq: f64, samples: f64) -> f32 {
-    (sumsq.max(0.0).sqrt() / samples.max(1.0)) as f32
+    (sumsq.sqrt() / samples.max(1.0)) as f32
 }
 
 /// A stretch of parameters one update treats alike: trained (frozen ones have no piece),

@@ -58,9 +58,9 @@ impl Chunks {
 }
 
 /// A step's end into `out` (AUX + 1 floats), for one copy to the host: its metric `slots`, then
-/// the sum of squares of the trained parameters' gradients in `g` (in a fixed order: the same
-/// bits on every replica holding the same gradients), what the update clips by and the step
-/// reports (`Optimizer::grad_sumsq` on the CPU).
+/// the L2 norm of the trained parameters' gradients in `g` (their squares summed in f64 in a
+/// fixed order: the same bits on every replica holding the same gradients), what the update
+/// clips by and the step reports (the root of `Optimizer::grad_sumsq` on the CPU).
 pub(crate) fn launch_step_end(
     gpu: &Gpu,
     chunks: &mut Chunks,
@@ -93,15 +93,15 @@ pub(crate) fn launch_step_end(
 
 /// The buffers one update reads and writes: the moments hold the trained parameters' only
 /// (`m`, `v` unused where the optimizer keeps none); `samples`, one float, the step's global
-/// sample count (its metric slot), which the gradient sums are divided by; `sumsq`, one float,
-/// their sum of squares (`launch_step_end`), which `--clip-grad-norm` clips by.
+/// sample count (its metric slot), which the gradient sums are divided by; `norm`, one float,
+/// their L2 norm (`launch_step_end`), which `--clip-grad-norm` clips by.
 pub(crate) struct Buffers<'a> {
     pub p: CudaViewMut<'a, f32>,
     pub g: CudaView<'a, f32>,
     pub m: CudaViewMut<'a, f32>,
     pub v: CudaViewMut<'a, f32>,
     pub samples: CudaView<'a, f32>,
-    pub sumsq: CudaView<'a, f32>,
+    pub norm: CudaView<'a, f32>,
 }
 
 /// Step `t` (1 on the first) of optimizer `o` with learning rate `lr`, the gradient sums
@@ -120,7 +120,7 @@ pub(crate) fn launch_update(
         mut m,
         mut v,
         samples,
-        sumsq,
+        norm,
     } = b;
     if chunks.count == 0 {
         return;
@@ -132,7 +132,7 @@ pub(crate) fn launch_update(
     let clip = o.clip_norm.unwrap_or(0.0);
     let r = match o.kind {
         OptimizerKind::Sgd => try_launch!(
-            gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &samples, &sumsq, &clip
+            gpu, "sgd_f32", cfg, &mut p, &g, table, &count, &lr, &wd, &samples, &norm, &clip
         ),
         OptimizerKind::Momentum | OptimizerKind::Nesterov => {
             let first = i32::from(t == 1);
@@ -151,7 +151,7 @@ pub(crate) fn launch_update(
                 &mu,
                 &wd,
                 &samples,
-                &sumsq,
+                &norm,
                 &clip,
                 &first,
                 &nesterov
@@ -179,7 +179,7 @@ pub(crate) fn launch_update(
                 &eps,
                 &wd,
                 &samples,
-                &sumsq,
+                &norm,
                 &clip,
                 &step_size,
                 &inv_sqrt_bc2,
@@ -204,7 +204,7 @@ impl<E: Elem> CudaReplica<E> {
             v: self.v.slice_mut(..),
             // the metric slots after the sums: [loss sum, correct, samples]
             samples: self.grads.slice(n + 2..n + 3),
-            sumsq: self.ends_dev.slice(AUX..AUX + 1),
+            norm: self.ends_dev.slice(AUX..AUX + 1),
         };
         launch_update(&self.gpu, &self.optimizer, &self.chunks, b, lr, self.t);
         self.refresh_weights();

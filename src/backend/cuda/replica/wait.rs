@@ -183,7 +183,8 @@ impl<E: Elem> CudaReplica<E> {
                 Ok(m) => {
                     self.ends.end = StepEnd {
                         slots: m[..AUX].try_into().expect("AUX metric slots"),
-                        grad_sumsq: f64::from(m[AUX]),
+                        // (the norm, whose square does not pass float's range: `step_end_f32`)
+                        grad_sumsq: f64::from(m[AUX]).powi(2),
                     }
                 }
                 Err(e) => self.fail("read the batch metrics", e),
