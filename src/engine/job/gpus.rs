@@ -52,11 +52,13 @@ pub(in crate::engine) fn share_machine(
 }
 
 /// Refuses a GPU that two processes train on: the same machine (`hosts`, each rank's) and PCI
-/// bus id; `offsets[p]` is process p's first rank.
+/// bus id; `offsets[p]` is process p's first rank; `visible`, this process's
+/// CUDA_VISIBLE_DEVICES (what `--devices auto` takes as its own GPUs where set).
 pub(super) fn one_process_per_gpu(
     devices: &[Device],
     hosts: &[String],
     offsets: &[usize],
+    visible: Option<&str>,
 ) -> Result<(), EngineError> {
     let bus = |r: usize| match &devices[r] {
         Device::Gpu { pci_bus_id, .. } => pci_bus_id.as_deref(),
@@ -72,8 +74,13 @@ pub(super) fn one_process_per_gpu(
                 Device::Gpu { name, .. } => name.as_str(),
                 Device::Cpu { .. } => "",
             };
+            // (srun without --gpus-per-task gives every task of a node all its GPUs so)
+            let fix = match visible {
+                Some(v) => format!("CUDA_VISIBLE_DEVICES is set (`{}` here), and each process takes the GPUs it lists as its own: give each process its own (srun --gpus-per-task=1, or a CUDA_VISIBLE_DEVICES per process), or unset it, and --devices auto shares the machine's GPUs out among its processes", crate::text::excerpt(v)),
+                None => "--devices auto shares a machine's GPUs out among its processes, or name another GPU for each (--devices 1 on one, --devices 0 on the other; or CUDA_VISIBLE_DEVICES)".into(),
+            };
             return Err(EngineError::Shared(format!(
-                "processes {} and {} both train on one GPU of {} ({name}, PCI {}: their {} and {}): a GPU takes one process of a run (NCCL refuses two ranks on one GPU); give each process GPUs of its own: --devices auto shares a machine's GPUs out among its processes, or name another GPU for each (--devices 1 on one, --devices 0 on the other; or CUDA_VISIBLE_DEVICES)",
+                "processes {} and {} both train on one GPU of {} ({name}, PCI {}: their {} and {}): a GPU takes one process of a run (NCCL refuses two ranks on one GPU); give each process GPUs of its own: {fix}",
                 process(a),
                 process(b),
                 hosts[a],
@@ -108,11 +115,25 @@ mod tests {
             gpu(0, "0000:3b:00.0"),
         ];
         let hosts = ["a", "a", "b"].map(String::from);
-        let e = one_process_per_gpu(&devices, &hosts, &[0, 1, 2, 3])
+        let e = one_process_per_gpu(&devices, &hosts, &[0, 1, 2, 3], None)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("processes 0 and 1 both train on one GPU of a (NVIDIA H100, PCI 0000:3b:00.0: their gpu0 and gpu0)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("--devices auto shares a machine's GPUs out"),
+            "{e}"
+        );
+        // every task given all the node's GPUs (srun without --gpus-per-task): auto took them
+        // as each process's own, so the fix is the variable's
+        let e = one_process_per_gpu(&devices, &hosts, &[0, 1, 2, 3], Some("0,1,2,3"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("CUDA_VISIBLE_DEVICES is set (`0,1,2,3` here)")
+                && e.contains("--gpus-per-task=1"),
             "{e}"
         );
         // the same bus id on another machine is another card; one process's own GPUs differ
@@ -121,7 +142,7 @@ mod tests {
             gpu(1, "0000:5e:00.0"),
             gpu(0, "0000:3b:00.0"),
         ];
-        assert!(one_process_per_gpu(&devices, &hosts, &[0, 2, 3]).is_ok());
+        assert!(one_process_per_gpu(&devices, &hosts, &[0, 2, 3], None).is_ok());
     }
 
     #[test]

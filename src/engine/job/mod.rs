@@ -298,7 +298,8 @@ pub(super) fn meet(
         }
         offsets.push(devices.len());
     }
-    gpus::one_process_per_gpu(&devices, &hosts, &offsets)?;
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    gpus::one_process_per_gpu(&devices, &hosts, &offsets, visible.as_deref())?;
     let gpus = devices
         .iter()
         .filter(|d| matches!(d, Device::Gpu { .. }))

@@ -136,7 +136,10 @@ fn the_norm_counts_trained_gradients_and_clipping_scales_as_pytorch_does() {
     assert_eq!(o.grad_sumsq(&sums), 100.0);
     assert_eq!(mean_grad_norm(o.grad_sumsq(&sums), 2.0), 5.0);
     assert_eq!(mean_grad_norm(0.0, 0.0), 0.0, "a step of no samples");
-    assert!(mean_grad_norm(f64::NAN, 2.0).is_nan(), "a NaN gradient is said");
+    assert!(
+        mean_grad_norm(f64::NAN, 2.0).is_nan(),
+        "a NaN gradient is said"
+    );
     // an exploding gradient's squares past float32's range: its norm, not infinity
     let huge = [0.0, 3e20, 4e20, 0.0];
     assert_eq!(mean_grad_norm(o.grad_sumsq(&huge), 1.0), 5e20);
