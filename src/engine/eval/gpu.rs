@@ -18,8 +18,9 @@ use crate::nn::precision::Precision;
 /// Rows per chunk handed to the GPU (it evaluates them `Model::eval_rows` at a time).
 const CHUNK: usize = 1024;
 
-/// The tally of `model` with `state` over `set` on GPU `index`, and the device in words
-/// (`GPU 0 (NVIDIA H100 80GB HBM3), bf16`).
+/// The tally of `model` with `state` over `set` on GPU `index`, the device in words
+/// (`GPU 0 (NVIDIA H100 80GB HBM3), bf16`), and what the GPU said as it opened (cuDNN failing
+/// its check, auto's bf16 not taken, and why).
 pub(super) fn run(
     index: usize,
     cfg: &RunConfig,
@@ -27,7 +28,7 @@ pub(super) fn run(
     state: TrainState,
     set: &Dataset,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<(Tally, String), EngineError> {
+) -> Result<(Tally, String, Vec<String>), EngineError> {
     use crate::engine::devices::DeviceError;
     let (devices, _) = resolve_devices(&DeviceSpec::Gpus(vec![index]), None).map_err(|e| {
         let why = match e {
@@ -61,8 +62,13 @@ pub(super) fn run(
         false => e,
     }
     };
-    let (precision, _) =
+    let (precision, note) =
         crate::engine::precision::resolve(cfg.precision, &devices, bf16_pays).map_err(refused)?;
+    // (auto's note where it did not take bf16, and why: its others speak of the run's flag)
+    let mut notes: Vec<String> = note
+        .filter(|_| precision == Precision::Tf32)
+        .into_iter()
+        .collect();
     let optimizer = crate::engine::validate::optimizer(cfg, model);
     // (eval takes no step: the optimizer's moments, Adam's twice the weights, stay off the GPU)
     let state = TrainState {
@@ -71,12 +77,22 @@ pub(super) fn run(
     };
     let open = (index, model.clone(), optimizer, precision, state);
     let tally = match precision {
-        Precision::Bf16 => chunks(opened::<bf16>(open).map_err(refused)?, model, set, progress),
-        Precision::Fp32 | Precision::Tf32 => {
-            chunks(opened::<f32>(open).map_err(refused)?, model, set, progress)
-        }
+        Precision::Bf16 => chunks(
+            opened::<bf16>(open).map_err(refused)?,
+            model,
+            set,
+            progress,
+            &mut notes,
+        ),
+        Precision::Fp32 | Precision::Tf32 => chunks(
+            opened::<f32>(open).map_err(refused)?,
+            model,
+            set,
+            progress,
+            &mut notes,
+        ),
     };
-    Ok((tally, format!("GPU {index} ({name}), {precision}")))
+    Ok((tally, format!("GPU {index} ({name}), {precision}"), notes))
 }
 
 type Open = (
@@ -103,7 +119,10 @@ fn chunks<E: Elem>(
     model: &Model,
     set: &Dataset,
     progress: &mut dyn FnMut(usize, usize),
+    notes: &mut Vec<String>,
 ) -> Tally {
+    use crate::backend::Replica;
+    notes.extend(replica.take_notes());
     let cores = crate::engine::devices::available_cores();
     let (n, mut tally) = (set.len(), Tally::new(model.classes()));
     let (mut x, mut logits) = (Vec::new(), Vec::new());

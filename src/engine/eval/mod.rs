@@ -94,16 +94,17 @@ pub fn evaluate(
     // (against what the checkpoint recorded: an older one's outputs are numbers, named by none)
     notes.extend(renamed(&meta.classes, set.class_names()));
     let started = Instant::now();
-    let (tally, device) = match on {
+    let (tally, device, device_notes) = match on {
         On::Cpu(asked) => {
             let threads = threads_for(&model, asked, set.len());
             let weights = (&state.params[..], &state.buffers[..]);
             let tally = run(&model, weights, &set, threads, progress);
             let used = crate::text::counted(threads, "CPU thread");
-            (tally, format!("{used}, fp32"))
+            (tally, format!("{used}, fp32"), Vec::new())
         }
         On::Gpu(index) => gpu::run(index, cfg, &model, state, &set, &mut progress)?,
     };
+    notes.extend(device_notes);
     // pictures that failed to decode were stood in for by others of their class: said; a class
     // none of whose pictures decode was evaluated on blank samples, which mean nothing
     if let Some(p) = &set.pictures {

@@ -1,15 +1,18 @@
-//! Evaluation on a GPU: a set's rows through the input buffers `Model::eval_rows` at a time,
-//! each chunk's inference pass (`pass.rs`) and its loss and correct summed on the device, read
-//! once at the end; for `eval`, each chunk's logits read back too.
+//! Evaluation on a GPU: a set's rows through the input buffers as many at a time as they hold
+//! (a training batch's rows, at least `Model::eval_rows`), each chunk's inference pass
+//! (`pass.rs`) and its loss and correct summed on the device, read once at the end; for `eval`,
+//! each chunk's logits read back too.
 
 use super::CudaReplica;
 use crate::backend::cuda::elem::Elem;
 use crate::backend::cuda::launch::add_metrics;
 use crate::backend::AUX;
+use crate::nn::model::EVAL_ROWS;
 
 impl<E: Elem> CudaReplica<E> {
-    /// (loss sum, correct) over `n` rows, put into the input buffers `Model::eval_rows` at a
-    /// time by `load(self, start, rows)`.
+    /// (loss sum, correct) over `n` rows, put into the input buffers a chunk at a time by
+    /// `load(self, start, rows)`: as many rows as the buffers hold, up to `EVAL_ROWS` (a
+    /// ResNet-50 at 224x224 validates a training batch's rows a pass, not `eval_rows`' 4).
     pub(super) fn evaluate_chunks(
         &mut self,
         n: usize,
@@ -20,7 +23,7 @@ impl<E: Elem> CudaReplica<E> {
         if let Err(e) = s.memset_zeros(&mut self.eval_metrics) {
             self.fail("zero the metrics", e)
         }
-        let chunk = self.model.eval_rows();
+        let chunk = (self.cap.min(EVAL_ROWS)).max(self.model.eval_rows());
         for start in (0..n).step_by(chunk) {
             let b = chunk.min(n - start);
             load(self, start, b);
