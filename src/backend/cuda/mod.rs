@@ -186,6 +186,13 @@ impl Gpu {
         })
     }
 
+    /// Closes a GPU opened only for a check before the run's, leaving the line telling that
+    /// opening it compiled the kernels for the GPU the run opens next to tell.
+    pub fn close_for_check(mut self) {
+        let device = self.arch.trim_start_matches("sm_").parse().unwrap_or(0);
+        kernels::untaken(device, self.compiled.take());
+    }
+
     /// A kernel by name (`{op}_f32`); every name in `kernels/` was loaded by `open`.
     pub fn function(&self, name: &str) -> &CudaFunction {
         self.functions

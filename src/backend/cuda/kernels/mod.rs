@@ -7,7 +7,9 @@
 mod cache;
 pub use cache::check_env as check_cache_env;
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What every kernel source is compiled after (`compile` prepends it): the grid-stride loop,
 /// the bf16 element type and its conversions, and `ld`/`st`, the element access one template
@@ -303,23 +305,24 @@ fn compile_source(file: &'static str, full: &str, target: Target) -> Result<Imag
     })
 }
 
+/// The kernels compiled in this process, per device architecture, with the line telling so
+/// where no caller has taken it yet (`untaken`).
+type Compiled = HashMap<u32, (Arc<Vec<Image>>, Option<String>)>;
+static COMPILED: OnceLock<Mutex<Compiled>> = OnceLock::new();
+
+fn compiled() -> std::sync::MutexGuard<'static, Compiled> {
+    (COMPILED.get_or_init(Default::default).lock()).unwrap_or_else(|e| e.into_inner())
+}
+
 /// Every file of `kernels/` compiled for a device of compute capability `device`, once per
 /// architecture per process (every GPU of the same model, and every selftest check, shares it),
 /// and, for the call that had NVRTC compile any of them, a line telling so (a first start, or
 /// the first after an update, waits for it).
-pub fn for_device(
-    device: u32,
-) -> Result<(std::sync::Arc<Vec<Image>>, Option<String>), KernelError> {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<u32, Arc<Vec<Image>>>>> = OnceLock::new();
+pub fn for_device(device: u32) -> Result<(Arc<Vec<Image>>, Option<String>), KernelError> {
     // held while compiling: GPUs opening at once wait for the first to compile their arch
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(images) = cache.get(&device) {
-        return Ok((images.clone(), None));
+    let mut cache = compiled();
+    if let Some((images, note)) = cache.get_mut(&device) {
+        return Ok((images.clone(), note.take()));
     }
     let supported = supported_archs()?;
     let target = Target::for_device(device, &supported).ok_or_else(|| KernelError::Compile {
@@ -336,8 +339,17 @@ pub fn for_device(
         .collect::<Result<Vec<_>, _>>()?;
     let note = compiled_note(&images, target, t0.elapsed(), dir.as_deref());
     let images = Arc::new(images);
-    cache.insert(device, images.clone());
+    cache.insert(device, (images.clone(), None));
     Ok((images, note))
+}
+
+/// Gives back the line `for_device` told of compiling for `device`, for its next caller to
+/// tell: a GPU opened only for a check before the run's (`--precision auto`'s cuDNN check) did
+/// not say it, and the run's start waited for the compiling all the same.
+pub fn untaken(device: u32, note: Option<String>) {
+    if let (Some(entry), Some(note)) = (compiled().get_mut(&device), note) {
+        entry.1 = Some(note);
+    }
 }
 
 /// What a start that compiled kernels tells: how many, for what, how long, and whether the
