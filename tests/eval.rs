@@ -492,6 +492,15 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
     assert_eq!(per_class("setosa"), (0, 20));
     assert_eq!(per_class("virginica"), (2, 20));
     assert_eq!(per_class("versicolor"), (1, 0));
+    // the file given without options: read as the run read its own (its header), said
+    let o = run_in(d, &["eval", "r1", "--data", "csv:test.csv"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("read as the run read its CSV") && out.contains(": csv:test.csv,header ("),
+        "{out}"
+    );
+    assert!(out.contains("csv test.csv: 40 samples"), "{out}");
     // numbers where the run's classes are names, and a class it never had: refused, named
     std::fs::write(d.join("numbers.csv"), "1,2,0\n").unwrap();
     let o = run_in(d, &["eval", "r1", "--data", "csv:numbers.csv"]);

@@ -89,7 +89,7 @@ pub struct EvalArgs {
     /// A run directory (its newest checkpoint), a checkpoint directory or a step-NNNNNNNN checkpoint (a --checkpoint-best's `best` too).
     #[arg(value_name = "RUN_DIR|CHECKPOINT")]
     pub from: PathBuf,
-    /// The labelled set to evaluate on, given as --val-data would give it (cifar10:DIR's test file, images:DIR's val/ or the folder itself, csv:FILE with the training file's columns)  [default: the run's own validation set]
+    /// The labelled set to evaluate on, given as --val-data would give it (cifar10:DIR's test file, images:DIR's val/ or the folder itself, csv:FILE with the training file's columns, read with the run's label=, shape= and header where given without options)  [default: the run's own validation set]
     #[arg(long, value_name = "SPEC")]
     pub data: Option<String>,
     /// Where to evaluate: cpu, or a GPU's number (0, 1, ...) in the run's --precision  [default: cpu]

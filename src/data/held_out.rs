@@ -247,6 +247,11 @@ fn same_labels(spec: &DataSpec, kind: cifar::Kind, r: &Recipe) -> Result<(), Dat
 }
 
 fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
+    let read_as = as_the_run_read(spec, r.run_data);
+    let (spec, notes) = match &read_as {
+        Some((spec, note)) => (spec, vec![note.clone()]),
+        None => (spec, Vec::new()),
+    };
     let (mut set, _, what) = table::read(spec, r.seed, "--data")?;
     labels::onto(&mut set, r.names, "the run's model's").map_err(|m| spec_err(spec, m))?;
     let max = set.y.iter().max().copied().unwrap_or(0) as usize;
@@ -292,7 +297,47 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     Ok(HeldOut {
         set,
         what: format!("{what}: {}", crate::text::counted(n, "sample")),
-        notes: Vec::new(),
+        notes,
+    })
+}
+
+/// `csv:FILE` given without options, for a run that read its CSV with some (`label=2`,
+/// `shape=`, `header`): read as the run read its own, a file "of the training file's columns",
+/// and a note saying so; `header` only where the file's line 1 is not a row of numbers (a
+/// file cut from the training file may have lost it).
+fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)> {
+    use super::csv::line_one_is_header;
+    use super::LabelColumn;
+    let DataSpec::Csv {
+        path,
+        label: LabelColumn::Last,
+        header: false,
+        shape: None,
+    } = spec
+    else {
+        return None;
+    };
+    let &DataSpec::Csv {
+        label,
+        header,
+        shape,
+        ..
+    } = run
+    else {
+        return None;
+    };
+    let header = header && line_one_is_header(path, label);
+    let read = DataSpec::Csv {
+        path: path.clone(),
+        label,
+        header,
+        shape,
+    };
+    (read != *spec).then(|| {
+        let note = format!(
+            "--data {spec}: read as the run read its CSV ({run}): {read} (give options of its own to read it otherwise)"
+        );
+        (read, note)
     })
 }
 

@@ -72,6 +72,28 @@ const LINE_ONE_MAX: u64 = 64 << 20;
 /// model refused before the file is read whole. None where that line does not tell (the load
 /// then says why), or the file is not a plain file (a pipe is read once).
 pub(super) fn features_of_line_one(path: &Path, label: LabelColumn) -> Option<usize> {
+    let n = line_one(path)?.len();
+    match label {
+        LabelColumn::Index(c) if c >= n => None,
+        _ => n.checked_sub(1).filter(|&d| d > 0),
+    }
+}
+
+/// Whether line 1 of `path` is a header: a field other than the label's is no number.
+pub(super) fn line_one_is_header(path: &Path, label: LabelColumn) -> bool {
+    line_one(path).is_some_and(|fields| {
+        let lc = match label {
+            LabelColumn::First => 0,
+            LabelColumn::Last => fields.len().saturating_sub(1),
+            LabelColumn::Index(c) => c,
+        };
+        (fields.iter().enumerate()).any(|(j, f)| j != lc && f.parse::<f64>().is_err())
+    })
+}
+
+/// The fields of line 1 of `path`, read alone (at most `LINE_ONE_MAX` bytes); None where the
+/// file is not a plain file (a pipe is read once) or the line cannot be read.
+fn line_one(path: &Path) -> Option<Vec<String>> {
     use std::io::{BufRead, Read};
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return None;
@@ -84,11 +106,8 @@ pub(super) fn features_of_line_one(path: &Path, label: LabelColumn) -> Option<us
         .ok()?;
     let text = String::from_utf8_lossy(&bytes);
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let n = fields::split(lines(text).next()?, MAX_FIELDS).ok()?.len();
-    match label {
-        LabelColumn::Index(c) if c >= n => None,
-        _ => n.checked_sub(1).filter(|&d| d > 0),
-    }
+    let fields = fields::split(lines(text).next()?, MAX_FIELDS).ok()?;
+    Some(fields.into_iter().map(|f| f.into_owned()).collect())
 }
 
 /// Lines ended by LF, CRLF or a lone CR (old Mac files).

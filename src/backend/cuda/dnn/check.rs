@@ -42,8 +42,8 @@ pub fn for_replica<E: Elem>(
 pub fn bf16_trusted(index: usize) -> Result<(), String> {
     static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     let check = || {
-        let gpu = Gpu::open(index)
-            .map_err(|e| format!("cuDNN's check could not open the GPU ({e})"))?;
+        let gpu =
+            Gpu::open(index).map_err(|e| format!("cuDNN's check could not open the GPU ({e})"))?;
         let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
         let checked = crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
             .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))
