@@ -267,10 +267,10 @@ pub struct TrainArgs {
     /// Picture data: per-channel (x/255-mean)/std with imagenet | cifar10 | cifar100 | unit | MEAN,MEAN,MEAN/STD,STD,STD  [default: cifar10/cifar100 for CIFAR, imagenet for folders]
     #[arg(long, value_name = "NAME|MEAN/STD")]
     pub normalize: Option<String>,
-    /// Train this many epochs  [default: 30]
+    /// Train this many epochs (of --epochs and --steps, the one given last counts)  [default: 30]
     #[arg(allow_negative_numbers = true, long, overrides_with = "steps")]
     pub epochs: Option<u64>,
-    /// Train this many optimizer steps instead of whole epochs.
+    /// Train this many optimizer steps instead of whole epochs (of --steps and --epochs, the one given last counts).
     #[arg(allow_negative_numbers = true, long, overrides_with = "epochs")]
     pub steps: Option<u64>,
     /// Samples per replica per step  [default: 32]

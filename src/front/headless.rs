@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::sync::{sync_note, Ends};
 use super::units;
 use super::words::{describe, event_line, step_line};
-use crate::engine::events::Event;
+use crate::engine::events::{Applied, Event};
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::front::summary::{Flags, Spikes, Summary};
 use crate::front::watch::{Seen, Watch};
@@ -221,7 +221,18 @@ impl<'a> Log<'a> {
         }
         if let Some(l) = event_line(ev, self.info.budget, self.info.grad_accum) {
             let at = self.stamp(t);
-            put(self.out, format_args!("{at} {l}"));
+            // (a headless run is paused by an attached client: how to go on, said where it shows)
+            let how = match (ev, &self.info.run_dir) {
+                (
+                    Event::Control {
+                        applied: Applied::Paused,
+                        ..
+                    },
+                    Some(dir),
+                ) => format!(" (to resume: mgtop-train attach {}, then p)", dir.display()),
+                _ => String::new(),
+            };
+            put(self.out, format_args!("{at} {l}{how}"));
         }
     }
 }
