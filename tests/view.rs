@@ -431,6 +431,21 @@ fn view_headless_prints_a_real_runs_summary_and_errors_are_one_line() {
                 && lines[2].ends_with("/checkpoints/step-00000069"),
             "{out}"
         );
+        // how it learned: each epoch's validation, the best marked
+        assert_eq!(lines[3], "validations:", "{out}");
+        let steps: Vec<&str> = (lines[5..8].iter())
+            .map(|l| l.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(steps, ["23", "46", "69"], "{out}");
+        assert!(lines[7].contains(" 3.00 "), "{out}");
+        assert_eq!(
+            lines[5..8]
+                .iter()
+                .filter(|l| l.ends_with("%  best"))
+                .count(),
+            1,
+            "{out}"
+        );
     }
     // the checkpoint `view DIR --headless` names is under DIR
     let named_under = |dir: &str| {

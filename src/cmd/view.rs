@@ -130,6 +130,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
             format!("its last line ({l}) was cut off mid-record where the run stopped writing")
         });
         for line in (summary(&app, live).into_iter())
+            .chain(validations(&app))
             .chain(original)
             .chain(cut)
             .chain(after)
@@ -200,6 +201,59 @@ fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Opti
         "{what}: {}{unrecorded}; resume with: --resume {arg}",
         newest.display()
     ))
+}
+
+/// The most validations `view --headless` lists one by one.
+const LISTED: usize = 12;
+
+/// The run's validations, a line each, as a table: how it learned, not only where it ended
+/// (where there are more than `LISTED`, the first, the best, the last and others evenly
+/// between, said so). None where it validated none.
+fn validations(app: &App) -> Vec<String> {
+    let all = &app.validations;
+    // (the first to reach the best accuracy, as the run's best checkpoint is)
+    let Some(best) = (0..all.len()).reduce(|a, b| match all[b].accuracy > all[a].accuracy {
+        true => b,
+        false => a,
+    }) else {
+        return Vec::new();
+    };
+    let mut shown: Vec<usize> = match all.len() {
+        n if n <= LISTED => (0..n).collect(),
+        n => (0..LISTED - 1)
+            .map(|i| i * (n - 1) / (LISTED - 2))
+            .collect(),
+    };
+    shown.push(best);
+    shown.sort_unstable();
+    shown.dedup();
+    let of = match shown.len() < all.len() {
+        true => format!(
+            " ({} of {}: the first, the best, the last and some between)",
+            shown.len(),
+            all.len()
+        ),
+        false => String::new(),
+    };
+    let mut lines = vec![
+        format!("validations{of}:"),
+        format!(
+            "  {:>9} {:>8} {:>10} {:>9}",
+            "step", "epochs", "val loss", "val acc"
+        ),
+    ];
+    lines.extend(shown.iter().map(|&i| {
+        let v = &all[i];
+        format!(
+            "  {:>9} {:>8.2} {:>10} {:>8.2}%{}",
+            v.step,
+            v.epochs,
+            crate::front::units::loss_value(f64::from(v.loss), 4),
+            v.accuracy * 100.0,
+            if i == best { "  best" } else { "" }
+        )
+    }));
+    lines
 }
 
 /// The run's name and its end-of-run summary; for a run without an end yet, how far it got
