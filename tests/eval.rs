@@ -497,18 +497,23 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("read as the run read its CSV") && out.contains(": csv:test.csv,header ("),
+        out.contains("read as the run read its CSV") && out.contains("as csv:test.csv,header ("),
         "{out}"
     );
     assert!(out.contains("csv test.csv: 40 samples"), "{out}");
+    // given any option of its own (the default's too), it is read as they say
+    let o = run_in(d, &["eval", "r1", "--data", "csv:test.csv,label=last"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("if line 1 is a header, add ,header"), "{out}");
     // numbers where the run's classes are names, and a class it never had: refused, named
     std::fs::write(d.join("numbers.csv"), "1,2,0\n").unwrap();
-    let o = run_in(d, &["eval", "r1", "--data", "csv:numbers.csv"]);
+    let o = run_in(d, &["eval", "r1", "--data", "csv:numbers.csv,label=last"]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("its labels are class numbers and the run's model's classes are names (setosa, versicolor, virginica)"), "{out}");
     std::fs::write(d.join("other.csv"), "1,2,daisy\n").unwrap();
-    let o = run_in(d, &["eval", "r1", "--data", "csv:other.csv"]);
+    let o = run_in(d, &["eval", "r1", "--data", "csv:other.csv,label=last"]);
     assert!(
         text(&o).contains("its class `daisy` is not one of the run's model's classes"),
         "{}",

@@ -44,7 +44,8 @@ pub struct BatchMetrics {
 }
 
 /// What a step's end leaves for its report: its metric slots (global once exchanged) and the
-/// sum of squares of the trained parameters' gradient sums (`Optimizer::grad_sumsq`).
+/// sum of squares of the trained parameters' gradient sums (`Optimizer::grad_sumsq`; a GPU's
+/// from the norm it reads back, whose square does not pass float's range).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StepEnd {
     pub slots: [f32; AUX],

@@ -246,7 +246,7 @@ pub struct TrainArgs {
     /// A network (resnet20, resnet32, resnet44, resnet56, resnet18, resnet34, resnet50, mobilenetv2[:WIDTH]), mlp:H1,H2,... hidden widths, or layers such as conv32k3,pool2,dense128 or conv16k3p1,bn,basic16,basic32s2,gap (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], gap, ...; see the README's Models; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
-    /// digits | cifar10:DIR | cifar100:DIR[,labels=coarse] | images:DIR (one folder per class of JPEG/PNG files, or DIR/train + DIR/val) | csv:PATH[,label=last|first|N][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
+    /// digits | cifar10:DIR | cifar100:DIR[,labels=coarse] | images:DIR (one folder per class of JPEG/PNG files, or DIR/train + DIR/val) | csv:PATH[,label=last|first|N|NAME][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]
     #[arg(long)]
     pub data: Option<String>,
     /// The share of the data held out for validation (0: none, the whole set trains); sets with their own validation set (CIFAR's test file, a folder's val/) use it  [default: 0.2]

@@ -34,10 +34,22 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             meta.step
         );
     }
-    let data = (args.data.as_deref())
+    let given = (args.data.as_deref())
         .map(|d| d.parse::<DataSpec>().map_err(|e| format!("--data: {e}")))
         .transpose()
         .map_err(anyhow::Error::msg)?;
+    // a CSV given without options (as it reads back: nothing added, not even label=last): read
+    // as the run read its own
+    let read_as = match (&given, args.data.as_deref()) {
+        (Some(spec), Some(raw)) if spec.to_string() == raw => {
+            crate::data::held_out::as_the_run_read(spec, &cfg.data)
+        }
+        _ => None,
+    };
+    let (data, read_note) = match read_as {
+        Some((spec, note)) => (Some(spec), Some(note)),
+        None => (given, None),
+    };
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
     let json_target = (args.json.as_deref().filter(|_| !to_stdout))
         .map(|out| REPORT.target(out))
@@ -67,7 +79,14 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
             );
         }
     };
-    let e = eval::evaluate(&cfg, opened, data.as_ref(), on, progress)?;
+    let mut e =
+        eval::evaluate(&cfg, opened, data.as_ref(), on, progress).map_err(
+            |err| match &read_note {
+                Some(note) => anyhow::anyhow!("{err} ({note})"),
+                None => err.into(),
+            },
+        )?;
+    e.notes.splice(0..0, read_note);
     for line in report(&e) {
         match to_stdout {
             true => crate::tell!("{line}"),

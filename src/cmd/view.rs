@@ -218,18 +218,20 @@ fn validations(app: &App) -> Vec<String> {
     }) else {
         return Vec::new();
     };
-    let mut shown: Vec<usize> = match all.len() {
+    // (evenly from the first to the last, the best in place of the one nearest it)
+    let n = all.len();
+    let mut shown: Vec<usize> = match n {
         n if n <= LISTED => (0..n).collect(),
-        n => (0..LISTED - 1)
-            .map(|i| i * (n - 1) / (LISTED - 2))
-            .collect(),
+        n => (0..LISTED).map(|i| i * (n - 1) / (LISTED - 1)).collect(),
     };
-    shown.push(best);
-    shown.sort_unstable();
-    shown.dedup();
+    let nearest = (1..shown.len().saturating_sub(1)).min_by_key(|&k| shown[k].abs_diff(best));
+    if let Some(k) = nearest.filter(|_| !shown.contains(&best)) {
+        shown[k] = best;
+        shown.sort_unstable();
+    }
     let of = match shown.len() < all.len() {
         true => format!(
-            " ({} of {}: the first, the best, the last and some between)",
+            " ({} of {}: the first, the best, the last and some evenly between)",
             shown.len(),
             all.len()
         ),
@@ -242,17 +244,17 @@ fn validations(app: &App) -> Vec<String> {
             "step", "epochs", "val loss", "val acc"
         ),
     ];
-    lines.extend(shown.iter().map(|&i| {
+    for &i in &shown {
         let v = &all[i];
-        format!(
+        lines.push(format!(
             "  {:>9} {:>8.2} {:>10} {:>8.2}%{}",
             v.step,
             v.epochs,
             crate::front::units::loss_value(f64::from(v.loss), 4),
             v.accuracy * 100.0,
-            if i == best { "  best" } else { "" }
-        )
-    }));
+            if i == best && n > 1 { "  best" } else { "" }
+        ));
+    }
     lines
 }
 

@@ -247,11 +247,6 @@ fn same_labels(spec: &DataSpec, kind: cifar::Kind, r: &Recipe) -> Result<(), Dat
 }
 
 fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
-    let read_as = as_the_run_read(spec, r.run_data);
-    let (spec, notes) = match &read_as {
-        Some((spec, note)) => (spec, vec![note.clone()]),
-        None => (spec, Vec::new()),
-    };
     let (mut set, _, what) = table::read(spec, r.seed, "--data")?;
     labels::onto(&mut set, r.names, "the run's model's").map_err(|m| spec_err(spec, m))?;
     let max = set.y.iter().max().copied().unwrap_or(0) as usize;
@@ -297,16 +292,15 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     Ok(HeldOut {
         set,
         what: format!("{what}: {}", crate::text::counted(n, "sample")),
-        notes,
+        notes: Vec::new(),
     })
 }
 
-/// `csv:FILE` given without options, for a run that read its CSV with some (`label=2`,
-/// `shape=`, `header`): read as the run read its own, a file "of the training file's columns",
-/// and a note saying so; `header` only where the file's line 1 is not a row of numbers (a
-/// file cut from the training file may have lost it).
-fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)> {
-    use super::csv::line_one_is_header;
+/// `csv:FILE` given without options (`spec`, as the user gave it), for a run that read its CSV
+/// (`run`) with some (`label=2`, `shape=`, `header`): read as the run read its own, a file "of
+/// the training file's columns", and a note saying so. (A line 1 of values taken for a header
+/// is said by the load: given its own options, the file is read as they say.)
+pub fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)> {
     use super::LabelColumn;
     let DataSpec::Csv {
         path,
@@ -326,7 +320,6 @@ fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)
     else {
         return None;
     };
-    let header = header && line_one_is_header(path, label);
     let read = DataSpec::Csv {
         path: path.clone(),
         label,
@@ -335,7 +328,7 @@ fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)
     };
     (read != *spec).then(|| {
         let note = format!(
-            "--data {spec}: read as the run read its CSV ({run}): {read} (give options of its own to read it otherwise)"
+            "--data {spec} read as the run read its CSV ({run}): as {read} (give it options of its own to read it otherwise)"
         );
         (read, note)
     })

@@ -176,13 +176,25 @@ impl DataOptions {
 }
 
 /// The shape of `spec`'s samples where it is known before the set is loaded: from the spec
-/// (`DataSpec::known_shape`), else from a file's first bytes (a CSV's line 1, an IDX images
-/// file's header). None where only loading tells (a folder's pictures at their own size).
+/// (`DataSpec::known_shape`), else from a file's first bytes (a CSV's first row, with its
+/// `shape=` where that fits the row; an IDX images file's header). None where only loading
+/// tells (a folder's pictures at their own size).
 pub fn sample_shape(spec: &DataSpec, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
     use crate::nn::shape::Shape;
     spec.known_shape(image_size).or_else(|| match spec {
-        DataSpec::Csv { path, label, .. } => {
-            csv::features_of_line_one(path, *label).map(Shape::Flat)
+        DataSpec::Csv {
+            path,
+            label,
+            header,
+            shape,
+        } => {
+            let features = csv::features_of_first_row(path, *label, *header)?;
+            match *shape {
+                None => Some(Shape::Flat(features)),
+                Some([c, h, w]) if c * h * w == features => Some(Shape::Image { c, h, w }),
+                // (the load says the shape does not fit the rows)
+                Some(_) => None,
+            }
         }
         DataSpec::Idx { images, layout, .. } => idx::sample_shape(images, *layout),
         _ => None,

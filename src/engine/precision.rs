@@ -86,7 +86,7 @@ pub(super) fn resolve(
             Err(why) => (
                 Precision::Tf32,
                 Some(format!(
-                    "precision auto: TF32, not bf16 (faster for these convolutions, but it needs cuDNN: {why})"
+                    "precision auto: TF32, not bf16 (faster for these convolutions, but bf16 convolutions need cuDNN, and {why})"
                 )),
             ),
         }),

@@ -31,7 +31,7 @@ impl FromStr for LabelColumn {
             "first" => Ok(Self::First),
             "last" => Ok(Self::Last),
             _ => s.parse().map(Self::Index).map_err(|_| {
-                format!("label column `{s}` must be first, last or a 0-based column number")
+                format!("label column `{s}` must be first, last, a 0-based column number or a column's name in the header")
             }),
         }
     }
@@ -65,49 +65,84 @@ pub(super) fn read(path: &Path, flag: &'static str) -> Result<String, DataError>
     read::read_text(path, &expect).map_err(|e| DataError::read(e, flag))
 }
 
-/// The most of a file read for its line 1 (`features_of_line_one`).
-const LINE_ONE_MAX: u64 = 64 << 20;
+/// The most of a file read for its first lines (`leading`).
+const LEADING_MAX: u64 = 64 << 20;
 
-/// The features of each row (all columns but the label's) from line 1 of `path` alone: for a
-/// model refused before the file is read whole. None where that line does not tell (the load
-/// then says why), or the file is not a plain file (a pipe is read once).
-pub(super) fn features_of_line_one(path: &Path, label: LabelColumn) -> Option<usize> {
-    let n = line_one(path)?.len();
+/// The features of each row (all columns but the label's) from the file's first row alone (as
+/// `parse` takes its width): for a model refused before the file is read whole. None where
+/// that row does not tell (the load then says why).
+pub(super) fn features_of_first_row(
+    path: &Path,
+    label: LabelColumn,
+    header: bool,
+) -> Option<usize> {
+    let n = leading(path, header)?.1?.len();
     match label {
         LabelColumn::Index(c) if c >= n => None,
         _ => n.checked_sub(1).filter(|&d| d > 0),
     }
 }
 
-/// Whether line 1 of `path` is a header: a field other than the label's is no number.
-pub(super) fn line_one_is_header(path: &Path, label: LabelColumn) -> bool {
-    line_one(path).is_some_and(|fields| {
-        let lc = match label {
-            LabelColumn::First => 0,
-            LabelColumn::Last => fields.len().saturating_sub(1),
-            LabelColumn::Index(c) => c,
-        };
-        (fields.iter().enumerate()).any(|(j, f)| j != lc && f.parse::<f64>().is_err())
-    })
+/// The position of the column `name` heads in line 1 (the header) of `path`: `label=NAME`.
+/// Err: why not, naming the columns there are.
+pub(super) fn column_named(path: &Path, name: &str) -> Result<usize, String> {
+    let (fields, _) = leading(path, true).ok_or_else(|| {
+        format!(
+            "{} has no line 1 of text to find that column in (a plain CSV file is read there); give the label column's position, label=N from 0",
+            path.display()
+        )
+    })?;
+    match fields.iter().position(|f| f == name) {
+        Some(i) => Ok(i),
+        None => {
+            let shown: Vec<String> = (fields.iter().take(12))
+                .map(|f| format!("`{}`", excerpt(f)))
+                .collect();
+            let more = match fields.len() > shown.len() {
+                true => format!(" ... ({} columns)", fields.len()),
+                false => String::new(),
+            };
+            Err(format!(
+                "no column of line 1 of {} is named `{}` (its columns: {}{more}); name one of them, or give the label column's position, label=N from 0",
+                path.display(),
+                excerpt(name),
+                shown.join(", ")
+            ))
+        }
+    }
 }
 
-/// The fields of line 1 of `path`, read alone (at most `LINE_ONE_MAX` bytes); None where the
-/// file is not a plain file (a pipe is read once) or the line cannot be read.
-fn line_one(path: &Path) -> Option<Vec<String>> {
+/// The fields of line 1 of `path` and of its first row of values as `parse` takes them (the
+/// first line that is not blank, after line 1 where that is the `header`; None where the
+/// file ends first), read alone, at most `LEADING_MAX` bytes of it. None where the file is not
+/// a plain file (a pipe is read once) or not text (gzip-compressed, binary: the load says so).
+fn leading(path: &Path, header: bool) -> Option<(Vec<String>, Option<Vec<String>>)> {
     use std::io::{BufRead, Read};
     if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return None;
     }
     let file = std::fs::File::open(path).ok()?;
+    let mut r = std::io::BufReader::new(file).take(LEADING_MAX);
     let mut bytes = Vec::new();
-    std::io::BufReader::new(file)
-        .take(LINE_ONE_MAX)
-        .read_until(b'\n', &mut bytes)
-        .ok()?;
-    let text = String::from_utf8_lossy(&bytes);
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let fields = fields::split(lines(text).next()?, MAX_FIELDS).ok()?;
-    Some(fields.into_iter().map(|f| f.into_owned()).collect())
+    let fields = |line: &str| -> Option<Vec<String>> {
+        let fields = fields::split(line, MAX_FIELDS).ok()?;
+        Some(fields.into_iter().map(|f| f.into_owned()).collect())
+    };
+    loop {
+        // (whole lines: each read ends at a line's end, or at the file's or the bound's)
+        let more = r.read_until(b'\n', &mut bytes).ok()? > 0;
+        let text = std::str::from_utf8(&bytes)
+            .ok()
+            .filter(|t| !t.contains('\0'))?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut all = lines(text);
+        let one = all.next();
+        let rows = one.filter(|_| !header).into_iter().chain(all);
+        let row = rows.into_iter().find(|l| !l.trim().is_empty());
+        if row.is_some() || !more {
+            return Some((fields(one?)?, row.and_then(fields)));
+        }
+    }
 }
 
 /// Lines ended by LF, CRLF or a lone CR (old Mac files).

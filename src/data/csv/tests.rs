@@ -273,3 +273,31 @@ fn nan_and_infinite_values_are_refused_with_their_place() {
     let e = parse("1,2,0\n1,2,NaN\n", LabelColumn::Last, false).unwrap_err();
     assert!(e.contains("label `NaN` is a name"), "{e}");
 }
+
+/// What a model is checked against before the file is read whole: the width of its first row
+/// as `parse` takes it (after the header, past blank lines; a header of other width is not
+/// it), and nothing where the file is not text.
+#[test]
+fn the_first_rows_width_is_read_alone_as_parse_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.csv");
+    let cases: [(&[u8], bool, Option<usize>); 6] = [
+        (b"\xef\xbb\xbfa,b,label\r\n1,2,x\r\n", true, Some(2)),
+        (b"x,label\n\n  \n1,2,3,4,y\n", true, Some(4)),
+        (b"\n1,\"2,5\",3\n", false, Some(2)),
+        (b"1,2,3\r4,5,6\r", false, Some(2)),
+        (b"a,b,label\n", true, None),
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", false, None),
+    ];
+    for (bytes, header, features) in cases {
+        std::fs::write(&f, bytes).unwrap();
+        let got = features_of_first_row(&f, LabelColumn::Last, header);
+        assert_eq!(got, features, "{:?}", String::from_utf8_lossy(bytes));
+    }
+    // a label column past the row's: the load says so
+    std::fs::write(&f, "1,2,3\n").unwrap();
+    assert_eq!(
+        features_of_first_row(&f, LabelColumn::Index(3), false),
+        None
+    );
+}

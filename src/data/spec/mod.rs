@@ -14,7 +14,7 @@ use super::LabelColumn;
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataSpec {
     Digits,
-    /// `csv:PATH[,label=last|first|N][,header][,shape=CxHxW]`
+    /// `csv:PATH[,label=last|first|N|NAME][,header][,shape=CxHxW]`
     Csv {
         path: PathBuf,
         label: LabelColumn,
@@ -57,7 +57,7 @@ pub enum DataSpec {
 /// Folder names of a set's splits rather than of a set.
 const SPLIT_FOLDERS: [&str; 6] = ["train", "training", "val", "valid", "validation", "test"];
 
-const DATA_HELP: &str = "use digits, cifar10:DIR, cifar100:DIR[,labels=coarse], images:DIR, csv:PATH[,label=last|first|N][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
+const DATA_HELP: &str = "use digits, cifar10:DIR, cifar100:DIR[,labels=coarse], images:DIR, csv:PATH[,label=last|first|N|NAME][,header][,shape=CxHxW], idx:IMAGES,LABELS[,layout=nchw|nhwc], synthetic:N,D,C or synthetic-images:N,C,H,W,K";
 
 /// The first path of `parts` (the comma-separated pieces of a data spec), and the pieces after
 /// it: the longest run of pieces from the start that names something on disk, so a path with
@@ -138,17 +138,28 @@ fn parse_csv(s: &str, rest: &str) -> Result<DataSpec, String> {
         return Err(format!("data `{s}`: missing path; {DATA_HELP}"));
     }
     let (mut label, mut header, mut shape) = (LabelColumn::Last, false, None);
-    let mut seen = Vec::new();
+    let (mut seen, mut named) = (Vec::new(), None);
     for &opt in parts {
         once(s, &mut seen, opt)?;
         match opt.split_once('=') {
-            Some(("label", v)) => label = v.parse().map_err(|e| format!("data `{s}`: {e}"))?,
+            Some(("label", v)) => match v.parse() {
+                Ok(l) => label = l,
+                Err(_) if !v.trim().is_empty() => named = Some(v),
+                Err(e) => return Err(format!("data `{s}`: {e}")),
+            },
             Some(("shape", v)) => {
                 shape = Some(parse_shape(v).map_err(|e| format!("data `{s}`: {e}"))?)
             }
             None if opt == "header" => header = true,
             _ => return Err(unknown_option(s, &path, opt, "CSV option", DATA_HELP)),
         }
+    }
+    // a column named by the header: its position, and line 1 is the header
+    if let Some(name) = named {
+        label = super::csv::column_named(Path::new(&path), name)
+            .map(LabelColumn::Index)
+            .map_err(|e| format!("data `{s}`: label={name}: {e}"))?;
+        header = true;
     }
     Ok(DataSpec::Csv {
         path: path.into(),
@@ -237,7 +248,7 @@ impl FromStr for DataSpec {
 
 impl DataSpec {
     /// The shape of this set's samples where the spec alone gives it, no file read: a
-    /// synthetic set's, a CSV's `shape=`, and pictures' at `--image-size` (`image_size`;
+    /// synthetic set's, and pictures' at `--image-size` (`image_size`;
     /// CIFAR's own 32x32 without).
     pub fn known_shape(&self, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
         use crate::nn::shape::Shape;
@@ -247,13 +258,6 @@ impl DataSpec {
             (&DataSpec::SyntheticImages { c, h, w, .. }, None) => Some(Shape::Image { c, h, w }),
             (DataSpec::Cifar { .. }, s) => Some(square(s.unwrap_or(32))),
             (DataSpec::Images { .. }, Some(s)) => Some(square(s)),
-            (
-                &DataSpec::Csv {
-                    shape: Some([c, h, w]),
-                    ..
-                },
-                _,
-            ) => Some(Shape::Image { c, h, w }),
             _ => None,
         }
     }

@@ -284,3 +284,34 @@ fn display_round_trips_and_short_names() {
         ]
     );
 }
+
+/// `label=NAME`: the column line 1 names that (its position), line 1 then being the header; a
+/// name line 1 does not hold is refused, naming the columns it does.
+#[test]
+fn a_label_column_is_named_by_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("iris.csv");
+    std::fs::write(&f, "\u{feff}len,\"species\",width\r\n1,a,2\r\n").unwrap();
+    let csv = parse(&format!("csv:{},label=species", f.display())).unwrap();
+    let DataSpec::Csv { label, header, .. } = &csv else {
+        panic!("{csv:?}")
+    };
+    assert_eq!((*label, *header), (LabelColumn::Index(1), true));
+    // as a checkpoint records it: by position
+    assert!(csv.to_string().ends_with(",label=1,header"), "{csv}");
+    let e = parse(&format!("csv:{},label=kind", f.display())).unwrap_err();
+    assert!(
+        e.contains("no column of line 1") && e.contains("`len`, `species`, `width`"),
+        "{e}"
+    );
+    // a number is a position, first and last are what they say
+    let csv = parse(&format!("csv:{},label=first", f.display())).unwrap();
+    assert!(matches!(
+        csv,
+        DataSpec::Csv {
+            label: LabelColumn::First,
+            header: false,
+            ..
+        }
+    ));
+}

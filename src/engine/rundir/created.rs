@@ -181,10 +181,13 @@ impl Drop for Created {
 pub(super) fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
     let ckpts = dir.join(CHECKPOINTS);
     let lock = crate::files::read::read_note(&ckpts.join(checkpoint::LOCK_FILE), 64);
-    let theirs = lock.is_some_and(|pid| pid != std::process::id().to_string());
-    // (`dir` is empty until a lock is ours: a --run-dir that existed was checked to hold no
-    // run, and a run writes there only once it holds the lock)
-    if !theirs && !dir.as_os_str().is_empty() {
+    let ours = match lock {
+        Some(pid) => pid == std::process::id().to_string(),
+        // (a directory this start made holds no other run's files: a run writes there only
+        // once it holds the lock; one that existed may hold those of a run that takes none)
+        None => fresh,
+    };
+    if ours && !dir.as_os_str().is_empty() {
         let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
             es.filter_map(|e| e.ok())
                 .all(|e| e.file_name() == checkpoint::LOCK_FILE)

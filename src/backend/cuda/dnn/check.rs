@@ -41,22 +41,24 @@ pub fn for_replica<E: Elem>(
 /// TF32 (bf16 convolutions need cuDNN). Err: why not.
 pub fn bf16_trusted(index: usize) -> Result<(), String> {
     static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let check = || {
-        let gpu =
-            Gpu::open(index).map_err(|e| format!("cuDNN's check could not open the GPU ({e})"))?;
+    let on = |gpu: &Gpu| {
         let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
         let checked = crate::backend::cuda::blas::set_precision(&blas, Precision::Bf16)
             .map_err(|e| format!("cuBLAS's bf16 math mode: {e}"))
             .and_then(|()| {
-                trusted::<bf16>(&gpu, &blas, Precision::Bf16).map_err(|e| {
+                trusted::<bf16>(gpu, &blas, Precision::Bf16).map_err(|e| {
                     format!("cuDNN {} failed its check on GPU {index} ({e})", version())
                 })
             });
         // (let go of as a replica lets go of it: after a failed check its drop may panic)
         crate::backend::cuda::blas::close(blas);
-        let closed = checked.map(close);
+        checked.map(close)
+    };
+    let check = || {
+        let gpu = Gpu::open(index).map_err(|e| format!("the check could not open it ({e})"))?;
+        let checked = on(&gpu);
         gpu.close_for_check();
-        closed
+        checked
     };
     CHECKED.get_or_init(check).clone()
 }

@@ -132,7 +132,7 @@ pub struct CudaReplica<E: Elem = f32> {
     row_correct: CudaSlice<i32>,
     eval_metrics: CudaSlice<f32>,
     /// A step's end as it is read back in one copy: its metric slots, then its trained
-    /// gradients' sum of squares (`update::launch_step_end`, which the update clips by).
+    /// gradients' L2 norm (`update::launch_step_end`, which the update clips by).
     ends_dev: CudaSlice<f32>,
     cap: usize,
     /// Recorded before and after the gradient computation of the current step.

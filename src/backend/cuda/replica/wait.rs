@@ -131,7 +131,7 @@ impl<E: Elem> CudaReplica<E> {
             None => self.pinned(AUX + 1),
         };
         let reduced = self.record();
-        // the metric slots and the gradients' sum of squares side by side, for one copy
+        // the metric slots and the gradients' norm side by side, for one copy
         let sums = (self.grads.slice(..n), self.grads.slice(n..n + AUX));
         let end = self.ends_dev.slice_mut(..);
         update::launch_step_end(&self.gpu, &mut self.chunks, sums, end);
