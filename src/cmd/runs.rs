@@ -22,6 +22,10 @@ pub struct RunRow {
     pub progress: Option<f64>,
     pub best_accuracy: Option<f32>,
     pub updated: SystemTime,
+    /// The checkpoint it started from, where it resumed another run.
+    pub resumed_from: Option<PathBuf>,
+    /// The newest run listed that resumed it from one of its checkpoints.
+    pub resumed_in: Option<PathBuf>,
 }
 
 pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
@@ -45,7 +49,8 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         crate::say!("no runs under {}", root.display());
         return Ok(());
     }
-    let rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
+    let mut rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
+    link_resumed(&mut rows);
     for line in table(&rows, SystemTime::now()) {
         // (directory names are escaped in the table: they can hold anything)
         crate::say!("{line}");
@@ -73,6 +78,8 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         progress: None,
         best_accuracy: None,
         updated,
+        resumed_from: None,
+        resumed_in: None,
     };
     let mut reader = match MetricsReader::open(&row.dir.join(rundir::METRICS)) {
         Ok(r) => r.skimming(),
@@ -93,6 +100,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         reader.writer_gone();
     }
     let mut app = App::watching(reader.info().clone());
+    row.resumed_from = app.info.resumed_from.clone();
     let damaged = read_all(&mut reader, &mut app).is_err();
     row.step = match &app.summary {
         Some(s) => s.steps,
@@ -143,6 +151,23 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     row
 }
 
+/// Each run's `resumed_in`: the newest listed run (rows newest first) whose checkpoint it
+/// started from is in that run's directory, so a stopped run says where it went on.
+fn link_resumed(rows: &mut [RunRow]) {
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    let dirs: Vec<Option<PathBuf>> = rows.iter().map(|r| real(&r.dir)).collect();
+    for later in 0..rows.len() {
+        let Some(from) = rows[later].resumed_from.as_deref().and_then(real) else {
+            continue;
+        };
+        let earlier = (0..rows.len())
+            .find(|&i| i != later && dirs[i].as_deref().is_some_and(|d| from.starts_with(d)));
+        if let Some(i) = earlier.filter(|&i| rows[i].resumed_in.is_none()) {
+            rows[i].resumed_in = Some(rows[later].dir.clone());
+        }
+    }
+}
+
 /// The listing's lines: a header, then a row per run.
 pub fn table(rows: &[RunRow], now: SystemTime) -> Vec<String> {
     // (names as they are printed: escaped, counted in characters)
@@ -161,8 +186,15 @@ pub fn table(rows: &[RunRow], now: SystemTime) -> Vec<String> {
         "run", "state", "step", "progress", "best acc"
     )];
     for (r, name) in rows.iter().zip(&names) {
+        // (where another run went on from it)
+        let next = (r.resumed_in.as_ref()).map_or(String::new(), |d| {
+            format!(
+                "  (resumed in {})",
+                crate::text::printable(&d.display().to_string())
+            )
+        });
         lines.push(format!(
-            "{:<width$}  {:<10} {:>9} {:>8} {:>9}  {}",
+            "{:<width$}  {:<10} {:>9} {:>8} {:>9}  {}{next}",
             name,
             r.state,
             r.step,
@@ -267,6 +299,47 @@ mod tests {
         }
     }
 
+    /// A run resumed in a later one says where it went on (newest first: the newest that
+    /// resumed it); one resumed from a checkpoint elsewhere, or none, says nothing.
+    #[test]
+    fn a_resumed_run_says_which_run_went_on_from_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = |n: &str| {
+            let d = tmp.path().join(n);
+            std::fs::create_dir_all(d.join("checkpoints/step-00000010")).unwrap();
+            d
+        };
+        let row = |d: PathBuf, from: Option<PathBuf>| RunRow {
+            dir: d,
+            state: "stopped".into(),
+            step: 10,
+            progress: None,
+            best_accuracy: None,
+            updated: SystemTime::now(),
+            resumed_from: from,
+            resumed_in: None,
+        };
+        let (a, b, c) = (dir("a"), dir("b"), dir("c"));
+        let ck = |d: &PathBuf| Some(d.join("checkpoints/step-00000010"));
+        let mut rows = [
+            row(c.clone(), ck(&a)),
+            row(b.clone(), ck(&a)),
+            row(a.clone(), None),
+            row(
+                tmp.path().join("d"),
+                Some(tmp.path().join("elsewhere/step-00000010")),
+            ),
+        ];
+        link_resumed(&mut rows);
+        let resumed: Vec<Option<PathBuf>> = rows.iter().map(|r| r.resumed_in.clone()).collect();
+        assert_eq!(resumed, [None, None, Some(c.clone()), None]);
+        let lines = table(&rows, SystemTime::now());
+        assert!(
+            lines[3].ends_with(&format!("  (resumed in {})", c.display())),
+            "{lines:?}"
+        );
+    }
+
     #[test]
     fn columns_line_up_whatever_the_names_and_states() {
         let now = SystemTime::now();
@@ -277,6 +350,8 @@ mod tests {
             progress: Some(0.5),
             best_accuracy: None,
             updated: now,
+            resumed_from: None,
+            resumed_in: None,
         };
         let rows = [
             row("runs/a", "unreadable"),
