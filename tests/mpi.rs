@@ -364,9 +364,11 @@ fn another_machines_device_samples_reach_process_0s_records() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let mut args = common_args(&run, "adam", 1, 200);
+    let mut args = common_args(&run, "adam", 1, 400);
     // process 1 (the other host's, ranks 2 and 3) reports its ranks at 42 degrees, as it would
-    // what NVML reads of its GPUs; a slow input keeps the run going for a few samples
+    // what NVML reads of its GPUs; a slow input keeps the run going for a few samples (6 s:
+    // under a loaded CI machine's debug build, process 1's sampling thread, on one bound core
+    // beside its workers, got too few loads across for three in a row within 3 s)
     let made_up = ["--inject-peer-sample", "42", "--sample-interval", "0.1"];
     args.extend(
         made_up
