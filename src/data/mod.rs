@@ -176,18 +176,27 @@ impl DataOptions {
 }
 
 /// The shape of `spec`'s samples where it is known before the set is loaded: from the spec
-/// (`DataSpec::known_shape`), else from a file's first bytes (a CSV's first row, with its
-/// `shape=` where that fits the row; an IDX images file's header). None where only loading
-/// tells (a folder's pictures at their own size).
+/// alone (a synthetic set's; pictures' at `--image-size`, `image_size`, CIFAR's own 32x32
+/// without), else from a file's first bytes (a CSV's first row, with its `shape=` where that
+/// fits the row; an IDX images file's header). None where only loading tells (a folder's
+/// pictures at their own size).
 pub fn sample_shape(spec: &DataSpec, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
     use crate::nn::shape::Shape;
-    spec.known_shape(image_size).or_else(|| match spec {
-        DataSpec::Csv {
-            path,
-            label,
-            header,
-            shape,
-        } => {
+    let square = |s: usize| Shape::Image { c: 3, h: s, w: s };
+    match (spec, image_size) {
+        (DataSpec::Synthetic { d, .. }, _) => Some(Shape::Flat(*d)),
+        (&DataSpec::SyntheticImages { c, h, w, .. }, None) => Some(Shape::Image { c, h, w }),
+        (DataSpec::Cifar { .. }, s) => Some(square(s.unwrap_or(32))),
+        (DataSpec::Images { .. }, Some(s)) => Some(square(s)),
+        (
+            DataSpec::Csv {
+                path,
+                label,
+                header,
+                shape,
+            },
+            _,
+        ) => {
             let features = csv::features_of_first_row(path, *label, *header)?;
             match *shape {
                 None => Some(Shape::Flat(features)),
@@ -196,9 +205,9 @@ pub fn sample_shape(spec: &DataSpec, image_size: Option<usize>) -> Option<crate:
                 Some(_) => None,
             }
         }
-        DataSpec::Idx { images, layout, .. } => idx::sample_shape(images, *layout),
+        (DataSpec::Idx { images, layout, .. }, _) => idx::sample_shape(images, *layout),
         _ => None,
-    })
+    }
 }
 
 /// Loads `spec` with its validation set (the set's own, `--val-data`, or a seeded split) and

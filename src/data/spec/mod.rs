@@ -247,21 +247,6 @@ impl FromStr for DataSpec {
 }
 
 impl DataSpec {
-    /// The shape of this set's samples where the spec alone gives it, no file read: a
-    /// synthetic set's, and pictures' at `--image-size` (`image_size`;
-    /// CIFAR's own 32x32 without).
-    pub fn known_shape(&self, image_size: Option<usize>) -> Option<crate::nn::shape::Shape> {
-        use crate::nn::shape::Shape;
-        let square = |s: usize| Shape::Image { c: 3, h: s, w: s };
-        match (self, image_size) {
-            (DataSpec::Synthetic { d, .. }, _) => Some(Shape::Flat(*d)),
-            (&DataSpec::SyntheticImages { c, h, w, .. }, None) => Some(Shape::Image { c, h, w }),
-            (DataSpec::Cifar { .. }, s) => Some(square(s.unwrap_or(32))),
-            (DataSpec::Images { .. }, Some(s)) => Some(square(s)),
-            _ => None,
-        }
-    }
-
     /// The same data with its paths absolute (against the working directory), as a run's
     /// checkpoints record it: a run resumed from elsewhere finds the same files.
     pub fn absolute(&self) -> DataSpec {
