@@ -278,6 +278,18 @@ fn a_paused_run_with_nothing_to_send_says_it_is_there_each_second() {
     let (ta, tb) = (a["t"].as_f64().unwrap(), b["t"].as_f64().unwrap());
     assert!(ta > first["t"].as_f64().unwrap() && tb > ta, "{a} {b}");
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // `runs` lists it paused (its file says so), and live again once resumed
+    let listed = |state: &str| {
+        (0..50).any(|_| {
+            let l = common::cli::text(&common::cli::run_in(dir.path(), &["runs", "."]));
+            std::thread::sleep(Duration::from_millis(100));
+            l.lines().nth(1).is_some_and(|row| row.contains(state))
+        })
+    };
+    assert!(listed(" paused "), "never listed paused");
+    assert_eq!(c.control("resume", json!({}))["ok"], true);
+    c.until("the resume event", |v| v["action"] == "resume");
+    assert!(listed(" live "), "never listed live again");
     assert_eq!(c.control("stop", json!({}))["ok"], true);
     assert!(run.wait_exit().success());
 }

@@ -1,5 +1,5 @@
 //! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live,
-//! suspended, done, stopped, failed, ended without a word: killed, or a copy of a live run's
+//! paused, suspended, done, stopped, failed, ended without a word: killed, or a copy of a live run's
 //! directory), step, progress, best validation accuracy and when their metrics file last
 //! changed.
 
@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use crate::cli::RunsArgs;
 use crate::engine::events::Ending;
 use crate::engine::rundir;
-use crate::front::tui::app::App;
+use crate::front::tui::app::{App, RunState};
 use crate::front::tui::replay::read_all;
 use crate::observe::metrics::MetricsReader;
 
@@ -59,10 +59,12 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
 }
 
 /// A live run's state: `suspended` where its process here is stopped (Ctrl-Z, `kill -STOP`),
-/// holding its devices while it does nothing.
-fn live_state(dir: &std::path::Path) -> &'static str {
+/// holding its devices while it does nothing; `paused` where its file's last pause was not
+/// followed by a resume (paused from a screen: it waits for `p`).
+fn live_state(dir: &std::path::Path, paused: bool) -> &'static str {
     match rundir::suspended(dir) {
         Some(_) => "suspended",
+        None if paused => "paused",
         None => "live",
     }
 }
@@ -84,7 +86,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     let mut reader = match MetricsReader::open(&row.dir.join(rundir::METRICS)) {
         Ok(r) => r.skimming(),
         Err(_) if live => {
-            row.state = live_state(&row.dir).into();
+            row.state = live_state(&row.dir, false).into();
             return row;
         }
         Err(_) => {
@@ -143,7 +145,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         },
         // (before `live`: a copy's `live.sock.path` points at the original's socket)
         None if rundir::copy_of_live(&row.dir, app.info.run_dir.as_deref()).is_some() => "copy",
-        None if live => live_state(&row.dir),
+        None if live => live_state(&row.dir, app.state == RunState::Paused),
         None if damaged => "damaged",
         None => "killed",
     }
