@@ -294,16 +294,29 @@ impl DataSpec {
     }
 
     /// A short name for the data: `digits`, a file's stem, a folder's name (`cats-train` for
-    /// `cats/train`), `synthetic` or `synthetic-images`.
+    /// `cats/train`), `synthetic` or `synthetic-images`. A file or folder named as a built-in
+    /// set is told apart by its kind (`digits-csv` for `csv:digits.csv`), so that its runs are
+    /// not kept among the built-in set's.
     pub fn short_name(&self) -> String {
+        const BUILT_IN: [&str; 5] = [
+            "digits",
+            "synthetic",
+            "synthetic-images",
+            "cifar10",
+            "cifar100",
+        ];
+        let apart = |name: String, kind: &str| match BUILT_IN.contains(&name.as_str()) {
+            true => format!("{name}-{kind}"),
+            false => name,
+        };
         let stem = |p: &std::path::Path| {
             p.file_stem()
                 .map_or("data".into(), |s| s.to_string_lossy().into_owned())
         };
         match self {
             DataSpec::Digits => "digits".into(),
-            DataSpec::Csv { path, .. } => stem(path),
-            DataSpec::Idx { images, .. } => stem(images),
+            DataSpec::Csv { path, .. } => apart(stem(path), "csv"),
+            DataSpec::Idx { images, .. } => apart(stem(images), "idx"),
             DataSpec::Synthetic { .. } => "synthetic".into(),
             DataSpec::SyntheticImages { .. } => "synthetic-images".into(),
             DataSpec::Cifar { kind, .. } => kind.name().into(),
@@ -320,7 +333,7 @@ impl DataSpec {
                             None => n.into_owned(),
                         }
                     }
-                    Some(n) => n.into_owned(),
+                    Some(n) => apart(n.into_owned(), "images"),
                     None => "images".into(),
                 }
             }

@@ -266,6 +266,10 @@ fn display_round_trips_and_short_names() {
         "images:tiny/Train",
         "images:train",
         "cifar100:x",
+        // (named as a built-in set: told apart)
+        "csv:shared/digits.csv",
+        "idx:synthetic,l",
+        "images:data/cifar10/",
     ]
     .iter()
     .map(|s| parse(s).unwrap().short_name())
@@ -280,7 +284,10 @@ fn display_round_trips_and_short_names() {
             "pets",
             "tiny-Train",
             "train",
-            "cifar100"
+            "cifar100",
+            "digits-csv",
+            "synthetic-idx",
+            "cifar10-images"
         ]
     );
 }
