@@ -92,8 +92,8 @@ pub struct EvalArgs {
     /// The labelled set to evaluate on, given as --val-data would give it (cifar10:DIR's test file, images:DIR's val/ or the folder itself, csv:FILE with the training file's columns, read with the run's label=, shape= and header where given without options)  [default: the run's own validation set]
     #[arg(long, value_name = "SPEC")]
     pub data: Option<String>,
-    /// Where to evaluate: cpu, or a GPU's number (0, 1, ...) in the run's --precision  [default: cpu]
-    #[arg(long, value_name = "cpu|N")]
+    /// Where to evaluate: cpu (cpu:N: on N threads), or a GPU's number (0, 1, ...) in the run's --precision; one device, --devices as training spells it taken too  [default: cpu]
+    #[arg(long, visible_alias = "devices", value_name = "cpu|cpu:N|N")]
     pub device: Option<String>,
     /// CPU threads to evaluate on  [default: this machine's cores]
     #[arg(long, value_name = "N", value_parser = at_least_one(4096))]

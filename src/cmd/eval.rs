@@ -55,18 +55,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
         .map(|out| REPORT.target(out))
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let on = match args.device.as_deref() {
-        None | Some("cpu") => {
-            eval::On::Cpu((args.threads).unwrap_or_else(crate::engine::available_cores))
-        }
-        Some(d) => match d.parse::<usize>() {
-            Ok(i) if args.threads.is_none() => eval::On::Gpu(i),
-            Ok(_) => anyhow::bail!("--threads is for the CPU; --device {d} evaluates on GPU {d}"),
-            Err(_) => anyhow::bail!(
-                "--device {d}: use cpu (this machine's cores) or a GPU's number (0, 1, ...)"
-            ),
-        },
-    };
+    let on = device(args.device.as_deref(), args.threads)?;
     let (started, mut shown) = (Instant::now(), Duration::ZERO);
     let progress = |done: usize, total: usize| {
         let now = started.elapsed();
@@ -107,6 +96,39 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
 
 fn percent(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{:.2}%", 100.0 * v))
+}
+
+/// Where `--device` (or `--devices`, as training spells it) evaluates: `cpu` on `--threads`
+/// (this machine's cores), `cpu:N` on N threads, `N` on that GPU. One device: a list, or
+/// `auto`, is refused with the form to give.
+fn device(given: Option<&str>, threads: Option<usize>) -> anyhow::Result<eval::On> {
+    let cores = || threads.unwrap_or_else(crate::engine::available_cores);
+    let Some(d) = given else {
+        return Ok(eval::On::Cpu(cores()));
+    };
+    if d == "cpu" {
+        return Ok(eval::On::Cpu(cores()));
+    }
+    if let Some(n) = d.strip_prefix("cpu:") {
+        return match (n.parse::<usize>(), threads) {
+            (Ok(n @ 1..=4096), None) => Ok(eval::On::Cpu(n)),
+            (Ok(n @ 1..=4096), Some(t)) if t == n => Ok(eval::On::Cpu(n)),
+            (Ok(1..=4096), Some(t)) => {
+                anyhow::bail!("--device {d} and --threads {t} say two thread counts: give one")
+            }
+            _ => anyhow::bail!("--device {d}: give cpu:N with N threads from 1 to 4096"),
+        };
+    }
+    match d.parse::<usize>() {
+        Ok(i) if threads.is_none() => Ok(eval::On::Gpu(i)),
+        Ok(_) => anyhow::bail!("--threads is for the CPU; --device {d} evaluates on GPU {d}"),
+        Err(_) if d.contains(',') || d == "auto" || d.starts_with("gpu") => anyhow::bail!(
+            "--device {d}: eval runs on one device: give cpu, cpu:N (N threads) or one GPU's number (0, 1, ...)"
+        ),
+        Err(_) => anyhow::bail!(
+            "--device {d}: use cpu (this machine's cores), cpu:N (N threads) or a GPU's number (0, 1, ...)"
+        ),
+    }
 }
 
 /// The report, as printed.

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{figures, report};
+use super::{device, figures, report};
 use crate::engine::eval::{Evaluation, Tally};
 
 /// An evaluation of `classes` classes over `rows` (label, logits).
@@ -116,4 +116,28 @@ fn the_json_has_every_class_and_confusion() {
         ])
     );
     assert_eq!(j["accuracy"], 0.0);
+}
+
+/// `--device` takes training's spellings of one device (`cpu:N`, a GPU's number) and refuses a
+/// list or `auto` naming the forms it takes.
+#[test]
+fn the_device_is_one_of_trainings_spellings() {
+    use crate::engine::eval::On;
+    let on = |d: Option<&str>, t: Option<usize>| device(d, t).map_err(|e| e.to_string());
+    assert_eq!(on(Some("cpu:3"), None), Ok(On::Cpu(3)));
+    assert_eq!(on(Some("cpu"), Some(5)), Ok(On::Cpu(5)));
+    assert_eq!(on(None, Some(2)), Ok(On::Cpu(2)));
+    assert_eq!(on(Some("1"), None), Ok(On::Gpu(1)));
+    for (d, t, said) in [
+        ("0,1", None, "eval runs on one device: give cpu, cpu:N"),
+        ("auto", None, "eval runs on one device"),
+        ("cpu:0", None, "give cpu:N with N threads from 1 to 4096"),
+        ("cpu:2", Some(3), "say two thread counts"),
+        ("0", Some(3), "--threads is for the CPU"),
+        ("tpu", None, "use cpu (this machine's cores), cpu:N"),
+    ] {
+        let e = on(Some(d), t).unwrap_err();
+        assert!(e.starts_with(&format!("--device {d}")) || e.contains(said), "{d}: {e}");
+        assert!(e.contains(said), "{d}: {e}");
+    }
 }
