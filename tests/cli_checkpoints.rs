@@ -549,3 +549,53 @@ fn keep_checkpoints_removes_the_older_ones_this_run_wrote_and_no_others() {
         text(&o)
     );
 }
+
+/// A resume into a new run directory begins its `best/` as its line's: the best checkpoint
+/// beside the one resumed from comes along, and a part that never beats it (an LR that
+/// leaves the model as it is) leaves it there, so `best/` is the line's best model.
+#[test]
+fn a_resumed_run_s_best_checkpoint_is_its_line_s_best() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let common = ["--headless", "--devices", "cpu:2", "--optimizer", "sgd"];
+    let first = ["--steps", "60", "--val-every", "20", "--checkpoint-best"];
+    let first = [&common[..], &first[..], &["--lr", "0.3", "--run-dir", "r0"]].concat();
+    let o = run_in(d, &first);
+    assert!(o.status.success(), "{}", text(&o));
+    let state = |run: &str| -> serde_json::Value {
+        let s = std::fs::read(d.join(run).join("checkpoints/best/state.json")).unwrap();
+        serde_json::from_slice(&s).unwrap()
+    };
+    let best = state("r0");
+    let step = best["step"].as_u64().unwrap();
+    // (--checkpoint-best and --val-every from the checkpoint)
+    let again = [
+        "--steps",
+        "100",
+        "--lr",
+        "1e-9",
+        "--resume",
+        "r0",
+        "--run-dir",
+        "r1",
+    ];
+    let o = run_in(d, &[&common[..], &again[..]].concat());
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let carried = d.join("r1/checkpoints/best");
+    assert!(
+        out.contains(&format!("best checkpoint at step {step} (val acc ")),
+        "{out}"
+    );
+    assert!(out.contains(&carried.display().to_string()), "{out}");
+    let ours = state("r1");
+    assert_eq!(
+        (&ours["step"], &ours["val_accuracy"]),
+        (&best["step"], &best["val_accuracy"])
+    );
+    let weights =
+        |run: &str| std::fs::read(d.join(run).join("checkpoints/best/model.safetensors")).unwrap();
+    assert_eq!(weights("r1"), weights("r0"));
+    // the line's first run keeps its own
+    assert!(d.join("r0/checkpoints/best/state.json").is_file());
+}

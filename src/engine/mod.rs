@@ -219,6 +219,8 @@ impl Engine {
         // process 0's starting point, on every process
         let classes = loaded.train.class_names();
         let start = start::starting_point(&cfg, &model, ranks, lead, (split, classes))?;
+        // (process 0 writes the checkpoints: a resumed run's best begins as its line's)
+        let carried = lead.then(|| start::carry_best(&cfg, &start)).flatten();
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
@@ -371,6 +373,22 @@ impl Engine {
             start_step: start.step,
             start_epoch: start.cursor.epoch,
         });
+        match carried {
+            Some(Ok((path, best))) => {
+                let _ = ev_tx.send(Event::Checkpoint {
+                    step: best.step,
+                    path,
+                    best: Some(best.accuracy),
+                });
+            }
+            Some(Err(note)) => {
+                let _ = ev_tx.send(Event::Warning {
+                    step: start.step,
+                    message: note,
+                });
+            }
+            None => {}
+        }
         Ok(Engine {
             info,
             controller,

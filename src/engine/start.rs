@@ -137,6 +137,22 @@ pub(super) fn starting_point(
 
 /// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
 /// from before lines carried it: its own), where this run validates on the same set.
+/// `--checkpoint-best` on a resume into a checkpoint directory of its own: the best
+/// checkpoint of the line beside the one resumed from, brought along (`checkpoint::carry_best`),
+/// with its validation; or why it could not be.
+pub(super) fn carry_best(
+    cfg: &RunConfig,
+    start: &Start,
+) -> Option<Result<(std::path::PathBuf, checkpoint::BestVal), String>> {
+    let (resumed, best) = (start.checkpoint.as_deref()?, start.best_val?);
+    if !cfg.checkpoint_best {
+        return None;
+    }
+    checkpoint::carry_best(resumed, &cfg.checkpoint_dir, cfg.origin.as_deref(), best)
+        .map(|to| to.map(|to| (to, best)))
+        .transpose()
+}
+
 fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::BestVal> {
     let same_set = split
         .hex()

@@ -137,7 +137,10 @@ fn the_device_is_one_of_trainings_spellings() {
         ("tpu", None, "use cpu (this machine's cores), cpu:N"),
     ] {
         let e = on(Some(d), t).unwrap_err();
-        assert!(e.starts_with(&format!("--device {d}")) || e.contains(said), "{d}: {e}");
+        assert!(
+            e.starts_with(&format!("--device {d}")) || e.contains(said),
+            "{d}: {e}"
+        );
         assert!(e.contains(said), "{d}: {e}");
     }
 }

@@ -14,12 +14,14 @@ use crate::nn::model::{Model, TensorInfo};
 use crate::nn::optim::OptState;
 
 pub mod began;
+mod carry;
 mod lines;
 mod lock;
 mod meta;
 pub(crate) mod tensor_file;
 mod write;
 
+pub use carry::carry_best;
 pub use lines::{lines, passed_over, refuse_others, step_of, steps, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::{BestVal, CheckpointMeta};

@@ -487,4 +487,5 @@ fn a_checkpoint_removed_while_it_is_read_is_said_gone_not_damaged() {
     );
 }
 
+mod carry;
 mod lines;
