@@ -209,9 +209,10 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     })
 }
 
-/// Where `export` may write `out`: as `Output::target` says (a new file or a safetensors file it
+/// Where `export` may write `out`: as `Output::target` says (a new file or an earlier export it
 /// replaces, never a file of a checkpoint: replacing its weights would lose the optimizer
-/// state), and not under a Python file's name.
+/// state, nor weights from elsewhere: a pretrained file, perhaps the run's `--init`), and not
+/// under a Python file's name.
 pub fn export_target(out: &Path) -> Result<PathBuf, String> {
     // (`-`, standard output elsewhere, would be a file named `-`, and its module `-.py`)
     if out == Path::new("-") {
@@ -228,12 +229,23 @@ pub fn export_target(out: &Path) -> Result<PathBuf, String> {
     }
     let weights = Output {
         flag: "",
-        kind: "a safetensors file",
+        kind: "weights mgtop-train exported (weights from elsewhere, such as pretrained ones, are not replaced)",
         example: "model.safetensors",
-        // a safetensors file starts with its header's length (8 bytes), then the header's `{`
-        ours: |p| crate::engine::output::head(p, 9).get(8) == Some(&b'{'),
+        ours: exported_here,
     };
     weights.target(out)
+}
+
+/// Whether `p` is a safetensors file an export wrote (its header's metadata has the step
+/// `mgtop.step`).
+fn exported_here(p: &Path) -> bool {
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return false;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    crate::engine::checkpoint::tensor_file::read_header(&mut f, len).is_some_and(|(_, h)| {
+        (h.get("__metadata__")).is_some_and(|m| m.get("mgtop.step").is_some())
+    })
 }
 
 /// A safetensors file's bytes with its header's `__metadata__` keys in order: `serialize` takes
@@ -288,8 +300,18 @@ mod tests {
             e.contains("is in the checkpoint") && e.contains("elsewhere"),
             "{e}"
         );
+        // an earlier export is replaced; weights from elsewhere are not
+        let pretrained = tmp.path().join("resnet.safetensors");
+        std::fs::write(&pretrained, b"\x02\0\0\0\0\0\0\0{}").unwrap();
+        let e = export_target(&pretrained).unwrap_err();
+        assert!(
+            e.contains("is not weights mgtop-train exported") && e.contains("another name"),
+            "{e}"
+        );
         let real = tmp.path().join("real.safetensors");
-        std::fs::write(&real, b"\x02\0\0\0\0\0\0\0{}").unwrap();
+        let ours = br#"{"__metadata__":{"mgtop.step":"5"}}"#;
+        let bytes = [&(ours.len() as u64).to_le_bytes()[..], ours].concat();
+        std::fs::write(&real, bytes).unwrap();
         let link = tmp.path().join("link.safetensors");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert_eq!(export_target(&link).unwrap(), real.canonicalize().unwrap());
@@ -307,7 +329,7 @@ mod tests {
         std::fs::write(&notes, "precious").unwrap();
         let e = export_target(&notes).unwrap_err();
         assert!(
-            e.contains("not a safetensors file") && e.contains("another name"),
+            e.contains("not weights mgtop-train exported") && e.contains("another name"),
             "{e}"
         );
         let e = export_target(&tmp.path().join("nope/x.safetensors")).unwrap_err();

@@ -35,6 +35,14 @@ impl Exported {
         if self.replaced {
             s.push_str(" (replacing the file there)");
         }
+        // (a name PyTorch's pickles go by: torch.load would fail on it)
+        if out.extension().is_some_and(|e| {
+            ["pt", "pth", "bin", "ckpt"]
+                .iter()
+                .any(|x| e.eq_ignore_ascii_case(x))
+        }) {
+            s.push_str(" (a safetensors file, whatever its name says: torch.load cannot read it)");
+        }
         if let Some(py) = &self.module {
             s.push_str(&format!(" and its PyTorch module to {}", py.display()));
             if self.module_replaced {
