@@ -93,6 +93,40 @@ fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
     );
 }
 
+/// A named network's tensor of another shape is not said to be a layer list's renumbered
+/// layer, even where a tensor of the file named alike but for its numbers fits.
+#[test]
+fn a_named_network_s_wrong_shape_gets_no_layer_list_advice() {
+    let m = model("mobilenetv2:0.5", 2);
+    let params = m.init_params(1);
+    // a depthwise kernel another block has the same shape of, made 5x5
+    let wrong = (m.tensors.iter())
+        .find(|t| {
+            t.shape.len() == 4
+                && t.shape[1] == 1
+                && (m.tensors.iter()).any(|o| o.name != t.name && o.shape == t.shape)
+        })
+        .unwrap();
+    let file = f32_file(
+        (m.tensors.iter())
+            .map(|t| match t.name == wrong.name {
+                true => {
+                    let shape = vec![t.shape[0], 1, 5, 5];
+                    (t.name.clone(), vec![0.0; t.shape[0] * 25], shape)
+                }
+                false => (t.name.clone(), params[t.range()].to_vec(), t.shape.clone()),
+            })
+            .collect(),
+    );
+    let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+    let e = import(file.path(), &m, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains(&format!("tensor `{}` is [", wrong.name)) && e.contains("another --model"),
+        "{e}"
+    );
+    assert!(!e.contains("layer list"), "{e}");
+}
+
 fn model(preset: &str, classes: usize) -> Model {
     let mut m = Model::new(
         Shape::Image { c: 3, h: 32, w: 32 },

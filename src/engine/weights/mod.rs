@@ -145,6 +145,7 @@ pub fn import(
             &file_names,
             fits,
         )
+        .filter(|_| model.layer_list)
         .unwrap_or_default();
         at(format!(
             "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint}",
@@ -294,7 +295,8 @@ pub fn import(
                 // (a layer list with a layer more or less before this one: the file's tensor
                 // of this shape is named for another place)
                 let moved = (file_names.iter()).find(|n| {
-                    **n != name
+                    model.layer_list
+                        && **n != name
                         && masked(n) == masked(&name)
                         && st.tensor(n).is_ok_and(|v| v.shape() == t.shape.as_slice())
                 });
@@ -372,6 +374,7 @@ pub fn import(
         renumbered(missing.iter().map(String::as_str), &unexpected, |o, t| {
             shape_of_ours(o).is_some_and(|s| shape_in_file(t) == Some(s)) || head_of_file(o, t)
         })
+        .filter(|_| model.layer_list)
         .unwrap_or_default()
     };
     // (a file of another depth: this model's layers it lacks would start at random, or its

@@ -1,5 +1,6 @@
 //! Names in a weights file against a model's: lists of them as a report says them, and the
-//! hint where a layer list numbers its layers otherwise than the file's run did.
+//! hint where a layer list numbers its layers otherwise than the file's run did (said only of
+//! a layer list: a named network's names are torchvision's, whatever their numbers).
 
 /// The most names listed in a report line.
 const LISTED: usize = 6;

@@ -82,6 +82,9 @@ pub struct Model {
     pub torchvision_changes: Option<&'static str>,
     /// The loss's label smoothing (`--label-smoothing`; 0: plain cross-entropy).
     pub label_smoothing: f32,
+    /// Whether `--model` gave a layer list (its tensors named by their place in it:
+    /// `conv.0.weight`), not a named network (torchvision's names).
+    pub layer_list: bool,
     inits: Vec<Init>,
     buffer_inits: Vec<f32>,
     /// How many nodes read each value.

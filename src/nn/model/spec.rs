@@ -63,8 +63,12 @@ impl ModelSpec {
                     true => Shape::Flat(input.numel()),
                     false => input,
                 };
-                build_layers(spec, input, classes, self.is_mlp())
-                    .map_err(|e| format!("model `{self}` on {input} inputs: {e}"))
+                let built = build_layers(spec, input, classes, self.is_mlp());
+                let built = built.map_err(|e| format!("model `{self}` on {input} inputs: {e}"))?;
+                Ok(Model {
+                    layer_list: true,
+                    ..built
+                })
             }
         }
     }
