@@ -216,6 +216,7 @@ fn main() -> ExitCode {
         Some(Command::Selftest) => cmd::selftest::command(),
         Some(Command::View(args)) => cmd::view::command(&args, &on_view_signals),
         Some(Command::Runs(args)) => cmd::runs::command(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::Models(args)) => cmd::models::command(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Export(args)) => cmd::export::command(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Eval(args)) => cmd::eval::command(&args).map(|()| ExitCode::SUCCESS),
         Some(Command::Attach(args)) => cmd::attach::command(&args, &on_view_signals),

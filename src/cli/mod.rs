@@ -53,6 +53,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Evaluate a run's (or checkpoint's) model on its validation set or another labelled set (--data): loss, accuracy, top-5, and per class its accuracy, precision and what it was taken for.
     Eval(EvalArgs),
+    /// What --model takes (the named networks and the layer language), or one model's layers, parameters and FLOPs for an input, with --tensors every tensor by PyTorch's name and shape (what --init reads, export writes).
+    Models(ModelsArgs),
     /// Open the terminal UI on a running job over its live socket (default: the newest live run under ./runs): same screens and keys; q offers detach (the run goes on) or stop.
     Attach(AttachArgs),
 }
@@ -69,6 +71,7 @@ impl Command {
             Command::Attach(_) => "attach",
             Command::Export(_) => "export",
             Command::Eval(_) => "eval",
+            Command::Models(_) => "models",
             Command::MpiAllreduceBench { .. } => "mpi-allreduce-bench",
         }
     }
@@ -101,6 +104,22 @@ pub struct EvalArgs {
     /// Also write every figure (every class, every confusion) as JSON to FILE (`-`: stdout, the report then goes to stderr)
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ModelsArgs {
+    /// A --model (resnet50, mobilenetv2:0.5, conv32k3,pool2, mlp:128)  [default: list what --model takes]
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The sample it takes: CxHxW (3x224x224) or N (a flat vector)  [default: the network's own: 3x32x32 for the CIFAR ResNets, 3x224x224 for the others; 1x8x8, the built-in digits', for a layer list]
+    #[arg(long, value_name = "CxHxW|N")]
+    pub input: Option<String>,
+    /// Its classes  [default: 1000 for resnet18/34/50 and mobilenetv2, as their pretrained files have; else 10]
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..=65536))]
+    pub classes: Option<usize>,
+    /// Every tensor by PyTorch's name and shape (what --init reads, export writes)
+    #[arg(long)]
+    pub tensors: bool,
 }
 
 #[derive(Args, Debug)]
@@ -243,7 +262,7 @@ pub struct TrainArgs {
     /// auto | cpu:N | GPU ids such as 0,1,3  [default: auto]
     #[arg(long)]
     pub devices: Option<String>,
-    /// A network (resnet20, resnet32, resnet44, resnet56, resnet18, resnet34, resnet50, mobilenetv2[:WIDTH]), mlp:H1,H2,... hidden widths, or layers such as conv32k3,pool2,dense128 or conv16k3p1,bn,basic16,basic32s2,gap (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], gap, ...; see the README's Models; softmax cross-entropy)  [default: mlp:128]
+    /// A network (resnet20, resnet32, resnet44, resnet56, resnet18, resnet34, resnet50, mobilenetv2[:WIDTH]), mlp:H1,H2,... hidden widths, or layers such as conv32k3,pool2,dense128 or conv16k3p1,bn,basic16,basic32s2,gap (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], gap, ...; mgtop-train models lists them all; softmax cross-entropy)  [default: mlp:128]
     #[arg(long)]
     pub model: Option<String>,
     /// digits | cifar10:DIR | cifar100:DIR[,labels=coarse] | images:DIR (one folder per class of JPEG/PNG files, or DIR/train + DIR/val) | csv:PATH[,label=last|first|N|NAME][,header][,shape=CxHxW] | idx:IMAGES,LABELS[,layout=nchw|nhwc] | synthetic:N,D,C | synthetic-images:N,C,H,W,K (N images of C channels x H x W in K classes)  [default: digits]

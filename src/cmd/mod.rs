@@ -9,6 +9,7 @@ pub mod bench_processes;
 mod bench_workload;
 pub mod eval;
 pub mod export;
+pub mod models;
 mod processes;
 pub mod runs;
 pub mod scale;

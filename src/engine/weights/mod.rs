@@ -148,10 +148,12 @@ pub fn import(
         .filter(|_| model.layer_list)
         .unwrap_or_default();
         at(format!(
-            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint}",
+            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models MODEL --input {} --classes {} --tensors lists every name and shape this model takes)",
             file_names.len(),
             model.tensors.first().map_or("", |t| &t.name),
-            ex.join(", ")
+            ex.join(", "),
+            model.input,
+            model.dims.last().copied().unwrap_or(0)
         ))
     };
     if let Some(why) = header::too_long(path, &expect) {

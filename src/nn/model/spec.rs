@@ -286,7 +286,7 @@ impl ModelSpec {
             }
             return Err(format!(
                 "unknown model `{shown}`: {FORMS} ({NAMES}) or layers like conv32k3,pool2,dense128 \
-                 (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], ...; see the README)"
+                 (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], ...; mgtop-train models lists them all)"
             ));
         };
         let mut hidden = Vec::new();
