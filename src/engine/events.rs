@@ -226,6 +226,12 @@ pub enum Event {
         path: PathBuf,
         best: Option<f32>,
     },
+    /// A validation of `samples` samples begins after `step` (its figures follow as
+    /// `Validated` or `EpochDone`): a screen says the run is validating, not stuck.
+    Validating {
+        step: u64,
+        samples: usize,
+    },
     /// Every rank's parameters hashed the same after `step`: the run's first check (they are
     /// checked every `--log-every` steps; a later one is heard of only if it fails).
     InSync {
@@ -305,6 +311,7 @@ impl Event {
             | Event::Asked { step, .. }
             | Event::EpochDone { step, .. }
             | Event::Validated { step, .. }
+            | Event::Validating { step, .. }
             | Event::Checkpoint { step, .. }
             | Event::InSync { step, .. }
             | Event::DataSkipped { step, .. }

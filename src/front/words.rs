@@ -359,7 +359,8 @@ pub fn past_end(line: u64) -> String {
 
 pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
     Some(match ev {
-        Event::Started { .. } => return None,
+        // (a screen says it in its header; the figures follow)
+        Event::Started { .. } | Event::Validating { .. } => return None,
         Event::EpochDone {
             epoch,
             step,

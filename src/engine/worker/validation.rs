@@ -7,7 +7,7 @@ use crate::backend::Replica;
 use crate::config::Budget;
 use crate::engine::heartbeat::Phase;
 use crate::engine::strategy::Buffers;
-use crate::engine::EngineError;
+use crate::engine::{EngineError, Event};
 
 impl Worker {
     /// After a step that does not end an epoch, whether a validation is due (`--val-every`'s,
@@ -38,6 +38,12 @@ impl Worker {
         }
         (self.beats).beat(self.rank, self.step, Phase::Validate);
         let n = self.val.len();
+        if self.rank == 0 {
+            let _ = self.events.send(Event::Validating {
+                step: self.step,
+                samples: n,
+            });
+        }
         self.sync_replicas(replica, Buffers::InPlace)?;
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);

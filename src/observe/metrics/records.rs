@@ -147,6 +147,9 @@ pub fn event(ev: &Event, t: Duration) -> Option<Value> {
             "type": "validation", "step": step, "epochs": epochs, "t": t,
             "val_loss": val_loss, "val_accuracy": val_accuracy,
         }),
+        Event::Validating { step, samples } => {
+            json!({"type": "event", "kind": "validating", "step": step, "t": t, "samples": samples})
+        }
         Event::Checkpoint { step, path, best } => {
             // absolute (the engine's checkpoint directory is): `--resume RUN_DIR` finds a
             // run's checkpoints wherever they went (a best one is not what it takes)

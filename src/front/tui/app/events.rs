@@ -239,6 +239,7 @@ impl App {
                 }
                 Applied::Split(sizes) => self.split = Some(sizes.clone()),
             },
+            &Event::Validating { step, .. } => self.validating = Some(step),
             Event::EpochDone {
                 epoch,
                 step,
@@ -247,6 +248,7 @@ impl App {
                 val_accuracy,
                 ..
             } => {
+                self.validating = None;
                 self.epochs.push(EpochPoint {
                     epoch: *epoch,
                     step: *step,
@@ -273,6 +275,7 @@ impl App {
                 val_accuracy,
                 ..
             } => {
+                self.validating = None;
                 self.validations.push(ValPoint {
                     step,
                     epochs: epochs as f64,

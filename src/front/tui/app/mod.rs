@@ -212,6 +212,8 @@ pub struct App {
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
     pub best_checkpoint: Option<(PathBuf, f32)>,
+    /// A validation begun after this step and not yet done (`Event::Validating`).
+    pub validating: Option<u64>,
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
@@ -273,6 +275,7 @@ impl App {
             process_memory: None,
             last_checkpoint: None,
             best_checkpoint: None,
+            validating: None,
             summary: None,
             quitting: false,
             summary_hidden: false,

@@ -32,6 +32,10 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
     let label = match (app.state, app.pending_pause) {
         (RunState::Running, Some(true)) => "PAUSING",
         (RunState::Paused, Some(false)) => "RESUMING",
+        // (a validation begun after the newest step shown: its rows stop meanwhile)
+        (RunState::Running, None) if app.validating.is_some_and(|s| s >= app.step()) => {
+            "VALIDATING"
+        }
         // ended before its budget: by a stop (a key, a signal, a socket's control)
         (RunState::Done, _) => match app.summary.as_ref().map(|s| s.ending) {
             Some(Ending::Stopped) => "STOPPED",

@@ -220,6 +220,41 @@ mod tests {
         assert_eq!(label(&app), "FAILED");
     }
 
+    /// A validation begun (as the metrics file and the socket carry it) is said in the header
+    /// until its figures come, or a later step does.
+    #[test]
+    fn a_validation_under_way_is_said_in_the_header() {
+        use crate::engine::events::Event;
+        use crate::front::tui::app::{App, AppEvent, RunState};
+        use crate::observe::metrics::{record_line, Record};
+        use std::time::Duration;
+        let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
+        let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
+        let mut app = App::new(crate::engine::RunInfo::example(2), false);
+        app.state = RunState::Running;
+        let begun = Event::Validating {
+            step: 0,
+            samples: 50000,
+        };
+        let line = crate::observe::metrics::records::event(&begun, Duration::from_secs(3)).unwrap();
+        let read = record_line(line.to_string().as_bytes(), 2).unwrap();
+        let Some(Record::Event { event, .. }) = read else {
+            panic!("{line}")
+        };
+        assert_eq!(event, begun);
+        app.apply(AppEvent::Engine(event));
+        assert_eq!(label(&app), "VALIDATING");
+        assert!(app.log.is_empty(), "no line of its own: {:?}", app.log);
+        app.apply(AppEvent::Engine(Event::Validated {
+            step: 0,
+            epochs: 0.5,
+            val_loss: 0.3,
+            val_accuracy: 0.9,
+            elapsed: Duration::from_secs(9),
+        }));
+        assert_eq!(label(&app), "RUNNING");
+    }
+
     #[test]
     fn devices_of_several_machines_are_told_apart_on_an_80_column_screen() {
         use crate::front::tui::app::App;

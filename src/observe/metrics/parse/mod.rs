@@ -324,6 +324,10 @@ fn event(v: &Value, t: Duration) -> Parsed<Option<Record>> {
             path: PathBuf::from(text(v, "path")?),
             best: Some(num(v, "val_accuracy")? as f32),
         },
+        "validating" => Event::Validating {
+            step: uint(v, "step")?,
+            samples: count(v, "samples")?,
+        },
         "in_sync" => Event::InSync {
             step: uint(v, "step")?,
             ranks: count(v, "ranks")?,
