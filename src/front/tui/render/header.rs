@@ -93,18 +93,27 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // (a long --name is cut so that the run's state always shows beside it)
     let state = state_span(app, theme);
     let room = w.saturating_sub(state.content.chars().count() + 2).max(1);
+    // (the model's shapes, `resnet20 (3x32x32-16x32x32-...)`, give way where they would push
+    // the devices and the data off a narrow screen: the --model alone then)
+    let name = crate::text::printable(&info.name);
+    let wanted = |model: &str| {
+        [name.as_str(), &state.content, model, &devs, &info.data]
+            .iter()
+            .map(|s| s.chars().count())
+            .sum::<usize>()
+            + 2
+            + 3 * 3
+    };
+    let model = match info.model.split_once(" (") {
+        Some((alone, _)) if wanted(&info.model) > w => alone.to_string(),
+        _ => info.model.clone(),
+    };
     let line1 = Line::from(vec![
         // (a file's or a socket's name: shown, never obeyed)
-        Span::styled(
-            format!(
-                " {} ",
-                super::fit(&crate::text::printable(&info.name), room)
-            ),
-            theme.title(),
-        ),
+        Span::styled(format!(" {} ", super::fit(&name, room)), theme.title()),
         state,
         sep(theme),
-        Span::raw(info.model.clone()),
+        Span::raw(model),
         sep(theme),
         Span::raw(devs),
         sep(theme),

@@ -255,6 +255,33 @@ mod tests {
         assert_eq!(label(&app), "RUNNING");
     }
 
+    /// On a narrow screen the model's shapes give way to the devices and the data; a wide one
+    /// shows them.
+    #[test]
+    fn a_narrow_header_keeps_the_devices_and_data_over_the_models_shapes() {
+        use crate::front::tui::app::App;
+        let theme = crate::front::tui::theme::Theme::embedded("dark").unwrap();
+        let first = |width: u16| {
+            let mut info = crate::engine::RunInfo::example(2);
+            info.name = "pets-resnet20".into();
+            info.model = "resnet20 (3x32x32-16x32x32-32x16x16-64x8x8-64-10)".into();
+            info.data = "images pets: 400 images".into();
+            let app = App::new(info, false);
+            let mut t =
+                ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, 24)).unwrap();
+            t.draw(|f| render(f, &app, &theme)).unwrap();
+            let screen = t.backend().to_string();
+            screen.lines().next().unwrap().to_string()
+        };
+        let narrow = first(80);
+        assert!(
+            narrow.contains("resnet20 │") && narrow.contains("images pets"),
+            "{narrow}"
+        );
+        let wide = first(160);
+        assert!(wide.contains("resnet20 (3x32x32-16x32x32"), "{wide}");
+    }
+
     #[test]
     fn devices_of_several_machines_are_told_apart_on_an_80_column_screen() {
         use crate::front::tui::app::App;
