@@ -406,7 +406,7 @@ fn damaged_and_hostile_files_are_clear_errors() {
     other.extend([0u8; 64]);
     let e = try_file(&other);
     assert!(
-        e.contains("none of its 1 tensors is named as this model's")
+        e.contains("none of its 1 tensor is named as this model's")
             && e.contains("the file has encoder.embed.weight"),
         "{e}"
     );

@@ -277,7 +277,7 @@ pub struct TrainArgs {
     /// Also validate every N steps (each epoch's end always validates, as does a --steps run's last step): for epochs too long to wait for
     #[arg(allow_negative_numbers = true, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub val_every: Option<u64>,
-    /// Picture data: resize the shorter side to N and crop N x N (centre crop for validation)  [default: the pictures' own size]
+    /// Picture data: resize the shorter side to N and crop N x N (centre crop for validation; with --augment random-resized-crop, validation and eval resize the shorter side to N*8/7 first: 256 for 224, as torchvision's Resize(256) + CenterCrop(224))  [default: the pictures' own size]
     #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub image_size: Option<usize>,
     /// Picture data, training only: crop:P (pad P pixels, random crop), random-resized-crop, flip, comma-separated (e.g. crop:4,flip)  [default: none]

@@ -148,8 +148,8 @@ pub fn import(
         .filter(|_| model.layer_list)
         .unwrap_or_default();
         at(format!(
-            "none of its {} tensors is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models MODEL --input {} --classes {} --tensors lists every name and shape this model takes)",
-            file_names.len(),
+            "none of its {} is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models MODEL --input {} --classes {} --tensors lists every name and shape this model takes)",
+            crate::text::counted(file_names.len(), "tensor"),
             model.tensors.first().map_or("", |t| &t.name),
             ex.join(", "),
             model.input,
@@ -409,8 +409,8 @@ pub fn import(
     }
     if !partial && !deeper.is_empty() {
         return Err(at(format!(
-            "the file has {} tensors of layers this model lacks ({}): the weights of a deeper model, which would load only in part; give the weights of this --model, or add --init-partial to load the {loaded} that match and leave the file's others out",
-            deeper.len(),
+            "the file has {} of layers this model lacks ({}): the weights of a deeper model, which would load only in part; give the weights of this --model, or add --init-partial to load the {loaded} that match and leave the file's others out",
+            crate::text::counted(deeper.len(), "tensor"),
             listed(&deeper)
         )));
     }
