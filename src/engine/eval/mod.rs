@@ -251,7 +251,7 @@ fn given_set(
     }
     if held_out::is_training_data(spec, &cfg.data) {
         h.notes.insert(0, format!(
-            "--data {spec} is the data the run trained on (its training split among it): these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
+            "--data {spec} is, or holds, the data the run trained on: these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
         ));
     } else if let Some(k) = trained_on(cfg, meta, &h.set, pictures).filter(|&k| k > 0) {
         h.notes.insert(0, format!(
