@@ -52,6 +52,16 @@ fn recorded(path: &Path) -> Recorded {
     }
 }
 
+/// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):
+/// pictures normalised alike, only sized or cropped otherwise, hold the same values.
+fn how_apart(theirs: &str, ours: &str) -> &'static str {
+    let normalised = |s: &str| s.find("normalised").map(|i| s[i..].to_string());
+    match normalised(theirs) {
+        Some(n) if normalised(ours).as_ref() == Some(&n) => "its pictures were sized or cropped otherwise, their values normalised alike (where that was not meant, size them as its run did)",
+        _ => "its first layer starts on values prepared otherwise (prepare them as its run did where that was not meant)",
+    }
+}
+
 /// What the weights `model` loaded from the file `path` were trained for, where it is not what
 /// this run gives them: data of the classes `ours`, inputs prepared as `inputs` says (empty:
 /// not said). The notes saying so.
@@ -79,9 +89,28 @@ pub fn against_run(path: &Path, model: &Model, ours: &[String], inputs: &str) ->
             format!(", from --data {}", crate::text::excerpt(d))
         });
         notes.push(format!(
-            "--init: the file's weights learned on inputs {}{data}; this run's are {inputs}: its first layer starts on values prepared otherwise (prepare them as its run did where that was not meant)",
-            crate::text::excerpt(&t)
+            "--init: the file's weights learned on inputs {}{data}; this run's are {inputs}: {}",
+            crate::text::excerpt(&t),
+            how_apart(&t, inputs)
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::how_apart;
+
+    #[test]
+    fn pictures_only_sized_otherwise_are_not_said_to_hold_other_values() {
+        let norm = "normalised per channel (x/255-mean)/std with mean [0.485, 0.456, 0.406] std [0.229, 0.224, 0.225]";
+        let a = format!("shorter side to 73, centre crop 64x64, {norm}");
+        let b =
+            format!("shorter side to 64, centre crop 64x64, augmented flip in training, {norm}");
+        assert!(how_apart(&a, &b).contains("sized or cropped otherwise"));
+        let unit = "shorter side to 64, centre crop 64x64, normalised per channel (x/255-mean)/std with mean [0.5, 0.5, 0.5] std [0.5, 0.5, 0.5]";
+        assert!(how_apart(&a, unit).contains("values prepared otherwise"));
+        assert!(how_apart("scaled x*1/16 to [0,1]", "used as given")
+            .contains("values prepared otherwise"));
+    }
 }
