@@ -239,7 +239,7 @@ impl App {
                 }
                 Applied::Split(sizes) => self.split = Some(sizes.clone()),
             },
-            &Event::Validating { step, .. } => self.validating = Some(step),
+            &Event::Validating { step, .. } => self.validating = Some((step, self.now)),
             Event::EpochDone {
                 epoch,
                 step,

@@ -54,6 +54,8 @@ const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
 /// How long the footer keeps an answer.
 const FLASH_FOR: Duration = Duration::from_secs(15);
+/// How long a validation goes on before the header says `VALIDATING`.
+const VALIDATING_SAID: Duration = Duration::from_secs(1);
 
 /// What the engine or the sampler reports to the UI.
 #[derive(Clone, Debug)]
@@ -212,8 +214,9 @@ pub struct App {
     pub process_memory: Option<(u64, u64)>,
     pub last_checkpoint: Option<PathBuf>,
     pub best_checkpoint: Option<(PathBuf, f32)>,
-    /// A validation begun after this step and not yet done (`Event::Validating`).
-    pub validating: Option<u64>,
+    /// A validation begun after this step, when this screen heard of it, and not yet done
+    /// (`Event::Validating`).
+    pub validating: Option<(u64, Duration)>,
     pub summary: Option<Summary>,
     /// The user asked to stop: leave when the run has ended.
     pub quitting: bool,
@@ -365,6 +368,15 @@ impl App {
             .as_ref()
             .map_or(self.info.start_step, |r| r.step)
             + 1
+    }
+
+    /// Whether a validation has been under way for a while (`VALIDATING_SAID`: a quick one,
+    /// as a small set's every epoch, would only make the header flicker): begun after the
+    /// newest step shown, its figures not yet come.
+    pub fn validating_a_while(&self) -> bool {
+        self.validating.is_some_and(|(step, since)| {
+            step >= self.step() && self.now.saturating_sub(since) >= VALIDATING_SAID
+        })
     }
 
     pub fn apply(&mut self, ev: AppEvent) {

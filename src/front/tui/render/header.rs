@@ -33,9 +33,7 @@ pub fn state_span<'a>(app: &App, theme: &Theme) -> Span<'a> {
         (RunState::Running, Some(true)) => "PAUSING",
         (RunState::Paused, Some(false)) => "RESUMING",
         // (a validation begun after the newest step shown: its rows stop meanwhile)
-        (RunState::Running, None) if app.validating.is_some_and(|s| s >= app.step()) => {
-            "VALIDATING"
-        }
+        (RunState::Running, None) if app.validating_a_while() => "VALIDATING",
         // ended before its budget: by a stop (a key, a signal, a socket's control)
         (RunState::Done, _) => match app.summary.as_ref().map(|s| s.ending) {
             Some(Ending::Stopped) => "STOPPED",
@@ -82,6 +80,10 @@ fn device_summary(info: &RunInfo) -> String {
     what + &precision
 }
 
+/// The characters of the data's description the first header line keeps room for, before the
+/// model's shapes (`images pets: 4…`).
+const DATA_SEEN: usize = 12;
+
 fn sep<'a>(theme: &Theme) -> Span<'a> {
     Span::styled(" │ ", theme.muted())
 }
@@ -93,19 +95,18 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // (a long --name is cut so that the run's state always shows beside it)
     let state = state_span(app, theme);
     let room = w.saturating_sub(state.content.chars().count() + 2).max(1);
-    // (the model's shapes, `resnet20 (3x32x32-16x32x32-...)`, give way where they would push
-    // the devices and the data off a narrow screen: the --model alone then)
+    // (the model's shapes, `resnet20 (3x32x32-16x32x32-...)`, give way where they would
+    // leave the data's name no room on a narrow screen: the --model alone then)
     let name = crate::text::printable(&info.name);
-    let wanted = |model: &str| {
-        [name.as_str(), &state.content, model, &devs, &info.data]
-            .iter()
-            .map(|s| s.chars().count())
-            .sum::<usize>()
-            + 2
-            + 3 * 3
-    };
+    let before_data = [name.as_str(), &state.content, &info.model, &devs]
+        .iter()
+        .map(|s| s.chars().count())
+        .sum::<usize>()
+        + 2
+        + 3 * 3;
+    let data_room = info.data.chars().count().min(DATA_SEEN);
     let model = match info.model.split_once(" (") {
-        Some((alone, _)) if wanted(&info.model) > w => alone.to_string(),
+        Some((alone, _)) if before_data + data_room > w => alone.to_string(),
         _ => info.model.clone(),
     };
     let line1 = Line::from(vec![

@@ -243,6 +243,9 @@ mod tests {
         };
         assert_eq!(event, begun);
         app.apply(AppEvent::Engine(event));
+        // (a quick one, as a small set's every epoch, is not said: the header would flicker)
+        assert_eq!(label(&app), "RUNNING");
+        app.apply(AppEvent::Tick(Duration::from_millis(1500)));
         assert_eq!(label(&app), "VALIDATING");
         assert!(app.log.is_empty(), "no line of its own: {:?}", app.log);
         app.apply(AppEvent::Engine(Event::Validated {
