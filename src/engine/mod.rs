@@ -219,8 +219,6 @@ impl Engine {
         // process 0's starting point, on every process
         let classes = loaded.train.class_names();
         let start = start::starting_point(&cfg, &model, ranks, lead, (split, classes))?;
-        // (process 0 writes the checkpoints: a resumed run's best begins as its line's)
-        let carried = lead.then(|| start::carry_best(&cfg, &start)).flatten();
         let start = match &world.procs {
             Some(p) => job::share_start(&**p, lead.then_some(start), model.n_params)?,
             None => start,
@@ -348,6 +346,10 @@ impl Engine {
             p.share_positions(Arc::new(beats.clone()), local.clone());
             (samples, local.clone())
         });
+        // (process 0 writes the checkpoints: a resumed run's best begins as its line's, brought
+        // in once every check has passed, before a worker reads the best it must beat; taken
+        // back where the workers do not start)
+        let carried = lead.then(|| start::carry_best(&cfg, &start)).flatten();
         let workers = launch::workers(
             launch::Launch {
                 cfg: &cfg,
@@ -365,7 +367,12 @@ impl Engine {
                 t0,
             },
             decider,
-        )?;
+        )
+        .inspect_err(|_| {
+            if let Some(Ok((path, _))) = &carried {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        })?;
         let _ = ev_tx.send(Event::Started {
             ranks,
             per_replica: start.per_replica,

@@ -135,8 +135,6 @@ pub(super) fn starting_point(
     Ok(start)
 }
 
-/// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
-/// from before lines carried it: its own), where this run validates on the same set.
 /// `--checkpoint-best` on a resume into a checkpoint directory of its own: the best
 /// checkpoint of the line beside the one resumed from, brought along (`checkpoint::carry_best`),
 /// with its validation; or why it could not be.
@@ -153,6 +151,8 @@ pub(super) fn carry_best(
         .transpose()
 }
 
+/// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
+/// from before lines carried it: its own), where this run validates on the same set.
 fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::BestVal> {
     let same_set = split
         .hex()

@@ -13,8 +13,10 @@ use super::{read_meta, BestVal, BEST, STATE, WEIGHTS};
 /// `best` (the line's best validation before the resume, on the same validation set) names,
 /// of line `line`, at or before the step resumed from, and `dir` is another directory without
 /// a `best/` of its own. The files are linked where they can be (they are never changed in
-/// place), else copied; `best/` appears whole or not at all. Returns where it is now, or why
-/// it could not be brought (a note: the run goes on with a best of its own).
+/// place), else copied, and checked once there: the weights' CRC-32C as `state.json` records
+/// it (a damaged best, or one a live run replaced between the two files, is not brought);
+/// `best/` appears whole or not at all. Returns where it is now, or why it could not be
+/// brought (a note: the run goes on with a best of its own).
 pub fn carry_best(
     resumed: &Path,
     dir: &Path,
@@ -32,8 +34,10 @@ pub fn carry_best(
     let Ok(meta) = read_meta(&from) else {
         return Ok(None);
     };
-    let theirs = (meta.val_accuracy, meta.step, meta.line());
-    if theirs != (Some(best.accuracy), best.step, line) {
+    let same = |m: &super::CheckpointMeta| {
+        (m.val_accuracy, m.step, m.line()) == (Some(best.accuracy), best.step, line)
+    };
+    if !same(&meta) || meta.weights_crc32c.is_none() {
         return Ok(None);
     }
     let tmp = dir.join(format!(".tmp-{BEST}-{}", std::process::id()));
@@ -45,6 +49,14 @@ pub fn carry_best(
                 fs::copy(&a, &b)?;
                 fs::File::open(&b)?.sync_all()?;
             }
+        }
+        // (what was linked is the checkpoint read above, whole)
+        let linked = read_meta(&tmp).map_err(std::io::Error::other)?;
+        let crc = super::tensor_file::crc32c_of(&tmp.join(WEIGHTS))?;
+        if !same(&linked) || linked.weights_crc32c != Some(crc) {
+            return Err(std::io::Error::other(
+                "its weights are not the ones its state.json records (damaged, or replaced meanwhile)",
+            ));
         }
         fs::File::open(&tmp)?.sync_all()?;
         fs::rename(&tmp, &to)?;

@@ -26,7 +26,7 @@ pub(super) fn looks_whole(dir: &Path) -> bool {
 }
 
 /// The CRC32C of a file's bytes, read a piece at a time.
-fn crc32c_of(path: &Path) -> std::io::Result<u32> {
+pub(super) fn crc32c_of(path: &Path) -> std::io::Result<u32> {
     let mut f = std::fs::File::open(path)?;
     let (mut crc, mut buf) = (0u32, vec![0u8; 1 << 20]);
     loop {

@@ -61,4 +61,16 @@ fn the_lines_best_follows_a_resume_into_a_new_directory() {
     assert_eq!(names, [BEST], "nothing left beside it");
     // once there, a second start keeps it
     assert_eq!(carry_best(&resumed, &new, line, best), Ok(None));
+    // a damaged best is not brought: said, and nothing left behind
+    let third = tmp.path().join("c/checkpoints");
+    fs::create_dir_all(&third).unwrap();
+    let weights = old.join(BEST).join(WEIGHTS);
+    let mut bytes = fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    fs::remove_file(&weights).unwrap();
+    fs::write(&weights, bytes).unwrap();
+    let e = carry_best(&resumed, &third, line, best).unwrap_err();
+    assert!(e.contains("not the ones its state.json records"), "{e}");
+    assert_eq!(fs::read_dir(&third).unwrap().count(), 0);
 }
