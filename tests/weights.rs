@@ -866,6 +866,20 @@ fn an_init_file_of_inputs_prepared_otherwise_is_said() {
     // the same preparation: nothing said
     let out = run(&["--init", "w.safetensors"]);
     assert!(!out.contains("learned on inputs"), "{out}");
+    // the file it starts from is not the export's to replace, before any training
+    let before = std::fs::read(dir.path().join("w.safetensors")).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
+        .current_dir(dir.path())
+        .args(["--headless", "--devices", "cpu:1", "--steps", "2"])
+        .args(["--init", "w.safetensors", "--export", "./w.safetensors"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("the --init file this run starts from"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(dir.path().join("w.safetensors")).unwrap(), before);
 }
 
 #[test]

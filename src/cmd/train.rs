@@ -84,6 +84,17 @@ pub(super) fn train(
                 out.display()
             );
         }
+        // (the weights it starts from, an earlier export perhaps: kept)
+        let same_file = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => abs(a) == abs(b),
+        };
+        if cfg.init.as_deref().is_some_and(|i| same_file(i, out)) {
+            anyhow::bail!(
+                "--export {}: the --init file this run starts from; give the export another name",
+                out.display()
+            );
+        }
         // (a checkpoint's folder is the run's to make and replace)
         if abs(out).starts_with(abs(&cfg.checkpoint_dir)) {
             anyhow::bail!(

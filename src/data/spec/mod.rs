@@ -295,7 +295,8 @@ impl DataSpec {
 
     /// A short name for the data: `digits`, a file's stem, a folder's name (`cats-train` for
     /// `cats/train`), `synthetic` or `synthetic-images`. A file or folder named as a built-in
-    /// set is told apart by its kind (`digits-csv` for `csv:digits.csv`), so that its runs are
+    /// set is told apart by its kind (`digits-csv` for `csv:digits.csv`, `cifar10-folder` for
+    /// `images:cifar10`), so that its runs are
     /// not kept among the built-in set's.
     pub fn short_name(&self) -> String {
         const BUILT_IN: [&str; 5] = [
@@ -333,7 +334,8 @@ impl DataSpec {
                             None => n.into_owned(),
                         }
                     }
-                    Some(n) => apart(n.into_owned(), "images"),
+                    // (`-images` would make `synthetic` the built-in synthetic-images)
+                    Some(n) => apart(n.into_owned(), "folder"),
                     None => "images".into(),
                 }
             }

@@ -270,6 +270,7 @@ fn display_round_trips_and_short_names() {
         "csv:shared/digits.csv",
         "idx:synthetic,l",
         "images:data/cifar10/",
+        "images:synthetic",
     ]
     .iter()
     .map(|s| parse(s).unwrap().short_name())
@@ -287,7 +288,8 @@ fn display_round_trips_and_short_names() {
             "cifar100",
             "digits-csv",
             "synthetic-idx",
-            "cifar10-images"
+            "cifar10-folder",
+            "synthetic-folder"
         ]
     );
 }
