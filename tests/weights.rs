@@ -879,7 +879,10 @@ fn an_init_file_of_inputs_prepared_otherwise_is_said() {
         o.status.code() == Some(1) && err.contains("the --init file this run starts from"),
         "{err}"
     );
-    assert_eq!(std::fs::read(dir.path().join("w.safetensors")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(dir.path().join("w.safetensors")).unwrap(),
+        before
+    );
 }
 
 #[test]

@@ -60,6 +60,11 @@ const MOST_INPUT: usize = 16 << 20;
 
 pub fn command(args: &ModelsArgs) -> anyhow::Result<()> {
     let Some(given) = &args.model else {
+        if args.tensors || args.input.is_some() || args.classes.is_some() {
+            anyhow::bail!(
+                "--tensors, --input and --classes describe one model: name it, e.g. mgtop-train models resnet50 --tensors"
+            );
+        }
         for line in overview() {
             crate::say!("{line}");
         }
@@ -115,11 +120,14 @@ fn input_for(spec: &ModelSpec, given: Option<&str>) -> anyhow::Result<Shape> {
             ModelSpec::Layers(_) => Shape::Image { c: 1, h: 8, w: 8 },
         });
     };
-    let shape = match s.parse::<usize>() {
-        Ok(n) => Shape::Flat(n),
+    // (a number, whatever its size or sign, is a flat vector's length: held to the bound below)
+    let shape = match s.parse::<i128>() {
+        Ok(n) => Shape::Flat(usize::try_from(n).unwrap_or(0)),
         Err(_) => {
-            let [c, h, w] = crate::data::parse_shape(s)
-                .map_err(|e| anyhow::anyhow!("--input {e} (or N, a flat vector's length)"))?;
+            let [c, h, w] = crate::data::parse_shape(s).map_err(|e| {
+                let e = e.replace("shape=1x28x28", "--input 1x28x28");
+                anyhow::anyhow!("--input {e} (or N, a flat vector's length)")
+            })?;
             Shape::Image { c, h, w }
         }
     };
@@ -233,7 +241,15 @@ mod tests {
             "{flat:?}"
         );
         let spec: ModelSpec = "resnet20".parse().unwrap();
-        for bad in ["0x3x3", "3x8", "100000x1000x1000", "cat"] {
+        for bad in [
+            "0x3x3",
+            "3x8",
+            "100000x1000x1000",
+            "cat",
+            "-5",
+            "0",
+            "18446744073709551616",
+        ] {
             let e = input_for(&spec, Some(bad)).unwrap_err().to_string();
             assert!(
                 e.starts_with(&format!("--input {bad}")) || e.starts_with("--input shape"),

@@ -60,7 +60,7 @@ pub fn load(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
 }
 
 /// Whether `spec`, read as `load` reads it, is what the run of `--data run` trained on (all of
-/// it, or its training split among it): figures on it say how the training set is fit. A
+/// it, or a folder that holds its training split): figures on it say how the training set is fit. A
 /// table file is the run's where it is its file or a copy of it (or of the embedded digits).
 pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
     let same = |a: &Path, b: &Path| crate::files::same_path(a, b) || same_bytes(a, b);

@@ -148,10 +148,11 @@ pub fn import(
         .filter(|_| model.layer_list)
         .unwrap_or_default();
         at(format!(
-            "none of its {} is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models MODEL --input {} --classes {} --tensors lists every name and shape this model takes)",
+            "none of its {} is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models {} --input {} --classes {} --tensors lists every name and shape this model takes)",
             crate::text::counted(file_names.len(), "tensor"),
             model.tensors.first().map_or("", |t| &t.name),
             ex.join(", "),
+            model.spec,
             model.input,
             model.dims.last().copied().unwrap_or(0)
         ))

@@ -41,6 +41,7 @@ impl Builder {
                 n_buffers: 0,
                 stem: None,
                 torchvision_changes: None,
+                spec: String::new(),
                 layer_list: false,
                 label_smoothing: 0.0,
                 inits: Vec::new(),

@@ -82,6 +82,8 @@ pub struct Model {
     pub torchvision_changes: Option<&'static str>,
     /// The loss's label smoothing (`--label-smoothing`; 0: plain cross-entropy).
     pub label_smoothing: f32,
+    /// The `--model` it was built from (`resnet20`, `conv8k3,pool2`), for messages.
+    pub spec: String,
     /// Whether `--model` gave a layer list (its tensors named by their place in it:
     /// `conv.0.weight`), not a named network (torchvision's names).
     pub layer_list: bool,
@@ -99,7 +101,11 @@ impl Model {
     /// The model `spec` builds on samples of shape `input` with `classes` outputs; an error
     /// names the layer at fault (a conv layer on flat data, an image shrunk below 1x1).
     pub fn new(input: Shape, spec: &ModelSpec, classes: usize) -> Result<Model, String> {
-        spec.build(input, classes)
+        let model = spec.build(input, classes)?;
+        Ok(Model {
+            spec: spec.to_string(),
+            ..model
+        })
     }
 
     /// An MLP on flat inputs (what tests and benchmarks build).
