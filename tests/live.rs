@@ -287,8 +287,8 @@ fn a_paused_run_with_nothing_to_send_says_it_is_there_each_second() {
         })
     };
     assert!(listed(" paused "), "never listed paused");
+    // (its event may come before the reply, which `control` reads up to)
     assert_eq!(c.control("resume", json!({}))["ok"], true);
-    c.until("the resume event", |v| v["action"] == "resume");
     assert!(listed(" live "), "never listed live again");
     assert_eq!(c.control("stop", json!({}))["ok"], true);
     assert!(run.wait_exit().success());
