@@ -255,22 +255,7 @@ impl Engine {
             device_note,
             precision,
         );
-        if let Some(Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| info.devices.get(f.0)) {
-            return Err(EngineError::Config(
-                "--slow-rank slows a CPU worker's compute; on a GPU rank it would only delay kernel launches, which the GPU's own timing does not see: use --slow-data RANK:MS to slow a GPU rank's input".into(),
-            ));
-        }
-        for (flag, rank) in [
-            ("--slow-rank", cfg.slow_rank.map(|f| f.0)),
-            ("--slow-data", cfg.slow_data.map(|f| f.0)),
-        ] {
-            if let Some(r) = rank.filter(|&r| r >= ranks) {
-                return Err(EngineError::Config(format!(
-                    "{flag}: there is no rank {r}; this run has ranks 0..{}",
-                    ranks - 1
-                )));
-            }
-        }
+        validate::fault_flags(&cfg, &info.devices)?;
 
         let mut info = info;
         info.model_notes.extend(validate::few_values(
@@ -380,21 +365,8 @@ impl Engine {
             start_step: start.step,
             start_epoch: start.cursor.epoch,
         });
-        match carried {
-            Some(Ok((path, best))) => {
-                let _ = ev_tx.send(Event::Checkpoint {
-                    step: best.step,
-                    path,
-                    best: Some(best.accuracy),
-                });
-            }
-            Some(Err(note)) => {
-                let _ = ev_tx.send(Event::Warning {
-                    step: start.step,
-                    message: note,
-                });
-            }
-            None => {}
+        if let Some(said) = carried.map(|c| start::carried_event(c, start.step)) {
+            let _ = ev_tx.send(said);
         }
         Ok(Engine {
             info,

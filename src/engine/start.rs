@@ -151,6 +151,23 @@ pub(super) fn carry_best(
         .transpose()
 }
 
+/// What the log says of `carry_best`'s outcome, as the run starts after `step`: the line's
+/// best checkpoint, now this run's, or why it is not.
+pub(super) fn carried_event(
+    carried: Result<(std::path::PathBuf, checkpoint::BestVal), String>,
+    step: u64,
+) -> crate::engine::Event {
+    use crate::engine::Event;
+    match carried {
+        Ok((path, best)) => Event::Checkpoint {
+            step: best.step,
+            path,
+            best: Some(best.accuracy),
+        },
+        Err(message) => Event::Warning { step, message },
+    }
+}
+
 /// The best validation of the line of the checkpoint `meta` before it (of a best checkpoint
 /// from before lines carried it: its own), where this run validates on the same set.
 fn best_before(meta: &CheckpointMeta, split: TrainSplit) -> Option<checkpoint::BestVal> {

@@ -175,7 +175,6 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
 /// The most intra-op threads a run's CPU workers may have in all.
 const MAX_THREADS: usize = 1024;
 
-/// The run's model on its data's samples.
 /// `--cuda-graph on` with `--sync-bn`, a GPU-only pair, refused where there are GPUs to refuse
 /// it for.
 pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<(), EngineError> {
@@ -184,6 +183,28 @@ pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<
         .any(|d| matches!(d, super::Device::Gpu { .. }))
     {
         (cfg.cuda_graph.resolve(cfg.sync_bn)).map_err(EngineError::Config)?;
+    }
+    Ok(())
+}
+
+/// `--slow-rank` and `--slow-data` name a rank of the run's `devices`, and `--slow-rank` a CPU
+/// worker's (its compute is what it slows).
+pub(super) fn fault_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<(), EngineError> {
+    if let Some(super::Device::Gpu { .. }) = cfg.slow_rank.and_then(|f| devices.get(f.0)) {
+        return Err(EngineError::Config(
+            "--slow-rank slows a CPU worker's compute; on a GPU rank it would only delay kernel launches, which the GPU's own timing does not see: use --slow-data RANK:MS to slow a GPU rank's input".into(),
+        ));
+    }
+    for (flag, rank) in [
+        ("--slow-rank", cfg.slow_rank.map(|f| f.0)),
+        ("--slow-data", cfg.slow_data.map(|f| f.0)),
+    ] {
+        if let Some(r) = rank.filter(|&r| r >= devices.len()) {
+            return Err(EngineError::Config(format!(
+                "{flag}: there is no rank {r}; this run has ranks 0..{}",
+                devices.len() - 1
+            )));
+        }
     }
     Ok(())
 }
@@ -198,6 +219,7 @@ pub(super) fn model_before_data(cfg: &RunConfig) -> Result<(), EngineError> {
     }
 }
 
+/// The run's model on its data's samples.
 pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineError> {
     let mut model = built(cfg, train.input_shape(), train.classes)?;
     model.label_smoothing = cfg.label_smoothing;
