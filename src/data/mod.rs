@@ -120,6 +120,18 @@ pub struct InputRecipe {
     pub sample: Option<[usize; 3]>,
 }
 
+impl InputRecipe {
+    /// Where a picture recipe's words turn from how the pictures are sized to how their
+    /// values are made.
+    pub const NORMALISED: &'static str = "normalised per channel";
+
+    /// The part of recipe words `text` that says how a picture's values are made, apart from
+    /// how it is sized and cropped (None for a recipe of no pictures).
+    pub fn values_part(text: &str) -> Option<&str> {
+        text.find(Self::NORMALISED).map(|i| &text[i..])
+    }
+}
+
 /// Per-feature (shift, scale): a value becomes (x - shift) * scale. In f64: a shift of a column
 /// around 1.6e9 (a timestamp) in f32 would be off by up to 64, whole deviations of a column
 /// that varies by a hundred.

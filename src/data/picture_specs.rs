@@ -407,8 +407,10 @@ pub(super) fn load(
     };
     let recipe = super::InputRecipe {
         text: format!(
-            "RGB pictures {made}, normalised per channel (x/255-mean)/std with mean {:?} std {:?}",
-            norm.mean, norm.std
+            "RGB pictures {made}, {} (x/255-mean)/std with mean {:?} std {:?}",
+            super::InputRecipe::NORMALISED,
+            norm.mean,
+            norm.std
         ),
         affine: None,
         sample: Some([3, h, w]),

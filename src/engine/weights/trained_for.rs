@@ -55,9 +55,9 @@ fn recorded(path: &Path) -> Recorded {
 /// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):
 /// pictures normalised alike, only sized or cropped otherwise, hold the same values.
 fn how_apart(theirs: &str, ours: &str) -> &'static str {
-    let normalised = |s: &str| s.find("normalised").map(|i| s[i..].to_string());
-    match normalised(theirs) {
-        Some(n) if normalised(ours).as_ref() == Some(&n) => "its pictures were sized or cropped otherwise, their values normalised alike (where that was not meant, size them as its run did)",
+    use crate::data::InputRecipe;
+    match InputRecipe::values_part(theirs) {
+        Some(v) if InputRecipe::values_part(ours) == Some(v) => "its pictures were sized or cropped otherwise, their values normalised alike (where that was not meant, size them as its run did)",
         _ => "its first layer starts on values prepared otherwise (prepare them as its run did where that was not meant)",
     }
 }

@@ -194,14 +194,25 @@ pub fn pct(v: Option<f32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::front::tui::app::{App, RunState};
+
+    /// The header's state badge, as words.
+    fn label(app: &App) -> String {
+        let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
+        header::state_span(app, &theme).content.trim().to_string()
+    }
+
+    /// A run of two ranks, running.
+    fn running() -> App {
+        let mut app = App::new(crate::engine::RunInfo::example(2), false);
+        app.state = RunState::Running;
+        app
+    }
 
     #[test]
     fn a_run_this_screen_no_longer_reaches_is_not_shown_running() {
-        use crate::front::tui::app::{App, RunState, Silent};
-        let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
-        let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
-        let mut app = App::new(crate::engine::RunInfo::example(2), false);
-        app.state = RunState::Running;
+        use crate::front::tui::app::Silent;
+        let mut app = running();
         assert_eq!(label(&app), "RUNNING");
         app.silent = Some(Silent::NoEnd);
         assert_eq!(label(&app), "NO END");
@@ -225,13 +236,10 @@ mod tests {
     #[test]
     fn a_validation_under_way_is_said_in_the_header() {
         use crate::engine::events::Event;
-        use crate::front::tui::app::{App, AppEvent, RunState};
+        use crate::front::tui::app::AppEvent;
         use crate::observe::metrics::{record_line, Record};
         use std::time::Duration;
-        let theme = crate::front::tui::theme::Theme::choose(Some("mono"), false).unwrap();
-        let label = |app: &App| header::state_span(app, &theme).content.trim().to_string();
-        let mut app = App::new(crate::engine::RunInfo::example(2), false);
-        app.state = RunState::Running;
+        let mut app = running();
         let begun = Event::Validating {
             step: 0,
             samples: 50000,
@@ -262,7 +270,6 @@ mod tests {
     /// shows them.
     #[test]
     fn a_narrow_header_keeps_the_devices_and_data_over_the_models_shapes() {
-        use crate::front::tui::app::App;
         let theme = crate::front::tui::theme::Theme::embedded("dark").unwrap();
         let first = |width: u16| {
             let mut info = crate::engine::RunInfo::example(2);
@@ -287,7 +294,6 @@ mod tests {
 
     #[test]
     fn devices_of_several_machines_are_told_apart_on_an_80_column_screen() {
-        use crate::front::tui::app::App;
         let theme = crate::front::tui::theme::Theme::embedded("dark").unwrap();
         let draw = |hosts: &[&str]| {
             let mut info = crate::engine::RunInfo::example(hosts.len());
