@@ -205,6 +205,17 @@ extern "C" __global__ void bn_finish_f32(float* saved, float* running, const dou
     }
 }
 
+// Training on the running statistics (--bn-stats): saved[2C] = running mean,
+// 1/sqrt(running var + eps), as nn::bn::bn_forward_fixed; running is left as it is. One thread
+// per channel.
+extern "C" __global__ void bn_fixed_saved_f32(float* saved, const float* running, int c,
+                                              float eps) {
+    GRID_STRIDE(ch, c) {
+        saved[ch] = running[ch];
+        saved[c + ch] = (float)(1.0 / sqrt((double)running[c + ch] + (double)eps));
+    }
+}
+
 // out[nimg, C, hw] = activate(x * scale + shift) per channel, scale = invstd * weight,
 // shift = bias - mean * scale, from saved[2C] = mean, invstd (training). Per (channel, part).
 // out = activate(x * scale + shift) over this thread's runs of channel ch: what training

@@ -333,6 +333,9 @@ pub struct TrainArgs {
     /// Batch norm over the global batch: each batch norm's statistics summed across the replicas (so N ranks train as 1 rank with the global batch), instead of each replica normalising over its own batch (PyTorch DDP's and TF MirroredStrategy's default; =false turns off a resumed run's).
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub sync_bn: Option<bool>,
+    /// Which statistics batch norm normalises by in training: batch (the batch's, the running ones moved toward them: PyTorch's train mode), running (its running statistics, left as they are: PyTorch's eval mode for batch norm, Keras's training=False; for fine-tuning from --init at small batches), frozen (running where --freeze leaves the batch norm, batch elsewhere: PyTorch's backbone.eval())  [default: batch]
+    #[arg(long, value_name = "batch|running|frozen")]
+    pub bn_stats: Option<String>,
     /// How ranks share what they learn: mirrored (all-reduce gradients every step) | central-storage (one copy of the parameters and optimizer state on the host; devices get parameters and send gradients each step) | local-sgd:H[,moments] (each rank takes H steps alone, then the ranks average parameters [and optimizer moments])  [default: mirrored]
     #[arg(long, value_name = "NAME")]
     pub strategy: Option<String>,

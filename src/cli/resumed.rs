@@ -10,7 +10,7 @@ use crate::config::{record, RunConfig};
 use crate::engine::checkpoint::CheckpointMeta;
 
 /// The recorded settings a resumed run takes, as the flags name them (with `_` for `-`).
-const TAKEN: [&str; 34] = [
+const TAKEN: [&str; 35] = [
     "name",
     "model",
     "data",
@@ -31,6 +31,7 @@ const TAKEN: [&str; 34] = [
     "label_smoothing",
     "clip_grad_norm",
     "sync_bn",
+    "bn_stats",
     "precision",
     "grad_dtype",
     "schedule",

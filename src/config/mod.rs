@@ -6,9 +6,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub mod cuda_graph;
+mod freeze;
 pub mod log_every;
 pub mod record;
 pub mod strategy;
+
+pub use freeze::{BnStats, Freeze};
 
 use crate::data::DataSpec;
 use crate::nn::model::ModelSpec;
@@ -141,49 +144,6 @@ impl RunConfig {
     }
 }
 
-/// `--freeze`: which parameters training leaves as they are.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Freeze {
-    /// Everything but the classifier head (the last linear layer).
-    Backbone,
-    /// Tensors whose names start with one of these (`layer1.`, `features`), up to a `.`.
-    Prefixes(Vec<String>),
-}
-
-impl Freeze {
-    /// Whether tensor `name` is under prefix `p`: `p` is the whole name, or its start up to a
-    /// `.` (`layer1` and `layer1.` take `layer1.0.conv1.weight`; `conv.1` is not `conv.10`).
-    pub fn under(name: &str, p: &str) -> bool {
-        name.strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || p.ends_with('.') || rest.starts_with('.'))
-    }
-}
-
-impl std::str::FromStr for Freeze {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "backbone" {
-            return Ok(Freeze::Backbone);
-        }
-        let p: Vec<String> = s.split(',').map(|p| p.trim().to_string()).collect();
-        if p.iter().any(|p| p.is_empty()) {
-            return Err(format!(
-                "`{s}`: give backbone or name prefixes separated by commas, e.g. layer1,layer2"
-            ));
-        }
-        Ok(Freeze::Prefixes(p))
-    }
-}
-
-impl std::fmt::Display for Freeze {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Freeze::Backbone => f.write_str("backbone"),
-            Freeze::Prefixes(p) => f.write_str(&p.join(",")),
-        }
-    }
-}
-
 /// Every setting of a run, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
@@ -268,6 +228,8 @@ pub struct RunConfig {
     pub rebalance: bool,
     /// Batch norm's statistics over the global batch (`--sync-bn`).
     pub sync_bn: bool,
+    /// Which statistics batch norm normalises by in training (`--bn-stats`).
+    pub bn_stats: BnStats,
     /// Momentum's coefficient (`--momentum`, for momentum and nesterov).
     pub momentum: f32,
     /// Weight decay leaves batch norm's parameters and biases alone (`--no-decay-bn-bias`).
@@ -364,6 +326,7 @@ impl Default for RunConfig {
             slow_data: None,
             rebalance: false,
             sync_bn: false,
+            bn_stats: BnStats::Batch,
             momentum: crate::nn::optim::MOMENTUM,
             no_decay_bn_bias: false,
             label_smoothing: 0.0,
@@ -383,18 +346,6 @@ impl Default for RunConfig {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_freeze_prefix_takes_whole_parts_of_a_name() {
-        use super::Freeze;
-        assert!(Freeze::under("layer1.0.conv1.weight", "layer1"));
-        assert!(Freeze::under("layer1.0.conv1.weight", "layer1."));
-        assert!(Freeze::under("conv.1.weight", "conv.1"));
-        assert!(!Freeze::under("conv.10.weight", "conv.1"));
-        assert!(!Freeze::under("layer10.weight", "layer1"));
-        assert!(Freeze::under("fc.weight", "fc.weight"));
-        assert!(!Freeze::under("fc.weight", "fc.weights"));
-    }
-
     use super::*;
 
     #[test]

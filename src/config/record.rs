@@ -35,6 +35,7 @@ impl RunConfig {
             // (null: not clipped)
             "clip_grad_norm": self.clip_grad_norm.map(short),
             "sync_bn": self.sync_bn,
+            "bn_stats": self.bn_stats.to_string(),
             "precision": self.precision.to_string(),
             "grad_dtype": self.grad_dtype.to_string(),
             "schedule": self.schedule.to_string(),

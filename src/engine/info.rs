@@ -362,8 +362,12 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
     let mut notes: Vec<String> = model.stem.iter().map(|s| s.to_string()).collect();
     if !model.frozen.is_empty() {
         let n: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
+        let frozen_bns = model.frozen_batch_norms();
         let statistics = match model.has_batch_norm() {
-            true => " (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
+            true if frozen_bns.iter().all(|&n| model.statistics_fixed(n)) => {
+                " (the frozen batch norms normalise by their running statistics, which stay as they are)"
+            }
+            true => " (batch norm's running statistics still follow the data, as in PyTorch's train mode; --bn-stats frozen keeps the frozen ones')",
             false => "",
         };
         notes.push(format!(
@@ -372,13 +376,24 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
             crate::text::counted(model.frozen.len(), "tensor")
         ));
     }
-    if model.has_batch_norm() && ranks > 1 && sync_bn {
+    let fixed = model.fixed_batch_norms();
+    if fixed > 0 {
+        notes.push(format!(
+            "batch norm: {fixed} of {} normalise by their running statistics in training and leave them as they are (--bn-stats; PyTorch's eval mode for batch norm, Keras's training=False){}",
+            model.batch_norms().len(),
+            match model.has_batch_statistics() {
+                true => "; the others by the batch's",
+                false => "",
+            }
+        ));
+    }
+    if model.has_batch_statistics() && ranks > 1 && sync_bn {
         notes.push(
             "batch norm: statistics over the global batch (--sync-bn: summed across the replicas \
              at every batch norm, so N ranks train as 1 rank with the global batch)"
                 .into(),
         );
-    } else if model.has_batch_norm() && ranks > 1 {
+    } else if model.has_batch_statistics() && ranks > 1 {
         notes.push(
             "batch norm: each replica normalises over its own batch (as PyTorch DDP and TF \
              MirroredStrategy do), so N ranks differ slightly from 1 rank with the global batch; \

@@ -142,7 +142,12 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             max_rows: crate::engine::control::MAX_BATCH,
             peers_here: l.world.peers_here.clone(),
             caps: Vec::new(),
-            strategy: strategy::Runner::new(cfg.strategy, store.clone(), start.step),
+            strategy: strategy::Runner::new(
+                cfg.strategy,
+                store.clone(),
+                start.step,
+                l.model.fixed_buffer_ranges(),
+            ),
             device_cap: l.device_cap.clone(),
             late: worker::late(cfg, matches!(info.devices[rank], Device::Gpu { .. })),
             queued: None,

@@ -283,7 +283,7 @@ fn bn_times<E: Elem>(gpu: &Gpu, g: BnGeom, layout: Layout) -> Result<Vec<KernelT
             (&dout.slice(..), &x.slice(..)),
             (&saved.slice(..), &wv, &bv),
             (g, layout),
-            n,
+            bn::Taken::Over(n),
             Act::Relu,
         )
     })?;

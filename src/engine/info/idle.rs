@@ -1,7 +1,7 @@
 //! The start-up notes of settings asked for that change nothing in this run.
 
 use super::RunInfo;
-use crate::config::RunConfig;
+use crate::config::{BnStats, RunConfig};
 use crate::engine::Device;
 use crate::nn::model::Model;
 
@@ -11,9 +11,15 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
     let mut notes = Vec::new();
     if cfg.sync_bn && !model.has_batch_norm() {
         notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
+    } else if cfg.sync_bn && !model.has_batch_statistics() {
+        notes.push(format!(
+            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics; nothing changes",
+            cfg.bn_stats
+        ));
     } else if cfg.sync_bn && info.ranks() == 1 {
         notes.push("--sync-bn: one replica's batch is the global batch; nothing changes".into());
     }
+    notes.extend(bn_stats(cfg, model));
     if cfg.rebalance && info.ranks() == 1 {
         notes.push(
             "--rebalance: one rank has no other to share the batch with; nothing changes".into(),
@@ -170,4 +176,31 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
         }
     }
     notes
+}
+
+/// `--bn-stats` where it fixes nothing, or fixes statistics no weights were trained with.
+fn bn_stats(cfg: &RunConfig, model: &Model) -> Option<String> {
+    let asked = cfg.bn_stats;
+    if asked == BnStats::Batch {
+        return None;
+    }
+    if !model.has_batch_norm() {
+        return Some(format!(
+            "--bn-stats {asked}: the model has no batch norm; nothing changes"
+        ));
+    }
+    if model.fixed_batch_norms() == 0 {
+        let why = match cfg.freeze {
+            None => "no --freeze leaves a batch norm",
+            Some(_) => "--freeze leaves no batch norm's weight and bias both",
+        };
+        return Some(format!("--bn-stats {asked}: {why}; nothing changes"));
+    }
+    // (a resumed run's statistics are its own: from its data, or its --init's)
+    match cfg.init.is_none() && cfg.resume.is_none() {
+        true => Some(format!(
+            "--bn-stats {asked}: the run starts from random weights (no --init or --resume), so the fixed batch norms keep PyTorch's starting statistics (means 0, variances 1) and normalise nothing; it is for fine-tuning from --init"
+        )),
+        false => None,
+    }
 }

@@ -184,6 +184,7 @@ pub(super) fn meet(
             ("--log-every".into(), cfg.log_every.to_string()),
             ("--rebalance".into(), cfg.rebalance.to_string()),
             ("--sync-bn".into(), cfg.sync_bn.to_string()),
+            ("--bn-stats".into(), cfg.bn_stats.to_string()),
             // (Adam's and plain SGD's steps take no momentum)
             (
                 "--momentum".into(),

@@ -1,5 +1,6 @@
 //! The per-rank hook: where a step exchanges what it learned and updates the weights, by strategy.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,9 @@ pub struct Runner {
     /// were: a validation gives them to every replica, a checkpoint only saves them (each
     /// replica goes on from its own, as a run that takes no checkpoint does).
     averaged: Option<(u64, Vec<f32>)>,
+    /// The running statistics `--bn-stats` fixed: the same on every replica, kept out of the
+    /// average (whose rounding would move them).
+    fixed_buffers: Vec<Range<usize>>,
 }
 
 /// Where [`Runner::sync_now`] leaves the averaged running statistics.
@@ -69,8 +73,14 @@ pub enum Buffers {
 }
 
 impl Runner {
-    /// A rank starting after step `start` (every rank starts from the same state).
-    pub fn new(strategy: Strategy, store: Option<Arc<Store>>, start: u64) -> Runner {
+    /// A rank starting after step `start` (every rank starts from the same state), the running
+    /// statistics in `fixed_buffers` never averaged.
+    pub fn new(
+        strategy: Strategy,
+        store: Option<Arc<Store>>,
+        start: u64,
+        fixed_buffers: Vec<Range<usize>>,
+    ) -> Runner {
         assert_eq!(
             store.is_some(),
             strategy == Strategy::CentralStorage,
@@ -83,6 +93,7 @@ impl Runner {
             host_end: StepEnd::default(),
             synced_at: start,
             averaged: None,
+            fixed_buffers,
         }
     }
 
@@ -181,7 +192,14 @@ impl Runner {
         self.synced_at = step;
         let averaged = match self.averaged.take() {
             Some((at, b)) if at == step => b,
-            _ => average_buffers(replica.buffers(), coll, share)?,
+            _ => {
+                let own = replica.buffers();
+                let mut averaged = average_buffers(own.clone(), coll, share)?;
+                for r in &self.fixed_buffers {
+                    averaged[r.clone()].copy_from_slice(&own[r.clone()]);
+                }
+                averaged
+            }
         };
         if buffers == Buffers::InPlace && coll.world_size() > 1 && !averaged.is_empty() {
             replica.set_buffers(&averaged);

@@ -4,7 +4,7 @@
 use super::EngineError;
 use crate::config::{Budget, RunConfig};
 use crate::engine::loader::Sharding;
-use crate::nn::model::{Model, Op};
+use crate::nn::model::{Model, Node};
 use crate::nn::shape::Shape;
 
 /// A batch norm whose statistics a batch of one per replica would make of one value per
@@ -23,15 +23,21 @@ pub(in crate::engine) fn one_value_batch_norm(
     }
 }
 
+/// The batch norms that normalise by the batch's statistics in training (not those `--bn-stats`
+/// fixed).
+fn on_batch_statistics(model: &Model) -> impl Iterator<Item = &Node> {
+    (model.batch_norms().into_iter())
+        .filter(|&n| !model.statistics_fixed(n))
+        .map(|n| &model.nodes[n])
+}
+
 /// The batch norm a micro-batch of one sample makes of one value per channel (over a flat
 /// vector or 1x1 pictures), whatever pools its statistics: its name and what it normalises over.
 pub(in crate::engine) fn one_value_layer(model: &Model) -> Option<(String, &'static str)> {
-    let n = (model.nodes.iter())
-        .filter(|n| matches!(n.op, Op::BatchNorm { .. }))
-        .find(|n| match model.values[n.inputs[0]] {
-            Shape::Image { h, w, .. } => h * w == 1,
-            Shape::Flat(_) => true,
-        })?;
+    let n = on_batch_statistics(model).find(|n| match model.values[n.inputs[0]] {
+        Shape::Image { h, w, .. } => h * w == 1,
+        Shape::Flat(_) => true,
+    })?;
     let over = match model.values[n.inputs[0]] {
         Shape::Image { .. } => "over 1x1 pictures",
         Shape::Flat(_) => "over a flat vector",
@@ -126,8 +132,7 @@ pub(in crate::engine) fn few_values(
     sync: bool,
 ) -> Option<String> {
     let replicas = if sync { ranks } else { 1 };
-    let (name, pixels) = (model.nodes.iter())
-        .filter(|n| matches!(n.op, Op::BatchNorm { .. }))
+    let (name, pixels) = on_batch_statistics(model)
         .map(|n| match model.values[n.inputs[0]] {
             Shape::Image { h, w, .. } => (n, h * w),
             Shape::Flat(_) => (n, 1),

@@ -18,7 +18,7 @@ pub(super) use batch_norm::{
 pub const MAX_GRAD_ACCUM: usize = 1 << 16;
 pub const MAX_PREFETCH: usize = 1024;
 use crate::config::log_every::LogEvery;
-use crate::config::{Budget, Freeze, RunConfig};
+use crate::config::{BnStats, Budget, Freeze, RunConfig};
 use crate::data::Dataset;
 use crate::nn::model::Model;
 use crate::nn::optim::Optimizer;
@@ -227,6 +227,12 @@ pub(super) fn model(cfg: &RunConfig, train: &Dataset) -> Result<Model, EngineErr
         let frozen = frozen_tensors(&model, f).map_err(EngineError::Config)?;
         model.freeze(&frozen);
     }
+    let fixed = match cfg.bn_stats {
+        BnStats::Batch => Vec::new(),
+        BnStats::Running => model.batch_norms(),
+        BnStats::Frozen => model.frozen_batch_norms(),
+    };
+    model.fix_statistics(&fixed);
     Ok(model)
 }
 

@@ -185,6 +185,36 @@ pub fn bn_forward_eval(
     });
 }
 
+/// Training on the running statistics (`BnPass::Fixed`): out as `bn_forward_eval`'s, and
+/// saved[2C] = the running mean and 1/sqrt(running var + eps) per channel (for backward, which
+/// then takes no batch sums: `bn_backward` with zero totals over a count of 1); `running` is
+/// left as it is.
+#[allow(clippy::too_many_arguments)]
+pub fn bn_forward_fixed(
+    out: &mut [f32],
+    saved: &mut [f32],
+    running: &[f32],
+    x: &[f32],
+    (weight, bias): (&[f32], &[f32]),
+    g: BnGeom,
+    act: Act,
+    eps: f32,
+) {
+    for ch in 0..g.c {
+        saved[ch] = running[ch];
+        saved[g.c + ch] = (1.0 / (running[g.c + ch] as f64 + eps as f64).sqrt()) as f32;
+    }
+    let outs = Disjoint::new(out);
+    let saved = &*saved;
+    intraop::each(g.c, &|ch| {
+        let scale = saved[g.c + ch] * weight[ch];
+        let shift = bias[ch] - saved[ch] * scale;
+        // SAFETY: channel ch's planes of out are this task's alone
+        let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
+        planes_affine(&mut os, Channel::of(x, g, ch), scale, shift, act);
+    });
+}
+
 /// What backward reads of the forward pass: its input, its output (for the activation's
 /// mask), the activation, and `saved`.
 #[derive(Clone, Copy)]

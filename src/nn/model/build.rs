@@ -49,6 +49,7 @@ impl Builder {
                 consumers: vec![0],
                 needs_grad: vec![false],
                 frozen: Vec::new(),
+                fixed_stats: Vec::new(),
             },
         }
     }

@@ -14,9 +14,29 @@ fn train_loss(
     b: usize,
 ) -> f64 {
     let mut g = vec![0.0; m.n_params];
-    let mut buffers = m.init_buffers();
+    let mut buffers = running(m);
     m.forward_backward(params, &mut g, &mut buffers, ws, x, y, b, None)
         .0
+}
+
+/// Running statistics of a trained network's kind (means off 0, variances off 1): training on
+/// the batch's statistics never reads them, batch norms on fixed statistics do.
+fn running(m: &Model) -> Vec<f32> {
+    let mut b = m.init_buffers();
+    for t in &m.buffers {
+        let var = t.name.ends_with("running_var");
+        for (i, v) in b[t.range()].iter_mut().enumerate() {
+            // (no mean of 0: with the biases' start of 0, pixels a ReLU zeroed below would
+            // sit on batch norm's ReLU's kink, where finite differences take half its slope)
+            let wave = (i as f32 * 1.7 + 0.5).sin();
+            *v = if var {
+                0.6 + 0.5 * wave * wave
+            } else {
+                0.4 * wave
+            };
+        }
+    }
+    b
 }
 
 /// Central differences of the loss against the backward pass, every `step`-th parameter.
@@ -30,7 +50,7 @@ fn gradcheck(m: &Model, b: usize, step: usize, seed: u64) {
     let y: Vec<u32> = (0..b as u32).map(|i| (i * 7 + 1) % classes).collect();
     let mut ws = Workspace::default();
     let mut grads = vec![0.0; m.n_params];
-    let mut buffers = m.init_buffers();
+    let mut buffers = running(m);
     m.forward_backward(&params, &mut grads, &mut buffers, &mut ws, &x, &y, b, None);
     let mut p = params.clone();
     let mut quotient = |i: usize, h: f32| {
@@ -156,3 +176,69 @@ fn dropout_zeroes_about_p_and_only_in_training() {
     assert_ne!(t1.0, t2.0, "a new mask each step");
     assert_ne!(t1.0, a.0);
 }
+
+#[test]
+fn batch_norm_on_fixed_statistics_matches_finite_differences() {
+    let mut m = build(
+        "conv4k3p1,bn,avgpool3s2p1,basic4,basic6s2,gap",
+        img(2, 6, 6),
+        3,
+    )
+    .unwrap();
+    m.fix_statistics(&m.batch_norms());
+    gradcheck(&m, 3, 3, 6);
+    // ReLU6 after it, and a batch norm of the input itself (no gradient below it)
+    let mut m = build("bn,conv4k3p1,bn,relu6,inverted4t2,gap", img(2, 5, 5), 3).unwrap();
+    m.fix_statistics(&m.batch_norms());
+    gradcheck(&m, 2, 2, 7);
+}
+
+#[test]
+fn fixed_statistics_normalise_as_inference_and_stay_as_they_are() {
+    let mut m = build("conv4k3p1,bn,basic4,gap", img(2, 5, 5), 3).unwrap();
+    let params = m.init_params(1);
+    let mut rng = Rng::new(2);
+    let x: Vec<f32> = (0..4 * 50).map(|_| rng.normal() * 3.0 + 2.0).collect();
+    let y = [0u32, 1, 2, 0];
+    let mut ws = Workspace::default();
+    let start = running(&m);
+    let pass = |m: &Model, ws: &mut Workspace| {
+        let (mut g, mut buffers) = (vec![0.0; m.n_params], start.clone());
+        let (loss, _) = m.forward_backward(&params, &mut g, &mut buffers, ws, &x, &y, 4, None);
+        (loss, g, buffers)
+    };
+    let inference = m.evaluate(&params, &start, &mut ws, &x, &y, 4).0;
+    // on the batch's statistics: another loss than inference's, and the running ones move
+    let (loss, _, moved) = pass(&m, &mut ws);
+    assert!((loss - inference).abs() > 1e-3, "{loss} vs {inference}");
+    assert_ne!(moved, start);
+    // fixed: inference's loss, the statistics left bit for bit
+    m.fix_statistics(&m.batch_norms());
+    let (loss, fixed, kept) = pass(&m, &mut ws);
+    assert!(
+        (loss - inference).abs() <= 1e-5 * inference.abs(),
+        "{loss} vs {inference}"
+    );
+    assert_eq!(kept, start);
+    let bn = m.batch_norms()[0];
+    assert_eq!(m.bn_pass(bn, true), BnPass::Fixed);
+    assert_eq!(m.bn_pass(bn, false), BnPass::Running);
+    // under a frozen backbone nothing is kept for backward (inference's pass), and the head's
+    // gradients are those of the pass that keeps it
+    let mut frozen = m.clone();
+    let backbone: Vec<usize> = (0..m.tensors.len())
+        .filter(|t| !m.head_tensors().contains(t))
+        .collect();
+    frozen.freeze(&backbone);
+    assert_eq!(frozen.bn_pass(bn, true), BnPass::Running);
+    let (_, head_only, kept) = pass(&frozen, &mut ws);
+    assert_eq!(kept, start);
+    for t in m.head_tensors() {
+        let r = m.tensors[t].range();
+        let worst = (head_only[r.clone()].iter().zip(&fixed[r]))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst <= 1e-5, "{}: {worst}", m.tensors[t].name);
+    }
+}
+

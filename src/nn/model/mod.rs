@@ -5,6 +5,7 @@
 //! (batch norm's running statistics) and the FLOPs per sample. `interp` walks it forward and
 //! backward; a backend implements the ops (`cpu` here, CUDA in `backend::cuda`).
 
+mod bn_pass;
 mod build;
 pub mod cpu;
 pub mod interp;
@@ -15,6 +16,7 @@ mod spec;
 mod summary;
 
 pub use crate::nn::window::Window;
+pub use bn_pass::BnPass;
 pub use build::{Builder, WeightInit};
 pub use cpu::{SumAcross, Workspace};
 pub use op::{Act, Node, Op, ValueId, BN_EPS, BN_MOMENTUM};
@@ -95,6 +97,9 @@ pub struct Model {
     needs_grad: Vec<bool>,
     /// Tensors the optimizer leaves alone (`freeze`).
     pub frozen: Vec<usize>,
+    /// Per node, the batch norms that normalise by their running statistics in training too
+    /// (`fix_statistics`; empty: none).
+    fixed_stats: Vec<bool>,
 }
 
 impl Model {

@@ -248,25 +248,92 @@ pub fn forward_train<E: Elem>(
         &eps,
         &momentum
     )?;
-    if g.b * c * g.hw > 0 {
-        let cfg = parts_cfg(walk, c, spread(walk, c, g.b * g.hw));
-        let (sv, act) = (saved.as_view(), act_code(act));
-        try_launch!(
-            gpu,
-            bn_kernel!(E, walk, "apply"),
-            cfg,
-            &mut *out,
-            x,
-            &sv,
-            weight,
-            bias,
-            &b,
-            &ci,
-            &hw,
-            &act
-        )?;
-    }
+    let ints = [b, ci, hw];
+    apply(
+        gpu,
+        out,
+        (x, &saved.as_view(), weight, bias),
+        (g, walk, ints),
+        act,
+    )?;
     Ok(n as f32)
+}
+
+/// out = act(x * scale + shift) per channel from saved[2C] = mean, 1/std (`bn_apply`), over a
+/// walk whose buffers `ints` checked.
+fn apply<E: Elem>(
+    gpu: &Gpu,
+    out: &mut CudaViewMut<'_, E>,
+    (x, saved, weight, bias): (
+        &CudaView<'_, E>,
+        &CudaView<'_, f32>,
+        &CudaView<'_, f32>,
+        &CudaView<'_, f32>,
+    ),
+    (g, walk, [b, c, hw]): (BnGeom, Walk, [i32; 3]),
+    act: Act,
+) -> Result<(), CudaError> {
+    if g.b * g.c * g.hw == 0 {
+        return Ok(());
+    }
+    let cfg = parts_cfg(walk, g.c, spread(walk, g.c, g.b * g.hw));
+    let act = act_code(act);
+    try_launch!(
+        gpu,
+        bn_kernel!(E, walk, "apply"),
+        cfg,
+        &mut *out,
+        x,
+        saved,
+        weight,
+        bias,
+        &b,
+        &c,
+        &hw,
+        &act
+    )
+}
+
+/// Training on the running statistics (`BnPass::Fixed`): saved[2C] = the running mean and
+/// 1/sqrt(running var + eps), and out from them as `bn_apply`; `running` is left as it is. As
+/// `nn::bn::bn_forward_fixed`; backward then takes `backward`'s `fixed`.
+pub fn forward_fixed<E: Elem>(
+    gpu: &Gpu,
+    saved: &mut CudaViewMut<'_, f32>,
+    running: &CudaView<'_, f32>,
+    out: &mut CudaViewMut<'_, E>,
+    (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
+    (g, layout): (BnGeom, Layout),
+    act: Act,
+) -> Result<(), CudaError> {
+    let all = g.b * g.c * g.hw;
+    let lens = [
+        ("saved", saved.len(), 2 * g.c),
+        ("running", running.len(), 2 * g.c),
+        ("weight", weight.len(), g.c),
+        ("bias", bias.len(), g.c),
+        ("x", x.len(), all),
+        ("out", out.len(), all),
+    ];
+    let walk = walk::<E>(layout, g, &[start(gpu, x), start(gpu, &*out)]);
+    let ints = ints(gpu, "batch norm forward", (g, walk), &lens)?;
+    let (c, eps) = (ints[1], BN_EPS);
+    try_launch!(
+        gpu,
+        "bn_fixed_saved_f32",
+        grid_stride_cfg(g.c),
+        &mut *saved,
+        running,
+        &c,
+        &eps
+    )?;
+    apply(
+        gpu,
+        out,
+        (x, &saved.as_view(), weight, bias),
+        (g, walk, ints),
+        act,
+    )
 }
 
 /// Inference: out = act((x - running mean) / sqrt(running var + eps) * weight + bias). As
@@ -311,13 +378,23 @@ pub fn forward_eval<E: Elem>(
     )
 }
 
+/// What the forward pass normalised by, for `backward`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Taken {
+    /// The batch's statistics, over this many values per channel (every replica's under sync).
+    Over(f32),
+    /// The running statistics (`BnPass::Fixed`, `forward_fixed`): constants, so no batch sums
+    /// reach dx, which is dy * weight * 1/std.
+    Fixed,
+}
+
 /// With dy the gradient at the normalised output (`dout` through `act`'s derivative, taken at
 /// the output recomputed from x: the output itself is not read): dweight[C] += this replica's
 /// sum(dy * xhat), dbias[C] += its sum(dy); dx (overwritten; skipped when `None`) from the
 /// sums over the batch the statistics were taken over (this replica's, or with `sync` every
-/// replica's) of `count` values per channel; `scratch` (>= `scratch_len(layout, C, B*HW)`
-/// doubles) overwritten. As the CPU interpreter's batch norm backward (`nn::bn::bn_grad_sums`,
-/// `bn_backward`).
+/// replica's) of `Taken::Over`'s count per channel; `scratch` (>= `scratch_len(layout, C,
+/// B*HW)` doubles) overwritten. As the CPU interpreter's batch norm backward
+/// (`nn::bn::bn_grad_sums`, `bn_backward`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward<E: Elem>(
     gpu: &Gpu,
@@ -328,7 +405,7 @@ pub fn backward<E: Elem>(
     (dout, x): (&CudaView<'_, E>, &CudaView<'_, E>),
     (saved, weight, bias): (&CudaView<'_, f32>, &CudaView<'_, f32>, &CudaView<'_, f32>),
     (g, layout): (BnGeom, Layout),
-    count: f32,
+    taken: Taken,
     act: Act,
 ) -> Result<(), CudaError> {
     let what = "batch norm backward";
@@ -381,14 +458,19 @@ pub fn backward<E: Elem>(
         saved,
         &ci
     )?;
-    let synced = match sync {
-        None => false,
-        Some(coll) => {
+    let (in_total, count) = match (sync, taken) {
+        (_, Taken::Fixed) => {
+            let s = &gpu.stream;
+            (s.memset_zeros(&mut total)).map_err(|e| fail(gpu, what, format!("{e:?}")))?;
+            (true, 1.0f32)
+        }
+        (None, Taken::Over(n)) => (false, n),
+        (Some(coll), Taken::Over(n)) => {
             let s = &gpu.stream;
             s.memcpy_dtod(&lv, &mut total)
                 .map_err(|e| fail(gpu, what, format!("{e:?}")))?;
             across(gpu, coll, &mut total, None)?;
-            true
+            (true, n)
         }
     };
     let Some(dx) = dx else {
@@ -397,7 +479,7 @@ pub fn backward<E: Elem>(
     if all == 0 {
         return Ok(());
     }
-    let sums = if synced { total.as_view() } else { lv };
+    let sums = if in_total { total.as_view() } else { lv };
     let cfg = parts_cfg(walk, c, spread(walk, c, g.b * g.hw));
     try_launch!(
         gpu,

@@ -64,6 +64,7 @@ fn every_source_names_its_kernels_by_op_and_element_type() {
             "bn_wide_moments_bf16",
             "bn_reduce_f32",
             "bn_finish_f32",
+            "bn_fixed_saved_f32",
             "bn_apply_f32",
             "bn_wide_apply_f32",
             "bn_apply_bf16",

@@ -17,7 +17,7 @@ use crate::backend::cuda::{bn, conv, dwconv, ops, pointwise, pool, CudaError, Gp
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::grouped::ConvGeom;
-use crate::nn::model::{Model, Op};
+use crate::nn::model::{BnPass, Model, Op};
 
 /// What an op's backward reads and writes besides the activations' gradients.
 pub(super) struct Back<'x, E: Elem> {
@@ -165,18 +165,22 @@ impl<E: Elem> Back<'_, E> {
                 let mut wb = self.grads.slice_mut(w.start..bi.end);
                 let (mut gw, mut gb) = wb.split_at_mut(w.len());
                 let sv = self.saved[n].slice(..2 * c);
+                let (sync, taken) = match m.bn_pass(n, true) {
+                    BnPass::Fixed => (None, bn::Taken::Fixed),
+                    _ => (self.sync.as_deref_mut(), bn::Taken::Over(self.count[n])),
+                };
                 // (`dout` is the gradient at the activation's output: batch norm takes its
                 // activation's derivative itself)
                 check(bn::backward(
                     gpu,
-                    self.sync.as_deref_mut().map(|s| s as &mut dyn Collective),
+                    sync.map(|s| s as &mut dyn Collective),
                     &mut self.sums.slice_mut(..),
                     d_in,
                     (&mut gw, &mut gb),
                     (dout, &inp),
                     (&sv, &wv, &bv),
                     (BnGeom { b, c, hw }, self.layout),
-                    self.count[n],
+                    taken,
                     node.op.act(),
                 ))
             }

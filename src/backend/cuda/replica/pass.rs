@@ -26,7 +26,7 @@ use crate::backend::cuda::{bn, conv, dwconv, ops, pointwise, pool, CudaError, Gp
 use crate::comm::Collective;
 use crate::nn::bn::BnGeom;
 use crate::nn::model::interp::{self, Exec, Grad};
-use crate::nn::model::{Act, Model, Op};
+use crate::nn::model::{Act, BnPass, Model, Op};
 
 /// One pass's view of a replica: its buffers, and the collective sync batch norm sums through.
 struct Pass<'a, 'c, E: Elem> {
@@ -234,7 +234,14 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 let at = m.buffers[node.buffers.expect("batch norm has buffers")].offset;
                 let g = BnGeom { b, c, hw };
                 let (wv, bv) = (params.slice(w), params.slice(bi));
-                if train {
+                let (xs, act) = ((&inp, &wv, &bv), node.op.act());
+                let pass = m.bn_pass(n, train);
+                if pass == BnPass::Fixed {
+                    let rv = running.slice(at..at + 2 * c);
+                    let saved = &mut nodes.saved[n].slice_mut(..2 * c);
+                    let fixed = bn::forward_fixed(gpu, saved, &rv, &mut out, xs, (g, layout), act);
+                    check(fixed)
+                } else if pass == BnPass::Batch {
                     let NodeBufs {
                         saved, count, sums, ..
                     } = nodes;
@@ -246,17 +253,15 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                         &mut saved[n].slice_mut(..2 * c),
                         &mut running.slice_mut(at..at + 2 * c),
                         &mut out,
-                        (&inp, &wv, &bv),
+                        xs,
                         (g, layout),
-                        node.op.act(),
+                        act,
                     ) {
                         Ok(n_seen) => count[n] = n_seen,
                         Err(e) => panic!("{e}"),
                     }
                 } else {
                     let rv = running.slice(at..at + 2 * c);
-                    let xs = (&inp, &wv, &bv);
-                    let act = node.op.act();
                     check(bn::forward_eval(gpu, &mut out, &rv, xs, (g, layout), act))
                 }
             }

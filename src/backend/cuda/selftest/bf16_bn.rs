@@ -106,7 +106,7 @@ fn batch_norm<E: Elem>(
         (&yv, &xv),
         (&saved.slice(..), &w.slice(..), &bias.slice(..)),
         (g, layout),
-        count,
+        bn::Taken::Over(count),
         Act::Relu,
     )?;
     out.push((names[3], unlaid(layout, &down(gpu, &dx, N)?, shape)));

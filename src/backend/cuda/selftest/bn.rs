@@ -205,7 +205,7 @@ impl Case {
             (&dout.slice(..all), &f.x.slice(..all)),
             (&f.saved.slice(..), &f.w.slice(..), &f.bias.slice(..)),
             (g, self.layout),
-            f.count,
+            bn::Taken::Over(f.count),
             act,
         )?;
         let dx = unlaid(self.layout, &down(gpu, &dx, all)?, (g.b, c, g.hw));

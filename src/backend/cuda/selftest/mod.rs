@@ -124,13 +124,18 @@ pub fn gpu_checks(index: usize) -> Vec<Check> {
     for &(layout, said) in layouts {
         let name = format!("gpu{index} 2 steps of a residual BN network{said}");
         out.extend(guarded(&name, || {
-            let run = model::two_steps::<f32>(index, Precision::Fp32, layout);
+            let run = model::two_steps::<f32>(index, Precision::Fp32, layout, false);
+            vec![noted(name.clone(), run)]
+        }));
+        let name = format!("gpu{index} 2 steps, batch norm on running statistics{said}");
+        out.extend(guarded(&name, || {
+            let run = model::two_steps::<f32>(index, Precision::Fp32, layout, true);
             vec![noted(name.clone(), run)]
         }));
         if bf16_cores {
             let name = format!("gpu{index} 2 steps of a residual BN network, bf16{said}");
             out.extend(guarded(&name, || {
-                let run = model::two_steps::<bf16>(index, Precision::Bf16, layout);
+                let run = model::two_steps::<bf16>(index, Precision::Bf16, layout, false);
                 vec![noted(name.clone(), run)]
             }));
         }

@@ -44,13 +44,17 @@ pub fn two_steps<E: Elem>(
     index: usize,
     precision: Precision,
     layout: Layout,
+    fixed: bool,
 ) -> Result<((f64, f64), String), CudaError> {
     let input = Shape::Image { c: 3, h: 10, w: 10 };
     let spec = SPEC
         .parse()
         .map_err(|e| CudaError::new(index, "parse the model", e))?;
-    let model =
+    let mut model =
         Model::new(input, &spec, 5).map_err(|e| CudaError::new(index, "build the model", e))?;
+    if fixed {
+        model.fix_statistics(&model.batch_norms());
+    }
     let (b, d) = (6, model.dims[0]);
     let mut rng = Rng::new(13);
     let x: Vec<f32> = (0..b * d).map(|_| rng.normal()).collect();
@@ -60,7 +64,11 @@ pub fn two_steps<E: Elem>(
         .map(|r| MicroBatch::of_rows(&x, &y, d, r))
         .collect();
     let kind = OptimizerKind::Sgd;
-    let state = TrainState::initial(&model, kind, 2);
+    let mut state = TrainState::initial(&model, kind, 2);
+    if fixed {
+        // running statistics of a trained network's kind: means apart from 0, variances from 1
+        (state.buffers.iter_mut().enumerate()).for_each(|(i, v)| *v += 0.1 + 0.05 * (i % 7) as f32);
+    }
     let (init, init_buffers) = (state.params.clone(), state.buffers.clone());
     let optimizer = Optimizer::new(kind, 0.0);
     let mut cpu = CpuReplica::with(model.clone(), optimizer.clone(), state.clone());
@@ -94,6 +102,10 @@ pub fn two_steps<E: Elem>(
     if E::BF16 {
         let start = (&init[..], &init_buffers[..]);
         (c.params, c.buffers) = sgd_steps(&model, start, (&x, &y), &SPLIT, (LR, 2), true);
+    }
+    if fixed && (g.buffers != init_buffers || c.buffers != init_buffers) {
+        let e = "fixed running statistics changed in training".to_string();
+        return Err(CudaError::new(index, "keep the running statistics", e));
     }
     let (babs, brel) = compare(&g.buffers, &c.buffers, buffers.0, buffers.1);
     let change = |v: &[f32]| -> Vec<f32> { v.iter().zip(&init).map(|(a, b)| a - b).collect() };

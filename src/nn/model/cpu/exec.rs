@@ -5,8 +5,8 @@ use std::mem::take;
 use std::ops::Range;
 
 use crate::nn::bn::{
-    bn_backward, bn_backward_own, bn_forward_eval, bn_forward_train, bn_grad_sums, channel_sums,
-    BnGeom, BnSaved, BnStats,
+    bn_backward, bn_backward_own, bn_forward_eval, bn_forward_fixed, bn_forward_train,
+    bn_grad_sums, channel_sums, BnGeom, BnSaved, BnStats,
 };
 use crate::nn::depthwise::{dwconv_backward, dwconv_forward};
 use crate::nn::grouped;
@@ -21,7 +21,7 @@ use crate::nn::pool::{
 use super::{grow, Cpu, SumAcross};
 use crate::nn::model::interp::{Exec, Grad};
 use crate::nn::model::op::{Act, Op, BN_EPS, BN_MOMENTUM};
-use crate::nn::model::Model;
+use crate::nn::model::{BnPass, Model};
 
 fn split(g: &mut [f32], w: Range<usize>, b: Range<usize>) -> (&mut [f32], &mut [f32]) {
     debug_assert_eq!(w.end, b.start);
@@ -89,14 +89,19 @@ impl Exec for Cpu<'_, '_> {
                 let running = &mut self.buffers[at..at + 2 * c];
                 let g = bn_geom(b, c, hw);
                 let wb = (&p[w], &p[bi]);
-                if train {
-                    let st = self.sync.as_deref_mut().map(|s| global_stats(s, inp, g));
-                    let saved = &mut ws.saved[n];
-                    saved[2 * c] = st.as_ref().map_or((b * hw) as f64, |s| s.n) as f32;
-                    let consts = (BN_EPS, BN_MOMENTUM);
-                    bn_forward_train(out_s, saved, running, inp, wb, g, st.as_ref(), act, consts);
-                } else {
-                    bn_forward_eval(out_s, running, inp, wb, g, act, BN_EPS);
+                let saved = &mut ws.saved[n];
+                match m.bn_pass(n, train) {
+                    BnPass::Batch => {
+                        let st = self.sync.as_deref_mut().map(|s| global_stats(s, inp, g));
+                        saved[2 * c] = st.as_ref().map_or((b * hw) as f64, |s| s.n) as f32;
+                        let consts = (BN_EPS, BN_MOMENTUM);
+                        let st = st.as_ref();
+                        bn_forward_train(out_s, saved, running, inp, wb, g, st, act, consts);
+                    }
+                    BnPass::Fixed => {
+                        bn_forward_fixed(out_s, saved, running, inp, wb, g, act, BN_EPS);
+                    }
+                    BnPass::Running => bn_forward_eval(out_s, running, inp, wb, g, act, BN_EPS),
                 }
             }
             Op::Activation(_) => out_s.copy_from_slice(inp),
@@ -292,6 +297,12 @@ impl Cpu<'_, '_> {
                     act,
                     saved: &ws.saved[n],
                 };
+                if m.bn_pass(n, true) == BnPass::Fixed {
+                    // the statistics are constants: no batch sums reach the input's gradient
+                    let local = bn_grad_sums(dout, f, g);
+                    let none = vec![0.0; 2 * c];
+                    return bn_backward(d_in, (gw, gb), dout, f, &p[w], g, (&local, &none, 1.0));
+                }
                 let Some(s) = self.sync.as_deref_mut() else {
                     return bn_backward_own(d_in, (gw, gb), dout, f, &p[w], g);
                 };
