@@ -915,12 +915,15 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "--val-every",
         "2",
         "--checkpoint-best",
+        "--bn-stats",
+        "running",
     ];
     let o = run_in(dir.path(), &args);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     for said in [
         "note: --sync-bn: the model has no batch norm; nothing changes",
+        "note: --bn-stats running: the model has no batch norm; nothing changes",
         "note: --rebalance: one rank has no other to share the batch with; nothing changes",
         "note: --warmup 10: the run is 3 steps: the LR rises all run and never reaches ",
         "note: --val-every 2: no sample is held out for validation (--val-split, --val-data); nothing is validated",
@@ -963,6 +966,42 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         &format!("note: --threads-per-worker {threads}: 1 rank x {threads} threads share "),
         "note: --readonly: there is no terminal UI here (it logs); nothing changes",
         "note: --model mlp: no hidden layer: a linear model (softmax regression)",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+    // batch norm's statistics: fixed where nothing is frozen, or from random weights
+    let bn = |stats: &str| {
+        let o = run_in(
+            dir.path(),
+            &[
+                "--headless",
+                "--devices",
+                "cpu:2",
+                "--steps",
+                "2",
+                "--model",
+                "conv4k3p1,bn,basic4,gap",
+                "--data",
+                "synthetic-images:64,3,8,8,3",
+                "--sync-bn",
+                "--bn-stats",
+                stats,
+            ],
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        out
+    };
+    let out = bn("frozen");
+    assert!(
+        out.contains("note: --bn-stats frozen: no --freeze leaves a batch norm; nothing changes"),
+        "{out}"
+    );
+    let out = bn("running");
+    for said in [
+        "note: --bn-stats running: the run starts from random weights (no --init or --resume), so the fixed batch norms keep PyTorch's starting statistics",
+        "note: --sync-bn: --bn-stats running leaves no batch norm on the batch's statistics; nothing changes",
+        "batch norm: 3 of 3 normalise by their running statistics in training and leave them as they are",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }

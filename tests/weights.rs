@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mgtop::config::{Budget, DeviceSpec, RunConfig};
+use mgtop::config::{BnStats, Budget, DeviceSpec, RunConfig};
 use mgtop::engine::weights::{export, import};
 use mgtop::engine::Engine;
 use mgtop::nn::model::{Model, Op, Workspace};
@@ -1329,4 +1329,87 @@ fn a_head_in_part_for_another_class_count_is_refused() {
             .any(|n| n.contains("re-initialised for 3 classes")),
         "{notes:?}"
     );
+}
+
+/// A fine-tuning run of `BN_NET` from `init` on `ranks` CPU ranks sharing a batch of 12, batch
+/// norm as `bn_stats` says, `--freeze` as given (no --sync-bn).
+fn fine_tuned(
+    init: &Path,
+    ranks: usize,
+    bn_stats: BnStats,
+    freeze: Option<&str>,
+) -> mgtop::engine::RunResult {
+    let dir = tempfile::tempdir().unwrap();
+    Engine::run(RunConfig {
+        devices: DeviceSpec::Cpu(ranks),
+        model: BN_NET.parse().unwrap(),
+        data: "synthetic-images:96,3,8,8,3".parse().unwrap(),
+        inputs: mgtop::data::DataOptions::no_validation(),
+        budget: Budget::Steps(6),
+        batch_per_replica: 12 / ranks,
+        optimizer: "momentum".parse().unwrap(),
+        init: Some(init.to_path_buf()),
+        bn_stats,
+        freeze: freeze.map(|f| f.parse().unwrap()),
+        checkpoint_dir: dir.path().to_path_buf(),
+        final_checkpoint: false,
+        ..RunConfig::default()
+    })
+    .unwrap()
+}
+
+const BN_NET: &str = "conv4k3p1,bn,relu,basic4,gap,dense6";
+
+#[test]
+fn batch_norm_on_running_statistics_leaves_them_and_n_ranks_train_as_one() {
+    // weights whose running statistics are a trained network's (not PyTorch's start of 0 and 1)
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    Engine::run(one_cpu(&run, BN_NET, "synthetic-images:96,3,8,8,3", 4)).unwrap();
+    let init = dir.path().join("trained.safetensors");
+    export(&run.join("checkpoints"), &init).unwrap();
+    let m = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &BN_NET.parse().unwrap(),
+        3,
+    )
+    .unwrap();
+    let file: Vec<f32> = (m.buffers.iter())
+        .flat_map(|t| tensor(&init, &t.name))
+        .collect();
+    let weights = |state: &mgtop::backend::TrainState, name: &str| {
+        let t = m.tensors.iter().find(|t| t.name == name).unwrap();
+        state.params[t.range()].to_vec()
+    };
+    // on the batch's statistics (the default) the running ones move
+    let batch = fine_tuned(&init, 3, BnStats::Batch, None);
+    assert_ne!(batch.state.buffers, file);
+    // on the running ones: left bit for bit, on 3 ranks too (whose averaging would round
+    // them), batch norm's weight and bias trained; and each sample normalised alone, 3 ranks
+    // train as 1 without --sync-bn
+    let one = fine_tuned(&init, 1, BnStats::Running, None);
+    let three = fine_tuned(&init, 3, BnStats::Running, None);
+    assert_eq!(one.state.buffers, file);
+    assert_eq!(three.state.buffers, file);
+    assert_ne!(
+        weights(&one.state, "bn.1.weight"),
+        tensor(&init, "bn.1.weight")
+    );
+    let worst = (one.state.params.iter().zip(&three.state.params))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst <= 1e-5, "3 ranks differ from 1 by {worst}");
+    // frozen: the batch norms --freeze leaves keep theirs, the others follow the data
+    let part = fine_tuned(&init, 3, BnStats::Frozen, Some("conv.0.,bn.1"));
+    let first = m
+        .buffers
+        .iter()
+        .filter(|t| t.name.starts_with("bn.1."))
+        .count();
+    let (bn1, rest) = m.buffers.split_at(first);
+    let span = |ts: &[mgtop::nn::model::TensorInfo]| ts[0].offset..ts[ts.len() - 1].range().end;
+    assert_eq!(part.state.buffers[span(bn1)], file[span(bn1)]);
+    assert_ne!(part.state.buffers[span(rest)], file[span(rest)]);
+    let backbone = fine_tuned(&init, 2, BnStats::Frozen, Some("backbone"));
+    assert_eq!(backbone.state.buffers, file);
 }

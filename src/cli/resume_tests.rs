@@ -59,6 +59,8 @@ fn a_checkpoint_records_every_setting_a_resumed_run_takes_back() {
         "--rebalance",
         "--freeze",
         "backbone",
+        "--bn-stats",
+        "frozen",
         "--checkpoint-every",
         "9",
         "--val-every",

@@ -96,8 +96,18 @@ fn flags_override_the_file_which_overrides_defaults() {
     let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
     assert!(e.contains("takes a whole number or \"auto\""), "{e}");
     // the end's export, from the file too
-    std::fs::write(&f, "export = \"out.safetensors\"\nfreeze = \"layer1\"\n").unwrap();
+    std::fs::write(
+        &f,
+        "export = \"out.safetensors\"\nfreeze = \"layer1\"\nbn-stats = \"frozen\"\n",
+    )
+    .unwrap();
     let (c, front) = cli(&["--config", f.to_str().unwrap()]).unwrap();
+    assert_eq!(c.bn_stats, crate::config::BnStats::Frozen);
+    let e = cli(&["--bn-stats", "eval"]).unwrap_err();
+    assert!(
+        e.contains("--bn-stats: `eval`: give batch, running or frozen"),
+        "{e}"
+    );
     assert_eq!(front.export.as_deref(), Some(Path::new("out.safetensors")));
     assert_eq!(
         c.freeze,

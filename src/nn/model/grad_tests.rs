@@ -241,4 +241,3 @@ fn fixed_statistics_normalise_as_inference_and_stay_as_they_are() {
         assert!(worst <= 1e-5, "{}: {worst}", m.tensors[t].name);
     }
 }
-
