@@ -1000,7 +1000,7 @@ fn settings_that_change_nothing_in_this_run_say_so() {
     let out = bn("running");
     for said in [
         "note: --bn-stats running: the run starts from random weights (no --init or --resume), so the fixed batch norms keep PyTorch's starting statistics",
-        "note: --sync-bn: --bn-stats running leaves no batch norm on the batch's statistics; nothing changes",
+        "note: --sync-bn: --bn-stats running leaves no batch norm on the batch's statistics, so nothing is summed",
         "batch norm: 3 of 3 normalise by their running statistics in training and leave them as they are",
     ] {
         assert!(out.contains(said), "{said}: {out}");

@@ -172,14 +172,15 @@ pub(super) fn batch_asked(meta: &CheckpointMeta) -> Option<usize> {
         .then_some(asked)
 }
 
-/// The settings that choose the training split's samples are the checkpoint's run's (where
+/// The settings that choose the training split's samples, and their size (which the fingerprint
+/// covers: a resume at another `--image-size` changes it), are the checkpoint's run's (where
 /// they differ, `changed` says so).
 fn same_data_settings(cfg: &RunConfig, meta: &CheckpointMeta) -> bool {
     let ours = cfg.record();
     let null = serde_json::Value::Null;
     let at = |m: &serde_json::Value, k: &str| m.get(k).unwrap_or(&null).clone();
     cfg.seed == meta.seed
-        && ["data", "val_data", "val_split"]
+        && ["data", "val_data", "val_split", "image_size"]
             .iter()
             .all(|k| same_setting(k, &at(&ours, k), &at(&meta.config, k)))
 }

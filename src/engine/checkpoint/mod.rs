@@ -294,6 +294,18 @@ impl Opened {
     }
 }
 
+/// Whether the checkpoint holds this very model (its `--model` and classes) trained on inputs of
+/// another size, to be taken as it is where every tensor is the same (a network that pools
+/// globally before its head: a resume at another `--image-size`, progressive resizing). Only a
+/// checksummed file's tensors are held to the model's names and shapes below, so only such a file.
+fn other_input_size(meta: &CheckpointMeta, model: &Model) -> bool {
+    let model_of = meta.config.get("model").and_then(|m| m.as_str());
+    model_of == Some(model.spec.as_str())
+        && meta.dims.first() != model.dims.first()
+        && meta.dims.last() == model.dims.last()
+        && meta.weights_crc32c.is_some()
+}
+
 fn read_state(
     dir: PathBuf,
     meta: CheckpointMeta,
@@ -308,7 +320,7 @@ fn read_state(
             fix: instead_of(&dir),
         })
     };
-    if meta.dims != model.dims {
+    if meta.dims != model.dims && !other_input_size(&meta, model) {
         let what = model_difference(&meta, &model.dims, &dir);
         return Err(CheckpointError::ShapeMismatch { path: dir, what });
     }

@@ -13,7 +13,7 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
         notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
     } else if cfg.sync_bn && !model.has_batch_statistics() {
         notes.push(format!(
-            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics; nothing changes",
+            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics, so nothing is summed (on GPUs it still keeps training passes out of CUDA graphs); leave it out",
             cfg.bn_stats
         ));
     } else if cfg.sync_bn && info.ranks() == 1 {
