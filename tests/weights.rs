@@ -1413,3 +1413,39 @@ fn batch_norm_on_running_statistics_leaves_them_and_n_ranks_train_as_one() {
     let backbone = fine_tuned(&init, 2, BnStats::Frozen, Some("backbone"));
     assert_eq!(backbone.state.buffers, file);
 }
+
+#[test]
+fn a_fine_tuned_line_of_runs_records_the_file_it_began_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = "synthetic-images:64,3,8,8,3";
+    Engine::run(one_cpu(&d.join("first"), BN_NET, data, 2)).unwrap();
+    let init = d.join("first.safetensors");
+    export(&d.join("first/checkpoints"), &init).unwrap();
+    // a run from random weights began from none
+    assert_eq!(st_metadata(&init).get("mgtop.init"), None);
+    let tuned = d.join("tuned");
+    Engine::run(RunConfig {
+        init: Some(init.clone()),
+        ..one_cpu(&tuned, BN_NET, data, 2)
+    })
+    .unwrap();
+    let again = d.join("again");
+    Engine::run(RunConfig {
+        resume: Some(tuned.join("checkpoints")),
+        ..one_cpu(&again, BN_NET, data, 4)
+    })
+    .unwrap();
+    // the fine-tuning run's export, and its resumed run's, name the file the line began from
+    for run in [tuned, again] {
+        let out = run.with_extension("safetensors");
+        export(&run.join("checkpoints"), &out).unwrap();
+        let said = st_metadata(&out).get("mgtop.init").cloned();
+        assert_eq!(
+            said.as_deref(),
+            Some(init.to_str().unwrap()),
+            "{}",
+            run.display()
+        );
+    }
+}

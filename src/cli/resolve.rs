@@ -343,6 +343,7 @@ impl TrainArgs {
             metrics_out: args.metrics_out,
             run_dir: None,
             origin: None,
+            line_init: None,
             link_latest: false,
             checkpoint_dir: d.checkpoint_dir,
             checkpoint_every: args.checkpoint_every,

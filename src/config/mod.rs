@@ -194,6 +194,10 @@ pub struct RunConfig {
     /// its checkpoints: the resumed checkpoint's line (`CheckpointMeta::line`), or for a fresh
     /// run its own `run_dir`. Set when the engine starts (None for runs that keep nothing).
     pub origin: Option<String>,
+    /// The `--init` file the line of runs this one continues began from (absolute), written
+    /// into its checkpoints' records and exports: this run's `--init`, or the resumed
+    /// checkpoint's record of it. Set when the engine starts.
+    pub line_init: Option<String>,
     /// Point `runs/<name>/latest` at `run_dir` (a default one).
     pub link_latest: bool,
     pub checkpoint_dir: PathBuf,
@@ -310,6 +314,7 @@ impl Default for RunConfig {
             metrics_out: None,
             run_dir: None,
             origin: None,
+            line_init: None,
             link_latest: false,
             checkpoint_dir: PathBuf::from("checkpoints"),
             checkpoint_every: None,

@@ -47,6 +47,8 @@ impl RunConfig {
             "strategy": self.strategy.to_string(),
             "rebalance": self.rebalance,
             "freeze": self.freeze.as_ref().map(|f| f.to_string()),
+            // (the weights the line of runs began from: recorded, never taken by a resume)
+            "init": self.line_init,
             "checkpoint_every": self.checkpoint_every,
             "checkpoint_best": self.checkpoint_best,
             "val_every": self.val_every,

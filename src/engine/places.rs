@@ -69,8 +69,8 @@ pub(crate) fn tidy_absolute(path: &std::path::Path) -> PathBuf {
 impl Places {
     /// `cfg` with the run directory made (`run_dir`, absolute), the checkpoint directory
     /// following it or made absolute (the metrics file's checkpoint events lead `--resume
-    /// RUN_DIR` to them), and the line of runs its checkpoints continue: the resumed
-    /// checkpoint's, or one this run begins.
+    /// RUN_DIR` to them), and the line of runs its checkpoints continue, with the `--init` file
+    /// it began from: the resumed checkpoint's, or one this run begins.
     pub(super) fn settle(
         &self,
         cfg: RunConfig,
@@ -83,9 +83,14 @@ impl Places {
         };
         let origin = (resumed.and_then(CheckpointMeta::line).map(str::to_string))
             .or_else(|| run_dir.as_ref().map(|d| d.display().to_string()));
+        let line_init = match resumed {
+            Some(meta) => (meta.config.get("init").and_then(|i| i.as_str())).map(str::to_string),
+            None => (cfg.init.as_deref()).map(|i| tidy_absolute(i).display().to_string()),
+        };
         RunConfig {
             checkpoint_dir,
             origin,
+            line_init,
             run_dir,
             ..cfg
         }

@@ -239,7 +239,7 @@ fn changed(cfg: &RunConfig, meta: &CheckpointMeta) -> Vec<String> {
         _ => None,
     };
     let settings = (ours.iter())
-        .filter(|(k, _)| !["lr_flag", "batch_cut", "grad_accum_cut"].contains(&k.as_str()))
+        .filter(|(k, _)| !["lr_flag", "batch_cut", "grad_accum_cut", "init"].contains(&k.as_str()))
         .filter_map(|(k, v)| {
             let t = theirs.get(k)?;
             (!same_setting(k, v, t)).then(|| {

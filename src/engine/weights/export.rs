@@ -129,8 +129,10 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     let model = (meta.config.get("model").and_then(|m| m.as_str()))
         .unwrap_or_default()
         .to_string();
+    let init = (meta.config.get("init").and_then(|i| i.as_str())).map(str::to_string);
     for (key, value) in [
         ("mgtop.model", Some(&model)),
+        ("mgtop.init", init.as_ref()),
         ("mgtop.input", meta.input.as_ref()),
         ("mgtop.inputs", meta.inputs.as_ref()),
     ] {
