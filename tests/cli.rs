@@ -970,34 +970,37 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         assert!(out.contains(said), "{said}: {out}");
     }
     // batch norm's statistics: fixed where nothing is frozen, or from random weights
-    let bn = |stats: &str| {
-        let o = run_in(
-            dir.path(),
-            &[
-                "--headless",
-                "--devices",
-                "cpu:2",
-                "--steps",
-                "2",
-                "--model",
-                "conv4k3p1,bn,basic4,gap",
-                "--data",
-                "synthetic-images:64,3,8,8,3",
-                "--sync-bn",
-                "--bn-stats",
-                stats,
-            ],
-        );
+    let bn = |extra: &[&str]| {
+        let mut args = vec![
+            "--headless",
+            "--devices",
+            "cpu:2",
+            "--steps",
+            "2",
+            "--model",
+            "conv4k3p1,bn,basic4,gap",
+            "--data",
+            "synthetic-images:64,3,8,8,3",
+            "--sync-bn",
+        ];
+        args.extend(extra);
+        let o = run_in(dir.path(), &args);
         let out = text(&o);
         assert!(o.status.success(), "{out}");
         out
     };
-    let out = bn("frozen");
+    let out = bn(&["--bn-stats", "frozen"]);
     assert!(
         out.contains("note: --bn-stats frozen: no --freeze leaves a batch norm; nothing changes"),
         "{out}"
     );
-    let out = bn("running");
+    let out = bn(&["--bn-stats", "frozen", "--freeze", "conv.0"]);
+    assert!(
+        out.contains("note: --bn-stats frozen: --freeze freezes no batch norm's weight and bias together; nothing changes")
+            && out.contains("(batch norm's running statistics still follow the data, as in PyTorch's train mode)\n"),
+        "{out}"
+    );
+    let out = bn(&["--bn-stats", "running"]);
     for said in [
         "note: --bn-stats running: the run starts from random weights (no --init or --resume), so the fixed batch norms keep PyTorch's starting statistics",
         "note: --sync-bn: --bn-stats running leaves no batch norm on the batch's statistics, so nothing is summed",

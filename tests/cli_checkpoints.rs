@@ -181,6 +181,26 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_goes_on_where_
             && out.contains("finished: 4 steps"),
         "{out}"
     );
+    // nor is a stem the size chooses (resnet18's CIFAR stem at 64 pixels or less, ImageNet's
+    // above): refused, naming it
+    let r18 = |data: &str, extra: &[&str]| {
+        let mut args = vec!["--batch-per-replica", "2"];
+        args.extend(extra);
+        run("resnet18", data, &args)
+    };
+    assert!(r18("synthetic-images:8,3,40,40,2", &["--steps", "1"])
+        .status
+        .success());
+    let o = r18(
+        "synthetic-images:8,3,72,72,2",
+        &["--steps", "2", "--resume", "resnet18"],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("or start without --resume: the model's layers are not the same at this picture size (here: ImageNet stem: 7x7 stride 2 conv"),
+        "{out}"
+    );
     // a dense layer over the pictures' pixels is not: refused, naming the inputs it had
     let flat = "conv4k3p1,pool2,dense5";
     assert!(run(flat, small, &["--steps", "2"]).status.success());

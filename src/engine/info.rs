@@ -364,10 +364,13 @@ fn model_notes(model: &Model, ranks: usize, sync_bn: bool) -> Vec<String> {
         let n: usize = model.frozen_ranges().iter().map(|r| r.len()).sum();
         let frozen_bns = model.frozen_batch_norms();
         let statistics = match model.has_batch_norm() {
-            true if frozen_bns.iter().all(|&n| model.statistics_fixed(n)) => {
+            true if !frozen_bns.is_empty()
+                && frozen_bns.iter().all(|&n| model.statistics_fixed(n)) =>
+            {
                 " (the frozen batch norms normalise by their running statistics, which stay as they are)"
             }
-            true => " (batch norm's running statistics still follow the data, as in PyTorch's train mode; --bn-stats frozen keeps the frozen ones')",
+            true if !frozen_bns.is_empty() => " (batch norm's running statistics still follow the data, as in PyTorch's train mode; --bn-stats frozen keeps the frozen batch norms' as they are)",
+            true => " (batch norm's running statistics still follow the data, as in PyTorch's train mode)",
             false => "",
         };
         notes.push(format!(

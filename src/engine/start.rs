@@ -212,15 +212,21 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
         Some(s) => format!(" (it had --image-size {s})"),
         None => String::new(),
     };
-    // with global pooling before the head no layer's shape follows the picture size: its
-    // weights start a run on these pictures
+    // with global pooling before the head no layer's shape need follow the picture size: a
+    // checksummed checkpoint whose tensors all fit resumes as it is (`checkpoint::read`), so
+    // one refused has layers the size chooses (a stem); one from before checksums was not held
+    // to them, and its weights may start a run on these pictures
     let pooled = (model.nodes.iter()).any(|n| matches!(n.op, Op::GlobalAvgPool { .. }));
-    let init = match pooled {
-        true => format!(
+    let init = match (pooled, meta.weights_crc32c.is_some()) {
+        (true, false) => format!(
             ", or start a new run from its weights on these pictures: --init {}",
             path.join(checkpoint::WEIGHTS).display()
         ),
-        false => ", or start without --resume".into(),
+        (true, true) => format!(
+            ", or start without --resume: the model's layers are not the same at this picture size{}",
+            model.stem.map_or(String::new(), |s| format!(" (here: {s})"))
+        ),
+        (false, _) => ", or start without --resume".into(),
     };
     let what = format!(
         "it is --model {} trained on inputs of {} values a sample, and this run's data gives {}: resume it with the --data and picture options it was trained with{had}{init}",

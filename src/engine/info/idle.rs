@@ -12,9 +12,14 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
     if cfg.sync_bn && !model.has_batch_norm() {
         notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
     } else if cfg.sync_bn && !model.has_batch_statistics() {
+        let gpus = info.devices.iter().any(|d| matches!(d, Device::Gpu { .. }));
         notes.push(format!(
-            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics, so nothing is summed (on GPUs it still keeps training passes out of CUDA graphs); leave it out",
-            cfg.bn_stats
+            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics, so nothing is summed{}; leave it out",
+            cfg.bn_stats,
+            match gpus {
+                true => " (it still keeps the GPUs' training passes out of CUDA graphs)",
+                false => "",
+            }
         ));
     } else if cfg.sync_bn && info.ranks() == 1 {
         notes.push("--sync-bn: one replica's batch is the global batch; nothing changes".into());
@@ -162,7 +167,7 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             ));
         }
         // (the statistics are exchanged in every forward pass: the ranks meet each step)
-        if cfg.sync_bn && model.has_batch_norm() && info.ranks() > 1 {
+        if cfg.sync_bn && model.has_batch_statistics() && info.ranks() > 1 {
             notes.push(format!(
                 "--sync-bn with --strategy {}: the ranks still exchange batch-norm statistics in every step's forward pass, so each waits for the slowest every step (counted in its compute); --sync-bn=false lets them step alone between averages",
                 cfg.strategy
@@ -192,7 +197,7 @@ fn bn_stats(cfg: &RunConfig, model: &Model) -> Option<String> {
     if model.fixed_batch_norms() == 0 {
         let why = match cfg.freeze {
             None => "no --freeze leaves a batch norm",
-            Some(_) => "--freeze leaves no batch norm's weight and bias both",
+            Some(_) => "--freeze freezes no batch norm's weight and bias together",
         };
         return Some(format!("--bn-stats {asked}: {why}; nothing changes"));
     }

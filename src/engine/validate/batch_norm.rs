@@ -60,7 +60,7 @@ pub(in crate::engine) fn batch_norm_values(
 ) -> Result<(), EngineError> {
     match not_one.filter(|_| per_replica < 2) {
         Some(why) => Err(EngineError::Config(format!(
-            "{why}; use --batch-per-replica 2 or more (with a training split of 2 or more samples a rank)"
+            "{why}; use --batch-per-replica 2 or more (with a training split of 2 or more samples a rank), or, fine-tuning from --init, --bn-stats running (its running statistics, not the batch's)"
         ))),
         None => Ok(()),
     }
