@@ -1449,3 +1449,40 @@ fn a_fine_tuned_line_of_runs_records_the_file_it_began_from() {
         );
     }
 }
+
+#[test]
+fn fixed_batch_norms_a_partial_file_gives_no_statistics_are_said() {
+    // the parameters alone of conv4k3p1,bn,gap for a model with a residual block more: none of
+    // its three batch norms has running statistics in the file
+    let small = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &"conv4k3p1,bn,gap".parse().unwrap(),
+        3,
+    )
+    .unwrap();
+    let file = saved(&small);
+    let mut m = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &"conv4k3p1,bn,basic4,gap".parse().unwrap(),
+        3,
+    )
+    .unwrap();
+    let said = |m: &Model| {
+        let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+        let notes = import(file.path(), m, &mut p, &mut b, true).unwrap();
+        notes
+            .into_iter()
+            .find(|n| n.contains("no running statistics"))
+    };
+    assert_eq!(
+        said(&m),
+        None,
+        "on the batch's statistics they are of no matter"
+    );
+    m.fix_statistics(&m.batch_norms());
+    let note = said(&m).unwrap();
+    assert!(
+        note.ends_with("3 batch norms on fixed statistics (--bn-stats), which keep PyTorch's start (means 0, variances 1) and normalise nothing: bn.1.running_mean, basic.2.bn1.running_mean, basic.2.bn2.running_mean"),
+        "{note}"
+    );
+}

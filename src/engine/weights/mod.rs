@@ -464,6 +464,19 @@ pub fn import(
             listed(&frozen)
         ));
     }
+    // (fixed at PyTorch's start: nothing will ever move them)
+    let unfed: Vec<String> = (model.batch_norms().into_iter())
+        .filter(|&n| model.statistics_fixed(n))
+        .filter_map(|n| Some(model.buffers[model.nodes[n].buffers?].name.clone()))
+        .filter(|name| missing.contains(name))
+        .collect();
+    if !unfed.is_empty() {
+        notes.push(format!(
+            "--init: the file has no running statistics for {} on fixed statistics (--bn-stats), which keep PyTorch's start (means 0, variances 1) and normalise nothing: {}",
+            crate::text::counted(unfed.len(), "batch norm"),
+            listed(&unfed)
+        ));
+    }
     if optimizer_state {
         notes.push(
             "--init: the file's optimizer state (optim.*, a checkpoint's) is not taken: the optimizer starts anew (--resume continues a run with it)".into(),
