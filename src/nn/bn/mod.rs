@@ -175,10 +175,23 @@ pub fn bn_forward_eval(
     act: Act,
     eps: f32,
 ) {
+    affine_each(out, x, g, act, &|ch| {
+        let scale = weight[ch] / (running[g.c + ch] + eps).sqrt();
+        (scale, bias[ch] - running[ch] * scale)
+    });
+}
+
+/// out = act(x * scale + shift) channel by channel, each in one task, with `scale_shift(ch)`.
+fn affine_each(
+    out: &mut [f32],
+    x: &[f32],
+    g: BnGeom,
+    act: Act,
+    scale_shift: &(dyn Fn(usize) -> (f32, f32) + Sync),
+) {
     let outs = Disjoint::new(out);
     intraop::each(g.c, &|ch| {
-        let scale = weight[ch] / (running[g.c + ch] + eps).sqrt();
-        let shift = bias[ch] - running[ch] * scale;
+        let (scale, shift) = scale_shift(ch);
         // SAFETY: channel ch's planes of out are this task's alone
         let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
         planes_affine(&mut os, Channel::of(x, g, ch), scale, shift, act);
@@ -204,14 +217,10 @@ pub fn bn_forward_fixed(
         saved[ch] = running[ch];
         saved[g.c + ch] = (1.0 / (running[g.c + ch] as f64 + eps as f64).sqrt()) as f32;
     }
-    let outs = Disjoint::new(out);
     let saved = &*saved;
-    intraop::each(g.c, &|ch| {
+    affine_each(out, x, g, act, &|ch| {
         let scale = saved[g.c + ch] * weight[ch];
-        let shift = bias[ch] - saved[ch] * scale;
-        // SAFETY: channel ch's planes of out are this task's alone
-        let mut os = unsafe { ChannelMut::of(&outs, g, ch) };
-        planes_affine(&mut os, Channel::of(x, g, ch), scale, shift, act);
+        (scale, bias[ch] - saved[ch] * scale)
     });
 }
 

@@ -31,6 +31,7 @@ mod grid;
 
 pub use grid::scratch_len;
 use grid::{nhwc_block, parts, parts_cfg, reduce, spread, Walk, NHWC_MAX_LANES};
+pub use running::{forward_eval, forward_fixed};
 
 /// The kernel of batch-norm op `$op` for activations of type `$e` walked by `$walk`.
 macro_rules! bn_kernel {
@@ -47,6 +48,9 @@ macro_rules! bn_kernel {
         }
     };
 }
+
+// (after the macro, which it uses)
+mod running;
 
 /// The walk over `g`'s tensors in `layout`, starting at `starts` (device addresses): 16-byte
 /// vectors where the sizes and every start allow (`Walk::of`).
@@ -290,90 +294,6 @@ fn apply<E: Elem>(
         &b,
         &c,
         &hw,
-        &act
-    )
-}
-
-/// Training on the running statistics (`BnPass::Fixed`): saved[2C] = the running mean and
-/// 1/sqrt(running var + eps), and out from them as `bn_apply`; `running` is left as it is. As
-/// `nn::bn::bn_forward_fixed`; backward then takes `backward`'s `fixed`.
-pub fn forward_fixed<E: Elem>(
-    gpu: &Gpu,
-    saved: &mut CudaViewMut<'_, f32>,
-    running: &CudaView<'_, f32>,
-    out: &mut CudaViewMut<'_, E>,
-    (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
-    (g, layout): (BnGeom, Layout),
-    act: Act,
-) -> Result<(), CudaError> {
-    let all = g.b * g.c * g.hw;
-    let lens = [
-        ("saved", saved.len(), 2 * g.c),
-        ("running", running.len(), 2 * g.c),
-        ("weight", weight.len(), g.c),
-        ("bias", bias.len(), g.c),
-        ("x", x.len(), all),
-        ("out", out.len(), all),
-    ];
-    let walk = walk::<E>(layout, g, &[start(gpu, x), start(gpu, &*out)]);
-    let ints = ints(gpu, "batch norm forward", (g, walk), &lens)?;
-    let (c, eps) = (ints[1], BN_EPS);
-    try_launch!(
-        gpu,
-        "bn_fixed_saved_f32",
-        grid_stride_cfg(g.c),
-        &mut *saved,
-        running,
-        &c,
-        &eps
-    )?;
-    apply(
-        gpu,
-        out,
-        (x, &saved.as_view(), weight, bias),
-        (g, walk, ints),
-        act,
-    )
-}
-
-/// Inference: out = act((x - running mean) / sqrt(running var + eps) * weight + bias). As
-/// `nn::bn::bn_forward_eval`.
-pub fn forward_eval<E: Elem>(
-    gpu: &Gpu,
-    out: &mut CudaViewMut<'_, E>,
-    running: &CudaView<'_, f32>,
-    (x, weight, bias): (&CudaView<'_, E>, &CudaView<'_, f32>, &CudaView<'_, f32>),
-    (g, layout): (BnGeom, Layout),
-    act: Act,
-) -> Result<(), CudaError> {
-    let all = g.b * g.c * g.hw;
-    let lens = [
-        ("running", running.len(), 2 * g.c),
-        ("weight", weight.len(), g.c),
-        ("bias", bias.len(), g.c),
-        ("x", x.len(), all),
-        ("out", out.len(), all),
-    ];
-    let walk = walk::<E>(layout, g, &[start(gpu, x), start(gpu, &*out)]);
-    let [b, c, hw] = ints(gpu, "batch norm inference", (g, walk), &lens)?;
-    if all == 0 {
-        return Ok(());
-    }
-    let (eps, act) = (BN_EPS, act_code(act));
-    let cfg = parts_cfg(walk, g.c, spread(walk, g.c, g.b * g.hw));
-    try_launch!(
-        gpu,
-        bn_kernel!(E, walk, "eval"),
-        cfg,
-        &mut *out,
-        x,
-        running,
-        weight,
-        bias,
-        &b,
-        &c,
-        &hw,
-        &eps,
         &act
     )
 }
