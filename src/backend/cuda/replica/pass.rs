@@ -235,34 +235,37 @@ impl<E: Elem> Exec for Pass<'_, '_, E> {
                 let g = BnGeom { b, c, hw };
                 let (wv, bv) = (params.slice(w), params.slice(bi));
                 let (xs, act) = ((&inp, &wv, &bv), node.op.act());
-                let pass = m.bn_pass(n, train);
-                if pass == BnPass::Fixed {
-                    let rv = running.slice(at..at + 2 * c);
-                    let saved = &mut nodes.saved[n].slice_mut(..2 * c);
-                    let fixed = bn::forward_fixed(gpu, saved, &rv, &mut out, xs, (g, layout), act);
-                    check(fixed)
-                } else if pass == BnPass::Batch {
-                    let NodeBufs {
-                        saved, count, sums, ..
-                    } = nodes;
-                    let sync = sync.as_deref_mut().map(|s| s as &mut dyn Collective);
-                    match bn::forward_train(
-                        gpu,
-                        sync,
-                        &mut sums.slice_mut(..),
-                        &mut saved[n].slice_mut(..2 * c),
-                        &mut running.slice_mut(at..at + 2 * c),
-                        &mut out,
-                        xs,
-                        (g, layout),
-                        act,
-                    ) {
-                        Ok(n_seen) => count[n] = n_seen,
-                        Err(e) => panic!("{e}"),
+                match m.bn_pass(n, train) {
+                    BnPass::Fixed => {
+                        let rv = running.slice(at..at + 2 * c);
+                        let saved = &mut nodes.saved[n].slice_mut(..2 * c);
+                        let geom = (g, layout);
+                        check(bn::forward_fixed(gpu, saved, &rv, &mut out, xs, geom, act))
                     }
-                } else {
-                    let rv = running.slice(at..at + 2 * c);
-                    check(bn::forward_eval(gpu, &mut out, &rv, xs, (g, layout), act))
+                    BnPass::Running => {
+                        let rv = running.slice(at..at + 2 * c);
+                        check(bn::forward_eval(gpu, &mut out, &rv, xs, (g, layout), act))
+                    }
+                    BnPass::Batch => {
+                        let NodeBufs {
+                            saved, count, sums, ..
+                        } = nodes;
+                        let sync = sync.as_deref_mut().map(|s| s as &mut dyn Collective);
+                        match bn::forward_train(
+                            gpu,
+                            sync,
+                            &mut sums.slice_mut(..),
+                            &mut saved[n].slice_mut(..2 * c),
+                            &mut running.slice_mut(at..at + 2 * c),
+                            &mut out,
+                            xs,
+                            (g, layout),
+                            act,
+                        ) {
+                            Ok(n_seen) => count[n] = n_seen,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
                 }
             }
             Op::Add { .. } => {
