@@ -201,6 +201,23 @@ fn a_checkpoint_of_the_same_convolutional_model_on_other_pictures_goes_on_where_
         out.contains("or start without --resume: the model's layers are not the same at this picture size (here: ImageNet stem: 7x7 stride 2 conv"),
         "{out}"
     );
+    // a stem whose stride the size chooses (mobilenetv2's first convolution) goes on, said
+    let mb = "mobilenetv2:0.25";
+    let args = ["--batch-per-replica", "2", "--steps"];
+    let first = run(
+        mb,
+        "synthetic-images:8,3,40,40,2",
+        &[&args[..], &["1"]].concat(),
+    );
+    assert!(first.status.success(), "{}", text(&first));
+    let resumed = [&args[..], &["2", "--resume", mb]].concat();
+    let o = run(mb, "synthetic-images:8,3,72,72,2", &resumed);
+    let out = text(&o);
+    assert!(
+        o.status.success()
+            && out.contains("the stem is not the checkpoint's at this picture size (this run's: the network's usual one; on the checkpoint's 3x40x40: small images: the stem conv has stride 1)"),
+        "{out}"
+    );
     // a dense layer over the pictures' pixels is not: refused, naming the inputs it had
     let flat = "conv4k3p1,pool2,dense5";
     assert!(run(flat, small, &["--steps", "2"]).status.success());

@@ -98,6 +98,7 @@ pub(super) fn starting_point(
                 .map_err(|e| same_model_other_input(e, cfg, model))?;
             local_sgd_resumable(cfg, &meta)?;
             let mut resumed = resumed_settings(cfg, &meta, ranks, split);
+            resumed.resume_note += &stem_change(&meta, cfg, model).unwrap_or_default();
             if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
                 resumed.resume_note += &format!(
                     "; {} beside it is not a checkpoint (no state.json: damaged, or not written by mgtop-train) and was passed over",
@@ -235,6 +236,26 @@ fn same_model_other_input(e: CheckpointError, cfg: &RunConfig, model: &Model) ->
         model.dims[0],
     );
     CheckpointError::ShapeMismatch { path, what }
+}
+
+/// A checkpoint taken on inputs of another size (its tensors all fit, `checkpoint::read`)
+/// whose stem that size chose otherwise (mobilenetv2's first stride across 64 pixels): said,
+/// since the same weights then make another network.
+fn stem_change(meta: &CheckpointMeta, cfg: &RunConfig, model: &Model) -> Option<String> {
+    if meta.dims.first() == model.dims.first() {
+        return None;
+    }
+    let input = weights::module::parse_input(meta.input.as_deref()?)?;
+    let theirs = Model::new(input, &cfg.model, model.classes()).ok()?;
+    (theirs.stem != model.stem).then(|| {
+        let said = |s: Option<&str>| s.unwrap_or("the network's usual one").to_string();
+        format!(
+            "; the stem is not the checkpoint's at this picture size (this run's: {}; on the checkpoint's {}: {})",
+            said(model.stem),
+            theirs.input,
+            said(theirs.stem)
+        )
+    })
 }
 
 /// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,
