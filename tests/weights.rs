@@ -4,6 +4,8 @@
 //! weights; damaged and hostile files are clear errors; `--freeze` leaves frozen tensors
 //! bit-identical, and N ranks train as 1.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use mgtop::config::{BnStats, Budget, DeviceSpec, RunConfig};
@@ -12,6 +14,11 @@ use mgtop::engine::Engine;
 use mgtop::nn::model::{Model, Op, Workspace};
 use mgtop::nn::shape::Shape;
 use safetensors::SafeTensors;
+
+use common::cli::run_in;
+
+/// A two-step run on one CPU worker (the flags a run of the binary here starts with).
+const SHORT_RUN: [&str; 5] = ["--headless", "--devices", "cpu:1", "--steps", "2"];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/vision/{name}.safetensors"))
@@ -747,14 +754,7 @@ fn a_tensor_a_resume_unfreezes_takes_adam_steps_of_its_own_count() {
 #[test]
 fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_mgtop-train");
-    let run = |args: &[&str]| {
-        std::process::Command::new(bin)
-            .current_dir(dir.path())
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| run_in(dir.path(), args);
     let o = run(&[
         "--headless",
         "--steps",
@@ -842,12 +842,7 @@ fn exporting_a_damaged_checkpoint_names_a_whole_one_beside_it() {
 fn an_init_file_of_inputs_prepared_otherwise_is_said() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-            .current_dir(dir.path())
-            .args(["--headless", "--devices", "cpu:1", "--steps", "2"])
-            .args(args)
-            .output()
-            .unwrap();
+        let o = run_in(dir.path(), &[&SHORT_RUN[..], args].concat());
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(
             o.status.success(),
@@ -868,12 +863,8 @@ fn an_init_file_of_inputs_prepared_otherwise_is_said() {
     assert!(!out.contains("learned on inputs"), "{out}");
     // the file it starts from is not the export's to replace, before any training
     let before = std::fs::read(dir.path().join("w.safetensors")).unwrap();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-        .current_dir(dir.path())
-        .args(["--headless", "--devices", "cpu:1", "--steps", "2"])
-        .args(["--init", "w.safetensors", "--export", "./w.safetensors"])
-        .output()
-        .unwrap();
+    let export_over_init = ["--init", "w.safetensors", "--export", "./w.safetensors"];
+    let o = run_in(dir.path(), &[&SHORT_RUN[..], &export_over_init].concat());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.code() == Some(1) && err.contains("the --init file this run starts from"),
@@ -888,10 +879,9 @@ fn an_init_file_of_inputs_prepared_otherwise_is_said() {
 #[test]
 fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_mgtop-train");
-    let o = std::process::Command::new(bin)
-        .current_dir(dir.path())
-        .args([
+    let o = run_in(
+        dir.path(),
+        &[
             "--headless",
             "--steps",
             "20",
@@ -899,9 +889,8 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
             "run",
             "--export",
             "end.safetensors",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -912,11 +901,7 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
         out.contains("exported 4 tensors to end.safetensors and its PyTorch module to end.py (--export; load in PyTorch: "),
         "{out}"
     );
-    let o = std::process::Command::new(bin)
-        .current_dir(dir.path())
-        .args(["export", "run", "later.safetensors"])
-        .output()
-        .unwrap();
+    let o = run_in(dir.path(), &["export", "run", "later.safetensors"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(dir.path().join("end.py").is_file() && dir.path().join("later.py").is_file());
     let (a, b) = (
@@ -939,11 +924,7 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
             "{n} differs"
         );
     }
-    let o = std::process::Command::new(bin)
-        .current_dir(dir.path())
-        .args(["--headless", "--steps", "1", "--export", "."])
-        .output()
-        .unwrap();
+    let o = run_in(dir.path(), &["--headless", "--steps", "1", "--export", "."]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.code() == Some(1) && err.contains("--export . is a directory"),
@@ -965,12 +946,10 @@ fn export_at_the_end_of_a_run_and_as_a_command_write_the_same_weights() {
             "inside the checkpoint directory the run writes",
         ),
     ] {
-        let o = std::process::Command::new(bin)
-            .current_dir(dir.path())
-            .args(["--headless", "--steps", "1"])
-            .args(args)
-            .output()
-            .unwrap();
+        let o = run_in(
+            dir.path(),
+            &[&["--headless", "--steps", "1"][..], &args].concat(),
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.code() == Some(1) && err.contains(said), "{err}");
         assert!(
@@ -1255,12 +1234,8 @@ fn f32_file(tensors: Vec<(String, Vec<f32>, Vec<usize>)>) -> tempfile::NamedTemp
 fn export_into_the_run_directory_the_run_makes() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_mgtop-train"))
-            .current_dir(dir.path())
-            .args(["--headless", "--steps", "2", "--run-dir", "scratch"])
-            .args(args)
-            .output()
-            .unwrap()
+        let scratch = ["--headless", "--steps", "2", "--run-dir", "scratch"];
+        run_in(dir.path(), &[&scratch[..], args].concat())
     };
     let o = run(&["--export", "scratch/metrics.jsonl"]);
     let err = String::from_utf8_lossy(&o.stderr);

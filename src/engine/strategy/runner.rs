@@ -194,9 +194,11 @@ impl Runner {
             Some((at, b)) if at == step => b,
             _ => {
                 let own = replica.buffers();
-                let mut averaged = average_buffers(own.clone(), coll, share)?;
-                for r in &self.fixed_buffers {
-                    averaged[r.clone()].copy_from_slice(&own[r.clone()]);
+                let fixed = &self.fixed_buffers;
+                let kept: Vec<Vec<f32>> = fixed.iter().map(|r| own[r.clone()].to_vec()).collect();
+                let mut averaged = average_buffers(own, coll, share)?;
+                for (r, k) in fixed.iter().zip(kept) {
+                    averaged[r.clone()].copy_from_slice(&k);
                 }
                 averaged
             }

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use super::{Model, Op};
 
-/// What batch norm node does in a pass; every backend asks `Model::bn_pass`.
+/// What a batch norm node does in a pass; every backend asks `Model::bn_pass`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BnPass {
     /// Normalise by the batch's statistics and move the running ones toward them; keep the
