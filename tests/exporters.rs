@@ -144,6 +144,7 @@ fn a_training_run_is_scraped_live_and_hostile_clients_never_stall_it() {
     for series in [
         r#"mgtop_step_time_seconds_total{part="compute",rank="1",worker="cpu1"}"#,
         r#"mgtop_device_utilization_ratio{rank="0",worker="cpu0"}"#,
+        r#"mgtop_loader_busy_seconds_total{rank="1",worker="cpu1"}"#,
         r#"mgtop_run_state{state="running"}"#,
         "mgtop_samples_per_second",
         "mgtop_learning_rate",
@@ -449,6 +450,7 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
                         "comm",
                         "sync_wait",
                         "optimizer",
+                        "loader_busy",
                     ] {
                         let tag = format!("step_time/{part}_ms/rank{n}");
                         let ms = rank[format!("{part}_ms")].as_f64().unwrap();

@@ -878,6 +878,79 @@ fn a_run_tells_of_a_file_it_cannot_decode_and_counts_it_at_the_end() {
 }
 
 #[test]
+fn how_busy_the_loaders_are_building_picture_batches_is_said_and_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    for class in ["a", "b"] {
+        for i in 0..6 {
+            png_rgb(&tmp.path().join(format!("pics/{class}/{i}.png")), i);
+        }
+    }
+    let common = ["--headless", "--model", "mlp:16", "--devices", "cpu:1"];
+    let steps = [
+        "--steps",
+        "6",
+        "--batch-per-replica",
+        "4",
+        "--log-every",
+        "1",
+    ];
+    // built on the worker's own thread: the building is inside the step's wait for its data
+    let o = common::cli::run_in(
+        tmp.path(),
+        &[
+            &common[..],
+            &steps,
+            &["--data", "images:pics", "--prefetch", "0"],
+            &["--metrics-out", "m.jsonl"],
+        ]
+        .concat(),
+    );
+    let out = common::cli::text(&o);
+    assert!(o.status.success(), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("] step ")).collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("% busy") && l.contains("| loaders ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("summary:") && l.contains("| loaders ")),
+        "{out}"
+    );
+    let metrics = std::fs::read_to_string(tmp.path().join("m.jsonl")).unwrap();
+    let mut recorded = 0;
+    for record in metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    {
+        if record["type"] != "step" {
+            continue;
+        }
+        let rank = &record["per_rank"][0];
+        let (busy, wait) = (
+            rank["loader_busy_ms"].as_f64(),
+            rank["data_wait_ms"].as_f64(),
+        );
+        let (busy, wait) = (busy.unwrap(), wait.unwrap());
+        assert!(busy > 0.0 && busy <= wait + 0.002, "{record}");
+        assert!(
+            record["totals"]["loader_s"].as_f64().unwrap() > 0.0,
+            "{record}"
+        );
+        recorded += 1;
+    }
+    assert_eq!(recorded, 6, "{metrics}");
+    // samples held ready: no loaders' share in the lines
+    let o = common::cli::run_in(tmp.path(), &[&common[..], &steps].concat());
+    let out = common::cli::text(&o);
+    assert!(o.status.success() && out.contains("] step "), "{out}");
+    assert!(!out.contains("loaders"), "{out}");
+}
+
+#[test]
 fn a_folder_s_class_names_go_with_its_checkpoints_and_exports() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pics");

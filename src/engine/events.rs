@@ -22,6 +22,10 @@ pub struct StepStats {
     pub grad_norm: f32,
     pub lr: f32,
     pub data_wait: Duration,
+    /// The time building this step's batch took of the rank's loader threads as a whole
+    /// (`RankLoader::busy`): over the step's time, how busy they are. `None` in rows of files
+    /// written before it was recorded.
+    pub loader_busy: Option<Duration>,
     pub compute: Duration,
     /// CPU time this worker's thread used computing (CPU workers): the device's own speed,
     /// without time lost to other threads on a shared core. `None` where not measured.
@@ -69,6 +73,8 @@ impl StepStats {
     /// the stop, are scaled down alike to fit it where they pass it (a thread's CPU time and a
     /// device's times did not run on while stopped).
     pub fn fit_awake(&mut self) {
+        // (a loader thread stopped with it while building counts no more than the step)
+        self.loader_busy = self.loader_busy.map(|b| b.min(self.step_time));
         let device = self.device_timed;
         let mut host: Vec<&mut Duration> = vec![&mut self.data_wait, &mut self.transfer];
         if !device {
@@ -97,7 +103,7 @@ impl StepStats {
     }
 
     /// Words of `to_words`.
-    pub const WORDS: usize = 24;
+    pub const WORDS: usize = 25;
 
     /// As words, to travel between processes (durations in ns, floats as their bits).
     pub fn to_words(&self) -> [u64; Self::WORDS] {
@@ -128,6 +134,7 @@ impl StepStats {
             self.ends_at.map_or(0, |e| e.epoch),
             self.ends_at.map_or(0, |e| e.run),
             self.grad_norm.to_bits() as u64,
+            self.loader_busy.map_or(0, |d| ns(d).saturating_add(1)),
         ]
     }
 
@@ -164,6 +171,7 @@ impl StepStats {
                 run: w[22],
             }),
             grad_norm: f(w[23]),
+            loader_busy: (w[24] > 0).then(|| d(w[24] - 1)),
         })
     }
 }
@@ -398,6 +406,7 @@ mod tests {
             grad_norm: 1.0,
             lr: 3e-3,
             data_wait: Duration::from_micros(12),
+            loader_busy: Some(Duration::from_micros(230)),
             compute: Duration::from_micros(900),
             compute_cpu: Some(Duration::ZERO),
             device_timed: false,
@@ -416,6 +425,7 @@ mod tests {
         let none = StepStats {
             compute_cpu: None,
             ends_at: None,
+            loader_busy: None,
             ..s
         };
         assert_eq!(StepStats::from_words(&none.to_words()), Some(none));

@@ -94,6 +94,7 @@ mod tests {
             grad_norm: 1.0,
             lr: 0.0,
             data_wait: Default::default(),
+            loader_busy: None,
             compute: Default::default(),
             compute_cpu: None,
             device_timed: false,

@@ -27,6 +27,8 @@ pub struct Summary {
     /// Shares of step time over all ranks and steps (`Totals::shares`: compute, data,
     /// all-reduce, waiting for other ranks, host transfers, other).
     pub time_shares: Option<Shares>,
+    /// How busy the ranks' loader threads were building batches (`Totals::loader_share`).
+    pub loader_share: Option<f64>,
     pub last_checkpoint: Option<PathBuf>,
     /// `--checkpoint-best`: the best validation's checkpoint and its accuracy.
     pub best_checkpoint: Option<(PathBuf, f32)>,
@@ -205,6 +207,7 @@ impl Summary {
             mean_samples_per_sec: (totals.train_s > 0.0)
                 .then(|| totals.samples as f64 / totals.train_s),
             time_shares: totals.shares(),
+            loader_share: totals.loader_share(),
             last_checkpoint: None,
             best_checkpoint: None,
             grad_spikes: Spikes::default(),
@@ -277,6 +280,9 @@ impl Summary {
         }
         if self.time_shares.is_some() {
             line += &format!(" | ranks' time: {}", ranks_time(self.time_shares));
+        }
+        if info.pictures {
+            line += &super::words::loaders_busy(self.loader_share);
         }
         line
     }

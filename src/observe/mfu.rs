@@ -218,6 +218,7 @@ mod tests {
             grad_norm: 1.0,
             lr: 0.1,
             data_wait: Duration::ZERO,
+            loader_busy: None,
             compute: Duration::from_millis(16),
             compute_cpu: None,
             device_timed: true,

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
@@ -150,6 +151,8 @@ pub struct Batch {
     pub next: Cursor,
     pub epoch_end: bool,
     pub global_samples: usize,
+    /// The time its building took the thread that built it (gathering, decoding, augmenting).
+    pub built: Duration,
 }
 
 /// Builds batches for one rank; keeps the current epoch's permutation.
@@ -177,6 +180,7 @@ impl Builder {
     }
 
     fn build(&mut self, at: Cursor, sh: &Sharding, generation: u64) -> Batch {
+        let t = Instant::now();
         let n = self.data.len();
         let (m, next, epoch_end) = sh.span(at, n);
         self.shuffle_for(at.epoch);
@@ -206,6 +210,7 @@ impl Builder {
             next,
             epoch_end,
             global_samples: m,
+            built: t.elapsed(),
         }
     }
 }
@@ -364,6 +369,21 @@ impl RankLoader {
         for m in micro {
             self.spares.give(std::mem::take(&mut m.x));
         }
+    }
+
+    /// The threads that build this rank's batches in turn (its worker's own where none).
+    pub fn threads(&self) -> usize {
+        match &self.inner {
+            Inner::Inline { .. } => 1,
+            Inner::Threads { queues, .. } => queues.len(),
+        }
+    }
+
+    /// The time building `batch` took of this rank's loader threads as a whole: its building
+    /// time over the threads that take turns. Summed over steps and divided by their time, the
+    /// share of the loaders' time spent building (near 1: they can no longer keep up).
+    pub fn busy(&self, batch: &Batch) -> Duration {
+        batch.built / self.threads() as u32
     }
 
     /// The next batch in stream order (blocks while the loader threads catch up).

@@ -380,6 +380,7 @@ impl Worker {
                     per_replica: self.per_replica,
                     lr,
                     data_wait,
+                    loader_busy: Some(self.loader.busy(&batch)),
                     compute,
                     compute_cpu,
                     optimizer,

@@ -42,6 +42,10 @@ pub fn step(rank: usize, ranks: usize, step: u64) -> StepStats {
         grad_norm: 0.3 + 2.0 * (-(step as f32) / 25.0).exp() + 0.1 * wobble as f32,
         lr: 1e-3,
         data_wait: ms(data),
+        // (rank 3's loader threads at their limit, the others half busy)
+        loader_busy: Some(ms(
+            step_time * if rank == 3 { 0.92 } else { 0.5 + 0.1 * wobble }
+        )),
         compute: ms(compute - 0.1),
         compute_cpu: None,
         device_timed: false,
@@ -202,8 +206,9 @@ pub fn gpu_app(devices: usize, steps: u64) -> App {
             arch: 90,
         })
         .collect();
-    // what H100s compute in by default
+    // what H100s compute in by default, on pictures decoded batch by batch
     info.precision = Precision::Tf32;
+    info.pictures = true;
     let mut demo = Demo::started(info);
     for s in 1..=steps {
         for r in 0..devices {

@@ -58,6 +58,14 @@ pub(super) fn millis(v: &Value, k: &str) -> Parsed<Duration> {
     Duration::try_from_secs_f64(num(v, k)? / 1e3).map_err(|_| format!("`{k}` is not a time"))
 }
 
+/// A time in milliseconds that may be missing or null (files from before it was recorded).
+pub(super) fn opt_millis(v: &Value, k: &str) -> Parsed<Option<Duration>> {
+    match field(v, k) {
+        None => Ok(None),
+        Some(_) => millis(v, k).map(Some),
+    }
+}
+
 pub(super) fn array<'a>(v: &'a Value, k: &str) -> Parsed<&'a Vec<Value>> {
     field(v, k)
         .and_then(Value::as_array)

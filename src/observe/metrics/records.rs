@@ -55,7 +55,7 @@ pub fn run(info: &RunInfo) -> Value {
             Device::Cpu { .. } => None,
         })
         .collect();
-    json!({
+    let mut v = json!({
         "type": "run", "schema": SCHEMA, "name": info.name,
         "devices": info.devices.iter().map(|d| d.label()).collect::<Vec<_>>(),
         "ranks": info.ranks(), "model": info.model, "params": info.params, "data": info.data,
@@ -79,7 +79,12 @@ pub fn run(info: &RunInfo) -> Value {
         "hosts": info.hosts, "host": info.host, "processes": info.processes,
         "strategy": info.strategy.to_string(), "sync_warmup": info.strategy.sync_warmup(),
         "started_unix": info.started.map(crate::observe::tensorboard::unix_seconds),
-    })
+    });
+    // (the input, apart: one macro call of them all passes its recursion limit)
+    v["pictures"] = info.pictures.into();
+    v["loader_threads"] = info.loader_threads.into();
+    v["prefetch"] = info.prefetch.into();
+    v
 }
 
 /// An outside load's machine, where it is another than process 0's: its first rank and host.
@@ -101,7 +106,8 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Val
                 "rank": r.rank, "samples": r.samples, "step_ms": ms(r.step_time),
                 "data_wait_ms": ms(r.data_wait), "compute_ms": ms(r.compute), "comm_ms": ms(r.comm),
                 "sync_wait_ms": ms(r.sync_wait), "optimizer_ms": ms(r.optimizer),
-                "transfer_ms": ms(r.transfer), "mfu": mfu.map(|m| (m * 1e5).round() / 1e5),
+                "transfer_ms": ms(r.transfer), "loader_busy_ms": r.loader_busy.map(ms),
+                "mfu": mfu.map(|m| (m * 1e5).round() / 1e5),
             })
         })
         .collect();
@@ -115,7 +121,7 @@ pub fn step(row: &StepRow, samples_per_s: Option<f64>, mfu: Option<&Mfu>) -> Val
         "totals": row.totals.map(|t| json!({
             "steps": t.steps, "samples": t.samples, "train_s": t.train_s, "rank_s": t.rank_s,
             "compute_s": t.compute_s, "data_s": t.data_s, "comm_s": t.comm_s, "wait_s": t.wait_s,
-            "transfer_s": t.transfer_s, "smoothed_loss": t.smoothed_loss,
+            "transfer_s": t.transfer_s, "loader_s": t.loader_s, "smoothed_loss": t.smoothed_loss,
         })),
     })
 }

@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 
-use super::fields::{array, count, field, millis, num, opt_num, opt_uint, seconds, uint};
+use super::fields::{
+    array, count, field, millis, num, opt_millis, opt_num, opt_uint, seconds, uint,
+};
 use super::parse::{Parsed, Record};
 use crate::engine::events::{EndsAt, StepStats};
 use crate::observe::monitor::{StepRow, Totals};
@@ -55,6 +57,7 @@ pub(super) fn step(v: &Value, ranks: usize) -> Parsed<Record> {
                 grad_norm,
                 lr,
                 data_wait: millis(r, "data_wait_ms")?,
+                loader_busy: opt_millis(r, "loader_busy_ms")?,
                 compute: millis(r, "compute_ms")?,
                 compute_cpu: None,
                 device_timed: false,
@@ -115,6 +118,8 @@ fn totals(v: &Value) -> Parsed<Option<Totals>> {
             wait_s: secs("wait_s")?,
             // (files from before it was recorded: their host transfers are in `other`)
             transfer_s: opt_num(t, "transfer_s")?.map_or(Ok(0.0), |_| secs("transfer_s"))?,
+            // (files from before it was recorded: no loaders' share is said)
+            loader_s: opt_num(t, "loader_s")?.map_or(Ok(None), |_| secs("loader_s").map(Some))?,
             // (files from before it was recorded: the reader smooths the rows it has)
             smoothed_loss: opt_num(t, "smoothed_loss")?,
         })

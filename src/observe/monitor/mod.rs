@@ -49,6 +49,10 @@ pub struct Totals {
     pub wait_s: f64,
     /// Host transfers (central storage's every step, local SGD's at its averages), summed.
     pub transfer_s: f64,
+    /// The loader threads' time building the steps' batches (`StepStats::loader_busy`),
+    /// summed over ranks and steps; `None` where no row said it (files from before it was
+    /// recorded).
+    pub loader_s: Option<f64>,
     /// The train loss smoothed over every step (the mean of the last `LOSS_WINDOW`, which the
     /// monitor keeps): a screen given only some rows draws the run's, not one of the rows it
     /// got.
@@ -134,6 +138,9 @@ impl Totals {
             self.comm_s += secs(r.comm);
             self.wait_s += secs(r.sync_wait);
             self.transfer_s += secs(r.transfer);
+            if let Some(b) = r.loader_busy {
+                *self.loader_s.get_or_insert(0.0) += secs(b);
+            }
         }
     }
 
@@ -150,8 +157,16 @@ impl Totals {
             comm_s: self.comm_s - earlier.comm_s,
             wait_s: self.wait_s - earlier.wait_s,
             transfer_s: self.transfer_s - earlier.transfer_s,
+            loader_s: (self.loader_s).map(|s| s - earlier.loader_s.unwrap_or(0.0)),
             ..*self
         }
+    }
+
+    /// How busy the ranks' loader threads were building batches, as a share of their time
+    /// (the ranks' mean); `None` before any step or where not recorded.
+    pub fn loader_share(&self) -> Option<f64> {
+        let busy = self.loader_s.filter(|_| self.rank_s > 0.0)?;
+        Some((busy / self.rank_s).min(1.0))
     }
 
     /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, host

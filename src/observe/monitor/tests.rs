@@ -13,6 +13,7 @@ pub fn stats(rank: usize, step: u64, at_ms: u64) -> StepStats {
         grad_norm: 1.0,
         lr: 1e-3,
         data_wait: Duration::ZERO,
+        loader_busy: None,
         compute: Duration::from_millis(1),
         compute_cpu: None,
         device_timed: false,

@@ -1,7 +1,7 @@
 //! Registering the metric families this run serves.
 
 use prometheus::core::Collector;
-use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{CounterVec, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The `mgtop_bound` label of other work taking the machine's cores.
 pub(super) const OUTSIDE_LOAD: &str = "outside-load";
@@ -34,6 +34,11 @@ impl Newest {
 }
 
 /// `made`, registered with `r`: a family this run serves.
+/// An f32 as the f64 its shortest decimal spells (1e-3 stays 0.001, not 0.0010000000474974513).
+pub(super) fn wide(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
 fn registered<M: Collector + Clone + 'static>(
     r: &Registry,
     made: prometheus::Result<M>,
@@ -58,6 +63,15 @@ pub(super) fn gauge_vec(
     labels: &[&str],
 ) -> Result<GaugeVec, String> {
     registered(r, GaugeVec::new(Opts::new(name, help), labels))
+}
+
+pub(super) fn counter_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<CounterVec, String> {
+    registered(r, CounterVec::new(Opts::new(name, help), labels))
 }
 
 pub(super) fn int_counter_vec(

@@ -14,9 +14,7 @@ mod tests;
 
 use std::time::Duration;
 
-use prometheus::{
-    Counter, CounterVec, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-};
+use prometheus::{Counter, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, Registry};
 
 use crate::engine::events::{Applied, Event};
 use crate::engine::RunInfo;
@@ -27,13 +25,8 @@ use crate::observe::recorder::Sink;
 use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
-use families::{gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
-use families::{OUTSIDE_LOAD, PARTS, STATES};
-
-/// An f32 as the f64 its shortest decimal spells (1e-3 stays 0.001, not 0.0010000000474974513).
-fn wide(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(f64::from(x))
-}
+use families::{counter_vec, gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
+use families::{wide, OUTSIDE_LOAD, PARTS, STATES};
 
 /// The metrics of one run, registered in the endpoint's registry.
 pub struct Prometheus {
@@ -63,6 +56,8 @@ pub struct Prometheus {
     val_accuracy: Newest,
     /// Per rank, one counter per part of `PARTS`.
     step_time: Vec<[Counter; 6]>,
+    /// Per rank, its loader threads' time building its batches (over their number).
+    loader_busy: Vec<Counter>,
     stragglers: IntCounterVec,
     degraded: IntCounterVec,
     stalls: IntCounter,
@@ -100,16 +95,18 @@ impl Prometheus {
             .enumerate()
             .map(|(r, d)| d.label_on(info.hosts.get(r).map(String::as_str)))
             .collect();
-        let step_time = CounterVec::new(
-            Opts::new(
-                "mgtop_step_time_seconds_total",
-                "Time each rank spent in each part of its steps: data (waiting for input), compute, allreduce (moving and summing gradients), wait (for slower ranks), optimizer, transfer (host-device copies).",
-            ),
+        let step_time = counter_vec(
+            r,
+            "mgtop_step_time_seconds_total",
+            "Time each rank spent in each part of its steps: data (waiting for input), compute, allreduce (moving and summing gradients), wait (for slower ranks), optimizer, transfer (host-device copies).",
             &["rank", "worker", "part"],
-        )
-        .map_err(|e| e.to_string())?;
-        r.register(Box::new(step_time.clone()))
-            .map_err(|e| e.to_string())?;
+        )?;
+        let loader_busy = counter_vec(
+            r,
+            "mgtop_loader_busy_seconds_total",
+            "Time each rank's loader threads spent building its batches, over their number: its rate is how busy they are, 0-1 (near 1 they can no longer keep up).",
+            &["rank", "worker"],
+        )?;
         let utilization = gauge_vec(
             r,
             "mgtop_device_utilization_ratio",
@@ -225,6 +222,9 @@ impl Prometheus {
                         step_time.with_label_values(&[&ranks[rank], &workers[rank], part])
                     })
                 })
+                .collect(),
+            loader_busy: (0..info.ranks())
+                .map(|rank| loader_busy.with_label_values(&[&ranks[rank], &workers[rank]]))
                 .collect(),
             stragglers: int_counter_vec(
                 r,
@@ -373,6 +373,9 @@ impl Sink for Prometheus {
             ];
             for (c, d) in c.iter().zip(parts) {
                 c.inc_by(d.as_secs_f64());
+            }
+            if let (Some(c), Some(b)) = (self.loader_busy.get(s.rank), s.loader_busy) {
+                c.inc_by(b.as_secs_f64());
             }
             let labels = self.mfu_labels.get(s.rank).and_then(Option::as_ref);
             if let (Some(l), Some(m)) = (labels, self.mfu_of.of(s.rank, s.samples, s.step_time)) {

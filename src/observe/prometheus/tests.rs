@@ -27,6 +27,8 @@ fn row(step: u64) -> StepRow {
         grad_norm: 1.0,
         lr: 1e-3,
         data_wait: Duration::from_millis(1),
+        // (rank 0's as in files from before it was recorded)
+        loader_busy: (rank == 1).then(|| Duration::from_millis(5)),
         compute: Duration::from_millis(10),
         compute_cpu: None,
         device_timed: true,
@@ -263,6 +265,14 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
         (
             r#"mgtop_step_time_seconds_total{part="wait",rank="1",worker="nodeA/gpu1"}"#,
             0.012,
+        ),
+        (
+            r#"mgtop_loader_busy_seconds_total{rank="1",worker="nodeA/gpu1"}"#,
+            0.02,
+        ),
+        (
+            r#"mgtop_loader_busy_seconds_total{rank="0",worker="nodeA/gpu0"}"#,
+            0.0,
         ),
         (
             r#"mgtop_straggler_warnings_total{cause="data-bound",rank="1"}"#,

@@ -29,6 +29,7 @@ fn row(step: u64, work: &[f64], data: &[f64]) -> StepRow {
             grad_norm: 1.0,
             lr: 1e-3,
             data_wait: ms(data[rank]),
+            loader_busy: None,
             compute: ms(w - data[rank]),
             compute_cpu: None,
             device_timed: false,

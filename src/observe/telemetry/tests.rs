@@ -13,6 +13,7 @@ fn step(rank: usize, compute_ms: u64, wait_ms: u64) -> StepStats {
         grad_norm: 1.0,
         lr: 1e-3,
         data_wait: Duration::from_millis(wait_ms),
+        loader_busy: None,
         compute: Duration::from_millis(compute_ms),
         compute_cpu: None,
         device_timed: false,

@@ -5,7 +5,9 @@
 //! Tags (the part before the first `/` is TensorBoard's group):
 //! - logged steps: `train/loss`, `train/accuracy`, `train/grad_norm` (where recorded),
 //!   `train/learning_rate`, `train/global_batch`, `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
-//!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`;
+//!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`,
+//!   and `loader_busy` (not a part of the step: its loader threads' time building its batch,
+//!   over their number; over `step`, how busy they are);
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
 //! - samples (at the newest step a logged step or an event has told of): `utilization/rank<R>` and `memory_access/rank<R>` in
 //!   %, `memory_used_mib/rank<R>`, `power_w/rank<R>`, `temp_c/rank<R>`, `sm_clock_mhz/rank<R>`,
@@ -136,6 +138,9 @@ pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
         ];
         for (part, d) in parts {
             v.push((format!("step_time/{part}_ms/rank{}", r.rank), ms(d)));
+        }
+        if let Some(b) = r.loader_busy {
+            v.push((format!("step_time/loader_busy_ms/rank{}", r.rank), ms(b)));
         }
     }
     v

@@ -22,6 +22,10 @@ pub struct Split {
     /// What the parts above leave of the step: its own bookkeeping (the step time is the wall
     /// time from its start to its end).
     pub other: f64,
+    /// Not a part of the step: the rank's loader threads' time building its batch
+    /// (`StepStats::loader_busy`), as busy as `loader / total()` of their time; `None` where
+    /// not recorded.
+    pub loader: Option<f64>,
 }
 
 impl Split {
@@ -33,6 +37,7 @@ impl Split {
             wait: s.sync_wait.as_secs_f64(),
             transfer: s.transfer.as_secs_f64(),
             other: 0.0,
+            loader: s.loader_busy.map(|b| b.as_secs_f64()),
         };
         split.other = (s.step_time.as_secs_f64() - split.total()).max(0.0);
         split
@@ -47,6 +52,12 @@ impl Split {
     /// The step's time: its parts and what they leave.
     pub fn total(&self) -> f64 {
         self.data + self.compute + self.comm + self.wait + self.transfer + self.other
+    }
+
+    /// How busy the rank's loader threads were building its batches, as a share of their time.
+    pub fn loader_share(&self) -> Option<f64> {
+        let total = self.total();
+        Some((self.loader? / total).min(1.0)).filter(|_| total > 0.0)
     }
 }
 
@@ -128,6 +139,9 @@ impl DeviceState {
                 s.transfer += p.transfer / n;
                 s.other += p.other / n;
             }
+            // (where every step said it)
+            let newest = self.recent.iter().rev().take(RECENT_STEPS);
+            s.loader = newest.map(|(p, _)| p.loader.map(|l| l / n)).sum();
             s
         })
     }

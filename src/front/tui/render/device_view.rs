@@ -146,6 +146,9 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 rows.push(("  host transfer".into(), ms(sp.transfer)));
             }
             rows.push(("  other".into(), ms(sp.other)));
+            if let Some(l) = sp.loader_share().filter(|_| app.info.pictures) {
+                rows.push(("loaders busy".into(), format!("{:.0}%", l * 100.0)));
+            }
         }
         None => rows.push(("step".into(), "no steps yet".into())),
     }

@@ -25,6 +25,8 @@ const PARTS: [(char, &str); 6] = [
     ('▚', "transfer"),
     ('·', "other"),
 ];
+/// A loader share from which the column warns: the loader threads can hardly keep up.
+const LOADERS_FULL: f64 = 0.9;
 /// `PARTS`' host transfers (central storage, local SGD): in the legend only where a device
 /// has some.
 const TRANSFER: usize = 4;
@@ -156,7 +158,16 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         _ => 6,
     };
     let mfu = app.mfu.any();
-    let fixed = name_w + 6 + 6 + 13 + 9 + if wide { 17 } else { 0 } + if mfu { 6 } else { 0 };
+    // how busy each rank's loader threads are, where they decode pictures batch by batch
+    let loader = app.info.pictures;
+    let fixed = name_w
+        + 6
+        + 6
+        + 13
+        + 9
+        + if wide { 17 } else { 0 }
+        + if mfu { 6 } else { 0 }
+        + if loader { 7 } else { 0 };
     let rest = w.saturating_sub(fixed);
     let bar_w = (rest / 2).clamp(8, 32).min(rest);
     let spark_w = rest.saturating_sub(bar_w + 1);
@@ -168,7 +179,16 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     if wide {
         head += &format!("{:>5} {:>10} ", "temp", "power");
     }
-    head += &format!("{:<bar_w$} {:>8}", "step time split", "step");
+    if loader {
+        head += &format!("{:>6} ", "loader");
+    }
+    // (the bar's name as its width takes it, so the columns after it keep their places)
+    let bar_name = match bar_w {
+        15.. => "step time split",
+        10.. => "time split",
+        _ => "split",
+    };
+    head += &format!("{bar_name:<bar_w$} {:>8}", "step");
     if spark_w > 0 {
         head += &format!(" {}", fit("recent steps", spark_w));
     }
@@ -232,6 +252,17 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 Style::default()
             };
             spans.push(Span::styled(format!("{temp:>5} {power:>10}"), style));
+            spans.push(Span::raw(" "));
+        }
+        if loader {
+            let share = d.split().and_then(|s| s.loader_share());
+            // loaders at their limit: the rank waits for its input, or soon will
+            let style = match share {
+                Some(s) if s >= LOADERS_FULL => theme.fg(theme.warn),
+                _ => Style::default(),
+            };
+            let text = share.map_or("-".into(), |s| format!("{:.0}%", s * 100.0));
+            spans.push(Span::styled(format!("{text:>6}"), style));
             spans.push(Span::raw(" "));
         }
         if let Some(a) = &d.alert {

@@ -233,10 +233,10 @@ pub fn run_info(v: &Value) -> Parsed<RunInfo> {
         flops: uint(v, "flops_per_sample").unwrap_or(0),
         model_notes: notes("model_notes"),
         data_notes: notes("data_notes"),
-        // (the detector that says it does not run on a file)
-        pictures: false,
-        loader_threads: 1,
-        prefetch: 0,
+        // (files written before they were recorded: samples held ready, one loader thread)
+        pictures: field(v, "pictures").and_then(Value::as_bool) == Some(true),
+        loader_threads: opt_uint(v, "loader_threads")?.map_or(1, |t| t as usize),
+        prefetch: opt_uint(v, "prefetch")?.map_or(0, |p| p as usize),
         run_dir: field(v, "run_dir")
             .and_then(Value::as_str)
             .map(PathBuf::from),

@@ -23,6 +23,7 @@ fn row(n: u64, ranks: usize, step: f64, data: f64, gpu: bool) -> StepRow {
         grad_norm: 1.0,
         lr: 1e-3,
         data_wait: ms(data),
+        loader_busy: None,
         compute: ms(step - data),
         compute_cpu: None,
         device_timed: gpu,
