@@ -299,6 +299,13 @@ impl RunInfo {
         self.devices.len()
     }
 
+    /// Whether how busy the loader threads are is said: where they decode and augment
+    /// pictures batch by batch (samples held ready are copied, and with `--prefetch 0` the
+    /// workers build their batches themselves, in their wait for data).
+    pub fn loaders_said(&self) -> bool {
+        self.pictures && self.prefetch > 0
+    }
+
     /// How global batches are cut at the starting batch size.
     pub fn sharding(&self) -> Sharding {
         Sharding {

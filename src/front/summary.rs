@@ -281,7 +281,7 @@ impl Summary {
         if self.time_shares.is_some() {
             line += &format!(" | ranks' time: {}", ranks_time(self.time_shares));
         }
-        if info.pictures {
+        if info.loaders_said() {
             line += &super::words::loaders_busy(self.loader_share);
         }
         line

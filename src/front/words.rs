@@ -2,7 +2,7 @@
 //! log and in the terminal UI.
 
 use crate::config::Budget;
-use crate::engine::events::{Applied, Ending, Event, StepStats};
+use crate::engine::events::{Applied, Ending, Event};
 use crate::engine::strategy::Strategy;
 use crate::engine::RunInfo;
 use crate::front::units::{bound_value, grad_norm, loss_value};
@@ -352,20 +352,10 @@ pub fn step_line(
     } + &match window.filter(|w| w.rank_s > 0.0) {
         // pictures decoded and augmented batch by batch: how near the loaders are to their
         // limit, before the ranks wait for them
-        _ if !info.pictures => String::new(),
+        _ if !info.loaders_said() => String::new(),
         Some(w) => loaders_busy(w.loader_share()),
-        None => loaders_busy(loader_share(&row.ranks)),
+        None => loaders_busy(crate::observe::monitor::loader_share(&row.ranks)),
     }
-}
-
-/// How busy the ranks' loader threads were building the steps' batches, as a share of their
-/// time: the ranks' mean (`None` where a rank did not say).
-pub fn loader_share(ranks: &[StepStats]) -> Option<f64> {
-    let busy: Option<f64> = (ranks.iter())
-        .map(|r| r.loader_busy.map(|b| b.as_secs_f64()))
-        .sum();
-    let time: f64 = ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
-    Some((busy? / time).min(1.0)).filter(|_| time > 0.0)
 }
 
 /// ` | loaders 63% busy`, nothing where not known.

@@ -308,6 +308,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             v["data_ms"] = bound.data_ms.into();
             v["data_step_ms"] = bound.data_step_ms.into();
             v["data_share"] = bound.data_share.into();
+            v["loaders_busy"] = bound.loaders.into();
             v["util"] = bound.util.into();
             v["mfu"] = bound.mfu.into();
         }

@@ -78,6 +78,16 @@ impl RecentLosses {
     }
 }
 
+/// How busy the ranks' loader threads were building a step's batches, as a share of their
+/// time: the ranks' mean (`None` where a rank did not say).
+pub fn loader_share(ranks: &[StepStats]) -> Option<f64> {
+    let busy: Option<f64> = (ranks.iter())
+        .map(|r| r.loader_busy.map(|b| b.as_secs_f64()))
+        .sum();
+    let time: f64 = ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
+    Some((busy? / time).min(1.0)).filter(|_| time > 0.0)
+}
+
 /// Shares of the ranks' step time (`Totals::shares`): compute, data, comm, wait, transfer,
 /// other.
 pub type Shares = [f64; 6];

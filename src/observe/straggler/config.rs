@@ -51,12 +51,20 @@ pub struct Context {
     pub hosts: Vec<String>,
     /// The samples are pictures decoded from files (which `--image-size` makes smaller).
     pub pictures: bool,
+    /// Loader threads per rank, and batches queued ahead per rank (0: built on the worker).
+    pub loader_threads: usize,
+    pub prefetch: usize,
     /// The run's other processes on this machine: their global ranks and process ids (one
     /// suspended there explains a stall).
     pub peers_here: Vec<crate::pids::Peer>,
 }
 
 impl Context {
+    /// Whether the loader threads' busy share is said, as `RunInfo::loaders_said` decides.
+    pub(super) fn loaders_said(&self) -> bool {
+        self.pictures && self.prefetch > 0
+    }
+
     /// What an input-bound run is told: the fault injected on every rank's input where that
     /// is the cause, else what feeds the ranks faster.
     pub(super) fn input_fix(&self) -> String {
@@ -65,12 +73,19 @@ impl Context {
             .iter()
             .map(|f| f.as_deref().filter(|f| f.contains("--slow-data")))
             .collect();
+        let smaller = match self.pictures {
+            true => ", or smaller pictures (--image-size)",
+            false => "",
+        };
         match injected {
             Some(flags) if !flags.is_empty() => format!("fault injected: {}", flags.join(", ")),
-            _ if self.pictures => {
-                "try more --loader-threads or --prefetch, or smaller pictures (--image-size)".into()
-            }
-            _ => "try more --loader-threads or --prefetch".into(),
+            _ if self.prefetch == 0 => format!(
+                "each worker builds its batches itself (--prefetch 0): --prefetch 4 builds them on loader threads while it computes{smaller}"
+            ),
+            _ => format!(
+                "try more --loader-threads (now {}){smaller}",
+                self.loader_threads
+            ),
         }
     }
 }

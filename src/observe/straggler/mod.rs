@@ -108,6 +108,8 @@ impl Detector {
                 .collect(),
             hosts: info.hosts.clone(),
             pictures: info.pictures,
+            loader_threads: info.loader_threads,
+            prefetch: info.prefetch,
             peers_here: info.peers_here.clone(),
         };
         let mfu = Mfu::for_run(info);
@@ -142,7 +144,7 @@ impl Detector {
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
-            bound: bound::BoundDetector::new(mfu, ctx.input_fix()),
+            bound: bound::BoundDetector::new(mfu, ctx.input_fix(), ctx.loaders_said()),
             spikes: spike::SpikeDetector::default(),
             outside: Default::default(),
             cfg,

@@ -146,7 +146,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 rows.push(("  host transfer".into(), ms(sp.transfer)));
             }
             rows.push(("  other".into(), ms(sp.other)));
-            if let Some(l) = sp.loader_share().filter(|_| app.info.pictures) {
+            if let Some(l) = sp.loader_share().filter(|_| app.info.loaders_said()) {
                 rows.push(("loaders busy".into(), format!("{:.0}%", l * 100.0)));
             }
         }

@@ -159,7 +159,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     };
     let mfu = app.mfu.any();
     // how busy each rank's loader threads are, where they decode pictures batch by batch
-    let loader = app.info.pictures;
+    let loader = app.info.loaders_said();
     let fixed = name_w
         + 6
         + 6

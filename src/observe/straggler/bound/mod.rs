@@ -73,6 +73,9 @@ pub struct Bound {
     pub data_ms: f64,
     pub data_step_ms: f64,
     pub data_share: f64,
+    /// How busy the ranks' loader threads are building batches, as a share of their time
+    /// (the median step's, mean over ranks; `None` where not recorded).
+    pub loaders: Option<f64>,
     /// The GPUs' mean utilization (0-1) and MFU (0-1), where known.
     pub util: Option<f64>,
     pub mfu: Option<f64>,
@@ -90,10 +93,14 @@ impl fmt::Display for Bound {
         match self.limit {
             Limit::Input => write!(
                 f,
-                "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms); {}",
+                "input-bound: every rank waits for its input at least {} of each step ({:.1} of {:.1} ms{}); {}",
                 at_least(self.data_share),
                 self.data_ms,
                 self.data_step_ms,
+                self.loaders.map_or(String::new(), |l| format!(
+                    "; its loader threads busy {} of the time",
+                    pct(l)
+                )),
                 self.input_fix
             ),
             Limit::Launch => write!(
@@ -125,6 +132,8 @@ struct Sample {
     data: f64,
     own: f64,
     mfu: Option<f64>,
+    /// The ranks' loader threads' busy share in this step, mean over ranks.
+    loaders: Option<f64>,
 }
 
 pub struct BoundDetector {
@@ -140,13 +149,16 @@ pub struct BoundDetector {
     back: [u32; 3],
     flagged: [bool; 3],
     input_fix: String,
+    /// Whether the loader threads' busy share is said (`RunInfo::loaders_said`).
+    loaders_said: bool,
 }
 
 impl BoundDetector {
-    pub fn new(mfu: Mfu, input_fix: String) -> BoundDetector {
+    pub fn new(mfu: Mfu, input_fix: String, loaders_said: bool) -> BoundDetector {
         BoundDetector {
             mfu,
             input_fix,
+            loaders_said,
             recent: VecDeque::new(),
             rows: 0,
             util: None,
@@ -191,6 +203,9 @@ impl BoundDetector {
                 .filter_map(|r| self.mfu.of(r.rank, r.samples, r.step_time))
                 .collect();
             let mfu = (!mfu.is_empty()).then(|| mfu.iter().sum::<f64>() / mfu.len() as f64);
+            let loaders = (self.loaders_said)
+                .then(|| crate::observe::monitor::loader_share(&row.ranks))
+                .flatten();
             if self.recent.len() == cfg.window {
                 self.recent.pop_front();
             }
@@ -200,6 +215,7 @@ impl BoundDetector {
                 data: ms(least.data_wait),
                 own: own(least),
                 mfu,
+                loaders,
             });
         }
         self.rows += 1;
@@ -216,12 +232,15 @@ impl BoundDetector {
         let (share, data_ms, data_step_ms) = (mid.share, mid.data, mid.own);
         let mfus: Vec<f64> = self.recent.iter().filter_map(|s| s.mfu).collect();
         let mfu = (!mfus.is_empty()).then(|| median(mfus));
+        let loaders: Vec<f64> = self.recent.iter().filter_map(|s| s.loaders).collect();
+        let loaders = (!loaders.is_empty()).then(|| median(loaders));
         let bound = |limit| Bound {
             limit,
             step_ms,
             data_ms,
             data_step_ms,
             data_share: share,
+            loaders,
             util: self.util,
             mfu,
             per_replica: row.ranks[0].per_replica,

@@ -85,18 +85,37 @@ fn gpu_detector() -> Detector {
 fn the_input_bound_share_is_said_with_the_wait_and_step_it_is_of() {
     // rank 0 waits 6 of its 10 ms, rank 1 (a shorter step) 7 of 8: the share said is
     // rank 0's, with its own figures, not another rank's step or a mean
-    let mut d = Detector::new(2, DetectorConfig::default(), Context::default());
-    let w: Vec<Warning> = (1..=60)
-        .flat_map(|s| {
-            let mut r = row(s, 2, 10.0, 6.0, false);
-            r.ranks[1].step_time = ms(8.0);
-            r.ranks[1].data_wait = ms(7.0);
-            d.on_row(&r)
-        })
-        .collect();
-    let text = w[0].to_string();
+    let said = |pictures: bool| {
+        let ctx = Context {
+            pictures,
+            prefetch: 4,
+            ..Context::default()
+        };
+        let mut d = Detector::new(2, DetectorConfig::default(), ctx);
+        let w: Vec<Warning> = (1..=60)
+            .flat_map(|s| {
+                let mut r = row(s, 2, 10.0, 6.0, false);
+                r.ranks[1].step_time = ms(8.0);
+                r.ranks[1].data_wait = ms(7.0);
+                // the loader threads as busy as they can be: 17.1 of the ranks' 18 ms
+                r.ranks[0].loader_busy = Some(ms(9.5));
+                r.ranks[1].loader_busy = Some(ms(7.6));
+                d.on_row(&r)
+            })
+            .collect();
+        w[0].to_string()
+    };
+    let text = said(true);
     assert!(
-        text.contains("at least 60% of each step (6.0 of 10.0 ms)"),
+        text.contains(
+            "at least 60% of each step (6.0 of 10.0 ms; its loader threads busy 95% of the time)"
+        ),
+        "{text}"
+    );
+    // samples held ready are copied: their loaders' share is not said
+    let text = said(false);
+    assert!(
+        text.contains("at least 60% of each step (6.0 of 10.0 ms);"),
         "{text}"
     );
 }
@@ -108,14 +127,27 @@ fn an_input_bound_run_is_told_what_fits_its_input() {
         let w = feed(&mut d, 1, 60, 4.0, false);
         w[0].1.to_string()
     };
-    let plain = said(Context::default());
+    let threaded = Context {
+        loader_threads: 2,
+        prefetch: 4,
+        ..Context::default()
+    };
+    let plain = said(threaded.clone());
     assert!(
-        plain.ends_with("try more --loader-threads or --prefetch"),
+        plain.ends_with("try more --loader-threads (now 2)"),
         "{plain}"
+    );
+    // batches built on the worker's own thread: first to build them beside it
+    let inline = said(Context::default());
+    assert!(
+        inline.ends_with(
+            "(--prefetch 0): --prefetch 4 builds them on loader threads while it computes"
+        ),
+        "{inline}"
     );
     let pictures = said(Context {
         pictures: true,
-        ..Context::default()
+        ..threaded
     });
     assert!(
         pictures.ends_with("or smaller pictures (--image-size)"),
@@ -147,7 +179,7 @@ fn a_run_whose_every_rank_waits_for_input_is_said_input_bound_then_cleared() {
     assert!(
         text.starts_with(
             "input-bound: every rank waits for its input at least 40% of each step (4.0 of 10.0 ms)"
-        ) && text.contains("--loader-threads"),
+        ) && text.contains("--prefetch 4 builds"),
         "{text}"
     );
     // a share that is "at least" so much is not rounded up to the whole step
@@ -157,6 +189,7 @@ fn a_run_whose_every_rank_waits_for_input_is_said_input_bound_then_cleared() {
         data_ms: 50.1,
         data_step_ms: 50.3,
         data_share: 50.1 / 50.3,
+        loaders: None,
         util: None,
         mfu: None,
         per_replica: 32,
