@@ -73,8 +73,6 @@ impl StepStats {
     /// the stop, are scaled down alike to fit it where they pass it (a thread's CPU time and a
     /// device's times did not run on while stopped).
     pub fn fit_awake(&mut self) {
-        // (a loader thread stopped with it while building counts no more than the step)
-        self.loader_busy = self.loader_busy.map(|b| b.min(self.step_time));
         let device = self.device_timed;
         let mut host: Vec<&mut Duration> = vec![&mut self.data_wait, &mut self.transfer];
         if !device {

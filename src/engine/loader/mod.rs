@@ -151,7 +151,8 @@ pub struct Batch {
     pub next: Cursor,
     pub epoch_end: bool,
     pub global_samples: usize,
-    /// The time its building took the thread that built it (gathering, decoding, augmenting).
+    /// The time its building took the thread that built it (gathering, decoding, augmenting),
+    /// awake: a stop of the process in it left out.
     pub built: Duration,
 }
 
@@ -210,7 +211,8 @@ impl Builder {
             next,
             epoch_end,
             global_samples: m,
-            built: t.elapsed(),
+            // (a stop of the process while it was built, Ctrl-Z, is not building)
+            built: crate::clock::awake(t.elapsed()),
         }
     }
 }

@@ -78,6 +78,10 @@ impl RecentLosses {
     }
 }
 
+/// A loader threads' busy share from which they can hardly keep up: the screen's column
+/// warns, and a rank waiting for its input is told that only more of them help.
+pub const LOADERS_FULL: f64 = 0.9;
+
 /// How busy the ranks' loader threads were building a step's batches, as a share of their
 /// time: the ranks' mean (`None` where a rank did not say).
 pub fn loader_share(ranks: &[StepStats]) -> Option<f64> {

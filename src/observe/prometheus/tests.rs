@@ -179,6 +179,7 @@ fn gpus_show_under_dcgm_names_and_labels_and_training_under_mgtop_names() {
             cause: Cause::DataBound {
                 data_ms: 9.0,
                 fastest_data_ms: 1.0,
+                loaders: None,
             },
             injected: None,
         },

@@ -13,6 +13,7 @@ impl Detector {
         work: &[f64],
         data: &[f64],
         comm: &[f64],
+        loaders: &[Option<f64>],
     ) -> Cause {
         let extra = work[r] - work[fastest];
         let extra_data = data[r] - data[fastest];
@@ -20,6 +21,7 @@ impl Detector {
             return Cause::DataBound {
                 data_ms: data[r],
                 fastest_data_ms: data[fastest],
+                loaders: loaders.get(r).copied().flatten().zip(loaders[fastest]),
             };
         }
         if let Some(Some(flag)) = self.ctx.injected.get(r) {

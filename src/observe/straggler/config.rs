@@ -60,14 +60,26 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether the ranks' loader threads and workers want more cores than this process may
+    /// use (a CPU worker computes on its `threads_per_worker`, a GPU rank's host thread on
+    /// one); never judged over several processes (`cores` 0).
+    fn crowded(&self) -> bool {
+        let wanted: usize = (self.models.iter())
+            .map(|m| self.loader_threads + m.as_ref().map_or(self.threads_per_worker.max(1), |_| 1))
+            .sum();
+        self.cores > 0 && wanted > self.cores
+    }
+
     /// Whether the loader threads' busy share is said, as `RunInfo::loaders_said` decides.
     pub(super) fn loaders_said(&self) -> bool {
         self.pictures && self.prefetch > 0
     }
 
     /// What an input-bound run is told: the fault injected on every rank's input where that
-    /// is the cause, else what feeds the ranks faster.
-    pub(super) fn input_fix(&self) -> String {
+    /// is the cause, else what feeds the ranks faster, as far as `loaders` (their busy share)
+    /// tells: loader threads not at their limit lose the time handing batches over (of
+    /// `per_replica` samples), and more of them than the cores only share those.
+    pub(super) fn input_fix(&self, loaders: Option<f64>, per_replica: usize) -> String {
         let injected: Option<Vec<&str>> = self
             .injected
             .iter()
@@ -81,6 +93,18 @@ impl Context {
             Some(flags) if !flags.is_empty() => format!("fault injected: {}", flags.join(", ")),
             _ if self.prefetch == 0 => format!(
                 "each worker builds its batches itself (--prefetch 0): --prefetch 4 builds them on loader threads while it computes{smaller}"
+            ),
+            _ if loaders.is_some_and(|l| l < crate::observe::monitor::LOADERS_FULL) => format!(
+                "the loader threads are not at their limit: handing each batch over takes the time, which a larger --batch-per-replica (now {per_replica}) spreads over more samples"
+            ),
+            _ if self.crowded() => format!(
+                "the loader threads ({} a rank) already share this machine's {} with the workers{}",
+                self.loader_threads,
+                crate::text::counted(self.cores, "core"),
+                match self.pictures {
+                    true => ": try smaller pictures (--image-size) or fewer ranks",
+                    false => ": try fewer ranks",
+                }
             ),
             _ => format!(
                 "try more --loader-threads (now {}){smaller}",

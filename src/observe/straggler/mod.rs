@@ -40,9 +40,22 @@ use batch_key::BatchKey;
 /// NVML throttle-reason bits, SM clock and its maximum (MHz).
 type Throttle = (u64, Option<u32>, Option<u32>);
 
-/// One rank's recent steps: (work, data wait, sync wait) in ms, samples, and time moving data
-/// in the all-reduce in ms.
-type Recent = VecDeque<(f64, f64, f64, f64, f64)>;
+/// One rank's step as the detector keeps it (times in ms).
+#[derive(Clone, Copy)]
+struct Seen {
+    work: f64,
+    data: f64,
+    /// Waiting for slower ranks.
+    wait: f64,
+    samples: f64,
+    /// Moving data in the all-reduce.
+    comm: f64,
+    /// The rank's loader threads' busy share in the step (where said).
+    loaders: Option<f64>,
+}
+
+/// One rank's recent steps.
+type Recent = VecDeque<Seen>;
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -144,7 +157,7 @@ impl Detector {
             last_step: 0,
             last_progress: Duration::ZERO,
             paused: false,
-            bound: bound::BoundDetector::new(mfu, ctx.input_fix(), ctx.loaders_said()),
+            bound: bound::BoundDetector::new(mfu, ctx.clone()),
             spikes: spike::SpikeDetector::default(),
             outside: Default::default(),
             cfg,
@@ -270,13 +283,17 @@ impl Detector {
             if q.len() == self.cfg.window {
                 q.pop_front();
             }
-            q.push_back((
-                ms(s.work()),
-                ms(s.data_wait),
-                ms(s.sync_wait),
-                s.samples.max(1) as f64,
-                ms(s.comm),
-            ));
+            let loaders = (self.ctx.loaders_said())
+                .then(|| crate::observe::monitor::loader_share(std::slice::from_ref(s)))
+                .flatten();
+            q.push_back(Seen {
+                work: ms(s.work()),
+                data: ms(s.data_wait),
+                wait: ms(s.sync_wait),
+                samples: s.samples.max(1) as f64,
+                comm: ms(s.comm),
+                loaders,
+            });
         }
         // (an epoch's short last step, whose mean gradient is over few samples: left out)
         let short = (self.batch.as_ref()).is_some_and(|(k, _)| k.is_cut_short(row));
@@ -311,30 +328,30 @@ impl Detector {
     }
 
     fn evaluate(&mut self, step: u64) -> Vec<Warning> {
-        let col = |q: &Recent, i: usize| -> Vec<f64> {
-            q.iter()
-                .map(|t| match i {
-                    0 => t.0,
-                    1 => t.1,
-                    2 => t.2,
-                    4 => t.4,
-                    _ => t.0 / t.3,
-                })
-                .collect()
+        let col = |q: &Recent, f: fn(&Seen) -> f64| -> Vec<f64> { q.iter().map(f).collect() };
+        let medians = |f: fn(&Seen) -> f64| -> Vec<f64> {
+            self.recent.iter().map(|q| median(col(q, f))).collect()
         };
-        let work: Vec<f64> = self.recent.iter().map(|q| median(col(q, 0))).collect();
-        let data: Vec<f64> = self.recent.iter().map(|q| median(col(q, 1))).collect();
+        let work = medians(|s| s.work);
+        let data = medians(|s| s.data);
         let wait: Vec<f64> = self
             .recent
             .iter()
             .map(|q| match self.cfg.sync_every {
-                1 => median(col(q, 2)),
-                _ => col(q, 2).iter().sum::<f64>() / q.len().max(1) as f64,
+                1 => median(col(q, |s| s.wait)),
+                _ => col(q, |s| s.wait).iter().sum::<f64>() / q.len().max(1) as f64,
             })
             .collect();
-        let comm: Vec<f64> = self.recent.iter().map(|q| median(col(q, 4))).collect();
+        let comm = medians(|s| s.comm);
         // work per sample: what degrades, whatever the batch size of the moment
-        let per_sample: Vec<f64> = self.recent.iter().map(|q| median(col(q, 3))).collect();
+        let per_sample = medians(|s| s.work / s.samples);
+        // (where every step of the window said it)
+        let loaders: Vec<Option<f64>> = (self.recent.iter())
+            .map(|q| {
+                let known: Option<Vec<f64>> = q.iter().map(|s| s.loaders).collect();
+                known.filter(|k| !k.is_empty()).map(median)
+            })
+            .collect();
         let (fastest, &fast_ms) = work
             .iter()
             .enumerate()
@@ -376,7 +393,7 @@ impl Detector {
                     fastest_ms: fast_ms,
                     others_wait_ms: others_wait,
                     cpu_time: self.cpu_time[r] && self.cpu_time[fastest],
-                    cause: self.explain(r, fastest, &work, &data, &comm),
+                    cause: self.explain(r, fastest, &work, &data, &comm, &loaders),
                     injected: self.ctx.injected.get(r).cloned().flatten(),
                 });
             } else if self.flagged[r] && self.clear_runs[r] >= self.cfg.consecutive {

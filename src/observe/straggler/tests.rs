@@ -213,6 +213,35 @@ fn causes_come_from_the_evidence() {
         } => assert_eq!(data_ms, 20.5),
         other => panic!("{other:?}"),
     }
+    // on pictures built on loader threads, with each rank's loaders' busy share
+    let pictures = Context {
+        pictures: true,
+        prefetch: 4,
+        ..Context::default()
+    };
+    let mut d = Detector::new(2, DetectorConfig::default(), pictures);
+    let mut found = None;
+    for s in 1..=100 {
+        let mut r = row(s, &[10.0, 30.0], &[0.5, 20.5]);
+        // (of steps of 30.2 ms)
+        r.ranks[0].loader_busy = Some(ms(12.08));
+        r.ranks[1].loader_busy = Some(ms(29.0));
+        found = d.on_row(&r).pop().or(found);
+    }
+    match found.unwrap() {
+        Warning::Straggler {
+            cause:
+                Cause::DataBound {
+                    loaders: Some((mine, fastest)),
+                    ..
+                },
+            ..
+        } => assert!(
+            (mine - 29.0 / 30.2).abs() < 1e-9 && (fastest - 0.4).abs() < 1e-9,
+            "{mine} {fastest}"
+        ),
+        other => panic!("{other:?}"),
+    }
     // more workers than cores
     let ctx = Context {
         cores: 2,
@@ -459,8 +488,9 @@ fn data_bound_input_is_told_its_fix() {
     let cause = Cause::DataBound {
         data_ms: 20.0,
         fastest_data_ms: 1.0,
+        loaders: None,
     };
-    let warning = |injected: Option<&str>| {
+    let warning = |injected: Option<&str>, cause: &Cause| {
         Warning::Straggler {
             rank: 1,
             host: None,
@@ -476,12 +506,23 @@ fn data_bound_input_is_told_its_fix() {
         }
         .to_string()
     };
-    let own = warning(None);
+    let own = warning(None, &cause);
     assert!(
         own.contains("likely cause: data-bound (waits 20.0 ms/step for input vs 1.0 ms on the fastest rank; try more --prefetch or --loader-threads)"),
         "{own}"
     );
-    let injected = warning(Some("--slow-data 1:20"));
+    // its loader threads at their limit (as the fastest rank's are not): more of them
+    let full = Cause::DataBound {
+        data_ms: 20.0,
+        fastest_data_ms: 1.0,
+        loaders: Some((0.97, 0.4)),
+    };
+    let full = warning(None, &full);
+    assert!(
+        full.contains("(waits 20.0 ms/step for input vs 1.0 ms on the fastest rank; its loader threads busy 97% of the time, the fastest rank's 40%; try more --loader-threads)"),
+        "{full}"
+    );
+    let injected = warning(Some("--slow-data 1:20"), &cause);
     assert!(
         injected.contains("likely cause: fault injected (--slow-data 1:20): data-bound (waits 20.0 ms/step for input vs 1.0 ms on the fastest rank);")
             && !injected.contains("--prefetch"),

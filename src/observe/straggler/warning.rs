@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::bound::{Bound, Limit};
 use super::spike::Spike;
+use crate::observe::monitor::LOADERS_FULL;
 
 /// The likely cause of a straggler, from evidence.
 #[derive(Clone, Debug, PartialEq)]
@@ -14,6 +15,8 @@ pub enum Cause {
     DataBound {
         data_ms: f64,
         fastest_data_ms: f64,
+        /// Its loader threads' busy share and the fastest rank's, where said.
+        loaders: Option<(f64, f64)>,
     },
     /// More CPU workers than cores.
     Oversubscribed {
@@ -79,10 +82,32 @@ impl Cause {
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Cause::DataBound { data_ms, fastest_data_ms } => write!(
-                f,
-                "data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank; try more --prefetch or --loader-threads)"
-            ),
+            Cause::DataBound {
+                data_ms,
+                fastest_data_ms,
+                loaders,
+            } => {
+                let pct = |v: f64| format!("{:.0}%", v * 100.0);
+                // loader threads at their limit: only more of them (or cheaper batches) help
+                let (busy, fix) = match loaders {
+                    Some((mine, fastest)) => (
+                        format!(
+                            "; its loader threads busy {} of the time, the fastest rank's {}",
+                            pct(*mine),
+                            pct(*fastest)
+                        ),
+                        match *mine >= LOADERS_FULL {
+                            true => "try more --loader-threads",
+                            false => "try more --prefetch or --loader-threads",
+                        },
+                    ),
+                    None => (String::new(), "try more --prefetch or --loader-threads"),
+                };
+                write!(
+                    f,
+                    "data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank{busy}; {fix})"
+                )
+            }
             Cause::Oversubscribed { workers, cores } => write!(
                 f,
                 "oversubscribed ({workers} CPU workers share {}; use --devices cpu:{cores})",
@@ -271,7 +296,7 @@ impl fmt::Display for Warning {
                 let on = host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default();
                 // (a fault injected on purpose comes first, and no fix is offered for it)
                 let cause = match (injected, cause) {
-                    (Some(flag), Cause::DataBound { data_ms, fastest_data_ms }) => format!(
+                    (Some(flag), Cause::DataBound { data_ms, fastest_data_ms, .. }) => format!(
                         "fault injected ({flag}): data-bound (waits {data_ms:.1} ms/step for input vs {fastest_data_ms:.1} ms on the fastest rank)"
                     ),
                     (Some(flag), c) if !matches!(c, Cause::Injected(_)) => {

@@ -13,6 +13,7 @@ use crate::engine::Device;
 use crate::front::tui::app::{App, DeviceState, Split};
 use crate::front::tui::theme::Theme;
 use crate::front::units::bytes;
+use crate::observe::monitor::LOADERS_FULL;
 use crate::observe::sample::DeviceSample;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -25,8 +26,6 @@ const PARTS: [(char, &str); 6] = [
     ('▚', "transfer"),
     ('·', "other"),
 ];
-/// A loader share from which the column warns: the loader threads can hardly keep up.
-const LOADERS_FULL: f64 = 0.9;
 /// `PARTS`' host transfers (central storage, local SGD): in the legend only where a device
 /// has some.
 const TRANSFER: usize = 4;

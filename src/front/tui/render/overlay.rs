@@ -223,6 +223,9 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     fields.push(("step time", step_time(s)));
+    if let Some(l) = s.loader_share.filter(|_| app.info.loaders_said()) {
+        fields.push(("loaders busy", format!("{:.0}%", l * 100.0)));
+    }
     if s.grad_spikes.count > 0 {
         fields.push((
             "gradient spikes",

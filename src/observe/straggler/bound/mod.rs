@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use super::DetectorConfig;
+use super::{Context, DetectorConfig};
 use crate::engine::events::StepStats;
 use crate::observe::mfu::Mfu;
 use crate::observe::monitor::StepRow;
@@ -148,17 +148,15 @@ pub struct BoundDetector {
     past: [u32; 3],
     back: [u32; 3],
     flagged: [bool; 3],
-    input_fix: String,
-    /// Whether the loader threads' busy share is said (`RunInfo::loaders_said`).
-    loaders_said: bool,
+    /// What it knows of the run's input, for what an input-bound run is told.
+    ctx: Context,
 }
 
 impl BoundDetector {
-    pub fn new(mfu: Mfu, input_fix: String, loaders_said: bool) -> BoundDetector {
+    pub fn new(mfu: Mfu, ctx: Context) -> BoundDetector {
         BoundDetector {
             mfu,
-            input_fix,
-            loaders_said,
+            ctx,
             recent: VecDeque::new(),
             rows: 0,
             util: None,
@@ -203,7 +201,7 @@ impl BoundDetector {
                 .filter_map(|r| self.mfu.of(r.rank, r.samples, r.step_time))
                 .collect();
             let mfu = (!mfu.is_empty()).then(|| mfu.iter().sum::<f64>() / mfu.len() as f64);
-            let loaders = (self.loaders_said)
+            let loaders = (self.ctx.loaders_said())
                 .then(|| crate::observe::monitor::loader_share(&row.ranks))
                 .flatten();
             if self.recent.len() == cfg.window {
@@ -244,7 +242,7 @@ impl BoundDetector {
             util: self.util,
             mfu,
             per_replica: row.ranks[0].per_replica,
-            input_fix: self.input_fix.clone(),
+            input_fix: self.ctx.input_fix(loaders, row.ranks[0].per_replica),
         };
         let quiet_input = share < LAUNCH_DATA_MAX;
         let mut out = Vec::new();

@@ -122,11 +122,21 @@ fn the_input_bound_share_is_said_with_the_wait_and_step_it_is_of() {
 
 #[test]
 fn an_input_bound_run_is_told_what_fits_its_input() {
-    let said = |ctx: Context| {
+    // (`busy`: the loader threads' time building each rank's batch, in ms of its 10 ms step)
+    let said_busy = |ctx: Context, busy: Option<f64>| {
         let mut d = Detector::new(2, DetectorConfig::default(), ctx);
-        let w = feed(&mut d, 1, 60, 4.0, false);
-        w[0].1.to_string()
+        let w: Vec<Warning> = (1..=60)
+            .flat_map(|s| {
+                let mut r = row(s, 2, 10.0, 4.0, false);
+                r.ranks
+                    .iter_mut()
+                    .for_each(|r| r.loader_busy = busy.map(ms));
+                d.on_row(&r)
+            })
+            .collect();
+        w[0].to_string()
     };
+    let said = |ctx: Context| said_busy(ctx, None);
     let threaded = Context {
         loader_threads: 2,
         prefetch: 4,
@@ -145,13 +155,34 @@ fn an_input_bound_run_is_told_what_fits_its_input() {
         ),
         "{inline}"
     );
-    let pictures = said(Context {
+    let pictures = Context {
         pictures: true,
         ..threaded
-    });
+    };
+    // loader threads at their limit: more of them
+    let full = said_busy(pictures.clone(), Some(9.5));
     assert!(
-        pictures.ends_with("or smaller pictures (--image-size)"),
-        "{pictures}"
+        full.ends_with("try more --loader-threads (now 2), or smaller pictures (--image-size)"),
+        "{full}"
+    );
+    // not at their limit: more would not help, the hand-over of each batch takes the time
+    let idle = said_busy(pictures.clone(), Some(3.0));
+    assert!(
+        idle.contains("busy 30% of the time); the loader threads are not at their limit")
+            && idle.ends_with("a larger --batch-per-replica (now 32) spreads over more samples"),
+        "{idle}"
+    );
+    // more threads than the cores: they only share them
+    let crowded = Context {
+        cores: 2,
+        models: vec![None, None],
+        threads_per_worker: 1,
+        ..pictures
+    };
+    let crowded = said_busy(crowded, Some(9.5));
+    assert!(
+        crowded.ends_with("the loader threads (2 a rank) already share this machine's 2 cores with the workers: try smaller pictures (--image-size) or fewer ranks"),
+        "{crowded}"
     );
     let injected = said(Context {
         injected: vec![
