@@ -89,7 +89,14 @@ pub fn loader_share(ranks: &[StepStats]) -> Option<f64> {
         .map(|r| r.loader_busy.map(|b| b.as_secs_f64()))
         .sum();
     let time: f64 = ranks.iter().map(|r| r.step_time.as_secs_f64()).sum();
-    Some((busy? / time).min(1.0)).filter(|_| time > 0.0)
+    busy_share(busy?, time)
+}
+
+/// Loader threads' busy time (`StepStats::loader_busy`, summed) over the steps' time it is of:
+/// held to 1 (batches built while the ranks validated or paused count in the steps that take
+/// them); `None` for no time.
+pub fn busy_share(busy: f64, time: f64) -> Option<f64> {
+    (time > 0.0).then(|| (busy / time).min(1.0))
 }
 
 /// Shares of the ranks' step time (`Totals::shares`): compute, data, comm, wait, transfer,
@@ -179,8 +186,7 @@ impl Totals {
     /// How busy the ranks' loader threads were building batches, as a share of their time
     /// (the ranks' mean); `None` before any step or where not recorded.
     pub fn loader_share(&self) -> Option<f64> {
-        let busy = self.loader_s.filter(|_| self.rank_s > 0.0)?;
-        Some((busy / self.rank_s).min(1.0))
+        busy_share(self.loader_s?, self.rank_s)
     }
 
     /// Where the ranks' step time went, as shares of it: compute, data, comm, wait, host

@@ -21,7 +21,7 @@ impl Detector {
             return Cause::DataBound {
                 data_ms: data[r],
                 fastest_data_ms: data[fastest],
-                loaders: loaders.get(r).copied().flatten().zip(loaders[fastest]),
+                loaders: loaders[r].zip(loaders[fastest]),
             };
         }
         if let Some(Some(flag)) = self.ctx.injected.get(r) {

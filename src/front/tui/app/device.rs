@@ -56,8 +56,7 @@ impl Split {
 
     /// How busy the rank's loader threads were building its batches, as a share of their time.
     pub fn loader_share(&self) -> Option<f64> {
-        let total = self.total();
-        Some((self.loader? / total).min(1.0)).filter(|_| total > 0.0)
+        crate::observe::monitor::busy_share(self.loader?, self.total())
     }
 }
 
