@@ -129,7 +129,11 @@ impl DeviceState {
         let newest = self.recent.iter().rev().take(RECENT_STEPS);
         let n = newest.len() as f64;
         (n > 0.0).then(|| {
-            let mut s = Split::default();
+            // (the loaders' where every step said it)
+            let mut s = Split {
+                loader: Some(0.0),
+                ..Split::default()
+            };
             for (p, _) in newest {
                 s.data += p.data / n;
                 s.compute += p.compute / n;
@@ -137,10 +141,8 @@ impl DeviceState {
                 s.wait += p.wait / n;
                 s.transfer += p.transfer / n;
                 s.other += p.other / n;
+                s.loader = s.loader.zip(p.loader).map(|(a, l)| a + l / n);
             }
-            // (where every step said it)
-            let newest = self.recent.iter().rev().take(RECENT_STEPS);
-            s.loader = newest.map(|(p, _)| p.loader.map(|l| l / n)).sum();
             s
         })
     }

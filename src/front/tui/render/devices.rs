@@ -200,6 +200,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         n
     };
     for (i, d) in app.devices.iter().enumerate().take(cap) {
+        let split = d.split();
         let s = &d.sample;
         // (before the first telemetry sample a counter is not known yet, as samples/s's `–`)
         let sampled = |v: String| if d.sampled { v } else { "–".into() };
@@ -254,7 +255,7 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::raw(" "));
         }
         if loader {
-            let share = d.split().and_then(|s| s.loader_share());
+            let share = split.and_then(|s| s.loader_share());
             // loaders at their limit: the rank waits for its input, or soon will
             let style = match share {
                 Some(s) if s >= LOADERS_FULL => theme.fg(theme.warn),
@@ -269,10 +270,8 @@ pub fn render_devices(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             let room = w.saturating_sub(used);
             spans.push(Span::styled(fit(a, room), theme.badge(theme.error)));
         } else {
-            spans.extend(split_bar(d.split(), bar_w, theme));
-            let ms = d
-                .split()
-                .map_or("-".into(), |s| crate::front::units::step_secs(s.total()));
+            spans.extend(split_bar(split, bar_w, theme));
+            let ms = split.map_or("-".into(), |s| crate::front::units::step_secs(s.total()));
             spans.push(Span::raw(format!(" {ms:>8}")));
             if spark_w > 0 {
                 let v: Vec<f64> = d.step_ms().collect();
