@@ -30,6 +30,19 @@ Examples:
   mgtop-train selftest                                 (every GPU op, training step and all-reduce vs the CPU)
   mgtop-train bench                                    (throughput, all-reduce, UI cost, rebalancing)";
 
+/// The groups `--help` lists the training flags under, in this order.
+pub(super) mod heading {
+    pub const RUN: &str = "Run";
+    pub const DATA: &str = "Data";
+    pub const OPTIMIZER: &str = "Optimizer and schedule";
+    pub const WEIGHTS: &str = "Weights in and out";
+    pub const PARALLEL: &str = "Parallelism";
+    pub const GPUS: &str = "GPUs";
+    pub const OUTPUT: &str = "Run directory, checkpoints and metrics";
+    pub const UI: &str = "Terminal UI and log";
+    pub const FAULTS: &str = "Demo faults";
+}
+
 /// `--version`: the version, and what this build can do that another might not (MPI is a
 /// build feature; CUDA's libraries are looked for when a run starts).
 pub(super) const VERSION: &str = if cfg!(feature = "mpi") {
