@@ -218,7 +218,19 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--model", "conv8k3,bn,basic8s2,dropout2"],
             &["layer 4 `dropout2`", "more than 0 and less than 1"],
         ),
-        (&["--momentum", "1.5"], &["--momentum 1.5", "0.9"]),
+        (
+            &["--optimizer", "momentum", "--momentum", "1.5"],
+            &["--momentum 1.5 is out of range", "0.9"],
+        ),
+        // a momentum its optimizer has none of is refused, not ignored
+        (
+            &["--optimizer", "sgd", "--momentum", "0.9"],
+            &[
+                "--momentum 0.9 is not used by --optimizer sgd",
+                "--optimizer momentum",
+            ],
+        ),
+        (&["--momentum", "0.5"], &["--optimizer adam (its betas"]),
         (
             &["--optimizer", "nesterov", "--momentum", "0"],
             &["nesterov with --momentum 0", "--momentum 0.9"],
@@ -939,8 +951,6 @@ fn settings_that_change_nothing_in_this_run_say_so() {
         "cpu:1",
         "--steps",
         "3",
-        "--momentum",
-        "0.5",
         "--no-decay-bn-bias",
         "--checkpoint-every",
         "10",
@@ -958,7 +968,6 @@ fn settings_that_change_nothing_in_this_run_say_so() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     for said in [
-        "note: --momentum 0.5: --optimizer adam takes no momentum; --optimizer momentum (or nesterov) does",
         "note: --no-decay-bn-bias: --weight-decay is 0; nothing changes",
         "note: --checkpoint-every 10: the run is 3 steps: none falls due before its end",
         "note: --val-every 10: the run is 3 steps: none falls due before its end",

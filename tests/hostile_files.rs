@@ -481,7 +481,7 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
     let d = dir.path();
     std::fs::write(
         d.join("run.toml"),
-        "# a sweep's base\nepochs = 2\nbatch-per-replica = 0\nmomentum = 0.5\n",
+        "# a sweep's base\nepochs = 2\nbatch-per-replica = 0\nmomentum = 0.5\noptimizer = \"momentum\"\n",
     )
     .unwrap();
     refused(
@@ -497,6 +497,8 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
             "run.toml",
             "--batch-per-replica",
             "8",
+            "--optimizer",
+            "momentum",
             "--momentum",
             "1.5",
         ],

@@ -10,6 +10,7 @@ use super::TrainArgs;
 use crate::config::{BatchFrom, Budget, RunConfig};
 use crate::data::DataOptions;
 use crate::engine::{checkpoint, rundir};
+use crate::nn::optim::OptimizerKind;
 use crate::nn::schedule::LrScaling;
 
 fn parse<T: std::str::FromStr<Err = String>>(
@@ -177,6 +178,8 @@ impl TrainArgs {
     /// `resolve`, telling `origins` where the settings no flag gave came from.
     fn resolve_under(self, origins: &mut Origins) -> Result<(RunConfig, Frontend), String> {
         let args = self.with_config_noted(origins)?;
+        // (a resumed run's recorded momentum is its default's where its optimizer has none)
+        let momentum_given = args.momentum;
         // the checkpoint a resumed run continues (read once: a `latest` link moves when this
         // run starts), and the settings it takes from it
         let resume = args
@@ -196,6 +199,9 @@ impl TrainArgs {
         origins.taken.clone_from(&taken);
         let d = RunConfig::default();
         let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
+        if let Some(m) = momentum_given {
+            momentum_used_by(optimizer, m)?;
+        }
         let budget = match (args.epochs, args.steps) {
             (Some(_), Some(_)) => {
                 return Err("--epochs and --steps both given: choose one budget".into())
@@ -451,6 +457,20 @@ fn clip_bound(v: f64) -> Result<Option<f32>, String> {
                 a if (1e-3..1e5).contains(&a) || !a.is_finite() => format!("{v}"),
                 _ => format!("{v:e}"),
             }
+        )),
+    }
+}
+
+/// `--momentum M` given for an optimizer without momentum: refused, not ignored (PyTorch's
+/// `SGD(momentum=0.9)` is `--optimizer momentum` here, not `sgd`).
+fn momentum_used_by(optimizer: OptimizerKind, m: f32) -> Result<(), String> {
+    match optimizer {
+        OptimizerKind::Momentum | OptimizerKind::Nesterov => Ok(()),
+        OptimizerKind::Sgd => Err(format!(
+            "--momentum {m} is not used by --optimizer sgd (plain SGD): for SGD with momentum (PyTorch's SGD(momentum={m})) give --optimizer momentum, or nesterov"
+        )),
+        OptimizerKind::Adam | OptimizerKind::AdamW => Err(format!(
+            "--momentum {m} is not used by --optimizer {optimizer} (its betas are 0.9 and 0.999): leave --momentum out, or give --optimizer momentum or nesterov"
         )),
     }
 }

@@ -89,17 +89,6 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             "--checkpoint-best: no sample is held out for validation (--val-split, --val-data); no best checkpoint is written".into(),
         );
     }
-    use crate::nn::optim::OptimizerKind;
-    let with_momentum = matches!(
-        cfg.optimizer,
-        OptimizerKind::Momentum | OptimizerKind::Nesterov
-    );
-    if !with_momentum && cfg.momentum != crate::nn::optim::MOMENTUM {
-        notes.push(format!(
-            "--momentum {}: --optimizer {} takes no momentum; --optimizer momentum (or nesterov) does",
-            cfg.momentum, cfg.optimizer
-        ));
-    }
     if cfg.no_decay_bn_bias && cfg.weight_decay == 0.0 {
         notes.push("--no-decay-bn-bias: --weight-decay is 0; nothing changes".into());
     }
