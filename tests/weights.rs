@@ -1048,6 +1048,17 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
         "{}",
         done.written(&out)
     );
+    // the module edited since it was written: the user's lines are kept, the export refused
+    let edited = first.clone() + "# my own line\n";
+    std::fs::write(&py, &edited).unwrap();
+    let e = export(&run, &out).unwrap_err();
+    assert!(
+        e.contains("w.py is there and an export's module edited since")
+            && e.contains("move it away"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&py).unwrap(), edited);
+    std::fs::write(&py, &first).unwrap();
     // a state.json edited to another model: its weights are not that model's, and would go
     // out labelled as them; refused, the earlier export left as it was
     let state = run.join("checkpoints/step-00000002/state.json");

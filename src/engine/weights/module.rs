@@ -23,28 +23,43 @@ pub fn wanted(model: &str) -> bool {
     !(model.parse::<ModelSpec>()).is_ok_and(|s| s.in_torchvision())
 }
 
-/// `path_for(out)`, where a module may be written: a new file or one an export wrote (its first
-/// line says so), never another file.
+/// `path_for(out)`, where a module may be written: a new file or one an export wrote and no one
+/// edited since, never another file.
 pub fn target(out: &Path) -> Result<PathBuf, String> {
     let py = path_for(out);
-    match std::fs::symlink_metadata(&py) {
-        Err(_) => Ok(py),
-        Ok(_) if ours(&py) => Ok(py),
-        Ok(_) => Err(format!(
-            "{}: {} is there and not a module an export wrote (the export writes the model's PyTorch module beside the weights): remove it, or give the export another name",
-            out.display(),
-            py.display()
-        )),
+    if std::fs::symlink_metadata(&py).is_err() || ours(&py) {
+        return Ok(py);
     }
+    let what = match head_is_ours(&py) {
+        true => "an export's module edited since (or one an older version wrote)",
+        false => "not a module an export wrote",
+    };
+    Err(format!(
+        "{}: {} is there and {what}; the export writes the model's PyTorch module beside the weights: move it away, or give the export another name",
+        out.display(),
+        py.display()
+    ))
 }
 
-/// Whether `py` is a regular file an export wrote (its first line says so).
+/// The most a module read back may hold (one written holds a few kB a layer).
+const MODULE_MOST: u64 = 64 << 20;
+
+/// Whether `py` is a regular file an export wrote, unedited since (`pytorch::unedited`).
 pub fn ours(py: &Path) -> bool {
     use std::io::Read;
+    let regular =
+        std::fs::symlink_metadata(py).is_ok_and(|m| m.is_file() && m.len() <= MODULE_MOST);
+    let mut text = Vec::new();
+    let read = std::fs::File::open(py).and_then(|f| f.take(MODULE_MOST).read_to_end(&mut text));
+    regular && read.is_ok() && pytorch::unedited(&text)
+}
+
+/// Whether `py` starts as a module an export wrote does.
+fn head_is_ours(py: &Path) -> bool {
+    use std::io::Read;
     let mut head = vec![0; pytorch::MARK.len()];
-    let regular = std::fs::symlink_metadata(py).is_ok_and(|m| m.is_file());
     let read = std::fs::File::open(py).and_then(|mut f| f.read_exact(&mut head));
-    regular && read.is_ok() && head == pytorch::MARK.as_bytes()
+    read.is_ok() && head == pytorch::MARK.as_bytes()
 }
 
 /// Why a checkpoint's weights have no model to be checked against, or do not fit it.

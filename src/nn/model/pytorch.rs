@@ -8,9 +8,23 @@ use super::op::{Act, Op};
 use super::Model;
 use crate::nn::shape::Shape;
 
-/// The first line of every module written: `export` replaces a file that starts with it, and
-/// no other.
+/// The first line of every module written.
 pub const MARK: &str = "# written by mgtop-train export";
+/// The last line of every module written, before the CRC-32C of all above it: `export`
+/// replaces a file that starts with `MARK` and ends with its own checksum, and no other (so
+/// never one edited since).
+const SEAL: &str = "# checksum of the lines above (an export replaces this file only unedited): ";
+
+/// Whether `text` is a module an export wrote, unedited since.
+pub fn unedited(text: &[u8]) -> bool {
+    let Some(body) = text.strip_suffix(b"\n") else {
+        return false;
+    };
+    let cut = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let (above, last) = body.split_at(cut);
+    let sum = format!("{SEAL}{:08x}", crc32c::crc32c(above));
+    above.starts_with(MARK.as_bytes()) && last == sum.as_bytes()
+}
 
 /// How the samples the model takes are made from the data: in words (empty where unknown), and a
 /// table's per-feature (x - shift) * scale (one of each: every feature alike), which the module
@@ -145,7 +159,7 @@ pub fn module(m: &Model, about: &str, inputs: Inputs) -> String {
         (None, "") => "as the run's data fed the model (pictures resized and\n    normalised as its start-up `data:` line says)".to_string(),
         (None, text) => format!("made as the run made its samples:\n    {text}"),
     };
-    format!(
+    let text = format!(
         r#"{MARK}: a PyTorch module whose state_dict has the names and shapes
 # of the exported weights, with mgtop-train's forward pass, op for op.
 {about}import torch
@@ -174,7 +188,8 @@ class Net(nn.Module):
         m = self.get_submodule
 {forward}"#,
         classes = m.classes(),
-    )
+    );
+    format!("{text}{SEAL}{:08x}\n", crc32c::crc32c(text.as_bytes()))
 }
 
 /// `[0.5, 1.25, ...]`, eight values a line.

@@ -251,3 +251,20 @@ fn the_modules_compute_the_same_logits_in_pytorch() {
         "{said}"
     );
 }
+
+#[test]
+fn a_module_is_told_unedited_by_its_checksum_line() {
+    let m = built("dense4", Shape::Flat(3), 2);
+    let py = module(&m, "model: dense4\n", Inputs::default());
+    assert!(unedited(py.as_bytes()), "{py}");
+    // a line added, a character changed, the checksum line cut: edited
+    assert!(!unedited(format!("{py}# mine\n").as_bytes()));
+    assert!(!unedited(
+        py.replacen("Linear(3, 4)", "Linear(3, 5)", 1).as_bytes()
+    ));
+    let cut = py.trim_end().rsplit_once('\n').unwrap().0.to_string() + "\n";
+    assert!(!unedited(cut.as_bytes()));
+    // another file that ends as a module does is not one
+    let tail = py.rsplit_once("import torch").unwrap().1;
+    assert!(!unedited(tail.as_bytes()));
+}
