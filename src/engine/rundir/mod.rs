@@ -132,6 +132,18 @@ pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
             ck.display()
         ));
     }
+    // (a checkpoint directory, a live run's or another's: `--resume` of it would take this
+    // run's files for its checkpoints' run, and continue this one)
+    let held = checkpoint::holder(dir).map(|pid| format!("run {pid} writes its checkpoints there"));
+    let kept = (checkpoint::steps(dir).pop())
+        .map(|(_, ck)| ck)
+        .or_else(|| Some(dir.join(checkpoint::BEST)).filter(|b| checkpoint::is_checkpoint(b)))
+        .map(|ck| format!("it holds checkpoint {}", ck.display()));
+    if let Some(why) = held.or(kept) {
+        return Err(format!(
+            "--run-dir {d} is a checkpoint directory ({why}): a run directory is one run's own; give a new folder"
+        ));
+    }
     // (a folder of runs, `runs` itself: this run's files would stand for all of them to
     // `runs`, `view` and `--resume` of the folder)
     if let Some((inner, _)) = (!dir.join(METRICS).exists())

@@ -12,6 +12,20 @@ fn a_run_directory_inside_a_checkpoint_is_refused() {
         "{e}"
     );
     assert!(unused(&dir.path().join("mine"), false).is_ok());
+    // the checkpoint directory itself (its metrics file would make it a run directory, and
+    // `--resume` of it continue this run instead of its checkpoints')
+    let e = unused(&dir.path().join("checkpoints"), false).unwrap_err();
+    assert!(
+        e.contains("is a checkpoint directory (it holds checkpoint")
+            && e.contains("step-00000010)"),
+        "{e}"
+    );
+    // one holding a best checkpoint alone
+    let best = dir.path().join("b/best");
+    std::fs::create_dir_all(&best).unwrap();
+    std::fs::write(best.join("state.json"), "{}").unwrap();
+    let e = unused(&dir.path().join("b"), true).unwrap_err();
+    assert!(e.contains("is a checkpoint directory"), "{e}");
 }
 
 #[test]
