@@ -42,7 +42,7 @@ pub enum Command {
     Selftest,
     /// Open the terminal UI over a metrics file (or a run directory holding metrics.jsonl) written by an earlier or still running run; read-only, `q` quits.
     View(ViewArgs),
-    /// List the runs under ./runs (or DIR), newest first: state (live, paused, suspended, done, stopped, quit, failed, killed, copy, damaged, unreadable), step, progress, best validation accuracy, last update.
+    /// List the runs under ./runs (or DIR), the one started last first: state (live, paused, suspended, done, stopped, quit, failed, killed, copy, damaged, unreadable), step, progress, best validation accuracy, last update.
     #[command(visible_alias = "ls")]
     Runs(RunsArgs),
     /// The processes of `bench --only processes`' MPI all-reduce measurement (started by it under mpirun).

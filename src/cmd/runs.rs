@@ -1,4 +1,4 @@
-//! `runs [DIR]`: the runs under `./runs` (or DIR), newest first, with their state (live,
+//! `runs [DIR]`: the runs under `./runs` (or DIR), the one started last first, with their state (live,
 //! paused, suspended, done, stopped, failed, ended without a word: killed, or a copy of a live run's
 //! directory), step, progress, best validation accuracy and when their metrics file last
 //! changed.
@@ -22,6 +22,8 @@ pub struct RunRow {
     pub progress: Option<f64>,
     pub best_accuracy: Option<f32>,
     pub updated: SystemTime,
+    /// When its workers started, where its file says (from before: None).
+    pub started: Option<SystemTime>,
     /// The checkpoint it started from, where it resumed another run.
     pub resumed_from: Option<PathBuf>,
     /// The newest run listed that resumed it from one of its checkpoints.
@@ -50,6 +52,7 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
+    newest_first(&mut rows);
     link_resumed(&mut rows);
     for line in table(&rows, SystemTime::now()) {
         // (directory names are escaped in the table: they can hold anything)
@@ -80,6 +83,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         progress: None,
         best_accuracy: None,
         updated,
+        started: None,
         resumed_from: None,
         resumed_in: None,
     };
@@ -103,6 +107,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     }
     let mut app = App::watching(reader.info().clone());
     row.resumed_from = app.info.resumed_from.clone();
+    row.started = app.info.started;
     let damaged = read_all(&mut reader, &mut app).is_err();
     row.step = match &app.summary {
         Some(s) => s.steps,
@@ -151,6 +156,15 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     }
     .into();
     row
+}
+
+/// The rows, the run started last first (by when its file says it started; one that does not
+/// say, by its last update): an order two live runs writing in turn do not swap.
+fn newest_first(rows: &mut [RunRow]) {
+    rows.sort_by(|a, b| {
+        let at = |r: &RunRow| r.started.unwrap_or(r.updated);
+        at(b).cmp(&at(a)).then_with(|| b.dir.cmp(&a.dir))
+    });
 }
 
 /// Each run's `resumed_in`: the newest listed run (rows newest first) whose checkpoint it
@@ -318,6 +332,7 @@ mod tests {
             progress: None,
             best_accuracy: None,
             updated: SystemTime::now(),
+            started: None,
             resumed_from: from,
             resumed_in: None,
         };
@@ -342,6 +357,34 @@ mod tests {
         );
     }
 
+    /// Two live runs write in turn: the one started last stays first whichever wrote last; a
+    /// file that does not say when its run started goes by its last update.
+    #[test]
+    fn runs_are_listed_the_one_started_last_first() {
+        use std::time::Duration;
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |s: u64| Some(t0 + Duration::from_secs(s));
+        let row = |dir: &str, started: Option<SystemTime>, updated: SystemTime| RunRow {
+            dir: dir.into(),
+            state: "live".into(),
+            step: 1,
+            progress: None,
+            best_accuracy: None,
+            updated,
+            started,
+            resumed_from: None,
+            resumed_in: None,
+        };
+        let mut rows = [
+            row("runs/old", at(0), t0 + Duration::from_secs(60)),
+            row("runs/new", at(3), t0 + Duration::from_secs(59)),
+            row("runs/older-file", None, t0 + Duration::from_secs(2)),
+        ];
+        newest_first(&mut rows);
+        let order: Vec<&str> = rows.iter().map(|r| r.dir.to_str().unwrap()).collect();
+        assert_eq!(order, ["runs/new", "runs/older-file", "runs/old"]);
+    }
+
     #[test]
     fn columns_line_up_whatever_the_names_and_states() {
         let now = SystemTime::now();
@@ -352,6 +395,7 @@ mod tests {
             progress: Some(0.5),
             best_accuracy: None,
             updated: now,
+            started: None,
             resumed_from: None,
             resumed_in: None,
         };
