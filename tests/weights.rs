@@ -61,6 +61,33 @@ fn a_head_is_told_from_a_hidden_layer_by_the_layers_the_model_lacks() {
     assert!(e.contains("another --model"), "{e}");
 }
 
+/// A file of the parameters alone (`named_parameters()`, not `state_dict()`) is told by what it
+/// lacks: the batch norms' running statistics, which --init-partial starts at 0 and 1.
+#[test]
+fn a_file_without_running_statistics_is_said_to_lack_them() {
+    let m = Model::new(
+        Shape::Image { c: 3, h: 8, w: 8 },
+        &"conv8k3,bn,pool2,dense16".parse().unwrap(),
+        2,
+    )
+    .unwrap();
+    let file = saved(&m);
+    let (mut p, mut b) = (m.init_params(0), m.init_buffers());
+    let e = import(file.path(), &m, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains("it has no batch-norm running statistics (bn.1.running_mean, bn.1.running_var)")
+            && e.contains("save model.state_dict()"),
+        "{e}"
+    );
+    let notes = import(file.path(), &m, &mut p, &mut b, true).unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("batch-norm statistics at mean 0 and variance 1")),
+        "{notes:?}"
+    );
+}
+
 #[test]
 fn a_layer_list_with_a_layer_more_before_is_said_to_be_renumbered() {
     let image = Shape::Image { c: 3, h: 8, w: 8 };

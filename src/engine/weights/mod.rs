@@ -399,6 +399,14 @@ pub fn import(
         && missing.len() == head_names.len()
         && missing.iter().all(|m| head_names.contains(&m.as_str()))
         && renamed().is_empty();
+    // (a file of the parameters alone: `named_parameters()`, not `state_dict()`)
+    let stats = |n: &String| n.ends_with(".running_mean") || n.ends_with(".running_var");
+    if !partial && !missing.is_empty() && missing.iter().all(stats) {
+        return Err(at(format!(
+            "it has no batch-norm running statistics ({}): the parameters alone, as named_parameters() gives them; save model.state_dict(), which has them, or add --init-partial to start them at mean 0 and variance 1",
+            listed(&missing)
+        )));
+    }
     if !partial && !missing.is_empty() && !no_head {
         return Err(at(format!(
             "{} of this model's {} tensors are not in the file ({}): a file of another depth or layer list, whose missing layers would start at random{}; give the weights of this --model, or add --init-partial to load the {loaded} that match and start the rest at random",
@@ -440,7 +448,7 @@ pub fn import(
         ));
     } else if !missing.is_empty() {
         notes.push(format!(
-            "--init: {} of this model's tensors are missing from the file and keep their random start (a file of another depth or width loads only in part): {}",
+            "--init: {} of this model's tensors are missing from the file and start as a new model's do (weights at random, batch-norm statistics at mean 0 and variance 1; a file of another depth or width loads only in part): {}",
             missing.len(),
             listed(&missing)
         ));
