@@ -512,6 +512,14 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("its labels are class numbers and the run's model's classes are names (setosa, versicolor, virginica)"), "{out}");
+    // a set of another width: said first, whatever its labels
+    std::fs::write(d.join("wide.csv"), "1,2,3,4,daisy\n").unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:wide.csv,label=last"]);
+    assert!(
+        text(&o).contains("it has 4 features; the run's model takes 2"),
+        "{}",
+        text(&o)
+    );
     std::fs::write(d.join("other.csv"), "1,2,daisy\n").unwrap();
     let o = run_in(d, &["eval", "r1", "--data", "csv:other.csv,label=last"]);
     assert!(

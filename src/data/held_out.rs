@@ -248,14 +248,25 @@ fn same_labels(spec: &DataSpec, kind: cifar::Kind, r: &Recipe) -> Result<(), Dat
 
 fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     let (mut set, _, what) = table::read(spec, r.seed, "--data")?;
-    labels::onto(&mut set, r.names, "the run's model's").map_err(|m| spec_err(spec, m))?;
-    let max = set.y.iter().max().copied().unwrap_or(0) as usize;
-    if set.features != r.features || max >= r.classes {
+    // (its width first: a set of another width is another set, whatever its labels)
+    if set.features != r.features {
         return Err(spec_err(
             spec,
             format!(
-                "it has {} features and labels up to {max}; the run's model takes {} features and {} classes",
-                set.features, r.features, r.classes
+                "it has {} features; the run's model takes {}: is it a set of the run's kind?",
+                set.features, r.features
+            ),
+        ));
+    }
+    labels::onto(&mut set, r.names, "the run's model's").map_err(|m| spec_err(spec, m))?;
+    let max = set.y.iter().max().copied().unwrap_or(0) as usize;
+    if max >= r.classes {
+        return Err(spec_err(
+            spec,
+            format!(
+                "it has labels up to {max}; the run's model has {}: 0..{}",
+                crate::text::counted(r.classes, "class"),
+                r.classes.saturating_sub(1)
             ),
         ));
     }
