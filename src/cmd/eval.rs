@@ -161,7 +161,9 @@ pub fn report(e: &Evaluation) -> Vec<String> {
     };
     lines.push(format!(
         "loss {}   accuracy {} ({} of {}){top5}",
-        t.loss().map_or("-".into(), |l| format!("{l:.4}")),
+        // (as the run's lines say it: a loss under 1e-4 in exponent form, not 0.0000)
+        t.loss()
+            .map_or("-".into(), |l| crate::front::units::loss_value(l, 4)),
         percent(t.accuracy()),
         t.correct,
         t.samples

@@ -50,6 +50,11 @@ fn the_report_gives_the_accuracy_and_each_class_with_what_it_was_taken_for() {
     );
     // two classes: no top-5
     assert!(!text.contains("top-5"), "{text}");
+    // a loss too small for four places is said as the run's lines say it, not as 0.0000
+    let mut sure = evaluation(&["cat", "dog"], &[]);
+    sure.tally.add(&one_hot(0, 2), &[0], 3.95e-5);
+    let said = report(&sure).join("\n");
+    assert!(said.contains("loss 3.95e-5   accuracy 100.00%"), "{said}");
     let cat = text.lines().find(|l| l.starts_with("cat ")).unwrap();
     assert_eq!(
         cat.split_whitespace().collect::<Vec<_>>(),
