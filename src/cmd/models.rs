@@ -55,8 +55,8 @@ const TOKENS: [(&str, &str); 12] = [
     ),
 ];
 
-/// The most elements of an input `models` plans for (a synthetic set's bound).
-const MOST_INPUT: usize = 16 << 20;
+/// The most elements of an input `models` plans for (a picture's bound: a 4096x4096 RGB one).
+const MOST_INPUT: usize = crate::data::MAX_IMAGE_VALUES;
 
 pub fn command(args: &ModelsArgs) -> anyhow::Result<()> {
     let Some(given) = &args.model else {

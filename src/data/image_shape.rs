@@ -5,8 +5,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The most values one image may hold (C*H*W): 16M, 64 MiB as floats, far past any model here.
-pub const MAX_IMAGE_VALUES: usize = 1 << 24;
+/// The most values one image may hold (C*H*W): a 4096x4096 RGB picture, the largest
+/// `--image-size` makes (192 MiB as floats).
+pub const MAX_IMAGE_VALUES: usize = 3 * 4096 * 4096;
 
 /// `1x8x8` for `[1, 8, 8]` (channels x height x width).
 pub fn shape_text(shape: &[usize; 3]) -> String {
@@ -213,10 +214,10 @@ mod tests {
             ),
             ("1x-8x8", "height `-8` is not a whole number"),
             ("1x8x", "width `` is not a whole number"),
-            ("4096x4096x4096", "more than 16777216 values per image"),
+            ("4096x4096x4096", "more than 50331648 values per image"),
             (
                 "99999999999x99999999999x99999999999",
-                "more than 16777216 values",
+                "more than 50331648 values",
             ),
         ];
         for (s, want) in cases {

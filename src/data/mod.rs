@@ -30,7 +30,7 @@ use std::path::PathBuf;
 pub use csv::LabelColumn;
 use dataset::finish;
 pub use dataset::{Dataset, MicroBatch};
-pub use image_shape::{parse_shape, shape_text, shape_values, ImageLayout};
+pub use image_shape::{parse_shape, shape_text, shape_values, ImageLayout, MAX_IMAGE_VALUES};
 pub use overlap::shared_rows;
 pub use picture_set::{ImageSet, Pictures};
 pub use spec::DataSpec;

@@ -248,7 +248,7 @@ mod tests {
             ((10, 1, 8, 100000, 2), "W=100000 pixels"),
             (
                 (10, 1024, 4096, 4096, 2),
-                "values per image, more than 16777216",
+                "values per image, more than 50331648",
             ),
             ((10, 1, 8, 8, 1), "K=1 classes: use 2..=65536"),
             ((10, 1, 8, 8, 70000), "K=70000 classes"),

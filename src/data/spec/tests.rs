@@ -138,7 +138,7 @@ fn csv_takes_an_image_shape() {
         ("csv:p.csv,shape=", "shape `` has 1 part"),
         (
             "csv:p.csv,shape=9999x9999x9999",
-            "more than 16777216 values per image",
+            "more than 50331648 values per image",
         ),
         // an option given twice: the last would win unsaid
         (
