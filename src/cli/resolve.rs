@@ -178,8 +178,6 @@ impl TrainArgs {
     /// `resolve`, telling `origins` where the settings no flag gave came from.
     fn resolve_under(self, origins: &mut Origins) -> Result<(RunConfig, Frontend), String> {
         let args = self.with_config_noted(origins)?;
-        // (a resumed run's recorded momentum is its default's where its optimizer has none)
-        let momentum_given = args.momentum;
         // the checkpoint a resumed run continues (read once: a `latest` link moves when this
         // run starts), and the settings it takes from it
         let resume = args
@@ -199,7 +197,8 @@ impl TrainArgs {
         origins.taken.clone_from(&taken);
         let d = RunConfig::default();
         let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
-        if let Some(m) = momentum_given {
+        // (given: a resumed run's record gives none to an optimizer without momentum)
+        if let Some(m) = args.momentum {
             momentum_used_by(optimizer, m)?;
         }
         let budget = match (args.epochs, args.steps) {
@@ -465,11 +464,11 @@ fn clip_bound(v: f64) -> Result<Option<f32>, String> {
 /// `SGD(momentum=0.9)` is `--optimizer momentum` here, not `sgd`).
 fn momentum_used_by(optimizer: OptimizerKind, m: f32) -> Result<(), String> {
     match optimizer {
-        OptimizerKind::Momentum | OptimizerKind::Nesterov => Ok(()),
+        _ if optimizer.has_momentum() => Ok(()),
         OptimizerKind::Sgd => Err(format!(
             "--momentum {m} is not used by --optimizer sgd (plain SGD): for SGD with momentum (PyTorch's SGD(momentum={m})) give --optimizer momentum, or nesterov"
         )),
-        OptimizerKind::Adam | OptimizerKind::AdamW => Err(format!(
+        _ => Err(format!(
             "--momentum {m} is not used by --optimizer {optimizer} (its betas are 0.9 and 0.999): leave --momentum out, or give --optimizer momentum or nesterov"
         )),
     }

@@ -166,6 +166,39 @@ fn a_resume_with_another_optimizer_takes_its_lr_scaling_unless_the_run_gave_one(
     assert_eq!(resume_as(&given, "sgd"), LrScaling::Sqrt);
 }
 
+/// A momentum is the run's where its optimizer has one: resumed with another optimizer, it is
+/// left behind (not refused as given); given for one without, it is refused.
+#[test]
+fn a_recorded_momentum_goes_with_its_optimizer() {
+    let (cfg, _) = cli(&["--optimizer", "momentum", "--momentum", "0.5"]).unwrap();
+    let meta = checkpoint_of(cfg.record(), cfg.seed, &cfg.data.to_string());
+    let resume = |given: TrainArgs| {
+        let (args, said) = resumed::under_checkpoint(given, &meta).unwrap();
+        args.resolve()
+            .map(|(cfg, _)| (cfg.optimizer.to_string(), cfg.momentum, said))
+    };
+    let (optimizer, momentum, said) = resume(TrainArgs::default()).unwrap();
+    assert_eq!((optimizer.as_str(), momentum), ("momentum", 0.5));
+    assert!(said.contains("--momentum 0.5"), "{said}");
+    let adam = TrainArgs {
+        optimizer: Some("adam".into()),
+        ..TrainArgs::default()
+    };
+    let (optimizer, _, said) = resume(adam).unwrap();
+    assert_eq!(optimizer, "adam");
+    assert!(!said.contains("--momentum"), "{said}");
+    let sgd = TrainArgs {
+        optimizer: Some("sgd".into()),
+        momentum: Some(0.9),
+        ..TrainArgs::default()
+    };
+    let e = resume(sgd).unwrap_err();
+    assert!(
+        e.contains("--momentum 0.9 is not used by --optimizer sgd"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_checkpoint_from_before_every_setting_was_recorded_gives_what_it_has() {
     // session 30's state.json: its settings with float32s widened, and the LR as given

@@ -121,6 +121,10 @@ pub fn under_record(
         .or_else(|| taken.get("optimizer")?.as_str().map(String::from))
         .and_then(|o| o.parse().ok())
         .unwrap_or(RunConfig::default().optimizer);
+    // (a momentum recorded for an optimizer without one is its default, not the run's choice)
+    if !optimizer.has_momentum() {
+        taken.remove("momentum");
+    }
     let mut defaults = RunConfig::default().record();
     defaults["lr_scaling"] = crate::nn::schedule::LrScaling::for_optimizer(optimizer)
         .to_string()

@@ -18,6 +18,13 @@ pub enum OptimizerKind {
     AdamW,
 }
 
+impl OptimizerKind {
+    /// Whether `--momentum` is its (SGD with momentum, heavy-ball or Nesterov).
+    pub fn has_momentum(self) -> bool {
+        matches!(self, Self::Momentum | Self::Nesterov)
+    }
+}
+
 impl FromStr for OptimizerKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
