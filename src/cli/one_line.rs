@@ -125,9 +125,10 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     for tip in tips {
         out.push_str(&format!(" (tip: {tip})"));
     }
-    // `mgtop-train`, or the subcommand given (`mgtop-train view`)
+    // `mgtop-train`, or the subcommand given (`mgtop-train view`): the first word (a flag's
+    // value that names one, `--run-dir runs`, is not it)
     let cli = Cli::command();
-    let command = match args.iter().find_map(|a| cli.find_subcommand(a)) {
+    let command = match args.first().and_then(|a| cli.find_subcommand(a)) {
         Some(sub) => format!("mgtop-train {}", sub.get_name()),
         None => "mgtop-train".to_string(),
     };

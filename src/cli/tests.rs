@@ -469,6 +469,9 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
         let want = format!("; `mgtop-train {} --help` lists the flags", args[0]);
         assert!(e.ends_with(&want), "{e}");
     }
+    // a training flag's value that names a subcommand is not one
+    let e = err(&["--headless", "--runs-dir", "runs"]);
+    assert!(e.ends_with("; `mgtop-train --help` lists the flags"), "{e}");
 }
 
 #[test]
