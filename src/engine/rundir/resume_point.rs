@@ -169,15 +169,22 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
             dir.display()
         );
     }
+    let verb = match purpose {
+        Purpose::Resume => "resume from",
+        Purpose::Export => "export",
+        Purpose::Eval => "evaluate",
+    };
+    if let Some(newest) = recorded(dir).pop() {
+        return format!(
+            "run {} recorded checkpoints (the newest {}), and none is there now: moved or removed since; give the checkpoint where it is now, or start the run again",
+            dir.display(),
+            newest.display()
+        );
+    }
     if end_status(&dir.join(METRICS)).as_deref() == Some("stopped") {
         return format!(
-            "run {} was stopped and has no checkpoint (it was stopped without one, q then k, or they were removed since), so none to {}; start it again",
+            "run {} was stopped and has no checkpoint (it was stopped without one, q then k, or they were removed since), so none to {verb}; start it again",
             dir.display(),
-            match purpose {
-                Purpose::Resume => "resume from",
-                Purpose::Export => "export",
-                Purpose::Eval => "evaluate",
-            }
         );
     }
     let why = "a run writes one when it ends, when stopped, on `s`, and with --checkpoint-every";
@@ -202,10 +209,22 @@ fn no_checkpoint(dir: &Path, purpose: Purpose) -> String {
 /// still its own (another run may have written the same step since), from the checkpoint
 /// events of its metrics file. `dir` is canonical, as the run directories checkpoints record.
 fn last_written(dir: &Path) -> Option<PathBuf> {
+    let ours = dir.display().to_string();
+    recorded(dir).into_iter().rev().find(|p| {
+        checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(ours.as_str()))
+    })
+}
+
+/// The checkpoints run `dir`'s metrics file says it wrote (absolute paths), oldest first,
+/// whether they are there now or not.
+fn recorded(dir: &Path) -> Vec<PathBuf> {
     use std::io::{BufRead, Read};
     // a metrics record is a few KiB; a longer line is not one of ours
     const MAX_LINE: u64 = 1 << 20;
-    let mut file = std::io::BufReader::new(super::open_metrics(&dir.join(METRICS))?);
+    let Some(file) = super::open_metrics(&dir.join(METRICS)) else {
+        return Vec::new();
+    };
+    let mut file = std::io::BufReader::new(file);
     let (mut written, mut line) = (Vec::new(), Vec::new());
     // line by line: a long run's metrics file can be large; only checkpoint events are parsed
     loop {
@@ -236,10 +255,7 @@ fn last_written(dir: &Path) -> Option<PathBuf> {
             );
         }
     }
-    let ours = dir.display().to_string();
-    written.into_iter().rev().find(|p| {
-        checkpoint::read_meta(p).is_ok_and(|m| m.run_dir.as_deref() == Some(ours.as_str()))
-    })
+    written
 }
 
 /// The newest checkpoint of run `dir` in the checkpoint directory its `run` record names
@@ -390,6 +406,15 @@ mod tests {
         fs::write(run.join(METRICS), &lines[2]).unwrap();
         assert_eq!(last_written(&run), None);
         assert!(no_checkpoint(&run, Purpose::Resume).contains("has no checkpoint to resume from"));
+        // checkpoints it recorded, moved or removed since: said so, the newest named
+        fs::write(run.join(METRICS), event(&ck.join("step-00000012"))).unwrap();
+        let e = no_checkpoint(&run, Purpose::Resume);
+        assert!(
+            e.contains("recorded checkpoints (the newest ")
+                && e.contains("step-00000012), and none is there now: moved or removed"),
+            "{e}"
+        );
+        fs::write(run.join(METRICS), &lines[2]).unwrap();
         // only best/ left: said, with how to name it (never taken unasked)
         let best = run.join(CHECKPOINTS).join("best");
         fs::create_dir_all(&best).unwrap();
