@@ -311,7 +311,17 @@ fn listing(runs: &[(PathBuf, std::time::SystemTime)], purpose: Purpose) -> Strin
     let mut lines: Vec<String> = runs
         .iter()
         .take(LISTED)
-        .map(|(p, _)| format!("  {}", purpose.command(p)))
+        .map(|(p, _)| {
+            // (one whose directory holds none, which only a --checkpoint-dir elsewhere may have)
+            let none = checkpoint::steps(&p.join(CHECKPOINTS)).is_empty()
+                && !checkpoint::is_checkpoint(&p.join(CHECKPOINTS).join(checkpoint::BEST));
+            let none = if none {
+                "   (no checkpoint in its directory)"
+            } else {
+                ""
+            };
+            format!("  {}{none}", purpose.command(p))
+        })
         .collect();
     if runs.len() > LISTED {
         lines.push(format!("  ... and {} older", runs.len() - LISTED));
@@ -465,6 +475,18 @@ mod tests {
         let e = checkpoint_for(&runs, Purpose::Resume).unwrap_err();
         assert!(
             e.contains("pass the one to continue") && e.contains(&format!("  --resume {a}")),
+            "{e}"
+        );
+        // a run with a checkpoint is listed as it is, one without says so
+        let ck = runs.join("b/checkpoints/step-00000001");
+        fs::create_dir_all(&ck).unwrap();
+        fs::write(ck.join("state.json"), "{}").unwrap();
+        let e = checkpoint_for(&runs, Purpose::Resume).unwrap_err();
+        let b = runs.join("b").display().to_string();
+        assert!(
+            e.contains(&format!(
+                "  --resume {a}   (no checkpoint in its directory)"
+            )) && e.lines().any(|l| l == format!("  --resume {b}")),
             "{e}"
         );
     }
