@@ -47,8 +47,20 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         true => vec![(root.clone(), rundir::updated(&root))],
         false => rundir::runs_under(&root),
     };
+    // (another user's run directories: mode 0700, not looked into)
+    let closed = closed_under(&root);
+    let closed_note = format!(
+        "{} there this user cannot read (a run directory is its owner's alone, mode 0700): list them as the user who ran them",
+        crate::text::counted(closed, "folder"),
+    );
     if runs.is_empty() {
-        crate::say!("no runs under {}", root.display());
+        match closed {
+            0 => crate::say!("no runs under {}", root.display()),
+            _ => crate::say!(
+                "no runs under {} that this user can read; {closed_note}",
+                root.display()
+            ),
+        }
         return Ok(());
     }
     let mut rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
@@ -58,7 +70,25 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         // (directory names are escaped in the table: they can hold anything)
         crate::say!("{line}");
     }
+    if closed > 0 {
+        crate::say!("and {closed_note}");
+    }
     Ok(())
+}
+
+/// The folders up to two levels under `root` (where runs are) this user may not read.
+fn closed_under(root: &std::path::Path) -> usize {
+    let closed = |d: &std::path::Path| {
+        std::fs::read_dir(d).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    };
+    let names = rundir::children(root);
+    let below = names.iter().flat_map(|d| rundir::children(d));
+    names
+        .iter()
+        .cloned()
+        .chain(below)
+        .filter(|d| closed(d))
+        .count()
 }
 
 /// A live run's state: `suspended` where its process here is stopped (Ctrl-Z, `kill -STOP`),
