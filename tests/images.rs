@@ -135,7 +135,7 @@ fn a_folder_of_classes_loads_with_its_pixels() {
     assert_eq!(d.train.y, [0, 0, 0, 0, 1, 1]);
     assert_eq!(d.val.len(), 0);
     let notes = d.notes.join("\n");
-    assert!(notes.contains("2 classes: cat 4, dog 2"), "{notes}");
+    assert!(notes.contains("2 classes: cat (4), dog (2)"), "{notes}");
     assert!(
         notes.contains("corrupt.jpg") && notes.contains("not a readable JPEG or PNG"),
         "{notes}"

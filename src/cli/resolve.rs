@@ -10,7 +10,6 @@ use super::TrainArgs;
 use crate::config::{BatchFrom, Budget, RunConfig};
 use crate::data::DataOptions;
 use crate::engine::{checkpoint, rundir};
-use crate::nn::optim::OptimizerKind;
 use crate::nn::schedule::LrScaling;
 
 fn parse<T: std::str::FromStr<Err = String>>(
@@ -197,10 +196,6 @@ impl TrainArgs {
         origins.taken.clone_from(&taken);
         let d = RunConfig::default();
         let optimizer = parse("optimizer", args.optimizer.as_ref(), d.optimizer)?;
-        // (given: a resumed run's record gives none to an optimizer without momentum)
-        if let Some(m) = args.momentum {
-            momentum_used_by(optimizer, m)?;
-        }
         let budget = match (args.epochs, args.steps) {
             (Some(_), Some(_)) => {
                 return Err("--epochs and --steps both given: choose one budget".into())
@@ -301,7 +296,7 @@ impl TrainArgs {
             lr: args.lr.map(learning_rate).transpose()?.or(d.lr),
             optimizer,
             weight_decay: args.weight_decay.unwrap_or(d.weight_decay),
-            momentum: args.momentum.unwrap_or(d.momentum),
+            momentum: args.momentum,
             no_decay_bn_bias: args.no_decay_bn_bias.unwrap_or(d.no_decay_bn_bias),
             label_smoothing: args.label_smoothing.unwrap_or(d.label_smoothing),
             clip_grad_norm: match args.clip_grad_norm {
@@ -456,20 +451,6 @@ fn clip_bound(v: f64) -> Result<Option<f32>, String> {
                 a if (1e-3..1e5).contains(&a) || !a.is_finite() => format!("{v}"),
                 _ => format!("{v:e}"),
             }
-        )),
-    }
-}
-
-/// `--momentum M` given for an optimizer without momentum: refused, not ignored (PyTorch's
-/// `SGD(momentum=0.9)` is `--optimizer momentum` here, not `sgd`).
-fn momentum_used_by(optimizer: OptimizerKind, m: f32) -> Result<(), String> {
-    match optimizer {
-        _ if optimizer.has_momentum() => Ok(()),
-        OptimizerKind::Sgd => Err(format!(
-            "--momentum {m} is not used by --optimizer sgd (plain SGD): for SGD with momentum (PyTorch's SGD(momentum={m})) give --optimizer momentum, or nesterov"
-        )),
-        _ => Err(format!(
-            "--momentum {m} is not used by --optimizer {optimizer} (its betas are 0.9 and 0.999): leave --momentum out, or give --optimizer momentum or nesterov"
         )),
     }
 }

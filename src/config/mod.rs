@@ -118,6 +118,11 @@ pub fn step_samples(per_replica: usize, ranks: usize, accum: usize, train_sample
 pub const MAX_NAME_CHARS: usize = 200;
 
 impl RunConfig {
+    /// Momentum's coefficient: the one given, else the default (0.9).
+    pub fn momentum(&self) -> f32 {
+        self.momentum.unwrap_or(crate::nn::optim::MOMENTUM)
+    }
+
     /// What the run is called: `--name`, else `<data>-<model>` (without what would drive a
     /// terminal, an escape in the data's path: `--name` refuses it).
     pub fn run_name(&self) -> String {
@@ -234,8 +239,10 @@ pub struct RunConfig {
     pub sync_bn: bool,
     /// Which statistics batch norm normalises by in training (`--bn-stats`).
     pub bn_stats: BnStats,
-    /// Momentum's coefficient (`--momentum`, for momentum and nesterov).
-    pub momentum: f32,
+    /// Momentum's coefficient (`--momentum`, for momentum and nesterov) where one is given: by a
+    /// flag, the config file, or the record of a resumed run whose optimizer has one (None: the
+    /// default, `momentum()`).
+    pub momentum: Option<f32>,
     /// Weight decay leaves batch norm's parameters and biases alone (`--no-decay-bn-bias`).
     pub no_decay_bn_bias: bool,
     /// The loss's label smoothing (`--label-smoothing`).
@@ -332,7 +339,7 @@ impl Default for RunConfig {
             rebalance: false,
             sync_bn: false,
             bn_stats: BnStats::Batch,
-            momentum: crate::nn::optim::MOMENTUM,
+            momentum: None,
             no_decay_bn_bias: false,
             label_smoothing: 0.0,
             clip_grad_norm: None,

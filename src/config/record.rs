@@ -29,7 +29,7 @@ impl RunConfig {
             "normalize": inputs.normalize.to_string(),
             "optimizer": self.optimizer.to_string(),
             "weight_decay": short(self.weight_decay),
-            "momentum": short(self.momentum),
+            "momentum": short(self.momentum()),
             "no_decay_bn_bias": self.no_decay_bn_bias,
             "label_smoothing": short(self.label_smoothing),
             // (null: not clipped)

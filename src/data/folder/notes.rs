@@ -99,14 +99,15 @@ fn numbers_as_n(why: &str) -> String {
     out
 }
 
-/// "2 classes: cat 4, dog 2", or for many classes their number and the smallest and largest.
+/// "2 classes: cat (4), dog (2)", or for many classes their number and the smallest and largest.
 fn classes(f: &Folder) -> String {
     let counts = f.counts();
     let mut listed: Vec<(&String, usize)> = f.classes.iter().zip(counts).collect();
     let n = listed.len();
     let show = |l: &[(&String, usize)]| {
         l.iter()
-            .map(|(name, c)| format!("{name} {c}"))
+            // (a count in brackets: a name can hold digits and spaces, `10`, `chat noir`)
+            .map(|(name, c)| format!("{} ({c})", crate::text::printable(name)))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -161,10 +162,10 @@ mod tests {
     fn many_classes_are_summed_up_and_the_extremes_named() {
         assert_eq!(
             notes(&folder(&[3], &[]), true),
-            ["/data/train: 1 class: c00 3"]
+            ["/data/train: 1 class: c00 (3)"]
         );
         let few = notes(&folder(&[4, 2], &[]), true);
-        assert_eq!(few, ["/data/train: 2 classes: c00 4, c01 2"]);
+        assert_eq!(few, ["/data/train: 2 classes: c00 (4), c01 (2)"]);
         let even = notes(&folder(&[1300; 1000], &[]), true);
         assert_eq!(even, ["/data/train: 1000 classes of 1300 pictures each"]);
         let ones = notes(&folder(&[1; 30], &[]), true);
@@ -174,7 +175,7 @@ mod tests {
         let uneven = notes(&folder(&counts, &[]), true);
         assert_eq!(
             uneven,
-            ["/data/train: 25 classes of 1 to 900 pictures (fewest: c20 1, c03 2, c00 50; most: c23 50, c24 50, c07 900)"]
+            ["/data/train: 25 classes of 1 to 900 pictures (fewest: c20 (1), c03 (2), c00 (50); most: c23 (50), c24 (50), c07 (900))"]
         );
     }
 

@@ -89,6 +89,17 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
             "--checkpoint-best: no sample is held out for validation (--val-split, --val-data); no best checkpoint is written".into(),
         );
     }
+    // (given: a resumed run's record gives none to an optimizer without momentum)
+    if let Some(m) = cfg.momentum.filter(|_| !cfg.optimizer.has_momentum()) {
+        notes.push(match cfg.optimizer {
+            crate::nn::optim::OptimizerKind::Sgd => format!(
+                "--momentum {m}: --optimizer sgd is plain SGD and takes no momentum; for SGD with momentum (PyTorch's SGD(momentum={m})) give --optimizer momentum, or nesterov"
+            ),
+            o => format!(
+                "--momentum {m}: --optimizer {o} takes no momentum (its betas are 0.9 and 0.999); --optimizer momentum (or nesterov) does"
+            ),
+        });
+    }
     if cfg.no_decay_bn_bias && cfg.weight_decay == 0.0 {
         notes.push("--no-decay-bn-bias: --weight-decay is 0; nothing changes".into());
     }

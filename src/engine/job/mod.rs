@@ -189,7 +189,7 @@ pub(super) fn meet(
             (
                 "--momentum".into(),
                 match cfg.optimizer {
-                    OptimizerKind::Momentum | OptimizerKind::Nesterov => cfg.momentum.to_string(),
+                    OptimizerKind::Momentum | OptimizerKind::Nesterov => cfg.momentum().to_string(),
                     _ => String::new(),
                 },
             ),

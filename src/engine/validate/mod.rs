@@ -71,14 +71,14 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
             "--lr {lr} is invalid: use a positive number such as 1e-3"
         ));
     }
-    if !(0.0..1.0).contains(&cfg.momentum) {
+    if !(0.0..1.0).contains(&cfg.momentum()) {
         return bad(format!(
             "--momentum {} is out of range: use 0 to 1 (exclusive), e.g. 0.9",
-            cfg.momentum
+            cfg.momentum()
         ));
     }
     // (as PyTorch's SGD refuses it: a look-ahead of no momentum is plain SGD under another name)
-    if cfg.optimizer == crate::nn::optim::OptimizerKind::Nesterov && cfg.momentum == 0.0 {
+    if cfg.optimizer == crate::nn::optim::OptimizerKind::Nesterov && cfg.momentum() == 0.0 {
         return bad(
             "--optimizer nesterov with --momentum 0: Nesterov's look-ahead needs a momentum; give --momentum 0.9, or --optimizer sgd"
                 .into(),
@@ -307,7 +307,7 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
 /// parameters and every bias out of the weight decay.
 pub(super) fn optimizer(cfg: &RunConfig, model: &Model) -> Optimizer {
     Optimizer {
-        momentum: cfg.momentum,
+        momentum: cfg.momentum(),
         no_decay: match cfg.no_decay_bn_bias {
             true => model.no_decay_ranges(),
             false => Vec::new(),
