@@ -246,7 +246,7 @@ fn the_reference_recipe_trains_a_resnet_preset_with_every_option() {
             ..Default::default()
         },
         optimizer: OptimizerKind::Nesterov,
-        momentum: 0.9,
+        momentum: Some(0.9),
         weight_decay: 5e-4,
         no_decay_bn_bias: true,
         label_smoothing: 0.1,
