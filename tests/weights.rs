@@ -1000,6 +1000,7 @@ fn an_export_says_which_pytorch_model_takes_it() {
         replaced: false,
         module_replaced: false,
         stale_module: None,
+        edited_module: None,
         inputs: None,
     };
     let how = |model: &str, changes: Option<&str>| {
@@ -1010,6 +1011,17 @@ fn an_export_says_which_pytorch_model_takes_it() {
         no_module: Some(why.into()),
         ..exported("mlp:128", None)
     };
+    // an earlier export's module edited since is left beside other weights, and said
+    let left = mgtop::engine::weights::Exported {
+        edited_module: Some("w.py".into()),
+        ..exported("resnet18", None)
+    };
+    assert!(
+        (left.written(Path::new("w.safetensors")))
+            .ends_with("; left w.py, an earlier export's module edited since, which does not fit these weights: move it away"),
+        "{}",
+        left.written(Path::new("w.safetensors"))
+    );
     assert_eq!(
         how("mobilenetv2", None),
         "load in PyTorch: model = torchvision.models.mobilenet_v2(num_classes=2); model.load_state_dict(safetensors.torch.load_file(\"w.safetensors\")); model.eval()"

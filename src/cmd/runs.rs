@@ -22,8 +22,6 @@ pub struct RunRow {
     pub progress: Option<f64>,
     pub best_accuracy: Option<f32>,
     pub updated: SystemTime,
-    /// When its workers started, where its file says (from before: None).
-    pub started: Option<SystemTime>,
     /// The checkpoint it started from, where it resumed another run.
     pub resumed_from: Option<PathBuf>,
     /// The newest run listed that resumed it from one of its checkpoints.
@@ -48,7 +46,7 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         false => rundir::runs_under(&root),
     };
     // (another user's run directories: mode 0700, not looked into)
-    let closed = closed_under(&root);
+    let closed = rundir::closed_under(&root);
     let closed_note = format!(
         "{} there this user cannot read (a run directory is its owner's alone, mode 0700): list them as the user who ran them",
         crate::text::counted(closed, "folder"),
@@ -64,7 +62,6 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut rows: Vec<RunRow> = runs.into_iter().map(|(dir, t)| row(dir, t)).collect();
-    newest_first(&mut rows);
     link_resumed(&mut rows);
     for line in table(&rows, SystemTime::now()) {
         // (directory names are escaped in the table: they can hold anything)
@@ -74,21 +71,6 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         crate::say!("and {closed_note}");
     }
     Ok(())
-}
-
-/// The folders up to two levels under `root` (where runs are) this user may not read.
-fn closed_under(root: &std::path::Path) -> usize {
-    let closed = |d: &std::path::Path| {
-        std::fs::read_dir(d).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-    };
-    let names = rundir::children(root);
-    let below = names.iter().flat_map(|d| rundir::children(d));
-    names
-        .iter()
-        .cloned()
-        .chain(below)
-        .filter(|d| closed(d))
-        .count()
 }
 
 /// A live run's state: `suspended` where its process here is stopped (Ctrl-Z, `kill -STOP`),
@@ -113,7 +95,6 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
         progress: None,
         best_accuracy: None,
         updated,
-        started: None,
         resumed_from: None,
         resumed_in: None,
     };
@@ -137,7 +118,6 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     }
     let mut app = App::watching(reader.info().clone());
     row.resumed_from = app.info.resumed_from.clone();
-    row.started = app.info.started;
     let damaged = read_all(&mut reader, &mut app).is_err();
     row.step = match &app.summary {
         Some(s) => s.steps,
@@ -186,15 +166,6 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
     }
     .into();
     row
-}
-
-/// The rows, the run started last first (by when its file says it started; one that does not
-/// say, by its last update): an order two live runs writing in turn do not swap.
-fn newest_first(rows: &mut [RunRow]) {
-    rows.sort_by(|a, b| {
-        let at = |r: &RunRow| r.started.unwrap_or(r.updated);
-        at(b).cmp(&at(a)).then_with(|| b.dir.cmp(&a.dir))
-    });
 }
 
 /// Each run's `resumed_in`: the newest listed run (rows newest first) whose checkpoint it
@@ -362,7 +333,6 @@ mod tests {
             progress: None,
             best_accuracy: None,
             updated: SystemTime::now(),
-            started: None,
             resumed_from: from,
             resumed_in: None,
         };
@@ -387,34 +357,6 @@ mod tests {
         );
     }
 
-    /// Two live runs write in turn: the one started last stays first whichever wrote last; a
-    /// file that does not say when its run started goes by its last update.
-    #[test]
-    fn runs_are_listed_the_one_started_last_first() {
-        use std::time::Duration;
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let at = |s: u64| Some(t0 + Duration::from_secs(s));
-        let row = |dir: &str, started: Option<SystemTime>, updated: SystemTime| RunRow {
-            dir: dir.into(),
-            state: "live".into(),
-            step: 1,
-            progress: None,
-            best_accuracy: None,
-            updated,
-            started,
-            resumed_from: None,
-            resumed_in: None,
-        };
-        let mut rows = [
-            row("runs/old", at(0), t0 + Duration::from_secs(60)),
-            row("runs/new", at(3), t0 + Duration::from_secs(59)),
-            row("runs/older-file", None, t0 + Duration::from_secs(2)),
-        ];
-        newest_first(&mut rows);
-        let order: Vec<&str> = rows.iter().map(|r| r.dir.to_str().unwrap()).collect();
-        assert_eq!(order, ["runs/new", "runs/older-file", "runs/old"]);
-    }
-
     #[test]
     fn columns_line_up_whatever_the_names_and_states() {
         let now = SystemTime::now();
@@ -425,7 +367,6 @@ mod tests {
             progress: Some(0.5),
             best_accuracy: None,
             updated: now,
-            started: None,
             resumed_from: None,
             resumed_in: None,
         };

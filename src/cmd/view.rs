@@ -23,7 +23,7 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     let no_color = Theme::colourless();
     let theme = Theme::choose(args.theme.as_deref(), no_color)?;
     // a directory of runs (runs/, runs/NAME): the live run started last, as `attach` takes,
-    // else the run its `latest` names (runs/NAME), else the run that wrote last
+    // else the run its `latest` names (runs/NAME), else the run started last
     let newest = (args.path.is_dir() && !rundir::is_run_dir(&args.path))
         .then(|| match locate::newest_live(&args.path) {
             Ok(live) => Some(live.run),

@@ -259,21 +259,25 @@ fn cut(
         Some(v) => {
             let (mut val, _, vwhat) =
                 read(v, seed, "--val-data").map_err(DataError::of_val_data)?;
-            labels::onto(&mut val, &full.names, "the training set's").map_err(|msg| {
-                DataError::ValSpec {
-                    spec: v.to_string(),
-                    msg,
-                }
-            })?;
+            let refused = |msg: String| DataError::ValSpec {
+                spec: v.to_string(),
+                msg,
+            };
+            // (its width first: a set of another width is another set, whatever its labels)
+            if val.features != full.features {
+                return Err(refused(format!(
+                    "it has {} features; the training set has {}: is it a set of the same kind?",
+                    val.features, full.features
+                )));
+            }
+            labels::onto(&mut val, &full.names, "the training set's").map_err(refused)?;
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
-            if val.features != full.features || max >= full.classes {
-                return Err(DataError::ValSpec {
-                    spec: v.to_string(),
-                    msg: format!(
-                        "it has {} features and labels up to {max}; the training set has {} features and {} classes",
-                        val.features, full.features, full.classes
-                    ),
-                });
+            if max >= full.classes {
+                return Err(refused(format!(
+                    "it has labels up to {max}; the training set has {}: 0..{}",
+                    crate::text::counted(full.classes, "class"),
+                    full.classes.saturating_sub(1)
+                )));
             }
             // pictures of another shape (of as many values) would be read as the training set's
             let shapes = val.image.zip(full.image).filter(|(a, b)| a != b);

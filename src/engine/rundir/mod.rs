@@ -339,33 +339,74 @@ pub fn children(d: &Path) -> Vec<PathBuf> {
 }
 
 /// Run directories at most two levels under `dir` (`runs/<name>/<time>` from `runs`), or three
-/// through its `runs` (from the folder runs were started in), newest first, with their metrics
-/// file's last change. `latest` links are not followed.
+/// through its `runs` (from the folder runs were started in), the one started last first (so
+/// two live runs writing in turn keep their places), with their metrics file's last change.
+/// `latest` links are not followed.
 pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
-    let mut found = Vec::new();
+    let mut runs: Vec<_> = (walk(dir).0.into_iter())
+        .map(|p| {
+            let t = updated(&p);
+            let at = started(&p).unwrap_or(t);
+            (p, t, at)
+        })
+        .collect();
+    runs.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| b.0.cmp(&a.0)));
+    runs.into_iter().map(|(p, t, _)| (p, t)).collect()
+}
+
+/// How many folders where `runs_under` looks for runs this user may not read (another user's
+/// run directories: mode 0700).
+pub fn closed_under(dir: &Path) -> usize {
+    walk(dir).1
+}
+
+/// The run directories where `runs_under` looks, and how many folders there it could not read.
+fn walk(dir: &Path) -> (Vec<PathBuf>, usize) {
+    let closed =
+        |d: &Path| fs::read_dir(d).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+    let (mut found, mut shut) = (Vec::new(), 0);
     for c in children(dir) {
         if is_run_dir(&c) {
             found.push(c);
             continue;
         }
+        if closed(&c) {
+            shut += 1;
+            continue;
+        }
+        let runs = c.file_name() == Some(RUNS.as_ref());
         for g in children(&c) {
             if is_run_dir(&g) {
                 found.push(g);
-            } else if c.file_name() == Some(RUNS.as_ref()) {
+            } else if closed(&g) {
+                shut += 1;
+            } else if runs {
                 // (the folder runs were started in: its ./runs/NAME/TIME too)
-                found.extend(children(&g).into_iter().filter(|r| is_run_dir(r)));
+                for r in children(&g) {
+                    if is_run_dir(&r) {
+                        found.push(r);
+                    } else if closed(&r) {
+                        shut += 1;
+                    }
+                }
             }
         }
     }
-    let mut runs: Vec<_> = found
-        .into_iter()
-        .map(|p| {
-            let t = updated(&p);
-            (p, t)
-        })
-        .collect();
-    runs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
-    runs
+    (found, shut)
+}
+
+/// When run `dir` started, as its metrics file's first record says (`started_unix`).
+fn started(dir: &Path) -> Option<std::time::SystemTime> {
+    use std::io::{BufRead, Read};
+    let mut first = Vec::new();
+    // (a run record is a few KiB)
+    (std::io::BufReader::new(open_metrics(&dir.join(METRICS))?).take(1 << 20))
+        .read_until(b'\n', &mut first)
+        .ok()?;
+    let run: serde_json::Value = serde_json::from_slice(&first).ok()?;
+    let secs = run.get("started_unix")?.as_f64()?;
+    let since = std::time::Duration::try_from_secs_f64(secs).ok()?;
+    Some(std::time::UNIX_EPOCH + since)
 }
 
 #[cfg(test)]

@@ -276,3 +276,41 @@ fn a_run_quit_before_its_front_handles_signals_leaves_no_directory_behind() {
         Path::new("20261206-200001")
     );
 }
+
+/// Two live runs write in turn: the one started last stays first whichever wrote last; a
+/// file that does not say when its run started goes by its last change.
+#[test]
+fn runs_are_found_the_one_started_last_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, record: &str| {
+        let d = dir.path().join(name);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join(METRICS), format!("{record}\n")).unwrap();
+        d
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let new = run(
+        "new",
+        &format!("{{\"type\":\"run\",\"started_unix\":{}}}", now - 60.0),
+    );
+    // (written after the newer one started: its file changed last)
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let old = run(
+        "old",
+        &format!("{{\"type\":\"run\",\"started_unix\":{}}}", now - 600.0),
+    );
+    let unsaid = run("unsaid", "{\"type\":\"run\"}");
+    let old_enough = std::time::SystemTime::now() - std::time::Duration::from_secs(300);
+    fs::File::options()
+        .write(true)
+        .open(unsaid.join(METRICS))
+        .unwrap()
+        .set_modified(old_enough)
+        .unwrap();
+    let order: Vec<PathBuf> = runs_under(dir.path()).into_iter().map(|r| r.0).collect();
+    assert_eq!(order, [new, unsaid, old]);
+    assert_eq!(closed_under(dir.path()), 0);
+}

@@ -180,7 +180,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     let replaced = there(target);
     crate::files::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
     let mut module_replaced = false;
-    let mut stale_module = None;
+    let (mut stale_module, mut edited_module) = (None, None);
     match &module {
         Some((py, source)) => {
             module_replaced = there(py);
@@ -192,6 +192,8 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             let py = module::path_for(out);
             if module::ours(&py) && std::fs::remove_file(&py).is_ok() {
                 stale_module = Some(py);
+            } else if module::marked(&py) {
+                edited_module = Some(py);
             }
         }
     }
@@ -207,6 +209,7 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
         replaced,
         module_replaced,
         stale_module,
+        edited_module,
         inputs: meta.inputs,
     })
 }

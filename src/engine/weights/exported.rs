@@ -24,6 +24,8 @@ pub struct Exported {
     pub module_replaced: bool,
     /// An earlier export's module beside the file, removed (it describes other weights).
     pub stale_module: Option<PathBuf>,
+    /// One edited since it was written: left there, said.
+    pub edited_module: Option<PathBuf>,
     /// How the run made its samples (`InputRecipe`'s words; None in older checkpoints).
     pub inputs: Option<String>,
 }
@@ -52,6 +54,12 @@ impl Exported {
         if let Some(py) = &self.stale_module {
             s.push_str(&format!(
                 "; removed {}, an earlier export's module, which does not fit these weights",
+                py.display()
+            ));
+        }
+        if let Some(py) = &self.edited_module {
+            s.push_str(&format!(
+                "; left {}, an earlier export's module edited since, which does not fit these weights: move it away",
                 py.display()
             ));
         }

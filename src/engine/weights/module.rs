@@ -30,7 +30,7 @@ pub fn target(out: &Path) -> Result<PathBuf, String> {
     if std::fs::symlink_metadata(&py).is_err() || ours(&py) {
         return Ok(py);
     }
-    let what = match head_is_ours(&py) {
+    let what = match marked(&py) {
         true => "an export's module edited since (or one an older version wrote)",
         false => "not a module an export wrote",
     };
@@ -54,8 +54,8 @@ pub fn ours(py: &Path) -> bool {
     regular && read.is_ok() && pytorch::unedited(&text)
 }
 
-/// Whether `py` starts as a module an export wrote does.
-fn head_is_ours(py: &Path) -> bool {
+/// Whether `py` starts as a module an export wrote does (edited since or not).
+pub fn marked(py: &Path) -> bool {
     use std::io::Read;
     let mut head = vec![0; pytorch::MARK.len()];
     let read = std::fs::File::open(py).and_then(|mut f| f.read_exact(&mut head));
