@@ -350,7 +350,8 @@ pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
             (p, t, at)
         })
         .collect();
-    runs.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| b.0.cmp(&a.0)));
+    // (runs started together, or copies of one: the one written last first)
+    runs.sort_by(|a, b| (b.2, b.1, &b.0).cmp(&(a.2, a.1, &a.0)));
     runs.into_iter().map(|(p, t, _)| (p, t)).collect()
 }
 
