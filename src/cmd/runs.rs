@@ -40,13 +40,12 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
             rundir::RUNS
         );
     }
-    let runs = match rundir::is_run_dir(&root) {
+    // (and another user's run directories: mode 0700, not looked into)
+    let (runs, closed) = match rundir::is_run_dir(&root) {
         // a run's own directory: that run
-        true => vec![(root.clone(), rundir::updated(&root))],
-        false => rundir::runs_under(&root),
+        true => (vec![(root.clone(), rundir::updated(&root))], 0),
+        false => rundir::runs_and_closed(&root),
     };
-    // (another user's run directories: mode 0700, not looked into)
-    let closed = rundir::closed_under(&root);
     let closed_note = format!(
         "{} there this user cannot read (a run directory is its owner's alone, mode 0700): list them as the user who ran them",
         crate::text::counted(closed, "folder"),

@@ -343,7 +343,14 @@ pub fn children(d: &Path) -> Vec<PathBuf> {
 /// two live runs writing in turn keep their places), with their metrics file's last change.
 /// `latest` links are not followed.
 pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
-    let mut runs: Vec<_> = (walk(dir).0.into_iter())
+    runs_and_closed(dir).0
+}
+
+/// `runs_under`, and how many folders where it looks for runs this user may not read
+/// (another user's run directories: mode 0700).
+pub fn runs_and_closed(dir: &Path) -> (Vec<(PathBuf, std::time::SystemTime)>, usize) {
+    let (found, closed) = walk(dir);
+    let mut runs: Vec<_> = (found.into_iter())
         .map(|p| {
             let t = updated(&p);
             let at = started(&p).unwrap_or(t);
@@ -352,13 +359,7 @@ pub fn runs_under(dir: &Path) -> Vec<(PathBuf, std::time::SystemTime)> {
         .collect();
     // (runs started together, or copies of one: the one written last first)
     runs.sort_by(|a, b| (b.2, b.1, &b.0).cmp(&(a.2, a.1, &a.0)));
-    runs.into_iter().map(|(p, t, _)| (p, t)).collect()
-}
-
-/// How many folders where `runs_under` looks for runs this user may not read (another user's
-/// run directories: mode 0700).
-pub fn closed_under(dir: &Path) -> usize {
-    walk(dir).1
+    (runs.into_iter().map(|(p, t, _)| (p, t)).collect(), closed)
 }
 
 /// The run directories where `runs_under` looks, and how many folders there it could not read.

@@ -312,5 +312,5 @@ fn runs_are_found_the_one_started_last_first() {
         .unwrap();
     let order: Vec<PathBuf> = runs_under(dir.path()).into_iter().map(|r| r.0).collect();
     assert_eq!(order, [new, unsaid, old]);
-    assert_eq!(closed_under(dir.path()), 0);
+    assert_eq!(runs_and_closed(dir.path()).1, 0);
 }
