@@ -397,16 +397,19 @@ fn walk(dir: &Path) -> (Vec<PathBuf>, usize) {
     (found, shut)
 }
 
-/// When run `dir` started, as its metrics file's first record says (`started_unix`).
-fn started(dir: &Path) -> Option<std::time::SystemTime> {
+/// Run `dir`'s metrics file's first record (its `run` record, a few KiB), as JSON.
+fn run_record(dir: &Path) -> Option<serde_json::Value> {
     use std::io::{BufRead, Read};
     let mut first = Vec::new();
-    // (a run record is a few KiB)
     (std::io::BufReader::new(open_metrics(&dir.join(METRICS))?).take(1 << 20))
         .read_until(b'\n', &mut first)
         .ok()?;
-    let run: serde_json::Value = serde_json::from_slice(&first).ok()?;
-    let secs = run.get("started_unix")?.as_f64()?;
+    serde_json::from_slice(&first).ok()
+}
+
+/// When run `dir` started, as its metrics file's first record says (`started_unix`).
+fn started(dir: &Path) -> Option<std::time::SystemTime> {
+    let secs = run_record(dir)?.get("started_unix")?.as_f64()?;
     let since = std::time::Duration::try_from_secs_f64(secs).ok()?;
     Some(std::time::UNIX_EPOCH + since)
 }

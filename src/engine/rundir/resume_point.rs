@@ -270,14 +270,7 @@ fn recorded(dir: &Path) -> Vec<PathBuf> {
 /// The newest checkpoint of run `dir` in the checkpoint directory its `run` record names
 /// (`--checkpoint-dir`): where its metrics file lost the checkpoint events (a full disk).
 fn in_recorded_dir(dir: &Path) -> Option<PathBuf> {
-    use std::io::{BufRead, Read};
-    let file = super::open_metrics(&dir.join(METRICS))?;
-    let mut first = Vec::new();
-    // (a run record is a few KiB)
-    (std::io::BufReader::new(file).take(1 << 20))
-        .read_until(b'\n', &mut first)
-        .ok()?;
-    let run: serde_json::Value = serde_json::from_slice(&first).ok()?;
+    let run = super::run_record(dir)?;
     let recorded = PathBuf::from(run.get("checkpoint_dir")?.as_str()?);
     let ours = dir.display().to_string();
     (checkpoint::steps(&recorded).into_iter().rev())
