@@ -12,7 +12,6 @@ use crate::comm::processes::{broadcast_vec, gather_vecs};
 use crate::comm::{CollectiveError, Processes};
 use crate::config::RunConfig;
 use crate::data::Dataset;
-use crate::nn::optim::OptimizerKind;
 use crate::pids::hostname;
 
 mod gpus;
@@ -188,9 +187,9 @@ pub(super) fn meet(
             // (Adam's and plain SGD's steps take no momentum)
             (
                 "--momentum".into(),
-                match cfg.optimizer {
-                    OptimizerKind::Momentum | OptimizerKind::Nesterov => cfg.momentum().to_string(),
-                    _ => String::new(),
+                match cfg.optimizer.has_momentum() {
+                    true => cfg.momentum().to_string(),
+                    false => String::new(),
                 },
             ),
             (

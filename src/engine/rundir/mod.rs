@@ -146,8 +146,9 @@ pub fn unused(dir: &Path, resuming: bool) -> Result<(), String> {
     }
     // (a folder of runs, `runs` itself: this run's files would stand for all of them to
     // `runs`, `view` and `--resume` of the folder)
-    if let Some((inner, _)) = (!dir.join(METRICS).exists())
-        .then(|| runs_under(dir).into_iter().next())
+    if let Some(inner) = (!dir.join(METRICS).exists())
+        // (any run there: found, not read or ordered)
+        .then(|| walk(dir).0.into_iter().next())
         .flatten()
     {
         return Err(format!(
