@@ -604,6 +604,24 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
     );
     run.child.kill().unwrap();
     run.wait_exit();
+    // the copy, once its run has ended, is still a copy: not itself killed
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "copy"]);
+    assert!(
+        code == Some(0)
+            && out.contains("no end recorded in this copy")
+            && out.contains(&format!(
+                "a copy of run directory {}, where its run went on",
+                original.display()
+            ))
+            && !out.contains("it was killed"),
+        "{out}"
+    );
+    let (_, out) = run_limited(d.path(), &["runs", "."]);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("/copy ") && l.contains(" copy ")),
+        "{out}"
+    );
     // a run of this machine that is not running was killed, whenever it last wrote
     let out = view("just killed");
     assert!(
@@ -682,6 +700,21 @@ fn a_stopped_run_s_summary_says_how_to_resume_it() {
     assert!(out.contains("| ranks' time: compute "), "{out}");
     assert!(
         out.ends_with(&format!("resume with: --resume {}\n", run_dir.display())),
+        "{out}"
+    );
+    // its checkpoints moved away: the one its summary names is said not to be there now
+    let named = (out.lines())
+        .find_map(|l| l.strip_prefix("checkpoint: "))
+        .unwrap()
+        .to_string();
+    std::fs::rename(run_dir.join("checkpoints"), d.path().join("moved")).unwrap();
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
+    assert!(
+        code == Some(0)
+            && out.contains(&format!(
+                "its checkpoint {named} is not there now: moved or removed since"
+            ))
+            && !out.contains("resume with"),
         "{out}"
     );
 }

@@ -36,7 +36,7 @@ const TOKENS: [(&str, &str); 12] = [
     ),
     (
         "poolK[sS][pP]",
-        "KxK max pooling, stride S (K), padding P (0)",
+        "KxK max pooling, stride S (K), padding P (0); maxpoolK... the same",
     ),
     ("avgpoolK[sS][pP]", "KxK average pooling"),
     ("gap", "global average pooling: C x H x W becomes C"),

@@ -158,7 +158,7 @@ pub fn row(dir: PathBuf, updated: SystemTime) -> RunRow {
             Ending::Quit => "quit",
         },
         // (before `live`: a copy's `live.sock.path` points at the original's socket)
-        None if rundir::copy_of_live(&row.dir, app.info.run_dir.as_deref()).is_some() => "copy",
+        None if rundir::copy_of(&row.dir, app.info.run_dir.as_deref()).is_some() => "copy",
         None if live => live_state(&row.dir, app.state == RunState::Paused),
         None if damaged => "damaged",
         None => "killed",

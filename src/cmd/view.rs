@@ -1,6 +1,7 @@
 //! `view PATH`: the terminal UI over a metrics file written by an earlier or still running run
 //! (read-only, followed as it grows), or with `--headless` the run's summary lines.
 
+use std::fs;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -112,13 +113,21 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         }
         read_all(&mut reader, &mut app)?;
         let after = reader.past_end().map(crate::front::words::past_end);
-        // (a copy of a run directory made while its run ran: that run goes on in the original)
+        // (a copy of a run directory made while its run ran: that run goes on, or went on, in
+        // the original; whether this copy's process runs says nothing)
         let recorded = app.info.run_dir.as_deref();
-        let original = (run_dir.as_deref()).and_then(|d| rundir::copy_of_live(d, recorded));
+        let original = (run_dir.as_deref())
+            .filter(|_| app.summary.is_none())
+            .and_then(|d| rundir::copy_of(d, recorded));
         let live = live.filter(|_| original.is_none());
+        let copy = original.is_some();
         let original = original.map(|o| {
+            let runs = match rundir::is_live(&o) {
+                true => "whose run still runs",
+                false => "where its run went on",
+            };
             let o = o.display();
-            format!("a copy of run directory {o}, whose run still runs: mgtop-train view {o}")
+            format!("a copy of run directory {o}, {runs}: mgtop-train view {o}")
         });
         // a killed or stopped run's way on (a killed run's summary does not name it)
         let killed = live == Some(false) && app.summary.is_none();
@@ -129,7 +138,8 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let cut = (reader.cut_off()).map(|l| {
             format!("its last line ({l}) was cut off mid-record where the run stopped writing")
         });
-        for line in (summary(&app, live).into_iter())
+        for line in (summary(&app, live, copy).into_iter())
+            .chain(moved(&app))
             .chain(validations(&app))
             .chain(original)
             .chain(cut)
@@ -203,6 +213,30 @@ fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Opti
     ))
 }
 
+/// A line for the checkpoints a run's summary names that are not there now (moved or removed
+/// since), where the run ran on this machine (another's paths are not this one's to ask).
+fn moved(app: &App) -> Option<String> {
+    let s = app.summary.as_ref()?;
+    let here = crate::pids::hostname();
+    (app.info.host.as_deref() == Some(here.as_str())).then_some(())?;
+    let mut gone: Vec<&Path> = (s.last_checkpoint.iter())
+        .chain(s.best_checkpoint.iter().map(|(p, _)| p))
+        .map(|p| p.as_path())
+        .filter(|p| p.is_absolute() && fs::symlink_metadata(p).is_err())
+        .collect();
+    gone.dedup();
+    let (its, are) = match gone.len() {
+        0 => return None,
+        1 => ("its checkpoint", "is"),
+        _ => ("its checkpoints", "are"),
+    };
+    let named: Vec<String> = gone.iter().map(|p| p.display().to_string()).collect();
+    Some(format!(
+        "{its} {} {are} not there now: moved or removed since",
+        named.join(" and ")
+    ))
+}
+
 /// The most validations `view --headless` lists one by one.
 const LISTED: usize = 12;
 
@@ -259,14 +293,16 @@ fn validations(app: &App) -> Vec<String> {
 }
 
 /// The run's name and its end-of-run summary; for a run without an end yet, how far it got
-/// and, where the file is a run directory's record (`live`), whether the run still runs.
-pub fn summary(app: &App, live: Option<bool>) -> Vec<String> {
+/// and, where the file is a run directory's record (`live`), whether the run still runs (a
+/// `copy` of one made while it ran knows neither).
+pub fn summary(app: &App, live: Option<bool>, copy: bool) -> Vec<String> {
     let mut lines = vec![format!("run: {}", app.info.name)];
     if app.summary.is_some() {
         lines.extend(tui::summary_lines(app));
     } else {
         let steps = app.step();
         let state = match (live, app.state) {
+            _ if copy => "no end recorded in this copy, made while its run ran",
             (Some(false), _) => "no end recorded, and the run is not running: it was killed (or its machine went down)",
             (Some(true), _) => "still running",
             (None, RunState::Starting) if steps == 0 => "no step recorded yet",

@@ -228,9 +228,12 @@ impl fmt::Display for LayerSpec {
     }
 }
 
-/// Whether `s` starts like a layer spec (and not like a preset's or an MLP's name).
+/// Whether `s` reads like a layer spec (and not like a preset's or an MLP's name): it starts
+/// with a layer, or one of its comma-separated tokens does (`,conv32k3` is a spec with an
+/// empty first layer, not an unknown model).
 pub fn looks_like_layers(s: &str) -> bool {
-    KINDS.iter().any(|k| s.starts_with(k))
+    let layer = |t: &str| KINDS.iter().any(|k| t.trim_start().starts_with(k));
+    layer(s) || (s.contains(',') && s.split(',').any(layer))
 }
 
 /// Token kinds, longest first where one is a prefix of another.
@@ -315,7 +318,9 @@ impl Scanner<'_> {
 
 fn parse_layer(tok: &str) -> Result<Layer, String> {
     if tok.is_empty() {
-        return Err(format!("empty layer (two commas in a row?); {FORMS}"));
+        return Err(format!(
+            "empty layer (a comma at an end, or two in a row?); {FORMS}"
+        ));
     }
     let kind = KINDS
         .into_iter()

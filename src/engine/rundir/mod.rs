@@ -311,12 +311,13 @@ pub fn is_run_dir(dir: &Path) -> bool {
         || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
-/// The run directory that run directory `dir` was copied from while its run ran, where that
-/// run still runs: the one its file records (`recorded`), another directory than `dir`, live.
-pub fn copy_of_live(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
+/// The run directory that run directory `dir` was copied from: the one its file records
+/// (`recorded`), another run directory than `dir` (asked of a copy without an end record: one
+/// made while its run ran, whose run goes on, or went on, in the original).
+pub fn copy_of(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
     let recorded = recorded?;
     let other = recorded.exists() && !crate::files::same_path(dir, recorded);
-    (other && is_run_dir(recorded) && is_live(recorded)).then(|| recorded.to_path_buf())
+    (other && is_run_dir(recorded)).then(|| recorded.to_path_buf())
 }
 
 /// The run directory whose run wrote metrics file `path`: the one it is in, or the one its

@@ -134,7 +134,7 @@ fn bad_tokens_are_refused_naming_the_layer() {
         ("Conv8k3", "layer 1 `Conv8k3`: unknown layer"),
         (
             "conv8k3,,pool2",
-            "layer 2 ``: empty layer (two commas in a row?)",
+            "layer 2 ``: empty layer (a comma at an end, or two in a row?)",
         ),
         ("conv8k3,", "layer 2 ``: empty layer"),
     ];

@@ -289,8 +289,14 @@ impl ModelSpec {
                  (convNkK[sS][pP], poolK[sS][pP], denseN, bn, basicN[sS], ...; mgtop-train models lists them all)"
             ));
         };
+        if s != "mlp" && rest.trim().is_empty() {
+            return Err(format!(
+                "model `{shown}`: no hidden width after the colon; use e.g. mlp:128 or mlp:256,128, \
+                 or `mlp` alone for a linear classifier (no hidden layer)"
+            ));
+        }
         let mut hidden = Vec::new();
-        for part in rest.split(',').filter(|_| !rest.trim().is_empty()) {
+        for part in rest.split(',').filter(|_| s != "mlp") {
             if part.trim().is_empty() {
                 return Err(format!(
                     "model `{shown}`: an empty hidden width between commas; use e.g. mlp:128,64"

@@ -28,9 +28,15 @@ pub(super) fn build(spec: &str, input: Shape, classes: usize) -> Result<Model, S
 fn parses_specs_and_rejects_bad_ones() {
     assert_eq!(hidden("mlp:128"), vec![128]);
     assert_eq!(hidden("mlp:256,64"), vec![256, 64]);
-    assert_eq!(hidden("mlp:"), Vec::<usize>::new());
-    // no hidden layer is named as `mlp` is written (a linear classifier), not `mlp:`
-    assert_eq!("mlp:".parse::<ModelSpec>().unwrap().to_string(), "mlp");
+    // no hidden layer is `mlp` (a linear classifier); `mlp:` with nothing after the colon lost
+    // its widths (an empty shell variable), and says so
+    assert_eq!(hidden("mlp"), Vec::<usize>::new());
+    let e = "mlp:".parse::<ModelSpec>().unwrap_err();
+    assert!(e.contains("no hidden width") && e.contains("`mlp`"), "{e}");
+    assert!(" mlp:  ".parse::<ModelSpec>().is_err());
+    // a comma too many before the layers is an empty layer, as one after them is
+    let e = ",conv32k3".parse::<ModelSpec>().unwrap_err();
+    assert!(e.contains("layer 1 ``: empty layer"), "{e}");
     // spaces about a spec are no part of it
     assert_eq!(
         " dense16\n".parse::<ModelSpec>(),
