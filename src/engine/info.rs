@@ -111,9 +111,9 @@ pub struct RunInfo {
 }
 
 /// What a GPU run's start-up says of when its step metrics are read (as its GPU ranks do:
-/// `worker::late`).
-fn step_metrics(cfg: &RunConfig) -> String {
-    match super::worker::late(cfg, true) {
+/// `worker::late`), where its passes pool batch norm's statistics or not (`pools_bn`).
+fn step_metrics(cfg: &RunConfig, pools_bn: bool) -> String {
+    match super::worker::late(cfg, true, pools_bn) {
         true => "read one step late: the host queues the next step before it waits for a step's loss (MGTOP_METRICS_LATE=0 reads it at the step's end)".into(),
         false => "read at the end of each step".into(),
     }
@@ -177,6 +177,7 @@ impl RunInfo {
         (precision, precision_note): (Precision, Option<String>),
     ) -> RunInfo {
         let ranks = world.devices.len();
+        let pools = super::worker::pools_bn(cfg, model, ranks);
         let local = world.local();
         let mut info = RunInfo {
             name: cfg.run_name(),
@@ -199,12 +200,12 @@ impl RunInfo {
                 Some(_) if cfg.cuda_graph != crate::config::cuda_graph::CudaGraph::Off => Some(
                     "off: MGTOP_GPU_PROFILE times each launch of a pass, which a graph would hide (unset it for graphs)".into(),
                 ),
-                _ => (cfg.cuda_graph.resolve(cfg.sync_bn))
+                _ => (cfg.cuda_graph.resolve(pools))
                     .or_else(|_| cfg.cuda_graph.resolve(false))
                     .ok()
                     .map(|(_, line)| line),
             },
-            step_metrics: Some(step_metrics(cfg)),
+            step_metrics: Some(step_metrics(cfg, pools)),
             convolutions: convolutions(model, &world.devices),
             data: loaded.description.clone(),
             // (--val-data naming the training folder itself: its notes are said once)
@@ -451,20 +452,19 @@ mod tests {
     #[test]
     fn step_metrics_are_late_on_gpus_unless_turned_off_or_under_central_storage_or_sync_bn() {
         let mut cfg = RunConfig::default();
-        assert!(step_metrics(&cfg).starts_with("read one step late"));
+        assert!(step_metrics(&cfg, false).starts_with("read one step late"));
         assert!(
-            !super::super::worker::late(&cfg, false),
+            !super::super::worker::late(&cfg, false, false),
             "CPU workers: not unless asked"
         );
         cfg.metrics_late = Some(false);
-        assert_eq!(step_metrics(&cfg), "read at the end of each step");
+        assert_eq!(step_metrics(&cfg, false), "read at the end of each step");
         cfg.metrics_late = Some(true);
-        assert!(super::super::worker::late(&cfg, false), "asked");
+        assert!(super::super::worker::late(&cfg, false, false), "asked");
         cfg.metrics_late = None;
-        cfg.sync_bn = true;
-        assert_eq!(step_metrics(&cfg), "read at the end of each step");
-        cfg.sync_bn = false;
+        // (statistics pooled by --sync-bn)
+        assert_eq!(step_metrics(&cfg, true), "read at the end of each step");
         cfg.strategy = Strategy::CentralStorage;
-        assert_eq!(step_metrics(&cfg), "read at the end of each step");
+        assert_eq!(step_metrics(&cfg, false), "read at the end of each step");
     }
 }

@@ -149,7 +149,11 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
                 l.model.fixed_buffer_ranges(),
             ),
             device_cap: l.device_cap.clone(),
-            late: worker::late(cfg, matches!(info.devices[rank], Device::Gpu { .. })),
+            late: worker::late(
+                cfg,
+                matches!(info.devices[rank], Device::Gpu { .. }),
+                worker::pools_bn(cfg, l.model, info.devices.len()),
+            ),
             queued: None,
         };
         let (model, state) = (l.model.clone(), state.clone());

@@ -35,7 +35,7 @@ mod save;
 mod validation;
 
 pub(super) use gpu::{open_gpu, ALL_REDUCE_TIMEOUT_FACTOR};
-pub(super) use report::late;
+pub(super) use report::{late, pools_bn};
 
 pub(super) struct Worker {
     /// This worker's global rank, of `ranks` in the run.
@@ -307,10 +307,11 @@ impl Worker {
             }
             self.beats.beat(self.rank, next, Phase::Compute);
             let (t, cpu0) = (Instant::now(), thread_cpu_time());
-            let sync: Option<&mut dyn Collective> = match self.cfg.sync_bn {
-                true => Some(&mut *self.coll),
-                false => None,
-            };
+            let sync: Option<&mut dyn Collective> =
+                match pools_bn(&self.cfg, &self.model, self.ranks) {
+                    true => Some(&mut *self.coll),
+                    false => None,
+                };
             replica.compute_grads(&batch.micro, sync);
             for message in replica.take_notes() {
                 let _ = self.events.send(Event::DeviceNote {

@@ -202,10 +202,18 @@ impl Worker {
 /// Whether a rank reports its steps late (`Replica::report_late`): `MGTOP_METRICS_LATE`, else
 /// on GPUs (so the host never waits inside a step) and not on CPU workers (whose host is their
 /// device); never under central storage (its exchange reads the gradients on the host each step)
-/// or `--sync-bn` (its passes exchange statistics through the host: the host waits inside the
-/// step anyway).
-pub(crate) fn late(cfg: &RunConfig, gpu: bool) -> bool {
-    cfg.metrics_late.unwrap_or(gpu) && cfg.strategy != Strategy::CentralStorage && !cfg.sync_bn
+/// or where `--sync-bn` pools statistics (`pools_bn`: its passes exchange them through the host,
+/// which waits inside the step anyway).
+pub(crate) fn late(cfg: &RunConfig, gpu: bool, pools_bn: bool) -> bool {
+    cfg.metrics_late.unwrap_or(gpu) && cfg.strategy != Strategy::CentralStorage && !pools_bn
+}
+
+/// Whether the run's training passes pool batch norm's statistics across its `ranks`:
+/// `--sync-bn` over more than one, on a model with a batch norm on batch statistics (one whose
+/// statistics are all fixed, or a run of one rank, has none to pool: its passes stay whole, in
+/// CUDA graphs where they can be).
+pub(crate) fn pools_bn(cfg: &RunConfig, model: &crate::nn::model::Model, ranks: usize) -> bool {
+    cfg.sync_bn && ranks > 1 && model.has_batch_statistics()
 }
 
 #[cfg(test)]
@@ -227,5 +235,28 @@ mod tests {
         assert_eq!(t.losses.last(), Some(&((steps - 1) as f32)));
         assert_eq!(t.step_samples[0], first);
         assert_eq!(t.step_ends[0], Duration::from_millis(first as u64));
+    }
+
+    /// `--sync-bn` pools statistics only where there are some to pool: over 2 ranks or more, on
+    /// a batch norm not fixed to its running statistics (a pass that pools none stays whole, so
+    /// reports late and goes into CUDA graphs on GPUs).
+    #[test]
+    fn sync_bn_pools_only_batch_statistics_of_several_ranks() {
+        use crate::nn::model::{Model, ModelSpec};
+        use crate::nn::shape::Shape;
+        let cfg = RunConfig {
+            sync_bn: true,
+            ..RunConfig::default()
+        };
+        let spec: ModelSpec = "conv4k3,bn,gap".parse().unwrap();
+        let image = Shape::Image { c: 1, h: 8, w: 8 };
+        let mut model = Model::new(image, &spec, 3).unwrap();
+        assert!(pools_bn(&cfg, &model, 2));
+        assert!(!pools_bn(&cfg, &model, 1), "one rank");
+        let plain = RunConfig::default();
+        assert!(!pools_bn(&plain, &model, 2), "no --sync-bn");
+        model.fix_statistics(&model.batch_norms());
+        assert!(!pools_bn(&cfg, &model, 2), "every batch norm fixed");
+        assert!(late(&cfg, true, pools_bn(&cfg, &model, 2)));
     }
 }
