@@ -155,6 +155,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
                 worker::pools_bn(cfg, l.model, info.devices.len()),
             ),
             queued: None,
+            after_step: Duration::ZERO,
         };
         let (model, state) = (l.model.clone(), state.clone());
         let optimizer = optimizer.clone();

@@ -112,6 +112,10 @@ pub(super) struct Worker {
     /// then, not yet reported.
     pub late: bool,
     pub queued: Option<report::Queued>,
+    /// The time after the last step's measured end spent on it: its report and, at a check
+    /// step, the replica check (a whole model's hash every step under `--log-every 1`). Counted
+    /// into the next step's time (its `other`), so samples/s is over the time training took.
+    pub after_step: Duration,
 }
 
 pub(super) struct WorkerEnd {
@@ -362,9 +366,10 @@ impl Worker {
             // the process stopped (Ctrl-Z, kill -STOP) and continued during this step: its
             // time counts from the continuing, and the stop is a pause to the ETA's pace
             let continued = crate::clock::continues() != continues;
+            let after_last = std::mem::take(&mut self.after_step);
             let step_time = match continued {
                 true => crate::clock::awake(t_start.elapsed()),
-                false => t_start.elapsed() + agreeing,
+                false => t_start.elapsed() + agreeing + after_last,
             };
 
             self.step += 1;
@@ -409,6 +414,7 @@ impl Worker {
             // decided before the report: a validation in it makes local SGD's replicas one,
             // which a rank reporting late would only do after the check
             let check = self.check_due();
+            let reporting = Instant::now();
             match self.late {
                 true => {
                     if let Some(before) = self.queued.replace(queued) {
@@ -423,6 +429,7 @@ impl Worker {
                 self.catch_up(replica, &mut tally)?;
             }
             self.check_in_sync(&mut *replica, check)?;
+            self.after_step = reporting.elapsed();
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if settle || checkpoint {
