@@ -139,6 +139,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             rebalance_work: Duration::ZERO,
             rebalance_samples: 0,
             rebalance_speeds: None,
+            rebalance_since: start.step,
             max_rows: crate::engine::control::MAX_BATCH,
             peers_here: l.world.peers_here.clone(),
             caps: Vec::new(),

@@ -10,6 +10,13 @@ use crate::engine::loader::proportional;
 
 /// Steps between two rebalancing decisions (the first after this many steps too).
 pub const EVERY: u64 = 50;
+/// The fewest steps a decision's speeds are measured over: one due sooner after the run's
+/// resume or a batch change (which measure afresh) waits for the next.
+pub const MEASURED: u64 = EVERY / 2;
+/// The most a decision cuts a rank's share by, against the largest share: a quarter of what it
+/// had (one noisy first stretch, a rank starved of a core for a while, cannot take it to a
+/// sample; a rank that stays slow gets there over decisions).
+const MAX_CUT: f64 = 4.0;
 /// A new split is applied only where it shortens the slowest rank's step, as the speeds predict
 /// it, by more than this fraction (a small share moved by a few samples of noise does not, a
 /// straggler that slowed further does).
@@ -56,11 +63,15 @@ pub fn new_split(
     if ranks < 2 || global < ranks * least || bad || caps.len() != ranks || room < global || tight {
         return None;
     }
-    // integer weights (fixed point) so every rank rounds identically
+    // integer weights (fixed point) so every rank rounds identically, none below a quarter of
+    // its current share against the largest
     let top = speeds.iter().cloned().fold(0.0f32, f32::max) as f64;
-    let weights: Vec<usize> = speeds
-        .iter()
-        .map(|&s| ((s as f64 / top) * 1e6).round().max(1.0) as usize)
+    let most = current.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let weights: Vec<usize> = (speeds.iter().zip(current))
+        .map(|(&s, &n)| {
+            let floor = n as f64 / most / MAX_CUT;
+            ((s as f64 / top).max(floor) * 1e6).round().max(1.0) as usize
+        })
         .collect();
     let mut sizes = proportional(global, &weights);
     // a rank given more than its device holds keeps what it holds, the rest going to the
@@ -186,6 +197,27 @@ mod tests {
         assert_eq!(new_split(96, &[1000.0], &[96], (1, &[96])), None);
     }
 
+    /// One decision cuts a rank to a quarter of the largest share at most: a healthy rank
+    /// measured forty times slower once (starved of a core on an oversubscribed machine) keeps
+    /// a quarter of the others' share, where it was cut to one sample; a straggler four times
+    /// as slow gets its share at once, and one that stays slower goes on down.
+    #[test]
+    fn one_decision_cuts_a_share_to_a_quarter_at_most() {
+        let mut speeds = vec![1000.0f32; 10];
+        speeds[0] = 25.0;
+        let s = new_split(320, &speeds, &[32; 10], (1, &[320; 10])).unwrap();
+        assert_eq!(s.iter().sum::<usize>(), 320);
+        assert!(
+            (8..=9).contains(&s[0]) && s[1..].iter().all(|&n| n >= 33),
+            "{s:?}"
+        );
+        let next = new_split(320, &speeds, &s, (1, &[320; 10])).unwrap();
+        assert!(next[0] < s[0] && next[0] >= 2, "{next:?}");
+        // four times as slow: its share at once
+        let s = new_split(256, &[1000.0, 250.0], &[128, 128], (1, &[256; 2])).unwrap();
+        assert_eq!(s, vec![205, 51]);
+    }
+
     #[test]
     fn every_rank_keeps_at_least_one_sample() {
         let s = new_split(
@@ -199,11 +231,14 @@ mod tests {
             s.iter().all(|&n| n >= 1) && s.iter().sum::<usize>() == 4,
             "{s:?}"
         );
+        // (cut to a quarter of the other's share first, then further)
         let s = new_split(10, &[1e6, 1.0], &[5, 5], (1, &[10; 2])).unwrap();
+        assert_eq!(s, vec![8, 2]);
+        let s = new_split(10, &[1e6, 1.0], &s, (1, &[10; 2])).unwrap();
         assert_eq!(s, vec![9, 1]);
         // a batch norm of one value per channel: 2 a rank
-        let s = new_split(10, &[1e6, 1.0], &[5, 5], (2, &[10; 2])).unwrap();
-        assert_eq!(s, vec![8, 2]);
+        let s = new_split(10, &[1e6, 1.0], &[8, 2], (2, &[10; 2]));
+        assert_eq!(s, None);
         assert_eq!(new_split(3, &[1e6, 1.0], &[2, 1], (2, &[3; 2])), None);
     }
 }

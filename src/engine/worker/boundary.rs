@@ -51,7 +51,8 @@ impl Worker {
             self.rebalance_speeds,
             self.rebalance_work,
             self.rebalance_samples,
-        ) = (None, std::time::Duration::ZERO, 0);
+            self.rebalance_since,
+        ) = (None, std::time::Duration::ZERO, 0, self.step);
         self.loader.restart(self.cursor, self.sharding());
     }
 

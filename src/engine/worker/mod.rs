@@ -92,9 +92,11 @@ pub(super) struct Worker {
     pub beats: Heartbeats,
     /// Uneven per-rank batch sizes chosen by `--rebalance` (`None`: even).
     pub split: Option<Arc<Vec<usize>>>,
-    /// This rank's work time and samples since the last rebalancing decision.
+    /// This rank's work time and samples since the last rebalancing decision, measured from
+    /// step `rebalance_since` (the run's start or resume, a batch change, the last decision).
     pub rebalance_work: Duration,
     pub rebalance_samples: usize,
+    pub rebalance_since: u64,
     /// The ranks' speeds the last rebalancing decision went by, smoothed across decisions.
     pub rebalance_speeds: Option<Vec<f32>>,
     /// How this rank exchanges gradients and updates (`--strategy`).

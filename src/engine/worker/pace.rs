@@ -68,6 +68,12 @@ impl Worker {
 
     /// Every rank shares its speed (one small all-reduce) and applies the same new split.
     pub(super) fn rebalance(&mut self) -> Result<(), EngineError> {
+        // (a decision due a few steps after a resume or a batch change, whose first step is a
+        // warm-up, waits for the next: every rank counts the same steps, so all wait)
+        if self.step - self.rebalance_since < rebalance::MEASURED {
+            return Ok(());
+        }
+        self.rebalance_since = self.step;
         let mut speeds = vec![0.0f32; self.ranks];
         let work = self.rebalance_work.as_secs_f64();
         if work > 0.0 {
