@@ -566,3 +566,68 @@ fn a_process_that_cannot_start_says_which_process_and_host_it_is() {
         "{err}"
     );
 }
+
+/// A picture of process 1's machine that does not decode is said by process 1 (process 0
+/// cannot see it), as a run of one process says its own: a WARNING line naming the file, and a
+/// count at the end. (A file of the same name and length whose header reads: the processes'
+/// data agree at the start.)
+#[test]
+fn another_process_says_the_pictures_it_could_not_decode() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, theirs) = (tmp.path().join("mine"), tmp.path().join("theirs"));
+    for dir in [&mine, &theirs] {
+        for (class, shade) in [("cat", 40u8), ("dog", 200)] {
+            std::fs::create_dir_all(dir.join(class)).unwrap();
+            for i in 0..8u8 {
+                let img = image::RgbImage::from_fn(8, 8, |x, y| {
+                    image::Rgb([shade, (x as u8) * 8 + i, (y as u8) * 8])
+                });
+                img.save(dir.join(class).join(format!("{i}.png"))).unwrap();
+            }
+        }
+    }
+    // (its header whole, so it is listed as the other process's is; its pixels damaged)
+    let broken = theirs.join("dog/3.png");
+    let mut bytes = std::fs::read(&broken).unwrap();
+    let n = bytes.len();
+    bytes[50..n - 16].fill(b'x');
+    std::fs::write(&broken, bytes).unwrap();
+    let args = |data: &Path| {
+        let run = tmp.path().join("run").display().to_string();
+        let data = format!("images:{}", data.display());
+        ["--headless", "--devices", "cpu:1", "--model", "mlp:8"]
+            .into_iter()
+            .map(String::from)
+            .chain(["--data".into(), data, "--val-split".into(), "0".into()])
+            .chain(["--epochs", "2", "--batch-per-replica", "4"].map(String::from))
+            .chain(["--run-dir".into(), run])
+            .collect::<Vec<String>>()
+    };
+    let out = mpirun()
+        .args(["-np", "1", BIN])
+        .args(args(&mine))
+        .args([":", "-np", "1", BIN])
+        .args(args(&theirs))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let said = format!("skipped {}", broken.display());
+    let warned = err
+        .lines()
+        .filter(|l| l.contains(&said))
+        .collect::<Vec<_>>();
+    assert!(
+        warned.len() == 1
+            && warned[0].starts_with("process 1 on ")
+            && warned[0].contains("WARNING"),
+        "{err}"
+    );
+    assert!(
+        err.contains("note: 1 image file(s) of this machine could not be decoded"),
+        "{err}"
+    );
+}

@@ -88,8 +88,9 @@ macro_rules! say {
 macro_rules! tell {
     ($($t:tt)*) => {{
         use std::io::Write as _;
-        let line = $crate::text::printable_lines(&format!($($t)*));
-        let _ = writeln!(std::io::stderr(), "{line}");
+        // (one write: another process's line on the same stderr does not land inside it)
+        let line = $crate::text::printable_lines(&format!($($t)*)) + "\n";
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }};
 }
 

@@ -123,6 +123,18 @@ fn lead_only(args: &TrainArgs) -> Vec<(String, String)> {
     .to_vec()
 }
 
+/// What process 0 does with a flag of `lead_only`, for the refusal of one given unalike.
+fn lead_acts_on(flag: &str) -> &'static str {
+    match flag {
+        "--name" => "the run's name",
+        "--resume" => "where the run resumes from",
+        "--init" => "the weights the run starts from",
+        "--export" => "the weights written at the run's end",
+        "--tensorboard" | "--prometheus" => "the run's dashboards",
+        _ => "the run's directory and files",
+    }
+}
+
 /// Refuses flags only process 0 acts on given to another process otherwise (`lead_only` of
 /// each process, as JSON): they would silently not be done (a `--resume` given to the last
 /// process of an `mpirun ... : ...` line alone would train from step 0).
@@ -134,9 +146,10 @@ fn same_lead_only(all: &[Vec<u8>]) -> anyhow::Result<()> {
             if *ours != theirs {
                 let said = |v: &str| crate::text::setting(flag, v);
                 anyhow::bail!(
-                    "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} (the run's name, directory and files, and where it resumes or starts from), so every process must be given it alike; give every process the same flags",
+                    "process {p} was started with {}, process 0 with {}: process 0 alone acts on {flag} ({}), so every process must be given it alike; give every process the same flags",
                     said(&theirs),
-                    said(ours)
+                    said(ours),
+                    lead_acts_on(flag)
                 );
             }
         }
@@ -178,7 +191,9 @@ fn follow(
         }
         _ => args,
     };
-    let (cfg, front) = args.resolve().map_err(anyhow::Error::msg)?;
+    // (a setting every process is given alike is refused by each: process 0 says it, this one
+    // only where process 0 did not, as for the engine's refusals)
+    let (cfg, front) = args.resolve().map_err(crate::engine::EngineError::Config)?;
     let patience = cfg.stall_timeout;
     let cfg = RunConfig {
         run_dir: None,
@@ -207,9 +222,38 @@ fn follow(
     // speaks for the run); a second quits
     let (heard, _unread) = crossbeam_channel::unbounded();
     on_signals(&engine, Some(heard), false)?;
+    // what this process alone meets and the run goes on through (its pictures that do not
+    // decode, its GPUs' notes) is said here, where process 0 cannot see it
     let events = engine.events().clone();
-    let drain = std::thread::spawn(move || events.iter().count());
+    let (budget, accum) = (engine.info().budget, engine.info().grad_accum);
+    let here = format!("process {} on {}", procs.index(), crate::pids::hostname());
+    let said = here.clone();
+    let drain = std::thread::spawn(move || {
+        for e in events.iter().filter(own) {
+            if let Some(line) = crate::front::words::event_line(&e, budget, accum) {
+                crate::tell!("{said}: {line}");
+            }
+        }
+    });
     let r = engine.join();
     let _ = drain.join();
-    r.map(|result| super::ran(&result)).map_err(Into::into)
+    let result = r?;
+    super::ran(&result);
+    if result.data_skipped > 0 {
+        crate::tell!(
+            "{here}: note: {} image file(s) of this machine could not be decoded during the run; another picture of the same class stood in for each (the WARNING lines above name them)",
+            result.data_skipped
+        );
+    }
+    Ok(())
+}
+
+/// The events a process other than process 0 says itself: what it alone meets and the run goes
+/// on through (process 0 speaks for the rest).
+fn own(e: &crate::engine::events::Event) -> bool {
+    use crate::engine::events::Event;
+    matches!(
+        e,
+        Event::DataSkipped { .. } | Event::Warning { .. } | Event::DeviceNote { .. }
+    )
 }

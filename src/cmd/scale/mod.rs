@@ -370,6 +370,15 @@ fn grid(
         None => vec![base.strategy],
     };
     let listed = held::timing_local_sgd(listed, warmup_given, args.warmup_steps);
+    // (refused before anything is measured: its points past one device would fail one by one)
+    let spanning = counts.iter().any(|&c| c > 1);
+    if n > 1 && spanning && listed.contains(&Strategy::CentralStorage) {
+        // (every process meets it: said by process 0)
+        return Err(crate::engine::EngineError::Config(format!(
+            "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span the {n} processes a point of more than one device runs on: leave it out of --strategies here, or compare it with `scale` in one process"
+        ))
+        .into());
+    }
     let plan = Plan {
         gpus,
         counts,

@@ -20,7 +20,8 @@ impl Worker {
 
     /// Picture files that failed to decode since the last look, one event each (rank 0's).
     pub(super) fn say_skipped_pictures(&self) {
-        if self.rank != 0 {
+        // (the process's first rank: another process's files are its own to tell of)
+        if self.rank != self.local.start {
             return;
         }
         for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
