@@ -96,6 +96,20 @@ fn a_straggler_is_marked_in_its_row_and_said_in_the_events() {
     insta::assert_snapshot!("straggler_80x24", s);
     key(&mut app, KeyCode::Char('2'));
     insta::assert_snapshot!("straggler_detail_160x48", screen(&app, 160, 48));
+    // on the smallest screen the warning fills the panel: its last line says what is cut, and
+    // no value breaks from its name onto a line of its own
+    let small = screen(&app, MIN_WIDTH, MIN_HEIGHT);
+    assert!(small.contains("straggler: rank 1"), "{small}");
+    assert!(small.contains("more rows"), "{small}");
+    let tall = screen(&app, MIN_WIDTH, 24);
+    assert!(
+        tall.contains("more rows") || tall.contains("last step"),
+        "{tall}"
+    );
+    assert!(
+        !(tall.lines()).any(|l| l.split('│').nth(1).map(str::trim) == Some("ms")),
+        "{tall}"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Wrap};
+use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
 use super::devices::{mem, sparkline, util_name};
@@ -15,18 +15,21 @@ use crate::front::tui::theme::Theme;
 /// Width of the name column in the detail view's list.
 const KEY_W: usize = 22;
 
-/// One "name value" line of the detail view in `w` columns: the value in its column where it
-/// fits, else right after the name, so that a long value stays on one line with its name
-/// rather than breaking in the middle.
+/// One "name value" line of the detail view in `w` columns, never more: the value in its
+/// column where it fits, else right after the name, else after the name cut short (`step (mean
+/// of…  10.920 ms`), so that a value stays whole on its name's line rather than breaking in the
+/// middle (and the panel's lines are as many as its rows).
 fn kv_line<'a>(k: String, v: String, w: usize, theme: &Theme) -> Line<'a> {
-    let pad = if KEY_W + v.chars().count() <= w {
-        KEY_W
-    } else {
-        k.chars().count() + 1
+    let (kn, vn) = (k.chars().count(), v.chars().count());
+    let (k, pad) = match () {
+        _ if KEY_W + vn <= w => (k, KEY_W),
+        _ if kn + 1 + vn <= w => (k, kn + 1),
+        _ if vn + 2 < w => (fit(&k, w - vn - 1), w - vn),
+        _ => (String::new(), 0),
     };
     Line::from(vec![
         Span::styled(format!("{k:<pad$}"), theme.muted()),
-        Span::raw(v),
+        Span::raw(fit(&v, w)),
     ])
 }
 
@@ -158,27 +161,31 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
             format!("{} ({} samples)", l.step, l.samples),
         ));
     }
-    // what is wrong with the device first: a short screen cuts the counters, not this
+    // what is wrong with the device first, broken into the panel's lines here (so they are
+    // counted as drawn): a short screen cuts the counters before these
+    let inner_w = left.width.saturating_sub(2).max(1) as usize;
     let mut lines: Vec<Line> = Vec::new();
+    let mut say = |text: &str, style| {
+        let broken = super::wrap_text(text, inner_w).into_iter();
+        lines.extend(broken.map(|l| Line::styled(l, style)));
+    };
     if let Some(a) = &d.alert {
-        lines.push(Line::styled(a.clone(), theme.badge(theme.error)));
+        say(a, theme.badge(theme.error));
     }
     for w in &d.warnings {
-        lines.push(Line::styled(w.message.clone(), theme.badge(theme.warn)));
+        say(&w.message, theme.badge(theme.warn));
         // the warning's numbers are those of when it was raised; these are of now
         if let Some(now) = now_beside_flag(app, i, &w.kind) {
-            lines.push(Line::styled(now, theme.muted()));
+            say(&now, theme.muted());
         }
     }
-    // rows past the panel's height are cut, and said to be
-    let inner_w = left.width.saturating_sub(2).max(1) as usize;
-    let said: usize = (lines.iter())
-        .map(|l| l.width().div_ceil(inner_w).max(1))
-        .sum();
-    let room = (left.height.saturating_sub(2) as usize).saturating_sub(said);
-    let hidden = (rows.len() > room && room > 0).then(|| {
-        let hidden = rows.len() - (room - 1);
-        rows.truncate(room - 1);
+    // lines past the panel's height are cut, the last line left saying how many
+    let height = left.height.saturating_sub(2) as usize;
+    let hidden = (lines.len() + rows.len() > height && height > 0).then(|| {
+        let kept = lines.len().min(height - 1);
+        let hidden = lines.len() - kept + rows.len() - (height - 1 - kept);
+        lines.truncate(kept);
+        rows.truncate(height - 1 - kept);
         hidden
     });
     lines.extend(rows.into_iter().map(|(k, v)| kv_line(k, v, inner_w, theme)));
@@ -198,12 +205,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
                 theme.muted(),
             ),
         ]));
-    frame.render_widget(
-        Paragraph::new(lines)
-            .block(block)
-            .wrap(Wrap { trim: false }),
-        left,
-    );
+    frame.render_widget(Paragraph::new(lines).block(block), left);
     let [hist, spark] = Layout::vertical([Constraint::Min(6), Constraint::Length(4)]).areas(right);
     super::render_history(frame, hist, app, theme, Some(i));
     let block = Block::bordered()
