@@ -531,6 +531,7 @@ fn tensorboard_holds_every_scalar_of_the_metrics_file_and_view_converts_the_same
     assert!(!o.status.success(), "{}", text(&o));
     let left: Vec<_> = walkdir_files(&dir.path().join("cut"));
     assert!(left.is_empty(), "{left:?}");
+    assert!(!dir.path().join("cut").exists(), "the folder made for it");
     // and never into a folder that has events already
     let o = run_in(dir.path(), &["view", "run", "--tensorboard"]);
     assert!(!o.status.success());

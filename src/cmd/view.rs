@@ -59,7 +59,9 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
     })?;
     // as the training flag: `=true` is the default folder, `=false` none (the run is shown)
     if let Some(dir) = crate::cli::switch_or_folder(&args.tensorboard) {
-        // (under a DIR given, in a folder of its own, as a run given it writes)
+        // (under a DIR given, in a folder of its own, as a run given it writes; one made here is
+        // taken away again where nothing is written in it)
+        let made = dir.as_deref().is_some_and(|d| !d.exists());
         let (dir, logdir) = match dir {
             Some(d) => {
                 let info = reader.info();
@@ -85,13 +87,16 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         tensorboard::preflight(&dir).map_err(anyhow::Error::msg)?;
         let (file, n) = tensorboard::convert(&mut reader, &dir).map_err(|e| {
             // (the folders made for it go with its file: empty, as they were made; DIR, given,
-            // stays)
+            // stays where it was there before)
             if dir != logdir {
                 let _ = std::fs::remove_dir(&dir);
                 let _ = dir
                     .parent()
                     .filter(|&p| p != logdir)
                     .map(std::fs::remove_dir);
+            }
+            if made {
+                let _ = std::fs::remove_dir(&logdir);
             }
             anyhow::Error::msg(e)
         })?;

@@ -261,6 +261,12 @@ fn png(head: &mut Head) -> Result<(u32, u32, bool), String> {
             b"PLTE" if !checksum_holds(head, pos, len)? => {
                 return Err(not_png("PLTE chunk fails its checksum (damaged)"))
             }
+            _ if !kind.iter().all(u8::is_ascii_alphabetic) => {
+                let bytes = kind.map(|b| format!("{b:02x}")).join(" ");
+                return Err(not_png(format!(
+                    "chunk type is not four letters (bytes {bytes}): the file is damaged"
+                )));
+            }
             _ if kind[0].is_ascii_uppercase() && &kind != b"PLTE" => {
                 let named = String::from_utf8_lossy(&kind).into_owned();
                 return Err(not_png(format!("{named} chunk is critical and unknown")));

@@ -274,6 +274,21 @@ fn unreadable_headers_say_why() {
     assert!(err("odd.png", &odd).contains("colour type 5"));
     let unknown = with_chunk(&good, b"ABCD", b"?");
     assert!(err("unknown.png", &unknown).contains("ABCD chunk is critical and unknown"));
+    // a type damaged into bytes that are no letters is said to be damaged, by its bytes
+    let damaged = unknown
+        .windows(4)
+        .position(|w| w == b"ABCD")
+        .map(|at| {
+            let mut d = unknown.clone();
+            d[at + 3] = 0x0e;
+            d
+        })
+        .unwrap();
+    let said = err("damaged.png", &damaged);
+    assert!(
+        said.contains("(bytes 41 42 43 0e): the file is damaged"),
+        "{said}"
+    );
     let end = good.len() - 12;
     let idat = good.windows(4).position(|w| w == b"IDAT").unwrap() - 4;
     let no_data = [&good[..idat], &good[end..]].concat();
