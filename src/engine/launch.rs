@@ -76,6 +76,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
     let (store, state) = strategy::Store::for_run(cfg, &optimizer, start.state.clone());
     // (a resumed run rebalanced as its checkpoint's was)
     let split = start.shares.clone().map(Arc::new);
+    let pools_bn = worker::pools_bn(cfg, l.model, ranks);
     let sharding = Sharding {
         split: split.clone(),
         ..info.sharding()
@@ -153,8 +154,9 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             late: worker::late(
                 cfg,
                 matches!(info.devices[rank], Device::Gpu { .. }),
-                worker::pools_bn(cfg, l.model, info.devices.len()),
+                pools_bn,
             ),
+            pools_bn,
             queued: None,
             after_step: Duration::ZERO,
         };

@@ -107,7 +107,6 @@ impl Engine {
             let (mine, idle) = job::share_machine(devices, auto, place.local)?;
             (devices, note) = (mine, devices::join_notes(note, idle));
         }
-        validate::graph_flags(&cfg, &devices)?;
         let devices = (devices, note);
         // before the data loads (minutes for a large picture set): the checkpoint resumed from,
         // and a --run-dir or --checkpoint-dir of another run refused (a fresh run begins a line
@@ -214,6 +213,8 @@ impl Engine {
             (sharers > 1).then(|| job::notes::crowded_host(&world, devices::available_cores()));
         let device_note = devices::join_notes(device_note, crowded.flatten());
         let ranks = world.devices.len();
+        let pools_bn = worker::pools_bn(&cfg, &model, ranks);
+        validate::graph_flags(&cfg, &world.devices, pools_bn)?;
         let lead = world.process() == 0;
         let split = TrainSplit::of(&loaded.train).validating(&loaded.val);
         // process 0's starting point, on every process

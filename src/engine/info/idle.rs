@@ -12,14 +12,9 @@ pub(super) fn settings(cfg: &RunConfig, model: &Model, info: &RunInfo) -> Vec<St
     if cfg.sync_bn && !model.has_batch_norm() {
         notes.push("--sync-bn: the model has no batch norm; nothing changes".to_string());
     } else if cfg.sync_bn && !model.has_batch_statistics() {
-        let gpus = info.devices.iter().any(|d| matches!(d, Device::Gpu { .. }));
         notes.push(format!(
-            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics, so nothing is summed{}; leave it out",
+            "--sync-bn: --bn-stats {} leaves no batch norm on the batch's statistics, so nothing is summed; leave it out",
             cfg.bn_stats,
-            match gpus {
-                true => " (it still keeps the GPUs' training passes out of CUDA graphs)",
-                false => "",
-            }
         ));
     } else if cfg.sync_bn && info.ranks() == 1 {
         notes.push("--sync-bn: one replica's batch is the global batch; nothing changes".into());

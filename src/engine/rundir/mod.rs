@@ -312,12 +312,14 @@ pub fn is_run_dir(dir: &Path) -> bool {
 }
 
 /// The run directory that run directory `dir` was copied from: the one its file records
-/// (`recorded`), another run directory than `dir` (asked of a copy without an end record: one
-/// made while its run ran, whose run goes on, or went on, in the original).
+/// (`recorded`), another run directory than `dir` whose run started when this one's did (asked
+/// of a copy without an end record: one made while its run ran, whose run goes on, or went on,
+/// in the original; a directory moved away, whose place a later run took, is no copy of it).
 pub fn copy_of(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
     let recorded = recorded?;
     let other = recorded.exists() && !crate::files::same_path(dir, recorded);
-    (other && is_run_dir(recorded)).then(|| recorded.to_path_buf())
+    let same_run = || started(dir).is_some() && started(dir) == started(recorded);
+    (other && is_run_dir(recorded) && same_run()).then(|| recorded.to_path_buf())
 }
 
 /// The run directory whose run wrote metrics file `path`: the one it is in, or the one its

@@ -175,14 +175,18 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
 /// The most intra-op threads a run's CPU workers may have in all.
 const MAX_THREADS: usize = 1024;
 
-/// `--cuda-graph on` with `--sync-bn`, a GPU-only pair, refused where there are GPUs to refuse
-/// it for.
-pub(super) fn graph_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<(), EngineError> {
+/// `--cuda-graph on` with `--sync-bn` where it pools statistics (`pools_bn`), a GPU-only pair,
+/// refused where there are GPUs to refuse it for.
+pub(super) fn graph_flags(
+    cfg: &RunConfig,
+    devices: &[super::Device],
+    pools_bn: bool,
+) -> Result<(), EngineError> {
     if devices
         .iter()
         .any(|d| matches!(d, super::Device::Gpu { .. }))
     {
-        (cfg.cuda_graph.resolve(cfg.sync_bn)).map_err(EngineError::Config)?;
+        (cfg.cuda_graph.resolve(pools_bn)).map_err(EngineError::Config)?;
     }
     Ok(())
 }

@@ -62,8 +62,7 @@ fn open_as<E: Elem>(
     let mut replica = match opened {
         Ok(r) => {
             // (validated before any GPU opened)
-            let pools = super::pools_bn(&w.cfg, &w.model, w.ranks);
-            let graphs = (w.cfg.cuda_graph.resolve(pools)).is_ok_and(|(on, _)| on);
+            let graphs = (w.cfg.cuda_graph.resolve(w.pools_bn)).is_ok_and(|(on, _)| on);
             let (seed, first_pass) = dropout_stream(w);
             r.seed_dropout(seed, first_pass)
                 .use_graphs(graphs)

@@ -116,8 +116,11 @@ pub(super) struct Worker {
     pub queued: Option<report::Queued>,
     /// The time after the last step's measured end spent on it: its report and, at a check
     /// step, the replica check (a whole model's hash every step under `--log-every 1`). Counted
-    /// into the next step's time (its `other`), so samples/s is over the time training took.
+    /// into the next step's time (its `other`), so samples/s is over the time training took;
+    /// none after a step that validates (validation is left out of it, as pauses are).
     pub after_step: Duration,
+    /// Whether the training passes pool batch norm's statistics across the ranks (`pools_bn`).
+    pub pools_bn: bool,
 }
 
 pub(super) struct WorkerEnd {
@@ -313,11 +316,10 @@ impl Worker {
             }
             self.beats.beat(self.rank, next, Phase::Compute);
             let (t, cpu0) = (Instant::now(), thread_cpu_time());
-            let sync: Option<&mut dyn Collective> =
-                match pools_bn(&self.cfg, &self.model, self.ranks) {
-                    true => Some(&mut *self.coll),
-                    false => None,
-                };
+            let sync: Option<&mut dyn Collective> = match self.pools_bn {
+                true => Some(&mut *self.coll),
+                false => None,
+            };
             replica.compute_grads(&batch.micro, sync);
             for message in replica.take_notes() {
                 let _ = self.events.send(Event::DeviceNote {
@@ -431,7 +433,12 @@ impl Worker {
                 self.catch_up(replica, &mut tally)?;
             }
             self.check_in_sync(&mut *replica, check)?;
-            self.after_step = reporting.elapsed();
+            // (a validation in the report, and a best checkpoint after it, are no step's: the
+            // next step then counts as one after a pause)
+            self.after_step = match settle {
+                true => Duration::ZERO,
+                false => reporting.elapsed(),
+            };
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if settle || checkpoint {

@@ -18,7 +18,8 @@ impl Worker {
         Err(crate::data::DataError::Spec { spec, msg }.into())
     }
 
-    /// Picture files that failed to decode since the last look, one event each (rank 0's).
+    /// Picture files that failed to decode since the last look, one event each, told by the
+    /// process's first rank (the picture sets are the process's).
     pub(super) fn say_skipped_pictures(&self) {
         // (the process's first rank: another process's files are its own to tell of)
         if self.rank != self.local.start {

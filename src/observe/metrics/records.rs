@@ -283,6 +283,7 @@ pub fn warning(w: &Warning, t: Duration) -> Value {
             step,
             median_ms,
             best_ms,
+            ..
         } => {
             v["rank"] = (*rank).into();
             v["step"] = (*step).into();

@@ -77,6 +77,18 @@ impl Detector {
         (Some(host) != hosts.first()).then(|| hosts.iter().position(|h| h == host))?
     }
 
+    /// A rank slower than its own best (degraded) whose machine other work is said to take
+    /// cores of: why, as the outside-load warning said it (`None` where none is said).
+    pub(super) fn outside_words(&self, r: usize) -> Option<String> {
+        let load = self.outside_on(r)?;
+        let top =
+            (load.top.as_ref()).map_or(String::new(), |(who, c)| format!(", {c:.1} of them {who}"));
+        Some(format!(
+            "outside load (other work takes {:.1} of its machine's {} cores{top})",
+            load.others, load.cores
+        ))
+    }
+
     /// Rank `r`'s machine's load, while other work is said to take its cores.
     fn outside_on(&self, r: usize) -> Option<&crate::observe::machine_load::Load> {
         self.outside.get(&self.machine_of(r))?.holding()

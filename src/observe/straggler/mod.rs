@@ -425,6 +425,7 @@ impl Detector {
                     step,
                     median_ms: ps * samples,
                     best_ms: self.best[r] * samples,
+                    outside: self.outside_words(r),
                 });
             } else if self.degraded[r] && self.recovered_runs[r] >= self.cfg.consecutive {
                 self.degraded[r] = false;

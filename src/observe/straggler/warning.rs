@@ -176,6 +176,8 @@ pub enum Warning {
         step: u64,
         median_ms: f64,
         best_ms: f64,
+        /// Other work on its machine, where an outside-load warning holds: its likely cause.
+        outside: Option<String>,
     },
     DegradedCleared {
         rank: usize,
@@ -312,11 +314,17 @@ impl fmt::Display for Warning {
             Warning::StragglerCleared { rank, step } => {
                 write!(f, "straggler cleared: rank {rank} keeps pace again (step {step})")
             }
-            Warning::Degraded { rank, median_ms, best_ms, .. } => write!(
-                f,
-                "degraded: rank {rank} takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
-                (median_ms / best_ms - 1.0) * 100.0
-            ),
+            Warning::Degraded { rank, median_ms, best_ms, outside, .. } => {
+                write!(
+                    f,
+                    "degraded: rank {rank} takes {median_ms:.1} ms per step, {:.0}% more than its best {best_ms:.1} ms",
+                    (median_ms / best_ms - 1.0) * 100.0
+                )?;
+                match outside {
+                    Some(why) => write!(f, "; likely cause: {why}"),
+                    None => Ok(()),
+                }
+            }
             Warning::DegradedCleared { rank, step, rebased: false } => {
                 write!(f, "degraded cleared: rank {rank} is back near its best (step {step})")
             }

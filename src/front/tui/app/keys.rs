@@ -311,7 +311,12 @@ impl App {
                 (from / 2).max(1)
             };
             if to == from {
-                app.flash = Some(format!("batch per replica is already {from}"));
+                let end = if up {
+                    "the largest it takes"
+                } else {
+                    "the smallest"
+                };
+                app.flash = Some(format!("batch per replica is already {from}, {end}"));
                 return None;
             }
             app.batch_asks.push(to);

@@ -121,3 +121,40 @@ fn a_degraded_rank_whose_batch_changes_is_cleared_as_measured_afresh_not_recover
         "{said}"
     );
 }
+
+/// A job slowed by other work on its machine, which the outside-load warning said: the
+/// degraded warning names that as its likely cause (it read as a second, unexplained fault).
+#[test]
+fn a_slowdown_under_outside_load_says_it_is_the_likely_cause() {
+    let mut d = detector(2);
+    let load = |others| crate::observe::machine_load::Load {
+        cores: 2,
+        ours: 1.0,
+        others,
+        top: Some(("rustc".into(), others)),
+    };
+    let mut said = Vec::new();
+    for s in 1..=400u64 {
+        let work = if s <= 200 { 10.0 } else { 14.0 };
+        said.extend(d.on_row(&row(s, &[work, work], &[0.0, 0.0])));
+        if s > 200 {
+            said.extend(d.on_load(None, &load(1.0)));
+        }
+    }
+    let degraded: Vec<String> = (said.iter())
+        .filter(|w| w.kind() == "degraded")
+        .map(|w| w.to_string())
+        .collect();
+    assert_eq!(degraded.len(), 2, "{said:?}");
+    assert!(
+        degraded[0].ends_with(
+            "; likely cause: outside load (other work takes 1.0 of its machine's 2 cores, 1.0 of them rustc)"
+        ),
+        "{}",
+        degraded[0]
+    );
+    // without it, nothing is guessed
+    let mut d = detector(2);
+    let w = feed(&mut d, 1, 400, |s, _| if s <= 200 { 10.0 } else { 14.0 }, 2);
+    assert!(!w[0].1.to_string().contains("likely cause"), "{}", w[0].1);
+}
