@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use crossbeam_channel::Sender;
+use mgtop::backend::cuda::symbols;
 use mgtop::cli::{Cli, Command};
 use mgtop::cmd;
 use mgtop::engine::Engine;
@@ -184,9 +185,26 @@ fn main() -> ExitCode {
     if std::env::var_os("CUDA_DEVICE_ORDER").is_none() {
         std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     }
+    // cudarc's panic where a CUDA library lacks a function is said as an error where it is
+    // caught (`lacking`, a worker's end), not as a panic
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = symbols::panic_text(info.payload()).unwrap_or("");
+        if !symbols::is_missing_symbol(text) {
+            default_hook(info);
+        }
+    }));
     // the CUDA libraries, where a GPU needs them and they are installed under other names
     // (this may start the program again)
-    mgtop::backend::cuda::libs::make_loadable(matches!(cli.command, Some(Command::Selftest)));
+    let selftest = matches!(cli.command, Some(Command::Selftest));
+    let loadable = lacking(|| {
+        mgtop::backend::cuda::libs::make_loadable(selftest);
+        Ok(())
+    });
+    if let Err(e) = loadable {
+        mgtop::tell!("error: {e}");
+        return ExitCode::from(1);
+    }
     // a training run takes signals from the start: one while it loads its data ends it with a
     // word, not by the default action
     if cli.command.is_none() {
@@ -210,7 +228,7 @@ fn main() -> ExitCode {
     }
     // (a report cut short by a full disk fails; a training run's results are its run directory)
     let reports = cli.command.is_some();
-    let result = match cli.command {
+    let result = lacking(|| match cli.command {
         Some(Command::Bench(args)) => cmd::bench::command(&args),
         Some(Command::Scale(args)) => cmd::scale::command(*args, &on_scale_signals),
         Some(Command::Selftest) => cmd::selftest::command(),
@@ -230,7 +248,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }),
-    };
+    });
     match result {
         // (a report's code other than success, an interrupted one's 130, stands)
         Ok(code) => match cmd::stdout_lost().filter(|_| reports && code == ExitCode::SUCCESS) {
@@ -253,6 +271,20 @@ fn main() -> ExitCode {
             mgtop::tell!("error: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Runs `f`; cudarc's panic where a CUDA library lacks a function comes back as that error,
+/// said with its mend (another panic goes on as a panic).
+fn lacking<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => match symbols::panic_text(&*payload) {
+            Some(text) if symbols::is_missing_symbol(text) => {
+                Err(anyhow::anyhow!(symbols::explained(text.to_string())))
+            }
+            _ => std::panic::resume_unwind(payload),
+        },
     }
 }
 

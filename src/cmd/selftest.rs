@@ -57,10 +57,18 @@ pub fn command() -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     match gpus {
-        Discovery::None(_) => {
-            crate::say!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
-            Ok(ExitCode::SUCCESS)
-        }
+        // (a driver installed that does not start is a failure: a script's `selftest &&` must
+        // not go on to train on the CPU unknowingly)
+        Discovery::None(_) => match crate::backend::cuda::discover::driver_broken() {
+            Some(why) => {
+                crate::say!("the GPUs cannot be checked: {why}");
+                Ok(ExitCode::from(1))
+            }
+            None => {
+                crate::say!("no GPU: nothing to compare against the CPU reference; the CPU backend is what trains here");
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Discovery::Found(found) => {
             use crate::backend::cuda::{selftest, Libraries};
             let libs = Libraries::probe();

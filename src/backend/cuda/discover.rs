@@ -53,6 +53,33 @@ fn compute_capability(dev: cudarc::driver::sys::CUdevice) -> u32 {
     }
 }
 
+/// Why the CUDA driver did not start, with the mend where the error shows one.
+fn did_not_start(e: cudarc::driver::sys::CUresult) -> String {
+    use cudarc::driver::sys::CUresult as R;
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let why = match e {
+        R::CUDA_ERROR_NO_DEVICE => match visible {
+            Some(v) => format!("no GPU: CUDA_VISIBLE_DEVICES is `{v}`, which leaves none to use (unset it, or name a GPU: CUDA_VISIBLE_DEVICES=0)"),
+            None => "no GPU is there (nvidia-smi lists those the driver sees)".into(),
+        },
+        R::CUDA_ERROR_STUB_LIBRARY => "the libcuda.so.1 found is the CUDA toolkit's stub, not the driver: take the toolkit's lib64/stubs folder off LD_LIBRARY_PATH".into(),
+        R::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | R::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => "libcuda.so.1 and the loaded kernel module are of different driver versions (a driver upgraded without a reboot, or a container's libcuda.so.1 newer than the host's driver): reboot, or use the host's libcuda.so.1".into(),
+        other => format!("{other:?}"),
+    };
+    format!("the CUDA driver did not start: {why}")
+}
+
+/// Where the CUDA driver is installed but does not start for another reason than having no GPU
+/// to use: why (`selftest` fails on it; training falls back to CPU workers with it said).
+pub fn driver_broken() -> Option<String> {
+    // SAFETY: only tries to dlopen libcuda under its known names; nothing is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return None;
+    }
+    let e = cudarc::driver::result::init().err()?;
+    (e.0 != cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE).then(|| did_not_start(e.0))
+}
+
 /// Asks the CUDA driver for its devices.
 pub fn discover() -> Discovery {
     // SAFETY: only tries to dlopen libcuda under its known names; nothing is called.
@@ -61,7 +88,7 @@ pub fn discover() -> Discovery {
     }
     use cudarc::driver::result::{device, init};
     if let Err(e) = init() {
-        return Discovery::None(format!("the CUDA driver did not start ({e:?})"));
+        return Discovery::None(did_not_start(e.0));
     }
     let count = match device::get_count() {
         Ok(n) => n.max(0) as usize,
@@ -89,4 +116,23 @@ pub fn discover() -> Discovery {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use cudarc::driver::sys::CUresult as R;
+
+    /// The driver's errors that have a mend are said with it, the rest by their name.
+    #[test]
+    fn a_driver_that_does_not_start_is_said_with_the_mend() {
+        let said = super::did_not_start(R::CUDA_ERROR_STUB_LIBRARY);
+        assert!(said.contains("the CUDA toolkit's stub") && said.contains("LD_LIBRARY_PATH"));
+        let said = super::did_not_start(R::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH);
+        assert!(said.contains("reboot"), "{said}");
+        let said = super::did_not_start(R::CUDA_ERROR_OUT_OF_MEMORY);
+        assert_eq!(
+            said,
+            "the CUDA driver did not start: CUDA_ERROR_OUT_OF_MEMORY"
+        );
+    }
 }

@@ -313,12 +313,15 @@ fn driver_major() -> Option<u32> {
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return None;
     }
-    let mut v = 0;
-    // SAFETY: the driver is loadable (checked above) and `v` is a valid out-pointer.
-    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
-        .result()
-        .ok()?;
-    u32::try_from(v / 1000).ok()
+    // (a libcuda.so.1 without the function, not NVIDIA's driver, is none here: cudarc panics,
+    // and a command that needs no GPU goes on; one that does is told then)
+    let asked = std::panic::catch_unwind(|| {
+        let mut v = 0;
+        // SAFETY: the driver is loadable (checked above) and `v` is a valid out-pointer.
+        let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+        r.result().ok().map(|()| v)
+    });
+    u32::try_from(asked.ok()?? / 1000).ok()
 }
 
 /// Called first thing by the binary: where a GPU driver is present (or `nvrtc_anyway`, for

@@ -27,6 +27,7 @@ pub mod pool;
 pub mod replica;
 pub mod selftest;
 pub mod shape;
+pub mod symbols;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -144,9 +144,9 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
 
 /// Worker `w`'s panic (`payload`) as its failure, in its words.
 pub(super) fn panicked(w: &Worker, payload: Box<dyn std::any::Any + Send>) -> EngineError {
-    let message = (payload.downcast_ref::<String>().cloned())
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into());
+    use crate::backend::cuda::symbols;
+    let message = symbols::panic_text(&*payload).unwrap_or("unknown panic");
+    let message = symbols::explained(message.to_string());
     EngineError::WorkerPanic {
         rank: w.rank,
         step: w.step + 1,
@@ -435,10 +435,7 @@ impl Worker {
             self.check_in_sync(&mut *replica, check)?;
             // (a validation in the report, and a best checkpoint after it, are no step's: the
             // next step then counts as one after a pause)
-            self.after_step = match settle {
-                true => Duration::ZERO,
-                false => reporting.elapsed(),
-            };
+            self.after_step = (!settle).then(|| reporting.elapsed()).unwrap_or_default();
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if settle || checkpoint {
