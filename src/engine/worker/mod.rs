@@ -114,10 +114,9 @@ pub(super) struct Worker {
     /// then, not yet reported.
     pub late: bool,
     pub queued: Option<report::Queued>,
-    /// The time after the last step's measured end spent on it: its report and, at a check
-    /// step, the replica check (a whole model's hash every step under `--log-every 1`). Counted
-    /// into the next step's time (its `other`), so samples/s is over the time training took;
-    /// none after a step that validates (validation is left out of it, as pauses are).
+    /// The time spent on the last step after its measured end (its report, a replica check:
+    /// a model's hash each step under `--log-every 1`), counted into the next step's `other`;
+    /// none after a step that validates (validation is left out, as pauses are).
     pub after_step: Duration,
     /// Whether the training passes pool batch norm's statistics across the ranks (`pools_bn`).
     pub pools_bn: bool,
@@ -433,9 +432,11 @@ impl Worker {
                 self.catch_up(replica, &mut tally)?;
             }
             self.check_in_sync(&mut *replica, check)?;
-            // (a validation in the report, and a best checkpoint after it, are no step's: the
-            // next step then counts as one after a pause)
-            self.after_step = (!settle).then(|| reporting.elapsed()).unwrap_or_default();
+            // (a validation in the report is no step's: the next one counts as after a pause)
+            self.after_step = match settle {
+                true => Duration::ZERO,
+                false => reporting.elapsed(),
+            };
             let checkpoint =
                 (self.cfg.checkpoint_every).is_some_and(|n| self.step.is_multiple_of(n));
             if settle || checkpoint {
