@@ -349,7 +349,14 @@ pub fn make_loadable(nvrtc_anyway: bool) {
         return;
     }
     let dir = links_dir().join(plan_id(&plan));
-    if link(&dir, &plan).is_err() {
+    if let Err(e) = link(&dir, &plan) {
+        // (said here: where the library is needed it would read as not installed)
+        let names: Vec<&str> = plan.iter().map(|(w, _)| w.what).collect();
+        crate::tell!(
+            "note: {} found but not linked where this program loads it from ({}: {e}); set XDG_CACHE_HOME to a folder this user can write, or put the libraries' folders on LD_LIBRARY_PATH",
+            names.join(", "),
+            dir.display()
+        );
         return;
     }
     use std::os::unix::process::CommandExt;
