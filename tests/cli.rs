@@ -169,7 +169,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (&["--optimizer", "lion"], &["--optimizer", "adamw"]),
         (
             &["--batch-per-replica", "0"],
-            &["--batch-per-replica 0", "1..="],
+            &["--batch-per-replica 0", "use 1 to 1048576"],
         ),
         (&["--devices", "0,1"], &["0,1", "no GPU", "cpu:N"]),
         (&["--devices", "cpu:0"], &["1..256"]),
@@ -274,7 +274,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (&["--sample-interval", "0"], &["--sample-interval"]),
         (
             &["--threads-per-worker", "0"],
-            &["--threads-per-worker", "1..=256"],
+            &["--threads-per-worker", "1 to 256"],
         ),
         (&["--threads-per-worker", "many"], &["`many`", "auto"]),
         (
@@ -340,6 +340,16 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
         (
             &["--image-size=-1"],
             &["'--image-size <N>': negative: use 8 or more"],
+        ),
+        // (a range said in words of its own: `use 1 (no accumulation) to 65536 ...`)
+        (
+            &["--grad-accum=-1"],
+            &["'--grad-accum <GRAD_ACCUM>': negative: use 1 or more"],
+        ),
+        // a number past the type: the range where the flag has one
+        (
+            &["--batch-per-replica", "99999999999999999999"],
+            &["too large: use 1 to 1048576"],
         ),
         // a range's least value, said as one (clap says `0 is not in 1..18446744073709551615`)
         (

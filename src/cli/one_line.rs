@@ -68,6 +68,16 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
             out = out.replace(&format!("{value} is not in {range}"), &words);
         }
     }
+    // a number past what the flag's type holds: the flag's range where it has one
+    if out.contains("number too large to fit in target type") {
+        let flag = (out.split("for '").nth(1)).and_then(|r| r.split([' ', '\'']).next());
+        if let Some(range) = flag.and_then(range_words) {
+            out = out.replace(
+                "number too large to fit in target type",
+                &format!("too large: {range}"),
+            );
+        }
+    }
     for (rust, said) in [
         ("invalid digit found in string", "not a whole number"),
         ("number too large to fit in target type", "too large"),
@@ -141,12 +151,12 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
     out
 }
 
-/// The least value a whole-number flag of the train command takes, where its range has one
-/// (`None`: the flag is not one of those, or 0 is not refused for its range).
-pub(super) fn least_value(flag: &str) -> Option<u64> {
+/// What the train command says of whole-number flag `flag` given `value`, where it refuses it
+/// (by clap, or else by the checks the settings go through): `None` where it takes it, or the
+/// refusal is of another setting.
+fn refusal(flag: &str, value: u64) -> Option<String> {
     use clap::Parser;
-    // refused by clap, or else by the checks the settings go through
-    let text = match Cli::try_parse_from(["mgtop-train", &format!("{flag}=0")]) {
+    let text = match Cli::try_parse_from(["mgtop-train", &format!("{flag}={value}")]) {
         Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => e.render().to_string(),
         Err(_) => return None,
         Ok(cli) => match cli.train.resolve() {
@@ -154,18 +164,27 @@ pub(super) fn least_value(flag: &str) -> Option<u64> {
             Ok((cfg, _)) => crate::engine::check_settings(&cfg).err()?.to_string(),
         },
     };
-    // (a refusal of another setting says nothing of this one)
-    if !text.contains(flag) {
-        return None;
-    }
-    // clap's range (`0 is not in 1..N`), the checks' (`out of range: use 1..=N`, `use 8 to
-    // 4096`, `use 1 or more`)
-    let least = |after: &str, until: &str| {
-        let rest = text.split(after).nth(1)?;
-        rest.split(until).next()?.parse::<u64>().ok()
+    text.contains(flag).then_some(text)
+}
+
+/// The least value a whole-number flag of the train command takes, where its range has one
+/// (`None`: the flag is not one of those, or 0 is not refused for its range).
+pub(super) fn least_value(flag: &str) -> Option<u64> {
+    let text = refusal(flag, 0)?;
+    // clap's range (`0 is not in 1..N`), the checks' (`out of range: use 1 to N`, `use 1
+    // (no accumulation) to 65536`, `use 1 or more`): the number after the words
+    let after = |words: &str| {
+        let rest = text.split(words).nth(1)?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u64>().ok()
     };
-    least(" is not in ", "..")
-        .or_else(|| least("out of range: use ", ".."))
-        .or_else(|| least("out of range: use ", " to "))
-        .or_else(|| least(": use ", " or more"))
+    after(" is not in ").or_else(|| after(": use "))
+}
+
+/// The range a whole-number flag of the train command takes, as its refusal of a value too
+/// large says it (`use 1 to 1048576 ...`), where it has one.
+fn range_words(flag: &str) -> Option<String> {
+    let text = refusal(flag, u64::MAX)?;
+    let (_, rest) = text.split_once("out of range: ")?;
+    Some(rest.lines().next()?.trim().to_string())
 }

@@ -31,13 +31,13 @@ pub(super) fn check_spec(n: usize, c: usize, h: usize, w: usize, k: usize) -> Re
     }
     if !(1..=MAX_CHANNELS).contains(&c) {
         return Err(format!(
-            "C={c} channels: use 1..={MAX_CHANNELS} (1 grey, 3 RGB); {EXAMPLE}"
+            "C={c} channels: use 1 to {MAX_CHANNELS} (1 grey, 3 RGB); {EXAMPLE}"
         ));
     }
     for (name, v) in [("H", h), ("W", w)] {
         if !(1..=MAX_SIDE).contains(&v) {
             return Err(format!(
-                "{name}={v} pixels: height and width must be 1..={MAX_SIDE}; {EXAMPLE}"
+                "{name}={v} pixels: height and width must be 1 to {MAX_SIDE}; {EXAMPLE}"
             ));
         }
     }
@@ -239,11 +239,11 @@ mod tests {
     fn absurd_sizes_are_refused_with_the_fix() {
         let cases = [
             ((1, 1, 8, 8, 2), "N=1 samples: at least 2"),
-            ((10, 0, 8, 8, 2), "C=0 channels: use 1..=1024"),
+            ((10, 0, 8, 8, 2), "C=0 channels: use 1 to 1024"),
             ((10, 5000, 8, 8, 2), "C=5000 channels"),
             (
                 (10, 1, 0, 8, 2),
-                "H=0 pixels: height and width must be 1..=4096",
+                "H=0 pixels: height and width must be 1 to 4096",
             ),
             ((10, 1, 8, 100000, 2), "W=100000 pixels"),
             (

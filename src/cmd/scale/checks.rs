@@ -85,7 +85,7 @@ pub(super) fn points(
         );
     }
     if let Some(&c) = counts.iter().find(|&&c| c == 0 || c > 256) {
-        anyhow::bail!("--counts: {c} devices is out of range: use 1..=256");
+        anyhow::bail!("--counts: {c} devices is out of range: use 1 to 256");
     }
     if let Some((_, &c)) = (counts.iter().enumerate()).find(|(i, c)| counts[..*i].contains(c)) {
         anyhow::bail!("--counts: {c} is given twice: list each device count once");

@@ -157,12 +157,12 @@ impl CheckpointMeta {
     /// What a resumed run relies on, held to the same ranges as the flags that set it.
     pub fn check(&self) -> Result<(), String> {
         if let Some(a) = self.val_accuracy.filter(|a| !(0.0..=1.0).contains(a)) {
-            return Err(format!("val_accuracy {a} is out of range (0..=1)"));
+            return Err(format!("val_accuracy {a} is out of range (0 to 1)"));
         }
         if let Some(b) = self.best_val {
             if !(0.0..=1.0).contains(&b.accuracy) || b.step > self.step {
                 return Err(format!(
-                    "best_val {{accuracy {}, step {}}} is not a validation of the run (an accuracy in 0..=1 at step {} or before)",
+                    "best_val {{accuracy {}, step {}}} is not a validation of the run (an accuracy from 0 to 1 at step {} or before)",
                     b.accuracy, b.step, self.step
                 ));
             }
@@ -170,13 +170,13 @@ impl CheckpointMeta {
         let max_batch = crate::engine::control::MAX_BATCH;
         if self.per_replica == 0 || self.per_replica > max_batch {
             return Err(format!(
-                "per_replica {} is out of range (1..={max_batch})",
+                "per_replica {} is out of range (1 to {max_batch})",
                 self.per_replica
             ));
         }
         if self.ranks == 0 || self.ranks > MAX_RANKS {
             return Err(format!(
-                "ranks {} is out of range (1..={MAX_RANKS})",
+                "ranks {} is out of range (1 to {MAX_RANKS})",
                 self.ranks
             ));
         }
@@ -293,7 +293,7 @@ impl CheckpointMeta {
             v if v.as_u64().is_some_and(|a| (1..=most).contains(&a)) => {}
             v => {
                 return Err(format!(
-                    "config.grad_accum {} is out of range (1..={most})",
+                    "config.grad_accum {} is out of range (1 to {most})",
                     crate::text::excerpt(&v.to_string())
                 ))
             }

@@ -59,7 +59,7 @@ impl From<Control> for Ask {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ControlError {
-    #[error("batch size {0} is out of range: use 1..={MAX_BATCH} samples per replica")]
+    #[error("batch size {0} is out of range: use 1 to {MAX_BATCH} samples per replica")]
     BadBatch(usize),
     #[error("a batch of {batch} per replica would need about {need} of memory, and a run may take {usable} (90% of what was available when it started): at most {max} per replica")]
     TooLarge {

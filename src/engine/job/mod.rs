@@ -396,8 +396,10 @@ fn describe(devices: &[Device], hosts: &[String]) -> String {
 /// The NCCL group id of a run's GPUs: made here, or by process 0 and sent to the others.
 pub(super) fn nccl_id(world: &World) -> Result<cudarc::nccl::Id, EngineError> {
     let make = || {
-        cudarc::nccl::Id::new()
-            .map_err(|e| EngineError::Config(format!("NCCL did not create a group id: {e:?}")))
+        cudarc::nccl::Id::new().map_err(|e| {
+            let why = crate::backend::cuda::nccl::describe(e.0);
+            EngineError::Config(format!("NCCL did not create a group id: {why}"))
+        })
     };
     let Some(p) = &world.procs else {
         return make();

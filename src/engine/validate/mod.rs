@@ -34,7 +34,7 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
         .map_err(EngineError::Config)?;
     if cfg.batch_per_replica == 0 || cfg.batch_per_replica > crate::engine::control::MAX_BATCH {
         return bad(format!(
-            "--batch-per-replica {} is out of range: use 1..={}",
+            "--batch-per-replica {} is out of range: use 1 to {}",
             cfg.batch_per_replica,
             crate::engine::control::MAX_BATCH
         ));
@@ -120,11 +120,11 @@ pub(super) fn settings(cfg: &RunConfig) -> Result<(), EngineError> {
         return bad("--keep-checkpoints 0 would keep none: use 1 or more".into());
     }
     if let Some(t) = cfg.loader_threads.filter(|t| !(1..=64).contains(t)) {
-        return bad(format!("--loader-threads {t} is out of range: use 1..=64"));
+        return bad(format!("--loader-threads {t} is out of range: use 1 to 64"));
     }
     if let Some(t) = cfg.threads_per_worker.filter(|t| !(1..=256).contains(t)) {
         return bad(format!(
-            "--threads-per-worker {t} is out of range: use 1..=256 or auto"
+            "--threads-per-worker {t} is out of range: use 1 to 256, or auto"
         ));
     }
     // every CPU worker's intra-op threads are threads of this process (each with its stack)

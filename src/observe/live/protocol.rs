@@ -87,13 +87,13 @@ pub fn parse_request(text: &[u8]) -> Result<Request, Refusal> {
                 }
                 (None, Some(_)) => {
                     return Err(refuse(format!(
-                        "`per_replica` {} is out of range: give 1..={MAX_BATCH} samples per replica",
+                        "`per_replica` {} is out of range: give 1 to {MAX_BATCH} samples per replica",
                         given.map_or(String::new(), Value::to_string)
                     )))
                 }
                 (None, None) => {
                     return Err(refuse(format!(
-                        "`per_replica` is missing or not a whole number: give 1..={MAX_BATCH} samples per replica"
+                        "`per_replica` is missing or not a whole number: give 1 to {MAX_BATCH} samples per replica"
                     )))
                 }
             }
@@ -220,7 +220,7 @@ mod tests {
             ),
             (
                 br#"{"type":"control","id":3,"action":"batch_size","per_replica":-4}"#,
-                "`per_replica` -4 is out of range: give 1..=1048576",
+                "`per_replica` -4 is out of range: give 1 to 1048576",
             ),
             (
                 br#"{"type":"control","id":3,"action":"batch_size","per_replica":2.5}"#,
