@@ -172,7 +172,7 @@ fn bad_inputs_get_one_clear_error_and_a_nonzero_exit() {
             &["--batch-per-replica 0", "use 1 to 1048576"],
         ),
         (&["--devices", "0,1"], &["0,1", "no GPU", "cpu:N"]),
-        (&["--devices", "cpu:0"], &["1..256"]),
+        (&["--devices", "cpu:0"], &["1 to 256"]),
         (&["--data", "csv:missing.csv"], &["missing.csv", "--data"]),
         (
             &["--data", "csv:ragged.csv"],

@@ -43,17 +43,20 @@ impl FromStr for DeviceSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let help = "use auto, cpu:N (N CPU workers) or GPU ids like 0,1,3";
+        // (spaces about it and capitals are no part of it: AUTO, CPU:2 from a config file)
+        let lower = s.trim().to_ascii_lowercase();
+        let s = lower.as_str();
         if s == "auto" {
             return Ok(DeviceSpec::Auto);
         }
         if let Some(n) = s.strip_prefix("cpu:") {
-            return match n.parse::<usize>() {
+            return match n.trim().parse::<usize>() {
                 Ok(n) if (1..=256).contains(&n) => Ok(DeviceSpec::Cpu(n)),
                 Ok(_) => Err(format!(
-                    "devices `{s}`: the CPU worker count must be 1..256; {help}"
+                    "devices `{s}`: the CPU worker count must be 1 to 256; {help}"
                 )),
                 Err(_) => Err(format!(
-                    "devices `{s}`: `{n}` is not a number of CPU workers (1..256), e.g. cpu:2; {help}"
+                    "devices `{s}`: `{n}` is not a number of CPU workers (1 to 256), e.g. cpu:2; {help}"
                 )),
             };
         }
@@ -65,11 +68,12 @@ impl FromStr for DeviceSpec {
         let ids: Result<Vec<usize>, _> = s.split(',').map(|p| p.trim().parse::<usize>()).collect();
         match ids {
             Ok(mut ids) if !ids.is_empty() => {
-                let n = ids.len();
                 ids.sort_unstable();
-                ids.dedup();
-                if ids.len() != n {
-                    return Err(format!("devices `{s}`: a GPU id is listed twice"));
+                if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(format!(
+                        "devices `{s}`: GPU {} is listed twice; list each GPU once (one rank each), e.g. 0,1",
+                        w[0]
+                    ));
                 }
                 Ok(DeviceSpec::Gpus(ids))
             }
@@ -402,9 +406,16 @@ mod tests {
         assert!("cpu:0"
             .parse::<DeviceSpec>()
             .unwrap_err()
-            .contains("1..256"));
+            .contains("1 to 256"));
         assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu:N"));
-        assert!("0,0".parse::<DeviceSpec>().unwrap_err().contains("twice"));
+        let e = "1,0,1".parse::<DeviceSpec>().unwrap_err();
+        assert!(
+            e.contains("GPU 1 is listed twice; list each GPU once"),
+            "{e}"
+        );
+        // capitals and spaces about it, as a config file or a shell may give them
+        assert_eq!(" AUTO ".parse::<DeviceSpec>().unwrap(), DeviceSpec::Auto);
+        assert_eq!("CPU:2 ".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu(2));
         assert_eq!("0,2".parse::<DeviceSpec>().unwrap().named(), Some(2));
         assert_eq!(DeviceSpec::Auto.named(), None);
         let e = "cpu:x".parse::<DeviceSpec>().unwrap_err();
