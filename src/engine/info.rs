@@ -41,7 +41,8 @@ pub struct RunInfo {
     /// the notes on it: why, where it is not what was asked for, and what `--grad-dtype` does.
     pub precision: Precision,
     pub precision_notes: Vec<String>,
-    /// What the GPUs' gradient all-reduce carries (`--grad-dtype`).
+    /// What the GPUs' gradient all-reduce carries (`--grad-dtype` where there is one; fp32
+    /// where there is none to carry it: said so by the `--grad-dtype` note).
     pub grad_dtype: crate::nn::precision::GradDtype,
     /// What `--cuda-graph` comes to on GPUs (None where unknown: a run read back).
     pub cuda_graph: Option<String>,
@@ -193,7 +194,7 @@ impl RunInfo {
             precision_notes: (precision_note.into_iter())
                 .chain(grad_note(cfg, &world.devices))
                 .collect(),
-            grad_dtype: cfg.grad_dtype,
+            grad_dtype: wire(cfg, &world.devices),
             // (the pair `on` refuses on GPUs is no matter on CPU workers: said as `on` alone)
             cuda_graph: match crate::backend::cuda::replica::profiled() {
                 // (a profile times each launch of a pass: its passes are never graphs)
@@ -345,6 +346,17 @@ impl RunInfo {
     }
 }
 
+/// What the GPUs' gradient all-reduce carries: `--grad-dtype`'s, where there is one (GPUs, more
+/// than one rank, no central storage, which sends fp32 gradients to the host); else fp32.
+fn wire(cfg: &RunConfig, devices: &[Device]) -> crate::nn::precision::GradDtype {
+    use crate::config::strategy::Strategy;
+    let gpus = devices.iter().any(|d| matches!(d, Device::Gpu { .. }));
+    match gpus && devices.len() > 1 && cfg.strategy != Strategy::CentralStorage {
+        true => cfg.grad_dtype,
+        false => crate::nn::precision::GradDtype::Fp32,
+    }
+}
+
 /// What `--grad-dtype bf16` does in this run, where it was asked for.
 fn grad_note(cfg: &RunConfig, devices: &[Device]) -> Option<String> {
     use crate::config::strategy::Strategy;
@@ -445,8 +457,13 @@ mod tests {
         assert!(said(&cfg, &[gpu(0), gpu(1)]).contains("half the bytes"));
         assert!(said(&cfg, &[cpu(0), cpu(1)]).contains("CPU workers sum their gradients in fp32"));
         assert!(said(&cfg, &[gpu(0)]).contains("one GPU has no all-reduce"));
+        // what the start-up's precision line says the all-reduce carries agrees
+        assert_eq!(wire(&cfg, &[gpu(0), gpu(1)]), GradDtype::Bf16);
+        assert_eq!(wire(&cfg, &[gpu(0)]), GradDtype::Fp32);
+        assert_eq!(wire(&cfg, &[cpu(0), cpu(1)]), GradDtype::Fp32);
         cfg.strategy = Strategy::CentralStorage;
         assert!(said(&cfg, &[gpu(0), gpu(1)]).contains("central storage"));
+        assert_eq!(wire(&cfg, &[gpu(0), gpu(1)]), GradDtype::Fp32);
     }
 
     #[test]
