@@ -203,7 +203,15 @@ pub fn resolve_with(
                 Discovery::None(why) => format!("no GPU: {why}"),
                 Discovery::Found(all) => match libs.missing_for(all.len()) {
                     None => return Ok((gpus(all, &(0..all.len()).collect::<Vec<_>>()), None)),
-                    Some(missing) => format!("found {}, but {missing}", describe(all)),
+                    Some(missing) => {
+                        // (NCCL alone missing: one GPU needs none)
+                        let one = all.len() > 1 && libs.missing_for(1).is_none();
+                        let one = match one {
+                            true => " (--devices 0 trains on one GPU, which needs no NCCL)",
+                            false => "",
+                        };
+                        format!("found {}, but {missing}{one}", describe(all))
+                    }
                 },
             };
             Ok((
@@ -381,6 +389,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nvidia-nccl-cu12") && e.contains("cpu:N"), "{e}");
+        // auto falls back to the CPU there, and names the one GPU it could have
+        let (_, note) = resolve_with(&DeviceSpec::Auto, &two, &no_nccl, 2, None).unwrap();
+        let note = note.unwrap();
+        assert!(
+            note.contains("(--devices 0 trains on one GPU, which needs no NCCL)"),
+            "{note}"
+        );
         let e = resolve_with(&DeviceSpec::Gpus(vec![1]), &two, &no_blas, 4, None)
             .unwrap_err()
             .to_string();
