@@ -329,8 +329,14 @@ fn driver_major() -> Option<u32> {
 /// elsewhere, links it and starts the program again; returns only where nothing needs doing or
 /// the second start failed (the missing library is then explained where it is needed).
 pub fn make_loadable(nvrtc_anyway: bool) {
-    if std::env::var_os(MARK).is_some() {
-        return;
+    // `off`, or the links' folder a first start set for its second
+    match std::env::var_os(MARK) {
+        Some(v) if v == "off" || Path::new(&v).is_absolute() => return,
+        Some(v) => crate::tell!(
+            "note: {MARK}={}: only `off` turns the search for CUDA libraries off; searching as usual",
+            v.to_string_lossy()
+        ),
+        None => {}
     }
     let driver = driver_major();
     let wanted: &[Wanted] = if driver.is_some() {
@@ -360,6 +366,8 @@ pub fn make_loadable(nvrtc_anyway: bool) {
         return;
     }
     use std::os::unix::process::CommandExt;
+    // (absolute: the second start knows it by that, and never starts a third)
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_default();
     let err = std::process::Command::new("/proc/self/exe")
