@@ -546,6 +546,20 @@ fn processes_started_with_different_flags_are_refused_naming_the_flag() {
         err.contains("process 1 was started with --name mine, process 0 with --name not given"),
         "{err}"
     );
+    // other data: what each process read is named beside the counts
+    let other_data: Vec<String> = (args.iter())
+        .map(|a| match a.as_str() {
+            "synthetic:301,12,4" => "synthetic:300,12,4".into(),
+            _ => a.clone(),
+        })
+        .collect();
+    let err = refused_pair(&one, &with(&other_data, &["--devices", "cpu:1"]));
+    assert!(
+        err.contains(
+            "(process 1 read --data synthetic:300,12,4, process 0 --data synthetic:301,12,4"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

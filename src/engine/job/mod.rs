@@ -83,6 +83,8 @@ struct Hello {
     max_batch: usize,
     /// Its own note on its devices (`devices::resolve_devices`), for process 0 to say.
     note: Option<String>,
+    /// Its `--data`, as given (a path may differ between machines: named where the data do).
+    data: String,
 }
 
 /// Where a process of the run is among those on its machine (to share its GPUs and cores).
@@ -153,6 +155,7 @@ pub(super) fn meet(
         crate::config::Budget::Steps(s) => format!("{s} steps"),
     };
     let hello = Hello {
+        data: cfg.data.to_string(),
         host: hostname(),
         pid: std::process::id(),
         pid_space: crate::pids::pid_space(),
@@ -253,8 +256,17 @@ pub(super) fn meet(
                     None => "",
                 };
                 let said = |v: &str| crate::text::setting(what, v);
+                // (the data by what each read: a file one machine's copy lacks, or cannot read,
+                // changes its count)
+                let read = match what.as_str() {
+                    "the data" => format!(
+                        " (process {p} read --data {}, process 0 --data {}: compare the two machines' copies; a file one lacks or cannot read changes its count)",
+                        h.data, hellos[0].data
+                    ),
+                    _ => String::new(),
+                };
                 return Err(EngineError::Shared(format!(
-                    "process {p} (on {}) trains with {}, process 0 (on {}) with {}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
+                    "process {p} (on {}) trains with {}, process 0 (on {}) with {}{read}: every process of a run must train the same model on the same data; give every process the same flags and data{resumed}",
                     h.host,
                     said(theirs),
                     hellos[0].host,

@@ -147,6 +147,7 @@ mod tests {
             same: Vec::new(),
             max_batch: 1,
             note: note.map(String::from),
+            data: "digits".into(),
         };
         let crowded =
             "3 CPU workers share 1 core: workers are oversubscribed and will slow each other";
