@@ -160,6 +160,13 @@ pub fn run() {
     PROCESS.run()
 }
 
+/// Whether this process is quitting at once (its armed tasks have begun to run): what fails
+/// from now on (a checkpoint whose half-written folder its task removed) is no failure of the
+/// run, which quit.
+pub fn quitting() -> bool {
+    (PROCESS.armed.lock().unwrap_or_else(|e| e.into_inner())).quitting
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

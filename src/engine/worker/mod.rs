@@ -211,7 +211,8 @@ pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineErr
         }) => *r,
         _ => w.rank,
     };
-    if !knock_on && !shared {
+    // (a write the process's quitting at once cut short is no failure: the run quit)
+    if !knock_on && !shared && !crate::quit_at_once::quitting() {
         let _ = w.events.send(Event::Failed {
             rank,
             step,
