@@ -318,7 +318,7 @@ pub fn is_run_dir(dir: &Path) -> bool {
 pub fn copy_of(dir: &Path, recorded: Option<&Path>) -> Option<PathBuf> {
     let recorded = recorded?;
     let other = recorded.exists() && !crate::files::same_path(dir, recorded);
-    let same_run = || started(dir).is_some() && started(dir) == started(recorded);
+    let same_run = || started(dir).is_some_and(|t| started(recorded) == Some(t));
     (other && is_run_dir(recorded) && same_run()).then(|| recorded.to_path_buf())
 }
 
