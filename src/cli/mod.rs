@@ -99,6 +99,23 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A decimal flag's parser: the number as Rust reads it, but one past what its type holds
+/// (`1e308` for a 32-bit one) refused in the words typed, not taken as infinity.
+fn decimal<T: std::str::FromStr + Into<f64> + Copy>(s: &str) -> Result<T, String> {
+    let value: T = (s.trim().parse()).map_err(|_| format!("`{s}` is not a number"))?;
+    let typed_infinite = s.to_ascii_lowercase().contains("inf");
+    match value.into().is_infinite() && !typed_infinite {
+        true => Err(format!(
+            "{s} is past the largest number the flag holds ({})",
+            match std::mem::size_of::<T>() {
+                4 => "3.4e38",
+                _ => "1.8e308",
+            }
+        )),
+        false => Ok(value),
+    }
+}
+
 /// A count flag's parser: 1..=most, so 0 (which would measure nothing or divide by zero) and
 /// absurd values are refused with the range.
 fn at_least_one(most: u64) -> clap::builder::RangedU64ValueParser<usize> {
@@ -190,7 +207,7 @@ pub struct TrainArgs {
     #[arg(help_heading = heading::RUN, long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
     /// The share of the data held out for validation (0: none, the whole set trains); sets with their own validation set (CIFAR's test file, a folder's val/) use it  [default: 0.2]
-    #[arg(help_heading = heading::DATA, allow_negative_numbers = true, long, value_name = "F")]
+    #[arg(help_heading = heading::DATA, allow_negative_numbers = true, long, value_name = "F", value_parser = decimal::<f64>)]
     pub val_split: Option<f64>,
     /// A separate validation set, given as --data is (e.g. images:photos-val)
     #[arg(help_heading = heading::DATA, long, value_name = "SPEC")]
@@ -222,22 +239,22 @@ pub struct TrainArgs {
     #[arg(help_heading = heading::OPTIMIZER, long)]
     pub optimizer: Option<String>,
     /// Learning rate  [default: 1e-3 at a global batch of 64, scaled to the run's global batch by --lr-scaling]
-    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long)]
+    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_parser = decimal::<f64>)]
     pub lr: Option<f64>,
     /// Momentum's coefficient for momentum and nesterov  [default: 0.9]
-    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long)]
+    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_parser = decimal::<f32>)]
     pub momentum: Option<f32>,
     /// Weight decay (L2 for sgd/momentum/nesterov/adam, decoupled for adamw)  [default: 0]
-    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long)]
+    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_parser = decimal::<f32>)]
     pub weight_decay: Option<f32>,
     /// Leave batch norm's weights and biases and every bias out of the weight decay (=false turns off a resumed run's)
     #[arg(help_heading = heading::OPTIMIZER, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub no_decay_bn_bias: Option<bool>,
     /// Label smoothing of the cross-entropy loss, in [0, 1) (e.g. 0.1)  [default: 0]
-    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long)]
+    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_parser = decimal::<f32>)]
     pub label_smoothing: Option<f32>,
     /// Scale the mean gradient down to this L2 norm where it is longer, before the update (PyTorch's clip_grad_norm_, e.g. 1.0); 0 turns it off (a resumed run's too). The norm shows either way  [default: off]
-    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_name = "MAX")]
+    #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long, value_name = "MAX", value_parser = decimal::<f64>)]
     pub clip_grad_norm: Option<f64>,
     /// Linear LR warm-up over this many steps  [default: 0]
     #[arg(help_heading = heading::OPTIMIZER, allow_negative_numbers = true, long)]
@@ -286,7 +303,7 @@ pub struct TrainArgs {
     #[serde(default, deserialize_with = "number_or_word")]
     pub threads_per_worker: Option<String>,
     /// Warn when no step completes for this many seconds; on GPUs, abort an NCCL all-reduce that takes longer  [default: 60]
-    #[arg(help_heading = heading::PARALLEL, allow_negative_numbers = true, long, value_name = "SECONDS")]
+    #[arg(help_heading = heading::PARALLEL, allow_negative_numbers = true, long, value_name = "SECONDS", value_parser = decimal::<f64>)]
     pub stall_timeout: Option<f64>,
     /// What GPUs compute in: auto | fp32 | tf32 | bf16 (bf16: autocast, bf16 activations and products with fp32 accumulation, Ampere and newer; auto, on Ampere and newer: bf16 for models of dense convolutions on images of 112x112 or more where cuDNN loads, TF32 for the rest; CPU workers are always fp32)  [default: auto]
     #[arg(help_heading = heading::GPUS, long)]
@@ -340,7 +357,7 @@ pub struct TrainArgs {
     #[arg(help_heading = heading::UI, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub exit_when_done: Option<bool>,
     /// Seconds between device telemetry samples  [default: 1]
-    #[arg(help_heading = heading::UI, allow_negative_numbers = true, long, value_name = "SECONDS")]
+    #[arg(help_heading = heading::UI, allow_negative_numbers = true, long, value_name = "SECONDS", value_parser = decimal::<f64>)]
     pub sample_interval: Option<f64>,
     /// Demo / test fault: RANK:FACTOR makes that rank's compute FACTOR times slower (e.g. 1:2.0).
     #[arg(help_heading = heading::FAULTS, long, value_name = "RANK:FACTOR")]

@@ -208,7 +208,7 @@ pub(super) fn finish(features: usize, x: Vec<f32>, y: Vec<u32>) -> Result<Datase
     let max = *y.iter().max().unwrap_or(&0);
     if max >= 65536 {
         return Err(format!(
-            "label {max} is out of range: labels must be class indices 0..65535"
+            "label {max} is out of range: labels must be class indices 0 to 65535"
         ));
     }
     Ok(Dataset {

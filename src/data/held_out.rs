@@ -264,7 +264,7 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
         return Err(spec_err(
             spec,
             format!(
-                "it has labels up to {max}; the run's model has {}: 0..{}",
+                "it has labels up to {max}; the run's model has {}: 0 to {}",
                 crate::text::counted(r.classes, "class"),
                 r.classes.saturating_sub(1)
             ),

@@ -50,7 +50,7 @@ impl Labels {
         }
         match number {
             Some(v) if v < 0.0 || v.fract() != 0.0 || v >= MAX_CLASSES as f64 => {
-                Err(format!("line {line}, column {col} (from 0): label `{}` is not a class number (an integer 0..65535); pick the label column with label=first|last|N", excerpt(f)))
+                Err(format!("line {line}, column {col} (from 0): label `{}` is not a class number (an integer 0 to 65535); pick the label column with label=first|last|N", excerpt(f)))
             }
             Some(v) => Ok(v as u32),
             None => {

@@ -49,7 +49,7 @@ pub(super) fn check_spec(n: usize, c: usize, h: usize, w: usize, k: usize) -> Re
     }
     if !(2..=MAX_CLASSES).contains(&k) {
         return Err(format!(
-            "K={k} classes: use 2..={MAX_CLASSES} classes; {EXAMPLE}"
+            "K={k} classes: use 2 to {MAX_CLASSES} classes; {EXAMPLE}"
         ));
     }
     Ok(())
@@ -250,7 +250,7 @@ mod tests {
                 (10, 1024, 4096, 4096, 2),
                 "values per image, more than 50331648",
             ),
-            ((10, 1, 8, 8, 1), "K=1 classes: use 2..=65536"),
+            ((10, 1, 8, 8, 1), "K=1 classes: use 2 to 65536"),
             ((10, 1, 8, 8, 70000), "K=70000 classes"),
         ];
         for ((n, c, h, w, k), want) in cases {

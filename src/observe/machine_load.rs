@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 /// The machine's CPU time over a span, in cores (time busy over the span's length).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Load {
     /// The cores the machine has.
     pub cores: usize,
@@ -124,7 +124,14 @@ impl LoadMeter {
         let siblings_took = grown(&self.siblings_last, &siblings);
         self.siblings_last = siblings;
         let mine = read_proc(me)?.ticks;
-        let (before, mine_before) = self.last.replace((now, mine))?;
+        let Some((before, mine_before)) = self.last.replace((now, mine)) else {
+            // (every process's ticks at the start too: a first span others took can name
+            // the top one, as `scale`'s single span over a point's timed steps must)
+            self.scanned = (scan().into_iter())
+                .map(|(pid, p)| (pid, p.ticks))
+                .collect();
+            return None;
+        };
         let total = now.total.saturating_sub(before.total);
         if total == 0 || now.cores == 0 {
             return None;

@@ -98,7 +98,7 @@ pub(super) fn points(
     ] {
         if let Some(r) = fault.filter(|&r| r >= largest) {
             anyhow::bail!(
-                "{flag}: there is no rank {r} in any point (the largest has {largest} devices: ranks 0..{}); name a rank below {largest}",
+                "{flag}: there is no rank {r} in any point (the largest has {largest} devices: ranks 0 to {}); name a rank below {largest}",
                 largest - 1
             );
         }

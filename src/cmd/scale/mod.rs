@@ -23,13 +23,14 @@ use crate::config::{Budget, DeviceSpec, RunConfig};
 use crate::engine::calibrate::timed_rate;
 use crate::engine::strategy::Strategy;
 use crate::engine::{Engine, EngineError};
+use crate::observe::machine_load::Load;
 use crate::observe::monitor::Monitor;
 use crate::observe::telemetry::Telemetry;
 
 mod held;
 mod repeats;
 use held::{strategies, Held};
-pub use repeats::{noise_warning, NOISY_SPREAD};
+pub use repeats::{noise_warning, outside_warning, NOISY_SPREAD};
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub struct Row {
     pub val_accuracy: Option<f32>,
     /// The faults injected in this point's ranks, as flags (`--slow-rank 1:2`); empty: none.
     pub faults: String,
+    /// Other work that took this machine's cores while the point was timed (`Load::contended`).
+    pub outside: Option<Load>,
 }
 
 /// The faults `cfg` injects, as the flags that ask for them (empty: none).
@@ -185,6 +188,8 @@ fn measure_once(
     let mut last_step = 0;
     // GPUs: NVML utilization and memory-access time, sampled over the timed steps
     let mut telemetry = Telemetry::new(engine.info(), NVML_EVERY);
+    // (the run's other processes here take its cores, not outside work)
+    telemetry.with_siblings(engine.info().peers_here.iter().map(|p| p.pid).collect());
     let mut nvml = (0.0f64, 0.0f64, 0usize);
     let mut next_sample = None;
     let mut timed_from = None;
@@ -211,7 +216,11 @@ fn measure_once(
                 }
                 if s.step > plan.warmup_steps {
                     next_sample.get_or_insert(engine.elapsed() + NVML_EVERY);
-                    timed_from.get_or_insert(engine.elapsed());
+                    if timed_from.is_none() {
+                        // (the machine's load from here: over the timed steps)
+                        telemetry.load();
+                        timed_from = Some(engine.elapsed());
+                    }
                     // whole steps, as the frontends see them (a GPU's all-reduce split into
                     // transfer and waiting for peers)
                     for s in monitor.on_step(s).map(|row| row.ranks).unwrap_or_default() {
@@ -230,6 +239,10 @@ fn measure_once(
             Err(TryRecvError::Disconnected) => break,
         }
     }
+    let outside = (timed_from.is_some())
+        .then(|| telemetry.load())
+        .flatten()
+        .filter(Load::contended);
     let r = engine.join()?;
     let _ = drain_events.join();
     // (the batch each step took: one past the training split is cut to it)
@@ -271,6 +284,7 @@ fn measure_once(
         sync_wait_share: share(3),
         final_loss: last_loss,
         faults,
+        outside,
     })
 }
 
@@ -450,6 +464,9 @@ fn grid(
     }
     for line in table(&rows) {
         crate::say!("{line}");
+    }
+    if let Some(w) = outside_warning(&rows) {
+        crate::say!("{w}");
     }
     if let Some(w) = noise_warning(&rows) {
         crate::say!("{w}");

@@ -1,7 +1,8 @@
-//! What a point's repeats make of it: the median run and their spread, and the warning for
-//! points whose repeats disagree.
+//! What a point's repeats make of it: the median run and their spread, and the warnings for
+//! figures that mean little: points whose repeats disagree, or that other work slowed.
 
 use super::Row;
+use crate::observe::machine_load::Load;
 
 /// Repeats that differ by more than this (relative to their median) make a figure noise.
 pub const NOISY_SPREAD: f64 = 0.10;
@@ -26,22 +27,10 @@ pub(super) fn median_by(rows: &mut [Row]) -> Row {
 /// The warning for points whose repeats disagree (a speedup is only as good as both its
 /// figures), or `None` when every figure holds.
 pub fn noise_warning(rows: &[Row]) -> Option<String> {
-    // (a grid of both prefetch settings names each point's)
-    let both = rows.iter().any(|r| r.prefetch) && rows.iter().any(|r| !r.prefetch);
     let noisy: Vec<String> = rows
         .iter()
         .filter(|r| r.spread.is_some_and(|s| s > NOISY_SPREAD))
-        .map(|r| {
-            let prefetch = match (both, r.prefetch) {
-                (false, _) => "",
-                (true, true) => " prefetch on",
-                (true, false) => " prefetch off",
-            };
-            match r.strategy.as_str() {
-                "mirrored" => format!("{}x{}{prefetch}", r.devices, r.per_replica),
-                s => format!("{s} {}x{}{prefetch}", r.devices, r.per_replica),
-            }
-        })
+        .map(|r| point_name(r, rows))
         .collect();
     if noisy.is_empty() {
         return None;
@@ -52,4 +41,40 @@ pub fn noise_warning(rows: &[Row]) -> Option<String> {
         noisy.join(", "),
         NOISY_SPREAD * 100.0
     ))
+}
+
+/// The warning for points timed while other work took this machine's cores (their figures are
+/// low, and their speedups off by as much), or `None` where none was.
+pub fn outside_warning(rows: &[Row]) -> Option<String> {
+    let loaded: Vec<(&Row, &Load)> = (rows.iter())
+        .filter_map(|r| Some((r, r.outside.as_ref()?)))
+        .collect();
+    let (_, worst) = loaded
+        .iter()
+        .max_by(|a, b| a.1.others.total_cmp(&b.1.others))?;
+    let points: Vec<String> = (loaded.iter())
+        .map(|(r, l)| format!("{} {:.1}", point_name(r, rows), l.others))
+        .collect();
+    let top = (worst.top.as_ref()).map_or(String::new(), |(name, _)| format!(", most by {name}"));
+    Some(format!(
+        "WARN other work took this machine's cores while {} point(s) were timed (cores it took: {}; of {}{top}): those figures are low and their speedups mean little; measure on a quiet machine",
+        loaded.len(),
+        points.join(", "),
+        worst.cores,
+    ))
+}
+
+/// A point as the warnings name it: `2x32`, its strategy where not mirrored, its prefetch
+/// setting where `rows` measure both.
+fn point_name(r: &Row, rows: &[Row]) -> String {
+    let both = rows.iter().any(|r| r.prefetch) && rows.iter().any(|r| !r.prefetch);
+    let prefetch = match (both, r.prefetch) {
+        (false, _) => "",
+        (true, true) => " prefetch on",
+        (true, false) => " prefetch off",
+    };
+    match r.strategy.as_str() {
+        "mirrored" => format!("{}x{}{prefetch}", r.devices, r.per_replica),
+        s => format!("{s} {}x{}{prefetch}", r.devices, r.per_replica),
+    }
 }

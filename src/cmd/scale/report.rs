@@ -47,7 +47,8 @@ pub fn table(rows: &[Row]) -> Vec<String> {
             r.global_batch,
             if r.prefetch { "on" } else { "off" },
             r.samples_per_sec,
-            r.spread.map_or("-".into(), |s| format!("±{:.0}%", s * 50.0)),
+            // (rounded up: a spread over the warning's ±5% never shows as ±5%)
+            r.spread.map_or("-".into(), |s| format!("±{:.0}%", (s * 50.0).ceil())),
             r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
             r.efficiency.map_or("-".into(), pct),
             pct(r.utilization),
@@ -101,7 +102,7 @@ fn field(s: &str) -> String {
 }
 
 /// The CSV's first line.
-const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy,faults\n";
+const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy,faults,outside_cores\n";
 
 /// Writes the rows as CSV or JSON, chosen by the file's extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
@@ -115,7 +116,7 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
             for r in rows {
                 s += &format!(
-                    "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{},{}\n",
+                    "{},{},{},{},{},{:.1},{},{},{},{:.4},{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{}\n",
                     field(&r.strategy),
                     r.devices,
                     r.per_replica,
@@ -134,7 +135,8 @@ pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
                     r.transfer_share,
                     r.final_loss,
                     r.val_accuracy.map_or(String::new(), |a| format!("{a:.4}")),
-                    field(&r.faults)
+                    field(&r.faults),
+                    opt(r.outside.as_ref().map(|l| l.others)),
                 );
             }
             s
@@ -205,6 +207,12 @@ mod tests {
             final_loss: 1.0,
             val_accuracy: None,
             faults: "--slow-rank 1:2,--slow-data 0:3".into(),
+            outside: Some(crate::observe::machine_load::Load {
+                cores: 2,
+                ours: 1.0,
+                others: 0.9,
+                top: None,
+            }),
         };
         // (through a link to it: the file it names is written, the link kept)
         std::os::unix::fs::symlink(&out, d.join("link.csv")).unwrap();
@@ -214,7 +222,7 @@ mod tests {
         let line = text.lines().nth(1).unwrap();
         assert!(
             line.starts_with("\"local-sgd:4,moments\",2,32,64,")
-                && line.ends_with(",\"--slow-rank 1:2,--slow-data 0:3\""),
+                && line.ends_with(",\"--slow-rank 1:2,--slow-data 0:3\",0.9000"),
             "{line}"
         );
         // a JSON file of other contents is not taken for an earlier report

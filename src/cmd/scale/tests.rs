@@ -57,6 +57,7 @@ fn row(devices: usize, rate: f64) -> Row {
         sync_wait_share: 0.0,
         final_loss: 1.0,
         faults: String::new(),
+        outside: None,
     }
 }
 
@@ -126,5 +127,32 @@ fn local_sgd_points_time_local_sgd_and_the_list_is_checked() {
     assert!(
         e.contains("--local-sgd-warmup is for the local-sgd strategies"),
         "{e}"
+    );
+}
+
+#[test]
+fn points_timed_while_other_work_took_the_cores_are_named_with_the_work() {
+    use crate::observe::machine_load::Load;
+    let quiet = row(1, 100.0);
+    assert!(outside_warning(std::slice::from_ref(&quiet)).is_none());
+    let load = |others: f64| Load {
+        cores: 2,
+        ours: 1.9,
+        others,
+        top: Some(("rustc (pid 7)".into(), others)),
+    };
+    let one = Row {
+        outside: Some(load(0.6)),
+        ..row(1, 90.0)
+    };
+    let two = Row {
+        outside: Some(load(1.2)),
+        ..row(2, 120.0)
+    };
+    let w = outside_warning(&[quiet, one, two]).unwrap();
+    assert!(
+        w.contains("while 2 point(s) were timed (cores it took: 1x32 0.6, 2x32 1.2; of 2, most by rustc (pid 7))")
+            && w.contains("speedups mean little"),
+        "{w}"
     );
 }

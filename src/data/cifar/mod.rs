@@ -283,7 +283,7 @@ fn names(dir: &Path, kind: Kind) -> (Option<Vec<String>>, Option<String>) {
     if std::fs::symlink_metadata(&path).is_err() {
         return (None, None);
     }
-    let numbered = format!("the classes are numbered 0..{}", kind.classes() - 1);
+    let numbered = format!("the classes are numbered 0 to {}", kind.classes() - 1);
     let text = match read::read_text(&path, &expect) {
         Ok(t) => t,
         Err(e) => return (None, Some(format!("{e}; {numbered}"))),

@@ -43,7 +43,7 @@ fn cifar10_records_become_pictures_and_labels() {
         let c = load(dir.path(), Kind::Ten, "cifar10:x", false).unwrap();
         assert_eq!(c.names, None);
         let note = c.names_note.unwrap();
-        assert!(note.ends_with("the classes are numbered 0..9"), "{note}");
+        assert!(note.ends_with("the classes are numbered 0 to 9"), "{note}");
     }
     std::fs::write(inner.join("batches.meta.txt"), b"a\nb\n").unwrap();
     let note = load(dir.path(), Kind::Ten, "cifar10:x", false)

@@ -256,7 +256,7 @@ pub(super) fn parse(
             LabelColumn::Index(c) if c < w => c,
             LabelColumn::Index(c) => {
                 return Err(format!(
-                    "label column {c} does not exist: rows have {w} columns (0..{})",
+                    "label column {c} does not exist: rows have {w} columns (0 to {})",
                     w - 1
                 ))
             }

@@ -227,7 +227,7 @@ impl FromStr for DataSpec {
                 Ok(&[n, d, c]) if n >= 2 && d >= 1 && (2..=65536).contains(&c) => {
                     Ok(DataSpec::Synthetic { n, d, c })
                 }
-                _ => Err(format!("data `{s}`: synthetic needs N,D,C (samples >= 2, features >= 1, 2..65536 classes), e.g. synthetic:60000,784,10")),
+                _ => Err(format!("data `{s}`: synthetic needs N,D,C (samples >= 2, features >= 1, 2 to 65536 classes), e.g. synthetic:60000,784,10")),
             },
             "synthetic-images" => parse_synthetic_images(s, rest),
             "cifar10" => parse_cifar(s, rest, false),

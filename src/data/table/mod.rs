@@ -274,7 +274,7 @@ fn cut(
             let max = val.y.iter().max().copied().unwrap_or(0) as usize;
             if max >= full.classes {
                 return Err(refused(format!(
-                    "it has labels up to {max}; the training set has {}: 0..{}",
+                    "it has labels up to {max}; the training set has {}: 0 to {}",
                     crate::text::counted(full.classes, "class"),
                     full.classes.saturating_sub(1)
                 )));

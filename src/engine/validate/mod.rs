@@ -205,7 +205,7 @@ pub(super) fn fault_flags(cfg: &RunConfig, devices: &[super::Device]) -> Result<
     ] {
         if let Some(r) = rank.filter(|&r| r >= devices.len()) {
             return Err(EngineError::Config(format!(
-                "{flag}: there is no rank {r}; this run has ranks 0..{}",
+                "{flag}: there is no rank {r}; this run has ranks 0 to {}",
                 devices.len() - 1
             )));
         }

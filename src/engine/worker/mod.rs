@@ -26,6 +26,7 @@ use report::{Queued, Reported, Tally};
 use super::rebalance;
 
 mod boundary;
+mod failed;
 mod gpu;
 mod in_sync;
 mod pace;
@@ -34,6 +35,7 @@ pub(super) mod report;
 mod save;
 mod validation;
 
+pub(super) use failed::{panicked, stop_all};
 pub(super) use gpu::{open_gpu, ALL_REDUCE_TIMEOUT_FACTOR};
 pub(super) use report::{late, pools_bn};
 
@@ -141,18 +143,6 @@ pub(super) fn run(mut w: Worker, mut replica: Box<dyn Replica>) -> Result<Worker
     }
 }
 
-/// Worker `w`'s panic (`payload`) as its failure, in its words.
-pub(super) fn panicked(w: &Worker, payload: Box<dyn std::any::Any + Send>) -> EngineError {
-    use crate::backend::cuda::symbols;
-    let message = symbols::panic_text(&*payload).unwrap_or("unknown panic");
-    let message = symbols::explained(message.to_string());
-    EngineError::WorkerPanic {
-        rank: w.rank,
-        step: w.step + 1,
-        message,
-    }
-}
-
 /// Where worker `w`'s dropout masks are drawn from: its own seed (the run's seed and its rank),
 /// and the training passes made before its first step (`--grad-accum` a step: every
 /// micro-batch counts, an empty one too), so a resumed run draws the masks the run it continues
@@ -160,66 +150,6 @@ pub(super) fn panicked(w: &Worker, payload: Box<dyn std::any::Any + Send>) -> En
 pub(super) fn dropout_stream(w: &Worker) -> (u64, u64) {
     let seed = w.cfg.seed.wrapping_mul(1_000_003) ^ w.rank as u64;
     (seed, w.step * w.cfg.grad_accum as u64)
-}
-
-/// A rank that stops with `e`: the others are woken with the reason, and the failure is
-/// reported once (not for ranks that only stopped because another did).
-pub(super) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
-    // process 0 has every rank's position: a run that stopped answering names the ranks lost
-    let e = match e {
-        EngineError::Collective(crate::comm::CollectiveError::Lost(why)) => {
-            let who = (w.local.start == 0)
-                .then(|| crate::engine::heartbeat::behind(&w.beats.read()))
-                .flatten();
-            let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
-            // (the silence of a process stopped by a signal on this machine, explained: by
-            // every process, process 0 among the ones that may be)
-            let why = match crate::pids::Peer::suspended(&w.peers_here, |_| true) {
-                // (process 0 records another's words as its failure: they name the machine)
-                Some(p) => {
-                    let machine = match w.local.start {
-                        0 => "this machine".to_string(),
-                        _ => crate::pids::hostname(),
-                    };
-                    format!("{why}; {}", p.suspended_words(&machine))
-                }
-                None => why,
-            };
-            EngineError::Collective(crate::comm::CollectiveError::Lost(why))
-        }
-        e => e,
-    };
-    w.coll.abort(&format!("rank {} failed: {e}", w.rank));
-    let knock_on = matches!(
-        e,
-        EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
-    );
-    // the step that failed: the one running, a diverged one reported late, or the last one
-    // done for a checkpoint that could not be written after it
-    let step = match e {
-        EngineError::NonFinite { step, .. } => step,
-        EngineError::Checkpoint(_) => w.step,
-        _ => w.step + 1,
-    };
-    // every rank sees a non-finite loss at once; rank 0 speaks for them
-    let shared =
-        matches!(e, EngineError::NonFinite { .. }) && w.rank != 0 && w.strategy.shares_loss(step);
-    // (another process's failure it told of is its rank's)
-    let rank = match &e {
-        EngineError::Collective(crate::comm::CollectiveError::PeerFailed {
-            rank: Some(r), ..
-        }) => *r,
-        _ => w.rank,
-    };
-    // (a write the process's quitting at once cut short is no failure: the run quit)
-    if !knock_on && !shared && !crate::quit_at_once::quitting() {
-        let _ = w.events.send(Event::Failed {
-            rank,
-            step,
-            message: e.to_string(),
-        });
-    }
-    Err(e)
 }
 
 impl Worker {
