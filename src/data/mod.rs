@@ -20,6 +20,7 @@ mod picture;
 mod picture_set;
 mod picture_specs;
 mod spec;
+mod split_classes;
 mod synthetic;
 mod synthetic_images;
 mod table;
@@ -238,10 +239,11 @@ pub fn load(spec: &DataSpec, opts: &DataOptions, seed: u64) -> Result<LoadedData
             msg: "--download fetches CIFAR-10 and CIFAR-100 (--data cifar10:DIR or cifar100:DIR); other data is read from where it is".into(),
         });
     }
-    if picture_specs::is_picture_spec(spec) {
-        return picture_specs::load(spec, opts, seed);
-    }
-    table::load(spec, opts, seed)
+    let loaded = match picture_specs::is_picture_spec(spec) {
+        true => picture_specs::load(spec, opts, seed)?,
+        false => table::load(spec, opts, seed)?,
+    };
+    split_classes::check(loaded, &spec.to_string())
 }
 
 #[cfg(test)]
