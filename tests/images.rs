@@ -394,6 +394,18 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
             && e.contains("if this is one class's folder, give the folder above it: images:"),
         "{e}"
     );
+    // a class none of whose files can be read: one of them named, with why
+    let bad = tmp.path().join("bad");
+    png_rgb(&bad.join("cat/x.png"), 0);
+    std::fs::create_dir_all(bad.join("dog")).unwrap();
+    std::fs::write(bad.join("dog/0.png"), b"not a picture").unwrap();
+    let e = images(&bad, &opts(|_| {})).err().unwrap();
+    assert!(
+        e.contains("class folder")
+            && e.contains("dog holds no readable images (every file was skipped; e.g. ")
+            && e.contains("dog/0.png: "),
+        "{e}"
+    );
     let one = tmp.path().join("one");
     png_rgb(&one.join("cat/x.png"), 0);
     let e = images(&one, &opts(|_| {})).err().unwrap();

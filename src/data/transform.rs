@@ -35,7 +35,15 @@ impl FromStr for Augment {
                 s.trim()
             ));
         }
-        for part in parts {
+        for (i, &part) in parts.iter().enumerate() {
+            // (a name twice: the second crop would have replaced the first unsaid)
+            let name = part.split(':').next().unwrap_or(part);
+            if !name.is_empty() && parts[..i].iter().any(|p| p.split(':').next() == Some(name)) {
+                return Err(format!(
+                    "`{}` names {name} twice; give each augmentation once, e.g. crop:4,flip",
+                    s.trim()
+                ));
+            }
             match part.split_once(':') {
                 _ if part.is_empty() => {
                     return Err(format!(
@@ -297,6 +305,9 @@ mod tests {
         );
         let e = "none,flip".parse::<Augment>().unwrap_err();
         assert!(e.contains("none is no augmentation at all"), "{e}");
+        // one named twice (the second crop had replaced the first)
+        let e = "flip,crop:2,crop:3".parse::<Augment>().unwrap_err();
+        assert!(e.contains("names crop twice"), "{e}");
     }
 
     #[test]

@@ -142,6 +142,19 @@ fn locate(dir: &Path, kind: Kind) -> Result<PathBuf, String> {
             .filter(|f| !d.join(f).is_file())
             .copied()
             .collect();
+        // (one there that is no file: a folder, a pipe, a link to a device)
+        let odd = (missing.iter()).find_map(|f| {
+            let kind = crate::files::read::kind_of(std::fs::metadata(d.join(f)).ok()?.file_type());
+            Some(format!(
+                "{} is {kind}, not a regular file",
+                d.join(f).display()
+            ))
+        });
+        if let Some(odd) = odd.filter(|_| missing.len() < train.len() + 1) {
+            return Err(format!(
+                "{odd}: put the archive's file there (unpack {base} there again, or add --download)"
+            ));
+        }
         if missing.len() < train.len() + 1 {
             return Err(format!(
                 "{} holds {} binary files but not {}: unpack {base} there again, or add --download",

@@ -170,6 +170,16 @@ fn missing_or_damaged_files_say_what_to_do() {
         e.contains("holds cifar10 binary files but not data_batch_4.bin: unpack"),
         "{e}"
     );
+    // one there that is no file is said to be what it is
+    std::fs::create_dir(dir.path().join("data_batch_4.bin")).unwrap();
+    let e = load(dir.path(), Kind::Ten, "c", false).err().unwrap();
+    assert!(
+        e.to_string().contains(
+            "data_batch_4.bin is a directory, not a regular file: put the archive's file there"
+        ),
+        "{e}"
+    );
+    std::fs::remove_dir(dir.path().join("data_batch_4.bin")).unwrap();
     write_ten(dir.path(), 2);
     std::fs::remove_file(dir.path().join("test_batch.bin")).unwrap();
     let e = load(dir.path(), Kind::Ten, "c", false).err().unwrap();

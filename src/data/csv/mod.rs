@@ -92,9 +92,18 @@ pub(super) fn column_named(path: &Path, name: &str) -> Result<usize, String> {
             path.display()
         )
     })?;
-    match fields.iter().position(|f| f == name) {
-        Some(i) => Ok(i),
-        None => {
+    let named: Vec<usize> = (0..fields.len()).filter(|&i| fields[i] == name).collect();
+    match named[..] {
+        [i] => Ok(i),
+        // (the other would be read as a feature: a copy of the label among the inputs)
+        [..] if named.len() > 1 => Err(format!(
+            "line 1 of {} names {} columns `{}` (columns {} from 0); give the label column's position, label=N",
+            path.display(),
+            named.len(),
+            excerpt(name),
+            (named.iter().map(|i| i.to_string())).collect::<Vec<_>>().join(", "),
+        )),
+        _ => {
             let shown: Vec<String> = (fields.iter().take(12))
                 .map(|f| format!("`{}`", excerpt(f)))
                 .collect();

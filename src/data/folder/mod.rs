@@ -405,18 +405,29 @@ pub fn scan(dir: &Path, classes: Option<&[String]>) -> Result<Folder, String> {
             }
         ));
     }
+    // (one skipped file under `within`, and why: what the fix starts from)
+    let example = |within: &Path| {
+        (folder.skipped.iter())
+            .find(|s| s.path.starts_with(within))
+            .map_or(String::new(), |s| {
+                format!("; e.g. {}: {}", s.path.display(), s.why)
+            })
+    };
     if folder.files.is_empty() {
         return Err(format!(
-            "{} holds no readable JPEG or PNG images ({} skipped, {others} other files)",
+            "{} holds no readable JPEG or PNG images ({} skipped, {others} other files){}",
             dir.display(),
             folder.skipped.len(),
+            example(dir),
         ));
     }
     if classes.is_none() {
         if let Some(c) = folder.counts().iter().position(|&c| c == 0) {
+            let class = dir.join(&folder.classes[c]);
             return Err(format!(
-                "class folder {} holds no readable images (every file was skipped); fix or remove them",
-                dir.join(&folder.classes[c]).display()
+                "class folder {} holds no readable images (every file was skipped{}); fix or remove them",
+                class.display(),
+                example(&class),
             ));
         }
     }

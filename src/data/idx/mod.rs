@@ -57,7 +57,7 @@ fn read(path: &Path, flag: &'static str) -> Result<Idx, DataError> {
     let mut r = BufReader::new(file);
     let gz = r.fill_buf().map_err(io)?.starts_with(&GZIP_MAGIC);
     let got = if gz {
-        let mut stream = flate2::bufread::GzDecoder::new(r);
+        let mut stream = members::Members::new(r);
         from_reader(&mut stream, None, memory).and_then(|idx| {
             // (as a raw file's bytes past its data are: two files joined, or not IDX; zeros
             // a tape or a block device padded it with are not, as gzip takes them)
@@ -112,7 +112,7 @@ pub(super) fn sample_shape(images: &Path, layout: Option<ImageLayout>) -> Option
     let mut r = BufReader::new(std::fs::File::open(images).ok()?);
     let gz = r.fill_buf().ok()?.starts_with(&GZIP_MAGIC);
     let (kind, dims) = match gz {
-        true => header(flate2::bufread::GzDecoder::new(&mut r)),
+        true => header(members::Members::new(&mut r)),
         false => header(&mut r),
     }
     .ok()?;
@@ -308,3 +308,5 @@ pub(super) fn load(
 
 #[cfg(test)]
 mod tests;
+
+mod members;

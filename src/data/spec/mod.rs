@@ -219,7 +219,8 @@ impl FromStr for DataSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
-        match kind {
+        // (a kind in capitals is the kind: `CSV:data.csv`)
+        match kind.to_ascii_lowercase().as_str() {
             "digits" if rest.is_empty() => Ok(DataSpec::Digits),
             "csv" => parse_csv(s, rest),
             "idx" => parse_idx(s, rest),

@@ -23,6 +23,9 @@ fn absolute_specs_name_the_same_files_from_anywhere() {
     assert_eq!(parse("digits").unwrap().absolute(), DataSpec::Digits);
     let csv = parse("csv:/x/a.csv").unwrap();
     assert_eq!(csv.absolute(), csv);
+    // a kind in capitals is the kind
+    assert_eq!(parse("CSV:/x/a.csv").unwrap(), csv);
+    assert_eq!(parse("Images:p").unwrap(), parse("images:p").unwrap());
 }
 
 #[test]
@@ -295,7 +298,7 @@ fn display_round_trips_and_short_names() {
 }
 
 /// `label=NAME`: the column line 1 names that (its position), line 1 then being the header; a
-/// name line 1 does not hold is refused, naming the columns it does.
+/// name line 1 does not hold, or holds twice, is refused, naming the columns it does.
 #[test]
 fn a_label_column_is_named_by_the_header() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,6 +314,13 @@ fn a_label_column_is_named_by_the_header() {
     let e = parse(&format!("csv:{},label=kind", f.display())).unwrap_err();
     assert!(
         e.contains("no column of line 1") && e.contains("`len`, `species`, `width`"),
+        "{e}"
+    );
+    // a name two columns bear: the other is no feature to read (it may copy the label)
+    std::fs::write(&f, "label,a,label\n1,0,1\n").unwrap();
+    let e = parse(&format!("csv:{},label=label", f.display())).unwrap_err();
+    assert!(
+        e.contains("names 2 columns `label` (columns 0, 2 from 0)") && e.contains("label=N"),
         "{e}"
     );
     // a number is a position, first and last are what they say

@@ -152,6 +152,9 @@ pub(super) fn load(
                 "; is the label in another column? (label=first, label=last or label=N)"
             }
             DataSpec::Idx { .. } => "; is the labels file the one that goes with the images?",
+            DataSpec::Synthetic { .. } | DataSpec::SyntheticImages { .. } => {
+                "; a synthetic set this small drew the same label for every sample: give it more samples"
+            }
             _ => "",
         };
         return Err(DataError::Spec {
