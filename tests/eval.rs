@@ -123,6 +123,15 @@ fn a_runs_own_validation_set_gives_its_last_validation_and_each_class() {
     std::fs::write(&state, meta.to_string()).unwrap();
     let o = run_in(d, &["eval", "runs", "--threads", "2"]);
     assert!(o.status.success(), "{}", text(&o));
+    // a refusal names the flag as typed: training's --devices, taken by eval too
+    for flag in ["--devices", "--device"] {
+        let o = run_in(d, &["eval", "runs", flag, "0,1"]);
+        let out = text(&o);
+        assert!(
+            !o.status.success() && out.contains(&format!("{flag} 0,1: eval runs on one device")),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -441,7 +441,7 @@ fn picture_and_weights_flags_name_the_problem() {
     refused(
         d,
         &["--val-data", "csv:nope.csv"],
-        &["--val-data nope.csv: cannot read it (", "check the path"],
+        &["--val-data: cannot read nope.csv (", "check the path"],
     );
     // a validation file's fixes name --val-data
     std::fs::write(d.join("headed.csv"), "x,y,label\n1,2,0\n").unwrap();
@@ -524,7 +524,7 @@ fn a_config_file_value_out_of_range_is_refused_naming_the_file_and_its_line() {
     refused(
         d,
         &["--config", "dev.toml"],
-        &["error: config file dev.toml (line 3): --data none.csv: cannot read it"],
+        &["error: config file dev.toml (line 3): --data: cannot read none.csv"],
     );
     // and the outputs and screen it names, refused before the run starts
     for (key, value, said) in [

@@ -103,6 +103,7 @@ fn percent(v: Option<f64>) -> String {
 /// `auto`, is refused with the form to give.
 fn device(given: Option<&str>, threads: Option<usize>) -> anyhow::Result<eval::On> {
     let cores = || threads.unwrap_or_else(crate::engine::available_cores);
+    let flag = device_flag();
     let Some(d) = given else {
         return Ok(eval::On::Cpu(cores()));
     };
@@ -114,20 +115,30 @@ fn device(given: Option<&str>, threads: Option<usize>) -> anyhow::Result<eval::O
             (Ok(n @ 1..=4096), None) => Ok(eval::On::Cpu(n)),
             (Ok(n @ 1..=4096), Some(t)) if t == n => Ok(eval::On::Cpu(n)),
             (Ok(1..=4096), Some(t)) => {
-                anyhow::bail!("--device {d} and --threads {t} say two thread counts: give one")
+                anyhow::bail!("{flag} {d} and --threads {t} say two thread counts: give one")
             }
-            _ => anyhow::bail!("--device {d}: give cpu:N with N threads from 1 to 4096"),
+            _ => anyhow::bail!("{flag} {d}: give cpu:N with N threads from 1 to 4096"),
         };
     }
     match d.parse::<usize>() {
         Ok(i) if threads.is_none() => Ok(eval::On::Gpu(i)),
-        Ok(_) => anyhow::bail!("--threads is for the CPU; --device {d} evaluates on GPU {d}"),
+        Ok(_) => anyhow::bail!("--threads is for the CPU; {flag} {d} evaluates on GPU {d}"),
         Err(_) if d.contains(',') || d == "auto" || d.starts_with("gpu") => anyhow::bail!(
-            "--device {d}: eval runs on one device: give cpu, cpu:N (N threads) or one GPU's number (0, 1, ...)"
+            "{flag} {d}: eval runs on one device: give cpu, cpu:N (N threads) or one GPU's number (0, 1, ...)"
         ),
         Err(_) => anyhow::bail!(
-            "--device {d}: use cpu (this machine's cores), cpu:N (N threads) or a GPU's number (0, 1, ...)"
+            "{flag} {d}: use cpu (this machine's cores), cpu:N (N threads) or a GPU's number (0, 1, ...)"
         ),
+    }
+}
+
+/// The flag the device was given with, as typed: `--devices` (training's spelling) or
+/// `--device`.
+fn device_flag() -> &'static str {
+    let typed = |a: &String| a == "--devices" || a.starts_with("--devices=");
+    match std::env::args().any(|a| typed(&a)) {
+        true => "--devices",
+        false => "--device",
     }
 }
 

@@ -40,7 +40,7 @@ pub use transform::{Augment, NormSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("{flag} {path}: cannot read it ({source}); check the path")]
+    #[error("{flag}: cannot read {path} ({source}); check the path")]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -61,10 +61,14 @@ pub fn newest_live(dir: &Path) -> Result<Target, AttachError> {
             dir: dir.to_path_buf(),
             ended: match runs.len() {
                 0 => String::new(),
+                // (`runs` alone lists ./runs, the folder attach looks in by default)
                 n => format!(
-                    " ({n} run{} there, none live: list them with `mgtop-train runs {}`, see one with `mgtop-train view RUN_DIR`)",
+                    " ({n} run{} there, none live: list them with `mgtop-train runs{}`, see one with `mgtop-train view RUN_DIR`)",
                     if n == 1 { "" } else { "s" },
-                    dir.display()
+                    match dir == Path::new("runs") {
+                        true => String::new(),
+                        false => format!(" {}", dir.display()),
+                    }
                 ),
             },
         }),
