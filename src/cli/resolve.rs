@@ -207,28 +207,22 @@ impl TrainArgs {
         if args.init_partial == Some(true) && args.init.is_none() {
             return Err("--init-partial lets --init load part of a model, and no --init is given: give the weights file with --init FILE, or leave --init-partial out".into());
         }
-        let prefetch = match args.prefetch.as_deref() {
-            None | Some("auto") => d.prefetch,
-            Some(s) => s.parse().map_err(|_| {
-                format!("--prefetch `{s}`: use a number of batches (0 = no prefetch) or auto")
-            })?,
-        };
+        let prefetch = number_or_auto(args.prefetch.as_deref(), "--prefetch", "a number of batches (0 = no prefetch)")?
+            .unwrap_or(d.prefetch);
         let log_every = match args.log_every.as_deref() {
             None => d.log_every,
             Some(s) => s.parse()?,
         };
-        let threads_per_worker = match args.threads_per_worker.as_deref() {
-            None | Some("auto") => None,
-            Some(s) => Some(s.parse().map_err(|_| {
-                format!("--threads-per-worker `{s}`: use a number of threads (1 = one core per worker) or auto")
-            })?),
-        };
-        let loader_threads = match args.loader_threads.as_deref() {
-            None | Some("auto") => None,
-            Some(s) => Some(s.parse().map_err(|_| {
-                format!("--loader-threads `{s}`: use a number of threads per rank or auto")
-            })?),
-        };
+        let threads_per_worker = number_or_auto(
+            args.threads_per_worker.as_deref(),
+            "--threads-per-worker",
+            "a number of threads (1 = one core per worker)",
+        )?;
+        let loader_threads = number_or_auto(
+            args.loader_threads.as_deref(),
+            "--loader-threads",
+            "a number of threads per rank",
+        )?;
         let inject_panic = match &args.inject_panic {
             None => None,
             Some(s) => {
@@ -452,5 +446,15 @@ fn clip_bound(v: f64) -> Result<Option<f32>, String> {
                 _ => format!("{v:e}"),
             }
         )),
+    }
+}
+
+/// A flag that takes a number or `auto` (in any case, spaces about it aside): the number,
+/// `None` for auto or where the flag is not given, or why not (`what` the number counts).
+fn number_or_auto(given: Option<&str>, flag: &str, what: &str) -> Result<Option<usize>, String> {
+    match given.map(str::trim) {
+        None => Ok(None),
+        Some(s) if s.eq_ignore_ascii_case("auto") => Ok(None),
+        Some(s) => (s.parse().map(Some)).map_err(|_| format!("{flag} `{s}`: use {what} or auto")),
     }
 }

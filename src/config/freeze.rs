@@ -61,7 +61,7 @@ pub enum BnStats {
 impl std::str::FromStr for BnStats {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
+        match s.trim().to_ascii_lowercase().as_str() {
             "batch" => Ok(BnStats::Batch),
             "running" => Ok(BnStats::Running),
             "frozen" => Ok(BnStats::Frozen),

@@ -122,9 +122,13 @@ impl Theme {
             message,
         };
         let f: ThemeFile =
-            toml::from_str(text).map_err(|e| match crate::text::toml_error(text, &e) {
-                (Some(line), msg) => err(format!("line {line}: {msg}")),
-                (None, msg) => err(msg),
+            toml::from_str(text).map_err(|e| {
+                // (not TOML at all, or a slip in a theme: the form it takes, either way)
+                let form = "a theme file is TOML, keys of themes/dark.toml such as `extends = \"light\"` and `accent = \"red\"`";
+                match crate::text::toml_error(text, &e) {
+                    (Some(line), msg) => err(format!("line {line}: {msg}; {form}")),
+                    (None, msg) => err(format!("{msg}; {form}")),
+                }
             })?;
         // a key's problem, with the line that sets it
         let at = |key: &str, message: String| match key_line(text, key) {

@@ -76,6 +76,13 @@ fn a_theme_file_may_change_a_few_keys_of_another() {
     std::fs::write(&f, "good = 300\n").unwrap();
     let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
     assert!(e.contains("line 1: key `good`"), "{e}");
+    // a file of another kind: the form a theme takes
+    std::fs::write(&f, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let e = Theme::load(f.to_str().unwrap()).unwrap_err().to_string();
+    assert!(
+        e.contains("line 1: ") && e.contains("a theme file is TOML, keys of themes/dark.toml"),
+        "{e}"
+    );
 }
 
 /// The colour a 256-colour terminal shows for `c` (xterm's palette); `None` for the
